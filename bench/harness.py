@@ -1,0 +1,69 @@
+"""What every benchmark shares: timing statistics, a printed table, and a JSON
+result file under bench/results/.
+
+Benchmarks compare against a baseline measured in the same run and report the
+ratio, so a slower or faster machine moves both sides together.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def summarize(samples_s: list[float]) -> dict[str, float]:
+    """Milliseconds: median, p90, p99, max, over the given samples (seconds)."""
+    ms = sorted(s * 1000.0 for s in samples_s)
+
+    def pct(p: float) -> float:
+        return ms[min(len(ms) - 1, int(round(p * (len(ms) - 1))))]
+
+    return {
+        "n": len(ms),
+        "median_ms": round(statistics.median(ms), 4),
+        "p90_ms": round(pct(0.90), 4),
+        "p99_ms": round(pct(0.99), 4),
+        "max_ms": round(ms[-1], 4),
+    }
+
+
+def report(name: str, rows: list[dict], notes: dict | None = None) -> Path:
+    """Print ``rows`` as a table and save them with machine facts as JSON."""
+    keys: list[str] = []
+    for row in rows:
+        keys.extend(k for k in row if k not in keys)
+    widths = {k: max(len(k), *(len(_fmt(r.get(k, ""))) for r in rows)) for k in keys}
+    print(f"\n== {name} ==")
+    print("  ".join(k.ljust(widths[k]) for k in keys))
+    for row in rows:
+        print("  ".join(_fmt(row.get(k, "")).ljust(widths[k]) for k in keys))
+    for key, value in (notes or {}).items():
+        print(f"{key}: {value}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{name}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "benchmark": name,
+                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "python": sys.version.split()[0],
+                "machine": platform.machine(),
+                "rows": rows,
+                "notes": notes or {},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"saved {out.relative_to(RESULTS.parent.parent)}")
+    return out
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
