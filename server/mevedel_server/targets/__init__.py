@@ -1,0 +1,80 @@
+"""Where bytes live: the ``Target`` seam and its implementations.
+
+- :class:`Target` -- the async protocol every durable operation goes through;
+  :class:`ProgramTarget` builds its single-operation methods on ``run``.
+- Control programs (:mod:`.program`): :class:`ControlProgram` of
+  :class:`Read`, :class:`Stat`, :class:`ListDir`, :class:`CreateExclusive`,
+  :class:`Replace`, :class:`Remove`, :class:`MakeDirs`, :class:`Verify` and
+  :class:`Clock` operations, run in one round trip, stopping at the first that
+  does not succeed; each reports a :class:`Status`.
+- :class:`LocalTarget` -- a local root reached through a pinned
+  ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
+- The target clock (:mod:`.clock`): whole seconds of the target filesystem.
+- :class:`FaultInjectingTarget` -- fails or "crashes" at the Nth write.
+"""
+
+from .clock import Clock, read_target_clock
+from .errors import (
+    InvalidTargetPath,
+    PathAbsentError,
+    PathConflictError,
+    TargetError,
+    TargetOperationError,
+    UnsafePathError,
+)
+from .faults import FaultInjectingTarget, FaultMode, InjectedFault, SimulatedCrash
+from .local import LocalTarget
+from .paths import join_target_path, parent_and_name, split_target_path
+from .program import (
+    ControlProgram,
+    CreateExclusive,
+    FileStat,
+    ListDir,
+    MakeDirs,
+    Operation,
+    OpResult,
+    ProgramResult,
+    Read,
+    Remove,
+    Replace,
+    Stat,
+    Status,
+    Verify,
+)
+from .target import ProgramTarget, Target, raise_for_result
+
+__all__ = [
+    "Clock",
+    "ControlProgram",
+    "CreateExclusive",
+    "FaultInjectingTarget",
+    "FaultMode",
+    "FileStat",
+    "InjectedFault",
+    "InvalidTargetPath",
+    "ListDir",
+    "LocalTarget",
+    "MakeDirs",
+    "OpResult",
+    "Operation",
+    "PathAbsentError",
+    "PathConflictError",
+    "ProgramResult",
+    "ProgramTarget",
+    "Read",
+    "Remove",
+    "Replace",
+    "SimulatedCrash",
+    "Stat",
+    "Status",
+    "Target",
+    "TargetError",
+    "TargetOperationError",
+    "UnsafePathError",
+    "Verify",
+    "join_target_path",
+    "parent_and_name",
+    "raise_for_result",
+    "read_target_clock",
+    "split_target_path",
+]

@@ -1,0 +1,63 @@
+"""The target clock: whole seconds of the target filesystem's own time.
+
+Lease expiry and every other authority deadline are judged against this clock,
+read inside the same control program as the records it judges, so clients
+whose wall clocks disagree cannot change one another's authority. The reading
+is the modification time the target's kernel stamps on a freshly created probe
+file in a named directory (the probe is removed at once); a client's
+``time.time()`` never enters it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from .program import ControlProgram, Operation
+
+if TYPE_CHECKING:
+    from .target import Target
+
+PROBE_PREFIX = ".clock-probe-"
+
+
+@dataclass(frozen=True)
+class Clock(Operation):
+    """Read the target clock by creating a probe file in directory ``path``;
+    ``value`` is the reading in whole seconds."""
+
+    # The probe is a transient create + unlink, but it still changes the
+    # directory, so fault injection counts it.
+    writes: ClassVar[bool] = True
+    accepts_root: ClassVar[bool] = True
+
+
+def probe_filesystem_clock(dir_fd: int) -> int:
+    """Create, stat and remove a probe file under ``dir_fd``; return its
+    modification time floored to whole seconds."""
+    name = PROBE_PREFIX + secrets.token_hex(8)
+    fd = os.open(
+        name,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=dir_fd,
+    )
+    try:
+        stamp_ns = os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
+        os.unlink(name, dir_fd=dir_fd)
+    return stamp_ns // 1_000_000_000
+
+
+async def read_target_clock(target: Target, directory: str = ".") -> int:
+    """One program that only reads the clock (for callers with nothing else
+    to judge in the same round trip)."""
+    from .target import raise_for_result
+
+    op = Clock(directory)
+    result = (await target.run(ControlProgram([op])))[0]
+    raise_for_result(op, result)
+    return int(result.value)

@@ -1,0 +1,137 @@
+"""Fault injection for crash and failure tests.
+
+``FaultInjectingTarget`` wraps another target and counts every write-like
+operation it executes (creates, replaces, removes, directory creations and
+clock probes), whether sent alone or inside a program. At the ``fail_at``-th
+one it either raises :class:`InjectedFault` (``mode="error"``: the operation
+failed and the caller is told, like a dropped connection) or
+:class:`SimulatedCrash` (``mode="crash"``: the process died). In both cases the
+operations before it in the same program have run and it has not.
+
+``SimulatedCrash`` derives from ``BaseException`` so that no ``except
+Exception`` in the code under test can swallow it: nothing after the crash
+runs, no cleanup happens. After a crash the wrapper stays dead (every later
+call crashes again); after an injected error it passes operations through, so
+a retry on the same target can succeed. A crash at a create or replace leaves
+the half-written temporary file a real crash could leave (``debris``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .errors import TargetError
+from .paths import parent_and_name
+from .program import (
+    SKIPPED,
+    ControlProgram,
+    CreateExclusive,
+    Operation,
+    ProgramResult,
+    Replace,
+    Status,
+)
+from .target import ProgramTarget, Target
+
+FaultMode = Literal["error", "crash"]
+
+
+class SimulatedCrash(BaseException):
+    """The process "died" before the named write. Tests treat it as death."""
+
+    def __init__(self, index: int, op: Operation) -> None:
+        super().__init__(f"simulated crash before write #{index}: {type(op).__name__} {op.path}")
+        self.index = index
+        self.operation = op
+
+
+class InjectedFault(TargetError):
+    def __init__(self, index: int, op: Operation) -> None:
+        super().__init__(op.path, f"injected failure at write #{index} ({type(op).__name__})")
+        self.index = index
+        self.operation = op
+
+
+def _executed_writes(ops: tuple[Operation, ...], result: ProgramResult) -> int:
+    return sum(1 for op, r in zip(ops, result.results) if op.writes and r.status is not Status.SKIPPED)
+
+
+class FaultInjectingTarget(ProgramTarget):
+    def __init__(
+        self,
+        inner: Target,
+        fail_at: int | None = None,
+        mode: FaultMode = "error",
+        debris: bool = True,
+    ) -> None:
+        self.inner = inner
+        self.debris = debris
+        self.writes = 0
+        self.fired = False
+        self._crash: SimulatedCrash | None = None
+        self._fail_at: int | None = None
+        self._mode: FaultMode = mode
+        self.arm(fail_at, mode)
+
+    @property
+    def crashed(self) -> bool:
+        return self._crash is not None
+
+    def arm(self, fail_at: int | None, mode: FaultMode | None = None) -> None:
+        """(Re)start counting from zero; ``None`` disarms."""
+        if fail_at is not None and fail_at < 1:
+            raise ValueError("fail_at counts write operations from 1")
+        if mode is not None:
+            if mode not in ("error", "crash"):
+                raise ValueError(f"unknown fault mode {mode!r}")
+            self._mode = mode
+        self._fail_at = fail_at
+        self.writes = 0
+        self.fired = False
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        if self._crash is not None:
+            raise SimulatedCrash(self._crash.index, self._crash.operation)
+        ops = program.operations
+        fault_index = self._fault_index(ops)
+        if fault_index is None:
+            result = await self.inner.run(program)
+            self.writes += _executed_writes(ops, result)
+            return result
+        prefix = ops[:fault_index]
+        if prefix:
+            head = await self.inner.run(ControlProgram(prefix, lock=program.lock))
+        else:
+            head = ProgramResult(())
+        self.writes += _executed_writes(prefix, head)
+        if not head.completed:
+            # The program stopped before reaching the faulty write.
+            return ProgramResult(head.results + (SKIPPED,) * (len(ops) - fault_index), head.stopped_at)
+        op = ops[fault_index]
+        self.fired = True
+        self.writes += 1
+        if self._mode == "error":
+            self._fail_at = None
+            raise InjectedFault(self.writes, op)
+        self._crash = SimulatedCrash(self.writes, op)
+        if self.debris:
+            await self._leave_debris(op)
+        raise self._crash
+
+    def _fault_index(self, ops: tuple[Operation, ...]) -> int | None:
+        if self._fail_at is None or self.fired:
+            return None
+        remaining = self._fail_at - self.writes
+        for index, op in enumerate(ops):
+            if op.writes:
+                remaining -= 1
+                if remaining == 0:
+                    return index
+        return None
+
+    async def _leave_debris(self, op: Operation) -> None:
+        if not isinstance(op, (CreateExclusive, Replace)):
+            return
+        parent, name = parent_and_name(op.path)
+        torn = f"{parent}/.{name[:80]}.crash.tmp" if parent else f".{name[:80]}.crash.tmp"
+        await self.inner.run(ControlProgram([CreateExclusive(torn, op.data[: len(op.data) // 2], optional=True)]))

@@ -1,0 +1,207 @@
+"""Control programs: a list of target operations carried to the target in one
+round trip.
+
+A program runs its operations in order and stops at the first one that does
+not succeed; every later operation is reported ``skipped``. That is what lets a
+caller state a precondition as a ``Verify`` whose guarded writes follow it in
+the same program: the proof and the write share one target process. An
+operation marked ``optional=True`` never stops the program, whatever it
+reports (ensuring a directory that may already exist, best-effort pruning).
+
+A program may name a lock directory. The target takes an exclusive ``flock``
+on that directory's descriptor for the whole program, serialising it against
+every other program (in any process) that names the same lock.
+
+Per-operation statuses:
+
+=========  ==============================================================
+ok         did what was asked; ``value`` carries the read result if any
+conflict   exclusive creation found the path present; ``MakeDirs`` found
+           the directory already there
+absent     the path or one of its parents does not exist
+mismatch   a ``Verify`` found other content (``value``: the actual bytes, or
+           ``None`` when the file is absent)
+failed     refused or broken: symlink, wrong file type, I/O error
+           (``reason`` says which; ``unsafe`` marks a symlink refusal)
+skipped    not run because an earlier operation stopped the program
+=========  ==============================================================
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .paths import split_target_path
+
+
+class Status(enum.Enum):
+    OK = "ok"
+    CONFLICT = "conflict"
+    ABSENT = "absent"
+    MISMATCH = "mismatch"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One step of a control program. ``path`` is target-relative."""
+
+    path: str
+    optional: bool = field(default=False, kw_only=True)
+
+    #: True for operations that change the target (counted by fault injection).
+    writes: ClassVar[bool] = False
+    #: True when the operation may name the target root itself.
+    accepts_root: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        parts = split_target_path(self.path)
+        if not parts and not self.accepts_root:
+            from .errors import InvalidTargetPath
+
+            raise InvalidTargetPath(self.path, f"{type(self).__name__} needs an entry, not the root")
+
+
+@dataclass(frozen=True)
+class Read(Operation):
+    """Read a regular file; ``value`` is its bytes."""
+
+
+@dataclass(frozen=True)
+class Stat(Operation):
+    """Describe an entry; ``value`` is a :class:`FileStat`."""
+
+    accepts_root: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class ListDir(Operation):
+    """List a directory; ``value`` is a sorted tuple of entry names."""
+
+    accepts_root: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class CreateExclusive(Operation):
+    """Create a file that must not exist yet, with all of ``data`` or nothing."""
+
+    data: bytes
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Replace(Operation):
+    """Atomically replace (or create) a file: temporary file in the same
+    directory, fsync, rename, fsync of the directory."""
+
+    data: bytes
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Remove(Operation):
+    """Remove a file or an empty directory."""
+
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class MakeDirs(Operation):
+    """Create a directory and any missing parents; ``conflict`` when the
+    directory already existed (mark it optional to merely ensure it)."""
+
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Verify(Operation):
+    """Precondition: the file's content equals ``expected``, or the file is
+    absent when ``expected`` is ``None``."""
+
+    expected: bytes | None
+
+
+@dataclass(frozen=True)
+class FileStat:
+    kind: str  # "file" | "directory" | "other"
+    size: int
+    #: Whole seconds of the target filesystem clock.
+    mtime: int
+
+
+@dataclass(frozen=True)
+class OpResult:
+    status: Status
+    value: Any = None
+    reason: str | None = None
+    #: The failure is a fail-closed refusal of a symlinked or replaced path.
+    unsafe: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+
+SKIPPED = OpResult(Status.SKIPPED)
+
+
+@dataclass(frozen=True)
+class ControlProgram:
+    operations: tuple[Operation, ...]
+    #: Target-relative directory to ``flock`` for the program's duration.
+    lock: str | None = None
+
+    def __init__(self, operations: Iterable[Operation], lock: str | None = None) -> None:
+        ops = tuple(operations)
+        for op in ops:
+            if not isinstance(op, Operation):
+                raise TypeError(f"not a target operation: {op!r}")
+        if lock is not None:
+            split_target_path(lock)
+        object.__setattr__(self, "operations", ops)
+        object.__setattr__(self, "lock", lock)
+
+    def __len__(self) -> int:
+        return len(self.operations)
+
+
+@dataclass(frozen=True)
+class ProgramResult:
+    results: tuple[OpResult, ...]
+    #: Index of the non-optional operation that stopped the program.
+    stopped_at: int | None = None
+
+    @property
+    def completed(self) -> bool:
+        """Every non-optional operation succeeded."""
+        return self.stopped_at is None
+
+    def __getitem__(self, index: int) -> OpResult:
+        return self.results[index]
+
+    def __iter__(self) -> Iterator[OpResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+
+def execute_operations(
+    operations: Sequence[Operation], perform: Callable[[Operation], OpResult]
+) -> ProgramResult:
+    """Run ``perform`` over ``operations`` with the stop-at-first-failure rule."""
+    results: list[OpResult] = []
+    stopped_at: int | None = None
+    for index, op in enumerate(operations):
+        if stopped_at is not None:
+            results.append(SKIPPED)
+            continue
+        result = perform(op)
+        results.append(result)
+        if not result.ok and not op.optional:
+            stopped_at = index
+    return ProgramResult(tuple(results), stopped_at)
