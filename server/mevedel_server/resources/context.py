@@ -1,0 +1,99 @@
+"""What the resolver knows about the world a request runs in.
+
+The resolver never looks anything up on its own: the LSP layer (and, later,
+the session store) builds one ``ResolverContext`` per request, naming the
+workspace, the open session's directory, and the configured memory and skill
+roots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .docs_root import find_docs_root
+
+MemoryLocation = Literal["local", "global"]
+MemoryKind = Literal["mevedel", "agents"]
+
+#: Skill origins in listing order; ``plugin/NAME`` origins follow them.
+SKILL_ORIGINS: tuple[str, ...] = (
+    "local-mevedel",
+    "local-agents",
+    "global-mevedel",
+    "global-agents",
+    "bundled",
+    "managed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRoot:
+    """One configured persistent-memory directory (the root of memory://KEY/)."""
+
+    path: Path
+    location: MemoryLocation
+    kind: MemoryKind
+
+    def __post_init__(self) -> None:
+        if self.location not in ("local", "global"):
+            raise ValueError(f"memory root location must be local or global, not {self.location!r}")
+        if self.kind not in ("mevedel", "agents"):
+            raise ValueError(f"memory root kind must be mevedel or agents, not {self.kind!r}")
+
+    @property
+    def readable_key(self) -> str:
+        """The key this root uses when it is the only root of its kind."""
+        return f"{self.location}-{self.kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class SkillRoot:
+    """A directory whose subdirectories holding ``SKILL.md`` are skills."""
+
+    path: Path
+    origin: str
+
+    def __post_init__(self) -> None:
+        if self.origin in SKILL_ORIGINS:
+            return
+        plugin = self.origin.removeprefix("plugin/")
+        if self.origin.startswith("plugin/") and plugin and "/" not in plugin:
+            return
+        raise ValueError(f"unknown skill origin {self.origin!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolverContext:
+    """The request's owners.
+
+    ``session_dir`` is the open session's directory: its ``local/`` is the
+    work:// session scope and its ``tool-results/`` holds artifact:// output.
+    ``None`` means no session is open, so session-relative addresses answer
+    with owner-missing. Nothing here is created by the resolver.
+    """
+
+    workspace_root: Path | None = None
+    session_dir: Path | None = None
+    memory_roots: tuple[MemoryRoot, ...] = ()
+    skill_roots: tuple[SkillRoot, ...] = ()
+    docs_root: Path = field(default_factory=find_docs_root)
+    completion_limit: int = 200
+
+    def with_session(self, session_dir: Path | None) -> ResolverContext:
+        """The same context for another (or no) open session."""
+        return dataclasses.replace(self, session_dir=session_dir)
+
+    @property
+    def session_local(self) -> Path | None:
+        return None if self.session_dir is None else self.session_dir / "local"
+
+    @property
+    def tool_results(self) -> Path | None:
+        return None if self.session_dir is None else self.session_dir / "tool-results"
+
+    @property
+    def shared_root(self) -> Path | None:
+        return None if self.workspace_root is None else self.workspace_root / ".mevedel" / "shared"
