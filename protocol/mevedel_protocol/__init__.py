@@ -1,0 +1,50 @@
+"""The mevedel LSP extension: attrs classes for every custom message, the
+method names, and the converter that puts them on the wire. No I/O."""
+
+from . import methods
+from .address import DescribeParams, DescribeResult
+from .catalog import COMMANDS, NOTIFICATIONS, REQUESTS, SHARED_TYPES, Message
+from .converter import converter, describe_structure_error, make_converter, wire_name
+from .errors import ErrorData, error_code
+from .resource import (
+    ContextLine,
+    GlobParams,
+    GlobResult,
+    GrepMatch,
+    GrepParams,
+    GrepResult,
+    ReadParams,
+    ReadResult,
+    TruncatedLine,
+)
+from .settings import DiagnosticsSettings, MemoryRootSetting, Settings, SkillRootSetting
+
+__all__ = [
+    "COMMANDS",
+    "NOTIFICATIONS",
+    "REQUESTS",
+    "SHARED_TYPES",
+    "ContextLine",
+    "DescribeParams",
+    "DescribeResult",
+    "DiagnosticsSettings",
+    "ErrorData",
+    "GlobParams",
+    "GlobResult",
+    "GrepMatch",
+    "GrepParams",
+    "GrepResult",
+    "MemoryRootSetting",
+    "Message",
+    "ReadParams",
+    "ReadResult",
+    "Settings",
+    "SkillRootSetting",
+    "TruncatedLine",
+    "converter",
+    "describe_structure_error",
+    "error_code",
+    "make_converter",
+    "methods",
+    "wire_name",
+]
