@@ -1,0 +1,131 @@
+"""Durable sessions: workspace identity, lease generations and immutable
+publications, all through a :class:`~mevedel_server.targets.Target`.
+
+On-disk layout (paths relative to the workspace root, which is the target
+root)::
+
+    .mevedel/
+      workspace-id                      JSON {format_version, workspace_id: 64 hex};
+                                        exclusive-created with the first session,
+                                        never overwritten
+      sessions/
+        2026-07-19T09-47-bf87b5dd793a/  one session (ID: local minute + 12 hex)
+          .lease/
+            generation-00000000000000000001.json   immutable lease generations;
+            generation-00000000000000000002.json   the highest one is the head
+          .publications/
+            <32 hex>/                   one immutable publication, never rewritten
+              000001.data               artifact bytes written by this publication
+              manifest.json             written last: logical path ->
+                                        {published, sha256, size}
+
+The head lease generation's ``publication_head`` (for example
+``.publications/<32 hex>/manifest.json``) is the session's only commit point:
+readers follow it, validate the manifest and verify every byte they consume.
+Lease protocol: :mod:`.lease`; publication protocol: :mod:`.publication`;
+record schema: :mod:`.records`. Names in ``.lease/`` other than
+``generation-<20 digits>.json`` (temporary files, clock probes) are not
+generations and are ignored; so is any publication directory no head names.
+"""
+
+from .errors import (
+    ClaimRaced,
+    InvalidSessionId,
+    LeaseHeld,
+    LeaseLost,
+    LeaseUnavailable,
+    PublicationFailed,
+    PublicationPending,
+    SessionOccupied,
+    StoreError,
+    TakeoverNeedsConfirmation,
+)
+from .layout import SessionPaths
+from .lease import (
+    DEFAULT_LEASE_SECONDS,
+    ClientIdentity,
+    LeaseHandle,
+    LeaseObservation,
+    LeaseObservationError,
+    LeaseStanding,
+    SessionMissing,
+    acquire_lease,
+    observe_lease,
+    read_lease_head,
+)
+from .publication import (
+    CommittedSnapshot,
+    PendingPublication,
+    Publisher,
+    PublishOutcome,
+    load_manifest,
+    read_committed,
+)
+from .records import (
+    LeaseRecord,
+    LeaseState,
+    ManifestEntry,
+    PublicationManifest,
+    RecordError,
+    RecordErrorKind,
+    WorkspaceIdentity,
+    decode_record,
+    encode_record,
+)
+from .workspace import (
+    allocate_session_id,
+    check_session_id,
+    ensure_workspace_id,
+    is_session_id,
+    materialize_session,
+    new_session_id,
+    read_workspace_id,
+    saved_session_ids,
+)
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "ClaimRaced",
+    "ClientIdentity",
+    "CommittedSnapshot",
+    "InvalidSessionId",
+    "LeaseHandle",
+    "LeaseHeld",
+    "LeaseLost",
+    "LeaseObservation",
+    "LeaseObservationError",
+    "LeaseRecord",
+    "LeaseStanding",
+    "LeaseState",
+    "LeaseUnavailable",
+    "ManifestEntry",
+    "PendingPublication",
+    "PublicationFailed",
+    "PublicationManifest",
+    "PublicationPending",
+    "PublishOutcome",
+    "Publisher",
+    "RecordError",
+    "RecordErrorKind",
+    "SessionMissing",
+    "SessionOccupied",
+    "SessionPaths",
+    "StoreError",
+    "TakeoverNeedsConfirmation",
+    "WorkspaceIdentity",
+    "acquire_lease",
+    "allocate_session_id",
+    "check_session_id",
+    "decode_record",
+    "encode_record",
+    "ensure_workspace_id",
+    "is_session_id",
+    "load_manifest",
+    "materialize_session",
+    "new_session_id",
+    "observe_lease",
+    "read_committed",
+    "read_lease_head",
+    "read_workspace_id",
+    "saved_session_ids",
+]

@@ -1,0 +1,90 @@
+"""Errors of the session store. Messages name sessions, hosts and
+session-relative files, never a backing filesystem path."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every session-store refusal."""
+
+
+class InvalidSessionId(StoreError, ValueError):
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(f"{text!r} is not a session ID: {reason}")
+        self.text = text
+        self.reason = reason
+
+
+class SessionOccupied(StoreError):
+    """Materialization found the session directory already present."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} already exists")
+        self.session_id = session_id
+
+
+class LeaseUnavailable(StoreError):
+    """The lease is held or contested; the caller does not own the session."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        holder_client: str | None = None,
+        holder_host: str | None = None,
+        state: str | None = None,
+        expires_at: int | None = None,
+        now: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.holder_client = holder_client
+        self.holder_host = holder_host
+        self.state = state
+        self.expires_at = expires_at
+        self.now = now
+
+
+class LeaseHeld(LeaseUnavailable):
+    """Another client holds an unexpired lease."""
+
+
+class TakeoverNeedsConfirmation(LeaseUnavailable):
+    """Another client's lease has expired; taking it over needs the user's
+    explicit confirmation (``confirm_takeover=True``)."""
+
+
+class ClaimRaced(LeaseUnavailable):
+    """Another client won the generation election this claim took part in."""
+
+
+class LeaseLost(StoreError):
+    """This client's generation is no longer the current one: it was taken
+    over or superseded, so its write was refused."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id}: lease lost: {reason}")
+        self.session_id = session_id
+        self.reason = reason
+
+
+class PublicationFailed(StoreError):
+    """A publication did not reach its commit point; the prior head is still
+    authoritative and the publication is pending (retry or abandon)."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id}: publication pending: {reason}")
+        self.session_id = session_id
+        self.reason = reason
+
+
+class PublicationPending(StoreError):
+    """A new publication was asked for while an earlier one is pending."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(
+            f"session {session_id}: an earlier publication is pending ({reason}); retry or abandon it first"
+        )
+        self.session_id = session_id
+        self.reason = reason

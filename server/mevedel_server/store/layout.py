@@ -1,0 +1,79 @@
+"""Where the session store keeps things, relative to the workspace (target)
+root. See the package docstring for the whole tree."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+STATE_DIR = ".mevedel"
+WORKSPACE_ID_PATH = f"{STATE_DIR}/workspace-id"
+SESSIONS_DIR = f"{STATE_DIR}/sessions"
+
+LEASE_DIR = ".lease"
+PUBLICATIONS_DIR = ".publications"
+MANIFEST_NAME = "manifest.json"
+
+GENERATION_DIGITS = 20
+GENERATION_NAME = re.compile(rf"^generation-([0-9]{{{GENERATION_DIGITS}}})\.json$")
+
+
+def generation_name(generation: int) -> str:
+    return f"generation-{generation:0{GENERATION_DIGITS}d}.json"
+
+
+def generation_numbers(names: tuple[str, ...] | list[str]) -> list[int]:
+    """Generation numbers named in a ``.lease/`` listing, ascending. Other
+    names (temporary files, clock probes, later control subdirectories) are
+    not generations and are ignored."""
+    found = []
+    for name in names:
+        match = GENERATION_NAME.match(name)
+        if match:
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class SessionPaths:
+    """Target paths of one session. ``session_id`` is already validated."""
+
+    session_id: str
+
+    @property
+    def root(self) -> str:
+        return f"{SESSIONS_DIR}/{self.session_id}"
+
+    @property
+    def lease_dir(self) -> str:
+        return f"{self.root}/{LEASE_DIR}"
+
+    @property
+    def publications_dir(self) -> str:
+        return f"{self.root}/{PUBLICATIONS_DIR}"
+
+    def generation(self, generation: int) -> str:
+        return f"{self.lease_dir}/{generation_name(generation)}"
+
+    def publication_dir(self, publication_id: str) -> str:
+        return f"{self.publications_dir}/{publication_id}"
+
+    def inside(self, session_relative: str) -> str:
+        """Target path of a session-relative path (a head, a published file)."""
+        return f"{self.root}/{session_relative}"
+
+    def label(self, session_relative: str) -> str:
+        """How errors name a session file: session ID plus relative path."""
+        return f"session {self.session_id}: {session_relative}"
+
+    def generation_label(self, generation: int) -> str:
+        return self.label(f"{LEASE_DIR}/{generation_name(generation)}")
+
+
+def head_path(publication_id: str) -> str:
+    """Session-relative path of a publication's manifest (a publication head)."""
+    return f"{PUBLICATIONS_DIR}/{publication_id}/{MANIFEST_NAME}"
+
+
+def published_path(publication_id: str, index: int) -> str:
+    return f"{PUBLICATIONS_DIR}/{publication_id}/{index:06d}.data"

@@ -1,0 +1,524 @@
+"""Lease generations: which client may write a session.
+
+On disk
+-------
+``<session>/.lease/generation-<20 digits>.json``: one immutable
+:class:`~.records.LeaseRecord` per generation, created by exclusive creation
+and never rewritten. Every state change is a new generation. The
+highest-numbered generation present is the *head*, and the head alone says
+who holds the session, judged against the target clock read in the same
+program as the head record:
+
+- no generation, or a ``released`` / ``aborted`` head: free;
+- a ``claiming`` / ``active`` / ``publishing`` head with ``now < expires_at``:
+  held by its client (a claiming head is a claim in flight, or one a crash
+  interrupted; it fences like an owner until it expires);
+- the same states with ``now >= expires_at``: expired. Its own client
+  reclaims it without asking; any other client only with
+  ``confirm_takeover=True``.
+
+Transitions
+-----------
+Each transition writes generation ``N+1`` in one control program that first
+verifies generation ``N`` still holds exactly the bytes the writer observed,
+and lists ``.lease/`` after its create: the writer succeeded only if its
+generation is the highest listed. Names only grow and the head is never
+pruned, so exclusive creation of ``N+1`` elects exactly one writer among all
+that observed ``N``; a stale owner (taken over, superseded) is refused by the
+verify, by the create or by the listing.
+
+- Claim: ``[create N+1 claiming, verify N, create N+2 active, list, prune]``.
+  The verify after the candidate proves the observed predecessor was still in
+  place once the candidate existed; if it was not, the candidate is aborted
+  with an ``aborted`` generation above it, so it does not fence anyone.
+- Renewal, release, publishing window, head commit, latch changes:
+  ``[verify N, create N+1, list, prune]``. A publication prepends its
+  artifact and manifest writes to this same program (:mod:`.publication`).
+- A writer whose ``N+1`` was taken by another client's *claiming* record
+  (a claim that has not activated) steps over it with ``N+2``: a claim only
+  ends a lease once it is active.
+
+``publication_head``, ``unsettled_mutation`` and ``transfer_generation`` are
+copied into every new generation, so rotations carry them. After a success at
+generation ``G`` the generations below ``G-2`` seen earlier are removed
+best-effort in the same program (optional operations).
+
+Times are whole seconds of the target clock (:mod:`mevedel_server.targets.clock`).
+A claim or renewal stamps ``renewed_at`` with a reading taken before its
+write, so its expiry errs early, never late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import re
+import secrets
+import socket
+from dataclasses import dataclass, field
+
+import msgspec
+
+from ..targets import (
+    Clock,
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    MakeDirs,
+    Operation,
+    ProgramResult,
+    Read,
+    Remove,
+    Stat,
+    Status,
+    Target,
+    TargetError,
+    Verify,
+    raise_for_result,
+)
+from .errors import (
+    ClaimRaced,
+    LeaseHeld,
+    LeaseLost,
+    StoreError,
+    TakeoverNeedsConfirmation,
+)
+from .layout import SessionPaths, generation_numbers
+from .records import (
+    CLIENT_ID_PATTERN,
+    LeaseRecord,
+    LeaseState,
+    RecordError,
+    RecordErrorKind,
+    decode_record,
+    encode_record,
+)
+from .workspace import check_session_id
+
+DEFAULT_LEASE_SECONDS = 60
+#: How many generations below the head survive a prune.
+_KEPT_PREDECESSORS = 2
+#: Re-observation attempts when the head moves between listing and reading.
+_OBSERVE_ATTEMPTS = 16
+
+_LIVE_STATES = (LeaseState.CLAIMING, LeaseState.ACTIVE, LeaseState.PUBLISHING)
+
+
+class SessionMissing(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} does not exist")
+        self.session_id = session_id
+
+
+class LeaseObservationError(StoreError):
+    """The lease changed on every attempt to observe it."""
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """One client of the store: an opaque id (authority) and a host name
+    (shown to people only)."""
+
+    client_id: str
+    host: str
+
+    def __post_init__(self) -> None:
+        if not re.match(CLIENT_ID_PATTERN, self.client_id):
+            raise ValueError(f"client id {self.client_id!r} must be 1-128 of [A-Za-z0-9._-]")
+        if len(self.host) > 255:
+            raise ValueError("host name longer than 255 characters")
+
+    @classmethod
+    def generate(cls, host: str | None = None) -> ClientIdentity:
+        return cls(secrets.token_hex(16), (host if host is not None else socket.gethostname())[:255])
+
+
+class LeaseStanding(enum.Enum):
+    FREE = "free"
+    HELD = "held"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class LeaseObservation:
+    session_id: str
+    #: The head generation, 0 when the session was never claimed.
+    generation: int
+    record: LeaseRecord | None
+    raw: bytes | None
+    #: Target clock, read in the same program as ``record`` (None if not read).
+    now: int | None
+    generations: tuple[int, ...] = ()
+
+    @property
+    def standing(self) -> LeaseStanding:
+        if self.record is None or self.record.state not in _LIVE_STATES:
+            return LeaseStanding.FREE
+        if self.now is None:
+            raise ValueError("this observation did not read the target clock")
+        if self.now >= self.record.expires_at:
+            return LeaseStanding.EXPIRED
+        return LeaseStanding.HELD
+
+    @property
+    def publication_head(self) -> str | None:
+        return self.record.publication_head if self.record else None
+
+
+async def _observe(target: Target, paths: SessionPaths, with_clock: bool) -> LeaseObservation:
+    clock = [Clock(paths.root)] if with_clock else []
+    listing = ListDir(paths.lease_dir, optional=True)
+    # The clock probe proves the session exists; without it, a stat does.
+    presence = clock[0] if with_clock else Stat(paths.root, optional=True)
+    first = await target.run(ControlProgram([listing, presence]))
+    if first[1].status is Status.ABSENT:
+        raise SessionMissing(paths.session_id)
+    raise_for_result(presence, first[1])
+    gens = _listed(listing, first[0])
+    now = first[1].value if with_clock else None
+    for _ in range(_OBSERVE_ATTEMPTS):
+        if not gens:
+            return LeaseObservation(paths.session_id, 0, None, None, now, ())
+        head = gens[-1]
+        read = Read(paths.generation(head), optional=True)
+        again = await target.run(ControlProgram([read, ListDir(paths.lease_dir, optional=True), *clock]))
+        if with_clock:
+            raise_for_result(clock[0], again[2])
+            now = again[2].value
+        latest = _listed(listing, again[1])
+        if again[0].status is Status.ABSENT or not latest or latest[-1] != head:
+            gens = latest  # pruned or superseded meanwhile: look again
+            continue
+        raise_for_result(read, again[0])
+        record = _decode_generation(paths, head, again[0].value)
+        return LeaseObservation(paths.session_id, head, record, again[0].value, now, tuple(latest))
+    raise LeaseObservationError(f"session {paths.session_id}: the lease changed on every observation")
+
+
+def _listed(op: Operation, result) -> list[int]:
+    if result.status is Status.ABSENT:
+        return []
+    raise_for_result(op, result)
+    return generation_numbers(result.value)
+
+
+def _decode_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
+    label = paths.generation_label(generation)
+    record = decode_record(LeaseRecord, raw, label)
+    if record.generation != generation:
+        raise RecordError(
+            RecordErrorKind.INVALID_VALUE,
+            label,
+            f"records generation {record.generation} under the name of generation {generation}",
+        )
+    return record
+
+
+async def observe_lease(target: Target, session_id: str) -> LeaseObservation:
+    """The head generation and the target clock, read together."""
+    return await _observe(target, SessionPaths(check_session_id(session_id)), with_clock=True)
+
+
+async def read_lease_head(target: Target, session_id: str) -> LeaseObservation:
+    """The head generation without reading the clock (pure reads; for
+    readers that only need the publication head)."""
+    return await _observe(target, SessionPaths(check_session_id(session_id)), with_clock=False)
+
+
+def _describe_holder(obs: LeaseObservation) -> dict:
+    rec = obs.record
+    assert rec is not None
+    return dict(
+        session_id=obs.session_id,
+        holder_client=rec.client_id,
+        holder_host=rec.host,
+        state=rec.state.value,
+        expires_at=rec.expires_at,
+        now=obs.now,
+    )
+
+
+def _prune_ops(paths: SessionPaths, known: tuple[int, ...], new_generation: int) -> list[Operation]:
+    floor = new_generation - _KEPT_PREDECESSORS
+    return [Remove(paths.generation(g), optional=True) for g in known if g < floor]
+
+
+async def acquire_lease(
+    target: Target,
+    session_id: str,
+    identity: ClientIdentity,
+    *,
+    duration_seconds: int = DEFAULT_LEASE_SECONDS,
+    confirm_takeover: bool = False,
+) -> LeaseHandle:
+    """Take the session's lease for ``identity``.
+
+    Free: claimed. Our own live record (a restart with the same client id):
+    adopted and renewed; a publishing window left open is normalised back to
+    active. Our own expired or claiming record: reclaimed without asking.
+    Another client's live record: :class:`LeaseHeld`. Another client's
+    expired record: :class:`TakeoverNeedsConfirmation` unless
+    ``confirm_takeover``. Losing a simultaneous election: :class:`ClaimRaced`.
+    """
+    if isinstance(duration_seconds, bool) or not isinstance(duration_seconds, int) or duration_seconds < 1:
+        raise ValueError("a lease duration is a positive whole number of seconds")
+    paths = SessionPaths(check_session_id(session_id))
+    obs = await _observe(target, paths, with_clock=True)
+    rec = obs.record
+    standing = obs.standing
+    assert obs.now is not None
+    if rec is not None and standing is not LeaseStanding.FREE:
+        own = rec.client_id == identity.client_id
+        if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
+            handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
+            await handle._rotate(state=LeaseState.ACTIVE, renewed_at=obs.now, expires_at=obs.now + duration_seconds)
+            return handle
+        if not own and standing is LeaseStanding.HELD:
+            raise LeaseHeld(
+                f"session {session_id} is held by {rec.host or 'another client'} until target time {rec.expires_at}",
+                **_describe_holder(obs),
+            )
+        if not own and not confirm_takeover:
+            raise TakeoverNeedsConfirmation(
+                f"session {session_id} was held by {rec.host or 'another client'}; its lease expired at target time "
+                f"{rec.expires_at}; taking it over needs confirmation",
+                **_describe_holder(obs),
+            )
+    return await _claim(target, paths, identity, duration_seconds, obs)
+
+
+async def _claim(
+    target: Target, paths: SessionPaths, identity: ClientIdentity, duration: int, obs: LeaseObservation
+) -> LeaseHandle:
+    n = obs.generation
+    now = obs.now
+    assert now is not None
+    prior = obs.record
+    common = dict(
+        client_id=identity.client_id,
+        host=identity.host,
+        renewed_at=now,
+        expires_at=now + duration,
+        publication_head=prior.publication_head if prior else None,
+        unsettled_mutation=prior.unsettled_mutation if prior else False,
+        transfer_generation=prior.transfer_generation if prior else 0,
+    )
+    candidate = LeaseRecord(generation=n + 1, state=LeaseState.CLAIMING, **common)
+    active = LeaseRecord(generation=n + 2, state=LeaseState.ACTIVE, **common)
+    candidate_raw, active_raw = encode_record(candidate), encode_record(active)
+    ops: list[Operation] = []
+    if n == 0:
+        ops.append(MakeDirs(paths.lease_dir, optional=True))
+    create_candidate = CreateExclusive(paths.generation(n + 1), candidate_raw)
+    at_candidate = len(ops)
+    ops.append(create_candidate)
+    at_verify = len(ops)
+    if n > 0:
+        ops.append(Verify(paths.generation(n), obs.raw))
+    activate = CreateExclusive(paths.generation(n + 2), active_raw)
+    at_activate = len(ops)
+    ops.append(activate)
+    at_listing = len(ops)
+    ops.append(ListDir(paths.lease_dir))
+    ops += _prune_ops(paths, obs.generations, n + 2)
+    result = await target.run(ControlProgram(ops))
+
+    def raced(why: str) -> ClaimRaced:
+        return ClaimRaced(f"session {paths.session_id}: {why}", session_id=paths.session_id)
+
+    if result[at_candidate].status is Status.CONFLICT:
+        raise raced("another client claimed the lease at the same time")
+    raise_for_result(create_candidate, result[at_candidate])
+    if n > 0 and result[at_verify].status is not Status.OK:
+        await _abort_candidate(target, paths, candidate, candidate_raw)
+        raise raced("the lease changed while it was being claimed")
+    if result[at_activate].status is Status.CONFLICT:
+        raise raced("the previous owner renewed before the claim activated")
+    raise_for_result(activate, result[at_activate])
+    listed = result[at_listing]
+    latest = generation_numbers(listed.value) if listed.ok else []
+    if not latest or latest[-1] != n + 2:
+        raise raced("a later lease generation superseded this claim")
+    return LeaseHandle(target, paths, identity, duration, n + 2, active, active_raw, tuple(latest), now)
+
+
+async def _abort_candidate(target: Target, paths: SessionPaths, candidate: LeaseRecord, raw: bytes) -> None:
+    """Withdraw a claiming candidate that did not activate, so it fences no
+    one. Best effort: whoever already wrote above it has withdrawn it anyway."""
+    aborted = msgspec.structs.replace(candidate, generation=candidate.generation + 1, state=LeaseState.ABORTED)
+    try:
+        await target.run(
+            ControlProgram(
+                [Verify(paths.generation(candidate.generation), raw), CreateExclusive(paths.generation(aborted.generation), encode_record(aborted))]
+            )
+        )
+    except TargetError:
+        pass
+
+
+@dataclass
+class LeaseHandle:
+    """A lease this client holds. Every method writes a new generation; a
+    handle whose generation was superseded raises :class:`LeaseLost`."""
+
+    target: Target
+    paths: SessionPaths
+    identity: ClientIdentity
+    duration_seconds: int
+    generation: int
+    record: LeaseRecord
+    _raw: bytes
+    _known: tuple[int, ...]
+    #: The latest target clock reading this handle took.
+    now: int
+    lost: bool = False
+    released: bool = False
+    _uncertain: bool = False
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    @property
+    def session_id(self) -> str:
+        return self.paths.session_id
+
+    @property
+    def publication_head(self) -> str | None:
+        return self.record.publication_head
+
+    @property
+    def needs_resync(self) -> bool:
+        """A program failed mid-way, so the current generation is unknown."""
+        return self._uncertain
+
+    @property
+    def raw(self) -> bytes:
+        """The exact bytes of the current generation (what a verify proves)."""
+        return self._raw
+
+    async def renew(self) -> None:
+        """Extend the lease from a fresh target clock reading."""
+        now = await self._read_clock()
+        await self._rotate(renewed_at=now, expires_at=now + self.duration_seconds)
+
+    async def release(self) -> None:
+        await self._rotate(state=LeaseState.RELEASED)
+        self.released = True
+
+    async def begin_publishing(self) -> None:
+        """Open a publishing window (the generation fences others as
+        ``publishing`` until a head commit or :meth:`end_publishing`)."""
+        await self._rotate(state=LeaseState.PUBLISHING)
+
+    async def end_publishing(self) -> None:
+        await self._rotate(state=LeaseState.ACTIVE)
+
+    async def set_unsettled_mutation(self, unsettled: bool) -> None:
+        await self._rotate(unsettled_mutation=bool(unsettled))
+
+    async def open_next_transfer_generation(self) -> None:
+        await self._rotate(transfer_generation=self.record.transfer_generation + 1)
+
+    async def commit(self, lead_ops: list[Operation], **changes) -> ProgramResult:
+        """Run ``lead_ops`` and, only if they all succeed, the rotation with
+        ``changes`` in the same program. Returns the program result when a
+        lead operation stopped it (nothing about the lease was written);
+        raises :class:`LeaseLost` when the rotation itself was refused."""
+        return await self._rotate(lead_ops, **changes)
+
+    async def resync(self) -> None:
+        """Re-learn the current generation after an operation whose outcome
+        is unknown (the target failed mid-program)."""
+        async with self._lock:
+            await self._resync_locked()
+
+    async def _resync_locked(self) -> None:
+        obs = await _observe(self.target, self.paths, with_clock=False)
+        rec = obs.record
+        if rec is None or rec.client_id != self.identity.client_id or obs.generation < self.generation:
+            self.lost = True
+            self._uncertain = False
+            raise LeaseLost(self.session_id, f"generation {obs.generation} is not this client's")
+        self.generation, self.record, self._raw, self._known = obs.generation, rec, obs.raw or b"", obs.generations
+        self._uncertain = False
+        if rec.state is LeaseState.RELEASED:
+            self.released = True
+        elif rec.state not in (LeaseState.ACTIVE, LeaseState.PUBLISHING):
+            self.lost = True
+            raise LeaseLost(self.session_id, f"generation {obs.generation} is {rec.state.value}")
+
+    async def _read_clock(self) -> int:
+        op = Clock(self.paths.root)
+        result = (await self.target.run(ControlProgram([op])))[0]
+        raise_for_result(op, result)
+        self.now = int(result.value)
+        return self.now
+
+    def _check_usable(self) -> None:
+        if self.lost:
+            raise LeaseLost(self.session_id, "this client no longer holds the lease")
+        if self.released:
+            raise LeaseLost(self.session_id, "the lease was released")
+
+    async def _rotate(self, lead_ops: list[Operation] | tuple[Operation, ...] = (), **changes) -> ProgramResult:
+        async with self._lock:
+            if self._uncertain:
+                await self._resync_locked()
+            self._check_usable()
+            base_generation, base_raw = self.generation, self._raw
+            lead = list(lead_ops)
+            while True:
+                new = msgspec.structs.replace(self.record, generation=base_generation + 1, **changes)
+                new_raw = encode_record(new)
+                create = CreateExclusive(self.paths.generation(new.generation), new_raw)
+                ops = [*lead, Verify(self.paths.generation(base_generation), base_raw), create, ListDir(self.paths.lease_dir)]
+                ops += _prune_ops(self.paths, self._known, new.generation)
+                try:
+                    result = await self.target.run(ControlProgram(ops))
+                except BaseException:
+                    self._uncertain = True
+                    raise
+                if result.stopped_at is not None and result.stopped_at < len(lead):
+                    return result
+                verified, created, listed = result[len(lead)], result[len(lead) + 1], result[len(lead) + 2]
+                if verified.status is Status.MISMATCH:
+                    self.lost = True
+                    raise LeaseLost(self.session_id, f"generation {base_generation} was superseded")
+                raise_for_result(ops[len(lead)], verified)
+                if created.status is Status.CONFLICT:
+                    stepped = await self._claim_above(base_generation)
+                    if stepped is None:
+                        self.lost = True
+                        raise LeaseLost(self.session_id, f"generation {base_generation + 1} was written by another client")
+                    base_generation, base_raw = stepped
+                    lead = []  # the lead operations already ran
+                    continue
+                raise_for_result(create, created)
+                if not listed.ok:
+                    self._uncertain = True
+                    raise_for_result(ops[len(lead) + 2], listed)
+                latest = generation_numbers(listed.value)
+                if latest[-1] != new.generation:
+                    self.lost = True
+                    raise LeaseLost(self.session_id, f"generation {latest[-1]} superseded generation {new.generation}")
+                pruned = {g for g in self._known if g < new.generation - _KEPT_PREDECESSORS}
+                self.generation, self.record, self._raw = new.generation, new, new_raw
+                self._known = tuple(g for g in latest if g not in pruned)
+                return result
+
+    async def _claim_above(self, base_generation: int) -> tuple[int, bytes] | None:
+        """When generation ``base+1`` is another client's claim that has not
+        activated, return it as the new base to write above; else ``None``."""
+        above = base_generation + 1
+        read = Read(self.paths.generation(above), optional=True)
+        result = await self.target.run(ControlProgram([read, ListDir(self.paths.lease_dir)]))
+        if not result[0].ok or not result[1].ok:
+            return None
+        latest = generation_numbers(result[1].value)
+        if latest[-1] != above:
+            return None
+        try:
+            record = _decode_generation(self.paths, above, result[0].value)
+        except RecordError:
+            return None
+        if record.state is not LeaseState.CLAIMING or record.client_id == self.identity.client_id:
+            return None
+        return above, result[0].value

@@ -1,0 +1,333 @@
+"""Immutable publications and the one commit point.
+
+A publication is a never-overwritten directory
+``<session>/.publications/<32 hex>/`` holding the new artifact bytes
+(``000001.data``, ``000002.data``...) and ``manifest.json``, written last,
+which maps every logical path of the session snapshot to its published path,
+SHA-256 and size. An unchanged payload is not rewritten: its entry points at
+the immutable bytes of an earlier publication still named by the committed
+manifest.
+
+The directory, its artifacts, its manifest and the lease rotation that
+names the manifest as ``publication_head`` are one control program
+(:meth:`LeaseHandle.commit`): the exclusive creation of the next lease
+generation, after a verify of the current one, is the only commit point.
+Until it succeeds the prior head stays authoritative and the attempt is
+*pending* for the writer (:attr:`Publisher.pending`) until
+:meth:`Publisher.retry` or :meth:`Publisher.abandon`. A reader follows only
+the head, so it sees the whole old snapshot or the whole new one; an
+uncommitted publication directory is inert (collection removes it later).
+
+A save whose snapshot equals the committed one performs no transaction.
+``replace=True`` starts from an empty manifest (lifecycle replacements such as
+Rewind); ``force=True`` publishes even an unchanged snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..targets import (
+    ControlProgram,
+    CreateExclusive,
+    MakeDirs,
+    Operation,
+    Read,
+    Status,
+    Target,
+    TargetError,
+    raise_for_result,
+)
+from .errors import LeaseLost, PublicationFailed, PublicationPending, StoreError
+from .layout import MANIFEST_NAME, SessionPaths, head_path, published_path
+from .lease import LeaseHandle, read_lease_head
+from .records import (
+    HEAD_PATTERN,
+    LeaseState,
+    ManifestEntry,
+    PublicationManifest,
+    RecordError,
+    RecordErrorKind,
+    check_logical_path,
+    decode_record,
+    encode_record,
+)
+from .workspace import check_session_id
+
+_ID_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class PublishOutcome:
+    #: False when the snapshot was identical and nothing was written.
+    committed: bool
+    head: str | None
+    manifest: PublicationManifest | None
+    #: Logical paths whose bytes this publication wrote.
+    written: tuple[str, ...] = ()
+    #: Logical paths (new or changed) that point at earlier immutable bytes.
+    reused: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PendingPublication:
+    artifacts: Mapping[str, bytes]
+    replace: bool
+    force: bool
+    reason: str
+
+
+def new_publication_id() -> str:
+    return secrets.token_hex(16)
+
+
+def _publication_id_of(head: str) -> str:
+    return head.split("/")[1]
+
+
+async def load_manifest(target: Target, paths: SessionPaths, head: str) -> PublicationManifest:
+    """Read and validate the manifest a publication head names."""
+    label = paths.label(head)
+    if not re.match(HEAD_PATTERN, head):
+        raise RecordError(RecordErrorKind.INVALID_VALUE, label, "not a publication head path")
+    op = Read(paths.inside(head))
+    result = (await target.run(ControlProgram([op])))[0]
+    if result.status is Status.ABSENT:
+        raise RecordError(RecordErrorKind.MISSING, label, "the committed manifest is missing")
+    raise_for_result(op, result)
+    manifest = decode_record(PublicationManifest, result.value, label)
+    if manifest.publication_id != _publication_id_of(head):
+        raise RecordError(
+            RecordErrorKind.INVALID_VALUE, label, f"names publication {manifest.publication_id}, not its own directory"
+        )
+    return manifest
+
+
+def _check_bytes(paths: SessionPaths, logical: str, entry: ManifestEntry, status: Status, data: bytes | None) -> bytes:
+    label = paths.label(f"{entry.published} ({logical})")
+    if status is Status.ABSENT or data is None:
+        raise RecordError(RecordErrorKind.MISSING, label, "published bytes named by the manifest are missing")
+    if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise RecordError(RecordErrorKind.DIGEST_MISMATCH, label, "published bytes do not match the manifest's SHA-256")
+    return data
+
+
+@dataclass(frozen=True)
+class CommittedSnapshot:
+    """The committed state of a session as one reader saw it."""
+
+    target: Target
+    paths: SessionPaths
+    lease_generation: int
+    head: str | None
+    manifest: PublicationManifest | None
+
+    @property
+    def session_id(self) -> str:
+        return self.paths.session_id
+
+    @property
+    def published(self) -> bool:
+        return self.manifest is not None
+
+    def logical_paths(self) -> list[str]:
+        return sorted(self.manifest.entries) if self.manifest else []
+
+    async def read(self, logical: str) -> bytes:
+        """The bytes of one logical path, verified against the manifest."""
+        if self.manifest is None or logical not in self.manifest.entries:
+            raise KeyError(f"session {self.session_id} has no committed {logical!r}")
+        entry = self.manifest.entries[logical]
+        result = (await self.target.run(ControlProgram([Read(self.paths.inside(entry.published), optional=True)])))[0]
+        if result.status not in (Status.OK, Status.ABSENT):
+            raise_for_result(Read(self.paths.inside(entry.published)), result)
+        return _check_bytes(self.paths, logical, entry, result.status, result.value)
+
+    async def read_all(self) -> dict[str, bytes]:
+        """Every logical path, read in one program and each verified."""
+        if self.manifest is None:
+            return {}
+        items = sorted(self.manifest.entries.items())
+        ops = [Read(self.paths.inside(entry.published), optional=True) for _, entry in items]
+        result = await self.target.run(ControlProgram(ops))
+        out: dict[str, bytes] = {}
+        for (logical, entry), op, op_result in zip(items, ops, result):
+            if op_result.status not in (Status.OK, Status.ABSENT):
+                raise_for_result(op, op_result)
+            out[logical] = _check_bytes(self.paths, logical, entry, op_result.status, op_result.value)
+        return out
+
+
+async def read_committed(target: Target, session_id: str) -> CommittedSnapshot:
+    """The committed snapshot a fresh reader sees: the head of the current
+    lease generation and its validated manifest (no lease is taken)."""
+    paths = SessionPaths(check_session_id(session_id))
+    obs = await read_lease_head(target, session_id)
+    head = obs.publication_head
+    manifest = await load_manifest(target, paths, head) if head else None
+    return CommittedSnapshot(target, paths, obs.generation, head, manifest)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Publisher:
+    """Publishes snapshots of one session through the lease this client holds."""
+
+    def __init__(self, lease: LeaseHandle) -> None:
+        self.lease = lease
+        self._pending: PendingPublication | None = None
+        self._committed: tuple[str, PublicationManifest] | None = None
+
+    @property
+    def pending(self) -> PendingPublication | None:
+        return self._pending
+
+    def abandon(self) -> PendingPublication | None:
+        """Drop the pending publication; the committed head stays as it is."""
+        pending, self._pending = self._pending, None
+        return pending
+
+    async def retry(self) -> PublishOutcome:
+        if self._pending is None:
+            raise StoreError(f"session {self.lease.session_id}: no publication is pending")
+        pending = self._pending
+        outcome = await self._attempt(pending.artifacts, pending.replace, pending.force)
+        self._pending = None
+        return outcome
+
+    async def publish(
+        self, artifacts: Mapping[str, bytes], *, replace: bool = False, force: bool = False
+    ) -> PublishOutcome:
+        """Publish ``artifacts`` (logical path -> bytes) over the committed
+        snapshot, or instead of it with ``replace``."""
+        if self._pending is not None:
+            raise PublicationPending(self.lease.session_id, self._pending.reason)
+        for logical in artifacts:
+            check_logical_path(logical)
+        snapshot = {logical: bytes(data) for logical, data in artifacts.items()}
+        return await self._attempt(snapshot, replace, force)
+
+    async def committed_manifest(self) -> PublicationManifest | None:
+        head = self.lease.publication_head
+        if head is None:
+            return None
+        if self._committed is None or self._committed[0] != head:
+            self._committed = (head, await load_manifest(self.lease.target, self.lease.paths, head))
+        return self._committed[1]
+
+    async def _attempt(self, artifacts: Mapping[str, bytes], replace: bool, force: bool) -> PublishOutcome:
+        def pend(reason: str) -> None:
+            self._pending = PendingPublication(dict(artifacts), replace, force, reason)
+
+        try:
+            if self.lease.needs_resync:
+                await self.lease.resync()
+            committed = await self.committed_manifest()
+        except LeaseLost as exc:
+            pend(exc.reason)
+            raise
+        except (TargetError, RecordError) as exc:
+            pend(str(exc))
+            raise PublicationFailed(self.lease.session_id, str(exc)) from exc
+        for _ in range(_ID_ATTEMPTS):
+            plan = _plan(self.lease.paths, committed, artifacts, replace, new_publication_id())
+            if committed is not None and plan.manifest.entries == committed.entries and not force:
+                return PublishOutcome(False, self.lease.publication_head, committed)
+            if committed is None and not plan.manifest.entries and not force:
+                return PublishOutcome(False, None, None)
+            try:
+                result = await self.lease.commit(plan.ops, publication_head=plan.head, **_closing_window(self.lease))
+            except LeaseLost as exc:
+                pend(exc.reason)
+                raise
+            except Exception as exc:
+                try:
+                    if await self._committed_despite(plan.head):
+                        break
+                except LeaseLost as lost:
+                    pend(lost.reason)
+                    raise
+                pend(str(exc))
+                raise PublicationFailed(self.lease.session_id, str(exc)) from exc
+            if result.stopped_at is not None and result.stopped_at < len(plan.ops):
+                if result.stopped_at == plan.directory_index and result[plan.directory_index].status is Status.CONFLICT:
+                    continue  # that publication name is taken: draw another
+                failed = result[result.stopped_at]
+                reason = f"{plan.ops[result.stopped_at].path}: {failed.reason or failed.status.value}"
+                pend(reason)
+                raise PublicationFailed(self.lease.session_id, reason)
+            break
+        else:
+            pend("could not reserve a publication directory")
+            raise PublicationFailed(self.lease.session_id, "could not reserve a publication directory")
+        self._committed = (plan.head, plan.manifest)
+        return PublishOutcome(True, plan.head, plan.manifest, plan.written, plan.reused)
+
+    async def _committed_despite(self, head: str) -> bool:
+        """After a program whose outcome is unknown, find out whether its
+        head commit happened (the commit point may precede the failure)."""
+        try:
+            await self.lease.resync()
+        except LeaseLost:
+            raise
+        except (StoreError, TargetError):
+            return False
+        return self.lease.publication_head == head
+
+
+def _closing_window(lease: LeaseHandle) -> dict:
+    # A head commit closes an open publishing window.
+    return {"state": LeaseState.ACTIVE} if lease.record.state is LeaseState.PUBLISHING else {}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    head: str
+    manifest: PublicationManifest
+    ops: list[Operation]
+    directory_index: int
+    written: tuple[str, ...]
+    reused: tuple[str, ...]
+
+
+def _plan(
+    paths: SessionPaths,
+    committed: PublicationManifest | None,
+    artifacts: Mapping[str, bytes],
+    replace: bool,
+    publication_id: str,
+) -> _Plan:
+    previous = committed.entries if committed else {}
+    entries: dict[str, ManifestEntry] = {} if replace else dict(previous)
+    existing = {(e.sha256, e.size): e.published for e in previous.values()}
+    files: list[tuple[str, bytes]] = []
+    written: list[str] = []
+    reused: list[str] = []
+    for logical in sorted(artifacts):
+        data = artifacts[logical]
+        key = (_sha256(data), len(data))
+        before = entries.get(logical)
+        if before is not None and (before.sha256, before.size) == key:
+            continue
+        if key in existing:
+            entries[logical] = ManifestEntry(published=existing[key], sha256=key[0], size=key[1])
+            reused.append(logical)
+            continue
+        target_path = published_path(publication_id, len(files) + 1)
+        files.append((target_path, data))
+        existing[key] = target_path
+        entries[logical] = ManifestEntry(published=target_path, sha256=key[0], size=key[1])
+        written.append(logical)
+    manifest = PublicationManifest(publication_id=publication_id, entries=dict(sorted(entries.items())))
+    head = head_path(publication_id)
+    directory = paths.publication_dir(publication_id)
+    ops: list[Operation] = [MakeDirs(paths.publications_dir, optional=True), MakeDirs(directory)]
+    ops += [CreateExclusive(paths.inside(p), data) for p, data in files]
+    ops.append(CreateExclusive(f"{directory}/{MANIFEST_NAME}", encode_record(manifest)))
+    return _Plan(head, manifest, ops, 1, tuple(written), tuple(reused))

@@ -1,0 +1,193 @@
+"""The durable records of the session store and their one decoder.
+
+Every record is a msgspec Struct encoded as JSON, with
+``forbid_unknown_fields``, an explicit ``format_version`` and whole target
+seconds as integers (floats, and so NaN or Infinity, have no place in them).
+:func:`decode_record` accepts exactly the current version and the complete
+current shape; every other byte string becomes a :class:`RecordError` naming
+the file (by its session- or workspace-relative label) and the reason. A
+decoder never guesses a value and never deletes anything.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, TypeVar
+
+import msgspec
+
+from ..targets import InvalidTargetPath, split_target_path
+from .errors import StoreError
+
+LEASE_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 1
+WORKSPACE_FORMAT_VERSION = 1
+
+#: Upper bound for seconds, generations and sizes: far beyond any real value,
+#: and exactly representable wherever these records are read.
+MAX_INTEGER = 2**53
+
+PUBLICATION_ID_PATTERN = r"[0-9a-f]{32}"
+#: ``publication_head``: the session-relative path of a manifest.
+HEAD_PATTERN = rf"^\.publications/{PUBLICATION_ID_PATTERN}/manifest\.json$"
+#: Where a manifest entry's immutable bytes live (this or an earlier publication).
+PUBLISHED_PATTERN = rf"^\.publications/{PUBLICATION_ID_PATTERN}/[0-9]{{6,}}\.data$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+CLIENT_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+
+Seconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
+
+
+class RecordErrorKind(enum.Enum):
+    TRUNCATED = "truncated"
+    MALFORMED = "malformed"
+    NON_FINITE = "non-finite"
+    WRONG_VERSION = "wrong-version"
+    UNKNOWN_FIELD = "unknown-field"
+    MISSING_FIELD = "missing-field"
+    WRONG_TYPE = "wrong-type"
+    INVALID_VALUE = "invalid-value"
+    #: Bytes a valid manifest names do not have the recorded digest or size.
+    DIGEST_MISMATCH = "digest-mismatch"
+    #: A file a valid reference names is absent or unreadable.
+    MISSING = "missing"
+
+
+class RecordError(StoreError):
+    """A durable record (or bytes a record names) cannot be trusted."""
+
+    def __init__(self, kind: RecordErrorKind, path_label: str, reason: str) -> None:
+        super().__init__(f"{path_label}: {reason}")
+        self.kind = kind
+        self.path_label = path_label
+        self.reason = reason
+
+
+class LeaseState(enum.Enum):
+    CLAIMING = "claiming"
+    ACTIVE = "active"
+    PUBLISHING = "publishing"
+    RELEASED = "released"
+    ABORTED = "aborted"
+
+
+class _Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    pass
+
+
+class LeaseRecord(_Record, kw_only=True):
+    """One immutable lease generation (see :mod:`.lease`)."""
+
+    format_version: int = LEASE_FORMAT_VERSION
+    generation: Annotated[int, msgspec.Meta(ge=1, le=MAX_INTEGER)]
+    state: LeaseState
+    client_id: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
+    #: For display only ("held by HOST"); never an authority input.
+    host: Annotated[str, msgspec.Meta(max_length=255)]
+    renewed_at: Seconds
+    expires_at: Seconds
+    publication_head: Annotated[str, msgspec.Meta(pattern=HEAD_PATTERN)] | None
+    unsettled_mutation: bool
+    transfer_generation: Count
+
+    def __post_init__(self) -> None:
+        if self.expires_at < self.renewed_at:
+            raise ValueError("expires_at is earlier than renewed_at")
+
+
+class ManifestEntry(_Record, kw_only=True):
+    published: Annotated[str, msgspec.Meta(pattern=PUBLISHED_PATTERN)]
+    sha256: Annotated[str, msgspec.Meta(pattern=SHA256_PATTERN)]
+    size: Count
+
+
+class PublicationManifest(_Record, kw_only=True):
+    """Logical session path -> immutable published bytes. Written last in
+    its publication directory."""
+
+    format_version: int = MANIFEST_FORMAT_VERSION
+    publication_id: Annotated[str, msgspec.Meta(pattern=f"^{PUBLICATION_ID_PATTERN}$")]
+    entries: dict[str, ManifestEntry]
+
+    def __post_init__(self) -> None:
+        for logical in self.entries:
+            check_logical_path(logical)
+
+
+class WorkspaceIdentity(_Record, kw_only=True):
+    format_version: int = WORKSPACE_FORMAT_VERSION
+    workspace_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+def check_logical_path(logical: str) -> None:
+    """A logical artifact path is a plain session-relative path outside the
+    dot-named control directories."""
+    try:
+        parts = split_target_path(logical)
+    except InvalidTargetPath as exc:
+        raise ValueError(f"logical path {logical!r} {exc.reason}") from None
+    if not parts:
+        raise ValueError("a logical path may not be empty")
+    if parts[0].startswith("."):
+        raise ValueError(f"logical path {logical!r} names a control directory")
+
+
+_VERSIONS: dict[type, int] = {
+    LeaseRecord: LEASE_FORMAT_VERSION,
+    PublicationManifest: MANIFEST_FORMAT_VERSION,
+    WorkspaceIdentity: WORKSPACE_FORMAT_VERSION,
+}
+
+R = TypeVar("R", LeaseRecord, PublicationManifest, WorkspaceIdentity)
+
+_NON_FINITE_TOKEN = re.compile(rb"(?<![A-Za-z\"])(?:-?Infinity|NaN)(?![A-Za-z\"])")
+
+
+def encode_record(record: _Record) -> bytes:
+    """Deterministic bytes: fields in declaration order, dict keys sorted."""
+    return msgspec.json.encode(record, order="deterministic") + b"\n"
+
+
+def _classify(message: str) -> RecordErrorKind:
+    if "unknown field" in message:
+        return RecordErrorKind.UNKNOWN_FIELD
+    if "missing required field" in message:
+        return RecordErrorKind.MISSING_FIELD
+    if message.startswith("Expected `") and "`, got `" in message:
+        return RecordErrorKind.WRONG_TYPE
+    return RecordErrorKind.INVALID_VALUE
+
+
+def decode_record(record_type: type[R], data: bytes, path_label: str) -> R:
+    """Decode ``data`` as exactly the current version of ``record_type``."""
+    version = _VERSIONS[record_type]
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.ValidationError as exc:
+        # The untyped decoder only rejects numbers it cannot represent.
+        raise RecordError(RecordErrorKind.NON_FINITE, path_label, f"contains a number out of range ({exc})") from None
+    except msgspec.DecodeError as exc:
+        message = str(exc)
+        if "truncated" in message:
+            raise RecordError(RecordErrorKind.TRUNCATED, path_label, "the record is truncated") from None
+        if _NON_FINITE_TOKEN.search(data):
+            raise RecordError(RecordErrorKind.NON_FINITE, path_label, "contains a non-finite number (NaN or Infinity)") from None
+        raise RecordError(RecordErrorKind.MALFORMED, path_label, f"the record is not valid JSON ({message})") from None
+    if not isinstance(raw, dict):
+        raise RecordError(RecordErrorKind.WRONG_TYPE, path_label, "the record is not a JSON object")
+    if "format_version" not in raw:
+        raise RecordError(RecordErrorKind.MISSING_FIELD, path_label, "the record has no format_version")
+    found = raw["format_version"]
+    if type(found) is not int or found != version:
+        raise RecordError(
+            RecordErrorKind.WRONG_VERSION,
+            path_label,
+            f"format_version {found!r} is not the supported version {version}",
+        )
+    try:
+        return msgspec.convert(raw, record_type, strict=True)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        raise RecordError(_classify(message), path_label, message) from None

@@ -1,0 +1,142 @@
+"""Workspace identity and session identities.
+
+The workspace identity is 64 lowercase hex digits in the JSON record
+``.mevedel/workspace-id``, created by exclusive creation together with the
+first session; whoever loses a creation race adopts the winner's value. A
+malformed identity is an error and is never overwritten.
+
+Session IDs look like ``2026-07-19T09-47-bf87b5dd793a``: the local minute of
+creation (for people; it is never an authority time) and 12 random lowercase
+hex digits. A new ID is checked against the saved session directories and
+the caller's live IDs; materialization creates the session directory
+exclusively, so an occupied directory is refused rather than reused.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Container
+from datetime import datetime
+
+from ..targets import (
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    MakeDirs,
+    Read,
+    Status,
+    Target,
+    raise_for_result,
+)
+from .errors import InvalidSessionId, SessionOccupied
+from .layout import SESSIONS_DIR, STATE_DIR, WORKSPACE_ID_PATH, SessionPaths
+from .records import WorkspaceIdentity, decode_record, encode_record
+
+SESSION_ID_PATTERN = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2})-([0-9]{2})-([0-9a-f]{12})$")
+_WORKSPACE_LABEL = "workspace: .mevedel/workspace-id"
+
+
+def check_session_id(text: str) -> str:
+    """Return ``text`` if it is a well-formed session ID, else raise."""
+    if not isinstance(text, str):
+        raise InvalidSessionId(repr(text), "not a string")
+    match = SESSION_ID_PATTERN.match(text)
+    if match is None:
+        raise InvalidSessionId(text, "expected YYYY-MM-DDTHH-MM- and 12 lowercase hex digits")
+    year, month, day, hour, minute = (int(g) for g in match.groups()[:5])
+    try:
+        datetime(year, month, day, hour, minute)
+    except ValueError as exc:
+        raise InvalidSessionId(text, f"impossible date or time ({exc})") from None
+    return text
+
+
+def is_session_id(text: str) -> bool:
+    try:
+        check_session_id(text)
+    except InvalidSessionId:
+        return False
+    return True
+
+
+def _random_suffix() -> str:
+    return secrets.token_hex(6)
+
+
+def new_session_id(
+    now: datetime | None = None,
+    taken: Container[str] = (),
+    suffix: Callable[[], str] = _random_suffix,
+) -> str:
+    """A fresh session ID not in ``taken``."""
+    stamp = (now or datetime.now()).strftime("%Y-%m-%dT%H-%M")
+    for _ in range(64):
+        candidate = f"{stamp}-{suffix()}"
+        check_session_id(candidate)
+        if candidate not in taken:
+            return candidate
+    raise RuntimeError("could not draw an unused session ID")  # 64 collisions of 48 random bits
+
+
+async def saved_session_ids(target: Target) -> list[str]:
+    """The session IDs with a directory under ``.mevedel/sessions/``."""
+    op = ListDir(SESSIONS_DIR)
+    result = (await target.run(ControlProgram([op])))[0]
+    if result.status is Status.ABSENT:
+        return []
+    raise_for_result(op, result)
+    return [name for name in result.value if is_session_id(name)]
+
+
+async def allocate_session_id(
+    target: Target,
+    live_ids: Container[str] = (),
+    now: datetime | None = None,
+    suffix: Callable[[], str] = _random_suffix,
+) -> str:
+    """A session ID used neither by a saved session nor by a live one."""
+    saved = set(await saved_session_ids(target))
+
+    class _Taken:
+        def __contains__(self, candidate: object) -> bool:
+            return candidate in saved or candidate in live_ids
+
+    return new_session_id(now, _Taken(), suffix)
+
+
+async def read_workspace_id(target: Target) -> str | None:
+    """The workspace identity, or ``None`` when none was created yet."""
+    op = Read(WORKSPACE_ID_PATH)
+    result = (await target.run(ControlProgram([op])))[0]
+    if result.status is Status.ABSENT:
+        return None
+    raise_for_result(op, result)
+    return decode_record(WorkspaceIdentity, result.value, _WORKSPACE_LABEL).workspace_id
+
+
+async def ensure_workspace_id(target: Target) -> str:
+    """Read the workspace identity, creating it exclusively if absent."""
+    fresh = encode_record(WorkspaceIdentity(workspace_id=secrets.token_hex(32)))
+    create = CreateExclusive(WORKSPACE_ID_PATH, fresh, optional=True)
+    read = Read(WORKSPACE_ID_PATH)
+    result = await target.run(ControlProgram([MakeDirs(STATE_DIR, optional=True), create, read]))
+    if result[1].status not in (Status.OK, Status.CONFLICT):
+        raise_for_result(create, result[1])
+    raise_for_result(read, result[2])
+    return decode_record(WorkspaceIdentity, result[2].value, _WORKSPACE_LABEL).workspace_id
+
+
+async def materialize_session(target: Target, session_id: str) -> SessionPaths:
+    """Create the session directory (refusing an occupied one) with its
+    control directories, after ensuring the workspace identity."""
+    paths = SessionPaths(check_session_id(session_id))
+    await ensure_workspace_id(target)
+    create_root = MakeDirs(paths.root)
+    ops = [MakeDirs(SESSIONS_DIR, optional=True), create_root, MakeDirs(paths.lease_dir), MakeDirs(paths.publications_dir)]
+    result = await target.run(ControlProgram(ops))
+    if result[1].status is Status.CONFLICT:
+        raise SessionOccupied(session_id)
+    for op, op_result in zip(ops[1:], result.results[1:]):
+        raise_for_result(op, op_result)
+    return paths

@@ -1,0 +1,170 @@
+"""Record decoding: the current version and shape only; every bad byte is a
+RecordError with a kind and a reason, never a guessed value."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mevedel_server.store import (
+    LeaseRecord,
+    LeaseState,
+    ManifestEntry,
+    PublicationManifest,
+    RecordError,
+    RecordErrorKind,
+    WorkspaceIdentity,
+    decode_record,
+    encode_record,
+)
+
+LABEL = "session S: .lease/generation-00000000000000000001.json"
+HEAD = ".publications/" + "a" * 32 + "/manifest.json"
+
+
+def _lease(**changes) -> LeaseRecord:
+    fields = dict(
+        generation=1,
+        state=LeaseState.ACTIVE,
+        client_id="client-1",
+        host="laptop",
+        renewed_at=100,
+        expires_at=160,
+        publication_head=HEAD,
+        unsettled_mutation=False,
+        transfer_generation=0,
+    )
+    fields.update(changes)
+    return LeaseRecord(**fields)
+
+
+GOOD = encode_record(_lease())
+
+
+def test_round_trip_of_every_record_type():
+    lease = _lease(unsettled_mutation=True, transfer_generation=3)
+    assert decode_record(LeaseRecord, encode_record(lease), LABEL) == lease
+    manifest = PublicationManifest(
+        publication_id="b" * 32,
+        entries={"session.meta.json": ManifestEntry(published=".publications/" + "b" * 32 + "/000001.data", sha256="c" * 64, size=3)},
+    )
+    assert decode_record(PublicationManifest, encode_record(manifest), "m") == manifest
+    ident = WorkspaceIdentity(workspace_id="d" * 64)
+    assert decode_record(WorkspaceIdentity, encode_record(ident), "w") == ident
+
+
+def test_encoding_is_deterministic():
+    assert encode_record(_lease()) == encode_record(_lease())
+    assert GOOD.startswith(b'{"format_version":1,')
+
+
+BAD_LEASES = [
+    ("empty", b"", RecordErrorKind.TRUNCATED),
+    ("truncated", GOOD[: len(GOOD) // 2], RecordErrorKind.TRUNCATED),
+    ("corrupted", GOOD.replace(b'"state"', b'"sta\x00e"', 1).replace(b"{", b"x", 1), RecordErrorKind.MALFORMED),
+    ("nan", GOOD.replace(b'"renewed_at":100', b'"renewed_at":NaN'), RecordErrorKind.NON_FINITE),
+    ("infinity", GOOD.replace(b'"expires_at":160', b'"expires_at":Infinity'), RecordErrorKind.NON_FINITE),
+    ("-infinity", GOOD.replace(b'"renewed_at":100', b'"renewed_at":-Infinity'), RecordErrorKind.NON_FINITE),
+    ("overflow", GOOD.replace(b'"expires_at":160', b'"expires_at":1e999'), RecordErrorKind.NON_FINITE),
+    ("negative", GOOD.replace(b'"renewed_at":100', b'"renewed_at":-5'), RecordErrorKind.INVALID_VALUE),
+    ("huge", GOOD.replace(b'"expires_at":160', b'"expires_at":' + str(2**64).encode()), RecordErrorKind.INVALID_VALUE),
+    ("float time", GOOD.replace(b'"renewed_at":100', b'"renewed_at":100.5'), RecordErrorKind.WRONG_TYPE),
+    ("bool int", GOOD.replace(b'"transfer_generation":0', b'"transfer_generation":false'), RecordErrorKind.WRONG_TYPE),
+    ("string gen", GOOD.replace(b'"generation":1', b'"generation":"1"'), RecordErrorKind.WRONG_TYPE),
+    ("unknown field", GOOD.replace(b'"host":"laptop"', b'"host":"laptop","pid":42'), RecordErrorKind.UNKNOWN_FIELD),
+    ("missing field", GOOD.replace(b',"unsettled_mutation":false', b""), RecordErrorKind.MISSING_FIELD),
+    ("no version", GOOD.replace(b'"format_version":1,', b""), RecordErrorKind.MISSING_FIELD),
+    ("wrong version", GOOD.replace(b'"format_version":1', b'"format_version":2'), RecordErrorKind.WRONG_VERSION),
+    ("float version", GOOD.replace(b'"format_version":1', b'"format_version":1.0'), RecordErrorKind.WRONG_VERSION),
+    ("bad state", GOOD.replace(b'"active"', b'"owned"'), RecordErrorKind.INVALID_VALUE),
+    ("expiry before renewal", GOOD.replace(b'"expires_at":160', b'"expires_at":99'), RecordErrorKind.INVALID_VALUE),
+    ("head escapes", GOOD.replace(HEAD.encode(), b"../../other/manifest.json"), RecordErrorKind.INVALID_VALUE),
+    ("bad client id", GOOD.replace(b'"client-1"', b'"a b/c"'), RecordErrorKind.INVALID_VALUE),
+    ("not an object", b"[1, 2, 3]", RecordErrorKind.WRONG_TYPE),
+]
+
+
+@pytest.mark.parametrize("name,data,kind", BAD_LEASES, ids=[b[0] for b in BAD_LEASES])
+def test_bad_lease_bytes_are_refused_with_a_reason(name, data, kind):
+    with pytest.raises(RecordError) as info:
+        decode_record(LeaseRecord, data, LABEL)
+    assert info.value.kind is kind
+    assert info.value.path_label == LABEL
+    assert str(info.value).startswith(LABEL + ": ")
+    assert info.value.reason
+
+
+def _manifest_bytes(logical: str, published: str, sha: str = "c" * 64) -> bytes:
+    return (
+        b'{"format_version":1,"publication_id":"' + b"b" * 32 + b'","entries":{"'
+        + logical.encode() + b'":{"published":"' + published.encode() + b'","sha256":"' + sha.encode() + b'","size":1}}}'
+    )
+
+
+PUBLISHED = ".publications/" + "b" * 32 + "/000001.data"
+
+
+@pytest.mark.parametrize(
+    "logical,published,sha",
+    [
+        ("../escape", PUBLISHED, "c" * 64),
+        (".lease/generation-1.json", PUBLISHED, "c" * 64),
+        ("a//b", PUBLISHED, "c" * 64),
+        ("ok.json", "../../etc/passwd", "c" * 64),
+        ("ok.json", ".lease/generation-00000000000000000001.json", "c" * 64),
+        ("ok.json", PUBLISHED, "C" * 64),
+        ("ok.json", PUBLISHED, "c" * 63),
+    ],
+)
+def test_manifest_paths_and_digests_are_validated(logical, published, sha):
+    decode_record(PublicationManifest, _manifest_bytes("ok.json", PUBLISHED), "m")  # the control case
+    with pytest.raises(RecordError) as info:
+        decode_record(PublicationManifest, _manifest_bytes(logical, published, sha), "m")
+    assert info.value.kind is RecordErrorKind.INVALID_VALUE
+
+
+@pytest.mark.parametrize("value", ["D" * 64, "d" * 63, "g" * 64, ""])
+def test_workspace_identity_must_be_64_lowercase_hex(value):
+    data = b'{"format_version":1,"workspace_id":"' + value.encode() + b'"}'
+    with pytest.raises(RecordError):
+        decode_record(WorkspaceIdentity, data, "w")
+
+
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_escape_as_another_exception(data):
+    for record_type in (LeaseRecord, PublicationManifest, WorkspaceIdentity):
+        try:
+            decode_record(record_type, data, "x")
+        except RecordError:
+            pass
+
+
+@st.composite
+def lease_records(draw) -> LeaseRecord:
+    renewed = draw(st.integers(0, 2**40))
+    return _lease(
+        generation=draw(st.integers(1, 2**53)),
+        state=draw(st.sampled_from(LeaseState)),
+        renewed_at=renewed,
+        expires_at=renewed + draw(st.integers(0, 10**6)),
+        unsettled_mutation=draw(st.booleans()),
+        transfer_generation=draw(st.integers(0, 2**53)),
+        host=draw(st.text(max_size=40)),
+        publication_head=draw(st.sampled_from([None, HEAD])),
+    )
+
+
+@given(lease_records())
+def test_lease_records_round_trip(record):
+    assert decode_record(LeaseRecord, encode_record(record), "x") == record
+
+
+@given(st.sampled_from([GOOD]), st.integers(0, len(GOOD) - 1), st.integers(0, 255))
+def test_single_byte_corruption_is_refused_or_still_a_valid_record(good, index, byte):
+    corrupted = good[:index] + bytes([byte]) + good[index + 1 :]
+    try:
+        record = decode_record(LeaseRecord, corrupted, "x")
+    except RecordError:
+        return
+    assert isinstance(record, LeaseRecord)  # e.g. a digit changed inside a number
