@@ -56,6 +56,7 @@ import re
 import secrets
 import socket
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import msgspec
 
@@ -225,6 +226,11 @@ async def read_lease_head(target: Target, session_id: str) -> LeaseObservation:
     return await _observe(target, SessionPaths(check_session_id(session_id)), with_clock=False)
 
 
+def describe_target_time(seconds: int) -> str:
+    """A target clock reading for people (UTC; the target's own clock)."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _describe_holder(obs: LeaseObservation) -> dict:
     rec = obs.record
     assert rec is not None
@@ -271,17 +277,24 @@ async def acquire_lease(
         own = rec.client_id == identity.client_id
         if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
             handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
-            await handle._rotate(state=LeaseState.ACTIVE, renewed_at=obs.now, expires_at=obs.now + duration_seconds)
+            try:
+                await handle._rotate(state=LeaseState.ACTIVE, renewed_at=obs.now, expires_at=obs.now + duration_seconds)
+            except LeaseLost as lost:
+                raise ClaimRaced(
+                    f"session {session_id}: the lease moved while it was being adopted ({lost.reason})",
+                    session_id=session_id,
+                ) from None
             return handle
         if not own and standing is LeaseStanding.HELD:
             raise LeaseHeld(
-                f"session {session_id} is held by {rec.host or 'another client'} until target time {rec.expires_at}",
+                f"session {session_id} is held by {rec.host or 'another client'} "
+                f"until {describe_target_time(rec.expires_at)} (target clock)",
                 **_describe_holder(obs),
             )
         if not own and not confirm_takeover:
             raise TakeoverNeedsConfirmation(
-                f"session {session_id} was held by {rec.host or 'another client'}; its lease expired at target time "
-                f"{rec.expires_at}; taking it over needs confirmation",
+                f"session {session_id} was held by {rec.host or 'another client'}, whose lease expired at "
+                f"{describe_target_time(rec.expires_at)} (target clock); taking it over needs confirmation",
                 **_describe_holder(obs),
             )
     return await _claim(target, paths, identity, duration_seconds, obs)

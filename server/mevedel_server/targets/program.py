@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .errors import InvalidTargetPath
 from .paths import split_target_path
 
 
@@ -61,8 +62,6 @@ class Operation:
     def __post_init__(self) -> None:
         parts = split_target_path(self.path)
         if not parts and not self.accepts_root:
-            from .errors import InvalidTargetPath
-
             raise InvalidTargetPath(self.path, f"{type(self).__name__} needs an entry, not the root")
 
 
