@@ -250,3 +250,12 @@ async def test_debris_is_ignored_by_readers(tmp_path, target):
     (sd / ".publications" / ("9" * 32) / "000001.data").write_bytes(b"half")
     assert await snapshot(tmp_path) == {"meta": b"m"}
     assert (await observe_lease(LocalTarget(tmp_path), SID)).generation == lease.generation
+
+
+async def test_concurrent_publishes_on_one_writer_lose_nothing(tmp_path, target):
+    import asyncio
+
+    lease = await acquire_lease(target, SID, ME)
+    publisher = Publisher(lease)
+    await asyncio.gather(*(publisher.publish({f"agents/{i}.jsonl": str(i).encode()}) for i in range(5)))
+    assert await snapshot(tmp_path) == {f"agents/{i}.jsonl": str(i).encode() for i in range(5)}

@@ -23,6 +23,16 @@ class SessionOccupied(StoreError):
         self.session_id = session_id
 
 
+class SessionMissing(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} does not exist")
+        self.session_id = session_id
+
+
+class LeaseObservationError(StoreError):
+    """The lease changed on every attempt to observe it."""
+
+
 class LeaseUnavailable(StoreError):
     """The lease is held or contested; the caller does not own the session."""
 

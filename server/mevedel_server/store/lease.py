@@ -81,7 +81,8 @@ from .errors import (
     ClaimRaced,
     LeaseHeld,
     LeaseLost,
-    StoreError,
+    LeaseObservationError,
+    SessionMissing,
     TakeoverNeedsConfirmation,
 )
 from .layout import SessionPaths, generation_numbers
@@ -103,16 +104,6 @@ _KEPT_PREDECESSORS = 2
 _OBSERVE_ATTEMPTS = 16
 
 _LIVE_STATES = (LeaseState.CLAIMING, LeaseState.ACTIVE, LeaseState.PUBLISHING)
-
-
-class SessionMissing(StoreError):
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id} does not exist")
-        self.session_id = session_id
-
-
-class LeaseObservationError(StoreError):
-    """The lease changed on every attempt to observe it."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ Rewind); ``force=True`` publishes even an unchanged snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import secrets
@@ -183,6 +184,9 @@ class Publisher:
         self.lease = lease
         self._pending: PendingPublication | None = None
         self._committed: tuple[str, PublicationManifest] | None = None
+        # Each attempt plans against the committed manifest, so two attempts
+        # must not interleave or the later would drop the earlier's entries.
+        self._serial = asyncio.Lock()
 
     @property
     def pending(self) -> PendingPublication | None:
@@ -194,24 +198,26 @@ class Publisher:
         return pending
 
     async def retry(self) -> PublishOutcome:
-        if self._pending is None:
-            raise StoreError(f"session {self.lease.session_id}: no publication is pending")
-        pending = self._pending
-        outcome = await self._attempt(pending.artifacts, pending.replace, pending.force)
-        self._pending = None
-        return outcome
+        async with self._serial:
+            if self._pending is None:
+                raise StoreError(f"session {self.lease.session_id}: no publication is pending")
+            pending = self._pending
+            outcome = await self._attempt(pending.artifacts, pending.replace, pending.force)
+            self._pending = None
+            return outcome
 
     async def publish(
         self, artifacts: Mapping[str, bytes], *, replace: bool = False, force: bool = False
     ) -> PublishOutcome:
         """Publish ``artifacts`` (logical path -> bytes) over the committed
         snapshot, or instead of it with ``replace``."""
-        if self._pending is not None:
-            raise PublicationPending(self.lease.session_id, self._pending.reason)
         for logical in artifacts:
             check_logical_path(logical)
         snapshot = {logical: bytes(data) for logical, data in artifacts.items()}
-        return await self._attempt(snapshot, replace, force)
+        async with self._serial:
+            if self._pending is not None:
+                raise PublicationPending(self.lease.session_id, self._pending.reason)
+            return await self._attempt(snapshot, replace, force)
 
     async def committed_manifest(self) -> PublicationManifest | None:
         head = self.lease.publication_head
