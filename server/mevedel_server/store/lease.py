@@ -76,6 +76,7 @@ from ..targets import (
     TargetError,
     Verify,
     raise_for_result,
+    read_target_clock,
 )
 from .errors import (
     ClaimRaced,
@@ -400,7 +401,7 @@ class LeaseHandle:
 
     async def renew(self) -> None:
         """Extend the lease from a fresh target clock reading."""
-        now = await self._read_clock()
+        self.now = now = await read_target_clock(self.target, self.paths.root)
         await self._rotate(renewed_at=now, expires_at=now + self.duration_seconds)
 
     async def release(self) -> None:
@@ -448,13 +449,6 @@ class LeaseHandle:
         elif rec.state not in (LeaseState.ACTIVE, LeaseState.PUBLISHING):
             self.lost = True
             raise LeaseLost(self.session_id, f"generation {obs.generation} is {rec.state.value}")
-
-    async def _read_clock(self) -> int:
-        op = Clock(self.paths.root)
-        result = (await self.target.run(ControlProgram([op])))[0]
-        raise_for_result(op, result)
-        self.now = int(result.value)
-        return self.now
 
     def _check_usable(self) -> None:
         if self.lost:

@@ -142,17 +142,15 @@ class CommittedSnapshot:
         """The bytes of one logical path, verified against the manifest."""
         if self.manifest is None or logical not in self.manifest.entries:
             raise KeyError(f"session {self.session_id} has no committed {logical!r}")
-        entry = self.manifest.entries[logical]
-        result = (await self.target.run(ControlProgram([Read(self.paths.inside(entry.published), optional=True)])))[0]
-        if result.status not in (Status.OK, Status.ABSENT):
-            raise_for_result(Read(self.paths.inside(entry.published)), result)
-        return _check_bytes(self.paths, logical, entry, result.status, result.value)
+        return (await self._read_verified([(logical, self.manifest.entries[logical])]))[logical]
 
     async def read_all(self) -> dict[str, bytes]:
         """Every logical path, read in one program and each verified."""
         if self.manifest is None:
             return {}
-        items = sorted(self.manifest.entries.items())
+        return await self._read_verified(sorted(self.manifest.entries.items()))
+
+    async def _read_verified(self, items: list[tuple[str, ManifestEntry]]) -> dict[str, bytes]:
         ops = [Read(self.paths.inside(entry.published), optional=True) for _, entry in items]
         result = await self.target.run(ControlProgram(ops))
         out: dict[str, bytes] = {}
