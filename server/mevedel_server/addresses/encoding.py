@@ -1,0 +1,113 @@
+"""Canonical component encoding: UTF-8 RFC 3986 percent-encoding.
+
+Only the unreserved bytes (``A-Z a-z 0-9 - . _ ~``) stay literal; every other
+byte becomes an uppercase ``%XX`` escape. Decoding accepts any byte spelled
+literally or escaped, in either hex case, and rejects what would make two
+spellings name different things or smuggle structure into a component:
+malformed escapes, invalid UTF-8, a decoded ``/`` separator (for components
+that are path segments), and control characters (C0, DEL, C1).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .model import AddressError, ErrorKind
+
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+#: byte value -> its canonical spelling, built once.
+_BYTE_SPELLING: tuple[str, ...] = tuple(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in range(256))
+
+_ALL_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*").fullmatch
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]").search
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def encode_component(text: str) -> str:
+    """The canonical spelling of one decoded component.
+
+    A lone surrogate (a non-UTF-8 filename as Python's ``os`` functions
+    report it) is spelled by its original byte, so listing such a file never
+    crashes; the resulting address is then refused by ``decode_component`` as
+    invalid UTF-8, which is the truth about that name.
+    """
+    if _ALL_UNRESERVED(text):
+        return text
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = text.encode("utf-8", "surrogatepass")
+    spelling = _BYTE_SPELLING
+    return "".join([spelling[b] for b in data])
+
+
+def encode_fragment(text: str) -> str:
+    """Canonical spelling of a decoded JSON-pointer fragment: the component
+    encoding with ``/`` kept literal, because ``/`` is the pointer's own token
+    separator and RFC 3986 allows it literally in a fragment."""
+    return "/".join([encode_component(part) for part in text.split("/")])
+
+
+def _describe(raw: str, index: int | None) -> str:
+    return f"component {index} {raw!r}" if index is not None else f"component {raw!r}"
+
+
+def decode_component(raw: str, authored: str, *, index: int | None = None, separators: bool = False) -> str:
+    """Decode one component exactly once.
+
+    ``index`` (1-based) only improves the error reason; ``separators=True`` is
+    for opaque components that legitimately carry ``/`` (an MCP native URI, a
+    JSON pointer). Raises ``AddressError(MALFORMED_ADDRESS)`` naming the
+    component and the reason.
+    """
+    if "%" not in raw:
+        text = raw
+        if not separators and "/" in text:
+            raise AddressError(ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} contains a '/' separator")
+        try:
+            # A literal lone surrogate cannot be spelled in UTF-8 at all.
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise AddressError(
+                ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} is not valid Unicode text"
+            ) from None
+    else:
+        pieces = raw.split("%")
+        try:
+            data = bytearray(pieces[0].encode("utf-8"))
+            for piece in pieces[1:]:
+                if len(piece) < 2 or piece[0] not in _HEX or piece[1] not in _HEX:
+                    raise AddressError(
+                        ErrorKind.MALFORMED_ADDRESS,
+                        authored,
+                        f"{_describe(raw, index)} has a malformed percent escape {('%' + piece[:2])!r}"
+                        " (expected % and two hex digits)",
+                    )
+                data.append(int(piece[:2], 16))
+                data += piece[2:].encode("utf-8")
+        except UnicodeEncodeError:
+            raise AddressError(
+                ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} is not valid Unicode text"
+            ) from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise AddressError(
+                ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} does not decode as UTF-8"
+            ) from None
+        if not separators and "/" in text:
+            raise AddressError(
+                ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} decodes to a '/' separator"
+            )
+    control = _CONTROL(text)
+    if control is not None:
+        raise AddressError(
+            ErrorKind.MALFORMED_ADDRESS,
+            authored,
+            f"{_describe(raw, index)} contains the control character U+{ord(control.group()):04X}",
+        )
+    return text
