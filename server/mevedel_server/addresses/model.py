@@ -73,6 +73,8 @@ class ErrorKind(enum.Enum):
     UNKNOWN_SCHEME = "unknown-scheme"
     UNSUPPORTED_OPERATION = "unsupported-operation"
     CONTAINMENT = "containment"
+    #: A Read/Glob/Grep option is invalid (offset 0, a bad regex or glob).
+    INVALID_OPTION = "invalid-option"
     # Execution: the address was fine, the world was not.
     MISSING_TARGET = "missing-target"
     OWNER_MISSING = "owner-missing"
