@@ -1,0 +1,40 @@
+"""The resolver of resource addresses: ``prepare`` -> ``Attempt`` -> ``execute``,
+one module per family, plus completion and describe for the editor features.
+
+Backing paths never leave this package in a result or an error; the one
+exception is ``backing_file``, which exists to hand a contained file to
+go-to-definition.
+"""
+
+from .attempt import Attempt, AuthorityFacts
+from .completion import Candidate, complete
+from .context import MemoryRoot, ResolverContext, SkillRoot
+from .describe import Description, backing_file, describe
+from .docs_root import find_docs_root
+from .options import GlobOptions, GrepOptions, PatchOptions, ReadOptions
+from .resolver import execute, prepare
+from .results import GlobResult, GrepMatch, GrepResult, ReadResult
+
+__all__ = [
+    "Attempt",
+    "AuthorityFacts",
+    "Candidate",
+    "Description",
+    "GlobOptions",
+    "GlobResult",
+    "GrepMatch",
+    "GrepOptions",
+    "GrepResult",
+    "MemoryRoot",
+    "PatchOptions",
+    "ReadOptions",
+    "ReadResult",
+    "ResolverContext",
+    "SkillRoot",
+    "backing_file",
+    "complete",
+    "describe",
+    "execute",
+    "find_docs_root",
+    "prepare",
+]

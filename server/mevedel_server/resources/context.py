@@ -13,21 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from ..addresses import SKILL_ORIGINS
 from .docs_root import find_docs_root
 
 MemoryLocation = Literal["local", "global"]
 MemoryKind = Literal["mevedel", "agents"]
-
-#: Skill origins in listing order; ``plugin/NAME`` origins follow them.
-SKILL_ORIGINS: tuple[str, ...] = (
-    "local-mevedel",
-    "local-agents",
-    "global-mevedel",
-    "global-agents",
-    "bundled",
-    "managed",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class MemoryRoot:

@@ -1,0 +1,239 @@
+"""Composer completion for resource addresses.
+
+Scheme prefixes come first; once a scheme is typed only that scheme's
+metadata is consulted. Directory descendants come from one ``os.scandir`` of
+the directory being typed into (names and entry types only, never file
+content), filtered by the typed name prefix, sorted, and cut at the limit
+before any per-entry stat. Completion never creates storage, reads content,
+binds, or connects.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from ..addresses import parse_address
+from ..addresses.encoding import encode_component
+from ..addresses.model import SCHEMES, AddressError, Family
+from . import artifact, memory, mevedel_docs, skill, work
+from .containment import is_inside
+from .context import ResolverContext
+from .tree import Located, Tree
+
+CandidateKind = Literal["scheme", "discovery", "directory", "file", "skill", "memory-root"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """``label`` is the plain canonical text to insert."""
+
+    label: str
+    kind: CandidateKind
+    detail: str
+    available: bool = True
+
+
+_BRANCHES: tuple[tuple[str, str], ...] = (
+    ("memory://root", "union index of the configured memory roots"),
+    ("memory://journal/", "published workspace journal entries"),
+    ("work://shared/", "workspace shared working files"),
+    ("history://root", "the session's root conversation"),
+    ("history://saved", "saved conversations of this workspace"),
+    ("shared://library", "shared element libraries"),
+)
+
+_SCHEME_DETAIL = {
+    "work": "working files (session and workspace shared)",
+    "artifact": "persisted tool output of the session",
+    "skill": "skill packages",
+    "agent": "retained agent results",
+    "history": "conversation history",
+    "memory": "persistent memory",
+    "mcp": "MCP server resources",
+    "shared": "shared whiteboards and documents",
+    "mevedel": "packaged documentation",
+}
+
+
+def _scheme_available(scheme: str, context: ResolverContext) -> bool:
+    # Cheap, configuration-only knowledge: no directory is listed here.
+    if scheme in ("work", "artifact"):
+        return context.session_dir is not None
+    if scheme == "skill":
+        return bool(context.skill_roots)
+    if scheme == "memory":
+        return bool(context.memory_roots)
+    if scheme == "mevedel":
+        return True
+    return False
+
+
+def complete(prefix_text: str, context: ResolverContext) -> list[Candidate]:
+    """Completion candidates for the address text typed so far."""
+    limit = max(0, context.completion_limit)
+    scheme, sep, tail = prefix_text.partition("://")
+    if not sep:
+        return _schemes(prefix_text.lower(), context)[:limit]
+    by_scheme = {
+        "work": _work,
+        "artifact": _artifact,
+        "mevedel": _mevedel,
+        "memory": _memory,
+        "skill": _skill,
+        "history": _fixed,
+        "shared": _fixed,
+    }
+    handler = by_scheme.get(scheme)
+    if handler is None:
+        return []
+    try:
+        return handler(prefix_text, tail, context, limit)[:limit]
+    except AddressError:
+        return []
+
+
+def _schemes(typed: str, context: ResolverContext) -> list[Candidate]:
+    found = [
+        Candidate(f"{scheme}://", "scheme", _SCHEME_DETAIL[scheme], _scheme_available(scheme, context))
+        for scheme in SCHEMES
+        if f"{scheme}://".startswith(typed)
+    ]
+    found += [
+        Candidate(label, "scheme", detail, _scheme_available(label.partition(":")[0], context))
+        for label, detail in _BRANCHES
+        if label.startswith(typed)
+    ]
+    return found
+
+
+def _branches(prefix_text: str, scheme: str, context: ResolverContext) -> list[Candidate]:
+    return [
+        Candidate(label, "directory" if label == "work://shared/" else "discovery", detail, _scheme_available(scheme, context))
+        for label, detail in _BRANCHES
+        if label.startswith(scheme + "://") and label.startswith(prefix_text) and label != prefix_text
+    ]
+
+
+def _fixed(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    scheme = prefix_text.partition("://")[0]
+    return _branches(prefix_text, scheme, context)
+
+
+def _split(tail: str) -> tuple[str, str]:
+    head, _slash, partial = tail.rpartition("/")
+    return head, partial
+
+
+def _directory(
+    tree: Tree, node_parts: tuple[str, ...], directory: os.PathLike[str] | str, partial: str, limit: int, skip: frozenset[str] = frozenset()
+) -> list[Candidate]:
+    """Entries of one directory whose encoded name starts with ``partial``."""
+    try:
+        with os.scandir(directory) as scan:
+            entries = list(scan)
+    except OSError:
+        return []
+    siblings = frozenset(entry.name for entry in entries)
+    typed: list[tuple[str, os.DirEntry[str]]] = []
+    for entry in entries:
+        if entry.name in skip:
+            continue
+        label = encode_component(entry.name)
+        if label.startswith(partial):
+            typed.append((label, entry))
+    typed.sort(key=lambda pair: pair[0])
+    found: list[Candidate] = []
+    for _label, entry in typed:
+        if len(found) >= limit:
+            break
+        if entry.is_symlink() and not is_inside(os.path.realpath(entry.path), tree.real_root):
+            continue
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            continue
+        shown = tree.present(node_parts, entry.name, is_dir, siblings)
+        if shown is None:
+            continue
+        name = shown[0]
+        if not is_dir and not tree.file_filter(node_parts + (name,)):
+            continue
+        address = tree.address(node_parts + (name,), is_dir=is_dir)
+        found.append(Candidate(address, "directory" if is_dir else "file", "directory" if is_dir else "file"))
+    return found
+
+
+def _descend(located: Located, partial: str, limit: int, skip: frozenset[str] = frozenset()) -> list[Candidate]:
+    if not os.path.isdir(located.path):
+        return []
+    return _directory(located.tree, located.parts, located.path, partial, limit, skip)
+
+
+def _work(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    head, partial = _split(tail)
+    if not head:
+        found = _branches(prefix_text, "work", context)
+        tree = work.session_tree(context)
+        if tree is not None:
+            found += _directory(tree, (), tree.root, partial, limit - len(found), frozenset({"shared"}))
+        return found
+    address = parse_address(f"work://{head}")
+    return _descend(work.locate(address, context), partial, limit)
+
+
+def _artifact(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    head, partial = _split(tail)
+    tree = artifact.artifact_tree(context)
+    if tree is None:
+        return []
+    if not head:
+        return _directory(tree, (), tree.root, partial, limit)
+    return _descend(artifact.locate(parse_address(f"artifact://{head}"), context), partial, limit)
+
+
+def _mevedel(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    head, partial = _split(tail)
+    tree = mevedel_docs.docs_tree(context)
+    if not head:
+        return _directory(tree, (), tree.root, partial, limit)
+    return _descend(mevedel_docs.locate(parse_address(f"mevedel://{head}"), context), partial, limit)
+
+
+def _memory(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    if tail.startswith("journal/"):
+        return []  # journal entries need an observed listing, which completion never makes
+    if "/" not in tail:
+        found = _branches(prefix_text, "memory", context)
+        for keyed in memory.keyed_roots(context):
+            label = f"memory://{encode_component(keyed.key)}/"
+            if label.startswith(prefix_text):
+                found.append(Candidate(label, "memory-root", f"{keyed.label} memory root"))
+        return found
+    key, _slash, rest = tail.partition("/")
+    head, partial = _split(rest)
+    address = parse_address(f"memory://{key}/{head}" if head else f"memory://{key}")
+    return _descend(memory.locate(address, context), partial, limit)
+
+
+def _skill(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    skills = skill.discover_skills(context)
+    groups = skill.alias_groups(skills)
+    for found in skills:
+        unique = len(groups[(found.origin, found.name)]) == 1
+        for base in ((found.alias,) if unique else ()) + (found.exact,):
+            if prefix_text.startswith(base + "/"):
+                rest = prefix_text[len(base) + 1 :]
+                head, partial = _split(rest)
+                address = parse_address(base + ("/" + head if head else ""))
+                _skill_found, located = skill.locate(address, context)
+                return _descend(located, partial, limit)
+    wants_exact = "@" in tail
+    candidates: list[Candidate] = []
+    for found in skills:
+        unique = len(groups[(found.origin, found.name)]) == 1
+        label = found.exact if wants_exact or not unique else found.alias
+        if label.startswith(prefix_text):
+            candidates.append(Candidate(label, "skill", f"{found.origin} skill {found.name}"))
+    return candidates

@@ -1,0 +1,103 @@
+"""The two-stage resolver: ``prepare`` validates and resolves without reading
+content; ``execute`` runs the prepared attempt after authorisation.
+
+``prepare`` raises AddressError for what the caller wrote wrong (malformed
+address, unknown scheme, unsupported operation, bad option, traversal,
+containment). Everything that depends on the current state of the world
+(missing target, absent owner, unavailable family, unreadable bytes) is
+raised by ``execute``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ..addresses import parse_address
+from ..addresses.model import Address, AddressError, ErrorKind, Family, Operation
+from . import artifact, memory, mevedel_docs, skill, unavailable, work
+from .attempt import Attempt, AuthorityFacts, Prepared, Request
+from .context import ResolverContext
+from .options import (
+    GlobOptions,
+    GrepOptions,
+    PatchOptions,
+    ReadOptions,
+    validate_glob,
+    validate_grep,
+    validate_read,
+)
+
+_log = logging.getLogger(__name__)
+
+Options = ReadOptions | GlobOptions | GrepOptions | PatchOptions
+
+_FAMILIES: dict[Family, Callable[[Address, Request, ResolverContext], Prepared]] = {
+    Family.WORK: work.prepare,
+    Family.ARTIFACT: artifact.prepare,
+    Family.MEVEDEL: mevedel_docs.prepare,
+    Family.MEMORY: memory.prepare,
+    Family.SKILL: skill.prepare,
+    Family.AGENT: unavailable.prepare,
+    Family.HISTORY: unavailable.prepare,
+    Family.MCP: unavailable.prepare,
+    Family.SHARED: unavailable.prepare,
+    Family.JOURNAL: unavailable.prepare,
+}
+
+_OPTION_TYPES = {Operation.READ: ReadOptions, Operation.GLOB: GlobOptions, Operation.GREP: GrepOptions}
+
+
+def _request(operation: Operation, options: Options | None, authored: str) -> Request:
+    expected = _OPTION_TYPES[operation]
+    if options is None and operation is not Operation.GREP:
+        options = expected()
+    if not isinstance(options, expected):
+        raise AddressError(
+            ErrorKind.INTERNAL, authored, f"{operation.value} was called with {type(options).__name__}, not {expected.__name__}"
+        )
+    if isinstance(options, ReadOptions):
+        validate_read(options, authored)
+        return Request(operation, options)
+    if isinstance(options, GlobOptions):
+        return Request(operation, options, glob=validate_glob(options, authored))
+    assert isinstance(options, GrepOptions)
+    return Request(operation, options, grep=validate_grep(options, authored))
+
+
+def prepare(operation: Operation, operand: str, options: Options | None, context: ResolverContext) -> Attempt:
+    """Validate and resolve one operation; reads no resource content."""
+    if operation is Operation.APPLY_PATCH:
+        raise AddressError(ErrorKind.UNSUPPORTED_OPERATION, "ApplyPatch", "ApplyPatch is not available in this build yet")
+    address = parse_address(operand)
+    address.require(operation)
+    request = _request(operation, options, address.authored)
+    prepared = _FAMILIES[address.family](address, request, context)
+    facts = AuthorityFacts(
+        operation=operation,
+        authored=address.authored,
+        canonical=address.canonical,
+        family=address.family,
+        locator_class=address.locator_class,
+        writes=False,
+        backing=prepared.backing,
+    )
+    return Attempt(operation, (facts,), prepared.run)
+
+
+async def execute(attempt: Attempt) -> object:
+    """Run a prepared attempt once (blocking filesystem work runs in a thread)."""
+    authored = attempt.facts[0].authored if attempt.facts else attempt.operation.value
+    if attempt._spent:
+        raise AddressError(ErrorKind.INTERNAL, authored, "this prepared operation was already executed")
+    attempt._spent = True
+    try:
+        return await asyncio.to_thread(attempt._run)
+    except AddressError:
+        raise
+    except Exception as error:
+        _log.exception("internal error executing %r", attempt)
+        raise AddressError(
+            ErrorKind.INTERNAL, authored, f"internal error during {attempt.operation.value} ({type(error).__name__})"
+        ) from None

@@ -1,0 +1,56 @@
+"""Families without an owner in mevedel-lsp yet: valid addresses, distinct
+execution errors, never a malformed-address error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
+from mevedel_server.resources.context import ResolverContext
+from mevedel_server.resources.options import ReadOptions
+from mevedel_server.resources.resolver import execute, prepare
+
+
+@pytest.fixture()
+def context(tmp_path: Path) -> ResolverContext:
+    (tmp_path / "session").mkdir()
+    return ResolverContext(workspace_root=tmp_path, session_dir=tmp_path / "session", docs_root=tmp_path / "docs")
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("agent://root/x", "no retained agents: the session has no agent runtime in mevedel-lsp yet"),
+        ("agent://", "no retained agents"),
+        ("mcp://srv", "no MCP server is configured"),
+        ("mcp://", "no MCP server is configured"),
+        ("shared://", "no shared whiteboards or documents"),
+        ("history://root", "no live conversation"),
+        ("history://saved", "saved conversations are not readable yet"),
+        ("memory://journal/", "no published journal entries"),
+    ],
+)
+async def test_each_family_names_its_missing_owner(context, address, reason):
+    attempt = prepare(Operation.READ, address, ReadOptions(), context)
+    assert attempt.facts[0].backing == "virtual"
+    with pytest.raises(AddressError) as caught:
+        await execute(attempt)
+    assert caught.value.kind is ErrorKind.UNAVAILABLE
+    assert reason in caught.value.reason
+    assert str(caught.value).startswith(address + ": ")
+
+
+async def test_agent_message_matches_the_documented_text(context):
+    with pytest.raises(AddressError) as caught:
+        await execute(prepare(Operation.READ, "agent://root/x", ReadOptions(), context))
+    assert str(caught.value) == "agent://root/x: no retained agents: the session has no agent runtime in mevedel-lsp yet"
+
+
+async def test_without_a_session_agent_and_history_root_are_owner_missing(context):
+    lonely = context.with_session(None)
+    for address in ("agent://root/x", "history://root"):
+        with pytest.raises(AddressError) as caught:
+            await execute(prepare(Operation.READ, address, ReadOptions(), lonely))
+        assert caught.value.kind is ErrorKind.OWNER_MISSING
