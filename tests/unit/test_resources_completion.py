@@ -126,3 +126,23 @@ def test_completion_never_reads_file_content(context, monkeypatch):
 
 def test_invalid_typed_text_offers_nothing(context):
     assert labels("work://../", context) == []
+
+
+def test_a_reused_listing_still_sees_a_new_entry(context):
+    local = context.session_dir / "local"
+    quiet = 1_000_000_000  # long ago: the listing may be reused
+    os.utime(local, (quiet, quiet))
+    assert labels("work://n", context) == ["work://notes.md"]
+    (local / "new.md").write_text("x")  # changes the directory's modification time
+    assert labels("work://n", context) == ["work://new.md", "work://notes.md"]
+
+
+def test_artifact_completion_offers_logical_log_names(tmp_path):
+    executions = tmp_path / "session" / "tool-results" / "executions"
+    executions.mkdir(parents=True)
+    (executions / "run.log.gz").write_bytes(b"")
+    (executions / ".tmp-x").write_bytes(b"")
+    context = ResolverContext(session_dir=tmp_path / "session", docs_root=tmp_path / "docs")
+    assert labels("artifact://", context) == ["artifact://executions/"]
+    assert labels("artifact://executions/", context) == ["artifact://executions/run.log"]
+    assert labels("artifact://executions/run.log.", context) == []

@@ -88,3 +88,9 @@ def test_char_offset_past_the_line_end_is_out_of_range_with_a_retry():
         page(["a" * 30], offset=1, char_offset=30, max_line_chars=10)
     assert caught.value.kind is ErrorKind.OUT_OF_RANGE
     assert caught.value.reason.endswith("retry Read work://notes.md offset=1 char_offset=20")
+
+
+def test_plain_text_drops_only_the_number_prefix():
+    result = page(["a\tb", "", "c"])
+    assert result.plain_text == "a\tb\n\nc"
+    assert page([]).plain_text == ""

@@ -19,6 +19,7 @@ from ..addresses.encoding import encode_component
 from ..addresses.model import SCHEMES, AddressError, Family
 from . import artifact, memory, mevedel_docs, skill, work
 from .containment import is_inside
+from .directory_index import DirectoryIndex
 from .context import ResolverContext
 from .tree import Located, Tree
 
@@ -126,42 +127,42 @@ def _split(tail: str) -> tuple[str, str]:
     return head, partial
 
 
+_INDEX = DirectoryIndex()
+
+
 def _directory(
-    tree: Tree, node_parts: tuple[str, ...], directory: os.PathLike[str] | str, partial: str, limit: int, skip: frozenset[str] = frozenset()
+    tree: Tree,
+    node_parts: tuple[str, ...],
+    directory: os.PathLike[str] | str,
+    partial: str,
+    limit: int,
+    skip: frozenset[str] = frozenset(),
 ) -> list[Candidate]:
-    """Entries of one directory whose encoded name starts with ``partial``."""
-    try:
-        with os.scandir(directory) as scan:
-            entries = list(scan)
-    except OSError:
-        return []
-    siblings = frozenset(entry.name for entry in entries)
-    typed: list[tuple[str, os.DirEntry[str]]] = []
-    for entry in entries:
-        if entry.name in skip:
-            continue
-        label = encode_component(entry.name)
-        if label.startswith(partial):
-            typed.append((label, entry))
-    typed.sort(key=lambda pair: pair[0])
+    """Entries of one directory whose canonical name starts with ``partial``."""
+    listing = _INDEX.listing(os.fspath(directory))
     found: list[Candidate] = []
-    for _label, entry in typed:
+    for entry in listing.starting_with(partial):
         if len(found) >= limit:
             break
-        if entry.is_symlink() and not is_inside(os.path.realpath(entry.path), tree.real_root):
+        if entry.name in skip:
             continue
-        try:
-            is_dir = entry.is_dir()
-        except OSError:
-            continue
-        shown = tree.present(node_parts, entry.name, is_dir, siblings)
+        is_dir = entry.is_dir
+        if is_dir is None:  # a symbolic link: offered only when it stays inside
+            target = os.path.join(directory, entry.name)
+            if not is_inside(os.path.realpath(target), tree.real_root):
+                continue
+            is_dir = os.path.isdir(target)
+        shown = tree.present(node_parts, entry.name, is_dir, listing.names)
         if shown is None:
             continue
         name = shown[0]
+        if name != entry.name and not encode_component(name).startswith(partial):
+            continue  # a presented (logical) name must match the typed text too
         if not is_dir and not tree.file_filter(node_parts + (name,)):
             continue
         address = tree.address(node_parts + (name,), is_dir=is_dir)
         found.append(Candidate(address, "directory" if is_dir else "file", "directory" if is_dir else "file"))
+    found.sort(key=lambda candidate: candidate.label)
     return found
 
 

@@ -36,6 +36,13 @@ class ReadResult:
     kind: ReadKind
     notice: str | None = None
 
+    @property
+    def plain_text(self) -> str:
+        """``text`` without the line-number prefixes (for a read-only view)."""
+        if not self.text:
+            return ""
+        return "\n".join(line.partition("\t")[2] for line in self.text.split("\n"))
+
 
 @dataclass(frozen=True, slots=True)
 class GlobResult:

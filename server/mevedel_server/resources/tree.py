@@ -75,14 +75,20 @@ class Tree:
     def exists(self) -> bool:
         return os.path.isdir(self.root)
 
-    def entries(self, directory: Path, parts: tuple[str, ...]) -> list[Entry]:
-        """The contained, presented entries of one directory, sorted by name."""
+    def entries(self, directory: Path, parts: tuple[str, ...], *, strict: bool = True) -> list[Entry]:
+        """The contained, presented entries of one directory, sorted by name.
+
+        An unlistable directory is an error when it was asked for
+        (``strict``) and is skipped when a walk merely meets it.
+        """
         try:
             with os.scandir(directory) as scan:
                 raw = list(scan)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError:
+            if not strict:
+                return []
             raise AddressError(ErrorKind.UNREADABLE, self.address(parts), "its directory cannot be listed") from None
         siblings = frozenset(item.name for item in raw)
         found: list[Entry] = []
@@ -104,13 +110,15 @@ class Tree:
         found.sort(key=lambda entry: entry.name)
         return found
 
-    def walk_files(self, directory: Path, parts: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Entry]]:
+    def walk_files(
+        self, directory: Path, parts: tuple[str, ...], *, strict: bool = True
+    ) -> Iterator[tuple[tuple[str, ...], Entry]]:
         """Every file below ``directory`` in sorted depth-first order."""
-        for entry in self.entries(directory, parts):
+        for entry in self.entries(directory, parts, strict=strict):
             here = parts + (entry.name,)
             if entry.is_dir:
                 if not entry.symlink:
-                    yield from self.walk_files(entry.path, here)
+                    yield from self.walk_files(entry.path, here, strict=False)
             else:
                 yield here, entry
 

@@ -1,0 +1,87 @@
+"""Sorted directory listings for completion, reused while a directory is
+unchanged.
+
+A listing is one ``os.scandir`` (names and entry types, no file is opened),
+sorted by each name's canonical address spelling so a typed prefix selects a
+contiguous run (``bisect``). It is reused while the directory's device,
+inode and modification time are unchanged. A listing taken while the
+modification time was still recent is not kept: a change within the same
+timestamp tick could otherwise go unnoticed (the "racy" case).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..addresses import encode_component
+
+#: A listing is cached only once the directory has been quiet this long.
+SETTLE_NS = 2_000_000_000
+CAPACITY = 64
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedEntry:
+    label: str
+    name: str
+    #: From the entry type; ``None`` for a symbolic link, whose target is
+    #: judged (and contained) when it is offered.
+    is_dir: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    entries: tuple[IndexedEntry, ...]
+    labels: tuple[str, ...]
+    names: frozenset[str]
+
+    def starting_with(self, partial: str) -> Iterator[IndexedEntry]:
+        start = bisect.bisect_left(self.labels, partial)
+        for index in range(start, len(self.entries)):
+            if not self.labels[index].startswith(partial):
+                return
+            yield self.entries[index]
+
+
+_EMPTY = Listing((), (), frozenset())
+
+
+class DirectoryIndex:
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._capacity = capacity
+        self._cache: OrderedDict[str, tuple[tuple[int, int, int], Listing]] = OrderedDict()
+
+    def listing(self, directory: str) -> Listing:
+        try:
+            info = os.stat(directory)
+        except OSError:
+            return _EMPTY
+        key = (info.st_dev, info.st_ino, info.st_mtime_ns)
+        cached = self._cache.get(directory)
+        if cached is not None and cached[0] == key:
+            self._cache.move_to_end(directory)
+            return cached[1]
+        listing = _scan(directory)
+        if time.time_ns() - info.st_mtime_ns > SETTLE_NS:
+            self._cache[directory] = (key, listing)
+            self._cache.move_to_end(directory)
+            while len(self._cache) > self._capacity:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.pop(directory, None)
+        return listing
+
+
+def _scan(directory: str) -> Listing:
+    try:
+        with os.scandir(directory) as scan:
+            raw = [(entry.name, None if entry.is_symlink() else entry.is_dir(follow_symlinks=False)) for entry in scan]
+    except OSError:
+        return _EMPTY
+    entries = sorted((IndexedEntry(encode_component(name), name, is_dir) for name, is_dir in raw), key=lambda e: e.label)
+    return Listing(tuple(entries), tuple(e.label for e in entries), frozenset(name for name, _d in raw))
