@@ -21,7 +21,12 @@ _BYTE_SPELLING: tuple[str, ...] = tuple(chr(b) if b in _UNRESERVED else f"%{b:02
 
 _ALL_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*").fullmatch
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]").search
-_HEX = frozenset("0123456789abcdefABCDEF")
+#: two hex digits (either case) -> the byte they escape, for every pair.
+_ESCAPED: dict[bytes, bytes] = {
+    f"{high}{low}".encode(): bytes([int(high + low, 16)])
+    for high in "0123456789abcdefABCDEF"
+    for low in "0123456789abcdefABCDEF"
+}
 
 
 def encode_component(text: str) -> str:
@@ -56,6 +61,13 @@ def _describe(raw: str, index: int | None) -> str:
     return f"component {index} {raw!r}" if index is not None else f"component {raw!r}"
 
 
+def _first_bad_escape(raw: str) -> str:
+    for piece in raw.split("%")[1:]:
+        if piece[:2].encode("utf-8", "surrogatepass") not in _ESCAPED:
+            return "%" + piece[:2]
+    return "%"
+
+
 def decode_component(raw: str, authored: str, *, index: int | None = None, separators: bool = False) -> str:
     """Decode one component exactly once.
 
@@ -68,33 +80,35 @@ def decode_component(raw: str, authored: str, *, index: int | None = None, separ
         text = raw
         if not separators and "/" in text:
             raise AddressError(ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} contains a '/' separator")
-        try:
-            # A literal lone surrogate cannot be spelled in UTF-8 at all.
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise AddressError(
-                ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} is not valid Unicode text"
-            ) from None
+        if not text.isascii():
+            try:
+                # A literal lone surrogate cannot be spelled in UTF-8 at all.
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise AddressError(
+                    ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} is not valid Unicode text"
+                ) from None
     else:
-        pieces = raw.split("%")
         try:
-            data = bytearray(pieces[0].encode("utf-8"))
-            for piece in pieces[1:]:
-                if len(piece) < 2 or piece[0] not in _HEX or piece[1] not in _HEX:
-                    raise AddressError(
-                        ErrorKind.MALFORMED_ADDRESS,
-                        authored,
-                        f"{_describe(raw, index)} has a malformed percent escape {('%' + piece[:2])!r}"
-                        " (expected % and two hex digits)",
-                    )
-                data.append(int(piece[:2], 16))
-                data += piece[2:].encode("utf-8")
+            pieces = raw.encode("utf-8").split(b"%")
         except UnicodeEncodeError:
             raise AddressError(
                 ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} is not valid Unicode text"
             ) from None
+        out = [pieces[0]]
+        for piece in pieces[1:]:
+            byte = _ESCAPED.get(piece[:2])
+            if byte is None:
+                bad = _first_bad_escape(raw)
+                raise AddressError(
+                    ErrorKind.MALFORMED_ADDRESS,
+                    authored,
+                    f"{_describe(raw, index)} has a malformed percent escape {bad!r} (expected % and two hex digits)",
+                )
+            out.append(byte)
+            out.append(piece[2:])
         try:
-            text = data.decode("utf-8")
+            text = b"".join(out).decode("utf-8")
         except UnicodeDecodeError:
             raise AddressError(
                 ErrorKind.MALFORMED_ADDRESS, authored, f"{_describe(raw, index)} does not decode as UTF-8"

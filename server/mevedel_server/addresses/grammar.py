@@ -36,14 +36,17 @@ import re
 from collections.abc import Callable
 
 from .encoding import decode_component, encode_component, encode_fragment
-from .matrix import RULES, Form
-from .model import SCHEMES, Address, AddressError, ErrorKind, Family
+from . import matrix
+from .matrix import FormRule
+from .model import SCHEMES, Address, AddressError, ErrorKind
 
 _MALFORMED = ErrorKind.MALFORMED_ADDRESS
 _SCHEME_SET = frozenset(SCHEMES)
 _SCHEME_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*").fullmatch
 KNOWN_PREFIXES = ", ".join(f"{scheme}://" for scheme in SCHEMES)
 
+_PLAIN = re.compile(r"[A-Za-z0-9._~/-]*").fullmatch
+_PLAIN_COMPONENT = re.compile(r"[A-Za-z0-9._~-]+").fullmatch
 _DIGEST = re.compile(r"[0-9a-f]{64}").fullmatch
 _ANY_CASE_DIGEST = re.compile(r"[0-9a-fA-F]{64}").fullmatch
 _SHARED_ID = re.compile(r"[A-Za-z0-9_-]{1,80}").fullmatch
@@ -71,14 +74,9 @@ def _fail(authored: str, reason: str) -> AddressError:
     return AddressError(_MALFORMED, authored, reason)
 
 
-def _join(parts: list[str] | tuple[str, ...]) -> str:
-    return "/".join([encode_component(part) for part in parts])
-
-
 def _address(
     authored: str,
-    family: Family,
-    form: Form,
+    rule: FormRule,
     canonical: str,
     scope: str,
     path: tuple[str, ...] = (),
@@ -86,8 +84,7 @@ def _address(
     name: str | None = None,
     pointer: tuple[str, ...] | None = None,
 ) -> Address:
-    rule = RULES[form]
-    return Address(authored, family, canonical, rule.locator_class, rule.operations, scope, path, key, name, pointer)
+    return Address(authored, rule.family, canonical, rule.locator_class, rule.operations, scope, path, key, name, pointer)
 
 
 def parse_address(text: str) -> Address:
@@ -115,18 +112,44 @@ def parse_address(text: str) -> Address:
         raise _fail(text, f"absolute component after {scheme}://: a path is relative to the family's root")
     if rest[-1:] == "/":
         rest = rest[:-1]
-    separators = scheme == "mcp"
+    if _PLAIN(rest):
+        # Common case: nothing to decode, every component already canonical.
+        parts = rest.split("/") if rest else []
+        if "" in parts or "." in parts or ".." in parts:
+            _refuse_components(text, parts, parts)
+        spelled = parts
+    else:
+        parts, spelled = _components(text, rest, scheme == "mcp")
+    return _PARSERS[scheme](text, parts, spelled, fragment)
+
+
+def _components(text: str, rest: str, separators: bool) -> tuple[list[str], list[str]]:
+    """Decoded components and their canonical spellings."""
+    raws = rest.split("/")
     parts: list[str] = []
-    if rest:
-        for index, raw in enumerate(rest.split("/"), 1):
+    spelled: list[str] = []
+    for index, raw in enumerate(raws, 1):
+        if _PLAIN_COMPONENT(raw):
+            value = spelling = raw
+        else:
             if not raw:
-                raise _fail(text, f"component {index} is empty ('//' inside the address)")
+                _refuse_components(text, [raw], [raw], index)
             value = decode_component(raw, text, index=index, separators=separators)
-            if value == ".." or value == ".":
-                what = "a '..' traversal" if value == ".." else "a '.' component"
-                raise _fail(text, f"component {index} {raw!r} is {what}, which addresses never contain")
-            parts.append(value)
-    return _PARSERS[scheme](text, parts, fragment)
+            spelling = encode_component(value)
+        if value == "." or value == "..":
+            _refuse_components(text, [raw], [value], index)
+        parts.append(value)
+        spelled.append(spelling)
+    return parts, spelled
+
+
+def _refuse_components(text: str, raws: list[str], parts: list[str], first: int = 1) -> None:
+    for index, (raw, value) in enumerate(zip(raws, parts), first):
+        if not value:
+            raise _fail(text, f"component {index} is empty ('//' inside the address)")
+        if value == ".." or value == ".":
+            what = "a '..' traversal" if value == ".." else "a '.' component"
+            raise _fail(text, f"component {index} {raw!r} is {what}, which addresses never contain")
 
 
 def _refuse_scheme(text: str, scheme: str) -> None:
@@ -143,40 +166,40 @@ def _refuse_scheme(text: str, scheme: str) -> None:
     raise _fail(text, f"not a resource address: expected one of {KNOWN_PREFIXES}")
 
 
-def _work(text: str, parts: list[str], _fragment: str | None) -> Address:
+def _work(text: str, parts: list[str], spelled: list[str], _fragment: str | None) -> Address:
     if not parts:
-        return _address(text, Family.WORK, Form.WORK_LISTING, "work://", "listing")
+        return _address(text, matrix.WORK_LISTING, "work://", "listing")
     if parts[0] == "shared":
         path = tuple(parts[1:])
         if not path:
-            return _address(text, Family.WORK, Form.WORK_SHARED_ROOT, "work://shared", "shared")
-        return _address(text, Family.WORK, Form.WORK_SHARED, "work://shared/" + _join(path), "shared", path)
-    return _address(text, Family.WORK, Form.WORK_SESSION, "work://" + _join(parts), "session", tuple(parts))
+            return _address(text, matrix.WORK_SHARED_ROOT, "work://shared", "shared")
+        return _address(text, matrix.WORK_SHARED, "work://shared/" + "/".join(spelled[1:]), "shared", path)
+    return _address(text, matrix.WORK_SESSION, "work://" + "/".join(spelled), "session", tuple(parts))
 
 
-def _artifact(text: str, parts: list[str], _fragment: str | None) -> Address:
+def _artifact(text: str, parts: list[str], spelled: list[str], _fragment: str | None) -> Address:
     if not parts:
-        return _address(text, Family.ARTIFACT, Form.ARTIFACT_LISTING, "artifact://", "listing")
-    return _address(text, Family.ARTIFACT, Form.ARTIFACT_HANDLE, "artifact://" + _join(parts), "handle", tuple(parts))
+        return _address(text, matrix.ARTIFACT_LISTING, "artifact://", "listing")
+    return _address(text, matrix.ARTIFACT_HANDLE, "artifact://" + "/".join(spelled), "handle", tuple(parts))
 
 
-def _skill(text: str, parts: list[str], _fragment: str | None) -> Address:
+def _skill(text: str, parts: list[str], spelled: list[str], _fragment: str | None) -> Address:
     if not parts:
-        return _address(text, Family.SKILL, Form.SKILL_LISTING, "skill://", "listing")
+        return _address(text, matrix.SKILL_LISTING, "skill://", "listing")
     head = parts[0]
     if head in _SKILL_ORIGIN_SET:
         if len(parts) < 2:
             raise _fail(text, f"name a skill: skill://{head}/SKILL")
         name, path = parts[1], tuple(parts[2:])
-        canonical = f"skill://{head}/{_join(parts[1:])}"
-        return _address(text, Family.SKILL, Form.SKILL_ALIAS, canonical, "alias", path, head, name)
+        canonical = f"skill://{head}/" + "/".join(spelled[1:])
+        return _address(text, matrix.SKILL_ALIAS, canonical, "alias", path, head, name)
     if head == "plugin":
         if len(parts) < 3:
             raise _fail(text, "name a plugin skill: skill://plugin/PLUGIN/SKILL")
         plugin, name, path = parts[1], parts[2], tuple(parts[3:])
-        canonical = "skill://plugin/" + _join(parts[1:])
-        return _address(text, Family.SKILL, Form.SKILL_ALIAS, canonical, "alias", path, "plugin/" + plugin, name)
-    raw = _raw_component(text, "skill://", 0)
+        canonical = "skill://plugin/" + "/".join(spelled[1:])
+        return _address(text, matrix.SKILL_ALIAS, canonical, "alias", path, "plugin/" + plugin, name)
+    raw = text[8:].partition("/")[0]  # the authored first component, after "skill://"
     raw_name, at, raw_digest = raw.rpartition("@")
     if not at:
         origins = ", ".join(f"{origin}/SKILL" for origin in SKILL_ORIGINS)
@@ -186,15 +209,15 @@ def _skill(text: str, parts: list[str], _fragment: str | None) -> Address:
         )
     if not raw_name:
         raise _fail(text, "the skill name before '@' is empty: use skill://NAME@SOURCE-KEY")
-    name = decode_component(raw_name, text, index=1)
+    name = raw_name if _PLAIN_COMPONENT(raw_name) else decode_component(raw_name, text, index=1)
     if name in (".", ".."):
         raise _fail(text, f"the skill name {name!r} is a traversal, which addresses never contain")
-    digest = decode_component(raw_digest, text, index=1)
+    digest = raw_digest if _DIGEST(raw_digest) else decode_component(raw_digest, text, index=1)
     if not _DIGEST(digest):
         raise _fail(text, _digest_problem("skill source key", digest))
     path = tuple(parts[1:])
-    canonical = f"skill://{encode_component(name)}@{digest}" + ("/" + _join(path) if path else "")
-    return _address(text, Family.SKILL, Form.SKILL_EXACT, canonical, "exact", path, f"{name}@{digest}", name)
+    canonical = f"skill://{encode_component(name)}@{digest}" + ("/" + "/".join(spelled[1:]) if path else "")
+    return _address(text, matrix.SKILL_EXACT, canonical, "exact", path, f"{name}@{digest}", name)
 
 
 def _digest_problem(what: str, digest: str) -> str:
@@ -203,27 +226,22 @@ def _digest_problem(what: str, digest: str) -> str:
     return f"the {what} {digest!r} must be the full lowercase SHA-256 digest (64 hexadecimal digits)"
 
 
-def _raw_component(text: str, prefix: str, position: int) -> str:
-    """The authored spelling of component ``position`` (0-based); parsing has
-    already validated the component structure."""
-    rest = text[len(prefix) :].partition("#")[0]
-    return rest.split("/")[position]
-
-
-def _agent(text: str, parts: list[str], fragment: str | None) -> Address:
+def _agent(text: str, parts: list[str], spelled: list[str], fragment: str | None) -> Address:
     if not parts:
         if fragment is not None:
             raise _fail(text, "a JSON pointer needs an agent: use agent://root/PATH#POINTER")
-        return _address(text, Family.AGENT, Form.AGENT_LISTING, "agent://", "listing")
+        return _address(text, matrix.AGENT_LISTING, "agent://", "listing")
     if parts[0] != "root" or len(parts) < 2:
         raise _fail(text, "name a retained agent as agent://root/PATH (its path without the leading slash)")
     path = tuple(parts[1:])
-    canonical = "agent://root/" + _join(path)
+    canonical = "agent://root/" + "/".join(spelled[1:])
     pointer: tuple[str, ...] | None = None
     if fragment is not None:
         pointer = _pointer(text, fragment)
-        canonical += "#" + encode_fragment(_pointer_text(pointer))
-    return _address(text, Family.AGENT, Form.AGENT_ROOT, canonical, "root", path, pointer=pointer)
+        # A fragment with nothing to escape re-serialises to itself (RFC 6901
+        # token escaping is a bijection on valid tokens).
+        canonical += "#" + (fragment if _PLAIN(fragment) else encode_fragment(_pointer_text(pointer)))
+    return _address(text, matrix.AGENT_ROOT, canonical, "root", path, pointer=pointer)
 
 
 def _pointer(text: str, fragment: str) -> tuple[str, ...]:
@@ -251,27 +269,27 @@ def _pointer_text(pointer: tuple[str, ...]) -> str:
     return "".join(["/" + token.replace("~", "~0").replace("/", "~1") for token in pointer])
 
 
-def _history(text: str, parts: list[str], _fragment: str | None) -> Address:
+def _history(text: str, parts: list[str], spelled: list[str], _fragment: str | None) -> Address:
     if not parts:
-        return _address(text, Family.HISTORY, Form.HISTORY_LISTING, "history://", "listing")
+        return _address(text, matrix.HISTORY_LISTING, "history://", "listing")
     head = parts[0]
     if head == "root":
         path = tuple(parts[1:])
-        canonical = "history://root" + ("/" + _join(path) if path else "")
-        return _address(text, Family.HISTORY, Form.HISTORY_ROOT, canonical, "root", path)
+        canonical = "history://root" + ("/" + "/".join(spelled[1:]) if path else "")
+        return _address(text, matrix.HISTORY_ROOT, canonical, "root", path)
     if head == "saved":
         path = tuple(parts[1:])
         if not path:
-            return _address(text, Family.HISTORY, Form.HISTORY_SAVED_LISTING, "history://saved", "saved")
+            return _address(text, matrix.HISTORY_SAVED_LISTING, "history://saved", "saved")
         if len(path) > 2:
             raise _fail(text, "history://saved takes at most SESSION/SEGMENT")
         if len(path) == 2 and not _SEGMENT(path[1]):
             raise _fail(text, f"the saved segment {path[1]!r} must be named segment-NNNN.chat.jsonl")
-        return _address(text, Family.HISTORY, Form.HISTORY_SAVED, "history://saved/" + _join(path), "saved", path)
+        return _address(text, matrix.HISTORY_SAVED, "history://saved/" + "/".join(spelled[1:]), "saved", path)
     raise _fail(text, f"unknown history branch {head!r}: use history://root[/PATH] or history://saved[/SESSION[/SEGMENT]]")
 
 
-def _memory(text: str, parts: list[str], _fragment: str | None) -> Address:
+def _memory(text: str, parts: list[str], spelled: list[str], _fragment: str | None) -> Address:
     if not parts:
         raise _fail(
             text,
@@ -280,15 +298,15 @@ def _memory(text: str, parts: list[str], _fragment: str | None) -> Address:
     head = parts[0]
     if head == "journal":
         if len(parts) == 1:
-            return _address(text, Family.JOURNAL, Form.JOURNAL_LISTING, "memory://journal/", "listing")
+            return _address(text, matrix.JOURNAL_LISTING, "memory://journal/", "listing")
         if len(parts) > 2:
             raise _fail(text, "a journal entry is one file name: memory://journal/FILE (no nested names)")
-        canonical = "memory://journal/" + encode_component(parts[1])
-        return _address(text, Family.JOURNAL, Form.JOURNAL_ENTRY, canonical, "entry", (parts[1],))
+        canonical = "memory://journal/" + spelled[1]
+        return _address(text, matrix.JOURNAL_ENTRY, canonical, "entry", (parts[1],))
     if head == "root":
         if len(parts) > 1:
             raise _fail(text, "memory://root is the union of all roots; name a file as memory://ROOT-KEY/PATH")
-        return _address(text, Family.MEMORY, Form.MEMORY_UNION, "memory://root", "union")
+        return _address(text, matrix.MEMORY_UNION, "memory://root", "union")
     if head not in _MEMORY_KEY_SET and not _DIGEST(head):
         if _ANY_CASE_DIGEST(head):
             raise _fail(text, _digest_problem("memory root key", head))
@@ -300,13 +318,13 @@ def _memory(text: str, parts: list[str], _fragment: str | None) -> Address:
         )
     path = tuple(parts[1:])
     if not path:
-        return _address(text, Family.MEMORY, Form.MEMORY_ROOT, f"memory://{head}", "root", key=head)
-    return _address(text, Family.MEMORY, Form.MEMORY_FILE, f"memory://{head}/" + _join(path), "root", path, head)
+        return _address(text, matrix.MEMORY_ROOT, f"memory://{head}", "root", key=head)
+    return _address(text, matrix.MEMORY_FILE, f"memory://{head}/" + "/".join(spelled[1:]), "root", path, head)
 
 
-def _mcp(text: str, parts: list[str], _fragment: str | None) -> Address:
+def _mcp(text: str, parts: list[str], spelled: list[str], _fragment: str | None) -> Address:
     if not parts:
-        return _address(text, Family.MCP, Form.MCP_LISTING, "mcp://", "listing")
+        return _address(text, matrix.MCP_LISTING, "mcp://", "listing")
     if len(parts) > 2:
         raise _fail(
             text,
@@ -315,10 +333,10 @@ def _mcp(text: str, parts: list[str], _fragment: str | None) -> Address:
         )
     server = parts[0]
     if len(parts) == 1:
-        return _address(text, Family.MCP, Form.MCP_SERVER, "mcp://" + encode_component(server), "server", key=server)
+        return _address(text, matrix.MCP_SERVER, "mcp://" + spelled[0], "server", key=server)
     uri = parts[1]
-    canonical = f"mcp://{encode_component(server)}/{encode_component(uri)}"
-    return _address(text, Family.MCP, Form.MCP_RESOURCE, canonical, "resource", key=server, name=uri)
+    canonical = f"mcp://{spelled[0]}/{spelled[1]}"
+    return _address(text, matrix.MCP_RESOURCE, canonical, "resource", key=server, name=uri)
 
 
 def _shared_identity(text: str, what: str, value: str) -> str:
@@ -327,52 +345,51 @@ def _shared_identity(text: str, what: str, value: str) -> str:
     return value
 
 
-def _shared(text: str, parts: list[str], _fragment: str | None) -> Address:
+def _shared(text: str, parts: list[str], spelled: list[str], _fragment: str | None) -> Address:
     if not parts:
-        return _address(text, Family.SHARED, Form.SHARED_LISTING, "shared://", "listing")
+        return _address(text, matrix.SHARED_LISTING, "shared://", "listing")
     count = len(parts)
     if parts[0] == "library":
         if count == 1:
-            return _address(text, Family.SHARED, Form.SHARED_LIBRARY_TEXT, "shared://library", "library")
+            return _address(text, matrix.SHARED_LIBRARY_TEXT, "shared://library", "library")
         if count == 2 and parts[1] == "sheet.png":
-            return _address(
-                text, Family.SHARED, Form.SHARED_LIBRARY_IMAGE, "shared://library/sheet.png", "library", ("sheet.png",)
+            return _address(text, matrix.SHARED_LIBRARY_IMAGE, "shared://library/sheet.png", "library", ("sheet.png",)
             )
         name = _shared_identity(text, "library name", parts[1])
         if count == 2:
-            return _address(text, Family.SHARED, Form.SHARED_LIBRARY_TEXT, f"shared://library/{name}", "library", key=name)
+            return _address(text, matrix.SHARED_LIBRARY_TEXT, f"shared://library/{name}", "library", key=name)
         if count == 3 and parts[2] == "sheet.png":
             canonical = f"shared://library/{name}/sheet.png"
-            return _address(text, Family.SHARED, Form.SHARED_LIBRARY_IMAGE, canonical, "library", ("sheet.png",), name)
+            return _address(text, matrix.SHARED_LIBRARY_IMAGE, canonical, "library", ("sheet.png",), name)
         raise _fail(text, "a library address is shared://library[/NAME][/sheet.png]")
     item = _shared_identity(text, "item id", parts[0])
     base = f"shared://{item}"
     if count == 1:
-        return _address(text, Family.SHARED, Form.SHARED_TEXT, base, "item", key=item)
+        return _address(text, matrix.SHARED_TEXT, base, "item", key=item)
     part = parts[1]
     if count == 2:
         if part == "view.png":
-            return _address(text, Family.SHARED, Form.SHARED_IMAGE, base + "/view.png", "item", ("view.png",), item)
+            return _address(text, matrix.SHARED_IMAGE, base + "/view.png", "item", ("view.png",), item)
         if part in _SHARED_TEXT_PARTS:
-            return _address(text, Family.SHARED, Form.SHARED_TEXT, f"{base}/{part}", "item", (part,), item)
+            return _address(text, matrix.SHARED_TEXT, f"{base}/{part}", "item", (part,), item)
     if count == 3 and part in ("elements", "images"):
         what = "element id" if part == "elements" else "image key"
         identity = _shared_identity(text, what, parts[2])
-        form = Form.SHARED_TEXT if part == "elements" else Form.SHARED_IMAGE
-        return _address(text, Family.SHARED, form, f"{base}/{part}/{identity}", "item", (part, identity), item)
+        form = matrix.SHARED_TEXT if part == "elements" else matrix.SHARED_IMAGE
+        return _address(text, form, f"{base}/{part}/{identity}", "item", (part, identity), item)
     if count == 2 and part in ("elements", "images"):
         raise _fail(text, f"name one: shared://{item}/{part}/{'ELEMENT' if part == 'elements' else 'KEY'}")
     parts_text = ", ".join(SHARED_ITEM_PARTS)
     raise _fail(text, f"unknown shared item part {'/'.join(parts[1:])!r}: an item's parts are {parts_text}")
 
 
-def _mevedel(text: str, parts: list[str], _fragment: str | None) -> Address:
+def _mevedel(text: str, parts: list[str], spelled: list[str], _fragment: str | None) -> Address:
     if not parts:
-        return _address(text, Family.MEVEDEL, Form.MEVEDEL_LISTING, "mevedel://", "listing")
-    return _address(text, Family.MEVEDEL, Form.MEVEDEL_DOC, "mevedel://" + _join(parts), "doc", tuple(parts))
+        return _address(text, matrix.MEVEDEL_LISTING, "mevedel://", "listing")
+    return _address(text, matrix.MEVEDEL_DOC, "mevedel://" + "/".join(spelled), "doc", tuple(parts))
 
 
-_PARSERS: dict[str, Callable[[str, list[str], str | None], Address]] = {
+_PARSERS: dict[str, Callable[[str, list[str], list[str], str | None], Address]] = {
     "work": _work,
     "artifact": _artifact,
     "skill": _skill,

@@ -3,8 +3,9 @@
 The spec's "Supported families" table gives one row per family; the grammar
 distinguishes the forms inside a family (a bare listing, a scope root, an
 explicit descendant...) because they differ in what they allow. ``Form``
-names each one; ``RULES`` gives its operations and locator class. The grammar
-looks a form up once per parse, so the sets are built here, once.
+names each one; its ``FormRule`` (a module constant of the same name, and
+``RULES[form]``) gives the family, operations and locator class. The grammar
+refers to the constants directly, so nothing is built or hashed per parse.
 
 Refinements of the family table, and why:
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .model import LocatorClass, Operation
+from .model import Family, LocatorClass, Operation
 
 
 class Form(enum.Enum):
@@ -66,6 +67,8 @@ class Form(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class FormRule:
+    form: Form
+    family: Family
     operations: frozenset[Operation]
     locator_class: LocatorClass
 
@@ -80,38 +83,70 @@ _EXACT = LocatorClass.EXACT
 _SESSION = LocatorClass.SESSION_RELATIVE
 _DISCOVERY = LocatorClass.DISCOVERY
 
-RULES: dict[Form, FormRule] = {
-    Form.WORK_LISTING: FormRule(DISCOVER, _DISCOVERY),
-    Form.WORK_SHARED_ROOT: FormRule(DISCOVER, _EXACT),
-    Form.WORK_SHARED: FormRule(ALL, _EXACT),
-    Form.WORK_SESSION: FormRule(ALL, _SESSION),
-    Form.ARTIFACT_LISTING: FormRule(DISCOVER, _DISCOVERY),
-    Form.ARTIFACT_HANDLE: FormRule(DISCOVER, _SESSION),
-    Form.SKILL_LISTING: FormRule(DISCOVER, _DISCOVERY),
-    Form.SKILL_EXACT: FormRule(DISCOVER, _EXACT),
-    Form.SKILL_ALIAS: FormRule(DISCOVER, _EXACT),
-    Form.AGENT_LISTING: FormRule(READ_ONLY, _DISCOVERY),
-    Form.AGENT_ROOT: FormRule(READ_ONLY, _SESSION),
-    Form.HISTORY_LISTING: FormRule(READ_ONLY, _DISCOVERY),
-    Form.HISTORY_ROOT: FormRule(READ_GREP, _SESSION),
-    Form.HISTORY_SAVED_LISTING: FormRule(DISCOVER, _DISCOVERY),
-    Form.HISTORY_SAVED: FormRule(DISCOVER, _EXACT),
-    Form.MEMORY_UNION: FormRule(DISCOVER, _DISCOVERY),
-    Form.MEMORY_ROOT: FormRule(DISCOVER, _EXACT),
-    Form.MEMORY_FILE: FormRule(ALL, _EXACT),
-    Form.JOURNAL_LISTING: FormRule(DISCOVER, _DISCOVERY),
-    Form.JOURNAL_ENTRY: FormRule(DISCOVER, _EXACT),
-    Form.MCP_LISTING: FormRule(READ_ONLY, _DISCOVERY),
-    Form.MCP_SERVER: FormRule(READ_ONLY, _EXACT),
-    Form.MCP_RESOURCE: FormRule(READ_ONLY, _EXACT),
-    Form.SHARED_LISTING: FormRule(READ_ONLY, _DISCOVERY),
-    Form.SHARED_TEXT: FormRule(READ_GREP, _SESSION),
-    Form.SHARED_IMAGE: FormRule(READ_ONLY, _SESSION),
-    Form.SHARED_LIBRARY_TEXT: FormRule(READ_GREP, _EXACT),
-    Form.SHARED_LIBRARY_IMAGE: FormRule(READ_ONLY, _EXACT),
-    Form.MEVEDEL_LISTING: FormRule(DISCOVER, _DISCOVERY),
-    Form.MEVEDEL_DOC: FormRule(DISCOVER, _EXACT),
-}
+WORK_LISTING = FormRule(Form.WORK_LISTING, Family.WORK, DISCOVER, _DISCOVERY)
+WORK_SHARED_ROOT = FormRule(Form.WORK_SHARED_ROOT, Family.WORK, DISCOVER, _EXACT)
+WORK_SHARED = FormRule(Form.WORK_SHARED, Family.WORK, ALL, _EXACT)
+WORK_SESSION = FormRule(Form.WORK_SESSION, Family.WORK, ALL, _SESSION)
+ARTIFACT_LISTING = FormRule(Form.ARTIFACT_LISTING, Family.ARTIFACT, DISCOVER, _DISCOVERY)
+ARTIFACT_HANDLE = FormRule(Form.ARTIFACT_HANDLE, Family.ARTIFACT, DISCOVER, _SESSION)
+SKILL_LISTING = FormRule(Form.SKILL_LISTING, Family.SKILL, DISCOVER, _DISCOVERY)
+SKILL_EXACT = FormRule(Form.SKILL_EXACT, Family.SKILL, DISCOVER, _EXACT)
+SKILL_ALIAS = FormRule(Form.SKILL_ALIAS, Family.SKILL, DISCOVER, _EXACT)
+AGENT_LISTING = FormRule(Form.AGENT_LISTING, Family.AGENT, READ_ONLY, _DISCOVERY)
+AGENT_ROOT = FormRule(Form.AGENT_ROOT, Family.AGENT, READ_ONLY, _SESSION)
+HISTORY_LISTING = FormRule(Form.HISTORY_LISTING, Family.HISTORY, READ_ONLY, _DISCOVERY)
+HISTORY_ROOT = FormRule(Form.HISTORY_ROOT, Family.HISTORY, READ_GREP, _SESSION)
+HISTORY_SAVED_LISTING = FormRule(Form.HISTORY_SAVED_LISTING, Family.HISTORY, DISCOVER, _DISCOVERY)
+HISTORY_SAVED = FormRule(Form.HISTORY_SAVED, Family.HISTORY, DISCOVER, _EXACT)
+MEMORY_UNION = FormRule(Form.MEMORY_UNION, Family.MEMORY, DISCOVER, _DISCOVERY)
+MEMORY_ROOT = FormRule(Form.MEMORY_ROOT, Family.MEMORY, DISCOVER, _EXACT)
+MEMORY_FILE = FormRule(Form.MEMORY_FILE, Family.MEMORY, ALL, _EXACT)
+JOURNAL_LISTING = FormRule(Form.JOURNAL_LISTING, Family.JOURNAL, DISCOVER, _DISCOVERY)
+JOURNAL_ENTRY = FormRule(Form.JOURNAL_ENTRY, Family.JOURNAL, DISCOVER, _EXACT)
+MCP_LISTING = FormRule(Form.MCP_LISTING, Family.MCP, READ_ONLY, _DISCOVERY)
+MCP_SERVER = FormRule(Form.MCP_SERVER, Family.MCP, READ_ONLY, _EXACT)
+MCP_RESOURCE = FormRule(Form.MCP_RESOURCE, Family.MCP, READ_ONLY, _EXACT)
+SHARED_LISTING = FormRule(Form.SHARED_LISTING, Family.SHARED, READ_ONLY, _DISCOVERY)
+SHARED_TEXT = FormRule(Form.SHARED_TEXT, Family.SHARED, READ_GREP, _SESSION)
+SHARED_IMAGE = FormRule(Form.SHARED_IMAGE, Family.SHARED, READ_ONLY, _SESSION)
+SHARED_LIBRARY_TEXT = FormRule(Form.SHARED_LIBRARY_TEXT, Family.SHARED, READ_GREP, _EXACT)
+SHARED_LIBRARY_IMAGE = FormRule(Form.SHARED_LIBRARY_IMAGE, Family.SHARED, READ_ONLY, _EXACT)
+MEVEDEL_LISTING = FormRule(Form.MEVEDEL_LISTING, Family.MEVEDEL, DISCOVER, _DISCOVERY)
+MEVEDEL_DOC = FormRule(Form.MEVEDEL_DOC, Family.MEVEDEL, DISCOVER, _EXACT)
+
+_ALL_RULES = (
+    WORK_LISTING,
+    WORK_SHARED_ROOT,
+    WORK_SHARED,
+    WORK_SESSION,
+    ARTIFACT_LISTING,
+    ARTIFACT_HANDLE,
+    SKILL_LISTING,
+    SKILL_EXACT,
+    SKILL_ALIAS,
+    AGENT_LISTING,
+    AGENT_ROOT,
+    HISTORY_LISTING,
+    HISTORY_ROOT,
+    HISTORY_SAVED_LISTING,
+    HISTORY_SAVED,
+    MEMORY_UNION,
+    MEMORY_ROOT,
+    MEMORY_FILE,
+    JOURNAL_LISTING,
+    JOURNAL_ENTRY,
+    MCP_LISTING,
+    MCP_SERVER,
+    MCP_RESOURCE,
+    SHARED_LISTING,
+    SHARED_TEXT,
+    SHARED_IMAGE,
+    SHARED_LIBRARY_TEXT,
+    SHARED_LIBRARY_IMAGE,
+    MEVEDEL_LISTING,
+    MEVEDEL_DOC,
+)
+RULES: dict[Form, FormRule] = {rule.form: rule for rule in _ALL_RULES}
 
 
 def rule(form: Form) -> FormRule:
