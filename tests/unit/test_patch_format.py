@@ -143,7 +143,8 @@ def test_a_hunk_line_that_looks_like_a_marker_is_content():
 
 
 def test_add_with_no_lines_creates_an_empty_file_and_move_alone_is_a_rename():
-    add, update = parse_patch(patch("*** Add File: empty.txt", "*** Update File: a.txt", "*** Move to: b.txt")).operations
+    text = patch("*** Add File: empty.txt", "*** Update File: a.txt", "*** Move to: b.txt")
+    add, update = parse_patch(text).operations
     assert add.added_lines == ()
     assert update.move_to == "b.txt" and update.hunks == ()
 
@@ -193,7 +194,11 @@ def test_add_with_no_lines_creates_an_empty_file_and_move_alone_is_a_rename():
         ),
         (patch("*** Update File: a.txt", "@@", "@@", "-x"), "a.txt", "line 3: hunk 1 of a.txt has no lines"),
         (patch("*** Add File:   "), "patch", "line 2: '*** Add File:' needs a path"),
-        (patch("*** Delete File: a", "*** Move to: b"), "patch", "line 3: '*** Move to:' must directly follow an '*** Update File:' header"),
+        (
+            patch("*** Delete File: a", "*** Move to: b"),
+            "patch",
+            "line 3: '*** Move to:' must directly follow an '*** Update File:' header",
+        ),
         (
             patch("*** Update File: a.txt", "@@", "-x", "*** End of File please"),
             "a.txt",

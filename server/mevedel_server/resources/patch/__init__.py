@@ -7,6 +7,16 @@ backing path, and hands ``ResolvedOperation`` values to
 addresses (``display``), never the backing paths.
 """
 
+from .apply import FileChange, PatchResult, ResolvedOperation, apply_file_operations
 from .format import FileOperation, Hunk, Patch, parse_patch
 
-__all__ = ["FileOperation", "Hunk", "Patch", "parse_patch"]
+__all__ = [
+    "FileChange",
+    "FileOperation",
+    "Hunk",
+    "Patch",
+    "PatchResult",
+    "ResolvedOperation",
+    "apply_file_operations",
+    "parse_patch",
+]
