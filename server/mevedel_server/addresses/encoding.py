@@ -19,6 +19,8 @@ _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 #: byte value -> its canonical spelling, built once.
 _BYTE_SPELLING: tuple[str, ...] = tuple(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in range(256))
 
+#: str.translate table for ASCII text: each character to its canonical spelling.
+_ASCII_SPELLING = {b: _BYTE_SPELLING[b] for b in range(128)}
 _ALL_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*").fullmatch
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]").search
 #: two hex digits (either case) -> the byte they escape, for every pair.
@@ -39,6 +41,8 @@ def encode_component(text: str) -> str:
     """
     if _ALL_UNRESERVED(text):
         return text
+    if text.isascii():
+        return text.translate(_ASCII_SPELLING)
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:

@@ -119,12 +119,14 @@ def parse_address(text: str) -> Address:
             _refuse_components(text, parts, parts)
         spelled = parts
     else:
-        parts, spelled = _components(text, rest, scheme == "mcp")
+        # skill:// respells its first component itself (NAME@DIGEST or an origin).
+        parts, spelled = _components(text, rest, scheme == "mcp", scheme != "skill")
     return _PARSERS[scheme](text, parts, spelled, fragment)
 
 
-def _components(text: str, rest: str, separators: bool) -> tuple[list[str], list[str]]:
-    """Decoded components and their canonical spellings."""
+def _components(text: str, rest: str, separators: bool, spell_first: bool) -> tuple[list[str], list[str]]:
+    """Decoded components and their canonical spellings (the first one left
+    as authored unless ``spell_first``)."""
     raws = rest.split("/")
     parts: list[str] = []
     spelled: list[str] = []
@@ -135,7 +137,7 @@ def _components(text: str, rest: str, separators: bool) -> tuple[list[str], list
             if not raw:
                 _refuse_components(text, [raw], [raw], index)
             value = decode_component(raw, text, index=index, separators=separators)
-            spelling = encode_component(value)
+            spelling = encode_component(value) if spell_first or index > 1 else raw
         if value == "." or value == "..":
             _refuse_components(text, [raw], [value], index)
         parts.append(value)
