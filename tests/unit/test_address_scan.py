@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mevedel_server.addresses import (
+    PUBLIC_SCHEMES,
+    SCHEMES,
     Address,
     AddressError,
     AddressSpan,
@@ -13,6 +17,7 @@ from mevedel_server.addresses import (
     classify_span,
     find_address_spans,
     find_addresses,
+    is_near_miss,
 )
 
 
@@ -106,3 +111,34 @@ def test_address_at_finds_the_token_under_the_offset():
     assert last is not None and last.text == "memory://root"
     assert address_at(document, -1) is None
     assert address_at(document, len(document) + 1) is None
+
+
+def osa_distance(a: str, b: str) -> int:
+    """Reference optimal-string-alignment distance, the textbook table."""
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) + 1):
+        table[i][0] = i
+    for j in range(len(b) + 1):
+        table[0][j] = j
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            table[i][j] = min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                table[i][j] = min(table[i][j], table[i - 2][j - 2] + 1)
+    return table[len(a)][len(b)]
+
+
+@settings(max_examples=300)
+@given(st.text(st.sampled_from("workmcpshardagenty+.-"), max_size=9))
+def test_near_miss_is_distance_at_most_two_from_a_scheme(scheme):
+    expected = scheme not in PUBLIC_SCHEMES and any(osa_distance(scheme, known) <= 2 for known in SCHEMES)
+    assert is_near_miss(scheme) is expected
+
+
+@pytest.mark.parametrize(
+    ("scheme", "near"),
+    [("wokr", True), ("wrk", True), ("worky", True), ("wxyk", True), ("wxyz", False), ("shaerd", True), ("sharedxyz", False)],
+)
+def test_near_miss_examples(scheme, near):
+    assert is_near_miss(scheme) is near

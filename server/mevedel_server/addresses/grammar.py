@@ -46,6 +46,8 @@ _SCHEME_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*").fullmatch
 KNOWN_PREFIXES = ", ".join(f"{scheme}://" for scheme in SCHEMES)
 
 _PLAIN = re.compile(r"[A-Za-z0-9._~/-]*").fullmatch
+#: Components that never name anything: empty (from "//"), "." and "..".
+_NOT_NAMES = frozenset({"", ".", ".."})
 _PLAIN_COMPONENT = re.compile(r"[A-Za-z0-9._~-]+").fullmatch
 _DIGEST = re.compile(r"[0-9a-f]{64}").fullmatch
 _ANY_CASE_DIGEST = re.compile(r"[0-9a-fA-F]{64}").fullmatch
@@ -115,7 +117,7 @@ def parse_address(text: str) -> Address:
     if _PLAIN(rest):
         # Common case: nothing to decode, every component already canonical.
         parts = rest.split("/") if rest else []
-        if "" in parts or "." in parts or ".." in parts:
+        if not _NOT_NAMES.isdisjoint(parts):
             _refuse_components(text, parts, parts)
         spelled = parts
     else:
