@@ -28,6 +28,9 @@ from .options import (
     validate_grep,
     validate_read,
 )
+from .patch import PatchResult
+from .patch_attempt import prepare_patch
+from .results import GlobResult, GrepResult, ReadResult
 
 _log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ def _request(operation: Operation, options: Options | None, authored: str) -> Re
 def prepare(operation: Operation, operand: str, options: Options | None, context: ResolverContext) -> Attempt:
     """Validate and resolve one operation; reads no resource content."""
     if operation is Operation.APPLY_PATCH:
-        raise AddressError(ErrorKind.UNSUPPORTED_OPERATION, "ApplyPatch", "ApplyPatch is not available in this build yet")
+        return prepare_patch(operand, options, context)
     address = parse_address(operand)
     address.require(operation)
     request = _request(operation, options, address.authored)
@@ -86,7 +89,7 @@ def prepare(operation: Operation, operand: str, options: Options | None, context
     return Attempt(operation, (facts,), prepared.run)
 
 
-async def execute(attempt: Attempt) -> object:
+async def execute(attempt: Attempt) -> ReadResult | GlobResult | GrepResult | PatchResult:
     """Run a prepared attempt once (blocking filesystem work runs in a thread)."""
     authored = attempt.facts[0].authored if attempt.facts else attempt.operation.value
     if attempt._spent:
