@@ -146,3 +146,13 @@ def test_artifact_completion_offers_logical_log_names(tmp_path):
     assert labels("artifact://", context) == ["artifact://executions/"]
     assert labels("artifact://executions/", context) == ["artifact://executions/run.log"]
     assert labels("artifact://executions/run.log.", context) == []
+
+
+def test_memory_root_descendants_and_exact_skill_descendants(context, tmp_path):
+    (tmp_path / "memory" / "topics").mkdir()
+    (tmp_path / "memory" / "style.md").write_text("s")
+    assert labels("memory://local-mevedel/", context) == ["memory://local-mevedel/style.md", "memory://local-mevedel/topics/"]
+    assert labels("memory://local-mevedel/st", context) == ["memory://local-mevedel/style.md"]
+    assert labels("memory://journal/", context) == []
+    (exact,) = labels("skill://review@", context)
+    assert labels(exact + "/", context) == [exact + "/SKILL.md"]

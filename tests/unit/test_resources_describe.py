@@ -61,3 +61,15 @@ def test_backing_file_returns_the_contained_file_only(context, tmp_path):
     (context.session_dir / "local" / "leak").symlink_to(tmp_path / "secret")
     assert backing_file("work://leak", context) is None
     assert backing_file("not an address", context) is None
+
+
+def test_describe_reads_no_content(context, monkeypatch):
+    import builtins
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("describe opened a file")
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    assert describe("work://notes.md", context).size == 5
+    assert describe("artifact://executions/old.log", context).status == "exists"

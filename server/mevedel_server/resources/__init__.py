@@ -12,6 +12,7 @@ from .context import MemoryRoot, ResolverContext, SkillRoot
 from .describe import Description, backing_file, describe
 from .docs_root import find_docs_root
 from .options import GlobOptions, GrepOptions, PatchOptions, ReadOptions
+from .patch import FileChange, PatchResult
 from .resolver import execute, prepare
 from .results import GlobResult, GrepMatch, GrepResult, ReadResult
 
@@ -20,6 +21,7 @@ __all__ = [
     "AuthorityFacts",
     "Candidate",
     "Description",
+    "FileChange",
     "GlobOptions",
     "GlobResult",
     "GrepMatch",
@@ -27,6 +29,7 @@ __all__ = [
     "GrepResult",
     "MemoryRoot",
     "PatchOptions",
+    "PatchResult",
     "ReadOptions",
     "ReadResult",
     "ResolverContext",
