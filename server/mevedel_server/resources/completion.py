@@ -16,7 +16,7 @@ from typing import Literal
 
 from ..addresses import parse_address
 from ..addresses.encoding import encode_component
-from ..addresses.model import SCHEMES, AddressError, Family
+from ..addresses.model import SCHEMES, AddressError
 from . import artifact, memory, mevedel_docs, skill, work
 from .containment import is_inside
 from .directory_index import DirectoryIndex

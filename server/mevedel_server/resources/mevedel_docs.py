@@ -11,7 +11,7 @@ from ..addresses.model import Address, AddressError, ErrorKind, Operation
 from .attempt import Prepared, Request
 from .containment import contain
 from .context import ResolverContext
-from .file_operations import fail, read_listing, run_located, search
+from .file_operations import read_listing, run_located, search
 from .tree import Located, SearchScope, Tree
 
 BASE = "mevedel://"
