@@ -1,0 +1,154 @@
+"""File checkpoints: pre-turn and post-turn content of tracked files.
+
+Content is addressed by SHA-256 and stored once as the logical artifact
+``file-history/<sha256>`` however many turns name it. A turn's capture is
+taken before its first mutation of the file; later captures in the same turn
+keep the first. A file that did not exist is an :class:`~.sidecar.Absent`
+marker, not a blob. When something may have changed a file without a capture
+(a shell command, an external tool), the turn records a *capture gap* with its
+reason: Rewind reports it and never claims to restore that path.
+
+:func:`restore_plan` is what Rewind and Redo read: the content every tracked
+file must get back to for a boundary, and the known gaps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+
+from .sidecar import Absent, FileSnapshot, FileState, Present, TurnFiles
+
+FILE_HISTORY_DIR = "file-history"
+_HISTORY_PATH = re.compile(r"^file-history/([0-9a-f]{64})$")
+GAP_REASON_LIMIT = 500
+
+
+class CaptureError(ValueError):
+    """A capture request that cannot be recorded (bad path or reason)."""
+
+
+def history_path(sha256: str) -> str:
+    """Logical path of the stored bytes with this digest."""
+    return f"{FILE_HISTORY_DIR}/{sha256}"
+
+
+def history_digest(logical: str) -> str | None:
+    match = _HISTORY_PATH.match(logical)
+    return match.group(1) if match else None
+
+
+def file_state(content: bytes | None) -> FileState:
+    if content is None:
+        return Absent()
+    return Present(sha256=hashlib.sha256(content).hexdigest(), size=len(content))
+
+
+def check_tracked_path(path: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise CaptureError("a tracked file path may not be empty")
+    if "\x00" in path or "\n" in path:
+        raise CaptureError(f"the tracked file path {path!r} contains a NUL or newline")
+    if len(path) > 4096:
+        raise CaptureError("the tracked file path is longer than 4096 characters")
+    return path
+
+
+@dataclass
+class TurnCapture:
+    """The file checkpoint being built by the turn in flight."""
+
+    turn: int
+    turn_id: str
+    files: dict[str, FileSnapshot] = field(default_factory=dict)
+
+    def capture(self, path: str, content: bytes | None, blobs: MutableMapping[str, bytes]) -> FileState | None:
+        """Record ``path``'s pre-turn content unless the turn already has a
+        capture or a gap for it. Returns the state now recorded (None for a
+        gap)."""
+        check_tracked_path(path)
+        existing = self.files.get(path)
+        if existing is not None:
+            return existing.pre
+        state = file_state(content)
+        if isinstance(state, Present):
+            blobs.setdefault(state.sha256, bytes(content))  # type: ignore[arg-type]
+        self.files[path] = FileSnapshot(pre=state)
+        return state
+
+    def gap(self, path: str, reason: str) -> bool:
+        """Record that ``path`` may change without a capture. A path already
+        captured keeps its capture (it was taken before any mutation).
+        Returns whether a gap was recorded."""
+        check_tracked_path(path)
+        reason = " ".join(reason.split()) if isinstance(reason, str) else ""
+        if not reason:
+            raise CaptureError("a capture gap needs a reason")
+        if len(reason) > GAP_REASON_LIMIT:
+            raise CaptureError(f"a capture gap reason is longer than {GAP_REASON_LIMIT} characters")
+        if path in self.files:
+            return False
+        self.files[path] = FileSnapshot(pre=None, gap=reason)
+        return True
+
+    def settle(self, current: Mapping[str, bytes | None], blobs: MutableMapping[str, bytes]) -> None:
+        """Record post-turn content for the tracked paths ``current`` names."""
+        unknown = sorted(set(current) - set(self.files))
+        if unknown:
+            raise CaptureError(f"post-turn content given for {', '.join(map(repr, unknown))}, which this turn does not track")
+        for path, content in current.items():
+            state = file_state(content)
+            if isinstance(state, Present):
+                blobs.setdefault(state.sha256, bytes(content))  # type: ignore[arg-type]
+            snapshot = self.files[path]
+            self.files[path] = FileSnapshot(pre=snapshot.pre, post=state, gap=snapshot.gap)
+
+    def record(self) -> TurnFiles:
+        return TurnFiles(turn=self.turn, turn_id=self.turn_id, files=dict(sorted(self.files.items())))
+
+    @classmethod
+    def from_record(cls, record: TurnFiles) -> TurnCapture:
+        return cls(record.turn, record.turn_id, dict(record.files))
+
+
+def referenced_digests(record: TurnFiles) -> set[str]:
+    found = set()
+    for snapshot in record.files.values():
+        for state in (snapshot.pre, snapshot.post):
+            if isinstance(state, Present):
+                found.add(state.sha256)
+    return found
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    #: Path -> the content it must have at the boundary.
+    restore: dict[str, FileState]
+    #: Path -> why its content at the boundary is unknown.
+    gaps: dict[str, str]
+
+    @property
+    def complete(self) -> bool:
+        return not self.gaps
+
+
+def restore_plan(turn_files: Sequence[TurnFiles], keep: int) -> RestorePlan:
+    """The file state after turn ``keep`` (``keep=0``: before the first
+    turn). Every path a later turn touched goes back to what the earliest
+    such turn found before it ran; a path whose earliest later record is a
+    gap is reported, not restored."""
+    restore: dict[str, FileState] = {}
+    gaps: dict[str, str] = {}
+    for record in sorted(turn_files, key=lambda r: r.turn):
+        if record.turn <= keep:
+            continue
+        for path, snapshot in record.files.items():
+            if path in restore or path in gaps:
+                continue
+            if snapshot.pre is None:
+                gaps[path] = snapshot.gap or "capture gap"
+            else:
+                restore[path] = snapshot.pre
+    return RestorePlan(restore, gaps)

@@ -1,0 +1,379 @@
+"""The closed, versioned session sidecar (logical artifact ``session.json``).
+
+The sidecar holds the session-wide state that is not transcript text: names,
+naming state, times, turn and segment counters, first/latest prompt previews,
+closed chats, fork and worktree lineage, attached artifacts, copied settings
+and the reconciliation flag. It stays small whatever the session's length, so
+listing reads one small record per session.
+
+The prompt index (rewind picker) and the per-turn file snapshots are closed
+record types of this module too, but live in append-only index pages
+(``index/prompts-NNNNNN.jsonl``, ``index/files-NNNNNN.jsonl``, stored like
+transcript parts) whose count the sidecar's :class:`Layout` records; a save
+then rewrites one small page instead of an index that grows with every turn.
+
+:func:`load_sidecar` accepts exactly :data:`SIDECAR_FORMAT_VERSION` and its
+complete shape; everything else raises :class:`SidecarError` with a kind,
+the reason and the version it observed, so a listing can show an *Inspect*
+row instead of guessing a session. All times are whole target seconds
+(integers): no float, and so no NaN or Infinity, is ever valid.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import unicodedata
+from typing import Annotated, Literal
+
+import msgspec
+
+from .errors import StoreError
+from .transcript import MAX_INTEGER, Seconds, SegmentNumber, SessionIdText, TurnId, TurnNumber
+
+SIDECAR_FORMAT_VERSION = 1
+SIDECAR_PATH = "session.json"
+
+PREVIEW_LIMIT = 200
+DISPLAY_NAME_LIMIT = 1000
+NAMING_INPUT_LIMIT = 2000
+
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+Size = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
+Preview = Annotated[str, msgspec.Meta(max_length=PREVIEW_LIMIT)]
+DisplayName = Annotated[str, msgspec.Meta(min_length=1, max_length=DISPLAY_NAME_LIMIT)]
+NamingInput = Annotated[str, msgspec.Meta(max_length=NAMING_INPUT_LIMIT)]
+Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+#: A tracked file: workspace-relative or target-absolute, never empty, no NUL.
+TrackedPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00\n]+$")]
+SettingKey = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
+SettingValue = Annotated[str, msgspec.Meta(max_length=4096)] | Annotated[int, msgspec.Meta(ge=-MAX_INTEGER, le=MAX_INTEGER)] | bool
+ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+CommitId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
+TargetPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00\n]+$")]
+WorkspaceIdText = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+class SidecarErrorKind(enum.Enum):
+    MISSING = "missing"
+    EMPTY = "empty"
+    TRUNCATED = "truncated"
+    MALFORMED = "malformed"
+    NON_FINITE = "non-finite"
+    NOT_AN_OBJECT = "not-an-object"
+    MISSING_VERSION = "missing-version"
+    UNSUPPORTED_VERSION = "unsupported-version"
+    UNKNOWN_FIELD = "unknown-field"
+    MISSING_FIELD = "missing-field"
+    WRONG_TYPE = "wrong-type"
+    INVALID_VALUE = "invalid-value"
+
+
+class SidecarError(StoreError):
+    """The bytes are not a current-version sidecar."""
+
+    def __init__(self, kind: SidecarErrorKind, reason: str, observed_version: object = None) -> None:
+        super().__init__(f"{SIDECAR_PATH}: {reason}")
+        self.kind = kind
+        self.reason = reason
+        #: The ``format_version`` the bytes claimed, when they claimed one.
+        self.observed_version = observed_version
+
+
+class NamingState(enum.Enum):
+    PENDING = "pending"
+    ATTEMPTED = "attempted"
+    EXPLICIT = "explicit"
+
+
+class ForkType(enum.Enum):
+    CONVERSATION = "conversation"
+    WORKTREE = "worktree"
+
+
+class _Closed(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    pass
+
+
+class Present(_Closed, tag_field="state", tag="present", kw_only=True):
+    """A file's content, stored as ``file-history/<sha256>``."""
+
+    sha256: Sha256
+    size: Size
+
+
+class Absent(_Closed, tag_field="state", tag="absent", kw_only=True):
+    """The file did not exist."""
+
+
+FileState = Present | Absent
+
+
+class FileSnapshot(_Closed, kw_only=True):
+    """One tracked file in one turn.
+
+    ``pre`` is the content before the turn's first mutation, ``None`` only
+    when the turn recorded a capture gap instead (``gap`` is its reason).
+    ``post`` is the content at settlement, ``None`` while the turn is in
+    flight or when the caller could not say.
+    """
+
+    pre: FileState | None
+    post: FileState | None = None
+    gap: Reason | None = None
+
+    def __post_init__(self) -> None:
+        if (self.pre is None) == (self.gap is None):
+            raise ValueError("a file snapshot has either a pre-turn capture or a capture gap, never both or neither")
+
+
+class TurnFiles(_Closed, kw_only=True):
+    """The file checkpoint of one turn that captured or gapped files."""
+
+    turn: TurnNumber
+    turn_id: TurnId
+    files: dict[TrackedPath, FileSnapshot]
+
+
+class PromptEntry(_Closed, kw_only=True):
+    turn: TurnNumber
+    segment: SegmentNumber
+    turn_id: TurnId
+    preview: Preview
+    at: Seconds
+
+
+class Chapter(_Closed, kw_only=True):
+    """A chat closed by ``/clear``."""
+
+    last_segment: SegmentNumber
+    #: The chat's title when it closed; None under an explicit name.
+    title: DisplayName | None
+    closed_at: Seconds
+
+
+class ForkOrigin(_Closed, kw_only=True):
+    fork_type: ForkType
+    session_id: SessionIdText
+    turn: Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
+    fork_point_id: TurnId | None
+
+
+class WorktreeOrigin(_Closed, kw_only=True):
+    source_root: TargetPath
+    directory: TargetPath
+    branch: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
+    base_commit: CommitId
+
+
+class Layout(_Closed, kw_only=True):
+    """How many stored parts each append-only log has (see
+    :class:`~.transcript.LineLog`): a reader knows exactly which logical
+    paths make up the committed conversation."""
+
+    #: Parts of segments 1, 2, ... current_segment.
+    segment_parts: list[Annotated[int, msgspec.Meta(ge=1, le=999999)]]
+    prompt_pages: Annotated[int, msgspec.Meta(ge=0, le=999999)]
+    file_pages: Annotated[int, msgspec.Meta(ge=0, le=999999)]
+
+
+class Sidecar(_Closed, kw_only=True):
+    format_version: Literal[1] = SIDECAR_FORMAT_VERSION
+    session_id: SessionIdText
+    workspace_id: WorkspaceIdText
+    #: None: the session displays its ID.
+    display_name: DisplayName | None = None
+    naming_state: NamingState = NamingState.PENDING
+    #: The bounded authored input of an automatic naming attempt.
+    naming_input: NamingInput | None = None
+    created_at: Seconds
+    updated_at: Seconds
+    current_segment: SegmentNumber = 1
+    #: Settled turns; each has one prompt index entry.
+    total_turn_count: Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)] = 0
+    #: The turn begun but not settled when this was written (its prompt is
+    #: the last prompt index entry, one beyond ``total_turn_count``).
+    in_flight_turn: TurnId | None = None
+    #: Entries of the file snapshots index (turns that captured or gapped).
+    file_snapshot_count: Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)] = 0
+    layout: Layout
+    chapters: list[Chapter] = []
+    fork: ForkOrigin | None = None
+    worktree: WorktreeOrigin | None = None
+    attached_artifacts: list[ArtifactId] = []
+    settings: dict[SettingKey, SettingValue] = {}
+    #: The next turn must carry the reconciliation reminder.
+    reconciliation_pending: bool = False
+    first_user_message: Preview | None = None
+    latest_user_message: Preview | None = None
+
+    def __post_init__(self) -> None:
+        _check_sidecar(self)
+
+    @property
+    def prompt_count(self) -> int:
+        return self.total_turn_count + (self.in_flight_turn is not None)
+
+
+def _check_sidecar(s: Sidecar) -> None:
+    if s.updated_at < s.created_at:
+        raise ValueError("updated_at is earlier than created_at")
+    if s.naming_input is not None and s.naming_state is not NamingState.ATTEMPTED:
+        raise ValueError("only an attempted name may carry naming_input")
+    if s.naming_state is NamingState.EXPLICIT and s.display_name is None:
+        raise ValueError("an explicit name needs a display_name")
+    if len(s.layout.segment_parts) != s.current_segment:
+        raise ValueError("layout.segment_parts does not list every segment up to current_segment")
+    if (s.prompt_count == 0) != (s.layout.prompt_pages == 0):
+        raise ValueError("layout.prompt_pages disagrees with the prompt count")
+    if (s.file_snapshot_count == 0) != (s.layout.file_pages == 0):
+        raise ValueError("layout.file_pages disagrees with file_snapshot_count")
+    if s.file_snapshot_count > s.prompt_count:
+        raise ValueError("file_snapshot_count exceeds the number of turns")
+    if (s.prompt_count == 0) != (s.first_user_message is None) or (s.first_user_message is None) != (
+        s.latest_user_message is None
+    ):
+        raise ValueError("first/latest user message previews disagree with the prompt count")
+    last = 0
+    for chapter in s.chapters:
+        if chapter.last_segment <= last or chapter.last_segment >= s.current_segment:
+            raise ValueError("chapters are out of order or do not precede current_segment")
+        last = chapter.last_segment
+    if len(set(s.attached_artifacts)) != len(s.attached_artifacts):
+        raise ValueError("attached_artifacts repeats an id")
+
+
+_NON_FINITE_TOKEN = re.compile(rb"(?<![A-Za-z\"])(?:-?Infinity|NaN)(?![A-Za-z\"])")
+_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+def encode_sidecar(sidecar: Sidecar) -> bytes:
+    return _encoder.encode(sidecar) + b"\n"
+
+
+_FIELDS = frozenset(Sidecar.__struct_fields__)
+
+
+def load_sidecar(data: bytes) -> Sidecar:
+    """Decode exactly the current sidecar version and its complete shape
+    (every field present, none unknown), or raise SidecarError."""
+    if not data.strip():
+        raise SidecarError(SidecarErrorKind.EMPTY, "the sidecar is empty")
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.ValidationError as exc:
+        raise SidecarError(SidecarErrorKind.NON_FINITE, f"contains a number out of range ({exc})") from None
+    except msgspec.DecodeError as exc:
+        message = str(exc)
+        if "truncated" in message:
+            raise SidecarError(SidecarErrorKind.TRUNCATED, "the sidecar is truncated") from None
+        if _NON_FINITE_TOKEN.search(data):
+            raise SidecarError(SidecarErrorKind.NON_FINITE, "contains a non-finite number (NaN or Infinity)") from None
+        raise SidecarError(SidecarErrorKind.MALFORMED, f"the sidecar is not valid JSON ({message})") from None
+    if not isinstance(raw, dict):
+        raise SidecarError(SidecarErrorKind.NOT_AN_OBJECT, "the sidecar is not a JSON object")
+    if "format_version" not in raw:
+        raise SidecarError(SidecarErrorKind.MISSING_VERSION, "the sidecar has no format_version")
+    found = raw["format_version"]
+    if type(found) is not int or found != SIDECAR_FORMAT_VERSION:
+        raise SidecarError(
+            SidecarErrorKind.UNSUPPORTED_VERSION,
+            f"format_version {found!r} is not the supported version {SIDECAR_FORMAT_VERSION}",
+            found,
+        )
+    missing = sorted(_FIELDS - raw.keys())
+    if missing:
+        raise SidecarError(SidecarErrorKind.MISSING_FIELD, f"missing field(s) {', '.join(missing)}", found)
+    try:
+        return msgspec.convert(raw, Sidecar, strict=True)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        raise SidecarError(_classify(message), message, found) from None
+
+
+_prompt_decoder = msgspec.json.Decoder(PromptEntry, strict=True)
+_files_decoder = msgspec.json.Decoder(TurnFiles, strict=True)
+_line_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+def prompt_page_path(page: int) -> str:
+    return f"index/prompts-{page:06d}.jsonl"
+
+
+def file_page_path(page: int) -> str:
+    return f"index/files-{page:06d}.jsonl"
+
+
+def encode_index_line(entry: PromptEntry | TurnFiles) -> bytes:
+    return _line_encoder.encode(entry) + b"\n"
+
+
+def decode_prompt_line(line: bytes) -> PromptEntry:
+    return _prompt_decoder.decode(line)
+
+
+def decode_files_line(line: bytes) -> TurnFiles:
+    return _files_decoder.decode(line)
+
+
+def _classify(message: str) -> SidecarErrorKind:
+    if "unknown field" in message:
+        return SidecarErrorKind.UNKNOWN_FIELD
+    if "missing required field" in message:
+        return SidecarErrorKind.MISSING_FIELD
+    if message.startswith("Expected `") and "`, got `" in message:
+        return SidecarErrorKind.WRONG_TYPE
+    return SidecarErrorKind.INVALID_VALUE
+
+
+# Display names and previews -------------------------------------------------
+
+GENERATED_TITLE_WORDS = 4
+GENERATED_TITLE_CHARS = 60
+#: Format characters that join emoji sequences and scripts; every other
+#: format character (bidi overrides, invisible separators) is refused.
+_JOINERS = {"\u200c", "\u200d"}
+
+
+class NameRefused(ValueError):
+    """A display name that cannot be used; the message says why."""
+
+
+def normalize_display_name(text: str) -> str:
+    """Collapse every whitespace run to one space, trim, and refuse names
+    that are empty, too long or hold characters a person cannot read."""
+    if not isinstance(text, str):
+        raise NameRefused("a session name must be text")
+    name = " ".join(text.split())
+    if not name:
+        raise NameRefused("a session name may not be empty or only whitespace")
+    for char in name:
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cs", "Co", "Cn") or (category == "Cf" and char not in _JOINERS):
+            raise NameRefused(f"a session name may not contain the unreadable character U+{ord(char):04X}")
+    if len(name) > DISPLAY_NAME_LIMIT:
+        raise NameRefused(f"a session name is limited to {DISPLAY_NAME_LIMIT} characters")
+    return name
+
+
+def bound_generated_title(text: str) -> str:
+    """An automatic title within the naming limits: at most four words and
+    sixty characters, cut at a word boundary when one fits."""
+    words = normalize_display_name(text).split(" ")[:GENERATED_TITLE_WORDS]
+    title = " ".join(words)
+    while len(title) > GENERATED_TITLE_CHARS and len(words) > 1:
+        words.pop()
+        title = " ".join(words)
+    return title[:GENERATED_TITLE_CHARS].rstrip()
+
+
+def bound_naming_input(text: str) -> str:
+    return text[:NAMING_INPUT_LIMIT]
+
+
+def preview_of(text: str) -> str:
+    """One line of at most :data:`PREVIEW_LIMIT` characters for pickers."""
+    line = " ".join(text.split())
+    if len(line) <= PREVIEW_LIMIT:
+        return line
+    return line[: PREVIEW_LIMIT - 1].rstrip() + "…"

@@ -1,0 +1,777 @@
+"""The live conversation of one session: a pure state machine over its
+transcript segments, prompt index, file checkpoints and sidecar.
+
+Nothing here touches storage. A :class:`Conversation` turns each mutation
+into records and produces :class:`SaveCandidate` snapshots (logical path ->
+bytes) for the publication layer; it consumes the committed snapshot's bytes
+through :meth:`Conversation.restore`. Times are whole target seconds the
+caller read from the target clock.
+
+A turn: :meth:`~Conversation.begin_turn` reserves its identity and records
+the prompt before any tool runs; :meth:`~Conversation.capture_file` and
+:meth:`~Conversation.capture_gap` record pre-turn file state before the first
+mutation; :meth:`~Conversation.append` adds responses, reasoning, tool calls
+and results, and mail; :meth:`~Conversation.settle` ends it as completed,
+errored or interrupted. :meth:`~Conversation.checkpoint` saves an unfinished
+turn without settling it, and :meth:`~Conversation.resume` settles a turn
+that was in flight when the session was last saved as interrupted.
+
+Candidates and the committed projection: a candidate built by
+:meth:`~Conversation.artifacts_for_save` carries the complete snapshot and,
+in ``changed``, only the artifacts that differ from the last committed
+candidate (unchanged artifacts are the very same ``bytes`` objects). The
+owner publishes one candidate at a time and reports success with
+:meth:`~Conversation.mark_committed`. Sidecar-only writes (rename) use the
+committed conversation fields, never live ones whose transcript is not
+durable yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from .checkpoints import CaptureError, TurnCapture, history_digest, history_path, referenced_digests
+from .errors import StoreError
+from .sidecar import (
+    SIDECAR_PATH,
+    Chapter,
+    ForkOrigin,
+    Layout,
+    NamingState,
+    NameRefused,
+    PromptEntry,
+    Sidecar,
+    SidecarError,
+    TurnFiles,
+    WorktreeOrigin,
+    bound_generated_title,
+    bound_naming_input,
+    decode_files_line,
+    decode_prompt_line,
+    encode_index_line,
+    encode_sidecar,
+    file_page_path,
+    load_sidecar,
+    normalize_display_name,
+    preview_of,
+    prompt_page_path,
+)
+from .transcript import (
+    EVIDENCE_TYPES,
+    TRANSCRIPT_FORMAT_VERSION,
+    Evidence,
+    LineLog,
+    Outcome,
+    Prompt,
+    Record,
+    SegmentClose,
+    SegmentClosing,
+    SegmentError,
+    SegmentHeader,
+    SegmentOpening,
+    Settle,
+    Summary,
+    ToolCall,
+    ToolResult,
+    TranscriptError,
+    TurnBegin,
+    check_order,
+    decode_lines,
+    encode_line,
+    is_turn_id,
+    parse_segment_part,
+    segment_name,
+    segment_part_path,
+)
+
+RESUME_REASON = "the session was resumed while this turn was in flight"
+
+#: Sidecar fields that belong to the committed conversation: a sidecar-only
+#: write takes them from the last committed candidate.
+ROOT_PROJECTION = (
+    "current_segment",
+    "total_turn_count",
+    "in_flight_turn",
+    "file_snapshot_count",
+    "layout",
+    "chapters",
+    "first_user_message",
+    "latest_user_message",
+)
+DISPLAY_FIELDS = ("display_name", "naming_state", "naming_input")
+
+
+class ConversationError(StoreError):
+    """An operation the conversation's current state does not allow."""
+
+
+class ContentError(StoreError):
+    """Restored bytes do not form a consistent conversation."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class OpenTurn:
+    turn_id: str
+    turn: int
+    segment: int
+    #: This turn's request must carry the reconciliation reminder.
+    reminder: bool
+
+
+@dataclass(frozen=True)
+class SaveCandidate:
+    """One snapshot to publish."""
+
+    #: Every logical path of the session's conversation state.
+    artifacts: Mapping[str, bytes]
+    #: The subset that differs from the last committed candidate; publishing
+    #: just these over the committed manifest gives the same snapshot.
+    changed: Mapping[str, bytes]
+    sidecar: Sidecar
+    #: "full" (conversation and sidecar) or "sidecar" (metadata only).
+    kind: str
+
+    @property
+    def unchanged(self) -> bool:
+        return not self.changed
+
+
+@dataclass
+class _Segment:
+    records: list[Record]
+    log: LineLog
+
+    def add(self, record: Record) -> None:
+        self.log.append(encode_line(record))
+        self.records.append(record)
+
+
+def _new_turn_id() -> str:
+    return secrets.token_hex(8)
+
+
+@dataclass
+class _Live:
+    """Mutable state of the turn in flight."""
+
+    turn: OpenTurn
+    calls: set[str] = field(default_factory=set)
+    capture: TurnCapture | None = None
+
+
+class Conversation:
+    """Use :meth:`new` or :meth:`restore`."""
+
+    def __init__(self, sidecar: Sidecar, *, turn_ids: Callable[[], str] = _new_turn_id) -> None:
+        self._sidecar = sidecar
+        self._turn_ids = turn_ids
+        self._segments: list[_Segment] = []
+        self._prompt_log = LineLog()
+        self._prompts: list[PromptEntry] = []
+        self._file_log = LineLog()
+        self._files: list[TurnFiles] = []
+        self._capture_logged = False
+        self._blobs: dict[str, bytes] = {}
+        self._live: _Live | None = None
+        self._committed: SaveCandidate | None = None
+        self._sidecar_cache: tuple[Sidecar, bytes] | None = None
+        self._known_ids: set[str] = set()
+
+    # Construction ---------------------------------------------------------
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        session_id: str,
+        workspace_id: str,
+        at: int,
+        display_name: str | None = None,
+        fork: ForkOrigin | None = None,
+        worktree: WorktreeOrigin | None = None,
+        settings: Mapping[str, str | int | bool] | None = None,
+        attached_artifacts: Sequence[str] = (),
+        turn_ids: Callable[[], str] = _new_turn_id,
+    ) -> Conversation:
+        """A fresh, unmaterialized conversation. A ``display_name`` given at
+        creation is explicit; otherwise the session displays its ID."""
+        name = normalize_display_name(display_name) if display_name is not None else None
+        try:
+            sidecar = Sidecar(
+                session_id=session_id,
+                workspace_id=workspace_id,
+                display_name=name,
+                naming_state=NamingState.EXPLICIT if name else NamingState.PENDING,
+                created_at=at,
+                updated_at=at,
+                layout=Layout(segment_parts=[1], prompt_pages=0, file_pages=0),
+                fork=fork,
+                worktree=worktree,
+                settings=dict(settings or {}),
+                attached_artifacts=list(attached_artifacts),
+            )
+            # Construction does not check field constraints; a round trip does.
+            sidecar = load_sidecar(encode_sidecar(sidecar))
+        except SidecarError as exc:
+            raise ConversationError(f"cannot create session {session_id}: {exc.reason}") from None
+        except ValueError as exc:
+            raise ConversationError(f"cannot create session {session_id}: {exc}") from None
+        conversation = cls(sidecar, turn_ids=turn_ids)
+        conversation._open_segment(SegmentOpening.START, at)
+        return conversation
+
+    @classmethod
+    def restore(cls, artifacts: Mapping[str, bytes], *, turn_ids: Callable[[], str] = _new_turn_id) -> Conversation:
+        """The conversation a committed snapshot holds, checked for
+        consistency. No repair happens here (read-only inspection uses it
+        too); :meth:`resume` performs the resume repairs. Raises
+        :class:`SidecarError` for a sidecar that is not the current format
+        and :class:`ContentError` for anything else inconsistent."""
+        data = artifacts.get(SIDECAR_PATH)
+        if data is None:
+            raise ContentError(SIDECAR_PATH, "the snapshot has no sidecar")
+        sidecar = load_sidecar(data)
+        conversation = cls(sidecar, turn_ids=turn_ids)
+        try:
+            _Restorer(conversation, artifacts).run()
+        except SegmentError as exc:
+            where = f"{exc.label} line {exc.line}" if exc.line is not None else exc.label
+            raise ContentError(where, exc.reason) from None
+        conversation._sidecar_cache = (sidecar, data)
+        conversation._committed = SaveCandidate(dict(artifacts), {}, sidecar, "full")
+        return conversation
+
+    # Reading --------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return self._sidecar.session_id
+
+    @property
+    def sidecar(self) -> Sidecar:
+        """The live sidecar (including state not yet committed)."""
+        self._sync()
+        return self._sidecar
+
+    @property
+    def committed_sidecar(self) -> Sidecar | None:
+        return self._committed.sidecar if self._committed else None
+
+    @property
+    def open_turn(self) -> OpenTurn | None:
+        return self._live.turn if self._live else None
+
+    @property
+    def current_segment(self) -> int:
+        return len(self._segments)
+
+    def records(self, segment: int | None = None) -> Sequence[Record]:
+        """The records of ``segment`` (default: the live one)."""
+        number = segment or len(self._segments)
+        if not 1 <= number <= len(self._segments):
+            raise ConversationError(f"session {self.session_id} has no segment {number}")
+        return tuple(self._segments[number - 1].records)
+
+    def prompt_index(self) -> list[PromptEntry]:
+        return list(self._prompts)
+
+    def file_snapshots(self) -> list[TurnFiles]:
+        """Every turn's file checkpoint, the one in flight included."""
+        self._sync()
+        return list(self._files)
+
+    def file_content(self, sha256: str) -> bytes | None:
+        return self._blobs.get(sha256)
+
+    # Turns ----------------------------------------------------------------
+
+    def begin_turn(self, prompt: str, *, at: int) -> str:
+        """Reserve the next turn's identity and record its prompt."""
+        if self._live is not None:
+            raise ConversationError(f"turn {self._live.turn.turn} is still in flight; settle it before beginning another")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConversationError("an empty prompt starts no turn")
+        at = self._time(at)
+        turn_id = self._fresh_turn_id()
+        turn = len(self._prompts) + 1
+        segment = len(self._segments)
+        reminder = self._sidecar.reconciliation_pending
+        begin = TurnBegin(turn_id=turn_id, turn=turn, at=at, reminder=reminder)
+        prompt_record = Prompt(turn_id=turn_id, text=prompt)
+        # Encode both before changing anything, so a bad prompt changes nothing.
+        lines = [encode_line(begin), encode_line(prompt_record)]
+        current = self._segments[-1]
+        for record, line in zip((begin, prompt_record), lines):
+            current.log.append(line)
+            current.records.append(record)
+        entry = PromptEntry(turn=turn, segment=segment, turn_id=turn_id, preview=preview_of(prompt), at=at)
+        self._prompts.append(entry)
+        self._prompt_log.append(encode_index_line(entry))
+        self._known_ids.add(turn_id)
+        self._live = _Live(OpenTurn(turn_id, turn, segment, reminder))
+        self._update(
+            at,
+            in_flight_turn=turn_id,
+            reconciliation_pending=False,
+            first_user_message=self._prompts[0].preview,
+            latest_user_message=entry.preview,
+        )
+        return turn_id
+
+    def capture_file(self, path: str, content: bytes | None) -> None:
+        """Record ``path``'s content before this turn first mutates it
+        (``None``: the file does not exist). A second capture of the same
+        path in the same turn keeps the first."""
+        live = self._require_turn("capture a file")
+        if content is not None and not isinstance(content, (bytes, bytearray, memoryview)):
+            raise ConversationError("captured content must be bytes or None")
+        try:
+            self._capture(live).capture(path, None if content is None else bytes(content), self._blobs)
+        except CaptureError as exc:
+            raise ConversationError(str(exc)) from None
+
+    def capture_gap(self, path: str, reason: str) -> None:
+        """Record that ``path`` may change in this turn without a capture."""
+        live = self._require_turn("record a capture gap")
+        try:
+            self._capture(live).gap(path, reason)
+        except CaptureError as exc:
+            raise ConversationError(str(exc)) from None
+
+    def append(self, record: Evidence) -> None:
+        """Add a response, reasoning, tool call, tool result or mail record
+        to the turn in flight."""
+        live = self._require_turn("append a record")
+        if not isinstance(record, EVIDENCE_TYPES):
+            raise ConversationError(f"a {type(record).__name__} cannot be appended to a turn")
+        if record.turn_id != live.turn.turn_id:
+            raise ConversationError(f"the record names turn {record.turn_id}, but turn {live.turn.turn_id} is in flight")
+        if isinstance(record, ToolCall):
+            if record.call_id in live.calls:
+                raise ConversationError(f"tool call {record.call_id} was already recorded in this turn")
+        if isinstance(record, ToolResult) and record.call_id not in live.calls:
+            raise ConversationError(f"a result for tool call {record.call_id}, which this turn never made")
+        try:
+            self._segments[-1].add(record)
+        except TranscriptError as exc:
+            raise ConversationError(str(exc)) from None
+        if isinstance(record, ToolCall):
+            live.calls.add(record.call_id)
+
+    def settle(
+        self,
+        outcome: Outcome,
+        *,
+        at: int,
+        current: Mapping[str, bytes | None] | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """End the turn in flight. ``current`` gives the post-turn content of
+        tracked files (None: absent); a tracked file it omits keeps an
+        unknown post-turn state."""
+        live = self._require_turn("settle a turn")
+        outcome = Outcome(outcome)
+        at = self._time(at)
+        current = dict(current or {})
+        if current and live.capture is None:
+            raise ConversationError(f"post-turn content given for {', '.join(map(repr, sorted(current)))}, which this turn does not track")
+        if live.capture is not None:
+            try:
+                live.capture.settle(current, self._blobs)
+            except CaptureError as exc:
+                raise ConversationError(str(exc)) from None
+        try:
+            self._segments[-1].add(Settle(turn_id=live.turn.turn_id, outcome=outcome, at=at, reason=reason))
+        except TranscriptError as exc:
+            raise ConversationError(str(exc)) from None
+        self._sync()
+        self._live = None
+        self._capture_logged = False
+        changes: dict = dict(in_flight_turn=None, total_turn_count=self._sidecar.total_turn_count + 1)
+        if outcome is Outcome.INTERRUPTED:
+            changes["reconciliation_pending"] = True
+        self._update(at, **changes)
+
+    def resume(self, *, at: int, current: Mapping[str, bytes | None] | None = None) -> bool:
+        """Resume repairs after acquiring the session: a turn that was in
+        flight becomes interrupted, and the next turn carries the
+        reconciliation reminder. Returns whether a turn was interrupted."""
+        interrupted = self._live is not None
+        if interrupted:
+            self.settle(Outcome.INTERRUPTED, at=at, current=current, reason=RESUME_REASON)
+        self._update(self._time(at), reconciliation_pending=True)
+        return interrupted
+
+    # Segments ---------------------------------------------------------------
+
+    def rotate_segment(self, summary: str, *, at: int) -> int:
+        """Compaction: close the live segment and open the next one with
+        ``summary``. Returns the new segment number."""
+        self._require_settled("compact")
+        if not isinstance(summary, str) or not summary.strip():
+            raise ConversationError("compaction needs a non-empty summary")
+        if not any(isinstance(r, TurnBegin) for r in self._segments[-1].records):
+            raise ConversationError("the live segment has no turn to compact")
+        at = self._time(at)
+        previous = len(self._segments)
+        summary_record = Summary(summarized_segment=previous, text=summary, at=at)
+        summary_line = encode_line(summary_record)  # fail before any change
+        self._segments[-1].add(SegmentClose(reason=SegmentClosing.COMPACTION, at=at))
+        self._open_segment(SegmentOpening.COMPACTION, at)
+        self._segments[-1].log.append(summary_line)
+        self._segments[-1].records.append(summary_record)
+        self._update(at, current_segment=previous + 1)
+        return previous + 1
+
+    def clear(self, *, at: int) -> int:
+        """/clear: close the current chat as a chapter and open a new
+        segment. An automatic name becomes pending again (the title stays
+        until a new one arrives); an explicit name survives."""
+        self._require_settled("clear")
+        if not self._chat_has_turns():
+            raise ConversationError("the current chat has no turns to clear")
+        at = self._time(at)
+        sidecar = self._sidecar
+        previous = len(self._segments)
+        explicit = sidecar.naming_state is NamingState.EXPLICIT
+        chapter = Chapter(last_segment=previous, title=None if explicit else sidecar.display_name, closed_at=at)
+        self._segments[-1].add(SegmentClose(reason=SegmentClosing.CLEAR, at=at))
+        self._open_segment(SegmentOpening.CLEAR, at)
+        changes: dict = dict(current_segment=previous + 1, chapters=[*sidecar.chapters, chapter])
+        if not explicit:
+            changes.update(naming_state=NamingState.PENDING, naming_input=None)
+        self._update(at, **changes)
+        return previous + 1
+
+    # Names ----------------------------------------------------------------
+
+    def rename(self, new_name: str) -> SaveCandidate | None:
+        """Give the session an explicit display name. Returns the
+        display-only candidate to publish, or None while nothing is
+        committed (the name then goes out with the first save)."""
+        try:
+            name = normalize_display_name(new_name)
+        except NameRefused as exc:
+            raise ConversationError(str(exc)) from None
+        self._replace(display_name=name, naming_state=NamingState.EXPLICIT, naming_input=None)
+        return self.display_candidate()
+
+    def note_naming_attempt(self, authored_input: str) -> None:
+        """An automatic title request is about to run: pending becomes
+        attempted, recording its bounded input."""
+        if self._sidecar.naming_state is not NamingState.PENDING:
+            raise ConversationError(f"automatic naming is {self._sidecar.naming_state.value}, not pending")
+        self._replace(naming_state=NamingState.ATTEMPTED, naming_input=bound_naming_input(authored_input))
+
+    def apply_generated_title(self, title: str) -> str:
+        """Install an automatic title (bounded to four words and sixty
+        characters). Refused under an explicit name."""
+        if self._sidecar.naming_state is NamingState.EXPLICIT:
+            raise ConversationError("the session has an explicit name; an automatic title does not replace it")
+        try:
+            bounded = bound_generated_title(title)
+        except NameRefused as exc:
+            raise ConversationError(str(exc)) from None
+        self._replace(display_name=bounded, naming_state=NamingState.ATTEMPTED)
+        return bounded
+
+    # Saving ---------------------------------------------------------------
+
+    def artifacts_for_save(self) -> SaveCandidate | None:
+        """The complete snapshot of the live conversation, or None for a
+        conversation that has nothing to save (never materialized, no turn)."""
+        if self._committed is None and not self._prompts and len(self._segments) == 1:
+            return None
+        self._sync()
+        artifacts: dict[str, bytes] = {SIDECAR_PATH: self._encoded_sidecar(self._sidecar)}
+        for number, segment in enumerate(self._segments, start=1):
+            for part, data in enumerate(segment.log.parts(), start=1):
+                artifacts[segment_part_path(number, part)] = data
+        for page, data in enumerate(self._prompt_log.parts(), start=1):
+            artifacts[prompt_page_path(page)] = data
+        for page, data in enumerate(self._file_log.parts(), start=1):
+            artifacts[file_page_path(page)] = data
+        for digest, data in self._blobs.items():
+            artifacts[history_path(digest)] = data
+        if self._committed is not None:
+            # Paths of the committed snapshot this model does not produce
+            # (other owners' artifacts) stay as they are.
+            for logical, data in self._committed.artifacts.items():
+                artifacts.setdefault(logical, data)
+        return self._candidate(artifacts, self._sidecar, "full")
+
+    def checkpoint(self) -> SaveCandidate:
+        """Save the unfinished turn in flight without settling it."""
+        self._require_turn("checkpoint")
+        candidate = self.artifacts_for_save()
+        assert candidate is not None  # a turn in flight has a prompt
+        return candidate
+
+    def display_candidate(self) -> SaveCandidate | None:
+        """A sidecar-only candidate: the committed sidecar with the live
+        display metadata. None while nothing is committed."""
+        if self._committed is None:
+            return None
+        committed = self._committed.sidecar
+        sidecar = msgspec.structs.replace(committed, **{name: getattr(self._sidecar, name) for name in DISPLAY_FIELDS})
+        artifacts = dict(self._committed.artifacts)
+        artifacts[SIDECAR_PATH] = self._encoded_sidecar(sidecar)
+        return self._candidate(artifacts, sidecar, "sidecar")
+
+    def mark_committed(self, candidate: SaveCandidate) -> None:
+        """``candidate``'s publication committed: it is now the baseline for
+        ``changed`` and for sidecar-only writes."""
+        if candidate.sidecar.session_id != self.session_id:
+            raise ConversationError(f"the candidate belongs to session {candidate.sidecar.session_id}")
+        self._committed = candidate
+
+    # Internals --------------------------------------------------------------
+
+    def _candidate(self, artifacts: dict[str, bytes], sidecar: Sidecar, kind: str) -> SaveCandidate:
+        base = self._committed.artifacts if self._committed else {}
+        changed = {logical: data for logical, data in artifacts.items() if base.get(logical) is not data}
+        # Equal bytes in a different object are unchanged too (cheap: the
+        # identity test above already settled almost every path).
+        changed = {logical: data for logical, data in changed.items() if base.get(logical) != data}
+        return SaveCandidate(artifacts, changed, sidecar, kind)
+
+    def _encoded_sidecar(self, sidecar: Sidecar) -> bytes:
+        cached = self._sidecar_cache
+        if cached is not None and cached[0] == sidecar:
+            return cached[1]
+        data = encode_sidecar(sidecar)
+        self._sidecar_cache = (sidecar, data)
+        return data
+
+    def _open_segment(self, opened_by: SegmentOpening, at: int) -> None:
+        number = len(self._segments) + 1
+        segment_name(number)  # refuses a number beyond the naming range
+        segment = _Segment([], LineLog())
+        segment.add(SegmentHeader(format_version=TRANSCRIPT_FORMAT_VERSION, session_id=self.session_id, segment=number, opened_at=at, opened_by=opened_by))
+        self._segments.append(segment)
+
+    def _capture(self, live: _Live) -> TurnCapture:
+        if live.capture is None:
+            live.capture = TurnCapture(live.turn.turn, live.turn.turn_id)
+        return live.capture
+
+    def _sync(self) -> None:
+        """Bring the sidecar's counts and layout up to date."""
+        self._replace()
+
+    def _replace(self, **changes) -> None:
+        """Apply ``changes`` to the sidecar together with the current counts
+        and layout, writing the in-flight file checkpoint into its index."""
+        live = self._live
+        if live is not None and live.capture is not None and live.capture.files:
+            record = live.capture.record()
+            if not self._capture_logged:
+                self._files.append(record)
+                self._file_log.append(encode_index_line(record))
+                self._capture_logged = True
+            elif self._files[-1] != record:
+                self._files[-1] = record
+                self._file_log.replace_last(encode_index_line(record))
+        layout = Layout(
+            segment_parts=[segment.log.part_count for segment in self._segments],
+            prompt_pages=self._prompt_log.part_count,
+            file_pages=self._file_log.part_count,
+        )
+        if layout != self._sidecar.layout or len(self._files) != self._sidecar.file_snapshot_count:
+            changes.update(layout=layout, file_snapshot_count=len(self._files))
+        if not changes:
+            return
+        try:
+            self._sidecar = msgspec.structs.replace(self._sidecar, **changes)
+        except (ValueError, msgspec.ValidationError) as exc:
+            raise ConversationError(f"session {self.session_id}: {exc}") from None
+
+    def _update(self, at: int, **changes) -> None:
+        self._replace(updated_at=max(self._sidecar.updated_at, at), **changes)
+
+    def _time(self, at: int) -> int:
+        if type(at) is not int or at < 0:
+            raise ConversationError(f"a time must be whole target seconds, not {at!r}")
+        return at
+
+    def _fresh_turn_id(self) -> str:
+        for _ in range(16):
+            candidate = self._turn_ids()
+            if not is_turn_id(candidate):
+                raise ConversationError(f"the turn id source produced {candidate!r}, not 16 lowercase hex digits")
+            if candidate not in self._known_ids:
+                return candidate
+        raise ConversationError("could not draw an unused turn id")
+
+    def _require_turn(self, action: str) -> _Live:
+        if self._live is None:
+            raise ConversationError(f"cannot {action}: no turn is in flight")
+        return self._live
+
+    def _require_settled(self, action: str) -> None:
+        if self._live is not None:
+            raise ConversationError(f"cannot {action} while turn {self._live.turn.turn} is in flight")
+
+    def _chat_has_turns(self) -> bool:
+        last_clear = self._sidecar.chapters[-1].last_segment if self._sidecar.chapters else 0
+        return any(
+            isinstance(record, TurnBegin)
+            for segment in self._segments[last_clear:]
+            for record in segment.records
+        )
+
+
+class _Restorer:
+    """Checks a committed snapshot and loads it into a conversation."""
+
+    def __init__(self, conversation: Conversation, artifacts: Mapping[str, bytes]) -> None:
+        self.c = conversation
+        self.artifacts = artifacts
+        self.sidecar = conversation._sidecar
+
+    def run(self) -> None:
+        self._check_paths()
+        self._load_segments()
+        self._load_prompts()
+        self._load_files()
+        self._check_sidecar_fields()
+
+    def _get(self, logical: str) -> bytes:
+        data = self.artifacts.get(logical)
+        if data is None:
+            raise ContentError(logical, "the sidecar's layout names it, but the snapshot does not hold it")
+        return data
+
+    def _check_paths(self) -> None:
+        layout = self.sidecar.layout
+        for logical in self.artifacts:
+            parsed = parse_segment_part(logical)
+            if parsed is not None:
+                segment, part = parsed
+                if segment > len(layout.segment_parts) or part > layout.segment_parts[segment - 1]:
+                    raise ContentError(logical, "a segment part the sidecar's layout does not name")
+
+    def _load_segments(self) -> None:
+        c = self.c
+        previous_close: SegmentClosing | None = None
+        for number, parts in enumerate(self.sidecar.layout.segment_parts, start=1):
+            label = segment_name(number)
+            log = LineLog.from_parts([self._get(segment_part_path(number, k)) for k in range(1, parts + 1)], label=label)
+            records = decode_lines(log.lines(), label=label)
+            check_order(records, label=label, expected=number)
+            header = records[0]
+            assert isinstance(header, SegmentHeader)
+            if header.session_id != self.sidecar.session_id:
+                raise ContentError(label, f"the header names session {header.session_id}")
+            expected_opening = {
+                None: SegmentOpening.START,
+                SegmentClosing.COMPACTION: SegmentOpening.COMPACTION,
+                SegmentClosing.CLEAR: SegmentOpening.CLEAR,
+            }[previous_close]
+            if header.opened_by is not expected_opening:
+                raise ContentError(label, f"opened by {header.opened_by.value}, but its predecessor calls for {expected_opening.value}")
+            last = records[-1]
+            is_live = number == len(self.sidecar.layout.segment_parts)
+            if is_live and isinstance(last, SegmentClose):
+                raise ContentError(label, "the live segment is closed")
+            if not is_live:
+                if not isinstance(last, SegmentClose):
+                    raise ContentError(label, "an earlier segment does not end with segment_close")
+                previous_close = last.reason
+            c._segments.append(_Segment(records, log))
+
+    def _load_prompts(self) -> None:
+        c = self.c
+        derived: list[PromptEntry] = []
+        settled = 0
+        live: _Live | None = None
+        begin: TurnBegin | None = None
+        for number, segment in enumerate(c._segments, start=1):
+            for record in segment.records:
+                if isinstance(record, TurnBegin):
+                    begin = record
+                    if record.turn != len(derived) + 1:
+                        raise ContentError(segment_name(number), f"turn {record.turn} follows turn {len(derived)}")
+                    if record.turn_id in c._known_ids:
+                        raise ContentError(segment_name(number), f"turn id {record.turn_id} is used twice")
+                    c._known_ids.add(record.turn_id)
+                    live = _Live(OpenTurn(record.turn_id, record.turn, number, record.reminder))
+                elif isinstance(record, Prompt):
+                    assert begin is not None
+                    derived.append(
+                        PromptEntry(turn=begin.turn, segment=number, turn_id=begin.turn_id, preview=preview_of(record.text), at=begin.at)
+                    )
+                elif isinstance(record, ToolCall) and live is not None:
+                    live.calls.add(record.call_id)
+                elif isinstance(record, Settle):
+                    settled += 1
+                    live = None
+        pages = self.sidecar.layout.prompt_pages
+        log = LineLog.from_parts([self._get(prompt_page_path(k)) for k in range(1, pages + 1)], label="prompt index")
+        stored = _decode_index(log.lines(), decode_prompt_line, "prompt index")
+        if stored != derived:
+            where = next((i for i, (a, b) in enumerate(zip(stored, derived)) if a != b), min(len(stored), len(derived)))
+            raise ContentError("prompt index", f"entry {where + 1} disagrees with the transcript")
+        if settled != self.sidecar.total_turn_count:
+            raise ContentError(SIDECAR_PATH, f"total_turn_count is {self.sidecar.total_turn_count}, but the transcript settles {settled} turns")
+        in_flight = live.turn.turn_id if live else None
+        if in_flight != self.sidecar.in_flight_turn:
+            raise ContentError(SIDECAR_PATH, f"in_flight_turn is {self.sidecar.in_flight_turn}, but the transcript has {in_flight or 'none'} in flight")
+        c._prompts, c._prompt_log, c._live = stored, log, live
+
+    def _load_files(self) -> None:
+        c = self.c
+        pages = self.sidecar.layout.file_pages
+        log = LineLog.from_parts([self._get(file_page_path(k)) for k in range(1, pages + 1)], label="file snapshots index")
+        records = _decode_index(log.lines(), decode_files_line, "file snapshots index")
+        if len(records) != self.sidecar.file_snapshot_count:
+            raise ContentError(SIDECAR_PATH, f"file_snapshot_count is {self.sidecar.file_snapshot_count}, but the index holds {len(records)}")
+        previous = 0
+        for record in records:
+            if record.turn <= previous or record.turn > len(c._prompts) or c._prompts[record.turn - 1].turn_id != record.turn_id:
+                raise ContentError("file snapshots index", f"turn {record.turn} ({record.turn_id}) is out of order or not a turn of this session")
+            previous = record.turn
+            for digest in referenced_digests(record):
+                data = self._get(history_path(digest))
+                if hashlib.sha256(data).hexdigest() != digest:
+                    raise ContentError(history_path(digest), "the bytes do not match their SHA-256 name")
+                c._blobs.setdefault(digest, data)
+        if c._live is not None and records and records[-1].turn_id == c._live.turn.turn_id:
+            c._live.capture = TurnCapture.from_record(records[-1])
+            c._capture_logged = True
+        c._files, c._file_log = records, log
+
+    def _check_sidecar_fields(self) -> None:
+        c = self.c
+        s = self.sidecar
+        first = c._prompts[0].preview if c._prompts else None
+        latest = c._prompts[-1].preview if c._prompts else None
+        if (s.first_user_message, s.latest_user_message) != (first, latest):
+            raise ContentError(SIDECAR_PATH, "first/latest user message previews disagree with the prompt index")
+        cleared = [n for n, seg in enumerate(c._segments, start=1) if isinstance(seg.records[-1], SegmentClose) and seg.records[-1].reason is SegmentClosing.CLEAR]
+        if [chapter.last_segment for chapter in s.chapters] != cleared:
+            raise ContentError(SIDECAR_PATH, "chapters do not match the segments /clear closed")
+        for logical in self.artifacts:
+            digest = history_digest(logical)
+            if digest is not None:
+                c._blobs.setdefault(digest, self.artifacts[logical])
+
+
+def _decode_index(lines: list[bytes], decode: Callable[[bytes], object], label: str) -> list:
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            entries.append(decode(line))
+        except msgspec.DecodeError as exc:
+            raise ContentError(f"{label} entry {number}", str(exc)) from None
+    return entries
