@@ -399,6 +399,17 @@ def test_restore_refuses_inconsistent_snapshots() -> None:
         restore({**good, SIDECAR_PATH: b"{}"})
 
 
+def test_restore_refuses_chapters_that_do_not_match_the_clears() -> None:
+    c = conversation()
+    full_turn(c)
+    c.clear(at=1100)
+    good = dict(commit(c).artifacts)
+    sidecar = load_sidecar(good[SIDECAR_PATH])
+    forged = encode_sidecar(msgspec.structs.replace(sidecar, chapters=[]))
+    with pytest.raises(ContentError, match="chapters do not match"):
+        restore({**good, SIDECAR_PATH: forged})
+
+
 def test_restore_refuses_a_segment_of_another_session() -> None:
     c = conversation()
     full_turn(c)

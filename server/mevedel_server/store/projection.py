@@ -1,0 +1,135 @@
+"""The Read projection of a transcript segment (``history://root``,
+``history://saved/SESSION/SEGMENT``): concise Markdown for people and models.
+
+Each turn gets a heading; its prompt, responses, tool calls, tool results and
+mail are separate evidence items; reasoning and persistence scaffolding are
+left out; a turn that did not complete says how it ended. Every record renders
+on its own, after the lines of the records before it, so appending records
+never moves an earlier line: a line number read once stays valid while the
+conversation grows (:class:`Projection` extends a rendering in place). The
+same records always give the same text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from .lease import describe_target_time
+from .transcript import (
+    Mail,
+    Outcome,
+    Prompt,
+    Reasoning,
+    Record,
+    Response,
+    SegmentClose,
+    SegmentClosing,
+    SegmentHeader,
+    SegmentOpening,
+    Settle,
+    Summary,
+    ToolCall,
+    ToolResult,
+    TurnBegin,
+)
+
+_HEADING_LIKE = re.compile(r"^( {0,3})(#)")
+_BACKTICKS = re.compile(r"`{3,}")
+
+
+def _when(at: int) -> str:
+    try:
+        return describe_target_time(at)
+    except (ValueError, OverflowError, OSError):
+        # Beyond the calendar datetime can show; still a valid record.
+        return f"target second {at}"
+
+
+def _inline(text: str) -> str:
+    """A name inside a label line: one line, whatever the record held."""
+    return " ".join(text.split())
+
+
+def _quote(text: str) -> list[str]:
+    return [f"> {line}" if line else ">" for line in (text.split("\n") if text else [""])]
+
+
+def _markdown(text: str) -> list[str]:
+    """Model Markdown, with heading-like lines escaped so they cannot pose
+    as turn headings."""
+    if not text:
+        return ["(empty)"]
+    return [_HEADING_LIKE.sub(r"\1\\\2", line) for line in text.split("\n")]
+
+
+def _fenced(text: str) -> list[str]:
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=2)
+    fence = "`" * max(3, longest + 1)
+    body = text.split("\n") if text else []
+    if body and body[-1] == "":
+        body.pop()
+    return [fence, *body, fence]
+
+
+class Projection:
+    """A rendering that grows with its segment."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._turn: int | None = None
+
+    def extend(self, records: Iterable[Record]) -> Projection:
+        for record in records:
+            block = self._render(record)
+            if block:
+                if self.lines:
+                    self.lines.append("")
+                self.lines.extend(block)
+        return self
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n" if self.lines else ""
+
+    def _render(self, record: Record) -> list[str]:
+        if isinstance(record, SegmentHeader):
+            suffix = {
+                SegmentOpening.START: "",
+                SegmentOpening.COMPACTION: f" (continues segment {record.segment - 1} after compaction)",
+                SegmentOpening.CLEAR: " (a new chat after /clear)",
+            }[record.opened_by]
+            return [f"# Segment {record.segment}{suffix}"]
+        if isinstance(record, Summary):
+            return [f"## Summary of segment {record.summarized_segment}", "", *_quote(record.text)]
+        if isinstance(record, TurnBegin):
+            self._turn = record.turn
+            return [f"## Turn {record.turn} · {_when(record.at)}"]
+        if isinstance(record, Prompt):
+            return ["**Prompt**", "", *_quote(record.text)]
+        if isinstance(record, Response):
+            return ["**Response**", "", *_markdown(record.text)]
+        if isinstance(record, Reasoning):
+            return []
+        if isinstance(record, ToolCall):
+            return [f"**Tool call** `{_inline(record.name)}` ({_inline(record.call_id)})", "", *_fenced(record.arguments)]
+        if isinstance(record, ToolResult):
+            label = "Tool error" if record.is_error else "Tool result"
+            return [f"**{label}** ({_inline(record.call_id)})", "", *_fenced(record.output)]
+        if isinstance(record, Mail):
+            return [f"**Mail** from {_inline(record.sender)} ({_inline(record.mail_id)})", "", *_quote(record.text)]
+        if isinstance(record, Settle):
+            turn, self._turn = self._turn, None
+            if record.outcome is Outcome.COMPLETED:
+                return []
+            because = f": {' '.join(record.reason.split())}" if record.reason else ""
+            return [f"*Turn {turn} {record.outcome.value}{because}*"]
+        if isinstance(record, SegmentClose):
+            what = "compaction" if record.reason is SegmentClosing.COMPACTION else "/clear"
+            return [f"*Segment closed by {what} · {_when(record.at)}*"]
+        raise TypeError(f"no projection for {type(record).__name__}")
+
+
+def project(records: Sequence[Record]) -> str:
+    """The Markdown projection of one segment's records."""
+    return Projection().extend(records).text
