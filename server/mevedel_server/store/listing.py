@@ -1,0 +1,530 @@
+"""Session listing: every session of a workspace with the action its lease
+allows this client.
+
+Cost
+----
+Per session the listing reads what it must and nothing more: the listing of
+``.lease/`` and the head generation it names (one lease observation), the
+manifest that head names, and the sidecar bytes that manifest names, checked
+against the manifest's SHA-256. Those reads depend on one another, so they
+are four stages; the stages of different sessions are independent, so the
+listing *pipelines* them: every control program admits the next batch of up
+to :data:`BATCH` sessions into the first stage and carries every session
+already admitted one stage further. N published sessions therefore cost one
+program to list ``.mevedel/sessions/`` plus about ``N / BATCH + 3`` programs
+of one operation per session in flight. Every program that reads a lease
+record also reads the target clock, so each record is judged against a clock
+reading taken in the same round trip. A head a successor pruned between the
+listing and the read is listed and read again; the directory is stat-ed only
+when its time is needed (no lease record, or an Inspect row).
+
+Bad bytes
+---------
+A session whose records cannot be trusted (unreadable or malformed lease
+generation, missing or corrupt manifest, sidecar bytes that do not match the
+manifest, a sidecar of another format version) is listed as an
+:class:`InspectSessionRow` carrying the reason. It is never dropped, never guessed
+into a session and nothing is deleted or repaired. A session that was never
+published (no head) is a normal row with ``published=False``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from ..targets import (
+    Clock,
+    ControlProgram,
+    ListDir,
+    Operation,
+    OpResult,
+    Read,
+    Stat,
+    Status,
+    Target,
+    raise_for_result,
+)
+from .layout import SESSIONS_DIR, SessionPaths, generation_numbers
+from .lease import ClientIdentity, LeaseObservation, LeaseStanding
+from .records import (
+    LeaseRecord,
+    LeaseState,
+    PublicationManifest,
+    RecordError,
+    RecordErrorKind,
+    decode_record,
+)
+from .inspect import InspectRow as SidecarRefusal
+from .inspect import classify_sidecar
+from .sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind
+from .workspace import is_session_id
+
+#: Sessions admitted into the pipeline per control program.
+BATCH = 32
+#: Re-reads of a lease head that moved between its listing and its read.
+_HEAD_ATTEMPTS = 4
+
+
+class SessionAction(enum.Enum):
+    """What opening the session means for this client."""
+
+    #: This client has the session open and holds its lease.
+    SWITCH = "Switch"
+    #: Free, released, or this client's own lease (live or expired): opening
+    #: it claims or reclaims the lease without asking.
+    RESUME = "Resume"
+    #: Another client holds a live lease: the session opens read-only.
+    JOIN = "Join"
+    #: Another client's lease expired: taking it over needs confirmation.
+    TAKE_OVER = "Take over"
+
+
+def lease_action(observation: LeaseObservation, client: ClientIdentity, open_here: bool) -> SessionAction:
+    """The action ``observation`` allows ``client``. ``open_here`` says the
+    caller has the session open; it only counts while the lease record is
+    still this client's (a view whose lease was taken over is not ours)."""
+    record = observation.record
+    standing = observation.standing
+    if record is None or standing is LeaseStanding.FREE:
+        return SessionAction.RESUME
+    if record.client_id == client.client_id:
+        return SessionAction.SWITCH if open_here else SessionAction.RESUME
+    return SessionAction.JOIN if standing is LeaseStanding.HELD else SessionAction.TAKE_OVER
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    session_id: str
+    #: The sidecar's display name; the session ID when the session is unnamed.
+    display_name: str
+    named: bool
+    published: bool
+    turn_count: int
+    latest_preview: str | None
+    #: Target-clock seconds of the last update: the sidecar's ``updated_at``
+    #: when published, else the lease's last renewal, else the session
+    #: directory's modification time.
+    updated_at: int
+    standing: LeaseStanding
+    lease_state: LeaseState | None
+    #: Host named in the lease record (display only); None without a record.
+    holder_host: str | None
+    holder_is_self: bool
+    lease_expires_at: int | None
+    action: SessionAction
+
+
+class InspectSubject(enum.Enum):
+    DIRECTORY = "directory"
+    LEASE = "lease"
+    MANIFEST = "manifest"
+    SIDECAR = "sidecar"
+
+
+@dataclass(frozen=True)
+class InspectSessionRow:
+    """A directory under ``.mevedel/sessions/`` that cannot be listed as a
+    session, and why. ``name`` is the directory name (a session ID unless
+    ``subject`` is DIRECTORY and the reason says it is not one)."""
+
+    name: str
+    subject: InspectSubject
+    reason: str
+    #: The record error or sidecar error kind, when bytes were refused.
+    kind: RecordErrorKind | SidecarErrorKind | None
+    #: Target-clock seconds the session directory was last modified.
+    modified_at: int | None
+    #: The ``format_version`` an unsupported sidecar claimed.
+    observed_version: object = None
+
+
+@dataclass(frozen=True)
+class Listing:
+    rows: tuple[SessionRow, ...]
+    inspect_rows: tuple[InspectSessionRow, ...]
+    #: Target clock reading of the listing's first lease judgement.
+    now: int | None
+
+
+@dataclass
+class SessionSurvey:
+    """What the listing learnt about one session directory (internal shape
+    shared with cleanup, which needs the lease facts of Inspect rows too)."""
+
+    name: str
+    paths: SessionPaths | None
+    modified_at: int | None = None
+    observation: LeaseObservation | None = None
+    manifest: PublicationManifest | None = None
+    sidecar: SidecarFacts | None = None
+    problem: InspectSessionRow | None = None
+    vanished: bool = False
+
+    @property
+    def last_update(self) -> int | None:
+        if self.sidecar is not None and self.sidecar.updated_at is not None:
+            return self.sidecar.updated_at
+        record = self.observation.record if self.observation else None
+        if record is not None:
+            return record.renewed_at
+        return self.modified_at
+
+
+@dataclass(frozen=True)
+class SidecarFacts:
+    """What listing, cleanup and collection need from a committed sidecar."""
+
+    session_id: str
+    display_name: str | None
+    #: Settled turns.
+    turn_count: int
+    latest_preview: str | None
+    #: Target seconds of the last committed change.
+    updated_at: int
+    #: False for a head captured mid-turn (a turn was begun and not settled).
+    settled: bool
+
+
+def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
+    """The listing facts of current-version sidecar bytes, or why they are
+    not a current sidecar (nothing is guessed from other versions)."""
+    sidecar = classify_sidecar(data)
+    if not isinstance(sidecar, Sidecar):
+        return sidecar
+    return SidecarFacts(
+        session_id=sidecar.session_id,
+        display_name=sidecar.display_name,
+        turn_count=sidecar.total_turn_count,
+        latest_preview=sidecar.latest_user_message,
+        updated_at=sidecar.updated_at,
+        settled=sidecar.in_flight_turn is None,
+    )
+
+
+class _Stage(enum.Enum):
+    LEASE_LIST = 1
+    LEASE_HEAD = 2
+    MANIFEST = 3
+    SIDECAR = 4
+    #: Stat of the session directory: first for names that are not session
+    #: IDs, last for sessions that need its time (no lease record, or an
+    #: Inspect row) or whose lease directory could not be listed.
+    DIRECTORY = 5
+    DONE = 6
+
+
+class _Probe:
+    """One session moving through the stages; ``ops`` are its operations in
+    the current program, ``accept`` consumes their results."""
+
+    def __init__(self, survey: SessionSurvey) -> None:
+        self.survey = survey
+        self.stage = _Stage.LEASE_LIST if survey.paths is not None else _Stage.DIRECTORY
+        self.head_generation = 0
+        self.generations: tuple[int, ...] = ()
+        self.attempts = 0
+        self.pending: InspectSessionRow | None = None
+
+    # -- helpers -----------------------------------------------------------
+
+    def _fail(
+        self,
+        subject: InspectSubject,
+        reason: str,
+        kind: RecordErrorKind | SidecarErrorKind | None = None,
+        observed_version: object = None,
+    ) -> None:
+        # The row is complete once the directory's time is known.
+        self.pending = InspectSessionRow(self.survey.name, subject, reason, kind, None, observed_version)
+        self.stage = _Stage.DIRECTORY
+
+    def _fail_record(self, subject: InspectSubject, error: RecordError) -> None:
+        self._fail(subject, str(error), error.kind)
+
+    def _op_failure(self, subject: InspectSubject, label: str, result: OpResult) -> None:
+        self._fail(subject, f"{label}: {result.reason or result.status.value}")
+
+    # -- stages ------------------------------------------------------------
+
+    def ops(self) -> list[Operation]:
+        paths = self.survey.paths
+        if self.stage is _Stage.DIRECTORY:
+            return [Stat(f"{SESSIONS_DIR}/{self.survey.name}", optional=True)]
+        assert paths is not None
+        if self.stage is _Stage.LEASE_LIST:
+            return [ListDir(paths.lease_dir, optional=True)]
+        if self.stage is _Stage.LEASE_HEAD:
+            return [Read(paths.generation(self.head_generation), optional=True)]
+        if self.stage is _Stage.MANIFEST:
+            assert self.survey.observation is not None and self.survey.observation.publication_head
+            return [Read(paths.inside(self.survey.observation.publication_head), optional=True)]
+        if self.stage is _Stage.SIDECAR:
+            assert self.survey.manifest is not None
+            return [Read(paths.inside(self.survey.manifest.entries[SIDECAR_PATH].published), optional=True)]
+        return []
+
+    def needs_clock(self) -> bool:
+        return self.stage is _Stage.LEASE_HEAD
+
+    def accept(self, results: list[OpResult], now: int | None) -> None:
+        result = results[0]
+        if self.stage is _Stage.DIRECTORY:
+            self._accept_directory(result)
+        elif self.stage is _Stage.LEASE_LIST:
+            self._accept_generations(result)
+        elif self.stage is _Stage.LEASE_HEAD:
+            self._accept_lease(result, now)
+        elif self.stage is _Stage.MANIFEST:
+            self._accept_manifest(result)
+        elif self.stage is _Stage.SIDECAR:
+            self._accept_sidecar(result)
+
+    def _accept_directory(self, stat: OpResult) -> None:
+        survey = self.survey
+        self.stage = _Stage.DONE
+        if stat.status is Status.ABSENT:
+            survey.vanished = True  # deleted while we listed: not a session any more
+            return
+        problem: tuple[str, str | None] | None = None
+        if not stat.ok:
+            problem = (f"session {survey.name}: {stat.reason or stat.status.value}", None)
+        elif stat.value.kind != "directory":
+            problem = (f"{survey.name}: is not a directory", None)
+        elif survey.paths is None:
+            problem = (f"{survey.name}: is not a session ID (expected YYYY-MM-DDTHH-MM- and 12 lowercase hex digits)", None)
+        if stat.ok:
+            survey.modified_at = stat.value.mtime
+        if problem is not None:
+            survey.problem = InspectSessionRow(survey.name, InspectSubject.DIRECTORY, problem[0], None, survey.modified_at)
+        elif self.pending is not None:
+            survey.problem = dataclasses.replace(self.pending, modified_at=survey.modified_at)
+
+    def _accept_generations(self, listed: OpResult) -> None:
+        paths = self.survey.paths
+        assert paths is not None
+        if listed.status is Status.ABSENT:
+            names: tuple[str, ...] = ()
+        elif not listed.ok:
+            # Perhaps the session directory itself is the problem: the stat
+            # that follows decides which row this is.
+            self._op_failure(InspectSubject.LEASE, paths.label(".lease"), listed)
+            return
+        else:
+            names = listed.value
+        generations = generation_numbers(names)
+        if not generations:
+            # Never claimed: its time is the directory's.
+            self.survey.observation = LeaseObservation(paths.session_id, 0, None, None, None, ())
+            self.stage = _Stage.DIRECTORY
+            return
+        self.head_generation = generations[-1]
+        self.generations = tuple(generations)
+        self.stage = _Stage.LEASE_HEAD
+
+    def _accept_lease(self, read: OpResult, now: int | None) -> None:
+        paths = self.survey.paths
+        assert paths is not None
+        head = self.head_generation
+        if read.status is Status.ABSENT:
+            # Pruned by a successor between listing and reading: list again.
+            self.attempts += 1
+            if self.attempts >= _HEAD_ATTEMPTS:
+                self._fail(InspectSubject.LEASE, f"session {paths.session_id}: the lease changed on every observation")
+            else:
+                self.stage = _Stage.LEASE_LIST
+            return
+        if not read.ok:
+            self._op_failure(InspectSubject.LEASE, paths.generation_label(head), read)
+            return
+        try:
+            record = decode_lease_generation(paths, head, read.value)
+        except RecordError as error:
+            self._fail_record(InspectSubject.LEASE, error)
+            return
+        self.survey.observation = LeaseObservation(paths.session_id, head, record, read.value, now, self.generations)
+        self.stage = _Stage.DONE if record.publication_head is None else _Stage.MANIFEST
+
+    def _accept_manifest(self, result: OpResult) -> None:
+        paths = self.survey.paths
+        assert paths is not None and self.survey.observation is not None
+        head = self.survey.observation.publication_head
+        assert head is not None
+        label = paths.label(head)
+        if result.status is Status.ABSENT:
+            self._fail(InspectSubject.MANIFEST, f"{label}: the committed manifest is missing", RecordErrorKind.MISSING)
+            return
+        if not result.ok:
+            self._op_failure(InspectSubject.MANIFEST, label, result)
+            return
+        try:
+            manifest = decode_manifest(label, head.split("/")[1], result.value)
+        except RecordError as error:
+            self._fail_record(InspectSubject.MANIFEST, error)
+            return
+        if SIDECAR_PATH not in manifest.entries:
+            self._fail(
+                InspectSubject.SIDECAR,
+                f"{label}: the publication has no sidecar ({SIDECAR_PATH})",
+                RecordErrorKind.MISSING,
+            )
+            return
+        self.survey.manifest = manifest
+        self.stage = _Stage.SIDECAR
+
+    def _accept_sidecar(self, result: OpResult) -> None:
+        paths = self.survey.paths
+        manifest = self.survey.manifest
+        assert paths is not None and manifest is not None
+        entry = manifest.entries[SIDECAR_PATH]
+        label = paths.label(f"{entry.published} ({SIDECAR_PATH})")
+        if result.status is Status.ABSENT:
+            self._fail(InspectSubject.SIDECAR, f"{label}: the published sidecar is missing", RecordErrorKind.MISSING)
+            return
+        if not result.ok:
+            self._op_failure(InspectSubject.SIDECAR, label, result)
+            return
+        data = result.value
+        if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+            self._fail(
+                InspectSubject.SIDECAR,
+                f"{label}: published bytes do not match the manifest's SHA-256",
+                RecordErrorKind.DIGEST_MISMATCH,
+            )
+            return
+        facts = sidecar_facts(data)
+        if isinstance(facts, SidecarRefusal):
+            self._fail(InspectSubject.SIDECAR, f"{label}: {facts.reason}", facts.kind, facts.observed_version)
+            return
+        if facts.session_id != paths.session_id:
+            self._fail(
+                InspectSubject.SIDECAR,
+                f"{label}: the sidecar belongs to session {facts.session_id}",
+                RecordErrorKind.INVALID_VALUE,
+            )
+            return
+        self.survey.sidecar = facts
+        self.stage = _Stage.DONE
+
+
+def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
+    """A lease record, refused unless it is the generation its name says."""
+    label = paths.generation_label(generation)
+    record = decode_record(LeaseRecord, raw, label)
+    if record.generation != generation:
+        raise RecordError(
+            RecordErrorKind.INVALID_VALUE,
+            label,
+            f"records generation {record.generation} under the name of generation {generation}",
+        )
+    return record
+
+
+def decode_manifest(label: str, publication_id: str, raw: bytes) -> PublicationManifest:
+    """A manifest, refused unless it names its own publication directory."""
+    manifest = decode_record(PublicationManifest, raw, label)
+    if manifest.publication_id != publication_id:
+        raise RecordError(
+            RecordErrorKind.INVALID_VALUE, label, f"names publication {manifest.publication_id}, not its own directory"
+        )
+    return manifest
+
+
+async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[SessionSurvey], int | None]:
+    """Observe every entry of ``.mevedel/sessions/`` (dot-named entries are
+    temporary files and clock probes, not sessions). Returns the surveys and
+    the first target clock reading (None when there was nothing to judge)."""
+    if batch < 1:
+        raise ValueError("a listing batch holds at least one session")
+    listing = ListDir(SESSIONS_DIR, optional=True)
+    first = (await target.run(ControlProgram([listing])))[0]
+    if first.status is Status.ABSENT:
+        return [], None
+    raise_for_result(listing, first)
+    surveys = [
+        SessionSurvey(name, SessionPaths(name) if is_session_id(name) else None)
+        for name in first.value
+        if not name.startswith(".")
+    ]
+    waiting = [_Probe(s) for s in surveys]
+    waiting.reverse()  # pop() admits in listing order
+    active: list[_Probe] = []
+    first_now: int | None = None
+    while waiting or active:
+        # Every program moves each admitted session one stage on, so
+        # admitting a batch per program keeps a batch in each stage.
+        for _ in range(min(batch, len(waiting))):
+            active.append(waiting.pop())
+        clock = Clock(SESSIONS_DIR)
+        ops: list[Operation] = []
+        spans: list[tuple[_Probe, int, int]] = []
+        for probe in active:
+            probe_ops = probe.ops()
+            spans.append((probe, len(ops), len(ops) + len(probe_ops)))
+            ops.extend(probe_ops)
+        with_clock = any(p.needs_clock() for p in active)
+        program = ControlProgram([clock, *ops] if with_clock else ops)
+        result = await target.run(program)
+        now: int | None = None
+        offset = 0
+        if with_clock:
+            raise_for_result(clock, result[0])
+            now = int(result[0].value)
+            offset = 1
+            if first_now is None:
+                first_now = now
+        for probe, start, end in spans:
+            probe.accept(list(result.results[offset + start : offset + end]), now)
+        active = [p for p in active if p.stage is not _Stage.DONE]
+    return surveys, first_now
+
+
+def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> SessionRow:
+    observation = survey.observation
+    assert observation is not None and survey.paths is not None
+    record = observation.record
+    sidecar = survey.sidecar
+    updated = survey.last_update
+    return SessionRow(
+        session_id=survey.name,
+        display_name=(sidecar.display_name if sidecar and sidecar.display_name else survey.name),
+        named=bool(sidecar and sidecar.display_name),
+        published=survey.manifest is not None,
+        turn_count=sidecar.turn_count if sidecar else 0,
+        latest_preview=sidecar.latest_preview if sidecar else None,
+        updated_at=updated if updated is not None else 0,
+        standing=observation.standing,
+        lease_state=record.state if record else None,
+        holder_host=record.host if record else None,
+        holder_is_self=bool(record and record.client_id == client.client_id),
+        lease_expires_at=record.expires_at if record else None,
+        action=lease_action(observation, client, open_here),
+    )
+
+
+async def list_sessions(
+    target: Target,
+    client: ClientIdentity,
+    open_sessions: Collection[str] = (),
+    *,
+    batch: int = BATCH,
+) -> Listing:
+    """Every session of the workspace, newest update first, each with the
+    action its lease allows ``client``; ``open_sessions`` are the session IDs
+    the caller has open (they list as Switch while their lease is ours)."""
+    surveys, now = await survey_sessions(target, batch=batch)
+    rows: list[SessionRow] = []
+    inspect: list[InspectSessionRow] = []
+    for survey in surveys:
+        if survey.vanished:
+            continue
+        if survey.problem is not None:
+            inspect.append(survey.problem)
+        else:
+            rows.append(_row(survey, client, survey.name in open_sessions))
+    rows.sort(key=lambda r: (r.updated_at, r.session_id), reverse=True)
+    inspect.sort(key=lambda r: (r.modified_at or 0, r.name), reverse=True)
+    return Listing(tuple(rows), tuple(inspect), now)
