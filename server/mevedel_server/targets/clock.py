@@ -10,17 +10,18 @@ file in a named directory (the probe is removed at once); a client's
 
 from __future__ import annotations
 
-import os
-import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from .executor import CLOCK_PROBE_PREFIX as PROBE_PREFIX
+from .executor import probe_filesystem_clock
 from .program import ControlProgram, Operation
 
 if TYPE_CHECKING:
     from .target import Target
 
-PROBE_PREFIX = ".clock-probe-"
+# The probe and its name prefix are the executor's, shared with the remote side.
+__all__ = ["PROBE_PREFIX", "Clock", "probe_filesystem_clock", "read_target_clock"]
 
 
 @dataclass(frozen=True)
@@ -32,24 +33,6 @@ class Clock(Operation):
     # directory, so fault injection counts it.
     writes: ClassVar[bool] = True
     accepts_root: ClassVar[bool] = True
-
-
-def probe_filesystem_clock(dir_fd: int) -> int:
-    """Create, stat and remove a probe file under ``dir_fd``; return its
-    modification time floored to whole seconds."""
-    name = PROBE_PREFIX + secrets.token_hex(8)
-    fd = os.open(
-        name,
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o600,
-        dir_fd=dir_fd,
-    )
-    try:
-        stamp_ns = os.fstat(fd).st_mtime_ns
-    finally:
-        os.close(fd)
-        os.unlink(name, dir_fd=dir_fd)
-    return stamp_ns // 1_000_000_000
 
 
 async def read_target_clock(target: Target, directory: str = ".") -> int:

@@ -1,0 +1,474 @@
+"""What every target operation does on the filesystem that holds the root.
+
+This module is the single implementation of the operation semantics: the
+local target runs it in a worker thread, and the SSH target sends this very
+source to the remote machine, where the remote program runs it. So it imports
+nothing of ours, only the standard library, and keeps to Python 3.7 syntax
+and library calls (the oldest ``python3`` we expect to find on a target).
+
+It speaks a plain form rather than the dataclasses of ``program.py``:
+
+- an operation is ``(kind, path, optional, argument)`` where ``kind`` is the
+  operation class name (``"Read"``, ``"Verify"``...), ``path`` is a
+  ``/``-separated target-relative path and ``argument`` is the payload of
+  ``CreateExclusive``/``Replace`` or the expectation of ``Verify``;
+- a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
+  ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple.
+
+Every operation opens the root, proves its device and inode are the pinned
+identity, and then opens each parent component with ``O_DIRECTORY |
+O_NOFOLLOW``: a symlinked root, parent or leaf fails closed. Writes are whole
+or absent (fsynced temporary file, then ``link`` for exclusive creation or
+``rename`` for replacement, then fsync of the directory); a crash leaves at
+most a dot-prefixed ``*.tmp`` file, never a torn record under its real name.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+import stat as stat_mode
+
+OK = "ok"
+CONFLICT = "conflict"
+ABSENT = "absent"
+MISMATCH = "mismatch"
+FAILED = "failed"
+SKIPPED = "skipped"
+
+CLOCK_PROBE_PREFIX = ".clock-probe-"
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
+# link(2) is unavailable on some filesystems (vfat, some FUSE mounts).
+_NO_LINK_ERRNOS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+
+
+class Refused(Exception):
+    """An operation ends with a non-ok status (carried to its result)."""
+
+    def __init__(self, status, reason, unsafe=False):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.unsafe = unsafe
+
+
+class ProgramRefused(Exception):
+    """The program as a whole could not start: its root or lock directory is
+    absent (``kind="absent"``), a symlink or replaced (``"unsafe"``) or
+    unusable (``"failed"``). ``path`` is target-relative (``"."``: the root)."""
+
+    def __init__(self, kind, path, reason):
+        super().__init__(reason)
+        self.kind = kind
+        self.path = path
+        self.reason = reason
+
+
+def _strerror(exc):
+    return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+def split_components(path):
+    """Components of an already validated target path; re-checked here
+    because the remote side must not trust its request."""
+    if path in ("", "."):
+        return ()
+    parts = tuple(path.split("/"))
+    for part in parts:
+        if part in ("", ".", "..") or "\x00" in part:
+            raise Refused(FAILED, "'%s' is not a plain relative path" % path.replace("\x00", "\\0"))
+    return parts
+
+
+def _label(parts, upto):
+    return "/".join(parts[:upto]) or "."
+
+
+def _is_symlink(name, dir_fd):
+    try:
+        return stat_mode.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_subdir(dir_fd, name, label):
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise Refused(ABSENT, "'%s' does not exist" % label) from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            if _is_symlink(name, dir_fd):
+                raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True) from None
+            if exc.errno == errno.ENOTDIR:
+                raise Refused(FAILED, "'%s' is not a directory" % label) from None
+        raise
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _unlink_quietly(name, dir_fd):
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+
+
+def probe_filesystem_clock(dir_fd):
+    """Create, stat and remove a probe file under ``dir_fd``; return its
+    modification time (stamped by the target's kernel) in whole seconds."""
+    name = CLOCK_PROBE_PREFIX + secrets.token_hex(8)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        stamp_ns = os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
+        os.unlink(name, dir_fd=dir_fd)
+    return stamp_ns // 1000000000
+
+
+def pin_root(root):
+    """Open ``root`` as a non-symlinked directory and return its
+    ``(device, inode)``, the identity every later program re-proves."""
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        raise ProgramRefused("absent", ".", "the target root does not exist") from None
+    except OSError as exc:
+        if os.path.islink(root):
+            raise ProgramRefused("unsafe", ".", "the target root is a symbolic link") from None
+        if exc.errno == errno.ENOTDIR:
+            raise ProgramRefused("failed", ".", "the target root is not a directory") from None
+        raise ProgramRefused("failed", ".", _strerror(exc)) from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return (st.st_dev, st.st_ino)
+
+
+class Executor:
+    """Runs plain-form programs below one pinned root."""
+
+    def __init__(self, root, identity):
+        self.root = root
+        self.identity = tuple(identity)
+
+    # -- programs ------------------------------------------------------------
+
+    def run(self, operations, lock=None):
+        """Run ``operations`` in order, stopping at the first non-optional
+        one that does not succeed; return ``(results, stopped_at)``."""
+        if lock is None:
+            return self._run_all(operations)
+        lock_fd = self._lock_descriptor(lock)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            try:
+                return self._run_all(operations)
+            finally:
+                fcntl.flock(lock_fd, fcntl.LOCK_UN)
+        finally:
+            os.close(lock_fd)
+
+    def _run_all(self, operations):
+        results = []
+        stopped_at = None
+        for index, (kind, path, optional, argument) in enumerate(operations):
+            if stopped_at is not None:
+                results.append((SKIPPED, None, None, False))
+                continue
+            result = self.perform(kind, path, argument)
+            results.append(result)
+            if result[0] != OK and not optional:
+                stopped_at = index
+        return results, stopped_at
+
+    def _lock_descriptor(self, lock):
+        try:
+            return self._open_directory(split_components(lock))
+        except Refused as refusal:
+            kind = "absent" if refusal.status == ABSENT else "unsafe" if refusal.unsafe else "failed"
+            raise ProgramRefused(kind, lock, "lock directory: " + refusal.reason) from None
+        except OSError as exc:
+            raise ProgramRefused("failed", lock, "lock directory: " + _strerror(exc)) from None
+
+    def perform(self, kind, path, argument):
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            return (FAILED, None, "unsupported operation %s" % kind, False)
+        try:
+            return handler(self, path, argument)
+        except Refused as refusal:
+            return (refusal.status, None, refusal.reason, refusal.unsafe)
+        except OSError as exc:
+            return (FAILED, None, _strerror(exc), False)
+
+    # -- descriptor chain ----------------------------------------------------
+
+    def _open_root(self):
+        try:
+            fd = os.open(self.root, _DIR_FLAGS)
+        except FileNotFoundError:
+            raise Refused(FAILED, "the target root no longer exists") from None
+        except OSError:
+            if os.path.islink(self.root):
+                raise Refused(FAILED, "the target root is a symbolic link", unsafe=True) from None
+            raise
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != self.identity:
+            os.close(fd)
+            raise Refused(FAILED, "the target root was replaced", unsafe=True)
+        return fd
+
+    def _open_directory(self, parts):
+        fd = self._open_root()
+        try:
+            for index, name in enumerate(parts):
+                next_fd = _open_subdir(fd, name, _label(parts, index + 1))
+                os.close(fd)
+                fd = next_fd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_parent(self, path):
+        """``(parent_fd, leaf, label)``; the caller closes ``parent_fd``."""
+        parts = split_components(path)
+        if not parts:
+            raise Refused(FAILED, "the operation needs an entry, not the target root")
+        return self._open_directory(parts[:-1]), parts[-1], path
+
+    @staticmethod
+    def _open_leaf(dir_fd, leaf, label):
+        try:
+            # O_NONBLOCK: opening a FIFO must not hang the program.
+            return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise Refused(ABSENT, "'%s' does not exist" % label) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and _is_symlink(leaf, dir_fd):
+                raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True) from None
+            raise
+
+    @classmethod
+    def _read_regular(cls, dir_fd, leaf, label):
+        fd = cls._open_leaf(dir_fd, leaf, label)
+        with open(fd, "rb", closefd=True) as handle:
+            if not stat_mode.S_ISREG(os.fstat(fd).st_mode):
+                raise Refused(FAILED, "'%s' is not a regular file" % label)
+            return handle.read()
+
+    @staticmethod
+    def _lstat(dir_fd, leaf):
+        try:
+            return os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    @staticmethod
+    def _write_temp(dir_fd, leaf, data):
+        name = ".%s.%s.tmp" % (leaf[:80], secrets.token_hex(6))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, _FILE_MODE, dir_fd=dir_fd)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(name, dir_fd)
+            raise
+        os.close(fd)
+        return name
+
+    # -- operations ----------------------------------------------------------
+
+    def _read(self, path, _argument):
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            return (OK, self._read_regular(pfd, leaf, label), None, False)
+        finally:
+            os.close(pfd)
+
+    def _verify(self, path, expected):
+        try:
+            pfd, leaf, label = self._open_parent(path)
+            try:
+                actual = self._read_regular(pfd, leaf, label)
+            finally:
+                os.close(pfd)
+        except Refused as refusal:
+            # A missing parent proves absence just as a missing leaf does.
+            if refusal.status != ABSENT:
+                raise
+            actual = None
+        if actual == expected:
+            return (OK, actual, None, False)
+        if expected is None:
+            reason = "'%s' exists" % path
+        elif actual is None:
+            reason = "'%s' does not exist" % path
+        else:
+            reason = "'%s' has different content" % path
+        return (MISMATCH, actual, reason, False)
+
+    def _stat(self, path, _argument):
+        if not split_components(path):
+            fd = self._open_root()
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+        else:
+            pfd, leaf, label = self._open_parent(path)
+            try:
+                st = self._lstat(pfd, leaf)
+            finally:
+                os.close(pfd)
+            if st is None:
+                raise Refused(ABSENT, "'%s' does not exist" % label)
+            if stat_mode.S_ISLNK(st.st_mode):
+                raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
+        if stat_mode.S_ISREG(st.st_mode):
+            kind = "file"
+        elif stat_mode.S_ISDIR(st.st_mode):
+            kind = "directory"
+        else:
+            kind = "other"
+        return (OK, (kind, st.st_size, st.st_mtime_ns // 1000000000), None, False)
+
+    def _list(self, path, _argument):
+        fd = self._open_directory(split_components(path))
+        try:
+            return (OK, tuple(sorted(os.listdir(fd))), None, False)
+        finally:
+            os.close(fd)
+
+    def _create_exclusive(self, path, data):
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            if self._lstat(pfd, leaf) is not None:
+                return (CONFLICT, None, "'%s' already exists" % label, False)
+            temp = self._write_temp(pfd, leaf, data)
+            try:
+                os.link(temp, leaf, src_dir_fd=pfd, dst_dir_fd=pfd, follow_symlinks=False)
+            except FileExistsError:
+                return (CONFLICT, None, "'%s' already exists" % label, False)
+            except OSError as exc:
+                if exc.errno not in _NO_LINK_ERRNOS:
+                    raise
+                return self._create_in_place(pfd, leaf, label, data)
+            finally:
+                _unlink_quietly(temp, pfd)
+            os.fsync(pfd)
+            return (OK, None, None, False)
+        finally:
+            os.close(pfd)
+
+    @staticmethod
+    def _create_in_place(pfd, leaf, label, data):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(leaf, flags, _FILE_MODE, dir_fd=pfd)
+        except FileExistsError:
+            return (CONFLICT, None, "'%s' already exists" % label, False)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.fsync(pfd)
+        return (OK, None, None, False)
+
+    def _replace(self, path, data):
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            found = self._lstat(pfd, leaf)
+            if found is not None and stat_mode.S_ISLNK(found.st_mode):
+                raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
+            if found is not None and stat_mode.S_ISDIR(found.st_mode):
+                raise Refused(FAILED, "'%s' is a directory" % label)
+            temp = self._write_temp(pfd, leaf, data)
+            try:
+                os.replace(temp, leaf, src_dir_fd=pfd, dst_dir_fd=pfd)
+            except BaseException:
+                _unlink_quietly(temp, pfd)
+                raise
+            os.fsync(pfd)
+            return (OK, None, None, False)
+        finally:
+            os.close(pfd)
+
+    def _remove(self, path, _argument):
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            found = self._lstat(pfd, leaf)
+            if found is None:
+                raise Refused(ABSENT, "'%s' does not exist" % label)
+            if stat_mode.S_ISLNK(found.st_mode):
+                raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
+            if stat_mode.S_ISDIR(found.st_mode):
+                try:
+                    os.rmdir(leaf, dir_fd=pfd)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise Refused(FAILED, "'%s' is a directory that is not empty" % label) from None
+                    raise
+            else:
+                os.unlink(leaf, dir_fd=pfd)
+            os.fsync(pfd)
+            return (OK, None, None, False)
+        finally:
+            os.close(pfd)
+
+    def _make_dirs(self, path, _argument):
+        parts = split_components(path)
+        fd = self._open_root()
+        created = False
+        try:
+            for index, name in enumerate(parts):
+                try:
+                    os.mkdir(name, _DIR_MODE, dir_fd=fd)
+                    os.fsync(fd)
+                    created = True
+                except FileExistsError:
+                    created = False
+                next_fd = _open_subdir(fd, name, _label(parts, index + 1))
+                os.close(fd)
+                fd = next_fd
+        finally:
+            os.close(fd)
+        if created:
+            return (OK, None, None, False)
+        return (CONFLICT, None, "'%s' already exists" % path, False)
+
+    def _clock(self, path, _argument):
+        fd = self._open_directory(split_components(path))
+        try:
+            return (OK, probe_filesystem_clock(fd), None, False)
+        finally:
+            os.close(fd)
+
+
+_HANDLERS = {
+    "Read": Executor._read,
+    "Verify": Executor._verify,
+    "Stat": Executor._stat,
+    "ListDir": Executor._list,
+    "CreateExclusive": Executor._create_exclusive,
+    "Replace": Executor._replace,
+    "Remove": Executor._remove,
+    "MakeDirs": Executor._make_dirs,
+    "Clock": Executor._clock,
+}

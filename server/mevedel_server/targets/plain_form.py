@@ -1,0 +1,93 @@
+"""Translation between control programs and the plain form the executor
+speaks (tuples of strings, bytes and ints; see :mod:`.executor`).
+
+The local target translates in-process; the SSH target translates and sends
+the plain form over the wire, so both report exactly the same results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .clock import Clock
+from .errors import PathAbsentError, TargetError, TargetOperationError, UnsafePathError
+from .executor import ProgramRefused
+from .program import (
+    ControlProgram,
+    CreateExclusive,
+    FileStat,
+    ListDir,
+    MakeDirs,
+    Operation,
+    OpResult,
+    ProgramResult,
+    Read,
+    Remove,
+    Replace,
+    Stat,
+    Status,
+    Verify,
+)
+
+_KINDS: dict[type, str] = {
+    cls: cls.__name__ for cls in (Read, Verify, Stat, ListDir, CreateExclusive, Replace, Remove, MakeDirs, Clock)
+}
+_STATUSES = {status.value: status for status in Status}
+
+PlainOperation = tuple[str, str, bool, object]
+
+
+def plain_operation(op: Operation) -> PlainOperation:
+    # An operation class the executor does not know travels under its own
+    # name and comes back "failed: unsupported operation".
+    kind = _KINDS.get(type(op), f"unsupported {type(op).__name__}")
+    if isinstance(op, (CreateExclusive, Replace)):
+        argument: object = op.data
+    elif isinstance(op, Verify):
+        argument = op.expected
+    else:
+        argument = None
+    return (kind, op.path, op.optional, argument)
+
+
+def plain_operations(program: ControlProgram) -> list[PlainOperation]:
+    return [plain_operation(op) for op in program.operations]
+
+
+def _value(op: Operation, status: Status, value: object) -> object:
+    if status is Status.OK and isinstance(op, Stat):
+        kind, size, mtime = value  # type: ignore[misc]
+        return FileStat(str(kind), int(size), int(mtime))
+    if status is Status.OK and isinstance(op, ListDir):
+        return tuple(value)  # type: ignore[arg-type]
+    return value
+
+
+def program_result(program: ControlProgram, results: Sequence[Sequence[object]], stopped_at: int | None) -> ProgramResult:
+    """Rebuild a :class:`ProgramResult` from plain results, checking that
+    they answer this program (one result per operation, known statuses)."""
+    ops = program.operations
+    if len(results) != len(ops):
+        raise ValueError(f"{len(results)} results for a program of {len(ops)} operations")
+    if stopped_at is not None and not 0 <= stopped_at < len(ops):
+        raise ValueError(f"stopped at operation {stopped_at} of {len(ops)}")
+    out: list[OpResult] = []
+    for op, (status_text, value, reason, unsafe) in zip(ops, results):
+        status = _STATUSES.get(status_text)  # type: ignore[arg-type]
+        if status is None:
+            raise ValueError(f"unknown status {status_text!r}")
+        out.append(OpResult(status, _value(op, status, value), reason, bool(unsafe)))  # type: ignore[arg-type]
+    return ProgramResult(tuple(out), stopped_at)
+
+
+def refusal_error(refusal: ProgramRefused) -> TargetError:
+    """The exception a program-level refusal (root, lock directory) raises."""
+    return refusal_error_of(refusal.kind, refusal.path, refusal.reason)
+
+
+def refusal_error_of(kind: str, path: str, reason: str) -> TargetError:
+    if kind == "absent":
+        return PathAbsentError(path, reason)
+    if kind == "unsafe":
+        return UnsafePathError(path, reason)
+    return TargetOperationError(path, reason)
