@@ -7,6 +7,9 @@ from .catalog import COMMANDS, NOTIFICATIONS, REQUESTS, SHARED_TYPES, Message
 from .converter import converter, describe_structure_error, make_converter, wire_name
 from .errors import ErrorData, error_code
 from .resource import (
+    ApplyPatchParams,
+    ApplyPatchResult,
+    PatchFileChange,
     ContextLine,
     GlobParams,
     GlobResult,
@@ -24,6 +27,8 @@ __all__ = [
     "NOTIFICATIONS",
     "REQUESTS",
     "SHARED_TYPES",
+    "ApplyPatchParams",
+    "ApplyPatchResult",
     "ContextLine",
     "DescribeParams",
     "DescribeResult",
@@ -36,6 +41,7 @@ __all__ = [
     "GrepResult",
     "MemoryRootSetting",
     "Message",
+    "PatchFileChange",
     "ReadParams",
     "ReadResult",
     "Settings",

@@ -9,7 +9,16 @@ import attrs
 from . import methods
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
-from .resource import GlobParams, GlobResult, GrepParams, GrepResult, ReadParams, ReadResult
+from .resource import (
+    ApplyPatchParams,
+    ApplyPatchResult,
+    GlobParams,
+    GlobResult,
+    GrepParams,
+    GrepResult,
+    ReadParams,
+    ReadResult,
+)
 from .settings import Settings
 
 
@@ -24,6 +33,7 @@ REQUESTS: dict[str, Message] = {
     methods.RESOURCE_READ: Message(ReadParams, ReadResult),
     methods.RESOURCE_GLOB: Message(GlobParams, GlobResult),
     methods.RESOURCE_GREP: Message(GrepParams, GrepResult),
+    methods.RESOURCE_APPLY_PATCH: Message(ApplyPatchParams, ApplyPatchResult),
     methods.ADDRESS_DESCRIBE: Message(DescribeParams, DescribeResult),
 }
 
@@ -31,7 +41,7 @@ REQUESTS: dict[str, Message] = {
 NOTIFICATIONS: dict[str, Message] = {}
 
 #: ``workspace/executeCommand`` command -> the request it runs.
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {methods.COMMAND_APPLY_PATCH: methods.RESOURCE_APPLY_PATCH}
 
 #: Types that are not a message body but that clients exchange too.
 SHARED_TYPES: dict[str, type] = {"settings": Settings, "errorData": ErrorData}

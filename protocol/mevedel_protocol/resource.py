@@ -146,3 +146,38 @@ class GrepResult:
     files_searched: int
     truncated: bool
     notice: Optional[str] = None
+
+
+@attrs.define
+class ApplyPatchParams:
+    """Apply an ``apply_patch`` envelope whose file targets are addresses
+    (writable: explicit ``work://`` files of either scope and
+    ``memory://ROOT-KEY/PATH`` files). All file changes apply, or none."""
+
+    patch: str
+    workspace_folder: Optional[str] = None
+    session_id: Optional[str] = None
+
+
+ChangeKind = Literal["add", "update", "delete"]
+
+
+@attrs.define
+class PatchFileChange:
+    """One applied file change; ``address`` (and ``move_to``) as authored in
+    the patch."""
+
+    address: str
+    kind: ChangeKind
+    added: int
+    removed: int
+    move_to: Optional[str] = None
+
+
+@attrs.define
+class ApplyPatchResult:
+    """``summary`` has one line per file: ``A``/``M``/``D`` and the address,
+    or ``R FROM -> TO`` for a move."""
+
+    changes: list[PatchFileChange]
+    summary: str

@@ -1,0 +1,64 @@
+"""Address completion: the address-like token ending at the cursor is
+completed by the resolver's side-effect-free completion, and every item
+inserts plain canonical text over the typed token."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from ..resources import Candidate, complete
+from . import document_addresses
+from .errors import answers_errors
+from .workspaces import folder_for_document, resolver_context
+
+if TYPE_CHECKING:
+    from .server import MevedelLanguageServer
+
+TRIGGER_CHARACTERS = ["/", ":", "@"]
+
+_KINDS = {
+    "scheme": types.CompletionItemKind.Module,
+    "discovery": types.CompletionItemKind.Reference,
+    "directory": types.CompletionItemKind.Folder,
+    "file": types.CompletionItemKind.File,
+    "skill": types.CompletionItemKind.Module,
+    "memory-root": types.CompletionItemKind.Folder,
+}
+
+
+def _item(candidate: Candidate, index: int, replace: types.Range) -> types.CompletionItem:
+    detail = f"{candidate.kind}: {candidate.detail}"
+    if not candidate.available:
+        detail += " (not available now)"
+    return types.CompletionItem(
+        label=candidate.label,
+        kind=_KINDS.get(candidate.kind, types.CompletionItemKind.Text),
+        detail=detail,
+        # The resolver's order (schemes first, then sorted descendants) is the order shown.
+        sort_text=f"{index:05d}",
+        filter_text=candidate.label,
+        text_edit=types.TextEdit(range=replace, new_text=candidate.label),
+        insert_text_format=types.InsertTextFormat.PlainText,
+    )
+
+
+def register(ls: MevedelLanguageServer) -> None:
+    @ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS))
+    @answers_errors(types.TEXT_DOCUMENT_COMPLETION)
+    async def completion(ls: MevedelLanguageServer, params: types.CompletionParams) -> types.CompletionList | None:
+        document = ls.workspace.get_text_document(params.text_document.uri)
+        token = document_addresses.token_before(document, params.position)
+        if token is None:
+            return None
+        triggered = params.context is not None and params.context.trigger_kind is types.CompletionTriggerKind.TriggerCharacter
+        if triggered and not token.text:
+            return None
+        limit = ls.settings.completion_limit
+        context = resolver_context(ls, folder_for_document(ls, document.uri), None)
+        # One more than the bound tells whether the bound cut the list.
+        candidates = complete(token.text, dataclasses.replace(context, completion_limit=limit + 1))
+        items = [_item(candidate, index, token.range) for index, candidate in enumerate(candidates[:limit])]
+        return types.CompletionList(is_incomplete=len(candidates) > limit, items=items)

@@ -1,0 +1,129 @@
+"""Settings from ``initializationOptions`` and
+``workspace/didChangeConfiguration``.
+
+Settings may come bare or under the ``mevedel`` key. A present key replaces
+that setting (``null`` restores its default); absent keys keep their value.
+Each setting is validated on its own: an invalid one is reported with
+``window/showMessage`` naming it, and keeps its previous valid value.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from lsprotocol import types
+from mevedel_protocol import Settings, converter, describe_structure_error, wire_name
+from mevedel_protocol.methods import CONFIGURATION_SECTION
+
+from ..resources import SkillRoot
+from .workspaces import session_id_problem
+
+if TYPE_CHECKING:
+    from .server import MevedelLanguageServer
+
+_log = logging.getLogger(__name__)
+
+_FIELDS = {wire_name(field.name): field for field in attrs.fields(Settings)}
+_DEFAULTS = Settings()
+
+#: Completion never lists more than this, whatever the setting says.
+MAX_COMPLETION_LIMIT = 10_000
+
+
+def _check(name: str, value: Any) -> str | None:
+    """Rules the types alone do not express."""
+    if name == "completionLimit" and not 1 <= value <= MAX_COMPLETION_LIMIT:
+        return f"must be between 1 and {MAX_COMPLETION_LIMIT}, got {value}"
+    if name == "currentSession" and value is not None:
+        ids = [value] if isinstance(value, str) else list(value.values())
+        for session_id in ids:
+            if (problem := session_id_problem(session_id)) is not None:
+                return problem
+    if name in ("memoryRoots", "skillRoots"):
+        for index, root in enumerate(value):
+            if not root.path:
+                return f"[{index}].path is empty"
+    if name == "skillRoots":
+        for index, root in enumerate(value):
+            try:
+                SkillRoot(Path(root.path), root.origin)
+            except ValueError as error:
+                return f"[{index}].origin: {error}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A refused setting (an error) or an ignored unknown key (a warning)."""
+
+    message: str
+    is_error: bool = True
+
+
+def merge_settings(current: Settings, raw: Any) -> tuple[Settings, list[Problem]]:
+    """``current`` updated by the keys of ``raw``, and one problem per
+    setting that was refused or ignored (each naming the setting)."""
+    if raw is None:
+        return current, []
+    if isinstance(raw, dict) and isinstance(raw.get(CONFIGURATION_SECTION), dict):
+        raw = raw[CONFIGURATION_SECTION]
+    if not isinstance(raw, dict):
+        return current, [Problem(f"mevedel settings must be an object, got {type(raw).__name__}; keeping every setting")]
+    changes: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for name, value in raw.items():
+        field = _FIELDS.get(name)
+        if field is None:
+            known = ", ".join(sorted(_FIELDS))
+            problems.append(Problem(f"unknown mevedel setting {name!r} is ignored (known: {known})", is_error=False))
+            continue
+        if value is None:
+            changes[field.name] = getattr(_DEFAULTS, field.name)
+            continue
+        try:
+            structured = converter.structure(value, field.type)
+        except Exception as error:
+            problems.append(Problem(f"mevedel setting {describe_structure_error(error, name)}; keeping its previous value"))
+            continue
+        if (problem := _check(name, structured)) is not None:
+            problems.append(Problem(f"mevedel setting {name}: {problem}; keeping its previous value"))
+            continue
+        changes[field.name] = structured
+    return attrs.evolve(current, **changes), problems
+
+
+def apply_settings(ls: MevedelLanguageServer, raw: Any) -> None:
+    ls.settings, problems = merge_settings(ls.settings, raw)
+    for problem in problems:
+        _log.warning("%s", problem.message)
+        kind = types.MessageType.Error if problem.is_error else types.MessageType.Warning
+        ls.window_show_message(types.ShowMessageParams(type=kind, message=problem.message))
+
+
+async def _pull_settings(ls: MevedelLanguageServer) -> Any:
+    """A client that sends ``settings: null`` expects us to ask."""
+    workspace = ls.client_capabilities.workspace
+    if workspace is None or not workspace.configuration:
+        return None
+    answer = await ls.workspace_configuration_async(
+        types.ConfigurationParams(items=[types.ConfigurationItem(section=CONFIGURATION_SECTION)])
+    )
+    return answer[0] if answer else None
+
+
+def register(ls: MevedelLanguageServer) -> None:
+    @ls.feature(types.INITIALIZE)
+    def initialize(ls: MevedelLanguageServer, params: types.InitializeParams) -> None:
+        apply_settings(ls, params.initialization_options)
+
+    @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: MevedelLanguageServer, params: types.DidChangeConfigurationParams) -> None:
+        raw = params.settings
+        if raw is None:
+            raw = await _pull_settings(ls)
+        apply_settings(ls, raw)
+        ls.settings_changed()

@@ -1,0 +1,80 @@
+"""Go-to-definition and document links for addresses in a document.
+
+A file-backed address leads to its backing file (``file://``); anything else
+to its ``mevedel-resource:`` virtual document, which clients open through
+``mevedel/resource/read``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from ..addresses import AddressError, ErrorKind, parse_address
+from ..resources import backing_file
+from . import document_addresses, virtual_documents
+from .errors import answers_errors, failure
+from .workspaces import Folder, folder_for_document, resolver_context
+
+if TYPE_CHECKING:
+    from ..resources import ResolverContext
+    from .server import MevedelLanguageServer
+
+
+def definition_uri(address_text: str, context: ResolverContext, folder: Folder | None, session_id: str | None) -> str | None:
+    """Where ``address_text`` leads, or ``None`` when it needs a session and
+    there is none. Raises AddressError for a malformed address."""
+    backing = backing_file(address_text, context)
+    if backing is not None:
+        return backing.as_uri()
+    address = parse_address(address_text)
+    if virtual_documents.needs_session(address) and session_id is None:
+        return None
+    return virtual_documents.format_uri(address, folder.key if folder else None, session_id)
+
+
+def _document_scope(ls: MevedelLanguageServer, uri: str) -> tuple[Folder | None, str | None, ResolverContext]:
+    folder = folder_for_document(ls, uri)
+    session = ls.current_session(folder) if folder is not None else None
+    return folder, session, resolver_context(ls, folder, session)
+
+
+def register(ls: MevedelLanguageServer) -> None:
+    @ls.feature(types.TEXT_DOCUMENT_DEFINITION)
+    @answers_errors(types.TEXT_DOCUMENT_DEFINITION)
+    async def definition(ls: MevedelLanguageServer, params: types.DefinitionParams) -> types.Location | None:
+        document = ls.workspace.get_text_document(params.text_document.uri)
+        span = document_addresses.address_at_position(document, params.position)
+        if span is None:
+            return None
+        folder, session, context = _document_scope(ls, document.uri)
+        target = definition_uri(span.text, context, folder, session)
+        if target is None:
+            raise failure(ErrorKind.OWNER_MISSING.value, span.text, "no session is open; this address belongs to the open session")
+        start = types.Position(line=0, character=0)
+        return types.Location(uri=target, range=types.Range(start=start, end=start))
+
+    @ls.feature(types.TEXT_DOCUMENT_DOCUMENT_LINK)
+    @answers_errors(types.TEXT_DOCUMENT_DOCUMENT_LINK)
+    async def document_link(ls: MevedelLanguageServer, params: types.DocumentLinkParams) -> list[types.DocumentLink]:
+        document = ls.workspace.get_text_document(params.text_document.uri)
+        folder, session, context = _document_scope(ls, document.uri)
+        tooltips = _supports_tooltips(ls)
+        links = []
+        for span, address in document_addresses.classified_spans(document, "off"):
+            if isinstance(address, AddressError):
+                continue
+            target = definition_uri(span.text, context, folder, session)
+            if target is None:
+                continue
+            links.append(
+                types.DocumentLink(range=span.range, target=target, tooltip=f"Open {address.canonical}" if tooltips else None)
+            )
+        return links
+
+
+def _supports_tooltips(ls: MevedelLanguageServer) -> bool:
+    text_document = ls.client_capabilities.text_document
+    link = text_document.document_link if text_document else None
+    return bool(link and link.tooltip_support)

@@ -1,0 +1,224 @@
+"""The custom resource requests: ``mevedel/resource/read|glob|grep|applyPatch``
+and ``mevedel/address/describe``, and the ``mevedel.resource.applyPatch``
+command. Each is thin: decode params, build the resolver context, prepare,
+execute, encode the result."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+from mevedel_protocol import (
+    ApplyPatchParams,
+    ApplyPatchResult,
+    ContextLine,
+    DescribeParams,
+    DescribeResult,
+    GlobParams,
+    GlobResult,
+    GrepMatch,
+    GrepParams,
+    GrepResult,
+    PatchFileChange,
+    ReadParams,
+    ReadResult,
+    TruncatedLine,
+    converter,
+    methods,
+)
+
+from .. import resources as core
+from ..addresses import ErrorKind, Operation
+from ..resources import GlobOptions, GrepOptions, ReadOptions, execute, prepare
+from . import virtual_documents
+from .definition import definition_uri
+from .errors import answers_errors, failure, invalid_params, structure_params
+from .workspaces import folder_for_key, request_context, resolver_context, session_id_problem
+
+if TYPE_CHECKING:
+    from ..resources import ResolverContext
+    from .server import MevedelLanguageServer
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """Only the options the client set, so the resolver's defaults apply."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+@contextlib.contextmanager
+def _progress(ls: MevedelLanguageServer, token: int | str | None, title: str) -> Iterator[list[str]]:
+    """``$/progress`` begin/end around the work when the client asked for it;
+    the caller appends the closing message to the yielded list."""
+    closing: list[str] = []
+    if token is None:
+        yield closing
+        return
+    ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=False))
+    try:
+        yield closing
+    finally:
+        ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=closing[0] if closing else None))
+
+
+def _read_target(ls: MevedelLanguageServer, params: ReadParams) -> tuple[str, ResolverContext]:
+    if (params.address is None) == (params.uri is None):
+        raise invalid_params(methods.RESOURCE_READ, "give exactly one of address and uri")
+    if params.address is not None:
+        _folder, context = request_context(ls, params.workspace_folder, params.session_id)
+        return params.address, context
+    assert params.uri is not None
+    try:
+        document = virtual_documents.parse_uri(params.uri)
+    except ValueError as error:
+        raise invalid_params(params.uri, str(error)) from None
+    if params.workspace_folder is not None or params.session_id is not None:
+        raise invalid_params(params.uri, "a virtual URI names its own workspace and session")
+    folder = None
+    if document.workspace_key is not None:
+        folder = folder_for_key(ls, document.workspace_key)
+        if folder is None:
+            raise failure(
+                ErrorKind.OWNER_MISSING.value, params.uri, "the workspace folder of this document is not open in this server"
+            )
+    if document.session_id is not None:
+        if folder is None:
+            raise invalid_params(params.uri, "a session needs a workspace")
+        if (problem := session_id_problem(document.session_id)) is not None:
+            raise invalid_params(params.uri, problem)
+    context = resolver_context(ls, folder, document.session_id, current_if_absent=False)
+    return document.address, context
+
+
+def read_result(found: core.ReadResult, view: str) -> ReadResult:
+    return ReadResult(
+        address=found.address,
+        canonical=found.canonical,
+        text=found.plain_text if view == "plain" else found.text,
+        start_line=found.start_line,
+        end_line=found.end_line,
+        total_lines=found.total_lines,
+        kind=found.kind,
+        truncated_lines=[TruncatedLine(line, resume) for line, resume in found.truncated_lines],
+        next_offset=found.next_offset,
+        notice=found.notice,
+    )
+
+
+def _grep_match(match: core.GrepMatch) -> GrepMatch:
+    return GrepMatch(
+        address=match.address,
+        line=match.line,
+        column=match.column,
+        preview=match.preview,
+        char_offset=match.char_offset,
+        before=[ContextLine(line, text) for line, text in match.before],
+        after=[ContextLine(line, text) for line, text in match.after],
+    )
+
+
+async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
+    params = structure_params(raw, ApplyPatchParams, method)
+    _folder, context = request_context(ls, params.workspace_folder, params.session_id)
+    applied = await execute(prepare(Operation.APPLY_PATCH, params.patch, None, context))
+    changes = [
+        PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
+        for c in applied.changes
+    ]
+    return converter.unstructure(ApplyPatchResult(changes=changes, summary=applied.summary()))
+
+
+def register(ls: MevedelLanguageServer) -> None:
+    @ls.feature(methods.RESOURCE_READ)
+    @answers_errors(methods.RESOURCE_READ)
+    async def read(ls: MevedelLanguageServer, raw: Any) -> Any:
+        params = structure_params(raw, ReadParams, methods.RESOURCE_READ)
+        address, context = _read_target(ls, params)
+        options = ReadOptions(
+            **_given(
+                offset=params.offset,
+                limit=params.limit,
+                char_offset=params.char_offset,
+                max_line_chars=params.max_line_chars,
+            )
+        )
+        with _progress(ls, params.work_done_token, f"Read {address}") as closing:
+            found = await execute(prepare(Operation.READ, address, options, context))
+            closing.append(f"lines {found.start_line}-{found.end_line} of {found.total_lines}")
+        return converter.unstructure(read_result(found, params.view))
+
+    @ls.feature(methods.RESOURCE_GLOB)
+    @answers_errors(methods.RESOURCE_GLOB)
+    async def glob(ls: MevedelLanguageServer, raw: Any) -> Any:
+        params = structure_params(raw, GlobParams, methods.RESOURCE_GLOB)
+        _folder, context = request_context(ls, params.workspace_folder, params.session_id)
+        options = GlobOptions(**_given(pattern=params.pattern, limit=params.limit))
+        with _progress(ls, params.work_done_token, f"Glob {params.address}") as closing:
+            found = await execute(prepare(Operation.GLOB, params.address, options, context))
+            closing.append(f"{len(found.matches)} files" + (" (truncated)" if found.truncated else ""))
+        return converter.unstructure(
+            GlobResult(found.address, found.canonical, list(found.matches), found.truncated, found.notice)
+        )
+
+    @ls.feature(methods.RESOURCE_GREP)
+    @answers_errors(methods.RESOURCE_GREP)
+    async def grep(ls: MevedelLanguageServer, raw: Any) -> Any:
+        params = structure_params(raw, GrepParams, methods.RESOURCE_GREP)
+        _folder, context = request_context(ls, params.workspace_folder, params.session_id)
+        options = GrepOptions(
+            pattern=params.pattern,
+            ignore_case=params.ignore_case,
+            **_given(glob=params.glob, limit=params.limit, context_lines=params.context_lines),
+        )
+        with _progress(ls, params.work_done_token, f"Grep {params.address}") as closing:
+            found = await execute(prepare(Operation.GREP, params.address, options, context))
+            closing.append(f"{len(found.matches)} matches in {found.files_searched} files")
+        return converter.unstructure(
+            GrepResult(
+                found.address,
+                found.canonical,
+                [_grep_match(match) for match in found.matches],
+                found.files_searched,
+                found.truncated,
+                found.notice,
+            )
+        )
+
+    @ls.feature(methods.RESOURCE_APPLY_PATCH)
+    @answers_errors(methods.RESOURCE_APPLY_PATCH)
+    async def apply_patch_request(ls: MevedelLanguageServer, raw: Any) -> Any:
+        return await apply_patch(ls, raw, methods.RESOURCE_APPLY_PATCH)
+
+    # No annotations: pygls evaluates a command handler's type hints at call
+    # time, and the server type is only imported for type checking.
+    @ls.command(methods.COMMAND_APPLY_PATCH)
+    @answers_errors(methods.COMMAND_APPLY_PATCH)
+    async def apply_patch_command(ls, *arguments):  # type: ignore[no-untyped-def]
+        if len(arguments) != 1:
+            raise invalid_params(
+                methods.COMMAND_APPLY_PATCH, f"takes exactly one argument (the applyPatch params), got {len(arguments)}"
+            )
+        return await apply_patch(ls, arguments[0], methods.COMMAND_APPLY_PATCH)
+
+    @ls.feature(methods.ADDRESS_DESCRIBE)
+    @answers_errors(methods.ADDRESS_DESCRIBE)
+    async def describe(ls: MevedelLanguageServer, raw: Any) -> Any:
+        params = structure_params(raw, DescribeParams, methods.ADDRESS_DESCRIBE)
+        folder, context = request_context(ls, params.workspace_folder, params.session_id)
+        found = core.describe(params.address, context)
+        session = params.session_id if params.session_id is not None else (ls.current_session(folder) if folder else None)
+        return converter.unstructure(
+            DescribeResult(
+                address=params.address,
+                canonical=found.canonical,
+                family=found.family.value,
+                locator_class=found.locator_class.value,
+                operations=[operation.value for operation in found.operations],
+                status=found.status,
+                kind=found.kind,
+                size=found.size,
+                reason=found.reason,
+                uri=definition_uri(params.address, context, folder, session),
+            )
+        )

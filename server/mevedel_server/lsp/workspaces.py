@@ -1,0 +1,144 @@
+"""Which workspace folder and which session a request runs in, and the
+resolver context that follows from them.
+
+A folder is known from ``initialize`` (workspace folders, else the root URI)
+and ``workspace/didChangeWorkspaceFolders``; only ``file:`` folders count.
+Each folder has at most one current session for this client; a session's
+directory is ``<folder>/.mevedel/sessions/<ID>/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pygls.uris import to_fs_path
+
+from ..resources import MemoryRoot, ResolverContext, SkillRoot
+from .errors import invalid_params
+
+if TYPE_CHECKING:
+    from .server import MevedelLanguageServer
+
+#: A session id is one safe directory name (the store's ids look like
+#: ``2026-07-19T09-47-bf87b5dd793a``).
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+@dataclass(frozen=True, slots=True)
+class Folder:
+    uri: str
+    root: Path
+
+    @property
+    def key(self) -> str:
+        """A short stable name for the folder in virtual URIs: no path leaks,
+        and it survives a server restart."""
+        return hashlib.sha256(os.fsencode(self.root)).hexdigest()[:16]
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.root / ".mevedel" / "sessions" / session_id
+
+
+def session_id_problem(session_id: str) -> str | None:
+    if SESSION_ID.fullmatch(session_id):
+        return None
+    return f"session id {session_id!r} is not a session id (letters, digits, '.', '_' and '-', starting with a letter or digit)"
+
+
+def local_folder(uri: str) -> Folder | None:
+    """The folder a ``file:`` URI names; ``None`` for any other scheme."""
+    if not uri.startswith("file:"):
+        return None
+    path = to_fs_path(uri)
+    return None if path is None else Folder(uri, Path(os.path.normpath(path)))
+
+
+def folders(ls: MevedelLanguageServer) -> list[Folder]:
+    """The server's local workspace folders, in the order the client gave."""
+    try:
+        workspace = ls.workspace
+    except RuntimeError:  # before initialize
+        return []
+    found = [f for f in (local_folder(folder.uri) for folder in workspace.folders.values()) if f is not None]
+    if not found and workspace.root_uri:
+        root = local_folder(workspace.root_uri)
+        found = [root] if root is not None else []
+    return found
+
+
+def _contains(root: Path, path: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def folder_for_uri(ls: MevedelLanguageServer, folder_uri: str) -> Folder:
+    """The workspace folder a client named in ``workspaceFolder``."""
+    named = local_folder(folder_uri)
+    for folder in folders(ls):
+        if named is not None and folder.root == named.root:
+            return folder
+    raise invalid_params(folder_uri, "workspaceFolder is not a workspace folder of this server")
+
+
+def folder_for_document(ls: MevedelLanguageServer, document_uri: str | None) -> Folder | None:
+    """The innermost folder holding the document, else the first folder."""
+    known = folders(ls)
+    if document_uri and document_uri.startswith("file:"):
+        path = to_fs_path(document_uri)
+        if path is not None:
+            holding = [f for f in known if _contains(f.root, Path(os.path.normpath(path)))]
+            if holding:
+                return max(holding, key=lambda f: len(f.root.parts))
+    return known[0] if known else None
+
+
+def folder_for_key(ls: MevedelLanguageServer, key: str) -> Folder | None:
+    return next((f for f in folders(ls) if f.key == key), None)
+
+
+def resolver_context(
+    ls: MevedelLanguageServer, folder: Folder | None, session_id: str | None, *, current_if_absent: bool = True
+) -> ResolverContext:
+    """The resolver's view of one request. ``session_id`` ``None`` means the
+    folder's current session (which may be none), or no session at all when
+    ``current_if_absent`` is false."""
+    settings = ls.settings
+    if session_id is None and folder is not None and current_if_absent:
+        session_id = ls.current_session(folder)
+    session_dir = folder.session_dir(session_id) if folder is not None and session_id is not None else None
+    root = folder.root if folder is not None else None
+    return ResolverContext(
+        workspace_root=root,
+        session_dir=session_dir,
+        memory_roots=tuple(
+            MemoryRoot(path, r.location, r.kind) for r in settings.memory_roots if (path := _root_path(r.path, root))
+        ),
+        skill_roots=tuple(SkillRoot(path, r.origin) for r in settings.skill_roots if (path := _root_path(r.path, root))),
+        completion_limit=settings.completion_limit,
+    )
+
+
+def _root_path(configured: str, folder_root: Path | None) -> Path | None:
+    """A configured root: ``~`` expands; a relative path is relative to the
+    folder in use, and is not used when there is none."""
+    path = Path(os.path.expanduser(configured))
+    if path.is_absolute():
+        return path
+    return None if folder_root is None else folder_root / path
+
+
+def request_context(
+    ls: MevedelLanguageServer, workspace_folder: str | None, session_id: str | None
+) -> tuple[Folder | None, ResolverContext]:
+    """Folder and context for a custom request's ``workspaceFolder`` and
+    ``sessionId`` params."""
+    folder = folder_for_uri(ls, workspace_folder) if workspace_folder is not None else folder_for_document(ls, None)
+    if session_id is not None:
+        problem = session_id_problem(session_id)
+        if problem is not None:
+            raise invalid_params(session_id, problem)
+    return folder, resolver_context(ls, folder, session_id)

@@ -1,0 +1,112 @@
+"""A real ``mevedel-lsp`` over stdio (``python -m mevedel_server``) against a
+temporary workspace with a current session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp.client import register_lsp_features
+
+from mevedel_server.lsp.wire_protocol import plain_json_converter
+
+SESSION = "2026-07-19T09-47-bf87b5dd793a"
+BIG_ENTRIES = 40
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shared = root / ".mevedel" / "shared"
+    _write(shared / "notes.md", "# Notes\nalpha line\nbeta line\nalpha again\n")
+    _write(shared / "a-b.md", "dash file\n")
+    _write(shared / "drafts" / "first.md", "draft one\n")
+    _write(shared / "drafts" / "second.txt", "draft two\n")
+    for index in range(BIG_ENTRIES):
+        _write(shared / "big" / f"file-{index:03d}.md", f"entry {index}\n")
+    local = root / ".mevedel" / "sessions" / SESSION / "local"
+    _write(local / "plans" / "plan.md", "step one\nstep two\n")
+    _write(root / "memory" / "topic.md", "remembered\n")
+    return root
+
+
+CAPABILITIES = types.ClientCapabilities(
+    workspace=types.WorkspaceClientCapabilities(configuration=True, workspace_folders=True),
+    window=types.WindowClientCapabilities(work_done_progress=True),
+    text_document=types.TextDocumentClientCapabilities(
+        hover=types.HoverClientCapabilities(content_format=[types.MarkupKind.Markdown, types.MarkupKind.PlainText]),
+        completion=types.CompletionClientCapabilities(
+            completion_item=types.ClientCompletionItemOptions(snippet_support=False)
+        ),
+        document_link=types.DocumentLinkClientCapabilities(tooltip_support=True),
+        publish_diagnostics=types.PublishDiagnosticsClientCapabilities(),
+    ),
+)
+
+
+def initialize_params(root: Path, **options) -> types.InitializeParams:
+    return types.InitializeParams(
+        capabilities=CAPABILITIES,
+        root_uri=root.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="project")],
+        initialization_options={"currentSession": SESSION, **options},
+    )
+
+
+def make_client() -> LanguageClient:
+    """pytest-lsp's test client, seeing custom results as the JSON an editor
+    gets (pygls would turn them into namedtuples)."""
+    client = LanguageClient(converter_factory=plain_json_converter)
+    register_lsp_features(client)
+    return client
+
+
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "mevedel_server"], client_factory=make_client)
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def client(lsp_client: LanguageClient, workspace: Path):
+    await lsp_client.initialize_session(initialize_params(workspace))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def open_document(client: LanguageClient, workspace: Path, text: str, name: str = "doc.md") -> str:
+    uri = (workspace / name).as_uri()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="markdown", version=1, text=text)
+        )
+    )
+    return uri
+
+
+async def request(client: LanguageClient, method: str, params):
+    """A custom request; returns its result or raises the JsonRpcException."""
+    return await client.protocol.send_request_async(method, params)
+
+
+async def raw_request(client: LanguageClient, method: str, params):
+    """Send ``params`` exactly as given, even for a standard method whose
+    typed request the client would otherwise build (and refuse to build)."""
+    import asyncio
+    import uuid
+    from concurrent.futures import Future
+
+    from pygls.protocol import JsonRPCRequestMessage
+
+    protocol = client.protocol
+    msg_id = str(uuid.uuid4())
+    future: Future = Future()
+    protocol._request_futures[msg_id] = future
+    protocol._send_data(JsonRPCRequestMessage(id=msg_id, method=method, jsonrpc="2.0", params=params))
+    return await asyncio.wrap_future(future)

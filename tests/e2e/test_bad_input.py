@@ -1,0 +1,57 @@
+"""Malformed JSON-RPC params get an InvalidParams answer naming the fields,
+and the server keeps answering afterwards."""
+
+from __future__ import annotations
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
+
+from .conftest import raw_request, request
+
+
+async def _invalid(client, method: str, params) -> JsonRpcException:
+    with pytest.raises(JsonRpcException) as caught:
+        await raw_request(client, method, params)
+    assert caught.value.code == -32602
+    assert caught.value.data["kind"] == "invalid-params"
+    return caught.value
+
+
+async def test_custom_method_params_are_checked_field_by_field(client, workspace):
+    wrong_type = await _invalid(client, methods.RESOURCE_READ, {"address": 42})
+    assert "params.address: expected a string, got a number" in wrong_type.message
+    unknown = await _invalid(client, methods.RESOURCE_GLOB, {"address": "work://", "patern": "*"})
+    assert "unknown field(s) patern" in unknown.message
+    missing = await _invalid(client, methods.RESOURCE_GREP, {"address": "work://shared"})
+    assert "params.pattern: required field missing" in missing.message
+    not_object = await _invalid(client, methods.ADDRESS_DESCRIBE, ["work://"])
+    assert "params must be an object" in not_object.message
+    absent = await _invalid(client, methods.RESOURCE_APPLY_PATCH, None)
+    assert absent.data["authored"] == methods.RESOURCE_APPLY_PATCH
+    bad_session = await _invalid(client, methods.RESOURCE_READ, {"address": "work://x", "sessionId": "../../etc"})
+    assert bad_session.data["authored"] == "../../etc"
+
+
+async def test_standard_method_with_undecodable_params_is_answered(client, workspace):
+    # A hover without a position: pygls alone would drop this and never answer.
+    error = await _invalid(client, types.TEXT_DOCUMENT_HOVER, {"textDocument": {"uri": "file:///x.md"}})
+    assert error.data["authored"] == types.TEXT_DOCUMENT_HOVER
+    assert "position" in error.data["reason"]
+    completion = await _invalid(client, types.TEXT_DOCUMENT_COMPLETION, {"textDocument": 5, "position": "here"})
+    assert "textDocument" in completion.data["reason"]
+
+
+async def test_server_keeps_answering_after_bad_input(client, workspace):
+    for _ in range(3):
+        await _invalid(client, methods.RESOURCE_READ, {"offset": "x"})
+        await _invalid(client, types.TEXT_DOCUMENT_HOVER, {"bogus": True})
+    page = await request(client, methods.RESOURCE_READ, {"address": "work://shared/a-b.md"})
+    assert page["text"] == "     1\tdash file"
+    with pytest.raises(JsonRpcException) as caught:
+        await request(client, "mevedel/resource/nothing", {})
+    assert caught.value.code == -32601  # MethodNotFound
+    page = await request(client, methods.RESOURCE_READ, {"address": "mevedel://"})
+    assert page["kind"] == "listing"
