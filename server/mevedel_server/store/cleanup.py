@@ -43,7 +43,7 @@ from ..targets import (
     Verify,
     read_target_clock,
 )
-from .errors import LeaseUnavailable, StoreError
+from .errors import StoreError
 from .lease import ClientIdentity, LeaseHandle, LeaseStanding, acquire_lease
 from .listing import InspectSubject, SessionSurvey, survey_sessions
 from .records import LeaseState
@@ -182,9 +182,7 @@ async def _remove_session(target: Target, client: ClientIdentity, survey: Sessio
         lease = await acquire_lease(
             target, survey.name, client, duration_seconds=_CLAIM_SECONDS, confirm_takeover=True
         )
-    except LeaseUnavailable as exc:
-        return f"its lease could not be claimed for removal: {exc}"
-    except (StoreError, TargetError) as exc:
+    except (StoreError, TargetError) as exc:  # held, raced, or unreadable meanwhile
         return f"its lease could not be claimed for removal: {exc}"
     # A claim writes two generations above the one it observed: anything
     # else means the session was used after it was judged.
