@@ -29,7 +29,7 @@ import asyncio
 import hashlib
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..targets import (
@@ -143,6 +143,17 @@ class CommittedSnapshot:
         if self.manifest is None or logical not in self.manifest.entries:
             raise KeyError(f"session {self.session_id} has no committed {logical!r}")
         return (await self._read_verified([(logical, self.manifest.entries[logical])]))[logical]
+
+    async def read_many(self, logicals: Iterable[str]) -> dict[str, bytes]:
+        """Several logical paths, read in one program and each verified."""
+        wanted = list(dict.fromkeys(logicals))
+        if not wanted:
+            return {}
+        entries = self.manifest.entries if self.manifest else {}
+        for logical in wanted:
+            if logical not in entries:
+                raise KeyError(f"session {self.session_id} has no committed {logical!r}")
+        return await self._read_verified([(logical, entries[logical]) for logical in wanted])
 
     async def read_all(self) -> dict[str, bytes]:
         """Every logical path, read in one program and each verified."""

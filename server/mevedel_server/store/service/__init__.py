@@ -1,0 +1,78 @@
+"""The session service: one facade over the store for the LSP server and the
+CLI (:class:`SessionService`), with the open-session machinery it drives.
+
+- :mod:`.sessions` -- ``SessionService``: list, create (lazy), open
+  (resume / join / take over), close, rename, turns, saves.
+- :mod:`.open_session` -- one open session: lease, publisher, pending
+  publication, background renewal.
+- :mod:`.live_history` / :mod:`.saved_history` -- what ``history://root`` and
+  ``history://saved`` read.
+- :mod:`.turn_views` -- turn summaries and one turn's records.
+- :mod:`.errors` -- the service's refusals and :func:`error_kind`.
+"""
+
+from .errors import (
+    KINDS,
+    InvalidSessionInput,
+    NoSuchTurn,
+    SessionIncompatible,
+    SessionNotOpen,
+    SessionReadOnly,
+    error_kind,
+    is_refusal,
+)
+from .evidence import EVIDENCE_KINDS, EvidenceInput, make_evidence
+from .live_history import LiveHistory
+from .open_session import Access, OpenSession, PendingSave, SaveResult
+from .saved_history import SavedCatalog, SavedSession, SavedSource, read_sources, saved_catalog, saved_session
+from .sessions import (
+    ABORT_REASON,
+    DEFAULT_MAX_SNAPSHOT_BYTES,
+    CaptureResult,
+    OpenMode,
+    OpenResult,
+    SessionChange,
+    SessionInfo,
+    SessionListing,
+    SessionService,
+    TurnStarted,
+)
+from .turn_views import TurnDetail, TurnItem, TurnSummary
+
+__all__ = [
+    "ABORT_REASON",
+    "DEFAULT_MAX_SNAPSHOT_BYTES",
+    "EVIDENCE_KINDS",
+    "KINDS",
+    "Access",
+    "CaptureResult",
+    "EvidenceInput",
+    "InvalidSessionInput",
+    "LiveHistory",
+    "NoSuchTurn",
+    "OpenMode",
+    "OpenResult",
+    "OpenSession",
+    "PendingSave",
+    "SaveResult",
+    "SavedCatalog",
+    "SavedSession",
+    "SavedSource",
+    "SessionChange",
+    "SessionIncompatible",
+    "SessionInfo",
+    "SessionListing",
+    "SessionNotOpen",
+    "SessionReadOnly",
+    "SessionService",
+    "TurnDetail",
+    "TurnItem",
+    "TurnStarted",
+    "TurnSummary",
+    "error_kind",
+    "is_refusal",
+    "make_evidence",
+    "read_sources",
+    "saved_catalog",
+    "saved_session",
+]

@@ -1,0 +1,117 @@
+"""Refusals of the session service, and the one table that gives every store
+refusal its stable kind (the ``data.kind`` of an LSP error and the ``kind``
+of ``mevedel --json``).
+
+Messages name sessions, turns, hosts and session-relative files; never a
+backing filesystem path.
+"""
+
+from __future__ import annotations
+
+from ...targets import TargetError, UnsafePathError
+from ..errors import (
+    ClaimRaced,
+    InvalidSessionId,
+    LeaseHeld,
+    LeaseLost,
+    LeaseObservationError,
+    PublicationFailed,
+    PublicationPending,
+    SessionMissing,
+    SessionOccupied,
+    StoreError,
+    TakeoverNeedsConfirmation,
+)
+from ..inspect import InspectRow
+from ..records import RecordError
+from ..sidecar import SidecarError
+from ..transcript import SegmentError
+from ..turns import ContentError, ConversationError
+
+
+class SessionNotOpen(StoreError):
+    """The request names a session this client has not opened."""
+
+    def __init__(self, session_id: str | None, action: str) -> None:
+        what = f"session {session_id} is not open" if session_id else "no session is open"
+        super().__init__(f"{what}; open it before you {action}")
+        self.session_id = session_id
+
+
+class SessionReadOnly(StoreError):
+    """The session is open read-only (joined, or its lease was lost)."""
+
+    def __init__(self, session_id: str, why: str) -> None:
+        super().__init__(f"session {session_id} is open read-only: {why}")
+        self.session_id = session_id
+        self.why = why
+
+
+class SessionIncompatible(StoreError):
+    """The committed sidecar is not the current format: inspect only."""
+
+    def __init__(self, session_id: str, row: InspectRow) -> None:
+        super().__init__(f"session {session_id} cannot be opened: {row.reason}")
+        self.session_id = session_id
+        self.row = row
+
+
+class InvalidSessionInput(StoreError, ValueError):
+    """A request argument (name, prompt, record field, path) is unusable."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what}: {reason}")
+        self.what = what
+        self.reason = reason
+
+
+class NoSuchTurn(StoreError):
+    def __init__(self, session_id: str, turn: int, count: int) -> None:
+        known = f"turns are numbered 1-{count}" if count else "it has no turns yet"
+        super().__init__(f"session {session_id} has no turn {turn} ({known})")
+        self.session_id = session_id
+        self.turn = turn
+
+
+#: Stable kinds, most specific class first.
+_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (InvalidSessionId, "invalid-params"),
+    (InvalidSessionInput, "invalid-params"),
+    (SessionNotOpen, "owner-missing"),
+    (SessionMissing, "missing-target"),
+    (NoSuchTurn, "missing-target"),
+    (TakeoverNeedsConfirmation, "takeover-needs-confirmation"),
+    (ClaimRaced, "lease-held"),
+    (LeaseHeld, "lease-held"),
+    (LeaseLost, "lease-lost"),
+    (SessionReadOnly, "read-only"),
+    (PublicationPending, "publication-pending"),
+    (PublicationFailed, "publication-pending"),
+    (SessionIncompatible, "incompatible"),
+    (SidecarError, "incompatible"),
+    (SessionOccupied, "conflict"),
+    (ConversationError, "conflict"),
+    (RecordError, "unreadable"),
+    (ContentError, "unreadable"),
+    (SegmentError, "unreadable"),
+    (LeaseObservationError, "unavailable"),
+    (UnsafePathError, "unreadable"),
+    (TargetError, "unavailable"),
+)
+
+#: Every kind :func:`error_kind` can return.
+KINDS = frozenset(kind for _cls, kind in _KINDS) | {"internal"}
+
+
+def error_kind(error: BaseException) -> str:
+    """The stable kind of a store or target refusal; ``internal`` for
+    anything else (a bug)."""
+    for cls, kind in _KINDS:
+        if isinstance(error, cls):
+            return kind
+    return "internal"
+
+
+def is_refusal(error: BaseException) -> bool:
+    """True for the errors a user is shown as they are (not a bug)."""
+    return isinstance(error, (StoreError, TargetError))

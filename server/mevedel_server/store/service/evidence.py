@@ -1,0 +1,83 @@
+"""Turn records a caller describes by kind and fields.
+
+The LSP and the CLI append "a response", "a tool call"... without knowing
+the turn identity or the record classes; :func:`make_evidence` checks the
+fields a kind needs and builds the record for the turn in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..transcript import Evidence, Mail, Reasoning, Response, ToolCall, ToolResult
+from .errors import InvalidSessionInput
+
+EVIDENCE_KINDS = ("response", "reasoning", "tool_call", "tool_result", "mail")
+_NAME_LIMIT = 256
+
+
+@dataclass(frozen=True)
+class EvidenceInput:
+    """One record to append. ``kind`` decides which fields are required:
+
+    - ``response`` / ``reasoning``: ``text``
+    - ``tool_call``: ``call_id``, ``name``, ``arguments`` (JSON text, may be empty)
+    - ``tool_result``: ``call_id``, ``output``, optional ``is_error``
+    - ``mail``: ``mail_id``, ``sender``, ``text``
+    """
+
+    kind: str
+    text: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+    is_error: bool = False
+    mail_id: str | None = None
+    sender: str | None = None
+
+
+def _text(value: str | None, field: str, kind: str) -> str:
+    if value is None:
+        raise InvalidSessionInput(f"a {kind} record", f"needs {field}")
+    if not isinstance(value, str):
+        raise InvalidSessionInput(f"a {kind} record", f"{field} must be text")
+    return value
+
+
+def _name(value: str | None, field: str, kind: str) -> str:
+    text = _text(value, field, kind)
+    if not text or len(text) > _NAME_LIMIT:
+        raise InvalidSessionInput(f"a {kind} record", f"{field} must be 1-{_NAME_LIMIT} characters")
+    return text
+
+
+def make_evidence(item: EvidenceInput, turn_id: str) -> Evidence:
+    kind = item.kind
+    if kind == "response":
+        return Response(turn_id=turn_id, text=_text(item.text, "text", kind))
+    if kind == "reasoning":
+        return Reasoning(turn_id=turn_id, text=_text(item.text, "text", kind))
+    if kind == "tool_call":
+        arguments = item.arguments if item.arguments is not None else ""
+        return ToolCall(
+            turn_id=turn_id,
+            call_id=_name(item.call_id, "call_id", kind),
+            name=_name(item.name, "name", kind),
+            arguments=_text(arguments, "arguments", kind),
+        )
+    if kind == "tool_result":
+        return ToolResult(
+            turn_id=turn_id,
+            call_id=_name(item.call_id, "call_id", kind),
+            output=_text(item.output, "output", kind),
+            is_error=bool(item.is_error),
+        )
+    if kind == "mail":
+        return Mail(
+            turn_id=turn_id,
+            mail_id=_name(item.mail_id, "mail_id", kind),
+            sender=_name(item.sender, "sender", kind),
+            text=_text(item.text, "text", kind),
+        )
+    raise InvalidSessionInput(repr(kind), f"is not a record kind (use one of {', '.join(EVIDENCE_KINDS)})")

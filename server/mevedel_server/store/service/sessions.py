@@ -1,0 +1,702 @@
+"""``SessionService``: the one facade the LSP server and the CLI call.
+
+One service is one client (``ClientIdentity``) of one workspace's session
+store (``Target``). It lists sessions, creates them lazily, opens them
+(resume, join read-only, or take over an expired lease after confirmation),
+runs turns through the conversation state machine and saves them: a turn
+settles in one publication, a checkpoint saves an unfinished turn, an
+explicit save publishes even an unchanged snapshot, a rename publishes only
+display metadata. Every open writable session renews its lease in the
+background; losing it makes the session read-only and is reported through
+``on_change``.
+
+Times written into records are target seconds (:mod:`.clock`); authority
+decisions are the lease layer's, against the target clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ...targets import (
+    Clock,
+    ControlProgram,
+    InvalidTargetPath,
+    Read,
+    Stat,
+    Status,
+    Target,
+    raise_for_result,
+    split_target_path,
+)
+from ...targets import TargetError
+from ..errors import StoreError, TakeoverNeedsConfirmation
+from ..inspect import InspectRow, classify_sidecar
+from ..layout import STATE_DIR, SessionPaths
+from ..lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseObservation, LeaseStanding, acquire_lease, observe_lease
+from ..listing import InspectSessionRow, SessionAction, SessionRow, list_sessions
+from ..publication import CommittedSnapshot, load_manifest, read_committed
+from ..records import LeaseState
+from ..sidecar import SIDECAR_PATH, NameRefused, SidecarErrorKind, normalize_display_name
+from ..transcript import Outcome
+from ..turns import Conversation, ConversationError
+from ..workspace import allocate_session_id, check_session_id, ensure_workspace_id, read_workspace_id
+from .clock import TargetTime
+from .errors import InvalidSessionInput, SessionIncompatible, SessionNotOpen
+from .evidence import EvidenceInput, make_evidence
+from .live_history import LiveHistory
+from .open_session import Access, OpenSession, SaveResult
+from .renewal import renewal_interval
+from .turn_views import TurnDetail, TurnSummary, turn_detail, turn_summaries
+
+_log = logging.getLogger(__name__)
+
+#: Files larger than this are recorded as capture gaps, not snapshots.
+DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
+ABORT_REASON = "aborted"
+
+
+class OpenMode(enum.Enum):
+    #: Resume when the lease allows it, join read-only when another client
+    #: holds it, and ask before taking over an expired foreign lease.
+    AUTO = "auto"
+    RESUME = "resume"
+    JOIN = "join"
+    TAKEOVER = "takeover"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    #: The display name, or the session ID while the session is unnamed.
+    display_name: str
+    named: bool
+    access: Access
+    #: Why the session is read-only (None: writable).
+    read_only_reason: str | None
+    #: Host named in the lease of the client that holds a joined session.
+    holder_host: str | None
+    #: False until the first save creates the session directory.
+    materialized: bool
+    #: The committed publication head (None: nothing committed yet).
+    head: str | None
+    settled_turns: int
+    #: Number of the turn in flight, if any.
+    open_turn: int | None
+    #: The reason a publication is pending (retry or abandon it).
+    pending_publication: str | None
+    #: The next turn will carry the reconciliation reminder.
+    reconciliation_pending: bool
+
+
+@dataclass(frozen=True)
+class OpenResult:
+    info: SessionInfo
+    #: ``resume``, ``join``, ``takeover`` or ``switch`` (already open here).
+    action: str
+    #: Resuming converted a turn in flight into an interrupted one.
+    interrupted_turn: int | None = None
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    session_id: str
+    turn: int
+    turn_id: str
+    #: This turn's request must carry the reconciliation reminder.
+    reminder: bool
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    path: str
+    #: ``present``, ``absent`` or ``gap``.
+    state: str
+    size: int | None = None
+    gap_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionChange:
+    """The open session's committed or access state changed."""
+
+    session_id: str
+    #: ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
+    #: ``retried``, ``read-only`` or ``closed``.
+    reason: str
+    head: str | None
+    settled_turns: int
+    access: Access
+
+
+@dataclass(frozen=True)
+class SessionListing:
+    rows: tuple[SessionRow, ...]
+    inspect_rows: tuple[InspectSessionRow, ...]
+    #: Sessions created here that have nothing saved yet (also in ``rows``).
+    unsaved: tuple[str, ...]
+
+
+class SessionService:
+    def __init__(
+        self,
+        target: Target,
+        client: ClientIdentity,
+        *,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        renew_every: float | None = None,
+        max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+    ) -> None:
+        self.target = target
+        self.client = client
+        self.lease_seconds = lease_seconds
+        self.renew_every = renew_every if renew_every is not None else renewal_interval(lease_seconds)
+        self.max_snapshot_bytes = max_snapshot_bytes
+        #: Called with every :class:`SessionChange`.
+        self.on_change: list[Callable[[SessionChange], None]] = []
+        self._sessions: dict[str, OpenSession] = {}
+        self._time: TargetTime | None = None
+
+    # Introspection ----------------------------------------------------------
+
+    def open_sessions(self) -> list[str]:
+        return list(self._sessions)
+
+    def is_open(self, session_id: str) -> bool:
+        return session_id in self._sessions
+
+    def session(self, session_id: str) -> OpenSession:
+        """The open session (raises SessionNotOpen)."""
+        return self._open(session_id, "use it")
+
+    def info(self, session_id: str) -> SessionInfo:
+        return self._info(self._open(session_id, "ask about it"))
+
+    def live_history(self, session_id: str) -> LiveHistory:
+        return self._open(session_id, "read its history").history
+
+    # Listing ------------------------------------------------------------------
+
+    async def list(self) -> SessionListing:
+        """Every session of the workspace with the action its lease allows
+        this client, plus the sessions created here and not saved yet."""
+        here = [sid for sid, s in self._sessions.items() if s.access is Access.WRITABLE]
+        listing = await list_sessions(self.target, self.client, here)
+        if listing.now is not None:
+            self._clock_from(listing.now)
+        listed = {row.session_id for row in listing.rows}
+        unsaved = [s for sid, s in self._sessions.items() if sid not in listed and not s.materialized]
+        extra = tuple(self._unsaved_row(s) for s in unsaved)
+        rows = tuple(sorted(listing.rows + extra, key=lambda r: (r.updated_at, r.session_id), reverse=True))
+        return SessionListing(rows, listing.inspect_rows, tuple(s.session_id for s in unsaved))
+
+    def _unsaved_row(self, session: OpenSession) -> SessionRow:
+        sidecar = session.conversation.sidecar
+        return SessionRow(
+            session_id=session.session_id,
+            display_name=sidecar.display_name or session.session_id,
+            named=sidecar.display_name is not None,
+            published=False,
+            turn_count=sidecar.total_turn_count,
+            latest_preview=sidecar.latest_user_message,
+            updated_at=sidecar.updated_at,
+            standing=LeaseStanding.FREE,
+            lease_state=None,
+            holder_host=None,
+            holder_is_self=True,
+            lease_expires_at=None,
+            action=SessionAction.SWITCH,
+        )
+
+    # Creating and opening -------------------------------------------------------
+
+    async def create(self, name: str | None = None) -> SessionInfo:
+        """A new session, open and writable here. Nothing of it is written
+        until its first save (the workspace identity is ensured now, since
+        the session records it)."""
+        display_name = _display_name(name) if name is not None else None
+        workspace_id = await ensure_workspace_id(self.target)
+        now = await self._now()
+        session_id = await allocate_session_id(self.target, live_ids=self._sessions)
+        conversation = Conversation.new(session_id=session_id, workspace_id=workspace_id, at=now, display_name=display_name)
+        session = self._new_open(conversation, materialized=False)
+        self._sessions[session_id] = session
+        return self._info(session)
+
+    async def open(
+        self, session_id: str, mode: OpenMode | str = OpenMode.AUTO, *, confirm_takeover: bool = False
+    ) -> OpenResult:
+        """Open a saved session.
+
+        ``resume`` and ``takeover`` claim the lease (a foreign *expired* lease
+        raises :class:`TakeoverNeedsConfirmation` unless ``confirm_takeover``;
+        a foreign live one raises :class:`LeaseHeld`). ``join`` opens the last
+        committed publication read-only. ``auto`` resumes a free or own lease,
+        joins a foreign live one and asks (the same error) for an expired one.
+        Resuming a session whose last save had a turn in flight settles that
+        turn as interrupted and queues the reconciliation reminder; reopening
+        a session whose lease is still this client's continues it unchanged.
+        """
+        mode = _mode(mode)
+        check_session_id(session_id)
+        existing = self._sessions.get(session_id)
+        if existing is not None:
+            if existing.access is Access.WRITABLE:
+                return OpenResult(self._info(existing), "switch")
+            if mode in (OpenMode.AUTO, OpenMode.JOIN):
+                await self._refresh(existing)
+                return OpenResult(self._info(existing), "join")
+            self._sessions.pop(session_id)
+        observation = await observe_lease(self.target, session_id)
+        self._clock_from(observation.now)
+        if mode is OpenMode.JOIN:
+            return await self._join(session_id, observation)
+        record = observation.record
+        foreign = record is not None and record.client_id != self.client.client_id
+        if mode is OpenMode.AUTO and foreign and observation.standing is LeaseStanding.HELD:
+            return await self._join(session_id, observation)
+        if foreign and observation.standing is LeaseStanding.EXPIRED and not confirm_takeover:
+            raise TakeoverNeedsConfirmation(
+                f"session {session_id} was held by {record.host or 'another client'}, whose lease expired; "
+                "taking it over needs confirmation",
+                session_id=session_id,
+                holder_client=record.client_id,
+                holder_host=record.host,
+                state=record.state.value,
+                expires_at=record.expires_at,
+                now=observation.now,
+            )
+        return await self._resume(session_id, observation, confirm_takeover)
+
+    async def _join(self, session_id: str, observation: LeaseObservation) -> OpenResult:
+        snapshot = await read_committed(self.target, session_id)
+        conversation = await self._conversation_of(snapshot)
+        record = observation.record
+        holder = record.host if record is not None and observation.standing is not LeaseStanding.FREE else None
+        why = f"joined; {holder or 'another client'} holds the lease" if holder else "joined read-only"
+        session = self._new_open(conversation, read_only=why, holder_host=holder, head=snapshot.head)
+        self._sessions[session_id] = session
+        return OpenResult(self._info(session), "join")
+
+    async def _resume(self, session_id: str, observation: LeaseObservation, confirm_takeover: bool) -> OpenResult:
+        record = observation.record
+        own = record is not None and record.client_id == self.client.client_id
+        continuing = own and record.state in (LeaseState.ACTIVE, LeaseState.PUBLISHING)
+        took_over = (
+            record is not None and not own and observation.standing is LeaseStanding.EXPIRED
+        )
+        lease = await acquire_lease(
+            self.target,
+            session_id,
+            self.client,
+            duration_seconds=self.lease_seconds,
+            confirm_takeover=confirm_takeover,
+        )
+        try:
+            paths = SessionPaths(session_id)
+            head = lease.publication_head
+            manifest = await load_manifest(self.target, paths, head) if head else None
+            snapshot = CommittedSnapshot(self.target, paths, lease.generation, head, manifest)
+            conversation = await self._conversation_of(snapshot)
+        except BaseException:
+            await _release_quietly(lease)
+            raise
+        self._clock_from(lease.now)
+        session = self._new_open(conversation, lease=lease)
+        self._sessions[session_id] = session
+        interrupted: int | None = None
+        if not continuing:
+            in_flight = conversation.open_turn
+            if conversation.resume(at=self._time_now()) and in_flight is not None:
+                interrupted = in_flight.turn
+                try:
+                    await session.save(conversation.artifacts_for_save())
+                except (StoreError, TargetError) as error:
+                    # The session is open with the repair pending; info says so.
+                    _log.warning("session %s: saving the resume repair failed: %s", session_id, error)
+                else:
+                    self._changed(session, "resumed")
+        return OpenResult(self._info(session), "takeover" if took_over else "resume", interrupted)
+
+    async def _conversation_of(self, snapshot: CommittedSnapshot) -> Conversation:
+        """The conversation a committed snapshot holds; an unpublished session
+        is an empty one."""
+        if snapshot.manifest is None:
+            workspace_id = await read_workspace_id(self.target)
+            if workspace_id is None:  # a session directory made by hand
+                raise SessionIncompatible(
+                    snapshot.session_id, InspectRow(SidecarErrorKind.MISSING, "the workspace has no identity")
+                )
+            return Conversation.new(session_id=snapshot.session_id, workspace_id=workspace_id, at=await self._now())
+        data = await snapshot.read(SIDECAR_PATH) if SIDECAR_PATH in snapshot.manifest.entries else None
+        sidecar = classify_sidecar(data)
+        if isinstance(sidecar, InspectRow):
+            raise SessionIncompatible(snapshot.session_id, sidecar)
+        if sidecar.session_id != snapshot.session_id:
+            row = InspectRow(SidecarErrorKind.INVALID_VALUE, f"the sidecar belongs to session {sidecar.session_id}")
+            raise SessionIncompatible(snapshot.session_id, row)
+        return Conversation.restore(await snapshot.read_all())
+
+    async def _refresh(self, session: OpenSession) -> None:
+        """A read-only session follows the committed head."""
+        if session.access is Access.WRITABLE or session.lease is not None:
+            return
+        snapshot = await read_committed(self.target, session.session_id)
+        if snapshot.head == session.head:
+            return
+        session.conversation = await self._conversation_of(snapshot)
+        session.history.rebind(session.conversation)
+        session._head = snapshot.head
+
+    # Closing -----------------------------------------------------------------
+
+    async def close(self, session_id: str) -> SaveResult | None:
+        """Save the session, release its lease and forget it. A pending
+        publication refuses the close (retry or abandon it first)."""
+        session = self._open(session_id, "close it")
+        result: SaveResult | None = None
+        if session.access is Access.WRITABLE:
+            session.require_mutable()
+            result = await session.save(session.conversation.artifacts_for_save())
+            await session.release()
+        else:
+            await session.stop_renewal()
+        self._sessions.pop(session_id, None)
+        self._changed(session, "closed")
+        return result
+
+    async def detach(self) -> None:
+        """Stop background renewal without releasing anything (a CLI process
+        ends; its leases stay until they expire or it reopens them)."""
+        for session in self._sessions.values():
+            await session.stop_renewal()
+        self._sessions.clear()
+
+    async def close_all(self) -> None:
+        """Close every open session, best effort (a server shutting down)."""
+        for session_id in list(self._sessions):
+            try:
+                await self.close(session_id)
+            except Exception as error:  # one failure must not keep the others open
+                _log.warning("session %s: not closed cleanly: %s", session_id, error)
+                await self._sessions.pop(session_id).stop_renewal()
+
+    # Names ---------------------------------------------------------------------
+
+    async def rename(self, session_id: str, name: str) -> SessionInfo:
+        """Give the session an explicit display name; a saved session
+        publishes only its display metadata."""
+        session = self._mutable(session_id, "rename it")
+        display_name = _display_name(name)
+        candidate = session.conversation.rename(display_name)
+        if candidate is not None and session.materialized:
+            result = await session.save(candidate)
+            if result.committed:
+                self._changed(session, "renamed")
+        return self._info(session)
+
+    # Turns ---------------------------------------------------------------------
+
+    async def begin_turn(self, session_id: str, prompt: str) -> TurnStarted:
+        session = self._mutable(session_id, "begin a turn")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InvalidSessionInput("the prompt", "is empty; a turn needs the user's prompt")
+        turn_id = session.conversation.begin_turn(prompt, at=self._time_now())
+        opened = session.conversation.open_turn
+        assert opened is not None
+        return TurnStarted(session_id, opened.turn, turn_id, opened.reminder)
+
+    async def capture_file(self, session_id: str, path: str, *, gap: str | None = None) -> CaptureResult:
+        """Record a tracked file's content before this turn first mutates it,
+        read from the workspace through the target. ``gap`` records instead
+        that the file may change without a capture (and why). A file too
+        large to snapshot becomes a gap."""
+        session = self._mutable(session_id, "capture a file")
+        _require_turn(session, "capture a file")
+        tracked = _tracked_path(path)
+        if gap is not None:
+            session.conversation.capture_gap(tracked, gap)
+            return CaptureResult(tracked, "gap", gap_reason=" ".join(gap.split()))
+        content, too_large = await self._read_tracked(tracked)
+        if too_large:
+            reason = f"the file is larger than the {self.max_snapshot_bytes}-byte snapshot limit"
+            session.conversation.capture_gap(tracked, reason)
+            return CaptureResult(tracked, "gap", gap_reason=reason)
+        session.conversation.capture_file(tracked, content)
+        recorded = _recorded_state(session.conversation, tracked)
+        return recorded or CaptureResult(tracked, "absent" if content is None else "present", None if content is None else len(content))
+
+    async def append(self, session_id: str, item: EvidenceInput) -> None:
+        """Add a response, reasoning, tool call, tool result or mail record to
+        the turn in flight (not saved until settlement or a checkpoint)."""
+        session = self._mutable(session_id, "append to a turn")
+        opened = _require_turn(session, "append a record")
+        session.conversation.append(make_evidence(item, opened.turn_id))
+
+    async def settle(self, session_id: str, outcome: Outcome | str = Outcome.COMPLETED, *, reason: str | None = None) -> SaveResult:
+        """End the turn in flight and save: one publication. The post-turn
+        content of every captured file is read from the workspace."""
+        session = self._mutable(session_id, "settle a turn")
+        outcome = _outcome(outcome)
+        _require_turn(session, "settle a turn")
+        current = await self._post_turn_content(session)
+        session.conversation.settle(outcome, at=self._time_now(), current=current, reason=_reason(reason))
+        result = await session.save(session.conversation.artifacts_for_save())
+        self._changed(session, "settled")
+        return result
+
+    async def abort(self, session_id: str, reason: str | None = None) -> SaveResult:
+        """Settle the turn in flight as interrupted (the next turn carries the
+        reconciliation reminder) and save."""
+        return await self.settle(session_id, Outcome.INTERRUPTED, reason=reason or ABORT_REASON)
+
+    async def checkpoint(self, session_id: str) -> SaveResult:
+        """Save the unfinished turn in flight without settling it."""
+        session = self._mutable(session_id, "checkpoint a turn")
+        result = await session.save(session.conversation.checkpoint())
+        if result.committed:
+            self._changed(session, "checkpoint")
+        return result
+
+    async def save(self, session_id: str) -> SaveResult:
+        """An explicit save: publishes a new snapshot even when nothing
+        changed (a fresh empty conversation still has nothing to save)."""
+        session = self._mutable(session_id, "save it")
+        result = await session.save(session.conversation.artifacts_for_save(), force=True)
+        if result.committed:
+            self._changed(session, "saved")
+        return result
+
+    async def retry_publication(self, session_id: str) -> SaveResult:
+        session = self._open(session_id, "retry its publication")
+        result = await session.retry()
+        self._changed(session, "retried")
+        return result
+
+    def abandon_publication(self, session_id: str) -> bool:
+        """Drop a pending publication; True when there was one."""
+        return self._open(session_id, "abandon its publication").abandon() is not None
+
+    async def turns(self, session_id: str) -> list[TurnSummary]:
+        """The turns of an open session (live, unsaved ones included) or,
+        for a session not open here, of its committed snapshot."""
+        return turn_summaries(await self._readable(session_id))
+
+    async def turn(self, session_id: str, number: int) -> TurnDetail:
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise InvalidSessionInput("the turn number", f"must be a whole number, not {number!r}")
+        return turn_detail(await self._readable(session_id), number)
+
+    # Internals -----------------------------------------------------------------
+
+    async def _readable(self, session_id: str) -> Conversation:
+        session = self._sessions.get(check_session_id(session_id))
+        if session is not None:
+            await self._refresh(session)
+            return session.conversation
+        return await self._conversation_of(await read_committed(self.target, session_id))
+
+    def _open(self, session_id: str | None, action: str) -> OpenSession:
+        if session_id is None:
+            raise SessionNotOpen(None, action)
+        session = self._sessions.get(check_session_id(session_id))
+        if session is None:
+            raise SessionNotOpen(session_id, action)
+        return session
+
+    def _mutable(self, session_id: str, action: str) -> OpenSession:
+        session = self._open(session_id, action)
+        session.require_mutable()
+        return session
+
+    def _new_open(self, conversation: Conversation, **kwargs) -> OpenSession:
+        return OpenSession(
+            target=self.target,
+            client=self.client,
+            conversation=conversation,
+            time=self._clock(),
+            lease_seconds=self.lease_seconds,
+            renew_every=self.renew_every,
+            on_lost=self._lost,
+            **kwargs,
+        )
+
+    def _lost(self, session: OpenSession, why: str) -> None:
+        _log.warning("session %s is now read-only: %s", session.session_id, why)
+        self._changed(session, "read-only")
+
+    def _changed(self, session: OpenSession, reason: str) -> None:
+        change = SessionChange(
+            session.session_id, reason, session.head, session.conversation.sidecar.total_turn_count, session.access
+        )
+        for listener in list(self.on_change):
+            try:
+                listener(change)
+            except Exception:
+                _log.exception("session change listener failed")
+
+    def _info(self, session: OpenSession) -> SessionInfo:
+        conversation = session.conversation
+        sidecar = conversation.sidecar
+        opened = conversation.open_turn
+        return SessionInfo(
+            session_id=session.session_id,
+            display_name=sidecar.display_name or session.session_id,
+            named=sidecar.display_name is not None,
+            access=session.access,
+            read_only_reason=session.read_only,
+            holder_host=session.holder_host,
+            materialized=session.materialized,
+            head=session.head,
+            settled_turns=sidecar.total_turn_count,
+            open_turn=opened.turn if opened else None,
+            pending_publication=session.pending.reason if session.pending else None,
+            reconciliation_pending=sidecar.reconciliation_pending,
+        )
+
+    # Time ---------------------------------------------------------------------
+
+    def _clock_from(self, reading: int | None) -> None:
+        if reading is None:
+            return
+        if self._time is None:
+            self._time = TargetTime(reading)
+            for session in self._sessions.values():
+                session.time = self._time
+        else:
+            self._time.anchor(reading)
+
+    async def _now(self) -> int:
+        if self._time is None:
+            op = Clock(STATE_DIR)
+            result = (await self.target.run(ControlProgram([op])))[0]
+            raise_for_result(op, result)
+            self._clock_from(int(result.value))
+        assert self._time is not None
+        return self._time.now()
+
+    def _clock(self) -> TargetTime:
+        if self._time is None:  # every path that opens a session read the clock first
+            raise RuntimeError("the target clock was never read")
+        return self._time
+
+    def _time_now(self) -> int:
+        return self._clock().now()
+
+    # Tracked files ---------------------------------------------------------------
+
+    async def _read_tracked(self, path: str) -> tuple[bytes | None, bool]:
+        stat = Stat(path, optional=True)
+        result = (await self.target.run(ControlProgram([stat])))[0]
+        if result.status is Status.ABSENT:
+            return None, False
+        raise_for_result(stat, result)
+        if result.value.kind != "file":
+            raise InvalidSessionInput(path, "is not a regular file")
+        if result.value.size > self.max_snapshot_bytes:
+            return None, True
+        read = Read(path, optional=True)
+        got = (await self.target.run(ControlProgram([read])))[0]
+        if got.status is Status.ABSENT:
+            return None, False
+        raise_for_result(read, got)
+        if len(got.value) > self.max_snapshot_bytes:
+            return None, True
+        return got.value, False
+
+    async def _post_turn_content(self, session: OpenSession) -> Mapping[str, bytes | None]:
+        """Current content of the files this turn captured (gaps stay unknown;
+        a file that cannot be read, or grew past the limit, too)."""
+        opened = session.conversation.open_turn
+        snapshots = session.conversation.file_snapshots()
+        if opened is None or not snapshots or snapshots[-1].turn_id != opened.turn_id:
+            return {}
+        paths = [p for p, snap in snapshots[-1].files.items() if snap.pre is not None]
+        if not paths:
+            return {}
+        ops = [Read(p, optional=True) for p in paths]
+        result = await self.target.run(ControlProgram(ops))
+        current: dict[str, bytes | None] = {}
+        for path, op_result in zip(paths, result):
+            if op_result.status is Status.ABSENT:
+                current[path] = None
+            elif op_result.ok and len(op_result.value) <= self.max_snapshot_bytes:
+                current[path] = op_result.value
+        return current
+
+
+def _recorded_state(conversation: Conversation, path: str) -> CaptureResult | None:
+    snapshots = conversation.file_snapshots()
+    opened = conversation.open_turn
+    if not snapshots or opened is None or snapshots[-1].turn_id != opened.turn_id:
+        return None
+    snapshot = snapshots[-1].files.get(path)
+    if snapshot is None:
+        return None
+    if snapshot.pre is None:
+        return CaptureResult(path, "gap", gap_reason=snapshot.gap)
+    size = getattr(snapshot.pre, "size", None)
+    return CaptureResult(path, "present" if size is not None else "absent", size)
+
+
+def _require_turn(session: OpenSession, action: str):
+    opened = session.conversation.open_turn
+    if opened is None:
+        raise ConversationError(f"cannot {action}: no turn is in flight in session {session.session_id}")
+    return opened
+
+
+def _display_name(name: str) -> str:
+    try:
+        return normalize_display_name(name)
+    except NameRefused as refused:
+        raise InvalidSessionInput("the session name", str(refused)) from None
+
+
+def _tracked_path(path: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise InvalidSessionInput("the tracked file path", "is empty")
+    try:
+        parts = split_target_path(path)
+    except InvalidTargetPath as invalid:
+        raise InvalidSessionInput(repr(path), f"is not a workspace-relative file path: it {invalid.reason}") from None
+    if not parts:
+        raise InvalidSessionInput(repr(path), "names the workspace itself, not a file")
+    if parts[0] == STATE_DIR:
+        raise InvalidSessionInput(repr(path), f"is inside {STATE_DIR}/, which holds mevedel's own state")
+    return "/".join(parts)
+
+
+def _mode(mode: OpenMode | str) -> OpenMode:
+    try:
+        return OpenMode(mode)
+    except ValueError:
+        choices = ", ".join(m.value for m in OpenMode)
+        raise InvalidSessionInput(f"open mode {mode!r}", f"is not one of {choices}") from None
+
+
+def _outcome(outcome: Outcome | str) -> Outcome:
+    try:
+        return Outcome(outcome)
+    except ValueError:
+        choices = ", ".join(o.value for o in Outcome)
+        raise InvalidSessionInput(f"outcome {outcome!r}", f"is not one of {choices}") from None
+
+
+def _reason(reason: str | None) -> str | None:
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise InvalidSessionInput("the settle reason", "must be text")
+    return " ".join(reason.split()) or None
+
+
+async def _release_quietly(lease) -> None:
+    try:
+        await lease.release()
+    except Exception as error:  # the original failure is what the caller must see
+        _log.warning("session %s: releasing after a failed open: %s", lease.session_id, error)
+

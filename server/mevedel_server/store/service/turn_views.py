@@ -1,0 +1,145 @@
+"""What ``turns`` and ``turn N`` show: a summary per turn from the prompt
+index and the transcript, and one turn's records with their projection.
+
+Everything is derived from the conversation's records; nothing here is
+stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..projection import Projection
+from ..sidecar import PromptEntry
+from ..transcript import (
+    Mail,
+    Prompt,
+    Reasoning,
+    Record,
+    Response,
+    Settle,
+    ToolCall,
+    ToolResult,
+    TurnBegin,
+)
+from ..turns import Conversation
+from .errors import NoSuchTurn
+
+IN_FLIGHT = "in-flight"
+
+
+@dataclass(frozen=True)
+class TurnSummary:
+    turn: int
+    turn_id: str
+    segment: int
+    preview: str
+    began_at: int
+    #: ``in-flight``, ``completed``, ``errored`` or ``interrupted``.
+    state: str
+    settled_at: int | None
+    reason: str | None
+    tool_calls: int
+    #: The reconciliation reminder went out with this turn.
+    reminder: bool
+
+
+@dataclass(frozen=True)
+class TurnItem:
+    """One record of a turn, as a client shows it."""
+
+    kind: str
+    text: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+    is_error: bool = False
+    mail_id: str | None = None
+    sender: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnDetail:
+    summary: TurnSummary
+    prompt: str
+    items: tuple[TurnItem, ...]
+    #: The turn's part of the history projection (Markdown).
+    markdown: str
+
+
+def _summaries_of_segment(
+    records: Sequence[Record], segment: int, prompts: dict[str, PromptEntry], out: list[TurnSummary]
+) -> None:
+    begin: TurnBegin | None = None
+    calls = 0
+    for record in records:
+        if isinstance(record, TurnBegin):
+            begin, calls = record, 0
+        elif isinstance(record, ToolCall):
+            calls += 1
+        elif isinstance(record, Settle) and begin is not None:
+            out.append(_summary(begin, segment, prompts, record, calls))
+            begin = None
+    if begin is not None:
+        out.append(_summary(begin, segment, prompts, None, calls))
+
+
+def _summary(begin: TurnBegin, segment: int, prompts: dict[str, PromptEntry], settle: Settle | None, calls: int) -> TurnSummary:
+    entry = prompts.get(begin.turn_id)
+    return TurnSummary(
+        turn=begin.turn,
+        turn_id=begin.turn_id,
+        segment=segment,
+        preview=entry.preview if entry else "",
+        began_at=begin.at,
+        state=settle.outcome.value if settle else IN_FLIGHT,
+        settled_at=settle.at if settle else None,
+        reason=settle.reason if settle else None,
+        tool_calls=calls,
+        reminder=begin.reminder,
+    )
+
+
+def turn_summaries(conversation: Conversation) -> list[TurnSummary]:
+    """Every turn of the conversation, oldest first."""
+    prompts = {entry.turn_id: entry for entry in conversation.prompt_index()}
+    out: list[TurnSummary] = []
+    for segment in range(1, conversation.current_segment + 1):
+        _summaries_of_segment(conversation.records(segment), segment, prompts, out)
+    return out
+
+
+def turn_detail(conversation: Conversation, turn: int) -> TurnDetail:
+    index = conversation.prompt_index()
+    if not 1 <= turn <= len(index):
+        raise NoSuchTurn(conversation.session_id, turn, len(index))
+    entry = index[turn - 1]
+    records = conversation.records(entry.segment)
+    start = next(i for i, r in enumerate(records) if isinstance(r, TurnBegin) and r.turn_id == entry.turn_id)
+    end = start + 1
+    while end < len(records) and not isinstance(records[end], TurnBegin):
+        end += 1
+        if isinstance(records[end - 1], Settle):
+            break
+    own = records[start:end]
+    summaries: list[TurnSummary] = []
+    _summaries_of_segment(own, entry.segment, {entry.turn_id: entry}, summaries)
+    prompt = next((r.text for r in own if isinstance(r, Prompt)), "")
+    items = tuple(item for item in (_item(r) for r in own) if item is not None)
+    return TurnDetail(summaries[0], prompt, items, Projection().extend(own).text)
+
+
+def _item(record: Record) -> TurnItem | None:
+    if isinstance(record, Response):
+        return TurnItem("response", text=record.text)
+    if isinstance(record, Reasoning):
+        return TurnItem("reasoning", text=record.text)
+    if isinstance(record, ToolCall):
+        return TurnItem("tool_call", call_id=record.call_id, name=record.name, arguments=record.arguments)
+    if isinstance(record, ToolResult):
+        return TurnItem("tool_result", call_id=record.call_id, output=record.output, is_error=record.is_error)
+    if isinstance(record, Mail):
+        return TurnItem("mail", mail_id=record.mail_id, sender=record.sender, text=record.text)
+    return None

@@ -1,0 +1,399 @@
+"""The session service: lazy creation, turns saved at settlement, open modes,
+takeover, stale owners, renewal, pending publications."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from mevedel_server.store import (
+    ClientIdentity,
+    LeaseHeld,
+    LeaseLost,
+    LeaseStanding,
+    PublicationFailed,
+    PublicationPending,
+    TakeoverNeedsConfirmation,
+    acquire_lease,
+    observe_lease,
+    read_committed,
+)
+from mevedel_server.store.service import (
+    Access,
+    EvidenceInput,
+    InvalidSessionInput,
+    NoSuchTurn,
+    SessionIncompatible,
+    SessionNotOpen,
+    SessionReadOnly,
+    SessionService,
+    error_kind,
+)
+from mevedel_server.store.sidecar import SIDECAR_PATH
+from mevedel_server.store.turns import Conversation, ConversationError
+from mevedel_server.targets import FaultInjectingTarget, LocalTarget
+
+ME = ClientIdentity("client-me", "workstation")
+OTHER = ClientIdentity("client-other", "laptop")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return workspace
+
+
+def service(root: Path, client: ClientIdentity = ME, **options) -> SessionService:
+    return SessionService(LocalTarget(root), client, **options)
+
+
+def session_dirs(root: Path) -> list[str]:
+    sessions = root / ".mevedel" / "sessions"
+    return sorted(p.name for p in sessions.iterdir()) if sessions.exists() else []
+
+
+def publications(root: Path, session_id: str) -> set[str]:
+    return {p.name for p in (root / ".mevedel" / "sessions" / session_id / ".publications").iterdir()}
+
+
+async def committed(root: Path, session_id: str) -> Conversation:
+    snapshot = await read_committed(LocalTarget(root), session_id)
+    return Conversation.restore(await snapshot.read_all())
+
+
+async def one_turn(svc: SessionService, sid: str, prompt: str = "do the thing", answer: str = "done") -> None:
+    await svc.begin_turn(sid, prompt)
+    await svc.append(sid, EvidenceInput("response", text=answer))
+    await svc.settle(sid)
+
+
+async def wait_until_expired(root: Path, sid: str) -> None:
+    for _ in range(100):
+        if (await observe_lease(LocalTarget(root), sid)).standing is LeaseStanding.EXPIRED:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the lease never expired")
+
+
+async def test_create_is_lazy_and_an_empty_close_writes_nothing(root):
+    svc = service(root)
+    info = await svc.create("  Refactor   the parser ")
+    assert info.display_name == "Refactor the parser" and info.named
+    assert not info.materialized and info.head is None
+    assert session_dirs(root) == []
+    listing = await svc.list()
+    assert [row.session_id for row in listing.rows] == [info.session_id]
+    assert listing.unsaved == (info.session_id,) and listing.rows[0].action.value == "Switch"
+    assert (await svc.save(info.session_id)).note.startswith("nothing to save")
+    assert await svc.close(info.session_id) is not None
+    assert session_dirs(root) == []
+    assert not svc.is_open(info.session_id)
+
+
+async def test_first_settle_materializes_and_each_settle_is_one_publication(root):
+    (root / "src.py").write_text("print('old')\n")
+    svc = service(root)
+    sid = (await svc.create()).session_id
+    started = await svc.begin_turn(sid, "fix src.py")
+    assert started.turn == 1 and not started.reminder
+    captured = await svc.capture_file(sid, "src.py")
+    assert (captured.state, captured.size) == ("present", 13)
+    (root / "src.py").write_text("print('new')\n")
+    await svc.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments='{"path": "src.py"}'))
+    await svc.append(sid, EvidenceInput("tool_result", call_id="c1", output="ok"))
+    await svc.append(sid, EvidenceInput("response", text="Fixed."))
+    assert session_dirs(root) == []  # nothing before settlement
+    result = await svc.settle(sid)
+    assert result.committed and result.materialized
+    assert session_dirs(root) == [sid]
+    assert len(publications(root, sid)) == 1
+    fresh = await committed(root, sid)
+    assert fresh.sidecar.total_turn_count == 1 and fresh.open_turn is None
+    files = fresh.file_snapshots()[0].files["src.py"]
+    assert fresh.file_content(files.pre.sha256) == b"print('old')\n"
+    assert fresh.file_content(files.post.sha256) == b"print('new')\n"
+    await one_turn(svc, sid, "second")
+    assert len(publications(root, sid)) == 2
+    assert (await committed(root, sid)).sidecar.total_turn_count == 2
+
+
+async def test_settle_publishes_only_what_changed(root):
+    svc = service(root)
+    sid = (await svc.create()).session_id
+    await one_turn(svc, sid)
+    await svc.begin_turn(sid, "next")
+    result = await svc.settle(sid)
+    assert set(result.written) == {"session.json", "segment-0001/part-000001.chat.jsonl", "index/prompts-000001.jsonl"}
+
+
+async def test_checkpoint_saves_an_unfinished_turn_without_settling_it(root):
+    svc = service(root)
+    sid = (await svc.create()).session_id
+    await svc.begin_turn(sid, "long task")
+    await svc.append(sid, EvidenceInput("response", text="halfway"))
+    result = await svc.checkpoint(sid)
+    assert result.committed and result.materialized
+    fresh = await committed(root, sid)
+    assert fresh.open_turn is not None and fresh.sidecar.total_turn_count == 0
+    assert (await svc.checkpoint(sid)).committed is False  # nothing new
+    with pytest.raises(ConversationError):
+        await svc.checkpoint((await svc.create()).session_id)  # no turn in flight
+
+
+async def test_explicit_save_publishes_even_when_nothing_changed(root):
+    svc = service(root)
+    sid = (await svc.create()).session_id
+    await one_turn(svc, sid)
+    before = svc.info(sid).head
+    result = await svc.save(sid)
+    assert result.committed and result.head != before and result.written == ()
+    assert (await svc.close(sid)).committed is False  # the close save finds nothing new
+
+
+async def test_rename_publishes_only_display_metadata(root):
+    svc = service(root)
+    sid = (await svc.create()).session_id
+    assert (await svc.rename(sid, "Early name")).display_name == "Early name"
+    assert session_dirs(root) == []  # a lazy session's name waits for its first save
+    await one_turn(svc, sid)
+    assert (await committed(root, sid)).sidecar.display_name == "Early name"
+    changes = []
+    svc.on_change.append(changes.append)
+    head = svc.info(sid).head
+    info = await svc.rename(sid, "Parser\tcleanup")
+    assert info.display_name == "Parser cleanup" and info.head != head
+    assert [c.reason for c in changes] == ["renamed"]
+    assert (await committed(root, sid)).sidecar.display_name == "Parser cleanup"
+    with pytest.raises(InvalidSessionInput):
+        await svc.rename(sid, " \n ")
+
+
+async def test_a_second_client_joins_read_only_and_its_writes_are_refused(root):
+    mine = service(root)
+    sid = (await mine.create()).session_id
+    await one_turn(mine, sid)
+    theirs = service(root, OTHER)
+    opened = await theirs.open(sid)
+    assert opened.action == "join" and opened.info.access is Access.READ_ONLY
+    assert opened.info.holder_host == "workstation"
+    for attempt in (theirs.begin_turn(sid, "x"), theirs.rename(sid, "y"), theirs.save(sid)):
+        with pytest.raises(SessionReadOnly) as refused:
+            await attempt
+        assert error_kind(refused.value) == "read-only"
+    with pytest.raises(LeaseHeld):
+        await theirs.open(sid, "resume")
+    # The joined view follows the owner's committed turns.
+    await one_turn(mine, sid, "another")
+    assert len(await theirs.turns(sid)) == 2
+    await mine.close(sid)
+    resumed = await theirs.open(sid, "resume")
+    assert resumed.action == "resume" and resumed.info.access is Access.WRITABLE
+    assert resumed.info.reconciliation_pending
+    started = await theirs.begin_turn(sid, "after resume")
+    assert started.reminder
+
+
+async def test_resume_settles_a_turn_in_flight_as_interrupted(root):
+    crashed = service(root)
+    sid = (await crashed.create()).session_id
+    await crashed.begin_turn(sid, "never finished")
+    await crashed.checkpoint(sid)
+    await crashed.detach()  # the process goes away holding its lease
+    other = service(root, OTHER, lease_seconds=60)
+    with pytest.raises(LeaseHeld):
+        await other.open(sid, "resume")
+    same_client_restarted = service(root, ClientIdentity("client-me", "workstation"))
+    continued = await same_client_restarted.open(sid)
+    # Its own live lease: the same client continues, nothing is interrupted.
+    assert continued.interrupted_turn is None and continued.info.open_turn == 1
+    await same_client_restarted.close(sid)
+    resumed = await other.open(sid)
+    assert resumed.interrupted_turn == 1 and resumed.info.open_turn is None
+    fresh = await committed(root, sid)
+    assert [t.state for t in await other.turns(sid)] == ["interrupted"]
+    assert fresh.sidecar.reconciliation_pending
+    assert (await other.begin_turn(sid, "and now")).reminder
+    assert [t.reminder for t in await other.turns(sid)] == [False, True]
+
+
+async def test_expired_foreign_lease_needs_confirmation_and_the_stale_owner_is_refused(root):
+    stale = service(root, lease_seconds=1, renew_every=3600)
+    sid = (await stale.create()).session_id
+    await one_turn(stale, sid)
+    await stale.begin_turn(sid, "stale work")
+    await stale.session(sid).stop_renewal()  # the owner stalls
+    await wait_until_expired(root, sid)
+    rows = {row.session_id: row for row in (await service(root, OTHER).list()).rows}
+    assert rows[sid].action.value == "Take over" and rows[sid].holder_host == "workstation"
+    successor = service(root, OTHER)
+    with pytest.raises(TakeoverNeedsConfirmation) as asked:
+        await successor.open(sid)
+    assert asked.value.holder_host == "workstation" and error_kind(asked.value) == "takeover-needs-confirmation"
+    with pytest.raises(TakeoverNeedsConfirmation):
+        await successor.open(sid, "takeover")
+    taken = await successor.open(sid, "takeover", confirm_takeover=True)
+    assert taken.action == "takeover" and taken.info.access is Access.WRITABLE
+    changes = []
+    stale.on_change.append(changes.append)
+    with pytest.raises(LeaseLost) as refused:
+        await stale.settle(sid)
+    assert "lease lost" in str(refused.value) and error_kind(refused.value) == "lease-lost"
+    assert stale.info(sid).access is Access.READ_ONLY
+    assert [c.reason for c in changes] == ["read-only"]
+    with pytest.raises(SessionReadOnly):
+        await stale.begin_turn(sid, "again")
+    assert (await committed(root, sid)).sidecar.total_turn_count == 1
+
+
+async def test_background_renewal_keeps_the_lease_and_a_superseded_lease_turns_read_only(root):
+    svc = service(root, lease_seconds=30, renew_every=0.05)
+    sid = (await svc.create()).session_id
+    await one_turn(svc, sid)
+    renewal = svc.session(sid).renewal
+    assert renewal is not None and renewal.running
+    start = svc.session(sid).lease.generation
+    for _ in range(200):
+        if renewal.renewals >= 2:
+            break
+        await asyncio.sleep(0.02)
+    assert svc.session(sid).lease.generation > start
+    changes = []
+    svc.on_change.append(changes.append)
+    # Another handle of the same client rotates the lease behind this one's back.
+    await acquire_lease(LocalTarget(root), sid, ME)
+    for _ in range(200):
+        if changes:
+            break
+        await asyncio.sleep(0.02)
+    assert [c.reason for c in changes] == ["read-only"]
+    assert svc.info(sid).access is Access.READ_ONLY and "lost the lease" in svc.info(sid).read_only_reason
+
+
+async def test_a_failed_publication_is_pending_until_retried(root):
+    target = FaultInjectingTarget(LocalTarget(root))
+    svc = SessionService(target, ME)
+    sid = (await svc.create()).session_id
+    await one_turn(svc, sid)
+    await svc.begin_turn(sid, "will fail to save")
+    target.arm(3, "error")  # inside the publication program
+    with pytest.raises(PublicationFailed):
+        await svc.settle(sid)
+    info = svc.info(sid)
+    assert info.pending_publication and info.settled_turns == 2
+    assert (await committed(root, sid)).sidecar.total_turn_count == 1
+    with pytest.raises(PublicationPending):
+        await svc.begin_turn(sid, "blocked")
+    with pytest.raises(PublicationPending):
+        await svc.close(sid)
+    result = await svc.retry_publication(sid)
+    assert result.committed and svc.info(sid).pending_publication is None
+    assert (await committed(root, sid)).sidecar.total_turn_count == 2
+
+
+async def test_an_abandoned_publication_goes_out_with_the_next_save(root):
+    target = FaultInjectingTarget(LocalTarget(root))
+    svc = SessionService(target, ME)
+    sid = (await svc.create()).session_id
+    await one_turn(svc, sid)
+    await svc.begin_turn(sid, "fails")
+    target.arm(1, "error")
+    with pytest.raises(PublicationFailed):
+        await svc.settle(sid)
+    assert svc.abandon_publication(sid)
+    assert not svc.abandon_publication(sid)
+    await one_turn(svc, sid, "third")
+    assert (await committed(root, sid)).sidecar.total_turn_count == 3
+
+
+async def test_turns_and_a_turn_for_open_and_closed_sessions(root):
+    svc = service(root)
+    sid = (await svc.create()).session_id
+    await svc.begin_turn(sid, "first prompt")
+    await svc.append(sid, EvidenceInput("reasoning", text="hidden"))
+    await svc.append(sid, EvidenceInput("tool_call", call_id="t1", name="grep", arguments="{}"))
+    await svc.append(sid, EvidenceInput("tool_result", call_id="t1", output="3 hits", is_error=False))
+    await svc.append(sid, EvidenceInput("mail", mail_id="m1", sender="agent://helper", text="result"))
+    await svc.settle(sid, "errored", reason="provider failed")
+    await svc.begin_turn(sid, "second prompt")
+    summaries = await svc.turns(sid)
+    assert [(t.turn, t.state, t.preview) for t in summaries] == [(1, "errored", "first prompt"), (2, "in-flight", "second prompt")]
+    assert summaries[0].tool_calls == 1 and summaries[0].reason == "provider failed"
+    detail = await svc.turn(sid, 1)
+    assert [item.kind for item in detail.items] == ["reasoning", "tool_call", "tool_result", "mail"]
+    assert "**Tool call** `grep`" in detail.markdown and "hidden" not in detail.markdown
+    assert "*Turn 1 errored: provider failed*" in detail.markdown
+    with pytest.raises(NoSuchTurn):
+        await svc.turn(sid, 3)
+    await svc.close(sid)
+    reader = service(root, OTHER)
+    assert [t.state for t in await reader.turns(sid)] == ["errored", "in-flight"]
+    assert (await reader.turn(sid, 2)).prompt == "second prompt"
+
+
+async def test_captures_gaps_and_bad_paths(root):
+    (root / "big.bin").write_bytes(b"x" * 2048)
+    svc = service(root, max_snapshot_bytes=1024)
+    sid = (await svc.create()).session_id
+    with pytest.raises(ConversationError):
+        await svc.capture_file(sid, "big.bin")  # no turn in flight
+    await svc.begin_turn(sid, "touch files")
+    assert (await svc.capture_file(sid, "big.bin")).state == "gap"
+    assert (await svc.capture_file(sid, "new.txt")).state == "absent"
+    assert (await svc.capture_file(sid, "run.sh", gap="a shell command may write it")).state == "gap"
+    for bad in ("../outside", "/etc/passwd", ".mevedel/workspace-id", ""):
+        with pytest.raises(InvalidSessionInput):
+            await svc.capture_file(sid, bad)
+    (root / "new.txt").write_text("created\n")
+    await svc.settle(sid)
+    files = (await committed(root, sid)).file_snapshots()[0].files
+    assert files["big.bin"].gap.startswith("the file is larger")
+    assert type(files["new.txt"].pre).__name__ == "Absent" and files["new.txt"].post.size == 8
+    assert files["run.sh"].gap == "a shell command may write it"
+
+
+async def test_an_incompatible_session_is_refused_not_guessed(root):
+    svc = service(root)
+    sid = (await svc.create()).session_id
+    await one_turn(svc, sid)
+    await svc.close(sid)
+    lease = await acquire_lease(LocalTarget(root), sid, OTHER)
+    from mevedel_server.store import Publisher
+
+    await Publisher(lease).publish({SIDECAR_PATH: b'{"format_version": 99}'})
+    await lease.release()
+    with pytest.raises(SessionIncompatible) as refused:
+        await service(root, OTHER).open(sid)
+    assert "format_version 99" in str(refused.value) and error_kind(refused.value) == "incompatible"
+
+
+async def test_unknown_sessions_and_bad_input_have_kinds(root):
+    svc = service(root)
+    with pytest.raises(SessionNotOpen) as not_open:
+        await svc.begin_turn("2026-07-19T09-47-bf87b5dd793a", "x")
+    assert error_kind(not_open.value) == "owner-missing"
+    from mevedel_server.store import InvalidSessionId, SessionMissing
+
+    with pytest.raises(InvalidSessionId) as bad_id:
+        await svc.open("not-a-session")
+    assert error_kind(bad_id.value) == "invalid-params"
+    with pytest.raises(SessionMissing) as missing:
+        await svc.open("2026-07-19T09-47-bf87b5dd793a")
+    assert error_kind(missing.value) == "missing-target"
+    sid = (await svc.create()).session_id
+    with pytest.raises(InvalidSessionInput):
+        await svc.begin_turn(sid, "   ")
+    await svc.begin_turn(sid, "ok")
+    with pytest.raises(InvalidSessionInput):
+        await svc.append(sid, EvidenceInput("tool_call", call_id="c"))
+    with pytest.raises(InvalidSessionInput):
+        await svc.append(sid, EvidenceInput("verdict", text="x"))
+    with pytest.raises(ConversationError) as orphan:
+        await svc.append(sid, EvidenceInput("tool_result", call_id="never", output="x"))
+    assert error_kind(orphan.value) == "conflict"
+    with pytest.raises(InvalidSessionInput):
+        await svc.settle(sid, "finished")
+    with pytest.raises(InvalidSessionInput):
+        await svc.open(sid, "borrow")
