@@ -27,8 +27,8 @@ def context(tmp_path: Path) -> ResolverContext:
         ("mcp://srv", "no MCP server is configured"),
         ("mcp://", "no MCP server is configured"),
         ("shared://", "no shared whiteboards or documents"),
-        ("history://root", "no live conversation"),
-        ("history://saved", "saved conversations are not readable yet"),
+        ("history://root", "the current session is not open in this server"),
+        ("history://root/reviewer", "mevedel-lsp runs no agents"),
         ("memory://journal/", "no published journal entries"),
     ],
 )

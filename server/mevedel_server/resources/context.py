@@ -1,9 +1,9 @@
 """What the resolver knows about the world a request runs in.
 
-The resolver never looks anything up on its own: the LSP layer (and, later,
-the session store) builds one ``ResolverContext`` per request, naming the
-workspace, the open session's directory, and the configured memory and skill
-roots.
+The resolver never looks anything up on its own: the LSP layer (or the CLI)
+builds one ``ResolverContext`` per request, naming the workspace, the open
+session's directory and live conversation, the session store, and the
+configured memory and skill roots.
 """
 
 from __future__ import annotations
@@ -11,10 +11,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from ..addresses import SKILL_ORIGINS
+from ..targets import Target
 from .docs_root import find_docs_root
+
+class LiveHistorySource(Protocol):
+    """What ``history://root`` reads: the open session's live projection."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    def lines(self) -> list[str]: ...
+
 
 MemoryLocation = Literal["local", "global"]
 MemoryKind = Literal["mevedel", "agents"]
@@ -71,10 +81,16 @@ class ResolverContext:
     skill_roots: tuple[SkillRoot, ...] = ()
     docs_root: Path = field(default_factory=find_docs_root)
     completion_limit: int = 200
+    #: The open session's live conversation (``history://root``); None when
+    #: no session is open here.
+    live_history: LiveHistorySource | None = None
+    #: The workspace's session store (``history://saved``); None reads the
+    #: store under ``workspace_root`` through a local target.
+    store_target: Target | None = None
 
-    def with_session(self, session_dir: Path | None) -> ResolverContext:
+    def with_session(self, session_dir: Path | None, live_history: LiveHistorySource | None = None) -> ResolverContext:
         """The same context for another (or no) open session."""
-        return dataclasses.replace(self, session_dir=session_dir)
+        return dataclasses.replace(self, session_dir=session_dir, live_history=live_history)
 
     @property
     def session_local(self) -> Path | None:

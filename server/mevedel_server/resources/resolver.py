@@ -11,12 +11,13 @@ raised by ``execute``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable
 
 from ..addresses import parse_address
 from ..addresses.model import Address, AddressError, ErrorKind, Family, Operation
-from . import artifact, memory, mevedel_docs, skill, unavailable, work
+from . import artifact, history, memory, mevedel_docs, skill, unavailable, work
 from .attempt import Attempt, AuthorityFacts, Prepared, Request
 from .context import ResolverContext
 from .options import (
@@ -43,7 +44,7 @@ _FAMILIES: dict[Family, Callable[[Address, Request, ResolverContext], Prepared]]
     Family.MEMORY: memory.prepare,
     Family.SKILL: skill.prepare,
     Family.AGENT: unavailable.prepare,
-    Family.HISTORY: unavailable.prepare,
+    Family.HISTORY: history.prepare,
     Family.MCP: unavailable.prepare,
     Family.SHARED: unavailable.prepare,
     Family.JOURNAL: unavailable.prepare,
@@ -96,6 +97,10 @@ async def execute(attempt: Attempt) -> ReadResult | GlobResult | GrepResult | Pa
         raise AddressError(ErrorKind.INTERNAL, authored, "this prepared operation was already executed")
     attempt._spent = True
     try:
+        if inspect.iscoroutinefunction(attempt._run):
+            # Families whose owner answers asynchronously (the session store)
+            # run on the event loop and move their own CPU work to a thread.
+            return await attempt._run()
         return await asyncio.to_thread(attempt._run)
     except AddressError:
         raise

@@ -235,7 +235,12 @@ def grep_scopes(
 
 def _grep_text(address: str, text: str, plan: GrepPlan, options: GrepOptions, outcome: GrepOutcome) -> bool:
     """Append this file's matches; True once the limit is exceeded."""
-    lines = split_lines(text)
+    return grep_lines(address, split_lines(text), plan, options, outcome)
+
+
+def grep_lines(address: str, lines: list[str], plan: GrepPlan, options: GrepOptions, outcome: GrepOutcome) -> bool:
+    """Append the matches of one projection's lines (virtual text searches
+    exactly what Read shows); True once the limit is exceeded."""
     context = options.context_lines
     for index, line in enumerate(lines):
         hit = plan.regex.search(line)

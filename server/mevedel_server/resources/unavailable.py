@@ -1,10 +1,8 @@
-"""The families whose owners mevedel-lsp does not run yet: agent://,
-history://, mcp://, shared:// and memory://journal/.
+"""The families whose owners mevedel-lsp does not run yet: agent://, mcp://,
+shared:// and memory://journal/ (history:// is served by ``history.py``).
 
 Their addresses parse and validate like any other; execution answers with a
 distinct unavailable (or owner-missing) error saying which owner is absent.
-``history_root`` and ``history_saved`` are the entry points the session
-store takes over.
 """
 
 from __future__ import annotations
@@ -30,30 +28,6 @@ def agent(address: Address, request: Request, context: ResolverContext) -> Prepa
         return Prepared("virtual", _owner_missing(address, "no session is open; agent:// results belong to the open session"))
     return Prepared(
         "virtual", _unavailable(address, "no retained agents: the session has no agent runtime in mevedel-lsp yet")
-    )
-
-
-def history_root(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    """Bare history:// and history://root[/PATH]: the live conversations."""
-    if context.session_dir is None:
-        return Prepared(
-            "virtual", _owner_missing(address, "no session is open; history://root belongs to the open session")
-        )
-    return Prepared(
-        "virtual",
-        _unavailable(address, "no live conversation: mevedel-lsp does not serve session history yet"),
-    )
-
-
-def history_saved(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    """history://saved[/SESSION[/SEGMENT]]: saved conversations of the workspace."""
-    if context.workspace_root is None:
-        return Prepared(
-            "virtual", _owner_missing(address, "no workspace is open; history://saved lists the workspace's sessions")
-        )
-    return Prepared(
-        "virtual",
-        _unavailable(address, "saved conversations are not readable yet: mevedel-lsp has no session store"),
     )
 
 
@@ -83,10 +57,6 @@ def journal(address: Address, request: Request, context: ResolverContext) -> Pre
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
     if address.family is Family.AGENT:
         return agent(address, request, context)
-    if address.family is Family.HISTORY:
-        if address.scope == "saved":
-            return history_saved(address, request, context)
-        return history_root(address, request, context)
     if address.family is Family.MCP:
         return mcp(address, request, context)
     if address.family is Family.SHARED:

@@ -1,0 +1,336 @@
+"""history:// — conversation transcripts as concise Markdown.
+
+- ``history://`` (Read): a discovery listing of ``history://root`` (when a
+  session is open) and ``history://saved`` (when a workspace is open).
+- ``history://root`` (Read, Grep): the open session's live conversation, its
+  current segment including unsaved records, from the session service's live
+  projection. ``history://root/PATH`` names a retained agent's conversation;
+  mevedel-lsp runs no agents, so every such path is unavailable.
+- ``history://saved[/SESSION[/SEGMENT]]`` (Read, Glob, Grep): saved segments
+  across the workspace, read from committed publications only, every part
+  verified against its manifest digest. Read and Glob of the bare form or of
+  a session list sources; Read of a segment renders its projection; Grep
+  searches projections, with the same line numbers Read shows. Sessions
+  whose records are unreadable or incompatible are left out of discovery and
+  counted in the notice; an explicitly addressed one is an error.
+
+Execution reads through the store asynchronously (so any target works) and
+renders and searches in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from ..addresses.encoding import encode_component
+from ..addresses.model import Address, AddressError, ErrorKind, Operation
+from ..store import RecordError, SessionMissing
+from ..store.listing import InspectSessionRow
+from ..store.projection import project
+from ..store.service import (
+    SavedSource,
+    SessionIncompatible,
+    read_sources,
+    saved_catalog,
+    saved_session,
+)
+from ..store.transcript import SegmentError
+from ..store.workspace import is_session_id
+from ..targets import LocalTarget, Target, TargetError
+from .attempt import Prepared, Request
+from .context import LiveHistorySource, ResolverContext
+from .file_operations import read_listing
+from .options import GlobOptions, GrepOptions, ReadOptions
+from .projection import page_lines, split_lines
+from .results import GlobResult, GrepResult, ReadResult
+from .tree import GrepOutcome, grep_lines
+
+ROOT = "history://root"
+SAVED = "history://saved"
+#: How many omitted sessions a notice names (the count is always complete).
+_NAMED_OMISSIONS = 10
+
+
+def _error(kind: ErrorKind, authored: str, reason: str) -> AddressError:
+    return AddressError(kind, authored, reason)
+
+
+def _failing(error: AddressError) -> Callable[[], object]:
+    async def run() -> object:
+        raise error
+
+    return run
+
+
+def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
+    if address.scope == "listing":
+        return Prepared("virtual", _listing(address, request, context))
+    if address.scope == "root":
+        return Prepared("virtual", _root(address, request, context))
+    return Prepared("virtual", _saved(address, request, context))
+
+
+# history:// -------------------------------------------------------------------
+
+
+def _listing(address: Address, request: Request, context: ResolverContext) -> Callable[[], object]:
+    authored, canonical = address.authored, address.canonical
+    lines = ([ROOT] if context.live_history is not None else []) + ([SAVED] if context.workspace_root is not None else [])
+    notice = None if lines else "no session and no workspace are open: there is no conversation history"
+
+    async def run() -> object:
+        return read_listing(lines, request, authored, canonical, notice)
+
+    return run
+
+
+# history://root ---------------------------------------------------------------
+
+
+def _root(address: Address, request: Request, context: ResolverContext) -> Callable[[], object]:
+    authored, canonical = address.authored, address.canonical
+    live = context.live_history
+    if live is None and context.session_dir is None:
+        return _failing(_error(ErrorKind.OWNER_MISSING, authored, "no session is open; history://root belongs to the open session"))
+    if address.path:
+        return _failing(
+            _error(
+                ErrorKind.UNAVAILABLE,
+                authored,
+                "no retained agent conversation: mevedel-lsp runs no agents, so history://root has no agent paths",
+            )
+        )
+    if live is None:
+        return _failing(
+            _error(ErrorKind.UNAVAILABLE, authored, "the current session is not open in this server, so its live conversation is not loaded")
+        )
+    source: LiveHistorySource = live
+
+    async def run() -> object:
+        lines = source.lines()  # a snapshot taken on the loop, where the conversation changes
+        return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical)
+
+    return run
+
+
+# history://saved ----------------------------------------------------------------
+
+
+def _saved_address(session_id: str, segment: str | None = None) -> str:
+    text = f"{SAVED}/{encode_component(session_id)}"
+    return f"{text}/{segment}" if segment is not None else text
+
+
+def _store(context: ResolverContext) -> Target:
+    if context.store_target is not None:
+        return context.store_target
+    assert context.workspace_root is not None
+    return LocalTarget(context.workspace_root)
+
+
+def _saved(address: Address, request: Request, context: ResolverContext) -> Callable[[], object]:
+    authored, canonical = address.authored, address.canonical
+    if context.workspace_root is None and context.store_target is None:
+        return _failing(
+            _error(ErrorKind.OWNER_MISSING, authored, "no workspace is open; history://saved lists the workspace's sessions")
+        )
+    path = address.path
+
+    async def run() -> object:
+        try:
+            target = _store(context)
+            if not path:
+                return await _workspace(target, request, authored, canonical)
+            session_id = path[0]
+            if not is_session_id(session_id):
+                raise _error(ErrorKind.MISSING_TARGET, authored, f"{session_id!r} is not a saved session of this workspace")
+            return await _session(target, session_id, path[1] if len(path) > 1 else None, request, authored, canonical)
+        except AddressError:
+            raise
+        except SessionMissing:
+            raise _error(ErrorKind.MISSING_TARGET, authored, "no such session in this workspace") from None
+        except SessionIncompatible as incompatible:
+            raise _error(ErrorKind.UNAVAILABLE, authored, f"the saved session cannot be read: {incompatible.row.reason}") from None
+        except (RecordError, SegmentError) as bad:
+            raise _error(ErrorKind.UNREADABLE, authored, _bad_bytes(bad)) from None
+        except TargetError as error:
+            raise _error(ErrorKind.UNAVAILABLE, authored, f"the session store could not be read ({error.reason})") from None
+
+    return run
+
+
+def _bad_bytes(error: RecordError | SegmentError) -> str:
+    if isinstance(error, SegmentError):
+        where = f"{error.label} line {error.line}" if error.line is not None else error.label
+        return f"the saved transcript is not valid: {where}: {error.reason}"
+    return f"the saved transcript failed verification ({error.kind.value}): {error.reason}"
+
+
+async def _workspace(target: Target, request: Request, authored: str, canonical: str) -> object:
+    catalog = await saved_catalog(target)
+    notice = _omissions(catalog.omitted)
+    sources = list(catalog.sources)
+    relative = {id(s): (s.session_id, s.name) for s in sources}
+    if request.operation is Operation.READ:
+        lines = [_saved_address(s.session_id, s.name) for s in sources]
+        if not lines:
+            notice = "\n".join(filter(None, ["no saved conversations in this workspace", notice]))
+        return read_listing(lines, request, authored, canonical, notice)
+    if request.operation is Operation.GLOB:
+        return _glob(sources, lambda s: relative[id(s)], request, authored, canonical, notice)
+    chosen = _filtered(sources, lambda s: relative[id(s)], request)
+    outcome = GrepOutcome()
+    skipped: list[str] = []
+    by_session: dict[str, list[SavedSource]] = {}
+    for source in chosen:
+        by_session.setdefault(source.session_id, []).append(source)
+    for session_id, own in by_session.items():
+        try:
+            saved = await saved_session(target, session_id)
+            wanted = {source.name for source in own}
+            own = [source for source in saved.sources if source.name in wanted]
+            records = await read_sources(saved, own)
+        except (SessionMissing, SessionIncompatible, RecordError, SegmentError) as error:
+            # Discovery saw it, but it changed or failed verification since:
+            # reported, not searched as if empty.
+            skipped.append(f"{_saved_address(session_id)} ({_reason_of(error)})")
+            continue
+        if await _grep_sources(own, records, request, outcome):
+            break
+    return _grep_result(outcome, request, authored, canonical, [notice, _skipped(skipped)])
+
+
+async def _session(
+    target: Target, session_id: str, segment: str | None, request: Request, authored: str, canonical: str
+) -> object:
+    saved = await saved_session(target, session_id)
+    sources = list(saved.sources)
+    if segment is not None:
+        chosen = [s for s in sources if s.name == segment]
+        if not chosen:
+            raise _error(ErrorKind.MISSING_TARGET, authored, f"the saved session has no {segment}")
+        source = chosen[0]
+        if request.operation is Operation.GLOB:
+            return _glob(chosen, lambda s: (s.name,), request, authored, canonical, None)
+        (records,) = await read_sources(saved, chosen)
+        lines = split_lines(project(records))
+        if request.operation is Operation.READ:
+            return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical)
+        outcome = GrepOutcome()
+        await _grep_sources([source], [records], request, outcome, explicit=canonical)
+        return _grep_result(outcome, request, authored, canonical, [])
+    if request.operation is Operation.READ:
+        lines = [_saved_address(session_id, s.name) for s in sources]
+        notice = None if lines else "the session has no saved conversation yet"
+        return read_listing(lines, request, authored, canonical, notice)
+    if request.operation is Operation.GLOB:
+        return _glob(sources, lambda s: (s.name,), request, authored, canonical, None)
+    chosen = _filtered(sources, lambda s: (s.name,), request)
+    outcome = GrepOutcome()
+    await _grep_sources(chosen, await read_sources(saved, chosen), request, outcome)
+    return _grep_result(outcome, request, authored, canonical, [])
+
+
+def _glob(
+    sources: Sequence[SavedSource],
+    relative: Callable[[SavedSource], tuple[str, ...]],
+    request: Request,
+    authored: str,
+    canonical: str,
+    notice: str | None,
+) -> GlobResult:
+    assert isinstance(request.options, GlobOptions) and request.glob is not None
+    matches: list[str] = []
+    truncated = False
+    for source in sources:
+        if request.glob.matches(relative(source)):
+            if len(matches) == request.options.limit:
+                truncated = True
+                break
+            matches.append(_saved_address(source.session_id, source.name))
+    parts = [notice] if notice else []
+    if truncated:
+        parts.append(f"showing the first {request.options.limit} matches; narrow the pattern or raise limit")
+    return GlobResult(authored, canonical, tuple(matches), truncated, "\n".join(parts) or None)
+
+
+def _filtered(
+    sources: Sequence[SavedSource], relative: Callable[[SavedSource], tuple[str, ...]], request: Request
+) -> list[SavedSource]:
+    assert request.grep is not None
+    plan = request.grep
+    return [s for s in sources if plan.glob is None or plan.glob.matches(relative(s))]
+
+
+async def _grep_sources(
+    sources: Sequence[SavedSource], records: Sequence[list], request: Request, outcome: GrepOutcome, explicit: str | None = None
+) -> bool:
+    """Search each source's projection; True once the match limit is hit."""
+    assert isinstance(request.options, GrepOptions) and request.grep is not None
+    plan, options = request.grep, request.options
+
+    def search() -> bool:
+        for source, own in zip(sources, records):
+            outcome.files_searched += 1
+            address = explicit or _saved_address(source.session_id, source.name)
+            if grep_lines(address, split_lines(project(own)), plan, options, outcome):
+                outcome.truncated = True
+                return True
+        return False
+
+    return await asyncio.to_thread(search)
+
+
+def _grep_result(outcome: GrepOutcome, request: Request, authored: str, canonical: str, notices: list[str | None]) -> GrepResult:
+    assert isinstance(request.options, GrepOptions)
+    parts = [n for n in notices if n]
+    if outcome.truncated:
+        parts.append(f"showing the first {request.options.limit} matching lines; narrow the pattern or raise limit")
+    return GrepResult(authored, canonical, tuple(outcome.matches), outcome.files_searched, outcome.truncated, "\n".join(parts) or None)
+
+
+def _over_lines(
+    lines: list[str], request: Request, authored: str, canonical: str, address: str
+) -> ReadResult | GrepResult:
+    """Read a page of, or Grep, one projection."""
+    if request.operation is Operation.READ:
+        assert isinstance(request.options, ReadOptions)
+        return page_lines(lines, request.options, authored, canonical, "file")
+    if request.operation is Operation.GREP:
+        assert isinstance(request.options, GrepOptions) and request.grep is not None
+        outcome = GrepOutcome(files_searched=1)
+        outcome.truncated = grep_lines(address, lines, request.grep, request.options, outcome)
+        return _grep_result(outcome, request, authored, canonical, [])
+    raise AddressError(ErrorKind.INTERNAL, authored, f"{request.operation.value} reached a history projection")
+
+
+def _omissions(omitted: Sequence[InspectSessionRow]) -> str | None:
+    if not omitted:
+        return None
+    named = "; ".join(_omission(row) for row in omitted[:_NAMED_OMISSIONS])
+    more = f"; and {len(omitted) - _NAMED_OMISSIONS} more" if len(omitted) > _NAMED_OMISSIONS else ""
+    return f"{len(omitted)} session(s) omitted (unreadable or incompatible records): {named}{more}"
+
+
+def _omission(row: InspectSessionRow) -> str:
+    # The row's reason names private storage files; the subject and kind say
+    # what is wrong without them.
+    what = f"{row.subject.value} {row.kind.value}" if row.kind is not None else f"{row.subject.value} unreadable"
+    if row.observed_version is not None:
+        what += f" (format version {row.observed_version!r})"
+    return f"{row.name}: {what}"
+
+
+def _skipped(skipped: list[str]) -> str | None:
+    if not skipped:
+        return None
+    return f"{len(skipped)} session(s) could not be searched: " + "; ".join(skipped)
+
+
+def _reason_of(error: Exception) -> str:
+    if isinstance(error, (RecordError, SegmentError)):
+        return _bad_bytes(error)
+    if isinstance(error, SessionIncompatible):
+        return error.row.reason
+    return str(error)

@@ -1,0 +1,174 @@
+"""history:// over the session service: the live projection of the open
+session and the saved segments of the workspace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mevedel_server.addresses import AddressError, ErrorKind, Operation
+from mevedel_server.resources import GlobOptions, GrepOptions, ReadOptions, ResolverContext, execute, prepare
+from mevedel_server.store import ClientIdentity, Publisher, acquire_lease
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.sidecar import SIDECAR_PATH
+from mevedel_server.targets import LocalTarget
+
+ME = ClientIdentity("client-me", "workstation")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return workspace
+
+
+def context(root: Path, svc: SessionService | None = None, sid: str | None = None) -> ResolverContext:
+    live = svc.live_history(sid) if svc is not None and sid is not None else None
+    session_dir = root / ".mevedel" / "sessions" / sid if sid else None
+    return ResolverContext(workspace_root=root, session_dir=session_dir, live_history=live, docs_root=root / "docs")
+
+
+async def run(op: Operation, address: str, options, ctx: ResolverContext):
+    return await execute(prepare(op, address, options, ctx))
+
+
+async def failure(op: Operation, address: str, options, ctx: ResolverContext) -> AddressError:
+    with pytest.raises(AddressError) as caught:
+        await run(op, address, options, ctx)
+    assert str(caught.value).startswith(address + ": ")
+    return caught.value
+
+
+async def saved_session(svc: SessionService, prompts: list[str]) -> str:
+    sid = (await svc.create()).session_id
+    for prompt in prompts:
+        await svc.begin_turn(sid, prompt)
+        await svc.append(svc_id := sid, EvidenceInput("response", text=f"answer to {prompt}"))
+        await svc.settle(svc_id)
+    return sid
+
+
+async def test_bare_history_lists_what_is_available(root):
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    listing = await run(Operation.READ, "history://", ReadOptions(), context(root, svc, sid))
+    assert listing.kind == "listing" and listing.plain_text.split("\n") == ["history://root", "history://saved"]
+    assert (await run(Operation.READ, "history://", ReadOptions(), context(root))).plain_text == "history://saved"
+    empty = await run(Operation.READ, "history://", ReadOptions(), ResolverContext(docs_root=root))
+    assert empty.kind == "empty" and "no session" in empty.notice
+
+
+async def test_history_root_reads_and_greps_the_live_unsaved_conversation(root):
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    ctx = context(root, svc, sid)
+    await svc.begin_turn(sid, "find the needle")
+    await svc.append(sid, EvidenceInput("reasoning", text="secret needle reasoning"))
+    await svc.append(sid, EvidenceInput("response", text="the needle is here"))
+    page = await run(Operation.READ, "history://root", ReadOptions(), ctx)
+    lines = page.plain_text.split("\n")
+    assert lines[0] == "# Segment 1" and "the needle is here" in lines and "secret" not in page.text
+    hits = await run(Operation.GREP, "history://root", GrepOptions(pattern="needle"), ctx)
+    assert [(m.address, m.line) for m in hits.matches] == [("history://root", 7), ("history://root", lines.index("the needle is here") + 1)]
+    assert lines[hits.matches[0].line - 1] == "> find the needle"
+    await svc.append(sid, EvidenceInput("response", text="more"))
+    grown = await run(Operation.READ, "history://root", ReadOptions(), ctx)
+    assert grown.plain_text.split("\n")[: len(lines)] == lines  # earlier lines never move
+    second = await run(Operation.READ, "history://root", ReadOptions(offset=3, limit=2), ctx)
+    assert (second.start_line, second.end_line, second.next_offset) == (3, 4, 5)
+    assert not (root / ".mevedel" / "sessions").exists()  # reading never materializes
+
+
+async def test_history_root_without_a_session_and_with_agent_paths(root):
+    error = await failure(Operation.READ, "history://root", ReadOptions(), context(root))
+    assert error.kind is ErrorKind.OWNER_MISSING
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    error = await failure(Operation.READ, "history://root/reviewer", ReadOptions(), context(root, svc, sid))
+    assert error.kind is ErrorKind.UNAVAILABLE and "runs no agents" in error.reason
+
+
+async def test_history_saved_lists_reads_globs_and_greps_committed_segments(root):
+    svc = SessionService(LocalTarget(root), ME)
+    first = await saved_session(svc, ["alpha question", "beta question"])
+    second = await saved_session(svc, ["gamma question"])
+    conversation = svc.session(second).conversation
+    conversation.rotate_segment("we talked about gamma", at=conversation.sidecar.updated_at)
+    await svc.begin_turn(second, "delta question")
+    await svc.append(second, EvidenceInput("response", text="unsaved delta answer"))  # never settled
+    ctx = context(root)
+    a1 = f"history://saved/{first}/segment-0001.chat.jsonl"
+    b1, b2 = (f"history://saved/{second}/segment-000{n}.chat.jsonl" for n in (1, 2))
+    assert (await run(Operation.READ, "history://saved", ReadOptions(), ctx)).plain_text.split("\n") == sorted([a1, b1])
+    await svc.checkpoint(second)
+    listing = await run(Operation.READ, "history://saved", ReadOptions(), ctx)
+    assert listing.plain_text.split("\n") == sorted([a1, b1, b2]) and listing.notice is None
+    assert (await run(Operation.READ, f"history://saved/{second}", ReadOptions(), ctx)).plain_text.split("\n") == [b1, b2]
+    globbed = await run(Operation.GLOB, "history://saved", GlobOptions(pattern="*/segment-0002.chat.jsonl"), ctx)
+    assert globbed.matches == (b2,)
+    page = await run(Operation.READ, a1, ReadOptions(), ctx)
+    text = page.plain_text
+    assert "> alpha question" in text and "answer to beta question" in text and page.kind == "file"
+    assert "## Summary of segment 1" in (await run(Operation.READ, b2, ReadOptions(), ctx)).plain_text
+    hits = await run(Operation.GREP, "history://saved", GrepOptions(pattern="question"), ctx)
+    assert {m.address for m in hits.matches} == {a1, b1, b2} and hits.files_searched == 3
+    for match in hits.matches:
+        shown = (await run(Operation.READ, match.address, ReadOptions(offset=match.line, limit=1), ctx)).plain_text
+        assert "question" in shown  # Grep lines are Read lines
+    narrowed = await run(Operation.GREP, "history://saved", GrepOptions(pattern="question", glob="segment-0002.chat.jsonl"), ctx)
+    assert {m.address for m in narrowed.matches} == {b2}
+    one = await run(Operation.GREP, b2, GrepOptions(pattern="delta"), ctx)
+    assert [m.preview for m in one.matches] == ["> delta question", "unsaved delta answer"]
+
+
+async def test_history_saved_omits_and_counts_incompatible_sessions(root):
+    svc = SessionService(LocalTarget(root), ME)
+    good = await saved_session(svc, ["kept"])
+    bad = await saved_session(svc, ["hidden"])
+    await svc.close(bad)
+    lease = await acquire_lease(LocalTarget(root), bad, ClientIdentity("other", "laptop"))
+    await Publisher(lease).publish({SIDECAR_PATH: json.dumps({"format_version": 7}).encode()})
+    await lease.release()
+    listing = await run(Operation.READ, "history://saved", ReadOptions(), context(root))
+    assert listing.plain_text == f"history://saved/{good}/segment-0001.chat.jsonl"
+    assert listing.notice.startswith("1 session(s) omitted") and bad in listing.notice and "format version 7" in listing.notice
+    assert ".publications" not in listing.notice
+    hits = await run(Operation.GREP, "history://saved", GrepOptions(pattern="hidden|kept"), context(root))
+    assert [m.preview for m in hits.matches] == ["> kept", "answer to kept"]
+    error = await failure(Operation.READ, f"history://saved/{bad}", ReadOptions(), context(root))
+    assert error.kind is ErrorKind.UNAVAILABLE and "format_version 7" in error.reason
+
+
+async def test_history_saved_refuses_bytes_that_fail_verification(root):
+    svc = SessionService(LocalTarget(root), ME)
+    sid = await saved_session(svc, ["tampered"])
+    publications = root / ".mevedel" / "sessions" / sid / ".publications"
+    for data in publications.glob("*/*.data"):
+        if b'"kind":"segment"' in data.read_bytes():
+            data.write_bytes(data.read_bytes().replace(b"tampered", b"tampered!"))
+    address = f"history://saved/{sid}/segment-0001.chat.jsonl"
+    error = await failure(Operation.READ, address, ReadOptions(), context(root))
+    assert error.kind is ErrorKind.UNREADABLE and "digest-mismatch" in error.reason
+    assert str(root) not in str(error)
+    hits = await run(Operation.GREP, "history://saved", GrepOptions(pattern="tampered"), context(root))
+    assert hits.matches == () and "could not be searched" in hits.notice
+
+
+async def test_history_saved_missing_sessions_and_segments(root):
+    svc = SessionService(LocalTarget(root), ME)
+    sid = await saved_session(svc, ["only"])
+    ctx = context(root)
+    for address in (
+        "history://saved/2026-07-19T09-47-bf87b5dd793a",
+        "history://saved/not-a-session",
+        f"history://saved/{sid}/segment-0009.chat.jsonl",
+    ):
+        assert (await failure(Operation.READ, address, ReadOptions(), ctx)).kind is ErrorKind.MISSING_TARGET
+    (root / "empty-ws").mkdir()
+    nothing = await run(Operation.READ, "history://saved", ReadOptions(), ResolverContext(workspace_root=root / "empty-ws", docs_root=root))
+    assert nothing.kind == "empty" and "no saved conversations" in nothing.notice
+    error = await failure(Operation.READ, "history://saved", ReadOptions(), ResolverContext(docs_root=root))
+    assert error.kind is ErrorKind.OWNER_MISSING
