@@ -1,0 +1,467 @@
+-- mevedel: a thin Neovim client for the mevedel-lsp language server.
+--
+-- The server does the work (address completion, hover, definition,
+-- diagnostics); this module starts it for Markdown and text buffers, passes
+-- the settings, and opens `mevedel-resource:` virtual documents read-only by
+-- reading them through `mevedel/resource/read`. Works on Neovim 0.7
+-- (`vim.lsp.start_client` + `vim.lsp.buf_attach_client`) and on versions
+-- with `vim.lsp.start`.
+
+local M = {}
+
+M.virtual_scheme = 'mevedel-resource'
+M.configuration_section = 'mevedel'
+
+local defaults = {
+  -- The server program and its arguments.
+  cmd = { 'mevedel-lsp' },
+  -- The server's settings, with its camelCase keys (see the guide).
+  settings = {},
+  -- Filetypes whose buffers the server manages.
+  filetypes = { 'markdown', 'text' },
+  -- A buffer's workspace is the nearest directory above it holding one of
+  -- these, else the buffer's own directory.
+  root_markers = { '.mevedel', '.git' },
+  -- How many lines one `mevedel/resource/read` page asks for.
+  read_page_lines = 2000,
+  -- Milliseconds a synchronous read may take before it is reported as failed.
+  timeout_ms = 10000,
+  -- Called as on_attach(client, bufnr) after the server attaches to a buffer.
+  on_attach = nil,
+}
+
+local config = vim.deepcopy(defaults)
+-- Neovim 0.7 has no vim.lsp.start to find a running client; one per root.
+local clients_by_root = {}
+
+local function notify(message, level)
+  vim.notify('mevedel: ' .. message, level or vim.log.levels.ERROR)
+end
+
+-- The server keeps any setting a message leaves out, so every one is sent,
+-- vim.NIL (JSON null) meaning "the server's default".
+local SETTING_KEYS = { 'memoryRoots', 'skillRoots', 'completionLimit', 'currentSession', 'diagnostics' }
+-- vim.json encodes an empty Lua table as an array; these are objects.
+local OBJECT_KEYS = { diagnostics = true, currentSession = true }
+
+local function settings_object(settings)
+  local copy = vim.deepcopy(settings or {})
+  for _, key in ipairs(SETTING_KEYS) do
+    if copy[key] == nil then
+      copy[key] = vim.NIL
+    elseif OBJECT_KEYS[key] and type(copy[key]) == 'table' and next(copy[key]) == nil then
+      copy[key] = vim.empty_dict()
+    end
+  end
+  return copy
+end
+
+function M.is_virtual_uri(uri)
+  return type(uri) == 'string' and uri:sub(1, #M.virtual_scheme + 1) == M.virtual_scheme .. ':'
+end
+
+-- Neovim keeps a buffer name as a URI only in the `scheme://` form; any
+-- other form is taken for a relative file name and made absolute. The server
+-- accepts both spellings of an empty authority, so virtual URIs are named
+-- `mevedel-resource:///...` here.
+function M.buffer_name_for_uri(uri)
+  local prefix = M.virtual_scheme .. ':'
+  if M.is_virtual_uri(uri) and uri:sub(#prefix + 1, #prefix + 2) ~= '//' then
+    return prefix .. '//' .. uri:sub(#prefix + 1)
+  end
+  return uri
+end
+
+local function normalize_locations(result)
+  if type(result) ~= 'table' then
+    return result
+  end
+  local function fix(location)
+    if location.uri then
+      location.uri = M.buffer_name_for_uri(location.uri)
+    end
+    if location.targetUri then
+      location.targetUri = M.buffer_name_for_uri(location.targetUri)
+    end
+  end
+  if result.uri or result.targetUri then
+    fix(result)
+  else
+    for _, location in ipairs(result) do
+      fix(location)
+    end
+  end
+  return result
+end
+
+local function find_root(path)
+  local dir = vim.fn.fnamemodify(path, ':p:h')
+  while true do
+    for _, marker in ipairs(config.root_markers) do
+      if vim.loop.fs_stat(dir .. '/' .. marker) then
+        return dir
+      end
+    end
+    local parent = vim.fn.fnamemodify(dir, ':h')
+    if parent == dir then
+      break
+    end
+    dir = parent
+  end
+  return vim.fn.fnamemodify(path, ':p:h')
+end
+
+local function on_attach(client, bufnr)
+  -- Completion with CTRL-X CTRL-O in every Neovim version.
+  vim.api.nvim_buf_set_option(bufnr, 'omnifunc', 'v:lua.vim.lsp.omnifunc')
+  if config.on_attach then
+    config.on_attach(client, bufnr)
+  end
+end
+
+local function client_config(root)
+  local definition = function(err, result, ctx, handler_config)
+    return vim.lsp.handlers['textDocument/definition'](err, normalize_locations(result), ctx, handler_config)
+  end
+  return {
+    name = 'mevedel',
+    cmd = config.cmd,
+    root_dir = root,
+    init_options = settings_object(config.settings),
+    -- Answers the server's workspace/configuration requests.
+    settings = { [M.configuration_section] = settings_object(config.settings) },
+    handlers = { ['textDocument/definition'] = definition },
+    on_attach = on_attach,
+    on_exit = function()
+      clients_by_root[root] = nil
+    end,
+  }
+end
+
+-- Client methods are closures on 0.7 and methods taking self from 0.11 on.
+local methods_take_self = vim.fn.has('nvim-0.11') == 1
+
+local function invoke(client, name, ...)
+  if methods_take_self then
+    return client[name](client, ...)
+  end
+  return client[name](...)
+end
+
+local function live_client(id)
+  local client = id and vim.lsp.get_client_by_id(id)
+  if client and not invoke(client, 'is_stopped') then
+    return client
+  end
+  return nil
+end
+
+local function buffer_clients(bufnr)
+  if vim.lsp.get_clients then
+    return vim.lsp.get_clients({ bufnr = bufnr, name = 'mevedel' })
+  end
+  local found = {}
+  for _, client in pairs(vim.lsp.buf_get_clients(bufnr)) do
+    if client.name == 'mevedel' then
+      table.insert(found, client)
+    end
+  end
+  return found
+end
+
+-- Starts (or reuses) the server for ROOT and attaches BUFNR when given.
+-- Returns the client id.
+local function ensure_client(root, bufnr)
+  local existing = live_client(clients_by_root[root])
+  if existing then
+    if bufnr then
+      vim.lsp.buf_attach_client(bufnr, existing.id)
+    end
+    return existing.id
+  end
+  local id
+  if vim.lsp.start and bufnr then
+    id = vim.lsp.start(client_config(root), { bufnr = bufnr })
+  else
+    id = vim.lsp.start_client(client_config(root))
+    if id and bufnr then
+      vim.lsp.buf_attach_client(bufnr, id)
+    end
+  end
+  if not id then
+    notify('could not start ' .. table.concat(config.cmd, ' '))
+    return nil
+  end
+  clients_by_root[root] = id
+  return id
+end
+
+--- Attach the server to BUFNR (default: the current buffer).
+function M.attach(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if M.is_virtual_uri(name) then
+    return ensure_client(vim.b[bufnr].mevedel_root or vim.loop.cwd(), bufnr)
+  end
+  if vim.api.nvim_buf_get_option(bufnr, 'buftype') ~= '' then
+    return nil
+  end
+  return ensure_client(find_root(name ~= '' and name or vim.loop.cwd() .. '/x'), bufnr)
+end
+
+--- The running mevedel client for the current buffer, else the alternate
+--- buffer's (a definition jump arrives from there), else any, else one
+--- started for the current directory. Waits for it to be initialized.
+function M.client()
+  local id
+  for _, bufnr in ipairs({ vim.api.nvim_get_current_buf(), vim.fn.bufnr('#') }) do
+    if not id and bufnr > 0 then
+      local attached = buffer_clients(bufnr)[1]
+      id = attached and attached.id
+    end
+  end
+  if not id then
+    for _, candidate in pairs(clients_by_root) do
+      if live_client(candidate) then
+        id = candidate
+        break
+      end
+    end
+  end
+  id = id or ensure_client(vim.loop.cwd(), nil)
+  local client = live_client(id)
+  if not client then
+    return nil, 'the mevedel server is not running'
+  end
+  local ready = vim.wait(config.timeout_ms, function()
+    return client.initialized == true or invoke(client, 'is_stopped')
+  end, 10)
+  if not ready or invoke(client, 'is_stopped') then
+    return nil, 'the mevedel server did not start (' .. table.concat(config.cmd, ' ') .. ')'
+  end
+  return client
+end
+
+local function error_text(err)
+  if type(err) ~= 'table' then
+    return tostring(err)
+  end
+  local data = err.data
+  if type(data) == 'table' and data.authored and data.reason then
+    return data.authored .. ': ' .. data.reason
+  end
+  return err.message or vim.inspect(err)
+end
+
+--- Send METHOD with PARAMS and wait for the answer: result, or nil and the
+--- server's error text (which names the authored input).
+function M.request(client, method, params)
+  local response, failure = invoke(client, 'request_sync', method, params, config.timeout_ms, 0)
+  if not response then
+    return nil, method .. ': ' .. tostring(failure or 'no answer')
+  end
+  if response.err then
+    return nil, error_text(response.err)
+  end
+  return response.result
+end
+
+local function rest_of_line(client, ref, line, char_offset)
+  local pieces = {}
+  while true do
+    local params = vim.tbl_extend('force', ref, { view = 'plain', offset = line, limit = 1, charOffset = char_offset })
+    local page, err = M.request(client, 'mevedel/resource/read', params)
+    if not page then
+      return nil, err
+    end
+    table.insert(pieces, page.text)
+    local again
+    for _, cut in ipairs(page.truncatedLines or {}) do
+      if cut.line == line then
+        again = cut
+      end
+    end
+    if not again then
+      return table.concat(pieces)
+    end
+    if again.charOffset <= char_offset then
+      return nil, string.format('%s: line %d does not advance past character %d', page.canonical, line, char_offset)
+    end
+    char_offset = again.charOffset
+  end
+end
+
+--- Read all of REF's plain projection ({ uri = ... } or { address = ... }):
+--- pages joined, lines the server cut at its page width continued, so line
+--- numbers match the server's. TOKEN, when given, rides on the first page
+--- (where the server does most of the work) so its `$/progress` shows the
+--- native way. Returns { canonical, kind, lines } or nil, err.
+function M.read_document(client, ref, token)
+  local lines, first, offset, total = {}, nil, nil, 0
+  while true do
+    local params = vim.tbl_extend('force', ref, { view = 'plain', limit = config.read_page_lines, offset = offset })
+    if first == nil then
+      params.workDoneToken = token
+    end
+    local page, err = M.request(client, 'mevedel/resource/read', params)
+    if not page then
+      return nil, err
+    end
+    first = first or page
+    if page.kind == 'empty' or page.totalLines == 0 then
+      break
+    end
+    total = page.totalLines
+    local n = page.startLine
+    for text in (page.text .. '\n'):gmatch('(.-)\n') do
+      lines[n] = text
+      n = n + 1
+    end
+    for _, cut in ipairs(page.truncatedLines or {}) do
+      local rest, rest_err = rest_of_line(client, ref, cut.line, cut.charOffset)
+      if not rest then
+        return nil, rest_err
+      end
+      lines[cut.line] = (lines[cut.line] or '') .. rest
+    end
+    local next_offset = page.nextOffset
+    if next_offset == nil or next_offset == vim.NIL then
+      break
+    end
+    if next_offset <= page.startLine then
+      return nil, string.format('%s: the next page (%d) does not advance', page.canonical, next_offset)
+    end
+    offset = next_offset
+  end
+  local ordered = {}
+  for i = 1, total do
+    ordered[i] = lines[i] or ''
+  end
+  return { canonical = first.canonical, kind = first.kind, lines = ordered }
+end
+
+local function filetype_for(canonical)
+  if canonical:match('%.md$') or canonical:match('%.markdown$') then
+    return 'markdown'
+  end
+  return 'text'
+end
+
+local progress_tokens = 0
+
+--- BufReadCmd of `mevedel-resource:` buffers: fill BUFNR with the virtual
+--- document URI names, read-only.
+function M.read_virtual(bufnr, uri)
+  local client, err = M.client()
+  local document
+  if client then
+    progress_tokens = progress_tokens + 1
+    document, err = M.read_document(client, { uri = uri }, 'mevedel-read-' .. progress_tokens)
+  end
+  vim.api.nvim_buf_set_option(bufnr, 'modifiable', true)
+  if not document then
+    vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, {})
+    vim.api.nvim_buf_set_option(bufnr, 'modifiable', false)
+    notify(err)
+    return
+  end
+  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, document.lines)
+  vim.api.nvim_buf_set_option(bufnr, 'buftype', 'nofile')
+  vim.api.nvim_buf_set_option(bufnr, 'swapfile', false)
+  vim.api.nvim_buf_set_option(bufnr, 'modified', false)
+  vim.api.nvim_buf_set_option(bufnr, 'modifiable', false)
+  vim.api.nvim_buf_set_option(bufnr, 'readonly', true)
+  vim.b[bufnr].mevedel_uri = uri
+  vim.b[bufnr].mevedel_canonical = document.canonical
+  vim.b[bufnr].mevedel_root = client.config.root_dir
+  vim.api.nvim_buf_set_option(bufnr, 'filetype', filetype_for(document.canonical))
+end
+
+--- Open what ADDRESS names: its backing file, else its virtual document.
+function M.read_address(address)
+  if not autocommands_defined then
+    M.setup({})
+  end
+  address = vim.trim(address or '')
+  if address == '' then
+    notify('give an address, like :MevedelRead work://shared/notes.md')
+    return
+  end
+  local client, err = M.client()
+  if not client then
+    notify(err)
+    return
+  end
+  local described, describe_err = M.request(client, 'mevedel/address/describe', { address = address })
+  if not described then
+    notify(describe_err)
+    return
+  end
+  local uri = described.uri
+  if uri == nil or uri == vim.NIL then
+    notify(described.canonical .. ': ' .. (described.reason or (described.status .. ', nothing to open')), vim.log.levels.WARN)
+    return
+  end
+  if described.status == 'missing' then
+    notify(described.canonical .. ' does not exist', vim.log.levels.WARN)
+    return
+  end
+  if M.is_virtual_uri(uri) then
+    vim.cmd('edit ' .. vim.fn.fnameescape(M.buffer_name_for_uri(uri)))
+  else
+    vim.cmd('edit ' .. vim.fn.fnameescape(vim.uri_to_fname(uri)))
+  end
+end
+
+--- Replace the settings and send them to every running mevedel server.
+function M.set_settings(settings)
+  config.settings = settings or {}
+  local object = settings_object(config.settings)
+  for _, id in pairs(clients_by_root) do
+    local client = live_client(id)
+    if client then
+      client.config.settings = { [M.configuration_section] = object }
+      invoke(client, 'notify', 'workspace/didChangeConfiguration', { settings = { [M.configuration_section] = object } })
+    end
+  end
+end
+
+local autocommands_defined = false
+
+function M.setup(opts)
+  autocommands_defined = true
+  config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
+  -- Lists replace, they do not merge index by index.
+  for _, key in ipairs({ 'cmd', 'filetypes', 'root_markers' }) do
+    if opts and opts[key] then
+      config[key] = opts[key]
+    end
+  end
+  if opts and opts.settings then
+    config.settings = opts.settings
+  end
+  local group = vim.api.nvim_create_augroup('mevedel', { clear = true })
+  vim.api.nvim_create_autocmd('FileType', {
+    group = group,
+    pattern = config.filetypes,
+    callback = function(args)
+      M.attach(args.buf)
+    end,
+  })
+  vim.api.nvim_create_autocmd('BufReadCmd', {
+    group = group,
+    -- A pattern without '/' would match the name's tail only.
+    pattern = M.virtual_scheme .. '://*',
+    callback = function(args)
+      M.read_virtual(args.buf, args.match)
+    end,
+  })
+  -- Buffers that were open before setup.
+  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(bufnr) and vim.tbl_contains(config.filetypes, vim.api.nvim_buf_get_option(bufnr, 'filetype')) then
+      M.attach(bufnr)
+    end
+  end
+end
+
+return M

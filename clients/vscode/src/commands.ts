@@ -1,0 +1,54 @@
+import * as vscode from 'vscode';
+import { describe, describeFailure, RequestSender } from './protocol';
+
+export interface CommandContext {
+  sender(): Promise<RequestSender>;
+  restart(): Promise<void>;
+  showOutput(): void;
+  workspaceFolder(): string | undefined;
+}
+
+// Every palette command, by id; package.json's `contributes.commands` lists
+// the same ids (the packaging test checks both ways).
+export function commandTable(context: CommandContext): Record<string, () => Promise<void> | void> {
+  return {
+    'mevedel.readAddress': () => readAddress(context),
+    'mevedel.restartServer': () => context.restart(),
+    'mevedel.showOutput': () => context.showOutput(),
+  };
+}
+
+export function registerCommands(context: CommandContext): vscode.Disposable[] {
+  return Object.entries(commandTable(context)).map(([id, run]) => vscode.commands.registerCommand(id, run));
+}
+
+// Opens what an address names: the backing file of a file-backed address,
+// else the server's read-only virtual document for it.
+async function readAddress(context: CommandContext): Promise<void> {
+  const address = await vscode.window.showInputBox({
+    title: 'mevedel: Read Address',
+    prompt: 'A resource address to open',
+    placeHolder: 'work://shared/notes.md',
+    ignoreFocusOut: true,
+  });
+  if (!address?.trim()) return;
+  try {
+    const described = await describe(await context.sender(), {
+      address: address.trim(),
+      workspaceFolder: context.workspaceFolder(),
+    });
+    if (!described.uri) {
+      const why = described.reason ?? `${described.status}, nothing to open`;
+      void vscode.window.showWarningMessage(`mevedel: ${described.canonical}: ${why}`);
+      return;
+    }
+    if (described.status === 'missing') {
+      void vscode.window.showWarningMessage(`mevedel: ${described.canonical} does not exist`);
+      return;
+    }
+    const document = await vscode.workspace.openTextDocument(vscode.Uri.parse(described.uri, true));
+    await vscode.window.showTextDocument(document, { preview: false });
+  } catch (error) {
+    void vscode.window.showErrorMessage(`mevedel: ${describeFailure(error)}`);
+  }
+}

@@ -1,0 +1,57 @@
+// Maps the extension's `mevedel.*` settings to the server's settings object.
+// No `vscode` import: the extension passes a lookup over its configuration,
+// the Node tests pass a plain one.
+
+// One entry per server setting: the VS Code key under `mevedel.` and where it
+// goes in the object the server reads (camelCase, as on the wire).
+const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
+  ['memoryRoots', ['memoryRoots']],
+  ['skillRoots', ['skillRoots']],
+  ['completionLimit', ['completionLimit']],
+  ['currentSession', ['currentSession']],
+  ['diagnostics.unknownSchemes', ['diagnostics', 'unknownSchemes']],
+];
+
+export type Lookup = (key: string) => unknown;
+
+// The server complains about fields it does not know, so the client-only
+// `mevedel.server.*` keys never reach it. It keeps any setting a message
+// leaves out, so every one is sent, null meaning "the server's default".
+export function serverSettings(lookup: Lookup): Record<string, unknown> {
+  const settings: Record<string, unknown> = {};
+  for (const [key, path] of SERVER_KEYS) {
+    const found = lookup(key);
+    const value = found === undefined || found === '' ? null : found;
+    if (path.length === 1) {
+      settings[path[0]] = value;
+      continue;
+    }
+    // Only a whole top-level setting can be null: a nested one that is unset
+    // is left out of its object, and an object with nothing set is null.
+    const [top, ...rest] = path;
+    if (value === null) {
+      settings[top] ??= null;
+      continue;
+    }
+    let node = (settings[top] ??= {}) as Record<string, unknown>;
+    for (const part of rest.slice(0, -1)) {
+      node = (node[part] ??= {}) as Record<string, unknown>;
+    }
+    node[rest[rest.length - 1]] = value;
+  }
+  return settings;
+}
+
+export interface ServerCommand {
+  command: string;
+  args: string[];
+}
+
+export function serverCommand(lookup: Lookup): ServerCommand {
+  const command = lookup('server.command');
+  const args = lookup('server.args');
+  return {
+    command: typeof command === 'string' && command.trim() ? command.trim() : 'mevedel-lsp',
+    args: Array.isArray(args) ? args.filter((a): a is string => typeof a === 'string') : [],
+  };
+}

@@ -1,0 +1,257 @@
+-- Headless Neovim tests of clients/neovim against the real server.
+--
+-- Run by tests/clients/test_neovim.py:
+--   nvim --headless -u NONE --cmd 'set rtp^=clients/neovim' \
+--        -c 'luafile tests/clients/neovim/mevedel_test.lua'
+-- with MEVEDEL_TEST_WORKSPACE, MEVEDEL_TEST_DOCUMENT and MEVEDEL_LSP_COMMAND
+-- (a JSON array) set. Prints one PASS/FAIL line per test and exits non-zero
+-- when any failed.
+
+local root = vim.env.MEVEDEL_TEST_WORKSPACE
+local document = vim.env.MEVEDEL_TEST_DOCUMENT
+local command = vim.json.decode(vim.env.MEVEDEL_LSP_COMMAND)
+local TIMEOUT = 30000
+
+local function out(text)
+  io.stdout:write(text .. '\n')
+end
+
+local failures, ran = 0, 0
+local function test(name, body)
+  ran = ran + 1
+  local ok, err = xpcall(body, debug.traceback)
+  if ok then
+    out('PASS ' .. name)
+  else
+    failures = failures + 1
+    out('FAIL ' .. name .. '\n' .. tostring(err))
+  end
+end
+
+local function wait_for(what, predicate)
+  if not vim.wait(TIMEOUT, predicate, 20) then
+    error('timed out waiting for ' .. what, 2)
+  end
+end
+
+local function expect(condition, message, ...)
+  if not condition then
+    error(string.format(message, ...), 2)
+  end
+end
+
+local function read_file(path)
+  local handle = assert(io.open(path, 'rb'))
+  local text = handle:read('*a')
+  handle:close()
+  return text
+end
+
+local function mevedel_client(bufnr)
+  for _, client in pairs(vim.lsp.buf_get_clients(bufnr or 0)) do
+    if client.name == 'mevedel' then
+      return client
+    end
+  end
+end
+
+local function completion_texts(line)
+  local bufnr = vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_set_lines(bufnr, -1, -1, false, { line })
+  local row = vim.api.nvim_buf_line_count(bufnr) - 1
+  local responses = vim.lsp.buf_request_sync(bufnr, 'textDocument/completion', {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr) },
+    position = { line = row, character = #line },
+  }, TIMEOUT)
+  vim.api.nvim_buf_set_lines(bufnr, row, row + 1, false, {})
+  local texts = {}
+  for _, response in pairs(responses or {}) do
+    local items = response.result and (response.result.items or response.result) or {}
+    for _, item in ipairs(items) do
+      table.insert(texts, item.textEdit and item.textEdit.newText or item.insertText or item.label)
+    end
+  end
+  return texts
+end
+
+local function any(list, pattern)
+  for _, value in ipairs(list) do
+    if value:find(pattern) then
+      return true
+    end
+  end
+  return false
+end
+
+local function open_document()
+  local bufnr = vim.fn.bufnr(document)
+  if bufnr > 0 and vim.api.nvim_buf_is_loaded(bufnr) then
+    vim.api.nvim_set_current_buf(bufnr)
+  else
+    vim.cmd('edit ' .. vim.fn.fnameescape(document))
+  end
+  wait_for('the server to attach', function()
+    local client = mevedel_client(0)
+    return client ~= nil and client.initialized == true
+  end)
+end
+
+local function put_cursor_on(text, offset)
+  local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+  for row, line in ipairs(lines) do
+    local col = line:find(text, 1, true)
+    if col then
+      vim.api.nvim_win_set_cursor(0, { row, col - 1 + (offset or 0) })
+      return
+    end
+  end
+  error('no ' .. text .. ' in the buffer')
+end
+
+-- Progress reaches Neovim's own progress events (User LspProgressUpdate on
+-- 0.7-0.9, LspProgress from 0.10).
+local progress_events = 0
+vim.api.nvim_create_autocmd('User', {
+  pattern = 'LspProgressUpdate',
+  callback = function()
+    progress_events = progress_events + 1
+  end,
+})
+pcall(vim.api.nvim_create_autocmd, 'LspProgress', {
+  callback = function()
+    progress_events = progress_events + 1
+  end,
+})
+
+local notifications = {}
+vim.notify = function(message, level)
+  table.insert(notifications, { message = message, level = level })
+  out('notify: ' .. tostring(message))
+end
+
+vim.cmd('filetype on')
+-- Tests edit the document and move on, as a user with 'hidden' does.
+vim.o.hidden = true
+vim.cmd('runtime plugin/mevedel.lua')
+local mevedel = require('mevedel')
+mevedel.setup({ cmd = command })
+
+test('the server starts for a text buffer, with omnifunc completion', function()
+  open_document()
+  expect(vim.bo.filetype == 'text', 'filetype is %s', vim.bo.filetype)
+  expect(vim.bo.omnifunc == 'v:lua.vim.lsp.omnifunc', 'omnifunc is %s', vim.bo.omnifunc)
+  local client = mevedel_client(0)
+  expect(client.config.root_dir == root, 'root_dir %s, expected %s', client.config.root_dir, root)
+end)
+
+test('completion offers the entries of a real directory', function()
+  local texts = completion_texts('Next: work://shared/')
+  out('candidates: ' .. vim.inspect(texts))
+  expect(any(texts, 'notes%.md$'), 'no notes.md among %s', vim.inspect(texts))
+  expect(any(texts, 'plans/?$'), 'no plans among %s', vim.inspect(texts))
+end)
+
+test('completion offers scheme prefixes', function()
+  local texts = completion_texts('Start: wo')
+  expect(vim.tbl_contains(texts, 'work://'), 'no work:// among %s', vim.inspect(texts))
+end)
+
+test('hover shows the canonical form of a non-canonical spelling', function()
+  vim.api.nvim_buf_set_lines(0, -1, -1, false, { 'Odd: work://shared/%6Eotes.md here' })
+  put_cursor_on('work://shared/%6E', 3)
+  local responses = vim.lsp.buf_request_sync(0, 'textDocument/hover', vim.lsp.util.make_position_params(), TIMEOUT)
+  local text = ''
+  for _, response in pairs(responses or {}) do
+    if response.result then
+      text = text .. table.concat(vim.lsp.util.convert_input_to_markdown_lines(response.result.contents), '\n')
+    end
+  end
+  out('hover: ' .. text)
+  expect(text:find('work://shared/notes.md', 1, true), 'hover text lacks the canonical form: %s', text)
+  expect(not text:find(root, 1, true), 'hover text shows the backing path: %s', text)
+  vim.api.nvim_buf_set_lines(0, -2, -1, false, {})
+end)
+
+test('go to definition on a file-backed address visits the backing file', function()
+  open_document()
+  put_cursor_on('work://shared/notes.md', 5)
+  vim.lsp.buf.definition()
+  local expected = root .. '/.mevedel/shared/notes.md'
+  wait_for('the jump to ' .. expected, function()
+    return vim.api.nvim_buf_get_name(0) == expected
+  end)
+  expect(vim.api.nvim_get_current_line() == '# Shared notes', 'cursor line is %s', vim.api.nvim_get_current_line())
+end)
+
+test('go to definition on a directory opens a read-only virtual buffer', function()
+  open_document()
+  put_cursor_on('work://shared/plans/', 5)
+  vim.lsp.buf.definition()
+  wait_for('a virtual buffer', function()
+    return mevedel.is_virtual_uri(vim.api.nvim_buf_get_name(0))
+  end)
+  local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+  local text = table.concat(lines, '\n')
+  expect(text:find('first.md', 1, true) and text:find('second.md', 1, true), 'listing is %s', text)
+  expect(vim.bo.readonly and not vim.bo.modifiable, 'the buffer is writable')
+  expect(vim.bo.buftype == 'nofile', 'buftype is %s', vim.bo.buftype)
+  -- The text is exactly the server's plain projection.
+  local client = mevedel_client(vim.fn.bufnr('#'))
+  local page, err = mevedel.request(client, 'mevedel/resource/read', { uri = vim.b.mevedel_uri, view = 'plain' })
+  expect(page and page.text == text, 'buffer %q, server %s', text, vim.inspect(page or err))
+  expect(progress_events > 0, 'no progress event for the read')
+end)
+
+test(':MevedelRead opens a file-backed address as its file and a listing as a virtual buffer', function()
+  open_document()
+  vim.cmd('MevedelRead work://shared/long.txt')
+  expect(vim.api.nvim_buf_get_name(0) == root .. '/.mevedel/shared/long.txt', 'opened %s', vim.api.nvim_buf_get_name(0))
+  vim.cmd('MevedelRead mevedel://')
+  expect(mevedel.is_virtual_uri(vim.api.nvim_buf_get_name(0)), 'opened %s', vim.api.nvim_buf_get_name(0))
+  local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  expect(text:find('mevedel://architecture.md', 1, true), 'listing is %s', text)
+end)
+
+test('a whole read joins pages and continues lines cut at the page width', function()
+  open_document()
+  local read, err = mevedel.read_document(mevedel_client(0), { address = 'work://shared/long.txt' })
+  expect(read, 'read failed: %s', tostring(err))
+  local expected = read_file(root .. '/.mevedel/shared/long.txt')
+  local got = table.concat(read.lines, '\n') .. '\n'
+  expect(#got == #expected, 'read %d characters, the file has %d', #got, #expected)
+  expect(got == expected, 'the text differs from the file')
+end)
+
+test(':MevedelRead reports the authored address and the server reason', function()
+  open_document()
+  notifications = {}
+  vim.cmd('MevedelRead wrok://shared/x')
+  local message = notifications[1] and notifications[1].message or ''
+  expect(message:find('wrok://shared/x', 1, true), 'message was %q', message)
+  expect(not message:find(root, 1, true), 'message shows the backing path: %s', message)
+end)
+
+test('settings reach the server and a change applies', function()
+  open_document()
+  local bufnr = vim.api.nvim_get_current_buf()
+  local function flagged()
+    for _, diagnostic in ipairs(vim.diagnostic.get(bufnr)) do
+      if diagnostic.message:find('foo://', 1, true) then
+        return true
+      end
+    end
+    return false
+  end
+  mevedel.set_settings({ diagnostics = { unknownSchemes = 'all' } })
+  vim.api.nvim_buf_set_lines(bufnr, -1, -1, false, { 'Elsewhere: foo://bar' })
+  wait_for('a diagnostic on foo://', flagged)
+  mevedel.set_settings({ diagnostics = { unknownSchemes = 'off' } })
+  wait_for('the foo:// diagnostic to go away', function()
+    return not flagged()
+  end)
+  mevedel.set_settings({})
+  vim.api.nvim_buf_set_lines(bufnr, -2, -1, false, {})
+end)
+
+out(string.format('%d tests, %d failed', ran, failures))
+vim.cmd(failures == 0 and 'qa!' or 'cq!')

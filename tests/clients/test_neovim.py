@@ -1,0 +1,31 @@
+"""The Neovim client in real headless Neovim against the real server."""
+
+from __future__ import annotations
+
+import re
+
+from editor_harness import CLIENTS, REPOSITORY, Workspace, editor, editor_environment, run_editor
+
+SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "mevedel_test.lua"
+
+
+def test_neovim_client(workspace: Workspace) -> None:
+    nvim = editor("nvim")
+    output = run_editor(
+        [
+            nvim,
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "--cmd",
+            f"set rtp^={CLIENTS / 'neovim'}",
+            "-c",
+            f"luafile {SCRIPT}",
+        ],
+        env={**editor_environment(workspace), "XDG_STATE_HOME": str(workspace.root.parent / "state")},
+        cwd=workspace.root,
+    )
+    assert re.search(r"^\d+ tests, 0 failed$", output, re.MULTILINE), output
+    assert "PASS go to definition on a directory opens a read-only virtual buffer" in output, output

@@ -1,0 +1,63 @@
+"""The VS Code client: type-checked against @types/vscode, packaged as a
+.vsix, and its protocol layer driven in Node against the real server.
+
+No VS Code binary can be downloaded here, so the extension host itself is
+not run; everything the extension asks the server goes through
+``src/protocol.ts``, which is what the Node test exercises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+from editor_harness import CLIENTS, editor, run_editor, server_command
+
+EXTENSION = CLIENTS / "vscode"
+
+
+@pytest.fixture
+def npm() -> str:
+    editor("node")
+    npm = editor("npm")
+    if not (EXTENSION / "node_modules").is_dir():
+        pytest.fail(f"{EXTENSION}/node_modules is missing: run scripts/setup --test (it runs npm ci there)")
+    return npm
+
+
+def test_extension_type_checks_and_packages(npm: str, tmp_path: Path) -> None:
+    run_editor([npm, "run", "--silent", "typecheck"], env={}, cwd=EXTENSION)
+    vsix = tmp_path / "mevedel.vsix"
+    run_editor(
+        [npm, "exec", "--", "vsce", "package", "--no-dependencies", "--allow-missing-repository", "--out", str(vsix)],
+        env={},
+        cwd=EXTENSION,
+    )
+    with zipfile.ZipFile(vsix) as archive:
+        names = set(archive.namelist())
+        manifest = json.loads(archive.read("extension/package.json"))
+        bundle = archive.read("extension/out/extension.js").decode()
+    assert "extension/out/extension.js" in names
+    assert not any(name.startswith("extension/src/") or "node_modules" in name for name in names), sorted(names)
+    # The bundle carries vscode-languageclient and leaves `vscode` to the host.
+    assert 'require("vscode")' in bundle
+    assert "mevedel/resource/read" in bundle
+
+    contributed = {command["command"] for command in manifest["contributes"]["commands"]}
+    registered = set(re.findall(r"'(mevedel\.[A-Za-z]+)':", (EXTENSION / "src" / "commands.ts").read_text()))
+    assert contributed == registered
+    assert manifest["main"] == "./out/extension.js"
+    assert "mevedel.server.command" in manifest["contributes"]["configuration"]["properties"]
+
+
+def test_protocol_layer_against_real_server(npm: str) -> None:
+    output = run_editor(
+        [npm, "test"],
+        env={"MEVEDEL_LSP_COMMAND": json.dumps(server_command())},
+        cwd=EXTENSION,
+    )
+    assert re.search(r"# fail 0\b", output), output
+    assert not re.search(r"# pass 0\b", output), output
