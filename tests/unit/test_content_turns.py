@@ -389,7 +389,8 @@ def test_restore_refuses_inconsistent_snapshots() -> None:
         (with_sidecar(latest_user_message="other"), "previews"),
         (with_sidecar(file_snapshot_count=1), "file_snapshot_count"),
         (with_sidecar(chapters=[Chapter(last_segment=1, title=None, closed_at=5)], current_segment=2, layout=msgspec.structs.replace(sidecar.layout, segment_parts=[1, 1])), "does not end with segment_close"),
-        ({k: v for k, v in good.items() if k != blob}, "layout names it"),
+        ({k: v for k, v in good.items() if k != blob}, "does not hold it"),
+        ({**good, "file-history/xyz": b""}, "not a file history name"),
         ({**good, blob: b"tampered"}, "SHA-256"),
     ]
     for artifacts, fragment in cases:
@@ -443,6 +444,7 @@ def test_rename_commits_only_display_metadata() -> None:
     # The next full save still carries the new name and the live turn.
     full = c.checkpoint()
     assert full.sidecar.display_name == "Parser work" and full.sidecar.in_flight_turn == turn
+    assert {SIDECAR_PATH, segment_part_path(1, 1), prompt_page_path(1)} <= set(full.changed)
 
 
 def test_rename_refuses_empty_and_unreadable_names() -> None:
@@ -460,6 +462,51 @@ def test_mark_committed_refuses_another_sessions_candidate() -> None:
     b = Conversation.new(session_id="2026-07-19T09-47-000000000001", workspace_id=WID, at=1)
     with pytest.raises(ConversationError, match="belongs to session"):
         b.mark_committed(a.artifacts_for_save())
+
+
+def test_changes_of_an_uncommitted_candidate_stay_in_the_next_one() -> None:
+    c = conversation()
+    full_turn(c)
+    commit(c)
+    c.begin_turn("one", at=1100)
+    c.capture_file("x.py", b"x0")
+    lost = c.checkpoint()  # its publication fails: never marked committed
+    c.settle(Outcome.COMPLETED, at=1101)
+    c.begin_turn("two", at=1102)
+    c.settle(Outcome.COMPLETED, at=1103)
+    later = c.artifacts_for_save()
+    assert set(lost.changed) <= set(later.changed)
+    assert history_path(sha(b"x0")) in later.changed
+    c.mark_committed(lost)  # an older candidate committing late keeps the newer writes pending
+    assert set(c.artifacts_for_save().changed) >= {segment_part_path(1, 1), SIDECAR_PATH}
+
+
+def test_a_snapshot_does_not_see_later_changes() -> None:
+    c = conversation()
+    full_turn(c)
+    first = c.artifacts_for_save()
+    paths = list(first.artifacts)
+    size = len(first.artifacts)
+    c.begin_turn("more", at=1100)
+    c.capture_file("new.py", b"brand new")
+    c.settle(Outcome.COMPLETED, at=1101)
+    second = c.artifacts_for_save()
+    assert list(first.artifacts) == paths and len(first.artifacts) == size
+    assert history_path(sha(b"brand new")) not in first.artifacts
+    assert second.artifacts[history_path(sha(b"brand new"))] == b"brand new"
+    assert len(second.artifacts) == size + 1
+    with pytest.raises(KeyError):
+        first.artifacts[history_path(sha(b"brand new"))]
+
+
+def test_records_from_an_index_extend_a_projection() -> None:
+    c = conversation()
+    full_turn(c)
+    seen = len(c.records())
+    turn = c.begin_turn("next", at=1100)
+    assert c.records(start=seen) == (TurnBegin(turn_id=turn, turn=2, at=1100), Prompt(turn_id=turn, text="next"))
+    with pytest.raises(ConversationError, match="no segment 2"):
+        c.records(2)
 
 
 def test_an_unchanged_conversation_produces_an_empty_change_set() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .sidecar import Absent, FileSnapshot, FileState, Present, TurnFiles
@@ -56,6 +56,60 @@ def check_tracked_path(path: str) -> str:
     return path
 
 
+class FileHistory:
+    """Content-addressed bytes of tracked files, each stored once. It
+    remembers which contents arrived since :meth:`take_new` last ran, so a
+    save hands over only those.
+
+    The store only grows, so the first ``count`` contents (in arrival
+    order) are a stable view of it at any earlier moment: a save snapshot
+    names its contents by that count instead of copying them.
+    """
+
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+        self._order: list[str] = []
+        self._position: dict[str, int] = {}
+        self._new: list[str] = []
+
+    def store(self, content: bytes | None) -> FileState:
+        state = file_state(content)
+        if isinstance(state, Present) and state.sha256 not in self._blobs:
+            self._add(state.sha256, bytes(content))  # type: ignore[arg-type]
+            self._new.append(state.sha256)
+        return state
+
+    def adopt(self, sha256: str, data: bytes) -> None:
+        """Bytes already durable (restored from a snapshot): not new."""
+        if sha256 not in self._blobs:
+            self._add(sha256, data)
+
+    def _add(self, sha256: str, data: bytes) -> None:
+        self._blobs[sha256] = data
+        self._position[sha256] = len(self._order)
+        self._order.append(sha256)
+
+    def get(self, sha256: str, count: int | None = None) -> bytes | None:
+        """The content with this digest, if it arrived among the first
+        ``count`` contents (default: at all)."""
+        if count is not None and self._position.get(sha256, count) >= count:
+            return None
+        return self._blobs.get(sha256)
+
+    def digests(self, count: int | None = None) -> list[str]:
+        return self._order[:count] if count is not None else list(self._order)
+
+    def __contains__(self, sha256: object) -> bool:
+        return sha256 in self._blobs
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def take_new(self) -> list[tuple[str, bytes]]:
+        new, self._new = self._new, []
+        return [(digest, self._blobs[digest]) for digest in new]
+
+
 @dataclass
 class TurnCapture:
     """The file checkpoint being built by the turn in flight."""
@@ -64,7 +118,7 @@ class TurnCapture:
     turn_id: str
     files: dict[str, FileSnapshot] = field(default_factory=dict)
 
-    def capture(self, path: str, content: bytes | None, blobs: MutableMapping[str, bytes]) -> FileState | None:
+    def capture(self, path: str, content: bytes | None, history: FileHistory) -> FileState | None:
         """Record ``path``'s pre-turn content unless the turn already has a
         capture or a gap for it. Returns the state now recorded (None for a
         gap)."""
@@ -72,9 +126,7 @@ class TurnCapture:
         existing = self.files.get(path)
         if existing is not None:
             return existing.pre
-        state = file_state(content)
-        if isinstance(state, Present):
-            blobs.setdefault(state.sha256, bytes(content))  # type: ignore[arg-type]
+        state = history.store(content)
         self.files[path] = FileSnapshot(pre=state)
         return state
 
@@ -93,15 +145,13 @@ class TurnCapture:
         self.files[path] = FileSnapshot(pre=None, gap=reason)
         return True
 
-    def settle(self, current: Mapping[str, bytes | None], blobs: MutableMapping[str, bytes]) -> None:
+    def settle(self, current: Mapping[str, bytes | None], history: FileHistory) -> None:
         """Record post-turn content for the tracked paths ``current`` names."""
         unknown = sorted(set(current) - set(self.files))
         if unknown:
             raise CaptureError(f"post-turn content given for {', '.join(map(repr, unknown))}, which this turn does not track")
         for path, content in current.items():
-            state = file_state(content)
-            if isinstance(state, Present):
-                blobs.setdefault(state.sha256, bytes(content))  # type: ignore[arg-type]
+            state = history.store(content)
             snapshot = self.files[path]
             self.files[path] = FileSnapshot(pre=snapshot.pre, post=state, gap=snapshot.gap)
 

@@ -91,7 +91,9 @@ class ForkType(enum.Enum):
     WORKTREE = "worktree"
 
 
-class _Closed(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+# Untracked by the garbage collector (gc=False): these records nest only
+# scalars, lists and dicts of records, never a cycle.
+class _Closed(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True, gc=False):
     pass
 
 
@@ -293,6 +295,8 @@ def load_sidecar(data: bytes) -> Sidecar:
 
 _prompt_decoder = msgspec.json.Decoder(PromptEntry, strict=True)
 _files_decoder = msgspec.json.Decoder(TurnFiles, strict=True)
+_prompt_list_decoder = msgspec.json.Decoder(list[PromptEntry], strict=True)
+_files_list_decoder = msgspec.json.Decoder(list[TurnFiles], strict=True)
 _line_encoder = msgspec.json.Encoder(order="deterministic")
 
 
@@ -308,12 +312,37 @@ def encode_index_line(entry: PromptEntry | TurnFiles) -> bytes:
     return _line_encoder.encode(entry) + b"\n"
 
 
-def decode_prompt_line(line: bytes) -> PromptEntry:
-    return _prompt_decoder.decode(line)
+class IndexLineError(ValueError):
+    def __init__(self, number: int, reason: str) -> None:
+        super().__init__(f"entry {number}: {reason}")
+        self.number = number
+        self.reason = reason
 
 
-def decode_files_line(line: bytes) -> TurnFiles:
-    return _files_decoder.decode(line)
+def decode_prompt_lines(lines: list[bytes]) -> list[PromptEntry]:
+    return _decode_index_lines(lines, _prompt_decoder, _prompt_list_decoder)
+
+
+def decode_files_lines(lines: list[bytes]) -> list[TurnFiles]:
+    return _decode_index_lines(lines, _files_decoder, _files_list_decoder)
+
+
+def _decode_index_lines(lines: list[bytes], one: msgspec.json.Decoder, many: msgspec.json.Decoder) -> list:
+    if lines and all(lines):
+        try:
+            entries = many.decode(b"[" + b",".join(lines) + b"]")
+        except msgspec.DecodeError:
+            pass
+        else:
+            if len(entries) == len(lines):
+                return entries
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            entries.append(one.decode(line))
+        except msgspec.DecodeError as exc:
+            raise IndexLineError(number, str(exc)) from None
+    return entries
 
 
 def _classify(message: str) -> SidecarErrorKind:

@@ -70,7 +70,10 @@ class Outcome(enum.Enum):
     INTERRUPTED = "interrupted"
 
 
-class _Line(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True, tag_field="kind"):
+# Records hold only scalars, so they cannot form reference cycles; leaving
+# them untracked keeps the garbage collector from rescanning a long
+# session's history on every collection.
+class _Line(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True, tag_field="kind", gc=False):
     pass
 
 
@@ -161,6 +164,7 @@ EVIDENCE_TYPES = (Response, Reasoning, ToolCall, ToolResult, Mail)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record, strict=True)
+_list_decoder = msgspec.json.Decoder(list[Record], strict=True)
 
 
 class TranscriptError(StoreError):
@@ -230,6 +234,7 @@ class LineLog:
         self._parts: list[list[bytes]] = []
         self._sizes: list[int] = []
         self._joined: list[bytes | None] = []
+        self._dirty: set[int] = set()
         self._count = 0
 
     @classmethod
@@ -265,6 +270,7 @@ class LineLog:
         self._parts[-1].append(line)
         self._sizes[-1] += len(line)
         self._joined[-1] = None
+        self._dirty.add(len(self._parts) - 1)
         self._count += 1
 
     def replace_last(self, line: bytes) -> None:
@@ -274,13 +280,26 @@ class LineLog:
         self._parts[-1][-1] = line
         self._sizes[-1] += len(line) - len(old)
         self._joined[-1] = None
+        self._dirty.add(len(self._parts) - 1)
 
     def parts(self) -> list[bytes]:
         """The stored bytes of every part, in order."""
-        for index, joined in enumerate(self._joined):
-            if joined is None:
-                self._joined[index] = b"".join(self._parts[index])
+        for index in sorted(self._dirty):
+            self._join(index)
         return list(self._joined)  # type: ignore[arg-type]
+
+    def take_changed(self) -> list[tuple[int, bytes]]:
+        """``(part number from 1, bytes)`` of the parts changed since the
+        last call (a new log reports all its parts)."""
+        changed = [(index + 1, self._join(index)) for index in sorted(self._dirty)]
+        self._dirty.clear()
+        return changed
+
+    def _join(self, index: int) -> bytes:
+        joined = self._joined[index]
+        if joined is None:
+            joined = self._joined[index] = b"".join(self._parts[index])
+        return joined
 
 
 def encode_line(record: Record) -> bytes:
@@ -322,9 +341,19 @@ def decode_segment(data: bytes, *, label: str = "segment", expected: int | None 
     return records
 
 
-def decode_lines(lines: Iterable[bytes], *, label: str = "segment") -> list[Record]:
+def decode_lines(lines: Sequence[bytes], *, label: str = "segment") -> list[Record]:
     """Decode record lines (no order check); errors name the line."""
-    records: list[Record] = []
+    if lines and all(lines):
+        # One decoder call for the whole run; only a failure pays for the
+        # line-by-line pass that names the bad line.
+        try:
+            records = _list_decoder.decode(b"[" + b",".join(lines) + b"]")
+        except msgspec.DecodeError:
+            pass
+        else:
+            if len(records) == len(lines):
+                return records
+    records = []
     for number, line in enumerate(lines, start=1):
         try:
             records.append(_decoder.decode(line))

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from .checkpoints import CaptureError, TurnCapture, history_digest, history_path, referenced_digests
+from .checkpoints import CaptureError, FileHistory, TurnCapture, history_digest, history_path, referenced_digests
 from .errors import StoreError
 from .sidecar import (
     SIDECAR_PATH,
@@ -51,8 +51,9 @@ from .sidecar import (
     WorktreeOrigin,
     bound_generated_title,
     bound_naming_input,
-    decode_files_line,
-    decode_prompt_line,
+    IndexLineError,
+    decode_files_lines,
+    decode_prompt_lines,
     encode_index_line,
     encode_sidecar,
     file_page_path,
@@ -133,17 +134,52 @@ class SaveCandidate:
     """One snapshot to publish."""
 
     #: Every logical path of the session's conversation state.
-    artifacts: Mapping[str, bytes]
+    artifacts: ArtifactSnapshot
     #: The subset that differs from the last committed candidate; publishing
     #: just these over the committed manifest gives the same snapshot.
     changed: Mapping[str, bytes]
     sidecar: Sidecar
     #: "full" (conversation and sidecar) or "sidecar" (metadata only).
     kind: str
+    #: Which write of the conversation this candidate includes (internal).
+    write_mark: int = 0
 
     @property
     def unchanged(self) -> bool:
         return not self.changed
+
+
+class ArtifactSnapshot(Mapping[str, bytes]):
+    """A read-only logical snapshot: a small dict of mutable-path artifacts
+    (sidecar, segment parts, index pages) plus the first ``count`` contents
+    of the append-only file history, which it shares instead of copying."""
+
+    __slots__ = ("_small", "_history", "_count")
+
+    def __init__(self, small: dict[str, bytes], history: FileHistory, count: int) -> None:
+        self._small = small
+        self._history = history
+        self._count = count
+
+    def __getitem__(self, logical: str) -> bytes:
+        data = self._small.get(logical)
+        if data is None:
+            digest = history_digest(logical)
+            data = self._history.get(digest, self._count) if digest else None
+            if data is None:
+                raise KeyError(logical)
+        return data
+
+    def __iter__(self):
+        yield from self._small
+        for digest in self._history.digests(self._count):
+            yield history_path(digest)
+
+    def __len__(self) -> int:
+        return len(self._small) + self._count
+
+    def with_path(self, logical: str, data: bytes) -> ArtifactSnapshot:
+        return ArtifactSnapshot({**self._small, logical: data}, self._history, self._count)
 
 
 @dataclass
@@ -181,11 +217,18 @@ class Conversation:
         self._file_log = LineLog()
         self._files: list[TurnFiles] = []
         self._capture_logged = False
-        self._blobs: dict[str, bytes] = {}
+        self._history = FileHistory()
         self._live: _Live | None = None
         self._committed: SaveCandidate | None = None
         self._sidecar_cache: tuple[Sidecar, bytes] | None = None
         self._known_ids: set[str] = set()
+        # Every artifact but the file history (which ArtifactSnapshot shares),
+        # kept up to date incrementally, and the paths written since the
+        # committed candidate (with the write that last touched them), so a
+        # save costs its change, not the session's length.
+        self._artifacts: dict[str, bytes] = {}
+        self._uncommitted: dict[str, int] = {}
+        self._writes = 0
 
     # Construction ---------------------------------------------------------
 
@@ -248,7 +291,13 @@ class Conversation:
             where = f"{exc.label} line {exc.line}" if exc.line is not None else exc.label
             raise ContentError(where, exc.reason) from None
         conversation._sidecar_cache = (sidecar, data)
-        conversation._committed = SaveCandidate(dict(artifacts), {}, sidecar, "full")
+        conversation._artifacts = {p: d for p, d in artifacts.items() if history_digest(p) is None}
+        conversation._committed = SaveCandidate(conversation._snapshot(), {}, sidecar, "full")
+        for segment in conversation._segments:
+            segment.log.take_changed()
+        conversation._prompt_log.take_changed()
+        conversation._file_log.take_changed()
+        conversation._history.take_new()
         return conversation
 
     # Reading --------------------------------------------------------------
@@ -275,12 +324,14 @@ class Conversation:
     def current_segment(self) -> int:
         return len(self._segments)
 
-    def records(self, segment: int | None = None) -> Sequence[Record]:
-        """The records of ``segment`` (default: the live one)."""
+    def records(self, segment: int | None = None, start: int = 0) -> Sequence[Record]:
+        """The records of ``segment`` (default: the live one) from index
+        ``start`` on: a projection kept by the caller extends with just the
+        new ones."""
         number = segment or len(self._segments)
         if not 1 <= number <= len(self._segments):
             raise ConversationError(f"session {self.session_id} has no segment {number}")
-        return tuple(self._segments[number - 1].records)
+        return tuple(self._segments[number - 1].records[start:])
 
     def prompt_index(self) -> list[PromptEntry]:
         return list(self._prompts)
@@ -291,7 +342,7 @@ class Conversation:
         return list(self._files)
 
     def file_content(self, sha256: str) -> bytes | None:
-        return self._blobs.get(sha256)
+        return self._history.get(sha256)
 
     # Turns ----------------------------------------------------------------
 
@@ -336,7 +387,7 @@ class Conversation:
         if content is not None and not isinstance(content, (bytes, bytearray, memoryview)):
             raise ConversationError("captured content must be bytes or None")
         try:
-            self._capture(live).capture(path, None if content is None else bytes(content), self._blobs)
+            self._capture(live).capture(path, None if content is None else bytes(content), self._history)
         except CaptureError as exc:
             raise ConversationError(str(exc)) from None
 
@@ -387,7 +438,7 @@ class Conversation:
             raise ConversationError(f"post-turn content given for {', '.join(map(repr, sorted(current)))}, which this turn does not track")
         if live.capture is not None:
             try:
-                live.capture.settle(current, self._blobs)
+                live.capture.settle(current, self._history)
             except CaptureError as exc:
                 raise ConversationError(str(exc)) from None
         try:
@@ -493,22 +544,20 @@ class Conversation:
         if self._committed is None and not self._prompts and len(self._segments) == 1:
             return None
         self._sync()
-        artifacts: dict[str, bytes] = {SIDECAR_PATH: self._encoded_sidecar(self._sidecar)}
+        self._writes += 1
         for number, segment in enumerate(self._segments, start=1):
-            for part, data in enumerate(segment.log.parts(), start=1):
-                artifacts[segment_part_path(number, part)] = data
-        for page, data in enumerate(self._prompt_log.parts(), start=1):
-            artifacts[prompt_page_path(page)] = data
-        for page, data in enumerate(self._file_log.parts(), start=1):
-            artifacts[file_page_path(page)] = data
-        for digest, data in self._blobs.items():
-            artifacts[history_path(digest)] = data
-        if self._committed is not None:
-            # Paths of the committed snapshot this model does not produce
-            # (other owners' artifacts) stay as they are.
-            for logical, data in self._committed.artifacts.items():
-                artifacts.setdefault(logical, data)
-        return self._candidate(artifacts, self._sidecar, "full")
+            for part, data in segment.log.take_changed():
+                self._write(segment_part_path(number, part), data)
+        for page, data in self._prompt_log.take_changed():
+            self._write(prompt_page_path(page), data)
+        for page, data in self._file_log.take_changed():
+            self._write(file_page_path(page), data)
+        for digest, _ in self._history.take_new():
+            self._uncommitted[history_path(digest)] = self._writes
+        sidecar_bytes = self._encoded_sidecar(self._sidecar)
+        if self._artifacts.get(SIDECAR_PATH) is not sidecar_bytes:
+            self._write(SIDECAR_PATH, sidecar_bytes)
+        return self._candidate(self._snapshot(), self._sidecar, "full")
 
     def checkpoint(self) -> SaveCandidate:
         """Save the unfinished turn in flight without settling it."""
@@ -524,9 +573,11 @@ class Conversation:
             return None
         committed = self._committed.sidecar
         sidecar = msgspec.structs.replace(committed, **{name: getattr(self._sidecar, name) for name in DISPLAY_FIELDS})
-        artifacts = dict(self._committed.artifacts)
-        artifacts[SIDECAR_PATH] = self._encoded_sidecar(sidecar)
-        return self._candidate(artifacts, sidecar, "sidecar")
+        data = self._encoded_sidecar(sidecar)
+        artifacts = self._committed.artifacts.with_path(SIDECAR_PATH, data)
+        base = self._committed.artifacts.get(SIDECAR_PATH)
+        changed = {} if base == data else {SIDECAR_PATH: data}
+        return SaveCandidate(artifacts, changed, sidecar, "sidecar", self._committed.write_mark)
 
     def mark_committed(self, candidate: SaveCandidate) -> None:
         """``candidate``'s publication committed: it is now the baseline for
@@ -534,16 +585,30 @@ class Conversation:
         if candidate.sidecar.session_id != self.session_id:
             raise ConversationError(f"the candidate belongs to session {candidate.sidecar.session_id}")
         self._committed = candidate
+        mark = candidate.write_mark
+        self._uncommitted = {path: write for path, write in self._uncommitted.items() if write > mark}
+        if candidate.kind == "sidecar":
+            # The live sidecar differs from the one just committed.
+            self._uncommitted[SIDECAR_PATH] = self._writes
 
     # Internals --------------------------------------------------------------
 
-    def _candidate(self, artifacts: dict[str, bytes], sidecar: Sidecar, kind: str) -> SaveCandidate:
+    def _snapshot(self) -> ArtifactSnapshot:
+        return ArtifactSnapshot(dict(self._artifacts), self._history, len(self._history))
+
+    def _write(self, logical: str, data: bytes) -> None:
+        self._artifacts[logical] = data
+        self._uncommitted[logical] = self._writes
+
+    def _candidate(self, artifacts: ArtifactSnapshot, sidecar: Sidecar, kind: str) -> SaveCandidate:
         base = self._committed.artifacts if self._committed else {}
-        changed = {logical: data for logical, data in artifacts.items() if base.get(logical) is not data}
-        # Equal bytes in a different object are unchanged too (cheap: the
-        # identity test above already settled almost every path).
-        changed = {logical: data for logical, data in changed.items() if base.get(logical) != data}
-        return SaveCandidate(artifacts, changed, sidecar, kind)
+        changed = {}
+        for logical in self._uncommitted:
+            data = artifacts[logical]
+            # Equal bytes (same object, or rewritten identically) are unchanged.
+            if base.get(logical) != data:
+                changed[logical] = data
+        return SaveCandidate(artifacts, changed, sidecar, kind, self._writes)
 
     def _encoded_sidecar(self, sidecar: Sidecar) -> bytes:
         cached = self._sidecar_cache
@@ -640,6 +705,7 @@ class _Restorer:
         self.sidecar = conversation._sidecar
 
     def run(self) -> None:
+        self._load_history()
         self._check_paths()
         self._load_segments()
         self._load_prompts()
@@ -718,7 +784,7 @@ class _Restorer:
                     live = None
         pages = self.sidecar.layout.prompt_pages
         log = LineLog.from_parts([self._get(prompt_page_path(k)) for k in range(1, pages + 1)], label="prompt index")
-        stored = _decode_index(log.lines(), decode_prompt_line, "prompt index")
+        stored = _decode_index(log.lines(), decode_prompt_lines, "prompt index")
         if stored != derived:
             where = next((i for i, (a, b) in enumerate(zip(stored, derived)) if a != b), min(len(stored), len(derived)))
             raise ContentError("prompt index", f"entry {where + 1} disagrees with the transcript")
@@ -733,7 +799,7 @@ class _Restorer:
         c = self.c
         pages = self.sidecar.layout.file_pages
         log = LineLog.from_parts([self._get(file_page_path(k)) for k in range(1, pages + 1)], label="file snapshots index")
-        records = _decode_index(log.lines(), decode_files_line, "file snapshots index")
+        records = _decode_index(log.lines(), decode_files_lines, "file snapshots index")
         if len(records) != self.sidecar.file_snapshot_count:
             raise ContentError(SIDECAR_PATH, f"file_snapshot_count is {self.sidecar.file_snapshot_count}, but the index holds {len(records)}")
         previous = 0
@@ -742,10 +808,8 @@ class _Restorer:
                 raise ContentError("file snapshots index", f"turn {record.turn} ({record.turn_id}) is out of order or not a turn of this session")
             previous = record.turn
             for digest in referenced_digests(record):
-                data = self._get(history_path(digest))
-                if hashlib.sha256(data).hexdigest() != digest:
-                    raise ContentError(history_path(digest), "the bytes do not match their SHA-256 name")
-                c._blobs.setdefault(digest, data)
+                if digest not in c._history:
+                    raise ContentError(history_path(digest), "the file snapshots index names it, but the snapshot does not hold it")
         if c._live is not None and records and records[-1].turn_id == c._live.turn.turn_id:
             c._live.capture = TurnCapture.from_record(records[-1])
             c._capture_logged = True
@@ -761,17 +825,21 @@ class _Restorer:
         cleared = [n for n, seg in enumerate(c._segments, start=1) if isinstance(seg.records[-1], SegmentClose) and seg.records[-1].reason is SegmentClosing.CLEAR]
         if [chapter.last_segment for chapter in s.chapters] != cleared:
             raise ContentError(SIDECAR_PATH, "chapters do not match the segments /clear closed")
-        for logical in self.artifacts:
+
+    def _load_history(self) -> None:
+        """Adopt every stored file content, in name order, checking each."""
+        for logical in sorted(p for p in self.artifacts if p.startswith("file-history/")):
             digest = history_digest(logical)
-            if digest is not None:
-                c._blobs.setdefault(digest, self.artifacts[logical])
+            if digest is None:
+                raise ContentError(logical, "not a file history name (file-history/<sha256>)")
+            data = self.artifacts[logical]
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise ContentError(logical, "the bytes do not match their SHA-256 name")
+            self.c._history.adopt(digest, data)
 
 
-def _decode_index(lines: list[bytes], decode: Callable[[bytes], object], label: str) -> list:
-    entries = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            entries.append(decode(line))
-        except msgspec.DecodeError as exc:
-            raise ContentError(f"{label} entry {number}", str(exc)) from None
-    return entries
+def _decode_index(lines: list[bytes], decode: Callable[[list[bytes]], list], label: str) -> list:
+    try:
+        return decode(lines)
+    except IndexLineError as exc:
+        raise ContentError(f"{label} entry {exc.number}", exc.reason) from None
