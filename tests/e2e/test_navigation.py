@@ -133,3 +133,23 @@ async def test_document_links_cover_every_valid_address(client, workspace):
     assert by_line[0].range == types.Range(start=types.Position(0, 6), end=types.Position(0, 28))
     assert by_line[1].target.startswith("mevedel-resource:/") and by_line[1].target.endswith("/work/shared/drafts")
     assert by_line[1].range.start == types.Position(1, 9)
+
+
+async def test_links_inside_a_virtual_document_resolve_in_its_own_session(client, workspace):
+    text = "see work://plans"
+    uri = await open_document(client, workspace, text)
+    location = await definition(client, uri, _position(text, "work://"))
+    assert f"/{SESSION}/work/plans" in location.uri
+    page = await request(client, methods.RESOURCE_READ, {"uri": location.uri, "view": "plain"})
+    # The session is no longer current, but the document names it.
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"currentSession": None}))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=location.uri, language_id="markdown", version=1, text=page["text"])
+        )
+    )
+    links = await client.text_document_document_link_async(
+        types.DocumentLinkParams(text_document=types.TextDocumentIdentifier(uri=location.uri))
+    )
+    plan = (workspace / ".mevedel" / "sessions" / SESSION / "local" / "plans" / "plan.md").as_uri()
+    assert plan in [link.target for link in links], page["text"]

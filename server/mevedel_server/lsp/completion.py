@@ -12,7 +12,7 @@ from lsprotocol import types
 from ..resources import Candidate, complete
 from . import document_addresses
 from .errors import answers_errors
-from .workspaces import folder_for_document, resolver_context
+from .workspaces import document_scope
 
 if TYPE_CHECKING:
     from .server import MevedelLanguageServer
@@ -57,7 +57,7 @@ def register(ls: MevedelLanguageServer) -> None:
         if triggered and not token.text:
             return None
         limit = ls.settings.completion_limit
-        context = resolver_context(ls, folder_for_document(ls, document.uri), None)
+        context = document_scope(ls, document.uri).context
         # One more than the bound tells whether the bound cut the list.
         candidates = complete(token.text, dataclasses.replace(context, completion_limit=limit + 1))
         items = [_item(candidate, index, token.range) for index, candidate in enumerate(candidates[:limit])]

@@ -15,29 +15,22 @@ from ..addresses import AddressError, ErrorKind, parse_address
 from ..resources import backing_file
 from . import document_addresses, virtual_documents
 from .errors import answers_errors, failure
-from .workspaces import Folder, folder_for_document, resolver_context
+from .workspaces import Scope, document_scope
 
 if TYPE_CHECKING:
-    from ..resources import ResolverContext
     from .server import MevedelLanguageServer
 
 
-def definition_uri(address_text: str, context: ResolverContext, folder: Folder | None, session_id: str | None) -> str | None:
+def definition_uri(address_text: str, scope: Scope) -> str | None:
     """Where ``address_text`` leads, or ``None`` when it needs a session and
     there is none. Raises AddressError for a malformed address."""
-    backing = backing_file(address_text, context)
+    backing = backing_file(address_text, scope.context)
     if backing is not None:
         return backing.as_uri()
     address = parse_address(address_text)
-    if virtual_documents.needs_session(address) and session_id is None:
+    if virtual_documents.needs_session(address) and scope.session_id is None:
         return None
-    return virtual_documents.format_uri(address, folder.key if folder else None, session_id)
-
-
-def _document_scope(ls: MevedelLanguageServer, uri: str) -> tuple[Folder | None, str | None, ResolverContext]:
-    folder = folder_for_document(ls, uri)
-    session = ls.current_session(folder) if folder is not None else None
-    return folder, session, resolver_context(ls, folder, session)
+    return virtual_documents.format_uri(address, scope.folder.key if scope.folder else None, scope.session_id)
 
 
 def register(ls: MevedelLanguageServer) -> None:
@@ -48,8 +41,7 @@ def register(ls: MevedelLanguageServer) -> None:
         span = document_addresses.address_at_position(document, params.position)
         if span is None:
             return None
-        folder, session, context = _document_scope(ls, document.uri)
-        target = definition_uri(span.text, context, folder, session)
+        target = definition_uri(span.text, document_scope(ls, document.uri))
         if target is None:
             raise failure(ErrorKind.OWNER_MISSING.value, span.text, "no session is open; this address belongs to the open session")
         start = types.Position(line=0, character=0)
@@ -59,13 +51,13 @@ def register(ls: MevedelLanguageServer) -> None:
     @answers_errors(types.TEXT_DOCUMENT_DOCUMENT_LINK)
     async def document_link(ls: MevedelLanguageServer, params: types.DocumentLinkParams) -> list[types.DocumentLink]:
         document = ls.workspace.get_text_document(params.text_document.uri)
-        folder, session, context = _document_scope(ls, document.uri)
+        scope = document_scope(ls, document.uri)
         tooltips = _supports_tooltips(ls)
         links = []
         for span, address in document_addresses.classified_spans(document, "off"):
             if isinstance(address, AddressError):
                 continue
-            target = definition_uri(span.text, context, folder, session)
+            target = definition_uri(span.text, scope)
             if target is None:
                 continue
             links.append(

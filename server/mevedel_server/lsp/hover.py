@@ -11,7 +11,7 @@ from ..addresses import AddressError
 from ..resources import describe
 from . import document_addresses
 from .errors import answers_errors
-from .workspaces import folder_for_document, resolver_context
+from .workspaces import document_scope
 
 if TYPE_CHECKING:
     from ..resources import Description
@@ -90,7 +90,7 @@ def register(ls: MevedelLanguageServer) -> None:
         if isinstance(classified, AddressError):
             lines = _problem_lines(classified)
         else:
-            context = resolver_context(ls, folder_for_document(ls, document.uri), None)
+            context = document_scope(ls, document.uri).context
             try:
                 lines = describe_lines(span.text, describe(span.text, context))
             except AddressError as error:  # containment is only known once resolved

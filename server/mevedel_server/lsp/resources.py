@@ -30,15 +30,14 @@ from mevedel_protocol import (
 )
 
 from .. import resources as core
-from ..addresses import ErrorKind, Operation
+from ..addresses import Operation
 from ..resources import GlobOptions, GrepOptions, ReadOptions, execute, prepare
 from . import virtual_documents
 from .definition import definition_uri
-from .errors import answers_errors, failure, invalid_params, structure_params
-from .workspaces import folder_for_key, request_context, resolver_context, session_id_problem
+from .errors import answers_errors, invalid_params, structure_params
+from .workspaces import Scope, request_scope, virtual_scope
 
 if TYPE_CHECKING:
-    from ..resources import ResolverContext
     from .server import MevedelLanguageServer
 
 
@@ -62,12 +61,11 @@ def _progress(ls: MevedelLanguageServer, token: int | str | None, title: str) ->
         ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=closing[0] if closing else None))
 
 
-def _read_target(ls: MevedelLanguageServer, params: ReadParams) -> tuple[str, ResolverContext]:
+def _read_scope(ls: MevedelLanguageServer, params: ReadParams) -> tuple[str, Scope]:
     if (params.address is None) == (params.uri is None):
         raise invalid_params(methods.RESOURCE_READ, "give exactly one of address and uri")
     if params.address is not None:
-        _folder, context = request_context(ls, params.workspace_folder, params.session_id)
-        return params.address, context
+        return params.address, request_scope(ls, params.workspace_folder, params.session_id)
     assert params.uri is not None
     try:
         document = virtual_documents.parse_uri(params.uri)
@@ -75,20 +73,7 @@ def _read_target(ls: MevedelLanguageServer, params: ReadParams) -> tuple[str, Re
         raise invalid_params(params.uri, str(error)) from None
     if params.workspace_folder is not None or params.session_id is not None:
         raise invalid_params(params.uri, "a virtual URI names its own workspace and session")
-    folder = None
-    if document.workspace_key is not None:
-        folder = folder_for_key(ls, document.workspace_key)
-        if folder is None:
-            raise failure(
-                ErrorKind.OWNER_MISSING.value, params.uri, "the workspace folder of this document is not open in this server"
-            )
-    if document.session_id is not None:
-        if folder is None:
-            raise invalid_params(params.uri, "a session needs a workspace")
-        if (problem := session_id_problem(document.session_id)) is not None:
-            raise invalid_params(params.uri, problem)
-    context = resolver_context(ls, folder, document.session_id, current_if_absent=False)
-    return document.address, context
+    return document.address, virtual_scope(ls, params.uri, document)
 
 
 def read_result(found: core.ReadResult, view: str) -> ReadResult:
@@ -120,8 +105,8 @@ def _grep_match(match: core.GrepMatch) -> GrepMatch:
 
 async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
     params = structure_params(raw, ApplyPatchParams, method)
-    _folder, context = request_context(ls, params.workspace_folder, params.session_id)
-    applied = await execute(prepare(Operation.APPLY_PATCH, params.patch, None, context))
+    scope = request_scope(ls, params.workspace_folder, params.session_id)
+    applied = await execute(prepare(Operation.APPLY_PATCH, params.patch, None, scope.context))
     changes = [
         PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
         for c in applied.changes
@@ -134,7 +119,7 @@ def register(ls: MevedelLanguageServer) -> None:
     @answers_errors(methods.RESOURCE_READ)
     async def read(ls: MevedelLanguageServer, raw: Any) -> Any:
         params = structure_params(raw, ReadParams, methods.RESOURCE_READ)
-        address, context = _read_target(ls, params)
+        address, scope = _read_scope(ls, params)
         options = ReadOptions(
             **_given(
                 offset=params.offset,
@@ -144,7 +129,7 @@ def register(ls: MevedelLanguageServer) -> None:
             )
         )
         with _progress(ls, params.work_done_token, f"Read {address}") as closing:
-            found = await execute(prepare(Operation.READ, address, options, context))
+            found = await execute(prepare(Operation.READ, address, options, scope.context))
             closing.append(f"lines {found.start_line}-{found.end_line} of {found.total_lines}")
         return converter.unstructure(read_result(found, params.view))
 
@@ -152,7 +137,7 @@ def register(ls: MevedelLanguageServer) -> None:
     @answers_errors(methods.RESOURCE_GLOB)
     async def glob(ls: MevedelLanguageServer, raw: Any) -> Any:
         params = structure_params(raw, GlobParams, methods.RESOURCE_GLOB)
-        _folder, context = request_context(ls, params.workspace_folder, params.session_id)
+        context = request_scope(ls, params.workspace_folder, params.session_id).context
         options = GlobOptions(**_given(pattern=params.pattern, limit=params.limit))
         with _progress(ls, params.work_done_token, f"Glob {params.address}") as closing:
             found = await execute(prepare(Operation.GLOB, params.address, options, context))
@@ -165,7 +150,7 @@ def register(ls: MevedelLanguageServer) -> None:
     @answers_errors(methods.RESOURCE_GREP)
     async def grep(ls: MevedelLanguageServer, raw: Any) -> Any:
         params = structure_params(raw, GrepParams, methods.RESOURCE_GREP)
-        _folder, context = request_context(ls, params.workspace_folder, params.session_id)
+        context = request_scope(ls, params.workspace_folder, params.session_id).context
         options = GrepOptions(
             pattern=params.pattern,
             ignore_case=params.ignore_case,
@@ -205,9 +190,8 @@ def register(ls: MevedelLanguageServer) -> None:
     @answers_errors(methods.ADDRESS_DESCRIBE)
     async def describe(ls: MevedelLanguageServer, raw: Any) -> Any:
         params = structure_params(raw, DescribeParams, methods.ADDRESS_DESCRIBE)
-        folder, context = request_context(ls, params.workspace_folder, params.session_id)
-        found = core.describe(params.address, context)
-        session = params.session_id if params.session_id is not None else (ls.current_session(folder) if folder else None)
+        scope = request_scope(ls, params.workspace_folder, params.session_id)
+        found = core.describe(params.address, scope.context)
         return converter.unstructure(
             DescribeResult(
                 address=params.address,
@@ -219,6 +203,6 @@ def register(ls: MevedelLanguageServer) -> None:
                 kind=found.kind,
                 size=found.size,
                 reason=found.reason,
-                uri=definition_uri(params.address, context, folder, session),
+                uri=definition_uri(params.address, scope),
             )
         )

@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mevedel_protocol.methods import VIRTUAL_SCHEME
+from pygls.exceptions import JsonRpcException
 from pygls.uris import to_fs_path
 
+from ..addresses import ErrorKind
 from ..resources import MemoryRoot, ResolverContext, SkillRoot
-from .errors import invalid_params
+from .errors import failure, invalid_params
+from .virtual_documents import VirtualDocument, parse_uri
 
 if TYPE_CHECKING:
     from .server import MevedelLanguageServer
@@ -100,18 +104,22 @@ def folder_for_key(ls: MevedelLanguageServer, key: str) -> Folder | None:
     return next((f for f in folders(ls) if f.key == key), None)
 
 
-def resolver_context(
-    ls: MevedelLanguageServer, folder: Folder | None, session_id: str | None, *, current_if_absent: bool = True
-) -> ResolverContext:
-    """The resolver's view of one request. ``session_id`` ``None`` means the
-    folder's current session (which may be none), or no session at all when
-    ``current_if_absent`` is false."""
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Where one request runs: a folder (if any), a session (if any), and the
+    resolver context that follows from them."""
+
+    folder: Folder | None
+    session_id: str | None
+    context: ResolverContext
+
+
+def scope(ls: MevedelLanguageServer, folder: Folder | None, session_id: str | None) -> Scope:
+    """The scope of ``folder`` and exactly ``session_id`` (``None``: no session)."""
     settings = ls.settings
-    if session_id is None and folder is not None and current_if_absent:
-        session_id = ls.current_session(folder)
     session_dir = folder.session_dir(session_id) if folder is not None and session_id is not None else None
     root = folder.root if folder is not None else None
-    return ResolverContext(
+    context = ResolverContext(
         workspace_root=root,
         session_dir=session_dir,
         memory_roots=tuple(
@@ -120,6 +128,11 @@ def resolver_context(
         skill_roots=tuple(SkillRoot(path, r.origin) for r in settings.skill_roots if (path := _root_path(r.path, root))),
         completion_limit=settings.completion_limit,
     )
+    return Scope(folder, session_id if folder is not None else None, context)
+
+
+def _current(ls: MevedelLanguageServer, folder: Folder | None) -> str | None:
+    return None if folder is None else ls.current_session(folder)
 
 
 def _root_path(configured: str, folder_root: Path | None) -> Path | None:
@@ -131,14 +144,50 @@ def _root_path(configured: str, folder_root: Path | None) -> Path | None:
     return None if folder_root is None else folder_root / path
 
 
-def request_context(
-    ls: MevedelLanguageServer, workspace_folder: str | None, session_id: str | None
-) -> tuple[Folder | None, ResolverContext]:
-    """Folder and context for a custom request's ``workspaceFolder`` and
-    ``sessionId`` params."""
+def _checked_session(session_id: str, authored: str) -> str:
+    problem = session_id_problem(session_id)
+    if problem is not None:
+        raise invalid_params(authored, problem)
+    return session_id
+
+
+def request_scope(ls: MevedelLanguageServer, workspace_folder: str | None, session_id: str | None) -> Scope:
+    """The scope of a custom request's ``workspaceFolder`` and ``sessionId``
+    params (defaults: the first folder and its current session)."""
     folder = folder_for_uri(ls, workspace_folder) if workspace_folder is not None else folder_for_document(ls, None)
     if session_id is not None:
-        problem = session_id_problem(session_id)
-        if problem is not None:
-            raise invalid_params(session_id, problem)
-    return folder, resolver_context(ls, folder, session_id)
+        return scope(ls, folder, _checked_session(session_id, session_id))
+    return scope(ls, folder, _current(ls, folder))
+
+
+def virtual_scope(ls: MevedelLanguageServer, uri: str, document: VirtualDocument) -> Scope:
+    """The scope a ``mevedel-resource:`` URI names: its own workspace and
+    session, never the current one."""
+    folder = None
+    if document.workspace_key is not None:
+        folder = folder_for_key(ls, document.workspace_key)
+        if folder is None:
+            raise failure(ErrorKind.OWNER_MISSING.value, uri, "the workspace folder of this document is not open in this server")
+    if document.session_id is None:
+        return scope(ls, folder, None)
+    if folder is None:
+        raise invalid_params(uri, "a session needs a workspace")
+    return scope(ls, folder, _checked_session(document.session_id, uri))
+
+
+def document_scope(ls: MevedelLanguageServer, uri: str) -> Scope:
+    """The scope addresses in an open document resolve in: a virtual
+    document's own folder and session (else the current one), or the folder
+    holding the file and its current session."""
+    if uri.startswith(f"{VIRTUAL_SCHEME}:"):
+        try:
+            document = parse_uri(uri)
+            found = virtual_scope(ls, uri, document)
+        except (ValueError, JsonRpcException):
+            found = None
+        if found is not None:
+            if found.session_id is None and found.folder is not None:
+                return scope(ls, found.folder, _current(ls, found.folder))
+            return found
+    folder = folder_for_document(ls, uri)
+    return scope(ls, folder, _current(ls, folder))
