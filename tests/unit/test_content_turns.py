@@ -109,6 +109,8 @@ def test_creation_refuses_bad_identities() -> None:
         Conversation.new(session_id="nope", workspace_id=WID, at=1)
     with pytest.raises(ConversationError, match="settings"):
         Conversation.new(session_id=SID, workspace_id=WID, at=1, settings={"preset": 1.5})
+    with pytest.raises(ConversationError, match="empty"):
+        Conversation.new(session_id=SID, workspace_id=WID, at=1, display_name="  ")
 
 
 # A turn ---------------------------------------------------------------------
@@ -153,6 +155,17 @@ def test_turn_misuse_is_refused_with_a_reason() -> None:
         c.settle(Outcome.COMPLETED, at=1.5)
     with pytest.raises(ConversationError, match="not valid Unicode"):
         c.append(Response(turn_id=turn, text="\udc80"))
+    with pytest.raises(ConversationError, match="ToolCall record is invalid"):
+        c.append(ToolCall(turn_id=turn, call_id="", name="read", arguments="{}"))
+    with pytest.raises(ConversationError, match="Mail record is invalid"):
+        c.append(Mail(turn_id=turn, mail_id="m", sender="x" * 300, text=""))
+    with pytest.raises(ConversationError, match="whole target seconds"):
+        c.settle(Outcome.COMPLETED, at=2**60)
+    with pytest.raises(ConversationError, match="not a turn outcome"):
+        c.settle("finished", at=1003)
+    with pytest.raises(ConversationError, match="Settle record is invalid"):
+        c.settle(Outcome.COMPLETED, at=1003, reason=42)
+    assert c.open_turn is not None
     with pytest.raises(ConversationError, match="cannot compact"):
         c.rotate_segment("summary", at=1003)
     with pytest.raises(ConversationError, match="cannot clear"):

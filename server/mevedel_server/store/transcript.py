@@ -303,10 +303,20 @@ class LineLog:
 
 
 def encode_line(record: Record) -> bytes:
+    """One record's line. Python construction does not enforce the field
+    constraints, so the line is decoded again: a record its own loader would
+    refuse is never written."""
     try:
-        return _encoder.encode(record) + b"\n"
+        line = _encoder.encode(record) + b"\n"
     except UnicodeEncodeError as exc:
         raise TranscriptError(f"a {type(record).__name__} record holds text that is not valid Unicode ({exc.reason})") from None
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise TranscriptError(f"a {type(record).__name__} record cannot be encoded ({exc})") from None
+    try:
+        _decoder.decode(line)
+    except msgspec.DecodeError as exc:
+        raise TranscriptError(f"a {type(record).__name__} record is invalid: {exc}") from None
+    return line
 
 
 def encode_records(records: Iterable[Record]) -> bytes:

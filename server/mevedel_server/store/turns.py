@@ -49,9 +49,9 @@ from .sidecar import (
     SidecarError,
     TurnFiles,
     WorktreeOrigin,
+    IndexLineError,
     bound_generated_title,
     bound_naming_input,
-    IndexLineError,
     decode_files_lines,
     decode_prompt_lines,
     encode_index_line,
@@ -64,6 +64,7 @@ from .sidecar import (
 )
 from .transcript import (
     EVIDENCE_TYPES,
+    MAX_INTEGER,
     TRANSCRIPT_FORMAT_VERSION,
     Evidence,
     LineLog,
@@ -92,18 +93,9 @@ from .transcript import (
 
 RESUME_REASON = "the session was resumed while this turn was in flight"
 
-#: Sidecar fields that belong to the committed conversation: a sidecar-only
-#: write takes them from the last committed candidate.
-ROOT_PROJECTION = (
-    "current_segment",
-    "total_turn_count",
-    "in_flight_turn",
-    "file_snapshot_count",
-    "layout",
-    "chapters",
-    "first_user_message",
-    "latest_user_message",
-)
+#: What a display-only (rename) candidate takes from the live sidecar; every
+#: other field, the conversation's counters and layout above all, stays as
+#: committed.
 DISPLAY_FIELDS = ("display_name", "naming_state", "naming_input")
 
 
@@ -248,8 +240,8 @@ class Conversation:
     ) -> Conversation:
         """A fresh, unmaterialized conversation. A ``display_name`` given at
         creation is explicit; otherwise the session displays its ID."""
-        name = normalize_display_name(display_name) if display_name is not None else None
         try:
+            name = normalize_display_name(display_name) if display_name is not None else None
             sidecar = Sidecar(
                 session_id=session_id,
                 workspace_id=workspace_id,
@@ -341,6 +333,13 @@ class Conversation:
         self._sync()
         return list(self._files)
 
+    def tracked_files(self) -> list[str]:
+        """Paths the turn in flight captured or gapped: the ones whose
+        current content :meth:`settle` (or :meth:`resume`) wants."""
+        if self._live is None or self._live.capture is None:
+            return []
+        return sorted(self._live.capture.files)
+
     def file_content(self, sha256: str) -> bytes | None:
         return self._history.get(sha256)
 
@@ -431,20 +430,29 @@ class Conversation:
         tracked files (None: absent); a tracked file it omits keeps an
         unknown post-turn state."""
         live = self._require_turn("settle a turn")
-        outcome = Outcome(outcome)
+        try:
+            outcome = Outcome(outcome)
+        except ValueError:
+            raise ConversationError(f"{outcome!r} is not a turn outcome (completed, errored, interrupted)") from None
         at = self._time(at)
         current = dict(current or {})
+        for path, content in current.items():
+            if content is not None and not isinstance(content, bytes):
+                raise ConversationError(f"the post-turn content of {path!r} must be bytes or None")
         if current and live.capture is None:
             raise ConversationError(f"post-turn content given for {', '.join(map(repr, sorted(current)))}, which this turn does not track")
+        record = Settle(turn_id=live.turn.turn_id, outcome=outcome, at=at, reason=reason)
+        try:
+            line = encode_line(record)  # refuse a bad reason before anything changes
+        except TranscriptError as exc:
+            raise ConversationError(str(exc)) from None
         if live.capture is not None:
             try:
                 live.capture.settle(current, self._history)
             except CaptureError as exc:
                 raise ConversationError(str(exc)) from None
-        try:
-            self._segments[-1].add(Settle(turn_id=live.turn.turn_id, outcome=outcome, at=at, reason=reason))
-        except TranscriptError as exc:
-            raise ConversationError(str(exc)) from None
+        self._segments[-1].log.append(line)
+        self._segments[-1].records.append(record)
         self._sync()
         self._live = None
         self._capture_logged = False
@@ -615,6 +623,10 @@ class Conversation:
         if cached is not None and cached[0] == sidecar:
             return cached[1]
         data = encode_sidecar(sidecar)
+        try:
+            load_sidecar(data)  # never hand out a sidecar the loader refuses
+        except SidecarError as exc:
+            raise ConversationError(f"session {self.session_id}: the sidecar would be invalid: {exc.reason}") from None
         self._sidecar_cache = (sidecar, data)
         return data
 
@@ -665,7 +677,7 @@ class Conversation:
         self._replace(updated_at=max(self._sidecar.updated_at, at), **changes)
 
     def _time(self, at: int) -> int:
-        if type(at) is not int or at < 0:
+        if type(at) is not int or not 0 <= at <= MAX_INTEGER:
             raise ConversationError(f"a time must be whole target seconds, not {at!r}")
         return at
 
