@@ -320,17 +320,20 @@ Leaves other completion to eglot when the server offers no address."
           (setq char-offset (plist-get again :charOffset)))))
     rest))
 
-(defun mevedel-lsp-read-document (server ref)
+(defun mevedel-lsp-read-document (server ref &optional token)
   "Read all of REF's plain projection through SERVER.
 REF is (:uri URI) or (:address ADDRESS).  Return a plist (:canonical
 :kind :text).  Pages are joined and lines the server cut at its page
-width are continued, so line numbers match the server's."
+width are continued, so line numbers match the server's.  TOKEN, a
+progress token, rides on the first page, where the server does most of
+the work, so its `$/progress' shows in the echo area."
   (let ((lines (make-hash-table)) (offset nil) (first nil) (total 0) (more t))
     (while more
       (let ((page (mevedel-lsp--request
                    server :mevedel/resource/read
                    (append ref (list :view "plain" :limit mevedel-lsp-read-page-lines)
-                           (and offset (list :offset offset))))))
+                           (and offset (list :offset offset))
+                           (and token (not first) (list :workDoneToken token))))))
         (unless first (setq first page))
         (if (or (equal (plist-get page :kind) "empty")
                 (zerop (plist-get page :totalLines)))
@@ -357,6 +360,9 @@ width are continued, so line numbers match the server's."
 
 
 ;;;; Virtual documents
+
+(defvar mevedel-lsp--progress-tokens 0
+  "How many progress tokens this Emacs has made.")
 
 (defvar-local mevedel-lsp--uri nil
   "The `mevedel-resource:' URI a virtual buffer shows.")
@@ -395,7 +401,9 @@ width are continued, so line numbers match the server's."
 
 (defun mevedel-lsp--fill (buffer server uri)
   "Fill BUFFER with the virtual document URI read through SERVER."
-  (let ((document (mevedel-lsp-read-document server (list :uri uri))))
+  (let ((document (mevedel-lsp-read-document
+                   server (list :uri uri)
+                   (format "mevedel-read-%d" (cl-incf mevedel-lsp--progress-tokens)))))
     (with-current-buffer buffer
       (let ((inhibit-read-only t) (position (point)))
         (erase-buffer)
@@ -517,15 +525,19 @@ MAKE-MATCH is the original, called with NAME URI RANGE for any other URI."
           (percentage (plist-get value :percentage)))
       (pcase kind
         ("begin"
-         (puthash key (make-progress-reporter (format "[mevedel] %s " (or title message "")) 0 100)
-                  mevedel-lsp--progress))
+         (let ((title (string-trim (format "%s %s" (or title "") (or message "")))))
+           (puthash key (cons (make-progress-reporter (format "[mevedel] %s..." title)) title)
+                    mevedel-lsp--progress)))
         ("report"
-         (when-let ((reporter (gethash key mevedel-lsp--progress)))
-           (progress-reporter-update reporter (or percentage 0) message)))
+         (when-let ((entry (gethash key mevedel-lsp--progress)))
+           (progress-reporter-update (car entry) percentage message)))
         ("end"
-         (when-let ((reporter (gethash key mevedel-lsp--progress)))
-           (progress-reporter-done reporter)
-           (remhash key mevedel-lsp--progress)))))))
+         (when-let ((entry (gethash key mevedel-lsp--progress)))
+           (remhash key mevedel-lsp--progress)
+           ;; The server's closing summary says what was done.
+           (if message
+               (message "[mevedel] %s: %s" (cdr entry) message)
+             (progress-reporter-done (car entry)))))))))
 
 ;;;###autoload
 (with-eval-after-load 'eglot

@@ -125,6 +125,37 @@ suite('address features in a document', () => {
   });
 });
 
+suite('virtual documents as VS Code shows them', () => {
+  test('document links lead to the backing file or to a virtual document', async () => {
+    const uri = await session.open('links.md', 'markdown', 'Notes work://shared/notes.md and plans work://shared/plans/\n');
+    const links: any[] = await session.connection.sendRequest('textDocument/documentLink', { textDocument: { uri } });
+    const targets = links.map((link) => link.target as string);
+    assert.ok(targets.includes(pathToFileURL(path.join(root, '.mevedel/shared/notes.md')).href), JSON.stringify(targets));
+    const virtual = targets.filter(isVirtualUri);
+    assert.equal(virtual.length, 1, JSON.stringify(targets));
+    const listing = await readDocument(session.connection, { uri: URI.parse(virtual[0]).toString() });
+    assert.equal(listing.canonical, 'work://shared/plans');
+  });
+
+  test('an open virtual document has hover like any other document', async () => {
+    const described = await describe(session.connection, { address: 'work://shared/plans' });
+    // The provider's text, opened under the URI VS Code gives the document.
+    const uri = URI.parse(described.uri!).toString();
+    const listing = await readDocument(session.connection, { uri });
+    await session.connection.sendNotification('textDocument/didOpen', {
+      textDocument: { uri, languageId: 'plaintext', version: 1, text: listing.text },
+    });
+    const lines = listing.text.split('\n');
+    const line = lines.findIndex((text) => text.includes('first.md'));
+    assert.ok(line >= 0, listing.text);
+    const hover: any = await session.connection.sendRequest('textDocument/hover', {
+      textDocument: { uri },
+      position: { line, character: lines[line].indexOf('first.md') },
+    });
+    assert.match(hover.contents.value ?? String(hover.contents), /work:\/\/shared\/plans\/first\.md/);
+  });
+});
+
 suite('settings', () => {
   test('every server setting has a VS Code setting, and nothing else is sent', () => {
     const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '../../package.json'), 'utf8'));

@@ -181,7 +181,12 @@ mevedel-lsp the way `mevedel-lsp-ensure' does it."
             (let ((page (jsonrpc-request server :mevedel/resource/read
                                          (list :uri mevedel-lsp--uri :view "plain"))))
               (should (equal (buffer-string) (concat (plist-get page :text) "\n"))))
-            (should-error (insert "x") :type 'buffer-read-only))
+            (should-error (insert "x") :type 'buffer-read-only)
+            ;; The read's $/progress reached the echo area (and so *Messages*).
+            (should (with-current-buffer "*Messages*"
+                      (save-excursion
+                        (goto-char (point-min))
+                        (search-forward "Read work://shared/plans" nil t)))))
         (switch-to-buffer origin)))))
 
 (ert-deftest mevedel-lsp-test-read-address-pages-long-file ()

@@ -144,6 +144,19 @@ test('the server starts for a text buffer, with omnifunc completion', function()
   expect(client.config.root_dir == root, 'root_dir %s, expected %s', client.config.root_dir, root)
 end)
 
+test('the server starts for a Markdown buffer of the same workspace', function()
+  local markdown = root .. '/readme.md'
+  vim.fn.writefile({ 'Read mevedel://architecture.md first.' }, markdown)
+  vim.cmd('edit ' .. vim.fn.fnameescape(markdown))
+  expect(vim.bo.filetype == 'markdown', 'filetype is %s', vim.bo.filetype)
+  wait_for('the server to attach', function()
+    return mevedel_client(0) ~= nil
+  end)
+  local text_client = mevedel_client(vim.fn.bufnr(document))
+  expect(mevedel_client(0).id == text_client.id, 'a second server was started for the same workspace')
+  open_document()
+end)
+
 test('completion offers the entries of a real directory', function()
   local texts = completion_texts('Next: work://shared/')
   out('candidates: ' .. vim.inspect(texts))
@@ -200,6 +213,23 @@ test('go to definition on a directory opens a read-only virtual buffer', functio
   local page, err = mevedel.request(client, 'mevedel/resource/read', { uri = vim.b.mevedel_uri, view = 'plain' })
   expect(page and page.text == text, 'buffer %q, server %s', text, vim.inspect(page or err))
   expect(progress_events > 0, 'no progress event for the read')
+end)
+
+test('a virtual buffer has the address features too', function()
+  -- The definition test above left the listing of work://shared/plans open.
+  expect(mevedel.is_virtual_uri(vim.api.nvim_buf_get_name(0)), 'not in the virtual buffer')
+  wait_for('the server to attach to the virtual buffer', function()
+    return mevedel_client(0) ~= nil
+  end)
+  put_cursor_on('work://shared/plans/first.md', 5)
+  local responses = vim.lsp.buf_request_sync(0, 'textDocument/hover', vim.lsp.util.make_position_params(), TIMEOUT)
+  local text = ''
+  for _, response in pairs(responses or {}) do
+    if response.result then
+      text = text .. table.concat(vim.lsp.util.convert_input_to_markdown_lines(response.result.contents), '\n')
+    end
+  end
+  expect(text:find('work://shared/plans/first.md', 1, true), 'hover in the virtual buffer: %s', text)
 end)
 
 test(':MevedelRead opens a file-backed address as its file and a listing as a virtual buffer', function()
