@@ -305,6 +305,7 @@ def test_resume_interrupts_the_persisted_turn_and_queues_the_reminder() -> None:
     # The restored in-flight turn still knows its tool call and capture.
     loaded.append(ToolResult(turn_id=turn, call_id="c1", output="lost"))
     loaded = restore(c.checkpoint().artifacts)
+    assert loaded.tracked_files() == ["a.py"]
     assert loaded.resume(at=2000, current={"a.py": b"v2"}) is True
     assert loaded.records()[-1] == Settle(turn_id=turn, outcome=Outcome.INTERRUPTED, at=2000, reason=RESUME_REASON)
     s = loaded.sidecar
@@ -319,6 +320,9 @@ def test_resume_of_a_settled_session_only_queues_the_reminder() -> None:
     c = conversation()
     full_turn(c)
     loaded = restore(commit(c).artifacts)
+    assert loaded.tracked_files() == []
+    with pytest.raises(ConversationError, match="no turn was in flight"):
+        loaded.resume(at=3000, current={"a.py": b""})
     assert loaded.resume(at=3000) is False
     assert loaded.sidecar.reconciliation_pending
     assert loaded.sidecar.total_turn_count == 1
@@ -396,6 +400,7 @@ def test_restore_refuses_inconsistent_snapshots() -> None:
         ({k: v for k, v in good.items() if k != SIDECAR_PATH}, "no sidecar"),
         ({k: v for k, v in good.items() if k != segment_part_path(1, 1)}, "layout names it"),
         ({**good, segment_part_path(1, 2): b"{}\n"}, "does not name"),
+        ({**good, prompt_page_path(2): b"{}\n"}, "index page the sidecar's layout does not name"),
         ({**good, segment_part_path(1, 1): good[segment_part_path(1, 1)][:-3]}, "truncated"),
         ({**good, prompt_page_path(1): good[prompt_page_path(1)].replace(b"second", b"secxnd")}, "prompt index"),
         (with_sidecar(total_turn_count=1, in_flight_turn="0000000000000002"), "total_turn_count is 1"),

@@ -65,6 +65,7 @@ from .sidecar import (
 from .transcript import (
     EVIDENCE_TYPES,
     MAX_INTEGER,
+    MAX_SEGMENT,
     TRANSCRIPT_FORMAT_VERSION,
     Evidence,
     LineLog,
@@ -468,6 +469,8 @@ class Conversation:
         interrupted = self._live is not None
         if interrupted:
             self.settle(Outcome.INTERRUPTED, at=at, current=current, reason=RESUME_REASON)
+        elif current:
+            raise ConversationError("post-turn content was given, but no turn was in flight")
         self._update(self._time(at), reconciliation_pending=True)
         return interrupted
 
@@ -482,7 +485,7 @@ class Conversation:
         if not any(isinstance(r, TurnBegin) for r in self._segments[-1].records):
             raise ConversationError("the live segment has no turn to compact")
         at = self._time(at)
-        previous = len(self._segments)
+        previous = self._next_segment_allowed()
         summary_record = Summary(summarized_segment=previous, text=summary, at=at)
         summary_line = encode_line(summary_record)  # fail before any change
         self._segments[-1].add(SegmentClose(reason=SegmentClosing.COMPACTION, at=at))
@@ -501,7 +504,7 @@ class Conversation:
             raise ConversationError("the current chat has no turns to clear")
         at = self._time(at)
         sidecar = self._sidecar
-        previous = len(self._segments)
+        previous = self._next_segment_allowed()
         explicit = sidecar.naming_state is NamingState.EXPLICIT
         chapter = Chapter(last_segment=previous, title=None if explicit else sidecar.display_name, closed_at=at)
         self._segments[-1].add(SegmentClose(reason=SegmentClosing.CLEAR, at=at))
@@ -528,6 +531,8 @@ class Conversation:
     def note_naming_attempt(self, authored_input: str) -> None:
         """An automatic title request is about to run: pending becomes
         attempted, recording its bounded input."""
+        if not isinstance(authored_input, str):
+            raise ConversationError("naming input must be text")
         if self._sidecar.naming_state is not NamingState.PENDING:
             raise ConversationError(f"automatic naming is {self._sidecar.naming_state.value}, not pending")
         self._replace(naming_state=NamingState.ATTEMPTED, naming_input=bound_naming_input(authored_input))
@@ -699,6 +704,13 @@ class Conversation:
         if self._live is not None:
             raise ConversationError(f"cannot {action} while turn {self._live.turn.turn} is in flight")
 
+    def _next_segment_allowed(self) -> int:
+        """The live segment's number, once sure another may follow it."""
+        previous = len(self._segments)
+        if previous >= MAX_SEGMENT:
+            raise ConversationError(f"session {self.session_id} already has the last segment number ({MAX_SEGMENT})")
+        return previous
+
     def _chat_has_turns(self) -> bool:
         last_clear = self._sidecar.chapters[-1].last_segment if self._sidecar.chapters else 0
         return any(
@@ -706,6 +718,9 @@ class Conversation:
             for segment in self._segments[last_clear:]
             for record in segment.records
         )
+
+
+_INDEX_DIR = "index/"
 
 
 class _Restorer:
@@ -731,13 +746,18 @@ class _Restorer:
         return data
 
     def _check_paths(self) -> None:
+        """Every part and page the snapshot holds is one the layout names."""
         layout = self.sidecar.layout
+        expected = {prompt_page_path(k) for k in range(1, layout.prompt_pages + 1)}
+        expected |= {file_page_path(k) for k in range(1, layout.file_pages + 1)}
         for logical in self.artifacts:
             parsed = parse_segment_part(logical)
             if parsed is not None:
                 segment, part = parsed
                 if segment > len(layout.segment_parts) or part > layout.segment_parts[segment - 1]:
                     raise ContentError(logical, "a segment part the sidecar's layout does not name")
+            elif logical.startswith(_INDEX_DIR) and logical not in expected:
+                raise ContentError(logical, "an index page the sidecar's layout does not name")
 
     def _load_segments(self) -> None:
         c = self.c
