@@ -1,0 +1,179 @@
+"""What the ``session`` and ``turn`` commands share: the CLI's client
+identity, the workspace's session service, and how results and refusals are
+printed.
+
+The client model
+----------------
+All ``mevedel`` invocations of one user on one machine are *one client* of
+the session store: the identity (an opaque client id and the host name) is
+created once and kept in ``$XDG_STATE_HOME/mevedel/cli-client.json``
+(``~/.local/state/...`` by default). A command that writes a session takes
+its lease (resuming it; a foreign live lease is refused, an expired foreign
+one needs ``session open --mode takeover --confirm-takeover``), does its
+work, saves (a turn in flight is checkpointed) and leaves the lease held,
+so the next command continues the same session unchanged; ``session close``
+saves and releases it. A CLI process cannot renew a lease in the background:
+between commands it may expire, and the next command by this client reclaims
+it without asking (the session was not touched by anyone else meanwhile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, is_dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from ..store import ClientIdentity, LeaseState
+from ..store.service import SessionService, error_kind, is_refusal
+from ..targets import LocalTarget, TargetError
+
+REFUSED = 1
+IDENTITY_FILE = "cli-client.json"
+
+
+class CommandError(Exception):
+    """A refusal the command reports itself (kind + message)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def state_directory() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "mevedel"
+
+
+def cli_identity() -> ClientIdentity:
+    """This user's CLI client identity, created on first use."""
+    path = state_directory() / IDENTITY_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return ClientIdentity(str(data["client_id"]), str(data["host"]))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CommandError("unavailable", f"the CLI client identity in {path} is unreadable ({error}); remove it to start afresh") from None
+    identity = ClientIdentity(f"cli-{secrets.token_hex(12)}", socket.gethostname()[:255])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{IDENTITY_FILE}.{secrets.token_hex(4)}.tmp")
+    temporary.write_text(json.dumps({"client_id": identity.client_id, "host": identity.host}) + "\n", encoding="utf-8")
+    try:
+        os.link(temporary, path)  # the first writer wins; a racing one adopts it
+    except FileExistsError:
+        temporary.unlink()
+        return cli_identity()
+    temporary.unlink()
+    return identity
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--workspace", metavar="DIR", default=None, help="the workspace root (default: the current directory)"
+    )
+
+
+def add_session_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--session",
+        metavar="ID",
+        default=None,
+        help="the session (default: the one session this CLI client holds in the workspace)",
+    )
+
+
+def workspace_root(arguments: argparse.Namespace) -> Path:
+    root = Path(arguments.workspace or os.getcwd())
+    if not root.is_dir():
+        raise CommandError("missing-target", f"workspace {arguments.workspace or root}: is not a directory")
+    return root.resolve()
+
+
+def open_service(arguments: argparse.Namespace) -> SessionService:
+    root = workspace_root(arguments)
+    try:
+        target = LocalTarget(root)
+    except TargetError as error:
+        raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
+    return SessionService(target, cli_identity())
+
+
+async def held_session(service: SessionService, given: str | None) -> str:
+    """``given``, or the single session whose lease this client holds."""
+    if given is not None:
+        return given
+    rows = (await service.list()).rows
+    held = [
+        row.session_id
+        for row in rows
+        if row.holder_is_self and row.lease_state in (LeaseState.ACTIVE, LeaseState.PUBLISHING)
+    ]
+    if len(held) == 1:
+        return held[0]
+    if not held:
+        raise CommandError("owner-missing", "no session is open for this CLI client in this workspace; name one with --session")
+    raise CommandError("invalid-params", f"{len(held)} sessions are open for this CLI client ({', '.join(held)}); name one with --session")
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready data of results (dataclasses, enums, tuples)."""
+    if isinstance(value, Enum):
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        return {key: plain(item) for key, item in asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+def emit(arguments: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
+    if arguments.json:
+        print(json.dumps(plain(data), ensure_ascii=False))
+    else:
+        for line in lines:
+            print(line)
+    sys.stdout.flush()
+
+
+def refuse(arguments: argparse.Namespace, kind: str, message: str) -> int:
+    if getattr(arguments, "json", False):
+        print(json.dumps({"error": {"kind": kind, "message": message}}, ensure_ascii=False))
+        sys.stdout.flush()
+    else:
+        print(f"mevedel: {message}", file=sys.stderr)
+    return REFUSED
+
+
+def run_command(arguments: argparse.Namespace, body: Callable[[SessionService], Awaitable[None]]) -> int:
+    """Run ``body`` with the workspace's service; refusals become exit 1
+    with their kind. The service is detached afterwards: leases ``body``
+    took stay held (``session close`` releases its own)."""
+
+    async def main() -> int:
+        service = open_service(arguments)
+        try:
+            await body(service)
+        finally:
+            await service.detach()
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except CommandError as error:
+        return refuse(arguments, error.kind, str(error))
+    except Exception as error:
+        if is_refusal(error):
+            return refuse(arguments, error_kind(error), str(error))
+        raise

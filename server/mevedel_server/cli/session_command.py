@@ -1,0 +1,232 @@
+"""``mevedel session list|create|open|close|rename|save|turns|turn``.
+
+Every subcommand takes ``--json`` (one JSON object on stdout; a refusal is
+``{"error": {"kind", "message"}}`` with exit status 1) and ``--workspace
+DIR``. See :mod:`.session_client` for the client model (one CLI client per
+user, leases kept between commands until ``session close``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..store.service import OpenMode, SessionInfo, SessionService, TurnDetail, TurnSummary
+from ..store.lease import describe_target_time
+from .session_client import add_common, add_session_option, held_session, emit, run_command
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("session", help="list, create, open and manage durable sessions")
+    commands = parser.add_subparsers(title="session commands", metavar="SUBCOMMAND", required=True)
+
+    listing = commands.add_parser("list", help="every session of the workspace and what opening it does")
+    add_common(listing)
+    listing.set_defaults(run=run_list)
+
+    create = commands.add_parser(
+        "create",
+        help="start a new session",
+        description="Start a new session. Nothing is written until its first turn: without --prompt "
+        "only the ID is reserved, so give --prompt to begin the first turn right away.",
+    )
+    create.add_argument("--name", help="an explicit display name")
+    create.add_argument("--prompt", help="begin the first turn with this prompt (saved as a checkpoint)")
+    add_common(create)
+    create.set_defaults(run=run_create)
+
+    opening = commands.add_parser("open", help="resume, join (read-only) or take over a saved session")
+    opening.add_argument("session_id", metavar="ID")
+    opening.add_argument("--mode", choices=[m.value for m in OpenMode], default=OpenMode.AUTO.value)
+    opening.add_argument(
+        "--confirm-takeover", action="store_true", help="take over a lease whose holder let it expire"
+    )
+    add_common(opening)
+    opening.set_defaults(run=run_open)
+
+    close = commands.add_parser("close", help="save the session and release its lease")
+    add_session_option(close)
+    add_common(close)
+    close.set_defaults(run=run_close)
+
+    rename = commands.add_parser("rename", help="give the session an explicit display name")
+    rename.add_argument("name", metavar="NAME")
+    add_session_option(rename)
+    add_common(rename)
+    rename.set_defaults(run=run_rename)
+
+    save = commands.add_parser("save", help="publish a snapshot now, even if nothing changed")
+    add_session_option(save)
+    add_common(save)
+    save.set_defaults(run=run_save)
+
+    turns = commands.add_parser("turns", help="list the turns of a session")
+    add_session_option(turns)
+    add_common(turns)
+    turns.set_defaults(run=run_turns)
+
+    turn = commands.add_parser("turn", help="show one turn of a session")
+    turn.add_argument("number", metavar="N", type=int)
+    add_session_option(turn)
+    add_common(turn)
+    turn.set_defaults(run=run_turn)
+
+
+def info_data(info: SessionInfo) -> dict[str, Any]:
+    return {
+        "session_id": info.session_id,
+        "display_name": info.display_name,
+        "named": info.named,
+        "access": info.access.value,
+        "read_only_reason": info.read_only_reason,
+        "holder_host": info.holder_host,
+        "materialized": info.materialized,
+        "settled_turns": info.settled_turns,
+        "open_turn": info.open_turn,
+        "reconciliation_pending": info.reconciliation_pending,
+    }
+
+
+def info_line(info: SessionInfo) -> str:
+    access = "writable" if info.read_only_reason is None else f"read-only ({info.read_only_reason})"
+    turn = f", turn {info.open_turn} in flight" if info.open_turn else ""
+    saved = "" if info.materialized else ", not saved yet"
+    return f"{info.session_id}  {info.display_name}  [{access}; {info.settled_turns} settled turns{turn}{saved}]"
+
+
+def run_list(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        listing = await service.list()
+        rows = [
+            {
+                "session_id": row.session_id,
+                "display_name": row.display_name,
+                "action": row.action.value,
+                "turns": row.turn_count,
+                "latest_prompt": row.latest_preview,
+                "updated_at": row.updated_at,
+                "holder_host": row.holder_host,
+                "lease": row.standing.value,
+                "published": row.published,
+            }
+            for row in listing.rows
+        ]
+        inspect = [
+            {"name": row.name, "subject": row.subject.value, "kind": row.kind.value if row.kind else None, "reason": row.reason}
+            for row in listing.inspect_rows
+        ]
+        lines = [_row_line(row) for row in listing.rows] or ["no sessions in this workspace"]
+        lines += [f"{row['name']}  Inspect  ({row['reason']})" for row in inspect]
+        emit(arguments, {"sessions": rows, "inspect": inspect}, lines)
+
+    return run_command(arguments, body)
+
+
+def _row_line(row) -> str:
+    where = ""
+    if row.holder_host and row.action.value in ("Join", "Take over"):
+        where = f"  held by {row.holder_host}" if row.action.value == "Join" else f"  lease expired, was {row.holder_host}"
+    when = describe_target_time(row.updated_at) if row.updated_at else "never"
+    return f"{row.session_id}  {row.action.value:<9}  {row.turn_count:>4} turns  {when}  {row.display_name}{where}"
+
+
+def run_create(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        info = await service.create(arguments.name)
+        started = None
+        if arguments.prompt is not None:
+            started = await service.begin_turn(info.session_id, arguments.prompt)
+            await service.checkpoint(info.session_id)
+            info = service.info(info.session_id)
+        data = info_data(info) | {"turn": started.turn if started else None}
+        lines = [info_line(info)]
+        if started is None:
+            lines.append("nothing is saved until the session's first turn: mevedel turn begin --session ID PROMPT")
+        emit(arguments, data, lines)
+
+    return run_command(arguments, body)
+
+
+def run_open(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        opened = await service.open(arguments.session_id, arguments.mode, confirm_takeover=arguments.confirm_takeover)
+        data = info_data(opened.info) | {"action": opened.action, "interrupted_turn": opened.interrupted_turn}
+        lines = [f"{opened.action}: {info_line(opened.info)}"]
+        if opened.interrupted_turn:
+            lines.append(f"turn {opened.interrupted_turn} was in flight and is now interrupted")
+        emit(arguments, data, lines)
+
+    return run_command(arguments, body)
+
+
+def run_close(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        result = await service.close(sid)
+        emit(arguments, {"session_id": sid, "closed": True, "saved": bool(result and result.committed)}, [f"{sid} closed"])
+
+    return run_command(arguments, body)
+
+
+def run_rename(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        info = await service.rename(sid, arguments.name)
+        emit(arguments, info_data(info), [info_line(info)])
+
+    return run_command(arguments, body)
+
+
+def run_save(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        result = await service.save(sid)
+        emit(
+            arguments,
+            {"session_id": sid, "committed": result.committed, "note": result.note},
+            [f"{sid} saved" if result.committed else f"{sid}: {result.note}"],
+        )
+
+    return run_command(arguments, body)
+
+
+def summary_data(summary: TurnSummary) -> dict[str, Any]:
+    return {
+        "turn": summary.turn,
+        "turn_id": summary.turn_id,
+        "segment": summary.segment,
+        "prompt": summary.preview,
+        "state": summary.state,
+        "began_at": summary.began_at,
+        "settled_at": summary.settled_at,
+        "reason": summary.reason,
+        "tool_calls": summary.tool_calls,
+        "reminder": summary.reminder,
+    }
+
+
+def run_turns(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        summaries = await service.turns(sid)
+        lines = [f"{t.turn:>4}  {t.state:<11}  {t.preview}" for t in summaries] or [f"{sid} has no turns yet"]
+        emit(arguments, {"session_id": sid, "turns": [summary_data(t) for t in summaries]}, lines)
+
+    return run_command(arguments, body)
+
+
+def detail_data(detail: TurnDetail) -> dict[str, Any]:
+    items = [{k: v for k, v in vars(item).items() if v not in (None, False)} for item in detail.items]
+    return summary_data(detail.summary) | {"prompt": detail.prompt, "items": items, "markdown": detail.markdown}
+
+
+def run_turn(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        detail = await service.turn(sid, arguments.number)
+        emit(arguments, {"session_id": sid} | detail_data(detail), [detail.markdown.rstrip("\n")])
+
+    return run_command(arguments, body)

@@ -1,0 +1,136 @@
+"""``mevedel session ...`` and ``mevedel turn ...`` as subprocesses: one CLI
+client per user, a turn carried across commands, refusals with kinds and no
+tracebacks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mevedel_server.store import read_committed
+from mevedel_server.store.turns import Conversation
+from mevedel_server.targets import LocalTarget
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    return root
+
+
+def cli(workspace: Path, state: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_STATE_HOME": str(state)}
+    return subprocess.run(
+        [sys.executable, "-m", "mevedel_server.cli", *args],
+        cwd=workspace,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def ok(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return json.loads(result.stdout)
+
+
+def refused(result: subprocess.CompletedProcess, kind: str) -> str:
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == kind, error
+    return error["message"]
+
+
+def committed(workspace: Path, sid: str) -> Conversation:
+    async def read() -> Conversation:
+        snapshot = await read_committed(LocalTarget(workspace), sid)
+        return Conversation.restore(await snapshot.read_all())
+
+    return asyncio.run(read())
+
+
+def test_a_turn_carried_across_commands(workspace, tmp_path):
+    me = tmp_path / "me"
+    (workspace / "src.py").write_text("old\n")
+    begun = ok(cli(workspace, me, "turn", "begin", "--new", "--name", "Scripted", "-", "--json", stdin="fix src.py\n"))
+    sid = begun["session_id"]
+    assert begun["turn"] == 1 and not begun["reminder"]
+    assert ok(cli(workspace, me, "turn", "capture", "src.py", "--json"))["captures"][0]["state"] == "present"
+    (workspace / "src.py").write_text("new\n")
+    ok(cli(workspace, me, "turn", "append", "tool_call", "--call-id", "c1", "--tool", "edit", "--arguments", "{}", "--json"))
+    ok(cli(workspace, me, "turn", "append", "tool_result", "--call-id", "c1", "--output", "edited", "--json"))
+    ok(cli(workspace, me, "turn", "append", "response", "--text", "Fixed it.", "--json"))
+    settled = ok(cli(workspace, me, "turn", "settle", "--json"))
+    assert settled == {"session_id": sid, "committed": True, "materialized": False, "turn": 1, "outcome": "completed"}
+    turns = ok(cli(workspace, me, "session", "turns", "--json"))["turns"]
+    assert [(t["turn"], t["state"], t["prompt"]) for t in turns] == [(1, "completed", "fix src.py")]
+    shown = ok(cli(workspace, me, "session", "turn", "1", "--json"))
+    assert [item["kind"] for item in shown["items"]] == ["tool_call", "tool_result", "response"]
+    assert "Fixed it." in shown["markdown"]
+    fresh = committed(workspace, sid)
+    assert fresh.sidecar.display_name == "Scripted" and fresh.sidecar.total_turn_count == 1
+    snapshot = fresh.file_snapshots()[0].files["src.py"]
+    assert fresh.file_content(snapshot.pre.sha256) == b"old\n" and fresh.file_content(snapshot.post.sha256) == b"new\n"
+    assert ok(cli(workspace, me, "session", "rename", "Renamed", "--json"))["display_name"] == "Renamed"
+    assert ok(cli(workspace, me, "session", "save", "--json"))["committed"] is True
+    assert ok(cli(workspace, me, "session", "close", "--json"))["closed"] is True
+    refused(cli(workspace, me, "turn", "begin", "more", "--json"), "owner-missing")  # nothing held any more
+
+
+def test_create_without_a_prompt_writes_nothing(workspace, tmp_path):
+    created = ok(cli(workspace, tmp_path / "me", "session", "create", "--name", "Later", "--json"))
+    assert created["materialized"] is False and created["turn"] is None
+    assert not (workspace / ".mevedel" / "sessions").exists()
+    with_prompt = ok(cli(workspace, tmp_path / "me", "session", "create", "--prompt", "start", "--json"))
+    assert with_prompt["materialized"] is True and with_prompt["open_turn"] == 1
+
+
+def test_another_client_joins_read_only_and_resumes_after_close(workspace, tmp_path):
+    me, other = tmp_path / "me", tmp_path / "other"
+    sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
+    ok(cli(workspace, me, "turn", "settle", "--json"))
+    ok(cli(workspace, me, "turn", "begin", "second, left in flight", "--json"))
+    rows = ok(cli(workspace, other, "session", "list", "--json"))["sessions"]
+    assert [(r["session_id"], r["action"]) for r in rows] == [(sid, "Join")]
+    message = refused(cli(workspace, other, "turn", "begin", "--session", sid, "mine now", "--json"), "lease-held")
+    assert "held by" in message
+    joined = ok(cli(workspace, other, "session", "open", sid, "--json"))
+    assert joined["action"] == "join" and joined["access"] == "read-only"
+    assert [t["state"] for t in ok(cli(workspace, other, "session", "turns", "--session", sid, "--json"))["turns"]] == [
+        "completed",
+        "in-flight",
+    ]
+    ok(cli(workspace, me, "session", "close", "--json"))  # saves the turn in flight and releases
+    resumed = ok(cli(workspace, other, "session", "open", sid, "--json"))
+    assert resumed["action"] == "resume" and resumed["interrupted_turn"] == 2
+    begun = ok(cli(workspace, other, "turn", "begin", "third", "--json"))
+    assert begun["turn"] == 3 and begun["reminder"] is True
+    aborted = ok(cli(workspace, other, "turn", "abort", "--reason", "user pressed stop", "--json"))
+    assert aborted["outcome"] == "interrupted"
+    states = [t["state"] for t in ok(cli(workspace, other, "session", "turns", "--json"))["turns"]]
+    assert states == ["completed", "interrupted", "interrupted"]
+
+
+def test_refusals_are_one_line_with_a_kind(workspace, tmp_path):
+    me = tmp_path / "me"
+    refused(cli(workspace, me, "session", "open", "not-a-session", "--json"), "invalid-params")
+    refused(cli(workspace, me, "session", "open", "2026-07-19T09-47-bf87b5dd793a", "--json"), "missing-target")
+    refused(cli(workspace, me, "session", "list", "--workspace", str(tmp_path / "nowhere"), "--json"), "missing-target")
+    ok(cli(workspace, me, "turn", "begin", "--new", "x", "--json"))
+    refused(cli(workspace, me, "turn", "append", "tool_result", "--call-id", "nope", "--output", "x", "--json"), "conflict")
+    refused(cli(workspace, me, "turn", "capture", "../outside.txt", "--json"), "invalid-params")
+    plain = cli(workspace, me, "turn", "append", "response", "--json", "--text")
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr  # usage error
+    human = cli(workspace, me, "session", "open", "bogus")
+    assert human.returncode == 1 and human.stderr.startswith("mevedel: ") and human.stderr.count("\n") == 1
