@@ -9,6 +9,8 @@ import itertools
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mevedel_server.store.checkpoints import history_path
 from mevedel_server.store.sidecar import (
@@ -598,3 +600,77 @@ def test_clear_under_an_explicit_name_records_no_title() -> None:
     c.clear(at=1100)  # the chat spans segments 1 and 2
     assert c.sidecar.chapters == [Chapter(last_segment=2, title=None, closed_at=1100)]
     assert c.sidecar.naming_state is NamingState.EXPLICIT and c.sidecar.display_name == "Mine"
+
+
+def test_other_owners_artifacts_ride_along_unchanged() -> None:
+    c = conversation()
+    full_turn(c)
+    saved = {**commit(c).artifacts, "tool-results/executions/run-1.log": b"output"}
+    restored = restore(saved)
+    full_turn(restored, "again", at=2000)
+    candidate = restored.artifacts_for_save()
+    assert candidate.artifacts["tool-results/executions/run-1.log"] is saved["tool-results/executions/run-1.log"]
+    assert "tool-results/executions/run-1.log" not in candidate.changed
+
+
+# Property: whatever sequence of operations a session goes through, its
+# saved snapshot restores to the same state.
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("begin"), st.text(min_size=1, max_size=30)),
+        st.tuples(st.just("capture"), st.sampled_from(["a.py", "b.py", "c/d.txt"]), st.none() | st.binary(max_size=8)),
+        st.tuples(st.just("gap"), st.sampled_from(["a.py", "log.txt"]), st.just("shell")),
+        st.tuples(st.just("respond"), st.text(max_size=30)),
+        st.tuples(st.just("settle"), st.sampled_from(list(Outcome)), st.none() | st.binary(max_size=8)),
+        st.tuples(st.just("rotate"), st.text(min_size=1, max_size=20)),
+        st.tuples(st.just("clear")),
+        st.tuples(st.just("rename"), st.text(max_size=20)),
+        st.tuples(st.just("save")),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(operations)
+def test_any_reachable_state_round_trips(ops: list) -> None:
+    c = conversation()
+    at = 1000
+    for op in ops:
+        at += 1
+        try:
+            if op[0] == "begin":
+                c.begin_turn(op[1], at=at)
+            elif op[0] == "capture":
+                c.capture_file(op[1], op[2])
+            elif op[0] == "gap":
+                c.capture_gap(op[1], op[2])
+            elif op[0] == "respond":
+                c.append(Response(turn_id=c.open_turn.turn_id if c.open_turn else "0" * 16, text=op[1]))
+            elif op[0] == "settle":
+                c.settle(op[1], at=at, current={path: op[2] for path in c.tracked_files()})
+            elif op[0] == "rotate":
+                c.rotate_segment(op[1], at=at)
+            elif op[0] == "clear":
+                c.clear(at=at)
+            elif op[0] == "rename":
+                candidate = c.rename(op[1])
+                if candidate is not None:
+                    c.mark_committed(candidate)
+            else:
+                candidate = c.artifacts_for_save()
+                if candidate is not None:
+                    c.mark_committed(candidate)
+        except ConversationError:
+            pass  # refused operations change nothing the snapshot shows
+    candidate = c.artifacts_for_save()
+    if candidate is None:
+        return
+    restored = restore(dict(candidate.artifacts))
+    assert restored.sidecar == c.sidecar
+    assert restored.prompt_index() == c.prompt_index()
+    assert restored.file_snapshots() == c.file_snapshots()
+    assert restored.open_turn == c.open_turn
+    for segment in range(1, c.current_segment + 1):
+        assert restored.records(segment) == c.records(segment)
