@@ -65,6 +65,15 @@ class MevedelProtocol(LanguageServerProtocol):
                 return UndecodableRequest(request_id, method, str(data.get("jsonrpc")), describe_structure_error(cause))
             raise
 
+    def _send_response(self, msg_id: Any, result: Any = None, error: ResponseError | None = None) -> None:
+        # A result that is already JSON (our handlers build their results that
+        # way) goes out as it is: cattrs would otherwise walk every value of a
+        # 200-item completion list again, which costs more than computing it.
+        if error is None and isinstance(result, (dict, list)):
+            self._send_data({"jsonrpc": self.VERSION, "id": msg_id, "result": result})
+            return
+        super()._send_response(msg_id, result=result, error=error)
+
     def handle_message(self, message: Any) -> None:
         if isinstance(message, UndecodableRequest):
             _log.warning("invalid params for %s: %s", message.method, message.reason)
