@@ -94,6 +94,9 @@ async def test_grep_reports_progress_on_a_client_token(client, workspace):
     assert [report.kind for report in reports] == ["begin", "end"]
     assert reports[0].title == "Grep work://shared"
     assert reports[1].message.startswith("10 matches in ")
+    client.progress_reports["grep-2"] = []
+    await failure(client, methods.RESOURCE_GREP, {"address": "work://shared/nope", "pattern": "x", "workDoneToken": "grep-2"})
+    assert [(r.kind, getattr(r, "message", None)) for r in client.progress_reports["grep-2"]][-1] == ("end", "failed")
 
 
 async def test_describe(client, workspace):
@@ -211,7 +214,8 @@ async def test_apply_patch(client, workspace):
     assert "beta line, revised" in (shared / "notes.md").read_text()
     # The same hunk no longer applies: nothing changes, and the error says why.
     error = await failure(client, methods.RESOURCE_APPLY_PATCH, {"patch": PATCH.replace("findings", "other")})
-    assert error.data["kind"] in ("conflict", "missing-target") and error.code == -32803
+    assert error.data["kind"] == "conflict" and error.code == -32803
+    assert error.data["authored"] == "work://shared/notes.md"
     assert not (shared / "other.md").exists()
 
 

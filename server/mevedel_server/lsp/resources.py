@@ -58,7 +58,9 @@ def _progress(ls: MevedelLanguageServer, token: int | str | None, title: str) ->
     try:
         yield closing
     finally:
-        ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=closing[0] if closing else None))
+        ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=closing[0] if closing else "failed"))
+        # pygls keeps a cancellation future per token it has seen; this one is done.
+        ls.work_done_progress.tokens.pop(token, None)
 
 
 def _read_scope(ls: MevedelLanguageServer, params: ReadParams) -> tuple[str, Scope]:
