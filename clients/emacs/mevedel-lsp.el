@@ -257,7 +257,7 @@ Leaves other completion to eglot when the server offers no address."
               ((cl-typep server 'mevedel-lsp-server))
               (items (mevedel-lsp--completion-items server))
               (edit (seq-some (lambda (item) (plist-get item :textEdit)) items))
-              (start (eglot--lsp-position-to-point
+              (start (mevedel-lsp--position-to-point
                       (plist-get (or (plist-get edit :range) (plist-get edit :replace)) :start)))
               ((<= start (point))))
     (let ((candidates (mapcar #'mevedel-lsp--candidate
@@ -434,17 +434,21 @@ A buffer already showing URI is reused."
             (goto-char (point-min)))
           buffer))))
 
+(defun mevedel-lsp--position-to-point (position)
+  "The point of LSP POSITION in the current buffer."
+  (if (fboundp 'eglot--lsp-position-to-point)
+      (eglot--lsp-position-to-point position)
+    (save-excursion
+      (goto-char (point-min))
+      (forward-line (plist-get position :line))
+      (forward-char (min (plist-get position :character)
+                         (- (line-end-position) (point))))
+      (point))))
+
 (defun mevedel-lsp--virtual-position (buffer range)
   "The position in BUFFER where LSP RANGE starts."
   (with-current-buffer buffer
-    (if (fboundp 'eglot--lsp-position-to-point)
-        (eglot--lsp-position-to-point (plist-get range :start))
-      (save-excursion
-        (goto-char (point-min))
-        (forward-line (plist-get (plist-get range :start) :line))
-        (forward-char (min (plist-get (plist-get range :start) :character)
-                           (- (line-end-position) (point))))
-        (point)))))
+    (mevedel-lsp--position-to-point (plist-get range :start))))
 
 (defun mevedel-lsp--xref-make-match (make-match name uri range)
   "Around `eglot--xref-make-match': a virtual URI becomes a buffer location.
