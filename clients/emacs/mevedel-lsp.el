@@ -465,14 +465,13 @@ MAKE-MATCH is the original, called with NAME URI RANGE for any other URI."
                        (xref-make-buffer-location buffer position)
                        (max 1 (length summary))))))
 
-(with-eval-after-load 'eglot
-  ;; eglot turns every Location into a file location; a virtual document has
-  ;; no file, so it gets a buffer location instead (all eglot versions since
-  ;; 1.9 build their xrefs through this one function).
-  (if (fboundp 'eglot--xref-make-match)
-      (advice-add 'eglot--xref-make-match :around #'mevedel-lsp--xref-make-match)
-    (display-warning 'mevedel-lsp
-                     "This eglot has no `eglot--xref-make-match'; go-to-definition on a virtual address will not open its document")))
+(if (fboundp 'eglot--xref-make-match)
+    ;; eglot turns every Location into a file location; a virtual document
+    ;; has no file, so it gets a buffer location instead (every eglot since
+    ;; 1.9 builds its xrefs through this one function).
+    (advice-add 'eglot--xref-make-match :around #'mevedel-lsp--xref-make-match)
+  (display-warning 'mevedel-lsp
+                   "This eglot has no `eglot--xref-make-match'; go-to-definition on a virtual address will not open its document"))
 
 ;;;###autoload
 (defun mevedel-lsp-read-address (address)
@@ -543,9 +542,7 @@ MAKE-MATCH is the original, called with NAME URI RANGE for any other URI."
                (message "[mevedel] %s: %s" (cdr entry) message)
              (progress-reporter-done (car entry)))))))))
 
-;;;###autoload
-(with-eval-after-load 'eglot
-  (add-hook 'eglot-connect-hook #'mevedel-lsp--after-connect 'append))
+(add-hook 'eglot-connect-hook #'mevedel-lsp--after-connect 'append)
 
 (provide 'mevedel-lsp)
 ;;; mevedel-lsp.el ends here
