@@ -11,6 +11,10 @@
   ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
 - The target clock (:mod:`.clock`): whole seconds of the target filesystem.
 - :class:`FaultInjectingTarget` -- fails or "crashes" at the Nth write.
+- :class:`SshTarget` (:mod:`.ssh`) -- the same target on an SSH host, one
+  remote process per program; :func:`parse_ssh_location` reads
+  ``ssh://[user@]host[:port]/path``; :class:`TargetUnavailable` is a program
+  whose outcome is unknown.
 """
 
 from .clock import Clock, read_target_clock
@@ -41,7 +45,20 @@ from .program import (
     Status,
     Verify,
 )
+from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
+from .ssh_config import SshLocation, parse_ssh_location
 from .target import ProgramTarget, Target, raise_for_result
+
+
+def __getattr__(name: str):
+    # SshTarget pulls in asyncssh, which takes a noticeable time to import;
+    # load it when first asked for, not with every use of the package.
+    if name == "SshTarget":
+        from .ssh import SshTarget
+
+        return SshTarget
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Clock",
@@ -50,6 +67,7 @@ __all__ = [
     "FaultInjectingTarget",
     "FaultMode",
     "FileStat",
+    "HostKeyRefused",
     "InjectedFault",
     "InvalidTargetPath",
     "ListDir",
@@ -65,15 +83,20 @@ __all__ = [
     "Remove",
     "Replace",
     "SimulatedCrash",
+    "SshLocation",
+    "SshLocationError",
+    "SshTarget",
     "Stat",
     "Status",
     "Target",
     "TargetError",
     "TargetOperationError",
+    "TargetUnavailable",
     "UnsafePathError",
     "Verify",
     "join_target_path",
     "parent_and_name",
+    "parse_ssh_location",
     "raise_for_result",
     "read_target_clock",
     "split_target_path",

@@ -1,0 +1,73 @@
+"""The program a remote target runs: one process per control program.
+
+The SSH target starts ``python3`` on the target and sends, on standard input,
+this source together with :mod:`.wire` and :mod:`.executor` (see
+:mod:`.remote_bundle`), then one request frame. This program reads the whole
+request and checks its tail *before* it touches anything, so a request cut
+short by a dropped channel never runs even partly; it then answers with one
+frame carrying the request's nonce on standard output. Standard error is for
+diagnostics only and is never read as a result.
+
+Requests and answers (lists, see :mod:`.wire` for the encoding)::
+
+    ["pin", root]                                   -> ["pinned", abs_root, dev, ino]
+    ["program", abs_root, dev, ino, lock, operations] -> ["done", results, stopped_at]
+    any refused root or lock directory               -> ["refused", kind, path, reason]
+    anything else going wrong                        -> ["error", reason]
+
+Standard library only, Python 3.7 compatible; it runs remotely and, in the
+fault-injection tests, in-process behind an asyncssh server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+try:
+    from . import executor, wire
+except ImportError:  # running remotely: the loader registered them by these names
+    import mevedel_executor as executor  # type: ignore[no-redef]
+    import mevedel_wire as wire  # type: ignore[no-redef]
+
+
+def answer(request):
+    """The answer value for one decoded request value."""
+    try:
+        kind = request[0]
+        if kind == "pin":
+            root = os.path.abspath(os.path.expanduser(request[1]))
+            dev, ino = executor.pin_root(root)
+            return ["pinned", root, dev, ino]
+        if kind == "program":
+            _kind, root, dev, ino, lock, operations = request
+            runner = executor.Executor(root, (dev, ino))
+            plain = [(op[0], op[1], bool(op[2]), op[3]) for op in operations]
+            results, stopped_at = runner.run(plain, lock)
+            return ["done", [list(result) for result in results], stopped_at]
+        return ["error", "unknown request %r" % (kind,)]
+    except executor.ProgramRefused as refusal:
+        return ["refused", refusal.kind, refusal.path, refusal.reason]
+    except Exception as exc:  # reported, never mistaken for a result
+        return ["error", "%s: %s" % (type(exc).__name__, exc)]
+
+
+def serve(read, write):
+    """Read one request frame with ``read``, write its answer with
+    ``write``. Returns the process exit status."""
+    try:
+        nonce, request = wire.read_frame(read)
+    except wire.FrameError as exc:
+        sys.stderr.write("mevedel remote program: %s\n" % exc)
+        return 2
+    response = answer(request)
+    for chunk in wire.frame_chunks(nonce, response):
+        write(chunk)
+    return 0
+
+
+def main():
+    stdout = sys.stdout.buffer
+    status = serve(sys.stdin.buffer.read, stdout.write)
+    stdout.flush()
+    return status

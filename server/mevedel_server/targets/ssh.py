@@ -1,0 +1,410 @@
+"""``SshTarget``: the same :class:`Target` on another machine, over SSH.
+
+Every control program is one remote process, so one round trip: the
+:mod:`remote program <.remote_program>` runs the shared
+:mod:`executor <.executor>`, the very code :class:`LocalTarget` runs, on the
+remote filesystem, with the root's device and inode (pinned when the target
+connects) re-proved by every operation. Request and answer travel as
+length-prefixed frames on the process's standard input and output (see
+:mod:`.wire`), so any byte of a name or a payload passes unchanged and no
+payload ever meets an argument list.
+
+What never happens is an unknown outcome reported as success. A program
+whose process dies, whose channel or connection drops, whose answer is cut
+short, malformed or followed by a failing exit status raises
+:class:`TargetUnavailable`; ``outcome_unknown`` tells the caller the program
+may have run, so it must re-observe. A request that provably never reached
+the target (the connection was found lost before its last byte was handed
+over) is retried once on a fresh connection.
+
+One asyncssh connection carries every program of a target as separate
+channels, so concurrent programs never read each other's answers. A dropped
+connection is re-established on the next program with exponential backoff,
+for a bounded number of attempts. The target clock is the remote
+filesystem's (``Clock`` operations run remotely); this client's wall clock
+never enters a reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import Sequence
+
+import asyncssh
+
+from .plain_form import plain_operations, program_result, refusal_error_of
+from .program import ControlProgram, ProgramResult
+from .remote_bundle import remote_command, remote_script
+from .remote_errors import HostKeyRefused, TargetUnavailable
+from .ssh_config import SshLocation, client_options, parse_ssh_location
+from .target import ProgramTarget
+from .wire import HEAD_SIZE, MAGIC_HEAD, NONCE_SIZE, TAIL_SIZE, FrameError, check_tail, decode_value, frame_chunks
+
+_log = logging.getLogger(__name__)
+
+# Output a login script may print before the answer is skipped, up to this much.
+_NOISE_LIMIT = 64 * 1024
+_STDERR_KEPT = 4096
+_DRAIN_EVERY = 1 << 20
+_MAX_BACKOFF = 10.0
+# Failures that a retry cannot cure.
+_FINAL_CONNECT_ERRORS = (
+    asyncssh.PermissionDenied,
+    asyncssh.HostKeyNotVerifiable,
+    asyncssh.KeyExchangeFailed,
+    asyncssh.ProtocolNotSupported,
+    asyncssh.IllegalUserName,
+)
+_TRANSPORT_ERRORS = (asyncssh.Error, OSError, EOFError, asyncio.IncompleteReadError)
+
+
+class _NotSent(Exception):
+    """The request never reached the target whole; safe to send again."""
+
+
+class SshTarget(ProgramTarget):
+    """A target rooted at a directory on an SSH host. Build it with
+    :meth:`connect`; close it with :meth:`close` (or ``async with``)."""
+
+    def __init__(
+        self,
+        location: SshLocation,
+        options: asyncssh.SSHClientConnectionOptions,
+        config,
+        *,
+        python: str,
+        reconnect_attempts: int,
+        reconnect_delay: float,
+        program_timeout: float | None,
+        max_channels: int,
+    ) -> None:
+        if reconnect_attempts < 1:
+            raise ValueError("reconnect_attempts counts connection attempts from 1")
+        self._location = location
+        self._options = options
+        self._config = config
+        self._command = remote_command(python)
+        self._python = python
+        self._script = remote_script()
+        self._attempts = reconnect_attempts
+        self._delay = reconnect_delay
+        self._timeout = program_timeout
+        self._channels = asyncio.Semaphore(max_channels)
+        self._connect_lock = asyncio.Lock()
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._root: str | None = None
+        self._identity: tuple[int, int] | None = None
+        self._closed = False
+        #: Remote processes started (one per program): the round-trip count.
+        self.round_trips = 0
+        #: Connections established, the first one included.
+        self.connections = 0
+
+    @classmethod
+    async def connect(
+        cls,
+        location: str | SshLocation,
+        root: str | None = None,
+        *,
+        config=(),
+        known_hosts=(),
+        client_keys=(),
+        agent_path=(),
+        python: str = "python3",
+        reconnect_attempts: int = 5,
+        reconnect_delay: float = 0.25,
+        program_timeout: float | None = None,
+        max_channels: int = 8,
+        **ssh_options,
+    ) -> SshTarget:
+        """Connect to ``ssh://[user@]host[:port]/path`` (or a host and
+        ``root``) and pin the root's identity in one round trip.
+
+        ``config``, ``known_hosts``, ``client_keys`` and ``agent_path`` and
+        any other ``ssh_options`` are asyncssh's; left at ``()`` they come
+        from the user's OpenSSH configuration. An unknown or changed host
+        key raises :class:`HostKeyRefused`. A missing, symlinked or
+        non-directory root raises the same errors as :class:`LocalTarget`.
+        """
+        where = location if isinstance(location, SshLocation) else parse_ssh_location(location, root)
+        options = await client_options(
+            where, config, known_hosts=known_hosts, client_keys=client_keys, agent_path=agent_path, **ssh_options
+        )
+        target = cls(
+            where,
+            options,
+            config,
+            python=python,
+            reconnect_attempts=reconnect_attempts,
+            reconnect_delay=reconnect_delay,
+            program_timeout=program_timeout,
+            max_channels=max_channels,
+        )
+        try:
+            answer = await target._exchange(["pin", where.root])
+            if answer[0] == "refused" and len(answer) == 4:
+                raise refusal_error_of(str(answer[1]), str(answer[2]), str(answer[3]))
+            if answer[0] != "pinned" or len(answer) != 4:
+                raise target._unavailable("the target answered the root check with something else", True)
+            _, pinned_root, dev, ino = answer
+            target._root, target._identity = str(pinned_root), (int(dev), int(ino))
+        except BaseException:
+            await target.close()
+            raise
+        return target
+
+    # -- public surface ------------------------------------------------------
+
+    @property
+    def location(self) -> SshLocation:
+        return self._location
+
+    @property
+    def host(self) -> str:
+        """The host as the user wrote it (for messages)."""
+        return self._location.display_host
+
+    @property
+    def root(self) -> str:
+        """Backing location of the root on the host. Internal: never show it
+        to a user."""
+        assert self._root is not None
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"SshTarget({self.host}, <root>)"
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        if self._identity is None:
+            raise self._unavailable("the target is not connected", False)
+        dev, ino = self._identity
+        answer = await self._exchange(["program", self._root, dev, ino, program.lock, plain_operations(program)])
+        kind = answer[0] if answer else None
+        if kind == "done" and len(answer) == 3:
+            try:
+                return program_result(program, answer[1], answer[2])
+            except (TypeError, ValueError) as exc:
+                raise self._unavailable(f"the target's answer does not fit the program ({exc})", True) from None
+        if kind == "refused" and len(answer) == 4:
+            # The program did not start (root or lock directory refused).
+            raise refusal_error_of(str(answer[1]), str(answer[2]), str(answer[3]))
+        if kind == "error":
+            raise self._unavailable(f"the remote program failed: {answer[1] if len(answer) > 1 else '?'}", True)
+        raise self._unavailable("the target answered with something that is not a program result", True)
+
+    async def close(self) -> None:
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            await conn.wait_closed()
+
+    async def __aenter__(self) -> SshTarget:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    # -- connection ----------------------------------------------------------
+
+    def _unavailable(self, reason: str, outcome_unknown: bool) -> TargetUnavailable:
+        return TargetUnavailable(self.host, reason, outcome_unknown=outcome_unknown)
+
+    async def _connection(self) -> asyncssh.SSHClientConnection:
+        async with self._connect_lock:
+            if self._closed:
+                raise self._unavailable("the target was closed", False)
+            if self._conn is None or self._conn.is_closed():
+                self._conn = await self._dial()
+            return self._conn
+
+    def _forget(self, conn: asyncssh.SSHClientConnection) -> None:
+        if self._conn is conn:
+            self._conn = None
+        conn.abort()
+
+    async def _dial(self) -> asyncssh.SSHClientConnection:
+        last: BaseException | None = None
+        for attempt in range(self._attempts):
+            if attempt:
+                await asyncio.sleep(min(self._delay * 2 ** (attempt - 1), _MAX_BACKOFF))
+            try:
+                conn = await asyncssh.connect(
+                    self._location.host, self._location.port or (), options=self._options, config=self._config
+                )
+            except asyncssh.HostKeyNotVerifiable as exc:
+                raise HostKeyRefused(
+                    self.host,
+                    f"the host key is not trusted ({exc.reason}); it is unknown to known_hosts or it changed. "
+                    "Verify the key and add it to known_hosts before connecting",
+                ) from None
+            except asyncssh.PermissionDenied:
+                raise self._unavailable("authentication failed: no key or agent identity was accepted", False) from None
+            except _FINAL_CONNECT_ERRORS as exc:
+                raise self._unavailable(f"cannot connect: {exc}", False) from None
+            except (*_TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
+                last = exc
+                continue
+            self.connections += 1
+            return conn
+        raise self._unavailable(f"cannot connect after {self._attempts} attempts: {_describe(last)}", False)
+
+    # -- one round trip ------------------------------------------------------
+
+    async def _exchange(self, request: list) -> list:
+        """Send ``request`` to a fresh remote process and return its answer
+        value; retried once only when it provably never ran."""
+        async with self._channels:
+            for attempt in range(2):
+                conn = await self._connection()
+                try:
+                    if self._timeout is None:
+                        return await self._exchange_on(conn, request)
+                    return await asyncio.wait_for(self._exchange_on(conn, request), self._timeout)
+                except _NotSent as exc:
+                    lost = conn.is_closed()
+                    if lost:
+                        self._forget(conn)
+                    if attempt or not lost:
+                        raise self._unavailable(str(exc), False) from None
+                except asyncio.TimeoutError:
+                    raise self._unavailable(f"no answer within {self._timeout:g} s", True) from None
+                except TargetUnavailable:
+                    if conn.is_closed():
+                        self._forget(conn)
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _exchange_on(self, conn: asyncssh.SSHClientConnection, request: list) -> list:
+        nonce = secrets.token_bytes(NONCE_SIZE)
+        chunks = frame_chunks(nonce, request)
+        try:
+            process = await conn.create_process(self._command, encoding=None)
+        except _TRANSPORT_ERRORS as exc:
+            raise _NotSent(f"cannot start the remote program: {_describe(exc)}") from None
+        self.round_trips += 1
+        diagnostics = asyncio.ensure_future(_collect_stderr(process))
+        try:
+            try:
+                await self._send(process, chunks)
+            except _NotSent as exc:
+                if process.exit_status is not None:
+                    raise _NotSent(self._ended(process, str(exc))) from None
+                raise
+            try:
+                answer = await _read_answer(process.stdout, nonce)
+                await process.wait_closed()
+            except (FrameError, *_TRANSPORT_ERRORS) as exc:
+                _log.debug("%s: remote standard error: %r", self.host, await _finished(diagnostics))
+                raise self._unavailable(self._ended(process, f"the answer was lost ({_describe(exc)})"), True) from None
+            if process.exit_status != 0:
+                _log.debug("%s: remote standard error: %r", self.host, await _finished(diagnostics))
+                raise self._unavailable(self._ended(process, "the remote program did not finish cleanly"), True)
+            try:
+                value = decode_value(answer)
+            except FrameError as exc:
+                raise self._unavailable(f"the answer is malformed ({exc})", True) from None
+            if not isinstance(value, list) or not value:
+                raise self._unavailable("the answer is not a list", True)
+            return value
+        finally:
+            process.close()
+            diagnostics.cancel()
+
+    async def _send(self, process: asyncssh.SSHClientProcess, chunks: Sequence) -> None:
+        stdin = process.stdin
+        try:
+            stdin.write(self._script)
+            pending = len(self._script)
+            # Everything but the tail: until the tail is handed over, the
+            # remote side cannot have a whole request, so nothing ran.
+            for chunk in chunks[:-1]:
+                stdin.write(chunk if isinstance(chunk, bytes) else bytes(chunk))
+                pending += len(chunk)
+                if pending >= _DRAIN_EVERY:
+                    await stdin.drain()
+                    pending = 0
+            stdin.write(chunks[-1])
+        except _TRANSPORT_ERRORS as exc:
+            raise _NotSent(f"the request could not be sent ({_describe(exc)})") from None
+        try:
+            stdin.write_eof()
+            await stdin.drain()
+        except _TRANSPORT_ERRORS as exc:
+            raise self._unavailable(f"the connection failed while the request was sent ({_describe(exc)})", True) from None
+
+    def _ended(self, process: asyncssh.SSHClientProcess, what: str) -> str:
+        status, signal = process.exit_status, process.exit_signal
+        if status == 127:
+            return f"{what}: the host has no '{self._python}' command (exit status 127)"
+        if status == 126:
+            return f"{what}: '{self._python}' cannot be run on the host (exit status 126)"
+        if signal is not None and signal[0]:
+            return f"{what}: the remote program was killed by SIG{signal[0]}"
+        if status is None or status == -1:
+            return f"{what}: the channel closed without an exit status"
+        return f"{what}: exit status {status}"
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "no attempt was made"
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return f"the stream ended {exc.expected - len(exc.partial) if exc.expected else 0} bytes early"
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    text = str(exc) or type(exc).__name__
+    return text
+
+
+async def _finished(task: asyncio.Future) -> bytes:
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), 0.5)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        return b""
+
+
+async def _collect_stderr(process: asyncssh.SSHClientProcess) -> bytes:
+    """Drain standard error so the remote side never blocks on it; keep the
+    end for diagnostics. It is never read as a result."""
+    kept = b""
+    try:
+        while True:
+            chunk = await process.stderr.read(65536)
+            if not chunk:
+                return kept
+            kept = (kept + chunk)[-_STDERR_KEPT:]
+    except _TRANSPORT_ERRORS:
+        return kept
+
+
+async def _read_answer(stdout, nonce: bytes) -> bytes:
+    """The body of the answer frame carrying ``nonce``, after skipping what a
+    login script may have printed before it."""
+    marker = MAGIC_HEAD + nonce
+    buffer = b""
+    while True:
+        found = buffer.find(marker)
+        if found >= 0:
+            buffer = buffer[found:]
+            break
+        if len(buffer) > _NOISE_LIMIT + len(marker):
+            raise FrameError("the target printed more than 64 KiB before its answer")
+        chunk = await stdout.read(65536)
+        if not chunk:
+            raise FrameError("the output ended before the answer began")
+        buffer += chunk
+    if len(buffer) < HEAD_SIZE:
+        buffer += await stdout.readexactly(HEAD_SIZE - len(buffer))
+    length = int.from_bytes(buffer[len(marker) : HEAD_SIZE], "big")
+    rest = buffer[HEAD_SIZE:]
+    needed = length + TAIL_SIZE - len(rest)
+    if needed > 0:
+        rest += await stdout.readexactly(needed)
+    elif needed < 0:
+        raise FrameError("output continues after the answer")
+    check_tail(rest[length:], nonce)
+    return rest[:length]

@@ -1,0 +1,301 @@
+"""SSH servers for the SSH target tests.
+
+- ``openssh_server`` (session): a real OpenSSH ``sshd`` on 127.0.0.1 with a
+  throwaway host key and user key, a known_hosts file for it and an ssh
+  client config naming it by an alias. Skipped when ``/usr/sbin/sshd`` is
+  absent.
+- ``fault_server`` (per test): an in-process asyncssh server that runs the
+  same remote program in-process, and can be told to misbehave on the Nth
+  program: drop the connection before or after running it or in the middle
+  of its answer, be slow, refuse the channel, lack ``python3``, kill the
+  program after it answered, print login noise or answer with a stale frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import io
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from mevedel_server.targets import remote_program, wire
+from mevedel_server.targets.remote_bundle import remote_script
+
+SSHD = Path("/usr/sbin/sshd")
+ALIAS = "mevedel-test-host"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "mevedel-test", "-f", str(path)], check=True)
+    return path.with_suffix(".pub").read_text().strip()
+
+
+@dataclass
+class OpenSshServer:
+    host: str
+    port: int
+    user: str
+    known_hosts: Path
+    client_key: Path
+    #: An ssh client config with ``Host mevedel-test-host`` -> this server.
+    config: Path
+    directory: Path
+
+    def url(self, root: Path | str) -> str:
+        return f"ssh://{self.user}@{self.host}:{self.port}{root}"
+
+    def options(self) -> dict:
+        """Explicit settings that ignore any ~/.ssh of the machine."""
+        return dict(config=None, known_hosts=str(self.known_hosts), client_keys=[str(self.client_key)], agent_path=None)
+
+
+def _wait_listening(port: int, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"sshd exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"sshd did not listen on port {port}: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def openssh_server(tmp_path_factory):
+    if not SSHD.exists():
+        pytest.skip("OpenSSH server not installed (/usr/sbin/sshd absent; .ci/run installs openssh-server)")
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen not installed")
+    directory = tmp_path_factory.mktemp("sshd")
+    host_key = directory / "host_ed25519"
+    host_pub = _keygen(host_key)
+    client_key = directory / "user_ed25519"
+    (directory / "authorized_keys").write_text(_keygen(client_key) + "\n")
+    port = _free_port()
+    user = getpass.getuser()
+    config = directory / "sshd_config"
+    config.write_text(
+        "\n".join(
+            [
+                f"Port {port}",
+                "ListenAddress 127.0.0.1",
+                f"HostKey {host_key}",
+                f"AuthorizedKeysFile {directory / 'authorized_keys'}",
+                f"PidFile {directory / 'sshd.pid'}",
+                "StrictModes no",
+                "UsePAM no",
+                "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                f"AllowUsers {user}",
+                "MaxSessions 32",
+                "UseDNS no",
+                "PrintMotd no",
+                "PrintLastLog no",
+                "X11Forwarding no",
+                "MaxStartups 64",
+                "LogLevel ERROR",
+                "",
+            ]
+        )
+    )
+    # The privilege separation directory sshd insists on.
+    Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
+    log = directory / "sshd.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen([str(SSHD), "-D", "-f", str(config), "-e"], stdout=log_file, stderr=log_file)
+    try:
+        _wait_listening(port, process, log)
+        known_hosts = directory / "known_hosts"
+        known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
+        client_config = directory / "ssh_config"
+        client_config.write_text(
+            f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n"
+            f"  IdentityFile {client_key}\n  UserKnownHostsFile {known_hosts}\n  IdentityAgent none\n"
+        )
+        yield OpenSshServer("127.0.0.1", port, user, known_hosts, client_key, client_config, directory)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- in-process server for fault injection ---------------------------------
+
+#: What the fault server does with one program.
+FAULTS = (
+    "normal",
+    "refuse-channel",  # the session channel is refused
+    "command-not-found",  # the shell cannot find python3 (exit status 127)
+    "drop-before-run",  # request read, connection dropped, nothing run
+    "drop-after-run",  # program run, connection dropped before any answer
+    "drop-mid-answer",  # program run, half the answer sent, connection dropped
+    "kill-after-answer",  # program run and answered, then killed by a signal
+    "slow",  # waits ``slow_seconds`` before running the program
+    "login-noise",  # a login script prints before the answer
+    "stale-answer",  # answers with a frame carrying another nonce
+)
+
+
+@dataclass
+class FaultServer:
+    host: str
+    port: int
+    known_hosts: Path
+    client_key: Path
+    #: Faults for the programs to come, in order; then "normal".
+    plan: list[str] = field(default_factory=list)
+    slow_seconds: float = 2.0
+    #: Every program's fault as it was applied.
+    seen: list[str] = field(default_factory=list)
+    #: Programs the in-process remote program actually ran.
+    ran: int = 0
+    host_key: asyncssh.SSHKey | None = None
+    authorized: str = ""
+    acceptor: asyncssh.SSHAcceptor | None = None
+    live: list = field(default_factory=list)
+
+    async def start(self) -> None:
+        self.acceptor = await asyncssh.create_server(
+            lambda: _Server(self),
+            self.host,
+            self.port,
+            server_host_keys=[self.host_key],
+            authorized_client_keys=asyncssh.import_authorized_keys(self.authorized),
+            encoding=None,
+        )
+        self.port = self.acceptor.get_port()
+
+    async def stop(self) -> None:
+        """Stop listening and drop every connection (the host went away)."""
+        if self.acceptor is not None:
+            self.acceptor.close()
+            await self.acceptor.wait_closed()
+            self.acceptor = None
+        for conn in self.live:
+            conn.abort()
+        self.live.clear()
+
+    def drop_connections(self) -> None:
+        for conn in self.live:
+            conn.abort()
+        self.live.clear()
+
+    def url(self, root: Path | str) -> str:
+        return f"ssh://{self.host}:{self.port}{root}"
+
+    def options(self) -> dict:
+        return dict(config=None, known_hosts=str(self.known_hosts), client_keys=[str(self.client_key)], agent_path=None)
+
+    def next_fault(self) -> str:
+        fault = self.plan.pop(0) if self.plan else "normal"
+        assert fault in FAULTS, fault
+        self.seen.append(fault)
+        return fault
+
+    async def handle(self, process: asyncssh.SSHServerProcess, fault: str) -> None:
+        connection = process.get_extra_info("connection")
+        if fault == "command-not-found":
+            process.stderr.write(b"sh: 1: python3: not found\n")
+            process.exit(127)
+            return
+        match = re.search(r"read\((\d+)\)", process.command or "")
+        assert match, process.command
+        script = await process.stdin.readexactly(int(match.group(1)))
+        assert script == remote_script(), "the client did not send the remote program"
+        head = await process.stdin.readexactly(wire.HEAD_SIZE)
+        nonce, length = wire.parse_head(head)
+        rest = await process.stdin.readexactly(length + wire.TAIL_SIZE)
+        if fault == "drop-before-run":
+            connection.abort()
+            return
+        if fault == "slow":
+            await asyncio.sleep(self.slow_seconds)
+        answer = io.BytesIO()
+        status = await asyncio.to_thread(remote_program.serve, io.BytesIO(head + rest).read, answer.write)
+        self.ran += 1
+        data = answer.getvalue()
+        if fault == "drop-after-run":
+            connection.abort()
+            return
+        if fault == "drop-mid-answer":
+            process.stdout.write(data[: len(data) // 2])
+            await process.stdout.drain()
+            connection.abort()
+            return
+        if fault == "stale-answer":
+            stale = os.urandom(wire.NONCE_SIZE)
+            data = data.replace(nonce, stale)
+        if fault == "login-noise":
+            process.stdout.write(b"Welcome to the test host!\n\x00\xff MEVEDEL noise\n")
+        process.stdout.write(data)
+        await process.stdout.drain()
+        if fault == "kill-after-answer":
+            process.exit_with_signal("KILL")
+            return
+        process.exit(status)
+
+
+class _Server(asyncssh.SSHServer):
+    def __init__(self, faults: FaultServer) -> None:
+        self.faults = faults
+
+    def connection_made(self, conn) -> None:
+        self.faults.live.append(conn)
+
+    def session_requested(self):
+        fault = self.faults.next_fault()
+        if fault == "refuse-channel":
+            return False
+
+        async def run(process: asyncssh.SSHServerProcess) -> None:
+            try:
+                await self.faults.handle(process, fault)
+            except (asyncssh.Error, OSError, asyncio.IncompleteReadError):
+                pass  # the client went away; a real remote program would die too
+
+        return asyncssh.SSHServerProcess(run, None, 3, False)
+
+
+@pytest.fixture
+async def fault_server(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("fault-sshd")
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key_path = directory / "user_ed25519"
+    client_key.write_private_key(str(client_key_path))
+    faults = FaultServer(
+        "127.0.0.1",
+        0,
+        directory / "known_hosts",
+        client_key_path,
+        host_key=host_key,
+        authorized=client_key.export_public_key().decode(),
+    )
+    await faults.start()
+    faults.known_hosts.write_text(f"[127.0.0.1]:{faults.port} {host_key.export_public_key().decode().strip()}\n")
+    try:
+        yield faults
+    finally:
+        await faults.stop()

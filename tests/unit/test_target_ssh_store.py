@@ -1,0 +1,92 @@
+"""The durable-session store over SshTarget on a real OpenSSH server, with
+LocalTarget reading the same directory: leases and publications work
+unchanged, and a client whose wall clock is hours off cannot move any lease
+time."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from mevedel_server.store import (
+    ClientIdentity,
+    LeaseHeld,
+    Publisher,
+    acquire_lease,
+    materialize_session,
+    observe_lease,
+    read_committed,
+)
+from mevedel_server.targets import LocalTarget
+from mevedel_server.targets.ssh import SshTarget
+
+SID = "2026-07-19T09-47-bf87b5dd793a"
+REMOTE = ClientIdentity("remote-client", "laptop")
+LOCAL = ClientIdentity("local-client", "workstation")
+
+
+@pytest.fixture
+async def ssh_target(openssh_server, tmp_path):
+    target = await SshTarget.connect(openssh_server.url(tmp_path), **openssh_server.options())
+    yield target
+    await target.close()
+
+
+def _fs_seconds(path) -> int:
+    path.write_bytes(b"")
+    return os.stat(path).st_mtime_ns // 1_000_000_000
+
+
+async def test_publications_over_ssh_are_read_locally_and_the_lease_fences_local_writers(ssh_target, tmp_path):
+    await materialize_session(ssh_target, SID)
+    lease = await acquire_lease(ssh_target, SID, REMOTE)
+    publisher = Publisher(lease)
+    first = await publisher.publish({"session.meta.json": b"{}", "segment-0001.chat.jsonl": b"one\n"})
+    second = await publisher.publish({"segment-0001.chat.jsonl": b"one\ntwo\n"})
+    assert first.committed and second.committed and second.written == ("segment-0001.chat.jsonl",)
+    committed = await read_committed(LocalTarget(tmp_path), SID)
+    assert committed.head == second.head
+    assert await committed.read_all() == {"session.meta.json": b"{}", "segment-0001.chat.jsonl": b"one\ntwo\n"}
+    with pytest.raises(LeaseHeld):
+        await acquire_lease(LocalTarget(tmp_path), SID, LOCAL)
+    await lease.release()
+    local_lease = await acquire_lease(LocalTarget(tmp_path), SID, LOCAL)
+    assert local_lease.publication_head == second.head
+
+
+async def test_a_skewed_client_clock_does_not_change_lease_times(ssh_target, tmp_path, monkeypatch):
+    await materialize_session(ssh_target, SID)
+    before = _fs_seconds(tmp_path / "before")
+    # This client believes it is five hours later than the target.
+    skew = 5 * 3600
+    real_time, real_time_ns = time.time, time.time_ns
+    monkeypatch.setattr(time, "time", lambda: real_time() + skew)
+    monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + skew * 10**9)
+    lease = await acquire_lease(ssh_target, SID, REMOTE, duration_seconds=30)
+    await lease.renew()
+    observed = await observe_lease(ssh_target, SID)
+    monkeypatch.undo()
+    after = _fs_seconds(tmp_path / "after")
+    record = observed.record
+    assert before <= record.renewed_at <= after
+    assert record.expires_at == record.renewed_at + 30
+    assert before <= observed.now <= after
+    # What a local observer without any skew judges: the lease is live.
+    local = await observe_lease(LocalTarget(tmp_path), SID)
+    assert local.record.expires_at == record.expires_at and local.now < record.expires_at
+
+
+async def test_lease_renewal_and_publication_cost_few_round_trips(ssh_target, tmp_path):
+    await materialize_session(ssh_target, SID)
+    lease = await acquire_lease(ssh_target, SID, REMOTE)
+    publisher = Publisher(lease)
+    await publisher.publish({"meta": b"v1"})
+    start = ssh_target.round_trips
+    await publisher.publish({"meta": b"v2", "segment": b"x"})
+    assert ssh_target.round_trips - start <= 2
+    start = ssh_target.round_trips
+    await lease.renew()
+    # Today a renewal reads the target clock, then rotates the generation.
+    assert ssh_target.round_trips - start <= 2
