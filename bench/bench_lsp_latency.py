@@ -3,20 +3,20 @@
 Completion runs in a directory of 10,000 entries (target: p99 under 10 ms);
 hover on an address in that directory. Baseline, measured in the same run and
 the same connection: hover on a word that is not an address, which costs the
-JSON-RPC round trip and dispatch but no address work.
+JSON-RPC round trip and dispatch but no address work. The client is a bare
+JSON-RPC framer (``lsp_wire.py``), so samples do not include a Python client's
+own decoding of the responses.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from harness import report, summarize
-from lsprotocol import types
-from pygls.lsp.client import LanguageClient
+from lsp_wire import WireClient
 
 ENTRIES = 10_000
 ROUNDS = 300
@@ -37,16 +37,8 @@ async def timed(samples: list[float], coro_factory) -> object:
 
 
 async def run(root: Path) -> list[dict]:
-    client = LanguageClient("mevedel-bench", "0")
-    await client.start_io(sys.executable, "-m", "mevedel_server")
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(),
-            root_uri=root.as_uri(),
-            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="bench")],
-        )
-    )
-    client.initialized(types.InitializedParams())
+    client = await WireClient.start()
+    await client.initialize(root)
     uri = (root / "notes.md").as_uri()
     lines = [
         "plain words here",
@@ -54,20 +46,18 @@ async def run(root: Path) -> list[dict]:
         "see work://shared/big/file-012",
         "see work://shared/big/file-04242.md now",
     ]
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=uri, language_id="markdown", version=1, text="\n".join(lines))
-        )
+    client.notify(
+        "textDocument/didOpen",
+        {"textDocument": {"uri": uri, "languageId": "markdown", "version": 1, "text": "\n".join(lines)}},
     )
-    doc = types.TextDocumentIdentifier(uri=uri)
 
     def complete(line: int):
-        pos = types.Position(line=line, character=len(lines[line]))
-        return lambda: client.text_document_completion_async(types.CompletionParams(text_document=doc, position=pos))
+        params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": len(lines[line])}}
+        return lambda: client.request("textDocument/completion", params)
 
     def hover(line: int, character: int):
-        pos = types.Position(line=line, character=character)
-        return lambda: client.text_document_hover_async(types.HoverParams(text_document=doc, position=pos))
+        params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}
+        return lambda: client.request("textDocument/hover", params)
 
     cases = {
         "hover on plain text (baseline)": hover(0, 2),
@@ -77,8 +67,7 @@ async def run(root: Path) -> list[dict]:
     }
     # Warm up every path once, and prove it answers what we think it answers.
     first = await complete(1)()
-    items = first.items if isinstance(first, types.CompletionList) else first
-    if not items:
+    if not first or not first.get("items"):
         raise SystemExit("completion returned nothing: the benchmark would measure an error path")
     if await hover(3, 10)() is None:
         raise SystemExit("hover returned nothing on an address")
@@ -86,9 +75,7 @@ async def run(root: Path) -> list[dict]:
     for _ in range(ROUNDS):
         for name, factory in cases.items():
             await timed(samples[name], factory)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    await client.close()
     base = summarize(samples["hover on plain text (baseline)"])
     rows = []
     for name, s in samples.items():

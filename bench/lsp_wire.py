@@ -1,0 +1,90 @@
+"""A minimal JSON-RPC client over a server's stdio, for benchmarks.
+
+Editors parse LSP JSON natively; a Python client that structures every
+response into lsprotocol classes would add its own cost to every sample. This
+one only frames, sends and parses JSON, so a sample is the server's work plus
+the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+
+class WireClient:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future] = {}
+        self._reader = asyncio.create_task(self._read_loop())
+
+    @classmethod
+    async def start(cls, *argv: str) -> "WireClient":
+        process = await asyncio.create_subprocess_exec(
+            *(argv or (sys.executable, "-m", "mevedel_server")),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        return cls(process)
+
+    async def request(self, method: str, params: object) -> object:
+        self._next_id += 1
+        future = asyncio.get_running_loop().create_future()
+        self._pending[self._next_id] = future
+        self._send({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
+        message = await future
+        if "error" in message:
+            raise RuntimeError(f"{method}: {message['error']}")
+        return message.get("result")
+
+    def notify(self, method: str, params: object) -> None:
+        self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def initialize(self, root: Path) -> None:
+        await self.request(
+            "initialize",
+            {
+                "processId": None,
+                "rootUri": root.as_uri(),
+                "capabilities": {},
+                "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}],
+            },
+        )
+        self.notify("initialized", {})
+
+    async def close(self) -> None:
+        await self.request("shutdown", None)
+        self.notify("exit", None)
+        await self._process.wait()
+        self._reader.cancel()
+
+    def _send(self, message: dict) -> None:
+        body = json.dumps(message).encode()
+        assert self._process.stdin is not None
+        self._process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    async def _read_loop(self) -> None:
+        stdout = self._process.stdout
+        assert stdout is not None
+        while True:
+            length = 0
+            while True:
+                line = await stdout.readline()
+                if not line:
+                    return
+                if line in (b"\r\n", b"\n"):
+                    break
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            message = json.loads(await stdout.readexactly(length))
+            if "id" in message and "method" not in message:
+                future = self._pending.pop(message["id"], None)
+                if future is not None and not future.done():
+                    future.set_result(message)
+            elif "id" in message:  # a request from the server: answer it emptily
+                self._send({"jsonrpc": "2.0", "id": message["id"], "result": None})
