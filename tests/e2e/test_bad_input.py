@@ -55,3 +55,27 @@ async def test_server_keeps_answering_after_bad_input(client, workspace):
     assert caught.value.code == -32601  # MethodNotFound
     page = await request(client, methods.RESOURCE_READ, {"address": "mevedel://"})
     assert page["kind"] == "listing"
+
+
+async def test_a_failing_notification_is_reported_without_details(client, workspace):
+    import asyncio
+
+    secret = workspace / "never-opened.md"
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=secret.as_uri(), version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(start=types.Position(5, 0), end=types.Position(9, 0)), text="x"
+                )
+            ],
+        )
+    )
+    for _ in range(100):
+        if client.messages:
+            break
+        await asyncio.sleep(0.05)
+    shown = [m.message for m in client.messages]
+    assert shown == ["mevedel-lsp hit an internal error; details are in its log"]
+    page = await request(client, methods.RESOURCE_READ, {"address": "work://shared/a-b.md"})
+    assert page["totalLines"] == 1

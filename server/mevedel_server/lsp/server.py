@@ -3,17 +3,22 @@ state (settings, and the current session of each workspace folder)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from importlib import metadata
+from typing import Any
 
 from lsprotocol import types
 from mevedel_protocol import Settings
+from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from .wire_protocol import MevedelProtocol, plain_json_converter
 from .workspaces import Folder, local_folder
 
 NAME = "mevedel-lsp"
+
+_log = logging.getLogger(__name__)
 
 
 def server_version() -> str:
@@ -45,6 +50,19 @@ class MevedelLanguageServer(LanguageServer):
             if named is not None and named.root == folder.root:
                 return session_id
         return None
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """Failures outside a request (a notification handler, a message that
+        does not parse). pygls would show the exception text, which may hold
+        a path; the user gets a fixed sentence and the log gets the rest."""
+        _log.error("server error (%s): %r", getattr(source, "__name__", source), error, exc_info=error)
+        if source is FeatureRequestError:
+            return  # the request's own error response already said it
+        self.window_show_message(
+            types.ShowMessageParams(
+                type=types.MessageType.Error, message="mevedel-lsp hit an internal error; details are in its log"
+            )
+        )
 
     def settings_changed(self) -> None:
         for callback in self.on_settings_changed:
