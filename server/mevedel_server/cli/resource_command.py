@@ -1,0 +1,187 @@
+"""``mevedel read|glob|grep|apply-patch``: run a resource operation through the
+same two-stage resolver the language server uses.
+
+The owners come from flags: ``--workspace`` (default: the current
+directory), ``--session ID`` (the session scope of ``work://`` and
+``artifact://``), ``--memory-root LOCATION:KIND:PATH`` and
+``--skill-root ORIGIN:PATH`` (repeatable). Output is the projection as text,
+or one JSON object with ``--json``; a failure prints the authored address, the
+error kind and the reason, and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..addresses import AddressError, Operation
+from ..resources import (
+    GlobOptions,
+    GrepOptions,
+    MemoryRoot,
+    PatchOptions,
+    PatchResult,
+    ReadOptions,
+    ResolverContext,
+    SkillRoot,
+    execute,
+    prepare,
+)
+
+FAILED = 1
+
+
+def register(subparsers: Any) -> None:
+    read = _parser(subparsers, "read", "print the Read projection of an address")
+    read.add_argument("address", metavar="ADDRESS")
+    read.add_argument("--offset", type=int, default=1, help="first line, from 1 (default 1)")
+    read.add_argument("--limit", type=int, default=2000, help="lines per page (default 2000)")
+    read.add_argument("--char-offset", type=int, default=0, help="continue one long line from this character")
+    read.set_defaults(run=_run, operation=Operation.READ)
+
+    glob = _parser(subparsers, "glob", "list the files under an address that match a pattern")
+    glob.add_argument("address", metavar="ADDRESS")
+    glob.add_argument("pattern", nargs="?", default="**/*", help="glob over relative paths (default **/*)")
+    glob.add_argument("--limit", type=int, default=1000)
+    glob.set_defaults(run=_run, operation=Operation.GLOB)
+
+    grep = _parser(subparsers, "grep", "search the Read projection under an address")
+    grep.add_argument("pattern", help="a Python regular expression")
+    grep.add_argument("address", metavar="ADDRESS")
+    grep.add_argument("--glob", help="only files whose name (or relative path, with '/') matches")
+    grep.add_argument("-i", "--ignore-case", action="store_true")
+    grep.add_argument("--limit", type=int, default=500)
+    grep.set_defaults(run=_run, operation=Operation.GREP)
+
+    patch = _parser(subparsers, "apply-patch", "apply a '*** Begin Patch' envelope to work:// and memory:// files")
+    patch.add_argument("patch_file", metavar="FILE", help="the patch, or - for standard input")
+    patch.set_defaults(run=_run, operation=Operation.APPLY_PATCH)
+
+
+def _parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help_text, description=help_text + ".")
+    parser.add_argument("--workspace", type=Path, default=None, help="workspace root (default: current directory)")
+    parser.add_argument("--session", metavar="ID", help="session whose work:// and artifact:// scope to use")
+    parser.add_argument(
+        "--memory-root",
+        action="append",
+        default=[],
+        metavar="LOCATION:KIND:PATH",
+        help="a memory root, e.g. local:mevedel:.mevedel/memory (repeatable)",
+    )
+    parser.add_argument(
+        "--skill-root", action="append", default=[], metavar="ORIGIN:PATH", help="a skill root (repeatable)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return parser
+
+
+def _context(arguments: argparse.Namespace) -> ResolverContext:
+    workspace = (arguments.workspace or Path.cwd()).resolve()
+    memory_roots = []
+    for spec in arguments.memory_root:
+        location, _, rest = spec.partition(":")
+        kind, _, path = rest.partition(":")
+        if not path:
+            raise _UsageError(f"--memory-root {spec!r}: expected LOCATION:KIND:PATH")
+        try:
+            memory_roots.append(MemoryRoot(_path(workspace, path), location, kind))  # type: ignore[arg-type]
+        except ValueError as error:
+            raise _UsageError(f"--memory-root {spec!r}: {error}") from None
+    skill_roots = []
+    for spec in arguments.skill_root:
+        # Origins may contain '/', never ':' ("plugin/NAME"), so split on the first ':'.
+        origin, _, path = spec.partition(":")
+        if not path:
+            raise _UsageError(f"--skill-root {spec!r}: expected ORIGIN:PATH")
+        try:
+            skill_roots.append(SkillRoot(_path(workspace, path), origin))
+        except ValueError as error:
+            raise _UsageError(f"--skill-root {spec!r}: {error}") from None
+    session_dir = None
+    if arguments.session:
+        if "/" in arguments.session or arguments.session in (".", ".."):
+            raise _UsageError(f"--session {arguments.session!r}: a session id is one name")
+        session_dir = workspace / ".mevedel" / "sessions" / arguments.session
+    return ResolverContext(
+        workspace_root=workspace,
+        session_dir=session_dir,
+        memory_roots=tuple(memory_roots),
+        skill_roots=tuple(skill_roots),
+    )
+
+
+def _path(workspace: Path, text: str) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else workspace / path
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _operand_and_options(arguments: argparse.Namespace) -> tuple[str, object]:
+    operation = arguments.operation
+    if operation is Operation.READ:
+        return arguments.address, ReadOptions(
+            offset=arguments.offset, limit=arguments.limit, char_offset=arguments.char_offset
+        )
+    if operation is Operation.GLOB:
+        return arguments.address, GlobOptions(pattern=arguments.pattern, limit=arguments.limit)
+    if operation is Operation.GREP:
+        return arguments.address, GrepOptions(
+            pattern=arguments.pattern, glob=arguments.glob, ignore_case=arguments.ignore_case, limit=arguments.limit
+        )
+    source = sys.stdin if arguments.patch_file == "-" else None
+    try:
+        text = source.read() if source else Path(arguments.patch_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise _UsageError(f"cannot read patch {arguments.patch_file!r}: {error.__class__.__name__}") from None
+    return text, PatchOptions()
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    try:
+        context = _context(arguments)
+        operand, options = _operand_and_options(arguments)
+    except _UsageError as error:
+        print(f"mevedel: {error}", file=sys.stderr)
+        return 2
+    try:
+        attempt = prepare(arguments.operation, operand, options, context)
+        result = asyncio.run(execute(attempt))
+    except AddressError as error:
+        if arguments.json:
+            print(json.dumps({"error": error.to_json()}))
+        else:
+            print(f"{error.authored}: {error.kind.value}: {error.reason}", file=sys.stderr)
+        return FAILED
+    if arguments.json:
+        print(json.dumps(_jsonable(result)))
+    else:
+        print(_text(arguments.operation, result))
+    return 0
+
+
+def _jsonable(result: object) -> dict[str, Any]:
+    if isinstance(result, PatchResult):
+        return {"changes": [dataclasses.asdict(change) for change in result.changes], "summary": result.summary()}
+    return dataclasses.asdict(result)  # type: ignore[arg-type]
+
+
+def _text(operation: Operation, result: Any) -> str:
+    if operation is Operation.READ:
+        body = result.text
+    elif operation is Operation.GLOB:
+        body = "\n".join(result.matches)
+    elif operation is Operation.GREP:
+        body = "\n".join(f"{m.address}:{m.line}:{m.column}: {m.preview}" for m in result.matches)
+    else:
+        return result.summary()
+    notice = getattr(result, "notice", None)
+    return body + (f"\n-- {notice}" if notice else "")
