@@ -140,6 +140,9 @@ def _directory(
 ) -> list[Candidate]:
     """Entries of one directory whose canonical name starts with ``partial``."""
     listing = _INDEX.listing(os.fspath(directory))
+    # Children share one encoded head, and an entry's label is already its
+    # canonical spelling: building each address is one concatenation.
+    head = tree.base + "".join(encode_component(part) + "/" for part in node_parts)
     found: list[Candidate] = []
     for entry in listing.starting_with(partial):
         if len(found) >= limit:
@@ -160,7 +163,7 @@ def _directory(
             continue  # a presented (logical) name must match the typed text too
         if not is_dir and not tree.file_filter(node_parts + (name,)):
             continue
-        address = tree.address(node_parts + (name,), is_dir=is_dir)
+        address = head + (entry.label if name == entry.name else encode_component(name)) + ("/" if is_dir else "")
         found.append(Candidate(address, "directory" if is_dir else "file", "directory" if is_dir else "file"))
     found.sort(key=lambda candidate: candidate.label)
     return found
