@@ -1,7 +1,7 @@
 """The mevedel LSP extension: attrs classes for every custom message, the
 method names, and the converter that puts them on the wire. No I/O."""
 
-from . import methods
+from . import methods, session
 from .address import DescribeParams, DescribeResult
 from .catalog import COMMANDS, NOTIFICATIONS, REQUESTS, SHARED_TYPES, Message
 from .converter import converter, describe_structure_error, make_converter, wire_name
@@ -52,5 +52,6 @@ __all__ = [
     "error_code",
     "make_converter",
     "methods",
+    "session",
     "wire_name",
 ]

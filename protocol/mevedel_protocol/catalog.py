@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import methods
+from . import methods, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -35,13 +35,40 @@ REQUESTS: dict[str, Message] = {
     methods.RESOURCE_GREP: Message(GrepParams, GrepResult),
     methods.RESOURCE_APPLY_PATCH: Message(ApplyPatchParams, ApplyPatchResult),
     methods.ADDRESS_DESCRIBE: Message(DescribeParams, DescribeResult),
+    methods.SESSION_LIST: Message(session.SessionListParams, session.SessionListResult),
+    methods.SESSION_CREATE: Message(session.SessionCreateParams, session.SessionState),
+    methods.SESSION_OPEN: Message(session.SessionOpenParams, session.SessionOpenResult),
+    methods.SESSION_CLOSE: Message(session.SessionParams, session.SessionCloseResult),
+    methods.SESSION_RENAME: Message(session.SessionRenameParams, session.SessionState),
+    methods.SESSION_SAVE: Message(session.SessionParams, session.SaveResult),
+    methods.TURN_BEGIN: Message(session.TurnBeginParams, session.TurnBeginResult),
+    methods.TURN_CAPTURE: Message(session.TurnCaptureParams, session.TurnCaptureResult),
+    methods.TURN_APPEND: Message(session.TurnAppendParams, session.TurnAppendResult),
+    methods.TURN_SETTLE: Message(session.TurnSettleParams, session.SaveResult),
+    methods.TURN_ABORT: Message(session.TurnAbortParams, session.SaveResult),
+    methods.TURN_LIST: Message(session.SessionParams, session.TurnListResult),
+    methods.TURN_SHOW: Message(session.TurnShowParams, session.TurnShowResult),
 }
 
 #: Server -> client notifications (``mevedel/<area>/did<Event>``).
-NOTIFICATIONS: dict[str, Message] = {}
+NOTIFICATIONS: dict[str, Message] = {
+    methods.SESSION_DID_CHANGE: Message(session.SessionDidChangeParams, None),
+}
 
 #: ``workspace/executeCommand`` command -> the request it runs.
-COMMANDS: dict[str, str] = {methods.COMMAND_APPLY_PATCH: methods.RESOURCE_APPLY_PATCH}
+COMMANDS: dict[str, str] = {
+    methods.COMMAND_APPLY_PATCH: methods.RESOURCE_APPLY_PATCH,
+    methods.COMMAND_SESSION_CREATE: methods.SESSION_CREATE,
+    methods.COMMAND_SESSION_OPEN: methods.SESSION_OPEN,
+    methods.COMMAND_SESSION_CLOSE: methods.SESSION_CLOSE,
+    methods.COMMAND_SESSION_RENAME: methods.SESSION_RENAME,
+    methods.COMMAND_SESSION_SAVE: methods.SESSION_SAVE,
+    methods.COMMAND_TURN_BEGIN: methods.TURN_BEGIN,
+    methods.COMMAND_TURN_CAPTURE: methods.TURN_CAPTURE,
+    methods.COMMAND_TURN_APPEND: methods.TURN_APPEND,
+    methods.COMMAND_TURN_SETTLE: methods.TURN_SETTLE,
+    methods.COMMAND_TURN_ABORT: methods.TURN_ABORT,
+}
 
 #: Types that are not a message body but that clients exchange too.
 SHARED_TYPES: dict[str, type] = {"settings": Settings, "errorData": ErrorData}

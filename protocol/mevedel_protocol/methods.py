@@ -12,9 +12,36 @@ RESOURCE_GREP = "mevedel/resource/grep"
 RESOURCE_APPLY_PATCH = "mevedel/resource/applyPatch"
 ADDRESS_DESCRIBE = "mevedel/address/describe"
 
+SESSION_LIST = "mevedel/session/list"
+SESSION_CREATE = "mevedel/session/create"
+SESSION_OPEN = "mevedel/session/open"
+SESSION_CLOSE = "mevedel/session/close"
+SESSION_RENAME = "mevedel/session/rename"
+SESSION_SAVE = "mevedel/session/save"
+TURN_BEGIN = "mevedel/turn/begin"
+TURN_CAPTURE = "mevedel/turn/capture"
+TURN_APPEND = "mevedel/turn/append"
+TURN_SETTLE = "mevedel/turn/settle"
+TURN_ABORT = "mevedel/turn/abort"
+TURN_LIST = "mevedel/turn/list"
+TURN_SHOW = "mevedel/turn/show"
+
+#: Server -> client notifications.
+SESSION_DID_CHANGE = "mevedel/session/didChange"
+
 #: ``workspace/executeCommand`` names; each takes exactly one argument, the
 #: params object of the request it runs (see ``catalog.COMMANDS``).
 COMMAND_APPLY_PATCH = "mevedel.resource.applyPatch"
+COMMAND_SESSION_CREATE = "mevedel.session.create"
+COMMAND_SESSION_OPEN = "mevedel.session.open"
+COMMAND_SESSION_CLOSE = "mevedel.session.close"
+COMMAND_SESSION_RENAME = "mevedel.session.rename"
+COMMAND_SESSION_SAVE = "mevedel.session.save"
+COMMAND_TURN_BEGIN = "mevedel.turn.begin"
+COMMAND_TURN_CAPTURE = "mevedel.turn.capture"
+COMMAND_TURN_APPEND = "mevedel.turn.append"
+COMMAND_TURN_SETTLE = "mevedel.turn.settle"
+COMMAND_TURN_ABORT = "mevedel.turn.abort"
 
 #: The scheme of read-only virtual documents (see docs/protocol.md).
 VIRTUAL_SCHEME = "mevedel-resource"

@@ -11,7 +11,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
-from mevedel_protocol import methods
+from mevedel_protocol import COMMANDS, methods
 
 from .conftest import SERVER, initialize_params, request
 
@@ -46,7 +46,8 @@ async def test_capabilities_advertise_features_and_commands(configured):
     assert list(capabilities.completion_provider.trigger_characters) == ["/", ":", "@"]
     assert capabilities.hover_provider and capabilities.definition_provider
     assert capabilities.document_link_provider is not None
-    assert list(capabilities.execute_command_provider.commands) == [methods.COMMAND_APPLY_PATCH]
+    assert sorted(capabilities.execute_command_provider.commands) == sorted(COMMANDS)
+    assert methods.COMMAND_APPLY_PATCH in COMMANDS and methods.COMMAND_TURN_SETTLE in COMMANDS
     assert configured.initialize_result.server_info.name == "mevedel-lsp"
 
 

@@ -397,3 +397,13 @@ async def test_unknown_sessions_and_bad_input_have_kinds(root):
         await svc.settle(sid, "finished")
     with pytest.raises(InvalidSessionInput):
         await svc.open(sid, "borrow")
+
+
+def test_every_service_kind_is_a_documented_protocol_kind():
+    from mevedel_protocol.session import SESSION_ERROR_KINDS
+
+    from mevedel_server.addresses import ErrorKind
+    from mevedel_server.store.service import KINDS
+
+    documented = {kind.value for kind in ErrorKind} | {"invalid-params"} | SESSION_ERROR_KINDS
+    assert KINDS <= documented, KINDS - documented

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from mevedel_protocol import Settings
@@ -15,6 +15,9 @@ from pygls.lsp.server import LanguageServer
 
 from .wire_protocol import MevedelProtocol, plain_json_converter
 from .workspaces import Folder, local_folder
+
+if TYPE_CHECKING:
+    from .session_registry import SessionRegistry
 
 NAME = "mevedel-lsp"
 
@@ -38,10 +41,15 @@ class MevedelLanguageServer(LanguageServer):
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
         )
         self.settings = Settings()
+        #: The workspaces' sessions (``sessions.register`` installs it).
+        self.sessions: SessionRegistry | None = None
         #: Called after settings change (features re-publish what depends on them).
         self.on_settings_changed: list[Callable[[], None]] = []
 
     def current_session(self, folder: Folder) -> str | None:
+        opened = self.sessions.current(folder) if self.sessions is not None else None
+        if opened is not None:
+            return opened
         chosen = self.settings.current_session
         if chosen is None or isinstance(chosen, str):
             return chosen
@@ -71,9 +79,9 @@ class MevedelLanguageServer(LanguageServer):
 
 def build_server() -> MevedelLanguageServer:
     """A server with every feature registered."""
-    from . import completion, configuration, definition, diagnostics, hover, resources
+    from . import completion, configuration, definition, diagnostics, hover, resources, sessions
 
     ls = MevedelLanguageServer()
-    for feature in (configuration, completion, hover, definition, diagnostics, resources):
+    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions):
         feature.register(ls)
     return ls

@@ -127,6 +127,8 @@ def scope(ls: MevedelLanguageServer, folder: Folder | None, session_id: str | No
         ),
         skill_roots=tuple(SkillRoot(path, r.origin) for r in settings.skill_roots if (path := _root_path(r.path, root))),
         completion_limit=settings.completion_limit,
+        live_history=ls.sessions.live_history(folder, session_id) if ls.sessions is not None else None,
+        store_target=ls.sessions.target(folder) if ls.sessions is not None else None,
     )
     return Scope(folder, session_id if folder is not None else None, context)
 

@@ -1,0 +1,330 @@
+"""Params and results of the ``mevedel/session/*`` and ``mevedel/turn/*``
+requests, and of the ``mevedel/session/didChange`` notification.
+
+Every request may name its workspace folder (``workspace_folder``, default:
+the first folder); requests about one session may name it (``session_id``,
+default: the folder's current session, the one this client created or opened
+last). A session is written only when it has something to save: its first
+settled turn, checkpoint or explicit save materializes it.
+"""
+
+from typing import Literal, Optional
+
+import attrs
+
+#: Stable ``data.kind`` values of session failures (beside the address kinds).
+SESSION_ERROR_KINDS = frozenset(
+    {
+        "lease-held",
+        "lease-lost",
+        "read-only",
+        "takeover-needs-confirmation",
+        "takeover-declined",
+        "publication-pending",
+        "incompatible",
+    }
+)
+
+OpenMode = Literal["auto", "resume", "join", "takeover"]
+SessionAction = Literal["Switch", "Resume", "Join", "Take over"]
+Access = Literal["writable", "read-only"]
+Outcome = Literal["completed", "errored", "interrupted"]
+RecordKind = Literal["response", "reasoning", "tool_call", "tool_result", "mail"]
+
+
+@attrs.define
+class SessionState:
+    """A session this client has open.
+
+    ``access`` is ``read-only`` for a joined session (another client holds
+    the lease; ``holder_host`` names its machine) and for one whose lease
+    this client lost (``read_only_reason`` says which). ``materialized`` is
+    false until the first save writes the session. ``pending_publication``
+    is set while a save that failed before its commit point waits for a
+    retry (mutations are refused until then).
+    """
+
+    session_id: str
+    display_name: str
+    named: bool
+    access: Access
+    materialized: bool
+    settled_turns: int
+    reconciliation_pending: bool
+    current: bool
+    read_only_reason: Optional[str] = None
+    holder_host: Optional[str] = None
+    open_turn: Optional[int] = None
+    pending_publication: Optional[str] = None
+
+
+@attrs.define
+class SessionListParams:
+    """List every session of the workspace folder."""
+
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class SessionListEntry:
+    """One saved (or here-created, unsaved) session and what opening it
+    does: ``Switch`` (open here), ``Resume`` (free, or this client's own
+    lease), ``Join`` (another client holds it: read-only), ``Take over``
+    (another client's lease expired: needs confirmation)."""
+
+    session_id: str
+    display_name: str
+    action: SessionAction
+    turns: int
+    updated_at: int
+    lease: Literal["free", "held", "expired"]
+    published: bool
+    current: bool
+    latest_prompt: Optional[str] = None
+    holder_host: Optional[str] = None
+
+
+@attrs.define
+class InspectEntry:
+    """A session directory whose records cannot be trusted or whose sidecar
+    is another format: shown for inspection only, never guessed."""
+
+    name: str
+    subject: Literal["directory", "lease", "manifest", "sidecar"]
+    reason: str
+    kind: Optional[str] = None
+
+
+@attrs.define
+class SessionListResult:
+    sessions: list[SessionListEntry]
+    inspect: list[InspectEntry]
+
+
+@attrs.define
+class SessionCreateParams:
+    """Start a new session (current from now on); nothing is written until
+    its first save."""
+
+    name: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class SessionOpenParams:
+    """Open a saved session and make it current. ``auto`` resumes a free or
+    own lease, joins a live foreign one and asks (``window/showMessageRequest``)
+    before taking over an expired one; ``confirm_takeover`` answers that
+    question in advance."""
+
+    session_id: str
+    mode: OpenMode = "auto"
+    confirm_takeover: bool = False
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class SessionOpenResult:
+    """``action`` is ``resume``, ``join``, ``takeover`` or ``switch``;
+    ``interrupted_turn`` the turn a resume found in flight and settled as
+    interrupted."""
+
+    session: SessionState
+    action: Literal["resume", "join", "takeover", "switch"]
+    interrupted_turn: Optional[int] = None
+
+
+@attrs.define
+class SessionParams:
+    """A request about one session (default: the folder's current one)."""
+
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class SessionCloseResult:
+    session_id: str
+    saved: bool
+
+
+@attrs.define
+class SessionRenameParams:
+    """Give the session an explicit display name (whitespace is normalized)."""
+
+    name: str
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class SaveResult:
+    """``committed``: a new publication is the session's committed state;
+    ``materialized``: this save wrote the session for the first time;
+    ``note``: why nothing was published."""
+
+    session_id: str
+    committed: bool
+    materialized: bool
+    turn: Optional[int] = None
+    note: Optional[str] = None
+
+
+@attrs.define
+class TurnBeginParams:
+    """Begin a turn with the user's prompt (its identity is reserved now)."""
+
+    prompt: str
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class TurnBeginResult:
+    """``reminder``: this turn's request must carry the reconciliation
+    reminder (a previous turn was interrupted)."""
+
+    session_id: str
+    turn: int
+    turn_id: str
+    reminder: bool
+
+
+@attrs.define
+class TurnCaptureParams:
+    """Record a tracked file (workspace-relative ``path``) before the turn
+    first changes it; with ``gap``, record instead that it may change without
+    a capture, and why."""
+
+    path: str
+    gap: Optional[str] = None
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class TurnCaptureResult:
+    """``state``: ``present`` (content captured, ``size`` bytes),
+    ``absent`` (the file did not exist) or ``gap``."""
+
+    path: str
+    state: Literal["present", "absent", "gap"]
+    size: Optional[int] = None
+    gap_reason: Optional[str] = None
+
+
+@attrs.define
+class TurnAppendParams:
+    """Add one record to the turn in flight: ``response``/``reasoning``
+    (``text``), ``tool_call`` (``call_id``, ``name``, ``arguments``),
+    ``tool_result`` (``call_id``, ``output``, ``is_error``) or ``mail``
+    (``mail_id``, ``sender``, ``text``)."""
+
+    kind: RecordKind
+    text: Optional[str] = None
+    call_id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+    output: Optional[str] = None
+    is_error: bool = False
+    mail_id: Optional[str] = None
+    sender: Optional[str] = None
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class TurnAppendResult:
+    session_id: str
+    turn: int
+    kind: RecordKind
+
+
+@attrs.define
+class TurnSettleParams:
+    """End the turn in flight and save it (one publication)."""
+
+    outcome: Outcome = "completed"
+    reason: Optional[str] = None
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class TurnAbortParams:
+    """Settle the turn in flight as interrupted and save it."""
+
+    reason: Optional[str] = None
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class TurnSummary:
+    """``state``: ``in-flight``, ``completed``, ``errored`` or ``interrupted``."""
+
+    turn: int
+    turn_id: str
+    segment: int
+    prompt: str
+    state: Literal["in-flight", "completed", "errored", "interrupted"]
+    began_at: int
+    tool_calls: int
+    reminder: bool
+    settled_at: Optional[int] = None
+    reason: Optional[str] = None
+
+
+@attrs.define
+class TurnListResult:
+    session_id: str
+    turns: list[TurnSummary]
+
+
+@attrs.define
+class TurnShowParams:
+    """One turn of a session (open here, or else its committed state)."""
+
+    turn: int
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class TurnItem:
+    """One record of a turn (fields as for ``TurnAppendParams``)."""
+
+    kind: RecordKind
+    text: Optional[str] = None
+    call_id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+    output: Optional[str] = None
+    is_error: bool = False
+    mail_id: Optional[str] = None
+    sender: Optional[str] = None
+
+
+@attrs.define
+class TurnShowResult:
+    """The turn, its full prompt, its records and its part of the history
+    projection (Markdown)."""
+
+    session_id: str
+    summary: TurnSummary
+    prompt: str
+    items: list[TurnItem]
+    markdown: str
+
+
+@attrs.define
+class SessionDidChangeParams:
+    """The committed or access state of an open session changed: ``reason``
+    is ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
+    ``retried``, ``read-only`` or ``closed``."""
+
+    workspace_folder: str
+    session_id: str
+    reason: str
+    settled_turns: int
+    access: Access

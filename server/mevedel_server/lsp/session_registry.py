@@ -1,0 +1,99 @@
+"""The server's sessions: one ``SessionService`` per workspace folder, all
+as one client of the store (this server process), and the folder's current
+session.
+
+Creating or opening a session makes it the folder's current session: the
+session-relative addresses (``work://`` descendants, ``artifact://``,
+``history://root``) of requests and documents in that folder resolve against
+it, and ``history://root`` reads its live conversation. Closing it clears
+the choice (the ``currentSession`` setting applies again). Changes of an open
+session's committed or access state are sent as ``mevedel/session/didChange``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mevedel_protocol import converter, methods
+from mevedel_protocol.session import SessionDidChangeParams
+
+from ..store import ClientIdentity
+from ..store.service import LiveHistory, SessionChange, SessionService
+from ..targets import LocalTarget, Target, TargetError
+from .errors import failure
+from .workspaces import Folder
+
+if TYPE_CHECKING:
+    from .server import MevedelLanguageServer
+
+_log = logging.getLogger(__name__)
+
+class SessionRegistry:
+    def __init__(self, ls: MevedelLanguageServer, client: ClientIdentity | None = None) -> None:
+        self.ls = ls
+        #: This server process, as one client of every workspace's store.
+        self.client = client or ClientIdentity.generate()
+        self._services: dict[Path, tuple[Folder, SessionService]] = {}
+        self._current: dict[Path, str] = {}
+
+    def service(self, folder: Folder) -> SessionService:
+        known = self._services.get(folder.root)
+        if known is not None:
+            return known[1]
+        try:
+            target = LocalTarget(folder.root)
+        except TargetError as error:
+            raise failure("unavailable", folder.uri, f"the workspace folder cannot hold sessions: {error.reason}") from None
+        service = SessionService(target, self.client)
+        service.on_change.append(lambda change: self._changed(folder, change))
+        self._services[folder.root] = (folder, service)
+        return service
+
+    def target(self, folder: Folder | None) -> Target | None:
+        known = self._services.get(folder.root) if folder is not None else None
+        return known[1].target if known is not None else None
+
+    # The current session ------------------------------------------------------
+
+    def current(self, folder: Folder) -> str | None:
+        return self._current.get(folder.root)
+
+    def make_current(self, folder: Folder, session_id: str) -> None:
+        self._current[folder.root] = session_id
+
+    def forget(self, folder: Folder, session_id: str) -> None:
+        if self._current.get(folder.root) == session_id:
+            del self._current[folder.root]
+
+    def live_history(self, folder: Folder | None, session_id: str | None) -> LiveHistory | None:
+        """The live conversation of ``session_id`` when it is open here."""
+        if folder is None or session_id is None:
+            return None
+        known = self._services.get(folder.root)
+        if known is None or not known[1].is_open(session_id):
+            return None
+        return known[1].live_history(session_id)
+
+    # Lifetime -------------------------------------------------------------------
+
+    async def close_all(self) -> None:
+        """Save and release every open session (the server shuts down)."""
+        for _folder, service in list(self._services.values()):
+            await service.close_all()
+
+    def _changed(self, folder: Folder, change: SessionChange) -> None:
+        if change.reason == "closed":
+            self.forget(folder, change.session_id)
+        params = SessionDidChangeParams(
+            workspace_folder=folder.uri,
+            session_id=change.session_id,
+            reason=change.reason,
+            settled_turns=change.settled_turns,
+            access=change.access.value,
+        )
+        try:
+            self.ls.protocol.notify(methods.SESSION_DID_CHANGE, converter.unstructure(params))
+        except Exception:  # a notification that cannot be sent must not fail the save
+            _log.exception("could not send %s", methods.SESSION_DID_CHANGE)

@@ -1,0 +1,211 @@
+"""Sessions and turns over stdio: create, the turn lifecycle, listing turns,
+history://root through mevedel/resource/read, rename, didChange, the
+takeover question through window/showMessageRequest, commands, and a second
+server that can only join."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
+from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.targets import LocalTarget
+
+from .conftest import SERVER, initialize_params, request
+
+
+def collect_changes(client) -> list[dict]:
+    received: list[dict] = []
+
+    def changed(params: dict) -> None:
+        received.append(params)
+
+    client.feature(methods.SESSION_DID_CHANGE)(changed)
+    return received
+
+
+async def wait_for(predicate, what: str) -> None:
+    for _ in range(200):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never saw {what}")
+
+
+async def failure(client, method: str, params) -> dict:
+    with pytest.raises(JsonRpcException) as caught:
+        await request(client, method, params)
+    return caught.value.data
+
+
+async def expired_session_of_another_client(workspace: Path, prompt: str) -> str:
+    """A saved session whose owner (another client) stopped without
+    releasing its lease, and whose lease has expired by the target clock."""
+    other = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
+    sid = (await other.create()).session_id
+    await other.begin_turn(sid, prompt)
+    await other.append(sid, EvidenceInput("response", text="an answer"))
+    await other.settle(sid)
+    await other.detach()
+    for _ in range(100):
+        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
+            return sid
+        await asyncio.sleep(0.05)
+    raise AssertionError("the lease never expired")
+
+
+async def test_create_run_turns_and_read_history(client, workspace):
+    changes = collect_changes(client)
+    created = await request(client, methods.SESSION_CREATE, {"name": "E2E session"})
+    sid = created["sessionId"]
+    assert created["displayName"] == "E2E session" and created["current"] and not created["materialized"]
+    listed = await request(client, methods.SESSION_LIST, {})
+    rows = {s["sessionId"]: s for s in listed["sessions"]}
+    assert (rows[sid]["action"], rows[sid]["published"], rows[sid]["current"]) == ("Switch", False, True)
+
+    begun = await request(client, methods.TURN_BEGIN, {"prompt": "Tidy notes.md"})
+    assert begun == {"sessionId": sid, "turn": 1, "turnId": begun["turnId"], "reminder": False}
+    (workspace / "tracked.txt").write_text("before\n")
+    captured = await request(client, methods.TURN_CAPTURE, {"path": "tracked.txt"})
+    assert captured == {"path": "tracked.txt", "state": "present", "size": 7}
+    await request(client, methods.TURN_APPEND, {"kind": "tool_call", "callId": "c1", "name": "edit", "arguments": "{}"})
+    await request(client, methods.TURN_APPEND, {"kind": "tool_result", "callId": "c1", "output": "edited"})
+    appended = await request(client, methods.TURN_APPEND, {"kind": "response", "text": "Tidied the notes."})
+    assert appended == {"sessionId": sid, "turn": 1, "kind": "response"}
+
+    live = await request(client, methods.RESOURCE_READ, {"address": "history://root", "view": "plain"})
+    assert "> Tidy notes.md" in live["text"] and "Tidied the notes." in live["text"]  # unsaved, live
+    hits = await request(client, methods.RESOURCE_GREP, {"address": "history://root", "pattern": "Tidied"})
+    assert [m["address"] for m in hits["matches"]] == ["history://root"]
+    assert not (workspace / ".mevedel" / "sessions" / sid).exists()
+
+    (workspace / "tracked.txt").write_text("after\n")
+    settled = await request(client, methods.TURN_SETTLE, {})
+    assert settled == {"sessionId": sid, "committed": True, "materialized": True, "turn": 1}
+    await wait_for(lambda: any(c["reason"] == "settled" for c in changes), "a settled didChange")
+    assert changes[-1] == {
+        "workspaceFolder": workspace.as_uri(),
+        "sessionId": sid,
+        "reason": "settled",
+        "settledTurns": 1,
+        "access": "writable",
+    }
+
+    turns = await request(client, methods.TURN_LIST, {})
+    assert [(t["turn"], t["state"], t["prompt"], t["toolCalls"]) for t in turns["turns"]] == [
+        (1, "completed", "Tidy notes.md", 1)
+    ]
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    assert [item["kind"] for item in shown["items"]] == ["tool_call", "tool_result", "response"]
+    assert shown["prompt"] == "Tidy notes.md" and "**Tool call** `edit`" in shown["markdown"]
+
+    renamed = await request(client, methods.SESSION_RENAME, {"name": "  Notes   tidy-up "})
+    assert renamed["displayName"] == "Notes tidy-up"
+    await wait_for(lambda: any(c["reason"] == "renamed" for c in changes), "a renamed didChange")
+
+    saved = await request(client, methods.RESOURCE_READ, {"address": "history://saved", "view": "plain"})
+    assert saved["text"] == f"history://saved/{sid}/segment-0001.chat.jsonl"
+    segment = await request(client, methods.RESOURCE_READ, {"address": f"history://saved/{sid}/segment-0001.chat.jsonl"})
+    assert "Tidied the notes." in segment["text"]
+
+    # work:// session scope resolves against the open session's directory.
+    patch = "*** Begin Patch\n*** Add File: work://plans/next.md\n+next step\n*** End Patch\n"
+    await request(client, methods.RESOURCE_APPLY_PATCH, {"patch": patch})
+    assert (workspace / ".mevedel" / "sessions" / sid / "local" / "plans" / "next.md").read_text() == "next step\n"
+
+    closed = await request(client, methods.SESSION_CLOSE, {})
+    assert closed == {"sessionId": sid, "saved": False}
+    await wait_for(lambda: any(c["reason"] == "closed" for c in changes), "a closed didChange")
+    error = await failure(client, methods.TURN_BEGIN, {"prompt": "more", "sessionId": sid})
+    assert error["kind"] == "owner-missing"
+
+
+async def test_takeover_is_asked_through_show_message_request(client, workspace):
+    questions: list = []
+    answers = ["Cancel", "Take over"]
+
+    def answer(params):
+        questions.append(params)
+        return types.MessageActionItem(title=answers.pop(0))
+
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(answer)
+    sid = await expired_session_of_another_client(workspace, "left behind")
+    declined = await failure(client, methods.SESSION_OPEN, {"sessionId": sid})
+    assert declined["kind"] == "takeover-declined" and declined["authored"] == sid
+    assert "old-laptop" in questions[0].message
+    assert [a.title for a in questions[0].actions] == ["Take over", "Cancel"]
+    opened = await request(client, methods.SESSION_OPEN, {"sessionId": sid})
+    assert opened["action"] == "takeover" and opened["session"]["access"] == "writable" and opened["session"]["current"]
+    assert len(questions) == 2
+    begun = await request(client, methods.TURN_BEGIN, {"prompt": "carry on"})
+    assert begun["turn"] == 2 and begun["reminder"] is True
+
+
+async def test_commands_reach_the_same_requests(client, workspace):
+    created = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=methods.COMMAND_SESSION_CREATE, arguments=[{"name": "By command"}])
+    )
+    sid = created["sessionId"]
+    for command, params in (
+        (methods.COMMAND_TURN_BEGIN, {"prompt": "via command"}),
+        (methods.COMMAND_TURN_APPEND, {"kind": "response", "text": "ok"}),
+        (methods.COMMAND_TURN_ABORT, {"reason": "stopped by the user"}),
+        (methods.COMMAND_SESSION_SAVE, {}),
+    ):
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(command=command, arguments=[params]))
+    turns = await request(client, methods.TURN_LIST, {"sessionId": sid})
+    assert [(t["state"], t.get("reason")) for t in turns["turns"]] == [("interrupted", "stopped by the user")]
+    with pytest.raises(JsonRpcException) as caught:
+        await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command=methods.COMMAND_SESSION_RENAME, arguments=[])
+        )
+    assert caught.value.data["kind"] == "invalid-params"
+
+
+async def test_errors_carry_stable_kinds(client, workspace):
+    assert (await failure(client, methods.SESSION_OPEN, {"sessionId": "nope"}))["kind"] == "invalid-params"
+    missing = await failure(client, methods.SESSION_OPEN, {"sessionId": "2026-01-01T00-00-000000000000"})
+    assert missing["kind"] == "missing-target"
+    assert (await failure(client, methods.SESSION_OPEN, {"sessionId": 5}))["kind"] == "invalid-params"
+    await request(client, methods.SESSION_CREATE, {})
+    assert (await failure(client, methods.TURN_SETTLE, {}))["kind"] == "conflict"
+    assert (await failure(client, methods.TURN_BEGIN, {"prompt": " "}))["kind"] == "invalid-params"
+    await request(client, methods.TURN_BEGIN, {"prompt": "x"})
+    assert (await failure(client, methods.TURN_CAPTURE, {"path": "../escape"}))["kind"] == "invalid-params"
+    assert (await failure(client, methods.TURN_SHOW, {"turn": 9}))["kind"] == "missing-target"
+    assert str(workspace) not in repr(await failure(client, methods.TURN_APPEND, {"kind": "mail", "text": "x"}))
+
+
+async def test_a_second_server_joins_read_only_and_its_writes_are_refused(client, workspace):
+    sid = (await request(client, methods.SESSION_CREATE, {"name": "Held here"}))["sessionId"]
+    await request(client, methods.TURN_BEGIN, {"prompt": "first"})
+    await request(client, methods.TURN_SETTLE, {})
+    second = await SERVER.start()
+    try:
+        await second.initialize_session(initialize_params(workspace))
+        rows = (await request(second, methods.SESSION_LIST, {}))["sessions"]
+        assert [(r["sessionId"], r["action"]) for r in rows if r["sessionId"] == sid] == [(sid, "Join")]
+        joined = await request(second, methods.SESSION_OPEN, {"sessionId": sid})
+        assert joined["action"] == "join" and joined["session"]["access"] == "read-only"
+        for method, params in (
+            (methods.TURN_BEGIN, {"prompt": "mine"}),
+            (methods.SESSION_RENAME, {"name": "Stolen"}),
+            (methods.SESSION_SAVE, {}),
+        ):
+            error = await failure(second, method, params)
+            assert error["kind"] == "read-only", (method, error)
+        held = await failure(second, methods.SESSION_OPEN, {"sessionId": sid, "mode": "resume"})
+        assert held["kind"] == "lease-held"
+        # The joined view reads the committed history and follows new turns.
+        await request(client, methods.TURN_BEGIN, {"prompt": "second"})
+        await request(client, methods.TURN_SETTLE, {})
+        turns = await request(second, methods.TURN_LIST, {"sessionId": sid})
+        assert [t["turn"] for t in turns["turns"]] == [1, 2]
+    finally:
+        await second.shutdown_session()
