@@ -22,6 +22,8 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,13 +80,10 @@ def _wait_listening(port: int, process: subprocess.Popen, log: Path) -> None:
     raise RuntimeError(f"sshd did not listen on port {port}: {log.read_text()[-2000:]}")
 
 
-@pytest.fixture(scope="session")
-def openssh_server(tmp_path_factory):
-    if not SSHD.exists():
-        pytest.skip("OpenSSH server not installed (/usr/sbin/sshd absent; .ci/run installs openssh-server)")
-    if shutil.which("ssh-keygen") is None:
-        pytest.skip("ssh-keygen not installed")
-    directory = tmp_path_factory.mktemp("sshd")
+@contextmanager
+def throwaway_sshd(directory: Path) -> Iterator[OpenSshServer]:
+    """Run ``sshd`` on a free port of 127.0.0.1 with keys made in
+    ``directory`` for as long as the block runs (the benchmarks use it too)."""
     host_key = directory / "host_ed25519"
     host_pub = _keygen(host_key)
     client_key = directory / "user_ed25519"
@@ -141,6 +140,24 @@ def openssh_server(tmp_path_factory):
             process.wait()
 
 
+def sshd_missing() -> str | None:
+    """Why a throwaway sshd cannot run here, or ``None``."""
+    if not SSHD.exists():
+        return "OpenSSH server not installed (/usr/sbin/sshd absent; .ci/run installs openssh-server)"
+    if shutil.which("ssh-keygen") is None:
+        return "ssh-keygen not installed"
+    return None
+
+
+@pytest.fixture(scope="session")
+def openssh_server(tmp_path_factory):
+    missing = sshd_missing()
+    if missing:
+        pytest.skip(missing)
+    with throwaway_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
+
+
 # -- in-process server for fault injection ---------------------------------
 
 #: What the fault server does with one program.
@@ -171,6 +188,8 @@ class FaultServer:
     seen: list[str] = field(default_factory=list)
     #: Programs the in-process remote program actually ran.
     ran: int = 0
+    #: Every command the client asked to run.
+    commands: list[str] = field(default_factory=list)
     host_key: asyncssh.SSHKey | None = None
     authorized: str = ""
     acceptor: asyncssh.SSHAcceptor | None = None
@@ -216,6 +235,7 @@ class FaultServer:
 
     async def handle(self, process: asyncssh.SSHServerProcess, fault: str) -> None:
         connection = process.get_extra_info("connection")
+        self.commands.append(process.command or "")
         if fault == "command-not-found":
             process.stderr.write(b"sh: 1: python3: not found\n")
             process.exit(127)

@@ -89,6 +89,17 @@ async def test_a_host_without_python_is_refused_clearly(fault_server, tmp_path):
         await connect(fault_server, tmp_path)
 
 
+async def test_the_interpreter_path_found_at_connection_is_reused_and_dropped_when_gone(fault_server, target, tmp_path):
+    # The remote side reported its real interpreter path when the root was pinned.
+    assert fault_server.commands[-1].startswith("python3 ")
+    assert (await target.run(_create("a"))).completed
+    assert fault_server.commands[-1].startswith("/")
+    fault_server.plan = ["command-not-found"]  # that path went away
+    trips = target.round_trips
+    assert (await target.run(_create("b"))).completed
+    assert target.round_trips == trips + 2 and fault_server.commands[-1].startswith("python3 ")
+
+
 async def test_a_slow_target_is_waited_for(fault_server, target, tmp_path):
     fault_server.slow_seconds = 1.0
     fault_server.plan = ["slow"]

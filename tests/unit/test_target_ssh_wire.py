@@ -173,3 +173,5 @@ def test_remote_sources_are_python_37_and_stdlib_only(module):
             assert node.attr not in {"removeprefix", "removesuffix", "is_relative_to", "readlink"}, node.attr
     allowed = set(sys.stdlib_module_names) | {"__future__", "mevedel_wire", "mevedel_executor"}
     assert imported <= allowed, imported - allowed
+    # It starts once per round trip: no module that costs tens of milliseconds.
+    assert not imported & {"secrets", "random", "hashlib", "re", "json", "typing", "dataclasses"}

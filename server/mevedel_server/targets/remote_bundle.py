@@ -41,6 +41,7 @@ def remote_script() -> bytes:
     return zlib.compress("".join(parts).encode("utf-8"), 9)
 
 
+@functools.cache
 def remote_command(python: str = "python3") -> str:
     """The shell command that runs the script: isolated (``-I``: no
     ``PYTHON*`` variables, no user site) and without ``site`` (``-S``)."""

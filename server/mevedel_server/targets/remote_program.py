@@ -10,10 +10,10 @@ diagnostics only and is never read as a result.
 
 Requests and answers (lists, see :mod:`.wire` for the encoding)::
 
-    ["pin", root]                                   -> ["pinned", abs_root, dev, ino]
-    ["program", abs_root, dev, ino, lock, operations] -> ["done", results, stopped_at]
-    any refused root or lock directory               -> ["refused", kind, path, reason]
-    anything else going wrong                        -> ["error", reason]
+    ["pin", root]                          -> ["pinned", abs_root, dev, ino, interpreter]
+    ["program", abs_root, dev, ino, lock, ops] -> ["done", results, stopped_at]
+    any refused root or lock directory     -> ["refused", kind, path, reason]
+    anything else going wrong              -> ["error", reason]
 
 Standard library only, Python 3.7 compatible; it runs remotely and, in the
 fault-injection tests, in-process behind an asyncssh server.
@@ -38,7 +38,9 @@ def answer(request):
         if kind == "pin":
             root = os.path.abspath(os.path.expanduser(request[1]))
             dev, ino = executor.pin_root(root)
-            return ["pinned", root, dev, ino]
+            # The interpreter's real path lets later programs skip whatever
+            # wrapper (a version-manager shim, say) the command name led to.
+            return ["pinned", root, dev, ino, sys.executable or ""]
         if kind == "program":
             _kind, root, dev, ino, lock, operations = request
             runner = executor.Executor(root, (dev, ino))

@@ -65,6 +65,11 @@ class _NotSent(Exception):
     """The request never reached the target whole; safe to send again."""
 
 
+class _NoInterpreter(Exception):
+    """The shell could not start the interpreter (exit status 126/127), so
+    nothing ran."""
+
+
 class SshTarget(ProgramTarget):
     """A target rooted at a directory on an SSH host. Build it with
     :meth:`connect`; close it with :meth:`close` (or ``async with``)."""
@@ -86,8 +91,10 @@ class SshTarget(ProgramTarget):
         self._location = location
         self._options = options
         self._config = config
-        self._command = remote_command(python)
         self._python = python
+        # The interpreter the remote side reported at connection time; a
+        # program that finds it gone falls back to ``python`` once.
+        self._interpreter = python
         self._script = remote_script()
         self._attempts = reconnect_attempts
         self._delay = reconnect_delay
@@ -147,10 +154,12 @@ class SshTarget(ProgramTarget):
             answer = await target._exchange(["pin", where.root])
             if answer[0] == "refused" and len(answer) == 4:
                 raise refusal_error_of(str(answer[1]), str(answer[2]), str(answer[3]))
-            if answer[0] != "pinned" or len(answer) != 4:
+            if answer[0] != "pinned" or len(answer) != 5:
                 raise target._unavailable("the target answered the root check with something else", True)
-            _, pinned_root, dev, ino = answer
+            _, pinned_root, dev, ino, interpreter = answer
             target._root, target._identity = str(pinned_root), (int(dev), int(ino))
+            if isinstance(interpreter, str) and interpreter.startswith("/"):
+                target._interpreter = interpreter
         except BaseException:
             await target.close()
             raise
@@ -264,6 +273,10 @@ class SshTarget(ProgramTarget):
                     if self._timeout is None:
                         return await self._exchange_on(conn, request)
                     return await asyncio.wait_for(self._exchange_on(conn, request), self._timeout)
+                except _NoInterpreter as exc:
+                    if attempt or self._interpreter == self._python:
+                        raise self._unavailable(str(exc), False) from None
+                    self._interpreter = self._python  # the cached path went away
                 except _NotSent as exc:
                     lost = conn.is_closed()
                     if lost:
@@ -282,7 +295,7 @@ class SshTarget(ProgramTarget):
         nonce = secrets.token_bytes(NONCE_SIZE)
         chunks = frame_chunks(nonce, request)
         try:
-            process = await conn.create_process(self._command, encoding=None)
+            process = await conn.create_process(remote_command(self._interpreter), encoding=None)
         except _TRANSPORT_ERRORS as exc:
             raise _NotSent(f"cannot start the remote program: {_describe(exc)}") from None
         self.round_trips += 1
@@ -291,6 +304,9 @@ class SshTarget(ProgramTarget):
             try:
                 await self._send(process, chunks)
             except _NotSent as exc:
+                await _settled(process)
+                if process.exit_status in (126, 127):
+                    raise _NoInterpreter(self._ended(process, "the remote program did not start")) from None
                 if process.exit_status is not None:
                     raise _NotSent(self._ended(process, str(exc))) from None
                 raise
@@ -298,7 +314,10 @@ class SshTarget(ProgramTarget):
                 answer = await _read_answer(process.stdout, nonce)
                 await process.wait_closed()
             except (FrameError, *_TRANSPORT_ERRORS) as exc:
+                await _settled(process)
                 _log.debug("%s: remote standard error: %r", self.host, await _finished(diagnostics))
+                if process.exit_status in (126, 127):
+                    raise _NoInterpreter(self._ended(process, "the remote program did not start")) from None
                 raise self._unavailable(self._ended(process, f"the answer was lost ({_describe(exc)})"), True) from None
             if process.exit_status != 0:
                 _log.debug("%s: remote standard error: %r", self.host, await _finished(diagnostics))
@@ -339,9 +358,9 @@ class SshTarget(ProgramTarget):
     def _ended(self, process: asyncssh.SSHClientProcess, what: str) -> str:
         status, signal = process.exit_status, process.exit_signal
         if status == 127:
-            return f"{what}: the host has no '{self._python}' command (exit status 127)"
+            return f"{what}: the host has no '{self._interpreter}' command (exit status 127)"
         if status == 126:
-            return f"{what}: '{self._python}' cannot be run on the host (exit status 126)"
+            return f"{what}: '{self._interpreter}' cannot be run on the host (exit status 126)"
         if signal is not None and signal[0]:
             return f"{what}: the remote program was killed by SIG{signal[0]}"
         if status is None or status == -1:
@@ -358,6 +377,14 @@ def _describe(exc: BaseException | None) -> str:
         return os.strerror(exc.errno)
     text = str(exc) or type(exc).__name__
     return text
+
+
+async def _settled(process: asyncssh.SSHClientProcess) -> None:
+    """Give a failed process a moment to deliver its exit status."""
+    try:
+        await asyncio.wait_for(process.wait_closed(), 2.0)
+    except (asyncio.TimeoutError, *_TRANSPORT_ERRORS):
+        pass
 
 
 async def _finished(task: asyncio.Future) -> bytes:

@@ -1,0 +1,138 @@
+"""Round trips and latency of the durable-session store over SshTarget on
+loopback SSH.
+
+Counts remote processes (one per control program, so one per round trip)
+per lease renewal (target: 1) and per publication of a settled turn
+(target: at most 2), and times a publication against two baselines measured
+in the same run on the same connection: a plain ``true`` command (the SSH
+channel and shell alone) and a one-operation control program (adding the
+remote interpreter's start and the framing). Publication cost over ``true``
+is the ratio to watch across machines.
+
+Runs a throwaway OpenSSH server on 127.0.0.1 (like the tests), or uses
+``--url ssh://...`` with the user's own SSH configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from harness import report, summarize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session  # noqa: E402
+from mevedel_server.targets import ControlProgram, Stat  # noqa: E402
+from mevedel_server.targets.ssh import SshTarget  # noqa: E402
+
+SID = "2026-07-19T09-47-bf87b5dd793a"
+ME = ClientIdentity("bench-client", "bench-host")
+
+
+async def timed(samples: list[float], factory):
+    start = time.perf_counter()
+    result = await factory()
+    samples.append(time.perf_counter() - start)
+    return result
+
+
+async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
+    conn = await target._connection()  # the target's own connection: same channel costs
+    true_s: list[float] = []
+    stat_s: list[float] = []
+    renew_s: list[float] = []
+    publish_s: list[float] = []
+    renew_trips: list[int] = []
+    publish_trips: list[int] = []
+
+    await materialize_session(target, SID)
+    lease = await acquire_lease(target, SID, ME)
+    publisher = Publisher(lease)
+    transcript = b""
+    await publisher.publish({"session.meta.json": b'{"turns": 0}', "segment-0001.chat.jsonl": transcript})
+    for turn in range(1, rounds + 1):
+        await timed(true_s, lambda: conn.run("true", check=True))
+        await timed(stat_s, lambda: target.run(ControlProgram([Stat(".")])))
+
+        before = target.round_trips
+        await timed(renew_s, lease.renew)
+        renew_trips.append(target.round_trips - before)
+
+        # A settled turn: the transcript grows, the meta record changes.
+        transcript += b'{"kind": "response", "turn": %d, "text": "%s"}\n' % (turn, b"x" * 400)
+        artifacts = {"session.meta.json": b'{"turns": %d}' % turn, "segment-0001.chat.jsonl": transcript}
+        before = target.round_trips
+        outcome = await timed(publish_s, lambda: publisher.publish(artifacts))
+        assert outcome.committed
+        publish_trips.append(target.round_trips - before)
+
+    true_median = statistics.median(true_s)
+    rows = [
+        {"case": "ssh `true` command (baseline)", "round_trips": 1, **summarize(true_s), "x_true": 1.0},
+        {
+            "case": "one-operation program",
+            "round_trips": 1,
+            **summarize(stat_s),
+            "x_true": round(statistics.median(stat_s) / true_median, 2),
+        },
+        {
+            "case": "lease renewal",
+            "round_trips": max(renew_trips),
+            **summarize(renew_s),
+            "x_true": round(statistics.median(renew_s) / true_median, 2),
+        },
+        {
+            "case": "turn publication",
+            "round_trips": max(publish_trips),
+            **summarize(publish_s),
+            "x_true": round(statistics.median(publish_s) / true_median, 2),
+        },
+    ]
+    notes = {
+        "rounds": rounds,
+        "round_trips_per_renewal": f"{min(renew_trips)}..{max(renew_trips)} (target 1)",
+        "round_trips_per_publication": f"{min(publish_trips)}..{max(publish_trips)} (target at most 2)",
+        "settle_median_ms": f"{statistics.median(publish_s) * 1000:.1f} (target under 50 ms on loopback)",
+        "connections": target.connections,
+    }
+    return rows, notes
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="ssh://[user@]host[:port]/empty-directory to use instead of a throwaway sshd")
+    parser.add_argument("--rounds", type=int, default=40)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-ssh-") as scratch:
+        scratch_dir = Path(scratch)
+        if args.url:
+            server_cm = nullcontext(None)
+        else:
+            from ssh_fixtures import sshd_missing, throwaway_sshd
+
+            missing = sshd_missing()
+            if missing:
+                raise SystemExit(f"cannot run: {missing}")
+            (scratch_dir / "sshd").mkdir()
+            server_cm = throwaway_sshd(scratch_dir / "sshd")
+        with server_cm as server:
+            if server is None:
+                target = await SshTarget.connect(args.url)
+            else:
+                workspace = scratch_dir / "workspace"
+                workspace.mkdir()
+                target = await SshTarget.connect(server.url(workspace), **server.options())
+            async with target:
+                rows, notes = await measure(target, args.rounds)
+    report("ssh_round_trips", rows, notes)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
