@@ -4,6 +4,8 @@ takeover, stale owners, renewal, pending publications."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -407,3 +409,65 @@ def test_every_service_kind_is_a_documented_protocol_kind():
 
     documented = {kind.value for kind in ErrorKind} | {"invalid-params"} | SESSION_ERROR_KINDS
     assert KINDS <= documented, KINDS - documented
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _head_files(root: Path, sid: str) -> tuple[Path, Path, Path]:
+    session = root / ".mevedel" / "sessions" / sid
+    generations = sorted((session / ".lease").glob("generation-*.json"))
+    head = json.loads(generations[-1].read_bytes())
+    manifest_path = session / head["publication_head"]
+    sidecar = json.loads(manifest_path.read_bytes())["entries"]["session.json"]["published"]
+    return generations[-1], manifest_path, session / sidecar
+
+
+def _truncate_manifest(root: Path, sid: str) -> None:
+    _lease, manifest, _sidecar = _head_files(root, sid)
+    manifest.write_bytes(manifest.read_bytes()[:40])
+
+
+def _corrupt_sidecar(root: Path, sid: str) -> None:
+    _lease, _manifest, sidecar = _head_files(root, sid)
+    sidecar.write_bytes(sidecar.read_bytes().replace(b"Bad bytes", b"Bad bytez"))
+
+
+def _non_finite_lease(root: Path, sid: str) -> None:
+    lease, _manifest, _sidecar = _head_files(root, sid)
+    lease.write_bytes(re.sub(rb'"expires_at":[0-9]+', b'"expires_at":NaN', lease.read_bytes()))
+
+
+def _symlinked_lease_dir(root: Path, sid: str) -> None:
+    session = root / ".mevedel" / "sessions" / sid
+    (session / ".lease").rename(session / "lease-elsewhere")
+    (session / ".lease").symlink_to(session / "lease-elsewhere")
+
+
+@pytest.mark.parametrize(
+    ("tamper", "kind", "says"),
+    [
+        (_truncate_manifest, "unreadable", "truncated"),
+        (_corrupt_sidecar, "unreadable", "SHA-256"),
+        (_non_finite_lease, "unreadable", "non-finite"),
+        (_symlinked_lease_dir, "unreadable", "symbolic link"),
+    ],
+    ids=["truncated-manifest", "sidecar-digest", "nan-lease", "symlinked-lease-dir"],
+)
+async def test_bad_bytes_refuse_the_open_and_nothing_is_written_or_deleted(root, tamper, kind, says):
+    svc = service(root)
+    sid = (await svc.create("Bad bytes")).session_id
+    await one_turn(svc, sid)
+    await svc.close(sid)
+    tamper(root, sid)
+    before = _tree(root)
+    for mode in ("auto", "resume", "join"):
+        with pytest.raises(Exception) as refused:
+            await service(root, OTHER).open(sid, mode)
+        assert error_kind(refused.value) == kind, (mode, refused.value)
+        assert says in str(refused.value) and str(root) not in str(refused.value)
+    assert _tree(root) == before

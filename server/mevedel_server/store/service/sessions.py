@@ -288,6 +288,11 @@ class SessionService:
         took_over = (
             record is not None and not own and observation.standing is LeaseStanding.EXPIRED
         )
+        # The committed state is read and checked before the lease is
+        # claimed: a session whose bytes cannot be trusted is refused without
+        # a single write to it.
+        snapshot = await read_committed(self.target, session_id)
+        conversation = await self._conversation_of(snapshot)
         lease = await acquire_lease(
             self.target,
             session_id,
@@ -295,15 +300,17 @@ class SessionService:
             duration_seconds=self.lease_seconds,
             confirm_takeover=confirm_takeover,
         )
-        try:
-            paths = SessionPaths(session_id)
-            head = lease.publication_head
-            manifest = await load_manifest(self.target, paths, head) if head else None
-            snapshot = CommittedSnapshot(self.target, paths, lease.generation, head, manifest)
-            conversation = await self._conversation_of(snapshot)
-        except BaseException:
-            await _release_quietly(lease)
-            raise
+        if lease.publication_head != snapshot.head:  # a save landed in between
+            try:
+                paths = SessionPaths(session_id)
+                head = lease.publication_head
+                manifest = await load_manifest(self.target, paths, head) if head else None
+                conversation = await self._conversation_of(
+                    CommittedSnapshot(self.target, paths, lease.generation, head, manifest)
+                )
+            except BaseException:
+                await _release_quietly(lease)
+                raise
         self._clock_from(lease.now)
         session = self._new_open(conversation, lease=lease)
         self._sessions[session_id] = session
