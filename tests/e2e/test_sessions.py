@@ -209,3 +209,15 @@ async def test_a_second_server_joins_read_only_and_its_writes_are_refused(client
         assert [t["turn"] for t in turns["turns"]] == [1, 2]
     finally:
         await second.shutdown_session()
+
+
+async def test_shutdown_saves_and_releases_open_sessions(workspace):
+    server = await SERVER.start()
+    await server.initialize_session(initialize_params(workspace))
+    sid = (await request(server, methods.SESSION_CREATE, {}))["sessionId"]
+    await request(server, methods.TURN_BEGIN, {"prompt": "unfinished at shutdown"})
+    await server.shutdown_session()
+    observed = await observe_lease(LocalTarget(workspace), sid)
+    assert observed.record is not None and observed.record.state.value == "released"
+    reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
+    assert [t.state for t in await reader.turns(sid)] == ["in-flight"]

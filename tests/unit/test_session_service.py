@@ -471,3 +471,25 @@ async def test_bad_bytes_refuse_the_open_and_nothing_is_written_or_deleted(root,
         assert error_kind(refused.value) == kind, (mode, refused.value)
         assert says in str(refused.value) and str(root) not in str(refused.value)
     assert _tree(root) == before
+
+
+async def test_session_files_written_before_the_first_save_do_not_block_it(root):
+    svc = service(root)
+    sid = (await svc.create()).session_id
+    local = root / ".mevedel" / "sessions" / sid / "local" / "plans"
+    local.mkdir(parents=True)  # work://plans/... written through the resolver
+    (local / "plan.md").write_text("step\n")
+    await one_turn(svc, sid)
+    assert (await committed(root, sid)).sidecar.total_turn_count == 1
+    assert (local / "plan.md").read_text() == "step\n"
+    # A directory that already has a lease is someone else's session.
+    other = service(root, OTHER)
+    from mevedel_server.store import SessionOccupied
+
+    clash = await other.create()
+    taken = root / ".mevedel" / "sessions" / clash.session_id
+    (taken / ".lease").mkdir(parents=True)
+    (taken / ".lease" / "generation-00000000000000000001.json").write_bytes(b"{}")
+    await other.begin_turn(clash.session_id, "x")
+    with pytest.raises(SessionOccupied):
+        await other.settle(clash.session_id)

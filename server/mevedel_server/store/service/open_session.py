@@ -24,10 +24,10 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...targets import ControlProgram, MakeDirs, Status, Target, TargetError, raise_for_result
+from ...targets import ControlProgram, ListDir, MakeDirs, Status, Target, TargetError, raise_for_result
 from ..errors import LeaseLost, PublicationFailed, PublicationPending, SessionOccupied, StoreError
-from ..layout import SessionPaths
-from ..lease import ClientIdentity, LeaseHandle, acquire_lease, read_lease_head
+from ..layout import SessionPaths, generation_numbers
+from ..lease import ClientIdentity, LeaseHandle, acquire_lease
 from ..publication import Publisher
 from ..turns import Conversation, SaveCandidate
 from ..workspace import materialize_session
@@ -218,10 +218,9 @@ class OpenSession:
             await materialize_session(self.target, self.session_id)
         except SessionOccupied:
             # The directory may hold only this session's own work:// files
-            # (written before the first save); anything with a lease is
-            # somebody else's session.
-            observed = await read_lease_head(self.target, self.session_id)
-            if observed.generation != 0:
+            # (written before the first save); anything with a lease
+            # generation or a publication is somebody else's session.
+            if await _has_store_records(self.target, self.paths):
                 raise
             await materialize_session_controls(self.target, self.paths)
         self.materialized = True
@@ -258,6 +257,21 @@ class OpenSession:
         await self.stop_renewal()
         if self.lease is not None and not self.lease.lost and not self.lease.released and self.read_only is None:
             await self.lease.release()
+
+
+async def _has_store_records(target: Target, paths: SessionPaths) -> bool:
+    ops = [ListDir(paths.lease_dir, optional=True), ListDir(paths.publications_dir, optional=True)]
+    result = await target.run(ControlProgram(ops))
+    for op, op_result in zip(ops, result):
+        if op_result.status is Status.ABSENT:
+            continue
+        raise_for_result(op, op_result)
+        names = [name for name in op_result.value if not name.startswith(".")]
+        if op is ops[0] and generation_numbers(names):
+            return True
+        if op is ops[1] and names:
+            return True
+    return False
 
 
 async def materialize_session_controls(target: Target, paths: SessionPaths) -> None:
