@@ -20,7 +20,10 @@ over) is retried once on a fresh connection.
 One asyncssh connection carries every program of a target as separate
 channels, so concurrent programs never read each other's answers. A dropped
 connection is re-established on the next program with exponential backoff,
-for a bounded number of attempts. The target clock is the remote
+for a bounded number of attempts. The interpreter's real path, reported when
+the root is pinned, replaces the configured command name for later programs
+(skipping version-manager shims); a program that finds it gone (exit status
+126/127: nothing ran) falls back to the name once. The target clock is the remote
 filesystem's (``Clock`` operations run remotely); this client's wall clock
 never enters a reading.
 """
@@ -135,6 +138,14 @@ class SshTarget(ProgramTarget):
         from the user's OpenSSH configuration. An unknown or changed host
         key raises :class:`HostKeyRefused`. A missing, symlinked or
         non-directory root raises the same errors as :class:`LocalTarget`.
+
+        ``python`` names the remote interpreter (3.7 or later).
+        ``reconnect_attempts`` bounds the connection attempts after a drop,
+        spaced ``reconnect_delay`` seconds and doubling. ``program_timeout``
+        bounds one program, lock waits included (``None``: no bound; a
+        program cut off by it raises :class:`TargetUnavailable` with an
+        unknown outcome). At most ``max_channels`` programs run at once on
+        the connection; more wait their turn.
         """
         where = location if isinstance(location, SshLocation) else parse_ssh_location(location, root)
         options = await client_options(
@@ -272,7 +283,10 @@ class SshTarget(ProgramTarget):
                 try:
                     if self._timeout is None:
                         return await self._exchange_on(conn, request)
-                    return await asyncio.wait_for(self._exchange_on(conn, request), self._timeout)
+                    try:
+                        return await asyncio.wait_for(self._exchange_on(conn, request), self._timeout)
+                    except asyncio.TimeoutError:
+                        raise self._unavailable(f"no answer within {self._timeout:g} s", True) from None
                 except _NoInterpreter as exc:
                     if attempt or self._interpreter == self._python:
                         raise self._unavailable(str(exc), False) from None
@@ -283,8 +297,6 @@ class SshTarget(ProgramTarget):
                         self._forget(conn)
                     if attempt or not lost:
                         raise self._unavailable(str(exc), False) from None
-                except asyncio.TimeoutError:
-                    raise self._unavailable(f"no answer within {self._timeout:g} s", True) from None
                 except TargetUnavailable:
                     if conn.is_closed():
                         self._forget(conn)
