@@ -171,6 +171,15 @@ class SaveResult:
 
 
 @attrs.define
+class AbandonResult:
+    """``abandoned``: a pending publication was dropped (the committed state
+    stays as it was; the live session keeps its content for the next save)."""
+
+    session_id: str
+    abandoned: bool
+
+
+@attrs.define
 class TurnBeginParams:
     """Begin a turn with the user's prompt (its identity is reserved now)."""
 

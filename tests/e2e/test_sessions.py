@@ -221,3 +221,44 @@ async def test_shutdown_saves_and_releases_open_sessions(workspace):
     assert observed.record is not None and observed.record.state.value == "released"
     reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
     assert [t.state for t in await reader.turns(sid)] == ["in-flight"]
+
+
+async def test_a_failed_save_is_pending_until_retried_or_abandoned(client, workspace):
+    sid = (await request(client, methods.SESSION_CREATE, {}))["sessionId"]
+    await request(client, methods.TURN_BEGIN, {"prompt": "first"})
+    await request(client, methods.TURN_SETTLE, {})
+    session = workspace / ".mevedel" / "sessions" / sid
+    real = session / "publications-moved"
+
+    def break_store() -> None:
+        (session / ".publications").rename(real)
+        (session / ".publications").symlink_to(real)  # the target refuses symlinks
+
+    def mend_store() -> None:
+        (session / ".publications").unlink()
+        real.rename(session / ".publications")
+
+    break_store()
+    await request(client, methods.TURN_BEGIN, {"prompt": "second"})
+    failed = await failure(client, methods.TURN_SETTLE, {})
+    assert failed["kind"] == "publication-pending" and str(workspace) not in failed["reason"]
+    state = (await request(client, methods.SESSION_OPEN, {"sessionId": sid}))["session"]
+    assert state["pendingPublication"] and state["settledTurns"] == 2
+    assert (await failure(client, methods.TURN_BEGIN, {"prompt": "blocked"}))["kind"] == "publication-pending"
+    assert (await failure(client, methods.SESSION_RETRY_PUBLICATION, {}))["kind"] == "publication-pending"
+    mend_store()
+    retried = await request(client, methods.SESSION_RETRY_PUBLICATION, {})
+    assert retried["committed"] is True
+    assert (await failure(client, methods.SESSION_RETRY_PUBLICATION, {}))["kind"] == "conflict"
+    reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
+    assert [t.state for t in await reader.turns(sid)] == ["completed", "completed"]
+
+    break_store()
+    await request(client, methods.TURN_BEGIN, {"prompt": "third"})
+    await failure(client, methods.TURN_SETTLE, {})
+    assert (await request(client, methods.SESSION_ABANDON_PUBLICATION, {}))["abandoned"] is True
+    mend_store()
+    assert [t.turn for t in await reader.turns(sid)] == [1, 2]  # the committed state stayed
+    await request(client, methods.TURN_BEGIN, {"prompt": "fourth"})
+    await request(client, methods.TURN_SETTLE, {})
+    assert [t.turn for t in await reader.turns(sid)] == [1, 2, 3, 4]

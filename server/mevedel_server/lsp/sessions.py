@@ -222,6 +222,18 @@ async def save_session(ls: MevedelLanguageServer, params: wire.SessionParams) ->
     return _saved(await _registry(ls).service(folder).save(sid))
 
 
+async def retry_publication(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.SaveResult:
+    folder = _folder(ls, params.workspace_folder, methods.SESSION_RETRY_PUBLICATION)
+    sid = _session_id(ls, folder, params.session_id, methods.SESSION_RETRY_PUBLICATION)
+    return _saved(await _registry(ls).service(folder).retry_publication(sid))
+
+
+async def abandon_publication(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.AbandonResult:
+    folder = _folder(ls, params.workspace_folder, methods.SESSION_ABANDON_PUBLICATION)
+    sid = _session_id(ls, folder, params.session_id, methods.SESSION_ABANDON_PUBLICATION)
+    return wire.AbandonResult(sid, _registry(ls).service(folder).abandon_publication(sid))
+
+
 def _turn_target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[SessionService, str]:
     folder = _folder(ls, params.workspace_folder, method)
     return _registry(ls).service(folder), _session_id(ls, folder, params.session_id, method)
@@ -288,6 +300,16 @@ HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
     methods.SESSION_CLOSE: (wire.SessionParams, close_session, methods.COMMAND_SESSION_CLOSE),
     methods.SESSION_RENAME: (wire.SessionRenameParams, rename_session, methods.COMMAND_SESSION_RENAME),
     methods.SESSION_SAVE: (wire.SessionParams, save_session, methods.COMMAND_SESSION_SAVE),
+    methods.SESSION_RETRY_PUBLICATION: (
+        wire.SessionParams,
+        retry_publication,
+        methods.COMMAND_SESSION_RETRY_PUBLICATION,
+    ),
+    methods.SESSION_ABANDON_PUBLICATION: (
+        wire.SessionParams,
+        abandon_publication,
+        methods.COMMAND_SESSION_ABANDON_PUBLICATION,
+    ),
     methods.TURN_BEGIN: (wire.TurnBeginParams, begin_turn, methods.COMMAND_TURN_BEGIN),
     methods.TURN_CAPTURE: (wire.TurnCaptureParams, capture_file, methods.COMMAND_TURN_CAPTURE),
     methods.TURN_APPEND: (wire.TurnAppendParams, append_record, methods.COMMAND_TURN_APPEND),

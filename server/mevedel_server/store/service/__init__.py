@@ -14,6 +14,7 @@ CLI (:class:`SessionService`), with the open-session machinery it drives.
 from .errors import (
     KINDS,
     InvalidSessionInput,
+    NoPendingPublication,
     NoSuchTurn,
     SessionIncompatible,
     SessionNotOpen,
@@ -49,6 +50,7 @@ __all__ = [
     "EvidenceInput",
     "InvalidSessionInput",
     "LiveHistory",
+    "NoPendingPublication",
     "NoSuchTurn",
     "OpenMode",
     "OpenResult",

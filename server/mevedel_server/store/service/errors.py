@@ -65,6 +65,12 @@ class InvalidSessionInput(StoreError, ValueError):
         self.reason = reason
 
 
+class NoPendingPublication(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} has no pending publication to retry")
+        self.session_id = session_id
+
+
 class NoSuchTurn(StoreError):
     def __init__(self, session_id: str, turn: int, count: int) -> None:
         known = f"turns are numbered 1-{count}" if count else "it has no turns yet"
@@ -90,6 +96,7 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (SessionIncompatible, "incompatible"),
     (SidecarError, "incompatible"),
     (SessionOccupied, "conflict"),
+    (NoPendingPublication, "conflict"),
     (ConversationError, "conflict"),
     (RecordError, "unreadable"),
     (ContentError, "unreadable"),

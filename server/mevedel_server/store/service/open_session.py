@@ -32,7 +32,7 @@ from ..publication import Publisher
 from ..turns import Conversation, SaveCandidate
 from ..workspace import materialize_session
 from .clock import TargetTime
-from .errors import SessionReadOnly
+from .errors import NoPendingPublication, SessionReadOnly
 from .live_history import LiveHistory
 from .renewal import LeaseRenewal
 
@@ -174,7 +174,7 @@ class OpenSession:
         self.require_writable()
         pending = self.pending
         if pending is None:
-            raise StoreError(f"session {self.session_id}: no publication is pending")
+            raise NoPendingPublication(self.session_id)
         try:
             if self.publisher is not None and self.publisher.pending is not None:
                 outcome = await self.publisher.retry()
