@@ -494,7 +494,10 @@ class LeaseHandle:
                     self._uncertain = True
                     raise_for_result(ops[len(lead) + 2], listed)
                 latest = generation_numbers(listed.value)
-                if latest[-1] != new.generation:
+                # A released generation frees the lease at once: a claim that
+                # lands above it before this program's listing came after the
+                # release, which is done.
+                if latest[-1] != new.generation and new.state is not LeaseState.RELEASED:
                     self.lost = True
                     raise LeaseLost(self.session_id, f"generation {latest[-1]} superseded generation {new.generation}")
                 pruned = {g for g in self._known if g < new.generation - _KEPT_PREDECESSORS}
