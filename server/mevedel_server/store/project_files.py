@@ -1,0 +1,291 @@
+"""Project working-tree files a lifecycle transaction reads and restores.
+
+Every read and write of a project file goes through the session store's
+:class:`~mevedel_server.targets.Target`, which is rooted at the workspace:
+paths here are workspace-relative target paths, and a symlinked path fails
+closed in the target. Paths inside ``.mevedel/`` (the store itself) are never
+project files.
+
+- :func:`read_project_files` reads many files in one program (absent files
+  are ``None``; a file that cannot be read as a regular file is reported
+  with its reason instead).
+- :func:`converge_files` brings files to wanted content: it reads them, and
+  writes (atomic replace, or removal for an absent state) only those that
+  differ, in one program that starts with the caller's guard operations
+  (the lease proof). Reading first makes it safe to call after a program
+  whose effect is unknown: a rollback converges to the old content whatever
+  part of the restore ran.
+- :func:`index_divergence` asks the real ``git`` of a local workspace which
+  paths' index content will differ from the restored working tree.
+
+Restored files are written by the target's atomic replace, which creates
+them owner-only (mode 0600): a restore does not carry a file's permission
+bits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..targets import (
+    ControlProgram,
+    InvalidTargetPath,
+    MakeDirs,
+    Operation,
+    Read,
+    Remove,
+    Replace,
+    Status,
+    Target,
+    Verify,
+    split_target_path,
+)
+from .layout import STATE_DIR
+
+#: A target program carries at most this many file operations.
+_BATCH = 256
+_GIT_TIMEOUT = 30
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A project path that exists but cannot be read or written as a
+    regular file (a symlink, a directory, an I/O failure)."""
+
+    reason: str
+
+
+FileRead = bytes | None | Unreadable
+
+
+def project_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a project file, or None when it can."""
+    try:
+        parts = split_target_path(path)
+    except InvalidTargetPath as invalid:
+        return f"it is not a workspace-relative path ({invalid.reason})"
+    if not parts:
+        return "it names the workspace itself"
+    if parts[0] == STATE_DIR:
+        return f"it is inside {STATE_DIR}/, which holds mevedel's own state"
+    return None
+
+
+async def read_project_files(target: Target, paths: Iterable[str]) -> dict[str, FileRead]:
+    """Current content of each path: bytes, None (absent) or Unreadable."""
+    wanted = list(dict.fromkeys(paths))
+    out: dict[str, FileRead] = {}
+    for start in range(0, len(wanted), _BATCH):
+        chunk = wanted[start : start + _BATCH]
+        result = await target.run(ControlProgram([Read(p, optional=True) for p in chunk]))
+        for path, op_result in zip(chunk, result):
+            if op_result.ok:
+                out[path] = op_result.value
+            elif op_result.status is Status.ABSENT:
+                out[path] = None
+            else:
+                out[path] = Unreadable(op_result.reason or op_result.status.value)
+    return out
+
+
+@dataclass(frozen=True)
+class ConvergeOutcome:
+    #: Paths this call wrote or removed.
+    written: tuple[str, ...]
+    #: Paths that still do not hold their wanted content -> why.
+    failed: Mapping[str, str]
+    #: The guard stopped the program before anything was written.
+    guard_refused: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and self.guard_refused is None
+
+
+def _parents(path: str) -> str:
+    return "/".join(split_target_path(path)[:-1])
+
+
+def _write_ops(path: str, before: bytes | None, after: bytes | None) -> list[Operation]:
+    # The verify makes each write conditional on the content just read, in
+    # the same program: a file changed in between stops the program.
+    ops: list[Operation] = [Verify(path, before)]
+    if after is None:
+        ops.append(Remove(path))
+    else:
+        parent = _parents(path)
+        if parent:
+            ops.append(MakeDirs(parent, optional=True))
+        ops.append(Replace(path, after))
+    return ops
+
+
+async def write_files(
+    target: Target, changes: Sequence[tuple[str, bytes | None, bytes | None]], guard: Sequence[Operation] = ()
+) -> ConvergeOutcome:
+    """Write each ``(path, content before, content after)``: a verify that
+    the file still holds ``before``, then the replace (or removal for an
+    absent ``after``), in programs opened by the ``guard`` operations. A
+    guard that fails stops its program before any write."""
+    written: list[str] = []
+    failed: dict[str, str] = {}
+    for start in range(0, len(changes), _BATCH):
+        chunk = changes[start : start + _BATCH]
+        ops: list[Operation] = list(guard)
+        spans = []
+        for path, before, after in chunk:
+            first = len(ops)
+            ops += _write_ops(path, before, after)
+            spans.append((path, first, len(ops)))
+        result = await target.run(ControlProgram(ops))
+        if result.stopped_at is not None and result.stopped_at < len(guard):
+            stopped = result[result.stopped_at]
+            return ConvergeOutcome(tuple(written), failed, stopped.reason or stopped.status.value)
+        for path, first, end in spans:
+            problem = None
+            for op, op_result in zip(ops[first:end], result.results[first:end]):
+                if op_result.ok or op.optional:
+                    continue
+                if op_result.status is Status.SKIPPED:
+                    problem = "not written: an earlier write of the same program failed"
+                else:
+                    problem = op_result.reason or op_result.status.value
+                break
+            if problem is None:
+                written.append(path)
+            else:
+                failed[path] = problem
+    return ConvergeOutcome(tuple(written), failed)
+
+
+async def converge_files(
+    target: Target, wanted: Mapping[str, bytes | None], guard: Sequence[Operation] = ()
+) -> ConvergeOutcome:
+    """Give every path its wanted content (None: absent), writing only the
+    paths whose current content differs (see :func:`write_files`)."""
+    current = await read_project_files(target, wanted)
+    failed: dict[str, str] = {}
+    pending: list[tuple[str, bytes | None, bytes | None]] = []
+    for path, content in wanted.items():
+        now = current[path]
+        if isinstance(now, Unreadable):
+            failed[path] = now.reason
+        elif now != content:
+            pending.append((path, now, content))
+    outcome = await write_files(target, pending, guard)
+    return ConvergeOutcome(outcome.written, {**failed, **outcome.failed}, outcome.guard_refused)
+
+
+# Git ----------------------------------------------------------------------
+
+
+def local_workspace_root(target: Target) -> Path | None:
+    """The local directory a target is rooted at (through fault-injecting
+    wrappers), or None for a remote target. Internal: never shown."""
+    seen = 0
+    while seen < 8:
+        root = getattr(target, "root", None)
+        if isinstance(root, str):
+            return Path(root)
+        inner = getattr(target, "inner", None)
+        if inner is None:
+            return None
+        target = inner
+        seen += 1
+    return None
+
+
+@dataclass(frozen=True)
+class IndexDivergence:
+    """A path whose Git index entry will differ from the restored file."""
+
+    path: str
+    #: The index's blob id (stage 0, or the first conflict stage).
+    index_blob: str
+    #: The restored content's blob id; None when the restore removes the file.
+    restored_blob: str | None
+
+
+@dataclass(frozen=True)
+class GitCheck:
+    #: ``checked``, ``no-repository``, ``unavailable`` (git missing or
+    #: failing) or ``not-local`` (the workspace is on a remote target).
+    status: str
+    divergent: tuple[IndexDivergence, ...] = ()
+    detail: str | None = None
+
+
+def _git_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", GIT_LITERAL_PATHSPECS="1", GIT_OPTIONAL_LOCKS="0")
+    return env
+
+
+def run_git(cwd: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run the real ``git`` in ``cwd``; never raises for a non-zero exit."""
+    return subprocess.run(
+        ["git", *args], cwd=cwd, input=input, capture_output=True, env=_git_env(), timeout=_GIT_TIMEOUT, check=False
+    )
+
+
+def blob_id(content: bytes, object_format: str = "sha1") -> str:
+    """The Git blob object id of ``content``."""
+    digest = hashlib.sha256() if object_format == "sha256" else hashlib.sha1()
+    digest.update(b"blob %d\x00" % len(content))
+    digest.update(content)
+    return digest.hexdigest()
+
+
+def _index_divergence_sync(root: Path, restored: Mapping[str, bytes | None]) -> GitCheck:
+    try:
+        inside = run_git(root, "rev-parse", "--is-inside-work-tree", "--show-object-format")
+    except FileNotFoundError:
+        return GitCheck("unavailable", detail="git is not installed")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return GitCheck("unavailable", detail=f"git did not run ({exc})")
+    lines = inside.stdout.decode("utf-8", "replace").split()
+    if inside.returncode != 0 or not lines or lines[0] != "true":
+        return GitCheck("no-repository")
+    object_format = lines[1] if len(lines) > 1 else "sha1"
+    paths = sorted(restored)
+    if not paths:
+        return GitCheck("checked")
+    listed = run_git(root, "ls-files", "-s", "-z", "--", *paths)
+    if listed.returncode != 0:
+        return GitCheck("unavailable", detail=listed.stderr.decode("utf-8", "replace").strip()[:200])
+    index: dict[str, str] = {}
+    for record in listed.stdout.split(b"\x00"):
+        if not record:
+            continue
+        meta, _, name = record.partition(b"\t")
+        fields = meta.split()
+        if len(fields) != 3:
+            continue
+        path = name.decode("utf-8", "surrogateescape")
+        # Keep the first stage listed (0, or 1 in a conflict).
+        index.setdefault(path, fields[1].decode("ascii"))
+    divergent = []
+    for path in paths:
+        staged = index.get(path)
+        if staged is None:
+            continue
+        content = restored[path]
+        restored_blob = None if content is None else blob_id(content, object_format)
+        if restored_blob != staged:
+            divergent.append(IndexDivergence(path, staged, restored_blob))
+    return GitCheck("checked", tuple(divergent))
+
+
+async def index_divergence(root: Path | None, restored: Mapping[str, bytes | None]) -> GitCheck:
+    """Paths whose Git index content differs from the content a restore
+    gives them (a removed file diverges from any index entry it has).
+    ``root`` is the local workspace; None (a remote target) checks nothing."""
+    if root is None:
+        return GitCheck("not-local", detail="the workspace is not on this machine")
+    return await asyncio.to_thread(_index_divergence_sync, root, dict(restored))
