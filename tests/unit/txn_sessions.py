@@ -89,12 +89,26 @@ def snapshot_files(root: Path, paths) -> dict[str, bytes | None]:
     return {p: read(root, p) for p in paths}
 
 
-async def open_session(root: Path, *, target: Target | None = None, name: str | None = None) -> Session:
+async def open_session(
+    root: Path,
+    *,
+    target: Target | None = None,
+    name: str | None = None,
+    settings: dict | None = None,
+    attached_artifacts: tuple[str, ...] = (),
+) -> Session:
     root.mkdir(parents=True, exist_ok=True)
     target = target or LocalTarget(root)
     workspace_id = await ensure_workspace_id(target)
     session_id = await allocate_session_id(target)
-    conversation = Conversation.new(session_id=session_id, workspace_id=workspace_id, at=AT, display_name=name)
+    conversation = Conversation.new(
+        session_id=session_id,
+        workspace_id=workspace_id,
+        at=AT,
+        display_name=name,
+        settings=settings,
+        attached_artifacts=attached_artifacts,
+    )
     await materialize_session(target, session_id)
     lease = await acquire_lease(target, session_id, ME, duration_seconds=3600)
     return Session(root, target, session_id, conversation, lease, Publisher(lease))
@@ -116,6 +130,10 @@ async def committed_view(root: Path, session_id: str) -> tuple[int, list[str]] |
         return None
     conversation = Conversation.restore(await snapshot.read_all())
     return conversation.sidecar.total_turn_count, [e.preview for e in conversation.prompt_index()]
+
+
+async def read_committed_head(root: Path, session_id: str) -> str | None:
+    return (await read_committed(LocalTarget(root), session_id)).head
 
 
 def git(root: Path, *args: str) -> str:

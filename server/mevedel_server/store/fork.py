@@ -1,0 +1,522 @@
+"""Conversation Fork: a new session whose transcript ends at a settled
+response of the source, and the variants of a fork point.
+
+The child (:func:`prepare_fork`, :func:`commit_fork`) gets its own session
+ID and displays it (naming pending, no input). Its snapshot is the source's
+committed snapshot cut after the chosen turn (:mod:`.snapshot_cut`), with
+every kept segment header naming the child; its sidecar records the fork
+origin -- source ID, the cumulative fork turn (the child's transcript holds
+every inherited turn, so the turn number already counts them), the stable
+fork-point ID (the turn's identity) and the fork type -- and copies the
+settings into its own values and the attached artifact ids (not their
+bytes). The sidecar has no tasks, queues, agents or requests, so they start
+empty by construction; the reconciliation reminder does not carry over.
+``local/`` is copied into the child except ``local/plans/``: only a plan
+accepted at the fork point survives, after its recorded hash is re-verified,
+and the sidecar keeps no accepted-plan record yet, so no plan is copied and
+the impact says so. The source is only read.
+
+Creating a child (:func:`publish_child`, shared with Save As and Worktree
+Fork): allocate an unused ID, create its directory exclusively, acquire the
+child's lease *before* any of its bytes are written, copy its ``local/``
+files behind that lease's proof, then publish one complete replacement
+snapshot -- the lease rotation naming it is the child's commit point. Until
+then a reader sees a session with nothing committed; a failure before it
+removes what was created (a crash leaves an uncommitted directory whose
+claim expires). After it, failures are reported, never rolled back.
+
+Variants (:func:`fork_variants`): the fork-point group of a response is a
+star found from persisted identity alone -- every session whose committed
+sidecar names that source and that fork-point ID (the source stores no child
+list) -- listed Source first, then direct forks oldest to newest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, Operation, Read, Remove, Stat, Status, Target, TargetError
+from .errors import SessionOccupied, StoreError
+from .layout import SessionPaths
+from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseHandle, acquire_lease, read_lease_head
+from .lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
+from .listing import survey_sessions
+from .publication import Publisher, read_committed
+from .recovery import run_guarded
+from .rewind import TurnLabel, plan_time
+from .sidecar import (
+    SIDECAR_PATH,
+    ForkOrigin,
+    ForkType,
+    NamingState,
+    PromptEntry,
+    Sidecar,
+    SidecarError,
+    WorktreeOrigin,
+    decode_prompt_lines,
+    load_sidecar,
+    prompt_page_path,
+)
+from .snapshot_cut import Boundary, CommittedState, checked, cut_snapshot, load_committed_state, locate
+from .turns import Conversation
+from .workspace import allocate_session_id, check_session_id, materialize_session
+
+LOCAL_DIR = "local"
+PLANS_DIR = "plans"
+NO_PLAN_RECORD = "the source records no accepted plan, so no local/plans/ file was copied"
+
+
+# local/ --------------------------------------------------------------------------
+
+
+async def read_local(target: Target, paths: SessionPaths, *, skip_plans: bool) -> dict[str, bytes]:
+    """Every file under the session's ``local/`` (paths relative to it),
+    optionally without ``local/plans/``. A symlink or special file refuses."""
+    files: dict[str, bytes] = {}
+    pending = [""]
+    base = paths.inside(LOCAL_DIR)
+    while pending:
+        batch, pending = pending[:64], pending[64:]
+        listings = await target.run(ControlProgram([ListDir(f"{base}/{d}" if d else base, optional=True) for d in batch]))
+        entries: list[str] = []
+        for directory, listed in zip(batch, listings):
+            if listed.status is Status.ABSENT:
+                continue
+            if not listed.ok:
+                raise LifecycleRefused(paths.session_id, f"local/{directory} cannot be listed ({listed.reason})", kind="unreadable")
+            for name in listed.value:
+                rel = f"{directory}/{name}" if directory else name
+                if skip_plans and rel == PLANS_DIR:
+                    continue
+                entries.append(rel)
+        if not entries:
+            continue
+        stats = await target.run(ControlProgram([Stat(f"{base}/{rel}", optional=True) for rel in entries]))
+        regular = []
+        for rel, stat in zip(entries, stats):
+            if stat.status is Status.ABSENT:
+                continue
+            if not stat.ok or stat.value.kind == "other":
+                why = stat.reason if not stat.ok else "not a regular file or directory"
+                raise LifecycleRefused(paths.session_id, f"local/{rel} cannot be copied ({why})", kind="unreadable")
+            (pending if stat.value.kind == "directory" else regular).append(rel)
+        reads = await target.run(ControlProgram([Read(f"{base}/{rel}", optional=True) for rel in regular]))
+        for rel, read in zip(regular, reads):
+            if read.ok:
+                files[rel] = read.value
+            elif read.status is not Status.ABSENT:
+                raise LifecycleRefused(paths.session_id, f"local/{rel} cannot be read ({read.reason})", kind="unreadable")
+    return dict(sorted(files.items()))
+
+
+def local_hashes(files: Mapping[str, bytes]) -> dict[str, str]:
+    return {f"{LOCAL_DIR}/{rel}": content_hash(data) for rel, data in files.items()}
+
+
+def _local_ops(paths: SessionPaths, files: Mapping[str, bytes]) -> list[Operation]:
+    ops: list[Operation] = []
+    made: set[str] = set()
+    for rel, data in files.items():
+        parent = "/".join(rel.split("/")[:-1])
+        directory = paths.inside(f"{LOCAL_DIR}/{parent}" if parent else LOCAL_DIR)
+        if directory not in made:
+            ops.append(MakeDirs(directory, optional=True))
+            made.add(directory)
+        ops.append(CreateExclusive(paths.inside(f"{LOCAL_DIR}/{rel}"), data))
+    return ops
+
+
+# Publishing a child ------------------------------------------------------------
+
+
+@dataclass
+class ChildSession:
+    """A child session that committed its first publication."""
+
+    session_id: str
+    head: str | None
+    #: The child's conversation as committed (a fresh object to adopt).
+    conversation: Conversation
+    #: The child's lease while the caller keeps it (None once released).
+    lease: LeaseHandle | None
+    publisher: Publisher | None
+    #: A failure after the commit point (reported, never rolled back).
+    warning: str | None = None
+
+
+async def remove_session_tree(target: Target, paths: SessionPaths) -> None:
+    """Best-effort removal of a child that never committed."""
+    removals: list[str] = []
+    pending = [paths.root]
+    while pending:
+        directory = pending.pop()
+        listed = (await target.run(ControlProgram([ListDir(directory, optional=True)])))[0]
+        if not listed.ok:
+            continue
+        stats = await target.run(ControlProgram([Stat(f"{directory}/{n}", optional=True) for n in listed.value]))
+        for name, stat in zip(listed.value, stats):
+            path = f"{directory}/{name}"
+            if stat.ok and stat.value.kind == "directory":
+                pending.append(path)
+                removals.append(path)
+            else:
+                removals.append(path)
+        removals.append(directory)
+    # Deepest first: a directory goes after its contents.
+    ordered = sorted(set(removals), key=lambda p: (-p.count("/"), p))
+    try:
+        await target.run(ControlProgram([Remove(p, optional=True) for p in ordered]))
+    except TargetError:
+        pass
+
+
+async def publish_child(
+    target: Target,
+    client: ClientIdentity,
+    build: Callable[[str, int], Mapping[str, bytes]],
+    *,
+    at: int = 0,
+    local_files: Mapping[str, bytes] = {},
+    live_ids: Sequence[str] = (),
+    lease_seconds: int = DEFAULT_LEASE_SECONDS,
+    keep_lease: bool = False,
+) -> ChildSession:
+    """Create a child session from ``build(child_id, created_at)``'s
+    snapshot (see the module); ``created_at`` is the later of ``at`` and the
+    target clock the child's claim read. ``keep_lease`` hands the child's
+    lease to the caller (to open the child as its live session) instead of
+    releasing it."""
+    child_id = await allocate_session_id(target, live_ids=live_ids)
+    paths = SessionPaths(child_id)
+    lease: LeaseHandle | None = None
+    try:
+        await materialize_session(target, child_id)
+    except SessionOccupied:
+        raise  # somebody else's directory: never remove it
+    except (StoreError, TargetError):
+        await remove_session_tree(target, paths)
+        raise
+    try:
+        lease = await acquire_lease(target, child_id, client, duration_seconds=lease_seconds)
+        artifacts = dict(build(child_id, max(at, lease.now)))
+        conversation = checked(artifacts)
+        if local_files:
+            ops = _local_ops(paths, local_files)
+            result, proof = await run_guarded(lease, ops)
+            if result.stopped_at is not None:
+                failed = result[result.stopped_at]
+                where = ops[result.stopped_at - proof].path
+                raise StoreError(f"session {child_id}: copying {where[len(paths.root) + 1:]} failed ({failed.reason or failed.status.value})")
+        publisher = Publisher(lease)
+        outcome = await publisher.publish(artifacts, replace=True)
+    except (StoreError, TargetError):
+        if not _committed(lease):
+            await remove_session_tree(target, paths)
+        raise
+    warning = None
+    if not keep_lease:
+        try:
+            await lease.release()
+        except (StoreError, TargetError) as error:
+            warning = f"the child's lease was not released ({error}); it expires on its own"
+    return ChildSession(child_id, outcome.head, conversation, lease if keep_lease else None, publisher if keep_lease else None, warning)
+
+
+def _committed(lease: LeaseHandle | None) -> bool:
+    return lease is not None and lease.publication_head is not None
+
+
+# Fork ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForkImpact:
+    session_id: str
+    fork_type: ForkType
+    #: The response the child's transcript ends at.
+    response: TurnLabel
+    fork_point_id: str
+    #: Turns the child inherits (the cumulative fork turn).
+    turns: int
+    settings: Mapping[str, str | int | bool]
+    attached_artifacts: tuple[str, ...]
+    #: ``local/`` files the child gets (relative to ``local/``).
+    local_files: tuple[str, ...]
+    #: What happens to ``local/plans/``.
+    plans_note: str
+    token: StateToken
+
+
+def check_fork_point(state: CommittedState, turn: int) -> PromptEntry:
+    sid = state.session_id
+    sidecar = state.sidecar
+    total = sidecar.total_turn_count
+    if type(turn) is not int or not 1 <= turn <= total:
+        known = f"its settled responses are turns 1-{total}" if total else "it has no settled response"
+        raise LifecycleRefused(sid, f"there is no settled response at turn {turn!r} ({known})", kind="invalid-params")
+    origin = sidecar.fork
+    if origin is not None and turn <= origin.turn:
+        raise LifecycleRefused(
+            sid,
+            f"turn {turn} was inherited from session {origin.session_id}; fork it from that session instead",
+        )
+    return state.conversation.prompt_index()[turn - 1]
+
+
+def fork_sidecar_changes(
+    state: CommittedState, child_id: str, entry: PromptEntry, fork_type: ForkType, at: int, worktree: WorktreeOrigin | None
+) -> dict[str, object]:
+    sidecar = state.sidecar
+    return dict(
+        session_id=child_id,
+        display_name=None,
+        naming_state=NamingState.PENDING,
+        naming_input=None,
+        created_at=at,
+        updated_at=at,
+        fork=ForkOrigin(fork_type=fork_type, session_id=state.session_id, turn=entry.turn, fork_point_id=entry.turn_id),
+        worktree=worktree,
+        settings=dict(sidecar.settings),
+        attached_artifacts=list(sidecar.attached_artifacts),
+        reconciliation_pending=False,
+    )
+
+
+async def prepare_fork(target: Target, session_id: str, turn: int, *, at: int | None = None) -> ForkImpact:
+    """The impact of a Conversation Fork after the response of ``turn``."""
+    check_session_id(session_id)
+    state = await load_committed_state(target, session_id)
+    entry = check_fork_point(state, turn)
+    local = await read_local(target, state.snapshot.paths, skip_plans=True)
+    when = plan_time(state, at)
+    token = StateToken.make(
+        op="fork",
+        session_id=session_id,
+        lease_generation=state.snapshot.lease_generation,
+        lease_client=state.lease_client,
+        head=state.head,
+        at=when,
+        subject={"turn": turn, "fork_point_id": entry.turn_id, "fork_type": ForkType.CONVERSATION.value},
+        files=local_hashes(local),
+    )
+    sidecar = state.sidecar
+    return ForkImpact(
+        session_id,
+        ForkType.CONVERSATION,
+        TurnLabel.of(entry),
+        entry.turn_id,
+        entry.turn,
+        dict(sidecar.settings),
+        tuple(sidecar.attached_artifacts),
+        tuple(local),
+        NO_PLAN_RECORD,
+        token,
+    )
+
+
+async def recheck_lease(target: Target, token: StateToken) -> CommittedState:
+    """The source's committed state, provided its head and lease are the
+    ones the prepare saw (the same holder renewing is not a move)."""
+    observed = await read_lease_head(target, token.session_id)
+    moved = []
+    if observed.publication_head != token.head:
+        moved.append("the source's committed head moved")
+    record = observed.record
+    if observed.generation < token.lease_generation or (
+        observed.generation != token.lease_generation and (record is None or record.client_id != token.lease_client)
+    ):
+        moved.append(f"the source's lease moved from generation {token.lease_generation} to {observed.generation}")
+    if moved:
+        raise StaleState(token.session_id, moved)
+    state = await load_committed_state(target, token.session_id)
+    if state.head != token.head:
+        raise StaleState(token.session_id, ["the source's committed head moved"])
+    return state
+
+
+async def recheck_source(target: Target, token: StateToken) -> tuple[CommittedState, PromptEntry, dict[str, bytes]]:
+    """The source exactly as the fork's prepare saw it, or StaleState."""
+    state = await recheck_lease(target, token)
+    turn = token.subject.get("turn")
+    entry = check_fork_point(state, turn)  # type: ignore[arg-type]
+    if entry.turn_id != token.subject.get("fork_point_id"):
+        raise StaleState(token.session_id, [f"turn {turn} is no longer the response that was chosen"])
+    local = await read_local(target, state.snapshot.paths, skip_plans=True)
+    hashes = local_hashes(local)
+    moved = moved_files(token.files, hashes) + [f"{path} was created" for path in hashes if path not in token.files]
+    if moved:
+        raise StaleState(token.session_id, moved)
+    return state, entry, local
+
+
+def child_snapshot(
+    state: CommittedState,
+    entry: PromptEntry,
+    changes: Callable[[str, int], dict[str, object]],
+    retarget: Callable[[str], str] | None = None,
+) -> Callable[[str], Mapping[str, bytes]]:
+    """The builder of a fork child's snapshot (given its new ID)."""
+    cut = locate(state.conversation, Boundary.after(entry.turn))
+
+    def build(child_id: str, at: int) -> Mapping[str, bytes]:
+        return cut_snapshot(state.artifacts, state.conversation, cut, changes(child_id, at), retarget=retarget)
+
+    return build
+
+
+@dataclass
+class ForkResult:
+    child: ChildSession
+    source_id: str
+    fork_point_id: str
+    turns: int
+    plans_note: str
+
+
+async def commit_fork(
+    target: Target,
+    token: StateToken | str,
+    client: ClientIdentity,
+    *,
+    live_ids: Sequence[str] = (),
+    lease_seconds: int = DEFAULT_LEASE_SECONDS,
+    keep_lease: bool = False,
+) -> ForkResult:
+    """Recheck the source and create the Conversation Fork child."""
+    parsed = StateToken.parse(token, "fork")
+    if parsed.subject.get("fork_type") != ForkType.CONVERSATION.value:
+        raise InvalidToken("it is not a conversation fork")
+    state, entry, local = await recheck_source(target, parsed)
+    build = child_snapshot(
+        state, entry, lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.CONVERSATION, at, None)
+    )
+    child = await publish_child(
+        target, client, build, at=parsed.at, local_files=local, live_ids=live_ids, lease_seconds=lease_seconds, keep_lease=keep_lease
+    )
+    return ForkResult(child, state.session_id, entry.turn_id, entry.turn, NO_PLAN_RECORD)
+
+
+# Variants -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    source_id: str
+    fork_point_id: str
+    turn: int
+
+
+@dataclass(frozen=True)
+class Variant:
+    session_id: str
+    #: ``source``, or the fork type of a child (``conversation``, ``worktree``).
+    role: str
+    display_name: str
+    created_at: int
+    latest_preview: str | None
+    worktree_branch: str | None
+    worktree_directory: str | None
+    is_current: bool
+
+
+@dataclass(frozen=True)
+class VariantGroup:
+    point: ForkPoint
+    #: None when the source is gone or no longer holds the exact point.
+    source: Variant | None
+    #: Direct forks, oldest first.
+    forks: tuple[Variant, ...]
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """Source first, then the forks oldest to newest."""
+        return ((self.source,) if self.source else ()) + self.forks
+
+
+async def _sidecar_and_prompts(target: Target, session_id: str) -> tuple[Sidecar, list[PromptEntry]] | None:
+    """A session's committed sidecar and prompt index (not its transcript)."""
+    try:
+        snapshot = await read_committed(target, session_id)
+    except StoreError:
+        return None
+    if snapshot.manifest is None or SIDECAR_PATH not in snapshot.manifest.entries:
+        return None
+    sidecar = load_sidecar(await snapshot.read(SIDECAR_PATH))
+    pages = [prompt_page_path(k) for k in range(1, sidecar.layout.prompt_pages + 1)]
+    data = await snapshot.read_many(pages)
+    lines = [line + b"\n" for page in pages for line in data[page][:-1].split(b"\n")]
+    return sidecar, decode_prompt_lines(lines)
+
+
+def _variant(session_id: str, sidecar: Sidecar, role: str, current: str) -> Variant:
+    worktree = sidecar.worktree
+    return Variant(
+        session_id,
+        role,
+        sidecar.display_name or session_id,
+        sidecar.created_at,
+        sidecar.latest_user_message,
+        worktree.branch if worktree else None,
+        worktree.directory if worktree else None,
+        session_id == current,
+    )
+
+
+async def fork_variants(target: Target, session_id: str, turn: int) -> VariantGroup:
+    """The fork-point group of the response at ``turn`` of ``session_id``."""
+    check_session_id(session_id)
+    found = await _sidecar_and_prompts(target, session_id)
+    if found is None:
+        raise LifecycleRefused(session_id, "nothing is committed yet", kind="missing-target")
+    sidecar, prompts = found
+    if type(turn) is not int or not 1 <= turn <= sidecar.total_turn_count:
+        raise LifecycleRefused(session_id, f"there is no settled response at turn {turn!r}", kind="invalid-params")
+    point_id = prompts[turn - 1].turn_id
+    owner, owner_facts = session_id, found
+    # An inherited response belongs to the session it was inherited from.
+    for _ in range(32):
+        origin = owner_facts[0].fork if owner_facts else None
+        if origin is None or turn > origin.turn:
+            break
+        owner = origin.session_id
+        owner_facts = await _sidecar_and_prompts(target, owner)
+        if owner_facts is None:
+            break
+    source: Variant | None = None
+    if owner_facts is not None:
+        owner_prompts = owner_facts[1]
+        if len(owner_prompts) >= turn and owner_prompts[turn - 1].turn_id == point_id and owner_facts[0].total_turn_count >= turn:
+            source = _variant(owner, owner_facts[0], "source", session_id)
+    forks = await _direct_forks(target, owner, point_id, turn, session_id)
+    return VariantGroup(ForkPoint(owner, point_id, turn), source, forks)
+
+
+async def _direct_forks(target: Target, source_id: str, point_id: str, turn: int, current: str) -> tuple[Variant, ...]:
+    surveys, _now = await survey_sessions(target)
+    wanted = [
+        s for s in surveys if s.manifest is not None and s.paths is not None and SIDECAR_PATH in s.manifest.entries and s.name != source_id
+    ]
+    forks: list[tuple[int, str, Variant]] = []
+    for start in range(0, len(wanted), 64):
+        chunk = wanted[start : start + 64]
+        reads = await target.run(
+            ControlProgram([Read(s.paths.inside(s.manifest.entries[SIDECAR_PATH].published), optional=True) for s in chunk])  # type: ignore[union-attr]
+        )
+        for survey, read in zip(chunk, reads):
+            entry = survey.manifest.entries[SIDECAR_PATH]  # type: ignore[union-attr]
+            if not read.ok or len(read.value) != entry.size or hashlib.sha256(read.value).hexdigest() != entry.sha256:
+                continue
+            try:
+                sidecar = load_sidecar(read.value)
+            except SidecarError:
+                continue
+            origin = sidecar.fork
+            if origin is None or origin.session_id != source_id or origin.fork_point_id != point_id or origin.turn != turn:
+                continue
+            if sidecar.total_turn_count < turn:
+                continue  # rewound past its fork point
+            variant = _variant(survey.name, sidecar, origin.fork_type.value, current)
+            forks.append((sidecar.created_at, survey.name, variant))
+    return tuple(v for _c, _n, v in sorted(forks, key=lambda f: (f[0], f[1])))

@@ -1,0 +1,409 @@
+"""Redo: restore one of the session's superseded published heads.
+
+Every committed head is an immutable publication, so the state a Rewind
+moved away from is still on disk, complete and hash-verified. :func:`redo_states`
+lists the retained publications (``.publications/*/manifest.json`` that
+decode and name their own directory, whose sidecar bytes match the manifest
+and load) as *turn states*: grouped by the settled turn count and the turn
+identity of the last settled turn (the fork point their sidecar records),
+the newest generation of each group, heads captured mid-turn dropped, and
+the state the session is in now dropped too. Rows are labelled like the
+Rewind picker (:func:`~.rewind.prompt_label`).
+
+:func:`prepare_redo` reads only immutable bytes: the chosen head, verified
+entirely, and the current head. The replacement is the chosen snapshot with
+the current display name (a name is the session's, not a turn's) and a new
+``updated_at``. Files: the turns both states share are the common prefix;
+every path the current state touched after it goes back to its content at
+the prefix, and every path the chosen state touched after it gets the
+content the chosen state recorded last (its post-turn content; a path whose
+last record has none is a gap). :func:`commit_redo` is Rewind's in-place
+transaction (:func:`~.rewind.commit_in_place`): the same recheck, journal,
+restore and one ``replace`` publication, so the head it moves away from is
+retained in turn and redo composes in both directions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..targets import ControlProgram, ListDir, Read, Stat, Status, Target, raise_for_result
+from .layout import MANIFEST_NAME, SessionPaths, head_path
+from .lease import read_lease_head
+from .lifecycle_token import InvalidToken, LifecycleRefused, StateToken
+from .listing import decode_manifest
+from .publication import Publisher
+from .records import HEAD_PATTERN, PublicationManifest, RecordError
+from .recovery import artifacts_digest, require_no_recovery
+from .rewind import (
+    FROM_TARGET,
+    ExternalChange,
+    FileRestore,
+    InPlacePlan,
+    InPlaceResult,
+    KnownGap,
+    Planned,
+    TurnLabel,
+    commit_in_place,
+    contents,
+    files_at,
+    plan_for,
+    plan_time,
+    refuse_in_flight,
+    refuse_live,
+    remember_plan,
+    survey_files,
+    _root_for,
+)
+from .project_files import GitCheck
+from .sidecar import SIDECAR_PATH, PromptEntry, Sidecar, SidecarError, TurnFiles, decode_prompt_lines, load_sidecar, prompt_page_path
+from .snapshot_cut import CommittedState, Side, checked, load_committed_state, replaced_sidecar, sidecar_bytes, state_at_head
+from .turns import Conversation
+from .workspace import check_session_id
+
+_BATCH = 64
+#: Fields of the current sidecar that a redo keeps (the session's name is
+#: not turn state).
+KEPT_FIELDS = ("display_name", "naming_state", "naming_input")
+
+
+@dataclass(frozen=True)
+class TurnState:
+    """One restorable state of the session."""
+
+    publication_id: str
+    head: str
+    turn_count: int
+    #: The last settled turn (None: the state has no turn).
+    last_turn: TurnLabel | None
+    updated_at: int
+
+    @property
+    def label(self) -> str:
+        return self.last_turn.label if self.last_turn else "the empty session (no turns)"
+
+
+@dataclass(frozen=True)
+class SkippedHead:
+    publication_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RedoStates:
+    session_id: str
+    current_head: str | None
+    #: Newest first.
+    states: tuple[TurnState, ...]
+    #: Publications that could not be judged (unreadable or unverifiable).
+    skipped: tuple[SkippedHead, ...] = ()
+
+
+@dataclass
+class _Head:
+    publication_id: str
+    manifest: PublicationManifest
+    mtime: int
+    sidecar: Sidecar | None = None
+    last: PromptEntry | None = None
+
+
+async def _run_reads(target: Target, ops: list) -> list:
+    out = []
+    for start in range(0, len(ops), _BATCH):
+        out.extend((await target.run(ControlProgram(ops[start : start + _BATCH]))).results)
+    return out
+
+
+def _verified(data: bytes | None, sha256: str, size: int) -> bool:
+    return data is not None and len(data) == size and hashlib.sha256(data).hexdigest() == sha256
+
+
+async def redo_states(target: Target, session_id: str) -> RedoStates:
+    """The session's superseded heads as turn states (see the module)."""
+    paths = SessionPaths(check_session_id(session_id))
+    observed = await read_lease_head(target, session_id)
+    current = observed.publication_head
+    listing = ListDir(paths.publications_dir, optional=True)
+    listed = (await target.run(ControlProgram([listing])))[0]
+    if listed.status is Status.ABSENT:
+        return RedoStates(session_id, current, ())
+    raise_for_result(listing, listed)
+    names = [n for n in listed.value if len(n) == 32 and all(c in "0123456789abcdef" for c in n)]
+    skipped: list[SkippedHead] = []
+    ops = []
+    for name in names:
+        manifest = f"{paths.publication_dir(name)}/{MANIFEST_NAME}"
+        ops += [Read(manifest, optional=True), Stat(manifest, optional=True)]
+    results = await _run_reads(target, ops)
+    heads: list[_Head] = []
+    for index, name in enumerate(names):
+        read, stat = results[2 * index], results[2 * index + 1]
+        if read.status is Status.ABSENT:
+            continue  # an uncommitted publication: not a head
+        if not read.ok or not stat.ok:
+            skipped.append(SkippedHead(name, (read if not read.ok else stat).reason or "unreadable"))
+            continue
+        try:
+            manifest = decode_manifest(paths.label(head_path(name)), name, read.value)
+        except RecordError as error:
+            skipped.append(SkippedHead(name, str(error)))
+            continue
+        if SIDECAR_PATH not in manifest.entries:
+            skipped.append(SkippedHead(name, "the publication has no sidecar"))
+            continue
+        heads.append(_Head(name, manifest, stat.value.mtime))
+    await _read_sidecars(target, paths, heads, skipped)
+    await _read_last_prompts(target, paths, heads, skipped)
+    current_key = None
+    groups: dict[tuple[int, str | None], _Head] = {}
+    for h in heads:
+        if h.sidecar is None:
+            continue
+        key = (h.sidecar.total_turn_count, h.last.turn_id if h.last else None)
+        if head_path(h.publication_id) == current:
+            current_key = key
+            continue
+        if h.sidecar.in_flight_turn is not None:
+            continue
+        best = groups.get(key)
+        if best is None or _order(h) > _order(best):
+            groups[key] = h
+    if current_key is not None:
+        groups.pop(current_key, None)
+    states = [
+        TurnState(
+            h.publication_id,
+            head_path(h.publication_id),
+            h.sidecar.total_turn_count,  # type: ignore[union-attr]
+            TurnLabel.of(h.last) if h.last else None,
+            h.sidecar.updated_at,  # type: ignore[union-attr]
+        )
+        for h in sorted(groups.values(), key=_order, reverse=True)
+    ]
+    return RedoStates(session_id, current, tuple(states), tuple(skipped))
+
+
+def _order(h: _Head) -> tuple:
+    assert h.sidecar is not None
+    return (h.sidecar.updated_at, h.mtime, h.publication_id)
+
+
+async def _read_sidecars(target: Target, paths: SessionPaths, heads: list[_Head], skipped: list[SkippedHead]) -> None:
+    wanted: dict[str, list[_Head]] = {}
+    for h in heads:
+        wanted.setdefault(h.manifest.entries[SIDECAR_PATH].published, []).append(h)
+    published = sorted(wanted)
+    results = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in published])
+    for path, result in zip(published, results):
+        for h in wanted[path]:
+            entry = h.manifest.entries[SIDECAR_PATH]
+            if not _verified(result.value if result.ok else None, entry.sha256, entry.size):
+                skipped.append(SkippedHead(h.publication_id, "its sidecar bytes do not match the manifest"))
+                continue
+            try:
+                sidecar = load_sidecar(result.value)
+            except SidecarError as error:
+                skipped.append(SkippedHead(h.publication_id, error.reason))
+                continue
+            if sidecar.session_id != paths.session_id:
+                skipped.append(SkippedHead(h.publication_id, f"its sidecar belongs to session {sidecar.session_id}"))
+                continue
+            h.sidecar = sidecar
+
+
+async def _read_last_prompts(target: Target, paths: SessionPaths, heads: list[_Head], skipped: list[SkippedHead]) -> None:
+    wanted: dict[str, list[_Head]] = {}
+    for h in heads:
+        if h.sidecar is None or h.sidecar.total_turn_count == 0:
+            continue
+        page = prompt_page_path(h.sidecar.layout.prompt_pages)
+        entry = h.manifest.entries.get(page)
+        if entry is None:
+            skipped.append(SkippedHead(h.publication_id, f"the publication has no {page}"))
+            h.sidecar = None
+            continue
+        wanted.setdefault(entry.published, []).append(h)
+    published = sorted(wanted)
+    results = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in published])
+    for path, result in zip(published, results):
+        for h in wanted[path]:
+            assert h.sidecar is not None
+            entry = h.manifest.entries[prompt_page_path(h.sidecar.layout.prompt_pages)]
+            data = result.value if result.ok else None
+            if not _verified(data, entry.sha256, entry.size):
+                skipped.append(SkippedHead(h.publication_id, "its prompt index does not match the manifest"))
+                h.sidecar = None
+                continue
+            lines = [line + b"\n" for line in data[:-1].split(b"\n")] if data else []  # type: ignore[index]
+            try:
+                entries = decode_prompt_lines(lines)
+            except ValueError as error:
+                skipped.append(SkippedHead(h.publication_id, f"its prompt index is unreadable ({error})"))
+                h.sidecar = None
+                continue
+            # The last prompt is the settled turn's unless one is in flight.
+            settled = [e for e in entries if e.turn <= h.sidecar.total_turn_count]
+            h.last = settled[-1] if settled else None
+
+
+# Prepare and commit -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RedoImpact:
+    session_id: str
+    state: TurnState
+    #: Turns the current and the restored state share.
+    common_turns: int
+    #: The restored state's turns after the common ones, in order.
+    restored: tuple[TurnLabel, ...]
+    #: The current state's turns after the common ones, in order.
+    discarded: tuple[TurnLabel, ...]
+    restores: tuple[FileRestore, ...]
+    gaps: tuple[KnownGap, ...]
+    externally_modified: tuple[ExternalChange, ...]
+    git: GitCheck
+    token: StateToken
+
+
+def _common_prefix(a: Sequence[PromptEntry], b: Sequence[PromptEntry]) -> int:
+    count = 0
+    for x, y in zip(a, b):
+        if x.turn_id != y.turn_id:
+            break
+        count += 1
+    return count
+
+
+def _chosen_files(files: Sequence[TurnFiles], after: int) -> tuple[dict[str, Planned], dict[str, KnownGap]]:
+    """What the chosen state recorded last for each path its turns after
+    ``after`` touched."""
+    planned: dict[str, Planned] = {}
+    gaps: dict[str, KnownGap] = {}
+    for record in sorted(files, key=lambda r: r.turn):
+        if record.turn <= after:
+            continue
+        for path, snapshot in record.files.items():
+            planned.pop(path, None)
+            gaps.pop(path, None)
+            if snapshot.post is not None:
+                planned[path] = Planned(snapshot.post, "post-turn", record.turn)
+            elif snapshot.pre is None:
+                gaps[path] = KnownGap(path, record.turn, snapshot.gap or "capture gap")
+            else:
+                gaps[path] = KnownGap(path, record.turn, f"turn {record.turn} recorded no post-turn content")
+    return planned, gaps
+
+
+@dataclass(frozen=True)
+class _RedoPlan:
+    plan: InPlacePlan
+    state: TurnState
+    common: int
+    restored: tuple[TurnLabel, ...]
+    discarded: tuple[TurnLabel, ...]
+
+
+def plan_redo(current: CommittedState, chosen_head: str, chosen: tuple, at: int) -> _RedoPlan:
+    refuse_in_flight(current, "redo")
+    sid = current.session_id
+    artifacts_t, conversation_t = chosen
+    sidecar_t = conversation_t.sidecar
+    if sidecar_t.in_flight_turn is not None:
+        raise LifecycleRefused(sid, "that head was captured mid-turn; it is a recovery state, not a turn state")
+    sidecar_c = current.sidecar
+    changes = {name: getattr(sidecar_c, name) for name in KEPT_FIELDS}
+    changes["updated_at"] = max(at, sidecar_c.updated_at, sidecar_t.updated_at)
+    artifacts = dict(artifacts_t)
+    artifacts[SIDECAR_PATH] = sidecar_bytes(replaced_sidecar(sidecar_t, changes))
+    conversation = checked(artifacts)
+    prompts_c = current.conversation.prompt_index()[: sidecar_c.total_turn_count]
+    prompts_t = conversation_t.prompt_index()[: sidecar_t.total_turn_count]
+    common = _common_prefix(prompts_c, prompts_t)
+    back, back_gaps = files_at(current.conversation.file_snapshots(), common, Side.AFTER)
+    forward, forward_gaps = _chosen_files(conversation_t.file_snapshots(), common)
+    for path in list(back):
+        if path in forward or path in forward_gaps:
+            del back[path]
+    for path in list(back_gaps):
+        if path in forward or path in forward_gaps:
+            del back_gaps[path]
+    wanted = {**contents(back, current.conversation, sid), **contents(forward, conversation_t, sid)}
+    planned = {**back, **forward}
+    gaps = {**back_gaps, **forward_gaps}
+    assert current.head is not None
+    plan = InPlacePlan(sid, current.head, artifacts, conversation, dict(sorted(wanted.items())), planned, gaps, artifacts_digest(artifacts))
+    last = prompts_t[-1] if prompts_t else None
+    state = TurnState(chosen_head.split("/")[1], chosen_head, sidecar_t.total_turn_count, TurnLabel.of(last) if last else None, sidecar_t.updated_at)
+    restored = tuple(TurnLabel.of(e) for e in prompts_t[common:])
+    discarded = tuple(TurnLabel.of(e) for e in prompts_c[common:])
+    return _RedoPlan(plan, state, common, restored, discarded)
+
+
+def _chosen_head(session_id: str, publication_id: str) -> str:
+    head = head_path(publication_id) if isinstance(publication_id, str) else ""
+    if not re.match(HEAD_PATTERN, head):
+        raise LifecycleRefused(session_id, f"{publication_id!r} is not a publication id", kind="invalid-params")
+    return head
+
+
+async def prepare_redo(
+    target: Target,
+    session_id: str,
+    publication_id: str,
+    *,
+    live: Conversation | None = None,
+    at: int | None = None,
+    workspace_root: Path | None = FROM_TARGET,
+) -> RedoImpact:
+    """The impact of restoring the turn state ``publication_id`` holds."""
+    check_session_id(session_id)
+    head = _chosen_head(session_id, publication_id)
+    await require_no_recovery(target, session_id)
+    refuse_live(session_id, live, "redo")
+    current = await load_committed_state(target, session_id)
+    if head == current.head:
+        raise LifecycleRefused(session_id, "that publication is the current state already")
+    try:
+        artifacts_t, conversation_t, _snapshot = await state_at_head(target, session_id, head)
+    except RecordError as error:
+        raise LifecycleRefused(session_id, f"publication {publication_id} cannot be restored: {error}", kind="unreadable") from None
+    when = plan_time(current, at)
+    redo = plan_redo(current, head, (artifacts_t, conversation_t), when)
+    hashes, rows, external, git = await survey_files(
+        target, redo.plan, current.conversation.file_snapshots(), _root_for(target, workspace_root)
+    )
+    token = StateToken.make(
+        op="redo",
+        session_id=session_id,
+        lease_generation=current.snapshot.lease_generation,
+        lease_client=current.lease_client,
+        head=current.head,
+        at=when,
+        subject={"publication": publication_id},
+        files=hashes,
+    )
+    remember_plan(token, redo.plan)
+    gaps = tuple(redo.plan.gaps[p] for p in sorted(redo.plan.gaps))
+    return RedoImpact(session_id, redo.state, redo.common, redo.restored, redo.discarded, rows, gaps, external, git, token)
+
+
+async def commit_redo(publisher: Publisher, token: StateToken | str, *, live: Conversation | None = None) -> InPlaceResult:
+    """Recheck what :func:`prepare_redo` saw and restore that state."""
+    parsed = StateToken.parse(token, "redo")
+    publication_id = parsed.subject.get("publication")
+    if not isinstance(publication_id, str):
+        raise InvalidToken("it names no publication")
+    head = _chosen_head(parsed.session_id, publication_id)
+
+    async def replan(state: CommittedState) -> InPlacePlan:
+        artifacts_t, conversation_t, _snapshot = await state_at_head(state.snapshot.target, state.session_id, head)
+        return plan_redo(state, head, (artifacts_t, conversation_t), parsed.at).plan
+
+    plan = await plan_for(publisher, parsed, replan)
+    return await commit_in_place(publisher, parsed, plan, operation="redo", live=live)
