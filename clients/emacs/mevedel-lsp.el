@@ -26,6 +26,15 @@
 ;;   `xref-find-definitions' opens a read-only buffer whose text is read
 ;;   through the server's `mevedel/resource/read';
 ;; - `mevedel-lsp-read-address' opens any address the same way;
+;; - sessions: `mevedel-lsp-list-sessions' (a table) and
+;;   `mevedel-lsp-open-session' (a minibuffer picker) show the server's
+;;   listing with each row's action (Switch, Resume, Join, Take over) and
+;;   open the chosen session's transcript (its `history://root'), which
+;;   `mevedel/session/didChange' keeps up to date; `mevedel-lsp-list-turns'
+;;   lists its turns; create, rename, save, close, retry or abandon a failed
+;;   publication, and abort a turn in flight, each with its command;
+;; - the server's questions (`window/showMessageRequest', such as whether
+;;   to take over a session whose lease expired) are asked in the minibuffer;
 ;; - `$/progress' shows in the echo area on eglot versions that do not show
 ;;   it themselves.
 ;;
@@ -34,6 +43,7 @@
 ;;   (require 'mevedel-lsp)
 ;;   (add-hook 'markdown-mode-hook #'mevedel-lsp-ensure)
 ;;   (add-hook 'text-mode-hook #'mevedel-lsp-ensure)
+;;   (global-set-key (kbd "C-c m") 'mevedel-lsp-command-map)
 ;;
 ;; Works with the eglot 1.9 of Debian's elpa-eglot on Emacs 28 and with the
 ;; eglot built into Emacs 29 and later.
@@ -44,6 +54,7 @@
 (require 'subr-x)
 (require 'eglot)
 (require 'jsonrpc)
+(require 'tabulated-list)
 (require 'xref)
 
 (defgroup mevedel-lsp nil
@@ -359,6 +370,78 @@ the work, so its `$/progress' shows in the echo area."
                            (number-sequence 1 total) ""))))
 
 
+;;;; Reading without waiting
+
+;; A view refreshed because the server announced a change must not wait for
+;; the server: the announcement can arrive while a `jsonrpc-request' of the
+;; user's is waiting, and jsonrpc ends a wait by throwing to it, which would
+;; cut short any wait nested inside.  So refreshes chain asynchronous
+;; requests instead.
+
+(defun mevedel-lsp--failure-text (error)
+  "The user-facing text of a JSON-RPC ERROR object (a plist)."
+  (let ((data (plist-get error :data)))
+    (if (and (plist-get data :authored) (plist-get data :reason))
+        (format "%s: %s" (plist-get data :authored) (plist-get data :reason))
+      (or (plist-get error :message) (format "%S" error)))))
+
+(defun mevedel-lsp--async (server method params then on-error)
+  "Send SERVER METHOD with PARAMS; call THEN with the result, or ON-ERROR
+with the failure's text."
+  (jsonrpc-async-request server method params
+                         :success-fn then
+                         :error-fn (lambda (error) (funcall on-error (mevedel-lsp--failure-text error)))
+                         :timeout-fn (lambda () (funcall on-error (format "%s: the server did not answer" method)))))
+
+(defun mevedel-lsp--read-document-async (server ref on-done on-error)
+  "Read all of REF's plain projection through SERVER without waiting.
+ON-DONE gets what `mevedel-lsp-read-document' returns; ON-ERROR gets
+the failure's text."
+  (let ((lines (make-hash-table)) (first nil) (total 0))
+    (cl-labels
+        ((fetch (params then) (mevedel-lsp--async server :mevedel/resource/read (append ref params) then on-error))
+         (page (offset)
+           (fetch (append (list :view "plain" :limit mevedel-lsp-read-page-lines)
+                         (and offset (list :offset offset)))
+                 #'take-page))
+         (take-page (page)
+           (unless first (setq first page))
+           (if (or (equal (plist-get page :kind) "empty") (zerop (plist-get page :totalLines)))
+               (finish)
+             (setq total (plist-get page :totalLines))
+             (cl-loop for text in (split-string (plist-get page :text) "\n")
+                      for n from (plist-get page :startLine)
+                      do (puthash n text lines))
+             (let ((next (plist-get page :nextOffset)))
+               (if (and next (<= next (plist-get page :startLine)))
+                   (funcall on-error (format "%s: the next page (%s) does not advance"
+                                             (plist-get page :canonical) next))
+                 (continue-lines (append (plist-get page :truncatedLines) nil) next)))))
+         (continue-lines (cuts next)
+           (cond (cuts (rest-of-line (plist-get (car cuts) :line) (plist-get (car cuts) :charOffset)
+                                     (lambda () (continue-lines (cdr cuts) next))))
+                 (next (page next))
+                 (t (finish))))
+         (rest-of-line (line char-offset then)
+           (fetch (list :view "plain" :offset line :limit 1 :charOffset char-offset)
+                 (lambda (piece)
+                   (puthash line (concat (gethash line lines "") (plist-get piece :text)) lines)
+                   (let ((again (seq-find (lambda (cut) (eql (plist-get cut :line) line))
+                                          (plist-get piece :truncatedLines))))
+                     (cond ((null again) (funcall then))
+                           ((<= (plist-get again :charOffset) char-offset)
+                            (funcall on-error (format "%s: line %d does not advance past character %d"
+                                                      (plist-get piece :canonical) line char-offset)))
+                           (t (rest-of-line line (plist-get again :charOffset) then)))))))
+         (finish ()
+           (funcall on-done
+                    (list :canonical (plist-get first :canonical)
+                          :kind (plist-get first :kind)
+                          :text (mapconcat (lambda (n) (concat (gethash n lines "") "\n"))
+                                           (number-sequence 1 total) "")))))
+      (page nil))))
+
+
 ;;;; Virtual documents
 
 (defvar mevedel-lsp--progress-tokens 0
@@ -399,35 +482,60 @@ the work, so its `$/progress' shows in the echo area."
     (when (consp mode) (setq mode (car mode)))
     (if (and mode (functionp mode)) mode #'fundamental-mode)))
 
-(defun mevedel-lsp--fill (buffer server uri)
-  "Fill BUFFER with the virtual document URI read through SERVER."
+(defun mevedel-lsp--replace-text (buffer text)
+  "Make TEXT the contents of read-only BUFFER, keeping every reader's place.
+The old and new text are diffed, so point and each window's point stay
+on the text they were on; a window that was at the end (following the
+conversation as it grows) stays at the end."
+  (with-current-buffer buffer
+    (let* ((inhibit-read-only t)
+           (at-end (seq-filter (lambda (window) (= (window-point window) (point-max)))
+                               (get-buffer-window-list buffer nil t)))
+           (point-at-end (= (point) (point-max)))
+           (source (generate-new-buffer " *mevedel-lsp new text*")))
+      (unwind-protect
+          (progn
+            (with-current-buffer source (insert text))
+            ;; Small budget: past it Emacs replaces the text wholesale, which
+            ;; is still correct, only without keeping places.
+            (replace-buffer-contents source 0.5))
+        (kill-buffer source))
+      (when point-at-end (goto-char (point-max)))
+      (dolist (window at-end) (set-window-point window (point-max)))
+      (set-buffer-modified-p nil))))
+
+(defun mevedel-lsp--fill (buffer server uri &optional quiet)
+  "Fill BUFFER with the virtual document URI read through SERVER.
+Unless QUIET, the read reports its `$/progress' in the echo area."
   (let ((document (mevedel-lsp-read-document
                    server (list :uri uri)
-                   (format "mevedel-read-%d" (cl-incf mevedel-lsp--progress-tokens)))))
-    (with-current-buffer buffer
-      (let ((inhibit-read-only t) (position (point)))
-        (erase-buffer)
-        (insert (plist-get document :text))
-        (goto-char (min position (point-max)))
-        (set-buffer-modified-p nil)))
+                   (unless quiet
+                     (format "mevedel-read-%d" (cl-incf mevedel-lsp--progress-tokens))))))
+    (mevedel-lsp--replace-text buffer (plist-get document :text))
     document))
 
-(defun mevedel-lsp-open-virtual (uri &optional server)
+(defun mevedel-lsp--virtual-buffer (uri)
+  "The live buffer showing the virtual document URI, if any."
+  (seq-find (lambda (b) (equal (buffer-local-value 'mevedel-lsp--uri b) uri))
+            (buffer-list)))
+
+(defun mevedel-lsp-open-virtual (uri &optional server name mode)
   "Return a read-only buffer showing the virtual document URI.
 The text is read through SERVER (default: the current mevedel-lsp server).
-A buffer already showing URI is reused."
+A buffer already showing URI is reused.  A new buffer is called NAME
+\(default: after the canonical address) and put in major MODE (default:
+the mode `auto-mode-alist' gives the canonical address)."
   (let* ((server (or server (mevedel-lsp--server)))
-         (existing (seq-find (lambda (b) (equal (buffer-local-value 'mevedel-lsp--uri b) uri))
-                             (buffer-list))))
+         (existing (mevedel-lsp--virtual-buffer uri)))
     (or existing
-        (let* ((buffer (generate-new-buffer (format "*mevedel %s*" uri)))
+        (let* ((buffer (generate-new-buffer (or name (format "*mevedel %s*" uri))))
                (document (condition-case err
                              (mevedel-lsp--fill buffer server uri)
                            (error (kill-buffer buffer) (signal (car err) (cdr err)))))
                (canonical (plist-get document :canonical)))
           (with-current-buffer buffer
-            (rename-buffer (format "*mevedel %s*" canonical) t)
-            (funcall (mevedel-lsp--major-mode-for canonical))
+            (unless name (rename-buffer (format "*mevedel %s*" canonical) t))
+            (funcall (or mode (mevedel-lsp--major-mode-for canonical)))
             (setq mevedel-lsp--uri uri
                   mevedel-lsp--origin-server server)
             (mevedel-lsp-virtual-mode 1)
@@ -496,6 +604,542 @@ MAKE-MATCH is the original, called with NAME URI RANGE for any other URI."
 
 (defvar mevedel-lsp-address-history nil
   "Addresses given to `mevedel-lsp-read-address'.")
+
+
+;;;; Sessions
+
+;; The server owns sessions (its `mevedel/session/*' requests); these
+;; commands only show what it lists and send what the user picked.  A
+;; session's transcript view is the virtual document of its
+;; `history://root', read like any other; `mevedel/session/didChange'
+;; re-reads the views of the session that changed.
+
+(defcustom mevedel-lsp-question-timeout 600
+  "Seconds to wait for a request that may ask you something.
+Opening a session whose previous holder's lease expired asks whether
+to take it over; the server waits for your answer, and so does Emacs."
+  :type 'natnum)
+
+(defvar mevedel-lsp-session-change-functions nil
+  "Abnormal hook run for every `mevedel/session/didChange'.
+Each function gets the server and the notification's params plist
+\(:workspaceFolder :sessionId :reason :settledTurns :access).")
+
+(defconst mevedel-lsp--open-modes
+  '(("Switch" . "auto") ("Resume" . "resume") ("Join" . "join") ("Take over" . "takeover"))
+  "The `mevedel/session/open' mode for each action the listing offers.")
+
+(defvar-local mevedel-lsp--session-id nil
+  "The session a transcript, turns list or turn buffer belongs to.")
+
+(defun mevedel-lsp--object (&rest plist)
+  "PLIST as a JSON object, {} when empty (nil would be sent as null)."
+  (or (cl-loop for (key value) on plist by #'cddr
+               when value append (list key value))
+      (make-hash-table)))
+
+(defun mevedel-lsp-uri-session (uri)
+  "The session id a virtual URI carries, or nil when it names none."
+  (when (mevedel-lsp-virtual-uri-p uri)
+    (let ((session (nth 1 (split-string (substring uri (1+ (length mevedel-lsp-virtual-scheme)))
+                                        "/" t))))
+      (and session (not (equal session "_")) session))))
+
+(defun mevedel-lsp--session-at-point ()
+  "The session the current buffer or listing row is about, or nil.
+nil means the server's current session."
+  (if (derived-mode-p 'mevedel-lsp-sessions-mode)
+      (let ((entry (or (tabulated-list-get-id) (user-error "No session on this line"))))
+        (when (eq (car entry) 'inspect)
+          (user-error "mevedel: %s can only be inspected: %s"
+                      (plist-get (cdr entry) :name) (plist-get (cdr entry) :reason)))
+        (plist-get (cdr entry) :sessionId))
+    (or mevedel-lsp--session-id
+        (and mevedel-lsp--uri (mevedel-lsp-uri-session mevedel-lsp--uri)))))
+
+(defun mevedel-lsp--list-sessions (server)
+  "SERVER's `mevedel/session/list' result."
+  (mevedel-lsp--request server :mevedel/session/list (mevedel-lsp--object)))
+
+(defun mevedel-lsp--transcript-name (session-id)
+  "The name of SESSION-ID's transcript buffer."
+  (format "*mevedel transcript %s*" session-id))
+
+(defun mevedel-lsp-transcript-buffer (&optional session-id server)
+  "A buffer showing SESSION-ID's transcript (`history://root'), read-only.
+SESSION-ID defaults to the server's current session.  A buffer already
+showing it is read again."
+  (let* ((server (or server (mevedel-lsp--server)))
+         (described (mevedel-lsp--request server :mevedel/address/describe
+                                          (mevedel-lsp--object :address "history://root"
+                                                               :sessionId session-id)))
+         (uri (plist-get described :uri))
+         (session (and uri (mevedel-lsp-uri-session uri))))
+    (unless session
+      (user-error "mevedel: no session is current; open one with M-x mevedel-lsp-open-session"))
+    (let ((existing (mevedel-lsp--virtual-buffer uri)))
+      (if existing
+          (progn (mevedel-lsp--fill existing server uri t)
+                 (with-current-buffer existing (setq header-line-format nil))
+                 existing)
+        (with-current-buffer (mevedel-lsp-open-virtual uri server (mevedel-lsp--transcript-name session)
+                                                       (mevedel-lsp--major-mode-for "transcript.md"))
+          (setq mevedel-lsp--session-id session)
+          (current-buffer))))))
+
+;;;###autoload
+(defun mevedel-lsp-transcript (&optional session-id)
+  "Show the transcript of SESSION-ID (default: the current session)."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (pop-to-buffer (mevedel-lsp-transcript-buffer session-id)))
+
+(defun mevedel-lsp--row-candidate (row)
+  "The completion candidate of a listing ROW (a session or inspect entry)."
+  (let* ((inspect (plist-member row :subject))
+         (name (if inspect (plist-get row :name) (plist-get row :displayName)))
+         (session (plist-get row :sessionId)))
+    (propertize (cond (inspect (format "%s (inspect only)" name))
+                      ((equal name session) session)
+                      (t (format "%s (%s)" name session)))
+                'mevedel-lsp--row row)))
+
+(defun mevedel-lsp--row-annotation (candidate)
+  "Action, turns and host of CANDIDATE's row; the reason for inspect rows."
+  (let ((row (get-text-property 0 'mevedel-lsp--row candidate)))
+    (if (plist-member row :subject)
+        (format "  %s" (plist-get row :reason))
+      (format "  [%s]  %d turn%s%s%s"
+              (plist-get row :action)
+              (plist-get row :turns)
+              (if (eql (plist-get row :turns) 1) "" "s")
+              (if-let ((host (plist-get row :holderHost))) (format "  host %s" host) "")
+              (if (eq (plist-get row :current) t) "  (current)" "")))))
+
+(defun mevedel-lsp--read-session (server)
+  "Ask for a session of SERVER's listing; return its row."
+  (let* ((listing (mevedel-lsp--list-sessions server))
+         (candidates (mapcar #'mevedel-lsp--row-candidate
+                             (append (plist-get listing :sessions) (plist-get listing :inspect) nil))))
+    (unless candidates
+      (user-error "mevedel: this workspace has no sessions yet; M-x mevedel-lsp-create-session starts one"))
+    (let ((chosen (completing-read
+                   "Open session: "
+                   (lambda (probe pred action)
+                     (if (eq action 'metadata)
+                         '(metadata (category . mevedel-session)
+                                    (annotation-function . mevedel-lsp--row-annotation)
+                                    (display-sort-function . identity))
+                       (complete-with-action action candidates probe pred)))
+                   nil t)))
+      (or (get-text-property 0 'mevedel-lsp--row (or (car (member chosen candidates)) ""))
+          (user-error "mevedel: no session %s" chosen)))))
+
+(defun mevedel-lsp--open-row (server row)
+  "Open listing ROW's session through SERVER with the mode its action gives.
+Return the `mevedel/session/open' result."
+  (when (plist-member row :subject)
+    (user-error "mevedel: %s can only be inspected: %s" (plist-get row :name) (plist-get row :reason)))
+  (mevedel-lsp-open-session (plist-get row :sessionId)
+                            (cdr (assoc (plist-get row :action) mevedel-lsp--open-modes))
+                            server))
+
+;;;###autoload
+(defun mevedel-lsp-open-session (session-id &optional mode server)
+  "Open SESSION-ID in MODE and show its transcript.
+Interactively, pick a session from the server's listing; the mode is
+the row's action (Switch, Resume, Join or Take over).  MODE is one of
+\"auto\" (default), \"resume\", \"join\" and \"takeover\".  A takeover
+asks you first (the server's question, in the minibuffer).  Return the
+`mevedel/session/open' result."
+  (interactive
+   (let* ((server (mevedel-lsp--server))
+          (row (mevedel-lsp--read-session server)))
+     (when (plist-member row :subject)
+       (user-error "mevedel: %s can only be inspected: %s" (plist-get row :name) (plist-get row :reason)))
+     (list (plist-get row :sessionId)
+           (cdr (assoc (plist-get row :action) mevedel-lsp--open-modes))
+           server)))
+  (let* ((server (or server (mevedel-lsp--server)))
+         (opened (condition-case err
+                     (jsonrpc-request server :mevedel/session/open
+                                      (mevedel-lsp--object :sessionId session-id :mode (or mode "auto"))
+                                      :timeout mevedel-lsp-question-timeout)
+                   (jsonrpc-error (user-error "mevedel: %s" (mevedel-lsp--error-text err)))))
+         (state (plist-get opened :session)))
+    (pop-to-buffer (mevedel-lsp-transcript-buffer (plist-get state :sessionId) server))
+    (mevedel-lsp--refresh-lists server)
+    (message "mevedel: %s %s (%s)%s"
+             (pcase (plist-get opened :action)
+               ("switch" "switched to") ("join" "joined") ("takeover" "took over") (_ "resumed"))
+             (plist-get state :displayName)
+             (plist-get state :access)
+             (if-let ((turn (plist-get opened :interruptedTurn)))
+                 (format "; turn %d was in flight and is now interrupted" turn)
+               ""))
+    opened))
+
+;;;###autoload
+(defun mevedel-lsp-create-session (&optional name)
+  "Start a new session, named NAME, and show its transcript.
+An empty NAME leaves it unnamed."
+  (interactive (list (read-string "New session name (empty for none): ")))
+  (let* ((server (mevedel-lsp--server))
+         (name (and name (string-trim name)))
+         (state (mevedel-lsp--request server :mevedel/session/create
+                                      (mevedel-lsp--object :name (and name (not (string-empty-p name)) name)))))
+    (pop-to-buffer (mevedel-lsp-transcript-buffer (plist-get state :sessionId) server))
+    (mevedel-lsp--refresh-lists server)
+    (message "mevedel: created session %s" (plist-get state :displayName))
+    state))
+
+(defun mevedel-lsp-rename-session (name &optional session-id)
+  "Give SESSION-ID the display NAME.
+SESSION-ID defaults to the session at point, else the current one."
+  (interactive (list (read-string "Rename session to: ") (mevedel-lsp--session-at-point)))
+  (let ((state (mevedel-lsp--request (mevedel-lsp--server) :mevedel/session/rename
+                                     (mevedel-lsp--object :name name :sessionId session-id))))
+    (message "mevedel: session %s is now called %s" (plist-get state :sessionId) (plist-get state :displayName))
+    state))
+
+(defun mevedel-lsp--report-save (what result)
+  "Say in the echo area what a save-like request WHAT did (its RESULT)."
+  (message "mevedel: %s %s: %s" what (plist-get result :sessionId)
+           (cond ((eq (plist-get result :committed) t) "published")
+                 ((plist-get result :note))
+                 (t "nothing was published")))
+  result)
+
+(defun mevedel-lsp-save-session (&optional session-id)
+  "Publish SESSION-ID now.
+SESSION-ID defaults to the session at point, else the current one."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (mevedel-lsp--report-save "saved" (mevedel-lsp--request (mevedel-lsp--server) :mevedel/session/save
+                                                          (mevedel-lsp--object :sessionId session-id))))
+
+(defun mevedel-lsp-close-session (&optional session-id)
+  "Save and close SESSION-ID, releasing its lease.
+SESSION-ID defaults to the session at point, else the current one."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let* ((server (mevedel-lsp--server))
+         (result (mevedel-lsp--request server :mevedel/session/close
+                                       (mevedel-lsp--object :sessionId session-id))))
+    (mevedel-lsp--refresh-lists server)
+    (message "mevedel: closed %s%s" (plist-get result :sessionId)
+             (if (eq (plist-get result :saved) t) " (saved its unsaved content)" ""))
+    result))
+
+(defun mevedel-lsp-retry-publication (&optional session-id)
+  "Publish again the save of SESSION-ID that failed before its commit point."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (mevedel-lsp--report-save "retried" (mevedel-lsp--request (mevedel-lsp--server)
+                                                            :mevedel/session/retryPublication
+                                                            (mevedel-lsp--object :sessionId session-id))))
+
+(defun mevedel-lsp-abandon-publication (&optional session-id)
+  "Drop SESSION-ID's failed save; its content goes with the next save."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let ((result (mevedel-lsp--request (mevedel-lsp--server) :mevedel/session/abandonPublication
+                                      (mevedel-lsp--object :sessionId session-id))))
+    (message "mevedel: %s: %s" (plist-get result :sessionId)
+             (if (eq (plist-get result :abandoned) t)
+                 "the failed save was dropped; the next save carries its content"
+               "no failed save was pending"))
+    result))
+
+(defun mevedel-lsp-abort-turn (&optional session-id reason)
+  "Interrupt the turn in flight in SESSION-ID and save it, giving REASON."
+  (interactive (list (mevedel-lsp--session-at-point)
+                     (let ((why (read-string "Why (empty: aborted): ")))
+                       (and (not (string-empty-p why)) why))))
+  (mevedel-lsp--report-save "interrupted the turn in flight in"
+                            (mevedel-lsp--request (mevedel-lsp--server) :mevedel/turn/abort
+                                                  (mevedel-lsp--object :sessionId session-id
+                                                                       :reason reason))))
+
+
+;;;; The sessions list
+
+(defvar mevedel-lsp-sessions-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'mevedel-lsp-sessions-open)
+    (define-key map (kbd "c") #'mevedel-lsp-create-session)
+    (define-key map (kbd "r") #'mevedel-lsp-rename-session)
+    (define-key map (kbd "s") #'mevedel-lsp-save-session)
+    (define-key map (kbd "k") #'mevedel-lsp-close-session)
+    (define-key map (kbd "t") #'mevedel-lsp-list-turns)
+    (define-key map (kbd "R") #'mevedel-lsp-retry-publication)
+    (define-key map (kbd "A") #'mevedel-lsp-abandon-publication)
+    map)
+  "Keys of `mevedel-lsp-sessions-mode'.")
+
+(define-derived-mode mevedel-lsp-sessions-mode tabulated-list-mode "mevedel sessions"
+  "The sessions of a workspace, as the server lists them.
+Each row shows the action opening it takes (Switch, Resume, Join, Take
+over); rows marked Inspect cannot be opened and say why.
+\\{mevedel-lsp-sessions-mode-map}"
+  (setq tabulated-list-format
+        [("" 1 t) ("Name" 28 t) ("Action" 9 t) ("Turns" 5 t :right-align t) ("Host" 14 t)
+         ("Session" 30 t) ("Latest prompt / why" 0 nil)])
+  (setq tabulated-list-padding 1)
+  (add-hook 'tabulated-list-revert-hook #'mevedel-lsp--sessions-entries nil t)
+  (tabulated-list-init-header))
+
+(defun mevedel-lsp--sessions-entries ()
+  "Read the listing again into `tabulated-list-entries'."
+  (mevedel-lsp--set-sessions-entries (mevedel-lsp--list-sessions (mevedel-lsp--server))))
+
+(defun mevedel-lsp--set-sessions-entries (listing)
+  "Make LISTING, a `mevedel/session/list' result, the rows of this buffer."
+  (setq tabulated-list-entries
+          (append
+           (mapcar (lambda (row)
+                     (list (cons 'session row)
+                           (vector (if (eq (plist-get row :current) t) "*" "")
+                                   (plist-get row :displayName)
+                                   (plist-get row :action)
+                                   (number-to-string (plist-get row :turns))
+                                   (or (plist-get row :holderHost) "")
+                                   (plist-get row :sessionId)
+                                   (or (plist-get row :latestPrompt) ""))))
+                   (plist-get listing :sessions))
+           (mapcar (lambda (row)
+                     (list (cons 'inspect row)
+                           (vector "" (plist-get row :name)
+                                   (propertize "Inspect" 'face 'warning)
+                                   "" "" "" (plist-get row :reason))))
+                   (plist-get listing :inspect)))))
+
+;;;###autoload
+(defun mevedel-lsp-list-sessions ()
+  "List the workspace's sessions; RET opens the one at point."
+  (interactive)
+  (let ((server (mevedel-lsp--server)))
+    (with-current-buffer (get-buffer-create (format "*mevedel sessions %s*"
+                                                    (file-name-nondirectory
+                                                     (directory-file-name (project-root (eglot--project server))))))
+      (mevedel-lsp-sessions-mode)
+      (setq-local mevedel-lsp--origin-server server)
+      (mevedel-lsp--sessions-entries)
+      (tabulated-list-print)
+      (pop-to-buffer (current-buffer)))))
+
+(defun mevedel-lsp-sessions-open ()
+  "Open the session at point with its row's action and show its transcript."
+  (interactive)
+  (let ((entry (or (tabulated-list-get-id) (user-error "No session on this line"))))
+    (mevedel-lsp--open-row (mevedel-lsp--server) (cdr entry))))
+
+(defun mevedel-lsp--list-buffers (server &optional session-id)
+  "SERVER's sessions lists, and its turns lists of SESSION-ID."
+  (seq-filter (lambda (buffer)
+                (with-current-buffer buffer
+                  (and (eq mevedel-lsp--origin-server server)
+                       (or (derived-mode-p 'mevedel-lsp-sessions-mode)
+                           (and session-id (derived-mode-p 'mevedel-lsp-turns-mode)
+                                (equal mevedel-lsp--session-id session-id))))))
+              (buffer-list)))
+
+(defun mevedel-lsp--refresh-lists (server &optional session-id)
+  "Read SERVER's sessions lists again, and SESSION-ID's turns lists."
+  (dolist (buffer (mevedel-lsp--list-buffers server session-id))
+    (with-current-buffer buffer
+      (condition-case err
+          (revert-buffer)
+        (error (message "mevedel: %s: %s" (buffer-name) (error-message-string err)))))))
+
+(defun mevedel-lsp--refresh-lists-async (server &optional session-id)
+  "Like `mevedel-lsp--refresh-lists', without waiting for the server."
+  (dolist (buffer (mevedel-lsp--list-buffers server session-id))
+    (let* ((sessions (with-current-buffer buffer (derived-mode-p 'mevedel-lsp-sessions-mode)))
+           (fill (lambda (listing)
+                   (when (buffer-live-p buffer)
+                     (with-current-buffer buffer
+                       (if sessions
+                           (mevedel-lsp--set-sessions-entries listing)
+                         (mevedel-lsp--set-turns-entries listing))
+                       (tabulated-list-print t))))))
+      (mevedel-lsp--async server
+                          (if sessions :mevedel/session/list :mevedel/turn/list)
+                          (if sessions (mevedel-lsp--object) (mevedel-lsp--object :sessionId session-id))
+                          fill
+                          (lambda (why) (message "mevedel: could not refresh %s: %s" (buffer-name buffer) why))))))
+
+
+;;;; Turns
+
+(defvar mevedel-lsp-turns-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'mevedel-lsp-turns-visit)
+    (define-key map (kbd "v") #'mevedel-lsp-turns-show)
+    map)
+  "Keys of `mevedel-lsp-turns-mode'.")
+
+(define-derived-mode mevedel-lsp-turns-mode tabulated-list-mode "mevedel turns"
+  "The turns of a session, oldest first.
+\\<mevedel-lsp-turns-mode-map>\\[mevedel-lsp-turns-visit] jumps to the turn in the transcript, \
+\\[mevedel-lsp-turns-show] shows it alone.
+\\{mevedel-lsp-turns-mode-map}"
+  (setq tabulated-list-format
+        [("Turn" 5 t :right-align t) ("State" 12 t) ("Tools" 5 t :right-align t) ("Prompt" 0 nil)])
+  (setq tabulated-list-padding 1)
+  (add-hook 'tabulated-list-revert-hook #'mevedel-lsp--turns-entries nil t)
+  (tabulated-list-init-header))
+
+(defun mevedel-lsp--turns-entries ()
+  "Read the turns again into `tabulated-list-entries'."
+  (mevedel-lsp--set-turns-entries
+   (mevedel-lsp--request (mevedel-lsp--server) :mevedel/turn/list
+                         (mevedel-lsp--object :sessionId mevedel-lsp--session-id))))
+
+(defun mevedel-lsp--set-turns-entries (listing)
+  "Make LISTING, a `mevedel/turn/list' result, the rows of this buffer."
+  (setq mevedel-lsp--session-id (plist-get listing :sessionId))
+  (setq tabulated-list-entries
+          (mapcar (lambda (turn)
+                    (list (plist-get turn :turn)
+                          (vector (number-to-string (plist-get turn :turn))
+                                  (plist-get turn :state)
+                                  (number-to-string (plist-get turn :toolCalls))
+                                  (concat (plist-get turn :prompt)
+                                          (if-let ((why (plist-get turn :reason))) (format "  (%s)" why) "")))))
+                  (plist-get listing :turns))))
+
+;;;###autoload
+(defun mevedel-lsp-list-turns (&optional session-id)
+  "List the turns of SESSION-ID.
+SESSION-ID defaults to the session at point, else the current one."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let ((server (mevedel-lsp--server)))
+    (with-current-buffer (get-buffer-create "*mevedel turns*")
+      (mevedel-lsp-turns-mode)
+      (setq-local mevedel-lsp--origin-server server)
+      (setq mevedel-lsp--session-id session-id)
+      (mevedel-lsp--turns-entries)
+      (rename-buffer (format "*mevedel turns %s*" mevedel-lsp--session-id) t)
+      (tabulated-list-print)
+      (pop-to-buffer (current-buffer)))))
+
+(defun mevedel-lsp--show-turn (turn &optional session-id)
+  "The `mevedel/turn/show' result of TURN of SESSION-ID."
+  (mevedel-lsp--request (mevedel-lsp--server) :mevedel/turn/show
+                        (mevedel-lsp--object :turn turn :sessionId session-id)))
+
+(defun mevedel-lsp-visit-turn (turn &optional session-id)
+  "Show SESSION-ID's transcript with point on TURN's heading."
+  (interactive (list (read-number "Turn: ") (mevedel-lsp--session-at-point)))
+  (let* ((server (mevedel-lsp--server))
+         (shown (mevedel-lsp--show-turn turn session-id))
+         (heading (car (split-string (plist-get shown :markdown) "\n")))
+         (buffer (mevedel-lsp-transcript-buffer (plist-get shown :sessionId) server))
+         (position (with-current-buffer buffer
+                     (save-excursion
+                       (goto-char (point-min))
+                       (and (search-forward heading nil t) (line-beginning-position))))))
+    (unless position
+      (user-error "mevedel: turn %d is not in the transcript of %s" turn (plist-get shown :sessionId)))
+    (pop-to-buffer buffer)
+    (goto-char position)
+    (recenter 0)))
+
+(defun mevedel-lsp-show-turn (turn &optional session-id)
+  "Show TURN of SESSION-ID alone, as the transcript renders it."
+  (interactive (list (read-number "Turn: ") (mevedel-lsp--session-at-point)))
+  (let* ((server (mevedel-lsp--server))
+         (shown (mevedel-lsp--show-turn turn session-id))
+         (session (plist-get shown :sessionId)))
+    (with-current-buffer (get-buffer-create (format "*mevedel turn %d %s*" turn session))
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert (plist-get shown :markdown)))
+      (funcall (mevedel-lsp--major-mode-for "turn.md"))
+      (setq-local mevedel-lsp--origin-server server)
+      (setq mevedel-lsp--session-id session)
+      (setq buffer-read-only t)
+      (set-buffer-modified-p nil)
+      (goto-char (point-min))
+      (local-set-key (kbd "q") #'quit-window)
+      (pop-to-buffer (current-buffer)))))
+
+(defun mevedel-lsp-turns-visit ()
+  "Jump to the turn at point in the transcript."
+  (interactive)
+  (mevedel-lsp-visit-turn (or (tabulated-list-get-id) (user-error "No turn on this line"))
+                          mevedel-lsp--session-id))
+
+(defun mevedel-lsp-turns-show ()
+  "Show the turn at point alone."
+  (interactive)
+  (mevedel-lsp-show-turn (or (tabulated-list-get-id) (user-error "No turn on this line"))
+                         mevedel-lsp--session-id))
+
+
+;;;; Session notifications and questions
+
+(defun mevedel-lsp--session-changed (server params)
+  "Bring the views of the session PARAMS names up to date, without waiting."
+  (let ((session (plist-get params :sessionId))
+        (reason (plist-get params :reason)))
+    (dolist (buffer (buffer-list))
+      (with-current-buffer buffer
+        (when (and mevedel-lsp--uri (equal (mevedel-lsp-uri-session mevedel-lsp--uri) session))
+          (if (equal reason "closed")
+              ;; Its live conversation is gone from the server; the text
+              ;; stays, marked as no longer followed.
+              (setq header-line-format (format "mevedel: session %s was closed; this view is not updated" session))
+            (setq header-line-format
+                  (and (equal (plist-get params :access) "read-only")
+                       (format "mevedel: session %s is read-only here" session)))
+            (mevedel-lsp--read-document-async
+             server (list :uri mevedel-lsp--uri)
+             (lambda (document)
+               (when (buffer-live-p buffer)
+                 (mevedel-lsp--replace-text buffer (plist-get document :text))))
+             (lambda (why) (message "mevedel: could not refresh %s: %s" (buffer-name buffer) why)))))))
+    (mevedel-lsp--refresh-lists-async server session)
+    (when (equal reason "read-only")
+      (message "mevedel: session %s is now read-only here (another client took it over)" session))
+    (run-hook-with-args 'mevedel-lsp-session-change-functions server params)))
+
+(cl-defmethod eglot-handle-notification
+  ((server mevedel-lsp-server) (_method (eql mevedel/session/didChange)) &rest params &key &allow-other-keys)
+  "Refresh what shows the session that changed."
+  (mevedel-lsp--session-changed server params))
+
+(cl-defmethod eglot-handle-request
+  ((_server mevedel-lsp-server) (_method (eql window/showMessageRequest))
+   &key type message actions &allow-other-keys)
+  "Ask the user the server's question MESSAGE; answer the chosen action.
+Empty input or \\[keyboard-quit] answers nothing, which the server reads
+as the cautious choice (for a takeover: Cancel)."
+  (ignore type)
+  (let ((titles (mapcar (lambda (action) (plist-get action :title)) (append actions nil))))
+    (if (null titles)
+        (progn (message "[mevedel] %s" message) :null)
+      (condition-case nil
+          (let ((choice (completing-read (format "[mevedel] %s\nAnswer (%s): "
+                                                 message (string-join titles ", "))
+                                         titles nil t)))
+            (if (member choice titles) (list :title choice) :null))
+        (quit :null)))))
+
+
+;;;; Key bindings
+
+(defvar mevedel-lsp-command-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "l") #'mevedel-lsp-list-sessions)
+    (define-key map (kbd "o") #'mevedel-lsp-open-session)
+    (define-key map (kbd "c") #'mevedel-lsp-create-session)
+    (define-key map (kbd "r") #'mevedel-lsp-rename-session)
+    (define-key map (kbd "s") #'mevedel-lsp-save-session)
+    (define-key map (kbd "k") #'mevedel-lsp-close-session)
+    (define-key map (kbd "h") #'mevedel-lsp-transcript)
+    (define-key map (kbd "t") #'mevedel-lsp-list-turns)
+    (define-key map (kbd "a") #'mevedel-lsp-read-address)
+    map)
+  "mevedel-lsp commands, for a prefix key of your choice:
+  (global-set-key (kbd \"C-c m\") mevedel-lsp-command-map)")
+(fset 'mevedel-lsp-command-map mevedel-lsp-command-map)
 
 
 ;;;; Progress, for eglot versions that do not show it

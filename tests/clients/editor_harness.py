@@ -3,6 +3,7 @@ command, and a runner that shows the editor's own output when it fails."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.targets import LocalTarget
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CLIENTS = REPOSITORY / "clients"
@@ -35,6 +39,60 @@ class Workspace:
     @property
     def notes(self) -> Path:
         return self.root / ".mevedel" / "shared" / "notes.md"
+
+
+#: The host the other client's lease records name (the picker shows it).
+OTHER_HOST = "old-laptop"
+#: A directory under .mevedel/sessions/ that is no session (an Inspect row).
+NOT_A_SESSION = "junk dir"
+
+
+@dataclass(frozen=True)
+class ForeignSessions:
+    """Sessions another client left in the workspace."""
+
+    #: Its holder stopped without releasing; the lease has expired (Take over).
+    expired: str
+    #: Its holder still has a live lease (Join).
+    held: str
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "MEVEDEL_TEST_EXPIRED_SESSION": self.expired,
+            "MEVEDEL_TEST_HELD_SESSION": self.held,
+            "MEVEDEL_TEST_OTHER_HOST": OTHER_HOST,
+            "MEVEDEL_TEST_NOT_A_SESSION": NOT_A_SESSION,
+        }
+
+
+async def _left_behind(root: Path, client: str, name: str, prompt: str, lease_seconds: int) -> str:
+    other = SessionService(LocalTarget(root), ClientIdentity(client, OTHER_HOST), lease_seconds=lease_seconds)
+    sid = (await other.create(name)).session_id
+    await other.begin_turn(sid, prompt)
+    await other.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await other.settle(sid)
+    # Stops without releasing: the lease stays until it expires.
+    await other.detach()
+    return sid
+
+
+async def _foreign_sessions(root: Path) -> ForeignSessions:
+    expired = await _left_behind(root, "stopped-client", "Left behind", "expired prompt", lease_seconds=1)
+    held = await _left_behind(root, "live-client", "Held elsewhere", "held prompt", lease_seconds=3600)
+    for _ in range(200):
+        if (await observe_lease(LocalTarget(root), expired)).standing is LeaseStanding.EXPIRED:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the other client's lease never expired")
+    (root / ".mevedel" / "sessions" / NOT_A_SESSION).mkdir()
+    return ForeignSessions(expired=expired, held=held)
+
+
+def foreign_sessions(root: Path) -> ForeignSessions:
+    """Leave in ROOT what another client would: a session whose lease expired,
+    one whose lease is live, and a directory that is no session."""
+    return asyncio.run(_foreign_sessions(root))
 
 
 def server_command() -> list[str]:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import re
 
-from editor_harness import CLIENTS, REPOSITORY, Workspace, editor, editor_environment, run_editor
+from editor_harness import (
+    CLIENTS,
+    REPOSITORY,
+    Workspace,
+    editor,
+    editor_environment,
+    foreign_sessions,
+    run_editor,
+)
 
 TESTS = REPOSITORY / "tests" / "clients" / "emacs" / "mevedel-lsp-test.el"
 
@@ -14,10 +22,16 @@ def test_emacs_client(workspace: Workspace) -> None:
     # -q, not -Q: site-start is what puts Debian's elpa-eglot on the load path.
     output = run_editor(
         [emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"), "-l", str(TESTS), "-f", "ert-run-tests-batch-and-exit"],
-        env={**editor_environment(workspace), "HOME": str(workspace.root.parent)},
+        env={
+            **editor_environment(workspace),
+            **foreign_sessions(workspace.root).environment(),
+            "HOME": str(workspace.root.parent),
+        },
         cwd=workspace.root,
     )
     assert re.search(r"Ran \d+ tests, \d+ results as expected, 0 unexpected", output), output
+    for session_test in ("session-round-trip", "takeover-question-is-asked", "join-and-inspect-rows"):
+        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{session_test}", output), output
 
 
 def test_emacs_package_headers_and_byte_compilation(tmp_path) -> None:

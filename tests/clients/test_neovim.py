@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import re
 
-from editor_harness import CLIENTS, REPOSITORY, Workspace, editor, editor_environment, run_editor
+from editor_harness import (
+    CLIENTS,
+    REPOSITORY,
+    Workspace,
+    editor,
+    editor_environment,
+    foreign_sessions,
+    run_editor,
+)
 
 SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "mevedel_test.lua"
 
@@ -24,7 +32,11 @@ def test_neovim_client(workspace: Workspace) -> None:
             "-c",
             f"luafile {SCRIPT}",
         ],
-        env={**editor_environment(workspace), "XDG_STATE_HOME": str(workspace.root.parent / "state")},
+        env={
+            **editor_environment(workspace),
+            **foreign_sessions(workspace.root).environment(),
+            "XDG_STATE_HOME": str(workspace.root.parent / "state"),
+        },
         cwd=workspace.root,
     )
     assert re.search(r"^\d+ tests, 0 failed$", output, re.MULTILINE), output

@@ -217,6 +217,26 @@ mevedel-lsp the way `mevedel-lsp-ensure' does it."
       (should (= (length (plist-get document :text)) (length expected)))
       (should (equal (plist-get document :text) expected)))))
 
+(ert-deftest mevedel-lsp-test-refresh-read-continues-pages-and-lines ()
+  "The reader refreshes use (it does not wait) joins pages and continues cut lines too."
+  (with-current-buffer (mevedel-test--document-buffer)
+    (let ((document nil) (failure nil)
+          (expected (with-temp-buffer
+                      (insert-file-contents (expand-file-name ".mevedel/shared/long.txt" mevedel-test-root))
+                      (buffer-string))))
+      (mevedel-lsp--read-document-async (eglot-current-server) (list :address "work://shared/long.txt")
+                                        (lambda (read) (setq document read))
+                                        (lambda (why) (setq failure why)))
+      (mevedel-test--wait (lambda () (or document failure)) "the asynchronous read")
+      (should-not failure)
+      (should (equal (plist-get document :text) expected))
+      (setq document nil)
+      (mevedel-lsp--read-document-async (eglot-current-server) (list :address "work://shared/missing.md")
+                                        (lambda (read) (setq document read))
+                                        (lambda (why) (setq failure why)))
+      (mevedel-test--wait (lambda () (or document failure)) "the failing asynchronous read")
+      (should (string-prefix-p "work://shared/missing.md: " failure)))))
+
 (ert-deftest mevedel-lsp-test-read-address-reports-server-reason ()
   "A failing address is reported with the authored address and the server's reason."
   (with-current-buffer (mevedel-test--document-buffer)
@@ -246,5 +266,214 @@ mevedel-lsp the way `mevedel-lsp-ensure' does it."
              "the foo:// diagnostic to go away"))
         (customize-set-variable 'mevedel-lsp-settings nil)
         (mevedel-lsp-send-settings server)))))
+
+
+;;;; Sessions
+
+(defvar mevedel-test-expired-session (getenv "MEVEDEL_TEST_EXPIRED_SESSION"))
+(defvar mevedel-test-held-session (getenv "MEVEDEL_TEST_HELD_SESSION"))
+(defvar mevedel-test-other-host (getenv "MEVEDEL_TEST_OTHER_HOST"))
+(defvar mevedel-test-not-a-session (getenv "MEVEDEL_TEST_NOT_A_SESSION"))
+
+(defun mevedel-test--server ()
+  (with-current-buffer (mevedel-test--document-buffer) (eglot-current-server)))
+
+(defun mevedel-test--from-document (command &rest args)
+  "Run COMMAND with ARGS from the test document, as a user typing it there.
+Afterwards the current buffer is the selected window's, as after a command."
+  (set-buffer (mevedel-test--document-buffer))
+  (prog1 (apply command args)
+    (set-buffer (window-buffer (selected-window)))))
+
+(defun mevedel-test--run (command &rest args)
+  "Run COMMAND with ARGS here; afterwards the current buffer is the selected window's."
+  (prog1 (apply command args)
+    (set-buffer (window-buffer (selected-window)))))
+
+(defun mevedel-test--call (method &rest params)
+  "Send the server METHOD directly, as an agent driving a turn would."
+  (jsonrpc-request (mevedel-test--server) method (apply #'mevedel-lsp--object params)))
+
+(defun mevedel-test--settle-turn (session prompt)
+  "Run one whole turn with PROMPT in SESSION through the server's turn requests."
+  (mevedel-test--call :mevedel/turn/begin :sessionId session :prompt prompt)
+  (mevedel-test--call :mevedel/turn/append :sessionId session :kind "response" :text (concat "answer to " prompt))
+  (mevedel-test--call :mevedel/turn/settle :sessionId session))
+
+(defun mevedel-test--row (session)
+  "SESSION's row in the server's listing."
+  (seq-find (lambda (row) (equal (plist-get row :sessionId) session))
+            (plist-get (mevedel-test--call :mevedel/session/list) :sessions)))
+
+(defun mevedel-test--contains (buffer text)
+  (with-current-buffer buffer
+    (save-excursion (goto-char (point-min)) (search-forward text nil t))))
+
+(defun mevedel-test--picker-choosing (session answers)
+  "Open a session through `mevedel-lsp-open-session' as a user would.
+The picker's completing-read chooses SESSION and records what it offered;
+the server's question (if any) is answered with the next of ANSWERS.
+Return (OFFERED QUESTIONS RESULT-OR-ERROR)."
+  (let ((offered nil) (questions nil) (outcome nil))
+    (cl-letf (((symbol-function 'completing-read)
+               (lambda (prompt collection &rest _)
+                 (if (string-prefix-p "Open session" prompt)
+                     (let ((candidates (all-completions "" collection)))
+                       (setq offered (mapcar (lambda (c) (concat (substring-no-properties c)
+                                                                 (mevedel-lsp--row-annotation c)))
+                                             candidates))
+                       (or (seq-find (lambda (c) (string-match-p (regexp-quote session) c)) candidates)
+                           (ert-fail (format "the picker does not offer %s: %S" session offered))))
+                   (push prompt questions)
+                   (or (pop answers) (ert-fail (format "an unexpected question: %s" prompt)))))))
+      (setq outcome (condition-case err
+                        (mevedel-test--from-document #'call-interactively #'mevedel-lsp-open-session)
+                      (user-error (set-buffer (window-buffer (selected-window))) err))))
+    (list offered (nreverse questions) outcome)))
+
+(ert-deftest mevedel-lsp-test-session-round-trip ()
+  "Create, list with its action, open its transcript, rename, refresh on didChange, turns."
+  (let* ((state (mevedel-test--from-document #'mevedel-lsp-create-session "ERT session"))
+         (session (plist-get state :sessionId)))
+    (should (equal (plist-get state :displayName) "ERT session"))
+    (mevedel-test--settle-turn session "First prompt from ERT")
+    (kill-buffer (mevedel-lsp--transcript-name session))
+    ;; The sessions list shows the row with its action and turn count.
+    (mevedel-test--from-document #'mevedel-lsp-list-sessions)
+    (let ((listing (current-buffer)))
+      (should (derived-mode-p 'mevedel-lsp-sessions-mode))
+      (goto-char (point-min))
+      (should (search-forward session nil t))
+      (let ((line (buffer-substring-no-properties (line-beginning-position) (line-end-position))))
+        (mevedel-test--log "listing row: %s" line)
+        (should (string-match-p "ERT session +Switch +1 " line)))
+      ;; The completing-read picker offers it with the same facts; choosing
+      ;; it opens the session and shows its transcript.
+      (pcase-let ((`(,offered ,questions ,opened) (mevedel-test--picker-choosing session nil)))
+        (mevedel-test--log "picker offered: %S" offered)
+        (should (seq-some (lambda (o) (string-match-p
+                                       (format "ERT session (%s)  \\[Switch\\]  1 turn " (regexp-quote session)) o))
+                          offered))
+        (should (seq-some (lambda (o) (string-match-p
+                                       (format "\\[Take over\\].*host %s" (regexp-quote mevedel-test-other-host)) o))
+                          offered))
+        (should (null questions))
+        (should (equal (plist-get opened :action) "switch")))
+      (let ((transcript (get-buffer (mevedel-lsp--transcript-name session))))
+        (should (eq (current-buffer) transcript))
+        (should buffer-read-only)
+        (should (mevedel-test--contains transcript "First prompt from ERT"))
+        ;; Rename: the listing, refreshed by the didChange, shows the new name.
+        (mevedel-lsp-rename-session "Renamed by ERT" session)
+        (mevedel-test--wait (lambda () (mevedel-test--contains listing "Renamed by ERT")) "the new name in the listing")
+        (should (equal (plist-get (mevedel-test--row session) :displayName) "Renamed by ERT"))
+        ;; Another settled turn: the open transcript is read again, and point
+        ;; stays on the line the reader was on.
+        (with-current-buffer transcript
+          (goto-char (point-min))
+          (search-forward "First prompt from ERT")
+          (set-window-point (get-buffer-window transcript) (point)))
+        (mevedel-test--settle-turn session "Second prompt from ERT")
+        (mevedel-test--wait (lambda () (mevedel-test--contains transcript "Second prompt from ERT"))
+                            "the transcript to show the second turn")
+        (with-current-buffer transcript
+          (should (string-match-p "First prompt from ERT"
+                                  (buffer-substring (line-beginning-position) (line-end-position))))
+          (should (equal (buffer-string)
+                         (plist-get (mevedel-lsp-read-document (mevedel-test--server) (list :uri mevedel-lsp--uri))
+                                    :text))))
+        ;; The turns list: RET jumps to the turn in the transcript, v shows it.
+        (mevedel-test--run #'mevedel-lsp-list-turns session)
+        (should (derived-mode-p 'mevedel-lsp-turns-mode))
+        (should (mevedel-test--contains (current-buffer) "Second prompt from ERT"))
+        (goto-char (point-min))
+        (search-forward "First prompt from ERT")
+        (mevedel-test--run #'mevedel-lsp-turns-visit)
+        (should (eq (current-buffer) transcript))
+        (should (string-match-p "^## Turn 1 "
+                                (buffer-substring (line-beginning-position) (line-end-position))))
+        (mevedel-test--run #'mevedel-lsp-list-turns session)
+        (goto-char (point-min))
+        (search-forward "Second prompt from ERT")
+        (mevedel-test--run #'mevedel-lsp-turns-show)
+        (should (string-match-p "Turn 2" (buffer-name)))
+        (should (mevedel-test--contains (current-buffer) "> Second prompt from ERT"))
+        (should (mevedel-test--contains (current-buffer) "answer to Second prompt from ERT"))
+        (should buffer-read-only)
+        ;; Save and close: the transcript says it is no longer followed.
+        (should (eq (plist-get (mevedel-lsp-save-session session) :committed) t))
+        (should (mevedel-test--contains "*Messages*" (format "mevedel: saved %s: published" session)))
+        (should (equal (plist-get (mevedel-lsp-close-session session) :sessionId) session))
+        (mevedel-test--wait (lambda () (with-current-buffer transcript
+                                         (and (stringp header-line-format)
+                                              (string-match-p "closed" header-line-format))))
+                            "the transcript to say the session was closed")
+        (should (equal (plist-get (mevedel-test--row session) :action) "Resume"))))))
+
+(ert-deftest mevedel-lsp-test-takeover-question-is-asked ()
+  "Opening a session whose lease expired asks the user; the server follows the answer."
+  (should (equal (plist-get (mevedel-test--row mevedel-test-expired-session) :action) "Take over"))
+  (pcase-let ((`(,_ ,questions ,outcome)
+               (mevedel-test--picker-choosing mevedel-test-expired-session (list "Cancel"))))
+    (mevedel-test--log "question: %S outcome: %S" questions outcome)
+    (should (= (length questions) 1))
+    (should (string-match-p (regexp-quote mevedel-test-other-host) (car questions)))
+    (should (string-match-p "Take over, Cancel" (car questions)))
+    (should (eq (car outcome) 'user-error))
+    (should (string-match-p (regexp-quote mevedel-test-expired-session) (cadr outcome)))
+    (should (string-match-p "not confirmed" (cadr outcome))))
+  (should (equal (plist-get (mevedel-test--row mevedel-test-expired-session) :action) "Take over"))
+  (pcase-let ((`(,_ ,questions ,opened)
+               (mevedel-test--picker-choosing mevedel-test-expired-session (list "Take over"))))
+    (should (= (length questions) 1))
+    (should (equal (plist-get opened :action) "takeover"))
+    (should (equal (plist-get (plist-get opened :session) :access) "writable"))
+    (should (mevedel-test--contains (current-buffer) "expired prompt")))
+  (let ((row (mevedel-test--row mevedel-test-expired-session)))
+    (should (equal (plist-get row :action) "Switch"))
+    (should (eq (plist-get row :current) t))))
+
+(ert-deftest mevedel-lsp-test-join-and-inspect-rows ()
+  "A live foreign lease joins read-only; an Inspect row shows its reason and does not open."
+  (mevedel-test--from-document #'mevedel-lsp-list-sessions)
+  (goto-char (point-min))
+  (should (search-forward mevedel-test-not-a-session nil t))
+  (let ((line (buffer-substring-no-properties (line-beginning-position) (line-end-position))))
+    (should (string-match-p "Inspect .*is not a session ID" line)))
+  (let ((err (should-error (mevedel-test--run #'mevedel-lsp-sessions-open) :type 'user-error)))
+    (should (string-match-p "can only be inspected: .*is not a session ID" (cadr err))))
+  (goto-char (point-min))
+  (search-forward mevedel-test-held-session)
+  (let ((line (buffer-substring-no-properties (line-beginning-position) (line-end-position))))
+    (should (string-match-p (format "Held elsewhere +Join +1 +%s" (regexp-quote mevedel-test-other-host)) line)))
+  (let ((opened (mevedel-test--run #'mevedel-lsp-sessions-open)))
+    (should (equal (plist-get opened :action) "join"))
+    (should (equal (plist-get (plist-get opened :session) :access) "read-only")))
+  (should (mevedel-test--contains (current-buffer) "held prompt"))
+  ;; A write to a joined session is refused with the server's reason.
+  (let ((err (should-error (mevedel-lsp-rename-session "Mine now") :type 'user-error)))
+    (mevedel-test--log "rename error: %s" (cadr err))
+    (should (string-match-p (regexp-quote mevedel-test-held-session) (cadr err)))
+    (should (string-match-p "read-only" (cadr err)))))
+
+(ert-deftest mevedel-lsp-test-session-command-errors-name-the-input ()
+  "Refusals reach the user with the server's wording; nothing needs a traceback."
+  (let* ((state (mevedel-test--from-document #'mevedel-lsp-create-session ""))
+         (session (plist-get state :sessionId)))
+    (should (eq (plist-get state :named) :json-false))
+    (let ((err (should-error (mevedel-lsp-rename-session "   " session) :type 'user-error)))
+      (should (string-match-p "may not be empty" (cadr err))))
+    (let ((err (should-error (mevedel-lsp-retry-publication session) :type 'user-error)))
+      (should (string-match-p (format "%s: .*no pending publication" (regexp-quote session)) (cadr err))))
+    (should (eq (plist-get (mevedel-lsp-abandon-publication session) :abandoned) :json-false))
+    (let ((err (should-error (mevedel-lsp-abort-turn session) :type 'user-error)))
+      (should (string-match-p "no turn is in flight" (cadr err))))
+    (mevedel-test--call :mevedel/turn/begin :sessionId session :prompt "to be stopped")
+    (should (equal (plist-get (mevedel-lsp-abort-turn session "stopped by ERT") :turn) 1))
+    (should (equal (mapcar (lambda (turn) (list (plist-get turn :state) (plist-get turn :reason)))
+                           (plist-get (mevedel-test--call :mevedel/turn/list :sessionId session) :turns))
+                   '(("interrupted" "stopped by ERT"))))
+    (let ((err (should-error (mevedel-lsp-open-session "not-a-session-id!") :type 'user-error)))
+      (should (string-match-p (regexp-quote "not-a-session-id!") (cadr err))))))
 
 ;;; mevedel-lsp-test.el ends here
