@@ -59,7 +59,7 @@ from .sidecar import (
     load_sidecar,
     prompt_page_path,
 )
-from .snapshot_cut import Boundary, CommittedState, checked, cut_snapshot, load_committed_state, locate
+from .snapshot_cut import Boundary, CommittedState, LazyConversation, cut_snapshot, load_committed_state, locate
 from .turns import Conversation
 from .workspace import allocate_session_id, check_session_id, materialize_session
 
@@ -131,19 +131,36 @@ def _local_ops(paths: SessionPaths, files: Mapping[str, bytes]) -> list[Operatio
 # Publishing a child ------------------------------------------------------------
 
 
-@dataclass
 class ChildSession:
     """A child session that committed its first publication."""
 
-    session_id: str
-    head: str | None
-    #: The child's conversation as committed (a fresh object to adopt).
-    conversation: Conversation
-    #: The child's lease while the caller keeps it (None once released).
-    lease: LeaseHandle | None
-    publisher: Publisher | None
-    #: A failure after the commit point (reported, never rolled back).
-    warning: str | None = None
+    def __init__(
+        self,
+        session_id: str,
+        head: str | None,
+        lazy: LazyConversation,
+        lease: LeaseHandle | None,
+        publisher: Publisher | None,
+        warning: str | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.head = head
+        #: The child's lease while the caller keeps it (None once released).
+        self.lease = lease
+        self.publisher = publisher
+        #: A failure after the commit point (reported, never rolled back).
+        self.warning = warning
+        self._lazy = lazy
+
+    @property
+    def artifacts(self) -> Mapping[str, bytes]:
+        return self._lazy.artifacts
+
+    @property
+    def conversation(self) -> Conversation:
+        """The child's conversation as committed (restored on first access;
+        a fresh object to adopt)."""
+        return self._lazy.conversation
 
 
 async def remove_session_tree(target: Target, paths: SessionPaths) -> None:
@@ -201,7 +218,6 @@ async def publish_child(
     try:
         lease = await acquire_lease(target, child_id, client, duration_seconds=lease_seconds)
         artifacts = dict(build(child_id, max(at, lease.now)))
-        conversation = checked(artifacts)
         if local_files:
             ops = _local_ops(paths, local_files)
             result, proof = await run_guarded(lease, ops)
@@ -221,7 +237,9 @@ async def publish_child(
             await lease.release()
         except (StoreError, TargetError) as error:
             warning = f"the child's lease was not released ({error}); it expires on its own"
-    return ChildSession(child_id, outcome.head, conversation, lease if keep_lease else None, publisher if keep_lease else None, warning)
+    if not keep_lease:
+        return ChildSession(child_id, outcome.head, LazyConversation(artifacts), None, None, warning)
+    return ChildSession(child_id, outcome.head, LazyConversation(artifacts), lease, publisher, warning)
 
 
 def _committed(lease: LeaseHandle | None) -> bool:
@@ -262,7 +280,7 @@ def check_fork_point(state: CommittedState, turn: int) -> PromptEntry:
             sid,
             f"turn {turn} was inherited from session {origin.session_id}; fork it from that session instead",
         )
-    return state.conversation.prompt_index()[turn - 1]
+    return state.state.prompts[turn - 1]
 
 
 def fork_sidecar_changes(
@@ -358,10 +376,10 @@ def child_snapshot(
     retarget: Callable[[str], str] | None = None,
 ) -> Callable[[str], Mapping[str, bytes]]:
     """The builder of a fork child's snapshot (given its new ID)."""
-    cut = locate(state.conversation, Boundary.after(entry.turn))
+    cut = locate(state.state, Boundary.after(entry.turn))
 
     def build(child_id: str, at: int) -> Mapping[str, bytes]:
-        return cut_snapshot(state.artifacts, state.conversation, cut, changes(child_id, at), retarget=retarget)
+        return cut_snapshot(state.state, cut, changes(child_id, at), retarget=retarget)
 
     return build
 

@@ -61,7 +61,16 @@ from .rewind import (
 )
 from .project_files import GitCheck
 from .sidecar import SIDECAR_PATH, PromptEntry, Sidecar, SidecarError, TurnFiles, decode_prompt_lines, load_sidecar, prompt_page_path
-from .snapshot_cut import CommittedState, Side, checked, load_committed_state, replaced_sidecar, sidecar_bytes, state_at_head
+from .snapshot_cut import (
+    CommittedState,
+    SessionState,
+    Side,
+    check_snapshot,
+    load_committed_state,
+    replaced_sidecar,
+    sidecar_bytes,
+    state_at_head,
+)
 from .turns import Conversation
 from .workspace import check_session_id
 
@@ -309,37 +318,37 @@ class _RedoPlan:
     discarded: tuple[TurnLabel, ...]
 
 
-def plan_redo(current: CommittedState, chosen_head: str, chosen: tuple, at: int) -> _RedoPlan:
+def plan_redo(current: CommittedState, chosen: SessionState, at: int) -> _RedoPlan:
     refuse_in_flight(current, "redo")
     sid = current.session_id
-    artifacts_t, conversation_t = chosen
-    sidecar_t = conversation_t.sidecar
+    sidecar_t = chosen.sidecar
     if sidecar_t.in_flight_turn is not None:
         raise LifecycleRefused(sid, "that head was captured mid-turn; it is a recovery state, not a turn state")
-    sidecar_c = current.sidecar
+    now = current.state
+    sidecar_c = now.sidecar
     changes = {name: getattr(sidecar_c, name) for name in KEPT_FIELDS}
     changes["updated_at"] = max(at, sidecar_c.updated_at, sidecar_t.updated_at)
-    artifacts = dict(artifacts_t)
+    artifacts = dict(chosen.artifacts)
     artifacts[SIDECAR_PATH] = sidecar_bytes(replaced_sidecar(sidecar_t, changes))
-    conversation = checked(artifacts)
-    prompts_c = current.conversation.prompt_index()[: sidecar_c.total_turn_count]
-    prompts_t = conversation_t.prompt_index()[: sidecar_t.total_turn_count]
+    check_snapshot(artifacts)
+    prompts_c = now.prompts[: sidecar_c.total_turn_count]
+    prompts_t = chosen.prompts[: sidecar_t.total_turn_count]
     common = _common_prefix(prompts_c, prompts_t)
-    back, back_gaps = files_at(current.conversation.file_snapshots(), common, Side.AFTER)
-    forward, forward_gaps = _chosen_files(conversation_t.file_snapshots(), common)
+    back, back_gaps = files_at(now.files, common, Side.AFTER)
+    forward, forward_gaps = _chosen_files(chosen.files, common)
     for path in list(back):
         if path in forward or path in forward_gaps:
             del back[path]
     for path in list(back_gaps):
         if path in forward or path in forward_gaps:
             del back_gaps[path]
-    wanted = {**contents(back, current.conversation, sid), **contents(forward, conversation_t, sid)}
+    wanted = {**contents(back, now, sid), **contents(forward, chosen, sid)}
     planned = {**back, **forward}
     gaps = {**back_gaps, **forward_gaps}
-    assert current.head is not None
-    plan = InPlacePlan(sid, current.head, artifacts, conversation, dict(sorted(wanted.items())), planned, gaps, artifacts_digest(artifacts))
+    assert current.head is not None and chosen.head is not None
+    plan = InPlacePlan(sid, current.head, artifacts, dict(sorted(wanted.items())), planned, gaps, artifacts_digest(artifacts))
     last = prompts_t[-1] if prompts_t else None
-    state = TurnState(chosen_head.split("/")[1], chosen_head, sidecar_t.total_turn_count, TurnLabel.of(last) if last else None, sidecar_t.updated_at)
+    state = TurnState(chosen.head.split("/")[1], chosen.head, sidecar_t.total_turn_count, TurnLabel.of(last) if last else None, sidecar_t.updated_at)
     restored = tuple(TurnLabel.of(e) for e in prompts_t[common:])
     discarded = tuple(TurnLabel.of(e) for e in prompts_c[common:])
     return _RedoPlan(plan, state, common, restored, discarded)
@@ -370,14 +379,12 @@ async def prepare_redo(
     if head == current.head:
         raise LifecycleRefused(session_id, "that publication is the current state already")
     try:
-        artifacts_t, conversation_t, _snapshot = await state_at_head(target, session_id, head)
+        chosen, _snapshot = await state_at_head(target, session_id, head)
     except RecordError as error:
         raise LifecycleRefused(session_id, f"publication {publication_id} cannot be restored: {error}", kind="unreadable") from None
     when = plan_time(current, at)
-    redo = plan_redo(current, head, (artifacts_t, conversation_t), when)
-    hashes, rows, external, git = await survey_files(
-        target, redo.plan, current.conversation.file_snapshots(), _root_for(target, workspace_root)
-    )
+    redo = plan_redo(current, chosen, when)
+    hashes, rows, external, git = await survey_files(target, redo.plan, current.state.files, _root_for(target, workspace_root))
     token = StateToken.make(
         op="redo",
         session_id=session_id,
@@ -402,8 +409,8 @@ async def commit_redo(publisher: Publisher, token: StateToken | str, *, live: Co
     head = _chosen_head(parsed.session_id, publication_id)
 
     async def replan(state: CommittedState) -> InPlacePlan:
-        artifacts_t, conversation_t, _snapshot = await state_at_head(state.snapshot.target, state.session_id, head)
-        return plan_redo(state, head, (artifacts_t, conversation_t), parsed.at).plan
+        chosen, _snapshot = await state_at_head(state.snapshot.target, state.session_id, head)
+        return plan_redo(state, chosen, parsed.at).plan
 
     plan = await plan_for(publisher, parsed, replan)
     return await commit_in_place(publisher, parsed, plan, operation="redo", live=live)

@@ -74,8 +74,9 @@ from .sidecar import FileState, PromptEntry, Present, TurnFiles
 from .snapshot_cut import (
     Boundary,
     CommittedState,
+    LazyConversation,
+    SessionState,
     Side,
-    checked,
     cut_snapshot,
     kept_outcome,
     load_committed_state,
@@ -166,19 +167,38 @@ class RewindImpact:
         return not self.gaps
 
 
-@dataclass(frozen=True)
 class InPlaceResult:
-    session_id: str
-    #: A new head was committed.
-    committed: bool
-    head: str | None
-    #: The conversation of the committed replacement (a fresh object the
-    #: caller may adopt as its live conversation).
-    conversation: Conversation
-    #: Project files written.
-    written: tuple[str, ...]
-    #: A failure after the commit point (reported, never rolled back).
-    warning: str | None = None
+    """What an in-place replacement committed."""
+
+    def __init__(
+        self,
+        session_id: str,
+        committed: bool,
+        head: str | None,
+        lazy: LazyConversation,
+        written: tuple[str, ...],
+        warning: str | None = None,
+    ) -> None:
+        self.session_id = session_id
+        #: A new head was committed.
+        self.committed = committed
+        self.head = head
+        #: Project files written.
+        self.written = written
+        #: A failure after the commit point (reported, never rolled back).
+        self.warning = warning
+        self._lazy = lazy
+
+    @property
+    def artifacts(self) -> Mapping[str, bytes]:
+        """The committed replacement snapshot."""
+        return self._lazy.artifacts
+
+    @property
+    def conversation(self) -> Conversation:
+        """The committed replacement's conversation: a fresh object the
+        caller may adopt as its live one (restored on first access)."""
+        return self._lazy.conversation
 
 
 # Plans ---------------------------------------------------------------------
@@ -198,7 +218,6 @@ class InPlacePlan:
     session_id: str
     base_head: str
     artifacts: Mapping[str, bytes]
-    conversation: Conversation
     #: Every project file the transaction touches -> its restored content.
     wanted: Mapping[str, bytes | None]
     planned: Mapping[str, Planned]
@@ -236,14 +255,14 @@ def files_at(turn_files: Sequence[TurnFiles], kept: int, side: Side) -> tuple[di
     return planned, gaps
 
 
-def contents(planned: Mapping[str, Planned], conversation: Conversation, session_id: str) -> dict[str, bytes | None]:
+def contents(planned: Mapping[str, Planned], state: SessionState, session_id: str) -> dict[str, bytes | None]:
     wanted: dict[str, bytes | None] = {}
     for path, item in sorted(planned.items()):
         problem = project_path_problem(path)
         if problem is not None:
             raise LifecycleRefused(session_id, f"the captured path {path!r} cannot be restored: {problem}")
         if isinstance(item.state, Present):
-            data = conversation.file_content(item.state.sha256)
+            data = state.file_content(item.state.sha256)
             if data is None:
                 raise LifecycleRefused(session_id, f"the captured content of {path} (turn {item.turn}) is missing", kind="unreadable")
             wanted[path] = data
@@ -279,21 +298,17 @@ def plan_time(state: CommittedState, at: int | None) -> int:
     return max(at, floor)
 
 
-def plan_rewind(state: CommittedState, boundary: Boundary, at: int) -> InPlacePlan:
-    refuse_in_flight(state, "rewind")
-    conversation = state.conversation
-    cut = locate(conversation, boundary)
-    outcome = kept_outcome(conversation, cut)
-    artifacts = cut_snapshot(
-        state.artifacts,
-        conversation,
-        cut,
-        dict(updated_at=max(at, state.sidecar.updated_at), reconciliation_pending=outcome is Outcome.INTERRUPTED),
-    )
-    planned, gaps = files_at(conversation.file_snapshots(), cut.kept_turns, boundary.side)
-    wanted = contents(planned, conversation, state.session_id)
-    assert state.head is not None
-    return InPlacePlan(state.session_id, state.head, artifacts, checked(artifacts), wanted, planned, gaps, artifacts_digest(artifacts))
+def plan_rewind(committed: CommittedState, boundary: Boundary, at: int) -> InPlacePlan:
+    refuse_in_flight(committed, "rewind")
+    state = committed.state
+    cut = locate(state, boundary)
+    outcome = kept_outcome(state, cut)
+    changes = dict(updated_at=max(at, state.sidecar.updated_at), reconciliation_pending=outcome is Outcome.INTERRUPTED)
+    artifacts = cut_snapshot(state, cut, changes)
+    planned, gaps = files_at(state.files, cut.kept_turns, boundary.side)
+    wanted = contents(planned, state, committed.session_id)
+    assert committed.head is not None
+    return InPlacePlan(committed.session_id, committed.head, artifacts, wanted, planned, gaps, artifacts_digest(artifacts))
 
 
 def last_recorded(turn_files: Sequence[TurnFiles], paths: Sequence[str]) -> dict[str, tuple[FileState, int]]:
@@ -371,9 +386,7 @@ async def prepare_rewind(
     state = await load_committed_state(target, session_id)
     when = plan_time(state, at)
     plan = plan_rewind(state, boundary, when)
-    hashes, rows, external, git = await survey_files(
-        target, plan, state.conversation.file_snapshots(), _root_for(target, workspace_root)
-    )
+    hashes, rows, external, git = await survey_files(target, plan, state.state.files, _root_for(target, workspace_root))
     token = StateToken.make(
         op="rewind",
         session_id=session_id,
@@ -385,7 +398,7 @@ async def prepare_rewind(
         files=hashes,
     )
     remember_plan(token, plan)
-    discarded = tuple(TurnLabel.of(e) for e in state.conversation.prompt_index()[boundary.kept_turns :])
+    discarded = tuple(TurnLabel.of(e) for e in state.state.prompts[boundary.kept_turns :])
     return RewindImpact(
         session_id, boundary, boundary.kept_turns, discarded, rows, tuple(plan.gaps[p] for p in sorted(plan.gaps)), external, git, token
     )
@@ -444,9 +457,8 @@ async def plan_for(publisher: Publisher, token: StateToken, replan) -> InPlacePl
     if plan is not None:
         return plan
     assert token.head is not None
-    artifacts, conversation, snapshot = await state_at_head(lease.target, token.session_id, token.head)
-    state = CommittedState(snapshot, lease.record.client_id, lease.record.renewed_at, artifacts, conversation)
-    return await replan(state)
+    state, snapshot = await state_at_head(lease.target, token.session_id, token.head)
+    return await replan(CommittedState(snapshot, lease.record.client_id, lease.record.renewed_at, state))
 
 
 async def commit_in_place(
@@ -551,4 +563,4 @@ async def _finish(
         except (StoreError, TargetError) as error:
             warning = f"the recovery record was not removed ({error}); retry the recovery"
     written = tuple(path for path, _before, _after in changes)
-    return InPlaceResult(plan.session_id, committed, head, plan.conversation, written, warning)
+    return InPlaceResult(plan.session_id, committed, head, LazyConversation(plan.artifacts), written, warning)

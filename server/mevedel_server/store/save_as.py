@@ -30,7 +30,7 @@ from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from .lifecycle_token import LifecycleRefused, StateToken
 from .rewind import plan_time, refuse_in_flight, refuse_live
 from .sidecar import NameRefused, NamingState, normalize_display_name
-from .snapshot_cut import CommittedState, Cut, cut_snapshot, load_committed_state
+from .snapshot_cut import cut_snapshot, load_committed_state, whole
 from .turns import Conversation
 from .workspace import check_session_id
 
@@ -55,12 +55,6 @@ def _name(session_id: str, name: str) -> str:
         return normalize_display_name(name)
     except NameRefused as refused:
         raise LifecycleRefused(session_id, f"the new session's name: {refused}", kind="invalid-params") from None
-
-
-def _whole(state: CommittedState) -> Cut:
-    sidecar = state.sidecar
-    segment = sidecar.current_segment
-    return Cut(segment, len(state.conversation.records(segment)), sidecar.total_turn_count)
 
 
 async def prepare_save_as(
@@ -114,7 +108,7 @@ async def commit_save_as(
     refuse_live(parsed.session_id, live, "save it as a new session")
     state = await recheck_lease(target, parsed)
     refuse_in_flight(state, "save it as a new session")
-    cut = _whole(state)
+    cut = whole(state.state)
 
     def build(child_id: str, at: int):
         changes = dict(
@@ -125,7 +119,7 @@ async def commit_save_as(
             created_at=at,
             updated_at=at,
         )
-        return cut_snapshot(state.artifacts, state.conversation, cut, changes)
+        return cut_snapshot(state.state, cut, changes)
 
     return await publish_child(
         target, client, build, at=parsed.at, live_ids=live_ids, lease_seconds=lease_seconds, keep_lease=keep_lease

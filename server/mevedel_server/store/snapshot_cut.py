@@ -1,11 +1,13 @@
 """The committed state of a session, and snapshots cut from it at a turn
 boundary: what Rewind publishes in place and what Fork publishes as a child.
 
-:func:`load_committed_state` reads the head of the current lease generation,
-verifies every byte it names and restores the conversation from them (a
-conversation that does not load is refused, never guessed). Heads are
-immutable, so the result is cached per ``(session, head)``: a prepare and its
-commit restore a long session once.
+:func:`load_committed_state` reads the head of the current lease generation
+and verifies every byte it names. A transaction needs far less than the
+whole conversation, so a :class:`SessionState` decodes only the sidecar and
+the prompt and file-snapshot indexes; a boundary's line position is found by
+decoding just the lines of that turn. Heads are immutable, so states are
+cached per ``(session, head)``: a prepare and its commit read a long session
+once.
 
 :func:`cut_snapshot` works on the committed bytes themselves. A boundary is a
 line position in one segment -- just after a turn's ``settle`` ("after this
@@ -17,55 +19,167 @@ file-snapshot indexes keep their first entries, the file history only the
 contents the kept checkpoints name, the sidecar the chats closed before the
 boundary's segment. Kept parts and pages keep their exact bytes, so a
 publication over the same session reuses them, and only the part a boundary
-cuts through is new. Every cut snapshot is restored once before anyone
-publishes it: a snapshot its own loader would refuse is never handed out.
+cuts through is new.
+
+Before anything is published, :func:`check_snapshot` proves the cut
+snapshot's structure (a sidecar its loader accepts; exactly the parts and
+pages its layout names, each whole; index lengths equal to its counters;
+segment headers naming the session; a live segment that is not closed; every
+content the checkpoints name present under its digest). The full
+:class:`~.turns.Conversation` of a result is restored only when the caller
+asks for it (:class:`LazyConversation`).
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import msgspec
 
 from ..targets import Target
-from .checkpoints import history_path, referenced_digests
+from .checkpoints import history_digest, history_path, referenced_digests
 from .layout import SessionPaths
 from .lease import read_lease_head
+from .lifecycle_token import LifecycleRefused
 from .publication import CommittedSnapshot, load_manifest
 from .sidecar import (
     SIDECAR_PATH,
+    IndexLineError,
     Layout,
+    PromptEntry,
     Sidecar,
     SidecarError,
     TurnFiles,
+    decode_files_lines,
+    decode_prompt_lines,
     encode_index_line,
     encode_sidecar,
     file_page_path,
     load_sidecar,
     prompt_page_path,
 )
-from .transcript import LineLog, Outcome, SegmentHeader, Settle, TurnBegin, decode_lines, encode_line, segment_part_path
+from .transcript import (
+    LineLog,
+    Outcome,
+    SegmentClose,
+    SegmentError,
+    SegmentHeader,
+    Settle,
+    TurnBegin,
+    decode_lines,
+    encode_line,
+    parse_segment_part,
+    segment_part_path,
+)
 from .turns import ContentError, Conversation
 from .workspace import check_session_id
-from .lifecycle_token import LifecycleRefused
 
 _CACHE_LIMIT = 2
 
 
+def _lines(parts: list[bytes]) -> list[bytes]:
+    return [line + b"\n" for data in parts for line in data[:-1].split(b"\n")]
+
+
+def _parts(artifacts: Mapping[str, bytes], path_of: Callable[[int], str], count: int, label: str) -> list[bytes]:
+    parts = []
+    for k in range(1, count + 1):
+        data = artifacts.get(path_of(k))
+        if data is None:
+            raise ContentError(path_of(k), "the sidecar's layout names it, but the snapshot does not hold it")
+        if not data or not data.endswith(b"\n"):
+            raise ContentError(path_of(k), f"{label} part {k} is empty or truncated")
+        parts.append(data)
+    return parts
+
+
+class SessionState:
+    """The verified logical snapshot of one head, with the sidecar and the
+    two indexes decoded. Read-only: shared by every caller of the cache."""
+
+    def __init__(self, session_id: str, head: str | None, artifacts: Mapping[str, bytes]) -> None:
+        data = artifacts.get(SIDECAR_PATH)
+        if data is None:
+            raise ContentError(SIDECAR_PATH, "the snapshot has no sidecar")
+        sidecar = load_sidecar(data)
+        if sidecar.session_id != session_id:
+            raise ContentError(SIDECAR_PATH, f"the sidecar belongs to session {sidecar.session_id}")
+        layout = sidecar.layout
+        try:
+            prompts = decode_prompt_lines(_lines(_parts(artifacts, prompt_page_path, layout.prompt_pages, "prompt index")))
+            files = decode_files_lines(_lines(_parts(artifacts, file_page_path, layout.file_pages, "file snapshots index")))
+        except IndexLineError as exc:
+            raise ContentError("index", str(exc)) from None
+        if len(prompts) != sidecar.prompt_count or len(files) != sidecar.file_snapshot_count:
+            raise ContentError(SIDECAR_PATH, "the index lengths disagree with the sidecar's counters")
+        self.session_id = session_id
+        self.head = head
+        self.artifacts = artifacts
+        self.sidecar: Sidecar = sidecar
+        #: Every prompt, the one in flight included.
+        self.prompts: list[PromptEntry] = prompts
+        #: Every file checkpoint, the one in flight included.
+        self.files: list[TurnFiles] = files
+
+    def file_content(self, sha256: str) -> bytes | None:
+        return self.artifacts.get(history_path(sha256))
+
+    def segment_parts(self, segment: int) -> list[bytes]:
+        count = self.sidecar.layout.segment_parts[segment - 1]
+        return _parts(self.artifacts, lambda k: segment_part_path(segment, k), count, f"segment {segment}")
+
+    def turn_records(self, entry: PromptEntry) -> list[tuple[int, object]]:
+        """(line index, record) of the lines of ``entry``'s turn in its
+        segment: a byte search for the turn id, then an exact decode."""
+        needle = entry.turn_id.encode("ascii")
+        lines = _lines(self.segment_parts(entry.segment))
+        found = []
+        for index, line in enumerate(lines):
+            if needle in line:
+                try:
+                    (record,) = decode_lines([line], label=f"segment {entry.segment}")
+                except SegmentError as exc:
+                    raise ContentError(f"segment {entry.segment} line {index + 1}", exc.reason) from None
+                if getattr(record, "turn_id", None) == entry.turn_id:
+                    found.append((index, record))
+        return found
+
+
+_states: OrderedDict[tuple[str, str], SessionState] = OrderedDict()
+
+
+async def state_at_head(target: Target, session_id: str, head: str) -> tuple[SessionState, CommittedSnapshot]:
+    """The verified state of one (immutable) head."""
+    paths = SessionPaths(check_session_id(session_id))
+    manifest = await load_manifest(target, paths, head)
+    snapshot = CommittedSnapshot(target, paths, 0, head, manifest)
+    key = (session_id, head)
+    cached = _states.get(key)
+    if cached is not None:
+        _states.move_to_end(key)
+        return cached, snapshot
+    state = SessionState(session_id, head, await snapshot.read_all())
+    _states[key] = state
+    while len(_states) > _CACHE_LIMIT:
+        _states.popitem(last=False)
+    return state, snapshot
+
+
 @dataclass(frozen=True)
 class CommittedState:
-    """A verified committed snapshot and the conversation it holds."""
+    """A verified committed head as a fresh reader saw it."""
 
     snapshot: CommittedSnapshot
     #: The client of the lease generation the head was read from.
     lease_client: str | None
     #: Target seconds of that generation's last renewal (0 without one).
     lease_renewed_at: int
-    artifacts: Mapping[str, bytes]
-    conversation: Conversation
+    state: SessionState
 
     @property
     def session_id(self) -> str:
@@ -77,30 +191,11 @@ class CommittedState:
 
     @property
     def sidecar(self) -> Sidecar:
-        return self.conversation.sidecar
+        return self.state.sidecar
 
-
-_states: OrderedDict[tuple[str, str], tuple[Mapping[str, bytes], Conversation]] = OrderedDict()
-
-
-async def state_at_head(target: Target, session_id: str, head: str) -> tuple[Mapping[str, bytes], Conversation, CommittedSnapshot]:
-    """The verified bytes and conversation of one (immutable) head."""
-    paths = SessionPaths(check_session_id(session_id))
-    manifest = await load_manifest(target, paths, head)
-    snapshot = CommittedSnapshot(target, paths, 0, head, manifest)
-    key = (session_id, head)
-    cached = _states.get(key)
-    if cached is not None:
-        _states.move_to_end(key)
-        return cached[0], cached[1], snapshot
-    artifacts = await snapshot.read_all()
-    conversation = Conversation.restore(artifacts)
-    if conversation.session_id != session_id:
-        raise ContentError(SIDECAR_PATH, f"the sidecar belongs to session {conversation.session_id}")
-    _states[key] = (artifacts, conversation)
-    while len(_states) > _CACHE_LIMIT:
-        _states.popitem(last=False)
-    return artifacts, conversation, snapshot
+    @property
+    def artifacts(self) -> Mapping[str, bytes]:
+        return self.state.artifacts
 
 
 async def load_committed_state(target: Target, session_id: str) -> CommittedState:
@@ -110,16 +205,10 @@ async def load_committed_state(target: Target, session_id: str) -> CommittedStat
     head = observation.publication_head
     if head is None:
         raise LifecycleRefused(session_id, "nothing is committed yet", kind="missing-target")
-    artifacts, conversation, snapshot = await state_at_head(target, session_id, head)
+    state, snapshot = await state_at_head(target, session_id, head)
     snapshot = CommittedSnapshot(target, snapshot.paths, observation.generation, head, snapshot.manifest)
     record = observation.record
-    return CommittedState(
-        snapshot,
-        record.client_id if record else None,
-        record.renewed_at if record else 0,
-        artifacts,
-        conversation,
-    )
+    return CommittedState(snapshot, record.client_id if record else None, record.renewed_at if record else 0, state)
 
 
 class Side(enum.Enum):
@@ -160,21 +249,36 @@ class Cut:
     kept_turns: int
 
 
-def locate(conversation: Conversation, boundary: Boundary) -> Cut:
-    """The cut of a boundary at a *settled* turn of ``conversation``."""
-    sid = conversation.session_id
-    total = conversation.sidecar.total_turn_count
+def locate(state: SessionState, boundary: Boundary) -> Cut:
+    """The cut of a boundary at a *settled* turn of ``state``."""
+    total = state.sidecar.total_turn_count
     if type(boundary.turn) is not int or not 1 <= boundary.turn <= total:
         known = f"its settled turns are 1-{total}" if total else "it has no settled turn"
-        raise LifecycleRefused(sid, f"there is no settled turn {boundary.turn!r} ({known})", kind="invalid-params")
-    entry = conversation.prompt_index()[boundary.turn - 1]
-    records = conversation.records(entry.segment)
+        raise LifecycleRefused(state.session_id, f"there is no settled turn {boundary.turn!r} ({known})", kind="invalid-params")
+    entry = state.prompts[boundary.turn - 1]
     wanted = Settle if boundary.side is Side.AFTER else TurnBegin
-    for index, record in enumerate(records):
-        if isinstance(record, wanted) and record.turn_id == entry.turn_id:
+    for index, record in state.turn_records(entry):
+        if isinstance(record, wanted):
             lines = index + 1 if boundary.side is Side.AFTER else index
             return Cut(entry.segment, lines, boundary.kept_turns)
     raise ContentError(f"segment {entry.segment}", f"turn {boundary.turn} has no {wanted.__name__} record")
+
+
+def whole(state: SessionState) -> Cut:
+    """The cut keeping everything (a settled state)."""
+    segment = state.sidecar.current_segment
+    lines = sum(data.count(b"\n") for data in state.segment_parts(segment))
+    return Cut(segment, lines, state.sidecar.total_turn_count)
+
+
+def kept_outcome(state: SessionState, cut: Cut) -> Outcome | None:
+    """How the last kept turn settled (None when no turn is kept)."""
+    if cut.kept_turns == 0:
+        return None
+    for _index, record in state.turn_records(state.prompts[cut.kept_turns - 1]):
+        if isinstance(record, Settle):
+            return record.outcome
+    return None
 
 
 def take_lines(parts: list[bytes], count: int, label: str) -> list[bytes]:
@@ -207,32 +311,21 @@ def _header_for(part: bytes, session_id: str, label: str) -> bytes:
     return encode_line(msgspec.structs.replace(header, session_id=session_id)) + rest
 
 
-def kept_outcome(conversation: Conversation, cut: Cut) -> Outcome | None:
-    """How the last kept turn settled (None when no turn is kept)."""
-    if cut.kept_turns == 0:
-        return None
-    entry = conversation.prompt_index()[cut.kept_turns - 1]
-    for record in reversed(conversation.records(entry.segment)):
-        if isinstance(record, Settle) and record.turn_id == entry.turn_id:
-            return record.outcome
-    return None
-
-
 def cut_snapshot(
-    artifacts: Mapping[str, bytes],
-    conversation: Conversation,
+    state: SessionState,
     cut: Cut,
     sidecar_changes: Mapping[str, object],
     *,
     retarget: Callable[[str], str] | None = None,
 ) -> dict[str, bytes]:
-    """The logical snapshot of ``conversation`` cut at ``cut``.
+    """The logical snapshot of ``state`` cut at ``cut``, checked.
 
     ``sidecar_changes`` go on top of the derived counters and layout (a new
     ``session_id`` also rewrites every kept segment header). ``retarget``
     maps every tracked path of the kept file checkpoints (a worktree fork's
     new checkout)."""
-    sidecar = conversation.sidecar
+    sidecar = state.sidecar
+    artifacts = state.artifacts
     layout = sidecar.layout
     session_id = sidecar_changes.get("session_id", sidecar.session_id)
     out: dict[str, bytes] = {}
@@ -241,23 +334,21 @@ def cut_snapshot(
         for part in range(1, layout.segment_parts[number - 1] + 1):
             path = segment_part_path(number, part)
             out[path] = artifacts[path]
-    label = f"segment {cut.segment}"
-    last = [artifacts[segment_part_path(cut.segment, k)] for k in range(1, layout.segment_parts[cut.segment - 1] + 1)]
-    last = take_lines(last, cut.lines, label)
+    last = take_lines(state.segment_parts(cut.segment), cut.lines, f"segment {cut.segment}")
     segment_parts.append(len(last))
     for part, data in enumerate(last, start=1):
         out[segment_part_path(cut.segment, part)] = data
     if session_id != sidecar.session_id:
         for number in range(1, cut.segment + 1):
             path = segment_part_path(number, 1)
-            out[path] = _header_for(out[path], session_id, f"segment {number}")
+            out[path] = _header_for(out[path], session_id, f"segment {number}")  # type: ignore[arg-type]
 
     prompt_parts = [artifacts[prompt_page_path(k)] for k in range(1, layout.prompt_pages + 1)]
     prompt_parts = take_lines(prompt_parts, cut.kept_turns, "prompt index")
     for page, data in enumerate(prompt_parts, start=1):
         out[prompt_page_path(page)] = data
 
-    kept_files: list[TurnFiles] = [r for r in conversation.file_snapshots() if r.turn <= cut.kept_turns]
+    kept_files = [r for r in state.files if r.turn <= cut.kept_turns]
     if retarget is None:
         file_parts = [artifacts[file_page_path(k)] for k in range(1, layout.file_pages + 1)]
         file_parts = take_lines(file_parts, len(kept_files), "file snapshots index")
@@ -273,7 +364,7 @@ def cut_snapshot(
         for digest in referenced_digests(record):
             out[history_path(digest)] = artifacts[history_path(digest)]
 
-    prompts = conversation.prompt_index()[: cut.kept_turns]
+    prompts = state.prompts[: cut.kept_turns]
     changes: dict[str, object] = dict(
         current_segment=cut.segment,
         total_turn_count=cut.kept_turns,
@@ -286,6 +377,7 @@ def cut_snapshot(
     )
     changes.update(sidecar_changes)
     out[SIDECAR_PATH] = sidecar_bytes(replaced_sidecar(sidecar, changes))
+    check_snapshot(out)
     return out
 
 
@@ -306,6 +398,50 @@ def sidecar_bytes(sidecar: Sidecar) -> bytes:
     return data
 
 
-def checked(artifacts: Mapping[str, bytes]) -> Conversation:
-    """Restore a snapshot about to be published (raises ContentError)."""
-    return Conversation.restore(artifacts)
+def check_snapshot(artifacts: Mapping[str, bytes]) -> Sidecar:
+    """The structural proof a snapshot gets before it is published (see the
+    module); raises ContentError naming what is wrong."""
+    sidecar = load_sidecar(artifacts[SIDECAR_PATH])
+    layout = sidecar.layout
+    named = {SIDECAR_PATH}
+    for segment, parts in enumerate(layout.segment_parts, start=1):
+        named.update(segment_part_path(segment, k) for k in range(1, parts + 1))
+    named.update(prompt_page_path(k) for k in range(1, layout.prompt_pages + 1))
+    named.update(file_page_path(k) for k in range(1, layout.file_pages + 1))
+    for logical, data in artifacts.items():
+        digest = history_digest(logical)
+        if digest is not None:
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise ContentError(logical, "the bytes do not match their SHA-256 name")
+        elif logical not in named and (parse_segment_part(logical) is not None or logical.startswith("index/")):
+            raise ContentError(logical, "a part or page the sidecar's layout does not name")
+    prompt_lines = _lines(_parts(artifacts, prompt_page_path, layout.prompt_pages, "prompt index"))
+    file_lines = _lines(_parts(artifacts, file_page_path, layout.file_pages, "file snapshots index"))
+    if len(prompt_lines) != sidecar.prompt_count or len(file_lines) != sidecar.file_snapshot_count:
+        raise ContentError(SIDECAR_PATH, "the index lengths disagree with the sidecar's counters")
+    for record in decode_files_lines(file_lines):
+        for digest in referenced_digests(record):
+            if history_path(digest) not in artifacts:
+                raise ContentError(history_path(digest), "the file snapshots index names it, but the snapshot does not hold it")
+    for segment in range(1, sidecar.current_segment + 1):
+        parts = _parts(artifacts, lambda k: segment_part_path(segment, k), layout.segment_parts[segment - 1], f"segment {segment}")
+        first = parts[0][: parts[0].index(b"\n") + 1]
+        (header,) = decode_lines([first], label=f"segment {segment}")
+        if not isinstance(header, SegmentHeader) or header.session_id != sidecar.session_id or header.segment != segment:
+            raise ContentError(f"segment {segment}", "its header does not name this session and segment")
+        last = parts[-1][parts[-1].rstrip(b"\n").rfind(b"\n") + 1 :]
+        (record,) = decode_lines([last], label=f"segment {segment}")
+        if isinstance(record, SegmentClose) == (segment == sidecar.current_segment):
+            raise ContentError(f"segment {segment}", "the live segment is closed, or an earlier one is not")
+    return sidecar
+
+
+class LazyConversation:
+    """A snapshot's :class:`~.turns.Conversation`, restored on first use."""
+
+    def __init__(self, artifacts: Mapping[str, bytes]) -> None:
+        self.artifacts = artifacts
+
+    @cached_property
+    def conversation(self) -> Conversation:
+        return Conversation.restore(self.artifacts)

@@ -240,8 +240,7 @@ def _plan_files(state: CommittedState, turn: int, target: WorktreeTarget):
     restores: list[PlannedRestore] = []
     unrestored: list[tuple[str, str]] = []
     shared: list[str] = []
-    conversation = state.conversation
-    for path, (snapshot, recorded) in sorted(_files_after(conversation.file_snapshots(), turn).items()):
+    for path, (snapshot, recorded) in sorted(_files_after(state.state.files, turn).items()):
         rel = _relative(path, target.source_checkout)
         if rel is None:
             shared.append(path)
@@ -252,7 +251,7 @@ def _plan_files(state: CommittedState, turn: int, target: WorktreeTarget):
             why = snapshot.gap if snapshot.pre is None else f"turn {recorded} recorded no post-turn content"  # type: ignore[attr-defined]
             unrestored.append((child, why or "capture gap"))
         elif isinstance(post, Present):
-            data = conversation.file_content(post.sha256)
+            data = state.state.file_content(post.sha256)
             if data is None:
                 unrestored.append((child, f"the captured content of turn {recorded} is unavailable"))
             else:
