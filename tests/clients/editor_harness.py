@@ -53,12 +53,15 @@ class ForeignSessions:
 
     #: Its holder stopped without releasing; the lease has expired (Take over).
     expired: str
+    #: Another such session, for a second takeover.
+    also_expired: str
     #: Its holder still has a live lease (Join).
     held: str
 
     def environment(self) -> dict[str, str]:
         return {
             "MEVEDEL_TEST_EXPIRED_SESSION": self.expired,
+            "MEVEDEL_TEST_ALSO_EXPIRED_SESSION": self.also_expired,
             "MEVEDEL_TEST_HELD_SESSION": self.held,
             "MEVEDEL_TEST_OTHER_HOST": OTHER_HOST,
             "MEVEDEL_TEST_NOT_A_SESSION": NOT_A_SESSION,
@@ -78,15 +81,17 @@ async def _left_behind(root: Path, client: str, name: str, prompt: str, lease_se
 
 async def _foreign_sessions(root: Path) -> ForeignSessions:
     expired = await _left_behind(root, "stopped-client", "Left behind", "expired prompt", lease_seconds=1)
+    also_expired = await _left_behind(root, "stopped-too", "Also left", "also expired prompt", lease_seconds=1)
     held = await _left_behind(root, "live-client", "Held elsewhere", "held prompt", lease_seconds=3600)
-    for _ in range(200):
-        if (await observe_lease(LocalTarget(root), expired)).standing is LeaseStanding.EXPIRED:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the other client's lease never expired")
+    for sid in (expired, also_expired):
+        for _ in range(200):
+            if (await observe_lease(LocalTarget(root), sid)).standing is LeaseStanding.EXPIRED:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the other client's lease never expired")
     (root / ".mevedel" / "sessions" / NOT_A_SESSION).mkdir()
-    return ForeignSessions(expired=expired, held=held)
+    return ForeignSessions(expired=expired, also_expired=also_expired, held=held)
 
 
 def foreign_sessions(root: Path) -> ForeignSessions:

@@ -41,3 +41,5 @@ def test_neovim_client(workspace: Workspace) -> None:
     )
     assert re.search(r"^\d+ tests, 0 failed$", output, re.MULTILINE), output
     assert "PASS go to definition on a directory opens a read-only virtual buffer" in output, output
+    for session_test in ("sessions: create, pick", "sessions: the takeover question", "answers later still takes over"):
+        assert re.search(rf"^PASS .*{re.escape(session_test)}", output, re.MULTILINE), output

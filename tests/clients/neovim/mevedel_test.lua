@@ -283,5 +283,250 @@ test('settings reach the server and a change applies', function()
   vim.api.nvim_buf_set_lines(bufnr, -2, -1, false, {})
 end)
 
+-- Sessions ----------------------------------------------------------------------
+
+local sessions = require('mevedel.sessions')
+local expired_session = vim.env.MEVEDEL_TEST_EXPIRED_SESSION
+local also_expired_session = vim.env.MEVEDEL_TEST_ALSO_EXPIRED_SESSION
+local held_session = vim.env.MEVEDEL_TEST_HELD_SESSION
+local other_host = vim.env.MEVEDEL_TEST_OTHER_HOST
+local not_a_session = vim.env.MEVEDEL_TEST_NOT_A_SESSION
+
+-- Sends METHOD straight to the server, as an agent driving a turn would.
+local function server_call(method, params)
+  local result, err = mevedel.request(mevedel_client(vim.fn.bufnr(document)), method, params or vim.empty_dict())
+  expect(result, '%s failed: %s', method, tostring(err))
+  return result
+end
+
+local function settle_turn(session, prompt)
+  server_call('mevedel/turn/begin', { sessionId = session, prompt = prompt })
+  server_call('mevedel/turn/append', { sessionId = session, kind = 'response', text = 'answer to ' .. prompt })
+  return server_call('mevedel/turn/settle', { sessionId = session })
+end
+
+local function listed(session)
+  for _, row in ipairs(server_call('mevedel/session/list').sessions) do
+    if row.sessionId == session then
+      return row
+    end
+  end
+end
+
+local function buffer_text(bufnr)
+  return table.concat(vim.api.nvim_buf_get_lines(bufnr or 0, 0, -1, false), '\n')
+end
+
+local function notified(text)
+  for _, n in ipairs(notifications) do
+    if tostring(n.message):find(text, 1, true) then
+      return n
+    end
+  end
+end
+
+local real_select = vim.ui.select
+-- Stands in for the user at vim.ui.select: CHOOSE(items, opts, formatted)
+-- returns the item to pick; every call is recorded.
+local asked = {}
+local function answer_selects(choose)
+  asked = {}
+  vim.ui.select = function(items, opts, on_choice)
+    local formatted = {}
+    for i, item in ipairs(items) do
+      formatted[i] = opts.format_item and opts.format_item(item) or tostring(item)
+    end
+    table.insert(asked, { kind = opts.kind, prompt = opts.prompt, formatted = formatted })
+    choose(items, opts, formatted, on_choice)
+  end
+end
+
+local function pick_session(session, question_answer)
+  local result
+  answer_selects(function(items, opts, _, on_choice)
+    if opts.kind == 'mevedel.session' then
+      for _, item in ipairs(items) do
+        if item.kind == 'session' and item.row.sessionId == session then
+          return on_choice(item)
+        end
+      end
+      error('the picker does not offer ' .. session)
+    end
+    if type(question_answer) == 'function' then
+      return question_answer(items, on_choice)
+    end
+    on_choice(question_answer)
+  end)
+  sessions.pick(function(opened)
+    result = opened
+  end)
+  return function()
+    return result
+  end
+end
+
+local function formatted_in(kind)
+  for _, call in ipairs(asked) do
+    if call.kind == kind then
+      return call
+    end
+  end
+end
+
+test('sessions: create, pick with its action, transcript, rename, didChange refresh, turns', function()
+  open_document()
+  notifications = {}
+  local state = sessions.create('Neovim session')
+  local session = state.sessionId
+  expect(state.displayName == 'Neovim session', 'created %s', vim.inspect(state))
+  expect(vim.b.mevedel_session == session, 'create did not show the transcript')
+  settle_turn(session, 'First prompt from Neovim')
+  wait_for('the transcript to show the first turn', function()
+    return buffer_text():find('First prompt from Neovim', 1, true) ~= nil
+  end)
+  vim.cmd('bwipeout')
+  open_document()
+
+  local opened = pick_session(session, nil)
+  wait_for('the picked session to open', opened)
+  expect(opened().action == 'switch', 'opened %s', vim.inspect(opened()))
+  local picker = formatted_in('mevedel.session').formatted
+  out('picker: ' .. vim.inspect(picker))
+  local mine = string.format('Neovim session  [Switch]  1 turn  host %s  (current)  %s', listed(session).holderHost, session)
+  expect(vim.tbl_contains(picker, mine), 'no %q in %s', mine, vim.inspect(picker))
+  expect(any(picker, '%[Take over%]  1 turn  host ' .. vim.pesc(other_host)), 'no Take over row in %s', vim.inspect(picker))
+  expect(any(picker, '^' .. vim.pesc(not_a_session) .. '  %[Inspect%]  .*is not a session ID'), 'no Inspect row in %s', vim.inspect(picker))
+  local transcript = vim.api.nvim_get_current_buf()
+  expect(vim.b.mevedel_session == session, 'the transcript of %s is not shown', session)
+  expect(vim.bo.readonly and not vim.bo.modifiable, 'the transcript is writable')
+  expect(buffer_text():find('> First prompt from Neovim', 1, true), 'transcript is %s', buffer_text())
+
+  vim.cmd('MevedelSessionRename Renamed by Neovim')
+  expect(listed(session).displayName == 'Renamed by Neovim', 'listed as %s', listed(session).displayName)
+  local items = sessions.picker_items(server_call('mevedel/session/list'))
+  local names = vim.tbl_map(sessions.format_item, items)
+  expect(any(names, '^Renamed by Neovim  %[Switch%]'), 'picker lines %s', vim.inspect(names))
+
+  -- Another settled turn: the open transcript is read again; the cursor
+  -- stays on the line the reader was on.
+  put_cursor_on('First prompt from Neovim')
+  settle_turn(session, 'Second prompt from Neovim')
+  wait_for('the transcript to show the second turn', function()
+    return buffer_text(transcript):find('Second prompt from Neovim', 1, true) ~= nil
+  end)
+  expect(vim.api.nvim_get_current_line():find('First prompt from Neovim', 1, true), 'cursor moved to %q', vim.api.nvim_get_current_line())
+  local read = mevedel.read_document(mevedel_client(vim.fn.bufnr(document)), { uri = vim.b.mevedel_uri })
+  expect(table.concat(read.lines, '\n') == buffer_text(transcript), 'the view differs from the server')
+
+  -- The turns picker jumps to the turn; :MevedelTurn shows one alone.
+  answer_selects(function(turns, _, formatted, on_choice)
+    expect(#turns == 2 and formatted[2]:find('Second prompt from Neovim', 1, true), 'turns offered %s', vim.inspect(formatted))
+    on_choice(turns[1])
+  end)
+  vim.cmd('MevedelTurns')
+  expect(vim.api.nvim_get_current_buf() == transcript, 'not in the transcript')
+  expect(vim.api.nvim_get_current_line():find('^## Turn 1 '), 'cursor line is %q', vim.api.nvim_get_current_line())
+  vim.cmd('MevedelTurn 2')
+  expect(buffer_text():find('> Second prompt from Neovim', 1, true), 'turn view is %s', buffer_text())
+  expect(buffer_text():find('answer to Second prompt from Neovim', 1, true), 'turn view is %s', buffer_text())
+  expect(not vim.bo.modifiable, 'the turn view is writable')
+
+  vim.cmd('MevedelSessionSave')
+  expect(notified('saved ' .. session .. ': published'), 'no save message in %s', vim.inspect(notifications))
+  vim.cmd('MevedelSessionClose')
+  expect(notified('closed ' .. session), 'no close message')
+  wait_for('the closed notice', function()
+    return notified('session ' .. session .. ' was closed') ~= nil
+  end)
+  expect(listed(session).action == 'Resume', 'after close the action is %s', listed(session).action)
+end)
+
+test('sessions: the takeover question reaches vim.ui.select and the server follows the answer', function()
+  open_document()
+  notifications = {}
+  expect(listed(expired_session).action == 'Take over', 'action %s', listed(expired_session).action)
+  local opened = pick_session(expired_session, 'Cancel')
+  wait_for('the declined takeover to be reported', function()
+    return notified('not confirmed') ~= nil
+  end)
+  local question = formatted_in('mevedel.question')
+  expect(question and question.prompt:find(other_host, 1, true), 'question %s', vim.inspect(question))
+  expect(vim.deep_equal(question.formatted, { 'Take over', 'Cancel' }), 'actions %s', vim.inspect(question))
+  expect(notified(expired_session .. ': '), 'the error does not name the session: %s', vim.inspect(notifications))
+  expect(opened() == nil and listed(expired_session).action == 'Take over', 'the session was opened')
+
+  opened = pick_session(expired_session, 'Take over')
+  wait_for('the takeover', opened)
+  expect(opened().action == 'takeover' and opened().session.access == 'writable', 'opened %s', vim.inspect(opened()))
+  expect(buffer_text():find('expired prompt', 1, true), 'transcript %s', buffer_text())
+  local row = listed(expired_session)
+  expect(row.action == 'Switch' and row.current == true, 'row %s', vim.inspect(row))
+end)
+
+test('sessions: a vim.ui.select that answers later still takes over', function()
+  open_document()
+  notifications = {}
+  local opened = pick_session(also_expired_session, function(items, on_choice)
+    vim.defer_fn(function()
+      on_choice(items[1])
+    end, 100)
+  end)
+  wait_for('the late takeover', opened)
+  expect(opened().action == 'takeover', 'opened %s', vim.inspect(opened()))
+  expect(not notified('not confirmed'), 'the first, unanswered open was reported: %s', vim.inspect(notifications))
+  expect(buffer_text():find('also expired prompt', 1, true), 'transcript %s', buffer_text())
+end)
+
+test('sessions: a live foreign lease joins read-only; an Inspect row says why and does not open', function()
+  open_document()
+  notifications = {}
+  answer_selects(function(items, _, _, on_choice)
+    for _, item in ipairs(items) do
+      if item.kind == 'inspect' then
+        return on_choice(item)
+      end
+    end
+  end)
+  vim.cmd('MevedelSessions')
+  expect(notified(not_a_session .. ' can only be inspected: '), 'notifications %s', vim.inspect(notifications))
+  expect(listed(held_session).action == 'Join', 'action %s', listed(held_session).action)
+  local opened = pick_session(held_session, nil)
+  wait_for('the join', opened)
+  expect(opened().action == 'join' and opened().session.access == 'read-only', 'opened %s', vim.inspect(opened()))
+  expect(buffer_text():find('held prompt', 1, true), 'transcript %s', buffer_text())
+  notifications = {}
+  vim.cmd('MevedelSessionRename Mine now')
+  local refusal = notifications[1] and notifications[1].message or ''
+  expect(refusal:find(held_session, 1, true) and refusal:find('read-only', 1, true), 'refusal %q', refusal)
+end)
+
+test('sessions: refusals reach the user with the server wording', function()
+  open_document()
+  local session = sessions.create('').sessionId
+  open_document()
+  local function refusal(cmd)
+    notifications = {}
+    if type(cmd) == 'function' then
+      cmd()
+    else
+      vim.cmd(cmd)
+    end
+    return notifications[1] and tostring(notifications[1].message) or ''
+  end
+  expect(refusal(function()
+    sessions.rename('   ')
+  end):find('may not be empty', 1, true), 'rename blank')
+  local retried = refusal('MevedelSessionRetry')
+  expect(retried:find(session .. ': ', 1, true) and retried:find('no pending publication', 1, true), 'retry: %q', retried)
+  expect(refusal('MevedelSessionAbandon'):find('no failed save was pending', 1, true), 'abandon')
+  expect(refusal('MevedelTurnAbort'):find('no turn is in flight', 1, true), 'abort without a turn')
+  server_call('mevedel/turn/begin', { sessionId = session, prompt = 'to be stopped' })
+  vim.cmd('MevedelTurnAbort stopped by Neovim')
+  local turns = server_call('mevedel/turn/list', { sessionId = session }).turns
+  expect(#turns == 1 and turns[1].state == 'interrupted' and turns[1].reason == 'stopped by Neovim', 'turns %s', vim.inspect(turns))
+end)
+
+vim.ui.select = real_select
+
 out(string.format('%d tests, %d failed', ran, failures))
 vim.cmd(failures == 0 and 'qa!' or 'cq!')

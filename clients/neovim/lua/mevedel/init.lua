@@ -3,7 +3,8 @@
 -- The server does the work (address completion, hover, definition,
 -- diagnostics); this module starts it for Markdown and text buffers, passes
 -- the settings, and opens `mevedel-resource:` virtual documents read-only by
--- reading them through `mevedel/resource/read`. Works on Neovim 0.7
+-- reading them through `mevedel/resource/read` (sessions, their transcript
+-- views and turns are in `mevedel.sessions`). Works on Neovim 0.7
 -- (`vim.lsp.start_client` + `vim.lsp.buf_attach_client`) and on versions
 -- with `vim.lsp.start`.
 
@@ -33,10 +34,13 @@ local defaults = {
 local config = vim.deepcopy(defaults)
 -- Neovim 0.7 has no vim.lsp.start to find a running client; one per root.
 local clients_by_root = {}
+-- Whether setup() has run (commands used before it set up with defaults).
+local autocommands_defined = false
 
 local function notify(message, level)
   vim.notify('mevedel: ' .. message, level or vim.log.levels.ERROR)
 end
+M.notify = notify
 
 -- The server keeps any setting a message leaves out, so every one is sent,
 -- vim.NIL (JSON null) meaning "the server's default".
@@ -58,6 +62,19 @@ end
 
 function M.is_virtual_uri(uri)
   return type(uri) == 'string' and uri:sub(1, #M.virtual_scheme + 1) == M.virtual_scheme .. ':'
+end
+
+--- The session id a virtual URI carries, or nil when it names none
+--- (`mevedel-resource:/WORKSPACE/SESSION/SCHEME/TAIL`, `_` for none).
+function M.uri_session(uri)
+  if not M.is_virtual_uri(uri) then
+    return nil
+  end
+  local session = uri:sub(#M.virtual_scheme + 2):match('^/*[^/]+/([^/]+)')
+  if session == nil or session == '_' then
+    return nil
+  end
+  return session
 end
 
 -- Neovim keeps a buffer name as a URI only in the `scheme://` form; any
@@ -130,7 +147,15 @@ local function client_config(root)
     init_options = settings_object(config.settings),
     -- Answers the server's workspace/configuration requests.
     settings = { [M.configuration_section] = settings_object(config.settings) },
-    handlers = { ['textDocument/definition'] = definition },
+    handlers = {
+      ['textDocument/definition'] = definition,
+      ['mevedel/session/didChange'] = function(err, params, ctx)
+        return require('mevedel.sessions').on_did_change(err, params, ctx)
+      end,
+      ['window/showMessageRequest'] = function(err, params, ctx)
+        return require('mevedel.sessions').on_question(err, params, ctx)
+      end,
+    },
     on_attach = on_attach,
     on_exit = function()
       clients_by_root[root] = nil
@@ -254,16 +279,31 @@ local function error_text(err)
 end
 
 --- Send METHOD with PARAMS and wait for the answer: result, or nil and the
---- server's error text (which names the authored input).
+--- server's error text (which names the authored input) and its error data.
 function M.request(client, method, params)
   local response, failure = invoke(client, 'request_sync', method, params, config.timeout_ms, 0)
   if not response then
     return nil, method .. ': ' .. tostring(failure or 'no answer')
   end
   if response.err then
-    return nil, error_text(response.err)
+    return nil, error_text(response.err), response.err.data
   end
   return response.result
+end
+
+--- Send METHOD with PARAMS without waiting; CALLBACK gets (result) or
+--- (nil, error text, error data).
+function M.request_async(client, method, params, callback)
+  local sent = invoke(client, 'request', method, params, function(err, result)
+    if err then
+      callback(nil, error_text(err), type(err) == 'table' and err.data or nil)
+    else
+      callback(result)
+    end
+  end)
+  if not sent then
+    callback(nil, method .. ': the mevedel server is not running')
+  end
 end
 
 local function rest_of_line(client, ref, line, char_offset)
@@ -341,7 +381,8 @@ function M.read_document(client, ref, token)
 end
 
 local function filetype_for(canonical)
-  if canonical:match('%.md$') or canonical:match('%.markdown$') then
+  -- A transcript (history://root) is Markdown, as the server renders it.
+  if canonical:match('%.md$') or canonical:match('%.markdown$') or canonical == 'history://root' then
     return 'markdown'
   end
   return 'text'
@@ -349,32 +390,87 @@ end
 
 local progress_tokens = 0
 
+-- Replaces BUFNR's lines with LINES from the first line that differs, so
+-- the text above (what a reader of a growing transcript is on) and the
+-- cursors on it stay put; a window that was on the last line (following the
+-- conversation) stays on the last line.
+local function replace_lines(bufnr, lines)
+  local old = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+  local following = {}
+  for _, win in ipairs(vim.api.nvim_list_wins()) do
+    if vim.api.nvim_win_get_buf(win) == bufnr and #old > 0 and vim.api.nvim_win_get_cursor(win)[1] >= #old then
+      table.insert(following, win)
+    end
+  end
+  local first = 1
+  while first <= #old and first <= #lines and old[first] == lines[first] do
+    first = first + 1
+  end
+  if first > #old and first > #lines then
+    return
+  end
+  vim.api.nvim_buf_set_lines(bufnr, first - 1, -1, false, vim.list_slice(lines, first))
+  for _, win in ipairs(following) do
+    vim.api.nvim_win_set_cursor(win, { math.max(1, #lines), 0 })
+  end
+end
+
+-- Fills BUFNR with the virtual document URI read through CLIENT, read-only.
+-- Returns true, or nil and the error text.
+local function fill_virtual(bufnr, client, uri, token)
+  local document, err = M.read_document(client, { uri = uri }, token)
+  if not document then
+    return nil, err
+  end
+  vim.api.nvim_buf_set_option(bufnr, 'modifiable', true)
+  vim.api.nvim_buf_set_option(bufnr, 'readonly', false)
+  replace_lines(bufnr, document.lines)
+  vim.api.nvim_buf_set_option(bufnr, 'modified', false)
+  vim.api.nvim_buf_set_option(bufnr, 'modifiable', false)
+  vim.api.nvim_buf_set_option(bufnr, 'readonly', true)
+  vim.b[bufnr].mevedel_canonical = document.canonical
+  return true
+end
+
 --- BufReadCmd of `mevedel-resource:` buffers: fill BUFNR with the virtual
 --- document URI names, read-only.
 function M.read_virtual(bufnr, uri)
   local client, err = M.client()
-  local document
+  local filled
   if client then
     progress_tokens = progress_tokens + 1
-    document, err = M.read_document(client, { uri = uri }, 'mevedel-read-' .. progress_tokens)
+    filled, err = fill_virtual(bufnr, client, uri, 'mevedel-read-' .. progress_tokens)
   end
-  vim.api.nvim_buf_set_option(bufnr, 'modifiable', true)
-  if not document then
+  if not filled then
+    vim.api.nvim_buf_set_option(bufnr, 'modifiable', true)
     vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, {})
     vim.api.nvim_buf_set_option(bufnr, 'modifiable', false)
     notify(err)
     return
   end
-  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, document.lines)
   vim.api.nvim_buf_set_option(bufnr, 'buftype', 'nofile')
   vim.api.nvim_buf_set_option(bufnr, 'swapfile', false)
-  vim.api.nvim_buf_set_option(bufnr, 'modified', false)
-  vim.api.nvim_buf_set_option(bufnr, 'modifiable', false)
-  vim.api.nvim_buf_set_option(bufnr, 'readonly', true)
   vim.b[bufnr].mevedel_uri = uri
-  vim.b[bufnr].mevedel_canonical = document.canonical
+  vim.b[bufnr].mevedel_session = M.uri_session(uri)
   vim.b[bufnr].mevedel_root = client.config.root_dir
-  vim.api.nvim_buf_set_option(bufnr, 'filetype', filetype_for(document.canonical))
+  vim.api.nvim_buf_set_option(bufnr, 'filetype', filetype_for(vim.b[bufnr].mevedel_canonical))
+end
+
+--- Read BUFNR's virtual document again through CLIENT (default: the
+--- buffer's server), keeping cursors. Returns true, or nil and the error.
+function M.refresh_virtual(bufnr, client)
+  local uri = vim.b[bufnr].mevedel_uri
+  if not uri then
+    return nil, 'not a mevedel virtual buffer'
+  end
+  if not client then
+    local err
+    client, err = M.client()
+    if not client then
+      return nil, err
+    end
+  end
+  return fill_virtual(bufnr, client, uri, nil)
 end
 
 --- Open what ADDRESS names: its backing file, else its virtual document.
