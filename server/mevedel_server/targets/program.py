@@ -30,7 +30,7 @@ skipped    not run because an earlier operation stopped the program
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -188,19 +188,3 @@ class ProgramResult:
     def __len__(self) -> int:
         return len(self.results)
 
-
-def execute_operations(
-    operations: Sequence[Operation], perform: Callable[[Operation], OpResult]
-) -> ProgramResult:
-    """Run ``perform`` over ``operations`` with the stop-at-first-failure rule."""
-    results: list[OpResult] = []
-    stopped_at: int | None = None
-    for index, op in enumerate(operations):
-        if stopped_at is not None:
-            results.append(SKIPPED)
-            continue
-        result = perform(op)
-        results.append(result)
-        if not result.ok and not op.optional:
-            stopped_at = index
-    return ProgramResult(tuple(results), stopped_at)
