@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from editor_harness import CLIENTS, editor, run_editor, server_command
+from editor_harness import CLIENTS, editor, foreign_sessions, run_editor, server_command
 
 EXTENSION = CLIENTS / "vscode"
 
@@ -53,11 +53,23 @@ def test_extension_type_checks_and_packages(npm: str, tmp_path: Path) -> None:
     assert "mevedel.server.command" in manifest["contributes"]["configuration"]["properties"]
 
 
-def test_protocol_layer_against_real_server(npm: str) -> None:
+def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
+    # The session suite runs in a workspace where another client left
+    # sessions behind (an expired lease, a live one, a directory that is no
+    # session).
+    workspace = tmp_path / "sessions"
+    workspace.mkdir()
+    left = foreign_sessions(workspace)
     output = run_editor(
         [npm, "test"],
-        env={"MEVEDEL_LSP_COMMAND": json.dumps(server_command())},
+        env={
+            "MEVEDEL_LSP_COMMAND": json.dumps(server_command()),
+            "MEVEDEL_TEST_SESSION_WORKSPACE": str(workspace),
+            **left.environment(),
+        },
         cwd=EXTENSION,
     )
     assert re.search(r"# fail 0\b", output), output
     assert not re.search(r"# pass 0\b", output), output
+    assert re.search(r"# skipped 0\b", output), output
+    assert "ok 1 - sessions" in output or re.search(r"ok \d+ - sessions", output), output

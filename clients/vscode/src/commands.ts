@@ -1,20 +1,32 @@
 import * as vscode from 'vscode';
-import { describe, describeFailure, RequestSender } from './protocol';
+import { describe, describeFailure } from './protocol';
+import { SessionCommandContext, sessionCommands } from './sessionCommands';
 
-export interface CommandContext {
-  sender(): Promise<RequestSender>;
+export interface CommandContext extends SessionCommandContext {
   restart(): Promise<void>;
   showOutput(): void;
-  workspaceFolder(): string | undefined;
 }
 
 // Every palette command, by id; package.json's `contributes.commands` lists
 // the same ids (the packaging test checks both ways).
+// (The server's own `mevedel.session.*` commands are registered by the
+// language client from executeCommandProvider, so these ids differ.)
 export function commandTable(context: CommandContext): Record<string, () => Promise<void> | void> {
+  const sessions = sessionCommands(context);
   return {
     'mevedel.readAddress': () => readAddress(context),
     'mevedel.restartServer': () => context.restart(),
     'mevedel.showOutput': () => context.showOutput(),
+    'mevedel.pickSession': sessions.pickSession,
+    'mevedel.newSession': sessions.newSession,
+    'mevedel.renameSession': sessions.renameSession,
+    'mevedel.saveSession': sessions.saveSession,
+    'mevedel.closeSession': sessions.closeSession,
+    'mevedel.retryPublication': sessions.retryPublication,
+    'mevedel.abandonPublication': sessions.abandonPublication,
+    'mevedel.abortTurn': sessions.abortTurn,
+    'mevedel.showTranscript': sessions.showTranscript,
+    'mevedel.listTurns': sessions.listTurns,
   };
 }
 

@@ -8,7 +8,15 @@ import {
   WorkDoneProgress,
 } from 'vscode-languageclient/node';
 import { registerCommands } from './commands';
-import { CONFIGURATION_SECTION, readDocument, RequestSender, ResourceRef, VIRTUAL_SCHEME } from './protocol';
+import {
+  CONFIGURATION_SECTION,
+  Notifications,
+  readDocument,
+  RequestSender,
+  ResourceRef,
+  SessionDidChangeParams,
+  VIRTUAL_SCHEME,
+} from './protocol';
 import { serverCommand, serverSettings } from './settings';
 import { VirtualDocumentProvider } from './virtualDocuments';
 
@@ -20,7 +28,7 @@ function configuration(scope?: vscode.ConfigurationScope): (key: string) => unkn
   return (key) => section.get(key);
 }
 
-function createClient(output: vscode.OutputChannel): LanguageClient {
+function createClient(output: vscode.OutputChannel, documents: VirtualDocumentProvider): LanguageClient {
   const { command, args } = serverCommand(configuration());
   const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
   const clientOptions: LanguageClientOptions = {
@@ -49,7 +57,18 @@ function createClient(output: vscode.OutputChannel): LanguageClient {
       },
     },
   };
-  return new LanguageClient('mevedel', 'mevedel', serverOptions, clientOptions);
+  const created = new LanguageClient('mevedel', 'mevedel', serverOptions, clientOptions);
+  created.onNotification(Notifications.sessionDidChange, (change: SessionDidChangeParams) => {
+    documents.sessionChanged(change);
+    if (change.reason === 'read-only') {
+      void vscode.window.showWarningMessage(
+        `mevedel: session ${change.sessionId} is now read-only here (another client took it over)`,
+      );
+    } else if (change.reason === 'closed') {
+      vscode.window.setStatusBarMessage(`mevedel: session ${change.sessionId} was closed; its views are no longer updated`, 10_000);
+    }
+  });
+  return created;
 }
 
 async function ready(): Promise<LanguageClient> {
@@ -81,11 +100,11 @@ async function readWithProgress(ref: ResourceRef): Promise<string> {
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const output = vscode.window.createOutputChannel('mevedel');
   const documents = new VirtualDocumentProvider((uri) => readWithProgress({ uri }));
-  client = createClient(output);
+  client = createClient(output, documents);
 
   const restart = async (): Promise<void> => {
     const old = client;
-    client = createClient(output);
+    client = createClient(output, documents);
     starting = (async () => {
       await old?.stop();
       await client!.start();
@@ -102,6 +121,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       sender: (): Promise<RequestSender> => ready(),
       restart,
       showOutput: () => output.show(true),
+      refresh: (uri) => documents.refresh(uri),
       workspaceFolder: () => {
         const active = vscode.window.activeTextEditor?.document.uri;
         const folder = active ? vscode.workspace.getWorkspaceFolder(active) : vscode.workspace.workspaceFolders?.[0];

@@ -11,6 +11,22 @@ export const Methods = {
   resourceGlob: 'mevedel/resource/glob',
   resourceGrep: 'mevedel/resource/grep',
   addressDescribe: 'mevedel/address/describe',
+  sessionList: 'mevedel/session/list',
+  sessionCreate: 'mevedel/session/create',
+  sessionOpen: 'mevedel/session/open',
+  sessionClose: 'mevedel/session/close',
+  sessionRename: 'mevedel/session/rename',
+  sessionSave: 'mevedel/session/save',
+  sessionRetryPublication: 'mevedel/session/retryPublication',
+  sessionAbandonPublication: 'mevedel/session/abandonPublication',
+  turnAbort: 'mevedel/turn/abort',
+  turnList: 'mevedel/turn/list',
+  turnShow: 'mevedel/turn/show',
+} as const;
+
+// Server-to-client notifications.
+export const Notifications = {
+  sessionDidChange: 'mevedel/session/didChange',
 } as const;
 
 // Both vscode-languageclient's LanguageClient and vscode-jsonrpc's
@@ -166,6 +182,198 @@ export function grep(sender: RequestSender, params: GrepParams): Promise<GrepRes
 
 export function describe(sender: RequestSender, params: DescribeParams): Promise<DescribeResult> {
   return sender.sendRequest<DescribeResult>(Methods.addressDescribe, params);
+}
+
+// Sessions ---------------------------------------------------------------
+
+export type SessionAction = 'Switch' | 'Resume' | 'Join' | 'Take over';
+export type OpenMode = 'auto' | 'resume' | 'join' | 'takeover';
+export type Access = 'writable' | 'read-only';
+
+export interface SessionListParams {
+  workspaceFolder?: string;
+}
+
+export interface SessionListEntry {
+  sessionId: string;
+  displayName: string;
+  action: SessionAction;
+  turns: number;
+  updatedAt: number;
+  lease: 'free' | 'held' | 'expired';
+  published: boolean;
+  current: boolean;
+  latestPrompt?: string;
+  holderHost?: string;
+}
+
+export interface InspectEntry {
+  name: string;
+  subject: 'directory' | 'lease' | 'manifest' | 'sidecar';
+  reason: string;
+  kind?: string;
+}
+
+export interface SessionListResult {
+  sessions: SessionListEntry[];
+  inspect?: InspectEntry[];
+}
+
+export interface SessionState {
+  sessionId: string;
+  displayName: string;
+  named: boolean;
+  access: Access;
+  materialized: boolean;
+  settledTurns: number;
+  reconciliationPending: boolean;
+  current: boolean;
+  readOnlyReason?: string;
+  holderHost?: string;
+  openTurn?: number;
+  pendingPublication?: string;
+}
+
+export interface SessionCreateParams {
+  name?: string;
+  workspaceFolder?: string;
+}
+
+export interface SessionOpenParams {
+  sessionId: string;
+  mode?: OpenMode;
+  confirmTakeover?: boolean;
+  workspaceFolder?: string;
+}
+
+export interface SessionOpenResult {
+  session: SessionState;
+  action: 'resume' | 'join' | 'takeover' | 'switch';
+  interruptedTurn?: number;
+}
+
+// Params of the requests about one session; without sessionId the server
+// uses the folder's current session.
+export type SessionParams = Scope;
+
+export interface SessionRenameParams extends Scope {
+  name: string;
+}
+
+export interface SessionCloseResult {
+  sessionId: string;
+  saved: boolean;
+}
+
+export interface SaveResult {
+  sessionId: string;
+  committed: boolean;
+  materialized: boolean;
+  turn?: number;
+  note?: string;
+}
+
+export interface AbandonResult {
+  sessionId: string;
+  abandoned: boolean;
+}
+
+export interface TurnAbortParams extends Scope {
+  reason?: string;
+}
+
+export interface TurnSummary {
+  turn: number;
+  turnId: string;
+  segment: number;
+  prompt: string;
+  state: 'in-flight' | 'completed' | 'errored' | 'interrupted';
+  beganAt: number;
+  toolCalls: number;
+  reminder: boolean;
+  settledAt?: number;
+  reason?: string;
+}
+
+export interface TurnListResult {
+  sessionId: string;
+  turns: TurnSummary[];
+}
+
+export interface TurnShowParams extends Scope {
+  turn: number;
+}
+
+export interface TurnItem {
+  kind: string;
+  text?: string;
+  callId?: string;
+  name?: string;
+  arguments?: string;
+  output?: string;
+  isError?: boolean;
+  mailId?: string;
+  sender?: string;
+}
+
+export interface TurnShowResult {
+  sessionId: string;
+  summary: TurnSummary;
+  prompt: string;
+  items: TurnItem[];
+  markdown: string;
+}
+
+export interface SessionDidChangeParams {
+  workspaceFolder: string;
+  sessionId: string;
+  reason: 'settled' | 'checkpoint' | 'saved' | 'renamed' | 'resumed' | 'retried' | 'read-only' | 'closed';
+  settledTurns: number;
+  access: Access;
+}
+
+export function listSessions(sender: RequestSender, params: SessionListParams = {}): Promise<SessionListResult> {
+  return sender.sendRequest<SessionListResult>(Methods.sessionList, params);
+}
+
+export function createSession(sender: RequestSender, params: SessionCreateParams = {}): Promise<SessionState> {
+  return sender.sendRequest<SessionState>(Methods.sessionCreate, params);
+}
+
+export function openSession(sender: RequestSender, params: SessionOpenParams): Promise<SessionOpenResult> {
+  return sender.sendRequest<SessionOpenResult>(Methods.sessionOpen, params);
+}
+
+export function closeSession(sender: RequestSender, params: SessionParams = {}): Promise<SessionCloseResult> {
+  return sender.sendRequest<SessionCloseResult>(Methods.sessionClose, params);
+}
+
+export function renameSession(sender: RequestSender, params: SessionRenameParams): Promise<SessionState> {
+  return sender.sendRequest<SessionState>(Methods.sessionRename, params);
+}
+
+export function saveSession(sender: RequestSender, params: SessionParams = {}): Promise<SaveResult> {
+  return sender.sendRequest<SaveResult>(Methods.sessionSave, params);
+}
+
+export function retryPublication(sender: RequestSender, params: SessionParams = {}): Promise<SaveResult> {
+  return sender.sendRequest<SaveResult>(Methods.sessionRetryPublication, params);
+}
+
+export function abandonPublication(sender: RequestSender, params: SessionParams = {}): Promise<AbandonResult> {
+  return sender.sendRequest<AbandonResult>(Methods.sessionAbandonPublication, params);
+}
+
+export function abortTurn(sender: RequestSender, params: TurnAbortParams = {}): Promise<SaveResult> {
+  return sender.sendRequest<SaveResult>(Methods.turnAbort, params);
+}
+
+export function listTurns(sender: RequestSender, params: SessionParams = {}): Promise<TurnListResult> {
+  return sender.sendRequest<TurnListResult>(Methods.turnList, params);
+}
+
+export function showTurn(sender: RequestSender, params: TurnShowParams): Promise<TurnShowResult> {
+  return sender.sendRequest<TurnShowResult>(Methods.turnShow, params);
 }
 
 export type ResourceRef = { uri: string } | { address: string };

@@ -1,5 +1,6 @@
 import * as vscode from 'vscode';
-import { describeFailure, VIRTUAL_SCHEME } from './protocol';
+import { describeFailure, SessionDidChangeParams, VIRTUAL_SCHEME } from './protocol';
+import { staleDocuments } from './sessions';
 
 // Serves `mevedel-resource:` documents (directory listings, discovery views,
 // anything that is not a real file) by reading them through the server. VS
@@ -22,11 +23,27 @@ export class VirtualDocumentProvider implements vscode.TextDocumentContentProvid
     }
   }
 
-  // Re-reads every open virtual document (session updates will call this
-  // when what they show changes).
+  // Re-reads every open virtual document (after a server restart).
   refreshAll(): void {
     for (const document of vscode.workspace.textDocuments) {
       if (document.uri.scheme === VIRTUAL_SCHEME) this.changed.fire(document.uri);
+    }
+  }
+
+  // Re-reads one document; VS Code keeps the cursor and scroll position of
+  // its editors where the text did not change.
+  refresh(uri: vscode.Uri): void {
+    this.changed.fire(uri);
+  }
+
+  // Re-reads the open documents a session change made stale.
+  sessionChanged(change: SessionDidChangeParams): void {
+    const open = vscode.workspace.textDocuments
+      .filter((document) => document.uri.scheme === VIRTUAL_SCHEME)
+      .map((document) => document.uri);
+    const stale = new Set(staleDocuments(open.map((uri) => uri.toString()), change));
+    for (const uri of open) {
+      if (stale.has(uri.toString())) this.changed.fire(uri);
     }
   }
 

@@ -17,9 +17,19 @@ export interface Notification {
   params: any;
 }
 
+export interface Question {
+  message: string;
+  actions?: Array<{ title: string }>;
+}
+
 export class ServerSession {
   readonly notifications: Notification[] = [];
   readonly stderr: string[] = [];
+  // The server's window/showMessageRequest questions, and who answers them
+  // (the user, in VS Code: the language client shows them as notifications
+  // with buttons). No answer is JSON null, as when a notification is closed.
+  readonly questions: Question[] = [];
+  answer: (question: Question) => string | undefined = () => undefined;
   private waiters: Array<() => void> = [];
 
   constructor(
@@ -105,7 +115,11 @@ export async function startServer(root: string, initializationOptions: unknown, 
   );
   connection.onRequest('window/workDoneProgress/create', () => null);
   connection.onRequest('client/registerCapability', () => null);
-  connection.onRequest('window/showMessageRequest', () => null);
+  connection.onRequest('window/showMessageRequest', (question: Question) => {
+    session.questions.push(question);
+    const title = session.answer(question);
+    return title === undefined ? null : { title };
+  });
   connection.onNotification((method: string, params: any) => session.record(method, params));
   // vscode-jsonrpc routes $/progress to per-token handlers, not the catch-all.
   connection.onUnhandledProgress((params) => session.record('$/progress', params));
