@@ -289,7 +289,7 @@ function M.goto_turn(turn, session)
   if not shown then
     return false
   end
-  local heading = vim.split(shown.markdown, '\n', true)[1]
+  local heading = vim.split(shown.markdown, '\n', { plain = true })[1]
   local bufnr = M.transcript(shown.sessionId, client)
   if not bufnr then
     return false
@@ -337,7 +337,7 @@ function M.show_turn(turn, session)
     vim.api.nvim_buf_set_name(bufnr, name)
   end
   vim.api.nvim_buf_set_option(bufnr, 'modifiable', true)
-  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, vim.split(shown.markdown, '\n', true))
+  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, vim.split(shown.markdown, '\n', { plain = true }))
   vim.api.nvim_buf_set_option(bufnr, 'modifiable', false)
   vim.api.nvim_buf_set_option(bufnr, 'filetype', 'markdown')
   vim.b[bufnr].mevedel_session = shown.sessionId
