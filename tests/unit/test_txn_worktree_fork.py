@@ -77,10 +77,14 @@ async def test_the_childs_rewind_restores_inside_its_worktree(tmp_path):
     impact = await prepare_worktree_fork(s.target, s.session_id, 1)
     result = await commit_worktree_fork(s.target, impact.token, ME, keep_lease=True)
     child = result.child
+    tree = tmp_path / ".worktrees" / "fork-1"
+    git(tree, "add", "a.txt")  # the child's own index stages turn 1's a1
     rewind = await prepare_rewind(LocalTarget(tmp_path), child.session_id, Boundary.before(1))
+    # The Git check asks the child's worktree, where the path is staged.
+    assert rewind.git.status == "checked"
+    assert [d.path for d in rewind.git.divergent] == [".worktrees/fork-1/a.txt"]
     assert sorted(r.path for r in rewind.restores) == [".worktrees/fork-1/a.txt", ".worktrees/fork-1/gone.txt", ".worktrees/fork-1/new/n.txt"]
     await commit_rewind(child.publisher, rewind.token)
-    tree = tmp_path / ".worktrees" / "fork-1"
     assert read(tree, "a.txt") == b"a0\n" and read(tree, "gone.txt") == b"tracked\n" and read(tree, "new/n.txt") is None
     assert read(tmp_path, "a.txt") == b"a2\n"  # the source checkout is not touched
 

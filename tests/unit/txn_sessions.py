@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session, read_committed

@@ -48,6 +48,8 @@ from ..targets import (
 )
 from .layout import STATE_DIR
 
+#: Where linked worktrees of Worktree Forks live, inside the workspace.
+WORKTREES_DIR = ".worktrees"
 #: A target program carries at most this many file operations.
 _BATCH = 256
 _GIT_TIMEOUT = 30
@@ -242,43 +244,73 @@ def blob_id(content: bytes, object_format: str = "sha1") -> str:
     return digest.hexdigest()
 
 
+def _checkouts(root: Path, paths: Sequence[str]) -> dict[str, list[str]]:
+    """Group workspace-relative paths by the checkout holding them: a
+    linked worktree under ``.worktrees/<name>/`` (it has its own index) or
+    the workspace itself (``""``)."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.split("/")
+        checkout = ""
+        if len(parts) > 2 and parts[0] == WORKTREES_DIR and (root / parts[0] / parts[1] / ".git").exists():
+            checkout = f"{parts[0]}/{parts[1]}"
+        groups.setdefault(checkout, []).append(path)
+    return groups
+
+
+def _index_of(cwd: Path, paths: Sequence[str]) -> tuple[str | None, dict[str, str], str | None]:
+    """(object format, path -> staged blob id, problem) for paths relative
+    to ``cwd``; a None format means ``cwd`` is in no repository."""
+    inside = run_git(cwd, "rev-parse", "--is-inside-work-tree", "--show-object-format")
+    lines = inside.stdout.decode("utf-8", "replace").split()
+    if inside.returncode != 0 or not lines or lines[0] != "true":
+        return None, {}, None
+    object_format = lines[1] if len(lines) > 1 else "sha1"
+    if not paths:
+        return object_format, {}, None
+    listed = run_git(cwd, "ls-files", "-s", "-z", "--", *paths)
+    if listed.returncode != 0:
+        return object_format, {}, listed.stderr.decode("utf-8", "replace").strip()[:200]
+    index: dict[str, str] = {}
+    for record in listed.stdout.split(b"\x00"):
+        meta, _, name = record.partition(b"\t")
+        fields = meta.split()
+        if len(fields) == 3:
+            # Keep the first stage listed (0, or 1 in a conflict).
+            index.setdefault(name.decode("utf-8", "surrogateescape"), fields[1].decode("ascii"))
+    return object_format, index, None
+
+
 def _index_divergence_sync(root: Path, restored: Mapping[str, bytes | None]) -> GitCheck:
+    divergent = []
+    any_repository = False
     try:
-        inside = run_git(root, "rev-parse", "--is-inside-work-tree", "--show-object-format")
+        for checkout, paths in sorted(_checkouts(root, sorted(restored)).items()):
+            prefix = checkout + "/" if checkout else ""
+            local = [p[len(prefix) :] for p in paths]
+            object_format, index, problem = _index_of(root / checkout if checkout else root, local)
+            if problem is not None:
+                return GitCheck("unavailable", detail=problem)
+            if object_format is None:
+                continue
+            any_repository = True
+            for path, rel in zip(paths, local):
+                staged = index.get(rel)
+                if staged is None:
+                    continue
+                content = restored[path]
+                restored_blob = None if content is None else blob_id(content, object_format)
+                if restored_blob != staged:
+                    divergent.append(IndexDivergence(path, staged, restored_blob))
+        if not restored:
+            object_format, _index, _problem = _index_of(root, [])
+            any_repository = object_format is not None
     except FileNotFoundError:
         return GitCheck("unavailable", detail="git is not installed")
     except (OSError, subprocess.SubprocessError) as exc:
         return GitCheck("unavailable", detail=f"git did not run ({exc})")
-    lines = inside.stdout.decode("utf-8", "replace").split()
-    if inside.returncode != 0 or not lines or lines[0] != "true":
+    if not any_repository:
         return GitCheck("no-repository")
-    object_format = lines[1] if len(lines) > 1 else "sha1"
-    paths = sorted(restored)
-    if not paths:
-        return GitCheck("checked")
-    listed = run_git(root, "ls-files", "-s", "-z", "--", *paths)
-    if listed.returncode != 0:
-        return GitCheck("unavailable", detail=listed.stderr.decode("utf-8", "replace").strip()[:200])
-    index: dict[str, str] = {}
-    for record in listed.stdout.split(b"\x00"):
-        if not record:
-            continue
-        meta, _, name = record.partition(b"\t")
-        fields = meta.split()
-        if len(fields) != 3:
-            continue
-        path = name.decode("utf-8", "surrogateescape")
-        # Keep the first stage listed (0, or 1 in a conflict).
-        index.setdefault(path, fields[1].decode("ascii"))
-    divergent = []
-    for path in paths:
-        staged = index.get(path)
-        if staged is None:
-            continue
-        content = restored[path]
-        restored_blob = None if content is None else blob_id(content, object_format)
-        if restored_blob != staged:
-            divergent.append(IndexDivergence(path, staged, restored_blob))
     return GitCheck("checked", tuple(divergent))
 
 

@@ -137,16 +137,25 @@ class SessionState:
         """(line index, record) of the lines of ``entry``'s turn in its
         segment: a byte search for the turn id, then an exact decode."""
         needle = entry.turn_id.encode("ascii")
-        lines = _lines(self.segment_parts(entry.segment))
         found = []
-        for index, line in enumerate(lines):
-            if needle in line:
-                try:
-                    (record,) = decode_lines([line], label=f"segment {entry.segment}")
-                except SegmentError as exc:
-                    raise ContentError(f"segment {entry.segment} line {index + 1}", exc.reason) from None
-                if getattr(record, "turn_id", None) == entry.turn_id:
-                    found.append((index, record))
+        before = 0  # lines in the parts already searched
+        for data in self.segment_parts(entry.segment):
+            position = data.find(needle)
+            seen_end = -1
+            while position != -1:
+                start = data.rfind(b"\n", 0, position) + 1
+                end = data.index(b"\n", position) + 1
+                if end > seen_end:  # one decode per line, however often it names the id
+                    seen_end = end
+                    index = before + data.count(b"\n", 0, start)
+                    try:
+                        (record,) = decode_lines([data[start:end]], label=f"segment {entry.segment}")
+                    except SegmentError as exc:
+                        raise ContentError(f"segment {entry.segment} line {index + 1}", exc.reason) from None
+                    if getattr(record, "turn_id", None) == entry.turn_id:
+                        found.append((index, record))
+                position = data.find(needle, end)
+            before += data.count(b"\n")
         return found
 
 

@@ -53,13 +53,12 @@ from .fork import (
 from .layout import STATE_DIR
 from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from .lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken
-from .project_files import converge_files, local_workspace_root, run_git
+from .project_files import WORKTREES_DIR, converge_files, local_workspace_root, run_git
 from .rewind import FROM_TARGET, TurnLabel, plan_time
 from .sidecar import ForkType, Present, TurnFiles, WorktreeOrigin
 from .snapshot_cut import CommittedState, load_committed_state
 from .workspace import check_session_id
 
-WORKTREES_DIR = ".worktrees"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _ALLOCATION_LIMIT = 1000
 
