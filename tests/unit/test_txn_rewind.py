@@ -441,3 +441,19 @@ async def test_the_replacement_reuses_the_unchanged_bytes_it_keeps(tmp_path):
     assert fresh.prompt_index() == result.conversation.prompt_index()
     assert fresh.file_snapshots() == result.conversation.file_snapshots()
     assert ME.client_id == s.lease.record.client_id
+
+
+async def test_a_marker_naming_paths_outside_the_project_is_not_retried(tmp_path):
+    sabotage = Sabotage(LocalTarget(tmp_path), "a.txt")
+    s = await three_turns(tmp_path, target=sabotage)
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
+    sabotage.armed = True
+    with pytest.raises(RecoveryRequired) as caught:
+        await commit_rewind(s.publisher, impact.token)
+    marker = tmp_path / ".mevedel" / "sessions" / s.session_id / ".recovery" / f"recovery-{caught.value.recovery_id}.json"
+    marker.write_bytes(marker.read_bytes().replace(b'"path":"a.txt"', b'"path":".mevedel/workspace-id"'))
+    sabotage.armed = sabotage.broken = False
+    again = await reopen(s, LocalTarget(tmp_path))
+    with pytest.raises(LifecycleRefused, match="not project files"):
+        await retry_recovery(again.lease)
+    assert (tmp_path / ".mevedel" / "workspace-id").read_bytes().startswith(b"{")

@@ -68,7 +68,7 @@ from .errors import LeaseLost
 from .layout import SessionPaths
 from .lease import LeaseHandle
 from .lifecycle_token import LifecycleError, LifecycleRefused
-from .project_files import ConvergeOutcome, converge_files, write_files
+from .project_files import ConvergeOutcome, converge_files, project_path_problem, write_files
 from .publication import load_manifest
 from .records import HEAD_PATTERN, RecordError
 from .workspace import check_session_id
@@ -413,6 +413,12 @@ async def retry_recovery(lease: LeaseHandle, recovery_id: str | None = None) -> 
         raise LifecycleRefused(lease.session_id, f"recovery {state.recovery_id} cannot be retried: {state.problem}; abandon it", kind="recovery-pending")
     if marker.abandoning:
         raise LifecycleRefused(lease.session_id, f"abandoning recovery {marker.recovery_id} was already approved; abandon it again to finish", kind="recovery-pending")
+    unsafe = [f.path for f in marker.files if project_path_problem(f.path) is not None]
+    if unsafe:
+        raise LifecycleRefused(
+            lease.session_id, f"recovery {marker.recovery_id} names paths that are not project files ({', '.join(unsafe)}); abandon it",
+            kind="recovery-pending",
+        )
     if lease.needs_resync:
         await lease.resync()
     paths = lease.paths
