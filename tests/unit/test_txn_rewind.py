@@ -4,7 +4,19 @@ refusals, rollback and the recovery marker."""
 from __future__ import annotations
 
 import pytest
-from txn_sessions import DELETE, ME, committed_view, git, init_repo, open_session, read, reopen, snapshot_files, write
+from txn_sessions import (
+    DELETE,
+    ME,
+    committed_view,
+    git,
+    init_repo,
+    open_session,
+    read,
+    read_committed_head,
+    reopen,
+    snapshot_files,
+    write,
+)
 
 from mevedel_server.store import Publisher, acquire_lease, read_committed
 from mevedel_server.store.lease import ClientIdentity
@@ -95,13 +107,30 @@ async def test_before_the_first_prompt_empties_the_session(tmp_path):
 async def test_after_the_latest_response_with_nothing_changed_is_an_empty_impact(tmp_path):
     s = await three_turns(tmp_path)
     impact = await prepare_rewind(s.target, s.session_id, Boundary.after(3))
-    assert impact.empty and impact.discarded == ()
+    assert impact.empty and impact.discarded == () and not impact.transcript_changes
     assert all(not r.changes for r in impact.restores)
     head = s.lease.publication_head
     result = await commit_rewind(s.publisher, impact.token)
-    assert result.written == ()
+    # Nothing is published and nothing written.
+    assert not result.committed and result.written == () and result.head == head
+    assert await read_committed_head(tmp_path, s.session_id) == head
+    # A file drifting from turn 3's result makes the same boundary non-empty.
+    write(tmp_path, "src/c.txt", b"drifted\n")
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.after(3))
+    assert not impact.empty and not impact.transcript_changes
+    result = await commit_rewind(s.publisher, impact.token)
+    assert result.committed and result.written == ("src/c.txt",) and read(tmp_path, "src/c.txt") == b"c3\n"
     assert await committed_view(tmp_path, s.session_id) == (3, ["one", "two", "three"])
-    assert result.head is not None and head is not None
+
+
+async def test_after_the_latest_response_before_a_compaction_is_not_empty(tmp_path):
+    s = await three_turns(tmp_path)
+    s.conversation.rotate_segment("summary", at=s.at + 1)
+    await s.save()
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.after(3))
+    assert impact.discarded == () and impact.transcript_changes and not impact.empty
+    result = await commit_rewind(s.publisher, impact.token)
+    assert result.committed and result.conversation.sidecar.current_segment == 1
 
 
 async def test_externally_modified_files_are_named_and_overwritten(tmp_path):

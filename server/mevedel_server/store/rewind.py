@@ -82,6 +82,7 @@ from .snapshot_cut import (
     load_committed_state,
     locate,
     state_at_head,
+    whole,
 )
 from .transcript import Outcome
 from .turns import Conversation
@@ -151,6 +152,9 @@ class RewindImpact:
     kept_turns: int
     #: The prompts discarded, in order.
     discarded: tuple[TurnLabel, ...]
+    #: The transcript changes (prompts discarded, or a compaction or /clear
+    #: after the boundary undone).
+    transcript_changes: bool
     restores: tuple[FileRestore, ...]
     gaps: tuple[KnownGap, ...]
     externally_modified: tuple[ExternalChange, ...]
@@ -160,7 +164,7 @@ class RewindImpact:
     @property
     def empty(self) -> bool:
         """Nothing would be discarded and no file would change."""
-        return not self.discarded and not any(r.changes for r in self.restores)
+        return not self.transcript_changes and not any(r.changes for r in self.restores)
 
     @property
     def coverage_complete(self) -> bool:
@@ -302,9 +306,14 @@ def plan_rewind(committed: CommittedState, boundary: Boundary, at: int) -> InPla
     refuse_in_flight(committed, "rewind")
     state = committed.state
     cut = locate(state, boundary)
-    outcome = kept_outcome(state, cut)
-    changes = dict(updated_at=max(at, state.sidecar.updated_at), reconciliation_pending=outcome is Outcome.INTERRUPTED)
-    artifacts = cut_snapshot(state, cut, changes)
+    if cut == whole(state):
+        # Nothing after the boundary: the snapshot stays exactly as it is
+        # (only restored files, if any, make the commit publish).
+        artifacts: Mapping[str, bytes] = state.artifacts
+    else:
+        outcome = kept_outcome(state, cut)
+        changes = dict(updated_at=max(at, state.sidecar.updated_at), reconciliation_pending=outcome is Outcome.INTERRUPTED)
+        artifacts = cut_snapshot(state, cut, changes)
     planned, gaps = files_at(state.files, cut.kept_turns, boundary.side)
     wanted = contents(planned, state, committed.session_id)
     assert committed.head is not None
@@ -399,9 +408,9 @@ async def prepare_rewind(
     )
     remember_plan(token, plan)
     discarded = tuple(TurnLabel.of(e) for e in state.state.prompts[boundary.kept_turns :])
-    return RewindImpact(
-        session_id, boundary, boundary.kept_turns, discarded, rows, tuple(plan.gaps[p] for p in sorted(plan.gaps)), external, git, token
-    )
+    gaps = tuple(plan.gaps[p] for p in sorted(plan.gaps))
+    changes_transcript = plan.artifacts is not state.artifacts
+    return RewindImpact(session_id, boundary, boundary.kept_turns, discarded, changes_transcript, rows, gaps, external, git, token)
 
 
 def _boundary_of(token: StateToken) -> Boundary:
