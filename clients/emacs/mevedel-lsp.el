@@ -385,10 +385,17 @@ the work, so its `$/progress' shows in the echo area."
         (format "%s: %s" (plist-get data :authored) (plist-get data :reason))
       (or (plist-get error :message) (format "%S" error)))))
 
+(defcustom mevedel-lsp-refresh-timeout 60
+  "Seconds a view refresh waits for the server before giving up.
+A refresh waits in the background, so it can afford to be patient with
+a server busy writing (a save flushes its files to disk)."
+  :type 'natnum)
+
 (defun mevedel-lsp--async (server method params then on-error)
   "Send SERVER METHOD with PARAMS; call THEN with the result, or ON-ERROR
 with the failure's text."
   (jsonrpc-async-request server method params
+                         :timeout mevedel-lsp-refresh-timeout
                          :success-fn then
                          :error-fn (lambda (error) (funcall on-error (mevedel-lsp--failure-text error)))
                          :timeout-fn (lambda () (funcall on-error (format "%s: the server did not answer" method)))))
