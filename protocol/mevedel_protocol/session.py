@@ -22,6 +22,8 @@ SESSION_ERROR_KINDS = frozenset(
         "takeover-declined",
         "publication-pending",
         "incompatible",
+        "stale-head",
+        "recovery-pending",
     }
 )
 

@@ -84,7 +84,59 @@ from .workspace import (
     saved_session_ids,
 )
 
+from .fork import ChildSession, ForkImpact, ForkResult, Variant, VariantGroup, commit_fork, fork_variants, prepare_fork
+from .lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken
+from .recovery import RecoveryOutcome, RecoveryPending, RecoveryState, abandon_recovery, find_recovery, retry_recovery
+from .redo import RedoImpact, RedoStates, TurnState, commit_redo, prepare_redo, redo_states
+from .rewind import FileRestore, InPlaceResult, KnownGap, RewindImpact, TurnLabel, commit_rewind, prepare_rewind
+from .save_as import SaveAsImpact, commit_save_as, prepare_save_as
+from .snapshot_cut import Boundary, Side
+from .worktree_fork import WorktreeForkFailed, WorktreeForkImpact, WorktreeForkResult, WorktreeTarget, commit_worktree_fork, prepare_worktree_fork
+
 __all__ = [
+    "ChildSession",
+    "ForkImpact",
+    "ForkResult",
+    "Variant",
+    "VariantGroup",
+    "commit_fork",
+    "fork_variants",
+    "prepare_fork",
+    "InvalidToken",
+    "LifecycleError",
+    "LifecycleRefused",
+    "StaleState",
+    "StateToken",
+    "RecoveryOutcome",
+    "RecoveryPending",
+    "RecoveryState",
+    "abandon_recovery",
+    "find_recovery",
+    "retry_recovery",
+    "RedoImpact",
+    "RedoStates",
+    "TurnState",
+    "commit_redo",
+    "prepare_redo",
+    "redo_states",
+    "FileRestore",
+    "InPlaceResult",
+    "KnownGap",
+    "RewindImpact",
+    "TurnLabel",
+    "commit_rewind",
+    "prepare_rewind",
+    "SaveAsImpact",
+    "commit_save_as",
+    "prepare_save_as",
+    "Boundary",
+    "Side",
+    "WorktreeForkFailed",
+    "WorktreeForkImpact",
+    "WorktreeForkResult",
+    "WorktreeTarget",
+    "commit_worktree_fork",
+    "prepare_worktree_fork",
     "DEFAULT_LEASE_SECONDS",
     "ClaimRaced",
     "ClientIdentity",

@@ -23,6 +23,7 @@ from ..errors import (
     TakeoverNeedsConfirmation,
 )
 from ..inspect import InspectRow
+from ..lifecycle_token import LifecycleError
 from ..records import RecordError
 from ..sidecar import SidecarError
 from ..transcript import SegmentError
@@ -107,12 +108,14 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
 )
 
 #: Every kind :func:`error_kind` can return.
-KINDS = frozenset(kind for _cls, kind in _KINDS) | {"internal"}
+KINDS = frozenset(kind for _cls, kind in _KINDS) | {"internal", "stale-head", "recovery-pending"}
 
 
 def error_kind(error: BaseException) -> str:
     """The stable kind of a store or target refusal; ``internal`` for
-    anything else (a bug)."""
+    anything else (a bug). A lifecycle transaction's refusal carries its own."""
+    if isinstance(error, LifecycleError):
+        return error.kind
     for cls, kind in _KINDS:
         if isinstance(error, cls):
             return kind

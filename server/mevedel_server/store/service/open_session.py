@@ -96,6 +96,8 @@ class OpenSession:
         self.read_only = read_only
         self.holder_host = holder_host
         self.pending: PendingSave | None = None
+        #: The recovery ID of an interrupted transaction's marker, as last seen.
+        self.recovery: str | None = None
         self.history = LiveHistory(conversation)
         self._head = head
         self._on_lost = on_lost

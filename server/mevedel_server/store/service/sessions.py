@@ -40,6 +40,7 @@ from ..lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseObservation, Lea
 from ..listing import InspectSessionRow, SessionAction, SessionRow, list_sessions
 from ..publication import CommittedSnapshot, load_manifest, read_committed
 from ..records import LeaseState
+from ..recovery import find_recovery
 from ..sidecar import SIDECAR_PATH, NameRefused, SidecarErrorKind, normalize_display_name
 from ..transcript import Outcome
 from ..turns import Conversation, ConversationError
@@ -47,6 +48,7 @@ from ..workspace import allocate_session_id, check_session_id, ensure_workspace_
 from .clock import TargetTime
 from .errors import InvalidSessionInput, SessionIncompatible, SessionNotOpen
 from .evidence import EvidenceInput, make_evidence
+from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
@@ -90,6 +92,9 @@ class SessionInfo:
     pending_publication: str | None
     #: The next turn will carry the reconciliation reminder.
     reconciliation_pending: bool
+    #: An interrupted transaction's recovery waits (retry or abandon it);
+    #: every mutation is refused until then.
+    recovery_pending: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,8 @@ class SessionChange:
 
     session_id: str
     #: ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
-    #: ``retried``, ``read-only`` or ``closed``.
+    #: ``retried``, ``read-only``, ``closed``, ``rewound``, ``redone``,
+    #: ``created`` (a fork or save-as child opened here) or ``recovered``.
     reason: str
     head: str | None
     settled_turns: int
@@ -140,7 +146,7 @@ class SessionListing:
     unsaved: tuple[str, ...]
 
 
-class SessionService:
+class SessionService(SessionLifecycle):
     def __init__(
         self,
         target: Target,
@@ -314,8 +320,9 @@ class SessionService:
         self._clock_from(lease.now)
         session = self._new_open(conversation, lease=lease)
         self._sessions[session_id] = session
+        session.recovery = (await find_recovery(self.target, session_id)).recovery_id
         interrupted: int | None = None
-        if not continuing:
+        if not continuing and session.recovery is None:
             in_flight = conversation.open_turn
             if conversation.resume(at=self._time_now()) and in_flight is not None:
                 interrupted = in_flight.turn
@@ -396,7 +403,7 @@ class SessionService:
     async def rename(self, session_id: str, name: str) -> SessionInfo:
         """Give the session an explicit display name; a saved session
         publishes only its display metadata."""
-        session = self._mutable(session_id, "rename it")
+        session = await self._gated(session_id, "rename it")
         display_name = _display_name(name)
         candidate = session.conversation.rename(display_name)
         if candidate is not None and session.materialized:
@@ -408,7 +415,7 @@ class SessionService:
     # Turns ---------------------------------------------------------------------
 
     async def begin_turn(self, session_id: str, prompt: str) -> TurnStarted:
-        session = self._mutable(session_id, "begin a turn")
+        session = await self._gated(session_id, "begin a turn")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidSessionInput("the prompt", "is empty; a turn needs the user's prompt")
         turn_id = session.conversation.begin_turn(prompt, at=self._time_now())
@@ -446,7 +453,7 @@ class SessionService:
     async def settle(self, session_id: str, outcome: Outcome | str = Outcome.COMPLETED, *, reason: str | None = None) -> SaveResult:
         """End the turn in flight and save: one publication. The post-turn
         content of every captured file is read from the workspace."""
-        session = self._mutable(session_id, "settle a turn")
+        session = await self._gated(session_id, "settle a turn")
         outcome = _outcome(outcome)
         _require_turn(session, "settle a turn")
         current = await self._post_turn_content(session)
@@ -462,7 +469,7 @@ class SessionService:
 
     async def checkpoint(self, session_id: str) -> SaveResult:
         """Save the unfinished turn in flight without settling it."""
-        session = self._mutable(session_id, "checkpoint a turn")
+        session = await self._gated(session_id, "checkpoint a turn")
         result = await session.save(session.conversation.checkpoint())
         if result.committed:
             self._changed(session, "checkpoint")
@@ -471,7 +478,7 @@ class SessionService:
     async def save(self, session_id: str) -> SaveResult:
         """An explicit save: publishes a new snapshot even when nothing
         changed (a fresh empty conversation still has nothing to save)."""
-        session = self._mutable(session_id, "save it")
+        session = await self._gated(session_id, "save it")
         result = await session.save(session.conversation.artifacts_for_save(), force=True)
         if result.committed:
             self._changed(session, "saved")
@@ -562,6 +569,7 @@ class SessionService:
             open_turn=opened.turn if opened else None,
             pending_publication=session.pending.reason if session.pending else None,
             reconciliation_pending=sidecar.reconciliation_pending,
+            recovery_pending=session.recovery,
         )
 
     # Time ---------------------------------------------------------------------

@@ -1,0 +1,206 @@
+"""Rewind, Redo, Fork, Worktree Fork, Save As and recovery on open sessions.
+
+Every transaction is two-phase: ``prepare_*`` returns the impact with a
+token; ``commit_*`` rechecks with that token (a moved state refuses with
+``stale-head``). In-place transactions (Rewind, Redo) replace the open
+session's live conversation; child transactions (Fork, Worktree Fork, Save
+As) open the new session here, writable, keeping the lease the child was
+published under.
+
+A session with an interrupted transaction's recovery marker refuses every
+mutation until :meth:`SessionLifecycle.retry_recovery` or
+:meth:`SessionLifecycle.abandon_recovery` resolves it.
+"""
+
+from __future__ import annotations
+
+from ..fork import ChildSession, ForkImpact, ForkResult, VariantGroup, commit_fork, fork_variants, prepare_fork
+from ..lifecycle_token import LifecycleRefused
+from ..publication import Publisher, read_committed
+from ..recovery import RecoveryOutcome, RecoveryPending, abandon_recovery, find_recovery, retry_recovery
+from ..redo import RedoImpact, RedoStates, commit_redo, prepare_redo, redo_states
+from ..rewind import InPlaceResult, RewindImpact, commit_rewind, prepare_rewind
+from ..save_as import SaveAsImpact, commit_save_as, prepare_save_as
+from ..snapshot_cut import Boundary, Side
+from ..worktree_fork import WorktreeForkImpact, WorktreeForkResult, commit_worktree_fork, prepare_worktree_fork
+from .errors import InvalidSessionInput
+from .open_session import OpenSession
+
+
+class SessionLifecycle:
+    """Mixed into :class:`~.sessions.SessionService` (it supplies
+    ``target``, ``client``, ``lease_seconds`` and the session table)."""
+
+    # Recovery gate ------------------------------------------------------------
+
+    async def _gated(self, session_id: str, action: str) -> OpenSession:
+        """The open, mutable session, refused while a recovery is pending."""
+        session = self._mutable(session_id, action)
+        await self._require_no_recovery(session)
+        return session
+
+    async def _require_no_recovery(self, session: OpenSession) -> None:
+        if not session.materialized:  # nothing of it is written: no journal can exist
+            return
+        state = await find_recovery(self.target, session.session_id)
+        session.recovery = state.recovery_id
+        if state.recovery_id is not None:
+            raise RecoveryPending(session.session_id, state.recovery_id, state.problem)
+
+    async def retry_recovery(self, session_id: str) -> RecoveryOutcome:
+        """Finish the interrupted transaction in the direction its commit
+        point decided; the live conversation follows the committed head."""
+        session = self._writable_with_lease(session_id, "retry its recovery")
+        outcome = await retry_recovery(session.lease)
+        await self._after_recovery(session)
+        self._changed(session, "recovered")
+        return outcome
+
+    async def abandon_recovery(self, session_id: str) -> RecoveryOutcome:
+        """Drop the recovery marker and leave the project files as they are."""
+        session = self._writable_with_lease(session_id, "abandon its recovery")
+        outcome = await abandon_recovery(session.lease)
+        await self._after_recovery(session)
+        self._changed(session, "recovered")
+        return outcome
+
+    def _writable_with_lease(self, session_id: str, action: str) -> OpenSession:
+        session = self._open(session_id, action)
+        session.require_writable()
+        if session.lease is None:
+            raise LifecycleRefused(session.session_id, "there is no recovery to resolve: nothing is saved yet", kind="missing-target")
+        return session
+
+    async def _after_recovery(self, session: OpenSession) -> None:
+        session.recovery = (await find_recovery(self.target, session.session_id)).recovery_id
+        # The live conversation is the committed one again (a transaction
+        # that crashed here may have committed a head this process never
+        # adopted).
+        if session.conversation.open_turn is None:
+            self._adopt(session, await self._conversation_of(await read_committed(self.target, session.session_id)))
+
+    # Rewind -------------------------------------------------------------------
+
+    async def prepare_rewind(self, session_id: str, boundary_kind: str, turn: int) -> RewindImpact:
+        session = await self._gated(session_id, "rewind it")
+        boundary = Boundary(_side(boundary_kind), _turn(turn))
+        return await prepare_rewind(self.target, session.session_id, boundary, live=session.conversation, at=self._time_now())
+
+    async def commit_rewind(self, session_id: str, token: str) -> InPlaceResult:
+        session = await self._gated(session_id, "rewind it")
+        result = await commit_rewind(self._publisher(session), token, live=session.conversation)
+        return self._in_place_done(session, result, "rewound")
+
+    # Redo ---------------------------------------------------------------------
+
+    async def redo_states(self, session_id: str) -> RedoStates:
+        session = self._open(session_id, "list its redo states")
+        return await redo_states(self.target, session.session_id)
+
+    async def prepare_redo(self, session_id: str, publication_id: str) -> RedoImpact:
+        session = await self._gated(session_id, "redo it")
+        if not isinstance(publication_id, str) or not publication_id:
+            raise InvalidSessionInput("the redo state", "must name a publication ID")
+        return await prepare_redo(self.target, session.session_id, publication_id, live=session.conversation, at=self._time_now())
+
+    async def commit_redo(self, session_id: str, token: str) -> InPlaceResult:
+        session = await self._gated(session_id, "redo it")
+        result = await commit_redo(self._publisher(session), token, live=session.conversation)
+        return self._in_place_done(session, result, "redone")
+
+    # Fork ---------------------------------------------------------------------
+
+    async def prepare_fork(self, session_id: str, turn: int) -> ForkImpact:
+        session = self._open(session_id, "fork it")
+        _refuse_in_flight(session, "fork it")
+        return await prepare_fork(self.target, session.session_id, _turn(turn), at=self._time_now())
+
+    async def commit_fork(self, session_id: str, token: str) -> ForkResult:
+        self._open(session_id, "fork it")
+        result = await commit_fork(
+            self.target, token, self.client, live_ids=self.open_sessions(), lease_seconds=self.lease_seconds, keep_lease=True
+        )
+        self._adopt_child(result.child)
+        return result
+
+    async def fork_variants(self, session_id: str, turn: int) -> VariantGroup:
+        session = self._open(session_id, "list its fork variants")
+        return await fork_variants(self.target, session.session_id, _turn(turn))
+
+    # Worktree Fork --------------------------------------------------------------
+
+    async def prepare_worktree_fork(
+        self, session_id: str, turn: int, name: str | None = None, branch: str | None = None
+    ) -> WorktreeForkImpact:
+        session = self._open(session_id, "fork it into a worktree")
+        _refuse_in_flight(session, "fork it into a worktree")
+        return await prepare_worktree_fork(self.target, session.session_id, _turn(turn), name=name, branch=branch, at=self._time_now())
+
+    async def commit_worktree_fork(self, session_id: str, token: str) -> WorktreeForkResult:
+        self._open(session_id, "fork it into a worktree")
+        result = await commit_worktree_fork(
+            self.target, token, self.client, live_ids=self.open_sessions(), lease_seconds=self.lease_seconds, keep_lease=True
+        )
+        self._adopt_child(result.child)
+        return result
+
+    # Save As ------------------------------------------------------------------
+
+    async def prepare_save_as(self, session_id: str, name: str) -> SaveAsImpact:
+        session = self._open(session_id, "save it as a new session")
+        return await prepare_save_as(self.target, session.session_id, name, live=session.conversation, at=self._time_now())
+
+    async def commit_save_as(self, session_id: str, token: str) -> ChildSession:
+        session = self._open(session_id, "save it as a new session")
+        child = await commit_save_as(
+            self.target,
+            token,
+            self.client,
+            live=session.conversation,
+            live_ids=self.open_sessions(),
+            lease_seconds=self.lease_seconds,
+            keep_lease=True,
+        )
+        self._adopt_child(child)
+        return child
+
+    # Internals ------------------------------------------------------------------
+
+    def _publisher(self, session: OpenSession) -> Publisher:
+        if session.publisher is None:
+            raise InvalidSessionInput(f"session {session.session_id}", "has nothing saved yet; settle a turn first")
+        return session.publisher
+
+    def _in_place_done(self, session: OpenSession, result: InPlaceResult, reason: str) -> InPlaceResult:
+        if result.committed:
+            self._adopt(session, result.conversation)
+            self._changed(session, reason)
+        return result
+
+    def _adopt(self, session: OpenSession, conversation) -> None:
+        session.conversation = conversation
+        session.history.rebind(conversation)
+
+    def _adopt_child(self, child: ChildSession) -> None:
+        opened = self._new_open(child.conversation, lease=child.lease)
+        self._sessions[child.session_id] = opened
+        self._changed(opened, "created")
+
+
+def _side(kind: str) -> Side:
+    try:
+        return Side(kind)
+    except ValueError:
+        raise InvalidSessionInput(f"boundary {kind!r}", "is not one of after, before") from None
+
+
+def _turn(turn: int) -> int:
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+        raise InvalidSessionInput("the turn number", f"must be a whole number, not {turn!r}")
+    return turn
+
+
+def _refuse_in_flight(session: OpenSession, action: str) -> None:
+    opened = session.conversation.open_turn
+    if opened is not None:
+        raise LifecycleRefused(session.session_id, f"cannot {action}: turn {opened.turn} is in flight; settle or abort it first")

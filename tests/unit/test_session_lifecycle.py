@@ -1,0 +1,192 @@
+"""Rewind, Redo, Fork, Worktree Fork, Save As and the recovery gate through
+the session service: the live session follows each commit, children open
+here writable, a moved state refuses the commit."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mevedel_server.store import ClientIdentity, RecoveryPending, StaleState
+from mevedel_server.store.service import EvidenceInput, InvalidSessionInput, SessionService, error_kind
+from mevedel_server.targets import LocalTarget
+
+ME = ClientIdentity("client-me", "workstation")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return workspace
+
+
+async def edit_turn(svc: SessionService, root: Path, sid: str, prompt: str, content: str | None = None) -> None:
+    """One settled turn that rewrites ``notes.txt`` to ``content``."""
+    await svc.begin_turn(sid, prompt)
+    if content is not None:
+        await svc.capture_file(sid, "notes.txt")
+        (root / "notes.txt").write_text(content)
+    await svc.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await svc.settle(sid)
+
+
+async def three_turns(root: Path) -> tuple[SessionService, str]:
+    (root / "notes.txt").write_text("v0\n")
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    await edit_turn(svc, root, sid, "first", "v1\n")
+    await edit_turn(svc, root, sid, "second", "v2\n")
+    await edit_turn(svc, root, sid, "third", "v3\n")
+    return svc, sid
+
+
+async def test_rewind_discards_prompts_restores_files_and_follows_the_live_session(root):
+    svc, sid = await three_turns(root)
+    changes = []
+    svc.on_change.append(changes.append)
+    impact = await svc.prepare_rewind(sid, "after", 1)
+    assert [label.preview for label in impact.discarded] == ["second", "third"]
+    assert {r.path for r in impact.restores if r.changes} == {"notes.txt"}
+    assert (root / "notes.txt").read_text() == "v3\n"  # prepare changes nothing
+
+    result = await svc.commit_rewind(sid, impact.token.text)
+    assert result.committed
+    assert (root / "notes.txt").read_text() == "v1\n"
+    assert svc.info(sid).settled_turns == 1
+    assert [t.preview for t in await svc.turns(sid)] == ["first"]
+    assert "answer to third" not in "\n".join(svc.live_history(sid).lines())
+    assert changes[-1].reason == "rewound"
+    # The next turn continues from the rewound state.
+    await edit_turn(svc, root, sid, "again")
+    assert svc.info(sid).settled_turns == 2
+
+
+async def test_a_token_is_refused_once_the_state_moved(root):
+    svc, sid = await three_turns(root)
+    impact = await svc.prepare_rewind(sid, "before", 3)
+    await edit_turn(svc, root, sid, "fourth")
+    with pytest.raises(StaleState) as refused:
+        await svc.commit_rewind(sid, impact.token.text)
+    assert error_kind(refused.value) == "stale-head"
+    assert svc.info(sid).settled_turns == 4
+    assert svc.info(sid).pending_publication is None
+
+
+async def test_bad_boundaries_and_tokens_are_refused_by_name(root):
+    svc, sid = await three_turns(root)
+    with pytest.raises(InvalidSessionInput, match="boundary 'around'"):
+        await svc.prepare_rewind(sid, "around", 1)
+    with pytest.raises(Exception) as refused:
+        await svc.commit_rewind(sid, "not-a-token")
+    assert error_kind(refused.value) == "invalid-params"
+    with pytest.raises(Exception) as missing:
+        await svc.prepare_rewind(sid, "after", 9)
+    assert error_kind(missing.value) in {"missing-target", "invalid-params", "conflict"}
+
+
+async def test_redo_returns_to_the_head_a_rewind_left(root):
+    svc, sid = await three_turns(root)
+    impact = await svc.prepare_rewind(sid, "after", 1)
+    await svc.commit_rewind(sid, impact.token.text)
+    states = await svc.redo_states(sid)
+    three = [s for s in states.states if s.turn_count == 3]
+    assert three, states
+    redo = await svc.prepare_redo(sid, three[0].publication_id)
+    assert [label.preview for label in redo.restored] == ["second", "third"]
+    result = await svc.commit_redo(sid, redo.token.text)
+    assert result.committed
+    assert svc.info(sid).settled_turns == 3
+    assert (root / "notes.txt").read_text() == "v3\n"
+
+
+async def test_fork_opens_the_child_writable_and_lists_it_as_a_variant(root):
+    svc, sid = await three_turns(root)
+    impact = await svc.prepare_fork(sid, 2)
+    assert impact.turns == 2
+    result = await svc.commit_fork(sid, impact.token.text)
+    child = result.child.session_id
+    assert child != sid and svc.is_open(child)
+    info = svc.info(child)
+    assert info.access.value == "writable" and info.settled_turns == 2
+    await edit_turn(svc, root, child, "child turn")
+    assert svc.info(child).settled_turns == 3
+    assert svc.info(sid).settled_turns == 3
+    variants = await svc.fork_variants(sid, 2)
+    assert child in {v.session_id for v in variants.forks}
+    listed = {row.session_id for row in (await svc.list()).rows}
+    assert {sid, child} <= listed
+
+
+async def test_save_as_opens_a_named_copy(root):
+    svc, sid = await three_turns(root)
+    impact = await svc.prepare_save_as(sid, "  Copy   of work ")
+    assert impact.name == "Copy of work" and impact.turns == 3
+    child = await svc.commit_save_as(sid, impact.token.text)
+    info = svc.info(child.session_id)
+    assert info.display_name == "Copy of work" and info.settled_turns == 3 and info.named
+
+
+async def test_fork_refuses_a_turn_in_flight(root):
+    svc, sid = await three_turns(root)
+    await svc.begin_turn(sid, "in flight")
+    with pytest.raises(Exception) as refused:
+        await svc.prepare_fork(sid, 2)
+    assert error_kind(refused.value) == "conflict"
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+async def test_worktree_fork_opens_the_child_in_a_new_worktree(root):
+    _git(root, "init", "-q", "-b", "main")
+    (root / ".gitignore").write_text(".mevedel/\n.worktrees/\n")
+    (root / "notes.txt").write_text("v0\n")
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "base")
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    await edit_turn(svc, root, sid, "first", "v1\n")
+    await edit_turn(svc, root, sid, "second", "v2\n")
+    impact = await svc.prepare_worktree_fork(sid, 1, name="try-one", branch="try-one")
+    result = await svc.commit_worktree_fork(sid, impact.token.text)
+    assert svc.is_open(result.child.session_id)
+    assert (root / result.worktree.directory / "notes.txt").read_text() == "v1\n"
+    assert (root / "notes.txt").read_text() == "v2\n"
+
+
+async def test_a_recovery_marker_gates_mutations_until_abandoned(root):
+    svc, sid = await three_turns(root)
+    recovery = root / ".mevedel" / "sessions" / sid / ".recovery"
+    recovery.mkdir()
+    (recovery / ("recovery-" + "ab" * 16 + ".json")).write_text("{not a marker")
+    with pytest.raises(RecoveryPending) as refused:
+        await svc.begin_turn(sid, "blocked")
+    assert error_kind(refused.value) == "recovery-pending"
+    with pytest.raises(RecoveryPending):
+        await svc.prepare_rewind(sid, "after", 1)
+    assert svc.info(sid).recovery_pending == "ab" * 16
+    with pytest.raises(Exception) as retried:
+        await svc.retry_recovery(sid)
+    assert error_kind(retried.value) == "recovery-pending"
+    outcome = await svc.abandon_recovery(sid)
+    assert outcome.resolution == "abandoned"
+    assert svc.info(sid).recovery_pending is None
+    await edit_turn(svc, root, sid, "unblocked")
+    assert svc.info(sid).settled_turns == 4
+
+
+async def test_a_recovery_found_at_open_is_reported_and_blocks(root):
+    svc, sid = await three_turns(root)
+    await svc.close(sid)
+    recovery = root / ".mevedel" / "sessions" / sid / ".recovery"
+    recovery.mkdir()
+    (recovery / ("recovery-" + "cd" * 16 + ".json")).write_text("{}")
+    again = SessionService(LocalTarget(root), ME)
+    opened = await again.open(sid)
+    assert opened.info.recovery_pending == "cd" * 16
+    with pytest.raises(RecoveryPending):
+        await again.rename(sid, "blocked")
