@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import methods, session
+from . import lifecycle, methods, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -50,6 +50,20 @@ REQUESTS: dict[str, Message] = {
     methods.TURN_ABORT: Message(session.TurnAbortParams, session.SaveResult),
     methods.TURN_LIST: Message(session.SessionParams, session.TurnListResult),
     methods.TURN_SHOW: Message(session.TurnShowParams, session.TurnShowResult),
+    methods.REWIND_PREPARE: Message(lifecycle.RewindPrepareParams, lifecycle.RewindImpact),
+    methods.REWIND_COMMIT: Message(lifecycle.CommitParams, lifecycle.InPlaceResult),
+    methods.REDO_LIST: Message(session.SessionParams, lifecycle.RedoListResult),
+    methods.REDO_PREPARE: Message(lifecycle.RedoPrepareParams, lifecycle.RedoImpact),
+    methods.REDO_COMMIT: Message(lifecycle.CommitParams, lifecycle.InPlaceResult),
+    methods.FORK_PREPARE: Message(lifecycle.ForkPrepareParams, lifecycle.ForkImpact),
+    methods.FORK_COMMIT: Message(lifecycle.CommitParams, lifecycle.ChildResult),
+    methods.FORK_VARIANTS: Message(lifecycle.ForkPrepareParams, lifecycle.ForkVariantsResult),
+    methods.WORKTREE_FORK_PREPARE: Message(lifecycle.WorktreeForkPrepareParams, lifecycle.WorktreeForkImpact),
+    methods.WORKTREE_FORK_COMMIT: Message(lifecycle.CommitParams, lifecycle.WorktreeForkResult),
+    methods.SAVE_AS_PREPARE: Message(lifecycle.SaveAsPrepareParams, lifecycle.SaveAsImpact),
+    methods.SAVE_AS_COMMIT: Message(lifecycle.CommitParams, lifecycle.ChildResult),
+    methods.SESSION_RETRY_RECOVERY: Message(session.SessionParams, lifecycle.RecoveryResult),
+    methods.SESSION_ABANDON_RECOVERY: Message(session.SessionParams, lifecycle.RecoveryResult),
 }
 
 #: Server -> client notifications (``mevedel/<area>/did<Event>``).
@@ -72,6 +86,13 @@ COMMANDS: dict[str, str] = {
     methods.COMMAND_TURN_APPEND: methods.TURN_APPEND,
     methods.COMMAND_TURN_SETTLE: methods.TURN_SETTLE,
     methods.COMMAND_TURN_ABORT: methods.TURN_ABORT,
+    methods.COMMAND_REWIND_COMMIT: methods.REWIND_COMMIT,
+    methods.COMMAND_REDO_COMMIT: methods.REDO_COMMIT,
+    methods.COMMAND_FORK_COMMIT: methods.FORK_COMMIT,
+    methods.COMMAND_WORKTREE_FORK_COMMIT: methods.WORKTREE_FORK_COMMIT,
+    methods.COMMAND_SAVE_AS_COMMIT: methods.SAVE_AS_COMMIT,
+    methods.COMMAND_SESSION_RETRY_RECOVERY: methods.SESSION_RETRY_RECOVERY,
+    methods.COMMAND_SESSION_ABANDON_RECOVERY: methods.SESSION_ABANDON_RECOVERY,
 }
 
 #: Types that are not a message body but that clients exchange too.

@@ -58,6 +58,7 @@ class SessionState:
     holder_host: Optional[str] = None
     open_turn: Optional[int] = None
     pending_publication: Optional[str] = None
+    recovery_pending: Optional[str] = None
 
 
 @attrs.define
@@ -332,7 +333,8 @@ class TurnShowResult:
 class SessionDidChangeParams:
     """The committed or access state of an open session changed: ``reason``
     is ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
-    ``retried``, ``read-only`` or ``closed``."""
+    ``retried``, ``read-only``, ``closed``, ``rewound``, ``redone``,
+    ``created`` (a Fork or Save As child opened here) or ``recovered``."""
 
     workspace_folder: str
     session_id: str

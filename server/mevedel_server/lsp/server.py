@@ -79,9 +79,9 @@ class MevedelLanguageServer(LanguageServer):
 
 def build_server() -> MevedelLanguageServer:
     """A server with every feature registered."""
-    from . import completion, configuration, definition, diagnostics, hover, resources, sessions
+    from . import completion, configuration, definition, diagnostics, hover, lifecycle, resources, sessions
 
     ls = MevedelLanguageServer()
-    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions):
+    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle):
         feature.register(ls)
     return ls

@@ -76,6 +76,7 @@ def _state(ls: MevedelLanguageServer, folder: Folder, info: SessionInfo) -> wire
         holder_host=info.holder_host,
         open_turn=info.open_turn,
         pending_publication=info.pending_publication,
+        recovery_pending=info.recovery_pending,
     )
 
 
