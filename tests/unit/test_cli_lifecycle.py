@@ -1,0 +1,85 @@
+"""``mevedel rewind|redo|fork|save-as`` as subprocesses: a prepare prints the
+impact and token and changes nothing, ``commit TOKEN`` and ``--yes`` commit,
+a stale token is refused with its kind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_cli_session import cli, ok, refused
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    return root
+
+
+def turn(workspace: Path, state: Path, prompt: str, content: str, *new: str) -> str:
+    begun = ok(cli(workspace, state, "turn", "begin", prompt, *new, "--json"))
+    ok(cli(workspace, state, "turn", "capture", "notes.txt", "--json"))
+    (workspace / "notes.txt").write_text(content)
+    ok(cli(workspace, state, "turn", "append", "response", "--text", f"answer to {prompt}", "--json"))
+    ok(cli(workspace, state, "turn", "settle", "--json"))
+    return begun["session_id"]
+
+
+def three_turns(workspace: Path, state: Path) -> str:
+    (workspace / "notes.txt").write_text("v0\n")
+    sid = turn(workspace, state, "first", "v1\n", "--new")
+    turn(workspace, state, "second", "v2\n")
+    turn(workspace, state, "third", "v3\n")
+    return sid
+
+
+def test_rewind_prepare_then_commit_and_redo_back(workspace, tmp_path):
+    state = tmp_path / "state"
+    sid = three_turns(workspace, state)
+    impact = ok(cli(workspace, state, "rewind", "1", "--json"))
+    assert impact["committed"] is False and impact["kept_turns"] == 1
+    assert [label["preview"] for label in impact["discarded"]] == ["second", "third"]
+    assert (workspace / "notes.txt").read_text() == "v3\n"
+
+    done = ok(cli(workspace, state, "rewind", "commit", impact["token"], "--json"))
+    assert done == {"session_id": sid, "committed": True, "settled_turns": 1, "written": ["notes.txt"], "warning": None}
+    assert (workspace / "notes.txt").read_text() == "v1\n"
+
+    again = refused(cli(workspace, state, "rewind", "commit", impact["token"], "--json"), "stale-head")
+    assert "prepare again" in again
+
+    states = ok(cli(workspace, state, "redo", "--json"))
+    three = next(s for s in states["states"] if s["turn_count"] == 3)
+    back = ok(cli(workspace, state, "redo", three["publication_id"], "--yes", "--json"))
+    assert back["committed"] and back["settled_turns"] == 3
+    assert (workspace / "notes.txt").read_text() == "v3\n"
+
+    text = cli(workspace, state, "rewind", "2", "--before")
+    assert text.returncode == 0 and "to commit: mevedel rewind commit mevedel-txn-1." in text.stdout
+
+
+def test_fork_and_save_as_create_sessions(workspace, tmp_path):
+    state = tmp_path / "state"
+    sid = three_turns(workspace, state)
+    prepared = ok(cli(workspace, state, "fork", "2", "--session", sid, "--json"))
+    assert prepared["turns"] == 2 and prepared["committed"] is False
+    forked = ok(cli(workspace, state, "fork", "commit", prepared["token"], "--json"))
+    assert forked["source_id"] == sid and forked["session_id"] != sid and forked["settled_turns"] == 2
+
+    copy = ok(cli(workspace, state, "save-as", "Kept", "copy", "--session", sid, "--yes", "--json"))
+    assert copy["display_name"] == "Kept copy" and copy["settled_turns"] == 3
+    listed = ok(cli(workspace, state, "session", "list", "--json"))
+    text = json.dumps(listed)
+    assert forked["session_id"] in text and copy["session_id"] in text
+
+
+def test_bad_subjects_and_tokens_are_refused_by_kind(workspace, tmp_path):
+    state = tmp_path / "state"
+    sid = three_turns(workspace, state)
+    refused(cli(workspace, state, "rewind", "two", "--json"), "invalid-params")
+    refused(cli(workspace, state, "rewind", "commit", "not-a-token", "--json"), "invalid-params")
+    assert "no settled turn 9" in refused(cli(workspace, state, "rewind", "9", "--session", sid, "--json"), "invalid-params")
+    refused(cli(workspace, state, "fork", "1", "--name", "x", "--json"), "invalid-params")
