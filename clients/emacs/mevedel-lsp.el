@@ -370,85 +370,6 @@ the work, so its `$/progress' shows in the echo area."
                            (number-sequence 1 total) ""))))
 
 
-;;;; Reading without waiting
-
-;; A view refreshed because the server announced a change must not wait for
-;; the server: the announcement can arrive while a `jsonrpc-request' of the
-;; user's is waiting, and jsonrpc ends a wait by throwing to it, which would
-;; cut short any wait nested inside.  So refreshes chain asynchronous
-;; requests instead.
-
-(defun mevedel-lsp--failure-text (error)
-  "The user-facing text of a JSON-RPC ERROR object (a plist)."
-  (let ((data (plist-get error :data)))
-    (if (and (plist-get data :authored) (plist-get data :reason))
-        (format "%s: %s" (plist-get data :authored) (plist-get data :reason))
-      (or (plist-get error :message) (format "%S" error)))))
-
-(defcustom mevedel-lsp-refresh-timeout 60
-  "Seconds a view refresh waits for the server before giving up.
-A refresh waits in the background, so it can afford to be patient with
-a server busy writing (a save flushes its files to disk)."
-  :type 'natnum)
-
-(defun mevedel-lsp--async (server method params then on-error)
-  "Send SERVER METHOD with PARAMS; call THEN with the result, or ON-ERROR
-with the failure's text."
-  (jsonrpc-async-request server method params
-                         :timeout mevedel-lsp-refresh-timeout
-                         :success-fn then
-                         :error-fn (lambda (error) (funcall on-error (mevedel-lsp--failure-text error)))
-                         :timeout-fn (lambda () (funcall on-error (format "%s: the server did not answer" method)))))
-
-(defun mevedel-lsp--read-document-async (server ref on-done on-error)
-  "Read all of REF's plain projection through SERVER without waiting.
-ON-DONE gets what `mevedel-lsp-read-document' returns; ON-ERROR gets
-the failure's text."
-  (let ((lines (make-hash-table)) (first nil) (total 0))
-    (cl-labels
-        ((fetch (params then) (mevedel-lsp--async server :mevedel/resource/read (append ref params) then on-error))
-         (page (offset)
-           (fetch (append (list :view "plain" :limit mevedel-lsp-read-page-lines)
-                         (and offset (list :offset offset)))
-                 #'take-page))
-         (take-page (page)
-           (unless first (setq first page))
-           (if (or (equal (plist-get page :kind) "empty") (zerop (plist-get page :totalLines)))
-               (finish)
-             (setq total (plist-get page :totalLines))
-             (cl-loop for text in (split-string (plist-get page :text) "\n")
-                      for n from (plist-get page :startLine)
-                      do (puthash n text lines))
-             (let ((next (plist-get page :nextOffset)))
-               (if (and next (<= next (plist-get page :startLine)))
-                   (funcall on-error (format "%s: the next page (%s) does not advance"
-                                             (plist-get page :canonical) next))
-                 (continue-lines (append (plist-get page :truncatedLines) nil) next)))))
-         (continue-lines (cuts next)
-           (cond (cuts (rest-of-line (plist-get (car cuts) :line) (plist-get (car cuts) :charOffset)
-                                     (lambda () (continue-lines (cdr cuts) next))))
-                 (next (page next))
-                 (t (finish))))
-         (rest-of-line (line char-offset then)
-           (fetch (list :view "plain" :offset line :limit 1 :charOffset char-offset)
-                 (lambda (piece)
-                   (puthash line (concat (gethash line lines "") (plist-get piece :text)) lines)
-                   (let ((again (seq-find (lambda (cut) (eql (plist-get cut :line) line))
-                                          (plist-get piece :truncatedLines))))
-                     (cond ((null again) (funcall then))
-                           ((<= (plist-get again :charOffset) char-offset)
-                            (funcall on-error (format "%s: line %d does not advance past character %d"
-                                                      (plist-get piece :canonical) line char-offset)))
-                           (t (rest-of-line line (plist-get again :charOffset) then)))))))
-         (finish ()
-           (funcall on-done
-                    (list :canonical (plist-get first :canonical)
-                          :kind (plist-get first :kind)
-                          :text (mapconcat (lambda (n) (concat (gethash n lines "") "\n"))
-                                           (number-sequence 1 total) "")))))
-      (page nil))))
-
-
 ;;;; Virtual documents
 
 (defvar mevedel-lsp--progress-tokens 0
@@ -628,9 +549,10 @@ to take it over; the server waits for your answer, and so does Emacs."
   :type 'natnum)
 
 (defvar mevedel-lsp-session-change-functions nil
-  "Abnormal hook run for every `mevedel/session/didChange'.
-Each function gets the server and the notification's params plist
-\(:workspaceFolder :sessionId :reason :settledTurns :access).")
+  "Abnormal hook run after the views of a changed session are refreshed.
+Each function gets the server and the params plist of that session's
+latest `mevedel/session/didChange' (:workspaceFolder :sessionId :reason
+:settledTurns :access); a burst of changes runs it once, with the last.")
 
 (defconst mevedel-lsp--open-modes
   '(("Switch" . "auto") ("Resume" . "resume") ("Join" . "join") ("Take over" . "takeover"))
@@ -954,24 +876,6 @@ over); rows marked Inspect cannot be opened and say why.
           (revert-buffer)
         (error (message "mevedel: %s: %s" (buffer-name) (error-message-string err)))))))
 
-(defun mevedel-lsp--refresh-lists-async (server &optional session-id)
-  "Like `mevedel-lsp--refresh-lists', without waiting for the server."
-  (dolist (buffer (mevedel-lsp--list-buffers server session-id))
-    (let* ((sessions (with-current-buffer buffer (derived-mode-p 'mevedel-lsp-sessions-mode)))
-           (fill (lambda (listing)
-                   (when (buffer-live-p buffer)
-                     (with-current-buffer buffer
-                       (if sessions
-                           (mevedel-lsp--set-sessions-entries listing)
-                         (mevedel-lsp--set-turns-entries listing))
-                       (tabulated-list-print t))))))
-      (mevedel-lsp--async server
-                          (if sessions :mevedel/session/list :mevedel/turn/list)
-                          (if sessions (mevedel-lsp--object) (mevedel-lsp--object :sessionId session-id))
-                          fill
-                          (lambda (why) (message "mevedel: could not refresh %s: %s" (buffer-name buffer) why))))))
-
-
 ;;;; Turns
 
 (defvar mevedel-lsp-turns-mode-map
@@ -1083,7 +987,7 @@ SESSION-ID defaults to the session at point, else the current one."
 ;;;; Session notifications and questions
 
 (defun mevedel-lsp--session-changed (server params)
-  "Bring the views of the session PARAMS names up to date, without waiting."
+  "Bring the views of the session PARAMS names up to date."
   (let ((session (plist-get params :sessionId))
         (reason (plist-get params :reason)))
     (dolist (buffer (buffer-list))
@@ -1093,24 +997,65 @@ SESSION-ID defaults to the session at point, else the current one."
               ;; Its live conversation is gone from the server; the text
               ;; stays, marked as no longer followed.
               (setq header-line-format (format "mevedel: session %s was closed; this view is not updated" session))
-            (setq header-line-format
-                  (and (equal (plist-get params :access) "read-only")
-                       (format "mevedel: session %s is read-only here" session)))
-            (mevedel-lsp--read-document-async
-             server (list :uri mevedel-lsp--uri)
-             (lambda (document)
-               (when (buffer-live-p buffer)
-                 (mevedel-lsp--replace-text buffer (plist-get document :text))))
-             (lambda (why) (message "mevedel: could not refresh %s: %s" (buffer-name buffer) why)))))))
-    (mevedel-lsp--refresh-lists-async server session)
+            (condition-case err
+                (progn
+                  (mevedel-lsp--fill buffer server mevedel-lsp--uri t)
+                  (setq header-line-format
+                        (and (equal (plist-get params :access) "read-only")
+                             (format "mevedel: session %s is read-only here" session))))
+              (error (message "mevedel: could not refresh %s: %s" (buffer-name) (error-message-string err))))))))
+    (mevedel-lsp--refresh-lists server session)
     (when (equal reason "read-only")
       (message "mevedel: session %s is now read-only here (another client took it over)" session))
     (run-hook-with-args 'mevedel-lsp-session-change-functions server params)))
 
+;; A refresh reads through the server, so it waits for answers.  It must not
+;; run while any `jsonrpc-request' waits (a timer can fire inside that wait,
+;; and inside the filter a notification arrives in): jsonrpc ends a wait by
+;; throwing to it, which would cut a wait nested inside short, and stops
+;; reading that batch of messages, so answers queued behind would sit unread.
+;; Changes are therefore queued and applied once no request is waiting.
+
+(defvar mevedel-lsp--waiting 0
+  "How many `jsonrpc-request' calls are waiting for an answer now.")
+
+(defun mevedel-lsp--count-waiting (request &rest arguments)
+  "Around `jsonrpc-request': count it while it waits (REQUEST ARGUMENTS)."
+  (cl-incf mevedel-lsp--waiting)
+  (unwind-protect (apply request arguments)
+    (cl-decf mevedel-lsp--waiting)))
+
+(advice-add 'jsonrpc-request :around #'mevedel-lsp--count-waiting)
+
+(defvar mevedel-lsp--pending-changes nil
+  "Session changes not applied yet: ((SERVER . SESSION) . PARAMS), newest first.")
+
+(defvar mevedel-lsp--change-timer nil
+  "The timer that applies `mevedel-lsp--pending-changes'.")
+
+(defun mevedel-lsp--apply-pending-changes ()
+  "Apply the queued session changes, or wait until no request waits."
+  (setq mevedel-lsp--change-timer nil)
+  (if (> mevedel-lsp--waiting 0)
+      (setq mevedel-lsp--change-timer (run-at-time 0.05 nil #'mevedel-lsp--apply-pending-changes))
+    (let ((changes (reverse mevedel-lsp--pending-changes)))
+      (setq mevedel-lsp--pending-changes nil)
+      (pcase-dolist (`((,server . ,_session) . ,params) changes)
+        (when (jsonrpc-running-p server)
+          (mevedel-lsp--session-changed server params))))))
+
 (cl-defmethod eglot-handle-notification
-  ((server mevedel-lsp-server) (_method (eql mevedel/session/didChange)) &rest params &key &allow-other-keys)
-  "Refresh what shows the session that changed."
-  (mevedel-lsp--session-changed server params))
+  ((server mevedel-lsp-server) (_method (eql mevedel/session/didChange)) &rest params &key sessionId &allow-other-keys)
+  "Queue the refresh of what shows session SESSIONID (PARAMS)."
+  (let ((key (cons server sessionId)))
+    ;; Only the latest change of a session matters: it says what is now.
+    (setq mevedel-lsp--pending-changes
+          (cons (cons key params)
+                (cl-remove-if (lambda (queued)
+                                (and (eq (caar queued) server) (equal (cdar queued) sessionId)))
+                              mevedel-lsp--pending-changes))))
+  (unless mevedel-lsp--change-timer
+    (setq mevedel-lsp--change-timer (run-at-time 0 nil #'mevedel-lsp--apply-pending-changes))))
 
 (cl-defmethod eglot-handle-request
   ((_server mevedel-lsp-server) (_method (eql window/showMessageRequest))

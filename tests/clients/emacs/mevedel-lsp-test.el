@@ -217,26 +217,6 @@ mevedel-lsp the way `mevedel-lsp-ensure' does it."
       (should (= (length (plist-get document :text)) (length expected)))
       (should (equal (plist-get document :text) expected)))))
 
-(ert-deftest mevedel-lsp-test-refresh-read-continues-pages-and-lines ()
-  "The reader refreshes use (it does not wait) joins pages and continues cut lines too."
-  (with-current-buffer (mevedel-test--document-buffer)
-    (let ((document nil) (failure nil)
-          (expected (with-temp-buffer
-                      (insert-file-contents (expand-file-name ".mevedel/shared/long.txt" mevedel-test-root))
-                      (buffer-string))))
-      (mevedel-lsp--read-document-async (eglot-current-server) (list :address "work://shared/long.txt")
-                                        (lambda (read) (setq document read))
-                                        (lambda (why) (setq failure why)))
-      (mevedel-test--wait (lambda () (or document failure)) "the asynchronous read")
-      (should-not failure)
-      (should (equal (plist-get document :text) expected))
-      (setq document nil)
-      (mevedel-lsp--read-document-async (eglot-current-server) (list :address "work://shared/missing.md")
-                                        (lambda (read) (setq document read))
-                                        (lambda (why) (setq failure why)))
-      (mevedel-test--wait (lambda () (or document failure)) "the failing asynchronous read")
-      (should (string-prefix-p "work://shared/missing.md: " failure)))))
-
 (ert-deftest mevedel-lsp-test-read-address-reports-server-reason ()
   "A failing address is reported with the authored address and the server's reason."
   (with-current-buffer (mevedel-test--document-buffer)
