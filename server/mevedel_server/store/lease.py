@@ -19,33 +19,58 @@ program as the head record:
 
 Transitions
 -----------
-Each transition writes generation ``N+1`` in one control program that first
-verifies generation ``N`` still holds exactly the bytes the writer observed,
-and lists ``.lease/`` after its create: the writer succeeded only if its
-generation is the highest listed. Names only grow and the head is never
-pruned, so exclusive creation of ``N+1`` elects exactly one writer among all
-that observed ``N``; a stale owner (taken over, superseded) is refused by the
-verify, by the create or by the listing.
+Each transition writes generation ``N+1`` by exclusive creation in one
+control program. Exclusive creation elects one writer per name, but a name
+can come back: pruning removes old generations, and a stale writer whose
+verify of ``N`` passed just before a prune can re-create a pruned ``N+1``
+below the real head. So a writer decides whether it won from proof that its
+``N+1`` was *fresh* (that name had never existed), never from what writers
+after it did:
+
+- after its create, ``N`` still holds exactly the bytes the writer knew.
+  A pruned name comes back only once its predecessor is gone for good,
+  because every prune removes in ascending order and a generation's bytes
+  (client, generation, times) are never written twice; or
+- ``N+1`` is the highest generation listed after its create: the highest
+  generation ever written is never pruned, so a re-created name is always
+  below it.
+
+A fresh ``N+1`` was the head when it was written: that is the commit point.
+A generation written above it later (a claim right after a release, a
+takeover after expiry) is a later event, not a failure of this write.
 
 - Claim: ``[create N+1 claiming, verify N, create N+2 active, list, prune]``.
-  The verify after the candidate proves the observed predecessor was still in
-  place once the candidate existed; if it was not, the candidate is aborted
-  with an ``aborted`` generation above it, so it does not fence anyone.
+  The verify after the candidate proves the candidate fresh; if it fails,
+  the candidate is aborted with an ``aborted`` generation above it, so it
+  does not fence anyone. The activation is proven by the listing (a
+  successor above a fresh activation would need it to expire first).
 - Renewal, release, publishing window, head commit, latch changes:
-  ``[verify N, create N+1, list, prune]``. A publication prepends its
-  artifact and manifest writes to this same program (:mod:`.publication`).
+  ``[verify N, create N+1, verify N, list, prune]``. The first verify refuses
+  a stale owner before it writes; the second proves ``N+1`` fresh. A
+  publication prepends its artifact and manifest writes to this same program
+  (:mod:`.publication`).
 - A writer whose ``N+1`` was taken by another client's *claiming* record
   (a claim that has not activated) steps over it with ``N+2``: a claim only
   ends a lease once it is active.
 
+Outcomes: a rotation whose ``N+1`` cannot be proven fresh raises
+:class:`LeaseLost` (for a head commit that lost a race with an expiry
+takeover in the same instant, the commit may in fact have landed: the
+successor carries it). :meth:`LeaseHandle.release` raises :class:`LeaseLost`
+only when it wrote nothing because this handle's generation was already
+superseded; once its released generation is written it returns, proven or
+not, since either way the session is no longer this client's and what it
+wrote fences no one.
+
 ``publication_head``, ``unsettled_mutation`` and ``transfer_generation`` are
 copied into every new generation, so rotations carry them. After a success at
 generation ``G`` the generations below ``G-2`` seen earlier are removed
-best-effort in the same program (optional operations).
+best-effort, in ascending order, in the same program (optional operations).
 
 Times are whole seconds of the target clock (:mod:`mevedel_server.targets.clock`).
 A claim or renewal stamps ``renewed_at`` with a reading taken before its
-write, so its expiry errs early, never late.
+write, so its expiry errs early, never late. A client id belongs to one live process at a time (a restart reuses it; two
+live processes sharing one are one client to this protocol).
 """
 
 from __future__ import annotations
@@ -405,6 +430,12 @@ class LeaseHandle:
         await self._rotate(renewed_at=now, expires_at=now + self.duration_seconds)
 
     async def release(self) -> None:
+        """Write a ``released`` generation, freeing the session for anyone.
+
+        Raises :class:`LeaseLost`, having written nothing, when this handle's
+        generation was already superseded (taken over, or rotated by another
+        handle). Otherwise returns once the released generation is written,
+        even if another client claimed the session straight after it."""
         await self._rotate(state=LeaseState.RELEASED)
         self.released = True
 
@@ -457,6 +488,7 @@ class LeaseHandle:
             raise LeaseLost(self.session_id, "the lease was released")
 
     async def _rotate(self, lead_ops: list[Operation] | tuple[Operation, ...] = (), **changes) -> ProgramResult:
+        """Write the next generation with ``changes`` after ``lead_ops``."""
         async with self._lock:
             if self._uncertain:
                 await self._resync_locked()
@@ -464,45 +496,58 @@ class LeaseHandle:
             base_generation, base_raw = self.generation, self._raw
             lead = list(lead_ops)
             while True:
-                new = msgspec.structs.replace(self.record, generation=base_generation + 1, **changes)
+                next_generation = base_generation + 1
+                path = self.paths.generation(next_generation)
+                new = msgspec.structs.replace(self.record, generation=next_generation, **changes)
                 new_raw = encode_record(new)
-                create = CreateExclusive(self.paths.generation(new.generation), new_raw)
-                ops = [*lead, Verify(self.paths.generation(base_generation), base_raw), create, ListDir(self.paths.lease_dir)]
-                ops += _prune_ops(self.paths, self._known, new.generation)
+                create = CreateExclusive(path, new_raw)
+                base = self.paths.generation(base_generation)
+                at = len(lead)
+                ops = [*lead, Verify(base, base_raw), create, Verify(base, base_raw, optional=True), ListDir(self.paths.lease_dir, optional=True)]
+                ops += _prune_ops(self.paths, self._known, next_generation)
                 try:
                     result = await self.target.run(ControlProgram(ops))
                 except BaseException:
                     self._uncertain = True
                     raise
-                if result.stopped_at is not None and result.stopped_at < len(lead):
+                if result.stopped_at is not None and result.stopped_at < at:
                     return result
-                verified, created, listed = result[len(lead)], result[len(lead) + 1], result[len(lead) + 2]
+                verified, created, rechecked, listed = result[at], result[at + 1], result[at + 2], result[at + 3]
                 if verified.status is Status.MISMATCH:
                     self.lost = True
                     raise LeaseLost(self.session_id, f"generation {base_generation} was superseded")
-                raise_for_result(ops[len(lead)], verified)
+                raise_for_result(ops[at], verified)
                 if created.status is Status.CONFLICT:
                     stepped = await self._claim_above(base_generation)
                     if stepped is None:
                         self.lost = True
-                        raise LeaseLost(self.session_id, f"generation {base_generation + 1} was written by another client")
+                        raise LeaseLost(self.session_id, f"generation {next_generation} was written by another client")
                     base_generation, base_raw = stepped
                     lead = []  # the lead operations already ran
                     continue
                 raise_for_result(create, created)
-                if not listed.ok:
+                latest = generation_numbers(listed.value) if listed.ok else None
+                fresh = rechecked.ok or (latest is not None and latest[-1] == next_generation)
+                if not fresh and rechecked.status is Status.MISMATCH and latest is not None:
+                    # Generation N is gone and one above N+1 exists: this
+                    # create re-made a pruned name below the head, or a
+                    # successor followed it and pruned N already.
+                    if new.state is not LeaseState.RELEASED:
+                        self.lost = True
+                        raise LeaseLost(
+                            self.session_id,
+                            f"generation {latest[-1]} is above generation {next_generation}, which cannot be proven current",
+                        )
+                elif not fresh:
+                    # A proof could not be read: whether this write won is unknown.
                     self._uncertain = True
-                    raise_for_result(ops[len(lead) + 2], listed)
-                latest = generation_numbers(listed.value)
-                # A released generation frees the lease at once: a claim that
-                # lands above it before this program's listing came after the
-                # release, which is done.
-                if latest[-1] != new.generation and new.state is not LeaseState.RELEASED:
-                    self.lost = True
-                    raise LeaseLost(self.session_id, f"generation {latest[-1]} superseded generation {new.generation}")
-                pruned = {g for g in self._known if g < new.generation - _KEPT_PREDECESSORS}
-                self.generation, self.record, self._raw = new.generation, new, new_raw
-                self._known = tuple(g for g in latest if g not in pruned)
+                    if rechecked.status is not Status.MISMATCH:
+                        raise_for_result(ops[at + 2], rechecked)
+                    raise_for_result(ops[at + 3], listed)
+                pruned = {g for g in self._known if g < next_generation - _KEPT_PREDECESSORS}
+                self.generation, self.record, self._raw = next_generation, new, new_raw
+                known = latest if latest is not None else [*self._known, next_generation]
+                self._known = tuple(g for g in known if g not in pruned)
                 return result
 
     async def _claim_above(self, base_generation: int) -> tuple[int, bytes] | None:
