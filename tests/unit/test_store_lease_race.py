@@ -1,6 +1,10 @@
 """Eight processes race, repeatedly, for one session's lease. At most one
 owner at any instant (by the target clock, by generation numbers and by an
-exclusive marker only an owner writes), and no committed publication lost."""
+exclusive marker only an owner writes), and no committed publication lost.
+
+No lease expires during the race (600 s) and nobody confirms a takeover, so
+every owner's renewal, publication and release must succeed: a claim that
+lands right after a release is that release's successor, not a loss."""
 
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ async def _race(root: str, index: int, log_path: str) -> None:
         logical = f"log/{index}-{len(log)}"
         await Publisher(lease).publish({logical: f"{index} round {len(log)}".encode()})
         entry["logical"] = logical
+        await lease.renew()
         if not entry["marker_conflict"]:
             await target.remove("critical/owner")
         entry["end_clock"] = await read_target_clock(target, "critical")

@@ -43,7 +43,7 @@ from mevedel_server.targets import (
     ProgramTarget,
     Verify,
 )
-from mevedel_server.targets.program import SKIPPED
+from mevedel_server.targets.program import SKIPPED, StampedCreate
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
 ME = ClientIdentity("releasing", "desk")
@@ -55,11 +55,11 @@ def _lease_file(root, generation: int) -> str:
 
 
 def _is_lease_write(op: Operation) -> bool:
-    return isinstance(op, CreateExclusive) and "/.lease/generation-" in op.path
+    return isinstance(op, (CreateExclusive, StampedCreate)) and "/.lease/generation-" in op.path
 
 
 def _writes_released(op: Operation) -> bool:
-    return _is_lease_write(op) and (
+    return isinstance(op, CreateExclusive) and _is_lease_write(op) and (
         decode_record(LeaseRecord, op.data, "test").state is LeaseState.RELEASED
     )
 

@@ -62,14 +62,21 @@ superseded; once its released generation is written it returns, proven or
 not, since either way the session is no longer this client's and what it
 wrote fences no one.
 
+The times of a generation a claim activates, a renewal writes or an adoption
+writes come from a target clock reading taken inside the writing operation
+itself (:class:`~mevedel_server.targets.program.StampedCreate`), so a renewal
+is one round trip and such a deadline is never older than the program that
+writes it. A claim's candidate carries the observation's reading: it only
+fences while the claim is in flight.
+
 ``publication_head``, ``unsettled_mutation`` and ``transfer_generation`` are
 copied into every new generation, so rotations carry them. After a success at
 generation ``G`` the generations below ``G-2`` seen earlier are removed
 best-effort, in ascending order, in the same program (optional operations).
 
-Times are whole seconds of the target clock (:mod:`mevedel_server.targets.clock`).
-A claim or renewal stamps ``renewed_at`` with a reading taken before its
-write, so its expiry errs early, never late. A client id belongs to one live process at a time (a restart reuses it; two
+Times are whole seconds of the target clock (:mod:`mevedel_server.targets.clock`),
+read before the write they stamp, so an expiry errs early, never late. A
+client id belongs to one live process at a time (a restart reuses it; two
 live processes sharing one are one client to this protocol).
 """
 
@@ -92,6 +99,7 @@ from ..targets import (
     ListDir,
     MakeDirs,
     Operation,
+    OpResult,
     ProgramResult,
     Read,
     Remove,
@@ -101,8 +109,8 @@ from ..targets import (
     TargetError,
     Verify,
     raise_for_result,
-    read_target_clock,
 )
+from ..targets.program import ClockStamp, StampedCreate
 from .errors import (
     ClaimRaced,
     LeaseHeld,
@@ -266,6 +274,37 @@ def _prune_ops(paths: SessionPaths, known: tuple[int, ...], new_generation: int)
     return [Remove(paths.generation(g), optional=True) for g in known if g < floor]
 
 
+_TIME_FIELDS = (b'"renewed_at":', b'"expires_at":')
+
+
+def _stamped_record(record: LeaseRecord, duration: int) -> tuple[bytes | ClockStamp, ...]:
+    """The encoding of ``record`` with ``renewed_at`` left to the target
+    clock reading and ``expires_at`` to that reading plus ``duration``.
+
+    A quoted key followed by a colon occurs in the encoding only as that key
+    (inside a JSON string every quote is escaped), so it marks the value."""
+    encoded = encode_record(msgspec.structs.replace(record, renewed_at=0, expires_at=0))
+    parts: list[bytes | ClockStamp] = []
+    rest = encoded
+    for key, offset in zip(_TIME_FIELDS, (0, duration)):
+        before, found, rest = rest.partition(key + b"0")
+        if not found or rest[:1] not in (b",", b"}"):
+            raise AssertionError(f"no {key.decode()} in an encoded lease record")
+        parts += [before + key, ClockStamp(offset)]
+    parts.append(rest)
+    return tuple(parts)
+
+
+def _stamped_written(
+    paths: SessionPaths, generation: int, op: StampedCreate, result: OpResult
+) -> tuple[LeaseRecord, bytes, int]:
+    """The record, exact bytes and clock reading a successful stamped
+    creation of ``generation`` wrote."""
+    reading = int(result.value)
+    raw = op.content(reading)
+    return _decode_generation(paths, generation, raw), raw, reading
+
+
 async def acquire_lease(
     target: Target,
     session_id: str,
@@ -295,7 +334,7 @@ async def acquire_lease(
         if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
             handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
             try:
-                await handle._rotate(state=LeaseState.ACTIVE, renewed_at=obs.now, expires_at=obs.now + duration_seconds)
+                await handle._rotate(stamped=True, state=LeaseState.ACTIVE)
             except LeaseLost as lost:
                 raise ClaimRaced(
                     f"session {session_id}: the lease moved while it was being adopted ({lost.reason})",
@@ -334,8 +373,7 @@ async def _claim(
         transfer_generation=prior.transfer_generation if prior else 0,
     )
     candidate = LeaseRecord(generation=n + 1, state=LeaseState.CLAIMING, **common)
-    active = LeaseRecord(generation=n + 2, state=LeaseState.ACTIVE, **common)
-    candidate_raw, active_raw = encode_record(candidate), encode_record(active)
+    candidate_raw = encode_record(candidate)
     ops: list[Operation] = []
     if n == 0:
         ops.append(MakeDirs(paths.lease_dir, optional=True))
@@ -345,7 +383,9 @@ async def _claim(
     at_verify = len(ops)
     if n > 0:
         ops.append(Verify(paths.generation(n), obs.raw))
-    activate = CreateExclusive(paths.generation(n + 2), active_raw)
+    activate = StampedCreate(
+        paths.generation(n + 2), _stamped_record(LeaseRecord(generation=n + 2, state=LeaseState.ACTIVE, **common), duration)
+    )
     at_activate = len(ops)
     ops.append(activate)
     at_listing = len(ops)
@@ -365,11 +405,12 @@ async def _claim(
     if result[at_activate].status is Status.CONFLICT:
         raise raced("the previous owner renewed before the claim activated")
     raise_for_result(activate, result[at_activate])
+    active, active_raw, reading = _stamped_written(paths, n + 2, activate, result[at_activate])
     listed = result[at_listing]
     latest = generation_numbers(listed.value) if listed.ok else []
     if not latest or latest[-1] != n + 2:
         raise raced("a later lease generation superseded this claim")
-    return LeaseHandle(target, paths, identity, duration, n + 2, active, active_raw, tuple(latest), now)
+    return LeaseHandle(target, paths, identity, duration, n + 2, active, active_raw, tuple(latest), reading)
 
 
 async def _abort_candidate(target: Target, paths: SessionPaths, candidate: LeaseRecord, raw: bytes) -> None:
@@ -425,9 +466,9 @@ class LeaseHandle:
         return self._raw
 
     async def renew(self) -> None:
-        """Extend the lease from a fresh target clock reading."""
-        self.now = now = await read_target_clock(self.target, self.paths.root)
-        await self._rotate(renewed_at=now, expires_at=now + self.duration_seconds)
+        """Extend the lease to ``duration_seconds`` after a target clock
+        reading taken by the write itself (one round trip)."""
+        await self._rotate(stamped=True)
 
     async def release(self) -> None:
         """Write a ``released`` generation, freeing the session for anyone.
@@ -487,8 +528,11 @@ class LeaseHandle:
         if self.released:
             raise LeaseLost(self.session_id, "the lease was released")
 
-    async def _rotate(self, lead_ops: list[Operation] | tuple[Operation, ...] = (), **changes) -> ProgramResult:
-        """Write the next generation with ``changes`` after ``lead_ops``."""
+    async def _rotate(
+        self, lead_ops: list[Operation] | tuple[Operation, ...] = (), *, stamped: bool = False, **changes
+    ) -> ProgramResult:
+        """Write the next generation with ``changes`` (``stamped``: and with
+        fresh times from the write's own clock reading) after ``lead_ops``."""
         async with self._lock:
             if self._uncertain:
                 await self._resync_locked()
@@ -498,9 +542,12 @@ class LeaseHandle:
             while True:
                 next_generation = base_generation + 1
                 path = self.paths.generation(next_generation)
-                new = msgspec.structs.replace(self.record, generation=next_generation, **changes)
-                new_raw = encode_record(new)
-                create = CreateExclusive(path, new_raw)
+                template = msgspec.structs.replace(self.record, generation=next_generation, **changes)
+                create: CreateExclusive | StampedCreate
+                if stamped:
+                    create = StampedCreate(path, _stamped_record(template, self.duration_seconds))
+                else:
+                    create = CreateExclusive(path, encode_record(template))
                 base = self.paths.generation(base_generation)
                 at = len(lead)
                 ops = [*lead, Verify(base, base_raw), create, Verify(base, base_raw, optional=True), ListDir(self.paths.lease_dir, optional=True)]
@@ -526,6 +573,11 @@ class LeaseHandle:
                     lead = []  # the lead operations already ran
                     continue
                 raise_for_result(create, created)
+                if isinstance(create, StampedCreate):
+                    new, new_raw, reading = _stamped_written(self.paths, next_generation, create, created)
+                    self.now = reading
+                else:
+                    new, new_raw = template, create.data
                 latest = generation_numbers(listed.value) if listed.ok else None
                 fresh = rechecked.ok or (latest is not None and latest[-1] == next_generation)
                 if not fresh and rechecked.status is Status.MISMATCH and latest is not None:

@@ -11,9 +11,12 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
 - an operation is ``(kind, path, optional, argument)`` where ``kind`` is the
   operation class name (``"Read"``, ``"Verify"``...), ``path`` is a
   ``/``-separated target-relative path and ``argument`` is the payload of
-  ``CreateExclusive``/``Replace`` or the expectation of ``Verify``;
+  ``CreateExclusive``/``Replace``, the expectation of ``Verify`` or the
+  parts of ``StampedCreate`` (bytes, and integers standing for the clock
+  reading plus that many seconds);
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
-  ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple.
+  ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
+  ``StampedCreate`` value the clock reading it wrote.
 
 Every operation opens the root, proves its device and inode are the pinned
 identity, and then opens each parent component with ``O_DIRECTORY |
@@ -136,6 +139,17 @@ def probe_filesystem_clock(dir_fd):
         os.close(fd)
         os.unlink(name, dir_fd=dir_fd)
     return stamp_ns // 1000000000
+
+
+def stamped_content(parts, reading):
+    """The bytes of a stamped creation: ``parts`` joined, each integer part
+    (an offset in seconds) replaced by ``reading + offset`` in decimal."""
+    out = []
+    for part in parts:
+        if isinstance(part, bool) or not isinstance(part, (bytes, int)):
+            raise Refused(FAILED, "stamped content is bytes and integer offsets")
+        out.append(part if isinstance(part, bytes) else b"%d" % (reading + part))
+    return b"".join(out)
 
 
 def pin_root(root):
@@ -361,21 +375,38 @@ class Executor:
         try:
             if self._lstat(pfd, leaf) is not None:
                 return (CONFLICT, None, "'%s' already exists" % label, False)
-            temp = self._write_temp(pfd, leaf, data)
-            try:
-                os.link(temp, leaf, src_dir_fd=pfd, dst_dir_fd=pfd, follow_symlinks=False)
-            except FileExistsError:
-                return (CONFLICT, None, "'%s' already exists" % label, False)
-            except OSError as exc:
-                if exc.errno not in _NO_LINK_ERRNOS:
-                    raise
-                return self._create_in_place(pfd, leaf, label, data)
-            finally:
-                _unlink_quietly(temp, pfd)
-            os.fsync(pfd)
-            return (OK, None, None, False)
+            return self._create_new(pfd, leaf, label, data)
         finally:
             os.close(pfd)
+
+    def _create_stamped(self, path, parts):
+        if not isinstance(parts, (list, tuple)):
+            raise Refused(FAILED, "stamped content is a list of parts")
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            if self._lstat(pfd, leaf) is not None:
+                return (CONFLICT, None, "'%s' already exists" % label, False)
+            # Read before writing, so a deadline derived from it errs early.
+            reading = probe_filesystem_clock(pfd)
+            status, _value, reason, unsafe = self._create_new(pfd, leaf, label, stamped_content(parts, reading))
+            return (status, reading if status == OK else None, reason, unsafe)
+        finally:
+            os.close(pfd)
+
+    def _create_new(self, pfd, leaf, label, data):
+        temp = self._write_temp(pfd, leaf, data)
+        try:
+            os.link(temp, leaf, src_dir_fd=pfd, dst_dir_fd=pfd, follow_symlinks=False)
+        except FileExistsError:
+            return (CONFLICT, None, "'%s' already exists" % label, False)
+        except OSError as exc:
+            if exc.errno not in _NO_LINK_ERRNOS:
+                raise
+            return self._create_in_place(pfd, leaf, label, data)
+        finally:
+            _unlink_quietly(temp, pfd)
+        os.fsync(pfd)
+        return (OK, None, None, False)
 
     @staticmethod
     def _create_in_place(pfd, leaf, label, data):
@@ -468,6 +499,7 @@ _HANDLERS = {
     "Stat": Executor._stat,
     "ListDir": Executor._list,
     "CreateExclusive": Executor._create_exclusive,
+    "StampedCreate": Executor._create_stamped,
     "Replace": Executor._replace,
     "Remove": Executor._remove,
     "MakeDirs": Executor._make_dirs,

@@ -24,13 +24,15 @@ from .program import (
     Read,
     Remove,
     Replace,
+    StampedCreate,
     Stat,
     Status,
     Verify,
 )
 
 _KINDS: dict[type, str] = {
-    cls: cls.__name__ for cls in (Read, Verify, Stat, ListDir, CreateExclusive, Replace, Remove, MakeDirs, Clock)
+    cls: cls.__name__
+    for cls in (Read, Verify, Stat, ListDir, CreateExclusive, StampedCreate, Replace, Remove, MakeDirs, Clock)
 }
 _STATUSES = {status.value: status for status in Status}
 
@@ -45,6 +47,8 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument: object = op.data
     elif isinstance(op, Verify):
         argument = op.expected
+    elif isinstance(op, StampedCreate):
+        argument = list(op.plain_parts())
     else:
         argument = None
     return (kind, op.path, op.optional, argument)

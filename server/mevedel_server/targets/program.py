@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .errors import InvalidTargetPath
+from .executor import stamped_content
 from .paths import split_target_path
 
 
@@ -90,6 +91,49 @@ class CreateExclusive(Operation):
 
     data: bytes
     writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class ClockStamp:
+    """A placeholder in :class:`StampedCreate` content: the target clock
+    reading plus ``offset`` seconds, written as a decimal integer."""
+
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int):
+            raise TypeError("a clock stamp offset is a whole number of seconds")
+
+
+@dataclass(frozen=True)
+class StampedCreate(Operation):
+    """Create a file that must not exist yet, like :class:`CreateExclusive`,
+    whose content is ``parts`` joined with every :class:`ClockStamp` replaced
+    by a target clock reading the operation takes just before it writes (in
+    the file's own directory; see :mod:`.clock`). ``value`` is that reading,
+    so the caller can rebuild the exact bytes with :meth:`content`.
+
+    This is what lets a record carry deadlines read in the same program that
+    writes it, instead of from an earlier round trip."""
+
+    parts: tuple[bytes | ClockStamp, ...]
+    writes: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        parts = tuple(self.parts)
+        for part in parts:
+            if not isinstance(part, (bytes, ClockStamp)):
+                raise TypeError(f"stamped content is bytes and clock stamps, not {type(part).__name__}")
+        object.__setattr__(self, "parts", parts)
+
+    def plain_parts(self) -> tuple[bytes | int, ...]:
+        """The parts as the executor takes them (a stamp is its offset)."""
+        return tuple(part.offset if isinstance(part, ClockStamp) else part for part in self.parts)
+
+    def content(self, reading: int) -> bytes:
+        """The bytes this operation wrote for clock ``reading``."""
+        return stamped_content(self.plain_parts(), reading)
 
 
 @dataclass(frozen=True)

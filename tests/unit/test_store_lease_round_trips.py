@@ -1,0 +1,209 @@
+"""What lease transactions cost in round trips (one control program is one
+round trip, whatever the target), and the stamped write that makes a
+renewal a single program: its times are the target clock read by the write
+itself, on LocalTarget and on SshTarget over a real OpenSSH server."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from mevedel_server.store import (
+    ClientIdentity,
+    LeaseRecord,
+    Publisher,
+    acquire_lease,
+    decode_record,
+    materialize_session,
+    observe_lease,
+)
+from mevedel_server.targets import (
+    ControlProgram,
+    ListDir,
+    LocalTarget,
+    ProgramResult,
+    ProgramTarget,
+    Read,
+    Status,
+    Verify,
+)
+from mevedel_server.targets.program import ClockStamp, StampedCreate
+from mevedel_server.targets.ssh import SshTarget
+
+SID = "2026-07-19T09-47-bf87b5dd793a"
+ME = ClientIdentity("counted-client", "desk")
+OTHER = ClientIdentity("other-client", "laptop")
+
+
+class CountingTarget(ProgramTarget):
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs: list[ControlProgram] = []
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs.append(program)
+        return await self.inner.run(program)
+
+    def since(self, mark: int) -> int:
+        return len(self.programs) - mark
+
+
+def _fs_seconds(path) -> int:
+    path.write_bytes(b"")
+    return os.stat(path).st_mtime_ns // 1_000_000_000
+
+
+def _generation_bytes(root, generation: int) -> bytes:
+    path = os.path.join(root, ".mevedel", "sessions", SID, ".lease", f"generation-{generation:020d}.json")
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+@pytest.fixture
+async def counted(root):
+    inner = LocalTarget(root)
+    await materialize_session(inner, SID)
+    return CountingTarget(inner)
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "root"
+    r.mkdir()
+    return r
+
+
+async def test_a_renewal_is_one_program_and_takes_its_times_from_that_program(counted, tmp_path):
+    lease = await acquire_lease(counted, SID, ME, duration_seconds=45)
+    mark = len(counted.programs)
+    before = _fs_seconds(tmp_path / "before")
+    await lease.renew()
+    after = _fs_seconds(tmp_path / "after")
+    assert counted.since(mark) == 1
+    record = lease.record
+    assert before <= record.renewed_at <= after and record.expires_at == record.renewed_at + 45
+    assert lease.now == record.renewed_at
+    on_disk = _generation_bytes(tmp_path / "root", lease.generation)
+    assert on_disk == lease.raw and decode_record(LeaseRecord, on_disk, "test") == record
+    # The handle's bytes are exactly what a later proof must match.
+    await lease.renew()
+    assert counted.since(mark) == 2 and lease.record.client_id == ME.client_id
+
+
+async def test_claim_adoption_release_and_publication_round_trips(counted, tmp_path):
+    mark = len(counted.programs)
+    await acquire_lease(counted, SID, ME, duration_seconds=45)
+    # A never-claimed session: one observation (an empty listing and the clock), then the claim.
+    assert counted.since(mark) == 2
+
+    mark = len(counted.programs)
+    before = _fs_seconds(tmp_path / "before")
+    adopted = await acquire_lease(counted, SID, ME, duration_seconds=45)  # a restart with the same client id
+    after = _fs_seconds(tmp_path / "after")
+    assert counted.since(mark) == 3
+    assert before <= adopted.record.renewed_at <= after and adopted.record.expires_at == adopted.record.renewed_at + 45
+
+    publisher = Publisher(adopted)
+    await publisher.publish({"turn": b"one"})
+    mark = len(counted.programs)
+    await publisher.publish({"turn": b"two", "meta": b"{}"})
+    assert counted.since(mark) == 1  # artifacts, manifest and the head commit
+
+    mark = len(counted.programs)
+    await adopted.release()
+    assert counted.since(mark) == 1
+
+    mark = len(counted.programs)
+    await acquire_lease(counted, SID, OTHER)
+    # Observe (listing + clock, then the head with a listing again), then the claim.
+    assert counted.since(mark) == 3
+
+
+async def test_a_claim_stamps_its_active_generation_from_the_claiming_program(counted, tmp_path):
+    before = _fs_seconds(tmp_path / "before")
+    lease = await acquire_lease(counted, SID, OTHER, duration_seconds=30)
+    after = _fs_seconds(tmp_path / "after")
+    claim = counted.programs[-1]
+    assert any(isinstance(op, StampedCreate) for op in claim.operations)
+    record = lease.record
+    assert before <= record.renewed_at <= after and record.expires_at == record.renewed_at + 30
+    assert _generation_bytes(tmp_path / "root", lease.generation) == lease.raw
+    observed = await observe_lease(counted.inner, SID)
+    assert observed.record == record
+
+
+# -- the stamped write itself, on both targets -----------------------------------
+
+
+@pytest.fixture(params=["local", "ssh"])
+async def open_target(request):
+    opened: list[SshTarget] = []
+
+    async def make(path):
+        if request.param == "local":
+            return LocalTarget(path)
+        server = request.getfixturevalue("openssh_server")
+        target = await SshTarget.connect(server.url(path), **server.options())
+        opened.append(target)
+        return target
+
+    yield make
+    for target in opened:
+        await target.close()
+
+
+async def test_a_stamped_create_writes_the_clock_it_reads(root, tmp_path, open_target, monkeypatch):
+    target = await open_target(root)
+    (root / "records").mkdir()
+    op = StampedCreate("records/r.json", [b'{"at":', ClockStamp(), b',"until":', ClockStamp(90), b',"before":', ClockStamp(-5), b"}"])
+    before = _fs_seconds(tmp_path / "before")
+    # A client clock far in the future never reaches the stamp.
+    real_time, real_time_ns = time.time, time.time_ns
+    monkeypatch.setattr(time, "time", lambda: real_time() + 7200)
+    monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + 7200 * 10**9)
+    result = await target.run(ControlProgram([op, Read("records/r.json"), ListDir("records")]))
+    monkeypatch.undo()
+    after = _fs_seconds(tmp_path / "after")
+    assert result.completed
+    reading = result[0].value
+    assert before <= reading <= after
+    assert result[1].value == b'{"at":%d,"until":%d,"before":%d}' % (reading, reading + 90, reading - 5)
+    assert op.content(reading) == result[1].value
+    assert result[2].value == ("r.json",)  # no clock probe or temporary file left behind
+
+
+async def test_a_stamped_create_refuses_an_existing_file_and_unsafe_parents(root, tmp_path, open_target):
+    target = await open_target(root)
+    (root / "present").write_bytes(b"keep me")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "linked").symlink_to(outside)
+    stamp = [b"t=", ClockStamp()]
+    result = await target.run(
+        ControlProgram(
+            [
+                StampedCreate("present", stamp, optional=True),
+                StampedCreate("missing/x", stamp, optional=True),
+                StampedCreate("linked/x", stamp, optional=True),
+                Verify("present", b"other bytes"),
+                StampedCreate("guarded", stamp),
+            ]
+        )
+    )
+    statuses = [r.status for r in result]
+    assert statuses == [Status.CONFLICT, Status.ABSENT, Status.FAILED, Status.MISMATCH, Status.SKIPPED]
+    assert result[0].value is None and result[2].unsafe
+    assert (root / "present").read_bytes() == b"keep me"
+    assert sorted(os.listdir(root)) == ["linked", "present"] and os.listdir(outside) == []
+
+
+def test_stamped_content_is_bytes_and_whole_second_stamps():
+    with pytest.raises(TypeError):
+        StampedCreate("r", [b"x", "text"])
+    with pytest.raises(TypeError):
+        ClockStamp(1.5)
+    with pytest.raises(TypeError):
+        ClockStamp(True)
+    assert StampedCreate("r", [ClockStamp(2), b"|"]).content(40) == b"42|"
