@@ -129,6 +129,21 @@ async def test_save_as_opens_a_named_copy(root):
     assert info.display_name == "Copy of work" and info.settled_turns == 3 and info.named
 
 
+async def test_a_token_of_another_session_is_refused(root):
+    svc, sid = await three_turns(root)
+    other = (await svc.create()).session_id
+    await edit_turn(svc, root, other, "elsewhere")
+    impact = await svc.prepare_save_as(sid, "Copy")
+    with pytest.raises(Exception) as refused:
+        await svc.commit_save_as(other, impact.token.text)
+    assert error_kind(refused.value) == "invalid-params" and f"prepared for session {sid}" in str(refused.value)
+    rewind = await svc.prepare_rewind(sid, "after", 1)
+    with pytest.raises(Exception) as wrong:
+        await svc.commit_rewind(other, rewind.token.text)
+    assert error_kind(wrong.value) == "invalid-params"
+    assert svc.info(sid).settled_turns == 3 and svc.open_sessions() == [sid, other]
+
+
 async def test_fork_refuses_a_turn_in_flight(root):
     svc, sid = await three_turns(root)
     await svc.begin_turn(sid, "in flight")

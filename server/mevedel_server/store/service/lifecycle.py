@@ -15,7 +15,7 @@ mutation until :meth:`SessionLifecycle.retry_recovery` or
 from __future__ import annotations
 
 from ..fork import ChildSession, ForkImpact, ForkResult, VariantGroup, commit_fork, fork_variants, prepare_fork
-from ..lifecycle_token import LifecycleRefused
+from ..lifecycle_token import InvalidToken, LifecycleRefused, StateToken
 from ..publication import Publisher, read_committed
 from ..recovery import RecoveryOutcome, RecoveryPending, abandon_recovery, find_recovery, retry_recovery
 from ..redo import RedoImpact, RedoStates, commit_redo, prepare_redo, redo_states
@@ -88,6 +88,7 @@ class SessionLifecycle:
 
     async def commit_rewind(self, session_id: str, token: str) -> InPlaceResult:
         session = await self._gated(session_id, "rewind it")
+        _token_of(session, token, "rewind")
         result = await commit_rewind(self._publisher(session), token, live=session.conversation)
         return self._in_place_done(session, result, "rewound")
 
@@ -105,6 +106,7 @@ class SessionLifecycle:
 
     async def commit_redo(self, session_id: str, token: str) -> InPlaceResult:
         session = await self._gated(session_id, "redo it")
+        _token_of(session, token, "redo")
         result = await commit_redo(self._publisher(session), token, live=session.conversation)
         return self._in_place_done(session, result, "redone")
 
@@ -116,7 +118,7 @@ class SessionLifecycle:
         return await prepare_fork(self.target, session.session_id, _turn(turn), at=self._time_now())
 
     async def commit_fork(self, session_id: str, token: str) -> ForkResult:
-        self._open(session_id, "fork it")
+        _token_of(self._open(session_id, "fork it"), token, "fork")
         result = await commit_fork(
             self.target, token, self.client, live_ids=self.open_sessions(), lease_seconds=self.lease_seconds, keep_lease=True
         )
@@ -137,7 +139,7 @@ class SessionLifecycle:
         return await prepare_worktree_fork(self.target, session.session_id, _turn(turn), name=name, branch=branch, at=self._time_now())
 
     async def commit_worktree_fork(self, session_id: str, token: str) -> WorktreeForkResult:
-        self._open(session_id, "fork it into a worktree")
+        _token_of(self._open(session_id, "fork it into a worktree"), token, "worktree-fork")
         result = await commit_worktree_fork(
             self.target, token, self.client, live_ids=self.open_sessions(), lease_seconds=self.lease_seconds, keep_lease=True
         )
@@ -152,6 +154,7 @@ class SessionLifecycle:
 
     async def commit_save_as(self, session_id: str, token: str) -> ChildSession:
         session = self._open(session_id, "save it as a new session")
+        _token_of(session, token, "save-as")
         child = await commit_save_as(
             self.target,
             token,
@@ -204,3 +207,12 @@ def _refuse_in_flight(session: OpenSession, action: str) -> None:
     opened = session.conversation.open_turn
     if opened is not None:
         raise LifecycleRefused(session.session_id, f"cannot {action}: turn {opened.turn} is in flight; settle or abort it first")
+
+
+def _token_of(session: OpenSession, token: str, op: str) -> StateToken:
+    """The ``op`` token, refused when it was prepared for another session
+    (a commit must never land on a session the user did not confirm)."""
+    parsed = StateToken.parse(token, op)
+    if parsed.session_id != session.session_id:
+        raise InvalidToken(f"it was prepared for session {parsed.session_id}, not {session.session_id}")
+    return parsed
