@@ -20,7 +20,7 @@ drops it. Options as for ``mevedel session``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from ..store import InvalidToken, StateToken

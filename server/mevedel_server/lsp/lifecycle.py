@@ -66,7 +66,7 @@ def _place(place) -> wire.WorktreePlace:
 
 
 async def prepare_rewind(ls: MevedelLanguageServer, params: wire.RewindPrepareParams) -> wire.RewindImpact:
-    _folder_, service, sid = _target(ls, params, methods.REWIND_PREPARE)
+    _, service, sid = _target(ls, params, methods.REWIND_PREPARE)
     impact = await service.prepare_rewind(sid, params.boundary, params.turn)
     return wire.RewindImpact(
         session_id=sid,
@@ -85,12 +85,12 @@ async def prepare_rewind(ls: MevedelLanguageServer, params: wire.RewindPreparePa
 
 
 async def commit_rewind(ls: MevedelLanguageServer, params: wire.CommitParams) -> wire.InPlaceResult:
-    _folder_, service, sid = _target(ls, params, methods.REWIND_COMMIT)
+    _, service, sid = _target(ls, params, methods.REWIND_COMMIT)
     return _in_place(service, sid, await service.commit_rewind(sid, params.token))
 
 
 async def list_redo(ls: MevedelLanguageServer, params: SessionParams) -> wire.RedoListResult:
-    _folder_, service, sid = _target(ls, params, methods.REDO_LIST)
+    _, service, sid = _target(ls, params, methods.REDO_LIST)
     states = await service.redo_states(sid)
     return wire.RedoListResult(
         session_id=sid,
@@ -104,7 +104,7 @@ async def list_redo(ls: MevedelLanguageServer, params: SessionParams) -> wire.Re
 
 
 async def prepare_redo(ls: MevedelLanguageServer, params: wire.RedoPrepareParams) -> wire.RedoImpact:
-    _folder_, service, sid = _target(ls, params, methods.REDO_PREPARE)
+    _, service, sid = _target(ls, params, methods.REDO_PREPARE)
     impact = await service.prepare_redo(sid, params.publication_id)
     return wire.RedoImpact(
         session_id=sid,
@@ -121,7 +121,7 @@ async def prepare_redo(ls: MevedelLanguageServer, params: wire.RedoPrepareParams
 
 
 async def commit_redo(ls: MevedelLanguageServer, params: wire.CommitParams) -> wire.InPlaceResult:
-    _folder_, service, sid = _target(ls, params, methods.REDO_COMMIT)
+    _, service, sid = _target(ls, params, methods.REDO_COMMIT)
     return _in_place(service, sid, await service.commit_redo(sid, params.token))
 
 
@@ -129,7 +129,7 @@ async def commit_redo(ls: MevedelLanguageServer, params: wire.CommitParams) -> w
 
 
 async def prepare_fork(ls: MevedelLanguageServer, params: wire.ForkPrepareParams) -> wire.ForkImpact:
-    _folder_, service, sid = _target(ls, params, methods.FORK_PREPARE)
+    _, service, sid = _target(ls, params, methods.FORK_PREPARE)
     impact = await service.prepare_fork(sid, params.turn)
     return wire.ForkImpact(
         session_id=sid,
@@ -156,7 +156,7 @@ def _variant(v) -> wire.ForkVariant:
 
 
 async def fork_variants(ls: MevedelLanguageServer, params: wire.ForkPrepareParams) -> wire.ForkVariantsResult:
-    _folder_, service, sid = _target(ls, params, methods.FORK_VARIANTS)
+    _, service, sid = _target(ls, params, methods.FORK_VARIANTS)
     group = await service.fork_variants(sid, params.turn)
     return wire.ForkVariantsResult(
         source_id=group.point.source_id,
@@ -168,7 +168,7 @@ async def fork_variants(ls: MevedelLanguageServer, params: wire.ForkPrepareParam
 
 
 async def prepare_worktree_fork(ls: MevedelLanguageServer, params: wire.WorktreeForkPrepareParams) -> wire.WorktreeForkImpact:
-    _folder_, service, sid = _target(ls, params, methods.WORKTREE_FORK_PREPARE)
+    _, service, sid = _target(ls, params, methods.WORKTREE_FORK_PREPARE)
     impact = await service.prepare_worktree_fork(sid, params.turn, name=params.name, branch=params.branch)
     return wire.WorktreeForkImpact(
         session_id=sid,
@@ -201,7 +201,7 @@ async def commit_worktree_fork(ls: MevedelLanguageServer, params: wire.CommitPar
 
 
 async def prepare_save_as(ls: MevedelLanguageServer, params: wire.SaveAsPrepareParams) -> wire.SaveAsImpact:
-    _folder_, service, sid = _target(ls, params, methods.SAVE_AS_PREPARE)
+    _, service, sid = _target(ls, params, methods.SAVE_AS_PREPARE)
     impact = await service.prepare_save_as(sid, params.name)
     return wire.SaveAsImpact(
         sid, impact.name, impact.turns, impact.segments, impact.chats, impact.artifacts, impact.size, impact.token.text
@@ -217,13 +217,13 @@ async def commit_save_as(ls: MevedelLanguageServer, params: wire.CommitParams) -
 
 
 async def retry_recovery(ls: MevedelLanguageServer, params: SessionParams) -> wire.RecoveryResult:
-    _folder_, service, sid = _target(ls, params, methods.SESSION_RETRY_RECOVERY)
+    _, service, sid = _target(ls, params, methods.SESSION_RETRY_RECOVERY)
     outcome = await service.retry_recovery(sid)
     return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written))
 
 
 async def abandon_recovery(ls: MevedelLanguageServer, params: SessionParams) -> wire.RecoveryResult:
-    _folder_, service, sid = _target(ls, params, methods.SESSION_ABANDON_RECOVERY)
+    _, service, sid = _target(ls, params, methods.SESSION_ABANDON_RECOVERY)
     outcome = await service.abandon_recovery(sid)
     return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written))
 
