@@ -1,7 +1,9 @@
 """What lease transactions cost in round trips (one control program is one
-round trip, whatever the target), and the stamped write that makes a
-renewal a single program: its times are the target clock read by the write
-itself, on LocalTarget and on SshTarget over a real OpenSSH server."""
+round trip, whatever the target), and the two operations behind those
+counts, on LocalTarget and on SshTarget over a real OpenSSH server: the
+stamped write that makes a renewal one program (its times are the target
+clock the write itself reads) and the newest-of-a-family read that makes an
+observation one program."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from mevedel_server.store import (
     decode_record,
     materialize_session,
     observe_lease,
+    read_committed,
 )
 from mevedel_server.targets import (
     ControlProgram,
@@ -29,7 +32,7 @@ from mevedel_server.targets import (
     Status,
     Verify,
 )
-from mevedel_server.targets.program import ClockStamp, StampedCreate
+from mevedel_server.targets.program import ClockStamp, ReadNewest, StampedCreate
 from mevedel_server.targets.ssh import SshTarget
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
@@ -95,14 +98,14 @@ async def test_a_renewal_is_one_program_and_takes_its_times_from_that_program(co
 async def test_claim_adoption_release_and_publication_round_trips(counted, tmp_path):
     mark = len(counted.programs)
     await acquire_lease(counted, SID, ME, duration_seconds=45)
-    # A never-claimed session: one observation (an empty listing and the clock), then the claim.
+    # One observation (listing, newest generation and clock together), then the claim.
     assert counted.since(mark) == 2
 
     mark = len(counted.programs)
     before = _fs_seconds(tmp_path / "before")
     adopted = await acquire_lease(counted, SID, ME, duration_seconds=45)  # a restart with the same client id
     after = _fs_seconds(tmp_path / "after")
-    assert counted.since(mark) == 3
+    assert counted.since(mark) == 2
     assert before <= adopted.record.renewed_at <= after and adopted.record.expires_at == adopted.record.renewed_at + 45
 
     publisher = Publisher(adopted)
@@ -117,8 +120,12 @@ async def test_claim_adoption_release_and_publication_round_trips(counted, tmp_p
 
     mark = len(counted.programs)
     await acquire_lease(counted, SID, OTHER)
-    # Observe (listing + clock, then the head with a listing again), then the claim.
-    assert counted.since(mark) == 3
+    assert counted.since(mark) == 2
+
+    mark = len(counted.programs)
+    committed = await read_committed(counted, SID)
+    assert await committed.read_all() == {"turn": b"two", "meta": b"{}"}
+    assert counted.since(mark) == 3  # the lease head, the manifest, the bytes
 
 
 async def test_a_claim_stamps_its_active_generation_from_the_claiming_program(counted, tmp_path):
@@ -134,7 +141,7 @@ async def test_a_claim_stamps_its_active_generation_from_the_claiming_program(co
     assert observed.record == record
 
 
-# -- the stamped write itself, on both targets -----------------------------------
+# -- the two target operations behind these counts, on both targets -------------
 
 
 @pytest.fixture(params=["local", "ssh"])
@@ -207,3 +214,63 @@ def test_stamped_content_is_bytes_and_whole_second_stamps():
     with pytest.raises(TypeError):
         ClockStamp(True)
     assert StampedCreate("r", [ClockStamp(2), b"|"]).content(40) == b"42|"
+
+
+async def test_read_newest_reads_the_greatest_number_of_the_family(root, tmp_path, open_target):
+    target = await open_target(root)
+    family = root / "family"
+    family.mkdir()
+    for name, data in [
+        ("gen-0002.rec", b"two"),
+        ("gen-0010.rec", b"ten"),
+        ("gen-0009.rec", b"nine"),
+        ("gen-99999.rec", b"five digits: not a member"),
+        ("gen-00x1.rec", b"not digits"),
+        ("gen-0011.bak", b"other suffix"),
+        ("old-0012.rec", b"other prefix"),
+        (".gen-0013.rec.1a2b.tmp", b"a temporary file"),
+    ]:
+        (family / name).write_bytes(data)
+    (root / "empty").mkdir()
+    (root / "empty" / "unrelated").write_bytes(b"")
+    result = await target.run(
+        ControlProgram(
+            [
+                ReadNewest("family", "gen-", 4, ".rec"),
+                ReadNewest("empty", "gen-", 4, ".rec", optional=True),
+                ReadNewest("missing", "gen-", 4, ".rec", optional=True),
+            ]
+        )
+    )
+    assert result[0].status is Status.OK and result[0].value == ("gen-0010.rec", b"ten")
+    assert result[1].status is Status.ABSENT and result[2].status is Status.ABSENT
+
+
+async def test_read_newest_fails_closed_on_a_symlinked_or_odd_newest_member(root, tmp_path, open_target):
+    target = await open_target(root)
+    (tmp_path / "outside").write_bytes(b"outside bytes")
+    (root / "linked").mkdir()
+    (root / "linked" / "gen-0001.rec").write_bytes(b"one")
+    (root / "linked" / "gen-0002.rec").symlink_to(tmp_path / "outside")
+    (root / "odd").mkdir()
+    (root / "odd" / "gen-0003.rec").mkdir()
+    (root / "via").symlink_to(root / "linked")
+    result = await target.run(
+        ControlProgram(
+            [
+                ReadNewest("linked", "gen-", 4, ".rec", optional=True),
+                ReadNewest("odd", "gen-", 4, ".rec", optional=True),
+                ReadNewest("via", "gen-", 4, ".rec", optional=True),
+            ]
+        )
+    )
+    assert result[0].status is Status.FAILED and result[0].unsafe and result[0].value is None
+    assert result[1].status is Status.FAILED and not result[1].unsafe
+    assert result[2].status is Status.FAILED and result[2].unsafe
+    assert "outside" not in (result[0].reason or "") + (result[2].reason or "")
+
+
+def test_a_numbered_family_is_a_prefix_digits_and_a_suffix():
+    for bad in (dict(digits=0), dict(digits=True), dict(prefix="a/b")):
+        with pytest.raises(ValueError):
+            ReadNewest("d", **{"prefix": "p", "digits": 3, "suffix": ".s", **bad})

@@ -110,7 +110,7 @@ from ..targets import (
     Verify,
     raise_for_result,
 )
-from ..targets.program import ClockStamp, StampedCreate
+from ..targets.program import ClockStamp, ReadNewest, StampedCreate
 from .errors import (
     ClaimRaced,
     LeaseHeld,
@@ -119,7 +119,7 @@ from .errors import (
     SessionMissing,
     TakeoverNeedsConfirmation,
 )
-from .layout import SessionPaths, generation_numbers
+from .layout import GENERATION_DIGITS, SessionPaths, generation_numbers
 from .records import (
     CLIENT_ID_PATTERN,
     LeaseRecord,
@@ -136,6 +136,8 @@ DEFAULT_LEASE_SECONDS = 60
 _KEPT_PREDECESSORS = 2
 #: Re-observation attempts when the head moves between listing and reading.
 _OBSERVE_ATTEMPTS = 16
+#: The numbered family of ``layout.generation_name``, for :class:`ReadNewest`.
+_GENERATION_FAMILY = ("generation-", GENERATION_DIGITS, ".json")
 
 _LIVE_STATES = (LeaseState.CLAIMING, LeaseState.ACTIVE, LeaseState.PUBLISHING)
 
@@ -192,32 +194,26 @@ class LeaseObservation:
 
 
 async def _observe(target: Target, paths: SessionPaths, with_clock: bool) -> LeaseObservation:
-    clock = [Clock(paths.root)] if with_clock else []
     listing = ListDir(paths.lease_dir, optional=True)
+    newest = ReadNewest(paths.lease_dir, *_GENERATION_FAMILY, optional=True)
     # The clock probe proves the session exists; without it, a stat does.
-    presence = clock[0] if with_clock else Stat(paths.root, optional=True)
-    first = await target.run(ControlProgram([listing, presence]))
-    if first[1].status is Status.ABSENT:
-        raise SessionMissing(paths.session_id)
-    raise_for_result(presence, first[1])
-    gens = _listed(listing, first[0])
-    now = first[1].value if with_clock else None
+    presence = Clock(paths.root) if with_clock else Stat(paths.root, optional=True)
     for _ in range(_OBSERVE_ATTEMPTS):
-        if not gens:
+        result = await target.run(ControlProgram([listing, newest, presence]))
+        if result[2].status is Status.ABSENT:
+            raise SessionMissing(paths.session_id)
+        raise_for_result(presence, result[2])
+        now = result[2].value if with_clock else None
+        gens = _listed(listing, result[0])
+        if result[1].status is Status.ABSENT:
+            if gens:
+                continue  # listed, then gone before the read: look again
             return LeaseObservation(paths.session_id, 0, None, None, now, ())
-        head = gens[-1]
-        read = Read(paths.generation(head), optional=True)
-        again = await target.run(ControlProgram([read, ListDir(paths.lease_dir, optional=True), *clock]))
-        if with_clock:
-            raise_for_result(clock[0], again[2])
-            now = again[2].value
-        latest = _listed(listing, again[1])
-        if again[0].status is Status.ABSENT or not latest or latest[-1] != head:
-            gens = latest  # pruned or superseded meanwhile: look again
-            continue
-        raise_for_result(read, again[0])
-        record = _decode_generation(paths, head, again[0].value)
-        return LeaseObservation(paths.session_id, head, record, again[0].value, now, tuple(latest))
+        raise_for_result(newest, result[1])
+        name, raw = result[1].value
+        head = generation_numbers([name])[0]
+        record = _decode_generation(paths, head, raw)
+        return LeaseObservation(paths.session_id, head, record, raw, now, tuple(sorted({*gens, head})))
     raise LeaseObservationError(f"session {paths.session_id}: the lease changed on every observation")
 
 

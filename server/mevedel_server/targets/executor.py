@@ -13,10 +13,12 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   ``/``-separated target-relative path and ``argument`` is the payload of
   ``CreateExclusive``/``Replace``, the expectation of ``Verify`` or the
   parts of ``StampedCreate`` (bytes, and integers standing for the clock
-  reading plus that many seconds);
+  reading plus that many seconds) or the ``(prefix, digits, suffix)`` of
+  ``ReadNewest``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
   ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
-  ``StampedCreate`` value the clock reading it wrote.
+  ``StampedCreate`` value the clock reading it wrote, a ``ReadNewest``
+  value ``(name, bytes)``.
 
 Every operation opens the root, proves its device and inode are the pinned
 identity, and then opens each parent component with ``O_DIRECTORY |
@@ -49,6 +51,7 @@ _FILE_MODE = 0o600
 _DIR_MODE = 0o700
 # link(2) is unavailable on some filesystems (vfat, some FUSE mounts).
 _NO_LINK_ERRNOS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+_NEWEST_ATTEMPTS = 8
 
 
 class Refused(Exception):
@@ -150,6 +153,22 @@ def stamped_content(parts, reading):
             raise Refused(FAILED, "stamped content is bytes and integer offsets")
         out.append(part if isinstance(part, bytes) else b"%d" % (reading + part))
     return b"".join(out)
+
+
+def _newest_member(names, prefix, digits, suffix):
+    """The name with the greatest number among ``prefix`` + ``digits``
+    ASCII digits + ``suffix`` (equal widths sort by number), or None."""
+    newest = None
+    width = len(prefix) + digits + len(suffix)
+    for name in names:
+        if len(name) != width or not name.startswith(prefix) or not name.endswith(suffix):
+            continue
+        number = name[len(prefix) : len(prefix) + digits]
+        if number.strip("0123456789"):
+            continue
+        if newest is None or name > newest:
+            newest = name
+    return newest
 
 
 def pin_root(root):
@@ -370,6 +389,31 @@ class Executor:
         finally:
             os.close(fd)
 
+    def _read_newest(self, path, family):
+        try:
+            prefix, digits, suffix = family
+        except (TypeError, ValueError):
+            prefix = digits = suffix = None
+        if not (isinstance(prefix, str) and isinstance(suffix, str) and type(digits) is int and digits > 0):
+            raise Refused(FAILED, "a numbered family is a prefix, a digit count and a suffix")
+        # A member that vanishes between the listing and the read was
+        # superseded and removed meanwhile: list again.
+        for _ in range(_NEWEST_ATTEMPTS):
+            fd = self._open_directory(split_components(path))
+            try:
+                newest = _newest_member(os.listdir(fd), prefix, digits, suffix)
+                if newest is None:
+                    raise Refused(ABSENT, "'%s' holds no '%s%s%s' file" % (path, prefix, "N" * digits, suffix))
+                label = "%s/%s" % (path, newest) if split_components(path) else newest
+                try:
+                    return (OK, (newest, self._read_regular(fd, newest, label)), None, False)
+                except Refused as refusal:
+                    if refusal.status != ABSENT:
+                        raise
+            finally:
+                os.close(fd)
+        raise Refused(ABSENT, "the newest file in '%s' kept vanishing" % path)
+
     def _create_exclusive(self, path, data):
         pfd, leaf, label = self._open_parent(path)
         try:
@@ -495,6 +539,7 @@ class Executor:
 
 _HANDLERS = {
     "Read": Executor._read,
+    "ReadNewest": Executor._read_newest,
     "Verify": Executor._verify,
     "Stat": Executor._stat,
     "ListDir": Executor._list,

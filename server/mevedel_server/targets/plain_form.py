@@ -22,6 +22,7 @@ from .program import (
     OpResult,
     ProgramResult,
     Read,
+    ReadNewest,
     Remove,
     Replace,
     StampedCreate,
@@ -32,7 +33,7 @@ from .program import (
 
 _KINDS: dict[type, str] = {
     cls: cls.__name__
-    for cls in (Read, Verify, Stat, ListDir, CreateExclusive, StampedCreate, Replace, Remove, MakeDirs, Clock)
+    for cls in (Read, ReadNewest, Verify, Stat, ListDir, CreateExclusive, StampedCreate, Replace, Remove, MakeDirs, Clock)
 }
 _STATUSES = {status.value: status for status in Status}
 
@@ -49,6 +50,8 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = op.expected
     elif isinstance(op, StampedCreate):
         argument = list(op.plain_parts())
+    elif isinstance(op, ReadNewest):
+        argument = [op.prefix, op.digits, op.suffix]
     else:
         argument = None
     return (kind, op.path, op.optional, argument)
@@ -64,6 +67,9 @@ def _value(op: Operation, status: Status, value: object) -> object:
         return FileStat(str(kind), int(size), int(mtime))
     if status is Status.OK and isinstance(op, ListDir):
         return tuple(value)  # type: ignore[arg-type]
+    if status is Status.OK and isinstance(op, ReadNewest):
+        name, data = value  # type: ignore[misc]
+        return (str(name), bytes(data))
     return value
 
 

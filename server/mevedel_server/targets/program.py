@@ -86,6 +86,29 @@ class ListDir(Operation):
 
 
 @dataclass(frozen=True)
+class ReadNewest(Operation):
+    """Read the newest member of a numbered family of files in directory
+    ``path``: of the entries named ``prefix``, then exactly ``digits``
+    decimal digits, then ``suffix``, the one with the greatest number.
+    ``value`` is ``(name, bytes)``; ``absent`` when the directory holds no
+    member (or does not exist). Listing and reading in one operation is what
+    lets a reader follow a head that only ever grows in one round trip."""
+
+    prefix: str
+    digits: int
+    suffix: str
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.digits, bool) or not isinstance(self.digits, int) or self.digits < 1:
+            raise ValueError("a numbered family has at least one digit")
+        for text in (self.prefix, self.suffix):
+            if "/" in text or "\x00" in text:
+                raise ValueError(f"{text!r} cannot be part of an entry name")
+
+
+@dataclass(frozen=True)
 class CreateExclusive(Operation):
     """Create a file that must not exist yet, with all of ``data`` or nothing."""
 
