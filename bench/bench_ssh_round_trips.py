@@ -2,8 +2,9 @@
 loopback SSH.
 
 Counts remote processes (one per control program, so one per round trip)
-per lease renewal (target: 1) and per publication of a settled turn
-(target: at most 2), and times a publication against two baselines measured
+per lease renewal (target: 1), per publication of a settled turn (target:
+at most 2) and per claim of a released session (an observation and the
+claim: 2), and times them against two baselines measured
 in the same run on the same connection: a plain ``true`` command (the SSH
 channel and shell alone) and a one-operation control program (adding the
 remote interpreter's start and the framing). Publication cost over ``true``
@@ -51,6 +52,8 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
     publish_s: list[float] = []
     renew_trips: list[int] = []
     publish_trips: list[int] = []
+    claim_s: list[float] = []
+    claim_trips: list[int] = []
 
     await materialize_session(target, SID)
     lease = await acquire_lease(target, SID, ME)
@@ -73,6 +76,13 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
         assert outcome.committed
         publish_trips.append(target.round_trips - before)
 
+    # Claims of a released session: the observation and the claim program.
+    for _ in range(max(1, rounds // 4)):
+        await lease.release()
+        before = target.round_trips
+        lease = await timed(claim_s, lambda: acquire_lease(target, SID, ME))
+        claim_trips.append(target.round_trips - before)
+
     true_median = statistics.median(true_s)
     rows = [
         {"case": "ssh `true` command (baseline)", "round_trips": 1, **summarize(true_s), "x_true": 1.0},
@@ -94,11 +104,18 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
             **summarize(publish_s),
             "x_true": round(statistics.median(publish_s) / true_median, 2),
         },
+        {
+            "case": "claim of a released session",
+            "round_trips": max(claim_trips),
+            **summarize(claim_s),
+            "x_true": round(statistics.median(claim_s) / true_median, 2),
+        },
     ]
     notes = {
         "rounds": rounds,
         "round_trips_per_renewal": f"{min(renew_trips)}..{max(renew_trips)} (target 1)",
         "round_trips_per_publication": f"{min(publish_trips)}..{max(publish_trips)} (target at most 2)",
+        "round_trips_per_claim": f"{min(claim_trips)}..{max(claim_trips)} (observation + claim: 2)",
         "settle_median_ms": f"{statistics.median(publish_s) * 1000:.1f} (target under 50 ms on loopback)",
         # The `true` baseline carries the remote login shell's start-up (its
         # rc files run for every SSH command); this part is ours alone.
