@@ -134,7 +134,8 @@ from .workspace import check_session_id
 DEFAULT_LEASE_SECONDS = 60
 #: How many generations below the head survive a prune.
 _KEPT_PREDECESSORS = 2
-#: Re-observation attempts when the head moves between listing and reading.
+#: Observation attempts when listed generations are gone before the read
+#: (only a session being deleted removes the newest one).
 _OBSERVE_ATTEMPTS = 16
 #: The numbered family of ``layout.generation_name``, for :class:`ReadNewest`.
 _GENERATION_FAMILY = ("generation-", GENERATION_DIGITS, ".json")
