@@ -6,6 +6,10 @@ the same connection: hover on a word that is not an address, which costs the
 JSON-RPC round trip and dispatch but no address work. The client is a bare
 JSON-RPC framer (``lsp_wire.py``), so samples do not include a Python client's
 own decoding of the responses.
+
+Two clients run in turn: one declaring LSP 3.17 ``itemDefaults`` (as VS Code
+does: the edit range and insert format are sent once per list) and one
+declaring nothing (as eglot 1.9 and Neovim 0.7 do: every item carries them).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from lsp_wire import WireClient
 
 ENTRIES = 10_000
 ROUNDS = 300
+COLD_ROUNDS = 30
 
 
 def make_workspace(root: Path) -> None:
@@ -36,9 +41,14 @@ async def timed(samples: list[float], coro_factory) -> object:
     return result
 
 
-async def run(root: Path) -> list[dict]:
+ITEM_DEFAULTS = {
+    "textDocument": {"completion": {"completionList": {"itemDefaults": ["editRange", "insertTextFormat"]}}}
+}
+
+
+async def run(root: Path, capabilities: dict, label: str) -> list[dict]:
     client = await WireClient.start()
-    await client.initialize(root)
+    await client.initialize(root, capabilities)
     uri = (root / "notes.md").as_uri()
     lines = [
         "plain words here",
@@ -71,15 +81,27 @@ async def run(root: Path) -> list[dict]:
         raise SystemExit("completion returned nothing: the benchmark would measure an error path")
     if await hover(3, 10)() is None:
         raise SystemExit("hover returned nothing on an address")
+    # Completion reuses a directory's listing once the directory has been
+    # unchanged for 2 s (a change within one timestamp tick must not be
+    # missed); the steady state is what a user typing sees.
+    await asyncio.sleep(2.5)
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(ROUNDS):
         for name, factory in cases.items():
             await timed(samples[name], factory)
+    # The cold path, measured apart: right after the directory changed, every
+    # completion rescans its 10,000 entries.
+    cold = "completion work://shared/big/ right after a change (rescan)"
+    samples[cold] = []
+    big = root / ".mevedel" / "shared" / "big"
+    for i in range(COLD_ROUNDS):
+        (big / f"new-{label.replace(' ', '-')}-{i}.md").write_text("x\n")
+        await timed(samples[cold], complete(1))
     await client.close()
     base = summarize(samples["hover on plain text (baseline)"])
     rows = []
     for name, s in samples.items():
-        row = {"case": name, **summarize(s)}
+        row = {"client": label, "case": name, **summarize(s)}
         row["p99_ratio_to_baseline"] = round(row["p99_ms"] / base["p99_ms"], 2)
         rows.append(row)
     return rows
@@ -89,12 +111,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         make_workspace(root)
-        rows = asyncio.run(run(root))
-    worst = max(r["p99_ms"] for r in rows if r["case"].startswith("completion"))
+        rows = asyncio.run(run(root, ITEM_DEFAULTS, "itemDefaults"))
+        rows += asyncio.run(run(root, {}, "no itemDefaults"))
+    worst = max(r["p99_ms"] for r in rows if r["case"].startswith("completion") and "rescan" not in r["case"])
     report(
         "lsp_latency",
         rows,
-        {"target": "completion p99 under 10 ms", "completion_p99_ms": worst, "target_met": worst < 10.0},
+        {"target": "completion p99 under 10 ms (steady state; the rescan row is reported, not judged)", "completion_p99_ms": worst, "target_met": worst < 10.0},
     )
 
 

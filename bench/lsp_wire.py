@@ -44,13 +44,13 @@ class WireClient:
     def notify(self, method: str, params: object) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    async def initialize(self, root: Path) -> None:
+    async def initialize(self, root: Path, capabilities: dict | None = None) -> None:
         await self.request(
             "initialize",
             {
                 "processId": None,
                 "rootUri": root.as_uri(),
-                "capabilities": {},
+                "capabilities": capabilities or {},
                 "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}],
             },
         )

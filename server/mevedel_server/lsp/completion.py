@@ -27,23 +27,41 @@ _KINDS = {
     "skill": types.CompletionItemKind.Module,
     "memory-root": types.CompletionItemKind.Folder,
 }
+_KIND_VALUES = {name: kind.value for name, kind in _KINDS.items()}
+_TEXT_KIND = types.CompletionItemKind.Text.value
+_PLAIN_TEXT = types.InsertTextFormat.PlainText.value
 
 
-def _item(candidate: Candidate, index: int, replace: dict[str, Any]) -> dict[str, Any]:
+def _item(candidate: Candidate, index: int, replace: dict[str, Any] | None, plain: bool) -> dict[str, Any]:
     """One ``CompletionItem`` as JSON. Built directly: converting hundreds of
-    lsprotocol objects per keystroke costs more than finding the candidates."""
+    lsprotocol objects per keystroke costs more than finding the candidates.
+
+    ``replace`` and ``plain`` are left out when the list's ``itemDefaults``
+    carries them (``editRange``, ``insertTextFormat``): the label is then the
+    inserted text, and each of hundreds of items stays small."""
     detail = f"{candidate.kind}: {candidate.detail}"
     if not candidate.available:
         detail += " (not available now)"
-    return {
+    item: dict[str, Any] = {
         "label": candidate.label,
-        "kind": _KINDS.get(candidate.kind, types.CompletionItemKind.Text).value,
+        "kind": _KIND_VALUES.get(candidate.kind, _TEXT_KIND),
         "detail": detail,
         # The resolver's order (schemes first, then sorted descendants) is the order shown.
         "sortText": f"{index:05d}",
-        "textEdit": {"range": replace, "newText": candidate.label},
-        "insertTextFormat": types.InsertTextFormat.PlainText.value,
     }
+    if replace is not None:
+        item["textEdit"] = {"range": replace, "newText": candidate.label}
+    if plain:
+        item["insertTextFormat"] = _PLAIN_TEXT
+    return item
+
+
+def _item_defaults(ls: MevedelLanguageServer) -> frozenset[str]:
+    """The ``CompletionList.itemDefaults`` fields the client understands."""
+    text_document = ls.client_capabilities.text_document
+    completion = text_document.completion if text_document else None
+    completion_list = completion.completion_list if completion else None
+    return frozenset(completion_list.item_defaults or ()) if completion_list else frozenset()
 
 
 def _json_range(span: types.Range) -> dict[str, Any]:
@@ -69,5 +87,16 @@ def register(ls: MevedelLanguageServer) -> None:
         # One more than the bound tells whether the bound cut the list.
         candidates = complete(token.text, dataclasses.replace(context, completion_limit=limit + 1))
         replace = _json_range(token.range)
-        items = [_item(candidate, index, replace) for index, candidate in enumerate(candidates[:limit])]
-        return {"isIncomplete": len(candidates) > limit, "items": items}
+        supported = _item_defaults(ls)
+        defaults: dict[str, Any] = {}
+        if "editRange" in supported:
+            defaults["editRange"] = replace
+        if "insertTextFormat" in supported:
+            defaults["insertTextFormat"] = _PLAIN_TEXT
+        item_range = None if "editRange" in defaults else replace
+        plain = "insertTextFormat" not in defaults
+        items = [_item(candidate, index, item_range, plain) for index, candidate in enumerate(candidates[:limit])]
+        result: dict[str, Any] = {"isIncomplete": len(candidates) > limit, "items": items}
+        if defaults:
+            result["itemDefaults"] = defaults
+        return result
