@@ -13,6 +13,10 @@ root)::
           .lease/
             generation-00000000000000000001.json   immutable lease generations;
             generation-00000000000000000002.json   the highest one is the head
+            requests/                   control transfer (:mod:`.transfer`), made by
+              request-<20 digits>.json  the first request only; per transfer generation:
+              decision-<20 digits>.json the request, the owner's answer, and the
+              fence-<20 digits>.json    requester-only fence of a granted release
           .publications/
             <32 hex>/                   one immutable publication, never rewritten
               000001.data               artifact bytes written by this publication

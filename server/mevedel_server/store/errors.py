@@ -60,6 +60,11 @@ class LeaseHeld(LeaseUnavailable):
     """Another client holds an unexpired lease."""
 
 
+class TransferReserved(LeaseHeld):
+    """The lease was released to a named requester of a control transfer,
+    whose short fence has not expired yet."""
+
+
 class TakeoverNeedsConfirmation(LeaseUnavailable):
     """Another client's lease has expired; taking it over needs the user's
     explicit confirmation (``confirm_takeover=True``)."""

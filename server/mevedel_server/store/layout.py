@@ -11,6 +11,9 @@ WORKSPACE_ID_PATH = f"{STATE_DIR}/workspace-id"
 SESSIONS_DIR = f"{STATE_DIR}/sessions"
 
 LEASE_DIR = ".lease"
+#: Transfer requests, decisions and release fences (:mod:`.transfer`).
+REQUESTS_DIR = f"{LEASE_DIR}/requests"
+TRANSFER_DIGITS = 20
 PUBLICATIONS_DIR = ".publications"
 MANIFEST_NAME = "manifest.json"
 
@@ -34,6 +37,10 @@ def generation_numbers(names: tuple[str, ...] | list[str]) -> list[int]:
     return sorted(found)
 
 
+def transfer_name(kind: str, transfer_generation: int) -> str:
+    return f"{kind}-{transfer_generation:0{TRANSFER_DIGITS}d}.json"
+
+
 @dataclass(frozen=True)
 class SessionPaths:
     """Target paths of one session. ``session_id`` is already validated."""
@@ -51,6 +58,17 @@ class SessionPaths:
     @property
     def publications_dir(self) -> str:
         return f"{self.root}/{PUBLICATIONS_DIR}"
+
+    @property
+    def requests_dir(self) -> str:
+        return f"{self.root}/{REQUESTS_DIR}"
+
+    def transfer_record(self, kind: str, transfer_generation: int) -> str:
+        """``kind`` is ``request``, ``decision`` or ``fence``."""
+        return f"{self.requests_dir}/{transfer_name(kind, transfer_generation)}"
+
+    def transfer_label(self, kind: str, transfer_generation: int) -> str:
+        return self.label(f"{REQUESTS_DIR}/{transfer_name(kind, transfer_generation)}")
 
     def generation(self, generation: int) -> str:
         return f"{self.lease_dir}/{generation_name(generation)}"

@@ -118,6 +118,7 @@ from .errors import (
     LeaseObservationError,
     SessionMissing,
     TakeoverNeedsConfirmation,
+    TransferReserved,
 )
 from .layout import GENERATION_DIGITS, SessionPaths, generation_numbers
 from .records import (
@@ -126,6 +127,7 @@ from .records import (
     LeaseState,
     RecordError,
     RecordErrorKind,
+    TransferFence,
     decode_record,
     encode_record,
 )
@@ -350,7 +352,48 @@ async def acquire_lease(
                 f"{describe_target_time(rec.expires_at)} (target clock); taking it over needs confirmation",
                 **_describe_holder(obs),
             )
+    if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
+        await _refuse_fenced(target, paths, identity, rec)
     return await _claim(target, paths, identity, duration_seconds, obs)
+
+
+def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
+    """Whether ``fence`` reserves the ``released`` head: the grant that wrote
+    it released the lease of its owner and opened the next transfer
+    generation in that same write (so the match survives the release having
+    to step over a claim, when its generation number moved)."""
+    return (
+        released.state is LeaseState.RELEASED
+        and released.client_id == fence.owner_client
+        and released.transfer_generation == fence.transfer_generation + 1
+    )
+
+
+async def _refuse_fenced(target: Target, paths: SessionPaths, identity: ClientIdentity, released: LeaseRecord) -> None:
+    """A release written by a granted transfer is claimable only by its
+    requester until the fence expires (judged against the target clock)."""
+    granted = released.transfer_generation - 1
+    read = Read(paths.transfer_record("fence", granted), optional=True)
+    clock = Clock(paths.lease_dir)
+    result = await target.run(ControlProgram([read, clock]))
+    if result[0].status is Status.ABSENT:
+        return
+    raise_for_result(read, result[0])
+    raise_for_result(clock, result[1])
+    fence = decode_record(TransferFence, result[0].value, paths.transfer_label("fence", granted))
+    now = int(result[1].value)
+    if not fence_applies(fence, released) or fence.requester_client == identity.client_id or now >= fence.expires_at:
+        return
+    raise TransferReserved(
+        f"session {paths.session_id} was handed to {fence.requester_host or 'another client'}, "
+        f"which alone may take it until {describe_target_time(fence.expires_at)} (target clock)",
+        session_id=paths.session_id,
+        holder_client=fence.requester_client,
+        holder_host=fence.requester_host,
+        state=released.state.value,
+        expires_at=fence.expires_at,
+        now=now,
+    )
 
 
 async def _claim(
@@ -476,6 +519,17 @@ class LeaseHandle:
         even if another client claimed the session straight after it."""
         await self._rotate(state=LeaseState.RELEASED)
         self.released = True
+
+    async def release_with(self, lead_ops: list[Operation], **changes) -> ProgramResult:
+        """Run ``lead_ops`` and, only if they all succeed, write a
+        ``released`` generation with ``changes`` in the same program (a
+        granted transfer's fence rides ahead of its release). Returns the
+        result with ``stopped_at`` inside ``lead_ops`` when they stopped it
+        and nothing was released."""
+        result = await self._rotate(lead_ops, state=LeaseState.RELEASED, **changes)
+        if result.stopped_at is None or result.stopped_at >= len(lead_ops):
+            self.released = True
+        return result
 
     async def begin_publishing(self) -> None:
         """Open a publishing window (the generation fences others as

@@ -23,6 +23,7 @@ from .errors import StoreError
 LEASE_FORMAT_VERSION = 1
 MANIFEST_FORMAT_VERSION = 1
 WORKSPACE_FORMAT_VERSION = 1
+TRANSFER_FORMAT_VERSION = 1
 
 #: Upper bound for seconds, generations and sizes: far beyond any real value,
 #: and exactly representable wherever these records are read.
@@ -116,6 +117,55 @@ class PublicationManifest(_Record, kw_only=True):
             check_logical_path(logical)
 
 
+class TransferVerdict(enum.Enum):
+    GRANT = "grant"
+    KEEP = "keep"
+
+
+class TransferRequest(_Record, kw_only=True):
+    """A request for control, one per transfer generation (see :mod:`.transfer`)."""
+
+    format_version: int = TRANSFER_FORMAT_VERSION
+    transfer_generation: Count
+    requester_client: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
+    requester_host: Annotated[str, msgspec.Meta(max_length=255)]
+    #: The lease holder the request is addressed to; no other owner answers it.
+    owner_client: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
+    requested_at: Seconds
+
+
+class TransferDecision(_Record, kw_only=True):
+    """The owner's answer to the request of the same transfer generation."""
+
+    format_version: int = TRANSFER_FORMAT_VERSION
+    transfer_generation: Count
+    requester_client: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
+    owner_client: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
+    verdict: TransferVerdict
+    #: ``answered`` (the owner's user chose) or ``timeout`` (nobody answered).
+    reason: Annotated[str, msgspec.Meta(pattern=r"^(answered|timeout)$")]
+    decided_at: Seconds
+
+
+class TransferFence(_Record, kw_only=True):
+    """Written with a granted release: until ``expires_at`` only the
+    requester may claim the released lease."""
+
+    format_version: int = TRANSFER_FORMAT_VERSION
+    transfer_generation: Count
+    requester_client: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
+    requester_host: Annotated[str, msgspec.Meta(max_length=255)]
+    owner_client: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
+    #: The lease generation the grant released.
+    released_generation: Annotated[int, msgspec.Meta(ge=1, le=MAX_INTEGER)]
+    fenced_at: Seconds
+    expires_at: Seconds
+
+    def __post_init__(self) -> None:
+        if self.expires_at < self.fenced_at:
+            raise ValueError("expires_at is earlier than fenced_at")
+
+
 class WorkspaceIdentity(_Record, kw_only=True):
     format_version: int = WORKSPACE_FORMAT_VERSION
     workspace_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
@@ -138,9 +188,12 @@ _VERSIONS: dict[type, int] = {
     LeaseRecord: LEASE_FORMAT_VERSION,
     PublicationManifest: MANIFEST_FORMAT_VERSION,
     WorkspaceIdentity: WORKSPACE_FORMAT_VERSION,
+    TransferRequest: TRANSFER_FORMAT_VERSION,
+    TransferDecision: TRANSFER_FORMAT_VERSION,
+    TransferFence: TRANSFER_FORMAT_VERSION,
 }
 
-R = TypeVar("R", LeaseRecord, PublicationManifest, WorkspaceIdentity)
+R = TypeVar("R", LeaseRecord, PublicationManifest, WorkspaceIdentity, TransferRequest, TransferDecision, TransferFence)
 
 _NON_FINITE_TOKEN = re.compile(rb"(?<![A-Za-z\"])(?:-?Infinity|NaN)(?![A-Za-z\"])")
 
