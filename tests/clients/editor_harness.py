@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store.recovery import find_recovery
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.targets import LocalTarget
+from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CLIENTS = REPOSITORY / "clients"
@@ -98,6 +99,100 @@ def foreign_sessions(root: Path) -> ForeignSessions:
     """Leave in ROOT what another client would: a session whose lease expired,
     one whose lease is live, and a directory that is no session."""
     return asyncio.run(_foreign_sessions(root))
+
+
+@dataclass(frozen=True)
+class RecoverySessions:
+    """Sessions whose Rewind crashed after its recovery journal was written:
+    each has a real `.recovery/` marker and a released lease."""
+
+    #: The one the client retries, and the file its Rewind was restoring.
+    retry: str
+    retry_file: str
+    #: The one the client abandons.
+    abandon: str
+    abandon_file: str
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "MEVEDEL_TEST_RECOVERY_RETRY": self.retry,
+            "MEVEDEL_TEST_RECOVERY_RETRY_FILE": self.retry_file,
+            "MEVEDEL_TEST_RECOVERY_ABANDON": self.abandon,
+            "MEVEDEL_TEST_RECOVERY_ABANDON_FILE": self.abandon_file,
+        }
+
+
+_CRASHED = ClientIdentity("crashed-client", "crash-host")
+
+
+async def _crashed_rewind(root: Path, name: str, tracked: str, crash_at: int | None) -> tuple[str, int]:
+    """Two turns that edit TRACKED, then a Rewind to before turn 1 whose
+    process dies at write CRASH_AT of its commit (None: no crash). Returns
+    the session and how many writes the commit made."""
+    (root / tracked).write_text("before the session\n")
+    target = FaultInjectingTarget(LocalTarget(root))
+    service = SessionService(target, _CRASHED, lease_seconds=3600)
+    sid = (await service.create(name)).session_id
+    for n in (1, 2):
+        await service.begin_turn(sid, f"{name} step {n}")
+        await service.capture_file(sid, tracked)
+        (root / tracked).write_text(f"{name} v{n}\n")
+        await service.append(sid, EvidenceInput("response", text=f"{name} answer {n}"))
+        await service.settle(sid)
+    impact = await service.prepare_rewind(sid, "before", 1)
+    target.arm(crash_at, "crash")
+    try:
+        await service.commit_rewind(sid, impact.token)
+    except SimulatedCrash:
+        pass
+    await service.detach()
+    return sid, target.writes
+
+
+async def _first_crash_leaving_recovery(scratch: Path) -> int:
+    """The first write index of the commit at which a crash leaves a marker
+    (found on a throwaway workspace: the commit's writes are the same)."""
+    point = 1
+    while True:
+        root = scratch / f"probe-{point}"
+        root.mkdir(parents=True)
+        sid, writes = await _crashed_rewind(root, "Probe", "probe.txt", point)
+        if (await find_recovery(LocalTarget(root), sid)).pending:
+            return point
+        if writes < point:
+            raise AssertionError("no crash point of a Rewind commit leaves a recovery marker")
+        point += 1
+
+
+async def _recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
+    point = await _first_crash_leaving_recovery(scratch)
+    made = {}
+    for role in ("retry", "abandon"):
+        tracked = f"recovery-{role}.txt"
+        sid, _ = await _crashed_rewind(root, f"Crashed {role}", tracked, point)
+        # The restarted client releases its lease; the marker stays.
+        service = SessionService(LocalTarget(root), _CRASHED)
+        opened = await service.open(sid)
+        assert opened.info.recovery_pending, f"{sid} has no recovery marker"
+        await service.close(sid)
+        made[role] = (sid, tracked)
+    return RecoverySessions(made["retry"][0], made["retry"][1], made["abandon"][0], made["abandon"][1])
+
+
+def recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
+    """Leave in ROOT two sessions blocked by a real interrupted Rewind."""
+    return asyncio.run(_recovery_sessions(root, scratch))
+
+
+def git_repository(root: Path) -> None:
+    """Make ROOT a Git work tree with one commit (Worktree Fork branches from
+    HEAD), with the real git."""
+    git = ["git", "-c", "user.name=mevedel tests", "-c", "user.email=tests@localhost", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    (root / ".gitignore").write_text(".mevedel/\n.worktrees/\n")
+    (root / "lifecycle.txt").write_text("committed\n")
+    subprocess.run([*git, "add", ".gitignore", "lifecycle.txt"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "initial"], cwd=root, check=True)
 
 
 def server_command() -> list[str]:

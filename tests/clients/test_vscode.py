@@ -14,7 +14,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from editor_harness import CLIENTS, editor, foreign_sessions, run_editor, server_command
+from editor_harness import (
+    CLIENTS,
+    editor,
+    foreign_sessions,
+    git_repository,
+    recovery_sessions,
+    run_editor,
+    server_command,
+)
 
 EXTENSION = CLIENTS / "vscode"
 
@@ -60,12 +68,20 @@ def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
     workspace = tmp_path / "sessions"
     workspace.mkdir()
     left = foreign_sessions(workspace)
+    # The lifecycle suite runs in a Git work tree holding sessions that a
+    # crashed Rewind left in recovery.
+    lifecycle = tmp_path / "lifecycle"
+    lifecycle.mkdir()
+    git_repository(lifecycle)
+    blocked = recovery_sessions(lifecycle, tmp_path / "scratch")
     output = run_editor(
         [npm, "test"],
         env={
             "MEVEDEL_LSP_COMMAND": json.dumps(server_command()),
             "MEVEDEL_TEST_SESSION_WORKSPACE": str(workspace),
+            "MEVEDEL_TEST_LIFECYCLE_WORKSPACE": str(lifecycle),
             **left.environment(),
+            **blocked.environment(),
         },
         cwd=EXTENSION,
     )
@@ -73,3 +89,4 @@ def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
     assert not re.search(r"# pass 0\b", output), output
     assert re.search(r"# skipped 0\b", output), output
     assert "ok 1 - sessions" in output or re.search(r"ok \d+ - sessions", output), output
+    assert re.search(r"ok \d+ - lifecycle", output), output

@@ -1,6 +1,7 @@
 import * as vscode from 'vscode';
 import { describe, describeFailure } from './protocol';
-import { SessionCommandContext, sessionCommands } from './sessionCommands';
+import { announceRecovery, lifecycleCommands } from './lifecycleCommands';
+import { scope, SessionCommandContext, sessionCommands } from './sessionCommands';
 
 export interface CommandContext extends SessionCommandContext {
   restart(): Promise<void>;
@@ -12,7 +13,12 @@ export interface CommandContext extends SessionCommandContext {
 // (The server's own `mevedel.session.*` commands are registered by the
 // language client from executeCommandProvider, so these ids differ.)
 export function commandTable(context: CommandContext): Record<string, () => Promise<void> | void> {
-  const sessions = sessionCommands(context);
+  const lifecycleContext = { ...context, scope: () => scope(context) };
+  const sessions = sessionCommands({
+    ...context,
+    opened: (state, workspaceFolder) => announceRecovery(lifecycleContext, state, workspaceFolder),
+  });
+  const lifecycle = lifecycleCommands(lifecycleContext);
   return {
     'mevedel.readAddress': () => readAddress(context),
     'mevedel.restartServer': () => context.restart(),
@@ -27,6 +33,13 @@ export function commandTable(context: CommandContext): Record<string, () => Prom
     'mevedel.abortTurn': sessions.abortTurn,
     'mevedel.showTranscript': sessions.showTranscript,
     'mevedel.listTurns': sessions.listTurns,
+    'mevedel.rewind': lifecycle.rewind,
+    'mevedel.redo': lifecycle.redo,
+    'mevedel.fork': lifecycle.fork,
+    'mevedel.worktreeFork': lifecycle.worktreeFork,
+    'mevedel.saveAs': lifecycle.saveAs,
+    'mevedel.retryRecovery': lifecycle.retryRecovery,
+    'mevedel.abandonRecovery': lifecycle.abandonRecovery,
   };
 }
 

@@ -232,6 +232,9 @@ export interface SessionState {
   holderHost?: string;
   openTurn?: number;
   pendingPublication?: string;
+  // An interrupted Rewind or Redo left project files to repair (its ID):
+  // mutations are refused until the recovery is retried or abandoned.
+  recoveryPending?: string;
 }
 
 export interface SessionCreateParams {
@@ -327,7 +330,19 @@ export interface TurnShowResult {
 export interface SessionDidChangeParams {
   workspaceFolder: string;
   sessionId: string;
-  reason: 'settled' | 'checkpoint' | 'saved' | 'renamed' | 'resumed' | 'retried' | 'read-only' | 'closed';
+  reason:
+    | 'settled'
+    | 'checkpoint'
+    | 'saved'
+    | 'renamed'
+    | 'resumed'
+    | 'retried'
+    | 'read-only'
+    | 'closed'
+    | 'rewound'
+    | 'redone'
+    | 'created'
+    | 'recovered';
   settledTurns: number;
   access: Access;
 }

@@ -11,6 +11,7 @@ import {
   retryPublication,
   SaveResult,
   saveSession,
+  SessionState,
   renameSession,
   Scope,
   showTurn,
@@ -23,11 +24,13 @@ export interface SessionCommandContext {
   workspaceFolder(): string | undefined;
   // Makes VS Code read an open virtual document again.
   refresh(uri: vscode.Uri): void;
+  // Runs after a picked session opened (to offer resolving its recovery).
+  opened?(state: SessionState, workspaceFolder?: string): Promise<void>;
 }
 
 // Session commands act on the session of the active virtual document (its
 // transcript), else on the folder's current session.
-function scope(context: SessionCommandContext): Scope {
+export function scope(context: SessionCommandContext): Scope {
   const active = vscode.window.activeTextEditor?.document.uri;
   const session = active?.scheme === VIRTUAL_SCHEME ? uriSession(active.toString()) : undefined;
   return { workspaceFolder: context.workspaceFolder(), sessionId: session };
@@ -91,6 +94,7 @@ async function pickSession(context: SessionCommandContext): Promise<void> {
   const verb = { switch: 'switched to', join: 'joined', takeover: 'took over', resume: 'resumed' }[opened.action];
   const interrupted = opened.interruptedTurn ? `; turn ${opened.interruptedTurn} was in flight and is now interrupted` : '';
   info(`${verb} ${opened.session.displayName} (${opened.session.access})${interrupted}`);
+  await context.opened?.(opened.session, workspaceFolder);
 }
 
 async function newSession(context: SessionCommandContext): Promise<void> {

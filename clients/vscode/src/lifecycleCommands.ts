@@ -1,0 +1,205 @@
+import * as vscode from 'vscode';
+import {
+  abandonRecovery,
+  Boundary,
+  Confirm,
+  describeChild,
+  describeInPlace,
+  describeRecovery,
+  fork,
+  Impact,
+  isRecoveryPending,
+  listRedo,
+  redo,
+  redoLabel,
+  retryRecovery,
+  rewind,
+  saveAs,
+  worktreeFork,
+} from './lifecycle';
+import { describeFailure, listTurns, RequestSender, Scope, SessionState, TurnSummary } from './protocol';
+import { SessionCommandContext, showTranscript } from './sessionCommands';
+
+function info(message: string): void {
+  void vscode.window.showInformationMessage(`mevedel: ${message}`);
+}
+
+// The modal confirmation: the summary as the message, every impact line as
+// its detail, one button named for the action. Escape or Cancel declines,
+// and a declined transaction is never committed.
+const confirmModal: Confirm = async (impact: Impact) => {
+  const chosen = await vscode.window.showWarningMessage(
+    impact.summary,
+    { modal: true, detail: impact.details.join('\n') },
+    impact.action,
+  );
+  return chosen === impact.action;
+};
+
+async function pickTurn(
+  sender: RequestSender,
+  where: Scope,
+  title: string,
+  usable: (turn: TurnSummary) => boolean,
+): Promise<{ sessionId: string; turn: number } | undefined> {
+  const listing = await listTurns(sender, where);
+  const turns = listing.turns.filter(usable);
+  if (turns.length === 0) {
+    info(`${listing.sessionId} has no settled turn to pick`);
+    return undefined;
+  }
+  const chosen = await vscode.window.showQuickPick(
+    [...turns].reverse().map((turn) => ({
+      label: `Turn ${turn.turn}`,
+      description: turn.state,
+      detail: turn.prompt,
+      turn: turn.turn,
+    })),
+    { title: `${title} (${listing.sessionId})`, placeHolder: 'The turn', matchOnDetail: true },
+  );
+  return chosen && { sessionId: listing.sessionId, turn: chosen.turn };
+}
+
+const settled = (turn: TurnSummary) => turn.state !== 'in-flight';
+
+async function rewindCommand(context: SessionCommandContext, where: Scope): Promise<void> {
+  const sender = await context.sender();
+  const picked = await pickTurn(sender, where, 'mevedel: Rewind', settled);
+  if (!picked) return;
+  const boundary = await vscode.window.showQuickPick(
+    [
+      { label: `After the response of turn ${picked.turn}`, description: 'keep this turn and its answer', boundary: 'after' as Boundary },
+      { label: `Before the prompt of turn ${picked.turn}`, description: 'discard this turn too', boundary: 'before' as Boundary },
+    ],
+    { title: 'mevedel: Rewind to' },
+  );
+  if (!boundary) return;
+  const scope = { workspaceFolder: where.workspaceFolder, sessionId: picked.sessionId };
+  const outcome = await rewind(sender, { ...scope, turn: picked.turn, boundary: boundary.boundary }, confirmModal);
+  if (!outcome.committed) return info('rewind cancelled; nothing changed');
+  info(describeInPlace('rewound', outcome.result));
+  await showTranscript(context, scope);
+}
+
+async function redoCommand(context: SessionCommandContext, where: Scope): Promise<void> {
+  const sender = await context.sender();
+  const listing = await listRedo(sender, where);
+  if (listing.states.length === 0) return info(`${listing.sessionId} has no earlier state to return to`);
+  const chosen = await vscode.window.showQuickPick(
+    listing.states.map((state) => ({
+      label: redoLabel(state),
+      description: new Date(state.updatedAt * 1000).toLocaleString(),
+      state,
+    })),
+    { title: `mevedel: Redo (${listing.sessionId})`, placeHolder: 'The state to return to' },
+  );
+  if (!chosen) return;
+  const scope = { workspaceFolder: where.workspaceFolder, sessionId: listing.sessionId };
+  const outcome = await redo(sender, { ...scope, publicationId: chosen.state.publicationId }, confirmModal);
+  if (!outcome.committed) return info('redo cancelled; nothing changed');
+  info(describeInPlace('redone', outcome.result));
+  await showTranscript(context, scope);
+}
+
+async function showChild(context: SessionCommandContext, where: Scope, child: SessionState): Promise<void> {
+  await showTranscript(context, { workspaceFolder: where.workspaceFolder, sessionId: child.sessionId });
+}
+
+async function forkCommand(context: SessionCommandContext, where: Scope, inWorktree: boolean): Promise<void> {
+  const sender = await context.sender();
+  const title = inWorktree ? 'mevedel: Worktree Fork' : 'mevedel: Fork';
+  const picked = await pickTurn(sender, where, `${title} after`, (turn) => turn.state === 'completed');
+  if (!picked) return;
+  const scope = { workspaceFolder: where.workspaceFolder, sessionId: picked.sessionId };
+  if (!inWorktree) {
+    const outcome = await fork(sender, { ...scope, turn: picked.turn }, confirmModal);
+    if (!outcome.committed) return info('fork cancelled; nothing was created');
+    info(describeChild('forked', outcome.result));
+    return showChild(context, where, outcome.result.session);
+  }
+  const name = await vscode.window.showInputBox({ title, prompt: 'The worktree name (empty: allocated)' });
+  if (name === undefined) return;
+  const outcome = await worktreeFork(sender, { ...scope, turn: picked.turn, name: name.trim() || undefined }, confirmModal);
+  if (!outcome.committed) return info('worktree fork cancelled; nothing was created');
+  const result = outcome.result;
+  const unrestored = result.unrestored?.length
+    ? `; left at HEAD: ${result.unrestored.map((f) => `${f.path} (${f.reason})`).join(', ')}`
+    : '';
+  info(`${describeChild('forked', result)} in ${result.worktree.directory} on ${result.worktree.branch}${unrestored}`);
+  return showChild(context, where, result.session);
+}
+
+async function saveAsCommand(context: SessionCommandContext, where: Scope): Promise<void> {
+  const name = await vscode.window.showInputBox({ title: 'mevedel: Save Session As', prompt: 'The new session name' });
+  if (name === undefined) return;
+  const outcome = await saveAs(await context.sender(), { ...where, name }, confirmModal);
+  if (!outcome.committed) return info('save as cancelled; nothing was created');
+  info(describeChild('saved', outcome.result));
+  return showChild(context, where, outcome.result.session);
+}
+
+// Asks whether to retry or abandon the recovery the server reported.
+async function offerRecovery(context: SessionCommandContext, where: Scope, why: string): Promise<void> {
+  const chosen = await vscode.window.showWarningMessage(
+    `mevedel: ${why}`,
+    { modal: true, detail: 'Retry finishes or rolls back the interrupted transaction; Abandon leaves the files as they are.' },
+    'Retry Recovery',
+    'Abandon Recovery',
+  );
+  if (!chosen) return;
+  const sender = await context.sender();
+  const result = chosen === 'Retry Recovery' ? await retryRecovery(sender, where) : await abandonRecovery(sender, where);
+  info(describeRecovery(result));
+}
+
+export interface LifecycleCommandContext extends SessionCommandContext {
+  scope(): Scope;
+}
+
+// A lifecycle command refused by a pending recovery offers to resolve it;
+// any other failure is shown with the server's words.
+function guarded(context: LifecycleCommandContext, body: (where: Scope) => Promise<void>): () => Promise<void> {
+  return async () => {
+    const where = context.scope();
+    try {
+      await body(where);
+    } catch (error) {
+      if (isRecoveryPending(error)) {
+        await offerRecovery(context, where, describeFailure(error)).catch((again) =>
+          vscode.window.showErrorMessage(`mevedel: ${describeFailure(again)}`),
+        );
+        return;
+      }
+      void vscode.window.showErrorMessage(`mevedel: ${describeFailure(error)}`);
+    }
+  };
+}
+
+export function lifecycleCommands(context: LifecycleCommandContext): Record<string, () => Promise<void>> {
+  return {
+    rewind: guarded(context, (where) => rewindCommand(context, where)),
+    redo: guarded(context, (where) => redoCommand(context, where)),
+    fork: guarded(context, (where) => forkCommand(context, where, false)),
+    worktreeFork: guarded(context, (where) => forkCommand(context, where, true)),
+    saveAs: guarded(context, (where) => saveAsCommand(context, where)),
+    retryRecovery: guarded(context, async (where) => info(describeRecovery(await retryRecovery(await context.sender(), where)))),
+    abandonRecovery: guarded(context, async (where) => {
+      const sure = await vscode.window.showWarningMessage(
+        'mevedel: Abandon the recovery? The project files stay as the interrupted transaction left them.',
+        { modal: true },
+        'Abandon Recovery',
+      );
+      if (sure === 'Abandon Recovery') info(describeRecovery(await abandonRecovery(await context.sender(), where)));
+    }),
+  };
+}
+
+// Opening a session in recovery says so and offers to resolve it.
+export async function announceRecovery(context: LifecycleCommandContext, state: SessionState, workspaceFolder?: string): Promise<void> {
+  if (!state.recoveryPending) return;
+  await offerRecovery(
+    context,
+    { workspaceFolder, sessionId: state.sessionId },
+    `${state.sessionId} is in recovery ${state.recoveryPending}: an interrupted Rewind or Redo left project files to repair`,
+  );
+}
