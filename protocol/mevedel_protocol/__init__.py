@@ -20,7 +20,7 @@ from .resource import (
     ReadResult,
     TruncatedLine,
 )
-from .settings import DiagnosticsSettings, MemoryRootSetting, Settings, SkillRootSetting
+from .settings import DiagnosticsSettings, MemoryRootSetting, SessionWatchSettings, Settings, SkillRootSetting
 
 __all__ = [
     "COMMANDS",
@@ -44,6 +44,7 @@ __all__ = [
     "PatchFileChange",
     "ReadParams",
     "ReadResult",
+    "SessionWatchSettings",
     "Settings",
     "SkillRootSetting",
     "TruncatedLine",

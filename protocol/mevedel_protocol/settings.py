@@ -44,6 +44,19 @@ class DiagnosticsSettings:
 
 
 @attrs.define
+class SessionWatchSettings:
+    """How this server notices that a session's lease head or transfer
+    mailbox changed. A local workspace is watched with filesystem
+    notifications, grouped until ``debounce_ms`` of quiet; any other target
+    is polled every ``idle_poll_seconds``, or every ``active_poll_seconds``
+    while a control transfer is in flight."""
+
+    idle_poll_seconds: float = 10.0
+    active_poll_seconds: float = 2.0
+    debounce_ms: int = 20
+
+
+@attrs.define
 class Settings:
     """``current_session`` is a session id for every workspace folder, or an
     object mapping workspace folder URIs to session ids; a session's
@@ -54,3 +67,7 @@ class Settings:
     completion_limit: int = 200
     current_session: SessionChoice = None
     diagnostics: DiagnosticsSettings = attrs.Factory(DiagnosticsSettings)
+    #: Sessions open read-only here advance through the owner's committed
+    #: publications (``mevedel/session/setFollow`` opts one session out).
+    follow_published: bool = True
+    session_watch: SessionWatchSettings = attrs.Factory(SessionWatchSettings)

@@ -50,3 +50,21 @@ def test_unknown_keys_are_warnings_and_non_objects_are_refused():
     assert [p.is_error for p in problems] == [False] and "'colour'" in problems[0].message
     merged, problems = merge_settings(Settings(), ["completionLimit"])
     assert merged == Settings() and "must be an object" in problems[0].message
+
+
+def test_follow_and_session_watch_settings_are_checked():
+    merged, problems = merge_settings(
+        Settings(), {"followPublished": False, "sessionWatch": {"idlePollSeconds": 30, "activePollSeconds": 0.5, "debounceMs": 5}}
+    )
+    assert problems == [] and merged.follow_published is False
+    assert (merged.session_watch.idle_poll_seconds, merged.session_watch.active_poll_seconds) == (30, 0.5)
+    assert merged.session_watch.debounce_ms == 5
+    for bad, named in (
+        ({"activePollSeconds": 0}, "activePollSeconds must be at least 0.1"),
+        ({"idlePollSeconds": float("inf")}, "idlePollSeconds must be at least 0.1"),
+        ({"debounceMs": 5000}, "debounceMs must be between 1 and 1000"),
+    ):
+        kept, problems = merge_settings(merged, {"sessionWatch": bad})
+        assert kept.session_watch == merged.session_watch
+        assert [p.message.split(":")[0] for p in problems] == ["mevedel setting sessionWatch"]
+        assert named in problems[0].message

@@ -10,6 +10,7 @@ Each setting is validated on its own: an invalid one is reported with
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,8 @@ def _check(name: str, value: Any) -> str | None:
         for session_id in ids:
             if (problem := session_id_problem(session_id)) is not None:
                 return problem
+    if name == "sessionWatch":
+        return _session_watch_problem(value)
     if name in ("memoryRoots", "skillRoots"):
         for index, root in enumerate(value):
             if not root.path:
@@ -53,6 +56,22 @@ def _check(name: str, value: Any) -> str | None:
                 SkillRoot(Path(root.path), root.origin)
             except ValueError as error:
                 return f"[{index}].origin: {error}"
+    return None
+
+
+#: Bounds of ``sessionWatch``: a poll faster than this floods the one
+#: connection to a remote target; a debounce longer delays every follower.
+MIN_POLL_SECONDS = 0.1
+MAX_DEBOUNCE_MS = 1000
+
+
+def _session_watch_problem(value: Any) -> str | None:
+    for field in ("idle_poll_seconds", "active_poll_seconds"):
+        seconds = getattr(value, field)
+        if not math.isfinite(seconds) or seconds < MIN_POLL_SECONDS:
+            return f"{wire_name(field)} must be at least {MIN_POLL_SECONDS} seconds, got {seconds}"
+    if not 1 <= value.debounce_ms <= MAX_DEBOUNCE_MS:
+        return f"debounceMs must be between 1 and {MAX_DEBOUNCE_MS}, got {value.debounce_ms}"
     return None
 
 
