@@ -41,7 +41,7 @@ from ..targets import Clock, ControlProgram, MakeDirs, Read, Status, Target, rai
 from ..targets.program import ClockStamp, StampedCreate
 from .errors import StoreError
 from .layout import SessionPaths
-from .lease import ClientIdentity, LeaseHandle, LeaseObservation, LeaseStanding, fence_applies, read_lease_head
+from .lease import ClientIdentity, LeaseHandle, LeaseObservation, LeaseStanding, fence_applies, observe_lease
 from .records import (
     LeaseRecord,
     RecordError,
@@ -259,6 +259,8 @@ class RequesterView:
     head: LeaseRecord | None
     decision: TransferDecision | None
     fence: TransferFence | None
+    #: Target clock read with the head.
+    now: int | None = None
 
     def released_to(self, request: TransferRequest) -> bool:
         """The owner released the lease to this request's requester."""
@@ -282,7 +284,7 @@ class RequesterView:
 
 async def read_requester_view(target: Target, request: TransferRequest, session_id: str) -> RequesterView:
     paths = SessionPaths(session_id)
-    head = await read_lease_head(target, session_id)
+    head = await observe_lease(target, session_id)
     t = request.transfer_generation
     ops = [Read(paths.transfer_record(DECISION, t), optional=True), Read(paths.transfer_record(FENCE, t), optional=True)]
     result = await target.run(ControlProgram(ops))
@@ -293,4 +295,4 @@ async def read_requester_view(target: Target, request: TransferRequest, session_
     if result[1].status is not Status.ABSENT:
         raise_for_result(ops[1], result[1])
         fence = _decode(paths, FENCE, TransferFence, t, result[1].value)
-    return RequesterView(head.record, decision, fence)
+    return RequesterView(head.record, decision, fence, head.now)

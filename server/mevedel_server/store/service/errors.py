@@ -27,6 +27,7 @@ from ..lifecycle_token import LifecycleError
 from ..records import RecordError
 from ..sidecar import SidecarError
 from ..transcript import SegmentError
+from ..transfer import NotRequestable, TransferBusy
 from ..turns import ContentError, ConversationError
 
 
@@ -72,6 +73,17 @@ class NoPendingPublication(StoreError):
         self.session_id = session_id
 
 
+class TransferDraining(StoreError):
+    """A granted control transfer is draining the session: new mutations
+    are refused until the hand-over completes."""
+
+    def __init__(self, session_id: str, requester: str) -> None:
+        super().__init__(
+            f"session {session_id} is being handed to {requester}: new work is refused until the hand-over completes"
+        )
+        self.session_id = session_id
+
+
 class NoSuchTurn(StoreError):
     def __init__(self, session_id: str, turn: int, count: int) -> None:
         known = f"turns are numbered 1-{count}" if count else "it has no turns yet"
@@ -88,6 +100,9 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (SessionMissing, "missing-target"),
     (NoSuchTurn, "missing-target"),
     (TakeoverNeedsConfirmation, "takeover-needs-confirmation"),
+    (TransferDraining, "transfer-draining"),
+    (TransferBusy, "conflict"),
+    (NotRequestable, "conflict"),
     (ClaimRaced, "lease-held"),
     (LeaseHeld, "lease-held"),
     (LeaseLost, "lease-lost"),

@@ -36,6 +36,7 @@ class SessionLifecycle:
     async def _gated(self, session_id: str, action: str) -> OpenSession:
         """The open, mutable session, refused while a recovery is pending."""
         session = self._mutable(session_id, action)
+        session.require_admission()
         await self._require_no_recovery(session)
         return session
 

@@ -32,7 +32,7 @@ from ..publication import Publisher
 from ..turns import Conversation, SaveCandidate
 from ..workspace import materialize_session
 from .clock import TargetTime
-from .errors import NoPendingPublication, SessionReadOnly
+from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
 from .renewal import LeaseRenewal
 
@@ -98,6 +98,9 @@ class OpenSession:
         self.pending: PendingSave | None = None
         #: The recovery ID of an interrupted transaction's marker, as last seen.
         self.recovery: str | None = None
+        #: Set while a granted control transfer drains this session: new
+        #: mutations are refused, the turn in flight may still finish.
+        self.handing_over: str | None = None
         self.history = LiveHistory(conversation)
         self._head = head
         self._on_lost = on_lost
@@ -137,6 +140,22 @@ class OpenSession:
         self.require_writable()
         if self.pending is not None:
             raise PublicationPending(self.session_id, self.pending.reason)
+
+    def require_admission(self) -> None:
+        """New work may start: while a granted transfer drains the session,
+        only the turn in flight goes on (its records, settlement and saves)."""
+        if self.handing_over is not None and self.conversation.open_turn is None:
+            raise TransferDraining(self.session_id, self.handing_over)
+
+    def hand_over(self, why: str, holder_host: str | None) -> None:
+        """The lease was released (to a requester, or by the user): keep the
+        conversation for reading and following only."""
+        self.read_only = why
+        self._head = self.lease.publication_head if self.lease is not None else self._head
+        self.lease = None
+        self.publisher = None
+        self.handing_over = None
+        self.holder_host = holder_host
 
     def lose(self, why: str) -> None:
         """The lease is gone: keep the conversation for reading only."""

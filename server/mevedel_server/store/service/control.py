@@ -1,0 +1,536 @@
+"""Control transfer between clients, on top of :class:`~.sessions.SessionService`.
+
+``SessionControl`` is the one place a client decides who writes a session
+it has open:
+
+- :meth:`SessionControl.take` routes on the lease: free, own or released to
+  this client: acquired directly; another client's expired lease: taken over
+  (the caller confirms, :class:`~..errors.TakeoverNeedsConfirmation`
+  otherwise); another client's live lease: a request
+  (:mod:`..transfer`) and a *pending* state that a poll settles.
+- :meth:`SessionControl.release` saves, publishes, releases and keeps the
+  session open read-only, following.
+- Owner side: a poll of every writable session's mailbox finds a request
+  addressed to this client, notes the target clock at that first sight and
+  reports it (``asking``); :meth:`grant` or :meth:`keep` answers it, and an
+  unanswered request is granted once ``prompt_timeout`` target seconds have
+  passed since that first sight. A grant drains: new mutations are refused
+  (``transfer-draining``) while the turn in flight, a pending publication or
+  a recovery is waited for, and the owner is told which; then one final
+  publication, the fenced release, and the session is read-only here.
+- Requester side: the poll reads the decision and the lease head. A keep
+  ends the pending state; the released successor fenced for this client is
+  acquired, and the committed state is reloaded before the session is
+  writable (a failed reload releases the new lease and leaves it read-only,
+  as :meth:`SessionService.open` does).
+
+Neither side is privileged afterwards: the client that handed control over
+is a non-owner like any other. Authority times are the target clock's; the
+poll cadence (``poll_seconds``, and ``active_poll_seconds`` while a transfer
+is in flight on either side) only decides when to look again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...targets import TargetError, read_target_clock
+from ..errors import LeaseLost, StoreError
+from ..lease import LeaseStanding, observe_lease
+from ..records import LeaseState, TransferRequest, TransferVerdict
+from ..turns import ConversationError
+from ..transfer import (
+    DEFAULT_FENCE_SECONDS,
+    decide_grant,
+    decide_keep,
+    read_mailbox,
+    read_requester_view,
+    release_granted,
+    request_control,
+)
+from .errors import SessionNotOpen
+from .open_session import Access, OpenSession, SaveResult
+from .sessions import OpenMode, SessionInfo, SessionService
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_PROMPT_TIMEOUT = 30
+DEFAULT_POLL_SECONDS = 1.0
+DEFAULT_ACTIVE_POLL_SECONDS = 0.25
+
+OWNER = "owner"
+REQUESTER = "requester"
+
+
+@dataclass(frozen=True)
+class ControlEvent:
+    """Something a person on either side should see.
+
+    Owner phases: ``asking`` (a request waits for Grant / Keep), ``draining``
+    (granted; ``waiting_for`` names the blocker), ``released``, ``kept``.
+    Requester phases: ``requested``, ``granted`` (the owner is draining),
+    ``acquired``, ``rejected``, ``void`` (the owner changed or expired),
+    ``failed`` (acquired but the reload failed: released again)."""
+
+    session_id: str
+    role: str
+    phase: str
+    message: str
+    owner_host: str | None = None
+    requester_host: str | None = None
+    waiting_for: str | None = None
+    #: ``asking``: target second at which an unanswered request is granted.
+    deadline: int | None = None
+
+
+@dataclass(frozen=True)
+class ControlStatus:
+    session_id: str
+    #: ``owner``, ``requester`` or ``none``.
+    role: str
+    #: ``idle``, ``asking``, ``draining``, ``requested`` or ``granted``.
+    phase: str
+    owner_host: str | None = None
+    requester_host: str | None = None
+    waiting_for: str | None = None
+    deadline: int | None = None
+
+
+@dataclass(frozen=True)
+class TakeResult:
+    #: ``acquired``, ``took-over``, ``requested`` or ``already-owner``.
+    outcome: str
+    info: SessionInfo
+    owner_host: str | None = None
+
+
+@dataclass
+class _Owning:
+    request: TransferRequest
+    deadline: int
+    phase: str = "asking"
+    waiting_for: str | None = None
+    finishing: bool = False
+
+
+@dataclass
+class _Requesting:
+    request: TransferRequest
+    owner_host: str | None
+    phase: str = "requested"
+
+
+@dataclass
+class _Cadence:
+    prompt_timeout: int = DEFAULT_PROMPT_TIMEOUT
+    fence_seconds: int = DEFAULT_FENCE_SECONDS
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    active_poll_seconds: float = DEFAULT_ACTIVE_POLL_SECONDS
+
+
+@dataclass
+class SessionControl:
+    service: SessionService
+    cadence: _Cadence = field(default_factory=_Cadence)
+    #: Called with every :class:`ControlEvent`.
+    on_event: list[Callable[[ControlEvent], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._owning: dict[str, _Owning] = {}
+        self._requesting: dict[str, _Requesting] = {}
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._tick_lock = asyncio.Lock()
+        self.service.on_change.append(self._service_changed)
+
+    def configure(
+        self,
+        *,
+        prompt_timeout: int | None = None,
+        fence_seconds: int | None = None,
+        poll_seconds: float | None = None,
+        active_poll_seconds: float | None = None,
+    ) -> None:
+        c = self.cadence
+        self.cadence = _Cadence(
+            prompt_timeout if prompt_timeout is not None else c.prompt_timeout,
+            fence_seconds if fence_seconds is not None else c.fence_seconds,
+            poll_seconds if poll_seconds is not None else c.poll_seconds,
+            active_poll_seconds if active_poll_seconds is not None else c.active_poll_seconds,
+        )
+        self._wake.set()
+
+    # Facts ------------------------------------------------------------------
+
+    def transfer_in_flight(self, session_id: str | None = None) -> bool:
+        """A request is outstanding on either side (for ``session_id``, or
+        for any session): pollers use their active cadence meanwhile."""
+        if session_id is None:
+            return bool(self._owning or self._requesting)
+        return session_id in self._owning or session_id in self._requesting
+
+    def status(self, session_id: str) -> ControlStatus:
+        owning = self._owning.get(session_id)
+        if owning is not None:
+            return ControlStatus(
+                session_id, OWNER, owning.phase, None, owning.request.requester_host, owning.waiting_for, owning.deadline
+            )
+        requesting = self._requesting.get(session_id)
+        if requesting is not None:
+            return ControlStatus(session_id, REQUESTER, requesting.phase, requesting.owner_host)
+        return ControlStatus(session_id, "none", "idle")
+
+    # Lifetime ---------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="control transfer poll")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.poll()
+            except Exception:  # one bad tick must not end the poll
+                _log.exception("control transfer poll failed")
+            c = self.cadence
+            delay = c.active_poll_seconds if self.transfer_in_flight() else c.poll_seconds
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+
+    def wake(self) -> None:
+        """Poll now (a watcher saw the mailbox or the lease change)."""
+        self._wake.set()
+
+    # Requester side ---------------------------------------------------------
+
+    async def take(self, session_id: str, *, confirm_takeover: bool = False) -> TakeResult:
+        """The one "take control" action (see the module docstring)."""
+        service = self.service
+        if service.is_open(session_id) and service.session(session_id).access is Access.WRITABLE:
+            return TakeResult("already-owner", service.info(session_id))
+        observation = await observe_lease(service.target, session_id)
+        rec = observation.record
+        foreign_live = (
+            rec is not None and rec.client_id != service.client.client_id and observation.standing is LeaseStanding.HELD
+        )
+        if foreign_live:
+            if not service.is_open(session_id):
+                await service.open(session_id, OpenMode.JOIN)
+            request = await request_control(service.target, observation, service.client)
+            self._requesting[session_id] = _Requesting(request, rec.host)
+            self._emit(
+                ControlEvent(
+                    session_id, REQUESTER, "requested",
+                    f"asked {rec.host or 'the owner'} for control of session {session_id}; waiting for an answer",
+                    owner_host=rec.host,
+                )
+            )
+            self.wake()
+            return TakeResult("requested", service.info(session_id), rec.host)
+        expired_foreign = rec is not None and rec.client_id != service.client.client_id and observation.standing is LeaseStanding.EXPIRED
+        mode = OpenMode.TAKEOVER if expired_foreign else OpenMode.RESUME
+        opened = await self._acquire(session_id, mode, confirm_takeover)
+        self._requesting.pop(session_id, None)
+        return TakeResult("took-over" if expired_foreign else "acquired", opened)
+
+    async def _acquire(self, session_id: str, mode: OpenMode, confirm_takeover: bool) -> SessionInfo:
+        """Open writable; a session that was open read-only here stays open
+        read-only when that fails."""
+        service = self.service
+        was_following = service.is_open(session_id)
+        try:
+            opened = await service.open(session_id, mode, confirm_takeover=confirm_takeover)
+        except BaseException:
+            if was_following and not service.is_open(session_id):
+                try:
+                    await service.open(session_id, OpenMode.JOIN)
+                except (StoreError, TargetError) as error:
+                    _log.warning("session %s: could not follow it again: %s", session_id, error)
+            raise
+        session = service.session(session_id)
+        if session.lease is not None:
+            await self._close_stale_mailbox(session)
+        service._changed(session, "acquired")
+        return opened.info
+
+    async def _requester_tick(self, session_id: str, state: _Requesting) -> None:
+        service = self.service
+        request = state.request
+        view = await read_requester_view(service.target, request, session_id)
+        if view.released_to(request):
+            self._requesting.pop(session_id, None)
+            try:
+                info = await self._acquire(session_id, OpenMode.RESUME, False)
+            except (StoreError, TargetError) as error:
+                self._emit(ControlEvent(session_id, REQUESTER, "failed", f"taking control of session {session_id} failed: {error}", state.owner_host))
+                return
+            self._emit(
+                ControlEvent(session_id, REQUESTER, "acquired", f"you now control session {info.session_id}", state.owner_host)
+            )
+            return
+        if view.decision is not None and view.decision.verdict is TransferVerdict.KEEP:
+            self._requesting.pop(session_id, None)
+            self._emit(
+                ControlEvent(session_id, REQUESTER, "rejected", f"{state.owner_host or 'the owner'} kept control of session {session_id}", state.owner_host)
+            )
+            return
+        if view.owner_still(request):
+            if view.decision is not None and state.phase != "granted":
+                state.phase = "granted"
+                self._emit(
+                    ControlEvent(
+                        session_id, REQUESTER, "granted",
+                        f"{state.owner_host or 'the owner'} granted control of session {session_id}; waiting for it to finish and release",
+                        state.owner_host,
+                    )
+                )
+            elif view.now is not None and view.head is not None and view.now >= view.head.expires_at:
+                self._requesting.pop(session_id, None)
+                self._emit(
+                    ControlEvent(
+                        session_id, REQUESTER, "void",
+                        f"the lease of {state.owner_host or 'the owner'} expired before it answered; take control again to take it over",
+                        state.owner_host,
+                    )
+                )
+            return
+        self._requesting.pop(session_id, None)
+        head = view.head
+        if head is None or head.state in (LeaseState.RELEASED, LeaseState.ABORTED):
+            # Released without a hand-over: nobody to ask any more.
+            try:
+                info = await self._acquire(session_id, OpenMode.RESUME, False)
+            except (StoreError, TargetError) as error:
+                self._emit(ControlEvent(session_id, REQUESTER, "void", f"session {session_id} changed hands: {error}", state.owner_host))
+                return
+            self._emit(ControlEvent(session_id, REQUESTER, "acquired", f"you now control session {info.session_id}", state.owner_host))
+            return
+        self._emit(
+            ControlEvent(
+                session_id, REQUESTER, "void",
+                f"session {session_id} is now held by {head.host or 'another client'}, not the owner that was asked; take control again",
+                state.owner_host,
+            )
+        )
+
+    # Releasing --------------------------------------------------------------
+
+    async def release(self, session_id: str) -> tuple[SaveResult | None, SessionInfo]:
+        """Save, publish, release; the session stays open read-only, following."""
+        service = self.service
+        session = service.session(session_id)
+        session.require_mutable()
+        opened = session.conversation.open_turn
+        if opened is not None:
+            raise ConversationError(
+                f"cannot release control of session {session_id}: turn {opened.turn} is in flight; settle or abort it first"
+            )
+        result: SaveResult | None = None
+        if session.lease is not None or session.materialized:
+            result = await session.save(session.conversation.artifacts_for_save(), force=True)
+        await session.release()
+        session.hand_over("released control; following the session read-only", None)
+        self._owning.pop(session_id, None)
+        service._changed(session, "released")
+        return result, service.info(session_id)
+
+    # Owner side -------------------------------------------------------------
+
+    async def grant(self, session_id: str, reason: str = "answered") -> ControlStatus:
+        owning = self._pending_decision(session_id, "grant control")
+        session = self.service.session(session_id)
+        owning.phase = "draining"
+        try:
+            decision = await decide_grant(session.lease, owning.request, reason)
+        except BaseException:
+            owning.phase = "asking"
+            raise
+        if decision.verdict is TransferVerdict.KEEP:  # decided elsewhere first
+            self._owning.pop(session_id, None)
+            return self.status(session_id)
+        session.handing_over = owning.request.requester_host or "another client"
+        await self._drain(session_id)
+        return self.status(session_id)
+
+    async def keep(self, session_id: str) -> ControlStatus:
+        owning = self._pending_decision(session_id, "keep control")
+        session = self.service.session(session_id)
+        owning.phase = "deciding"
+        try:
+            decision = await decide_keep(session.lease, owning.request)
+        except BaseException:
+            owning.phase = "asking"
+            raise
+        self._owning.pop(session_id, None)
+        if decision.verdict is TransferVerdict.GRANT:  # a timeout got there first
+            self._owning[session_id] = owning
+            owning.phase = "draining"
+            session.handing_over = owning.request.requester_host or "another client"
+            await self._drain(session_id)
+            return self.status(session_id)
+        self._emit(
+            ControlEvent(
+                session_id, OWNER, "kept", f"kept control of session {session_id}",
+                requester_host=owning.request.requester_host,
+            )
+        )
+        return self.status(session_id)
+
+    def _pending_decision(self, session_id: str, action: str) -> _Owning:
+        owning = self._owning.get(session_id)
+        if owning is None or owning.phase != "asking":
+            raise ConversationError(f"cannot {action} of session {session_id}: no request for it is waiting for an answer")
+        return owning
+
+    def _blocker(self, session: OpenSession) -> str | None:
+        opened = session.conversation.open_turn
+        if opened is not None:
+            return f"turn {opened.turn} to settle"
+        if session.pending is not None:
+            return "the pending publication to be retried or abandoned"
+        if session.recovery is not None:
+            return "the interrupted transaction's recovery to be resolved"
+        return None
+
+    async def _drain(self, session_id: str) -> None:
+        owning = self._owning.get(session_id)
+        if owning is None or owning.phase != "draining" or owning.finishing:
+            return
+        service = self.service
+        session = service.session(session_id)
+        host = owning.request.requester_host or "another client"
+        blocker = self._blocker(session)
+        if blocker is not None:
+            if blocker != owning.waiting_for:
+                owning.waiting_for = blocker
+                self._emit(
+                    ControlEvent(
+                        session_id, OWNER, "draining",
+                        f"handing session {session_id} to {host}: waiting for {blocker}",
+                        requester_host=host, waiting_for=blocker,
+                    )
+                )
+            return
+        owning.finishing = True
+        try:
+            await session.save(session.conversation.artifacts_for_save(), force=True)
+            await session.stop_renewal()
+            assert session.lease is not None
+            await release_granted(session.lease, owning.request, self.cadence.fence_seconds)
+        except LeaseLost:
+            self._owning.pop(session_id, None)
+            return
+        except (StoreError, TargetError) as error:
+            owning.finishing = False
+            owning.waiting_for = None
+            _log.warning("session %s: the hand-over did not finish yet: %s", session_id, error)
+            if session.lease is not None and not session.lease.released and session.renewal is None:
+                session._start_renewal()
+            return
+        self._owning.pop(session_id, None)
+        session.hand_over(f"handed control to {host}; following the session read-only", host)
+        service._changed(session, "released")
+        self._emit(
+            ControlEvent(session_id, OWNER, "released", f"handed session {session_id} to {host}", requester_host=host)
+        )
+
+    def _service_changed(self, change) -> None:
+        owning = self._owning.get(change.session_id)
+        if owning is not None and owning.phase == "draining":
+            self.wake()
+
+    async def _owner_tick(self, session: OpenSession) -> None:
+        lease = session.lease
+        assert lease is not None
+        session_id = session.session_id
+        owning = self._owning.get(session_id)
+        if owning is not None:
+            if owning.phase == "draining":
+                await self._drain(session_id)
+                return
+            if owning.phase != "asking":
+                return
+            box = await read_mailbox(self.service.target, session.paths, owning.request.transfer_generation, with_clock=True)
+            if box.decision is not None:
+                return
+            if box.now is not None and box.now >= owning.deadline:
+                await self.grant(session_id, "timeout")
+            return
+        box = await read_mailbox(self.service.target, session.paths, lease.record.transfer_generation)
+        request = box.request
+        if request is None:
+            return
+        if request.owner_client != self.service.client.client_id:
+            # Left over from an earlier ownership: it cannot cross to us,
+            # and it must not block the next requester either.
+            await lease.open_next_transfer_generation()
+            return
+        if box.decision is not None:
+            if box.decision.verdict is TransferVerdict.KEEP:
+                await lease.open_next_transfer_generation()
+            return
+        seen = await read_target_clock(self.service.target, session.paths.lease_dir)
+        owning = _Owning(request, seen + self.cadence.prompt_timeout)
+        self._owning[session_id] = owning
+        host = request.requester_host or "another client"
+        self._emit(
+            ControlEvent(
+                session_id, OWNER, "asking",
+                f"{host} asks for control of session {session_id}",
+                requester_host=host, deadline=owning.deadline,
+            )
+        )
+
+    async def _close_stale_mailbox(self, session: OpenSession) -> None:
+        """A new owner opens a fresh transfer generation when the current one
+        holds a request meant for an earlier owner."""
+        lease = session.lease
+        assert lease is not None
+        box = await read_mailbox(self.service.target, session.paths, lease.record.transfer_generation)
+        if box.request is not None and box.request.owner_client != self.service.client.client_id:
+            await lease.open_next_transfer_generation()
+
+    # The poll ---------------------------------------------------------------
+
+    async def poll(self) -> None:
+        """One look at every open session: owners at their mailbox,
+        requesters at their decision and the lease head."""
+        async with self._tick_lock:
+            service = self.service
+            for session_id in service.open_sessions():
+                try:
+                    session = service.session(session_id)
+                except SessionNotOpen:
+                    continue
+                try:
+                    requesting = self._requesting.get(session_id)
+                    if requesting is not None:
+                        await self._requester_tick(session_id, requesting)
+                    elif session.access is Access.WRITABLE and session.lease is not None and not session.lease.lost:
+                        await self._owner_tick(session)
+                except (StoreError, TargetError) as error:
+                    _log.warning("session %s: control transfer poll: %s", session_id, error)
+            for session_id in [sid for sid in self._owning if not service.is_open(sid)]:
+                self._owning.pop(session_id, None)
+
+    def _emit(self, event: ControlEvent) -> None:
+        for listener in list(self.on_event):
+            try:
+                listener(event)
+            except Exception:
+                _log.exception("control event listener failed")

@@ -1,0 +1,152 @@
+"""SessionControl with two (and three) clients in one process on one local
+workspace, each poll driven by hand: request and keep, grant that drains a
+turn in flight, grant by timeout measured from the owner's first sight,
+release, and an expired owner taken over only with confirmation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mevedel_server.store import ClientIdentity, TakeoverNeedsConfirmation, observe_lease
+from mevedel_server.store.errors import LeaseHeld
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.service.control import SessionControl
+from mevedel_server.store.service.errors import SessionReadOnly, TransferDraining
+from mevedel_server.targets import LocalTarget
+
+
+def client(root, name: str, host: str, lease_seconds: int = 60) -> tuple[SessionService, SessionControl, list]:
+    service = SessionService(LocalTarget(root), ClientIdentity(name, host), lease_seconds=lease_seconds)
+    control = SessionControl(service)
+    control.configure(prompt_timeout=30)
+    events: list = []
+    control.on_event.append(events.append)
+    return service, control, events
+
+
+async def turn(service: SessionService, sid: str, prompt: str, *, settle: bool = True) -> None:
+    await service.begin_turn(sid, prompt)
+    await service.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    if settle:
+        await service.settle(sid)
+
+
+def phases(events: list) -> list[str]:
+    return [e.phase for e in events]
+
+
+async def owned_session(root):
+    owner = client(root, "desk-client", "desk")
+    sid = (await owner[0].create()).session_id
+    await turn(owner[0], sid, "first")
+    return owner, sid
+
+
+async def test_keep_ends_the_request_and_a_fresh_one_can_follow(tmp_path):
+    (owner, owner_ctl, owner_events), sid = await owned_session(tmp_path)
+    asker, asker_ctl, asker_events = client(tmp_path, "laptop-client", "laptop")
+    taken = await asker_ctl.take(sid)
+    assert taken.outcome == "requested" and taken.owner_host == "desk"
+    assert asker_ctl.transfer_in_flight(sid) and asker.info(sid).access.value == "read-only"
+    await owner_ctl.poll()
+    assert phases(owner_events) == ["asking"] and owner_events[0].requester_host == "laptop"
+    assert owner_ctl.status(sid).phase == "asking" and owner_ctl.transfer_in_flight(sid)
+    await owner_ctl.keep(sid)
+    await asker_ctl.poll()
+    assert phases(asker_events) == ["requested", "rejected"] and not asker_ctl.transfer_in_flight(sid)
+    assert (await observe_lease(owner.target, sid)).record.client_id == "desk-client"
+    again = await asker_ctl.take(sid)  # the keep opened the next transfer generation
+    assert again.outcome == "requested"
+    await owner_ctl.poll()
+    assert phases(owner_events) == ["asking", "kept", "asking"]
+
+
+async def test_grant_drains_the_turn_in_flight_then_hands_over(tmp_path):
+    (owner, owner_ctl, owner_events), sid = await owned_session(tmp_path)
+    asker, asker_ctl, asker_events = client(tmp_path, "laptop-client", "laptop")
+    await turn(owner, sid, "second", settle=False)
+    await asker_ctl.take(sid)
+    await owner_ctl.poll()
+    await owner_ctl.grant(sid)
+    assert owner_ctl.status(sid).phase == "draining"
+    assert owner_events[-1].waiting_for == "turn 2 to settle"
+    await asker_ctl.poll()
+    assert phases(asker_events) == ["requested", "granted"]
+    await owner.settle(sid)  # the turn in flight may finish ...
+    with pytest.raises(TransferDraining, match="being handed to laptop"):
+        await owner.begin_turn(sid, "third")  # ... new work may not start
+    await owner_ctl.poll()
+    assert phases(owner_events)[-1] == "released"
+    assert owner.info(sid).access.value == "read-only"
+    with pytest.raises(SessionReadOnly):
+        await owner.begin_turn(sid, "third")
+    await asker_ctl.poll()
+    assert phases(asker_events)[-1] == "acquired"
+    info = asker.info(sid)
+    assert info.access.value == "writable" and info.settled_turns == 2  # no committed turn lost
+    await turn(asker, sid, "third")
+    third = client(tmp_path, "tablet-client", "tablet")
+    with pytest.raises(LeaseHeld):
+        await third[0].open(sid, "resume")
+    # and back again: the old owner is a requester like any other
+    back = await owner_ctl.take(sid)
+    assert back.outcome == "requested"
+    await asker_ctl.poll()
+    await asker_ctl.grant(sid)
+    await owner_ctl.poll()
+    assert owner.info(sid).access.value == "writable" and owner.info(sid).settled_turns == 3
+
+
+async def test_an_unanswered_request_is_granted_after_the_timeout(tmp_path):
+    (owner, owner_ctl, owner_events), sid = await owned_session(tmp_path)
+    owner_ctl.configure(prompt_timeout=1)
+    asker, asker_ctl, asker_events = client(tmp_path, "laptop-client", "laptop")
+    await asker_ctl.take(sid)
+    await owner_ctl.poll()
+    asking = owner_events[0]
+    assert asking.phase == "asking" and asking.deadline is not None
+    for _ in range(100):
+        await owner_ctl.poll()
+        if "released" in phases(owner_events):
+            break
+        await asyncio.sleep(0.05)
+    assert phases(owner_events) == ["asking", "released"]
+    await asker_ctl.poll()
+    assert asker.info(sid).access.value == "writable"
+
+
+async def test_release_control_saves_and_follows(tmp_path):
+    (owner, owner_ctl, owner_events), sid = await owned_session(tmp_path)
+    asker, asker_ctl, _ = client(tmp_path, "laptop-client", "laptop")
+    await asker.open(sid, "join")
+    result, info = await owner_ctl.release(sid)
+    assert result is not None and result.committed and info.access.value == "read-only"
+    taken = await asker_ctl.take(sid)
+    assert taken.outcome == "acquired" and taken.info.access.value == "writable"
+    await turn(asker, sid, "second")
+    assert (await owner.turns(sid))[-1].preview == "second"  # the follower reads the new head
+
+
+async def test_a_turn_in_flight_refuses_release(tmp_path):
+    (owner, owner_ctl, _), sid = await owned_session(tmp_path)
+    await turn(owner, sid, "second", settle=False)
+    with pytest.raises(Exception, match="turn 2 is in flight"):
+        await owner_ctl.release(sid)
+
+
+async def test_an_expired_foreign_lease_is_taken_only_with_confirmation(tmp_path):
+    owner = client(tmp_path, "gone-client", "old-laptop", lease_seconds=1)
+    sid = (await owner[0].create()).session_id
+    await turn(owner[0], sid, "first")
+    await owner[0].detach()
+    asker, asker_ctl, _ = client(tmp_path, "laptop-client", "laptop")
+    for _ in range(100):
+        if (await observe_lease(asker.target, sid)).standing.value == "expired":
+            break
+        await asyncio.sleep(0.05)
+    with pytest.raises(TakeoverNeedsConfirmation):
+        await asker_ctl.take(sid)
+    taken = await asker_ctl.take(sid, confirm_takeover=True)
+    assert taken.outcome == "took-over" and taken.info.settled_turns == 1
