@@ -24,6 +24,7 @@ SESSION_ERROR_KINDS = frozenset(
         "incompatible",
         "stale-head",
         "recovery-pending",
+        "transfer-draining",
     }
 )
 
