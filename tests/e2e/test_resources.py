@@ -39,6 +39,18 @@ async def test_read_a_page_of_a_file(client, workspace):
     assert "nextOffset" not in plain
 
 
+async def test_non_ascii_text_arrives_whole_and_the_stream_stays_framed(client, workspace):
+    # Responses are UTF-8 on the wire: a Content-Length counting characters
+    # instead of bytes would cut this one short and garble the next message.
+    text = "Grüße, 日本語, emoji \U0001F600 and a tab\tend"
+    (workspace / ".mevedel" / "shared" / "unicode.md").write_text(text + "\n", encoding="utf-8")
+    for _ in range(2):
+        plain = await request(client, methods.RESOURCE_READ, {"address": "work://shared/unicode.md", "view": "plain"})
+        assert plain["text"] == text
+    after = await request(client, methods.RESOURCE_READ, {"address": "work://shared/notes.md", "view": "plain"})
+    assert after["text"].startswith("# Notes")
+
+
 async def test_read_normalises_the_authored_spelling(client, workspace):
     page = await request(client, methods.RESOURCE_READ, {"address": "work://shared/a%2db.md"})
     assert page["address"] == "work://shared/a%2db.md" and page["canonical"] == "work://shared/a-b.md"

@@ -137,6 +137,22 @@ def test_a_reused_listing_still_sees_a_new_entry(context):
     assert labels("work://n", context) == ["work://new.md", "work://notes.md"]
 
 
+def test_a_reused_listing_rejudges_a_link_whose_target_left_the_root(context, tmp_path):
+    local = context.session_dir / "local"
+    (local / "sub" / "target").mkdir(parents=True)
+    (local / "link").symlink_to(local / "sub" / "target")
+    quiet = 1_000_000_000
+    os.utime(local, (quiet, quiet), follow_symlinks=False)
+    assert labels("work://l", context) == ["work://link/"]
+    # Retargeting happens one directory down: ``local`` itself does not change.
+    (local / "sub" / "target").rmdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (local / "sub" / "target").symlink_to(outside)
+    assert os.stat(local).st_mtime_ns == quiet * 1_000_000_000
+    assert labels("work://l", context) == []
+
+
 def test_artifact_completion_offers_logical_log_names(tmp_path):
     executions = tmp_path / "session" / "tool-results" / "executions"
     executions.mkdir(parents=True)

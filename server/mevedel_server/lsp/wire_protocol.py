@@ -14,8 +14,12 @@ the method and the offending fields, and the server carries on.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 from typing import Any
+
+import msgspec
 
 import attrs
 from cattrs import Converter
@@ -27,6 +31,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage, LanguageServerProtocol
 
 _log = logging.getLogger(__name__)
+_ENCODER = msgspec.json.Encoder()
 
 
 def _keep_json(message: dict[str, Any], cls: type) -> Any:
@@ -70,9 +75,33 @@ class MevedelProtocol(LanguageServerProtocol):
         # way) goes out as it is: cattrs would otherwise walk every value of a
         # 200-item completion list again, which costs more than computing it.
         if error is None and isinstance(result, (dict, list)):
-            self._send_data({"jsonrpc": self.VERSION, "id": msg_id, "result": result})
+            self._send_json({"jsonrpc": self.VERSION, "id": msg_id, "result": result})
             return
         super()._send_response(msg_id, result=result, error=error)
+
+    def _send_json(self, message: dict[str, Any]) -> None:
+        """Writes a message that is plain JSON values. msgspec encodes a
+        200-item completion list several times faster than ``json.dumps``,
+        and its output is bytes, so ``Content-Length`` is the byte length
+        whatever the text holds."""
+        if self.writer is None:
+            _log.error("cannot send a response: no transport")
+            return
+        try:
+            body = _ENCODER.encode(message)
+        except (TypeError, msgspec.EncodeError) as error:
+            # Not plain JSON after all: pygls' own path reports it as it always did.
+            _log.debug("falling back to pygls encoding: %s", error)
+            self._send_data(message)
+            return
+        header = b"Content-Length: %d\r\nContent-Type: %s; charset=%s\r\n\r\n" % (
+            len(body),
+            self.CONTENT_TYPE.encode(),
+            self.CHARSET.encode(),
+        ) if self._include_headers else b""
+        written = self.writer.write(header + body)
+        if inspect.isawaitable(written):
+            asyncio.ensure_future(written)
 
     def handle_message(self, message: Any) -> None:
         if isinstance(message, UndecodableRequest):

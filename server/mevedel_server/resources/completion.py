@@ -140,10 +140,18 @@ def _directory(
 ) -> list[Candidate]:
     """Entries of one directory whose canonical name starts with ``partial``."""
     listing = _INDEX.listing(os.fspath(directory))
+    # The answer depends only on the listing and on the tree's (module-level)
+    # presentation rules, so the same question on an unchanged directory is
+    # answered from memory: the listing itself is replaced when it changes.
+    key = (tree.base, tree.real_root, tree.present, tree.file_filter, node_parts, partial, limit, skip)
+    remembered = listing.remembered(key)
+    if remembered is not None:
+        return list(remembered)  # type: ignore[call-overload]
     # Children share one encoded head, and an entry's label is already its
     # canonical spelling: building each address is one concatenation.
     head = tree.base + "".join(encode_component(part) + "/" for part in node_parts)
     found: list[Candidate] = []
+    followed_link = False
     for entry in listing.starting_with(partial):
         if len(found) >= limit:
             break
@@ -151,6 +159,9 @@ def _directory(
             continue
         is_dir = entry.is_dir
         if is_dir is None:  # a symbolic link: offered only when it stays inside
+            # Where a link points can change without touching this directory,
+            # so an answer that followed one is not remembered.
+            followed_link = True
             target = os.path.join(directory, entry.name)
             if not is_inside(os.path.realpath(target), tree.real_root):
                 continue
@@ -166,6 +177,8 @@ def _directory(
         address = head + (entry.label if name == entry.name else encode_component(name)) + ("/" if is_dir else "")
         found.append(Candidate(address, "directory" if is_dir else "file", "directory" if is_dir else "file"))
     found.sort(key=lambda candidate: candidate.label)
+    if not followed_link:
+        listing.remember(key, tuple(found))
     return found
 
 

@@ -16,7 +16,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..addresses import encode_component
 
@@ -34,11 +34,30 @@ class IndexedEntry:
     is_dir: bool | None
 
 
+#: Completion answers remembered per listing: a user typing into one
+#: directory asks for the same few prefixes again and again.
+MEMO_CAPACITY = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Listing:
     entries: tuple[IndexedEntry, ...]
     labels: tuple[str, ...]
     names: frozenset[str]
+    #: Answers derived from exactly these entries. They die with the listing,
+    #: so a changed directory can never serve an old answer.
+    memo: OrderedDict = field(default_factory=OrderedDict, compare=False, hash=False, repr=False)
+
+    def remembered(self, key: object) -> object | None:
+        found = self.memo.get(key)
+        if found is not None:
+            self.memo.move_to_end(key)
+        return found
+
+    def remember(self, key: object, value: object) -> None:
+        self.memo[key] = value
+        while len(self.memo) > MEMO_CAPACITY:
+            self.memo.popitem(last=False)
 
     def starting_with(self, partial: str) -> Iterator[IndexedEntry]:
         start = bisect.bisect_left(self.labels, partial)
