@@ -33,6 +33,10 @@
 ;;   `mevedel/session/didChange' keeps up to date; `mevedel-lsp-list-turns'
 ;;   lists its turns; create, rename, save, close, retry or abandon a failed
 ;;   publication, and abort a turn in flight, each with its command;
+;; - Rewind, Redo, Fork, Worktree Fork and Save As: each shows what the
+;;   server's prepare says would change and commits only after you say
+;;   yes; a recovery an interrupted Rewind left is offered for retry or
+;;   abandon;
 ;; - the server's questions (`window/showMessageRequest', such as whether
 ;;   to take over a session whose lease expired) are asked in the minibuffer;
 ;; - `$/progress' shows in the echo area on eglot versions that do not show
@@ -705,6 +709,11 @@ asks you first (the server's question, in the minibuffer).  Return the
              (if-let ((turn (plist-get opened :interruptedTurn)))
                  (format "; turn %d was in flight and is now interrupted" turn)
                ""))
+    (when-let ((recovery (plist-get state :recoveryPending)))
+      (mevedel-lsp--offer-recovery
+       server (plist-get state :sessionId)
+       (format "%s is in recovery %s: an interrupted Rewind or Redo left project files to repair"
+               (plist-get state :sessionId) recovery)))
     opened))
 
 ;;;###autoload
@@ -882,13 +891,17 @@ over); rows marked Inspect cannot be opened and say why.
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "RET") #'mevedel-lsp-turns-visit)
     (define-key map (kbd "v") #'mevedel-lsp-turns-show)
+    (define-key map (kbd "w") #'mevedel-lsp-rewind)
+    (define-key map (kbd "f") #'mevedel-lsp-fork)
+    (define-key map (kbd "F") #'mevedel-lsp-worktree-fork)
     map)
   "Keys of `mevedel-lsp-turns-mode'.")
 
 (define-derived-mode mevedel-lsp-turns-mode tabulated-list-mode "mevedel turns"
   "The turns of a session, oldest first.
 \\<mevedel-lsp-turns-mode-map>\\[mevedel-lsp-turns-visit] jumps to the turn in the transcript, \
-\\[mevedel-lsp-turns-show] shows it alone.
+\\[mevedel-lsp-turns-show] shows it alone, \\[mevedel-lsp-rewind] rewinds to it,
+\\[mevedel-lsp-fork] forks after it.
 \\{mevedel-lsp-turns-mode-map}"
   (setq tabulated-list-format
         [("Turn" 5 t :right-align t) ("State" 12 t) ("Tools" 5 t :right-align t) ("Prompt" 0 nil)])
@@ -982,6 +995,392 @@ SESSION-ID defaults to the session at point, else the current one."
   (interactive)
   (mevedel-lsp-show-turn (or (tabulated-list-get-id) (user-error "No turn on this line"))
                          mevedel-lsp--session-id))
+
+
+;;;; Rewind, Redo, Fork, Worktree Fork, Save As
+
+;; Each is two-phase on the server: `.../prepare' reports the impact and a
+;; token, `.../commit' with the token rechecks and acts.  These commands show
+;; the impact in the *mevedel impact* buffer and commit only after
+;; `yes-or-no-p'; declining sends nothing more, so nothing changes.
+
+(defun mevedel-lsp--plural (count word)
+  "COUNT WORD, with an s unless COUNT is 1."
+  (format "%d %s%s" count word (if (eql count 1) "" "s")))
+
+(defun mevedel-lsp--list (value)
+  "VALUE, a JSON array (vector) or absent, as a list."
+  (append value nil))
+
+(defun mevedel-lsp--label-line (label)
+  "One indented line for a TurnLabel LABEL."
+  (format "  turn %d: %s" (plist-get label :turn) (plist-get label :preview)))
+
+(defun mevedel-lsp--file-lines (impact)
+  "The lines of IMPACT about project files.
+Restores, capture gaps, external changes and the Git index."
+  (let* ((restores (mevedel-lsp--list (plist-get impact :restores)))
+         (writes (seq-filter (lambda (r) (eq (plist-get r :changes) t)) restores))
+         (gaps (mevedel-lsp--list (plist-get impact :gaps)))
+         (outside (mevedel-lsp--list (plist-get impact :externallyModified)))
+         (git (plist-get impact :git))
+         (divergent (mevedel-lsp--list (plist-get git :divergent)))
+         (lines nil))
+    (when writes
+      (push (format "Restores %s:" (mevedel-lsp--plural (length writes) "file")) lines)
+      (dolist (r writes)
+        (push (format "  %s (%s of turn %d: %s)" (plist-get r :path) (plist-get r :checkpoint) (plist-get r :turn)
+                      (if (equal (plist-get r :state) "absent")
+                          "deleted, as it was absent"
+                        (mevedel-lsp--plural (or (plist-get r :size) 0) "byte")))
+              lines)))
+    (let ((same (- (length restores) (length writes))))
+      (when (> same 0)
+        (push (format "%s already match and stay as they are" (mevedel-lsp--plural same "captured file")) lines)))
+    (when gaps
+      (push "Capture gaps (these files may have changed and are NOT restored):" lines)
+      (dolist (gap gaps)
+        (push (format "  %s (turn %d: %s)" (plist-get gap :path) (plist-get gap :turn) (plist-get gap :reason)) lines)))
+    (when outside
+      (push "Changed outside the session since recorded (the commit overwrites them):" lines)
+      (dolist (change outside)
+        (push (format "  %s (recorded by turn %d)" (plist-get change :path) (plist-get change :recordedTurn)) lines)))
+    (cond ((and (equal (plist-get git :status) "checked") divergent)
+           (push "Git index will differ from the restored files:" lines)
+           (dolist (path divergent) (push (concat "  " path) lines)))
+          ((equal (plist-get git :status) "unavailable")
+           (push (format "Git could not be asked about the index: %s" (or (plist-get git :detail) "no detail")) lines)))
+    (nreverse lines)))
+
+(defun mevedel-lsp--describe-rewind (impact)
+  "(SUMMARY DETAILS ACTION) for a RewindImpact IMPACT."
+  (let* ((turn (plist-get impact :turn))
+         (discarded (mevedel-lsp--list (plist-get impact :discarded)))
+         (summary (format "Rewind %s %s: %s kept." (plist-get impact :sessionId)
+                          (if (equal (plist-get impact :boundary) "after")
+                              (format "to after the response of turn %d" turn)
+                            (format "to before the prompt of turn %d" turn))
+                          (mevedel-lsp--plural (plist-get impact :keptTurns) "turn"))))
+    (list summary
+          (if (eq (plist-get impact :empty) t)
+              (list "Nothing changes.")
+            (append (cond (discarded
+                           (cons (format "Discards %s:" (mevedel-lsp--plural (length discarded) "prompt"))
+                                 (mapcar #'mevedel-lsp--label-line discarded)))
+                          ((eq (plist-get impact :transcriptChanges) t)
+                           (list "Discards no prompts; undoes a compaction or /clear"))
+                          (t (list "Discards no prompts")))
+                    (mevedel-lsp--file-lines impact)))
+          "Rewind")))
+
+(defun mevedel-lsp--describe-redo (impact)
+  "(SUMMARY DETAILS ACTION) for a RedoImpact IMPACT."
+  (let* ((back (mevedel-lsp--list (plist-get impact :restored)))
+         (gone (mevedel-lsp--list (plist-get impact :discarded)))
+         (files (mevedel-lsp--file-lines impact))
+         (changes (seq-some (lambda (r) (eq (plist-get r :changes) t))
+                            (mevedel-lsp--list (plist-get impact :restores)))))
+    (list (format "Redo %s: return to the state with %s." (plist-get impact :sessionId)
+                  (mevedel-lsp--plural (+ (plist-get impact :commonTurns) (length back)) "turn"))
+          (append (and back (cons (format "Brings back %s:" (mevedel-lsp--plural (length back) "turn"))
+                                  (mapcar #'mevedel-lsp--label-line back)))
+                  (and gone (cons (format "Discards %s:" (mevedel-lsp--plural (length gone) "prompt"))
+                                  (mapcar #'mevedel-lsp--label-line gone)))
+                  files
+                  (and (not back) (not gone) (not changes) (list "Nothing changes.")))
+          "Redo")))
+
+(defun mevedel-lsp--child-lines (impact)
+  "What a Fork, Worktree Fork or Save As IMPACT carries into the new session."
+  (let ((artifacts (mevedel-lsp--list (plist-get impact :attachedArtifacts)))
+        (local (mevedel-lsp--list (plist-get impact :localFiles)))
+        (plans (plist-get impact :plansNote)))
+    (append (and artifacts (list (format "Carries %s: %s" (mevedel-lsp--plural (length artifacts) "attached artifact")
+                                         (string-join artifacts ", "))))
+            (and local (list (format "Copies %s: %s" (mevedel-lsp--plural (length local) "session-local file")
+                                     (string-join local ", "))))
+            (and plans (list (concat "Plans: " plans)))
+            (list "The source session is not changed."))))
+
+(defun mevedel-lsp--describe-fork (impact &optional worktree)
+  "(SUMMARY DETAILS ACTION) for a ForkImpact IMPACT.
+With WORKTREE, IMPACT is a WorktreeForkImpact."
+  (let* ((response (plist-get impact :response))
+         (summary (format "%s %s after the response of turn %d (%s): a new session with %s."
+                          (if worktree "Worktree Fork" "Fork") (plist-get impact :sessionId)
+                          (plist-get response :turn) (plist-get response :preview)
+                          (mevedel-lsp--plural (plist-get impact :turns) "turn"))))
+    (if (not worktree)
+        (list summary (mevedel-lsp--child-lines impact) "Fork")
+      (let* ((place (plist-get impact :worktree))
+             (restores (mevedel-lsp--list (plist-get impact :restores)))
+             (unrestored (mevedel-lsp--list (plist-get impact :unrestored)))
+             (shared (mevedel-lsp--list (plist-get impact :shared))))
+        (list summary
+              (append (list (format "Creates the Git worktree %s on the new branch %s at %s (HEAD of %s)"
+                                    (plist-get place :directory) (plist-get place :branch)
+                                    (substring (plist-get place :baseCommit) 0 12) (plist-get place :sourceCheckout)))
+                      (and restores (list (concat "Writes the turn's content of: " (string-join restores ", "))))
+                      (and unrestored (cons "Left at their HEAD content:"
+                                            (mapcar (lambda (f) (format "  %s (%s)" (plist-get f :path) (plist-get f :reason)))
+                                                    unrestored)))
+                      (and shared (list (concat "Shared, not copied (outside the checkout): " (string-join shared ", "))))
+                      (mevedel-lsp--child-lines impact))
+              "Create Worktree Fork")))))
+
+(defun mevedel-lsp--describe-save-as (impact)
+  "(SUMMARY DETAILS ACTION) for a SaveAsImpact IMPACT."
+  (list (format "Save %s as \"%s\": a new session with %s." (plist-get impact :sessionId) (plist-get impact :name)
+                (mevedel-lsp--plural (plist-get impact :turns) "turn"))
+        (list (format "%s, %s, %s (%s)"
+                      (mevedel-lsp--plural (plist-get impact :segments) "transcript segment")
+                      (mevedel-lsp--plural (plist-get impact :chats) "chat")
+                      (mevedel-lsp--plural (plist-get impact :artifacts) "artifact")
+                      (mevedel-lsp--plural (plist-get impact :size) "byte"))
+              "The source session is not changed.")
+        "Save As"))
+
+(defconst mevedel-lsp-impact-buffer "*mevedel impact*"
+  "The buffer that shows what a lifecycle commit would change.")
+
+(defun mevedel-lsp--show-impact (described)
+  "Show DESCRIBED, (SUMMARY DETAILS ACTION), in `mevedel-lsp-impact-buffer'."
+  (with-current-buffer (get-buffer-create mevedel-lsp-impact-buffer)
+    (let ((inhibit-read-only t))
+      (erase-buffer)
+      (insert (nth 0 described) "\n\n" (string-join (nth 1 described) "\n") "\n"))
+    (special-mode)
+    (goto-char (point-min))
+    (display-buffer (current-buffer))))
+
+(defun mevedel-lsp--offer-recovery (server session-id why)
+  "Say WHY SESSION-ID is blocked and offer to retry or abandon its recovery."
+  (let ((choice (condition-case nil
+                    (completing-read (format "[mevedel] %s\nRecovery (Retry, Abandon, Leave it): " why)
+                                     '("Retry" "Abandon" "Leave it") nil t)
+                  (quit "Leave it"))))
+    (pcase choice
+      ("Retry" (mevedel-lsp-retry-recovery session-id server))
+      ("Abandon" (mevedel-lsp--resolve-recovery server :mevedel/session/abandonRecovery session-id))
+      (_ (message "mevedel: %s stays in recovery; M-x mevedel-lsp-retry-recovery or mevedel-lsp-abandon-recovery resolves it"
+                  (or session-id "the session"))
+         nil))))
+
+(defun mevedel-lsp--lifecycle-request (server method params session-id)
+  "Send SERVER a lifecycle METHOD with PARAMS about SESSION-ID.
+A refusal because the session is in recovery offers to resolve it and
+then signals a `user-error'; any other failure is a `user-error' with
+the server's words."
+  (condition-case err
+      (jsonrpc-request server method params)
+    (jsonrpc-error
+     (let ((text (mevedel-lsp--error-text err)))
+       (when (equal (plist-get (alist-get 'jsonrpc-error-data (cdr err)) :kind) "recovery-pending")
+         (mevedel-lsp--offer-recovery server session-id text))
+       (user-error "mevedel: %s" text)))))
+
+(defun mevedel-lsp--transaction (server prepare commit params describe)
+  "Run one lifecycle transaction through SERVER.
+PREPARE and COMMIT are the methods, PARAMS the prepare's params and
+DESCRIBE turns its result into (SUMMARY DETAILS ACTION).  The impact is
+shown and committed only when `yes-or-no-p' says yes.  Return the
+commit's result, or nil when declined."
+  (let* ((session-id (plist-get params :sessionId))
+         (impact (mevedel-lsp--lifecycle-request server prepare (apply #'mevedel-lsp--object params) session-id))
+         (described (funcall describe impact)))
+    (mevedel-lsp--show-impact described)
+    (if (not (yes-or-no-p (format "%s %s " (nth 0 described) (concat (nth 2 described) "?"))))
+        (progn (message "mevedel: %s cancelled; nothing changed" (downcase (nth 2 described))) nil)
+      ;; The commit names the session the prepare saw, so a session switch
+      ;; in between cannot redirect it.
+      (mevedel-lsp--lifecycle-request
+       server commit
+       (mevedel-lsp--object :token (plist-get impact :token) :sessionId (plist-get impact :sessionId))
+       (plist-get impact :sessionId)))))
+
+(defun mevedel-lsp--in-place-done (verb result)
+  "Report an in-place RESULT (Rewind, Redo) as VERB; return RESULT."
+  (when result
+    (message "mevedel: %s %s: %s%s%s" verb (plist-get result :sessionId)
+             (if (eq (plist-get result :committed) t)
+                 (format "now %s" (mevedel-lsp--plural (plist-get result :settledTurns) "settled turn"))
+               "nothing changed")
+             (if-let ((written (mevedel-lsp--list (plist-get result :written))))
+                 (concat "; wrote " (string-join written ", "))
+               "")
+             (if-let ((warning (plist-get result :warning))) (format " (warning: %s)" warning) "")))
+  result)
+
+(defun mevedel-lsp--child-done (server verb result)
+  "Report a new session RESULT (Fork, Save As) as VERB and show its transcript."
+  (when result
+    (let ((child (plist-get result :session)))
+      (pop-to-buffer (mevedel-lsp-transcript-buffer (plist-get child :sessionId) server))
+      (mevedel-lsp--refresh-lists server)
+      (message "mevedel: %s %s into %s (%s, %s), now current%s" verb (plist-get result :sourceId)
+               (plist-get child :displayName) (plist-get child :sessionId)
+               (mevedel-lsp--plural (plist-get child :settledTurns) "turn")
+               (if-let ((warning (plist-get result :warning))) (format " (warning: %s)" warning) ""))))
+  result)
+
+(defun mevedel-lsp--read-turn (server session-id what &optional completed-only)
+  "Ask SERVER for a settled turn of SESSION-ID to WHAT.
+In a turns list, the turn at point.  With COMPLETED-ONLY, only completed
+turns are offered."
+  (or (and (derived-mode-p 'mevedel-lsp-turns-mode) (tabulated-list-get-id))
+      (let* ((listing (mevedel-lsp--request server :mevedel/turn/list (mevedel-lsp--object :sessionId session-id)))
+             (turns (seq-filter (lambda (turn)
+                                  (if completed-only
+                                      (equal (plist-get turn :state) "completed")
+                                    (not (equal (plist-get turn :state) "in-flight"))))
+                                (reverse (mevedel-lsp--list (plist-get listing :turns)))))
+             (candidates (mapcar (lambda (turn)
+                                   (cons (format "%d  %s  %s" (plist-get turn :turn) (plist-get turn :state)
+                                                 (plist-get turn :prompt))
+                                         (plist-get turn :turn)))
+                                 turns)))
+        (unless candidates
+          (user-error "mevedel: %s has no settled turn to %s" (plist-get listing :sessionId) what))
+        (cdr (assoc (completing-read (format "Turn to %s: " what)
+                                     (lambda (probe pred action)
+                                       (if (eq action 'metadata)
+                                           '(metadata (display-sort-function . identity))
+                                         (complete-with-action action candidates probe pred)))
+                                     nil t)
+                    candidates)))))
+
+(defun mevedel-lsp--read-boundary (turn)
+  "Ask which boundary of TURN to rewind to: \"after\" or \"before\"."
+  (let* ((choices (list (cons (format "After the response of turn %d (keep it)" turn) "after")
+                        (cons (format "Before the prompt of turn %d (discard it too)" turn) "before"))))
+    (cdr (assoc (completing-read "Rewind to: " (mapcar #'car choices) nil t) choices))))
+
+;;;###autoload
+(defun mevedel-lsp-rewind (turn boundary &optional session-id)
+  "Rewind SESSION-ID to BOUNDARY (\"after\" or \"before\") of TURN.
+Interactively, the turn at point of a turns list, else one picked, and
+the boundary picked.  The impact is shown and you are asked to confirm.
+Return the commit's result, or nil when declined."
+  (interactive
+   (let* ((session (mevedel-lsp--session-at-point))
+          (turn (mevedel-lsp--read-turn (mevedel-lsp--server) session "rewind to")))
+     (list turn (mevedel-lsp--read-boundary turn) session)))
+  (mevedel-lsp--in-place-done
+   "rewound"
+   (mevedel-lsp--transaction (mevedel-lsp--server) :mevedel/rewind/prepare :mevedel/rewind/commit
+                             (list :turn turn :boundary boundary :sessionId session-id)
+                             #'mevedel-lsp--describe-rewind)))
+
+(defun mevedel-lsp--redo-candidate (state)
+  "The picker text of a RedoState STATE, like the Rewind picker labels a turn."
+  (let ((last (plist-get state :lastTurn)))
+    (format "%s · %s" (mevedel-lsp--plural (plist-get state :turnCount) "turn")
+            (if last
+                (format "ends at turn %d: %s" (plist-get last :turn) (plist-get last :preview))
+              "the empty session"))))
+
+;;;###autoload
+(defun mevedel-lsp-redo (publication-id &optional session-id)
+  "Return SESSION-ID to the earlier committed state PUBLICATION-ID.
+Interactively, pick one of the states the server lists, newest first.
+The impact is shown and you are asked to confirm."
+  (interactive
+   (let* ((session (mevedel-lsp--session-at-point))
+          (listing (mevedel-lsp--request (mevedel-lsp--server) :mevedel/redo/list
+                                         (mevedel-lsp--object :sessionId session)))
+          (candidates (mapcar (lambda (state) (cons (mevedel-lsp--redo-candidate state) (plist-get state :publicationId)))
+                              (mevedel-lsp--list (plist-get listing :states)))))
+     (unless candidates
+       (user-error "mevedel: %s has no earlier state to return to" (plist-get listing :sessionId)))
+     (list (cdr (assoc (completing-read "Redo to: "
+                                        (lambda (probe pred action)
+                                          (if (eq action 'metadata)
+                                              '(metadata (display-sort-function . identity))
+                                            (complete-with-action action candidates probe pred)))
+                                        nil t)
+                       candidates))
+           (plist-get listing :sessionId))))
+  (mevedel-lsp--in-place-done
+   "redone"
+   (mevedel-lsp--transaction (mevedel-lsp--server) :mevedel/redo/prepare :mevedel/redo/commit
+                             (list :publicationId publication-id :sessionId session-id)
+                             #'mevedel-lsp--describe-redo)))
+
+;;;###autoload
+(defun mevedel-lsp-fork (turn &optional session-id)
+  "Fork SESSION-ID after the response of TURN into a new, current session.
+The impact is shown and you are asked to confirm."
+  (interactive
+   (let ((session (mevedel-lsp--session-at-point)))
+     (list (mevedel-lsp--read-turn (mevedel-lsp--server) session "fork after" t) session)))
+  (let ((server (mevedel-lsp--server)))
+    (mevedel-lsp--child-done
+     server "forked"
+     (mevedel-lsp--transaction server :mevedel/fork/prepare :mevedel/fork/commit
+                               (list :turn turn :sessionId session-id) #'mevedel-lsp--describe-fork))))
+
+;;;###autoload
+(defun mevedel-lsp-worktree-fork (turn &optional name session-id)
+  "Fork SESSION-ID after TURN into a new session in a linked Git worktree NAME.
+An empty or nil NAME lets the server allocate one.  The impact is shown
+and you are asked to confirm."
+  (interactive
+   (let ((session (mevedel-lsp--session-at-point)))
+     (list (mevedel-lsp--read-turn (mevedel-lsp--server) session "fork after" t)
+           (read-string "Worktree name (empty: allocated): ")
+           session)))
+  (let* ((server (mevedel-lsp--server))
+         (name (and name (not (string-empty-p (string-trim name))) (string-trim name)))
+         (result (mevedel-lsp--transaction
+                  server :mevedel/worktreeFork/prepare :mevedel/worktreeFork/commit
+                  (list :turn turn :name name :sessionId session-id)
+                  (lambda (impact) (mevedel-lsp--describe-fork impact t)))))
+    (when result
+      (mevedel-lsp--child-done server "forked" result)
+      (let ((place (plist-get result :worktree))
+            (unrestored (mevedel-lsp--list (plist-get result :unrestored))))
+        (message "mevedel: the fork's worktree is %s on branch %s%s" (plist-get place :directory) (plist-get place :branch)
+                 (if unrestored
+                     (concat "; left at HEAD: "
+                             (mapconcat (lambda (f) (format "%s (%s)" (plist-get f :path) (plist-get f :reason))) unrestored ", "))
+                   ""))))
+    result))
+
+;;;###autoload
+(defun mevedel-lsp-save-as (name &optional session-id)
+  "Copy SESSION-ID into a new session called NAME, made current.
+The impact is shown and you are asked to confirm."
+  (interactive (list (read-string "Save session as: ") (mevedel-lsp--session-at-point)))
+  (let ((server (mevedel-lsp--server)))
+    (mevedel-lsp--child-done
+     server "saved"
+     (mevedel-lsp--transaction server :mevedel/saveAs/prepare :mevedel/saveAs/commit
+                               (list :name name :sessionId session-id) #'mevedel-lsp--describe-save-as))))
+
+(defun mevedel-lsp--resolve-recovery (server method session-id)
+  "Send SERVER the recovery METHOD for SESSION-ID and say what it did."
+  (let ((result (mevedel-lsp--request server method (mevedel-lsp--object :sessionId session-id))))
+    (message "mevedel: recovery %s of %s: %s%s" (plist-get result :recoveryId) (plist-get result :sessionId)
+             (pcase (plist-get result :resolution)
+               ("rolled-back" "the files have their content from before the interrupted transaction")
+               ("completed" "the interrupted transaction was finished")
+               (_ "the files were left as they are"))
+             (if-let ((written (mevedel-lsp--list (plist-get result :written))))
+                 (concat "; wrote " (string-join written ", "))
+               ""))
+    result))
+
+(defun mevedel-lsp-retry-recovery (&optional session-id server)
+  "Finish or roll back the interrupted Rewind or Redo of SESSION-ID."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (mevedel-lsp--resolve-recovery (or server (mevedel-lsp--server)) :mevedel/session/retryRecovery session-id))
+
+(defun mevedel-lsp-abandon-recovery (&optional session-id)
+  "Drop SESSION-ID's recovery, leaving the project files as they are.
+Asks first."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (when (yes-or-no-p "Abandon the recovery? The project files stay as the interrupted transaction left them. ")
+    (mevedel-lsp--resolve-recovery (mevedel-lsp--server) :mevedel/session/abandonRecovery session-id)))
 
 
 ;;;; Session notifications and questions
@@ -1088,6 +1487,11 @@ as the cautious choice (for a takeover: Cancel)."
     (define-key map (kbd "h") #'mevedel-lsp-transcript)
     (define-key map (kbd "t") #'mevedel-lsp-list-turns)
     (define-key map (kbd "a") #'mevedel-lsp-read-address)
+    (define-key map (kbd "w") #'mevedel-lsp-rewind)
+    (define-key map (kbd "y") #'mevedel-lsp-redo)
+    (define-key map (kbd "f") #'mevedel-lsp-fork)
+    (define-key map (kbd "F") #'mevedel-lsp-worktree-fork)
+    (define-key map (kbd "S") #'mevedel-lsp-save-as)
     map)
   "mevedel-lsp commands, for a prefix key of your choice:
   (global-set-key (kbd \"C-c m\") mevedel-lsp-command-map)")

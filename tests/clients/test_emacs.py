@@ -11,26 +11,41 @@ from editor_harness import (
     editor,
     editor_environment,
     foreign_sessions,
+    git_repository,
+    recovery_sessions,
     run_editor,
 )
 
 TESTS = REPOSITORY / "tests" / "clients" / "emacs" / "mevedel-lsp-test.el"
 
 
-def test_emacs_client(workspace: Workspace) -> None:
+def test_emacs_client(workspace: Workspace, tmp_path) -> None:
     emacs = editor("emacs")
+    # A Git work tree (Worktree Fork branches from HEAD) holding sessions a
+    # crashed Rewind left in recovery.
+    git_repository(workspace.root)
+    blocked = recovery_sessions(workspace.root, tmp_path / "scratch")
     # -q, not -Q: site-start is what puts Debian's elpa-eglot on the load path.
     output = run_editor(
         [emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"), "-l", str(TESTS), "-f", "ert-run-tests-batch-and-exit"],
         env={
             **editor_environment(workspace),
             **foreign_sessions(workspace.root).environment(),
+            **blocked.environment(),
             "HOME": str(workspace.root.parent),
         },
         cwd=workspace.root,
     )
     assert re.search(r"Ran \d+ tests, \d+ results as expected, 0 unexpected", output), output
-    for session_test in ("session-round-trip", "takeover-question-is-asked", "join-and-inspect-rows"):
+    for session_test in (
+        "session-round-trip",
+        "takeover-question-is-asked",
+        "join-and-inspect-rows",
+        "rewind-and-redo-confirm-or-decline",
+        "a-moved-session-refuses-the-commit",
+        "fork-worktree-fork-and-save-as",
+        "recovery-is-offered-retried-and-abandoned",
+    ):
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{session_test}", output), output
 
 

@@ -456,4 +456,200 @@ Return (OFFERED QUESTIONS RESULT-OR-ERROR)."
     (let ((err (should-error (mevedel-lsp-open-session "not-a-session-id!") :type 'user-error)))
       (should (string-match-p (regexp-quote "not-a-session-id!") (cadr err))))))
 
+;;;; Rewind, Redo, Fork, Worktree Fork, Save As
+
+(defvar mevedel-test-tracked "lifecycle.txt"
+  "A file of the workspace's Git repository that the lifecycle turns edit.")
+
+(defun mevedel-test--tracked ()
+  (with-temp-buffer
+    (insert-file-contents (expand-file-name mevedel-test-tracked mevedel-test-root))
+    (buffer-string)))
+
+(defun mevedel-test--edit-turn (session prompt content)
+  "A turn with PROMPT that captures the tracked file and writes CONTENT to it."
+  (mevedel-test--call :mevedel/turn/begin :sessionId session :prompt prompt)
+  (mevedel-test--call :mevedel/turn/capture :sessionId session :path mevedel-test-tracked)
+  (with-temp-file (expand-file-name mevedel-test-tracked mevedel-test-root) (insert content))
+  (mevedel-test--call :mevedel/turn/append :sessionId session :kind "response" :text (concat "answer to " prompt))
+  (mevedel-test--call :mevedel/turn/settle :sessionId session))
+
+(defun mevedel-test--three-turns (name)
+  (let ((session (plist-get (mevedel-test--from-document #'mevedel-lsp-create-session name) :sessionId)))
+    (dolist (n '(1 2 3))
+      (mevedel-test--edit-turn session (format "%s step %d" name n) (format "%s v%d\n" name n)))
+    session))
+
+(defun mevedel-test--turn-count (session)
+  (length (plist-get (mevedel-test--call :mevedel/turn/list :sessionId session) :turns)))
+
+(defun mevedel-test--session-ids ()
+  (sort (mapcar (lambda (row) (plist-get row :sessionId))
+                (plist-get (mevedel-test--call :mevedel/session/list) :sessions))
+        #'string<))
+
+(defun mevedel-test--impact ()
+  "What the impact buffer shows now."
+  (with-current-buffer mevedel-lsp-impact-buffer (buffer-string)))
+
+(defvar mevedel-test--confirmations nil
+  "The `yes-or-no-p' prompts the lifecycle commands asked, newest first.")
+
+(defmacro mevedel-test--answering (answer choices &rest body)
+  "Run BODY with `yes-or-no-p' answering ANSWER (a value or a function of
+the prompt) and `completing-read' choosing, in turn, the first candidate
+that matches each regexp of CHOICES."
+  (declare (indent 2))
+  `(let ((pending ,choices))
+     (cl-letf (((symbol-function 'yes-or-no-p)
+                (lambda (prompt)
+                  (push prompt mevedel-test--confirmations)
+                  (let ((a ,answer)) (if (functionp a) (funcall a prompt) a))))
+               ((symbol-function 'completing-read)
+                (lambda (prompt collection &rest _)
+                  (let* ((wanted (or (pop pending) (ert-fail (format "an unexpected question: %s" prompt))))
+                         (offered (all-completions "" collection)))
+                    (mevedel-test--log "%s offered %S" prompt offered)
+                    (or (seq-find (lambda (c) (string-match-p wanted c)) offered)
+                        (ert-fail (format "%s offers nothing matching %s: %S" prompt wanted offered)))))))
+       ,@body)))
+
+(ert-deftest mevedel-lsp-test-rewind-and-redo-confirm-or-decline ()
+  "Rewind and Redo show their impact; declining changes nothing, confirming changes the session."
+  (let* ((session (mevedel-test--three-turns "ERT rewind"))
+         (transcript (get-buffer (mevedel-lsp--transcript-name session))))
+    ;; Declined: the impact names what would go, and nothing changes.
+    (should (null (mevedel-test--answering nil nil (mevedel-lsp-rewind 1 "after" session))))
+    (let ((impact (mevedel-test--impact)))
+      (mevedel-test--log "impact:\n%s" impact)
+      (should (string-prefix-p (format "Rewind %s to after the response of turn 1: 1 turn kept.\n" session) impact))
+      (should (string-match-p "^Discards 2 prompts:\n  turn 2: ERT rewind step 2\n  turn 3: ERT rewind step 3$" impact))
+      (should (string-match-p "^  lifecycle\\.txt (post-turn of turn 1: 14 bytes)$" impact))
+      (should (string-match-p "^Git index will differ from the restored files:\n  lifecycle\\.txt$" impact)))
+    (should (string-match-p "Rewind\\? \\'" (car mevedel-test--confirmations)))
+    (should (= (mevedel-test--turn-count session) 3))
+    (should (equal (mevedel-test--tracked) "ERT rewind v3\n"))
+    ;; Changed outside the session: named; confirmed from the turns list,
+    ;; picking the boundary, the session is rewound and its transcript follows.
+    (with-temp-file (expand-file-name mevedel-test-tracked mevedel-test-root) (insert "edited outside\n"))
+    (mevedel-test--run #'mevedel-lsp-list-turns session)
+    (goto-char (point-min))
+    (search-forward "ERT rewind step 1")
+    (let ((result (mevedel-test--answering t '("^After the response of turn 1")
+                    (mevedel-test--run #'call-interactively #'mevedel-lsp-rewind))))
+      (should (string-match-p "^Changed outside the session since recorded (the commit overwrites them):\n  lifecycle\\.txt (recorded by turn 3)$"
+                              (mevedel-test--impact)))
+      (should (eq (plist-get result :committed) t))
+      (should (= (plist-get result :settledTurns) 1)))
+    (should (= (mevedel-test--turn-count session) 1))
+    (should (equal (mevedel-test--tracked) "ERT rewind v1\n"))
+    (should (mevedel-test--contains "*Messages*" (format "mevedel: rewound %s: now 1 settled turn; wrote lifecycle.txt" session)))
+    (mevedel-test--wait (lambda () (not (mevedel-test--contains transcript "ERT rewind step 2")))
+                        "the transcript to drop the rewound turns")
+    ;; Nothing left to rewind: the impact says so.
+    (mevedel-test--answering nil nil (mevedel-lsp-rewind 1 "after" session))
+    (should (string-match-p "\n\nNothing changes\\.\n\\'" (mevedel-test--impact)))
+    ;; Redo: the picker offers the replaced three-turn state; declined, then confirmed.
+    (should (null (mevedel-test--answering nil '("^3 turns · ends at turn 3: ERT rewind step 3$")
+                    (mevedel-test--from-document #'call-interactively #'mevedel-lsp-redo))))
+    (should (string-match-p "^Brings back 2 turns:\n  turn 2: ERT rewind step 2\n  turn 3: ERT rewind step 3$" (mevedel-test--impact)))
+    (should (= (mevedel-test--turn-count session) 1))
+    (let ((redone (mevedel-test--answering t '("^3 turns")
+                    (mevedel-test--from-document #'call-interactively #'mevedel-lsp-redo))))
+      (should (= (plist-get redone :settledTurns) 3)))
+    (should (= (mevedel-test--turn-count session) 3))
+    (should (equal (mevedel-test--tracked) "ERT rewind v3\n"))
+    (mevedel-test--wait (lambda () (mevedel-test--contains transcript "ERT rewind step 3"))
+                        "the transcript to show the redone turns")
+    ;; The before boundary of the first prompt would empty the session.
+    (mevedel-test--answering nil nil (mevedel-lsp-rewind 1 "before" session))
+    (should (string-prefix-p (format "Rewind %s to before the prompt of turn 1: 0 turns kept.\n\nDiscards 3 prompts:" session)
+                             (mevedel-test--impact)))
+    (should (= (mevedel-test--turn-count session) 3))))
+
+(ert-deftest mevedel-lsp-test-a-moved-session-refuses-the-commit ()
+  "A commit whose session moved since its prepare is refused with the server's words."
+  (let* ((session (mevedel-test--three-turns "ERT moved"))
+         (err (should-error
+               (mevedel-test--answering (lambda (_) (mevedel-test--edit-turn session "ERT moved step 4" "ERT moved v4\n") t) nil
+                 (mevedel-lsp-rewind 1 "before" session))
+               :type 'user-error)))
+    (mevedel-test--log "stale: %s" (cadr err))
+    (should (string-match-p (format "\\`mevedel: %s: .*prepare" (regexp-quote session)) (cadr err)))
+    (should (= (mevedel-test--turn-count session) 4))
+    (should (equal (mevedel-test--tracked) "ERT moved v4\n"))))
+
+(ert-deftest mevedel-lsp-test-fork-worktree-fork-and-save-as ()
+  "Fork, Worktree Fork and Save As create a session only when confirmed."
+  (let* ((session (mevedel-test--three-turns "ERT forked"))
+         (before (mevedel-test--session-ids))
+         (worktree (expand-file-name ".worktrees/from-emacs" mevedel-test-root)))
+    (should (null (mevedel-test--answering nil nil (mevedel-lsp-fork 2 session))))
+    (should (string-prefix-p (format "Fork %s after the response of turn 2 (ERT forked step 2): a new session with 2 turns." session)
+                             (mevedel-test--impact)))
+    (should (string-match-p "^The source session is not changed\\.$" (mevedel-test--impact)))
+    (should (equal (mevedel-test--session-ids) before))
+    ;; Confirmed from the turns list: the turn at point is the fork point.
+    (mevedel-test--run #'mevedel-lsp-list-turns session)
+    (goto-char (point-min))
+    (search-forward "ERT forked step 2")
+    (let* ((forked (mevedel-test--answering t nil (mevedel-test--run #'call-interactively #'mevedel-lsp-fork)))
+           (child (plist-get (plist-get forked :session) :sessionId)))
+      (should (equal (plist-get forked :sourceId) session))
+      (should (equal (mevedel-test--session-ids) (sort (cons child (copy-sequence before)) #'string<)))
+      (should (= (mevedel-test--turn-count child) 2))
+      (should (eq (current-buffer) (get-buffer (mevedel-lsp--transcript-name child))))
+      (should (mevedel-test--contains (current-buffer) "ERT forked step 2"))
+      (should-not (mevedel-test--contains (current-buffer) "ERT forked step 3")))
+    (should (= (mevedel-test--turn-count session) 3))
+    ;; Worktree Fork: declined, no worktree; confirmed, the worktree holds the turn's content.
+    (should (null (mevedel-test--answering nil nil (mevedel-lsp-worktree-fork 2 "from-emacs" session))))
+    (should (string-match-p "^Creates the Git worktree \\.worktrees/from-emacs on the new branch [^ ]+ at [0-9a-f]\\{12\\} (HEAD of \\.)$"
+                            (mevedel-test--impact)))
+    (should-not (file-exists-p worktree))
+    (let ((made (mevedel-test--answering t nil (mevedel-lsp-worktree-fork 2 "from-emacs" session))))
+      (should (equal (plist-get (plist-get made :worktree) :directory) ".worktrees/from-emacs")))
+    (should (equal (with-temp-buffer (insert-file-contents (expand-file-name mevedel-test-tracked worktree)) (buffer-string))
+                   "ERT forked v2\n"))
+    (should (equal (mevedel-test--tracked) "ERT forked v3\n"))
+    ;; Save As asks the name (here given) and copies the whole session.
+    (let ((count (length (mevedel-test--session-ids))))
+      (should (null (mevedel-test--answering nil nil (mevedel-lsp-save-as "ERT   copy" session))))
+      (should (string-prefix-p (format "Save %s as \"ERT copy\": a new session with 3 turns." session) (mevedel-test--impact)))
+      (should (= (length (mevedel-test--session-ids)) count))
+      (let* ((saved (mevedel-test--answering t nil (mevedel-lsp-save-as "ERT copy" session)))
+             (row (mevedel-test--row (plist-get (plist-get saved :session) :sessionId))))
+        (should (equal (plist-get row :displayName) "ERT copy"))
+        (should (= (plist-get row :turns) 3))
+        (should (= (length (mevedel-test--session-ids)) (1+ count)))))))
+
+(defvar mevedel-test-recovery-retry (getenv "MEVEDEL_TEST_RECOVERY_RETRY"))
+(defvar mevedel-test-recovery-retry-file (getenv "MEVEDEL_TEST_RECOVERY_RETRY_FILE"))
+(defvar mevedel-test-recovery-abandon (getenv "MEVEDEL_TEST_RECOVERY_ABANDON"))
+
+(ert-deftest mevedel-lsp-test-recovery-is-offered-retried-and-abandoned ()
+  "A session in recovery says so on open, refuses a Rewind and offers retry or abandon."
+  ;; Opening it: the recovery is announced; leaving it keeps the block.
+  (mevedel-test--answering nil '("^Leave it$")
+    (mevedel-test--from-document #'mevedel-lsp-open-session mevedel-test-recovery-retry "resume"))
+  (should (mevedel-test--contains "*Messages*" (format "%s stays in recovery" mevedel-test-recovery-retry)))
+  ;; A Rewind is refused; the offer is taken: Retry rolls the files back.
+  (let ((err (should-error (mevedel-test--answering t '("^Retry$") (mevedel-lsp-rewind 1 "after" mevedel-test-recovery-retry))
+                           :type 'user-error)))
+    (should (string-match-p (format "%s: .*retry or abandon" (regexp-quote mevedel-test-recovery-retry)) (cadr err))))
+  (should (mevedel-test--contains "*Messages*" "the files have their content from before the interrupted transaction"))
+  (should (equal (with-temp-buffer (insert-file-contents (expand-file-name mevedel-test-recovery-retry-file mevedel-test-root))
+                                   (buffer-string))
+                 "Crashed retry v2\n"))
+  (let ((rewound (mevedel-test--answering t nil (mevedel-lsp-rewind 1 "after" mevedel-test-recovery-retry))))
+    (should (= (plist-get rewound :settledTurns) 1)))
+  ;; The other: abandoned from its command, after confirming.
+  (mevedel-test--answering nil '("^Leave it$")
+    (mevedel-test--from-document #'mevedel-lsp-open-session mevedel-test-recovery-abandon "resume"))
+  (should (null (mevedel-test--answering nil nil (mevedel-lsp-abandon-recovery mevedel-test-recovery-abandon))))
+  (should (equal (plist-get (mevedel-test--answering t nil (mevedel-lsp-abandon-recovery mevedel-test-recovery-abandon))
+                            :resolution)
+                 "abandoned"))
+  (should (plist-get (mevedel-test--answering t nil (mevedel-lsp-fork 1 mevedel-test-recovery-abandon)) :session)))
+
 ;;; mevedel-lsp-test.el ends here
