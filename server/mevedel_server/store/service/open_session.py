@@ -121,7 +121,9 @@ class OpenSession:
     @property
     def head(self) -> str | None:
         """The committed publication head this client knows."""
-        if self.lease is not None and not self.lease.lost:
+        # A read-only copy holds the head it adopted (joined, followed, or
+        # the last one its lost or released lease named).
+        if self.read_only is None and self.lease is not None and not self.lease.lost:
             return self.lease.publication_head
         return self._head
 

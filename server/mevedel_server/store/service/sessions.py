@@ -48,6 +48,7 @@ from ..workspace import allocate_session_id, check_session_id, ensure_workspace_
 from .clock import TargetTime
 from .errors import InvalidSessionInput, SessionIncompatible, SessionNotOpen
 from .evidence import EvidenceInput, make_evidence
+from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
 from .open_session import Access, OpenSession, SaveResult
@@ -131,7 +132,8 @@ class SessionChange:
     session_id: str
     #: ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
     #: ``retried``, ``read-only``, ``closed``, ``rewound``, ``redone``,
-    #: ``created`` (a fork or save-as child opened here) or ``recovered``.
+    #: ``created`` (a fork or save-as child opened here), ``recovered`` or
+    #: ``joined`` (opened read-only: another client holds the lease).
     reason: str
     head: str | None
     settled_turns: int
@@ -146,7 +148,7 @@ class SessionListing:
     unsaved: tuple[str, ...]
 
 
-class SessionService(SessionLifecycle):
+class SessionService(SessionLifecycle, SessionFollowing):
     def __init__(
         self,
         target: Target,
@@ -165,6 +167,7 @@ class SessionService(SessionLifecycle):
         self.on_change: list[Callable[[SessionChange], None]] = []
         self._sessions: dict[str, OpenSession] = {}
         self._time: TargetTime | None = None
+        self._init_following()
 
     # Introspection ----------------------------------------------------------
 
@@ -285,6 +288,8 @@ class SessionService(SessionLifecycle):
         why = f"joined; {holder or 'another client'} holds the lease" if holder else "joined read-only"
         session = self._new_open(conversation, read_only=why, holder_host=holder, head=snapshot.head)
         self._sessions[session_id] = session
+        self._seen_at_join(session_id, observation)
+        self._changed(session, "joined")
         return OpenResult(self._info(session), "join")
 
     async def _resume(self, session_id: str, observation: LeaseObservation, confirm_takeover: bool) -> OpenResult:
@@ -354,17 +359,6 @@ class SessionService(SessionLifecycle):
             raise SessionIncompatible(snapshot.session_id, row)
         return Conversation.restore(await snapshot.read_all())
 
-    async def _refresh(self, session: OpenSession) -> None:
-        """A read-only session follows the committed head."""
-        if session.access is Access.WRITABLE or session.lease is not None:
-            return
-        snapshot = await read_committed(self.target, session.session_id)
-        if snapshot.head == session.head:
-            return
-        session.conversation = await self._conversation_of(snapshot)
-        session.history.rebind(session.conversation)
-        session._head = snapshot.head
-
     # Closing -----------------------------------------------------------------
 
     async def close(self, session_id: str) -> SaveResult | None:
@@ -379,6 +373,7 @@ class SessionService(SessionLifecycle):
         else:
             await session.stop_renewal()
         self._sessions.pop(session_id, None)
+        self._forget_following(session_id)
         self._changed(session, "closed")
         return result
 

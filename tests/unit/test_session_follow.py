@@ -1,0 +1,224 @@
+"""Following in the service: a read-only session advances through committed
+publications in whole settled turns (new, replaced, removed), reports names
+and lease holders, adopts a mid-turn checkpoint silently, costs one lease
+observation when nothing changed, can be switched off, and is never
+advanced over changes this client never committed."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from mevedel_server.store import ClientIdentity, LeaseHeld, LeaseLost
+from mevedel_server.store.follow import diff_conversations, settled_turns
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.service.following import ADVANCED, HELD_BACK, UNCHANGED, WRITABLE, FollowUpdate
+from mevedel_server.targets import ControlProgram, LocalTarget
+from mevedel_server.targets.target import ProgramTarget
+
+OWNER = ClientIdentity("client-owner", "owner-box")
+FOLLOWER = ClientIdentity("client-follower", "follower-box")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return workspace
+
+
+class Counting(ProgramTarget):
+    """Counts programs and the operations in them, by kind."""
+
+    def __init__(self, inner: LocalTarget) -> None:
+        self.inner = inner
+        self.programs = 0
+        self.kinds: list[str] = []
+
+    async def run(self, program: ControlProgram):
+        self.programs += 1
+        self.kinds.extend(type(op).__name__ for op in program.operations)
+        return await self.inner.run(program)
+
+
+async def settle(service: SessionService, sid: str, prompt: str, answer: str | None = None) -> None:
+    await service.begin_turn(sid, prompt)
+    await service.append(sid, EvidenceInput("response", text=answer or f"answer to {prompt}"))
+    await service.settle(sid)
+
+
+async def owner_and_follower(root: Path) -> tuple[SessionService, SessionService, str, list[FollowUpdate], Counting]:
+    owner = SessionService(LocalTarget(root), OWNER)
+    sid = (await owner.create("Shared work")).session_id
+    await settle(owner, sid, "first")
+    counting = Counting(LocalTarget(root))
+    follower = SessionService(counting, FOLLOWER)
+    opened = await follower.open(sid)
+    assert opened.action == "join"
+    told: list[FollowUpdate] = []
+    follower.on_follow.append(told.append)
+    return owner, follower, sid, told, counting
+
+
+async def test_a_settled_turn_is_reported_whole(root):
+    owner, follower, sid, told, _ = await owner_and_follower(root)
+    try:
+        await settle(owner, sid, "second")
+        update = await follower.follow(sid)
+        assert update.status == ADVANCED and update.report and told == [update]
+        assert [(t.turn, t.change, t.state, t.preview) for t in update.change.turns] == [(2, "new", "completed", "second")]
+        assert update.change.removed == () and not update.change.renamed
+        assert update.holder_host == "owner-box" and update.lease_state == "active"
+        assert [t.turn for t in await follower.turns(sid)] == [1, 2]
+    finally:
+        await owner.close_all()
+
+
+async def test_nothing_new_costs_one_lease_observation(root):
+    owner, follower, sid, told, counting = await owner_and_follower(root)
+    try:
+        before = counting.programs, len(counting.kinds)
+        update = await follower.follow(sid)
+        assert update.status == UNCHANGED and not update.report and told == []
+        assert counting.programs - before[0] == 1
+        assert counting.kinds[before[1]:] == ["ListDir", "ReadNewest", "Stat"]  # no manifest, no artifact
+    finally:
+        await owner.close_all()
+
+
+async def test_a_mid_turn_checkpoint_is_adopted_silently(root):
+    owner, follower, sid, told, _ = await owner_and_follower(root)
+    try:
+        await owner.begin_turn(sid, "long one")
+        await owner.append(sid, EvidenceInput("response", text="partial"))
+        await owner.checkpoint(sid)
+        update = await follower.follow(sid)
+        assert update.status == ADVANCED and not update.report and told == []
+        assert update.change.turns == ()
+        await owner.append(sid, EvidenceInput("response", text="rest"))
+        await owner.settle(sid)
+        update = await follower.follow(sid)
+        assert [(t.turn, t.change) for t in update.change.turns] == [(2, "new")] and update.report
+    finally:
+        await owner.close_all()
+
+
+async def test_a_rename_is_reported(root):
+    owner, follower, sid, told, _ = await owner_and_follower(root)
+    try:
+        await owner.rename(sid, "Better name")
+        update = await follower.follow(sid)
+        assert update.report and update.change.renamed and update.change.turns == ()
+        assert update.display_name == "Better name" and update.named
+        assert follower.info(sid).display_name == "Better name"
+    finally:
+        await owner.close_all()
+
+
+async def test_a_rewind_reports_removed_and_replaced_turns(root):
+    owner, follower, sid, told, _ = await owner_and_follower(root)
+    try:
+        await settle(owner, sid, "second")
+        await settle(owner, sid, "third")
+        await follower.follow(sid)
+        impact = await owner.prepare_rewind(sid, "before", 2)
+        await owner.commit_rewind(sid, impact.token)
+        update = await follower.follow(sid)
+        assert update.change.removed == (2, 3) and update.change.turns == ()
+        await settle(owner, sid, "second, again")
+        update = await follower.follow(sid)
+        assert [(t.turn, t.change, t.preview) for t in update.change.turns] == [(2, "new", "second, again")]
+    finally:
+        await owner.close_all()
+
+
+def test_a_changed_turn_under_the_same_number_is_replaced():
+    from mevedel_server.store.turns import Conversation
+
+    wid = "a" * 64
+    ids = iter(f"{n:016x}" for n in range(1, 100))
+    old = Conversation.new(session_id="2026-07-19T09-47-bf87b5dd793a", workspace_id=wid, at=1)
+    old._fresh_turn_id = lambda: next(ids)  # type: ignore[method-assign]
+    old.begin_turn("q", at=2)
+    old.settle("completed", at=3)
+    new = Conversation.restore(old.artifacts_for_save().artifacts)
+    assert diff_conversations(old, new).turns == ()
+    other = Conversation.new(session_id="2026-07-19T09-47-bf87b5dd793a", workspace_id=wid, at=1)
+    other.begin_turn("q", at=2)
+    other.settle("completed", at=3)
+    change = diff_conversations(old, other)
+    assert [(t.turn, t.change) for t in change.turns] == [(1, "replaced")]
+    assert list(settled_turns(other)) == [1]
+
+
+async def test_a_holder_change_alone_is_reported(root):
+    owner, follower, sid, told, _ = await owner_and_follower(root)
+    await owner.close(sid)  # releases: nobody holds it now
+    update = await follower.follow(sid)
+    assert update.report and update.holder_changed and update.holder_host is None
+    assert update.lease_state == "released"
+
+
+async def test_switched_off_it_advances_only_on_an_explicit_step(root):
+    owner, follower, sid, told, _ = await owner_and_follower(root)
+    try:
+        follower.set_follow(sid, False)
+        assert not follower.following(sid)
+        await settle(owner, sid, "second")
+        assert [t.turn for t in await follower.turns(sid)] == [1]  # a read does not advance it
+        assert told == []
+        update = await follower.follow(sid)  # the explicit refresh does
+        assert update.status == ADVANCED and [t.turn for t in update.change.turns] == [2]
+        follower.set_follow(sid, True)
+        await settle(owner, sid, "third")
+        assert [t.turn for t in await follower.turns(sid)] == [1, 2, 3]
+        assert [t.turn for t in told[-1].change.turns] == [3]
+    finally:
+        await owner.close_all()
+
+
+async def test_the_owner_has_nothing_to_follow(root):
+    owner = SessionService(LocalTarget(root), OWNER)
+    sid = (await owner.create()).session_id
+    await settle(owner, sid, "first")
+    try:
+        assert (await owner.follow(sid)).status == WRITABLE
+        assert not owner.following(sid)
+    finally:
+        await owner.close_all()
+
+
+async def test_uncommitted_changes_here_are_never_overwritten(root):
+    """A client whose lease was taken over after it expired keeps the turn
+    it could not publish; the new owner's publications are held back."""
+    first = SessionService(LocalTarget(root), OWNER, lease_seconds=1)
+    sid = (await first.create()).session_id
+    await settle(first, sid, "first")
+    await first.begin_turn(sid, "unpublished")
+    await first.append(sid, EvidenceInput("response", text="kept only here"))
+    await first.session(sid).stop_renewal()  # it stops renewing (a suspended machine)
+    successor = SessionService(LocalTarget(root), FOLLOWER)
+    for _ in range(100):
+        try:
+            await successor.open(sid, "takeover", confirm_takeover=True)
+            break
+        except LeaseHeld:  # not expired yet by the target clock
+            await asyncio.sleep(0.1)
+    await settle(successor, sid, "successor's turn")
+    with pytest.raises(LeaseLost):
+        await first.checkpoint(sid)  # the lost lease: read-only from now on
+    told: list[FollowUpdate] = []
+    first.on_follow.append(told.append)
+    update = await first.follow(sid)
+    assert update.status == HELD_BACK and update.report and "never committed" in update.held_back
+    assert [t.state for t in await first.turns(sid)][-1] == "in-flight"  # its own work, still here
+    again = await first.follow(sid)
+    assert again.status == HELD_BACK and not again.report  # told once per head
+    # Dropping the pending save keeps the turn in the live copy: still held.
+    assert first.abandon_publication(sid)
+    dropped = await first.follow(sid)
+    assert dropped.status == HELD_BACK and "(a save is pending" not in dropped.held_back
+    assert [t.state for t in await first.turns(sid)][-1] == "in-flight"
+    await successor.close_all()
