@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import lifecycle, methods, session
+from . import control, lifecycle, methods, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -64,11 +64,17 @@ REQUESTS: dict[str, Message] = {
     methods.SAVE_AS_COMMIT: Message(lifecycle.CommitParams, lifecycle.ChildResult),
     methods.SESSION_RETRY_RECOVERY: Message(session.SessionParams, lifecycle.RecoveryResult),
     methods.SESSION_ABANDON_RECOVERY: Message(session.SessionParams, lifecycle.RecoveryResult),
+    methods.CONTROL_TAKE: Message(control.ControlTakeParams, control.ControlTakeResult),
+    methods.CONTROL_RELEASE: Message(session.SessionParams, control.ControlReleaseResult),
+    methods.CONTROL_GRANT: Message(session.SessionParams, control.ControlStatus),
+    methods.CONTROL_KEEP: Message(session.SessionParams, control.ControlStatus),
+    methods.CONTROL_STATUS: Message(session.SessionParams, control.ControlStatus),
 }
 
 #: Server -> client notifications (``mevedel/<area>/did<Event>``).
 NOTIFICATIONS: dict[str, Message] = {
     methods.SESSION_DID_CHANGE: Message(session.SessionDidChangeParams, None),
+    methods.CONTROL_DID_CHANGE: Message(control.ControlDidChangeParams, None),
 }
 
 #: ``workspace/executeCommand`` command -> the request it runs.
@@ -93,6 +99,10 @@ COMMANDS: dict[str, str] = {
     methods.COMMAND_SAVE_AS_COMMIT: methods.SAVE_AS_COMMIT,
     methods.COMMAND_SESSION_RETRY_RECOVERY: methods.SESSION_RETRY_RECOVERY,
     methods.COMMAND_SESSION_ABANDON_RECOVERY: methods.SESSION_ABANDON_RECOVERY,
+    methods.COMMAND_CONTROL_TAKE: methods.CONTROL_TAKE,
+    methods.COMMAND_CONTROL_RELEASE: methods.CONTROL_RELEASE,
+    methods.COMMAND_CONTROL_GRANT: methods.CONTROL_GRANT,
+    methods.COMMAND_CONTROL_KEEP: methods.CONTROL_KEEP,
 }
 
 #: Types that are not a message body but that clients exchange too.

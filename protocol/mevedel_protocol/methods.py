@@ -41,9 +41,15 @@ SAVE_AS_PREPARE = "mevedel/saveAs/prepare"
 SAVE_AS_COMMIT = "mevedel/saveAs/commit"
 SESSION_RETRY_RECOVERY = "mevedel/session/retryRecovery"
 SESSION_ABANDON_RECOVERY = "mevedel/session/abandonRecovery"
+CONTROL_TAKE = "mevedel/control/take"
+CONTROL_RELEASE = "mevedel/control/release"
+CONTROL_GRANT = "mevedel/control/grant"
+CONTROL_KEEP = "mevedel/control/keep"
+CONTROL_STATUS = "mevedel/control/status"
 
 #: Server -> client notifications.
 SESSION_DID_CHANGE = "mevedel/session/didChange"
+CONTROL_DID_CHANGE = "mevedel/control/didChange"
 
 #: ``workspace/executeCommand`` names; each takes exactly one argument, the
 #: params object of the request it runs (see ``catalog.COMMANDS``).
@@ -67,6 +73,10 @@ COMMAND_WORKTREE_FORK_COMMIT = "mevedel.worktreeFork.commit"
 COMMAND_SAVE_AS_COMMIT = "mevedel.saveAs.commit"
 COMMAND_SESSION_RETRY_RECOVERY = "mevedel.session.retryRecovery"
 COMMAND_SESSION_ABANDON_RECOVERY = "mevedel.session.abandonRecovery"
+COMMAND_CONTROL_TAKE = "mevedel.control.take"
+COMMAND_CONTROL_RELEASE = "mevedel.control.release"
+COMMAND_CONTROL_GRANT = "mevedel.control.grant"
+COMMAND_CONTROL_KEEP = "mevedel.control.keep"
 
 #: The scheme of read-only virtual documents (see docs/protocol.md).
 VIRTUAL_SCHEME = "mevedel-resource"

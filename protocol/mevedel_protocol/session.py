@@ -335,7 +335,9 @@ class SessionDidChangeParams:
     """The committed or access state of an open session changed: ``reason``
     is ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
     ``retried``, ``read-only``, ``closed``, ``rewound``, ``redone``,
-    ``created`` (a Fork or Save As child opened here) or ``recovered``."""
+    ``created`` (a Fork or Save As child opened here), ``recovered``,
+    ``acquired`` (control taken here) or ``released`` (control released or
+    handed over: read-only, following)."""
 
     workspace_folder: str
     session_id: str

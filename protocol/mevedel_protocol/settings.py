@@ -57,6 +57,17 @@ class SessionWatchSettings:
 
 
 @attrs.define
+class ControlTransferSettings:
+    """Control transfer: an unanswered request for control is granted
+    ``prompt_timeout_seconds`` after this server first saw it (target
+    clock); a granted release stays reserved for the requester for
+    ``fence_seconds``."""
+
+    prompt_timeout_seconds: int = 30
+    fence_seconds: int = 15
+
+
+@attrs.define
 class Settings:
     """``current_session`` is a session id for every workspace folder, or an
     object mapping workspace folder URIs to session ids; a session's
@@ -71,3 +82,7 @@ class Settings:
     #: publications (``mevedel/session/setFollow`` opts one session out).
     follow_published: bool = True
     session_watch: SessionWatchSettings = attrs.Factory(SessionWatchSettings)
+    #: Whole seconds a session lease lasts unrenewed (renewed every third);
+    #: applies to sessions opened after the change.
+    lease_seconds: int = 60
+    control_transfer: ControlTransferSettings = attrs.Factory(ControlTransferSettings)

@@ -46,6 +46,10 @@ def _check(name: str, value: Any) -> str | None:
                 return problem
     if name == "sessionWatch":
         return _session_watch_problem(value)
+    if name == "leaseSeconds" and not MIN_LEASE_SECONDS <= value <= MAX_LEASE_SECONDS:
+        return f"must be between {MIN_LEASE_SECONDS} and {MAX_LEASE_SECONDS}, got {value}"
+    if name == "controlTransfer":
+        return _control_transfer_problem(value)
     if name in ("memoryRoots", "skillRoots"):
         for index, root in enumerate(value):
             if not root.path:
@@ -63,6 +67,19 @@ def _check(name: str, value: Any) -> str | None:
 #: connection to a remote target; a debounce longer delays every follower.
 MIN_POLL_SECONDS = 0.1
 MAX_DEBOUNCE_MS = 1000
+
+
+#: Bounds of ``leaseSeconds`` (renewal runs every third of it).
+MIN_LEASE_SECONDS = 3
+MAX_LEASE_SECONDS = 86_400
+
+
+def _control_transfer_problem(value: Any) -> str | None:
+    for field, most in (("prompt_timeout_seconds", 86_400), ("fence_seconds", 3_600)):
+        seconds = getattr(value, field)
+        if not 1 <= seconds <= most:
+            return f"{wire_name(field)} must be between 1 and {most} seconds, got {seconds}"
+    return None
 
 
 def _session_watch_problem(value: Any) -> str | None:

@@ -13,6 +13,7 @@ session's committed or access state are sent as ``mevedel/session/didChange``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from mevedel_protocol.session import SessionDidChangeParams
 
 from ..store import ClientIdentity
 from ..store.service import LiveHistory, SessionChange, SessionService
+from ..store.service.control import SessionControl
 from ..targets import LocalTarget, Target, TargetError
 from .errors import failure
 from .workspaces import Folder
@@ -37,6 +39,10 @@ class SessionRegistry:
         self.client = client or ClientIdentity.generate()
         self._services: dict[Path, tuple[Folder, SessionService]] = {}
         self._current: dict[Path, str] = {}
+        #: Called with every new folder service (features attach to it).
+        self.on_service: list[Callable[[Folder, SessionService], None]] = []
+        #: Each folder's control transfer (``lsp/control.py`` attaches it).
+        self.controls: dict[Path, SessionControl] = {}
 
     def service(self, folder: Folder) -> SessionService:
         known = self._services.get(folder.root)
@@ -46,9 +52,11 @@ class SessionRegistry:
             target = LocalTarget(folder.root)
         except TargetError as error:
             raise failure("unavailable", folder.uri, f"the workspace folder cannot hold sessions: {error.reason}") from None
-        service = SessionService(target, self.client)
+        service = SessionService(target, self.client, lease_seconds=self.ls.settings.lease_seconds)
         service.on_change.append(lambda change: self._changed(folder, change))
         self._services[folder.root] = (folder, service)
+        for attach in self.on_service:
+            attach(folder, service)
         return service
 
     def target(self, folder: Folder | None) -> Target | None:
@@ -80,6 +88,8 @@ class SessionRegistry:
 
     async def close_all(self) -> None:
         """Save and release every open session (the server shuts down)."""
+        for control in list(self.controls.values()):
+            await control.stop()
         for _folder, service in list(self._services.values()):
             await service.close_all()
 

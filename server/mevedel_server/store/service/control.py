@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...targets import TargetError, read_target_clock
 from ..errors import LeaseLost, StoreError
 from ..lease import LeaseStanding, observe_lease
+from ..watch import SessionWatcher, WatchCadence
 from ..records import LeaseState, TransferRequest, TransferVerdict
 from ..turns import ConversationError
 from ..transfer import (
@@ -58,8 +60,9 @@ from .sessions import OpenMode, SessionInfo, SessionService
 _log = logging.getLogger(__name__)
 
 DEFAULT_PROMPT_TIMEOUT = 30
-DEFAULT_POLL_SECONDS = 1.0
-DEFAULT_ACTIVE_POLL_SECONDS = 0.25
+#: How often the set of open sessions is compared with the watched ones
+#: (in memory only; no target I/O).
+_WATCH_SYNC_SECONDS = 1.0
 
 OWNER = "owner"
 REQUESTER = "requester"
@@ -127,8 +130,9 @@ class _Requesting:
 class _Cadence:
     prompt_timeout: int = DEFAULT_PROMPT_TIMEOUT
     fence_seconds: int = DEFAULT_FENCE_SECONDS
-    poll_seconds: float = DEFAULT_POLL_SECONDS
-    active_poll_seconds: float = DEFAULT_ACTIVE_POLL_SECONDS
+    #: ``idle_seconds`` / ``active_seconds``: the fallback poll of this
+    #: module and the watchers' poll (non-local targets).
+    watch: WatchCadence = field(default_factory=WatchCadence)
 
 
 @dataclass
@@ -144,23 +148,25 @@ class SessionControl:
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._tick_lock = asyncio.Lock()
+        self._watchers: dict[str, SessionWatcher] = {}
         self.service.on_change.append(self._service_changed)
+        self.service.transfer_in_flight = self.transfer_in_flight
 
     def configure(
         self,
         *,
         prompt_timeout: int | None = None,
         fence_seconds: int | None = None,
-        poll_seconds: float | None = None,
-        active_poll_seconds: float | None = None,
+        watch: WatchCadence | None = None,
     ) -> None:
         c = self.cadence
         self.cadence = _Cadence(
             prompt_timeout if prompt_timeout is not None else c.prompt_timeout,
             fence_seconds if fence_seconds is not None else c.fence_seconds,
-            poll_seconds if poll_seconds is not None else c.poll_seconds,
-            active_poll_seconds if active_poll_seconds is not None else c.active_poll_seconds,
+            watch if watch is not None else c.watch,
         )
+        for watcher in self._watchers.values():
+            watcher.cadence = self.cadence.watch
         self._wake.set()
 
     # Facts ------------------------------------------------------------------
@@ -197,20 +203,47 @@ class SessionControl:
                 await task
             except asyncio.CancelledError:
                 pass
+        watchers, self._watchers = self._watchers, {}
+        for watcher in watchers.values():
+            await watcher.stop()
 
     async def _run(self) -> None:
+        # The watchers wake this loop as soon as a mailbox or lease changes;
+        # the cadence poll is the fallback, and the only clock an unanswered
+        # request's deadline is checked by.
+        last_poll = -float("inf")
         while True:
+            await self._sync_watchers()
+            watch = self.cadence.watch
+            delay = watch.active_seconds if self.transfer_in_flight() else watch.idle_seconds
+            if self._wake.is_set() or time.monotonic() - last_poll >= delay:
+                self._wake.clear()
+                try:
+                    await self.poll()
+                except Exception:  # one bad tick must not end the poll
+                    _log.exception("control transfer poll failed")
+                last_poll = time.monotonic()
+            remaining = delay - (time.monotonic() - last_poll)
             try:
-                await self.poll()
-            except Exception:  # one bad tick must not end the poll
-                _log.exception("control transfer poll failed")
-            c = self.cadence
-            delay = c.active_poll_seconds if self.transfer_in_flight() else c.poll_seconds
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay)
+                await asyncio.wait_for(self._wake.wait(), max(0.0, min(_WATCH_SYNC_SECONDS, remaining)))
             except asyncio.TimeoutError:
                 pass
-            self._wake.clear()
+
+    async def _sync_watchers(self) -> None:
+        """One watcher per open session; none for a closed one."""
+        open_now = set(self.service.open_sessions())
+        for session_id in [sid for sid in self._watchers if sid not in open_now]:
+            await self._watchers.pop(session_id).stop()
+        for session_id in open_now - set(self._watchers):
+            watcher = SessionWatcher(
+                self.service.target,
+                session_id,
+                cadence=self.cadence.watch,
+                active=lambda sid=session_id: self.transfer_in_flight(sid),
+            )
+            watcher.subscribe(lambda _wake: self.wake())
+            self._watchers[session_id] = watcher
+            watcher.start()
 
     def wake(self) -> None:
         """Poll now (a watcher saw the mailbox or the lease change)."""

@@ -168,6 +168,9 @@ class SessionService(SessionLifecycle, SessionFollowing):
         self._sessions: dict[str, OpenSession] = {}
         self._time: TargetTime | None = None
         self._init_following()
+        #: Whether a control transfer of the session is in flight here
+        #: (:class:`~.control.SessionControl` installs the real answer).
+        self.transfer_in_flight: Callable[[str], bool] = lambda _session_id: False
 
     # Introspection ----------------------------------------------------------
 

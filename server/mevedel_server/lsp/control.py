@@ -1,0 +1,187 @@
+"""The control transfer requests (``mevedel/control/*``), their commands,
+and what each side's user is told.
+
+Thin over :class:`~..store.service.control.SessionControl` (one per
+workspace folder, started with its session service). The owner's user is
+asked through ``window/showMessageRequest`` (Grant / Keep); an unanswered
+question is granted by the core once the prompt timeout has passed since
+this server first saw the request. Every step is sent as
+``mevedel/control/didChange`` and, for a person, as ``window/showMessage``:
+the owner's names what it is waiting for, the requester's says it waits.
+An expired foreign lease is taken over only after the same confirmation
+``mevedel/session/open`` asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+from mevedel_protocol import control as wire
+from mevedel_protocol import converter, methods
+from mevedel_protocol.session import SessionParams
+
+from ..store import TakeoverNeedsConfirmation
+from ..store.service import SessionService
+from ..store.service.control import ControlEvent, ControlStatus, SessionControl
+from ..store.turns import ConversationError
+from ..store.watch import WatchCadence
+from .errors import failure
+from .sessions import _command_handler, _confirm_takeover, _folder, _registry, _request_handler, _session_id, _state
+from .workspaces import Folder
+
+if TYPE_CHECKING:
+    from .server import MevedelLanguageServer
+
+_log = logging.getLogger(__name__)
+
+GRANT = "Grant"
+KEEP = "Keep"
+
+
+def _control(ls: MevedelLanguageServer, folder: Folder) -> tuple[SessionService, SessionControl]:
+    service = _registry(ls).service(folder)
+    return service, _registry(ls).controls[folder.root]
+
+
+def _target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[Folder, SessionService, SessionControl, str]:
+    folder = _folder(ls, params.workspace_folder, method)
+    service, control = _control(ls, folder)
+    return folder, service, control, _session_id(ls, folder, params.session_id, method)
+
+
+def _status(status: ControlStatus) -> wire.ControlStatus:
+    return wire.ControlStatus(
+        status.session_id, status.role, status.phase, status.owner_host, status.requester_host, status.waiting_for, status.deadline
+    )
+
+
+async def take(ls: MevedelLanguageServer, params: wire.ControlTakeParams) -> wire.ControlTakeResult:
+    folder, service, control, sid = _target(ls, params, methods.CONTROL_TAKE)
+    try:
+        taken = await control.take(sid, confirm_takeover=params.confirm_takeover)
+    except TakeoverNeedsConfirmation as asked:
+        if not await _confirm_takeover(ls, asked):
+            raise failure("takeover-declined", sid, f"{asked}; the takeover was not confirmed") from None
+        taken = await control.take(sid, confirm_takeover=True)
+    _registry(ls).make_current(folder, sid)
+    return wire.ControlTakeResult(sid, taken.outcome, _state(ls, folder, taken.info), taken.owner_host)
+
+
+async def release(ls: MevedelLanguageServer, params: SessionParams) -> wire.ControlReleaseResult:
+    folder, service, control, sid = _target(ls, params, methods.CONTROL_RELEASE)
+    result, info = await control.release(sid)
+    return wire.ControlReleaseResult(sid, bool(result and result.committed), _state(ls, folder, info))
+
+
+async def grant(ls: MevedelLanguageServer, params: SessionParams) -> wire.ControlStatus:
+    _, service, control, sid = _target(ls, params, methods.CONTROL_GRANT)
+    return _status(await control.grant(sid))
+
+
+async def keep(ls: MevedelLanguageServer, params: SessionParams) -> wire.ControlStatus:
+    _, service, control, sid = _target(ls, params, methods.CONTROL_KEEP)
+    return _status(await control.keep(sid))
+
+
+async def status(ls: MevedelLanguageServer, params: SessionParams) -> wire.ControlStatus:
+    _, service, control, sid = _target(ls, params, methods.CONTROL_STATUS)
+    return _status(control.status(sid))
+
+
+HANDLERS = {
+    methods.CONTROL_TAKE: (wire.ControlTakeParams, take, methods.COMMAND_CONTROL_TAKE),
+    methods.CONTROL_RELEASE: (SessionParams, release, methods.COMMAND_CONTROL_RELEASE),
+    methods.CONTROL_GRANT: (SessionParams, grant, methods.COMMAND_CONTROL_GRANT),
+    methods.CONTROL_KEEP: (SessionParams, keep, methods.COMMAND_CONTROL_KEEP),
+    methods.CONTROL_STATUS: (SessionParams, status, None),
+}
+
+# What a person is told, per phase (didChange carries every phase).
+_WARNINGS = {"void", "failed"}
+_SHOWN = {"draining", "released", "kept", "requested", "granted", "acquired", "rejected", "void", "failed"}
+
+
+def _configure(ls: MevedelLanguageServer, control: SessionControl) -> None:
+    settings = ls.settings
+    control.configure(
+        prompt_timeout=settings.control_transfer.prompt_timeout_seconds,
+        fence_seconds=settings.control_transfer.fence_seconds,
+        watch=WatchCadence.from_settings(settings.session_watch),
+    )
+
+
+def _event(ls: MevedelLanguageServer, folder: Folder, control: SessionControl, event: ControlEvent) -> None:
+    params = wire.ControlDidChangeParams(
+        workspace_folder=folder.uri,
+        session_id=event.session_id,
+        role=event.role,
+        phase=event.phase,
+        message=event.message,
+        owner_host=event.owner_host,
+        requester_host=event.requester_host,
+        waiting_for=event.waiting_for,
+        deadline=event.deadline,
+    )
+    try:
+        ls.protocol.notify(methods.CONTROL_DID_CHANGE, converter.unstructure(params))
+        if event.phase in _SHOWN:
+            kind = types.MessageType.Warning if event.phase in _WARNINGS else types.MessageType.Info
+            ls.window_show_message(types.ShowMessageParams(type=kind, message=_sentence(event.message)))
+    except Exception:  # a notification that cannot be sent must not stop the transfer
+        _log.exception("could not send %s", methods.CONTROL_DID_CHANGE)
+    if event.role == "owner" and event.phase == "asking":
+        asyncio.get_running_loop().create_task(_ask(ls, control, event), name=f"ask grant {event.session_id}")
+
+
+def _sentence(message: str) -> str:
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+async def _ask(ls: MevedelLanguageServer, control: SessionControl, event: ControlEvent) -> None:
+    timeout = control.cadence.prompt_timeout
+    question = types.ShowMessageRequestParams(
+        type=types.MessageType.Info,
+        message=(
+            f"{event.requester_host or 'Another client'} asks for control of session {event.session_id}. "
+            f"Grant hands it over once the work in flight is saved; without an answer it is granted in {timeout} s."
+        ),
+        actions=[types.MessageActionItem(title=GRANT), types.MessageActionItem(title=KEEP)],
+    )
+    try:
+        answer = await ls.window_show_message_request_async(question)
+    except Exception as error:  # the client cannot ask: the timeout decides
+        _log.info("session %s: the grant question was not answered: %s", event.session_id, error)
+        return
+    title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
+    if control.status(event.session_id).phase != "asking":
+        return  # decided meanwhile (the timeout, or mevedel/control/grant|keep)
+    try:
+        if title == GRANT:
+            await control.grant(event.session_id)
+        elif title == KEEP:
+            await control.keep(event.session_id)
+    except ConversationError:
+        pass  # decided meanwhile
+    except Exception:
+        _log.exception("session %s: answering the transfer request failed", event.session_id)
+
+
+def register(ls: MevedelLanguageServer) -> None:
+    registry = _registry(ls)
+
+    def attach(folder: Folder, service: SessionService) -> None:
+        control = SessionControl(service)
+        _configure(ls, control)
+        control.on_event.append(lambda event: _event(ls, folder, control, event))
+        registry.controls[folder.root] = control
+        control.start()
+
+    registry.on_service.append(attach)
+    ls.on_settings_changed.append(lambda: [_configure(ls, c) for c in registry.controls.values()])
+    for method, (params_type, handler, command) in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, params_type, handler))
+        if command is not None:
+            ls.command(command)(_command_handler(command, params_type, handler))

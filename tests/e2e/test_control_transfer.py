@@ -1,0 +1,257 @@
+"""Control transfer between real server processes, each one standing for
+one machine's editor, on one workspace: request, grant by answer, grant by
+timeout, Keep, a drain that waits for the turn in flight, release, a
+takeover after the owner was killed with SIGKILL, and control passed back
+and forth. After every step the lease records on disk name at most one
+writer, at most one server says it may write, and every committed turn is
+still there."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
+from mevedel_server.store import LeaseStanding, observe_lease
+from mevedel_server.targets import LocalTarget
+
+from .conftest import SERVER, initialize_params, request
+
+#: Short enough for the prompt timeout and a killed owner's expiry to pass
+#: within a test; the poll cadences are the settings' own.
+SETTINGS = {
+    "leaseSeconds": 3,
+    "controlTransfer": {"promptTimeoutSeconds": 1, "fenceSeconds": 10},
+    "sessionWatch": {"idlePollSeconds": 1, "activePollSeconds": 0.2},
+}
+
+
+class Machine:
+    """One editor: a server process and the client talking to it."""
+
+    def __init__(self, name: str, client) -> None:
+        self.name = name
+        self.client = client
+        self.events: list[dict] = []
+        self.questions: list = []
+        #: How this machine's user answers the grant question ("Grant",
+        #: "Keep", or None: the question is dismissed).
+        self.answer: str | None = "Grant"
+        #: How it answers the expired-takeover question.
+        self.takeover = "Take over"
+        def changed(params: dict) -> None:
+            self.events.append(params)
+
+        def asked(params):
+            return self._asked(params)
+
+        client.feature(methods.CONTROL_DID_CHANGE)(changed)
+        client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(asked)
+
+    def _asked(self, params):
+        self.questions.append(params)
+        titles = [a.title for a in params.actions]
+        choice = self.takeover if "Take over" in titles else self.answer
+        return types.MessageActionItem(title=choice) if choice is not None else None
+
+    async def call(self, method: str, params: dict):
+        return await request(self.client, method, params)
+
+    async def refused(self, method: str, params: dict) -> dict:
+        with pytest.raises(JsonRpcException) as caught:
+            await self.call(method, params)
+        return {**caught.value.data, "message": caught.value.message}
+
+    def phases(self) -> list[str]:
+        return [e["phase"] for e in self.events]
+
+    async def writable(self, sid: str) -> bool:
+        rows = (await self.call(methods.SESSION_LIST, {}))["sessions"]
+        return any(r["sessionId"] == sid and r["action"] == "Switch" for r in rows)
+
+    async def settle_turn(self, sid: str, prompt: str) -> None:
+        await self.call(methods.TURN_BEGIN, {"sessionId": sid, "prompt": prompt})
+        await self.call(methods.TURN_APPEND, {"sessionId": sid, "kind": "response", "text": f"done: {prompt}"})
+        await self.call(methods.TURN_SETTLE, {"sessionId": sid})
+
+
+async def start(workspace: Path, name: str, started: list) -> Machine:
+    client = await SERVER.start()
+    started.append(client)
+    await client.initialize_session(initialize_params(workspace, **SETTINGS))
+    return Machine(name, client)
+
+
+@pytest.fixture
+async def machines(workspace):
+    started: list = []
+
+    async def make(name: str) -> Machine:
+        return await start(workspace, name, started)
+
+    yield make
+    for client in started:
+        if client._server.returncode is None:
+            try:
+                await asyncio.wait_for(client.shutdown_session(), 20)
+            except Exception:
+                client._server.kill()
+
+
+async def until(predicate, what: str, attempts: int = 600) -> None:
+    for _ in range(attempts):
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never saw {what}")
+
+
+async def one_writer(workspace: Path, sid: str, machines: list[Machine]) -> Machine | None:
+    """At most one writer: the lease head on disk, and what the servers
+    say. Returns the machine that writes, if any."""
+    observation = await observe_lease(LocalTarget(workspace), sid)
+    writers = [m for m in machines if await m.writable(sid)]
+    assert len(writers) <= 1, [m.name for m in writers]
+    if writers:
+        assert observation.standing is LeaseStanding.HELD
+    return writers[0] if writers else None
+
+
+async def turns_of(machine: Machine, sid: str) -> list[str]:
+    listed = await machine.call(methods.TURN_LIST, {"sessionId": sid})
+    return [t["prompt"] for t in listed["turns"]]
+
+
+async def owned(machine: Machine, prompt: str = "turn 1") -> str:
+    sid = (await machine.call(methods.SESSION_CREATE, {"name": "Shared"}))["sessionId"]
+    await machine.settle_turn(sid, prompt)
+    return sid
+
+
+async def hand_over(workspace, sid, owner: Machine, asker: Machine, everyone: list[Machine]) -> None:
+    """``asker`` takes control; ``owner`` grants by its answer."""
+    before = len(asker.events)
+    taken = await asker.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    assert taken["outcome"] == "requested" and taken["state"]["access"] == "read-only"
+    await until(lambda: "acquired" in asker.phases()[before:], f"{asker.name} acquiring")
+    assert await one_writer(workspace, sid, everyone) is asker
+
+
+async def test_request_granted_by_answer_back_and_forth(workspace, machines):
+    desk, laptop = await machines("desk"), await machines("laptop")
+    sid = await owned(desk)
+    await laptop.call(methods.SESSION_OPEN, {"sessionId": sid})
+    assert await one_writer(workspace, sid, [desk, laptop]) is desk
+    expected = ["turn 1"]
+    for round_ in range(2):
+        await hand_over(workspace, sid, desk, laptop, [desk, laptop])
+        assert desk.questions and "asks for control" in desk.questions[-1].message
+        assert [a.title for a in desk.questions[-1].actions] == ["Grant", "Keep"]
+        assert "released" in desk.phases()
+        assert await turns_of(laptop, sid) == expected  # reloaded before it became writable
+        expected.append(f"laptop {round_}")
+        await laptop.settle_turn(sid, expected[-1])
+        refused = await desk.refused(methods.TURN_BEGIN, {"sessionId": sid, "prompt": "not mine"})
+        assert refused["kind"] == "read-only"
+        await hand_over(workspace, sid, laptop, desk, [desk, laptop])
+        expected.append(f"desk {round_}")
+        await desk.settle_turn(sid, expected[-1])
+    assert await turns_of(desk, sid) == expected
+    assert await turns_of(laptop, sid) == expected
+
+
+async def test_keep_rejects_and_a_new_request_can_follow(workspace, machines):
+    desk, laptop = await machines("desk"), await machines("laptop")
+    sid = await owned(desk)
+    desk.answer = "Keep"
+    await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    await until(lambda: "rejected" in laptop.phases(), "the rejection reaching the requester")
+    assert "kept" in desk.phases()
+    status = await laptop.call(methods.CONTROL_STATUS, {"sessionId": sid})
+    assert status["role"] == "none"  # the pending state ended
+    assert await one_writer(workspace, sid, [desk, laptop]) is desk
+    await desk.settle_turn(sid, "turn 2")
+    desk.answer = "Grant"
+    await hand_over(workspace, sid, desk, laptop, [desk, laptop])
+    assert await turns_of(laptop, sid) == ["turn 1", "turn 2"]
+
+
+async def test_an_unanswered_request_is_granted_after_the_prompt_timeout(workspace, machines):
+    desk, laptop, tablet = await machines("desk"), await machines("laptop"), await machines("tablet")
+    sid = await owned(desk)
+    desk.answer = None  # the question is dismissed: nobody is at the desk
+    await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    # one request per transfer generation: the tablet must wait its turn
+    busy = await tablet.refused(methods.CONTROL_TAKE, {"sessionId": sid})
+    assert busy["kind"] == "conflict" and "already asked" in busy["message"]
+    await until(lambda: "acquired" in laptop.phases(), "the timeout grant")
+    assert desk.questions and "asking" in desk.phases() and "released" in desk.phases()
+    assert await one_writer(workspace, sid, [desk, laptop, tablet]) is laptop
+    await laptop.settle_turn(sid, "turn 2")
+    await hand_over(workspace, sid, laptop, tablet, [desk, laptop, tablet])
+    assert await turns_of(tablet, sid) == ["turn 1", "turn 2"]
+
+
+async def test_grant_drains_the_turn_in_flight_first(workspace, machines):
+    desk, laptop = await machines("desk"), await machines("laptop")
+    sid = await owned(desk)
+    await desk.call(methods.TURN_BEGIN, {"sessionId": sid, "prompt": "long turn"})
+    await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    await until(lambda: "draining" in desk.phases(), "the owner draining")
+    draining = next(e for e in desk.events if e["phase"] == "draining")
+    assert draining["waitingFor"] == "turn 2 to settle"
+    await until(lambda: "granted" in laptop.phases(), "the requester told it waits")
+    assert await one_writer(workspace, sid, [desk, laptop]) is desk
+    await desk.call(methods.TURN_APPEND, {"sessionId": sid, "kind": "response", "text": "finished"})
+    await desk.call(methods.TURN_SETTLE, {"sessionId": sid})
+    await until(lambda: "acquired" in laptop.phases(), "the hand-over after the drain")
+    assert await one_writer(workspace, sid, [desk, laptop]) is laptop
+    assert await turns_of(laptop, sid) == ["turn 1", "long turn"]
+
+
+async def test_release_leaves_the_owner_following(workspace, machines):
+    desk, laptop = await machines("desk"), await machines("laptop")
+    sid = await owned(desk)
+    released = await desk.call(methods.CONTROL_RELEASE, {"sessionId": sid})
+    assert released["committed"] and released["state"]["access"] == "read-only"
+    assert await one_writer(workspace, sid, [desk, laptop]) is None
+    taken = await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    assert taken["outcome"] == "acquired" and taken["state"]["access"] == "writable"
+    await laptop.settle_turn(sid, "turn 2")
+    assert await turns_of(desk, sid) == ["turn 1", "turn 2"]  # the old owner reads on
+    back = await desk.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    assert back["outcome"] == "requested"  # and may ask like anyone else
+    await until(lambda: "acquired" in desk.phases(), "control coming back")
+    assert await one_writer(workspace, sid, [desk, laptop]) is desk
+
+
+async def test_an_owner_killed_with_sigkill_is_taken_over_after_expiry(workspace, machines):
+    desk, laptop = await machines("desk"), await machines("laptop")
+    sid = await owned(desk)
+    await desk.settle_turn(sid, "turn 2")
+    await laptop.call(methods.SESSION_OPEN, {"sessionId": sid})
+    os.kill(desk.client._server.pid, signal.SIGKILL)
+    await desk.client._server.wait()
+    taken = await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    if taken["outcome"] == "requested":  # the lease had not expired yet
+        await until(lambda: "void" in laptop.phases(), "the requester noticing the owner's expiry")
+    for _ in range(200):
+        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
+            break
+        await asyncio.sleep(0.05)
+    laptop.takeover = "Cancel"
+    declined = await laptop.refused(methods.CONTROL_TAKE, {"sessionId": sid})
+    assert declined["kind"] == "takeover-declined"
+    laptop.takeover = "Take over"
+    taken = await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    assert taken["outcome"] == "took-over" and taken["state"]["access"] == "writable"
+    assert await one_writer(workspace, sid, [laptop]) is laptop
+    assert await turns_of(laptop, sid) == ["turn 1", "turn 2"]
+    await laptop.settle_turn(sid, "turn 3")
+    assert await turns_of(laptop, sid) == ["turn 1", "turn 2", "turn 3"]
