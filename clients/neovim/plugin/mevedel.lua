@@ -75,3 +75,52 @@ command('MevedelTurn', function(c)
   end
   sessions().show_turn(turn, here())
 end, { nargs = 1, desc = 'Show one turn of the mevedel session alone' })
+
+local function lifecycle()
+  return require('mevedel.lifecycle')
+end
+
+-- Rewind, Redo, Fork, Worktree Fork, Save As: what is not given is picked,
+-- the impact is shown, and only choosing the action commits.
+command('MevedelRewind', function(c)
+  local turn, boundary = c.fargs[1] and tonumber(c.fargs[1]), c.fargs[2]
+  if (c.fargs[1] and not turn) or (boundary and boundary ~= 'after' and boundary ~= 'before') then
+    require('mevedel').notify('usage: :MevedelRewind [TURN [after|before]]')
+    return
+  end
+  lifecycle().rewind(turn, boundary, here())
+end, { nargs = '*', desc = 'Rewind the mevedel session to after a response or before a prompt' })
+
+command('MevedelRedo', function()
+  lifecycle().redo(here())
+end, { nargs = 0, desc = 'Return the mevedel session to an earlier committed state' })
+
+command('MevedelFork', function(c)
+  local turn = c.args ~= '' and tonumber(c.args) or nil
+  if c.args ~= '' and not turn then
+    require('mevedel').notify('usage: :MevedelFork [TURN]')
+    return
+  end
+  lifecycle().fork(turn, here())
+end, { nargs = '?', desc = 'Fork the mevedel session after a response into a new session' })
+
+command('MevedelWorktreeFork', function(c)
+  local turn = c.fargs[1] and tonumber(c.fargs[1])
+  if c.fargs[1] and not turn then
+    require('mevedel').notify('usage: :MevedelWorktreeFork [TURN [NAME]]')
+    return
+  end
+  lifecycle().worktree_fork(turn, c.fargs[2], here())
+end, { nargs = '*', desc = 'Fork the mevedel session after a response into a new Git worktree' })
+
+command('MevedelSaveAs', function(c)
+  lifecycle().save_as(c.args, here())
+end, { nargs = '?', desc = 'Copy the mevedel session into a new session with a name' })
+
+command('MevedelRecoveryRetry', function()
+  lifecycle().retry_recovery(here())
+end, { nargs = 0, desc = "Finish or roll back the mevedel session's interrupted Rewind or Redo" })
+
+command('MevedelRecoveryAbandon', function()
+  lifecycle().abandon_recovery(here())
+end, { nargs = 0, desc = "Drop the mevedel session's recovery, leaving the files as they are" })

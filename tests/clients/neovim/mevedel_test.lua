@@ -526,6 +526,266 @@ test('sessions: refusals reach the user with the server wording', function()
   expect(#turns == 1 and turns[1].state == 'interrupted' and turns[1].reason == 'stopped by Neovim', 'turns %s', vim.inspect(turns))
 end)
 
+-- Rewind, Redo, Fork, Worktree Fork, Save As --------------------------------------
+
+local lifecycle = require('mevedel.lifecycle')
+local TRACKED = 'lifecycle.txt'
+
+local function write_file(path, text)
+  local handle = assert(io.open(path, 'wb'))
+  handle:write(text)
+  handle:close()
+end
+
+local function tracked()
+  return read_file(root .. '/' .. TRACKED)
+end
+
+local function edit_turn(session, prompt, content)
+  server_call('mevedel/turn/begin', { sessionId = session, prompt = prompt })
+  server_call('mevedel/turn/capture', { sessionId = session, path = TRACKED })
+  write_file(root .. '/' .. TRACKED, content)
+  server_call('mevedel/turn/append', { sessionId = session, kind = 'response', text = 'answer to ' .. prompt })
+  server_call('mevedel/turn/settle', { sessionId = session })
+end
+
+local function three_turns(name)
+  open_document()
+  local session = sessions.create(name).sessionId
+  for n = 1, 3 do
+    edit_turn(session, string.format('%s step %d', name, n), string.format('%s v%d\n', name, n))
+  end
+  return session
+end
+
+local function turn_count(session)
+  return #server_call('mevedel/turn/list', { sessionId = session }).turns
+end
+
+local function session_ids()
+  local ids = {}
+  for _, row in ipairs(server_call('mevedel/session/list').sessions) do
+    table.insert(ids, row.sessionId)
+  end
+  table.sort(ids)
+  return ids
+end
+
+local function impact_text()
+  return buffer_text(vim.fn.bufnr(lifecycle.impact_buffer_name))
+end
+
+-- Stands in for the user at every vim.ui.select: BY_KIND maps a select's
+-- kind to a Lua pattern its chosen line must match, or to a function of
+-- (items, formatted) returning the item.
+local function answering(by_kind)
+  answer_selects(function(items, opts, formatted, on_choice)
+    local answer = by_kind[opts.kind]
+    if answer == nil then
+      error(string.format('an unexpected %s question: %s %s', tostring(opts.kind), tostring(opts.prompt), vim.inspect(formatted)))
+    end
+    if type(answer) == 'function' then
+      return on_choice(answer(items, formatted))
+    end
+    for i, text in ipairs(formatted) do
+      if text:find(answer) then
+        return on_choice(items[i])
+      end
+    end
+    error(string.format('%s offers nothing matching %s: %s', tostring(opts.prompt), answer, vim.inspect(formatted)))
+  end)
+end
+
+local function selected(kind)
+  for i = #asked, 1, -1 do
+    if asked[i].kind == kind then
+      return asked[i]
+    end
+  end
+end
+
+test('lifecycle: rewind and redo show their impact; declining changes nothing, confirming changes the session', function()
+  local session = three_turns('Nvim rewind')
+  local transcript = vim.api.nvim_get_current_buf()
+  expect(vim.b.mevedel_session == session, 'the transcript of %s is not shown', session)
+  local done
+
+  -- Picked turn and boundary, then declined.
+  answering({ ['mevedel.turn'] = '^1  completed', ['mevedel.boundary'] = '^After the response of turn 1', ['mevedel.confirm'] = '^Cancel$' })
+  vim.cmd('MevedelRewind')
+  local impact = impact_text()
+  out('impact:\n' .. impact)
+  expect(vim.startswith(impact, string.format('Rewind %s to after the response of turn 1: 1 turn kept.\n', session)), 'impact %s', impact)
+  expect(impact:find('\nDiscards 2 prompts:\n  turn 2: Nvim rewind step 2\n  turn 3: Nvim rewind step 3\n', 1, true), 'impact %s', impact)
+  expect(impact:find('\n  lifecycle.txt (post-turn of turn 1: 15 bytes)\n', 1, true), 'impact %s', impact)
+  expect(impact:find('\nGit index will differ from the restored files:\n  lifecycle.txt', 1, true), 'impact %s', impact)
+  expect(vim.deep_equal(selected('mevedel.confirm').formatted, { 'Rewind', 'Cancel' }), 'confirm %s', vim.inspect(selected('mevedel.confirm')))
+  expect(selected('mevedel.confirm').prompt == lifecycle.last_impact.summary, 'the question is %s', selected('mevedel.confirm').prompt)
+  expect(turn_count(session) == 3 and tracked() == 'Nvim rewind v3\n', 'declining changed the session')
+  expect(notified('rewind cancelled; nothing changed'), 'no cancel notice')
+
+  -- Changed outside the session: named in the impact; confirmed.
+  write_file(root .. '/' .. TRACKED, 'edited outside\n')
+  answering({ ['mevedel.confirm'] = '^Rewind$' })
+  lifecycle.rewind(1, 'after', session, function(result)
+    done = result
+  end)
+  expect(impact_text():find('\nChanged outside the session since recorded (the commit overwrites them):\n  lifecycle.txt (recorded by turn 3)', 1, true), 'impact %s', impact_text())
+  expect(done and done.settledTurns == 1, 'rewound %s', vim.inspect(done))
+  expect(turn_count(session) == 1 and tracked() == 'Nvim rewind v1\n', 'the rewind did not change the session')
+  expect(notified(string.format('rewound %s: now 1 settled turn; wrote lifecycle.txt', session)), 'no rewound notice')
+  wait_for('the transcript to drop the rewound turns', function()
+    return not buffer_text(transcript):find('Nvim rewind step 2', 1, true)
+  end)
+
+  -- Nothing left to rewind: the impact says so.
+  answering({ ['mevedel.confirm'] = '^Cancel$' })
+  lifecycle.rewind(1, 'after', session)
+  expect(vim.deep_equal(lifecycle.last_impact.details, { 'Nothing changes.' }), 'impact %s', vim.inspect(lifecycle.last_impact))
+
+  -- Redo: the picker offers the replaced state; declined, then confirmed.
+  answering({ ['mevedel.redo'] = '^3 turns · ends at turn 3: Nvim rewind step 3$', ['mevedel.confirm'] = '^Cancel$' })
+  vim.cmd('MevedelRedo')
+  expect(impact_text():find('\nBrings back 2 turns:\n  turn 2: Nvim rewind step 2\n  turn 3: Nvim rewind step 3\n', 1, true), 'impact %s', impact_text())
+  expect(turn_count(session) == 1, 'declining the redo changed the session')
+  done = nil
+  answering({ ['mevedel.redo'] = '^3 turns', ['mevedel.confirm'] = '^Redo$' })
+  lifecycle.redo(session, function(result)
+    done = result
+  end)
+  expect(done and done.settledTurns == 3, 'redone %s', vim.inspect(done))
+  expect(turn_count(session) == 3 and tracked() == 'Nvim rewind v3\n', 'the redo did not bring the turns back')
+  wait_for('the transcript to show the redone turns', function()
+    return buffer_text(transcript):find('Nvim rewind step 3', 1, true) ~= nil
+  end)
+
+  -- The before boundary of the first prompt would empty the session.
+  answering({ ['mevedel.confirm'] = '^Cancel$' })
+  vim.cmd('MevedelRewind 1 before')
+  expect(vim.startswith(impact_text(), string.format('Rewind %s to before the prompt of turn 1: 0 turns kept.\n\nDiscards 3 prompts:', session)), 'impact %s', impact_text())
+  expect(turn_count(session) == 3, 'declining changed the session')
+end)
+
+test('lifecycle: a commit after the session moved is refused with the server wording', function()
+  local session = three_turns('Nvim moved')
+  notifications = {}
+  answering({
+    ['mevedel.confirm'] = function(items)
+      edit_turn(session, 'Nvim moved step 4', 'Nvim moved v4\n')
+      return items[1]
+    end,
+  })
+  lifecycle.rewind(1, 'before', session)
+  local refusal = notifications[#notifications] and tostring(notifications[#notifications].message) or ''
+  expect(refusal:find(session .. ': ', 1, true) and refusal:lower():find('prepare', 1, true), 'refusal %q', refusal)
+  expect(turn_count(session) == 4 and tracked() == 'Nvim moved v4\n', 'the stale commit changed the session')
+end)
+
+test('lifecycle: fork, worktree fork and save as create a session only when confirmed', function()
+  local session = three_turns('Nvim forked')
+  local before = session_ids()
+  answering({ ['mevedel.turn'] = '^2  completed', ['mevedel.confirm'] = '^Cancel$' })
+  vim.cmd('MevedelFork')
+  expect(vim.startswith(impact_text(), string.format('Fork %s after the response of turn 2 (Nvim forked step 2): a new session with 2 turns.', session)), 'impact %s', impact_text())
+  expect(vim.deep_equal(session_ids(), before), 'declining the fork created a session')
+
+  local forked
+  answering({ ['mevedel.confirm'] = '^Fork$' })
+  lifecycle.fork(2, session, function(result)
+    forked = result
+  end)
+  local child = forked and forked.session.sessionId
+  expect(child and child ~= session and forked.sourceId == session, 'forked %s', vim.inspect(forked))
+  expect(#session_ids() == #before + 1 and turn_count(child) == 2 and turn_count(session) == 3, 'the fork is not a new two-turn session')
+  expect(vim.b.mevedel_session == child and buffer_text():find('Nvim forked step 2', 1, true) and not buffer_text():find('Nvim forked step 3', 1, true), 'the child transcript is not shown: %s', buffer_text())
+
+  local worktree = root .. '/.worktrees/from-neovim'
+  -- From the source's transcript, the command acts on the source.
+  sessions.transcript(session)
+  answering({ ['mevedel.confirm'] = '^Cancel$' })
+  vim.cmd('MevedelWorktreeFork 2 from-neovim')
+  expect(impact_text():find('\nCreates the Git worktree %.worktrees/from%-neovim on the new branch %S+ at %x+ %(HEAD of %.%)'), 'impact %s', impact_text())
+  expect(vim.loop.fs_stat(worktree) == nil, 'declining created the worktree')
+  local made
+  answering({ ['mevedel.confirm'] = '^Create Worktree Fork$' })
+  lifecycle.worktree_fork(2, 'from-neovim', session, function(result)
+    made = result
+  end)
+  expect(made and made.worktree.directory == '.worktrees/from-neovim', 'made %s', vim.inspect(made))
+  expect(read_file(worktree .. '/' .. TRACKED) == 'Nvim forked v2\n' and tracked() == 'Nvim forked v3\n', 'the worktree does not hold the turn content')
+
+  local count = #session_ids()
+  answering({ ['mevedel.confirm'] = '^Cancel$' })
+  lifecycle.save_as('Nvim   copy', session)
+  expect(vim.startswith(impact_text(), string.format('Save %s as "Nvim copy": a new session with 3 turns.', session)), 'impact %s', impact_text())
+  expect(#session_ids() == count, 'declining save as created a session')
+  local saved
+  answering({ ['mevedel.confirm'] = '^Save As$' })
+  lifecycle.save_as('Nvim copy', session, function(result)
+    saved = result
+  end)
+  local row = saved and listed(saved.session.sessionId)
+  expect(row and row.displayName == 'Nvim copy' and row.turns == 3 and #session_ids() == count + 1, 'saved %s', vim.inspect(row))
+end)
+
+local recovery_retry = vim.env.MEVEDEL_TEST_RECOVERY_RETRY
+local recovery_retry_file = vim.env.MEVEDEL_TEST_RECOVERY_RETRY_FILE
+local recovery_abandon = vim.env.MEVEDEL_TEST_RECOVERY_ABANDON
+
+test('lifecycle: a session in recovery is announced, refuses a rewind and offers retry or abandon', function()
+  open_document()
+  notifications = {}
+  local opened
+  answering({ ['mevedel.recovery'] = '^Leave it$' })
+  sessions.open(recovery_retry, 'resume', function(result)
+    opened = result
+  end)
+  wait_for('the session in recovery to open', function()
+    return opened ~= nil
+  end)
+  expect(selected('mevedel.recovery').prompt:find('is in recovery', 1, true), 'asked %s', vim.inspect(asked))
+  expect(notified(recovery_retry .. ' stays in recovery'), 'no stays-in-recovery notice')
+
+  notifications = {}
+  answering({ ['mevedel.recovery'] = '^Retry$' })
+  lifecycle.rewind(1, 'after', recovery_retry)
+  expect(notified('retry or abandon'), 'the refusal %s', vim.inspect(notifications))
+  expect(notified('the files have their content from before the interrupted transaction'), 'no retry notice %s', vim.inspect(notifications))
+  expect(read_file(root .. '/' .. recovery_retry_file) == 'Crashed retry v2\n', 'retry left %q', read_file(root .. '/' .. recovery_retry_file))
+  local rewound
+  answering({ ['mevedel.confirm'] = '^Rewind$' })
+  lifecycle.rewind(1, 'after', recovery_retry, function(result)
+    rewound = result
+  end)
+  expect(rewound and rewound.settledTurns == 1, 'rewound %s', vim.inspect(rewound))
+
+  opened = nil
+  answering({ ['mevedel.recovery'] = '^Leave it$' })
+  sessions.open(recovery_abandon, 'resume', function(result)
+    opened = result
+  end)
+  wait_for('the other session in recovery to open', function()
+    return opened ~= nil
+  end)
+  local abandoned
+  answering({ ['mevedel.confirm'] = '^Cancel$' })
+  lifecycle.abandon_recovery(recovery_abandon, function(result)
+    abandoned = result
+  end)
+  expect(abandoned == nil, 'declining abandoned the recovery')
+  answering({ ['mevedel.confirm'] = '^Abandon$' })
+  lifecycle.abandon_recovery(recovery_abandon, function(result)
+    abandoned = result
+  end)
+  expect(abandoned and abandoned.resolution == 'abandoned', 'abandoned %s', vim.inspect(abandoned))
+  local forked
+  answering({ ['mevedel.confirm'] = '^Fork$' })
+  lifecycle.fork(1, recovery_abandon, function(result)
+    forked = result
+  end)
+  expect(forked and forked.sourceId == recovery_abandon, 'after abandoning, the fork %s', vim.inspect(forked))
+end)
+
 vim.ui.select = real_select
 
 out(string.format('%d tests, %d failed', ran, failures))

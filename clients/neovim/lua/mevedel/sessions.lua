@@ -145,6 +145,13 @@ local function opened(client, result, on_opened)
   end
   mevedel.notify(message, levels.INFO)
   M.transcript(state.sessionId, client)
+  if present(state.recoveryPending) then
+    require('mevedel.lifecycle').offer_recovery(
+      client,
+      state.sessionId,
+      string.format('%s is in recovery %s: an interrupted Rewind or Redo left project files to repair', state.sessionId, state.recoveryPending)
+    )
+  end
   if on_opened then
     on_opened(result)
   end
