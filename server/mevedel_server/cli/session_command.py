@@ -19,6 +19,8 @@ from .session_client import add_common, add_session_option, held_session, emit, 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("session", help="list, create, open and manage durable sessions")
     commands = parser.add_subparsers(title="session commands", metavar="SUBCOMMAND", required=True)
+    # Other modules add session subcommands too (control_command).
+    parser.session_commands = commands  # type: ignore[attr-defined]
 
     listing = commands.add_parser("list", help="every session of the workspace and what opening it does")
     add_common(listing)

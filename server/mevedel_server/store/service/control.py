@@ -516,6 +516,13 @@ class SessionControl:
         if box.decision is not None:
             if box.decision.verdict is TransferVerdict.KEEP:
                 await lease.open_next_transfer_generation()
+                return
+            # Granted by an earlier process of this client (a CLI command):
+            # the hand-over still owes its drain and release.
+            owning = _Owning(request, 0, phase="draining")
+            self._owning[session_id] = owning
+            session.handing_over = request.requester_host or "another client"
+            await self._drain(session_id)
             return
         seen = await read_target_clock(self.service.target, session.paths.lease_dir)
         owning = _Owning(request, seen + self.cadence.prompt_timeout)

@@ -1,0 +1,132 @@
+"""``mevedel session take-control|release-control|grant-control|keep-control``.
+
+The CLI side of control transfer (:mod:`..store.service.control`), with the
+CLI's one-client-per-user model (:mod:`.session_client`):
+
+- ``take-control ID``: a free, released or own lease is acquired; an
+  expired foreign one only with ``--confirm-takeover``; a held one is
+  requested, and the command waits (``--wait SECONDS``, default 120) for the
+  owner's answer and, after a grant, for its release, then acquires the
+  session. Run it again to keep waiting: the request is the same one.
+- ``release-control``: save, publish and release the session this client
+  holds.
+- ``grant-control`` / ``keep-control``: answer the request waiting for this
+  client's session. A CLI owner is asked by nobody and polls nothing
+  between commands, so a request to it is answered only by these; a grant
+  hands over at once unless a turn is in flight (settle or abort it, then
+  grant again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from ..store.service import SessionService
+from ..store.service.control import ControlEvent, SessionControl
+from .session_client import CommandError, add_common, add_session_option, emit, held_session, refuse, run_command
+from .session_command import info_data, info_line
+
+DEFAULT_WAIT_SECONDS = 120.0
+#: How often a waiting take-control looks at the decision and the lease.
+POLL_SECONDS = 0.25
+_ENDS = {"acquired": None, "rejected": "rejected", "void": "conflict", "failed": "unreadable"}
+
+
+def register(subparsers: Any) -> None:
+    commands = subparsers.choices["session"].session_commands
+
+    take = commands.add_parser(
+        "take-control",
+        help="write this session here: acquire a free lease, or ask its owner for it",
+    )
+    take.add_argument("session_id", metavar="ID")
+    take.add_argument("--confirm-takeover", action="store_true", help="take over a lease whose holder let it expire")
+    take.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_WAIT_SECONDS,
+        help=f"how long to wait for the owner's answer and release (default {DEFAULT_WAIT_SECONDS:g}; 0: ask and return)",
+    )
+    add_common(take)
+    take.set_defaults(run=run_take)
+
+    release = commands.add_parser("release-control", help="save, publish and release the session this client holds")
+    add_session_option(release)
+    add_common(release)
+    release.set_defaults(run=run_release)
+
+    for name, verb in (("grant-control", "grant"), ("keep-control", "keep")):
+        answer = commands.add_parser(name, help=f"{verb} the request for control of the session this client holds")
+        add_session_option(answer)
+        add_common(answer)
+        answer.set_defaults(run=run_answer, verb=verb)
+
+
+def run_take(arguments: argparse.Namespace) -> int:
+    if not arguments.wait >= 0:  # also refuses nan
+        return refuse(arguments, "invalid-params", f"--wait {arguments.wait:g}: must be 0 or more seconds")
+
+    async def body(service: SessionService) -> None:
+        control = SessionControl(service)
+        events: list[ControlEvent] = []
+        control.on_event.append(events.append)
+        taken = await control.take(arguments.session_id, confirm_takeover=arguments.confirm_takeover)
+        if taken.outcome != "requested":
+            emit(arguments, info_data(taken.info) | {"outcome": taken.outcome}, [f"{taken.outcome}: {info_line(taken.info)}"])
+            return
+        deadline = time.monotonic() + arguments.wait
+        while True:
+            ended = next((e for e in events if e.phase in _ENDS), None)
+            if ended is not None:
+                break
+            if time.monotonic() >= deadline:
+                raise CommandError(
+                    "conflict",
+                    f"{taken.owner_host or 'the owner'} has not handed session {arguments.session_id} over yet; "
+                    "run take-control again to keep waiting",
+                )
+            await asyncio.sleep(POLL_SECONDS)
+            await control.poll()
+        kind = _ENDS[ended.phase]
+        if kind is not None:
+            raise CommandError(kind, ended.message)
+        info = service.info(arguments.session_id)
+        emit(arguments, info_data(info) | {"outcome": "acquired"}, [f"acquired: {info_line(info)}"])
+
+    return run_command(arguments, body)
+
+
+def run_release(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        result, info = await SessionControl(service).release(sid)
+        committed = bool(result and result.committed)
+        emit(arguments, info_data(info) | {"saved": committed}, [f"released: {info_line(info)}"])
+
+    return run_command(arguments, body)
+
+
+def run_answer(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        control = SessionControl(service)
+        await control.poll()  # finds the request addressed to this client
+        status = control.status(sid)
+        if status.phase == "draining":  # granted by an earlier command
+            raise CommandError("conflict", f"session {sid} is already granted; it waits for {status.waiting_for}")
+        status = await (control.grant(sid) if arguments.verb == "grant" else control.keep(sid))
+        if status.phase == "draining":
+            line = f"granted; the hand-over waits for {status.waiting_for} (then run grant-control again)"
+        elif arguments.verb == "grant":
+            line = f"granted: session {sid} is handed over"
+        else:
+            line = f"kept control of session {sid}"
+        emit(arguments, {"session_id": sid, "verb": arguments.verb, "phase": status.phase, "waiting_for": status.waiting_for}, [line])
+
+    return run_command(arguments, body)

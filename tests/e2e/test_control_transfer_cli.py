@@ -1,0 +1,69 @@
+"""Control transfer between a real server process and the ``mevedel`` CLI
+(another process, its own client) on one workspace: the CLI asks a server's
+user and acquires after the grant; a server asks the CLI, which answers
+with keep-control and then grant-control; refusals carry their kinds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from mevedel_protocol import methods
+
+from .test_control_transfer import Machine, machines, one_writer, owned, turns_of, until  # noqa: F401
+
+
+async def cli(workspace: Path, state: Path, *args: str) -> tuple[int, dict]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mevedel_server.cli", *args, "--json",
+        cwd=workspace,
+        env={**os.environ, "XDG_STATE_HOME": str(state)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert b"Traceback" not in err, err.decode()
+    return process.returncode, json.loads(out)
+
+
+async def test_the_cli_asks_a_server_and_acquires_after_the_grant(workspace, machines, tmp_path):
+    desk = await machines("desk")
+    sid = await owned(desk)
+    status, taken = await cli(workspace, tmp_path, "session", "take-control", sid)
+    assert status == 0 and taken["outcome"] == "acquired" and taken["access"] == "writable"
+    assert desk.questions and "released" in desk.phases()
+    assert await one_writer(workspace, sid, [desk]) is None  # the CLI holds it now
+    status, _ = await cli(workspace, tmp_path, "turn", "begin", "--session", sid, "from the cli")
+    assert status == 0
+    status, _ = await cli(workspace, tmp_path, "turn", "settle", "--session", sid)
+    assert status == 0
+    status, released = await cli(workspace, tmp_path, "session", "release-control", "--session", sid)
+    assert status == 0 and released["access"] == "read-only"
+    taken = await desk.call(methods.CONTROL_TAKE, {"sessionId": sid})
+    assert taken["outcome"] == "acquired"
+    assert await turns_of(desk, sid) == ["turn 1", "from the cli"]
+
+
+async def test_a_server_asks_the_cli_which_keeps_then_grants(workspace, machines, tmp_path):
+    status, created = await cli(workspace, tmp_path, "session", "create", "--prompt", "cli turn")
+    sid = created["session_id"]
+    status, _ = await cli(workspace, tmp_path, "turn", "settle", "--session", sid)
+    assert status == 0
+    laptop = await machines("laptop")
+    assert (await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid}))["outcome"] == "requested"
+    status, kept = await cli(workspace, tmp_path, "session", "keep-control", "--session", sid)
+    assert status == 0 and kept["verb"] == "keep"
+    await until(lambda: "rejected" in laptop.phases(), "the rejection")
+    status, refused = await cli(workspace, tmp_path, "session", "grant-control", "--session", sid)
+    assert status == 1 and refused["error"]["kind"] == "conflict"  # nothing waits for an answer now
+    assert (await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid}))["outcome"] == "requested"
+    status, granted = await cli(workspace, tmp_path, "session", "grant-control", "--session", sid)
+    assert status == 0 and granted["phase"] == "idle"
+    await until(lambda: "acquired" in laptop.phases(), "the server acquiring")
+    assert await one_writer(workspace, sid, [laptop]) is laptop
+    assert await turns_of(laptop, sid) == ["cli turn"]
+    status, refused = await cli(workspace, tmp_path, "session", "take-control", sid, "--wait", "-1")
+    assert status == 1 and refused["error"]["kind"] == "invalid-params"
