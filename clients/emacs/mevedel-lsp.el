@@ -93,6 +93,10 @@ changes through Customize or `mevedel-lsp-send-settings'.  Keys:
   :completionLimit   the most completions offered at once (default 200)
   :currentSession    a session id, or a plist of folder URI -> session id
   :diagnostics       (:unknownSchemes \"near-miss\"|\"all\"|\"off\")
+  :followPublished   t or :json-false: joined sessions follow the owner
+  :sessionWatch      (:idlePollSeconds N :activePollSeconds N :debounceMs N)
+  :leaseSeconds      seconds a session lease lasts unrenewed (default 60)
+  :controlTransfer   (:promptTimeoutSeconds N :fenceSeconds N)
 
 A key left out means the server's default.  A \"mevedel\" section in
 `eglot-workspace-configuration' (for example in .dir-locals.el) takes
@@ -145,7 +149,8 @@ precedence over this variable for its project."
                           (seq-filter #'consp configuration)))))))
 
 (defconst mevedel-lsp--setting-keys
-  '(:memoryRoots :skillRoots :completionLimit :currentSession :diagnostics)
+  '(:memoryRoots :skillRoots :completionLimit :currentSession :diagnostics
+    :followPublished :sessionWatch :leaseSeconds :controlTransfer)
   "The server's settings.  The server keeps a setting a message leaves out,
 so every one is sent, nil (JSON null) meaning the server's default.")
 

@@ -10,6 +10,13 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['completionLimit', ['completionLimit']],
   ['currentSession', ['currentSession']],
   ['diagnostics.unknownSchemes', ['diagnostics', 'unknownSchemes']],
+  ['followPublished', ['followPublished']],
+  ['sessionWatch.idlePollSeconds', ['sessionWatch', 'idlePollSeconds']],
+  ['sessionWatch.activePollSeconds', ['sessionWatch', 'activePollSeconds']],
+  ['sessionWatch.debounceMs', ['sessionWatch', 'debounceMs']],
+  ['leaseSeconds', ['leaseSeconds']],
+  ['controlTransfer.promptTimeoutSeconds', ['controlTransfer', 'promptTimeoutSeconds']],
+  ['controlTransfer.fenceSeconds', ['controlTransfer', 'fenceSeconds']],
 ];
 
 export type Lookup = (key: string) => unknown;

@@ -44,9 +44,19 @@ M.notify = notify
 
 -- The server keeps any setting a message leaves out, so every one is sent,
 -- vim.NIL (JSON null) meaning "the server's default".
-local SETTING_KEYS = { 'memoryRoots', 'skillRoots', 'completionLimit', 'currentSession', 'diagnostics' }
+local SETTING_KEYS = {
+  'memoryRoots',
+  'skillRoots',
+  'completionLimit',
+  'currentSession',
+  'diagnostics',
+  'followPublished',
+  'sessionWatch',
+  'leaseSeconds',
+  'controlTransfer',
+}
 -- vim.json encodes an empty Lua table as an array; these are objects.
-local OBJECT_KEYS = { diagnostics = true, currentSession = true }
+local OBJECT_KEYS = { diagnostics = true, currentSession = true, sessionWatch = true, controlTransfer = true }
 
 local function settings_object(settings)
   local copy = vim.deepcopy(settings or {})
