@@ -14,7 +14,8 @@ from mevedel_server.store.errors import LeaseHeld
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
 from mevedel_server.store.service.errors import SessionReadOnly, TransferDraining
-from mevedel_server.targets import LocalTarget
+from mevedel_server.targets import LocalTarget, ProgramTarget, Read
+from mevedel_server.targets.errors import TargetOperationError
 
 
 def client(root, name: str, host: str, lease_seconds: int = 60) -> tuple[SessionService, SessionControl, list]:
@@ -150,3 +151,39 @@ async def test_an_expired_foreign_lease_is_taken_only_with_confirmation(tmp_path
         await asker_ctl.take(sid)
     taken = await asker_ctl.take(sid, confirm_takeover=True)
     assert taken.outcome == "took-over" and taken.info.settled_turns == 1
+
+
+class FailingReads(ProgramTarget):
+    """The requester's view of the workspace, whose published bytes can be
+    made unreadable (a connection that fails mid-refresh)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.failing = False
+
+    async def run(self, program):
+        if self.failing and any(isinstance(op, Read) and "/.publications/" in op.path for op in program.operations):
+            raise TargetOperationError("published bytes", "the read failed (simulated)")
+        return await self.inner.run(program)
+
+
+async def test_a_failed_refresh_leaves_the_requester_read_only_without_the_lease(tmp_path):
+    (owner, owner_ctl, owner_events), sid = await owned_session(tmp_path)
+    target = FailingReads(LocalTarget(tmp_path))
+    asker = SessionService(target, ClientIdentity("laptop-client", "laptop"))
+    asker_ctl = SessionControl(asker)
+    asker_events: list = []
+    asker_ctl.on_event.append(asker_events.append)
+    await asker_ctl.take(sid)
+    await owner_ctl.poll()
+    await owner_ctl.grant(sid)
+    assert phases(owner_events)[-1] == "released"
+    target.failing = True
+    await asker_ctl.poll()
+    assert phases(asker_events)[-1] == "failed" and "the read failed" in asker_events[-1].message
+    assert asker.info(sid).access.value == "read-only"  # still open, following
+    head = (await observe_lease(LocalTarget(tmp_path), sid)).record
+    assert head.client_id != "laptop-client" or head.state.value == "released"
+    target.failing = False
+    retried = await asker_ctl.take(sid)  # the fence still reserves it for this client
+    assert retried.outcome == "acquired" and retried.info.settled_turns == 1

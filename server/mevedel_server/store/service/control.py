@@ -285,15 +285,14 @@ class SessionControl:
         """Open writable; a session that was open read-only here stays open
         read-only when that fails."""
         service = self.service
-        was_following = service.is_open(session_id)
+        # The read-only copy stays in place until the writable one is
+        # complete, so a failed acquisition or reload leaves it as it was.
+        following = service._sessions.get(session_id) if service.is_open(session_id) else None
         try:
             opened = await service.open(session_id, mode, confirm_takeover=confirm_takeover)
         except BaseException:
-            if was_following and not service.is_open(session_id):
-                try:
-                    await service.open(session_id, OpenMode.JOIN)
-                except (StoreError, TargetError) as error:
-                    _log.warning("session %s: could not follow it again: %s", session_id, error)
+            if following is not None and not service.is_open(session_id):
+                service._sessions[session_id] = following
             raise
         session = service.session(session_id)
         if session.lease is not None:
