@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import control, lifecycle, methods, session
+from . import control, follow, lifecycle, methods, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -69,12 +69,15 @@ REQUESTS: dict[str, Message] = {
     methods.CONTROL_GRANT: Message(session.SessionParams, control.ControlStatus),
     methods.CONTROL_KEEP: Message(session.SessionParams, control.ControlStatus),
     methods.CONTROL_STATUS: Message(session.SessionParams, control.ControlStatus),
+    methods.SESSION_SET_FOLLOW: Message(follow.SetFollowParams, follow.FollowState),
+    methods.SESSION_REFRESH: Message(session.SessionParams, follow.SessionRefreshResult),
 }
 
 #: Server -> client notifications (``mevedel/<area>/did<Event>``).
 NOTIFICATIONS: dict[str, Message] = {
     methods.SESSION_DID_CHANGE: Message(session.SessionDidChangeParams, None),
     methods.CONTROL_DID_CHANGE: Message(control.ControlDidChangeParams, None),
+    methods.SESSION_DID_PUBLISH: Message(follow.SessionDidPublishParams, None),
 }
 
 #: ``workspace/executeCommand`` command -> the request it runs.
@@ -103,6 +106,8 @@ COMMANDS: dict[str, str] = {
     methods.COMMAND_CONTROL_RELEASE: methods.CONTROL_RELEASE,
     methods.COMMAND_CONTROL_GRANT: methods.CONTROL_GRANT,
     methods.COMMAND_CONTROL_KEEP: methods.CONTROL_KEEP,
+    methods.COMMAND_SESSION_SET_FOLLOW: methods.SESSION_SET_FOLLOW,
+    methods.COMMAND_SESSION_REFRESH: methods.SESSION_REFRESH,
 }
 
 #: Types that are not a message body but that clients exchange too.

@@ -46,10 +46,13 @@ CONTROL_RELEASE = "mevedel/control/release"
 CONTROL_GRANT = "mevedel/control/grant"
 CONTROL_KEEP = "mevedel/control/keep"
 CONTROL_STATUS = "mevedel/control/status"
+SESSION_SET_FOLLOW = "mevedel/session/setFollow"
+SESSION_REFRESH = "mevedel/session/refresh"
 
 #: Server -> client notifications.
 SESSION_DID_CHANGE = "mevedel/session/didChange"
 CONTROL_DID_CHANGE = "mevedel/control/didChange"
+SESSION_DID_PUBLISH = "mevedel/session/didPublish"
 
 #: ``workspace/executeCommand`` names; each takes exactly one argument, the
 #: params object of the request it runs (see ``catalog.COMMANDS``).
@@ -77,6 +80,8 @@ COMMAND_CONTROL_TAKE = "mevedel.control.take"
 COMMAND_CONTROL_RELEASE = "mevedel.control.release"
 COMMAND_CONTROL_GRANT = "mevedel.control.grant"
 COMMAND_CONTROL_KEEP = "mevedel.control.keep"
+COMMAND_SESSION_SET_FOLLOW = "mevedel.session.setFollow"
+COMMAND_SESSION_REFRESH = "mevedel.session.refresh"
 
 #: The scheme of read-only virtual documents (see docs/protocol.md).
 VIRTUAL_SCHEME = "mevedel-resource"

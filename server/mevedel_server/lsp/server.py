@@ -79,9 +79,9 @@ class MevedelLanguageServer(LanguageServer):
 
 def build_server() -> MevedelLanguageServer:
     """A server with every feature registered."""
-    from . import completion, configuration, control, definition, diagnostics, hover, lifecycle, resources, sessions
+    from . import completion, configuration, control, definition, diagnostics, follow, hover, lifecycle, resources, sessions
 
     ls = MevedelLanguageServer()
-    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control):
+    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control, follow):
         feature.register(ls)
     return ls

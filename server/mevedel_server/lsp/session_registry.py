@@ -43,6 +43,10 @@ class SessionRegistry:
         self.on_service: list[Callable[[Folder, SessionService], None]] = []
         #: Each folder's control transfer (``lsp/control.py`` attaches it).
         self.controls: dict[Path, SessionControl] = {}
+        from .follow import FollowManager  # it serves requests through .sessions, which imports this module
+
+        #: Session watchers and the following of read-only sessions.
+        self.follow = FollowManager(ls)
 
     def service(self, folder: Folder) -> SessionService:
         known = self._services.get(folder.root)
@@ -54,6 +58,7 @@ class SessionRegistry:
             raise failure("unavailable", folder.uri, f"the workspace folder cannot hold sessions: {error.reason}") from None
         service = SessionService(target, self.client, lease_seconds=self.ls.settings.lease_seconds)
         service.on_change.append(lambda change: self._changed(folder, change))
+        self.follow.attach(folder, service)
         self._services[folder.root] = (folder, service)
         for attach in self.on_service:
             attach(folder, service)
@@ -92,6 +97,7 @@ class SessionRegistry:
             await control.stop()
         for _folder, service in list(self._services.values()):
             await service.close_all()
+        await self.follow.stop_all()
 
     def _changed(self, folder: Folder, change: SessionChange) -> None:
         if change.reason == "closed":
