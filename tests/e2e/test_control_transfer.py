@@ -115,12 +115,44 @@ async def until(predicate, what: str, attempts: int = 600) -> None:
 async def one_writer(workspace: Path, sid: str, machines: list[Machine]) -> Machine | None:
     """At most one writer: the lease head on disk, and what the servers
     say. Returns the machine that writes, if any."""
-    observation = await observe_lease(LocalTarget(workspace), sid)
+    # The servers are asked one after another, so control may move between
+    # two answers: an earlier writer that is still writable after a later
+    # one said so was writing at the same time as it.
     writers = [m for m in machines if await m.writable(sid)]
-    assert len(writers) <= 1, [m.name for m in writers]
-    if writers:
-        assert observation.standing is LeaseStanding.HELD
-    return writers[0] if writers else None
+    if len(writers) > 1:
+        both = [m.name for m in writers[:-1] if await m.writable(sid)] + [writers[-1].name]
+        assert len(both) == 1, f"two writers at once: {both}"
+        writers = writers[-1:]
+    if not writers:
+        return None
+    observation = await observe_lease(LocalTarget(workspace), sid)
+    if await writers[0].writable(sid):
+        assert observation.standing is LeaseStanding.HELD, observation
+    return writers[0]
+
+
+class WriterWatch:
+    """Samples :func:`one_writer` continuously while control moves, so a
+    moment with two writers between the steps would be caught too."""
+
+    def __init__(self, workspace: Path, sid: str, machines: list[Machine]) -> None:
+        self.samples = 0
+        self._task = asyncio.get_running_loop().create_task(self._run(workspace, sid, machines))
+
+    async def _run(self, workspace, sid, machines) -> None:
+        while True:
+            await one_writer(workspace, sid, machines)
+            self.samples += 1
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._task.done():
+            self._task.result()  # an assertion inside is the test's failure
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
 
 
 async def turns_of(machine: Machine, sid: str) -> list[str]:
@@ -148,6 +180,10 @@ async def test_request_granted_by_answer_back_and_forth(workspace, machines):
     sid = await owned(desk)
     await laptop.call(methods.SESSION_OPEN, {"sessionId": sid})
     assert await one_writer(workspace, sid, [desk, laptop]) is desk
+    mailbox = workspace / ".mevedel" / "sessions" / sid / ".lease" / "requests"
+    await asyncio.sleep(1.5)  # both servers have watched and polled the session
+    assert not mailbox.exists()  # reads never create the transfer mailbox
+    watch = WriterWatch(workspace, sid, [desk, laptop])
     expected = ["turn 1"]
     for round_ in range(2):
         await hand_over(workspace, sid, desk, laptop, [desk, laptop])
@@ -162,6 +198,8 @@ async def test_request_granted_by_answer_back_and_forth(workspace, machines):
         await hand_over(workspace, sid, laptop, desk, [desk, laptop])
         expected.append(f"desk {round_}")
         await desk.settle_turn(sid, expected[-1])
+    await watch.stop()
+    assert watch.samples > 0
     assert await turns_of(desk, sid) == expected
     assert await turns_of(laptop, sid) == expected
 

@@ -75,7 +75,11 @@ async def test_grant_drains_the_turn_in_flight_then_hands_over(tmp_path):
     assert owner_events[-1].waiting_for == "turn 2 to settle"
     await asker_ctl.poll()
     assert phases(asker_events) == ["requested", "granted"]
-    await owner.settle(sid)  # the turn in flight may finish ...
+    with pytest.raises(TransferDraining):
+        await owner.rename(sid, "Renamed while draining")  # no new mutation ...
+    await owner.append(sid, EvidenceInput("response", text="more of the turn"))
+    await owner.checkpoint(sid)
+    await owner.settle(sid)  # ... but the turn in flight may finish
     with pytest.raises(TransferDraining, match="being handed to laptop"):
         await owner.begin_turn(sid, "third")  # ... new work may not start
     await owner_ctl.poll()

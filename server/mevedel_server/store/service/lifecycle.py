@@ -33,10 +33,12 @@ class SessionLifecycle:
 
     # Recovery gate ------------------------------------------------------------
 
-    async def _gated(self, session_id: str, action: str) -> OpenSession:
-        """The open, mutable session, refused while a recovery is pending."""
+    async def _gated(self, session_id: str, action: str, *, turn_work: bool = False) -> OpenSession:
+        """The open, mutable session, refused while a recovery is pending
+        (and, while a hand-over drains it, unless ``turn_work`` for the turn
+        in flight)."""
         session = self._mutable(session_id, action)
-        session.require_admission()
+        session.require_admission(turn_work=turn_work)
         await self._require_no_recovery(session)
         return session
 

@@ -143,11 +143,15 @@ class OpenSession:
         if self.pending is not None:
             raise PublicationPending(self.session_id, self.pending.reason)
 
-    def require_admission(self) -> None:
-        """New work may start: while a granted transfer drains the session,
-        only the turn in flight goes on (its records, settlement and saves)."""
-        if self.handing_over is not None and self.conversation.open_turn is None:
-            raise TransferDraining(self.session_id, self.handing_over)
+    def require_admission(self, *, turn_work: bool = False) -> None:
+        """New work may start. While a granted transfer drains the session
+        only the turn in flight goes on (``turn_work``: its settlement and
+        checkpoints; its records are appended without this gate)."""
+        if self.handing_over is None:
+            return
+        if turn_work and self.conversation.open_turn is not None:
+            return
+        raise TransferDraining(self.session_id, self.handing_over)
 
     def hand_over(self, why: str, holder_host: str | None) -> None:
         """The lease was released (to a requester, or by the user): keep the

@@ -451,7 +451,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
     async def settle(self, session_id: str, outcome: Outcome | str = Outcome.COMPLETED, *, reason: str | None = None) -> SaveResult:
         """End the turn in flight and save: one publication. The post-turn
         content of every captured file is read from the workspace."""
-        session = await self._gated(session_id, "settle a turn")
+        session = await self._gated(session_id, "settle a turn", turn_work=True)
         outcome = _outcome(outcome)
         _require_turn(session, "settle a turn")
         current = await self._post_turn_content(session)
@@ -467,7 +467,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
 
     async def checkpoint(self, session_id: str) -> SaveResult:
         """Save the unfinished turn in flight without settling it."""
-        session = await self._gated(session_id, "checkpoint a turn")
+        session = await self._gated(session_id, "checkpoint a turn", turn_work=True)
         result = await session.save(session.conversation.checkpoint())
         if result.committed:
             self._changed(session, "checkpoint")
