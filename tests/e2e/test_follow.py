@@ -7,12 +7,16 @@ holding uncommitted changes is never advanced."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import pytest
 from lsprotocol import types
 
 from mevedel_protocol import methods
+from mevedel_server.store import LeaseStanding, observe_lease
+from mevedel_server.targets import LocalTarget
 from .conftest import SERVER, initialize_params, request
 
 
@@ -195,3 +199,71 @@ async def _failure(client, method: str, params) -> dict:
     with pytest.raises(JsonRpcException) as caught:
         await request(client, method, params)
     return caught.value.data
+
+
+async def test_releasing_control_leaves_the_old_owner_following(client, workspace):
+    sid = (await request(client, methods.SESSION_CREATE, {}))["sessionId"]
+    await settle_turn(client, "first")
+    other = await start_server(workspace)
+    try:
+        published = collect(client, methods.SESSION_DID_PUBLISH)
+        await joined(other, sid)
+        released = await request(client, methods.CONTROL_RELEASE, {"sessionId": sid})
+        assert released["state"]["access"] == "read-only"
+        taken = await request(other, methods.CONTROL_TAKE, {"sessionId": sid})
+        assert taken["outcome"] == "acquired"
+        await settle_turn(other, "second, on the other machine")
+        await wait_for(lambda: any(n["turns"] for n in published), "the new owner's turn")
+        with_turns = [n for n in published if n["turns"]]
+        assert turns_of(with_turns) == [[(2, "new", "completed", "second, on the other machine")]]
+        assert any(n["holderChanged"] and n.get("leaseState") == "active" for n in published)
+        listed = await request(client, methods.TURN_LIST, {"sessionId": sid})
+        assert [t["turn"] for t in listed["turns"]] == [1, 2]
+    finally:
+        await other.shutdown_session()
+
+
+async def test_a_follower_never_advances_over_its_own_uncommitted_turn(workspace):
+    """The owner's machine is suspended mid-turn (SIGSTOP) until its lease
+    expires; another server takes the session over and settles a turn. When
+    the first wakes up it has lost the lease, and its unpublished turn is
+    kept: the newer publication is reported as held back, never adopted."""
+    first = await start_server(workspace, leaseSeconds=3)
+    second = None
+    try:
+        sid = (await request(first, methods.SESSION_CREATE, {}))["sessionId"]
+        await settle_turn(first, "first")
+        await request(first, methods.TURN_BEGIN, {"prompt": "only on the first machine"})
+        await request(first, methods.TURN_APPEND, {"kind": "response", "text": "never published"})
+        published = collect(first, methods.SESSION_DID_PUBLISH)
+        pid = first._server.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            target = LocalTarget(workspace)
+            for _ in range(300):
+                if (await observe_lease(target, sid)).standing is LeaseStanding.EXPIRED:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the suspended owner's lease never expired")
+            second = await start_server(workspace)
+            opened = await request(second, methods.SESSION_OPEN, {"sessionId": sid, "mode": "takeover", "confirmTakeover": True})
+            assert opened["action"] == "takeover"
+            await settle_turn(second, "the successor's turn")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await wait_for(lambda: any(n.get("heldBack") for n in published), "the held-back report")
+        held = [n for n in published if n.get("heldBack")]
+        assert len(held) == 1 and held[0]["turns"] == [] and "never committed" in held[0]["heldBack"]
+        listed = await request(first, methods.TURN_LIST, {"sessionId": sid})
+        assert [(t["turn"], t["state"], t["prompt"]) for t in listed["turns"]] == [
+            (1, "completed", "first"),
+            (2, "in-flight", "only on the first machine"),
+        ]
+        refreshed = await request(first, methods.SESSION_REFRESH, {"sessionId": sid})
+        assert refreshed["status"] == "held-back" and refreshed["publication"]["heldBack"]
+        assert all(not n["turns"] for n in published)
+    finally:
+        if second is not None:
+            await second.shutdown_session()
+        await first.shutdown_session()
