@@ -15,7 +15,7 @@ the same session, so only the number of retained manifests differs between
 the two workspaces.
 
 Each measured operation runs through the real store on a real directory
-(``LocalTarget``: fsynced files and directories):
+(``LocalTarget``: durable files and directories):
 
 - Rewind: ``prepare_rewind`` then ``commit_rewind`` before turn 3,001 --
   3,000 prompts discarded, all 200 files restored (journal, 200 guarded
@@ -36,10 +36,11 @@ Baselines measured in the same run, on the same filesystem:
 - ``file write floor``: one program replacing the 200 files (the restore a
   Rewind cannot avoid);
 - ``publication write floor``: one program exclusively creating as many
-  files as a child's publication writes (what a Fork or Save As cannot
-  avoid with one file per artifact);
-- every case and floor again with ``os.fsync`` stubbed out: the cost that
-  is not the disk's.
+  files as a child's publication writes, deferred to one barrier as a
+  publication does (what a Fork or Save As cannot avoid with one file per
+  artifact); the same creates each fsynced are shown for comparison;
+- every case and floor again with ``os.fsync`` and the ``syncfs`` barrier
+  stubbed out: the cost that is not the disk's.
 
 The results hand back the replacement's (or child's) ``Conversation``
 restored on first use; the ``adopt`` row is what that first use costs a
@@ -68,7 +69,7 @@ from mevedel_server.store.snapshot_cut import Boundary
 from mevedel_server.store.transcript import Outcome, Response
 from mevedel_server.store.turns import Conversation
 from mevedel_server.store.workspace import ensure_workspace_id
-from mevedel_server.targets import ControlProgram, CreateExclusive, LocalTarget, MakeDirs, Replace, read_target_clock
+from mevedel_server.targets import Barrier, ControlProgram, CreateExclusive, LocalTarget, MakeDirs, Replace, executor, read_target_clock
 
 SAMPLES = int(os.environ.get("MEVEDEL_BENCH_SAMPLES", "5"))
 TURNS = 6000
@@ -88,23 +89,30 @@ def _content(index: int, version: str) -> bytes:
 
 
 class _Fsync:
-    """Stub ``os.fsync`` out (``skip``) while building or for the rows that
-    show the cost without durability."""
+    """Stub the disk flushes (``os.fsync`` and the executor's ``syncfs``
+    barrier) out (``skip``) while building or for the rows that show the
+    cost without durability."""
 
     def __init__(self, skip: bool) -> None:
         self.skip = skip
         self._real = os.fsync
+        self._real_syncfs = executor.sync_filesystem
 
     def __call__(self, fd: int) -> None:
         if not self.skip:
             self._real(fd)
 
+    def _syncfs(self, fd: int) -> bool:
+        return True if self.skip else self._real_syncfs(fd)
+
     def __enter__(self) -> _Fsync:
         os.fsync = self
+        executor.sync_filesystem = self._syncfs
         return self
 
     def __exit__(self, *exc: object) -> None:
         os.fsync = self._real
+        executor.sync_filesystem = self._real_syncfs
 
 
 async def build(root: str, generations: int) -> int:
@@ -214,10 +222,12 @@ async def file_write_floor(root: str, n: int) -> float:
     return time.perf_counter() - start
 
 
-async def publication_write_floor(root: str, artifacts: int, n: int) -> float:
+async def publication_write_floor(root: str, artifacts: int, n: int, deferred: bool = True) -> float:
     target = LocalTarget(root)
     directory = f"floor-{n}"
-    ops = [MakeDirs(directory)] + [CreateExclusive(f"{directory}/{k:06d}.data", b"x" * 6000) for k in range(artifacts)]
+    ops = [MakeDirs(directory, deferred=deferred)]
+    ops += [CreateExclusive(f"{directory}/{k:06d}.data", b"x" * 6000, deferred=deferred) for k in range(artifacts)]
+    ops += [Barrier()] if deferred else []
     start = time.perf_counter()
     await target.run(ControlProgram(ops))
     took = time.perf_counter() - start
@@ -237,6 +247,7 @@ async def measure(templates: dict[int, str], scratch: str, artifacts: int, sampl
         add("read floor", await read_floor(templates[10]))
         add("file write floor", await file_write_floor(templates[10], n))
         add("publication write floor", await publication_write_floor(templates[10], artifacts, n))
+        add("fsynced creates", await publication_write_floor(templates[10], artifacts, n, deferred=False))
         for generations, template in templates.items():
             prepare, commit, adopt = await rewind_sample(template, scratch)
             add(f"adopt {generations}", adopt)
@@ -269,12 +280,13 @@ async def main() -> None:
             cpu = await measure(templates, scratch, artifacts, SAMPLES)
 
     rows = []
-    floors = {key: summarize(durable[key]) for key in ("read floor", "file write floor", "publication write floor")}
+    floors = {key: summarize(durable[key]) for key in ("read floor", "file write floor", "publication write floor", "fsynced creates")}
     cpu_floors = {key: summarize(cpu[key]) for key in floors}
     names = {
         "read floor": "read floor: read + verify the state",
         "file write floor": f"file write floor: replace {FILES} files",
-        "publication write floor": f"publication write floor: create {artifacts} files",
+        "publication write floor": f"publication write floor: create {artifacts} files, one barrier",
+        "fsynced creates": f"for comparison: create {artifacts} files, each fsynced",
     }
     for key, name in names.items():
         rows.append({"case": name, **floors[key]})
@@ -323,7 +335,7 @@ async def main() -> None:
         "session": f"{TURNS} turns, {FILES} captured files, {artifacts} logical artifacts",
         "rewind": f"before turn {FIRST_CAPTURE}: {TURNS - FIRST_CAPTURE + 1} prompts discarded, {FILES} files restored",
         "samples": SAMPLES,
-        "fsync skipped rows": "the same operations with os.fsync stubbed out: the cost that is not the disk's",
+        "fsync skipped rows": "the same operations with os.fsync and the syncfs barrier stubbed out: the cost that is not the disk's",
     }
     report("store_lifecycle", rows, notes)
 

@@ -6,8 +6,9 @@ the turn-10 one (a settle costs its change, not the session's history).
 
 Each measured settle is ``SessionService.settle`` of a turn begun with a
 prompt and one response: the transcript append, the save candidate, one
-publication program through ``LocalTarget`` (fsynced artifacts, manifest,
-lease rotation) on a real directory. The sessions are built in memory through
+publication program through ``LocalTarget`` (artifacts, manifest,
+lease rotation; the publication's writes deferred to one barrier) on a real
+directory. The sessions are built in memory through
 the conversation state machine and published once, then opened (resumed)
 through the service, as a client resuming them would.
 
@@ -19,8 +20,9 @@ moves all of them alike:
 - ``durable write floor``: one control program that exclusively creates one
   300-byte file (temporary file, fsync, link, directory fsync) -- the
   irreducible cost of any durable write here (``ratio_vs_floor``);
-- the same settles with ``os.fsync`` stubbed out: what a settle costs that
-  is not the disk's flushes (the ``fsyncs_per_settle`` note counts those).
+- the same settles with ``os.fsync`` and the executor's ``syncfs`` barrier
+  stubbed out: what a settle costs that is not the disk's flushes (the
+  ``flushes_per_settle`` note counts those).
 
 A minimal turn (begin, prompt, response, settle records) is about 330 bytes,
 so the 6,000-turn session holds about 2 MB of transcript, past the 1 MB the
@@ -50,7 +52,7 @@ from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.transcript import Outcome, Response
 from mevedel_server.store.turns import Conversation
 from mevedel_server.store.workspace import ensure_workspace_id
-from mevedel_server.targets import ControlProgram, CreateExclusive, LocalTarget, read_target_clock
+from mevedel_server.targets import ControlProgram, CreateExclusive, LocalTarget, executor, read_target_clock
 
 SAMPLES = int(os.environ.get("MEVEDEL_BENCH_SAMPLES", "60"))
 LONG_TURNS = 6000
@@ -129,25 +131,35 @@ async def interleaved(root: str, short_id: str, long_id: str, samples: int) -> d
 
 
 class _CountedFsync:
-    """Counts fsync calls, or skips them (``skip``) to show the cost left
-    without durability."""
+    """Counts disk flushes (``os.fsync`` and the executor's ``syncfs``
+    barriers), or skips them (``skip``) to show the cost left without
+    durability."""
 
     def __init__(self, skip: bool) -> None:
         self.skip = skip
         self.calls = 0
+        self.barriers = 0
         self._real = os.fsync
+        self._real_syncfs = executor.sync_filesystem
 
     def __call__(self, fd: int) -> None:
         self.calls += 1
         if not self.skip:
             self._real(fd)
 
+    def _syncfs(self, fd: int) -> bool:
+        self.calls += 1
+        self.barriers += 1
+        return True if self.skip else self._real_syncfs(fd)
+
     def __enter__(self) -> _CountedFsync:
         os.fsync = self
+        executor.sync_filesystem = self._syncfs
         return self
 
     def __exit__(self, *exc: object) -> None:
         os.fsync = self._real
+        executor.sync_filesystem = self._real_syncfs
 
 
 def memory_child(root: str, session_id: str) -> None:
@@ -192,9 +204,10 @@ async def main() -> None:
         times = await interleaved(root, short_id, long_id, SAMPLES)
         with _CountedFsync(skip=False) as one:
             service = await _open(root, short_id)
-            before = one.calls
+            before, barriers = one.calls, one.barriers
             await _one_settle(service, short_id, 10_000)
             fsyncs_per_settle = one.calls - before
+            syncfs_per_settle = one.barriers - barriers
             await service.close(short_id)
         with _CountedFsync(skip=True):
             nodurable = await interleaved(root, short_id, long_id, SAMPLES)
@@ -231,9 +244,9 @@ async def main() -> None:
         "target": "settle median < 20 ms; turn-6000 median <= 1.5x turn-10",
         "settle_median_ok": long_["median_ms"] < 20 and short["median_ms"] < 20,
         "history_independent_ok": ratio <= 1.5,
-        "fsyncs_per_settle": fsyncs_per_settle,
+        "flushes_per_settle": f"{fsyncs_per_settle} ({syncfs_per_settle} of them syncfs barriers, the rest fsyncs)",
         "samples": SAMPLES,
-        "fsync skipped rows": "the same settles with os.fsync stubbed out: the cost that is not the disk's",
+        "fsync skipped rows": "the same settles with os.fsync and the syncfs barrier stubbed out: the cost that is not the disk's",
     }
     report("store_settle", rows, notes)
 

@@ -4,6 +4,7 @@ exactly the old or the new committed state, and a retry succeeds."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 
 import pytest
@@ -18,7 +19,8 @@ from mevedel_server.store import (
     observe_lease,
     read_committed,
 )
-from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
+from mevedel_server.store.layout import SessionPaths
+from mevedel_server.targets import Barrier, CreateExclusive, FaultInjectingTarget, LocalTarget, SimulatedCrash
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
 ME = ClientIdentity("writer-1", "workstation")
@@ -40,10 +42,10 @@ NEW = {**OLD, **CHANGES}
 REPLACEMENT = {"session.meta.json": b'{"turns": 1, "rewound": true}', "segment-0001.chat.jsonl": OLD["segment-0001.chat.jsonl"]}
 
 
-async def prepared(root, duration=600):
+async def prepared(root, duration=600, power_loss=False):
     """A session with committed OLD and a few lease generations to prune."""
     root.mkdir()
-    target = FaultInjectingTarget(LocalTarget(root))
+    target = FaultInjectingTarget(LocalTarget(root), power_loss=power_loss)
     await materialize_session(target, SID)
     lease = await acquire_lease(target, SID, ME, duration_seconds=duration)
     for _ in range(3):
@@ -57,8 +59,11 @@ async def fresh_state(root) -> dict[str, bytes]:
     return await (await read_committed(LocalTarget(root), SID)).read_all()
 
 
+@pytest.mark.parametrize("power_loss", [False, True], ids=["process-death", "power-loss"])
 @pytest.mark.parametrize("replace", [False, True], ids=["overlay", "replace"])
-async def test_crash_at_every_publish_write(tmp_path, replace):
+async def test_crash_at_every_publish_write(tmp_path, replace, power_loss):
+    """With ``power_loss`` every write the crash caught before its barrier
+    is torn, so a head committed ahead of its bytes' flush would show."""
     changes, expected_new = (REPLACEMENT, REPLACEMENT) if replace else (CHANGES, NEW)
     baseline, publisher = await prepared(tmp_path / "baseline")
     baseline.arm(None)
@@ -69,7 +74,7 @@ async def test_crash_at_every_publish_write(tmp_path, replace):
     seen: Counter[str] = Counter()
     for point in range(1, total + 2):
         root = tmp_path / f"crash-{point}"
-        target, publisher = await prepared(root)
+        target, publisher = await prepared(root, power_loss=power_loss)
         target.arm(point, "crash")
         try:
             await publisher.publish(changes, replace=replace)
@@ -116,3 +121,49 @@ async def test_another_client_recovers_after_a_crash_before_the_commit(tmp_path)
     outcome = await Publisher(lease).publish({"session.meta.json": b'{"turns": 1, "owner": 2}'})
     assert outcome.committed
     assert await fresh_state(root) == {**OLD, "session.meta.json": b'{"turns": 1, "owner": 2}'}
+
+
+def _publication_files(root) -> dict[str, bytes]:
+    base = root / SessionPaths(SID).inside(".publications")
+    return {f"{d.name}/{f.name}": f.read_bytes() for d in base.iterdir() for f in d.iterdir()}
+
+
+async def test_a_power_loss_between_the_data_writes_and_the_head_record_leaves_the_prior_head(tmp_path):
+    root = tmp_path / "s"
+    target, publisher = await prepared(root, power_loss=True)
+    before = _publication_files(root)
+    # Fault points: publications dir, publication dir, three new artifacts,
+    # the manifest, then 7: the barrier that would flush them before the head.
+    target.arm(7, "crash")
+    with pytest.raises(SimulatedCrash) as info:
+        await publisher.publish(CHANGES)
+    assert isinstance(info.value.operation, Barrier)
+    del target, publisher
+    torn = {name: data for name, data in _publication_files(root).items() if name not in before}
+    # The crash caught the new publication unflushed: its files are torn...
+    data = [d for name, d in torn.items() if not name.endswith("manifest.json")]
+    manifest = [d for name, d in torn.items() if name.endswith("manifest.json")]
+    assert len(data) == 3 and len(manifest) == 1
+    assert all(any(len(d) < len(v) and v.startswith(d) for v in CHANGES.values()) for d in data)
+    with pytest.raises(ValueError):
+        json.loads(manifest[0])
+    # ...and nothing names it: the prior head is what every reader sees.
+    assert await fresh_state(root) == OLD
+    lease = await acquire_lease(LocalTarget(root), SID, ME)
+    outcome = await Publisher(lease).publish(CHANGES)
+    assert outcome.committed and await fresh_state(root) == NEW
+
+
+async def test_a_crash_at_the_head_record_after_the_barrier_leaves_the_prior_head(tmp_path):
+    root = tmp_path / "s"
+    target, publisher = await prepared(root, power_loss=True)
+    target.arm(8, "crash")
+    with pytest.raises(SimulatedCrash) as info:
+        await publisher.publish(CHANGES)
+    assert isinstance(info.value.operation, CreateExclusive) and "/.lease/" in info.value.operation.path
+    del target, publisher
+    # The barrier ran: the unnamed publication is whole, and still inert.
+    written = set(CHANGES.values())
+    whole = [data for name, data in _publication_files(root).items() if data in written]
+    assert len(whole) >= 3
+    assert await fresh_state(root) == OLD

@@ -1,171 +1,130 @@
-"""LocalTarget: plain operations, and fail-closed refusal of symlinks at the
-root, at a parent and at the leaf."""
+"""What only LocalTarget can show: one thread hop per program, and how the
+durability barrier flushes (``syncfs``, its fsync fallback, a failed flush),
+observed by wrapping the flush calls of this process's executor. The target
+contract both targets share is test_target_ssh_contract.py."""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
-import stat
 
 import pytest
 
-from mevedel_server.targets import (
-    ControlProgram,
-    CreateExclusive,
-    InvalidTargetPath,
-    LocalTarget,
-    MakeDirs,
-    PathAbsentError,
-    PathConflictError,
-    Read,
-    Status,
-    TargetOperationError,
-    UnsafePathError,
-    Verify,
-)
+import mevedel_server.targets.local as local_module
+from mevedel_server.targets import Barrier, ControlProgram, CreateExclusive, ListDir, LocalTarget, MakeDirs, Replace, Status, executor
 
 
 @pytest.fixture
-def root(tmp_path):
-    r = tmp_path / "root"
-    r.mkdir()
-    return r
+def target(tmp_path):
+    return LocalTarget(tmp_path)
 
 
-@pytest.fixture
-def outside(tmp_path):
-    o = tmp_path / "outside"
-    o.mkdir()
-    (o / "secret").write_bytes(b"outside bytes")
-    return o
+async def test_one_thread_hop_per_program(tmp_path, target, monkeypatch):
+    hops = []
+    real = asyncio.to_thread
+
+    async def counting(func, *args, **kwargs):
+        hops.append(func)
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(local_module.asyncio, "to_thread", counting)
+    ops = [MakeDirs("x", optional=True)] + [CreateExclusive(f"x/{i}", b"d") for i in range(20)] + [ListDir("x")]
+    result = await target.run(ControlProgram(ops))
+    assert result.completed and len(result[-1].value) == 20
+    assert len(hops) == 1
 
 
-async def test_round_trip_of_every_single_operation(root):
-    t = LocalTarget(root)
-    await t.make_dirs("a/b/c")
-    await t.create_exclusive("a/b/c/f.json", b"one")
-    assert await t.read("a/b/c/f.json") == b"one"
-    await t.replace_atomic("a/b/c/f.json", b"two")
-    assert await t.read("a/b/c/f.json") == b"two"
-    assert await t.list_dir("a/b/c") == ["f.json"]
-    st = await t.stat("a/b/c/f.json")
-    assert (st.kind, st.size) == ("file", 3)
-    assert (await t.stat("a")).kind == "directory"
-    await t.remove("a/b/c/f.json")
-    with pytest.raises(PathAbsentError):
-        await t.read("a/b/c/f.json")
-    await t.remove("a/b/c")
-    assert await t.list_dir("a/b") == []
+class Flushes:
+    """Records the inodes fsynced and the filesystems synced, in order."""
+
+    def __init__(self, monkeypatch, *, syncfs: bool) -> None:
+        self.events: list[tuple[str, int]] = []
+        real_fsync = os.fsync
+        real_syncfs = executor.sync_filesystem
+
+        def fsync(fd):
+            self.events.append(("fsync", os.fstat(fd).st_ino))
+            real_fsync(fd)
+
+        def sync_filesystem(fd):
+            synced = real_syncfs(fd)
+            if synced:
+                self.events.append(("syncfs", os.fstat(fd).st_dev))
+            return synced
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(executor, "sync_filesystem", sync_filesystem)
+        if not syncfs:
+            monkeypatch.setattr(executor, "_syncfs", None)
 
 
-async def test_exclusive_create_refuses_existing_and_keeps_its_bytes(root):
-    t = LocalTarget(root)
-    await t.create_exclusive("f", b"first")
-    with pytest.raises(PathConflictError):
-        await t.create_exclusive("f", b"second")
-    assert (root / "f").read_bytes() == b"first"
+def _ino(path) -> int:
+    return os.stat(path).st_ino
 
 
-async def test_writes_leave_no_temporary_files_and_are_owner_only(root):
-    t = LocalTarget(root)
-    await t.create_exclusive("f", b"x" * 10000)
-    await t.replace_atomic("f", b"y")
-    await t.replace_atomic("g", b"z")
-    assert sorted(os.listdir(root)) == ["f", "g"]
-    assert stat.S_IMODE(os.stat(root / "f").st_mode) == 0o600
+def _program():
+    return ControlProgram(
+        [
+            MakeDirs("pub", deferred=True),
+            CreateExclusive("pub/a", b"a" * 3000, deferred=True),
+            Replace("pub/b", b"b", deferred=True),
+            Barrier(),
+            CreateExclusive("head", b"names pub/a and pub/b"),
+        ]
+    )
 
 
-async def test_make_dirs_reports_conflict_for_an_existing_directory(root):
-    t = LocalTarget(root)
-    result = await t.run(ControlProgram([MakeDirs("d"), MakeDirs("d")]))
-    assert [r.status for r in result] == [Status.OK, Status.CONFLICT]
-    await t.make_dirs("d")  # exist_ok by default
-    with pytest.raises(PathConflictError):
-        await t.make_dirs("d", exist_ok=False)
+async def test_a_barrier_is_one_syncfs_instead_of_each_files_fsyncs(tmp_path, target, monkeypatch):
+    if executor._libc_syncfs() is None:
+        pytest.skip("this libc has no syncfs")
+    flushes = Flushes(monkeypatch, syncfs=True)
+    result = await target.run(_program())
+    assert result.completed and result[3].value == 3
+    # One flush of the filesystem for all three deferred writes, then the
+    # head's own file and directory fsyncs.
+    assert flushes.events[0] == ("syncfs", os.stat(tmp_path).st_dev)
+    assert [kind for kind, _ in flushes.events] == ["syncfs", "fsync", "fsync"]
+    assert flushes.events[2] == ("fsync", _ino(tmp_path))
 
 
-async def test_remove_refuses_a_non_empty_directory(root):
-    t = LocalTarget(root)
-    await t.make_dirs("d")
-    await t.create_exclusive("d/f", b"")
-    with pytest.raises(TargetOperationError, match="not empty"):
-        await t.remove("d")
-    assert (root / "d" / "f").exists()
+async def test_without_syncfs_the_barrier_fsyncs_every_file_then_every_directory(tmp_path, target, monkeypatch):
+    flushes = Flushes(monkeypatch, syncfs=False)
+    result = await target.run(_program())
+    assert result.completed and result[3].value == 3
+    files = {_ino(tmp_path / "pub" / "a"), _ino(tmp_path / "pub" / "b")}
+    directories = {_ino(tmp_path), _ino(tmp_path / "pub")}
+    barrier = flushes.events[:4]
+    assert {ino for _, ino in barrier[:2]} == files and {ino for _, ino in barrier[2:]} == directories
+    assert [kind for kind, _ in flushes.events] == ["fsync"] * 6  # then the head: file and directory
 
 
-async def test_reading_a_fifo_does_not_hang(root):
-    os.mkfifo(root / "pipe")
-    with pytest.raises(TargetOperationError, match="not a regular file"):
-        await LocalTarget(root).read("pipe")
+async def test_the_fsync_fallback_flushes_early_rather_than_hold_every_descriptor(tmp_path, target, monkeypatch):
+    Flushes(monkeypatch, syncfs=False)
+    before = len(os.listdir("/proc/self/fd"))
+    ops = [MakeDirs("many", deferred=True)] + [CreateExclusive(f"many/{i:03d}", b"x", deferred=True) for i in range(150)]
+    result = await target.run(ControlProgram([*ops, Barrier()]))
+    assert result.completed
+    # What the early flushes covered is durable already; the barrier covers the rest.
+    assert 0 < result[-1].value < 151
+    assert len(os.listdir(tmp_path / "many")) == 150
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
-@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a//b", "a/./b", "a/..", "x\x00y"])
-def test_paths_must_be_plain_relative_paths(bad):
-    with pytest.raises(InvalidTargetPath):
-        Read(bad)
+async def test_a_failed_flush_stops_the_program_before_the_commit(tmp_path, target, monkeypatch):
+    def broken(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(executor, "sync_filesystem", broken)
+    result = await target.run(_program())
+    assert [r.status for r in result][3:] == [Status.FAILED, Status.SKIPPED]
+    assert result.stopped_at == 3 and "Input/output error" in result[3].reason
+    assert not (tmp_path / "head").exists()
 
 
-def test_write_operations_need_an_entry_not_the_root():
-    with pytest.raises(InvalidTargetPath):
-        CreateExclusive(".", b"")
-
-
-def test_symlinked_root_fails_closed(tmp_path, outside):
-    link = tmp_path / "rootlink"
-    link.symlink_to(outside)
-    with pytest.raises(UnsafePathError, match="symbolic link"):
-        LocalTarget(link)
-
-
-async def test_root_replaced_after_construction_fails_closed(tmp_path, root, outside):
-    t = LocalTarget(root)
-    root.rename(tmp_path / "moved")
-    root.symlink_to(outside)
-    with pytest.raises(UnsafePathError, match="symbolic link"):
-        await t.read("secret")
-    root.unlink()
-    root.mkdir()
-    (root / "secret").write_bytes(b"impostor")
-    with pytest.raises(UnsafePathError, match="replaced"):
-        await t.read("secret")
-
-
-async def test_symlinked_parent_fails_closed_for_every_operation(root, outside):
-    (root / "link").symlink_to(outside)
-    t = LocalTarget(root)
-    for call in (
-        t.read("link/secret"),
-        t.create_exclusive("link/new", b"x"),
-        t.replace_atomic("link/secret", b"x"),
-        t.remove("link/secret"),
-        t.list_dir("link"),
-        t.stat("link/secret"),
-        t.make_dirs("link/sub"),
-    ):
-        with pytest.raises(UnsafePathError, match="'link' is a symbolic link"):
-            await call
-    assert sorted(os.listdir(outside)) == ["secret"]
-    assert (outside / "secret").read_bytes() == b"outside bytes"
-
-
-async def test_symlinked_leaf_fails_closed(root, outside):
-    (root / "leaf").symlink_to(outside / "secret")
-    t = LocalTarget(root)
-    for call in (t.read("leaf"), t.replace_atomic("leaf", b"x"), t.stat("leaf"), t.remove("leaf")):
-        with pytest.raises(UnsafePathError, match="'leaf' is a symbolic link"):
-            await call
-    result = await t.run(ControlProgram([Verify("leaf", b"outside bytes")]))
-    assert result[0].status is Status.FAILED and result[0].unsafe
-    with pytest.raises(PathConflictError):
-        await t.create_exclusive("leaf", b"x")
-    assert (root / "leaf").is_symlink()
-    assert (outside / "secret").read_bytes() == b"outside bytes"
-
-
-async def test_errors_never_show_the_backing_root(root, outside):
-    (root / "link").symlink_to(outside)
-    t = LocalTarget(root)
-    for call in (t.read("missing/file"), t.read("link/secret")):
-        with pytest.raises(Exception) as info:
-            await call
-        assert str(root) not in str(info.value)
-        assert str(outside) not in str(info.value)
+async def test_deferred_writes_no_barrier_follows_leave_no_descriptor_open(tmp_path, target, monkeypatch):
+    Flushes(monkeypatch, syncfs=False)
+    before = len(os.listdir("/proc/self/fd"))
+    result = await target.run(ControlProgram([CreateExclusive(f"f{i}", b"x", deferred=True) for i in range(10)]))
+    assert result.completed and len(os.listdir(tmp_path)) == 10
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -1,121 +1,52 @@
-"""Control programs: stop at the first failure, per-operation statuses,
-optional operations, verify preconditions, one thread hop per program."""
+"""Control programs as values: what an operation may name and ask for is
+checked when it is built, before any target sees it. (What programs do on a
+target is the contract of test_target_ssh_contract.py, run against both
+targets.)"""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-import mevedel_server.targets.local as local_module
 from mevedel_server.targets import (
+    Barrier,
     Clock,
-    ControlProgram,
     CreateExclusive,
+    InvalidTargetPath,
     ListDir,
-    LocalTarget,
     MakeDirs,
     Read,
     Remove,
     Replace,
     Stat,
-    Status,
     Verify,
 )
 
 
-@pytest.fixture
-def target(tmp_path):
-    return LocalTarget(tmp_path)
+@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a//b", "a/./b", "a/..", "x\x00y"])
+def test_paths_must_be_plain_relative_paths(bad):
+    with pytest.raises(InvalidTargetPath):
+        Read(bad)
 
 
-async def test_program_stops_at_the_first_failure_and_skips_the_rest(tmp_path, target):
-    result = await target.run(
-        ControlProgram([Read("missing"), CreateExclusive("guarded", b"x"), Replace("other", b"y")])
-    )
-    assert [r.status for r in result] == [Status.ABSENT, Status.SKIPPED, Status.SKIPPED]
-    assert result.stopped_at == 0 and not result.completed
-    assert not (tmp_path / "guarded").exists() and not (tmp_path / "other").exists()
+def test_write_operations_need_an_entry_not_the_root():
+    with pytest.raises(InvalidTargetPath):
+        CreateExclusive(".", b"")
 
 
-async def test_every_status_is_reported(tmp_path, target):
-    (tmp_path / "present").write_bytes(b"abc")
-    (tmp_path / "link").symlink_to(tmp_path / "present")
-    result = await target.run(
-        ControlProgram(
-            [
-                Read("present"),
-                CreateExclusive("present", b"", optional=True),
-                Read("absent", optional=True),
-                Verify("present", b"xyz", optional=True),
-                Read("link", optional=True),
-                Verify("present", None),
-                Read("present"),
-            ]
-        )
-    )
-    assert [r.status for r in result] == [
-        Status.OK,
-        Status.CONFLICT,
-        Status.ABSENT,
-        Status.MISMATCH,
-        Status.FAILED,
-        Status.MISMATCH,
-        Status.SKIPPED,
-    ]
-    assert result[0].value == b"abc"
-    assert result[3].value == b"abc"  # a mismatch carries what was actually there
-    assert result[4].unsafe
-    assert result.stopped_at == 5
+@pytest.mark.parametrize("op", [Read, Stat, ListDir, Verify])
+def test_only_writes_can_be_deferred(op):
+    args = (None,) if op is Verify else ()
+    with pytest.raises(ValueError, match="cannot be deferred"):
+        op("f", *args, deferred=True)
 
 
-async def test_verify_guards_the_write_that_follows_it(tmp_path, target):
-    (tmp_path / "head").write_bytes(b"v1")
-    stale = await target.run(ControlProgram([Verify("head", b"v0"), Replace("head", b"v2")]))
-    assert [r.status for r in stale] == [Status.MISMATCH, Status.SKIPPED]
-    assert (tmp_path / "head").read_bytes() == b"v1"
-    fresh = await target.run(ControlProgram([Verify("head", b"v1"), Replace("head", b"v2")]))
-    assert fresh.completed
-    assert (tmp_path / "head").read_bytes() == b"v2"
+def test_every_write_can_be_deferred():
+    ops = [CreateExclusive("f", b"", deferred=True), Replace("f", b"", deferred=True), Remove("f", deferred=True)]
+    ops += [MakeDirs("d", deferred=True), Clock(".", deferred=True)]
+    assert all(op.deferred for op in ops)
 
 
-async def test_verify_absent(tmp_path, target):
-    result = await target.run(
-        ControlProgram([Verify("nope", None), Verify("no/such/dir/file", None), Verify("nope", b"x", optional=True)])
-    )
-    assert [r.status for r in result] == [Status.OK, Status.OK, Status.MISMATCH]
-    assert result[2].value is None
-
-
-async def test_optional_operations_do_not_stop_the_program(tmp_path, target):
-    (tmp_path / "d").mkdir()
-    result = await target.run(
-        ControlProgram([MakeDirs("d", optional=True), CreateExclusive("d/f", b"x"), Remove("gone", optional=True), ListDir("d")])
-    )
-    assert [r.status for r in result] == [Status.CONFLICT, Status.OK, Status.ABSENT, Status.OK]
-    assert result[3].value == ("f",)
-    assert result.completed
-
-
-async def test_stat_list_and_clock_accept_the_root(tmp_path, target):
-    (tmp_path / "a").write_bytes(b"")
-    result = await target.run(ControlProgram([Stat("."), ListDir(""), Clock(".")]))
-    assert result.completed
-    assert result[0].value.kind == "directory"
-    assert result[1].value == ("a",)
-    assert isinstance(result[2].value, int)
-
-
-async def test_one_thread_hop_per_program(tmp_path, target, monkeypatch):
-    hops = []
-    real = asyncio.to_thread
-
-    async def counting(func, *args, **kwargs):
-        hops.append(func)
-        return await real(func, *args, **kwargs)
-
-    monkeypatch.setattr(local_module.asyncio, "to_thread", counting)
-    ops = [MakeDirs("x", optional=True)] + [CreateExclusive(f"x/{i}", b"d") for i in range(20)] + [ListDir("x")]
-    result = await target.run(ControlProgram(ops))
-    assert result.completed and len(result[-1].value) == 20
-    assert len(hops) == 1
+def test_a_barrier_names_the_root_only():
+    assert Barrier().path == "."
+    with pytest.raises(InvalidTargetPath, match="names the target root"):
+        Barrier("sub")

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from mevedel_server.targets import (
+    Barrier,
     Clock,
     ControlProgram,
     CreateExclusive,
@@ -126,6 +127,40 @@ async def test_make_dirs_conflict_and_remove_of_a_non_empty_directory(root, open
     assert (root / "d" / "f").exists()
 
 
+async def test_deferred_writes_are_whole_and_counted_by_their_barrier(root, open_target):
+    (root / "old").write_bytes(b"stale")
+    t = await open_target(root)
+    ops = [
+        MakeDirs("p/q", deferred=True),
+        CreateExclusive("p/q/a", b"a" * 5000, deferred=True),
+        Replace("p/b", b"b", deferred=True),
+        Remove("old", deferred=True),
+        Barrier(),
+        Barrier(),
+        CreateExclusive("head", b"names p/q/a"),
+    ]
+    result = await t.run(ControlProgram(ops))
+    assert result.completed
+    # Two directories, two files, one removal: the first barrier flushed
+    # all five, the second had nothing left to flush.
+    assert [r.value for r in result][4:6] == [5, 0]
+    assert (root / "p" / "q" / "a").read_bytes() == b"a" * 5000
+    assert (root / "p" / "b").read_bytes() == b"b"
+    assert sorted(os.listdir(root)) == ["head", "p"]
+    assert sorted(os.listdir(root / "p")) == ["b", "q"]
+    assert stat.S_IMODE(os.stat(root / "p" / "q" / "a").st_mode) == 0o600
+
+
+async def test_a_deferred_conflict_stops_the_program_before_its_barrier(root, open_target):
+    (root / "taken").write_bytes(b"first")
+    t = await open_target(root)
+    result = await t.run(
+        ControlProgram([CreateExclusive("taken", b"second", deferred=True), Barrier(), CreateExclusive("head", b"")])
+    )
+    assert [r.status for r in result] == [Status.CONFLICT, Status.SKIPPED, Status.SKIPPED]
+    assert (root / "taken").read_bytes() == b"first" and not (root / "head").exists()
+
+
 async def test_reading_a_fifo_does_not_hang(root, open_target):
     os.mkfifo(root / "pipe")
     t = await open_target(root)
@@ -208,8 +243,11 @@ async def test_verify_guards_the_write_that_follows_it(root, open_target):
     assert (root / "head").read_bytes() == b"v1"
     fresh = await t.run(ControlProgram([Verify("head", b"v1"), Replace("head", b"v2")]))
     assert fresh.completed and (root / "head").read_bytes() == b"v2"
-    absent = await t.run(ControlProgram([Verify("nope", None), Verify("no/such/dir/file", None)]))
-    assert absent.completed
+    absent = await t.run(
+        ControlProgram([Verify("nope", None), Verify("no/such/dir/file", None), Verify("nope", b"x", optional=True)])
+    )
+    assert [r.status for r in absent] == [Status.OK, Status.OK, Status.MISMATCH]
+    assert absent[2].value is None  # the mismatch carries what was there: nothing
 
 
 async def test_optional_operations_and_root_entries(root, open_target):

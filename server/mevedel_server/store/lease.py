@@ -270,7 +270,9 @@ def _describe_holder(obs: LeaseObservation) -> dict:
 
 def _prune_ops(paths: SessionPaths, known: tuple[int, ...], new_generation: int) -> list[Operation]:
     floor = new_generation - _KEPT_PREDECESSORS
-    return [Remove(paths.generation(g), optional=True) for g in known if g < floor]
+    # Unflushed (deferred, no barrier follows): a prune a crash undoes only
+    # leaves an old generation below the head, as before the prune.
+    return [Remove(paths.generation(g), optional=True, deferred=True) for g in known if g < floor]
 
 
 _TIME_FIELDS = (b'"renewed_at":', b'"expires_at":')

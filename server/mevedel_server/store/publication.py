@@ -12,6 +12,9 @@ The directory, its artifacts, its manifest and the lease rotation that
 names the manifest as ``publication_head`` are one control program
 (:meth:`LeaseHandle.commit`): the exclusive creation of the next lease
 generation, after a verify of the current one, is the only commit point.
+The publication's writes are deferred and flushed together by one barrier
+just before that rotation, so the head becomes durable only after every
+byte it names is.
 Until it succeeds the prior head stays authoritative and the attempt is
 *pending* for the writer (:attr:`Publisher.pending`) until
 :meth:`Publisher.retry` or :meth:`Publisher.abandon`. A reader follows only
@@ -33,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..targets import (
+    Barrier,
     ControlProgram,
     CreateExclusive,
     MakeDirs,
@@ -342,7 +346,10 @@ def _plan(
     manifest = PublicationManifest(publication_id=publication_id, entries=dict(sorted(entries.items())))
     head = head_path(publication_id)
     directory = paths.publication_dir(publication_id)
-    ops: list[Operation] = [MakeDirs(paths.publications_dir, optional=True), MakeDirs(directory)]
-    ops += [CreateExclusive(paths.inside(p), data) for p, data in files]
-    ops.append(CreateExclusive(f"{directory}/{MANIFEST_NAME}", encode_record(manifest)))
+    # Nothing reaches these writes before the head names them, so they share
+    # one flush, the barrier just before the lease rotation that commits.
+    ops: list[Operation] = [MakeDirs(paths.publications_dir, optional=True, deferred=True), MakeDirs(directory, deferred=True)]
+    ops += [CreateExclusive(paths.inside(p), data, deferred=True) for p, data in files]
+    ops.append(CreateExclusive(f"{directory}/{MANIFEST_NAME}", encode_record(manifest), deferred=True))
+    ops.append(Barrier())
     return _Plan(head, manifest, ops, 1, tuple(written), tuple(reused))

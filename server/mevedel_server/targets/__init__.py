@@ -30,6 +30,7 @@ from .faults import FaultInjectingTarget, FaultMode, InjectedFault, SimulatedCra
 from .local import LocalTarget
 from .paths import join_target_path, parent_and_name, split_target_path
 from .program import (
+    Barrier,
     ControlProgram,
     CreateExclusive,
     FileStat,
@@ -61,6 +62,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Barrier",
     "Clock",
     "ControlProgram",
     "CreateExclusive",

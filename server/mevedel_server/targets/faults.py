@@ -1,10 +1,11 @@
 """Fault injection for crash and failure tests.
 
-``FaultInjectingTarget`` wraps another target and counts every write-like
-operation it executes (creates, replaces, removes, directory creations and
-clock probes), whether sent alone or inside a program. At the ``fail_at``-th
-one it either raises :class:`InjectedFault` (``mode="error"``: the operation
-failed and the caller is told, like a dropped connection) or
+``FaultInjectingTarget`` wraps another target and counts every *fault point*
+it executes -- each write-like operation (creates, replaces, removes,
+directory creations and clock probes) and each durability
+:class:`~.program.Barrier` -- whether sent alone or inside a program. At the
+``fail_at``-th one it either raises :class:`InjectedFault` (``mode="error"``:
+the operation failed and the caller is told, like a dropped connection) or
 :class:`SimulatedCrash` (``mode="crash"``: the process died). In both cases the
 operations before it in the same program have run and it has not.
 
@@ -14,6 +15,12 @@ runs, no cleanup happens. After a crash the wrapper stays dead (every later
 call crashes again); after an injected error it passes operations through, so
 a retry on the same target can succeed. A crash at a create or replace leaves
 the half-written temporary file a real crash could leave (``debris``).
+
+``power_loss=True`` makes a crash a power loss as well: every deferred create
+or replace of the crashed program that no barrier had flushed yet is left
+torn -- cut to its first half under its real name, the worst a filesystem may
+show of bytes it never flushed. (A lost deferred removal or directory
+creation is not simulated: the entry merely stays or goes as before.)
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from .errors import TargetError
 from .paths import parent_and_name
 from .program import (
     SKIPPED,
+    Barrier,
     ControlProgram,
     CreateExclusive,
     Operation,
@@ -52,8 +60,24 @@ class InjectedFault(TargetError):
         self.operation = op
 
 
-def _executed_writes(ops: tuple[Operation, ...], result: ProgramResult) -> int:
-    return sum(1 for op, r in zip(ops, result.results) if op.writes and r.status is not Status.SKIPPED)
+def _is_fault_point(op: Operation) -> bool:
+    return op.writes or isinstance(op, Barrier)
+
+
+def _executed_points(ops: tuple[Operation, ...], result: ProgramResult) -> int:
+    return sum(1 for op, r in zip(ops, result.results) if _is_fault_point(op) and r.status is not Status.SKIPPED)
+
+
+def _unflushed(ops: tuple[Operation, ...], result: ProgramResult) -> list[CreateExclusive | Replace]:
+    """The deferred creates and replaces that ran after the last barrier
+    that ran."""
+    lost: list[CreateExclusive | Replace] = []
+    for op, r in zip(ops, result.results):
+        if isinstance(op, Barrier) and r.ok:
+            lost = []
+        elif isinstance(op, (CreateExclusive, Replace)) and op.deferred and r.ok:
+            lost.append(op)
+    return lost
 
 
 class FaultInjectingTarget(ProgramTarget):
@@ -63,9 +87,11 @@ class FaultInjectingTarget(ProgramTarget):
         fail_at: int | None = None,
         mode: FaultMode = "error",
         debris: bool = True,
+        power_loss: bool = False,
     ) -> None:
         self.inner = inner
         self.debris = debris
+        self.power_loss = power_loss
         self.writes = 0
         self.fired = False
         self._crash: SimulatedCrash | None = None
@@ -80,7 +106,7 @@ class FaultInjectingTarget(ProgramTarget):
     def arm(self, fail_at: int | None, mode: FaultMode | None = None) -> None:
         """(Re)start counting from zero; ``None`` disarms."""
         if fail_at is not None and fail_at < 1:
-            raise ValueError("fail_at counts write operations from 1")
+            raise ValueError("fail_at counts fault points from 1")
         if mode is not None:
             if mode not in ("error", "crash"):
                 raise ValueError(f"unknown fault mode {mode!r}")
@@ -96,14 +122,14 @@ class FaultInjectingTarget(ProgramTarget):
         fault_index = self._fault_index(ops)
         if fault_index is None:
             result = await self.inner.run(program)
-            self.writes += _executed_writes(ops, result)
+            self.writes += _executed_points(ops, result)
             return result
         prefix = ops[:fault_index]
         if prefix:
             head = await self.inner.run(ControlProgram(prefix, lock=program.lock))
         else:
             head = ProgramResult(())
-        self.writes += _executed_writes(prefix, head)
+        self.writes += _executed_points(prefix, head)
         if not head.completed:
             # The program stopped before reaching the faulty write.
             return ProgramResult(head.results + (SKIPPED,) * (len(ops) - fault_index), head.stopped_at)
@@ -116,6 +142,8 @@ class FaultInjectingTarget(ProgramTarget):
         self._crash = SimulatedCrash(self.writes, op)
         if self.debris:
             await self._leave_debris(op)
+        if self.power_loss:
+            await self._tear(_unflushed(prefix, head))
         raise self._crash
 
     def _fault_index(self, ops: tuple[Operation, ...]) -> int | None:
@@ -123,11 +151,15 @@ class FaultInjectingTarget(ProgramTarget):
             return None
         remaining = self._fail_at - self.writes
         for index, op in enumerate(ops):
-            if op.writes:
+            if _is_fault_point(op):
                 remaining -= 1
                 if remaining == 0:
                     return index
         return None
+
+    async def _tear(self, lost: list[CreateExclusive | Replace]) -> None:
+        if lost:
+            await self.inner.run(ControlProgram([Replace(op.path, op.data[: len(op.data) // 2], optional=True) for op in lost]))
 
     async def _leave_debris(self, op: Operation) -> None:
         if not isinstance(op, (CreateExclusive, Replace)):

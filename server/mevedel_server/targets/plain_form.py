@@ -13,6 +13,7 @@ from .clock import Clock
 from .errors import PathAbsentError, TargetError, TargetOperationError, UnsafePathError
 from .executor import ProgramRefused
 from .program import (
+    Barrier,
     ControlProgram,
     CreateExclusive,
     FileStat,
@@ -33,11 +34,11 @@ from .program import (
 
 _KINDS: dict[type, str] = {
     cls: cls.__name__
-    for cls in (Read, ReadNewest, Verify, Stat, ListDir, CreateExclusive, StampedCreate, Replace, Remove, MakeDirs, Clock)
+    for cls in (Read, ReadNewest, Verify, Stat, ListDir, CreateExclusive, StampedCreate, Replace, Remove, MakeDirs, Clock, Barrier)
 }
 _STATUSES = {status.value: status for status in Status}
 
-PlainOperation = tuple[str, str, bool, object]
+PlainOperation = tuple[str, str, bool, object, bool]
 
 
 def plain_operation(op: Operation) -> PlainOperation:
@@ -54,7 +55,7 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [op.prefix, op.digits, op.suffix]
     else:
         argument = None
-    return (kind, op.path, op.optional, argument)
+    return (kind, op.path, op.optional, argument, op.deferred)
 
 
 def plain_operations(program: ControlProgram) -> list[PlainOperation]:

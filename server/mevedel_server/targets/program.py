@@ -8,6 +8,14 @@ the same program: the proof and the write share one target process. An
 operation marked ``optional=True`` never stops the program, whatever it
 reports (ensuring a directory that may already exist, best-effort pruning).
 
+A write marked ``deferred=True`` skips its own fsyncs; a :class:`Barrier`
+later in the same program makes every deferred write before it durable with
+one flush (see :mod:`.executor`). The rule for callers: a reader must not be
+able to reach a deferred write through a commit point written before its
+barrier; a deferred write no barrier follows is never flushed on purpose, so
+only a write whose loss is harmless (a best-effort prune) may end a program
+unbarriered.
+
 A program may name a lock directory. The target takes an exclusive ``flock``
 on that directory's descriptor for the whole program, serialising it against
 every other program (in any process) that names the same lock.
@@ -54,6 +62,8 @@ class Operation:
 
     path: str
     optional: bool = field(default=False, kw_only=True)
+    #: A write that leaves its flush to the program's next :class:`Barrier`.
+    deferred: bool = field(default=False, kw_only=True)
 
     #: True for operations that change the target (counted by fault injection).
     writes: ClassVar[bool] = False
@@ -64,6 +74,8 @@ class Operation:
         parts = split_target_path(self.path)
         if not parts and not self.accepts_root:
             raise InvalidTargetPath(self.path, f"{type(self).__name__} needs an entry, not the root")
+        if self.deferred and not self.writes:
+            raise ValueError(f"{type(self).__name__} writes nothing, so it cannot be deferred")
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,23 @@ class MakeDirs(Operation):
     directory already existed (mark it optional to merely ensure it)."""
 
     writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Barrier(Operation):
+    """Make every deferred write of this program before it durable, in one
+    flush of each filesystem they touched; ``value`` is how many writes it
+    covered. Put it before the write that commits them, so that write can
+    only become visible once everything it names is on disk. A failed flush
+    fails the barrier, and the program stops before its commit."""
+
+    path: str = "."
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if split_target_path(self.path):
+            raise InvalidTargetPath(self.path, "a barrier names the target root")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def answer(request):
         if kind == "program":
             _kind, root, dev, ino, lock, operations = request
             runner = executor.Executor(root, (dev, ino))
-            plain = [(op[0], op[1], bool(op[2]), op[3]) for op in operations]
+            plain = [(op[0], op[1], bool(op[2]), op[3], len(op) > 4 and bool(op[4])) for op in operations]
             results, stopped_at = runner.run(plain, lock)
             return ["done", [list(result) for result in results], stopped_at]
         return ["error", "unknown request %r" % (kind,)]
