@@ -173,7 +173,8 @@ def register(ls: MevedelLanguageServer) -> None:
     registry = _registry(ls)
 
     def attach(folder: Folder, service: SessionService) -> None:
-        control = SessionControl(service)
+        # The session watchers are shared with following (one per session).
+        control = SessionControl(service, watch=lambda sid, wake: registry.follow.watch(folder, service, sid, wake))
         _configure(ls, control)
         control.on_event.append(lambda event: _event(ls, folder, control, event))
         registry.controls[folder.root] = control

@@ -35,13 +35,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ...targets import TargetError, read_target_clock
 from ..errors import LeaseLost, StoreError
 from ..lease import LeaseStanding, observe_lease
-from ..watch import SessionWatcher, WatchCadence
+from ..watch import SessionWatcher, Wake, WatchCadence
 from ..records import LeaseState, TransferRequest, TransferVerdict
 from ..turns import ConversationError
 from ..transfer import (
@@ -141,6 +142,9 @@ class SessionControl:
     cadence: _Cadence = field(default_factory=_Cadence)
     #: Called with every :class:`ControlEvent`.
     on_event: list[Callable[[ControlEvent], None]] = field(default_factory=list)
+    #: ``watch(session_id, callback) -> unsubscribe``: a shared watcher of
+    #: the session (the LSP server's); None: this object runs its own.
+    watch: Callable[[str, Callable[[Wake], None]], Callable[[], None]] | None = None
 
     def __post_init__(self) -> None:
         self._owning: dict[str, _Owning] = {}
@@ -148,7 +152,9 @@ class SessionControl:
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._tick_lock = asyncio.Lock()
-        self._watchers: dict[str, SessionWatcher] = {}
+        #: Open session -> how to stop watching it.
+        self._watchers: dict[str, Callable[[], Awaitable[None] | None]] = {}
+        self._own: dict[str, SessionWatcher] = {}
         self.service.on_change.append(self._service_changed)
         self.service.transfer_in_flight = self.transfer_in_flight
 
@@ -165,7 +171,7 @@ class SessionControl:
             fence_seconds if fence_seconds is not None else c.fence_seconds,
             watch if watch is not None else c.watch,
         )
-        for watcher in self._watchers.values():
+        for watcher in self._own.values():
             watcher.cadence = self.cadence.watch
         self._wake.set()
 
@@ -204,8 +210,8 @@ class SessionControl:
             except asyncio.CancelledError:
                 pass
         watchers, self._watchers = self._watchers, {}
-        for watcher in watchers.values():
-            await watcher.stop()
+        for stop in watchers.values():
+            await _awaited(stop())
 
     async def _run(self) -> None:
         # The watchers wake this loop as soon as a mailbox or lease changes;
@@ -230,20 +236,31 @@ class SessionControl:
                 pass
 
     async def _sync_watchers(self) -> None:
-        """One watcher per open session; none for a closed one."""
+        """One watch per open session; none for a closed one."""
         open_now = set(self.service.open_sessions())
         for session_id in [sid for sid in self._watchers if sid not in open_now]:
-            await self._watchers.pop(session_id).stop()
+            await _awaited(self._watchers.pop(session_id)())
         for session_id in open_now - set(self._watchers):
-            watcher = SessionWatcher(
-                self.service.target,
-                session_id,
-                cadence=self.cadence.watch,
-                active=lambda sid=session_id: self.transfer_in_flight(sid),
-            )
-            watcher.subscribe(lambda _wake: self.wake())
-            self._watchers[session_id] = watcher
-            watcher.start()
+            self._watchers[session_id] = self._watch(session_id)
+
+    def _watch(self, session_id: str) -> Callable[[], Awaitable[None] | None]:
+        if self.watch is not None:
+            return self.watch(session_id, lambda _wake: self.wake())
+        watcher = SessionWatcher(
+            self.service.target,
+            session_id,
+            cadence=self.cadence.watch,
+            active=lambda: self.transfer_in_flight(session_id),
+        )
+        watcher.subscribe(lambda _wake: self.wake())
+        self._own[session_id] = watcher
+        watcher.start()
+
+        def stop() -> Awaitable[None]:
+            self._own.pop(session_id, None)
+            return watcher.stop()
+
+        return stop
 
     def wake(self) -> None:
         """Poll now (a watcher saw the mailbox or the lease change)."""
@@ -573,3 +590,8 @@ class SessionControl:
                 listener(event)
             except Exception:
                 _log.exception("control event listener failed")
+
+
+async def _awaited(result: Awaitable[None] | None) -> None:
+    if inspect.isawaitable(result):
+        await result
