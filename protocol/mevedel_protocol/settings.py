@@ -54,6 +54,9 @@ class SessionWatchSettings:
     idle_poll_seconds: float = 10.0
     active_poll_seconds: float = 2.0
     debounce_ms: int = 20
+    #: False polls a local workspace too: on a network filesystem another
+    #: machine's writes raise no local notification.
+    notifications: bool = True
 
 
 @attrs.define

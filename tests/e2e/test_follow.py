@@ -267,3 +267,29 @@ async def test_a_follower_never_advances_over_its_own_uncommitted_turn(workspace
         if second is not None:
             await second.shutdown_session()
         await first.shutdown_session()
+
+
+async def test_polling_a_local_workspace_and_switching_to_notifications(client, workspace):
+    sid = (await request(client, methods.SESSION_CREATE, {}))["sessionId"]
+    await settle_turn(client, "first")
+    follower = await start_server(workspace, sessionWatch={"notifications": False, "idlePollSeconds": 0.2})
+    try:
+        published = collect(follower, methods.SESSION_DID_PUBLISH)
+        await joined(follower, sid)
+        state = await request(follower, methods.SESSION_SET_FOLLOW, {"sessionId": sid, "enabled": True})
+        assert state["mode"] == "poll"
+        await settle_turn(client, "second")
+        await wait_for(lambda: any(n["turns"] for n in published), "the polled turn")
+        assert [t for n in turns_of(published) for t in n] == [(2, "new", "completed", "second")]
+
+        follower.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"mevedel": {"sessionWatch": {"idlePollSeconds": 3600}}})
+        )
+        state = await request(follower, methods.SESSION_SET_FOLLOW, {"sessionId": sid, "enabled": True})
+        assert state["mode"] == "notify"  # an hour-long poll would never see the next turn in time
+        before = len(published)
+        await settle_turn(client, "third")
+        await wait_for(lambda: any(n["turns"] for n in published[before:]), "the notified turn")
+        assert [t for n in turns_of(published[before:]) for t in n] == [(3, "new", "completed", "third")]
+    finally:
+        await follower.shutdown_session()

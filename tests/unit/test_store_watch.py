@@ -281,3 +281,21 @@ def test_cadences_must_be_positive():
             WatchCadence(idle_seconds=bad)
     with pytest.raises(ValueError, match="local target"):
         SessionWatcher(FaultInjectingTarget(LocalTarget(".")), "2026-07-19T09-47-bf87b5dd793a", mode=WatchMode.NOTIFY)
+
+
+async def test_a_local_target_can_be_polled_instead(root):
+    owner, sid = await settled_session(root)
+    wakes = Wakes()
+    watcher = SessionWatcher(LocalTarget(root), sid, cadence=WatchCadence(idle_seconds=0.05, notifications=False))
+    watcher.subscribe(wakes)
+    watcher.start()
+    try:
+        assert watcher.mode is WatchMode.POLL
+        await wakes.until("armed")
+        seen = len(wakes.seen)
+        await settle(owner, sid, "second")
+        await wakes.until(LEASE, seen)
+        assert watcher.polls > 1
+    finally:
+        await watcher.stop()
+        await owner.close_all()

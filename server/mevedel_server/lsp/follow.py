@@ -41,7 +41,7 @@ Key = tuple[Path, str]
 class _Shared:
     def __init__(self, watcher: SessionWatcher) -> None:
         self.watcher = watcher
-        self.subscriptions = 0
+        self.callbacks: list = []
 
 
 class FollowManager:
@@ -62,17 +62,10 @@ class FollowManager:
         key = (folder.root, session_id)
         shared = self._watches.get(key)
         if shared is None:
-            watcher = SessionWatcher(
-                service.target,
-                session_id,
-                cadence=self._cadence(),
-                # A poller uses the active cadence while a transfer is in flight.
-                active=lambda: service.transfer_in_flight(session_id),
-            )
-            shared = self._watches[key] = _Shared(watcher)
-            watcher.start()
-        shared.subscriptions += 1
-        unsubscribe = shared.watcher.subscribe(callback)
+            shared = self._watches[key] = _Shared(self._new_watcher(service, session_id))
+            shared.watcher.start()
+        shared.callbacks.append(callback)
+        shared.watcher.subscribe(callback)
         done = False
 
         def release() -> None:
@@ -80,13 +73,22 @@ class FollowManager:
             if done:
                 return
             done = True
-            unsubscribe()
-            shared.subscriptions -= 1
-            if shared.subscriptions == 0 and self._watches.get(key) is shared:
+            shared.callbacks.remove(callback)
+            shared.watcher.unsubscribe(callback)
+            if not shared.callbacks and self._watches.get(key) is shared:
                 del self._watches[key]
                 self._later(shared.watcher.stop())
 
         return release
+
+    def _new_watcher(self, service: SessionService, session_id: str) -> SessionWatcher:
+        return SessionWatcher(
+            service.target,
+            session_id,
+            cadence=self._cadence(),
+            # A poller uses the active cadence while a transfer is in flight.
+            active=lambda: service.transfer_in_flight(session_id),
+        )
 
     def watcher(self, folder: Folder, session_id: str) -> SessionWatcher | None:
         shared = self._watches.get((folder.root, session_id))
@@ -118,13 +120,26 @@ class FollowManager:
 
     def settings_changed(self) -> None:
         cadence = self._cadence()
-        for shared in self._watches.values():
+        for (root, session_id), shared in self._watches.items():
+            known = self._services.get(root)
+            if cadence.notifications != shared.watcher.cadence.notifications and known is not None:
+                self._replace(shared, known[1], session_id)
+                continue
             shared.watcher.cadence = cadence
             shared.watcher.refresh()  # re-read the cadence now, not after the old wait
         for folder, service in list(self._services.values()):
             service.follow_default = self.ls.settings.follow_published
             for session_id in service.open_sessions():
                 self.reconcile(folder, service, session_id)
+
+    def _replace(self, shared: _Shared, service: SessionService, session_id: str) -> None:
+        """Notifications turned on or off: the same subscribers, on a watcher
+        of the other kind (its first wake makes them look again)."""
+        old, shared.watcher = shared.watcher, self._new_watcher(service, session_id)
+        for callback in shared.callbacks:
+            shared.watcher.subscribe(callback)
+        shared.watcher.start()
+        self._later(old.stop())
 
     def mode(self, folder: Folder, session_id: str) -> str | None:
         if (folder.root, session_id) not in self._following:

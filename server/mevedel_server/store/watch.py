@@ -16,7 +16,9 @@ Two sources, one contract:
   one level deeper when the missing child appears. Nothing is read while
   nothing changes. Names starting with ``.`` (clock probes, temporary files of
   an exclusive create) are not changes: the rename that follows them is.
-- ``poll`` (any other target, e.g. SSH): one pure-read program per tick that
+- ``poll`` (any other target, e.g. SSH, and a local one whose cadence turns
+  ``notifications`` off: on a network filesystem another machine's writes
+  raise no local notification): one pure-read program per tick that
   lists ``.lease/`` and ``.lease/requests/``; a wake only when a listing
   differs from the previous tick. The tick is the *idle* cadence, or the
   *active* one while the ``active`` predicate (evaluated every tick, so a
@@ -77,6 +79,9 @@ class WatchCadence:
     idle_seconds: float = 10.0
     active_seconds: float = 2.0
     debounce_seconds: float = 0.02
+    #: Local targets are watched with filesystem notifications (False: they
+    #: are polled like any other).
+    notifications: bool = True
 
     def __post_init__(self) -> None:
         for name in ("idle_seconds", "active_seconds", "debounce_seconds"):
@@ -87,8 +92,10 @@ class WatchCadence:
     @classmethod
     def from_settings(cls, settings: Any) -> WatchCadence:
         """From the ``sessionWatch`` setting object (``idle_poll_seconds``,
-        ``active_poll_seconds``, ``debounce_ms``)."""
-        return cls(settings.idle_poll_seconds, settings.active_poll_seconds, settings.debounce_ms / 1000)
+        ``active_poll_seconds``, ``debounce_ms``, ``notifications``)."""
+        return cls(
+            settings.idle_poll_seconds, settings.active_poll_seconds, settings.debounce_ms / 1000, settings.notifications
+        )
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ class SessionWatcher:
         local = isinstance(target, LocalTarget)
         if mode is WatchMode.NOTIFY and not local:
             raise ValueError("filesystem notifications need a local target")
-        self._mode = mode or (WatchMode.NOTIFY if local else WatchMode.POLL)
+        self._mode = mode or (WatchMode.NOTIFY if local and self.cadence.notifications else WatchMode.POLL)
         self._subscribers: list[Subscriber] = []
         self._pending: set[str] = set()
         self._kick: asyncio.Event | None = None
@@ -165,12 +172,11 @@ class SessionWatcher:
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(wake)`` on every wake; returns the unsubscriber."""
         self._subscribers.append(callback)
+        return lambda: self.unsubscribe(callback)
 
-        def unsubscribe() -> None:
-            if callback in self._subscribers:
-                self._subscribers.remove(callback)
-
-        return unsubscribe
+    def unsubscribe(self, callback: Subscriber) -> None:
+        if callback in self._subscribers:
+            self._subscribers.remove(callback)
 
     @property
     def subscribers(self) -> int:
