@@ -14,7 +14,7 @@ from mevedel_server.store.errors import LeaseHeld
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
 from mevedel_server.store.service.errors import SessionReadOnly, TransferDraining
-from mevedel_server.targets import LocalTarget, ProgramTarget, Read
+from mevedel_server.targets import CreateExclusive, LocalTarget, ProgramTarget, Read
 from mevedel_server.targets.errors import TargetOperationError
 
 
@@ -191,3 +191,45 @@ async def test_a_failed_refresh_leaves_the_requester_read_only_without_the_lease
     target.failing = False
     retried = await asker_ctl.take(sid)  # the fence still reserves it for this client
     assert retried.outcome == "acquired" and retried.info.settled_turns == 1
+
+
+class GatedPublications(ProgramTarget):
+    """Holds every program that writes a publication until ``gate`` opens."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.held = asyncio.Event()
+
+    async def run(self, program):
+        if any(isinstance(op, CreateExclusive) and "/.publications/" in op.path for op in program.operations):
+            self.held.set()
+            await self.gate.wait()
+        return await self.inner.run(program)
+
+
+async def test_a_grant_waits_for_the_operation_in_progress(tmp_path):
+    target = GatedPublications(LocalTarget(tmp_path))
+    owner = SessionService(target, ClientIdentity("desk-client", "desk"))
+    owner_ctl = SessionControl(owner)
+    owner_events: list = []
+    owner_ctl.on_event.append(owner_events.append)
+    sid = (await owner.create()).session_id
+    await turn(owner, sid, "first")
+    asker, asker_ctl, asker_events = client(tmp_path, "laptop-client", "laptop")
+    await asker_ctl.take(sid)
+    await owner_ctl.poll()
+    target.gate.clear()
+    renaming = asyncio.get_running_loop().create_task(owner.rename(sid, "Renamed before the hand-over"))
+    await target.held.wait()  # the rename is publishing now
+    await owner_ctl.grant(sid)
+    assert owner_events[-1].phase == "draining"
+    assert owner_events[-1].waiting_for == "the operation in progress to finish"
+    target.gate.set()
+    await renaming
+    await owner_ctl.poll()
+    assert phases(owner_events)[-1] == "released"
+    await asker_ctl.poll()
+    info = asker.info(sid)
+    assert info.access.value == "writable" and info.display_name == "Renamed before the hand-over"

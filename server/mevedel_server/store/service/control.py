@@ -412,9 +412,15 @@ class SessionControl:
         if decision.verdict is TransferVerdict.KEEP:  # decided elsewhere first
             self._owning.pop(session_id, None)
             return self.status(session_id)
-        session.handing_over = owning.request.requester_host or "another client"
+        self._begin_drain(session, owning)
         await self._drain(session_id)
         return self.status(session_id)
+
+    def _begin_drain(self, session: OpenSession, owning: _Owning) -> None:
+        owning.phase = "draining"
+        session.handing_over = owning.request.requester_host or "another client"
+        if self.wake not in session.on_operation_done:
+            session.on_operation_done.append(self.wake)
 
     async def keep(self, session_id: str) -> ControlStatus:
         owning = self._pending_decision(session_id, "keep control")
@@ -428,8 +434,7 @@ class SessionControl:
         self._owning.pop(session_id, None)
         if decision.verdict is TransferVerdict.GRANT:  # a timeout got there first
             self._owning[session_id] = owning
-            owning.phase = "draining"
-            session.handing_over = owning.request.requester_host or "another client"
+            self._begin_drain(session, owning)
             await self._drain(session_id)
             return self.status(session_id)
         self._emit(
@@ -450,6 +455,8 @@ class SessionControl:
         opened = session.conversation.open_turn
         if opened is not None:
             return f"turn {opened.turn} to settle"
+        if session.operations_running():
+            return "the operation in progress to finish"
         if session.pending is not None:
             return "the pending publication to be retried or abandoned"
         if session.recovery is not None:
@@ -535,9 +542,9 @@ class SessionControl:
                 return
             # Granted by an earlier process of this client (a CLI command):
             # the hand-over still owes its drain and release.
-            owning = _Owning(request, 0, phase="draining")
+            owning = _Owning(request, 0)
             self._owning[session_id] = owning
-            session.handing_over = request.requester_host or "another client"
+            self._begin_drain(session, owning)
             await self._drain(session_id)
             return
         seen = await read_target_clock(self.service.target, session.paths.lease_dir)

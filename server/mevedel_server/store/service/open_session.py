@@ -20,6 +20,7 @@ makes the session read-only.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,6 +102,10 @@ class OpenSession:
         #: Set while a granted control transfer drains this session: new
         #: mutations are refused, the turn in flight may still finish.
         self.handing_over: str | None = None
+        #: Tasks running a mutation of this session (a hand-over waits for them).
+        self._operations: set[asyncio.Task] = set()
+        #: Called whenever one of those tasks ends.
+        self.on_operation_done: list[Callable[[], None]] = []
         self.history = LiveHistory(conversation)
         self._head = head
         self._on_lost = on_lost
@@ -152,6 +157,24 @@ class OpenSession:
         if turn_work and self.conversation.open_turn is not None:
             return
         raise TransferDraining(self.session_id, self.handing_over)
+
+    def track_operation(self) -> None:
+        """The current task mutates this session until it ends."""
+        task = asyncio.current_task()
+        if task is None or task in self._operations:
+            return
+        self._operations.add(task)
+        task.add_done_callback(self._operation_done)
+
+    def _operation_done(self, task: asyncio.Task) -> None:
+        self._operations.discard(task)
+        for callback in list(self.on_operation_done):
+            callback()
+
+    def operations_running(self) -> bool:
+        """Another task is in the middle of a mutation of this session."""
+        current = asyncio.current_task()
+        return any(task is not current and not task.done() for task in self._operations)
 
     def hand_over(self, why: str, holder_host: str | None) -> None:
         """The lease was released (to a requester, or by the user): keep the

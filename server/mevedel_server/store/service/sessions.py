@@ -522,6 +522,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
     def _mutable(self, session_id: str, action: str) -> OpenSession:
         session = self._open(session_id, action)
         session.require_mutable()
+        session.track_operation()
         return session
 
     def _new_open(self, conversation: Conversation, **kwargs) -> OpenSession:
