@@ -15,9 +15,10 @@ it has open:
   reports it (``asking``); :meth:`grant` or :meth:`keep` answers it, and an
   unanswered request is granted once ``prompt_timeout`` target seconds have
   passed since that first sight. A grant drains: new mutations are refused
-  (``transfer-draining``) while the turn in flight, a pending publication or
-  a recovery is waited for, and the owner is told which; then one final
-  publication, the fenced release, and the session is read-only here.
+  (``transfer-draining``) while the turn in flight, a mutation another task
+  is running, a pending publication or a recovery is waited for, and the
+  owner is told which; then one final publication, the fenced release, and
+  the session is read-only here.
 - Requester side: the poll reads the decision and the lease head. A keep
   ends the pending state; the released successor fenced for this client is
   acquired, and the committed state is reloaded before the session is
