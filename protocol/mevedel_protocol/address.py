@@ -27,6 +27,8 @@ class DescribeResult:
     why); ``discovery`` (a listing query). ``size`` is in bytes, for files.
     ``uri`` is where go-to-definition leads: the backing ``file://`` URI of a
     file-backed address, otherwise a ``mevedel-resource:`` virtual URI.
+    ``detail`` says what an existing virtual resource reads now (for
+    ``history://root``: which session, live or committed).
     """
 
     address: str
@@ -39,3 +41,4 @@ class DescribeResult:
     size: Optional[int] = None
     reason: Optional[str] = None
     uri: Optional[str] = None
+    detail: Optional[str] = None

@@ -44,7 +44,9 @@ class SessionState:
     this client lost (``read_only_reason`` says which). ``materialized`` is
     false until the first save writes the session. ``pending_publication``
     is set while a save that failed before its commit point waits for a
-    retry (mutations are refused until then).
+    retry (mutations are refused until then). ``transcript_uri`` is the
+    ``mevedel-resource:`` URI of the session's ``history://root``, ready to
+    open with ``mevedel/resource/read``.
     """
 
     session_id: str
@@ -55,6 +57,7 @@ class SessionState:
     settled_turns: int
     reconciliation_pending: bool
     current: bool
+    transcript_uri: str
     read_only_reason: Optional[str] = None
     holder_host: Optional[str] = None
     open_turn: Optional[int] = None
@@ -159,6 +162,29 @@ class SessionRenameParams:
     name: str
     session_id: Optional[str] = None
     workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class SessionCompactParams:
+    """Compact the session: close its live segment and open the next one,
+    which starts with ``summary`` (the caller's summary of the closed one)."""
+
+    summary: str
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class SegmentRotationResult:
+    """A compaction or /clear committed: ``segment`` is the new live
+    segment, ``previous_segment`` the one closed; ``chapter`` is the number
+    of the chapter a /clear closed."""
+
+    session_id: str
+    segment: int
+    previous_segment: int
+    committed: bool
+    chapter: Optional[int] = None
 
 
 @attrs.define
@@ -337,10 +363,12 @@ class SessionDidChangeParams:
     ``retried``, ``read-only``, ``closed``, ``rewound``, ``redone``,
     ``created`` (a Fork or Save As child opened here), ``recovered``,
     ``acquired`` (control taken here) or ``released`` (control released or
-    handed over: read-only, following)."""
+    handed over: read-only, following), ``compacted`` or ``cleared``;
+    ``display_name`` is the name after the change (the ID while unnamed)."""
 
     workspace_folder: str
     session_id: str
+    display_name: str
     reason: str
     settled_turns: int
     access: Access

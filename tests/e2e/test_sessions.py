@@ -92,6 +92,7 @@ async def test_create_run_turns_and_read_history(client, workspace):
     assert changes[-1] == {
         "workspaceFolder": workspace.as_uri(),
         "sessionId": sid,
+        "displayName": "E2E session",
         "reason": "settled",
         "settledTurns": 1,
         "access": "writable",
@@ -108,6 +109,7 @@ async def test_create_run_turns_and_read_history(client, workspace):
     renamed = await request(client, methods.SESSION_RENAME, {"name": "  Notes   tidy-up "})
     assert renamed["displayName"] == "Notes tidy-up"
     await wait_for(lambda: any(c["reason"] == "renamed" for c in changes), "a renamed didChange")
+    assert [c["displayName"] for c in changes if c["reason"] == "renamed"] == ["Notes tidy-up"]
 
     saved = await request(client, methods.RESOURCE_READ, {"address": "history://saved", "view": "plain"})
     assert saved["text"] == f"history://saved/{sid}/segment-0001.chat.jsonl"
@@ -147,6 +149,26 @@ async def test_takeover_is_asked_through_show_message_request(client, workspace)
     assert begun["turn"] == 2 and begun["reminder"] is True
 
 
+@pytest.mark.parametrize("answer", ["null", "unknown title"])
+async def test_no_answer_to_the_takeover_question_means_cancel(client, workspace, answer):
+    asked: list = []
+
+    def reply(params):
+        asked.append(params)
+        if answer == "unknown title":
+            return types.MessageActionItem(title="Maybe later")
+        return None  # dismissed: the client answers null
+
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(reply)
+    sid = await expired_session_of_another_client(workspace, "left behind")
+    declined = await failure(client, methods.SESSION_OPEN, {"sessionId": sid})
+    assert declined["kind"] == "takeover-declined" and declined["authored"] == sid and len(asked) == 1
+    observed = await observe_lease(LocalTarget(workspace), sid)
+    assert observed.record.client_id == "gone-client"  # the lease was not taken
+    listed = {s["sessionId"]: s for s in (await request(client, methods.SESSION_LIST, {}))["sessions"]}
+    assert listed[sid]["action"] == "Take over"
+
+
 async def test_commands_reach_the_same_requests(client, workspace):
     created = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command=methods.COMMAND_SESSION_CREATE, arguments=[{"name": "By command"}])
@@ -173,8 +195,16 @@ async def test_errors_carry_stable_kinds(client, workspace):
     missing = await failure(client, methods.SESSION_OPEN, {"sessionId": "2026-01-01T00-00-000000000000"})
     assert missing["kind"] == "missing-target"
     assert (await failure(client, methods.SESSION_OPEN, {"sessionId": 5}))["kind"] == "invalid-params"
-    await request(client, methods.SESSION_CREATE, {})
-    assert (await failure(client, methods.TURN_SETTLE, {}))["kind"] == "conflict"
+    sid = (await request(client, methods.SESSION_CREATE, {}))["sessionId"]
+    for method in (methods.TURN_SETTLE, methods.TURN_ABORT):
+        no_turn = await failure(client, method, {})
+        assert (no_turn["kind"], no_turn["authored"]) == ("conflict", sid)
+        assert no_turn["reason"].startswith("has no turn in flight")
+    blank = await failure(client, methods.SESSION_RENAME, {"name": "  "})
+    assert (blank["kind"], blank["authored"]) == ("invalid-params", 'name "  "') and "is blank" in blank["reason"]
+    with pytest.raises(JsonRpcException) as caught:
+        await request(client, methods.SESSION_RENAME, {"name": "  "})
+    assert str(caught.value.message).startswith('name "  ": is blank')
     assert (await failure(client, methods.TURN_BEGIN, {"prompt": " "}))["kind"] == "invalid-params"
     await request(client, methods.TURN_BEGIN, {"prompt": "x"})
     assert (await failure(client, methods.TURN_CAPTURE, {"path": "../escape"}))["kind"] == "invalid-params"

@@ -134,3 +134,27 @@ def test_refusals_are_one_line_with_a_kind(workspace, tmp_path):
     assert plain.returncode == 2 and "Traceback" not in plain.stderr  # usage error
     human = cli(workspace, me, "session", "open", "bogus")
     assert human.returncode == 1 and human.stderr.startswith("mevedel: ") and human.stderr.count("\n") == 1
+
+
+def test_compact_and_clear_rotate_the_committed_segments(workspace, tmp_path):
+    me = tmp_path / "me"
+    sid = ok(cli(workspace, me, "turn", "begin", "--new", "--name", "Rotated", "first", "--json"))["session_id"]
+    message = refused(cli(workspace, me, "session", "compact", "--summary", "too early", "--json"), "conflict")
+    assert message.startswith(f"session {sid} has turn 1 in flight")
+    ok(cli(workspace, me, "turn", "append", "response", "--text", "first answer", "--json"))
+    ok(cli(workspace, me, "turn", "settle", "--json"))
+    blank = refused(cli(workspace, me, "session", "compact", "--summary", " ", "--json"), "invalid-params")
+    assert blank.startswith('summary " ": is blank')
+    compacted = ok(cli(workspace, me, "session", "compact", "--summary", "-", "--json", stdin="The first answer.\n"))
+    assert compacted == {"session_id": sid, "segment": 2, "previous_segment": 1, "chapter": None, "committed": True}
+    fresh = committed(workspace, sid)
+    assert fresh.current_segment == 2 and fresh.records(2)[1].text == "The first answer.\n"
+    ok(cli(workspace, me, "turn", "begin", "second", "--json"))
+    ok(cli(workspace, me, "turn", "settle", "--json"))
+    cleared = cli(workspace, me, "session", "clear")
+    assert cleared.returncode == 0 and cleared.stdout.startswith(f"{sid}: chapter 1 closed (segment 2)")
+    fresh = committed(workspace, sid)
+    assert fresh.current_segment == 3 and [c.last_segment for c in fresh.sidecar.chapters] == [2]
+    assert fresh.sidecar.display_name == "Rotated"
+    again = refused(cli(workspace, me, "session", "clear", "--json"), "conflict")  # the new chat has no turns
+    assert again.startswith(f"session {sid} cannot be cleared")

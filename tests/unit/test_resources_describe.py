@@ -23,32 +23,32 @@ def context(tmp_path: Path) -> ResolverContext:
     return ResolverContext(workspace_root=workspace, session_dir=session, docs_root=tmp_path / "docs")
 
 
-def test_an_existing_file_exists_with_its_size(context):
-    found = describe("work://notes.md", context)
+async def test_an_existing_file_exists_with_its_size(context):
+    found = await describe("work://notes.md", context)
     assert (found.status, found.kind, found.size, found.family) == ("exists", "file", 5, Family.WORK)
     assert Operation.APPLY_PATCH in found.operations
 
 
-def test_missing_unavailable_and_discovery_statuses(context, tmp_path):
-    assert describe("work://gone.md", context).status == "missing"
-    assert describe("work://", context).status == "discovery"
-    assert describe("memory://root", context).status == "discovery"
-    agent = describe("agent://root/x", context)
+async def test_missing_unavailable_and_discovery_statuses(context, tmp_path):
+    assert (await describe("work://gone.md", context)).status == "missing"
+    assert (await describe("work://", context)).status == "discovery"
+    assert (await describe("memory://root", context)).status == "discovery"
+    agent = await describe("agent://root/x", context)
     assert agent.status == "unavailable" and "agent runtime" in agent.reason
-    no_session = describe("work://notes.md", context.with_session(None))
+    no_session = await describe("work://notes.md", context.with_session(None))
     assert no_session.status == "unavailable" and str(tmp_path) not in (no_session.reason or "")
-    shared = describe("work://shared", context)
+    shared = await describe("work://shared", context)
     assert shared.status == "discovery" and not (context.workspace_root / ".mevedel").exists()
 
 
-def test_compressed_log_exists_without_a_size(context):
-    found = describe("artifact://executions/old.log", context)
+async def test_compressed_log_exists_without_a_size(context):
+    found = await describe("artifact://executions/old.log", context)
     assert (found.status, found.kind, found.size) == ("exists", "file", None)
 
 
-def test_describe_of_a_malformed_address_raises(context):
+async def test_describe_of_a_malformed_address_raises(context):
     with pytest.raises(AddressError) as caught:
-        describe("work://a/../b", context)
+        await describe("work://a/../b", context)
     assert caught.value.kind is ErrorKind.MALFORMED_ADDRESS
 
 
@@ -63,7 +63,7 @@ def test_backing_file_returns_the_contained_file_only(context, tmp_path):
     assert backing_file("not an address", context) is None
 
 
-def test_describe_reads_no_content(context, monkeypatch):
+async def test_describe_reads_no_content(context, monkeypatch):
     import builtins
 
     def refuse(*args, **kwargs):
@@ -71,5 +71,5 @@ def test_describe_reads_no_content(context, monkeypatch):
 
     monkeypatch.setattr(builtins, "open", refuse)
     monkeypatch.setattr(Path, "read_bytes", refuse)
-    assert describe("work://notes.md", context).size == 5
-    assert describe("artifact://executions/old.log", context).status == "exists"
+    assert (await describe("work://notes.md", context)).size == 5
+    assert (await describe("artifact://executions/old.log", context)).status == "exists"

@@ -172,3 +172,55 @@ async def test_history_saved_missing_sessions_and_segments(root):
     assert nothing.kind == "empty" and "no saved conversations" in nothing.notice
     error = await failure(Operation.READ, "history://saved", ReadOptions(), ResolverContext(docs_root=root))
     assert error.kind is ErrorKind.OWNER_MISSING
+
+
+async def test_history_root_of_a_session_not_open_here_reads_its_committed_transcript(root):
+    owner = SessionService(LocalTarget(root), ClientIdentity("client-owner", "laptop"))
+    sid = await saved_session(owner, ["committed question"])
+    await owner.begin_turn(sid, "unsaved question")  # live in the owner only
+    ctx = context(root, None, sid)  # this reader has the session chosen, not open
+    page = await run(Operation.READ, "history://root", ReadOptions(), ctx)
+    assert "> committed question" in page.plain_text and "unsaved question" not in page.plain_text
+    assert "not open in this server" in page.notice and "read-only" in page.notice
+    hits = await run(Operation.GREP, "history://root", GrepOptions(pattern="committed"), ctx)
+    assert [m.preview for m in hits.matches] == ["> committed question", "answer to committed question"]
+    await owner.settle(sid)
+    await owner.compact(sid, "a summary of the first segment")
+    rotated = await run(Operation.READ, "history://root", ReadOptions(), ctx)
+    lines = rotated.plain_text.split("\n")
+    assert lines[0] == "# Segment 2 (continues segment 1 after compaction)"
+    assert "> a summary of the first segment" in lines and "> committed question" not in lines
+    assert "(segment 2)" in rotated.notice
+    unknown = await failure(Operation.READ, "history://root", ReadOptions(), context(root, None, "2026-01-01T00-00-000000000000"))
+    assert unknown.kind is ErrorKind.OWNER_MISSING and "not a saved session" in unknown.reason
+    assert not (root / ".mevedel" / "sessions" / "2026-01-01T00-00-000000000000").exists()  # reading writes nothing
+
+
+async def test_describe_history_names_the_session_it_reads(root):
+    from mevedel_server.resources import describe
+
+    svc = SessionService(LocalTarget(root), ME)
+    sid = await saved_session(svc, ["described"])
+    live = await describe("history://root", context(root, svc, sid))
+    assert (live.status, live.kind) == ("exists", "virtual") and sid in live.detail and "live" in live.detail
+    assert live.reason is None
+    nobody = await describe("history://root", context(root))
+    assert nobody.status == "unavailable" and "no session is open" in nobody.reason
+    assert "not an unavailable family" not in nobody.reason
+    committed = await describe("history://root", ResolverContext(
+        workspace_root=root, session_dir=root / ".mevedel" / "sessions" / sid, docs_root=root / "docs"
+    ))
+    assert committed.status == "exists" and "committed" in committed.detail and "not open" in committed.detail
+    unknown = await describe("history://root", context(root, None, "2026-01-01T00-00-000000000000"))
+    assert unknown.status == "unavailable" and "not a saved session" in unknown.reason
+    assert (await describe("history://", context(root))).status == "discovery"
+    assert (await describe("history://saved", context(root))).status == "discovery"
+    assert (await describe(f"history://saved/{sid}", context(root))).status == "discovery"
+    segment = await describe(f"history://saved/{sid}/segment-0001.chat.jsonl", context(root))
+    assert segment.status == "exists" and sid in segment.detail
+    assert (await describe(f"history://saved/{sid}/segment-0002.chat.jsonl", context(root))).status == "missing"
+    assert (await describe("history://saved/2026-01-01T00-00-000000000000", context(root))).status == "missing"
+    agent = await describe("history://root/reviewer", context(root, svc, sid))
+    assert agent.status == "unavailable" and "runs no agents" in agent.reason
+    no_workspace = await describe("history://saved", ResolverContext(docs_root=root))
+    assert no_workspace.status == "unavailable" and "no workspace" in no_workspace.reason

@@ -27,7 +27,6 @@ def context(tmp_path: Path) -> ResolverContext:
         ("mcp://srv", "no MCP server is configured"),
         ("mcp://", "no MCP server is configured"),
         ("shared://", "no shared whiteboards or documents"),
-        ("history://root", "the current session is not open in this server"),
         ("history://root/reviewer", "mevedel-lsp runs no agents"),
         ("memory://journal/", "no published journal entries"),
     ],

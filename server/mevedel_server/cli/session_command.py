@@ -1,4 +1,4 @@
-"""``mevedel session list|create|open|close|rename|save|turns|turn``.
+"""``mevedel session list|create|open|close|rename|save|compact|clear|turns|turn``.
 
 Every subcommand takes ``--json`` (one JSON object on stdout; a refusal is
 ``{"error": {"kind", "message"}}`` with exit status 1) and ``--workspace
@@ -9,9 +9,10 @@ user, leases kept between commands until ``session close``).
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from ..store.service import OpenMode, SessionInfo, SessionService, TurnDetail, TurnSummary
+from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary
 from ..store.lease import describe_target_time
 from .session_client import add_common, add_session_option, held_session, emit, run_command
 
@@ -61,6 +62,27 @@ def register(subparsers: Any) -> None:
     add_session_option(save)
     add_common(save)
     save.set_defaults(run=run_save)
+
+    compact = commands.add_parser(
+        "compact",
+        help="close the live transcript segment and continue in a new one that starts with a summary",
+        description="Compaction: the live segment is closed and the next one starts with SUMMARY "
+        "(your summary of the closed segment; mevedel runs no model). Refused while a turn is in flight.",
+    )
+    compact.add_argument("--summary", required=True, help="the summary of the closed segment ('-' reads stdin)")
+    add_session_option(compact)
+    add_common(compact)
+    compact.set_defaults(run=run_compact)
+
+    clear = commands.add_parser(
+        "clear",
+        help="/clear: close the current chat as a chapter and start a new segment",
+        description="/clear: the current chat is closed as a chapter and a new segment starts. "
+        "Refused while a turn is in flight.",
+    )
+    add_session_option(clear)
+    add_common(clear)
+    clear.set_defaults(run=run_clear)
 
     turns = commands.add_parser("turns", help="list the turns of a session")
     add_session_option(turns)
@@ -191,6 +213,39 @@ def run_save(arguments: argparse.Namespace) -> int:
             {"session_id": sid, "committed": result.committed, "note": result.note},
             [f"{sid} saved" if result.committed else f"{sid}: {result.note}"],
         )
+
+    return run_command(arguments, body)
+
+
+def rotation_data(rotation: SegmentRotation) -> dict[str, Any]:
+    return {
+        "session_id": rotation.session_id,
+        "segment": rotation.segment,
+        "previous_segment": rotation.previous_segment,
+        "chapter": rotation.chapter,
+        "committed": rotation.save.committed,
+    }
+
+
+def run_compact(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        summary = sys.stdin.read() if arguments.summary == "-" else arguments.summary
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        rotation = await service.compact(sid, summary)
+        line = f"{sid}: segment {rotation.previous_segment} compacted; segment {rotation.segment} starts with the summary"
+        emit(arguments, rotation_data(rotation), [line])
+
+    return run_command(arguments, body)
+
+
+def run_clear(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        rotation = await service.clear(sid)
+        line = f"{sid}: chapter {rotation.chapter} closed (segment {rotation.previous_segment}); segment {rotation.segment} starts a new chat"
+        emit(arguments, rotation_data(rotation), [line])
 
     return run_command(arguments, body)
 

@@ -39,6 +39,8 @@ def _status(found: Description) -> str:
         words = f"discovery query ({found.kind})"
     if found.reason:
         words += f" — {found.reason}"
+    if found.detail:
+        words += f" — {found.detail}"
     return words
 
 
@@ -92,7 +94,7 @@ def register(ls: MevedelLanguageServer) -> None:
         else:
             context = document_scope(ls, document.uri).context
             try:
-                lines = describe_lines(span.text, describe(span.text, context))
+                lines = describe_lines(span.text, await describe(span.text, context))
             except AddressError as error:  # containment is only known once resolved
                 lines = _problem_lines(error)
         kind = _markup_kind(ls)

@@ -193,7 +193,7 @@ def register(ls: MevedelLanguageServer) -> None:
     async def describe(ls: MevedelLanguageServer, raw: Any) -> Any:
         params = structure_params(raw, DescribeParams, methods.ADDRESS_DESCRIBE)
         scope = request_scope(ls, params.workspace_folder, params.session_id)
-        found = core.describe(params.address, scope.context)
+        found = await core.describe(params.address, scope.context)
         return converter.unstructure(
             DescribeResult(
                 address=params.address,
@@ -206,5 +206,6 @@ def register(ls: MevedelLanguageServer) -> None:
                 size=found.size,
                 reason=found.reason,
                 uri=definition_uri(params.address, scope),
+                detail=found.detail,
             )
         )

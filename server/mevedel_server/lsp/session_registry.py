@@ -105,6 +105,7 @@ class SessionRegistry:
         params = SessionDidChangeParams(
             workspace_folder=folder.uri,
             session_id=change.session_id,
+            display_name=change.display_name or change.session_id,
             reason=change.reason,
             settled_turns=change.settled_turns,
             access=change.access.value,

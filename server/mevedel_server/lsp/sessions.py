@@ -17,10 +17,12 @@ from mevedel_protocol import converter, methods
 from mevedel_protocol import session as wire
 from pygls.exceptions import JsonRpcException
 
+from ..addresses import parse_address
 from ..store import TakeoverNeedsConfirmation
 from ..store.service import (
     EvidenceInput,
     SaveResult,
+    SegmentRotation,
     SessionInfo,
     SessionService,
     TurnDetail,
@@ -30,6 +32,7 @@ from ..store.service import (
 )
 from .errors import failure, internal_failure, structure_params
 from .session_registry import SessionRegistry
+from .virtual_documents import format_uri
 from .workspaces import Folder, folder_for_document, folder_for_uri
 
 if TYPE_CHECKING:
@@ -39,6 +42,12 @@ _log = logging.getLogger(__name__)
 
 TAKE_OVER = "Take over"
 CANCEL = "Cancel"
+TRANSCRIPT = parse_address("history://root")
+
+
+def transcript_uri(folder: Folder, session_id: str) -> str:
+    """The virtual document of the session's live transcript (``history://root``)."""
+    return format_uri(TRANSCRIPT, folder.key, session_id)
 
 
 def _registry(ls: MevedelLanguageServer) -> SessionRegistry:
@@ -72,6 +81,7 @@ def _state(ls: MevedelLanguageServer, folder: Folder, info: SessionInfo) -> wire
         settled_turns=info.settled_turns,
         reconciliation_pending=info.reconciliation_pending,
         current=ls.current_session(folder) == info.session_id,
+        transcript_uri=transcript_uri(folder, info.session_id),
         read_only_reason=info.read_only_reason,
         holder_host=info.holder_host,
         open_turn=info.open_turn,
@@ -130,13 +140,22 @@ def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any
                 raise
             except Exception as error:
                 if is_refusal(error):
-                    raise failure(error_kind(error), getattr(error, "session_id", None) or method, str(error)) from None
+                    raise _refusal(error, method) from None
                 _log.exception("unexpected error in %s", method)
                 raise internal_failure(method) from None
 
         return answered
 
     return decorate
+
+
+def _refusal(error: Exception, method: str) -> JsonRpcException:
+    """A refusal names what the user authored (an input with ``authored``
+    and ``reason``), else the session it is about, else the method."""
+    authored = getattr(error, "authored", None)
+    if isinstance(authored, str) and isinstance(getattr(error, "reason", None), str):
+        return failure(error_kind(error), authored, error.reason)
+    return failure(error_kind(error), getattr(error, "session_id", None) or method, str(error))
 
 
 # Handlers (params already decoded) -------------------------------------------------
@@ -198,7 +217,12 @@ async def _confirm_takeover(ls: MevedelLanguageServer, asked: TakeoverNeedsConfi
         ),
         actions=[types.MessageActionItem(title=TAKE_OVER), types.MessageActionItem(title=CANCEL)],
     )
-    answer = await ls.window_show_message_request_async(question)
+    try:
+        answer = await ls.window_show_message_request_async(question)
+    except Exception as error:  # an error answer is no consent
+        _log.info("session %s: the takeover question was answered with an error (%s): Cancel", asked.session_id, error)
+        return False
+    # Only an explicit Take over consents; null (dismissed) or anything else is Cancel.
     title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
     return title == TAKE_OVER
 
@@ -233,6 +257,24 @@ async def abandon_publication(ls: MevedelLanguageServer, params: wire.SessionPar
     folder = _folder(ls, params.workspace_folder, methods.SESSION_ABANDON_PUBLICATION)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_ABANDON_PUBLICATION)
     return wire.AbandonResult(sid, _registry(ls).service(folder).abandon_publication(sid))
+
+
+def _rotation(rotation: SegmentRotation) -> wire.SegmentRotationResult:
+    return wire.SegmentRotationResult(
+        rotation.session_id, rotation.segment, rotation.previous_segment, rotation.save.committed, rotation.chapter
+    )
+
+
+async def compact_session(ls: MevedelLanguageServer, params: wire.SessionCompactParams) -> wire.SegmentRotationResult:
+    folder = _folder(ls, params.workspace_folder, methods.SESSION_COMPACT)
+    sid = _session_id(ls, folder, params.session_id, methods.SESSION_COMPACT)
+    return _rotation(await _registry(ls).service(folder).compact(sid, params.summary))
+
+
+async def clear_session(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.SegmentRotationResult:
+    folder = _folder(ls, params.workspace_folder, methods.SESSION_CLEAR)
+    sid = _session_id(ls, folder, params.session_id, methods.SESSION_CLEAR)
+    return _rotation(await _registry(ls).service(folder).clear(sid))
 
 
 def _turn_target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[SessionService, str]:
@@ -311,6 +353,8 @@ HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
         abandon_publication,
         methods.COMMAND_SESSION_ABANDON_PUBLICATION,
     ),
+    methods.SESSION_COMPACT: (wire.SessionCompactParams, compact_session, methods.COMMAND_SESSION_COMPACT),
+    methods.SESSION_CLEAR: (wire.SessionParams, clear_session, methods.COMMAND_SESSION_CLEAR),
     methods.TURN_BEGIN: (wire.TurnBeginParams, begin_turn, methods.COMMAND_TURN_BEGIN),
     methods.TURN_CAPTURE: (wire.TurnCaptureParams, capture_file, methods.COMMAND_TURN_CAPTURE),
     methods.TURN_APPEND: (wire.TurnAppendParams, append_record, methods.COMMAND_TURN_APPEND),

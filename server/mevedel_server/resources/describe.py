@@ -1,7 +1,8 @@
 """Hover facts and "visit path" for an address: metadata only.
 
-``describe`` stats the backing node at most; it never reads content and its
-result never holds a backing path. ``backing_file`` is the one function that
+``describe`` stats the backing node at most (for ``history://``, it reads
+the open session's state or a committed session's lease head and manifest);
+it never reads content and its result never holds a backing path. ``backing_file`` is the one function that
 returns a path, for go-to-definition on a file-backed address.
 """
 
@@ -14,7 +15,7 @@ from typing import Literal
 
 from ..addresses import parse_address
 from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
-from . import artifact, memory, mevedel_docs, skill, unavailable, work
+from . import artifact, history, memory, mevedel_docs, skill, unavailable, work
 from .attempt import Request
 from .context import ResolverContext
 from .options import ReadOptions
@@ -34,6 +35,8 @@ class Description:
     kind: NodeKind
     size: int | None = None
     reason: str | None = None
+    #: What an existing virtual resource reads now (the session of history://).
+    detail: str | None = None
 
 
 _FILE_FAMILIES = {Family.WORK, Family.ARTIFACT, Family.MEVEDEL, Family.MEMORY, Family.SKILL}
@@ -57,7 +60,7 @@ def _is_explicit(address: Address) -> bool:
     return address.family in _FILE_FAMILIES and not address.is_discovery and address.scope != "listing"
 
 
-def describe(address_text: str, context: ResolverContext) -> Description:
+async def describe(address_text: str, context: ResolverContext) -> Description:
     """What an address names now. Raises AddressError only for validation
     failures (malformed text, unknown scheme, containment)."""
     address = parse_address(address_text)
@@ -66,6 +69,18 @@ def describe(address_text: str, context: ResolverContext) -> Description:
     def made(status: Status, kind: NodeKind, size: int | None = None, reason: str | None = None) -> Description:
         return Description(address.canonical, address.family, address.locator_class, operations, status, kind, size, reason)
 
+    if address.family is Family.HISTORY:
+        facts = await history.describe(address, context)
+        return Description(
+            address.canonical,
+            address.family,
+            address.locator_class,
+            operations,
+            facts.status,  # type: ignore[arg-type]
+            facts.kind,  # type: ignore[arg-type]
+            reason=facts.reason,
+            detail=facts.detail,
+        )
     if address.family not in _FILE_FAMILIES:
         try:
             unavailable.prepare(address, Request(Operation.READ, ReadOptions()), context).run()

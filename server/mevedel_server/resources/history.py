@@ -4,8 +4,11 @@
   session is open) and ``history://saved`` (when a workspace is open).
 - ``history://root`` (Read, Grep): the open session's live conversation, its
   current segment including unsaved records, from the session service's live
-  projection. ``history://root/PATH`` names a retained agent's conversation;
-  mevedel-lsp runs no agents, so every such path is unavailable.
+  projection. For a session chosen but not open in this server (another
+  client's, or one named by a virtual document), its committed current
+  segment, read-only, from its committed publication; a notice says so.
+  ``history://root/PATH`` names a retained agent's conversation; mevedel-lsp
+  runs no agents, so every such path is unavailable.
 - ``history://saved[/SESSION[/SEGMENT]]`` (Read, Glob, Grep): saved segments
   across the workspace, read from committed publications only, every part
   verified against its manifest digest. Read and Glob of the bare form or of
@@ -22,11 +25,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..addresses.encoding import encode_component
 from ..addresses.model import Address, AddressError, ErrorKind, Operation
 from ..store import RecordError, SessionMissing
+from ..store.inspect import list_segments
 from ..store.listing import InspectSessionRow
+from ..store.publication import read_committed
 from ..store.projection import project
 from ..store.service import (
     SavedSource,
@@ -76,7 +82,7 @@ def prepare(address: Address, request: Request, context: ResolverContext) -> Pre
 
 def _listing(address: Address, request: Request, context: ResolverContext) -> Callable[[], object]:
     authored, canonical = address.authored, address.canonical
-    lines = ([ROOT] if context.live_history is not None else []) + ([SAVED] if context.workspace_root is not None else [])
+    lines = ([ROOT] if context.live_history is not None or context.session_dir is not None else []) + ([SAVED] if context.workspace_root is not None else [])
     notice = None if lines else "no session and no workspace are open: there is no conversation history"
 
     async def run() -> object:
@@ -102,9 +108,9 @@ def _root(address: Address, request: Request, context: ResolverContext) -> Calla
             )
         )
     if live is None:
-        return _failing(
-            _error(ErrorKind.UNAVAILABLE, authored, "the current session is not open in this server, so its live conversation is not loaded")
-        )
+        assert context.session_dir is not None
+        # The session directory is <workspace>/.mevedel/sessions/<ID>.
+        return _committed_root(context.session_dir.name, request, context, authored, canonical)
     source: LiveHistorySource = live
 
     async def run() -> object:
@@ -112,6 +118,132 @@ def _root(address: Address, request: Request, context: ResolverContext) -> Calla
         return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical)
 
     return run
+
+
+def _committed_root(
+    session_id: str, request: Request, context: ResolverContext, authored: str, canonical: str
+) -> Callable[[], object]:
+    """The committed current segment of a session this server has not open."""
+
+    async def run() -> object:
+        async def read() -> object:
+            if not is_session_id(session_id):
+                raise SessionMissing(session_id)
+            saved = await saved_session(_store(context), session_id)
+            if saved.sidecar is None or not saved.sources:
+                notice = f"session {session_id} is not open in this server and has nothing saved yet"
+                return _over_lines([], request, authored, canonical, canonical, notice)
+            current = [s for s in saved.sources if s.segment.number == saved.sidecar.current_segment] or [saved.sources[-1]]
+            (records,) = await read_sources(saved, current)
+            lines = split_lines(project(records))
+            notice = (
+                f"session {session_id} is not open in this server: its committed transcript "
+                f"(segment {current[0].segment.number}), read-only; open the session to follow it live"
+            )
+            return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical, notice)
+
+        return await _reading_store(
+            authored,
+            read,
+            missing=f"session {session_id} is not open in this server and is not a saved session of this workspace",
+            missing_kind=ErrorKind.OWNER_MISSING,
+        )
+
+    return run
+
+
+async def _reading_store(
+    authored: str, read: Callable[[], object], *, missing: str, missing_kind: ErrorKind = ErrorKind.MISSING_TARGET
+) -> object:
+    """Run a read of committed sessions, refusals as the address's errors."""
+    try:
+        return await read()
+    except AddressError:
+        raise
+    except SessionMissing:
+        raise _error(missing_kind, authored, missing) from None
+    except SessionIncompatible as incompatible:
+        raise _error(ErrorKind.UNAVAILABLE, authored, f"the saved session cannot be read: {incompatible.row.reason}") from None
+    except (RecordError, SegmentError) as bad:
+        raise _error(ErrorKind.UNREADABLE, authored, _bad_bytes(bad)) from None
+    except TargetError as error:
+        raise _error(ErrorKind.UNAVAILABLE, authored, f"the session store could not be read ({error.reason})") from None
+
+
+# Describe (hover) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFacts:
+    """What a history:// address names now (``describe``'s status and kind)."""
+
+    status: str
+    kind: str
+    reason: str | None = None
+    #: What an existing history resource reads: the session and its state.
+    detail: str | None = None
+
+
+async def describe(address: Address, context: ResolverContext) -> HistoryFacts:
+    """Metadata only: the open session's live history, or the lease head and
+    manifest of a committed one (never a transcript part)."""
+    authored = address.authored
+    if address.scope == "listing":
+        return HistoryFacts("discovery", "listing")
+    if address.scope == "root":
+        if address.path:
+            return HistoryFacts("unavailable", "virtual", "no retained agent conversation: mevedel-lsp runs no agents")
+        live = context.live_history
+        if live is not None:
+            return HistoryFacts(
+                "exists", "virtual", detail=f"the live conversation of session {live.session_id}, open in this server"
+            )
+        if context.session_dir is None:
+            return HistoryFacts("unavailable", "virtual", "no session is open; history://root belongs to the open session")
+        session_id = context.session_dir.name
+
+        async def committed_root() -> HistoryFacts:
+            if not is_session_id(session_id):
+                raise SessionMissing(session_id)
+            snapshot = await read_committed(_store(context), session_id)
+            if snapshot.manifest is None:
+                return HistoryFacts("missing", "virtual", f"session {session_id} is not open in this server and has nothing saved yet")
+            return HistoryFacts(
+                "exists",
+                "virtual",
+                detail=f"the committed transcript of session {session_id}, which is not open in this server (read-only)",
+            )
+
+        missing = f"session {session_id} is not open in this server and is not a saved session of this workspace"
+        return await _facts(authored, committed_root, missing, ErrorKind.OWNER_MISSING)
+    if context.workspace_root is None and context.store_target is None:
+        return HistoryFacts("unavailable", "listing", "no workspace is open; history://saved lists the workspace's sessions")
+    if not address.path:
+        return HistoryFacts("discovery", "listing")
+    session_id = address.path[0]
+
+    async def saved() -> HistoryFacts:
+        if not is_session_id(session_id):
+            raise SessionMissing(session_id)
+        snapshot = await read_committed(_store(context), session_id)
+        names = [source.name for source in list_segments(snapshot.manifest.entries)] if snapshot.manifest else []
+        if len(address.path) == 1:
+            return HistoryFacts("discovery", "listing", None if names else "the session has no saved conversation yet")
+        if address.path[1] not in names:
+            return HistoryFacts("missing", "virtual", f"the saved session has no {address.path[1]}")
+        return HistoryFacts("exists", "virtual", detail=f"a committed transcript segment of session {session_id}")
+
+    return await _facts(authored, saved, "no such session in this workspace")
+
+
+async def _facts(
+    authored: str, read: Callable[[], object], missing: str, missing_kind: ErrorKind = ErrorKind.MISSING_TARGET
+) -> HistoryFacts:
+    try:
+        return await _reading_store(authored, read, missing=missing, missing_kind=missing_kind)
+    except AddressError as error:
+        status = "missing" if error.kind is ErrorKind.MISSING_TARGET else "unavailable"
+        return HistoryFacts(status, "virtual", error.reason)
 
 
 # history://saved ----------------------------------------------------------------
@@ -137,25 +269,17 @@ def _saved(address: Address, request: Request, context: ResolverContext) -> Call
         )
     path = address.path
 
+    async def read() -> object:
+        target = _store(context)
+        if not path:
+            return await _workspace(target, request, authored, canonical)
+        session_id = path[0]
+        if not is_session_id(session_id):
+            raise _error(ErrorKind.MISSING_TARGET, authored, f"{session_id!r} is not a saved session of this workspace")
+        return await _session(target, session_id, path[1] if len(path) > 1 else None, request, authored, canonical)
+
     async def run() -> object:
-        try:
-            target = _store(context)
-            if not path:
-                return await _workspace(target, request, authored, canonical)
-            session_id = path[0]
-            if not is_session_id(session_id):
-                raise _error(ErrorKind.MISSING_TARGET, authored, f"{session_id!r} is not a saved session of this workspace")
-            return await _session(target, session_id, path[1] if len(path) > 1 else None, request, authored, canonical)
-        except AddressError:
-            raise
-        except SessionMissing:
-            raise _error(ErrorKind.MISSING_TARGET, authored, "no such session in this workspace") from None
-        except SessionIncompatible as incompatible:
-            raise _error(ErrorKind.UNAVAILABLE, authored, f"the saved session cannot be read: {incompatible.row.reason}") from None
-        except (RecordError, SegmentError) as bad:
-            raise _error(ErrorKind.UNREADABLE, authored, _bad_bytes(bad)) from None
-        except TargetError as error:
-            raise _error(ErrorKind.UNAVAILABLE, authored, f"the session store could not be read ({error.reason})") from None
+        return await _reading_store(authored, read, missing="no such session in this workspace")
 
     return run
 
@@ -291,17 +415,17 @@ def _grep_result(outcome: GrepOutcome, request: Request, authored: str, canonica
 
 
 def _over_lines(
-    lines: list[str], request: Request, authored: str, canonical: str, address: str
+    lines: list[str], request: Request, authored: str, canonical: str, address: str, notice: str | None = None
 ) -> ReadResult | GrepResult:
     """Read a page of, or Grep, one projection."""
     if request.operation is Operation.READ:
         assert isinstance(request.options, ReadOptions)
-        return page_lines(lines, request.options, authored, canonical, "file")
+        return page_lines(lines, request.options, authored, canonical, "file", notice)
     if request.operation is Operation.GREP:
         assert isinstance(request.options, GrepOptions) and request.grep is not None
         outcome = GrepOutcome(files_searched=1)
         outcome.truncated = grep_lines(address, lines, request.grep, request.options, outcome)
-        return _grep_result(outcome, request, authored, canonical, [])
+        return _grep_result(outcome, request, authored, canonical, [notice])
     raise AddressError(ErrorKind.INTERNAL, authored, f"{request.operation.value} reached a history projection")
 
 

@@ -2,7 +2,8 @@
 CLI (:class:`SessionService`), with the open-session machinery it drives.
 
 - :mod:`.sessions` -- ``SessionService``: list, create (lazy), open
-  (resume / join / take over), close, rename, turns, saves.
+  (resume / join / take over), close, rename, turns, saves, compaction
+  and /clear.
 - :mod:`.open_session` -- one open session: lease, publisher, pending
   publication, background renewal.
 - :mod:`.live_history` / :mod:`.saved_history` -- what ``history://root`` and
@@ -19,6 +20,7 @@ from .errors import (
     SessionIncompatible,
     SessionNotOpen,
     SessionReadOnly,
+    TurnStateConflict,
     error_kind,
     is_refusal,
 )
@@ -32,6 +34,7 @@ from .sessions import (
     CaptureResult,
     OpenMode,
     OpenResult,
+    SegmentRotation,
     SessionChange,
     SessionInfo,
     SessionListing,
@@ -57,6 +60,7 @@ __all__ = [
     "OpenSession",
     "PendingSave",
     "SaveResult",
+    "SegmentRotation",
     "SavedCatalog",
     "SavedSession",
     "SavedSource",
@@ -70,6 +74,7 @@ __all__ = [
     "TurnDetail",
     "TurnItem",
     "TurnStarted",
+    "TurnStateConflict",
     "TurnSummary",
     "error_kind",
     "is_refusal",

@@ -8,6 +8,8 @@ backing filesystem path.
 
 from __future__ import annotations
 
+import json
+
 from ...targets import TargetError, UnsafePathError
 from ..errors import (
     ClaimRaced,
@@ -59,12 +61,36 @@ class SessionIncompatible(StoreError):
 
 
 class InvalidSessionInput(StoreError, ValueError):
-    """A request argument (name, prompt, record field, path) is unusable."""
+    """A request argument (name, prompt, record field, path) is unusable.
+    ``what`` names the authored input (``name "  "``), so a client's error
+    points at what the user typed, not at the request."""
 
     def __init__(self, what: str, reason: str) -> None:
         super().__init__(f"{what}: {reason}")
         self.what = what
+        self.authored = what
         self.reason = reason
+
+
+class TurnStateConflict(ConversationError):
+    """The request does not fit the session's turn state (no turn in flight,
+    or one still in flight); it names the session."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id} {reason}")
+        self.session_id = session_id
+        self.authored = session_id
+        self.reason = reason
+
+
+def quoted(text: object, limit: int = 60) -> str:
+    """Authored text as it appears in an error: double-quoted with JSON
+    escapes (so blanks and control characters stay visible), cut at
+    ``limit`` characters."""
+    if not isinstance(text, str):
+        return repr(text)
+    shown = text if len(text) <= limit else text[:limit] + "…"
+    return json.dumps(shown, ensure_ascii=False)
 
 
 class NoPendingPublication(StoreError):
@@ -113,6 +139,7 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (SidecarError, "incompatible"),
     (SessionOccupied, "conflict"),
     (NoPendingPublication, "conflict"),
+    (TurnStateConflict, "conflict"),
     (ConversationError, "conflict"),
     (RecordError, "unreadable"),
     (ContentError, "unreadable"),

@@ -46,7 +46,7 @@ from ..transcript import Outcome
 from ..turns import Conversation, ConversationError
 from ..workspace import allocate_session_id, check_session_id, ensure_workspace_id, read_workspace_id
 from .clock import TargetTime
-from .errors import InvalidSessionInput, SessionIncompatible, SessionNotOpen
+from .errors import InvalidSessionInput, SessionIncompatible, SessionNotOpen, TurnStateConflict, quoted
 from .evidence import EvidenceInput, make_evidence
 from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
@@ -132,12 +132,28 @@ class SessionChange:
     session_id: str
     #: ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
     #: ``retried``, ``read-only``, ``closed``, ``rewound``, ``redone``,
-    #: ``created`` (a fork or save-as child opened here), ``recovered`` or
-    #: ``joined`` (opened read-only: another client holds the lease).
+    #: ``created`` (a fork or save-as child opened here), ``recovered``,
+    #: ``compacted``, ``cleared`` or ``joined`` (opened read-only: another client holds the lease).
     reason: str
     head: str | None
     settled_turns: int
     access: Access
+    #: The display name after the change (the ID while unnamed).
+    display_name: str = ""
+
+
+@dataclass(frozen=True)
+class SegmentRotation:
+    """A compaction or /clear: the live segment closed and a new one opened."""
+
+    session_id: str
+    #: The segment that was closed.
+    previous_segment: int
+    #: The new live segment.
+    segment: int
+    #: /clear: the number of the chapter it closed (None for compaction).
+    chapter: int | None
+    save: SaveResult
 
 
 @dataclass(frozen=True)
@@ -415,7 +431,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
     async def begin_turn(self, session_id: str, prompt: str) -> TurnStarted:
         session = await self._gated(session_id, "begin a turn")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise InvalidSessionInput("the prompt", "is empty; a turn needs the user's prompt")
+            raise InvalidSessionInput(f"prompt {quoted(prompt)}", "is blank; a turn needs the user's prompt")
+        _require_settled(session, "beginning another")
         turn_id = session.conversation.begin_turn(prompt, at=self._time_now())
         opened = session.conversation.open_turn
         assert opened is not None
@@ -492,6 +509,43 @@ class SessionService(SessionLifecycle, SessionFollowing):
         """Drop a pending publication; True when there was one."""
         return self._open(session_id, "abandon its publication").abandon() is not None
 
+    # Segments ------------------------------------------------------------------
+
+    async def compact(self, session_id: str, summary: str) -> SegmentRotation:
+        """Compaction: close the live segment and open the next one, which
+        starts with ``summary`` (supplied by the caller, who ran the model),
+        and save. Refused while a turn is in flight."""
+        session = await self._gated(session_id, "compact it")
+        if not isinstance(summary, str) or not summary.strip():
+            raise InvalidSessionInput(f"summary {quoted(summary)}", "is blank; compaction needs the summary that replaces the segment")
+        _require_settled(session, "compacting")
+        previous = session.conversation.current_segment
+        try:
+            segment = session.conversation.rotate_segment(summary, at=self._time_now())
+        except ConversationError as refused:
+            raise TurnStateConflict(session.session_id, f"cannot be compacted: {refused}") from None
+        return await self._rotated(session, previous, segment, None, "compacted")
+
+    async def clear(self, session_id: str) -> SegmentRotation:
+        """/clear: close the current chat as a chapter, open a new segment
+        and save. Refused while a turn is in flight."""
+        session = await self._gated(session_id, "clear it")
+        _require_settled(session, "clearing")
+        previous = session.conversation.current_segment
+        try:
+            segment = session.conversation.clear(at=self._time_now())
+        except ConversationError as refused:
+            raise TurnStateConflict(session.session_id, f"cannot be cleared: {refused}") from None
+        chapter = len(session.conversation.sidecar.chapters)
+        return await self._rotated(session, previous, segment, chapter, "cleared")
+
+    async def _rotated(
+        self, session: OpenSession, previous: int, segment: int, chapter: int | None, reason: str
+    ) -> SegmentRotation:
+        result = await session.save(session.conversation.artifacts_for_save())
+        self._changed(session, reason)
+        return SegmentRotation(session.session_id, previous, segment, chapter, result)
+
     async def turns(self, session_id: str) -> list[TurnSummary]:
         """The turns of an open session (live, unsaved ones included) or,
         for a session not open here, of its committed snapshot."""
@@ -542,8 +596,14 @@ class SessionService(SessionLifecycle, SessionFollowing):
         self._changed(session, "read-only")
 
     def _changed(self, session: OpenSession, reason: str) -> None:
+        sidecar = session.conversation.sidecar
         change = SessionChange(
-            session.session_id, reason, session.head, session.conversation.sidecar.total_turn_count, session.access
+            session.session_id,
+            reason,
+            session.head,
+            sidecar.total_turn_count,
+            session.access,
+            sidecar.display_name or session.session_id,
         )
         for listener in list(self.on_change):
             try:
@@ -659,15 +719,25 @@ def _recorded_state(conversation: Conversation, path: str) -> CaptureResult | No
 def _require_turn(session: OpenSession, action: str):
     opened = session.conversation.open_turn
     if opened is None:
-        raise ConversationError(f"cannot {action}: no turn is in flight in session {session.session_id}")
+        raise TurnStateConflict(session.session_id, f"has no turn in flight; begin one before you {action}")
     return opened
 
 
+def _require_settled(session: OpenSession, doing: str) -> None:
+    opened = session.conversation.open_turn
+    if opened is not None:
+        raise TurnStateConflict(
+            session.session_id, f"has turn {opened.turn} in flight; settle or abort it before {doing}"
+        )
+
+
 def _display_name(name: str) -> str:
+    if isinstance(name, str) and not name.split():
+        raise InvalidSessionInput(f"name {quoted(name)}", "is blank; a session name needs a visible character")
     try:
         return normalize_display_name(name)
     except NameRefused as refused:
-        raise InvalidSessionInput("the session name", str(refused)) from None
+        raise InvalidSessionInput(f"name {quoted(name)}", str(refused)) from None
 
 
 def _tracked_path(path: str) -> str:
