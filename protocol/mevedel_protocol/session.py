@@ -362,7 +362,7 @@ class SessionDidChangeParams:
     is ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
     ``retried``, ``read-only``, ``closed``, ``rewound``, ``redone``,
     ``created`` (a Fork or Save As child opened here), ``recovered``,
-    ``acquired`` (control taken here) or ``released`` (control released or
+    ``acquired`` (control taken here), ``released`` (control released or
     handed over: read-only, following), ``compacted`` or ``cleared``;
     ``display_name`` is the name after the change (the ID while unnamed)."""
 
