@@ -233,3 +233,17 @@ async def test_a_grant_waits_for_the_operation_in_progress(tmp_path):
     await asker_ctl.poll()
     info = asker.info(sid)
     assert info.access.value == "writable" and info.display_name == "Renamed before the hand-over"
+
+
+async def test_closing_a_session_ends_its_transfer_in_flight(tmp_path):
+    (owner, owner_ctl, _), sid = await owned_session(tmp_path)
+    asker, asker_ctl, _ = client(tmp_path, "laptop-client", "laptop")
+    await asker_ctl.take(sid)
+    await owner_ctl.poll()
+    assert owner_ctl.transfer_in_flight(sid) and asker_ctl.transfer_in_flight(sid)
+    await asker.close(sid)
+    await asker_ctl.poll()
+    assert not asker_ctl.transfer_in_flight()
+    await owner.close(sid)
+    await owner_ctl.poll()
+    assert not owner_ctl.transfer_in_flight()

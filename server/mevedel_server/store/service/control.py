@@ -589,8 +589,13 @@ class SessionControl:
                         await self._owner_tick(session)
                 except (StoreError, TargetError) as error:
                     _log.warning("session %s: control transfer poll: %s", session_id, error)
-            for session_id in [sid for sid in self._owning if not service.is_open(sid)]:
-                self._owning.pop(session_id, None)
+            # A transfer whose session closed here, or whose lease this client
+            # lost, is no longer in flight (and must not keep the fast cadence).
+            for session_id in list(self._owning):
+                if not service.is_open(session_id) or service.session(session_id).access is not Access.WRITABLE:
+                    self._owning.pop(session_id, None)
+            for session_id in [sid for sid in self._requesting if not service.is_open(sid)]:
+                self._requesting.pop(session_id, None)
 
     def _emit(self, event: ControlEvent) -> None:
         for listener in list(self.on_event):
