@@ -230,6 +230,8 @@ async def test_an_unanswered_request_is_granted_after_the_prompt_timeout(workspa
     assert busy["kind"] == "conflict" and "already asked" in busy["message"]
     await until(lambda: "acquired" in laptop.phases(), "the timeout grant")
     assert desk.questions and "asking" in desk.phases() and "released" in desk.phases()
+    released = next(e for e in desk.events if e["phase"] == "released")
+    assert "nobody answered within 1 s" in released["message"]
     assert await one_writer(workspace, sid, [desk, laptop, tablet]) is laptop
     await laptop.settle_turn(sid, "turn 2")
     await hand_over(workspace, sid, laptop, tablet, [desk, laptop, tablet])

@@ -65,6 +65,8 @@ DEFAULT_PROMPT_TIMEOUT = 30
 #: How often the set of open sessions is compared with the watched ones
 #: (in memory only; no target I/O).
 _WATCH_SYNC_SECONDS = 1.0
+#: Shortest wait before the target clock is read again for a deadline.
+_DEADLINE_RETRY_SECONDS = 0.25
 
 OWNER = "owner"
 REQUESTER = "requester"
@@ -119,6 +121,11 @@ class _Owning:
     phase: str = "asking"
     waiting_for: str | None = None
     finishing: bool = False
+    #: Local monotonic time at which to look at the target clock again for
+    #: the deadline (only a wake-up; the target clock decides).
+    look_at: float = float("inf")
+    #: ``answered`` or ``timeout`` once granted.
+    reason: str | None = None
 
 
 @dataclass
@@ -223,6 +230,9 @@ class SessionControl:
             await self._sync_watchers()
             watch = self.cadence.watch
             delay = watch.active_seconds if self.transfer_in_flight() else watch.idle_seconds
+            due = min((o.look_at for o in self._owning.values() if o.phase == "asking"), default=float("inf"))
+            if due > last_poll:
+                delay = min(delay, due - last_poll)
             if self._wake.is_set() or time.monotonic() - last_poll >= delay:
                 self._wake.clear()
                 try:
@@ -405,6 +415,7 @@ class SessionControl:
         owning = self._pending_decision(session_id, "grant control")
         session = self.service.session(session_id)
         owning.phase = "draining"
+        owning.reason = reason
         try:
             decision = await decide_grant(session.lease, owning.request, reason)
         except BaseException:
@@ -502,8 +513,9 @@ class SessionControl:
         self._owning.pop(session_id, None)
         session.hand_over(f"handed control to {host}; following the session read-only", host)
         service._changed(session, "released")
+        why = f" (nobody answered within {self.cadence.prompt_timeout} s)" if owning.reason == "timeout" else ""
         self._emit(
-            ControlEvent(session_id, OWNER, "released", f"handed session {session_id} to {host}", requester_host=host)
+            ControlEvent(session_id, OWNER, "released", f"handed session {session_id} to {host}{why}", requester_host=host)
         )
 
     def _service_changed(self, change) -> None:
@@ -527,6 +539,9 @@ class SessionControl:
                 return
             if box.now is not None and box.now >= owning.deadline:
                 await self.grant(session_id, "timeout")
+            elif box.now is not None:
+                # Look again when the target clock should have got there.
+                owning.look_at = time.monotonic() + max(_DEADLINE_RETRY_SECONDS, owning.deadline - box.now)
             return
         box = await read_mailbox(self.service.target, session.paths, lease.record.transfer_generation)
         request = box.request
@@ -550,6 +565,7 @@ class SessionControl:
             return
         seen = await read_target_clock(self.service.target, session.paths.lease_dir)
         owning = _Owning(request, seen + self.cadence.prompt_timeout)
+        owning.look_at = time.monotonic() + self.cadence.prompt_timeout
         self._owning[session_id] = owning
         host = request.requester_host or "another client"
         self._emit(
