@@ -208,6 +208,9 @@ async def test_errors_carry_stable_kinds(client, workspace):
     assert (await failure(client, methods.TURN_BEGIN, {"prompt": " "}))["kind"] == "invalid-params"
     await request(client, methods.TURN_BEGIN, {"prompt": "x"})
     assert (await failure(client, methods.TURN_CAPTURE, {"path": "../escape"}))["kind"] == "invalid-params"
+    await request(client, methods.TURN_APPEND, {"kind": "tool_call", "callId": "c1", "name": "edit", "arguments": "{}"})
+    repeated = await failure(client, methods.TURN_APPEND, {"kind": "tool_call", "callId": "c1", "name": "edit"})
+    assert (repeated["kind"], repeated["authored"]) == ("conflict", sid) and "c1" in repeated["reason"]
     assert (await failure(client, methods.TURN_SHOW, {"turn": 9}))["kind"] == "missing-target"
     assert str(workspace) not in repr(await failure(client, methods.TURN_APPEND, {"kind": "mail", "text": "x"}))
 

@@ -13,6 +13,7 @@ from mevedel_server.store.service import (
     EvidenceInput,
     InvalidSessionInput,
     SessionChange,
+    SessionConflict,
     SessionReadOnly,
     SessionService,
     TurnStateConflict,
@@ -162,3 +163,17 @@ async def test_turn_and_name_refusals_name_the_authored_input(root):
     with pytest.raises(TurnStateConflict) as caught:
         await svc.begin_turn(sid, "two")
     assert caught.value.reason == "has turn 1 in flight; settle or abort it before beginning another"
+
+
+async def test_a_refused_record_names_the_session(root):
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    await svc.begin_turn(sid, "calls a tool")
+    await svc.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
+    with pytest.raises(SessionConflict) as caught:
+        await svc.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
+    assert (caught.value.authored, error_kind(caught.value)) == (sid, "conflict")
+    assert "tool call c1 was already recorded" in caught.value.reason
+    with pytest.raises(SessionConflict) as caught:
+        await svc.append(sid, EvidenceInput("tool_result", call_id="c9", output="x"))
+    assert "c9" in caught.value.reason and str(caught.value).startswith(f"session {sid}: ")

@@ -515,11 +515,11 @@ test('sessions: refusals reach the user with the server wording', function()
   end
   expect(refusal(function()
     sessions.rename('   ')
-  end):find('may not be empty', 1, true), 'rename blank')
+  end):find('name "   ": is blank', 1, true), 'rename blank')
   local retried = refusal('MevedelSessionRetry')
   expect(retried:find(session .. ': ', 1, true) and retried:find('no pending publication', 1, true), 'retry: %q', retried)
   expect(refusal('MevedelSessionAbandon'):find('no failed save was pending', 1, true), 'abandon')
-  expect(refusal('MevedelTurnAbort'):find('no turn is in flight', 1, true), 'abort without a turn')
+  expect(refusal('MevedelTurnAbort'):find(session .. ': has no turn in flight', 1, true), 'abort without a turn')
   server_call('mevedel/turn/begin', { sessionId = session, prompt = 'to be stopped' })
   vim.cmd('MevedelTurnAbort stopped by Neovim')
   local turns = server_call('mevedel/turn/list', { sessionId = session }).turns

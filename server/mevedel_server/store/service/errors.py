@@ -83,6 +83,17 @@ class TurnStateConflict(ConversationError):
         self.reason = reason
 
 
+class SessionConflict(ConversationError):
+    """The turn in flight refused a record or capture (a repeated tool call,
+    a result for a call it never made...); names the session."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id}: {reason}")
+        self.session_id = session_id
+        self.authored = session_id
+        self.reason = reason
+
+
 def quoted(text: object, limit: int = 60) -> str:
     """Authored text as it appears in an error: double-quoted with JSON
     escapes (so blanks and control characters stay visible), cut at

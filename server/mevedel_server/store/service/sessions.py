@@ -16,9 +16,10 @@ decisions are the lease layer's, against the target clock.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ...targets import (
@@ -46,7 +47,7 @@ from ..transcript import Outcome
 from ..turns import Conversation, ConversationError
 from ..workspace import allocate_session_id, check_session_id, ensure_workspace_id, read_workspace_id
 from .clock import TargetTime
-from .errors import InvalidSessionInput, SessionIncompatible, SessionNotOpen, TurnStateConflict, quoted
+from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, SessionNotOpen, TurnStateConflict, quoted
 from .evidence import EvidenceInput, make_evidence
 from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
@@ -447,14 +448,17 @@ class SessionService(SessionLifecycle, SessionFollowing):
         _require_turn(session, "capture a file")
         tracked = _tracked_path(path)
         if gap is not None:
-            session.conversation.capture_gap(tracked, gap)
+            with _refused_in(session):
+                session.conversation.capture_gap(tracked, gap)
             return CaptureResult(tracked, "gap", gap_reason=" ".join(gap.split()))
         content, too_large = await self._read_tracked(tracked)
         if too_large:
             reason = f"the file is larger than the {self.max_snapshot_bytes}-byte snapshot limit"
-            session.conversation.capture_gap(tracked, reason)
+            with _refused_in(session):
+                session.conversation.capture_gap(tracked, reason)
             return CaptureResult(tracked, "gap", gap_reason=reason)
-        session.conversation.capture_file(tracked, content)
+        with _refused_in(session):
+            session.conversation.capture_file(tracked, content)
         recorded = _recorded_state(session.conversation, tracked)
         return recorded or CaptureResult(tracked, "absent" if content is None else "present", None if content is None else len(content))
 
@@ -463,7 +467,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
         the turn in flight (not saved until settlement or a checkpoint)."""
         session = self._mutable(session_id, "append to a turn")
         opened = _require_turn(session, "append a record")
-        session.conversation.append(make_evidence(item, opened.turn_id))
+        with _refused_in(session):
+            session.conversation.append(make_evidence(item, opened.turn_id))
 
     async def settle(self, session_id: str, outcome: Outcome | str = Outcome.COMPLETED, *, reason: str | None = None) -> SaveResult:
         """End the turn in flight and save: one publication. The post-turn
@@ -721,6 +726,17 @@ def _require_turn(session: OpenSession, action: str):
     if opened is None:
         raise TurnStateConflict(session.session_id, f"has no turn in flight; begin one before you {action}")
     return opened
+
+
+@contextlib.contextmanager
+def _refused_in(session: OpenSession) -> Iterator[None]:
+    """A refusal of the turn in flight names its session, not the request."""
+    try:
+        yield
+    except SessionConflict:
+        raise
+    except ConversationError as refused:
+        raise SessionConflict(session.session_id, str(refused)) from None
 
 
 def _require_settled(session: OpenSession, doing: str) -> None:
