@@ -19,6 +19,7 @@ from mevedel_server.targets import (
     Clock,
     ControlProgram,
     CreateExclusive,
+    CreateLinked,
     ListDir,
     LocalTarget,
     MakeDirs,
@@ -159,6 +160,35 @@ async def test_a_deferred_conflict_stops_the_program_before_its_barrier(root, op
     )
     assert [r.status for r in result] == [Status.CONFLICT, Status.SKIPPED, Status.SKIPPED]
     assert (root / "taken").read_bytes() == b"first" and not (root / "head").exists()
+
+
+async def test_a_linked_create_links_only_the_same_bytes(root, open_target, outside):
+    (root / "pub").mkdir()
+    (root / "pub" / "same").write_bytes(b"immutable bytes")
+    (root / "pub" / "other").write_bytes(b"different bytes")
+    (root / "pub" / "link").symlink_to(outside / "secret")
+    t = await open_target(root)
+    result = await t.run(
+        ControlProgram(
+            [
+                MakeDirs("child", deferred=True),
+                CreateLinked("child/a", b"immutable bytes", "pub/same", deferred=True),
+                CreateLinked("child/b", b"immutable bytes", "pub/other", deferred=True),
+                CreateLinked("child/c", b"outside bytes", "pub/link", deferred=True),
+                CreateLinked("child/d", b"new bytes", "pub/missing", deferred=True),
+                Barrier(),
+            ]
+        )
+    )
+    assert result.completed and [r.value for r in result][1:5] == [True, False, False, False]
+    assert os.stat(root / "child" / "a").st_ino == os.stat(root / "pub" / "same").st_ino
+    for name, data in (("a", b"immutable bytes"), ("b", b"immutable bytes"), ("c", b"outside bytes"), ("d", b"new bytes")):
+        assert (root / "child" / name).read_bytes() == data and not (root / "child" / name).is_symlink()
+    assert os.stat(root / "child" / "b").st_ino != os.stat(root / "pub" / "other").st_ino
+    assert (root / "pub" / "other").read_bytes() == b"different bytes" and (root / "pub" / "link").is_symlink()
+    assert sorted(os.listdir(root / "child")) == ["a", "b", "c", "d"]
+    again = await t.run(ControlProgram([CreateLinked("child/a", b"immutable bytes", "pub/same")]))
+    assert again[0].status is Status.CONFLICT
 
 
 async def test_reading_a_fifo_does_not_hang(root, open_target):

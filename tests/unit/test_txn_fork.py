@@ -3,6 +3,9 @@ the source left unchanged, stale tokens, and fork-point variants."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 from txn_sessions import ME, committed_view, open_session, read_committed_head
 
@@ -209,3 +212,26 @@ async def test_rewound_past_variants_disappear_independently(tmp_path):
     await s.turn("two again")
     group = await fork_variants(LocalTarget(tmp_path), a.child.session_id, 2)
     assert group.source is None and [v.session_id for v in group.variants] == [a.child.session_id]
+
+
+async def test_the_childs_unchanged_bytes_are_the_sources_and_outlive_it(tmp_path):
+    """The child links what it shares with its source instead of copying it,
+    and owns those bytes: removing the source leaves the child whole."""
+    s = await source_session(tmp_path)
+    _impact, result = await fork(s, 3, LATER)
+    child_id = result.child.session_id
+    source = await read_committed(LocalTarget(tmp_path), s.session_id)
+    child = await read_committed(LocalTarget(tmp_path), child_id)
+    source_bytes = await source.read_all()
+    expected = await child.read_all()
+
+    def inode(snapshot, logical):
+        return os.stat(tmp_path / snapshot.paths.inside(snapshot.manifest.entries[logical].published)).st_ino
+
+    shared = [p for p in child.logical_paths() if p in source_bytes and source_bytes[p] == expected[p]]
+    differing = [p for p in child.logical_paths() if p not in shared]
+    assert shared and differing  # file history is shared; the sidecar names the child
+    assert all(inode(child, p) == inode(source, p) for p in shared)
+    assert all(inode(child, p) not in {inode(source, q) for q in source.logical_paths()} for p in differing)
+    shutil.rmtree(tmp_path / source.paths.root)
+    assert await (await read_committed(LocalTarget(tmp_path), child_id)).read_all() == expected

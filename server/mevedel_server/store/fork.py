@@ -20,7 +20,11 @@ Creating a child (:func:`publish_child`, shared with Save As and Worktree
 Fork): allocate an unused ID, create its directory exclusively, acquire the
 child's lease *before* any of its bytes are written, copy its ``local/``
 files behind that lease's proof, then publish one complete replacement
-snapshot -- the lease rotation naming it is the child's commit point. Until
+snapshot -- the lease rotation naming it is the child's commit point. The
+child's files that hold the same bytes as a file the source's committed
+manifest names are hard links to it (checked byte for byte by the target),
+so a child costs the bytes that differ plus one name per artifact; the child
+owns those names, so removing or collecting the source never reaches it. Until
 then a reader sees a session with nothing committed; a failure before it
 removes what was created (a crash leaves an uncommitted directory whose
 claim expires). After it, failures are reported, never rolled back.
@@ -37,13 +41,13 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, Operation, Read, Remove, Stat, Status, Target, TargetError
+from ..targets import Barrier, ControlProgram, CreateExclusive, ListDir, MakeDirs, Operation, Read, Remove, Stat, Status, Target, TargetError
 from .errors import SessionOccupied, StoreError
 from .layout import SessionPaths
 from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseHandle, acquire_lease, read_lease_head
 from .lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
 from .listing import survey_sessions
-from .publication import Publisher, read_committed
+from .publication import Donors, Publisher, donors_of, read_committed
 from .recovery import run_guarded
 from .rewind import TurnLabel, plan_time
 from .sidecar import (
@@ -116,15 +120,18 @@ def local_hashes(files: Mapping[str, bytes]) -> dict[str, str]:
 
 
 def _local_ops(paths: SessionPaths, files: Mapping[str, bytes]) -> list[Operation]:
+    # The copies share one flush at the end: the child is not committed (so
+    # not readable) until its publication, a later program.
     ops: list[Operation] = []
     made: set[str] = set()
     for rel, data in files.items():
         parent = "/".join(rel.split("/")[:-1])
         directory = paths.inside(f"{LOCAL_DIR}/{parent}" if parent else LOCAL_DIR)
         if directory not in made:
-            ops.append(MakeDirs(directory, optional=True))
+            ops.append(MakeDirs(directory, optional=True, deferred=True))
             made.add(directory)
-        ops.append(CreateExclusive(paths.inside(f"{LOCAL_DIR}/{rel}"), data))
+        ops.append(CreateExclusive(paths.inside(f"{LOCAL_DIR}/{rel}"), data, deferred=True))
+    ops.append(Barrier())
     return ops
 
 
@@ -199,12 +206,15 @@ async def publish_child(
     live_ids: Sequence[str] = (),
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     keep_lease: bool = False,
+    donors: Donors = {},
 ) -> ChildSession:
     """Create a child session from ``build(child_id, created_at)``'s
     snapshot (see the module); ``created_at`` is the later of ``at`` and the
     target clock the child's claim read. ``keep_lease`` hands the child's
     lease to the caller (to open the child as its live session) instead of
-    releasing it."""
+    releasing it. The child's files whose bytes ``donors`` (the source's
+    published files) hold are hard links to them, so a child costs what
+    differs from its source plus one name per artifact."""
     child_id = await allocate_session_id(target, live_ids=live_ids)
     paths = SessionPaths(child_id)
     lease: LeaseHandle | None = None
@@ -226,7 +236,7 @@ async def publish_child(
                 where = ops[result.stopped_at - proof].path
                 raise StoreError(f"session {child_id}: copying {where[len(paths.root) + 1:]} failed ({failed.reason or failed.status.value})")
         publisher = Publisher(lease)
-        outcome = await publisher.publish(artifacts, replace=True)
+        outcome = await publisher.publish(artifacts, replace=True, donors=donors)
     except (StoreError, TargetError):
         if not _committed(lease):
             await remove_session_tree(target, paths)
@@ -411,7 +421,15 @@ async def commit_fork(
         state, entry, lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.CONVERSATION, at, None)
     )
     child = await publish_child(
-        target, client, build, at=parsed.at, local_files=local, live_ids=live_ids, lease_seconds=lease_seconds, keep_lease=keep_lease
+        target,
+        client,
+        build,
+        at=parsed.at,
+        local_files=local,
+        live_ids=live_ids,
+        lease_seconds=lease_seconds,
+        keep_lease=keep_lease,
+        donors=donors_of(state.snapshot),
     )
     return ForkResult(child, state.session_id, entry.turn_id, entry.turn, NO_PLAN_RECORD)
 

@@ -33,12 +33,13 @@ import hashlib
 import re
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..targets import (
     Barrier,
     ControlProgram,
     CreateExclusive,
+    CreateLinked,
     MakeDirs,
     Operation,
     Read,
@@ -84,6 +85,12 @@ class PendingPublication:
     replace: bool
     force: bool
     reason: str
+    donors: Mapping[tuple[str, int], str] = field(default_factory=dict)
+
+
+#: Published files of another session that may hold bytes a publication
+#: writes: ``(sha256, size)`` -> target-relative path.
+Donors = Mapping[tuple[str, int], str]
 
 
 def new_publication_id() -> str:
@@ -186,6 +193,12 @@ async def read_committed(target: Target, session_id: str) -> CommittedSnapshot:
     return CommittedSnapshot(target, paths, obs.generation, head, manifest)
 
 
+def donors_of(snapshot: CommittedSnapshot) -> dict[tuple[str, int], str]:
+    """Every published file ``snapshot``'s manifest names, as donors."""
+    entries = snapshot.manifest.entries if snapshot.manifest else {}
+    return {(e.sha256, e.size): snapshot.paths.inside(e.published) for e in entries.values()}
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -215,22 +228,24 @@ class Publisher:
             if self._pending is None:
                 raise StoreError(f"session {self.lease.session_id}: no publication is pending")
             pending = self._pending
-            outcome = await self._attempt(pending.artifacts, pending.replace, pending.force)
+            outcome = await self._attempt(pending.artifacts, pending.replace, pending.force, pending.donors)
             self._pending = None
             return outcome
 
     async def publish(
-        self, artifacts: Mapping[str, bytes], *, replace: bool = False, force: bool = False
+        self, artifacts: Mapping[str, bytes], *, replace: bool = False, force: bool = False, donors: Donors = {}
     ) -> PublishOutcome:
         """Publish ``artifacts`` (logical path -> bytes) over the committed
-        snapshot, or instead of it with ``replace``."""
+        snapshot, or instead of it with ``replace``. A new file whose bytes a
+        donor (:func:`donors_of`) holds is hard-linked to it, not written
+        (:class:`~mevedel_server.targets.CreateLinked` checks the bytes)."""
         for logical in artifacts:
             check_logical_path(logical)
         snapshot = {logical: bytes(data) for logical, data in artifacts.items()}
         async with self._serial:
             if self._pending is not None:
                 raise PublicationPending(self.lease.session_id, self._pending.reason)
-            return await self._attempt(snapshot, replace, force)
+            return await self._attempt(snapshot, replace, force, donors)
 
     async def committed_manifest(self) -> PublicationManifest | None:
         head = self.lease.publication_head
@@ -240,9 +255,9 @@ class Publisher:
             self._committed = (head, await load_manifest(self.lease.target, self.lease.paths, head))
         return self._committed[1]
 
-    async def _attempt(self, artifacts: Mapping[str, bytes], replace: bool, force: bool) -> PublishOutcome:
+    async def _attempt(self, artifacts: Mapping[str, bytes], replace: bool, force: bool, donors: Donors) -> PublishOutcome:
         def pend(reason: str) -> None:
-            self._pending = PendingPublication(dict(artifacts), replace, force, reason)
+            self._pending = PendingPublication(dict(artifacts), replace, force, reason, dict(donors))
 
         try:
             if self.lease.needs_resync:
@@ -255,7 +270,7 @@ class Publisher:
             pend(str(exc))
             raise PublicationFailed(self.lease.session_id, str(exc)) from exc
         for _ in range(_ID_ATTEMPTS):
-            plan = _plan(self.lease.paths, committed, artifacts, replace, new_publication_id())
+            plan = _plan(self.lease.paths, committed, artifacts, replace, new_publication_id(), donors)
             if committed is not None and plan.manifest.entries == committed.entries and not force:
                 return PublishOutcome(False, self.lease.publication_head, committed)
             if committed is None and not plan.manifest.entries and not force:
@@ -321,11 +336,12 @@ def _plan(
     artifacts: Mapping[str, bytes],
     replace: bool,
     publication_id: str,
+    donors: Donors = {},
 ) -> _Plan:
     previous = committed.entries if committed else {}
     entries: dict[str, ManifestEntry] = {} if replace else dict(previous)
     existing = {(e.sha256, e.size): e.published for e in previous.values()}
-    files: list[tuple[str, bytes]] = []
+    files: list[tuple[str, bytes, str | None]] = []
     written: list[str] = []
     reused: list[str] = []
     for logical in sorted(artifacts):
@@ -339,7 +355,7 @@ def _plan(
             reused.append(logical)
             continue
         target_path = published_path(publication_id, len(files) + 1)
-        files.append((target_path, data))
+        files.append((target_path, data, donors.get(key)))
         existing[key] = target_path
         entries[logical] = ManifestEntry(published=target_path, sha256=key[0], size=key[1])
         written.append(logical)
@@ -349,7 +365,10 @@ def _plan(
     # Nothing reaches these writes before the head names them, so they share
     # one flush, the barrier just before the lease rotation that commits.
     ops: list[Operation] = [MakeDirs(paths.publications_dir, optional=True, deferred=True), MakeDirs(directory, deferred=True)]
-    ops += [CreateExclusive(paths.inside(p), data, deferred=True) for p, data in files]
+    ops += [
+        CreateLinked(paths.inside(p), data, source, deferred=True) if source else CreateExclusive(paths.inside(p), data, deferred=True)
+        for p, data, source in files
+    ]
     ops.append(CreateExclusive(f"{directory}/{MANIFEST_NAME}", encode_record(manifest), deferred=True))
     ops.append(Barrier())
     return _Plan(head, manifest, ops, 1, tuple(written), tuple(reused))

@@ -28,6 +28,7 @@ from ..targets import Target
 from .fork import ChildSession, publish_child, recheck_lease
 from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from .lifecycle_token import LifecycleRefused, StateToken
+from .publication import donors_of
 from .rewind import plan_time, refuse_in_flight, refuse_live
 from .sidecar import NameRefused, NamingState, normalize_display_name
 from .snapshot_cut import cut_snapshot, load_committed_state, whole
@@ -122,5 +123,12 @@ async def commit_save_as(
         return cut_snapshot(state.state, cut, changes)
 
     return await publish_child(
-        target, client, build, at=parsed.at, live_ids=live_ids, lease_seconds=lease_seconds, keep_lease=keep_lease
+        target,
+        client,
+        build,
+        at=parsed.at,
+        live_ids=live_ids,
+        lease_seconds=lease_seconds,
+        keep_lease=keep_lease,
+        donors=donors_of(state.snapshot),
     )

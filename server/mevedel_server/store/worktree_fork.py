@@ -54,6 +54,7 @@ from .layout import STATE_DIR
 from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from .lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken
 from .project_files import WORKTREES_DIR, converge_files, local_workspace_root, run_git
+from .publication import donors_of
 from .rewind import FROM_TARGET, TurnLabel, plan_time
 from .sidecar import ForkType, Present, TurnFiles, WorktreeOrigin
 from .snapshot_cut import CommittedState, load_committed_state
@@ -373,7 +374,15 @@ async def commit_worktree_fork(
             retarget=_retarget(planned),
         )
         child = await publish_child(
-            target, client, build, at=parsed.at, local_files=local, live_ids=live_ids, lease_seconds=lease_seconds, keep_lease=keep_lease
+            target,
+            client,
+            build,
+            at=parsed.at,
+            local_files=local,
+            live_ids=live_ids,
+            lease_seconds=lease_seconds,
+            keep_lease=keep_lease,
+            donors=donors_of(state.snapshot),
         )
     except (StoreError, TargetError) as error:
         raise WorktreeForkFailed(parsed.session_id, str(error), planned.cleanup) from error

@@ -12,14 +12,15 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   may be left out: not deferred) where ``kind`` is the
   operation class name (``"Read"``, ``"Verify"``...), ``path`` is a
   ``/``-separated target-relative path and ``argument`` is the payload of
-  ``CreateExclusive``/``Replace``, the expectation of ``Verify`` or the
+  ``CreateExclusive``/``Replace``, ``(bytes, source path)`` of
+  ``CreateLinked``, the expectation of ``Verify`` or the
   parts of ``StampedCreate`` (bytes, and integers standing for the clock
   reading plus that many seconds) or the ``(prefix, digits, suffix)`` of
   ``ReadNewest``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
   ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
   ``StampedCreate`` value the clock reading it wrote, a ``ReadNewest``
-  value ``(name, bytes)``.
+  value ``(name, bytes)``, a ``CreateLinked`` value whether it linked.
 
 Every operation opens the root, proves its device and inode are the pinned
 identity, and then opens each parent component with ``O_DIRECTORY |
@@ -553,6 +554,62 @@ class Executor:
         finally:
             os.close(pfd)
 
+    def _create_linked(self, path, argument, deferred):
+        try:
+            data, source = argument
+        except (TypeError, ValueError):
+            data = source = None
+        if not isinstance(data, bytes) or not isinstance(source, str):
+            raise Refused(FAILED, "a linked creation is bytes and a source path")
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            if self._lstat(pfd, leaf) is not None:
+                return (CONFLICT, None, "'%s' already exists" % label, False)
+            linked = self._link_if_same(pfd, leaf, source, data)
+            if linked is None:
+                return (CONFLICT, None, "'%s' already exists" % label, False)
+            if not linked:
+                status, _value, reason, unsafe = self._create_new(pfd, leaf, label, data, deferred)
+                return (status, False if status == OK else None, reason, unsafe)
+            if deferred is None:
+                os.fsync(pfd)
+            else:
+                # The bytes were flushed when the source was written; only
+                # the new name is pending.
+                deferred.wrote(pfd)
+            return (OK, True, None, False)
+        finally:
+            os.close(pfd)
+
+    def _link_if_same(self, pfd, leaf, source, data):
+        """Hard-link ``source`` as ``leaf`` when it is a regular file holding
+        exactly ``data``: True when linked, False (nothing left behind) when
+        not, None when ``leaf`` appeared meanwhile. What is checked is the
+        new name itself, after linking, so the bytes it names are the bytes
+        that were compared."""
+        try:
+            spfd, sleaf, _label = self._open_parent(source)
+        except (Refused, OSError):
+            return False
+        try:
+            os.link(sleaf, leaf, src_dir_fd=spfd, dst_dir_fd=pfd, follow_symlinks=False)
+        except FileExistsError:
+            return None
+        except OSError:
+            return False
+        finally:
+            os.close(spfd)
+        try:
+            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=pfd)
+            with open(fd, "rb", closefd=True) as handle:
+                st = os.fstat(fd)
+                same = stat_mode.S_ISREG(st.st_mode) and st.st_size == len(data) and handle.read() == data
+        except OSError:
+            same = False
+        if not same:
+            os.unlink(leaf, dir_fd=pfd)
+        return same
+
     def _create_new(self, pfd, leaf, label, data, deferred):
         temp = self._write_temp(pfd, leaf, data, deferred)
         try:
@@ -678,6 +735,7 @@ _HANDLERS = {
     "ListDir": Executor._list,
     "CreateExclusive": Executor._create_exclusive,
     "StampedCreate": Executor._create_stamped,
+    "CreateLinked": Executor._create_linked,
     "Replace": Executor._replace,
     "Remove": Executor._remove,
     "MakeDirs": Executor._make_dirs,

@@ -16,6 +16,7 @@ from .program import (
     Barrier,
     ControlProgram,
     CreateExclusive,
+    CreateLinked,
     FileStat,
     ListDir,
     MakeDirs,
@@ -34,7 +35,21 @@ from .program import (
 
 _KINDS: dict[type, str] = {
     cls: cls.__name__
-    for cls in (Read, ReadNewest, Verify, Stat, ListDir, CreateExclusive, StampedCreate, Replace, Remove, MakeDirs, Clock, Barrier)
+    for cls in (
+        Read,
+        ReadNewest,
+        Verify,
+        Stat,
+        ListDir,
+        CreateExclusive,
+        CreateLinked,
+        StampedCreate,
+        Replace,
+        Remove,
+        MakeDirs,
+        Clock,
+        Barrier,
+    )
 }
 _STATUSES = {status.value: status for status in Status}
 
@@ -45,8 +60,10 @@ def plain_operation(op: Operation) -> PlainOperation:
     # An operation class the executor does not know travels under its own
     # name and comes back "failed: unsupported operation".
     kind = _KINDS.get(type(op), f"unsupported {type(op).__name__}")
-    if isinstance(op, (CreateExclusive, Replace)):
-        argument: object = op.data
+    if isinstance(op, CreateLinked):
+        argument: object = [op.data, op.source]
+    elif isinstance(op, (CreateExclusive, Replace)):
+        argument = op.data
     elif isinstance(op, Verify):
         argument = op.expected
     elif isinstance(op, StampedCreate):

@@ -129,6 +129,25 @@ class CreateExclusive(Operation):
 
 
 @dataclass(frozen=True)
+class CreateLinked(CreateExclusive):
+    """Create a file that must not exist yet with ``data``, as
+    :class:`CreateExclusive`, but as a hard link to ``source`` when that is a
+    regular file holding exactly ``data`` (compared through the new name);
+    otherwise the bytes are written. ``value`` is True when it linked.
+
+    For immutable bytes another file already holds (a child session's
+    publication naming its source's published files): a link costs no data
+    write, and on a loaded disk creating a file is what costs."""
+
+    source: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not split_target_path(self.source):
+            raise InvalidTargetPath(self.source, "a link source is an entry, not the root")
+
+
+@dataclass(frozen=True)
 class ClockStamp:
     """A placeholder in :class:`StampedCreate` content: the target clock
     reading plus ``offset`` seconds, written as a decimal integer."""
