@@ -37,6 +37,8 @@
 ;;   server's prepare says would change and commits only after you say
 ;;   yes; a recovery an interrupted Rewind left is offered for retry or
 ;;   abandon;
+;; - control transfer: take and release control of a session; the owner's
+;;   Grant / Keep question is asked in the minibuffer;
 ;; - the server's questions (`window/showMessageRequest', such as whether
 ;;   to take over a session whose lease expired) are asked in the minibuffer;
 ;; - `$/progress' shows in the echo area on eglot versions that do not show
@@ -1388,6 +1390,71 @@ Asks first."
     (mevedel-lsp--resolve-recovery (mevedel-lsp--server) :mevedel/session/abandonRecovery session-id)))
 
 
+;;;; Control transfer
+
+;; One client writes a session at a time.  "Take control" acquires a free,
+;; released or own lease at once, takes over an expired one after the
+;; server's question, and asks the owner of a live one; the owner's server
+;; asks its user Grant or Keep through `window/showMessageRequest' (the
+;; minibuffer question below).  `mevedel/control/didChange' reports each
+;; step on both sides.
+
+(defvar mevedel-lsp-control-change-functions nil
+  "Abnormal hook run with the server and the params plist of each
+`mevedel/control/didChange' (:sessionId :role :phase :message ...).")
+
+(defun mevedel-lsp-take-control (&optional session-id)
+  "Take control of SESSION-ID (default: the session at point, else current).
+Return the `mevedel/control/take' result."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let* ((server (mevedel-lsp--server))
+         (taken (condition-case err
+                    (jsonrpc-request server :mevedel/control/take (mevedel-lsp--object :sessionId session-id)
+                                     :timeout mevedel-lsp-question-timeout)
+                  (jsonrpc-error (user-error "mevedel: %s" (mevedel-lsp--error-text err))))))
+    (mevedel-lsp--refresh-lists server)
+    (message "mevedel: %s: %s" (plist-get taken :sessionId)
+             (pcase (plist-get taken :outcome)
+               ("acquired" "you have control (writable here)")
+               ("took-over" "took over the expired lease (writable here)")
+               ("already-owner" "you already have control")
+               (_ (format "asked %s for control; read-only until it answers"
+                          (or (plist-get taken :ownerHost) "its owner")))))
+    taken))
+
+(defun mevedel-lsp-release-control (&optional session-id)
+  "Save, publish and release SESSION-ID; it stays open here read-only, following."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let* ((server (mevedel-lsp--server))
+         (released (mevedel-lsp--request server :mevedel/control/release (mevedel-lsp--object :sessionId session-id))))
+    (mevedel-lsp--refresh-lists server)
+    (message "mevedel: released %s%s; it is read-only here now" (plist-get released :sessionId)
+             (if (eq (plist-get released :committed) t) " (published its unsaved content)" ""))
+    released))
+
+(defun mevedel-lsp--answer-control (method verb session-id)
+  "Answer the waiting request for SESSION-ID with METHOD; VERB names it."
+  (let ((status (mevedel-lsp--request (mevedel-lsp--server) method (mevedel-lsp--object :sessionId session-id))))
+    (message "mevedel: %s the request for %s (%s)" verb (plist-get status :sessionId) (plist-get status :phase))
+    status))
+
+(defun mevedel-lsp-grant-control (&optional session-id)
+  "Grant the waiting request for control of SESSION-ID (outside the question)."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (mevedel-lsp--answer-control :mevedel/control/grant "granted" session-id))
+
+(defun mevedel-lsp-keep-control (&optional session-id)
+  "Refuse the waiting request for control of SESSION-ID (outside the question)."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (mevedel-lsp--answer-control :mevedel/control/keep "kept" session-id))
+
+(cl-defmethod eglot-handle-notification
+  ((server mevedel-lsp-server) (_method (eql mevedel/control/didChange)) &rest params &key message &allow-other-keys)
+  "Say what a control transfer step (PARAMS) means, in MESSAGE's words."
+  (message "[mevedel] %s" message)
+  (run-hook-with-args 'mevedel-lsp-control-change-functions server params))
+
+
 ;;;; Session notifications and questions
 
 (defun mevedel-lsp--session-changed (server params)
@@ -1497,6 +1564,8 @@ as the cautious choice (for a takeover: Cancel)."
     (define-key map (kbd "f") #'mevedel-lsp-fork)
     (define-key map (kbd "F") #'mevedel-lsp-worktree-fork)
     (define-key map (kbd "S") #'mevedel-lsp-save-as)
+    (define-key map (kbd "T") #'mevedel-lsp-take-control)
+    (define-key map (kbd "L") #'mevedel-lsp-release-control)
     map)
   "mevedel-lsp commands, for a prefix key of your choice:
   (global-set-key (kbd \"C-c m\") mevedel-lsp-command-map)")

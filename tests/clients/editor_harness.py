@@ -240,8 +240,16 @@ def run_editor(argv: list[str], *, env: dict[str, str], cwd: Path, timeout: floa
     return output
 
 
+def cli_command() -> list[str]:
+    """The `mevedel` CLI of the Python running the tests: another client of
+    the same workspace (its own identity), which the editors' tests use as
+    the other side of a control transfer."""
+    return [sys.executable, "-m", "mevedel_server.cli"]
+
+
 def editor_environment(workspace: Workspace) -> dict[str, str]:
     return {
+        "MEVEDEL_CLI_COMMAND": json.dumps(cli_command()),
         "MEVEDEL_TEST_WORKSPACE": str(workspace.root),
         "MEVEDEL_TEST_DOCUMENT": str(workspace.document),
         "MEVEDEL_LSP_COMMAND": json.dumps(server_command()),

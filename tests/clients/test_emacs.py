@@ -45,6 +45,7 @@ def test_emacs_client(workspace: Workspace, tmp_path) -> None:
         "a-moved-session-refuses-the-commit",
         "fork-worktree-fork-and-save-as",
         "recovery-is-offered-retried-and-abandoned",
+        "control-transfer",
     ):
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{session_test}", output), output
 

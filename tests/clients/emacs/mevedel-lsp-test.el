@@ -652,4 +652,83 @@ that matches each regexp of CHOICES."
                  "abandoned"))
   (should (plist-get (mevedel-test--answering t nil (mevedel-lsp-fork 1 mevedel-test-recovery-abandon)) :session)))
 
+;;;; Control transfer
+
+(defvar mevedel-test-cli (append (json-parse-string (getenv "MEVEDEL_CLI_COMMAND") :array-type 'list) nil)
+  "The mevedel CLI: another client of the workspace.")
+
+(defun mevedel-test--cli (&rest args)
+  "Run the CLI with ARGS and --json, processing events while it runs (the
+editor's server may ask its user something meanwhile).  Return (STATUS . JSON)."
+  (let* ((default-directory mevedel-test-root)
+         (buffer (generate-new-buffer " *mevedel cli*"))
+         (process (make-process :name "mevedel-cli" :buffer buffer :connection-type 'pipe :sentinel #'ignore
+                                :stderr (get-buffer-create " *mevedel cli stderr*")
+                                :command (append mevedel-test-cli args '("--json")))))
+    (mevedel-test--wait (lambda () (not (process-live-p process))) "the CLI to finish" 120)
+    (let ((output (with-current-buffer buffer (buffer-string))))
+      (mevedel-test--log "cli %S -> %s" args output)
+      (cons (process-exit-status process) (json-parse-string output :object-type 'plist)))))
+
+(ert-deftest mevedel-lsp-test-control-transfer ()
+  "Another client asks for control: the Grant/Keep question reaches the minibuffer, Keep refuses,
+Grant hands the session over (read-only here); take and release control."
+  (let* ((session (plist-get (mevedel-test--from-document #'mevedel-lsp-create-session "ERT control") :sessionId))
+         (transcript (get-buffer (mevedel-lsp--transcript-name session)))
+         (questions nil)
+         (answer nil)
+         (phases nil)
+         (mevedel-lsp-control-change-functions
+          (list (lambda (_server params) (push (plist-get params :phase) phases)))))
+    (mevedel-test--settle-turn session "Owned by Emacs")
+    ;; A granted release stays reserved for the requester this long.
+    (customize-set-variable 'mevedel-lsp-settings '(:controlTransfer (:promptTimeoutSeconds 60 :fenceSeconds 1)))
+    (unwind-protect
+    (cl-letf (((symbol-function 'completing-read)
+               (lambda (prompt &rest _) (push prompt questions) answer)))
+      ;; Keep: the other client's request ends rejected; Emacs keeps writing.
+      (setq answer "Keep")
+      (pcase-let ((`(,status . ,result) (mevedel-test--cli "session" "take-control" session "--wait" "60")))
+        (should (= status 1))
+        (should (equal (plist-get (plist-get result :error) :kind) "rejected")))
+      (should (= (length questions) 1))
+      (should (string-match-p "Grant, Keep" (car questions)))
+      (should (member "asking" phases))
+      (should (member "kept" phases))
+      (should (equal (plist-get (mevedel-test--row session) :action) "Switch"))
+      (mevedel-lsp-rename-session "Still mine" session)
+      ;; Grant: handed over; this side is read-only and its transcript says so.
+      (setq answer "Grant")
+      (pcase-let ((`(,status . ,result) (mevedel-test--cli "session" "take-control" session "--wait" "60")))
+        (should (= status 0))
+        (should (equal (plist-get result :outcome) "acquired")))
+      (should (= (length questions) 2))
+      (mevedel-test--wait (lambda () (member "released" phases)) "the owner side to report the hand-over")
+      (mevedel-test--wait (lambda () (with-current-buffer transcript
+                                       (and (stringp header-line-format)
+                                            (string-match-p "read-only" header-line-format))))
+                          "the transcript to say it is read-only")
+      (let ((err (should-error (mevedel-lsp-rename-session "Mine again" session) :type 'user-error)))
+        (should (string-match-p "read-only" (cadr err))))
+      ;; The other client releases; taking control acquires it at once.
+      (pcase-let ((`(,status . ,_) (mevedel-test--cli "session" "release-control" "--session" session)))
+        (should (= status 0)))
+      ;; Once the requester's reservation of the granted release has passed.
+      (let (taken)
+        (mevedel-test--wait (lambda ()
+                              (or taken
+                                  (setq taken (condition-case err (mevedel-lsp-take-control session)
+                                                (user-error (mevedel-test--log "take: %s" (cadr err)) nil)))))
+                            "taking control back")
+        (should (equal (plist-get taken :outcome) "acquired"))
+        (should (equal (plist-get (plist-get taken :state) :access) "writable")))
+      (should (mevedel-test--contains "*Messages*" (format "mevedel: %s: you have control (writable here)" session)))
+      (should (equal (plist-get (mevedel-lsp-rename-session "Mine again" session) :displayName) "Mine again"))
+      ;; Release control: saved, read-only here, following; take it back.
+      (should (equal (plist-get (plist-get (mevedel-lsp-release-control session) :state) :access) "read-only"))
+      (should (equal (plist-get (mevedel-test--row session) :action) "Resume"))
+      (should (equal (plist-get (mevedel-lsp-take-control session) :outcome) "acquired"))
+      (should (= (length questions) 2)))
+      (customize-set-variable 'mevedel-lsp-settings nil))))
+
 ;;; mevedel-lsp-test.el ends here
