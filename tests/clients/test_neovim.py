@@ -56,5 +56,6 @@ def test_neovim_client(workspace: Workspace, tmp_path) -> None:
         "lifecycle: a commit after the session moved",
         "lifecycle: fork, worktree fork and save as",
         "lifecycle: a session in recovery",
+        "control: the Grant/Keep question",
     ):
         assert re.search(rf"^PASS .*{re.escape(session_test)}", output, re.MULTILINE), output

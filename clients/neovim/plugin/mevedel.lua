@@ -124,3 +124,20 @@ end, { nargs = 0, desc = "Finish or roll back the mevedel session's interrupted 
 command('MevedelRecoveryAbandon', function()
   lifecycle().abandon_recovery(here())
 end, { nargs = 0, desc = "Drop the mevedel session's recovery, leaving the files as they are" })
+
+-- Control transfer: one client writes a session at a time.
+command('MevedelTakeControl', function()
+  require('mevedel.control').take(here())
+end, { nargs = 0, desc = 'Take control of the mevedel session (asks its owner when another client holds it)' })
+
+command('MevedelReleaseControl', function()
+  require('mevedel.control').release(here())
+end, { nargs = 0, desc = 'Save, publish and release the mevedel session; it stays open read-only' })
+
+command('MevedelGrantControl', function()
+  require('mevedel.control').grant(here())
+end, { nargs = 0, desc = 'Grant the waiting request for control of the mevedel session' })
+
+command('MevedelKeepControl', function()
+  require('mevedel.control').keep(here())
+end, { nargs = 0, desc = 'Refuse the waiting request for control of the mevedel session' })

@@ -786,6 +786,105 @@ test('lifecycle: a session in recovery is announced, refuses a rewind and offers
   expect(forked and forked.sourceId == recovery_abandon, 'after abandoning, the fork %s', vim.inspect(forked))
 end)
 
+-- Control transfer --------------------------------------------------------------------
+
+local control = require('mevedel.control')
+local cli_command = vim.json.decode(vim.env.MEVEDEL_CLI_COMMAND)
+
+-- Runs the mevedel CLI (another client of the workspace) with ARGS and
+-- --json, processing events meanwhile (the server may ask a question).
+-- Returns its exit status and decoded output.
+local function cli(...)
+  local argv = vim.list_extend(vim.deepcopy(cli_command), { ... })
+  table.insert(argv, '--json')
+  local output, status = {}, nil
+  local job = vim.fn.jobstart(argv, {
+    cwd = root,
+    stdout_buffered = true,
+    on_stdout = function(_, data)
+      output = data
+    end,
+    on_exit = function(_, code)
+      status = code
+    end,
+  })
+  expect(job > 0, 'could not start %s', vim.inspect(argv))
+  wait_for('the CLI to finish', function()
+    return status ~= nil and output ~= nil
+  end)
+  local text = table.concat(output, '\n')
+  out('cli ' .. table.concat({ ... }, ' ') .. ' -> ' .. text)
+  return status, vim.json.decode(text)
+end
+
+test('control: the Grant/Keep question reaches vim.ui.select; Keep refuses, Grant hands over; take and release', function()
+  open_document()
+  local session = sessions.create('Nvim control').sessionId
+  local transcript = vim.api.nvim_get_current_buf()
+  settle_turn(session, 'Owned by Neovim')
+  -- A granted release stays reserved for the requester this long.
+  mevedel.set_settings({ controlTransfer = { promptTimeoutSeconds = 60, fenceSeconds = 1 } })
+  local phases = {}
+  local group = vim.api.nvim_create_augroup('mevedel-test-control', { clear = true })
+  vim.api.nvim_create_autocmd('User', {
+    group = group,
+    pattern = 'MevedelControlChanged',
+    callback = function()
+      table.insert(phases, control.last_change.phase)
+    end,
+  })
+
+  answering({ ['mevedel.question'] = '^Keep$' })
+  local status, result = cli('session', 'take-control', session, '--wait', '60')
+  expect(status == 1 and result.error.kind == 'rejected', 'keep: %d %s', status, vim.inspect(result))
+  local question = selected('mevedel.question')
+  expect(question and question.prompt:find('asks for control of session ' .. session, 1, true), 'asked %s', vim.inspect(asked))
+  expect(vim.deep_equal(question.formatted, { 'Grant', 'Keep' }), 'actions %s', vim.inspect(question))
+  expect(vim.tbl_contains(phases, 'asking') and vim.tbl_contains(phases, 'kept'), 'phases %s', vim.inspect(phases))
+  expect(listed(session).action == 'Switch', 'after Keep the action is %s', listed(session).action)
+
+  answering({ ['mevedel.question'] = '^Grant$' })
+  status, result = cli('session', 'take-control', session, '--wait', '60')
+  expect(status == 0 and result.outcome == 'acquired', 'grant: %d %s', status, vim.inspect(result))
+  wait_for('the hand-over on the owner side', function()
+    return vim.tbl_contains(phases, 'released')
+  end)
+  notifications = {}
+  sessions.rename('Mine again', session)
+  expect(notified('read-only'), 'a rename after the hand-over: %s', vim.inspect(notifications))
+
+  status = cli('session', 'release-control', '--session', session)
+  expect(status == 0, 'the CLI did not release')
+  -- Once the requester's reservation of the granted release has passed.
+  local taken
+  wait_for('taking control back', function()
+    if not taken then
+      control.take(session, function(result)
+        taken = result
+      end)
+      vim.wait(5000, function()
+        return taken ~= nil or notified('alone may take it') ~= nil
+      end, 20)
+      notifications = {}
+    end
+    return taken ~= nil
+  end)
+  expect(taken.outcome == 'acquired' and taken.state.access == 'writable', 'taken %s', vim.inspect(taken))
+  expect(sessions.rename('Mine again', session).displayName == 'Mine again', 'not writable after taking control')
+  vim.cmd('MevedelReleaseControl')
+  expect(listed(session).action == 'Resume', 'after release the action is %s', listed(session).action)
+  taken = nil
+  control.take(session, function(result)
+    taken = result
+  end)
+  wait_for('taking it back', function()
+    return taken ~= nil
+  end)
+  expect(taken.outcome == 'acquired', 'taken %s', vim.inspect(taken))
+  expect(vim.api.nvim_buf_is_valid(transcript), 'the transcript went away')
+  mevedel.set_settings({})
+end)
+
 vim.ui.select = real_select
 
 out(string.format('%d tests, %d failed', ran, failures))

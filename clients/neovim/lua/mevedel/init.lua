@@ -162,6 +162,9 @@ local function client_config(root)
       ['mevedel/session/didChange'] = function(err, params, ctx)
         return require('mevedel.sessions').on_did_change(err, params, ctx)
       end,
+      ['mevedel/control/didChange'] = function(err, params, ctx)
+        return require('mevedel.control').on_did_change(err, params, ctx)
+      end,
       ['window/showMessageRequest'] = function(err, params, ctx)
         return require('mevedel.sessions').on_question(err, params, ctx)
       end,
