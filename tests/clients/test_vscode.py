@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from editor_harness import (
     CLIENTS,
+    cli_command,
     editor,
     foreign_sessions,
     git_repository,
@@ -74,12 +75,18 @@ def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
     lifecycle.mkdir()
     git_repository(lifecycle)
     blocked = recovery_sessions(lifecycle, tmp_path / "scratch")
+    # The control suite shares a workspace with the mevedel CLI.
+    control = tmp_path / "control"
+    control.mkdir()
     output = run_editor(
         [npm, "test"],
         env={
             "MEVEDEL_LSP_COMMAND": json.dumps(server_command()),
             "MEVEDEL_TEST_SESSION_WORKSPACE": str(workspace),
             "MEVEDEL_TEST_LIFECYCLE_WORKSPACE": str(lifecycle),
+            "MEVEDEL_TEST_CONTROL_WORKSPACE": str(control),
+            "MEVEDEL_CLI_COMMAND": json.dumps(cli_command()),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
             **left.environment(),
             **blocked.environment(),
         },
@@ -90,3 +97,4 @@ def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
     assert re.search(r"# skipped 0\b", output), output
     assert "ok 1 - sessions" in output or re.search(r"ok \d+ - sessions", output), output
     assert re.search(r"ok \d+ - lifecycle", output), output
+    assert re.search(r"ok \d+ - control", output), output

@@ -40,6 +40,10 @@ export function commandTable(context: CommandContext): Record<string, () => Prom
     'mevedel.saveAs': lifecycle.saveAs,
     'mevedel.retryRecovery': lifecycle.retryRecovery,
     'mevedel.abandonRecovery': lifecycle.abandonRecovery,
+    'mevedel.takeControl': lifecycle.takeControl,
+    'mevedel.releaseControl': lifecycle.releaseControl,
+    'mevedel.grantControl': lifecycle.grantControl,
+    'mevedel.keepControl': lifecycle.keepControl,
   };
 }
 

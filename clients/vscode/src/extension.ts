@@ -8,6 +8,7 @@ import {
   WorkDoneProgress,
 } from 'vscode-languageclient/node';
 import { registerCommands } from './commands';
+import { ControlDidChangeParams, ControlMethods } from './control';
 import {
   CONFIGURATION_SECTION,
   Notifications,
@@ -68,7 +69,16 @@ function createClient(output: vscode.OutputChannel, documents: VirtualDocumentPr
       vscode.window.setStatusBarMessage(`mevedel: session ${change.sessionId} was closed; its views are no longer updated`, 10_000);
     }
   });
+  // The server also shows each step a person should see (window/showMessage);
+  // the status bar keeps the latest for a while.
+  created.onNotification(ControlMethods.didChange, (change: ControlDidChangeParams) => {
+    showControlStep(change);
+  });
   return created;
+}
+
+function showControlStep(change: ControlDidChangeParams): void {
+  vscode.window.setStatusBarMessage(`mevedel: ${change.message}`, 15_000);
 }
 
 async function ready(): Promise<LanguageClient> {

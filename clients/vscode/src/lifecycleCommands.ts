@@ -17,6 +17,7 @@ import {
   saveAs,
   worktreeFork,
 } from './lifecycle';
+import { describeRelease, describeTake, grantControl, keepControl, releaseControl, takeControl } from './control';
 import { describeFailure, listTurns, RequestSender, Scope, SessionState, TurnSummary } from './protocol';
 import { SessionCommandContext, showTranscript } from './sessionCommands';
 
@@ -183,6 +184,18 @@ export function lifecycleCommands(context: LifecycleCommandContext): Record<stri
     worktreeFork: guarded(context, (where) => forkCommand(context, where, true)),
     saveAs: guarded(context, (where) => saveAsCommand(context, where)),
     retryRecovery: guarded(context, async (where) => info(describeRecovery(await retryRecovery(await context.sender(), where)))),
+    // A takeover or the owner's answer is asked by the servers themselves
+    // (window/showMessageRequest), shown as a notification with buttons.
+    takeControl: guarded(context, async (where) => info(describeTake(await takeControl(await context.sender(), where)))),
+    releaseControl: guarded(context, async (where) => info(describeRelease(await releaseControl(await context.sender(), where)))),
+    grantControl: guarded(context, async (where) => {
+      const status = await grantControl(await context.sender(), where);
+      info(`granted the request for ${status.sessionId} (${status.phase})`);
+    }),
+    keepControl: guarded(context, async (where) => {
+      const status = await keepControl(await context.sender(), where);
+      info(`kept ${status.sessionId} (${status.phase})`);
+    }),
     abandonRecovery: guarded(context, async (where) => {
       const sure = await vscode.window.showWarningMessage(
         'mevedel: Abandon the recovery? The project files stay as the interrupted transaction left them.',
