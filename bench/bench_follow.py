@@ -3,7 +3,7 @@
 Latency: the owner settles a turn (``mevedel/turn/settle``); the time from
 sending that request to a follower's ``mevedel/session/didPublish`` naming
 the turn. Two followers run side by side in the same run: one with the
-default settings (filesystem notifications through watchfiles) and the
+default settings (filesystem notifications: inotify on Linux) and the
 baseline, the same server polling the same workspace
 (``sessionWatch.notifications: false``) every ``POLL_SECONDS``. The settle's
 own round trip is reported too: the notification cannot precede the commit
@@ -17,9 +17,10 @@ transfer requests) and one with no session open. Target (issue 6): notification 
 100 ms; an idle follower's CPU near zero.
 
 Watcher alone: one ``SessionWatcher`` in this process, idle for
-``WATCHER_SECONDS``, at several ``debounce`` values (watchfiles' watch thread
-wakes once per debounce step to look for events, so this is the price of the
-latency above), against a polling watcher at the default idle cadence.
+``WATCHER_SECONDS``: with Linux inotify on the event loop (the default
+there), with the portable watchfiles thread at several debounce steps (it
+wakes once per step to look for events), and the baseline, a polling
+watcher at the default idle cadence.
 """
 
 from __future__ import annotations
@@ -120,8 +121,11 @@ async def watcher_idle_cpu() -> list[dict]:
     """CPU of one idle watcher in this process, per debounce, and of a poller."""
     from mevedel_server.store import ClientIdentity
     from mevedel_server.store.service import SessionService
+    from mevedel_server.store import inotify
     from mevedel_server.store.watch import SessionWatcher, WatchCadence
     from mevedel_server.targets import LocalTarget
+
+    real_available = inotify.available
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,9 +135,13 @@ async def watcher_idle_cpu() -> list[dict]:
         await owner.begin_turn(sid, "one turn")
         await owner.settle(sid)
         await owner.close_all()  # nothing writes from now on
-        cases = [(f"idle watcher, notifications, debounce {d * 1000:.0f} ms", WatchCadence(debounce_seconds=d)) for d in DEBOUNCES]
-        cases.append(("baseline: idle watcher, polling every 10 s", WatchCadence(notifications=False)))
-        for label, cadence in cases:
+        cases = [("idle watcher, inotify, debounce 20 ms", WatchCadence(), True)]
+        cases += [
+            (f"idle watcher, watchfiles, debounce {d * 1000:.0f} ms", WatchCadence(debounce_seconds=d), False) for d in DEBOUNCES
+        ]
+        cases.append(("baseline: idle watcher, polling every 10 s", WatchCadence(notifications=False), True))
+        for label, cadence, use_inotify in cases:
+            inotify.available = real_available if use_inotify else (lambda: False)
             watcher = SessionWatcher(LocalTarget(root), sid, cadence=cadence)
             watcher.start()
             await asyncio.sleep(0.5)
@@ -141,6 +149,7 @@ async def watcher_idle_cpu() -> list[dict]:
             await asyncio.sleep(WATCHER_SECONDS)
             used = time.process_time() - start
             await watcher.stop()
+            inotify.available = real_available
             rows.append(
                 {
                     "case": f"CPU over {WATCHER_SECONDS:.0f} s: {label}",

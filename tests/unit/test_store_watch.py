@@ -19,6 +19,19 @@ from mevedel_server.targets.target import ProgramTarget
 OWNER = ClientIdentity("client-owner", "owner-box")
 
 
+@pytest.fixture(params=["inotify", "watchfiles"])
+def backend(request, monkeypatch) -> str:
+    """Both notification sources: inotify on the loop (Linux) and the
+    portable watchfiles thread."""
+    from mevedel_server.store import inotify
+
+    if request.param == "inotify" and not inotify.available():
+        pytest.skip("inotify is Linux-only")
+    if request.param == "watchfiles":
+        monkeypatch.setattr(inotify, "available", lambda: False)
+    return request.param
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     workspace = tmp_path / "ws"
@@ -57,7 +70,7 @@ async def settle(owner: SessionService, sid: str, prompt: str) -> None:
     await owner.settle(sid)
 
 
-async def test_a_local_watcher_is_woken_by_a_publication(root):
+async def test_a_local_watcher_is_woken_by_a_publication(root, backend):
     owner, sid = await settled_session(root)
     wakes = Wakes()
     watcher = SessionWatcher(LocalTarget(root), sid)
@@ -75,7 +88,7 @@ async def test_a_local_watcher_is_woken_by_a_publication(root):
         await owner.close_all()
 
 
-async def test_watching_an_absent_session_creates_nothing_and_picks_it_up(root):
+async def test_watching_an_absent_session_creates_nothing_and_picks_it_up(root, backend):
     target = LocalTarget(root)
     sid = await allocate_session_id(target)
     wakes = Wakes()
@@ -92,7 +105,8 @@ async def test_watching_an_absent_session_creates_nothing_and_picks_it_up(root):
         (root / ".mevedel" / "sessions" / sid).mkdir()
         (root / ".mevedel" / "sessions" / sid / ".lease").mkdir()
         await wakes.until(LEASE)
-        # Now armed on .lease itself: a request mailbox appearing is reported.
+        # Now armed on .lease itself: a request mailbox appearing is reported,
+        # and so is a record created inside it.
         for _ in range(200):
             if watcher._arm is not None and watcher._arm.path.endswith("/.lease"):
                 break
@@ -100,11 +114,26 @@ async def test_watching_an_absent_session_creates_nothing_and_picks_it_up(root):
         seen = len(wakes.seen)
         (root / ".mevedel" / "sessions" / sid / ".lease" / "requests").mkdir()
         await wakes.until(REQUESTS, seen)
+        await asyncio.sleep(0.1)  # the new directory is watched from its creation on
+        seen = len(wakes.seen)
+        (root / ".mevedel" / "sessions" / sid / ".lease" / "requests" / "request-00000000000000000001.json").write_text("{}")
+        await wakes.until(REQUESTS, seen)
+        # The session removed: the watch falls back to its parent and says so.
+        import shutil
+
+        seen = len(wakes.seen)
+        shutil.rmtree(root / ".mevedel" / "sessions" / sid)
+        await wakes.until(LEASE, seen)
+        for _ in range(200):
+            if watcher._arm is not None and watcher._arm.path.endswith("/sessions"):
+                break
+            await asyncio.sleep(0.01)
+        assert watcher._arm.path.endswith("/sessions")
     finally:
         await watcher.stop()
 
 
-async def test_probes_and_temporary_files_are_not_changes(root):
+async def test_probes_and_temporary_files_are_not_changes(root, backend):
     owner, sid = await settled_session(root)
     await owner.close_all()
     lease = root / ".mevedel" / "sessions" / sid / ".lease"
@@ -124,7 +153,7 @@ async def test_probes_and_temporary_files_are_not_changes(root):
         await watcher.stop()
 
 
-async def test_wakes_during_a_call_become_one_more_call(root):
+async def test_wakes_during_a_call_become_one_more_call(root, backend):
     owner, sid = await settled_session(root)
     await owner.close_all()
     calls: list[frozenset[str]] = []

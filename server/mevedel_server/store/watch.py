@@ -9,7 +9,9 @@ ordinary store reads. A wake is a hint, never authority.
 Two sources, one contract:
 
 - ``notify`` (a :class:`~mevedel_server.targets.LocalTarget`): filesystem
-  notifications through ``watchfiles`` on ``<session>/.lease/``, recursively,
+  notifications on ``<session>/.lease/`` (Linux inotify on the event loop,
+  :mod:`.inotify`, which costs nothing until an event arrives; elsewhere
+  ``watchfiles`` in a thread, which wakes once per debounce step), recursively,
   so ``requests/`` is covered the moment it exists. Reads never create control
   directories, so while ``.lease/`` (or the session directory) is absent the
   watcher watches the nearest existing ancestor, non-recursively, and re-arms
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..targets import ControlProgram, ListDir, LocalTarget, Status, Target, TargetError
+from . import inotify
 from .layout import SESSIONS_DIR, STATE_DIR, SessionPaths
 from .workspace import check_session_id
 
@@ -266,30 +269,34 @@ class SessionWatcher:
         if self._arm is not None and self._arm.path == where:
             return True
         self._disarm()
-        from watchfiles._rust_notify import RustNotify
-
         recursive = where == self.paths.lease_dir
+        self._arms += 1
+        arm_id = self._arms
+        quiet = self.cadence.debounce_seconds
+        group = max(quiet, _MAX_GROUPING_MS / 1000)
         try:
-            notify = RustNotify([self._local(where)], False, False, 0, recursive, False)
-        except Exception as error:  # no inotify, watch limit reached, the directory vanished
+            if inotify.available():
+                watch = inotify.InotifyWatch(
+                    self._local(where),
+                    recursive=recursive,
+                    quiet=quiet,
+                    group=group,
+                    loop=self._loop,
+                    deliver=lambda changes: self._notified(arm_id, changes),
+                )
+                close = watch.close
+            else:
+                close = _start_watchfiles(self._local(where), recursive, quiet, group, self._loop, self._notified, arm_id)
+        except Exception as error:  # no notifications, watch limit reached, the directory vanished
             _log.warning("session %s: filesystem notifications unavailable (%s); polling instead", self.session_id, error)
             return False
-        self._arms += 1
-        self._arm = _Arm(where, self._arms, threading.Event())
-        step = max(1, round(self.cadence.debounce_seconds * 1000))
-        thread = threading.Thread(
-            target=_watch_thread,
-            args=(notify, self._arm, step, max(step, _MAX_GROUPING_MS), self._loop, self._notified),
-            name=f"watch {self.session_id}",
-            daemon=True,
-        )
-        thread.start()
+        self._arm = _Arm(where, arm_id, close)
         return True
 
     def _disarm(self) -> None:
         arm, self._arm = self._arm, None
         if arm is not None:
-            arm.stop.set()
+            arm.close()
 
     def _notified(self, arm_id: int, changes: set[tuple[int, str]] | BaseException) -> None:
         arm = self._arm
@@ -382,24 +389,36 @@ class SessionWatcher:
 class _Arm:
     path: str
     arm_id: int
-    stop: threading.Event
+    close: Callable[[], None]
 
 
-def _watch_thread(notify, arm: _Arm, step_ms: int, group_ms: int, loop: asyncio.AbstractEventLoop, deliver) -> None:
-    """Runs ``RustNotify.watch`` in its own thread: a watch blocks for as long
-    as nothing changes, so it must not hold a worker of the loop's shared
-    executor (the store's local I/O runs there)."""
-    try:
-        while not arm.stop.is_set():
-            result = notify.watch(group_ms, step_ms, 0, arm.stop)
-            if result == "stop":
-                return
-            if isinstance(result, set) and result:
-                _post(loop, deliver, arm.arm_id, result)
-    except Exception as error:  # reported to the loop, which re-arms or polls
-        _post(loop, deliver, arm.arm_id, error)
-    finally:
-        notify.close()
+def _start_watchfiles(path: str, recursive: bool, quiet: float, group: float, loop, deliver, arm_id: int) -> Callable[[], None]:
+    """The portable source: ``watchfiles`` in its own thread (a watch blocks
+    for as long as nothing changes, so it must not hold a worker of the
+    loop's shared executor, where the store's local I/O runs). It wakes once
+    per ``quiet`` step to look for events."""
+    from watchfiles._rust_notify import RustNotify
+
+    notify = RustNotify([path], False, False, 0, recursive, False)
+    stop = threading.Event()
+    step_ms = max(1, round(quiet * 1000))
+    group_ms = max(step_ms, round(group * 1000))
+
+    def run() -> None:
+        try:
+            while not stop.is_set():
+                result = notify.watch(group_ms, step_ms, 0, stop)
+                if result == "stop":
+                    return
+                if isinstance(result, set) and result:
+                    _post(loop, deliver, arm_id, result)
+        except Exception as error:  # reported to the loop, which re-arms or polls
+            _post(loop, deliver, arm_id, error)
+        finally:
+            notify.close()
+
+    threading.Thread(target=run, name="session watch", daemon=True).start()
+    return stop.set
 
 
 def _post(loop: asyncio.AbstractEventLoop, deliver, arm_id: int, payload) -> None:
