@@ -39,6 +39,9 @@
 ;;   abandon;
 ;; - control transfer: take and release control of a session; the owner's
 ;;   Grant / Keep question is asked in the minibuffer;
+;; - following: a session open read-only follows its owner's publications
+;;   (`mevedel/session/didPublish' re-reads its views); toggle it, refresh
+;;   it, compact or /clear it;
 ;; - the server's questions (`window/showMessageRequest', such as whether
 ;;   to take over a session whose lease expired) are asked in the minibuffer;
 ;; - `$/progress' shows in the echo area on eglot versions that do not show
@@ -1455,6 +1458,99 @@ Return the `mevedel/control/take' result."
   (run-hook-with-args 'mevedel-lsp-control-change-functions server params))
 
 
+;;;; Following, refresh, compaction and /clear
+
+;; A session open read-only here (joined, released, handed over) follows the
+;; owner's committed publications: the server reads each new head and sends
+;; `mevedel/session/didPublish', whole settled turns only, and the open
+;; views of that session are read again.
+
+(defvar mevedel-lsp--follow-off nil
+  "(SERVER . SESSION-ID) pairs whose following was turned off here.")
+
+(defun mevedel-lsp-toggle-follow (&optional session-id)
+  "Turn following of SESSION-ID on or off here.
+Return the `mevedel/session/setFollow' result."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let* ((server (mevedel-lsp--server))
+         (session (or session-id
+                      (plist-get (mevedel-lsp--request server :mevedel/turn/list (mevedel-lsp--object)) :sessionId)))
+         (key (cons server session))
+         (enable (and (member key mevedel-lsp--follow-off) t))
+         (state (mevedel-lsp--request server :mevedel/session/setFollow
+                                      (list :enabled (if enable t :json-false) :sessionId session))))
+    (setq mevedel-lsp--follow-off (delete key mevedel-lsp--follow-off))
+    (unless (eq (plist-get state :enabled) t)
+      (push key mevedel-lsp--follow-off))
+    (message "mevedel: %s: %s" session
+             (cond ((not (eq (plist-get state :enabled) t))
+                    "not following (M-x mevedel-lsp-refresh-session reads the latest)")
+                   ((eq (plist-get state :following) t)
+                    (format "following the owner's publications (%s)" (or (plist-get state :mode) "on")))
+                   (t "following is on; it applies while the session is read-only here")))
+    state))
+
+(defun mevedel-lsp-refresh-session (&optional session-id)
+  "Read SESSION-ID's committed head now (followed or not).
+Return the `mevedel/session/refresh' result."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let ((result (mevedel-lsp--request (mevedel-lsp--server) :mevedel/session/refresh
+                                      (mevedel-lsp--object :sessionId session-id))))
+    (message "mevedel: %s: %s" (plist-get result :sessionId)
+             (pcase (plist-get result :status)
+               ("advanced" (format "now at the owner's latest (%s)"
+                                   (mevedel-lsp--plural (plist-get (plist-get result :publication) :settledTurns)
+                                                        "settled turn")))
+               ("unchanged" "already at the owner's latest")
+               ("held-back" (format "not advanced: %s" (plist-get (plist-get result :publication) :heldBack)))
+               (_ "you own it; there is nothing to refresh")))
+    result))
+
+(defun mevedel-lsp-compact-session (summary &optional session-id)
+  "Compact SESSION-ID: close its live segment; the next starts with SUMMARY."
+  (interactive (list (read-string "Summary of the segment: ") (mevedel-lsp--session-at-point)))
+  (let ((result (mevedel-lsp--request (mevedel-lsp--server) :mevedel/session/compact
+                                      (mevedel-lsp--object :summary summary :sessionId session-id))))
+    (message "mevedel: %s: segment %d closed; segment %d starts with your summary"
+             (plist-get result :sessionId) (plist-get result :previousSegment) (plist-get result :segment))
+    result))
+
+(defun mevedel-lsp-clear-session (&optional session-id)
+  "/clear SESSION-ID: close the current chat as a chapter and start a new one."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let ((result (mevedel-lsp--request (mevedel-lsp--server) :mevedel/session/clear
+                                      (mevedel-lsp--object :sessionId session-id))))
+    (message "mevedel: %s: chapter %s closed; a new chat starts in segment %d"
+             (plist-get result :sessionId) (plist-get result :chapter) (plist-get result :segment))
+    result))
+
+(defvar mevedel-lsp--pending-changes)
+(defvar mevedel-lsp--change-timer)
+
+(defvar mevedel-lsp-publish-functions nil
+  "Abnormal hook run with the server and the params plist of each
+`mevedel/session/didPublish' after the session's views were read again.")
+
+(cl-defmethod eglot-handle-notification
+  ((server mevedel-lsp-server) (_method (eql mevedel/session/didPublish))
+   &rest params &key sessionId heldBack &allow-other-keys)
+  "Read again the views of session SESSIONID, which advanced (PARAMS).
+With HELDBACK, nothing was adopted: say why."
+  (if heldBack
+      (message "mevedel: %s: the owner published a newer state, not adopted here: %s" sessionId heldBack)
+    ;; A followed session is read-only here; the change is queued like a
+    ;; didChange so a refresh never runs inside a waiting request.
+    (setq mevedel-lsp--pending-changes
+          (cons (cons (cons server sessionId)
+                      (append (list :sessionId sessionId :reason "published" :access "read-only"
+                                    :settledTurns (plist-get params :settledTurns))
+                              (list :published params)))
+                (cl-remove-if (lambda (queued) (and (eq (caar queued) server) (equal (cdar queued) sessionId)))
+                              mevedel-lsp--pending-changes)))
+    (unless mevedel-lsp--change-timer
+      (setq mevedel-lsp--change-timer (run-at-time 0 nil #'mevedel-lsp--apply-pending-changes)))))
+
+
 ;;;; Session notifications and questions
 
 (defun mevedel-lsp--session-changed (server params)
@@ -1478,7 +1574,9 @@ Return the `mevedel/control/take' result."
     (mevedel-lsp--refresh-lists server session)
     (when (equal reason "read-only")
       (message "mevedel: session %s is now read-only here (another client took it over)" session))
-    (run-hook-with-args 'mevedel-lsp-session-change-functions server params)))
+    (if-let ((published (plist-get params :published)))
+        (run-hook-with-args 'mevedel-lsp-publish-functions server published)
+      (run-hook-with-args 'mevedel-lsp-session-change-functions server params))))
 
 ;; A refresh reads through the server, so it waits for answers.  It must not
 ;; run while any `jsonrpc-request' waits (a timer can fire inside that wait,
@@ -1566,6 +1664,8 @@ as the cautious choice (for a takeover: Cancel)."
     (define-key map (kbd "S") #'mevedel-lsp-save-as)
     (define-key map (kbd "T") #'mevedel-lsp-take-control)
     (define-key map (kbd "L") #'mevedel-lsp-release-control)
+    (define-key map (kbd "g") #'mevedel-lsp-refresh-session)
+    (define-key map (kbd "W") #'mevedel-lsp-toggle-follow)
     map)
   "mevedel-lsp commands, for a prefix key of your choice:
   (global-set-key (kbd \"C-c m\") mevedel-lsp-command-map)")

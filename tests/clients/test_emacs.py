@@ -46,6 +46,7 @@ def test_emacs_client(workspace: Workspace, tmp_path) -> None:
         "fork-worktree-fork-and-save-as",
         "recovery-is-offered-retried-and-abandoned",
         "control-transfer",
+        "following-a-session-owned-elsewhere",
     ):
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{session_test}", output), output
 

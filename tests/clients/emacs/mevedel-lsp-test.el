@@ -731,4 +731,66 @@ Grant hands the session over (read-only here); take and release control."
       (should (= (length questions) 2)))
       (customize-set-variable 'mevedel-lsp-settings nil))))
 
+;;;; Following a session owned elsewhere
+
+(defun mevedel-test--cli-turn (session prompt)
+  "The CLI, owning SESSION, runs and settles a whole turn with PROMPT."
+  (should (= (car (mevedel-test--cli "turn" "begin" "--session" session prompt)) 0))
+  (should (= (car (mevedel-test--cli "turn" "append" "response" "--text" (concat "cli answer to " prompt)
+                                     "--session" session))
+             0))
+  (should (= (car (mevedel-test--cli "turn" "settle" "--session" session)) 0)))
+
+(ert-deftest mevedel-lsp-test-following-a-session-owned-elsewhere ()
+  "A joined session's transcript follows the owner's settled turns (didPublish);
+with following off only a refresh advances it.  Compact and /clear on an own session."
+  (let* ((session (plist-get (cdr (mevedel-test--cli "turn" "begin" "--new" "--name" "Owned by the CLI" "CLI prompt 1"))
+                             :session_id))
+         (published nil)
+         (mevedel-lsp-publish-functions (list (lambda (_server params) (push params published)))))
+    (should (= (car (mevedel-test--cli "turn" "settle" "--session" session)) 0))
+    (should (equal (plist-get (mevedel-test--row session) :action) "Join"))
+    (let* ((opened (mevedel-test--from-document #'mevedel-lsp-open-session session "join"))
+           (transcript (get-buffer (mevedel-lsp--transcript-name session))))
+      (should (equal (plist-get (plist-get opened :session) :access) "read-only"))
+      (should (mevedel-test--contains transcript "CLI prompt 1"))
+      ;; The owner settles a turn: the view here shows it, whole.
+      (mevedel-test--cli-turn session "CLI prompt 2")
+      (mevedel-test--wait (lambda () (mevedel-test--contains transcript "cli answer to CLI prompt 2"))
+                          "the followed transcript to show the owner's new turn")
+      (let ((change (seq-find (lambda (p) (= (plist-get p :settledTurns) 2)) published)))
+        (should change)
+        (should (equal (mapcar (lambda (turn) (list (plist-get turn :turn) (plist-get turn :change) (plist-get turn :prompt)))
+                               (plist-get change :turns))
+                       '((2 "new" "CLI prompt 2")))))
+      ;; Following off: the owner's next turn is adopted only by a refresh.
+      (let ((state (mevedel-lsp-toggle-follow session)))
+        (should (eq (plist-get state :enabled) :json-false))
+        (should (eq (plist-get state :following) :json-false)))
+      (mevedel-test--cli-turn session "CLI prompt 3")
+      (let ((refreshed (mevedel-lsp-refresh-session session)))
+        (should (equal (plist-get refreshed :status) "advanced"))
+        (should (= (plist-get (plist-get refreshed :publication) :settledTurns) 3)))
+      (mevedel-test--wait (lambda () (mevedel-test--contains transcript "CLI prompt 3"))
+                          "the refreshed transcript to show turn 3")
+      (should (equal (plist-get (mevedel-lsp-refresh-session session) :status) "unchanged"))
+      (let ((state (mevedel-lsp-toggle-follow session)))
+        (should (eq (plist-get state :enabled) t))
+        (should (eq (plist-get state :following) t)))
+      (mevedel-test--cli-turn session "CLI prompt 4")
+      (mevedel-test--wait (lambda () (mevedel-test--contains transcript "cli answer to CLI prompt 4"))
+                          "the transcript, followed again, to show turn 4")))
+  ;; Compaction and /clear of a session this client owns.
+  (let* ((session (plist-get (mevedel-test--from-document #'mevedel-lsp-create-session "ERT compacted") :sessionId))
+         (transcript (get-buffer (mevedel-lsp--transcript-name session))))
+    (mevedel-test--settle-turn session "Before the compaction")
+    (let ((result (mevedel-lsp-compact-session "The summary written by ERT" session)))
+      (should (= (plist-get result :segment) (1+ (plist-get result :previousSegment)))))
+    (mevedel-test--wait (lambda () (mevedel-test--contains transcript "The summary written by ERT"))
+                        "the transcript to start with the summary")
+    (mevedel-test--settle-turn session "After the compaction")
+    (should (numberp (plist-get (mevedel-lsp-clear-session session) :chapter)))
+    (mevedel-test--wait (lambda () (not (mevedel-test--contains transcript "After the compaction")))
+                        "the transcript to start the new chat")))
+
 ;;; mevedel-lsp-test.el ends here
