@@ -257,3 +257,55 @@ async def test_a_session_used_after_it_was_judged_is_kept(tmp_path, target):
     await (await read_committed(target, sid(1))).read_all()
     # Cleanup's own claim (active) was released again.
     assert head_record(tmp_path, sid(1)).state is LeaseState.RELEASED
+
+
+def write_marker(root: Path, session_id: str, data: bytes = b"{}") -> None:
+    recovery = session_dir(root, session_id) / ".recovery"
+    recovery.mkdir(exist_ok=True)
+    (recovery / f"recovery-{'ab' * 16}.json").write_bytes(data)
+
+
+async def test_a_pending_recovery_keeps_an_old_session(tmp_path, target):
+    """An interrupted Rewind's marker (readable or not) outlives any age."""
+    now = int(time.time())
+    for n in (1, 2, 3):
+        await aged_session(target, tmp_path, sid(n), 90, now=now)
+    write_marker(tmp_path, sid(1))
+    write_marker(tmp_path, sid(2), b"torn")
+    # sid(3): only a data directory whose marker is gone: nothing pending.
+    (session_dir(tmp_path, sid(3)) / ".recovery" / ("cd" * 16)).mkdir(parents=True)
+    report = await remove_expired_sessions(target, ME, keep_recent=0)
+    assert [r.session_id for r in report.removed] == [sid(3)]
+    kept = {k.name: k.reason for k in report.kept}
+    assert kept[sid(1)] == kept[sid(2)] == f"recovery {'ab' * 16} is pending (left for recovery)"
+    assert remaining(tmp_path) == {sid(1), sid(2)}
+    # Judged without a claim: their lease heads are the released ones they had.
+    assert head_record(tmp_path, sid(1)).client_id == ME.client_id
+
+
+class MarkerAfterJudging(ProgramTarget):
+    """A marker shows up after the sweep judged the session and before its
+    claim (the recheck behind the claim must see it)."""
+
+    def __init__(self, inner, root: Path, session_id: str) -> None:
+        self.inner, self.root, self.session_id = inner, root, session_id
+        self.fired = False
+
+    async def run(self, program: ControlProgram):
+        from mevedel_server.targets import Clock
+
+        if not self.fired and any(isinstance(op, Clock) and op.path.endswith(self.session_id) for op in program.operations):
+            self.fired = True
+            write_marker(self.root, self.session_id)
+        return await self.inner.run(program)
+
+
+async def test_the_recovery_marker_is_rechecked_behind_the_claim(tmp_path, target):
+    now = int(time.time())
+    await aged_session(target, tmp_path, sid(1), 60, now=now)
+    racing = MarkerAfterJudging(target, tmp_path, sid(1))
+    report = await remove_expired_sessions(racing, ME, keep_recent=0)
+    assert racing.fired and report.removed == ()
+    assert "pending (left for recovery)" in report.kept[0].reason
+    assert remaining(tmp_path) == {sid(1)}
+    assert head_record(tmp_path, sid(1)).state is LeaseState.RELEASED

@@ -25,7 +25,8 @@ from mevedel_server.store import (
     read_committed,
 )
 from mevedel_server.store.collection import COLLECTING_MARKER, collect
-from mevedel_server.store.sidecar import Layout, NamingState, Sidecar, encode_sidecar
+from mevedel_server.store.redo import redo_states
+from mevedel_server.store.sidecar import Layout, NamingState, PromptEntry, Sidecar, encode_index_line, encode_sidecar, prompt_page_path
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
@@ -51,6 +52,21 @@ def sidecar(turns: int, *, in_flight: bool = False, name: str | None = None, upd
             latest_user_message=f"prompt {prompts}" if prompts else None,
         )
     )
+
+
+def prompts(*turn_ids: str, at: int = 0) -> dict[str, bytes]:
+    """The prompt index naming ``turn_ids`` as turns 1, 2...: what tells
+    two states of the same length apart."""
+    lines = [
+        encode_index_line(PromptEntry(turn=n, segment=1, turn_id=tid, preview=f"prompt {n}", at=at))
+        for n, tid in enumerate(turn_ids, 1)
+    ]
+    return {prompt_page_path(1): b"".join(lines)}
+
+
+def turns(count: int, in_flight: bool = False) -> dict[str, bytes]:
+    # A mid-turn index is stamped apart, so no settled one reuses its bytes.
+    return prompts(*(f"{n:016x}" for n in range(1, count + int(in_flight) + 1)), at=1 if in_flight else 0)
 
 
 def pubs_dir(root: Path) -> Path:
@@ -108,16 +124,18 @@ async def _history(series: Series) -> dict[str, str]:
     snapshot dropping the draft), p5: turn 2 settled; p6: turn 3; p7: turn 3
     with turn 4 in flight; p8 (head): turn 4."""
     names = {}
-    names["p1"] = await series.publish({"session.json": sidecar(1), "segment-0001.chat.jsonl": BIG, "notes": b"p1 notes"})
+    names["p1"] = await series.publish(
+        {"session.json": sidecar(1), "segment-0001.chat.jsonl": BIG, "notes": b"p1 notes", **turns(1)}
+    )
     names["p2"] = await series.publish({"session.json": sidecar(1, name="renamed")})
-    names["p3"] = await series.publish({"session.json": sidecar(2, in_flight=True, name="renamed"), "draft": b"half"})
+    names["p3"] = await series.publish({"session.json": sidecar(2, in_flight=True, name="renamed"), "draft": b"half", **turns(1, True)})
     names["p4"] = await series.publish(
-        {"session.json": sidecar(2, name="renamed"), "segment-0001.chat.jsonl": BIG, "notes": b"p1 notes"}, replace=True
+        {"session.json": sidecar(2, name="renamed"), "segment-0001.chat.jsonl": BIG, "notes": b"p1 notes", **turns(2)}, replace=True
     )
     names["p5"] = await series.publish({"session.json": sidecar(2, name="again")})
-    names["p6"] = await series.publish({"session.json": sidecar(3, name="again")})
-    names["p7"] = await series.publish({"session.json": sidecar(3, in_flight=True, name="again")})
-    names["p8"] = await series.publish({"session.json": sidecar(4, name="again")})
+    names["p6"] = await series.publish({"session.json": sidecar(3, name="again"), **turns(3)})
+    names["p7"] = await series.publish({"session.json": sidecar(3, in_flight=True, name="again"), **turns(3, True)})
+    names["p8"] = await series.publish({"session.json": sidecar(4, name="again"), **turns(4)})
     return names
 
 
@@ -125,18 +143,18 @@ async def test_collection_keeps_head_representatives_recent_and_referenced(tmp_p
     target, lease, series = session
     p = await _history(series)
     report = await collect(lease)
-    # p3 is a superseded mid-turn head; p4 is superseded by the newer p5
-    # with the same settled turn count. Everything else is retained.
-    assert set(report.removed) == {p["p3"], p["p4"]} and report.remaining == 0
-    assert publication_ids(tmp_path) == {p[k] for k in ("p1", "p2", "p5", "p6", "p7", "p8")}
+    # p3 is a superseded mid-turn head. Everything else is retained.
+    assert set(report.removed) == {p["p3"]} and report.remaining == 0
+    assert publication_ids(tmp_path) == {p[k] for k in ("p1", "p2", "p4", "p5", "p6", "p7", "p8")}
     reasons = {k.publication_id: k.reasons for k in report.kept}
     assert "current head" in reasons[p["p8"]]
     assert "recent generation" in reasons[p["p7"]] and "recent generation" in reasons[p["p6"]]
-    assert "representative of 2 settled turns" in reasons[p["p5"]]
-    assert "representative of 1 settled turn" in reasons[p["p2"]]
-    # p1 is no representative (p2 has the same count and is newer), but every
-    # later manifest names its segment bytes, so its directory stays whole.
-    assert reasons[p["p1"]] == ("named by a retained manifest",)
+    assert "representative of 2 settled turns (offered by Redo)" in reasons[p["p5"]]
+    assert "representative of 1 settled turn (offered by Redo)" in reasons[p["p2"]]
+    # p1 is no representative (p2 is the same state and newer), but every
+    # later manifest names its segment bytes, so its directory stays whole;
+    # p4 is the same state as the newer p5, which names p4's prompt index.
+    assert reasons[p["p1"]] == reasons[p["p4"]] == ("named by a retained manifest",)
     head = await read_committed(target, SID)
     assert head.head == series.heads[-1]
     assert (await head.read_all())["segment-0001.chat.jsonl"] == BIG
@@ -153,7 +171,7 @@ async def test_keep_recent_is_configurable(tmp_path, session):
     p = await _history(series)
     report = await collect(lease, keep_recent=0)
     # p7 (mid-turn, turn 3) is only kept as a recent generation.
-    assert set(report.removed) == {p["p3"], p["p4"], p["p7"]}
+    assert set(report.removed) == {p["p3"], p["p7"]}
 
 
 async def test_bounded_steps_make_progress_and_never_break_a_retained_generation(tmp_path, session):
@@ -163,9 +181,10 @@ async def test_bounded_steps_make_progress_and_never_break_a_retained_generation
     for n in range(5):
         extra = {f"file-{i}": f"{n}-{i}".encode() for i in range(6)} if n == 2 else {}
         # The generation after the large one drops its files again.
-        await series.publish({"session.json": sidecar(1, updated=1_000 + n), "seg": BIG, **extra}, replace=(n == 3))
+        index = prompts("1" * 16, at=n)  # each its own, so none pins another
+        await series.publish({"session.json": sidecar(1, updated=1_000 + n), "seg": BIG, **extra, **index}, replace=(n == 3))
     for n in range(3):
-        await series.publish({"session.json": sidecar(2, updated=2_000 + n)})
+        await series.publish({"session.json": sidecar(2, updated=2_000 + n), **prompts("1" * 16, "2" * 16, at=n)})
     expected_left = {series.ids[0], series.ids[5], series.ids[6], series.ids[7], series.ids[8]}
     steps = 0
     removed: set[str] = set()
@@ -260,7 +279,7 @@ async def test_a_generation_whose_turn_count_is_unknown_is_kept(tmp_path, sessio
     report = await collect(lease)
     assert set(report.removed) == {p["p3"]}
     reasons = {k.publication_id: k.reasons for k in report.kept}
-    assert any("turn count unknown" in r for r in reasons[p["p4"]])
+    assert any("turn state unknown" in r for r in reasons[p["p4"]])
 
 
 async def test_nothing_is_collected_before_the_first_commit(tmp_path, session):
@@ -299,18 +318,42 @@ async def test_a_crash_at_every_write_of_a_step_leaves_every_retained_generation
             crashed = True
         else:
             crashed = False
-            assert not faulty.fired and set(report.removed) == {p["p3"], p["p4"]}
+            assert not faulty.fired and set(report.removed) == {p["p3"]}
         # A new process: the head and every retained generation verify, and
         # collection resumes to the same end state.
         fresh = LocalTarget(root)
         await (await read_committed(fresh, SID)).read_all()
-        for key in ("p1", "p2", "p5", "p6", "p7", "p8"):
+        for key in ("p1", "p2", "p4", "p5", "p6", "p7", "p8"):
             await verify_generation(fresh, series.heads[series.ids.index(p[key])])
         if not crashed:
             break
         again = await acquire_lease(fresh, SID, ME, duration_seconds=600)
         while (await collect(again)).remaining:
             pass
-        assert publication_ids(root) == {p[k] for k in ("p1", "p2", "p5", "p6", "p7", "p8")}
+        assert publication_ids(root) == {p[k] for k in ("p1", "p2", "p4", "p5", "p6", "p7", "p8")}
     print(f"collection crash points walked: {points - 1}")
-    assert points - 1 >= 10
+    assert points - 1 >= 7  # marker, manifest, three files, directory, marker
+
+
+async def test_collection_keeps_exactly_the_states_redo_offers(tmp_path, session):
+    """Two branches of the same length (a rewind, then another turn 2) are
+    two Redo states; collection keeps both, and nothing Redo would not list
+    beyond the head and what retained manifests name."""
+    target, lease, series = session
+    q1 = await series.publish({"session.json": sidecar(1, updated=1), **prompts("a" * 16)})
+    q2 = await series.publish({"session.json": sidecar(2, updated=2), **prompts("a" * 16, "b" * 16)})
+    q3 = await series.publish({"session.json": sidecar(1, updated=3), **prompts("a" * 16)}, replace=True)  # rewound to 1
+    q4 = await series.publish({"session.json": sidecar(2, updated=4), **prompts("a" * 16, "c" * 16)})
+    q5 = await series.publish({"session.json": sidecar(3, updated=5), **prompts("a" * 16, "c" * 16, "d" * 16)})
+    offered = {state.publication_id for state in (await redo_states(target, SID)).states}
+    assert offered == {q2, q3, q4}  # q1 is the same state as the newer q3
+    report = await collect(lease, keep_recent=0)
+    reasons = {k.publication_id: k.reasons for k in report.kept}
+    representatives = {pid for pid, why in reasons.items() if any("offered by Redo" in r for r in why)}
+    assert representatives == offered
+    assert "current head" in reasons[q5]
+    # q1's prompt index bytes are q3's (the same page), so q1's directory is
+    # only kept as named by a retained manifest.
+    assert set(report.removed) | set(reasons) == {q1, q2, q3, q4, q5}
+    assert q1 not in representatives
+    assert {s.publication_id for s in (await redo_states(target, SID)).states} == offered

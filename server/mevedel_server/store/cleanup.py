@@ -15,13 +15,17 @@ is removed only when all of these hold:
   this one's included), an expired *publishing* record and an unsettled
   mutation keep it;
 - the caller does not have it open;
+- it holds no recovery marker (``.recovery/``, :mod:`.recovery`): an
+  interrupted Rewind or Redo whose file changes may still need rolling back
+  or finishing is left for recovery, even when the marker is unreadable;
 - its lease record is readable (a session whose lease cannot be judged is
   never removed); an unreadable manifest or sidecar does not protect an
   expired session.
 
 Removal claims the next lease generation (no prompt: the previous owner's
 lease has expired), checks that the generation it claimed over is the one it
-judged, walks the session tree, and deletes it in one control program that
+judged, rechecks the recovery marker (none can appear once the claim is held:
+a marker is written behind the lease), walks the session tree, and deletes it in one control program that
 first proves the claim is still the newest generation. A competing claim
 keeps the session; a kept session's claim is released.
 """
@@ -47,6 +51,7 @@ from .errors import StoreError
 from .lease import ClientIdentity, LeaseHandle, LeaseStanding, acquire_lease
 from .listing import InspectSubject, SessionSurvey, survey_sessions
 from .records import LeaseState
+from .recovery import find_recovery
 
 DEFAULT_MAX_AGE_DAYS = 30
 DEFAULT_KEEP_RECENT = 10
@@ -159,7 +164,7 @@ async def remove_expired_sessions(
         if survey.name in open_sessions:
             kept.append(KeptSession(survey.name, "open in this client"))
             continue
-        lease_reason = _lease_keeps(survey)
+        lease_reason = _lease_keeps(survey) or await _recovery_keeps(target, survey.name)
         if lease_reason:
             kept.append(KeptSession(survey.name, lease_reason))
             continue
@@ -172,6 +177,16 @@ async def remove_expired_sessions(
         else:
             kept.append(KeptSession(survey.name, outcome))
     return CleanupReport(tuple(removed), tuple(kept), now)
+
+
+async def _recovery_keeps(target: Target, session_id: str) -> str | None:
+    try:
+        state = await find_recovery(target, session_id)
+    except (StoreError, TargetError) as exc:
+        return f"its recovery record cannot be judged: {exc}"
+    if state.pending:
+        return f"recovery {state.recovery_id} is pending (left for recovery)"
+    return None
 
 
 async def _remove_session(target: Target, client: ClientIdentity, survey: SessionSurvey) -> str | None:
@@ -189,6 +204,10 @@ async def _remove_session(target: Target, client: ClientIdentity, survey: Sessio
     if lease.generation - 2 != judged.generation:
         await _release_quietly(lease)
         return "it was used while cleanup ran"
+    recovery = await _recovery_keeps(target, survey.name)
+    if recovery:
+        await _release_quietly(lease)
+        return recovery
     try:
         files, directories = await _walk(target, survey.paths.root)
     except _Unremovable as exc:

@@ -4,9 +4,10 @@ reference, in bounded steps, under the session's lease.
 What is retained
 ----------------
 - the current head (the lease generation's ``publication_head``);
-- one settled-turn representative per distinct turn count: the newest
-  generation whose sidecar says it holds that many settled turns and was not
-  captured mid-turn (what Redo offers);
+- exactly what Redo offers (:func:`~.redo.turn_state_representatives`): the
+  newest generation of each turn state -- settled turn count and the identity
+  of the last settled turn, so two branches of the same length both stay --
+  not captured mid-turn;
 - the newest :data:`DEFAULT_KEEP_RECENT` generations;
 - every directory a retained manifest names: unchanged payloads reuse the
   immutable bytes of earlier publications, so a retained manifest can pin a
@@ -20,9 +21,10 @@ the boundary second are all retained, so a tie never drops a newer one.
 
 What is never removed
 ---------------------
-- a directory whose manifest is unreadable or whose sidecar's turn count
-  cannot be established (reported with the reason; an unreadable head or an
-  unreadable manifest inside the recent window blocks the whole collection);
+- a directory whose manifest is unreadable or whose turn state (sidecar,
+  last prompt) cannot be established: Redo cannot judge it either (reported
+  with the reason; an unreadable head or an unreadable manifest inside the
+  recent window blocks the whole collection);
 - a manifest-less directory (an uncommitted publication) modified at or after
   the head's manifest: a publication of this very writer may be in flight;
   only orphans strictly older than the head are collected;
@@ -45,7 +47,6 @@ The lease is renewed first when the target clock shows it close to expiry.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -68,10 +69,9 @@ from ..targets import (
 from .errors import LeaseLost
 from .layout import MANIFEST_NAME, SessionPaths, head_path
 from .lease import LeaseHandle
-from .inspect import InspectRow as SidecarRefusal
-from .listing import SidecarFacts, decode_manifest, sidecar_facts
+from .listing import decode_manifest
 from .records import PublicationManifest, RecordError
-from .sidecar import SIDECAR_PATH
+from .redo import PublishedHead, turn_state_representatives
 
 DEFAULT_KEEP_RECENT = 3
 DEFAULT_MAX_REMOVALS = 64
@@ -117,8 +117,6 @@ class _Directory:
     manifest_mtime: int | None = None
     manifest: PublicationManifest | None = None
     manifest_problem: str | None = None
-    facts: SidecarFacts | None = None
-    facts_problem: str | None = None
     marked: bool = False
     unusable: str | None = None
     reasons: list[str] = field(default_factory=list)
@@ -174,37 +172,6 @@ async def _run_batched(target: Target, groups: list[list[Operation]], per_progra
             out.append(list(result.results[at : at + len(group)]))
             at += len(group)
     return out
-
-
-async def _read_sidecars(target: Target, paths: SessionPaths, generations: list[_Directory]) -> None:
-    """Establish each generation's sidecar facts, reading each distinct
-    published sidecar file once (unchanged sidecars share their bytes)."""
-    wanted: dict[str, list[_Directory]] = {}
-    for d in generations:
-        assert d.manifest is not None
-        entry = d.manifest.entries.get(SIDECAR_PATH)
-        if entry is None:
-            d.facts_problem = f"the publication has no sidecar ({SIDECAR_PATH})"
-            continue
-        wanted.setdefault(entry.published, []).append(d)
-    published = sorted(wanted)
-    results = await _run_batched(target, [[Read(paths.inside(p), optional=True)] for p in published], _SURVEY_BATCH)
-    for path, [result] in zip(published, results):
-        for d in wanted[path]:
-            assert d.manifest is not None
-            entry = d.manifest.entries[SIDECAR_PATH]
-            if not result.ok:
-                d.facts_problem = f"sidecar {path}: {result.reason or result.status.value}"
-                continue
-            data = result.value
-            if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
-                d.facts_problem = f"sidecar {path}: bytes do not match the manifest's SHA-256"
-                continue
-            facts = sidecar_facts(data)
-            if isinstance(facts, SidecarRefusal):
-                d.facts_problem = f"sidecar {path}: {facts.reason}"
-            else:
-                d.facts = facts
 
 
 def _newest(directories: Iterable[_Directory], count: int) -> list[_Directory]:
@@ -324,7 +291,8 @@ async def collect(
             return block(f"a recent manifest is unreadable: {d.manifest_problem}")
 
     generations = [d for d in directories if d.is_generation and not d.unusable]
-    await _read_sidecars(target, paths, generations)
+    candidates = [PublishedHead(d.publication_id, d.manifest, d.manifest_mtime or 0) for d in generations]  # type: ignore[arg-type]
+    offered, unjudged = await turn_state_representatives(target, paths, candidates, head)
 
     retained: dict[str, _Directory] = {}
 
@@ -336,15 +304,11 @@ async def collect(
     for d in _newest(generations, keep_recent):
         if d is not head_dir:
             retain(d, "recent generation")
-    settled: dict[int, list[_Directory]] = {}
-    for d in generations:
-        if d.facts is None:
-            retain(d, f"turn count unknown: {d.facts_problem}")
-        elif d.facts.settled:
-            settled.setdefault(d.facts.turn_count, []).append(d)
-    for turns, group in sorted(settled.items()):
-        for d in _newest(group, 1):
-            retain(d, f"representative of {turns} settled turn{'' if turns == 1 else 's'}")
+    for skipped in unjudged:
+        retain(by_id[skipped.publication_id], f"turn state unknown: {skipped.reason}")
+    for h in offered:
+        turns = h.turn_state[0]
+        retain(by_id[h.publication_id], f"representative of {turns} settled turn{'' if turns == 1 else 's'} (offered by Redo)")
     for d in list(retained.values()):
         assert d.manifest is not None
         for entry in d.manifest.entries.values():

@@ -113,12 +113,22 @@ class RedoStates:
 
 
 @dataclass
-class _Head:
+class PublishedHead:
+    """A publication whose manifest decoded, as a candidate turn state."""
+
     publication_id: str
     manifest: PublicationManifest
+    #: The manifest's modification time (whole seconds of the target clock).
     mtime: int
     sidecar: Sidecar | None = None
     last: PromptEntry | None = None
+
+    @property
+    def turn_state(self) -> tuple[int, str | None]:
+        """What makes two heads one Redo state: the settled turn count and
+        the identity of the last settled turn (the fork point)."""
+        assert self.sidecar is not None
+        return (self.sidecar.total_turn_count, self.last.turn_id if self.last else None)
 
 
 async def _run_reads(target: Target, ops: list) -> list:
@@ -149,7 +159,7 @@ async def redo_states(target: Target, session_id: str) -> RedoStates:
         manifest = f"{paths.publication_dir(name)}/{MANIFEST_NAME}"
         ops += [Read(manifest, optional=True), Stat(manifest, optional=True)]
     results = await _run_reads(target, ops)
-    heads: list[_Head] = []
+    heads: list[PublishedHead] = []
     for index, name in enumerate(names):
         read, stat = results[2 * index], results[2 * index + 1]
         if read.status is Status.ABSENT:
@@ -162,18 +172,44 @@ async def redo_states(target: Target, session_id: str) -> RedoStates:
         except RecordError as error:
             skipped.append(SkippedHead(name, str(error)))
             continue
-        if SIDECAR_PATH not in manifest.entries:
-            skipped.append(SkippedHead(name, "the publication has no sidecar"))
-            continue
-        heads.append(_Head(name, manifest, stat.value.mtime))
-    await _read_sidecars(target, paths, heads, skipped)
-    await _read_last_prompts(target, paths, heads, skipped)
-    current_key = None
-    groups: dict[tuple[int, str | None], _Head] = {}
+        heads.append(PublishedHead(name, manifest, stat.value.mtime))
+    offered, unjudged = await turn_state_representatives(target, paths, heads, current)
+    skipped += unjudged
+    states = [
+        TurnState(
+            h.publication_id,
+            head_path(h.publication_id),
+            h.sidecar.total_turn_count,  # type: ignore[union-attr]
+            TurnLabel.of(h.last) if h.last else None,
+            h.sidecar.updated_at,  # type: ignore[union-attr]
+        )
+        for h in offered
+    ]
+    return RedoStates(session_id, current, tuple(states), tuple(skipped))
+
+
+async def turn_state_representatives(
+    target: Target, paths: SessionPaths, heads: Sequence[PublishedHead], current: str | None
+) -> tuple[list[PublishedHead], list[SkippedHead]]:
+    """What Redo offers among ``heads``: the newest settled head of each
+    turn state (:attr:`PublishedHead.turn_state`), without the state of the
+    ``current`` head, newest first; and the heads that could not be judged.
+    Collection retains exactly these, so what Redo lists stays on disk."""
+    skipped: list[SkippedHead] = []
+    candidates = []
     for h in heads:
+        if SIDECAR_PATH in h.manifest.entries:
+            candidates.append(h)
+        else:
+            skipped.append(SkippedHead(h.publication_id, "the publication has no sidecar"))
+    await _read_sidecars(target, paths, candidates, skipped)
+    await _read_last_prompts(target, paths, candidates, skipped)
+    current_key = None
+    groups: dict[tuple[int, str | None], PublishedHead] = {}
+    for h in candidates:
         if h.sidecar is None:
             continue
-        key = (h.sidecar.total_turn_count, h.last.turn_id if h.last else None)
+        key = h.turn_state
         if head_path(h.publication_id) == current:
             current_key = key
             continue
@@ -184,26 +220,16 @@ async def redo_states(target: Target, session_id: str) -> RedoStates:
             groups[key] = h
     if current_key is not None:
         groups.pop(current_key, None)
-    states = [
-        TurnState(
-            h.publication_id,
-            head_path(h.publication_id),
-            h.sidecar.total_turn_count,  # type: ignore[union-attr]
-            TurnLabel.of(h.last) if h.last else None,
-            h.sidecar.updated_at,  # type: ignore[union-attr]
-        )
-        for h in sorted(groups.values(), key=_order, reverse=True)
-    ]
-    return RedoStates(session_id, current, tuple(states), tuple(skipped))
+    return sorted(groups.values(), key=_order, reverse=True), skipped
 
 
-def _order(h: _Head) -> tuple:
+def _order(h: PublishedHead) -> tuple:
     assert h.sidecar is not None
     return (h.sidecar.updated_at, h.mtime, h.publication_id)
 
 
-async def _read_sidecars(target: Target, paths: SessionPaths, heads: list[_Head], skipped: list[SkippedHead]) -> None:
-    wanted: dict[str, list[_Head]] = {}
+async def _read_sidecars(target: Target, paths: SessionPaths, heads: list[PublishedHead], skipped: list[SkippedHead]) -> None:
+    wanted: dict[str, list[PublishedHead]] = {}
     for h in heads:
         wanted.setdefault(h.manifest.entries[SIDECAR_PATH].published, []).append(h)
     published = sorted(wanted)
@@ -225,8 +251,8 @@ async def _read_sidecars(target: Target, paths: SessionPaths, heads: list[_Head]
             h.sidecar = sidecar
 
 
-async def _read_last_prompts(target: Target, paths: SessionPaths, heads: list[_Head], skipped: list[SkippedHead]) -> None:
-    wanted: dict[str, list[_Head]] = {}
+async def _read_last_prompts(target: Target, paths: SessionPaths, heads: list[PublishedHead], skipped: list[SkippedHead]) -> None:
+    wanted: dict[str, list[PublishedHead]] = {}
     for h in heads:
         if h.sidecar is None or h.sidecar.total_turn_count == 0:
             continue
