@@ -63,8 +63,15 @@ from .sidecar import (
     load_sidecar,
     prompt_page_path,
 )
-from .snapshot_cut import Boundary, CommittedState, LazyConversation, cut_snapshot, load_committed_state, locate
-from .turns import Conversation
+from .snapshot_cut import (
+    Boundary,
+    CommittedSnapshotResult,
+    CommittedState,
+    LazyConversation,
+    cut_snapshot,
+    load_committed_state,
+    locate,
+)
 from .workspace import allocate_session_id, check_session_id, materialize_session
 
 LOCAL_DIR = "local"
@@ -138,7 +145,7 @@ def _local_ops(paths: SessionPaths, files: Mapping[str, bytes]) -> list[Operatio
 # Publishing a child ------------------------------------------------------------
 
 
-class ChildSession:
+class ChildSession(CommittedSnapshotResult):
     """A child session that committed its first publication."""
 
     def __init__(
@@ -150,6 +157,7 @@ class ChildSession:
         publisher: Publisher | None,
         warning: str | None = None,
     ) -> None:
+        super().__init__(lazy)
         self.session_id = session_id
         self.head = head
         #: The child's lease while the caller keeps it (None once released).
@@ -157,17 +165,6 @@ class ChildSession:
         self.publisher = publisher
         #: A failure after the commit point (reported, never rolled back).
         self.warning = warning
-        self._lazy = lazy
-
-    @property
-    def artifacts(self) -> Mapping[str, bytes]:
-        return self._lazy.artifacts
-
-    @property
-    def conversation(self) -> Conversation:
-        """The child's conversation as committed (restored on first access;
-        a fresh object to adopt)."""
-        return self._lazy.conversation
 
 
 async def remove_session_tree(target: Target, paths: SessionPaths) -> None:

@@ -73,6 +73,7 @@ from .recovery import (
 from .sidecar import FileState, PromptEntry, Present, TurnFiles
 from .snapshot_cut import (
     Boundary,
+    CommittedSnapshotResult,
     CommittedState,
     LazyConversation,
     SessionState,
@@ -171,7 +172,7 @@ class RewindImpact:
         return not self.gaps
 
 
-class InPlaceResult:
+class InPlaceResult(CommittedSnapshotResult):
     """What an in-place replacement committed."""
 
     def __init__(
@@ -183,6 +184,7 @@ class InPlaceResult:
         written: tuple[str, ...],
         warning: str | None = None,
     ) -> None:
+        super().__init__(lazy)
         self.session_id = session_id
         #: A new head was committed.
         self.committed = committed
@@ -191,18 +193,6 @@ class InPlaceResult:
         self.written = written
         #: A failure after the commit point (reported, never rolled back).
         self.warning = warning
-        self._lazy = lazy
-
-    @property
-    def artifacts(self) -> Mapping[str, bytes]:
-        """The committed replacement snapshot."""
-        return self._lazy.artifacts
-
-    @property
-    def conversation(self) -> Conversation:
-        """The committed replacement's conversation: a fresh object the
-        caller may adopt as its live one (restored on first access)."""
-        return self._lazy.conversation
 
 
 # Plans ---------------------------------------------------------------------

@@ -454,3 +454,23 @@ class LazyConversation:
     @cached_property
     def conversation(self) -> Conversation:
         return Conversation.restore(self.artifacts)
+
+
+class CommittedSnapshotResult:
+    """What a transaction that committed a whole snapshot hands back: the
+    snapshot, and its conversation restored only when first asked for (most
+    callers never adopt it, and restoring a long session costs)."""
+
+    def __init__(self, lazy: LazyConversation) -> None:
+        self._lazy = lazy
+
+    @property
+    def artifacts(self) -> Mapping[str, bytes]:
+        """The committed snapshot."""
+        return self._lazy.artifacts
+
+    @property
+    def conversation(self) -> Conversation:
+        """The committed conversation: a fresh object the caller may adopt
+        as its live one (restored on first access)."""
+        return self._lazy.conversation

@@ -2,11 +2,10 @@
 
 - :class:`Target` -- the async protocol every durable operation goes through;
   :class:`ProgramTarget` builds its single-operation methods on ``run``.
-- Control programs (:mod:`.program`): :class:`ControlProgram` of
-  :class:`Read`, :class:`Stat`, :class:`ListDir`, :class:`CreateExclusive`,
-  :class:`Replace`, :class:`Remove`, :class:`MakeDirs`, :class:`Verify` and
-  :class:`Clock` operations, run in one round trip, stopping at the first that
-  does not succeed; each reports a :class:`Status`.
+- Control programs (:mod:`.program`, which lists the operations): a
+  :class:`ControlProgram` runs in one round trip, stopping at the first
+  operation that does not succeed; each reports a :class:`Status`. Deferred
+  writes share one flush at a :class:`Barrier`.
 - :class:`LocalTarget` -- a local root reached through a pinned
   ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
 - The target clock (:mod:`.clock`): whole seconds of the target filesystem.
