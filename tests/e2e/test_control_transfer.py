@@ -248,6 +248,8 @@ async def test_grant_drains_the_turn_in_flight_first(workspace, machines):
     assert draining["waitingFor"] == "turn 2 to settle"
     await until(lambda: "granted" in laptop.phases(), "the requester told it waits")
     assert await one_writer(workspace, sid, [desk, laptop]) is desk
+    refused = await desk.refused(methods.SESSION_RENAME, {"sessionId": sid, "name": "New work"})
+    assert refused["kind"] == "transfer-draining" and "being handed to" in refused["message"]
     await desk.call(methods.TURN_APPEND, {"sessionId": sid, "kind": "response", "text": "finished"})
     await desk.call(methods.TURN_SETTLE, {"sessionId": sid})
     await until(lambda: "acquired" in laptop.phases(), "the hand-over after the drain")
