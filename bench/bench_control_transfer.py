@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -137,6 +138,7 @@ async def main() -> None:
             "met": hand["median_ms"] < 1000,
             "rounds": ROUNDS,
             "setup": "two server processes, one local workspace, owner idle and answering Grant at once",
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         },
     )
 
