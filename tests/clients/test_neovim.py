@@ -57,5 +57,6 @@ def test_neovim_client(workspace: Workspace, tmp_path) -> None:
         "lifecycle: fork, worktree fork and save as",
         "lifecycle: a session in recovery",
         "control: the Grant/Keep question",
+        "following: a joined transcript follows the owner",
     ):
         assert re.search(rf"^PASS .*{re.escape(session_test)}", output, re.MULTILINE), output

@@ -141,3 +141,20 @@ end, { nargs = 0, desc = 'Grant the waiting request for control of the mevedel s
 command('MevedelKeepControl', function()
   require('mevedel.control').keep(here())
 end, { nargs = 0, desc = 'Refuse the waiting request for control of the mevedel session' })
+
+-- Following a session owned elsewhere, and new transcript segments.
+command('MevedelFollowToggle', function()
+  sessions().toggle_follow(here())
+end, { nargs = 0, desc = "Turn following of the read-only mevedel session's publications on or off" })
+
+command('MevedelRefresh', function()
+  sessions().refresh(here())
+end, { nargs = 0, desc = "Read the mevedel session's latest committed state now" })
+
+command('MevedelCompact', function(c)
+  sessions().compact(c.args, here())
+end, { nargs = 1, desc = 'Compact the mevedel session: a new segment starts with the given summary' })
+
+command('MevedelClear', function()
+  sessions().clear(here())
+end, { nargs = 0, desc = '/clear the mevedel session: close the chat as a chapter, start a new one' })

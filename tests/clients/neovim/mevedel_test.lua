@@ -885,6 +885,87 @@ test('control: the Grant/Keep question reaches vim.ui.select; Keep refuses, Gran
   mevedel.set_settings({})
 end)
 
+-- Following a session owned elsewhere -------------------------------------------------
+
+local function cli_turn(session, prompt)
+  expect(cli('turn', 'begin', '--session', session, prompt) == 0, 'the CLI did not begin %s', prompt)
+  expect(cli('turn', 'append', 'response', '--text', 'cli answer to ' .. prompt, '--session', session) == 0, 'append')
+  expect(cli('turn', 'settle', '--session', session) == 0, 'the CLI did not settle %s', prompt)
+end
+
+test('following: a joined transcript follows the owner; off, only a refresh advances it; compact and clear', function()
+  open_document()
+  local _, created = cli('turn', 'begin', '--new', '--name', 'Owned by the CLI', 'CLI prompt 1')
+  local session = created.session_id
+  expect(cli('turn', 'settle', '--session', session) == 0, 'the CLI did not settle')
+  expect(listed(session).action == 'Join', 'action %s', listed(session).action)
+  local published = {}
+  local group = vim.api.nvim_create_augroup('mevedel-test-publish', { clear = true })
+  vim.api.nvim_create_autocmd('User', {
+    group = group,
+    pattern = 'MevedelSessionPublished',
+    callback = function()
+      table.insert(published, sessions.last_publish)
+    end,
+  })
+  local opened
+  sessions.open(session, 'join', function(result)
+    opened = result
+  end)
+  wait_for('the join', function()
+    return opened ~= nil
+  end)
+  local transcript = vim.api.nvim_get_current_buf()
+  expect(opened.session.access == 'read-only' and buffer_text(transcript):find('CLI prompt 1', 1, true), 'joined %s', vim.inspect(opened))
+
+  cli_turn(session, 'CLI prompt 2')
+  wait_for('the followed transcript to show the new turn', function()
+    return buffer_text(transcript):find('cli answer to CLI prompt 2', 1, true) ~= nil
+  end)
+  local change
+  for _, p in ipairs(published) do
+    if p.settledTurns == 2 then
+      change = p
+    end
+  end
+  expect(change and #change.turns == 1 and change.turns[1].turn == 2 and change.turns[1].change == 'new', 'published %s', vim.inspect(published))
+
+  vim.api.nvim_set_current_buf(transcript)
+  notifications = {}
+  vim.cmd('MevedelFollowToggle')
+  expect(notified(session .. ': not following'), 'toggle: %s', vim.inspect(notifications))
+  cli_turn(session, 'CLI prompt 3')
+  local refreshed = sessions.refresh(session)
+  expect(refreshed.status == 'advanced' and refreshed.publication.settledTurns == 3, 'refresh %s', vim.inspect(refreshed))
+  wait_for('the refreshed transcript to show turn 3', function()
+    return buffer_text(transcript):find('CLI prompt 3', 1, true) ~= nil
+  end)
+  expect(sessions.refresh(session).status == 'unchanged', 'a second refresh advanced')
+  local state = sessions.toggle_follow(session)
+  expect(state.enabled == true and state.following == true, 'follow again %s', vim.inspect(state))
+  cli_turn(session, 'CLI prompt 4')
+  wait_for('the transcript, followed again, to show turn 4', function()
+    return buffer_text(transcript):find('cli answer to CLI prompt 4', 1, true) ~= nil
+  end)
+
+  -- Compaction and /clear of an own session.
+  open_document()
+  local own = sessions.create('Nvim compacted').sessionId
+  local own_transcript = vim.api.nvim_get_current_buf()
+  settle_turn(own, 'Before the compaction')
+  local compacted = sessions.compact('The summary written by Neovim', own)
+  expect(compacted and compacted.segment == compacted.previousSegment + 1, 'compact %s', vim.inspect(compacted))
+  wait_for('the transcript to start with the summary', function()
+    return buffer_text(own_transcript):find('The summary written by Neovim', 1, true) ~= nil
+  end)
+  settle_turn(own, 'After the compaction')
+  local cleared = sessions.clear(own)
+  expect(cleared and type(cleared.chapter) == 'number', 'clear %s', vim.inspect(cleared))
+  wait_for('the transcript to start the new chat', function()
+    return buffer_text(own_transcript):find('After the compaction', 1, true) == nil
+  end)
+end)
+
 vim.ui.select = real_select
 
 out(string.format('%d tests, %d failed', ran, failures))

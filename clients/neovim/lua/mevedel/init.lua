@@ -162,6 +162,9 @@ local function client_config(root)
       ['mevedel/session/didChange'] = function(err, params, ctx)
         return require('mevedel.sessions').on_did_change(err, params, ctx)
       end,
+      ['mevedel/session/didPublish'] = function(err, params, ctx)
+        return require('mevedel.sessions').on_did_publish(err, params, ctx)
+      end,
       ['mevedel/control/didChange'] = function(err, params, ctx)
         return require('mevedel.control').on_did_change(err, params, ctx)
       end,

@@ -379,6 +379,112 @@ function M.on_did_change(_, params, ctx)
   vim.api.nvim_exec_autocmds('User', { pattern = 'MevedelSessionChanged', modeline = false })
 end
 
+-- Following, refresh, compaction and /clear ------------------------------------
+
+-- Sessions whose following was turned off here, by client id and session.
+local follow_off = {}
+
+--- Turn following of SESSION (nil: the current one) on or off here.
+function M.toggle_follow(session)
+  local client = client_or_notify()
+  if not client then
+    return nil
+  end
+  if not session then
+    local listing = call(client, 'mevedel/turn/list')
+    if not listing then
+      return nil
+    end
+    session = listing.sessionId
+  end
+  local key = client.id .. ' ' .. session
+  local state = call(client, 'mevedel/session/setFollow', { sessionId = session, enabled = follow_off[key] == true })
+  if not state then
+    return nil
+  end
+  follow_off[key] = state.enabled ~= true or nil
+  local said
+  if state.enabled ~= true then
+    said = 'not following (:MevedelRefresh reads the latest)'
+  elseif state.following == true then
+    said = "following the owner's publications (" .. (present(state.mode) and state.mode or 'on') .. ')'
+  else
+    said = 'following is on; it applies while the session is read-only here'
+  end
+  mevedel.notify(session .. ': ' .. said, levels.INFO)
+  return state
+end
+
+--- Read SESSION's committed head now, followed or not.
+function M.refresh(session)
+  local client = client_or_notify()
+  local result = client and call(client, 'mevedel/session/refresh', scoped(session))
+  if not result then
+    return nil
+  end
+  local said = ({
+    unchanged = "already at the owner's latest",
+    writable = 'you own it; there is nothing to refresh',
+  })[result.status]
+  if result.status == 'advanced' then
+    said = string.format("now at the owner's latest (%d settled turns)", result.publication.settledTurns)
+  elseif result.status == 'held-back' then
+    said = 'not advanced: ' .. tostring(result.publication.heldBack)
+  end
+  mevedel.notify(result.sessionId .. ': ' .. said, levels.INFO)
+  return result
+end
+
+--- Compact SESSION: its live segment closes, the next starts with SUMMARY.
+function M.compact(summary, session)
+  local client = client_or_notify()
+  local result = client and call(client, 'mevedel/session/compact', scoped(session, { summary = summary or '' }))
+  if result then
+    mevedel.notify(
+      string.format('%s: segment %d closed; segment %d starts with your summary', result.sessionId, result.previousSegment, result.segment),
+      levels.INFO
+    )
+  end
+  return result
+end
+
+--- /clear SESSION: the current chat closes as a chapter, a new one starts.
+function M.clear(session)
+  local client = client_or_notify()
+  local result = client and call(client, 'mevedel/session/clear', scoped(session))
+  if result then
+    mevedel.notify(
+      string.format('%s: chapter %s closed; a new chat starts in segment %d', result.sessionId, tostring(result.chapter), result.segment),
+      levels.INFO
+    )
+  end
+  return result
+end
+
+--- The last `mevedel/session/didPublish` params (also announced as the
+--- `User MevedelSessionPublished` autocommand).
+M.last_publish = nil
+
+--- `mevedel/session/didPublish`: a followed session advanced; read its
+--- open views again (whole settled turns only). A held-back head is told.
+function M.on_did_publish(_, params, ctx)
+  M.last_publish = params
+  if present(params.heldBack) then
+    mevedel.notify(params.sessionId .. ': the owner published a newer state, not adopted here: ' .. params.heldBack, levels.WARN)
+  else
+    local client = vim.lsp.get_client_by_id(ctx.client_id)
+    for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+      if client and vim.api.nvim_buf_is_loaded(bufnr) and vim.b[bufnr].mevedel_uri and vim.b[bufnr].mevedel_session == params.sessionId then
+        local ok, err = mevedel.refresh_virtual(bufnr, client)
+        if not ok then
+          mevedel.notify('could not refresh ' .. vim.api.nvim_buf_get_name(bufnr) .. ': ' .. tostring(err))
+        end
+      end
+    end
+  end
+  vim.api.nvim_exec_autocmds('User', { pattern = 'MevedelSessionPublished', modeline = false })
+end
+
 -- A late answer to a question whose request has gone ahead without it.
 local function answered_late(client_id, title)
   local late = late_questions[client_id]
