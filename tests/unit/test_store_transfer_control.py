@@ -13,6 +13,7 @@ from mevedel_server.store import ClientIdentity, TakeoverNeedsConfirmation, obse
 from mevedel_server.store.errors import LeaseHeld
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
+from mevedel_server.store.watch import WatchCadence
 from mevedel_server.store.service.errors import SessionReadOnly, TransferDraining
 from mevedel_server.targets import CreateExclusive, LocalTarget, ProgramTarget, Read
 from mevedel_server.targets.errors import TargetOperationError
@@ -247,3 +248,25 @@ async def test_closing_a_session_ends_its_transfer_in_flight(tmp_path):
     await owner.close(sid)
     await owner_ctl.poll()
     assert not owner_ctl.transfer_in_flight()
+
+
+async def test_without_a_watcher_the_cadence_poll_still_finds_the_request(tmp_path):
+    def no_watcher(session_id, wake):
+        raise ImportError("no filesystem notifications here")
+
+    (owner, _, _), sid = await owned_session(tmp_path)
+    control = SessionControl(owner, watch=no_watcher)
+    control.configure(watch=WatchCadence(idle_seconds=0.2, active_seconds=0.1))
+    events: list = []
+    control.on_event.append(events.append)
+    control.start()
+    try:
+        asker, asker_ctl, _ = client(tmp_path, "laptop-client", "laptop")
+        await asker_ctl.take(sid)
+        for _ in range(200):
+            if events:
+                break
+            await asyncio.sleep(0.05)
+        assert [e.phase for e in events] == ["asking"]
+    finally:
+        await control.stop()

@@ -227,7 +227,10 @@ class SessionControl:
         # request's deadline is checked by.
         last_poll = -float("inf")
         while True:
-            await self._sync_watchers()
+            try:
+                await self._sync_watchers()
+            except Exception:  # a watcher that cannot stop must not end the poll
+                _log.exception("control transfer: syncing the session watchers failed")
             watch = self.cadence.watch
             delay = watch.active_seconds if self.transfer_in_flight() else watch.idle_seconds
             due = min((o.look_at for o in self._owning.values() if o.phase == "asking"), default=float("inf"))
@@ -252,7 +255,12 @@ class SessionControl:
         for session_id in [sid for sid in self._watchers if sid not in open_now]:
             await _awaited(self._watchers.pop(session_id)())
         for session_id in open_now - set(self._watchers):
-            self._watchers[session_id] = self._watch(session_id)
+            try:
+                self._watchers[session_id] = self._watch(session_id)
+            except Exception:
+                # Without a watcher the cadence poll still finds requests.
+                _log.exception("session %s: cannot watch it; polling only", session_id)
+                self._watchers[session_id] = lambda: None
 
     def _watch(self, session_id: str) -> Callable[[], Awaitable[None] | None]:
         if self.watch is not None:
