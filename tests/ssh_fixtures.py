@@ -3,7 +3,11 @@
 - ``openssh_server`` (session): a real OpenSSH ``sshd`` on 127.0.0.1 with a
   throwaway host key and user key, a known_hosts file for it and an ssh
   client config naming it by an alias. Skipped when ``/usr/sbin/sshd`` is
-  absent.
+  absent. Its sessions get a throwaway ``HOME`` (sshd's ``SetEnv``), so
+  the shell sshd starts for every command finds no rc files: the user's
+  own ``~/.bashrc`` (a ``pyenv init`` there costs ~200 ms per command)
+  neither slows the tests nor changes what ``python3`` they run, and the
+  user's real files are left alone. A remote ``~`` is that home.
 - ``fault_server`` (per test): an in-process asyncssh server that runs the
   same remote program in-process, and can be told to misbehave on the Nth
   program: drop the connection before or after running it or in the middle
@@ -58,6 +62,8 @@ class OpenSshServer:
     #: An ssh client config with ``Host mevedel-test-host`` -> this server.
     config: Path
     directory: Path
+    #: The ``HOME`` of the server's sessions (empty: no rc files).
+    home: Path
 
     def url(self, root: Path | str) -> str:
         return f"ssh://{self.user}@{self.host}:{self.port}{root}"
@@ -90,6 +96,8 @@ def throwaway_sshd(directory: Path) -> Iterator[OpenSshServer]:
     (directory / "authorized_keys").write_text(_keygen(client_key) + "\n")
     port = _free_port()
     user = getpass.getuser()
+    home = directory / "home"
+    home.mkdir()
     config = directory / "sshd_config"
     config.write_text(
         "\n".join(
@@ -112,6 +120,9 @@ def throwaway_sshd(directory: Path) -> Iterator[OpenSshServer]:
                 "X11Forwarding no",
                 "MaxStartups 64",
                 "LogLevel ERROR",
+                # Overrides the passwd home sshd set before it: a shell that
+                # sources nothing, whatever the user's real home holds.
+                f"SetEnv HOME={home}",
                 "",
             ]
         )
@@ -130,7 +141,7 @@ def throwaway_sshd(directory: Path) -> Iterator[OpenSshServer]:
             f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n"
             f"  IdentityFile {client_key}\n  UserKnownHostsFile {known_hosts}\n  IdentityAgent none\n"
         )
-        yield OpenSshServer("127.0.0.1", port, user, known_hosts, client_key, client_config, directory)
+        yield OpenSshServer("127.0.0.1", port, user, known_hosts, client_key, client_config, directory, home)
     finally:
         process.terminate()
         try:

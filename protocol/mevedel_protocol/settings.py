@@ -74,7 +74,12 @@ class ControlTransferSettings:
 class Settings:
     """``current_session`` is a session id for every workspace folder, or an
     object mapping workspace folder URIs to session ids; a session's
-    directory is ``<workspace>/.mevedel/sessions/<ID>/``."""
+    directory is ``<workspace>/.mevedel/sessions/<ID>/``.
+
+    ``remote_workspaces`` are workspace folders on other machines, each
+    ``ssh://[user@]host[:port]/path`` (``/~/path``: under the remote home),
+    served beside the client's own workspace folders; requests name one by
+    that address as ``workspaceFolder``."""
 
     memory_roots: list[MemoryRootSetting] = attrs.Factory(list)
     skill_roots: list[SkillRootSetting] = attrs.Factory(list)
@@ -89,3 +94,4 @@ class Settings:
     #: applies to sessions opened after the change.
     lease_seconds: int = 60
     control_transfer: ControlTransferSettings = attrs.Factory(ControlTransferSettings)
+    remote_workspaces: list[str] = attrs.Factory(list)

@@ -12,7 +12,9 @@ its lease (resuming it; a foreign live lease is refused, an expired foreign
 one needs ``session open --mode takeover --confirm-takeover``), does its
 work, saves (a turn in flight is checkpointed) and leaves the lease held,
 so the next command continues the same session unchanged; ``session close``
-saves and releases it. A CLI process cannot renew a lease in the background:
+saves and releases it. ``--workspace`` is a directory or
+``ssh://[user@]host[:port]/path`` (reached with the user's SSH
+configuration); either spelling of one directory reaches the same sessions. A CLI process cannot renew a lease in the background:
 between commands it may expire, and the next command by this client reclaims
 it without asking (the session was not touched by anyone else meanwhile).
 """
@@ -34,7 +36,8 @@ from typing import Any
 
 from ..store import ClientIdentity, LeaseState
 from ..store.service import SessionService, error_kind, is_refusal
-from ..targets import LocalTarget, TargetError
+from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
+from ..targets.location import parse_workspace_location, workspace_target
 
 REFUSED = 1
 IDENTITY_FILE = "cli-client.json"
@@ -79,7 +82,10 @@ def cli_identity() -> ClientIdentity:
 def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
-        "--workspace", metavar="DIR", default=None, help="the workspace root (default: the current directory)"
+        "--workspace",
+        metavar="DIR|ssh://[user@]host[:port]/path",
+        default=None,
+        help="the workspace root, here or over SSH (default: the current directory)",
     )
 
 
@@ -92,17 +98,31 @@ def add_session_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def workspace_root(arguments: argparse.Namespace) -> Path:
-    root = Path(arguments.workspace or os.getcwd())
-    if not root.is_dir():
-        raise CommandError("missing-target", f"workspace {arguments.workspace or root}: is not a directory")
-    return root.resolve()
+def workspace_location(arguments: argparse.Namespace) -> Path | SshLocation:
+    """The ``--workspace`` given: a resolved local directory or an SSH location."""
+    if arguments.workspace is None:
+        return Path(os.getcwd()).resolve()
+    try:
+        location = parse_workspace_location(arguments.workspace)
+    except WorkspaceLocationError as error:
+        raise CommandError("invalid-params", f"--workspace {error}") from None
+    if isinstance(location, SshLocation):
+        return location
+    if not location.is_dir():
+        raise CommandError("missing-target", f"workspace {arguments.workspace}: is not a directory")
+    return location.resolve()
+
+
+def workspace_root(arguments: argparse.Namespace) -> Path | None:
+    """The local workspace root; ``None`` for an SSH workspace."""
+    location = workspace_location(arguments)
+    return location if isinstance(location, Path) else None
 
 
 def open_service(arguments: argparse.Namespace) -> SessionService:
-    root = workspace_root(arguments)
+    location = workspace_location(arguments)
     try:
-        target = LocalTarget(root)
+        target = workspace_target(location) if isinstance(location, SshLocation) else LocalTarget(location)
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
     return SessionService(target, cli_identity())
@@ -166,7 +186,12 @@ def run_command(arguments: argparse.Namespace, body: Callable[[SessionService], 
         try:
             await body(service)
         finally:
-            await service.detach()
+            try:
+                await service.detach()
+            finally:
+                close = getattr(service.target, "close", None)
+                if close is not None:  # an SSH target's connection
+                    await close()
         return 0
 
     try:

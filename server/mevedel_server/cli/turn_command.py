@@ -108,7 +108,13 @@ def run_begin(arguments: argparse.Namespace) -> int:
     return run_command(arguments, body)
 
 
-def _workspace_relative(root: Path, given: str) -> str:
+def _workspace_relative(root: Path | None, given: str) -> str:
+    if root is None:
+        # An SSH workspace: the path is already workspace-relative (the
+        # target refuses anything that leaves the workspace).
+        if given.startswith("/"):
+            raise CommandError("invalid-params", f"{given}: give a path relative to the SSH workspace")
+        return given
     path = Path(given)
     absolute = Path(os.path.abspath(path if path.is_absolute() else Path.cwd() / path))
     # The workspace root is resolved; so is the file's directory (the file

@@ -21,6 +21,7 @@ from mevedel_protocol import Settings, converter, describe_structure_error, wire
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 
 from ..resources import SkillRoot
+from ..targets import SshLocationError, parse_ssh_location
 from .workspaces import session_id_problem
 
 if TYPE_CHECKING:
@@ -54,6 +55,14 @@ def _check(name: str, value: Any) -> str | None:
         for index, root in enumerate(value):
             if not root.path:
                 return f"[{index}].path is empty"
+    if name == "remoteWorkspaces":
+        for index, location in enumerate(value):
+            try:
+                if not location.startswith("ssh://"):
+                    raise SshLocationError(location, "a remote workspace is written ssh://[user@]host[:port]/path")
+                parse_ssh_location(location)
+            except SshLocationError as error:
+                return f"[{index}] {error}"
     if name == "skillRoots":
         for index, root in enumerate(value):
             try:

@@ -43,7 +43,7 @@ KEEP = "Keep"
 
 def _control(ls: MevedelLanguageServer, folder: Folder) -> tuple[SessionService, SessionControl]:
     service = _registry(ls).service(folder)
-    return service, _registry(ls).controls[folder.root]
+    return service, _registry(ls).controls[folder.key]
 
 
 def _target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[Folder, SessionService, SessionControl, str]:
@@ -177,7 +177,7 @@ def register(ls: MevedelLanguageServer) -> None:
         control = SessionControl(service, watch=lambda sid, wake: registry.follow.watch(folder, service, sid, wake))
         _configure(ls, control)
         control.on_event.append(lambda event: _event(ls, folder, control, event))
-        registry.controls[folder.root] = control
+        registry.controls[folder.key] = control
         control.start()
 
     registry.on_service.append(attach)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mevedel_protocol import converter, methods
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-Key = tuple[Path, str]
+Key = tuple[str, str]  # (Folder.key, session id)
 
 
 class _Shared:
@@ -50,7 +49,7 @@ class FollowManager:
         self._watches: dict[Key, _Shared] = {}
         #: Followed sessions: key -> the follower's unsubscriber.
         self._following: dict[Key, Callable[[], None]] = {}
-        self._services: dict[Path, tuple[Folder, SessionService]] = {}
+        self._services: dict[str, tuple[Folder, SessionService]] = {}
         self._stopping: set[asyncio.Task] = set()
         ls.on_settings_changed.append(self.settings_changed)
 
@@ -59,7 +58,7 @@ class FollowManager:
     def watch(self, folder: Folder, service: SessionService, session_id: str, callback) -> Callable[[], None]:
         """Subscribe ``callback(wake)`` to the session's shared watcher
         (started on first use, stopped with its last subscriber)."""
-        key = (folder.root, session_id)
+        key = (folder.key, session_id)
         shared = self._watches.get(key)
         if shared is None:
             shared = self._watches[key] = _Shared(self._new_watcher(service, session_id))
@@ -91,14 +90,14 @@ class FollowManager:
         )
 
     def watcher(self, folder: Folder, session_id: str) -> SessionWatcher | None:
-        shared = self._watches.get((folder.root, session_id))
+        shared = self._watches.get((folder.key, session_id))
         return shared.watcher if shared is not None else None
 
     # Which sessions are followed ------------------------------------------------
 
     def attach(self, folder: Folder, service: SessionService) -> None:
         """A new workspace service: follow its read-only sessions."""
-        self._services[folder.root] = (folder, service)
+        self._services[folder.key] = (folder, service)
         service.follow_default = self.ls.settings.follow_published
         service.on_change.append(lambda change: self._changed(folder, service, change))
         service.on_follow.append(lambda update: self._publish(folder, update))
@@ -107,7 +106,7 @@ class FollowManager:
         self.reconcile(folder, service, change.session_id)
 
     def reconcile(self, folder: Folder, service: SessionService, session_id: str) -> None:
-        key = (folder.root, session_id)
+        key = (folder.key, session_id)
         want = service.is_open(session_id) and service.following(session_id)
         if want and key not in self._following:
 
@@ -120,8 +119,8 @@ class FollowManager:
 
     def settings_changed(self) -> None:
         cadence = self._cadence()
-        for (root, session_id), shared in self._watches.items():
-            known = self._services.get(root)
+        for (folder_key, session_id), shared in self._watches.items():
+            known = self._services.get(folder_key)
             if cadence.notifications != shared.watcher.cadence.notifications and known is not None:
                 self._replace(shared, known[1], session_id)
                 continue
@@ -142,7 +141,7 @@ class FollowManager:
         self._later(old.stop())
 
     def mode(self, folder: Folder, session_id: str) -> str | None:
-        if (folder.root, session_id) not in self._following:
+        if (folder.key, session_id) not in self._following:
             return None
         watcher = self.watcher(folder, session_id)
         return watcher.mode.value if watcher is not None else None

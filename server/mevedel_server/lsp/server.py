@@ -14,7 +14,7 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from .wire_protocol import MevedelProtocol, plain_json_converter
-from .workspaces import Folder, local_folder
+from .workspaces import Folder, same_folder
 
 if TYPE_CHECKING:
     from .session_registry import SessionRegistry
@@ -54,8 +54,7 @@ class MevedelLanguageServer(LanguageServer):
         if chosen is None or isinstance(chosen, str):
             return chosen
         for uri, session_id in chosen.items():
-            named = local_folder(uri)
-            if named is not None and named.root == folder.root:
+            if same_folder(uri, folder):
                 return session_id
         return None
 

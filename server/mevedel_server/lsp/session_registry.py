@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mevedel_protocol import converter, methods
@@ -23,7 +22,8 @@ from mevedel_protocol.session import SessionDidChangeParams
 from ..store import ClientIdentity
 from ..store.service import LiveHistory, SessionChange, SessionService
 from ..store.service.control import SessionControl
-from ..targets import LocalTarget, Target, TargetError
+from ..targets import Target, TargetError
+from ..targets.location import workspace_target
 from .errors import failure
 from .workspaces import Folder
 
@@ -37,54 +37,55 @@ class SessionRegistry:
         self.ls = ls
         #: This server process, as one client of every workspace's store.
         self.client = client or ClientIdentity.generate()
-        self._services: dict[Path, tuple[Folder, SessionService]] = {}
-        self._current: dict[Path, str] = {}
+        # Keyed by Folder.key: a local root or a remote address.
+        self._services: dict[str, tuple[Folder, SessionService]] = {}
+        self._current: dict[str, str] = {}
         #: Called with every new folder service (features attach to it).
         self.on_service: list[Callable[[Folder, SessionService], None]] = []
         #: Each folder's control transfer (``lsp/control.py`` attaches it).
-        self.controls: dict[Path, SessionControl] = {}
+        self.controls: dict[str, SessionControl] = {}
         from .follow import FollowManager  # it serves requests through .sessions, which imports this module
 
         #: Session watchers and the following of read-only sessions.
         self.follow = FollowManager(ls)
 
     def service(self, folder: Folder) -> SessionService:
-        known = self._services.get(folder.root)
+        known = self._services.get(folder.key)
         if known is not None:
             return known[1]
         try:
-            target = LocalTarget(folder.root)
+            target = workspace_target(folder.remote or folder.root)
         except TargetError as error:
             raise failure("unavailable", folder.uri, f"the workspace folder cannot hold sessions: {error.reason}") from None
         service = SessionService(target, self.client, lease_seconds=self.ls.settings.lease_seconds)
         service.on_change.append(lambda change: self._changed(folder, change))
         self.follow.attach(folder, service)
-        self._services[folder.root] = (folder, service)
+        self._services[folder.key] = (folder, service)
         for attach in self.on_service:
             attach(folder, service)
         return service
 
     def target(self, folder: Folder | None) -> Target | None:
-        known = self._services.get(folder.root) if folder is not None else None
+        known = self._services.get(folder.key) if folder is not None else None
         return known[1].target if known is not None else None
 
     # The current session ------------------------------------------------------
 
     def current(self, folder: Folder) -> str | None:
-        return self._current.get(folder.root)
+        return self._current.get(folder.key)
 
     def make_current(self, folder: Folder, session_id: str) -> None:
-        self._current[folder.root] = session_id
+        self._current[folder.key] = session_id
 
     def forget(self, folder: Folder, session_id: str) -> None:
-        if self._current.get(folder.root) == session_id:
-            del self._current[folder.root]
+        if self._current.get(folder.key) == session_id:
+            del self._current[folder.key]
 
     def live_history(self, folder: Folder | None, session_id: str | None) -> LiveHistory | None:
         """The live conversation of ``session_id`` when it is open here."""
         if folder is None or session_id is None:
             return None
-        known = self._services.get(folder.root)
+        known = self._services.get(folder.key)
         if known is None or not known[1].is_open(session_id):
             return None
         return known[1].live_history(session_id)
@@ -97,6 +98,9 @@ class SessionRegistry:
             await control.stop()
         for _folder, service in list(self._services.values()):
             await service.close_all()
+            close = getattr(service.target, "close", None)
+            if close is not None:  # an SSH target's connection
+                await close()
         await self.follow.stop_all()
 
     def _changed(self, folder: Folder, change: SessionChange) -> None:

@@ -2,9 +2,11 @@
 resolver context that follows from them.
 
 A folder is known from ``initialize`` (workspace folders, else the root URI)
-and ``workspace/didChangeWorkspaceFolders``; only ``file:`` folders count.
-Each folder has at most one current session for this client; a session's
-directory is ``<folder>/.mevedel/sessions/<ID>/``.
+and ``workspace/didChangeWorkspaceFolders``, where only ``file:`` folders
+count, and from the ``remoteWorkspaces`` setting (``ssh://`` folders, whose
+URI is the address as configured). Each folder has at most one current
+session for this client; a session's directory is
+``<folder>/.mevedel/sessions/<ID>/``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pygls.uris import to_fs_path
 
 from ..addresses import ErrorKind
 from ..resources import MemoryRoot, ResolverContext, SkillRoot
+from ..targets import SshLocation, SshLocationError, parse_ssh_location
 from .errors import failure, invalid_params
 from .virtual_documents import VirtualDocument, parse_uri
 
@@ -36,16 +39,43 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 @dataclass(frozen=True, slots=True)
 class Folder:
     uri: str
+    #: The local directory; for a remote folder, a placeholder never used
+    #: as a path (``remote`` says where the folder is).
     root: Path
+    remote: SshLocation | None = None
 
     @property
     def key(self) -> str:
         """A short stable name for the folder in virtual URIs: no path leaks,
         and it survives a server restart."""
-        return hashlib.sha256(os.fsencode(self.root)).hexdigest()[:16]
+        where = self.remote.uri if self.remote is not None else self.root
+        return hashlib.sha256(os.fsencode(where)).hexdigest()[:16]
 
-    def session_dir(self, session_id: str) -> Path:
+    def session_dir(self, session_id: str) -> Path | None:
+        """The session's local directory (``None`` on a remote folder)."""
+        if self.remote is not None:
+            return None
         return self.root / ".mevedel" / "sessions" / session_id
+
+
+def remote_folder(uri: str) -> Folder | None:
+    """The remote folder an ``ssh://`` address names; ``None`` otherwise."""
+    if not uri.startswith("ssh://"):
+        return None
+    try:
+        location = parse_ssh_location(uri)
+    except SshLocationError:
+        return None
+    return Folder(location.uri, Path(os.devnull), location)
+
+
+def same_folder(uri: str, folder: Folder) -> bool:
+    """Whether ``uri`` (a client's spelling) names ``folder``."""
+    if folder.remote is not None:
+        named = remote_folder(uri)
+        return named is not None and named.remote == folder.remote
+    local = local_folder(uri)
+    return local is not None and local.root == folder.root
 
 
 def session_id_problem(session_id: str) -> str | None:
@@ -63,7 +93,8 @@ def local_folder(uri: str) -> Folder | None:
 
 
 def folders(ls: MevedelLanguageServer) -> list[Folder]:
-    """The server's local workspace folders, in the order the client gave."""
+    """The server's workspace folders: the client's local ones in the order
+    it gave, then the configured remote ones."""
     try:
         workspace = ls.workspace
     except RuntimeError:  # before initialize
@@ -72,7 +103,8 @@ def folders(ls: MevedelLanguageServer) -> list[Folder]:
     if not found and workspace.root_uri:
         root = local_folder(workspace.root_uri)
         found = [root] if root is not None else []
-    return found
+    remote = [f for f in (remote_folder(uri) for uri in ls.settings.remote_workspaces) if f is not None]
+    return found + [f for index, f in enumerate(remote) if f not in remote[:index]]
 
 
 def _contains(root: Path, path: Path) -> bool:
@@ -81,9 +113,8 @@ def _contains(root: Path, path: Path) -> bool:
 
 def folder_for_uri(ls: MevedelLanguageServer, folder_uri: str) -> Folder:
     """The workspace folder a client named in ``workspaceFolder``."""
-    named = local_folder(folder_uri)
     for folder in folders(ls):
-        if named is not None and folder.root == named.root:
+        if same_folder(folder_uri, folder):
             return folder
     raise invalid_params(folder_uri, "workspaceFolder is not a workspace folder of this server")
 
@@ -94,7 +125,7 @@ def folder_for_document(ls: MevedelLanguageServer, document_uri: str | None) -> 
     if document_uri and document_uri.startswith("file:"):
         path = to_fs_path(document_uri)
         if path is not None:
-            holding = [f for f in known if _contains(f.root, Path(os.path.normpath(path)))]
+            holding = [f for f in known if f.remote is None and _contains(f.root, Path(os.path.normpath(path)))]
             if holding:
                 return max(holding, key=lambda f: len(f.root.parts))
     return known[0] if known else None
@@ -118,7 +149,9 @@ def scope(ls: MevedelLanguageServer, folder: Folder | None, session_id: str | No
     """The scope of ``folder`` and exactly ``session_id`` (``None``: no session)."""
     settings = ls.settings
     session_dir = folder.session_dir(session_id) if folder is not None and session_id is not None else None
-    root = folder.root if folder is not None else None
+    # The resolver reads local files only: a remote folder has its sessions
+    # (through the store target) but no local root.
+    root = folder.root if folder is not None and folder.remote is None else None
     context = ResolverContext(
         workspace_root=root,
         session_dir=session_dir,

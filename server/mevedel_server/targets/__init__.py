@@ -14,6 +14,8 @@
   remote process per program; :func:`parse_ssh_location` reads
   ``ssh://[user@]host[:port]/path``; :class:`TargetUnavailable` is a program
   whose outcome is unknown.
+- :mod:`.location` -- a workspace as written (directory, ``file:`` URI or
+  ``ssh://`` address) and the target rooted there.
 """
 
 from .clock import Clock, read_target_clock
@@ -46,7 +48,7 @@ from .program import (
     Status,
     Verify,
 )
-from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
+from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable, WorkspaceLocationError
 from .ssh_config import SshLocation, parse_ssh_location
 from .target import ProgramTarget, Target, raise_for_result
 
@@ -97,6 +99,7 @@ __all__ = [
     "TargetUnavailable",
     "UnsafePathError",
     "Verify",
+    "WorkspaceLocationError",
     "join_target_path",
     "parent_and_name",
     "parse_ssh_location",

@@ -27,10 +27,15 @@ class HostKeyRefused(TargetUnavailable):
     connection is refused rather than trusting the host."""
 
 
-class SshLocationError(ValueError):
-    """An SSH workspace location that cannot be used as written."""
+class WorkspaceLocationError(ValueError):
+    """A workspace location that cannot be used as written; the message
+    names the authored text and the reason."""
 
     def __init__(self, authored: str, reason: str) -> None:
         super().__init__(f"'{authored}': {reason}")
         self.authored = authored
         self.reason = reason
+
+
+class SshLocationError(WorkspaceLocationError):
+    """An SSH workspace location that cannot be used as written."""

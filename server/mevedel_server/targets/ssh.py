@@ -34,6 +34,7 @@ import asyncio
 import logging
 import os
 import secrets
+import socket
 from collections.abc import Sequence
 
 import asyncssh
@@ -41,7 +42,7 @@ import asyncssh
 from .plain_form import plain_operations, program_result, refusal_error_of
 from .program import ControlProgram, ProgramResult
 from .remote_bundle import remote_command, remote_script
-from .remote_errors import HostKeyRefused, TargetUnavailable
+from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
 from .ssh_config import SshLocation, client_options, parse_ssh_location
 from .target import ProgramTarget
 from .wire import HEAD_SIZE, MAGIC_HEAD, NONCE_SIZE, TAIL_SIZE, FrameError, check_tail, decode_value, frame_chunks
@@ -80,7 +81,7 @@ class SshTarget(ProgramTarget):
     def __init__(
         self,
         location: SshLocation,
-        options: asyncssh.SSHClientConnectionOptions,
+        options: asyncssh.SSHClientConnectionOptions | dict,
         config,
         *,
         python: str,
@@ -104,6 +105,7 @@ class SshTarget(ProgramTarget):
         self._timeout = program_timeout
         self._channels = asyncio.Semaphore(max_channels)
         self._connect_lock = asyncio.Lock()
+        self._pin_lock = asyncio.Lock()
         self._conn: asyncssh.SSHClientConnection | None = None
         self._root: str | None = None
         self._identity: tuple[int, int] | None = None
@@ -112,6 +114,42 @@ class SshTarget(ProgramTarget):
         self.round_trips = 0
         #: Connections established, the first one included.
         self.connections = 0
+
+    @classmethod
+    def deferred(
+        cls,
+        location: str | SshLocation,
+        root: str | None = None,
+        *,
+        config=(),
+        known_hosts=(),
+        client_keys=(),
+        agent_path=(),
+        python: str = "python3",
+        reconnect_attempts: int = 5,
+        reconnect_delay: float = 0.25,
+        program_timeout: float | None = None,
+        max_channels: int = 8,
+        **ssh_options,
+    ) -> SshTarget:
+        """A target for ``location`` that connects and pins its root at its
+        first program (a server configures workspaces before anyone uses
+        them, and a host that is down must not fail the configuration).
+        A failed connection or root check fails that program and is tried
+        again by the next one. Arguments as for :meth:`connect`; a
+        malformed location raises :class:`SshLocationError` at once."""
+        where = location if isinstance(location, SshLocation) else parse_ssh_location(location, root)
+        explicit = dict(known_hosts=known_hosts, client_keys=client_keys, agent_path=agent_path, **ssh_options)
+        return cls(
+            where,
+            explicit,
+            config,
+            python=python,
+            reconnect_attempts=reconnect_attempts,
+            reconnect_delay=reconnect_delay,
+            program_timeout=program_timeout,
+            max_channels=max_channels,
+        )
 
     @classmethod
     async def connect(
@@ -147,34 +185,51 @@ class SshTarget(ProgramTarget):
         unknown outcome). At most ``max_channels`` programs run at once on
         the connection; more wait their turn.
         """
-        where = location if isinstance(location, SshLocation) else parse_ssh_location(location, root)
-        options = await client_options(
-            where, config, known_hosts=known_hosts, client_keys=client_keys, agent_path=agent_path, **ssh_options
-        )
-        target = cls(
-            where,
-            options,
-            config,
+        target = cls.deferred(
+            location,
+            root,
+            config=config,
+            known_hosts=known_hosts,
+            client_keys=client_keys,
+            agent_path=agent_path,
             python=python,
             reconnect_attempts=reconnect_attempts,
             reconnect_delay=reconnect_delay,
             program_timeout=program_timeout,
             max_channels=max_channels,
+            **ssh_options,
         )
         try:
-            answer = await target._exchange(["pin", where.root])
-            if answer[0] == "refused" and len(answer) == 4:
-                raise refusal_error_of(str(answer[1]), str(answer[2]), str(answer[3]))
-            if answer[0] != "pinned" or len(answer) != 5:
-                raise target._unavailable("the target answered the root check with something else", True)
-            _, pinned_root, dev, ino, interpreter = answer
-            target._root, target._identity = str(pinned_root), (int(dev), int(ino))
-            if isinstance(interpreter, str) and interpreter.startswith("/"):
-                target._interpreter = interpreter
+            await target._pin()
         except BaseException:
             await target.close()
             raise
         return target
+
+    async def _pin(self) -> None:
+        """Resolve the SSH settings (once), then prove and pin the root."""
+        if isinstance(self._options, dict):
+            self._options = await client_options(self._location, self._config, **self._options)
+        answer = await self._exchange(["pin", self._location.root])
+        if answer[0] == "refused" and len(answer) == 4:
+            raise refusal_error_of(str(answer[1]), str(answer[2]), str(answer[3]))
+        if answer[0] != "pinned" or len(answer) != 5:
+            raise self._unavailable("the target answered the root check with something else", True)
+        _, pinned_root, dev, ino, interpreter = answer
+        self._root, self._identity = str(pinned_root), (int(dev), int(ino))
+        if isinstance(interpreter, str) and interpreter.startswith("/"):
+            self._interpreter = interpreter
+
+    async def _pinned(self) -> tuple[int, int]:
+        if self._identity is None:
+            async with self._pin_lock:
+                if self._identity is None:
+                    try:
+                        await self._pin()
+                    except SshLocationError as error:
+                        raise self._unavailable(error.reason, False) from None
+        assert self._identity is not None
+        return self._identity
 
     # -- public surface ------------------------------------------------------
 
@@ -198,9 +253,7 @@ class SshTarget(ProgramTarget):
         return f"SshTarget({self.host}, <root>)"
 
     async def run(self, program: ControlProgram) -> ProgramResult:
-        if self._identity is None:
-            raise self._unavailable("the target is not connected", False)
-        dev, ino = self._identity
+        dev, ino = await self._pinned()
         answer = await self._exchange(["program", self._root, dev, ino, program.lock, plain_operations(program)])
         kind = answer[0] if answer else None
         if kind == "done" and len(answer) == 3:
@@ -265,6 +318,9 @@ class SshTarget(ProgramTarget):
                 raise self._unavailable("authentication failed: no key or agent identity was accepted", False) from None
             except _FINAL_CONNECT_ERRORS as exc:
                 raise self._unavailable(f"cannot connect: {exc}", False) from None
+            except socket.gaierror as exc:
+                # A name the resolver does not know will not appear on retry.
+                raise self._unavailable(f"cannot resolve the host name ({exc.strerror})", False) from None
             except (*_TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
                 last = exc
                 continue

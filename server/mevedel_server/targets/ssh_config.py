@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from .remote_errors import HostKeyRefused, SshLocationError
 
@@ -39,6 +39,17 @@ class SshLocation:
         user = f"{self.user}@" if self.user else ""
         port = f":{self.port}" if self.port is not None else ""
         return f"{user}{host}{port}"
+
+    @property
+    def uri(self) -> str:
+        """The canonical ``ssh://[user@]host[:port]/path`` of this location
+        (``/~/...`` for a home-relative root), percent-encoding what a URL
+        cannot carry as it is; :func:`parse_ssh_location` reads it back."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        user = f"{quote(self.user, safe='')}@" if self.user else ""
+        port = f":{self.port}" if self.port is not None else ""
+        path = self.root if self.root.startswith("/") else f"/{self.root}"
+        return f"{SCHEME}{user}{host}{port}{quote(path, safe='/~', errors='surrogateescape')}"
 
 
 def _check_root(authored: str, root: str) -> str:

@@ -1,0 +1,169 @@
+"""An ``ssh://`` workspace over stdio: the real server, configured with
+``remoteWorkspaces``, serves the whole session surface through SshTarget
+against the real OpenSSH fixture on 127.0.0.1, with the connection settings
+coming from the user's usual ``~/.ssh/config`` (a host alias, its key and
+its known_hosts)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import ClientServerConfig
+
+from mevedel_protocol import methods
+from mevedel_server.store import ClientIdentity
+from mevedel_server.store.service import SessionService
+from mevedel_server.targets import LocalTarget
+from ssh_fixtures import ALIAS, OpenSshServer
+
+from .conftest import CAPABILITIES, make_client, request
+
+
+def ssh_home(tmp_path: Path, server: OpenSshServer) -> Path:
+    """A home whose ``~/.ssh/config`` reaches the fixture by its alias and by
+    ``127.0.0.1:PORT``, as a user's own configuration would."""
+    home = tmp_path / "client-home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        server.config.read_text()
+        + f"Host 127.0.0.1\n  IdentityFile {server.client_key}\n  UserKnownHostsFile {server.known_hosts}\n"
+        "  IdentityAgent none\n"
+    )
+    return home
+
+
+def server_config(home: Path) -> ClientServerConfig:
+    return ClientServerConfig(
+        server_command=[sys.executable, "-m", "mevedel_server"],
+        client_factory=make_client,
+        server_env={**os.environ, "HOME": str(home)},
+    )
+
+
+def remote_params(*remote: str, local: Path | None = None, **options) -> types.InitializeParams:
+    folders = [types.WorkspaceFolder(uri=local.as_uri(), name="local")] if local is not None else []
+    return types.InitializeParams(
+        capabilities=CAPABILITIES,
+        workspace_folders=folders,
+        initialization_options={"remoteWorkspaces": list(remote), **options},
+    )
+
+
+async def failure(client, method: str, params) -> dict:
+    with pytest.raises(JsonRpcException) as caught:
+        await request(client, method, params)
+    return caught.value.data
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "remote project"
+    root.mkdir()
+    (root / "tracked.txt").write_text("before\n")
+    return root
+
+
+async def test_the_session_surface_on_an_ssh_workspace(openssh_server, tmp_path, project):
+    home = ssh_home(tmp_path, openssh_server)
+    url = f"ssh://{ALIAS}{project}"
+    client = await server_config(home).start()
+    try:
+        await client.initialize_session(remote_params(url))
+        ws = {"workspaceFolder": url}
+        assert (await request(client, methods.SESSION_LIST, ws))["sessions"] == []
+        created = await request(client, methods.SESSION_CREATE, {**ws, "name": "Over SSH"})
+        sid = created["sessionId"]
+        assert created["displayName"] == "Over SSH" and created["current"]
+
+        await request(client, methods.TURN_BEGIN, {**ws, "prompt": "Tidy tracked.txt"})
+        captured = await request(client, methods.TURN_CAPTURE, {**ws, "path": "tracked.txt"})
+        assert captured == {"path": "tracked.txt", "state": "present", "size": 7}
+        await request(client, methods.TURN_APPEND, {**ws, "kind": "response", "text": "Tidied it remotely."})
+        settled = await request(client, methods.TURN_SETTLE, ws)
+        assert settled["committed"] is True
+
+        rows = {r["sessionId"]: r for r in (await request(client, methods.SESSION_LIST, ws))["sessions"]}
+        assert (rows[sid]["turns"], rows[sid]["published"], rows[sid]["action"]) == (1, True, "Switch")
+        turns = await request(client, methods.TURN_LIST, {**ws, "sessionId": sid})
+        assert [(t["turn"], t["state"]) for t in turns["turns"]] == [(1, "completed")]
+
+        live = await request(client, methods.RESOURCE_READ, {**ws, "address": "history://root", "view": "plain"})
+        assert "Tidied it remotely." in live["text"]
+        saved = await request(client, methods.RESOURCE_READ, {**ws, "address": "history://saved", "view": "plain"})
+        assert saved["text"] == f"history://saved/{sid}/segment-0001.chat.jsonl"
+        segment = await request(
+            client, methods.RESOURCE_READ, {**ws, "address": f"history://saved/{sid}/segment-0001.chat.jsonl", "view": "plain"}
+        )
+        assert "Tidied it remotely." in segment["text"]
+
+        closed = await request(client, methods.SESSION_CLOSE, {**ws, "sessionId": sid})
+        assert closed["sessionId"] == sid
+        reopened = await request(client, methods.SESSION_OPEN, {**ws, "sessionId": sid})
+        assert reopened["session"]["access"] == "writable" and reopened["session"]["settledTurns"] == 1
+    finally:
+        await client.shutdown_session()
+
+    # The bytes are where the address said: a local reader of that directory
+    # sees the same session, turn and capture.
+    reader = SessionService(LocalTarget(project), ClientIdentity("local-reader", "this-host"))
+    assert [(t.turn, t.state) for t in await reader.turns(sid)] == [(1, "completed")]
+    assert [row.session_id for row in (await reader.list()).rows] == [sid]
+
+
+async def test_bad_remote_workspaces_are_reported_and_an_untrusted_host_refused(openssh_server, tmp_path, project):
+    home = ssh_home(tmp_path, openssh_server)
+    # A host key nobody vouched for: the alias, but an empty known_hosts.
+    (home / "empty_known_hosts").write_text("")
+    (home / ".ssh" / "config").write_text(
+        f"Host untrusted\n  HostName 127.0.0.1\n  Port {openssh_server.port}\n  IdentityFile {openssh_server.client_key}\n"
+        f"  UserKnownHostsFile {home / 'empty_known_hosts'}\n  IdentityAgent none\n"
+    )
+    client = await server_config(home).start()
+    try:
+        await client.initialize_session(remote_params("ssh://", "ssh:/nohost/x"))
+        # Sent while initialize was handled, so before its answer.
+        shown = [m.message for m in client.messages]
+        assert any("remoteWorkspaces" in m and "'ssh://'" in m for m in shown), shown
+        assert (await failure(client, methods.SESSION_LIST, {"workspaceFolder": "ssh://"}))["kind"] == "invalid-params"
+
+        untrusted = f"ssh://untrusted{project}"
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"mevedel": {"remoteWorkspaces": [untrusted]}})
+        )
+        refused = await failure(client, methods.SESSION_LIST, {"workspaceFolder": untrusted})
+        assert refused["kind"] == "unavailable" and "host key is not trusted" in refused["reason"], refused
+        assert str(project) not in repr(refused)
+        assert not (project / ".mevedel").exists()
+    finally:
+        await client.shutdown_session()
+
+
+def cli(home: Path, *args: str) -> dict:
+    import json
+    import subprocess
+
+    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home / "state")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mevedel_server.cli", *args, "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    return {"status": done.returncode, "stderr": done.stderr, **json.loads(done.stdout or "{}")}
+
+
+def test_the_cli_works_on_an_ssh_workspace_and_sees_the_local_spelling_s_sessions(openssh_server, tmp_path, project):
+    home = ssh_home(tmp_path, openssh_server)
+    url = f"ssh://{ALIAS}{project}"
+    created = cli(home, "session", "create", "--workspace", url, "--name", "From the CLI", "--prompt", "Plan it")
+    assert created["status"] == 0, created
+    sid = created["session_id"]
+    # The same directory spelled locally: the same session, held by this CLI client.
+    listed = cli(home, "session", "list", "--workspace", str(project))
+    assert [(r["session_id"], r["display_name"]) for r in listed["sessions"]] == [(sid, "From the CLI")]
+    closed = cli(home, "session", "close", "--session", sid, "--workspace", url)
+    assert closed["status"] == 0, closed
+    bad = cli(home, "session", "list", "--workspace", "ssh:/nohost/x")
+    assert bad["status"] == 1 and bad["error"]["kind"] == "invalid-params" and "ssh:/nohost/x" in bad["error"]["message"]
