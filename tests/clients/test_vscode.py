@@ -78,6 +78,9 @@ def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
     # The control suite shares a workspace with the mevedel CLI.
     control = tmp_path / "control"
     control.mkdir()
+    # So does the following suite, where the CLI owns the followed session.
+    follow = tmp_path / "follow"
+    follow.mkdir()
     output = run_editor(
         [npm, "test"],
         env={
@@ -85,6 +88,7 @@ def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
             "MEVEDEL_TEST_SESSION_WORKSPACE": str(workspace),
             "MEVEDEL_TEST_LIFECYCLE_WORKSPACE": str(lifecycle),
             "MEVEDEL_TEST_CONTROL_WORKSPACE": str(control),
+            "MEVEDEL_TEST_FOLLOW_WORKSPACE": str(follow),
             "MEVEDEL_CLI_COMMAND": json.dumps(cli_command()),
             "XDG_STATE_HOME": str(tmp_path / "state"),
             **left.environment(),
@@ -98,3 +102,4 @@ def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
     assert "ok 1 - sessions" in output or re.search(r"ok \d+ - sessions", output), output
     assert re.search(r"ok \d+ - lifecycle", output), output
     assert re.search(r"ok \d+ - control", output), output
+    assert re.search(r"ok \d+ - following", output), output

@@ -44,6 +44,10 @@ export function commandTable(context: CommandContext): Record<string, () => Prom
     'mevedel.releaseControl': lifecycle.releaseControl,
     'mevedel.grantControl': lifecycle.grantControl,
     'mevedel.keepControl': lifecycle.keepControl,
+    'mevedel.toggleFollow': lifecycle.toggleFollow,
+    'mevedel.refreshSession': lifecycle.refreshSession,
+    'mevedel.compactSession': lifecycle.compactSession,
+    'mevedel.clearSession': lifecycle.clearSession,
   };
 }
 

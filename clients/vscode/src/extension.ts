@@ -9,6 +9,7 @@ import {
 } from 'vscode-languageclient/node';
 import { registerCommands } from './commands';
 import { ControlDidChangeParams, ControlMethods } from './control';
+import { FollowMethods, SessionDidPublishParams } from './follow';
 import {
   CONFIGURATION_SECTION,
   Notifications,
@@ -71,6 +72,14 @@ function createClient(output: vscode.OutputChannel, documents: VirtualDocumentPr
   });
   // The server also shows each step a person should see (window/showMessage);
   // the status bar keeps the latest for a while.
+  created.onNotification(FollowMethods.didPublish, (published: SessionDidPublishParams) => {
+    documents.sessionPublished(published);
+    if (published.heldBack) {
+      void vscode.window.showWarningMessage(
+        `mevedel: ${published.sessionId}: the owner published a newer state, not adopted here: ${published.heldBack}`,
+      );
+    }
+  });
   created.onNotification(ControlMethods.didChange, (change: ControlDidChangeParams) => {
     showControlStep(change);
   });

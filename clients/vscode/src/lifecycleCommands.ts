@@ -18,6 +18,7 @@ import {
   worktreeFork,
 } from './lifecycle';
 import { describeRelease, describeTake, grantControl, keepControl, releaseControl, takeControl } from './control';
+import { clearSession, compactSession, describeFollow, describeRefresh, refreshSession, setFollow } from './follow';
 import { describeFailure, listTurns, RequestSender, Scope, SessionState, TurnSummary } from './protocol';
 import { SessionCommandContext, showTranscript } from './sessionCommands';
 
@@ -176,6 +177,10 @@ function guarded(context: LifecycleCommandContext, body: (where: Scope) => Promi
   };
 }
 
+// Sessions whose following was turned off here (the server's default is
+// the followPublished setting, on unless changed).
+const followOff = new Set<string>();
+
 export function lifecycleCommands(context: LifecycleCommandContext): Record<string, () => Promise<void>> {
   return {
     rewind: guarded(context, (where) => rewindCommand(context, where)),
@@ -188,6 +193,29 @@ export function lifecycleCommands(context: LifecycleCommandContext): Record<stri
     // (window/showMessageRequest), shown as a notification with buttons.
     takeControl: guarded(context, async (where) => info(describeTake(await takeControl(await context.sender(), where)))),
     releaseControl: guarded(context, async (where) => info(describeRelease(await releaseControl(await context.sender(), where)))),
+    toggleFollow: guarded(context, async (where) => {
+      const sender = await context.sender();
+      const sessionId = where.sessionId ?? (await listTurns(sender, where)).sessionId;
+      const key = `${where.workspaceFolder ?? ''} ${sessionId}`;
+      const state = await setFollow(sender, { ...where, sessionId, enabled: followOff.has(key) });
+      if (state.enabled) followOff.delete(key);
+      else followOff.add(key);
+      info(describeFollow(state));
+    }),
+    refreshSession: guarded(context, async (where) => info(describeRefresh(await refreshSession(await context.sender(), where)))),
+    compactSession: guarded(context, async (where) => {
+      const summary = await vscode.window.showInputBox({
+        title: 'mevedel: Compact Session',
+        prompt: 'The summary the next segment starts with',
+      });
+      if (summary === undefined) return;
+      const result = await compactSession(await context.sender(), { ...where, summary });
+      info(`${result.sessionId}: segment ${result.previousSegment} closed; segment ${result.segment} starts with your summary`);
+    }),
+    clearSession: guarded(context, async (where) => {
+      const result = await clearSession(await context.sender(), where);
+      info(`${result.sessionId}: chapter ${result.chapter} closed; a new chat starts in segment ${result.segment}`);
+    }),
     grantControl: guarded(context, async (where) => {
       const status = await grantControl(await context.sender(), where);
       info(`granted the request for ${status.sessionId} (${status.phase})`);

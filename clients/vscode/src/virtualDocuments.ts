@@ -1,5 +1,6 @@
 import * as vscode from 'vscode';
 import { describeFailure, SessionDidChangeParams, VIRTUAL_SCHEME } from './protocol';
+import { publishedDocuments, SessionDidPublishParams } from './follow';
 import { staleDocuments } from './sessions';
 
 // Serves `mevedel-resource:` documents (directory listings, discovery views,
@@ -42,6 +43,17 @@ export class VirtualDocumentProvider implements vscode.TextDocumentContentProvid
       .filter((document) => document.uri.scheme === VIRTUAL_SCHEME)
       .map((document) => document.uri);
     const stale = new Set(staleDocuments(open.map((uri) => uri.toString()), change));
+    for (const uri of open) {
+      if (stale.has(uri.toString())) this.changed.fire(uri);
+    }
+  }
+
+  // Re-reads the open documents of a followed session that advanced.
+  sessionPublished(published: SessionDidPublishParams): void {
+    const open = vscode.workspace.textDocuments
+      .filter((document) => document.uri.scheme === VIRTUAL_SCHEME)
+      .map((document) => document.uri);
+    const stale = new Set(publishedDocuments(open.map((uri) => uri.toString()), published));
     for (const uri of open) {
       if (stale.has(uri.toString())) this.changed.fire(uri);
     }
