@@ -266,6 +266,9 @@ async def measure(templates: dict[int, str], scratch: str, artifacts: int, sampl
 
 
 async def main() -> None:
+    # The machine is shared: say how busy it was, since the disk's flushes
+    # and creates slow down with everyone else's writes.
+    load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="lifecycle-") as base:
         templates = {}
         with _Fsync(skip=True):
@@ -335,6 +338,7 @@ async def main() -> None:
         "session": f"{TURNS} turns, {FILES} captured files, {artifacts} logical artifacts",
         "rewind": f"before turn {FIRST_CAPTURE}: {TURNS - FIRST_CAPTURE + 1} prompts discarded, {FILES} files restored",
         "samples": SAMPLES,
+        "load_average_1m": f"{load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end ({os.cpu_count()} cores)",
         "fsync skipped rows": "the same operations with os.fsync and the syncfs barrier stubbed out: the cost that is not the disk's",
     }
     report("store_lifecycle", rows, notes)

@@ -194,6 +194,9 @@ def memory_of(root: str, session_id: str) -> dict:
 
 
 async def main() -> None:
+    # The machine is shared: say how busy it was, since the disk's flushes
+    # and creates slow down with everyone else's writes.
+    load_at_start = os.getloadavg()[0]
     base = os.environ.get("MEVEDEL_BENCH_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     os.makedirs(base, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="settle-", dir=base) as root:
@@ -246,6 +249,7 @@ async def main() -> None:
         "history_independent_ok": ratio <= 1.5,
         "flushes_per_settle": f"{fsyncs_per_settle} ({syncfs_per_settle} of them syncfs barriers, the rest fsyncs)",
         "samples": SAMPLES,
+        "load_average_1m": f"{load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end ({os.cpu_count()} cores)",
         "fsync skipped rows": "the same settles with os.fsync and the syncfs barrier stubbed out: the cost that is not the disk's",
     }
     report("store_settle", rows, notes)

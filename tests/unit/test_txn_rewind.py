@@ -3,6 +3,9 @@ refusals, rollback and the recovery marker."""
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 from txn_sessions import (
     DELETE,
@@ -19,6 +22,7 @@ from txn_sessions import (
 )
 
 from mevedel_server.store import Publisher, acquire_lease, read_committed
+from mevedel_server.store.errors import StoreError
 from mevedel_server.store.lease import ClientIdentity
 from mevedel_server.store.lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken
 from mevedel_server.store.recovery import (
@@ -31,7 +35,7 @@ from mevedel_server.store.recovery import (
 from mevedel_server.store.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.snapshot_cut import Boundary
 from mevedel_server.store.transcript import Outcome, Response
-from mevedel_server.targets import FaultInjectingTarget, LocalTarget, ProgramTarget, TargetError
+from mevedel_server.targets import FaultInjectingTarget, LocalTarget, ProgramTarget, TargetError, executor
 
 FILES = ("a.txt", "b.txt", "src/c.txt")
 
@@ -486,3 +490,26 @@ async def test_a_marker_naming_paths_outside_the_project_is_not_retried(tmp_path
     with pytest.raises(LifecycleRefused, match="not project files"):
         await retry_recovery(again.lease)
     assert (tmp_path / ".mevedel" / "workspace-id").read_bytes().startswith(b"{")
+
+
+async def test_restored_files_that_cannot_be_flushed_roll_the_rewind_back(tmp_path, monkeypatch):
+    """The restored files share one flush before the replacement is
+    published; a disk that refuses it fails the Rewind before its commit."""
+    s = await three_turns(tmp_path)
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
+    real = executor.sync_filesystem
+    calls = []
+
+    def first_flush_fails(fd):
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd)
+
+    monkeypatch.setattr(executor, "sync_filesystem", first_flush_fails)
+    with pytest.raises(StoreError, match="not flushed to disk: Input/output error"):
+        await commit_rewind(s.publisher, impact.token)
+    # Rolled back (with a flush that worked) and nothing committed.
+    assert snapshot_files(tmp_path, FILES) == {"a.txt": b"a2\n", "b.txt": None, "src/c.txt": b"c3\n"}
+    assert await committed_view(tmp_path, s.session_id) == (3, ["one", "two", "three"])
+    assert not (await find_recovery(s.target, s.session_id)).pending

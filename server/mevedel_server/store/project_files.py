@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..targets import (
+    Barrier,
     ControlProgram,
     InvalidTargetPath,
     MakeDirs,
@@ -117,14 +118,15 @@ def _parents(path: str) -> str:
 def _write_ops(path: str, before: bytes | None, after: bytes | None) -> list[Operation]:
     # The verify makes each write conditional on the content just read, in
     # the same program: a file changed in between stops the program.
+    # Each write leaves its flush to the program's closing barrier.
     ops: list[Operation] = [Verify(path, before)]
     if after is None:
-        ops.append(Remove(path))
+        ops.append(Remove(path, deferred=True))
     else:
         parent = _parents(path)
         if parent:
-            ops.append(MakeDirs(parent, optional=True))
-        ops.append(Replace(path, after))
+            ops.append(MakeDirs(parent, optional=True, deferred=True))
+        ops.append(Replace(path, after, deferred=True))
     return ops
 
 
@@ -133,8 +135,10 @@ async def write_files(
 ) -> ConvergeOutcome:
     """Write each ``(path, content before, content after)``: a verify that
     the file still holds ``before``, then the replace (or removal for an
-    absent ``after``), in programs opened by the ``guard`` operations. A
-    guard that fails stops its program before any write."""
+    absent ``after``), in programs opened by the ``guard`` operations and
+    closed by one barrier that flushes all their writes (a path counts as
+    written only once it is flushed). A guard that fails stops its program
+    before any write."""
     written: list[str] = []
     failed: dict[str, str] = {}
     for start in range(0, len(changes), _BATCH):
@@ -145,10 +149,19 @@ async def write_files(
             first = len(ops)
             ops += _write_ops(path, before, after)
             spans.append((path, first, len(ops)))
+        # A program a failed verify stops never reaches its barrier: what it
+        # wrote before the failure is reported written but left unflushed,
+        # for the caller's rollback or retry (its own barrier) to settle.
+        ops.append(Barrier())
         result = await target.run(ControlProgram(ops))
         if result.stopped_at is not None and result.stopped_at < len(guard):
             stopped = result[result.stopped_at]
             return ConvergeOutcome(tuple(written), failed, stopped.reason or stopped.status.value)
+        flush = result[len(ops) - 1]
+        if flush.status is Status.FAILED:
+            for path, _first, _end in spans:
+                failed[path] = f"not flushed to disk: {flush.reason or flush.status.value}"
+            continue
         for path, first, end in spans:
             problem = None
             for op, op_result in zip(ops[first:end], result.results[first:end]):
