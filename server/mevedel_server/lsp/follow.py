@@ -57,14 +57,22 @@ class FollowManager:
 
     def watch(self, folder: Folder, service: SessionService, session_id: str, callback) -> Callable[[], None]:
         """Subscribe ``callback(wake)`` to the session's shared watcher
-        (started on first use, stopped with its last subscriber)."""
+        (started on first use, stopped with its last subscriber). Every
+        subscriber is woken once right away, as a watcher's start wakes its
+        first one."""
         key = (folder.key, session_id)
         shared = self._watches.get(key)
+        fresh = shared is None
         if shared is None:
             shared = self._watches[key] = _Shared(self._new_watcher(service, session_id))
-            shared.watcher.start()
         shared.callbacks.append(callback)
         shared.watcher.subscribe(callback)
+        if fresh:
+            shared.watcher.start()  # its armed wake reaches the first subscriber
+        else:
+            # A later subscriber gets its first look too: whatever changed
+            # before it subscribed raised no wake it could see.
+            shared.watcher.refresh()
         done = False
 
         def release() -> None:
