@@ -35,6 +35,8 @@ SETTINGS = {
 class Machine:
     """One editor: a server process and the client talking to it."""
 
+    HOLD_SECONDS = 8
+
     def __init__(self, name: str, client) -> None:
         self.name = name
         self.client = client
@@ -48,8 +50,22 @@ class Machine:
         def changed(params: dict) -> None:
             self.events.append(params)
 
-        def asked(params):
+        async def asked(params):
+            if self.answer == "hold" and "Grant" in [a.title for a in params.actions]:
+                self.questions.append(params)
+                await asyncio.sleep(self.HOLD_SECONDS)  # the user is away
+                return None
             return self._asked(params)
+
+        #: ``$/cancelRequest`` notifications the server sent (a withdrawn question).
+        self.withdrawn: list = []
+        handle_cancel = client.protocol._handle_cancel_notification
+
+        def cancelled(msg_id):
+            self.withdrawn.append(msg_id)
+            return handle_cancel(msg_id)
+
+        client.protocol._handle_cancel_notification = cancelled
 
         client.feature(methods.CONTROL_DID_CHANGE)(changed)
         client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(asked)
@@ -223,7 +239,7 @@ async def test_keep_rejects_and_a_new_request_can_follow(workspace, machines):
 async def test_an_unanswered_request_is_granted_after_the_prompt_timeout(workspace, machines):
     desk, laptop, tablet = await machines("desk"), await machines("laptop"), await machines("tablet")
     sid = await owned(desk)
-    desk.answer = None  # the question is dismissed: nobody is at the desk
+    desk.answer = "hold"  # the question stays up: nobody is at the desk
     await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
     # one request per transfer generation: the tablet must wait its turn
     busy = await tablet.refused(methods.CONTROL_TAKE, {"sessionId": sid})
@@ -232,6 +248,7 @@ async def test_an_unanswered_request_is_granted_after_the_prompt_timeout(workspa
     assert desk.questions and "asking" in desk.phases() and "released" in desk.phases()
     released = next(e for e in desk.events if e["phase"] == "released")
     assert "nobody answered within 1 s" in released["message"]
+    await until(lambda: desk.withdrawn, "the unanswered question being withdrawn")
     assert await one_writer(workspace, sid, [desk, laptop, tablet]) is laptop
     await laptop.settle_turn(sid, "turn 2")
     await hand_over(workspace, sid, laptop, tablet, [desk, laptop, tablet])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -134,6 +135,23 @@ def _event(ls: MevedelLanguageServer, folder: Folder, control: SessionControl, e
         _log.exception("could not send %s", methods.CONTROL_DID_CHANGE)
     if event.role == "owner" and event.phase == "asking":
         asyncio.get_running_loop().create_task(_ask(ls, control, event), name=f"ask grant {event.session_id}")
+    elif event.role == "owner":
+        _withdraw(ls, control, event.session_id)
+
+
+#: (control, session) -> the id of the Grant / Keep question still open.
+_QUESTIONS: dict[tuple[int, str], str] = {}
+
+
+def _withdraw(ls: MevedelLanguageServer, control: SessionControl, session_id: str) -> None:
+    """The request was decided without the question (the timeout, or
+    mevedel/control/grant|keep): ask the client to take its prompt down."""
+    msg_id = _QUESTIONS.pop((id(control), session_id), None)
+    if msg_id is not None:
+        try:
+            ls.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+        except Exception:
+            _log.exception("could not withdraw the grant question")
 
 
 def _sentence(message: str) -> str:
@@ -150,11 +168,16 @@ async def _ask(ls: MevedelLanguageServer, control: SessionControl, event: Contro
         ),
         actions=[types.MessageActionItem(title=GRANT), types.MessageActionItem(title=KEEP)],
     )
+    msg_id = f"mevedel-grant-{uuid.uuid4().hex}"
+    _QUESTIONS[(id(control), event.session_id)] = msg_id
     try:
-        answer = await ls.window_show_message_request_async(question)
-    except Exception as error:  # the client cannot ask: the timeout decides
+        answer = await ls.protocol.send_request_async(types.WINDOW_SHOW_MESSAGE_REQUEST, question, msg_id=msg_id)
+    except Exception as error:  # the client cannot ask (or it was withdrawn): the timeout decides
         _log.info("session %s: the grant question was not answered: %s", event.session_id, error)
         return
+    finally:
+        if _QUESTIONS.get((id(control), event.session_id)) == msg_id:
+            del _QUESTIONS[(id(control), event.session_id)]
     title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
     if control.status(event.session_id).phase != "asking":
         return  # decided meanwhile (the timeout, or mevedel/control/grant|keep)
