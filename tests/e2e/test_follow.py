@@ -17,6 +17,8 @@ from lsprotocol import types
 from mevedel_protocol import methods
 from mevedel_server.store import LeaseStanding, observe_lease
 from mevedel_server.targets import LocalTarget
+from ssh_fixtures import ALIAS
+
 from .conftest import SERVER, initialize_params, request
 
 
@@ -291,5 +293,31 @@ async def test_polling_a_local_workspace_and_switching_to_notifications(client, 
         await settle_turn(client, "third")
         await wait_for(lambda: any(n["turns"] for n in published[before:]), "the notified turn")
         assert [t for n in turns_of(published[before:]) for t in n] == [(3, "new", "completed", "third")]
+    finally:
+        await follower.shutdown_session()
+
+
+async def test_a_follower_over_ssh_polls_the_owners_workspace(openssh_server, tmp_path, client, workspace):
+    """The same workspace reached as ``ssh://`` (the real OpenSSH fixture):
+    the follower polls it at the sessionWatch cadence and still receives
+    whole settled turns."""
+    from .test_ssh_workspace import remote_params, server_config, ssh_home
+
+    sid = (await request(client, methods.SESSION_CREATE, {}))["sessionId"]
+    await settle_turn(client, "first")
+    url = f"ssh://{ALIAS}{workspace}"
+    follower = await server_config(ssh_home(tmp_path, openssh_server)).start()
+    try:
+        await follower.initialize_session(remote_params(url, sessionWatch={"idlePollSeconds": 0.2}))
+        published = collect(follower, methods.SESSION_DID_PUBLISH)
+        opened = await request(follower, methods.SESSION_OPEN, {"workspaceFolder": url, "sessionId": sid})
+        assert opened["action"] == "join"
+        state = await request(follower, methods.SESSION_SET_FOLLOW, {"workspaceFolder": url, "sessionId": sid, "enabled": True})
+        assert state["following"] and state["mode"] == "poll"
+        await settle_turn(client, "second, seen over ssh")
+        await wait_for(lambda: any(n["turns"] for n in published), "the polled turn over ssh", attempts=1500)
+        note = [n for n in published if n["turns"]][0]
+        assert note["workspaceFolder"] == url
+        assert turns_of([note]) == [[(2, "new", "completed", "second, seen over ssh")]]
     finally:
         await follower.shutdown_session()
