@@ -3,15 +3,20 @@ loopback SSH.
 
 Counts remote processes (one per control program, so one per round trip)
 per lease renewal (target: 1), per publication of a settled turn (target:
-at most 2) and per claim of a released session (an observation and the
-claim: 2), and times them against two baselines measured
-in the same run on the same connection: a plain ``true`` command (the SSH
-channel and shell alone) and a one-operation control program (adding the
-remote interpreter's start and the framing). Publication cost over ``true``
+at most 2), per turn settlement through ``SessionService`` (the same
+publication, as the LSP server makes it; its median is the settle latency,
+target under 50 ms on loopback), per listing of N sessions (target at most
+2 + N/32, for N = 1, 32 and 100) and per claim of a released session (an
+observation and the claim: 2), and times them against two baselines
+measured in the same run on the same connection: a plain ``true`` command
+(the SSH channel and shell alone) and a one-operation control program
+(adding the remote interpreter's start and the framing). Cost over ``true``
 is the ratio to watch across machines.
 
-Runs a throwaway OpenSSH server on 127.0.0.1 (like the tests), or uses
-``--url ssh://...`` with the user's own SSH configuration.
+Runs a throwaway OpenSSH server on 127.0.0.1 (like the tests; its sessions
+start with an empty ``HOME``, so no rc file of the user runs per command),
+or uses ``--url ssh://...`` with the user's own SSH configuration (then the
+``true`` baseline includes whatever the remote shell's rc files cost).
 """
 
 from __future__ import annotations
@@ -29,9 +34,14 @@ from harness import report, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from bench_store_listing import sidecar  # noqa: E402
+
 from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session  # noqa: E402
-from mevedel_server.targets import ControlProgram, Stat  # noqa: E402
+from mevedel_server.store.service import EvidenceInput, SessionService  # noqa: E402
+from mevedel_server.targets import ControlProgram, LocalTarget, Stat  # noqa: E402
 from mevedel_server.targets.ssh import SshTarget  # noqa: E402
+
+LISTING_SIZES = (1, 32, 100)
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
 ME = ClientIdentity("bench-client", "bench-host")
@@ -116,7 +126,7 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
         "round_trips_per_renewal": f"{min(renew_trips)}..{max(renew_trips)} (target 1)",
         "round_trips_per_publication": f"{min(publish_trips)}..{max(publish_trips)} (target at most 2)",
         "round_trips_per_claim": f"{min(claim_trips)}..{max(claim_trips)} (observation + claim: 2)",
-        "settle_median_ms": f"{statistics.median(publish_s) * 1000:.1f} (target under 50 ms on loopback)",
+        "publication_median_ms": f"{statistics.median(publish_s) * 1000:.1f}",
         # The `true` baseline carries the remote login shell's start-up (its
         # rc files run for every SSH command); this part is ours alone.
         "publication_over_true_ms": f"{(statistics.median(publish_s) - true_median) * 1000:.1f}",
@@ -126,12 +136,85 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
     return rows, notes
 
 
+async def measure_settle(target: SshTarget, rounds: int, true_median: float) -> tuple[dict, dict]:
+    """Turn settlements as the server makes them: begin, append, settle."""
+    # A lease far longer than the run: no background renewal is counted.
+    service = SessionService(target, ME, lease_seconds=3600)
+    sid = (await service.create("bench settle")).session_id
+    settle_s: list[float] = []
+    trips: list[int] = []
+    try:
+        for turn in range(rounds):
+            await service.begin_turn(sid, f"prompt {turn}")
+            await service.append(sid, EvidenceInput("response", text="y" * 400))
+            before = target.round_trips
+            result = await timed(settle_s, lambda: service.settle(sid))
+            assert result.committed
+            trips.append(target.round_trips - before)
+    finally:
+        await service.close_all()
+    row = {
+        "case": "turn settlement (SessionService.settle)",
+        "round_trips": max(trips[1:] or trips),
+        **summarize(settle_s[1:] or settle_s),
+        "x_true": round(statistics.median(settle_s[1:] or settle_s) / true_median, 2),
+    }
+    notes = {
+        "round_trips_per_settlement": f"{min(trips[1:] or trips)}..{max(trips[1:] or trips)} (target at most 2; "
+        f"the first settlement, which also materialises the session, took {trips[0]})",
+        "settle_median_ms": f"{statistics.median(settle_s[1:] or settle_s) * 1000:.1f} (target under 50 ms on loopback)",
+    }
+    return row, notes
+
+
+async def build_sessions(root: Path, count: int, start: int) -> None:
+    """``count`` published, released sessions, written locally (setup only)."""
+    local = LocalTarget(root)
+    for n in range(start, start + count):
+        session_id = f"2026-07-19T10-00-{n:012x}"
+        await materialize_session(local, session_id)
+        lease = await acquire_lease(local, session_id, ME)
+        await Publisher(lease).publish(
+            {"session.json": sidecar(session_id, n), "segment-0001.chat.jsonl": b'{"kind":"prompt"}\n' * 4}
+        )
+        await lease.release()
+
+
+async def measure_listing(target: SshTarget, root: Path, true_median: float) -> tuple[list[dict], dict]:
+    service = SessionService(target, ClientIdentity("bench-lister", "bench-host"))
+    rows: list[dict] = []
+    notes: dict = {}
+    built = 0
+    for size in LISTING_SIZES:
+        await build_sessions(root, size - built, built)
+        built = size
+        samples: list[float] = []
+        trips: list[int] = []
+        for _ in range(5):
+            before = target.round_trips
+            listing = await timed(samples, service.list)
+            trips.append(target.round_trips - before)
+            assert len(listing.rows) == size, (len(listing.rows), size)
+        budget = 2 + size / 32
+        rows.append(
+            {
+                "case": f"listing of {size} sessions",
+                "round_trips": max(trips),
+                **summarize(samples),
+                "x_true": round(statistics.median(samples) / true_median, 2),
+            }
+        )
+        notes[f"round_trips_per_listing_{size}"] = f"{min(trips)}..{max(trips)} (target at most {budget:g})"
+    return rows, notes
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="ssh://[user@]host[:port]/empty-directory to use instead of a throwaway sshd")
     parser.add_argument("--rounds", type=int, default=40)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-ssh-") as scratch:
+        listing_root = None
         scratch_dir = Path(scratch)
         if args.url:
             server_cm = nullcontext(None)
@@ -150,8 +233,19 @@ async def main() -> None:
                 workspace = scratch_dir / "workspace"
                 workspace.mkdir()
                 target = await SshTarget.connect(server.url(workspace), **server.options())
+                listing_root = scratch_dir / "listing"
+                listing_root.mkdir()
             async with target:
                 rows, notes = await measure(target, args.rounds)
+                true_median = rows[0]["median_ms"] / 1000
+                settle_row, settle_notes = await measure_settle(target, args.rounds, true_median)
+                rows.append(settle_row)
+                notes.update(settle_notes)
+            if listing_root is not None:  # sessions are built locally, so only beside a loopback sshd
+                async with await SshTarget.connect(server.url(listing_root), **server.options()) as lister:
+                    listing_rows, listing_notes = await measure_listing(lister, listing_root, true_median)
+                rows.extend(listing_rows)
+                notes.update(listing_notes)
     report("ssh_round_trips", rows, notes)
 
 

@@ -35,7 +35,7 @@ import asyncssh
 import pytest
 
 from mevedel_server.targets import remote_program, wire
-from mevedel_server.targets.remote_bundle import remote_script
+from mevedel_server.targets.remote_bundle import compiled_script, remote_script
 
 SSHD = Path("/usr/sbin/sshd")
 ALIAS = "mevedel-test-host"
@@ -201,6 +201,8 @@ class FaultServer:
     ran: int = 0
     #: Every command the client asked to run.
     commands: list[str] = field(default_factory=list)
+    #: Which bundle each program that got that far arrived as.
+    scripts: list[str] = field(default_factory=list)
     host_key: asyncssh.SSHKey | None = None
     authorized: str = ""
     acceptor: asyncssh.SSHAcceptor | None = None
@@ -254,7 +256,8 @@ class FaultServer:
         match = re.search(r"read\((\d+)\)", process.command or "")
         assert match, process.command
         script = await process.stdin.readexactly(int(match.group(1)))
-        assert script == remote_script(), "the client did not send the remote program"
+        assert script in (remote_script(), compiled_script()), "the client did not send the remote program"
+        self.scripts.append("compiled" if script == compiled_script() else "source")
         head = await process.stdin.readexactly(wire.HEAD_SIZE)
         nonce, length = wire.parse_head(head)
         rest = await process.stdin.readexactly(length + wire.TAIL_SIZE)

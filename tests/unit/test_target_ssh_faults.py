@@ -100,6 +100,17 @@ async def test_the_interpreter_path_found_at_connection_is_reused_and_dropped_wh
     assert target.round_trips == trips + 2 and fault_server.commands[-1].startswith("python3 ")
 
 
+async def test_the_pinned_interpreter_gets_compiled_code_and_a_fallback_the_source(fault_server, target, tmp_path):
+    # The pin itself travels as source: nothing is known of the interpreter yet.
+    assert fault_server.scripts == ["source"]
+    assert (await target.run(_create("a"))).completed
+    assert fault_server.scripts[-1] == "compiled" and (tmp_path / "a").exists()
+    fault_server.plan = ["command-not-found"]  # the cached interpreter went away
+    assert (await target.run(_create("b"))).completed
+    # Whatever "python3" now is, it may be another version: source again.
+    assert fault_server.scripts[-1] == "source" and (tmp_path / "b").exists()
+
+
 async def test_a_slow_target_is_waited_for(fault_server, target, tmp_path):
     fault_server.slow_seconds = 1.0
     fault_server.plan = ["slow"]

@@ -10,7 +10,7 @@ diagnostics only and is never read as a result.
 
 Requests and answers (lists, see :mod:`.wire` for the encoding)::
 
-    ["pin", root]                          -> ["pinned", abs_root, dev, ino, interpreter]
+    ["pin", root]                          -> ["pinned", abs_root, dev, ino, interpreter, magic]
     ["program", abs_root, dev, ino, lock, ops] -> ["done", results, stopped_at]
     any refused root or lock directory     -> ["refused", kind, path, reason]
     anything else going wrong              -> ["error", reason]
@@ -40,7 +40,11 @@ def answer(request):
             dev, ino = executor.pin_root(root)
             # The interpreter's real path lets later programs skip whatever
             # wrapper (a version-manager shim, say) the command name led to.
-            return ["pinned", root, dev, ino, sys.executable or ""]
+            # The bytecode magic number says whether this interpreter can run
+            # code the client compiled (see remote_bundle.compiled_script).
+            bootstrap = sys.modules.get("_frozen_importlib_external")
+            magic = bytes(getattr(bootstrap, "MAGIC_NUMBER", b""))
+            return ["pinned", root, dev, ino, sys.executable or "", magic]
         if kind == "program":
             _kind, root, dev, ino, lock, operations = request
             runner = executor.Executor(root, (dev, ino))

@@ -41,7 +41,7 @@ import asyncssh
 
 from .plain_form import plain_operations, program_result, refusal_error_of
 from .program import ControlProgram, ProgramResult
-from .remote_bundle import remote_command, remote_script
+from .remote_bundle import BYTECODE_MAGIC, compiled_script, remote_command, remote_script
 from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
 from .ssh_config import SshLocation, client_options, parse_ssh_location
 from .target import ProgramTarget
@@ -100,6 +100,9 @@ class SshTarget(ProgramTarget):
         # program that finds it gone falls back to ``python`` once.
         self._interpreter = python
         self._script = remote_script()
+        #: Whether ``_script`` is the compiled bundle (the pinned interpreter
+        #: reported this client's bytecode magic number).
+        self._compiled = False
         self._attempts = reconnect_attempts
         self._delay = reconnect_delay
         self._timeout = program_timeout
@@ -213,12 +216,16 @@ class SshTarget(ProgramTarget):
         answer = await self._exchange(["pin", self._location.root])
         if answer[0] == "refused" and len(answer) == 4:
             raise refusal_error_of(str(answer[1]), str(answer[2]), str(answer[3]))
-        if answer[0] != "pinned" or len(answer) != 5:
+        if answer[0] != "pinned" or len(answer) != 6:
             raise self._unavailable("the target answered the root check with something else", True)
-        _, pinned_root, dev, ino, interpreter = answer
+        _, pinned_root, dev, ino, interpreter, magic = answer
         self._root, self._identity = str(pinned_root), (int(dev), int(ino))
         if isinstance(interpreter, str) and interpreter.startswith("/"):
             self._interpreter = interpreter
+            # Code compiled here runs only on the interpreter that said it
+            # can, so the compiled bundle goes with its cached path.
+            if magic == BYTECODE_MAGIC:
+                self._script, self._compiled = compiled_script(), True
 
     async def _pinned(self) -> tuple[int, int]:
         if self._identity is None:
@@ -346,7 +353,10 @@ class SshTarget(ProgramTarget):
                 except _NoInterpreter as exc:
                     if attempt or self._interpreter == self._python:
                         raise self._unavailable(str(exc), False) from None
-                    self._interpreter = self._python  # the cached path went away
+                    # The cached path went away: back to the command name, whose
+                    # interpreter may be another version, so to the source.
+                    self._interpreter = self._python
+                    self._script, self._compiled = remote_script(), False
                 except _NotSent as exc:
                     lost = conn.is_closed()
                     if lost:
@@ -363,7 +373,7 @@ class SshTarget(ProgramTarget):
         nonce = secrets.token_bytes(NONCE_SIZE)
         chunks = frame_chunks(nonce, request)
         try:
-            process = await conn.create_process(remote_command(self._interpreter), encoding=None)
+            process = await conn.create_process(remote_command(self._interpreter, self._compiled), encoding=None)
         except _TRANSPORT_ERRORS as exc:
             raise _NotSent(f"cannot start the remote program: {_describe(exc)}") from None
         self.round_trips += 1
