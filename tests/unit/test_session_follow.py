@@ -222,3 +222,14 @@ async def test_uncommitted_changes_here_are_never_overwritten(root):
     assert dropped.status == HELD_BACK and "(a save is pending" not in dropped.held_back
     assert [t.state for t in await first.turns(sid)][-1] == "in-flight"
     await successor.close_all()
+
+
+async def test_overlapping_steps_report_a_publication_once(root):
+    owner, follower, sid, told, _ = await owner_and_follower(root)
+    try:
+        await settle(owner, sid, "second")
+        updates = await asyncio.gather(follower.follow(sid), follower.turns(sid), follower.follow(sid))
+        assert [u.status for u in (updates[0], updates[2])].count(ADVANCED) == 1
+        assert len(told) == 1 and [t.turn for t in told[0].change.turns] == [2]
+    finally:
+        await owner.close_all()

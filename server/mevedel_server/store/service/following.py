@@ -22,6 +22,7 @@ advances only on an explicit refresh.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,6 +83,9 @@ class _Book:
     default: bool = True
     overrides: dict[str, bool] = field(default_factory=dict)
     seen: dict[str, _Seen] = field(default_factory=dict)
+    #: One step at a time per session: two overlapping steps (the watcher's
+    #: and a read's) would both adopt the same head and report it twice.
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
 
 def _holder(observation: LeaseObservation) -> tuple[str, str] | None:
@@ -134,6 +138,7 @@ class SessionFollowing:
         book = self._follow_book()
         book.overrides.pop(session_id, None)
         book.seen.pop(session_id, None)
+        book.locks.pop(session_id, None)
 
     def _seen_at_join(self, session_id: str, observation: LeaseObservation) -> None:
         self._follow_book().seen[session_id] = _Seen(_holder(observation))
@@ -147,6 +152,11 @@ class SessionFollowing:
         return await self._follow_step(session)
 
     async def _follow_step(self, session: OpenSession) -> FollowUpdate:
+        lock = self._follow_book().locks.setdefault(session.session_id, asyncio.Lock())
+        async with lock:
+            return await self._follow_step_locked(session)
+
+    async def _follow_step_locked(self, session: OpenSession) -> FollowUpdate:
         book = self._follow_book()
         sid = session.session_id
         if session.access is Access.WRITABLE:
