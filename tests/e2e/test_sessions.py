@@ -169,6 +169,27 @@ async def test_no_answer_to_the_takeover_question_means_cancel(client, workspace
     assert listed[sid]["action"] == "Take over"
 
 
+async def test_no_answer_in_time_to_the_takeover_question_means_cancel(workspace):
+    server = await SERVER.start()
+    never = asyncio.Event()
+    asked: list = []
+
+    async def silent(params):
+        asked.append(params)
+        await never.wait()  # the user never answers
+
+    server.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(silent)
+    try:
+        await server.initialize_session(initialize_params(workspace, controlTransfer={"promptTimeoutSeconds": 1}))
+        sid = await expired_session_of_another_client(workspace, "left behind")
+        declined = await failure(server, methods.SESSION_OPEN, {"sessionId": sid})
+        assert declined["kind"] == "takeover-declined" and declined["authored"] == sid and len(asked) == 1
+        assert (await observe_lease(LocalTarget(workspace), sid)).record.client_id == "gone-client"
+    finally:
+        never.set()
+        await server.shutdown_session()
+
+
 async def test_commands_reach_the_same_requests(client, workspace):
     created = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command=methods.COMMAND_SESSION_CREATE, arguments=[{"name": "By command"}])

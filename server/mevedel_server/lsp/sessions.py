@@ -7,6 +7,7 @@ kind; a takeover of an expired foreign lease is asked through
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -217,8 +218,13 @@ async def _confirm_takeover(ls: MevedelLanguageServer, asked: TakeoverNeedsConfi
         ),
         actions=[types.MessageActionItem(title=TAKE_OVER), types.MessageActionItem(title=CANCEL)],
     )
+    # An open request must not wait forever on a question nobody sees.
+    waiting = ls.settings.control_transfer.prompt_timeout_seconds
     try:
-        answer = await ls.window_show_message_request_async(question)
+        answer = await asyncio.wait_for(ls.window_show_message_request_async(question), waiting)
+    except asyncio.TimeoutError:
+        _log.info("session %s: the takeover question had no answer within %s s: Cancel", asked.session_id, waiting)
+        return False
     except Exception as error:  # an error answer is no consent
         _log.info("session %s: the takeover question was answered with an error (%s): Cancel", asked.session_id, error)
         return False
