@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -246,6 +247,8 @@ async def main() -> None:
                     listing_rows, listing_notes = await measure_listing(lister, listing_root, true_median)
                 rows.extend(listing_rows)
                 notes.update(listing_notes)
+    # Two shared cores: the load says how far absolute times are from a quiet machine's.
+    notes["load_average_1_5_15"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     report("ssh_round_trips", rows, notes)
 
 
