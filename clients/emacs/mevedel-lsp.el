@@ -102,6 +102,8 @@ changes through Customize or `mevedel-lsp-send-settings'.  Keys:
   :sessionWatch      (:idlePollSeconds N :activePollSeconds N :debounceMs N)
   :leaseSeconds      seconds a session lease lasts unrenewed (default 60)
   :controlTransfer   (:promptTimeoutSeconds N :fenceSeconds N)
+  :remoteWorkspaces  vector of \"ssh://[user@]host[:port]/path\": workspace
+                     folders on other machines, named by that address
 
 A key left out means the server's default.  A \"mevedel\" section in
 `eglot-workspace-configuration' (for example in .dir-locals.el) takes
@@ -155,7 +157,7 @@ precedence over this variable for its project."
 
 (defconst mevedel-lsp--setting-keys
   '(:memoryRoots :skillRoots :completionLimit :currentSession :diagnostics
-    :followPublished :sessionWatch :leaseSeconds :controlTransfer)
+    :followPublished :sessionWatch :leaseSeconds :controlTransfer :remoteWorkspaces)
   "The server's settings.  The server keeps a setting a message leaves out,
 so every one is sent, nil (JSON null) meaning the server's default.")
 

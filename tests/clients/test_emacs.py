@@ -47,6 +47,7 @@ def test_emacs_client(workspace: Workspace, tmp_path) -> None:
         "recovery-is-offered-retried-and-abandoned",
         "control-transfer",
         "following-a-session-owned-elsewhere",
+        "remote-workspaces-reach-the-server",
     ):
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{session_test}", output), output
 

@@ -58,5 +58,6 @@ def test_neovim_client(workspace: Workspace, tmp_path) -> None:
         "lifecycle: a session in recovery",
         "control: the Grant/Keep question",
         "following: a joined transcript follows the owner",
+        "settings: remoteWorkspaces",
     ):
         assert re.search(rf"^PASS .*{re.escape(session_test)}", output, re.MULTILINE), output

@@ -17,6 +17,7 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['leaseSeconds', ['leaseSeconds']],
   ['controlTransfer.promptTimeoutSeconds', ['controlTransfer', 'promptTimeoutSeconds']],
   ['controlTransfer.fenceSeconds', ['controlTransfer', 'fenceSeconds']],
+  ['remoteWorkspaces', ['remoteWorkspaces']],
 ];
 
 export type Lookup = (key: string) => unknown;

@@ -171,6 +171,31 @@ suite('settings', () => {
     assert.deepEqual(Object.keys(sent).sort(), Object.keys(schema.$defs.Settings.properties).sort());
   });
 
+  test('remote workspaces reach the server: a malformed entry is named, a listed one is a workspace folder', async () => {
+    const remote = 'ssh://127.0.0.1:1/srv/project';
+    const malformed = serverSettings((key) => ({ remoteWorkspaces: [remote, 'ftp://elsewhere/x'] })[key]);
+    const own = await startServer(root, malformed, malformed);
+    try {
+      const shown = await own.notification((n) => n.method === 'window/showMessage' && /remoteWorkspaces/.test(n.params.message));
+      assert.match(shown.params.message, /remoteWorkspaces: \[1\] 'ftp:\/\/elsewhere\/x'/);
+      await assert.rejects(own.connection.sendRequest('mevedel/session/list', { workspaceFolder: remote }), (error: unknown) => {
+        assert.equal((error as { data: { kind: string } }).data.kind, 'invalid-params');
+        return true;
+      });
+      await own.connection.sendNotification('workspace/didChangeConfiguration', {
+        settings: { mevedel: serverSettings((key) => ({ remoteWorkspaces: [remote] })[key]) },
+      });
+      // Now a workspace folder: the request goes to the host, which refuses.
+      await assert.rejects(own.connection.sendRequest('mevedel/session/list', { workspaceFolder: remote }), (error: unknown) => {
+        assert.equal((error as { data: { kind: string } }).data.kind, 'unavailable');
+        assert.match(describeFailure(error), /127\.0\.0\.1/);
+        return true;
+      });
+    } finally {
+      await own.close();
+    }
+  });
+
   test('the settings the extension sends are accepted, and a change applies', async () => {
     const settings = serverSettings((key) =>
       ({ completionLimit: 50, 'diagnostics.unknownSchemes': 'all', memoryRoots: [], skillRoots: [] })[key],

@@ -793,4 +793,23 @@ with following off only a refresh advances it.  Compact and /clear on an own ses
     (mevedel-test--wait (lambda () (not (mevedel-test--contains transcript "After the compaction")))
                         "the transcript to start the new chat")))
 
+;;;; Remote workspaces
+
+(ert-deftest mevedel-lsp-test-remote-workspaces-reach-the-server ()
+  "`mevedel-lsp-settings' :remoteWorkspaces makes an ssh:// address a workspace folder of the server."
+  (let ((remote "ssh://127.0.0.1:1/srv/project")
+        (kind (lambda (err) (plist-get (alist-get 'jsonrpc-error-data (cdr err)) :kind))))
+    (with-current-buffer (mevedel-test--document-buffer)
+      (unwind-protect
+          (progn
+            (let ((err (should-error (mevedel-test--call :mevedel/session/list :workspaceFolder remote) :type 'jsonrpc-error)))
+              (should (equal (funcall kind err) "invalid-params")))
+            (customize-set-variable 'mevedel-lsp-settings (list :remoteWorkspaces (vector remote)))
+            ;; A workspace folder now: the request goes to the host, which refuses.
+            (let ((err (should-error (mevedel-test--call :mevedel/session/list :workspaceFolder remote) :type 'jsonrpc-error)))
+              (mevedel-test--log "remote: %s" (mevedel-lsp--error-text err))
+              (should (equal (funcall kind err) "unavailable"))
+              (should (string-match-p "127\\.0\\.0\\.1" (mevedel-lsp--error-text err)))))
+        (customize-set-variable 'mevedel-lsp-settings nil)))))
+
 ;;; mevedel-lsp-test.el ends here

@@ -966,6 +966,20 @@ test('following: a joined transcript follows the owner; off, only a refresh adva
   end)
 end)
 
+test('settings: remoteWorkspaces makes an ssh:// address a workspace folder of the server', function()
+  open_document()
+  local client = mevedel_client(vim.fn.bufnr(document))
+  local remote = 'ssh://127.0.0.1:1/srv/project'
+  local _, _, data = mevedel.request(client, 'mevedel/session/list', { workspaceFolder = remote })
+  expect(data and data.kind == 'invalid-params', 'before the setting: %s', vim.inspect(data))
+  mevedel.set_settings({ remoteWorkspaces = { remote } })
+  local result, err
+  result, err, data = mevedel.request(client, 'mevedel/session/list', { workspaceFolder = remote })
+  out('remote: ' .. tostring(err))
+  expect(not result and data and data.kind == 'unavailable' and err:find('127.0.0.1', 1, true), 'with the setting: %s %s', tostring(err), vim.inspect(data))
+  mevedel.set_settings({})
+end)
+
 vim.ui.select = real_select
 
 out(string.format('%d tests, %d failed', ran, failures))

@@ -54,6 +54,7 @@ local SETTING_KEYS = {
   'sessionWatch',
   'leaseSeconds',
   'controlTransfer',
+  'remoteWorkspaces',
 }
 -- vim.json encodes an empty Lua table as an array; these are objects.
 local OBJECT_KEYS = { diagnostics = true, currentSession = true, sessionWatch = true, controlTransfer = true }
