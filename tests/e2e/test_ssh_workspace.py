@@ -101,6 +101,20 @@ async def test_the_session_surface_on_an_ssh_workspace(openssh_server, tmp_path,
         )
         assert "Tidied it remotely." in segment["text"]
 
+        # work:// under the session, through the same target.
+        notes = project / ".mevedel" / "sessions" / sid / "local" / "plans"
+        notes.mkdir(parents=True)
+        (notes / "plan.md").write_text("step one\nstep two\n")
+        (notes.parent / "shared").mkdir()  # work://shared names the workspace scope, not this
+        plan = await request(client, methods.RESOURCE_READ, {**ws, "address": "work://plans/plan.md", "view": "plain"})
+        assert plan["text"] == "step one\nstep two"
+        listing = await request(client, methods.RESOURCE_READ, {**ws, "address": "work://plans/", "view": "plain"})
+        assert listing["text"] == "work://plans/plan.md"
+        missing = await failure(client, methods.RESOURCE_READ, {**ws, "address": "work://plans/none.md"})
+        assert missing["kind"] == "missing-target" and str(project) not in repr(missing)
+        grep = await failure(client, methods.RESOURCE_GREP, {**ws, "address": "work://plans/", "pattern": "step"})
+        assert grep["kind"] == "unavailable"
+
         closed = await request(client, methods.SESSION_CLOSE, {**ws, "sessionId": sid})
         assert closed["sessionId"] == sid
         reopened = await request(client, methods.SESSION_OPEN, {**ws, "sessionId": sid})

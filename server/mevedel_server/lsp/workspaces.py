@@ -161,9 +161,20 @@ def scope(ls: MevedelLanguageServer, folder: Folder | None, session_id: str | No
         skill_roots=tuple(SkillRoot(path, r.origin) for r in settings.skill_roots if (path := _root_path(r.path, root))),
         completion_limit=settings.completion_limit,
         live_history=ls.sessions.live_history(folder, session_id) if ls.sessions is not None else None,
-        store_target=ls.sessions.target(folder) if ls.sessions is not None else None,
+        store_target=_store_target(ls, folder),
+        remote_workspace=folder is not None and folder.remote is not None,
+        remote_session=session_id if folder is not None and folder.remote is not None else None,
     )
     return Scope(folder, session_id if folder is not None else None, context)
+
+
+def _store_target(ls: MevedelLanguageServer, folder: Folder | None):
+    if ls.sessions is None or folder is None:
+        return None
+    if folder.remote is not None:
+        # The only way to its files: make the (unconnected) target now.
+        return ls.sessions.service(folder).target
+    return ls.sessions.target(folder)
 
 
 def _current(ls: MevedelLanguageServer, folder: Folder | None) -> str | None:

@@ -87,6 +87,10 @@ class ResolverContext:
     #: The workspace's session store (``history://saved``); None reads the
     #: store under ``workspace_root`` through a local target.
     store_target: Target | None = None
+    #: The workspace is reached over SSH through ``store_target``: no local
+    #: root, and ``remote_session`` is the open session's id there.
+    remote_workspace: bool = False
+    remote_session: str | None = None
 
     def with_session(self, session_dir: Path | None, live_history: LiveHistorySource | None = None) -> ResolverContext:
         """The same context for another (or no) open session."""

@@ -52,6 +52,10 @@ SESSION_UNUSED = "the session scope (work://) has no files yet; an authorised Ap
 
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
+    if context.remote_workspace:
+        from . import remote_work
+
+        return remote_work.prepare(address, request, context)
     authored, canonical = address.authored, address.canonical
     if address.scope == "listing":
         return _prepare_union(request, context, authored, canonical)
