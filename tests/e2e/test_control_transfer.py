@@ -23,13 +23,18 @@ from mevedel_server.targets import LocalTarget
 
 from .conftest import SERVER, initialize_params, request
 
-#: Short enough for the prompt timeout and a killed owner's expiry to pass
-#: within a test; the poll cadences are the settings' own.
+#: Generous on purpose: on a loaded CI machine a 1 s prompt timeout fires
+#: before the user's answer is handled, and a 3 s lease can lapse between two
+#: renewals. The tests about the timeout and about expiry shorten them.
 SETTINGS = {
-    "leaseSeconds": 3,
-    "controlTransfer": {"promptTimeoutSeconds": 1, "fenceSeconds": 10},
+    "leaseSeconds": 30,
+    "controlTransfer": {"promptTimeoutSeconds": 60, "fenceSeconds": 10},
     "sessionWatch": {"idlePollSeconds": 1, "activePollSeconds": 0.2},
 }
+#: A prompt nobody answers times out within a test.
+QUICK_PROMPT = {"controlTransfer": {"promptTimeoutSeconds": 1, "fenceSeconds": 10}}
+#: A killed owner's lease expires within a test.
+SHORT_LEASE = {"leaseSeconds": 3}
 
 
 class Machine:
@@ -97,10 +102,10 @@ class Machine:
         await self.call(methods.TURN_SETTLE, {"sessionId": sid})
 
 
-async def start(workspace: Path, name: str, started: list) -> Machine:
+async def start(workspace: Path, name: str, started: list, **settings) -> Machine:
     client = await SERVER.start()
     started.append(client)
-    await client.initialize_session(initialize_params(workspace, **SETTINGS))
+    await client.initialize_session(initialize_params(workspace, **{**SETTINGS, **settings}))
     return Machine(name, client)
 
 
@@ -108,24 +113,26 @@ async def start(workspace: Path, name: str, started: list) -> Machine:
 async def machines(workspace):
     started: list = []
 
-    async def make(name: str) -> Machine:
-        return await start(workspace, name, started)
+    async def make(name: str, **settings) -> Machine:
+        return await start(workspace, name, started, **settings)
 
     yield make
     for client in started:
         if client._server.returncode is None:
             try:
-                await asyncio.wait_for(client.shutdown_session(), 20)
+                await asyncio.wait_for(client.shutdown_session(), 60)
             except Exception:
                 client._server.kill()
 
 
-async def until(predicate, what: str, attempts: int = 600) -> None:
-    for _ in range(attempts):
-        if predicate():
-            return
+async def until(predicate, what: str, seconds: float = 90) -> None:
+    """Wait for an event: a generous deadline (CI is a loaded 2-core
+    machine), measured in time rather than in sleeps that assume speed."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"never saw {what}")
         await asyncio.sleep(0.05)
-    raise AssertionError(f"never saw {what}")
 
 
 async def one_writer(workspace: Path, sid: str, machines: list[Machine]) -> Machine | None:
@@ -153,22 +160,25 @@ class WriterWatch:
 
     def __init__(self, workspace: Path, sid: str, machines: list[Machine]) -> None:
         self.samples = 0
+        self._stopping = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(workspace, sid, machines))
 
     async def _run(self, workspace, sid, machines) -> None:
-        while True:
+        while not self._stopping.is_set():
             await one_writer(workspace, sid, machines)
             self.samples += 1
-            await asyncio.sleep(0.01)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), 0.01)
+            except asyncio.TimeoutError:
+                pass
 
     async def stop(self) -> None:
-        if self._task.done():
-            self._task.result()  # an assertion inside is the test's failure
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        # Never cancel the sampler: a request cancelled while in flight gets
+        # its answer later, pygls then fails to set the cancelled future and
+        # pytest-lsp treats that as a fatal server error -- it terminates the
+        # server (exit -15) and fails every pending request of that client.
+        self._stopping.set()
+        await self._task  # an assertion inside is the test's failure
 
 
 async def turns_of(machine: Machine, sid: str) -> list[str]:
@@ -237,7 +247,8 @@ async def test_keep_rejects_and_a_new_request_can_follow(workspace, machines):
 
 
 async def test_an_unanswered_request_is_granted_after_the_prompt_timeout(workspace, machines):
-    desk, laptop, tablet = await machines("desk"), await machines("laptop"), await machines("tablet")
+    desk = await machines("desk", **QUICK_PROMPT)
+    laptop, tablet = await machines("laptop", **QUICK_PROMPT), await machines("tablet", **QUICK_PROMPT)
     sid = await owned(desk)
     desk.answer = "hold"  # the question stays up: nobody is at the desk
     await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
@@ -291,7 +302,7 @@ async def test_release_leaves_the_owner_following(workspace, machines):
 
 
 async def test_an_owner_killed_with_sigkill_is_taken_over_after_expiry(workspace, machines):
-    desk, laptop = await machines("desk"), await machines("laptop")
+    desk, laptop = await machines("desk", **SHORT_LEASE), await machines("laptop", **SHORT_LEASE)
     sid = await owned(desk)
     await desk.settle_turn(sid, "turn 2")
     await laptop.call(methods.SESSION_OPEN, {"sessionId": sid})
@@ -300,9 +311,9 @@ async def test_an_owner_killed_with_sigkill_is_taken_over_after_expiry(workspace
     taken = await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
     if taken["outcome"] == "requested":  # the lease had not expired yet
         await until(lambda: "void" in laptop.phases(), "the requester noticing the owner's expiry")
-    for _ in range(200):
-        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
-            break
+    deadline = asyncio.get_running_loop().time() + 90
+    while (await observe_lease(LocalTarget(workspace), sid)).standing is not LeaseStanding.EXPIRED:
+        assert asyncio.get_running_loop().time() < deadline, "the killed owner's lease never expired"
         await asyncio.sleep(0.05)
     laptop.takeover = "Cancel"
     declined = await laptop.refused(methods.CONTROL_TAKE, {"sessionId": sid})

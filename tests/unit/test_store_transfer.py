@@ -9,6 +9,7 @@ import asyncio
 import os
 
 import pytest
+from deadlines import ticks
 
 from mevedel_server.store import ClientIdentity, acquire_lease, materialize_session, observe_lease
 from mevedel_server.store.errors import LeaseHeld, TransferReserved
@@ -105,7 +106,7 @@ async def test_an_expired_fence_frees_the_release(owned):
     request = await request_control(target, await observe_lease(target, SID), ASKER)
     await decide_grant(lease, request, "timeout")
     await release_granted(lease, request, fence_seconds=1)
-    for _ in range(100):
+    for _ in ticks():
         try:
             taken = await acquire_lease(target, SID, THIRD)
             break

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from deadlines import ticks
 
 from mevedel_server.store import ClientIdentity, TakeoverNeedsConfirmation, observe_lease
 from mevedel_server.store.errors import LeaseHeld
@@ -113,7 +114,7 @@ async def test_an_unanswered_request_is_granted_after_the_timeout(tmp_path):
     await owner_ctl.poll()
     asking = owner_events[0]
     assert asking.phase == "asking" and asking.deadline is not None
-    for _ in range(100):
+    for _ in ticks():
         await owner_ctl.poll()
         if "released" in phases(owner_events):
             break
@@ -148,7 +149,7 @@ async def test_an_expired_foreign_lease_is_taken_only_with_confirmation(tmp_path
     await turn(owner[0], sid, "first")
     await owner[0].detach()
     asker, asker_ctl, _ = client(tmp_path, "laptop-client", "laptop")
-    for _ in range(100):
+    for _ in ticks():
         if (await observe_lease(asker.target, sid)).standing.value == "expired":
             break
         await asyncio.sleep(0.05)
@@ -263,7 +264,7 @@ async def test_without_a_watcher_the_cadence_poll_still_finds_the_request(tmp_pa
     try:
         asker, asker_ctl, _ = client(tmp_path, "laptop-client", "laptop")
         await asker_ctl.take(sid)
-        for _ in range(200):
+        for _ in ticks():
             if events:
                 break
             await asyncio.sleep(0.05)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from deadlines import ticks
 
 from mevedel_server.store import ClientIdentity, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
@@ -39,7 +40,7 @@ async def test_a_remote_owner_hands_over_to_a_local_requester(ssh_target, tmp_pa
     asker_events: list = []
     asker_ctl.on_event.append(asker_events.append)
     assert (await asker_ctl.take(sid)).outcome == "requested"
-    for _ in range(200):  # nobody answers: the owner's poll grants on the target clock
+    for _ in ticks():  # nobody answers: the owner's poll grants on the target clock
         await owner_ctl.poll()
         if owner_events and owner_events[-1].phase == "released":
             break
