@@ -83,3 +83,29 @@ def test_bad_subjects_and_tokens_are_refused_by_kind(workspace, tmp_path):
     refused(cli(workspace, state, "rewind", "commit", "not-a-token", "--json"), "invalid-params")
     assert "no settled turn 9" in refused(cli(workspace, state, "rewind", "9", "--session", sid, "--json"), "invalid-params")
     refused(cli(workspace, state, "fork", "1", "--name", "x", "--json"), "invalid-params")
+
+
+def test_fork_variants_lists_source_first_then_forks_oldest_to_newest(workspace, tmp_path):
+    state = tmp_path / "state"
+    sid = three_turns(workspace, state)
+    first = ok(cli(workspace, state, "fork", "2", "--session", sid, "--yes", "--json"))["session_id"]
+    second = ok(cli(workspace, state, "fork", "2", "--session", sid, "--yes", "--json"))["session_id"]
+    elsewhere = ok(cli(workspace, state, "fork", "1", "--session", sid, "--yes", "--json"))["session_id"]
+
+    group = ok(cli(workspace, state, "fork", "--variants", "2", "--session", first, "--json"))
+    assert group["source_id"] == sid and group["turn"] == 2 and group["source_present"]
+    assert [v["session_id"] for v in group["variants"]] == [sid, first, second]
+    assert [v["role"] for v in group["variants"]] == ["source", "conversation", "conversation"]
+    assert [v["is_current"] for v in group["variants"]] == [False, True, False]
+    assert group["variants"][0]["latest_preview"] == "third"
+    assert elsewhere not in json.dumps(group)
+
+    text = cli(workspace, state, "fork", "--variants", "2", "--session", sid)
+    assert text.returncode == 0, text.stderr
+    rows = text.stdout.splitlines()
+    assert rows[0] == f"variants of {sid} at turn 2:"
+    assert rows[1].startswith("* source") and sid in rows[1] and "third" in rows[1]
+    assert first in rows[2] and second in rows[3]
+
+    refused(cli(workspace, state, "fork", "--variants", "2", "--worktree", "--json"), "invalid-params")
+    refused(cli(workspace, state, "fork", "--variants", "9", "--session", sid, "--json"), "invalid-params")

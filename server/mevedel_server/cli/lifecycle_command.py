@@ -10,6 +10,7 @@ is refused with ``stale-head``); ``--yes`` prepares and commits in one go.
     mevedel redo                          list the restorable states
     mevedel redo PUBLICATION_ID           return to one of them
     mevedel fork TURN [--worktree [--name N] [--branch B]]
+    mevedel fork --variants TURN          the source and direct forks at a turn
     mevedel save-as NAME
 
 An interrupted Rewind or Redo leaves a recovery that blocks the session;
@@ -47,6 +48,7 @@ def register(subparsers: Any) -> None:
     fork.add_argument("--worktree", action="store_true", help="give the fork its own linked Git worktree")
     fork.add_argument("--name", help="with --worktree: the worktree's name")
     fork.add_argument("--branch", help="with --worktree: the new branch")
+    fork.add_argument("--variants", action="store_true", help="list the source and its direct forks at TURN instead (changes nothing)")
     _common(fork, run_fork)
 
     save_as = subparsers.add_parser("save-as", help="copy a session into a new, named session")
@@ -272,6 +274,11 @@ def run_fork(arguments: argparse.Namespace) -> int:
             await _commit_fork(service, arguments, sid, token, parsed.op == "worktree-fork")
             return
         turn = _turn(_one(arguments.subject, "TURN"))
+        if arguments.variants:
+            if arguments.worktree or arguments.name or arguments.branch or arguments.yes:
+                raise CommandError("invalid-params", "--variants only lists; it takes no --worktree, --name, --branch or --yes")
+            await _variants(service, arguments, turn)
+            return
         if not arguments.worktree and (arguments.name or arguments.branch):
             raise CommandError("invalid-params", "--name and --branch need --worktree")
         sid = await _session(service, arguments, None, "auto")
@@ -296,6 +303,41 @@ def run_fork(arguments: argparse.Namespace) -> int:
         _prepared(arguments, data, lines, "fork", impact.token.text)
 
     return run_command(arguments, body)
+
+
+async def _variants(service: SessionService, arguments: argparse.Namespace, turn: int) -> None:
+    sid = await _session(service, arguments, None, "auto")
+    group = await service.fork_variants(sid, turn)
+    variants = [_variant_data(v) for v in group.variants]
+    data = {
+        "session_id": sid,
+        "source_id": group.point.source_id,
+        "fork_point_id": group.point.fork_point_id,
+        "turn": group.point.turn,
+        "source_present": group.source is not None,
+        "variants": variants,
+    }
+    lines = [f"variants of {group.point.source_id} at turn {group.point.turn}:"]
+    if group.source is None:
+        lines.append("  (the source no longer holds this fork point)")
+    for v in variants:
+        mark = "*" if v["is_current"] else " "
+        preview = (v["latest_preview"] or "").replace("\n", " ")[:60]
+        lines.append(f"{mark} {v['role']:<12} {v['session_id']}  {v['display_name']}  {preview}")
+    emit(arguments, data, lines)
+
+
+def _variant_data(variant) -> dict[str, Any]:
+    return {
+        "session_id": variant.session_id,
+        "role": variant.role,
+        "display_name": variant.display_name,
+        "created_at": variant.created_at,
+        "is_current": variant.is_current,
+        "latest_preview": variant.latest_preview,
+        "worktree_branch": variant.worktree_branch,
+        "worktree_directory": variant.worktree_directory,
+    }
 
 
 async def _commit_fork(service: SessionService, arguments: argparse.Namespace, sid: str, token: str, worktree: bool) -> None:
