@@ -18,6 +18,7 @@ from mevedel_protocol import methods
 from mevedel_server.store import LeaseStanding, observe_lease
 from mevedel_server.targets import LocalTarget
 from ssh_fixtures import ALIAS
+from deadlines import ticks
 
 from .conftest import SERVER, initialize_params, request
 
@@ -32,8 +33,8 @@ def collect(client, method: str) -> list[dict]:
     return received
 
 
-async def wait_for(predicate, what: str, attempts: int = 500) -> None:
-    for _ in range(attempts):
+async def wait_for(predicate, what: str) -> None:
+    for _ in ticks():
         if predicate():
             return
         await asyncio.sleep(0.02)
@@ -242,7 +243,7 @@ async def test_a_follower_never_advances_over_its_own_uncommitted_turn(workspace
         os.kill(pid, signal.SIGSTOP)
         try:
             target = LocalTarget(workspace)
-            for _ in range(300):
+            for _ in ticks():
                 if (await observe_lease(target, sid)).standing is LeaseStanding.EXPIRED:
                     break
                 await asyncio.sleep(0.05)
@@ -315,7 +316,7 @@ async def test_a_follower_over_ssh_polls_the_owners_workspace(openssh_server, tm
         state = await request(follower, methods.SESSION_SET_FOLLOW, {"workspaceFolder": url, "sessionId": sid, "enabled": True})
         assert state["following"] and state["mode"] == "poll"
         await settle_turn(client, "second, seen over ssh")
-        await wait_for(lambda: any(n["turns"] for n in published), "the polled turn over ssh", attempts=1500)
+        await wait_for(lambda: any(n["turns"] for n in published), "the polled turn over ssh")
         note = [n for n in published if n["turns"]][0]
         assert note["workspaceFolder"] == url
         assert turns_of([note]) == [[(2, "new", "completed", "second, seen over ssh")]]

@@ -21,6 +21,7 @@ from mevedel_server.store import (
 )
 from mevedel_server.store.layout import SessionPaths
 from mevedel_server.targets import Barrier, CreateExclusive, FaultInjectingTarget, LocalTarget, SimulatedCrash
+from deadlines import ticks
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
 ME = ClientIdentity("writer-1", "workstation")
@@ -111,7 +112,7 @@ async def test_another_client_recovers_after_a_crash_before_the_commit(tmp_path)
     del target, publisher
     fresh = LocalTarget(root)
     assert await fresh_state(root) == OLD
-    for _ in range(100):
+    for _ in ticks():
         if (await observe_lease(fresh, SID)).standing is LeaseStanding.EXPIRED:
             break
         await asyncio.sleep(0.1)

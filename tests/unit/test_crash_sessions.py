@@ -16,6 +16,7 @@ from mevedel_server.store import ClientIdentity, read_committed, saved_session_i
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.turns import Conversation
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
+from deadlines import ticks
 
 ME = ClientIdentity("crash-client", "workstation")
 WALKED: Counter[str] = Counter()
@@ -240,7 +241,7 @@ async def test_another_client_takes_over_after_the_owner_crashed_mid_settle(tmp_
         await owner.settle(sid)
     kill(owner)
     assert await fresh_reader(root) == {sid: Committed(1, False, "Named")}
-    for _ in range(100):
+    for _ in ticks():
         if (await observe_lease(LocalTarget(root), sid)).standing is LeaseStanding.EXPIRED:
             break
         await asyncio.sleep(0.05)

@@ -15,6 +15,7 @@ from mevedel_server.store.service.following import FollowUpdate
 from mevedel_server.store.watch import LEASE, SessionWatcher, WatchCadence, WatchMode
 from mevedel_server.targets import LocalTarget
 from mevedel_server.targets.ssh import SshTarget
+from deadlines import ticks
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ async def test_a_remote_follower_polls_and_adopts_whole_turns(ssh_target, tmp_pa
     watcher.start()
     try:
         assert watcher.mode is WatchMode.POLL
-        for _ in range(300):
+        for _ in ticks():
             if wakes:
                 break
             await asyncio.sleep(0.05)
@@ -59,7 +60,7 @@ async def test_a_remote_follower_polls_and_adopts_whole_turns(ssh_target, tmp_pa
         in_flight = True
         watcher.refresh()
         await settle(owner, sid, "second")
-        for _ in range(300):
+        for _ in ticks():
             if told:
                 break
             await asyncio.sleep(0.05)

@@ -17,6 +17,7 @@ from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.following import ADVANCED, HELD_BACK, UNCHANGED, WRITABLE, FollowUpdate
 from mevedel_server.targets import ControlProgram, LocalTarget
 from mevedel_server.targets.target import ProgramTarget
+from deadlines import ticks
 
 OWNER = ClientIdentity("client-owner", "owner-box")
 FOLLOWER = ClientIdentity("client-follower", "follower-box")
@@ -200,7 +201,7 @@ async def test_uncommitted_changes_here_are_never_overwritten(root):
     await first.append(sid, EvidenceInput("response", text="kept only here"))
     await first.session(sid).stop_renewal()  # it stops renewing (a suspended machine)
     successor = SessionService(LocalTarget(root), FOLLOWER)
-    for _ in range(100):
+    for _ in ticks():
         try:
             await successor.open(sid, "takeover", confirm_takeover=True)
             break

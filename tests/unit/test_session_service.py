@@ -36,6 +36,7 @@ from mevedel_server.store.service import (
 from mevedel_server.store.sidecar import SIDECAR_PATH
 from mevedel_server.store.turns import Conversation, ConversationError
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
+from deadlines import ticks
 
 ME = ClientIdentity("client-me", "workstation")
 OTHER = ClientIdentity("client-other", "laptop")
@@ -73,7 +74,7 @@ async def one_turn(svc: SessionService, sid: str, prompt: str = "do the thing", 
 
 
 async def wait_until_expired(root: Path, sid: str) -> None:
-    for _ in range(100):
+    for _ in ticks():
         if (await observe_lease(LocalTarget(root), sid)).standing is LeaseStanding.EXPIRED:
             return
         await asyncio.sleep(0.05)
@@ -257,7 +258,7 @@ async def test_background_renewal_keeps_the_lease_and_a_superseded_lease_turns_r
     renewal = svc.session(sid).renewal
     assert renewal is not None and renewal.running
     start = svc.session(sid).lease.generation
-    for _ in range(200):
+    for _ in ticks():
         if renewal.renewals >= 2:
             break
         await asyncio.sleep(0.02)
@@ -266,7 +267,7 @@ async def test_background_renewal_keeps_the_lease_and_a_superseded_lease_turns_r
     svc.on_change.append(changes.append)
     # Another handle of the same client rotates the lease behind this one's back.
     await acquire_lease(LocalTarget(root), sid, ME)
-    for _ in range(200):
+    for _ in ticks():
         if changes:
             break
         await asyncio.sleep(0.02)

@@ -8,6 +8,7 @@ import os
 import time
 
 import pytest
+from deadlines import ticks
 
 from mevedel_server.store import (
     ClaimRaced,
@@ -80,7 +81,7 @@ def write_generation(target: LocalTarget, generation: int, **fields) -> bytes:
 
 async def wait_until_expired(target, session_id=SID):
     # The target clock is whole seconds; a 1-second lease expires within ~2 s.
-    for _ in range(100):
+    for _ in ticks():
         if (await observe_lease(target, session_id)).standing is LeaseStanding.EXPIRED:
             return
         await asyncio.sleep(0.1)

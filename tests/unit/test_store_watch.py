@@ -15,6 +15,7 @@ from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.watch import LEASE, REFRESH, REQUESTS, SessionWatcher, Wake, WatchCadence, WatchMode
 from mevedel_server.targets import ControlProgram, FaultInjectingTarget, LocalTarget, TargetError
 from mevedel_server.targets.target import ProgramTarget
+from deadlines import ticks
 
 OWNER = ClientIdentity("client-owner", "owner-box")
 
@@ -50,7 +51,7 @@ class Wakes:
         return set().union(*(w.reasons for w in self.seen)) if self.seen else set()
 
     async def until(self, reason: str, after: int = 0) -> None:
-        for _ in range(500):
+        for _ in ticks():
             if any(reason in w.reasons for w in self.seen[after:]):
                 return
             await asyncio.sleep(0.01)
@@ -107,7 +108,7 @@ async def test_watching_an_absent_session_creates_nothing_and_picks_it_up(root, 
         await wakes.until(LEASE)
         # Now armed on .lease itself: a request mailbox appearing is reported,
         # and so is a record created inside it.
-        for _ in range(200):
+        for _ in ticks():
             if watcher._arm is not None and watcher._arm.path.endswith("/.lease"):
                 break
             await asyncio.sleep(0.01)
@@ -124,7 +125,7 @@ async def test_watching_an_absent_session_creates_nothing_and_picks_it_up(root, 
         seen = len(wakes.seen)
         shutil.rmtree(root / ".mevedel" / "sessions" / sid)
         await wakes.until(LEASE, seen)
-        for _ in range(200):
+        for _ in ticks():
             if watcher._arm is not None and watcher._arm.path.endswith("/sessions"):
                 break
             await asyncio.sleep(0.01)
@@ -173,7 +174,7 @@ async def test_wakes_during_a_call_become_one_more_call(root, backend):
         for _ in range(5):
             watcher.refresh()
         release.set()
-        for _ in range(300):
+        for _ in ticks():
             if len(calls) >= 2:
                 break
             await asyncio.sleep(0.01)
@@ -231,7 +232,7 @@ async def test_a_non_local_target_polls_and_reports_changed_listings(root):
         assert watcher.mode is WatchMode.POLL
         await wakes.until("armed")
         polls = watcher.polls
-        for _ in range(300):
+        for _ in ticks():
             if watcher.polls >= polls + 3:
                 break
             await asyncio.sleep(0.01)
