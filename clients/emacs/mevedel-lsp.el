@@ -906,6 +906,7 @@ over); rows marked Inspect cannot be opened and say why.
     (define-key map (kbd "w") #'mevedel-lsp-rewind)
     (define-key map (kbd "f") #'mevedel-lsp-fork)
     (define-key map (kbd "F") #'mevedel-lsp-worktree-fork)
+    (define-key map (kbd "V") #'mevedel-lsp-fork-variants)
     map)
   "Keys of `mevedel-lsp-turns-mode'.")
 
@@ -1332,6 +1333,40 @@ The impact is shown and you are asked to confirm."
                                (list :turn turn :sessionId session-id) #'mevedel-lsp--describe-fork))))
 
 ;;;###autoload
+(defun mevedel-lsp-fork-variants (turn &optional session-id)
+  "Pick one of the sessions sharing the fork point at TURN of SESSION-ID.
+The picker lists the source first, then its direct forks oldest to
+newest, the session asked about marked current.  The chosen session is
+opened and its transcript shown at TURN.  Return the
+`mevedel/session/open' result."
+  (interactive
+   (let ((session (mevedel-lsp--session-at-point)))
+     (list (mevedel-lsp--read-turn (mevedel-lsp--server) session "list the variants of" t) session)))
+  (let* ((server (mevedel-lsp--server))
+         (group (mevedel-lsp--request server :mevedel/fork/variants
+                                      (mevedel-lsp--object :turn turn :sessionId session-id)))
+         (variants (append (and (plist-get group :source) (list (plist-get group :source)))
+                           (mevedel-lsp--list (plist-get group :forks))))
+         (candidates (mapcar (lambda (v)
+                               (cons (format "%s%s  %s (%s)  %s"
+                                             (if (eq (plist-get v :isCurrent) t) "* " "  ")
+                                             (plist-get v :role) (plist-get v :displayName) (plist-get v :sessionId)
+                                             (or (plist-get v :latestPreview) ""))
+                                     (plist-get v :sessionId)))
+                             variants))
+         (chosen (cdr (assoc (completing-read (format "Variant at turn %d: " (plist-get group :turn))
+                                              (lambda (probe pred action)
+                                                (if (eq action 'metadata)
+                                                    '(metadata (display-sort-function . identity))
+                                                  (complete-with-action action candidates probe pred)))
+                                              nil t)
+                             candidates))))
+    (unless chosen
+      (user-error "mevedel: no such variant"))
+    (prog1 (mevedel-lsp-open-session chosen "auto" server)
+      (mevedel-lsp-visit-turn (plist-get group :turn) chosen))))
+
+;;;###autoload
 (defun mevedel-lsp-worktree-fork (turn &optional name session-id)
   "Fork SESSION-ID after TURN into a new session in a linked Git worktree NAME.
 An empty or nil NAME lets the server allocate one.  The impact is shown
@@ -1663,6 +1698,7 @@ as the cautious choice (for a takeover: Cancel)."
     (define-key map (kbd "y") #'mevedel-lsp-redo)
     (define-key map (kbd "f") #'mevedel-lsp-fork)
     (define-key map (kbd "F") #'mevedel-lsp-worktree-fork)
+    (define-key map (kbd "V") #'mevedel-lsp-fork-variants)
     (define-key map (kbd "S") #'mevedel-lsp-save-as)
     (define-key map (kbd "T") #'mevedel-lsp-take-control)
     (define-key map (kbd "L") #'mevedel-lsp-release-control)

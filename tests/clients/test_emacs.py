@@ -44,6 +44,7 @@ def test_emacs_client(workspace: Workspace, tmp_path) -> None:
         "rewind-and-redo-confirm-or-decline",
         "a-moved-session-refuses-the-commit",
         "fork-worktree-fork-and-save-as",
+        "fork-variants-picker",
         "recovery-is-offered-retried-and-abandoned",
         "control-transfer",
         "following-a-session-owned-elsewhere",

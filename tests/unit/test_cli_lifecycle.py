@@ -5,6 +5,7 @@ a stale token is refused with its kind."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,7 @@ def test_fork_variants_lists_source_first_then_forks_oldest_to_newest(workspace,
     state = tmp_path / "state"
     sid = three_turns(workspace, state)
     first = ok(cli(workspace, state, "fork", "2", "--session", sid, "--yes", "--json"))["session_id"]
+    time.sleep(1.1)  # creation times are whole seconds; same-second forks order by ID
     second = ok(cli(workspace, state, "fork", "2", "--session", sid, "--yes", "--json"))["session_id"]
     elsewhere = ok(cli(workspace, state, "fork", "1", "--session", sid, "--yes", "--json"))["session_id"]
 

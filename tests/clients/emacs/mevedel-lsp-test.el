@@ -623,6 +623,32 @@ that matches each regexp of CHOICES."
         (should (= (plist-get row :turns) 3))
         (should (= (length (mevedel-test--session-ids)) (1+ count)))))))
 
+(ert-deftest mevedel-lsp-test-fork-variants-picker ()
+  "The variants picker lists the source, then its forks oldest first; choosing one opens it at the turn."
+  (let* ((session (mevedel-test--three-turns "ERT variants"))
+         (older (plist-get (plist-get (mevedel-test--answering t nil (mevedel-lsp-fork 2 session)) :session) :sessionId))
+         ;; Creation times are whole seconds (same-second forks order by ID).
+         (_ (sleep-for 1.1))
+         (newer (plist-get (plist-get (mevedel-test--answering t nil (mevedel-lsp-fork 2 session)) :session) :sessionId))
+         (offered nil))
+    (cl-letf (((symbol-function 'completing-read)
+               (lambda (prompt collection &rest _)
+                 (should (equal prompt "Variant at turn 2: "))
+                 (setq offered (all-completions "" collection))
+                 (mevedel-test--log "variants offered %S" offered)
+                 (seq-find (lambda (c) (string-match-p (regexp-quote newer) c)) offered))))
+      (let ((opened (mevedel-test--run #'mevedel-lsp-fork-variants 2 older)))
+        (should (equal (plist-get (plist-get opened :session) :sessionId) newer))))
+    (should (= (length offered) 3))
+    (should (string-match-p (format "\\`  source  ERT variants (%s)  ERT variants step 3\\'" (regexp-quote session)) (nth 0 offered)))
+    (should (string-match-p (format "\\`\\* conversation  .*(%s)" (regexp-quote older)) (nth 1 offered)))
+    (should (string-match-p (format "\\`  conversation  .*(%s)" (regexp-quote newer)) (nth 2 offered)))
+    ;; The chosen fork's transcript is shown with point on the fork point's turn.
+    (should (eq (current-buffer) (get-buffer (mevedel-lsp--transcript-name newer))))
+    (should (looking-at "## Turn 2 "))
+    (should (string-match-p "ERT variants step 2" (buffer-substring (point) (line-end-position 6))))
+    (should (eq (plist-get (mevedel-test--row newer) :current) t))))
+
 (defvar mevedel-test-recovery-retry (getenv "MEVEDEL_TEST_RECOVERY_RETRY"))
 (defvar mevedel-test-recovery-retry-file (getenv "MEVEDEL_TEST_RECOVERY_RETRY_FILE"))
 (defvar mevedel-test-recovery-abandon (getenv "MEVEDEL_TEST_RECOVERY_ABANDON"))
