@@ -55,6 +55,7 @@ def test_neovim_client(workspace: Workspace, tmp_path) -> None:
         "lifecycle: rewind and redo",
         "lifecycle: a commit after the session moved",
         "lifecycle: fork, worktree fork and save as",
+        "lifecycle: the fork variants picker",
         "lifecycle: a session in recovery",
         "control: the Grant/Keep question",
         "following: a joined transcript follows the owner",

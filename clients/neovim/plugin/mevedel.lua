@@ -104,6 +104,15 @@ command('MevedelFork', function(c)
   lifecycle().fork(turn, here())
 end, { nargs = '?', desc = 'Fork the mevedel session after a response into a new session' })
 
+command('MevedelForkVariants', function(c)
+  local turn = c.args ~= '' and tonumber(c.args) or nil
+  if c.args ~= '' and not turn then
+    require('mevedel').notify('usage: :MevedelForkVariants [TURN]')
+    return
+  end
+  lifecycle().variants(turn, here())
+end, { nargs = '?', desc = 'Pick the source or a fork at a mevedel fork point and open it there' })
+
 command('MevedelWorktreeFork', function(c)
   local turn = c.fargs[1] and tonumber(c.fargs[1])
   if c.fargs[1] and not turn then

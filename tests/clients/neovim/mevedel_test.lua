@@ -728,6 +728,41 @@ test('lifecycle: fork, worktree fork and save as create a session only when conf
   expect(row and row.displayName == 'Nvim copy' and row.turns == 3 and #session_ids() == count + 1, 'saved %s', vim.inspect(row))
 end)
 
+test('lifecycle: the fork variants picker lists the source, then the forks oldest first, and opens the chosen one at the turn', function()
+  local session = three_turns('Nvim variants')
+  local forks = {}
+  for n = 1, 2 do
+    answering({ ['mevedel.confirm'] = '^Fork$' })
+    lifecycle.fork(2, session, function(result)
+      forks[n] = result.session.sessionId
+    end)
+    expect(forks[n], 'fork %d was not made', n)
+    if n == 1 then
+      vim.wait(1100) -- creation times are whole seconds; same-second forks order by ID
+    end
+  end
+  local older, newer = forks[1], forks[2]
+  local opened
+  answering({
+    ['mevedel.turn'] = '^2  completed',
+    ['mevedel.variant'] = vim.pesc(newer),
+  })
+  sessions.transcript(older)
+  vim.cmd('MevedelForkVariants')
+  local offered = selected('mevedel.variant')
+  expect(offered and offered.prompt == 'mevedel: variant at turn 2', 'no variants picker: %s', vim.inspect(offered))
+  local lines = offered.formatted
+  expect(#lines == 3, 'offered %s', vim.inspect(lines))
+  expect(lines[1] == string.format('  source  Nvim variants (%s)  Nvim variants step 3', session), 'first %s', lines[1])
+  expect(vim.startswith(lines[2], '* conversation  ') and lines[2]:find(older, 1, true), 'second %s', lines[2])
+  expect(vim.startswith(lines[3], '  conversation  ') and lines[3]:find(newer, 1, true), 'third %s', lines[3])
+  wait_for('the chosen fork to open', function()
+    return vim.b.mevedel_session == newer and vim.api.nvim_get_current_line():find('^## Turn 2 ') ~= nil
+  end)
+  expect(listed(newer).current == true, 'the chosen fork is not current')
+  expect(buffer_text():find('Nvim variants step 2', 1, true), 'the transcript %s', buffer_text())
+end)
+
 local recovery_retry = vim.env.MEVEDEL_TEST_RECOVERY_RETRY
 local recovery_retry_file = vim.env.MEVEDEL_TEST_RECOVERY_RETRY_FILE
 local recovery_abandon = vim.env.MEVEDEL_TEST_RECOVERY_ABANDON

@@ -437,6 +437,56 @@ function M.fork(turn, session, on_done)
   end)
 end
 
+--- One line of the variants picker: the current session is marked `*`.
+function M.format_variant(variant)
+  return string.format(
+    '%s%s  %s (%s)  %s',
+    variant.isCurrent and '* ' or '  ',
+    variant.role,
+    variant.displayName,
+    variant.sessionId,
+    present(variant.latestPreview) and variant.latestPreview or ''
+  )
+end
+
+--- The sessions sharing the fork point at TURN (picked when nil) of
+--- SESSION: the source first, then its direct forks oldest to newest. The
+--- picked one is opened and its transcript shown at TURN; ON_DONE(opened)
+--- runs after.
+function M.variants(turn, session, on_done)
+  local client = client_or_notify()
+  if not client then
+    return
+  end
+  with_turn(client, session, turn, true, 'list the variants of', function(chosen, sid)
+    local group = call(client, 'mevedel/fork/variants', scoped(sid, { turn = chosen }))
+    if not group then
+      return
+    end
+    local items = {}
+    if group.source then
+      table.insert(items, group.source)
+    end
+    vim.list_extend(items, group.forks)
+    vim.ui.select(items, {
+      prompt = string.format('mevedel: variant at turn %d', group.turn),
+      format_item = M.format_variant,
+      kind = 'mevedel.variant',
+    }, function(variant)
+      if not variant then
+        return
+      end
+      local sessions = require('mevedel.sessions')
+      sessions.open(variant.sessionId, 'auto', function(opened)
+        sessions.goto_turn(group.turn, variant.sessionId)
+        if on_done then
+          on_done(opened)
+        end
+      end, client)
+    end)
+  end)
+end
+
 --- Worktree Fork of SESSION after TURN into worktree NAME (nil or empty:
 --- the server allocates one).
 function M.worktree_fork(turn, name, session, on_done)
