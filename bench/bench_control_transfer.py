@@ -17,7 +17,6 @@ poll interval).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -38,44 +37,16 @@ class Editor(WireClient):
         self.events: asyncio.Queue = asyncio.Queue()
         super().__init__(process)
 
-    async def _read_loop(self) -> None:
-        stdout = self._process.stdout
-        assert stdout is not None
-        while True:
-            length = 0
-            while True:
-                line = await stdout.readline()
-                if not line:
-                    return
-                if line in (b"\r\n", b"\n"):
-                    break
-                name, _, value = line.decode().partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            message = json.loads(await stdout.readexactly(length))
-            method = message.get("method")
-            if "id" in message and method is None:
-                future = self._pending.pop(message["id"], None)
-                if future is not None and not future.done():
-                    future.set_result(message)
-            elif "id" in message:
-                titles = [a["title"] for a in (message.get("params") or {}).get("actions") or []]
-                answer = {"title": "Grant"} if "Grant" in titles else None
-                self._send({"jsonrpc": "2.0", "id": message["id"], "result": answer})
-            elif method == "mevedel/control/didChange":
-                self.events.put_nowait(message["params"])
+    def answer(self, request: dict) -> object:
+        titles = [a["title"] for a in (request.get("params") or {}).get("actions") or []]
+        return {"title": "Grant"} if "Grant" in titles else None
+
+    def notified(self, notification: dict) -> None:
+        if notification.get("method") == "mevedel/control/didChange":
+            self.events.put_nowait(notification["params"])
 
     async def start_session(self, root: Path) -> None:
-        await self.request(
-            "initialize",
-            {
-                "processId": None,
-                "rootUri": root.as_uri(),
-                "capabilities": {"window": {"showMessage": {}}},
-                "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}],
-            },
-        )
-        self.notify("initialized", {})
+        await self.initialize(root, {"window": {"showMessage": {}}})
 
     async def phase(self, wanted: str) -> dict:
         while True:

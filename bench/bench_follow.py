@@ -26,7 +26,6 @@ watcher at the default idle cadence.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import sys
@@ -52,45 +51,14 @@ class Editor(WireClient):
         self.arrived = asyncio.Event()
         super().__init__(process)
 
-    async def _read_loop(self) -> None:
-        stdout = self._process.stdout
-        assert stdout is not None
-        while True:
-            length = 0
-            while True:
-                line = await stdout.readline()
-                if not line:
-                    return
-                if line in (b"\r\n", b"\n"):
-                    break
-                name, _, value = line.decode().partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            message = json.loads(await stdout.readexactly(length))
-            now = time.perf_counter()
-            method = message.get("method")
-            if "id" in message and method is None:
-                future = self._pending.pop(message["id"], None)
-                if future is not None and not future.done():
-                    future.set_result(message)
-            elif "id" in message:
-                self._send({"jsonrpc": "2.0", "id": message["id"], "result": None})
-            elif method == "mevedel/session/didPublish":
-                self.published.append((now, message["params"]))
-                self.arrived.set()
+    def notified(self, notification: dict) -> None:
+        if notification.get("method") == "mevedel/session/didPublish":
+            # Read as the message is taken off the wire: nothing awaited in between.
+            self.published.append((time.perf_counter(), notification["params"]))
+            self.arrived.set()
 
     async def start_session(self, root: Path, options: dict | None = None) -> None:
-        await self.request(
-            "initialize",
-            {
-                "processId": None,
-                "rootUri": root.as_uri(),
-                "capabilities": {},
-                "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}],
-                "initializationOptions": options or {},
-            },
-        )
-        self.notify("initialized", {})
+        await self.initialize(root, {}, options)
 
     async def turn_arrival(self, turn: int) -> float:
         while True:

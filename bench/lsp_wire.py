@@ -44,7 +44,7 @@ class WireClient:
     def notify(self, method: str, params: object) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    async def initialize(self, root: Path, capabilities: dict | None = None) -> None:
+    async def initialize(self, root: Path, capabilities: dict | None = None, options: dict | None = None) -> None:
         await self.request(
             "initialize",
             {
@@ -52,6 +52,7 @@ class WireClient:
                 "rootUri": root.as_uri(),
                 "capabilities": capabilities or {},
                 "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}],
+                "initializationOptions": options or {},
             },
         )
         self.notify("initialized", {})
@@ -67,24 +68,36 @@ class WireClient:
         assert self._process.stdin is not None
         self._process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
-    async def _read_loop(self) -> None:
+    async def _read_message(self) -> dict | None:
+        """One framed message, or None once the server closed its output."""
         stdout = self._process.stdout
         assert stdout is not None
+        length = 0
         while True:
-            length = 0
-            while True:
-                line = await stdout.readline()
-                if not line:
-                    return
-                if line in (b"\r\n", b"\n"):
-                    break
-                name, _, value = line.decode().partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            message = json.loads(await stdout.readexactly(length))
+            line = await stdout.readline()
+            if not line:
+                return None
+            if line in (b"\r\n", b"\n"):
+                break
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        return json.loads(await stdout.readexactly(length))
+
+    async def _read_loop(self) -> None:
+        while (message := await self._read_message()) is not None:
             if "id" in message and "method" not in message:
                 future = self._pending.pop(message["id"], None)
                 if future is not None and not future.done():
                     future.set_result(message)
-            elif "id" in message:  # a request from the server: answer it emptily
-                self._send({"jsonrpc": "2.0", "id": message["id"], "result": None})
+            elif "id" in message:
+                self._send({"jsonrpc": "2.0", "id": message["id"], "result": self.answer(message)})
+            else:
+                self.notified(message)
+
+    def answer(self, request: dict) -> object:
+        """The result for a request from the server; the plain client answers null."""
+        return None
+
+    def notified(self, notification: dict) -> None:
+        """A notification from the server; the plain client ignores them."""

@@ -155,24 +155,10 @@ class SshTarget(ProgramTarget):
         )
 
     @classmethod
-    async def connect(
-        cls,
-        location: str | SshLocation,
-        root: str | None = None,
-        *,
-        config=(),
-        known_hosts=(),
-        client_keys=(),
-        agent_path=(),
-        python: str = "python3",
-        reconnect_attempts: int = 5,
-        reconnect_delay: float = 0.25,
-        program_timeout: float | None = None,
-        max_channels: int = 8,
-        **ssh_options,
-    ) -> SshTarget:
+    async def connect(cls, location: str | SshLocation, root: str | None = None, **options) -> SshTarget:
         """Connect to ``ssh://[user@]host[:port]/path`` (or a host and
-        ``root``) and pin the root's identity in one round trip.
+        ``root``) and pin the root's identity in one round trip. The
+        keyword ``options`` are :meth:`deferred`'s:
 
         ``config``, ``known_hosts``, ``client_keys`` and ``agent_path`` and
         any other ``ssh_options`` are asyncssh's; left at ``()`` they come
@@ -188,20 +174,7 @@ class SshTarget(ProgramTarget):
         unknown outcome). At most ``max_channels`` programs run at once on
         the connection; more wait their turn.
         """
-        target = cls.deferred(
-            location,
-            root,
-            config=config,
-            known_hosts=known_hosts,
-            client_keys=client_keys,
-            agent_path=agent_path,
-            python=python,
-            reconnect_attempts=reconnect_attempts,
-            reconnect_delay=reconnect_delay,
-            program_timeout=program_timeout,
-            max_channels=max_channels,
-            **ssh_options,
-        )
+        target = cls.deferred(location, root, **options)
         try:
             await target._pin()
         except BaseException:
