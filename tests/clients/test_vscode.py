@@ -101,5 +101,6 @@ def test_protocol_layer_against_real_server(npm: str, tmp_path: Path) -> None:
     assert re.search(r"# skipped 0\b", output), output
     assert "ok 1 - sessions" in output or re.search(r"ok \d+ - sessions", output), output
     assert re.search(r"ok \d+ - lifecycle", output), output
+    assert re.search(r"ok \d+ - fork variants list the source, then the forks oldest first", output), output
     assert re.search(r"ok \d+ - control", output), output
     assert re.search(r"ok \d+ - following", output), output

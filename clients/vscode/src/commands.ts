@@ -37,6 +37,7 @@ export function commandTable(context: CommandContext): Record<string, () => Prom
     'mevedel.redo': lifecycle.redo,
     'mevedel.fork': lifecycle.fork,
     'mevedel.worktreeFork': lifecycle.worktreeFork,
+    'mevedel.forkVariants': lifecycle.forkVariants,
     'mevedel.saveAs': lifecycle.saveAs,
     'mevedel.retryRecovery': lifecycle.retryRecovery,
     'mevedel.abandonRecovery': lifecycle.abandonRecovery,

@@ -3,7 +3,7 @@
 // user confirms, and the prepare -> confirm -> commit sequence. No `vscode`
 // import: the Node tests run every transaction against the real server, with
 // a confirm callback standing in for the modal dialog.
-import { isErrorData, RequestSender, Scope, SessionState } from './protocol';
+import { isErrorData, openSession, RequestSender, Scope, SessionOpenResult, SessionState } from './protocol';
 
 export const LifecycleMethods = {
   rewindPrepare: 'mevedel/rewind/prepare',
@@ -17,6 +17,7 @@ export const LifecycleMethods = {
   worktreeForkCommit: 'mevedel/worktreeFork/commit',
   saveAsPrepare: 'mevedel/saveAs/prepare',
   saveAsCommit: 'mevedel/saveAs/commit',
+  forkVariants: 'mevedel/fork/variants',
   retryRecovery: 'mevedel/session/retryRecovery',
   abandonRecovery: 'mevedel/session/abandonRecovery',
 } as const;
@@ -420,4 +421,52 @@ export function saveAs(sender: RequestSender, params: Scope & { name: string }, 
 export function redoLabel(state: RedoState): string {
   const last = state.lastTurn ? `ends at turn ${state.lastTurn.turn}: ${state.lastTurn.preview}` : 'the empty session';
   return `${plural(state.turnCount, 'turn')} · ${last}`;
+}
+
+export interface ForkVariant {
+  sessionId: string;
+  role: string;
+  displayName: string;
+  createdAt: number;
+  isCurrent: boolean;
+  latestPreview?: string;
+  worktreeBranch?: string;
+  worktreeDirectory?: string;
+}
+
+export interface ForkVariantsResult {
+  sourceId: string;
+  forkPointId: string;
+  turn: number;
+  forks: ForkVariant[];
+  source?: ForkVariant;
+}
+
+export function forkVariants(sender: RequestSender, params: Scope & { turn: number }): Promise<ForkVariantsResult> {
+  return sender.sendRequest<ForkVariantsResult>(LifecycleMethods.forkVariants, params);
+}
+
+export interface VariantEntry {
+  label: string;
+  description: string;
+  detail: string;
+  variant: ForkVariant;
+}
+
+// The Fork Variants picker's rows: the source first, then the direct forks
+// oldest to newest (the server's order), the session asked about marked.
+export function variantEntries(group: ForkVariantsResult): VariantEntry[] {
+  const variants = group.source ? [group.source, ...group.forks] : [...group.forks];
+  return variants.map((variant) => ({
+    label: `${variant.isCurrent ? '$(check) ' : ''}${variant.role}: ${variant.displayName}`,
+    description: `${variant.sessionId}${variant.isCurrent ? ' · current' : ''}${variant.worktreeDirectory ? ` · ${variant.worktreeDirectory}` : ''}`,
+    detail: variant.latestPreview ?? '',
+    variant,
+  }));
+}
+
+// Opens a picked variant the way the session picker opens a Switch row:
+// mode auto (a takeover is asked by the server itself).
+export function openVariant(sender: RequestSender, variant: ForkVariant, workspaceFolder?: string): Promise<SessionOpenResult> {
+  return openSession(sender, { sessionId: variant.sessionId, mode: 'auto', workspaceFolder });
 }

@@ -7,6 +7,7 @@ import {
   describeInPlace,
   describeRecovery,
   fork,
+  forkVariants,
   Impact,
   isRecoveryPending,
   listRedo,
@@ -14,13 +15,15 @@ import {
   redoLabel,
   retryRecovery,
   rewind,
+  openVariant,
   saveAs,
+  variantEntries,
   worktreeFork,
 } from './lifecycle';
 import { describeRelease, describeTake, grantControl, keepControl, releaseControl, takeControl } from './control';
 import { clearSession, compactSession, describeFollow, describeRefresh, refreshSession, setFollow } from './follow';
 import { describeFailure, listTurns, RequestSender, Scope, SessionState, TurnSummary } from './protocol';
-import { SessionCommandContext, showTranscript } from './sessionCommands';
+import { revealTurn, SessionCommandContext, showTranscript } from './sessionCommands';
 
 function info(message: string): void {
   void vscode.window.showInformationMessage(`mevedel: ${message}`);
@@ -131,6 +134,25 @@ async function forkCommand(context: SessionCommandContext, where: Scope, inWorkt
   return showChild(context, where, result.session);
 }
 
+// Picks the source or one of its forks at a fork point and opens it there.
+async function forkVariantsCommand(context: LifecycleCommandContext, where: Scope): Promise<void> {
+  const sender = await context.sender();
+  const picked = await pickTurn(sender, where, 'mevedel: Fork Variants at', (turn) => turn.state === 'completed');
+  if (!picked) return;
+  const group = await forkVariants(sender, { workspaceFolder: where.workspaceFolder, sessionId: picked.sessionId, turn: picked.turn });
+  const chosen = await vscode.window.showQuickPick(variantEntries(group), {
+    title: `mevedel: Variants at turn ${group.turn} of ${group.sourceId}`,
+    placeHolder: 'The source first, then its forks oldest to newest',
+    matchOnDescription: true,
+    matchOnDetail: true,
+  });
+  if (!chosen) return;
+  const opened = await openVariant(sender, chosen.variant, where.workspaceFolder);
+  await revealTurn(context, { workspaceFolder: where.workspaceFolder, sessionId: opened.session.sessionId }, group.turn);
+  info(`opened ${opened.session.displayName} (${chosen.variant.role}) at turn ${group.turn}`);
+  await announceRecovery(context, opened.session, where.workspaceFolder);
+}
+
 async function saveAsCommand(context: SessionCommandContext, where: Scope): Promise<void> {
   const name = await vscode.window.showInputBox({ title: 'mevedel: Save Session As', prompt: 'The new session name' });
   if (name === undefined) return;
@@ -187,6 +209,7 @@ export function lifecycleCommands(context: LifecycleCommandContext): Record<stri
     redo: guarded(context, (where) => redoCommand(context, where)),
     fork: guarded(context, (where) => forkCommand(context, where, false)),
     worktreeFork: guarded(context, (where) => forkCommand(context, where, true)),
+    forkVariants: guarded(context, (where) => forkVariantsCommand(context, where)),
     saveAs: guarded(context, (where) => saveAsCommand(context, where)),
     retryRecovery: guarded(context, async (where) => info(describeRecovery(await retryRecovery(await context.sender(), where)))),
     // A takeover or the owner's answer is asked by the servers themselves

@@ -135,12 +135,16 @@ async function listTurnsAndGo(context: SessionCommandContext): Promise<void> {
     { title: `mevedel: Go to Turn (${listing.sessionId})`, matchOnDetail: true },
   );
   if (!chosen) return;
-  const where = { workspaceFolder: context.workspaceFolder(), sessionId: listing.sessionId };
-  const shown = await showTurn(sender, { ...where, turn: chosen.turn });
+  await revealTurn(context, { workspaceFolder: context.workspaceFolder(), sessionId: listing.sessionId }, chosen.turn);
+}
+
+// Shows a session's transcript with the cursor on a turn's heading.
+export async function revealTurn(context: SessionCommandContext, where: Scope & { sessionId: string }, turn: number): Promise<void> {
+  const shown = await showTurn(await context.sender(), { ...where, turn });
   const editor = await showTranscript(context, where);
   const line = turnLine(editor.document.getText(), shown);
   if (line === undefined) {
-    void vscode.window.showWarningMessage(`mevedel: turn ${chosen.turn} is not in the transcript of ${listing.sessionId}`);
+    void vscode.window.showWarningMessage(`mevedel: turn ${turn} is not in the transcript of ${where.sessionId}`);
     return;
   }
   const start = new vscode.Position(line, 0);

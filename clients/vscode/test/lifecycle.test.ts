@@ -13,16 +13,20 @@ import {
   abandonRecovery,
   describeRecovery,
   fork,
+  forkVariants,
   Impact,
   isRecoveryPending,
   listRedo,
   redo,
   retryRecovery,
   rewind,
+  openVariant,
   saveAs,
+  variantEntries,
   worktreeFork,
 } from '../src/lifecycle';
-import { createSession, describeFailure, listSessions, listTurns, openSession, readDocument } from '../src/protocol';
+import { createSession, describeFailure, listSessions, listTurns, openSession, readDocument, showTurn } from '../src/protocol';
+import { turnLine } from '../src/sessions';
 import { ServerSession, startServer } from './session';
 
 const workspace = process.env.MEVEDEL_TEST_LIFECYCLE_WORKSPACE;
@@ -186,6 +190,42 @@ suite('lifecycle', { skip }, () => {
     const copy = rows.find((row) => row.sessionId === saved.result.session.sessionId);
     assert.equal(copy?.displayName, 'Saved from VS Code');
     assert.equal(copy?.turns, 3);
+  });
+
+  test('fork variants list the source, then the forks oldest first; the chosen fork opens at the turn', async () => {
+    const sessionId = await threeTurns('Variants');
+    const shown: Impact[] = [];
+    const older = await fork(server.connection, { sessionId, turn: 2 }, answering(true, shown));
+    // Creation times are whole seconds; same-second forks order by ID.
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const newer = await fork(server.connection, { sessionId, turn: 2 }, answering(true, shown));
+    assert.ok(older.committed && newer.committed);
+    const olderId = older.result.session.sessionId;
+    const newerId = newer.result.session.sessionId;
+
+    const group = await forkVariants(server.connection, { sessionId: olderId, turn: 2 });
+    assert.equal(group.sourceId, sessionId);
+    const entries = variantEntries(group);
+    assert.deepEqual(
+      entries.map((e) => [e.variant.sessionId, e.variant.role, e.variant.isCurrent]),
+      [
+        [sessionId, 'source', false],
+        [olderId, 'conversation', true],
+        [newerId, 'conversation', false],
+      ],
+    );
+    assert.equal(entries[0].label, 'source: Variants');
+    assert.equal(entries[0].detail, 'Variants step 3');
+    assert.ok(entries[1].label.startsWith('$(check) conversation: '), entries[1].label);
+    assert.equal(entries[1].description, `${olderId} · current`);
+
+    const opened = await openVariant(server.connection, entries[2].variant);
+    assert.equal(opened.session.sessionId, newerId);
+    const row = (await listSessions(server.connection)).sessions.find((s) => s.sessionId === newerId);
+    assert.equal(row?.current, true);
+    const text = await transcript(newerId);
+    const line = turnLine(text, await showTurn(server.connection, { sessionId: newerId, turn: 2 }));
+    assert.ok(line !== undefined && text.split('\n').slice(line).join('\n').includes('Variants step 2'), text);
   });
 
   test('worktree fork creates the Git worktree with the turn content only when confirmed', async () => {
