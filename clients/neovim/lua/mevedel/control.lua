@@ -8,6 +8,7 @@
 -- `mevedel/control/didChange` reports each step on both sides.
 
 local mevedel = require('mevedel')
+local client_or_notify, scoped = mevedel.client_or_notify, mevedel.scoped
 
 local M = {}
 
@@ -17,17 +18,7 @@ local levels = vim.log.levels
 --- `User MevedelControlChanged` autocommand).
 M.last_change = nil
 
-local function scoped(session)
-  return session and { sessionId = session } or vim.empty_dict()
-end
 
-local function client_or_notify()
-  local client, err = mevedel.client()
-  if not client then
-    mevedel.notify(err)
-  end
-  return client
-end
 
 local OUTCOMES = {
   acquired = 'you have control (writable here)',

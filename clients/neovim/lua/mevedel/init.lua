@@ -284,6 +284,30 @@ function M.client()
   return client
 end
 
+--- The mevedel client, or nil after telling the user why there is none.
+function M.client_or_notify()
+  local client, err = M.client()
+  if not client then
+    notify(err)
+  end
+  return client
+end
+
+--- Whether a decoded JSON value is present (neither absent nor null).
+function M.present(value)
+  return value ~= nil and value ~= vim.NIL
+end
+
+--- Request params with sessionId when SESSION is given (else the server's
+--- current session); an empty table goes out as a JSON object.
+function M.scoped(session, params)
+  params = params or {}
+  if session then
+    params.sessionId = session
+  end
+  return next(params) == nil and vim.empty_dict() or params
+end
+
 local function error_text(err)
   if type(err) ~= 'table' then
     return tostring(err)

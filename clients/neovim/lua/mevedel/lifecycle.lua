@@ -9,14 +9,12 @@
 -- Retry / Abandon / Leave it.
 
 local mevedel = require('mevedel')
+local client_or_notify, present, scoped = mevedel.client_or_notify, mevedel.present, mevedel.scoped
 
 local M = {}
 
 local levels = vim.log.levels
 
-local function present(value)
-  return value ~= nil and value ~= vim.NIL
-end
 
 local function list(value)
   return present(value) and value or {}
@@ -239,19 +237,7 @@ local function hide_impact()
   end
 end
 
-local function client_or_notify()
-  local client, err = mevedel.client()
-  if not client then
-    mevedel.notify(err)
-  end
-  return client
-end
 
-local function scoped(session, params)
-  params = params or {}
-  params.sessionId = session
-  return next(params) == nil and vim.empty_dict() or params
-end
 
 -- Sends a lifecycle request; a refusal is told in the server's words, and
 -- one because of a pending recovery offers to resolve it.

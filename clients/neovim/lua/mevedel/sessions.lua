@@ -9,6 +9,7 @@
 -- session whose lease expired) are asked with `vim.ui.select`.
 
 local mevedel = require('mevedel')
+local client_or_notify, present, scoped = mevedel.client_or_notify, mevedel.present, mevedel.scoped
 
 local M = {}
 
@@ -21,18 +22,7 @@ M.last_change = nil
 
 local levels = vim.log.levels
 
-local function present(value)
-  return value ~= nil and value ~= vim.NIL
-end
 
--- The mevedel client, or nil after telling the user why there is none.
-local function client_or_notify()
-  local client, err = mevedel.client()
-  if not client then
-    mevedel.notify(err)
-  end
-  return client
-end
 
 -- Sends METHOD; on failure tells the user the server's words.
 local function call(client, method, params)
@@ -43,14 +33,6 @@ local function call(client, method, params)
   return result
 end
 
--- Params with sessionId when SESSION is given (else the server's current).
-local function scoped(session, params)
-  params = params or {}
-  if session then
-    params.sessionId = session
-  end
-  return next(params) == nil and vim.empty_dict() or params
-end
 
 --- The session the current buffer is about (a transcript, a turn view), or
 --- nil for the server's current session.
