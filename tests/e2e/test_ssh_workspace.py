@@ -112,8 +112,15 @@ async def test_the_session_surface_on_an_ssh_workspace(openssh_server, tmp_path,
         assert listing["text"] == "work://plans/plan.md"
         missing = await failure(client, methods.RESOURCE_READ, {**ws, "address": "work://plans/none.md"})
         assert missing["kind"] == "missing-target" and str(project) not in repr(missing)
-        grep = await failure(client, methods.RESOURCE_GREP, {**ws, "address": "work://plans/", "pattern": "step"})
-        assert grep["kind"] == "unavailable"
+        # Glob and Grep walk the remote tree; the session scope's own "shared"
+        # directory stays hidden there, as locally.
+        (notes.parent / "shared" / "hidden.md").write_text("step hidden\n")
+        globbed = await request(client, methods.RESOURCE_GLOB, {**ws, "address": "work://", "pattern": "**/*.md"})
+        assert globbed["matches"] == ["work://plans/plan.md"]
+        grep = await request(client, methods.RESOURCE_GREP, {**ws, "address": "work://plans/", "pattern": "two$"})
+        assert [(m["address"], m["line"], m["preview"]) for m in grep["matches"]] == [("work://plans/plan.md", 2, "step two")]
+        refused = await failure(client, methods.RESOURCE_GREP, {**ws, "address": "work://nowhere/", "pattern": "x"})
+        assert refused["kind"] == "missing-target" and "work://nowhere/" in repr(refused)
 
         closed = await request(client, methods.SESSION_CLOSE, {**ws, "sessionId": sid})
         assert closed["sessionId"] == sid

@@ -52,6 +52,10 @@ EMPTY = "artifact:// has no persisted output yet; oversized tool results and yie
 
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
+    if context.remote_workspace:
+        from . import remote_artifact
+
+        return remote_artifact.prepare(address, request, context)
     authored, canonical = address.authored, address.canonical
     tree = artifact_tree(context)
     if tree is None:

@@ -14,7 +14,7 @@ from .attempt import Request
 from .options import GlobOptions, GrepOptions, ReadOptions
 from .projection import page_lines
 from .results import GlobResult, GrepResult, ReadResult
-from .tree import Located, SearchScope, glob_scopes, grep_scopes, read_located, require_existing
+from .tree import GrepOutcome, Located, SearchScope, glob_scopes, grep_scopes, read_located, require_existing
 
 
 def fail(error: AddressError) -> Callable[[], object]:
@@ -50,29 +50,43 @@ def search(
     if request.operation is Operation.GLOB:
         assert isinstance(request.options, GlobOptions) and request.glob is not None
         matches, truncated = glob_scopes(scopes, request.glob, request.options.limit)
-        parts = [notice] if notice and not matches else []
-        if truncated:
-            parts.append(f"showing the first {request.options.limit} matches; narrow the pattern or raise limit")
-        return GlobResult(authored, canonical, tuple(matches), truncated, "\n".join(parts) or None)
+        return glob_answer(matches, truncated, request, authored, canonical, notice)
     if request.operation is Operation.GREP:
         assert isinstance(request.options, GrepOptions) and request.grep is not None
         outcome = grep_scopes(
             scopes, request.grep, request.options, explicit_file=authored if explicit_file else None
         )
-        parts = [notice] if notice and not outcome.matches else []
-        if outcome.skipped:
-            parts.append(f"{len(outcome.skipped)} non-text file(s) skipped: " + ", ".join(outcome.skipped[:20]))
-        if outcome.truncated:
-            parts.append(f"showing the first {request.options.limit} matching lines; narrow the pattern or raise limit")
-        return GrepResult(
-            authored,
-            canonical,
-            tuple(outcome.matches),
-            outcome.files_searched,
-            outcome.truncated,
-            "\n".join(parts) or None,
-        )
+        return grep_answer(outcome, request, authored, canonical, notice)
     raise AddressError(ErrorKind.INTERNAL, authored, f"{request.operation.value} reached the file search")
+
+
+def glob_answer(
+    matches: list[str], truncated: bool, request: Request, authored: str, canonical: str, notice: str | None
+) -> GlobResult:
+    """The Glob result of ``matches`` (a local or a remote walk's)."""
+    assert isinstance(request.options, GlobOptions)
+    parts = [notice] if notice and not matches else []
+    if truncated:
+        parts.append(f"showing the first {request.options.limit} matches; narrow the pattern or raise limit")
+    return GlobResult(authored, canonical, tuple(matches), truncated, "\n".join(parts) or None)
+
+
+def grep_answer(outcome: GrepOutcome, request: Request, authored: str, canonical: str, notice: str | None) -> GrepResult:
+    """The Grep result of ``outcome`` (a local or a remote search's)."""
+    assert isinstance(request.options, GrepOptions)
+    parts = [notice] if notice and not outcome.matches else []
+    if outcome.skipped:
+        parts.append(f"{len(outcome.skipped)} non-text file(s) skipped: " + ", ".join(outcome.skipped[:20]))
+    if outcome.truncated:
+        parts.append(f"showing the first {request.options.limit} matching lines; narrow the pattern or raise limit")
+    return GrepResult(
+        authored,
+        canonical,
+        tuple(outcome.matches),
+        outcome.files_searched,
+        outcome.truncated,
+        "\n".join(parts) or None,
+    )
 
 
 def read_listing(

@@ -77,6 +77,11 @@ def prepare_patch(patch_text: str, options: object, context: ResolverContext) ->
     if options is not None and not isinstance(options, PatchOptions):
         raise AddressError(ErrorKind.INTERNAL, "ApplyPatch", f"ApplyPatch was called with {type(options).__name__}")
     patch = parse_patch(patch_text)
+    if context.remote_workspace and context.store_target is not None:
+        from . import remote_patch
+
+        if remote_patch.names_remote_files(patch.operations):
+            return _prepare_remote(patch.operations, context)
     planned: list[tuple[FileOperation, _Target, _Target | None]] = []
     for operation in patch.operations:
         target = _resolve(operation.target, context)
@@ -101,3 +106,19 @@ def prepare_patch(patch_text: str, options: object, context: ResolverContext) ->
         return apply_file_operations(resolved)
 
     return Attempt(Operation.APPLY_PATCH, facts, run)
+
+
+def _prepare_remote(operations: tuple[FileOperation, ...], context: ResolverContext) -> Attempt:
+    """A patch of work:// files on an SSH workspace (see :mod:`.remote_patch`)."""
+    from . import remote_patch
+
+    assert context.store_target is not None
+    planned = []
+    for operation in operations:
+        first = remote_patch.resolve(operation.target, context)
+        second = None if operation.move_to is None else remote_patch.resolve(operation.move_to, context)
+        planned.append((operation, first, second))
+    facts = tuple(
+        _facts(_Target(target.address, None, None)) for _op, first, second in planned for target in (first, second) if target is not None
+    )
+    return Attempt(Operation.APPLY_PATCH, facts, remote_patch.runner(planned, context.store_target))

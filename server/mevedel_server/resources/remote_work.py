@@ -1,72 +1,81 @@
-"""work:// on a workspace reached over SSH: Read of the session's files
+"""work:// on a workspace reached over SSH: the session's files
 (``SESSION/local/``) and the shared scope (``.mevedel/shared/``) through the
 store's target, so the same pinned, symlink-refusing remote programs serve
-them. The local searches walk local trees, so Glob, Grep and the bare
-``work://`` union answer ``unavailable`` on such a workspace.
+Read, Glob, Grep and the bare ``work://`` union with the local answers,
+notices and errors (see :mod:`.remote_tree`). ApplyPatch is
+:mod:`.remote_patch`.
 """
 
 from __future__ import annotations
 
-from ..addresses.encoding import encode_component
 from ..addresses.model import Address, AddressError, ErrorKind, Operation
-from ..targets import ControlProgram, ListDir, Read, Stat, Status, TargetError
 from .attempt import Prepared, Request
 from .context import ResolverContext
-from .options import ReadOptions
-from .projection import page_lines, split_lines
-from .text_source import decode_text
+from .file_operations import fail, read_listing
+from .remote_tree import Node, RemoteTree, Scope, later, run_node, search, top_lines, walk_roots
+from .work import SESSION_BASE, SESSION_UNUSED, SHARED_BASE, SHARED_UNUSED, _hide_shared, no_session
+
+SHARED_ROOT = ".mevedel/shared"
+
+
+def session_root(session_id: str) -> str:
+    return f".mevedel/sessions/{session_id}/local"
+
+
+def session_tree(context: ResolverContext) -> RemoteTree | None:
+    sid = context.remote_session
+    return None if sid is None else RemoteTree(session_root(sid), SESSION_BASE, present=_hide_shared)
+
+
+def shared_tree() -> RemoteTree:
+    return RemoteTree(SHARED_ROOT, SHARED_BASE)
 
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
     authored, canonical = address.authored, address.canonical
     target = context.store_target
     assert target is not None and context.remote_workspace
-    if address.scope == "listing" or request.operation is not Operation.READ:
-        return Prepared("file", _failing(AddressError(
-            ErrorKind.UNAVAILABLE, authored, "only Read of an explicit work:// address is served on an SSH workspace"
-        )))
+    if address.scope == "listing":
+        session = session_tree(context)
+        if session is None:
+            return Prepared("file", fail(no_session(authored)))
+        return Prepared("file", later(_run_union, target, session, request, authored, canonical))
     if address.scope == "shared":
-        base, root = "work://shared/", ".mevedel/shared"
+        tree = shared_tree()
     else:
-        if context.remote_session is None:
-            return Prepared("file", _failing(AddressError(
-                ErrorKind.OWNER_MISSING, authored, "no session is open; work:// session files belong to the open session"
-            )))
-        base, root = "work://", f".mevedel/sessions/{context.remote_session}/local"
-    parts = tuple(address.path)
-    path = "/".join((root, *parts))
-
-    async def run() -> object:
-        assert isinstance(request.options, ReadOptions)
-        try:
-            # One round trip tries both: exactly one fits the entry's type.
-            found = await target.run(ControlProgram([Read(path, optional=True), ListDir(path, optional=True)]))
-            as_file, as_dir = found[0], found[1]
-            if as_file.ok:
-                text = decode_text(as_file.value, authored)
-                notice = None if text else f"{canonical} is an empty file"
-                return page_lines(split_lines(text), request.options, authored, canonical, "file", notice)
-            if as_dir.ok:
-                names = [n for n in as_dir.value if parts or n != "shared" or base == "work://shared/"]
-                kinds = await target.run(ControlProgram([Stat(f"{path}/{n}", optional=True) for n in names])) if names else []
-                lines = [
-                    base + "/".join(encode_component(p) for p in (*parts, name)) + ("/" if k.ok and k.value.kind == "directory" else "")
-                    for name, k in zip(names, kinds)
-                    if k.ok and k.value.kind in ("file", "directory")
-                ]
-                notice = None if lines else f"{canonical} is an empty directory"
-                return page_lines(lines, request.options, authored, canonical, "directory", notice)
-            if Status.ABSENT in (as_file.status, as_dir.status):
-                raise AddressError(ErrorKind.MISSING_TARGET, authored, "does not exist")
-            raise AddressError(ErrorKind.UNAVAILABLE, authored, "cannot be read on the SSH workspace (not a plain file or directory)")
-        except TargetError as error:
-            raise AddressError(ErrorKind.UNAVAILABLE, authored, f"the SSH workspace could not be read ({error.reason})") from None
-
-    return Prepared("file", run)
+        tree = session_tree(context)
+        if tree is None:
+            return Prepared("file", fail(no_session(authored)))
+    if address.scope == "shared" and not address.path:
+        return Prepared("file", later(_run_shared_root, target, tree, request, authored, canonical))
+    node = Node(tree, tuple(address.path), tree.path(tuple(address.path)))
+    return Prepared("file", later(run_node, target, node, request, authored, canonical))
 
 
-def _failing(error: AddressError):
-    async def run() -> object:
-        raise error
+async def _run_shared_root(target, tree: RemoteTree, request: Request, authored: str, canonical: str) -> object:
+    try:
+        return await run_node(target, Node(tree, (), tree.root), request, authored, canonical)
+    except AddressError as error:
+        if error.kind is not ErrorKind.MISSING_TARGET:
+            raise
+    # Nobody has written a shared file yet: an unused scope, not a miss.
+    if request.operation is Operation.READ:
+        return read_listing([], request, authored, canonical, SHARED_UNUSED)
+    return await search(target, [], request, authored, canonical, notice=SHARED_UNUSED)
 
-    return run
+
+async def _run_union(target, session: RemoteTree, request: Request, authored: str, canonical: str) -> object:
+    shared = shared_tree()
+    walks = await walk_roots(target, [session, shared], authored)
+    notes = [
+        text
+        for walked, text in zip(walks, (SESSION_UNUSED, SHARED_UNUSED))
+        if walked is None or not walked.entries("", ())
+    ]
+    notice = "\n".join(notes) or None
+    if request.operation is Operation.READ:
+        lines = top_lines(walks[0]) + top_lines(walks[1])
+        return read_listing(lines, request, authored, canonical, notice)
+    scopes = [Scope(walked.tree, (), walked=walked) for walked in walks if walked is not None]
+    return await search(target, scopes, request, authored, canonical, notice=notice)
+

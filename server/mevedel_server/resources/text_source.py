@@ -7,6 +7,7 @@ an ``OSError``'s own text (which carries the path) never reaches a message.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ def read_bytes(path: Path, authored: str, *, compressed: bool = False, budget: I
         if compressed:
             return _inflate(path, authored, budget or InflationBudget())
         if path.stat().st_size > MAX_FILE_BYTES:
-            raise AddressError(ErrorKind.UNREADABLE, authored, "is larger than the 64 MiB read bound")
+            raise too_large(authored)
         return path.read_bytes()
     except FileNotFoundError:
         raise AddressError(ErrorKind.MISSING_TARGET, authored, "does not exist") from None
@@ -63,7 +64,21 @@ def read_text(path: Path, authored: str, *, compressed: bool = False, budget: In
     return decode_text(read_bytes(path, authored, compressed=compressed, budget=budget), authored)
 
 
-def _inflate(path: Path, authored: str, budget: InflationBudget) -> bytes:
+def text_of_bytes(data: bytes, authored: str, *, compressed: bool = False, budget: InflationBudget | None = None) -> str:
+    """:func:`read_text` of bytes already read (from a remote target), with
+    the same bounds and messages."""
+    if compressed:
+        data = _inflate(io.BytesIO(data), authored, budget or InflationBudget())
+    elif len(data) > MAX_FILE_BYTES:
+        raise too_large(authored)
+    return decode_text(data, authored)
+
+
+def too_large(authored: str) -> AddressError:
+    return AddressError(ErrorKind.UNREADABLE, authored, "is larger than the 64 MiB read bound")
+
+
+def _inflate(path: Path | io.BytesIO, authored: str, budget: InflationBudget) -> bytes:
     limit = min(MAX_FILE_BYTES, budget.remaining)
     chunks: list[bytes] = []
     size = 0

@@ -50,6 +50,14 @@ def _present_as_is(parent: tuple[str, ...], name: str, is_dir: bool, siblings: f
     return name, False
 
 
+def address_of(base: str, parts: tuple[str, ...], *, is_dir: bool = False) -> str:
+    """The address of ``parts`` below a family prefix ``base``."""
+    if not parts:
+        return base if base.endswith("://") else base.rstrip("/")
+    text = base + "/".join(encode_component(part) for part in parts)
+    return text + "/" if is_dir else text
+
+
 @dataclass(frozen=True)
 class Tree:
     """A family root. ``base`` is the address prefix of its descendants
@@ -67,10 +75,7 @@ class Tree:
         object.__setattr__(self, "real_root", os.path.realpath(self.root))
 
     def address(self, parts: tuple[str, ...], *, is_dir: bool = False) -> str:
-        if not parts:
-            return self.base if self.base.endswith("://") else self.base.rstrip("/")
-        text = self.base + "/".join(encode_component(part) for part in parts)
-        return text + "/" if is_dir else text
+        return address_of(self.base, parts, is_dir=is_dir)
 
     def exists(self) -> bool:
         return os.path.isdir(self.root)

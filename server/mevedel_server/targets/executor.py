@@ -16,11 +16,12 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   ``CreateLinked``, the expectation of ``Verify`` or the
   parts of ``StampedCreate`` (bytes, and integers standing for the clock
   reading plus that many seconds) or the ``(prefix, digits, suffix)`` of
-  ``ReadNewest``;
+  ``ReadNewest``, or the ``(entry limit, depth or None)`` of ``WalkTree``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
   ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
   ``StampedCreate`` value the clock reading it wrote, a ``ReadNewest``
-  value ``(name, bytes)``, a ``CreateLinked`` value whether it linked.
+  value ``(name, bytes)``, a ``CreateLinked`` value whether it linked, a
+  ``WalkTree`` value ``(entries, truncated)`` (see :meth:`Executor._walk`).
 
 Every operation opens the root, proves its device and inode are the pinned
 identity, and then opens each parent component with ``O_DIRECTORY |
@@ -721,6 +722,30 @@ class Executor:
         finally:
             os.close(fd)
 
+    def _walk(self, path, bounds, _deferred):
+        """Every entry below directory ``path``: ``(relative path, kind,
+        size, mtime_seconds)`` in depth-first order with each directory's
+        names sorted, a directory before its contents. Symbolic links are
+        neither listed nor followed (the walk opens each directory with
+        ``O_NOFOLLOW`` from its parent's descriptor, as every operation
+        does); a subdirectory that cannot be opened or listed is skipped, as
+        a local search skips it. At most ``limit`` entries, at most
+        ``depth`` levels down (None: all): ``truncated`` says the walk left
+        entries out because of the limit."""
+        try:
+            limit, depth = bounds
+        except (TypeError, ValueError):
+            limit = depth = -1
+        if not all(_whole(n) for n in (limit, 1 if depth is None else depth)):
+            raise Refused(FAILED, "a tree walk needs a whole entry limit and depth")
+        entries = []
+        fd = self._open_directory(split_components(path))
+        try:
+            truncated = _walk_directory(fd, "", entries, limit, depth)
+        finally:
+            os.close(fd)
+        return (OK, (entries, truncated), None, False)
+
     def _barrier(self, path, _argument, deferred):
         if split_components(path):
             raise Refused(FAILED, "a barrier names the target root, not '%s'" % path)
@@ -741,4 +766,41 @@ _HANDLERS = {
     "MakeDirs": Executor._make_dirs,
     "Clock": Executor._clock,
     "Barrier": Executor._barrier,
+    "WalkTree": Executor._walk,
 }
+
+
+def _whole(number):
+    return type(number) is int and number >= 0
+
+
+def _walk_directory(fd, prefix, entries, limit, depth):
+    """Append the entries below the open directory ``fd`` (see
+    ``Executor._walk``); True once ``limit`` entries left some out."""
+    for name in sorted(os.listdir(fd)):
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue  # vanished meanwhile
+        mode = st.st_mode
+        if stat_mode.S_ISLNK(mode):
+            continue
+        if len(entries) == limit:
+            return True
+        kind = "directory" if stat_mode.S_ISDIR(mode) else "file" if stat_mode.S_ISREG(mode) else "other"
+        relative = prefix + name
+        entries.append((relative, kind, st.st_size, st.st_mtime_ns // 1000000000))
+        if kind != "directory" or depth == 1:
+            continue
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            continue  # replaced by a link or unreadable: not descended
+        try:
+            if _walk_directory(child, relative + "/", entries, limit, None if depth is None else depth - 1):
+                return True
+        except OSError:
+            pass  # unlistable: its entries stay unknown, as a local walk skips it
+        finally:
+            os.close(child)
+    return False

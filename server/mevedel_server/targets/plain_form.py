@@ -30,7 +30,10 @@ from .program import (
     StampedCreate,
     Stat,
     Status,
+    TreeWalk,
     Verify,
+    WalkedEntry,
+    WalkTree,
 )
 
 _KINDS: dict[type, str] = {
@@ -49,6 +52,7 @@ _KINDS: dict[type, str] = {
         MakeDirs,
         Clock,
         Barrier,
+        WalkTree,
     )
 }
 _STATUSES = {status.value: status for status in Status}
@@ -70,6 +74,8 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = list(op.plain_parts())
     elif isinstance(op, ReadNewest):
         argument = [op.prefix, op.digits, op.suffix]
+    elif isinstance(op, WalkTree):
+        argument = [op.limit, op.depth]
     else:
         argument = None
     return (kind, op.path, op.optional, argument, op.deferred)
@@ -88,7 +94,15 @@ def _value(op: Operation, status: Status, value: object) -> object:
     if status is Status.OK and isinstance(op, ReadNewest):
         name, data = value  # type: ignore[misc]
         return (str(name), bytes(data))
+    if status is Status.OK and isinstance(op, WalkTree):
+        return _tree_walk(value)
     return value
+
+
+def _tree_walk(value: object) -> TreeWalk:
+    entries, truncated = value  # type: ignore[misc]
+    walked = tuple(WalkedEntry(str(path), str(kind), int(size), int(mtime)) for path, kind, size, mtime in entries)
+    return TreeWalk(walked, bool(truncated))
 
 
 def program_result(program: ControlProgram, results: Sequence[Sequence[object]], stopped_at: int | None) -> ProgramResult:

@@ -121,6 +121,47 @@ class ReadNewest(Operation):
 
 
 @dataclass(frozen=True)
+class WalkTree(Operation):
+    """Walk directory ``path`` (the root too): ``value`` is a
+    :class:`TreeWalk` of every entry below it (``depth`` levels down; None:
+    all), at most ``limit`` of them. Symbolic links are neither listed nor
+    followed; each directory's names are sorted, a directory comes before
+    its contents. One operation answers
+    what a per-directory ``ListDir`` + ``Stat`` walk would need a round trip
+    per level for."""
+
+    limit: int = 100_000
+    depth: int | None = None
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for number in (self.limit, 1 if self.depth is None else self.depth):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError("a tree walk's limit and depth are whole, non-negative numbers")
+        if self.depth == 0:
+            raise ValueError("a tree walk goes at least one level down")
+
+
+@dataclass(frozen=True)
+class WalkedEntry:
+    """One entry of a :class:`WalkTree` answer; ``path`` is relative to the
+    walked directory (``/``-separated)."""
+
+    path: str
+    kind: str  # "file" | "directory" | "other"
+    size: int
+    mtime: int
+
+
+@dataclass(frozen=True)
+class TreeWalk:
+    entries: tuple[WalkedEntry, ...]
+    #: The walk met more than ``limit`` entries and stopped.
+    truncated: bool
+
+
+@dataclass(frozen=True)
 class CreateExclusive(Operation):
     """Create a file that must not exist yet, with all of ``data`` or nothing."""
 
