@@ -34,8 +34,10 @@ import asyncio
 import logging
 import os
 import secrets
+import shlex
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import asyncssh
 
@@ -44,6 +46,7 @@ from .program import ControlProgram, ProgramResult
 from .remote_bundle import BYTECODE_MAGIC, compiled_script, remote_command, remote_script
 from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
 from .ssh_config import SshLocation, client_options, parse_ssh_location
+from .paths import split_target_path
 from .target import ProgramTarget
 from .wire import HEAD_SIZE, MAGIC_HEAD, NONCE_SIZE, TAIL_SIZE, FrameError, check_tail, decode_value, frame_chunks
 
@@ -63,6 +66,15 @@ _FINAL_CONNECT_ERRORS = (
     asyncssh.IllegalUserName,
 )
 _TRANSPORT_ERRORS = (asyncssh.Error, OSError, EOFError, asyncio.IncompleteReadError)
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    """What a command run by :meth:`SshTarget.run_command` left behind."""
+
+    exit_status: int
+    stdout: bytes
+    stderr: bytes
 
 
 class _NotSent(Exception):
@@ -247,6 +259,36 @@ class SshTarget(ProgramTarget):
         if kind == "error":
             raise self._unavailable(f"the remote program failed: {answer[1] if len(answer) > 1 else '?'}", True)
         raise self._unavailable("the target answered with something that is not a program result", True)
+
+    async def run_command(
+        self, argv: Sequence[str], cwd: str = ".", *, timeout: float = 60.0
+    ) -> CommandOutcome:
+        """Run ``argv`` (a program and its arguments, no shell syntax) on the
+        host in ``cwd``, a target-relative directory below the pinned root,
+        and return its exit status and output. For tools that must run where
+        the files are (``git`` for a Worktree Fork); durable store I/O never
+        goes this way. The command line is built from quoted words, so no
+        argument is ever interpreted by the remote shell. A dropped
+        connection or a command that outlives ``timeout`` raises
+        :class:`TargetUnavailable` with an unknown outcome."""
+        if not argv:
+            raise ValueError("a command needs at least the program name")
+        await self._pinned()
+        parts = split_target_path(cwd)
+        directory = "/".join([self.root.rstrip("/") or "", *parts]) or "/"
+        line = f"cd -- {shlex.quote(directory)} && exec {' '.join(shlex.quote(word) for word in argv)}"
+        async with self._channels:
+            conn = await self._connection()
+            try:
+                done = await asyncio.wait_for(conn.run(line, check=False, encoding=None), timeout)
+            except asyncio.TimeoutError:
+                raise self._unavailable(f"'{argv[0]}' did not finish within {timeout:g} s", True) from None
+            except _TRANSPORT_ERRORS as exc:
+                if conn.is_closed():
+                    self._forget(conn)
+                raise self._unavailable(f"'{argv[0]}' was cut off ({_describe(exc)})", True) from None
+        status = done.exit_status if done.exit_status is not None else -1
+        return CommandOutcome(status, bytes(done.stdout or b""), bytes(done.stderr or b""))
 
     async def close(self) -> None:
         self._closed = True
