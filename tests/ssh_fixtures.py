@@ -10,7 +10,9 @@
   user's real files are left alone. A remote ``~`` is that home.
 - ``fault_server`` (per test): an in-process asyncssh server that runs the
   same remote program in-process, and can be told to misbehave on the Nth
-  program: drop the connection before or after running it or in the middle
+  program (faults of the channel itself -- refused, no ``python3`` -- on
+  the Nth channel opened; every other fault on the Nth request received,
+  so it hits the program whichever process, warm or fresh, serves it): drop the connection before or after running it or in the middle
   of its answer, be slow, refuse the channel, lack ``python3``, kill the
   program after it answered, print login noise or answer with a stale frame.
 """
@@ -184,6 +186,7 @@ FAULTS = (
     "login-noise",  # a login script prints before the answer
     "stale-answer",  # answers with a frame carrying another nonce
 )
+CHANNEL_FAULTS = ("refuse-channel", "command-not-found")
 
 
 @dataclass
@@ -207,6 +210,8 @@ class FaultServer:
     authorized: str = ""
     acceptor: asyncssh.SSHAcceptor | None = None
     live: list = field(default_factory=list)
+    #: Processes that have their script and wait for a request (warm ones).
+    waiting: list = field(default_factory=list)
 
     async def start(self) -> None:
         self.acceptor = await asyncssh.create_server(
@@ -229,6 +234,12 @@ class FaultServer:
             conn.abort()
         self.live.clear()
 
+    def kill_waiting(self) -> None:
+        """Kill every process waiting for its request (as an OOM killer or
+        an administrator would)."""
+        for process in list(self.waiting):
+            process.exit_with_signal("KILL")
+
     def drop_connections(self) -> None:
         for conn in self.live:
             conn.abort()
@@ -246,7 +257,21 @@ class FaultServer:
         self.seen.append(fault)
         return fault
 
-    async def handle(self, process: asyncssh.SSHServerProcess, fault: str) -> None:
+    def channel_fault(self) -> str | None:
+        """The fault for a channel being opened, if the plan's next one is a
+        fault of channels."""
+        if self.plan and self.plan[0] in CHANNEL_FAULTS:
+            return self.next_fault()
+        return None
+
+    def program_fault(self) -> str:
+        """The fault for a request just received; a channel fault next in
+        the plan waits for its channel."""
+        if self.plan and self.plan[0] in CHANNEL_FAULTS:
+            return "normal"
+        return self.next_fault()
+
+    async def handle(self, process: asyncssh.SSHServerProcess, fault: str | None) -> None:
         connection = process.get_extra_info("connection")
         self.commands.append(process.command or "")
         if fault == "command-not-found":
@@ -258,9 +283,14 @@ class FaultServer:
         script = await process.stdin.readexactly(int(match.group(1)))
         assert script in (remote_script(), compiled_script()), "the client did not send the remote program"
         self.scripts.append("compiled" if script == compiled_script() else "source")
-        head = await process.stdin.readexactly(wire.HEAD_SIZE)
+        self.waiting.append(process)
+        try:
+            head = await process.stdin.readexactly(wire.HEAD_SIZE)
+        finally:
+            self.waiting.remove(process)
         nonce, length = wire.parse_head(head)
         rest = await process.stdin.readexactly(length + wire.TAIL_SIZE)
+        fault = self.program_fault()
         if fault == "drop-before-run":
             connection.abort()
             return
@@ -299,7 +329,7 @@ class _Server(asyncssh.SSHServer):
         self.faults.live.append(conn)
 
     def session_requested(self):
-        fault = self.faults.next_fault()
+        fault = self.faults.channel_fault()
         if fault == "refuse-channel":
             return False
 

@@ -73,7 +73,8 @@ async def test_login_noise_before_the_answer_is_skipped(fault_server, target, tm
     assert result.completed and result[1].value == ("f",)
 
 
-async def test_a_refused_channel_is_reported_and_nothing_runs(fault_server, target, tmp_path):
+async def test_a_refused_channel_is_reported_and_nothing_runs(fault_server, tmp_path):
+    target = await connect(fault_server, tmp_path, spares=0)  # the program's own channel is refused
     fault_server.plan = ["refuse-channel"]
     ran = fault_server.ran
     with pytest.raises(TargetUnavailable) as info:
@@ -81,6 +82,7 @@ async def test_a_refused_channel_is_reported_and_nothing_runs(fault_server, targ
     assert not info.value.outcome_unknown
     assert fault_server.ran == ran and not (tmp_path / "f").exists()
     assert (await target.run(_create("f"))).completed
+    await target.close()
 
 
 async def test_a_host_without_python_is_refused_clearly(fault_server, tmp_path):
@@ -89,7 +91,8 @@ async def test_a_host_without_python_is_refused_clearly(fault_server, tmp_path):
         await connect(fault_server, tmp_path)
 
 
-async def test_the_interpreter_path_found_at_connection_is_reused_and_dropped_when_gone(fault_server, target, tmp_path):
+async def test_the_interpreter_path_found_at_connection_is_reused_and_dropped_when_gone(fault_server, tmp_path):
+    target = await connect(fault_server, tmp_path, spares=0)  # every program starts its own process
     # The remote side reported its real interpreter path when the root was pinned.
     assert fault_server.commands[-1].startswith("python3 ")
     assert (await target.run(_create("a"))).completed
@@ -98,9 +101,11 @@ async def test_the_interpreter_path_found_at_connection_is_reused_and_dropped_wh
     trips = target.round_trips
     assert (await target.run(_create("b"))).completed
     assert target.round_trips == trips + 2 and fault_server.commands[-1].startswith("python3 ")
+    await target.close()
 
 
-async def test_the_pinned_interpreter_gets_compiled_code_and_a_fallback_the_source(fault_server, target, tmp_path):
+async def test_the_pinned_interpreter_gets_compiled_code_and_a_fallback_the_source(fault_server, tmp_path):
+    target = await connect(fault_server, tmp_path, spares=0)
     # The pin itself travels as source: nothing is known of the interpreter yet.
     assert fault_server.scripts == ["source"]
     assert (await target.run(_create("a"))).completed
@@ -109,6 +114,7 @@ async def test_the_pinned_interpreter_gets_compiled_code_and_a_fallback_the_sour
     assert (await target.run(_create("b"))).completed
     # Whatever "python3" now is, it may be another version: source again.
     assert fault_server.scripts[-1] == "source" and (tmp_path / "b").exists()
+    await target.close()
 
 
 async def test_a_slow_target_is_waited_for(fault_server, target, tmp_path):
@@ -178,7 +184,8 @@ async def test_concurrent_programs_share_one_connection(fault_server, target, tm
     ],
 )
 async def test_publication_through_a_failing_target_keeps_old_or_new(fault_server, tmp_path, fault, expected):
-    t = await connect(fault_server, tmp_path, reconnect_delay=0.01)
+    # Without warm processes, so that a refused channel is the commit program's own.
+    t = await connect(fault_server, tmp_path, reconnect_delay=0.01, spares=0)
     try:
         await materialize_session(t, SID)
         lease = await acquire_lease(t, SID, ME)
@@ -211,3 +218,62 @@ async def test_a_program_killed_after_its_answer_is_not_success_even_when_comple
         await target.run(ControlProgram([MakeDirs("d")]))
     listing = await target.run(ControlProgram([ListDir(".")]))
     assert listing[0].status is Status.OK and listing[0].value == ("d",)
+
+
+# -- warm processes ----------------------------------------------------------------
+
+
+async def until(condition, seconds: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_programs_go_to_processes_started_before_they_were_needed(fault_server, target, tmp_path):
+    await until(lambda: len(fault_server.waiting) == 2)
+    started, ran = len(fault_server.commands), fault_server.ran
+    assert (await target.run(_create("a"))).completed
+    assert (await target.run(_create("b"))).completed
+    # Both ran in processes that were already waiting; the two started
+    # meanwhile are the replacements, waiting in turn.
+    await until(lambda: len(fault_server.waiting) == 2)
+    assert len(fault_server.commands) == started + 2 and fault_server.ran == ran + 2
+    assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+
+
+async def test_a_warm_process_killed_while_waiting_is_never_sent_the_program(fault_server, target, tmp_path):
+    await until(lambda: len(fault_server.waiting) == 2)
+    fault_server.kill_waiting()
+    await until(lambda: not fault_server.waiting)
+    ran = fault_server.ran
+    result = await target.run(_create("f"))
+    assert result.completed and fault_server.ran == ran + 1 and (tmp_path / "f").read_bytes() == b"x"
+    assert target.connections == 1
+
+
+async def test_a_warm_process_whose_interpreter_went_away_falls_back_to_the_command_name(fault_server, tmp_path):
+    target = await connect(fault_server, tmp_path, spares=1)
+    try:
+        await until(lambda: len(fault_server.waiting) == 1)
+        fault_server.plan = ["command-not-found"]  # the replacement finds no interpreter
+        assert (await target.run(_create("a"))).completed
+        await until(lambda: "command-not-found" in fault_server.seen and len(fault_server.commands) == 3)
+        await asyncio.sleep(0.1)  # its exit status arrives
+        assert fault_server.commands[2].startswith("/")  # the replacement tried the cached path
+        assert (await target.run(_create("b"))).completed and (tmp_path / "b").exists()
+        # b, and the process warmed after it, start by the command name.
+        assert len(fault_server.commands) > 3
+        assert all(command.startswith("python3 ") for command in fault_server.commands[3:])
+    finally:
+        await target.close()
+
+
+async def test_warm_processes_are_closed_when_idle_and_with_the_target(fault_server, tmp_path):
+    target = await connect(fault_server, tmp_path, spare_idle_seconds=0.3)
+    await until(lambda: len(fault_server.waiting) == 2)
+    await until(lambda: not fault_server.waiting, seconds=3)
+    assert (await target.run(_create("f"))).completed  # a fresh start, then warm ones again
+    await until(lambda: len(fault_server.waiting) == 2)
+    await target.close()
+    await until(lambda: not fault_server.waiting)

@@ -17,6 +17,17 @@ may have run, so it must re-observe. A request that provably never reached
 the target (the connection was found lost before its last byte was handed
 over) is retried once on a fresh connection.
 
+A process is started *before* it is needed: once the root is pinned the
+target keeps ``spares`` remote processes warm (interpreter started, bundle
+sent and loaded, blocked reading its request), so a program costs the
+request and its answer, not an interpreter start. A warm process still
+serves exactly one program and then exits; it holds nothing open in the
+workspace while it waits (its root is opened and proved when the request
+arrives), and the target clock is read when the program runs, not when the
+process started. A warm process found dead, or on a connection that has
+gone, is never sent a request: the program goes to a fresh process. Warm
+processes unused for ``spare_idle_seconds`` are closed.
+
 One asyncssh connection carries every program of a target as separate
 channels, so concurrent programs never read each other's answers. A dropped
 connection is re-established on the next program with exponential backoff,
@@ -81,6 +92,35 @@ class _NotSent(Exception):
     """The request never reached the target whole; safe to send again."""
 
 
+class _SpareGone(_NotSent):
+    """A warm process died before its request reached it: nothing ran, and
+    a fresh process may take the program without using up its retry."""
+
+
+@dataclass(eq=False)
+class _Spare:
+    """A remote process started ahead of its program, waiting for the
+    request on its standard input."""
+
+    conn: asyncssh.SSHClientConnection
+    process: asyncssh.SSHClientProcess
+    #: The (interpreter, compiled) pair it was started with.
+    key: tuple[str, bool]
+    diagnostics: asyncio.Future
+
+    def alive(self) -> bool:
+        return (
+            not self.conn.is_closed()
+            and self.process.exit_status is None
+            and self.process.exit_signal is None
+            and not self.process.channel.is_closing()
+        )
+
+    def discard(self) -> None:
+        self.process.close()
+        self.diagnostics.cancel()
+
+
 class _NoInterpreter(Exception):
     """The shell could not start the interpreter (exit status 126/127), so
     nothing ran."""
@@ -101,9 +141,13 @@ class SshTarget(ProgramTarget):
         reconnect_delay: float,
         program_timeout: float | None,
         max_channels: int,
+        spares: int,
+        spare_idle_seconds: float,
     ) -> None:
         if reconnect_attempts < 1:
             raise ValueError("reconnect_attempts counts connection attempts from 1")
+        if spares < 0 or max_channels < 1:
+            raise ValueError("spares counts from 0 and max_channels from 1")
         self._location = location
         self._options = options
         self._config = config
@@ -125,8 +169,16 @@ class SshTarget(ProgramTarget):
         self._root: str | None = None
         self._identity: tuple[int, int] | None = None
         self._closed = False
-        #: Remote processes started (one per program): the round-trip count.
+        self._spare_count = spares
+        self._spare_idle = spare_idle_seconds
+        self._spares: list[_Spare] = []
+        self._spawning: set[asyncio.Task] = set()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        #: Programs sent to a remote process (one process each): the
+        #: round-trip count.
         self.round_trips = 0
+        #: Remote processes started, warm ones included.
+        self.processes = 0
         #: Connections established, the first one included.
         self.connections = 0
 
@@ -144,7 +196,9 @@ class SshTarget(ProgramTarget):
         reconnect_attempts: int = 5,
         reconnect_delay: float = 0.25,
         program_timeout: float | None = None,
-        max_channels: int = 8,
+        max_channels: int = 6,
+        spares: int = 2,
+        spare_idle_seconds: float = 60.0,
         **ssh_options,
     ) -> SshTarget:
         """A target for ``location`` that connects and pins its root at its
@@ -164,6 +218,8 @@ class SshTarget(ProgramTarget):
             reconnect_delay=reconnect_delay,
             program_timeout=program_timeout,
             max_channels=max_channels,
+            spares=spares,
+            spare_idle_seconds=spare_idle_seconds,
         )
 
     @classmethod
@@ -184,7 +240,11 @@ class SshTarget(ProgramTarget):
         bounds one program, lock waits included (``None``: no bound; a
         program cut off by it raises :class:`TargetUnavailable` with an
         unknown outcome). At most ``max_channels`` programs run at once on
-        the connection; more wait their turn.
+        the connection; more wait their turn. ``spares`` processes are kept
+        warm for the programs to come (0: every program starts its own),
+        closed after ``spare_idle_seconds`` without a program; together
+        with ``max_channels`` they stay within OpenSSH's default of ten
+        sessions per connection.
         """
         target = cls.deferred(location, root, **options)
         try:
@@ -211,6 +271,8 @@ class SshTarget(ProgramTarget):
             # can, so the compiled bundle goes with its cached path.
             if magic == BYTECODE_MAGIC:
                 self._script, self._compiled = compiled_script(), True
+        if self._conn is not None:
+            self._refill(self._conn)  # warm processes for the first programs
 
     async def _pinned(self) -> tuple[int, int]:
         if self._identity is None:
@@ -292,6 +354,9 @@ class SshTarget(ProgramTarget):
 
     async def close(self) -> None:
         self._closed = True
+        self._drop_spares()
+        for task in list(self._spawning):
+            task.cancel()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
@@ -356,7 +421,9 @@ class SshTarget(ProgramTarget):
         """Send ``request`` to a fresh remote process and return its answer
         value; retried once only when it provably never ran."""
         async with self._channels:
-            for attempt in range(2):
+            attempt = 0
+            gone = 0
+            while attempt < 2:
                 conn = await self._connection()
                 try:
                     if self._timeout is None:
@@ -372,6 +439,13 @@ class SshTarget(ProgramTarget):
                     # interpreter may be another version, so to the source.
                     self._interpreter = self._python
                     self._script, self._compiled = remote_script(), False
+                    self._drop_spares()
+                except _SpareGone as exc:
+                    # Bounded: each loss also removes a warm process.
+                    gone += 1
+                    if gone > self._spare_count + 1:
+                        raise self._unavailable(str(exc), False) from None
+                    continue
                 except _NotSent as exc:
                     lost = conn.is_closed()
                     if lost:
@@ -382,24 +456,33 @@ class SshTarget(ProgramTarget):
                     if conn.is_closed():
                         self._forget(conn)
                     raise
+                attempt += 1
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _exchange_on(self, conn: asyncssh.SSHClientConnection, request: list) -> list:
         nonce = secrets.token_bytes(NONCE_SIZE)
         chunks = frame_chunks(nonce, request)
-        try:
-            process = await conn.create_process(remote_command(self._interpreter, self._compiled), encoding=None)
-        except _TRANSPORT_ERRORS as exc:
-            raise _NotSent(f"cannot start the remote program: {_describe(exc)}") from None
+        spare = self._take_spare(conn)
+        if spare is not None:
+            process, diagnostics = spare.process, spare.diagnostics
+        else:
+            try:
+                process = await conn.create_process(remote_command(self._interpreter, self._compiled), encoding=None)
+            except _TRANSPORT_ERRORS as exc:
+                raise _NotSent(f"cannot start the remote program: {_describe(exc)}") from None
+            self.processes += 1
+            diagnostics = asyncio.ensure_future(_collect_stderr(process))
         self.round_trips += 1
-        diagnostics = asyncio.ensure_future(_collect_stderr(process))
+        self._refill(conn)
         try:
             try:
-                await self._send(process, chunks)
+                await self._send(process, chunks, with_script=spare is None)
             except _NotSent as exc:
                 await _settled(process)
                 if process.exit_status in (126, 127):
                     raise _NoInterpreter(self._ended(process, "the remote program did not start")) from None
+                if spare is not None:
+                    raise _SpareGone(self._ended(process, f"a warm process was gone ({exc})")) from None
                 if process.exit_status is not None:
                     raise _NotSent(self._ended(process, str(exc))) from None
                 raise
@@ -426,11 +509,13 @@ class SshTarget(ProgramTarget):
             process.close()
             diagnostics.cancel()
 
-    async def _send(self, process: asyncssh.SSHClientProcess, chunks: Sequence) -> None:
+    async def _send(self, process: asyncssh.SSHClientProcess, chunks: Sequence, *, with_script: bool = True) -> None:
         stdin = process.stdin
         try:
-            stdin.write(self._script)
-            pending = len(self._script)
+            pending = 0
+            if with_script:
+                stdin.write(self._script)
+                pending = len(self._script)
             # Everything but the tail: until the tail is handed over, the
             # remote side cannot have a whole request, so nothing ran.
             for chunk in chunks[:-1]:
@@ -447,6 +532,70 @@ class SshTarget(ProgramTarget):
             await stdin.drain()
         except _TRANSPORT_ERRORS as exc:
             raise self._unavailable(f"the connection failed while the request was sent ({_describe(exc)})", True) from None
+
+    # -- warm processes --------------------------------------------------------
+
+    def _take_spare(self, conn: asyncssh.SSHClientConnection) -> _Spare | None:
+        """A live warm process for the current interpreter on ``conn``;
+        stale ones met on the way are closed."""
+        key = (self._interpreter, self._compiled)
+        while self._spares:
+            spare = self._spares.pop(0)
+            if spare.conn is conn and spare.key == key and spare.alive():
+                return spare
+            if spare.key == key and spare.process.exit_status in (126, 127) and self._interpreter != self._python:
+                # The cached interpreter went away while it waited: the next
+                # start goes by the command name (and the source bundle).
+                self._interpreter = self._python
+                self._script, self._compiled = remote_script(), False
+                key = (self._interpreter, self._compiled)
+            spare.discard()
+        return None
+
+    def _refill(self, conn: asyncssh.SSHClientConnection) -> None:
+        """Start warm processes up to the configured count (only once the
+        root is pinned: the interpreter to start is known by then)."""
+        self._rearm_idle_timer()
+        if self._closed or self._identity is None:
+            return
+        key = (self._interpreter, self._compiled)
+        script = self._script
+        for _ in range(self._spare_count - len(self._spares) - len(self._spawning)):
+            task = asyncio.ensure_future(self._spawn(conn, key, script))
+            self._spawning.add(task)
+            task.add_done_callback(self._spawning.discard)
+
+    async def _spawn(self, conn: asyncssh.SSHClientConnection, key: tuple[str, bool], script: bytes) -> None:
+        try:
+            process = await conn.create_process(remote_command(*key), encoding=None)
+        except _TRANSPORT_ERRORS as exc:
+            # A refused channel or a dropped connection: the next program
+            # starts its own process, which reports the failure if it lasts.
+            _log.debug("%s: no warm process: %s", self.host, _describe(exc))
+            return
+        self.processes += 1
+        spare = _Spare(conn, process, key, asyncio.ensure_future(_collect_stderr(process)))
+        try:
+            process.stdin.write(script)
+        except _TRANSPORT_ERRORS:
+            # Already gone: kept (never sent a request, since it is not
+            # alive) so that the next program learns from its exit status.
+            pass
+        if self._closed or conn is not self._conn or key != (self._interpreter, self._compiled):
+            spare.discard()
+            return
+        self._spares.append(spare)
+
+    def _rearm_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if self._spare_count and not self._closed:
+            self._idle_timer = asyncio.get_running_loop().call_later(self._spare_idle, self._drop_spares)
+
+    def _drop_spares(self) -> None:
+        spares, self._spares = self._spares, []
+        for spare in spares:
+            spare.discard()
 
     def _ended(self, process: asyncssh.SSHClientProcess, what: str) -> str:
         status, signal = process.exit_status, process.exit_signal
