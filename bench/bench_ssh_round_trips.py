@@ -9,9 +9,16 @@ target under 50 ms on loopback), per listing of N sessions (target at most
 2 + N/32, for N = 1, 32 and 100) and per claim of a released session (an
 observation and the claim: 2), and times them against two baselines
 measured in the same run on the same connection: a plain ``true`` command
-(the SSH channel and shell alone) and a one-operation control program
-(adding the remote interpreter's start and the framing). Cost over ``true``
-is the ratio to watch across machines.
+(the SSH channel and shell alone) and a one-operation control program in a
+process started for it (``spares=0``: the remote interpreter's start and
+the framing). Cost over ``true`` is the ratio to watch across machines.
+
+The target keeps warm processes (``SshTarget``'s ``spares``), which a
+program finds ready only if the previous ones' replacements had time to
+start. Operations are therefore spaced ``--pace`` seconds apart (default
+0.1 s, far less than between two real turns or renewals), and the
+settlement is measured a second time back to back (``--pace`` 0), the
+worst case; ``warm_served`` says how many programs found a warm process.
 
 Runs a throwaway OpenSSH server on 127.0.0.1 (like the tests; its sessions
 start with an empty ``HOME``, so no rc file of the user runs per command),
@@ -55,9 +62,10 @@ async def timed(samples: list[float], factory):
     return result
 
 
-async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
+async def measure(target: SshTarget, cold: SshTarget, rounds: int, pace: float) -> tuple[list[dict], dict]:
     conn = await target._connection()  # the target's own connection: same channel costs
     true_s: list[float] = []
+    cold_s: list[float] = []
     stat_s: list[float] = []
     renew_s: list[float] = []
     publish_s: list[float] = []
@@ -71,10 +79,14 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
     publisher = Publisher(lease)
     transcript = b""
     await publisher.publish({"session.meta.json": b'{"turns": 0}', "segment-0001.chat.jsonl": transcript})
+    warm_before, trips_before = target.warm_served, target.round_trips
     for turn in range(1, rounds + 1):
         await timed(true_s, lambda: conn.run("true", check=True))
+        await timed(cold_s, lambda: cold.run(ControlProgram([Stat(".")])))
+        await asyncio.sleep(pace)
         await timed(stat_s, lambda: target.run(ControlProgram([Stat(".")])))
 
+        await asyncio.sleep(pace)
         before = target.round_trips
         await timed(renew_s, lease.renew)
         renew_trips.append(target.round_trips - before)
@@ -82,6 +94,7 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
         # A settled turn: the transcript grows, the meta record changes.
         transcript += b'{"kind": "response", "turn": %d, "text": "%s"}\n' % (turn, b"x" * 400)
         artifacts = {"session.meta.json": b'{"turns": %d}' % turn, "segment-0001.chat.jsonl": transcript}
+        await asyncio.sleep(pace)
         before = target.round_trips
         outcome = await timed(publish_s, lambda: publisher.publish(artifacts))
         assert outcome.committed
@@ -90,6 +103,7 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
     # Claims of a released session: the observation and the claim program.
     for _ in range(max(1, rounds // 4)):
         await lease.release()
+        await asyncio.sleep(pace)
         before = target.round_trips
         lease = await timed(claim_s, lambda: acquire_lease(target, SID, ME))
         claim_trips.append(target.round_trips - before)
@@ -97,6 +111,12 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
     true_median = statistics.median(true_s)
     rows = [
         {"case": "ssh `true` command (baseline)", "round_trips": 1, **summarize(true_s), "x_true": 1.0},
+        {
+            "case": "one-operation program, process started for it (baseline)",
+            "round_trips": 1,
+            **summarize(cold_s),
+            "x_true": round(statistics.median(cold_s) / true_median, 2),
+        },
         {
             "case": "one-operation program",
             "round_trips": 1,
@@ -133,37 +153,44 @@ async def measure(target: SshTarget, rounds: int) -> tuple[list[dict], dict]:
         "publication_over_true_ms": f"{(statistics.median(publish_s) - true_median) * 1000:.1f}",
         "program_over_true_ms": f"{(statistics.median(stat_s) - true_median) * 1000:.1f}",
         "connections": target.connections,
+        "warm_served": f"{target.warm_served - warm_before} of {target.round_trips - trips_before} programs",
     }
     return rows, notes
 
 
-async def measure_settle(target: SshTarget, rounds: int, true_median: float) -> tuple[dict, dict]:
-    """Turn settlements as the server makes them: begin, append, settle."""
+async def measure_settle(target: SshTarget, rounds: int, true_median: float, pace: float) -> tuple[dict, dict]:
+    """Turn settlements as the server makes them: begin, append, settle,
+    ``pace`` seconds after the turn began (0: back to back)."""
     # A lease far longer than the run: no background renewal is counted.
     service = SessionService(target, ME, lease_seconds=3600)
     sid = (await service.create("bench settle")).session_id
     settle_s: list[float] = []
     trips: list[int] = []
+    warm_before, trips_before = target.warm_served, target.round_trips
     try:
         for turn in range(rounds):
             await service.begin_turn(sid, f"prompt {turn}")
             await service.append(sid, EvidenceInput("response", text="y" * 400))
+            await asyncio.sleep(pace)
             before = target.round_trips
             result = await timed(settle_s, lambda: service.settle(sid))
             assert result.committed
             trips.append(target.round_trips - before)
     finally:
         await service.close_all()
+    label = f"{pace:g} s after the turn began" if pace else "back to back"
     row = {
-        "case": "turn settlement (SessionService.settle)",
+        "case": f"turn settlement (SessionService.settle), {label}",
         "round_trips": max(trips[1:] or trips),
         **summarize(settle_s[1:] or settle_s),
         "x_true": round(statistics.median(settle_s[1:] or settle_s) / true_median, 2),
     }
+    suffix = "" if pace else "_back_to_back"
     notes = {
-        "round_trips_per_settlement": f"{min(trips[1:] or trips)}..{max(trips[1:] or trips)} (target at most 2; "
+        f"round_trips_per_settlement{suffix}": f"{min(trips[1:] or trips)}..{max(trips[1:] or trips)} (target at most 2; "
         f"the first settlement, which also materialises the session, took {trips[0]})",
-        "settle_median_ms": f"{statistics.median(settle_s[1:] or settle_s) * 1000:.1f} (target under 50 ms on loopback)",
+        f"settle_median_ms{suffix}": f"{statistics.median(settle_s[1:] or settle_s) * 1000:.1f} (target under 50 ms on loopback)",
+        f"settle_warm_served{suffix}": f"{target.warm_served - warm_before} of {target.round_trips - trips_before} programs",
     }
     return row, notes
 
@@ -213,6 +240,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="ssh://[user@]host[:port]/empty-directory to use instead of a throwaway sshd")
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--pace", type=float, default=0.1, help="seconds between measured operations (default 0.1)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-ssh-") as scratch:
         listing_root = None
@@ -229,19 +257,22 @@ async def main() -> None:
             server_cm = throwaway_sshd(scratch_dir / "sshd")
         with server_cm as server:
             if server is None:
-                target = await SshTarget.connect(args.url)
+                url, options = args.url, {}
             else:
                 workspace = scratch_dir / "workspace"
                 workspace.mkdir()
-                target = await SshTarget.connect(server.url(workspace), **server.options())
+                url, options = server.url(workspace), server.options()
                 listing_root = scratch_dir / "listing"
                 listing_root.mkdir()
-            async with target:
-                rows, notes = await measure(target, args.rounds)
+            target = await SshTarget.connect(url, **options)
+            cold = await SshTarget.connect(url, **options, spares=0)
+            async with target, cold:
+                rows, notes = await measure(target, cold, args.rounds, args.pace)
                 true_median = rows[0]["median_ms"] / 1000
-                settle_row, settle_notes = await measure_settle(target, args.rounds, true_median)
-                rows.append(settle_row)
-                notes.update(settle_notes)
+                for pace in (args.pace, 0.0) if args.pace else (0.0,):
+                    settle_row, settle_notes = await measure_settle(target, args.rounds, true_median, pace)
+                    rows.append(settle_row)
+                    notes.update(settle_notes)
             if listing_root is not None:  # sessions are built locally, so only beside a loopback sshd
                 async with await SshTarget.connect(server.url(listing_root), **server.options()) as lister:
                     listing_rows, listing_notes = await measure_listing(lister, listing_root, true_median)

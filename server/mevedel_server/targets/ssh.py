@@ -179,6 +179,8 @@ class SshTarget(ProgramTarget):
         self.round_trips = 0
         #: Remote processes started, warm ones included.
         self.processes = 0
+        #: Programs a warm process served.
+        self.warm_served = 0
         #: Connections established, the first one included.
         self.connections = 0
 
@@ -465,6 +467,7 @@ class SshTarget(ProgramTarget):
         spare = self._take_spare(conn)
         if spare is not None:
             process, diagnostics = spare.process, spare.diagnostics
+            self.warm_served += 1
         else:
             try:
                 process = await conn.create_process(remote_command(self._interpreter, self._compiled), encoding=None)
