@@ -5,7 +5,8 @@
 - Control programs (:mod:`.program`, which lists the operations): a
   :class:`ControlProgram` runs in one round trip, stopping at the first
   operation that does not succeed; each reports a :class:`Status`. Deferred
-  writes share one flush at a :class:`Barrier`.
+  writes share one flush at a :class:`Barrier`. :class:`ReadChain` follows a
+  head through the JSON records it names in one operation.
 - :class:`LocalTarget` -- a local root reached through a pinned
   ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
 - The target clock (:mod:`.clock`): whole seconds of the target filesystem.
@@ -32,6 +33,9 @@ from .local import LocalTarget
 from .paths import join_target_path, parent_and_name, split_target_path
 from .program import (
     Barrier,
+    Chain,
+    ChainHop,
+    ChainLink,
     ControlProgram,
     CreateExclusive,
     CreateLinked,
@@ -42,6 +46,7 @@ from .program import (
     OpResult,
     ProgramResult,
     Read,
+    ReadChain,
     Remove,
     Replace,
     Stat,
@@ -65,6 +70,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "Barrier",
+    "Chain",
+    "ChainHop",
+    "ChainLink",
     "Clock",
     "ControlProgram",
     "CreateExclusive",
@@ -85,6 +93,7 @@ __all__ = [
     "ProgramResult",
     "ProgramTarget",
     "Read",
+    "ReadChain",
     "Remove",
     "Replace",
     "SimulatedCrash",

@@ -16,12 +16,15 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   ``CreateLinked``, the expectation of ``Verify`` or the
   parts of ``StampedCreate`` (bytes, and integers standing for the clock
   reading plus that many seconds) or the ``(prefix, digits, suffix)`` of
-  ``ReadNewest``, or the ``(entry limit, depth or None)`` of ``WalkTree``;
+  ``ReadNewest``, ``(prefix, digits, suffix, hops)`` of ``ReadChain`` (each
+  hop a ``(key path, base directory)``), or the ``(entry limit, depth or
+  None)`` of ``WalkTree``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
   ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
   ``StampedCreate`` value the clock reading it wrote, a ``ReadNewest``
-  value ``(name, bytes)``, a ``CreateLinked`` value whether it linked, a
-  ``WalkTree`` value ``(entries, truncated)`` (see :meth:`Executor._walk`).
+  value ``(name, bytes)``, a ``ReadChain`` value ``(names, links)`` (see
+  :meth:`Executor._read_chain`), a ``CreateLinked`` value whether it linked,
+  a ``WalkTree`` value ``(entries, truncated)`` (see :meth:`Executor._walk`).
 
 Every operation opens the root, proves its device and inode are the pinned
 identity, and then opens each parent component with ``O_DIRECTORY |
@@ -261,20 +264,19 @@ def stamped_content(parts, reading):
     return b"".join(out)
 
 
-def _newest_member(names, prefix, digits, suffix):
-    """The name with the greatest number among ``prefix`` + ``digits``
-    ASCII digits + ``suffix`` (equal widths sort by number), or None."""
-    newest = None
+def _family_members(names, prefix, digits, suffix):
+    """The names that are ``prefix`` + ``digits`` ASCII digits + ``suffix``
+    (all of one width, so they sort by number)."""
     width = len(prefix) + digits + len(suffix)
     for name in names:
-        if len(name) != width or not name.startswith(prefix) or not name.endswith(suffix):
-            continue
-        number = name[len(prefix) : len(prefix) + digits]
-        if number.strip("0123456789"):
-            continue
-        if newest is None or name > newest:
-            newest = name
-    return newest
+        if len(name) == width and name.startswith(prefix) and name.endswith(suffix):
+            if not name[len(prefix) : len(prefix) + digits].strip("0123456789"):
+                yield name
+
+
+def _newest_member(names, prefix, digits, suffix):
+    """The family member with the greatest number, or None."""
+    return max(_family_members(names, prefix, digits, suffix), default=None)
 
 
 def pin_root(root):
@@ -532,6 +534,59 @@ class Executor:
                 os.close(fd)
         raise Refused(ABSENT, "the newest file in '%s' kept vanishing" % path)
 
+    def _read_chain(self, path, argument, _deferred):
+        """Read the newest member of a numbered family in directory ``path``
+        (as ``_read_newest``), then follow ``hops``: each is ``(keys, base)``,
+        and the string found at the JSON key path ``keys`` of the file read
+        last, joined under the target-relative directory ``base``, names the
+        next file to read. ``value`` is ``(names, links)``: the family's
+        member names, sorted, and one ``(path, status, bytes or reason,
+        unsafe)`` per file read. The chain ends quietly where the JSON does
+        not parse or holds no string at ``keys``, and after a link that is
+        not ``ok``. A dereferenced path is only a request like any other: it
+        goes through the same component checks and descriptor chain, and the
+        caller verifies every byte it gets back."""
+        try:
+            prefix, digits, suffix, hops = argument
+        except (TypeError, ValueError):
+            prefix = digits = suffix = hops = None
+        if not (isinstance(prefix, str) and isinstance(suffix, str) and type(digits) is int and digits > 0):
+            raise Refused(FAILED, "a numbered family is a prefix, a digit count and a suffix")
+        hops = _chain_hops(hops)
+        parts = split_components(path)
+        # A member that vanishes between the listing and the read was
+        # superseded and removed meanwhile: list again.
+        for _ in range(_NEWEST_ATTEMPTS):
+            fd = self._open_directory(parts)
+            try:
+                names = tuple(sorted(_family_members(os.listdir(fd), prefix, digits, suffix)))
+                if not names:
+                    return (OK, (names, ()), None, False)
+                label = "%s/%s" % (path, names[-1]) if parts else names[-1]
+                first = _chain_link(label, lambda: self._read_regular(fd, names[-1], label))
+            finally:
+                os.close(fd)
+            if first[1] != ABSENT:
+                break
+        else:
+            first = (first[0], ABSENT, "the newest file in '%s' kept vanishing" % path, False)
+        links = [first]
+        for keys, base in hops:
+            if links[-1][1] != OK:
+                break
+            target = _dereference(links[-1][2], keys, base)
+            if target is None:
+                break
+            links.append(_chain_link(target, lambda: self._read_path(target)))
+        return (OK, (names, tuple(links)), None, False)
+
+    def _read_path(self, path):
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            return self._read_regular(pfd, leaf, label)
+        finally:
+            os.close(pfd)
+
     def _create_exclusive(self, path, data, deferred):
         pfd, leaf, label = self._open_parent(path)
         try:
@@ -755,6 +810,7 @@ class Executor:
 _HANDLERS = {
     "Read": Executor._read,
     "ReadNewest": Executor._read_newest,
+    "ReadChain": Executor._read_chain,
     "Verify": Executor._verify,
     "Stat": Executor._stat,
     "ListDir": Executor._list,
@@ -768,6 +824,102 @@ _HANDLERS = {
     "Barrier": Executor._barrier,
     "WalkTree": Executor._walk,
 }
+
+
+def _chain_hops(hops):
+    """``hops`` as ``[(keys, base)]``, refused unless each names a key path
+    of strings and a plain target-relative directory."""
+    checked = []
+    for hop in hops if isinstance(hops, (list, tuple)) else [None]:
+        try:
+            keys, base = hop
+        except (TypeError, ValueError):
+            keys = base = None
+        if not (isinstance(keys, (list, tuple)) and keys and all(isinstance(k, str) for k in keys)):
+            raise Refused(FAILED, "a chain hop is a key path of strings and a base directory")
+        if not isinstance(base, str):
+            raise Refused(FAILED, "a chain hop is a key path of strings and a base directory")
+        split_components(base)
+        checked.append((tuple(keys), base))
+    return checked
+
+
+def _chain_link(path, read):
+    """``(path, status, bytes or reason, unsafe)`` of reading ``path``."""
+    try:
+        return (path, OK, read(), False)
+    except Refused as refusal:
+        return (path, refusal.status, refusal.reason, refusal.unsafe)
+    except OSError as exc:
+        return (path, FAILED, _strerror(exc), False)
+
+
+class _JsonContext(object):
+    """What ``_json.make_scanner`` reads from a decoder: strict strings, plain
+    containers, and no NaN or Infinity."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name):
+        raise ValueError("%s is not a JSON number" % name)
+
+
+_json_scanner = _UNRESOLVED
+
+
+def _scan_json():
+    """CPython's C JSON scanner, or None where there is none. ``json``
+    itself imports ``re``, which costs a remote program about ten
+    milliseconds of start-up; without a scanner a chain stops at its first
+    file, and the caller reads the rest itself."""
+    global _json_scanner
+    if _json_scanner is _UNRESOLVED:
+        try:
+            import _json
+
+            _json_scanner = _json.make_scanner(_JsonContext())
+        except (ImportError, AttributeError, TypeError):
+            _json_scanner = None
+    return _json_scanner
+
+
+def _parse_json(data):
+    """The JSON value ``data`` holds, or ``_UNRESOLVED``."""
+    scan = _scan_json()
+    if scan is None:
+        return _UNRESOLVED
+    try:
+        text = data.decode("utf-8").strip(" \t\n\r")
+        found, end = scan(text, 0)
+    except (ValueError, RecursionError, StopIteration, SystemError):
+        # Before 3.12 the scanner raises its syntax errors as
+        # json.decoder.JSONDecodeError only when that module is already
+        # loaded; otherwise the call fails as a SystemError.
+        return _UNRESOLVED
+    return found if end == len(text) else _UNRESOLVED
+
+
+def _dereference(data, keys, base):
+    """The target path the string at ``keys`` of JSON ``data`` names under
+    ``base``, or None where there is no such string."""
+    found = _parse_json(data)
+    for key in keys:
+        if not isinstance(found, dict) or key not in found:
+            return None
+        found = found[key]
+    if not isinstance(found, str):
+        return None
+    try:
+        # A lone surrogate names no file and could not travel back as a path.
+        os.fsencode(found)
+    except UnicodeError:
+        return None
+    return "%s/%s" % (base, found) if split_components(base) else found
 
 
 def _whole(number):

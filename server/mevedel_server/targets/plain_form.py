@@ -14,6 +14,8 @@ from .errors import PathAbsentError, TargetError, TargetOperationError, UnsafePa
 from .executor import ProgramRefused
 from .program import (
     Barrier,
+    Chain,
+    ChainLink,
     ControlProgram,
     CreateExclusive,
     CreateLinked,
@@ -24,6 +26,7 @@ from .program import (
     OpResult,
     ProgramResult,
     Read,
+    ReadChain,
     ReadNewest,
     Remove,
     Replace,
@@ -41,6 +44,7 @@ _KINDS: dict[type, str] = {
     for cls in (
         Read,
         ReadNewest,
+        ReadChain,
         Verify,
         Stat,
         ListDir,
@@ -74,6 +78,8 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = list(op.plain_parts())
     elif isinstance(op, ReadNewest):
         argument = [op.prefix, op.digits, op.suffix]
+    elif isinstance(op, ReadChain):
+        argument = [op.prefix, op.digits, op.suffix, [[list(hop.keys), hop.base] for hop in op.hops]]
     elif isinstance(op, WalkTree):
         argument = [op.limit, op.depth]
     else:
@@ -96,7 +102,32 @@ def _value(op: Operation, status: Status, value: object) -> object:
         return (str(name), bytes(data))
     if status is Status.OK and isinstance(op, WalkTree):
         return _tree_walk(value)
+    if status is Status.OK and isinstance(op, ReadChain):
+        return _chain(op, value)
     return value
+
+
+def _chain(op: ReadChain, value: object) -> Chain:
+    """The answer of a :class:`ReadChain`, refused unless it has its shape:
+    member names, then at most one link per file the chain can read, each
+    after an ok one, with bytes when ok and a reason otherwise."""
+    names, links = value  # type: ignore[misc]
+    if not all(isinstance(name, str) for name in names) or len(links) > 1 + len(op.hops):
+        raise ValueError("the chain's names or links do not fit the operation")
+    out: list[ChainLink] = []
+    for path, status_text, payload, unsafe in links:
+        status = _STATUSES.get(status_text)  # type: ignore[arg-type]
+        if status is None or status is Status.SKIPPED or not isinstance(path, str):
+            raise ValueError(f"a chain link of status {status_text!r}")
+        if out and out[-1].status is not Status.OK:
+            raise ValueError("a chain goes on after a link that failed")
+        if status is Status.OK and isinstance(payload, (bytes, bytearray)):
+            out.append(ChainLink(path, status, bytes(payload)))
+        elif status is not Status.OK and isinstance(payload, str):
+            out.append(ChainLink(path, status, None, payload, bool(unsafe)))
+        else:
+            raise ValueError(f"a chain link of status {status_text!r} carrying {type(payload).__name__}")
+    return Chain(tuple(names), tuple(out))
 
 
 def _tree_walk(value: object) -> TreeWalk:

@@ -113,11 +113,89 @@ class ReadNewest(Operation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.digits, bool) or not isinstance(self.digits, int) or self.digits < 1:
-            raise ValueError("a numbered family has at least one digit")
-        for text in (self.prefix, self.suffix):
-            if "/" in text or "\x00" in text:
-                raise ValueError(f"{text!r} cannot be part of an entry name")
+        _check_family(self.prefix, self.digits, self.suffix)
+
+
+def _check_family(prefix: str, digits: int, suffix: str) -> None:
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError("a numbered family has at least one digit")
+    for text in (prefix, suffix):
+        if not isinstance(text, str) or "/" in text or "\x00" in text:
+            raise ValueError(f"{text!r} cannot be part of an entry name")
+
+
+@dataclass(frozen=True)
+class ChainHop:
+    """One step of a :class:`ReadChain`: the string at JSON key path
+    ``keys`` of the file read last names the next file, relative to the
+    target-relative directory ``base``."""
+
+    keys: tuple[str, ...]
+    base: str
+
+    def __post_init__(self) -> None:
+        keys = tuple(self.keys) if isinstance(self.keys, (list, tuple)) else self.keys
+        if not isinstance(keys, tuple) or not keys or not all(isinstance(k, str) for k in keys):
+            raise ValueError("a chain hop's key path is one or more strings")
+        object.__setattr__(self, "keys", keys)
+        split_target_path(self.base)
+
+
+@dataclass(frozen=True)
+class ReadChain(Operation):
+    """Read the newest member of a numbered family in directory ``path``
+    (``prefix``, ``digits``, ``suffix`` as :class:`ReadNewest`), then follow
+    ``hops``: each reads the file whose path the previous file names at a
+    JSON key path. ``value`` is a :class:`Chain`; ``absent`` when the
+    directory does not exist, ``ok`` with no links when it holds no member.
+
+    The chain ends quietly where a file is not JSON, holds no string at the
+    hop's key path, or could not be read (that link says why). The target
+    only dereferences: every path it follows passes the same checks as any
+    other operation path (no absolute path, no ``..``, no symbolic link),
+    and the caller must decode each link and check that its path is the one
+    the previous decoded record names before trusting it. This is what lets
+    a reader follow a head through the records it names in one round trip,
+    without the target knowing any record format."""
+
+    prefix: str
+    digits: int
+    suffix: str
+    hops: tuple[ChainHop, ...] = ()
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_family(self.prefix, self.digits, self.suffix)
+        hops = tuple(self.hops)
+        for hop in hops:
+            if not isinstance(hop, ChainHop):
+                raise TypeError(f"not a chain hop: {hop!r}")
+        object.__setattr__(self, "hops", hops)
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """One file a :class:`ReadChain` read: ``data`` when ``status`` is ok,
+    else ``reason``."""
+
+    path: str
+    status: Status
+    data: bytes | None = None
+    reason: str | None = None
+    unsafe: bool = False
+
+    def result(self) -> OpResult:
+        """The link as the result a :class:`Read` of ``path`` reports."""
+        return OpResult(self.status, self.data, self.reason, self.unsafe)
+
+
+@dataclass(frozen=True)
+class Chain:
+    #: Names of the family's members, ascending.
+    names: tuple[str, ...]
+    #: The newest member first, then one link per hop followed.
+    links: tuple[ChainLink, ...]
 
 
 @dataclass(frozen=True)
