@@ -47,7 +47,7 @@ import os
 import secrets
 import shlex
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import asyncssh
@@ -67,6 +67,7 @@ _log = logging.getLogger(__name__)
 _NOISE_LIMIT = 64 * 1024
 _STDERR_KEPT = 4096
 _DRAIN_EVERY = 1 << 20
+_JOIN_LIMIT = 32 * 1024
 _MAX_BACKOFF = 10.0
 # Failures that a retry cannot cure.
 _FINAL_CONNECT_ERRORS = (
@@ -476,7 +477,6 @@ class SshTarget(ProgramTarget):
             self.processes += 1
             diagnostics = asyncio.ensure_future(_collect_stderr(process))
         self.round_trips += 1
-        self._refill(conn)
         try:
             try:
                 await self._send(process, chunks, with_script=spare is None)
@@ -511,6 +511,9 @@ class SshTarget(ProgramTarget):
         finally:
             process.close()
             diagnostics.cancel()
+            # Replacements start once this program is over, so that their
+            # interpreter start does not compete with its run.
+            self._refill(conn)
 
     async def _send(self, process: asyncssh.SSHClientProcess, chunks: Sequence, *, with_script: bool = True) -> None:
         stdin = process.stdin
@@ -521,8 +524,8 @@ class SshTarget(ProgramTarget):
                 pending = len(self._script)
             # Everything but the tail: until the tail is handed over, the
             # remote side cannot have a whole request, so nothing ran.
-            for chunk in chunks[:-1]:
-                stdin.write(chunk if isinstance(chunk, bytes) else bytes(chunk))
+            for chunk in _coalesced(chunks[:-1]):
+                stdin.write(chunk)
                 pending += len(chunk)
                 if pending >= _DRAIN_EVERY:
                     await stdin.drain()
@@ -611,6 +614,29 @@ class SshTarget(ProgramTarget):
         if status is None or status == -1:
             return f"{what}: the channel closed without an exit status"
         return f"{what}: exit status {status}"
+
+
+def _coalesced(chunks: Sequence) -> Iterator[bytes]:
+    """``chunks`` as few writes: every write is an SSH packet of its own, and
+    a request's framing is many pieces of a few bytes. Small pieces are
+    joined up to :data:`_JOIN_LIMIT`; a larger payload goes as it is,
+    uncopied."""
+    pending: list = []
+    size = 0
+    for chunk in chunks:
+        if len(chunk) >= _JOIN_LIMIT:
+            if pending:
+                yield b"".join(pending)
+                pending, size = [], 0
+            yield chunk if isinstance(chunk, bytes) else bytes(chunk)
+            continue
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= _JOIN_LIMIT:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
 
 
 def _describe(exc: BaseException | None) -> str:
