@@ -4,6 +4,8 @@ anything is created, and the cleanup commands after a late failure."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from txn_sessions import DELETE, ME, committed_view, git, init_repo, open_session, read
 
@@ -12,8 +14,9 @@ from mevedel_server.store.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.sidecar import ForkType
 from mevedel_server.store.snapshot_cut import Boundary
 from mevedel_server.store.transcript import Outcome, Response
+from mevedel_server.store.git_runner import LocalGit
 from mevedel_server.store.worktree_fork import WorktreeForkFailed, commit_worktree_fork, prepare_worktree_fork
-from mevedel_server.targets import FaultInjectingTarget, LocalTarget
+from mevedel_server.targets import FaultInjectingTarget, LocalTarget, ProgramTarget
 
 
 async def repository_session(root):
@@ -191,7 +194,83 @@ async def test_a_failure_after_creation_keeps_the_worktree_and_names_the_cleanup
     assert "mevedel/fork-1" not in git(tmp_path, "branch", "--list")
 
 
-async def test_a_fork_is_refused_on_a_target_that_is_not_local(tmp_path):
+class Opaque(ProgramTarget):
+    """A target that runs programs but says nothing of where its files are."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    async def run(self, program):
+        return await self._inner.run(program)
+
+
+async def test_a_target_that_can_run_no_git_is_refused(tmp_path):
     s = await repository_session(tmp_path)
-    with pytest.raises(LifecycleRefused, match="remote target"):
-        await prepare_worktree_fork(s.target, s.session_id, 1, workspace_root=None)
+    with pytest.raises(LifecycleRefused, match="cannot run git where this workspace is"):
+        await prepare_worktree_fork(Opaque(s.target), s.session_id, 1)
+    # The Rewind impact's Git check says the same instead of refusing.
+    rewind = await prepare_rewind(Opaque(s.target), s.session_id, Boundary.before(2))
+    assert rewind.git.status == "not-local"
+
+
+async def test_missing_git_is_refused_before_anything_is_created(tmp_path):
+    s = await repository_session(tmp_path)
+    absent = LocalGit(tmp_path, program="git-that-is-not-installed")
+    with pytest.raises(LifecycleRefused, match="^.*Worktree Fork needs git, which is not installed$"):
+        await prepare_worktree_fork(s.target, s.session_id, 1, git=absent)
+    impact = await prepare_worktree_fork(s.target, s.session_id, 1)
+    with pytest.raises(LifecycleRefused, match="Worktree Fork needs git, which is not installed"):
+        await commit_worktree_fork(s.target, impact.token, ME, git=absent)
+    assert not (tmp_path / ".worktrees").exists()
+    assert sessions(tmp_path) == [s.session_id]
+
+
+async def test_an_existing_worktree_directory_refuses(tmp_path):
+    s = await repository_session(tmp_path)
+    (tmp_path / ".worktrees" / "mine").mkdir(parents=True)
+    with pytest.raises(LifecycleRefused, match=r"\.worktrees/mine already exists; choose another name"):
+        await prepare_worktree_fork(s.target, s.session_id, 1, name="mine")
+    assert "mevedel/mine" not in git(tmp_path, "branch", "--list")
+
+
+async def test_a_source_checkout_that_is_gone_is_refused(tmp_path):
+    s = await repository_session(tmp_path)
+    impact = await prepare_worktree_fork(s.target, s.session_id, 2)
+    child = (await commit_worktree_fork(s.target, impact.token, ME, keep_lease=True)).child
+    conversation = child.conversation
+    turn_id = conversation.begin_turn("three in the fork", at=2_000_000_000)
+    conversation.append(Response(turn_id=turn_id, text="ok"))
+    conversation.settle(Outcome.COMPLETED, at=2_000_000_000, current={})
+    await child.publisher.publish(conversation.artifacts_for_save().changed)
+    git(tmp_path, "worktree", "remove", "--force", ".worktrees/fork-1")
+    with pytest.raises(LifecycleRefused, match="the source checkout .worktrees/fork-1 is not a directory"):
+        await prepare_worktree_fork(LocalTarget(tmp_path), child.session_id, 3)
+
+
+async def test_a_failed_worktree_add_names_relative_paths_only(tmp_path):
+    s = await repository_session(tmp_path)
+    impact = await prepare_worktree_fork(s.target, s.session_id, 1)
+    # Registered with git but missing on disk: the checks pass, and git
+    # creates the branch, then refuses the directory.
+    git(tmp_path, "worktree", "add", "-q", "-b", "elsewhere", ".worktrees/fork-1")
+    shutil.rmtree(tmp_path / ".worktrees" / "fork-1")
+    with pytest.raises(WorktreeForkFailed) as caught:
+        await commit_worktree_fork(s.target, impact.token, ME)
+    message = str(caught.value)
+    assert "git worktree add failed: use 'add -f' to override" in message
+    assert caught.value.cleanup == ("git worktree remove --force .worktrees/fork-1", "git branch -D mevedel/fork-1")
+    assert str(tmp_path) not in message
+
+
+async def test_git_messages_name_the_workspace_relatively(tmp_path):
+    # Reached through a symbolic link: git run with a working directory
+    # (not a shell's ``cd``) prints the resolved spelling of the root.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    root = tmp_path / "link" / "ws"
+    await repository_session(root)
+    lock = tmp_path / "real" / "ws" / ".git" / "refs" / "heads" / "taken.lock"
+    lock.touch()
+    failed = await LocalGit(root).run(".", "branch", "taken")
+    assert b"Unable to create '.git/refs/heads/taken.lock'" in failed.stderr
+    assert str(tmp_path).encode() not in failed.stderr

@@ -15,8 +15,9 @@ project files.
   (the lease proof). Reading first makes it safe to call after a program
   whose effect is unknown: a rollback converges to the old content whatever
   part of the restore ran.
-- :func:`index_divergence` asks the real ``git`` of a local workspace which
-  paths' index content will differ from the restored working tree.
+- :func:`index_divergence` asks the real ``git`` where the workspace is
+  (this machine, or an SSH target's host: :mod:`.git_runner`) which paths'
+  index content will differ from the restored working tree.
 
 Restored files are written by the target's atomic replace, which creates
 them owner-only (mode 0600): a restore does not carry a file's permission
@@ -25,10 +26,7 @@ bits.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import os
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,23 +35,26 @@ from ..targets import (
     Barrier,
     ControlProgram,
     InvalidTargetPath,
+    LocalTarget,
     MakeDirs,
     Operation,
     Read,
     Remove,
     Replace,
+    Stat,
     Status,
     Target,
+    TargetError,
     Verify,
     split_target_path,
 )
+from .git_runner import GitDidNotFinish, GitMissing, GitRunner
 from .layout import STATE_DIR
 
 #: Where linked worktrees of Worktree Forks live, inside the workspace.
 WORKTREES_DIR = ".worktrees"
 #: A target program carries at most this many file operations.
 _BATCH = 256
-_GIT_TIMEOUT = 30
 
 
 @dataclass(frozen=True)
@@ -203,16 +204,16 @@ async def converge_files(
 def local_workspace_root(target: Target) -> Path | None:
     """The local directory a target is rooted at (through fault-injecting
     wrappers), or None for a remote target. Internal: never shown."""
-    seen = 0
-    while seen < 8:
-        root = getattr(target, "root", None)
-        if isinstance(root, str):
-            return Path(root)
+    for _ in range(8):
+        if isinstance(target, LocalTarget):
+            return Path(target.root)
+        # An SSH target has a root too, but on its host, not here.
+        if callable(getattr(target, "run_command", None)):
+            return None
         inner = getattr(target, "inner", None)
         if inner is None:
             return None
         target = inner
-        seen += 1
     return None
 
 
@@ -230,23 +231,10 @@ class IndexDivergence:
 @dataclass(frozen=True)
 class GitCheck:
     #: ``checked``, ``no-repository``, ``unavailable`` (git missing or
-    #: failing) or ``not-local`` (the workspace is on a remote target).
+    #: failing) or ``not-local`` (git cannot be run where the workspace is).
     status: str
     divergent: tuple[IndexDivergence, ...] = ()
     detail: str | None = None
-
-
-def _git_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", GIT_LITERAL_PATHSPECS="1", GIT_OPTIONAL_LOCKS="0")
-    return env
-
-
-def run_git(cwd: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run the real ``git`` in ``cwd``; never raises for a non-zero exit."""
-    return subprocess.run(
-        ["git", *args], cwd=cwd, input=input, capture_output=True, env=_git_env(), timeout=_GIT_TIMEOUT, check=False
-    )
 
 
 def blob_id(content: bytes, object_format: str = "sha1") -> str:
@@ -257,51 +245,62 @@ def blob_id(content: bytes, object_format: str = "sha1") -> str:
     return digest.hexdigest()
 
 
-def _checkouts(root: Path, paths: Sequence[str]) -> dict[str, list[str]]:
+async def _checkouts(target: Target, paths: Sequence[str]) -> dict[str, list[str]]:
     """Group workspace-relative paths by the checkout holding them: a
     linked worktree under ``.worktrees/<name>/`` (it has its own index) or
     the workspace itself (``""``)."""
+    candidates = sorted({"/".join(p.split("/")[:2]) for p in paths if len(p.split("/")) > 2 and p.split("/")[0] == WORKTREES_DIR})
+    linked: set[str] = set()
+    for start in range(0, len(candidates), _BATCH):
+        chunk = candidates[start : start + _BATCH]
+        # A linked worktree's ``.git`` is a file naming its own index.
+        result = await target.run(ControlProgram([Stat(f"{c}/.git", optional=True) for c in chunk]))
+        linked.update(c for c, stat in zip(chunk, result) if stat.ok)
     groups: dict[str, list[str]] = {}
     for path in paths:
-        parts = path.split("/")
-        checkout = ""
-        if len(parts) > 2 and parts[0] == WORKTREES_DIR and (root / parts[0] / parts[1] / ".git").exists():
-            checkout = f"{parts[0]}/{parts[1]}"
-        groups.setdefault(checkout, []).append(path)
+        checkout = "/".join(path.split("/")[:2])
+        groups.setdefault(checkout if checkout in linked else "", []).append(path)
     return groups
 
 
-def _index_of(cwd: Path, paths: Sequence[str]) -> tuple[str | None, dict[str, str], str | None]:
+async def _index_of(git: GitRunner, cwd: str, paths: Sequence[str]) -> tuple[str | None, dict[str, str], str | None]:
     """(object format, path -> staged blob id, problem) for paths relative
     to ``cwd``; a None format means ``cwd`` is in no repository."""
-    inside = run_git(cwd, "rev-parse", "--is-inside-work-tree", "--show-object-format")
+    inside = await git.run(cwd, "rev-parse", "--is-inside-work-tree", "--show-object-format")
     lines = inside.stdout.decode("utf-8", "replace").split()
     if inside.returncode != 0 or not lines or lines[0] != "true":
         return None, {}, None
     object_format = lines[1] if len(lines) > 1 else "sha1"
-    if not paths:
-        return object_format, {}, None
-    listed = run_git(cwd, "ls-files", "-s", "-z", "--", *paths)
-    if listed.returncode != 0:
-        return object_format, {}, listed.stderr.decode("utf-8", "replace").strip()[:200]
     index: dict[str, str] = {}
-    for record in listed.stdout.split(b"\x00"):
-        meta, _, name = record.partition(b"\t")
-        fields = meta.split()
-        if len(fields) == 3:
-            # Keep the first stage listed (0, or 1 in a conflict).
-            index.setdefault(name.decode("utf-8", "surrogateescape"), fields[1].decode("ascii"))
+    # Batched so a long restore never exceeds a command line's length.
+    for start in range(0, len(paths), _BATCH):
+        listed = await git.run(cwd, "ls-files", "-s", "-z", "--", *paths[start : start + _BATCH])
+        if listed.returncode != 0:
+            return object_format, {}, listed.stderr.decode("utf-8", "replace").strip()[:200]
+        for record in listed.stdout.split(b"\x00"):
+            meta, _, name = record.partition(b"\t")
+            fields = meta.split()
+            if len(fields) == 3:
+                # Keep the first stage listed (0, or 1 in a conflict).
+                index.setdefault(name.decode("utf-8", "surrogateescape"), fields[1].decode("ascii"))
     return object_format, index, None
 
 
-def _index_divergence_sync(root: Path, restored: Mapping[str, bytes | None]) -> GitCheck:
+async def index_divergence(git: GitRunner | None, target: Target, restored: Mapping[str, bytes | None]) -> GitCheck:
+    """Paths whose Git index content differs from the content a restore
+    gives them (a removed file diverges from any index entry it has), asked
+    of the git where the workspace is (``git``; None checks nothing).
+    ``target`` is the workspace's target, for finding linked worktrees."""
+    if git is None:
+        return GitCheck("not-local", detail="git cannot be run where this workspace is")
+    restored = dict(restored)
     divergent = []
     any_repository = False
     try:
-        for checkout, paths in sorted(_checkouts(root, sorted(restored)).items()):
+        for checkout, paths in sorted((await _checkouts(target, sorted(restored))).items()):
             prefix = checkout + "/" if checkout else ""
             local = [p[len(prefix) :] for p in paths]
-            object_format, index, problem = _index_of(root / checkout if checkout else root, local)
+            object_format, index, problem = await _index_of(git, checkout or ".", local)
             if problem is not None:
                 return GitCheck("unavailable", detail=problem)
             if object_format is None:
@@ -316,21 +315,12 @@ def _index_divergence_sync(root: Path, restored: Mapping[str, bytes | None]) -> 
                 if restored_blob != staged:
                     divergent.append(IndexDivergence(path, staged, restored_blob))
         if not restored:
-            object_format, _index, _problem = _index_of(root, [])
+            object_format, _index, _problem = await _index_of(git, ".", [])
             any_repository = object_format is not None
-    except FileNotFoundError:
+    except GitMissing:
         return GitCheck("unavailable", detail="git is not installed")
-    except (OSError, subprocess.SubprocessError) as exc:
+    except (GitDidNotFinish, TargetError) as exc:
         return GitCheck("unavailable", detail=f"git did not run ({exc})")
     if not any_repository:
         return GitCheck("no-repository")
     return GitCheck("checked", tuple(divergent))
-
-
-async def index_divergence(root: Path | None, restored: Mapping[str, bytes | None]) -> GitCheck:
-    """Paths whose Git index content differs from the content a restore
-    gives them (a removed file diverges from any index entry it has).
-    ``root`` is the local workspace; None (a remote target) checks nothing."""
-    if root is None:
-        return GitCheck("not-local", detail="the workspace is not on this machine")
-    return await asyncio.to_thread(_index_divergence_sync, root, dict(restored))

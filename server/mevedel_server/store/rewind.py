@@ -53,7 +53,8 @@ from .checkpoints import restore_plan
 from .errors import LeaseLost, PublicationPending, StoreError
 from .lease import LeaseHandle, read_lease_head
 from .lifecycle_token import ABSENT, InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
-from .project_files import GitCheck, Unreadable, index_divergence, local_workspace_root, project_path_problem, read_project_files
+from .git_runner import GitRunner, LocalGit, git_runner_for
+from .project_files import GitCheck, Unreadable, index_divergence, project_path_problem, read_project_files
 from .publication import Publisher, load_manifest
 from .records import RecordError
 from .recovery import (
@@ -89,7 +90,7 @@ from .transcript import Outcome
 from .turns import Conversation
 from .workspace import check_session_id
 
-#: Passed as ``workspace_root`` to derive the local root from the target.
+#: Passed as ``workspace_root`` to ask the git where the target keeps its files.
 FROM_TARGET = Path("<from target>")
 _PLAN_LIMIT = 4
 
@@ -330,7 +331,7 @@ def _state_hash(state: FileState) -> str:
 
 
 async def survey_files(
-    target: Target, plan: InPlacePlan, current_files: Sequence[TurnFiles], workspace_root: Path | None
+    target: Target, plan: InPlacePlan, current_files: Sequence[TurnFiles], git: GitRunner | None
 ) -> tuple[dict[str, str], tuple[FileRestore, ...], tuple[ExternalChange, ...], GitCheck]:
     """Read the working tree for an impact: the token's hashes, the restore
     rows, the external changes and the Git index check."""
@@ -358,12 +359,17 @@ async def survey_files(
     external = tuple(
         ExternalChange(path, turn) for path, (state, turn) in sorted(recorded.items()) if _state_hash(state) != hashes[path]
     )
-    git = await index_divergence(workspace_root, plan.wanted)
-    return hashes, tuple(rows), external, git
+    check = await index_divergence(git, target, plan.wanted)
+    return hashes, tuple(rows), external, check
 
 
-def _root_for(target: Target, workspace_root: Path | None) -> Path | None:
-    return local_workspace_root(target) if workspace_root is FROM_TARGET else workspace_root
+def _root_for(target: Target, workspace_root: Path | None) -> GitRunner | None:
+    """The git the Git index check asks: the one where the target keeps
+    its files (this machine or an SSH host), git in an explicit local
+    ``workspace_root``, or none."""
+    if workspace_root is FROM_TARGET:
+        return git_runner_for(target)
+    return None if workspace_root is None else LocalGit(workspace_root)
 
 
 async def prepare_rewind(
@@ -377,8 +383,9 @@ async def prepare_rewind(
 ) -> RewindImpact:
     """The impact of rewinding to ``boundary`` and the token to commit it.
     ``live`` is the caller's open conversation (refused with a turn in
-    flight); ``at`` the target time to stamp; ``workspace_root`` the local
-    directory Git runs in (None: skip the Git check)."""
+    flight); ``at`` the target time to stamp; ``workspace_root`` a local
+    directory for Git to run in (None: skip the Git check; by default the
+    git where the target keeps its files)."""
     check_session_id(session_id)
     await require_no_recovery(target, session_id)
     refuse_live(session_id, live, "rewind")

@@ -24,20 +24,24 @@ Order: every Git and branch check runs in :func:`prepare_worktree_fork` and
 again in :func:`commit_worktree_fork` before anything is created (a branch
 or directory that exists refuses). Once the worktree exists, a failure
 keeps the branch and worktree and raises :class:`WorktreeForkFailed`
-carrying the exact cleanup commands. Git runs locally: a workspace on a
-remote target is refused.
+carrying the exact cleanup commands.
+
+Git runs where the workspace's files are (:mod:`.git_runner`): a subprocess
+for a local workspace, ``git`` on the host of an SSH workspace, always in a
+workspace-relative directory with workspace-relative arguments, so the
+answers, refusals and messages are the same on both and never show where
+the workspace is backed. Filesystem checks (``.worktrees/``, the source
+checkout) go through the workspace target, which refuses symbolic links.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
+import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..targets import Target, TargetError
+from ..targets import ControlProgram, ListDir, Operation, Stat, Status, Target, TargetError, split_target_path
 from .errors import StoreError
 from .fork import (
     NO_PLAN_RECORD,
@@ -53,15 +57,18 @@ from .fork import (
 from .layout import STATE_DIR
 from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from .lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken
-from .project_files import WORKTREES_DIR, converge_files, local_workspace_root, run_git
+from .git_runner import GitDidNotFinish, GitMissing, GitOutcome, GitRunner, git_runner_for
+from .project_files import WORKTREES_DIR, converge_files
 from .publication import donors_of
-from .rewind import FROM_TARGET, TurnLabel, plan_time
+from .rewind import TurnLabel, plan_time
 from .sidecar import ForkType, Present, TurnFiles, WorktreeOrigin
 from .snapshot_cut import CommittedState, load_committed_state
 from .workspace import check_session_id
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _ALLOCATION_LIMIT = 1000
+#: Seconds ``git worktree add`` may take: it checks out the whole tree.
+_ADD_TIMEOUT = 600
 
 
 class WorktreeForkFailed(LifecycleError):
@@ -132,22 +139,35 @@ class WorktreeForkResult:
 
 # Git checks -------------------------------------------------------------------
 
+_NO_GIT = "Worktree Fork needs git, which is not installed"
 
-def _git_line(cwd: Path, session_id: str, *args: str) -> str:
+
+async def _git(git: GitRunner, session_id: str, cwd: str, *args: str) -> GitOutcome:
+    """Run git for a check: git missing, or a git that did not finish, is
+    a refusal (a dropped SSH connection stays a ``TargetUnavailable``)."""
     try:
-        done = run_git(cwd, *args)
-    except FileNotFoundError:
-        raise LifecycleRefused(session_id, "Worktree Fork needs git, which is not installed", kind="unavailable") from None
-    if done.returncode != 0:
-        detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise LifecycleRefused(
-            session_id, f"git {args[0]} failed: {detail[-1] if detail else 'exit ' + str(done.returncode)}", kind="unavailable"
-        )
+        return await git.run(cwd, *args)
+    except GitMissing:
+        raise LifecycleRefused(session_id, _NO_GIT, kind="unavailable") from None
+    except GitDidNotFinish as exc:
+        raise LifecycleRefused(session_id, f"git {args[0]} did not run: {exc}", kind="unavailable") from None
+
+
+async def _git_line(git: GitRunner, session_id: str, cwd: str, *args: str) -> str:
+    done = await _git(git, session_id, cwd, *args)
+    if not done.ok:
+        raise LifecycleRefused(session_id, f"git {args[0]} failed: {done.last_error_line()}", kind="unavailable")
     return done.stdout.decode("utf-8", "replace").strip()
 
 
-def _branch_exists(cwd: Path, branch: str) -> bool:
-    return run_git(cwd, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}").returncode == 0
+async def _branches(git: GitRunner, session_id: str, cwd: str, prefix: str) -> set[str]:
+    """The branch names under ``refs/heads/<prefix>``."""
+    listed = await _git_line(git, session_id, cwd, "for-each-ref", "--format=%(refname)", f"refs/heads/{prefix}")
+    return {line.removeprefix("refs/heads/") for line in listed.splitlines()}
+
+
+async def _branch_exists(git: GitRunner, session_id: str, cwd: str, branch: str) -> bool:
+    return (await _git(git, session_id, cwd, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}")).ok
 
 
 def _checkout_of(state: CommittedState) -> str:
@@ -155,60 +175,105 @@ def _checkout_of(state: CommittedState) -> str:
     return worktree.directory if worktree is not None else "."
 
 
-def _preflight(
-    root: Path, session_id: str, checkout: str, name: str | None, branch: str | None, base: str | None = None
+@dataclass(frozen=True)
+class _Places:
+    """What the workspace target says of the source checkout and of
+    ``.worktrees/`` (it refuses symbolic links on the way)."""
+
+    #: Why the source checkout cannot be used, or None.
+    source_problem: LifecycleRefused | None
+    #: Why ``.worktrees/`` cannot hold a new worktree, or None.
+    worktrees_problem: LifecycleRefused | None
+    #: The names in ``.worktrees/`` (none when it does not exist yet).
+    entries: frozenset[str]
+
+
+async def _places(target: Target, session_id: str, checkout: str) -> _Places:
+    ops: list[Operation] = [Stat(WORKTREES_DIR, optional=True), ListDir(WORKTREES_DIR, optional=True)]
+    if checkout != ".":
+        ops.append(Stat(checkout, optional=True))
+    result = await target.run(ControlProgram(ops))
+    source_problem = worktrees_problem = None
+    if checkout != ".":
+        source = result[2]
+        if source.status is Status.ABSENT or (source.ok and source.value.kind != "directory"):
+            source_problem = LifecycleRefused(session_id, f"the source checkout {checkout} is not a directory", kind="conflict")
+        elif not source.ok:
+            source_problem = LifecycleRefused(session_id, f"the source checkout {checkout} cannot be used ({source.reason})", kind="conflict")
+    stat, listing = result[0], result[1]
+    entries: frozenset[str] = frozenset()
+    if stat.status is Status.ABSENT:
+        pass
+    elif stat.unsafe:
+        worktrees_problem = LifecycleRefused(session_id, f"{WORKTREES_DIR}/ is a symbolic link", kind="conflict")
+    elif stat.ok and stat.value.kind != "directory":
+        worktrees_problem = LifecycleRefused(session_id, f"{WORKTREES_DIR} is not a directory", kind="conflict")
+    elif not stat.ok or not listing.ok:
+        reason = (stat if not stat.ok else listing).reason
+        worktrees_problem = LifecycleRefused(session_id, f"{WORKTREES_DIR}/ cannot be read ({reason})", kind="unavailable")
+    else:
+        entries = frozenset(listing.value)
+    return _Places(source_problem, worktrees_problem, entries)
+
+
+async def _preflight(
+    target: Target, git: GitRunner, session_id: str, checkout: str, name: str | None, branch: str | None, base: str | None = None
 ) -> WorktreeTarget:
     """Every check before anything is created. Raises LifecycleRefused."""
-    source = root if checkout == "." else root / checkout
-    try:
-        inside = run_git(source, "rev-parse", "--is-inside-work-tree")
-    except FileNotFoundError:
-        raise LifecycleRefused(session_id, "Worktree Fork needs git, which is not installed", kind="unavailable") from None
-    if inside.returncode != 0 or inside.stdout.strip() != b"true":
+    places = await _places(target, session_id, checkout)
+    if places.source_problem is not None:
+        # git would run in a directory that is not there (or is a link).
+        raise places.source_problem
+    inside = await _git(git, session_id, checkout, "rev-parse", "--is-inside-work-tree", "--show-toplevel", "--show-cdup")
+    lines = inside.stdout.decode("utf-8", "surrogateescape").split("\n")
+    if not inside.ok or len(lines) < 4 or lines[0] != "true":
         raise LifecycleRefused(session_id, "the source checkout is not a Git work tree", kind="conflict")
-    _git_line(source, session_id, "worktree", "list", "--porcelain")  # the worktree command works here
-    top = Path(_git_line(source, session_id, "rev-parse", "--show-toplevel"))
-    if os.path.realpath(top) != os.path.realpath(source):
+    await _git_line(git, session_id, checkout, "worktree", "list", "--porcelain")  # the worktree command works here
+    # --show-cdup is the way up to the top level, empty at the top: relative,
+    # so the judgement never needs the absolute path git runs in (on an SSH
+    # host, the pinned root's, which no message may show).
+    top, cdup = "\n".join(lines[1:-2]), lines[-2]
+    if cdup:
         raise LifecycleRefused(session_id, "the source checkout is not the top level of its Git work tree", kind="conflict")
-    head = run_git(source, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
-    if head.returncode != 0:
+    # git reports the top level with symbolic links resolved: that spelling
+    # of the workspace root must not appear in its messages either.
+    depth = len(split_target_path(checkout))
+    git.learn_root_spelling(top.rsplit("/", depth)[0] if depth else top)
+    head = await _git(git, session_id, checkout, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    if not head.ok:
         raise LifecycleRefused(session_id, "the source checkout has no HEAD commit to branch from", kind="conflict")
     head_commit = head.stdout.decode("ascii").strip()
     if base is not None and head_commit != base:
         raise StaleState(session_id, [f"the source checkout's HEAD moved from {base[:12]} to {head_commit[:12]}"])
-    worktrees = root / WORKTREES_DIR
-    if os.path.islink(worktrees):
-        raise LifecycleRefused(session_id, f"{WORKTREES_DIR}/ is a symbolic link", kind="conflict")
-    if worktrees.exists() and not worktrees.is_dir():
-        raise LifecycleRefused(session_id, f"{WORKTREES_DIR} is not a directory", kind="conflict")
-    if worktrees.exists() and os.path.dirname(os.path.realpath(worktrees)) != os.path.realpath(root):
-        raise LifecycleRefused(session_id, f"{WORKTREES_DIR}/ resolves outside the workspace", kind="conflict")
+    if places.worktrees_problem is not None:
+        raise places.worktrees_problem
+    entries = places.entries
     if name is None and branch is None:
-        name, branch = _allocate(root, source)
+        name, branch = _allocate(session_id, entries, await _branches(git, session_id, checkout, "mevedel/"))
     elif name is None or branch is None:
         name = name or (branch or "").rsplit("/", 1)[-1]
         branch = branch or f"mevedel/{name}"
     if not _NAME.match(name):
         raise LifecycleRefused(session_id, f"{name!r} is not a worktree name (letters, digits, '.', '_', '-')", kind="invalid-params")
-    valid = run_git(source, "check-ref-format", "--branch", branch)
-    if valid.returncode != 0:
+    valid = await _git(git, session_id, checkout, "check-ref-format", "--branch", branch)
+    if not valid.ok:
         raise LifecycleRefused(session_id, f"{branch!r} is not a valid branch name", kind="invalid-params")
-    if _branch_exists(source, branch):
+    if await _branch_exists(git, session_id, checkout, branch):
         raise LifecycleRefused(session_id, f"branch {branch} already exists; choose another name", kind="conflict")
     directory = f"{WORKTREES_DIR}/{name}"
-    if os.path.lexists(root / directory):
+    if name in entries:
         raise LifecycleRefused(session_id, f"{directory} already exists; choose another name", kind="conflict")
     return WorktreeTarget(name, branch, directory, head_commit, checkout)
 
 
-def _allocate(root: Path, source: Path) -> tuple[str, str]:
+def _allocate(session_id: str, entries: frozenset[str], branches: set[str]) -> tuple[str, str]:
     """The first unused ``fork-N`` directory with an unused ``mevedel/fork-N``
     branch."""
     for number in range(1, _ALLOCATION_LIMIT):
         name = f"fork-{number}"
-        if not os.path.lexists(root / WORKTREES_DIR / name) and not _branch_exists(source, f"mevedel/{name}"):
+        if name not in entries and f"mevedel/{name}" not in branches:
             return name, f"mevedel/{name}"
-    raise LifecycleRefused(str(root.name), "no unused worktree name is left", kind="conflict")
+    raise LifecycleRefused(session_id, "no unused worktree name is left", kind="conflict")
 
 
 # Files ----------------------------------------------------------------------
@@ -269,11 +334,24 @@ def _retarget(target: WorktreeTarget):
     return retarget
 
 
-def _root(target: Target, workspace_root: Path | None, session_id: str) -> Path:
-    root = local_workspace_root(target) if workspace_root is FROM_TARGET else workspace_root
-    if root is None:
-        raise LifecycleRefused(session_id, "Worktree Fork runs git locally; this workspace is on a remote target", kind="unavailable")
-    return root
+def _git_for(target: Target, git: GitRunner | None, session_id: str) -> GitRunner:
+    git = git or git_runner_for(target)
+    if git is None:
+        raise LifecycleRefused(session_id, "Worktree Fork cannot run git where this workspace is", kind="unavailable")
+    return git
+
+
+async def _nothing_created(target: Target, git: GitRunner, planned: WorktreeTarget) -> bool:
+    """Whether neither the worktree directory nor the branch exists (False
+    when that cannot be found out)."""
+    try:
+        result = await target.run(ControlProgram([Stat(planned.directory, optional=True)]))
+        if result[0].status is not Status.ABSENT:
+            return False
+        shown = await git.run(planned.source_checkout, "show-ref", "--verify", "--quiet", f"refs/heads/{planned.branch}")
+        return shown.returncode == 1
+    except (TargetError, GitMissing, GitDidNotFinish):
+        return False
 
 
 # Prepare and commit -------------------------------------------------------------
@@ -287,15 +365,16 @@ async def prepare_worktree_fork(
     name: str | None = None,
     branch: str | None = None,
     at: int | None = None,
-    workspace_root: Path | None = FROM_TARGET,
+    git: GitRunner | None = None,
 ) -> WorktreeForkImpact:
     """The impact of a Worktree Fork after the response of ``turn``:
-    the worktree it will create and the files it will restore."""
+    the worktree it will create and the files it will restore. ``git``
+    runs git where the workspace is (by default chosen from ``target``)."""
     check_session_id(session_id)
-    root = _root(target, workspace_root, session_id)
+    git = _git_for(target, git, session_id)
     state = await load_committed_state(target, session_id)
     entry = check_fork_point(state, turn)
-    planned = await asyncio.to_thread(_preflight, root, session_id, _checkout_of(state), name, branch)
+    planned = await _preflight(target, git, session_id, _checkout_of(state), name, branch)
     restores, unrestored, shared = _plan_files(state, turn, planned)
     local = await read_local(target, state.snapshot.paths, skip_plans=True)
     token = StateToken.make(
@@ -337,7 +416,7 @@ async def commit_worktree_fork(
     live_ids: Sequence[str] = (),
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     keep_lease: bool = False,
-    workspace_root: Path | None = FROM_TARGET,
+    git: GitRunner | None = None,
 ) -> WorktreeForkResult:
     """Recheck source, Git and branch, create the worktree, restore its
     files and publish the child."""
@@ -346,19 +425,26 @@ async def commit_worktree_fork(
     name, branch, base = subject.get("name"), subject.get("branch"), subject.get("base")
     if not all(isinstance(v, str) for v in (name, branch, base)):
         raise InvalidToken("it names no worktree")
-    root = _root(target, workspace_root, parsed.session_id)
+    git = _git_for(target, git, parsed.session_id)
     state, entry, local = await recheck_source(target, parsed)
-    planned = await asyncio.to_thread(_preflight, root, parsed.session_id, _checkout_of(state), name, branch, base)  # type: ignore[arg-type]
+    planned = await _preflight(target, git, parsed.session_id, _checkout_of(state), name, branch, base)  # type: ignore[arg-type]
     restores, unrestored, _shared = _plan_files(state, entry.turn, planned)
-    source = root if planned.source_checkout == "." else root / planned.source_checkout
-    added = await asyncio.to_thread(
-        run_git, source, "worktree", "add", "-q", "-b", planned.branch, str(root / planned.directory), planned.base_commit
-    )
-    if added.returncode != 0:
-        detail = added.stderr.decode("utf-8", "replace").strip().splitlines()
-        if not os.path.lexists(root / planned.directory) and not _branch_exists(source, planned.branch):
-            raise LifecycleRefused(parsed.session_id, f"git worktree add failed: {detail[-1] if detail else 'no detail'}", kind="unavailable")
-        raise WorktreeForkFailed(parsed.session_id, f"git worktree add failed: {detail[-1] if detail else 'no detail'}", planned.cleanup)
+    # Relative to the source checkout git runs in: no absolute path of the
+    # workspace reaches git's arguments (or its messages).
+    directory = posixpath.relpath(planned.directory, planned.source_checkout)
+    try:
+        added = await git.run(
+            planned.source_checkout, "worktree", "add", "-q", "-b", planned.branch, directory, planned.base_commit, timeout=_ADD_TIMEOUT
+        )
+        failure = None if added.ok else f"git worktree add failed: {added.last_error_line('no detail')}"
+    except GitMissing:
+        raise LifecycleRefused(parsed.session_id, _NO_GIT, kind="unavailable") from None
+    except (GitDidNotFinish, TargetError) as exc:
+        failure = f"git worktree add did not report its outcome: {exc}"
+    if failure is not None:
+        if await _nothing_created(target, git, planned):
+            raise LifecycleRefused(parsed.session_id, failure, kind="unavailable")
+        raise WorktreeForkFailed(parsed.session_id, failure, planned.cleanup)
     try:
         wanted = {r.path: r.content for r in restores}
         outcome = await converge_files(target, wanted)
