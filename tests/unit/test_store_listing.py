@@ -4,6 +4,7 @@ and the batched cost of N sessions."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -31,7 +32,16 @@ from mevedel_server.store.sidecar import (
     SidecarErrorKind,
     encode_sidecar,
 )
-from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget, Read
+from mevedel_server.targets import (
+    Chain,
+    ChainLink,
+    ControlProgram,
+    LocalTarget,
+    ProgramResult,
+    ProgramTarget,
+    ReadChain,
+    Status,
+)
 
 ME = ClientIdentity("me-client", "my-laptop")
 OTHER = ClientIdentity("other-client", "their-desktop")
@@ -293,21 +303,39 @@ async def test_foreign_entries_and_unsafe_directories_are_inspect_rows(tmp_path,
     assert tree(tmp_path) == before
 
 
-@pytest.mark.parametrize("count", [1, 5, 40, 70])
-async def test_listing_cost_is_batched(tmp_path, count):
+@pytest.mark.parametrize("count", [1, 5, 32, 33, 100])
+async def test_listing_cost_is_one_program_per_batch(tmp_path, count):
     inner = LocalTarget(tmp_path)
     for n in range(count):
         await published_session(inner, sid(n + 1), turns=n % 4, updated=1_000 + n)
     counting = CountingTarget(inner)
     listing = await list_sessions(counting, ME)
-    assert len(listing.rows) == count
+    assert len(listing.rows) == count and listing.inspect_rows == ()
     assert [row.session_id for row in listing.rows] == [sid(n + 1) for n in reversed(range(count))]
-    # One program lists the sessions; each later program admits a batch of
-    # 32 and moves every admitted session one of its four stages on.
-    assert counting.programs <= 1 + math.ceil(count / 32) + 3
-    # One lease listing, one head read, one manifest and one sidecar per
-    # published session, plus a clock per program.
-    assert counting.operations <= 1 + 4 * count + counting.programs
+    assert all(row.published and row.turn_count == n % 4 for n, row in enumerate(reversed(listing.rows)))
+    # One program lists the sessions; each later one observes a batch of 32,
+    # lease head to sidecar, in one chain per session.
+    assert counting.programs == 1 + math.ceil(count / 32)
+    # Per session the chain and a stat of its directory; a clock per program.
+    assert counting.operations == 1 + 2 * count + math.ceil(count / 32)
+
+
+async def test_sessions_without_a_head_or_a_lease_cost_no_extra_program(tmp_path, target):
+    await published_session(target, sid(1), turns=1)
+    await materialize_session(target, sid(2))  # never claimed
+    await materialize_session(target, sid(3))
+    await acquire_lease(target, sid(3), OTHER)  # claimed, never published
+    (tmp_path / ".mevedel" / "sessions" / "not-a-session").mkdir()
+    counting = CountingTarget(target)
+    listing = await list_sessions(counting, ME)
+    assert counting.programs == 2
+    assert {row.session_id: (row.published, row.lease_state) for row in listing.rows} == {
+        sid(1): (True, LeaseState.RELEASED),
+        sid(2): (False, None),
+        sid(3): (False, LeaseState.ACTIVE),
+    }
+    [foreign] = listing.inspect_rows
+    assert foreign.name == "not-a-session" and foreign.modified_at is not None
 
 
 async def test_smaller_batches_cost_more_programs_but_list_the_same(tmp_path):
@@ -321,35 +349,124 @@ async def test_smaller_batches_cost_more_programs_but_list_the_same(tmp_path):
     assert narrow.programs > wide.programs
 
 
-class SupersedeOnceTarget(ProgramTarget):
-    """Just before the first program that reads the listed head generation,
-    a successor writes a newer generation and prunes the listed one: the
-    head moves between listing and read."""
+class RewritingTarget(ProgramTarget):
+    """Runs programs on ``inner`` and lets ``rewrite`` change the chain each
+    ReadChain of ``session_id`` answers (what a target reports, not what
+    the files hold)."""
 
-    def __init__(self, inner, root: Path, session_id: str) -> None:
-        self.inner, self.root, self.session_id = inner, root, session_id
-        self.fired = False
+    def __init__(self, inner, session_id: str, rewrite) -> None:
+        self.inner, self.session_id, self.rewrite = inner, session_id, rewrite
+        self.programs = 0
+        self.rewritten = 0
 
     async def run(self, program):
-        if not self.fired:
-            for op in program.operations:
-                if isinstance(op, Read) and "/.lease/generation-" in op.path and self.session_id in op.path:
-                    generation = int(op.path[-25:-5])
-                    write_generation(self.root, self.session_id, generation + 1, renewed_at=int(time.time()), expires_at=int(time.time()) + 3600)
-                    (session_dir(self.root, self.session_id) / ".lease" / f"generation-{generation:020d}.json").unlink()
-                    self.fired = True
-        return await self.inner.run(program)
+        self.programs += 1
+        result = await self.inner.run(program)
+        answers = list(result.results)
+        for index, op in enumerate(program.operations):
+            if isinstance(op, ReadChain) and self.session_id in op.path and answers[index].ok:
+                chain = self.rewrite(answers[index].value)
+                if chain is not None:
+                    self.rewritten += 1
+                    answers[index] = dataclasses.replace(answers[index], value=chain)
+        return ProgramResult(tuple(answers), result.stopped_at)
+
+
+def _vanished(chain: Chain) -> Chain:
+    """What the target answers when the newest generation kept vanishing
+    between its listing and its read."""
+    head = chain.links[0]
+    return Chain(chain.names, (ChainLink(head.path, Status.ABSENT, None, "the newest file kept vanishing"),))
 
 
 async def test_a_head_pruned_between_listing_and_read_is_listed_and_read_again(tmp_path, target):
     await published_session(target, sid(1), turns=1)
-    moving = SupersedeOnceTarget(target, tmp_path, sid(1))
+    await published_session(target, sid(2), turns=1)
+
+    def supersede_once(chain):
+        if moving.rewritten:
+            return None
+        # A successor writes a newer generation and prunes the one listed.
+        generation = int(chain.names[-1][11:31])
+        write_generation(tmp_path, sid(1), generation + 1, renewed_at=int(time.time()), expires_at=int(time.time()) + 3600)
+        (session_dir(tmp_path, sid(1)) / ".lease" / chain.names[-1]).unlink()
+        return _vanished(chain)
+
+    moving = RewritingTarget(target, sid(1), supersede_once)
     listing = await list_sessions(moving, ME)
-    assert moving.fired
-    [row] = listing.rows
-    assert row.holder_host == OTHER.host and row.action is SessionAction.JOIN
+    assert moving.rewritten == 1
+    by_id = {row.session_id: row for row in listing.rows}
+    assert by_id[sid(1)].holder_host == OTHER.host and by_id[sid(1)].action is SessionAction.JOIN
     # The newer record names no head: a listing shows the state it names.
-    assert not row.published
+    assert not by_id[sid(1)].published and by_id[sid(2)].published
+    # Only the moved session was read again, in one more program.
+    assert moving.programs == 3
+
+
+async def test_a_head_that_moves_on_every_observation_is_an_inspect_row(tmp_path, target):
+    await published_session(target, sid(1), turns=1)
+    moving = RewritingTarget(target, sid(1), _vanished)
+    listing = await list_sessions(moving, ME)
+    [row] = listing.inspect_rows
+    assert (row.subject, row.reason) == (InspectSubject.LEASE, f"session {sid(1)}: the lease changed on every observation")
+    assert row.modified_at is not None and listing.rows == ()
+    assert moving.rewritten == 4
+
+
+@pytest.mark.parametrize("kept", [1, 2])
+async def test_files_the_chain_did_not_reach_are_read_directly(tmp_path, target, kept):
+    # A target whose JSON reading stopped early (or had no JSON scanner):
+    # the listing reads the manifest and the sidecar itself.
+    await published_session(target, sid(1), turns=2, name="direct")
+    short = RewritingTarget(target, sid(1), lambda chain: Chain(chain.names, chain.links[:kept]))
+    listing = await list_sessions(short, ME)
+    [row] = listing.rows
+    assert (row.display_name, row.turn_count, row.published) == ("direct", 2, True)
+    assert short.programs == 1 + 1 + (3 - kept)
+
+
+async def test_a_link_counts_only_as_the_file_the_decoded_record_names(tmp_path, target):
+    # A target that answers another session's manifest and sidecar for
+    # this head: the links' paths are not the ones this lease names, so the
+    # listing reads those itself and shows this session's own state.
+    await published_session(target, sid(1), turns=1, name="one")
+    await published_session(target, sid(2), turns=5, name="two")
+    inner = LocalTarget(tmp_path)
+    foreign: dict[str, Chain] = {}
+
+    class Swapping(RewritingTarget):
+        async def run(self, program):
+            for op in program.operations:
+                if isinstance(op, ReadChain) and sid(2) in op.path:
+                    [theirs] = (await inner.run(ControlProgram([op]))).results
+                    foreign["chain"] = theirs.value
+            return await super().run(program)
+
+    def swap(chain):
+        other = foreign["chain"]
+        return Chain(chain.names, (chain.links[0], *other.links[1:]))
+
+    swapping = Swapping(target, sid(1), swap)
+    listing = await list_sessions(swapping, ME)
+    assert swapping.rewritten == 1
+    by_id = {row.session_id: row for row in listing.rows}
+    assert (by_id[sid(1)].display_name, by_id[sid(1)].turn_count) == ("one", 1)
+    assert (by_id[sid(2)].display_name, by_id[sid(2)].turn_count) == ("two", 5)
+    assert listing.inspect_rows == ()
+
+
+async def test_without_a_json_scanner_on_the_target_the_listing_is_the_same(tmp_path, target, monkeypatch):
+    from mevedel_server.targets import executor
+
+    for n in range(3):
+        await published_session(target, sid(n + 1), turns=n, name=f"s{n}")
+    expected = await list_sessions(target, ME)
+    monkeypatch.setattr(executor, "_json_scanner", None)
+    counting = CountingTarget(target)
+    listing = await list_sessions(counting, ME)
+    assert listing.rows == expected.rows and listing.inspect_rows == ()
+    # The lease head in the chain, then the manifest and the sidecar directly.
+    assert counting.programs == 1 + 3
 
 
 async def test_a_symlinked_sessions_directory_is_refused(tmp_path):

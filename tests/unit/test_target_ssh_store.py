@@ -5,6 +5,7 @@ time."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -19,6 +20,8 @@ from mevedel_server.store import (
     observe_lease,
     read_committed,
 )
+from mevedel_server.store.listing import list_sessions
+from mevedel_server.store.sidecar import Layout, NamingState, Sidecar, encode_sidecar
 from mevedel_server.targets import LocalTarget
 from mevedel_server.targets.ssh import SshTarget
 
@@ -91,3 +94,40 @@ async def test_lease_renewal_and_publication_cost_few_round_trips(ssh_target, tm
     await lease.renew()
     # The stamped create reads the target clock in the program that writes.
     assert ssh_target.round_trips - start == 1
+
+
+async def _published_locally(root, session_id: str, turns: int) -> None:
+    local = LocalTarget(root)
+    await materialize_session(local, session_id)
+    lease = await acquire_lease(local, session_id, LOCAL)
+    sidecar = Sidecar(
+        session_id=session_id,
+        workspace_id="b" * 64,
+        display_name=f"session {turns}",
+        naming_state=NamingState.EXPLICIT,
+        created_at=0,
+        updated_at=1_000 + turns,
+        total_turn_count=turns,
+        in_flight_turn=None,
+        layout=Layout(segment_parts=[1], prompt_pages=1, file_pages=0),
+        first_user_message="prompt 1",
+        latest_user_message=f"prompt {turns}",
+    )
+    await Publisher(lease).publish({"session.json": encode_sidecar(sidecar), "segment-0001.chat.jsonl": b"{}\n"})
+    await lease.release()
+
+
+@pytest.mark.parametrize("count", [1, 33])
+async def test_a_listing_over_ssh_costs_one_program_per_batch_of_32(ssh_target, tmp_path, count):
+    for n in range(count):
+        await _published_locally(tmp_path, f"2026-07-19T09-47-{n + 1:012x}", n + 1)
+    start = ssh_target.round_trips
+    listing = await list_sessions(ssh_target, REMOTE)
+    # The sessions directory, then one program per batch: each session's
+    # lease head, manifest and sidecar travel in one chain.
+    assert ssh_target.round_trips - start == 1 + math.ceil(count / 32)
+    assert [(row.display_name, row.turn_count, row.published) for row in listing.rows] == [
+        (f"session {n}", n, True) for n in range(count, 0, -1)
+    ]
+    assert listing.inspect_rows == ()
+    assert listing.rows == (await list_sessions(LocalTarget(tmp_path), REMOTE)).rows

@@ -19,6 +19,8 @@ MANIFEST_NAME = "manifest.json"
 
 GENERATION_DIGITS = 20
 GENERATION_NAME = re.compile(rf"^generation-([0-9]{{{GENERATION_DIGITS}}})\.json$")
+#: The lease generations as a numbered family: prefix, digits, suffix.
+GENERATION_FAMILY = ("generation-", GENERATION_DIGITS, ".json")
 
 
 def generation_name(generation: int) -> str:

@@ -120,7 +120,7 @@ from .errors import (
     TakeoverNeedsConfirmation,
     TransferReserved,
 )
-from .layout import GENERATION_DIGITS, SessionPaths, generation_numbers
+from .layout import GENERATION_FAMILY, SessionPaths, generation_numbers
 from .records import (
     CLIENT_ID_PATTERN,
     LeaseRecord,
@@ -139,8 +139,6 @@ _KEPT_PREDECESSORS = 2
 #: Observation attempts when listed generations are gone before the read
 #: (only a session being deleted removes the newest one).
 _OBSERVE_ATTEMPTS = 16
-#: The numbered family of ``layout.generation_name``, for :class:`ReadNewest`.
-_GENERATION_FAMILY = ("generation-", GENERATION_DIGITS, ".json")
 
 _LIVE_STATES = (LeaseState.CLAIMING, LeaseState.ACTIVE, LeaseState.PUBLISHING)
 
@@ -198,7 +196,7 @@ class LeaseObservation:
 
 async def _observe(target: Target, paths: SessionPaths, with_clock: bool) -> LeaseObservation:
     listing = ListDir(paths.lease_dir, optional=True)
-    newest = ReadNewest(paths.lease_dir, *_GENERATION_FAMILY, optional=True)
+    newest = ReadNewest(paths.lease_dir, *GENERATION_FAMILY, optional=True)
     # The clock probe proves the session exists; without it, a stat does.
     presence = Clock(paths.root) if with_clock else Stat(paths.root, optional=True)
     for _ in range(_OBSERVE_ATTEMPTS):

@@ -3,20 +3,25 @@ allows this client.
 
 Cost
 ----
-Per session the listing reads what it must and nothing more: the listing of
-``.lease/`` and the head generation it names (one lease observation), the
-manifest that head names, and the sidecar bytes that manifest names, checked
-against the manifest's SHA-256. Those reads depend on one another, so they
-are four stages; the stages of different sessions are independent, so the
-listing *pipelines* them: every control program admits the next batch of up
-to :data:`BATCH` sessions into the first stage and carries every session
-already admitted one stage further. N published sessions therefore cost one
-program to list ``.mevedel/sessions/`` plus about ``N / BATCH + 3`` programs
-of one operation per session in flight. Every program that reads a lease
-record also reads the target clock, so each record is judged against a clock
-reading taken in the same round trip. A head a successor pruned between the
-listing and the read is listed and read again; the directory is stat-ed only
-when its time is needed (no lease record, or an Inspect row).
+Per session the listing reads what it must and nothing more: the newest
+lease generation (one lease observation), the manifest that generation names
+and the sidecar bytes that manifest names, checked against the manifest's
+SHA-256. Those reads depend on one another, but one :class:`ReadChain`
+operation makes them all: the target lists ``.lease/``, reads the newest
+generation and follows its ``publication_head``, then the manifest's
+``entries`` -> ``session.json`` -> ``published``. The target only
+dereferences; every record is decoded and verified here, and a file counts
+only as the one the record before it names. With it, a stat of the session
+directory (so an Inspect row or a session without a lease record finds its
+time in the same program), a session is observed in one operation of one
+program. N sessions therefore cost one program to list
+``.mevedel/sessions/`` plus ``ceil(N / BATCH)`` programs of up to
+:data:`BATCH` sessions each. Every program that reads a lease record also
+reads the target clock, so each record is judged against a clock reading
+taken in the same round trip. Only the unusual costs more: a head a
+successor pruned between the target's listing and its read (past the
+target's own re-listing) is read again in a later program, and a file the
+chain did not reach as the decoded record names it is read directly.
 
 Bad bytes
 ---------
@@ -37,18 +42,21 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..targets import (
+    Chain,
+    ChainHop,
     Clock,
     ControlProgram,
     ListDir,
     Operation,
     OpResult,
     Read,
+    ReadChain,
     Stat,
     Status,
     Target,
     raise_for_result,
 )
-from .layout import SESSIONS_DIR, SessionPaths, generation_numbers
+from .layout import GENERATION_FAMILY, SESSIONS_DIR, SessionPaths, generation_numbers
 from .lease import ClientIdentity, LeaseObservation, LeaseStanding
 from .records import (
     LeaseRecord,
@@ -67,6 +75,9 @@ from .workspace import is_session_id
 BATCH = 32
 #: Re-reads of a lease head that moved between its listing and its read.
 _HEAD_ATTEMPTS = 4
+#: How a head that moved away under the read reads (the target lists again
+#: for a while; past that, so does the listing).
+_MOVED = OpResult(Status.ABSENT)
 
 
 class SessionAction(enum.Enum):
@@ -206,15 +217,25 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
 
 
 class _Stage(enum.Enum):
-    LEASE_LIST = 1
-    LEASE_HEAD = 2
-    MANIFEST = 3
-    SIDECAR = 4
-    #: Stat of the session directory: first for names that are not session
-    #: IDs, last for sessions that need its time (no lease record, or an
-    #: Inspect row) or whose lease directory could not be listed.
-    DIRECTORY = 5
-    DONE = 6
+    #: The lease head and what it names, followed by the target in one
+    #: operation (:class:`ReadChain`), judged against a clock of the same
+    #: program.
+    CHAIN = 1
+    #: Direct reads of the manifest or the sidecar, only when the chain did
+    #: not reach the file the decoded record names (the target's JSON
+    #: reading disagreed with ours).
+    MANIFEST = 2
+    SIDECAR = 3
+    #: Only the session directory's stat is left to read: names that are not
+    #: session IDs, sessions without a lease record, and Inspect rows.
+    DIRECTORY = 4
+    DONE = 5
+
+
+#: What the chain follows from the head lease generation: the manifest its
+#: publication head names, then the sidecar that manifest publishes. Both
+#: are session-relative (see ``SessionPaths.inside``).
+_CHAIN_KEYS = (("publication_head",), ("entries", SIDECAR_PATH, "published"))
 
 
 class _Probe:
@@ -223,7 +244,7 @@ class _Probe:
 
     def __init__(self, survey: SessionSurvey) -> None:
         self.survey = survey
-        self.stage = _Stage.LEASE_LIST if survey.paths is not None else _Stage.DIRECTORY
+        self.stage = _Stage.CHAIN if survey.paths is not None else _Stage.DIRECTORY
         self.head_generation = 0
         self.generations: tuple[int, ...] = ()
         self.attempts = 0
@@ -251,37 +272,76 @@ class _Probe:
     # -- stages ------------------------------------------------------------
 
     def ops(self) -> list[Operation]:
+        """This stage's operations, then a stat of the session directory:
+        whichever way the stage ends, a row that needs the directory's time
+        finds it in the same program."""
         paths = self.survey.paths
+        directory = Stat(f"{SESSIONS_DIR}/{self.survey.name}", optional=True)
         if self.stage is _Stage.DIRECTORY:
-            return [Stat(f"{SESSIONS_DIR}/{self.survey.name}", optional=True)]
+            return [directory]
         assert paths is not None
-        if self.stage is _Stage.LEASE_LIST:
-            return [ListDir(paths.lease_dir, optional=True)]
-        if self.stage is _Stage.LEASE_HEAD:
-            return [Read(paths.generation(self.head_generation), optional=True)]
+        if self.stage is _Stage.CHAIN:
+            hops = tuple(ChainHop(keys, paths.root) for keys in _CHAIN_KEYS)
+            return [ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True), directory]
         if self.stage is _Stage.MANIFEST:
-            assert self.survey.observation is not None and self.survey.observation.publication_head
-            return [Read(paths.inside(self.survey.observation.publication_head), optional=True)]
+            return [Read(self._manifest_path(), optional=True), directory]
         if self.stage is _Stage.SIDECAR:
-            assert self.survey.manifest is not None
-            return [Read(paths.inside(self.survey.manifest.entries[SIDECAR_PATH].published), optional=True)]
+            return [Read(self._sidecar_path(), optional=True), directory]
         return []
 
+    def _manifest_path(self) -> str:
+        assert self.survey.paths is not None and self.survey.observation is not None
+        head = self.survey.observation.publication_head
+        assert head is not None
+        return self.survey.paths.inside(head)
+
+    def _sidecar_path(self) -> str:
+        assert self.survey.paths is not None and self.survey.manifest is not None
+        return self.survey.paths.inside(self.survey.manifest.entries[SIDECAR_PATH].published)
+
     def needs_clock(self) -> bool:
-        return self.stage is _Stage.LEASE_HEAD
+        return self.stage is _Stage.CHAIN
 
     def accept(self, results: list[OpResult], now: int | None) -> None:
-        result = results[0]
-        if self.stage is _Stage.DIRECTORY:
-            self._accept_directory(result)
-        elif self.stage is _Stage.LEASE_LIST:
-            self._accept_generations(result)
-        elif self.stage is _Stage.LEASE_HEAD:
-            self._accept_lease(result, now)
+        *read, directory = results
+        if self.stage is _Stage.CHAIN:
+            self._accept_chain(read[0], now)
         elif self.stage is _Stage.MANIFEST:
-            self._accept_manifest(result)
+            self._accept_manifest(read[0])
         elif self.stage is _Stage.SIDECAR:
-            self._accept_sidecar(result)
+            self._accept_sidecar(read[0])
+        if self.stage is _Stage.DIRECTORY:
+            self._accept_directory(directory)
+
+    def _accept_chain(self, result: OpResult, now: int | None) -> None:
+        paths = self.survey.paths
+        assert paths is not None
+        if result.status is Status.ABSENT:
+            chain = Chain((), ())
+        elif not result.ok:
+            # Perhaps the session directory itself is the problem: its stat
+            # decides which row this is.
+            self._op_failure(InspectSubject.LEASE, paths.label(".lease"), result)
+            return
+        else:
+            chain = result.value
+        generations = generation_numbers(chain.names)
+        if not generations:
+            # Never claimed: its time is the directory's.
+            self.survey.observation = LeaseObservation(paths.session_id, 0, None, None, None, ())
+            self.stage = _Stage.DIRECTORY
+            return
+        self.head_generation = generations[-1]
+        self.generations = tuple(generations)
+        # Each link counts only as the file the record before it names, as
+        # decoded here; the target merely followed the bytes.
+        links = list(chain.links)
+        head = paths.generation(self.head_generation)
+        self._accept_lease(links.pop(0).result() if links and links[0].path == head else _MOVED, now)
+        if self.stage is _Stage.MANIFEST and links and links[0].path == self._manifest_path():
+            self._accept_manifest(links.pop(0).result())
+        if self.stage is _Stage.SIDECAR and links and links[0].path == self._sidecar_path():
+            self._accept_sidecar(links.pop(0).result())
 
     def _accept_directory(self, stat: OpResult) -> None:
         survey = self.survey
@@ -303,28 +363,6 @@ class _Probe:
         elif self.pending is not None:
             survey.problem = dataclasses.replace(self.pending, modified_at=survey.modified_at)
 
-    def _accept_generations(self, listed: OpResult) -> None:
-        paths = self.survey.paths
-        assert paths is not None
-        if listed.status is Status.ABSENT:
-            names: tuple[str, ...] = ()
-        elif not listed.ok:
-            # Perhaps the session directory itself is the problem: the stat
-            # that follows decides which row this is.
-            self._op_failure(InspectSubject.LEASE, paths.label(".lease"), listed)
-            return
-        else:
-            names = listed.value
-        generations = generation_numbers(names)
-        if not generations:
-            # Never claimed: its time is the directory's.
-            self.survey.observation = LeaseObservation(paths.session_id, 0, None, None, None, ())
-            self.stage = _Stage.DIRECTORY
-            return
-        self.head_generation = generations[-1]
-        self.generations = tuple(generations)
-        self.stage = _Stage.LEASE_HEAD
-
     def _accept_lease(self, read: OpResult, now: int | None) -> None:
         paths = self.survey.paths
         assert paths is not None
@@ -335,7 +373,7 @@ class _Probe:
             if self.attempts >= _HEAD_ATTEMPTS:
                 self._fail(InspectSubject.LEASE, f"session {paths.session_id}: the lease changed on every observation")
             else:
-                self.stage = _Stage.LEASE_LIST
+                self.stage = _Stage.CHAIN
             return
         if not read.ok:
             self._op_failure(InspectSubject.LEASE, paths.generation_label(head), read)
@@ -454,8 +492,8 @@ async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[S
     active: list[_Probe] = []
     first_now: int | None = None
     while waiting or active:
-        # Every program moves each admitted session one stage on, so
-        # admitting a batch per program keeps a batch in each stage.
+        # An admitted session normally finishes in its first program; the
+        # few that need another read stay in flight beside the next batch.
         for _ in range(min(batch, len(waiting))):
             active.append(waiting.pop())
         clock = Clock(SESSIONS_DIR)
