@@ -5,9 +5,12 @@ and a directory outside the root are told apart."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from mevedel_server.targets import InvalidTargetPath
+from mevedel_server.targets import InvalidTargetPath, TargetOperationError
+from mevedel_server.targets.remote_errors import TargetUnavailable
 from mevedel_server.targets.ssh import SshTarget
 
 
@@ -47,3 +50,30 @@ async def test_a_directory_outside_the_root_is_refused(ssh_target, tmp_path, cwd
     with pytest.raises(InvalidTargetPath):
         await ssh_target.run_command(["touch", str(marker)], cwd)
     assert not marker.exists()
+
+
+async def test_a_symlink_out_of_the_root_or_a_missing_directory_runs_nothing(ssh_target, tmp_path):
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (tmp_path / "escape").symlink_to(outside)
+    marker = outside / "ran"
+    for cwd in ("escape", "no-such-dir"):
+        with pytest.raises(TargetOperationError) as info:
+            await ssh_target.run_command(["touch", "ran"], cwd)
+        assert info.value.path == cwd and str(tmp_path) not in str(info.value)
+    assert not marker.exists()
+    # A link that stays inside the root resolves to a different directory
+    # than its spelling names, so it is refused too.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    with pytest.raises(TargetOperationError):
+        await ssh_target.run_command(["true"], "alias")
+    assert (await ssh_target.run_command(["true"], "real")).exit_status == 0
+
+
+async def test_a_command_past_its_timeout_is_unavailable_and_stopped(ssh_target, tmp_path):
+    with pytest.raises(TargetUnavailable, match="did not finish within") as info:
+        await ssh_target.run_command(["sh", "-c", "sleep 3; touch late"], timeout=0.5)
+    assert info.value.outcome_unknown
+    await asyncio.sleep(3.5)
+    assert not (tmp_path / "late").exists()

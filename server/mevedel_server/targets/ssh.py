@@ -57,6 +57,7 @@ from .program import ControlProgram, ProgramResult
 from .remote_bundle import BYTECODE_MAGIC, compiled_script, remote_command, remote_script
 from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
 from .ssh_config import SshLocation, client_options, parse_ssh_location
+from .errors import TargetOperationError
 from .paths import split_target_path
 from .target import ProgramTarget
 from .wire import HEAD_SIZE, MAGIC_HEAD, NONCE_SIZE, TAIL_SIZE, FrameError, check_tail, decode_value, frame_chunks
@@ -68,6 +69,8 @@ _NOISE_LIMIT = 64 * 1024
 _STDERR_KEPT = 4096
 _DRAIN_EVERY = 1 << 20
 _JOIN_LIMIT = 32 * 1024
+#: run_command's status for a cwd that failed its check (nothing ran).
+_CWD_REFUSED = 125
 _MAX_BACKOFF = 10.0
 # Failures that a retry cannot cure.
 _FINAL_CONNECT_ERRORS = (
@@ -333,26 +336,58 @@ class SshTarget(ProgramTarget):
         and return its exit status and output. For tools that must run where
         the files are (``git`` for a Worktree Fork); durable store I/O never
         goes this way. The command line is built from quoted words, so no
-        argument is ever interpreted by the remote shell. A dropped
-        connection or a command that outlives ``timeout`` raises
-        :class:`TargetUnavailable` with an unknown outcome."""
+        argument is ever interpreted by the remote shell.
+
+        Before the command starts, the shell proves that ``cwd`` is, with
+        every symbolic link resolved, the directory its spelling names below
+        the root (a link that leads elsewhere, or a missing directory,
+        raises :class:`TargetOperationError` naming ``cwd``; nothing runs).
+        A dropped connection or a command that outlives ``timeout`` (it is
+        then killed) raises :class:`TargetUnavailable` with an unknown
+        outcome."""
         if not argv:
             raise ValueError("a command needs at least the program name")
         await self._pinned()
         parts = split_target_path(cwd)
-        directory = "/".join([self.root.rstrip("/") or "", *parts]) or "/"
-        line = f"cd -- {shlex.quote(directory)} && exec {' '.join(shlex.quote(word) for word in argv)}"
+        directory = "/".join([self.root.rstrip("/"), *parts]) or "/"
+        below = "".join("/" + shlex.quote(part) for part in parts)
+        # The physical root and the physical cwd must agree component by
+        # component; the check's own failure is status 125, which no
+        # command is run to produce.
+        line = (
+            f"r=$(cd -P -- {shlex.quote(self.root)} 2>/dev/null && pwd -P) && "
+            f"cd -P -- {shlex.quote(directory)} 2>/dev/null && "
+            f'[ "$(pwd -P)" = "${{r%/}}"{below} ] || exit {_CWD_REFUSED}; '
+            # The command runs beside a watchdog that kills it once its
+            # standard input -- the channel -- closes: OpenSSH drops the
+            # signal a client sends, so closing the channel is the one way to
+            # stop a command given up on.
+            f"exec 3<&0; {' '.join(shlex.quote(word) for word in argv)} </dev/null 3<&- & c=$!; "
+            '(cat >/dev/null; kill "$c") <&3 3<&- >/dev/null 2>&1 & exec 3<&-; wait "$c"'
+        )
         async with self._channels:
             conn = await self._connection()
             try:
-                done = await asyncio.wait_for(conn.run(line, check=False, encoding=None), timeout)
+                process = await conn.create_process(line, encoding=None)
+            except _TRANSPORT_ERRORS as exc:
+                if conn.is_closed():
+                    self._forget(conn)
+                raise self._unavailable(f"'{argv[0]}' could not start ({_describe(exc)})", False) from None
+            try:
+                done = await asyncio.wait_for(process.wait(), timeout)
             except asyncio.TimeoutError:
+                _stop(process)
                 raise self._unavailable(f"'{argv[0]}' did not finish within {timeout:g} s", True) from None
             except _TRANSPORT_ERRORS as exc:
+                _stop(process)
                 if conn.is_closed():
                     self._forget(conn)
                 raise self._unavailable(f"'{argv[0]}' was cut off ({_describe(exc)})", True) from None
         status = done.exit_status if done.exit_status is not None else -1
+        if status == _CWD_REFUSED:
+            raise TargetOperationError(
+                cwd, "is not a directory below the workspace root (missing, or a symbolic link leads elsewhere)"
+            )
         return CommandOutcome(status, bytes(done.stdout or b""), bytes(done.stderr or b""))
 
     async def close(self) -> None:
@@ -637,6 +672,16 @@ def _coalesced(chunks: Sequence) -> Iterator[bytes]:
             pending, size = [], 0
     if pending:
         yield b"".join(pending)
+
+
+def _stop(process: asyncssh.SSHClientProcess) -> None:
+    """Kill a command that is given up on (where the server honours
+    signals) and close its channel, so it does not run on unobserved."""
+    try:
+        process.kill()
+    except (asyncssh.Error, OSError, ValueError):
+        pass
+    process.close()
 
 
 def _describe(exc: BaseException | None) -> str:
