@@ -3,7 +3,7 @@
 tests."""
 
 from hypothesis import HealthCheck, settings
-from ssh_fixtures import fault_server, openssh_server  # noqa: F401
+from ssh_fixtures import fault_server, open_target, openssh_server, ssh_connect  # noqa: F401
 
 # CI machines are shared and slow at times: generating examples may take
 # longer than hypothesis's default patience, and a slow example is not a

@@ -8,6 +8,11 @@
   own ``~/.bashrc`` (a ``pyenv init`` there costs ~200 ms per command)
   neither slows the tests nor changes what ``python3`` they run, and the
   user's real files are left alone. A remote ``~`` is that home.
+- ``ssh_connect`` (per test): ``await ssh_connect(root)`` is an
+  ``SshTarget`` on ``root`` through ``openssh_server``, closed after the
+  test; ``open_target`` (per test, parametrized ``local`` / ``ssh``):
+  ``await open_target(root)`` is a ``LocalTarget`` or such an
+  ``SshTarget``, for contracts both targets must keep alike.
 - ``fault_server`` (per test): an in-process asyncssh server that runs the
   same remote program in-process, and can be told to misbehave on the Nth
   program (faults of the channel itself -- refused, no ``python3`` -- on
@@ -363,3 +368,46 @@ async def fault_server(tmp_path_factory):
         yield faults
     finally:
         await faults.stop()
+
+
+class _Connections:
+    """SshTargets opened on demand through one server, closed together."""
+
+    def __init__(self, server: OpenSshServer) -> None:
+        self.server = server
+        self.opened: list = []
+
+    async def __call__(self, root):
+        from mevedel_server.targets.ssh import SshTarget
+
+        target = await SshTarget.connect(self.server.url(root), **self.server.options())
+        self.opened.append(target)
+        return target
+
+    async def close(self) -> None:
+        for target in self.opened:
+            await target.close()
+
+
+@pytest.fixture
+async def ssh_connect(openssh_server):
+    connections = _Connections(openssh_server)
+    yield connections
+    await connections.close()
+
+
+@pytest.fixture(params=["local", "ssh"])
+async def open_target(request):
+    from mevedel_server.targets import LocalTarget
+
+    if request.param == "local":
+
+        async def local(root):
+            return LocalTarget(root)
+
+        yield local
+        return
+    # Requested only here, so that local runs need no sshd.
+    connections = _Connections(request.getfixturevalue("openssh_server"))
+    yield connections
+    await connections.close()

@@ -33,7 +33,6 @@ from mevedel_server.targets import (
     Verify,
 )
 from mevedel_server.targets.program import ClockStamp, ReadNewest, StampedCreate
-from mevedel_server.targets.ssh import SshTarget
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
 ME = ClientIdentity("counted-client", "desk")
@@ -143,22 +142,6 @@ async def test_a_claim_stamps_its_active_generation_from_the_claiming_program(co
 
 # -- the two target operations behind these counts, on both targets -------------
 
-
-@pytest.fixture(params=["local", "ssh"])
-async def open_target(request):
-    opened: list[SshTarget] = []
-
-    async def make(path):
-        if request.param == "local":
-            return LocalTarget(path)
-        server = request.getfixturevalue("openssh_server")
-        target = await SshTarget.connect(server.url(path), **server.options())
-        opened.append(target)
-        return target
-
-    yield make
-    for target in opened:
-        await target.close()
 
 
 async def test_a_stamped_create_writes_the_clock_it_reads(root, tmp_path, open_target, monkeypatch):

@@ -24,26 +24,9 @@ from mevedel_server.targets import (
 from mevedel_server.targets import executor
 from mevedel_server.targets.executor import Executor, pin_root
 from mevedel_server.targets.plain_form import plain_operation, program_result
-from mevedel_server.targets.ssh import SshTarget
 
 HOPS = (ChainHop(("head",), "s"), ChainHop(("entries", "data.txt", "at"), "s"))
 
-
-@pytest.fixture(params=["local", "ssh"])
-async def open_target(request):
-    opened: list[SshTarget] = []
-
-    async def make(path):
-        if request.param == "local":
-            return LocalTarget(path)
-        server = request.getfixturevalue("openssh_server")
-        target = await SshTarget.connect(server.url(path), **server.options())
-        opened.append(target)
-        return target
-
-    yield make
-    for target in opened:
-        await target.close()
 
 
 @pytest.fixture

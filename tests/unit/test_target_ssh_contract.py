@@ -21,7 +21,6 @@ from mevedel_server.targets import (
     CreateExclusive,
     CreateLinked,
     ListDir,
-    LocalTarget,
     MakeDirs,
     PathAbsentError,
     PathConflictError,
@@ -35,25 +34,7 @@ from mevedel_server.targets import (
     Verify,
     read_target_clock,
 )
-from mevedel_server.targets.ssh import SshTarget
 
-
-@pytest.fixture(params=["local", "ssh"])
-async def open_target(request, tmp_path):
-    """``await open_target(root)``: a target of the parametrized kind."""
-    opened: list[SshTarget] = []
-
-    async def make(root):
-        if request.param == "local":
-            return LocalTarget(root)
-        server = request.getfixturevalue("openssh_server")
-        target = await SshTarget.connect(server.url(root), **server.options())
-        opened.append(target)
-        return target
-
-    yield make
-    for target in opened:
-        await target.close()
 
 
 @pytest.fixture

@@ -17,23 +17,17 @@ from mevedel_server.store.sidecar import ForkType
 from mevedel_server.store.snapshot_cut import Boundary
 from mevedel_server.store.worktree_fork import WorktreeForkFailed, commit_worktree_fork, prepare_worktree_fork
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, TargetUnavailable
-from mevedel_server.targets.ssh import SshTarget
 
 
 @pytest.fixture
-async def remote(openssh_server):
+def remote(ssh_connect):
     """Connects an SshTarget to a directory of this machine over loopback."""
-    targets = []
 
     async def connect(root):
         root.mkdir(parents=True, exist_ok=True)
-        target = await SshTarget.connect(openssh_server.url(root), **openssh_server.options())
-        targets.append(target)
-        return target
+        return await ssh_connect(root)
 
-    yield connect
-    for target in targets:
-        await target.close()
+    return connect
 
 
 async def repository(root, target=None, *, repository=True):
