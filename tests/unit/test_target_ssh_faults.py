@@ -170,22 +170,25 @@ async def test_concurrent_programs_share_one_connection(fault_server, target, tm
 # -- committed state survives every fault ----------------------------------------
 
 
+_PUBLICATION_FAULTS = [
+    # The commit program never ran: the publication is pending.
+    ("drop-before-run", "failed"),
+    # It ran but did not report: the publisher re-observes and finds it.
+    ("drop-after-run", "committed"),
+    ("drop-mid-answer", "committed"),
+    ("kill-after-answer", "committed"),
+    ("stale-answer", "committed"),
+]
+
+
+# With warm processes the commit program runs in one started before it; only
+# without them is a refused channel the commit program's own.
 @pytest.mark.parametrize(
-    ("fault", "expected"),
-    [
-        # The commit program never ran: the publication is pending.
-        ("drop-before-run", "failed"),
-        ("refuse-channel", "failed"),
-        # It ran but did not report: the publisher re-observes and finds it.
-        ("drop-after-run", "committed"),
-        ("drop-mid-answer", "committed"),
-        ("kill-after-answer", "committed"),
-        ("stale-answer", "committed"),
-    ],
+    ("fault", "expected", "spares"),
+    [(*case, spares) for case in _PUBLICATION_FAULTS for spares in (0, 2)] + [("refuse-channel", "failed", 0)],
 )
-async def test_publication_through_a_failing_target_keeps_old_or_new(fault_server, tmp_path, fault, expected):
-    # Without warm processes, so that a refused channel is the commit program's own.
-    t = await connect(fault_server, tmp_path, reconnect_delay=0.01, spares=0)
+async def test_publication_through_a_failing_target_keeps_old_or_new(fault_server, tmp_path, fault, expected, spares):
+    t = await connect(fault_server, tmp_path, reconnect_delay=0.01, spares=spares)
     try:
         await materialize_session(t, SID)
         lease = await acquire_lease(t, SID, ME)
@@ -277,3 +280,16 @@ async def test_warm_processes_are_closed_when_idle_and_with_the_target(fault_ser
     await until(lambda: len(fault_server.waiting) == 2)
     await target.close()
     await until(lambda: not fault_server.waiting)
+
+
+async def test_a_refused_warm_process_leaves_the_program_to_a_fresh_one(fault_server, tmp_path):
+    target = await connect(fault_server, tmp_path, spares=1)
+    try:
+        await until(lambda: len(fault_server.waiting) == 1)
+        fault_server.plan = ["refuse-channel"]  # the replacement's channel
+        assert (await target.run(_create("a"))).completed
+        await until(lambda: "refuse-channel" in fault_server.seen)
+        assert (await target.run(_create("b"))).completed
+        assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+    finally:
+        await target.close()
