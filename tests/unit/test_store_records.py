@@ -168,3 +168,12 @@ def test_single_byte_corruption_is_refused_or_still_a_valid_record(good, index, 
     except RecordError:
         return
     assert isinstance(record, LeaseRecord)  # e.g. a digit changed inside a number
+
+
+def test_a_name_with_a_trailing_newline_is_not_a_generation():
+    # `$` would also match before a final newline; such a file is not the
+    # generation its digits name (reading that name finds nothing).
+    from mevedel_server.store.layout import generation_name, generation_numbers
+
+    real = generation_name(7)
+    assert generation_numbers([real, generation_name(9) + "\n", "generation-1.json"]) == [7]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from .sidecar import Absent, FileSnapshot, FileState, Present, TurnFiles
 
 FILE_HISTORY_DIR = "file-history"
-_HISTORY_PATH = re.compile(r"^file-history/([0-9a-f]{64})$")
+_HISTORY_PATH = re.compile(r"^file-history/([0-9a-f]{64})\Z")
 GAP_REASON_LIMIT = 500
 
 

@@ -82,9 +82,9 @@ _SURVEY_BATCH = 64
 #: Renew first when the lease has fewer seconds than this left.
 _RENEW_MARGIN = 10
 
-_PUBLICATION_NAME = re.compile(r"^[0-9a-f]{32}$")
+_PUBLICATION_NAME = re.compile(r"^[0-9a-f]{32}\Z")
 #: A temporary file a crash left while a marker was being created.
-_MARKER_DEBRIS = re.compile(r"^\.\.collecting-[0-9a-f]{32}\.[0-9a-z]+\.tmp$")
+_MARKER_DEBRIS = re.compile(r"^\.\.collecting-[0-9a-f]{32}\.[0-9a-z]+\.tmp\Z")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ PUBLICATIONS_DIR = ".publications"
 MANIFEST_NAME = "manifest.json"
 
 GENERATION_DIGITS = 20
-GENERATION_NAME = re.compile(rf"^generation-([0-9]{{{GENERATION_DIGITS}}})\.json$")
+GENERATION_NAME = re.compile(rf"^generation-([0-9]{{{GENERATION_DIGITS}}})\.json\Z")
 #: The lease generations as a numbered family: prefix, digits, suffix.
 GENERATION_FAMILY = ("generation-", GENERATION_DIGITS, ".json")
 

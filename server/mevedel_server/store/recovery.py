@@ -75,8 +75,8 @@ from .workspace import check_session_id
 
 RECOVERY_DIR = ".recovery"
 RECOVERY_FORMAT_VERSION = 1
-_MARKER_NAME = re.compile(r"^recovery-([0-9a-f]{32})\.json$")
-_ID_NAME = re.compile(r"^[0-9a-f]{32}$")
+_MARKER_NAME = re.compile(r"^recovery-([0-9a-f]{32})\.json\Z")
+_ID_NAME = re.compile(r"^[0-9a-f]{32}\Z")
 DATA_NAME = "repair.data"
 #: Attempts at a guarded program when a lease renewal moved the generation.
 _GUARD_ATTEMPTS = 4
@@ -99,7 +99,7 @@ class JournalFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
 
 class RecoveryMarker(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     format_version: int = RECOVERY_FORMAT_VERSION
-    recovery_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$")]
+    recovery_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]
     session_id: str
     #: ``rewind`` or ``redo``.
     operation: Annotated[str, msgspec.Meta(pattern=r"^[a-z-]{1,32}$")]
