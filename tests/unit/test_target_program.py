@@ -10,6 +10,7 @@ import pytest
 from mevedel_server.targets import (
     Barrier,
     Clock,
+    ControlProgram,
     CreateExclusive,
     InvalidTargetPath,
     ListDir,
@@ -20,6 +21,7 @@ from mevedel_server.targets import (
     Stat,
     Verify,
 )
+from mevedel_server.targets.program import ReadNewest
 
 
 @pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a//b", "a/./b", "a/..", "x\x00y"])
@@ -50,3 +52,20 @@ def test_a_barrier_names_the_root_only():
     assert Barrier().path == "."
     with pytest.raises(InvalidTargetPath, match="names the target root"):
         Barrier("sub")
+
+
+@pytest.mark.parametrize(
+    ("op", "value"),
+    [
+        (Read("f"), 5),  # bytes(5) would be five zero bytes
+        (Read("f"), "text"),
+        (ReadNewest(".", "g-", 2, ".json"), ("g-01.json", 3)),
+        (ReadNewest(".", "g-", 2, ".json"), (7, b"x")),
+        (ListDir("."), ["a", 3]),
+    ],
+)
+def test_an_answer_of_the_wrong_type_is_refused_not_converted(op, value):
+    from mevedel_server.targets.plain_form import program_result
+
+    with pytest.raises(ValueError):
+        program_result(ControlProgram([op]), [["ok", value, None, False]], None)

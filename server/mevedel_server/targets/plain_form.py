@@ -96,10 +96,12 @@ def _value(op: Operation, status: Status, value: object) -> object:
         kind, size, mtime = value  # type: ignore[misc]
         return FileStat(str(kind), int(size), int(mtime))
     if status is Status.OK and isinstance(op, ListDir):
-        return tuple(value)  # type: ignore[arg-type]
+        return tuple(_text(name) for name in value)  # type: ignore[union-attr]
     if status is Status.OK and isinstance(op, ReadNewest):
         name, data = value  # type: ignore[misc]
-        return (str(name), bytes(data))
+        return (_text(name), _bytes(data))
+    if status is Status.OK and type(op) is Read:
+        return _bytes(value)
     if status is Status.OK and isinstance(op, WalkTree):
         return _tree_walk(value)
     if status is Status.OK and isinstance(op, ReadChain):
@@ -128,6 +130,20 @@ def _chain(op: ReadChain, value: object) -> Chain:
         else:
             raise ValueError(f"a chain link of status {status_text!r} carrying {type(payload).__name__}")
     return Chain(tuple(names), tuple(out))
+
+
+def _bytes(value: object) -> bytes:
+    # bytes(n) of an integer would be n zero bytes: a malformed answer must
+    # be refused, never read as content.
+    if not isinstance(value, (bytes, bytearray)):
+        raise ValueError(f"expected bytes, got {type(value).__name__}")
+    return bytes(value)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a name, got {type(value).__name__}")
+    return value
 
 
 def _tree_walk(value: object) -> TreeWalk:
