@@ -22,9 +22,10 @@ its own Rewinds restore there.
 
 Order: every Git and branch check runs in :func:`prepare_worktree_fork` and
 again in :func:`commit_worktree_fork` before anything is created (a branch
-or directory that exists refuses). Once the worktree exists, a failure
-keeps the branch and worktree and raises :class:`WorktreeForkFailed`
-carrying the exact cleanup commands.
+or directory that exists refuses). Once git has created the branch or the
+worktree, a failure keeps what it created and raises
+:class:`WorktreeForkFailed` carrying the exact cleanup commands for just
+that.
 
 Git runs where the workspace's files are (:mod:`.git_runner`): a subprocess
 for a local workspace, ``git`` on the host of an SSH workspace, always in a
@@ -72,16 +73,17 @@ _ADD_TIMEOUT = 600
 
 
 class WorktreeForkFailed(LifecycleError):
-    """The worktree and branch exist but the fork did not finish: they are
-    kept, and ``cleanup`` holds the exact commands that remove them."""
+    """Git created the branch, the worktree or both, but the fork did not
+    finish: what exists is kept, and ``cleanup`` holds the exact commands
+    that remove it (and nothing else)."""
 
     kind = "unavailable"
 
     def __init__(self, session_id: str, reason: str, cleanup: Sequence[str]) -> None:
         commands = " && ".join(cleanup)
         super().__init__(
-            f"session {session_id}: the worktree fork failed after its worktree was created ({reason}); "
-            f"the branch and worktree are kept -- remove them from the workspace with: {commands}"
+            f"session {session_id}: the worktree fork failed after git created part of it ({reason}); "
+            f"what it created is kept -- remove it from the workspace with: {commands}"
         )
         self.session_id = session_id
         self.reason = reason
@@ -341,17 +343,27 @@ def _git_for(target: Target, git: GitRunner | None, session_id: str) -> GitRunne
     return git
 
 
-async def _nothing_created(target: Target, git: GitRunner, planned: WorktreeTarget) -> bool:
-    """Whether neither the worktree directory nor the branch exists (False
-    when that cannot be found out)."""
+async def _left_behind(target: Target, git: GitRunner, planned: WorktreeTarget) -> tuple[str, ...]:
+    """The cleanup commands for what a failed ``worktree add`` left: for
+    the worktree directory if it exists, for the branch if it exists (git
+    creates the branch before it may refuse the directory); both when that
+    cannot be found out, none when nothing was created. A command for
+    something absent is never named: removing ``.worktrees/NAME`` when git
+    refused it could unregister a worktree the user made there."""
     try:
         result = await target.run(ControlProgram([Stat(planned.directory, optional=True)]))
-        if result[0].status is not Status.ABSENT:
-            return False
         shown = await git.run(planned.source_checkout, "show-ref", "--verify", "--quiet", f"refs/heads/{planned.branch}")
-        return shown.returncode == 1
     except (TargetError, GitMissing, GitDidNotFinish):
-        return False
+        return planned.cleanup
+    if shown.returncode not in (0, 1) or result[0].status not in (Status.OK, Status.ABSENT):
+        return planned.cleanup
+    remove_worktree, delete_branch = planned.cleanup
+    kept = []
+    if result[0].status is Status.OK:
+        kept.append(remove_worktree)
+    if shown.returncode == 0:
+        kept.append(delete_branch)
+    return tuple(kept)
 
 
 # Prepare and commit -------------------------------------------------------------
@@ -442,9 +454,10 @@ async def commit_worktree_fork(
     except (GitDidNotFinish, TargetError) as exc:
         failure = f"git worktree add did not report its outcome: {exc}"
     if failure is not None:
-        if await _nothing_created(target, git, planned):
+        left = await _left_behind(target, git, planned)
+        if not left:
             raise LifecycleRefused(parsed.session_id, failure, kind="unavailable")
-        raise WorktreeForkFailed(parsed.session_id, failure, planned.cleanup)
+        raise WorktreeForkFailed(parsed.session_id, failure, left)
     try:
         wanted = {r.path: r.content for r in restores}
         outcome = await converge_files(target, wanted)
