@@ -274,9 +274,15 @@ def _family_members(names, prefix, digits, suffix):
                 yield name
 
 
-def _newest_member(names, prefix, digits, suffix):
-    """The family member with the greatest number, or None."""
-    return max(_family_members(names, prefix, digits, suffix), default=None)
+def _family(argument):
+    """``(prefix, digits, suffix)`` of a numbered family, checked."""
+    try:
+        prefix, digits, suffix = argument
+    except (TypeError, ValueError):
+        prefix = digits = suffix = None
+    if not (isinstance(prefix, str) and isinstance(suffix, str) and type(digits) is int and digits > 0):
+        raise Refused(FAILED, "a numbered family is a prefix, a digit count and a suffix")
+    return prefix, digits, suffix
 
 
 def pin_root(root):
@@ -509,30 +515,37 @@ class Executor:
         finally:
             os.close(fd)
 
-    def _read_newest(self, path, family, _deferred):
-        try:
-            prefix, digits, suffix = family
-        except (TypeError, ValueError):
-            prefix = digits = suffix = None
-        if not (isinstance(prefix, str) and isinstance(suffix, str) and type(digits) is int and digits > 0):
-            raise Refused(FAILED, "a numbered family is a prefix, a digit count and a suffix")
+    def _newest(self, path, family):
+        """``(names, link)``: the members of the numbered ``family`` in
+        directory ``path``, sorted, and the ``(path, status, bytes or
+        reason, unsafe)`` of reading the newest (None without members)."""
+        prefix, digits, suffix = family
+        parts = split_components(path)
         # A member that vanishes between the listing and the read was
         # superseded and removed meanwhile: list again.
         for _ in range(_NEWEST_ATTEMPTS):
-            fd = self._open_directory(split_components(path))
+            fd = self._open_directory(parts)
             try:
-                newest = _newest_member(os.listdir(fd), prefix, digits, suffix)
-                if newest is None:
-                    raise Refused(ABSENT, "'%s' holds no '%s%s%s' file" % (path, prefix, "N" * digits, suffix))
-                label = "%s/%s" % (path, newest) if split_components(path) else newest
-                try:
-                    return (OK, (newest, self._read_regular(fd, newest, label)), None, False)
-                except Refused as refusal:
-                    if refusal.status != ABSENT:
-                        raise
+                names = tuple(sorted(_family_members(os.listdir(fd), prefix, digits, suffix)))
+                if not names:
+                    return names, None
+                label = "%s/%s" % (path, names[-1]) if parts else names[-1]
+                link = _chain_link(label, lambda: self._read_regular(fd, names[-1], label))
             finally:
                 os.close(fd)
-        raise Refused(ABSENT, "the newest file in '%s' kept vanishing" % path)
+            if link[1] != ABSENT:
+                return names, link
+        return names, (link[0], ABSENT, "the newest file in '%s' kept vanishing" % path, False)
+
+    def _read_newest(self, path, family, _deferred):
+        prefix, digits, suffix = family = _family(family)
+        names, link = self._newest(path, family)
+        if link is None:
+            raise Refused(ABSENT, "'%s' holds no '%s%s%s' file" % (path, prefix, "N" * digits, suffix))
+        _label, status, payload, unsafe = link
+        if status != OK:
+            raise Refused(status, payload, unsafe)
+        return (OK, (names[-1], payload), None, False)
 
     def _read_chain(self, path, argument, _deferred):
         """Read the newest member of a numbered family in directory ``path``
@@ -547,29 +560,14 @@ class Executor:
         goes through the same component checks and descriptor chain, and the
         caller verifies every byte it gets back."""
         try:
-            prefix, digits, suffix, hops = argument
+            *family, hops = argument
         except (TypeError, ValueError):
-            prefix = digits = suffix = hops = None
-        if not (isinstance(prefix, str) and isinstance(suffix, str) and type(digits) is int and digits > 0):
-            raise Refused(FAILED, "a numbered family is a prefix, a digit count and a suffix")
+            family, hops = None, None
+        family = _family(family)
         hops = _chain_hops(hops)
-        parts = split_components(path)
-        # A member that vanishes between the listing and the read was
-        # superseded and removed meanwhile: list again.
-        for _ in range(_NEWEST_ATTEMPTS):
-            fd = self._open_directory(parts)
-            try:
-                names = tuple(sorted(_family_members(os.listdir(fd), prefix, digits, suffix)))
-                if not names:
-                    return (OK, (names, ()), None, False)
-                label = "%s/%s" % (path, names[-1]) if parts else names[-1]
-                first = _chain_link(label, lambda: self._read_regular(fd, names[-1], label))
-            finally:
-                os.close(fd)
-            if first[1] != ABSENT:
-                break
-        else:
-            first = (first[0], ABSENT, "the newest file in '%s' kept vanishing" % path, False)
+        names, first = self._newest(path, family)
+        if first is None:
+            return (OK, (names, ()), None, False)
         links = [first]
         for keys, base in hops:
             if links[-1][1] != OK:
