@@ -181,8 +181,6 @@ class SshTarget(ProgramTarget):
         #: Programs sent to a remote process (one process each): the
         #: round-trip count.
         self.round_trips = 0
-        #: Remote processes started, warm ones included.
-        self.processes = 0
         #: Programs a warm process served.
         self.warm_served = 0
         #: Connections established, the first one included.
@@ -473,11 +471,7 @@ class SshTarget(ProgramTarget):
                 except _NoInterpreter as exc:
                     if attempt or self._interpreter == self._python:
                         raise self._unavailable(str(exc), False) from None
-                    # The cached path went away: back to the command name, whose
-                    # interpreter may be another version, so to the source.
-                    self._interpreter = self._python
-                    self._script, self._compiled = remote_script(), False
-                    self._drop_spares()
+                    self._back_to_command_name()
                 except _SpareGone as exc:
                     # Bounded: each loss also removes a warm process.
                     gone += 1
@@ -509,7 +503,6 @@ class SshTarget(ProgramTarget):
                 process = await conn.create_process(remote_command(self._interpreter, self._compiled), encoding=None)
             except _TRANSPORT_ERRORS as exc:
                 raise _NotSent(f"cannot start the remote program: {_describe(exc)}") from None
-            self.processes += 1
             diagnostics = asyncio.ensure_future(_collect_stderr(process))
         self.round_trips += 1
         try:
@@ -584,14 +577,20 @@ class SshTarget(ProgramTarget):
             spare = self._spares.pop(0)
             if spare.conn is conn and spare.key == key and spare.alive():
                 return spare
-            if spare.key == key and spare.process.exit_status in (126, 127) and self._interpreter != self._python:
-                # The cached interpreter went away while it waited: the next
-                # start goes by the command name (and the source bundle).
-                self._interpreter = self._python
-                self._script, self._compiled = remote_script(), False
-                key = (self._interpreter, self._compiled)
             spare.discard()
+            if spare.key == key and spare.process.exit_status in (126, 127) and self._interpreter != self._python:
+                # The cached interpreter went away while it waited.
+                self._back_to_command_name()
+                return None
         return None
+
+    def _back_to_command_name(self) -> None:
+        """The cached interpreter path is gone: later processes start by the
+        configured command name, whose interpreter may be another version,
+        so with the source bundle; warm processes of the old path go."""
+        self._interpreter = self._python
+        self._script, self._compiled = remote_script(), False
+        self._drop_spares()
 
     def _refill(self, conn: asyncssh.SSHClientConnection) -> None:
         """Start warm processes up to the configured count (only once the
@@ -614,7 +613,6 @@ class SshTarget(ProgramTarget):
             # starts its own process, which reports the failure if it lasts.
             _log.debug("%s: no warm process: %s", self.host, _describe(exc))
             return
-        self.processes += 1
         spare = _Spare(conn, process, key, asyncio.ensure_future(_collect_stderr(process)))
         try:
             process.stdin.write(script)
