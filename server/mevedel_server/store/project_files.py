@@ -29,13 +29,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..targets import (
     Barrier,
     ControlProgram,
     InvalidTargetPath,
-    LocalTarget,
     MakeDirs,
     Operation,
     Read,
@@ -199,22 +197,6 @@ async def converge_files(
 
 
 # Git ----------------------------------------------------------------------
-
-
-def local_workspace_root(target: Target) -> Path | None:
-    """The local directory a target is rooted at (through fault-injecting
-    wrappers), or None for a remote target. Internal: never shown."""
-    for _ in range(8):
-        if isinstance(target, LocalTarget):
-            return Path(target.root)
-        # An SSH target has a root too, but on its host, not here.
-        if callable(getattr(target, "run_command", None)):
-            return None
-        inner = getattr(target, "inner", None)
-        if inner is None:
-            return None
-        target = inner
-    return None
 
 
 @dataclass(frozen=True)

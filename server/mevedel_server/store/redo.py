@@ -57,7 +57,7 @@ from .rewind import (
     refuse_live,
     remember_plan,
     survey_files,
-    _root_for,
+    _index_git_for,
 )
 from .project_files import GitCheck
 from .sidecar import SIDECAR_PATH, PromptEntry, Sidecar, SidecarError, TurnFiles, decode_prompt_lines, load_sidecar, prompt_page_path
@@ -410,7 +410,7 @@ async def prepare_redo(
         raise LifecycleRefused(session_id, f"publication {publication_id} cannot be restored: {error}", kind="unreadable") from None
     when = plan_time(current, at)
     redo = plan_redo(current, chosen, when)
-    hashes, rows, external, git = await survey_files(target, redo.plan, current.state.files, _root_for(target, workspace_root))
+    hashes, rows, external, git = await survey_files(target, redo.plan, current.state.files, _index_git_for(target, workspace_root))
     token = StateToken.make(
         op="redo",
         session_id=session_id,

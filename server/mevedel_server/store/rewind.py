@@ -363,7 +363,7 @@ async def survey_files(
     return hashes, tuple(rows), external, check
 
 
-def _root_for(target: Target, workspace_root: Path | None) -> GitRunner | None:
+def _index_git_for(target: Target, workspace_root: Path | None) -> GitRunner | None:
     """The git the Git index check asks: the one where the target keeps
     its files (this machine or an SSH host), git in an explicit local
     ``workspace_root``, or none."""
@@ -392,7 +392,7 @@ async def prepare_rewind(
     state = await load_committed_state(target, session_id)
     when = plan_time(state, at)
     plan = plan_rewind(state, boundary, when)
-    hashes, rows, external, git = await survey_files(target, plan, state.state.files, _root_for(target, workspace_root))
+    hashes, rows, external, git = await survey_files(target, plan, state.state.files, _index_git_for(target, workspace_root))
     token = StateToken.make(
         op="rewind",
         session_id=session_id,
