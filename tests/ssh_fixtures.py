@@ -17,9 +17,10 @@
   same remote program in-process, and can be told to misbehave on the Nth
   program (faults of the channel itself -- refused, no ``python3`` -- on
   the Nth channel opened; every other fault on the Nth request received,
-  so it hits the program whichever process, warm or fresh, serves it): drop the connection before or after running it or in the middle
-  of its answer, be slow, refuse the channel, lack ``python3``, kill the
-  program after it answered, print login noise or answer with a stale frame.
+  so it hits the program whichever process, warm or fresh, serves it):
+  drop the connection before or after running it or in the middle of its
+  answer, be slow, refuse the channel, lack ``python3``, kill the program
+  after it answered, print login noise or answer with a stale frame.
 """
 
 from __future__ import annotations
