@@ -1,7 +1,7 @@
 """The mevedel LSP extension: attrs classes for every custom message, the
 method names, and the converter that puts them on the wire. No I/O."""
 
-from . import follow, lifecycle, methods, session
+from . import agent, follow, lifecycle, methods, session
 from .address import DescribeParams, DescribeResult
 from .catalog import COMMANDS, NOTIFICATIONS, REQUESTS, SHARED_TYPES, Message
 from .converter import converter, describe_structure_error, make_converter, wire_name
@@ -52,6 +52,7 @@ __all__ = [
     "describe_structure_error",
     "error_code",
     "make_converter",
+    "agent",
     "follow",
     "lifecycle",
     "methods",

@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import control, follow, lifecycle, methods, session
+from . import agent, control, follow, lifecycle, methods, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -73,6 +73,9 @@ REQUESTS: dict[str, Message] = {
     methods.CONTROL_STATUS: Message(session.SessionParams, control.ControlStatus),
     methods.SESSION_SET_FOLLOW: Message(follow.SetFollowParams, follow.FollowState),
     methods.SESSION_REFRESH: Message(session.SessionParams, follow.SessionRefreshResult),
+    methods.TURN_PROMPT: Message(agent.TurnPromptParams, agent.TurnPromptResult),
+    methods.TURN_CANCEL: Message(agent.TurnCancelParams, agent.TurnCancelResult),
+    methods.AGENT_LIST: Message(agent.AgentListParams, agent.AgentListResult),
 }
 
 #: Server -> client notifications (``mevedel/<area>/did<Event>``).
@@ -80,6 +83,7 @@ NOTIFICATIONS: dict[str, Message] = {
     methods.SESSION_DID_CHANGE: Message(session.SessionDidChangeParams, None),
     methods.CONTROL_DID_CHANGE: Message(control.ControlDidChangeParams, None),
     methods.SESSION_DID_PUBLISH: Message(follow.SessionDidPublishParams, None),
+    methods.TURN_DID_UPDATE: Message(agent.TurnDidUpdateParams, None),
 }
 
 #: ``workspace/executeCommand`` command -> the request it runs.
@@ -112,6 +116,8 @@ COMMANDS: dict[str, str] = {
     methods.COMMAND_CONTROL_KEEP: methods.CONTROL_KEEP,
     methods.COMMAND_SESSION_SET_FOLLOW: methods.SESSION_SET_FOLLOW,
     methods.COMMAND_SESSION_REFRESH: methods.SESSION_REFRESH,
+    methods.COMMAND_TURN_PROMPT: methods.TURN_PROMPT,
+    methods.COMMAND_TURN_CANCEL: methods.TURN_CANCEL,
 }
 
 #: Types that are not a message body but that clients exchange too.

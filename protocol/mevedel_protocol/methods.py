@@ -50,11 +50,15 @@ CONTROL_KEEP = "mevedel/control/keep"
 CONTROL_STATUS = "mevedel/control/status"
 SESSION_SET_FOLLOW = "mevedel/session/setFollow"
 SESSION_REFRESH = "mevedel/session/refresh"
+TURN_PROMPT = "mevedel/turn/prompt"
+TURN_CANCEL = "mevedel/turn/cancel"
+AGENT_LIST = "mevedel/agent/list"
 
 #: Server -> client notifications.
 SESSION_DID_CHANGE = "mevedel/session/didChange"
 CONTROL_DID_CHANGE = "mevedel/control/didChange"
 SESSION_DID_PUBLISH = "mevedel/session/didPublish"
+TURN_DID_UPDATE = "mevedel/turn/didUpdate"
 
 #: ``workspace/executeCommand`` names; each takes exactly one argument, the
 #: params object of the request it runs (see ``catalog.COMMANDS``).
@@ -86,6 +90,8 @@ COMMAND_CONTROL_GRANT = "mevedel.control.grant"
 COMMAND_CONTROL_KEEP = "mevedel.control.keep"
 COMMAND_SESSION_SET_FOLLOW = "mevedel.session.setFollow"
 COMMAND_SESSION_REFRESH = "mevedel.session.refresh"
+COMMAND_TURN_PROMPT = "mevedel.turn.prompt"
+COMMAND_TURN_CANCEL = "mevedel.turn.cancel"
 
 #: The scheme of read-only virtual documents (see docs/protocol.md).
 VIRTUAL_SCHEME = "mevedel-resource"

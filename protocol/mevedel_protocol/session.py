@@ -32,7 +32,12 @@ OpenMode = Literal["auto", "resume", "join", "takeover"]
 SessionAction = Literal["Switch", "Resume", "Join", "Take over"]
 Access = Literal["writable", "read-only"]
 Outcome = Literal["completed", "errored", "interrupted"]
-RecordKind = Literal["response", "reasoning", "tool_call", "tool_result", "mail"]
+#: What a client may append by hand (``mevedel/turn/append``).
+AppendKind = Literal["response", "reasoning", "tool_call", "tool_result", "mail"]
+#: What a turn holds: the appendable kinds, and what an agent's turn adds
+#: (``plan``: ``text`` is a Markdown checklist; ``permission``: ``call_id``,
+#: ``text`` the question, ``output`` the decision, ``is_error`` when refused).
+RecordKind = Literal["response", "reasoning", "tool_call", "tool_result", "mail", "plan", "permission"]
 
 
 @attrs.define
@@ -259,7 +264,7 @@ class TurnAppendParams:
     ``tool_result`` (``call_id``, ``output``, ``is_error``) or ``mail``
     (``mail_id``, ``sender``, ``text``)."""
 
-    kind: RecordKind
+    kind: AppendKind
     text: Optional[str] = None
     call_id: Optional[str] = None
     name: Optional[str] = None
@@ -276,7 +281,7 @@ class TurnAppendParams:
 class TurnAppendResult:
     session_id: str
     turn: int
-    kind: RecordKind
+    kind: AppendKind
 
 
 @attrs.define

@@ -4,10 +4,11 @@
 reported and keeps its previous value; the others still apply.
 """
 
-from typing import Literal
+from typing import Literal, Optional
 
 import attrs
 
+from .agent import AgentSetting, PermissionPolicy
 from .converter import SessionChoice
 
 UnknownSchemes = Literal["near-miss", "all", "off"]
@@ -95,3 +96,18 @@ class Settings:
     lease_seconds: int = 60
     control_transfer: ControlTransferSettings = attrs.Factory(ControlTransferSettings)
     remote_workspaces: list[str] = attrs.Factory(list)
+    #: ACP agents by name: how to start each (``mevedel/turn/prompt``).
+    agents: dict[str, AgentSetting] = attrs.Factory(dict)
+    #: The agent a prompt uses when it names none and its session has none.
+    default_agent: Optional[str] = None
+    #: The agent's permission questions: ``ask`` the owner's editor, answer
+    #: reads (and other non-mutating calls) without asking
+    #: (``allow-reads``), or allow everything (``allow-all``).
+    permissions: PermissionPolicy = "ask"
+    #: An unanswered permission question is a rejection after this long.
+    permission_timeout_seconds: int = 120
+    #: Starting an agent (``initialize`` and its session) may take this long.
+    agent_start_timeout_seconds: int = 60
+    #: After a cancel, the agent has this long to end its turn before its
+    #: connection is closed and the turn settles as interrupted.
+    cancel_timeout_seconds: int = 10

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from .lease import describe_target_time
 from .transcript import (
     Mail,
+    Permission,
+    Plan,
     Outcome,
     Prompt,
     Reasoning,
@@ -118,6 +120,11 @@ class Projection:
             return [f"**{label}** ({_inline(record.call_id)})", "", *_fenced(record.output)]
         if isinstance(record, Mail):
             return [f"**Mail** from {_inline(record.sender)} ({_inline(record.mail_id)})", "", *_quote(record.text)]
+        if isinstance(record, Plan):
+            return ["**Plan**", "", *_markdown(record.text)]
+        if isinstance(record, Permission):
+            verdict = "allowed" if record.allowed else "refused"
+            return [f"**Permission** ({_inline(record.call_id)}) {verdict}: {_inline(record.decision)}", "", *_quote(record.question)]
         if isinstance(record, Settle):
             turn, self._turn = self._turn, None
             if record.outcome is Outcome.COMPLETED:

@@ -168,6 +168,39 @@ class WorktreeOrigin(_Closed, kw_only=True):
     base_commit: CommitId
 
 
+class EngineState(enum.Enum):
+    """Where the agent's native conversation stands (spec: "External
+    conversation references")."""
+
+    #: Named, but no prompt has reached it yet.
+    UNSTARTED = "unstarted"
+    #: Its last turn settled: its history matches the transcript.
+    READY = "ready"
+    #: A turn is in flight, failed or was interrupted: the agent's history
+    #: may hold work the transcript does not (or the reverse).
+    UNCERTAIN = "uncertain"
+    #: Abandoned by a Rewind, Redo, Fork, Save As or control transfer; the
+    #: next prompt starts a new native conversation from a transcript excerpt.
+    DETACHED = "detached"
+
+
+class EngineRef(_Closed, kw_only=True):
+    """The external agent that continues this session and its native
+    conversation. No credentials or process handles: only what lets the
+    same agent installation on the same machine resume it."""
+
+    #: The name of the agent's entry in the ``agents`` setting.
+    agent: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    #: sha256 of the agent's command line (argv), so a changed installation
+    #: is not asked to resume a conversation it never had.
+    fingerprint: Sha256
+    #: The agent's own session id (ACP ``sessionId``), once it has one.
+    native_session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=512)] | None = None
+    #: The machine that ran the agent (its host name).
+    machine: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
+    state: EngineState = EngineState.UNSTARTED
+
+
 class Layout(_Closed, kw_only=True):
     """How many stored parts each append-only log has (see
     :class:`~.transcript.LineLog`): a reader knows exactly which logical
@@ -208,6 +241,9 @@ class Sidecar(_Closed, kw_only=True):
     reconciliation_pending: bool = False
     first_user_message: Preview | None = None
     latest_user_message: Preview | None = None
+    #: The external agent continuing this session (added within format 1:
+    #: a sidecar written before it has none, see ``OPTIONAL_FIELDS``).
+    engine: EngineRef | None = None
 
     def __post_init__(self) -> None:
         _check_sidecar(self)
@@ -254,6 +290,9 @@ def encode_sidecar(sidecar: Sidecar) -> bytes:
 
 
 _FIELDS = frozenset(Sidecar.__struct_fields__)
+#: Fields added to format 1 after sidecars were written without them; their
+#: absence means their default. Every other field must be present.
+OPTIONAL_FIELDS = frozenset({"engine"})
 
 
 def load_sidecar(data: bytes) -> Sidecar:
@@ -283,7 +322,7 @@ def load_sidecar(data: bytes) -> Sidecar:
             f"format_version {found!r} is not the supported version {SIDECAR_FORMAT_VERSION}",
             found,
         )
-    missing = sorted(_FIELDS - raw.keys())
+    missing = sorted(_FIELDS - OPTIONAL_FIELDS - raw.keys())
     if missing:
         raise SidecarError(SidecarErrorKind.MISSING_FIELD, f"missing field(s) {', '.join(missing)}", found)
     try:

@@ -137,6 +137,27 @@ class Mail(_Line, tag="mail", kw_only=True):
     text: str
 
 
+class Plan(_Line, tag="plan", kw_only=True):
+    """The agent's plan as it stood at this point of the turn: a Markdown
+    checklist (one ``- [ ]``/``- [x]`` line per entry). Each update is a new
+    record; the last one of a turn is its final plan."""
+
+    turn_id: TurnId
+    text: str
+
+
+class Permission(_Line, tag="permission", kw_only=True):
+    """A permission question the agent asked during the turn and the
+    answer it got (``decision``: the chosen option's name, or why it was
+    rejected: declined, no answer in time, cancelled)."""
+
+    turn_id: TurnId
+    call_id: Name
+    question: str
+    decision: str
+    allowed: bool
+
+
 class Summary(_Line, tag="summary", kw_only=True):
     """Compaction summary opening a rotated segment."""
 
@@ -157,10 +178,12 @@ class SegmentClose(_Line, tag="segment_close", kw_only=True):
     at: Seconds
 
 
-Record = Union[SegmentHeader, TurnBegin, Prompt, Response, Reasoning, ToolCall, ToolResult, Mail, Summary, Settle, SegmentClose]
+Record = Union[
+    SegmentHeader, TurnBegin, Prompt, Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission, Summary, Settle, SegmentClose
+]
 #: What a live turn may append between its prompt and its settlement.
-Evidence = Union[Response, Reasoning, ToolCall, ToolResult, Mail]
-EVIDENCE_TYPES = (Response, Reasoning, ToolCall, ToolResult, Mail)
+Evidence = Union[Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission]
+EVIDENCE_TYPES = (Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record, strict=True)

@@ -40,6 +40,7 @@ from .errors import StoreError
 from .sidecar import (
     SIDECAR_PATH,
     Chapter,
+    EngineRef,
     ForkOrigin,
     Layout,
     NamingState,
@@ -536,6 +537,13 @@ class Conversation:
         if self._sidecar.naming_state is not NamingState.PENDING:
             raise ConversationError(f"automatic naming is {self._sidecar.naming_state.value}, not pending")
         self._replace(naming_state=NamingState.ATTEMPTED, naming_input=bound_naming_input(authored_input))
+
+    def set_engine(self, engine: EngineRef | None, *, at: int) -> None:
+        """Record which external agent continues the conversation, and where
+        its native conversation stands (saved with the next publication)."""
+        if engine == self._sidecar.engine:
+            return
+        self._update(self._time(at), engine=engine)
 
     def apply_generated_title(self, title: str) -> str:
         """Install an automatic title (bounded to four words and sixty

@@ -65,6 +65,8 @@ CLOCK_PROBE_PREFIX = ".clock-probe-"
 # remote program tens of milliseconds of start-up on every round trip.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_MODE = 0o600
+#: A project file a tool creates (WriteProject): a person's file, not ours.
+_PROJECT_FILE_MODE = 0o644
 _DIR_MODE = 0o700
 # link(2) is unavailable on some filesystems (vfat, some FUSE mounts).
 _NO_LINK_ERRNOS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
@@ -435,11 +437,13 @@ class Executor:
             return None
 
     @staticmethod
-    def _write_temp(dir_fd, leaf, data, deferred):
+    def _write_temp(dir_fd, leaf, data, deferred, mode=None):
         name = ".%s.%s.tmp" % (leaf[:80], os.urandom(6).hex())
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(name, flags, _FILE_MODE, dir_fd=dir_fd)
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)
             _write_all(fd, data)
             if deferred is None:
                 os.fsync(fd)
@@ -699,7 +703,10 @@ class Executor:
             os.fsync(pfd)
         return (OK, None, None, False)
 
-    def _replace(self, path, data, deferred):
+    def _write_project(self, path, data, deferred):
+        return self._replace(path, data, deferred, project=True)
+
+    def _replace(self, path, data, deferred, project=False):
         pfd, leaf, label = self._open_parent(path)
         try:
             found = self._lstat(pfd, leaf)
@@ -707,7 +714,10 @@ class Executor:
                 raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
             if found is not None and stat_mode.S_ISDIR(found.st_mode):
                 raise Refused(FAILED, "'%s' is a directory" % label)
-            temp = self._write_temp(pfd, leaf, data, deferred)
+            mode = None
+            if project:
+                mode = stat_mode.S_IMODE(found.st_mode) if found is not None else _PROJECT_FILE_MODE
+            temp = self._write_temp(pfd, leaf, data, deferred, mode)
             try:
                 os.replace(temp, leaf, src_dir_fd=pfd, dst_dir_fd=pfd)
             except BaseException:
@@ -816,6 +826,7 @@ _HANDLERS = {
     "StampedCreate": Executor._create_stamped,
     "CreateLinked": Executor._create_linked,
     "Replace": Executor._replace,
+    "WriteProject": Executor._write_project,
     "Remove": Executor._remove,
     "MakeDirs": Executor._make_dirs,
     "Clock": Executor._clock,

@@ -31,6 +31,7 @@ from .program import (
     Remove,
     Replace,
     StampedCreate,
+    WriteProject,
     Stat,
     Status,
     TreeWalk,
@@ -52,6 +53,7 @@ _KINDS: dict[type, str] = {
         CreateLinked,
         StampedCreate,
         Replace,
+        WriteProject,
         Remove,
         MakeDirs,
         Clock,
@@ -70,7 +72,7 @@ def plain_operation(op: Operation) -> PlainOperation:
     kind = _KINDS.get(type(op), f"unsupported {type(op).__name__}")
     if isinstance(op, CreateLinked):
         argument: object = [op.data, op.source]
-    elif isinstance(op, (CreateExclusive, Replace)):
+    elif isinstance(op, (CreateExclusive, Replace, WriteProject)):
         argument = op.data
     elif isinstance(op, Verify):
         argument = op.expected

@@ -319,6 +319,17 @@ class Replace(Operation):
 
 
 @dataclass(frozen=True)
+class WriteProject(Operation):
+    """Atomically replace (or create) a project file as :class:`Replace`
+    does, but as a person's file rather than mevedel's own state: an
+    existing file keeps its permission bits (a script stays executable), a
+    new one gets 0644."""
+
+    data: bytes
+    writes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class Remove(Operation):
     """Remove a file or an empty directory."""
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..transcript import Evidence, Mail, Reasoning, Response, ToolCall, ToolResult
+from ..transcript import Evidence, Mail, Permission, Plan, Reasoning, Response, ToolCall, ToolResult
 from .errors import InvalidSessionInput
 
 EVIDENCE_KINDS = ("response", "reasoning", "tool_call", "tool_result", "mail")
+#: Kinds only the agent engine records (a client cannot append them).
+ENGINE_KINDS = ("plan", "permission")
 _NAME_LIMIT = 256
 
 
@@ -79,5 +81,15 @@ def make_evidence(item: EvidenceInput, turn_id: str) -> Evidence:
             mail_id=_name(item.mail_id, "mail_id", kind),
             sender=_name(item.sender, "sender", kind),
             text=_text(item.text, "text", kind),
+        )
+    if kind == "plan":
+        return Plan(turn_id=turn_id, text=_text(item.text, "text", kind))
+    if kind == "permission":
+        return Permission(
+            turn_id=turn_id,
+            call_id=_name(item.call_id, "call_id", kind),
+            question=_text(item.text, "text", kind),
+            decision=_text(item.output, "output", kind),
+            allowed=not item.is_error,
         )
     raise InvalidSessionInput(repr(kind), f"is not a record kind (use one of {', '.join(EVIDENCE_KINDS)})")

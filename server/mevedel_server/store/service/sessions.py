@@ -42,13 +42,13 @@ from ..listing import InspectSessionRow, SessionAction, SessionRow, list_session
 from ..publication import CommittedSnapshot, load_manifest, read_committed
 from ..records import LeaseState
 from ..recovery import find_recovery
-from ..sidecar import SIDECAR_PATH, NameRefused, SidecarErrorKind, normalize_display_name
+from ..sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name
 from ..transcript import Outcome
 from ..turns import Conversation, ConversationError
 from ..workspace import allocate_session_id, check_session_id, ensure_workspace_id, read_workspace_id
 from .clock import TargetTime
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, SessionNotOpen, TurnStateConflict, quoted
-from .evidence import EvidenceInput, make_evidence
+from .evidence import ENGINE_KINDS, EVIDENCE_KINDS, EvidenceInput, make_evidence
 from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
@@ -462,9 +462,62 @@ class SessionService(SessionLifecycle, SessionFollowing):
         recorded = _recorded_state(session.conversation, tracked)
         return recorded or CaptureResult(tracked, "absent" if content is None else "present", None if content is None else len(content))
 
+    def captured(self, session_id: str, path: str) -> bool:
+        """Whether the turn in flight already recorded ``path``'s pre-turn
+        state (a capture or a gap); a later capture would be ignored."""
+        session = self._open(session_id, "check a capture")
+        opened = session.conversation.open_turn
+        snapshots = session.conversation.file_snapshots()
+        if opened is None or not snapshots or snapshots[-1].turn_id != opened.turn_id:
+            return False
+        return _tracked_path(path) in snapshots[-1].files
+
+    def record_pre_state(self, session_id: str, path: str, content: bytes | None) -> CaptureResult:
+        """Record ``path``'s pre-turn content as observed by the caller
+        (``None``: the file did not exist) -- for a mutation seen after the
+        fact, such as a shell command's, whose prior bytes the caller kept.
+        The first capture of a path in a turn wins; content over the
+        snapshot limit becomes a gap."""
+        session = self._mutable(session_id, "capture a file")
+        _require_turn(session, "capture a file")
+        tracked = _tracked_path(path)
+        with _refused_in(session):
+            if content is not None and len(content) > self.max_snapshot_bytes:
+                reason = f"the file is larger than the {self.max_snapshot_bytes}-byte snapshot limit"
+                session.conversation.capture_gap(tracked, reason)
+            else:
+                session.conversation.capture_file(tracked, content)
+        recorded = _recorded_state(session.conversation, tracked)
+        assert recorded is not None
+        return recorded
+
+    def engine(self, session_id: str) -> EngineRef | None:
+        """The external agent recorded for an open session."""
+        return self._open(session_id, "read its agent").conversation.sidecar.engine
+
+    def set_engine(self, session_id: str, engine: EngineRef | None) -> None:
+        """Record the session's external agent and its conversation state
+        (published with the next save, settlement or checkpoint)."""
+        session = self._mutable(session_id, "record its agent")
+        with _refused_in(session):
+            session.conversation.set_engine(engine, at=self._time_now())
+
+    def transcript_records(self, session_id: str) -> list:
+        """The open session's current-segment records, oldest first (the
+        excerpt an agent continues from)."""
+        session = self._open(session_id, "read its transcript")
+        return list(session.conversation.records())
+
     async def append(self, session_id: str, item: EvidenceInput) -> None:
         """Add a response, reasoning, tool call, tool result or mail record to
         the turn in flight (not saved until settlement or a checkpoint)."""
+        if item.kind in ENGINE_KINDS:
+            raise InvalidSessionInput(repr(item.kind), f"is not a record kind (use one of {', '.join(EVIDENCE_KINDS)})")
+        self.append_now(session_id, item)
+
+    def append_now(self, session_id: str, item: EvidenceInput) -> None:
+        """:meth:`append` for the agent engine, synchronously (it keeps the
+        order of the agent's stream) and with the engine's own kinds."""
         session = self._mutable(session_id, "append to a turn")
         opened = _require_turn(session, "append a record")
         with _refused_in(session):

@@ -14,6 +14,8 @@ from ..projection import Projection
 from ..sidecar import PromptEntry
 from ..transcript import (
     Mail,
+    Permission,
+    Plan,
     Prompt,
     Reasoning,
     Record,
@@ -142,4 +144,8 @@ def _item(record: Record) -> TurnItem | None:
         return TurnItem("tool_result", call_id=record.call_id, output=record.output, is_error=record.is_error)
     if isinstance(record, Mail):
         return TurnItem("mail", mail_id=record.mail_id, sender=record.sender, text=record.text)
+    if isinstance(record, Plan):
+        return TurnItem("plan", text=record.text)
+    if isinstance(record, Permission):
+        return TurnItem("permission", call_id=record.call_id, text=record.question, output=record.decision, is_error=not record.allowed)
     return None
