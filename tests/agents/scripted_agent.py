@@ -1,0 +1,687 @@
+"""A scripted ACP agent for tests: a real program, spoken to over stdio, built
+on the official SDK (``acp.run_agent``).
+
+    python tests/agents/scripted_agent.py SCRIPT.json
+
+The JSON script says what the agent advertises at ``initialize`` and what each
+prompt does, step by step; see ``README.md`` beside this file for the format.
+A bad script is refused before the agent speaks the protocol: one line on
+stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, get_args
+
+from acp import PROTOCOL_VERSION, RequestError, run_agent
+from acp.core import DEFAULT_STDIO_BUFFER_LIMIT_BYTES
+from acp.helpers import (
+    plan_entry,
+    start_tool_call,
+    text_block,
+    tool_content,
+    tool_diff_content,
+    update_agent_message_text,
+    update_agent_thought_text,
+    update_plan,
+    update_tool_call,
+)
+from acp.schema import (
+    AgentCapabilities,
+    AllowedOutcome,
+    AudioContentBlock,
+    AuthenticateRequest,
+    AuthenticateResponse,
+    AuthMethodAgent,
+    BlobResourceContents,
+    CancelNotification,
+    EmbeddedResourceContentBlock,
+    EnvVariable,
+    ImageContentBlock,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
+    NewSessionRequest,
+    NewSessionResponse,
+    PermissionOption,
+    PromptCapabilities,
+    PromptRequest,
+    PromptResponse,
+    ResourceContentBlock,
+    ResumeSessionRequest,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionResumeCapabilities,
+    StopReason,
+    TextContentBlock,
+    TextResourceContents,
+    ToolCallLocation,
+    ToolCallUpdate,
+)
+from acp.stdio import stdio_streams
+from pydantic import BaseModel
+
+STOP_REASONS = frozenset(get_args(StopReason))
+
+TOP_LEVEL_KEYS = frozenset(
+    {
+        "name",
+        "title",
+        "version",
+        "protocol_version",
+        "load_session",
+        "resume_session",
+        "images",
+        "audio",
+        "embedded_context",
+        "auth_methods",
+        "auth_required",
+        "log",
+        "turns",
+        "on_initialize",
+    }
+)
+
+STEP_KINDS = frozenset(
+    {
+        "say",
+        "say_many",
+        "think",
+        "tool_call",
+        "tool_update",
+        "plan",
+        "read",
+        "write",
+        "terminal",
+        "terminal_kill",
+        "permission",
+        "wait_cancel",
+        "ignore_cancel",
+        "sleep",
+        "crash",
+        "hang",
+        "garbage",
+        "stderr",
+        "stop",
+        "echo_prompt",
+        "error",
+    }
+)
+
+#: Steps that make sense before any session exists.
+INITIALIZE_STEP_KINDS = frozenset({"crash", "hang", "garbage", "sleep", "stderr", "error"})
+
+
+class ScriptError(ValueError):
+    """The script is malformed."""
+
+
+def load_script(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        script = json.load(handle)
+    if not isinstance(script, dict):
+        raise ScriptError("the script is not a JSON object")
+    unknown = sorted(key for key in script if key not in TOP_LEVEL_KEYS and not key.startswith("_"))
+    if unknown:
+        raise ScriptError(f"unknown keys {unknown}")
+    turns = script.get("turns", [])
+    if not isinstance(turns, list):
+        raise ScriptError("turns is not a list")
+    for number, steps in enumerate(turns):
+        _check_steps(steps, STEP_KINDS, f"turns[{number}]")
+    _check_steps(script.get("on_initialize", []), INITIALIZE_STEP_KINDS, "on_initialize")
+    for method in script.get("auth_methods", []):
+        if not isinstance(method, dict) or "id" not in method or "name" not in method:
+            raise ScriptError(f"auth method {method!r} needs an id and a name")
+    return script
+
+
+def _check_steps(steps: Any, kinds: frozenset[str], where: str) -> None:
+    if not isinstance(steps, list):
+        raise ScriptError(f"{where} is not a list of steps")
+    for number, step in enumerate(steps):
+        if not isinstance(step, dict) or len(step) != 1:
+            raise ScriptError(f"{where}[{number}] is not an object with one key: {step!r}")
+        (kind,) = step
+        if kind not in kinds:
+            raise ScriptError(f"{where}[{number}]: {kind!r} is not one of {sorted(kinds)}")
+        if kind == "stop" and step[kind] not in STOP_REASONS:
+            raise ScriptError(f"{where}[{number}]: stop reason {step[kind]!r} is not one of {sorted(STOP_REASONS)}")
+
+
+def _plain(model: BaseModel) -> dict[str, Any]:
+    """A request model as the JSON the client sent (wire names, nothing added)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _error_record(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, RequestError):
+        return {"code": exc.code, "message": str(exc), "data": exc.data}
+    return {"type": type(exc).__name__, "message": _error_text(exc)}
+
+
+def _decoded_size(data: str) -> int:
+    try:
+        return len(base64.b64decode(data, validate=True))
+    except (binascii.Error, ValueError):
+        return len(data)
+
+
+def _exit_text(exit_code: int | None, signal: str | None) -> str:
+    if exit_code is not None:
+        return f"exit {exit_code}"
+    if signal is not None:
+        return f"signal {signal}"
+    return "no exit status"
+
+
+def _write_stderr(text: str) -> None:
+    # The SDK puts stdout (and stdin) in non-blocking mode; stderr may share
+    # the open file, so a full pipe must not lose the line.
+    data = (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace")
+    while data:
+        try:
+            written = os.write(2, data)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        data = data[written:]
+
+
+class _Turn:
+    """One prompt being answered."""
+
+    def __init__(self, session_id: str, cwd: str, prompt: list[Any]) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.prompt = prompt
+        self.cancelled = asyncio.Event()
+        self.ignore_cancel = False
+
+    def absolute(self, path: str) -> str:
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(self.cwd, path))
+
+
+class ScriptedAgent:
+    """An ``acp.Agent`` that plays a script."""
+
+    def __init__(self, script: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        self._script = script
+        self._writer = writer
+        self._client: Any = None
+        self._log_path: str | None = script.get("log")
+        self._auth_required = bool(script.get("auth_required", False))
+        self._sessions: dict[str, str] = {}  # session id -> cwd
+        self._turns: dict[str, set[_Turn]] = {}  # session id -> prompts running
+        self._created = 0
+        self._prompts = 0
+        self._log("start", argv=sys.argv)
+
+    def on_connect(self, conn: Any) -> None:
+        self._client = conn
+
+    # The log ------------------------------------------------------------
+
+    def _log(self, event: str, **fields: Any) -> None:
+        if not self._log_path:
+            return
+        record = {"event": event, "pid": os.getpid(), **fields}
+        line = json.dumps(record, default=str) + "\n"
+        # Opened per event so a crash (os._exit) never loses a buffered line.
+        with open(self._log_path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+
+    async def _ask(self, method: str, params: dict[str, Any], call: Awaitable[Any]) -> Any:
+        """A request to the client; its answer (or error) goes to the log."""
+        try:
+            result = await call
+        except Exception as exc:
+            self._log("client_response", method=method, params=params, error=_error_record(exc))
+            raise
+        plain = result
+        if isinstance(result, BaseModel):
+            plain = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        self._log("client_response", method=method, params=params, result=plain)
+        return result
+
+    # Agent methods ------------------------------------------------------
+
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: Any = None,
+        client_info: Any = None,
+        **kwargs: Any,
+    ) -> InitializeResponse:
+        request = InitializeRequest(
+            protocol_version=protocol_version,
+            client_capabilities=client_capabilities,
+            client_info=client_info,
+            field_meta=kwargs or None,
+        )
+        self._log("initialize", params=_plain(request))
+        await self._run_steps(self._script.get("on_initialize", []), None)
+        script = self._script
+        auth_methods: list[Any] = [
+            AuthMethodAgent(id=method["id"], name=method["name"], description=method.get("description"))
+            if "type" not in method
+            else method
+            for method in script.get("auth_methods", [])
+        ]
+        return InitializeResponse(
+            protocol_version=script.get("protocol_version", PROTOCOL_VERSION),
+            agent_capabilities=AgentCapabilities(
+                load_session=bool(script.get("load_session", False)),
+                prompt_capabilities=PromptCapabilities(
+                    image=bool(script.get("images", False)),
+                    audio=bool(script.get("audio", False)),
+                    embedded_context=bool(script.get("embedded_context", True)),
+                ),
+                session_capabilities=SessionCapabilities(
+                    resume=SessionResumeCapabilities() if script.get("resume_session") else None
+                ),
+            ),
+            auth_methods=auth_methods,
+            agent_info=Implementation(
+                name=script.get("name", "scripted"),
+                title=script.get("title"),
+                version=script.get("version", "0.0.0"),
+            ),
+        )
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse:
+        self._log("authenticate", params=_plain(AuthenticateRequest(method_id=method_id, field_meta=kwargs or None)))
+        known = [method["id"] for method in self._script.get("auth_methods", [])]
+        if method_id not in known:
+            raise RequestError.invalid_params({"methodId": method_id, "known": known})
+        self._auth_required = False
+        return AuthenticateResponse()
+
+    async def new_session(
+        self,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> NewSessionResponse:
+        request = NewSessionRequest(
+            cwd=cwd,
+            additional_directories=additional_directories,
+            mcp_servers=mcp_servers,
+            field_meta=kwargs or None,
+        )
+        self._log("new_session", params=_plain(request))
+        if self._auth_required:
+            raise RequestError.auth_required()
+        self._created += 1
+        session_id = f"scripted-{self._created}"
+        while session_id in self._sessions:  # a loaded session took the name
+            self._created += 1
+            session_id = f"scripted-{self._created}"
+        self._sessions[session_id] = cwd
+        return NewSessionResponse(session_id=session_id)
+
+    async def load_session(
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: list[Any] | None = None,
+        additional_directories: list[str] | None = None,
+        **kwargs: Any,
+    ) -> LoadSessionResponse:
+        request = LoadSessionRequest(
+            cwd=cwd,
+            session_id=session_id,
+            mcp_servers=mcp_servers,
+            additional_directories=additional_directories,
+            field_meta=kwargs or None,
+        )
+        self._log("load_session", params=_plain(request))
+        if not self._script.get("load_session", False):
+            raise RequestError.method_not_found("session/load")
+        if self._auth_required:
+            raise RequestError.auth_required()
+        self._sessions[session_id] = cwd
+        return LoadSessionResponse()
+
+    async def resume_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> ResumeSessionResponse:
+        request = ResumeSessionRequest(
+            session_id=session_id,
+            cwd=cwd,
+            additional_directories=additional_directories,
+            mcp_servers=mcp_servers,
+            field_meta=kwargs or None,
+        )
+        self._log("resume_session", params=_plain(request))
+        if not self._script.get("resume_session", False):
+            raise RequestError.method_not_found("session/resume")
+        if self._auth_required:
+            raise RequestError.auth_required()
+        self._sessions[session_id] = cwd
+        return ResumeSessionResponse()
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        request = PromptRequest(session_id=session_id, prompt=prompt, field_meta=kwargs or None)
+        cwd = self._sessions.get(session_id)
+        if cwd is None:
+            self._log("prompt", params=_plain(request), turn=None)
+            raise RequestError.invalid_params({"sessionId": session_id, "reason": "no such session"})
+        number = self._prompts
+        self._prompts += 1
+        self._log("prompt", params=_plain(request), turn=number)
+        turns = self._script.get("turns", [])
+        steps = turns[min(number, len(turns) - 1)] if turns else []
+        turn = _Turn(session_id, cwd, prompt)
+        running = self._turns.setdefault(session_id, set())
+        running.add(turn)
+        try:
+            stop_reason = await self._run_steps(steps, turn)
+        finally:
+            running.discard(turn)
+            if not running:
+                self._turns.pop(session_id, None)
+        return PromptResponse(stop_reason=stop_reason)
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self._log("cancel", params=_plain(CancelNotification(session_id=session_id, field_meta=kwargs or None)))
+        for turn in self._turns.get(session_id, ()):
+            turn.cancelled.set()
+
+    # Steps --------------------------------------------------------------
+
+    async def _run_steps(self, steps: list[dict[str, Any]], turn: _Turn | None) -> Any:
+        for step in steps:
+            ((kind, argument),) = step.items()
+            handler: Callable[[Any, Any], Awaitable[str | None]] = getattr(self, f"_step_{kind}")
+            stop_reason = await handler(argument, turn)
+            if stop_reason is not None:
+                return stop_reason
+        return "end_turn"
+
+    async def _say(self, turn: _Turn, text: str) -> None:
+        await self._client.session_update(session_id=turn.session_id, update=update_agent_message_text(text))
+
+    async def _step_say(self, text: str, turn: _Turn) -> None:
+        await self._say(turn, text)
+
+    async def _step_say_many(self, argument: dict[str, Any], turn: _Turn) -> None:
+        text = argument.get("text", "x")
+        for _ in range(int(argument.get("count", 1))):
+            await self._say(turn, text)
+
+    async def _step_think(self, text: str, turn: _Turn) -> None:
+        await self._client.session_update(session_id=turn.session_id, update=update_agent_thought_text(text))
+
+    @staticmethod
+    def _tool_content(argument: dict[str, Any], turn: _Turn) -> list[Any] | None:
+        content: list[Any] = []
+        if argument.get("text") is not None:
+            content.append(tool_content(text_block(argument["text"])))
+        diff = argument.get("diff")
+        if diff is not None:
+            content.append(tool_diff_content(turn.absolute(diff["path"]), diff.get("new", ""), diff.get("old")))
+        return content or None
+
+    @staticmethod
+    def _locations(argument: dict[str, Any], turn: _Turn) -> list[ToolCallLocation] | None:
+        locations = argument.get("locations")
+        if locations is None:
+            return None
+        return [
+            ToolCallLocation(path=turn.absolute(item))
+            if isinstance(item, str)
+            else ToolCallLocation(path=turn.absolute(item["path"]), line=item.get("line"))
+            for item in locations
+        ]
+
+    async def _step_tool_call(self, argument: dict[str, Any], turn: _Turn) -> None:
+        update = start_tool_call(
+            argument["id"],
+            argument.get("title", argument["id"]),
+            kind=argument.get("kind"),
+            status=argument.get("status"),
+            content=self._tool_content(argument, turn),
+            locations=self._locations(argument, turn),
+            raw_input=argument.get("raw_input"),
+            raw_output=argument.get("raw_output"),
+        )
+        await self._client.session_update(session_id=turn.session_id, update=update)
+
+    async def _step_tool_update(self, argument: dict[str, Any], turn: _Turn) -> None:
+        update = update_tool_call(
+            argument["id"],
+            title=argument.get("title"),
+            kind=argument.get("kind"),
+            status=argument.get("status"),
+            content=self._tool_content(argument, turn),
+            locations=self._locations(argument, turn),
+            raw_input=argument.get("raw_input"),
+            raw_output=argument.get("raw_output"),
+        )
+        await self._client.session_update(session_id=turn.session_id, update=update)
+
+    async def _step_plan(self, entries: list[dict[str, Any]], turn: _Turn) -> None:
+        update = update_plan(
+            plan_entry(
+                entry["content"],
+                priority=entry.get("priority", "medium"),
+                status=entry.get("status", "pending"),
+            )
+            for entry in entries
+        )
+        await self._client.session_update(session_id=turn.session_id, update=update)
+
+    async def _step_read(self, argument: dict[str, Any], turn: _Turn) -> None:
+        path = argument["path"]
+        params = {
+            "session_id": turn.session_id,
+            "path": turn.absolute(path),
+            "line": argument.get("line"),
+            "limit": argument.get("limit"),
+        }
+        try:
+            response = await self._ask("fs/read_text_file", params, self._client.read_text_file(**params))
+        except Exception as exc:
+            await self._say(turn, f"read {path} failed: {_error_text(exc)}")
+        else:
+            await self._say(turn, f"read {path}: {response.content}")
+
+    async def _step_write(self, argument: dict[str, Any], turn: _Turn) -> None:
+        path = argument["path"]
+        params = {"session_id": turn.session_id, "path": turn.absolute(path), "content": argument.get("content", "")}
+        try:
+            await self._ask("fs/write_text_file", params, self._client.write_text_file(**params))
+        except Exception as exc:
+            await self._say(turn, f"write {path} failed: {_error_text(exc)}")
+        else:
+            await self._say(turn, f"wrote {path}")
+
+    async def _create_terminal(self, argument: dict[str, Any], turn: _Turn) -> str:
+        cwd = argument.get("cwd")
+        env = argument.get("env") or {}
+        params = {
+            "session_id": turn.session_id,
+            "command": argument["command"],
+            "args": argument.get("args"),
+            "env": [EnvVariable(name=name, value=value) for name, value in env.items()] or None,
+            "cwd": turn.absolute(cwd) if cwd is not None else None,
+            "output_byte_limit": argument.get("output_byte_limit"),
+        }
+        logged = {**params, "env": env or None}
+        created = await self._ask("terminal/create", logged, self._client.create_terminal(**params))
+        return created.terminal_id
+
+    async def _terminal_call(self, method: str, name: str, turn: _Turn, terminal_id: str) -> Any:
+        params = {"session_id": turn.session_id, "terminal_id": terminal_id}
+        return await self._ask(method, params, getattr(self._client, name)(**params))
+
+    async def _wait_for_exit(self, turn: _Turn, terminal_id: str) -> Any:
+        return await self._terminal_call("terminal/wait_for_exit", "wait_for_terminal_exit", turn, terminal_id)
+
+    async def _release(self, turn: _Turn, terminal_id: str) -> None:
+        await self._terminal_call("terminal/release", "release_terminal", turn, terminal_id)
+
+    async def _step_terminal(self, argument: dict[str, Any], turn: _Turn) -> None:
+        try:
+            terminal_id = await self._create_terminal(argument, turn)
+            try:
+                exited = await self._wait_for_exit(turn, terminal_id)
+                output = await self._terminal_call("terminal/output", "terminal_output", turn, terminal_id)
+            finally:
+                await self._release(turn, terminal_id)
+        except Exception as exc:
+            await self._say(turn, f"terminal failed: {_error_text(exc)}")
+        else:
+            await self._say(turn, f"ran: {_exit_text(exited.exit_code, exited.signal)}\n{output.output}")
+
+    async def _step_terminal_kill(self, argument: dict[str, Any], turn: _Turn) -> None:
+        try:
+            terminal_id = await self._create_terminal(argument, turn)
+            try:
+                await asyncio.sleep(float(argument.get("after", 0)))
+                await self._terminal_call("terminal/kill", "kill_terminal", turn, terminal_id)
+                exited = await self._wait_for_exit(turn, terminal_id)
+                output = await self._terminal_call("terminal/output", "terminal_output", turn, terminal_id)
+            finally:
+                await self._release(turn, terminal_id)
+        except Exception as exc:
+            await self._say(turn, f"terminal failed: {_error_text(exc)}")
+        else:
+            await self._say(turn, f"killed: {_exit_text(exited.exit_code, exited.signal)}\n{output.output}")
+
+    async def _step_permission(self, argument: dict[str, Any], turn: _Turn) -> None:
+        tool_call = ToolCallUpdate(
+            tool_call_id=argument.get("tool_call_id", "permission"),
+            title=argument.get("title"),
+            kind=argument.get("kind"),
+            status=argument.get("status"),
+        )
+        options = [
+            PermissionOption(option_id=option["id"], name=option.get("name", option["id"]), kind=option["kind"])
+            for option in argument.get("options", [])
+        ]
+        params = {"session_id": turn.session_id, "tool_call": tool_call, "options": options}
+        logged = {
+            "session_id": turn.session_id,
+            "tool_call": _plain(tool_call),
+            "options": [_plain(option) for option in options],
+        }
+        try:
+            response = await self._ask("session/request_permission", logged, self._client.request_permission(**params))
+        except Exception as exc:
+            await self._say(turn, f"permission failed: {_error_text(exc)}")
+            return
+        outcome = response.outcome
+        if isinstance(outcome, AllowedOutcome):
+            await self._say(turn, f"permission: selected {outcome.option_id}")
+        else:
+            await self._say(turn, "permission: cancelled")
+
+    async def _step_wait_cancel(self, seconds: float, turn: _Turn) -> str | None:
+        if turn.ignore_cancel:
+            await asyncio.sleep(float(seconds))
+            return None
+        try:
+            await asyncio.wait_for(turn.cancelled.wait(), timeout=float(seconds))
+        except asyncio.TimeoutError:
+            return None
+        return "cancelled"
+
+    async def _step_ignore_cancel(self, flag: bool, turn: _Turn) -> None:
+        turn.ignore_cancel = bool(flag)
+
+    async def _step_sleep(self, seconds: float, turn: _Turn | None) -> None:
+        await asyncio.sleep(float(seconds))
+
+    async def _step_crash(self, code: int, turn: _Turn | None) -> None:
+        _write_stderr("scripted agent crashing")
+        os._exit(int(code))
+
+    async def _step_hang(self, flag: Any, turn: _Turn | None) -> None:
+        await asyncio.get_running_loop().create_future()  # never done
+
+    async def _step_garbage(self, text: str, turn: _Turn | None) -> None:
+        # Through the SDK's own writer, so the line never splits a message.
+        self._writer.write((text if text.endswith("\n") else text + "\n").encode("utf-8"))
+        await self._writer.drain()
+
+    async def _step_stderr(self, text: str, turn: _Turn | None) -> None:
+        _write_stderr(text)
+
+    async def _step_stop(self, reason: str, turn: _Turn) -> str:
+        return reason
+
+    async def _step_error(self, argument: dict[str, Any], turn: _Turn | None) -> None:
+        code = int(argument.get("code", -32603))
+        raise RequestError(code, argument.get("message", "scripted error"), argument.get("data"))
+
+    async def _step_echo_prompt(self, flag: Any, turn: _Turn) -> None:
+        await self._say(turn, "\n".join(_describe_block(block) for block in turn.prompt))
+
+
+def _describe_block(block: Any) -> str:
+    if isinstance(block, TextContentBlock):
+        return block.text
+    if isinstance(block, EmbeddedResourceContentBlock):
+        resource = block.resource
+        if isinstance(resource, TextResourceContents):
+            return f"[resource {resource.uri}]\n{resource.text}"
+        if isinstance(resource, BlobResourceContents):
+            return f"[resource {resource.uri}]\n[blob {_decoded_size(resource.blob)} bytes]"
+        return f"[resource {getattr(resource, 'uri', '?')}]"
+    if isinstance(block, ResourceContentBlock):
+        return f"[link {block.uri}]"
+    if isinstance(block, ImageContentBlock):
+        return f"[image {block.mime_type} {_decoded_size(block.data)} bytes]"
+    if isinstance(block, AudioContentBlock):
+        return f"[audio {block.mime_type} {_decoded_size(block.data)} bytes]"
+    return f"[{getattr(block, 'type', type(block).__name__)}]"
+
+
+async def _serve(script: dict[str, Any]) -> None:
+    # The streams are made here, not inside run_agent, so the garbage step
+    # can write through the very writer the SDK uses.
+    reader, writer = await stdio_streams(limit=DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
+    agent = ScriptedAgent(script, writer)
+    # Unstable routes on, so session/resume reaches the agent; the agent
+    # itself refuses it unless the script advertises it.
+    await run_agent(agent, writer, reader, use_unstable_protocol=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        _write_stderr("usage: scripted_agent.py SCRIPT.json")
+        return 2
+    try:
+        script = load_script(args[0])
+    except (OSError, ValueError) as exc:
+        _write_stderr(f"scripted agent: bad script {args[0]}: {exc}")
+        return 2
+    asyncio.run(_serve(script))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
