@@ -7,6 +7,9 @@
   operation that does not succeed; each reports a :class:`Status`. Deferred
   writes share one flush at a :class:`Barrier`. :class:`ReadChain` follows a
   head through the JSON records it names in one operation.
+  :class:`ScanTree` walks a tree for the facts that tell a file's change
+  (``.gitignore`` applied on the target); :class:`SnapshotFile` keeps a
+  file's bytes as a content-addressed blob.
 - :class:`LocalTarget` -- a local root reached through a pinned
   ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
 - The target clock (:mod:`.clock`): whole seconds of the target filesystem.
@@ -39,6 +42,7 @@ from .program import (
     ControlProgram,
     CreateExclusive,
     CreateLinked,
+    FileScan,
     FileStat,
     ListDir,
     MakeDirs,
@@ -49,6 +53,9 @@ from .program import (
     ReadChain,
     Remove,
     Replace,
+    ScanTree,
+    Snapshot,
+    SnapshotFile,
     WriteProject,
     Stat,
     Status,
@@ -80,6 +87,7 @@ __all__ = [
     "CreateLinked",
     "FaultInjectingTarget",
     "FaultMode",
+    "FileScan",
     "FileStat",
     "HostKeyRefused",
     "InjectedFault",
@@ -98,7 +106,10 @@ __all__ = [
     "Remove",
     "Replace",
     "WriteProject",
+    "ScanTree",
     "SimulatedCrash",
+    "Snapshot",
+    "SnapshotFile",
     "SshLocation",
     "SshLocationError",
     "SshTarget",

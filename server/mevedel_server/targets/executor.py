@@ -17,14 +17,19 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   parts of ``StampedCreate`` (bytes, and integers standing for the clock
   reading plus that many seconds) or the ``(prefix, digits, suffix)`` of
   ``ReadNewest``, ``(prefix, digits, suffix, hops)`` of ``ReadChain`` (each
-  hop a ``(key path, base directory)``), or the ``(entry limit, depth or
-  None)`` of ``WalkTree``;
+  hop a ``(key path, base directory)``), the ``(entry limit, depth or
+  None)`` of ``WalkTree``, the ``(skip names, skip paths, descend paths,
+  entry limit, racy window in ns)`` of ``ScanTree`` or the ``(blob store
+  directory, size limit)`` of ``SnapshotFile``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
   ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
   ``StampedCreate`` value the clock reading it wrote, a ``ReadNewest``
   value ``(name, bytes)``, a ``ReadChain`` value ``(names, links)`` (see
   :meth:`Executor._read_chain`), a ``CreateLinked`` value whether it linked,
-  a ``WalkTree`` value ``(entries, truncated)`` (see :meth:`Executor._walk`).
+  a ``WalkTree`` value ``(entries, truncated)`` (see :meth:`Executor._walk`),
+  a ``ScanTree`` value ``(names, facts, unwalked, racy, truncated,
+  started_ns)`` (see :meth:`Executor._scan`), a ``SnapshotFile`` value
+  ``(sha256 hex or None, size, mtime_ns, ctime_ns, inode, written)``.
 
 Every operation opens the root, proves its device and inode are the pinned
 identity, and then opens each parent component with ``O_DIRECTORY |
@@ -51,6 +56,8 @@ import errno
 import fcntl
 import os
 import stat as stat_mode
+import struct
+import time
 
 OK = "ok"
 CONFLICT = "conflict"
@@ -809,6 +816,129 @@ class Executor:
             os.close(fd)
         return (OK, (entries, truncated), None, False)
 
+    def _scan(self, path, argument, _deferred):
+        """Every regular file and symbolic link below directory ``path``, with
+        the facts that tell a change: ``(names, facts, unwalked, racy,
+        truncated, started_ns)``.
+
+        ``names`` is each entry's path relative to ``path`` followed by a NUL,
+        ``facts`` the entries' ``SCAN_FACTS`` records in the same order (flags,
+        size, ``st_mtime_ns``, ``st_ctime_ns``, inode; a link's own ``lstat``).
+        Nothing is opened but directories and .gitignore files: symbolic links
+        are recorded, never followed; FIFOs, sockets and devices are left out.
+        Entries named in ``skip_names`` (at any depth) or whose path is in
+        ``skip_paths`` are not visited at all.
+
+        Each directory's ``.gitignore`` (a regular file; git's syntax) applies
+        below it, deeper files first. An ignored file is flagged
+        ``SCAN_IGNORED``; an ignored directory is not descended -- it is listed
+        in ``unwalked`` as ``(path, SCAN_IGNORED_REASON)`` -- unless its path is
+        in ``descend``, in which case everything found below it is flagged
+        ignored (and only the directories below it that are in ``descend`` are
+        descended). A directory that cannot be opened or listed is in
+        ``unwalked`` with the reason. ``racy`` names the regular files not
+        ignored whose modification or change time is at or after ``started_ns``
+        (the target's clock when the walk began) minus ``racy_ns``: a change in
+        the same timestamp tick could leave their facts as they are.
+
+        At most ``limit`` entries (files, links and directories): past it
+        ``truncated`` is True and the rest is left out. The order is the
+        directories' own (not sorted), so an unchanged tree answers the very
+        same ``names`` and ``facts``."""
+        try:
+            skip_names, skip_paths, descend, limit, racy_ns = argument
+        except (TypeError, ValueError):
+            raise Refused(FAILED, "a tree scan needs skip names, skip paths, descend paths, a limit and a racy window") from None
+        if not (_whole(limit) and _whole(racy_ns)):
+            raise Refused(FAILED, "a tree scan's limit and racy window are whole numbers")
+        started = time.time_ns()
+        scan = _TreeScan(
+            frozenset(_text_list(skip_names, "skip names")),
+            frozenset(_text_list(skip_paths, "skip paths")),
+            frozenset(_text_list(descend, "descend paths")),
+            limit,
+            started - racy_ns,
+        )
+        fd = self._open_directory(split_components(path))
+        truncated = False
+        try:
+            scan.directory(fd, "", None, False)
+        except _ScanLimit:
+            truncated = True
+        finally:
+            os.close(fd)
+        names = "".join([name + "\0" for name in scan.names])
+        value = (names, b"".join(scan.facts), [list(item) for item in scan.unwalked], scan.racy, truncated, started)
+        return (OK, value, None, False)
+
+    def _snapshot(self, path, argument, _deferred):
+        """Keep the bytes of regular file ``path`` as a content-addressed blob:
+        ``argument`` is ``(store directory, max_bytes)``. The value is
+        ``(sha256 hex, size, mtime_ns, ctime_ns, inode, written)``: the file's
+        ``fstat`` facts that held throughout the read, and whether the blob
+        ``store/<sha256>`` was written (False: a file of that size was there).
+        A file larger than ``max_bytes`` is not read: its digest is None.
+
+        The file is opened like every read (``O_NOFOLLOW``, ``O_NONBLOCK``: a
+        symbolic link fails closed, a FIFO neither blocks nor is read). The blob
+        is never flushed: it is a cache whose loss in a crash is harmless (the
+        record naming it lives in the caller's memory), so a reader must check
+        a blob's bytes against its name before trusting them."""
+        try:
+            store, max_bytes = argument
+        except (TypeError, ValueError):
+            store = max_bytes = None
+        if not isinstance(store, str) or not _whole(max_bytes):
+            raise Refused(FAILED, "a snapshot needs a store directory and a size limit")
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            fd = self._open_leaf(pfd, leaf, label)
+        finally:
+            os.close(pfd)
+        try:
+            st, data = _read_stable(fd, label, max_bytes)
+        finally:
+            os.close(fd)
+        facts = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        if data is None:
+            return (OK, (None,) + facts + (False,), None, False)
+        digest = _sha256_hex(data)
+        written = self._store_blob(store, digest, data)
+        return (OK, (digest,) + facts + (written,), None, False)
+
+    def _store_blob(self, store, digest, data):
+        """Write ``data`` as the file ``digest`` in directory ``store`` unless a
+        regular file of that size is there already; True when it wrote."""
+        try:
+            fd = self._open_directory(split_components(store))
+        except Refused as refusal:
+            if refusal.status != ABSENT:
+                raise
+            # Not "absent": that would say the file snapshotted is gone.
+            raise Refused(FAILED, "the blob store '%s' does not exist" % store) from None
+        try:
+            found = self._lstat(fd, digest)
+            if found is not None and stat_mode.S_ISREG(found.st_mode) and found.st_size == len(data):
+                return False
+            if found is not None and stat_mode.S_ISDIR(found.st_mode):
+                raise Refused(FAILED, "'%s/%s' is a directory" % (store, digest))
+            name = ".%s.%s.tmp" % (digest, os.urandom(6).hex())
+            temp = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE, dir_fd=fd)
+            try:
+                try:
+                    _write_all(temp, data)
+                finally:
+                    os.close(temp)
+                # rename, not link: a torn file of a crashed earlier writer
+                # under this name is replaced; the name is never half-written.
+                os.replace(name, digest, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                _unlink_quietly(name, fd)
+                raise
+            return True
+        finally:
+            os.close(fd)
+
     def _barrier(self, path, _argument, deferred):
         if split_components(path):
             raise Refused(FAILED, "a barrier names the target root, not '%s'" % path)
@@ -832,6 +962,8 @@ _HANDLERS = {
     "Clock": Executor._clock,
     "Barrier": Executor._barrier,
     "WalkTree": Executor._walk,
+    "ScanTree": Executor._scan,
+    "SnapshotFile": Executor._snapshot,
 }
 
 
@@ -965,3 +1097,563 @@ def _walk_directory(fd, prefix, entries, limit, depth):
         finally:
             os.close(child)
     return False
+
+
+# -- file-state scans (ScanTree, SnapshotFile) ---------------------------------
+
+#: One entry's facts in a ``ScanTree`` answer, packed: flags, size,
+#: modification and status-change times in nanoseconds, inode.
+SCAN_FACTS = "<BqqqQ"
+#: Flag: the entry is a symbolic link (else a regular file).
+SCAN_LINK = 1
+#: Flag: a .gitignore pattern ignores the entry (or a directory above it).
+SCAN_IGNORED = 2
+#: Why a directory was not walked because a .gitignore pattern ignores it.
+SCAN_IGNORED_REASON = "ignored by .gitignore"
+
+_scan_facts = struct.Struct(SCAN_FACTS)
+_S_IFMT = 0o170000
+_S_IFREG = stat_mode.S_IFREG
+_S_IFLNK = stat_mode.S_IFLNK
+# A .gitignore past this size is not read (git itself stops at 100 MB).
+_MAX_GITIGNORE = 8 * 1024 * 1024
+# Compiled patterns and tests are kept across programs of one process (the
+# local target's); past this many entries a cache starts over.
+_CACHE_ENTRIES = 256
+_gitignore_cache = {}
+_test_cache = {}
+_re = None
+
+
+class _ScanLimit(Exception):
+    """The scan met more entries than its limit."""
+
+
+def _on_first_use(name):
+    """The module ``name``, loaded when an operation first needs it, by name
+    rather than by an import statement: the remote program starts once per
+    round trip, and its start-up must not pay for what only a scan or a
+    snapshot uses (``re`` alone costs it 10-40 ms). The start-up guard reads
+    the executor's import statements; tests/unit/test_target_file_scan.py
+    checks the property itself: a program without these operations loads
+    neither ``re`` nor a hash module."""
+    return __import__(name)
+
+
+def _regex():
+    """The ``re`` module; only a walk that meets a .gitignore needs it."""
+    global _re
+    if _re is None:
+        _re = _on_first_use("re")
+    return _re
+
+
+_sha256_of = None
+
+
+def _sha256_hex(data):
+    """The sha256 of ``data`` in hex, by the interpreter's built-in module
+    (``_sha256``, ``_sha2`` since 3.12: a fraction of a millisecond to load,
+    where ``hashlib`` and its OpenSSL take several)."""
+    global _sha256_of
+    if _sha256_of is None:
+        for name in ("_sha2", "_sha256", "hashlib"):
+            try:
+                _sha256_of = _on_first_use(name).sha256
+                break
+            except (ImportError, AttributeError):
+                continue
+    return _sha256_of(data).hexdigest()
+
+
+def _cached(cache, key, make):
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= _CACHE_ENTRIES:
+            cache.clear()
+        found = cache[key] = make(key)
+    return found
+
+
+def _trim_trailing_spaces(line):
+    """``line`` without its trailing spaces, except one escaped by a
+    backslash (git's ``trim_trailing_spaces``)."""
+    last_space = None
+    index = 0
+    while index < len(line):
+        char = line[index]
+        if char == " ":
+            if last_space is None:
+                last_space = index
+        else:
+            last_space = None
+            if char == "\\":
+                index += 1
+                if index == len(line):
+                    return line
+        index += 1
+    return line if last_space is None else line[:last_space]
+
+
+_POSIX_CLASSES = {
+    "alnum": "a-zA-Z0-9",
+    "alpha": "a-zA-Z",
+    "blank": " \\t",
+    "cntrl": "\\x00-\\x1f\\x7f",
+    "digit": "0-9",
+    "graph": "!-~",
+    "lower": "a-z",
+    "print": " -~",
+    "punct": "!-/:-@\\[-`{-~",
+    "space": " \\t\\n\\r\\f\\v",
+    "upper": "A-Z",
+    "xdigit": "0-9A-Fa-f",
+}
+
+
+def _class_char(char):
+    return char if char.isalnum() else "\\" + char
+
+
+def _bracket(text, index):
+    """The regex of the bracket expression opening before ``text[index]``
+    and the index after it, or None when it does not close (git's
+    wildmatch then matches nothing)."""
+    negated = False
+    if index < len(text) and text[index] in "!^":
+        negated = True
+        index += 1
+    items = []
+    previous = None
+    first = True
+    while True:
+        if index >= len(text):
+            return None
+        char = text[index]
+        if char == "]" and not first:
+            index += 1
+            break
+        first = False
+        if char == "\\":
+            index += 1
+            if index >= len(text):
+                return None
+            char = text[index]
+            items.append(_class_char(char))
+            previous = char
+        elif char == "-" and previous is not None and index + 1 < len(text) and text[index + 1] != "]":
+            index += 1
+            high = text[index]
+            if high == "\\":
+                index += 1
+                if index >= len(text):
+                    return None
+                high = text[index]
+            items.pop()
+            if previous <= high:
+                items.append("%s-%s" % (_class_char(previous), _class_char(high)))
+            previous = None
+        elif char == "[" and text.startswith(":", index + 1):
+            end = text.find(":]", index + 2)
+            if end < 0:
+                items.append(_class_char(char))
+                previous = char
+            else:
+                members = _POSIX_CLASSES.get(text[index + 2 : end])
+                if members is None:
+                    return None
+                items.append(members)
+                index = end + 1
+                previous = None
+        else:
+            items.append(_class_char(char))
+            previous = char
+        index += 1
+    if not items:
+        return ("." if negated else "(?!)"), index
+    return "[%s%s]" % ("^" if negated else "", "".join(items)), index
+
+
+def _glob_source(segment):
+    """The regex (for ``fullmatch`` with DOTALL) of one path component of a
+    gitignore pattern: ``*`` any run, ``?`` one character, ``[...]`` a
+    class, ``\\x`` the literal ``x``; None when it cannot match anything."""
+    escape = _regex().escape
+    out = []
+    index = 0
+    while index < len(segment):
+        char = segment[index]
+        index += 1
+        if char == "*":
+            while index < len(segment) and segment[index] == "*":
+                index += 1
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char == "\\":
+            if index == len(segment):
+                return None
+            out.append(escape(segment[index]))
+            index += 1
+        elif char == "[":
+            found = _bracket(segment, index)
+            if found is None:
+                return None
+            source, index = found
+            out.append(source)
+        else:
+            out.append(escape(char))
+    return "".join(out)
+
+
+def _glob(segment):
+    source = _glob_source(segment)
+    if source is None:
+        return None
+    return (source, _regex().compile(source, _regex().DOTALL).fullmatch)
+
+
+def _parse_gitignore(data):
+    """The patterns of a .gitignore file, in order: ``(negate, dir_only,
+    segments, floating)``. A floating pattern (no slash but a trailing one)
+    matches a name at any depth: ``segments`` is its one glob. Otherwise
+    ``segments`` are matched component by component from the .gitignore's
+    directory: a glob ``(source, fullmatch)`` per component, or None for a
+    ``**`` component (zero or more directories)."""
+    text = os.fsdecode(data)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    patterns = []
+    for line in text.split("\n"):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line or line.startswith("#"):
+            continue
+        line = _trim_trailing_spaces(line)
+        negate = line.startswith("!")
+        if negate:
+            line = line[1:]
+        dir_only = line.endswith("/")
+        if dir_only:
+            line = line[:-1]
+        if not line:
+            continue
+        if "/" not in line:
+            glob = _glob(line)
+            if glob is not None:
+                patterns.append((negate, dir_only, (glob,), True))
+            continue
+        parts = (line[1:] if line.startswith("/") else line).split("/")
+        segments = []
+        for part in parts:
+            if part == "**":
+                if not segments or segments[-1] is not None:
+                    segments.append(None)
+                continue
+            glob = _glob(part) if part else None
+            if glob is None:
+                segments = None
+                break
+            segments.append(glob)
+        if not segments:
+            continue
+        if segments[-1] is None and len(segments) > 1:
+            # "dir/**" is everything inside dir: at least one more component.
+            segments[-1:] = [(".*", _regex().compile(".*", _regex().DOTALL).fullmatch), None]
+        patterns.append((negate, dir_only, tuple(segments), False))
+    return tuple(patterns)
+
+
+def _closure(segments, positions):
+    """``positions`` with every position a ``**`` may skip to; the end
+    (a complete match) left out."""
+    out = set()
+    for index in positions:
+        while index < len(segments):
+            out.add(index)
+            if segments[index] is not None:
+                break
+            index += 1
+    return frozenset(out)
+
+
+def _advance(segments, states, name):
+    """The positions a pattern can be at after one more component ``name``."""
+    reached = []
+    for index in states:
+        segment = segments[index]
+        if segment is None:
+            reached.append(index)
+        elif segment[1](name) is not None:
+            reached.append(index + 1)
+    return _closure(segments, reached)
+
+
+def _final_source(segments, states):
+    """The regex of the names that complete the pattern from ``states``, or
+    None when no name does."""
+    alternatives = []
+    for index in sorted(states):
+        segment = segments[index]
+        rest_open = all(s is None for s in segments[index + 1 :])
+        if not rest_open:
+            continue
+        if segment is None:
+            return ".*"
+        alternatives.append(segment[0])
+    if not alternatives:
+        return None
+    return alternatives[0] if len(alternatives) == 1 else "(?:%s)" % "|".join(alternatives)
+
+
+def _compile_test(source):
+    return _regex().compile(source, _regex().DOTALL).fullmatch
+
+
+def _test(alternatives, negates):
+    """``(fullmatch, negates)`` of a name against the alternatives in
+    precedence order; the group that matched indexes ``negates``."""
+    if not alternatives:
+        return None, ()
+    source = "|".join("(%s)" % alternative for alternative in alternatives)
+    return _cached(_test_cache, source, _compile_test), (None,) + tuple(negates)
+
+
+class _Rules(object):
+    """The .gitignore patterns in force for the entries of one directory.
+
+    ``levels`` holds one tuple per .gitignore, the deepest first (its
+    patterns take precedence), each pattern as ``(negate, dir_only,
+    segments, states)``: ``states`` None for a floating pattern, else the
+    positions in ``segments`` the path so far can have reached. A name's
+    test is one regex: every pattern's last component as it stands here, in
+    precedence order (the deepest file first, then its last pattern first)."""
+
+    __slots__ = ("levels", "moving", "_tests")
+
+    def __init__(self, levels):
+        self.levels = levels
+        self.moving = any(pattern[3] is not None for level in levels for pattern in level)
+        self._tests = None
+
+    @classmethod
+    def below(cls, rules, patterns):
+        """``rules`` with a .gitignore of ``patterns`` in this directory."""
+        level = tuple(
+            (negate, dir_only, segments, None if floating else _closure(segments, (0,)))
+            for negate, dir_only, segments, floating in patterns
+        )
+        return cls((level,) + (rules.levels if rules is not None else ()))
+
+    def child(self, name):
+        """The rules for the entries of subdirectory ``name``."""
+        if not self.moving:
+            return self
+        changed = False
+        levels = []
+        for level in self.levels:
+            kept = []
+            for pattern in level:
+                negate, dir_only, segments, states = pattern
+                if states is not None:
+                    reached = _advance(segments, states, name)
+                    if reached != states:
+                        changed = True
+                        if not reached:
+                            continue
+                        pattern = (negate, dir_only, segments, reached)
+                kept.append(pattern)
+            if kept:
+                levels.append(tuple(kept))
+        if not changed:
+            return self
+        return _Rules(tuple(levels)) if levels else None
+
+    def tests(self):
+        """``((file test, negates), (directory test, negates))``."""
+        if self._tests is None:
+            files, file_negates, dirs, dir_negates = [], [], [], []
+            for level in self.levels:
+                for negate, dir_only, segments, states in reversed(level):
+                    source = segments[0][0] if states is None else _final_source(segments, states)
+                    if source is None:
+                        continue
+                    dirs.append(source)
+                    dir_negates.append(negate)
+                    if not dir_only:
+                        files.append(source)
+                        file_negates.append(negate)
+            self._tests = (_test(files, file_negates), _test(dirs, dir_negates))
+        return self._tests
+
+
+def gitignore_rules(data, rules=None):
+    """The rules of a directory holding a .gitignore with ``data`` (below
+    ``rules``, the ones in force there); None when it has no pattern."""
+    patterns = _cached(_gitignore_cache, bytes(data), _parse_gitignore)
+    return _Rules.below(rules, patterns) if patterns else rules
+
+
+def gitignore_ignores(rules, name, is_dir):
+    """Whether ``rules`` ignore the entry ``name`` of their directory."""
+    if rules is None:
+        return False
+    test, negates = rules.tests()[1 if is_dir else 0]
+    if test is None:
+        return False
+    found = test(name)
+    return found is not None and not negates[found.lastindex]
+
+
+def _read_gitignore(dir_fd):
+    """The bytes of the regular file ``.gitignore`` in ``dir_fd``, or None
+    (absent, a symbolic link -- git does not follow those either --, not a
+    regular file, unreadable)."""
+    try:
+        fd = os.open(".gitignore", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        with open(fd, "rb", closefd=True) as handle:
+            if not stat_mode.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            return handle.read(_MAX_GITIGNORE)
+    except OSError:
+        return None
+
+
+class _TreeScan(object):
+    """One ``ScanTree`` walk (see ``Executor._scan``)."""
+
+    def __init__(self, skip_names, skip_paths, descend, limit, racy_floor):
+        self.skip_names = skip_names
+        self.skip_paths = skip_paths
+        self.descend = descend
+        self.limit = limit
+        self.racy_floor = racy_floor
+        self.names = []
+        self.facts = []
+        self.unwalked = []
+        self.racy = []
+        self.count = 0
+
+    def directory(self, fd, prefix, rules, ignored):
+        """Record the entries of the open directory ``fd`` (whose path ends
+        with ``prefix``), under ``rules``; ``ignored``: all of them are."""
+        with os.scandir(fd) as listing:
+            entries = list(listing)
+        self.count += len(entries)
+        if self.count > self.limit:
+            raise _ScanLimit()
+        file_test = dir_test = None
+        if not ignored:
+            for entry in entries:
+                if entry.name == ".gitignore":
+                    data = _read_gitignore(fd)
+                    if data:
+                        rules = gitignore_rules(data, rules)
+                    break
+            if rules is not None:
+                (file_test, file_negates), (dir_test, dir_negates) = rules.tests()
+        base_flags = SCAN_IGNORED if ignored else 0
+        skip_names = self.skip_names
+        skip_paths = self.skip_paths
+        names = self.names
+        facts = self.facts
+        racy = self.racy
+        pack = _scan_facts.pack
+        racy_floor = self.racy_floor
+        for entry in entries:
+            name = entry.name
+            if name in skip_names:
+                continue
+            path = prefix + name
+            if skip_paths and path in skip_paths:
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    hidden = ignored
+                    if dir_test is not None:
+                        found = dir_test(name)
+                        hidden = found is not None and not dir_negates[found.lastindex]
+                    self.subdirectory(fd, name, path, rules, hidden)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished meanwhile
+            kind = st.st_mode & _S_IFMT
+            if kind == _S_IFREG:
+                flags = base_flags
+            elif kind == _S_IFLNK:
+                flags = base_flags | SCAN_LINK
+            else:
+                continue  # FIFOs, sockets, devices: never recorded
+            if file_test is not None:
+                found = file_test(name)
+                if found is not None and not file_negates[found.lastindex]:
+                    flags |= SCAN_IGNORED
+            mtime = st.st_mtime_ns
+            ctime = st.st_ctime_ns
+            try:
+                facts.append(pack(flags, st.st_size, mtime, ctime, st.st_ino))
+            except struct.error:
+                facts.append(pack(flags, st.st_size, _clamp(mtime), _clamp(ctime), st.st_ino))
+            names.append(path)
+            if not flags and (mtime >= racy_floor or ctime >= racy_floor):
+                racy.append(path)
+
+    def subdirectory(self, fd, name, path, rules, ignored):
+        if ignored and path not in self.descend:
+            self.unwalked.append((path, SCAN_IGNORED_REASON))
+            return
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                self.unwalked.append((path, _strerror(exc)))
+            return  # else gone, or no longer a directory: nothing below it
+        try:
+            below = None if ignored or rules is None else rules.child(name)
+            self.directory(child, path + "/", below, ignored)
+        except OSError as exc:
+            self.unwalked.append((path, _strerror(exc)))
+        finally:
+            os.close(child)
+
+
+def _clamp(nanoseconds):
+    return max(-(2**63), min(2**63 - 1, nanoseconds))
+
+
+def _text_list(value, what):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        raise Refused(FAILED, "a tree scan's %s are a list of strings" % what)
+    return value
+
+
+def _read_stable(fd, label, max_bytes):
+    """``(stat, bytes)`` of the open regular file ``fd``: its bytes, read
+    whole, and the ``fstat`` taken before that still holds after the read
+    (``bytes`` None when the file is larger than ``max_bytes``)."""
+    for _attempt in range(3):
+        before = os.fstat(fd)
+        if not stat_mode.S_ISREG(before.st_mode):
+            raise Refused(FAILED, "'%s' is not a regular file" % label)
+        if before.st_size > max_bytes:
+            return before, None
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1024 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        after = os.fstat(fd)
+        facts = (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino)
+        if facts == (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino):
+            data = b"".join(chunks)
+            if len(data) == before.st_size:
+                return before, data
+    raise Refused(FAILED, "'%s' kept changing while it was read" % label)

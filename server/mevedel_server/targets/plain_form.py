@@ -13,12 +13,14 @@ from .clock import Clock
 from .errors import PathAbsentError, TargetError, TargetOperationError, UnsafePathError
 from .executor import ProgramRefused
 from .program import (
+    FILE_SCAN_RECORD,
     Barrier,
     Chain,
     ChainLink,
     ControlProgram,
     CreateExclusive,
     CreateLinked,
+    FileScan,
     FileStat,
     ListDir,
     MakeDirs,
@@ -30,6 +32,9 @@ from .program import (
     ReadNewest,
     Remove,
     Replace,
+    ScanTree,
+    Snapshot,
+    SnapshotFile,
     StampedCreate,
     WriteProject,
     Stat,
@@ -59,6 +64,8 @@ _KINDS: dict[type, str] = {
         Clock,
         Barrier,
         WalkTree,
+        ScanTree,
+        SnapshotFile,
     )
 }
 _STATUSES = {status.value: status for status in Status}
@@ -84,6 +91,10 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [op.prefix, op.digits, op.suffix, [[list(hop.keys), hop.base] for hop in op.hops]]
     elif isinstance(op, WalkTree):
         argument = [op.limit, op.depth]
+    elif isinstance(op, ScanTree):
+        argument = [list(op.skip_names), list(op.skip_paths), list(op.descend), op.limit, op.racy_ns]
+    elif isinstance(op, SnapshotFile):
+        argument = [op.store, op.max_bytes]
     else:
         argument = None
     return (kind, op.path, op.optional, argument, op.deferred)
@@ -108,7 +119,37 @@ def _value(op: Operation, status: Status, value: object) -> object:
         return _tree_walk(value)
     if status is Status.OK and isinstance(op, ReadChain):
         return _chain(op, value)
+    if status is Status.OK and isinstance(op, ScanTree):
+        return _file_scan(value)
+    if status is Status.OK and isinstance(op, SnapshotFile):
+        return _snapshot(value)
     return value
+
+
+def _file_scan(value: object) -> FileScan:
+    """The answer of a :class:`ScanTree`, refused unless it has its shape:
+    one facts record per NUL-terminated name, ``(path, reason)`` pairs, path
+    strings, a flag and a clock reading. (The paths themselves are checked
+    as any operation path is, when a later operation names one.)"""
+    names, facts, unwalked, racy, truncated, started = value  # type: ignore[misc]
+    if not isinstance(names, str) or not isinstance(facts, (bytes, bytearray)):
+        raise ValueError("a tree scan's names are text and its facts bytes")
+    if len(facts) != names.count("\0") * FILE_SCAN_RECORD or (names and not names.endswith("\0")):
+        raise ValueError("a tree scan's facts do not match its names")
+    pairs = tuple((_text(path), _text(reason)) for path, reason in unwalked)  # type: ignore[union-attr]
+    if not isinstance(truncated, bool) or isinstance(started, bool) or not isinstance(started, int):
+        raise ValueError("a tree scan's flag or clock is malformed")
+    return FileScan(names, bytes(facts), pairs, tuple(_text(path) for path in racy), truncated, started)  # type: ignore[union-attr]
+
+
+def _snapshot(value: object) -> Snapshot:
+    digest, size, mtime, ctime, inode, written = value  # type: ignore[misc]
+    if digest is not None and not (isinstance(digest, str) and len(digest) == 64 and not digest.strip("0123456789abcdef")):
+        raise ValueError("a snapshot's digest is 64 hex digits")
+    numbers = (size, mtime, ctime, inode)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) or not isinstance(written, bool):
+        raise ValueError("a snapshot's facts are whole numbers")
+    return Snapshot(digest, size, mtime, ctime, inode, written)
 
 
 def _chain(op: ReadChain, value: object) -> Chain:

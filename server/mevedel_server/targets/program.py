@@ -38,13 +38,22 @@ skipped    not run because an earlier operation stopped the program
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .errors import InvalidTargetPath
-from .executor import stamped_content
+from .executor import SCAN_FACTS, stamped_content
+from .executor import SCAN_IGNORED as SCAN_IGNORED
+from .executor import SCAN_IGNORED_REASON as SCAN_IGNORED_REASON
+from .executor import SCAN_LINK as SCAN_LINK
 from .paths import split_target_path
+
+_SCAN_FACTS = struct.Struct(SCAN_FACTS)
+#: Bytes of one entry's facts in a :class:`FileScan`.
+FILE_SCAN_RECORD = _SCAN_FACTS.size
+
 
 
 class Status(enum.Enum):
@@ -237,6 +246,122 @@ class TreeWalk:
     entries: tuple[WalkedEntry, ...]
     #: The walk met more than ``limit`` entries and stopped.
     truncated: bool
+
+
+@dataclass(frozen=True)
+class ScanTree(Operation):
+    """Walk directory ``path`` (the root too) for what tells a file's
+    change: ``value`` is a :class:`FileScan` of every regular file and
+    symbolic link below it, each with its own ``lstat`` facts (size,
+    modification and change times in nanoseconds, inode). Links are
+    recorded, never followed; FIFOs, sockets and devices are left out;
+    only directories and ``.gitignore`` files are opened.
+
+    Entries named ``skip_names`` (at any depth) or at ``skip_paths``
+    (relative to ``path``) are not visited. Every directory's
+    ``.gitignore`` applies below it (git's syntax and precedence): an
+    ignored file is flagged, an ignored directory is not descended -- it is
+    one of the scan's ``unwalked`` -- unless it is one of ``descend``, and
+    then everything below it is flagged ignored. ``racy`` (see
+    :class:`FileScan`) uses a window of ``racy_ns``. At most ``limit``
+    entries, directories included."""
+
+    skip_names: tuple[str, ...] = ()
+    skip_paths: tuple[str, ...] = ()
+    descend: tuple[str, ...] = ()
+    limit: int = 1_000_000
+    racy_ns: int = 0
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("skip_names", "skip_paths", "descend"):
+            texts = tuple(getattr(self, name))
+            if not all(isinstance(text, str) for text in texts):
+                raise TypeError(f"a tree scan's {name} are strings")
+            object.__setattr__(self, name, texts)
+        for number in (self.limit, self.racy_ns):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError("a tree scan's limit and racy window are whole, non-negative numbers")
+
+
+#: A :class:`ScanTree` entry's facts: flags (:data:`SCAN_LINK`,
+#: :data:`SCAN_IGNORED`), size, ``st_mtime_ns``, ``st_ctime_ns``, inode.
+ScanFacts = tuple[int, int, int, int, int]
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """The answer of a :class:`ScanTree`, kept packed as the target sent it
+    (an unchanged tree answers the very same ``names`` and ``facts``, so
+    comparing two scans costs two byte comparisons): ``names`` is every
+    entry's path followed by a NUL, ``facts`` their :data:`SCAN_FACTS`
+    records in the same order. :meth:`entries` unpacks them."""
+
+    names: str
+    facts: bytes
+    #: Directories not walked: ``(path, reason)``; the reason is
+    #: :data:`SCAN_IGNORED_REASON` for an ignored one.
+    unwalked: tuple[tuple[str, str], ...]
+    #: Regular files, not ignored, whose modification or change time falls
+    #: within the racy window before ``started_ns``: a change in the same
+    #: timestamp tick could leave their facts unchanged.
+    racy: tuple[str, ...]
+    #: The walk met more than ``limit`` entries and left the rest out.
+    truncated: bool
+    #: The target's clock (``time.time_ns``) when the walk began.
+    started_ns: int
+
+    def __len__(self) -> int:
+        return len(self.facts) // _SCAN_FACTS.size
+
+    def entries(self) -> dict[str, ScanFacts]:
+        """Every entry's path and facts."""
+        paths = self.names.split("\0")
+        paths.pop()
+        return dict(zip(paths, _SCAN_FACTS.iter_unpack(self.facts)))
+
+
+@dataclass(frozen=True)
+class SnapshotFile(Operation):
+    """Keep the bytes of regular file ``path`` as the blob
+    ``store/<sha256 hex>`` (written unless a file of that size is already
+    there): ``value`` is a :class:`Snapshot`. A file larger than
+    ``max_bytes`` is not read (its digest is None). The file is opened as
+    every read opens it (a symbolic link fails closed; a FIFO neither
+    blocks nor is read), and its facts must hold through the read.
+
+    The blob is never flushed, and cannot be deferred: it is a cache whose
+    loss in a crash is harmless to a caller that keeps the record naming it
+    in memory -- and that checks a blob's bytes against its name before
+    trusting them."""
+
+    store: str
+    max_bytes: int
+    writes: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.deferred:
+            raise ValueError("a snapshot blob is never flushed, so it cannot be deferred")
+        if not split_target_path(self.store):
+            raise InvalidTargetPath(self.store, "a blob store is a directory below the root")
+        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 0:
+            raise ValueError("a snapshot's size limit is a whole, non-negative number")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The answer of a :class:`SnapshotFile`: the file's facts as read."""
+
+    #: sha256 of the bytes, hex; None when the file is over the size limit.
+    digest: str | None
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+    #: The blob was written (False: it was there already, or not read).
+    written: bool
 
 
 @dataclass(frozen=True)
