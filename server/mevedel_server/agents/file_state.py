@@ -1,0 +1,479 @@
+"""An incremental record of a workspace's file state, so that what an agent's
+shell command changes can enter the turn's checkpoint with its content from
+*before* the command.
+
+:meth:`FileStateRecord.refresh` brings the record up to date before a
+command; :meth:`FileStateRecord.changes` afterwards lists every file the
+command created, changed or deleted, with its earlier bytes, and moves the
+record on to the new state. Everything goes through the workspace's
+``Target``, so an SSH workspace works alike:
+
+- One :class:`~mevedel_server.targets.ScanTree` program per walk: the target
+  walks the tree and applies the ``.gitignore`` files itself (so an ignored
+  directory is never descended), and answers each regular file's and link's
+  ``lstat`` facts packed (flags, size, ``mtime_ns``, ``ctime_ns``, inode). An
+  unchanged tree answers the very same bytes, so "nothing changed" costs the
+  walk and one comparison.
+- A file whose facts changed is read by
+  :class:`~mevedel_server.targets.SnapshotFile`, which keeps its bytes on the
+  target as ``<blob_dir>/blobs/<sha256>`` (written once per digest) and
+  answers only the digest: content never travels to refresh the record. The
+  record holds facts and digests, never contents.
+- Before-content is read back from those blobs (checked against their
+  names) only for the files :meth:`~FileStateRecord.changes` reports; a blob
+  no recorded file names any more is removed once they are read.
+
+What the record does not see or cannot give, and how it says so:
+
+- ``.git/`` and ``.mevedel/`` (at any depth) and ``blob_dir`` are never
+  walked. Nor is a directory a ``.gitignore`` ignores: a change inside one
+  is not seen at all (git's own rule: nothing below an ignored directory
+  can be re-included). Only the workspace's own ``.gitignore`` files count
+  (those of its root and below); ``.git/info/exclude``, ``core.excludesFile``
+  and the ``.gitignore`` of a repository the workspace is a subdirectory of
+  do not. A directory that cannot be listed is not walked either; what the
+  record knew below it is kept as it was.
+- An ignored file is recorded by its facts only and never read; a change to
+  it (created, modified, deleted) is a :class:`FileChange` with the gap
+  :data:`IGNORED_GAP`. So is a file found in a directory that was ignored
+  (or unreadable) at the previous walk and no longer is: what was there
+  before is unknown.
+- A file larger than ``max_file_bytes``: facts only; its change is a gap
+  naming the limit. A symbolic link is recorded by its own ``lstat`` (never
+  followed, its target text is not content); its change is the gap
+  :data:`LINK_GAP`. A regular file that could not be read has a gap saying
+  why. FIFOs, sockets and devices are never opened and not recorded.
+- Facts can hide a change made within the same timestamp tick as the walk
+  that recorded them (same size, inode and times; worst on filesystems with
+  coarse timestamps). A file whose modification or change time is within
+  :data:`RACY_NS` of the walk is therefore read again at the next one, and
+  compared by digest (git's "racily clean" entries).
+- Past :data:`SCAN_LIMIT` entries the walk is incomplete, and the record
+  refuses to guess: :class:`FileStateError`.
+
+One record per ``blob_dir`` at a time: blobs are reference-counted in this
+object's memory, and blobs it does not know are removed at its first
+refresh (left by an earlier process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from ..store.layout import STATE_DIR
+from ..targets import (
+    ControlProgram,
+    FileScan,
+    ListDir,
+    MakeDirs,
+    Operation,
+    OpResult,
+    Read,
+    Remove,
+    ScanTree,
+    Snapshot,
+    SnapshotFile,
+    Status,
+    Target,
+    TargetError,
+    raise_for_result,
+    split_target_path,
+)
+from ..targets.program import SCAN_IGNORED, SCAN_IGNORED_REASON, SCAN_LINK, ScanFacts
+
+#: The gap of a file a .gitignore ignores (or that was in an ignored
+#: directory at the previous walk).
+IGNORED_GAP = "ignored by .gitignore"
+#: The gap of a symbolic link.
+LINK_GAP = "a symbolic link"
+#: The gap of a file whose blob vanished or no longer matches its digest.
+LOST_BLOB_GAP = "its snapshot blob is missing or damaged"
+#: Never walked, at any depth.
+SKIP_NAMES = (".git", STATE_DIR)
+#: Entries (files, links, directories) one walk may meet.
+SCAN_LIMIT = 500_000
+#: A file modified this close to a walk is read again at the next one.
+RACY_NS = 2_000_000_000
+#: Operations per control program when reading and snapshotting.
+OPS_PER_PROGRAM = 512
+#: Blob bytes one program may read back.
+READ_BYTES_PER_PROGRAM = 64 * 1024 * 1024
+
+
+class FileStateError(Exception):
+    """The record cannot be brought up to date (it is left as it was)."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    #: Workspace-relative, ``/``-separated.
+    path: str
+    #: Content before the command; None: the file did not exist.
+    before: bytes | None
+    #: Set instead of ``before`` when the prior content cannot be given;
+    #: then ``before`` is None and means nothing.
+    gap: str | None = None
+
+
+def limit_gap(max_file_bytes: int) -> str:
+    return f"larger than the {max_file_bytes}-byte snapshot limit"
+
+
+def _ancestors(path: str) -> Iterator[str]:
+    index = path.rfind("/")
+    while index > 0:
+        path = path[:index]
+        yield path
+        index = path.rfind("/")
+
+
+def _facts_of(walked: ScanFacts, snapshot: Snapshot) -> ScanFacts:
+    """The facts a snapshot read the file with (the walk's flags)."""
+    return (walked[0], snapshot.size, snapshot.mtime_ns, snapshot.ctime_ns, snapshot.inode)
+
+
+def _content(facts: ScanFacts) -> tuple[int, int, int, int, int]:
+    """The facts that tell a content change (not whether it is ignored)."""
+    return (facts[0] & SCAN_LINK, facts[1], facts[2], facts[3], facts[4])
+
+
+class FileStateRecord:
+    """The workspace's file state as last seen (facts and digests), and the
+    blobs of the content it names. See the module docstring."""
+
+    def __init__(self, target: Target, *, blob_dir: str = ".mevedel/file-state", max_file_bytes: int = 10 * 1024 * 1024) -> None:
+        parts = split_target_path(blob_dir)
+        if not parts:
+            raise ValueError("the blob directory is a directory below the workspace root")
+        if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
+            raise ValueError("max_file_bytes is a whole, non-negative number")
+        self._target = target
+        self._blob_dir = "/".join(parts)
+        self._store = f"{self._blob_dir}/blobs"
+        self._max = max_file_bytes
+        self._limit_gap = limit_gap(max_file_bytes)
+        self._lock = asyncio.Lock()
+        self._primed = False
+        #: path -> facts as last seen (a regular file or a link).
+        self._facts: dict[str, ScanFacts] = {}
+        #: path -> sha256 of its content (captured files only).
+        self._digest: dict[str, str] = {}
+        #: path -> why a regular file under the limit could not be read.
+        self._unreadable: dict[str, str] = {}
+        #: digest -> how many recorded paths name it.
+        self._refs: dict[str, int] = {}
+        #: Captured paths whose facts may hide a change (read them again).
+        self._racy: set[str] = set()
+        #: directory -> recorded entries below it that are not ignored (the
+        #: directories to walk even when a .gitignore comes to ignore them).
+        self._tracked: dict[str, int] = {}
+        #: Directories the last walk did not enter: path -> reason.
+        self._unwalked: dict[str, str] = {}
+        #: The last walk's packed answer, while the record is exactly it.
+        self._same_as: tuple[str, bytes, tuple] | None = None
+        #: Digests whose last reference went (removed after the walk).
+        self._orphans: set[str] = set()
+
+    # -- the API -------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Bring the record up to date before a command: the first call
+        walks the tree and keeps the content of every file not ignored and
+        under the limit; later ones walk by ``lstat`` and read only what
+        changed, storing a blob only for a digest not stored yet."""
+        async with self._lock:
+            await self._sync(report=False)
+
+    async def changes(self) -> list[FileChange]:
+        """Walk again and return every file created, modified or deleted
+        since the record was last brought up to date, with its content from
+        then (sorted by path); the record moves on to the new state."""
+        async with self._lock:
+            if not self._primed:
+                raise FileStateError("the file-state record was never brought up to date: call refresh() before a command")
+            return await self._sync(report=True)
+
+    # -- one walk ------------------------------------------------------------
+
+    async def _sync(self, *, report: bool) -> list[FileChange]:
+        first = not self._primed
+        scan, stored = await self._walk(first)
+        key = (scan.names, scan.facts, scan.unwalked)
+        if key == self._same_as and not self._racy:
+            return []  # the very same answer as the walk the record is
+        current = scan.entries()
+        old = self._facts
+        unwalked = dict(scan.unwalked)
+        # Below a directory not walked this time, a recorded path is kept as
+        # it was; otherwise one the walk did not meet is gone.
+        deleted = [path for path in old.keys() - current.keys() if self._below(path, unwalked) is None]
+        candidates = [] if old == current else [path for path, facts in current.items() if old.get(path) != facts]
+        rechecks = [path for path in self._racy if path in current and old.get(path) == current[path]]
+        recheck_set = set(rechecks)
+        captures = [path for path in (*candidates, *rechecks) if self._capturable(current[path])]
+        # The blobs of files whose facts changed are read along with the
+        # snapshots (most of them did change), the rest after the verdicts.
+        guessed = [path for path in (*candidates, *deleted) if path in self._digest] if report else []
+        taken, before = await self._snapshots(captures, guessed)
+
+        consistent = True
+        for path in captures:
+            outcome = taken[path]
+            if outcome is None:  # vanished since the walk
+                del current[path]
+                consistent = False
+                if path in old:
+                    deleted.append(path)
+            elif isinstance(outcome, Snapshot) and _facts_of(current[path], outcome) != current[path]:
+                current[path] = _facts_of(current[path], outcome)
+                consistent = False
+
+        # Verdicts first, against the record as it stands; the record moves
+        # on only once everything is read, so a failure leaves it as it was.
+        #: (path, digest of its recorded content, or the gap when none).
+        wanted: list[tuple[str, str | None, str | None]] = []
+        changes: list[FileChange] = []
+        updates: list[tuple[str, ScanFacts, str | None, str | None]] = []
+        for path in (*candidates, *rechecks):
+            if path not in current:
+                continue
+            facts = current[path]
+            outcome = taken.get(path)
+            digest = outcome.digest if isinstance(outcome, Snapshot) else None
+            if report:
+                previous = old.get(path)
+                if previous is None:
+                    changes.append(self._created(path, facts))
+                elif self._changed(path, previous, facts, digest, path in recheck_set):
+                    wanted.append(self._recorded(path, previous))
+            updates.append((path, facts, digest, outcome if isinstance(outcome, str) else None))
+        if report:
+            wanted.extend(self._recorded(path, old[path]) for path in deleted)
+        if wanted:
+            missing = {digest for path, digest, _ in wanted if digest is not None and path not in before}
+            blobs = await self._read_blobs(missing) if missing else {}
+            for path, digest, gap in wanted:
+                if digest is None:
+                    changes.append(FileChange(path, None, gap))
+                else:
+                    data = before[path] if path in before else blobs.get(digest)
+                    changes.append(FileChange(path, data) if data is not None else FileChange(path, None, LOST_BLOB_GAP))
+
+        for update in updates:
+            self._set(*update)
+        for path in deleted:
+            self._drop(path)
+        floor = scan.started_ns - RACY_NS
+        self._racy = {path for path in scan.racy if path in self._digest}
+        self._racy.update(path for path in captures if path in self._digest and max(current[path][2], current[path][3]) >= floor)
+        self._unwalked = unwalked
+        self._same_as = key if consistent else None
+        self._primed = True
+        await self._collect(stored)
+        changes.sort(key=lambda change: change.path)
+        return changes
+
+    async def _walk(self, first: bool) -> tuple[FileScan, tuple[str, ...]]:
+        """The scan, and on the first walk the blob store's names."""
+        scan_op = ScanTree(
+            ".",
+            skip_names=SKIP_NAMES,
+            skip_paths=(self._blob_dir,),
+            descend=tuple(self._tracked),
+            limit=SCAN_LIMIT,
+            racy_ns=RACY_NS,
+        )
+        ops: list[Operation] = [scan_op]
+        if first:
+            ops = [MakeDirs(self._store, optional=True), ListDir(self._store, optional=True), scan_op]
+        result = await self._target.run(ControlProgram(ops))
+        raise_for_result(scan_op, result[-1])
+        scan: FileScan = result[-1].value
+        if scan.truncated:
+            raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
+        stored = tuple(result[1].value) if first and result[1].ok else ()
+        return scan, stored
+
+    def _capturable(self, facts: ScanFacts) -> bool:
+        return not facts[0] and facts[1] <= self._max
+
+    @staticmethod
+    def _below(path: str, directories: dict[str, str]) -> str | None:
+        """The reason of the first of ``directories`` above ``path``."""
+        if directories:
+            for directory in _ancestors(path):
+                if directory in directories:
+                    return directories[directory]
+        return None
+
+    async def _snapshots(self, captures: list[str], guessed: list[str]) -> tuple[dict[str, Snapshot | str | None], dict[str, bytes | None]]:
+        """Snapshot ``captures`` (path -> a Snapshot, why it could not be
+        read, or None when it vanished) and read back the recorded content
+        of ``guessed`` (path -> verified bytes, or None)."""
+        taken: dict[str, Snapshot | str | None] = {}
+        before: dict[str, bytes | None] = {}
+        ops: list[tuple[str, Operation, int]] = []
+        for path in guessed:
+            ops.append((path, Read(f"{self._store}/{self._digest[path]}", optional=True), self._facts[path][1]))
+        for path in captures:
+            ops.append((path, SnapshotFile(path, store=self._store, max_bytes=self._max, optional=True), 0))
+        for batch in _batches(ops):
+            # The store may have been removed since: ensure it (one mkdir).
+            ensure = [MakeDirs(self._store, optional=True)] if any(isinstance(op, SnapshotFile) for _, op, _ in batch) else []
+            result = await self._target.run(ControlProgram([*ensure, *(op for _, op, _ in batch)]))
+            for (path, op, _), outcome in zip(batch, result.results[len(ensure) :]):
+                if isinstance(op, Read):
+                    before[path] = _verified(outcome, self._digest[path])
+                else:
+                    taken[path] = _snapshot_outcome(outcome)
+        return taken, before
+
+    async def _read_blobs(self, digests: Iterable[str]) -> dict[str, bytes | None]:
+        """digest -> its blob's bytes, verified (None: missing or damaged)."""
+        ops = [(digest, Read(f"{self._store}/{digest}", optional=True), 0) for digest in sorted(digests)]
+        found: dict[str, bytes | None] = {}
+        for batch in _batches(ops):
+            result = await self._target.run(ControlProgram([op for _, op, _ in batch]))
+            for (digest, _, _), outcome in zip(batch, result.results):
+                found[digest] = _verified(outcome, digest)
+        return found
+
+    # -- what changed ----------------------------------------------------------
+
+    def _created(self, path: str, facts: ScanFacts) -> FileChange:
+        """The change of ``path``, unrecorded until now."""
+        reason = self._below(path, self._unwalked)
+        if reason is not None:
+            # In a directory the last walk did not enter: what was there
+            # before is unknown.
+            gap = IGNORED_GAP if reason == SCAN_IGNORED_REASON else f"in a directory that could not be read ({reason})"
+            return FileChange(path, None, gap)
+        if facts[0] & SCAN_LINK:
+            return FileChange(path, None, LINK_GAP)
+        if facts[0] & SCAN_IGNORED:
+            return FileChange(path, None, IGNORED_GAP)
+        if facts[1] > self._max:
+            return FileChange(path, None, self._limit_gap)
+        return FileChange(path, None)
+
+    def _changed(self, path: str, previous: ScanFacts, facts: ScanFacts, digest: str | None, recheck: bool) -> bool:
+        """Whether recorded ``path``, walked now with ``facts`` (and read
+        now as ``digest``), changed content."""
+        recorded = self._digest.get(path)
+        if recorded is not None and digest == recorded:
+            return False
+        if recheck:
+            return True
+        if _content(previous) != _content(facts):
+            return True
+        # The same facts, but the .gitignore's verdict changed: the content
+        # is as recorded (newly captured, or no longer kept).
+        return False
+
+    def _recorded(self, path: str, previous: ScanFacts) -> tuple[str, str | None, str | None]:
+        """What the record holds of ``path``: its digest, or why none."""
+        digest = self._digest.get(path)
+        return (path, digest, None) if digest is not None else (path, None, self._gap(path, previous))
+
+    def _gap(self, path: str, facts: ScanFacts) -> str:
+        """Why the recorded ``path`` has no content kept."""
+        if facts[0] & SCAN_LINK:
+            return LINK_GAP
+        if facts[0] & SCAN_IGNORED:
+            return IGNORED_GAP
+        if path in self._unreadable:
+            return self._unreadable[path]
+        return self._limit_gap
+
+    # -- the record ------------------------------------------------------------
+
+    def _set(self, path: str, facts: ScanFacts, digest: str | None, unreadable: str | None) -> None:
+        previous = self._facts.get(path)
+        if previous is None or (previous[0] & SCAN_IGNORED) != (facts[0] & SCAN_IGNORED):
+            if previous is not None:
+                self._untrack(path, previous)
+            if not facts[0] & SCAN_IGNORED:
+                for directory in _ancestors(path):
+                    self._tracked[directory] = self._tracked.get(directory, 0) + 1
+        self._facts[path] = facts
+        old_digest = self._digest.pop(path, None)
+        if old_digest is not None:
+            self._unref(old_digest)
+        if digest is not None:
+            self._digest[path] = digest
+            self._refs[digest] = self._refs.get(digest, 0) + 1
+        if unreadable is not None:
+            self._unreadable[path] = unreadable
+        else:
+            self._unreadable.pop(path, None)
+
+    def _drop(self, path: str) -> None:
+        facts = self._facts.pop(path)
+        self._untrack(path, facts)
+        digest = self._digest.pop(path, None)
+        if digest is not None:
+            self._unref(digest)
+        self._unreadable.pop(path, None)
+        self._racy.discard(path)
+
+    def _untrack(self, path: str, facts: ScanFacts) -> None:
+        if facts[0] & SCAN_IGNORED:
+            return
+        for directory in _ancestors(path):
+            count = self._tracked[directory] - 1
+            if count:
+                self._tracked[directory] = count
+            else:
+                del self._tracked[directory]
+
+    def _unref(self, digest: str) -> None:
+        count = self._refs[digest] - 1
+        if count:
+            self._refs[digest] = count
+        else:
+            del self._refs[digest]
+            self._orphans.add(digest)
+
+    async def _collect(self, stored: Iterable[str]) -> None:
+        """Remove the blobs no recorded file names (and, on the first walk,
+        whatever else the store held)."""
+        self._orphans = {digest for digest in self._orphans if digest not in self._refs}
+        self._orphans.update(name for name in stored if name not in self._refs)
+        removes = [Remove(f"{self._store}/{name}", optional=True) for name in sorted(self._orphans)]
+        try:
+            for start in range(0, len(removes), OPS_PER_PROGRAM):
+                batch = removes[start : start + OPS_PER_PROGRAM]
+                await self._target.run(ControlProgram(batch))
+                self._orphans.difference_update(op.path.rsplit("/", 1)[1] for op in batch)
+        except TargetError:
+            pass  # a cache left behind; tried again after the next walk
+
+
+def _batches(ops: list[tuple[str, Operation, int]]) -> Iterator[list[tuple[str, Operation, int]]]:
+    batch: list[tuple[str, Operation, int]] = []
+    size = 0
+    for item in ops:
+        if batch and (len(batch) >= OPS_PER_PROGRAM or size + item[2] > READ_BYTES_PER_PROGRAM):
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += item[2]
+    if batch:
+        yield batch
+
+
+def _verified(result: OpResult, digest: str) -> bytes | None:
+    if not result.ok or hashlib.sha256(result.value).hexdigest() != digest:
+        return None
+    return result.value
+
+
+def _snapshot_outcome(result: OpResult) -> Snapshot | str | None:
+    if result.ok:
+        return result.value
+    if result.status is Status.ABSENT:
+        return None
+    return f"could not be read: {result.reason or result.status.value}"

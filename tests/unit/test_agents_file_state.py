@@ -1,0 +1,484 @@
+"""The file-state record an agent's shell commands are checkpointed with:
+what a command created, changed or deleted, with the content from before
+it; .gitignore, size limit, links, FIFOs and blobs -- on real files through
+LocalTarget, and over SSH."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import struct
+
+import pytest
+
+from mevedel_server.agents import file_state
+from mevedel_server.agents.file_state import (
+    IGNORED_GAP,
+    LINK_GAP,
+    LOST_BLOB_GAP,
+    FileChange,
+    FileStateError,
+    FileStateRecord,
+    limit_gap,
+)
+from mevedel_server.targets import (
+    ControlProgram,
+    FileScan,
+    LocalTarget,
+    OpResult,
+    ProgramResult,
+    ProgramTarget,
+    ScanTree,
+    SnapshotFile,
+)
+from mevedel_server.targets.executor import SCAN_FACTS
+
+STORE = ".mevedel/file-state/blobs"
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "ws"
+    r.mkdir()
+    return r
+
+
+def write(root, path: str, data: bytes | str) -> None:
+    target = root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def blobs(root) -> set[str]:
+    store = root / STORE
+    return set(os.listdir(store)) if store.exists() else set()
+
+
+def digest(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+class Spy(ProgramTarget):
+    """A target that remembers every operation it was asked to run."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.ops: list = []
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.ops.extend(program.operations)
+        return await self.inner.run(program)
+
+    def reads(self) -> list[str]:
+        return [op.path for op in self.ops if type(op).__name__ in ("Read", "SnapshotFile")]
+
+    def snapshots(self) -> list[str]:
+        return [op.path for op in self.ops if isinstance(op, SnapshotFile)]
+
+
+async def record_of(root, **options) -> FileStateRecord:
+    record = FileStateRecord(LocalTarget(root), **options)
+    await record.refresh()
+    return record
+
+
+# -- what a command changed --------------------------------------------------------
+
+
+async def test_created_modified_and_deleted_files_come_with_their_content_from_before(root):
+    write(root, "src/app.py", "print('v1')\n")
+    write(root, "README", "readme\n")
+    write(root, "old/notes.txt", "notes\n")
+    write(root, "old/more.txt", "more\n")
+    write(root, "same.txt", "unchanged\n")
+    record = await record_of(root)
+
+    write(root, "src/app.py", "print('v2')\n")
+    write(root, "src/new.py", "new\n")
+    os.remove(root / "README")
+    for name in ("notes.txt", "more.txt"):
+        os.remove(root / "old" / name)
+    (root / "old").rmdir()
+    (root / "same.txt").touch()  # facts change, content does not
+
+    assert await record.changes() == [
+        FileChange("README", b"readme\n"),
+        FileChange("old/more.txt", b"more\n"),
+        FileChange("old/notes.txt", b"notes\n"),
+        FileChange("src/app.py", b"print('v1')\n"),
+        FileChange("src/new.py", None),
+    ]
+    assert await record.changes() == []  # the record moved on
+
+
+async def test_unchanged_files_are_not_reported_and_not_read_again(root, monkeypatch):
+    # A short racy window, so that files written by the test count as old
+    # once it has passed (a file written within it is read again, once).
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    for i in range(40):
+        write(root, f"d{i % 4}/f{i}.txt", f"content {i}\n")
+    await asyncio.sleep(0.1)
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy)
+    await record.refresh()
+    assert len(spy.snapshots()) == 40
+    write(root, "d1/f1.txt", "changed\n")
+    spy.ops.clear()
+    assert await record.changes() == [FileChange("d1/f1.txt", b"content 1\n")]
+    assert sorted(spy.reads()) == sorted(["d1/f1.txt", f"{STORE}/{digest('content 1' + chr(10))}"])
+    await asyncio.sleep(0.1)
+    spy.ops.clear()
+    await record.refresh()  # d1/f1.txt was written within the window: once more
+    assert spy.snapshots() == ["d1/f1.txt"]
+    spy.ops.clear()
+    await record.refresh()
+    assert spy.reads() == [] and [type(op).__name__ for op in spy.ops] == ["ScanTree"]
+
+
+async def test_a_file_changed_by_two_commands_reports_the_right_before_each_time(root):
+    write(root, "f.txt", "one")
+    record = await record_of(root)
+    write(root, "f.txt", "two")
+    assert await record.changes() == [FileChange("f.txt", b"one")]
+    await record.refresh()
+    write(root, "f.txt", "three")
+    assert await record.changes() == [FileChange("f.txt", b"two")]
+    await record.refresh()
+    os.remove(root / "f.txt")
+    assert await record.changes() == [FileChange("f.txt", b"three")]
+    await record.refresh()
+    write(root, "f.txt", "four")
+    assert await record.changes() == [FileChange("f.txt", None)]
+
+
+async def test_changes_between_commands_are_absorbed_by_refresh(root):
+    write(root, "f.txt", "one")
+    record = await record_of(root)
+    write(root, "f.txt", "edited by the person, not the command")
+    await record.refresh()
+    write(root, "f.txt", "the command's")
+    assert await record.changes() == [FileChange("f.txt", b"edited by the person, not the command")]
+
+
+async def test_a_change_its_facts_do_not_show_is_found_for_a_file_written_just_before(root):
+    # A coarse clock: the second walk sees the first one's times again, as a
+    # filesystem with one-second timestamps would within the same second.
+    write(root, "f.txt", "AAAA")
+    write(root, "g.txt", "BBBB")
+    target = CoarseClock(LocalTarget(root))
+    record = FileStateRecord(target)
+    await record.refresh()
+    with open(root / "f.txt", "r+b") as handle:
+        handle.write(b"CCCC")  # same size, same inode
+    target.freeze = True
+    assert await record.changes() == [FileChange("f.txt", b"AAAA")]
+
+
+class CoarseClock(ProgramTarget):
+    """Once ``freeze`` is set, every walked entry keeps the times it had at
+    the walk before."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.freeze = False
+        self.seen: dict[str, tuple] = {}
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        result = await self.inner.run(program)
+        out = []
+        for op, outcome in zip(program.operations, result.results):
+            if isinstance(op, ScanTree) and outcome.ok:
+                outcome = OpResult(outcome.status, self._coarse(outcome.value))
+            out.append(outcome)
+        return ProgramResult(tuple(out), result.stopped_at)
+
+    def _coarse(self, scan: FileScan) -> FileScan:
+        entries = scan.entries()
+        if self.freeze:
+            entries = {path: self.seen.get(path, facts) for path, facts in entries.items()}
+        else:
+            self.seen = dict(entries)
+        packed = b"".join(struct.pack(SCAN_FACTS, *facts) for facts in entries.values())
+        names = "".join(path + "\0" for path in entries)
+        return FileScan(names, packed, scan.unwalked, scan.racy, scan.truncated, scan.started_ns)
+
+
+async def test_changes_before_any_refresh_is_refused(root):
+    with pytest.raises(FileStateError):
+        await FileStateRecord(LocalTarget(root)).changes()
+
+
+# -- what cannot be captured ---------------------------------------------------------
+
+
+async def test_an_ignored_file_is_never_read_and_its_changes_are_gaps(root):
+    write(root, ".gitignore", "*.log\n")
+    write(root, "keep.txt", "kept")
+    write(root, "app.log", "log one")
+    write(root, "gone.log", "log two")
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy)
+    await record.refresh()
+    write(root, "app.log", "log changed")
+    os.remove(root / "gone.log")
+    write(root, "new.log", "log three")
+    assert await record.changes() == [
+        FileChange("app.log", None, IGNORED_GAP),
+        FileChange("gone.log", None, IGNORED_GAP),
+        FileChange("new.log", None, IGNORED_GAP),
+    ]
+    assert not [path for path in spy.reads() if path.endswith(".log")]
+    assert digest("log one") not in blobs(root)
+
+
+async def test_an_ignored_directory_is_not_entered_and_a_change_inside_is_not_seen(root):
+    write(root, ".gitignore", "node_modules/\nsub/build/\n")
+    write(root, "node_modules/pkg/index.js", "module")
+    write(root, "sub/build/out.o", "object")
+    write(root, "sub/src.c", "source")
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy)
+    await record.refresh()
+    assert not [path for path in spy.reads() if "node_modules" in path or "build" in path]
+    write(root, "node_modules/pkg/index.js", "changed")
+    write(root, "node_modules/new/x.js", "new")
+    os.remove(root / "sub/build/out.o")
+    write(root, "sub/src.c", "changed source")
+    assert await record.changes() == [FileChange("sub/src.c", b"source")]
+
+
+async def test_a_file_that_becomes_ignored_while_the_command_changes_it_keeps_its_before(root):
+    write(root, "gen/out.txt", "generated v1")
+    write(root, "gen/other.txt", "untouched")
+    record = await record_of(root)
+    write(root, ".gitignore", "gen/\n")
+    write(root, "gen/out.txt", "generated v2")
+    assert await record.changes() == [FileChange(".gitignore", None), FileChange("gen/out.txt", b"generated v1")]
+    # Now ignored: no blob kept for them, and the directory is no longer entered.
+    assert digest("untouched") not in blobs(root)
+    await record.refresh()
+    write(root, "gen/other.txt", "changed, unseen")
+    assert await record.changes() == []
+
+
+async def test_files_found_where_the_last_walk_did_not_look_are_gaps_not_creations(root):
+    write(root, ".gitignore", "vendor/\n")
+    write(root, "vendor/lib.py", "vendored")
+    record = await record_of(root)
+    write(root, ".gitignore", "")
+    # The command un-ignored vendor/: lib.py was there before, unknown to us.
+    assert await record.changes() == [
+        FileChange(".gitignore", b"vendor/\n"),
+        FileChange("vendor/lib.py", None, IGNORED_GAP),
+    ]
+    await record.refresh()
+    write(root, "vendor/lib.py", "changed")
+    assert await record.changes() == [FileChange("vendor/lib.py", b"vendored")]
+
+
+async def test_a_nested_gitignore_and_negation_are_respected(root):
+    write(root, ".gitignore", "*.tmp\n")
+    write(root, "pkg/.gitignore", "!keep.tmp\n")
+    write(root, "pkg/keep.tmp", "kept")
+    write(root, "pkg/drop.tmp", "dropped")
+    record = await record_of(root)
+    write(root, "pkg/keep.tmp", "kept 2")
+    write(root, "pkg/drop.tmp", "dropped 2")
+    assert await record.changes() == [FileChange("pkg/drop.tmp", None, IGNORED_GAP), FileChange("pkg/keep.tmp", b"kept")]
+
+
+async def test_a_file_over_the_limit_is_recorded_by_its_facts_and_its_change_is_a_gap(root):
+    write(root, "big.bin", b"x" * 101)
+    write(root, "small.bin", b"x" * 100)
+    write(root, "shrinks.bin", b"y" * 150)
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy, max_file_bytes=100)
+    await record.refresh()
+    assert "big.bin" not in spy.reads() and digest(b"x" * 101) not in blobs(root)
+    write(root, "big.bin", b"z" * 101)
+    write(root, "small.bin", b"x" * 200)  # grows past the limit: its before is known
+    write(root, "shrinks.bin", b"y")
+    write(root, "new-big.bin", b"n" * 300)
+    gap = limit_gap(100)
+    assert gap == "larger than the 100-byte snapshot limit"
+    assert await record.changes() == [
+        FileChange("big.bin", None, gap),
+        FileChange("new-big.bin", None, gap),
+        FileChange("shrinks.bin", None, gap),
+        FileChange("small.bin", b"x" * 100),
+    ]
+    await record.refresh()
+    os.remove(root / "shrinks.bin")  # under the limit now: captured since
+    assert await record.changes() == [FileChange("shrinks.bin", b"y")]
+
+
+async def test_symbolic_links_are_gaps_and_never_followed(root, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret bytes outside the workspace")
+    (outside / "dir").mkdir()
+    (outside / "dir" / "inner").write_bytes(b"inner secret")
+    (root / "to-secret").symlink_to(outside / "secret")
+    (root / "to-dir").symlink_to(outside / "dir")
+    write(root, "plain.txt", "plain")
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy)
+    await record.refresh()
+    assert spy.snapshots() == ["plain.txt"]
+    spy.ops.clear()
+    (root / "to-secret").unlink()
+    (root / "to-secret").symlink_to(outside / "dir" / "inner")
+    (root / "to-dir").unlink()
+    (root / "new-link").symlink_to("plain.txt")
+    os.remove(root / "plain.txt")
+    (root / "plain.txt").symlink_to(outside / "secret")  # a file replaced by a link
+    assert await record.changes() == [
+        FileChange("new-link", None, LINK_GAP),
+        FileChange("plain.txt", b"plain"),
+        FileChange("to-dir", None, LINK_GAP),
+        FileChange("to-secret", None, LINK_GAP),
+    ]
+    # Only the blob of plain.txt's earlier bytes was read: no link, nothing behind one.
+    assert spy.reads() == [f"{STORE}/{digest('plain')}"]
+    assert not {digest(b"secret bytes outside the workspace"), digest(b"inner secret")} & blobs(root)
+
+
+async def test_a_fifo_in_the_tree_does_not_block(root):
+    write(root, "a.txt", "a")
+    os.mkfifo(root / "pipe")
+    record = FileStateRecord(LocalTarget(root))
+    await asyncio.wait_for(record.refresh(), 30)
+    os.mkfifo(root / "another")
+    write(root, "a.txt", "b")
+    assert await asyncio.wait_for(record.changes(), 30) == [FileChange("a.txt", b"a")]
+
+
+@pytest.mark.skipif(AS_ROOT, reason="root reads every directory")
+async def test_a_directory_that_cannot_be_read_keeps_what_was_known_below_it(root):
+    write(root, "locked/a.txt", "a")
+    write(root, "open.txt", "o")
+    record = await record_of(root)
+    (root / "locked").chmod(0)
+    try:
+        write(root, "open.txt", "changed")
+        assert await record.changes() == [FileChange("open.txt", b"o")]
+    finally:
+        (root / "locked").chmod(0o700)
+    write(root, "locked/a.txt", "changed")
+    assert await record.changes() == [FileChange("locked/a.txt", b"a")]
+
+
+# -- blobs ------------------------------------------------------------------------------
+
+
+async def test_blobs_are_written_once_per_digest_and_removed_when_unreferenced(root):
+    write(root, "a.txt", "shared")
+    write(root, "b.txt", "shared")
+    write(root, "c.txt", "own")
+    record = await record_of(root)
+    assert blobs(root) == {digest("shared"), digest("own")}
+    mtime = os.stat(root / STORE / digest("shared")).st_mtime_ns
+    write(root, "d.txt", "shared")  # a new file with a digest already stored
+    await record.refresh()
+    assert os.stat(root / STORE / digest("shared")).st_mtime_ns == mtime
+
+    write(root, "a.txt", "changed")
+    write(root, "c.txt", "own, changed")
+    assert await record.changes() == [FileChange("a.txt", b"shared"), FileChange("c.txt", b"own")]
+    # "own" is gone; "shared" is still named by b.txt and d.txt.
+    assert blobs(root) == {digest("shared"), digest("changed"), digest("own, changed")}
+    os.remove(root / "b.txt")
+    os.remove(root / "d.txt")
+    assert await record.changes() == [FileChange("b.txt", b"shared"), FileChange("d.txt", b"shared")]
+    assert blobs(root) == {digest("changed"), digest("own, changed")}
+
+
+async def test_the_first_refresh_clears_blobs_an_earlier_process_left(root):
+    write(root, "a.txt", "current")
+    write(root, f"{STORE}/{digest('stale')}", "stale")
+    write(root, f"{STORE}/.{digest('x')}.0a1b.tmp", "debris")
+    await record_of(root)
+    assert blobs(root) == {digest("current")}
+
+
+async def test_a_damaged_blob_is_a_gap_not_wrong_content(root):
+    write(root, "a.txt", "original")
+    record = await record_of(root)
+    (root / STORE / digest("original")).write_bytes(b"tampered")
+    write(root, "a.txt", "changed")
+    assert await record.changes() == [FileChange("a.txt", None, LOST_BLOB_GAP)]
+
+
+async def test_the_blob_store_and_mevedel_state_are_never_walked(root):
+    write(root, ".mevedel/sessions/s/session.json", "{}")
+    write(root, "work/.git/HEAD", "ref")
+    write(root, "a.txt", "a")
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy, blob_dir="cache/state")
+    await record.refresh()
+    assert set(spy.snapshots()) == {"a.txt"}
+    write(root, ".mevedel/sessions/s/session.json", "{changed}")
+    write(root, "a.txt", "b")
+    assert await record.changes() == [FileChange("a.txt", b"a")]
+    assert set(os.listdir(root / "cache/state/blobs")) == {digest("b")}
+
+
+async def test_the_record_keeps_facts_and_digests_not_contents(root):
+    for i in range(20):
+        write(root, f"f{i}", os.urandom(1000))
+    record = await record_of(root)
+
+    def sizes(value, seen=None) -> int:
+        if isinstance(value, (bytes, bytearray)):
+            return len(value)
+        if isinstance(value, dict):
+            return sum(sizes(k) + sizes(v) for k, v in value.items())
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return sum(sizes(v) for v in value)
+        return 0
+
+    held = sum(sizes(v) for k, v in vars(record).items() if k != "_same_as")
+    assert held < 1000  # the packed facts of the last walk aside: no contents
+
+
+# -- over SSH -------------------------------------------------------------------------------
+
+
+async def _scenario(target, root) -> list[FileChange]:
+    write(root, ".gitignore", "*.log\nbuild/\n")
+    write(root, "src/a.py", "v1")
+    write(root, "b.txt", "b")
+    write(root, "x.log", "log")
+    write(root, "build/o", "obj")
+    record = FileStateRecord(target)
+    await record.refresh()
+    write(root, "src/a.py", "v2")
+    os.remove(root / "b.txt")
+    write(root, "c.txt", "c")
+    write(root, "x.log", "log 2")
+    write(root, "build/o", "obj 2")
+    return await record.changes()
+
+
+EXPECTED = [
+    FileChange("b.txt", b"b"),
+    FileChange("c.txt", None),
+    FileChange("src/a.py", b"v1"),
+    FileChange("x.log", None, IGNORED_GAP),
+]
+
+
+async def test_both_targets_record_alike(root, open_target):
+    assert await _scenario(await open_target(root), root) == EXPECTED
+
+
+async def test_over_ssh_the_same_changes_are_found(root, fault_server):
+    from mevedel_server.targets.ssh import SshTarget
+
+    target = await SshTarget.connect(fault_server.url(root), **fault_server.options())
+    try:
+        assert await _scenario(target, root) == EXPECTED
+    finally:
+        await target.close()
