@@ -1,12 +1,51 @@
-"""``mevedel-lsp``: start the language server on stdio (default) or TCP."""
+"""``mevedel-lsp``: start the language server on stdio (default) or TCP.
+
+However the server ends, it runs its exit sequence (``MevedelLanguageServer.stop``:
+the exit hooks, then every open session saved and released, bounded in time)
+before the process exits:
+
+- ``shutdown`` runs it, ``exit`` waits for it (or runs it when no shutdown
+  came); status 0, or 1 for an exit without shutdown (the LSP rule);
+- end of input (the editor closed the pipe or the TCP connection): status 0
+  (1 when serving failed otherwise, say the TCP port is taken);
+- SIGTERM, SIGHUP or SIGINT: status 0, since the server stopped as asked and
+  cleanly (editors read a non-zero status as a crash); a second signal while
+  stopping is ignored, the sequence is bounded anyway.
+
+When a step of the sequence gave up on its time limit the process exits at
+once with the same status, without waiting for threads the step may have
+left blocked.
+
+stdin is read by a daemon thread into an ``asyncio.StreamReader``, so a read
+still blocked at exit never holds the process (pygls reads it in a pool
+thread the interpreter joins at exit).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
+import signal
 import sys
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from .server import NAME, build_server, server_version
+from pygls.io_ import StdoutWriter, run_async
+
+from .server import NAME, MevedelLanguageServer, build_server, server_version
+
+_log = logging.getLogger(__name__)
+
+#: The signals that stop the server cleanly (those this platform has).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name)
+)
+
+#: Opens the connection: the reader of the client's messages and the writer to it.
+Connect = Callable[[], Awaitable[tuple[Any, Any]]]
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -45,8 +84,122 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:
         sys.exit(f"{NAME}: cannot open log file {arguments.log_file}: {error.strerror}")
     server = build_server()
-    if arguments.tcp is not None:
-        host, port = arguments.tcp
-        server.start_tcp(host, port)
+    connect = _tcp_connection(*arguments.tcp) if arguments.tcp is not None else _stdio_connection
+    sys.exit(serve(server, connect))
+
+
+def serve(server: MevedelLanguageServer, connect: Connect) -> int:
+    """Serve one client until it goes away, then run the exit sequence; the
+    process's exit status."""
+    try:
+        return asyncio.run(_serve(server, connect))
+    except SystemExit as ended:  # pygls ends the event loop this way after the exit notification
+        status = server.exit_status if server.exit_status is not None else ended.code
+        status = status if isinstance(status, int) else 1
+        _log.info("exit notification: exiting with status %s", status)
+        return status
+
+
+async def _serve(server: MevedelLanguageServer, connect: Connect) -> int:
+    loop = asyncio.get_running_loop()
+    received: list[signal.Signals] = []
+    signalled = asyncio.Event()
+
+    def on_signal(signum: signal.Signals) -> None:
+        if received:
+            _log.info("received %s while stopping; the stop is bounded, going on", signum.name)
+            return
+        received.append(signum)
+        signalled.set()
+
+    for signum in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError):  # no loop signal handlers here (Windows)
+            pass
+
+    reading = asyncio.create_task(_read(server, connect))
+    waiting = asyncio.create_task(signalled.wait())
+    try:
+        await asyncio.wait({reading, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        reading.cancel()
+        waiting.cancel()
+    failed = reading.exception() if reading.done() and not reading.cancelled() else None
+    if received:
+        why = f"received {received[0].name}"
+    elif failed is not None:
+        _log.error("serving the client failed", exc_info=failed)
+        why = "serving the client failed"
     else:
-        server.start_io()
+        why = "end of input"
+    finished = await server.stop(why)
+    status = server.exit_status if server.exit_status is not None else 0 if failed is None else 1
+    if not finished:
+        server.exit_now(status)
+    _log.info("stopped; exiting with status %s", status)
+    return status
+
+
+async def _read(server: MevedelLanguageServer, connect: Connect) -> None:
+    reader, writer = await connect()
+    server.protocol.set_writer(writer)
+    try:
+        await run_async(
+            stop_event=threading.Event(),
+            reader=reader,
+            protocol=server.protocol,
+            logger=logging.getLogger("pygls.server"),
+            error_handler=server.report_server_error,
+        )
+    except asyncio.IncompleteReadError:
+        _log.warning("the input ended inside a message")
+    except ConnectionError as error:  # the client's end of a TCP connection went away
+        _log.warning("the connection was lost: %s", error)
+
+
+async def _stdio_connection() -> tuple[asyncio.StreamReader, StdoutWriter]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    # Not sys.stdin.buffer: a daemon thread blocked in a buffered read holds
+    # its lock, and the interpreter takes that lock when it exits.
+    thread = threading.Thread(target=_pump, args=(sys.stdin.fileno(), reader, loop), name="stdin", daemon=True)
+    thread.start()
+    return reader, StdoutWriter(sys.stdout.buffer)
+
+
+def _pump(fd: int, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
+    """Copy ``fd`` into ``reader`` until end of input."""
+    try:
+        while chunk := os.read(fd, 65536):
+            loop.call_soon_threadsafe(reader.feed_data, chunk)
+    except OSError as error:
+        _log.error("reading stdin failed: %s", error)
+    except RuntimeError:  # the loop is closed: the server is exiting
+        return
+    try:
+        loop.call_soon_threadsafe(reader.feed_eof)
+    except RuntimeError:
+        pass
+
+
+def _tcp_connection(host: str, port: int) -> Connect:
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+        def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if accepted.done():  # one client per server
+                writer.close()
+            else:
+                accepted.set_result((reader, writer))
+
+        listener = await asyncio.start_server(on_client, host, port)
+        _log.info("serving on %s", ", ".join(str(sock.getsockname()) for sock in listener.sockets))
+        try:
+            return await accepted
+        finally:
+            listener.close()
+
+    return connect

@@ -1,10 +1,15 @@
 """The mevedel language server: pygls' LanguageServer plus this client's
-state (settings, and the current session of each workspace folder)."""
+state (settings, and the current session of each workspace folder), and its
+exit sequence: the exit hooks (``on_exit``), then every open session saved
+and released, bounded in time."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Awaitable, Callable
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +27,12 @@ if TYPE_CHECKING:
 NAME = "mevedel-lsp"
 
 _log = logging.getLogger(__name__)
+
+#: How long the exit hooks may run, together, before the exit goes on without them.
+EXIT_HOOK_SECONDS = 2.0
+#: How long saving and releasing the open sessions may take at exit (an
+#: unreachable SSH host never answers) before the server exits anyway.
+EXIT_RELEASE_SECONDS = 4.0
 
 
 def server_version() -> str:
@@ -45,6 +56,17 @@ class MevedelLanguageServer(LanguageServer):
         self.sessions: SessionRegistry | None = None
         #: Called after settings change (features re-publish what depends on them).
         self.on_settings_changed: list[Callable[[], None]] = []
+        #: Async stop work of features (an agent engine stops its processes),
+        #: run together once when the server ends, however it ends (shutdown,
+        #: exit, end of input, SIGTERM, SIGHUP, SIGINT), before the open
+        #: sessions are saved and released. A hook that fails is logged; one
+        #: that outlasts ``EXIT_HOOK_SECONDS`` is cancelled.
+        self.on_exit: list[Callable[[], Awaitable[None]]] = []
+        #: The client asked to shut down (an exit after that is status 0).
+        self.shutdown_requested = False
+        #: The process status the exit notification asked for (None before it).
+        self.exit_status: int | None = None
+        self._stopping: asyncio.Future[bool] | None = None
 
     def current_session(self, folder: Folder) -> str | None:
         opened = self.sessions.current(folder) if self.sessions is not None else None
@@ -75,6 +97,62 @@ class MevedelLanguageServer(LanguageServer):
         for callback in self.on_settings_changed:
             callback()
 
+    # The exit sequence ------------------------------------------------------------
+
+    async def stop(self, reason: str) -> bool:
+        """Run the exit hooks, then save and release every open session.
+        Runs once; later calls wait for the first (``reason``, for the log,
+        is the first caller's). False when a step gave up on its time limit
+        (the caller should exit without waiting for anything else, see
+        ``exit_now``)."""
+        if self._stopping is None:
+            _log.info("%s: stopping (exit hooks, then saving and releasing the open sessions)", reason)
+            self._stopping = asyncio.ensure_future(self._stop())
+        return await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> bool:
+        finished = True
+        if self.on_exit:
+            try:
+                async with asyncio.timeout(EXIT_HOOK_SECONDS):
+                    outcomes = await asyncio.gather(*(_run_hook(hook) for hook in self.on_exit), return_exceptions=True)
+                for hook, outcome in zip(self.on_exit, outcomes):
+                    if isinstance(outcome, BaseException):
+                        _log.error("exit hook %s failed", getattr(hook, "__qualname__", hook), exc_info=outcome)
+            except TimeoutError:
+                _log.error("exit hooks still running after %s seconds; going on without them", EXIT_HOOK_SECONDS)
+                finished = False
+        if self.sessions is not None:
+            try:
+                async with asyncio.timeout(EXIT_RELEASE_SECONDS):
+                    await self.sessions.close_all()
+            except TimeoutError:
+                _log.error(
+                    "gave up saving and releasing the open sessions after %s seconds; "
+                    "a session not released stays held until its lease expires",
+                    EXIT_RELEASE_SECONDS,
+                )
+                finished = False
+            except Exception:  # exiting must not fail on one session
+                _log.exception("closing the sessions at exit")
+        return finished
+
+    def exit_now(self, status: int) -> None:
+        """End the process at once, without waiting for threads a step that
+        gave up may have left blocked (the interpreter would join them)."""
+        _log.info("exiting with status %s without waiting for unfinished work", status)
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+
+
+async def _run_hook(hook: Callable[[], Awaitable[None]]) -> None:
+    await hook()
+
 
 def build_server() -> MevedelLanguageServer:
     """A server with every feature registered."""
@@ -83,4 +161,25 @@ def build_server() -> MevedelLanguageServer:
     ls = MevedelLanguageServer()
     for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control, follow):
         feature.register(ls)
+    _register_exit(ls)
     return ls
+
+
+def _register_exit(ls: MevedelLanguageServer) -> None:
+    """``shutdown`` and ``exit`` run the exit sequence (``stop``); end of
+    input and signals run it from ``main.serve``."""
+    # sessions.register answers shutdown by closing the sessions alone; the
+    # exit hooks must run before that, so the exit sequence takes it over.
+    ls.protocol.fm.features.pop(types.SHUTDOWN, None)
+
+    @ls.feature(types.SHUTDOWN)
+    async def shutdown(ls: MevedelLanguageServer, *_args: Any) -> None:
+        ls.shutdown_requested = True
+        await ls.stop("shutdown requested")
+
+    @ls.feature(types.EXIT)
+    async def exit_(ls: MevedelLanguageServer, *_args: Any) -> None:
+        # Once this returns pygls ends the event loop; main.serve exits with this status.
+        ls.exit_status = 0 if ls.shutdown_requested else 1
+        if not await ls.stop("exit without shutdown"):
+            ls.exit_now(ls.exit_status)

@@ -12,6 +12,7 @@ session's committed or access state are sent as ``mevedel/session/didChange``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -93,15 +94,27 @@ class SessionRegistry:
     # Lifetime -------------------------------------------------------------------
 
     async def close_all(self) -> None:
-        """Save and release every open session (the server shuts down)."""
+        """Save and release every open session (the server shuts down). The
+        folders close together, so one that hangs (an unreachable SSH host)
+        does not hold back the others; one that fails is logged."""
         for control in list(self.controls.values()):
-            await control.stop()
-        for _folder, service in list(self._services.values()):
-            await service.close_all()
-            close = getattr(service.target, "close", None)
-            if close is not None:  # an SSH target's connection
-                await close()
+            try:
+                await control.stop()
+            except Exception:
+                _log.exception("stopping a control transfer at exit")
+        folders = list(self._services.values())
+        outcomes = await asyncio.gather(*(self._close_folder(service) for _, service in folders), return_exceptions=True)
+        for (folder, _service), outcome in zip(folders, outcomes):
+            if isinstance(outcome, BaseException):
+                _log.error("closing the sessions of %s failed", folder.uri, exc_info=outcome)
         await self.follow.stop_all()
+
+    @staticmethod
+    async def _close_folder(service: SessionService) -> None:
+        await service.close_all()
+        close = getattr(service.target, "close", None)
+        if close is not None:  # an SSH target's connection
+            await close()
 
     def _changed(self, folder: Folder, change: SessionChange) -> None:
         if change.reason == "closed":
