@@ -152,15 +152,17 @@ class TurnEvent:
 class TurnDidUpdateParams:
     """The owner's live view of the turn in flight, coalesced: ``events``
     are what happened since the previous notification of this turn, in
-    order. ``phase`` ``settled`` comes once, last, with ``outcome`` and
-    ``stopReason``."""
+    order. ``starting`` (the agent is being started; no turn yet) comes
+    first, then ``running``, ``cancelling`` after a cancel, and ``settled``
+    once, last, with ``outcome`` and ``stopReason`` (or only ``error`` when
+    the prompt was refused before a turn began)."""
 
     workspace_folder: str
     session_id: str
-    turn: int
-    turn_id: str
     agent: str
     phase: TurnPhase
+    turn: Optional[int] = None
+    turn_id: Optional[str] = None
     events: list[TurnEvent] = attrs.Factory(list)
     outcome: Optional[Outcome] = None
     stop_reason: Optional[str] = None

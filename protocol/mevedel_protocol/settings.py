@@ -111,3 +111,6 @@ class Settings:
     #: After a cancel, the agent has this long to end its turn before its
     #: connection is closed and the turn settles as interrupted.
     cancel_timeout_seconds: int = 10
+    #: A turn whose agent sends nothing (no update, no request) for this
+    #: long, while no command runs and no question waits, has failed.
+    agent_idle_timeout_seconds: int = 900

@@ -17,9 +17,27 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-from . import address_command, control_command, follow_command, lifecycle_command, resource_command, session_command, turn_command
+from . import (
+    address_command,
+    control_command,
+    follow_command,
+    lifecycle_command,
+    prompt_command,
+    resource_command,
+    session_command,
+    turn_command,
+)
 
-COMMANDS = (address_command, resource_command, session_command, control_command, turn_command, lifecycle_command, follow_command)
+COMMANDS = (
+    address_command,
+    resource_command,
+    session_command,
+    control_command,
+    turn_command,
+    prompt_command,
+    lifecycle_command,
+    follow_command,
+)
 
 INTERNAL_ERROR = 70
 INTERRUPTED = 130

@@ -20,6 +20,7 @@ from lsprotocol import types
 from mevedel_protocol import Settings, converter, describe_structure_error, wire_name
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 
+from ..agents.config import agents_problem
 from ..resources import SkillRoot
 from ..targets import SshLocationError, parse_ssh_location
 from .workspaces import session_id_problem
@@ -31,6 +32,8 @@ _log = logging.getLogger(__name__)
 
 _FIELDS = {wire_name(field.name): field for field in attrs.fields(Settings)}
 _DEFAULTS = Settings()
+
+_AGENT_SECONDS = ("permissionTimeoutSeconds", "agentStartTimeoutSeconds", "cancelTimeoutSeconds", "agentIdleTimeoutSeconds")
 
 #: Completion never lists more than this, whatever the setting says.
 MAX_COMPLETION_LIMIT = 10_000
@@ -63,6 +66,10 @@ def _check(name: str, value: Any) -> str | None:
                 parse_ssh_location(location)
             except SshLocationError as error:
                 return f"[{index}] {error}"
+    if name == "agents":
+        return agents_problem(value)
+    if name in _AGENT_SECONDS and not 1 <= value <= 86_400:
+        return f"must be between 1 and 86400 seconds, got {value}"
     if name == "skillRoots":
         for index, root in enumerate(value):
             try:

@@ -156,10 +156,10 @@ async def _run_hook(hook: Callable[[], Awaitable[None]]) -> None:
 
 def build_server() -> MevedelLanguageServer:
     """A server with every feature registered."""
-    from . import completion, configuration, control, definition, diagnostics, follow, hover, lifecycle, resources, sessions
+    from . import agents, completion, configuration, control, definition, diagnostics, follow, hover, lifecycle, resources, sessions
 
     ls = MevedelLanguageServer()
-    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control, follow):
+    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control, follow, agents):
         feature.register(ls)
     _register_exit(ls)
     return ls

@@ -49,6 +49,7 @@ from .lifecycle_token import LifecycleRefused
 from .publication import CommittedSnapshot, load_manifest
 from .sidecar import (
     SIDECAR_PATH,
+    EngineState,
     IndexLineError,
     Layout,
     PromptEntry,
@@ -391,6 +392,15 @@ def cut_snapshot(
 
 
 def replaced_sidecar(sidecar: Sidecar, changes: Mapping[str, object]) -> Sidecar:
+    """``sidecar`` with ``changes``: the sidecar of a Rewind, Redo, Fork,
+    Worktree Fork or Save As. Each detaches the external agent's own
+    history (its native conversation no longer matches this transcript, or
+    belongs to another session): the next prompt starts a new native
+    conversation from a transcript excerpt (a deviation: the spec refuses
+    these transactions while a native history is retained)."""
+    engine = sidecar.engine
+    if engine is not None and "engine" not in changes and engine.state is not EngineState.DETACHED:
+        changes = {**changes, "engine": msgspec.structs.replace(engine, native_session_id=None, state=EngineState.DETACHED)}
     try:
         return msgspec.structs.replace(sidecar, **changes)
     except (ValueError, msgspec.ValidationError) as exc:

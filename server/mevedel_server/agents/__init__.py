@@ -1,0 +1,1 @@
+"""The agent engine: drives an external agent over the Agent Client Protocol."""

@@ -1,0 +1,182 @@
+"""Which agents the server can start, and the policies of a prompt.
+
+The LSP reads these from its settings (``agents``, ``defaultAgent``,
+``permissions``, ...); the CLI reads the same keys from
+``$XDG_CONFIG_HOME/mevedel/config.json``. Both build one
+:class:`AgentConfig`, so an agent is chosen and validated one way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import NOT_CONFIGURED, AgentError
+
+PERMISSION_POLICIES = ("ask", "allow-reads", "allow-all")
+_NAME_LIMIT = 128
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the argv: a changed command is another installation,
+        which is never asked to resume a conversation it did not have."""
+        return hashlib.sha256(json.dumps(list(self.command)).encode()).hexdigest()
+
+    def program_found(self) -> bool:
+        program = self.command[0]
+        return shutil.which(program) is not None if "/" not in program else os.access(program, os.X_OK)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    agents: Mapping[str, AgentSpec] = field(default_factory=dict)
+    default_agent: str | None = None
+    permissions: str = "ask"
+    permission_timeout_seconds: float = 120.0
+    start_timeout_seconds: float = 60.0
+    cancel_timeout_seconds: float = 10.0
+    #: A turn whose agent sends nothing at all for this long has failed.
+    idle_timeout_seconds: float = 900.0
+
+    def choose(self, requested: str | None, remembered: str | None = None) -> AgentSpec:
+        """The agent for a prompt: the one asked for, else the session's,
+        else ``defaultAgent``, else the only one configured."""
+        if requested is not None:
+            spec = self.agents.get(requested)
+            if spec is None:
+                raise AgentError(NOT_CONFIGURED, f"agent {requested!r}", self._unknown(), self._how_to_configure())
+            return spec
+        for name in (remembered, self.default_agent):
+            if name is not None and name in self.agents:
+                return self.agents[name]
+        if len(self.agents) == 1:
+            return next(iter(self.agents.values()))
+        if not self.agents:
+            raise AgentError(NOT_CONFIGURED, "the prompt", "no agent is configured", self._how_to_configure())
+        raise AgentError(
+            NOT_CONFIGURED,
+            "the prompt",
+            f"names no agent and none is the default ({self._names()})",
+            "pick one, or set defaultAgent",
+        )
+
+    def _unknown(self) -> str:
+        return f"is not configured ({self._names()})" if self.agents else "is not configured (no agent is)"
+
+    def _names(self) -> str:
+        return "configured: " + ", ".join(sorted(self.agents)) if self.agents else "none configured"
+
+    @staticmethod
+    def _how_to_configure() -> str:
+        return 'add it to the "agents" setting: {"NAME": {"command": ["program", "arg", ...]}}; docs/agents.md has ready entries'
+
+
+def agents_problem(agents: Any) -> str | None:
+    """Why an ``agents`` value is refused, or None. Names the entry."""
+    if not isinstance(agents, Mapping):
+        return "must be an object mapping agent names to {command, env}"
+    for name, entry in agents.items():
+        if not isinstance(name, str) or not name.strip() or len(name) > _NAME_LIMIT or any(c in name for c in "\n\x00"):
+            return f"agent name {name!r} must be 1-{_NAME_LIMIT} printable characters"
+        command = entry.get("command") if isinstance(entry, Mapping) else getattr(entry, "command", None)
+        env = entry.get("env", {}) if isinstance(entry, Mapping) else getattr(entry, "env", {})
+        if not isinstance(command, (list, tuple)) or not command or not all(isinstance(w, str) and w for w in command):
+            return f"{name}.command must be a non-empty list of non-empty strings (the program and its arguments)"
+        if any("\x00" in w for w in command):
+            return f"{name}.command contains a NUL character"
+        if not isinstance(env, Mapping) or not all(isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()):
+            return f"{name}.env must map variable names to strings"
+    return None
+
+
+def specs_from(agents: Mapping[str, Any]) -> dict[str, AgentSpec]:
+    """Validated ``agents`` entries (dicts or objects with command/env)."""
+    specs = {}
+    for name, entry in agents.items():
+        command = entry.get("command") if isinstance(entry, Mapping) else entry.command
+        env = entry.get("env", {}) if isinstance(entry, Mapping) else entry.env
+        specs[name] = AgentSpec(name, tuple(command), dict(env or {}))
+    return specs
+
+
+def log_dir() -> Path:
+    """Where agents' standard error is logged (``agent-NAME.log``), for the
+    server and the CLI alike."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "mevedel" / "logs"
+
+
+def cli_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "mevedel" / "config.json"
+
+
+_CLI_KEYS = {
+    "agents",
+    "defaultAgent",
+    "permissions",
+    "permissionTimeoutSeconds",
+    "agentStartTimeoutSeconds",
+    "cancelTimeoutSeconds",
+    "agentIdleTimeoutSeconds",
+}
+
+
+def load_cli_config(path: Path | None = None) -> AgentConfig:
+    """The CLI's agent configuration (the LSP's setting names, in a JSON
+    file). A missing file is an empty configuration; a bad one is an
+    :class:`AgentError` naming the file and the key."""
+    path = path or cli_config_path()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return AgentConfig()
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise AgentError(NOT_CONFIGURED, str(path), f"cannot be read as JSON ({error})", "fix or remove the file") from None
+    if not isinstance(raw, dict):
+        raise AgentError(NOT_CONFIGURED, str(path), "must hold a JSON object", "fix the file")
+    return config_from_settings(raw, where=str(path))
+
+
+def config_from_settings(raw: Mapping[str, Any], *, where: str) -> AgentConfig:
+    """An :class:`AgentConfig` from camelCase setting keys (unknown keys
+    are left to the caller)."""
+    agents = raw.get("agents", {}) or {}
+    problem = agents_problem(agents)
+    if problem is not None:
+        raise AgentError(NOT_CONFIGURED, f"{where}: agents", problem, "fix the setting")
+    policy = raw.get("permissions", "ask")
+    if policy not in PERMISSION_POLICIES:
+        raise AgentError(NOT_CONFIGURED, f"{where}: permissions", f"must be one of {', '.join(PERMISSION_POLICIES)}, got {policy!r}")
+    default = raw.get("defaultAgent")
+    if default is not None and not isinstance(default, str):
+        raise AgentError(NOT_CONFIGURED, f"{where}: defaultAgent", "must be an agent name")
+
+    def seconds(key: str, fallback: float) -> float:
+        value = raw.get(key, fallback)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86_400:
+            raise AgentError(NOT_CONFIGURED, f"{where}: {key}", f"must be a number of seconds between 0 and 86400, got {value!r}")
+        return float(value)
+
+    return AgentConfig(
+        agents=specs_from(agents),
+        default_agent=default,
+        permissions=policy,
+        permission_timeout_seconds=seconds("permissionTimeoutSeconds", 120),
+        start_timeout_seconds=seconds("agentStartTimeoutSeconds", 60),
+        cancel_timeout_seconds=seconds("cancelTimeoutSeconds", 10),
+        idle_timeout_seconds=seconds("agentIdleTimeoutSeconds", 900),
+    )

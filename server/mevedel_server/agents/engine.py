@@ -1,0 +1,618 @@
+"""The agent engine: one prompt is one turn, the agent's work recorded as
+it happens.
+
+:class:`AgentEngine` serves one workspace's :class:`SessionService`. A
+prompt starts the session's agent process when none runs (one per open
+writable session), continues the agent's native conversation when this
+installation on this machine can (``session/resume`` or ``session/load``),
+or starts a new one seeded with a transcript excerpt, then begins a turn,
+publishes the in-flight state, and sends the ACP prompt. While the agent
+works, its ``session/update`` stream becomes the turn's records
+(:mod:`.recorder`) and the owner's live view (:mod:`.live`); its file
+reads and writes (:mod:`.workspace_files`) and shell commands
+(:mod:`.terminals`) run through the workspace's target, every change
+checkpointed. The turn settles with the agent's stop reason, or as
+interrupted (cancel) or errored (the agent failed), keeping what arrived.
+
+The engine knows nothing of LSP: a front end (the LSP server, the CLI)
+passes an :class:`EngineFront` that shows live updates and asks the user
+the agent's permission questions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import mimetypes
+import posixpath
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from acp import RequestError, schema
+
+from ..store.service import SessionService
+from ..store.sidecar import EngineRef, EngineState
+from ..store.transcript import Outcome
+from ..targets import ControlProgram, Read, Status
+from .config import AgentConfig, AgentSpec
+from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
+from .excerpt import RECONCILIATION, transcript_excerpt
+from .file_state import FileStateRecord
+from .live import LiveEvent, LiveFeed
+from .process import AgentProcess
+from .recorder import TurnRecorder
+from .terminals import Terminals
+from .workspace_files import WorkspaceFiles
+
+_log = logging.getLogger(__name__)
+
+IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
+#: An attachment larger than this is refused before dispatch.
+MAX_ATTACHMENT_BYTES = 4 * 1024 * 1024
+#: Tool kinds ``permissions: allow-reads`` answers without asking.
+READ_KINDS = {"read", "search", "fetch", "think"}
+
+
+@dataclass(frozen=True)
+class PermissionQuestion:
+    session_id: str
+    agent: str
+    title: str
+    tool_kind: str | None
+    #: ``(option_id, name, kind)`` as the agent offered them.
+    options: tuple[tuple[str, str, str], ...]
+
+
+@dataclass(frozen=True)
+class TurnUpdate:
+    """What the owner's editor is told (``mevedel/turn/didUpdate``)."""
+
+    session_id: str
+    agent: str
+    phase: str  # starting, running, cancelling, settled
+    turn: int | None = None
+    turn_id: str | None = None
+    events: Sequence[LiveEvent] = ()
+    outcome: str | None = None
+    stop_reason: str | None = None
+    error: AgentError | None = None
+
+
+@dataclass(frozen=True)
+class PromptOutcome:
+    session_id: str
+    turn: int
+    turn_id: str
+    agent: str
+    outcome: str
+    stop_reason: str | None
+    error: AgentError | None = None
+
+
+class EngineFront(Protocol):
+    def turn_update(self, update: TurnUpdate) -> None: ...
+
+    async def ask_permission(self, question: PermissionQuestion, timeout: float) -> str | None:
+        """The chosen option id, or None (declined, no answer in time)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Attachment:
+    uri: str
+    mime_type: str
+    data: bytes
+
+
+@dataclass
+class _Turn:
+    session_id: str
+    agent: str
+    turn: int
+    turn_id: str
+    recorder: TurnRecorder
+    cancelled: bool = False
+    last_activity: float = field(default_factory=time.monotonic)
+    permission_tasks: set[asyncio.Task] = field(default_factory=set)
+
+
+class _Running:
+    """One session's agent: its process, its native session, its tools."""
+
+    def __init__(self, engine: AgentEngine, session_id: str, spec: AgentSpec) -> None:
+        self.engine = engine
+        self.session_id = session_id
+        self.spec = spec
+        self.process = AgentProcess(spec, engine.log_dir / f"agent-{_safe(spec.name)}.log")
+        self.turn: _Turn | None = None
+        self.terminals = Terminals(engine.service.target, engine.root, before=self._before_command, after=self._after_command)
+
+    # Shell checkpointing --------------------------------------------------------
+
+    async def _before_command(self) -> None:
+        if self.turn is None:
+            return
+        if self.terminals.running:
+            # Another command is running: what changed so far is its doing.
+            await self.engine._capture_changes(self.session_id)
+        else:
+            await self.engine.file_state.refresh()
+
+    async def _after_command(self) -> None:
+        if self.turn is not None:
+            await self.engine._capture_changes(self.session_id)
+
+
+class _Client:
+    """The client side of ACP for one agent process: everything the agent
+    asks of us lands here and is routed to the session's turn."""
+
+    def __init__(self, running: _Running) -> None:
+        self.running = running
+
+    def _turn(self, session_id: str) -> _Turn | None:
+        turn = self.running.turn
+        if turn is None or session_id != self.running.process.native_session_id:
+            return None
+        turn.last_activity = time.monotonic()
+        return turn
+
+    def _require_turn(self, session_id: str, what: str) -> _Turn:
+        turn = self._turn(session_id)
+        if turn is None:
+            raise RequestError.invalid_request({"reason": f"{what} is only served during a prompt turn of this session"})
+        return turn
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        turn = self._turn(session_id)
+        if turn is not None:  # replayed history (session/load) records nothing
+            turn.recorder.on_update(update)
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list, **kwargs: Any) -> Any:
+        turn = self._require_turn(session_id, "a permission question")
+        engine = self.running.engine
+        config = engine.config()
+        title = tool_call.title or tool_call.kind or "a tool call"
+        choices = tuple((o.option_id, o.name, o.kind) for o in options)
+        allow = next((o for o in options if o.kind == "allow_once"), None) or next((o for o in options if o.kind.startswith("allow")), None)
+        reject = next((o for o in options if o.kind == "reject_once"), None) or next((o for o in options if o.kind.startswith("reject")), None)
+        chosen: str | None = None
+        why = ""
+        if turn.cancelled:
+            why = "cancelled"
+        elif config.permissions == "allow-all" or (config.permissions == "allow-reads" and tool_call.kind in READ_KINDS):
+            chosen, why = (allow.option_id, f"allowed by the {config.permissions} setting") if allow else (None, "no option allows it")
+        else:
+            question = PermissionQuestion(self.running.session_id, turn.agent, title, tool_call.kind, choices)
+            task = asyncio.ensure_future(engine.front.ask_permission(question, config.permission_timeout_seconds))
+            turn.permission_tasks.add(task)
+            try:
+                chosen = await asyncio.wait_for(asyncio.shield(task), config.permission_timeout_seconds)
+                why = "declined" if chosen is None else ""
+            except asyncio.TimeoutError:
+                task.cancel()
+                why = f"no answer within {config.permission_timeout_seconds:g} s"
+            except asyncio.CancelledError:
+                if not turn.cancelled:
+                    raise
+                why = "cancelled"
+            except Exception:
+                _log.exception("asking a permission question failed")
+                why = "the question could not be asked"
+            finally:
+                turn.permission_tasks.discard(task)
+            if chosen is not None and chosen not in {o.option_id for o in options}:
+                chosen, why = None, "declined"
+        if chosen is not None:
+            option = next(o for o in options if o.option_id == chosen)
+            allowed = option.kind.startswith("allow")
+            turn.recorder.record_permission(tool_call.tool_call_id, title, option.name + (f" ({why})" if why else ""), allowed)
+            return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(option_id=chosen, outcome="selected"))
+        turn.recorder.record_permission(tool_call.tool_call_id, title, f"refused: {why}", False)
+        if reject is not None and why != "cancelled":
+            return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(option_id=reject.option_id, outcome="selected"))
+        return schema.RequestPermissionResponse(outcome=schema.DeniedOutcome(outcome="cancelled"))
+
+    async def read_text_file(self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any) -> Any:
+        self._require_turn(session_id, "fs/read_text_file")
+        text = await self.running.engine.files.read_text(path, line, limit)
+        return schema.ReadTextFileResponse(content=text)
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> Any:
+        self._require_turn(session_id, "fs/write_text_file")
+        engine = self.running.engine
+        relative = engine.files.relative(path)
+        need = not engine.service.captured(self.running.session_id, relative)
+        outcome = await engine.files.write_text(path, content, read_before=need)
+        if outcome.read_before:
+            engine.service.record_pre_state(self.running.session_id, outcome.relative, outcome.before)
+        return schema.WriteTextFileResponse()
+
+    async def create_terminal(self, session_id: str, command: str, args: list[str] | None = None, env: list | None = None,
+                              cwd: str | None = None, output_byte_limit: int | None = None, **kwargs: Any) -> Any:
+        self._require_turn(session_id, "terminal/create")
+        variables = {v.name: v.value for v in env or ()}
+        terminal_id = await self.running.terminals.create(command, args, variables, cwd, output_byte_limit)
+        return schema.CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
+        terminal = self.running.terminals.output(terminal_id)
+        status = None
+        if terminal.done.is_set():
+            status = schema.TerminalExitStatus(exit_code=terminal.exit_code, signal=terminal.signal)
+        return schema.TerminalOutputResponse(output=terminal.text, truncated=terminal.truncated, exit_status=status)
+
+    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
+        terminal = await self.running.terminals.wait(terminal_id)
+        return schema.WaitForTerminalExitResponse(exit_code=terminal.exit_code, signal=terminal.signal)
+
+    async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
+        await self.running.terminals.kill(terminal_id)
+        return schema.KillTerminalResponse()
+
+    async def release_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
+        await self.running.terminals.release(terminal_id)
+        return schema.ReleaseTerminalResponse()
+
+    async def ext_method(self, method: str, params: dict) -> dict:
+        raise RequestError.method_not_found(method)
+
+    async def ext_notification(self, method: str, params: dict) -> None:
+        return None
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "agent"
+
+
+class AgentEngine:
+    def __init__(
+        self,
+        service: SessionService,
+        *,
+        root: str,
+        config: Callable[[], AgentConfig],
+        front: EngineFront,
+        log_dir: Path,
+        open_document: Callable[[str], str | None] | None = None,
+        read_address: Callable[[str], Awaitable[str]] | None = None,
+        is_address: Callable[[str], bool] | None = None,
+        mcp_servers: Callable[[str], Sequence[Any]] | None = None,
+        machine: str | None = None,
+        local_cwd: str | None = None,
+    ) -> None:
+        self.service = service
+        self.root = posixpath.normpath(root)
+        self.config = config
+        self.front = front
+        self.log_dir = log_dir
+        self.machine = machine or socket.gethostname() or "localhost"
+        self.files = WorkspaceFiles(service.target, self.root, open_document=open_document)
+        self.file_state = FileStateRecord(service.target, max_file_bytes=service.max_snapshot_bytes)
+        self._read_address = read_address
+        self._is_address = is_address or (lambda text: "://" in text)
+        self._mcp_servers = mcp_servers or (lambda session_id: [])
+        #: Where the agent process itself runs (its cwd): the workspace when
+        #: it is on this machine.
+        self._local_cwd = local_cwd
+        self._running: dict[str, _Running] = {}
+
+    # Facts ------------------------------------------------------------------------
+
+    def running_turn(self, session_id: str) -> bool:
+        running = self._running.get(session_id)
+        return running is not None and running.turn is not None
+
+    def log_path(self, agent: str) -> Path:
+        return self.log_dir / f"agent-{_safe(agent)}.log"
+
+    # Prompt -----------------------------------------------------------------------
+
+    async def prompt(self, session_id: str, text: str, *, agent: str | None = None, attachments: Sequence[str] = ()) -> PromptOutcome:
+        if not isinstance(text, str) or not text.strip():
+            raise AgentError(FAILED, "the prompt", "is blank; write what the agent should do")
+        self.service.session(session_id).require_writable()
+        if self.running_turn(session_id):
+            raise AgentError(FAILED, f"session {session_id}", "already has an agent turn running", "wait for it, or cancel it")
+        config = self.config()
+        recorded = self.service.engine(session_id)
+        spec = config.choose(agent, recorded.agent if recorded else None)
+        self.front.turn_update(TurnUpdate(session_id, spec.name, "starting"))
+        try:
+            running, continued = await self._ready(session_id, spec, recorded, config)
+            blocks = await self._attachments(running.process, attachments)
+        except AgentError as error:
+            self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", error=error))
+            raise
+        started = await self.service.begin_turn(session_id, text)
+        reconcile = started.reminder or (recorded is not None and recorded.state is EngineState.UNCERTAIN)
+        excerpt = None
+        if not continued:
+            records = self.service.transcript_records(session_id)
+            excerpt = transcript_excerpt(records[: _last_turn_begin(records)])
+        feed = LiveFeed(lambda events: self.front.turn_update(
+            TurnUpdate(session_id, spec.name, "running", started.turn, started.turn_id, tuple(events))))
+        recorder = TurnRecorder(lambda item: self.service.append_now(session_id, item), feed)
+        turn = _Turn(session_id, spec.name, started.turn, started.turn_id, recorder)
+        running.turn = turn
+        try:
+            return await self._run_turn(running, turn, text, blocks, excerpt, reconcile, config)
+        finally:
+            running.turn = None
+
+    async def _run_turn(self, running: _Running, turn: _Turn, text: str, blocks: list, excerpt: str | None,
+                        reconcile: bool, config: AgentConfig) -> PromptOutcome:
+        session_id = turn.session_id
+        self.front.turn_update(TurnUpdate(session_id, turn.agent, "running", turn.turn, turn.turn_id))
+        self._set_engine(session_id, running, EngineState.UNCERTAIN)
+        await self.service.checkpoint(session_id)  # the in-flight state, published before dispatch
+        await self.file_state.refresh()
+        prompt: list = []
+        if reconcile:
+            prompt.append(schema.TextContentBlock(type="text", text=RECONCILIATION))
+        if excerpt:
+            prompt.append(schema.TextContentBlock(type="text", text=excerpt))
+        prompt.append(schema.TextContentBlock(type="text", text=text))
+        prompt.extend(blocks)
+        process = running.process
+        stop_reason: str | None = None
+        error: AgentError | None = None
+        request = asyncio.ensure_future(process.conn.prompt(session_id=process.native_session_id, prompt=prompt))
+        try:
+            stop_reason = await self._await_prompt(running, turn, request, config)
+        except AgentError as failed:
+            error = failed
+        except asyncio.CancelledError:
+            # The front end went away mid-turn ($/cancelRequest): cancel the
+            # agent's turn and settle it here, then let the cancel through.
+            turn.cancelled = True
+            await self._cancel_agent(running, turn, config)
+            with contextlib.suppress(BaseException):
+                stop_reason = await asyncio.wait_for(asyncio.shield(request), config.cancel_timeout_seconds)
+            await self._settle(running, turn, stop_reason, None)
+            raise
+        return await self._settle(running, turn, stop_reason, error)
+
+    async def _await_prompt(self, running: _Running, turn: _Turn, request: asyncio.Future, config: AgentConfig) -> str | None:
+        """The agent's stop reason; an AgentError when it fails, goes
+        silent for the idle timeout, or outlives a cancel's grace."""
+        process = running.process
+        cancel_deadline: float | None = None
+        seen = -1
+        while True:
+            try:
+                response = await asyncio.wait_for(asyncio.shield(request), 0.25)
+                return response.stop_reason
+            except asyncio.TimeoutError:
+                pass
+            except RequestError as refused:
+                raise AgentError(FAILED, f"agent {turn.agent!r}", f"failed the prompt: {refused}", f"its log is {process.log_path}") from None
+            except (ConnectionError, BrokenPipeError):
+                await process._reap()
+                raise AgentError(FAILED, f"agent {turn.agent!r}", f"{process.why_gone()} during the turn",
+                                 f"the next prompt restarts it; its log is {process.log_path}") from None
+            now = time.monotonic()
+            if turn.recorder.updates != seen or turn.permission_tasks or running.terminals.running:
+                # Streaming, waiting on the user or on a command is not silence.
+                seen = turn.recorder.updates
+                turn.last_activity = now
+            if turn.cancelled and cancel_deadline is None:
+                cancel_deadline = now + config.cancel_timeout_seconds
+            if cancel_deadline is not None and now >= cancel_deadline:
+                request.cancel()
+                await process.stop(grace=0.5)
+                raise AgentError(FAILED, f"agent {turn.agent!r}", f"did not end its turn within {config.cancel_timeout_seconds:g} s of the cancel; its connection was closed")
+            if not turn.cancelled and now - turn.last_activity > config.idle_timeout_seconds:
+                request.cancel()
+                await process.stop(grace=0.5)
+                raise AgentError(FAILED, f"agent {turn.agent!r}", f"sent nothing for {config.idle_timeout_seconds:g} s; its connection was closed",
+                                 f"the next prompt restarts it; its log is {process.log_path}")
+
+    async def _settle(self, running: _Running, turn: _Turn, stop_reason: str | None, error: AgentError | None) -> PromptOutcome:
+        session_id = turn.session_id
+        for task in list(turn.permission_tasks):
+            task.cancel()
+        await running.terminals.close_all()
+        if turn.cancelled:
+            outcome, reason = Outcome.INTERRUPTED, "cancelled by the user"
+            if error is not None:
+                reason += f" ({error.reason})"
+        elif error is not None:
+            outcome, reason = Outcome.ERRORED, error.reason
+        elif stop_reason == "cancelled":
+            outcome, reason = Outcome.INTERRUPTED, "the agent cancelled the turn"
+        else:
+            outcome, reason = Outcome.COMPLETED, None if stop_reason in (None, "end_turn") else f"the agent stopped: {stop_reason}"
+        turn.recorder.finish(reason or "the turn ended")
+        with contextlib.suppress(Exception):
+            await self._capture_changes(session_id)
+        alive = running.process.alive
+        self._set_engine(session_id, running, EngineState.READY if outcome is Outcome.COMPLETED and alive else EngineState.UNCERTAIN)
+        if not alive:
+            await running.process.stop()
+        await self.service.settle(session_id, outcome, reason=reason)
+        if error is not None and turn.cancelled:
+            error = None
+        self.front.turn_update(TurnUpdate(session_id, turn.agent, "settled", turn.turn, turn.turn_id, (), outcome.value, stop_reason, error))
+        return PromptOutcome(session_id, turn.turn, turn.turn_id, turn.agent, outcome.value, stop_reason, error)
+
+    # Cancel -----------------------------------------------------------------------
+
+    async def cancel(self, session_id: str) -> bool:
+        """Ask the agent to end the turn in flight; True when one was running.
+        The prompt settles it (interrupted) once the agent answers, or when
+        the cancel timeout closes the connection."""
+        running = self._running.get(session_id)
+        turn = running.turn if running is not None else None
+        if running is None or turn is None or turn.cancelled:
+            return False
+        turn.cancelled = True
+        self.front.turn_update(TurnUpdate(session_id, turn.agent, "cancelling", turn.turn, turn.turn_id))
+        await self._cancel_agent(running, turn, self.config())
+        return True
+
+    async def _cancel_agent(self, running: _Running, turn: _Turn, config: AgentConfig) -> None:
+        for task in list(turn.permission_tasks):
+            task.cancel()
+        if running.process.alive and running.process.native_session_id is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(running.process.conn.cancel(session_id=running.process.native_session_id), config.cancel_timeout_seconds)
+
+    # Lifetime ---------------------------------------------------------------------
+
+    async def stop(self, session_id: str) -> None:
+        """Stop the session's agent (the session closes or is released)."""
+        running = self._running.pop(session_id, None)
+        if running is None:
+            return
+        if running.turn is not None:
+            await self.cancel(session_id)
+        await running.terminals.close_all()
+        await running.process.stop()
+
+    async def stop_all(self) -> None:
+        for session_id in list(self._running):
+            with contextlib.suppress(Exception):
+                await self.stop(session_id)
+
+    def detach(self, session_id: str) -> None:
+        """Forget the agent's own history for ``session_id`` (its transcript
+        was rewound, redone or copied): the next prompt starts a new native
+        conversation from a transcript excerpt."""
+        recorded = self.service.engine(session_id)
+        if recorded is not None and recorded.state is not EngineState.DETACHED:
+            self.service.set_engine(session_id, EngineRef(
+                agent=recorded.agent, fingerprint=recorded.fingerprint, native_session_id=None,
+                machine=recorded.machine, state=EngineState.DETACHED))
+        running = self._running.get(session_id)
+        if running is not None and running.turn is None:
+            running.process.native_session_id = None
+
+    # Internals --------------------------------------------------------------------
+
+    async def _ready(self, session_id: str, spec: AgentSpec, recorded: EngineRef | None, config: AgentConfig) -> tuple[_Running, bool]:
+        """The session's agent, started and with a native session; True
+        when that session continues the agent's own history."""
+        running = self._running.get(session_id)
+        if running is not None and (running.spec != spec or not running.process.alive):
+            await self.stop(session_id)
+            running = None
+        if running is not None and running.process.native_session_id is not None:
+            if recorded is not None and recorded.native_session_id == running.process.native_session_id:
+                return running, True
+            # The transcript moved away from the agent's history (Rewind,
+            # Redo, a copy): the same process starts a new native session.
+            running.process.native_session_id = None
+        if running is None:
+            running = _Running(self, session_id, spec)
+            await running.process.start(_Client(running), self._local_cwd, config.start_timeout_seconds)
+            self._running[session_id] = running
+        resume = None
+        if (recorded is not None and recorded.agent == spec.name and recorded.fingerprint == spec.fingerprint
+                and recorded.machine == self.machine and recorded.native_session_id is not None
+                and recorded.state in (EngineState.READY, EngineState.UNCERTAIN)):
+            resume = recorded.native_session_id
+        try:
+            continued = await running.process.open_session(self.root, self._mcp_servers(session_id), resume, config.start_timeout_seconds)
+        except AgentError:
+            await self.stop(session_id)
+            raise
+        return running, continued
+
+    def _set_engine(self, session_id: str, running: _Running, state: EngineState) -> None:
+        self.service.set_engine(session_id, EngineRef(
+            agent=running.spec.name, fingerprint=running.spec.fingerprint,
+            native_session_id=running.process.native_session_id if state is not EngineState.DETACHED else None,
+            machine=self.machine, state=state))
+
+    async def _capture_changes(self, session_id: str) -> None:
+        """Record the pre-turn state of every file changed since the record
+        was last brought up to date (shell commands, and anything the agent
+        changed without asking us)."""
+        for change in await self.file_state.changes():
+            try:
+                if change.gap is not None:
+                    await self.service.capture_file(session_id, change.path, gap=change.gap)
+                else:
+                    self.service.record_pre_state(session_id, change.path, change.before)
+            except Exception as error:  # one odd path must not lose the others
+                _log.warning("could not checkpoint %s: %s", change.path, error)
+
+    async def _attachments(self, process: AgentProcess, attachments: Sequence[str]) -> list:
+        blocks: list = []
+        for authored in attachments:
+            item = await self._attachment(authored)
+            if item.mime_type in IMAGE_TYPES:
+                if not process.accepts_images:
+                    raise AgentError(ATTACHMENT_REFUSED, authored, f"is an image and agent {process.spec.name!r} does not accept images",
+                                     "attach text, or use an agent that advertises image prompts")
+                blocks.append(schema.ImageContentBlock(type="image", data=base64.b64encode(item.data).decode(), mime_type=item.mime_type, uri=item.uri))
+                continue
+            try:
+                text = item.data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise AgentError(ATTACHMENT_REFUSED, authored, "is neither text nor a PNG, JPEG, GIF or WebP image") from None
+            if process.accepts_resources:
+                blocks.append(schema.EmbeddedResourceContentBlock(type="resource", resource=schema.TextResourceContents(uri=item.uri, text=text, mime_type=item.mime_type)))
+            else:
+                blocks.append(schema.TextContentBlock(type="text", text=f"[attachment {authored}]\n{text}"))
+        return blocks
+
+    async def _attachment(self, authored: str) -> Attachment:
+        if not isinstance(authored, str) or not authored.strip():
+            raise AgentError(ATTACHMENT_REFUSED, repr(authored), "is empty")
+        if self._is_address(authored):
+            if self._read_address is None:
+                raise AgentError(ATTACHMENT_REFUSED, authored, "addresses cannot be attached here")
+            try:
+                text = await self._read_address(authored)
+            except AgentError:
+                raise
+            except Exception as error:
+                raise AgentError(ATTACHMENT_REFUSED, authored, str(getattr(error, "reason", error))) from None
+            return Attachment(authored, "text/markdown", text.encode("utf-8"))
+        try:
+            relative = self.files.relative(authored)
+        except RequestError as error:
+            raise AgentError(ATTACHMENT_REFUSED, authored, str((error.data or {}).get("reason", error))) from None
+        result = (await self.service.target.run(ControlProgram([Read(relative)])))[0]
+        if result.status is Status.ABSENT:
+            raise AgentError(ATTACHMENT_REFUSED, authored, "does not exist in the workspace")
+        if not result.ok:
+            raise AgentError(ATTACHMENT_REFUSED, authored, result.reason or "cannot be read")
+        if len(result.value) > MAX_ATTACHMENT_BYTES:
+            raise AgentError(ATTACHMENT_REFUSED, authored, f"is larger than {MAX_ATTACHMENT_BYTES} bytes")
+        mime = _sniff(result.value) or mimetypes.guess_type(relative)[0] or "text/plain"
+        return Attachment(f"file://{posixpath.join(self.root, relative)}", mime, result.value)
+
+
+def _sniff(data: bytes) -> str | None:
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _last_turn_begin(records: Sequence[object]) -> int:
+    """Index of the last turn's begin record (the excerpt stops before the
+    turn being prompted now)."""
+    from ..store.transcript import TurnBegin
+
+    for index in range(len(records) - 1, -1, -1):
+        if isinstance(records[index], TurnBegin):
+            return index
+    return len(records)

@@ -1,0 +1,74 @@
+"""What a new native conversation is told of the session so far, and what
+an uncertain one is told before it continues.
+
+The agent keeps its own history; mevedel keeps the canonical transcript.
+When the agent's history cannot be continued (another agent or machine, a
+history detached by Rewind, Redo, Fork, Save As or a control transfer, an
+agent that cannot load sessions), the next prompt starts a new native
+conversation seeded with a labelled excerpt of the transcript's current
+segment: the newest turns first to be kept, within a character budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..store.transcript import Prompt, Response, Settle, Summary, ToolCall, TurnBegin
+
+#: Characters of transcript an excerpt carries at most.
+EXCERPT_BUDGET = 12_000
+
+RECONCILIATION = (
+    "[mevedel] The previous turn did not finish cleanly (it was interrupted, failed, or its outcome is unknown). "
+    "Its effects on the workspace may be partial. Before continuing, check the current state of the files you "
+    "were working on. Do not replay earlier tool calls or repeat actions just because they appear in the history."
+)
+
+
+def transcript_excerpt(records: Sequence[object], budget: int = EXCERPT_BUDGET) -> str | None:
+    """A labelled excerpt of the segment's settled conversation, or None
+    when there is nothing to tell."""
+    turns: list[str] = []
+    current: list[str] = []
+    summary: str | None = None
+    for record in records:
+        if isinstance(record, Summary):
+            summary = record.text
+        elif isinstance(record, TurnBegin):
+            current = [f"## Turn {record.turn}"]
+        elif isinstance(record, Prompt):
+            current.append(f"User: {record.text}")
+        elif isinstance(record, Response):
+            current.append(f"Assistant: {record.text}")
+        elif isinstance(record, ToolCall):
+            current.append(f"(tool call: {record.name})")
+        elif isinstance(record, Settle):
+            if record.outcome.value != "completed":
+                current.append(f"(this turn was {record.outcome.value}{': ' + record.reason if record.reason else ''})")
+            turns.append("\n".join(current))
+            current = []
+    if not turns and summary is None:
+        return None
+    kept: list[str] = []
+    used = 0
+    for turn in reversed(turns):
+        if used + len(turn) > budget:
+            if not kept:
+                kept.append(turn[-budget:])
+            break
+        kept.append(turn)
+        used += len(turn)
+    kept.reverse()
+    omitted = len(turns) - len(kept)
+    parts = [
+        "[mevedel] This conversation continues an earlier one whose history you do not have. "
+        "Below is an excerpt of its transcript, for context only: do not repeat its actions; "
+        "the workspace already reflects them."
+    ]
+    if summary is not None:
+        parts.append(f"Summary of the conversation before this segment:\n{summary}")
+    if omitted:
+        parts.append(f"({omitted} earlier turn(s) omitted)")
+    parts.extend(kept)
+    parts.append("[mevedel] End of the excerpt. The user's new message follows.")
+    return "\n\n".join(parts)

@@ -1,0 +1,240 @@
+"""The agent's shell (ACP ``terminal/*``): commands run inside the
+workspace, on the machine that holds it, with their file changes
+checkpointed.
+
+A command runs as a process of its own (no shell unless the agent asks for
+one: ``command`` is the program, ``args`` its arguments; a ``command`` with
+no ``args`` that contains whitespace is a command line, run by ``/bin/sh
+-c``). On a local workspace it is a subprocess in its own process group,
+its working directory proven to be physically below the root; on an SSH
+workspace it runs on the host through ``SshTarget.run_command`` (output
+arrives when it ends there).
+
+Around every command the owner's hooks run: ``before`` brings the record of
+the workspace's file state up to date, ``after`` records the pre-turn state
+of everything the command created, changed or deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import posixpath
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from acp import RequestError
+
+from ..targets import LocalTarget, Target
+
+#: Output kept per terminal when the agent sets no limit.
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024
+#: The longest a command may run on an SSH host (it is killed then).
+REMOTE_COMMAND_TIMEOUT = 3600.0
+
+
+@dataclass
+class Terminal:
+    terminal_id: str
+    limit: int
+    output: bytearray = field(default_factory=bytearray)
+    truncated: bool = False
+    exit_code: int | None = None
+    signal: str | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+    process: asyncio.subprocess.Process | None = None
+
+    def add(self, data: bytes) -> None:
+        self.output += data
+        if len(self.output) > self.limit:
+            cut = len(self.output) - self.limit
+            # Never cut inside a UTF-8 sequence: skip continuation bytes.
+            while cut < len(self.output) and (self.output[cut] & 0xC0) == 0x80:
+                cut += 1
+            del self.output[:cut]
+            self.truncated = True
+
+    @property
+    def text(self) -> str:
+        return self.output.decode("utf-8", "replace")
+
+
+def _local_root(target: Target) -> str | None:
+    for _ in range(8):
+        if isinstance(target, LocalTarget):
+            return str(target.root)
+        inner = getattr(target, "inner", None)
+        if inner is None:
+            return None
+        target = inner
+    return None
+
+
+def _remote(target: Target):
+    for _ in range(8):
+        if callable(getattr(target, "run_command", None)):
+            return target
+        target = getattr(target, "inner", None)
+        if target is None:
+            return None
+    return None
+
+
+class Terminals:
+    def __init__(
+        self,
+        target: Target,
+        root: str,
+        *,
+        before: Callable[[], Awaitable[None]],
+        after: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.target = target
+        self.root = posixpath.normpath(root)
+        self._before = before
+        self._after = after
+        self._terminals: dict[str, Terminal] = {}
+        self._count = 0
+        self._local_root = _local_root(target)
+        self._remote = None if self._local_root is not None else _remote(target)
+
+    @property
+    def running(self) -> int:
+        return sum(1 for t in self._terminals.values() if not t.done.is_set())
+
+    def _argv(self, command: str, args: Sequence[str] | None) -> list[str]:
+        if not isinstance(command, str) or not command.strip() or "\x00" in command:
+            raise RequestError.invalid_params({"command": command, "reason": "is not a command"})
+        if not args and any(c.isspace() for c in command.strip()):
+            return ["/bin/sh", "-c", command]
+        return [command, *(args or [])]
+
+    def _cwd(self, cwd: str | None) -> str:
+        """The workspace-relative working directory ('.' for the root)."""
+        if cwd is None:
+            return "."
+        full = posixpath.normpath(cwd if posixpath.isabs(cwd) else posixpath.join(self.root, cwd))
+        if full == self.root:
+            return "."
+        if not full.startswith(self.root.rstrip("/") + "/"):
+            raise RequestError.invalid_params({"cwd": cwd, "reason": f"is outside the workspace {self.root}"})
+        return full[len(self.root.rstrip("/")) + 1 :]
+
+    async def create(
+        self, command: str, args: Sequence[str] | None, env: dict[str, str], cwd: str | None, limit: int | None
+    ) -> str:
+        argv = self._argv(command, args)
+        relative = self._cwd(cwd)
+        if self._local_root is None and self._remote is None:
+            raise RequestError.internal_error({"reason": "this workspace cannot run commands"})
+        directory = self._local_directory(relative, cwd) if self._local_root is not None else None
+        self._count += 1
+        terminal = Terminal(f"term-{self._count}", limit if limit and limit > 0 else DEFAULT_OUTPUT_LIMIT)
+        self._terminals[terminal.terminal_id] = terminal
+        await self._before()
+        if directory is not None:
+            try:
+                terminal.process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=directory,
+                    env={**os.environ, **env},
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                del self._terminals[terminal.terminal_id]
+                await self._after()
+                raise RequestError.invalid_params({"command": command, "reason": error.strerror or str(error)}) from None
+            terminal.task = asyncio.create_task(self._run_local(terminal))
+        else:
+            words = ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else argv
+            terminal.task = asyncio.create_task(self._run_remote(terminal, words, relative))
+        return terminal.terminal_id
+
+    def _local_directory(self, relative: str, authored: str | None) -> str:
+        root = os.path.realpath(self._local_root or self.root)
+        directory = os.path.realpath(os.path.join(root, relative))
+        if directory != root and not directory.startswith(root.rstrip("/") + "/"):
+            raise RequestError.invalid_params({"cwd": authored, "reason": "leads outside the workspace (a symbolic link)"})
+        if not os.path.isdir(directory):
+            raise RequestError.invalid_params({"cwd": authored, "reason": "is not a directory"})
+        return directory
+
+    async def _run_local(self, terminal: Terminal) -> None:
+        process = terminal.process
+        assert process is not None and process.stdout is not None
+        try:
+            while chunk := await process.stdout.read(65536):
+                terminal.add(chunk)
+            code = await process.wait()
+            if code < 0:
+                terminal.signal = signal.Signals(-code).name
+            else:
+                terminal.exit_code = code
+        finally:
+            await self._settled(terminal)
+
+    async def _run_remote(self, terminal: Terminal, argv: list[str], cwd: str) -> None:
+        try:
+            outcome = await self._remote.run_command(argv, cwd, timeout=REMOTE_COMMAND_TIMEOUT)
+            terminal.add(outcome.stdout + outcome.stderr)
+            terminal.exit_code = outcome.exit_status
+        except asyncio.CancelledError:
+            terminal.signal = "SIGKILL"
+            raise
+        except Exception as error:  # the host went away, or refused the cwd
+            terminal.add(f"\n[mevedel: the command could not run: {error}]\n".encode())
+            terminal.exit_code = 127
+        finally:
+            await self._settled(terminal)
+
+    async def _settled(self, terminal: Terminal) -> None:
+        try:
+            await asyncio.shield(self._after())
+        finally:
+            terminal.done.set()
+
+    def _get(self, terminal_id: str) -> Terminal:
+        terminal = self._terminals.get(terminal_id)
+        if terminal is None:
+            raise RequestError.invalid_params({"terminalId": terminal_id, "reason": "no such terminal"})
+        return terminal
+
+    def output(self, terminal_id: str) -> Terminal:
+        return self._get(terminal_id)
+
+    async def wait(self, terminal_id: str) -> Terminal:
+        terminal = self._get(terminal_id)
+        await terminal.done.wait()
+        return terminal
+
+    async def kill(self, terminal_id: str) -> None:
+        terminal = self._get(terminal_id)
+        await self._stop(terminal)
+
+    async def release(self, terminal_id: str) -> None:
+        terminal = self._terminals.get(terminal_id)
+        if terminal is None:
+            return
+        await self._stop(terminal)
+        self._terminals.pop(terminal_id, None)
+
+    async def _stop(self, terminal: Terminal) -> None:
+        if terminal.done.is_set():
+            return
+        if terminal.process is not None:
+            try:
+                os.killpg(terminal.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        elif terminal.task is not None:
+            terminal.task.cancel()
+        await terminal.done.wait()
+
+    async def close_all(self) -> None:
+        for terminal_id in list(self._terminals):
+            await self.release(terminal_id)

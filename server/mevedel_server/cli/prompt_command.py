@@ -1,0 +1,169 @@
+"""``mevedel prompt TEXT``: send a prompt to an ACP agent as the next turn
+of a session, streaming the agent's answer to standard output.
+
+The agent comes from ``$XDG_CONFIG_HOME/mevedel/config.json`` (the LSP's
+setting names: ``agents``, ``defaultAgent``, ``permissions``, ...). The
+session is ``--session ID``, else the one this CLI client holds in the
+workspace, else a new one. Reasoning, tool calls and permission decisions
+go to standard error; the agent's permission questions are asked on the
+terminal (without one, they are refused unless ``permissions`` allows
+them). Ctrl-C cancels the turn (it settles as interrupted). Exit status:
+0 completed, 1 refused before anything was recorded, 2 the turn failed,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+from ..agents.config import load_cli_config, log_dir
+from ..agents.engine import AgentEngine, PermissionQuestion, TurnUpdate
+from ..agents.errors import AgentError
+from ..store.service import SessionService
+from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command, workspace_root
+
+TURN_FAILED = 2
+INTERRUPTED = 130
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("prompt", help="prompt an ACP agent: the next turn of a session")
+    parser.add_argument("text", metavar="TEXT", help="the prompt ('-' reads it from stdin)")
+    parser.add_argument("--agent", metavar="NAME", help="an agent of the config file's 'agents' (default: the session's, else defaultAgent)")
+    parser.add_argument("--attach", metavar="ADDRESS|PATH", action="append", default=[], help="attach a workspace file (repeatable)")
+    parser.add_argument("--new", action="store_true", help="in a new session")
+    add_session_option(parser)
+    add_common(parser)
+    parser.set_defaults(run=run_prompt)
+
+
+class TerminalFront:
+    """The engine's front end on a terminal."""
+
+    def __init__(self, json_output: bool) -> None:
+        self.json_output = json_output
+        self.at_line_start = True
+
+    def turn_update(self, update: TurnUpdate) -> None:
+        if self.json_output:
+            return
+        for event in update.events:
+            if event.kind == "response" and event.text:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+                self.at_line_start = event.text.endswith("\n")
+            elif event.kind == "tool_call" and (event.title or event.status):
+                self._note(f"[tool {event.title or event.call_id}: {event.status or 'started'}]")
+            elif event.kind == "permission":
+                self._note(f"[permission {event.text}: {event.decision}]")
+            elif event.kind == "plan":
+                self._note("[plan]\n" + (event.text or ""))
+        if update.phase == "starting":
+            self._note(f"[starting {update.agent}]")
+        if update.phase == "settled" and not self.at_line_start:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.at_line_start = True
+
+    def _note(self, text: str) -> None:
+        if not self.at_line_start:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.at_line_start = True
+        print(text, file=sys.stderr, flush=True)
+
+    async def ask_permission(self, question: PermissionQuestion, timeout: float) -> str | None:
+        if not sys.stdin.isatty():
+            self._note(f"[{question.agent} asks permission: {question.title}; refused: no terminal to ask on]")
+            return None
+        lines = [f"{question.agent} asks permission: {question.title}"]
+        lines += [f"  {index}. {name}" for index, (_oid, name, _kind) in enumerate(question.options, start=1)]
+        self._note("\n".join(lines))
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(None, _read_line, "choose a number (empty: refuse): ")
+        try:
+            chosen = int(answer.strip())
+        except ValueError:
+            return None
+        if 1 <= chosen <= len(question.options):
+            return question.options[chosen - 1][0]
+        return None
+
+
+def _read_line(prompt: str) -> str:
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    return sys.stdin.readline()
+
+
+def run_prompt(arguments: argparse.Namespace) -> int:
+    status = {"code": 0}
+    text = sys.stdin.read() if arguments.text == "-" else arguments.text
+    try:
+        config = load_cli_config()
+    except AgentError as error:
+        raise SystemExit(f"mevedel: {error.message}") from None
+
+    async def body(service: SessionService) -> None:
+        if arguments.new and arguments.session is not None:
+            raise CommandError("invalid-params", "give either --new or --session, not both")
+        if arguments.new:
+            session_id = (await service.create()).session_id
+        else:
+            try:
+                session_id = await held_session(service, arguments.session)
+            except CommandError as error:
+                if arguments.session is not None or error.kind != "owner-missing":
+                    raise
+                session_id = (await service.create()).session_id
+            if not service.is_open(session_id):
+                await service.open(session_id, "resume")
+        local = workspace_root(arguments)
+        root = str(local) if local is not None else str(getattr(service.target, "root"))
+        front = TerminalFront(arguments.json)
+        engine = AgentEngine(service, root=root, config=lambda: config, front=front, log_dir=log_dir(),
+                             local_cwd=str(local) if local is not None else None)
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach))
+        interrupted = {"yes": False}
+
+        def cancel() -> None:
+            interrupted["yes"] = True
+            asyncio.ensure_future(engine.cancel(session_id))
+
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signal.SIGINT, cancel)
+        try:
+            outcome = await task
+        except AgentError as error:
+            raise CommandError(error.kind, error.message) from None
+        finally:
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(signal.SIGINT)
+            await engine.stop_all()
+        data = {
+            "session_id": outcome.session_id, "turn": outcome.turn, "turn_id": outcome.turn_id, "agent": outcome.agent,
+            "outcome": outcome.outcome, "stop_reason": outcome.stop_reason,
+            "error": None if outcome.error is None else {"kind": outcome.error.kind, "message": outcome.error.message},
+        }
+        lines = []
+        if outcome.outcome != "completed":
+            lines.append(f"mevedel: turn {outcome.turn} of {outcome.session_id} {outcome.outcome}"
+                         + (f": {outcome.error.message}" if outcome.error else ""))
+        if arguments.json:
+            emit(arguments, data, [])
+        else:
+            for line in lines:
+                print(line, file=sys.stderr)
+        if outcome.outcome == "interrupted" or interrupted["yes"]:
+            status["code"] = INTERRUPTED
+        elif outcome.outcome != "completed":
+            status["code"] = TURN_FAILED
+
+    code = run_command(arguments, body)
+    return code or status["code"]

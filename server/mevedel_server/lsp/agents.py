@@ -1,0 +1,247 @@
+"""``mevedel/turn/prompt``, ``mevedel/turn/cancel`` and ``mevedel/agent/list``,
+and the engine's front end in the editor: ``mevedel/turn/didUpdate`` for the
+owner's live view, and the agent's permission questions asked through
+``window/showMessageRequest`` with the agent's own options.
+
+One :class:`~mevedel_server.agents.AgentEngine` per workspace folder, made
+with the folder's session service; its agents stop when their session
+closes or is lost, and all of them when the server exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+from mevedel_protocol import agent as wire
+from mevedel_protocol import converter, methods
+
+from ..addresses import Operation, parse_address
+from ..agents.config import AgentConfig, log_dir, specs_from
+from ..agents.engine import AgentEngine, PermissionQuestion, PromptOutcome, TurnUpdate
+from ..agents.errors import AgentError
+from ..resources import ReadOptions, execute, prepare
+from ..store.service import SessionChange, SessionService
+from .errors import failure
+from .sessions import _folder, _registry, _request_handler, _command_handler
+from .workspaces import Folder, request_scope
+
+if TYPE_CHECKING:
+    from .server import MevedelLanguageServer
+
+_log = logging.getLogger(__name__)
+
+
+def agent_config(ls: MevedelLanguageServer) -> AgentConfig:
+    s = ls.settings
+    return AgentConfig(
+        agents=specs_from(s.agents),
+        default_agent=s.default_agent,
+        permissions=s.permissions,
+        permission_timeout_seconds=float(s.permission_timeout_seconds),
+        start_timeout_seconds=float(s.agent_start_timeout_seconds),
+        cancel_timeout_seconds=float(s.cancel_timeout_seconds),
+        idle_timeout_seconds=float(s.agent_idle_timeout_seconds),
+    )
+
+
+def _turn_error(error: AgentError | None) -> wire.TurnError | None:
+    if error is None:
+        return None
+    return wire.TurnError(kind=error.kind, message=f"{error.authored}: {error.reason}", action=error.action)
+
+
+def _event(event: Any) -> wire.TurnEvent:
+    diffs = None if event.diffs is None else [wire.ToolDiff(d.path, d.new_text, d.old_text) for d in event.diffs]
+    return wire.TurnEvent(
+        kind=event.kind, text=event.text, call_id=event.call_id, title=event.title, tool_kind=event.tool_kind,
+        status=event.status, output=event.output, diffs=diffs, decision=event.decision, allowed=event.allowed,
+    )
+
+
+class EditorFront:
+    """The engine's front end in one workspace folder of the editor."""
+
+    def __init__(self, ls: MevedelLanguageServer, folder: Folder) -> None:
+        self.ls = ls
+        self.folder = folder
+
+    def turn_update(self, update: TurnUpdate) -> None:
+        params = wire.TurnDidUpdateParams(
+            workspace_folder=self.folder.uri,
+            session_id=update.session_id,
+            agent=update.agent,
+            phase=update.phase,
+            turn=update.turn,
+            turn_id=update.turn_id,
+            events=[_event(e) for e in update.events],
+            outcome=update.outcome,
+            stop_reason=update.stop_reason,
+            error=_turn_error(update.error),
+        )
+        try:
+            self.ls.protocol.notify(methods.TURN_DID_UPDATE, converter.unstructure(params))
+        except Exception:  # a lost notification must not fail the turn
+            _log.exception("could not send %s", methods.TURN_DID_UPDATE)
+
+    async def ask_permission(self, question: PermissionQuestion, timeout: float) -> str | None:
+        titles = {}
+        for option_id, name, _kind in question.options:
+            title = name if name not in titles else f"{name} ({option_id})"
+            titles[title] = option_id
+        request = types.ShowMessageRequestParams(
+            type=types.MessageType.Warning,
+            message=f"{question.agent} asks permission: {question.title}",
+            actions=[types.MessageActionItem(title=title) for title in titles],
+        )
+        answer = await asyncio.wait_for(self.ls.window_show_message_request_async(request), timeout)
+        title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
+        return titles.get(title) if isinstance(title, str) else None
+
+
+class AgentEngines:
+    """One engine per folder service, made on first use."""
+
+    def __init__(self, ls: MevedelLanguageServer) -> None:
+        self.ls = ls
+        self._engines: dict[str, AgentEngine] = {}
+
+    def engine(self, folder: Folder) -> AgentEngine:
+        known = self._engines.get(folder.key)
+        if known is not None:
+            return known
+        service = _registry(self.ls).service(folder)
+        remote = folder.remote is not None
+        root = getattr(service.target, "root", None) if remote else str(folder.root)
+        engine = AgentEngine(
+            service,
+            root=str(root),
+            config=lambda: agent_config(self.ls),
+            front=EditorFront(self.ls, folder),
+            log_dir=log_dir(),
+            open_document=None if remote else self._open_document(folder),
+            read_address=self._address_reader(folder),
+            is_address=_is_address,
+            local_cwd=None if remote else str(folder.root),
+        )
+        self._engines[folder.key] = engine
+        return engine
+
+    def attach(self, folder: Folder, service: SessionService) -> None:
+        """Stop a session's agent when the session closes or its lease is lost."""
+
+        def changed(change: SessionChange) -> None:
+            engine = self._engines.get(folder.key)
+            if engine is None:
+                return
+            if change.reason == "closed" or change.access.value != "writable":
+                asyncio.ensure_future(engine.stop(change.session_id))
+
+        service.on_change.append(changed)
+
+    def _open_document(self, folder: Folder):
+        def text(relative: str) -> str | None:
+            uri = (folder.root / relative).as_uri()
+            document = self.ls.workspace.text_documents.get(uri)
+            return document.source if document is not None else None
+
+        return text
+
+    def _address_reader(self, folder: Folder):
+        async def read(authored: str) -> str:
+            session = _registry(self.ls).current(folder)
+            scope = request_scope(self.ls, folder.uri, session)
+            found = await execute(prepare(Operation.READ, authored, ReadOptions(), scope.context))
+            return found.text if hasattr(found, "text") else str(found)
+
+        return read
+
+    async def stop_all(self) -> None:
+        for engine in list(self._engines.values()):
+            await engine.stop_all()
+
+
+def _is_address(text: str) -> bool:
+    try:
+        parse_address(text)
+    except Exception:
+        return False
+    return True
+
+
+def _engines(ls: MevedelLanguageServer) -> AgentEngines:
+    return ls.agents  # type: ignore[attr-defined]
+
+
+def _agent_failure(error: AgentError) -> Any:
+    reason = error.reason + (f"; {error.action}" if error.action else "")
+    return failure(error.kind, error.authored, reason)
+
+
+async def prompt(ls: MevedelLanguageServer, params: wire.TurnPromptParams) -> wire.TurnPromptResult:
+    folder = _folder(ls, params.workspace_folder, methods.TURN_PROMPT)
+    registry = _registry(ls)
+    service = registry.service(folder)
+    session_id = params.session_id or registry.current(folder)
+    if session_id is None:
+        info = await service.create()
+        session_id = info.session_id
+        registry.make_current(folder, session_id)
+    elif not service.is_open(session_id):
+        raise failure("owner-missing", session_id, "is not open here; open it (mevedel/session/open) before prompting")
+    try:
+        outcome: PromptOutcome = await _engines(ls).engine(folder).prompt(
+            session_id, params.text, agent=params.agent, attachments=params.attachments
+        )
+    except AgentError as error:
+        raise _agent_failure(error) from None
+    return wire.TurnPromptResult(
+        session_id=outcome.session_id,
+        turn=outcome.turn,
+        turn_id=outcome.turn_id,
+        agent=outcome.agent,
+        outcome=outcome.outcome,
+        stop_reason=outcome.stop_reason,
+        error=_turn_error(outcome.error),
+    )
+
+
+async def cancel(ls: MevedelLanguageServer, params: wire.TurnCancelParams) -> wire.TurnCancelResult:
+    folder = _folder(ls, params.workspace_folder, methods.TURN_CANCEL)
+    session_id = params.session_id or _registry(ls).current(folder)
+    if session_id is None:
+        return wire.TurnCancelResult(False)
+    return wire.TurnCancelResult(await _engines(ls).engine(folder).cancel(session_id))
+
+
+async def list_agents(ls: MevedelLanguageServer, params: wire.AgentListParams) -> wire.AgentListResult:
+    config = agent_config(ls)
+    try:
+        default = config.choose(None).name if config.agents else None
+    except AgentError:
+        default = None
+    entries = [
+        wire.AgentEntry(name=spec.name, command=list(spec.command), found=spec.program_found(), default=spec.name == default)
+        for spec in sorted(config.agents.values(), key=lambda s: s.name)
+    ]
+    return wire.AgentListResult(entries, config.default_agent)
+
+
+HANDLERS = {
+    methods.TURN_PROMPT: (wire.TurnPromptParams, prompt, methods.COMMAND_TURN_PROMPT),
+    methods.TURN_CANCEL: (wire.TurnCancelParams, cancel, methods.COMMAND_TURN_CANCEL),
+    methods.AGENT_LIST: (wire.AgentListParams, list_agents, None),
+}
+
+
+def register(ls: MevedelLanguageServer) -> None:
+    ls.agents = AgentEngines(ls)  # type: ignore[attr-defined]
+    registry = _registry(ls)
+    registry.on_service.append(ls.agents.attach)  # type: ignore[attr-defined]
+    ls.on_exit.append(ls.agents.stop_all)  # type: ignore[attr-defined]
+    for method, (params_type, handler, command) in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, params_type, handler))
+        if command is not None:
+            ls.command(command)(_command_handler(command, params_type, handler))

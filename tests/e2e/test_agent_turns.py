@@ -1,0 +1,228 @@
+"""Agents write the turns: the real server drives the scripted ACP agent
+(a real subprocess on the official SDK) through ``mevedel/turn/prompt``,
+records its work as the turn, checkpoints every file it changes (through
+``fs/write_text_file`` and through shell commands), and Rewind and Redo
+restore them byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from mevedel_protocol import methods
+from pygls.exceptions import JsonRpcException
+
+from .conftest import request
+
+AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
+
+
+def configure(client, workspace: Path, turns: list, **script) -> Path:
+    """Write a script for the scripted agent and make it the default agent."""
+    log = workspace.parent / "agent-events.jsonl"
+    path = workspace.parent / "script.json"
+    path.write_text(json.dumps({"log": str(log), "turns": turns, **script}), encoding="utf-8")
+    settings = {"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(path)]}}, "defaultAgent": "scripted"}
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=settings))
+    return log
+
+
+def events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+
+
+class Watch:
+    """``mevedel/turn/didUpdate`` notifications and permission questions."""
+
+    def __init__(self, client, answers: list | None = None) -> None:
+        self.updates: list[dict] = []
+        self.questions: list = []
+        self.answers = list(answers or [])
+        self.late_answered = asyncio.Event()
+        client.feature(methods.TURN_DID_UPDATE)(lambda params: self.updates.append(params))
+
+        async def ask(params):
+            return await self._ask(params)
+
+        client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(ask)
+
+    async def _ask(self, params):
+        self.questions.append(params)
+        answer = self.answers.pop(0) if self.answers else None
+        if answer == "late":  # answered only after the question timed out
+            await asyncio.sleep(1.5)
+            self.late_answered.set()
+            return types.MessageActionItem(title="Allow once")
+        return types.MessageActionItem(title=answer) if answer else None
+
+    def text(self, kind: str = "response") -> str:
+        return "".join(e.get("text") or "" for u in self.updates for e in u.get("events", []) if e["kind"] == kind)
+
+
+async def prompt(client, text: str, **params) -> dict:
+    return await request(client, methods.TURN_PROMPT, {"text": text, **params})
+
+
+async def refused(client, text: str, **params) -> dict:
+    with pytest.raises(JsonRpcException) as caught:
+        await prompt(client, text, **params)
+    return caught.value.data
+
+
+async def test_a_prompt_records_the_agents_work_and_rewind_restores_its_files(client, workspace):
+    (workspace / "keep.txt").write_bytes(b"original\x00bytes\n")
+    (workspace / "doomed.txt").write_text("delete me\n")
+    (workspace / "edited.txt").write_text("before\n")
+    watch = Watch(client)
+    configure(client, workspace, [[
+        {"think": "Let me look."},
+        {"say": "Working "}, {"say": "on it."},
+        {"plan": [{"content": "edit files", "status": "in_progress", "priority": "high"}]},
+        {"tool_call": {"id": "c1", "title": "Write keep.txt", "kind": "edit", "status": "pending"}},
+        {"write": {"path": "keep.txt", "content": "agent wrote this\n"}},
+        {"tool_update": {"id": "c1", "status": "completed", "text": "done", "diff": {"path": "keep.txt", "old": "original", "new": "agent wrote this"}}},
+        {"terminal": {"command": "sh", "args": ["-c", "echo made > made.txt; rm doomed.txt; echo after > edited.txt; mkdir -p d; echo x > d/new.txt"]}},
+        {"say": " Done."},
+    ]])
+    result = await prompt(client, "Change the files")
+    assert result["outcome"] == "completed" and result["stopReason"] == "end_turn" and result["turn"] == 1
+    sid = result["sessionId"]
+    assert (workspace / "keep.txt").read_text() == "agent wrote this\n"
+    assert (workspace / "made.txt").exists() and not (workspace / "doomed.txt").exists()
+
+    # The owner saw the turn live, in order, and its end.
+    assert "Working on it." in watch.text() and watch.text("reasoning") == "Let me look."
+    assert watch.updates[0]["phase"] == "starting" and watch.updates[-1]["phase"] == "settled"
+    assert watch.updates[-1]["outcome"] == "completed"
+    assert any(e["kind"] == "tool_call" and e.get("diffs") for u in watch.updates for e in u.get("events", []))
+
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    kinds = [item["kind"] for item in shown["items"]]
+    assert kinds[:3] == ["reasoning", "response", "plan"] and "tool_call" in kinds and "tool_result" in kinds
+    assert shown["items"][1]["text"] == "Working on it."  # coalesced into one record
+
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
+    restored = {r["path"] for r in impact["restores"] if r["changes"]}
+    assert {"keep.txt", "doomed.txt", "edited.txt", "made.txt", "d/new.txt"} <= restored
+    await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
+    assert (workspace / "keep.txt").read_bytes() == b"original\x00bytes\n"
+    assert (workspace / "doomed.txt").read_text() == "delete me\n"
+    assert (workspace / "edited.txt").read_text() == "before\n"
+    assert not (workspace / "made.txt").exists() and not (workspace / "d" / "new.txt").exists()
+
+    heads = await request(client, methods.REDO_LIST, {"sessionId": sid})
+    target = next(h for h in heads["states"] if h["turnCount"] == 1)
+    redo = await request(client, methods.REDO_PREPARE, {"publicationId": target["publicationId"]})
+    await request(client, methods.REDO_COMMIT, {"token": redo["token"]})
+    assert (workspace / "keep.txt").read_text() == "agent wrote this\n"
+    assert (workspace / "made.txt").read_text() == "made\n" and not (workspace / "doomed.txt").exists()
+
+
+async def test_permission_questions_are_asked_with_the_agents_options_and_recorded(client, workspace):
+    watch = Watch(client, answers=["Allow once", "Reject", "late"])
+    options = [{"id": "allow", "name": "Allow once", "kind": "allow_once"}, {"id": "reject", "name": "Reject", "kind": "reject_once"}]
+    step = {"permission": {"tool_call_id": "c1", "title": "Run rm -rf build", "options": options}}
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"permissionTimeoutSeconds": 1}))
+    configure(client, workspace, [[step, step, step]])
+    result = await prompt(client, "Clean up")
+    assert result["outcome"] == "completed"
+    assert [q.actions[0].title for q in watch.questions] == ["Allow once"] * 3
+    assert "scripted" in watch.questions[0].message and "Run rm -rf build" in watch.questions[0].message
+    said = watch.text()
+    assert "permission: selected allow" in said and said.count("permission: selected reject") == 2
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    decisions = [(i["output"], i.get("isError", False)) for i in shown["items"] if i["kind"] == "permission"]
+    assert decisions[0] == ("Allow once", False)
+    assert decisions[1] == ("Reject", True)
+    assert decisions[2][0].startswith("refused: no answer within 1 s") and decisions[2][1]
+    await watch.late_answered.wait()  # the late answer changes nothing
+    assert len((await request(client, methods.TURN_SHOW, {"turn": 1}))["items"]) == len(shown["items"])
+
+
+async def test_cancel_keeps_the_partial_transcript_and_settles_interrupted(client, workspace):
+    watch = Watch(client)
+    configure(client, workspace, [[{"say": "Partial answer"}, {"wait_cancel": 30}, {"say": "never said"}]])
+    running = asyncio.ensure_future(prompt(client, "Take your time"))
+    for _ in range(200):
+        if "Partial answer" in watch.text():
+            break
+        await asyncio.sleep(0.05)
+    cancelled = await request(client, methods.TURN_CANCEL, {})
+    assert cancelled == {"cancelled": True}
+    result = await running
+    assert result["outcome"] == "interrupted" and result["stopReason"] == "cancelled"
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    assert shown["summary"]["state"] == "interrupted"
+    assert [i["text"] for i in shown["items"] if i["kind"] == "response"] == ["Partial answer"]
+    assert await request(client, methods.TURN_CANCEL, {}) == {"cancelled": False}
+
+
+async def test_a_crash_mid_turn_fails_the_turn_with_its_cause_and_the_next_prompt_restarts_the_agent(client, workspace):
+    log = configure(client, workspace, [[{"say": "About to fall over"}, {"stderr": "out of cheese"}, {"crash": 3}]])
+    result = await prompt(client, "Crash please")
+    assert result["outcome"] == "errored" and result.get("stopReason") is None
+    assert result["error"]["kind"] == "agent-failed" and "status 3" in result["error"]["message"]
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    assert shown["summary"]["state"] == "errored"
+    assert [i["text"] for i in shown["items"] if i["kind"] == "response"] == ["About to fall over"]
+    assert "out of cheese" in result["error"]["message"]
+    configure(client, workspace, [[{"say": "Back again"}]])  # the restarted agent reads its script anew
+    again = await prompt(client, "Try again")
+    assert again["outcome"] == "completed" and again["turn"] == 2
+    starts = [e for e in events(log) if e["event"] == "initialize"]
+    assert len({e["pid"] for e in starts}) == 2
+    # A new native conversation continues from a labelled excerpt.
+    prompts = [e for e in events(log) if e["event"] == "prompt"]
+    assert "excerpt" in json.dumps(prompts[-1]["params"]) and "Crash please" in json.dumps(prompts[-1]["params"])
+
+
+async def test_an_agent_that_goes_silent_fails_the_turn_after_the_idle_timeout(client, workspace):
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"agentIdleTimeoutSeconds": 1}))
+    configure(client, workspace, [[{"say": "thinking"}, {"hang": True}]])
+    result = await prompt(client, "Hang")
+    assert result["outcome"] == "errored" and "sent nothing for 1 s" in result["error"]["message"]
+
+
+async def test_prompts_refused_before_dispatch_record_nothing(client, workspace):
+    assert (await refused(client, "hello"))["kind"] == "agent-not-configured"
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={
+        "agents": {"ghost": {"command": ["mevedel-no-such-agent-program"]}}, "defaultAgent": "ghost"}))
+    missing = await refused(client, "hello")
+    assert missing["kind"] == "agent-not-installed" and "mevedel-no-such-agent-program" in missing["reason"]
+    configure(client, workspace, [[{"say": "hi"}]], auth_required=True,
+              auth_methods=[{"id": "login", "name": "Log in", "description": "run `scripted login`"}])
+    login = await refused(client, "hello")
+    assert login["kind"] == "agent-needs-login" and "scripted login" in login["reason"]
+    assert (await refused(client, "hello", agent="nobody"))["kind"] == "agent-not-configured"
+    configure(client, workspace, [[{"say": "hi"}]])
+    (workspace / "pic.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16)
+    image = await refused(client, "look", attachments=["pic.png"])
+    assert image["kind"] == "attachment-refused" and "does not accept images" in image["reason"]
+    listed = await request(client, methods.SESSION_LIST, {})
+    assert all(row["turns"] == 0 for row in listed["sessions"])
+
+
+async def test_attachments_reach_the_agent_as_resources(client, workspace):
+    (workspace / "notes.txt").write_text("attached words\n")
+    log = configure(client, workspace, [[{"echo_prompt": True}]])
+    result = await prompt(client, "Read this", attachments=["notes.txt", "work://shared/notes.md"])
+    assert result["outcome"] == "completed"
+    sent = json.dumps([e["params"] for e in events(log) if e["event"] == "prompt"])
+    assert "attached words" in sent and "alpha line" in sent
+
+
+async def test_a_new_server_resumes_the_agents_own_session_with_session_load(client, workspace):
+    log = configure(client, workspace, [[{"say": "first"}]], load_session=True)
+    first = await prompt(client, "One")
+    native = next(e for e in events(log) if e["event"] == "new_session")
+    await request(client, methods.SESSION_CLOSE, {"sessionId": first["sessionId"]})
+    await request(client, methods.SESSION_OPEN, {"sessionId": first["sessionId"]})
+    second = await prompt(client, "Two", sessionId=first["sessionId"])
+    assert second["turn"] == 2 and second["outcome"] == "completed"
+    loads = [e for e in events(log) if e["event"] == "load_session"]
+    assert loads, "the second agent process was not asked to load the native session"
+    assert native["pid"] != loads[0]["pid"]
