@@ -92,6 +92,9 @@ class RewindImpact:
     git: GitCheck
     empty: bool
     token: str
+    #: What happens to the agent's own history of the conversation
+    #: (absent: the session retains none).
+    agent_history: Optional[str] = None
 
 
 @attrs.define
@@ -159,6 +162,9 @@ class RedoImpact:
     externally_modified: list[ExternalChange]
     git: GitCheck
     token: str
+    #: What happens to the agent's own history of the conversation
+    #: (absent: the session retains none).
+    agent_history: Optional[str] = None
 
 
 @attrs.define
@@ -180,6 +186,9 @@ class ForkImpact:
     local_files: list[str]
     plans_note: str
     token: str
+    #: What happens to the agent's own history of the conversation
+    #: (absent: the session retains none).
+    agent_history: Optional[str] = None
 
 
 @attrs.define
@@ -256,6 +265,9 @@ class WorktreeForkImpact:
     local_files: list[str]
     plans_note: str
     token: str
+    #: What happens to the agent's own history of the conversation
+    #: (absent: the session retains none).
+    agent_history: Optional[str] = None
 
 
 @attrs.define
@@ -287,6 +299,9 @@ class SaveAsImpact:
     artifacts: int
     size: int
     token: str
+    #: What happens to the agent's own history of the conversation
+    #: (absent: the session retains none).
+    agent_history: Optional[str] = None
 
 
 @attrs.define

@@ -226,3 +226,29 @@ async def test_a_new_server_resumes_the_agents_own_session_with_session_load(cli
     loads = [e for e in events(log) if e["event"] == "load_session"]
     assert loads, "the second agent process was not asked to load the native session"
     assert native["pid"] != loads[0]["pid"]
+
+
+async def test_rewind_and_fork_detach_the_agents_history_and_continue_from_an_excerpt(client, workspace):
+    log = configure(client, workspace, [[{"say": "Answer about apples"}]], load_session=True)
+    first = await prompt(client, "Tell me about apples")
+    await prompt(client, "And pears")
+    sid = first["sessionId"]
+
+    fork = await request(client, methods.FORK_PREPARE, {"turn": 1})
+    assert "does not continue agent scripted's own history" in fork["agentHistory"]
+    child = (await request(client, methods.FORK_COMMIT, {"token": fork["token"], "sessionId": sid}))["session"]["sessionId"]
+    forked = await prompt(client, "Now about plums", sessionId=child)
+    assert forked["turn"] == 2 and forked["outcome"] == "completed"
+    sent = [e for e in events(log) if e["event"] == "prompt"][-1]
+    text = json.dumps(sent["params"])
+    assert "excerpt" in text and "Tell me about apples" in text and "And pears" not in text
+    assert not [e for e in events(log) if e["event"] == "load_session"], "a fork must not load the source's native session"
+
+    rewind = await request(client, methods.REWIND_PREPARE, {"turn": 1, "sessionId": sid})
+    assert "will be detached" in rewind["agentHistory"]
+    await request(client, methods.REWIND_COMMIT, {"token": rewind["token"], "sessionId": sid})
+    sessions_before = len([e for e in events(log) if e["event"] == "new_session"])
+    again = await prompt(client, "Back to apples", sessionId=sid)
+    assert again["turn"] == 2
+    assert len([e for e in events(log) if e["event"] == "new_session"]) == sessions_before + 1
+    assert "excerpt" in json.dumps([e for e in events(log) if e["event"] == "prompt"][-1]["params"])

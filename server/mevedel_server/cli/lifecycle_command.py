@@ -108,9 +108,13 @@ async def _session(service: SessionService, arguments: argparse.Namespace, token
     return sid
 
 
-def _prepared(arguments: argparse.Namespace, data: dict[str, Any], lines: list[str], command: str, token: str) -> None:
+def _prepared(
+    arguments: argparse.Namespace, data: dict[str, Any], lines: list[str], command: str, token: str, agent_history: str | None
+) -> None:
+    if agent_history:
+        lines = [*lines, f"agent history: {agent_history}"]
     lines = [*lines, f"to commit: mevedel {command} commit {token}"]
-    emit(arguments, data | {"token": token, "committed": False}, lines)
+    emit(arguments, data | {"token": token, "committed": False, "agent_history": agent_history}, lines)
 
 
 def _labels(labels) -> list[str]:
@@ -201,7 +205,7 @@ def run_rewind(arguments: argparse.Namespace) -> int:
         side = "before" if arguments.before else "after"
         lines = [f"rewind {sid} to {side} turn {turn}: keeps {impact.kept_turns} turns, discards {len(impact.discarded)}"]
         lines += _labels(impact.discarded) + _restores(impact)
-        _prepared(arguments, data, lines, "rewind", impact.token.text)
+        _prepared(arguments, data, lines, "rewind", impact.token.text, impact.agent_history)
 
     return run_command(arguments, body)
 
@@ -257,7 +261,7 @@ def run_redo(arguments: argparse.Namespace) -> int:
         }
         lines = [f"redo {sid} to {publication}: restores {len(impact.restored)} turns, discards {len(impact.discarded)}"]
         lines += _labels(impact.restored) + _restores(impact)
-        _prepared(arguments, data, lines, "redo", impact.token.text)
+        _prepared(arguments, data, lines, "redo", impact.token.text, impact.agent_history)
 
     return run_command(arguments, body)
 
@@ -300,7 +304,7 @@ def run_fork(arguments: argparse.Namespace) -> int:
         if arguments.yes:
             await _commit_fork(service, arguments, sid, impact.token.text, arguments.worktree)
             return
-        _prepared(arguments, data, lines, "fork", impact.token.text)
+        _prepared(arguments, data, lines, "fork", impact.token.text, impact.agent_history)
 
     return run_command(arguments, body)
 
@@ -374,6 +378,6 @@ def run_save_as(arguments: argparse.Namespace) -> int:
             return
         data = {"session_id": sid, "name": impact.name, "turns": impact.turns, "artifacts": impact.artifacts, "size": impact.size}
         lines = [f"save {sid} as {impact.name!r}: {impact.turns} turns, {impact.artifacts} artifacts ({impact.size} bytes)"]
-        _prepared(arguments, data, lines, "save-as", impact.token.text)
+        _prepared(arguments, data, lines, "save-as", impact.token.text, impact.agent_history)
 
     return run_command(arguments, body)

@@ -81,6 +81,7 @@ async def prepare_rewind(ls: MevedelLanguageServer, params: wire.RewindPreparePa
         git=_git(impact.git),
         empty=impact.empty,
         token=impact.token.text,
+        agent_history=impact.agent_history,
     )
 
 
@@ -117,6 +118,7 @@ async def prepare_redo(ls: MevedelLanguageServer, params: wire.RedoPrepareParams
         externally_modified=[_external(change) for change in impact.externally_modified],
         git=_git(impact.git),
         token=impact.token.text,
+        agent_history=impact.agent_history,
     )
 
 
@@ -140,6 +142,7 @@ async def prepare_fork(ls: MevedelLanguageServer, params: wire.ForkPrepareParams
         local_files=list(impact.local_files),
         plans_note=impact.plans_note,
         token=impact.token.text,
+        agent_history=impact.agent_history,
     )
 
 
@@ -182,6 +185,7 @@ async def prepare_worktree_fork(ls: MevedelLanguageServer, params: wire.Worktree
         local_files=list(impact.local_files),
         plans_note=impact.plans_note,
         token=impact.token.text,
+        agent_history=impact.agent_history,
     )
 
 
@@ -204,7 +208,8 @@ async def prepare_save_as(ls: MevedelLanguageServer, params: wire.SaveAsPrepareP
     _, service, sid = _target(ls, params, methods.SAVE_AS_PREPARE)
     impact = await service.prepare_save_as(sid, params.name)
     return wire.SaveAsImpact(
-        sid, impact.name, impact.turns, impact.segments, impact.chats, impact.artifacts, impact.size, impact.token.text
+        sid, impact.name, impact.turns, impact.segments, impact.chats, impact.artifacts, impact.size, impact.token.text,
+        impact.agent_history,
     )
 
 

@@ -51,6 +51,7 @@ from .publication import Donors, Publisher, donors_of, read_committed
 from .recovery import run_guarded
 from .rewind import TurnLabel, plan_time
 from .sidecar import (
+    agent_history_note,
     SIDECAR_PATH,
     ForkOrigin,
     ForkType,
@@ -272,6 +273,8 @@ class ForkImpact:
     #: What happens to ``local/plans/``.
     plans_note: str
     token: StateToken
+    #: What happens to the agent's own history (None: there is none).
+    agent_history: str | None = None
 
 
 def check_fork_point(state: CommittedState, turn: int) -> PromptEntry:
@@ -338,6 +341,7 @@ async def prepare_fork(target: Target, session_id: str, turn: int, *, at: int | 
         tuple(local),
         NO_PLAN_RECORD,
         token,
+        agent_history_note(sidecar.engine, copy=True),
     )
 
 

@@ -60,7 +60,17 @@ from .rewind import (
     _index_git_for,
 )
 from .project_files import GitCheck
-from .sidecar import SIDECAR_PATH, PromptEntry, Sidecar, SidecarError, TurnFiles, decode_prompt_lines, load_sidecar, prompt_page_path
+from .sidecar import (
+    SIDECAR_PATH,
+    PromptEntry,
+    Sidecar,
+    SidecarError,
+    TurnFiles,
+    agent_history_note,
+    decode_prompt_lines,
+    load_sidecar,
+    prompt_page_path,
+)
 from .snapshot_cut import (
     CommittedState,
     SessionState,
@@ -304,6 +314,8 @@ class RedoImpact:
     externally_modified: tuple[ExternalChange, ...]
     git: GitCheck
     token: StateToken
+    #: What happens to the agent's own history (None: there is none).
+    agent_history: str | None = None
 
 
 def _common_prefix(a: Sequence[PromptEntry], b: Sequence[PromptEntry]) -> int:
@@ -423,7 +435,8 @@ async def prepare_redo(
     )
     remember_plan(token, redo.plan)
     gaps = tuple(redo.plan.gaps[p] for p in sorted(redo.plan.gaps))
-    return RedoImpact(session_id, redo.state, redo.common, redo.restored, redo.discarded, rows, gaps, external, git, token)
+    note = agent_history_note(current.sidecar.engine, copy=False)
+    return RedoImpact(session_id, redo.state, redo.common, redo.restored, redo.discarded, rows, gaps, external, git, token, note)
 
 
 async def commit_redo(publisher: Publisher, token: StateToken | str, *, live: Conversation | None = None) -> InPlaceResult:

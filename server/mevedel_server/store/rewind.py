@@ -71,7 +71,7 @@ from .recovery import (
     run_guarded,
     snapshot_digest,
 )
-from .sidecar import FileState, PromptEntry, Present, TurnFiles
+from .sidecar import FileState, PromptEntry, Present, TurnFiles, agent_history_note
 from .snapshot_cut import (
     Boundary,
     CommittedSnapshotResult,
@@ -162,6 +162,8 @@ class RewindImpact:
     externally_modified: tuple[ExternalChange, ...]
     git: GitCheck
     token: StateToken
+    #: What happens to the agent's own history (None: there is none).
+    agent_history: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -407,7 +409,8 @@ async def prepare_rewind(
     discarded = tuple(TurnLabel.of(e) for e in state.state.prompts[boundary.kept_turns :])
     gaps = tuple(plan.gaps[p] for p in sorted(plan.gaps))
     changes_transcript = plan.artifacts is not state.artifacts
-    return RewindImpact(session_id, boundary, boundary.kept_turns, discarded, changes_transcript, rows, gaps, external, git, token)
+    note = agent_history_note(state.sidecar.engine, copy=False)
+    return RewindImpact(session_id, boundary, boundary.kept_turns, discarded, changes_transcript, rows, gaps, external, git, token, note)
 
 
 def _boundary_of(token: StateToken) -> Boundary:

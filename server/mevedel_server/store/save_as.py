@@ -30,7 +30,7 @@ from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from .lifecycle_token import LifecycleRefused, StateToken
 from .publication import donors_of
 from .rewind import plan_time, refuse_in_flight, refuse_live
-from .sidecar import NameRefused, NamingState, normalize_display_name
+from .sidecar import NameRefused, NamingState, agent_history_note, normalize_display_name
 from .snapshot_cut import cut_snapshot, load_committed_state, whole
 from .turns import Conversation
 from .workspace import check_session_id
@@ -49,6 +49,8 @@ class SaveAsImpact:
     artifacts: int
     size: int
     token: StateToken
+    #: What happens to the agent's own history (None: there is none).
+    agent_history: str | None = None
 
 
 def _name(session_id: str, name: str) -> str:
@@ -87,6 +89,7 @@ async def prepare_save_as(
         len(entries),
         sum(e.size for e in entries.values()),
         token,
+        agent_history_note(sidecar.engine, copy=True),
     )
 
 

@@ -201,6 +201,24 @@ class EngineRef(_Closed, kw_only=True):
     state: EngineState = EngineState.UNSTARTED
 
 
+def agent_history_note(engine: EngineRef | None, *, copy: bool) -> str | None:
+    """What a lifecycle transaction does to the agent's own history, for
+    its impact: None when no native conversation is retained. ``copy``:
+    the transaction makes a new session (Fork, Worktree Fork, Save As)
+    rather than moving this one (Rewind, Redo)."""
+    if engine is None or engine.native_session_id is None or engine.state is EngineState.DETACHED:
+        return None
+    if copy:
+        return (
+            f"the new session does not continue agent {engine.agent}'s own history of this conversation; "
+            "its first prompt starts a new one from a transcript excerpt"
+        )
+    return (
+        f"agent {engine.agent}'s own history of this conversation will be detached; "
+        "the next prompt starts a new one from a transcript excerpt"
+    )
+
+
 class Layout(_Closed, kw_only=True):
     """How many stored parts each append-only log has (see
     :class:`~.transcript.LineLog`): a reader knows exactly which logical

@@ -62,7 +62,7 @@ from .git_runner import GitDidNotFinish, GitMissing, GitOutcome, GitRunner, git_
 from .project_files import WORKTREES_DIR, converge_files
 from .publication import donors_of
 from .rewind import TurnLabel, plan_time
-from .sidecar import ForkType, Present, TurnFiles, WorktreeOrigin
+from .sidecar import ForkType, Present, TurnFiles, WorktreeOrigin, agent_history_note
 from .snapshot_cut import CommittedState, load_committed_state
 from .workspace import check_session_id
 
@@ -128,6 +128,8 @@ class WorktreeForkImpact:
     local_files: tuple[str, ...]
     plans_note: str
     token: StateToken
+    #: What happens to the agent's own history (None: there is none).
+    agent_history: str | None = None
 
 
 @dataclass
@@ -417,6 +419,7 @@ async def prepare_worktree_fork(
         tuple(local),
         NO_PLAN_RECORD,
         token,
+        agent_history_note(state.sidecar.engine, copy=True),
     )
 
 
