@@ -252,3 +252,38 @@ async def test_rewind_and_fork_detach_the_agents_history_and_continue_from_an_ex
     assert again["turn"] == 2
     assert len([e for e in events(log) if e["event"] == "new_session"]) == sessions_before + 1
     assert "excerpt" in json.dumps([e for e in events(log) if e["event"] == "prompt"][-1]["params"])
+
+
+async def test_on_an_ssh_workspace_the_agents_writes_and_commands_run_there_and_rewind_restores_them(openssh_server, tmp_path):
+    from ssh_fixtures import ALIAS
+
+    from .test_ssh_workspace import remote_params, server_config, ssh_home
+
+    project = tmp_path / "remote project"
+    project.mkdir()
+    (project / "kept.txt").write_text("remote before\n")
+    (project / "doomed.txt").write_text("remote doomed\n")
+    url = f"ssh://{ALIAS}{project}"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [[
+        {"read": {"path": "kept.txt"}},
+        {"write": {"path": "kept.txt", "content": "agent over ssh\n"}},
+        {"terminal": {"command": "sh", "args": ["-c", "echo made > made.txt; rm doomed.txt; pwd"]}},
+    ]]}))
+    settings = {"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}, "defaultAgent": "scripted"}
+    client = await server_config(ssh_home(tmp_path, openssh_server)).start()
+    try:
+        await client.initialize_session(remote_params(url, **settings))
+        watch = Watch(client)
+        result = await prompt(client, "Edit over there", workspaceFolder=url)
+        assert result["outcome"] == "completed", result
+        said = watch.text()
+        assert "read kept.txt: remote before" in said and "ran: exit 0" in said and str(project) in said
+        assert (project / "kept.txt").read_text() == "agent over ssh\n"
+        assert (project / "made.txt").read_text() == "made\n" and not (project / "doomed.txt").exists()
+        impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before", "workspaceFolder": url})
+        await request(client, methods.REWIND_COMMIT, {"token": impact["token"], "workspaceFolder": url})
+        assert (project / "kept.txt").read_text() == "remote before\n"
+        assert (project / "doomed.txt").read_text() == "remote doomed\n" and not (project / "made.txt").exists()
+    finally:
+        await client.shutdown_session()
