@@ -867,7 +867,7 @@ class Executor:
             truncated = True
         finally:
             os.close(fd)
-        names = "".join([name + "\0" for name in scan.names])
+        names = "\0".join(scan.names) + "\0" if scan.names else ""
         value = (names, b"".join(scan.facts), [list(item) for item in scan.unwalked], scan.racy, truncated, started)
         return (OK, value, None, False)
 

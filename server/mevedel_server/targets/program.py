@@ -315,11 +315,37 @@ class FileScan:
     def __len__(self) -> int:
         return len(self.facts) // _SCAN_FACTS.size
 
-    def entries(self) -> dict[str, ScanFacts]:
-        """Every entry's path and facts."""
+    def paths(self) -> list[str]:
+        """Every entry's path, in the scan's order."""
         paths = self.names.split("\0")
         paths.pop()
-        return dict(zip(paths, _SCAN_FACTS.iter_unpack(self.facts)))
+        return paths
+
+    def entries(self) -> dict[str, ScanFacts]:
+        """Every entry's path and facts."""
+        return dict(zip(self.paths(), _SCAN_FACTS.iter_unpack(self.facts)))
+
+    def facts_at(self, index: int) -> ScanFacts:
+        """The facts of the ``index``-th entry."""
+        return _SCAN_FACTS.unpack_from(self.facts, index * _SCAN_FACTS.size)
+
+    def changed_since(self, earlier: FileScan) -> list[int]:
+        """The indices of the entries whose facts differ from ``earlier``'s,
+        a scan of the very same names (compared block by block, so a few
+        changes among many entries cost a few comparisons)."""
+        if earlier.names != self.names:
+            raise ValueError("only a scan of the same names compares entry by entry")
+        size = _SCAN_FACTS.size
+        block = size * 64
+        mine, theirs = self.facts, earlier.facts
+        changed = []
+        for start in range(0, len(mine), block):
+            if mine[start : start + block] == theirs[start : start + block]:
+                continue
+            for offset in range(start, min(start + block, len(mine)), size):
+                if mine[offset : offset + size] != theirs[offset : offset + size]:
+                    changed.append(offset // size)
+        return changed
 
 
 @dataclass(frozen=True)
