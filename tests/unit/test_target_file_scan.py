@@ -209,6 +209,25 @@ def _reader(data: bytes):
     return read
 
 
+async def test_changed_since_names_the_entries_whose_facts_moved(root):
+    for i in range(300):
+        write(root, f"f{i:03}", b"x")
+    target = LocalTarget(root)
+    first = await scan(target)
+    paths = first.paths()
+    assert first.changed_since(first) == []
+    for name in ("f000", "f150", "f299"):
+        with open(root / name, "ab") as handle:
+            handle.write(b"y")
+    second = await scan(target)
+    assert second.names == first.names
+    assert sorted(paths[i] for i in second.changed_since(first)) == ["f000", "f150", "f299"]
+    assert second.facts_at(paths.index("f150")) == second.entries()["f150"]
+    write(root, "new", b"")
+    with pytest.raises(ValueError):
+        (await scan(target)).changed_since(first)
+
+
 def test_a_malformed_scan_answer_is_refused():
     program = ControlProgram([ScanTree(".")])
     with pytest.raises(ValueError):

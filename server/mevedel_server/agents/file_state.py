@@ -20,8 +20,11 @@ record on to the new state. Everything goes through the workspace's
   answers only the digest: content never travels to refresh the record. The
   record holds facts and digests, never contents.
 - Before-content is read back from those blobs (checked against their
-  names) only for the files :meth:`~FileStateRecord.changes` reports; a blob
-  no recorded file names any more is removed once they are read.
+  names) only for the files :meth:`~FileStateRecord.changes` reports, in
+  the program of the snapshots. A blob no recorded file names any more
+  (its before-content returned, if it was) is removed by the next walk's
+  program, so removal costs no round trip: a refresh with nothing changed
+  is one program, with files changed two.
 
 What the record does not see or cannot give, and how it says so:
 
@@ -52,8 +55,8 @@ What the record does not see or cannot give, and how it says so:
   refuses to guess: :class:`FileStateError`.
 
 One record per ``blob_dir`` at a time: blobs are reference-counted in this
-object's memory, and blobs it does not know are removed at its first
-refresh (left by an earlier process).
+object's memory, and the blobs its first walk finds in the store but does
+not name (left by an earlier process) are removed with the next one.
 """
 
 from __future__ import annotations
@@ -78,7 +81,6 @@ from ..targets import (
     SnapshotFile,
     Status,
     Target,
-    TargetError,
     raise_for_result,
     split_target_path,
 )
@@ -172,9 +174,11 @@ class FileStateRecord:
         self._tracked: dict[str, int] = {}
         #: Directories the last walk did not enter: path -> reason.
         self._unwalked: dict[str, str] = {}
-        #: The last walk's packed answer, while the record is exactly it.
-        self._same_as: tuple[str, bytes, tuple] | None = None
-        #: Digests whose last reference went (removed after the walk).
+        #: The last walk's answer, while the record is exactly it, and its
+        #: paths in order.
+        self._same_as: FileScan | None = None
+        self._paths: list[str] = []
+        #: Blobs no recorded file names any more: removed by the next walk.
         self._orphans: set[str] = set()
 
     # -- the API -------------------------------------------------------------
@@ -201,16 +205,14 @@ class FileStateRecord:
     async def _sync(self, *, report: bool) -> list[FileChange]:
         first = not self._primed
         scan, stored = await self._walk(first)
-        key = (scan.names, scan.facts, scan.unwalked)
-        if key == self._same_as and not self._racy:
-            return []  # the very same answer as the walk the record is
-        current = scan.entries()
-        old = self._facts
+        if self._same_as is not None and scan.facts == self._same_as.facts and scan.names == self._same_as.names:
+            if scan.unwalked == self._same_as.unwalked and not self._racy:
+                return []  # the very same answer as the walk the record is
         unwalked = dict(scan.unwalked)
-        # Below a directory not walked this time, a recorded path is kept as
-        # it was; otherwise one the walk did not meet is gone.
-        deleted = [path for path in old.keys() - current.keys() if self._below(path, unwalked) is None]
-        candidates = [] if old == current else [path for path, facts in current.items() if old.get(path) != facts]
+        old = self._facts
+        # current: the walked facts of every path to look at (new, changed,
+        # or racy); deleted: recorded paths the walk no longer meets.
+        current, candidates, deleted = self._diff(scan, unwalked)
         rechecks = [path for path in self._racy if path in current and old.get(path) == current[path]]
         recheck_set = set(rechecks)
         captures = [path for path in (*candidates, *rechecks) if self._capturable(current[path])]
@@ -270,11 +272,38 @@ class FileStateRecord:
         self._racy = {path for path in scan.racy if path in self._digest}
         self._racy.update(path for path in captures if path in self._digest and max(current[path][2], current[path][3]) >= floor)
         self._unwalked = unwalked
-        self._same_as = key if consistent else None
+        self._same_as = scan if consistent else None
         self._primed = True
-        await self._collect(stored)
+        self._orphans.update(name for name in stored if name not in self._refs)
         changes.sort(key=lambda change: change.path)
         return changes
+
+    def _diff(self, scan: FileScan, unwalked: dict[str, str]) -> tuple[dict[str, ScanFacts], list[str], list[str]]:
+        """``(current, candidates, deleted)`` of ``scan`` against the record:
+        the walked facts of the paths new or changed (``candidates``) and of
+        the racy ones, and the recorded paths gone."""
+        old = self._facts
+        last = self._same_as
+        if last is not None and scan.names == last.names and scan.unwalked == last.unwalked and len(self._paths) == len(scan):
+            # The same names as the walk the record is: compare the packed
+            # facts (a command that edits files in place, the usual case).
+            paths = self._paths
+            current = {paths[index]: scan.facts_at(index) for index in scan.changed_since(last)}
+            candidates = list(current)
+            current.update((path, old[path]) for path in self._racy if path not in current)
+            return current, candidates, []
+        entries = scan.entries()
+        paths = scan.paths()
+        # Indices stay aligned with the packed facts only without repeats
+        # (a well-formed walk has none).
+        self._paths = paths if len(paths) == len(entries) else []
+        # Below a directory not walked this time, a recorded path is kept as
+        # it was; otherwise one the walk did not meet is gone.
+        deleted = [path for path in old.keys() - entries.keys() if self._below(path, unwalked) is None]
+        candidates = [] if old == entries else [path for path, facts in entries.items() if old.get(path) != facts]
+        current = {path: entries[path] for path in candidates}
+        current.update((path, entries[path]) for path in self._racy if path in entries and path not in current)
+        return current, candidates, deleted
 
     async def _walk(self, first: bool) -> tuple[FileScan, tuple[str, ...]]:
         """The scan, and on the first walk the blob store's names."""
@@ -286,11 +315,18 @@ class FileStateRecord:
             limit=SCAN_LIMIT,
             racy_ns=RACY_NS,
         )
-        ops: list[Operation] = [scan_op]
+        # Blobs the record stopped naming at the last walk go in this one's
+        # program: no round trip of their own.
+        self._orphans -= self._refs.keys()
+        removes = [Remove(f"{self._store}/{name}", optional=True) for name in sorted(self._orphans)]
+        ops: list[Operation] = [*removes, scan_op]
         if first:
             ops = [MakeDirs(self._store, optional=True), ListDir(self._store, optional=True), scan_op]
         result = await self._target.run(ControlProgram(ops))
         raise_for_result(scan_op, result[-1])
+        for op, outcome in zip(removes, result.results):
+            if outcome.ok or outcome.status is Status.ABSENT:
+                self._orphans.discard(op.path.rsplit("/", 1)[1])
         scan: FileScan = result[-1].value
         if scan.truncated:
             raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
@@ -436,20 +472,6 @@ class FileStateRecord:
         else:
             del self._refs[digest]
             self._orphans.add(digest)
-
-    async def _collect(self, stored: Iterable[str]) -> None:
-        """Remove the blobs no recorded file names (and, on the first walk,
-        whatever else the store held)."""
-        self._orphans = {digest for digest in self._orphans if digest not in self._refs}
-        self._orphans.update(name for name in stored if name not in self._refs)
-        removes = [Remove(f"{self._store}/{name}", optional=True) for name in sorted(self._orphans)]
-        try:
-            for start in range(0, len(removes), OPS_PER_PROGRAM):
-                batch = removes[start : start + OPS_PER_PROGRAM]
-                await self._target.run(ControlProgram(batch))
-                self._orphans.difference_update(op.path.rsplit("/", 1)[1] for op in batch)
-        except TargetError:
-            pass  # a cache left behind; tried again after the next walk
 
 
 def _batches(ops: list[tuple[str, Operation, int]]) -> Iterator[list[tuple[str, Operation, int]]]:
