@@ -33,6 +33,7 @@ from mevedel_server.targets import (
     ProgramTarget,
     ScanTree,
     SnapshotFile,
+    TargetOperationError,
 )
 from mevedel_server.targets.executor import SCAN_FACTS
 
@@ -205,6 +206,37 @@ class CoarseClock(ProgramTarget):
         packed = b"".join(struct.pack(SCAN_FACTS, *facts) for facts in entries.values())
         names = "".join(path + "\0" for path in entries)
         return FileScan(names, packed, scan.unwalked, scan.racy, scan.truncated, scan.started_ns)
+
+
+class FailingSnapshots(ProgramTarget):
+    """Fails the next ``fail`` programs that snapshot a file."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.fail = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        if self.fail and any(isinstance(op, SnapshotFile) for op in program.operations):
+            self.fail -= 1
+            raise TargetOperationError("x", "the connection dropped")
+        return await self.inner.run(program)
+
+
+async def test_a_walk_that_fails_midway_leaves_the_record_as_it_was(root):
+    write(root, "a.txt", "a1")
+    write(root, "c.txt", "c1")
+    target = FailingSnapshots(LocalTarget(root))
+    record = FileStateRecord(target)
+    await record.refresh()
+    write(root, "a.txt", "a2")
+    os.rename(root / "c.txt", root / "b.txt")
+    target.fail = 1
+    with pytest.raises(TargetOperationError):
+        await record.changes()
+    os.rename(root / "b.txt", root / "c.txt")  # the same names as the record's walk again
+    assert await record.changes() == [FileChange("a.txt", b"a1")]
+    write(root, "c.txt", "c2")
+    assert await record.changes() == [FileChange("c.txt", b"c1")]
 
 
 async def test_changes_before_any_refresh_is_refused(root):

@@ -212,7 +212,7 @@ class FileStateRecord:
         old = self._facts
         # current: the walked facts of every path to look at (new, changed,
         # or racy); deleted: recorded paths the walk no longer meets.
-        current, candidates, deleted = self._diff(scan, unwalked)
+        current, candidates, deleted, paths = self._diff(scan, unwalked)
         rechecks = [path for path in self._racy if path in current and old.get(path) == current[path]]
         recheck_set = set(rechecks)
         captures = [path for path in (*candidates, *rechecks) if self._capturable(current[path])]
@@ -272,16 +272,20 @@ class FileStateRecord:
         self._racy = {path for path in scan.racy if path in self._digest}
         self._racy.update(path for path in captures if path in self._digest and max(current[path][2], current[path][3]) >= floor)
         self._unwalked = unwalked
-        self._same_as = scan if consistent else None
+        # Committed together: a later walk of the same names is compared
+        # with this one by index.
+        self._same_as, self._paths = (scan, paths) if consistent else (None, [])
         self._primed = True
         self._orphans.update(name for name in stored if name not in self._refs)
         changes.sort(key=lambda change: change.path)
         return changes
 
-    def _diff(self, scan: FileScan, unwalked: dict[str, str]) -> tuple[dict[str, ScanFacts], list[str], list[str]]:
-        """``(current, candidates, deleted)`` of ``scan`` against the record:
-        the walked facts of the paths new or changed (``candidates``) and of
-        the racy ones, and the recorded paths gone."""
+    def _diff(self, scan: FileScan, unwalked: dict[str, str]) -> tuple[dict[str, ScanFacts], list[str], list[str], list[str]]:
+        """``(current, candidates, deleted, paths)`` of ``scan`` against the
+        record: the walked facts of the paths new or changed
+        (``candidates``) and of the racy ones, the recorded paths gone, and
+        the scan's paths in order (empty when they do not line up with its
+        facts). Changes nothing."""
         old = self._facts
         last = self._same_as
         if last is not None and scan.names == last.names and scan.unwalked == last.unwalked and len(self._paths) == len(scan):
@@ -291,19 +295,18 @@ class FileStateRecord:
             current = {paths[index]: scan.facts_at(index) for index in scan.changed_since(last)}
             candidates = list(current)
             current.update((path, old[path]) for path in self._racy if path not in current)
-            return current, candidates, []
+            return current, candidates, [], paths
         entries = scan.entries()
         paths = scan.paths()
-        # Indices stay aligned with the packed facts only without repeats
-        # (a well-formed walk has none).
-        self._paths = paths if len(paths) == len(entries) else []
+        if len(paths) != len(entries):
+            paths = []  # a path twice: indices would not line up (a well-formed walk has none)
         # Below a directory not walked this time, a recorded path is kept as
         # it was; otherwise one the walk did not meet is gone.
         deleted = [path for path in old.keys() - entries.keys() if self._below(path, unwalked) is None]
         candidates = [] if old == entries else [path for path, facts in entries.items() if old.get(path) != facts]
         current = {path: entries[path] for path in candidates}
         current.update((path, entries[path]) for path in self._racy if path in entries and path not in current)
-        return current, candidates, deleted
+        return current, candidates, deleted, paths
 
     async def _walk(self, first: bool) -> tuple[FileScan, tuple[str, ...]]:
         """The scan, and on the first walk the blob store's names."""
@@ -321,6 +324,7 @@ class FileStateRecord:
         removes = [Remove(f"{self._store}/{name}", optional=True) for name in sorted(self._orphans)]
         ops: list[Operation] = [*removes, scan_op]
         if first:
+            removes = []
             ops = [MakeDirs(self._store, optional=True), ListDir(self._store, optional=True), scan_op]
         result = await self._target.run(ControlProgram(ops))
         raise_for_result(scan_op, result[-1])
