@@ -287,3 +287,91 @@ async def test_on_an_ssh_workspace_the_agents_writes_and_commands_run_there_and_
         assert (project / "doomed.txt").read_text() == "remote doomed\n" and not (project / "made.txt").exists()
     finally:
         await client.shutdown_session()
+
+
+async def test_malformed_lines_from_the_agent_are_skipped_and_the_turn_goes_on(client, workspace):
+    watch = Watch(client)
+    configure(client, workspace, [[{"say": "before "}, {"garbage": "this is not json{"}, {"garbage": "[1]"},
+                                   {"garbage": "null"}, {"garbage": "{\"jsonrpc\": \"2.0\", \"id\": 99999, \"result\": 1}"},
+                                   {"say": "after"}]])
+    result = await prompt(client, "Garbage")
+    assert result["outcome"] == "completed" and watch.text() == "before after"
+    assert (await request(client, methods.SESSION_LIST, {}))["sessions"]  # still serving
+
+
+def _alive(pid: int) -> bool:
+    try:
+        import os
+
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_closing_the_session_stops_its_agent(client, workspace):
+    log = configure(client, workspace, [[{"say": "hi"}]])
+    done = await prompt(client, "Hi")
+    pid = next(e["pid"] for e in events(log) if e["event"] == "initialize")
+    assert _alive(pid)
+    await request(client, methods.SESSION_CLOSE, {"sessionId": done["sessionId"]})
+    for _ in range(100):
+        if not _alive(pid):
+            break
+        await asyncio.sleep(0.05)
+    assert not _alive(pid), "the agent outlived its session"
+
+
+async def test_a_cancelled_prompt_request_cancels_the_agents_turn(client, workspace):
+    import uuid
+    from concurrent.futures import Future
+
+    from pygls.protocol import JsonRPCRequestMessage
+
+    watch = Watch(client)
+    log = configure(client, workspace, [[{"say": "Started"}, {"wait_cancel": 30}, {"say": "never said"}]])
+    protocol = client.protocol
+    msg_id = str(uuid.uuid4())
+    protocol._request_futures[msg_id] = Future()
+    protocol._send_data(JsonRPCRequestMessage(id=msg_id, method=methods.TURN_PROMPT, jsonrpc="2.0", params={"text": "Go"}))
+    for _ in range(200):
+        if "Started" in watch.text():
+            break
+        await asyncio.sleep(0.05)
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+    for _ in range(200):
+        if watch.updates and watch.updates[-1]["phase"] == "settled":
+            break
+        await asyncio.sleep(0.05)
+    assert watch.updates[-1]["phase"] == "settled" and watch.updates[-1]["outcome"] == "interrupted"
+    assert any(e["event"] == "cancel" for e in events(log))
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    assert shown["summary"]["state"] == "interrupted" and "never said" not in json.dumps(shown)
+
+
+async def test_a_server_exit_during_a_turn_stops_the_agent_and_settles_the_turn_interrupted(tmp_path):
+    from mevedel_server.store import ClientIdentity
+    from mevedel_server.store.service import SessionService
+    from mevedel_server.targets import LocalTarget
+
+    from .conftest import SERVER, initialize_params
+
+    project = tmp_path / "project"
+    project.mkdir()
+    client = await SERVER.start()
+    watch = Watch(client)
+    await client.initialize_session(initialize_params(project))
+    log = configure(client, project, [[{"say": "Started"}, {"wait_cancel": 30}]])
+    running = asyncio.ensure_future(prompt(client, "Go"))
+    for _ in range(200):
+        if "Started" in watch.text():
+            break
+        await asyncio.sleep(0.05)
+    pid = next(e["pid"] for e in events(log) if e["event"] == "initialize")
+    await client.shutdown_session()
+    running.cancel()
+    assert not _alive(pid)
+    service = SessionService(LocalTarget(project), ClientIdentity.generate())
+    listed = (await service.list()).rows
+    turns = await service.turns(listed[0].session_id)
+    assert [t.state for t in turns] == ["interrupted"], [t.reason for t in turns]

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from acp import RequestError, schema
 
-from ..store.service import SessionService
+from ..store.service import SessionService, is_refusal
 from ..store.sidecar import EngineRef, EngineState
 from ..store.transcript import Outcome
 from ..targets import ControlProgram, Read, Status
@@ -120,6 +120,8 @@ class _Turn:
     cancelled: bool = False
     last_activity: float = field(default_factory=time.monotonic)
     permission_tasks: set[asyncio.Task] = field(default_factory=set)
+    #: Set once the turn has settled (whatever its outcome).
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class _Running:
@@ -348,6 +350,7 @@ class AgentEngine:
             return await self._run_turn(running, turn, text, blocks, excerpt, reconcile, config)
         finally:
             running.turn = None
+            turn.settled.set()
 
     async def _run_turn(self, running: _Running, turn: _Turn, text: str, blocks: list, excerpt: str | None,
                         reconcile: bool, config: AgentConfig) -> PromptOutcome:
@@ -398,7 +401,9 @@ class AgentEngine:
                 raise AgentError(FAILED, f"agent {turn.agent!r}", f"failed the prompt: {refused}", f"its log is {process.log_path}") from None
             except (ConnectionError, BrokenPipeError):
                 await process._reap()
-                raise AgentError(FAILED, f"agent {turn.agent!r}", f"{process.why_gone()} during the turn",
+                why = process.why_gone()
+                await process.stop(grace=0.5)  # a closed connection with a live process is of no use
+                raise AgentError(FAILED, f"agent {turn.agent!r}", f"{why} during the turn",
                                  f"the next prompt restarts it; its log is {process.log_path}") from None
             now = time.monotonic()
             if turn.recorder.updates != seen or turn.permission_tasks or running.terminals.running:
@@ -436,10 +441,20 @@ class AgentEngine:
         with contextlib.suppress(Exception):
             await self._capture_changes(session_id)
         alive = running.process.alive
-        self._set_engine(session_id, running, EngineState.READY if outcome is Outcome.COMPLETED and alive else EngineState.UNCERTAIN)
         if not alive:
             await running.process.stop()
-        await self.service.settle(session_id, outcome, reason=reason)
+        try:
+            self._set_engine(session_id, running, EngineState.READY if outcome is Outcome.COMPLETED and alive else EngineState.UNCERTAIN)
+            await self.service.settle(session_id, outcome, reason=reason)
+        except Exception as failure:
+            # The session went away under the turn (closed, its lease lost):
+            # what was checkpointed stays; the next owner resumes the turn
+            # as interrupted.
+            if not is_refusal(failure):
+                raise
+            _log.warning("session %s: the turn could not be settled here: %s", session_id, failure)
+            error = error or AgentError(FAILED, f"session {session_id}", f"the turn could not be settled: {failure}")
+            outcome = Outcome.INTERRUPTED if turn.cancelled else Outcome.ERRORED
         if error is not None and turn.cancelled:
             error = None
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "settled", turn.turn, turn.turn_id, (), outcome.value, stop_reason, error))
@@ -469,20 +484,31 @@ class AgentEngine:
 
     # Lifetime ---------------------------------------------------------------------
 
-    async def stop(self, session_id: str) -> None:
-        """Stop the session's agent (the session closes or is released)."""
-        running = self._running.pop(session_id, None)
+    async def stop(self, session_id: str, *, grace: float | None = None) -> None:
+        """Stop the session's agent (the session closes, its lease is lost,
+        the server exits). A turn in flight is cancelled first and given
+        ``grace`` seconds (default: the cancel timeout) to settle as
+        interrupted before the process is ended."""
+        running = self._running.get(session_id)
         if running is None:
             return
-        if running.turn is not None:
-            await self.cancel(session_id)
+        turn = running.turn
+        if turn is not None:
+            if not turn.cancelled:
+                turn.cancelled = True
+                self.front.turn_update(TurnUpdate(session_id, turn.agent, "cancelling", turn.turn, turn.turn_id))
+                await self._cancel_agent(running, turn, self.config())
+            wait = self.config().cancel_timeout_seconds if grace is None else grace
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(turn.settled.wait(), wait)
+        if self._running.get(session_id) is running:
+            del self._running[session_id]
         await running.terminals.close_all()
-        await running.process.stop()
+        await running.process.stop(grace=0.5 if grace is not None else 2.0)
 
-    async def stop_all(self) -> None:
-        for session_id in list(self._running):
-            with contextlib.suppress(Exception):
-                await self.stop(session_id)
+    async def stop_all(self, grace: float = 1.0) -> None:
+        """Stop every agent at once (the server exits: ``grace`` bounds it)."""
+        await asyncio.gather(*(self.stop(session_id, grace=grace) for session_id in list(self._running)), return_exceptions=True)
 
     def detach(self, session_id: str) -> None:
         """Forget the agent's own history for ``session_id`` (its transcript

@@ -50,6 +50,7 @@ class AgentProcess:
         self.native_session_id: str | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._stderr_task: asyncio.Task | None = None
+        self._stdout_task: asyncio.Task | None = None
 
     # Facts ----------------------------------------------------------------------
 
@@ -118,7 +119,9 @@ class AgentProcess:
             raise AgentError(FAILED, f"agent {self.spec.name!r}", f"could not start: {error.strerror or error}") from None
         self._stderr_task = asyncio.create_task(self._keep_stderr())
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.conn = acp.connect_to_agent(client, self.process.stdin, self.process.stdout, use_unstable_protocol=True)
+        messages = asyncio.StreamReader(limit=STDIO_LIMIT)
+        self._stdout_task = asyncio.create_task(self._only_objects(self.process.stdout, messages))
+        self.conn = acp.connect_to_agent(client, self.process.stdin, messages, use_unstable_protocol=True)
         try:
             self.init = await self.until_gone(
                 self.conn.initialize(
@@ -200,6 +203,29 @@ class AgentProcess:
         if self.process is not None and self.process.returncode is None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.process.wait(), 0.5)
+
+    async def _only_objects(self, stdout: asyncio.StreamReader, messages: asyncio.StreamReader) -> None:
+        """Pass the agent's output on line by line, dropping lines that are
+        not JSON objects: the SDK takes ``null`` for the end of the stream
+        and fails its receive loop on an array, so one bad line from an
+        agent would otherwise end the connection (a malformed object is
+        logged and skipped by the SDK itself)."""
+        try:
+            while True:
+                try:
+                    line = await stdout.readline()
+                except (ValueError, asyncio.LimitOverrunError):
+                    self._tail.append("[mevedel] dropped an output line longer than the message limit")
+                    continue
+                if not line:
+                    break
+                stripped = line.strip()
+                if stripped.startswith(b"{"):
+                    messages.feed_data(line if line.endswith(b"\n") else line + b"\n")
+                elif stripped:
+                    _log.warning("agent %s wrote a line that is not a JSON-RPC message; skipped", self.spec.name)
+        finally:
+            messages.feed_eof()
 
     async def _keep_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None
