@@ -375,3 +375,27 @@ async def test_a_server_exit_during_a_turn_stops_the_agent_and_settles_the_turn_
     listed = (await service.list()).rows
     turns = await service.turns(listed[0].session_id)
     assert [t.state for t in turns] == ["interrupted"], [t.reason for t in turns]
+
+
+async def test_allow_all_answers_without_asking_and_records_why(client, workspace):
+    watch = Watch(client)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"permissions": "allow-all"}))
+    options = [{"id": "yes", "name": "Allow once", "kind": "allow_once"}, {"id": "no", "name": "Reject", "kind": "reject_once"}]
+    configure(client, workspace, [[{"permission": {"tool_call_id": "c1", "title": "Run make", "options": options}}]])
+    await prompt(client, "Build")
+    assert watch.questions == [] and "permission: selected yes" in watch.text()
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    assert [i["output"] for i in shown["items"] if i["kind"] == "permission"] == ["Allow once (allowed by the allow-all setting)"]
+
+
+async def test_an_agent_that_takes_images_gets_image_blocks_and_resume_is_preferred_to_load(client, workspace):
+    (workspace / "pic.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16)
+    watch = Watch(client)
+    log = configure(client, workspace, [[{"echo_prompt": True}]], images=True, load_session=True, resume_session=True)
+    first = await prompt(client, "Look", attachments=["pic.png"])
+    assert "[image image/png 24 bytes]" in watch.text()
+    await request(client, methods.SESSION_CLOSE, {"sessionId": first["sessionId"]})
+    await request(client, methods.SESSION_OPEN, {"sessionId": first["sessionId"]})
+    await prompt(client, "Again", sessionId=first["sessionId"])
+    kinds = [e["event"] for e in events(log)]
+    assert "resume_session" in kinds and "load_session" not in kinds
