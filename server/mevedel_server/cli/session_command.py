@@ -14,7 +14,9 @@ from typing import Any
 
 from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary
 from ..store.lease import describe_target_time
-from .session_client import add_common, add_session_option, held_session, emit, run_command
+from ..store import TakeoverNeedsConfirmation
+from ..store.workspace import SESSION_ID_PATTERN
+from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command
 
 
 def register(subparsers: Any) -> None:
@@ -39,7 +41,7 @@ def register(subparsers: Any) -> None:
     create.set_defaults(run=run_create)
 
     opening = commands.add_parser("open", help="resume, join (read-only) or take over a saved session")
-    opening.add_argument("session_id", metavar="ID")
+    opening.add_argument("session_id", metavar="ID|NAME", help="the session id, or its display name when one session has it")
     opening.add_argument("--mode", choices=[m.value for m in OpenMode], default=OpenMode.AUTO.value)
     opening.add_argument(
         "--confirm-takeover", action="store_true", help="take over a lease whose holder let it expire"
@@ -171,9 +173,31 @@ def run_create(arguments: argparse.Namespace) -> int:
     return run_command(arguments, body)
 
 
+async def session_named(service: SessionService, given: str) -> str:
+    """``given`` when it is a session id, else the one listed session whose
+    display name it is (refused, naming the candidates, when it is not
+    exactly one)."""
+    if SESSION_ID_PATTERN.match(given):
+        return given  # an id (a malformed one is refused by open, naming why)
+    rows = (await service.list()).rows
+    named = [row.session_id for row in rows if row.display_name == given]
+    if len(named) == 1:
+        return named[0]
+    if not named:
+        raise CommandError("missing-target", f"{given!r}: no session has that name or id (mevedel session list shows them)")
+    raise CommandError("invalid-params", f"{given!r}: {len(named)} sessions have that name ({', '.join(named)}); give one id")
+
+
 def run_open(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        opened = await service.open(arguments.session_id, arguments.mode, confirm_takeover=arguments.confirm_takeover)
+        sid = await session_named(service, arguments.session_id)
+        try:
+            opened = await service.open(sid, arguments.mode, confirm_takeover=arguments.confirm_takeover)
+        except TakeoverNeedsConfirmation as asked:
+            raise CommandError(
+                "takeover-needs-confirmation",
+                f"{asked}; if that client has stopped, take it over with: mevedel session open {sid} --confirm-takeover",
+            ) from None
         data = info_data(opened.info) | {"action": opened.action, "interrupted_turn": opened.interrupted_turn}
         lines = [f"{opened.action}: {info_line(opened.info)}"]
         if opened.interrupted_turn:

@@ -1,0 +1,64 @@
+"""``mevedel session open`` by display name, and the takeover refusal that
+says how to take over."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.targets import LocalTarget
+
+
+def mevedel(workspace: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    return subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args], cwd=workspace, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+async def saved_session(workspace: Path, name: str, client: ClientIdentity, lease_seconds: int = 60) -> str:
+    service = SessionService(LocalTarget(workspace), client, lease_seconds=lease_seconds)
+    sid = (await service.create(name)).session_id
+    await service.begin_turn(sid, "hello")
+    await service.append(sid, EvidenceInput("response", text="hi"))
+    await service.settle(sid)
+    await service.detach()
+    return sid
+
+
+def test_a_session_opens_by_its_display_name_when_that_is_unambiguous(tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    first = asyncio.run(saved_session(workspace, "spike", ClientIdentity.generate()))
+    opened = mevedel(workspace, tmp_path, "session", "open", "spike", "--json")
+    assert json.loads(opened.stdout)["session_id"] == first
+    missing = mevedel(workspace, tmp_path, "session", "open", "nothing like it")
+    assert missing.returncode == 1 and "no session has that name or id" in missing.stderr
+    second = asyncio.run(saved_session(workspace, "spike", ClientIdentity.generate()))
+    twice = mevedel(workspace, tmp_path, "session", "open", "spike")
+    assert twice.returncode == 1 and "2 sessions have that name" in twice.stderr and first in twice.stderr and second in twice.stderr
+    assert "Traceback" not in missing.stderr + twice.stderr
+
+
+def test_the_takeover_refusal_names_the_flag_that_confirms_it(tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+
+    async def expired() -> str:
+        sid = await saved_session(workspace, "left", ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
+        for _ in range(100):
+            if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
+                return sid
+            await asyncio.sleep(0.05)
+        raise AssertionError("the lease never expired")
+
+    sid = asyncio.run(expired())
+    refused = mevedel(workspace, tmp_path, "session", "open", sid, "--mode", "takeover")
+    assert refused.returncode == 1 and f"mevedel session open {sid} --confirm-takeover" in refused.stderr
+    taken = mevedel(workspace, tmp_path, "session", "open", sid, "--mode", "takeover", "--confirm-takeover")
+    assert taken.returncode == 0, taken.stderr
