@@ -356,9 +356,16 @@ class AgentEngine:
                         reconcile: bool, config: AgentConfig) -> PromptOutcome:
         session_id = turn.session_id
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "running", turn.turn, turn.turn_id))
-        self._set_engine(session_id, running, EngineState.UNCERTAIN)
-        await self.service.checkpoint(session_id)  # the in-flight state, published before dispatch
-        await self.file_state.refresh()
+        try:
+            self._set_engine(session_id, running, EngineState.UNCERTAIN)
+            await self.service.checkpoint(session_id)  # the in-flight state, published before dispatch
+            await self.file_state.refresh()  # the baseline a shell command's changes are found against
+        except Exception as failure:
+            # Nothing was sent: the turn ends here, and says why, rather
+            # than dispatch work whose changes could not be checkpointed.
+            _log.exception("session %s: preparing the turn failed", session_id)
+            why = AgentError(FAILED, f"session {session_id}", f"the turn could not be prepared: {getattr(failure, 'reason', failure)}")
+            return await self._settle(running, turn, None, why)
         prompt: list = []
         if reconcile:
             prompt.append(schema.TextContentBlock(type="text", text=RECONCILIATION))
