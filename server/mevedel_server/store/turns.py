@@ -41,6 +41,7 @@ from .sidecar import (
     SIDECAR_PATH,
     Chapter,
     EngineRef,
+    EngineState,
     ForkOrigin,
     Layout,
     NamingState,
@@ -544,6 +545,14 @@ class Conversation:
         if engine == self._sidecar.engine:
             return
         self._update(self._time(at), engine=engine)
+
+    def detach_engine(self, *, at: int) -> None:
+        """Give up the external agent's own history (control passes to
+        another client): the next owner's first prompt starts a new native
+        conversation from a transcript excerpt."""
+        engine = self._sidecar.engine
+        if engine is not None and engine.state is not EngineState.DETACHED:
+            self.set_engine(msgspec.structs.replace(engine, native_session_id=None, state=EngineState.DETACHED), at=at)
 
     def apply_generated_title(self, title: str) -> str:
         """Install an automatic title (bounded to four words and sixty

@@ -410,6 +410,7 @@ class SessionControl:
             )
         result: SaveResult | None = None
         if session.lease is not None or session.materialized:
+            session.conversation.detach_engine(at=service._time_now())
             result = await session.save(session.conversation.artifacts_for_save(), force=True)
         await session.release()
         session.hand_over("released control; following the session read-only", None)
@@ -504,6 +505,7 @@ class SessionControl:
             return
         owning.finishing = True
         try:
+            session.conversation.detach_engine(at=self.service._time_now())
             await session.save(session.conversation.artifacts_for_save(), force=True)
             await session.stop_renewal()
             assert session.lease is not None
