@@ -2,11 +2,13 @@
 --
 -- Each is two-phase on the server: `.../prepare` reports the impact and a
 -- token, `.../commit` with the token rechecks and acts. This module asks
--- what to do (vim.ui.select, vim.ui.input), shows the impact in the
--- `mevedel impact` buffer, and commits only when the user picks the action
--- in the confirmation select; Cancel (or no choice) sends nothing more, so
--- nothing changes. A refusal because the session is in recovery offers
--- Retry / Abandon / Leave it.
+-- what to do (vim.ui.select, vim.ui.input), shows the whole impact (files
+-- restored, capture gaps, files changed outside, the Git index, what
+-- becomes of the agent's own history) in the `mevedel impact` window and,
+-- with Neovim's own vim.ui.select, in the confirmation question itself,
+-- and commits only when the user picks the action; Cancel (or no choice)
+-- sends nothing more, so nothing changes. A refusal because the session
+-- is in recovery offers Retry / Abandon / Leave it.
 
 local mevedel = require('mevedel')
 local client_or_notify, present, scoped = mevedel.client_or_notify, mevedel.present, mevedel.scoped
@@ -36,6 +38,15 @@ local function append(into, items)
 end
 
 -- Impact text -------------------------------------------------------------------
+
+-- What becomes of the agent's own (native) history, when the server says.
+local function agent_lines(impact)
+  if present(impact.agentHistory) then
+    return { 'Agent: ' .. impact.agentHistory }
+  end
+  return {}
+end
+M.agent_lines = agent_lines
 
 local function file_lines(impact)
   local lines = {}
@@ -83,7 +94,7 @@ function M.describe_rewind(impact)
     or string.format('to before the prompt of turn %d', impact.turn)
   local summary = string.format('Rewind %s %s: %s kept.', impact.sessionId, where, plural(impact.keptTurns, 'turn'))
   if impact.empty == true then
-    return { summary = summary, details = { 'Nothing changes.' }, action = 'Rewind' }
+    return { summary = summary, details = append({ 'Nothing changes.' }, agent_lines(impact)), action = 'Rewind' }
   end
   local details = {}
   local discarded = list(impact.discarded)
@@ -96,6 +107,7 @@ function M.describe_rewind(impact)
     table.insert(details, 'Discards no prompts')
   end
   append(details, file_lines(impact))
+  append(details, agent_lines(impact))
   return { summary = summary, details = details, action = 'Rewind' }
 end
 
@@ -118,6 +130,7 @@ function M.describe_redo(impact)
   if #back == 0 and #gone == 0 and not changes then
     table.insert(details, 'Nothing changes.')
   end
+  append(details, agent_lines(impact))
   return {
     summary = string.format('Redo %s: return to the state with %s.', impact.sessionId, plural(impact.commonTurns + #back, 'turn')),
     details = details,
@@ -138,8 +151,12 @@ local function child_lines(impact)
     table.insert(lines, 'Plans: ' .. impact.plansNote)
   end
   table.insert(lines, 'The source session is not changed.')
+  append(lines, agent_lines(impact))
   return lines
 end
+
+--- What a Conversation Fork does to the files: nothing.
+M.fork_files_note = 'The working files are left as they are: the fork works in this same checkout (only Worktree Fork gives the fork its own files).'
 
 --- A ForkImpact, or a WorktreeForkImpact when WORKTREE.
 function M.describe_fork(impact, worktree)
@@ -152,7 +169,7 @@ function M.describe_fork(impact, worktree)
     plural(impact.turns, 'turn')
   )
   if not worktree then
-    return { summary = summary, details = child_lines(impact), action = 'Fork' }
+    return { summary = summary, details = append({ M.fork_files_note }, child_lines(impact)), action = 'Fork' }
   end
   local place = impact.worktree
   local details = {
@@ -192,6 +209,7 @@ function M.describe_save_as(impact)
         plural(impact.size, 'byte')
       ),
       'The source session is not changed.',
+      unpack(agent_lines(impact)),
     },
     action = 'Save As',
   }
@@ -253,6 +271,40 @@ local function call(client, method, params)
   return nil
 end
 
+-- Whether vim.ui.select is Neovim's own (a numbered inputlist), not a
+-- picker plugin's.
+local function builtin_select()
+  local ok, info = pcall(debug.getinfo, vim.ui.select, 'S')
+  return ok and info and type(info.source) == 'string' and info.source:find('vim[/\\]ui%.lua$') ~= nil
+end
+
+--- Ask whether to commit DESCRIBED ({ summary, details, action }):
+--- ON_CHOICE(true) for the action. The impact window is drawn first; with
+--- Neovim's own vim.ui.select the question lists every impact line above
+--- the numbered choices (a picker plugin gets the summary as its prompt
+--- and the impact as `opts.impact`, with the window beside it).
+function M.confirm(described, on_choice)
+  show_impact(described)
+  pcall(vim.cmd, 'redraw')
+  local choices = { described.action, 'Cancel' }
+  if builtin_select() then
+    local lines = append({ described.summary, '' }, described.details)
+    table.insert(lines, '')
+    for i, choice in ipairs(choices) do
+      table.insert(lines, string.format('%d: %s', i, choice))
+    end
+    local picked = vim.fn.inputlist(lines)
+    return on_choice(picked == 1)
+  end
+  vim.ui.select(choices, {
+    prompt = described.summary,
+    kind = 'mevedel.confirm',
+    impact = append({ described.summary, '' }, described.details),
+  }, function(choice)
+    on_choice(choice == described.action)
+  end)
+end
+
 -- Prepare, show the impact, ask; commit with the token only on the action.
 -- ON_DONE(result) runs after a commit; nothing runs after a decline.
 local function transaction(client, prepare, commit, params, describe, on_done)
@@ -261,10 +313,9 @@ local function transaction(client, prepare, commit, params, describe, on_done)
     return
   end
   local described = describe(impact)
-  show_impact(described)
-  vim.ui.select({ described.action, 'Cancel' }, { prompt = described.summary, kind = 'mevedel.confirm' }, function(choice)
+  M.confirm(described, function(confirmed)
     hide_impact()
-    if choice ~= described.action then
+    if not confirmed then
       mevedel.notify(described.action:lower() .. ' cancelled; nothing changed', levels.INFO)
       return
     end
@@ -289,7 +340,8 @@ local function in_place_done(verb, on_done)
   end
 end
 
-local function child_done(client, verb, on_done)
+-- OPTS.show(child_id), when given, shows the child instead of its transcript.
+local function child_done(client, verb, on_done, opts)
   return function(result)
     local child = result.session
     local warning = present(result.warning) and ' (warning: ' .. result.warning .. ')' or ''
@@ -297,7 +349,11 @@ local function child_done(client, verb, on_done)
       string.format('%s %s into %s (%s, %s), now current%s', verb, result.sourceId, child.displayName, child.sessionId, plural(child.settledTurns, 'turn'), warning),
       levels.INFO
     )
-    require('mevedel.sessions').transcript(child.sessionId, client)
+    if opts and opts.show then
+      opts.show(child.sessionId)
+    else
+      require('mevedel.sessions').transcript(child.sessionId, client)
+    end
     if on_done then
       on_done(result)
     end
@@ -405,8 +461,9 @@ function M.redo(session, on_done)
   end)
 end
 
---- Fork SESSION after the response of TURN (picked when nil).
-function M.fork(turn, session, on_done)
+--- Fork SESSION after the response of TURN (picked when nil). OPTS.show(child)
+--- shows the new session (default: its transcript).
+function M.fork(turn, session, on_done, opts)
   local client = client_or_notify()
   if not client then
     return
@@ -418,7 +475,7 @@ function M.fork(turn, session, on_done)
       'mevedel/fork/commit',
       scoped(sid, { turn = chosen }),
       M.describe_fork,
-      child_done(client, 'forked', on_done)
+      child_done(client, 'forked', on_done, opts)
     )
   end)
 end
@@ -474,8 +531,8 @@ function M.variants(turn, session, on_done)
 end
 
 --- Worktree Fork of SESSION after TURN into worktree NAME (nil or empty:
---- the server allocates one).
-function M.worktree_fork(turn, name, session, on_done)
+--- the server allocates one). OPTS as for fork.
+function M.worktree_fork(turn, name, session, on_done, opts)
   local client = client_or_notify()
   if not client then
     return
@@ -504,7 +561,7 @@ function M.worktree_fork(turn, name, session, on_done)
       if on_done then
         on_done(result)
       end
-    end))
+    end, opts))
   end)
 end
 
