@@ -4,9 +4,10 @@
 -- diagnostics); this module starts it for Markdown and text buffers, passes
 -- the settings, and opens `mevedel-resource:` virtual documents read-only by
 -- reading them through `mevedel/resource/read` (sessions, their transcript
--- views and turns are in `mevedel.sessions`). Works on Neovim 0.7
--- (`vim.lsp.start_client` + `vim.lsp.buf_attach_client`) and on versions
--- with `vim.lsp.start`.
+-- views and turns are in `mevedel.sessions`, the agent chat in
+-- `mevedel.chat`). Works on Neovim 0.7 (`vim.lsp.start_client` +
+-- `vim.lsp.buf_attach_client`), on versions with `vim.lsp.start`, and from
+-- 0.11 as a `vim.lsp.config` entry (`lsp/mevedel.lua`: `vim.lsp.enable('mevedel')`).
 
 local M = {}
 
@@ -29,6 +30,25 @@ local defaults = {
   timeout_ms = 10000,
   -- Called as on_attach(client, bufnr) after the server attaches to a buffer.
   on_attach = nil,
+  -- The agent chat (`mevedel.chat`).
+  chat = {
+    -- Where :MevedelChat opens the chat: 'vsplit', 'split', 'tab' or 'current'.
+    window = 'vsplit',
+    -- Open the chat when a prompt is sent and it is not shown.
+    open_on_prompt = true,
+    -- Buffer-local keys of the chat buffer (false: no key).
+    keys = {
+      prompt = 'p',
+      cancel = '<C-c>',
+      rewind = 'r',
+      redo = 'R',
+      fork = 'f',
+      worktree_fork = 'W',
+      show_turn = '<CR>',
+      close = 'q',
+      help = '?',
+    },
+  },
 }
 
 local config = vim.deepcopy(defaults)
@@ -55,9 +75,22 @@ local SETTING_KEYS = {
   'leaseSeconds',
   'controlTransfer',
   'remoteWorkspaces',
+  'agents',
+  'defaultAgent',
+  'permissions',
+  'permissionTimeoutSeconds',
+  'agentStartTimeoutSeconds',
+  'cancelTimeoutSeconds',
+  'agentIdleTimeoutSeconds',
 }
 -- vim.json encodes an empty Lua table as an array; these are objects.
-local OBJECT_KEYS = { diagnostics = true, currentSession = true, sessionWatch = true, controlTransfer = true }
+local OBJECT_KEYS = {
+  diagnostics = true,
+  currentSession = true,
+  sessionWatch = true,
+  controlTransfer = true,
+  agents = true,
+}
 
 local function settings_object(settings)
   local copy = vim.deepcopy(settings or {})
@@ -147,10 +180,31 @@ local function on_attach(client, bufnr)
   end
 end
 
-local function client_config(root)
+local function handlers()
   local definition = function(err, result, ctx, handler_config)
     return vim.lsp.handlers['textDocument/definition'](err, normalize_locations(result), ctx, handler_config)
   end
+  return {
+    ['textDocument/definition'] = definition,
+    ['mevedel/session/didChange'] = function(err, params, ctx)
+      return require('mevedel.sessions').on_did_change(err, params, ctx)
+    end,
+    ['mevedel/session/didPublish'] = function(err, params, ctx)
+      return require('mevedel.sessions').on_did_publish(err, params, ctx)
+    end,
+    ['mevedel/control/didChange'] = function(err, params, ctx)
+      return require('mevedel.control').on_did_change(err, params, ctx)
+    end,
+    ['mevedel/turn/didUpdate'] = function(err, params, ctx)
+      return require('mevedel.chat').on_did_update(err, params, ctx)
+    end,
+    ['window/showMessageRequest'] = function(err, params, ctx)
+      return require('mevedel.sessions').on_question(err, params, ctx)
+    end,
+  }
+end
+
+local function client_config(root)
   return {
     name = 'mevedel',
     cmd = config.cmd,
@@ -158,21 +212,7 @@ local function client_config(root)
     init_options = settings_object(config.settings),
     -- Answers the server's workspace/configuration requests.
     settings = { [M.configuration_section] = settings_object(config.settings) },
-    handlers = {
-      ['textDocument/definition'] = definition,
-      ['mevedel/session/didChange'] = function(err, params, ctx)
-        return require('mevedel.sessions').on_did_change(err, params, ctx)
-      end,
-      ['mevedel/session/didPublish'] = function(err, params, ctx)
-        return require('mevedel.sessions').on_did_publish(err, params, ctx)
-      end,
-      ['mevedel/control/didChange'] = function(err, params, ctx)
-        return require('mevedel.control').on_did_change(err, params, ctx)
-      end,
-      ['window/showMessageRequest'] = function(err, params, ctx)
-        return require('mevedel.sessions').on_question(err, params, ctx)
-      end,
-    },
+    handlers = handlers(),
     on_attach = on_attach,
     on_exit = function()
       clients_by_root[root] = nil
@@ -211,6 +251,14 @@ local function buffer_clients(bufnr)
   return found
 end
 
+-- Every running mevedel client (those vim.lsp.enable started too).
+local function all_clients()
+  local all = vim.lsp.get_clients and vim.lsp.get_clients({ name = 'mevedel' }) or vim.lsp.get_active_clients()
+  return vim.tbl_filter(function(client)
+    return client.name == 'mevedel' and not invoke(client, 'is_stopped')
+  end, all)
+end
+
 -- Starts (or reuses) the server for ROOT and attaches BUFNR when given.
 -- Returns the client id.
 local function ensure_client(root, bufnr)
@@ -224,6 +272,8 @@ local function ensure_client(root, bufnr)
   local id
   if vim.lsp.start and bufnr then
     id = vim.lsp.start(client_config(root), { bufnr = bufnr })
+  elseif vim.lsp.start and vim.fn.has('nvim-0.11') == 1 then
+    id = vim.lsp.start(client_config(root), { attach = false })
   else
     id = vim.lsp.start_client(client_config(root))
     if id and bufnr then
@@ -255,7 +305,8 @@ end
 --- buffer's (a definition jump arrives from there), else any, else one
 --- started for the current directory. Waits for it to be initialized.
 function M.client()
-  local id
+  -- A chat buffer names the client it belongs to.
+  local id = live_client(vim.b.mevedel_client) and vim.b.mevedel_client or nil
   for _, bufnr in ipairs({ vim.api.nvim_get_current_buf(), vim.fn.bufnr('#') }) do
     if not id and bufnr > 0 then
       local attached = buffer_clients(bufnr)[1]
@@ -267,6 +318,16 @@ function M.client()
       if live_client(candidate) then
         id = candidate
         break
+      end
+    end
+  end
+  if not id then
+    -- One vim.lsp.enable started, for the current directory's workspace
+    -- first.
+    local cwd = vim.loop.cwd()
+    for _, client in ipairs(all_clients()) do
+      if not id or client.config.root_dir == cwd then
+        id = client.id
       end
     end
   end
@@ -516,9 +577,7 @@ end
 
 --- Open what ADDRESS names: its backing file, else its virtual document.
 function M.read_address(address)
-  if not autocommands_defined then
-    M.setup({})
-  end
+  M.ensure_autocommands()
   address = vim.trim(address or '')
   if address == '' then
     notify('give an address, like :MevedelRead work://shared/notes.md')
@@ -554,7 +613,14 @@ end
 function M.set_settings(settings)
   config.settings = settings or {}
   local object = settings_object(config.settings)
+  local seen = {}
   for _, id in pairs(clients_by_root) do
+    seen[id] = true
+  end
+  for _, client in ipairs(all_clients()) do
+    seen[client.id] = true
+  end
+  for id in pairs(seen) do
     local client = live_client(id)
     if client then
       client.config.settings = { [M.configuration_section] = object }
@@ -563,10 +629,35 @@ function M.set_settings(settings)
   end
 end
 
-local autocommands_defined = false
+--- The options in effect (setup's, else the defaults).
+function M.options()
+  return config
+end
 
-function M.setup(opts)
+local function define_virtual_documents(group)
+  vim.api.nvim_create_autocmd('BufReadCmd', {
+    group = group,
+    -- A pattern without '/' would match the name's tail only. `scheme:/*`
+    -- matches both spellings: `scheme:///...` (buffer_name_for_uri) and
+    -- `scheme:/...` (0.11+ jumps to a location with the server's URI).
+    pattern = M.virtual_scheme .. ':/*',
+    callback = function(args)
+      M.read_virtual(args.buf, args.match)
+    end,
+  })
+end
+
+--- Define what commands need without starting the server for buffers (the
+--- virtual documents' BufReadCmd), unless setup() or lsp_config() did.
+function M.ensure_autocommands()
+  if autocommands_defined then
+    return
+  end
   autocommands_defined = true
+  define_virtual_documents(vim.api.nvim_create_augroup('mevedel', { clear = true }))
+end
+
+local function apply_options(opts)
   config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
   -- Lists replace, they do not merge index by index.
   for _, key in ipairs({ 'cmd', 'filetypes', 'root_markers' }) do
@@ -577,7 +668,17 @@ function M.setup(opts)
   if opts and opts.settings then
     config.settings = opts.settings
   end
+end
+
+function M.setup(opts)
+  autocommands_defined = true
+  apply_options(opts)
   local group = vim.api.nvim_create_augroup('mevedel', { clear = true })
+  if opts and opts.autostart == false then
+    -- vim.lsp.enable('mevedel') attaches the buffers (lsp/mevedel.lua).
+    define_virtual_documents(group)
+    return
+  end
   vim.api.nvim_create_autocmd('FileType', {
     group = group,
     pattern = config.filetypes,
@@ -585,20 +686,51 @@ function M.setup(opts)
       M.attach(args.buf)
     end,
   })
-  vim.api.nvim_create_autocmd('BufReadCmd', {
-    group = group,
-    -- A pattern without '/' would match the name's tail only.
-    pattern = M.virtual_scheme .. '://*',
-    callback = function(args)
-      M.read_virtual(args.buf, args.match)
-    end,
-  })
+  define_virtual_documents(group)
   -- Buffers that were open before setup.
   for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
     if vim.api.nvim_buf_is_loaded(bufnr) and vim.tbl_contains(config.filetypes, vim.api.nvim_buf_get_option(bufnr, 'filetype')) then
       M.attach(bufnr)
     end
   end
+end
+
+--- The `vim.lsp.config` entry of Neovim 0.11+ (`lsp/mevedel.lua` returns
+--- it): `vim.lsp.enable('mevedel')` then starts the server for the
+--- filetypes, and `vim.lsp.config('mevedel', { settings = { mevedel = {...} } })`
+--- adds settings (agents, defaultAgent, ...). Options from setup(), if it
+--- ran, are the starting point.
+function M.lsp_config()
+  M.ensure_autocommands()
+  return {
+    cmd = config.cmd,
+    filetypes = config.filetypes,
+    root_markers = config.root_markers,
+    init_options = settings_object(config.settings),
+    settings = { [M.configuration_section] = settings_object(config.settings) },
+    handlers = handlers(),
+    -- Settings given through vim.lsp.config go in initialize too.
+    before_init = function(params, client_config_)
+      local given = client_config_.settings and client_config_.settings[M.configuration_section]
+      if type(given) == 'table' then
+        params.initializationOptions = settings_object(given)
+      end
+    end,
+    on_init = function(client)
+      local root = client.config.root_dir
+      if root and not live_client(clients_by_root[root]) then
+        clients_by_root[root] = client.id
+      end
+    end,
+    on_attach = on_attach,
+    on_exit = function(_, _, client_id)
+      for root, id in pairs(clients_by_root) do
+        if id == client_id then
+          clients_by_root[root] = nil
+        end
+      end
+    end,
+  }
 end
 
 return M

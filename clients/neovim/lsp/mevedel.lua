@@ -1,0 +1,17 @@
+-- The `vim.lsp.config` entry of mevedel-lsp for Neovim 0.11+: with this
+-- plugin on 'runtimepath', one line starts the server for Markdown and text
+-- buffers:
+--
+--   vim.lsp.enable('mevedel')
+--
+-- Settings (agents, defaultAgent, permissions, ...) go under `mevedel`:
+--
+--   vim.lsp.config('mevedel', { settings = { mevedel = {
+--     agents = { claude = { command = { 'npx', '-y', '@zed-industries/claude-agent-acp' } } },
+--     defaultAgent = 'claude',
+--   } } })
+--
+-- The handlers (session changes, the live turn, questions) and the
+-- `mevedel-resource:` virtual documents come with it; see
+-- docs/client-neovim.md.
+return require('mevedel').lsp_config()
