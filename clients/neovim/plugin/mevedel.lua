@@ -167,3 +167,29 @@ end, { nargs = 1, desc = 'Compact the mevedel session: a new segment starts with
 command('MevedelClear', function()
   sessions().clear(here())
 end, { nargs = 0, desc = '/clear the mevedel session: close the chat as a chapter, start a new one' })
+
+-- The agent chat: prompts go to an ACP agent as turns of the session; the
+-- chat buffer shows the turns and streams the running one.
+local function chat()
+  return require('mevedel.chat')
+end
+
+command('MevedelPrompt', function(c)
+  chat().command(c)
+end, {
+  nargs = '*',
+  range = true,
+  desc = 'Prompt the agent (no text: write it in a buffer); a range quotes those lines and attaches the file, --attach attaches the file',
+})
+
+command('MevedelChat', function(c)
+  chat().open(c.args ~= '' and c.args or here())
+end, { nargs = '?', desc = "Open the chat of the mevedel session: its turns, and the running one as it streams" })
+
+command('MevedelCancel', function()
+  chat().cancel(here())
+end, { nargs = 0, desc = "Cancel the agent's running turn" })
+
+command('MevedelAgent', function()
+  chat().pick_agent(here())
+end, { nargs = 0, desc = 'Pick the agent the mevedel session prompts' })

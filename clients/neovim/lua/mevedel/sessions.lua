@@ -353,6 +353,7 @@ function M.on_did_change(_, params, ctx)
       end
     end
   end
+  require('mevedel.chat').on_session_change(params, ctx)
   if params.reason == 'closed' then
     mevedel.notify('session ' .. params.sessionId .. ' was closed; its transcript view is no longer updated', levels.INFO)
   elseif params.reason == 'read-only' then
@@ -454,6 +455,7 @@ function M.on_did_publish(_, params, ctx)
   if present(params.heldBack) then
     mevedel.notify(params.sessionId .. ': the owner published a newer state, not adopted here: ' .. params.heldBack, levels.WARN)
   else
+    require('mevedel.chat').on_session_change(params, ctx)
     local client = vim.lsp.get_client_by_id(ctx.client_id)
     for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
       if client and vim.api.nvim_buf_is_loaded(bufnr) and vim.b[bufnr].mevedel_uri and vim.b[bufnr].mevedel_session == params.sessionId then
@@ -494,10 +496,20 @@ local function answered_late(client_id, title)
   end
 end
 
---- `window/showMessageRequest`: ask with vim.ui.select, answer the chosen
---- action. A vim.ui.select that answers later (a picker plugin) cannot hold
---- the reply, so the server gets no answer (for a takeover: Cancel) and the
---- open is sent again, confirmed, if the user then chooses Take over.
+-- The server asks permission for an agent's tool call in these words
+-- ("AGENT asks permission: TITLE"); the chat shows the question meanwhile.
+local function is_permission(message)
+  return type(message) == 'string' and message:find(' asks permission: ', 1, true) ~= nil
+end
+
+--- `window/showMessageRequest`: ask with vim.ui.select (the actions as its
+--- items; kind `mevedel.permission` for an agent's permission question,
+--- else `mevedel.question`) and answer the chosen action. From Neovim 0.10
+--- the handler runs in a coroutine, so a vim.ui.select that answers later
+--- (a picker plugin) still answers the request. On older versions the
+--- reply cannot wait: the server gets no answer (for a takeover: Cancel; for
+--- a permission: refused) and the open is sent again, confirmed, if the
+--- user then chooses Take over.
 function M.on_question(_, params, ctx)
   local titles = {}
   for _, action in ipairs(params.actions or {}) do
@@ -507,18 +519,43 @@ function M.on_question(_, params, ctx)
     mevedel.notify(params.message, levels.INFO)
     return vim.NIL
   end
+  local permission = is_permission(params.message)
+  local chat_session = permission and require('mevedel.chat').on_question_asked(ctx.client_id, params.message) or nil
+  local function done(choice)
+    if permission then
+      require('mevedel.chat').on_question_answered(chat_session)
+    end
+    return choice and { title = choice } or vim.NIL
+  end
+  local co, is_main = coroutine.running()
+  local waiting = co ~= nil and not is_main and vim.fn.has('nvim-0.10') == 1
   local answered, answer = false, nil
   local asking = true
-  vim.ui.select(titles, { prompt = 'mevedel: ' .. params.message, kind = 'mevedel.question' }, function(choice)
+  vim.ui.select(titles, { prompt = 'mevedel: ' .. params.message, kind = permission and 'mevedel.permission' or 'mevedel.question' }, function(choice)
     if asking then
       answered, answer = true, choice
+    elseif waiting then
+      -- Resumed outside the picker's callback, after the yield below.
+      vim.schedule(function()
+        coroutine.resume(co, choice)
+      end)
+    elseif permission then
+      if choice then
+        mevedel.notify('the answer came too late for this Neovim; the agent was refused', levels.WARN)
+      end
     else
       answered_late(ctx.client_id, choice)
     end
   end)
   asking = false
   if answered then
-    return answer and { title = answer } or vim.NIL
+    return done(answer)
+  end
+  if waiting then
+    return done(coroutine.yield())
+  end
+  if permission then
+    return done(nil)
   end
   late_questions[ctx.client_id] = { open = nil }
   if pending_open[ctx.client_id] then
