@@ -178,6 +178,8 @@ async def test_a_crash_mid_turn_fails_the_turn_with_its_cause_and_the_next_promp
     # A new native conversation continues from a labelled excerpt.
     prompts = [e for e in events(log) if e["event"] == "prompt"]
     assert "excerpt" in json.dumps(prompts[-1]["params"]) and "Crash please" in json.dumps(prompts[-1]["params"])
+    # After a failed turn the agent is told to check, not replay.
+    assert "did not finish cleanly" in json.dumps(prompts[-1]["params"]) and "Do not replay" in json.dumps(prompts[-1]["params"])
 
 
 async def test_an_agent_that_goes_silent_fails_the_turn_after_the_idle_timeout(client, workspace):
@@ -399,3 +401,14 @@ async def test_an_agent_that_takes_images_gets_image_blocks_and_resume_is_prefer
     await prompt(client, "Again", sessionId=first["sessionId"])
     kinds = [e["event"] for e in events(log)]
     assert "resume_session" in kinds and "load_session" not in kinds
+
+
+async def test_what_a_command_changes_but_cannot_be_captured_is_a_gap_rewind_names(client, workspace):
+    (workspace / ".gitignore").write_text("*.log\n")
+    (workspace / "build.log").write_text("old log\n")
+    configure(client, workspace, [[{"terminal": {"command": "sh", "args": ["-c", "echo new >> build.log; echo src > src.txt"]}}]])
+    await prompt(client, "Build it")
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
+    gaps = {g["path"]: g["reason"] for g in impact["gaps"]}
+    assert "ignored" in gaps["build.log"] and "src.txt" not in gaps
+    assert {r["path"] for r in impact["restores"] if r["changes"]} == {"src.txt"}
