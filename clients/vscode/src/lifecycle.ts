@@ -66,6 +66,9 @@ interface FileImpact {
   externallyModified?: ExternalChange[];
   git: GitCheck;
   token: string;
+  // What happens to the agent's own history of the conversation (absent:
+  // the session retains none).
+  agentHistory?: string | null;
 }
 
 export interface RewindImpact extends FileImpact {
@@ -109,6 +112,7 @@ export interface ForkImpact {
   localFiles?: string[];
   plansNote?: string;
   token: string;
+  agentHistory?: string | null;
 }
 
 export interface WorktreePlace {
@@ -136,6 +140,7 @@ export interface WorktreeForkImpact {
   localFiles?: string[];
   plansNote?: string;
   token: string;
+  agentHistory?: string | null;
 }
 
 export interface SaveAsImpact {
@@ -147,6 +152,7 @@ export interface SaveAsImpact {
   artifacts: number;
   size: number;
   token: string;
+  agentHistory?: string | null;
 }
 
 export interface InPlaceResult {
@@ -244,13 +250,18 @@ function fileLines(impact: FileImpact): string[] {
   return lines;
 }
 
+// The server's word on the agent's own history, when the session has one.
+function historyLines(agentHistory?: string | null): string[] {
+  return agentHistory ? [`Agent history: ${agentHistory}`] : [];
+}
+
 export function describeRewind(impact: RewindImpact): Impact {
   const where =
     impact.boundary === 'after'
       ? `to after the response of turn ${impact.turn}`
       : `to before the prompt of turn ${impact.turn}`;
   const summary = `Rewind ${impact.sessionId} ${where}: ${plural(impact.keptTurns, 'turn')} kept.`;
-  if (impact.empty) return { summary, details: ['Nothing changes.'], action: 'Rewind' };
+  if (impact.empty) return { summary, details: ['Nothing changes.', ...historyLines(impact.agentHistory)], action: 'Rewind' };
   const details: string[] = [];
   if (impact.discarded?.length) {
     details.push(`Discards ${plural(impact.discarded.length, 'prompt')}:`, ...impact.discarded.map(labelLine));
@@ -259,7 +270,7 @@ export function describeRewind(impact: RewindImpact): Impact {
   } else {
     details.push('Discards no prompts');
   }
-  details.push(...fileLines(impact));
+  details.push(...fileLines(impact), ...historyLines(impact.agentHistory));
   return { summary, details, action: 'Rewind' };
 }
 
@@ -272,14 +283,16 @@ export function describeRedo(impact: RedoImpact): Impact {
   if (gone.length) details.push(`Discards ${plural(gone.length, 'prompt')}:`, ...gone.map(labelLine));
   details.push(...fileLines(impact));
   if (!back.length && !gone.length && !(impact.restores ?? []).some((r) => r.changes)) details.push('Nothing changes.');
+  details.push(...historyLines(impact.agentHistory));
   return { summary, details, action: 'Redo' };
 }
 
-function childLines(localFiles?: string[], plansNote?: string, artifacts?: string[]): string[] {
+function childLines(localFiles?: string[], plansNote?: string, artifacts?: string[], agentHistory?: string | null): string[] {
   const lines: string[] = [];
   if (artifacts?.length) lines.push(`Carries ${plural(artifacts.length, 'attached artifact')}: ${artifacts.join(', ')}`);
   if (localFiles?.length) lines.push(`Copies ${plural(localFiles.length, 'session-local file')}: ${localFiles.join(', ')}`);
   if (plansNote) lines.push(`Plans: ${plansNote}`);
+  lines.push(...historyLines(agentHistory));
   lines.push('The source session is not changed.');
   return lines;
 }
@@ -287,7 +300,10 @@ function childLines(localFiles?: string[], plansNote?: string, artifacts?: strin
 export function describeFork(impact: ForkImpact): Impact {
   return {
     summary: `Fork ${impact.sessionId} after the response of turn ${impact.response.turn} (${impact.response.preview}): a new session with ${plural(impact.turns, 'turn')}.`,
-    details: childLines(impact.localFiles, impact.plansNote, impact.attachedArtifacts),
+    details: [
+      'The working files are left as they are: a Fork restores no files (Worktree Fork writes the turn\'s files into a new worktree).',
+      ...childLines(impact.localFiles, impact.plansNote, impact.attachedArtifacts, impact.agentHistory),
+    ],
     action: 'Fork',
   };
 }
@@ -303,7 +319,7 @@ export function describeWorktreeFork(impact: WorktreeForkImpact): Impact {
     for (const file of impact.unrestored) details.push(`  ${file.path} (${file.reason})`);
   }
   if (impact.shared?.length) details.push(`Shared, not copied (outside the checkout): ${impact.shared.join(', ')}`);
-  details.push(...childLines(impact.localFiles, impact.plansNote));
+  details.push(...childLines(impact.localFiles, impact.plansNote, undefined, impact.agentHistory));
   return {
     summary: `Worktree Fork ${impact.sessionId} after the response of turn ${impact.response.turn} (${impact.response.preview}): a new session with ${plural(impact.turns, 'turn')}.`,
     details,
@@ -316,6 +332,8 @@ export function describeSaveAs(impact: SaveAsImpact): Impact {
     summary: `Save ${impact.sessionId} as "${impact.name}": a new session with ${plural(impact.turns, 'turn')}.`,
     details: [
       `${plural(impact.segments, 'transcript segment')}, ${plural(impact.chats, 'chat')}, ${plural(impact.artifacts, 'artifact')} (${plural(impact.size, 'byte')})`,
+      'The working files are left as they are.',
+      ...historyLines(impact.agentHistory),
       'The source session is not changed.',
     ],
     action: 'Save As',
