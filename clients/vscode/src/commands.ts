@@ -1,25 +1,32 @@
 import * as vscode from 'vscode';
 import { describe, describeFailure } from './protocol';
 import { announceRecovery, lifecycleCommands } from './lifecycleCommands';
-import { scope, SessionCommandContext, sessionCommands } from './sessionCommands';
+import { scope, sessionCommands } from './sessionCommands';
+import { agentCommands } from './agentCommands';
+import { ChatContext, ChatEvents } from './chatPanel';
 
-export interface CommandContext extends SessionCommandContext {
+export interface CommandContext extends ChatContext {
   restart(): Promise<void>;
   showOutput(): void;
+  events: ChatEvents;
 }
 
 // Every palette command, by id; package.json's `contributes.commands` lists
 // the same ids (the packaging test checks both ways).
 // (The server's own `mevedel.session.*` commands are registered by the
 // language client from executeCommandProvider, so these ids differ.)
-export function commandTable(context: CommandContext): Record<string, () => Promise<void> | void> {
+export function commandTable(context: CommandContext): Record<string, (...args: any[]) => Promise<void> | void> {
   const lifecycleContext = { ...context, scope: () => scope(context) };
   const sessions = sessionCommands({
     ...context,
     opened: (state, workspaceFolder) => announceRecovery(lifecycleContext, state, workspaceFolder),
   });
   const lifecycle = lifecycleCommands(lifecycleContext);
+  const agents = agentCommands(context, context.events);
   return {
+    'mevedel.promptAgent': agents.promptAgent,
+    'mevedel.openChat': agents.openChat,
+    'mevedel.cancelTurn': agents.cancelTurn,
     'mevedel.readAddress': () => readAddress(context),
     'mevedel.restartServer': () => context.restart(),
     'mevedel.showOutput': () => context.showOutput(),

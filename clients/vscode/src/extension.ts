@@ -7,6 +7,9 @@ import {
   TransportKind,
   WorkDoneProgress,
 } from 'vscode-languageclient/node';
+import { TurnIndicator } from './agentCommands';
+import { AgentMethods, TurnDidUpdateParams } from './agents';
+import { ChatEvents } from './chatPanel';
 import { registerCommands } from './commands';
 import { ControlDidChangeParams, ControlMethods } from './control';
 import { FollowMethods, SessionDidPublishParams } from './follow';
@@ -19,19 +22,26 @@ import {
   SessionDidChangeParams,
   VIRTUAL_SCHEME,
 } from './protocol';
-import { serverCommand, serverSettings } from './settings';
+import { discoverServer, isMissing, missingServerMessage, realProbes, ServerCommand, ServerMissing } from './serverDiscovery';
+import { serverSettings } from './settings';
 import { VirtualDocumentProvider } from './virtualDocuments';
 
 let client: LanguageClient | undefined;
 let starting: Promise<void> | undefined;
+// Why there is no client: the server was not found, or did not start.
+let notRunning = 'the mevedel server is not running';
 
 function configuration(scope?: vscode.ConfigurationScope): (key: string) => unknown {
   const section = vscode.workspace.getConfiguration(CONFIGURATION_SECTION, scope);
   return (key) => section.get(key);
 }
 
-function createClient(output: vscode.OutputChannel, documents: VirtualDocumentProvider): LanguageClient {
-  const { command, args } = serverCommand(configuration());
+function createClient(
+  { command, args }: ServerCommand,
+  output: vscode.OutputChannel,
+  documents: VirtualDocumentProvider,
+  events: ChatEvents,
+): LanguageClient {
   const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [
@@ -60,8 +70,10 @@ function createClient(output: vscode.OutputChannel, documents: VirtualDocumentPr
     },
   };
   const created = new LanguageClient('mevedel', 'mevedel', serverOptions, clientOptions);
+  created.onNotification(AgentMethods.didUpdate, (update: TurnDidUpdateParams) => events.updates.fire(update));
   created.onNotification(Notifications.sessionDidChange, (change: SessionDidChangeParams) => {
     documents.sessionChanged(change);
+    events.changes.fire(change);
     if (change.reason === 'read-only') {
       void vscode.window.showWarningMessage(
         `mevedel: session ${change.sessionId} is now read-only here (another client took it over)`,
@@ -91,8 +103,9 @@ function showControlStep(change: ControlDidChangeParams): void {
 }
 
 async function ready(): Promise<LanguageClient> {
-  if (!client) throw new Error('the mevedel server is not running');
-  await starting;
+  // A start or restart in progress first; its failure is `notRunning`.
+  await starting?.catch(() => undefined);
+  if (!client) throw new Error(notRunning);
   return client;
 }
 
@@ -116,17 +129,68 @@ async function readWithProgress(ref: ResourceRef): Promise<string> {
   });
 }
 
+// The interpreter the Python extension has selected for the workspace, when
+// that extension is installed.
+async function pythonExtensionInterpreter(): Promise<string | undefined> {
+  const extension = vscode.extensions.getExtension('ms-python.python');
+  if (!extension) return undefined;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const api: any = extension.isActive ? extension.exports : await extension.activate();
+  const resource = vscode.workspace.workspaceFolders?.[0]?.uri;
+  const environments = api?.environments;
+  if (environments?.getActiveEnvironmentPath) {
+    const active = environments.getActiveEnvironmentPath(resource);
+    const resolved = await environments.resolveEnvironment?.(active);
+    const executable: string | undefined = resolved?.executable?.uri?.fsPath ?? active?.path;
+    if (executable) return executable;
+  }
+  const command: unknown = api?.settings?.getExecutionDetails?.(resource)?.execCommand?.[0];
+  return typeof command === 'string' ? command : undefined;
+}
+
+async function offerInstall(context: vscode.ExtensionContext, missing: ServerMissing): Promise<void> {
+  const chosen = await vscode.window.showErrorMessage(missingServerMessage(missing), 'Open Install Guide', 'Open Settings');
+  if (chosen === 'Open Install Guide') {
+    await vscode.commands.executeCommand('markdown.showPreview', vscode.Uri.joinPath(context.extensionUri, 'README.md'));
+  } else if (chosen === 'Open Settings') {
+    await vscode.commands.executeCommand('workbench.action.openSettings', `${CONFIGURATION_SECTION}.server.path`);
+  }
+}
+
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const output = vscode.window.createOutputChannel('mevedel');
   const documents = new VirtualDocumentProvider((uri) => readWithProgress({ uri }));
-  client = createClient(output, documents);
+  const events = new ChatEvents();
+
+  // Finds the server and starts a client for it; without one, says how to
+  // install it.
+  const start = async (): Promise<void> => {
+    const found = await discoverServer(configuration(), { ...realProbes, pythonInterpreter: pythonExtensionInterpreter });
+    if (isMissing(found)) {
+      client = undefined;
+      notRunning = missingServerMessage(found);
+      output.appendLine(notRunning);
+      void offerInstall(context, found);
+      return;
+    }
+    output.appendLine(`mevedel: starting ${[found.command, ...found.args].join(' ')} (found by: ${found.source})`);
+    client = createClient(found, output, documents, events);
+    starting = client.start();
+    try {
+      await starting;
+    } catch (error) {
+      client = undefined;
+      notRunning = `mevedel: could not start the server \`${found.command}\` (setting mevedel.server.path): ${String(error)}`;
+      void vscode.window.showErrorMessage(notRunning, 'Show Server Output').then((chosen) => chosen && output.show(true));
+    }
+  };
 
   const restart = async (): Promise<void> => {
     const old = client;
-    client = createClient(output, documents);
+    client = undefined;
     starting = (async () => {
       await old?.stop();
-      await client!.start();
+      await start();
     })();
     await starting;
     documents.refreshAll();
@@ -135,6 +199,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   context.subscriptions.push(
     output,
     documents,
+    events,
+    new TurnIndicator(events),
     vscode.workspace.registerTextDocumentContentProvider(VIRTUAL_SCHEME, documents),
     ...registerCommands({
       sender: (): Promise<RequestSender> => ready(),
@@ -146,31 +212,27 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         const folder = active ? vscode.workspace.getWorkspaceFolder(active) : vscode.workspace.workspaceFolders?.[0];
         return folder?.uri.toString();
       },
+      memory: context.workspaceState,
+      events,
     }),
     vscode.workspace.onDidChangeConfiguration(async (event) => {
-      if (!client || !event.affectsConfiguration(CONFIGURATION_SECTION)) return;
+      if (!event.affectsConfiguration(CONFIGURATION_SECTION)) return;
       if (event.affectsConfiguration(`${CONFIGURATION_SECTION}.server`)) {
-        // A different command or arguments means a different process.
+        // A different program or arguments means a different process.
         await restart();
         return;
       }
-      await starting;
-      await client.sendNotification(DidChangeConfigurationNotification.type, {
+      const running = await ready().catch(() => undefined);
+      if (!running) return;
+      await running.sendNotification(DidChangeConfigurationNotification.type, {
         settings: { [CONFIGURATION_SECTION]: serverSettings(configuration()) },
       });
     }),
     { dispose: () => void client?.stop() },
   );
 
-  starting = client.start();
-  try {
-    await starting;
-  } catch (error) {
-    const { command } = serverCommand(configuration());
-    void vscode.window.showErrorMessage(
-      `mevedel: could not start the server \`${command}\` (setting mevedel.server.command): ${String(error)}`,
-    );
-  }
+  starting = start();
+  await starting;
 }
 
 export async function deactivate(): Promise<void> {

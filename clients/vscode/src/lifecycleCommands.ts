@@ -32,7 +32,7 @@ function info(message: string): void {
 // The modal confirmation: the summary as the message, every impact line as
 // its detail, one button named for the action. Escape or Cancel declines,
 // and a declined transaction is never committed.
-const confirmModal: Confirm = async (impact: Impact) => {
+export const confirmModal: Confirm = async (impact: Impact) => {
   const chosen = await vscode.window.showWarningMessage(
     impact.summary,
     { modal: true, detail: impact.details.join('\n') },
@@ -180,23 +180,25 @@ export interface LifecycleCommandContext extends SessionCommandContext {
   scope(): Scope;
 }
 
-// A lifecycle command refused by a pending recovery offers to resolve it;
-// any other failure is shown with the server's words.
-function guarded(context: LifecycleCommandContext, body: (where: Scope) => Promise<void>): () => Promise<void> {
-  return async () => {
-    const where = context.scope();
-    try {
-      await body(where);
-    } catch (error) {
-      if (isRecoveryPending(error)) {
-        await offerRecovery(context, where, describeFailure(error)).catch((again) =>
-          vscode.window.showErrorMessage(`mevedel: ${describeFailure(again)}`),
-        );
-        return;
-      }
-      void vscode.window.showErrorMessage(`mevedel: ${describeFailure(error)}`);
+// Runs a lifecycle step; refused by a pending recovery, it offers to
+// resolve it; any other failure is shown with the server's words.
+export async function runGuarded(context: SessionCommandContext, where: Scope, body: (where: Scope) => Promise<void>): Promise<void> {
+  try {
+    await body(where);
+  } catch (error) {
+    if (isRecoveryPending(error)) {
+      await offerRecovery(context, where, describeFailure(error)).catch((again) =>
+        vscode.window.showErrorMessage(`mevedel: ${describeFailure(again)}`),
+      );
+      return;
     }
-  };
+    void vscode.window.showErrorMessage(`mevedel: ${describeFailure(error)}`);
+  }
+}
+
+// A lifecycle command acts on the command context's scope, guarded.
+function guarded(context: LifecycleCommandContext, body: (where: Scope) => Promise<void>): () => Promise<void> {
+  return () => runGuarded(context, context.scope(), body);
 }
 
 // Sessions whose following was turned off here (the server's default is

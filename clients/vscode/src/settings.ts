@@ -17,13 +17,23 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['leaseSeconds', ['leaseSeconds']],
   ['controlTransfer.promptTimeoutSeconds', ['controlTransfer', 'promptTimeoutSeconds']],
   ['controlTransfer.fenceSeconds', ['controlTransfer', 'fenceSeconds']],
+  ['sessionWatch.notifications', ['sessionWatch', 'notifications']],
   ['remoteWorkspaces', ['remoteWorkspaces']],
+  ['agents', ['agents']],
+  ['defaultAgent', ['defaultAgent']],
+  ['permissions', ['permissions']],
+  ['permissionTimeoutSeconds', ['permissionTimeoutSeconds']],
+  ['agentStartTimeoutSeconds', ['agentStartTimeoutSeconds']],
+  ['cancelTimeoutSeconds', ['cancelTimeoutSeconds']],
+  ['agentIdleTimeoutSeconds', ['agentIdleTimeoutSeconds']],
+  ['maxMessageBytes', ['maxMessageBytes']],
 ];
 
 export type Lookup = (key: string) => unknown;
 
 // The server complains about fields it does not know, so the client-only
-// `mevedel.server.*` keys never reach it. It keeps any setting a message
+// `mevedel.server.*` keys never reach it (src/serverDiscovery.ts reads
+// them). It keeps any setting a message
 // leaves out, so every one is sent, null meaning "the server's default".
 export function serverSettings(lookup: Lookup): Record<string, unknown> {
   const settings: Record<string, unknown> = {};
@@ -48,18 +58,4 @@ export function serverSettings(lookup: Lookup): Record<string, unknown> {
     node[rest[rest.length - 1]] = value;
   }
   return settings;
-}
-
-export interface ServerCommand {
-  command: string;
-  args: string[];
-}
-
-export function serverCommand(lookup: Lookup): ServerCommand {
-  const command = lookup('server.command');
-  const args = lookup('server.args');
-  return {
-    command: typeof command === 'string' && command.trim() ? command.trim() : 'mevedel-lsp',
-    args: Array.isArray(args) ? args.filter((a): a is string => typeof a === 'string') : [],
-  };
 }
