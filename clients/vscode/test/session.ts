@@ -29,7 +29,8 @@ export class ServerSession {
   // (the user, in VS Code: the language client shows them as notifications
   // with buttons). No answer is JSON null, as when a notification is closed.
   readonly questions: Question[] = [];
-  answer: (question: Question) => string | undefined = () => undefined;
+  // May take its time (a user reads the question first).
+  answer: (question: Question) => string | undefined | Promise<string | undefined> = () => undefined;
   private waiters: Array<() => void> = [];
 
   constructor(
@@ -102,9 +103,13 @@ export function makeWorkspace(files: Record<string, string>): string {
 export async function startServer(root: string, initializationOptions: unknown, settings: unknown): Promise<ServerSession> {
   const [command, ...args] = serverCommand();
   const child = spawn(command, args, { cwd: root, stdio: ['pipe', 'pipe', 'pipe'] });
-  const failedToStart = new Promise<never>((_, reject) =>
-    child.once('error', (error) => reject(new Error(`cannot start the server ${JSON.stringify([command, ...args])}: ${error.message}`))),
-  );
+  const failedToStart = new Promise<never>((_, reject) => {
+    child.once('error', (error) => reject(new Error(`cannot start the server ${JSON.stringify([command, ...args])}: ${error.message}`)));
+    // A server that dies before answering initialize says why on stderr.
+    child.once('exit', (code, signal) =>
+      reject(new Error(`the server exited (${code ?? signal}) before answering initialize:\n${session.stderr.join('')}`)),
+    );
+  });
   const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
   const session = new ServerSession(connection, child, root);
   child.stderr.setEncoding('utf8');
@@ -115,9 +120,9 @@ export async function startServer(root: string, initializationOptions: unknown, 
   );
   connection.onRequest('window/workDoneProgress/create', () => null);
   connection.onRequest('client/registerCapability', () => null);
-  connection.onRequest('window/showMessageRequest', (question: Question) => {
+  connection.onRequest('window/showMessageRequest', async (question: Question) => {
     session.questions.push(question);
-    const title = session.answer(question);
+    const title = await session.answer(question);
     return title === undefined ? null : { title };
   });
   connection.onNotification((method: string, params: any) => session.record(method, params));
