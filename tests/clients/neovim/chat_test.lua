@@ -310,6 +310,11 @@ test('chat: a permission question offers the agent options; the decision, tool c
   local during
   answering({
     ['mevedel.permission'] = function(items, formatted, on_choice)
+      -- The server may send the question before the live batch holding the
+      -- text before it: the chat shows that text while the question waits.
+      wait_for('the text before the question, while it waits', function()
+        return chat_text(chatty):find('Before asking.', 1, true) ~= nil
+      end)
       during = chat_text(chatty)
       on_choice(items[1])
     end,
