@@ -990,6 +990,10 @@ local function send_composed(bufnr)
     if vim.api.nvim_buf_is_valid(bufnr) then
       vim.api.nvim_buf_delete(bufnr, { force = true })
     end
+    -- Back where the prompt was started (the chat, say, whose keys cancel).
+    if context.from_win and vim.api.nvim_win_is_valid(context.from_win) then
+      vim.api.nvim_set_current_win(context.from_win)
+    end
     if vim.trim(text) == '' then
       mevedel.notify('the prompt is empty; nothing was sent', levels.WARN)
       return
@@ -1000,9 +1004,13 @@ local function send_composed(bufnr)
 end
 
 local function abandon_composed(bufnr)
+  local context = compose_context[bufnr] or {}
   compose_context[bufnr] = nil
   if vim.api.nvim_buf_is_valid(bufnr) then
     vim.api.nvim_buf_delete(bufnr, { force = true })
+  end
+  if context.from_win and vim.api.nvim_win_is_valid(context.from_win) then
+    vim.api.nvim_set_current_win(context.from_win)
   end
   mevedel.notify('prompt discarded', levels.INFO)
 end
@@ -1022,6 +1030,7 @@ function M.compose(context)
   vim.api.nvim_buf_set_option(bufnr, 'bufhidden', 'wipe')
   vim.api.nvim_buf_set_option(bufnr, 'swapfile', false)
   vim.api.nvim_buf_set_option(bufnr, 'filetype', 'markdown')
+  context.from_win = vim.api.nvim_get_current_win()
   compose_context[bufnr] = context
   vim.cmd('botright split')
   vim.api.nvim_win_set_buf(0, bufnr)
