@@ -218,7 +218,8 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
                         {"tool_update": {"id": "c1", "status": "completed", "text": "written", "diff": {"path": "chat.txt", "old": "original\n", "new": "agent v1\n"}}},
                         {"terminal": {"command": "sh", "args": ["-c", "ln -s doc.txt link.txt"]}},
                         {"say": "\nDone: chat.txt now says agent v1."},
-                    ]
+                    ],
+                    [{"say": "Working slowly."}, {"wait_cancel": 60}, {"say": "never said"}],
                 ]
             }
         )
@@ -280,6 +281,16 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
         session.keys("1", "Enter")
         session.wait_for("the rewound chat", lambda s: "No turns yet." in s, log)
         assert (workspace.root / "chat.txt").read_text() == "original\n"
+
+        # A prompt written from the chat (p), then cancelled with its key.
+        session.keys("p")
+        session.wait_for("the prompt buffer", lambda s: "mevedel prompt to" in s, log)
+        session.keys("Take your time", "Escape", "Enter")
+        running = session.wait_for("the running turn", lambda s: "Working slowly." in s and "running turn 1" in s, log)
+        assert "> Take your time" in running, running
+        session.keys("C-c")
+        cancelled = session.wait_for("the cancelled turn", lambda s: "idle (turn 1 interrupted)" in s, log)
+        assert "## Turn 1 (interrupted)" in cancelled and "never said" not in cancelled, cancelled
     finally:
         screen_now = ""
         try:

@@ -274,19 +274,21 @@ test('chat: two agents are offered, the pick is remembered; text streams into th
   expect(not text:find('never said', 1, true), 'the cancelled turn went on: %s', text)
   expect(turns_of(streaming)[1].state == 'interrupted', 'the server has %s', turns_of(streaming)[1].state)
 
-  -- The same session: the agent is not asked again.
+  -- The same session, from the chat's prompt key: the agent is not asked
+  -- again.
   answering({})
-  local done
-  chat.send({ text = 'And now?', session = streaming, on_done = function(result)
-    done = result
-  end })
-  wait_for('the second turn', function()
-    return done ~= nil
-  end)
-  expect(done.agent == 'scripted' and done.outcome == 'completed', 'second %s', vim.inspect(done))
+  vim.api.nvim_set_current_win(vim.fn.bufwinid(bufnr))
+  press(mevedel.options().chat.keys.prompt)
+  expect(vim.api.nvim_buf_get_name(0):find('mevedel prompt$'), 'the prompt key opened %s', vim.api.nvim_buf_get_name(0))
+  expect(vim.wo.statusline:find('mevedel prompt to ' .. streaming, 1, true), 'the prompt buffer says %s', vim.wo.statusline)
+  vim.cmd('stopinsert')
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'And now?' })
+  press('<CR>')
   wait_for('the second answer in the chat', function()
     return chat_text(streaming):find('Second answer.', 1, true) ~= nil and chat.status(streaming) == 'idle (turn 2 completed)'
   end)
+  expect(chat_text(streaming):find('## Turn 2 (completed) · scripted\n> And now?\n', 1, true), 'chat %s', chat_text(streaming))
+  expect(vim.b.mevedel_chat_session == streaming, 'after sending, the cursor is in %s', vim.api.nvim_buf_get_name(0))
   expect(#asked == 0, 'asked again: %s', vim.inspect(asked))
 end)
 
