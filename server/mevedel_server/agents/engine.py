@@ -194,6 +194,8 @@ class _Client:
         elif config.permissions == "allow-all" or (config.permissions == "allow-reads" and tool_call.kind in READ_KINDS):
             chosen, why = (allow.option_id, f"allowed by the {config.permissions} setting") if allow else (None, "no option allows it")
         else:
+            # What the agent said before asking reaches the editor first.
+            turn.recorder.feed.flush()
             question = PermissionQuestion(self.running.session_id, turn.agent, title, tool_call.kind, choices)
             task = asyncio.ensure_future(engine.front.ask_permission(question, config.permission_timeout_seconds))
             turn.permission_tasks.add(task)
