@@ -114,3 +114,6 @@ class Settings:
     #: A turn whose agent sends nothing (no update, no request) for this
     #: long, while no command runs and no question waits, has failed.
     agent_idle_timeout_seconds: int = 900
+    #: The longest message body the server reads, in bytes; a longer frame
+    #: is skipped and answered with a ``parse-error``.
+    max_message_bytes: int = 64 * 1024 * 1024

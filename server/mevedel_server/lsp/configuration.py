@@ -68,6 +68,8 @@ def _check(name: str, value: Any) -> str | None:
                 return f"[{index}] {error}"
     if name == "agents":
         return agents_problem(value)
+    if name == "maxMessageBytes" and not MIN_MESSAGE_BYTES <= value <= MAX_MESSAGE_BYTES:
+        return f"must be between {MIN_MESSAGE_BYTES} and {MAX_MESSAGE_BYTES} bytes, got {value}"
     if name in _AGENT_SECONDS and not 1 <= value <= 86_400:
         return f"must be between 1 and 86400 seconds, got {value}"
     if name == "skillRoots":
@@ -83,6 +85,12 @@ def _check(name: str, value: Any) -> str | None:
 #: connection to a remote target; a debounce longer delays every follower.
 MIN_POLL_SECONDS = 0.1
 MAX_DEBOUNCE_MS = 1000
+
+
+#: Bounds of ``maxMessageBytes``: an initialize must fit; a body is held
+#: whole in memory (and decoded), so not beyond a few GiB.
+MIN_MESSAGE_BYTES = 64 * 1024
+MAX_MESSAGE_BYTES = 2**31
 
 
 #: Bounds of ``leaseSeconds`` (renewal runs every third of it).

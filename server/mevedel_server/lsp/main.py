@@ -16,15 +16,22 @@ When a step of the sequence gave up on its time limit the process exits at
 once with the same status, without waiting for threads the step may have
 left blocked.
 
-stdin is read by a daemon thread into an ``asyncio.StreamReader``, so a read
+stdin is read by a daemon thread into a bounded queue of chunks, so a read
 still blocked at exit never holds the process (pygls reads it in a pool
-thread the interpreter joins at exit).
+thread the interpreter joins at exit) and a client writing faster than the
+server reads waits instead of filling memory.
+
+Frames are read by ``framing.FrameReader``, not pygls: whatever bytes arrive,
+the server neither dies nor stops answering (see that module), and each
+message goes through ``MevedelProtocol.receive``'s envelope and lifecycle
+checks before pygls dispatches it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import logging
 import os
 import signal
@@ -33,8 +40,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pygls.io_ import StdoutWriter, run_async
+from pygls.io_ import StdoutWriter
 
+from .framing import FrameReader
 from .server import NAME, MevedelLanguageServer, build_server, server_version
 
 _log = logging.getLogger(__name__)
@@ -134,6 +142,10 @@ async def _serve(server: MevedelLanguageServer, connect: Connect) -> int:
     else:
         why = "end of input"
     finished = await server.stop(why)
+    # A shutdown request waiting on the same stop finishes (and answers)
+    # rather than being cancelled by the loop's teardown.
+    for _ in range(3):
+        await asyncio.sleep(0)
     status = server.exit_status if server.exit_status is not None else 0 if failed is None else 1
     if not finished:
         server.exit_now(status)
@@ -144,42 +156,67 @@ async def _serve(server: MevedelLanguageServer, connect: Connect) -> int:
 async def _read(server: MevedelLanguageServer, connect: Connect) -> None:
     reader, writer = await connect()
     server.protocol.set_writer(writer)
+    frames = FrameReader(
+        reader,
+        max_bytes=lambda: server.settings.max_message_bytes,
+        on_broken=server.protocol.frame_broken,
+    )
     try:
-        await run_async(
-            stop_event=threading.Event(),
-            reader=reader,
-            protocol=server.protocol,
-            logger=logging.getLogger("pygls.server"),
-            error_handler=server.report_server_error,
-        )
-    except asyncio.IncompleteReadError:
-        _log.warning("the input ended inside a message")
+        while (body := await frames.next_body()) is not None:
+            if not server.protocol.receive(body):
+                frames.reject(body)
     except ConnectionError as error:  # the client's end of a TCP connection went away
         _log.warning("the connection was lost: %s", error)
 
 
-async def _stdio_connection() -> tuple[asyncio.StreamReader, StdoutWriter]:
+class _StdinChunks:
+    """stdin as chunks, at most ``_STDIN_QUEUE`` of them waiting: the pump
+    thread blocks while the loop is behind, so a client writing faster than
+    the server reads cannot fill memory."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(_STDIN_QUEUE)
+        self._ended = False
+
+    async def read(self, n: int = -1) -> bytes:
+        if self._ended:
+            return b""
+        chunk = await self._queue.get()
+        if not chunk:
+            self._ended = True
+        return chunk
+
+    async def put(self, chunk: bytes) -> None:
+        await self._queue.put(chunk)
+
+
+#: Chunks of stdin (64 KiB each) read ahead of the server.
+_STDIN_QUEUE = 16
+
+
+async def _stdio_connection() -> tuple[_StdinChunks, StdoutWriter]:
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    chunks = _StdinChunks()
     # Not sys.stdin.buffer: a daemon thread blocked in a buffered read holds
     # its lock, and the interpreter takes that lock when it exits.
-    thread = threading.Thread(target=_pump, args=(sys.stdin.fileno(), reader, loop), name="stdin", daemon=True)
+    thread = threading.Thread(target=_pump, args=(sys.stdin.fileno(), chunks, loop), name="stdin", daemon=True)
     thread.start()
-    return reader, StdoutWriter(sys.stdout.buffer)
+    return chunks, StdoutWriter(sys.stdout.buffer)
 
 
-def _pump(fd: int, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
-    """Copy ``fd`` into ``reader`` until end of input."""
+def _pump(fd: int, chunks: _StdinChunks, loop: asyncio.AbstractEventLoop) -> None:
+    """Copy ``fd`` into ``chunks`` until end of input (an empty chunk)."""
+    chunk = b""
     try:
         while chunk := os.read(fd, 65536):
-            loop.call_soon_threadsafe(reader.feed_data, chunk)
+            asyncio.run_coroutine_threadsafe(chunks.put(chunk), loop).result()
     except OSError as error:
         _log.error("reading stdin failed: %s", error)
-    except RuntimeError:  # the loop is closed: the server is exiting
+    except (RuntimeError, concurrent.futures.CancelledError):  # the loop is closed: the server is exiting
         return
     try:
-        loop.call_soon_threadsafe(reader.feed_eof)
-    except RuntimeError:
+        asyncio.run_coroutine_threadsafe(chunks.put(b""), loop).result()
+    except (RuntimeError, concurrent.futures.CancelledError):
         pass
 
 

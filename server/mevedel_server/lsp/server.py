@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from mevedel_protocol import Settings
-from pygls.exceptions import FeatureRequestError
+from mevedel_protocol.errors import INTERNAL_ERROR
+from pygls.exceptions import FeatureRequestError, JsonRpcException
 from pygls.lsp.server import LanguageServer
 
 from .wire_protocol import MevedelProtocol, plain_json_converter
@@ -84,6 +85,9 @@ class MevedelLanguageServer(LanguageServer):
         """Failures outside a request (a notification handler, a message that
         does not parse). pygls would show the exception text, which may hold
         a path; the user gets a fixed sentence and the log gets the rest."""
+        if source is FeatureRequestError and _refusal(error):
+            _log.info("refused: %s", error)  # the client's input; its error response says so
+            return
         _log.error("server error (%s): %r", getattr(source, "__name__", source), error, exc_info=error)
         if source is FeatureRequestError:
             return  # the request's own error response already said it
@@ -148,6 +152,28 @@ class MevedelLanguageServer(LanguageServer):
             except (OSError, ValueError):
                 pass
         os._exit(status)
+
+
+def _refusal(error: BaseException | None) -> bool:
+    """An error answer about the client's input (not a fault of ours)."""
+    return isinstance(error, JsonRpcException) and error.code != INTERNAL_ERROR
+
+
+class _QuietRefusals(logging.Filter):
+    """pygls logs every error answer, and every message whose params do not
+    decode, with a traceback; a refusal of the client's input (invalid
+    params, a missing target) is no fault of the server, is logged as a
+    warning by ``wire_protocol`` already, and its traceback only buries the
+    real ones."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if message.startswith("Unable to deserialize message"):
+            return False
+        return not (record.exc_info and _refusal(record.exc_info[1]) and message.startswith("Exception occurred"))
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietRefusals())
 
 
 async def _run_hook(hook: Callable[[], Awaitable[None]]) -> None:
