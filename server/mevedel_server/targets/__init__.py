@@ -7,9 +7,11 @@
   operation that does not succeed; each reports a :class:`Status`. Deferred
   writes share one flush at a :class:`Barrier`. :class:`ReadChain` follows a
   head through the JSON records it names in one operation.
-  :class:`ScanTree` walks a tree for the facts that tell a file's change
-  (``.gitignore`` applied on the target); :class:`SnapshotFile` keeps a
-  file's bytes as a content-addressed blob.
+  :class:`ListTree` lists a tree's directories and regular files (links
+  and special files left out) and :class:`ReadFiles` reads many files in
+  one pass, both for the resolver. :class:`ScanTree` walks a tree for the
+  facts that tell a file's change (``.gitignore`` applied on the target);
+  :class:`SnapshotFile` keeps a file's bytes as a content-addressed blob.
 - :class:`LocalTarget` -- a local root reached through a pinned
   ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
 - The target clock (:mod:`.clock`): whole seconds of the target filesystem.
@@ -42,15 +44,18 @@ from .program import (
     ControlProgram,
     CreateExclusive,
     CreateLinked,
+    FileRead,
     FileScan,
     FileStat,
     ListDir,
+    ListTree,
     MakeDirs,
     Operation,
     OpResult,
     ProgramResult,
     Read,
     ReadChain,
+    ReadFiles,
     Remove,
     Replace,
     ScanTree,
@@ -59,6 +64,7 @@ from .program import (
     WriteProject,
     Stat,
     Status,
+    TreeListing,
     Verify,
 )
 from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable, WorkspaceLocationError
@@ -87,12 +93,14 @@ __all__ = [
     "CreateLinked",
     "FaultInjectingTarget",
     "FaultMode",
+    "FileRead",
     "FileScan",
     "FileStat",
     "HostKeyRefused",
     "InjectedFault",
     "InvalidTargetPath",
     "ListDir",
+    "ListTree",
     "LocalTarget",
     "MakeDirs",
     "OpResult",
@@ -103,6 +111,7 @@ __all__ = [
     "ProgramTarget",
     "Read",
     "ReadChain",
+    "ReadFiles",
     "Remove",
     "Replace",
     "WriteProject",
@@ -119,6 +128,7 @@ __all__ = [
     "TargetError",
     "TargetOperationError",
     "TargetUnavailable",
+    "TreeListing",
     "UnsafePathError",
     "Verify",
     "WorkspaceLocationError",

@@ -18,7 +18,9 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   reading plus that many seconds) or the ``(prefix, digits, suffix)`` of
   ``ReadNewest``, ``(prefix, digits, suffix, hops)`` of ``ReadChain`` (each
   hop a ``(key path, base directory)``), the ``(entry limit, depth or
-  None)`` of ``WalkTree``, the ``(skip names, skip paths, descend paths,
+  None)`` of ``WalkTree``, the ``(entry limit, depth or None, directories
+  to resume from)`` of ``ListTree``, the ``(file paths, size limit,
+  budget)`` of ``ReadFiles``, the ``(skip names, skip paths, descend paths,
   entry limit, racy window in ns)`` of ``ScanTree`` or the ``(blob store
   directory, size limit)`` of ``SnapshotFile``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
@@ -27,6 +29,9 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   value ``(name, bytes)``, a ``ReadChain`` value ``(names, links)`` (see
   :meth:`Executor._read_chain`), a ``CreateLinked`` value whether it linked,
   a ``WalkTree`` value ``(entries, truncated)`` (see :meth:`Executor._walk`),
+  a ``ListTree`` value ``(records, pending)`` (see
+  :meth:`Executor._list_tree`), a ``ReadFiles`` value one ``(status, bytes,
+  reason, unsafe, size)`` per file read (see :meth:`Executor._read_files`),
   a ``ScanTree`` value ``(names, facts, unwalked, racy, truncated,
   started_ns)`` (see :meth:`Executor._scan`), a ``SnapshotFile`` value
   ``(sha256 hex or None, size, mtime_ns, ctime_ns, inode, written)``.
@@ -816,6 +821,97 @@ class Executor:
             os.close(fd)
         return (OK, (entries, truncated), None, False)
 
+    def _list_tree(self, path, argument, _deferred):
+        """The directories below directory ``path`` (the root too), listed in
+        depth-first preorder: ``(records, pending)``.
+
+        Each record is ``(relative directory, names)``: the directory's
+        path relative to ``path`` (``""`` for ``path`` itself) and its
+        entries' names, sorted and joined by NUL, a directory's name ending
+        with ``/``. Only directories and regular files are entries: symbolic
+        links are neither listed nor followed (every directory is opened
+        with ``O_NOFOLLOW`` from its parent's descriptor), and FIFOs,
+        sockets and devices are left out, so nothing listed can block a
+        reader or lead outside ``path``. A directory below ``path`` that
+        cannot be opened or listed (replaced by a link meanwhile,
+        unreadable) is listed empty.
+
+        ``argument`` is ``(limit, depth, resume)``. Directories are listed
+        whole, until ``limit`` entries have been listed; ``pending`` names
+        the directories still to list, in order, and a later listing given
+        them as ``resume`` goes on where this one stopped. ``depth`` (None:
+        all) bounds how many levels below ``path`` are listed."""
+        try:
+            limit, depth, resume = argument
+        except (TypeError, ValueError):
+            limit = depth = resume = None
+        if not (_whole(limit) and limit > 0 and (depth is None or (_whole(depth) and depth > 0))):
+            raise Refused(FAILED, "a tree listing needs a positive entry limit and depth")
+        if not isinstance(resume, (list, tuple)) or not all(isinstance(item, str) for item in resume):
+            raise Refused(FAILED, "a tree listing resumes from a list of directories")
+        for item in resume:
+            split_components(item)
+        chain = _DirChain(self._open_directory(split_components(path)))
+        records = []
+        stack = list(reversed(resume)) if resume else [""]
+        listed = 0
+        try:
+            while stack and listed < limit:
+                relative = stack.pop()
+                parts = split_components(relative)
+                try:
+                    fd = chain.open(parts)
+                    names, subdirs = _list_directory(fd)
+                except (Refused, OSError):
+                    # Gone, replaced by a link or unlistable: listed empty,
+                    # so a reader waiting for it knows it was passed.
+                    records.append((relative, ""))
+                    continue
+                listed += len(names)
+                records.append((relative, "\0".join(names)))
+                if depth is None or len(parts) + 1 < depth:
+                    prefix = relative + "/" if relative else ""
+                    stack.extend(prefix + name for name in reversed(subdirs))
+        finally:
+            chain.close()
+        return (OK, (records, list(reversed(stack))), None, False)
+
+    def _read_files(self, path, argument, _deferred):
+        """The bytes of many regular files below directory ``path``, in one
+        pass that opens each directory once: ``argument`` is ``(names,
+        max_bytes, budget)``, ``names`` their paths relative to ``path``.
+
+        The value has one ``(status, bytes, reason, unsafe, size)`` per file
+        read, in order. Each is found with ``lstat`` and opened with
+        ``O_NOFOLLOW | O_NONBLOCK`` only when it is a regular file, and the
+        open file must be the one found: a symbolic link fails closed
+        (``unsafe``), and a FIFO, socket or device is refused without being
+        opened. A file larger than ``max_bytes`` is not read: ``ok`` with
+        bytes None and its size. Files are read until their sizes reach
+        ``budget`` (at least one is read); the value is shorter than
+        ``names`` then, and the rest are for another program."""
+        try:
+            names, max_bytes, budget = argument
+        except (TypeError, ValueError):
+            names = max_bytes = budget = None
+        if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+            raise Refused(FAILED, "a batch read needs a list of file paths")
+        if not (_whole(max_bytes) and _whole(budget)):
+            raise Refused(FAILED, "a batch read needs a size limit and a budget")
+        chain = _DirChain(self._open_directory(split_components(path)))
+        results = []
+        spent = 0
+        try:
+            for name in names:
+                if results and spent >= budget:
+                    break
+                result = _read_one(chain, name, max_bytes)
+                spent += len(result[1]) if result[1] is not None else 0
+                results.append(result)
+        finally:
+            chain.close()
+        return (OK, results, None, False)
+
     def _scan(self, path, argument, _deferred):
         """Every regular file and symbolic link below directory ``path``, with
         the facts that tell a change: ``(names, facts, unwalked, racy,
@@ -962,6 +1058,8 @@ _HANDLERS = {
     "Clock": Executor._clock,
     "Barrier": Executor._barrier,
     "WalkTree": Executor._walk,
+    "ListTree": Executor._list_tree,
+    "ReadFiles": Executor._read_files,
     "ScanTree": Executor._scan,
     "SnapshotFile": Executor._snapshot,
 }
@@ -1097,6 +1195,100 @@ def _walk_directory(fd, prefix, entries, limit, depth):
         finally:
             os.close(child)
     return False
+
+
+class _DirChain(object):
+    """Directory descriptors from a base directory down to the one last
+    asked for, each opened with ``O_NOFOLLOW`` from its parent's, so that
+    consecutive requests in one tree reopen only what differs."""
+
+    def __init__(self, base_fd):
+        self.parts = ()
+        self.fds = [base_fd]
+
+    def open(self, parts):
+        """The descriptor of ``parts`` below the base (the chain's own: do
+        not close it)."""
+        keep = 0
+        for mine, theirs in zip(self.parts, parts):
+            if mine != theirs:
+                break
+            keep += 1
+        while len(self.fds) > keep + 1:
+            os.close(self.fds.pop())
+        self.parts = parts[:keep]
+        for index in range(keep, len(parts)):
+            self.fds.append(_open_subdir(self.fds[-1], parts[index], _label(parts, index + 1)))
+            self.parts = parts[: index + 1]
+        return self.fds[-1]
+
+    def close(self):
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def _list_directory(fd):
+    """``(names, subdirectories)`` of the open directory ``fd``: regular
+    files and directories only, sorted, a directory's name ending in ``/``."""
+    files = {}
+    with os.scandir(fd) as scan:
+        for entry in scan:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    files[entry.name] = True
+                elif entry.is_file(follow_symlinks=False):
+                    files[entry.name] = False
+            except OSError:
+                continue  # vanished meanwhile
+    names = []
+    subdirs = []
+    for name in sorted(files):
+        if files[name]:
+            names.append(name + "/")
+            subdirs.append(name)
+        else:
+            names.append(name)
+    return names, subdirs
+
+
+def _read_one(chain, name, max_bytes):
+    """One ``ReadFiles`` result: ``(status, bytes, reason, unsafe, size)``."""
+    try:
+        parts = split_components(name)
+        if not parts:
+            raise Refused(FAILED, "a batch read names files, not the directory")
+        pfd = chain.open(parts[:-1])
+        leaf = parts[-1]
+        found = Executor._lstat(pfd, leaf)
+        if found is None:
+            raise Refused(ABSENT, "'%s' does not exist" % name)
+        if stat_mode.S_ISLNK(found.st_mode):
+            raise Refused(FAILED, "'%s' is a symbolic link" % name, unsafe=True)
+        if not stat_mode.S_ISREG(found.st_mode):
+            raise Refused(FAILED, "'%s' is not a regular file" % name)
+        if found.st_size > max_bytes:
+            return (OK, None, None, False, found.st_size)
+        fd = Executor._open_leaf(pfd, leaf, name)
+        try:
+            opened = os.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino) or not stat_mode.S_ISREG(opened.st_mode):
+                raise Refused(FAILED, "'%s' was replaced while it was read" % name, unsafe=True)
+            # One read takes a file whose size held; a shorter answer is its
+            # end, and only a file that grew needs more reads.
+            want = min(opened.st_size, max_bytes) + 1
+            data = os.read(fd, want)
+            if len(data) == want:
+                data = _read_at_most(fd, max_bytes + 1, data)
+        finally:
+            os.close(fd)
+        if len(data) > max_bytes:
+            return (OK, None, None, False, len(data))
+        return (OK, data, None, False, len(data))
+    except Refused as refusal:
+        return (refusal.status, None, refusal.reason, refusal.unsafe, 0)
+    except OSError as exc:
+        return (FAILED, None, _strerror(exc), False, 0)
 
 
 # -- file-state scans (ScanTree, SnapshotFile) ---------------------------------
@@ -1631,6 +1823,20 @@ def _text_list(value, what):
     return value
 
 
+def _read_at_most(fd, limit, first=b""):
+    """``first`` and what follows it in the open file ``fd``, at most
+    ``limit`` bytes in all."""
+    chunks = [first] if first else []
+    left = limit - len(first)
+    while left > 0:
+        chunk = os.read(fd, min(left, 1024 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def _read_stable(fd, label, max_bytes):
     """``(stat, bytes)`` of the open regular file ``fd``: its bytes, read
     whole, and the ``fstat`` taken before that still holds after the read
@@ -1642,18 +1848,10 @@ def _read_stable(fd, label, max_bytes):
         if before.st_size > max_bytes:
             return before, None
         os.lseek(fd, 0, os.SEEK_SET)
-        chunks = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1024 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = _read_at_most(fd, max_bytes + 1)
         after = os.fstat(fd)
         facts = (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino)
         if facts == (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino):
-            data = b"".join(chunks)
             if len(data) == before.st_size:
                 return before, data
     raise Refused(FAILED, "'%s' kept changing while it was read" % label)

@@ -14,7 +14,8 @@ Exception`` in the code under test can swallow it: nothing after the crash
 runs, no cleanup happens. After a crash the wrapper stays dead (every later
 call crashes again); after an injected error it passes operations through, so
 a retry on the same target can succeed. A crash at a create or replace leaves
-the half-written temporary file a real crash could leave (``debris``).
+the half-written temporary file a real crash could leave (``debris``); a
+``WriteProject`` is a replace here too.
 
 ``power_loss=True`` makes a crash a power loss as well: every deferred create
 or replace of the crashed program that no barrier had flushed yet is left
@@ -38,6 +39,7 @@ from .program import (
     ProgramResult,
     Replace,
     Status,
+    WriteProject,
 )
 from .target import ProgramTarget, Target
 
@@ -68,14 +70,14 @@ def _executed_points(ops: tuple[Operation, ...], result: ProgramResult) -> int:
     return sum(1 for op, r in zip(ops, result.results) if _is_fault_point(op) and r.status is not Status.SKIPPED)
 
 
-def _unflushed(ops: tuple[Operation, ...], result: ProgramResult) -> list[CreateExclusive | Replace]:
+def _unflushed(ops: tuple[Operation, ...], result: ProgramResult) -> list[CreateExclusive | Replace | WriteProject]:
     """The deferred creates and replaces that ran after the last barrier
     that ran."""
-    lost: list[CreateExclusive | Replace] = []
+    lost: list[CreateExclusive | Replace | WriteProject] = []
     for op, r in zip(ops, result.results):
         if isinstance(op, Barrier) and r.ok:
             lost = []
-        elif isinstance(op, (CreateExclusive, Replace)) and op.deferred and r.ok:
+        elif isinstance(op, (CreateExclusive, Replace, WriteProject)) and op.deferred and r.ok:
             lost.append(op)
     return lost
 
@@ -157,12 +159,13 @@ class FaultInjectingTarget(ProgramTarget):
                     return index
         return None
 
-    async def _tear(self, lost: list[CreateExclusive | Replace]) -> None:
+    async def _tear(self, lost: list[CreateExclusive | Replace | WriteProject]) -> None:
         if lost:
-            await self.inner.run(ControlProgram([Replace(op.path, op.data[: len(op.data) // 2], optional=True) for op in lost]))
+            torn = [(WriteProject if isinstance(op, WriteProject) else Replace)(op.path, op.data[: len(op.data) // 2], optional=True) for op in lost]
+            await self.inner.run(ControlProgram(torn))
 
     async def _leave_debris(self, op: Operation) -> None:
-        if not isinstance(op, (CreateExclusive, Replace)):
+        if not isinstance(op, (CreateExclusive, Replace, WriteProject)):
             return
         parent, name = parent_and_name(op.path)
         torn = f"{parent}/.{name[:80]}.crash.tmp" if parent else f".{name[:80]}.crash.tmp"

@@ -20,15 +20,18 @@ from .program import (
     ControlProgram,
     CreateExclusive,
     CreateLinked,
+    FileRead,
     FileScan,
     FileStat,
     ListDir,
+    ListTree,
     MakeDirs,
     Operation,
     OpResult,
     ProgramResult,
     Read,
     ReadChain,
+    ReadFiles,
     ReadNewest,
     Remove,
     Replace,
@@ -39,6 +42,7 @@ from .program import (
     WriteProject,
     Stat,
     Status,
+    TreeListing,
     TreeWalk,
     Verify,
     WalkedEntry,
@@ -64,6 +68,8 @@ _KINDS: dict[type, str] = {
         Clock,
         Barrier,
         WalkTree,
+        ListTree,
+        ReadFiles,
         ScanTree,
         SnapshotFile,
     )
@@ -91,6 +97,10 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [op.prefix, op.digits, op.suffix, [[list(hop.keys), hop.base] for hop in op.hops]]
     elif isinstance(op, WalkTree):
         argument = [op.limit, op.depth]
+    elif isinstance(op, ListTree):
+        argument = [op.limit, op.depth, list(op.resume)]
+    elif isinstance(op, ReadFiles):
+        argument = [list(op.names), op.max_bytes, op.budget]
     elif isinstance(op, ScanTree):
         argument = [list(op.skip_names), list(op.skip_paths), list(op.descend), op.limit, op.racy_ns]
     elif isinstance(op, SnapshotFile):
@@ -117,6 +127,10 @@ def _value(op: Operation, status: Status, value: object) -> object:
         return _bytes(value)
     if status is Status.OK and isinstance(op, WalkTree):
         return _tree_walk(value)
+    if status is Status.OK and isinstance(op, ListTree):
+        return _tree_listing(value)
+    if status is Status.OK and isinstance(op, ReadFiles):
+        return _file_reads(op, value)
     if status is Status.OK and isinstance(op, ReadChain):
         return _chain(op, value)
     if status is Status.OK and isinstance(op, ScanTree):
@@ -140,6 +154,34 @@ def _file_scan(value: object) -> FileScan:
     if not isinstance(truncated, bool) or isinstance(started, bool) or not isinstance(started, int):
         raise ValueError("a tree scan's flag or clock is malformed")
     return FileScan(names, bytes(facts), pairs, tuple(_text(path) for path in racy), truncated, started)  # type: ignore[union-attr]
+
+
+def _tree_listing(value: object) -> TreeListing:
+    """The answer of a :class:`ListTree`, refused unless every record is a
+    directory path and a text of names."""
+    records, pending = value  # type: ignore[misc]
+    out = tuple((_text(directory), _text(names)) for directory, names in records)  # type: ignore[union-attr]
+    return TreeListing(out, tuple(_text(directory) for directory in pending))  # type: ignore[union-attr]
+
+
+def _file_reads(op: ReadFiles, value: object) -> tuple[FileRead, ...]:
+    """The answer of a :class:`ReadFiles`: at most one result per name,
+    bytes only with an ok status."""
+    if not isinstance(value, (list, tuple)) or len(value) > len(op.names):
+        raise ValueError("a batch read answered more files than it named")
+    out: list[FileRead] = []
+    for status_text, data, reason, unsafe, size in value:
+        status = _STATUSES.get(status_text)  # type: ignore[arg-type]
+        if status is None or status is Status.SKIPPED:
+            raise ValueError(f"a batch read's file of status {status_text!r}")
+        if data is not None and (status is not Status.OK or not isinstance(data, (bytes, bytearray))):
+            raise ValueError("a batch read carried bytes it did not read")
+        if reason is not None and not isinstance(reason, str):
+            raise ValueError("a batch read's reason is text")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError("a batch read's size is a whole number")
+        out.append(FileRead(status, None if data is None else bytes(data), reason, bool(unsafe), size))
+    return tuple(out)
 
 
 def _snapshot(value: object) -> Snapshot:

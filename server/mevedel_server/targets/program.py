@@ -249,6 +249,95 @@ class TreeWalk:
 
 
 @dataclass(frozen=True)
+class ListTree(Operation):
+    """List directory ``path`` (the root too) and the directories below
+    it, in depth-first preorder: ``value`` is a :class:`TreeListing`. Only
+    directories and regular files are entries: symbolic links are neither
+    listed nor followed, FIFOs, sockets and devices are left out, so nothing
+    a listing shows can block a reader or lead outside ``path``.
+
+    Directories are listed whole until ``limit`` entries have been listed;
+    the listing's ``pending`` directories, passed back as ``resume``, go on
+    where it stopped. ``depth`` (None: all) bounds the levels listed."""
+
+    limit: int = 100_000
+    depth: int | None = None
+    resume: tuple[str, ...] = ()
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for number in (self.limit, 1 if self.depth is None else self.depth):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+                raise ValueError("a tree listing's limit and depth are positive whole numbers")
+        resume = tuple(self.resume)
+        for directory in resume:
+            if not isinstance(directory, str):
+                raise TypeError("a tree listing resumes from directory paths")
+            split_target_path(directory)
+        object.__setattr__(self, "resume", resume)
+
+
+@dataclass(frozen=True)
+class TreeListing:
+    """The answer of a :class:`ListTree`."""
+
+    #: ``(directory, names)`` per directory listed, in preorder: the
+    #: directory relative to the listed one (``""`` for itself), its
+    #: entries' names sorted and joined by NUL, a directory's ending in ``/``.
+    records: tuple[tuple[str, str], ...]
+    #: Directories still to list, in order (resume from them).
+    pending: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReadFiles(Operation):
+    """Read many regular files below directory ``path`` in one pass:
+    ``names`` are their paths relative to it. ``value`` is a tuple of
+    :class:`FileRead`, one per file read, in order; files are read until
+    their sizes reach ``budget`` (at least one), so the tuple may be
+    shorter than ``names`` and the rest are for another program. A file is
+    opened only when ``lstat`` shows a regular file, and must still be that
+    file once open: a symbolic link fails closed, a FIFO, socket or device
+    is refused unopened. A file over ``max_bytes`` is not read."""
+
+    names: tuple[str, ...] = ()
+    max_bytes: int = 64 * 1024 * 1024
+    budget: int = 8 * 1024 * 1024
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names = tuple(self.names)
+        for name in names:
+            # Only the shape here (a batch may name thousands of files): the
+            # target checks every component of every name as it reads it.
+            if not isinstance(name, str) or not name or name[0] == "/" or "\0" in name:
+                raise InvalidTargetPath(repr(name), "a batch read names files below its directory")
+        object.__setattr__(self, "names", names)
+        for number in (self.max_bytes, self.budget):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError("a batch read's size limit and budget are whole, non-negative numbers")
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One file of a :class:`ReadFiles`: ``data`` when ``status`` is ok and
+    the file was within the size limit (None: over it, ``size`` says how
+    big), else ``reason``."""
+
+    status: Status
+    data: bytes | None
+    reason: str | None
+    unsafe: bool
+    size: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+
+@dataclass(frozen=True)
 class ScanTree(Operation):
     """Walk directory ``path`` (the root too) for what tells a file's
     change: ``value`` is a :class:`FileScan` of every regular file and
