@@ -240,15 +240,29 @@ async def test_apply_patch_refusals(client, workspace):
 
 
 async def test_apply_patch_as_an_execute_command(client, workspace):
-    patch = "*** Begin Patch\n*** Add File: work://plans/next.md\n+next step\n*** End Patch\n"
+    patch = "*** Begin Patch\n*** Add File: work://shared/next.md\n+next step\n*** End Patch\n"
     result = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command=methods.COMMAND_APPLY_PATCH, arguments=[{"patch": patch}])
     )
-    assert result["summary"] == "A work://plans/next.md"
-    local = workspace / ".mevedel" / "sessions" / SESSION / "local"
-    assert (local / "plans" / "next.md").read_text() == "next step\n"
+    assert result["summary"] == "A work://shared/next.md"
+    assert (workspace / ".mevedel" / "shared" / "next.md").read_text() == "next step\n"
     with pytest.raises(JsonRpcException) as caught:
         await client.workspace_execute_command_async(
             types.ExecuteCommandParams(command=methods.COMMAND_APPLY_PATCH, arguments=[])
         )
     assert caught.value.data["kind"] == "invalid-params"
+
+
+async def test_a_patch_into_a_session_this_server_has_not_opened_is_refused_and_writes_nothing(client, workspace):
+    # The current session is only named (a setting), not open here: its
+    # work:// files are someone else's to write, and so are an unknown id's.
+    local = workspace / ".mevedel" / "sessions" / SESSION / "local"
+    before = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    patch = "*** Begin Patch\n*** Add File: work://plans/next.md\n+next step\n*** End Patch\n"
+    error = await failure(client, methods.RESOURCE_APPLY_PATCH, {"patch": patch})
+    assert (error.data["kind"], error.data["authored"]) == ("owner-missing", "work://plans/next.md")
+    assert f"session {SESSION} is not open for writing by this client" in error.data["reason"]
+    unknown = await failure(client, methods.RESOURCE_APPLY_PATCH, {"patch": patch, "sessionId": "2026-01-01T00-00-000000000000"})
+    assert unknown.data["kind"] == "owner-missing"
+    assert not (local / "plans" / "next.md").exists()
+    assert sorted(p.relative_to(workspace) for p in workspace.rglob("*")) == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,48 @@ def test_bad_root_flag_is_a_usage_error(workspace: Path) -> None:
     ran = mevedel(workspace, "read", "memory://root", "--memory-root", "nowhere")
     assert ran.returncode == 2
     assert "LOCATION:KIND:PATH" in ran.stderr
+
+
+# -- apply-patch --session: writes under this client's own lease only ----------
+
+INTRUDER = "*** Begin Patch\n*** Add File: work://intruder.md\n+x\n*** End Patch\n"
+
+
+def as_client(workspace: Path, state: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_STATE_HOME": str(state)}
+    return subprocess.run(
+        [sys.executable, "-m", "mevedel_server.cli", *args, "--workspace", str(workspace)],
+        input=stdin, capture_output=True, text=True, env=env, timeout=60,
+    )
+
+
+def test_apply_patch_to_an_unknown_session_is_refused_and_creates_nothing(workspace: Path, tmp_path_factory) -> None:
+    before = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    ran = as_client(workspace, tmp_path_factory.mktemp("me"), "apply-patch", "-", "--session", "2026-01-01T00-00-000000000000", "--json", stdin=INTRUDER)
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr
+    assert json.loads(ran.stdout)["error"]["kind"] == "missing-target"
+    assert sorted(p.relative_to(workspace) for p in workspace.rglob("*")) == before
+
+
+def test_apply_patch_writes_only_a_session_this_client_holds(workspace: Path, tmp_path: Path) -> None:
+    created = as_client(workspace, tmp_path / "owner", "session", "create", "--prompt", "start", "--json")
+    assert created.returncode == 0, created.stderr
+    sid = json.loads(created.stdout)["session_id"]
+    local = workspace / ".mevedel" / "sessions" / sid / "local"
+    # Another client may join the session, not write into it.
+    ran = as_client(workspace, tmp_path / "intruder", "apply-patch", "-", "--session", sid, "--json", stdin=INTRUDER)
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr
+    assert json.loads(ran.stdout)["error"]["kind"] == "lease-held"
+    assert not (local / "intruder.md").exists()
+    # The holder writes; its lease stays held.
+    ran = as_client(workspace, tmp_path / "owner", "apply-patch", "-", "--session", sid, stdin=INTRUDER.replace("intruder", "mine"))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "A work://mine.md"
+    assert (local / "mine.md").read_text() == "x\n"
+
+
+def test_a_malformed_patch_claims_no_lease(workspace: Path, tmp_path_factory) -> None:
+    before = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    ran = as_client(workspace, tmp_path_factory.mktemp("me"), "apply-patch", "-", "--session", "2026-01-01T00-00-000000000000", "--json", stdin="not a patch")
+    assert json.loads(ran.stdout)["error"]["kind"] == "invalid-patch"
+    assert sorted(p.relative_to(workspace) for p in workspace.rglob("*")) == before

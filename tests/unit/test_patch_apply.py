@@ -1,9 +1,10 @@
-"""Applying patches to real files: add/update/delete/move, multi-hunk
-updates, tolerant matching, conflicts that leave everything untouched, and
-the file's own newline convention, final newline and mode."""
+"""Applying patches to real files through a target: add/update/delete/move,
+multi-hunk updates, tolerant matching, conflicts that leave everything
+untouched, and the file's own newline convention, final newline and mode."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -13,29 +14,35 @@ import pytest
 from mevedel_server.addresses.model import AddressError, ErrorKind
 from mevedel_server.resources.patch import (
     FileChange,
+    PatchResult,
     ResolvedOperation,
-    apply_file_operations,
+    apply_patch,
     parse_patch,
 )
+from mevedel_server.targets import LocalTarget
+
+JOURNAL = ".mevedel-patches"
 
 
-def backing(root: Path, address: str) -> Path:
-    return root / address.split("://", 1)[1]
+def backing(address: str) -> str:
+    return address.split("://", 1)[1]
 
 
-def resolve(root: Path, text: str) -> list[ResolvedOperation]:
-    """What the resolver does: map each authored address below ``root``."""
+def resolve(text: str) -> list[ResolvedOperation]:
+    """What the resolver does: map each authored address to a target path."""
     resolved = []
     for operation in parse_patch(text).operations:
-        move = backing(root, operation.move_to) if operation.move_to else None
-        resolved.append(
-            ResolvedOperation(operation, backing(root, operation.target), move, operation.target, operation.move_to)
-        )
+        move = backing(operation.move_to) if operation.move_to else None
+        resolved.append(ResolvedOperation(operation, backing(operation.target), move, operation.target, operation.move_to))
     return resolved
 
 
-def apply(root: Path, *body: str):
-    return apply_file_operations(resolve(root, "\n".join(["*** Begin Patch", *body, "*** End Patch"])))
+def apply_resolved(root: Path, operations: list[ResolvedOperation]) -> PatchResult:
+    return asyncio.run(apply_patch(LocalTarget(root), JOURNAL, operations))
+
+
+def apply(root: Path, *body: str) -> PatchResult:
+    return apply_resolved(root, resolve("\n".join(["*** Begin Patch", *body, "*** End Patch"])))
 
 
 def failure(root: Path, *body: str) -> AddressError:
@@ -164,7 +171,18 @@ def test_a_pure_move_keeps_the_content_and_mode(tmp_path):
     apply(tmp_path, "*** Update File: work://run.sh", "*** Move to: work://bin/run.sh")
     moved = tmp_path / "bin/run.sh"
     assert moved.read_text() == "#!/bin/sh\necho hi\n"
+    assert not source.exists()
     assert stat.S_IMODE(moved.stat().st_mode) == 0o750
+
+
+def test_an_edited_move_is_a_new_file(tmp_path):
+    source = write(tmp_path / "run.sh", "#!/bin/sh\necho hi\n")
+    source.chmod(0o750)
+    apply(tmp_path, "*** Update File: work://run.sh", "*** Move to: work://bin/run.sh", "-echo hi", "+echo ho")
+    moved = tmp_path / "bin/run.sh"
+    assert moved.read_text() == "#!/bin/sh\necho ho\n"
+    # A move is a new file and a removal (a target has no rename): 0644.
+    assert stat.S_IMODE(moved.stat().st_mode) == 0o644
 
 
 def test_summary_lists_every_change_in_patch_order(tmp_path):
@@ -309,11 +327,11 @@ def test_two_addresses_naming_one_file_are_refused(tmp_path):
         ]
     )
     operations = [
-        ResolvedOperation(operation, tmp_path / "topics/python.md", None, operation.target)
+        ResolvedOperation(operation, "topics/python.md", None, operation.target)
         for operation in parse_patch(text).operations
     ]
     with pytest.raises(AddressError) as caught:
-        apply_file_operations(operations)
+        apply_resolved(tmp_path, operations)
     assert caught.value.kind is ErrorKind.INVALID_PATCH
     assert caught.value.authored == "memory://" + "a" * 64 + "/topics/python.md"
     assert caught.value.reason == (
@@ -331,7 +349,7 @@ def test_crlf_files_stay_crlf_and_new_lines_follow_them(tmp_path):
 def test_a_crlf_patch_edits_an_lf_file_without_changing_its_endings(tmp_path):
     write(tmp_path / "unix.txt", b"a\nb\n")
     text = "*** Begin Patch\r\n*** Update File: work://unix.txt\r\n-b\r\n+B\r\n*** End Patch\r\n"
-    apply_file_operations(resolve(tmp_path, text))
+    apply_resolved(tmp_path, resolve(text))
     assert (tmp_path / "unix.txt").read_bytes() == b"a\nB\n"
 
 
@@ -373,12 +391,18 @@ def test_update_preserves_the_file_mode(tmp_path):
     assert script.read_text() == "#!/bin/sh\necho b\n"
 
 
-def test_update_through_a_symbolic_link_edits_its_target_and_keeps_the_link(tmp_path):
+def test_update_through_a_symbolic_link_is_refused_and_changes_nothing(tmp_path):
     target = write(tmp_path / "real.txt", "a\n")
     (tmp_path / "link.txt").symlink_to("real.txt")
-    apply(tmp_path, "*** Update File: work://link.txt", "-a", "+b")
+    error = failure(tmp_path, "*** Update File: work://link.txt", "-a", "+b")
+    assert (error.kind, error.reason) == (ErrorKind.CONTAINMENT, "is reached through a symbolic link, which mevedel does not follow")
     assert (tmp_path / "link.txt").is_symlink()
-    assert target.read_text() == "b\n"
+    assert target.read_text() == "a\n"
+
+
+def test_a_new_file_gets_mode_0644(tmp_path):
+    apply(tmp_path, "*** Add File: work://n/new.txt", "+x")
+    assert stat.S_IMODE((tmp_path / "n/new.txt").stat().st_mode) == 0o644
 
 
 def test_no_temporary_files_are_left_behind(tmp_path):

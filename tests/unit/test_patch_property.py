@@ -4,13 +4,12 @@ in the file's newline convention and with its final-newline presence."""
 from __future__ import annotations
 
 import difflib
-import tempfile
-from pathlib import Path
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mevedel_server.resources.patch import ResolvedOperation, apply_file_operations, parse_patch
+from mevedel_server.resources.patch import ResolvedOperation, parse_patch, plan_patch
+from mevedel_server.resources.patch.apply import Found
 
 # Any text but line breaks (and NUL, which marks a binary file); spaces and tabs are included so that tolerant
 # matching is exercised against lines differing only in whitespace.
@@ -54,9 +53,9 @@ def test_a_difflib_patch_turns_old_into_new(pair, final_newline, newline):
     ends_with_newline = final_newline or not old
     expected = newline.join(new) + (newline if ends_with_newline and new else "")
 
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "f.txt"
-        path.write_bytes(old_text.encode())
-        (operation,) = parse_patch(patch_from(old, new)).operations
-        apply_file_operations([ResolvedOperation(operation, path, None, operation.target)])
-        assert path.read_bytes().decode() == expected
+    (operation,) = parse_patch(patch_from(old, new)).operations
+    plan = plan_patch(
+        [ResolvedOperation(operation, "f.txt", None, operation.target)], lambda path: Found(old_text.encode()), lambda *_: None
+    )
+    (written,) = plan.writes
+    assert written.new.decode() == expected

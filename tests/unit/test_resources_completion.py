@@ -137,20 +137,34 @@ def test_a_reused_listing_still_sees_a_new_entry(context):
     assert labels("work://n", context) == ["work://new.md", "work://notes.md"]
 
 
-def test_a_reused_listing_rejudges_a_link_whose_target_left_the_root(context, tmp_path):
+def test_links_and_special_files_are_never_offered(context, tmp_path):
     local = context.session_dir / "local"
     (local / "sub" / "target").mkdir(parents=True)
     (local / "link").symlink_to(local / "sub" / "target")
-    quiet = 1_000_000_000
-    os.utime(local, (quiet, quiet), follow_symlinks=False)
-    assert labels("work://l", context) == ["work://link/"]
-    # Retargeting happens one directory down: ``local`` itself does not change.
-    (local / "sub" / "target").rmdir()
+    (local / "lfile").symlink_to(local / "notes.md")
+    os.mkfifo(local / "lpipe")
     outside = tmp_path / "outside"
-    outside.mkdir()
-    (local / "sub" / "target").symlink_to(outside)
-    assert os.stat(local).st_mtime_ns == quiet * 1_000_000_000
+    (outside / "inner").mkdir(parents=True)
+    (local / "sub" / "escape").symlink_to(outside)
     assert labels("work://l", context) == []
+    assert labels("work://sub/", context) == ["work://sub/target/"]
+    # Nothing is listed through a link, even one that stays inside.
+    assert labels("work://link/", context) == []
+    assert labels("work://sub/escape/", context) == []
+
+
+@pytest.mark.parametrize("planted", [".mevedel/shared", ".mevedel"])
+def test_a_symlinked_root_offers_nothing(context, tmp_path, planted):
+    import shutil
+
+    outside = tmp_path / "outside"
+    (outside / "shared").mkdir(parents=True)
+    (outside / "secret.md").write_text("s")
+    (outside / "shared" / "secret.md").write_text("s")
+    link = context.workspace_root / planted
+    shutil.rmtree(link)
+    link.symlink_to(outside)
+    assert labels("work://shared/", context) == []
 
 
 def test_artifact_completion_offers_logical_log_names(tmp_path):

@@ -1,94 +1,64 @@
-"""Containment: symbolic links may not lead outside a family root, and no
+"""Containment: a backing path is the address's components joined below a
+family root's place, so it cannot leave the root lexically; a symbolic link
+met on the way is refused when the operation runs, never followed; and no
 error message carries a backing path."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind
-from mevedel_server.resources.containment import contain, contain_for_write
+from mevedel_server.resources.containment import contain
+from mevedel_server.resources.places import LINKED_ROOT, Place, Places
+from mevedel_server.resources.context import ResolverContext
+from mevedel_server.targets import LocalTarget
 
 
-@pytest.fixture()
-def layout(tmp_path: Path) -> tuple[Path, Path]:
-    root = tmp_path / "owner" / "root"
-    outside = tmp_path / "outside"
-    root.mkdir(parents=True)
-    outside.mkdir()
-    (outside / "secret.txt").write_text("secret")
-    (root / "inside.txt").write_text("inside")
-    return root, outside
+def test_components_are_joined_below_the_root(tmp_path: Path):
+    place = Place(LocalTarget(tmp_path), ".mevedel/shared")
+    assert contain(place, ("notes", "a.md"), "work://shared/notes/a.md") == ".mevedel/shared/notes/a.md"
+    assert contain(Place(LocalTarget(tmp_path)), ("a.md",), "memory://k/a.md") == "a.md"
+    assert contain(place, (), "work://shared") == ".mevedel/shared"
 
 
-def test_a_plain_descendant_is_contained(layout):
-    root, _outside = layout
-    assert contain(root, ("inside.txt",), "work://inside.txt").path == root / "inside.txt"
-
-
-def test_a_link_that_stays_inside_is_allowed(layout):
-    root, _outside = layout
-    (root / "alias.txt").symlink_to(root / "inside.txt")
-    contained = contain(root, ("alias.txt",), "work://alias.txt")
-    assert contained.real_path == (root / "inside.txt").resolve()
-
-
-@pytest.mark.parametrize("target", ["file", "directory", "dangling"])
-def test_a_link_that_escapes_is_refused_without_naming_a_path(layout, target):
-    root, outside = layout
-    destination = {"file": outside / "secret.txt", "directory": outside, "dangling": outside / "nothing"}[target]
-    (root / "escape").symlink_to(destination)
-    parts = ("escape", "secret.txt") if target == "directory" else ("escape",)
+@pytest.mark.parametrize("bad", ["..", ".", "", "a/b", "a\0b"])
+def test_an_undecoded_component_never_becomes_a_traversal(tmp_path: Path, bad):
     with pytest.raises(AddressError) as caught:
-        contain(root, parts, "work://escape")
-    error = caught.value
-    assert error.kind is ErrorKind.CONTAINMENT
-    assert error.authored == "work://escape"
-    for text in (str(error), error.reason):
-        assert str(outside) not in text and str(root) not in text and os.sep + "tmp" not in text
+        contain(Place(LocalTarget(tmp_path)), (bad,), "work://x")
+    assert caught.value.kind is ErrorKind.INTERNAL
 
 
-def test_writes_refuse_a_symlinked_root(tmp_path: Path):
-    owner = tmp_path / "workspace"
-    real = tmp_path / "elsewhere"
-    (owner / ".mevedel").mkdir(parents=True)
+def test_a_root_that_is_a_symbolic_link_is_containment_without_naming_a_path(tmp_path: Path):
+    real = tmp_path / "real"
     real.mkdir()
-    (owner / ".mevedel" / "shared").symlink_to(real)
-    # Reading through the linked root is fine ...
-    contain(owner / ".mevedel" / "shared", ("n.md",), "work://shared/n.md")
-    # ... writing through it is not.
+    (tmp_path / "linked").symlink_to(real)
+    places = Places(ResolverContext(docs_root=tmp_path))
+    place = places.local(tmp_path / "linked")
+    assert place.linked and place.target is None
     with pytest.raises(AddressError) as caught:
-        contain_for_write(owner, owner / ".mevedel" / "shared", ("n.md",), "work://shared/n.md")
-    assert caught.value.kind is ErrorKind.CONTAINMENT
+        contain(place, ("n.md",), "memory://global-mevedel/n.md")
+    assert (caught.value.kind, caught.value.reason) == (ErrorKind.CONTAINMENT, LINKED_ROOT)
     assert str(tmp_path) not in str(caught.value)
 
 
-def test_writes_refuse_a_symlinked_intermediate_directory(tmp_path: Path):
-    owner = tmp_path / "workspace"
-    owner.mkdir()
-    (tmp_path / "state").mkdir()
-    (owner / ".mevedel").symlink_to(tmp_path / "state")
-    with pytest.raises(AddressError):
-        contain_for_write(owner, owner / ".mevedel" / "shared", ("n.md",), "work://shared/n.md")
+def test_roots_inside_the_workspace_are_paths_on_its_target(tmp_path: Path):
+    workspace = tmp_path / "ws"
+    (workspace / ".mevedel" / "memory").mkdir(parents=True)
+    places = Places(ResolverContext(workspace_root=workspace, session_dir=workspace / ".mevedel" / "sessions" / "s1", docs_root=tmp_path))
+    assert places.workspace is not None and places.workspace.root == ""
+    assert places.session is not None and places.session.target is places.workspace.target
+    assert places.session.root == ".mevedel/sessions/s1"
+    memory = places.local(workspace / ".mevedel" / "memory")
+    assert (memory.target, memory.root) == (places.workspace.target, ".mevedel/memory")
+    outside = places.local(tmp_path)
+    assert outside.target is not places.workspace.target and outside.root == ""
 
 
-def test_verify_notices_a_root_that_moved(layout, tmp_path: Path):
-    root, outside = layout
-    linked_root = tmp_path / "link"
-    linked_root.symlink_to(root)
-    contained = contain(linked_root, ("inside.txt",), "work://inside.txt")
-    linked_root.unlink()
-    linked_root.symlink_to(outside)
-    with pytest.raises(AddressError) as caught:
-        contained.verify("work://inside.txt")
-    assert caught.value.kind is ErrorKind.CONFLICT
-
-
-@pytest.mark.parametrize("bad", ["..", ".", "", "a/b"])
-def test_an_undecoded_component_never_becomes_a_traversal(layout, bad):
-    root, _outside = layout
-    with pytest.raises(AddressError) as caught:
-        contain(root, (bad,), "work://x")
-    assert caught.value.kind is ErrorKind.INTERNAL
+def test_an_absent_root_outside_the_workspace_is_created_below_its_nearest_ancestor(tmp_path: Path):
+    places = Places(ResolverContext(docs_root=tmp_path))
+    place = places.local(tmp_path / "a" / "b")
+    assert place.target is None and not place.linked
+    holder = place.writable()
+    assert holder is not None and holder.root == "a/b" and isinstance(holder.target, LocalTarget)

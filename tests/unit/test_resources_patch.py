@@ -15,11 +15,18 @@ from mevedel_server.resources.options import PatchOptions
 from mevedel_server.resources.resolver import execute, prepare
 
 
+SID = "2026-07-19T09-47-bf87b5dd793a"
+
+
+def writable(session_id: str) -> bool:
+    return session_id == SID
+
+
 @pytest.fixture()
 def context(tmp_path: Path) -> ResolverContext:
-    workspace, session, memory = tmp_path / "ws", tmp_path / "session", tmp_path / "memory"
-    workspace.mkdir()
-    session.mkdir()
+    workspace = tmp_path / "ws"
+    session, memory = workspace / ".mevedel" / "sessions" / SID, workspace / ".mevedel" / "memory"
+    session.mkdir(parents=True)
     memory.mkdir()
     (tmp_path / "docs").mkdir()
     return ResolverContext(
@@ -27,6 +34,7 @@ def context(tmp_path: Path) -> ResolverContext:
         session_dir=session,
         docs_root=tmp_path / "docs",
         memory_roots=(MemoryRoot(memory, "local", "mevedel"),),
+        session_writable=writable,
     )
 
 
@@ -96,16 +104,22 @@ async def test_an_ordinary_path_is_not_a_resource_address(context):
     assert caught.value.kind is ErrorKind.MALFORMED_ADDRESS
 
 
-async def test_a_symlinked_shared_root_is_refused_for_writes_without_leaking(context, tmp_path):
+@pytest.mark.parametrize("planted", [".mevedel/shared", ".mevedel"])
+async def test_a_symlinked_shared_root_is_refused_for_writes_without_leaking(context, tmp_path, planted):
+    import shutil
+
     elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (context.workspace_root / ".mevedel").mkdir()
-    (context.workspace_root / ".mevedel" / "shared").symlink_to(elsewhere)
+    (elsewhere / "shared").mkdir(parents=True)
+    link = context.workspace_root / planted
+    if link.exists():
+        shutil.rmtree(link)
+    link.symlink_to(elsewhere)
+    attempt = prepare(Operation.APPLY_PATCH, envelope(add("work://shared/n.md", "x")), PatchOptions(), context)
     with pytest.raises(AddressError) as caught:
-        prepare(Operation.APPLY_PATCH, envelope(add("work://shared/n.md", "x")), PatchOptions(), context)
+        await execute(attempt)
     assert caught.value.kind is ErrorKind.CONTAINMENT
     assert str(tmp_path) not in str(caught.value)
-    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in elsewhere.rglob("*")) == ["shared"]
 
 
 async def test_a_link_escaping_the_root_is_refused(context, tmp_path):
@@ -114,7 +128,7 @@ async def test_a_link_escaping_the_root_is_refused(context, tmp_path):
     (tmp_path / "outside").mkdir()
     (local / "out").symlink_to(tmp_path / "outside")
     with pytest.raises(AddressError) as caught:
-        prepare(Operation.APPLY_PATCH, envelope(add("work://out/x.md", "x")), PatchOptions(), context)
+        await apply(envelope(add("work://out/x.md", "x")), context)
     assert caught.value.kind is ErrorKind.CONTAINMENT
     assert list((tmp_path / "outside").iterdir()) == []
 
@@ -127,7 +141,7 @@ async def test_owner_missing_is_reported_at_execute_before_any_write(context):
     with pytest.raises(AddressError) as caught:
         await execute(attempt)
     assert caught.value.kind is ErrorKind.OWNER_MISSING
-    assert not (context.workspace_root / ".mevedel").exists()
+    assert not (context.workspace_root / ".mevedel" / "shared").exists()
 
 
 async def test_an_unconfigured_memory_key_is_unavailable_and_writes_nothing(context):
@@ -189,3 +203,40 @@ async def test_artifacts_are_read_only(context):
         prepare(Operation.APPLY_PATCH, envelope("*** Delete File: artifact://call-1.txt\n"), PatchOptions(), context)
     assert caught.value.kind is ErrorKind.UNSUPPORTED_OPERATION
     assert (results / "call-1.txt").read_text() == "evidence\n"
+
+
+# -- who may write a session's files (issue 18) --------------------------------
+
+
+@pytest.mark.parametrize("answer", [None, lambda sid: False], ids=["no-answer", "not-writable"])
+async def test_a_session_this_client_may_not_write_is_refused_before_anything_is_touched(context, answer):
+    import dataclasses
+
+    refused = dataclasses.replace(context, session_writable=answer)
+    before = sorted(p.relative_to(context.workspace_root) for p in context.workspace_root.rglob("*"))
+    attempt = prepare(Operation.APPLY_PATCH, envelope(add("work://shared/a.md", "x"), add("work://intruder.md", "y")), PatchOptions(), refused)
+    with pytest.raises(AddressError) as caught:
+        await execute(attempt)
+    assert caught.value.kind is ErrorKind.OWNER_MISSING
+    assert caught.value.authored == "work://intruder.md"
+    assert caught.value.reason == (
+        f"session {SID} is not open for writing by this client; resume it (or take control of it) "
+        "before changing its work:// files"
+    )
+    assert sorted(p.relative_to(context.workspace_root) for p in context.workspace_root.rglob("*")) == before
+
+
+async def test_an_unknown_session_id_creates_nothing(context):
+    unknown = context.with_session(context.workspace_root / ".mevedel" / "sessions" / "2026-01-01T00-00-000000000000")
+    with pytest.raises(AddressError) as caught:
+        await apply(envelope(add("work://intruder.md", "y")), unknown)
+    assert caught.value.kind is ErrorKind.OWNER_MISSING
+    assert sorted(p.name for p in (context.workspace_root / ".mevedel" / "sessions").iterdir()) == [SID]
+
+
+async def test_shared_and_memory_files_need_no_writable_session(context):
+    import dataclasses
+
+    lonely = dataclasses.replace(context.with_session(None), session_writable=None)
+    result = await apply(envelope(add("work://shared/a.md", "x"), add("memory://local-mevedel/t.md", "t")), lonely)
+    assert result.summary() == "A work://shared/a.md\nA memory://local-mevedel/t.md"

@@ -111,7 +111,17 @@ async def test_package_descendants_stay_contained(setup, tmp_path):
     (tmp_path / "outside.md").write_text("secret\n")
     (review / "leak.md").symlink_to(tmp_path / "outside.md")
     with pytest.raises(AddressError) as caught:
-        prepare(Operation.READ, "skill://local-mevedel/review/leak.md", ReadOptions(), context)
+        await run(Operation.READ, "skill://local-mevedel/review/leak.md", ReadOptions(), context)
     assert caught.value.kind is ErrorKind.CONTAINMENT
     grep = await run(Operation.GREP, "skill://local-mevedel/review", GrepOptions(pattern="secret"), context)
     assert grep.matches == ()
+
+
+async def test_a_symlinked_skill_directory_is_served_from_its_real_path(setup, tmp_path):
+    context, _review = setup
+    real = make_skill(tmp_path / "elsewhere", "linked", "# Linked\n")
+    (context.skill_roots[0].path / "linked").symlink_to(real)
+    found = await run(Operation.READ, "skill://local-mevedel/linked/SKILL.md", ReadOptions(), context)
+    assert found.text == "     1\t# Linked"
+    exact = f"skill://linked@{digest('local-mevedel', real)}/refs/guide.md"
+    assert (await run(Operation.READ, exact, ReadOptions(), context)).text == "     1\tguide for linked"

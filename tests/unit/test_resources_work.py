@@ -151,22 +151,26 @@ async def test_no_session_is_owner_missing_for_session_scope_but_not_shared(cont
     assert (await read("work://shared/n.md", lonely)).text == "     1\tn"
 
 
-async def test_symlink_escape_is_refused_at_prepare_without_leaking_paths(context, tmp_path):
+async def test_a_symbolic_link_is_refused_when_it_runs_without_leaking_paths(context, tmp_path):
     secret = write(tmp_path / "secret" / "key.txt", "top secret")
     local = context.session_dir / "local"
     local.mkdir()
     (local / "leak").symlink_to(secret)
     (local / "dir").symlink_to(secret.parent)
-    for address in ("work://leak", "work://dir/key.txt"):
+    write(local / "inside.md", "inside")
+    (local / "alias.md").symlink_to(local / "inside.md")  # stays inside: still not followed
+    for address in ("work://leak", "work://dir/key.txt", "work://alias.md"):
+        attempt = prepare(Operation.READ, address, ReadOptions(), context)  # a link is the world's, not the text's
         with pytest.raises(AddressError) as caught:
-            prepare(Operation.READ, address, ReadOptions(), context)
+            await execute(attempt)
         assert caught.value.kind is ErrorKind.CONTAINMENT
+        assert caught.value.reason == "is reached through a symbolic link, which mevedel does not follow"
         assert_no_paths(str(caught.value), context)
         assert str(secret.parent) not in str(caught.value)
-    # Searches and listings skip the escaping links instead of following them.
+    # Searches and listings leave links out instead of following them.
     write(local / "ok.md", "top secret too")
     listing = await read("work://", context)
-    assert "leak" not in listing.text and "work://dir" not in listing.text
+    assert "leak" not in listing.text and "work://dir" not in listing.text and "alias" not in listing.text
     grep = await run(Operation.GREP, "work://", GrepOptions(pattern="secret"), context)
     assert [m.address for m in grep.matches] == ["work://ok.md"]
 

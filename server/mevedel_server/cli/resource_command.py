@@ -7,6 +7,12 @@ directory), ``--session ID`` (the session scope of ``work://`` and
 ``--skill-root ORIGIN:PATH`` (repeatable). Output is the projection as text,
 or one JSON object with ``--json``; a failure prints the authored address, the
 error kind and the reason, and exits 1.
+
+``apply-patch --session ID`` writes that session's ``work://`` files only
+under this CLI client's own lease: it resumes the session first (as every
+``mevedel session``/``turn`` command that writes does, and leaves the lease
+held), so a session another client holds, or an unknown id, is refused
+with its session error and nothing is written or created.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ from ..resources import (
     SkillRoot,
     execute,
     prepare,
+    writable_sessions,
 )
+from ..store.service import SessionService, error_kind, is_refusal
+from ..targets import LocalTarget, TargetError
+from .session_client import CommandError, cli_identity, refuse
 
 FAILED = 1
 
@@ -154,18 +164,47 @@ def _run(arguments: argparse.Namespace) -> int:
         return 2
     try:
         attempt = prepare(arguments.operation, operand, options, context)
-        result = asyncio.run(execute(attempt))
+        if arguments.operation is Operation.APPLY_PATCH and arguments.session:
+            # Validated first: a patch refused as written claims no lease.
+            result = asyncio.run(_patch_under_lease(operand, arguments, context))
+        else:
+            result = asyncio.run(execute(attempt))
     except AddressError as error:
         if arguments.json:
             print(json.dumps({"error": error.to_json()}))
         else:
             print(f"{error.authored}: {error.kind.value}: {error.reason}", file=sys.stderr)
         return FAILED
+    except CommandError as error:
+        return refuse(arguments, error.kind, str(error))
     if arguments.json:
         print(json.dumps(_jsonable(result)))
     else:
         print(_text(arguments.operation, result))
     return 0
+
+
+async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context: ResolverContext) -> PatchResult:
+    """Run an ApplyPatch with ``--session`` as this CLI client: the session
+    is resumed under its lease first (refused when another client holds it
+    or it does not exist), and stays held afterwards."""
+    assert context.workspace_root is not None
+    try:
+        target = LocalTarget(context.workspace_root)
+    except TargetError as error:
+        raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
+    service = SessionService(target, cli_identity())
+    try:
+        try:
+            await service.open(arguments.session, "resume")
+        except Exception as error:  # the session's own refusal, with its kind
+            if not is_refusal(error):
+                raise
+            raise CommandError(error_kind(error), str(error)) from None
+        held = dataclasses.replace(context, store_target=target, session_writable=writable_sessions(service))
+        return await execute(prepare(Operation.APPLY_PATCH, patch, PatchOptions(), held))  # type: ignore[return-value]
+    finally:
+        await service.detach()
 
 
 def _jsonable(result: object) -> dict[str, Any]:

@@ -1,15 +1,18 @@
 """The custom resource requests: ``mevedel/resource/read|glob|grep|applyPatch``
 and ``mevedel/address/describe``, and the ``mevedel.resource.applyPatch``
 command. Each is thin: decode params, build the resolver context, prepare,
-execute, encode the result."""
+execute, encode the result. An ApplyPatch writes a session's ``work://``
+files only when this server holds that session open and writable."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from mevedel_protocol import (
     ApplyPatchParams,
     ApplyPatchResult,
@@ -105,10 +108,22 @@ def _grep_match(match: core.GrepMatch) -> GrepMatch:
     )
 
 
+def _writes(ls: MevedelLanguageServer, scope: Scope) -> core.ResolverContext:
+    """The scope's context with this server's answer to "may it write that
+    session's files?": only a session it holds open and writable."""
+    if scope.folder is None or ls.sessions is None:
+        return scope.context
+    try:
+        service = ls.sessions.service(scope.folder)
+    except JsonRpcException:  # a folder that cannot hold sessions has none open
+        return scope.context
+    return dataclasses.replace(scope.context, session_writable=core.writable_sessions(service))
+
+
 async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
     params = structure_params(raw, ApplyPatchParams, method)
     scope = request_scope(ls, params.workspace_folder, params.session_id)
-    applied = await execute(prepare(Operation.APPLY_PATCH, params.patch, None, scope.context))
+    applied = await execute(prepare(Operation.APPLY_PATCH, params.patch, None, _writes(ls, scope)))
     changes = [
         PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
         for c in applied.changes

@@ -1,12 +1,15 @@
 """The resolver of resource addresses: ``prepare`` -> ``Attempt`` -> ``execute``,
 one module per family, plus completion and describe for the editor features.
 
+Every file-backed family reads and writes through a ``Target`` (see
+``places``): one implementation for this machine and SSH workspaces.
 Backing paths never leave this package in a result or an error; the one
 exception is ``backing_file``, which exists to hand a contained file to
-go-to-definition.
+go-to-definition. Who may write a session's files is ``authority``.
 """
 
 from .attempt import Attempt, AuthorityFacts
+from .authority import require_writable_session, writable_sessions
 from .completion import Candidate, complete
 from .context import MemoryRoot, ResolverContext, SkillRoot
 from .describe import Description, backing_file, describe
@@ -40,4 +43,6 @@ __all__ = [
     "execute",
     "find_docs_root",
     "prepare",
+    "require_writable_session",
+    "writable_sessions",
 ]

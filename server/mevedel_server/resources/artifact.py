@@ -1,5 +1,5 @@
 """artifact:// — a read-only view of the session's persisted tool output
-(``SESSION/tool-results/``).
+(``SESSION/tool-results/``, on the workspace's target).
 
 Retired execution logs may be stored as ``executions/NAME.log.gz``; they keep
 their ``artifact://executions/NAME.log`` handle and read decompressed. The
@@ -14,8 +14,8 @@ from ..addresses.model import Address, AddressError, ErrorKind, Operation
 from .attempt import Prepared, Request
 from .containment import contain
 from .context import ResolverContext
-from .file_operations import fail, read_listing, run_located, search
-from .tree import Located, SearchScope, Tree
+from .places import Places
+from .tree import Node, Scope, Tree, all_files, fail, later, node_of, open_walks, read_listing, run_node, search
 
 BASE = "artifact://"
 EXECUTIONS = "executions"
@@ -37,9 +37,9 @@ def _present(parent: tuple[str, ...], name: str, is_dir: bool, siblings: frozens
     return name, False
 
 
-def artifact_tree(context: ResolverContext) -> Tree | None:
-    root = context.tool_results
-    return None if root is None else Tree(root, BASE, present=_present, label="artifacts")
+def artifact_tree(places: Places) -> Tree | None:
+    session = places.session
+    return None if session is None else Tree(session.below("tool-results"), BASE, present=_present, label="artifacts")
 
 
 def no_session(authored: str) -> AddressError:
@@ -52,29 +52,27 @@ EMPTY = "artifact:// has no persisted output yet; oversized tool results and yie
 
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    if context.remote_workspace:
-        from . import remote_artifact
-
-        return remote_artifact.prepare(address, request, context)
     authored, canonical = address.authored, address.canonical
-    tree = artifact_tree(context)
+    places = Places(context)
+    tree = artifact_tree(places)
     if tree is None:
         return Prepared("file", fail(no_session(authored)))
     if address.scope == "listing":
-        return Prepared("file", lambda: _run_listing(tree, request, authored, canonical))
+        return Prepared("file", later(_run_listing, tree, request, authored, canonical))
     try:
-        node = locate(address, context)
+        node = locate(address, places)
     except AddressError as error:
         if error.kind in (ErrorKind.UNAVAILABLE, ErrorKind.MISSING_TARGET):
             return Prepared("file", fail(error))
         raise
-    return Prepared("file", lambda: run_located(request, _current(node, authored), authored, canonical))
+    return Prepared("file", later(run_node, node, request, authored, canonical))
 
 
-def locate(address: Address, context: ResolverContext) -> Located:
-    """The contained node of an explicit handle (raw file preferred to gzip)."""
+def locate(address: Address, places: Places) -> Node:
+    """The node of an explicit handle: the raw file, or a retired log's
+    gzip-stored file when the raw one is absent (decided when it runs)."""
     authored = address.authored
-    tree = artifact_tree(context)
+    tree = artifact_tree(places)
     if tree is None:
         raise no_session(authored)
     parts = address.path
@@ -87,26 +85,15 @@ def locate(address: Address, context: ResolverContext) -> Located:
         )
     if any(_is_private(part) for part in parts):
         raise AddressError(ErrorKind.MISSING_TARGET, authored, "is not a persisted artifact")
-    raw = contain(tree.root, parts, authored)
-    node = Located(tree, parts, raw)
-    if parts[:1] == (EXECUTIONS,) and len(parts) == 2 and name.endswith(".log") and not raw.path.exists():
-        gz = contain(tree.root, parts[:-1] + (name + ".gz",), authored)
-        if gz.path.is_file():
-            return Located(tree, parts, gz, compressed=True)
-    return node
+    path = contain(tree.place, parts, authored)
+    retired = parts[:1] == (EXECUTIONS,) and len(parts) == 2 and name.endswith(".log")
+    return node_of(tree, parts, path + ".gz" if retired else None)
 
 
-def _current(node: Located, authored: str) -> Located:
-    """Recheck raw-vs-gzip at execution: a log may be retired meanwhile."""
-    if node.compressed or node.path.exists() or node.parts[:1] != (EXECUTIONS,) or len(node.parts) != 2:
-        return node
-    gz = contain(node.tree.root, node.parts[:-1] + (node.parts[-1] + ".gz",), authored)
-    return Located(node.tree, node.parts, gz, compressed=True) if gz.path.is_file() else node
-
-
-def _run_listing(tree: Tree, request: Request, authored: str, canonical: str) -> object:
+async def _run_listing(tree: Tree, request: Request, authored: str, canonical: str) -> object:
+    (walk,) = await open_walks([tree], authored)
     if request.operation is Operation.READ:
-        lines = [tree.address(parts) for parts, _entry in tree.walk_files(tree.root, ())] if tree.exists() else []
+        lines = [tree.address(parts) for parts, _entry in await all_files(walk, authored)] if walk is not None else []
         return read_listing(lines, request, authored, canonical, None if lines else EMPTY)
-    scopes = [SearchScope(tree, (), tree.root)] if tree.exists() else []
-    return search(scopes, request, authored, canonical, notice=EMPTY)
+    scopes = [] if walk is None else [Scope(tree, (), walk=walk)]
+    return await search(scopes, request, authored, canonical, notice=EMPTY)

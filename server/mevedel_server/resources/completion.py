@@ -3,9 +3,12 @@
 Scheme prefixes come first; once a scheme is typed only that scheme's
 metadata is consulted. Directory descendants come from one ``os.scandir`` of
 the directory being typed into (names and entry types only, never file
-content), filtered by the typed name prefix, sorted, and cut at the limit
-before any per-entry stat. Completion never creates storage, reads content,
-binds, or connects.
+content), filtered by the typed name prefix, sorted, and cut at the limit.
+The directory is opened component by component from its target's root
+without following a symbolic link, and links are never offered, as no walk
+lists one (:mod:`.local_paths`); a directory on an SSH workspace offers
+nothing. Completion never creates storage, reads content, binds, or
+connects.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from ..addresses import parse_address
 from ..addresses.encoding import encode_component
 from ..addresses.model import SCHEMES, AddressError
 from . import artifact, memory, mevedel_docs, skill, work
-from .containment import is_inside
-from .directory_index import DirectoryIndex
 from .context import ResolverContext
-from .tree import Located, Tree
+from .directory_index import DirectoryIndex
+from .local_paths import open_directory
+from .places import Places
+from .tree import Node, Tree
 
 CandidateKind = Literal["scheme", "discovery", "directory", "file", "skill", "memory-root"]
 
@@ -61,7 +65,7 @@ _SCHEME_DETAIL = {
 def _scheme_available(scheme: str, context: ResolverContext) -> bool:
     # Cheap, configuration-only knowledge: no directory is listed here.
     if scheme in ("work", "artifact"):
-        return context.session_dir is not None
+        return context.session_id is not None
     if scheme == "skill":
         return bool(context.skill_roots)
     if scheme == "memory":
@@ -133,17 +137,22 @@ _INDEX = DirectoryIndex()
 def _directory(
     tree: Tree,
     node_parts: tuple[str, ...],
-    directory: os.PathLike[str] | str,
     partial: str,
     limit: int,
     skip: frozenset[str] = frozenset(),
 ) -> list[Candidate]:
     """Entries of one directory whose canonical name starts with ``partial``."""
-    listing = _INDEX.listing(os.fspath(directory))
+    fd = open_directory(tree.place, node_parts)
+    if fd is None:
+        return []
+    try:
+        listing = _INDEX.listing(fd)
+    finally:
+        os.close(fd)
     # The answer depends only on the listing and on the tree's (module-level)
     # presentation rules, so the same question on an unchanged directory is
     # answered from memory: the listing itself is replaced when it changes.
-    key = (tree.base, tree.real_root, tree.present, tree.file_filter, node_parts, partial, limit, skip)
+    key = (tree.base, tree.present, tree.file_filter, node_parts, partial, limit, skip)
     remembered = listing.remembered(key)
     if remembered is not None:
         return list(remembered)  # type: ignore[call-overload]
@@ -151,21 +160,12 @@ def _directory(
     # canonical spelling: building each address is one concatenation.
     head = tree.base + "".join(encode_component(part) + "/" for part in node_parts)
     found: list[Candidate] = []
-    followed_link = False
     for entry in listing.starting_with(partial):
         if len(found) >= limit:
             break
         if entry.name in skip:
             continue
         is_dir = entry.is_dir
-        if is_dir is None:  # a symbolic link: offered only when it stays inside
-            # Where a link points can change without touching this directory,
-            # so an answer that followed one is not remembered.
-            followed_link = True
-            target = os.path.join(directory, entry.name)
-            if not is_inside(os.path.realpath(target), tree.real_root):
-                continue
-            is_dir = os.path.isdir(target)
         shown = tree.present(node_parts, entry.name, is_dir, listing.names)
         if shown is None:
             continue
@@ -177,45 +177,45 @@ def _directory(
         address = head + (entry.label if name == entry.name else encode_component(name)) + ("/" if is_dir else "")
         found.append(Candidate(address, "directory" if is_dir else "file", "directory" if is_dir else "file"))
     found.sort(key=lambda candidate: candidate.label)
-    if not followed_link:
-        listing.remember(key, tuple(found))
+    listing.remember(key, tuple(found))
     return found
 
 
-def _descend(located: Located, partial: str, limit: int, skip: frozenset[str] = frozenset()) -> list[Candidate]:
-    if not os.path.isdir(located.path):
-        return []
-    return _directory(located.tree, located.parts, located.path, partial, limit, skip)
+def _descend(node: Node, partial: str, limit: int, skip: frozenset[str] = frozenset()) -> list[Candidate]:
+    return _directory(node.tree, node.parts, partial, limit, skip)
 
 
 def _work(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
     head, partial = _split(tail)
+    places = Places(context)
     if not head:
         found = _branches(prefix_text, "work", context)
-        tree = work.session_tree(context)
+        tree = work.session_tree(places)
         if tree is not None:
-            found += _directory(tree, (), tree.root, partial, limit - len(found), frozenset({"shared"}))
+            found += _directory(tree, (), partial, limit - len(found), frozenset({"shared"}))
         return found
     address = parse_address(f"work://{head}")
-    return _descend(work.locate(address, context), partial, limit)
+    return _descend(work.locate(address, places), partial, limit)
 
 
 def _artifact(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
     head, partial = _split(tail)
-    tree = artifact.artifact_tree(context)
+    places = Places(context)
+    tree = artifact.artifact_tree(places)
     if tree is None:
         return []
     if not head:
-        return _directory(tree, (), tree.root, partial, limit)
-    return _descend(artifact.locate(parse_address(f"artifact://{head}"), context), partial, limit)
+        return _directory(tree, (), partial, limit)
+    return _descend(artifact.locate(parse_address(f"artifact://{head}"), places), partial, limit)
 
 
 def _mevedel(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
     head, partial = _split(tail)
-    tree = mevedel_docs.docs_tree(context)
+    places = Places(context)
+    tree = mevedel_docs.docs_tree(places)
     if not head:
-        return _directory(tree, (), tree.root, partial, limit)
-    return _descend(mevedel_docs.locate(parse_address(f"mevedel://{head}"), context), partial, limit)
+        return _directory(tree, (), partial, limit)
+    return _descend(mevedel_docs.locate(parse_address(f"mevedel://{head}"), places), partial, limit)
 
 
 def _memory(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
@@ -231,7 +231,7 @@ def _memory(prefix_text: str, tail: str, context: ResolverContext, limit: int) -
     key, _slash, rest = tail.partition("/")
     head, partial = _split(rest)
     address = parse_address(f"memory://{key}/{head}" if head else f"memory://{key}")
-    return _descend(memory.locate(address, context), partial, limit)
+    return _descend(memory.locate(address, Places(context)), partial, limit)
 
 
 def _skill(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
@@ -244,7 +244,7 @@ def _skill(prefix_text: str, tail: str, context: ResolverContext, limit: int) ->
                 rest = prefix_text[len(base) + 1 :]
                 head, partial = _split(rest)
                 address = parse_address(base + ("/" + head if head else ""))
-                _skill_found, located = skill.locate(address, context)
+                _skill_found, located = skill.locate(address, Places(context))
                 return _descend(located, partial, limit)
     wants_exact = "@" in tail
     candidates: list[Candidate] = []

@@ -9,6 +9,7 @@ configured memory and skill roots.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -73,6 +74,11 @@ class ResolverContext:
     work:// session scope and its ``tool-results/`` holds artifact:// output.
     ``None`` means no session is open, so session-relative addresses answer
     with owner-missing. Nothing here is created by the resolver.
+
+    ``session_writable`` is the front end's answer to "is this session open
+    and writable by this client?": an ApplyPatch of a session's ``work://``
+    files runs only when it says yes (:mod:`.authority`); ``None`` says no
+    to every session.
     """
 
     workspace_root: Path | None = None
@@ -91,10 +97,19 @@ class ResolverContext:
     #: root, and ``remote_session`` is the open session's id there.
     remote_workspace: bool = False
     remote_session: str | None = None
+    #: Whether a session (by id) is open and writable by this client.
+    session_writable: Callable[[str], bool] | None = None
 
     def with_session(self, session_dir: Path | None, live_history: LiveHistorySource | None = None) -> ResolverContext:
         """The same context for another (or no) open session."""
         return dataclasses.replace(self, session_dir=session_dir, live_history=live_history)
+
+    @property
+    def session_id(self) -> str | None:
+        """The open session's id (the name of its directory)."""
+        if self.remote_workspace:
+            return self.remote_session
+        return None if self.session_dir is None else self.session_dir.name
 
     @property
     def session_local(self) -> Path | None:

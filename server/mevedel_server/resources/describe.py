@@ -8,20 +8,24 @@ returns a path, for go-to-definition on a file-backed address.
 
 from __future__ import annotations
 
-import os
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..addresses import parse_address
 from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from ..targets import ControlProgram, Stat, Status
 from . import artifact, history, memory, mevedel_docs, skill, unavailable, work
 from .attempt import Request
+from .containment import through_link
 from .context import ResolverContext
+from .local_paths import local_file
 from .options import ReadOptions
-from .tree import Located
+from .places import Places
+from .tree import Node, root_refused, run_program
 
-Status = Literal["exists", "missing", "unavailable", "discovery"]
+Standing = Literal["exists", "missing", "unavailable", "discovery"]
 NodeKind = Literal["file", "directory", "virtual", "listing"]
 
 
@@ -31,7 +35,7 @@ class Description:
     family: Family
     locator_class: LocatorClass
     operations: tuple[Operation, ...]
-    status: Status
+    status: Standing
     kind: NodeKind
     size: int | None = None
     reason: str | None = None
@@ -42,17 +46,17 @@ class Description:
 _FILE_FAMILIES = {Family.WORK, Family.ARTIFACT, Family.MEVEDEL, Family.MEMORY, Family.SKILL}
 
 
-def _locate(address: Address, context: ResolverContext) -> Located:
-    """The backing node of an explicit file-backed address (raises AddressError)."""
+def _locate(address: Address, places: Places) -> Node:
+    """The node of an explicit file-backed address (raises AddressError)."""
     if address.family is Family.WORK:
-        return work.locate(address, context)
+        return work.locate(address, places)
     if address.family is Family.ARTIFACT:
-        return artifact.locate(address, context)
+        return artifact.locate(address, places)
     if address.family is Family.MEVEDEL:
-        return mevedel_docs.locate(address, context)
+        return mevedel_docs.locate(address, places)
     if address.family is Family.MEMORY:
-        return memory.locate(address, context)
-    _skill, located = skill.locate(address, context)
+        return memory.locate(address, places)
+    _skill, located = skill.locate(address, places)
     return located
 
 
@@ -66,7 +70,7 @@ async def describe(address_text: str, context: ResolverContext) -> Description:
     address = parse_address(address_text)
     operations = tuple(op for op in Operation if address.allows(op))
 
-    def made(status: Status, kind: NodeKind, size: int | None = None, reason: str | None = None) -> Description:
+    def made(status: Standing, kind: NodeKind, size: int | None = None, reason: str | None = None) -> Description:
         return Description(address.canonical, address.family, address.locator_class, operations, status, kind, size, reason)
 
     if address.family is Family.HISTORY:
@@ -83,47 +87,61 @@ async def describe(address_text: str, context: ResolverContext) -> Description:
         )
     if address.family not in _FILE_FAMILIES:
         try:
-            unavailable.prepare(address, Request(Operation.READ, ReadOptions()), context).run()
+            outcome = unavailable.prepare(address, Request(Operation.READ, ReadOptions()), context).run()
+            if inspect.isawaitable(outcome):
+                await outcome
         except AddressError as error:
             return made("unavailable", "virtual", reason=error.reason)
         return made("exists", "virtual")
     if not _is_explicit(address):
         return made("discovery", "listing")
     try:
-        node = _locate(address, context)
+        node = _locate(address, Places(context))
     except AddressError as error:
         if error.kind is ErrorKind.MISSING_TARGET:
             return made("missing", "file", reason=error.reason)
         if error.kind in (ErrorKind.UNAVAILABLE, ErrorKind.OWNER_MISSING):
             return made("unavailable", "virtual", reason=error.reason)
         raise
-    if address.family is Family.MEVEDEL and not node.tree.exists():
+    target = node.tree.place.target
+    if target is None and address.family is Family.MEVEDEL:
         return made("unavailable", "virtual", reason=mevedel_docs.not_installed(address.authored).reason)
+    unused = not address.path and address.family in (Family.WORK, Family.MEMORY)
+    if target is None:
+        return made("discovery", "directory", reason=f"{address.canonical} has no files yet") if unused else made("missing", "file", reason="does not exist")
+    paths = [node.path] + ([node.compressed_path] if node.compressed_path is not None else [])
     try:
-        info = os.stat(node.path)
-    except OSError:
-        if not address.path and address.family in (Family.WORK, Family.MEMORY):
+        found = await run_program(target, ControlProgram([Stat(path, optional=True) for path in paths]), address.authored)
+    except AddressError as error:
+        return made("unavailable", "virtual", reason=error.reason)
+    stat, compressed = found[0], False
+    if stat.status is Status.ABSENT and len(found) > 1 and found[1].ok and found[1].value.kind == "file":
+        stat, compressed = found[1], True
+    if not stat.ok:
+        if stat.unsafe and not root_refused(stat):
+            raise through_link(address.authored)
+        if unused:
             return made("discovery", "directory", reason=f"{address.canonical} has no files yet")
         return made("missing", "file", reason="does not exist")
-    if os.path.isdir(node.path) and not node.compressed:
+    if stat.value.kind == "directory":
         return made("exists", "directory")
-    if address.family is Family.MEVEDEL and not address.path[-1].endswith(".md"):
-        return made("missing", "file", reason="is not a packaged Markdown document")
-    return made("exists", "file", None if node.compressed else info.st_size)
+    if stat.value.kind != "file":
+        return made("missing", "file", reason="is not a regular file")
+    if not node.tree.file_filter(node.parts):
+        return made("missing", "file", reason=node.tree.filtered)
+    return made("exists", "file", None if compressed else stat.value.size)
 
 
 def backing_file(address_text: str, context: ResolverContext) -> Path | None:
-    """The contained, existing regular file behind a file-backed address."""
+    """The existing regular file behind a file-backed address on this
+    machine, reached without a symbolic link (go-to-definition)."""
     try:
         address = parse_address(address_text)
         if not _is_explicit(address):
             return None
-        node = _locate(address, context)
-        node.contained.verify(address.authored)
+        node = _locate(address, Places(context))
     except AddressError:
         return None
-    if node.compressed or not node.path.is_file():
+    if not node.tree.file_filter(node.parts):
         return None
-    if address.family is Family.MEVEDEL and not address.path[-1].endswith(".md"):
-        return None
-    return node.contained.real_path
+    return local_file(node.tree.place, node.parts)

@@ -1,12 +1,14 @@
 """Sorted directory listings for completion, reused while a directory is
 unchanged.
 
-A listing is one ``os.scandir`` (names and entry types, no file is opened),
-sorted by each name's canonical address spelling so a typed prefix selects a
-contiguous run (``bisect``). It is reused while the directory's device,
-inode and modification time are unchanged. A listing taken while the
-modification time was still recent is not kept: a change within the same
-timestamp tick could otherwise go unnoticed (the "racy" case).
+A listing is one ``os.scandir`` of an open directory descriptor (names and
+entry types, no file is opened) keeping directories and regular files only
+(a symbolic link is never offered, as no walk lists one), sorted by each
+name's canonical address spelling so a typed prefix selects a contiguous run
+(``bisect``). It is reused while the directory's device, inode and
+modification time are unchanged. A listing taken while the modification
+time was still recent is not kept: a change within the same timestamp tick
+could otherwise go unnoticed (the "racy" case).
 """
 
 from __future__ import annotations
@@ -29,9 +31,7 @@ CAPACITY = 64
 class IndexedEntry:
     label: str
     name: str
-    #: From the entry type; ``None`` for a symbolic link, whose target is
-    #: judged (and contained) when it is offered.
-    is_dir: bool | None
+    is_dir: bool
 
 
 #: Completion answers remembered per listing: a user typing into one
@@ -73,34 +73,48 @@ _EMPTY = Listing((), (), frozenset())
 class DirectoryIndex:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
-        self._cache: OrderedDict[str, tuple[tuple[int, int, int], Listing]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], tuple[int, Listing]] = OrderedDict()
 
-    def listing(self, directory: str) -> Listing:
+    def listing(self, directory_fd: int) -> Listing:
+        """The listing of the open directory ``directory_fd`` (the caller's)."""
         try:
-            info = os.stat(directory)
+            info = os.fstat(directory_fd)
         except OSError:
             return _EMPTY
-        key = (info.st_dev, info.st_ino, info.st_mtime_ns)
-        cached = self._cache.get(directory)
-        if cached is not None and cached[0] == key:
-            self._cache.move_to_end(directory)
+        identity = (info.st_dev, info.st_ino)
+        cached = self._cache.get(identity)
+        if cached is not None and cached[0] == info.st_mtime_ns:
+            self._cache.move_to_end(identity)
             return cached[1]
-        listing = _scan(directory)
+        listing = _scan(directory_fd)
         if time.time_ns() - info.st_mtime_ns > SETTLE_NS:
-            self._cache[directory] = (key, listing)
-            self._cache.move_to_end(directory)
+            self._cache[identity] = (info.st_mtime_ns, listing)
+            self._cache.move_to_end(identity)
             while len(self._cache) > self._capacity:
                 self._cache.popitem(last=False)
         else:
-            self._cache.pop(directory, None)
+            self._cache.pop(identity, None)
         return listing
 
 
-def _scan(directory: str) -> Listing:
+def _kind(entry: os.DirEntry) -> bool | None:
+    """True for a directory, False for a regular file, None otherwise."""
     try:
-        with os.scandir(directory) as scan:
-            raw = [(entry.name, None if entry.is_symlink() else entry.is_dir(follow_symlinks=False)) for entry in scan]
+        if entry.is_dir(follow_symlinks=False):
+            return True
+        if entry.is_file(follow_symlinks=False):
+            return False
+    except OSError:
+        pass
+    return None
+
+
+def _scan(directory_fd: int) -> Listing:
+    try:
+        with os.scandir(directory_fd) as scan:
+            found = [(entry.name, _kind(entry)) for entry in scan]
     except OSError:
         return _EMPTY
+    raw = [(name, is_dir) for name, is_dir in found if is_dir is not None]
     entries = sorted((IndexedEntry(encode_component(name), name, is_dir) for name, is_dir in raw), key=lambda e: e.label)
     return Listing(tuple(entries), tuple(e.label for e in entries), frozenset(name for name, _d in raw))

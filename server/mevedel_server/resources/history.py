@@ -46,7 +46,7 @@ from ..store.workspace import is_session_id
 from ..targets import LocalTarget, Target, TargetError
 from .attempt import Prepared, Request
 from .context import LiveHistorySource, ResolverContext
-from .file_operations import read_listing
+from .tree import read_listing
 from .options import GlobOptions, GrepOptions, ReadOptions
 from .projection import page_lines, split_lines
 from .results import GlobResult, GrepResult, ReadResult

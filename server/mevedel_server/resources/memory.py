@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from ..addresses.encoding import encode_component
 from ..addresses.model import Address, AddressError, ErrorKind, Operation
 from .attempt import Prepared, Request
-from .containment import Contained, contain, contain_for_write
+from .containment import contain
 from .context import MemoryRoot, ResolverContext
-from .file_operations import fail, read_listing, run_located, search
-from .tree import Located, SearchScope, Tree
+from .places import Place, Places
+from .tree import Node, Scope, Tree, Walk, all_files, fail, later, node_of, open_walks, read_listing, run_node, run_root, search
 
 _RANK = {("local", "mevedel"): 0, ("local", "agents"): 1, ("global", "mevedel"): 2, ("global", "agents"): 3}
 
@@ -42,8 +42,9 @@ class KeyedRoot:
     def label(self) -> str:
         return f"{self.root.location} .{self.root.kind}"
 
-    def tree(self, key: str | None = None) -> Tree:
-        return Tree(self.root.path, f"memory://{encode_component(key or self.key)}/", label=self.label)
+    def tree(self, places: Places, key: str | None = None) -> Tree:
+        place = places.local(self.root.path)
+        return Tree(place, f"memory://{encode_component(key or self.key)}/", label=self.label)
 
 
 def root_digest(root: MemoryRoot) -> str:
@@ -84,19 +85,22 @@ def unknown_key(authored: str, context: ResolverContext) -> AddressError:
     )
 
 
-def _topics(keyed: KeyedRoot) -> list[str]:
-    tree = keyed.tree()
-    if not tree.exists():
+async def _files(tree: Tree, walk: Walk | None, authored: str) -> list[tuple[str, ...]]:
+    if walk is None:
         return []
-    return [tree.address(parts) for parts, _e in tree.walk_files(tree.root, ()) if parts[-1].endswith(".md")]
+    return [parts for parts, _entry in await all_files(walk, authored)]
 
 
-def index_lines(context: ResolverContext) -> list[str]:
+async def index_lines(roots: list[KeyedRoot], places: Places, authored: str) -> list[str]:
     """The ordered, labeled index of roots and their topics."""
-    roots = keyed_roots(context)
     if not roots:
         return ["No memory roots are configured."]
-    sections = [(keyed, _topics(keyed)) for keyed in roots]
+    trees = [keyed.tree(places) for keyed in roots]
+    walks = await open_walks(trees, authored)
+    sections = []
+    for keyed, tree, walk in zip(roots, trees, walks):
+        topics = [tree.address(parts) for parts in await _files(tree, walk, authored) if parts[-1].endswith(".md")]
+        sections.append((keyed, topics))
     lines: list[str] = []
     if not any(topics for _keyed, topics in sections):
         lines.append(f"{len(roots)} memory root(s) are configured; none holds a topic yet.")
@@ -109,61 +113,57 @@ def index_lines(context: ResolverContext) -> list[str]:
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
     authored, canonical = address.authored, address.canonical
+    places = Places(context)
     if address.scope == "union":
-        return Prepared("file", lambda: _run_union(request, context, authored, canonical))
+        roots = keyed_roots(context)
+        return Prepared("file", later(_run_union, request, roots, places, authored, canonical))
     try:
-        node = locate(address, context)
+        node = locate(address, places)
     except AddressError as error:
         if error.kind is ErrorKind.UNAVAILABLE:
             return Prepared("file", fail(error))
         raise
     if not address.path:
-        return Prepared("file", lambda: _run_root(request, node, authored, canonical))
-    return Prepared("file", lambda: run_located(request, node, authored, canonical))
+        unused = f"{canonical} has no files yet; an authorised ApplyPatch can create one below it"
+        return Prepared("file", later(run_root, node, request, authored, canonical, unused))
+    return Prepared("file", later(run_node, node, request, authored, canonical))
 
 
-def locate(address: Address, context: ResolverContext) -> Located:
+def locate(address: Address, places: Places) -> Node:
     assert address.key is not None
-    keyed = find_root(context, address.key)
+    keyed = find_root(places.context, address.key)
     if keyed is None:
-        raise unknown_key(address.authored, context)
-    tree = keyed.tree(address.key)
-    return Located(tree, address.path, contain(tree.root, address.path, address.authored))
+        raise unknown_key(address.authored, places.context)
+    tree = keyed.tree(places, address.key)
+    contain(tree.place, address.path, address.authored)
+    return node_of(tree, address.path)
 
 
-def _run_root(request: Request, node: Located, authored: str, canonical: str) -> object:
-    if not node.tree.exists():
-        notice = f"{canonical} has no files yet; an authorised ApplyPatch can create one below it"
-        if request.operation is Operation.READ:
-            return read_listing([], request, authored, canonical, notice)
-        return search([], request, authored, canonical, notice=notice)
-    return run_located(request, node, authored, canonical)
-
-
-def _run_union(request: Request, context: ResolverContext, authored: str, canonical: str) -> object:
+async def _run_union(request: Request, roots: list[KeyedRoot], places: Places, authored: str, canonical: str) -> object:
     if request.operation is Operation.READ:
-        return read_listing(index_lines(context), request, authored, canonical)
-    roots = keyed_roots(context)
+        return read_listing(await index_lines(roots, places, authored), request, authored, canonical)
     if not roots:
-        return search([], request, authored, canonical, notice="no memory roots are configured")
-    trees = [keyed.tree() for keyed in roots]
-    scopes = [SearchScope(tree, (), tree.root) for tree in trees if tree.exists()]
-    result = search(scopes, request, authored, canonical, notice="the configured memory roots hold no files yet")
-    shadowed = _shadowing(trees)
+        return await search([], request, authored, canonical, notice="no memory roots are configured")
+    trees = [keyed.tree(places) for keyed in roots]
+    walks = await open_walks(trees, authored)
+    # The shadowing notes need every root's files; the search then walks
+    # what is already listed.
+    listed = [await _files(tree, walk, authored) for tree, walk in zip(trees, walks)]
+    scopes = [Scope(walk.tree, (), walk=walk) for walk in walks if walk is not None]
+    result = await search(scopes, request, authored, canonical, notice="the configured memory roots hold no files yet")
+    shadowed = _shadowing(trees, listed)
     if not shadowed:
         return result
     notice = "\n".join(filter(None, [result.notice, *shadowed]))
     return dataclasses.replace(result, notice=notice)
 
 
-def _shadowing(trees: list[Tree]) -> list[str]:
+def _shadowing(trees: list[Tree], listed: list[list[tuple[str, ...]]]) -> list[str]:
     """Disclose files hidden behind a same-named file of a preferred root."""
     owner: dict[tuple[str, ...], Tree] = {}
     notes: list[str] = []
-    for tree in trees:
-        if not tree.exists():
-            continue
-        for parts, _entry in tree.walk_files(tree.root, ()):
+    for tree, files in zip(trees, listed):
+        for parts in files:
             first = owner.setdefault(parts, tree)
             if first is not tree:
                 notes.append(
@@ -172,15 +172,18 @@ def _shadowing(trees: list[Tree]) -> list[str]:
     return notes
 
 
-def writable(address: Address, context: ResolverContext) -> Contained:
-    """The contained backing file an ApplyPatch may write for ``address``."""
+def writable(address: Address, places: Places) -> tuple[Place, tuple[str, ...]]:
+    """Where an ApplyPatch may write ``address``: its root and the file's
+    parts below it."""
     authored = address.authored
     if address.scope != "root" or not address.path:
         raise AddressError(
             ErrorKind.UNSUPPORTED_OPERATION, authored, "ApplyPatch needs an explicit file memory://ROOT-KEY/PATH"
         )
     assert address.key is not None
-    keyed = find_root(context, address.key)
+    keyed = find_root(places.context, address.key)
     if keyed is None:
-        raise unknown_key(authored, context)
-    return contain_for_write(keyed.root.path.parent, keyed.root.path, address.path, authored)
+        raise unknown_key(authored, places.context)
+    tree = keyed.tree(places, address.key)
+    contain(tree.place, address.path, authored)
+    return tree.place, address.path

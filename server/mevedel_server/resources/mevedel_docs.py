@@ -11,18 +11,20 @@ from ..addresses.model import Address, AddressError, ErrorKind, Operation
 from .attempt import Prepared, Request
 from .containment import contain
 from .context import ResolverContext
-from .file_operations import read_listing, run_located, search
-from .tree import Located, SearchScope, Tree
+from .places import Places
+from .tree import Node, Scope, Tree, all_files, later, node_of, open_walks, read_listing, run_node, search
 
 BASE = "mevedel://"
+NOT_MARKDOWN = "is not a packaged Markdown document"
 
 
 def _is_markdown(parts: tuple[str, ...]) -> bool:
     return parts[-1].endswith(".md")
 
 
-def docs_tree(context: ResolverContext) -> Tree:
-    return Tree(context.docs_root, BASE, file_filter=_is_markdown, label="documentation")
+def docs_tree(places: Places) -> Tree:
+    place = places.local(places.context.docs_root)
+    return Tree(place, BASE, file_filter=_is_markdown, filtered=NOT_MARKDOWN, label="documentation")
 
 
 def not_installed(authored: str) -> AddressError:
@@ -31,30 +33,31 @@ def not_installed(authored: str) -> AddressError:
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
     authored, canonical = address.authored, address.canonical
-    tree = docs_tree(context)
+    places = Places(context)
+    tree = docs_tree(places)
     if address.scope == "listing":
-        return Prepared("file", lambda: _run_listing(tree, request, authored, canonical))
-    node = locate(address, context)
-    return Prepared("file", lambda: _run_doc(node, request, authored, canonical))
+        return Prepared("file", later(_run_listing, tree, request, authored, canonical))
+    node = locate(address, places)
+    return Prepared("file", later(_run_doc, node, request, authored, canonical))
 
 
-def locate(address: Address, context: ResolverContext) -> Located:
-    tree = docs_tree(context)
-    return Located(tree, address.path, contain(tree.root, address.path, address.authored))
+def locate(address: Address, places: Places) -> Node:
+    tree = docs_tree(places)
+    contain(tree.place, address.path, address.authored)
+    return node_of(tree, address.path)
 
 
-def _run_doc(node: Located, request: Request, authored: str, canonical: str) -> object:
-    if not node.tree.exists():
+async def _run_doc(node: Node, request: Request, authored: str, canonical: str) -> object:
+    if node.tree.place.target is None and not node.tree.place.linked:
         raise not_installed(authored)
-    if node.path.is_file() and not _is_markdown(node.parts):
-        raise AddressError(ErrorKind.MISSING_TARGET, authored, "is not a packaged Markdown document")
-    return run_located(request, node, authored, canonical)
+    return await run_node(node, request, authored, canonical)
 
 
-def _run_listing(tree: Tree, request: Request, authored: str, canonical: str) -> object:
-    if not tree.exists():
+async def _run_listing(tree: Tree, request: Request, authored: str, canonical: str) -> object:
+    (walk,) = await open_walks([tree], authored)
+    if walk is None:
         raise not_installed(authored)
     if request.operation is Operation.READ:
-        lines = [tree.address(parts) for parts, _entry in tree.walk_files(tree.root, ())]
+        lines = [tree.address(parts) for parts, _entry in await all_files(walk, authored)]
         return read_listing(lines, request, authored, canonical)
-    return search([SearchScope(tree, (), tree.root)], request, authored, canonical)
+    return await search([Scope(tree, (), walk=walk)], request, authored, canonical)

@@ -1,42 +1,50 @@
 """ApplyPatch through the resolver: parse the envelope, resolve every target
-to a contained backing file, and apply them all or none at execution.
+to a place and a path there, and apply them all or none at execution, as
+one journalled transaction on that place's target (:mod:`.patch`).
 
 Only explicit files below work:// (either scope) and memory://ROOT-KEY/PATH
 are writable. Every other address, a traversal or a containment failure
-stops ``prepare`` before anything is touched; an absent owner (no session,
-no workspace, an unconfigured memory key) is reported by ``execute``, still
-before any file is written.
+stops ``prepare`` before anything is touched, and so does a patch whose
+files live in two places (the workspace and a memory root of its own: one
+transaction has one target). An absent owner (no session, no workspace, an
+unconfigured memory key) and a session this client may not write
+(:mod:`.authority`) are reported by ``execute``, still before any file is
+read or written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..addresses import parse_address
 from ..addresses.model import Address, AddressError, ErrorKind, Family, Operation
 from . import memory, work
 from .attempt import Attempt, AuthorityFacts
-from .containment import Contained
+from .authority import require_writable_session
 from .context import ResolverContext
 from .options import PatchOptions
-from .patch import FileOperation, PatchResult, ResolvedOperation, apply_file_operations, parse_patch
+from .patch import FileOperation, PatchResult, ResolvedOperation, apply_patch, parse_patch
+from .places import Place, Places
+from .tree import later
 
 _OWNER_KINDS = (ErrorKind.OWNER_MISSING, ErrorKind.UNAVAILABLE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class _Target:
     address: Address
-    contained: Contained | None
-    deferred: AddressError | None
+    place: Place | None
+    parts: tuple[str, ...] = ()
+    deferred: AddressError | None = None
+
+    @property
+    def session_scope(self) -> bool:
+        return self.address.family is Family.WORK and self.address.scope == "session"
 
 
-def _resolve(text: str, context: ResolverContext) -> _Target:
+def _resolve(text: str, places: Places) -> _Target:
     address = parse_address(text)
     address.require(Operation.APPLY_PATCH)
-    writable: Callable[[Address, ResolverContext], Contained]
     if address.family is Family.WORK:
         writable = work.writable
     elif address.family is Family.MEMORY:
@@ -44,11 +52,12 @@ def _resolve(text: str, context: ResolverContext) -> _Target:
     else:  # the matrix allows ApplyPatch nowhere else; keep that true here too
         raise AddressError(ErrorKind.UNSUPPORTED_OPERATION, text, f"ApplyPatch is not supported for {address.canonical}")
     try:
-        return _Target(address, writable(address, context), None)
+        place, parts = writable(address, places)
     except AddressError as error:
         if error.kind in _OWNER_KINDS:
-            return _Target(address, None, error)
+            return _Target(address, None, deferred=error)
         raise
+    return _Target(address, place, parts)
 
 
 def _facts(target: _Target) -> AuthorityFacts:
@@ -64,61 +73,81 @@ def _facts(target: _Target) -> AuthorityFacts:
     )
 
 
-def _checked(target: _Target) -> Path:
-    """The backing path, once its owner exists and its root has not moved."""
-    if target.deferred is not None:
-        raise target.deferred
-    assert target.contained is not None
-    target.contained.verify(target.address.authored)
-    return target.contained.path
+def _one_place(targets: list[_Target]) -> None:
+    """Every resolved target writes through the same target (one transaction)."""
+    first: _Target | None = None
+    for target in targets:
+        if target.place is None:
+            continue
+        where = target.place.writable()
+        if where is None:
+            continue
+        if first is None:
+            first = target
+            continue
+        there = first.place.writable()  # type: ignore[union-attr]
+        if there is not None and there.target is not where.target:
+            raise AddressError(
+                ErrorKind.UNSUPPORTED_OPERATION,
+                target.address.authored,
+                f"is stored apart from {first.address.authored}: one patch changes the files of one place "
+                "(the workspace, or one memory root outside it); apply this change in a patch of its own",
+            )
 
 
 def prepare_patch(patch_text: str, options: object, context: ResolverContext) -> Attempt:
     if options is not None and not isinstance(options, PatchOptions):
         raise AddressError(ErrorKind.INTERNAL, "ApplyPatch", f"ApplyPatch was called with {type(options).__name__}")
     patch = parse_patch(patch_text)
-    if context.remote_workspace and context.store_target is not None:
-        from . import remote_patch
-
-        if remote_patch.names_remote_files(patch.operations):
-            return _prepare_remote(patch.operations, context)
+    places = Places(context)
     planned: list[tuple[FileOperation, _Target, _Target | None]] = []
     for operation in patch.operations:
-        target = _resolve(operation.target, context)
-        destination = None if operation.move_to is None else _resolve(operation.move_to, context)
+        target = _resolve(operation.target, places)
+        destination = None if operation.move_to is None else _resolve(operation.move_to, places)
         planned.append((operation, target, destination))
-    facts = tuple(
-        _facts(target) for _op, first, second in planned for target in (first, second) if target is not None
-    )
-
-    def run() -> PatchResult:
-        # Every target is checked before the applier touches any file.
-        resolved = [
-            ResolvedOperation(
-                operation=operation,
-                backing=_checked(target),
-                move_backing=None if destination is None else _checked(destination),
-                display=target.address.authored,
-                move_display=None if destination is None else destination.address.authored,
-            )
-            for operation, target, destination in planned
-        ]
-        return apply_file_operations(resolved)
-
-    return Attempt(Operation.APPLY_PATCH, facts, run)
+    targets = [target for _op, first, second in planned for target in (first, second) if target is not None]
+    _one_place(targets)
+    facts = tuple(_facts(target) for target in targets)
+    return Attempt(Operation.APPLY_PATCH, facts, later(_run, planned, targets, context))
 
 
-def _prepare_remote(operations: tuple[FileOperation, ...], context: ResolverContext) -> Attempt:
-    """A patch of work:// files on an SSH workspace (see :mod:`.remote_patch`)."""
-    from . import remote_patch
+async def _run(planned: list[tuple[FileOperation, _Target, _Target | None]], targets: list[_Target], context: ResolverContext) -> PatchResult:
+    # Every owner and the session's authority are checked before any I/O.
+    for target in targets:
+        if target.deferred is not None:
+            raise target.deferred
+    for target in targets:
+        if target.session_scope:
+            require_writable_session(context, target.address.authored)
+            break
+    where = _where(targets)
+    resolved = [
+        ResolvedOperation(
+            operation=operation,
+            path=_path(first, where),
+            move_path=None if second is None else _path(second, where),
+            display=first.address.authored,
+            move_display=None if second is None else second.address.authored,
+        )
+        for operation, first, second in planned
+    ]
+    assert where.target is not None
+    return await apply_patch(where.target, where.journal, resolved)
 
-    assert context.store_target is not None
-    planned = []
-    for operation in operations:
-        first = remote_patch.resolve(operation.target, context)
-        second = None if operation.move_to is None else remote_patch.resolve(operation.move_to, context)
-        planned.append((operation, first, second))
-    facts = tuple(
-        _facts(_Target(target.address, None, None)) for _op, first, second in planned for target in (first, second) if target is not None
-    )
-    return Attempt(Operation.APPLY_PATCH, facts, remote_patch.runner(planned, context.store_target))
+
+def _where(targets: list[_Target]) -> Place:
+    first = targets[0]
+    assert first.place is not None
+    first.place.require(first.address.authored)
+    where = first.place.writable()
+    if where is None:
+        raise AddressError(ErrorKind.UNAVAILABLE, first.address.authored, "its root cannot be created here")
+    return where
+
+
+def _path(target: _Target, where: Place) -> str:
+    assert target.place is not None
+    target.place.require(target.address.authored)
+    place = target.place.writable()
+    assert place is not None and place.target is where.target
+    return place.path(target.parts)

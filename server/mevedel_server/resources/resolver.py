@@ -10,7 +10,6 @@ raised by ``execute``.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from collections.abc import Callable
@@ -91,17 +90,17 @@ def prepare(operation: Operation, operand: str, options: Options | None, context
 
 
 async def execute(attempt: Attempt) -> ReadResult | GlobResult | GrepResult | PatchResult:
-    """Run a prepared attempt once (blocking filesystem work runs in a thread)."""
+    """Run a prepared attempt once. Every family's runner is a coroutine
+    function run on the event loop: its I/O is its target's programs (a
+    thread hop each on this machine) and it moves large CPU work (decoding
+    and searching big text) to a thread itself."""
     authored = attempt.facts[0].authored if attempt.facts else attempt.operation.value
     if attempt._spent:
         raise AddressError(ErrorKind.INTERNAL, authored, "this prepared operation was already executed")
     attempt._spent = True
     try:
-        if inspect.iscoroutinefunction(attempt._run):
-            # Families whose owner answers asynchronously (the session store)
-            # run on the event loop and move their own CPU work to a thread.
-            return await attempt._run()
-        return await asyncio.to_thread(attempt._run)
+        outcome = attempt._run()
+        return await outcome if inspect.isawaitable(outcome) else outcome
     except AddressError:
         raise
     except Exception as error:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from ..addresses.encoding import encode_component
 from ..addresses.model import Address, AddressError, ErrorKind, Operation
+from ..addresses import SKILL_ORIGINS
 from .attempt import Prepared, Request
 from .containment import contain
-from ..addresses import SKILL_ORIGINS
 from .context import ResolverContext
-from .file_operations import fail, read_listing, run_located, search
-from .tree import Located, SearchScope, Tree
+from .places import Places
+from .tree import Node, Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search
 
 SKILL_FILE = "SKILL.md"
 
@@ -134,29 +134,36 @@ def package_base(address: Address) -> str:
     return f"skill://{origin_text(address.key)}/{encode_component(address.name)}/"
 
 
-def locate(address: Address, context: ResolverContext) -> tuple[Skill, Located]:
-    skill = find_skill(address, context)
-    tree = Tree(skill.directory, package_base(address), label=skill.origin)
-    return skill, Located(tree, address.path, contain(tree.root, address.path, address.authored))
+def package_tree(skill: Skill, base: str, places: Places) -> Tree:
+    """A skill package, served from its real directory (its identity)."""
+    return Tree(places.local(Path(skill.real)), base, label=skill.origin)
+
+
+def locate(address: Address, places: Places) -> tuple[Skill, Node]:
+    skill = find_skill(address, places.context)
+    tree = package_tree(skill, package_base(address), places)
+    contain(tree.place, address.path, address.authored)
+    return skill, node_of(tree, address.path)
 
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
     authored, canonical = address.authored, address.canonical
+    places = Places(context)
     if address.scope == "listing":
-        return Prepared("file", lambda: _run_listing(request, context, authored, canonical))
+        return Prepared("file", later(_run_listing, request, places, authored, canonical))
     try:
-        skill, node = locate(address, context)
+        skill, node = locate(address, places)
     except AddressError as error:
         if error.kind is ErrorKind.UNAVAILABLE:
             return Prepared("file", fail(error))
         raise
+    return Prepared("file", later(_run_package, skill, node, request, authored, canonical))
 
-    def run() -> object:
-        if not skill.still_current():
-            raise AddressError(ErrorKind.UNAVAILABLE, authored, "the skill source changed or is no longer discoverable")
-        return run_located(request, node, authored, canonical)
 
-    return Prepared("file", run)
+async def _run_package(skill: Skill, node: Node, request: Request, authored: str, canonical: str) -> object:
+    if not skill.still_current():
+        raise AddressError(ErrorKind.UNAVAILABLE, authored, "the skill source changed or is no longer discoverable")
+    return await run_node(node, request, authored, canonical)
 
 
 def listing_lines(skills: list[Skill]) -> list[str]:
@@ -170,15 +177,17 @@ def listing_lines(skills: list[Skill]) -> list[str]:
     return lines
 
 
-def _run_listing(request: Request, context: ResolverContext, authored: str, canonical: str) -> object:
+async def _run_listing(request: Request, places: Places, authored: str, canonical: str) -> object:
+    context = places.context
     skills = discover_skills(context)
     empty = "no skills are discovered" + ("" if context.skill_roots else ": no skill roots are configured")
     if request.operation is Operation.READ:
         return read_listing(listing_lines(skills), request, authored, canonical, None if skills else empty)
     groups = alias_groups(skills)
-    scopes = []
+    trees = []
     for skill in skills:
         unique = len(groups[(skill.origin, skill.name)]) == 1
-        tree = Tree(skill.directory, (skill.alias if unique else skill.exact) + "/", label=skill.origin)
-        scopes.append(SearchScope(tree, (), tree.root))
-    return search(scopes, request, authored, canonical, notice=empty)
+        trees.append(package_tree(skill, (skill.alias if unique else skill.exact) + "/", places))
+    walks = await open_walks(trees, authored)
+    scopes = [Scope(walk.tree, (), walk=walk) for walk in walks if walk is not None]
+    return await search(scopes, request, authored, canonical, notice=empty)

@@ -1,44 +1,78 @@
-"""Contained directory trees presented under an address prefix, and the
-Read/Glob/Grep operations every file-backed family shares.
+"""Family roots on a target, presented under an address prefix, and the
+Read/Glob/Grep operations every file-backed family shares -- one
+implementation for every target (this machine's and an SSH workspace's).
 
-A tree lists entries with one ``os.scandir`` per directory, in sorted order.
-Symbolic links are followed only when their target stays inside the real
-root; walks do not descend into symlinked directories, so a link cycle can
-never make a search run forever (an explicit address through a contained
-directory link still resolves).
+What a tree holds is the same everywhere: directories and regular files.
+A symbolic link is neither listed, searched nor followed (an explicit
+address through one is refused as ``containment``), and a FIFO, socket or
+device is neither listed nor opened, so no listing leads outside its root
+and no read can block. The target enforces this (:class:`ListTree`,
+:class:`ReadFiles`: descriptor chains with ``O_NOFOLLOW``, non-blocking
+opens of regular files only), so a swap of a directory for a link between
+two steps is refused too.
+
+An explicit node is probed in one program (``Stat``, a first ``ListTree``
+chunk and, when its bytes are wanted, ``ReadFiles``). A walk lists the
+tree in chunks (:class:`Walk`): a Glob that reaches its limit stops
+listing. Grep reads the walked files in batches (one program each) and
+matches them here with Python ``re`` over the Read projection's lines, so
+results, limits, skipped-file notices and previews are the same on every
+target. The family's presenter (hidden, renamed, gzip-stored names) and
+the sort by logical name are applied here.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..addresses.encoding import encode_component
-from ..addresses.model import AddressError, ErrorKind
-from .containment import Contained, is_inside
+from ..addresses.model import AddressError, ErrorKind, Operation
+from ..targets import (
+    ControlProgram,
+    FileRead,
+    ListTree,
+    OpResult,
+    ProgramResult,
+    ReadFiles,
+    Stat,
+    Status,
+    Target,
+    TargetError,
+    TargetUnavailable,
+    TreeListing,
+)
+from .attempt import Request
+from .containment import through_link
 from .glob_pattern import GlobPattern
-from .options import GrepOptions, GrepPlan, ReadOptions
+from .options import GlobOptions, GrepOptions, GrepPlan, ReadOptions
+from .places import Place
 from .projection import page_lines, split_lines
-from .results import GrepMatch, ReadKind, ReadResult
-from .text_source import InflationBudget, read_text
+from .results import GlobResult, GrepMatch, GrepResult, ReadResult
+from .text_source import MAX_FILE_BYTES, InflationBudget, text_of_bytes, too_large
 
 #: Widest preview a Grep match shows; a longer line is cut to the Read page
 #: (``char_offset``) that contains the match.
 PREVIEW_WIDTH = 2000
+#: Entries the first program of a walk lists; each later one lists four
+#: times more, up to ``MAX_CHUNK``.
+FIRST_CHUNK = 2048
+MAX_CHUNK = 32768
+#: Files the first read of a Grep carries; each later one twice as many,
+#: up to ``MAX_BATCH``, and at most ``READ_BUDGET`` bytes (a bigger file
+#: travels alone).
+FIRST_BATCH = 32
+MAX_BATCH = 512
+READ_BUDGET = 8 * 1024 * 1024
+#: Text larger than this (a Read, or a Grep batch) is decoded and searched
+#: in a worker thread, so the event loop keeps serving other requests; less
+#: costs less than the hop.
+THREAD_TEXT = 256 * 1024
+#: A walk whose listed entries pass this is matched in a worker thread.
+THREAD_ENTRIES = 4096
 
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One logical directory entry: its name as addresses spell it."""
-
-    name: str
-    is_dir: bool
-    path: Path
-    compressed: bool = False
-    symlink: bool = False
-
+ROOT_CHANGED = "its owning root changed after the operation was prepared; prepare it again"
 
 #: Maps a physical entry to its logical name and whether it is gzip-stored,
 #: or hides it (None). Receives the parent's logical parts, the physical
@@ -48,6 +82,10 @@ Presenter = Callable[[tuple[str, ...], str, bool, frozenset[str]], "tuple[str, b
 
 def _present_as_is(parent: tuple[str, ...], name: str, is_dir: bool, siblings: frozenset[str]) -> tuple[str, bool] | None:
     return name, False
+
+
+def _every_file(parts: tuple[str, ...]) -> bool:
+    return True
 
 
 def address_of(base: str, parts: tuple[str, ...], *, is_dir: bool = False) -> str:
@@ -63,141 +101,438 @@ class Tree:
     """A family root. ``base`` is the address prefix of its descendants
     (``"work://shared/"``, ``"memory://local-mevedel/"``, ``"artifact://"``)."""
 
-    root: Path
+    place: Place
     base: str
     present: Presenter = _present_as_is
     #: Files a search or listing may show (mevedel:// keeps only Markdown).
-    file_filter: Callable[[tuple[str, ...]], bool] = lambda parts: True
+    file_filter: Callable[[tuple[str, ...]], bool] = _every_file
+    #: Why an explicit file the filter hides is not there.
+    filtered: str = "does not exist"
     label: str | None = None
-    real_root: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "real_root", os.path.realpath(self.root))
 
     def address(self, parts: tuple[str, ...], *, is_dir: bool = False) -> str:
         return address_of(self.base, parts, is_dir=is_dir)
 
-    def exists(self) -> bool:
-        return os.path.isdir(self.root)
+    def path(self, physical: tuple[str, ...]) -> str:
+        return self.place.path(physical)
 
-    def entries(self, directory: Path, parts: tuple[str, ...], *, strict: bool = True) -> list[Entry]:
-        """The contained, presented entries of one directory, sorted by name.
 
-        An unlistable directory is an error when it was asked for
-        (``strict``) and is skipped when a walk merely meets it.
-        """
-        try:
-            with os.scandir(directory) as scan:
-                raw = list(scan)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError:
-            if not strict:
-                return []
-            raise AddressError(ErrorKind.UNREADABLE, self.address(parts), "its directory cannot be listed") from None
-        siblings = frozenset(item.name for item in raw)
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One logical directory entry: its name as addresses spell it, and its
+    physical path relative to the walk's start (``/``-separated)."""
+
+    name: str
+    is_dir: bool
+    physical: str
+    compressed: bool = False
+
+
+def later(function: Callable[..., Awaitable[object]], *args: object) -> Callable[[], Awaitable[object]]:
+    """A runner for ``Prepared``: the resolver awaits a coroutine function."""
+
+    async def run() -> object:
+        return await function(*args)
+
+    return run
+
+
+def fail(error: AddressError) -> Callable[[], Awaitable[object]]:
+    """A runner that reports a target problem at execution time."""
+
+    async def run() -> object:
+        raise error
+
+    return run
+
+
+async def run_program(target: Target, program: ControlProgram, authored: str) -> ProgramResult:
+    """Run ``program``; a target that cannot run it is an error naming
+    ``authored``."""
+    try:
+        return await target.run(program)
+    except TargetUnavailable as error:
+        raise AddressError(ErrorKind.UNAVAILABLE, authored, f"its workspace could not be reached ({error.reason})") from None
+    except TargetError:
+        raise AddressError(ErrorKind.CONFLICT, authored, ROOT_CHANGED) from None
+
+
+def root_refused(result: OpResult | FileRead) -> bool:
+    """Whether the target refused its pinned root (replaced, gone, a link)."""
+    return result.status is Status.FAILED and (result.reason or "").startswith("the target root ")
+
+
+def refusal(result: OpResult | FileRead, authored: str, *, missing: str = "does not exist") -> AddressError:
+    """The error of a probe or read of an explicit address that did not
+    succeed, without the target's reason (which names the backing path)."""
+    if result.status is Status.ABSENT:
+        return AddressError(ErrorKind.MISSING_TARGET, authored, missing)
+    if root_refused(result):
+        return AddressError(ErrorKind.CONFLICT, authored, ROOT_CHANGED)
+    if result.unsafe:
+        return through_link(authored)
+    reason = result.reason or ""
+    if reason.endswith("is not a directory"):
+        return AddressError(ErrorKind.MISSING_TARGET, authored, missing)
+    if reason.endswith("is not a regular file"):
+        return AddressError(ErrorKind.UNREADABLE, authored, "is not a regular file")
+    if "Permission denied" in reason:
+        return AddressError(ErrorKind.UNREADABLE, authored, "cannot be read: permission denied")
+    return AddressError(ErrorKind.UNREADABLE, authored, "cannot be read: the storage refused it")
+
+
+def _bytes_of(read: FileRead, authored: str) -> bytes:
+    if not read.ok:
+        raise refusal(read, authored)
+    if read.data is None:
+        raise too_large(authored)
+    return read.data
+
+
+# -- walks ---------------------------------------------------------------------
+
+#: What :meth:`Walk.files` yields when the next directory is not listed yet.
+NEED = object()
+
+
+class Walk:
+    """The tree below one directory of a target, listed lazily in chunks:
+    ``start`` is its target-relative path, ``parts`` its logical parts in
+    the tree."""
+
+    def __init__(self, tree: Tree, start: str, parts: tuple[str, ...], listing: TreeListing, depth: int | None = None) -> None:
+        self.tree = tree
+        self.start = start
+        self.parts = parts
+        self.depth = depth
+        self._records: dict[str, str] = {}
+        self._pending: tuple[str, ...] = ()
+        self._chunk = FIRST_CHUNK
+        #: Bytes of names listed so far (what matching them costs).
+        self.listed = 0
+        self._add(listing)
+
+    def _add(self, listing: TreeListing) -> None:
+        self._records.update(listing.records)
+        self._pending = listing.pending
+        self.listed += sum(len(names) for _directory, names in listing.records)
+
+    async def more(self, authored: str) -> None:
+        """List the next chunk of the tree."""
+        target = self.tree.place.target
+        assert target is not None and self._pending
+        self._chunk = min(self._chunk * 4, MAX_CHUNK)
+        program = ControlProgram([ListTree(self.start, limit=self._chunk, depth=self.depth, resume=self._pending)])
+        result = (await run_program(target, program, authored))[0]
+        if not result.ok:
+            # The walked directory itself went away (or became a link).
+            raise listing_failure(result, self.tree.address(self.parts), authored)
+        self._add(result.value)
+
+    def entries(self, physical: str, parts: tuple[str, ...]) -> list[Entry] | None:
+        """The presented entries of a listed directory (``physical``
+        relative to the start), sorted by logical name; None when it is not
+        listed yet (an unlisted one with nothing pending is empty)."""
+        names = self._records.get(physical)
+        if names is None:
+            return None if self._pending else []
+        raw = names.split("\0") if names else []
+        siblings = frozenset(name[:-1] if name.endswith("/") else name for name in raw)
+        present, keep = self.tree.present, self.tree.file_filter
+        prefix = physical + "/" if physical else ""
         found: list[Entry] = []
-        for item in raw:
-            symlink = item.is_symlink()
-            if symlink and not is_inside(os.path.realpath(item.path), self.real_root):
-                continue
-            try:
-                is_dir = item.is_dir()
-            except OSError:
-                continue
-            shown = self.present(parts, item.name, is_dir, siblings)
+        for name in raw:
+            is_dir = name.endswith("/")
+            if is_dir:
+                name = name[:-1]
+            shown = present(parts, name, is_dir, siblings)
             if shown is None:
                 continue
-            name, compressed = shown
-            if not is_dir and not self.file_filter(parts + (name,)):
+            logical, compressed = shown
+            if not is_dir and not keep(parts + (logical,)):
                 continue
-            found.append(Entry(name, is_dir, Path(item.path), compressed, symlink))
-        found.sort(key=lambda entry: entry.name)
+            found.append(Entry(logical, is_dir, prefix + name, compressed))
+        found.sort(key=_by_name)
         return found
 
-    def walk_files(
-        self, directory: Path, parts: tuple[str, ...], *, strict: bool = True
-    ) -> Iterator[tuple[tuple[str, ...], Entry]]:
-        """Every file below ``directory`` in sorted depth-first order."""
-        for entry in self.entries(directory, parts, strict=strict):
-            here = parts + (entry.name,)
-            if entry.is_dir:
-                if not entry.symlink:
-                    yield from self.walk_files(entry.path, here, strict=False)
+    def files(self) -> Iterator[object]:
+        """``(tree parts, entry)`` of every file in sorted depth-first
+        order, with :data:`NEED` where the next directory is not listed yet
+        (await :meth:`more`, then iterate on)."""
+        while (top := self.entries("", self.parts)) is None:
+            yield NEED
+        stack: list[tuple[Iterator[Entry], tuple[str, ...]]] = [(iter(top), self.parts)]
+        while stack:
+            entries, parts = stack[-1]
+            for entry in entries:
+                here = parts + (entry.name,)
+                if not entry.is_dir:
+                    yield here, entry
+                    continue
+                while (children := self.entries(entry.physical, here)) is None:
+                    yield NEED
+                stack.append((iter(children), here))
+                break
             else:
-                yield here, entry
+                stack.pop()
+
+
+def _by_name(entry: Entry) -> str:
+    return entry.name
+
+
+def listing_failure(result: OpResult, address: str, authored: str) -> AddressError:
+    if root_refused(result):
+        return AddressError(ErrorKind.CONFLICT, authored, ROOT_CHANGED)
+    if result.unsafe:
+        return AddressError(ErrorKind.CONTAINMENT, authored, f"{address} is reached through a symbolic link, which mevedel does not follow")
+    return AddressError(ErrorKind.UNREADABLE, address, "its directory cannot be listed")
+
+
+async def open_walks(trees: list[Tree], authored: str) -> list[Walk | None]:
+    """The first chunk of each tree's walk, one program per target; None
+    for a root that does not exist (yet)."""
+    out: list[Walk | None] = [None] * len(trees)
+    by_target: dict[int, list[int]] = {}
+    for index, tree in enumerate(trees):
+        tree.place.require(tree.address(()))
+        if tree.place.target is not None:
+            by_target.setdefault(id(tree.place.target), []).append(index)
+    for indices in by_target.values():
+        target = trees[indices[0]].place.target
+        assert target is not None
+        program = ControlProgram([ListTree(trees[i].place.root, limit=FIRST_CHUNK, optional=True) for i in indices])
+        results = await run_program(target, program, authored)
+        for index, result in zip(indices, results):
+            tree = trees[index]
+            if result.ok:
+                out[index] = Walk(tree, tree.place.root, (), result.value)
+            elif result.status is not Status.ABSENT and not (result.reason or "").endswith("is not a directory"):
+                raise listing_failure(result, tree.address(()), authored)
+    return out
+
+
+async def all_files(walk: Walk, authored: str) -> list[tuple[tuple[str, ...], Entry]]:
+    """Every file of a walk (listing all of it)."""
+    found: list[tuple[tuple[str, ...], Entry]] = []
+    for item in walk.files():
+        if item is NEED:
+            await walk.more(authored)
+        else:
+            found.append(item)  # type: ignore[arg-type]
+    return found
+
+
+def top_lines(walk: Walk | None) -> list[str]:
+    """One address per entry of a walked root; directories end with ``/``."""
+    if walk is None:
+        return []
+    entries = walk.entries("", ())
+    return [walk.tree.address((e.name,), is_dir=e.is_dir) for e in entries or []]
+
+
+def has_entries(walk: Walk | None) -> bool:
+    return walk is not None and bool(walk.entries("", ()))
+
+
+# -- explicit nodes ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Located:
-    """An explicit node in a tree: a file or directory the address named."""
+class Node:
+    """An explicit address: its logical parts, physical path and, for a
+    retired execution log, the gzip-stored path read when the raw file is
+    absent."""
 
     tree: Tree
     parts: tuple[str, ...]
-    contained: Contained
-    compressed: bool = False
-
-    @property
-    def path(self) -> Path:
-        return self.contained.path
+    path: str
+    compressed_path: str | None = None
 
 
-def listing_lines(tree: Tree, directory: Path, parts: tuple[str, ...]) -> list[str]:
-    """One address per entry of a directory; directories end with ``/``."""
-    return [tree.address(parts + (e.name,), is_dir=e.is_dir) for e in tree.entries(directory, parts)]
+def node_of(tree: Tree, parts: tuple[str, ...], compressed_path: str | None = None) -> Node:
+    return Node(tree, parts, tree.path(parts), compressed_path)
 
 
-def read_located(node: Located, options: ReadOptions, authored: str, canonical: str) -> ReadResult:
-    """Read an explicit file or directory; a missing one is missing-target."""
-    node.contained.verify(authored)
-    path = node.path
-    if path.is_dir() and not node.compressed:
-        lines = listing_lines(node.tree, path, node.parts)
-        notice = None if lines else f"{canonical} is an empty directory"
-        return page_lines(lines, options, authored, canonical, "directory", notice)
-    if not path.exists():
+def _split(path: str) -> tuple[str, str]:
+    parent, _, leaf = path.rpartition("/")
+    return parent, leaf
+
+
+def _probe(path: str, wants_bytes: bool, depth: int | None) -> list:
+    ops: list = [Stat(path, optional=True), ListTree(path, limit=FIRST_CHUNK, depth=depth, optional=True)]
+    if wants_bytes and path:
+        parent, leaf = _split(path)
+        ops.append(ReadFiles(parent, names=(leaf,), max_bytes=MAX_FILE_BYTES, budget=0, optional=True))
+    return ops
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a Glob or Grep starts: a walked directory, or one file
+    (``entry``) whose bytes may already have been read (``data``)."""
+
+    tree: Tree
+    parts: tuple[str, ...]
+    walk: Walk | None = None
+    entry: Entry | None = None
+    #: The directory ``entry.physical`` is relative to.
+    directory: str = ""
+    data: bytes | None = None
+
+
+async def run_node(node: Node, request: Request, authored: str, canonical: str) -> ReadResult | GlobResult | GrepResult:
+    """Read, Glob or Grep an explicit node."""
+    place = node.tree.place
+    place.require(authored)
+    target = place.target
+    if target is None:
         raise AddressError(ErrorKind.MISSING_TARGET, authored, "does not exist")
-    text = read_text(path, authored, compressed=node.compressed)
-    kind: ReadKind = "file"
+    operation = request.operation
+    wants_bytes = operation is not Operation.GLOB
+    depth = 1 if operation is Operation.READ else None
+    candidates = [node.path] if node.compressed_path is None else [node.path, node.compressed_path]
+    probes = []
+    ops: list = []
+    for path in candidates:
+        probe = _probe(path, wants_bytes, depth)
+        probes.append((len(ops), len(probe)))
+        ops.extend(probe)
+    found = await run_program(target, ControlProgram(ops), authored)
+    start, size = probes[0]
+    probe = list(found)[start : start + size]
+    compressed = False
+    if node.compressed_path is not None and probe[0].status is Status.ABSENT:
+        start, size = probes[1]
+        other = list(found)[start : start + size]
+        if other[0].ok and other[0].value.kind == "file":
+            probe, compressed = other, True
+    stat = probe[0]
+    if not stat.ok:
+        raise refusal(stat, authored)
+    if stat.value.kind == "other":
+        raise AddressError(ErrorKind.UNREADABLE, authored, "is not a regular file or directory")
+    if stat.value.kind == "directory" and not compressed:
+        listing = probe[1]
+        if not listing.ok:
+            raise listing_failure(listing, node.tree.address(node.parts), authored)
+        walk = Walk(node.tree, node.path, node.parts, listing.value, depth)
+        if operation is Operation.READ:
+            assert isinstance(request.options, ReadOptions)
+            entries = walk.entries("", node.parts) or []
+            lines = [node.tree.address(node.parts + (e.name,), is_dir=e.is_dir) for e in entries]
+            notice = None if lines else f"{canonical} is an empty directory"
+            return page_lines(lines, request.options, authored, canonical, "directory", notice)
+        return await search([Scope(node.tree, node.parts, walk=walk)], request, authored, canonical)
+    if not node.tree.file_filter(node.parts):
+        raise AddressError(ErrorKind.MISSING_TARGET, authored, node.tree.filtered)
+    path = node.compressed_path if compressed and node.compressed_path is not None else node.path
+    directory, leaf = _split(path)
+    data = _bytes_of(probe[2].value[0] if probe[2].ok else probe[2], authored) if wants_bytes else None
+    if operation is Operation.READ:
+        assert isinstance(request.options, ReadOptions) and data is not None
+        return await _page_file(data, compressed, request.options, authored, canonical)
+    entry = Entry(node.parts[-1], False, leaf, compressed)
+    scope = Scope(node.tree, node.parts, entry=entry, directory=directory, data=data)
+    return await search([scope], request, authored, canonical, explicit_file=True)
+
+
+async def run_root(node: Node, request: Request, authored: str, canonical: str, unused: str) -> ReadResult | GlobResult | GrepResult:
+    """:func:`run_node` of a family root that nothing has created yet: an
+    unused root is an empty answer saying so (``unused``), not a miss."""
+    try:
+        return await run_node(node, request, authored, canonical)
+    except AddressError as error:
+        if error.kind is not ErrorKind.MISSING_TARGET:
+            raise
+    if request.operation is Operation.READ:
+        return read_listing([], request, authored, canonical, unused)
+    return await search([], request, authored, canonical, notice=unused)
+
+
+def _page(data: bytes, compressed: bool, options: ReadOptions, authored: str, canonical: str) -> ReadResult:
+    text = text_of_bytes(data, authored, compressed=compressed)
     notice = None if text else f"{canonical} is an empty file"
-    return page_lines(split_lines(text), options, authored, canonical, kind, notice)
+    return page_lines(split_lines(text), options, authored, canonical, "file", notice)
 
 
-def require_existing(node: Located, authored: str) -> None:
-    node.contained.verify(authored)
-    if not node.path.exists():
-        raise AddressError(ErrorKind.MISSING_TARGET, authored, "does not exist")
+async def _page_file(data: bytes, compressed: bool, options: ReadOptions, authored: str, canonical: str) -> ReadResult:
+    if len(data) > THREAD_TEXT or compressed:
+        return await asyncio.to_thread(_page, data, compressed, options, authored, canonical)
+    return _page(data, compressed, options, authored, canonical)
 
 
-@dataclass(frozen=True)
-class SearchScope:
-    """Where a Glob or Grep starts: a directory (or file) inside a tree."""
-
-    tree: Tree
-    parts: tuple[str, ...]
-    path: Path
-    compressed: bool = False
+# -- Glob and Grep -------------------------------------------------------------
 
 
-def scope_files(scope: SearchScope) -> Iterator[tuple[tuple[str, ...], tuple[str, ...], Entry]]:
-    """(relative-to-scope parts, tree parts, entry) for each file in scope."""
-    if scope.path.is_dir() and not scope.compressed:
-        for parts, entry in scope.tree.walk_files(scope.path, scope.parts):
-            yield parts[len(scope.parts) :], parts, entry
-    elif scope.path.exists() and scope.parts:
-        name = scope.parts[-1]
-        yield (name,), scope.parts, Entry(name, False, scope.path, scope.compressed)
+async def search(
+    scopes: list[Scope],
+    request: Request,
+    authored: str,
+    canonical: str,
+    *,
+    explicit_file: bool = False,
+    notice: str | None = None,
+) -> GlobResult | GrepResult:
+    """Glob or Grep over ``scopes`` (in order); ``notice`` explains an empty union."""
+    if request.operation is Operation.GLOB:
+        assert isinstance(request.options, GlobOptions) and request.glob is not None
+        matches, truncated = await _glob(scopes, request.glob, request.options.limit, authored)
+        return glob_answer(matches, truncated, request, authored, canonical, notice)
+    if request.operation is Operation.GREP:
+        assert isinstance(request.options, GrepOptions) and request.grep is not None
+        outcome = await _grep(scopes, request.grep, request.options, authored if explicit_file else None, authored)
+        return grep_answer(outcome, request, authored, canonical, notice)
+    raise AddressError(ErrorKind.INTERNAL, authored, f"{request.operation.value} reached the file search")
 
 
-def glob_scopes(scopes: Iterable[SearchScope], pattern: GlobPattern, limit: int) -> tuple[list[str], bool]:
+def _scope_files(scope: Scope) -> Iterator[object]:
+    """``(relative-to-scope parts, tree parts, entry)`` of each file in
+    scope, with :data:`NEED` where the walk must list more."""
+    if scope.walk is None:
+        if scope.entry is not None:
+            yield (scope.entry.name,), scope.parts, scope.entry
+        return
+    skip = len(scope.parts)
+    for item in scope.walk.files():
+        if item is NEED:
+            yield NEED
+        else:
+            parts, entry = item  # type: ignore[misc]
+            yield parts[skip:], parts, entry
+
+
+async def _glob(scopes: list[Scope], pattern: GlobPattern, limit: int, authored: str) -> tuple[list[str], bool]:
     found: list[str] = []
     for scope in scopes:
-        for relative, parts, _entry in scope_files(scope):
-            if pattern.matches(relative):
-                if len(found) == limit:
-                    return found, True
-                found.append(scope.tree.address(parts))
+        files = _scope_files(scope)
+        while True:
+            if scope.walk is not None and scope.walk.listed > THREAD_ENTRIES * 16:
+                outcome = await asyncio.to_thread(_glob_some, files, scope.tree, pattern, limit, found)
+            else:
+                outcome = _glob_some(files, scope.tree, pattern, limit, found)
+            if outcome is NEED:
+                assert scope.walk is not None
+                await scope.walk.more(authored)
+                continue
+            if outcome:
+                return found, True
+            break
     return found, False
+
+
+def _glob_some(files: Iterator[object], tree: Tree, pattern: GlobPattern, limit: int, found: list[str]) -> object:
+    """Match files until the walk needs more (NEED), the limit is passed
+    (True) or the scope ends (False)."""
+    for item in files:
+        if item is NEED:
+            return NEED
+        relative, parts, _entry = item  # type: ignore[misc]
+        if pattern.matches(relative):
+            if len(found) == limit:
+                return True
+            found.append(tree.address(parts))
+    return False
 
 
 @dataclass(slots=True)
@@ -208,39 +543,89 @@ class GrepOutcome:
     truncated: bool = False
 
 
-def grep_scopes(
-    scopes: Iterable[SearchScope],
-    plan: GrepPlan,
-    options: GrepOptions,
-    *,
-    explicit_file: str | None = None,
+async def _grep(
+    scopes: list[Scope], plan: GrepPlan, options: GrepOptions, explicit_file: str | None, authored: str
 ) -> GrepOutcome:
     """Search every text file in scope; an explicit file that is not text
     is an error, a non-text file met in a directory search is skipped."""
     outcome = GrepOutcome()
     budget = InflationBudget()
+    batch_size = FIRST_BATCH
     for scope in scopes:
-        for relative, parts, entry in scope_files(scope):
-            if plan.glob is not None and not plan.glob.matches(relative):
+        files = _scope_files(scope)
+        ended = False
+        while not ended:
+            batch: list[tuple[str, Entry]] = []
+            while len(batch) < batch_size:
+                item = next(files, None)
+                if item is None:
+                    ended = True
+                    break
+                if item is NEED:
+                    assert scope.walk is not None
+                    await scope.walk.more(authored)
+                    continue
+                relative, parts, entry = item  # type: ignore[misc]
+                if plan.glob is None or plan.glob.matches(relative):
+                    batch.append((scope.tree.address(parts), entry))
+            if not batch:
                 continue
-            address = scope.tree.address(parts)
-            try:
-                text = read_text(entry.path, explicit_file or address, compressed=entry.compressed, budget=budget)
-            except AddressError as error:
-                if explicit_file is not None or budget.exhausted:
-                    raise
-                outcome.skipped.append(address)
-                continue
-            outcome.files_searched += 1
-            if _grep_text(address, text, plan, options, outcome):
+            reads = await _read_batch(scope, [entry for _a, entry in batch], authored)
+            size = sum(len(read) if isinstance(read, bytes) else len(read.data or b"") for read in reads)
+            arguments = (batch, reads, plan, options, outcome, budget, explicit_file)
+            stop = await asyncio.to_thread(_grep_batch, *arguments) if size > THREAD_TEXT else _grep_batch(*arguments)
+            if stop:
                 outcome.truncated = True
                 return outcome
+            batch_size = min(batch_size * 2, MAX_BATCH)
     return outcome
 
 
-def _grep_text(address: str, text: str, plan: GrepPlan, options: GrepOptions, outcome: GrepOutcome) -> bool:
-    """Append this file's matches; True once the limit is exceeded."""
-    return grep_lines(address, split_lines(text), plan, options, outcome)
+async def _read_batch(scope: Scope, entries: list[Entry], authored: str) -> list[FileRead | bytes]:
+    """The bytes (or the failed read) of each entry, in as many programs as
+    the read budget needs."""
+    if scope.data is not None:
+        return [scope.data]
+    target = scope.tree.place.target
+    assert target is not None
+    directory = scope.directory if scope.walk is None else scope.walk.start
+    names = [entry.physical for entry in entries]
+    reads: list[FileRead | bytes] = []
+    while len(reads) < len(names):
+        op = ReadFiles(directory, names=tuple(names[len(reads) :]), max_bytes=MAX_FILE_BYTES, budget=READ_BUDGET)
+        result = (await run_program(target, ControlProgram([op]), authored))[0]
+        if not result.ok or not result.value:
+            # The searched directory itself went away: its files are unread.
+            reads.extend([FileRead(result.status, None, result.reason, result.unsafe, 0)] * (len(names) - len(reads)))
+            break
+        reads.extend(result.value)
+    return reads
+
+
+def _grep_batch(
+    batch: list[tuple[str, Entry]],
+    reads: list[FileRead | bytes],
+    plan: GrepPlan,
+    options: GrepOptions,
+    outcome: GrepOutcome,
+    budget: InflationBudget,
+    explicit_file: str | None,
+) -> bool:
+    """Grep one batch; True once the match limit is exceeded."""
+    for (address, entry), read in zip(batch, reads):
+        shown = explicit_file or address
+        try:
+            data = read if isinstance(read, bytes) else _bytes_of(read, shown)
+            text = text_of_bytes(data, shown, compressed=entry.compressed, budget=budget)
+        except AddressError:
+            if explicit_file is not None or budget.exhausted:
+                raise
+            outcome.skipped.append(address)
+            continue
+        outcome.files_searched += 1
+        if grep_lines(address, split_lines(text), plan, options, outcome):
+            return True
+    return False
 
 
 def grep_lines(address: str, lines: list[str], plan: GrepPlan, options: GrepOptions, outcome: GrepOutcome) -> bool:
@@ -261,3 +646,41 @@ def grep_lines(address: str, lines: list[str], plan: GrepPlan, options: GrepOpti
             GrepMatch(address, index + 1, column, line[start : start + PREVIEW_WIDTH], start, before, after)
         )
     return False
+
+
+# -- answers -------------------------------------------------------------------
+
+
+def glob_answer(
+    matches: list[str], truncated: bool, request: Request, authored: str, canonical: str, notice: str | None
+) -> GlobResult:
+    assert isinstance(request.options, GlobOptions)
+    parts = [notice] if notice and not matches else []
+    if truncated:
+        parts.append(f"showing the first {request.options.limit} matches; narrow the pattern or raise limit")
+    return GlobResult(authored, canonical, tuple(matches), truncated, "\n".join(parts) or None)
+
+
+def grep_answer(outcome: GrepOutcome, request: Request, authored: str, canonical: str, notice: str | None) -> GrepResult:
+    assert isinstance(request.options, GrepOptions)
+    parts = [notice] if notice and not outcome.matches else []
+    if outcome.skipped:
+        parts.append(f"{len(outcome.skipped)} non-text file(s) skipped: " + ", ".join(outcome.skipped[:20]))
+    if outcome.truncated:
+        parts.append(f"showing the first {request.options.limit} matching lines; narrow the pattern or raise limit")
+    return GrepResult(
+        authored,
+        canonical,
+        tuple(outcome.matches),
+        outcome.files_searched,
+        outcome.truncated,
+        "\n".join(parts) or None,
+    )
+
+
+def read_listing(
+    lines: list[str], request: Request, authored: str, canonical: str, notice: str | None = None
+) -> ReadResult:
+    """Read of a discovery listing (virtual text of addresses)."""
+    assert isinstance(request.options, ReadOptions)
+    return page_lines(lines, request.options, authored, canonical, "listing", notice)

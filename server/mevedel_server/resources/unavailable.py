@@ -12,7 +12,7 @@ from collections.abc import Callable
 from ..addresses.model import Address, AddressError, ErrorKind, Family
 from .attempt import Prepared, Request
 from .context import ResolverContext
-from .file_operations import fail
+from .tree import fail
 
 
 def _unavailable(address: Address, reason: str) -> Callable[[], object]:
@@ -24,7 +24,7 @@ def _owner_missing(address: Address, reason: str) -> Callable[[], object]:
 
 
 def agent(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    if context.session_dir is None:
+    if context.session_id is None:
         return Prepared("virtual", _owner_missing(address, "no session is open; agent:// results belong to the open session"))
     return Prepared(
         "virtual", _unavailable(address, "no retained agents: the session has no agent runtime in mevedel-lsp yet")
@@ -36,7 +36,7 @@ def mcp(address: Address, request: Request, context: ResolverContext) -> Prepare
 
 
 def shared(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    if context.session_dir is None:
+    if context.session_id is None:
         return Prepared("virtual", _owner_missing(address, "no session is open; shared:// items belong to the open session"))
     return Prepared(
         "virtual",

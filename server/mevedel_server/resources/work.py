@@ -1,5 +1,6 @@
 """work:// — the session scope (``SESSION/local/``) and the workspace's
-shared scope (``WORKSPACE/.mevedel/shared/``).
+shared scope (``WORKSPACE/.mevedel/shared/``), both on the workspace's
+target (this machine's or an SSH workspace's; see :mod:`.places`).
 
 Discovery never creates either directory. An unused root is a successful
 empty result that says how to start one; an explicit missing descendant is
@@ -10,10 +11,24 @@ from __future__ import annotations
 
 from ..addresses.model import Address, AddressError, ErrorKind, Operation
 from .attempt import Prepared, Request
-from .containment import Contained, contain, contain_for_write
+from .containment import contain
 from .context import ResolverContext
-from .file_operations import fail, read_listing, run_located, search
-from .tree import Located, SearchScope, Tree, listing_lines
+from .places import Place, Places
+from .tree import (
+    Node,
+    Scope,
+    Tree,
+    fail,
+    has_entries,
+    later,
+    node_of,
+    open_walks,
+    read_listing,
+    run_node,
+    run_root,
+    search,
+    top_lines,
+)
 
 SHARED_BASE = "work://shared/"
 SESSION_BASE = "work://"
@@ -25,14 +40,14 @@ def _hide_shared(parent: tuple[str, ...], name: str, is_dir: bool, siblings: fro
     return None if not parent and name == "shared" else (name, False)
 
 
-def session_tree(context: ResolverContext) -> Tree | None:
-    local = context.session_local
-    return None if local is None else Tree(local, SESSION_BASE, present=_hide_shared, label="session")
+def session_tree(places: Places) -> Tree | None:
+    session = places.session
+    return None if session is None else Tree(session.below("local"), SESSION_BASE, present=_hide_shared, label="session")
 
 
-def shared_tree(context: ResolverContext) -> Tree | None:
-    root = context.shared_root
-    return None if root is None else Tree(root, SHARED_BASE, label="shared")
+def shared_tree(places: Places) -> Tree | None:
+    shared = places.shared()
+    return None if shared is None else Tree(shared, SHARED_BASE, label="shared")
 
 
 def no_session(authored: str) -> AddressError:
@@ -52,82 +67,79 @@ SESSION_UNUSED = "the session scope (work://) has no files yet; an authorised Ap
 
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    if context.remote_workspace:
-        from . import remote_work
-
-        return remote_work.prepare(address, request, context)
     authored, canonical = address.authored, address.canonical
+    places = Places(context)
     if address.scope == "listing":
-        return _prepare_union(request, context, authored, canonical)
+        return _prepare_union(request, places, authored, canonical)
     try:
-        node = locate(address, context)
+        node = locate(address, places)
     except AddressError as error:
         if error.kind is ErrorKind.OWNER_MISSING:
             return Prepared("file", fail(error))
         raise
     if address.scope == "shared" and not address.path:
-        return Prepared("file", lambda: _run_shared_root(request, node, authored, canonical))
-    return Prepared("file", lambda: run_located(request, node, authored, canonical))
+        return Prepared("file", later(run_root, node, request, authored, canonical, SHARED_UNUSED))
+    return Prepared("file", later(run_node, node, request, authored, canonical))
 
 
-def locate(address: Address, context: ResolverContext) -> Located:
-    """The contained node of an explicit work:// address (not the bare listing)."""
+def tree_of(address: Address, places: Places) -> Tree:
+    """The scope an explicit work:// address names (not the bare listing)."""
     if address.scope == "shared":
-        tree = shared_tree(context)
+        tree = shared_tree(places)
         if tree is None:
             raise no_workspace(address.authored)
-    else:
-        tree = session_tree(context)
-        if tree is None:
-            raise no_session(address.authored)
-    return Located(tree, address.path, contain(tree.root, address.path, address.authored))
+        return tree
+    tree = session_tree(places)
+    if tree is None:
+        raise no_session(address.authored)
+    return tree
 
 
-def _run_shared_root(request: Request, node: Located, authored: str, canonical: str) -> object:
-    if not node.tree.exists():
-        if request.operation is Operation.READ:
-            return read_listing([], request, authored, canonical, SHARED_UNUSED)
-        return search([], request, authored, canonical, notice=SHARED_UNUSED)
-    return run_located(request, node, authored, canonical)
+def locate(address: Address, places: Places) -> Node:
+    """The node of an explicit work:// address (not the bare listing)."""
+    tree = tree_of(address, places)
+    contain(tree.place, address.path, address.authored)
+    return node_of(tree, address.path)
 
 
-def _prepare_union(request: Request, context: ResolverContext, authored: str, canonical: str) -> Prepared:
-    session, shared = session_tree(context), shared_tree(context)
+def _prepare_union(request: Request, places: Places, authored: str, canonical: str) -> Prepared:
+    session, shared = session_tree(places), shared_tree(places)
     if session is None:
         return Prepared("file", fail(no_session(authored)))
     if shared is None:
         return Prepared("file", fail(no_workspace(authored)))
-
-    def run() -> object:
-        notes = [text for tree, text in ((session, SESSION_UNUSED), (shared, SHARED_UNUSED)) if not _has_entries(tree)]
-        if request.operation is Operation.READ:
-            lines = listing_lines(session, session.root, ()) + listing_lines(shared, shared.root, ())
-            return read_listing(lines, request, authored, canonical, "\n".join(notes) or None)
-        scopes = [SearchScope(tree, (), tree.root) for tree in (session, shared)]
-        return search(scopes, request, authored, canonical, notice="\n".join(notes) or None)
-
-    return Prepared("file", run)
+    return Prepared("file", later(_run_union, request, session, shared, authored, canonical))
 
 
-def _has_entries(tree: Tree) -> bool:
-    return bool(tree.entries(tree.root, ())) if tree.exists() else False
+async def _run_union(request: Request, session: Tree, shared: Tree, authored: str, canonical: str) -> object:
+    walks = await open_walks([session, shared], authored)
+    notes = [text for walk, text in zip(walks, (SESSION_UNUSED, SHARED_UNUSED)) if not has_entries(walk)]
+    notice = "\n".join(notes) or None
+    if request.operation is Operation.READ:
+        return read_listing(top_lines(walks[0]) + top_lines(walks[1]), request, authored, canonical, notice)
+    scopes = [Scope(walk.tree, (), walk=walk) for walk in walks if walk is not None]
+    return await search(scopes, request, authored, canonical, notice=notice)
 
 
-def writable(address: Address, context: ResolverContext) -> Contained:
-    """The contained backing file an ApplyPatch may write for ``address``."""
+def writable(address: Address, places: Places) -> tuple[Place, tuple[str, ...]]:
+    """Where an ApplyPatch may write ``address``: the scope's root and the
+    file's parts below it."""
     authored = address.authored
     if address.scope == "shared":
-        if context.workspace_root is None or context.shared_root is None:
+        tree = shared_tree(places)
+        if tree is None:
             raise no_workspace(authored)
-        owner, root = context.workspace_root, context.shared_root
     elif address.scope == "session":
-        if context.session_dir is None or context.session_local is None:
+        tree = session_tree(places)
+        if tree is None:
             raise no_session(authored)
-        owner, root = context.session_dir, context.session_local
         if address.path[:1] == ("shared",):
             raise AddressError(ErrorKind.INTERNAL, authored, "a session path named shared reached the resolver")
     else:
         raise AddressError(
             ErrorKind.UNSUPPORTED_OPERATION, authored, "ApplyPatch needs an explicit file below work:// or work://shared/"
         )
-    return contain_for_write(owner, root, address.path, authored)
+    if not address.path:
+        raise AddressError(ErrorKind.UNSUPPORTED_OPERATION, authored, "only an explicit file below the root can be written")
+    contain(tree.place, address.path, authored)
+    return tree.place, address.path
