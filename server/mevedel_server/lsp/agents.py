@@ -25,7 +25,7 @@ from ..agents.errors import AgentError
 from ..resources import ReadOptions, execute, prepare
 from ..store.service import SessionChange, SessionService
 from .errors import failure
-from .sessions import _folder, _registry, _request_handler, _command_handler
+from .handlers import command_handler as _command_handler, folder as _folder, registry as _registry, request_handler as _request_handler
 from .workspaces import Folder, request_scope
 
 if TYPE_CHECKING:

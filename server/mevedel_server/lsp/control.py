@@ -30,7 +30,15 @@ from ..store.service.control import ControlEvent, ControlStatus, SessionControl
 from ..store.turns import ConversationError
 from ..store.watch import WatchCadence
 from .errors import failure
-from .sessions import _command_handler, _confirm_takeover, _folder, _registry, _request_handler, _session_id, _state
+from .handlers import (
+    command_handler as _command_handler,
+    confirm_takeover as _confirm_takeover,
+    folder as _folder,
+    registry as _registry,
+    request_handler as _request_handler,
+    session_id as _session_id,
+    state as _state,
+)
 from .workspaces import Folder
 
 if TYPE_CHECKING:

@@ -26,7 +26,13 @@ from ..store.service import SessionChange, SessionService
 from ..store.service.following import FollowUpdate
 from ..store.watch import SessionWatcher, Wake, WatchCadence
 from ..targets import TargetError
-from .sessions import _command_handler, _folder, _registry, _request_handler, _session_id
+from .handlers import (
+    command_handler as _command_handler,
+    folder as _folder,
+    registry as _registry,
+    request_handler as _request_handler,
+    session_id as _session_id,
+)
 from .workspaces import Folder
 
 if TYPE_CHECKING:

@@ -17,7 +17,14 @@ from ..store import ChildSession, FileRestore, KnownGap, TurnLabel
 from ..store.project_files import GitCheck
 from ..store.rewind import ExternalChange
 from ..store.service import SessionService
-from .sessions import _command_handler, _folder, _registry, _request_handler, _session_id, _state
+from .handlers import (
+    command_handler as _command_handler,
+    folder as _folder,
+    registry as _registry,
+    request_handler as _request_handler,
+    session_id as _session_id,
+    state as _state,
+)
 from .workspaces import Folder
 
 if TYPE_CHECKING:

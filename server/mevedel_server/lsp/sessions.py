@@ -7,88 +7,45 @@ kind; a takeover of an expired foreign lease is asked through
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
-from mevedel_protocol import converter, methods
+from mevedel_protocol import methods
 from mevedel_protocol import session as wire
-from pygls.exceptions import JsonRpcException
 
-from ..addresses import parse_address
 from ..store import TakeoverNeedsConfirmation
 from ..store.service import (
-    EvidenceInput,
     SaveResult,
     SegmentRotation,
-    SessionInfo,
     SessionService,
     TurnDetail,
     TurnSummary,
-    error_kind,
-    is_refusal,
+    EvidenceInput,
 )
-from .errors import failure, internal_failure, structure_params
+from .errors import failure
+from .handlers import (
+    CANCEL,
+    TAKE_OVER,
+    TRANSCRIPT,
+    command_handler,
+    confirm_takeover,
+    folder as _folder,
+    registry as _registry,
+    request_handler,
+    session_id as _session_id,
+    state as _state,
+    transcript_uri,
+)
 from .session_registry import SessionRegistry
-from .virtual_documents import format_uri
-from .workspaces import Folder, folder_for_document, folder_for_uri
 
 if TYPE_CHECKING:
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
 
-TAKE_OVER = "Take over"
-CANCEL = "Cancel"
-TRANSCRIPT = parse_address("history://root")
-
-
-def transcript_uri(folder: Folder, session_id: str) -> str:
-    """The virtual document of the session's live transcript (``history://root``)."""
-    return format_uri(TRANSCRIPT, folder.key, session_id)
-
-
-def _registry(ls: MevedelLanguageServer) -> SessionRegistry:
-    assert ls.sessions is not None
-    return ls.sessions
-
-
-def _folder(ls: MevedelLanguageServer, workspace_folder: str | None, method: str) -> Folder:
-    folder = folder_for_uri(ls, workspace_folder) if workspace_folder is not None else folder_for_document(ls, None)
-    if folder is None:
-        raise failure("owner-missing", method, "no workspace folder is open; sessions belong to a workspace")
-    return folder
-
-
-def _session_id(ls: MevedelLanguageServer, folder: Folder, given: str | None, method: str) -> str:
-    if given is not None:
-        return given
-    current = ls.current_session(folder)
-    if current is None:
-        raise failure("owner-missing", method, "no session is current in this workspace folder; create or open one")
-    return current
-
-
-def _state(ls: MevedelLanguageServer, folder: Folder, info: SessionInfo) -> wire.SessionState:
-    return wire.SessionState(
-        session_id=info.session_id,
-        display_name=info.display_name,
-        named=info.named,
-        access=info.access.value,
-        materialized=info.materialized,
-        settled_turns=info.settled_turns,
-        reconciliation_pending=info.reconciliation_pending,
-        current=ls.current_session(folder) == info.session_id,
-        transcript_uri=transcript_uri(folder, info.session_id),
-        read_only_reason=info.read_only_reason,
-        holder_host=info.holder_host,
-        open_turn=info.open_turn,
-        pending_publication=info.pending_publication,
-        recovery_pending=info.recovery_pending,
-    )
+__all__ = ["CANCEL", "HANDLERS", "TAKE_OVER", "TRANSCRIPT", "register", "transcript_uri"]
 
 
 def _saved(result: SaveResult, turn: int | None = None) -> wire.SaveResult:
@@ -126,37 +83,6 @@ def _detail(session_id: str, detail: TurnDetail) -> wire.TurnShowResult:
         for item in detail.items
     ]
     return wire.TurnShowResult(session_id, _summary(detail.summary), detail.prompt, items, detail.markdown)
-
-
-def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-    """Store and target refusals as ResponseErrors with their stable kind,
-    anything unexpected as ``internal`` (logged)."""
-
-    def decorate(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        @functools.wraps(handler)
-        async def answered(ls: Any, *args: Any) -> Any:
-            try:
-                return converter.unstructure(await handler(ls, *args))
-            except JsonRpcException:
-                raise
-            except Exception as error:
-                if is_refusal(error):
-                    raise _refusal(error, method) from None
-                _log.exception("unexpected error in %s", method)
-                raise internal_failure(method) from None
-
-        return answered
-
-    return decorate
-
-
-def _refusal(error: Exception, method: str) -> JsonRpcException:
-    """A refusal names what the user authored (an input with ``authored``
-    and ``reason``), else the session it is about, else the method."""
-    authored = getattr(error, "authored", None)
-    if isinstance(authored, str) and isinstance(getattr(error, "reason", None), str):
-        return failure(error_kind(error), authored, error.reason)
-    return failure(error_kind(error), getattr(error, "session_id", None) or method, str(error))
 
 
 # Handlers (params already decoded) -------------------------------------------------
@@ -201,36 +127,11 @@ async def open_session(ls: MevedelLanguageServer, params: wire.SessionOpenParams
     try:
         opened = await service.open(params.session_id, params.mode, confirm_takeover=params.confirm_takeover)
     except TakeoverNeedsConfirmation as asked:
-        if not await _confirm_takeover(ls, asked):
+        if not await confirm_takeover(ls, asked):
             raise failure("takeover-declined", params.session_id, f"{asked}; the takeover was not confirmed") from None
         opened = await service.open(params.session_id, "takeover", confirm_takeover=True)
     _registry(ls).make_current(folder, opened.info.session_id)
     return wire.SessionOpenResult(_state(ls, folder, opened.info), opened.action, opened.interrupted_turn)
-
-
-async def _confirm_takeover(ls: MevedelLanguageServer, asked: TakeoverNeedsConfirmation) -> bool:
-    holder = asked.holder_host or "another client"
-    question = types.ShowMessageRequestParams(
-        type=types.MessageType.Warning,
-        message=(
-            f"Session {asked.session_id} was held by {holder}, whose lease expired. "
-            "A write may still be in flight there: take it over only if that client has stopped."
-        ),
-        actions=[types.MessageActionItem(title=TAKE_OVER), types.MessageActionItem(title=CANCEL)],
-    )
-    # An open request must not wait forever on a question nobody sees.
-    waiting = ls.settings.control_transfer.prompt_timeout_seconds
-    try:
-        answer = await asyncio.wait_for(ls.window_show_message_request_async(question), waiting)
-    except asyncio.TimeoutError:
-        _log.info("session %s: the takeover question had no answer within %s s: Cancel", asked.session_id, waiting)
-        return False
-    except Exception as error:  # an error answer is no consent
-        _log.info("session %s: the takeover question was answered with an error (%s): Cancel", asked.session_id, error)
-        return False
-    # Only an explicit Take over consents; null (dismissed) or anything else is Cancel.
-    title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
-    return title == TAKE_OVER
 
 
 async def close_session(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.SessionCloseResult:
@@ -371,33 +272,12 @@ HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
 }
 
 
-def _request_handler(method: str, params_type: type, handler: Callable[..., Awaitable[Any]]):
-    @answers_session_errors(method)
-    async def request(ls, raw):  # type: ignore[no-untyped-def]
-        return await handler(ls, structure_params(raw, params_type, method))
-
-    return request
-
-
-def _command_handler(command: str, params_type: type, handler: Callable[..., Awaitable[Any]]):
-    # No annotations: pygls evaluates a command handler's type hints at call time.
-    @answers_session_errors(command)
-    async def run(ls, *arguments):  # type: ignore[no-untyped-def]
-        if len(arguments) != 1:
-            raise failure(
-                "invalid-params", command, f"takes exactly one argument (the request's params), got {len(arguments)}"
-            )
-        return await handler(ls, structure_params(arguments[0], params_type, command))
-
-    return run
-
-
 def register(ls: MevedelLanguageServer) -> None:
     ls.sessions = SessionRegistry(ls)
     for method, (params_type, handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, params_type, handler))
+        ls.feature(method)(request_handler(method, params_type, handler))
         if command is not None:
-            ls.command(command)(_command_handler(command, params_type, handler))
+            ls.command(command)(command_handler(command, params_type, handler))
 
     @ls.feature(types.SHUTDOWN)
     async def shutdown(ls: MevedelLanguageServer, *_args: Any) -> None:

@@ -1,0 +1,171 @@
+"""What the session feature modules share: finding a request's folder,
+session service and session, the wire form of a session's state, the
+takeover question, and the request and command handlers that decode
+params and turn store refusals into ResponseErrors with their stable kind.
+
+``sessions.py`` (``mevedel/session/*``, ``mevedel/turn/*``),
+``lifecycle.py``, ``control.py``, ``follow.py`` and ``agents.py`` import
+these public names from here, and none of them from another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+from mevedel_protocol import converter
+from mevedel_protocol import session as wire
+from pygls.exceptions import JsonRpcException
+
+from ..addresses import parse_address
+from ..store import TakeoverNeedsConfirmation
+from ..store.service import SessionInfo, error_kind, is_refusal
+from .errors import failure, internal_failure, structure_params
+from .session_registry import SessionRegistry
+from .virtual_documents import format_uri
+from .workspaces import Folder, folder_for_document, folder_for_uri
+
+if TYPE_CHECKING:
+    from .server import MevedelLanguageServer
+
+_log = logging.getLogger(__name__)
+
+TAKE_OVER = "Take over"
+CANCEL = "Cancel"
+TRANSCRIPT = parse_address("history://root")
+
+
+def transcript_uri(folder: Folder, session_id: str) -> str:
+    """The virtual document of the session's live transcript (``history://root``)."""
+    return format_uri(TRANSCRIPT, folder.key, session_id)
+
+
+def registry(ls: MevedelLanguageServer) -> SessionRegistry:
+    assert ls.sessions is not None
+    return ls.sessions
+
+
+def folder(ls: MevedelLanguageServer, workspace_folder: str | None, method: str) -> Folder:
+    """The request's workspace folder (``owner-missing`` when none is open)."""
+    found = folder_for_uri(ls, workspace_folder) if workspace_folder is not None else folder_for_document(ls, None)
+    if found is None:
+        raise failure("owner-missing", method, "no workspace folder is open; sessions belong to a workspace")
+    return found
+
+
+def session_id(ls: MevedelLanguageServer, folder: Folder, given: str | None, method: str) -> str:
+    """The session a request names, else the folder's current one."""
+    if given is not None:
+        return given
+    current = ls.current_session(folder)
+    if current is None:
+        raise failure("owner-missing", method, "no session is current in this workspace folder; create or open one")
+    return current
+
+
+def state(ls: MevedelLanguageServer, folder: Folder, info: SessionInfo) -> wire.SessionState:
+    """A session's state as the wire carries it."""
+    return wire.SessionState(
+        session_id=info.session_id,
+        display_name=info.display_name,
+        named=info.named,
+        access=info.access.value,
+        materialized=info.materialized,
+        settled_turns=info.settled_turns,
+        reconciliation_pending=info.reconciliation_pending,
+        current=ls.current_session(folder) == info.session_id,
+        transcript_uri=transcript_uri(folder, info.session_id),
+        read_only_reason=info.read_only_reason,
+        holder_host=info.holder_host,
+        open_turn=info.open_turn,
+        pending_publication=info.pending_publication,
+        recovery_pending=info.recovery_pending,
+    )
+
+
+async def confirm_takeover(ls: MevedelLanguageServer, asked: TakeoverNeedsConfirmation) -> bool:
+    """Ask the user whether to take over a session whose holder's lease
+    expired; only an explicit Take over consents."""
+    holder = asked.holder_host or "another client"
+    question = types.ShowMessageRequestParams(
+        type=types.MessageType.Warning,
+        message=(
+            f"Session {asked.session_id} was held by {holder}, whose lease expired. "
+            "A write may still be in flight there: take it over only if that client has stopped."
+        ),
+        actions=[types.MessageActionItem(title=TAKE_OVER), types.MessageActionItem(title=CANCEL)],
+    )
+    # An open request must not wait forever on a question nobody sees.
+    waiting = ls.settings.control_transfer.prompt_timeout_seconds
+    try:
+        answer = await asyncio.wait_for(ls.window_show_message_request_async(question), waiting)
+    except asyncio.TimeoutError:
+        _log.info("session %s: the takeover question had no answer within %s s: Cancel", asked.session_id, waiting)
+        return False
+    except Exception as error:  # an error answer is no consent
+        _log.info("session %s: the takeover question was answered with an error (%s): Cancel", asked.session_id, error)
+        return False
+    # Only an explicit Take over consents; null (dismissed) or anything else is Cancel.
+    title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
+    return title == TAKE_OVER
+
+
+def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+    """Store and target refusals as ResponseErrors with their stable kind,
+    anything unexpected as ``internal`` (logged)."""
+
+    def decorate(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(handler)
+        async def answered(ls: Any, *args: Any) -> Any:
+            try:
+                return converter.unstructure(await handler(ls, *args))
+            except JsonRpcException:
+                raise
+            except Exception as error:
+                if is_refusal(error):
+                    raise refusal(error, method) from None
+                _log.exception("unexpected error in %s", method)
+                raise internal_failure(method) from None
+
+        return answered
+
+    return decorate
+
+
+def refusal(error: Exception, method: str) -> JsonRpcException:
+    """A refusal names what the user authored (an input with ``authored``
+    and ``reason``), else the session it is about, else the method."""
+    authored = getattr(error, "authored", None)
+    if isinstance(authored, str) and isinstance(getattr(error, "reason", None), str):
+        return failure(error_kind(error), authored, error.reason)
+    return failure(error_kind(error), getattr(error, "session_id", None) or method, str(error))
+
+
+def request_handler(method: str, params_type: type, handler: Callable[..., Awaitable[Any]]):
+    """The pygls handler of a request: decoded params in, refusals out as errors."""
+
+    @answers_session_errors(method)
+    async def request(ls, raw):  # type: ignore[no-untyped-def]
+        return await handler(ls, structure_params(raw, params_type, method))
+
+    return request
+
+
+def command_handler(command: str, params_type: type, handler: Callable[..., Awaitable[Any]]):
+    """The pygls handler of a ``workspace/executeCommand`` command taking
+    the request's params as its one argument."""
+
+    # No annotations: pygls evaluates a command handler's type hints at call time.
+    @answers_session_errors(command)
+    async def run(ls, *arguments):  # type: ignore[no-untyped-def]
+        if len(arguments) != 1:
+            raise failure(
+                "invalid-params", command, f"takes exactly one argument (the request's params), got {len(arguments)}"
+            )
+        return await handler(ls, structure_params(arguments[0], params_type, command))
+
+    return run

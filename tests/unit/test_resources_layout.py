@@ -1,0 +1,99 @@
+"""The layout rules the architecture states, checked on the source: the
+resolver package has no import cycles (none through a deferred import
+either) and imports nothing of the editor side; the LSP feature modules
+import no private (underscore) name from one another; and the local/SSH
+twins the resolver once had are gone."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import mevedel_server
+
+PACKAGE = Path(mevedel_server.__file__).resolve().parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """Every ``from X import names`` in the module (deferred ones too), with
+    X made absolute."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((target, [alias.name for alias in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, []) for alias in node.names]
+    return found
+
+
+def _graph(root: Path) -> dict[str, set[str]]:
+    modules = {_module_name(path): path for path in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for target, names in _imports(path):
+            # ``from PACKAGE import module`` names the module; any other name
+            # comes from the module (or package) imported from.
+            submodules = {f"{target}.{item}" for item in names} & modules.keys()
+            edges = submodules if submodules and len(submodules) == len(names) else {target} | submodules
+            graph[name] |= {edge for edge in edges if edge in modules and edge != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    cycles, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for child in sorted(graph[node]):
+            if state.get(child) == "open":
+                cycles.append(stack[stack.index(child) :] + [child])
+            elif child not in state:
+                visit(child)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return cycles
+
+
+def test_resources_has_no_import_cycles():
+    assert _cycles(_graph(PACKAGE / "resources")) == []
+
+
+def test_resources_imports_nothing_of_the_editor_side():
+    for path in (PACKAGE / "resources").rglob("*.py"):
+        for target, _names in _imports(path):
+            top = target.split(".")[0]
+            assert top not in ("lsprotocol", "pygls", "mevedel_protocol"), (path.name, target)
+            assert not target.startswith("mevedel_server.lsp"), (path.name, target)
+
+
+def test_lsp_modules_import_no_private_name_from_one_another():
+    offenders = []
+    for path in (PACKAGE / "lsp").glob("*.py"):
+        for target, names in _imports(path):
+            if target.startswith("mevedel_server.lsp"):
+                offenders += [f"{path.name}: {target}.{name}" for name in names if name.startswith("_")]
+    assert offenders == []
+
+
+def test_no_local_or_remote_twin_is_left_in_the_resolver():
+    names = {path.name for path in (PACKAGE / "resources").rglob("*.py")}
+    assert not {name for name in names if name.startswith("remote_")}
+    assert not (PACKAGE / "artifacts").exists()
