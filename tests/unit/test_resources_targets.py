@@ -153,6 +153,8 @@ async def test_every_request_answers_as_through_a_local_directory(open_target, w
         got = await answer(context, operation, address, options)
         assert got == expected, (operation, address)
         no_secret(got)
+        # No backing path: neither the root nor a target-relative one.
+        assert str(workspace) not in repr(got) and ".mevedel" not in repr(got) and "tool-results" not in repr(got)
 
 
 async def test_listings_show_directories_and_regular_files_only(open_target, workspace):
