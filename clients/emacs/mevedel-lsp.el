@@ -65,6 +65,7 @@
 (require 'jsonrpc)
 (require 'tabulated-list)
 (require 'xref)
+(require 'diff-mode)
 
 (defgroup mevedel-lsp nil
   "Resource addresses from the mevedel-lsp language server."
@@ -104,6 +105,12 @@ changes through Customize or `mevedel-lsp-send-settings'.  Keys:
   :controlTransfer   (:promptTimeoutSeconds N :fenceSeconds N)
   :remoteWorkspaces  vector of \"ssh://[user@]host[:port]/path\": workspace
                      folders on other machines, named by that address
+  :agents            ACP agents by name: (:NAME (:command [\"program\" \"arg\"]
+                                          :env (:VAR \"value\")))
+  :defaultAgent      the agent a prompt uses when it names none
+  :permissions       \"ask\" (default), \"allow-reads\" or \"allow-all\"
+  :permissionTimeoutSeconds, :agentStartTimeoutSeconds,
+  :cancelTimeoutSeconds, :agentIdleTimeoutSeconds   agent time limits
 
 A key left out means the server's default.  A \"mevedel\" section in
 `eglot-workspace-configuration' (for example in .dir-locals.el) takes
@@ -157,7 +164,9 @@ precedence over this variable for its project."
 
 (defconst mevedel-lsp--setting-keys
   '(:memoryRoots :skillRoots :completionLimit :currentSession :diagnostics
-    :followPublished :sessionWatch :leaseSeconds :controlTransfer :remoteWorkspaces)
+    :followPublished :sessionWatch :leaseSeconds :controlTransfer :remoteWorkspaces
+    :agents :defaultAgent :permissions :permissionTimeoutSeconds
+    :agentStartTimeoutSeconds :cancelTimeoutSeconds :agentIdleTimeoutSeconds)
   "The server's settings.  The server keeps a setting a message leaves out,
 so every one is sent, nil (JSON null) meaning the server's default.")
 
@@ -231,9 +240,64 @@ leaves out, so sending ours afterwards is safe."
 ;;;###autoload
 (defun mevedel-lsp-ensure ()
   "Manage the current buffer with mevedel-lsp through eglot.
-Suitable for `markdown-mode-hook' and `text-mode-hook'."
-  (mevedel-lsp-register)
-  (eglot-ensure))
+Suitable for `markdown-mode-hook' and `text-mode-hook'.  Buffers that
+visit no file (eglot manages only files; the prompt buffer is one) are
+left alone."
+  (when buffer-file-name
+    (mevedel-lsp-register)
+    (eglot-ensure)))
+
+(defun mevedel-lsp--modes ()
+  "The major modes of `mevedel-lsp-major-modes', without their language ids."
+  (mapcar (lambda (entry) (if (consp entry) (car entry) entry)) mevedel-lsp-major-modes))
+
+(defun mevedel-lsp--maybe-ensure ()
+  "`mevedel-lsp-ensure' when the buffer visits a file in one of the modes."
+  (when (and buffer-file-name (apply #'derived-mode-p (mevedel-lsp--modes)))
+    (mevedel-lsp-ensure)))
+
+(defconst mevedel-lsp--markdown-files
+  (cons "\\.\\(?:md\\|markdown\\|mkd\\|mdown\\)\\'" 'text-mode)
+  "The `auto-mode-alist' entry that opens Markdown files in `text-mode'
+when no Markdown mode is installed.")
+
+(defun mevedel-lsp--markdown-mode-available-p ()
+  "Non-nil when a `markdown-mode' is defined or can be loaded."
+  (or (fboundp 'markdown-mode) (locate-library "markdown-mode")))
+
+(defconst mevedel-lsp--mode-hooks '(markdown-mode-hook gfm-mode-hook text-mode-hook)
+  "The hooks `mevedel-lsp-global-mode' manages buffers from.")
+
+;;;###autoload
+(define-minor-mode mevedel-lsp-global-mode
+  "Manage Markdown and text files with mevedel-lsp, through eglot.
+Registers the server with eglot and manages every file buffer whose
+major mode is (or derives from) one of `mevedel-lsp-major-modes': those
+opened from now on and those already open.  In a stock Emacs, with no
+Markdown mode installed, a .md file would open in `fundamental-mode',
+which no server manages: while this mode is on, such files open in
+`text-mode' instead (an installed `markdown-mode' is left to do it)."
+  :global t
+  :group 'mevedel-lsp
+  (if mevedel-lsp-global-mode
+      (progn
+        (mevedel-lsp-register)
+        (dolist (hook mevedel-lsp--mode-hooks)
+          (add-hook hook #'mevedel-lsp--maybe-ensure))
+        (unless (mevedel-lsp--markdown-mode-available-p)
+          (add-to-list 'auto-mode-alist mevedel-lsp--markdown-files))
+        (dolist (buffer (buffer-list))
+          (with-current-buffer buffer
+            (when (and buffer-file-name
+                       (eq major-mode 'fundamental-mode)
+                       (member mevedel-lsp--markdown-files auto-mode-alist)
+                       (string-match-p (car mevedel-lsp--markdown-files) buffer-file-name))
+              ;; The mode hook manages it.
+              (text-mode))
+            (mevedel-lsp--maybe-ensure))))
+    (dolist (hook mevedel-lsp--mode-hooks)
+      (remove-hook hook #'mevedel-lsp--maybe-ensure))
+    (setq auto-mode-alist (delete mevedel-lsp--markdown-files auto-mode-alist))))
 
 (defun mevedel-lsp--server (&optional noerror)
   "The mevedel-lsp server of the current buffer, or of any live one.
@@ -251,13 +315,48 @@ Signal a user error when there is none, unless NOERROR."
 ;;;; Completion
 
 ;; An address token (work://shared/no) is not one Emacs symbol: eglot's own
-;; completion takes only the symbol before point ("no") as the text to match,
-;; and the server's candidates are whole canonical addresses.  The server's
-;; textEdit says which span the candidates replace, so this function uses that
-;; span as the completion region; each candidate is the text it inserts.
+;; completion takes the symbol before point as the text to match, and its
+;; exit function applies each item's textEdit range as the server computed
+;; it, which a completion already under way in the buffer may have moved.
+;; Together these can double a scheme (work://://).  In the buffers this
+;; server manages, this function is the only completion at point: the
+;; region is the address token before point, found in the buffer itself by
+;; the server's own rule (so it always covers the whole scheme), and each
+;; candidate is the whole address an item inserts, replacing the region.
+
+(defconst mevedel-lsp--token-stop "^ \t\n\r\f\v<>\"'`()[]"
+  "`skip-chars-backward' set of the characters that may be in a token:
+the server ends a token at whitespace, quotes, angle brackets and brackets.")
+
+(defun mevedel-lsp--token-start ()
+  "Where the address-like token ending at point starts, or nil.
+The server's rule (`token_before'): a partial scheme (wo, work:), or
+scheme:// and what follows it; any other text is no token."
+  (save-excursion
+    (let* ((end (point))
+           (start (progn (skip-chars-backward mevedel-lsp--token-stop (line-beginning-position))
+                         (point)))
+           (run (buffer-substring-no-properties start end))
+           (case-fold-search nil)
+           (marker (string-match "://" run)))
+      (if marker
+          (let ((head marker))
+            (while (and (> head 0) (string-match-p "[A-Za-z0-9+.-]" (substring run (1- head) head)))
+              (setq head (1- head)))
+            (while (and (< head marker) (not (string-match-p "[[:alpha:]]" (substring run head (1+ head)))))
+              (setq head (1+ head)))
+            (and (< head marker) (+ start head)))
+        (and (or (string-empty-p run)
+                 (string-match-p "\\`[A-Za-z][A-Za-z0-9+.-]*\\(?::/?\\)?\\'" run))
+             start)))))
 
 (defun mevedel-lsp--completion-items (server)
-  "SERVER's completion items at point, or nil when input interrupted it."
+  "SERVER's completion items at point, or nil when input interrupted it.
+Pending edits are sent first: the server completes the text as it is
+now (eglot otherwise holds a deferred request until Emacs is idle, which
+it is not while a command waits for the answer)."
+  (when (fboundp 'eglot--signal-textDocument/didChange)
+    (eglot--signal-textDocument/didChange))
   (let ((response (jsonrpc-request server :textDocument/completion
                                    (eglot--CompletionParams)
                                    :deferred :textDocument/completion
@@ -265,7 +364,7 @@ Signal a user error when there is none, unless NOERROR."
     (append (if (vectorp response) response (plist-get response :items)) nil)))
 
 (defun mevedel-lsp--candidate (item)
-  "ITEM's inserted text, carrying ITEM as a text property."
+  "ITEM's inserted text (a whole address), carrying ITEM as a text property."
   (let* ((edit (plist-get item :textEdit))
          (text (or (plist-get edit :newText)
                    (plist-get item :insertText)
@@ -279,31 +378,49 @@ Signal a user error when there is none, unless NOERROR."
 
 (defun mevedel-lsp-completion-at-point ()
   "Complete the resource address before point with the server's candidates.
-Leaves other completion to eglot when the server offers no address."
+The region is the whole address token before point; a candidate
+replaces it.  After scheme:// nothing but an address is offered;
+before, a word that is no scheme is left to other completion."
   (when-let* ((server (and (eglot-managed-p) (eglot-current-server)))
               ((cl-typep server 'mevedel-lsp-server))
-              (items (mevedel-lsp--completion-items server))
-              (edit (seq-some (lambda (item) (plist-get item :textEdit)) items))
-              (start (mevedel-lsp--position-to-point
-                      (plist-get (or (plist-get edit :range) (plist-get edit :replace)) :start)))
-              ((<= start (point))))
+              (start (mevedel-lsp--token-start))
+              (items (mevedel-lsp--completion-items server)))
     (let ((candidates (mapcar #'mevedel-lsp--candidate
                               (cl-sort (copy-sequence items) #'string-lessp
                                        :key (lambda (item) (or (plist-get item :sortText)
-                                                               (plist-get item :label)))))))
+                                                               (plist-get item :label))))))
+          (address (save-excursion (goto-char start) (looking-at-p "[^:\n]*://"))))
       (list start (point)
             (lambda (probe pred action)
               (if (eq action 'metadata)
                   '(metadata (category . mevedel-address) (display-sort-function . identity))
                 (complete-with-action action candidates probe pred)))
             :annotation-function #'mevedel-lsp--annotation
-            :exclusive 'no))))
+            :exclusive (if address t 'no)))))
+
+(defvar mevedel-lsp-address-mode-map
+  (let ((map (make-sparse-keymap)))
+    ;; Emacs 28's text modes bind C-M-i (M-TAB) to `ispell-complete-word'.
+    (define-key map [remap ispell-complete-word] #'completion-at-point)
+    map)
+  "Keys of `mevedel-lsp-address-mode'.")
+
+(define-minor-mode mevedel-lsp-address-mode
+  "Address completion in a buffer mevedel-lsp manages.
+\\<mevedel-lsp-address-mode-map>\\[completion-at-point] completes the address before point (on Emacs 28,
+the text modes' `ispell-complete-word' key does it here)."
+  :lighter nil
+  (if mevedel-lsp-address-mode
+      (progn
+        (add-hook 'completion-at-point-functions #'mevedel-lsp-completion-at-point nil t)
+        ;; Its items are the same addresses, with eglot's symbol bounds.
+        (remove-hook 'completion-at-point-functions #'eglot-completion-at-point t))
+    (remove-hook 'completion-at-point-functions #'mevedel-lsp-completion-at-point t)))
 
 (defun mevedel-lsp--managed-buffer-setup ()
-  "Put address completion ahead of eglot's in buffers mevedel-lsp manages."
-  (if (and (eglot-managed-p) (cl-typep (eglot-current-server) 'mevedel-lsp-server))
-      (add-hook 'completion-at-point-functions #'mevedel-lsp-completion-at-point nil t)
-    (remove-hook 'completion-at-point-functions #'mevedel-lsp-completion-at-point t)))
+  "Address completion in buffers mevedel-lsp manages."
+  (mevedel-lsp-address-mode
+   (if (and (eglot-managed-p) (cl-typep (eglot-current-server) 'mevedel-lsp-server)) 1 -1)))
 
 (add-hook 'eglot-managed-mode-hook #'mevedel-lsp--managed-buffer-setup)
 
@@ -486,6 +603,11 @@ the mode `auto-mode-alist' gives the canonical address)."
             (goto-char (point-min)))
           buffer))))
 
+(defalias 'mevedel-lsp--uri-to-path
+  ;; eglot 1.16 (Emacs 30) renamed it; older eglot has only the old name.
+  (if (fboundp 'eglot-uri-to-path) 'eglot-uri-to-path 'eglot--uri-to-path)
+  "The file name of a file: URI.")
+
 (defun mevedel-lsp--position-to-point (position)
   "The point of LSP POSITION in the current buffer."
   (if (fboundp 'eglot--lsp-position-to-point)
@@ -544,7 +666,7 @@ MAKE-MATCH is the original, called with NAME URI RANGE for any other URI."
       (user-error "mevedel: %s does not exist" canonical))
      ((mevedel-lsp-virtual-uri-p uri)
       (pop-to-buffer-same-window (mevedel-lsp-open-virtual uri server)))
-     (t (find-file (eglot--uri-to-path uri))))))
+     (t (find-file (mevedel-lsp--uri-to-path uri))))))
 
 (defvar mevedel-lsp-address-history nil
   "Addresses given to `mevedel-lsp-read-address'.")
@@ -1124,7 +1246,11 @@ With WORKTREE, IMPACT is a WorktreeForkImpact."
                           (plist-get response :turn) (plist-get response :preview)
                           (mevedel-lsp--plural (plist-get impact :turns) "turn"))))
     (if (not worktree)
-        (list summary (mevedel-lsp--child-lines impact) "Fork")
+        (list summary
+              (append (list "The working files are left as they are: the new session shares this workspace's files"
+                            "(only a Worktree Fork gives the new session its own files).")
+                      (mevedel-lsp--child-lines impact))
+              "Fork")
       (let* ((place (plist-get impact :worktree))
              (restores (mevedel-lsp--list (plist-get impact :restores)))
              (unrestored (mevedel-lsp--list (plist-get impact :unrestored)))
@@ -1192,6 +1318,18 @@ the server's words."
          (mevedel-lsp--offer-recovery server session-id text))
        (user-error "mevedel: %s" text)))))
 
+(defun mevedel-lsp--with-agent-history (impact described)
+  "DESCRIBED, (SUMMARY DETAILS ACTION), with IMPACT's `agentHistory'.
+That last detail says what the transaction does to the agent's own
+history of the conversation; the server leaves it out when the session
+retains none."
+  (let ((note (plist-get impact :agentHistory)))
+    (if (not (stringp note))
+        described
+      (list (nth 0 described)
+            (append (nth 1 described) (list (concat "Agent history: " note)))
+            (nth 2 described)))))
+
 (defun mevedel-lsp--transaction (server prepare commit params describe)
   "Run one lifecycle transaction through SERVER.
 PREPARE and COMMIT are the methods, PARAMS the prepare's params and
@@ -1200,7 +1338,7 @@ shown and committed only when `yes-or-no-p' says yes.  Return the
 commit's result, or nil when declined."
   (let* ((session-id (plist-get params :sessionId))
          (impact (mevedel-lsp--lifecycle-request server prepare (apply #'mevedel-lsp--object params) session-id))
-         (described (funcall describe impact)))
+         (described (mevedel-lsp--with-agent-history impact (funcall describe impact))))
     (mevedel-lsp--show-impact described)
     (if (not (yes-or-no-p (format "%s %s " (nth 0 described) (concat (nth 2 described) "?"))))
         (progn (message "mevedel: %s cancelled; nothing changed" (downcase (nth 2 described))) nil)
@@ -1211,8 +1349,31 @@ commit's result, or nil when declined."
        (mevedel-lsp--object :token (plist-get impact :token) :sessionId (plist-get impact :sessionId))
        (plist-get impact :sessionId)))))
 
+(defcustom mevedel-lsp-revert-changed-files t
+  "Whether buffers of files an agent's turn, a Rewind or a Redo changed are
+read again.  Only buffers without unsaved changes whose file changed on
+disk are, like `auto-revert-mode' would."
+  :type 'boolean)
+
+(defun mevedel-lsp--revert-changed-buffers (server)
+  "Read again the unmodified buffers of SERVER's project changed on disk."
+  (when-let* ((mevedel-lsp-revert-changed-files)
+              (root (ignore-errors (file-truename (project-root (eglot--project server))))))
+    (dolist (buffer (buffer-list))
+      (let ((file (buffer-file-name buffer)))
+        (when (and file (not (buffer-modified-p buffer))
+                   (string-prefix-p (file-name-as-directory root) (file-truename file))
+                   (file-exists-p file)
+                   (not (verify-visited-file-modtime buffer)))
+          (with-current-buffer buffer
+            (condition-case err
+                (revert-buffer t t t)
+              (error (message "mevedel: could not read %s again: %s" file (error-message-string err))))))))))
+
 (defun mevedel-lsp--in-place-done (verb result)
   "Report an in-place RESULT (Rewind, Redo) as VERB; return RESULT."
+  (when (and result (eq (plist-get result :committed) t))
+    (mevedel-lsp--revert-changed-buffers (mevedel-lsp--server)))
   (when result
     (message "mevedel: %s %s: %s%s%s" verb (plist-get result :sessionId)
              (if (eq (plist-get result :committed) t)
@@ -1228,7 +1389,10 @@ commit's result, or nil when declined."
   "Report a new session RESULT (Fork, Save As) as VERB and show its transcript."
   (when result
     (let ((child (plist-get result :session)))
-      (pop-to-buffer (mevedel-lsp-transcript-buffer (plist-get child :sessionId) server))
+      ;; From a chat, the new session's chat; else its transcript.
+      (pop-to-buffer (if (derived-mode-p 'mevedel-lsp-chat-mode)
+                         (mevedel-lsp-chat-buffer (plist-get child :sessionId) server)
+                       (mevedel-lsp-transcript-buffer (plist-get child :sessionId) server)))
       (mevedel-lsp--refresh-lists server)
       (message "mevedel: %s %s into %s (%s, %s), now current%s" verb (plist-get result :sourceId)
                (plist-get child :displayName) (plist-get child :sessionId)
@@ -1238,9 +1402,10 @@ commit's result, or nil when declined."
 
 (defun mevedel-lsp--read-turn (server session-id what &optional completed-only)
   "Ask SERVER for a settled turn of SESSION-ID to WHAT.
-In a turns list, the turn at point.  With COMPLETED-ONLY, only completed
-turns are offered."
+In a turns list or a chat, the turn at point.  With COMPLETED-ONLY,
+only completed turns are offered."
   (or (and (derived-mode-p 'mevedel-lsp-turns-mode) (tabulated-list-get-id))
+      (and (derived-mode-p 'mevedel-lsp-chat-mode) (get-text-property (point) 'mevedel-lsp-chat-turn))
       (let* ((listing (mevedel-lsp--request server :mevedel/turn/list (mevedel-lsp--object :sessionId session-id)))
              (turns (seq-filter (lambda (turn)
                                   (if completed-only
@@ -1639,11 +1804,26 @@ With HELDBACK, nothing was adopted: say why."
 (defvar mevedel-lsp--change-timer nil
   "The timer that applies `mevedel-lsp--pending-changes'.")
 
+(defun mevedel-lsp--quiet-p ()
+  "Non-nil when views may be read again now: no request waits, no agent
+turn runs.  While a turn runs, the agent may ask a question at any moment
+\(`window/showMessageRequest', in the minibuffer); had a refresh's request
+been waiting then, its answer would end the wait by throwing through the
+question, which would vanish unanswered.  The chat shows the running turn
+from `mevedel/turn/didUpdate' meanwhile; the rest is read once it settled."
+  (and (= mevedel-lsp--waiting 0)
+       (not (and (fboundp 'mevedel-lsp-chat--running-p) (mevedel-lsp-chat--running-p)))))
+
+(defun mevedel-lsp--retry-delay ()
+  "Seconds until views are tried again: soon after a waiting request,
+later while a turn runs (its end tries them at once)."
+  (if (> mevedel-lsp--waiting 0) 0.05 0.5))
+
 (defun mevedel-lsp--apply-pending-changes ()
-  "Apply the queued session changes, or wait until no request waits."
+  "Apply the queued session changes, or wait until `mevedel-lsp--quiet-p'."
   (setq mevedel-lsp--change-timer nil)
-  (if (> mevedel-lsp--waiting 0)
-      (setq mevedel-lsp--change-timer (run-at-time 0.05 nil #'mevedel-lsp--apply-pending-changes))
+  (if (not (mevedel-lsp--quiet-p))
+      (setq mevedel-lsp--change-timer (run-at-time (mevedel-lsp--retry-delay) nil #'mevedel-lsp--apply-pending-changes))
     (let ((changes (reverse mevedel-lsp--pending-changes)))
       (setq mevedel-lsp--pending-changes nil)
       (pcase-dolist (`((,server . ,_session) . ,params) changes)
@@ -1681,6 +1861,1073 @@ as the cautious choice (for a takeover: Cancel)."
         (quit :null)))))
 
 
+;;;; Chat: prompting agents and watching their turns
+
+;; `mevedel/turn/prompt' sends a prompt to an ACP agent as the next turn of
+;; a session and answers once the turn settled, so it goes out as an
+;; asynchronous request.  Meanwhile the server sends
+;; `mevedel/turn/didUpdate' (phases starting, running, cancelling, settled;
+;; events response, reasoning, tool_call, plan, permission), which the chat
+;; buffer of the session shows as it arrives; the agent's permission
+;; questions are the server's `window/showMessageRequest', asked in the
+;; minibuffer with the agent's own options (see the end of this file).
+;;
+;; A chat buffer shows the session's turns (`mevedel/turn/list' and
+;; `mevedel/turn/show') and the running one, each as a model: a list of
+;; blocks (response text, reasoning, tool calls, plan, permission
+;; decisions) with markers, so streamed text is appended and a tool call
+;; is redrawn in place.  A turn seen live keeps its model (it has the
+;; diffs the records lack); other turns are read once with
+;; `mevedel/turn/show'.
+
+(defface mevedel-lsp-chat-heading
+  '((t :inherit font-lock-keyword-face :weight bold))
+  "A turn's heading in the chat.")
+
+(defface mevedel-lsp-chat-prompt
+  '((t :inherit bold))
+  "The prompt of a turn in the chat.")
+
+(defface mevedel-lsp-chat-reasoning
+  '((t :inherit shadow))
+  "The agent's reasoning in the chat.")
+
+(defface mevedel-lsp-chat-tool
+  '((t :inherit font-lock-function-name-face))
+  "A tool call's line in the chat.")
+
+(defface mevedel-lsp-chat-added
+  '((t :inherit diff-added))
+  "An added line of a tool call's diff.")
+
+(defface mevedel-lsp-chat-removed
+  '((t :inherit diff-removed))
+  "A removed line of a tool call's diff.")
+
+(defface mevedel-lsp-chat-permission
+  '((t :inherit warning))
+  "A permission decision in the chat.")
+
+(defface mevedel-lsp-chat-error
+  '((t :inherit error))
+  "A failed turn or a refused prompt in the chat.")
+
+(defface mevedel-lsp-chat-footer
+  '((t :inherit shadow))
+  "How a turn ended.")
+
+(defcustom mevedel-lsp-chat-diff-context 2
+  "Unchanged lines shown around a tool call's change."
+  :type 'natnum)
+
+(defcustom mevedel-lsp-chat-output-lines 20
+  "The most lines of a tool call's output the chat shows."
+  :type 'natnum)
+
+(cl-defstruct (mevedel-lsp-chat--turn (:constructor mevedel-lsp-chat--make-turn)
+                                      (:copier nil))
+  "A turn as the chat shows it."
+  number turn-id agent prompt attachments
+  ;; "starting", "running", "cancelling", or how it settled: "completed",
+  ;; "errored", "interrupted", "refused"; past turns: their state.
+  state stop-reason
+  ;; (:kind :message :action) of a failed turn or a refused prompt.
+  error
+  ;; The turn was seen live here (its model has the diffs).
+  live
+  blocks start header-end)
+
+(cl-defstruct (mevedel-lsp-chat--block (:constructor mevedel-lsp-chat--make-block)
+                                       (:copier nil))
+  "One thing a turn did, as the chat shows it."
+  ;; response, reasoning, tool_call, plan, permission, mail
+  kind call-id
+  ;; response/reasoning/plan/mail: the text; tool_call: (:title :toolKind
+  ;; :status :output :diffs :arguments); permission: (:text :decision :allowed)
+  data
+  shown start end overlay)
+
+(defvar mevedel-lsp-chat--agents (make-hash-table :test #'equal)
+  "The agent picked for each session (by session id) in this Emacs.")
+
+(defvar-local mevedel-lsp-chat--turns nil
+  "The chat's turn models by turn id.")
+
+(defvar-local mevedel-lsp-chat--live nil
+  "The model of the turn in flight (or of the prompt waiting to start).")
+
+(defvar-local mevedel-lsp-chat--notice nil
+  "The model of the last refused prompt, shown after the turns.")
+
+(defvar-local mevedel-lsp-chat--order nil
+  "The turn ids of the session's turns, in order, as last listed.")
+
+(defvar-local mevedel-lsp-chat--name nil
+  "The session's display name.")
+
+(defvar-local mevedel-lsp-chat--note nil
+  "A sentence the header line shows (the session was closed...).")
+
+(defvar mevedel-lsp-chat--refresh-queue nil
+  "Chat buffers to read again once `mevedel-lsp--quiet-p'.")
+
+(defvar mevedel-lsp-chat--refresh-timer nil
+  "The timer that reads the queued chats again.")
+
+(defun mevedel-lsp-chat--phase ()
+  "The chat's indicator: the live turn's phase, else \"idle\"."
+  (if mevedel-lsp-chat--live
+      (mevedel-lsp-chat--turn-state mevedel-lsp-chat--live)
+    "idle"))
+
+(defun mevedel-lsp-chat--header-line ()
+  "The chat's header line."
+  (let ((agent (gethash mevedel-lsp--session-id mevedel-lsp-chat--agents)))
+    (concat (format " %s" (or mevedel-lsp-chat--name mevedel-lsp--session-id))
+            (if agent (format " · agent %s" agent) "")
+            (format " · %s" (mevedel-lsp-chat--phase))
+            (if mevedel-lsp-chat--note (format " · %s" mevedel-lsp-chat--note) "")
+            (substitute-command-keys
+             (if mevedel-lsp-chat--live
+                 "   \\<mevedel-lsp-chat-mode-map>\\[mevedel-lsp-cancel] cancel  \\[mevedel-lsp-chat-toggle-reasoning] reasoning"
+               "   \\<mevedel-lsp-chat-mode-map>\\[mevedel-lsp-prompt] prompt  \\[mevedel-lsp-chat-toggle-reasoning] reasoning  \\[mevedel-lsp-rewind] rewind  \\[mevedel-lsp-redo] redo  \\[mevedel-lsp-fork] fork")))))
+
+(defvar mevedel-lsp-chat-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "C-c C-c") #'mevedel-lsp-cancel)
+    (define-key map (kbd "p") #'mevedel-lsp-prompt)
+    (define-key map (kbd "TAB") #'mevedel-lsp-chat-toggle-reasoning)
+    (define-key map (kbd "M-n") #'mevedel-lsp-chat-next-turn)
+    (define-key map (kbd "M-p") #'mevedel-lsp-chat-previous-turn)
+    (define-key map (kbd "w") #'mevedel-lsp-rewind)
+    (define-key map (kbd "y") #'mevedel-lsp-redo)
+    (define-key map (kbd "f") #'mevedel-lsp-fork)
+    (define-key map (kbd "F") #'mevedel-lsp-worktree-fork)
+    (define-key map (kbd "V") #'mevedel-lsp-fork-variants)
+    (define-key map (kbd "t") #'mevedel-lsp-list-turns)
+    (define-key map (kbd "h") #'mevedel-lsp-transcript)
+    map)
+  "Keys of `mevedel-lsp-chat-mode'.")
+
+(define-derived-mode mevedel-lsp-chat-mode special-mode "mevedel chat"
+  "The chat of a mevedel session: its turns, and the one running, live.
+Each turn shows its prompt, the agent's response, its reasoning (folded:
+\\<mevedel-lsp-chat-mode-map>\\[mevedel-lsp-chat-toggle-reasoning] shows or hides it), its tool calls with their status and
+diffs, its plan and the permission decisions; then how it ended.
+\\[mevedel-lsp-prompt] writes the next prompt, \\[mevedel-lsp-cancel] cancels the running turn.  On a turn:
+\\[mevedel-lsp-rewind] rewinds to before or after it, \\[mevedel-lsp-fork] forks after it, \\[mevedel-lsp-redo] returns to an earlier
+state; each shows its impact and asks first.
+\\{mevedel-lsp-chat-mode-map}"
+  (setq-local revert-buffer-function (lambda (&rest _) (mevedel-lsp-chat-refresh)))
+  (setq-local header-line-format '(:eval (mevedel-lsp-chat--header-line)))
+  (setq-local mode-line-process '(":" (:eval (mevedel-lsp-chat--phase))))
+  (setq-local truncate-lines nil)
+  (setq-local word-wrap t)
+  ;; A window following the end keeps the newest text at its bottom.
+  (setq-local scroll-conservatively 101)
+  (setq mevedel-lsp-chat--turns (make-hash-table :test #'equal)))
+
+(defun mevedel-lsp-chat--buffers (&optional server session-id)
+  "The chat buffers, of SERVER and SESSION-ID when given."
+  (seq-filter (lambda (buffer)
+                (with-current-buffer buffer
+                  (and (derived-mode-p 'mevedel-lsp-chat-mode)
+                       (or (null server) (eq mevedel-lsp--origin-server server))
+                       (or (null session-id) (equal mevedel-lsp--session-id session-id)))))
+              (buffer-list)))
+
+(defun mevedel-lsp-chat--get-buffer (server session-id &optional name)
+  "The chat buffer of SESSION-ID through SERVER, made (empty) if needed.
+NAME is the session's display name, when known."
+  (or (car (mevedel-lsp-chat--buffers server session-id))
+      (with-current-buffer (generate-new-buffer (format "*mevedel chat %s*" (or name session-id)))
+        (mevedel-lsp-chat-mode)
+        (setq-local mevedel-lsp--origin-server server)
+        (setq mevedel-lsp--session-id session-id
+              mevedel-lsp-chat--name name)
+        (current-buffer))))
+
+
+;;;;; Rendering
+
+(defmacro mevedel-lsp-chat--editing (&rest body)
+  "Run BODY, which edits the chat buffer; windows at its end stay there."
+  (declare (indent 0) (debug t))
+  `(let* ((inhibit-read-only t)
+          (at-end (seq-filter (lambda (window) (= (window-point window) (point-max)))
+                              (get-buffer-window-list (current-buffer) nil t)))
+          (point-at-end (= (point) (point-max))))
+     (prog1 (save-excursion ,@body)
+       (when point-at-end (goto-char (point-max)))
+       (dolist (window at-end) (set-window-point window (point-max))))))
+
+(defun mevedel-lsp-chat--relative (path)
+  "PATH relative to the chat's project when inside it."
+  (let ((root (and mevedel-lsp--origin-server
+                   (ignore-errors (project-root (eglot--project mevedel-lsp--origin-server))))))
+    (if (and root (stringp path) (file-name-absolute-p path)
+             (string-prefix-p (expand-file-name root) (expand-file-name path)))
+        (file-relative-name path root)
+      path)))
+
+(defun mevedel-lsp-chat--indent (text &optional prefix)
+  "TEXT with each line after PREFIX (four spaces)."
+  (mapconcat (lambda (line) (concat (or prefix "    ") line))
+             (split-string text "\n") "\n"))
+
+(defun mevedel-lsp-chat--diff-lines (diff)
+  "The lines showing DIFF (a ToolDiff): its path, then the changed lines
+with `mevedel-lsp-chat-diff-context' unchanged lines around them."
+  (let* ((path (mevedel-lsp-chat--relative (plist-get diff :path)))
+         (old-text (plist-get diff :oldText))
+         (lines (lambda (text) (split-string (string-remove-suffix "\n" text) "\n")))
+         (old (and (stringp old-text) (funcall lines old-text)))
+         (new (funcall lines (or (plist-get diff :newText) "")))
+         (head 0) (tail 0))
+    (while (and (< head (length old)) (< head (length new))
+                (equal (nth head old) (nth head new)))
+      (setq head (1+ head)))
+    (while (and (< (+ head tail) (length old)) (< (+ head tail) (length new))
+                (equal (nth (- (length old) tail 1) old) (nth (- (length new) tail 1) new)))
+      (setq tail (1+ tail)))
+    (let* ((context mevedel-lsp-chat-diff-context)
+           (from (max 0 (- head context)))
+           ;; Pushed, then reversed.
+           (lines (list (propertize (format "+++ %s" path) 'face 'mevedel-lsp-chat-added)
+                        (propertize (format "--- %s" (if (stringp old-text) path "/dev/null"))
+                                    'face 'mevedel-lsp-chat-removed))))
+      (cl-loop for n from from below head do (push (concat " " (nth n new)) lines))
+      (cl-loop for n from head below (- (length old) tail)
+               do (push (propertize (concat "-" (nth n old)) 'face 'mevedel-lsp-chat-removed) lines))
+      (cl-loop for n from head below (- (length new) tail)
+               do (push (propertize (concat "+" (nth n new)) 'face 'mevedel-lsp-chat-added) lines))
+      (cl-loop for n from (- (length new) tail) below (min (length new) (+ (- (length new) tail) context))
+               do (push (concat " " (nth n new)) lines))
+      (nreverse lines))))
+
+(defun mevedel-lsp-chat--tool-text (data)
+  "The lines of a tool call with DATA."
+  (let* ((status (or (plist-get data :status) "pending"))
+         (output (plist-get data :output))
+         (lines (and (stringp output) (not (string-empty-p output)) (split-string output "\n"))))
+    (concat
+     (propertize (format "Tool %s" (or (plist-get data :title) "(untitled)")) 'face 'mevedel-lsp-chat-tool)
+     (format "  [%s%s]" (if-let ((kind (plist-get data :toolKind))) (concat kind " · ") "")
+             (propertize status 'face (if (equal status "failed") 'mevedel-lsp-chat-error 'bold)))
+     (mapconcat (lambda (line) (concat "\n" (mevedel-lsp-chat--indent line)))
+                (apply #'append (mapcar #'mevedel-lsp-chat--diff-lines (plist-get data :diffs)))
+                "")
+     (if lines
+         (concat "\n" (mevedel-lsp-chat--indent
+                       (string-join (seq-take lines mevedel-lsp-chat-output-lines) "\n"))
+                 (if (> (length lines) mevedel-lsp-chat-output-lines)
+                     (format "\n    [%d more lines]" (- (length lines) mevedel-lsp-chat-output-lines))
+                   ""))
+       ""))))
+
+(defconst mevedel-lsp-chat--reasoning-heading "Reasoning (TAB shows or hides it)"
+  "The first line of a reasoning block; its text is folded below it.")
+
+(defun mevedel-lsp-chat--block-text (block)
+  "The text of BLOCK, a reasoning block's heading only."
+  (let ((data (mevedel-lsp-chat--block-data block)))
+    (pcase (mevedel-lsp-chat--block-kind block)
+      ('response data)
+      ('reasoning (propertize mevedel-lsp-chat--reasoning-heading 'face 'mevedel-lsp-chat-reasoning))
+      ('tool_call (mevedel-lsp-chat--tool-text data))
+      ('plan (concat (propertize "Plan" 'face 'bold) "\n" (mevedel-lsp-chat--indent data)))
+      ('permission
+       (concat (propertize "Permission " 'face 'mevedel-lsp-chat-permission)
+               (or (plist-get data :text) "")
+               (propertize (format " → %s" (or (plist-get data :decision) "(no decision)"))
+                           'face (if (eq (plist-get data :allowed) t) 'success 'mevedel-lsp-chat-permission))))
+      ('mail (concat (propertize "Mail " 'face 'bold) data))
+      (_ (format "%s" data)))))
+
+(defun mevedel-lsp-chat--properties (turn block)
+  "The text properties of BLOCK's text in TURN."
+  (list 'mevedel-lsp-chat-turn (mevedel-lsp-chat--turn-number turn)
+        'mevedel-lsp-chat-block block))
+
+(defun mevedel-lsp-chat--fold (block)
+  "Make BLOCK's reasoning text invisible unless it is shown."
+  (when-let ((overlay (mevedel-lsp-chat--block-overlay block)))
+    (overlay-put overlay 'invisible (not (mevedel-lsp-chat--block-shown block)))))
+
+(defun mevedel-lsp-chat--insert-block (turn block)
+  "Insert BLOCK of TURN at point, setting its markers."
+  (setf (mevedel-lsp-chat--block-start block) (point-marker))
+  (insert (apply #'propertize (mevedel-lsp-chat--block-text block)
+                 (mevedel-lsp-chat--properties turn block)))
+  (when (eq (mevedel-lsp-chat--block-kind block) 'reasoning)
+    (let ((body (point)))
+      (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--block-data block))
+                     'face 'mevedel-lsp-chat-reasoning
+                     (mevedel-lsp-chat--properties turn block)))
+      (setf (mevedel-lsp-chat--block-overlay block) (make-overlay body (point)))
+      (mevedel-lsp-chat--fold block)))
+  (let ((end (point-marker)))
+    (set-marker-insertion-type end t)
+    (setf (mevedel-lsp-chat--block-end block) end)))
+
+(defun mevedel-lsp-chat--separate ()
+  "Insert the blank line that separates two blocks of a turn."
+  (insert (if (bolp) "\n" "\n\n")))
+
+(defun mevedel-lsp-chat--heading (turn)
+  "The heading line and prompt of TURN."
+  (let ((state (mevedel-lsp-chat--turn-state turn))
+        (attachments (mevedel-lsp-chat--turn-attachments turn)))
+    (concat
+     (propertize (if (equal state "refused")
+                     (format "── Refused prompt%s ──"
+                             (if-let ((agent (mevedel-lsp-chat--turn-agent turn))) (format " · %s" agent) ""))
+                   (format "── Turn %s · %s · %s ──"
+                           (or (mevedel-lsp-chat--turn-number turn) "…")
+                           (or (mevedel-lsp-chat--turn-agent turn) "agent")
+                           state))
+                 'face 'mevedel-lsp-chat-heading)
+     "\n"
+     (propertize (concat "You: " (replace-regexp-in-string
+                                  "\n" "\n     " (or (mevedel-lsp-chat--turn-prompt turn) "") t t))
+                 'face 'mevedel-lsp-chat-prompt)
+     (if attachments (format "\nAttached: %s" (string-join attachments ", ")) ""))))
+
+(defun mevedel-lsp-chat--footer (turn)
+  "How TURN ended, or nil while it runs."
+  (let ((state (mevedel-lsp-chat--turn-state turn))
+        (error (mevedel-lsp-chat--turn-error turn)))
+    (unless (member state '("starting" "running" "cancelling" "in-flight"))
+      (concat
+       (if (equal state "refused")
+           ""
+         (propertize (format "── %s%s" state
+                             (if-let ((stop (mevedel-lsp-chat--turn-stop-reason turn))) (format " (%s)" stop) ""))
+                     'face (if error 'mevedel-lsp-chat-error 'mevedel-lsp-chat-footer)))
+       (if error
+           (concat (if (equal state "refused") "" "\n")
+                   (propertize (format "Error%s: %s"
+                                            (if-let ((kind (plist-get error :kind))) (format " (%s)" kind) "")
+                                            (plist-get error :message))
+                                    'face 'mevedel-lsp-chat-error)
+                   (if-let ((action (plist-get error :action)))
+                       (concat "\n" (propertize "What to do: " 'face 'bold) action)
+                     ""))
+         "")))))
+
+(defun mevedel-lsp-chat--insert-turn (turn)
+  "Insert TURN at point: heading, blocks, and how it ended."
+  (let ((start (point))
+        (properties (list 'mevedel-lsp-chat-turn (mevedel-lsp-chat--turn-number turn))))
+    (setf (mevedel-lsp-chat--turn-start turn) (copy-marker start))
+    (insert (apply #'propertize (mevedel-lsp-chat--heading turn) properties))
+    (setf (mevedel-lsp-chat--turn-header-end turn) (point-marker))
+    (let ((previous nil))
+      (dolist (block (mevedel-lsp-chat--turn-blocks turn))
+        (when previous (set-marker-insertion-type (mevedel-lsp-chat--block-end previous) nil))
+        (insert (apply #'propertize (if (bolp) "\n" "\n\n") properties))
+        (mevedel-lsp-chat--insert-block turn block)
+        (setq previous block))
+      (when previous (set-marker-insertion-type (mevedel-lsp-chat--block-end previous) nil)))
+    (when-let ((footer (mevedel-lsp-chat--footer turn)))
+      (insert (apply #'propertize (concat (if (bolp) "\n" "\n\n") footer) properties)))
+    (insert (apply #'propertize "\n\n" properties))))
+
+(defun mevedel-lsp-chat--render ()
+  "Draw the whole chat: the listed turns, the live one, the last refusal.
+Point and each window's point stay on their line; at the end, at the end."
+  (let* ((inhibit-read-only t)
+         (places (mapcar (lambda (window)
+                           (list window (= (window-point window) (point-max))
+                                 (line-number-at-pos (window-point window))
+                                 (line-number-at-pos (window-start window))))
+                         (get-buffer-window-list (current-buffer) nil t)))
+         (at-end (= (point) (point-max)))
+         (line (line-number-at-pos))
+         (line-position (lambda (n) (save-excursion (goto-char (point-min)) (forward-line (1- n)) (point)))))
+    (remove-overlays)
+    (erase-buffer)
+    (dolist (id mevedel-lsp-chat--order)
+      (let ((turn (gethash id mevedel-lsp-chat--turns)))
+        (when (and turn (not (eq turn mevedel-lsp-chat--live)))
+          (mevedel-lsp-chat--insert-turn turn))))
+    (when mevedel-lsp-chat--live
+      (mevedel-lsp-chat--insert-live-start mevedel-lsp-chat--live))
+    (when mevedel-lsp-chat--notice
+      (mevedel-lsp-chat--insert-turn mevedel-lsp-chat--notice))
+    (when (= (point-min) (point-max))
+      (insert (substitute-command-keys
+               "No turns yet.  \\<mevedel-lsp-chat-mode-map>\\[mevedel-lsp-prompt] writes a prompt.\n")))
+    (goto-char (if at-end (point-max) (funcall line-position line)))
+    (pcase-dolist (`(,window ,window-at-end ,point-line ,start-line) places)
+      (set-window-start window (funcall line-position start-line) t)
+      (set-window-point window (if window-at-end (point-max) (funcall line-position point-line))))))
+
+(defun mevedel-lsp-chat--insert-live-start (turn)
+  "Insert the live TURN at the end, leaving its last block open for more."
+  (goto-char (point-max))
+  (let ((properties (list 'mevedel-lsp-chat-turn (mevedel-lsp-chat--turn-number turn))))
+    (setf (mevedel-lsp-chat--turn-start turn) (point-marker))
+    (insert (apply #'propertize (mevedel-lsp-chat--heading turn) properties))
+    (setf (mevedel-lsp-chat--turn-header-end turn) (point-marker))
+    (let ((blocks (mevedel-lsp-chat--turn-blocks turn)))
+      (dolist (block blocks)
+        (insert (apply #'propertize (if (bolp) "\n" "\n\n") properties))
+        (mevedel-lsp-chat--insert-block turn block)
+        (unless (eq block (car (last blocks)))
+          (set-marker-insertion-type (mevedel-lsp-chat--block-end block) nil))))))
+
+
+;;;;; The live turn
+
+(defun mevedel-lsp-chat--redraw-heading (turn)
+  "Draw TURN's heading again (its number or state changed)."
+  (let ((start (mevedel-lsp-chat--turn-start turn))
+        (end (mevedel-lsp-chat--turn-header-end turn)))
+    (when (and start end (marker-buffer start))
+      (goto-char start)
+      (delete-region start end)
+      (insert (propertize (mevedel-lsp-chat--heading turn)
+                          'mevedel-lsp-chat-turn (mevedel-lsp-chat--turn-number turn)))
+      (set-marker end (point))
+      ;; Text that came before the number knows it now.
+      (put-text-property start (point-max) 'mevedel-lsp-chat-turn (mevedel-lsp-chat--turn-number turn)))))
+
+(defun mevedel-lsp-chat--redraw-block (turn block)
+  "Draw BLOCK of TURN again in place."
+  (let ((start (mevedel-lsp-chat--block-start block))
+        (end (mevedel-lsp-chat--block-end block))
+        (last (= (mevedel-lsp-chat--block-end block) (point-max))))
+    (when-let ((overlay (mevedel-lsp-chat--block-overlay block))) (delete-overlay overlay))
+    (delete-region start end)
+    (goto-char start)
+    (mevedel-lsp-chat--insert-block turn block)
+    (unless last (set-marker-insertion-type (mevedel-lsp-chat--block-end block) nil))))
+
+(defun mevedel-lsp-chat--open-block (turn block)
+  "Add BLOCK to the end of the live TURN."
+  (let ((blocks (mevedel-lsp-chat--turn-blocks turn)))
+    (when-let ((previous (car (last blocks))))
+      (set-marker-insertion-type (mevedel-lsp-chat--block-end previous) nil))
+    (goto-char (point-max))
+    (insert (propertize (if (bolp) "\n" "\n\n") 'mevedel-lsp-chat-turn (mevedel-lsp-chat--turn-number turn)))
+    (mevedel-lsp-chat--insert-block turn block)
+    (setf (mevedel-lsp-chat--turn-blocks turn) (append blocks (list block)))))
+
+(defun mevedel-lsp-chat--append-text (turn block text)
+  "Append TEXT to the last BLOCK of TURN (a response or reasoning)."
+  (setf (mevedel-lsp-chat--block-data block) (concat (mevedel-lsp-chat--block-data block) text))
+  (goto-char (mevedel-lsp-chat--block-end block))
+  (insert (apply #'propertize text
+                 (append (and (eq (mevedel-lsp-chat--block-kind block) 'reasoning)
+                              (list 'face 'mevedel-lsp-chat-reasoning))
+                         (mevedel-lsp-chat--properties turn block))))
+  (when-let ((overlay (mevedel-lsp-chat--block-overlay block)))
+    (move-overlay overlay (overlay-start overlay) (point))))
+
+(defun mevedel-lsp-chat--tool-data (old event)
+  "Tool call data OLD with what EVENT reports folded in."
+  (let ((data (copy-sequence old)))
+    (dolist (key '(:title :toolKind :status :output :diffs))
+      (let ((value (plist-get event key)))
+        (when value
+          (setq data (plist-put data key (if (eq key :diffs) (append value nil) value))))))
+    data))
+
+(defun mevedel-lsp-chat--apply-event (turn event)
+  "Show EVENT, a TurnEvent, in the live TURN."
+  (let* ((kind (intern (plist-get event :kind)))
+         (blocks (mevedel-lsp-chat--turn-blocks turn))
+         (last (car (last blocks)))
+         (call-id (plist-get event :callId)))
+    (pcase kind
+      ((or 'response 'reasoning)
+       (let ((text (or (plist-get event :text) "")))
+         (if (and last (eq (mevedel-lsp-chat--block-kind last) kind))
+             (mevedel-lsp-chat--append-text turn last text)
+           (mevedel-lsp-chat--open-block turn (mevedel-lsp-chat--make-block :kind kind :data text)))))
+      ('tool_call
+       (let ((known (seq-find (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
+                                               (equal (mevedel-lsp-chat--block-call-id b) call-id)))
+                              blocks)))
+         (if known
+             (progn (setf (mevedel-lsp-chat--block-data known)
+                          (mevedel-lsp-chat--tool-data (mevedel-lsp-chat--block-data known) event))
+                    (mevedel-lsp-chat--redraw-block turn known))
+           (mevedel-lsp-chat--open-block
+            turn (mevedel-lsp-chat--make-block :kind 'tool_call :call-id call-id
+                                               :data (mevedel-lsp-chat--tool-data nil event))))))
+      ('plan
+       (let ((known (seq-find (lambda (b) (eq (mevedel-lsp-chat--block-kind b) 'plan)) blocks)))
+         (if known
+             (progn (setf (mevedel-lsp-chat--block-data known) (plist-get event :text))
+                    (mevedel-lsp-chat--redraw-block turn known))
+           (mevedel-lsp-chat--open-block turn (mevedel-lsp-chat--make-block :kind 'plan :data (plist-get event :text))))))
+      ('permission
+       (mevedel-lsp-chat--open-block
+        turn (mevedel-lsp-chat--make-block :kind 'permission :call-id call-id
+                                           :data (list :text (plist-get event :text)
+                                                       :decision (plist-get event :decision)
+                                                       :allowed (plist-get event :allowed)))))
+      (_ (mevedel-lsp-chat--open-block
+          turn (mevedel-lsp-chat--make-block :kind kind :data (or (plist-get event :text) "")))))))
+
+(defun mevedel-lsp-chat--settle (turn state stop-reason error)
+  "End the live TURN with STATE, STOP-REASON and ERROR (a TurnError plist).
+A refused prompt (no turn began) becomes the chat's notice."
+  (when (eq turn mevedel-lsp-chat--live)
+    (setf (mevedel-lsp-chat--turn-state turn) state
+          (mevedel-lsp-chat--turn-stop-reason turn) stop-reason
+          (mevedel-lsp-chat--turn-error turn) error)
+    (setq mevedel-lsp-chat--live nil)
+    (if (mevedel-lsp-chat--turn-turn-id turn)
+        (progn
+          (unless (member (mevedel-lsp-chat--turn-turn-id turn) mevedel-lsp-chat--order)
+            (setq mevedel-lsp-chat--order (append mevedel-lsp-chat--order
+                                                  (list (mevedel-lsp-chat--turn-turn-id turn)))))
+          (mevedel-lsp-chat--editing
+            (mevedel-lsp-chat--redraw-heading turn)
+            (goto-char (point-max))
+            (when-let ((footer (mevedel-lsp-chat--footer turn)))
+              (insert (propertize (concat (if (bolp) "\n" "\n\n") footer "\n\n")
+                                  'mevedel-lsp-chat-turn (mevedel-lsp-chat--turn-number turn))))))
+      (setf (mevedel-lsp-chat--turn-state turn) "refused")
+      (setq mevedel-lsp-chat--notice turn)
+      (mevedel-lsp-chat--render))
+    (force-mode-line-update)
+    ;; The files the agent changed, as they are now.
+    (when mevedel-lsp--origin-server
+      (mevedel-lsp--revert-changed-buffers mevedel-lsp--origin-server))
+    ;; What waited for the turn to end is read now.
+    (when mevedel-lsp--pending-changes
+      (when mevedel-lsp--change-timer (cancel-timer mevedel-lsp--change-timer))
+      (setq mevedel-lsp--change-timer (run-at-time 0 nil #'mevedel-lsp--apply-pending-changes)))
+    (when mevedel-lsp-chat--refresh-queue
+      (when mevedel-lsp-chat--refresh-timer (cancel-timer mevedel-lsp-chat--refresh-timer))
+      (setq mevedel-lsp-chat--refresh-timer (run-at-time 0 nil #'mevedel-lsp-chat--run-refreshes)))
+    (message "mevedel: %s%s"
+             (if (mevedel-lsp-chat--turn-number turn)
+                 (format "turn %d of %s %s" (mevedel-lsp-chat--turn-number turn)
+                         (or mevedel-lsp-chat--name mevedel-lsp--session-id)
+                         (mevedel-lsp-chat--turn-state turn))
+               (format "the prompt was refused"))
+             (if error
+                 (format ": %s%s" (plist-get error :message)
+                         (if-let ((action (plist-get error :action))) (format " (%s)" action) ""))
+               ""))))
+
+(defvar mevedel-lsp-chat--actions)
+
+(defun mevedel-lsp-chat--turn-error-plist (error)
+  "A TurnError ERROR as (:kind :message :action).
+Absent fields are omitted on the wire.  Without the server's
+action, the one for its kind."
+  (and error (list :kind (plist-get error :kind) :message (plist-get error :message)
+                   :action (or (plist-get error :action)
+                               (cdr (assoc (plist-get error :kind) mevedel-lsp-chat--actions))))))
+
+(defun mevedel-lsp-chat--update (server params)
+  "Show the `mevedel/turn/didUpdate' PARAMS from SERVER in the session's chat."
+  (let* ((session (plist-get params :sessionId))
+         (fresh (null (mevedel-lsp-chat--buffers server session)))
+         (buffer (mevedel-lsp-chat--get-buffer server session)))
+    (with-current-buffer buffer
+      (if (and (equal (plist-get params :phase) "settled") (null (plist-get params :turnId))
+               (null mevedel-lsp-chat--live) mevedel-lsp-chat--notice)
+          ;; The refusal's words, which the prompt's error answer (read
+          ;; first) carries less structured.
+          (progn
+            (setf (mevedel-lsp-chat--turn-error mevedel-lsp-chat--notice)
+                  (mevedel-lsp-chat--turn-error-plist (plist-get params :error)))
+            (mevedel-lsp-chat--render))
+      (let* ((phase (plist-get params :phase))
+             (turn-id (plist-get params :turnId))
+             (turn (or mevedel-lsp-chat--live
+                       (and turn-id (gethash turn-id mevedel-lsp-chat--turns))
+                       (mevedel-lsp-chat--make-turn :state phase :live t))))
+        (unless (eq turn mevedel-lsp-chat--live)
+          ;; A turn this chat did not prompt (or one it had settled).
+          (setq mevedel-lsp-chat--live turn
+                mevedel-lsp-chat--notice nil)
+          (mevedel-lsp-chat--render))
+        (when (and turn-id (not (mevedel-lsp-chat--turn-turn-id turn)))
+          (setf (mevedel-lsp-chat--turn-turn-id turn) turn-id)
+          (puthash turn-id turn mevedel-lsp-chat--turns))
+        (let ((number (plist-get params :turn))
+              (agent (plist-get params :agent)))
+          (when (or (and number (not (eql number (mevedel-lsp-chat--turn-number turn))))
+                    (and agent (not (equal agent (mevedel-lsp-chat--turn-agent turn))))
+                    (and (not (equal phase "settled"))
+                         (not (equal phase (mevedel-lsp-chat--turn-state turn)))))
+            (when number (setf (mevedel-lsp-chat--turn-number turn) number))
+            (when agent (setf (mevedel-lsp-chat--turn-agent turn) agent))
+            (unless (equal phase "settled") (setf (mevedel-lsp-chat--turn-state turn) phase))
+            (mevedel-lsp-chat--editing (mevedel-lsp-chat--redraw-heading turn))))
+        (when-let ((events (plist-get params :events)))
+          (mevedel-lsp-chat--editing
+            (seq-doseq (event events)
+              (mevedel-lsp-chat--apply-event turn event))))
+        (when (equal phase "settled")
+          (mevedel-lsp-chat--settle turn (or (plist-get params :outcome) "refused")
+                                    (plist-get params :stopReason)
+                                    (mevedel-lsp-chat--turn-error-plist (plist-get params :error))))
+        (force-mode-line-update))))
+    (when fresh
+      ;; A turn this Emacs did not prompt: read the earlier turns too.
+      (mevedel-lsp-chat--schedule-refresh buffer))))
+
+(cl-defmethod eglot-handle-notification
+  ((server mevedel-lsp-server) (_method (eql mevedel/turn/didUpdate)) &rest params &allow-other-keys)
+  "Show the live turn update PARAMS in its session's chat."
+  (mevedel-lsp-chat--update server params))
+
+
+;;;;; Reading the session's turns
+
+(defun mevedel-lsp-chat--from-show (shown)
+  "A turn model from SHOWN, a `mevedel/turn/show' result."
+  (let* ((summary (plist-get shown :summary))
+         (turn (mevedel-lsp-chat--make-turn
+                :number (plist-get summary :turn) :turn-id (plist-get summary :turnId)
+                :prompt (plist-get shown :prompt) :state (plist-get summary :state)
+                :error (and (plist-get summary :reason)
+                            (list :message (plist-get summary :reason)))))
+         (blocks nil))
+    (seq-doseq (item (plist-get shown :items))
+      (let ((kind (intern (plist-get item :kind))))
+        (pcase kind
+          ('tool_call
+           (push (mevedel-lsp-chat--make-block
+                  :kind 'tool_call :call-id (plist-get item :callId)
+                  :data (list :title (plist-get item :name) :status "pending"))
+                 blocks))
+          ('tool_result
+           (let ((call (seq-find (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
+                                                  (equal (mevedel-lsp-chat--block-call-id b) (plist-get item :callId))))
+                                 blocks)))
+             (if call
+                 (setf (mevedel-lsp-chat--block-data call)
+                       (append (list :status (if (eq (plist-get item :isError) t) "failed" "completed")
+                                     :output (plist-get item :output))
+                               (mevedel-lsp-chat--block-data call)))
+               (push (mevedel-lsp-chat--make-block :kind 'response :data (or (plist-get item :output) "")) blocks))))
+          ('permission
+           (push (mevedel-lsp-chat--make-block
+                  :kind 'permission :call-id (plist-get item :callId)
+                  :data (list :text (plist-get item :text) :decision (plist-get item :output)
+                              :allowed (if (eq (plist-get item :isError) t) :json-false t)))
+                 blocks))
+          ('mail
+           (push (mevedel-lsp-chat--make-block
+                  :kind 'mail :data (format "from %s: %s" (or (plist-get item :sender) "?") (or (plist-get item :text) "")))
+                 blocks))
+          (_ (push (mevedel-lsp-chat--make-block :kind kind :data (or (plist-get item :text) "")) blocks)))))
+    (setf (mevedel-lsp-chat--turn-blocks turn) (nreverse blocks))
+    turn))
+
+(defun mevedel-lsp-chat-refresh ()
+  "Read the session's turns again and draw the chat."
+  (interactive)
+  (let* ((server (mevedel-lsp--server))
+         (session mevedel-lsp--session-id)
+         (listing (mevedel-lsp--request server :mevedel/turn/list (mevedel-lsp--object :sessionId session)))
+         (row (ignore-errors (seq-find (lambda (r) (equal (plist-get r :sessionId) session))
+                                       (plist-get (mevedel-lsp--list-sessions server) :sessions))))
+         (live-id (and mevedel-lsp-chat--live (mevedel-lsp-chat--turn-turn-id mevedel-lsp-chat--live)))
+         (order nil))
+    (when row
+      (setq mevedel-lsp-chat--name (plist-get row :displayName))
+      (rename-buffer (format "*mevedel chat %s*" mevedel-lsp-chat--name) t))
+    (seq-doseq (summary (plist-get listing :turns))
+      (let* ((id (plist-get summary :turnId))
+             (known (gethash id mevedel-lsp-chat--turns)))
+        (push id order)
+        (cond ((equal id live-id))
+              ((and known (mevedel-lsp-chat--turn-live known))
+               ;; Seen live here: its model has the diffs.
+               (setf (mevedel-lsp-chat--turn-number known) (plist-get summary :turn)))
+              ((and known (not (equal (plist-get summary :state) "in-flight"))
+                    (equal (mevedel-lsp-chat--turn-state known) (plist-get summary :state))))
+              (t (puthash id (mevedel-lsp-chat--from-show
+                              (mevedel-lsp--request server :mevedel/turn/show
+                                                    (mevedel-lsp--object :turn (plist-get summary :turn)
+                                                                         :sessionId session)))
+                          mevedel-lsp-chat--turns)))))
+    (setq mevedel-lsp-chat--order (nreverse order))
+    (mevedel-lsp-chat--render)))
+
+(defun mevedel-lsp-chat--running-p ()
+  "Non-nil when a chat shows an agent turn running (its server alive)."
+  (seq-some (lambda (buffer)
+              (with-current-buffer buffer
+                (and mevedel-lsp-chat--live mevedel-lsp--origin-server
+                     (jsonrpc-running-p mevedel-lsp--origin-server))))
+            (mevedel-lsp-chat--buffers)))
+
+(defun mevedel-lsp-chat--run-refreshes ()
+  "Read the queued chats again, or wait until `mevedel-lsp--quiet-p'."
+  (setq mevedel-lsp-chat--refresh-timer nil)
+  (if (not (mevedel-lsp--quiet-p))
+      (setq mevedel-lsp-chat--refresh-timer (run-at-time (mevedel-lsp--retry-delay) nil #'mevedel-lsp-chat--run-refreshes))
+    (let ((buffers (delete-dups (reverse mevedel-lsp-chat--refresh-queue))))
+      (setq mevedel-lsp-chat--refresh-queue nil)
+      (dolist (buffer buffers)
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (condition-case err
+                (mevedel-lsp-chat-refresh)
+              (error (message "mevedel: could not refresh %s: %s" (buffer-name) (error-message-string err))))))))))
+
+(defun mevedel-lsp-chat--schedule-refresh (buffer)
+  "Read chat BUFFER again soon, outside any waiting request."
+  (push buffer mevedel-lsp-chat--refresh-queue)
+  (unless mevedel-lsp-chat--refresh-timer
+    (setq mevedel-lsp-chat--refresh-timer (run-at-time 0 nil #'mevedel-lsp-chat--run-refreshes))))
+
+(defun mevedel-lsp-chat--session-changed (server params)
+  "Read the chats of the session PARAMS names again (a settled turn, a
+Rewind, a rename...), through SERVER."
+  (let ((session (plist-get params :sessionId)))
+    (dolist (buffer (mevedel-lsp-chat--buffers server session))
+      (with-current-buffer buffer
+        (setq mevedel-lsp-chat--note
+              (pcase (plist-get params :reason)
+                ("closed" "closed: not updated")
+                (_ (and (equal (plist-get params :access) "read-only") "read-only here"))))
+        (if (equal (plist-get params :reason) "closed")
+            (force-mode-line-update)
+          (condition-case err
+              (mevedel-lsp-chat-refresh)
+            (error (message "mevedel: could not refresh %s: %s" (buffer-name) (error-message-string err)))))))))
+
+(add-hook 'mevedel-lsp-session-change-functions #'mevedel-lsp-chat--session-changed)
+(add-hook 'mevedel-lsp-publish-functions #'mevedel-lsp-chat--session-changed)
+
+
+;;;;; Opening a chat, prompting, cancelling
+
+(defun mevedel-lsp--current-session (server)
+  "SERVER's current session id, or nil when none is current."
+  (condition-case nil
+      (plist-get (jsonrpc-request server :mevedel/turn/list (mevedel-lsp--object)) :sessionId)
+    (jsonrpc-error nil)))
+
+(defun mevedel-lsp-chat-buffer (&optional session-id server)
+  "The chat buffer of SESSION-ID (default: the current session), read.
+SERVER defaults to the current buffer's."
+  (let* ((server (or server (mevedel-lsp--server)))
+         (session (or session-id (mevedel-lsp--current-session server)
+                      (user-error "mevedel: no session is current; M-x mevedel-lsp-prompt starts one")))
+         (known (car (mevedel-lsp-chat--buffers server session)))
+         (buffer (or known (mevedel-lsp-chat--get-buffer server session))))
+    (unless known
+      (with-current-buffer buffer (mevedel-lsp-chat-refresh)))
+    buffer))
+
+;;;###autoload
+(defun mevedel-lsp-chat (&optional session-id)
+  "Show the chat of SESSION-ID.
+SESSION-ID defaults to the session at point, else the current one."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (pop-to-buffer (mevedel-lsp-chat-buffer session-id)))
+
+(defun mevedel-lsp--agent-list (server)
+  "SERVER's `mevedel/agent/list' result."
+  (mevedel-lsp--request server :mevedel/agent/list (mevedel-lsp--object)))
+
+(defun mevedel-lsp-chat--pick-agent (server session &optional ask)
+  "The agent to prompt in SESSION through SERVER, or nil to let the server choose.
+With more than one agent configured, ask (with `completing-read') unless
+one was picked for SESSION already, or ASK."
+  (let* ((listing (mevedel-lsp--agent-list server))
+         (entries (mevedel-lsp--list (plist-get listing :agents)))
+         (names (mapcar (lambda (entry) (plist-get entry :name)) entries))
+         (remembered (and session (gethash session mevedel-lsp-chat--agents))))
+    (cond ((and remembered (member remembered names) (not ask)) remembered)
+          ((cdr names)
+           (let* ((default (or (and (member remembered names) remembered)
+                               (plist-get (seq-find (lambda (e) (eq (plist-get e :default) t)) entries) :name)
+                               (car names)))
+                  (candidates (mapcar (lambda (entry)
+                                        (cons (format "%s%s" (plist-get entry :name)
+                                                      (if (eq (plist-get entry :found) t) "" "  (not installed)"))
+                                              (plist-get entry :name)))
+                                      entries)))
+             (cdr (assoc (completing-read (format "Agent (default %s): " default)
+                                          (mapcar #'car candidates) nil t nil nil
+                                          (car (rassoc default candidates)))
+                         candidates))))
+          (t (car names)))))
+
+(defconst mevedel-lsp-chat--actions
+  '(("agent-not-configured" . "add the agent to :agents in `mevedel-lsp-settings' (see docs/agents.md), or pick a configured one")
+    ("agent-not-installed" . "install the agent's program, or fix its :command in the :agents of `mevedel-lsp-settings'")
+    ("agent-needs-login" . "log in with the agent's own login (the methods it named), then prompt again")
+    ("agent-failed" . "read the agent's log (~/.local/state/mevedel/logs/agent-NAME.log), then prompt again")
+    ("attachment-refused" . "drop or fix the attachment (C-c C-d in the prompt buffer), then send again")
+    ("read-only" . "take control of the session (M-x mevedel-lsp-take-control), or prompt in another one")
+    ("conflict" . "wait for the running turn to settle, or cancel it (C-c C-c in the chat)"))
+  "What to do about each kind of refused prompt.")
+
+(defun mevedel-lsp-chat--refusal (error)
+  "(:kind :message :action) for the ResponseError ERROR of a refused prompt."
+  (let* ((data (plist-get error :data))
+         (kind (plist-get data :kind)))
+    (list :kind kind
+          :message (or (and (plist-get data :authored) (plist-get data :reason)
+                            (format "%s: %s" (plist-get data :authored) (plist-get data :reason)))
+                       (plist-get error :message) "the server refused the prompt")
+          :action (cdr (assoc kind mevedel-lsp-chat--actions)))))
+
+(defun mevedel-lsp-chat--prompt-failed (buffer error)
+  "Show in chat BUFFER that the prompt was refused with ERROR."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (when-let ((turn mevedel-lsp-chat--live))
+        (mevedel-lsp-chat--settle turn (if (mevedel-lsp-chat--turn-turn-id turn) "errored" "refused")
+                                  nil (mevedel-lsp-chat--refusal error))))))
+
+(defun mevedel-lsp-chat--prompt-answered (buffer result)
+  "The prompt of chat BUFFER answered RESULT: settle its turn, if not yet."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (let ((turn mevedel-lsp-chat--live))
+        (when (and turn (equal (mevedel-lsp-chat--turn-turn-id turn) (plist-get result :turnId)))
+          (setf (mevedel-lsp-chat--turn-number turn) (plist-get result :turn))
+          (mevedel-lsp-chat--settle turn (plist-get result :outcome) (plist-get result :stopReason)
+                                    (mevedel-lsp-chat--turn-error-plist (plist-get result :error))))))))
+
+(cl-defun mevedel-lsp-chat-send (server text &key session agent attachments)
+  "Send TEXT as the next turn of SESSION through SERVER; return the chat buffer.
+SESSION defaults to the current session, else a new one.  AGENT nil lets
+the server choose; ATTACHMENTS is a list of addresses or workspace paths.
+The request answers once the turn settled; meanwhile the chat buffer
+shows it."
+  (let* ((session (or session (mevedel-lsp--current-session server)
+                      (plist-get (mevedel-lsp--request server :mevedel/session/create (mevedel-lsp--object))
+                                 :sessionId)))
+         (buffer (mevedel-lsp-chat-buffer session server)))
+    (when agent (puthash session agent mevedel-lsp-chat--agents))
+    (with-current-buffer buffer
+      (when mevedel-lsp-chat--live
+        (user-error "mevedel: a turn is running in %s; wait for it or cancel it (C-c C-c in the chat)"
+                    (or mevedel-lsp-chat--name session)))
+      (setq mevedel-lsp-chat--notice nil
+            mevedel-lsp-chat--live (mevedel-lsp-chat--make-turn
+                                    :prompt text :agent agent :attachments attachments
+                                    :state "starting" :live t))
+      (mevedel-lsp-chat--render)
+      (goto-char (point-max))
+      (force-mode-line-update))
+    (jsonrpc-async-request server :mevedel/turn/prompt
+                           (mevedel-lsp--object :text text :sessionId session :agent agent
+                                                :attachments (and attachments (vconcat attachments)))
+                           :success-fn (lambda (result) (mevedel-lsp-chat--prompt-answered buffer result))
+                           :error-fn (lambda (error) (mevedel-lsp-chat--prompt-failed buffer error))
+                           :timeout-fn #'ignore
+                           ;; A turn takes as long as the agent works.
+                           :timeout nil)
+    buffer))
+
+(defun mevedel-lsp-cancel (&optional session-id)
+  "Cancel the agent's turn running in SESSION-ID.
+SESSION-ID defaults to the chat's session, else the current one."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let ((result (mevedel-lsp--request (mevedel-lsp--server) :mevedel/turn/cancel
+                                      (mevedel-lsp--object :sessionId session-id))))
+    (message "mevedel: %s" (if (eq (plist-get result :cancelled) t)
+                               "cancelling the agent's turn; what arrived is kept"
+                             "no agent turn is running"))
+    result))
+
+(defun mevedel-lsp-chat-toggle-reasoning ()
+  "Show or hide the reasoning at point (or the nearest one before it in its turn)."
+  (interactive)
+  (let* ((turn (get-text-property (point) 'mevedel-lsp-chat-turn))
+         (block (or (let ((at (get-text-property (point) 'mevedel-lsp-chat-block)))
+                      (and at (eq (mevedel-lsp-chat--block-kind at) 'reasoning) at))
+                    (save-excursion
+                      (let ((found nil))
+                        (while (and (not found) (not (bobp))
+                                    (equal (get-text-property (point) 'mevedel-lsp-chat-turn) turn))
+                          (let ((at (get-text-property (point) 'mevedel-lsp-chat-block)))
+                            (if (and at (eq (mevedel-lsp-chat--block-kind at) 'reasoning))
+                                (setq found at)
+                              (goto-char (or (previous-single-property-change (point) 'mevedel-lsp-chat-block)
+                                             (point-min))))))
+                        found)))))
+    (unless block (user-error "No reasoning here"))
+    (setf (mevedel-lsp-chat--block-shown block) (not (mevedel-lsp-chat--block-shown block)))
+    (mevedel-lsp-chat--fold block)))
+
+(defun mevedel-lsp-chat-next-turn (&optional count)
+  "Move to the heading of the COUNTth next turn."
+  (interactive "p")
+  (dotimes (_ (or count 1))
+    (let ((here (get-text-property (point) 'mevedel-lsp-chat-turn))
+          (position (point)))
+      (while (and (< position (point-max))
+                  (equal (get-text-property position 'mevedel-lsp-chat-turn) here))
+        (setq position (or (next-single-property-change position 'mevedel-lsp-chat-turn) (point-max))))
+      (goto-char position))))
+
+(defun mevedel-lsp-chat-previous-turn (&optional count)
+  "Move to the heading of this turn, or of the COUNTth previous one."
+  (interactive "p")
+  (dotimes (_ (or count 1))
+    (let ((start (or (previous-single-property-change (1+ (min (point) (1- (point-max)))) 'mevedel-lsp-chat-turn)
+                     (point-min))))
+      (when (= start (point))
+        (setq start (or (previous-single-property-change (max (point-min) (1- (point))) 'mevedel-lsp-chat-turn)
+                        (point-min))))
+      (goto-char start))))
+
+
+;;;;; The prompt buffer
+
+(defvar-local mevedel-lsp-prompt--session nil
+  "The session the prompt goes to (nil: the current one, else a new one).")
+
+(defvar-local mevedel-lsp-prompt--agent nil
+  "The agent the prompt goes to (nil: the server chooses).")
+
+(defvar-local mevedel-lsp-prompt--attachments nil
+  "The addresses and workspace paths that go with the prompt.")
+
+(defvar-local mevedel-lsp-prompt--file nil
+  "The workspace path of the file the prompt was started from.")
+
+(defvar-local mevedel-lsp-prompt--windows nil
+  "The window configuration before the prompt buffer was shown.")
+
+(defvar mevedel-lsp-prompt-history nil
+  "Prompts sent with `mevedel-lsp-prompt'.")
+
+(defvar mevedel-lsp-prompt-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "C-c C-c") #'mevedel-lsp-prompt-send)
+    (define-key map (kbd "C-c C-k") #'mevedel-lsp-prompt-abort)
+    (define-key map (kbd "C-c C-a") #'mevedel-lsp-prompt-attach)
+    (define-key map (kbd "C-c C-d") #'mevedel-lsp-prompt-detach)
+    (define-key map (kbd "C-c C-t") #'mevedel-lsp-prompt-choose-agent)
+    map)
+  "Keys of `mevedel-lsp-prompt-mode'.")
+
+(defun mevedel-lsp-prompt--header-line ()
+  "The prompt buffer's header line."
+  (concat
+   (format " → %s · %s"
+           (or mevedel-lsp-prompt--agent "the session's agent")
+           (or mevedel-lsp-prompt--session "the current session (a new one if none)"))
+   (if mevedel-lsp-prompt--attachments
+       (format " · attached: %s" (string-join mevedel-lsp-prompt--attachments ", "))
+     "")
+   (substitute-command-keys
+    "   \\<mevedel-lsp-prompt-mode-map>\\[mevedel-lsp-prompt-send] send  \\[mevedel-lsp-prompt-abort] abort  \\[mevedel-lsp-prompt-attach] attach  \\[mevedel-lsp-prompt-detach] detach  \\[mevedel-lsp-prompt-choose-agent] agent")))
+
+(define-derived-mode mevedel-lsp-prompt-mode text-mode "mevedel prompt"
+  "A prompt for an agent, written over as many lines as it takes.
+\\<mevedel-lsp-prompt-mode-map>\\[mevedel-lsp-prompt-send] sends it, \\[mevedel-lsp-prompt-abort] aborts; \\[mevedel-lsp-prompt-attach] attaches a file or address,
+\\[mevedel-lsp-prompt-detach] drops one, \\[mevedel-lsp-prompt-choose-agent] picks the agent.
+\\{mevedel-lsp-prompt-mode-map}"
+  (setq-local header-line-format '(:eval (mevedel-lsp-prompt--header-line))))
+
+(defun mevedel-lsp--workspace-path (server file)
+  "FILE relative to SERVER's project, or nil when it is outside."
+  (let ((root (ignore-errors (project-root (eglot--project server)))))
+    (and root file
+         (string-prefix-p (file-truename (file-name-as-directory root)) (file-truename file))
+         (file-relative-name (file-truename file) (file-truename root)))))
+
+;;;###autoload
+(defun mevedel-lsp-prompt (&optional session-id)
+  "Write a prompt for an agent in a buffer of its own; C-c C-c sends it.
+It goes to SESSION-ID (default: the session at point, else the current
+one, else a new one) as its next turn, and the session's chat shows
+the turn as it runs.  With the region active, the current file goes
+with it as an attachment; \\<mevedel-lsp-prompt-mode-map>\\[mevedel-lsp-prompt-attach] attaches the current file or an
+address.  With more than one agent configured, you pick one (once per
+session; \\[mevedel-lsp-prompt-choose-agent] picks again)."
+  (interactive (list (mevedel-lsp--session-at-point)))
+  (let* ((server (mevedel-lsp--server))
+         (session (or session-id (mevedel-lsp--current-session server)))
+         (file (mevedel-lsp--workspace-path server buffer-file-name))
+         (attachments (and file (use-region-p) (list file)))
+         (agent (mevedel-lsp-chat--pick-agent server session))
+         (windows (current-window-configuration))
+         (buffer (get-buffer-create "*mevedel prompt*")))
+    (deactivate-mark)
+    (with-current-buffer buffer
+      (unless (derived-mode-p 'mevedel-lsp-prompt-mode) (mevedel-lsp-prompt-mode))
+      (setq-local mevedel-lsp--origin-server server)
+      (setq mevedel-lsp-prompt--session session
+            mevedel-lsp-prompt--agent agent
+            mevedel-lsp-prompt--attachments attachments
+            mevedel-lsp-prompt--file file
+            mevedel-lsp-prompt--windows windows))
+    (pop-to-buffer buffer)
+    buffer))
+
+(defun mevedel-lsp-prompt-attach (attachment)
+  "Attach ATTACHMENT (a workspace path or an address) to the prompt.
+Interactively, the file the prompt was started from is the default."
+  (interactive
+   (list (let ((default mevedel-lsp-prompt--file))
+           (read-string (if default (format "Attach (path or address, default %s): " default)
+                          "Attach (path or address): ")
+                        nil 'mevedel-lsp-address-history default))))
+  (let ((attachment (string-trim attachment)))
+    (when (string-empty-p attachment) (user-error "Nothing to attach"))
+    (unless (member attachment mevedel-lsp-prompt--attachments)
+      (setq mevedel-lsp-prompt--attachments (append mevedel-lsp-prompt--attachments (list attachment))))
+    (force-mode-line-update)))
+
+(defun mevedel-lsp-prompt-detach (attachment)
+  "Drop ATTACHMENT from the prompt."
+  (interactive
+   (list (if mevedel-lsp-prompt--attachments
+             (completing-read "Detach: " mevedel-lsp-prompt--attachments nil t)
+           (user-error "Nothing is attached"))))
+  (setq mevedel-lsp-prompt--attachments (delete attachment mevedel-lsp-prompt--attachments))
+  (force-mode-line-update))
+
+(defun mevedel-lsp-prompt-choose-agent ()
+  "Pick the agent the prompt goes to."
+  (interactive)
+  (setq mevedel-lsp-prompt--agent
+        (mevedel-lsp-chat--pick-agent (mevedel-lsp--server) mevedel-lsp-prompt--session t))
+  (force-mode-line-update))
+
+(defun mevedel-lsp-prompt--close ()
+  "Bury the prompt buffer and restore the windows as they were."
+  (let ((windows mevedel-lsp-prompt--windows)
+        (buffer (current-buffer)))
+    (kill-buffer buffer)
+    (when windows (set-window-configuration windows))))
+
+(defun mevedel-lsp-prompt-abort ()
+  "Abort the prompt; nothing is sent."
+  (interactive)
+  (mevedel-lsp-prompt--close)
+  (message "mevedel: prompt aborted; nothing was sent"))
+
+(defun mevedel-lsp-prompt-send ()
+  "Send the prompt and show the session's chat."
+  (interactive)
+  (let ((text (string-trim (buffer-substring-no-properties (point-min) (point-max))))
+        (server (mevedel-lsp--server))
+        (session mevedel-lsp-prompt--session)
+        (agent mevedel-lsp-prompt--agent)
+        (attachments mevedel-lsp-prompt--attachments))
+    (when (string-empty-p text) (user-error "mevedel: the prompt is empty"))
+    (add-to-history 'mevedel-lsp-prompt-history text)
+    (let ((chat (mevedel-lsp-chat-send server text :session session :agent agent :attachments attachments)))
+      (mevedel-lsp-prompt--close)
+      (pop-to-buffer chat)
+      (goto-char (point-max))
+      chat)))
+
+
 ;;;; Key bindings
 
 (defvar mevedel-lsp-command-map
@@ -1704,6 +2951,9 @@ as the cautious choice (for a takeover: Cancel)."
     (define-key map (kbd "L") #'mevedel-lsp-release-control)
     (define-key map (kbd "g") #'mevedel-lsp-refresh-session)
     (define-key map (kbd "W") #'mevedel-lsp-toggle-follow)
+    (define-key map (kbd "p") #'mevedel-lsp-prompt)
+    (define-key map (kbd "m") #'mevedel-lsp-chat)
+    (define-key map (kbd "x") #'mevedel-lsp-cancel)
     map)
   "mevedel-lsp commands, for a prefix key of your choice:
   (global-set-key (kbd \"C-c m\") mevedel-lsp-command-map)")

@@ -1,9 +1,23 @@
-"""The Emacs client (eglot) in real batch Emacs against the real server."""
+"""The Emacs client (eglot) in real batch Emacs against the real server.
+
+Every test runs under each Emacs there is: the system's (Debian's Emacs 28
+with elpa-eglot 1.9) and Emacs 30 with its built-in eglot, which
+``scripts/setup --test`` unpacks from Debian's bookworm-backports into
+``.venv/emacs-30`` (``MEVEDEL_EMACS30`` names another one)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
 
+import pytest
 from editor_harness import (
     CLIENTS,
     REPOSITORY,
@@ -14,49 +28,77 @@ from editor_harness import (
     git_repository,
     recovery_sessions,
     run_editor,
+    server_command,
 )
 
-TESTS = REPOSITORY / "tests" / "clients" / "emacs" / "mevedel-lsp-test.el"
+TESTS = REPOSITORY / "tests" / "clients" / "emacs"
+AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
+GUIDE = REPOSITORY / "docs" / "client-emacs.md"
+EMACS30 = REPOSITORY / ".venv" / "emacs-30" / "bin" / "emacs"
 
 
-def test_emacs_client(workspace: Workspace, tmp_path) -> None:
-    emacs = editor("emacs")
+@pytest.fixture(params=["system", "emacs30"])
+def emacs(request) -> str:
+    """The Emacs binary: the system's, or the unpacked Emacs 30."""
+    if request.param == "system":
+        return editor("emacs")
+    found = Path(os.environ.get("MEVEDEL_EMACS30", EMACS30))
+    if not found.exists():
+        pytest.skip(f"Emacs 30 is not unpacked at {found} (scripts/setup --test unpacks Debian's bookworm-backports emacs-nox there)")
+    return str(found)
+
+
+#: The ERT tests that must have passed (by name, after mevedel-lsp-test-).
+REQUIRED = (
+    "completion-never-doubles-the-scheme",
+    "session-round-trip",
+    "takeover-question-is-asked",
+    "join-and-inspect-rows",
+    "rewind-and-redo-confirm-or-decline",
+    "a-moved-session-refuses-the-commit",
+    "fork-worktree-fork-and-save-as",
+    "fork-variants-picker",
+    "recovery-is-offered-retried-and-abandoned",
+    "control-transfer",
+    "following-a-session-owned-elsewhere",
+    "remote-workspaces-reach-the-server",
+    "chat-prompt-runs-a-turn",
+    "chat-streams-while-running-and-cancels",
+    "chat-rewind-redo-and-fork",
+    "chat-errors-say-what-to-do",
+)
+
+
+def test_emacs_client(emacs: str, workspace: Workspace, tmp_path) -> None:
     # A Git work tree (Worktree Fork branches from HEAD) holding sessions a
     # crashed Rewind left in recovery.
     git_repository(workspace.root)
     blocked = recovery_sessions(workspace.root, tmp_path / "scratch")
-    # -q, not -Q: site-start is what puts Debian's elpa-eglot on the load path.
+    # -q, not -Q: site-start is what puts Debian's elpa-eglot on Emacs 28's
+    # load path (the unpacked Emacs 30 has none: it uses its own eglot).
     output = run_editor(
-        [emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"), "-l", str(TESTS), "-f", "ert-run-tests-batch-and-exit"],
+        [
+            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
+            "-f", "ert-run-tests-batch-and-exit",
+        ],
         env={
             **editor_environment(workspace),
             **foreign_sessions(workspace.root).environment(),
             **blocked.environment(),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
             "HOME": str(workspace.root.parent),
         },
         cwd=workspace.root,
     )
     assert re.search(r"Ran \d+ tests, \d+ results as expected, 0 unexpected", output), output
-    for session_test in (
-        "session-round-trip",
-        "takeover-question-is-asked",
-        "join-and-inspect-rows",
-        "rewind-and-redo-confirm-or-decline",
-        "a-moved-session-refuses-the-commit",
-        "fork-worktree-fork-and-save-as",
-        "fork-variants-picker",
-        "recovery-is-offered-retried-and-abandoned",
-        "control-transfer",
-        "following-a-session-owned-elsewhere",
-        "remote-workspaces-reach-the-server",
-    ):
-        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{session_test}", output), output
+    for name in REQUIRED:
+        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 
-def test_emacs_package_headers_and_byte_compilation(tmp_path) -> None:
+def test_emacs_package_headers_and_byte_compilation(emacs: str, tmp_path) -> None:
     """package.el reads the headers (name, version, requirements) and the file
     byte-compiles without a single warning."""
-    emacs = editor("emacs")
     info = run_editor(
         [
             emacs,
@@ -90,3 +132,192 @@ def test_emacs_package_headers_and_byte_compilation(tmp_path) -> None:
         cwd=tmp_path,
     )
     assert (tmp_path / "mevedel-lsp.elc").exists(), output
+
+
+def documented_elisp(marker: str) -> str:
+    """The elisp block of docs/client-emacs.md that follows <!-- MARKER -->,
+    with the checkout's path for /path/to/mevedel-lsp."""
+    guide = GUIDE.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- {re.escape(marker)} -->\s*```elisp\n(.*?)```", guide, re.S)
+    assert found, f"docs/client-emacs.md has no elisp block marked {marker}"
+    return found.group(1).replace("/path/to/mevedel-lsp", str(REPOSITORY))
+
+
+def first_run(emacs: str, init: str, visit: Path, tmp_path: Path) -> str:
+    """What a stock Emacs with INIT as its init file shows on opening VISIT:
+    the server is found on PATH, as the docs say to install it."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "init.el").write_text(init, encoding="utf-8")
+    output = run_editor(
+        [emacs, "--batch", "-q", "-l", str(tmp_path / "init.el"), "-l", str(TESTS / "first-run.el")],
+        env={
+            "HOME": str(tmp_path),
+            "MEVEDEL_TEST_VISIT": str(visit),
+            "PATH": f"{Path(server_command()[0]).parent}{os.pathsep}{os.environ['PATH']}",
+        },
+        cwd=visit.parent,
+    )
+    found = re.search(r"^FIRST-RUN .*$", output, re.M)
+    assert found, output
+    return found.group(0)
+
+
+def test_the_documented_setup_manages_a_markdown_file_in_a_stock_emacs(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """A new user's first run: the setup the guide gives, in an Emacs without
+    markdown-mode, manages a .md file (it opens in text-mode) and a .txt file,
+    and C-M-i completes addresses there."""
+    init = documented_elisp("emacs-setup")
+    assert "(mevedel-lsp-global-mode 1)" in init
+    notes = workspace.root / "notes.md"
+    notes.write_text("# Notes\n\nSee work://shared/notes.md\n")
+    facts = first_run(emacs, init, notes, tmp_path / "md")
+    assert facts.startswith("FIRST-RUN mode=text-mode managed=t server=mevedel-lsp-server"), facts
+    assert re.search(r"key=(completion-at-point|complete-symbol)$", facts), facts
+    facts = first_run(emacs, init, workspace.document, tmp_path / "txt")
+    assert facts.startswith("FIRST-RUN mode=text-mode managed=t server=mevedel-lsp-server"), facts
+
+
+def test_the_documented_eglot_server_programs_entry_starts_the_server(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """The guide's `eglot-server-programs' entry, for those who set eglot up
+    themselves, starts mevedel-lsp with the package's server class."""
+    init = documented_elisp("emacs-eglot-entry")
+    assert "eglot-server-programs" in init
+    facts = first_run(emacs, init, workspace.document, tmp_path)
+    assert facts.startswith("FIRST-RUN mode=text-mode managed=t server=mevedel-lsp-server"), facts
+
+
+# The chat as a user sees it: emacs -nw in tmux -------------------------------------------
+
+
+class Screen:
+    """One tmux server of its own (its socket named for this test) running a
+    command in a window of a fixed size."""
+
+    def __init__(self, command: list[str], *, env: dict[str, str], cwd: Path, width: int = 100, height: int = 42) -> None:
+        self.tmux = shutil.which("tmux")
+        if self.tmux is None:
+            pytest.skip("tmux is not installed (scripts/setup --test installs it)")
+        self.socket = f"mevedel-test-{uuid.uuid4().hex[:12]}"
+        environment = " ".join(f"{key}={json.dumps(value)}" for key, value in env.items())
+        line = f"cd {json.dumps(str(cwd))} && env {environment} {' '.join(json.dumps(part) for part in command)}"
+        self._tmux("new-session", "-d", "-s", "chat", "-x", str(width), "-y", str(height), line)
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run([self.tmux, "-L", self.socket, *args], capture_output=True, text=True, check=True)
+        return done.stdout
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", "chat", *keys)
+
+    def text(self, *keys: str) -> None:
+        """Type KEYS literally."""
+        self._tmux("send-keys", "-t", "chat", "-l", *keys)
+
+    def capture(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "chat")
+
+    def wait_for(self, predicate, what: str, seconds: float = 90) -> str:
+        """Capture the screen until PREDICATE holds of it; fail naming WHAT."""
+        deadline = time.monotonic() + seconds
+        while True:
+            screen = self.capture()
+            if predicate(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the screen never showed {what}:\n{screen}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        subprocess.run([self.tmux, "-L", self.socket, "kill-server"], capture_output=True)
+
+
+SCREEN_SCRIPT = [[
+    {"think": "The user wants the notes file rewritten."},
+    {"say": "I will rewrite notes.txt and then clean the build."},
+    {"tool_call": {"id": "c1", "title": "Edit notes.txt", "kind": "edit", "status": "pending"}},
+    {"write": {"path": "notes.txt", "content": "alpha\nBETA\ngamma\n"}},
+    {"tool_update": {"id": "c1", "status": "completed", "text": "1 line changed",
+                     "diff": {"path": "notes.txt", "old": "alpha\nbeta\ngamma\n", "new": "alpha\nBETA\ngamma\n"}}},
+    {"plan": [{"content": "rewrite notes.txt", "status": "completed", "priority": "high"},
+              {"content": "clean the build", "status": "in_progress", "priority": "medium"}]},
+    {"permission": {"tool_call_id": "c2", "title": "Run make clean",
+                    "options": [{"id": "allow", "name": "Allow once", "kind": "allow_once"},
+                                {"id": "reject", "name": "Reject", "kind": "reject_once"}]}},
+    {"say": "\nDone: notes.txt now says BETA."},
+]]
+
+
+def test_emacs_chat_on_a_terminal(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """emacs -nw in tmux with the documented setup: C-c m p opens the prompt
+    buffer, C-c C-c sends it, the agent's permission question is answered in
+    the minibuffer, and the chat shows the whole turn.  The screen is saved
+    to the test's directory (docs/screens/emacs-chat.txt is one such)."""
+    (workspace.root / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": SCREEN_SCRIPT}))
+    agent = "[" + " ".join(json.dumps(part) for part in [sys.executable, str(AGENT), str(script)]) + "]"
+    init = "\n".join([
+        documented_elisp("emacs-setup"),
+        ";; The test's server and agent, and a quiet start.",
+        f"(setq mevedel-lsp-server-command '({' '.join(json.dumps(part) for part in server_command())}))",
+        f"(setq mevedel-lsp-settings '(:agents (:scripted (:command {agent})) :defaultAgent \"scripted\"))",
+        "(setq inhibit-startup-screen t native-comp-async-report-warnings-errors 'silent",
+        "      native-comp-deferred-compilation nil native-comp-jit-compilation nil)",
+        "",
+    ])
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "init.el").write_text(init, encoding="utf-8")
+    screen = Screen(
+        [emacs, "-nw", "-q", "-l", str(home / "init.el"), str(workspace.root / "notes.txt")],
+        env={"HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
+        cwd=workspace.root,
+    )
+    try:
+        screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
+        screen.text("Rewrite notes.txt: capitalise beta.")
+        screen.keys("C-j")
+        screen.text("Then clean the build.")
+        screen.keys("C-c", "C-c")
+        screen.wait_for(lambda s: "Answer (Allow once, Reject)" in s, "the agent's permission question")
+        screen.text("Allow once")
+        screen.keys("Enter")
+        settled = screen.wait_for(lambda s: "(mevedel chat:idle)" in s, "the settled turn")
+        (tmp_path / "emacs-chat-settled.txt").write_text(settled, encoding="utf-8")
+        # The chat window follows the turn: its end is on the screen; the
+        # window of notes.txt shows what the agent wrote.
+        assert "── completed (end_turn)" in settled and "mevedel: turn 1 of " in settled, settled
+        # (Emacs 30 gives flymake a two-column margin on a terminal.)
+        assert [line.strip() for line in settled.splitlines()[1:4]] == ["alpha", "BETA", "gamma"], settled
+        # The whole chat, in one window, from its top.
+        screen.keys("C-x", "1")
+        screen.keys("M-<")
+        shown = screen.wait_for(
+            lambda s: sum(line.startswith("-UU") for line in s.splitlines()) == 1 and s.splitlines()[2].startswith("── Turn 1"),
+            "the chat alone, from its top",
+        )
+        (tmp_path / "emacs-chat.txt").write_text(shown, encoding="utf-8")
+        print(shown)
+        for expected in (
+            "── Turn 1 · scripted · completed ──",
+            "You: Rewrite notes.txt: capitalise beta.",
+            "     Then clean the build.",
+            "Reasoning (TAB shows or hides it)",
+            "I will rewrite notes.txt and then clean the build.",
+            "Tool Edit notes.txt  [edit · completed]",
+            "    -beta",
+            "    +BETA",
+            "    - [x] rewrite notes.txt",
+            "Permission Run make clean → Allow once",
+            "Done: notes.txt now says BETA.",
+            "*mevedel chat",
+            "(mevedel chat:idle)",
+        ):
+            assert expected in shown, f"{expected!r} is not on the screen:\n{shown}"
+        # Reasoning is folded away.
+        assert "The user wants the notes file rewritten." not in shown, shown
+        assert (workspace.root / "notes.txt").read_text() == "alpha\nBETA\ngamma\n"
+    finally:
+        screen.close()
