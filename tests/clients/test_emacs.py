@@ -59,9 +59,19 @@ REQUIRED = (
     "fork-worktree-fork-and-save-as",
     "fork-variants-picker",
     "recovery-is-offered-retried-and-abandoned",
+    "remote-workspaces-reach-the-server",
+)
+
+#: The ERT tests where the `mevedel` CLI is another client of the workspace
+#: (run in an Emacs of their own: each takes half a minute).
+REQUIRED_WITH_CLI = (
     "control-transfer",
     "following-a-session-owned-elsewhere",
-    "remote-workspaces-reach-the-server",
+)
+WITH_CLI = "\\\\|".join(f"^mevedel-lsp-test-{name}$" for name in REQUIRED_WITH_CLI)
+
+#: The chat's ERT tests (tests/clients/emacs/mevedel-lsp-chat-test.el).
+REQUIRED_CHAT = (
     "chat-prompt-runs-a-turn",
     "chat-streams-while-running-and-cancels",
     "chat-rewind-redo-and-fork",
@@ -77,22 +87,51 @@ def test_emacs_client(emacs: str, workspace: Workspace, tmp_path) -> None:
     # -q, not -Q: site-start is what puts Debian's elpa-eglot on Emacs 28's
     # load path (the unpacked Emacs 30 has none: it uses its own eglot).
     output = run_editor(
-        [
-            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
-            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
-            "-f", "ert-run-tests-batch-and-exit",
-        ],
+        [emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"), "-l", str(TESTS / "mevedel-lsp-test.el"),
+         "--eval", f'(ert-run-tests-batch-and-exit (quote (not "{WITH_CLI}")))'],
         env={
             **editor_environment(workspace),
             **foreign_sessions(workspace.root).environment(),
             **blocked.environment(),
-            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
             "HOME": str(workspace.root.parent),
         },
         cwd=workspace.root,
     )
     assert re.search(r"Ran \d+ tests, \d+ results as expected, 0 unexpected", output), output
     for name in REQUIRED:
+        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
+
+
+def test_emacs_client_with_another_client(emacs: str, workspace: Workspace) -> None:
+    """Control transfer and following, with the `mevedel` CLI as the other client."""
+    output = run_editor(
+        [emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"), "-l", str(TESTS / "mevedel-lsp-test.el"),
+         "--eval", f'(ert-run-tests-batch-and-exit "{WITH_CLI}")'],
+        env={**editor_environment(workspace), "HOME": str(workspace.root.parent)},
+        cwd=workspace.root,
+    )
+    assert re.search(rf"Ran {len(REQUIRED_WITH_CLI)} tests, {len(REQUIRED_WITH_CLI)} results as expected, 0 unexpected", output), output
+    for name in REQUIRED_WITH_CLI:
+        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
+
+
+def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
+    """The chat against the scripted ACP agent (each test its own session)."""
+    output = run_editor(
+        [
+            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
+            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-chat-")',
+        ],
+        env={
+            **editor_environment(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
+            "HOME": str(workspace.root.parent),
+        },
+        cwd=workspace.root,
+    )
+    assert re.search(rf"Ran {len(REQUIRED_CHAT)} tests, {len(REQUIRED_CHAT)} results as expected, 0 unexpected", output), output
+    for name in REQUIRED_CHAT:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 

@@ -219,14 +219,26 @@ prompt does not ask the agent again."
               (should (derived-mode-p 'mevedel-lsp-prompt-mode))
               (should (equal mevedel-lsp-prompt--agent "scripted"))
               (should (equal mevedel-lsp-prompt--session session))
+              (should (null mevedel-lsp-prompt--attachments))
+              ;; C-c C-a attaches an address, C-c C-d drops one.
+              (cl-letf (((symbol-function 'read-string) (lambda (&rest _) "work://shared/notes.md")))
+                (mevedel-chat-test--press again "C-c C-a"))
+              (cl-letf (((symbol-function 'read-string) (lambda (&rest _) "doc.txt")))
+                (mevedel-chat-test--press again "C-c C-a"))
+              (should (equal mevedel-lsp-prompt--attachments '("work://shared/notes.md" "doc.txt")))
+              (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "doc.txt")))
+                (mevedel-chat-test--press again "C-c C-d"))
+              (should (equal mevedel-lsp-prompt--attachments '("work://shared/notes.md")))
               (insert "And again?")
               (mevedel-chat-test--press again "C-c C-c"))
             (should (= (length agent-questions) 1))
             (mevedel-chat-test--wait-idle chat "the second turn to settle")
             (let ((text (mevedel-chat-test--text chat)))
-              (should (string-search "── Turn 2 · scripted · completed ──\nYou: And again?" text))
+              (should (string-search "── Turn 2 · scripted · completed ──\nYou: And again?\nAttached: work://shared/notes.md" text))
               (should (string-search "The second answer." text))
-              (should (< (string-search "Turn 1 " text) (string-search "Turn 2 " text))))))))))
+              (should (< (string-search "Turn 1 " text) (string-search "Turn 2 " text))))
+            ;; The address's content went with the second prompt.
+            (should (string-search "alpha beta" (mevedel-chat-test--log-events log "prompt")))))))))
 
 (ert-deftest mevedel-lsp-test-chat-streams-while-running-and-cancels ()
   "The response shows in the chat while the turn runs (the agent waits for
