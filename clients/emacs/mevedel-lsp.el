@@ -2774,13 +2774,18 @@ SESSION-ID defaults to the chat's session, else the current one."
 (defun mevedel-lsp-chat-previous-turn (&optional count)
   "Move to the heading of this turn, or of the COUNTth previous one."
   (interactive "p")
-  (dotimes (_ (or count 1))
-    (let ((start (or (previous-single-property-change (1+ (min (point) (1- (point-max)))) 'mevedel-lsp-chat-turn)
-                     (point-min))))
-      (when (= start (point))
-        (setq start (or (previous-single-property-change (max (point-min) (1- (point))) 'mevedel-lsp-chat-turn)
-                        (point-min))))
-      (goto-char start))))
+  (let ((start-of (lambda (position)
+                    ;; Where the turn holding POSITION starts.
+                    (if (and (> position (point-min))
+                             (equal (get-text-property (1- position) 'mevedel-lsp-chat-turn)
+                                    (get-text-property position 'mevedel-lsp-chat-turn)))
+                        (or (previous-single-property-change position 'mevedel-lsp-chat-turn) (point-min))
+                      position))))
+    (dotimes (_ (or count 1))
+      (let ((start (funcall start-of (point))))
+        (when (and (= start (point)) (> start (point-min)))
+          (setq start (funcall start-of (1- start))))
+        (goto-char start)))))
 
 
 ;;;;; The prompt buffer

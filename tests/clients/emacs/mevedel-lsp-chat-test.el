@@ -237,6 +237,16 @@ prompt does not ask the agent again."
               (should (string-search "── Turn 2 · scripted · completed ──\nYou: And again?\nAttached: work://shared/notes.md" text))
               (should (string-search "The second answer." text))
               (should (< (string-search "Turn 1 " text) (string-search "Turn 2 " text))))
+            ;; M-n and M-p move between the turns' headings.
+            (with-current-buffer chat
+              (goto-char (point-min))
+              (mevedel-chat-test--press chat "M-n")
+              (should (looking-at-p "── Turn 2 "))
+              (search-forward "The second answer.")
+              (mevedel-chat-test--press chat "M-p")
+              (should (looking-at-p "── Turn 2 "))
+              (mevedel-chat-test--press chat "M-p")
+              (should (looking-at-p "── Turn 1 ")))
             ;; The address's content went with the second prompt.
             (should (string-search "alpha beta" (mevedel-chat-test--log-events log "prompt")))))))))
 
