@@ -62,3 +62,13 @@ def test_the_takeover_refusal_names_the_flag_that_confirms_it(tmp_path):
     assert refused.returncode == 1 and f"mevedel session open {sid} --confirm-takeover" in refused.stderr
     taken = mevedel(workspace, tmp_path, "session", "open", sid, "--mode", "takeover", "--confirm-takeover")
     assert taken.returncode == 0, taken.stderr
+
+
+def test_read_defaults_to_the_session_this_cli_holds_as_turn_does(tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    begun = json.loads(mevedel(workspace, tmp_path, "turn", "begin", "Plan it", "--new", "--json").stdout)
+    history = mevedel(workspace, tmp_path, "read", "history://root")
+    assert history.returncode == 0, history.stderr
+    assert "Plan it" in history.stdout
+    assert begun["session_id"]

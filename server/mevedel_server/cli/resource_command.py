@@ -39,6 +39,7 @@ from ..resources import (
     prepare,
     writable_sessions,
 )
+from ..store.records import LeaseState
 from ..store.service import SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
 from .session_client import CommandError, cli_identity, refuse
@@ -76,7 +77,11 @@ def register(subparsers: Any) -> None:
 def _parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(name, help=help_text, description=help_text + ".")
     parser.add_argument("--workspace", type=Path, default=None, help="workspace root (default: current directory)")
-    parser.add_argument("--session", metavar="ID", help="session whose work:// and artifact:// scope to use")
+    parser.add_argument(
+        "--session",
+        metavar="ID",
+        help="session whose work:// and artifact:// scope to use (default: the one session this CLI client holds here)",
+    )
     parser.add_argument(
         "--memory-root",
         action="append",
@@ -155,7 +160,25 @@ def _operand_and_options(arguments: argparse.Namespace) -> tuple[str, object]:
     return text, PatchOptions()
 
 
+async def _held_session(workspace: Path) -> str | None:
+    """The one session this CLI client holds in the workspace, the default
+    of ``--session`` as for ``mevedel turn`` (None when it holds none or
+    several)."""
+    service = SessionService(LocalTarget(workspace), cli_identity())
+    try:
+        rows = (await service.list()).rows
+    finally:
+        await service.detach()
+    held = [r.session_id for r in rows if r.holder_is_self and r.lease_state in (LeaseState.ACTIVE, LeaseState.PUBLISHING)]
+    return held[0] if len(held) == 1 else None
+
+
 def _run(arguments: argparse.Namespace) -> int:
+    if arguments.session is None and (arguments.workspace or Path.cwd()).resolve().joinpath(".mevedel", "sessions").is_dir():
+        try:
+            arguments.session = asyncio.run(_held_session((arguments.workspace or Path.cwd()).resolve()))
+        except TargetError:
+            pass  # an unusable store leaves the session unset, as before
     try:
         context = _context(arguments)
         operand, options = _operand_and_options(arguments)
