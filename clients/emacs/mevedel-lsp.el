@@ -45,13 +45,22 @@
 ;; - the server's questions (`window/showMessageRequest', such as whether
 ;;   to take over a session whose lease expired) are asked in the minibuffer;
 ;; - `$/progress' shows in the echo area on eglot versions that do not show
-;;   it themselves.
+;;   it themselves;
+;; - chat with agents (ACP, configured in the server's `agents' setting):
+;;   `mevedel-lsp-prompt' writes a prompt in a buffer of its own and sends it
+;;   as the next turn of a session (`mevedel/turn/prompt'); the session's
+;;   chat buffer (`mevedel-lsp-chat') shows its turns and the running one
+;;   live (`mevedel/turn/didUpdate'): the response, folded reasoning, tool
+;;   calls with their diffs, the plan, permission decisions; cancel, and
+;;   Rewind, Redo or Fork at a turn, from the chat;
+;; - `mevedel-lsp-global-mode' manages Markdown and text files (a .md file
+;;   opens in `text-mode' when no `markdown-mode' is installed), and
+;;   C-M-i completes addresses in them.
 ;;
 ;; Quick start:
 ;;
 ;;   (require 'mevedel-lsp)
-;;   (add-hook 'markdown-mode-hook #'mevedel-lsp-ensure)
-;;   (add-hook 'text-mode-hook #'mevedel-lsp-ensure)
+;;   (mevedel-lsp-global-mode 1)
 ;;   (global-set-key (kbd "C-c m") 'mevedel-lsp-command-map)
 ;;
 ;; Works with the eglot 1.9 of Debian's elpa-eglot on Emacs 28 and with the
