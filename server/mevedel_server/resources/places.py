@@ -26,7 +26,6 @@ directory that holds it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,15 +141,15 @@ class Places:
         if self._workspace is False:
             context = self.context
             if context.remote_workspace:
-                self._workspace = Place(context.store_target) if context.store_target is not None else None
+                target = context.store_target
+                self._workspace = Place(target, journal=WORKSPACE_JOURNAL) if target is not None else None
             elif context.workspace_root is None:
                 self._workspace = None
             elif context.store_target is not None:
-                self._workspace = Place(context.store_target)
+                self._workspace = Place(context.store_target, journal=WORKSPACE_JOURNAL)
             else:
-                self._workspace = _local_target(context.workspace_root)
-            if isinstance(self._workspace, Place) and self._workspace.target is not None:
-                self._workspace = dataclasses.replace(self._workspace, journal=WORKSPACE_JOURNAL)
+                found = _local_target(context.workspace_root)
+                self._workspace = Place(found.target, journal=WORKSPACE_JOURNAL) if found.target is not None else found
         return self._workspace  # type: ignore[return-value]
 
     @property

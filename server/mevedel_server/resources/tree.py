@@ -24,6 +24,7 @@ the sort by logical name are applied here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -55,15 +56,16 @@ from .text_source import MAX_FILE_BYTES, InflationBudget, text_of_bytes, too_lar
 #: Widest preview a Grep match shows; a longer line is cut to the Read page
 #: (``char_offset``) that contains the match.
 PREVIEW_WIDTH = 2000
-#: Entries the first program of a walk lists; each later one lists four
-#: times more, up to ``MAX_CHUNK``.
-FIRST_CHUNK = 2048
+#: Entries the first program of a walk lists (whole directories, so a few
+#: more); each later one lists four times more, up to ``MAX_CHUNK``. A
+#: search that stops early (a Grep at its limit) lists little.
+FIRST_CHUNK = 256
 MAX_CHUNK = 32768
 #: Files the first read of a Grep carries; each later one twice as many,
 #: up to ``MAX_BATCH``, and at most ``READ_BUDGET`` bytes (a bigger file
 #: travels alone).
 FIRST_BATCH = 32
-MAX_BATCH = 512
+MAX_BATCH = 2048
 READ_BUDGET = 8 * 1024 * 1024
 #: Text larger than this (a Read, or a Grep batch) is decoded and searched
 #: in a worker thread, so the event loop keeps serving other requests; less
@@ -359,12 +361,56 @@ def _split(path: str) -> tuple[str, str]:
     return parent, leaf
 
 
-def _probe(path: str, wants_bytes: bool, depth: int | None) -> list:
-    ops: list = [Stat(path, optional=True), ListTree(path, limit=FIRST_CHUNK, depth=depth, optional=True)]
-    if wants_bytes and path:
+def _probe(path: str, operation: Operation, depth: int | None) -> list:
+    """What a node is, in one program: listed as a directory, read as a
+    file, or (a Glob, which wants no bytes) stat'ed. A Read only reads:
+    most Reads name a file, and a directory is listed by a second program."""
+    read = None
+    if operation is not Operation.GLOB and path:
         parent, leaf = _split(path)
-        ops.append(ReadFiles(parent, names=(leaf,), max_bytes=MAX_FILE_BYTES, budget=0, optional=True))
-    return ops
+        read = ReadFiles(parent, names=(leaf,), max_bytes=MAX_FILE_BYTES, budget=0, optional=True)
+    if operation is Operation.READ and read is not None:
+        return [read]
+    return [ListTree(path, limit=FIRST_CHUNK, depth=depth, optional=True), read or Stat(path, optional=True)]
+
+
+@dataclass(frozen=True)
+class _Probed:
+    """A node as its probe found it: its kind (``directory``, ``file``,
+    ``other``, or ``unlisted``: not a regular file, not listed yet), else
+    the result that says why it is none."""
+
+    kind: str | None
+    found: OpResult | FileRead
+    listing: OpResult | None = None
+    data: bytes | None = None
+
+
+def _probed(results: list[OpResult]) -> _Probed:
+    listing = results[0] if len(results) == 2 else None
+    if listing is not None and listing.ok:
+        return _Probed("directory", listing, listing)
+    second = results[-1]
+    if not second.ok or not isinstance(second.value, tuple):  # a failed read, or a Stat
+        return _Probed(second.value.kind if second.ok else None, second, listing)
+    read: FileRead = second.value[0]
+    if read.ok:
+        return _Probed("file", read, listing, read.data)
+    if read.reason and read.reason.endswith("is not a regular file") and not read.unsafe:
+        return _Probed("unlisted", read) if listing is None else _unlisted(listing)
+    return _Probed(None, read, listing)
+
+
+def _unlisted(listing: OpResult) -> _Probed:
+    """A node that is not a regular file, by its listing: a directory (one
+    that could not be listed too), a link, or something else (a FIFO...)."""
+    if listing.ok:
+        return _Probed("directory", listing, listing)
+    if listing.unsafe:
+        return _Probed(None, listing)
+    if (listing.reason or "").endswith("is not a directory"):
+        return _Probed("other", listing)
+    return _Probed("directory", listing, listing)
 
 
 @dataclass(frozen=True)
@@ -395,28 +441,25 @@ async def run_node(node: Node, request: Request, authored: str, canonical: str) 
     probes = []
     ops: list = []
     for path in candidates:
-        probe = _probe(path, wants_bytes, depth)
+        probe = _probe(path, operation, depth)
         probes.append((len(ops), len(probe)))
         ops.extend(probe)
-    found = await run_program(target, ControlProgram(ops), authored)
-    start, size = probes[0]
-    probe = list(found)[start : start + size]
-    compressed = False
-    if node.compressed_path is not None and probe[0].status is Status.ABSENT:
-        start, size = probes[1]
-        other = list(found)[start : start + size]
-        if other[0].ok and other[0].value.kind == "file":
-            probe, compressed = other, True
-    stat = probe[0]
-    if not stat.ok:
-        raise refusal(stat, authored)
-    if stat.value.kind == "other":
+    found = list(await run_program(target, ControlProgram(ops), authored))
+    probed = [_probed(found[start : start + size]) for start, size in probes]
+    probe, compressed = probed[0], False
+    if len(probed) > 1 and probe.kind is None and probe.found.status is Status.ABSENT and probed[1].kind == "file":
+        probe, compressed = probed[1], True
+    if probe.kind == "unlisted":  # a Read of a directory (or of a FIFO...)
+        listing = (await run_program(target, ControlProgram([ListTree(node.path, depth=1, optional=True)]), authored))[0]
+        probe = _unlisted(listing)
+    if probe.kind is None:
+        raise refusal(probe.found, authored)
+    if probe.kind == "other":
         raise AddressError(ErrorKind.UNREADABLE, authored, "is not a regular file or directory")
-    if stat.value.kind == "directory" and not compressed:
-        listing = probe[1]
-        if not listing.ok:
-            raise listing_failure(listing, node.tree.address(node.parts), authored)
-        walk = Walk(node.tree, node.path, node.parts, listing.value, depth)
+    if probe.kind == "directory":
+        if probe.listing is None or not probe.listing.ok:
+            raise listing_failure(probe.listing or probe.found, node.tree.address(node.parts), authored)  # type: ignore[arg-type]
+        walk = Walk(node.tree, node.path, node.parts, probe.listing.value, depth)
         if operation is Operation.READ:
             assert isinstance(request.options, ReadOptions)
             entries = walk.entries("", node.parts) or []
@@ -428,7 +471,7 @@ async def run_node(node: Node, request: Request, authored: str, canonical: str) 
         raise AddressError(ErrorKind.MISSING_TARGET, authored, node.tree.filtered)
     path = node.compressed_path if compressed and node.compressed_path is not None else node.path
     directory, leaf = _split(path)
-    data = _bytes_of(probe[2].value[0] if probe[2].ok else probe[2], authored) if wants_bytes else None
+    data = _bytes_of(probe.found, authored) if wants_bytes else None  # type: ignore[arg-type]
     if operation is Operation.READ:
         assert isinstance(request.options, ReadOptions) and data is not None
         return await _page_file(data, compressed, request.options, authored, canonical)
@@ -547,38 +590,53 @@ async def _grep(
     scopes: list[Scope], plan: GrepPlan, options: GrepOptions, explicit_file: str | None, authored: str
 ) -> GrepOutcome:
     """Search every text file in scope; an explicit file that is not text
-    is an error, a non-text file met in a directory search is skipped."""
+    is an error, a non-text file met in a directory search is skipped.
+    The next batch is read while this one is searched."""
     outcome = GrepOutcome()
     budget = InflationBudget()
-    batch_size = FIRST_BATCH
+    size = FIRST_BATCH
     for scope in scopes:
         files = _scope_files(scope)
-        ended = False
-        while not ended:
-            batch: list[tuple[str, Entry]] = []
-            while len(batch) < batch_size:
-                item = next(files, None)
-                if item is None:
-                    ended = True
-                    break
-                if item is NEED:
-                    assert scope.walk is not None
-                    await scope.walk.more(authored)
-                    continue
-                relative, parts, entry = item  # type: ignore[misc]
-                if plan.glob is None or plan.glob.matches(relative):
-                    batch.append((scope.tree.address(parts), entry))
-            if not batch:
-                continue
-            reads = await _read_batch(scope, [entry for _a, entry in batch], authored)
-            size = sum(len(read) if isinstance(read, bytes) else len(read.data or b"") for read in reads)
-            arguments = (batch, reads, plan, options, outcome, budget, explicit_file)
-            stop = await asyncio.to_thread(_grep_batch, *arguments) if size > THREAD_TEXT else _grep_batch(*arguments)
-            if stop:
-                outcome.truncated = True
-                return outcome
-            batch_size = min(batch_size * 2, MAX_BATCH)
+        batch = await _collect(files, scope, plan, size, authored)
+        reading = asyncio.ensure_future(_read_batch(scope, [entry for _a, entry in batch], authored)) if batch else None
+        try:
+            while reading is not None:
+                size = min(size * 4, MAX_BATCH)
+                following = await _collect(files, scope, plan, size, authored)
+                reads = await reading
+                reading = None
+                if following:
+                    reading = asyncio.ensure_future(_read_batch(scope, [entry for _a, entry in following], authored))
+                bytes_read = sum(len(read) if isinstance(read, bytes) else len(read.data or b"") for read in reads)
+                arguments = (batch, reads, plan, options, outcome, budget, explicit_file)
+                stop = await asyncio.to_thread(_grep_batch, *arguments) if bytes_read > THREAD_TEXT else _grep_batch(*arguments)
+                if stop:
+                    outcome.truncated = True
+                    return outcome
+                batch = following
+        finally:
+            if reading is not None:
+                reading.cancel()
+                with contextlib.suppress(BaseException):
+                    await reading
     return outcome
+
+
+async def _collect(files: Iterator[object], scope: Scope, plan: GrepPlan, size: int, authored: str) -> list[tuple[str, Entry]]:
+    """The next ``size`` files of a scope that the Grep glob keeps."""
+    batch: list[tuple[str, Entry]] = []
+    while len(batch) < size:
+        item = next(files, None)
+        if item is None:
+            break
+        if item is NEED:
+            assert scope.walk is not None
+            await scope.walk.more(authored)
+            continue
+        relative, parts, entry = item  # type: ignore[misc]
+        if plan.glob is None or plan.glob.matches(relative):
+            batch.append((scope.tree.address(parts), entry))
+    return batch
 
 
 async def _read_batch(scope: Scope, entries: list[Entry], authored: str) -> list[FileRead | bytes]:
