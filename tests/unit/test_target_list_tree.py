@@ -101,3 +101,20 @@ async def test_a_read_is_bounded_by_size_and_by_budget(open_target, tmp_path):
 def test_a_batch_read_names_files_below_its_directory(bad):
     with pytest.raises(ValueError):
         ReadFiles("", names=(bad,))
+
+
+async def test_a_listing_reads_its_first_files_in_depth_first_order(open_target, tmp_path):
+    build(tmp_path)
+    target = await open_target(tmp_path)
+    listing = (await one(target, ListTree("", read_first=3, read_budget=1 << 20))).value
+    # a/b/two.txt, a/one.txt, then outside/secret.txt (empty/ holds nothing);
+    # links and special files are never among them.
+    assert [(path, read.data) for path, read in listing.files] == [
+        ("a/b/two.txt", b"two\n"),
+        ("a/one.txt", b"one\n"),
+        ("outside/secret.txt", b"secret\n"),
+    ]
+    budgeted = (await one(target, ListTree("", read_first=3, read_budget=1))).value
+    assert [path for path, _read in budgeted.files] == ["a/b/two.txt"]  # at least one
+    partial = (await one(target, ListTree("", limit=4, read_first=3))).value
+    assert partial.files == ()  # a/ is not listed yet: what comes first is unknown

@@ -836,17 +836,28 @@ class Executor:
         cannot be opened or listed (replaced by a link meanwhile,
         unreadable) is listed empty.
 
-        ``argument`` is ``(limit, depth, resume)``. Directories are listed
+        ``argument`` is ``(limit, depth, resume)`` or ``(limit, depth,
+        resume, read_first, max_bytes, budget)``. Directories are listed
         whole, until ``limit`` entries have been listed; ``pending`` names
         the directories still to list, in order, and a later listing given
         them as ``resume`` goes on where this one stopped. ``depth`` (None:
-        all) bounds how many levels below ``path`` are listed."""
+        all) bounds how many levels below ``path`` are listed.
+
+        With ``read_first``, the value has a third member: the first
+        ``read_first`` regular files of the listing in depth-first order of
+        the sorted names (as far as the listed directories go), each read as
+        ``ReadFiles`` reads (``(path, status, bytes, reason, unsafe, size)``),
+        until their sizes reach ``budget``: a search that needs only a few
+        files has them in the same program."""
         try:
-            limit, depth, resume = argument
+            limit, depth, resume = argument[:3]
+            read_first, max_bytes, budget = argument[3:] if len(argument) == 6 else (0, 0, 0)
         except (TypeError, ValueError):
-            limit = depth = resume = None
+            limit = depth = resume = read_first = max_bytes = budget = None
         if not (_whole(limit) and limit > 0 and (depth is None or (_whole(depth) and depth > 0))):
             raise Refused(FAILED, "a tree listing needs a positive entry limit and depth")
+        if not (_whole(read_first) and _whole(max_bytes) and _whole(budget)):
+            raise Refused(FAILED, "a tree listing reads a whole number of files, of bytes each and in all")
         if not isinstance(resume, (list, tuple)) or not all(isinstance(item, str) for item in resume):
             raise Refused(FAILED, "a tree listing resumes from a list of directories")
         for item in resume:
@@ -872,8 +883,18 @@ class Executor:
                 if depth is None or len(parts) + 1 < depth:
                     prefix = relative + "/" if relative else ""
                     stack.extend(prefix + name for name in reversed(subdirs))
+            files = []
+            spent = 0
+            for name in _first_files(records, read_first):
+                if files and spent >= budget:
+                    break
+                result = _read_one(chain, name, max_bytes)
+                spent += len(result[1]) if result[1] is not None else 0
+                files.append((name,) + result)
         finally:
             chain.close()
+        if len(argument) == 6:
+            return (OK, (records, list(reversed(stack)), files), None, False)
         return (OK, (records, list(reversed(stack))), None, False)
 
     def _read_files(self, path, argument, _deferred):
@@ -1226,6 +1247,32 @@ class _DirChain(object):
         for fd in self.fds:
             os.close(fd)
         self.fds = []
+
+
+def _first_files(records, count):
+    """The first ``count`` regular files of listing ``records`` in
+    depth-first order of the sorted names, as far as the listed
+    directories go."""
+    if not count or not records:
+        return []
+    listed = dict(records)
+    found = []
+    stack = [("", iter(listed[records[0][0]].split("\0") if listed[records[0][0]] else ()))]
+    while stack:
+        relative, names = stack[-1]
+        for name in names:
+            if name.endswith("/"):
+                child = relative + "/" + name[:-1] if relative else name[:-1]
+                if child not in listed:
+                    return found  # not listed yet: what comes next is unknown
+                stack.append((child, iter(listed[child].split("\0") if listed[child] else ())))
+                break
+            found.append(relative + "/" + name if relative else name)
+            if len(found) == count:
+                return found
+        else:
+            stack.pop()
+    return found
 
 
 def _list_directory(fd):

@@ -41,6 +41,12 @@ class LocalTarget(ProgramTarget):
         """Backing location of the root. Internal: never show it to a user."""
         return self._root
 
+    @property
+    def identity(self) -> tuple[int, int]:
+        """The root's ``(device, inode)``, pinned when the target was made
+        and re-proved by every operation."""
+        return self._executor.identity  # type: ignore[return-value]
+
     def __repr__(self) -> str:
         return "LocalTarget(<root>)"
 

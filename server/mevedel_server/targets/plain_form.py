@@ -99,6 +99,8 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [op.limit, op.depth]
     elif isinstance(op, ListTree):
         argument = [op.limit, op.depth, list(op.resume)]
+        if op.read_first:
+            argument += [op.read_first, op.read_max_bytes, op.read_budget]
     elif isinstance(op, ReadFiles):
         argument = [list(op.names), op.max_bytes, op.budget]
     elif isinstance(op, ScanTree):
@@ -128,7 +130,7 @@ def _value(op: Operation, status: Status, value: object) -> object:
     if status is Status.OK and isinstance(op, WalkTree):
         return _tree_walk(value)
     if status is Status.OK and isinstance(op, ListTree):
-        return _tree_listing(value)
+        return _tree_listing(op, value)
     if status is Status.OK and isinstance(op, ReadFiles):
         return _file_reads(op, value)
     if status is Status.OK and isinstance(op, ReadChain):
@@ -156,12 +158,18 @@ def _file_scan(value: object) -> FileScan:
     return FileScan(names, bytes(facts), pairs, tuple(_text(path) for path in racy), truncated, started)  # type: ignore[union-attr]
 
 
-def _tree_listing(value: object) -> TreeListing:
+def _tree_listing(op: ListTree, value: object) -> TreeListing:
     """The answer of a :class:`ListTree`, refused unless every record is a
-    directory path and a text of names."""
-    records, pending = value  # type: ignore[misc]
+    directory path and a text of names, and it read no more files than
+    asked."""
+    records, pending, *read = value  # type: ignore[misc]
     out = tuple((_text(directory), _text(names)) for directory, names in records)  # type: ignore[union-attr]
-    return TreeListing(out, tuple(_text(directory) for directory in pending))  # type: ignore[union-attr]
+    files = read[0] if read else []
+    if len(files) > op.read_first:
+        raise ValueError("a tree listing read more files than it was asked to")
+    reads = _reads([item[1:] for item in files])
+    named = tuple((_text(item[0]), found) for item, found in zip(files, reads))
+    return TreeListing(out, tuple(_text(directory) for directory in pending), named)  # type: ignore[union-attr]
 
 
 def _file_reads(op: ReadFiles, value: object) -> tuple[FileRead, ...]:
@@ -169,8 +177,12 @@ def _file_reads(op: ReadFiles, value: object) -> tuple[FileRead, ...]:
     bytes only with an ok status."""
     if not isinstance(value, (list, tuple)) or len(value) > len(op.names):
         raise ValueError("a batch read answered more files than it named")
+    return _reads(value)
+
+
+def _reads(value: object) -> tuple[FileRead, ...]:
     out: list[FileRead] = []
-    for status_text, data, reason, unsafe, size in value:
+    for status_text, data, reason, unsafe, size in value:  # type: ignore[union-attr]
         status = _STATUSES.get(status_text)  # type: ignore[arg-type]
         if status is None or status is Status.SKIPPED:
             raise ValueError(f"a batch read's file of status {status_text!r}")

@@ -258,11 +258,19 @@ class ListTree(Operation):
 
     Directories are listed whole until ``limit`` entries have been listed;
     the listing's ``pending`` directories, passed back as ``resume``, go on
-    where it stopped. ``depth`` (None: all) bounds the levels listed."""
+    where it stopped. ``depth`` (None: all) bounds the levels listed.
+
+    ``read_first`` files of the listing, the first in depth-first order of
+    the sorted names, are read as :class:`ReadFiles` reads them (each at
+    most ``read_max_bytes``, until their sizes reach ``read_budget``): a
+    search that needs only a few files has them in the same program."""
 
     limit: int = 100_000
     depth: int | None = None
     resume: tuple[str, ...] = ()
+    read_first: int = 0
+    read_max_bytes: int = 64 * 1024 * 1024
+    read_budget: int = 0
     accepts_root: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -270,6 +278,9 @@ class ListTree(Operation):
         for number in (self.limit, 1 if self.depth is None else self.depth):
             if isinstance(number, bool) or not isinstance(number, int) or number < 1:
                 raise ValueError("a tree listing's limit and depth are positive whole numbers")
+        for number in (self.read_first, self.read_max_bytes, self.read_budget):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError("a tree listing reads a whole, non-negative number of files and bytes")
         resume = tuple(self.resume)
         for directory in resume:
             if not isinstance(directory, str):
@@ -288,6 +299,8 @@ class TreeListing:
     records: tuple[tuple[str, str], ...]
     #: Directories still to list, in order (resume from them).
     pending: tuple[str, ...]
+    #: The files read with the listing (``read_first``): path and read.
+    files: tuple[tuple[str, FileRead], ...] = ()
 
 
 @dataclass(frozen=True)
