@@ -91,7 +91,7 @@ def locate(address: Address, places: Places) -> Node:
 
 
 async def _run_listing(tree: Tree, request: Request, authored: str, canonical: str) -> object:
-    (walk,) = await open_walks([tree], authored)
+    (walk,) = await open_walks([tree], authored, request.operation)
     if request.operation is Operation.READ:
         lines = [tree.address(parts) for parts, _entry in await all_files(walk, authored)] if walk is not None else []
         return read_listing(lines, request, authored, canonical, None if lines else EMPTY)

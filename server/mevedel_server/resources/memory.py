@@ -145,7 +145,7 @@ async def _run_union(request: Request, roots: list[KeyedRoot], places: Places, a
     if not roots:
         return await search([], request, authored, canonical, notice="no memory roots are configured")
     trees = [keyed.tree(places) for keyed in roots]
-    walks = await open_walks(trees, authored)
+    walks = await open_walks(trees, authored, request.operation)
     # The shadowing notes need every root's files; the search then walks
     # what is already listed.
     listed = [await _files(tree, walk, authored) for tree, walk in zip(trees, walks)]

@@ -54,7 +54,7 @@ async def _run_doc(node: Node, request: Request, authored: str, canonical: str) 
 
 
 async def _run_listing(tree: Tree, request: Request, authored: str, canonical: str) -> object:
-    (walk,) = await open_walks([tree], authored)
+    (walk,) = await open_walks([tree], authored, request.operation)
     if walk is None:
         raise not_installed(authored)
     if request.operation is Operation.READ:

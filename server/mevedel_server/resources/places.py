@@ -15,9 +15,10 @@ and only regular files are opened (non-blocking).
   a session's ``local/``) is refused, not followed.
 - A root configured outside the workspace (a global memory root, a skill
   root, the packaged documentation) gets a ``LocalTarget`` of its own,
-  rooted at it when the request is prepared: the root itself must not be a
-  link (a skill's directory is the one exception: its real path is the
-  skill's identity), and nothing below it is followed.
+  rooted at it as it is when the request is prepared (one already made for
+  that very directory is reused): the root itself must not be a link (a
+  skill's directory is the one exception: its real path is the skill's
+  identity), and nothing below it is followed.
 
 A local root that does not exist yet is a place with no target: reads find
 nothing there, and an ApplyPatch creates it through the target of the
@@ -27,6 +28,8 @@ directory that holds it.
 from __future__ import annotations
 
 import os
+import stat
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,10 +99,35 @@ def _inside(path: Path, root: Path) -> str | None:
     return "/".join(parts)
 
 
+#: Local targets already pinned, by root path: a request whose root is
+#: still the same directory (device and inode, by one ``lstat``) reuses one
+#: instead of pinning another; the target re-proves it at every operation.
+_PINNED: OrderedDict[str, LocalTarget] = OrderedDict()
+_PINNED_CAPACITY = 64
+
+
+def _pinned(where: str) -> LocalTarget:
+    """The ``LocalTarget`` rooted at ``where`` now (raises as constructing one does)."""
+    known = _PINNED.get(where)
+    if known is not None:
+        try:
+            info = os.lstat(where)
+        except OSError:
+            info = None
+        if info is not None and stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) == known.identity:
+            _PINNED.move_to_end(where)
+            return known
+        del _PINNED[where]
+    target = _PINNED[where] = LocalTarget(where)
+    while len(_PINNED) > _PINNED_CAPACITY:
+        _PINNED.popitem(last=False)
+    return target
+
+
 def _local_target(path: Path, *, resolve: bool = False) -> Place:
     where = os.path.realpath(path) if resolve else os.path.abspath(path)
     try:
-        return Place(LocalTarget(where))
+        return Place(_pinned(where))
     except PathAbsentError:
         return Place(None, holder=_holder(where))
     except UnsafePathError:

@@ -188,6 +188,6 @@ async def _run_listing(request: Request, places: Places, authored: str, canonica
     for skill in skills:
         unique = len(groups[(skill.origin, skill.name)]) == 1
         trees.append(package_tree(skill, (skill.alias if unique else skill.exact) + "/", places))
-    walks = await open_walks(trees, authored)
+    walks = await open_walks(trees, authored, request.operation)
     scopes = [Scope(walk.tree, (), walk=walk) for walk in walks if walk is not None]
     return await search(scopes, request, authored, canonical, notice=empty)

@@ -212,6 +212,9 @@ class Walk:
         self._chunk = FIRST_CHUNK
         #: Bytes of names listed so far (what matching them costs).
         self.listed = 0
+        #: Files read with the first listing (a Grep's first ones), by
+        #: physical path below the start; each is used once.
+        self.prefetched: dict[str, FileRead] = dict(listing.files)
         self._add(listing)
 
     def _add(self, listing: TreeListing) -> None:
@@ -291,9 +294,10 @@ def listing_failure(result: OpResult, address: str, authored: str) -> AddressErr
     return AddressError(ErrorKind.UNREADABLE, address, "its directory cannot be listed")
 
 
-async def open_walks(trees: list[Tree], authored: str) -> list[Walk | None]:
-    """The first chunk of each tree's walk, one program per target; None
-    for a root that does not exist (yet)."""
+async def open_walks(trees: list[Tree], authored: str, operation: Operation = Operation.GLOB) -> list[Walk | None]:
+    """The first chunk of each tree's walk, one program per target (a
+    Grep's with its first files read); None for a root that does not exist
+    (yet)."""
     out: list[Walk | None] = [None] * len(trees)
     by_target: dict[int, list[int]] = {}
     for index, tree in enumerate(trees):
@@ -303,7 +307,7 @@ async def open_walks(trees: list[Tree], authored: str) -> list[Walk | None]:
     for indices in by_target.values():
         target = trees[indices[0]].place.target
         assert target is not None
-        program = ControlProgram([ListTree(trees[i].place.root, limit=FIRST_CHUNK, optional=True) for i in indices])
+        program = ControlProgram([first_listing(trees[i].place.root, operation) for i in indices])
         results = await run_program(target, program, authored)
         for index, result in zip(indices, results):
             tree = trees[index]
@@ -361,6 +365,13 @@ def _split(path: str) -> tuple[str, str]:
     return parent, leaf
 
 
+def first_listing(path: str, operation: Operation, depth: int | None = None) -> ListTree:
+    """The first chunk of a walk; a Grep's has its first files read too."""
+    if operation is Operation.GREP:
+        return ListTree(path, limit=FIRST_CHUNK, depth=depth, read_first=FIRST_BATCH, read_budget=THREAD_TEXT, optional=True)
+    return ListTree(path, limit=FIRST_CHUNK, depth=depth, optional=True)
+
+
 def _probe(path: str, operation: Operation, depth: int | None) -> list:
     """What a node is, in one program: listed as a directory, read as a
     file, or (a Glob, which wants no bytes) stat'ed. A Read only reads:
@@ -371,7 +382,7 @@ def _probe(path: str, operation: Operation, depth: int | None) -> list:
         read = ReadFiles(parent, names=(leaf,), max_bytes=MAX_FILE_BYTES, budget=0, optional=True)
     if operation is Operation.READ and read is not None:
         return [read]
-    return [ListTree(path, limit=FIRST_CHUNK, depth=depth, optional=True), read or Stat(path, optional=True)]
+    return [first_listing(path, operation, depth), read or Stat(path, optional=True)]
 
 
 @dataclass(frozen=True)
@@ -600,11 +611,14 @@ async def _grep(
         batch = await _collect(files, scope, plan, size, authored)
         reading = asyncio.ensure_future(_read_batch(scope, [entry for _a, entry in batch], authored)) if batch else None
         try:
+            first = True
             while reading is not None:
-                size = min(size * 4, MAX_BATCH)
-                following = await _collect(files, scope, plan, size, authored)
                 reads = await reading
                 reading = None
+                size = min(size * 4, MAX_BATCH)
+                # The first batch is searched before the next is read: a
+                # search that stops within it reads nothing more.
+                following = [] if first else await _collect(files, scope, plan, size, authored)
                 if following:
                     reading = asyncio.ensure_future(_read_batch(scope, [entry for _a, entry in following], authored))
                 bytes_read = sum(len(read) if isinstance(read, bytes) else len(read.data or b"") for read in reads)
@@ -613,6 +627,11 @@ async def _grep(
                 if stop:
                     outcome.truncated = True
                     return outcome
+                if first:
+                    first = False
+                    following = await _collect(files, scope, plan, size, authored)
+                    if following:
+                        reading = asyncio.ensure_future(_read_batch(scope, [entry for _a, entry in following], authored))
                 batch = following
         finally:
             if reading is not None:
@@ -647,8 +666,10 @@ async def _read_batch(scope: Scope, entries: list[Entry], authored: str) -> list
     target = scope.tree.place.target
     assert target is not None
     directory = scope.directory if scope.walk is None else scope.walk.start
-    names = [entry.physical for entry in entries]
-    reads: list[FileRead | bytes] = []
+    prefetched = scope.walk.prefetched if scope.walk is not None else {}
+    found: dict[str, FileRead] = {entry.physical: prefetched.pop(entry.physical) for entry in entries if entry.physical in prefetched}
+    names = [entry.physical for entry in entries if entry.physical not in found]
+    reads: list[FileRead] = []
     while len(reads) < len(names):
         op = ReadFiles(directory, names=tuple(names[len(reads) :]), max_bytes=MAX_FILE_BYTES, budget=READ_BUDGET)
         result = (await run_program(target, ControlProgram([op]), authored))[0]
@@ -657,7 +678,8 @@ async def _read_batch(scope: Scope, entries: list[Entry], authored: str) -> list
             reads.extend([FileRead(result.status, None, result.reason, result.unsafe, 0)] * (len(names) - len(reads)))
             break
         reads.extend(result.value)
-    return reads
+    found.update(zip(names, reads))
+    return [found[entry.physical] for entry in entries]
 
 
 def _grep_batch(

@@ -112,7 +112,7 @@ def _prepare_union(request: Request, places: Places, authored: str, canonical: s
 
 
 async def _run_union(request: Request, session: Tree, shared: Tree, authored: str, canonical: str) -> object:
-    walks = await open_walks([session, shared], authored)
+    walks = await open_walks([session, shared], authored, request.operation)
     notes = [text for walk, text in zip(walks, (SESSION_UNUSED, SHARED_UNUSED)) if not has_entries(walk)]
     notice = "\n".join(notes) or None
     if request.operation is Operation.READ:
