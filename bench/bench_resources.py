@@ -1,31 +1,31 @@
 """Read, Glob and Grep of work:// on a 10,000-file local workspace through
 the resolver, which reaches every file through a ``LocalTarget`` (target:
 within 10% of the implementation it replaced, which read the filesystem
-directly; measured against it in the same run).
+directly).
+
+That comparison was measured in one run, both implementations interleaved
+(the replaced one loaded from git), and is recorded in
+``bench/results/resources_comparison.json``; the replaced implementation is
+not kept callable. This benchmark now measures the resolver against the
+floor in the same run.
 
 Builds ``MEVEDEL_BENCH_FILES`` (10,000) text files of 0.6-2 KiB under
 ``.mevedel/shared/`` in 10 x 10 directories of 100, aged past any racy
-window. Then, interleaved round by round so that load drifts on every side
+window. Then, interleaved round by round so that load drifts on both sides
 alike, each case runs:
 
-- ``after``: the resolver as it is (a context naming only the workspace
-  directory: each request pins its own ``LocalTarget``, the costlier way;
-  the LSP server passes the store's);
-- ``before``: the resolver before it went through the target, loaded from
-  the git commit ``MEVEDEL_BENCH_BEFORE`` (``git archive`` into a
-  temporary package) -- kept only until this comparison is recorded in
-  ``bench/results/resources.json``;
+- ``resolver``: a context naming only the workspace directory (the root's
+  ``LocalTarget`` is pinned once and reused while it is the same
+  directory), and for Read also the context the LSP server builds, which
+  names the store's target;
 - ``floor``: the least any Python code doing the same costs: ``os.walk``
   with ``fnmatch``, or a read and ``re.search`` of every line, in the
   calling thread.
 
 Each side is timed by the wall clock (median, minimum) and by the CPU time
-of the whole process (median): on a loaded machine the wall clock of a
-side that waits for a worker thread more often swings with the load, and
-the CPU time and the minimum show the cost itself.
+of the whole process (median).
 
-Cases: Read of one file (also as the LSP server runs it, with the store's
-target in the context instead of one pinned per request); Glob of every file (``**/*.py``, limit 100,000),
+Cases: Read of one file; Glob of every file (``**/*.py``, limit 100,000),
 of 100 (``**/file7.py``) and the default (``**/*``, limit 1,000: stops
 early); Grep that matches nothing (every file read and searched), that
 matches 100 lines, and that stops at its limit of 500 after a few files.
@@ -38,10 +38,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
-import sys
-import tarfile
-import io
 import tempfile
 import time
 from pathlib import Path
@@ -56,8 +52,6 @@ from mevedel_server.targets import LocalTarget
 
 FILES = int(os.environ.get("MEVEDEL_BENCH_FILES", "10000"))
 RUNS = int(os.environ.get("MEVEDEL_BENCH_RUNS", "15"))
-BEFORE = os.environ.get("MEVEDEL_BENCH_BEFORE", "09d396c142be6783d4ff50325afdb84a9843e7f0")
-REPOSITORY = Path(__file__).resolve().parent.parent
 
 CASES = [
     ("read", Operation.READ, "work://shared/pkg5/mod5/file50.py", ReadOptions, {}),
@@ -86,27 +80,6 @@ def build(root: Path) -> None:
                 path = directory / f"file{c}.py"
                 path.write_text("".join(lines))
                 os.utime(path, (old, old))
-
-
-# -- before (temporary: until the comparison is recorded) ----------------------
-
-
-def load_before(into: Path):
-    """The resolver package at commit ``BEFORE``, importable as
-    ``mevedel_server_before`` (its imports are relative)."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "archive", BEFORE, "server/mevedel_server"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    (into / "server" / "mevedel_server").rename(into / "mevedel_server_before")
-    sys.path.insert(0, str(into))
-    from mevedel_server_before.addresses.model import Operation as OldOperation
-    from mevedel_server_before.resources import options as old_options
-    from mevedel_server_before.resources import resolver as old_resolver
-    from mevedel_server_before.resources.context import ResolverContext as OldContext
-
-    return old_resolver, OldContext, OldOperation, old_options
 
 
 # -- floor ---------------------------------------------------------------------
@@ -149,66 +122,45 @@ async def main() -> None:
     try:
         root = scratch / "workspace"
         build(root)
-        old_resolver, OldContext, OldOperation, old_options = load_before(scratch / "before")
-        after_context = ResolverContext(workspace_root=root)
-        store_context = ResolverContext(workspace_root=root, store_target=LocalTarget(root))
-        before_context = OldContext(workspace_root=root)
+        plain = ResolverContext(workspace_root=root)
+        store = ResolverContext(workspace_root=root, store_target=LocalTarget(root))
 
-        async def after(operation, address, options, context=after_context):
+        async def resolve(name, operation, address, options):
+            context = store if "store" in name else plain
             return await resolver.execute(resolver.prepare(operation, address, options, context))
 
-        async def before(operation, address, options):
-            return await old_resolver.execute(old_resolver.prepare(operation, address, options, before_context))
-
         samples: dict[tuple[str, str], list[float]] = {}
-        for name, operation, address, options_type, given in CASES:
-            new = await after(operation, address, options_type(**given))
-            old = await before(getattr(OldOperation, operation.name), address, getattr(old_options, options_type.__name__)(**given))
-            assert repr(new) == repr(old), f"{name}: the answers differ"
-        sides = ("after", "before", "floor")
+        sides = ("resolver", "floor")
         for round_ in range(RUNS):
             for name, operation, address, options_type, given in CASES:
-                old_type = getattr(old_options, options_type.__name__)
-                # Each side goes first in turn: none always follows a heavy case.
-                for side in sides[round_ % 3 :] + sides[: round_ % 3]:
+                for side in sides[round_ % 2 :] + sides[: round_ % 2]:
                     started, cpu = time.perf_counter(), time.process_time()
-                    if side == "after":
-                        await after(operation, address, options_type(**given), store_context if "store" in name else after_context)
-                    elif side == "before":
-                        await before(getattr(OldOperation, operation.name), address, old_type(**given))
+                    if side == "resolver":
+                        await resolve(name, operation, address, options_type(**given))
                     else:
                         floor(root, name, given)
                     samples.setdefault((name, side), []).append(time.perf_counter() - started)
                     samples.setdefault((name, side + "-cpu"), []).append(time.process_time() - cpu)
         rows = []
         for name, *_rest in CASES:
-            after_ms = summarize(samples[(name, "after")])
-            before_ms = summarize(samples[(name, "before")])
-            floor_ms = summarize(samples[(name, "floor")])
-            after_cpu = statistics.median(samples[(name, "after-cpu")]) * 1000
-            before_cpu = statistics.median(samples[(name, "before-cpu")]) * 1000
+            mine = summarize(samples[(name, "resolver")])
+            least = summarize(samples[(name, "floor")])
             rows.append(
                 {
                     "case": name,
-                    "after_median_ms": after_ms["median_ms"],
-                    "before_median_ms": before_ms["median_ms"],
-                    "floor_median_ms": floor_ms["median_ms"],
-                    "after/before": round(after_ms["median_ms"] / before_ms["median_ms"], 3),
-                    "after_min_ms": round(min(samples[(name, "after")]) * 1000, 4),
-                    "before_min_ms": round(min(samples[(name, "before")]) * 1000, 4),
-                    "min after/before": round(min(samples[(name, "after")]) / min(samples[(name, "before")]), 3),
-                    "after_cpu_ms": round(after_cpu, 3),
-                    "before_cpu_ms": round(before_cpu, 3),
-                    "cpu after/before": round(after_cpu / before_cpu, 3) if before_cpu else None,
+                    "resolver_median_ms": mine["median_ms"],
+                    "resolver_min_ms": round(min(samples[(name, "resolver")]) * 1000, 4),
+                    "resolver_cpu_ms": round(statistics.median(samples[(name, "resolver-cpu")]) * 1000, 3),
+                    "floor_median_ms": least["median_ms"],
+                    "resolver/floor": round(mine["median_ms"] / least["median_ms"], 2),
                 }
             )
         notes = {
             "files": FILES,
             "runs": RUNS,
-            "before": BEFORE,
             "load": " ".join(f"{value:.2f}" for value in os.getloadavg()),
             "cpus": os.cpu_count(),
-            "target": "after/before at most 1.10 for every case",
+            "comparison with the replaced implementation": "bench/results/resources_comparison.json",
         }
         report("resources", rows, notes)
     finally:
