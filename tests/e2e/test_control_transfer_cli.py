@@ -67,3 +67,15 @@ async def test_a_server_asks_the_cli_which_keeps_then_grants(workspace, machines
     assert await turns_of(laptop, sid) == ["cli turn"]
     status, refused = await cli(workspace, tmp_path, "session", "take-control", sid, "--wait", "-1")
     assert status == 1 and refused["error"]["kind"] == "invalid-params"
+
+
+async def test_take_control_without_waiting_reports_the_request_it_filed(workspace, machines, tmp_path):
+    desk = await machines("desk")
+    desk.answer = "Keep"
+    sid = await owned(desk)
+    status, filed = await cli(workspace, tmp_path, "session", "take-control", sid, "--wait", "0")
+    assert status == 0, filed
+    assert filed["outcome"] == "requested" and filed["owner_host"]
+    await until(lambda: desk.questions, "the owner being asked")
+    await until(lambda: "kept" in desk.phases() or "idle" in desk.phases(), "the owner's answer")
+    assert await one_writer(workspace, sid, [desk]) is desk

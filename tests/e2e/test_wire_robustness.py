@@ -291,3 +291,19 @@ async def test_binary_garbage_between_frames_is_skipped(wire):
     wire.write(bytes(range(256)) * 40)
     await _serves(wire)
     assert wire.process.returncode is None
+
+
+async def test_an_address_with_a_component_too_long_for_a_file_name_is_malformed(wire):
+    await wire.initialize(wire.workspace)
+    long = "work://shared/" + "n" * 256
+    error = _error(await wire.request(methods.RESOURCE_READ, {"address": long}))
+    assert error["data"]["kind"] == "malformed-address"
+    assert "at most 255 bytes" in error["data"]["reason"]
+    # A document holding one still gets its other links.
+    (wire.workspace / ".mevedel" / "shared").mkdir(parents=True)
+    (wire.workspace / ".mevedel" / "shared" / "ok.md").write_text("fine\n")
+    uri = (wire.workspace / "doc.md").as_uri()
+    wire.write(frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": uri, "languageId": "markdown", "version": 1, "text": f"see {long} and work://shared/ok.md\n"}}}))
+    links = await wire.request("textDocument/documentLink", {"textDocument": {"uri": uri}})
+    assert [link["range"]["start"]["character"] for link in links["result"]] == [4 + len(long) + 5]

@@ -106,6 +106,27 @@ def test_component_rejections_name_the_component_and_reason(text, needle):
     assert needle in malformed(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "work://" + "a" * 256,
+        "work://shared/" + "b" * 300,
+        "memory://local-mevedel/" + "%C3%A9" * 128,  # 128 characters, 256 bytes
+        "artifact://" + "c" * 4000,
+        "skill://local-mevedel/" + "d" * 256,
+        "history://saved/" + "e" * 256,
+    ],
+)
+def test_a_component_longer_than_a_file_name_is_malformed_naming_its_length(text):
+    reason = malformed(text)
+    assert "bytes long" in reason and "at most 255 bytes" in reason
+
+
+def test_a_component_of_255_bytes_is_an_address():
+    assert parse_address("work://shared/" + "a" * 255).canonical == "work://shared/" + "a" * 255
+    assert parse_address("work://" + "%C3%A9" * 127 + "x").family is Family.WORK
+
+
 # -- work --------------------------------------------------------------------
 
 

@@ -315,3 +315,31 @@ async def test_symlinked_lease_directory_fails_closed(session, tmp_path):
 async def test_missing_session(tmp_path):
     with pytest.raises(SessionMissing):
         await acquire_lease(LocalTarget(tmp_path), SID, ALICE)
+
+
+async def test_a_damaged_old_generation_is_reported_and_kept_never_pruned(session, caplog):
+    import stat
+
+    alice = await acquire_lease(session, SID, ALICE, duration_seconds=300)
+    for _ in range(3):
+        await alice.renew()
+    await alice.release()
+    # Two old generations below the head get damaged: one garbled, one a FIFO.
+    garbled = os.path.join(lease_dir(session), f"generation-{alice.generation - 2:020d}.json")
+    fifo = os.path.join(lease_dir(session), f"generation-{alice.generation - 1:020d}.json")
+    with open(garbled, "wb") as handle:
+        handle.write(b'{"format_version": 1, "generation": ')
+    os.remove(fifo)
+    os.mkfifo(fifo)
+    # Opening the session claims it (its program prunes) and renewals prune again.
+    bob = await acquire_lease(session, SID, BOB, duration_seconds=300)
+    for _ in range(4):
+        await bob.renew()
+    with open(garbled, "rb") as handle:
+        assert handle.read() == b'{"format_version": 1, "generation": '
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    reported = [r.getMessage() for r in caplog.records if "damaged and kept for inspection" in r.getMessage()]
+    assert len(reported) == 2, reported  # each reported once, not at every prune
+    # The sound generations below the head are pruned as before.
+    kept = {int(n[len("generation-") : -len(".json")]) for n in generations(session)}
+    assert kept == {alice.generation - 2, alice.generation - 1} | set(range(bob.generation - 2, bob.generation + 1))

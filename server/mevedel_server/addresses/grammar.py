@@ -28,6 +28,9 @@ Decisions recorded here:
   spell one as ``%40`` or literally).
 - ``.`` and ``..`` are refused in every family, MCP included, after decoding,
   so ``%2E%2E`` is a traversal too.
+- A component longer than 255 bytes once decoded (UTF-8) is malformed in
+  every family: no filesystem holds such a name, and the address must say
+  so before anything tries (it was an ``internal`` error).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ _SCHEME_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*").fullmatch
 KNOWN_PREFIXES = ", ".join(f"{scheme}://" for scheme in SCHEMES)
 
 _PLAIN = re.compile(r"[A-Za-z0-9._~/-]*").fullmatch
+#: The longest component (decoded, UTF-8 bytes): a file name's limit
+#: (``NAME_MAX``) on every filesystem a workspace lives on.
+MAX_COMPONENT_BYTES = 255
 #: Components that never name anything: empty (from "//"), "." and "..".
 _NOT_NAMES = frozenset({"", ".", ".."})
 _PLAIN_COMPONENT = re.compile(r"[A-Za-z0-9._~-]+").fullmatch
@@ -119,6 +125,9 @@ def parse_address(text: str) -> Address:
         parts = rest.split("/") if rest else []
         if not _NOT_NAMES.isdisjoint(parts):
             _refuse_components(text, parts, parts)
+        if len(rest) > MAX_COMPONENT_BYTES:  # ASCII: characters are bytes
+            for index, part in enumerate(parts, 1):
+                _refuse_long(text, index, part)
         spelled = parts
     else:
         # skill:// respells its first component itself (NAME@DIGEST or an origin).
@@ -142,9 +151,20 @@ def _components(text: str, rest: str, separators: bool, spell_first: bool) -> tu
             spelling = encode_component(value) if spell_first or index > 1 else raw
         if value == "." or value == "..":
             _refuse_components(text, [raw], [value], index)
+        _refuse_long(text, index, value)
         parts.append(value)
         spelled.append(spelling)
     return parts, spelled
+
+
+def _refuse_long(text: str, index: int, value: str) -> None:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_COMPONENT_BYTES:
+        raise _fail(
+            text,
+            f"component {index} is {size} bytes long (decoded, in UTF-8); "
+            f"a name is at most {MAX_COMPONENT_BYTES} bytes, as on every filesystem",
+        )
 
 
 def _refuse_components(text: str, raws: list[str], parts: list[str], first: int = 1) -> None:

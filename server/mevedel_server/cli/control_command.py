@@ -8,6 +8,8 @@ CLI's one-client-per-user model (:mod:`.session_client`):
   requested, and the command waits (``--wait SECONDS``, default 120) for the
   owner's answer and, after a grant, for its release, then acquires the
   session. Run it again to keep waiting: the request is the same one.
+  ``--wait 0`` files the request and reports it (outcome ``requested``,
+  status 0); a wait that runs out is a ``conflict`` (status 1).
 - ``release-control``: save, publish and release the session this client
   holds.
 - ``grant-control`` / ``keep-control``: answer the request waiting for this
@@ -77,6 +79,16 @@ def run_take(arguments: argparse.Namespace) -> int:
         taken = await control.take(arguments.session_id, confirm_takeover=arguments.confirm_takeover)
         if taken.outcome != "requested":
             emit(arguments, info_data(taken.info) | {"outcome": taken.outcome}, [f"{taken.outcome}: {info_line(taken.info)}"])
+            return
+        owner = taken.owner_host or "the owner"
+        if arguments.wait == 0:
+            # Asked not to wait: filing the request is the whole command.
+            emit(
+                arguments,
+                info_data(taken.info) | {"outcome": "requested", "owner_host": taken.owner_host},
+                [f"requested: {owner} is asked to hand session {arguments.session_id} over; "
+                 "run take-control again to wait for it"],
+            )
             return
         deadline = time.monotonic() + arguments.wait
         while True:

@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import re
 import secrets
 import socket
@@ -132,6 +133,8 @@ from .records import (
     encode_record,
 )
 from .workspace import check_session_id
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 60
 #: How many generations below the head survive a prune.
@@ -266,11 +269,72 @@ def _describe_holder(obs: LeaseObservation) -> dict:
     )
 
 
-def _prune_ops(paths: SessionPaths, known: tuple[int, ...], new_generation: int) -> list[Operation]:
+@dataclass
+class _Prune:
+    """The prune that ends a lease program. Only a generation whose exact
+    bytes are known to be a sound record is removed, behind a ``Verify`` of
+    them; any other old generation is read instead, and judged afterwards
+    (:meth:`judge`): a sound one is removed by the next program, a damaged
+    one (bytes that do not decode, a FIFO or a directory in its place) is
+    reported once and left for inspection, never removed."""
+
+    ops: list[Operation]
+    #: Generations removed by ``ops`` (when they run to their end), and
+    #: generations read, with the index of their read in ``ops``.
+    removing: tuple[int, ...]
+    reading: tuple[tuple[int, int], ...]
+
+    def judge(
+        self, paths: SessionPaths, results: list[OpResult], sound: dict[int, bytes], damaged: set[int]
+    ) -> set[int]:
+        """Learn from the reads (``results`` are this prune's); the
+        generations it removed."""
+        for generation, index in self.reading:
+            if index >= len(results):
+                break
+            result = results[index]
+            if result.status is Status.ABSENT:
+                continue
+            try:
+                if not result.ok:
+                    raise RecordError(
+                        RecordErrorKind.INVALID_VALUE, paths.generation_label(generation), result.reason or result.status.value
+                    )
+                _decode_generation(paths, generation, result.value)
+            except RecordError as error:
+                if generation not in damaged:
+                    damaged.add(generation)
+                    _log.warning("session %s: an old lease generation is damaged and kept for inspection: %s", paths.session_id, error)
+                continue
+            sound[generation] = result.value
+        removed: set[int] = set()
+        at = 0
+        for generation in self.removing:
+            verify_at, remove_at = at, at + 1
+            at += 2
+            if verify_at < len(results) and not results[verify_at].ok and results[verify_at].status is not Status.ABSENT:
+                sound.pop(generation, None)  # not the bytes it had: judge it afresh
+            elif remove_at < len(results) and results[remove_at].status in (Status.OK, Status.ABSENT):
+                removed.add(generation)
+        return removed
+
+
+def _prune_ops(paths: SessionPaths, known: tuple[int, ...], new_generation: int, sound: dict[int, bytes], damaged: set[int]) -> _Prune:
     floor = new_generation - _KEPT_PREDECESSORS
-    # Unflushed (deferred, no barrier follows): a prune a crash undoes only
-    # leaves an old generation below the head, as before the prune.
-    return [Remove(paths.generation(g), optional=True, deferred=True) for g in known if g < floor]
+    ops: list[Operation] = []
+    removing: list[int] = []
+    reading: list[tuple[int, int]] = []
+    for g in known:
+        if g < floor and g in sound:
+            # Unflushed (deferred, no barrier follows): a prune a crash undoes
+            # only leaves an old generation below the head, as before the prune.
+            ops += [Verify(paths.generation(g), sound[g], optional=True), Remove(paths.generation(g), optional=True, deferred=True)]
+            removing.append(g)
+    for g in known:
+        if g < floor and g not in sound and g not in damaged:
+            reading.append((g, len(ops)))
+            ops.append(Read(paths.generation(g), optional=True))
+    return _Prune(ops, tuple(removing), tuple(reading))
 
 
 _TIME_FIELDS = (b'"renewed_at":', b'"expires_at":')
@@ -430,7 +494,10 @@ async def _claim(
     ops.append(activate)
     at_listing = len(ops)
     ops.append(ListDir(paths.lease_dir))
-    ops += _prune_ops(paths, obs.generations, n + 2)
+    sound: dict[int, bytes] = {n: obs.raw} if n > 0 and obs.raw is not None else {}
+    prune = _prune_ops(paths, obs.generations, n + 2, sound, set())
+    at_prune = len(ops)
+    ops += prune.ops
     result = await target.run(ControlProgram(ops))
 
     def raced(why: str) -> ClaimRaced:
@@ -450,7 +517,11 @@ async def _claim(
     latest = generation_numbers(listed.value) if listed.ok else []
     if not latest or latest[-1] != n + 2:
         raise raced("a later lease generation superseded this claim")
-    return LeaseHandle(target, paths, identity, duration, n + 2, active, active_raw, tuple(latest), reading)
+    handle = LeaseHandle(target, paths, identity, duration, n + 2, active, active_raw, tuple(latest), reading)
+    handle._sound.update(sound)
+    handle._sound[n + 1] = candidate_raw
+    prune.judge(paths, list(result.results[at_prune:]), handle._sound, handle._damaged)
+    return handle
 
 
 async def _abort_candidate(target: Target, paths: SessionPaths, candidate: LeaseRecord, raw: bytes) -> None:
@@ -486,6 +557,10 @@ class LeaseHandle:
     released: bool = False
     _uncertain: bool = False
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    #: Old generations known to be sound records, with their exact bytes
+    #: (what a prune may remove), and those found damaged (never removed).
+    _sound: dict[int, bytes] = field(default_factory=dict, repr=False)
+    _damaged: set[int] = field(default_factory=set, repr=False)
 
     @property
     def session_id(self) -> str:
@@ -602,7 +677,9 @@ class LeaseHandle:
                 base = self.paths.generation(base_generation)
                 at = len(lead)
                 ops = [*lead, Verify(base, base_raw), create, Verify(base, base_raw, optional=True), ListDir(self.paths.lease_dir, optional=True)]
-                ops += _prune_ops(self.paths, self._known, next_generation)
+                self._sound.setdefault(self.generation, self._raw)
+                prune = _prune_ops(self.paths, self._known, next_generation, self._sound, self._damaged)
+                ops += prune.ops
                 try:
                     result = await self.target.run(ControlProgram(ops))
                 except BaseException:
@@ -647,7 +724,9 @@ class LeaseHandle:
                     if rechecked.status is not Status.MISMATCH:
                         raise_for_result(ops[at + 2], rechecked)
                     raise_for_result(ops[at + 3], listed)
-                pruned = {g for g in self._known if g < next_generation - _KEPT_PREDECESSORS}
+                pruned = prune.judge(self.paths, list(result.results[at + 4 :]), self._sound, self._damaged)
+                for gone in pruned:
+                    self._sound.pop(gone, None)
                 self.generation, self.record, self._raw = next_generation, new, new_raw
                 known = latest if latest is not None else [*self._known, next_generation]
                 self._known = tuple(g for g in known if g not in pruned)
