@@ -12,7 +12,7 @@ import pytest
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.following import FollowUpdate
-from mevedel_server.store.watch import LEASE, SessionWatcher, WatchCadence, WatchMode
+from mevedel_server.store.watch import LEASE, REFRESH, SessionWatcher, WatchCadence, WatchMode
 from mevedel_server.targets import LocalTarget
 from mevedel_server.targets.ssh import SshTarget
 from deadlines import ticks
@@ -43,10 +43,12 @@ async def test_a_remote_follower_polls_and_adopts_whole_turns(ssh_target, tmp_pa
     # Idle is an hour: anything seen at all was seen at the active cadence.
     watcher = SessionWatcher(ssh_target, sid, cadence=WatchCadence(idle_seconds=3600, active_seconds=0.2), active=lambda: in_flight)
     wakes: list = []
+    handled: list = []
 
     async def step(wake) -> None:
         wakes.append(wake)
         await follower.follow(sid)
+        handled.append(wake)
 
     watcher.subscribe(step)
     watcher.start()
@@ -59,9 +61,17 @@ async def test_a_remote_follower_polls_and_adopts_whole_turns(ssh_target, tmp_pa
         assert wakes and told == []  # armed, nothing new yet
         in_flight = True
         watcher.refresh()
+        # The refresh's own wake is handled before the owner commits: the
+        # new turn can then only be seen by a poll (a wake that followed
+        # the commit would adopt it without one, and the test raced).
+        for _ in ticks():
+            if any(REFRESH in w.reasons for w in handled):
+                break
+            await asyncio.sleep(0.05)
+        assert told == []
         await settle(owner, sid, "second")
         for _ in ticks():
-            if told:
+            if told and any(LEASE in w.reasons for w in handled):
                 break
             await asyncio.sleep(0.05)
         assert any(LEASE in w.reasons for w in wakes)

@@ -31,6 +31,7 @@ from .errors import (
     PathConflictError,
     TargetError,
     TargetOperationError,
+    RootReplacedError,
     UnsafePathError,
 )
 from .faults import FaultInjectingTarget, FaultMode, InjectedFault, SimulatedCrash
@@ -129,6 +130,7 @@ __all__ = [
     "TargetOperationError",
     "TargetUnavailable",
     "TreeListing",
+    "RootReplacedError",
     "UnsafePathError",
     "Verify",
     "WorkspaceLocationError",

@@ -23,6 +23,18 @@ class UnsafePathError(TargetError):
     entry requested, so the operation failed closed."""
 
 
+class RootReplacedError(UnsafePathError):
+    """The target's root directory is no longer the one it pinned: it was
+    deleted and made again, or another directory was moved to its place,
+    since the target was opened. Nothing was done; a target opened anew on
+    the location would serve the new directory. (It fails closed like a
+    symbolic link would, but it is no link, and says so.)"""
+
+
+#: The start of every refusal reason of a replaced root.
+ROOT_REPLACED = "the target root was replaced"
+
+
 class PathAbsentError(TargetError):
     """The path, or one of its parents, does not exist."""
 

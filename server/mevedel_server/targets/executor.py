@@ -399,7 +399,12 @@ class Executor:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != self.identity:
             os.close(fd)
-            raise Refused(FAILED, "the target root was replaced", unsafe=True)
+            raise Refused(
+                FAILED,
+                "the target root was replaced since the target pinned it (deleted and made again, or "
+                "another directory moved to its place); nothing was done: open the location anew",
+                unsafe=True,
+            )
         return fd
 
     def _open_directory(self, parts):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .clock import Clock
-from .errors import PathAbsentError, TargetError, TargetOperationError, UnsafePathError
+from .errors import ROOT_REPLACED, PathAbsentError, RootReplacedError, TargetError, TargetOperationError, UnsafePathError
 from .executor import ProgramRefused
 from .program import (
     FILE_SCAN_RECORD,
@@ -275,5 +275,7 @@ def refusal_error_of(kind: str, path: str, reason: str) -> TargetError:
     if kind == "absent":
         return PathAbsentError(path, reason)
     if kind == "unsafe":
+        if ROOT_REPLACED in reason:
+            return RootReplacedError(path, reason)
         return UnsafePathError(path, reason)
     return TargetOperationError(path, reason)

@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from .errors import (
+    ROOT_REPLACED,
     PathAbsentError,
     PathConflictError,
+    RootReplacedError,
     TargetError,
     TargetOperationError,
     UnsafePathError,
@@ -62,6 +64,8 @@ def raise_for_result(op: Operation, result: OpResult) -> None:
     if result.status is Status.CONFLICT:
         raise PathConflictError(op.path, "already exists")
     if result.status is Status.FAILED and result.unsafe:
+        if (result.reason or "").startswith(ROOT_REPLACED):
+            raise RootReplacedError(op.path, result.reason or ROOT_REPLACED)
         raise UnsafePathError(op.path, result.reason or "unsafe path")
     if result.status is Status.FAILED:
         raise TargetOperationError(op.path, result.reason or "operation failed")
