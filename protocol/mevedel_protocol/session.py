@@ -25,6 +25,8 @@ SESSION_ERROR_KINDS = frozenset(
         "stale-head",
         "recovery-pending",
         "transfer-draining",
+        "identity-needs-confirmation",
+        "identity-declined",
     }
 )
 
@@ -94,6 +96,9 @@ class SessionListEntry:
     current: bool
     latest_prompt: Optional[str] = None
     holder_host: Optional[str] = None
+    #: An interrupted Rewind or Redo waits for ``retryRecovery`` or
+    #: ``abandonRecovery``: its recovery ID (mutations are refused until then).
+    recovery_pending: Optional[str] = None
 
 
 @attrs.define
@@ -127,12 +132,15 @@ class SessionOpenParams:
     """Open a saved session and make it current. ``auto`` resumes a free or
     own lease, joins a live foreign one and asks (``window/showMessageRequest``)
     before taking over an expired one; ``confirm_takeover`` answers that
-    question in advance."""
+    question in advance. A session made in another workspace (a copied
+    session directory) is bound to this one only after a second question,
+    which ``confirm_identity`` answers in advance."""
 
     session_id: str
     mode: OpenMode = "auto"
     confirm_takeover: bool = False
     workspace_folder: Optional[str] = None
+    confirm_identity: bool = False
 
 
 @attrs.define
@@ -323,6 +331,8 @@ class TurnSummary:
 class TurnListResult:
     session_id: str
     turns: list[TurnSummary]
+    #: As in ``SessionListEntry``.
+    recovery_pending: Optional[str] = None
 
 
 @attrs.define

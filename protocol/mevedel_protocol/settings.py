@@ -114,6 +114,13 @@ class Settings:
     #: A turn whose agent sends nothing (no update, no request) for this
     #: long, while no command runs and no question waits, has failed.
     agent_idle_timeout_seconds: int = 900
+    #: A turn in flight is published every this many seconds, so a crash
+    #: loses at most that much (0: only at settlement).
+    checkpoint_interval_seconds: int = 30
+    #: Sessions not updated for this many days are removed (0: never)...
+    session_max_age_days: int = 30
+    #: ...except the this-many most recently updated ones.
+    session_keep_recent: int = 3
     #: The longest message body the server reads, in bytes; a longer frame
     #: is skipped and answered with a ``parse-error``.
     max_message_bytes: int = 64 * 1024 * 1024

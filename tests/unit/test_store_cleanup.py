@@ -118,10 +118,10 @@ async def test_the_most_recent_sessions_are_kept_whatever_their_age(tmp_path, ta
     now = int(time.time())
     for n in range(12):
         await aged_session(target, tmp_path, sid(n + 1), 100 + n, now=now)
-    report = await remove_expired_sessions(target, ME)  # defaults: 30 days, keep 10
-    assert {r.session_id for r in report.removed} == {sid(11), sid(12)}  # the two oldest
-    assert len(remaining(tmp_path)) == 10
-    assert all("10 most recently updated" in k.reason for k in report.kept)
+    report = await remove_expired_sessions(target, ME)  # the spec's defaults: 30 days, keep 3
+    assert {r.session_id for r in report.removed} == {sid(n) for n in range(4, 13)}  # all but the 3 newest
+    assert remaining(tmp_path) == {sid(1), sid(2), sid(3)}
+    assert all("3 most recently updated" in k.reason for k in report.kept)
 
 
 async def test_configured_age_and_disabled_cleanup(tmp_path, target):

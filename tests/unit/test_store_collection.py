@@ -1,7 +1,8 @@
 """Publication collection: retention by reference (head, settled-turn
-representatives, newest 3, directories retained manifests name), bounded
-steps under a proven lease, orphans, bad manifests, and a crash walk in which
-every retained generation still verifies afterwards."""
+representatives, newest 3, the files retained manifests name: other
+directories are trimmed to those), bounded steps under a proven lease,
+orphans, bad manifests, and a crash walk in which every retained generation
+still verifies afterwards."""
 
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def turns(count: int, in_flight: bool = False) -> dict[str, bytes]:
 
 def pubs_dir(root: Path) -> Path:
     return root / ".mevedel" / "sessions" / SID / ".publications"
+
+
+def generations(root: Path) -> set[str]:
+    """Publication directories that still hold a manifest."""
+    return {n for n in os.listdir(pubs_dir(root)) if (pubs_dir(root) / n / "manifest.json").exists()}
 
 
 def publication_ids(root: Path) -> set[str]:
@@ -152,14 +158,22 @@ async def test_collection_keeps_head_representatives_recent_and_referenced(tmp_p
     assert "representative of 2 settled turns (offered by Redo)" in reasons[p["p5"]]
     assert "representative of 1 settled turn (offered by Redo)" in reasons[p["p2"]]
     # p1 is no representative (p2 is the same state and newer), but every
-    # later manifest names its segment bytes, so its directory stays whole;
-    # p4 is the same state as the newer p5, which names p4's prompt index.
-    assert reasons[p["p1"]] == reasons[p["p4"]] == ("named by a retained manifest",)
+    # later manifest names its segment bytes, so its directory keeps them
+    # and loses the rest (its manifest first); p4 is the same state as the
+    # newer p5, which names p4's prompt index.
+    assert set(report.trimmed) == {p["p1"], p["p4"]}
+    for key in ("p1", "p4"):
+        assert reasons[p[key]][0].startswith("named by a retained manifest (trimmed to the")
+    assert generations(tmp_path) == {p[k] for k in ("p2", "p5", "p6", "p7", "p8")}
+    retained = [series.heads[series.ids.index(p[k])] for k in ("p2", "p5", "p6", "p7", "p8")]
+    named = {entry.published.split("/")[2] for h in retained for entry in (await load_manifest(target, PATHS, h)).entries.values()
+             if entry.published.split("/")[1] == p["p1"]}
+    assert set(os.listdir(pubs_dir(tmp_path) / p["p1"])) == named
     head = await read_committed(target, SID)
     assert head.head == series.heads[-1]
     assert (await head.read_all())["segment-0001.chat.jsonl"] == BIG
     for index, pid in enumerate(series.ids):
-        if pid in publication_ids(tmp_path):
+        if pid in generations(tmp_path):
             await verify_generation(target, series.heads[index])
     # Nothing left to do: a second step removes nothing.
     again = await collect(lease)
@@ -323,14 +337,19 @@ async def test_a_crash_at_every_write_of_a_step_leaves_every_retained_generation
         # collection resumes to the same end state.
         fresh = LocalTarget(root)
         await (await read_committed(fresh, SID)).read_all()
-        for key in ("p1", "p2", "p4", "p5", "p6", "p7", "p8"):
+        for key in ("p2", "p5", "p6", "p7", "p8"):
             await verify_generation(fresh, series.heads[series.ids.index(p[key])])
+        # A generation whose manifest survived is whole (its manifest is
+        # retired before any of its payloads goes).
+        for pid in generations(root):
+            await verify_generation(fresh, series.heads[series.ids.index(pid)])
         if not crashed:
             break
         again = await acquire_lease(fresh, SID, ME, duration_seconds=600)
         while (await collect(again)).remaining:
             pass
         assert publication_ids(root) == {p[k] for k in ("p1", "p2", "p4", "p5", "p6", "p7", "p8")}
+        assert generations(root) == {p[k] for k in ("p2", "p5", "p6", "p7", "p8")}
     print(f"collection crash points walked: {points - 1}")
     assert points - 1 >= 7  # marker, manifest, three files, directory, marker
 
@@ -357,3 +376,19 @@ async def test_collection_keeps_exactly_the_states_redo_offers(tmp_path, session
     assert set(report.removed) | set(reasons) == {q1, q2, q3, q4, q5}
     assert q1 not in representatives
     assert {s.publication_id for s in (await redo_states(target, SID)).states} == offered
+
+
+async def test_a_settled_turn_survives_collection_while_the_next_turn_is_in_flight(tmp_path, session):
+    """Collection runs after every mid-turn checkpoint: the settled state
+    the head continues from must stay, since Redo offers it once the turn
+    settles and no other generation holds it settled."""
+    target, lease, series = session
+    settled = await series.publish({"session.json": sidecar(1), **turns(1)})
+    await series.publish({"session.json": sidecar(1, in_flight=True), **turns(1, True)})
+    await series.publish({"session.json": sidecar(1, in_flight=True, updated=1_001), **turns(1, True)})
+    report = await collect(lease, keep_recent=0)
+    reasons = {k.publication_id: k.reasons for k in report.kept}
+    assert any("representative of 1 settled turn" in r for r in reasons[settled])
+    await series.publish({"session.json": sidecar(2), **turns(2)})
+    await collect(lease, keep_recent=0)
+    assert [s.publication_id for s in (await redo_states(target, SID)).states] == [settled]

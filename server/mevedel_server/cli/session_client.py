@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import ClientIdentity, LeaseState
-from ..store.service import SessionService, error_kind, is_refusal
+from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
 from ..targets.location import parse_workspace_location, workspace_target
 
@@ -125,7 +125,7 @@ def open_service(arguments: argparse.Namespace) -> SessionService:
         target = workspace_target(location) if isinstance(location, SshLocation) else LocalTarget(location)
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
-    return SessionService(target, cli_identity())
+    return SessionService(target, cli_identity(), **PRODUCT_STORAGE)
 
 
 async def held_session(service: SessionService, given: str | None) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary
 from ..store.lease import describe_target_time
-from ..store import TakeoverNeedsConfirmation
+from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.workspace import SESSION_ID_PATTERN
 from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command
 
@@ -45,6 +45,11 @@ def register(subparsers: Any) -> None:
     opening.add_argument("--mode", choices=[m.value for m in OpenMode], default=OpenMode.AUTO.value)
     opening.add_argument(
         "--confirm-takeover", action="store_true", help="take over a lease whose holder let it expire"
+    )
+    opening.add_argument(
+        "--confirm-identity",
+        action="store_true",
+        help="bind a session made in another workspace (a copied session directory) to this one",
     )
     add_common(opening)
     opening.set_defaults(run=run_open)
@@ -110,6 +115,7 @@ def info_data(info: SessionInfo) -> dict[str, Any]:
         "settled_turns": info.settled_turns,
         "open_turn": info.open_turn,
         "reconciliation_pending": info.reconciliation_pending,
+        "recovery_pending": info.recovery_pending,
     }
 
 
@@ -117,7 +123,17 @@ def info_line(info: SessionInfo) -> str:
     access = "writable" if info.read_only_reason is None else f"read-only ({info.read_only_reason})"
     turn = f", turn {info.open_turn} in flight" if info.open_turn else ""
     saved = "" if info.materialized else ", not saved yet"
-    return f"{info.session_id}  {info.display_name}  [{access}; {info.settled_turns} settled turns{turn}{saved}]"
+    line = f"{info.session_id}  {info.display_name}  [{access}; {info.settled_turns} settled turns{turn}{saved}]"
+    if info.recovery_pending:
+        line += "\n" + recovery_line(info.recovery_pending)
+    return line
+
+
+def recovery_line(recovery: str) -> str:
+    return (
+        f"  recovery {recovery} pending: an interrupted Rewind or Redo left project files to repair; "
+        "mevedel rewind --retry-recovery finishes it, --abandon-recovery drops it"
+    )
 
 
 def run_list(arguments: argparse.Namespace) -> int:
@@ -134,6 +150,7 @@ def run_list(arguments: argparse.Namespace) -> int:
                 "holder_host": row.holder_host,
                 "lease": row.standing.value,
                 "published": row.published,
+                "recovery_pending": row.recovery_pending,
             }
             for row in listing.rows
         ]
@@ -141,7 +158,10 @@ def run_list(arguments: argparse.Namespace) -> int:
             {"name": row.name, "subject": row.subject.value, "kind": row.kind.value if row.kind else None, "reason": row.reason}
             for row in listing.inspect_rows
         ]
-        lines = [_row_line(row) for row in listing.rows] or ["no sessions in this workspace"]
+        lines = [
+            line for row in listing.rows
+            for line in [_row_line(row), *([recovery_line(row.recovery_pending)] if row.recovery_pending else [])]
+        ] or ["no sessions in this workspace"]
         lines += [f"{row['name']}  Inspect  ({row['reason']})" for row in inspect]
         emit(arguments, {"sessions": rows, "inspect": inspect}, lines)
 
@@ -192,11 +212,18 @@ def run_open(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await session_named(service, arguments.session_id)
         try:
-            opened = await service.open(sid, arguments.mode, confirm_takeover=arguments.confirm_takeover)
+            opened = await service.open(
+                sid, arguments.mode, confirm_takeover=arguments.confirm_takeover, confirm_identity=arguments.confirm_identity
+            )
         except TakeoverNeedsConfirmation as asked:
             raise CommandError(
                 "takeover-needs-confirmation",
                 f"{asked}; if that client has stopped, take it over with: mevedel session open {sid} --confirm-takeover",
+            ) from None
+        except IdentityNeedsConfirmation as asked:
+            raise CommandError(
+                "identity-needs-confirmation",
+                f"{asked}; if it was copied here on purpose, bind it with: mevedel session open {sid} --confirm-identity",
             ) from None
         data = info_data(opened.info) | {"action": opened.action, "interrupted_turn": opened.interrupted_turn}
         lines = [f"{opened.action}: {info_line(opened.info)}"]
@@ -293,8 +320,12 @@ def run_turns(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
         summaries = await service.turns(sid)
+        recovery = await service.recovery_pending(sid)
         lines = [f"{t.turn:>4}  {t.state:<11}  {t.preview}" for t in summaries] or [f"{sid} has no turns yet"]
-        emit(arguments, {"session_id": sid, "turns": [summary_data(t) for t in summaries]}, lines)
+        if recovery:
+            lines.append(recovery_line(recovery))
+        data = {"session_id": sid, "turns": [summary_data(t) for t in summaries], "recovery_pending": recovery}
+        emit(arguments, data, lines)
 
     return run_command(arguments, body)
 

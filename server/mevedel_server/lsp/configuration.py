@@ -68,6 +68,12 @@ def _check(name: str, value: Any) -> str | None:
                 return f"[{index}] {error}"
     if name == "agents":
         return agents_problem(value)
+    if name == "checkpointIntervalSeconds" and not 0 <= value <= 86_400:
+        return f"must be between 1 and 86400 seconds (or 0: only at settlement), got {value}"
+    if name == "sessionMaxAgeDays" and not 0 <= value <= 36_500:
+        return f"must be between 1 and 36500 days (or 0: never remove sessions), got {value}"
+    if name == "sessionKeepRecent" and not 0 <= value <= 10_000:
+        return f"must be between 0 and 10000, got {value}"
     if name == "maxMessageBytes" and not MIN_MESSAGE_BYTES <= value <= MAX_MESSAGE_BYTES:
         return f"must be between {MIN_MESSAGE_BYTES} and {MAX_MESSAGE_BYTES} bytes, got {value}"
     if name in _AGENT_SECONDS and not 1 <= value <= 86_400:

@@ -22,7 +22,7 @@ from mevedel_protocol import session as wire
 from pygls.exceptions import JsonRpcException
 
 from ..addresses import parse_address
-from ..store import TakeoverNeedsConfirmation
+from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.service import SessionInfo, error_kind, is_refusal
 from .errors import failure, internal_failure, structure_params
 from .session_registry import SessionRegistry
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 TAKE_OVER = "Take over"
+BIND_HERE = "Bind here"
 CANCEL = "Cancel"
 TRANSCRIPT = parse_address("history://root")
 
@@ -112,6 +113,31 @@ async def confirm_takeover(ls: MevedelLanguageServer, asked: TakeoverNeedsConfir
     # Only an explicit Take over consents; null (dismissed) or anything else is Cancel.
     title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
     return title == TAKE_OVER
+
+
+async def confirm_identity(ls: MevedelLanguageServer, asked: IdentityNeedsConfirmation) -> bool:
+    """Ask the user whether to bind a session made in another workspace (a
+    copied session directory) to this one; only an explicit Bind here
+    consents (null, an error, another title or no answer in time: Cancel)."""
+    question = types.ShowMessageRequestParams(
+        type=types.MessageType.Warning,
+        message=(
+            f"Session {asked.session_id} was made in another workspace (it was copied here?). "
+            "Bind it to this workspace? Its next save records this workspace, and its agent starts a new conversation."
+        ),
+        actions=[types.MessageActionItem(title=BIND_HERE), types.MessageActionItem(title=CANCEL)],
+    )
+    waiting = ls.settings.control_transfer.prompt_timeout_seconds
+    try:
+        answer = await asyncio.wait_for(ls.window_show_message_request_async(question), waiting)
+    except asyncio.TimeoutError:
+        _log.info("session %s: the identity question had no answer within %s s: Cancel", asked.session_id, waiting)
+        return False
+    except Exception as error:  # an error answer is no consent
+        _log.info("session %s: the identity question was answered with an error (%s): Cancel", asked.session_id, error)
+        return False
+    title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
+    return title == BIND_HERE
 
 
 def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:

@@ -188,7 +188,20 @@ def build_server() -> MevedelLanguageServer:
     for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control, follow, agents):
         feature.register(ls)
     _register_exit(ls)
+    _register_start(ls)
     return ls
+
+
+def _register_start(ls: MevedelLanguageServer) -> None:
+    """``initialized``: the workspace folders' session services start (and
+    sweep their expired sessions in the background)."""
+
+    @ls.feature(types.INITIALIZED)
+    def initialized(ls: MevedelLanguageServer, *_args: Any) -> None:
+        from .workspaces import folders
+
+        if ls.sessions is not None:
+            ls.sessions.start(folders(ls))
 
 
 def _register_exit(ls: MevedelLanguageServer) -> None:

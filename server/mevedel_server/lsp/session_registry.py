@@ -21,7 +21,7 @@ from mevedel_protocol import converter, methods
 from mevedel_protocol.session import SessionDidChangeParams
 
 from ..store import ClientIdentity
-from ..store.service import LiveHistory, SessionChange, SessionService
+from ..store.service import PRODUCT_STORAGE, LiveHistory, SessionChange, SessionService
 from ..store.service.control import SessionControl
 from ..targets import Target, TargetError
 from ..targets.location import workspace_target
@@ -49,6 +49,18 @@ class SessionRegistry:
 
         #: Session watchers and the following of read-only sessions.
         self.follow = FollowManager(ls)
+        ls.on_settings_changed.append(self._apply_settings)
+
+    def start(self, folders: list[Folder]) -> None:
+        """The server started (``initialized``): each local folder's service
+        exists, and its expired sessions are swept in the background. A
+        remote folder's waits for its first use (no connection at start)."""
+        for folder in folders:
+            if folder.remote is None:
+                try:
+                    self.service(folder)
+                except Exception as error:  # a folder that cannot hold sessions says so when used
+                    _log.warning("workspace folder %s: %s", folder.uri, error)
 
     def service(self, folder: Folder) -> SessionService:
         known = self._services.get(folder.key)
@@ -58,13 +70,25 @@ class SessionRegistry:
             target = workspace_target(folder.remote or folder.root)
         except TargetError as error:
             raise failure("unavailable", folder.uri, f"the workspace folder cannot hold sessions: {error.reason}") from None
-        service = SessionService(target, self.client, lease_seconds=self.ls.settings.lease_seconds)
+        settings = self.ls.settings
+        service = SessionService(
+            target,
+            self.client,
+            lease_seconds=settings.lease_seconds,
+            git_excludes=PRODUCT_STORAGE["git_excludes"],
+            **_storage(settings),
+        )
         service.on_change.append(lambda change: self._changed(folder, change))
+        service.sweep_expired_soon()
         self.follow.attach(folder, service)
         self._services[folder.key] = (folder, service)
         for attach in self.on_service:
             attach(folder, service)
         return service
+
+    def _apply_settings(self) -> None:
+        for _folder, service in self._services.values():
+            service.configure(**_storage(self.ls.settings))
 
     def target(self, folder: Folder | None) -> Target | None:
         known = self._services.get(folder.key) if folder is not None else None
@@ -131,3 +155,13 @@ class SessionRegistry:
             self.ls.protocol.notify(methods.SESSION_DID_CHANGE, converter.unstructure(params))
         except Exception:  # a notification that cannot be sent must not fail the save
             _log.exception("could not send %s", methods.SESSION_DID_CHANGE)
+
+
+def _storage(settings) -> dict:
+    """The service options the storage settings give (0 disables)."""
+    return {
+        "publication_keep_recent": PRODUCT_STORAGE["publication_keep_recent"],
+        "checkpoint_seconds": settings.checkpoint_interval_seconds or None,
+        "session_max_age_days": settings.session_max_age_days or None,
+        "session_keep_recent": settings.session_keep_recent,
+    }

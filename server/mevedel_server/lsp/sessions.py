@@ -2,8 +2,8 @@
 and their ``workspace/executeCommand`` commands. Each is thin: decode params,
 find the folder's session service, call it, encode the result. Store
 refusals become ResponseErrors whose ``data.kind`` is the service's stable
-kind; a takeover of an expired foreign lease is asked through
-``window/showMessageRequest``."""
+kind; a takeover of an expired foreign lease, and binding a session made in
+another workspace, are asked through ``window/showMessageRequest``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from lsprotocol import types
 from mevedel_protocol import methods
 from mevedel_protocol import session as wire
 
-from ..store import TakeoverNeedsConfirmation
+from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.service import (
     SaveResult,
     SegmentRotation,
@@ -30,6 +30,7 @@ from .handlers import (
     TAKE_OVER,
     TRANSCRIPT,
     command_handler,
+    confirm_identity,
     confirm_takeover,
     folder as _folder,
     registry as _registry,
@@ -104,6 +105,7 @@ async def list_sessions(ls: MevedelLanguageServer, params: wire.SessionListParam
             current=row.session_id == current,
             latest_prompt=row.latest_preview,
             holder_host=row.holder_host,
+            recovery_pending=row.recovery_pending,
         )
         for row in listing.rows
     ]
@@ -124,12 +126,19 @@ async def create_session(ls: MevedelLanguageServer, params: wire.SessionCreatePa
 async def open_session(ls: MevedelLanguageServer, params: wire.SessionOpenParams) -> wire.SessionOpenResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_OPEN)
     service = _registry(ls).service(folder)
-    try:
-        opened = await service.open(params.session_id, params.mode, confirm_takeover=params.confirm_takeover)
-    except TakeoverNeedsConfirmation as asked:
-        if not await confirm_takeover(ls, asked):
-            raise failure("takeover-declined", params.session_id, f"{asked}; the takeover was not confirmed") from None
-        opened = await service.open(params.session_id, "takeover", confirm_takeover=True)
+    mode, takeover, identity = params.mode, params.confirm_takeover, params.confirm_identity
+    while True:  # each question at most once: takeover, then identity
+        try:
+            opened = await service.open(params.session_id, mode, confirm_takeover=takeover, confirm_identity=identity)
+            break
+        except TakeoverNeedsConfirmation as asked:
+            if takeover or not await confirm_takeover(ls, asked):
+                raise failure("takeover-declined", params.session_id, f"{asked}; the takeover was not confirmed") from None
+            mode, takeover = "takeover", True
+        except IdentityNeedsConfirmation as asked:
+            if identity or not await confirm_identity(ls, asked):
+                raise failure("identity-declined", params.session_id, f"{asked}; binding it was not confirmed") from None
+            identity = True
     _registry(ls).make_current(folder, opened.info.session_id)
     return wire.SessionOpenResult(_state(ls, folder, opened.info), opened.action, opened.interrupted_turn)
 
@@ -234,7 +243,8 @@ async def abort_turn(ls: MevedelLanguageServer, params: wire.TurnAbortParams) ->
 
 async def list_turns(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.TurnListResult:
     service, sid = _turn_target(ls, params, methods.TURN_LIST)
-    return wire.TurnListResult(sid, [_summary(t) for t in await service.turns(sid)])
+    turns = [_summary(t) for t in await service.turns(sid)]
+    return wire.TurnListResult(sid, turns, await service.recovery_pending(sid))
 
 
 async def show_turn(ls: MevedelLanguageServer, params: wire.TurnShowParams) -> wire.TurnShowResult:

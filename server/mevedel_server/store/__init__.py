@@ -45,6 +45,7 @@ from .errors import (
     SessionOccupied,
     StoreError,
     TakeoverNeedsConfirmation,
+    IdentityNeedsConfirmation,
 )
 from .layout import SessionPaths
 from .lease import (
@@ -169,6 +170,7 @@ __all__ = [
     "SessionPaths",
     "StoreError",
     "TakeoverNeedsConfirmation",
+    "IdentityNeedsConfirmation",
     "WorkspaceIdentity",
     "acquire_lease",
     "allocate_session_id",

@@ -22,6 +22,12 @@ is removed only when all of these hold:
   never removed); an unreadable manifest or sidecar does not protect an
   expired session.
 
+A session directory with nothing committed that is no session -- the
+remains of an interrupted Fork, Save As or Worktree Fork, or of a first
+save cut short (:func:`~.listing.find_unfinished`) -- is removed whatever
+its age once no live lease holds it (:func:`remove_unfinished_sessions`,
+also run by every cleanup), and never counts among the recent sessions.
+
 Removal claims the next lease generation (no prompt: the previous owner's
 lease has expired), checks that the generation it claimed over is the one it
 judged, rechecks the recovery marker (none can appear once the claim is held:
@@ -49,12 +55,13 @@ from ..targets import (
 )
 from .errors import StoreError
 from .lease import ClientIdentity, LeaseHandle, LeaseStanding, acquire_lease
-from .listing import InspectSubject, SessionSurvey, survey_sessions
+from .layout import SessionPaths
+from .listing import InspectSubject, SessionSurvey, UnfinishedSession, find_unfinished, survey_sessions
 from .records import LeaseState
 from .recovery import find_recovery
 
 DEFAULT_MAX_AGE_DAYS = 30
-DEFAULT_KEEP_RECENT = 10
+DEFAULT_KEEP_RECENT = 3
 _DAY = 86_400
 #: Lease taken for the deletion itself.
 _CLAIM_SECONDS = 60
@@ -136,8 +143,12 @@ async def remove_expired_sessions(
     surveys = [s for s in surveys if not s.vanished]
     if now is None:
         now = await read_target_clock(target, ".")
-    removed: list[RemovedSession] = []
-    kept: list[KeptSession] = []
+    unfinished = await find_unfinished(target, surveys, now)
+    first = await remove_unfinished_sessions(target, client, unfinished, open_sessions=open_sessions)
+    removed: list[RemovedSession] = list(first.removed)
+    kept: list[KeptSession] = list(first.kept)
+    skip = {u.session_id for u in unfinished}
+    surveys = [s for s in surveys if s.name not in skip]
     sessions: list[SessionSurvey] = []
     for survey in surveys:
         if survey.paths is None or (survey.problem and survey.problem.subject is InspectSubject.DIRECTORY):
@@ -189,27 +200,60 @@ async def _recovery_keeps(target: Target, session_id: str) -> str | None:
     return None
 
 
+async def remove_unfinished_sessions(
+    target: Target, client: ClientIdentity, unfinished: Collection[UnfinishedSession], *, open_sessions: Collection[str] = ()
+) -> CleanupReport:
+    """Remove the directories :func:`~.listing.find_unfinished` found
+    removable (claimed first, and only while still nothing is committed)."""
+    removed: list[RemovedSession] = []
+    kept: list[KeptSession] = []
+    for u in unfinished:
+        if not u.removable:
+            kept.append(KeptSession(u.session_id, f"{u.reason} (not a session; removed once its lease is free)"))
+            continue
+        if u.session_id in open_sessions:
+            kept.append(KeptSession(u.session_id, f"{u.reason}; open in this client"))
+            continue
+        outcome = await _remove_claimed(target, client, SessionPaths(u.session_id), u.generation, unpublished=True)
+        if outcome is None:
+            removed.append(RemovedSession(u.session_id, 0, f"{u.reason}: nothing was ever committed"))
+        else:
+            kept.append(KeptSession(u.session_id, outcome))
+    return CleanupReport(tuple(removed), tuple(kept), None)
+
+
 async def _remove_session(target: Target, client: ClientIdentity, survey: SessionSurvey) -> str | None:
     """Claim, re-check, walk and delete; ``None`` when removed, else why kept."""
     assert survey.paths is not None and survey.observation is not None
-    judged = survey.observation
+    return await _remove_claimed(target, client, survey.paths, survey.observation.generation)
+
+
+async def _remove_claimed(
+    target: Target, client: ClientIdentity, paths: SessionPaths, judged_generation: int, *, unpublished: bool = False
+) -> str | None:
+    """Claim, re-check, walk and delete; ``None`` when removed, else why
+    kept. ``unpublished``: only while the claim still names no head."""
+    session_id = paths.session_id
     try:
         lease = await acquire_lease(
-            target, survey.name, client, duration_seconds=_CLAIM_SECONDS, confirm_takeover=True
+            target, session_id, client, duration_seconds=_CLAIM_SECONDS, confirm_takeover=True
         )
     except (StoreError, TargetError) as exc:  # held, raced, or unreadable meanwhile
         return f"its lease could not be claimed for removal: {exc}"
     # A claim writes two generations above the one it observed: anything
     # else means the session was used after it was judged.
-    if lease.generation - 2 != judged.generation:
+    if lease.generation - 2 != judged_generation:
         await _release_quietly(lease)
         return "it was used while cleanup ran"
-    recovery = await _recovery_keeps(target, survey.name)
+    if unpublished and lease.publication_head is not None:
+        await _release_quietly(lease)
+        return "it was published while cleanup ran"
+    recovery = await _recovery_keeps(target, session_id)
     if recovery:
         await _release_quietly(lease)
         return recovery
     try:
-        files, directories = await _walk(target, survey.paths.root)
+        files, directories = await _walk(target, paths.root)
     except _Unremovable as exc:
         await _release_quietly(lease)
         return f"not removable: {exc}"

@@ -7,17 +7,22 @@ What is retained
 - exactly what Redo offers (:func:`~.redo.turn_state_representatives`): the
   newest generation of each turn state -- settled turn count and the identity
   of the last settled turn, so two branches of the same length both stay --
-  not captured mid-turn;
+  not captured mid-turn; and, while the head is a mid-turn checkpoint, the
+  newest settled generation of the head's own state (Redo offers it once
+  the turn settles, and no other generation holds it settled);
 - the newest :data:`DEFAULT_KEEP_RECENT` generations;
-- every directory a retained manifest names: unchanged payloads reuse the
+- every file a retained manifest names: unchanged payloads reuse the
   immutable bytes of earlier publications, so a retained manifest can pin a
-  file inside an older directory, and that directory stays whole.
+  file inside an older directory.
 
-Collection works at directory granularity: a directory some retained
-manifest names is kept entire (its own obsolete manifest included) until the
-last reference to it disappears. Generations are ordered by their manifest's
-modification time, in whole seconds of the target clock; generations sharing
-the boundary second are all retained, so a tie never drops a newer one.
+A retained generation's directory is kept whole. Any other directory that
+a retained manifest names is *trimmed*: its own obsolete manifest is
+retired (it stops being a generation) and the files no retained manifest
+names are removed; the directory and the named files stay until the last
+reference to them disappears, and it is removed then. Generations are
+ordered by their manifest's modification time, in whole seconds of the
+target clock; generations sharing the boundary second are all retained, so
+a tie never drops a newer one.
 
 What is never removed
 ---------------------
@@ -27,7 +32,10 @@ What is never removed
   recent window blocks the whole collection);
 - a manifest-less directory (an uncommitted publication) modified at or after
   the head's manifest: a publication of this very writer may be in flight;
-  only orphans strictly older than the head are collected;
+  only orphans strictly older than the head are collected -- unless the
+  caller holds the publisher's lock (``quiesced``), so that no publication
+  of this writer can be in flight, and no other writer can publish without
+  the lease this step proves;
 - anything that is not a ``<32 hex>`` directory of plain files (a step that
   meets a subdirectory or a symlink stops there and says so).
 
@@ -36,12 +44,16 @@ How removal runs
 Each step is one control program: ``Verify`` of this client's exact lease
 generation bytes, ``Verify`` that the next generation is absent (nobody
 claimed or superseded the lease), then at most ``max_removals`` removals.
-Before a directory loses anything, a marker ``.publications/.collecting-<id>``
-is created beside it; then the directory loses its manifest (so it no longer
-reads as a generation), its payloads and itself, and the marker goes last. A
-step cut short by its budget or by a crash leaves the marker, and the next
-step resumes that directory without re-judging it (once files are gone its
-remains look newer than the head, which would otherwise protect them).
+Every obsolete manifest the step retires goes before any payload, so an
+interruption never leaves a discoverable generation whose bytes were
+collected. Before a directory that goes whole loses anything, a marker
+``.publications/.collecting-<id>`` is created beside it; then the directory
+loses its manifest (so it no longer reads as a generation), its payloads and
+itself, and the marker goes last. A step cut short by its budget or by a
+crash leaves the marker, and the next step resumes that directory without
+re-judging it (once files are gone its remains look newer than the head,
+which would otherwise protect them). Trimming needs no marker: every step
+judges a trimmed directory afresh by the references to its files.
 The lease is renewed first when the target clock shows it close to expiry.
 """
 
@@ -71,7 +83,7 @@ from .layout import MANIFEST_NAME, SessionPaths, head_path
 from .lease import LeaseHandle
 from .listing import decode_manifest
 from .records import PublicationManifest, RecordError
-from .redo import PublishedHead, turn_state_representatives
+from .redo import PublishedHead, TurnStateFacts, turn_state_representatives
 
 DEFAULT_KEEP_RECENT = 3
 DEFAULT_MAX_REMOVALS = 64
@@ -83,6 +95,7 @@ _SURVEY_BATCH = 64
 _RENEW_MARGIN = 10
 
 _PUBLICATION_NAME = re.compile(r"^[0-9a-f]{32}\Z")
+_NAMED = "named by a retained manifest"
 #: A temporary file a crash left while a marker was being created.
 _MARKER_DEBRIS = re.compile(r"^\.\.collecting-[0-9a-f]{32}\.[0-9a-z]+\.tmp\Z")
 
@@ -107,6 +120,23 @@ class CollectionReport:
     blocked: str | None = None
     #: Why the removal program stopped early (the lease moved, a removal failed).
     stopped: str | None = None
+    #: Directories this step trimmed (manifest retired, unnamed files removed).
+    trimmed: tuple[str, ...] = ()
+
+
+@dataclass
+class CollectionCache:
+    """What earlier steps learnt, for the next step of the same lease holder:
+    a generation directory's survey (only this holder changes its session's
+    publications, and a step forgets every directory it touches) and each
+    generation's turn state (immutable bytes). Without it every step
+    surveys and judges every generation again."""
+
+    #: Publication ID -> (entries, directory mtime, manifest mtime, manifest).
+    surveys: dict[str, tuple[tuple[str, ...], int, int | None, PublicationManifest | None]] = field(default_factory=dict)
+    turn_states: TurnStateFacts = field(default_factory=dict)
+    #: The lease generation these facts were gathered under.
+    holder: tuple[str, str] | None = None
 
 
 @dataclass
@@ -204,13 +234,18 @@ async def collect(
     *,
     max_removals: int = DEFAULT_MAX_REMOVALS,
     keep_recent: int = DEFAULT_KEEP_RECENT,
+    quiesced: bool = False,
+    cache: CollectionCache | None = None,
 ) -> CollectionReport:
     """One bounded collection step for the session ``lease`` holds.
 
     Removes at most ``max_removals`` files and directories, in one program
     that first proves ``lease`` is still the current generation. Call again
     while ``remaining`` is non-zero. Raises :class:`LeaseLost` when the handle
-    no longer holds the lease.
+    no longer holds the lease. ``quiesced``: the caller holds the
+    publisher's lock, so nothing newer than the head can be in flight.
+    ``cache``: facts earlier steps of this lease holder learnt (see
+    :class:`CollectionCache`).
     """
     if isinstance(max_removals, bool) or not isinstance(max_removals, int) or max_removals < 1:
         raise ValueError("max_removals is a positive whole number")
@@ -243,10 +278,27 @@ async def collect(
             debris.append(f"{paths.publications_dir}/{name}")
         elif not name.startswith("."):
             foreign.append(KeptPublication(name, ("not a publication directory",)))
-    surveyed = await _run_batched(target, [_survey_ops(paths, d.publication_id) for d in directories], _SURVEY_BATCH)
-    for d, results in zip(directories, surveyed):
+    if cache is not None and cache.holder != (lease.session_id, lease.identity.client_id):
+        cache.surveys.clear()
+        cache.turn_states.clear()
+        cache.holder = (lease.session_id, lease.identity.client_id)
+    unknown = [d for d in directories if cache is None or d.publication_id not in cache.surveys]
+    surveyed = await _run_batched(target, [_survey_ops(paths, d.publication_id) for d in unknown], _SURVEY_BATCH)
+    for d, results in zip(unknown, surveyed):
         _accept_survey(paths, d, results)
+        # A directory without a manifest may be a publication in flight,
+        # unless the caller holds the publisher's lock.
+        settled = d.manifest is not None or (quiesced and d.publication_id not in markers)
+        if cache is not None and settled and not d.unusable and not d.manifest_problem:
+            cache.surveys[d.publication_id] = (d.entries, d.modified_at, d.manifest_mtime, d.manifest)
+    fresh = {d.publication_id for d in unknown}
+    for d in directories:
+        if cache is not None and d.publication_id not in fresh:
+            d.entries, d.modified_at, d.manifest_mtime, d.manifest = cache.surveys[d.publication_id]
         d.marked = d.publication_id in markers
+    if cache is not None:
+        for gone in set(cache.surveys) - {d.publication_id for d in directories}:
+            del cache.surveys[gone]
     by_id = {d.publication_id: d for d in directories}
     #: Markers whose directory is already gone (a step stopped just before
     #: removing the marker).
@@ -278,6 +330,8 @@ async def collect(
             continue
         elif d.manifest_problem:
             d.reasons.append(f"unreadable manifest: {d.manifest_problem}")
+        elif quiesced:
+            continue
         elif d.manifest is None and d.modified_at >= head_time:
             d.reasons.append("uncommitted and not older than the head (a publication may be in flight)")
         elif d.manifest is not None and d is not head_dir and (d.manifest_mtime or 0) >= head_time:
@@ -292,7 +346,9 @@ async def collect(
 
     generations = [d for d in directories if d.is_generation and not d.unusable]
     candidates = [PublishedHead(d.publication_id, d.manifest, d.manifest_mtime or 0) for d in generations]  # type: ignore[arg-type]
-    offered, unjudged = await turn_state_representatives(target, paths, candidates, head)
+    offered, unjudged = await turn_state_representatives(
+        target, paths, candidates, head, known=cache.turn_states if cache is not None else None, settled_current=True
+    )
 
     retained: dict[str, _Directory] = {}
 
@@ -309,12 +365,15 @@ async def collect(
     for h in offered:
         turns = h.turn_state[0]
         retain(by_id[h.publication_id], f"representative of {turns} settled turn{'' if turns == 1 else 's'} (offered by Redo)")
+    named_files: dict[str, set[str]] = {}
     for d in list(retained.values()):
         assert d.manifest is not None
         for entry in d.manifest.entries.values():
-            named = by_id.get(entry.published.split("/")[1])
-            if named is not None and named is not d and "named by a retained manifest" not in named.reasons:
-                named.reasons.append("named by a retained manifest")
+            _, pid, name = entry.published.split("/")
+            named = by_id.get(pid)
+            named_files.setdefault(pid, set()).add(name)
+            if named is not None and named is not d and _NAMED not in named.reasons:
+                named.reasons.append(_NAMED)
     for d in directories:
         if d.marked and d.reasons:
             # Cannot happen through this module (nothing retained is ever
@@ -322,10 +381,21 @@ async def collect(
             # marker never outranks a reference.
             d.reasons.append("marked for collection but still retained")
 
+    # Directories kept only for files a retained manifest names lose the rest.
+    trims: list[tuple[_Directory, list[str]]] = []
+    for d in directories:
+        if d.reasons != [_NAMED] or d.publication_id in retained:
+            continue
+        keep = named_files.get(d.publication_id, set())
+        extra = [name for name in d.entries if name not in keep]
+        if extra:
+            trims.append((d, sorted(extra, key=lambda n: n != MANIFEST_NAME)))
+            d.reasons[0] = f"{_NAMED} (trimmed to the {len(keep)} file{'' if len(keep) == 1 else 's'} retained manifests name)"
+
     candidates = [d for d in directories if not d.reasons]
     candidates.sort(key=lambda d: (not d.marked, d.manifest_mtime if d.manifest_mtime is not None else d.modified_at, d.publication_id))
     kept = tuple(foreign + [KeptPublication(d.publication_id, tuple(d.reasons)) for d in directories if d.reasons])
-    if not candidates and not stale_markers and not debris:
+    if not candidates and not trims and not stale_markers and not debris:
         return CollectionReport((), kept, 0)
 
     if now + _RENEW_MARGIN >= lease.record.expires_at:
@@ -337,16 +407,36 @@ async def collect(
         Verify(paths.generation(generation + 1), None),
     ]
     proof = len(ops)
+    # What this step removes, within the budget: obsolete manifests first
+    # (retired before any payload goes), then the payloads.
+    retire: list[Operation] = []
+    payloads: list[Operation] = []
     budget = max_removals
     for path in [*debris, *(_marker(paths, pid) for pid in stale_markers)][:budget]:
-        ops.append(Remove(path))
+        retire.append(Remove(path))
         budget -= 1
     for d in candidates:
         if budget == 0:
             break
         removal, count = _removal_ops(paths, d, budget)
-        ops += removal
+        # Its marker and its manifest retire it; the rest are payloads.
+        retiring = [op for op in removal if isinstance(op, CreateExclusive) or op.path.endswith(f"/{MANIFEST_NAME}")]
+        retire += retiring
+        payloads += [op for op in removal if not any(op is r for r in retiring)]
         budget -= count
+    for d, names in trims:
+        if budget == 0:
+            break
+        directory = paths.publication_dir(d.publication_id)
+        for name in names[:budget]:
+            (retire if name == MANIFEST_NAME else payloads).append(Remove(f"{directory}/{name}"))
+        budget -= min(budget, len(names))
+    ops += retire + payloads
+    if cache is not None:  # what this step touches is surveyed afresh next time
+        for d in candidates:
+            cache.surveys.pop(d.publication_id, None)
+        for d, _names in trims:
+            cache.surveys.pop(d.publication_id, None)
     result = await target.run(ControlProgram(ops))
 
     if result.stopped_at is not None and result.stopped_at < proof:
@@ -357,6 +447,11 @@ async def collect(
         )
     removed_paths = {op.path for op, r in zip(ops[proof:], result.results[proof:]) if isinstance(op, Remove) and r.ok}
     removed = tuple(d.publication_id for d in candidates if paths.publication_dir(d.publication_id) in removed_paths)
+    trimmed = tuple(
+        d.publication_id
+        for d, names in trims
+        if all(f"{paths.publication_dir(d.publication_id)}/{name}" in removed_paths for name in names)
+    )
     # Markers whose directory is gone but which this step did not remove.
     orphaned_markers = sum(1 for pid in (*stale_markers, *removed) if _marker(paths, pid) not in removed_paths)
     orphaned_markers += sum(1 for path in debris if path not in removed_paths)
@@ -368,7 +463,8 @@ async def collect(
     return CollectionReport(
         removed=removed,
         kept=kept,
-        remaining=len(candidates) - len(removed) + orphaned_markers,
+        remaining=len(candidates) - len(removed) + len(trims) - len(trimmed) + orphaned_markers,
         removed_entries=len(removed_paths),
         stopped=stopped,
+        trimmed=trimmed,
     )

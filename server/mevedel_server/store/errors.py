@@ -70,6 +70,23 @@ class TakeoverNeedsConfirmation(LeaseUnavailable):
     explicit confirmation (``confirm_takeover=True``)."""
 
 
+class IdentityNeedsConfirmation(StoreError):
+    """The session was made in another workspace (its sidecar records a
+    different workspace identity, as when a session directory is copied
+    from another project): resuming it binds it to this one, which needs
+    the user's explicit confirmation (``confirm_identity=True``)."""
+
+    def __init__(self, session_id: str, recorded: str, current: str | None) -> None:
+        here = f"this workspace's ({current[:12]}...)" if current else "this workspace, which has no identity yet"
+        super().__init__(
+            f"session {session_id} belongs to another workspace (identity {recorded[:12]}...), not {here}; "
+            "binding it to this workspace needs confirmation"
+        )
+        self.session_id = session_id
+        self.recorded = recorded
+        self.current = current
+
+
 class ClaimRaced(LeaseUnavailable):
     """Another client won the generation election this claim took part in."""
 

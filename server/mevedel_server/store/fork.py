@@ -20,14 +20,19 @@ Creating a child (:func:`publish_child`, shared with Save As and Worktree
 Fork): allocate an unused ID, create its directory exclusively, acquire the
 child's lease *before* any of its bytes are written, copy its ``local/``
 files behind that lease's proof, then publish one complete replacement
-snapshot -- the lease rotation naming it is the child's commit point. The
+snapshot -- the lease rotation naming it is the child's commit point. A
+marker (``.unpublished-child``, :data:`~.layout.UNPUBLISHED_CHILD`) is
+created with the directory, in its program, and removed after that publication: a
+listing never shows a child that has it and no head, and removes it once
+its lease is free (:mod:`.listing`, :mod:`.cleanup`). The
 child's files that hold the same bytes as a file the source's committed
 manifest names are hard links to it (checked byte for byte by the target),
 so a child costs the bytes that differ plus one name per artifact; the child
 owns those names, so removing or collecting the source never reaches it. Until
-then a reader sees a session with nothing committed; a failure before it
-removes what was created (a crash leaves an uncommitted directory whose
-claim expires). After it, failures are reported, never rolled back.
+then no listing shows the child; a failure before it removes what was
+created, and a crash leaves an uncommitted directory whose claim expires and
+which the next listing or cleanup then removes. After it, failures are
+reported, never rolled back.
 
 Variants (:func:`fork_variants`): the fork-point group of a response is a
 star found from persisted identity alone -- every session whose committed
@@ -41,7 +46,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..targets import Barrier, ControlProgram, CreateExclusive, ListDir, MakeDirs, Operation, Read, Remove, Stat, Status, Target, TargetError
+from ..targets import Barrier, ControlProgram, CreateExclusive, ListDir, MakeDirs, Operation, Read, Remove, Stat, Status, Target, TargetError, raise_for_result
 from .errors import SessionOccupied, StoreError
 from .layout import SessionPaths
 from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseHandle, acquire_lease, read_lease_head
@@ -217,7 +222,9 @@ async def publish_child(
     paths = SessionPaths(child_id)
     lease: LeaseHandle | None = None
     try:
-        await materialize_session(target, child_id)
+        # Until the one publication, the directory says what it is: a
+        # listing never shows it and, once its lease is free, removes it.
+        await materialize_session(target, child_id, child=True)
     except SessionOccupied:
         raise  # somebody else's directory: never remove it
     except (StoreError, TargetError):
@@ -240,11 +247,18 @@ async def publish_child(
             await remove_session_tree(target, paths)
         raise
     warning = None
+    try:  # with a committed head the marker means nothing: a failure only warns
+        unmark = Remove(paths.unpublished_child, optional=True)
+        done = (await target.run(ControlProgram([unmark])))[0]
+        if not done.ok and done.status is not Status.ABSENT:
+            raise_for_result(unmark, done)
+    except TargetError as error:
+        warning = f"the child's creation marker was not removed ({error}); with its head committed it means nothing"
     if not keep_lease:
         try:
             await lease.release()
         except (StoreError, TargetError) as error:
-            warning = f"the child's lease was not released ({error}); it expires on its own"
+            warning = (warning + "; " if warning else "") + f"the child's lease was not released ({error}); it expires on its own"
     if not keep_lease:
         return ChildSession(child_id, outcome.head, LazyConversation(artifacts), None, None, warning)
     return ChildSession(child_id, outcome.head, LazyConversation(artifacts), lease, publisher, warning)

@@ -43,6 +43,15 @@ def transfer_name(kind: str, transfer_generation: int) -> str:
     return f"{kind}-{transfer_generation:0{TRANSFER_DIGITS}d}.json"
 
 
+#: Created in a child session's directory (Fork, Save As, Worktree Fork)
+#: before anything else is written there and removed after its one
+#: publication: a child that still has it and no committed head is the
+#: remains of an interrupted creation (its ``local/`` files are copies).
+UNPUBLISHED_CHILD = ".unpublished-child"
+#: Session-relative directory of the session's own ``work://`` files.
+LOCAL_DIR = "local"
+
+
 @dataclass(frozen=True)
 class SessionPaths:
     """Target paths of one session. ``session_id`` is already validated."""
@@ -60,6 +69,10 @@ class SessionPaths:
     @property
     def publications_dir(self) -> str:
         return f"{self.root}/{PUBLICATIONS_DIR}"
+
+    @property
+    def unpublished_child(self) -> str:
+        return f"{self.root}/{UNPUBLISHED_CHILD}"
 
     @property
     def requests_dir(self) -> str:

@@ -29,8 +29,20 @@ A session whose records cannot be trusted (unreadable or malformed lease
 generation, missing or corrupt manifest, sidecar bytes that do not match the
 manifest, a sidecar of another format version) is listed as an
 :class:`InspectSessionRow` carrying the reason. It is never dropped, never guessed
-into a session and nothing is deleted or repaired. A session that was never
-published (no head) is a normal row with ``published=False``.
+into a session and nothing is deleted or repaired.
+
+Nothing committed
+-----------------
+A Fork, Save As or Worktree Fork child that never reached its one
+publication (it still carries the :data:`~.layout.UNPUBLISHED_CHILD`
+marker, created with its directory, and has no committed head), and a
+session directory that holds nothing at all, are no sessions: they are
+never listed, and are reported as :class:`UnfinishedSession` (``removable``
+once no live lease holds them and, never claimed, once they are a minute
+old) for :mod:`.cleanup` to remove. Any other session without a head (a
+first save not committed yet, perhaps with ``work://`` files) is a normal
+row with ``published=False``. The survey's first program lists each
+session directory beside its lease chain, so this costs no program.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -56,7 +69,7 @@ from ..targets import (
     Target,
     raise_for_result,
 )
-from .layout import GENERATION_FAMILY, SESSIONS_DIR, SessionPaths, generation_numbers
+from .layout import GENERATION_FAMILY, SESSIONS_DIR, UNPUBLISHED_CHILD, SessionPaths, generation_numbers
 from .lease import ClientIdentity, LeaseObservation, LeaseStanding
 from .records import (
     LeaseRecord,
@@ -69,6 +82,7 @@ from .records import (
 from .inspect import InspectRow as SidecarRefusal
 from .inspect import classify_sidecar
 from .sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind
+from .recovery import RECOVERY_DIR, recovery_ids
 from .workspace import is_session_id
 
 #: Sessions admitted into the pipeline per control program.
@@ -127,6 +141,10 @@ class SessionRow:
     holder_is_self: bool
     lease_expires_at: int | None
     action: SessionAction
+    #: An interrupted Rewind or Redo left project files to repair: its
+    #: recovery ID (or why its recovery directory cannot be read). Every
+    #: mutation is refused until it is retried or abandoned.
+    recovery_pending: str | None = None
 
 
 class InspectSubject(enum.Enum):
@@ -159,6 +177,22 @@ class Listing:
     inspect_rows: tuple[InspectSessionRow, ...]
     #: Target clock reading of the listing's first lease judgement.
     now: int | None
+    #: Directories left by a creation that never published (not sessions).
+    unfinished: tuple["UnfinishedSession", ...] = ()
+
+
+@dataclass(frozen=True)
+class UnfinishedSession:
+    """A session directory with nothing committed that is no session: the
+    remains of an interrupted Fork, Save As or Worktree Fork (see the module)."""
+
+    session_id: str
+    #: No live lease holds it (and, without a lease record, it is older than a lease).
+    removable: bool
+    #: Why it is unfinished, and why it is not removable yet.
+    reason: str
+    #: The lease generation it was judged at (0: never claimed).
+    generation: int
 
 
 @dataclass
@@ -174,6 +208,12 @@ class SessionSurvey:
     sidecar: SidecarFacts | None = None
     problem: InspectSessionRow | None = None
     vanished: bool = False
+    #: It carries the :data:`~.layout.UNPUBLISHED_CHILD` marker.
+    unpublished_child: bool = False
+    #: The directory holds nothing at all.
+    empty: bool = False
+    #: A pending recovery's ID (see :attr:`SessionRow.recovery_pending`).
+    recovery: str | None = None
 
     @property
     def last_update(self) -> int | None:
@@ -282,7 +322,9 @@ class _Probe:
         assert paths is not None
         if self.stage is _Stage.CHAIN:
             hops = tuple(ChainHop(keys, paths.root) for keys in _CHAIN_KEYS)
-            return [ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True), directory]
+            contents = ListDir(paths.root, optional=True)
+            recovery = ListDir(paths.inside(RECOVERY_DIR), optional=True)
+            return [ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True), contents, recovery, directory]
         if self.stage is _Stage.MANIFEST:
             return [Read(self._manifest_path(), optional=True), directory]
         if self.stage is _Stage.SIDECAR:
@@ -305,6 +347,16 @@ class _Probe:
     def accept(self, results: list[OpResult], now: int | None) -> None:
         *read, directory = results
         if self.stage is _Stage.CHAIN:
+            listed = read[1]
+            if listed.ok:
+                # A crash inside the marker's creation leaves its temporary file.
+                self.survey.unpublished_child = any(n == UNPUBLISHED_CHILD or _MARKER_DEBRIS.match(n) for n in listed.value)
+                self.survey.empty = not listed.value
+            journal = read[2]
+            if journal.ok:
+                self.survey.recovery = next(iter(recovery_ids(journal.value)), None)
+            elif journal.status is not Status.ABSENT:
+                self.survey.recovery = f"its recovery directory cannot be read ({journal.reason or journal.status.value})"
             self._accept_chain(read[0], now)
         elif self.stage is _Stage.MANIFEST:
             self._accept_manifest(read[0])
@@ -540,6 +592,7 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
         holder_is_self=bool(record and record.client_id == client.client_id),
         lease_expires_at=record.expires_at if record else None,
         action=lease_action(observation, client, open_here),
+        recovery_pending=survey.recovery,
     )
 
 
@@ -554,10 +607,12 @@ async def list_sessions(
     action its lease allows ``client``; ``open_sessions`` are the session IDs
     the caller has open (they list as Switch while their lease is ours)."""
     surveys, now = await survey_sessions(target, batch=batch)
+    unfinished = await find_unfinished(target, surveys, now)
+    skip = {u.session_id for u in unfinished}
     rows: list[SessionRow] = []
     inspect: list[InspectSessionRow] = []
     for survey in surveys:
-        if survey.vanished:
+        if survey.vanished or survey.name in skip:
             continue
         if survey.problem is not None:
             inspect.append(survey.problem)
@@ -565,4 +620,34 @@ async def list_sessions(
             rows.append(_row(survey, client, survey.name in open_sessions))
     rows.sort(key=lambda r: (r.updated_at, r.session_id), reverse=True)
     inspect.sort(key=lambda r: (r.modified_at or 0, r.name), reverse=True)
-    return Listing(tuple(rows), tuple(inspect), now)
+    return Listing(tuple(rows), tuple(inspect), now, tuple(unfinished))
+
+
+_MARKER_DEBRIS = re.compile(rf"^\.{re.escape(UNPUBLISHED_CHILD)}\.[0-9a-z]+\.tmp\Z")
+
+#: A directory no lease record ever claimed is left alone this long (its
+#: creator may be between the directory and its claim).
+UNCLAIMED_GRACE_SECONDS = 60
+
+
+async def find_unfinished(
+    target: Target, surveys: list[SessionSurvey], now: int | None
+) -> list[UnfinishedSession]:
+    """The surveyed session directories that are no session (see the
+    module); the survey already listed each directory, so this reads nothing."""
+    found: list[UnfinishedSession] = []
+    for s in surveys:
+        observation = s.observation
+        if s.vanished or s.problem is not None or observation is None or not (s.unpublished_child or s.empty):
+            continue
+        if observation.record is not None and observation.record.publication_head is not None:
+            continue  # published: the marker's removal failed, and it means nothing
+        what = "an interrupted Fork, Save As or Worktree Fork" if s.unpublished_child else "an empty session directory"
+        if observation.standing is LeaseStanding.HELD:
+            found.append(UnfinishedSession(s.name, False, f"{what}; its lease is still held", observation.generation))
+        elif observation.record is None and (now is None or s.modified_at is None or now - s.modified_at < UNCLAIMED_GRACE_SECONDS):
+            # Never claimed: its creator may be between two programs.
+            found.append(UnfinishedSession(s.name, False, f"{what}; just created", observation.generation))
+        else:
+            found.append(UnfinishedSession(s.name, True, what, observation.generation))
+    return found

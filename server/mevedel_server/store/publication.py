@@ -218,6 +218,12 @@ class Publisher:
     def pending(self) -> PendingPublication | None:
         return self._pending
 
+    @property
+    def serial(self) -> asyncio.Lock:
+        """Held while a publication is attempted; background work that must
+        not interleave with one (publication collection) holds it too."""
+        return self._serial
+
     def abandon(self) -> PendingPublication | None:
         """Drop the pending publication; the committed head stays as it is."""
         pending, self._pending = self._pending, None

@@ -299,6 +299,11 @@ class RecoveryState:
         return self.recovery_id is not None
 
 
+def recovery_ids(names: Sequence[str]) -> list[str]:
+    """The recovery IDs of the markers among a ``.recovery/`` listing, oldest name first."""
+    return sorted(m.group(1) for m in map(_MARKER_NAME.match, names) if m)
+
+
 async def find_recovery(target: Target, session_id: str) -> RecoveryState:
     """The session's recovery marker (at most one is expected; the oldest
     name is reported when a second appears)."""
@@ -308,7 +313,7 @@ async def find_recovery(target: Target, session_id: str) -> RecoveryState:
     if listed.status is Status.ABSENT:
         return RecoveryState(None, None, None)
     raise_for_result(listing, listed)
-    markers = sorted(m.group(1) for m in map(_MARKER_NAME.match, listed.value) if m)
+    markers = recovery_ids(listed.value)
     orphans = tuple(name for name in listed.value if _ID_NAME.match(name) and name not in markers)
     debris = tuple(name for name in listed.value if name.startswith(".") and name.endswith(".tmp"))
     if not markers:

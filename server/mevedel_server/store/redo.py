@@ -198,22 +198,55 @@ async def redo_states(target: Target, session_id: str) -> RedoStates:
     return RedoStates(session_id, current, tuple(states), tuple(skipped))
 
 
+#: What a publication's immutable bytes say about its turn state, by
+#: publication ID: its sidecar and last settled prompt, or why it cannot be
+#: judged. A publication's bytes never change, so the answer never does.
+TurnStateFacts = dict[str, "tuple[Sidecar, PromptEntry | None] | SkippedHead"]
+
+
 async def turn_state_representatives(
-    target: Target, paths: SessionPaths, heads: Sequence[PublishedHead], current: str | None
+    target: Target,
+    paths: SessionPaths,
+    heads: Sequence[PublishedHead],
+    current: str | None,
+    *,
+    known: TurnStateFacts | None = None,
+    settled_current: bool = False,
 ) -> tuple[list[PublishedHead], list[SkippedHead]]:
     """What Redo offers among ``heads``: the newest settled head of each
     turn state (:attr:`PublishedHead.turn_state`), without the state of the
     ``current`` head, newest first; and the heads that could not be judged.
-    Collection retains exactly these, so what Redo lists stays on disk."""
+    Collection retains exactly these, so what Redo lists stays on disk.
+    ``known`` holds facts of earlier calls (and gains this call's): a
+    publication it names is not read again. ``settled_current``: when the
+    current head was captured mid-turn, its state's newest settled head is
+    included too (collection keeps it: once the turn settles, Redo offers
+    that state, and no other head holds it settled)."""
     skipped: list[SkippedHead] = []
     candidates = []
+    unread = []
     for h in heads:
-        if SIDECAR_PATH in h.manifest.entries:
+        fact = known.get(h.publication_id) if known is not None else None
+        if isinstance(fact, SkippedHead):
+            skipped.append(fact)
+        elif fact is not None:
+            h.sidecar, h.last = fact
             candidates.append(h)
+        elif SIDECAR_PATH in h.manifest.entries:
+            candidates.append(h)
+            unread.append(h)
         else:
             skipped.append(SkippedHead(h.publication_id, "the publication has no sidecar"))
-    await _read_sidecars(target, paths, candidates, skipped)
-    await _read_last_prompts(target, paths, candidates, skipped)
+    fresh: list[SkippedHead] = []
+    await _read_sidecars(target, paths, unread, fresh)
+    await _read_last_prompts(target, paths, unread, fresh)
+    skipped += fresh
+    if known is not None:
+        for h in unread:
+            if h.sidecar is not None:
+                known[h.publication_id] = (h.sidecar, h.last)
+        for skip in fresh:
+            known[skip.publication_id] = skip
     current_key = None
     groups: dict[tuple[int, str | None], PublishedHead] = {}
     for h in candidates:
@@ -221,7 +254,8 @@ async def turn_state_representatives(
             continue
         key = h.turn_state
         if head_path(h.publication_id) == current:
-            current_key = key
+            if not (settled_current and h.sidecar.in_flight_turn is not None):
+                current_key = key
             continue
         if h.sidecar.in_flight_turn is not None:
             continue

@@ -546,6 +546,15 @@ class Conversation:
             return
         self._update(self._time(at), engine=engine)
 
+    def bind_workspace(self, workspace_id: str, *, at: int) -> None:
+        """Bind a session made in another workspace to this one (resumed
+        after the user confirmed): the next save records ``workspace_id``,
+        and the external agent's own history, made elsewhere, is detached."""
+        if workspace_id == self._sidecar.workspace_id:
+            return
+        self._update(self._time(at), workspace_id=workspace_id)
+        self.detach_engine(at=at)
+
     def detach_engine(self, *, at: int) -> None:
         """Give up the external agent's own history (control passes to
         another client): the next owner's first prompt starts a new native

@@ -25,8 +25,11 @@ from ..targets import (
     ListDir,
     MakeDirs,
     Read,
+    Stat,
     Status,
     Target,
+    Verify,
+    WriteProject,
     raise_for_result,
 )
 from .errors import InvalidSessionId, SessionOccupied
@@ -127,13 +130,67 @@ async def ensure_workspace_id(target: Target) -> str:
     return decode_record(WorkspaceIdentity, result[2].value, _WORKSPACE_LABEL).workspace_id
 
 
-async def materialize_session(target: Target, session_id: str) -> SessionPaths:
+#: The spec's "Generated state excludes": what mevedel writes in a workspace
+#: that is no project file, each anchored at the repository root; and
+#: ``file-state/``, the agent engine's record of the workspace's files.
+GENERATED_EXCLUDES = (
+    "/.mevedel/sessions/",
+    "/.mevedel/tool-results/",
+    "/.mevedel/input-history.el",
+    "/.mevedel/leases/",
+    "/.mevedel/state/",
+    "/.mevedel/file-state/",
+)
+_GIT_EXCLUDE = ".git/info/exclude"
+_EXCLUDES_HEADER = "# mevedel: generated state (added by mevedel; see the mevedel docs)"
+
+
+async def ensure_generated_excludes(target: Target) -> tuple[str, ...]:
+    """Append the :data:`GENERATED_EXCLUDES` missing from the workspace's
+    ``.git/info/exclude`` (through ``target``: locally or on an SSH host),
+    so ``git status`` does not list mevedel's state; the entries added.
+    Only when ``.git`` is a directory at the workspace root; a linked
+    worktree's exclude file (in its repository's common directory) is the
+    main checkout's. The write is guarded by a ``Verify`` of the bytes read,
+    so a concurrent edit is never overwritten (the next use tries again)."""
+    git, read = Stat(".git", optional=True), Read(_GIT_EXCLUDE, optional=True)
+    found = await target.run(ControlProgram([git, read]))
+    if not found[0].ok or found[0].value.kind != "directory":
+        return ()
+    if found[1].status is Status.ABSENT:
+        existing: bytes | None = None
+    else:
+        raise_for_result(read, found[1])
+        existing = found[1].value
+    text = (existing or b"").decode("utf-8", "replace")
+    present = {line.strip() for line in text.splitlines()}
+    missing = tuple(entry for entry in GENERATED_EXCLUDES if entry not in present)
+    if not missing:
+        return ()
+    lines = ([_EXCLUDES_HEADER] if _EXCLUDES_HEADER not in present else []) + list(missing)
+    prefix = b"" if not existing or existing.endswith(b"\n") else b"\n"
+    data = (existing or b"") + prefix + ("\n".join(lines) + "\n").encode("utf-8")
+    ops = [MakeDirs(".git/info", optional=True), Verify(_GIT_EXCLUDE, existing), WriteProject(_GIT_EXCLUDE, data)]
+    result = await target.run(ControlProgram(ops))
+    if not result.completed:
+        stopped = result.stopped_at or 0
+        raise_for_result(ops[stopped], result[stopped])
+    return missing
+
+
+async def materialize_session(target: Target, session_id: str, *, child: bool = False) -> SessionPaths:
     """Create the session directory (refusing an occupied one) with its
-    control directories, after ensuring the workspace identity."""
+    control directories, after ensuring the workspace identity. ``child``:
+    a Fork, Save As or Worktree Fork child, marked as unpublished
+    (:data:`~.layout.UNPUBLISHED_CHILD`) right after its directory, in the
+    same program, so no crash leaves it unmarked and non-empty."""
     paths = SessionPaths(check_session_id(session_id))
     await ensure_workspace_id(target)
     create_root = MakeDirs(paths.root)
-    ops = [MakeDirs(SESSIONS_DIR, optional=True), create_root, MakeDirs(paths.lease_dir), MakeDirs(paths.publications_dir)]
+    ops = [MakeDirs(SESSIONS_DIR, optional=True), create_root]
+    if child:
+        ops.append(CreateExclusive(paths.unpublished_child, b""))
+    ops += [MakeDirs(paths.lease_dir), MakeDirs(paths.publications_dir)]
     result = await target.run(ControlProgram(ops))
     if result[1].status is Status.CONFLICT:
         raise SessionOccupied(session_id)

@@ -6,6 +6,9 @@ CLI (:class:`SessionService`), with the open-session machinery it drives.
   and /clear.
 - :mod:`.open_session` -- one open session: lease, publisher, pending
   publication, background renewal.
+- :mod:`.background` -- an open session's background storage work:
+  publication collection after commits and lease-acquiring opens, and
+  mid-turn checkpoints while a turn is in flight.
 - :mod:`.live_history` / :mod:`.saved_history` -- what ``history://root`` and
   ``history://saved`` read.
 - :mod:`.turn_views` -- turn summaries and one turn's records.
@@ -32,6 +35,7 @@ from .saved_history import SavedCatalog, SavedSession, SavedSource, read_sources
 from .sessions import (
     ABORT_REASON,
     DEFAULT_MAX_SNAPSHOT_BYTES,
+    PRODUCT_STORAGE,
     CaptureResult,
     OpenMode,
     OpenResult,
@@ -47,6 +51,7 @@ from .turn_views import TurnDetail, TurnItem, TurnSummary
 __all__ = [
     "ABORT_REASON",
     "DEFAULT_MAX_SNAPSHOT_BYTES",
+    "PRODUCT_STORAGE",
     "EVIDENCE_KINDS",
     "KINDS",
     "Access",

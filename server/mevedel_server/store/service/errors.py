@@ -13,6 +13,7 @@ import json
 from ...targets import TargetError, UnsafePathError
 from ..errors import (
     ClaimRaced,
+    IdentityNeedsConfirmation,
     InvalidSessionId,
     LeaseHeld,
     LeaseLost,
@@ -137,6 +138,7 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (SessionMissing, "missing-target"),
     (NoSuchTurn, "missing-target"),
     (TakeoverNeedsConfirmation, "takeover-needs-confirmation"),
+    (IdentityNeedsConfirmation, "identity-needs-confirmation"),
     (TransferDraining, "transfer-draining"),
     (TransferBusy, "conflict"),
     (NotRequestable, "conflict"),

@@ -180,6 +180,7 @@ class SessionLifecycle:
     def _in_place_done(self, session: OpenSession, result: InPlaceResult, reason: str) -> InPlaceResult:
         if result.committed:
             self._adopt(session, result.conversation)
+            session.schedule_collection()
             self._changed(session, reason)
         return result
 

@@ -33,6 +33,7 @@ from ..publication import Publisher
 from ..turns import Conversation, SaveCandidate
 from ..workspace import materialize_session
 from .clock import TargetTime
+from .background import PublicationCollector, TurnCheckpoints
 from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
 from .renewal import LeaseRenewal
@@ -82,6 +83,7 @@ class OpenSession:
         read_only: str | None = None,
         holder_host: str | None = None,
         head: str | None = None,
+        collect_keep_recent: int | None = None,
     ) -> None:
         self.target = target
         self.client = client
@@ -110,8 +112,14 @@ class OpenSession:
         self._head = head
         self._on_lost = on_lost
         self._renewal: LeaseRenewal | None = None
+        #: Publication collection after every commit and lease-acquiring
+        #: open (None: this session is not collected).
+        self.collector = PublicationCollector(self, keep_recent=collect_keep_recent) if collect_keep_recent is not None else None
+        #: The mid-turn checkpoint timer (the service installs it).
+        self.checkpoints: TurnCheckpoints | None = None
         if lease is not None:
             self._start_renewal()
+            self.schedule_collection()
 
     # Facts ----------------------------------------------------------------
 
@@ -185,6 +193,7 @@ class OpenSession:
         self.publisher = None
         self.handing_over = None
         self.holder_host = holder_host
+        self._stop_background()
 
     def lose(self, why: str) -> None:
         """The lease is gone: keep the conversation for reading only."""
@@ -195,7 +204,26 @@ class OpenSession:
         if self._renewal is not None:
             renewal, self._renewal = self._renewal, None
             renewal.cancel()  # may run inside the renewal task: never await it here
+        self._stop_background()
         self._on_lost(self, why)
+
+    def schedule_collection(self) -> None:
+        """Collect superseded publications in the background, soon."""
+        if self.collector is not None and self.read_only is None:
+            self.collector.schedule()
+
+    def _stop_background(self) -> None:
+        if self.collector is not None:
+            self.collector.cancel()
+        if self.checkpoints is not None:
+            self.checkpoints.cancel()
+
+    async def stop_background(self) -> None:
+        """Stop collection and mid-turn checkpoints, each after the step it is in."""
+        if self.checkpoints is not None:
+            await self.checkpoints.stop()
+        if self.collector is not None:
+            await self.collector.stop()
 
     # Saving ---------------------------------------------------------------
 
@@ -230,6 +258,8 @@ class OpenSession:
                 outcome = await self.publisher.retry()
                 self.conversation.mark_committed(pending.candidate)
                 self.pending = None
+                if outcome.committed:
+                    self.schedule_collection()
                 return SaveResult(self.session_id, outcome.committed, outcome.head, False, outcome.written, outcome.reused)
             result = await self._publish(pending.candidate, pending.force)
         except LeaseLost as lost:
@@ -260,6 +290,8 @@ class OpenSession:
         assert self.publisher is not None
         outcome = await self.publisher.publish(candidate.changed, force=force)
         self.conversation.mark_committed(candidate)
+        if outcome.committed:
+            self.schedule_collection()
         note = None if outcome.committed else "nothing changed since the committed save"
         return SaveResult(self.session_id, outcome.committed, outcome.head, materialized, outcome.written, outcome.reused, note)
 
@@ -284,6 +316,7 @@ class OpenSession:
         self.publisher = Publisher(lease)
         self.time.anchor(lease.now)
         self._start_renewal()
+        self.schedule_collection()
 
     # Lifetime -------------------------------------------------------------
 
@@ -304,6 +337,7 @@ class OpenSession:
 
     async def release(self) -> None:
         """Stop renewing and release the lease (a lost lease is left alone)."""
+        await self.stop_background()
         await self.stop_renewal()
         if self.lease is not None and not self.lease.lost and not self.lease.released and self.read_only is None:
             await self.lease.release()

@@ -16,9 +16,11 @@ decisions are the lease layer's, against the target clock.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -34,7 +36,9 @@ from ...targets import (
     split_target_path,
 )
 from ...targets import TargetError
-from ..errors import StoreError, TakeoverNeedsConfirmation
+from ..cleanup import DEFAULT_MAX_AGE_DAYS, CleanupReport, remove_expired_sessions, remove_unfinished_sessions
+from ..collection import DEFAULT_KEEP_RECENT as DEFAULT_PUBLICATION_KEEP_RECENT
+from ..errors import IdentityNeedsConfirmation, StoreError, TakeoverNeedsConfirmation
 from ..inspect import InspectRow, classify_sidecar
 from ..layout import STATE_DIR, SessionPaths
 from ..lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseObservation, LeaseStanding, acquire_lease, observe_lease
@@ -45,13 +49,20 @@ from ..recovery import find_recovery
 from ..sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name
 from ..transcript import Outcome
 from ..turns import Conversation, ConversationError
-from ..workspace import allocate_session_id, check_session_id, ensure_workspace_id, read_workspace_id
+from ..workspace import (
+    allocate_session_id,
+    check_session_id,
+    ensure_generated_excludes,
+    ensure_workspace_id,
+    read_workspace_id,
+)
 from .clock import TargetTime
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, SessionNotOpen, TurnStateConflict, quoted
 from .evidence import ENGINE_KINDS, EVIDENCE_KINDS, EvidenceInput, make_evidence
 from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
+from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
 from .turn_views import TurnDetail, TurnSummary, turn_detail, turn_summaries
@@ -60,6 +71,25 @@ _log = logging.getLogger(__name__)
 
 #: Files larger than this are recorded as capture gaps, not snapshots.
 DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
+#: Spec default: the most recently updated sessions cleanup always keeps.
+DEFAULT_SESSION_KEEP_RECENT = 3
+#: Expired sessions are swept at most this often per service (ages count in days).
+SWEEP_EVERY_SECONDS = 86_400
+#: How long a CLI process lets a running publication collection finish before it exits.
+DETACH_COLLECT_SECONDS = 5.0
+#: The background storage work the LSP server and the CLI run, with the
+#: spec's defaults: publication collection (newest 3 generations kept beyond
+#: the head and the settled-turn states), a mid-turn checkpoint every 30 s,
+#: expired-session cleanup (30 days, the 3 most recent kept), and the
+#: generated-state entries of ``.git/info/exclude``. A bare
+#: ``SessionService`` (tests, tools) runs none of it unless asked.
+PRODUCT_STORAGE = {
+    "git_excludes": True,
+    "publication_keep_recent": DEFAULT_PUBLICATION_KEEP_RECENT,
+    "checkpoint_seconds": DEFAULT_CHECKPOINT_SECONDS,
+    "session_max_age_days": DEFAULT_MAX_AGE_DAYS,
+    "session_keep_recent": DEFAULT_SESSION_KEEP_RECENT,
+}
 ABORT_REASON = "aborted"
 
 
@@ -174,10 +204,31 @@ class SessionService(SessionLifecycle, SessionFollowing):
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         renew_every: float | None = None,
         max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+        publication_keep_recent: int | None = None,
+        checkpoint_seconds: float | None = None,
+        session_max_age_days: int | None = None,
+        session_keep_recent: int = DEFAULT_SESSION_KEEP_RECENT,
+        git_excludes: bool = False,
     ) -> None:
         self.target = target
         self.client = client
         self.lease_seconds = lease_seconds
+        #: Newest publication generations kept by collection beyond the head
+        #: and the settled-turn states (None: no collection).
+        self.publication_keep_recent = publication_keep_recent
+        #: A turn in flight is checkpointed this often (None or 0: never).
+        self.checkpoint_seconds = checkpoint_seconds
+        #: Sessions unused this many days are removed (None: never), except
+        #: the ``session_keep_recent`` most recently updated.
+        self.session_max_age_days = session_max_age_days
+        self.session_keep_recent = session_keep_recent
+        #: Add the generated-state excludes to ``.git/info/exclude`` when
+        #: this service first writes the workspace (once per service).
+        self.git_excludes = git_excludes
+        self._swept_at: float | None = None
+        self._sweeping: asyncio.Future | None = None
+        #: The last expired-session cleanup's report.
+        self.last_cleanup: CleanupReport | None = None
         self.renew_every = renew_every if renew_every is not None else renewal_interval(lease_seconds)
         self.max_snapshot_bytes = max_snapshot_bytes
         #: Called with every :class:`SessionChange`.
@@ -211,13 +262,30 @@ class SessionService(SessionLifecycle, SessionFollowing):
 
     async def list(self) -> SessionListing:
         """Every session of the workspace with the action its lease allows
-        this client, plus the sessions created here and not saved yet."""
+        this client, plus the sessions created here and not saved yet.
+        Expired sessions are removed first (at most once a day per service,
+        see :meth:`sweep_expired`)."""
+        await self.sweep_expired()
         here = [sid for sid, s in self._sessions.items() if s.access is Access.WRITABLE]
         listing = await list_sessions(self.target, self.client, here)
         if listing.now is not None:
             self._clock_from(listing.now)
+        if any(u.removable and u.session_id not in self._sessions for u in listing.unfinished):
+            # Remains of a creation that never published: no session, gone
+            # once no lease holds them (never one open here).
+            try:
+                report = await remove_unfinished_sessions(
+                    self.target, self.client, listing.unfinished, open_sessions=set(self._sessions)
+                )
+            except (StoreError, TargetError) as error:
+                _log.warning("removing unfinished session directories failed: %s", error)
+            else:
+                for removed in report.removed:
+                    _log.info("removed %s: %s", removed.session_id, removed.reason)
         listed = {row.session_id for row in listing.rows}
-        unsaved = [s for sid, s in self._sessions.items() if sid not in listed and not s.materialized]
+        # Sessions created here and not saved yet (or whose first save has
+        # not committed): this client's own, listed from memory.
+        unsaved = [s for sid, s in self._sessions.items() if sid not in listed and s.head is None and s.access is Access.WRITABLE]
         extra = tuple(self._unsaved_row(s) for s in unsaved)
         rows = tuple(sorted(listing.rows + extra, key=lambda r: (r.updated_at, r.session_id), reverse=True))
         return SessionListing(rows, listing.inspect_rows, tuple(s.session_id for s in unsaved))
@@ -248,6 +316,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         the session records it)."""
         display_name = _display_name(name) if name is not None else None
         workspace_id = await ensure_workspace_id(self.target)
+        await self._note_use()
         now = await self._now()
         session_id = await allocate_session_id(self.target, live_ids=self._sessions)
         conversation = Conversation.new(session_id=session_id, workspace_id=workspace_id, at=now, display_name=display_name)
@@ -256,7 +325,12 @@ class SessionService(SessionLifecycle, SessionFollowing):
         return self._info(session)
 
     async def open(
-        self, session_id: str, mode: OpenMode | str = OpenMode.AUTO, *, confirm_takeover: bool = False
+        self,
+        session_id: str,
+        mode: OpenMode | str = OpenMode.AUTO,
+        *,
+        confirm_takeover: bool = False,
+        confirm_identity: bool = False,
     ) -> OpenResult:
         """Open a saved session.
 
@@ -268,6 +342,11 @@ class SessionService(SessionLifecycle, SessionFollowing):
         Resuming a session whose last save had a turn in flight settles that
         turn as interrupted and queues the reconciliation reminder; reopening
         a session whose lease is still this client's continues it unchanged.
+        Resuming a session whose sidecar records another workspace's identity
+        (a session directory copied from another project) raises
+        :class:`IdentityNeedsConfirmation`, before anything is written,
+        unless ``confirm_identity``: then it is bound to this workspace
+        (recorded by its next save; the agent's own history is detached).
         """
         mode = _mode(mode)
         check_session_id(session_id)
@@ -298,7 +377,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
                 expires_at=record.expires_at,
                 now=observation.now,
             )
-        return await self._resume(session_id, observation, confirm_takeover)
+        return await self._resume(session_id, observation, confirm_takeover, confirm_identity)
 
     async def _join(self, session_id: str, observation: LeaseObservation) -> OpenResult:
         snapshot = await read_committed(self.target, session_id)
@@ -307,12 +386,15 @@ class SessionService(SessionLifecycle, SessionFollowing):
         holder = record.host if record is not None and observation.standing is not LeaseStanding.FREE else None
         why = f"joined; {holder or 'another client'} holds the lease" if holder else "joined read-only"
         session = self._new_open(conversation, read_only=why, holder_host=holder, head=snapshot.head)
+        session.recovery = (await find_recovery(self.target, session_id)).recovery_id
         self._sessions[session_id] = session
         self._seen_at_join(session_id, observation)
         self._changed(session, "joined")
         return OpenResult(self._info(session), "join")
 
-    async def _resume(self, session_id: str, observation: LeaseObservation, confirm_takeover: bool) -> OpenResult:
+    async def _resume(
+        self, session_id: str, observation: LeaseObservation, confirm_takeover: bool, confirm_identity: bool = False
+    ) -> OpenResult:
         record = observation.record
         own = record is not None and record.client_id == self.client.client_id
         continuing = own and record.state in (LeaseState.ACTIVE, LeaseState.PUBLISHING)
@@ -324,6 +406,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
         # a single write to it.
         snapshot = await read_committed(self.target, session_id)
         conversation = await self._conversation_of(snapshot)
+        workspace_id = await self._bound_identity(session_id, conversation, confirm_identity)
+        await self._note_use()
         lease = await acquire_lease(
             self.target,
             session_id,
@@ -343,6 +427,9 @@ class SessionService(SessionLifecycle, SessionFollowing):
                 await _release_quietly(lease)
                 raise
         self._clock_from(lease.now)
+        if workspace_id != conversation.sidecar.workspace_id:
+            conversation.bind_workspace(workspace_id, at=self._time_now())
+            _log.info("session %s: bound to this workspace (identity %s) as confirmed", session_id, workspace_id)
         session = self._new_open(conversation, lease=lease)
         self._sessions[session_id] = session
         session.recovery = (await find_recovery(self.target, session_id)).recovery_id
@@ -359,6 +446,32 @@ class SessionService(SessionLifecycle, SessionFollowing):
                 else:
                     self._changed(session, "resumed")
         return OpenResult(self._info(session), "takeover" if took_over else "resume", interrupted)
+
+    async def _note_use(self) -> None:
+        """This service writes the workspace: the first time, make sure git
+        ignores mevedel's generated state (best effort: a failure is logged)."""
+        if not self.git_excludes:
+            return
+        self.git_excludes = False
+        try:
+            added = await ensure_generated_excludes(self.target)
+        except (StoreError, TargetError) as error:
+            _log.info("could not add mevedel's generated state to .git/info/exclude: %s", error)
+            return
+        if added:
+            _log.info("added %s to .git/info/exclude", ", ".join(added))
+
+    async def _bound_identity(self, session_id: str, conversation: Conversation, confirmed: bool) -> str:
+        """The workspace identity a resumed session is bound to: its own
+        when it matches this workspace's; this workspace's (created if it
+        has none) when the mismatch is ``confirmed``."""
+        recorded = conversation.sidecar.workspace_id
+        current = await read_workspace_id(self.target)
+        if current == recorded:
+            return recorded
+        if not confirmed:
+            raise IdentityNeedsConfirmation(session_id, recorded, current)
+        return current if current is not None else await ensure_workspace_id(self.target)
 
     async def _conversation_of(self, snapshot: CommittedSnapshot) -> Conversation:
         """The conversation a committed snapshot holds; an unpublished session
@@ -397,21 +510,105 @@ class SessionService(SessionLifecycle, SessionFollowing):
         self._changed(session, "closed")
         return result
 
-    async def detach(self) -> None:
+    async def detach(self, *, collect_seconds: float = DETACH_COLLECT_SECONDS) -> None:
         """Stop background renewal without releasing anything (a CLI process
-        ends; its leases stay until they expire or it reopens them)."""
+        ends; its leases stay until they expire or it reopens them). A
+        publication collection still running gets ``collect_seconds`` to
+        finish, then stops after its current step."""
         for session in self._sessions.values():
+            if session.checkpoints is not None:
+                await session.checkpoints.stop()
+            if session.collector is not None:
+                await session.collector.finish(collect_seconds)
             await session.stop_renewal()
         self._sessions.clear()
+        await self._stop_sweep()
 
     async def close_all(self) -> None:
         """Close every open session, best effort (a server shutting down)."""
+        await self._stop_sweep()
         for session_id in list(self._sessions):
             try:
                 await self.close(session_id)
             except Exception as error:  # one failure must not keep the others open
                 _log.warning("session %s: not closed cleanly: %s", session_id, error)
-                await self._sessions.pop(session_id).stop_renewal()
+                session = self._sessions.pop(session_id)
+                await session.stop_background()
+                await session.stop_renewal()
+
+    def configure(
+        self,
+        *,
+        publication_keep_recent: int | None = None,
+        checkpoint_seconds: float | None = None,
+        session_max_age_days: int | None = None,
+        session_keep_recent: int | None = None,
+    ) -> None:
+        """New storage settings: the checkpoint interval applies to the
+        sessions open now too (from their next turn)."""
+        self.publication_keep_recent = publication_keep_recent
+        self.checkpoint_seconds = checkpoint_seconds
+        self.session_max_age_days = session_max_age_days
+        if session_keep_recent is not None:
+            self.session_keep_recent = session_keep_recent
+        for session in self._sessions.values():
+            if session.checkpoints is not None:
+                session.checkpoints.interval = checkpoint_seconds
+
+    # Expired sessions --------------------------------------------------------------
+
+    async def sweep_expired(self, *, force: bool = False) -> CleanupReport | None:
+        """Remove the workspace's expired sessions (older than
+        ``session_max_age_days``, beyond the ``session_keep_recent`` most
+        recent, lease free, no recovery pending, not open here), at most
+        once per :data:`SWEEP_EVERY_SECONDS` (ages count in days) unless
+        ``force``. Failures are logged, never raised: a listing goes on."""
+        if self.session_max_age_days is None:
+            return None
+        running = self._sweeping
+        if running is not None and not running.done():
+            await asyncio.shield(running)
+            return self.last_cleanup
+        if not force and self._swept_at is not None and time.monotonic() - self._swept_at < SWEEP_EVERY_SECONDS:
+            return None
+        self._sweeping = asyncio.ensure_future(self._sweep())
+        await asyncio.shield(self._sweeping)
+        return self.last_cleanup
+
+    def sweep_expired_soon(self) -> None:
+        """:meth:`sweep_expired` in the background (a server starting)."""
+        if self.session_max_age_days is None or (self._sweeping is not None and not self._sweeping.done()):
+            return
+        self._sweeping = asyncio.ensure_future(self._sweep())
+
+    async def _sweep(self) -> None:
+        self._swept_at = time.monotonic()
+        try:
+            report = await remove_expired_sessions(
+                self.target,
+                self.client,
+                max_age_days=self.session_max_age_days,
+                keep_recent=self.session_keep_recent,
+                open_sessions=set(self._sessions),
+            )
+        except (StoreError, TargetError, ValueError) as error:
+            _log.warning("expired-session cleanup failed: %s", error)
+            return
+        self.last_cleanup = report
+        for removed in report.removed:
+            _log.info("removed expired session %s: %s", removed.session_id, removed.reason)
+
+    async def _stop_sweep(self) -> None:
+        task, self._sweeping = self._sweeping, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise
+            except Exception:
+                pass
 
     # Names ---------------------------------------------------------------------
 
@@ -437,6 +634,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
         turn_id = session.conversation.begin_turn(prompt, at=self._time_now())
         opened = session.conversation.open_turn
         assert opened is not None
+        if session.checkpoints is not None:
+            session.checkpoints.start()
         return TurnStarted(session_id, opened.turn, turn_id, opened.reminder)
 
     async def capture_file(self, session_id: str, path: str, *, gap: str | None = None) -> CaptureResult:
@@ -529,6 +728,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
         session = await self._gated(session_id, "settle a turn", turn_work=True)
         outcome = _outcome(outcome)
         _require_turn(session, "settle a turn")
+        if session.checkpoints is not None:
+            session.checkpoints.cancel()  # a checkpoint already under way finishes first
         current = await self._post_turn_content(session)
         session.conversation.settle(outcome, at=self._time_now(), current=current, reason=_reason(reason))
         result = await session.save(session.conversation.artifacts_for_save())
@@ -604,6 +805,15 @@ class SessionService(SessionLifecycle, SessionFollowing):
         self._changed(session, reason)
         return SegmentRotation(session.session_id, previous, segment, chapter, result)
 
+    async def recovery_pending(self, session_id: str) -> str | None:
+        """The recovery ID of an interrupted Rewind or Redo of the session;
+        None when nothing waits."""
+        state = await find_recovery(self.target, check_session_id(session_id))
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.recovery = state.recovery_id
+        return state.recovery_id
+
     async def turns(self, session_id: str) -> list[TurnSummary]:
         """The turns of an open session (live, unsaved ones included) or,
         for a session not open here, of its committed snapshot."""
@@ -638,7 +848,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         return session
 
     def _new_open(self, conversation: Conversation, **kwargs) -> OpenSession:
-        return OpenSession(
+        session = OpenSession(
             target=self.target,
             client=self.client,
             conversation=conversation,
@@ -646,8 +856,26 @@ class SessionService(SessionLifecycle, SessionFollowing):
             lease_seconds=self.lease_seconds,
             renew_every=self.renew_every,
             on_lost=self._lost,
+            collect_keep_recent=self.publication_keep_recent,
             **kwargs,
         )
+        session.checkpoints = TurnCheckpoints(
+            session.session_id, lambda: self._checkpoint_tick(session), interval=self.checkpoint_seconds
+        )
+        if conversation.open_turn is not None and session.read_only is None and session.lease is not None:
+            session.checkpoints.start()  # continuing a turn left in flight by this client
+        return session
+
+    async def _checkpoint_tick(self, session: OpenSession) -> None:
+        """One mid-turn checkpoint of ``session``, if it still has a turn in
+        flight here (else the timer stops)."""
+        if self._sessions.get(session.session_id) is not session or session.read_only is not None:
+            raise STOP_CHECKPOINTS
+        if session.conversation.open_turn is None:
+            raise STOP_CHECKPOINTS
+        if session.pending is not None or session.recovery is not None:
+            return  # a retry or a recovery decides; the next tick looks again
+        await self.checkpoint(session.session_id)
 
     def _lost(self, session: OpenSession, why: str) -> None:
         _log.warning("session %s is now read-only: %s", session.session_id, why)

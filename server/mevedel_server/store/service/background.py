@@ -1,0 +1,223 @@
+"""Work an open writable session does in the background, off the path of the
+request that caused it.
+
+Publication collection (:class:`PublicationCollector`)
+------------------------------------------------------
+Every committed publication, settlement and lease-acquiring open schedules
+collection (:mod:`..collection`: current head, settled-turn
+representatives, the newest ``keep_recent`` generations and what their
+manifests name are retained; obsolete manifests go before payloads). The
+job runs on the event loop after the request that scheduled it has
+returned: one bounded step (at most ``max_removals`` removals, one proven
+removal program) at a time, each under the publisher's lock so no step
+interleaves with a publication, ``pause_seconds`` apart, until nothing
+collectable remains. Scheduling while a job runs coalesces into one more
+pass. A lost or released lease ends the job; a failure is logged and ends
+it (the next publication plans afresh). A CLI process waits for its job,
+bounded, before it exits (:meth:`PublicationCollector.finish`).
+
+Mid-turn checkpoints (:class:`TurnCheckpoints`)
+------------------------------------------------
+While a turn is in flight, its unfinished state is published every
+``interval`` seconds (spec default 30), so a crash loses at most that much:
+the timer starts when the turn begins and stops when it settles or the
+session stops being writable here. A tick that finds nothing new publishes
+nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from ...targets import TargetError
+from ..collection import DEFAULT_KEEP_RECENT, CollectionCache, CollectionReport, collect
+from ..errors import LeaseLost, StoreError
+
+_log = logging.getLogger(__name__)
+
+#: Removals per collection step (one removal program).
+COLLECTION_STEP_REMOVALS = 64
+#: Pause between two collection steps of one job.
+COLLECTION_PAUSE_SECONDS = 0.05
+#: Spec default: a turn in flight is checkpointed this often.
+DEFAULT_CHECKPOINT_SECONDS = 30
+
+
+class _Background:
+    """A task that runs steps and sleeps between them; stopping it never
+    cuts a step short (a target program cancelled midway leaves its outcome
+    unknown), only a sleep."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._task: asyncio.Task | None = None
+        self._sleeping = False
+        self._stopping = False
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def _start(self, body: Callable[[], Awaitable[None]]) -> None:
+        self._stopping = False
+        self._task = asyncio.get_running_loop().create_task(body(), name=self._name)
+
+    def _alive(self) -> bool:
+        """The calling task is the current one and not asked to stop (a
+        task replaced by a restart ends at its next check)."""
+        return not self._stopping and self._task is asyncio.current_task()
+
+    async def _pause(self, seconds: float) -> None:
+        self._sleeping = True
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._sleeping = False
+
+    def cancel(self) -> None:
+        """Stop at the next pause, without waiting (safe from inside the task)."""
+        self._stopping = True
+        task = self._task
+        if task is not None and not task.done() and self._sleeping and task is not asyncio.current_task():
+            task.cancel()
+
+    async def stop(self) -> None:
+        """Stop and wait for the step in progress, if any, to end."""
+        self.cancel()
+        task, self._task = self._task, None
+        if task is None or task.done() or task is asyncio.current_task():
+            return
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not task.cancelled():  # this caller is being cancelled
+                raise
+        except Exception:  # the task logs its own failures
+            pass
+
+
+class PublicationCollector(_Background):
+    """The collection job of one open writable session."""
+
+    def __init__(
+        self,
+        session,
+        *,
+        keep_recent: int = DEFAULT_KEEP_RECENT,
+        max_removals: int = COLLECTION_STEP_REMOVALS,
+        pause_seconds: float = COLLECTION_PAUSE_SECONDS,
+    ) -> None:
+        super().__init__(f"collect {session.session_id}")
+        self._session = session
+        self.keep_recent = keep_recent
+        self.max_removals = max_removals
+        self.pause_seconds = pause_seconds
+        self._again = False
+        #: What earlier steps learnt (generations are immutable).
+        self._cache = CollectionCache()
+        #: Steps run and publications removed so far (for tests and the log).
+        self.steps = 0
+        self.removed = 0
+        self.last: CollectionReport | None = None
+
+    def schedule(self) -> None:
+        """Collect soon (coalesced with a job already running)."""
+        if self.running and not self._stopping:
+            self._again = True
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._again = False
+        self._start(self._run)
+
+    async def _run(self) -> None:
+        await self._pause(0)  # after the request that scheduled it
+        while self._alive():
+            session = self._session
+            lease, publisher = session.lease, session.publisher
+            if lease is None or publisher is None or lease.lost or lease.released or session.read_only is not None:
+                return
+            try:
+                async with publisher.serial:
+                    if lease.lost or lease.released or not self._alive():
+                        return
+                    report = await collect(
+                        lease, max_removals=self.max_removals, keep_recent=self.keep_recent, quiesced=True, cache=self._cache
+                    )
+            except LeaseLost:
+                return
+            except (StoreError, TargetError, OSError) as error:
+                _log.warning("session %s: publication collection stopped: %s", session.session_id, error)
+                return
+            except Exception:
+                _log.exception("session %s: publication collection failed", session.session_id)
+                return
+            self.steps += 1
+            self.removed += len(report.removed)
+            self.last = report
+            if report.blocked:
+                _log.warning("session %s: publication collection blocked: %s", session.session_id, report.blocked)
+                return
+            if report.stopped:
+                _log.info("session %s: a collection step stopped early: %s", session.session_id, report.stopped)
+            if report.remaining == 0 or (report.stopped and not report.removed):
+                if not self._again:
+                    return
+                self._again = False
+            await self._pause(self.pause_seconds)
+
+    async def finish(self, timeout: float) -> None:
+        """Let a running job end, for at most ``timeout`` seconds (then stop
+        it after its current step)."""
+        task = self._task
+        if task is None or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            _log.info("session %s: publication collection left for later", self._session.session_id)
+        except Exception:  # the job logs its own failures
+            pass
+        await self.stop()
+
+
+class TurnCheckpoints(_Background):
+    """Publishes the turn in flight every ``interval`` seconds; ``checkpoint``
+    raises :data:`STOP_CHECKPOINTS` when there is no turn to checkpoint any more."""
+
+    def __init__(self, session_id: str, checkpoint: Callable[[], Awaitable[object]], *, interval: float | None) -> None:
+        super().__init__(f"checkpoint {session_id}")
+        self._session_id = session_id
+        self._checkpoint = checkpoint
+        self.interval = interval
+        self.ticks = 0
+
+    def start(self) -> None:
+        if (self.running and not self._stopping) or not self.interval:
+            return
+        self._start(self._run)
+
+    async def _run(self) -> None:
+        assert self.interval
+        while True:
+            await self._pause(self.interval)
+            if not self._alive():
+                return
+            self.ticks += 1
+            try:
+                await self._checkpoint()
+            except _Stop:
+                return
+            except Exception as error:  # a failed checkpoint is retried at the next tick
+                _log.warning("session %s: mid-turn checkpoint failed: %s", self._session_id, error)
+
+
+class _Stop(Exception):
+    """Raised by a checkpoint callable: the turn is over, stop ticking."""
+
+
+STOP_CHECKPOINTS = _Stop

@@ -1,0 +1,254 @@
+"""Storage stays bounded: superseded publications are collected in the
+background after every commit and lease-acquiring open (what Redo offers,
+the head and the newest three stay), expired sessions are removed when the
+sessions are listed and when a server starts, and a mid-turn checkpoint is
+published every interval while a turn is in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mevedel_server.store import ClientIdentity, read_committed
+from mevedel_server.store.redo import redo_states
+from mevedel_server.store.service import PRODUCT_STORAGE, EvidenceInput, SessionService
+from mevedel_server.targets import LocalTarget
+
+from test_store_cleanup import aged_session, remaining, sid
+
+ME = ClientIdentity("bounded", "this-host")
+
+
+def publications(root: Path, session_id: str) -> set[str]:
+    """The generations left (directories that still hold a manifest)."""
+    directory = root / ".mevedel" / "sessions" / session_id / ".publications"
+    return {n for n in os.listdir(directory) if (directory / n / "manifest.json").exists()}
+
+
+def directories(root: Path, session_id: str) -> set[str]:
+    directory = root / ".mevedel" / "sessions" / session_id / ".publications"
+    return {n for n in os.listdir(directory) if not n.startswith(".")}
+
+
+class Stamps:
+    """Gives each new publication a manifest time 10 s after the previous
+    one, right after the call that published it (before its collection
+    runs): a real session's saves are seconds apart, and the target clock
+    has whole seconds (generations of one second are all kept)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.next = int(time.time()) - 100_000
+        self.seen: set[str] = set()
+
+    def __call__(self) -> None:
+        for manifest in self.root.glob(".mevedel/sessions/*/.publications/*/manifest.json"):
+            if manifest.parent.name in self.seen:
+                continue
+            self.seen.add(manifest.parent.name)
+            self.next += 10
+            os.utime(manifest, (self.next, self.next))
+            os.utime(manifest.parent, (self.next, self.next))
+
+
+def age(root: Path, seconds: int = 10) -> None:
+    """Every publication so far is ``seconds`` older: a real session's saves
+    are seconds apart, and the target clock has whole seconds (generations
+    of the same second are all kept)."""
+    for manifest in root.glob(".mevedel/sessions/*/.publications/*/manifest.json"):
+        stamp = manifest.stat().st_mtime - seconds
+        os.utime(manifest, (stamp, stamp))
+        os.utime(manifest.parent, (stamp, stamp))
+
+
+async def idle(service: SessionService) -> None:
+    """Until no background collection of ``service`` runs (bounded)."""
+    for _ in range(2000):
+        busy = [s for sid in service.open_sessions() if (s := service.session(sid)).collector and s.collector.running]
+        if not busy:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("publication collection never finished")
+
+
+async def retained_for_redo(root: Path, session_id: str) -> set[str]:
+    """The head, the states Redo offers and the newest three: what must stay."""
+    states = await redo_states(LocalTarget(root), session_id)
+    return {state.publication_id for state in states.states}
+
+
+async def test_settled_turns_leave_only_what_redo_offers_and_the_newest_three(tmp_path):
+    service = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3)
+    session_id = (await service.create()).session_id
+    stamp = Stamps(tmp_path)
+    for n in range(1, 13):
+        await service.begin_turn(session_id, f"prompt {n}")
+        await service.checkpoint(session_id)  # a mid-turn publication, superseded at once
+        stamp()
+        await service.append(session_id, EvidenceInput("response", text=f"answer {n}"))
+        await service.checkpoint(session_id)
+        stamp()
+        await service.settle(session_id)
+        stamp()
+        await idle(service)
+        # Every settled turn stays offered by Redo, collected mid-turn or not.
+        assert len((await redo_states(LocalTarget(tmp_path), session_id)).states) == n - 1
+    left = publications(tmp_path, session_id)
+    # 36 publications were committed; the 24 mid-turn ones are collectable.
+    offered = await retained_for_redo(tmp_path, session_id)
+    assert offered <= left
+    assert len(left) <= len(offered) + 1 + 3, left
+    assert len(left) < 36 // 2
+    # Everything that stayed still reads.
+    committed = await read_committed(LocalTarget(tmp_path), session_id)
+    assert len(await committed.read_all()) > 0
+    await service.close(session_id)
+
+
+async def test_a_lease_acquiring_open_collects_what_an_earlier_client_left(tmp_path):
+    plain = SessionService(LocalTarget(tmp_path), ME)  # collects nothing
+    session_id = (await plain.create()).session_id
+    for n in range(6):
+        await plain.begin_turn(session_id, f"prompt {n}")
+        await plain.checkpoint(session_id)
+        await plain.settle(session_id)
+        age(tmp_path)
+    await plain.close(session_id)
+    age(tmp_path)
+    before = publications(tmp_path, session_id)
+    collecting = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3)
+    await collecting.open(session_id)
+    await idle(collecting)
+    after = publications(tmp_path, session_id)
+    assert len(after) < len(before)
+    assert await retained_for_redo(tmp_path, session_id) <= after
+    await collecting.close(session_id)
+
+
+async def test_expired_sessions_are_removed_when_the_sessions_are_listed(tmp_path):
+    target = LocalTarget(tmp_path)
+    now = int(time.time())
+    for n in range(1, 7):
+        await aged_session(target, tmp_path, sid(n), 40 + n, now=now)
+    service = SessionService(target, ME, session_max_age_days=30, session_keep_recent=3)
+    listing = await service.list()
+    assert remaining(tmp_path) == {sid(1), sid(2), sid(3)}
+    assert {row.session_id for row in listing.rows} == {sid(1), sid(2), sid(3)}
+    assert {r.session_id for r in service.last_cleanup.removed} == {sid(4), sid(5), sid(6)}
+
+
+async def test_a_bare_service_removes_nothing(tmp_path):
+    target = LocalTarget(tmp_path)
+    now = int(time.time())
+    for n in range(1, 6):
+        await aged_session(target, tmp_path, sid(n), 40 + n, now=now)
+    await SessionService(target, ME).list()
+    assert len(remaining(tmp_path)) == 5
+
+
+def test_the_product_defaults_are_the_specs():
+    assert PRODUCT_STORAGE == {
+        "git_excludes": True,
+        "publication_keep_recent": 3,
+        "checkpoint_seconds": 30,
+        "session_max_age_days": 30,
+        "session_keep_recent": 3,
+    }
+
+
+# The CLI, as a user runs it --------------------------------------------------------
+
+
+def cli(workspace: Path, state: Path, *args: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "mevedel_server.cli", *args, "--json"],
+        cwd=workspace,
+        env={**os.environ, "XDG_STATE_HOME": str(state)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_twelve_cli_turns_leave_only_what_redo_offers(tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    state = tmp_path / "state"
+    session_id = cli(workspace, state, "turn", "begin", "--new", "prompt 1")["session_id"]
+    cli(workspace, state, "turn", "settle")
+    for n in range(2, 13):
+        age(workspace)
+        cli(workspace, state, "turn", "begin", f"prompt {n}")
+        age(workspace)
+        cli(workspace, state, "turn", "settle")
+    left = publications(workspace, session_id)
+    offered = asyncio.run(retained_for_redo(workspace, session_id))
+    # Before collection ran, these 24 commands left 25 publication directories.
+    assert offered <= left
+    assert len(left) <= len(offered) + 1 + 3, left
+
+
+# Mid-turn checkpoints --------------------------------------------------------------
+
+
+async def committed_records(root: Path, session_id: str) -> tuple[bool, str]:
+    """Whether the committed head has a turn in flight, and its records as text
+    (nothing committed yet: no turn, no records)."""
+    from mevedel_server.store.turns import Conversation
+
+    if not (root / ".mevedel" / "sessions" / session_id / ".lease").exists():
+        return False, ""
+    snapshot = await read_committed(LocalTarget(root), session_id)
+    if snapshot.head is None:
+        return False, ""
+    conversation = Conversation.restore(await snapshot.read_all())
+    return conversation.open_turn is not None, " ".join(str(r) for r in conversation.records())
+
+
+async def test_a_turn_in_flight_is_published_every_checkpoint_interval(tmp_path):
+    service = SessionService(LocalTarget(tmp_path), ME, checkpoint_seconds=0.2)
+    session_id = (await service.create()).session_id
+    await service.begin_turn(session_id, "a long turn")
+    await service.append(session_id, EvidenceInput("response", text="the first half"))
+    # No save was asked for; the timer publishes the unfinished turn.
+    for _ in range(500):
+        await asyncio.sleep(0.02)
+        in_flight, text = await committed_records(tmp_path, session_id)
+        if in_flight and "first half" in text:
+            break
+    else:
+        raise AssertionError("the turn in flight was never checkpointed")
+    await service.append(session_id, EvidenceInput("response", text="the second half"))
+    for _ in range(500):
+        await asyncio.sleep(0.02)
+        if "second half" in (await committed_records(tmp_path, session_id))[1]:
+            break
+    else:
+        raise AssertionError("the second checkpoint never came")
+    await service.settle(session_id)
+    timer = service.session(session_id).checkpoints
+    await asyncio.sleep(0.5)
+    assert not timer.running
+    assert (await committed_records(tmp_path, session_id))[0] is False
+    await service.close(session_id)
+
+
+async def test_no_checkpoint_timer_runs_without_a_turn_in_flight(tmp_path):
+    service = SessionService(LocalTarget(tmp_path), ME, checkpoint_seconds=0.05)
+    session_id = (await service.create()).session_id
+    await service.begin_turn(session_id, "short")
+    await service.settle(session_id)
+    head = service.info(session_id).head
+    await asyncio.sleep(0.3)
+    assert service.info(session_id).head == head  # nothing new was published
+    assert not service.session(session_id).checkpoints.running
+    await service.close(session_id)
