@@ -124,7 +124,7 @@ def test_another_client_joins_read_only_and_resumes_after_close(workspace, tmp_p
 
 def test_refusals_are_one_line_with_a_kind(workspace, tmp_path):
     me = tmp_path / "me"
-    refused(cli(workspace, me, "session", "open", "not-a-session", "--json"), "invalid-params")
+    refused(cli(workspace, me, "session", "open", "not-a-session", "--json"), "missing-target")  # read as a name
     refused(cli(workspace, me, "session", "open", "2026-07-19T09-47-bf87b5dd793a", "--json"), "missing-target")
     refused(cli(workspace, me, "session", "list", "--workspace", str(tmp_path / "nowhere"), "--json"), "missing-target")
     ok(cli(workspace, me, "turn", "begin", "--new", "x", "--json"))

@@ -27,6 +27,9 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['cancelTimeoutSeconds', ['cancelTimeoutSeconds']],
   ['agentIdleTimeoutSeconds', ['agentIdleTimeoutSeconds']],
   ['maxMessageBytes', ['maxMessageBytes']],
+  ['checkpointIntervalSeconds', ['checkpointIntervalSeconds']],
+  ['sessionMaxAgeDays', ['sessionMaxAgeDays']],
+  ['sessionKeepRecent', ['sessionKeepRecent']],
 ];
 
 export type Lookup = (key: string) => unknown;
