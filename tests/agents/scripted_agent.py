@@ -17,6 +17,7 @@ import binascii
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any, get_args
 
@@ -114,6 +115,8 @@ STEP_KINDS = frozenset(
         "stop",
         "echo_prompt",
         "error",
+        "mcp_call",
+        "mcp_tools",
     }
 )
 
@@ -154,6 +157,8 @@ def _check_steps(steps: Any, kinds: frozenset[str], where: str) -> None:
         (kind,) = step
         if kind not in kinds:
             raise ScriptError(f"{where}[{number}]: {kind!r} is not one of {sorted(kinds)}")
+        if kind == "mcp_call" and not (isinstance(step[kind], dict) and isinstance(step[kind].get("tool"), str)):
+            raise ScriptError(f"{where}[{number}]: mcp_call needs an object with a tool name")
         if kind == "stop" and step[kind] not in STOP_REASONS:
             raise ScriptError(f"{where}[{number}]: stop reason {step[kind]!r} is not one of {sorted(STOP_REASONS)}")
 
@@ -226,6 +231,7 @@ class ScriptedAgent:
         self._log_path: str | None = script.get("log")
         self._auth_required = bool(script.get("auth_required", False))
         self._sessions: dict[str, str] = {}  # session id -> cwd
+        self._mcp_servers: dict[str, list[Any]] = {}  # session id -> mcpServers it was given
         self._turns: dict[str, set[_Turn]] = {}  # session id -> prompts running
         self._created = 0
         self._prompts = 0
@@ -333,6 +339,7 @@ class ScriptedAgent:
             self._created += 1
             session_id = f"scripted-{self._created}"
         self._sessions[session_id] = cwd
+        self._mcp_servers[session_id] = list(mcp_servers or [])
         return NewSessionResponse(session_id=session_id)
 
     async def load_session(
@@ -356,6 +363,7 @@ class ScriptedAgent:
         if self._auth_required:
             raise RequestError.auth_required()
         self._sessions[session_id] = cwd
+        self._mcp_servers[session_id] = list(mcp_servers or [])
         return LoadSessionResponse()
 
     async def resume_session(
@@ -379,6 +387,7 @@ class ScriptedAgent:
         if self._auth_required:
             raise RequestError.auth_required()
         self._sessions[session_id] = cwd
+        self._mcp_servers[session_id] = list(mcp_servers or [])
         return ResumeSessionResponse()
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
@@ -638,6 +647,88 @@ class ScriptedAgent:
 
     async def _step_echo_prompt(self, flag: Any, turn: _Turn) -> None:
         await self._say(turn, "\n".join(_describe_block(block) for block in turn.prompt))
+
+    # MCP ----------------------------------------------------------------
+
+    def _mcp_server(self, argument: dict[str, Any], turn: _Turn) -> Any:
+        """The stdio server the step names (default: the first one given)."""
+        from mcp import StdioServerParameters
+
+        servers = self._mcp_servers.get(turn.session_id, [])
+        name = argument.get("server")
+        chosen = next((s for s in servers if name is None or getattr(s, "name", None) == name), None)
+        if chosen is None:
+            given = [getattr(s, "name", "?") for s in servers]
+            raise LookupError(f"no MCP server {name or ''} was given in the session (given: {given})".replace("  ", " "))
+        if getattr(chosen, "command", None) is None:
+            raise LookupError(f"MCP server {chosen.name!r} is not a stdio server")
+        env = {variable.name: variable.value for variable in chosen.env or ()}
+        env.update(argument.get("env") or {})
+        return StdioServerParameters(command=chosen.command, args=list(chosen.args or []), env=env)
+
+    async def _mcp(self, argument: dict[str, Any], turn: _Turn, use: Callable[[Any, Any], Awaitable[str]]) -> str:
+        """Start the server, initialize, ``use`` the session, stop; what
+        the server wrote on stderr is appended to a failure."""
+        from mcp import ClientSession
+        from mcp.client.stdio import stdio_client
+
+        server = self._mcp_server(argument, turn)
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as errlog:
+            try:
+                async with stdio_client(server, errlog=errlog) as (read, write):
+                    async with ClientSession(read, write) as session:
+                        initialized = await session.initialize()
+                        return await use(session, initialized)
+            except BaseException as exc:
+                if not isinstance(exc, Exception):
+                    raise
+                errlog.seek(0)
+                said = " | ".join(line.strip() for line in errlog.read().splitlines() if line.strip())[-500:]
+                raise RuntimeError(_mcp_error_text(exc) + (f" ({said})" if said else "")) from None
+
+    async def _step_mcp_call(self, argument: dict[str, Any], turn: _Turn) -> None:
+        tool = argument["tool"]
+        call_id = argument.get("id")
+        self._log("mcp_call", tool=tool, arguments=argument.get("arguments"), env=argument.get("env"))
+        if call_id is not None:
+            update = start_tool_call(call_id, f"mcp {tool}", kind=argument.get("kind"), status="in_progress", raw_input=argument.get("arguments"))
+            await self._client.session_update(session_id=turn.session_id, update=update)
+
+        async def call(session: Any, initialized: Any) -> str:
+            result = await session.call_tool(tool, argument.get("arguments") or {})
+            text = "\n".join(getattr(block, "text", f"[{getattr(block, 'type', '?')}]") for block in result.content)
+            return f"mcp {tool} error: {text}" if result.isError else f"mcp {tool}: {text}"
+
+        failed = False
+        try:
+            said = await self._mcp(argument, turn, call)
+        except Exception as exc:
+            said, failed = f"mcp {tool} failed: {_error_text(exc)}", True
+        failed = failed or said.startswith(f"mcp {tool} error:")
+        self._log("mcp_result", tool=tool, text=said)
+        if call_id is not None:
+            update = update_tool_call(call_id, status="failed" if failed else "completed", content=[tool_content(text_block(said))])
+            await self._client.session_update(session_id=turn.session_id, update=update)
+        await self._say(turn, said)
+
+    async def _step_mcp_tools(self, argument: dict[str, Any], turn: _Turn) -> None:
+        async def listing(session: Any, initialized: Any) -> str:
+            tools = await session.list_tools()
+            names = ", ".join(t.name for t in tools.tools)
+            return f"mcp tools: {names}\n{initialized.instructions or ''}"
+
+        try:
+            said = await self._mcp(argument if isinstance(argument, dict) else {}, turn, listing)
+        except Exception as exc:
+            said = f"mcp tools failed: {_error_text(exc)}"
+        await self._say(turn, said)
+
+
+def _mcp_error_text(exc: BaseException) -> str:
+    """An exception group (anyio's) read as its first real cause."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return _error_text(exc)
 
 
 def _describe_block(block: Any) -> str:
