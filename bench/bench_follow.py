@@ -89,8 +89,8 @@ async def watcher_idle_cpu() -> list[dict]:
     """CPU of one idle watcher in this process, per debounce, and of a poller."""
     from mevedel_server.store import ClientIdentity
     from mevedel_server.store.service import SessionService
-    from mevedel_server.store import inotify
-    from mevedel_server.store.watch import SessionWatcher, WatchCadence
+    from mevedel_server.store.watching import inotify
+    from mevedel_server.store.watching.watch import SessionWatcher, WatchCadence
     from mevedel_server.targets import LocalTarget
 
     real_available = inotify.available

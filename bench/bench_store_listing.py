@@ -24,8 +24,8 @@ import time
 from harness import report, summarize
 
 from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session
-from mevedel_server.store.listing import BATCH, list_sessions
-from mevedel_server.store.sidecar import Layout, NamingState, Sidecar, encode_sidecar
+from mevedel_server.store.workspace_wide.listing import BATCH, list_sessions
+from mevedel_server.store.content.sidecar import Layout, NamingState, Sidecar, encode_sidecar
 from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget
 
 SESSIONS = int(os.environ.get("MEVEDEL_BENCH_SESSIONS", "500"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
-from mevedel_server.store.recovery import find_recovery
+from mevedel_server.store.transactions.recovery import find_recovery
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 

@@ -15,7 +15,7 @@ from pygls.exceptions import JsonRpcException
 
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.store.workspace import ensure_workspace_id
+from mevedel_server.store.authority.workspace import ensure_workspace_id
 from mevedel_server.targets import LocalTarget
 
 from .conftest import SERVER, initialize_params, request

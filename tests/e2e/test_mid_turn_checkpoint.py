@@ -19,7 +19,7 @@ from mevedel_protocol import methods
 
 from mevedel_server.store import ClientIdentity, read_committed
 from mevedel_server.store.service import SessionService
-from mevedel_server.store.turns import Conversation
+from mevedel_server.store.content.turns import Conversation
 from mevedel_server.targets import LocalTarget
 
 from deadlines import ticks

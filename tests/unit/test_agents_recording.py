@@ -17,7 +17,7 @@ from mevedel_server.agents.errors import AgentError
 from mevedel_server.agents.excerpt import transcript_excerpt
 from mevedel_server.agents.live import LiveEvent, LiveFeed
 from mevedel_server.agents.recorder import TurnRecorder
-from mevedel_server.store.transcript import Outcome, Prompt, Response, Settle, ToolCall, TurnBegin
+from mevedel_server.store.content.transcript import Outcome, Prompt, Response, Settle, ToolCall, TurnBegin
 
 TURN = "0123456789abcdef"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.store import read_committed
-from mevedel_server.store.turns import Conversation
+from mevedel_server.store.content.turns import Conversation
 from mevedel_server.targets import LocalTarget
 
 

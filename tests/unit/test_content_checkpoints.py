@@ -5,15 +5,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 
-from mevedel_server.store.checkpoints import (
+from mevedel_server.store.content.checkpoints import (
     file_state,
     history_digest,
     history_path,
     restore_plan,
 )
-from mevedel_server.store.sidecar import Absent, Present
-from mevedel_server.store.transcript import Outcome
-from mevedel_server.store.turns import Conversation
+from mevedel_server.store.content.sidecar import Absent, Present
+from mevedel_server.store.content.transcript import Outcome
+from mevedel_server.store.content.turns import Conversation
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mevedel_server.store.projection import Projection, project
-from mevedel_server.store.transcript import (
+from mevedel_server.store.content.projection import Projection, project
+from mevedel_server.store.content.transcript import (
     Mail,
     Outcome,
     Prompt,

@@ -8,9 +8,9 @@ import hashlib
 import itertools
 
 from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session, read_committed
-from mevedel_server.store.checkpoints import history_path
-from mevedel_server.store.transcript import Outcome, Response, ToolCall, ToolResult
-from mevedel_server.store.turns import Conversation
+from mevedel_server.store.content.checkpoints import history_path
+from mevedel_server.store.content.transcript import Outcome, Response, ToolCall, ToolResult
+from mevedel_server.store.content.turns import Conversation
 from mevedel_server.targets import LocalTarget
 
 SID = "2026-07-19T09-47-bf87b5dd793a"

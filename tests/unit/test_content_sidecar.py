@@ -9,8 +9,8 @@ import json
 import msgspec
 import pytest
 
-from mevedel_server.store.inspect import InspectRow, classify_sidecar
-from mevedel_server.store.sidecar import (
+from mevedel_server.store.content.inspect import InspectRow, classify_sidecar
+from mevedel_server.store.content.sidecar import (
     Absent,
     Chapter,
     FileSnapshot,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mevedel_server.store.transcript import (
+from mevedel_server.store.content.transcript import (
     PART_LIMIT,
     LineLog,
     Mail,
@@ -206,7 +206,7 @@ records = st.one_of(
 @settings(max_examples=150, deadline=None)
 @given(st.lists(records, max_size=8))
 def test_records_round_trip(items: list) -> None:
-    from mevedel_server.store.transcript import decode_lines
+    from mevedel_server.store.content.transcript import decode_lines
 
     data = encode_records(items)
     assert data.count(b"\n") == len(items)  # one line per record, whatever the text

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mevedel_server.store.checkpoints import history_path
-from mevedel_server.store.sidecar import (
+from mevedel_server.store.content.checkpoints import history_path
+from mevedel_server.store.content.sidecar import (
     SIDECAR_PATH,
     Absent,
     Chapter,
@@ -25,7 +25,7 @@ from mevedel_server.store.sidecar import (
     load_sidecar,
     prompt_page_path,
 )
-from mevedel_server.store.transcript import (
+from mevedel_server.store.content.transcript import (
     Mail,
     Outcome,
     Prompt,
@@ -42,7 +42,7 @@ from mevedel_server.store.transcript import (
     TurnBegin,
     segment_part_path,
 )
-from mevedel_server.store.turns import (
+from mevedel_server.store.content.turns import (
     RESUME_REASON,
     ContentError,
     Conversation,

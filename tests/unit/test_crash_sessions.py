@@ -14,7 +14,7 @@ import pytest
 
 from mevedel_server.store import ClientIdentity, read_committed, saved_session_ids
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.store.turns import Conversation
+from mevedel_server.store.content.turns import Conversation
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 from deadlines import ticks
 

@@ -12,7 +12,7 @@ import pytest
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.following import FollowUpdate
-from mevedel_server.store.watch import LEASE, REFRESH, SessionWatcher, WatchCadence, WatchMode
+from mevedel_server.store.watching.watch import LEASE, REFRESH, SessionWatcher, WatchCadence, WatchMode
 from mevedel_server.targets import LocalTarget
 from mevedel_server.targets.ssh import SshTarget
 from deadlines import ticks

@@ -12,7 +12,7 @@ from mevedel_server.addresses import AddressError, ErrorKind, Operation
 from mevedel_server.resources import GlobOptions, GrepOptions, ReadOptions, ResolverContext, execute, prepare
 from mevedel_server.store import ClientIdentity, Publisher, acquire_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.store.sidecar import SIDECAR_PATH
+from mevedel_server.store.content.sidecar import SIDECAR_PATH
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")

@@ -1,7 +1,8 @@
 """The layout rules the architecture states, checked on the source: the
 resolver package has no import cycles (none through a deferred import
 either) and imports nothing of the editor side; the LSP feature modules
-import no private (underscore) name from one another; and the local/SSH
+import no private (underscore) name from one another; the store imports
+nothing above it and keeps its modules in subsystem folders; and the local/SSH
 twins the resolver once had are gone."""
 
 from __future__ import annotations
@@ -97,3 +98,20 @@ def test_no_local_or_remote_twin_is_left_in_the_resolver():
     names = {path.name for path in (PACKAGE / "resources").rglob("*.py")}
     assert not {name for name in names if name.startswith("remote_")}
     assert not (PACKAGE / "artifacts").exists()
+
+
+def test_the_store_imports_nothing_above_it_and_its_content_opens_nothing():
+    """store/ speaks only to a Target: nothing of the resolver, the agent
+    engine or the front ends; its content/ modules are pure (not even the
+    targets)."""
+    above = ("mevedel_server.lsp", "mevedel_server.cli", "mevedel_server.resources", "mevedel_server.agents")
+    offenders = []
+    for path in (PACKAGE / "store").rglob("*.py"):
+        for target, _names in _imports(path):
+            if target.startswith(above) or target.split(".")[0] in ("lsprotocol", "pygls"):
+                offenders.append(f"{path.relative_to(PACKAGE)}: {target}")
+            if path.parent.name == "content" and target.startswith("mevedel_server.targets"):
+                offenders.append(f"{path.relative_to(PACKAGE)}: {target}")
+    assert offenders == []
+    top_level = {path.name for path in (PACKAGE / "store").glob("*.py")}
+    assert top_level == {"__init__.py", "errors.py", "layout.py"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.store import ClientIdentity, LeaseHeld, LeaseLost
-from mevedel_server.store.follow import diff_conversations, settled_turns
+from mevedel_server.store.watching.follow import diff_conversations, settled_turns
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.following import ADVANCED, HELD_BACK, UNCHANGED, WRITABLE, FollowUpdate
 from mevedel_server.targets import ControlProgram, LocalTarget
@@ -136,7 +136,7 @@ async def test_a_rewind_reports_removed_and_replaced_turns(root):
 
 
 def test_a_changed_turn_under_the_same_number_is_replaced():
-    from mevedel_server.store.turns import Conversation
+    from mevedel_server.store.content.turns import Conversation
 
     wid = "a" * 64
     ids = iter(f"{n:016x}" for n in range(1, 100))

@@ -19,8 +19,8 @@ from mevedel_server.store.service import (
     TurnStateConflict,
     error_kind,
 )
-from mevedel_server.store.transcript import SegmentClose, SegmentClosing, Summary
-from mevedel_server.store.turns import Conversation
+from mevedel_server.store.content.transcript import SegmentClose, SegmentClosing, Summary
+from mevedel_server.store.content.turns import Conversation
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")

@@ -33,8 +33,8 @@ from mevedel_server.store.service import (
     SessionService,
     error_kind,
 )
-from mevedel_server.store.sidecar import SIDECAR_PATH
-from mevedel_server.store.turns import Conversation, ConversationError
+from mevedel_server.store.content.sidecar import SIDECAR_PATH
+from mevedel_server.store.content.turns import Conversation, ConversationError
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
 from deadlines import ticks
 

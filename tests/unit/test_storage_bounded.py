@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.store import ClientIdentity, read_committed
-from mevedel_server.store.redo import redo_states
+from mevedel_server.store.transactions.redo import redo_states
 from mevedel_server.store.service import PRODUCT_STORAGE, EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
@@ -203,7 +203,7 @@ def test_twelve_cli_turns_leave_only_what_redo_offers(tmp_path):
 async def committed_records(root: Path, session_id: str) -> tuple[bool, str]:
     """Whether the committed head has a turn in flight, and its records as text
     (nothing committed yet: no turn, no records)."""
-    from mevedel_server.store.turns import Conversation
+    from mevedel_server.store.content.turns import Conversation
 
     if not (root / ".mevedel" / "sessions" / session_id / ".lease").exists():
         return False, ""

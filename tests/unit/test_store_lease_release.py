@@ -33,7 +33,7 @@ from mevedel_server.store import (
     observe_lease,
     read_committed,
 )
-from mevedel_server.store.records import decode_record
+from mevedel_server.store.authority.records import decode_record
 from mevedel_server.targets import (
     ControlProgram,
     CreateExclusive,

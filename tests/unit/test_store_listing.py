@@ -24,8 +24,8 @@ from mevedel_server.store import (
     encode_record,
     materialize_session,
 )
-from mevedel_server.store.listing import InspectSubject, SessionAction, list_sessions
-from mevedel_server.store.sidecar import (
+from mevedel_server.store.workspace_wide.listing import InspectSubject, SessionAction, list_sessions
+from mevedel_server.store.content.sidecar import (
     NamingState,
     Layout,
     Sidecar,

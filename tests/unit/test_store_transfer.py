@@ -13,8 +13,8 @@ from deadlines import ticks
 
 from mevedel_server.store import ClientIdentity, acquire_lease, materialize_session, observe_lease
 from mevedel_server.store.errors import LeaseHeld, TransferReserved
-from mevedel_server.store.records import LeaseState, RecordError, TransferVerdict
-from mevedel_server.store.transfer import (
+from mevedel_server.store.authority.records import LeaseState, RecordError, TransferVerdict
+from mevedel_server.store.authority.transfer import (
     NotRequestable,
     TransferBusy,
     decide_grant,

@@ -14,7 +14,7 @@ from mevedel_server.store import ClientIdentity, TakeoverNeedsConfirmation, obse
 from mevedel_server.store.errors import LeaseHeld
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
-from mevedel_server.store.watch import WatchCadence
+from mevedel_server.store.watching.watch import WatchCadence
 from mevedel_server.store.service.errors import SessionReadOnly, TransferDraining
 from mevedel_server.targets import CreateExclusive, LocalTarget, ProgramTarget, Read
 from mevedel_server.targets.errors import TargetOperationError

@@ -12,7 +12,7 @@ import pytest
 
 from mevedel_server.store import ClientIdentity, allocate_session_id
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.store.watch import LEASE, REFRESH, REQUESTS, SessionWatcher, Wake, WatchCadence, WatchMode
+from mevedel_server.store.watching.watch import LEASE, REFRESH, REQUESTS, SessionWatcher, Wake, WatchCadence, WatchMode
 from mevedel_server.targets import ControlProgram, FaultInjectingTarget, LocalTarget, TargetError
 from mevedel_server.targets.target import ProgramTarget
 from deadlines import ticks
@@ -24,7 +24,7 @@ OWNER = ClientIdentity("client-owner", "owner-box")
 def backend(request, monkeypatch) -> str:
     """Both notification sources: inotify on the loop (Linux) and the
     portable watchfiles thread."""
-    from mevedel_server.store import inotify
+    from mevedel_server.store.watching import inotify
 
     if request.param == "inotify" and not inotify.available():
         pytest.skip("inotify is Linux-only")

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from txn_sessions import DELETE, ME, committed_view, open_session, read_committed_head, reopen, snapshot_files, write
 
-from mevedel_server.store.fork import commit_fork, prepare_fork
-from mevedel_server.store.recovery import find_recovery, retry_recovery
-from mevedel_server.store.redo import commit_redo, prepare_redo, redo_states
-from mevedel_server.store.rewind import commit_rewind, prepare_rewind
-from mevedel_server.store.save_as import commit_save_as, prepare_save_as
-from mevedel_server.store.snapshot_cut import Boundary
+from mevedel_server.store.transactions.fork import commit_fork, prepare_fork
+from mevedel_server.store.transactions.recovery import find_recovery, retry_recovery
+from mevedel_server.store.transactions.redo import commit_redo, prepare_redo, redo_states
+from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
+from mevedel_server.store.transactions.save_as import commit_save_as, prepare_save_as
+from mevedel_server.store.transactions.snapshot_cut import Boundary
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 
 FILES = ("a.txt", "b.txt", "src/c.txt")

@@ -23,18 +23,18 @@ from txn_sessions import (
 
 from mevedel_server.store import Publisher, acquire_lease, read_committed
 from mevedel_server.store.errors import StoreError
-from mevedel_server.store.lease import ClientIdentity
-from mevedel_server.store.lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken
-from mevedel_server.store.recovery import (
+from mevedel_server.store.authority.lease import ClientIdentity
+from mevedel_server.store.transactions.lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken
+from mevedel_server.store.transactions.recovery import (
     RecoveryPending,
     RecoveryRequired,
     abandon_recovery,
     find_recovery,
     retry_recovery,
 )
-from mevedel_server.store.rewind import commit_rewind, prepare_rewind
-from mevedel_server.store.snapshot_cut import Boundary
-from mevedel_server.store.transcript import Outcome, Response
+from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
+from mevedel_server.store.transactions.snapshot_cut import Boundary
+from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, ProgramTarget, TargetError, executor
 
 FILES = ("a.txt", "b.txt", "src/c.txt")
@@ -468,7 +468,7 @@ async def test_the_replacement_reuses_the_unchanged_bytes_it_keeps(tmp_path):
     history = {p: e for p, e in snapshot.manifest.entries.items() if p.startswith("file-history/")}
     assert history and all(not e.published.startswith(new_directory + "/") for e in history.values())
     # A fresh reader restores exactly the conversation the commit handed back.
-    from mevedel_server.store.turns import Conversation
+    from mevedel_server.store.content.turns import Conversation
 
     fresh = Conversation.restore(await snapshot.read_all())
     assert fresh.prompt_index() == result.conversation.prompt_index()

@@ -37,8 +37,8 @@ from typing import Any, Protocol
 from acp import RequestError, schema
 
 from ..store.service import SessionService, is_refusal
-from ..store.sidecar import EngineRef, EngineState
-from ..store.transcript import Outcome
+from ..store.content.sidecar import EngineRef, EngineState
+from ..store.content.transcript import Outcome
 from ..targets import ControlProgram, Read, Status
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
@@ -645,7 +645,7 @@ def _sniff(data: bytes) -> str | None:
 def _last_turn_begin(records: Sequence[object]) -> int:
     """Index of the last turn's begin record (the excerpt stops before the
     turn being prompted now)."""
-    from ..store.transcript import TurnBegin
+    from ..store.content.transcript import TurnBegin
 
     for index in range(len(records) - 1, -1, -1):
         if isinstance(records[index], TurnBegin):

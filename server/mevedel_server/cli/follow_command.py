@@ -20,10 +20,10 @@ import asyncio
 from typing import Any
 
 from ..store.errors import StoreError
-from ..store.follow import diff_conversations
+from ..store.watching.follow import diff_conversations
 from ..store.service import SessionService
 from ..store.service.following import FollowUpdate
-from ..store.watch import SessionWatcher, WatchCadence
+from ..store.watching.watch import SessionWatcher, WatchCadence
 from ..targets import TargetError
 from .session_client import add_common, emit, run_command, workspace_root
 

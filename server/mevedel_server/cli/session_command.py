@@ -13,9 +13,9 @@ import sys
 from typing import Any
 
 from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary
-from ..store.lease import describe_target_time
+from ..store.authority.lease import describe_target_time
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
-from ..store.workspace import SESSION_ID_PATTERN
+from ..store.authority.workspace import SESSION_ID_PATTERN
 from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store.service import EVIDENCE_KINDS, EvidenceInput, SaveResult, SessionService
-from ..store.transcript import Outcome
+from ..store.content.transcript import Outcome
 from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command, workspace_root
 
 

@@ -27,8 +27,8 @@ from mevedel_protocol.session import SessionParams
 from ..store import TakeoverNeedsConfirmation
 from ..store.service import SessionService
 from ..store.service.control import ControlEvent, ControlStatus, SessionControl
-from ..store.turns import ConversationError
-from ..store.watch import WatchCadence
+from ..store.content.turns import ConversationError
+from ..store.watching.watch import WatchCadence
 from .errors import failure
 from .handlers import (
     command_handler as _command_handler,

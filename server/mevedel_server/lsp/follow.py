@@ -1,7 +1,7 @@
 """Following sessions owned elsewhere: ``mevedel/session/didPublish``, and
 the ``mevedel/session/setFollow`` and ``mevedel/session/refresh`` requests.
 
-:class:`FollowManager` keeps one :class:`~..store.watch.SessionWatcher` per
+:class:`FollowManager` keeps one :class:`~..store.watching.watch.SessionWatcher` per
 open session that something here watches (shared by its subscribers), and
 subscribes the follower to every session that is read-only here with
 following on: a wake runs one follow step of the service, and every step
@@ -24,7 +24,7 @@ from mevedel_protocol.session import SessionParams
 from ..store.errors import StoreError
 from ..store.service import SessionChange, SessionService
 from ..store.service.following import FollowUpdate
-from ..store.watch import SessionWatcher, Wake, WatchCadence
+from ..store.watching.watch import SessionWatcher, Wake, WatchCadence
 from ..targets import TargetError
 from .handlers import (
     command_handler as _command_handler,

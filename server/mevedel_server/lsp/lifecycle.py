@@ -14,8 +14,8 @@ from mevedel_protocol import methods
 from mevedel_protocol.session import SessionParams
 
 from ..store import ChildSession, FileRestore, KnownGap, TurnLabel
-from ..store.project_files import GitCheck
-from ..store.rewind import ExternalChange
+from ..store.transactions.project_files import GitCheck
+from ..store.transactions.rewind import ExternalChange
 from ..store.service import SessionService
 from .handlers import (
     command_handler as _command_handler,

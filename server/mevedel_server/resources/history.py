@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from ..addresses.encoding import encode_component
 from ..addresses.model import Address, AddressError, ErrorKind, Operation
 from ..store import RecordError, SessionMissing
-from ..store.inspect import list_segments
-from ..store.listing import InspectSessionRow
-from ..store.publication import read_committed
-from ..store.projection import project
+from ..store.content.inspect import list_segments
+from ..store.workspace_wide.listing import InspectSessionRow
+from ..store.authority.publication import read_committed
+from ..store.content.projection import project
 from ..store.service import (
     SavedSource,
     SessionIncompatible,
@@ -41,8 +41,8 @@ from ..store.service import (
     saved_catalog,
     saved_session,
 )
-from ..store.transcript import SegmentError
-from ..store.workspace import is_session_id
+from ..store.content.transcript import SegmentError
+from ..store.authority.workspace import is_session_id
 from ..targets import LocalTarget, Target, TargetError
 from .attempt import Prepared, Request
 from .context import LiveHistorySource, ResolverContext

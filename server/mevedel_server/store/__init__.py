@@ -48,7 +48,7 @@ from .errors import (
     IdentityNeedsConfirmation,
 )
 from .layout import SessionPaths
-from .lease import (
+from .authority.lease import (
     DEFAULT_LEASE_SECONDS,
     ClientIdentity,
     LeaseHandle,
@@ -59,7 +59,7 @@ from .lease import (
     observe_lease,
     read_lease_head,
 )
-from .publication import (
+from .authority.publication import (
     CommittedSnapshot,
     PendingPublication,
     Publisher,
@@ -67,7 +67,7 @@ from .publication import (
     load_manifest,
     read_committed,
 )
-from .records import (
+from .authority.records import (
     LeaseRecord,
     LeaseState,
     ManifestEntry,
@@ -78,7 +78,7 @@ from .records import (
     decode_record,
     encode_record,
 )
-from .workspace import (
+from .authority.workspace import (
     allocate_session_id,
     check_session_id,
     ensure_workspace_id,
@@ -89,14 +89,14 @@ from .workspace import (
     saved_session_ids,
 )
 
-from .fork import ChildSession, ForkImpact, ForkResult, Variant, VariantGroup, commit_fork, fork_variants, prepare_fork
-from .lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken
-from .recovery import RecoveryOutcome, RecoveryPending, RecoveryState, abandon_recovery, find_recovery, retry_recovery
-from .redo import RedoImpact, RedoStates, TurnState, commit_redo, prepare_redo, redo_states
-from .rewind import FileRestore, InPlaceResult, KnownGap, RewindImpact, TurnLabel, commit_rewind, prepare_rewind
-from .save_as import SaveAsImpact, commit_save_as, prepare_save_as
-from .snapshot_cut import Boundary, Side
-from .worktree_fork import WorktreeForkFailed, WorktreeForkImpact, WorktreeForkResult, WorktreeTarget, commit_worktree_fork, prepare_worktree_fork
+from .transactions.fork import ChildSession, ForkImpact, ForkResult, Variant, VariantGroup, commit_fork, fork_variants, prepare_fork
+from .transactions.lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken
+from .transactions.recovery import RecoveryOutcome, RecoveryPending, RecoveryState, abandon_recovery, find_recovery, retry_recovery
+from .transactions.redo import RedoImpact, RedoStates, TurnState, commit_redo, prepare_redo, redo_states
+from .transactions.rewind import FileRestore, InPlaceResult, KnownGap, RewindImpact, TurnLabel, commit_rewind, prepare_rewind
+from .transactions.save_as import SaveAsImpact, commit_save_as, prepare_save_as
+from .transactions.snapshot_cut import Boundary, Side
+from .transactions.worktree_fork import WorktreeForkFailed, WorktreeForkImpact, WorktreeForkResult, WorktreeTarget, commit_worktree_fork, prepare_worktree_fork
 
 __all__ = [
     "ChildSession",

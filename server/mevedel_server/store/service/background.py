@@ -32,7 +32,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ...targets import TargetError
-from ..collection import DEFAULT_KEEP_RECENT, CollectionCache, CollectionReport, collect
+from ..workspace_wide.collection import DEFAULT_KEEP_RECENT, CollectionCache, CollectionReport, collect
 from ..errors import LeaseLost, StoreError
 
 _log = logging.getLogger(__name__)

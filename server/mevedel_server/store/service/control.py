@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 
 from ...targets import TargetError, read_target_clock
 from ..errors import LeaseLost, StoreError
-from ..lease import LeaseStanding, observe_lease
-from ..watch import SessionWatcher, Wake, WatchCadence
-from ..records import LeaseState, TransferRequest, TransferVerdict
-from ..turns import ConversationError
-from ..transfer import (
+from ..authority.lease import LeaseStanding, observe_lease
+from ..watching.watch import SessionWatcher, Wake, WatchCadence
+from ..authority.records import LeaseState, TransferRequest, TransferVerdict
+from ..content.turns import ConversationError
+from ..authority.transfer import (
     DEFAULT_FENCE_SECONDS,
     decide_grant,
     decide_keep,

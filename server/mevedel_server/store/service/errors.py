@@ -25,13 +25,13 @@ from ..errors import (
     StoreError,
     TakeoverNeedsConfirmation,
 )
-from ..inspect import InspectRow
-from ..lifecycle_token import LifecycleError
-from ..records import RecordError
-from ..sidecar import SidecarError
-from ..transcript import SegmentError
-from ..transfer import NotRequestable, TransferBusy
-from ..turns import ContentError, ConversationError
+from ..content.inspect import InspectRow
+from ..transactions.lifecycle_token import LifecycleError
+from ..authority.records import RecordError
+from ..content.sidecar import SidecarError
+from ..content.transcript import SegmentError
+from ..authority.transfer import NotRequestable, TransferBusy
+from ..content.turns import ContentError, ConversationError
 
 
 class SessionNotOpen(StoreError):

@@ -27,11 +27,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..follow import PublicationChange, diff_conversations
+from ..watching.follow import PublicationChange, diff_conversations
 from ..layout import SessionPaths
-from ..lease import LeaseObservation, read_lease_head
-from ..publication import CommittedSnapshot, load_manifest
-from ..records import LeaseState
+from ..authority.lease import LeaseObservation, read_lease_head
+from ..authority.publication import CommittedSnapshot, load_manifest
+from ..authority.records import LeaseState
 from .open_session import Access, OpenSession
 
 _log = logging.getLogger(__name__)

@@ -14,15 +14,15 @@ mutation until :meth:`SessionLifecycle.retry_recovery` or
 
 from __future__ import annotations
 
-from ..fork import ChildSession, ForkImpact, ForkResult, VariantGroup, commit_fork, fork_variants, prepare_fork
-from ..lifecycle_token import InvalidToken, LifecycleRefused, StateToken
-from ..publication import Publisher, read_committed
-from ..recovery import RecoveryOutcome, RecoveryPending, abandon_recovery, find_recovery, retry_recovery
-from ..redo import RedoImpact, RedoStates, commit_redo, prepare_redo, redo_states
-from ..rewind import InPlaceResult, RewindImpact, commit_rewind, prepare_rewind
-from ..save_as import SaveAsImpact, commit_save_as, prepare_save_as
-from ..snapshot_cut import Boundary, Side
-from ..worktree_fork import WorktreeForkImpact, WorktreeForkResult, commit_worktree_fork, prepare_worktree_fork
+from ..transactions.fork import ChildSession, ForkImpact, ForkResult, VariantGroup, commit_fork, fork_variants, prepare_fork
+from ..transactions.lifecycle_token import InvalidToken, LifecycleRefused, StateToken
+from ..authority.publication import Publisher, read_committed
+from ..transactions.recovery import RecoveryOutcome, RecoveryPending, abandon_recovery, find_recovery, retry_recovery
+from ..transactions.redo import RedoImpact, RedoStates, commit_redo, prepare_redo, redo_states
+from ..transactions.rewind import InPlaceResult, RewindImpact, commit_rewind, prepare_rewind
+from ..transactions.save_as import SaveAsImpact, commit_save_as, prepare_save_as
+from ..transactions.snapshot_cut import Boundary, Side
+from ..transactions.worktree_fork import WorktreeForkImpact, WorktreeForkResult, commit_worktree_fork, prepare_worktree_fork
 from .errors import InvalidSessionInput
 from .open_session import OpenSession
 

@@ -9,8 +9,8 @@ starts a new rendering.
 
 from __future__ import annotations
 
-from ..projection import Projection
-from ..turns import Conversation
+from ..content.projection import Projection
+from ..content.turns import Conversation
 
 
 class LiveHistory:

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from ...targets import ControlProgram, ListDir, MakeDirs, Status, Target, TargetError, raise_for_result
 from ..errors import LeaseLost, PublicationFailed, PublicationPending, SessionOccupied, StoreError
 from ..layout import SessionPaths, generation_numbers
-from ..lease import ClientIdentity, LeaseHandle, acquire_lease
-from ..publication import Publisher
-from ..turns import Conversation, SaveCandidate
-from ..workspace import materialize_session
+from ..authority.lease import ClientIdentity, LeaseHandle, acquire_lease
+from ..authority.publication import Publisher
+from ..content.turns import Conversation, SaveCandidate
+from ..authority.workspace import materialize_session
 from .clock import TargetTime
 from .background import PublicationCollector, TurnCheckpoints
 from .errors import NoPendingPublication, SessionReadOnly, TransferDraining

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from ...targets import TargetError
 from ..errors import LeaseLost, StoreError
-from ..lease import LeaseHandle
+from ..authority.lease import LeaseHandle
 
 _log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...targets import Target
-from ..inspect import SegmentSource, classify_sidecar, list_segments, read_segment
-from ..listing import InspectSessionRow, survey_sessions
-from ..publication import CommittedSnapshot, read_committed
-from ..sidecar import SIDECAR_PATH, Sidecar
-from ..transcript import Record
-from ..workspace import check_session_id
+from ..content.inspect import SegmentSource, classify_sidecar, list_segments, read_segment
+from ..workspace_wide.listing import InspectSessionRow, survey_sessions
+from ..authority.publication import CommittedSnapshot, read_committed
+from ..content.sidecar import SIDECAR_PATH, Sidecar
+from ..content.transcript import Record
+from ..authority.workspace import check_session_id
 from .errors import SessionIncompatible
 
 

@@ -36,20 +36,20 @@ from ...targets import (
     split_target_path,
 )
 from ...targets import TargetError
-from ..cleanup import DEFAULT_MAX_AGE_DAYS, CleanupReport, remove_expired_sessions, remove_unfinished_sessions
-from ..collection import DEFAULT_KEEP_RECENT as DEFAULT_PUBLICATION_KEEP_RECENT
+from ..workspace_wide.cleanup import DEFAULT_MAX_AGE_DAYS, CleanupReport, remove_expired_sessions, remove_unfinished_sessions
+from ..workspace_wide.collection import DEFAULT_KEEP_RECENT as DEFAULT_PUBLICATION_KEEP_RECENT
 from ..errors import IdentityNeedsConfirmation, StoreError, TakeoverNeedsConfirmation
-from ..inspect import InspectRow, classify_sidecar
+from ..content.inspect import InspectRow, classify_sidecar
 from ..layout import STATE_DIR, SessionPaths
-from ..lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseObservation, LeaseStanding, acquire_lease, observe_lease
-from ..listing import InspectSessionRow, SessionAction, SessionRow, list_sessions
-from ..publication import CommittedSnapshot, load_manifest, read_committed
-from ..records import LeaseState
-from ..recovery import find_recovery
-from ..sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name
-from ..transcript import Outcome
-from ..turns import Conversation, ConversationError
-from ..workspace import (
+from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseObservation, LeaseStanding, acquire_lease, observe_lease
+from ..workspace_wide.listing import InspectSessionRow, SessionAction, SessionRow, list_sessions
+from ..authority.publication import CommittedSnapshot, load_manifest, read_committed
+from ..authority.records import LeaseState
+from ..transactions.recovery import find_recovery
+from ..content.sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name
+from ..content.transcript import Outcome
+from ..content.turns import Conversation, ConversationError
+from ..authority.workspace import (
     allocate_session_id,
     check_session_id,
     ensure_generated_excludes,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..projection import Projection
-from ..sidecar import PromptEntry
-from ..transcript import (
+from ..content.projection import Projection
+from ..content.sidecar import PromptEntry
+from ..content.transcript import (
     Mail,
     Permission,
     Plan,
@@ -25,7 +25,7 @@ from ..transcript import (
     ToolResult,
     TurnBegin,
 )
-from ..turns import Conversation
+from ..content.turns import Conversation
 from .errors import NoSuchTurn
 
 IN_FLIGHT = "in-flight"

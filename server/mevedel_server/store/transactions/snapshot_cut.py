@@ -41,13 +41,13 @@ from functools import cached_property
 
 import msgspec
 
-from ..targets import Target
-from .checkpoints import history_digest, history_path, referenced_digests
-from .layout import SessionPaths
-from .lease import read_lease_head
+from ...targets import Target
+from ..content.checkpoints import history_digest, history_path, referenced_digests
+from ..layout import SessionPaths
+from ..authority.lease import read_lease_head
 from .lifecycle_token import LifecycleRefused
-from .publication import CommittedSnapshot, load_manifest
-from .sidecar import (
+from ..authority.publication import CommittedSnapshot, load_manifest
+from ..content.sidecar import (
     SIDECAR_PATH,
     EngineState,
     IndexLineError,
@@ -64,7 +64,7 @@ from .sidecar import (
     load_sidecar,
     prompt_page_path,
 )
-from .transcript import (
+from ..content.transcript import (
     LineLog,
     Outcome,
     SegmentClose,
@@ -77,8 +77,8 @@ from .transcript import (
     parse_segment_part,
     segment_part_path,
 )
-from .turns import ContentError, Conversation
-from .workspace import check_session_id
+from ..content.turns import ContentError, Conversation
+from ..authority.workspace import check_session_id
 
 _CACHE_LIMIT = 2
 

@@ -54,7 +54,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from ..targets import (
+from ...targets import (
     Chain,
     ChainHop,
     Clock,
@@ -69,9 +69,9 @@ from ..targets import (
     Target,
     raise_for_result,
 )
-from .layout import GENERATION_FAMILY, SESSIONS_DIR, UNPUBLISHED_CHILD, SessionPaths, generation_numbers
-from .lease import ClientIdentity, LeaseObservation, LeaseStanding
-from .records import (
+from ..layout import GENERATION_FAMILY, SESSIONS_DIR, UNPUBLISHED_CHILD, SessionPaths, generation_numbers
+from ..authority.lease import ClientIdentity, LeaseObservation, LeaseStanding
+from ..authority.records import (
     LeaseRecord,
     LeaseState,
     PublicationManifest,
@@ -79,11 +79,11 @@ from .records import (
     RecordErrorKind,
     decode_record,
 )
-from .inspect import InspectRow as SidecarRefusal
-from .inspect import classify_sidecar
-from .sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind
-from .recovery import RECOVERY_DIR, recovery_ids
-from .workspace import is_session_id
+from ..content.inspect import InspectRow as SidecarRefusal
+from ..content.inspect import classify_sidecar
+from ..content.sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind
+from ..transactions.recovery import RECOVERY_DIR, recovery_ids
+from ..authority.workspace import is_session_id
 
 #: Sessions admitted into the pipeline per control program.
 BATCH = 32

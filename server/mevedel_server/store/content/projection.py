@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from .lease import describe_target_time
+from ..authority.lease import describe_target_time
 from .transcript import (
     Mail,
     Permission,

@@ -35,7 +35,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..targets import (
+from ...targets import (
     Barrier,
     ControlProgram,
     CreateExclusive,
@@ -48,8 +48,8 @@ from ..targets import (
     TargetError,
     raise_for_result,
 )
-from .errors import LeaseLost, PublicationFailed, PublicationPending, StoreError
-from .layout import MANIFEST_NAME, SessionPaths, head_path, published_path
+from ..errors import LeaseLost, PublicationFailed, PublicationPending, StoreError
+from ..layout import MANIFEST_NAME, SessionPaths, head_path, published_path
 from .lease import LeaseHandle, read_lease_head
 from .records import (
     HEAD_PATTERN,

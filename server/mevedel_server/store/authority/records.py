@@ -17,8 +17,8 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
-from ..targets import InvalidTargetPath, split_target_path
-from .errors import StoreError
+from ...targets import InvalidTargetPath, split_target_path
+from ..errors import StoreError
 
 LEASE_FORMAT_VERSION = 1
 MANIFEST_FORMAT_VERSION = 1

@@ -63,7 +63,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..targets import (
+from ...targets import (
     Clock,
     ControlProgram,
     CreateExclusive,
@@ -78,12 +78,12 @@ from ..targets import (
     Verify,
     raise_for_result,
 )
-from .errors import LeaseLost
-from .layout import MANIFEST_NAME, SessionPaths, head_path
-from .lease import LeaseHandle
+from ..errors import LeaseLost
+from ..layout import MANIFEST_NAME, SessionPaths, head_path
+from ..authority.lease import LeaseHandle
 from .listing import decode_manifest
-from .records import PublicationManifest, RecordError
-from .redo import PublishedHead, TurnStateFacts, turn_state_representatives
+from ..authority.records import PublicationManifest, RecordError
+from ..transactions.redo import PublishedHead, TurnStateFacts, turn_state_representatives
 
 DEFAULT_KEEP_RECENT = 3
 DEFAULT_MAX_REMOVALS = 64

@@ -50,10 +50,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..targets import ControlProgram, ListDir, LocalTarget, Status, Target, TargetError
+from ...targets import ControlProgram, ListDir, LocalTarget, Status, Target, TargetError
 from . import inotify
-from .layout import SESSIONS_DIR, STATE_DIR, SessionPaths
-from .workspace import check_session_id
+from ..layout import SESSIONS_DIR, STATE_DIR, SessionPaths
+from ..authority.workspace import check_session_id
 
 _log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Annotated
 
 import msgspec
 
-from .errors import StoreError
+from ..errors import StoreError
 
 TOKEN_FORMAT_VERSION = 1
 _PREFIX = "mevedel-txn-1."

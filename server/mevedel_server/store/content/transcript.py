@@ -30,7 +30,7 @@ from typing import Annotated, Literal, Union
 
 import msgspec
 
-from .errors import StoreError
+from ..errors import StoreError
 
 TRANSCRIPT_FORMAT_VERSION = 1
 MAX_SEGMENT = 9999

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from ..targets import (
+from ...targets import (
     ControlProgram,
     ListDir,
     Operation,
@@ -53,12 +53,12 @@ from ..targets import (
     Verify,
     read_target_clock,
 )
-from .errors import StoreError
-from .lease import ClientIdentity, LeaseHandle, LeaseStanding, acquire_lease
-from .layout import SessionPaths
+from ..errors import StoreError
+from ..authority.lease import ClientIdentity, LeaseHandle, LeaseStanding, acquire_lease
+from ..layout import SessionPaths
 from .listing import InspectSubject, SessionSurvey, UnfinishedSession, find_unfinished, survey_sessions
-from .records import LeaseState
-from .recovery import find_recovery
+from ..authority.records import LeaseState
+from ..transactions.recovery import find_recovery
 
 DEFAULT_MAX_AGE_DAYS = 30
 DEFAULT_KEEP_RECENT = 3

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..targets import LocalTarget, Target, split_target_path
+from ...targets import LocalTarget, Target, split_target_path
 
 #: Seconds one git command may take (a check; a checkout gets longer).
 GIT_TIMEOUT = 30

@@ -31,13 +31,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..targets import ControlProgram, ListDir, Read, Stat, Status, Target, raise_for_result
-from .layout import MANIFEST_NAME, SessionPaths, head_path
-from .lease import read_lease_head
+from ...targets import ControlProgram, ListDir, Read, Stat, Status, Target, raise_for_result
+from ..layout import MANIFEST_NAME, SessionPaths, head_path
+from ..authority.lease import read_lease_head
 from .lifecycle_token import InvalidToken, LifecycleRefused, StateToken
-from .listing import decode_manifest
-from .publication import Publisher
-from .records import HEAD_PATTERN, PublicationManifest, RecordError
+from ..workspace_wide.listing import decode_manifest
+from ..authority.publication import Publisher
+from ..authority.records import HEAD_PATTERN, PublicationManifest, RecordError
 from .recovery import artifacts_digest, require_no_recovery
 from .rewind import (
     FROM_TARGET,
@@ -60,7 +60,7 @@ from .rewind import (
     _index_git_for,
 )
 from .project_files import GitCheck
-from .sidecar import (
+from ..content.sidecar import (
     SIDECAR_PATH,
     PromptEntry,
     Sidecar,
@@ -81,8 +81,8 @@ from .snapshot_cut import (
     sidecar_bytes,
     state_at_head,
 )
-from .turns import Conversation
-from .workspace import check_session_id
+from ..content.turns import Conversation
+from ..authority.workspace import check_session_id
 
 _BATCH = 64
 #: Fields of the current sidecar that a redo keeps (the session's name is

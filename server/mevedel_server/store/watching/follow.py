@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .transcript import Prompt, Record, Settle, TurnBegin
-from .turns import Conversation
+from ..content.transcript import Prompt, Record, Settle, TurnBegin
+from ..content.turns import Conversation
 
 NEW = "new"
 REPLACED = "replaced"

@@ -28,7 +28,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from .errors import StoreError
+from ..errors import StoreError
 from .transcript import MAX_INTEGER, Seconds, SegmentNumber, SessionIdText, TurnId, TurnNumber
 
 SIDECAR_FORMAT_VERSION = 1

@@ -46,16 +46,16 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..targets import Barrier, ControlProgram, CreateExclusive, ListDir, MakeDirs, Operation, Read, Remove, Stat, Status, Target, TargetError, raise_for_result
-from .errors import SessionOccupied, StoreError
-from .layout import SessionPaths
-from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseHandle, acquire_lease, read_lease_head
+from ...targets import Barrier, ControlProgram, CreateExclusive, ListDir, MakeDirs, Operation, Read, Remove, Stat, Status, Target, TargetError, raise_for_result
+from ..errors import SessionOccupied, StoreError
+from ..layout import SessionPaths
+from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseHandle, acquire_lease, read_lease_head
 from .lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
-from .listing import survey_sessions
-from .publication import Donors, Publisher, donors_of, read_committed
+from ..workspace_wide.listing import survey_sessions
+from ..authority.publication import Donors, Publisher, donors_of, read_committed
 from .recovery import run_guarded
 from .rewind import TurnLabel, plan_time
-from .sidecar import (
+from ..content.sidecar import (
     agent_history_note,
     SIDECAR_PATH,
     ForkOrigin,
@@ -78,7 +78,7 @@ from .snapshot_cut import (
     load_committed_state,
     locate,
 )
-from .workspace import allocate_session_id, check_session_id, materialize_session
+from ..authority.workspace import allocate_session_id, check_session_id, materialize_session
 
 LOCAL_DIR = "local"
 PLANS_DIR = "plans"

@@ -50,7 +50,7 @@ from typing import Annotated
 
 import msgspec
 
-from ..targets import (
+from ...targets import (
     ControlProgram,
     CreateExclusive,
     ListDir,
@@ -64,14 +64,14 @@ from ..targets import (
     Verify,
     raise_for_result,
 )
-from .errors import LeaseLost
-from .layout import SessionPaths
-from .lease import LeaseHandle
+from ..errors import LeaseLost
+from ..layout import SessionPaths
+from ..authority.lease import LeaseHandle
 from .lifecycle_token import LifecycleError, LifecycleRefused
 from .project_files import ConvergeOutcome, converge_files, project_path_problem, write_files
-from .publication import load_manifest
-from .records import HEAD_PATTERN, RecordError
-from .workspace import check_session_id
+from ..authority.publication import load_manifest
+from ..authority.records import HEAD_PATTERN, RecordError
+from ..authority.workspace import check_session_id
 
 RECOVERY_DIR = ".recovery"
 RECOVERY_FORMAT_VERSION = 1

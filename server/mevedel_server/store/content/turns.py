@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from .checkpoints import CaptureError, FileHistory, TurnCapture, history_digest, history_path, referenced_digests
-from .errors import StoreError
+from ..errors import StoreError
 from .sidecar import (
     SIDECAR_PATH,
     Chapter,

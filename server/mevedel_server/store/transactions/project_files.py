@@ -30,7 +30,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..targets import (
+from ...targets import (
     Barrier,
     ControlProgram,
     InvalidTargetPath,
@@ -47,7 +47,7 @@ from ..targets import (
     split_target_path,
 )
 from .git_runner import GitDidNotFinish, GitMissing, GitRunner
-from .layout import STATE_DIR
+from ..layout import STATE_DIR
 
 #: Where linked worktrees of Worktree Forks live, inside the workspace.
 WORKTREES_DIR = ".worktrees"

@@ -19,7 +19,7 @@ import secrets
 from collections.abc import Callable, Container
 from datetime import datetime
 
-from ..targets import (
+from ...targets import (
     ControlProgram,
     CreateExclusive,
     ListDir,
@@ -32,8 +32,8 @@ from ..targets import (
     WriteProject,
     raise_for_result,
 )
-from .errors import InvalidSessionId, SessionOccupied
-from .layout import SESSIONS_DIR, STATE_DIR, WORKSPACE_ID_PATH, SessionPaths
+from ..errors import InvalidSessionId, SessionOccupied
+from ..layout import SESSIONS_DIR, STATE_DIR, WORKSPACE_ID_PATH, SessionPaths
 from .records import WorkspaceIdentity, decode_record, encode_record
 
 SESSION_ID_PATTERN = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2})-([0-9]{2})-([0-9a-f]{12})$")

@@ -93,7 +93,7 @@ from datetime import datetime, timezone
 
 import msgspec
 
-from ..targets import (
+from ...targets import (
     Clock,
     ControlProgram,
     CreateExclusive,
@@ -111,8 +111,8 @@ from ..targets import (
     Verify,
     raise_for_result,
 )
-from ..targets.program import ClockStamp, ReadNewest, StampedCreate
-from .errors import (
+from ...targets.program import ClockStamp, ReadNewest, StampedCreate
+from ..errors import (
     ClaimRaced,
     LeaseHeld,
     LeaseLost,
@@ -121,7 +121,7 @@ from .errors import (
     TakeoverNeedsConfirmation,
     TransferReserved,
 )
-from .layout import GENERATION_FAMILY, SessionPaths, generation_numbers
+from ..layout import GENERATION_FAMILY, SessionPaths, generation_numbers
 from .records import (
     CLIENT_ID_PATTERN,
     LeaseRecord,

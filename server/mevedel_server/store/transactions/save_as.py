@@ -24,16 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..targets import Target
+from ...targets import Target
 from .fork import ChildSession, publish_child, recheck_lease
-from .lease import DEFAULT_LEASE_SECONDS, ClientIdentity
+from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from .lifecycle_token import LifecycleRefused, StateToken
-from .publication import donors_of
+from ..authority.publication import donors_of
 from .rewind import plan_time, refuse_in_flight, refuse_live
-from .sidecar import NameRefused, NamingState, agent_history_note, normalize_display_name
+from ..content.sidecar import NameRefused, NamingState, agent_history_note, normalize_display_name
 from .snapshot_cut import cut_snapshot, load_committed_state, whole
-from .turns import Conversation
-from .workspace import check_session_id
+from ..content.turns import Conversation
+from ..authority.workspace import check_session_id
 
 
 @dataclass(frozen=True)

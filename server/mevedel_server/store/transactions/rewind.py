@@ -48,15 +48,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..targets import Target, TargetError
-from .checkpoints import restore_plan
-from .errors import LeaseLost, PublicationPending, StoreError
-from .lease import LeaseHandle, read_lease_head
+from ...targets import Target, TargetError
+from ..content.checkpoints import restore_plan
+from ..errors import LeaseLost, PublicationPending, StoreError
+from ..authority.lease import LeaseHandle, read_lease_head
 from .lifecycle_token import ABSENT, InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
 from .git_runner import GitRunner, LocalGit, git_runner_for
 from .project_files import GitCheck, Unreadable, index_divergence, project_path_problem, read_project_files
-from .publication import Publisher, load_manifest
-from .records import RecordError
+from ..authority.publication import Publisher, load_manifest
+from ..authority.records import RecordError
 from .recovery import (
     RecoveryRequired,
     RecoveryState,
@@ -71,7 +71,7 @@ from .recovery import (
     run_guarded,
     snapshot_digest,
 )
-from .sidecar import FileState, PromptEntry, Present, TurnFiles, agent_history_note
+from ..content.sidecar import FileState, PromptEntry, Present, TurnFiles, agent_history_note
 from .snapshot_cut import (
     Boundary,
     CommittedSnapshotResult,
@@ -86,9 +86,9 @@ from .snapshot_cut import (
     state_at_head,
     whole,
 )
-from .transcript import Outcome
-from .turns import Conversation
-from .workspace import check_session_id
+from ..content.transcript import Outcome
+from ..content.turns import Conversation
+from ..authority.workspace import check_session_id
 
 #: Passed as ``workspace_root`` to ask the git where the target keeps its files.
 FROM_TARGET = Path("<from target>")
