@@ -98,10 +98,11 @@ async def test_non_writable_addresses_are_unsupported_before_anything_is_touched
     assert not (context.session_dir / "local").exists()
 
 
-async def test_an_ordinary_path_is_not_a_resource_address(context):
-    with pytest.raises(AddressError) as caught:
-        prepare(Operation.APPLY_PATCH, envelope(add("src/main.py", "x")), PatchOptions(), context)
-    assert caught.value.kind is ErrorKind.MALFORMED_ADDRESS
+async def test_an_ordinary_path_is_a_project_file_in_the_same_transaction(context):
+    result = await apply(envelope(add("src/main.py", "x"), add("work://plan.md", "p")), context)
+    assert (context.workspace_root / "src" / "main.py").read_text() == "x\n"
+    assert (context.session_dir / "local" / "plan.md").read_text() == "p\n"
+    assert result.summary() == "A src/main.py\nA work://plan.md"
 
 
 @pytest.mark.parametrize("planted", [".mevedel/shared", ".mevedel"])

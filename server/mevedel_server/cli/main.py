@@ -22,6 +22,7 @@ from . import (
     control_command,
     follow_command,
     lifecycle_command,
+    mcp_command,
     prompt_command,
     resource_command,
     session_command,
@@ -37,6 +38,7 @@ COMMANDS = (
     prompt_command,
     lifecycle_command,
     follow_command,
+    mcp_command,
 )
 
 INTERNAL_ERROR = 70

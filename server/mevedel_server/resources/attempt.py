@@ -20,15 +20,18 @@ Backing = Literal["file", "virtual"]
 
 @dataclass(frozen=True, slots=True)
 class AuthorityFacts:
-    """What one address in an operation asks for, in logical terms only."""
+    """What one address (or plain project path) in an operation asks for,
+    in logical terms only. A project path has no ``family`` (None) and
+    carries its workspace-relative spelling in ``project_path``."""
 
     operation: Operation
     authored: str
     canonical: str
-    family: Family
+    family: Family | None
     locator_class: LocatorClass
     writes: bool
     backing: Backing
+    project_path: str | None = None
 
 
 class Attempt:

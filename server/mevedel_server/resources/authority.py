@@ -8,8 +8,10 @@ tool server from the session it serves) through
 ``ResolverContext.session_writable``; no answer is no. A session id the
 client has not opened for writing -- an unknown one included -- is refused
 before anything is read or written, so nothing is ever created under it.
-The shared scope (``work://shared/``) and memory roots belong to the
-workspace and the user, not to a session, and need no session.
+The same holds for a plain project path an ApplyPatch changes (the change
+belongs to the session's turn, whose checkpoint records it). The shared
+scope (``work://shared/``) and memory roots belong to the workspace and the
+user, not to a session, and need no session.
 """
 
 from __future__ import annotations
@@ -21,26 +23,31 @@ from ..store.service import Access, SessionService
 from .context import ResolverContext
 
 
-def not_writable(session_id: str, authored: str) -> AddressError:
+def not_writable(session_id: str, authored: str, *, project: bool = False) -> AddressError:
+    what = "changing project files in it" if project else "changing its work:// files"
     return AddressError(
         ErrorKind.OWNER_MISSING,
         authored,
         f"session {session_id} is not open for writing by this client; resume it (or take control of it) "
-        "before changing its work:// files",
+        f"before {what}",
     )
 
 
-def require_writable_session(context: ResolverContext, authored: str) -> None:
-    """Refuse a write to the open session's scope unless this client holds
-    the session open and writable."""
+def require_writable_session(context: ResolverContext, authored: str, *, project: bool = False) -> None:
+    """Refuse a write to the open session's scope (or, ``project``, to the
+    project's files on its behalf) unless this client holds the session
+    open and writable."""
     session_id = context.session_id
     if session_id is None:
-        raise AddressError(
-            ErrorKind.OWNER_MISSING, authored, "no session is open; work:// session files belong to the open session"
+        reason = (
+            "no session is open; project files are changed only on behalf of a session this client holds open"
+            if project
+            else "no session is open; work:// session files belong to the open session"
         )
+        raise AddressError(ErrorKind.OWNER_MISSING, authored, reason)
     allowed = context.session_writable
     if allowed is None or not allowed(session_id):
-        raise not_writable(session_id, authored)
+        raise not_writable(session_id, authored, project=project)
 
 
 def writable_sessions(service: SessionService) -> Callable[[str], bool]:

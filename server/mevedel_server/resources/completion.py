@@ -62,17 +62,41 @@ _SCHEME_DETAIL = {
 }
 
 
-def _scheme_available(scheme: str, context: ResolverContext) -> bool:
-    # Cheap, configuration-only knowledge: no directory is listed here.
+def _has_workspace(context: ResolverContext) -> bool:
+    return context.workspace_root is not None or (context.remote_workspace and context.store_target is not None)
+
+
+def available(label: str, context: ResolverContext) -> bool:
+    """Whether a scheme (``"work"``) or branch (``"history://root"``) has a
+    usable surface now. Cheap, configuration-only knowledge: no directory
+    is listed and nothing is read. The tool server's roster uses the same
+    rules (:mod:`mevedel_server.tool_server.roster`)."""
+    if label == "history://root":
+        return context.live_history is not None
+    if label == "history://saved":
+        return _has_workspace(context)
+    if label == "work://shared/":
+        return _has_workspace(context)
+    if label in ("memory://journal/", "shared://library"):
+        return False  # neither family is served yet
+    if label == "memory://root":
+        return bool(context.memory_roots)
+    scheme = label.partition(":")[0]
     if scheme in ("work", "artifact"):
         return context.session_id is not None
     if scheme == "skill":
         return bool(context.skill_roots)
     if scheme == "memory":
         return bool(context.memory_roots)
+    if scheme == "history":
+        return available("history://root", context) or available("history://saved", context)
     if scheme == "mevedel":
         return True
     return False
+
+
+def _scheme_available(scheme: str, context: ResolverContext) -> bool:
+    return available(scheme, context)
 
 
 def complete(prefix_text: str, context: ResolverContext) -> list[Candidate]:
@@ -106,7 +130,7 @@ def _schemes(typed: str, context: ResolverContext) -> list[Candidate]:
         if f"{scheme}://".startswith(typed)
     ]
     found += [
-        Candidate(label, "scheme", detail, _scheme_available(label.partition(":")[0], context))
+        Candidate(label, "scheme", detail, available(label, context))
         for label, detail in _BRANCHES
         if label.startswith(typed)
     ]
@@ -115,7 +139,7 @@ def _schemes(typed: str, context: ResolverContext) -> list[Candidate]:
 
 def _branches(prefix_text: str, scheme: str, context: ResolverContext) -> list[Candidate]:
     return [
-        Candidate(label, "directory" if label == "work://shared/" else "discovery", detail, _scheme_available(scheme, context))
+        Candidate(label, "directory" if label == "work://shared/" else "discovery", detail, available(label, context))
         for label, detail in _BRANCHES
         if label.startswith(scheme + "://") and label.startswith(prefix_text) and label != prefix_text
     ]

@@ -2,14 +2,16 @@
 to a place and a path there, and apply them all or none at execution, as
 one journalled transaction on that place's target (:mod:`.patch`).
 
-Only explicit files below work:// (either scope) and memory://ROOT-KEY/PATH
-are writable. Every other address, a traversal or a containment failure
+Only explicit files below work:// (either scope), memory://ROOT-KEY/PATH
+and plain project paths (:mod:`.project`; one patch may mix them with
+work:// files, all on the workspace's target) are writable. Every other address, a traversal or a containment failure
 stops ``prepare`` before anything is touched, and so does a patch whose
 files live in two places (the workspace and a memory root of its own: one
 transaction has one target). An absent owner (no session, no workspace, an
 unconfigured memory key) and a session this client may not write
 (:mod:`.authority`) are reported by ``execute``, still before any file is
-read or written.
+read or written. A project file, like a session's work:// file, is written
+only for a session this client holds open and writable.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..addresses import parse_address
-from ..addresses.model import Address, AddressError, ErrorKind, Family, Operation
-from . import memory, work
+from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from . import memory, project, work
 from .attempt import Attempt, AuthorityFacts
 from .authority import require_writable_session
 from .context import ResolverContext
@@ -32,17 +34,33 @@ _OWNER_KINDS = (ErrorKind.OWNER_MISSING, ErrorKind.UNAVAILABLE)
 
 @dataclass(frozen=True)
 class _Target:
-    address: Address
+    #: None for a plain project path (``project_path`` names it).
+    address: Address | None
     place: Place | None
     parts: tuple[str, ...] = ()
     deferred: AddressError | None = None
+    authored: str = ""
+    project_path: str | None = None
 
     @property
     def session_scope(self) -> bool:
-        return self.address.family is Family.WORK and self.address.scope == "session"
+        return self.address is not None and self.address.family is Family.WORK and self.address.scope == "session"
+
+    @property
+    def needs_session(self) -> bool:
+        """Whether writing it needs a session this client holds writable."""
+        return self.session_scope or self.project_path is not None
 
 
 def _resolve(text: str, places: Places) -> _Target:
+    if project.is_project_path(text):
+        try:
+            place, parts, relative = project.writable(text, places)
+        except AddressError as error:
+            if error.kind in _OWNER_KINDS:
+                return _Target(None, None, deferred=error, authored=text, project_path=text)
+            raise
+        return _Target(None, place, parts, authored=text, project_path=relative)
     address = parse_address(text)
     address.require(Operation.APPLY_PATCH)
     if address.family is Family.WORK:
@@ -55,13 +73,24 @@ def _resolve(text: str, places: Places) -> _Target:
         place, parts = writable(address, places)
     except AddressError as error:
         if error.kind in _OWNER_KINDS:
-            return _Target(address, None, deferred=error)
+            return _Target(address, None, deferred=error, authored=text)
         raise
-    return _Target(address, place, parts)
+    return _Target(address, place, parts, authored=text)
 
 
 def _facts(target: _Target) -> AuthorityFacts:
     address = target.address
+    if address is None:
+        return AuthorityFacts(
+            operation=Operation.APPLY_PATCH,
+            authored=target.authored,
+            canonical=target.project_path or target.authored,
+            family=None,
+            locator_class=LocatorClass.EXACT,
+            writes=True,
+            backing="file",
+            project_path=target.project_path,
+        )
     return AuthorityFacts(
         operation=Operation.APPLY_PATCH,
         authored=address.authored,
@@ -89,8 +118,8 @@ def _one_place(targets: list[_Target]) -> None:
         if there is not None and there.target is not where.target:
             raise AddressError(
                 ErrorKind.UNSUPPORTED_OPERATION,
-                target.address.authored,
-                f"is stored apart from {first.address.authored}: one patch changes the files of one place "
+                target.authored,
+                f"is stored apart from {first.authored}: one patch changes the files of one place "
                 "(the workspace, or one memory root outside it); apply this change in a patch of its own",
             )
 
@@ -117,8 +146,8 @@ async def _run(planned: list[tuple[FileOperation, _Target, _Target | None]], tar
         if target.deferred is not None:
             raise target.deferred
     for target in targets:
-        if target.session_scope:
-            require_writable_session(context, target.address.authored)
+        if target.needs_session:
+            require_writable_session(context, target.authored, project=not target.session_scope)
             break
     where = _where(targets)
     resolved = [
@@ -126,8 +155,8 @@ async def _run(planned: list[tuple[FileOperation, _Target, _Target | None]], tar
             operation=operation,
             path=_path(first, where),
             move_path=None if second is None else _path(second, where),
-            display=first.address.authored,
-            move_display=None if second is None else second.address.authored,
+            display=first.authored,
+            move_display=None if second is None else second.authored,
         )
         for operation, first, second in planned
     ]
@@ -138,16 +167,16 @@ async def _run(planned: list[tuple[FileOperation, _Target, _Target | None]], tar
 def _where(targets: list[_Target]) -> Place:
     first = targets[0]
     assert first.place is not None
-    first.place.require(first.address.authored)
+    first.place.require(first.authored)
     where = first.place.writable()
     if where is None:
-        raise AddressError(ErrorKind.UNAVAILABLE, first.address.authored, "its root cannot be created here")
+        raise AddressError(ErrorKind.UNAVAILABLE, first.authored, "its root cannot be created here")
     return where
 
 
 def _path(target: _Target, where: Place) -> str:
     assert target.place is not None
-    target.place.require(target.address.authored)
+    target.place.require(target.authored)
     place = target.place.writable()
     assert place is not None and place.target is where.target
     return place.path(target.parts)

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 
 from ..addresses import parse_address
-from ..addresses.model import Address, AddressError, ErrorKind, Family, Operation
-from . import artifact, history, memory, mevedel_docs, skill, unavailable, work
+from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from . import artifact, history, memory, mevedel_docs, project, skill, unavailable, work
 from .attempt import Attempt, AuthorityFacts, Prepared, Request
 from .context import ResolverContext
 from .options import (
@@ -70,9 +70,14 @@ def _request(operation: Operation, options: Options | None, authored: str) -> Re
 
 
 def prepare(operation: Operation, operand: str, options: Options | None, context: ResolverContext) -> Attempt:
-    """Validate and resolve one operation; reads no resource content."""
+    """Validate and resolve one operation; reads no resource content.
+
+    ``operand`` is an address, or a plain workspace path (anything without
+    ``SCHEME://``; :mod:`.project`)."""
     if operation is Operation.APPLY_PATCH:
         return prepare_patch(operand, options, context)
+    if project.is_project_path(operand):
+        return _prepare_project(operation, operand, options, context)
     address = parse_address(operand)
     address.require(operation)
     request = _request(operation, options, address.authored)
@@ -85,6 +90,23 @@ def prepare(operation: Operation, operand: str, options: Options | None, context
         locator_class=address.locator_class,
         writes=False,
         backing=prepared.backing,
+    )
+    return Attempt(operation, (facts,), prepared.run)
+
+
+def _prepare_project(operation: Operation, operand: str, options: Options | None, context: ResolverContext) -> Attempt:
+    """A Read/Glob/Grep of a plain workspace path (:mod:`.project`)."""
+    request = _request(operation, options, operand)
+    prepared, canonical = project.prepare(operand, request, context)
+    facts = AuthorityFacts(
+        operation=operation,
+        authored=operand,
+        canonical=canonical,
+        family=None,
+        locator_class=LocatorClass.EXACT,
+        writes=False,
+        backing=prepared.backing,
+        project_path=canonical,
     )
     return Attempt(operation, (facts,), prepared.run)
 

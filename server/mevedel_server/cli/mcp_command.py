@@ -1,0 +1,165 @@
+"""``mevedel mcp``: the MCP tool server over standard input and output.
+
+Two modes:
+
+- relay -- when ``MEVEDEL_TOOL_SOCKET`` and ``MEVEDEL_TOOL_TOKEN`` are set
+  (the LSP server launched the agent that starts this): the bytes are
+  relayed to the tool host in the LSP server, which serves the session it
+  bound to the token (:mod:`mevedel_server.tool_server.relay`).
+- standalone -- otherwise: this process binds ``--workspace`` (default:
+  the current directory) and, with ``--session``, that session (resumed
+  when free or already this CLI client's, else joined read-only), and
+  serves the tools itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..resources import MemoryRoot, SkillRoot
+from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
+from ..targets import LocalTarget, TargetError
+from .session_client import CommandError, cli_identity
+
+SOCKET_ENV = "MEVEDEL_TOOL_SOCKET"
+TOKEN_ENV = "MEVEDEL_TOOL_TOKEN"
+
+DESCRIPTION = """\
+Serve mevedel's tools to an MCP client over stdio: Read, Glob, Grep and
+ApplyPatch, on ordinary workspace paths and mevedel resource addresses
+(work://, work://shared/, artifact://, mevedel://, history://, memory://,
+skill://). The server's instructions list the address families usable now.
+
+Add it to an agent by hand:
+
+  Claude Code:  claude mcp add mevedel -- mevedel mcp --workspace /path/to/project
+  Codex:        in ~/.codex/config.toml
+                  [mcp_servers.mevedel]
+                  command = "mevedel"
+                  args = ["mcp", "--workspace", "/path/to/project"]
+  Any client:   {"mcpServers": {"mevedel": {"command": "mevedel",
+                  "args": ["mcp", "--workspace", "/path/to/project"]}}}
+
+Add --session ID (or NAME) to bind a session: its work:// files,
+artifact:// output and history, and the right to change project files.
+Without a session, reads work and ApplyPatch changes only work://shared/
+and memory files. Under the mevedel language server no flags are needed:
+it passes MEVEDEL_TOOL_SOCKET and MEVEDEL_TOOL_TOKEN to the agents it
+launches, and this command relays to it.
+"""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "mcp",
+        help="serve Read/Glob/Grep/ApplyPatch with resource addresses to an MCP client (stdio)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--workspace", type=Path, default=None, help="workspace root (default: current directory)")
+    parser.add_argument("--session", metavar="ID|NAME", default=None, help="the session to bind (default: none)")
+    parser.add_argument(
+        "--memory-root",
+        action="append",
+        default=[],
+        metavar="LOCATION:KIND:PATH",
+        help="a memory root, e.g. local:mevedel:.mevedel/memory (repeatable)",
+    )
+    parser.add_argument("--skill-root", action="append", default=[], metavar="ORIGIN:PATH", help="a skill root (repeatable)")
+    parser.set_defaults(run=run)
+
+
+def _fail(message: str) -> int:
+    print(f"mevedel mcp: {message}", file=sys.stderr)
+    return 1
+
+
+def run(arguments: argparse.Namespace) -> int:
+    socket_path, token = os.environ.get(SOCKET_ENV), os.environ.get(TOKEN_ENV)
+    if socket_path and token:
+        from ..tool_server.relay import relay_stdio
+
+        return int(relay_stdio(socket_path, token) or 0)
+    workspace = (arguments.workspace or Path.cwd()).expanduser()
+    if not workspace.is_dir():
+        return _fail(f"--workspace {workspace}: is not a directory")
+    workspace = workspace.resolve()
+    try:
+        memory_roots = tuple(_memory_root(workspace, spec) for spec in arguments.memory_root)
+        skill_roots = tuple(_skill_root(workspace, spec) for spec in arguments.skill_root)
+    except ValueError as error:
+        print(f"mevedel: {error}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_standalone(workspace, arguments.session, memory_roots, skill_roots))
+    except CommandError as error:
+        return _fail(str(error))
+
+
+def _path(workspace: Path, text: str) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else workspace / path
+
+
+def _memory_root(workspace: Path, spec: str) -> MemoryRoot:
+    location, _, rest = spec.partition(":")
+    kind, _, path = rest.partition(":")
+    if not path:
+        raise ValueError(f"--memory-root {spec!r}: expected LOCATION:KIND:PATH")
+    try:
+        return MemoryRoot(_path(workspace, path), location, kind)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise ValueError(f"--memory-root {spec!r}: {error}") from None
+
+
+def _skill_root(workspace: Path, spec: str) -> SkillRoot:
+    origin, _, path = spec.partition(":")
+    if not path:
+        raise ValueError(f"--skill-root {spec!r}: expected ORIGIN:PATH")
+    try:
+        return SkillRoot(_path(workspace, path), origin)
+    except ValueError as error:
+        raise ValueError(f"--skill-root {spec!r}: {error}") from None
+
+
+async def _standalone(
+    workspace: Path, session: str | None, memory_roots: tuple[MemoryRoot, ...], skill_roots: tuple[SkillRoot, ...]
+) -> int:
+    from mcp.server.stdio import stdio_server
+
+    from ..tool_server.server import serve
+    from ..tool_server.standalone import StandaloneContext
+    from .session_command import session_named
+
+    try:
+        target = LocalTarget(workspace)
+    except TargetError as error:
+        raise CommandError("unavailable", f"workspace {workspace}: {error.reason}") from None
+    service = SessionService(target, cli_identity(), **PRODUCT_STORAGE)
+    try:
+        sid = None
+        if session is not None:
+            sid = await session_named(service, session)
+            try:
+                opened = await service.open(sid, "auto")
+            except Exception as error:
+                if not is_refusal(error):
+                    raise
+                raise CommandError(error_kind(error), f"session {session}: {error}") from None
+            if opened.action == "join":
+                print(
+                    f"mevedel mcp: session {sid} is held by another client; serving it read-only "
+                    "(work:// and project writes are refused)",
+                    file=sys.stderr,
+                )
+        context = StandaloneContext(workspace, service, sid, memory_roots=memory_roots, skill_roots=skill_roots)
+        async with stdio_server() as (read_stream, write_stream):
+            await serve(context, read_stream, write_stream)
+    finally:
+        await service.detach()
+    return 0

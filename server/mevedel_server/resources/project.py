@@ -1,0 +1,171 @@
+"""Project paths: ordinary workspace paths beside the resource addresses.
+
+The model-facing tools accept, besides addresses, the paths a model already
+writes for the project's own files: relative to the workspace root
+(``src/app.py``, ``./README.md``, ``.`` for the root) or absolute inside it.
+They are not an address family: nothing is percent-encoded, results name
+files by their workspace-relative path, and a path outside the workspace is
+refused naming it, before any I/O.
+
+A project path is read and written through the workspace's target with the
+same containment as ``work://`` (:mod:`.places`): every directory from the
+workspace root down is opened without following a symbolic link, only
+regular files are opened (non-blocking, so a FIFO never blocks), and a
+link met on the way is refused, never followed. A walk of the workspace
+root leaves out ``.git`` and ``.mevedel`` (version-control and mevedel's
+own state; an explicit path into them still reads), and an ApplyPatch may
+not write below either of them at all.
+
+Whether a string is a project path: anything without ``://`` is. A string
+that has ``SCHEME://`` is an address (an unknown scheme is an error, never
+a path), as the spec says for every tool input.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+
+from ..addresses.model import AddressError, ErrorKind, Operation
+from .attempt import Prepared, Request
+from .context import ResolverContext
+from .places import Place, Places
+from .tree import Node, Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search, top_lines
+
+#: Top-level directories a project write may never touch.
+PROTECTED = (".git", ".mevedel")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_project_path(text: str) -> bool:
+    """Whether a tool operand is a plain workspace path (not an address)."""
+    return isinstance(text, str) and _SCHEME.match(text) is None
+
+
+def _hide_state(parent: tuple[str, ...], name: str, is_dir: bool, siblings: frozenset[str]) -> tuple[str, bool] | None:
+    return None if not parent and is_dir and name in PROTECTED else (name, False)
+
+
+class ProjectTree(Tree):
+    """The workspace root, its descendants named by plain relative paths."""
+
+    def address(self, parts: tuple[str, ...], *, is_dir: bool = False) -> str:
+        if not parts:
+            return "."
+        text = "/".join(parts)
+        return text + "/" if is_dir else text
+
+
+def project_tree(places: Places) -> ProjectTree | None:
+    workspace = places.workspace
+    return None if workspace is None else ProjectTree(workspace, "", present=_hide_state, label="project")
+
+
+def no_workspace(authored: str) -> AddressError:
+    return AddressError(ErrorKind.OWNER_MISSING, authored, "no workspace is open; a plain path is relative to the workspace root")
+
+
+def _outside(authored: str) -> AddressError:
+    return AddressError(
+        ErrorKind.CONTAINMENT,
+        authored,
+        "is outside the workspace; a plain path names a file of the workspace (relative to its root, or absolute inside it)",
+    )
+
+
+def parts_of(text: str, context: ResolverContext) -> tuple[str, ...]:
+    """The workspace-relative components of a plain path (lexically; a
+    link is never resolved here, and the target refuses one later)."""
+    if not isinstance(text, str):
+        raise AddressError(ErrorKind.MALFORMED_ADDRESS, repr(text), "a path must be text")
+    if not text.strip():
+        raise AddressError(ErrorKind.MALFORMED_ADDRESS, text, "the path is empty")
+    if "\0" in text or any(ord(ch) < 32 for ch in text):
+        raise AddressError(ErrorKind.MALFORMED_ADDRESS, text, "a path may not contain control characters")
+    if text.startswith("~"):
+        raise _outside(text)
+    if os.path.isabs(text) or text.startswith("/"):
+        root = context.workspace_root
+        if root is None or context.remote_workspace:
+            raise _outside(text)
+        relative = _below(text, str(root))
+        if relative is None:
+            real = os.path.realpath(root)
+            relative = None if real == str(root) else _below(text, real)
+        if relative is None:
+            raise _outside(text)
+    else:
+        relative = posixpath.normpath(text)
+        if relative == ".." or relative.startswith("../"):
+            raise _outside(text)
+    if relative in ("", "."):
+        return ()
+    parts = tuple(relative.split("/"))
+    for part in parts:
+        if len(part.encode("utf-8", "surrogatepass")) > 255:
+            raise AddressError(ErrorKind.MALFORMED_ADDRESS, text, f"the name {part[:40]!r}... is longer than 255 bytes")
+    return parts
+
+
+def _below(path: str, root: str) -> str | None:
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    if path == root:
+        return "."
+    if root == "/":
+        return path.lstrip("/")
+    if not path.startswith(root + "/"):
+        return None
+    return path[len(root) + 1 :]
+
+
+def display(parts: tuple[str, ...]) -> str:
+    """The workspace-relative spelling results use."""
+    return "/".join(parts) if parts else "."
+
+
+def prepare(text: str, request: Request, context: ResolverContext) -> tuple[Prepared, str]:
+    """A Read/Glob/Grep of a plain path, and its canonical spelling."""
+    parts = parts_of(text, context)
+    canonical = display(parts)
+    tree = project_tree(Places(context))
+    if tree is None:
+        return Prepared("file", fail(no_workspace(text))), canonical
+    if tree.place.target is None and not tree.place.linked:
+        return Prepared("file", fail(AddressError(ErrorKind.UNAVAILABLE, text, "the workspace root does not exist"))), canonical
+    tree.place.require(text)
+    if not parts:
+        return Prepared("file", later(_run_root, tree, request, text, canonical)), canonical
+    return Prepared("file", later(run_node, node_of(tree, parts), request, text, canonical)), canonical
+
+
+async def _run_root(tree: ProjectTree, request: Request, authored: str, canonical: str) -> object:
+    (walk,) = await open_walks([tree], authored, request.operation)
+    if walk is None:
+        raise AddressError(ErrorKind.UNAVAILABLE, authored, "the workspace root does not exist")
+    if request.operation is Operation.READ:
+        return read_listing(top_lines(walk), request, authored, canonical)
+    return await search([Scope(tree, (), walk=walk)], request, authored, canonical)
+
+
+def writable(text: str, places: Places) -> tuple[Place, tuple[str, ...], str]:
+    """Where an ApplyPatch may write a plain path: the workspace, the
+    file's parts below it, and its workspace-relative path."""
+    parts = parts_of(text, places.context)
+    if not parts:
+        raise AddressError(ErrorKind.UNSUPPORTED_OPERATION, text, "ApplyPatch needs a file path, not the workspace root")
+    if parts[0] in PROTECTED:
+        raise AddressError(
+            ErrorKind.UNSUPPORTED_OPERATION,
+            text,
+            f"files below {parts[0]}/ are not project files and cannot be patched"
+            + ("; use work://shared/... for shared working notes" if parts[0] == ".mevedel" else ""),
+        )
+    workspace = places.workspace
+    if workspace is None:
+        raise no_workspace(text)
+    workspace.require(text)
+    return workspace, parts, display(parts)
+
+
+__all__ = ["PROTECTED", "display", "is_project_path", "parts_of", "prepare", "project_tree", "writable"]

@@ -1,0 +1,75 @@
+"""The request-time availability roster (the spec's "Prompt availability"),
+given to the agent as the MCP server's ``instructions``.
+
+It says which address families are usable now, by the same rules as
+completion (:func:`mevedel_server.resources.completion.available`):
+``mevedel://`` always; ``work://`` and ``artifact://`` with a session;
+``history://root`` with the session's live conversation, ``history://saved``
+with a workspace; ``skill://`` and ``memory://`` when roots are configured.
+Families not served yet (``agent://``, ``mcp://``, ``shared://``,
+``memory://journal/``) are never advertised. The roster authorises nothing:
+every call is still validated by the resolver.
+"""
+
+from __future__ import annotations
+
+from ..resources import ResolverContext
+from ..resources.completion import available
+
+HEADER = (
+    "mevedel tools: Read, Glob, Grep and ApplyPatch take ordinary workspace paths (relative to the workspace root, "
+    "or absolute inside it) and mevedel resource addresses. One ApplyPatch may change both."
+)
+
+#: (label, what it is, operations), in the order the roster lists them.
+_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("mevedel://", "mevedel's packaged documentation", "Read, Glob, Grep"),
+    ("work://", "this session's working files (work://PATH)", "Read, Glob, Grep, ApplyPatch"),
+    (
+        "work://shared/",
+        "the workspace's shared working notes, drafts and handoffs: search before creating, update what exists",
+        "Read, Glob, Grep, ApplyPatch",
+    ),
+    ("artifact://", "this session's persisted tool output (oversized results are saved here)", "Read, Glob, Grep"),
+    ("history://root", "this session's conversation so far, as Markdown", "Read, Grep"),
+    ("history://saved", "saved conversations of this workspace", "Read, Glob, Grep"),
+    ("skill://", "skill packages", "Read, Glob, Grep"),
+    ("memory://root", "persistent memory (topics under memory://ROOT-KEY/PATH)", "Read, Glob, Grep; ApplyPatch of explicit files"),
+)
+
+_SESSION_OWNED = ("work://", "artifact://", "history://root")
+
+
+def usable(context: ResolverContext) -> list[str]:
+    """The labels of the families usable now, in roster order."""
+    found = []
+    for label, _what, _operations in _FAMILIES:
+        if label == "skill://":
+            ok = available("skill", context)
+        else:
+            ok = available(label, context)
+        if ok:
+            found.append(label)
+    return found
+
+
+def roster(context: ResolverContext) -> str:
+    """The roster text for ``context``."""
+    labels = usable(context)
+    lines = [HEADER, "", "Resource addresses available now:"]
+    for label, what, operations in _FAMILIES:
+        if label in labels:
+            lines.append(f"- {label} -- {what} ({operations})")
+    session = context.session_id
+    if session is None:
+        lines += [
+            "",
+            "No session is bound, so the session-owned families (" + ", ".join(_SESSION_OWNED) + ") are not available, "
+            "and ApplyPatch of project files is refused.",
+        ]
+    lines += [
+        "",
+        "A bare address (mevedel://, work://, artifact://) is a listing. Read pages long text: follow the "
+        "'next page' and 'char_offset' hints it gives. Grep line numbers are Read line numbers.",
+    ]
+    return "\n".join(lines)

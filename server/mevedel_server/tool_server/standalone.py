@@ -1,0 +1,54 @@
+"""The context ``mevedel mcp`` binds itself when no LSP server started it.
+
+A workspace, and optionally one session opened through this client's own
+session service: resumed when its lease is free or already this client's
+(then ``work://`` and project writes are allowed, as for ``mevedel
+apply-patch``), joined read-only when another client holds it (reads only;
+every write is refused naming the session). The session is looked at again
+at every call, so a lease lost to a takeover stops writes at once.
+
+No turn runs in this process (turns belong to the agent engine), so there
+is no open checkpoint to record project files into: the pre-write hook has
+nothing to do here. Under the LSP server the bridge's context records them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..resources import MemoryRoot, ResolverContext, SkillRoot, writable_sessions
+from ..store.service import SessionService
+
+
+class StandaloneContext:
+    def __init__(
+        self,
+        workspace: Path,
+        service: SessionService | None,
+        session_id: str | None,
+        *,
+        memory_roots: tuple[MemoryRoot, ...] = (),
+        skill_roots: tuple[SkillRoot, ...] = (),
+    ) -> None:
+        self.workspace = workspace
+        self.service = service
+        self.session_id = session_id
+        self.memory_roots = memory_roots
+        self.skill_roots = skill_roots
+
+    def resolver_context(self) -> ResolverContext:
+        service, sid = self.service, self.session_id
+        is_open = service is not None and sid is not None and service.is_open(sid)
+        return ResolverContext(
+            workspace_root=self.workspace,
+            session_dir=self.workspace / ".mevedel" / "sessions" / sid if is_open and sid else None,
+            memory_roots=self.memory_roots,
+            skill_roots=self.skill_roots,
+            live_history=service.live_history(sid) if is_open and service and sid else None,
+            store_target=service.target if service is not None else None,
+            session_writable=writable_sessions(service) if service is not None else None,
+        )
+
+    async def before_project_write(self, paths: Sequence[str]) -> None:
+        return None
