@@ -20,7 +20,7 @@ from typing import Literal
 from ..addresses import parse_address
 from ..addresses.encoding import encode_component
 from ..addresses.model import SCHEMES, AddressError
-from . import artifact, memory, mevedel_docs, skill, work
+from . import artifact, mcp, memory, mevedel_docs, skill, work
 from .context import ResolverContext
 from .directory_index import DirectoryIndex
 from .local_paths import open_directory
@@ -92,6 +92,8 @@ def available(label: str, context: ResolverContext) -> bool:
         return available("history://root", context) or available("history://saved", context)
     if scheme == "mevedel":
         return True
+    if scheme == "mcp":
+        return context.mcp is not None and bool(context.mcp.known_servers())
     return False
 
 
@@ -111,6 +113,7 @@ def complete(prefix_text: str, context: ResolverContext) -> list[Candidate]:
         "mevedel": _mevedel,
         "memory": _memory,
         "skill": _skill,
+        "mcp": _mcp,
         "history": _fixed,
         "shared": _fixed,
     }
@@ -278,3 +281,8 @@ def _skill(prefix_text: str, tail: str, context: ResolverContext, limit: int) ->
         if label.startswith(prefix_text):
             candidates.append(Candidate(label, "skill", f"{found.origin} skill {found.name}"))
     return candidates
+
+
+def _mcp(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    """Servers and resources the connections already know; never connects."""
+    return [Candidate(s.label, s.kind, s.detail, s.available) for s in mcp.complete(tail, context.mcp, limit)]  # type: ignore[arg-type]

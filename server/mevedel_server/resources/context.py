@@ -12,11 +12,14 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..addresses import SKILL_ORIGINS
 from ..targets import Target
 from .docs_root import find_docs_root
+
+if TYPE_CHECKING:
+    from ..mcp_client import McpAccess
 
 class LiveHistorySource(Protocol):
     """What ``history://root`` reads: the open session's live projection."""
@@ -99,6 +102,8 @@ class ResolverContext:
     remote_session: str | None = None
     #: Whether a session (by id) is open and writable by this client.
     session_writable: Callable[[str], bool] | None = None
+    #: The MCP servers this request may reach (``mcp://``); None: none configured.
+    mcp: McpAccess | None = None
 
     def with_session(self, session_dir: Path | None, live_history: LiveHistorySource | None = None) -> ResolverContext:
         """The same context for another (or no) open session."""

@@ -16,7 +16,7 @@ from typing import Literal
 from ..addresses import parse_address
 from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
 from ..targets import ControlProgram, Stat, Status
-from . import artifact, history, memory, mevedel_docs, skill, unavailable, work
+from . import artifact, history, mcp, memory, mevedel_docs, skill, unavailable, work
 from .attempt import Request
 from .containment import through_link
 from .context import ResolverContext
@@ -84,6 +84,12 @@ async def describe(address_text: str, context: ResolverContext) -> Description:
             facts.kind,  # type: ignore[arg-type]
             reason=facts.reason,
             detail=facts.detail,
+        )
+    if address.family is Family.MCP:
+        facts = mcp.describe(address, context)
+        return Description(
+            address.canonical, address.family, address.locator_class, operations,
+            facts.status, facts.kind, reason=facts.reason, detail=facts.detail,  # type: ignore[arg-type]
         )
     if address.family not in _FILE_FAMILIES:
         try:

@@ -1,5 +1,6 @@
-"""The families whose owners mevedel-lsp does not run yet: agent://, mcp://,
-shared:// and memory://journal/ (history:// is served by ``history.py``).
+"""The families whose owners mevedel-lsp does not run yet: agent://,
+shared:// and memory://journal/ (history:// is served by ``history.py``,
+mcp:// by ``mcp.py``).
 
 Their addresses parse and validate like any other; execution answers with a
 distinct unavailable (or owner-missing) error saying which owner is absent.
@@ -31,10 +32,6 @@ def agent(address: Address, request: Request, context: ResolverContext) -> Prepa
     )
 
 
-def mcp(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    return Prepared("virtual", _unavailable(address, "no MCP server is configured"))
-
-
 def shared(address: Address, request: Request, context: ResolverContext) -> Prepared:
     if context.session_id is None:
         return Prepared("virtual", _owner_missing(address, "no session is open; shared:// items belong to the open session"))
@@ -57,8 +54,6 @@ def journal(address: Address, request: Request, context: ResolverContext) -> Pre
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
     if address.family is Family.AGENT:
         return agent(address, request, context)
-    if address.family is Family.MCP:
-        return mcp(address, request, context)
     if address.family is Family.SHARED:
         return shared(address, request, context)
     if address.family is Family.JOURNAL:

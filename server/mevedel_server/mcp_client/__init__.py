@@ -1,0 +1,38 @@
+"""Reading configured MCP servers (the client side of ``mcp://``).
+
+- :mod:`.config` -- server entries in the ``.mcp.json`` shape
+  (``{name: {command, args, env}}``) from the settings (trusted) and the
+  workspace's own ``.mcp.json`` (untrusted), and their fingerprints.
+- :mod:`.approvals` -- the user's approvals of workspace servers, kept
+  outside the workspace and keyed by workspace, name and fingerprint.
+- :mod:`.connections` -- :class:`McpConnections`: one stdio connection per
+  server, made on first use with the official ``mcp`` SDK client, made again
+  after the server died, a time limit on every call, all stopped at exit.
+- :mod:`.access` -- :class:`McpAccess`: what one request may reach (its
+  workspace's servers, approval state, how the front end asks).
+
+Knows nothing of LSP, the CLI or resource addresses: failures are
+:class:`McpClientError` with a kind the resolver maps to its own.
+"""
+
+from .access import McpAccess, ServerEntry
+from .approvals import Approvals, default_approvals_path
+from .config import WORKSPACE_FILE, McpServerSpec, servers_from_setting, servers_problem
+from .connections import DEFAULT_CALL_TIMEOUT_SECONDS, Known, McpConnections, ResourceListing
+from .errors import McpClientError
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT_SECONDS",
+    "WORKSPACE_FILE",
+    "Approvals",
+    "Known",
+    "McpAccess",
+    "McpClientError",
+    "McpConnections",
+    "McpServerSpec",
+    "ResourceListing",
+    "ServerEntry",
+    "default_approvals_path",
+    "servers_from_setting",
+    "servers_problem",
+]

@@ -1,0 +1,137 @@
+"""What one request may reach of MCP: the servers configured for its
+workspace, whether each may run, and how the front end asks the user.
+
+Servers come from the ``mcpServers`` setting (the user's own, trusted) and
+the workspace's ``.mcp.json`` (read through the workspace's Target, fresh
+for every operation that needs it; never by completion or hover, which see
+only what an earlier operation observed). A setting's server shadows a
+workspace server of the same name. A workspace server runs only once the
+user approved its exact command (:mod:`.approvals`): the front end's
+``ask`` is called when one is needed (the editor's prompt); without one
+(the CLI) the refusal says how to approve (``how_to_approve``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..targets import ControlProgram, ReadFiles, Status, Target
+from .approvals import Approvals
+from .config import MAX_WORKSPACE_FILE_BYTES, WORKSPACE_FILE, McpServerSpec, WorkspaceServers, parse_workspace_file
+from .connections import Known, McpConnections, ResourceListing
+from .errors import McpClientError
+
+Standing = Literal["ready", "needs-approval", "invalid"]
+
+
+@dataclass(frozen=True)
+class ServerEntry:
+    name: str
+    spec: McpServerSpec | None
+    origin: Literal["settings", "workspace"]
+    standing: Standing
+    #: Why an ``invalid`` entry cannot run.
+    problem: str | None = None
+
+
+@dataclass
+class McpAccess:
+    connections: McpConnections
+    settings_servers: Mapping[str, McpServerSpec] = field(default_factory=dict)
+    approvals: Approvals | None = None
+    #: Identity of the workspace for approvals (its root, or its ssh:// address).
+    workspace_key: str | None = None
+    #: The workspace's Target: where ``.mcp.json`` is read.
+    workspace_target: Target | None = None
+    #: The working directory servers start in (a local workspace's root).
+    cwd: str | None = None
+    #: The front end's question "may this workspace server run?" (None: no prompt).
+    ask: Callable[[McpServerSpec], Awaitable[bool]] | None = None
+    #: How the user approves a workspace server in this front end ({name} is filled in).
+    how_to_approve: str = "approve it first"
+
+    # -- configuration ------------------------------------------------------------
+
+    async def _workspace_file(self) -> WorkspaceServers:
+        if self.workspace_target is None:
+            return WorkspaceServers({}, {})
+        program = ControlProgram([ReadFiles("", names=(WORKSPACE_FILE,), max_bytes=MAX_WORKSPACE_FILE_BYTES)])
+        try:
+            result = await self.workspace_target.run(program)
+        except Exception as error:  # an unreachable SSH host: the file is unknown, not absent
+            found = WorkspaceServers({}, {}, f"{WORKSPACE_FILE} could not be read ({type(error).__name__})")
+        else:
+            reads = result[0].value if result[0].ok else ()
+            read = reads[0] if reads else None
+            if read is None or read.status is Status.ABSENT:
+                found = WorkspaceServers({}, {})
+            elif not read.ok:
+                found = WorkspaceServers({}, {}, f"{WORKSPACE_FILE} could not be read ({read.reason or read.status.value})")
+            elif read.data is None:
+                found = WorkspaceServers({}, {}, f"{WORKSPACE_FILE} is larger than {MAX_WORKSPACE_FILE_BYTES} bytes")
+            else:
+                found = parse_workspace_file(read.data)
+        if self.workspace_key is not None:
+            self.connections.observed[self.workspace_key] = found
+        return found
+
+    def _entries(self, workspace: WorkspaceServers) -> list[ServerEntry]:
+        entries = [ServerEntry(name, spec, "settings", "ready") for name, spec in self.settings_servers.items()]
+        for name, spec in workspace.servers.items():
+            if name in self.settings_servers:
+                continue
+            approved = self.approvals is not None and self.workspace_key is not None and self.approvals.approved(self.workspace_key, spec)
+            entries.append(ServerEntry(name, spec, "workspace", "ready" if approved else "needs-approval"))
+        for name, problem in workspace.problems.items():
+            if name not in self.settings_servers:
+                entries.append(ServerEntry(name, None, "workspace", "invalid", problem))
+        return entries
+
+    async def servers(self) -> tuple[list[ServerEntry], str | None]:
+        """Every configured server now (``.mcp.json`` read fresh), and a
+        problem of the workspace file as a whole."""
+        workspace = await self._workspace_file()
+        return self._entries(workspace), workspace.file_problem
+
+    def known_servers(self) -> list[ServerEntry]:
+        """The servers as last observed: no I/O (completion, hover)."""
+        workspace = self.connections.observed.get(self.workspace_key or "", WorkspaceServers({}, {}))
+        return self._entries(workspace)
+
+    def known(self, entry: ServerEntry) -> Known | None:
+        return None if entry.spec is None else self.connections.known(entry.spec, self.cwd)
+
+    # -- use ------------------------------------------------------------------------
+
+    async def _usable(self, name: str) -> McpServerSpec:
+        entries, file_problem = await self.servers()
+        entry = next((e for e in entries if e.name == name), None)
+        if entry is None:
+            configured = ", ".join(sorted(e.name for e in entries)) or "none"
+            extra = f"; {file_problem}" if file_problem else ""
+            raise McpClientError("not-configured", f"no MCP server named {name!r} is configured (configured: {configured}){extra}")
+        if entry.spec is None:
+            raise McpClientError("not-configured", f"the {WORKSPACE_FILE} entry {name!r} cannot be used: {entry.problem}")
+        if entry.standing == "needs-approval":
+            await self._approve(entry.spec)
+        return entry.spec
+
+    async def _approve(self, spec: McpServerSpec) -> None:
+        what = f"MCP server {spec.name!r} comes from the workspace's {WORKSPACE_FILE} and runs `{spec.command_line}`"
+        if self.ask is None or self.approvals is None or self.workspace_key is None:
+            raise McpClientError("needs-approval", f"{what}; it needs your approval: {self.how_to_approve.format(name=spec.name)}")
+        if not await self.ask(spec):
+            raise McpClientError("needs-approval", f"{what}; it was not approved, so it was not started")
+        self.approvals.approve(self.workspace_key, spec)
+
+    async def list(self, name: str) -> ResourceListing:
+        spec = await self._usable(name)
+        return await self.connections.list(spec, self.cwd)
+
+    async def read(self, name: str, uri: str):  # -> mcp.types.ReadResourceResult
+        spec = await self._usable(name)
+        result = await self.connections.read(spec, self.cwd, uri)
+        await self.connections.warm(spec, self.cwd)
+        return result

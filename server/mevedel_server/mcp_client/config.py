@@ -1,0 +1,134 @@
+"""MCP server entries: ``{name: {command, args, env}}``, the shape of
+``.mcp.json``'s ``mcpServers`` and of the ``mcpServers`` setting.
+
+The setting (the LSP's settings, the CLI's ``config.json``) is the user's
+own and trusted. The workspace's ``.mcp.json`` was written by whoever wrote
+the repository: its entries run only once approved (:mod:`.approvals`),
+and each approval holds for the exact command, arguments and environment
+(:attr:`McpServerSpec.fingerprint`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: The workspace file, at the workspace root.
+WORKSPACE_FILE = ".mcp.json"
+#: The most bytes of ``.mcp.json`` read.
+MAX_WORKSPACE_FILE_BYTES = 1024 * 1024
+_NAME_LIMIT = 128
+
+Origin = Literal["settings", "workspace"]
+
+
+@dataclass(frozen=True)
+class McpServerSpec:
+    """How to start one stdio MCP server."""
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    origin: Origin = "settings"
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of exactly what runs: command, arguments, environment."""
+        text = json.dumps({"command": self.command, "args": list(self.args), "env": dict(sorted(self.env.items()))})
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def command_line(self) -> str:
+        """The exact command, as a shell would spell it, with its environment."""
+        words = [f"{k}={v}" for k, v in sorted(self.env.items())] + [self.command, *self.args]
+        return shlex.join(words)
+
+
+def _entry_problem(name: Any, entry: Any) -> str | None:
+    if not isinstance(name, str) or not name.strip() or len(name) > _NAME_LIMIT or any(ord(c) < 32 for c in name):
+        return f"server name {name!r} must be 1-{_NAME_LIMIT} printable characters"
+    if not isinstance(entry, Mapping):
+        return f"{name} must be an object {{command, args, env}}"
+    if "command" not in entry and ("url" in entry or entry.get("type") in ("http", "sse", "streamable-http")):
+        return f"{name}: only stdio servers (command, args, env) are supported, not a URL"
+    command = entry.get("command")
+    if not isinstance(command, str) or not command or "\x00" in command:
+        return f"{name}.command must be a non-empty string (the program)"
+    args = entry.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) and "\x00" not in a for a in args):
+        return f"{name}.args must be a list of strings"
+    env = entry.get("env", {})
+    if env is None:
+        env = {}
+    if not isinstance(env, Mapping) or not all(
+        isinstance(k, str) and k and "=" not in k and "\x00" not in k and isinstance(v, str) and "\x00" not in v
+        for k, v in env.items()
+    ):
+        return f"{name}.env must map variable names to strings"
+    return None
+
+
+def servers_problem(servers: Any) -> str | None:
+    """Why an ``mcpServers`` value is refused, or None. Names the entry."""
+    if not isinstance(servers, Mapping):
+        return "must be an object mapping server names to {command, args, env}"
+    for name, entry in servers.items():
+        problem = _entry_problem(name, _plain(entry))
+        if problem is not None:
+            return problem
+    return None
+
+
+def _plain(entry: Any) -> Any:
+    """A settings object (attrs) or a JSON object, as a mapping."""
+    if isinstance(entry, Mapping):
+        return entry
+    if hasattr(entry, "command"):
+        return {"command": entry.command, "args": list(getattr(entry, "args", []) or []), "env": dict(getattr(entry, "env", {}) or {})}
+    return entry
+
+
+def _spec(name: str, entry: Mapping[str, Any], origin: Origin) -> McpServerSpec:
+    return McpServerSpec(name, entry["command"], tuple(entry.get("args") or ()), dict(entry.get("env") or {}), origin)
+
+
+def servers_from_setting(servers: Mapping[str, Any]) -> dict[str, McpServerSpec]:
+    """Validated setting entries (raises ValueError naming the entry)."""
+    problem = servers_problem(servers)
+    if problem is not None:
+        raise ValueError(problem)
+    return {name: _spec(name, _plain(entry), "settings") for name, entry in servers.items()}
+
+
+@dataclass(frozen=True)
+class WorkspaceServers:
+    """What a workspace's ``.mcp.json`` configures: usable entries, and
+    one problem per entry (or for the whole file) that is not."""
+
+    servers: dict[str, McpServerSpec]
+    problems: dict[str, str]
+    file_problem: str | None = None
+
+
+def parse_workspace_file(data: bytes) -> WorkspaceServers:
+    """The entries of a ``.mcp.json`` (``{"mcpServers": {...}}``)."""
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return WorkspaceServers({}, {}, f"{WORKSPACE_FILE} is not JSON ({error.__class__.__name__}: {error})")
+    if not isinstance(raw, dict) or not isinstance(raw.get("mcpServers", {}), dict):
+        return WorkspaceServers({}, {}, f'{WORKSPACE_FILE} must be an object {{"mcpServers": {{NAME: {{command, args, env}}}}}}')
+    servers: dict[str, McpServerSpec] = {}
+    problems: dict[str, str] = {}
+    for name, entry in raw.get("mcpServers", {}).items():
+        problem = _entry_problem(name, entry)
+        if problem is not None:
+            problems[str(name)[:_NAME_LIMIT]] = problem
+            continue
+        servers[name] = _spec(name, entry, "workspace")
+    return WorkspaceServers(servers, problems)
