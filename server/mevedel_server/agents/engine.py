@@ -26,8 +26,10 @@ import base64
 import contextlib
 import logging
 import mimetypes
+import os
 import posixpath
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +41,9 @@ from acp import RequestError, schema
 from ..store.service import SessionService, is_refusal
 from ..store.content.sidecar import EngineRef, EngineState
 from ..store.content.transcript import Outcome
+from ..resources import ResolverContext
 from ..targets import ControlProgram, Read, Status
+from ..tool_server.host import ToolHost
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
 from .excerpt import RECONCILIATION, transcript_excerpt
@@ -48,6 +52,7 @@ from .live import LiveEvent, LiveFeed
 from .process import AgentProcess
 from .recorder import TurnRecorder
 from .terminals import Terminals
+from .tool_context import AgentToolContext
 from .workspace_files import WorkspaceFiles
 
 _log = logging.getLogger(__name__)
@@ -133,6 +138,8 @@ class _Running:
         self.spec = spec
         self.process = AgentProcess(spec, engine.log_dir / f"agent-{_safe(spec.name)}.log")
         self.turn: _Turn | None = None
+        #: This agent's token at the tool host (None: no tool server).
+        self.tool_token: str | None = None
         self.terminals = Terminals(engine.service.target, engine.root, before=self._before_command, after=self._after_command)
 
     # Shell checkpointing --------------------------------------------------------
@@ -238,7 +245,7 @@ class _Client:
         need = not engine.service.captured(self.running.session_id, relative)
         outcome = await engine.files.write_text(path, content, read_before=need)
         if outcome.read_before:
-            engine.service.record_pre_state(self.running.session_id, outcome.relative, outcome.before)
+            engine.record_pre_state(self.running.session_id, outcome.relative, outcome.before)
         return schema.WriteTextFileResponse()
 
     async def create_terminal(self, session_id: str, command: str, args: list[str] | None = None, env: list | None = None,
@@ -274,6 +281,20 @@ class _Client:
         return None
 
 
+#: The name of mevedel's own tool server in the agent's ``mcpServers``.
+TOOL_SERVER_NAME = "mevedel"
+
+
+def mevedel_command() -> tuple[str, list[str]]:
+    """How an agent starts ``mevedel`` of this very installation: the
+    ``mevedel`` program beside this interpreter, else the interpreter
+    running the CLI module."""
+    beside = Path(sys.executable).parent / "mevedel"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside), []
+    return sys.executable, ["-m", "mevedel_server.cli"]
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "agent"
 
@@ -291,6 +312,8 @@ class AgentEngine:
         read_address: Callable[[str], Awaitable[str]] | None = None,
         is_address: Callable[[str], bool] | None = None,
         mcp_servers: Callable[[str], Sequence[Any]] | None = None,
+        tool_host: ToolHost | None = None,
+        tool_context: Callable[[str], ResolverContext] | None = None,
         machine: str | None = None,
         local_cwd: str | None = None,
     ) -> None:
@@ -305,6 +328,11 @@ class AgentEngine:
         self._read_address = read_address
         self._is_address = is_address or (lambda text: "://" in text)
         self._mcp_servers = mcp_servers or (lambda session_id: [])
+        #: The tool server every agent gets (``mevedel mcp`` in relay mode):
+        #: the host this process runs and the front end's resolver context
+        #: for a session.
+        self._tool_host = tool_host if tool_context is not None else None
+        self._tool_context = tool_context
         #: Where the agent process itself runs (its cwd): the workspace when
         #: it is on this machine.
         self._local_cwd = local_cwd
@@ -318,6 +346,28 @@ class AgentEngine:
 
     def log_path(self, agent: str) -> Path:
         return self.log_dir / f"agent-{_safe(agent)}.log"
+
+    def is_running(self, running: _Running) -> bool:
+        """Whether ``running`` is still its session's agent here."""
+        return self._running.get(running.session_id) is running
+
+    # Checkpointing writes -------------------------------------------------------------
+
+    def record_pre_state(self, session_id: str, relative: str, before: bytes | None) -> None:
+        """Record a file's content before the turn's first write to it (the
+        first record of a path in a turn wins)."""
+        self.service.record_pre_state(session_id, relative, before)
+
+    async def record_before_writes(self, session_id: str, paths: Sequence[str]) -> None:
+        """Record the current content of files someone is about to write
+        for the agent (the tool server's ApplyPatch) into the open turn's
+        checkpoint, as ``fs/write_text_file`` does before it writes."""
+        pending: list[str] = []
+        for path in paths:
+            if path not in pending and not self.service.captured(session_id, self.files.relative(path)):
+                pending.append(path)
+        for relative, before in await self.files.read_before(pending):
+            self.record_pre_state(session_id, relative, before)
 
     # Prompt -----------------------------------------------------------------------
 
@@ -512,6 +562,7 @@ class AgentEngine:
                 await asyncio.wait_for(turn.settled.wait(), wait)
         if self._running.get(session_id) is running:
             del self._running[session_id]
+        self._forget_tools(running)
         await running.terminals.close_all()
         await running.process.stop(grace=0.5 if grace is not None else 2.0)
 
@@ -551,17 +602,47 @@ class AgentEngine:
             running = _Running(self, session_id, spec)
             await running.process.start(_Client(running), self._local_cwd, config.start_timeout_seconds)
             self._running[session_id] = running
+        servers = list(self._mcp_servers(session_id))
+        try:
+            tools = await self._tool_server(running)
+        except OSError as error:
+            await self.stop(session_id)
+            raise AgentError(FAILED, f"session {session_id}", f"the tool server for its agent could not start: {error}") from None
+        if tools is not None:
+            servers.insert(0, tools)
         resume = None
         if (recorded is not None and recorded.agent == spec.name and recorded.fingerprint == spec.fingerprint
                 and recorded.machine == self.machine and recorded.native_session_id is not None
                 and recorded.state in (EngineState.READY, EngineState.UNCERTAIN)):
             resume = recorded.native_session_id
         try:
-            continued = await running.process.open_session(self.root, self._mcp_servers(session_id), resume, config.start_timeout_seconds)
+            continued = await running.process.open_session(self.root, servers, resume, config.start_timeout_seconds)
         except AgentError:
             await self.stop(session_id)
             raise
         return running, continued
+
+    async def _tool_server(self, running: _Running) -> schema.McpServerStdio | None:
+        """``mevedel mcp`` for ``running``'s ``mcpServers``: a relay to this
+        process's tool host with the agent's own token (registered once
+        per agent process)."""
+        if self._tool_host is None or self._tool_context is None:
+            return None
+        if running.tool_token is None:
+            socket_path, running.tool_token = await self._tool_host.register(AgentToolContext(self, running, self._tool_context))
+        else:
+            socket_path = self._tool_host.socket_path or await self._tool_host.start()
+        command, args = mevedel_command()
+        env = self._tool_host.environment(socket_path, running.tool_token)
+        return schema.McpServerStdio(
+            name=TOOL_SERVER_NAME, command=command, args=[*args, "mcp"],
+            env=[schema.EnvVariable(name=name, value=value) for name, value in env.items()],
+        )
+
+    def _forget_tools(self, running: _Running) -> None:
+        token, running.tool_token = running.tool_token, None
+        if token is not None and self._tool_host is not None:
+            self._tool_host.unregister(token)
 
     def _set_engine(self, session_id: str, running: _Running, state: EngineState) -> None:
         self.service.set_engine(session_id, EngineRef(

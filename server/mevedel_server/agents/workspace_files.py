@@ -13,13 +13,13 @@ state enters the checkpoint exactly as it was when it was replaced.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from acp import RequestError
 
 from ..store.layout import STATE_DIR
-from ..targets import ControlProgram, MakeDirs, Read, Status, Target, WriteProject
+from ..targets import ControlProgram, MakeDirs, OpResult, Read, Status, Target, WriteProject
 
 #: A read larger than this is refused (an agent reads source text, not
 #: disk images; the whole answer travels in one JSON message).
@@ -28,6 +28,17 @@ MAX_READ_BYTES = 16 * 1024 * 1024
 
 def refused(path: str, reason: str) -> RequestError:
     return RequestError.invalid_params({"path": path, "reason": reason})
+
+
+def _prior(result: OpResult, path: str) -> bytes | None:
+    """A file's bytes before a write (``None``: it did not exist), from an
+    optional ``Read`` of it; a refusal naming ``path`` when it cannot be
+    read (a directory, a link, ...)."""
+    if result.status is Status.OK:
+        return result.value
+    if result.status is Status.ABSENT:
+        return None
+    raise refused(path, result.reason or "cannot be read before writing")
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,19 @@ class WorkspaceFiles:
         end = len(lines) if limit is None else start + limit
         return "".join(lines[start:end])
 
+    async def read_before(self, paths: Sequence[str]) -> list[tuple[str, bytes | None]]:
+        """The current bytes of files about to be written by someone else
+        (an ApplyPatch of the tool server), in one program: ``(relative,
+        bytes or None)`` per path, as :meth:`write_text` reads them."""
+        relatives = [self.relative(path) for path in paths]
+        if not relatives:
+            return []
+        results = await self.target.run(ControlProgram([Read(relative, optional=True) for relative in relatives]))
+        if len(results) < len(relatives):
+            failed = next((r for r in results if not r.ok and r.status is not Status.ABSENT), None)
+            raise refused(paths[len(results) - 1], (failed.reason if failed else None) or "cannot be read before writing")
+        return [(relative, _prior(result, path)) for relative, result, path in zip(relatives, results, paths)]
+
     async def write_text(self, path: str, content: str, *, read_before: bool) -> WriteOutcome:
         """Replace the file with ``content``; with ``read_before``, its prior
         bytes are read in the same program (for the turn's checkpoint)."""
@@ -96,13 +120,7 @@ class WorkspaceFiles:
             ops.append(MakeDirs(parent, optional=True))
         ops.append(WriteProject(relative, data))
         results = await self.target.run(ControlProgram(ops))
-        before: bytes | None = None
-        if read_before:
-            first = results[0]
-            if first.status is Status.OK:
-                before = first.value
-            elif first.status is not Status.ABSENT:
-                raise refused(path, first.reason or "cannot be read before writing")
+        before = _prior(results[0], path) if read_before else None
         last = results[len(ops) - 1] if len(results) >= len(ops) else None
         failed = next((r for r in results if not r.ok and r.status is not Status.ABSENT), None)
         if last is None or not last.ok:

@@ -7,7 +7,9 @@ session is ``--session ID``, else the one this CLI client holds in the
 workspace, else a new one. Reasoning, tool calls and permission decisions
 go to standard error; the agent's permission questions are asked on the
 terminal (without one, they are refused unless ``permissions`` allows
-them). Ctrl-C cancels the turn (it settles as interrupted). Exit status:
+them). The agent gets mevedel's MCP tools (``mevedel mcp`` relaying to a
+tool host in this process, as under the LSP server). Ctrl-C cancels the
+turn (it settles as interrupted). Exit status:
 0 completed, 1 refused before anything was recorded, 2 the turn failed,
 130 interrupted.
 """
@@ -19,12 +21,16 @@ import asyncio
 import contextlib
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..agents.config import load_cli_config, log_dir
 from ..agents.engine import AgentEngine, PermissionQuestion, TurnUpdate
 from ..agents.errors import AgentError
+from ..resources import ResolverContext, writable_sessions
 from ..store.service import SessionService
+from ..tool_server.host import ToolHost
+from ..tool_server.standalone import StandaloneContext
 from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command, workspace_root
 
 TURN_FAILED = 2
@@ -101,6 +107,26 @@ def _read_line(prompt: str) -> str:
     return sys.stdin.readline()
 
 
+def _tool_context(local: Path | None, service: SessionService):
+    """The resolver context of a tool call by the session's agent: this
+    CLI client's, as ``mevedel mcp`` binds it on its own (writes only while
+    this client holds the session open and writable)."""
+
+    def context(session_id: str) -> ResolverContext:
+        if local is not None:
+            return StandaloneContext(local, service, session_id).resolver_context()
+        is_open = service.is_open(session_id)
+        return ResolverContext(
+            store_target=service.target,
+            remote_workspace=True,
+            remote_session=session_id if is_open else None,
+            live_history=service.live_history(session_id) if is_open else None,
+            session_writable=writable_sessions(service),
+        )
+
+    return context
+
+
 def run_prompt(arguments: argparse.Namespace) -> int:
     status = {"code": 0}
     text = sys.stdin.read() if arguments.text == "-" else arguments.text
@@ -126,7 +152,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         local = workspace_root(arguments)
         root = str(local) if local is not None else str(getattr(service.target, "root"))
         front = TerminalFront(arguments.json)
+        tool_host = ToolHost()
         engine = AgentEngine(service, root=root, config=lambda: config, front=front, log_dir=log_dir(),
+                             tool_host=tool_host, tool_context=_tool_context(local, service),
                              local_cwd=str(local) if local is not None else None)
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach))
@@ -145,7 +173,10 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         finally:
             with contextlib.suppress(NotImplementedError):
                 loop.remove_signal_handler(signal.SIGINT)
-            await engine.stop_all()
+            try:
+                await engine.stop_all()
+            finally:
+                await tool_host.close()
         data = {
             "session_id": outcome.session_id, "turn": outcome.turn, "turn_id": outcome.turn_id, "agent": outcome.agent,
             "outcome": outcome.outcome, "stop_reason": outcome.stop_reason,

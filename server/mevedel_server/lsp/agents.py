@@ -24,9 +24,11 @@ from ..agents.engine import AgentEngine, PermissionQuestion, PromptOutcome, Turn
 from ..agents.errors import AgentError
 from ..resources import ReadOptions, execute, prepare
 from ..store.service import SessionChange, SessionService
+from ..tool_server.host import ToolHost
 from .errors import failure
 from .handlers import command_handler as _command_handler, folder as _folder, registry as _registry, request_handler as _request_handler
-from .workspaces import Folder, request_scope
+from .resources import _writes as writable_context
+from .workspaces import Folder, request_scope, scope
 
 if TYPE_CHECKING:
     from .server import MevedelLanguageServer
@@ -107,6 +109,9 @@ class AgentEngines:
     def __init__(self, ls: MevedelLanguageServer) -> None:
         self.ls = ls
         self._engines: dict[str, AgentEngine] = {}
+        #: The tool server every agent of this server reaches (``mevedel
+        #: mcp`` relays to it); it listens from the first agent's start.
+        self.tool_host = ToolHost()
 
     def engine(self, folder: Folder) -> AgentEngine:
         known = self._engines.get(folder.key)
@@ -124,6 +129,8 @@ class AgentEngines:
             open_document=None if remote else self._open_document(folder),
             read_address=self._address_reader(folder),
             is_address=_is_address,
+            tool_host=self.tool_host,
+            tool_context=self._tool_context(folder),
             local_cwd=None if remote else str(folder.root),
         )
         self._engines[folder.key] = engine
@@ -149,6 +156,16 @@ class AgentEngines:
 
         return text
 
+    def _tool_context(self, folder: Folder):
+        """The resolver context of a tool call by a session's agent: this
+        server's scope of the folder and that session, writable only while
+        this server holds the session open and writable."""
+
+        def context(session_id: str):
+            return writable_context(self.ls, scope(self.ls, folder, session_id))
+
+        return context
+
     def _address_reader(self, folder: Folder):
         async def read(authored: str) -> str:
             session = _registry(self.ls).current(folder)
@@ -159,8 +176,11 @@ class AgentEngines:
         return read
 
     async def stop_all(self) -> None:
-        for engine in list(self._engines.values()):
-            await engine.stop_all()
+        try:
+            for engine in list(self._engines.values()):
+                await engine.stop_all()
+        finally:
+            await self.tool_host.close()
 
 
 def _is_address(text: str) -> bool:

@@ -39,16 +39,12 @@ import anyio
 from anyio.abc import SocketListener, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from .relay import ACCEPTED, HANDSHAKE_TIMEOUT, REFUSED, SOCKET_ENV, TOKEN_ENV
+
+__all__ = ["ACCEPTED", "HANDSHAKE_TIMEOUT", "REFUSED", "SOCKET_ENV", "TOKEN_ENV", "ToolHost"]
+
 _log = logging.getLogger(__name__)
 
-#: Environment variables the relay reads.
-SOCKET_ENV = "MEVEDEL_TOOL_SOCKET"
-TOKEN_ENV = "MEVEDEL_TOOL_TOKEN"
-#: The host's answers to the token line.
-ACCEPTED = b"ok\n"
-REFUSED = b"refused\n"
-#: Seconds a new connection has to send its token line.
-HANDSHAKE_TIMEOUT = 10.0
 #: Bytes a token line may take.
 TOKEN_LINE_MAX = 256
 #: Bytes one MCP message may take (an ApplyPatch carries whole files).

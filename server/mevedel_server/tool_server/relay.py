@@ -22,8 +22,15 @@ import socket
 import sys
 import threading
 
-from .host import ACCEPTED, HANDSHAKE_TIMEOUT, SOCKET_ENV, TOKEN_ENV
-
+#: Environment variables the relay reads (the host sets them for the agent).
+SOCKET_ENV = "MEVEDEL_TOOL_SOCKET"
+TOKEN_ENV = "MEVEDEL_TOOL_TOKEN"
+#: The host's answers to the token line.
+ACCEPTED = b"ok\n"
+REFUSED = b"refused\n"
+#: Seconds a new connection has to send its token line (and the relay
+#: waits for the answer).
+HANDSHAKE_TIMEOUT = 10.0
 #: Bytes per read.
 CHUNK = 64 * 1024
 #: Seconds the host has to finish after the agent closed our input.

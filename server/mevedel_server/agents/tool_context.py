@@ -1,0 +1,50 @@
+"""What the MCP tool server is bound to when an agent the engine drives
+calls it: that agent's session, in the front end that runs the engine.
+
+One :class:`AgentToolContext` per agent process, registered with the
+process's :class:`~mevedel_server.tool_server.host.ToolHost` when the agent
+starts (its token goes to the agent in ``mcpServers``) and unregistered when
+it stops. Its resolver context is the front end's own for the bound
+workspace and session (the LSP server's request scope, the CLI's), made
+fresh for every call; an ApplyPatch of project files first records their
+current content into the open turn's checkpoint -- the same recording an
+``fs/write_text_file`` makes -- so Rewind restores them, and is refused when
+no turn of this agent is running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ..resources import ResolverContext
+from ..tool_server.context import ToolRefused
+
+if TYPE_CHECKING:
+    from .engine import AgentEngine, _Running
+
+
+class AgentToolContext:
+    """A :class:`~mevedel_server.tool_server.context.ToolContext` for one
+    running agent of one session."""
+
+    def __init__(self, engine: AgentEngine, running: _Running, resolver_context: Callable[[str], ResolverContext]) -> None:
+        self._engine = engine
+        self._running = running
+        self._resolver_context = resolver_context
+
+    @property
+    def session_id(self) -> str:
+        return self._running.session_id
+
+    def resolver_context(self) -> ResolverContext:
+        return self._resolver_context(self._running.session_id)
+
+    async def before_project_write(self, paths: Sequence[str]) -> None:
+        running = self._running
+        if running.turn is None or not self._engine.is_running(running):
+            raise ToolRefused(
+                f"no turn of session {running.session_id} is running: project files are changed during a prompt turn "
+                "(so Rewind can undo it); change work:// files, or make the change in the next turn"
+            )
+        await self._engine.record_before_writes(running.session_id, paths)
