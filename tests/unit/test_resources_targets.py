@@ -491,3 +491,18 @@ async def test_only_a_session_open_and_writable_here_takes_writes(open_target, w
     got = await answer_patch(unknown, "*** Begin Patch\n*** Add File: work://intruder.md\n+x\n*** End Patch\n")
     assert got[:3] == ("error", ErrorKind.OWNER_MISSING, "work://intruder.md")
     assert snapshot(workspace) == before
+
+
+async def test_a_patch_adds_and_updates_a_file_with_the_longest_legal_name(open_target, workspace):
+    """A 255-byte name is a legal file name: the patch's temporary and keep
+    names must not push it over the filesystem's limit."""
+    name = "n" * 251 + ".md"
+    context = target_context(await open_target(workspace))
+    added = await answer_patch(context, f"*** Begin Patch\n*** Add File: work://{name}\n+one\n*** End Patch\n")
+    assert added == f"A work://{name}"
+    updated = await answer_patch(context, f"*** Begin Patch\n*** Update File: work://{name}\n@@\n-one\n+two\n*** End Patch\n")
+    assert updated == f"M work://{name}"
+    local = workspace / ".mevedel" / "sessions" / SID / "local"
+    assert (local / name).read_bytes() == b"two\n"
+    too_long = await answer_patch(context, f"*** Begin Patch\n*** Add File: work://{'n' * 256}\n+x\n*** End Patch\n")
+    assert too_long[:2] == ("error", ErrorKind.MALFORMED_ADDRESS)
