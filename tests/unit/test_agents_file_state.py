@@ -35,6 +35,7 @@ from mevedel_server.targets import (
     SnapshotFile,
     TargetOperationError,
 )
+from mevedel_server.targets import tree_watch
 from mevedel_server.targets.executor import SCAN_FACTS
 
 STORE = ".mevedel/file-state/blobs"
@@ -629,15 +630,24 @@ def test_every_command_reports_exactly_what_changed(tmp_path_factory, commands):
 
     async def run() -> None:
         # (Files over the limit are known by their facts, like links; their
-        # own test covers them.)
-        record = await record_of(root)
-        for between, command in commands:
-            for action in between:
-                _apply(root, action)
-            await record.refresh()
-            before = _state(root)
-            for action in command:
-                _apply(root, action)
-            assert await record.changes() == _expected(before, _state(root))
+        # own test covers them.) Two records side by side: one kept current
+        # by inotify (a LocalTarget's default), one that walks every time.
+        watched = await record_of(root)
+        walking = await record_of(root, watch=False, blob_dir=".mevedel/file-state-walked")
+        try:
+            assert watched.unwatched is None or not tree_watch.available()
+            for between, command in commands:
+                for action in between:
+                    _apply(root, action)
+                await watched.refresh()
+                await walking.refresh()
+                before = _state(root)
+                for action in command:
+                    _apply(root, action)
+                expected = _expected(before, _state(root))
+                assert await watched.changes() == expected
+                assert await walking.changes() == expected
+        finally:
+            watched.close()
 
     asyncio.run(run())

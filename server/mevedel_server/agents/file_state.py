@@ -26,6 +26,25 @@ record on to the new state. Everything goes through the workspace's
   program, so removal costs no round trip: a refresh with nothing changed
   is one program, with files changed two.
 
+On a :class:`~mevedel_server.targets.LocalTarget` the record is kept
+current between commands by inotify
+(:class:`~mevedel_server.targets.tree_watch.TreeWatch`): every directory the
+walk lists is watched, and a sync drains the event queue and looks, by one
+:class:`~mevedel_server.targets.ScanPaths` program through the target, only
+at the paths the events named (a directory among them: all of it), the
+racy files and the files with more than one link. With no event and
+nothing racy a sync runs no program at all. Events are hints: the facts
+are the target's ``lstat`` through its pinned descriptors, and a directory
+newly watched is scanned once more after its watch began (what changed in
+it before that is in the second answer). Whatever makes events
+untrustworthy -- the first sync, an overflowed queue, a watched directory
+moved, the root deleted or moved, one directory at two paths -- makes the
+next sync a whole walk (with a fresh watch); no watch to be had (the watch
+limit, no inotify, a network or FUSE filesystem, an SSH target) means the
+walk every time, and :attr:`FileStateRecord.unwatched` says why. Left to
+inotify's own blind spot: a write through a shared writable ``mmap`` alone
+sends no event, so the record sees it at its next whole walk only.
+
 What the record does not see or cannot give, and how it says so:
 
 - ``.git/`` and ``.mevedel/`` (at any depth) and ``blob_dir`` are never
@@ -63,19 +82,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ..store.layout import STATE_DIR
 from ..targets import (
     ControlProgram,
+    LocalTarget,
     FileScan,
     ListDir,
     MakeDirs,
     Operation,
     OpResult,
+    ProgramResult,
     Read,
     Remove,
+    ScanPaths,
     ScanTree,
     Snapshot,
     SnapshotFile,
@@ -85,6 +108,7 @@ from ..targets import (
     split_target_path,
 )
 from ..targets.program import SCAN_IGNORED, SCAN_IGNORED_REASON, SCAN_LINK, ScanFacts
+from ..targets.tree_watch import TreeWatch, WatchUnavailable, unwatchable
 
 #: The gap of a file a .gitignore ignores (or that was in an ignored
 #: directory at the previous walk).
@@ -103,6 +127,9 @@ RACY_NS = 2_000_000_000
 OPS_PER_PROGRAM = 512
 #: Blob bytes one program may read back.
 READ_BYTES_PER_PROGRAM = 64 * 1024 * 1024
+#: Walks in a row that may each find directories not watched yet before
+#: the watch is given up on for this refresh (the next one walks).
+WATCH_PASSES = 3
 
 
 class FileStateError(Exception):
@@ -146,7 +173,14 @@ class FileStateRecord:
     """The workspace's file state as last seen (facts and digests), and the
     blobs of the content it names. See the module docstring."""
 
-    def __init__(self, target: Target, *, blob_dir: str = ".mevedel/file-state", max_file_bytes: int = 10 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        target: Target,
+        *,
+        blob_dir: str = ".mevedel/file-state",
+        max_file_bytes: int = 10 * 1024 * 1024,
+        watch: LocalTarget | bool | None = None,
+    ) -> None:
         parts = split_target_path(blob_dir)
         if not parts:
             raise ValueError("the blob directory is a directory below the workspace root")
@@ -180,6 +214,24 @@ class FileStateRecord:
         self._paths: list[str] = []
         #: Blobs no recorded file names any more: removed by the next walk.
         self._orphans: set[str] = set()
+        #: directory -> recorded entries below it (ignored ones too).
+        self._holding: dict[str, int] = {}
+        #: Recorded regular files with more than one link (looked at every
+        #: time: a write through another of their names sends no event).
+        self._shared: set[str] = set()
+        # Between commands, inotify says where to look (a LocalTarget's
+        # tree; ``watch``: True/None for ``target`` itself when it is one, a
+        # LocalTarget of the same root when ``target`` wraps it, False:
+        # always walk).
+        local = target if watch in (None, True) and isinstance(target, LocalTarget) else watch if isinstance(watch, LocalTarget) else None
+        self._local: LocalTarget | None = local
+        self._watch: TreeWatch | None = None
+        #: Why the tree is walked every time (None: it is watched).
+        self.unwatched: str | None = None if local is not None else "not a local workspace"
+        #: Paths events named since the record last moved on.
+        self._pending: set[str] = set()
+        #: The next sync walks everything (first, or events were lost).
+        self._walk_all = True
 
     # -- the API -------------------------------------------------------------
 
@@ -190,6 +242,10 @@ class FileStateRecord:
         changed, storing a blob only for a digest not stored yet."""
         async with self._lock:
             await self._sync(report=False)
+
+    def close(self) -> None:
+        """Stop watching the tree (the record stays usable: it walks)."""
+        self._unwatch("the record was closed")
 
     async def changes(self) -> list[FileChange]:
         """Walk again and return every file created, modified or deleted
@@ -204,15 +260,29 @@ class FileStateRecord:
 
     async def _sync(self, *, report: bool) -> list[FileChange]:
         first = not self._primed
-        scan, stored = await self._walk(first)
-        if self._same_as is not None and scan.facts == self._same_as.facts and scan.names == self._same_as.names:
-            if scan.unwalked == self._same_as.unwalked and not self._racy:
-                return []  # the very same answer as the walk the record is
-        unwalked = dict(scan.unwalked)
+        watch = self._watching()
+        plan: list[str] | None = None
+        if watch is not None and not self._walk_all:
+            self._pending |= watch.drain()
+            if watch.lost is None:
+                plan = _outermost(self._pending | self._racy | self._shared)
+                if not plan:
+                    return []  # no event, nothing racy: nothing to look at
+        if plan is None:
+            scan, stored = await self._walk(first, watch)
+            if self._same_as is not None and scan.facts == self._same_as.facts and scan.names == self._same_as.names:
+                if scan.unwalked == self._same_as.unwalked and not self._racy:
+                    self._moved_on(scan, watch)
+                    return []  # the very same answer as the walk the record is
+            unwalked = dict(scan.unwalked)
+            # current: the walked facts of every path to look at (new,
+            # changed, or racy); deleted: recorded paths the walk no longer meets.
+            current, candidates, deleted, paths = self._diff(scan, unwalked)
+        else:
+            scan, stored = await self._look(plan, watch)
+            unwalked, current, candidates, deleted = self._diff_within(scan, plan)
+            paths = []
         old = self._facts
-        # current: the walked facts of every path to look at (new, changed,
-        # or racy); deleted: recorded paths the walk no longer meets.
-        current, candidates, deleted, paths = self._diff(scan, unwalked)
         rechecks = [path for path in self._racy if path in current and old.get(path) == current[path]]
         recheck_set = set(rechecks)
         captures = [path for path in (*candidates, *rechecks) if self._capturable(current[path])]
@@ -274,8 +344,13 @@ class FileStateRecord:
         self._unwalked = unwalked
         # Committed together: a later walk of the same names is compared
         # with this one by index.
-        self._same_as, self._paths = (scan, paths) if consistent else (None, [])
+        self._same_as, self._paths = (scan, paths) if consistent and plan is None else (None, [])
         self._primed = True
+        if plan is None:
+            self._shared = set(scan.shared)
+        else:
+            self._shared = {path for path in self._shared if not _within(path, plan)} | set(scan.shared)
+        self._moved_on(scan, watch)
         self._orphans.update(name for name in stored if name not in self._refs)
         changes.sort(key=lambda change: change.path)
         return changes
@@ -308,16 +383,114 @@ class FileStateRecord:
         current.update((path, entries[path]) for path in self._racy if path in entries and path not in current)
         return current, candidates, deleted, paths
 
-    async def _walk(self, first: bool) -> tuple[FileScan, tuple[str, ...]]:
+    def _diff_within(
+        self, scan: FileScan, plan: list[str]
+    ) -> tuple[dict[str, str], dict[str, ScanFacts], list[str], list[str]]:
+        """``(unwalked, current, candidates, deleted)`` of ``scan``, which
+        looked only at ``plan`` and below, against the record: as
+        :meth:`_diff`, with everything elsewhere as the record has it."""
+        old = self._facts
+        entries = scan.entries()
+        found = dict(scan.unwalked)
+        unwalked = {path: reason for path, reason in self._unwalked.items() if not _within(path, plan)}
+        unwalked.update(found)
+        # The recorded paths the scan answered for: the plan's own, and all
+        # below those that held recorded entries.
+        looked = {path for path in plan if path in old}
+        directories = {path for path in plan if path in self._holding}
+        if directories:
+            looked.update(path for path in old if _within(path, directories))
+        deleted = [path for path in looked if path not in entries and self._below(path, found) is None]
+        candidates = [path for path, facts in entries.items() if old.get(path) != facts]
+        current = {path: entries[path] for path in candidates}
+        current.update((path, entries[path]) for path in self._racy if path in entries and path not in current)
+        return unwalked, current, candidates, deleted
+
+    def _watching(self) -> TreeWatch | None:
+        """The watch of the tree, made on first use; None: walk."""
+        if self._watch is None and self.unwatched is None and self._local is not None:
+            reason = unwatchable(os.path.realpath(self._local.root))
+            if reason is not None:
+                self.unwatched = reason
+                return None
+            try:
+                self._watch = TreeWatch(self._local)
+            except WatchUnavailable as exc:
+                self.unwatched = str(exc)
+            self._walk_all = True
+        return self._watch
+
+    def _unwatch(self, reason: str) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        self.unwatched = reason
+        self._walk_all = True
+
+    def _moved_on(self, scan: FileScan, watch: TreeWatch | None) -> None:
+        """The record is ``scan``'s state: what events named is seen."""
+        if watch is not None and watch is self._watch:
+            self._pending.clear()
+            self._walk_all = watch.lost is not None
+
+    async def _watched_scan(self, op: ScanPaths, watch: TreeWatch, ops: list[Operation]) -> tuple[FileScan, object]:
+        """Run ``ops`` (ending with ``op``), watch the directories it
+        listed, and run ``op`` again while that found unwatched ones (what
+        changed in them before their watch began is in the last answer):
+        ``(scan, the program's result)``."""
+        result = await self._target.run(ControlProgram(ops))
+        for _pass in range(WATCH_PASSES):
+            raise_for_result(op, result[-1])
+            scan: FileScan = result[-1].value
+            if scan.truncated:
+                break
+            try:
+                added = await asyncio.to_thread(watch.watch, scan.directories)
+            except WatchUnavailable as exc:
+                self._unwatch(str(exc))
+                return scan, result
+            if not added:
+                return scan, result
+            again = await self._target.run(ControlProgram([op]))
+            result = again if len(ops) == 1 else _replace_last(result, again[0])
+        else:
+            raise_for_result(op, result[-1])
+            watch.lost = "directories kept appearing while they were being watched"
+        return result[-1].value, result
+
+    async def _look(self, plan: list[str], watch: TreeWatch) -> tuple[FileScan, tuple[str, ...]]:
+        """A scan of ``plan`` only (and of the directories in it)."""
+        op = self._scan_op(plan)
+        self._orphans -= self._refs.keys()
+        removes = [Remove(f"{self._store}/{name}", optional=True) for name in sorted(self._orphans)]
+        scan, result = await self._watched_scan(op, watch, [*removes, op])
+        self._removed(removes, result)
+        if scan.truncated:
+            raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
+        return scan, ()
+
+    def _scan_op(self, plan: list[str] | None) -> ScanTree:
+        options = dict(skip_names=SKIP_NAMES, skip_paths=(self._blob_dir,), descend=tuple(self._tracked), limit=SCAN_LIMIT, racy_ns=RACY_NS)
+        if plan is None:
+            return ScanTree(".", **options)
+        return ScanPaths(".", paths=tuple(plan), **options)
+
+    def _removed(self, removes: list[Remove], result) -> None:
+        for op, outcome in zip(removes, result.results):
+            if outcome.ok or outcome.status is Status.ABSENT:
+                self._orphans.discard(op.path.rsplit("/", 1)[1])
+
+    async def _walk(self, first: bool, watch: TreeWatch | None = None) -> tuple[FileScan, tuple[str, ...]]:
         """The scan, and on the first walk the blob store's names."""
-        scan_op = ScanTree(
-            ".",
-            skip_names=SKIP_NAMES,
-            skip_paths=(self._blob_dir,),
-            descend=tuple(self._tracked),
-            limit=SCAN_LIMIT,
-            racy_ns=RACY_NS,
-        )
+        if watch is not None:
+            # Events from before this walk say nothing it will not see.
+            try:
+                watch.reset()
+            except WatchUnavailable as exc:
+                self._unwatch(str(exc))
+                watch = None
+            self._pending.clear()
+        scan_op = self._scan_op(None if watch is None else [""])
         # Blobs the record stopped naming at the last walk go in this one's
         # program: no round trip of their own.
         self._orphans -= self._refs.keys()
@@ -326,12 +499,13 @@ class FileStateRecord:
         if first:
             removes = []
             ops = [MakeDirs(self._store, optional=True), ListDir(self._store, optional=True), scan_op]
-        result = await self._target.run(ControlProgram(ops))
-        raise_for_result(scan_op, result[-1])
-        for op, outcome in zip(removes, result.results):
-            if outcome.ok or outcome.status is Status.ABSENT:
-                self._orphans.discard(op.path.rsplit("/", 1)[1])
-        scan: FileScan = result[-1].value
+        if watch is not None:
+            scan, result = await self._watched_scan(scan_op, watch, ops)  # type: ignore[arg-type]
+        else:
+            result = await self._target.run(ControlProgram(ops))
+            raise_for_result(scan_op, result[-1])
+            scan = result[-1].value
+        self._removed(removes, result)
         if scan.truncated:
             raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
         stored = tuple(result[1].value) if first and result[1].ok else ()
@@ -432,6 +606,9 @@ class FileStateRecord:
 
     def _set(self, path: str, facts: ScanFacts, digest: str | None, unreadable: str | None) -> None:
         previous = self._facts.get(path)
+        if previous is None:
+            for directory in _ancestors(path):
+                self._holding[directory] = self._holding.get(directory, 0) + 1
         if previous is None or (previous[0] & SCAN_IGNORED) != (facts[0] & SCAN_IGNORED):
             if previous is not None:
                 self._untrack(path, previous)
@@ -453,6 +630,13 @@ class FileStateRecord:
     def _drop(self, path: str) -> None:
         facts = self._facts.pop(path)
         self._untrack(path, facts)
+        for directory in _ancestors(path):
+            count = self._holding[directory] - 1
+            if count:
+                self._holding[directory] = count
+            else:
+                del self._holding[directory]
+        self._shared.discard(path)
         digest = self._digest.pop(path, None)
         if digest is not None:
             self._unref(digest)
@@ -476,6 +660,25 @@ class FileStateRecord:
         else:
             del self._refs[digest]
             self._orphans.add(digest)
+
+
+def _within(path: str, roots) -> bool:
+    """Whether ``path`` is one of ``roots`` or below one (``""``: all)."""
+    if path in roots or "" in roots:
+        return True
+    return any(directory in roots for directory in _ancestors(path))
+
+
+def _outermost(paths: set[str]) -> list[str]:
+    """``paths`` without those below another of them, sorted."""
+    if "" in paths:
+        return [""]
+    return sorted(path for path in paths if not any(directory in paths for directory in _ancestors(path)))
+
+
+def _replace_last(result, outcome):
+    """``result`` with its last operation's outcome replaced."""
+    return ProgramResult((*result.results[:-1], outcome), result.stopped_at)
 
 
 def _batches(ops: list[tuple[str, Operation, int]]) -> Iterator[list[tuple[str, Operation, int]]]:

@@ -10,7 +10,8 @@
   :class:`ListTree` lists a tree's directories and regular files (links
   and special files left out) and :class:`ReadFiles` reads many files in
   one pass, both for the resolver. :class:`ScanTree` walks a tree for the
-  facts that tell a file's change (``.gitignore`` applied on the target);
+  facts that tell a file's change (``.gitignore`` applied on the target),
+  :class:`ScanPaths` only the paths and subtrees a caller names;
   :class:`SnapshotFile` keeps a file's bytes as a content-addressed blob.
 - :class:`LocalTarget` -- a local root reached through a pinned
   ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
@@ -59,6 +60,7 @@ from .program import (
     ReadFiles,
     Remove,
     Replace,
+    ScanPaths,
     ScanTree,
     Snapshot,
     SnapshotFile,
@@ -116,6 +118,7 @@ __all__ = [
     "Remove",
     "Replace",
     "WriteProject",
+    "ScanPaths",
     "ScanTree",
     "SimulatedCrash",
     "Snapshot",

@@ -21,8 +21,9 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   None)`` of ``WalkTree``, the ``(entry limit, depth or None, directories
   to resume from)`` of ``ListTree``, the ``(file paths, size limit,
   budget)`` of ``ReadFiles``, the ``(skip names, skip paths, descend paths,
-  entry limit, racy window in ns)`` of ``ScanTree`` or the ``(blob store
-  directory, size limit)`` of ``SnapshotFile``;
+  entry limit, racy window in ns)`` of ``ScanTree``, the same and the paths
+  to look at of ``ScanPaths``, or the ``(blob store directory, size
+  limit)`` of ``SnapshotFile``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
   ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
   ``StampedCreate`` value the clock reading it wrote, a ``ReadNewest``
@@ -33,7 +34,9 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   :meth:`Executor._list_tree`), a ``ReadFiles`` value one ``(status, bytes,
   reason, unsafe, size)`` per file read (see :meth:`Executor._read_files`),
   a ``ScanTree`` value ``(names, facts, unwalked, racy, truncated,
-  started_ns)`` (see :meth:`Executor._scan`), a ``SnapshotFile`` value
+  started_ns)`` (see :meth:`Executor._scan`), a ``ScanPaths`` value the
+  same and ``(directories, shared)`` (see :meth:`Executor._scan_paths`), a
+  ``SnapshotFile`` value
   ``(sha256 hex or None, size, mtime_ns, ctime_ns, inode, written)``.
 
 Every operation opens the root, proves its device and inode are the pinned
@@ -993,6 +996,73 @@ class Executor:
         value = (names, b"".join(scan.facts), [list(item) for item in scan.unwalked], scan.racy, truncated, started)
         return (OK, value, None, False)
 
+    def _scan_paths(self, path, argument, _deferred):
+        """What a ``ScanTree`` of the root would answer for the entries at
+        ``paths`` and below them, walking nothing else: ``(names, facts,
+        unwalked, racy, truncated, started_ns, directories, shared)``.
+
+        ``argument`` is a ``ScanTree``'s and the paths (target-relative;
+        ``""`` is the root, so ``[""]`` is a whole walk). Each path is
+        ``lstat``-ed through the descriptor chain of its parents (every
+        parent's .gitignore read on the way, so the flags are a whole walk's):
+        a regular file or a link is recorded, a directory walked as
+        ``ScanTree`` walks one, anything else -- absent, a FIFO, below a parent
+        that is no directory any more -- answers nothing, so whatever was known
+        there is gone. ``directories`` lists every directory listed (``""``
+        the root), ``shared`` the regular files found with more than one link
+        (a write through another of their names is a change too)."""
+        try:
+            skip_names, skip_paths, descend, limit, racy_ns, paths = argument
+        except (TypeError, ValueError):
+            raise Refused(FAILED, "a path scan needs skip names, skip paths, descend paths, a limit, a racy window and paths") from None
+        if not (_whole(limit) and _whole(racy_ns)):
+            raise Refused(FAILED, "a tree scan's limit and racy window are whole numbers")
+        if split_components(path):
+            raise Refused(FAILED, "a path scan starts at the target root, not '%s'" % path)
+        # The paths as a tree of components: None marks a path to look at
+        # (whatever is below it is looked at with it).
+        plan = {}
+        for text in _text_list(paths, "paths"):
+            parts = split_components(text)
+            if not parts:
+                plan = None
+                break
+            node = plan
+            for part in parts[:-1]:
+                child = node.get(part, {})
+                if child is None:
+                    break
+                node = node.setdefault(part, child)
+            else:
+                node[parts[-1]] = None
+        started = time.time_ns()
+        scan = _TreeScan(
+            frozenset(_text_list(skip_names, "skip names")),
+            frozenset(_text_list(skip_paths, "skip paths")),
+            frozenset(_text_list(descend, "descend paths")),
+            limit,
+            started - racy_ns,
+        )
+        scan.directories = []
+        scan.shared = []
+        fd = self._open_root()
+        truncated = False
+        try:
+            if plan is None:
+                scan.directory(fd, "", None, False)
+            else:
+                scan.planned(fd, "", None, False, plan)
+        except _ScanLimit:
+            truncated = True
+        finally:
+            os.close(fd)
+        names = "\0".join(scan.names) + "\0" if scan.names else ""
+        value = (
+            names, b"".join(scan.facts), [list(item) for item in scan.unwalked], scan.racy, truncated, started,
+            scan.directories, scan.shared,
+        )
+        return (OK, value, None, False)
+
     def _snapshot(self, path, argument, _deferred):
         """Keep the bytes of regular file ``path`` as a content-addressed blob:
         ``argument`` is ``(store directory, max_bytes)``. The value is
@@ -1087,6 +1157,7 @@ _HANDLERS = {
     "ListTree": Executor._list_tree,
     "ReadFiles": Executor._read_files,
     "ScanTree": Executor._scan,
+    "ScanPaths": Executor._scan_paths,
     "SnapshotFile": Executor._snapshot,
 }
 
@@ -1780,6 +1851,10 @@ class _TreeScan(object):
         self.unwalked = []
         self.racy = []
         self.count = 0
+        #: Lists kept only when asked for (``ScanPaths``): every directory
+        #: listed, and the regular files with more than one link.
+        self.directories = None
+        self.shared = None
 
     def directory(self, fd, prefix, rules, ignored):
         """Record the entries of the open directory ``fd`` (whose path ends
@@ -1789,6 +1864,9 @@ class _TreeScan(object):
         self.count += len(entries)
         if self.count > self.limit:
             raise _ScanLimit()
+        if self.directories is not None:
+            self.directories.append(prefix[:-1])
+        shared = self.shared
         file_test = dir_test = None
         if not ignored:
             for entry in entries:
@@ -1845,6 +1923,82 @@ class _TreeScan(object):
             names.append(path)
             if not flags and (mtime >= racy_floor or ctime >= racy_floor):
                 racy.append(path)
+            if shared is not None and st.st_nlink > 1 and kind == _S_IFREG:
+                shared.append(path)
+
+    def planned(self, fd, prefix, rules, ignored, plan):
+        """Look at the entries ``plan`` names in the open directory ``fd``
+        (whose path ends with ``prefix``; ``rules`` and ``ignored`` as for
+        :meth:`directory`, before this directory's own .gitignore): a leaf
+        is recorded or walked, an inner name is a directory to go through."""
+        if not ignored:
+            data = _read_gitignore(fd)
+            if data:
+                rules = gitignore_rules(data, rules)
+        file_test = dir_test = None
+        if not ignored and rules is not None:
+            (file_test, file_negates), (dir_test, dir_negates) = rules.tests()
+        for name in sorted(plan):
+            if name in self.skip_names:
+                continue
+            path = prefix + name
+            if path in self.skip_paths:
+                continue
+            below = plan[name]
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue  # absent (or unreachable): nothing there now
+            kind = st.st_mode & _S_IFMT
+            if kind == stat_mode.S_IFDIR:
+                hidden = ignored
+                if dir_test is not None:
+                    found = dir_test(name)
+                    hidden = found is not None and not dir_negates[found.lastindex]
+                if below is None:
+                    self.count += 1
+                    if self.count > self.limit:
+                        raise _ScanLimit()
+                    self.subdirectory(fd, name, path, rules, hidden)
+                    continue
+                if hidden and path not in self.descend:
+                    self.unwalked.append((path, SCAN_IGNORED_REASON))
+                    continue  # not walked, as a whole walk would not
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                        self.unwalked.append((path, _strerror(exc)))
+                    continue  # else gone, or no longer a directory: nothing below it
+                try:
+                    inner = None if hidden or rules is None else rules.child(name)
+                    self.planned(child, path + "/", inner, hidden, below)
+                except OSError as exc:
+                    self.unwalked.append((path, _strerror(exc)))
+                finally:
+                    os.close(child)
+                continue
+            if below is not None:
+                continue  # a directory no more: nothing below it
+            if kind == _S_IFREG:
+                flags = SCAN_IGNORED if ignored else 0
+            elif kind == _S_IFLNK:
+                flags = (SCAN_IGNORED if ignored else 0) | SCAN_LINK
+            else:
+                continue  # FIFOs, sockets, devices: never recorded
+            self.count += 1
+            if self.count > self.limit:
+                raise _ScanLimit()
+            if file_test is not None:
+                found = file_test(name)
+                if found is not None and not file_negates[found.lastindex]:
+                    flags |= SCAN_IGNORED
+            self.facts.append(_scan_facts.pack(flags, st.st_size, _clamp(st.st_mtime_ns), _clamp(st.st_ctime_ns), st.st_ino))
+            self.names.append(path)
+            if not flags and (st.st_mtime_ns >= self.racy_floor or st.st_ctime_ns >= self.racy_floor):
+                self.racy.append(path)
+            if self.shared is not None and st.st_nlink > 1 and kind == _S_IFREG:
+                self.shared.append(path)
 
     def subdirectory(self, fd, name, path, rules, ignored):
         if ignored and path not in self.descend:

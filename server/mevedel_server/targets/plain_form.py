@@ -35,6 +35,7 @@ from .program import (
     ReadNewest,
     Remove,
     Replace,
+    ScanPaths,
     ScanTree,
     Snapshot,
     SnapshotFile,
@@ -71,6 +72,7 @@ _KINDS: dict[type, str] = {
         ListTree,
         ReadFiles,
         ScanTree,
+        ScanPaths,
         SnapshotFile,
     )
 }
@@ -105,6 +107,8 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [list(op.names), op.max_bytes, op.budget]
     elif isinstance(op, ScanTree):
         argument = [list(op.skip_names), list(op.skip_paths), list(op.descend), op.limit, op.racy_ns]
+        if isinstance(op, ScanPaths):
+            argument.append(list(op.paths))
     elif isinstance(op, SnapshotFile):
         argument = [op.store, op.max_bytes]
     else:
@@ -147,7 +151,9 @@ def _file_scan(value: object) -> FileScan:
     one facts record per NUL-terminated name, ``(path, reason)`` pairs, path
     strings, a flag and a clock reading. (The paths themselves are checked
     as any operation path is, when a later operation names one.)"""
-    names, facts, unwalked, racy, truncated, started = value  # type: ignore[misc]
+    names, facts, unwalked, racy, truncated, started, *extra = value  # type: ignore[misc]
+    if len(extra) not in (0, 2):
+        raise ValueError("a tree scan answers six or eight parts")
     if not isinstance(names, str) or not isinstance(facts, (bytes, bytearray)):
         raise ValueError("a tree scan's names are text and its facts bytes")
     if len(facts) != names.count("\0") * FILE_SCAN_RECORD or (names and not names.endswith("\0")):
@@ -155,7 +161,8 @@ def _file_scan(value: object) -> FileScan:
     pairs = tuple((_text(path), _text(reason)) for path, reason in unwalked)  # type: ignore[union-attr]
     if not isinstance(truncated, bool) or isinstance(started, bool) or not isinstance(started, int):
         raise ValueError("a tree scan's flag or clock is malformed")
-    return FileScan(names, bytes(facts), pairs, tuple(_text(path) for path in racy), truncated, started)  # type: ignore[union-attr]
+    lists = tuple(tuple(_text(path) for path in part) for part in extra)  # type: ignore[union-attr]
+    return FileScan(names, bytes(facts), pairs, tuple(_text(path) for path in racy), truncated, started, *lists)  # type: ignore[union-attr]
 
 
 def _tree_listing(op: ListTree, value: object) -> TreeListing:

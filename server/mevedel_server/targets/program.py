@@ -413,6 +413,11 @@ class FileScan:
     truncated: bool
     #: The target's clock (``time.time_ns``) when the walk began.
     started_ns: int
+    #: Every directory listed (``""``: the root) and the regular files met
+    #: with more than one link; a :class:`ScanPaths` answers them, a
+    #: :class:`ScanTree` leaves them empty.
+    directories: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.facts) // _SCAN_FACTS.size
@@ -448,6 +453,33 @@ class FileScan:
                 if mine[offset : offset + size] != theirs[offset : offset + size]:
                     changed.append(offset // size)
         return changed
+
+
+@dataclass(frozen=True)
+class ScanPaths(ScanTree):
+    """A :class:`ScanTree` of the root that looks only at ``paths`` (``""``
+    is the root itself: the whole walk) and what is below them: each is
+    ``lstat``-ed through its parents' descriptors, every parent's
+    ``.gitignore`` applied as a whole walk would; a file or link is
+    recorded, a directory walked, anything else (absent, a FIFO, a parent
+    that is no directory any more) answers nothing -- whatever was there is
+    gone. ``value`` is a :class:`FileScan` with its ``directories`` (every
+    directory listed) and ``shared`` (regular files with more than one
+    link). For a caller that knows where changes can be (from events it
+    treats as hints); ``path`` must be the root."""
+
+    paths: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if split_target_path(self.path):
+            raise InvalidTargetPath(self.path, "a path scan starts at the target root")
+        texts = tuple(self.paths)
+        if not all(isinstance(text, str) for text in texts):
+            raise TypeError("a path scan's paths are strings")
+        for text in texts:
+            split_target_path(text)  # refused unless a plain relative path
+        object.__setattr__(self, "paths", texts)
 
 
 @dataclass(frozen=True)
