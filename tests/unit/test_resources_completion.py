@@ -186,3 +186,23 @@ def test_memory_root_descendants_and_exact_skill_descendants(context, tmp_path):
     assert labels("memory://journal/", context) == []
     (exact,) = labels("skill://review@", context)
     assert labels(exact + "/", context) == [exact + "/SKILL.md"]
+
+
+class _Live:
+    session_id = "2026-07-19T09-47-bf87b5dd793a"
+
+    def lines(self) -> list[str]:
+        return ["# Segment 1"]
+
+
+def test_history_availability_follows_the_live_conversation_and_the_workspace(context):
+    def shown(ctx: ResolverContext) -> dict[str, bool]:
+        return {c.label: c.available for c in complete("history://", ctx)} | {
+            "history://": {c.label: c.available for c in complete("hist", ctx)}["history://"]
+        }
+
+    assert shown(context) == {"history://root": False, "history://saved": True, "history://": True}
+    live = context.with_session(context.session_dir, _Live())
+    assert shown(live) == {"history://root": True, "history://saved": True, "history://": True}
+    bare = ResolverContext(docs_root=context.docs_root)
+    assert shown(bare) == {"history://root": False, "history://saved": False, "history://": False}
