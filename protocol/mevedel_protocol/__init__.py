@@ -20,7 +20,7 @@ from .resource import (
     ReadResult,
     TruncatedLine,
 )
-from .settings import DiagnosticsSettings, MemoryRootSetting, SessionWatchSettings, Settings, SkillRootSetting
+from .settings import DiagnosticsSettings, McpServerSetting, MemoryRootSetting, SessionWatchSettings, Settings, SkillRootSetting
 
 __all__ = [
     "COMMANDS",
@@ -39,6 +39,7 @@ __all__ = [
     "GrepMatch",
     "GrepParams",
     "GrepResult",
+    "McpServerSetting",
     "MemoryRootSetting",
     "Message",
     "PatchFileChange",

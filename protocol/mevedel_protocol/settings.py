@@ -36,6 +36,17 @@ class SkillRootSetting:
 
 
 @attrs.define
+class McpServerSetting:
+    """How to start one stdio MCP server read through ``mcp://`` (the
+    ``.mcp.json`` shape): ``command`` is the program, ``args`` its
+    arguments (no shell), ``env`` added to a minimal environment."""
+
+    command: str
+    args: list[str] = attrs.Factory(list)
+    env: dict[str, str] = attrs.Factory(dict)
+
+
+@attrs.define
 class DiagnosticsSettings:
     """``unknown_schemes``: which unknown ``scheme://`` prefixes get a
     diagnostic: ``near-miss`` (close to one of ours, like ``wrok://``),
@@ -124,3 +135,10 @@ class Settings:
     #: The longest message body the server reads, in bytes; a longer frame
     #: is skipped and answered with a ``parse-error``.
     max_message_bytes: int = 64 * 1024 * 1024
+    #: MCP servers ``mcp://`` reads, by name (trusted: they start on first
+    #: use). A workspace's ``.mcp.json`` adds servers that start only once
+    #: the user approves each exact command.
+    mcp_servers: dict[str, McpServerSetting] = attrs.Factory(dict)
+    #: An MCP server that takes longer than this to start or to answer one
+    #: call fails that call.
+    mcp_call_timeout_seconds: int = 30

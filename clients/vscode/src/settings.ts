@@ -27,6 +27,8 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['cancelTimeoutSeconds', ['cancelTimeoutSeconds']],
   ['agentIdleTimeoutSeconds', ['agentIdleTimeoutSeconds']],
   ['maxMessageBytes', ['maxMessageBytes']],
+  ['mcpServers', ['mcpServers']],
+  ['mcpCallTimeoutSeconds', ['mcpCallTimeoutSeconds']],
   ['checkpointIntervalSeconds', ['checkpointIntervalSeconds']],
   ['sessionMaxAgeDays', ['sessionMaxAgeDays']],
   ['sessionKeepRecent', ['sessionKeepRecent']],

@@ -13,6 +13,14 @@ under this CLI client's own lease: it resumes the session first (as every
 ``mevedel session``/``turn`` command that writes does, and leaves the lease
 held), so a session another client holds, or an unknown id, is refused
 with its session error and nothing is written or created.
+
+``read mcp://...`` reaches the MCP servers of the config file's
+``mcpServers`` (``$XDG_CONFIG_HOME/mevedel/config.json``, the LSP's setting
+names, with ``mcpCallTimeoutSeconds``) and of the workspace's
+``.mcp.json``. A workspace server runs only once approved for its exact
+command: ``--approve-mcp NAME`` approves it (remembered under
+``$XDG_STATE_HOME/mevedel/``); without an approval the read is refused
+naming that flag. Every server started is stopped before the command exits.
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from ..addresses import AddressError, Operation
+from ..agents.config import cli_config_path
+from ..mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec
+from ..mcp_client.config import load_cli_servers
 from ..resources import (
     GlobOptions,
     GrepOptions,
@@ -53,6 +64,13 @@ def register(subparsers: Any) -> None:
     read.add_argument("--offset", type=int, default=1, help="first line, from 1 (default 1)")
     read.add_argument("--limit", type=int, default=2000, help="lines per page (default 2000)")
     read.add_argument("--char-offset", type=int, default=0, help="continue one long line from this character")
+    read.add_argument(
+        "--approve-mcp",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="approve the workspace .mcp.json server NAME to run (its exact command; remembered; repeatable)",
+    )
     read.set_defaults(run=_run, operation=Operation.READ)
 
     glob = _parser(subparsers, "glob", "list the files under an address that match a pattern")
@@ -128,7 +146,45 @@ def _context(arguments: argparse.Namespace) -> ResolverContext:
         session_dir=session_dir,
         memory_roots=tuple(memory_roots),
         skill_roots=tuple(skill_roots),
+        mcp=_mcp_access(arguments, workspace),
     )
+
+
+def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
+    try:
+        servers, timeout = load_cli_servers(cli_config_path())
+    except ValueError as error:
+        raise _UsageError(str(error)) from None
+    approving = frozenset(getattr(arguments, "approve_mcp", ()) or ())
+
+    async def ask(spec: McpServerSpec) -> bool | None:
+        return True if spec.name in approving else None
+
+    def target() -> LocalTarget | None:
+        try:
+            return LocalTarget(workspace)
+        except TargetError:
+            return None
+
+    return McpAccess(
+        McpConnections(call_timeout=timeout),
+        servers,
+        approvals=Approvals(),
+        workspace_key=str(workspace),
+        workspace_target=target,
+        cwd=str(workspace),
+        ask=ask,
+        how_to_approve="run it again with --approve-mcp {name} (approves this exact command)",
+    )
+
+
+async def _execute(attempt: Any, context: ResolverContext) -> Any:
+    """Run the attempt, then stop every MCP server it started."""
+    try:
+        return await execute(attempt)
+    finally:
+        if context.mcp is not None:
+            await context.mcp.connections.close_all()
 
 
 def _path(workspace: Path, text: str) -> Path:
@@ -191,7 +247,7 @@ def _run(arguments: argparse.Namespace) -> int:
             # Validated first: a patch refused as written claims no lease.
             result = asyncio.run(_patch_under_lease(operand, arguments, context))
         else:
-            result = asyncio.run(execute(attempt))
+            result = asyncio.run(_execute(attempt, context))
     except AddressError as error:
         if arguments.json:
             print(json.dumps({"error": error.to_json()}))

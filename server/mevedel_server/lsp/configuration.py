@@ -21,6 +21,7 @@ from mevedel_protocol import Settings, converter, describe_structure_error, wire
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 
 from ..agents.config import agents_problem
+from ..mcp_client import servers_problem
 from ..resources import SkillRoot
 from ..targets import SshLocationError, parse_ssh_location
 from .workspaces import session_id_problem
@@ -68,6 +69,10 @@ def _check(name: str, value: Any) -> str | None:
                 return f"[{index}] {error}"
     if name == "agents":
         return agents_problem(value)
+    if name == "mcpServers":
+        return servers_problem(value)
+    if name == "mcpCallTimeoutSeconds" and not 1 <= value <= 3_600:
+        return f"must be between 1 and 3600 seconds, got {value}"
     if name == "checkpointIntervalSeconds" and not 0 <= value <= 86_400:
         return f"must be between 1 and 86400 seconds (or 0: only at settlement), got {value}"
     if name == "sessionMaxAgeDays" and not 0 <= value <= 36_500:

@@ -26,6 +26,7 @@ from ..addresses import ErrorKind
 from ..resources import MemoryRoot, ResolverContext, SkillRoot
 from ..targets import SshLocation, SshLocationError, parse_ssh_location
 from .errors import failure, invalid_params
+from .mcp import access as mcp_access
 from .virtual_documents import VirtualDocument, parse_uri
 
 if TYPE_CHECKING:
@@ -164,6 +165,7 @@ def scope(ls: MevedelLanguageServer, folder: Folder | None, session_id: str | No
         store_target=_store_target(ls, folder),
         remote_workspace=folder is not None and folder.remote is not None,
         remote_session=session_id if folder is not None and folder.remote is not None else None,
+        mcp=mcp_access(ls, folder),
     )
     return Scope(folder, session_id if folder is not None else None, context)
 

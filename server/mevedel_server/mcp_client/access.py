@@ -43,12 +43,14 @@ class McpAccess:
     approvals: Approvals | None = None
     #: Identity of the workspace for approvals (its root, or its ssh:// address).
     workspace_key: str | None = None
-    #: The workspace's Target: where ``.mcp.json`` is read.
-    workspace_target: Target | None = None
+    #: The workspace's Target (where ``.mcp.json`` is read), made only when
+    #: an operation needs it.
+    workspace_target: Callable[[], Target | None] | None = None
     #: The working directory servers start in (a local workspace's root).
     cwd: str | None = None
-    #: The front end's question "may this workspace server run?" (None: no prompt).
-    ask: Callable[[McpServerSpec], Awaitable[bool]] | None = None
+    #: The front end's question "may this workspace server run?" (None, or
+    #: an answer None: it cannot ask; the refusal says ``how_to_approve``).
+    ask: Callable[[McpServerSpec], Awaitable[bool | None]] | None = None
     #: How the user approves a workspace server in this front end ({name} is filled in).
     how_to_approve: str = "approve it first"
 
@@ -59,7 +61,10 @@ class McpAccess:
             return WorkspaceServers({}, {})
         program = ControlProgram([ReadFiles("", names=(WORKSPACE_FILE,), max_bytes=MAX_WORKSPACE_FILE_BYTES)])
         try:
-            result = await self.workspace_target.run(program)
+            target = self.workspace_target()
+            if target is None:
+                return WorkspaceServers({}, {})
+            result = await target.run(program)
         except Exception as error:  # an unreachable SSH host: the file is unknown, not absent
             found = WorkspaceServers({}, {}, f"{WORKSPACE_FILE} could not be read ({type(error).__name__})")
         else:
@@ -122,7 +127,10 @@ class McpAccess:
         what = f"MCP server {spec.name!r} comes from the workspace's {WORKSPACE_FILE} and runs `{spec.command_line}`"
         if self.ask is None or self.approvals is None or self.workspace_key is None:
             raise McpClientError("needs-approval", f"{what}; it needs your approval: {self.how_to_approve.format(name=spec.name)}")
-        if not await self.ask(spec):
+        answer = await self.ask(spec)
+        if answer is None:  # this front end cannot ask about this one
+            raise McpClientError("needs-approval", f"{what}; it needs your approval: {self.how_to_approve.format(name=spec.name)}")
+        if not answer:
             raise McpClientError("needs-approval", f"{what}; it was not approved, so it was not started")
         self.approvals.approve(self.workspace_key, spec)
 

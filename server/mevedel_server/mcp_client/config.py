@@ -15,6 +15,7 @@ import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 #: The workspace file, at the workspace root.
@@ -132,3 +133,25 @@ def parse_workspace_file(data: bytes) -> WorkspaceServers:
             continue
         servers[name] = _spec(name, entry, "workspace")
     return WorkspaceServers(servers, problems)
+
+
+def load_cli_servers(path: Path) -> tuple[dict[str, McpServerSpec], float]:
+    """The CLI's ``mcpServers`` and ``mcpCallTimeoutSeconds`` from its
+    ``config.json`` (the LSP's setting names). A missing file configures
+    nothing; a bad one raises ValueError naming the file and the key."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, 30.0
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} cannot be read as JSON ({error})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    servers = raw.get("mcpServers", {}) or {}
+    problem = servers_problem(servers)
+    if problem is not None:
+        raise ValueError(f"{path}: mcpServers: {problem}")
+    timeout = raw.get("mcpCallTimeoutSeconds", 30)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+        raise ValueError(f"{path}: mcpCallTimeoutSeconds must be a number of seconds between 0 and 3600, got {timeout!r}")
+    return {name: _spec(name, entry, "settings") for name, entry in servers.items()}, float(timeout)

@@ -1,0 +1,42 @@
+"""A small MCP server (the official SDK's FastMCP) for the failure cases
+of tests/e2e/test_mcp_resources.py: a resource whose read kills the server
+mid-read, one whose read never answers, and one that says which process
+answered (to see a reconnection). ``--marker PATH`` creates PATH when the
+server starts: a test proves a server did not run by its absence."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from mcp.server.fastmcp import FastMCP
+
+server = FastMCP("scripted")
+
+
+@server.resource("test://pid", mime_type="text/plain")
+def pid() -> str:
+    """The process that answers."""
+    return f"pid {os.getpid()}"
+
+
+@server.resource("test://die", mime_type="text/plain")
+def die() -> str:
+    """Exits in the middle of the read."""
+    os._exit(3)
+
+
+@server.resource("test://hang", mime_type="text/plain")
+async def hang() -> str:
+    """Never answers."""
+    await asyncio.sleep(3600)
+    return "too late"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--marker":
+        Path(sys.argv[2]).write_text("started\n", encoding="utf-8")
+    print("scripted MCP server starting", file=sys.stderr, flush=True)
+    server.run("stdio")
