@@ -1,0 +1,121 @@
+"""Agents use resource addresses through mevedel's MCP tools: the real server
+(over stdio) drives the scripted ACP agent, which starts the ``mevedel
+mcp`` it was given in ``session/new`` with the official ``mcp`` client; the
+tool calls run in the server, for that agent's session, and an ApplyPatch
+of a project file is undone by Rewind like any change the agent makes."""
+
+from __future__ import annotations
+
+import json
+
+from mevedel_protocol import methods
+
+from .conftest import request
+from .test_agent_turns import Watch, configure, events, prompt
+
+PATCH = """*** Begin Patch
+*** Update File: src/app.py
+@@
+-print("hello")
++print("hello from the agent")
+*** Add File: work://shared/findings.md
++The agent found this.
+*** End Patch
+"""
+
+
+def tool_server(event: dict) -> dict:
+    (server,) = [s for s in event["params"]["mcpServers"] if s["name"] == "mevedel"]
+    return server
+
+
+def token_of(event: dict) -> str:
+    return next(v["value"] for v in tool_server(event)["env"] if v["name"] == "MEVEDEL_TOOL_TOKEN")
+
+
+def said(log, tool: str) -> list[str]:
+    return [e["text"] for e in events(log) if e["event"] == "mcp_result" and e["tool"] == tool]
+
+
+async def test_an_agents_apply_patch_through_the_tools_is_undone_by_rewind(client, workspace):
+    app = workspace / "src" / "app.py"
+    app.parent.mkdir()
+    app.write_text('print("hello")\n')
+    watch = Watch(client)
+    log = configure(client, workspace, [[
+        {"mcp_tools": {}},
+        {"mcp_call": {"id": "m1", "tool": "ApplyPatch", "arguments": {"patch": PATCH}}},
+        {"mcp_call": {"tool": "Read", "arguments": {"path": "work://shared/findings.md"}}},
+        {"mcp_call": {"tool": "Grep", "arguments": {"pattern": "from the agent", "path": "src"}}},
+    ]])
+    result = await prompt(client, "Fix the greeting and note what you found")
+    assert result["outcome"] == "completed", result
+
+    # The agent was given the tool server, started it, and saw the tools and the roster.
+    created = next(e for e in events(log) if e["event"] == "new_session")
+    server = tool_server(created)
+    assert server["args"][-1] == "mcp" and {v["name"] for v in server["env"]} == {"MEVEDEL_TOOL_SOCKET", "MEVEDEL_TOOL_TOKEN"}
+    text = watch.text()
+    assert "mcp tools: " in text and all(name in text for name in ("Read", "Glob", "Grep", "ApplyPatch"))
+    assert "work://" in text.split("mcp tools: ", 1)[1]  # the roster names the families usable now
+
+    # The patch changed the project file and the session-independent shared file.
+    (patched,) = said(log, "ApplyPatch")
+    assert patched.startswith("mcp ApplyPatch: "), patched
+    assert app.read_text() == 'print("hello from the agent")\n'
+    assert (workspace / ".mevedel" / "shared" / "findings.md").read_text() == "The agent found this.\n"
+    # The agent read the address back, and searched the project, through the tools.
+    (read,) = said(log, "Read")
+    assert read.startswith("mcp Read: ") and "The agent found this." in read
+    (grep,) = said(log, "Grep")
+    assert "src/app.py" in grep and "from the agent" in grep
+
+    # The turn recorded the agent's own tool call.
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    calls = [i for i in shown["items"] if i["kind"] == "tool_call" and i.get("name") == "mcp ApplyPatch"]
+    assert len(calls) == 1 and "src/app.py" in calls[0]["arguments"]
+    results = [i for i in shown["items"] if i["kind"] == "tool_result" and i.get("callId") == calls[0]["callId"]]
+    assert len(results) == 1 and not results[0].get("isError") and "src/app.py" in results[0]["output"]
+
+    # Rewind to before the turn restores the project file the tool changed.
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
+    assert "src/app.py" in {r["path"] for r in impact["restores"] if r["changes"]}
+    await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
+    assert app.read_text() == 'print("hello")\n'
+
+
+async def test_a_token_works_only_for_its_own_running_agent(client, workspace):
+    add = "*** Begin Patch\n*** Add File: work://shared/{name}.md\n+written\n*** End Patch\n"
+    log = configure(client, workspace, [[
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": add.format(name="first")}}},
+    ]], load_session=True)
+    first = await prompt(client, "Write a note")
+    assert first["outcome"] == "completed"
+    assert (workspace / ".mevedel" / "shared" / "first.md").exists()
+    old_token = token_of(next(e for e in events(log) if e["event"] == "new_session"))
+
+    # The session closes: its agent stops, and its token with it.
+    await request(client, methods.SESSION_CLOSE, {"sessionId": first["sessionId"]})
+    await request(client, methods.SESSION_OPEN, {"sessionId": first["sessionId"]})
+    configure(client, workspace, [[
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": add.format(name="stale")},
+                      "env": {"MEVEDEL_TOOL_TOKEN": old_token}}},
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": add.format(name="forged")},
+                      "env": {"MEVEDEL_TOOL_TOKEN": "x" * 43}}},
+        {"mcp_call": {"tool": "Read", "arguments": {"path": "work://shared/first.md"}}},
+    ]], load_session=True)
+    second = await prompt(client, "Try again", sessionId=first["sessionId"])
+    assert second["outcome"] == "completed", second
+
+    # The new agent process was given the tools again (session/load), with a new token.
+    loaded = next(e for e in events(log) if e["event"] == "load_session")
+    assert token_of(loaded) != old_token
+    refused = said(log, "ApplyPatch")[1:]
+    assert len(refused) == 2
+    for text in refused:
+        assert text.startswith("mcp ApplyPatch failed: ") and "refused the token in MEVEDEL_TOOL_TOKEN" in text
+    assert not (workspace / ".mevedel" / "shared" / "stale.md").exists()
+    assert not (workspace / ".mevedel" / "shared" / "forged.md").exists()
+    (read,) = said(log, "Read")
+    assert read.startswith("mcp Read: ") and "written" in read
+    assert json.dumps(events(log)).count(old_token) >= 2  # the stale token was really tried
