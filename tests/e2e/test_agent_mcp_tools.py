@@ -119,3 +119,41 @@ async def test_a_token_works_only_for_its_own_running_agent(client, workspace):
     (read,) = said(log, "Read")
     assert read.startswith("mcp Read: ") and "written" in read
     assert json.dumps(events(log)).count(old_token) >= 2  # the stale token was really tried
+
+
+async def test_on_an_ssh_workspace_the_tools_run_there_and_rewind_restores_the_patch(openssh_server, tmp_path):
+    import sys
+
+    from ssh_fixtures import ALIAS
+
+    from .test_agent_turns import AGENT
+    from .test_ssh_workspace import remote_params, server_config, ssh_home
+
+    project = tmp_path / "remote project"
+    project.mkdir()
+    (project / "kept.txt").write_text("remote before\n")
+    url = f"ssh://{ALIAS}{project}"
+    patch = "*** Begin Patch\n*** Update File: kept.txt\n@@\n-remote before\n+patched over ssh\n*** End Patch\n"
+    log = tmp_path / "events.jsonl"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"log": str(log), "turns": [[
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": patch}}},
+        {"mcp_call": {"tool": "Read", "arguments": {"path": "kept.txt"}}},
+    ]]}))
+    settings = {"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}, "defaultAgent": "scripted"}
+    client = await server_config(ssh_home(tmp_path, openssh_server)).start()
+    try:
+        await client.initialize_session(remote_params(url, **settings))
+        result = await prompt(client, "Patch over there", workspaceFolder=url)
+        assert result["outcome"] == "completed", result
+        (patched,) = said(log, "ApplyPatch")
+        assert patched.startswith("mcp ApplyPatch: "), patched
+        (read,) = said(log, "Read")
+        assert "patched over ssh" in read, read
+        assert (project / "kept.txt").read_text() == "patched over ssh\n"
+        impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before", "workspaceFolder": url})
+        assert "kept.txt" in {r["path"] for r in impact["restores"] if r["changes"]}
+        await request(client, methods.REWIND_COMMIT, {"token": impact["token"], "workspaceFolder": url})
+        assert (project / "kept.txt").read_text() == "remote before\n"
+    finally:
+        await client.shutdown_session()
