@@ -157,3 +157,42 @@ async def test_on_an_ssh_workspace_the_tools_run_there_and_rewind_restores_the_p
         assert (project / "kept.txt").read_text() == "remote before\n"
     finally:
         await client.shutdown_session()
+
+
+def test_mevedel_prompt_hosts_the_tools_too_and_rewind_restores_the_patch(tmp_path):
+    """The CLI runs the engine in its own process: it hosts the tools the
+    same way, and removes the socket when it exits."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .test_agent_turns import AGENT
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("before\n")
+    log = tmp_path / "events.jsonl"
+    script = tmp_path / "script.json"
+    patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-before\n+after\n*** End Patch\n"
+    script.write_text(json.dumps({"log": str(log), "turns": [[{"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": patch}}}]]}))
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}}))
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+
+    def mevedel(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    done = mevedel("prompt", "Patch a.txt")
+    assert done.returncode == 0, done.stderr
+    assert "mcp ApplyPatch: M a.txt" in done.stdout, done.stdout
+    assert (project / "a.txt").read_text() == "after\n"
+    created = next(e for e in events(log) if e["event"] == "new_session")
+    socket_path = next(v["value"] for v in tool_server(created)["env"] if v["name"] == "MEVEDEL_TOOL_SOCKET")
+    assert not Path(socket_path).parent.exists()  # removed when the CLI exited
+
+    rewound = mevedel("rewind", "1", "--before", "--yes")
+    assert rewound.returncode == 0, rewound.stderr
+    assert (project / "a.txt").read_text() == "before\n"
