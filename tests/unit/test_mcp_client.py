@@ -1,0 +1,97 @@
+"""The MCP client core: configuration entries and their fingerprints,
+approvals kept per workspace, name and exact command, and connections that
+start only on use and are all stopped by close_all (real subprocesses of
+tests/mcp_servers/scripted_server.py through the official SDK)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from mevedel_server.addresses import ErrorKind, Operation
+from mevedel_server.mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec, servers_from_setting, servers_problem
+from mevedel_server.mcp_client.config import parse_workspace_file
+from mevedel_server.resources import ReadOptions, ResolverContext, complete, execute, prepare
+from mevedel_server.resources.resolver import AddressError
+
+SCRIPTED = Path(__file__).resolve().parents[1] / "mcp_servers" / "scripted_server.py"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"x": {"args": []}}, "x.command must be a non-empty string"),
+        ({"x": {"command": "a", "args": "b"}}, "x.args must be a list of strings"),
+        ({"x": {"command": "a", "env": {"A=B": "c"}}}, "x.env must map variable names to strings"),
+        ({"x": {"url": "http://localhost:1"}}, "x: only stdio servers"),
+        ([], "must be an object"),
+    ],
+)
+def test_a_bad_entry_is_refused_naming_it(value, problem):
+    assert problem in servers_problem(value)
+
+
+def test_the_fingerprint_covers_command_arguments_and_environment():
+    base = servers_from_setting({"s": {"command": "prog", "args": ["a"], "env": {"K": "v"}}})["s"]
+    for changed in (
+        {"command": "other", "args": ["a"], "env": {"K": "v"}},
+        {"command": "prog", "args": ["b"], "env": {"K": "v"}},
+        {"command": "prog", "args": ["a"], "env": {"K": "w"}},
+    ):
+        assert servers_from_setting({"s": changed})["s"].fingerprint != base.fingerprint
+    assert base.command_line == "K=v prog a"
+
+
+def test_a_workspace_file_keeps_its_good_entries_and_names_its_bad_ones():
+    found = parse_workspace_file(b'{"mcpServers": {"good": {"command": "x"}, "bad": {"command": 3}}}')
+    assert list(found.servers) == ["good"] and found.servers["good"].origin == "workspace"
+    assert "bad.command" in found.problems["bad"]
+    assert "not JSON" in parse_workspace_file(b"{").file_problem
+
+
+def test_an_approval_holds_for_one_workspace_name_and_command(tmp_path):
+    approvals = Approvals(tmp_path / "approvals.json")
+    spec = McpServerSpec("s", "prog", ("a",), origin="workspace")
+    approvals.approve("/ws", spec)
+    assert approvals.approved("/ws", spec)
+    assert not approvals.approved("/other", spec)
+    assert not approvals.approved("/ws", McpServerSpec("s", "prog", ("b",), origin="workspace"))
+    assert oct((tmp_path / "approvals.json").stat().st_mode & 0o777) == oct(0o600)
+
+
+def _pids(text: str) -> int:
+    return int(text.split("pid ")[1].split()[0])
+
+
+async def test_completion_and_hover_never_start_a_server_and_close_all_stops_every_one(tmp_path):
+    marker = tmp_path / "ran"
+    spec = McpServerSpec("s", sys.executable, (str(SCRIPTED), "--marker", str(marker)))
+    connections = McpConnections(call_timeout=10, log_dir=tmp_path / "logs")
+    context = ResolverContext(mcp=McpAccess(connections, {"s": spec}))
+    assert [c.label for c in complete("mcp://", context)] == ["mcp://s"]
+    assert complete("mcp://s/", context) == []
+    assert not marker.exists()
+    found = await execute(prepare(Operation.READ, "mcp://s/test%3A%2F%2Fpid", ReadOptions(), context))
+    pid = _pids(found.text)
+    assert marker.exists()
+    assert [c.label for c in complete("mcp://s/test", context)] == [
+        "mcp://s/test%3A%2F%2Fdie", "mcp://s/test%3A%2F%2Fhang", "mcp://s/test%3A%2F%2Fpid"
+    ]
+    await connections.close_all()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(AddressError) as refused:
+        await execute(prepare(Operation.READ, "mcp://s/test%3A%2F%2Fpid", ReadOptions(), context))
+    assert refused.value.kind is ErrorKind.UNREADABLE
+
+
+async def test_a_program_that_does_not_exist_is_a_clear_failure(tmp_path):
+    spec = McpServerSpec("gone", str(tmp_path / "no-such-program"))
+    context = ResolverContext(mcp=McpAccess(McpConnections(call_timeout=10, log_dir=tmp_path), {"gone": spec}))
+    with pytest.raises(AddressError) as refused:
+        await execute(prepare(Operation.READ, "mcp://gone", ReadOptions(), context))
+    assert refused.value.kind is ErrorKind.UNREADABLE
+    assert "could not be started" in refused.value.reason and "was not found" in refused.value.reason
