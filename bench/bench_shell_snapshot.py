@@ -1,6 +1,6 @@
 """The file-state record around an agent's shell command (target: refresh of
 a 10,000-file workspace under 50 ms through ``LocalTarget``, nothing changed
-and 10 files changed).
+and 10 files changed): walking every time, and kept current by inotify.
 
 Builds a workspace of ``MEVEDEL_BENCH_FILES`` (10,000) files in 10 x 10
 directories of 100 (40 B to 4 KiB each), a root ``.gitignore`` of the usual
@@ -14,6 +14,9 @@ that load drifts on both sides alike:
 - ``refresh()`` after 10 files were rewritten (others each time; those of
   the round before are read once more, being racy);
 - ``changes()`` after a command rewrote 10 files (their content read back);
+- the same three through a record kept current by inotify (``watch=``, as
+  a ``LocalTarget`` workspace has it: no walk, the event queue drained and
+  only the paths its events name looked at), with a blob store of its own;
 - the ``ScanTree`` program alone (the walk on the target);
 - the baseline: ``os.walk`` + ``os.lstat`` of every file in the directories
   the scan enters (no ``.gitignore``, no record, nothing kept);
@@ -149,8 +152,13 @@ async def measure(root: str, paths: list[str]) -> None:
         start = time.perf_counter()
         await FileStateRecord(target).refresh()
         first.append(time.perf_counter() - start)
-    record = FileStateRecord(counting)
+    record = FileStateRecord(counting, watch=False)
     await record.refresh()
+    counting_watched = CountingTarget(target)
+    watched = FileStateRecord(counting_watched, watch=target, blob_dir=".mevedel/file-state-watched")
+    await watched.refresh()
+    if watched.unwatched is not None:
+        sys.exit(f"the watched record walks: {watched.unwatched}")
     walked = baseline(root)
     if floor(root) != walked:
         sys.exit("the floor and the baseline walked different trees")
@@ -158,12 +166,13 @@ async def measure(root: str, paths: list[str]) -> None:
     if len(scan) != walked or scan.unwalked != (("node_modules", "ignored by .gitignore"),):
         sys.exit(f"the scan met {len(scan)} entries and left {scan.unwalked} out; the baseline {walked}")
 
-    wall: dict[str, list[float]] = {key: [] for key in ("base", "bare", "scan", "still", "changed", "after")}
+    keys = ("base", "bare", "scan", "still", "changed", "after", "still_w", "changed_w", "after_w")
+    wall: dict[str, list[float]] = {key: [] for key in keys}
     cpu: dict[str, list[float]] = {key: [] for key in wall}
-    programs = {"still": 0, "changed": 0, "after": 0}
+    programs = {"still": 0, "changed": 0, "after": 0, "still_w": 0, "changed_w": 0, "after_w": 0}
 
     async def timed(key: str, action) -> object:
-        counting.programs = 0
+        counting.programs = counting_watched.programs = 0
         wall_start, cpu_start = time.perf_counter(), time.process_time()
         outcome = action()
         if asyncio.iscoroutine(outcome):
@@ -171,7 +180,7 @@ async def measure(root: str, paths: list[str]) -> None:
         wall[key].append(time.perf_counter() - wall_start)
         cpu[key].append(time.process_time() - cpu_start)
         if key in programs:
-            programs[key] = max(programs[key], counting.programs)
+            programs[key] = max(programs[key], counting.programs + counting_watched.programs)
         return outcome
 
     for round_ in range(RUNS):
@@ -179,14 +188,22 @@ async def measure(root: str, paths: list[str]) -> None:
         await timed("bare", lambda: floor(root))
         await timed("scan", lambda: target.run(ControlProgram([scan_op])))
         await timed("still", record.refresh)
+        await timed("still_w", watched.refresh)
         rewrite(root, paths, 2 * round_)
         await timed("changed", record.refresh)
+        await timed("changed_w", watched.refresh)
         rewrite(root, paths, 2 * round_ + 1)  # "the command"
         found = await timed("after", record.changes)
-        if len(found) != CHANGED or any(change.before is None for change in found):
-            sys.exit(f"changes() found {found!r}")
+        found_w = await timed("after_w", watched.changes)
+        if len(found) != CHANGED or any(change.before is None for change in found) or found_w != found:
+            sys.exit(f"changes() found {found!r}, watched {found_w!r}")
         age(RACY_NS / 1e9 + 0.1)  # the next "nothing changed" is one
         await record.refresh()
+        await watched.refresh()
+    if watched.unwatched is not None or watched._watch is None or watched._watch.lost is not None:
+        sys.exit("the watched record fell back to walking during the run")
+    watches = watched._watch.watched
+    watched.close()
 
     # The answer's cost on the wire, as an SSH target frames and parses it.
     plain = (scan.names, scan.facts, [], [], False, scan.started_ns)
@@ -203,6 +220,9 @@ async def measure(root: str, paths: list[str]) -> None:
         "still": "refresh(), nothing changed",
         "changed": f"refresh(), {CHANGED} files changed",
         "after": f"changes() after a command changed {CHANGED}",
+        "still_w": "inotify-kept refresh(), nothing changed",
+        "changed_w": f"inotify-kept refresh(), {CHANGED} files changed",
+        "after_w": f"inotify-kept changes() after a command changed {CHANGED}",
     }
     rows = []
     for key, label in labels.items():
@@ -214,6 +234,8 @@ async def measure(root: str, paths: list[str]) -> None:
     rows[-1]["x_baseline"] = round(rows[-1]["median_ms"] / b["median_ms"], 2)
     still_ms = summarize(wall["still"])["median_ms"]
     changed_ms = summarize(wall["changed"])["median_ms"]
+    still_w = summarize(wall["still_w"])
+    changed_w = summarize(wall["changed_w"])
     cpu_base = summarize(cpu["base"])["median_ms"]
     report(
         "shell_snapshot",
@@ -225,6 +247,14 @@ async def measure(root: str, paths: list[str]) -> None:
             "target": "refresh() of 10,000 files under 50 ms, nothing changed and 10 changed (LocalTarget)",
             "met_nothing_changed": still_ms < 50.0,
             "met_10_changed": changed_ms < 50.0,
+            "inotify_met_nothing_changed": still_w["median_ms"] < 50.0 and still_w["p99_ms"] < 50.0,
+            "inotify_met_10_changed": changed_w["median_ms"] < 50.0 and changed_w["p99_ms"] < 50.0,
+            "inotify_ratio_nothing_changed": round(still_w["median_ms"] / b["median_ms"], 4),
+            "inotify_ratio_10_changed": round(changed_w["median_ms"] / b["median_ms"], 3),
+            "inotify_directories_watched": watches,
+            "programs_per_inotify_refresh_nothing_changed": programs["still_w"],
+            "programs_per_inotify_refresh_10_changed": programs["changed_w"],
+            "programs_per_inotify_changes_10_changed": programs["after_w"],
             "ratio_nothing_changed": round(still_ms / b["median_ms"], 2),
             "ratio_10_changed": round(changed_ms / b["median_ms"], 2),
             "cpu_ratio_nothing_changed": round(summarize(cpu["still"])["median_ms"] / cpu_base, 2),

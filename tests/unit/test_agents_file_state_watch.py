@@ -219,12 +219,15 @@ async def test_a_gitignore_change_looks_again_below_it(root, watched):
     write(root, ".gitignore", "vendor/\n")
     write(root, "vendor/lib.py", "vendored")
     write(root, "src/a.py", "a")
+    write(root, "src/b.py", "b")
     record, spy = await watched()
     write(root, ".gitignore", "")
+    os.remove(root / "src/b.py")  # along with it: the root's rules changed, everything is looked at
     from mevedel_server.agents.file_state import IGNORED_GAP
 
     assert await record.changes() == [
         FileChange(".gitignore", b"vendor/\n"),
+        FileChange("src/b.py", b"b"),
         FileChange("vendor/lib.py", None, IGNORED_GAP),
     ]
     spy.ops.clear()

@@ -397,8 +397,10 @@ class FileStateRecord:
         # The recorded paths the scan answered for: the plan's own, and all
         # below those that held recorded entries.
         looked = {path for path in plan if path in old}
-        directories = {path for path in plan if path in self._holding}
-        if directories:
+        directories = {path for path in plan if path in self._holding or not path}
+        if "" in directories:
+            looked = set(old)
+        elif directories:
             looked.update(path for path in old if _within(path, directories))
         deleted = [path for path in looked if path not in entries and self._below(path, found) is None]
         candidates = [path for path, facts in entries.items() if old.get(path) != facts]
