@@ -117,6 +117,7 @@ STEP_KINDS = frozenset(
         "error",
         "mcp_call",
         "mcp_tools",
+        "later",
     }
 )
 
@@ -157,6 +158,11 @@ def _check_steps(steps: Any, kinds: frozenset[str], where: str) -> None:
         (kind,) = step
         if kind not in kinds:
             raise ScriptError(f"{where}[{number}]: {kind!r} is not one of {sorted(kinds)}")
+        if kind == "later":
+            later = step[kind]
+            if not isinstance(later, dict) or not isinstance(later.get("when_exists"), str):
+                raise ScriptError(f"{where}[{number}]: later needs an object with when_exists (a path) and steps")
+            _check_steps(later.get("steps", []), kinds - {"later"}, f"{where}[{number}].later.steps")
         if kind == "mcp_call" and not (isinstance(step[kind], dict) and isinstance(step[kind].get("tool"), str)):
             raise ScriptError(f"{where}[{number}]: mcp_call needs an object with a tool name")
         if kind == "stop" and step[kind] not in STOP_REASONS:
@@ -232,6 +238,7 @@ class ScriptedAgent:
         self._auth_required = bool(script.get("auth_required", False))
         self._sessions: dict[str, str] = {}  # session id -> cwd
         self._mcp_servers: dict[str, list[Any]] = {}  # session id -> mcpServers it was given
+        self._background: set[asyncio.Task] = set()  # "later" steps waiting or running
         self._turns: dict[str, set[_Turn]] = {}  # session id -> prompts running
         self._created = 0
         self._prompts = 0
@@ -644,6 +651,25 @@ class ScriptedAgent:
     async def _step_error(self, argument: dict[str, Any], turn: _Turn | None) -> None:
         code = int(argument.get("code", -32603))
         raise RequestError(code, argument.get("message", "scripted error"), argument.get("data"))
+
+    async def _step_later(self, argument: dict[str, Any], turn: _Turn) -> None:
+        """Run ``steps`` in the background, once ``when_exists`` exists
+        (the test makes it after the turn ended): work an agent does
+        outside any prompt turn."""
+
+        async def run() -> None:
+            trigger = argument["when_exists"]
+            while not os.path.exists(trigger):
+                await asyncio.sleep(0.05)
+            self._log("later", steps=len(argument.get("steps", [])))
+            try:
+                await self._run_steps(argument.get("steps", []), turn)
+            except Exception as exc:
+                self._log("later_failed", error=_error_text(exc))
+
+        task = asyncio.ensure_future(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _step_echo_prompt(self, flag: Any, turn: _Turn) -> None:
         await self._say(turn, "\n".join(_describe_block(block) for block in turn.prompt))

@@ -196,3 +196,36 @@ def test_mevedel_prompt_hosts_the_tools_too_and_rewind_restores_the_patch(tmp_pa
     rewound = mevedel("rewind", "1", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
     assert (project / "a.txt").read_text() == "before\n"
+
+
+async def test_a_project_patch_after_the_turn_ended_is_refused_and_changes_nothing(client, workspace):
+    import asyncio
+
+    from deadlines import ticks
+
+    (workspace / "x.txt").write_text("untouched\n")
+    trigger = workspace.parent / "turn-ended"
+    patch = "*** Begin Patch\n*** Update File: x.txt\n@@\n-untouched\n+changed outside a turn\n*** End Patch\n"
+    note = "*** Begin Patch\n*** Add File: work://shared/late.md\n+a late note\n*** End Patch\n"
+    log = configure(client, workspace, [[
+        {"later": {"when_exists": str(trigger), "steps": [
+            {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": patch}}},
+            {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": note}}},
+        ]}},
+        {"say": "done for now"},
+    ]])
+    result = await prompt(client, "Finish up")
+    assert result["outcome"] == "completed"
+    trigger.write_text("")
+    for _ in ticks():
+        if len(said(log, "ApplyPatch")) == 2:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"the agent's late calls never finished: {events(log)[-3:]}")
+    refused, noted = said(log, "ApplyPatch")
+    assert refused.startswith("mcp ApplyPatch error: ") and "no turn of session" in refused, refused
+    assert (workspace / "x.txt").read_text() == "untouched\n"
+    # What needs no turn's checkpoint (the workspace's shared notes) still works.
+    assert noted.startswith("mcp ApplyPatch: "), noted
+    assert (workspace / ".mevedel" / "shared" / "late.md").read_text() == "a late note\n"
