@@ -27,7 +27,7 @@ from ..store.service import SessionChange, SessionService
 from ..tool_server.host import ToolHost
 from .errors import failure
 from .handlers import command_handler as _command_handler, folder as _folder, registry as _registry, request_handler as _request_handler
-from .resources import _writes as writable_context
+from .resources import writable_context
 from .workspaces import Folder, request_scope, scope
 
 if TYPE_CHECKING:

@@ -108,7 +108,7 @@ def _grep_match(match: core.GrepMatch) -> GrepMatch:
     )
 
 
-def _writes(ls: MevedelLanguageServer, scope: Scope) -> core.ResolverContext:
+def writable_context(ls: MevedelLanguageServer, scope: Scope) -> core.ResolverContext:
     """The scope's context with this server's answer to "may it write that
     session's files?": only a session it holds open and writable."""
     if scope.folder is None or ls.sessions is None:
@@ -123,7 +123,7 @@ def _writes(ls: MevedelLanguageServer, scope: Scope) -> core.ResolverContext:
 async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
     params = structure_params(raw, ApplyPatchParams, method)
     scope = request_scope(ls, params.workspace_folder, params.session_id)
-    applied = await execute(prepare(Operation.APPLY_PATCH, params.patch, None, _writes(ls, scope)))
+    applied = await execute(prepare(Operation.APPLY_PATCH, params.patch, None, writable_context(ls, scope)))
     changes = [
         PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
         for c in applied.changes
