@@ -5,9 +5,9 @@ It says which address families are usable now, by the same rules as
 completion (:func:`mevedel_server.resources.completion.available`):
 ``mevedel://`` always; ``work://`` and ``artifact://`` with a session;
 ``history://root`` with the session's live conversation, ``history://saved``
-with a workspace; ``skill://`` and ``memory://`` when roots are configured.
-Families not served yet (``agent://``, ``mcp://``, ``shared://``,
-``memory://journal/``) are never advertised. The roster authorises nothing:
+with a workspace; ``skill://`` and ``memory://`` when roots are configured,
+``mcp://`` when an MCP server is configured. Families not served yet
+(``agent://``, ``shared://``, ``memory://journal/``) are never advertised. The roster authorises nothing:
 every call is still validated by the resolver.
 """
 
@@ -35,6 +35,7 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("history://saved", "saved conversations of this workspace", "Read, Glob, Grep"),
     ("skill://", "skill packages", "Read, Glob, Grep"),
     ("memory://root", "persistent memory (topics under memory://ROOT-KEY/PATH)", "Read, Glob, Grep; ApplyPatch of explicit files"),
+    ("mcp://", "resources of the configured MCP servers (mcp://SERVER lists one server's resources)", "Read"),
 )
 
 _SESSION_OWNED = ("work://", "artifact://", "history://root")
@@ -44,8 +45,8 @@ def usable(context: ResolverContext) -> list[str]:
     """The labels of the families usable now, in roster order."""
     found = []
     for label, _what, _operations in _FAMILIES:
-        if label == "skill://":
-            ok = available("skill", context)
+        if label in ("skill://", "mcp://"):
+            ok = available(label.partition(":")[0], context)
         else:
             ok = available(label, context)
         if ok:
