@@ -23,8 +23,12 @@ record on to the new state. Everything goes through the workspace's
   names) only for the files :meth:`~FileStateRecord.changes` reports, in
   the program of the snapshots. A blob no recorded file names any more
   (its before-content returned, if it was) is removed by the next walk's
-  program, so removal costs no round trip: a refresh with nothing changed
-  is one program, with files changed two.
+  program or, when none comes first, by a program of its own run once the
+  sync that stopped naming it has answered (a command does not wait for the
+  unlinks, which cost milliseconds each on some filesystems): a refresh
+  with nothing changed is one program, with files changed two. The removal
+  is not flushed: a blob a crash brings back is one no record names, which
+  the next process's first walk removes.
 
 On a :class:`~mevedel_server.targets.LocalTarget` the record is kept
 current between commands by inotify
@@ -214,6 +218,7 @@ class FileStateRecord:
         self._paths: list[str] = []
         #: Blobs no recorded file names any more: removed by the next walk.
         self._orphans: set[str] = set()
+        self._pruning: asyncio.Task[None] | None = None
         #: directory -> recorded entries below it (ignored ones too).
         self._holding: dict[str, int] = {}
         #: Recorded regular files with more than one link (looked at every
@@ -242,10 +247,34 @@ class FileStateRecord:
         changed, storing a blob only for a digest not stored yet."""
         async with self._lock:
             await self._sync(report=False)
+        self._prune_soon()
 
     def close(self) -> None:
         """Stop watching the tree (the record stays usable: it walks)."""
         self._unwatch("the record was closed")
+        if self._pruning is not None:
+            self._pruning.cancel()
+            self._pruning = None
+
+    def _prune_soon(self) -> None:
+        """Remove the blobs no recorded file names any more in a program of
+        their own, once this sync has answered (an unlink of a blob written
+        seconds ago costs milliseconds on some filesystems: not while a
+        command waits). A sync that comes first removes them itself."""
+        if self._orphans.difference(self._refs) and (self._pruning is None or self._pruning.done()):
+            self._pruning = asyncio.get_running_loop().create_task(self._prune())
+
+    async def _prune(self) -> None:
+        async with self._lock:
+            self._orphans -= self._refs.keys()
+            removes = self._removes()
+            if not removes:
+                return
+            try:
+                result = await self._target.run(ControlProgram(removes))
+            except Exception:  # noqa: BLE001 -- best effort: the next program tries again
+                return
+            self._removed(removes, result)
 
     async def changes(self) -> list[FileChange]:
         """Walk again and return every file created, modified or deleted
@@ -254,7 +283,9 @@ class FileStateRecord:
         async with self._lock:
             if not self._primed:
                 raise FileStateError("the file-state record was never brought up to date: call refresh() before a command")
-            return await self._sync(report=True)
+            found = await self._sync(report=True)
+        self._prune_soon()
+        return found
 
     # -- one walk ------------------------------------------------------------
 
@@ -464,7 +495,7 @@ class FileStateRecord:
         """A scan of ``plan`` only (and of the directories in it)."""
         op = self._scan_op(plan)
         self._orphans -= self._refs.keys()
-        removes = [Remove(f"{self._store}/{name}", optional=True) for name in sorted(self._orphans)]
+        removes = self._removes()
         scan, result = await self._watched_scan(op, watch, [*removes, op])
         self._removed(removes, result)
         if scan.truncated:
@@ -476,6 +507,9 @@ class FileStateRecord:
         if plan is None:
             return ScanTree(".", **options)
         return ScanPaths(".", paths=tuple(plan), **options)
+
+    def _removes(self) -> list[Remove]:
+        return [Remove(f"{self._store}/{name}", optional=True, deferred=True) for name in sorted(self._orphans)]
 
     def _removed(self, removes: list[Remove], result) -> None:
         for op, outcome in zip(removes, result.results):
@@ -496,7 +530,7 @@ class FileStateRecord:
         # Blobs the record stopped naming at the last walk go in this one's
         # program: no round trip of their own.
         self._orphans -= self._refs.keys()
-        removes = [Remove(f"{self._store}/{name}", optional=True) for name in sorted(self._orphans)]
+        removes = self._removes()
         ops: list[Operation] = [*removes, scan_op]
         if first:
             removes = []
