@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from acp import RequestError
+
 from ..resources import ResolverContext
+from ..store.service import is_refusal
 from ..tool_server.context import ToolRefused
 
 if TYPE_CHECKING:
@@ -47,4 +50,13 @@ class AgentToolContext:
                 f"no turn of session {running.session_id} is running: project files are changed during a prompt turn "
                 "(so Rewind can undo it); change work:// files, or make the change in the next turn"
             )
-        await self._engine.record_before_writes(running.session_id, paths)
+        try:
+            await self._engine.record_before_writes(running.session_id, paths)
+        except RequestError as error:  # a path the agent may not write (outside, .mevedel/)
+            data = error.data if isinstance(error.data, dict) else {}
+            raise ToolRefused(f"{data.get('path', ', '.join(paths))}: {data.get('reason', error)}") from None
+        except Exception as error:
+            if not is_refusal(error):
+                raise
+            # The session cannot take a checkpoint now (read-only, handed over...).
+            raise ToolRefused(f"session {running.session_id}: {error}; nothing was changed") from None
