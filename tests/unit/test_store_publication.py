@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import mevedel_server.store.publication as publication_module
+import mevedel_server.store.authority.publication as publication_module
 from mevedel_server.store import (
     ClientIdentity,
     PublicationFailed,
