@@ -12,18 +12,41 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import regex
+
+from .pattern_clock import PatternClock
+
 
 @dataclass(frozen=True, slots=True)
 class GlobPattern:
+    """A compiled glob. One with two or more ``*`` in one component (or a
+    ``{...}`` beside a ``*``) can backtrack for very long on a crafted name,
+    so it is ``slow``: matched by the ``regex`` module under the operation's
+    :class:`PatternClock`, which callers start with :meth:`clock` and run in
+    a thread. Any other glob matches in linear time with ``re``."""
+
     text: str
     regex: re.Pattern[str]
     basename_only: bool
+    slow: regex.Pattern[str] | None = None
+    #: How errors name the pattern and the operation's address.
+    label: str = "Glob pattern"
+    authored: str = ""
 
-    def matches(self, parts: tuple[str, ...]) -> bool:
+    def clock(self) -> PatternClock:
+        return PatternClock(self.label, self.text, self.authored)
+
+    def matches(self, parts: tuple[str, ...], clock: PatternClock | None = None) -> bool:
         if not parts:
             return False
         subject = parts[-1] if self.basename_only else "/".join(parts)
-        return self.regex.fullmatch(subject) is not None
+        if self.slow is None:
+            return self.regex.fullmatch(subject) is not None
+        clock = clock or self.clock()
+        try:
+            return self.slow.fullmatch(subject, concurrent=True, timeout=clock.remaining()) is not None
+        except TimeoutError:
+            raise clock.timed_out() from None
 
 
 def compile_glob(pattern: str, *, anywhere: bool = False) -> GlobPattern:
@@ -46,10 +69,13 @@ def compile_glob(pattern: str, *, anywhere: bool = False) -> GlobPattern:
             pieces.append(_component(component))
             if index != last:
                 pieces.append("/")
+    source = "".join(pieces)
+    slow = any(c != "**" and (c.count("*") > 1 or ("*" in c and "{" in c)) for c in components)
     return GlobPattern(
         text=pattern,
-        regex=re.compile("".join(pieces), re.DOTALL),
+        regex=re.compile(source, re.DOTALL),
         basename_only=anywhere and len(components) == 1,
+        slow=regex.compile(source, regex.DOTALL | regex.V0) if slow else None,
     )
 
 

@@ -367,8 +367,9 @@ def _glob(
     assert isinstance(request.options, GlobOptions) and request.glob is not None
     matches: list[str] = []
     truncated = False
+    clock = request.glob.clock()
     for source in sources:
-        if request.glob.matches(relative(source)):
+        if request.glob.matches(relative(source), clock):
             if len(matches) == request.options.limit:
                 truncated = True
                 break
@@ -384,7 +385,10 @@ def _filtered(
 ) -> list[SavedSource]:
     assert request.grep is not None
     plan = request.grep
-    return [s for s in sources if plan.glob is None or plan.glob.matches(relative(s))]
+    if plan.glob is None:
+        return list(sources)
+    clock = plan.glob.clock()
+    return [s for s in sources if plan.glob.matches(relative(s), clock)]
 
 
 async def _grep_sources(

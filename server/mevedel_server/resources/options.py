@@ -6,11 +6,16 @@ an error that names the authored address and the offending value.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
+import regex
+
 from ..addresses.model import AddressError, ErrorKind
 from .glob_pattern import GlobPattern, compile_glob
+from .line_search import LinePattern, compile_line_pattern
+from .pattern_clock import PatternClock
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +89,24 @@ def validate_glob(options: GlobOptions, authored: str) -> GlobPattern:
 
 def _glob(pattern: str, authored: str, what: str, *, anywhere: bool) -> GlobPattern:
     try:
-        return compile_glob(pattern, anywhere=anywhere)
+        compiled = compile_glob(pattern, anywhere=anywhere)
     except ValueError as error:
         raise _bad(authored, f"{what} {pattern!r} is invalid: {error}") from None
+    return dataclasses.replace(compiled, label=what, authored=authored)
 
 
 @dataclass(frozen=True, slots=True)
 class GrepPlan:
-    regex: re.Pattern[str]
+    pattern: LinePattern
     glob: GlobPattern | None
+    #: The authored pattern and address, for the error when matching runs
+    #: out of time (:class:`~.pattern_clock.PatternClock`).
+    text: str
+    authored: str
+
+    def clock(self) -> PatternClock:
+        """A fresh matching budget for one execution."""
+        return PatternClock("Grep pattern", self.text, self.authored)
 
 
 def validate_grep(options: GrepOptions, authored: str) -> GrepPlan:
@@ -103,8 +117,8 @@ def validate_grep(options: GrepOptions, authored: str) -> GrepPlan:
     if not options.pattern:
         raise _bad(authored, "Grep pattern is empty")
     try:
-        regex = re.compile(options.pattern, re.IGNORECASE if options.ignore_case else 0)
-    except re.error as error:
+        pattern = compile_line_pattern(options.pattern, options.ignore_case)
+    except (re.error, regex.error) as error:
         raise _bad(authored, f"Grep pattern {options.pattern!r} is not a valid regular expression: {error}") from None
     glob = None if options.glob is None else _glob(options.glob, authored, "Grep glob", anywhere=True)
-    return GrepPlan(regex=regex, glob=glob)
+    return GrepPlan(pattern=pattern, glob=glob, text=options.pattern, authored=authored)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ from .attempt import Request
 from .containment import through_link
 from .glob_pattern import GlobPattern
 from .options import GlobOptions, GrepOptions, GrepPlan, ReadOptions
+from .pattern_clock import ON_LOOP_SECONDS, OnLoopCapReached, PatternClock
 from .places import Place
 from .projection import page_lines, split_lines
 from .results import GlobResult, GrepMatch, GrepResult, ReadResult
@@ -558,13 +560,15 @@ def _scope_files(scope: Scope) -> Iterator[object]:
 
 async def _glob(scopes: list[Scope], pattern: GlobPattern, limit: int, authored: str) -> tuple[list[str], bool]:
     found: list[str] = []
+    clock = pattern.clock()
     for scope in scopes:
         files = _scope_files(scope)
         while True:
-            if scope.walk is not None and scope.walk.listed > THREAD_ENTRIES * 16:
-                outcome = await asyncio.to_thread(_glob_some, files, scope.tree, pattern, limit, found)
+            # A slow glob always matches in a thread: it must not hold the loop.
+            if pattern.slow is not None or (scope.walk is not None and scope.walk.listed > THREAD_ENTRIES * 16):
+                outcome = await asyncio.to_thread(_glob_some, files, scope.tree, pattern, limit, found, clock)
             else:
-                outcome = _glob_some(files, scope.tree, pattern, limit, found)
+                outcome = _glob_some(files, scope.tree, pattern, limit, found, clock)
             if outcome is NEED:
                 assert scope.walk is not None
                 await scope.walk.more(authored)
@@ -575,14 +579,16 @@ async def _glob(scopes: list[Scope], pattern: GlobPattern, limit: int, authored:
     return found, False
 
 
-def _glob_some(files: Iterator[object], tree: Tree, pattern: GlobPattern, limit: int, found: list[str]) -> object:
+def _glob_some(
+    files: Iterator[object], tree: Tree, pattern: GlobPattern, limit: int, found: list[str], clock: PatternClock
+) -> object:
     """Match files until the walk needs more (NEED), the limit is passed
     (True) or the scope ends (False)."""
     for item in files:
         if item is NEED:
             return NEED
         relative, parts, _entry = item  # type: ignore[misc]
-        if pattern.matches(relative):
+        if pattern.matches(relative, clock):
             if len(found) == limit:
                 return True
             found.append(tree.address(parts))
@@ -595,6 +601,13 @@ class GrepOutcome:
     files_searched: int = 0
     skipped: list[str] = field(default_factory=list)
     truncated: bool = False
+    #: The operation's matching budget, started by its first search.
+    clock: PatternClock | None = None
+
+    def clock_for(self, plan: GrepPlan) -> PatternClock:
+        if self.clock is None:
+            self.clock = plan.clock()
+        return self.clock
 
 
 async def _grep(
@@ -605,10 +618,11 @@ async def _grep(
     The next batch is read while this one is searched."""
     outcome = GrepOutcome()
     budget = InflationBudget()
+    glob_clock = None if plan.glob is None else plan.glob.clock()
     size = FIRST_BATCH
     for scope in scopes:
         files = _scope_files(scope)
-        batch = await _collect(files, scope, plan, size, authored)
+        batch = await _collect(files, scope, plan, size, authored, glob_clock)
         reading = asyncio.ensure_future(_read_batch(scope, [entry for _a, entry in batch], authored)) if batch else None
         try:
             first = True
@@ -618,18 +632,21 @@ async def _grep(
                 size = min(size * 4, MAX_BATCH)
                 # The first batch is searched before the next is read: a
                 # search that stops within it reads nothing more.
-                following = [] if first else await _collect(files, scope, plan, size, authored)
+                following = [] if first else await _collect(files, scope, plan, size, authored, glob_clock)
                 if following:
                     reading = asyncio.ensure_future(_read_batch(scope, [entry for _a, entry in following], authored))
                 bytes_read = sum(len(read) if isinstance(read, bytes) else len(read.data or b"") for read in reads)
                 arguments = (batch, reads, plan, options, outcome, budget, explicit_file)
-                stop = await asyncio.to_thread(_grep_batch, *arguments) if bytes_read > THREAD_TEXT else _grep_batch(*arguments)
+                if bytes_read > THREAD_TEXT:
+                    stop = await asyncio.to_thread(_grep_batch, *arguments)
+                else:
+                    stop = await _grep_batch_on_loop(arguments, plan, outcome, budget)
                 if stop:
                     outcome.truncated = True
                     return outcome
                 if first:
                     first = False
-                    following = await _collect(files, scope, plan, size, authored)
+                    following = await _collect(files, scope, plan, size, authored, glob_clock)
                     if following:
                         reading = asyncio.ensure_future(_read_batch(scope, [entry for _a, entry in following], authored))
                 batch = following
@@ -641,8 +658,31 @@ async def _grep(
     return outcome
 
 
-async def _collect(files: Iterator[object], scope: Scope, plan: GrepPlan, size: int, authored: str) -> list[tuple[str, Entry]]:
-    """The next ``size`` files of a scope that the Grep glob keeps."""
+async def _grep_batch_on_loop(arguments: tuple, plan: GrepPlan, outcome: GrepOutcome, budget: InflationBudget) -> bool:
+    """Search a small batch on the event loop, unless its pattern takes
+    longer than :data:`ON_LOOP_SECONDS`: then what the batch added is undone
+    and it is searched again in a thread, so a slow pattern never holds the
+    loop (the ``regex`` module releases the GIL while it matches)."""
+    clock = outcome.clock_for(plan)
+    marks = (len(outcome.matches), outcome.files_searched, len(outcome.skipped), budget.remaining, budget.exhausted)
+    clock.cap = time.monotonic() + ON_LOOP_SECONDS
+    try:
+        return _grep_batch(*arguments)
+    except OnLoopCapReached:
+        pass
+    finally:
+        clock.cap = None
+    matches, searched, skipped, remaining, exhausted = marks
+    del outcome.matches[matches:], outcome.skipped[skipped:]
+    outcome.files_searched, budget.remaining, budget.exhausted = searched, remaining, exhausted
+    return await asyncio.to_thread(_grep_batch, *arguments)
+
+
+async def _collect(
+    files: Iterator[object], scope: Scope, plan: GrepPlan, size: int, authored: str, glob_clock: PatternClock | None
+) -> list[tuple[str, Entry]]:
+    """The next ``size`` files of a scope that the Grep glob keeps (a slow
+    glob matches in a thread, off the loop)."""
     batch: list[tuple[str, Entry]] = []
     while len(batch) < size:
         item = next(files, None)
@@ -653,7 +693,13 @@ async def _collect(files: Iterator[object], scope: Scope, plan: GrepPlan, size: 
             await scope.walk.more(authored)
             continue
         relative, parts, entry = item  # type: ignore[misc]
-        if plan.glob is None or plan.glob.matches(relative):
+        if plan.glob is None:
+            kept = True
+        elif plan.glob.slow is None:
+            kept = plan.glob.matches(relative)
+        else:
+            kept = await asyncio.to_thread(plan.glob.matches, relative, glob_clock)
+        if kept:
             batch.append((scope.tree.address(parts), entry))
     return batch
 
@@ -712,18 +758,15 @@ def grep_lines(address: str, lines: list[str], plan: GrepPlan, options: GrepOpti
     """Append the matches of one projection's lines (virtual text searches
     exactly what Read shows); True once the limit is exceeded."""
     context = options.context_lines
-    for index, line in enumerate(lines):
-        hit = plan.regex.search(line)
-        if hit is None:
-            continue
+    for index, column in plan.pattern.first_matches(lines, outcome.clock_for(plan)):
         if len(outcome.matches) == options.limit:
             return True
-        column = hit.start() + 1
-        start = 0 if len(line) <= PREVIEW_WIDTH else (hit.start() // PREVIEW_WIDTH) * PREVIEW_WIDTH
+        line = lines[index]
+        start = 0 if len(line) <= PREVIEW_WIDTH else (column // PREVIEW_WIDTH) * PREVIEW_WIDTH
         before = tuple((n + 1, lines[n][:PREVIEW_WIDTH]) for n in range(max(0, index - context), index))
         after = tuple((n + 1, lines[n][:PREVIEW_WIDTH]) for n in range(index + 1, min(len(lines), index + 1 + context)))
         outcome.matches.append(
-            GrepMatch(address, index + 1, column, line[start : start + PREVIEW_WIDTH], start, before, after)
+            GrepMatch(address, index + 1, column + 1, line[start : start + PREVIEW_WIDTH], start, before, after)
         )
     return False
 

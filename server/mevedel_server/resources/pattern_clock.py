@@ -1,0 +1,69 @@
+"""How long one Glob or Grep may spend matching its patterns.
+
+A regular expression (or a glob with several ``*`` in one name) can
+backtrack for longer than the universe lasts on a line an agent wrote for
+the purpose; Python's ``re`` cannot be interrupted and holds the GIL while
+it runs, so such a search would freeze the whole server. Patterns are
+therefore matched by the ``regex`` module, which takes a timeout and
+releases the GIL (``concurrent=True``), under one clock per operation: the
+operation fails with ``invalid-option`` naming the pattern once
+:data:`PATTERN_SECONDS` are spent, and matching done on the event loop is
+capped at :data:`ON_LOOP_SECONDS`, after which the caller moves the work to
+a thread (:class:`OnLoopCapReached`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..addresses.model import AddressError, ErrorKind
+
+#: The most one operation spends matching patterns.
+PATTERN_SECONDS = 10.0
+#: The most matching may hold the event loop before it moves to a thread.
+ON_LOOP_SECONDS = 0.05
+
+
+class OnLoopCapReached(Exception):
+    """Matching on the event loop took longer than :data:`ON_LOOP_SECONDS`:
+    undo what this batch added and run it again in a thread."""
+
+
+@dataclass(slots=True)
+class PatternClock:
+    """One operation's matching budget. ``what`` and ``pattern`` name the
+    authored pattern in the error (``Grep pattern '(a+)+$'``)."""
+
+    what: str
+    pattern: str
+    authored: str
+    deadline: float = field(default_factory=lambda: time.monotonic() + PATTERN_SECONDS)
+    #: Set while matching runs on the event loop.
+    cap: float | None = None
+
+    def remaining(self) -> float:
+        """Seconds the next match may take; raises once none are left."""
+        now = time.monotonic()
+        if self.cap is not None and self.cap < self.deadline:
+            if now >= self.cap:
+                raise OnLoopCapReached
+            return self.cap - now
+        if now >= self.deadline:
+            raise self.too_slow()
+        return self.deadline - now
+
+    def timed_out(self) -> Exception:
+        """What a ``TimeoutError`` from a match becomes."""
+        if self.cap is not None and self.cap < self.deadline:
+            return OnLoopCapReached()
+        return self.too_slow()
+
+    def too_slow(self) -> AddressError:
+        return AddressError(
+            ErrorKind.INVALID_OPTION,
+            self.authored,
+            f"{self.what} {self.pattern!r} took more than {PATTERN_SECONDS:g} s to match and was stopped: "
+            "nested or adjacent repetition (such as (a+)+ or .*a.*a.*b) can backtrack without end; "
+            "simplify the pattern or narrow the search",
+        )
