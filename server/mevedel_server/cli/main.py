@@ -3,7 +3,7 @@
 Each subcommand is a module in this package exposing
 ``register(subparsers)``; it adds its parser and sets ``run`` (a function of
 the parsed arguments returning the exit status) as a default. Adding a command
-is adding a module and naming it in ``COMMANDS``.
+is adding a module and naming it in ``COMMAND_MODULES``.
 
 Exit statuses: 0 success, 1 a reported failure (an invalid address...), 2 a
 usage error (argparse), 70 an internal error, 130 interrupted. No traceback
@@ -13,32 +13,23 @@ reaches the user: an unexpected exception is reported in one line.
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
-from . import (
-    address_command,
-    control_command,
-    follow_command,
-    lifecycle_command,
-    mcp_command,
-    prompt_command,
-    resource_command,
-    session_command,
-    turn_command,
-)
-
-COMMANDS = (
-    address_command,
-    resource_command,
-    session_command,
-    control_command,
-    turn_command,
-    prompt_command,
-    lifecycle_command,
-    follow_command,
-    mcp_command,
+#: The subcommand modules, imported when the parser is built (so that
+#: ``mevedel mcp`` in relay mode starts without importing any of them).
+COMMAND_MODULES = (
+    "address_command",
+    "resource_command",
+    "session_command",
+    "control_command",
+    "turn_command",
+    "prompt_command",
+    "lifecycle_command",
+    "follow_command",
+    "mcp_command",
 )
 
 INTERNAL_ERROR = 70
@@ -46,6 +37,8 @@ INTERRUPTED = 130
 
 
 def _version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("mevedel-lsp")
     except metadata.PackageNotFoundError:
@@ -56,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mevedel", description="mevedel resource addresses and sessions.")
     parser.add_argument("--version", action="version", version=f"mevedel {_version()}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for command in COMMANDS:
-        command.register(subparsers)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__package__}.{name}").register(subparsers)
     return parser
 
 
@@ -67,9 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if args[:1] == ["mcp"] and os.environ.get("MEVEDEL_TOOL_SOCKET") and os.environ.get("MEVEDEL_TOOL_TOKEN"):
+        # An agent's relay to the language server: it starts with every
+        # agent, so it imports nothing but the relay (see mcp_command).
+        from ..tool_server.relay import relay_stdio
+
+        return int(relay_stdio(os.environ["MEVEDEL_TOOL_SOCKET"], os.environ["MEVEDEL_TOOL_TOKEN"]) or 0)
     parser = build_parser()
     try:
-        arguments = parser.parse_args(list(argv) if argv is not None else None)
+        arguments = parser.parse_args(args)
         return int(arguments.run(arguments))
     except KeyboardInterrupt:
         return INTERRUPTED

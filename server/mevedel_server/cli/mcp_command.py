@@ -5,7 +5,9 @@ Two modes:
 - relay -- when ``MEVEDEL_TOOL_SOCKET`` and ``MEVEDEL_TOOL_TOKEN`` are set
   (the LSP server launched the agent that starts this): the bytes are
   relayed to the tool host in the LSP server, which serves the session it
-  bound to the token (:mod:`mevedel_server.tool_server.relay`).
+  bound to the token (:mod:`mevedel_server.tool_server.relay`). It starts
+  with every agent, so ``cli/main.py`` runs it before building the parser,
+  importing nothing else; :func:`run` does the same for a direct caller.
 - standalone -- otherwise: this process binds ``--workspace`` (default:
   the current directory) and, with ``--session``, that session (resumed
   when free or already this CLI client's, else joined read-only), and
