@@ -157,6 +157,12 @@ async def test_on_an_ssh_workspace_the_tools_run_there_and_rewind_restores_the_p
         assert (project / "kept.txt").read_text() == "remote before\n"
     finally:
         await client.shutdown_session()
+    # The server removed its tool socket and the directory holding it.
+    created = next(e for e in events(log) if e["event"] == "new_session")
+    socket_path = next(v["value"] for v in tool_server(created)["env"] if v["name"] == "MEVEDEL_TOOL_SOCKET")
+    from pathlib import Path
+
+    assert not Path(socket_path).parent.exists()
 
 
 def test_mevedel_prompt_hosts_the_tools_too_and_rewind_restores_the_patch(tmp_path):
