@@ -235,3 +235,27 @@ async def test_a_project_patch_after_the_turn_ended_is_refused_and_changes_nothi
     # What needs no turn's checkpoint (the workspace's shared notes) still works.
     assert noted.startswith("mcp ApplyPatch: "), noted
     assert (workspace / ".mevedel" / "shared" / "late.md").read_text() == "a late note\n"
+
+
+async def test_two_agents_at_once_each_reach_only_their_own_sessions_files(client, workspace):
+    add = "*** Begin Patch\n*** Add File: work://note.md\n+{text}\n*** End Patch\n"
+    log = configure(client, workspace, [[
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": add.format(text="the first agent's note")}}},
+    ]])
+    first = await prompt(client, "Note something")
+    assert first["outcome"] == "completed"
+    second_id = (await request(client, methods.SESSION_CREATE, {"name": "Second"}))["sessionId"]
+    configure(client, workspace, [[
+        {"mcp_call": {"tool": "Read", "arguments": {"path": "work://note.md"}}},
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": add.format(text="the second agent's note")}}},
+    ]])
+    second = await prompt(client, "Note something else", sessionId=second_id)
+    assert second["outcome"] == "completed" and second["sessionId"] != first["sessionId"]
+    # Two agent processes, each with its own token; the first is still running.
+    tokens = {token_of(e) for e in events(log) if e["event"] == "new_session"}
+    assert len(tokens) == 2
+    (read,) = said(log, "Read")
+    assert read.startswith("mcp Read error: ") and "first agent" not in read, read
+    sessions = workspace / ".mevedel" / "sessions"
+    assert (sessions / first["sessionId"] / "local" / "note.md").read_text() == "the first agent's note\n"
+    assert (sessions / second_id / "local" / "note.md").read_text() == "the second agent's note\n"
