@@ -218,13 +218,8 @@ async def test_writes_need_the_session_held_here(workspace, tmp_path):
     me, other = tmp_path / "me", tmp_path / "other"
     sid = _session(workspace, me)
     session_dir = workspace / ".mevedel" / "sessions" / sid
-    # Without a session: the shared scope is writable, project files are not.
-    async with served(workspace, me) as (session, _roster):
-        refused = await error(session, "ApplyPatch", patch=envelope(add("work://shared/a.md", "a"), add("src/new.py", "x")))
-        assert refused.startswith("src/new.py: owner-missing: no session is open")
-        assert not (workspace / "src" / "new.py").exists() and not (workspace / ".mevedel" / "shared" / "a.md").exists()
-        assert "A work://shared/a.md" == await ok(session, "ApplyPatch", patch=envelope(add("work://shared/a.md", "a")))
-    # Another client's live session is served read-only: every write refused, nothing created.
+    # Another client's session, its lease live (just taken), is served read-only:
+    # every write refused, nothing created.
     async with served(workspace, other, "--session", sid) as (session, roster):
         assert "work://" in roster
         assert "I looked at the roster." in await ok(session, "Read", path="history://root")
@@ -232,6 +227,12 @@ async def test_writes_need_the_session_held_here(workspace, tmp_path):
             text = await error(session, "ApplyPatch", patch=patch)
             assert f"session {sid} is not open for writing by this client" in text
         assert not (session_dir / "local").exists() and not (workspace / "src" / "new.py").exists()
+    # Without a session: the shared scope is writable, project files are not.
+    async with served(workspace, me) as (session, _roster):
+        refused = await error(session, "ApplyPatch", patch=envelope(add("work://shared/a.md", "a"), add("src/new.py", "x")))
+        assert refused.startswith("src/new.py: owner-missing: no session is open")
+        assert not (workspace / "src" / "new.py").exists() and not (workspace / ".mevedel" / "shared" / "a.md").exists()
+        assert "A work://shared/a.md" == await ok(session, "ApplyPatch", patch=envelope(add("work://shared/a.md", "a")))
     # The holder writes project and session files in one patch.
     async with served(workspace, me, "--session", sid) as (session, _roster):
         patch = envelope(add("work://plan.md", "step one"), add("src/new.py", "print('new')"))
