@@ -143,8 +143,8 @@ async def main() -> None:
         notes = {
             "runs": RUNS,
             "starts": STARTS,
-            "start rows": "spawn to initialize answered; relay = 'python -m mevedel_server.cli mcp' (the CLI imports every "
-                          "command first), relay-bare = the relay module alone, standalone = 'mevedel mcp --workspace'",
+            "start rows": "spawn to initialize answered; relay = 'python -m mevedel_server.cli mcp' (as agents start it), "
+                          "relay-bare = the relay module alone, standalone = 'mevedel mcp --workspace'",
             "load": " ".join(f"{value:.2f}" for value in os.getloadavg()),
             "cpus": os.cpu_count(),
         }
