@@ -142,3 +142,5 @@ class Settings:
     #: An MCP server that takes longer than this to start or to answer one
     #: call fails that call.
     mcp_call_timeout_seconds: int = 30
+    #: Starting an MCP server, up to its ``initialize`` answer, may take this long.
+    mcp_start_timeout_seconds: int = 60

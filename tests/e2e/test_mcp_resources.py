@@ -151,9 +151,21 @@ async def test_a_server_that_dies_mid_read_or_hangs_gives_clear_errors_and_the_s
         assert hung["reason"] == "MCP server 'scripted' did not answer resources/read within 3 s"
         # The language server is unaffected.
         assert (await _read(client, "work://shared/notes.md"))["text"].startswith("# Notes")
-        assert (await _read(client, "mcp://scripted/test%3A%2F%2Fpid"))["text"].startswith("pid ")
+        last = (await _read(client, "mcp://scripted/test%3A%2F%2Fpid"))["text"]
+        assert last.startswith("pid ")
     finally:
         await client.shutdown_session()
+    # The server's exit stopped the MCP server it had started.
+    assert not _running(int(last.split()[1]))
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _workspace_file(workspace: Path, marker: Path, *extra: str) -> None:

@@ -95,3 +95,33 @@ async def test_a_program_that_does_not_exist_is_a_clear_failure(tmp_path):
         await execute(prepare(Operation.READ, "mcp://gone", ReadOptions(), context))
     assert refused.value.kind is ErrorKind.UNREADABLE
     assert "could not be started" in refused.value.reason and "was not found" in refused.value.reason
+
+
+async def test_a_server_that_never_finishes_starting_is_given_up_on_and_killed(tmp_path):
+    pid_file = tmp_path / "pid"
+    script = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+    spec = McpServerSpec("mute", sys.executable, ("-c", script, str(pid_file)))
+    connections = McpConnections(start_timeout=2, log_dir=tmp_path)
+    context = ResolverContext(mcp=McpAccess(connections, {"mute": spec}))
+    with pytest.raises(AddressError) as refused:
+        await execute(prepare(Operation.READ, "mcp://mute", ReadOptions(), context))
+    assert refused.value.kind is ErrorKind.UNREADABLE
+    assert refused.value.reason == "MCP server 'mute' did not finish starting within 2 s"
+    pid = int(pid_file.read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z"
+    await connections.close_all()
+
+
+def test_a_bad_mcp_servers_setting_is_refused_naming_the_entry():
+    from mevedel_protocol import Settings
+
+    from mevedel_server.lsp.configuration import merge_settings
+
+    settings, problems = merge_settings(Settings(), {"mcpServers": {"x": {"command": ""}}, "mcpCallTimeoutSeconds": 0})
+    messages = sorted(p.message for p in problems)
+    assert messages == [
+        "mevedel setting mcpCallTimeoutSeconds: must be between 1 and 3600 seconds, got 0; keeping its previous value",
+        "mevedel setting mcpServers: x.command must be a non-empty string (the program); keeping its previous value",
+    ]
+    assert settings.mcp_servers == {}

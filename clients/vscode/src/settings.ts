@@ -29,6 +29,7 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['maxMessageBytes', ['maxMessageBytes']],
   ['mcpServers', ['mcpServers']],
   ['mcpCallTimeoutSeconds', ['mcpCallTimeoutSeconds']],
+  ['mcpStartTimeoutSeconds', ['mcpStartTimeoutSeconds']],
   ['checkpointIntervalSeconds', ['checkpointIntervalSeconds']],
   ['sessionMaxAgeDays', ['sessionMaxAgeDays']],
   ['sessionKeepRecent', ['sessionKeepRecent']],

@@ -16,7 +16,7 @@ with its session error and nothing is written or created.
 
 ``read mcp://...`` reaches the MCP servers of the config file's
 ``mcpServers`` (``$XDG_CONFIG_HOME/mevedel/config.json``, the LSP's setting
-names, with ``mcpCallTimeoutSeconds``) and of the workspace's
+names, with ``mcpCallTimeoutSeconds`` and ``mcpStartTimeoutSeconds``) and of the workspace's
 ``.mcp.json``. A workspace server runs only once approved for its exact
 command: ``--approve-mcp NAME`` approves it (remembered under
 ``$XDG_STATE_HOME/mevedel/``); without an approval the read is refused
@@ -152,7 +152,7 @@ def _context(arguments: argparse.Namespace) -> ResolverContext:
 
 def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
     try:
-        servers, timeout = load_cli_servers(cli_config_path())
+        servers, call_timeout, start_timeout = load_cli_servers(cli_config_path())
     except ValueError as error:
         raise _UsageError(str(error)) from None
     approving = frozenset(getattr(arguments, "approve_mcp", ()) or ())
@@ -167,7 +167,7 @@ def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
             return None
 
     return McpAccess(
-        McpConnections(call_timeout=timeout),
+        McpConnections(call_timeout=call_timeout, start_timeout=start_timeout),
         servers,
         approvals=Approvals(),
         workspace_key=str(workspace),

@@ -71,7 +71,7 @@ def _check(name: str, value: Any) -> str | None:
         return agents_problem(value)
     if name == "mcpServers":
         return servers_problem(value)
-    if name == "mcpCallTimeoutSeconds" and not 1 <= value <= 3_600:
+    if name in ("mcpCallTimeoutSeconds", "mcpStartTimeoutSeconds") and not 1 <= value <= 3_600:
         return f"must be between 1 and 3600 seconds, got {value}"
     if name == "checkpointIntervalSeconds" and not 0 <= value <= 86_400:
         return f"must be between 1 and 86400 seconds (or 0: only at settlement), got {value}"

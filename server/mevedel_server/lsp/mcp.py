@@ -1,6 +1,6 @@
 """``mcp://`` in the language server: the one :class:`McpConnections` of
-this server (stopped in an exit hook), the ``mcpServers`` and
-``mcpCallTimeoutSeconds`` settings, and the approval question for a
+this server (stopped in an exit hook), the ``mcpServers``,
+``mcpCallTimeoutSeconds`` and ``mcpStartTimeoutSeconds`` settings, and the approval question for a
 workspace's ``.mcp.json`` servers.
 
 A workspace server starts only after its exact command was approved: the
@@ -37,7 +37,10 @@ HOW_TO_APPROVE = "read mcp://{name} in the editor and answer Allow to the questi
 def connections(ls: MevedelLanguageServer) -> McpConnections:
     found = getattr(ls, "mcp_connections", None)
     if found is None:
-        found = McpConnections(call_timeout=float(ls.settings.mcp_call_timeout_seconds))
+        found = McpConnections(
+            call_timeout=float(ls.settings.mcp_call_timeout_seconds),
+            start_timeout=float(ls.settings.mcp_start_timeout_seconds),
+        )
         ls.mcp_connections = found  # type: ignore[attr-defined]
     return found
 
@@ -106,6 +109,7 @@ def access(ls: MevedelLanguageServer, folder: Folder | None) -> McpAccess | None
 def register(ls: MevedelLanguageServer) -> None:
     def settings_changed() -> None:
         connections(ls).call_timeout = float(ls.settings.mcp_call_timeout_seconds)
+        connections(ls).start_timeout = float(ls.settings.mcp_start_timeout_seconds)
 
     async def stop_servers() -> None:
         await connections(ls).close_all()

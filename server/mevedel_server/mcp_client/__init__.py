@@ -18,11 +18,12 @@ Knows nothing of LSP, the CLI or resource addresses: failures are
 from .access import McpAccess, ServerEntry
 from .approvals import Approvals, default_approvals_path
 from .config import WORKSPACE_FILE, McpServerSpec, servers_from_setting, servers_problem
-from .connections import DEFAULT_CALL_TIMEOUT_SECONDS, Known, McpConnections, ResourceListing
+from .connections import DEFAULT_CALL_TIMEOUT_SECONDS, DEFAULT_START_TIMEOUT_SECONDS, Known, McpConnections, ResourceListing
 from .errors import McpClientError
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_SECONDS",
+    "DEFAULT_START_TIMEOUT_SECONDS",
     "WORKSPACE_FILE",
     "Approvals",
     "Known",

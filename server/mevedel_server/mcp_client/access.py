@@ -82,12 +82,27 @@ class McpAccess:
             self.connections.observed[self.workspace_key] = found
         return found
 
-    def _entries(self, workspace: WorkspaceServers) -> list[ServerEntry]:
+    def _approved(self, spec: McpServerSpec, fresh: bool) -> bool:
+        """Whether the user approved ``spec`` here: read from the approvals
+        file when ``fresh``, else as last seen (completion, hover)."""
+        if self.approvals is None or self.workspace_key is None:
+            return False
+        seen = (self.workspace_key, spec.name, spec.fingerprint)
+        if not fresh:
+            return seen in self.connections.approved_seen
+        approved = self.approvals.approved(self.workspace_key, spec)
+        if approved:
+            self.connections.approved_seen.add(seen)
+        else:
+            self.connections.approved_seen.discard(seen)
+        return approved
+
+    def _entries(self, workspace: WorkspaceServers, *, fresh: bool = True) -> list[ServerEntry]:
         entries = [ServerEntry(name, spec, "settings", "ready") for name, spec in self.settings_servers.items()]
         for name, spec in workspace.servers.items():
             if name in self.settings_servers:
                 continue
-            approved = self.approvals is not None and self.workspace_key is not None and self.approvals.approved(self.workspace_key, spec)
+            approved = self._approved(spec, fresh)
             entries.append(ServerEntry(name, spec, "workspace", "ready" if approved else "needs-approval"))
         for name, problem in workspace.problems.items():
             if name not in self.settings_servers:
@@ -103,7 +118,7 @@ class McpAccess:
     def known_servers(self) -> list[ServerEntry]:
         """The servers as last observed: no I/O (completion, hover)."""
         workspace = self.connections.observed.get(self.workspace_key or "", WorkspaceServers({}, {}))
-        return self._entries(workspace)
+        return self._entries(workspace, fresh=False)
 
     def known(self, entry: ServerEntry) -> Known | None:
         return None if entry.spec is None else self.connections.known(entry.spec, self.cwd)
@@ -133,6 +148,7 @@ class McpAccess:
         if not answer:
             raise McpClientError("needs-approval", f"{what}; it was not approved, so it was not started")
         self.approvals.approve(self.workspace_key, spec)
+        self.connections.approved_seen.add((self.workspace_key, spec.name, spec.fingerprint))
 
     async def list(self, name: str) -> ResourceListing:
         spec = await self._usable(name)

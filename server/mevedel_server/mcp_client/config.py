@@ -135,14 +135,15 @@ def parse_workspace_file(data: bytes) -> WorkspaceServers:
     return WorkspaceServers(servers, problems)
 
 
-def load_cli_servers(path: Path) -> tuple[dict[str, McpServerSpec], float]:
-    """The CLI's ``mcpServers`` and ``mcpCallTimeoutSeconds`` from its
+def load_cli_servers(path: Path) -> tuple[dict[str, McpServerSpec], float, float]:
+    """The CLI's ``mcpServers``, ``mcpCallTimeoutSeconds`` and
+    ``mcpStartTimeoutSeconds`` from its
     ``config.json`` (the LSP's setting names). A missing file configures
     nothing; a bad one raises ValueError naming the file and the key."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {}, 30.0
+        return {}, 30.0, 60.0
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} cannot be read as JSON ({error})") from None
     if not isinstance(raw, dict):
@@ -151,7 +152,10 @@ def load_cli_servers(path: Path) -> tuple[dict[str, McpServerSpec], float]:
     problem = servers_problem(servers)
     if problem is not None:
         raise ValueError(f"{path}: mcpServers: {problem}")
-    timeout = raw.get("mcpCallTimeoutSeconds", 30)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
-        raise ValueError(f"{path}: mcpCallTimeoutSeconds must be a number of seconds between 0 and 3600, got {timeout!r}")
-    return {name: _spec(name, entry, "settings") for name, entry in servers.items()}, float(timeout)
+    limits = []
+    for key, default in (("mcpCallTimeoutSeconds", 30), ("mcpStartTimeoutSeconds", 60)):
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+            raise ValueError(f"{path}: {key} must be a number of seconds between 0 and 3600, got {value!r}")
+        limits.append(float(value))
+    return {name: _spec(name, entry, "settings") for name, entry in servers.items()}, limits[0], limits[1]

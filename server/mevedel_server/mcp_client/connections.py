@@ -4,7 +4,8 @@ A server is started on its first use (a read of ``mcp://SERVER...``), never
 by completion or hover, which only see what :meth:`McpConnections.known`
 already holds. Each connection lives in a task of its own (the SDK's
 context managers are entered and left in one task); requests are sent from
-the callers' tasks. Every call has a time limit. When the server's output
+the callers' tasks. Starting a server (up to its ``initialize`` answer)
+and every call have their own time limits. When the server's output
 ends (it exited or was killed) the connection is closed, requests in flight
 fail with a clear error, and the next use starts the server again. Standard
 error of a server goes to ``$XDG_STATE_HOME/mevedel/logs/mcp-NAME.log``; its
@@ -24,7 +25,6 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,9 @@ from .errors import McpClientError
 _log = logging.getLogger(__name__)
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 30.0
+#: Starting a server (``npx``/``uvx`` may fetch packages first) and its
+#: ``initialize`` answer may take this long.
+DEFAULT_START_TIMEOUT_SECONDS = 60.0
 #: Pages of a resource listing followed (a server could page forever).
 MAX_LIST_PAGES = 50
 #: Entries of a resource listing kept.
@@ -108,8 +111,15 @@ class _Connection:
 class McpConnections:
     """Every MCP connection of one front end (the LSP server, a CLI command)."""
 
-    def __init__(self, *, call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS, log_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
+        start_timeout: float = DEFAULT_START_TIMEOUT_SECONDS,
+        log_dir: Path | None = None,
+    ) -> None:
         self.call_timeout = call_timeout
+        self.start_timeout = start_timeout
         self.log_dir = log_dir or default_log_dir()
         self._connections: dict[tuple[str, str, str | None], _Connection] = {}
         self._listings: dict[tuple[str, str, str | None], ResourceListing] = {}
@@ -118,6 +128,8 @@ class McpConnections:
         #: What an operation last read of each workspace's ``.mcp.json``
         #: (by workspace key): completion's only view of workspace servers.
         self.observed: dict[str, Any] = {}
+        #: Approvals (workspace, name, fingerprint) seen by an operation.
+        self.approved_seen: set[tuple[str, str, str]] = set()
 
     @staticmethod
     def _key(spec: McpServerSpec, cwd: str | None) -> tuple[str, str, str | None]:
@@ -149,12 +161,12 @@ class McpConnections:
             connection = self._start(spec, cwd)
             self._connections[key] = connection
         try:
-            async with asyncio.timeout(self.call_timeout):
+            async with asyncio.timeout(self.start_timeout):
                 await asyncio.shield(connection.ready)
         except TimeoutError:
             self._connections.pop(key, None)
             await self._finish(connection, cancel=True)
-            reason = f"did not finish starting within {self.call_timeout:g} s{connection.last_words()}"
+            reason = f"did not finish starting within {self.start_timeout:g} s{connection.last_words()}"
             self._failures[key] = reason
             raise McpClientError("failed", f"MCP server {spec.name!r} {reason}") from None
         except McpClientError as error:
@@ -194,9 +206,7 @@ class McpConnections:
 
                     async with anyio.create_task_group() as group:
                         group.start_soon(pump)
-                        async with ClientSession(
-                            received, write, read_timeout_seconds=timedelta(seconds=self.call_timeout)
-                        ) as session:
+                        async with ClientSession(received, write) as session:
                             initialized = await session.initialize()
                             connection.session = session
                             connection.capabilities = initialized.capabilities
@@ -236,7 +246,8 @@ class McpConnections:
         if task is None or task.done():
             return
         if cancel:
-            task.cancel()
+            await _kill(task)
+            return
         with contextlib.suppress(BaseException):
             await task
 
@@ -247,21 +258,30 @@ class McpConnections:
         session = connection.session
         if session is None:  # lost between start and call
             raise McpClientError("failed", f"MCP server {spec.name!r} exited{connection.last_words()}")
+        # The call races the connection: a server that exits ends the call
+        # at once, whatever the SDK does with requests still in flight.
+        running = asyncio.ensure_future(call(session, connection))
+        assert connection.task is not None
         try:
-            async with asyncio.timeout(self.call_timeout + 1):
-                return await call(session, connection)
-        except TimeoutError:
-            raise McpClientError("failed", f"MCP server {spec.name!r} did not answer {what} within {self.call_timeout:g} s") from None
+            await asyncio.wait({running, connection.task}, timeout=self.call_timeout, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            running.cancel()
+            raise
+        if not running.done():
+            running.cancel()
+            with contextlib.suppress(BaseException):
+                await running
+            if connection.task.done():
+                raise McpClientError("failed", f"MCP server {spec.name!r} exited during {what}{connection.last_words()}")
+            raise McpClientError("failed", f"MCP server {spec.name!r} did not answer {what} within {self.call_timeout:g} s")
+        try:
+            return running.result()
         except McpError as error:
             code = error.error.code
             if code == mcp_types.CONNECTION_CLOSED or not connection.alive:
                 connection.lost = True
                 raise McpClientError(
                     "failed", f"MCP server {spec.name!r} exited during {what}{connection.last_words()}"
-                ) from None
-            if code == 408 or "timed out" in error.error.message.lower():
-                raise McpClientError(
-                    "failed", f"MCP server {spec.name!r} did not answer {what} within {self.call_timeout:g} s"
                 ) from None
             raise _server_error(spec, what, error) from None
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -329,9 +349,9 @@ class McpConnections:
 
     # -- stopping -----------------------------------------------------------------
 
-    async def close_all(self, grace: float = 1.5) -> None:
-        """Stop every server (at exit). A server still running after
-        ``grace`` seconds is killed."""
+    async def close_all(self, grace: float = 1.0) -> None:
+        """Stop every server (at exit): its input is closed, and a server
+        still running after ``grace`` seconds is killed."""
         self._closing = True
         connections = list(self._connections.values())
         self._connections.clear()
@@ -341,10 +361,22 @@ class McpConnections:
         if not tasks:
             return
         _done, pending = await asyncio.wait(tasks, timeout=grace)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=grace)
+        await asyncio.gather(*(_kill(task) for task in pending))
+
+
+async def _kill(task: asyncio.Task[None]) -> None:
+    """End a connection's task now. One cancellation only interrupts the
+    await it lands on (the SDK's shutdown then waits for the process to
+    exit on its own); cancelling again interrupts that wait, and the
+    process is killed as the SDK leaves it."""
+    for _attempt in range(40):
+        if task.done():
+            break
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.05)
+    if task.done() and not task.cancelled():
+        with contextlib.suppress(BaseException):
+            task.result()
 
 
 def _leaves(error: BaseException) -> list[BaseException]:
