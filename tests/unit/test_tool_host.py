@@ -184,3 +184,18 @@ async def test_close_removes_the_socket_and_its_directory(tmp_path):
     with pytest.raises(OSError):
         probe.connect(path)
     probe.close()
+
+
+async def test_agents_starting_at_once_share_one_socket(tmp_path):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    made = ToolHost(directory=str(runtime))
+    try:
+        context = Context(workspace(tmp_path, "a", "alpha\n"))
+        registered = await asyncio.gather(*(made.register(context) for _ in range(5)))
+        assert len({path for path, _token in registered}) == 1
+        assert len({token for _path, token in registered}) == 5
+        assert len(list(runtime.iterdir())) == 1  # one private directory, no leftover
+    finally:
+        await made.close()
+    assert list(runtime.iterdir()) == []

@@ -95,6 +95,7 @@ class ToolHost:
         #: The cancel scopes of each token's live connections.
         self._live: dict[str, set[anyio.CancelScope]] = {}
         self._closed = False
+        self._starting: asyncio.Lock | None = None
 
     # Facts --------------------------------------------------------------------------
 
@@ -110,20 +111,23 @@ class ToolHost:
 
     async def start(self) -> str:
         """Listen (once); the socket's path."""
-        if self._closed:
-            raise RuntimeError("the tool host is closed")
-        if self._listener is None:
-            directory = _socket_directory(self._parent)
-            try:
-                self._listener = await anyio.create_unix_listener(directory / "tools.sock", mode=0o600)
-            except BaseException:
-                shutil.rmtree(directory, ignore_errors=True)
-                raise
-            self._dir = directory
-            self._task = asyncio.ensure_future(self._accept_loop(self._listener))
-            _log.info("tool server listening at %s", self.socket_path)
-        assert self.socket_path is not None
-        return self.socket_path
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:  # two agents starting at once make one socket
+            if self._closed:
+                raise RuntimeError("the tool host is closed")
+            if self._listener is None:
+                directory = _socket_directory(self._parent)
+                try:
+                    self._listener = await anyio.create_unix_listener(directory / "tools.sock", mode=0o600)
+                except BaseException:
+                    shutil.rmtree(directory, ignore_errors=True)
+                    raise
+                self._dir = directory
+                self._task = asyncio.ensure_future(self._accept_loop(self._listener))
+                _log.info("tool server listening at %s", self.socket_path)
+            assert self.socket_path is not None
+            return self.socket_path
 
     async def register(self, context: Any) -> tuple[str, str]:
         """A new token bound to ``context``: ``(socket_path, token)`` for the
@@ -210,7 +214,10 @@ class ToolHost:
                 await stream.send(REFUSED)
             return
         token, context = found
-        await stream.send(ACCEPTED)
+        try:
+            await stream.send(ACCEPTED)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return  # the relay went away before being answered
         serve = self._serve or _default_serve()
         with anyio.CancelScope() as scope:
             live = self._live.setdefault(token, set())
