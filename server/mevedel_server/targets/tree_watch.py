@@ -37,6 +37,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 import struct
 import sys
 from collections.abc import Iterable
@@ -104,7 +105,7 @@ def unwatchable(root: str) -> str | None:
                 fields = line.split()
                 if "-" not in fields:
                     continue
-                point = fields[4].replace("\\040", " ")
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
                 inside = root == point or root.startswith(point.rstrip("/") + "/")
                 if inside and len(point) > found:
                     found, fstype = len(point), fields[fields.index("-") + 1]
@@ -122,6 +123,8 @@ class WatchUnavailable(Exception):
 class TreeWatch:
     """Directories below ``target``'s root watched for changes; see the
     module docstring."""
+
+    _fd = -1
 
     def __init__(self, target: LocalTarget) -> None:
         libc = _functions()
