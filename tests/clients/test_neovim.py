@@ -154,6 +154,7 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
         "chat: the capture gaps and the agent history",
         "chat: fork from the chat says the files stay",
         "chat: a range quotes the lines and attaches the file",
+        "chat: the chat read again while its turn settles keeps the turn as watched",
         "chat: refused prompts and a failed turn",
     ]
     if native:

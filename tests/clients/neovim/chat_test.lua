@@ -527,6 +527,49 @@ test('chat: a range quotes the lines and attaches the file; --attach attaches it
   expect(second:find('[resource file://' .. document .. ']', 1, true) and not second:find('Lines 1-2', 1, true), 'the echo %s', second)
 end)
 
+test('chat: the chat read again while its turn settles keeps the turn as watched', function()
+  -- The chat is read again (as on a session/didChange) while a turn runs,
+  -- and while its listing waits to be read the turn settles here and the
+  -- prompt's answer reads the chat again: the older listing (turn in
+  -- flight) must not take the settled turn back, nor put the server's
+  -- copy (no agent, no attachments) in place of the one watched.
+  local session = new_session('Nvim reload race')
+  configure({ scripted = agent({ { { say = 'Watched live.' }, { wait_cancel = 60 } } }) }, nil)
+  local answered
+  chat.send({ text = 'Run until cancelled', session = session, attachments = { 'doc.txt' }, on_done = function(result)
+    answered = result
+  end })
+  wait_for('the turn to run', function()
+    return chat_text(session):find('Watched live.', 1, true) ~= nil and chat.status(session) == 'running turn 1'
+  end)
+  local real_request = mevedel.request
+  local listed
+  mevedel.request = function(client, method, params)
+    local result, err, data = real_request(client, method, params)
+    if listed == nil and method == 'mevedel/turn/list' then
+      listed = result and result.turns[1] and result.turns[1].state or tostring(err)
+      -- Before this answer is read: the turn is cancelled, settles, and
+      -- its prompt is answered (which reads the chat again).
+      chat.cancel(session)
+      wait_for('the prompt answered while the listing waits', function()
+        return answered ~= nil
+      end)
+    end
+    return result, err, data
+  end
+  local ok, reloaded = pcall(chat.reload, session)
+  mevedel.request = real_request
+  expect(ok and reloaded == true, 'reload: %s', tostring(reloaded))
+  expect(listed == 'in-flight', 'the listing said %s', tostring(listed))
+  wait_for('the chat to show the settled turn', function()
+    return chat_text(session):find('## Turn 1 (interrupted) · scripted\n> Run until cancelled\n> [attached doc.txt]\n', 1, true) ~= nil
+  end)
+  vim.wait(100) -- a render still scheduled would show here
+  local text = chat_text(session)
+  expect(text:find('## Turn 1 (interrupted) · scripted', 1, true) and not text:find('in flight', 1, true), 'chat %s', text)
+  expect(chat.status(session) == 'idle (turn 1 interrupted)', 'status %s', chat.status(session))
+end)
+
 test('chat: refused prompts and a failed turn show the error and what to do', function()
   local session = new_session('Nvim refusals')
   configure(vim.empty_dict(), nil)

@@ -493,6 +493,16 @@ _G.mevedel_chat_foldtext = M.foldtext
 
 --- Read SESSION's turns from the server again and render its chat.
 --- Returns true, or nil and the error.
+---
+--- Its requests wait (request_sync), and while they wait Neovim handles
+--- what else arrives: the turn's last didUpdate, the prompt's answer, the
+--- didChange of its settlement, each of which may settle the live turn
+--- here or start another reload. So the turns are put together only after
+--- the last answer, from the state here at that moment (a turn this chat
+--- watched live stays the one shown, with its agent, attachments and
+--- diffs; a turn still running stays the live one), and a reload whose
+--- turns a later one (started during its wait, so reading the server
+--- later) already put in place gives way to it.
 function M.reload(session, client)
   local chat = chats[session]
   if not chat then
@@ -504,37 +514,56 @@ function M.reload(session, client)
   end
   chat.client_id = client.id
   chat.root = client.config.root_dir
+  chat.loads = (chat.loads or 0) + 1
+  local load = chat.loads
+  local function is_live(summary)
+    local live = chat.live
+    return summary.state == 'in-flight' and live ~= nil and (live.turnId == summary.turnId or live.turnId == nil)
+  end
   local listing, err = mevedel.request(client, 'mevedel/turn/list', { sessionId = session })
   if not listing then
     return nil, err
   end
+  -- The turns neither watched here nor read before, read now.
+  local read = {}
+  for _, summary in ipairs(listing.turns) do
+    local known = live_by_id[summary.turnId] or (summary.state ~= 'in-flight' and shown_by_id[summary.turnId])
+    if not known and not is_live(summary) then
+      local shown, show_err = mevedel.request(client, 'mevedel/turn/show', { sessionId = session, turn = summary.turn })
+      if not shown then
+        return nil, show_err
+      end
+      local turn = M.turn_from_show(shown)
+      if turn.state ~= 'in-flight' then
+        shown_by_id[turn.turnId] = turn
+      end
+      read[summary.turnId] = turn
+    end
+  end
+  if (chat.loaded or 0) > load then
+    -- A later reload ran while this one waited; its turns stand.
+    return true
+  end
+  -- From here on nothing waits.
+  chat.loaded = load
   local turns = {}
   for _, summary in ipairs(listing.turns) do
-    local live = chat.live
-    if summary.state == 'in-flight' and live and (live.turnId == summary.turnId or live.turnId == nil) then
-      -- Shown as the live turn.
-    else
-      local turn = live_by_id[summary.turnId]
-      if turn then
-        turn.rendered = nil
+    local turn = live_by_id[summary.turnId]
+    if turn then
+      turn.rendered = nil
+      if summary.state ~= 'in-flight' then
+        -- (A listing made before the turn settled here says in-flight.)
         turn.state = summary.state
-        turn.segment = summary.segment
         turn.reason = value(summary.reason)
-        turn.prompt = turn.prompt or summary.prompt
-      else
-        turn = summary.state ~= 'in-flight' and shown_by_id[summary.turnId] or nil
-        if not turn then
-          local shown, show_err = mevedel.request(client, 'mevedel/turn/show', { sessionId = session, turn = summary.turn })
-          if not shown then
-            return nil, show_err
-          end
-          turn = M.turn_from_show(shown)
-          if turn.state ~= 'in-flight' then
-            shown_by_id[turn.turnId] = turn
-          end
-        end
       end
+      turn.segment = summary.segment
+      turn.prompt = turn.prompt or summary.prompt
       table.insert(turns, turn)
+    elseif not is_live(summary) then
+      turn = read[summary.turnId] or (summary.state ~= 'in-flight' and shown_by_id[summary.turnId]) or nil
+      if turn then
+        table.insert(turns, turn)
+      end
     end
   end
   chat.turns = turns
