@@ -605,7 +605,7 @@ class AgentEngine:
         servers = list(self._mcp_servers(session_id))
         try:
             tools = await self._tool_server(running)
-        except OSError as error:
+        except (OSError, RuntimeError) as error:  # no socket can be made; the server is exiting
             await self.stop(session_id)
             raise AgentError(FAILED, f"session {session_id}", f"the tool server for its agent could not start: {error}") from None
         if tools is not None:
