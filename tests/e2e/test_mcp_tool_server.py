@@ -201,6 +201,8 @@ async def test_links_and_fifos_leak_nothing_and_hang_nothing(workspace, tmp_path
             assert "symbolic link" in text
         assert "is not a regular file" in await error(session, "Read", path="src/pipe")
         assert "is not a regular file" in await error(session, "Grep", pattern=".", path="src/pipe")
+        fifo_patch = envelope("*** Update File: src/pipe\n@@\n-x\n+y\n")
+        assert "is not a regular file" in await error(session, "ApplyPatch", patch=fifo_patch)
         everything = await ok(session, "Grep", pattern="secret|.", limit=5000)
         assert SECRET not in everything and "leak.txt" not in everything and "pipe" not in everything
         listed = await ok(session, "Glob", pattern="**/*")
