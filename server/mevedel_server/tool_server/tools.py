@@ -165,7 +165,7 @@ def error_text(error: AddressError) -> str:
             text += "; find the right path with Glob (e.g. pattern '**/NAME*')"
         elif listing != error.authored:
             text += f"; Read {listing} lists what exists"
-    elif error.kind is ErrorKind.UNKNOWN_SCHEME or error.kind is ErrorKind.MALFORMED_ADDRESS and "://" in error.authored:
+    elif error.kind is ErrorKind.UNKNOWN_SCHEME or (error.kind is ErrorKind.MALFORMED_ADDRESS and "://" in error.authored):
         text += "; Read mevedel:// for the address documentation"
     return text
 
