@@ -142,4 +142,8 @@ def test_the_whole_text_search_finds_what_line_by_line_search_finds(pattern, lin
         if hit is not None:
             expected.append((index, hit.start()))
     compiled = compile_line_pattern(pattern, ignore_case)
-    assert compiled.first_matches(lines, PatternClock("Grep pattern", pattern, "work://")) == expected
+    clock = PatternClock("Grep pattern", pattern, "work://")
+    assert [(i, c) for _f, i, c in compiled.first_matches([lines], clock)] == expected
+    # Several files searched together find each file's own matches.
+    together = list(compiled.first_matches([lines, [], lines], clock))
+    assert together == [(0, i, c) for i, c in expected] + [(2, i, c) for i, c in expected]

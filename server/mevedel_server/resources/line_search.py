@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import regex
@@ -54,38 +55,54 @@ class LinePattern:
     per_line: regex.Pattern[str]
     whole: regex.Pattern[str] | None
 
-    def first_matches(self, lines: list[str], clock: PatternClock) -> list[tuple[int, int]]:
-        """``(line index, column from 0)`` of the first match of every line
-        that has one, in line order."""
+    def first_matches(self, files: list[list[str]], clock: PatternClock) -> Iterator[tuple[int, int, int]]:
+        """``(file index, line index, column from 0)`` of the first match of
+        every line that has one, files and lines in order. A line-local
+        pattern searches all the files in one timed call (one text, a line
+        feed between files too), so the timeout's cost is paid once a batch."""
         if self.whole is not None:
-            return self._whole_text(lines, clock)
-        found = []
+            yield from self._whole_text(files, clock)
+            return
         search = self.per_line.search
-        for index, line in enumerate(lines):
+        for number, lines in enumerate(files):
+            for index, line in enumerate(lines):
+                try:
+                    hit = search(line, concurrent=True, timeout=clock.remaining())
+                except TimeoutError:
+                    raise clock.timed_out() from None
+                if hit is not None:
+                    yield number, index, hit.start()
+
+    def _whole_text(self, files: list[list[str]], clock: PatternClock) -> Iterator[tuple[int, int, int]]:
+        if not files:
+            return
+        texts = ["\n".join(lines) for lines in files]
+        file_starts, offset = [], 0
+        for text in texts:
+            file_starts.append(offset)
+            offset += len(text) + 1
+        whole = "\n".join(texts)
+        # A match's line is counted on from the previous match in its file
+        # (or from the file's start): a file without matches costs nothing.
+        current, counted_to, line, reported = -1, 0, 0, -1
+        matches = self.whole.finditer(whole, concurrent=True, timeout=clock.remaining())  # type: ignore[union-attr]
+        while True:
             try:
-                hit = search(line, concurrent=True, timeout=clock.remaining())
+                hit = next(matches, None)
             except TimeoutError:
                 raise clock.timed_out() from None
-            if hit is not None:
-                found.append((index, hit.start()))
-        return found
-
-    def _whole_text(self, lines: list[str], clock: PatternClock) -> list[tuple[int, int]]:
-        starts, offset = [], 0
-        for line in lines:
-            starts.append(offset)
-            offset += len(line) + 1
-        found: list[tuple[int, int]] = []
-        last = -1
-        try:
-            for hit in self.whole.finditer("\n".join(lines), concurrent=True, timeout=clock.remaining()):  # type: ignore[union-attr]
-                index = bisect.bisect_right(starts, hit.start()) - 1
-                if index != last and index < len(lines):
-                    found.append((index, hit.start() - starts[index]))
-                    last = index
-        except TimeoutError:
-            raise clock.timed_out() from None
-        return found
+            if hit is None:
+                return
+            position = hit.start()
+            number = bisect.bisect_right(file_starts, position) - 1
+            if number != current:
+                current, counted_to, line, reported = number, file_starts[number], 0, -1
+            line += whole.count("\n", counted_to, position)
+            counted_to = position
+            if line == reported or line >= len(files[number]):
+                continue  # a later match in a reported line, or an empty file
+            reported = line
+            yield number, line, position - (whole.rfind("\n", 0, position) + 1)
 
 
 def compile_line_pattern(pattern: str, ignore_case: bool) -> LinePattern:

@@ -737,30 +737,57 @@ def _grep_batch(
     budget: InflationBudget,
     explicit_file: str | None,
 ) -> bool:
-    """Grep one batch; True once the match limit is exceeded."""
+    """Grep one batch; True once the match limit is exceeded. The files are
+    decoded first and searched together; a file that cannot be decoded is
+    skipped (or its error raised) only if the search gets that far."""
+    files: list[tuple[str, list[str]]] = []
+    # (files before it, address, its error, whether that error ends the Grep)
+    unreadable: list[tuple[int, str, AddressError, bool]] = []
     for (address, entry), read in zip(batch, reads):
         shown = explicit_file or address
         try:
             data = read if isinstance(read, bytes) else _bytes_of(read, shown)
             text = text_of_bytes(data, shown, compressed=entry.compressed, budget=budget)
-        except AddressError:
-            if explicit_file is not None or budget.exhausted:
-                raise
-            outcome.skipped.append(address)
+        except AddressError as error:
+            fatal = explicit_file is not None or budget.exhausted
+            unreadable.append((len(files), address, error, fatal))
+            if fatal:
+                break
             continue
-        outcome.files_searched += 1
-        if grep_lines(address, split_lines(text), plan, options, outcome):
-            return True
-    return False
+        files.append((address, split_lines(text)))
+    searched_before = outcome.files_searched
+    stop = grep_files(files, plan, options, outcome)
+    reached = outcome.files_searched - searched_before  # files whose search ran
+    for before, address, error, fatal in unreadable:
+        if stop and before >= reached:
+            break  # the search stopped before this file
+        if fatal:
+            raise error
+        outcome.skipped.append(address)
+    return stop
 
 
 def grep_lines(address: str, lines: list[str], plan: GrepPlan, options: GrepOptions, outcome: GrepOutcome) -> bool:
     """Append the matches of one projection's lines (virtual text searches
     exactly what Read shows); True once the limit is exceeded."""
+    return grep_files([(address, lines)], plan, options, outcome, count=False)
+
+
+def grep_files(
+    files: list[tuple[str, list[str]]], plan: GrepPlan, options: GrepOptions, outcome: GrepOutcome, *, count: bool = True
+) -> bool:
+    """Append the matches of several files' lines, in order, searched
+    together; True once the limit is exceeded. With ``count``, each file up
+    to the one where the search stops counts as searched."""
     context = options.context_lines
-    for index, column in plan.pattern.first_matches(lines, outcome.clock_for(plan)):
+    counted = -1
+    for number, index, column in plan.pattern.first_matches([lines for _a, lines in files], outcome.clock_for(plan)):
+        if count:
+            outcome.files_searched += number - counted
+            counted = number
         if len(outcome.matches) == options.limit:
             return True
+        address, lines = files[number]
         line = lines[index]
         start = 0 if len(line) <= PREVIEW_WIDTH else (column // PREVIEW_WIDTH) * PREVIEW_WIDTH
         before = tuple((n + 1, lines[n][:PREVIEW_WIDTH]) for n in range(max(0, index - context), index))
@@ -768,6 +795,8 @@ def grep_lines(address: str, lines: list[str], plan: GrepPlan, options: GrepOpti
         outcome.matches.append(
             GrepMatch(address, index + 1, column + 1, line[start : start + PREVIEW_WIDTH], start, before, after)
         )
+    if count:
+        outcome.files_searched += len(files) - 1 - counted
     return False
 
 
