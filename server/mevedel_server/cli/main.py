@@ -45,11 +45,11 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mevedel", description="mevedel resource addresses and sessions.")
     parser.add_argument("--version", action="version", version=f"mevedel {_version()}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(f"{__package__}.{name}").register(subparsers)
     return parser
 
@@ -67,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..tool_server.relay import relay_stdio
 
         return int(relay_stdio(os.environ["MEVEDEL_TOOL_SOCKET"], os.environ["MEVEDEL_TOOL_TOKEN"]) or 0)
-    parser = build_parser()
+    # An MCP client starts ``mevedel mcp`` and waits for it: only its module.
+    parser = build_parser(("mcp_command",) if args[:1] == ["mcp"] else COMMAND_MODULES)
     try:
         arguments = parser.parse_args(args)
         return int(arguments.run(arguments))
