@@ -259,3 +259,45 @@ async def test_two_agents_at_once_each_reach_only_their_own_sessions_files(clien
     sessions = workspace / ".mevedel" / "sessions"
     assert (sessions / first["sessionId"] / "local" / "note.md").read_text() == "the first agent's note\n"
     assert (sessions / second_id / "local" / "note.md").read_text() == "the second agent's note\n"
+
+
+def test_mevedel_prompt_on_an_ssh_workspace_patches_there_through_the_tools(openssh_server, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from ssh_fixtures import ALIAS
+
+    from .test_agent_turns import AGENT
+    from .test_ssh_workspace import ssh_home
+
+    project = tmp_path / "remote project"
+    project.mkdir()
+    (project / "a.txt").write_text("before\n")
+    log = tmp_path / "events.jsonl"
+    script = tmp_path / "script.json"
+    patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-before\n+after over ssh\n*** End Patch\n"
+    script.write_text(json.dumps({"log": str(log), "turns": [[
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": patch}}},
+        {"mcp_call": {"tool": "Read", "arguments": {"path": "work://"}}},
+    ]]}))
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}}))
+    env = {**os.environ, "HOME": str(ssh_home(tmp_path, openssh_server)), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    url = f"ssh://{ALIAS}{project}"
+
+    def mevedel(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args, "--workspace", url], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    done = mevedel("prompt", "Patch a.txt")
+    assert done.returncode == 0, done.stderr
+    assert "mcp ApplyPatch: M a.txt" in done.stdout, done.stdout
+    (read,) = said(log, "Read")
+    assert read.startswith("mcp Read: "), read  # the session's work:// listing, over there
+    assert (project / "a.txt").read_text() == "after over ssh\n"
+    rewound = mevedel("rewind", "1", "--before", "--yes")
+    assert rewound.returncode == 0, rewound.stderr
+    assert (project / "a.txt").read_text() == "before\n"
