@@ -651,3 +651,35 @@ def test_every_command_reports_exactly_what_changed(tmp_path_factory, commands):
             watched.close()
 
     asyncio.run(run())
+
+
+# -- ScanPaths: a whole walk's answer, for the named paths only ------------------------------
+
+
+async def test_a_path_scan_answers_what_a_whole_walk_does_there_on_both_targets(root, open_target, tmp_path):
+    from mevedel_server.targets import ScanPaths
+
+    write(root, ".gitignore", "*.log\nbuild/\n")
+    write(root, "src/.gitignore", "!keep.log\n")
+    write(root, "src/a.py", "a")
+    write(root, "src/keep.log", "kept")
+    write(root, "src/drop.log", "dropped")
+    write(root, "src/deep/b.py", "b")
+    write(root, "build/out.o", "o")
+    write(root, "other/c.py", "c")
+    os.link(root / "other/c.py", tmp_path / "c-elsewhere")
+    (root / "src/link").symlink_to(tmp_path)
+    os.mkfifo(root / "src/pipe")
+    target = await open_target(root)
+    options = dict(skip_names=(".git", ".mevedel"), descend=())
+    whole = (await target.run(ControlProgram([ScanTree(".", **options)])))[0].value
+    every = (await target.run(ControlProgram([ScanPaths(".", paths=("",), **options)])))[0].value
+    assert every.entries() == whole.entries() and every.unwalked == whole.unwalked
+    assert set(every.directories) == {"", "src", "src/deep", "other"}
+    assert every.shared == ("other/c.py",)
+    paths = ("src/deep", "src/keep.log", "src/drop.log", "src/link", "src/pipe", "build", "gone", "other/c.py/x")
+    some = (await target.run(ControlProgram([ScanPaths(".", paths=paths, **options)])))[0].value
+    expected = {path: facts for path, facts in whole.entries().items() if path in paths or path.startswith("src/deep/")}
+    assert some.entries() == expected  # flags (ignored, link) as the whole walk's; nothing for a FIFO or what is gone
+    assert some.unwalked == (("build", "ignored by .gitignore"),)
+    assert some.directories == ("src/deep",)
