@@ -116,6 +116,18 @@ async def test_a_refusal_or_failure_of_the_hook_touches_nothing_and_the_server_g
     assert not (workspace / ".mevedel" / "sessions" / SID / "local").exists()
 
 
+async def test_a_patch_refused_for_authority_never_reaches_the_hook(workspace):
+    context = RecordingContext(workspace)
+    context.session_open = False
+
+    async def body(session: ClientSession) -> None:
+        failed, said = await call(session, "ApplyPatch", patch=patch("*** Add File: src/added.py\n+a\n"))
+        assert failed and said.startswith("src/added.py: owner-missing: no session is open")
+
+    await run_with(context, body)
+    assert context.recorded == [] and not (workspace / "src" / "added.py").exists()
+
+
 async def test_every_call_asks_for_a_fresh_context(workspace):
     context = RecordingContext(workspace)
     (workspace / ".mevedel" / "sessions" / SID / "local").mkdir()

@@ -33,8 +33,8 @@ class ToolContext(Protocol):
         ...
 
     async def before_project_write(self, paths: Sequence[str]) -> None:
-        """Called by ApplyPatch after it is prepared and before it runs,
-        with the workspace-relative paths of the project files it is about
+        """Called by ApplyPatch after it is prepared (and the session is
+        found writable here) and before it runs, with the workspace-relative paths of the project files it is about
         to add, change, delete or move (never addresses). Raising
         :class:`ToolRefused` refuses the whole patch."""
         ...

@@ -31,6 +31,7 @@ from ..resources import (
     ReadResult,
     execute,
     prepare,
+    require_writable_session,
 )
 from ..resources.project import is_project_path
 from .context import ToolContext, ToolRefused
@@ -350,10 +351,14 @@ async def _grep(arguments: dict[str, Any], context: ToolContext) -> str:
 
 async def _apply_patch(arguments: dict[str, Any], context: ToolContext) -> str:
     patch = _text_arg(arguments, "patch", "ApplyPatch")
-    attempt = prepare(Operation.APPLY_PATCH, patch, PatchOptions(), context.resolver_context())
-    project = sorted({fact.project_path for fact in attempt.facts if fact.project_path is not None})
-    if project:
-        await context.before_project_write(project)
+    resolver = context.resolver_context()
+    attempt = prepare(Operation.APPLY_PATCH, patch, PatchOptions(), resolver)
+    facts = [fact for fact in attempt.facts if fact.project_path is not None]
+    if facts:
+        # The authority ``execute`` checks first, so that a patch refused
+        # for it never reaches the hook (nothing is recorded for it).
+        require_writable_session(resolver, facts[0].authored, project=True)
+        await context.before_project_write(sorted({fact.project_path for fact in facts if fact.project_path}))
     applied = await execute(attempt)
     assert isinstance(applied, PatchResult)
     return render_patch(applied)
