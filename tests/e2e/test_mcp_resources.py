@@ -131,6 +131,14 @@ async def test_reading_real_mcp_servers_and_completing_only_what_a_connection_kn
         contents = hover["contents"] if isinstance(hover, dict) else hover.contents
         value = contents["value"] if isinstance(contents, dict) else contents.value
         assert "MCP server: connected" in value
+
+        # A document link leads to the resource's virtual document, read fresh.
+        uri = _open(client, workspace / "links.md", f"the text: {DYNAMIC_TEXT}")
+        links = await client.text_document_document_link_async(types.DocumentLinkParams(types.TextDocumentIdentifier(uri)))
+        (link,) = links
+        target = link["target"] if isinstance(link, dict) else link.target
+        linked = await request(client, methods.RESOURCE_READ, {"uri": target, "view": "plain"})
+        assert linked["text"].startswith("Resource 7: This is a plaintext resource")
     finally:
         await client.shutdown_session()
 

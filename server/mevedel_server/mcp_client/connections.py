@@ -141,12 +141,11 @@ class McpConnections:
         key = self._key(spec, cwd)
         connection = self._connections.get(key)
         if connection is not None and connection.alive and connection.session is not None:
-            state = "connected"
-        elif key in self._failures:
-            state = f"failed: {self._failures[key]}"
-        else:
-            state = "not connected"
-        return Known(state, self._listings.get(key))
+            return Known("connected", self._listings.get(key))
+        # What a connection that is gone listed is not offered any more.
+        if key in self._failures:
+            return Known(f"failed: {self._failures[key]}", None)
+        return Known("not connected", None)
 
     # -- connecting -------------------------------------------------------------
 
@@ -158,6 +157,7 @@ class McpConnections:
         if connection is None or not connection.alive:
             if connection is not None:
                 await self._finish(connection)
+            self._listings.pop(key, None)  # a new connection lists afresh
             connection = self._start(spec, cwd)
             self._connections[key] = connection
         try:
