@@ -123,6 +123,22 @@ async def test_create_modify_delete_and_rename_across_directories(root, watched)
     assert spy.walks() == 0
 
 
+async def test_an_atomic_save_and_a_file_still_open_for_writing_are_found(root, watched):
+    write(root, "saved.txt", "one")
+    write(root, "log.txt", "start\n")
+    record, spy = await watched()
+    write(root, ".saved.txt.tmp", "two")
+    os.replace(root / ".saved.txt.tmp", root / "saved.txt")  # an editor's save
+    handle = open(root / "log.txt", "ab")
+    try:
+        handle.write(b"more\n")
+        handle.flush()  # written, not closed
+        assert await record.changes() == [FileChange("log.txt", b"start\n"), FileChange("saved.txt", b"one")]
+    finally:
+        handle.close()
+    assert spy.walks() == 0
+
+
 async def test_a_change_with_the_same_size_and_the_times_restored_is_found(root, watched):
     write(root, "f.txt", "AAAA")
     before = os.stat(root / "f.txt")
