@@ -354,3 +354,28 @@ async def test_a_remote_filesystem_is_walked(monkeypatch, root):
     assert record.unwatched is not None and "filesystem" in record.unwatched
     write(root, "a.txt", "b")
     assert await record.changes() == [FileChange("a.txt", b"a")]
+
+
+async def test_a_directory_on_another_filesystem_means_walking(root, monkeypatch):
+    # As if new/ were a mount inside the workspace (another device): its
+    # changes may come from elsewhere, so the tree is walked every time.
+    write(root, "a.txt", "a")
+    local = LocalTarget(root)
+    record = FileStateRecord(local)
+    await record.refresh()
+    assert record.unwatched is None
+    real_fstat = os.fstat
+
+    def fstat(fd):
+        found = real_fstat(fd)
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")) == "new":
+            return os.stat_result((found.st_mode, found.st_ino, found.st_dev + 1, *tuple(found)[3:]))
+        return found
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    write(root, "new/n.txt", "n")
+    assert await record.changes() == [FileChange("new/n.txt", None)]
+    assert record.unwatched == "'new' is on another filesystem than the workspace root (a mount inside it)"
+    write(root, "new/n.txt", "N")
+    assert await record.changes() == [FileChange("new/n.txt", b"n")]
+    record.close()

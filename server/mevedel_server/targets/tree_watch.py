@@ -24,7 +24,8 @@ shared writable ``mmap`` sends no event, nor does a write through a hard
 link outside the watched tree (a caller re-stats files with more than one
 link every time), nor a change made by another machine on a network
 filesystem -- so :func:`unwatchable` refuses roots on filesystems whose
-changes may come from elsewhere.
+changes may come from elsewhere, and a directory on another device than the
+root (a mount inside the workspace) makes the tree unwatchable too.
 
 ``available()``: Linux with inotify. One watch holds one inotify instance
 (``fs.inotify.max_user_instances``) and a watch per directory
@@ -219,6 +220,10 @@ class TreeWatch:
             return None
 
     def _add(self, path: str, fd: int) -> int:
+        if os.fstat(fd).st_dev != self._executor.identity[0]:
+            # A mount inside the workspace: its filesystem is not the one
+            # judged local (it may be a network one).
+            raise WatchUnavailable(f"'{path}' is on another filesystem than the workspace root (a mount inside it)")
         wd = self._libc.inotify_add_watch(self._fd, b"/proc/self/fd/%d" % fd, _MASK)
         if wd < 0:
             code = ctypes.get_errno()
