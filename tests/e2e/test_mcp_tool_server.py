@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -63,7 +64,8 @@ def _params(workspace: Path, state: Path, *args: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "mevedel_server.cli", "mcp", "--workspace", str(workspace), *args],
-        env={**os.environ, "XDG_STATE_HOME": str(state)},
+        # The CLI's config.json (mcpServers) is this test's own, beside its state.
+        env={**os.environ, "XDG_STATE_HOME": str(state), "XDG_CONFIG_HOME": str(state.parent / "config")},
     )
 
 
@@ -323,3 +325,26 @@ async def test_a_long_read_page_is_cut_to_whole_lines_with_the_next_call(workspa
         assert notice.endswith(f"next page: Read wide.txt offset={last + 1}")
         following = await ok(session, "Read", path="wide.txt", offset=last + 1, limit=1)
         assert following.startswith(f"{last + 1:>6}\t{last:04d} ")
+
+
+EVERYTHING = Path(__file__).resolve().parents[2] / "tests" / "mcp_servers" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+STATIC = "mcp://everything/demo%3A%2F%2Fresource%2Fstatic%2Fdocument%2Farchitecture.md"
+
+
+@pytest.mark.skipif(
+    not EVERYTHING.exists() or shutil.which("node") is None,
+    reason="server-everything is installed by scripts/setup --test (npm)",
+)
+async def test_configured_mcp_servers_are_read_through_the_tools_and_a_workspace_one_never_runs_unapproved(workspace, tmp_path):
+    state = tmp_path / "state"
+    _write(tmp_path / "config" / "mevedel" / "config.json", json.dumps({"mcpServers": {"everything": {"command": "node", "args": [str(EVERYTHING)]}}}))
+    marker = tmp_path / "ran"
+    _write(workspace / ".mcp.json", json.dumps({"mcpServers": {"cloned": {"command": "touch", "args": [str(marker)]}}}))
+    async with served(workspace, state) as (session, roster):
+        assert "- mcp:// -- " in roster
+        assert "mcp://everything" in await ok(session, "Read", path="mcp://")
+        document = await ok(session, "Read", path=STATIC)
+        assert document.startswith("     1\t") and "architecture" in document.lower()
+        refused = await error(session, "Read", path="mcp://cloned")
+        assert "mevedel read mcp://cloned --approve-mcp cloned" in refused
+    assert not marker.exists()

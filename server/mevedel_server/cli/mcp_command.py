@@ -10,8 +10,9 @@ Two modes:
   importing nothing else; :func:`run` does the same for a direct caller.
 - standalone -- otherwise: this process binds ``--workspace`` (default:
   the current directory) and, with ``--session``, that session (resumed
-  when free or already this CLI client's, else joined read-only), and
-  serves the tools itself.
+  when free or already this CLI client's, else joined read-only), reads
+  ``mcp://`` through the CLI's configured MCP servers, and serves the tools
+  itself.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..agents.config import cli_config_path
+from ..mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec
+from ..mcp_client.config import load_cli_servers
 from ..resources import MemoryRoot, SkillRoot
 from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
@@ -98,9 +102,37 @@ def run(arguments: argparse.Namespace) -> int:
         print(f"mevedel: {error}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_standalone(workspace, arguments.session, memory_roots, skill_roots))
+        servers, call_timeout, start_timeout = load_cli_servers(cli_config_path())
+    except ValueError as error:
+        return _fail(str(error))
+    access = _mcp_access(workspace, servers, call_timeout, start_timeout)
+    try:
+        return asyncio.run(_standalone(workspace, arguments.session, memory_roots, skill_roots, access))
     except CommandError as error:
         return _fail(str(error))
+
+
+def _mcp_access(
+    workspace: Path, servers: dict[str, McpServerSpec], call_timeout: float, start_timeout: float
+) -> McpAccess:
+    """``mcp://`` as the CLI reads it; a workspace ``.mcp.json`` server runs
+    only when approved before (this server has no one to ask)."""
+
+    def target() -> LocalTarget | None:
+        try:
+            return LocalTarget(workspace)
+        except TargetError:
+            return None
+
+    return McpAccess(
+        McpConnections(call_timeout=call_timeout, start_timeout=start_timeout),
+        servers,
+        approvals=Approvals(),
+        workspace_key=str(workspace),
+        workspace_target=target,
+        cwd=str(workspace),
+        how_to_approve="approve it once in a terminal: mevedel read mcp://{name} --approve-mcp {name}",
+    )
 
 
 def _path(workspace: Path, text: str) -> Path:
@@ -130,7 +162,11 @@ def _skill_root(workspace: Path, spec: str) -> SkillRoot:
 
 
 async def _standalone(
-    workspace: Path, session: str | None, memory_roots: tuple[MemoryRoot, ...], skill_roots: tuple[SkillRoot, ...]
+    workspace: Path,
+    session: str | None,
+    memory_roots: tuple[MemoryRoot, ...],
+    skill_roots: tuple[SkillRoot, ...],
+    access: McpAccess,
 ) -> int:
     from mcp.server.stdio import stdio_server
 
@@ -159,9 +195,14 @@ async def _standalone(
                     "(work:// and project writes are refused)",
                     file=sys.stderr,
                 )
-        context = StandaloneContext(workspace, service, sid, memory_roots=memory_roots, skill_roots=skill_roots)
+        context = StandaloneContext(
+            workspace, service, sid, memory_roots=memory_roots, skill_roots=skill_roots, mcp=access
+        )
         async with stdio_server() as (read_stream, write_stream):
             await serve(context, read_stream, write_stream)
     finally:
-        await service.detach()
+        try:
+            await access.connections.close_all()
+        finally:
+            await service.detach()
     return 0

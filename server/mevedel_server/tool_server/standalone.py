@@ -7,6 +7,12 @@ apply-patch``), joined read-only when another client holds it (reads only;
 every write is refused naming the session). The session is looked at again
 at every call, so a lease lost to a takeover stops writes at once.
 
+MCP servers configured for the CLI (``mcpServers`` in its
+``config.json``, and a workspace ``.mcp.json`` server the user approved
+once, e.g. with ``mevedel read mcp://NAME --approve-mcp NAME``) are
+readable as ``mcp://``; this server cannot ask, so an unapproved workspace
+server is refused with that instruction.
+
 No turn runs in this process (turns belong to the agent engine), so there
 is no open checkpoint to record project files into: the pre-write hook has
 nothing to do here. Under the LSP server the bridge's context records them.
@@ -17,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..mcp_client import McpAccess
 from ..resources import MemoryRoot, ResolverContext, SkillRoot, writable_sessions
 from ..store.service import SessionService
 
@@ -30,12 +37,14 @@ class StandaloneContext:
         *,
         memory_roots: tuple[MemoryRoot, ...] = (),
         skill_roots: tuple[SkillRoot, ...] = (),
+        mcp: McpAccess | None = None,
     ) -> None:
         self.workspace = workspace
         self.service = service
         self.session_id = session_id
         self.memory_roots = memory_roots
         self.skill_roots = skill_roots
+        self.mcp = mcp
 
     def resolver_context(self) -> ResolverContext:
         service, sid = self.service, self.session_id
@@ -48,6 +57,7 @@ class StandaloneContext:
             live_history=service.live_history(sid) if is_open and service and sid else None,
             store_target=service.target if service is not None else None,
             session_writable=writable_sessions(service) if service is not None else None,
+            mcp=self.mcp,
         )
 
     async def before_project_write(self, paths: Sequence[str]) -> None:
