@@ -39,7 +39,8 @@ DESCRIPTION = """\
 Serve mevedel's tools to an MCP client over stdio: Read, Glob, Grep and
 ApplyPatch, on ordinary workspace paths and mevedel resource addresses
 (work://, work://shared/, artifact://, mevedel://, history://, memory://,
-skill://). The server's instructions list the address families usable now.
+skill://, mcp://). The server's instructions list the address families
+usable now.
 
 Add it to an agent by hand:
 
