@@ -35,8 +35,7 @@ from typing import Any
 
 from ..addresses import AddressError, Operation
 from ..agents.config import cli_config_path
-from ..mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec
-from ..mcp_client.config import load_cli_servers
+from ..mcp_client import McpAccess, configured_access
 from ..resources import (
     GlobOptions,
     GrepOptions,
@@ -152,30 +151,9 @@ def _context(arguments: argparse.Namespace) -> ResolverContext:
 
 def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
     try:
-        servers, call_timeout, start_timeout = load_cli_servers(cli_config_path())
+        return configured_access(workspace, cli_config_path(), approving=getattr(arguments, "approve_mcp", ()) or ())
     except ValueError as error:
         raise _UsageError(str(error)) from None
-    approving = frozenset(getattr(arguments, "approve_mcp", ()) or ())
-
-    async def ask(spec: McpServerSpec) -> bool | None:
-        return True if spec.name in approving else None
-
-    def target() -> LocalTarget | None:
-        try:
-            return LocalTarget(workspace)
-        except TargetError:
-            return None
-
-    return McpAccess(
-        McpConnections(call_timeout=call_timeout, start_timeout=start_timeout),
-        servers,
-        approvals=Approvals(),
-        workspace_key=str(workspace),
-        workspace_target=target,
-        cwd=str(workspace),
-        ask=ask,
-        how_to_approve="run it again with --approve-mcp {name} (approves this exact command)",
-    )
 
 
 async def _execute(attempt: Any, context: ResolverContext) -> Any:

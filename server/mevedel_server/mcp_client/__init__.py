@@ -15,7 +15,7 @@ Knows nothing of LSP, the CLI or resource addresses: failures are
 :class:`McpClientError` with a kind the resolver maps to its own.
 """
 
-from .access import McpAccess, ServerEntry
+from .access import McpAccess, ServerEntry, configured_access
 from .approvals import Approvals, default_approvals_path
 from .config import WORKSPACE_FILE, McpServerSpec, servers_from_setting, servers_problem
 from .connections import DEFAULT_CALL_TIMEOUT_SECONDS, DEFAULT_START_TIMEOUT_SECONDS, Known, McpConnections, ResourceListing
@@ -33,6 +33,7 @@ __all__ = [
     "McpServerSpec",
     "ResourceListing",
     "ServerEntry",
+    "configured_access",
     "default_approvals_path",
     "servers_from_setting",
     "servers_problem",

@@ -13,8 +13,9 @@ user approved its exact command (:mod:`.approvals`): the front end's
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from ..targets import ControlProgram, ReadFiles, Status, Target
@@ -159,3 +160,45 @@ class McpAccess:
         result = await self.connections.read(spec, self.cwd, uri)
         await self.connections.warm(spec, self.cwd)
         return result
+
+
+def configured_access(
+    workspace: Path,
+    config_file: Path,
+    *,
+    approving: Iterable[str] = (),
+    how_to_approve: str = "run it again with --approve-mcp {name} (approves this exact command)",
+) -> McpAccess:
+    """The access of a command-line front end (``mevedel read``, and any
+    other process bound to one local workspace): the servers of its config
+    file (``mcpServers``, ``mcpCallTimeoutSeconds``,
+    ``mcpStartTimeoutSeconds``), the workspace's ``.mcp.json``, and
+    ``approving`` -- the workspace servers the user approved on the
+    command line. Its connections are its own: close them
+    (``access.connections.close_all()``) before the process exits. Raises
+    ValueError naming the file and key of a bad configuration."""
+    from ..targets import LocalTarget, TargetError
+    from .config import load_cli_servers
+
+    servers, call_timeout, start_timeout = load_cli_servers(config_file)
+    approved_now = frozenset(approving)
+
+    async def ask(spec: McpServerSpec) -> bool | None:
+        return True if spec.name in approved_now else None
+
+    def target() -> Target | None:
+        try:
+            return LocalTarget(workspace)
+        except TargetError:
+            return None
+
+    return McpAccess(
+        McpConnections(call_timeout=call_timeout, start_timeout=start_timeout),
+        servers,
+        approvals=Approvals(),
+        workspace_key=str(workspace),
+        workspace_target=target,
+        cwd=str(workspace),
+        ask=ask,
+        how_to_approve=how_to_approve,
+    )
