@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..agents.config import cli_config_path
-from ..mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec
-from ..mcp_client.config import load_cli_servers
+from ..mcp_client import McpAccess
+from ..mcp_client.access import configured_access
 from ..resources import MemoryRoot, SkillRoot
 from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
@@ -103,37 +103,19 @@ def run(arguments: argparse.Namespace) -> int:
         print(f"mevedel: {error}", file=sys.stderr)
         return 2
     try:
-        servers, call_timeout, start_timeout = load_cli_servers(cli_config_path())
+        # This server has no one to ask: a workspace .mcp.json server runs
+        # only once approved, and the refusal says how.
+        access = configured_access(
+            workspace,
+            cli_config_path(),
+            how_to_approve="approve it once in a terminal: mevedel read mcp://{name} --approve-mcp {name}",
+        )
     except ValueError as error:
         return _fail(str(error))
-    access = _mcp_access(workspace, servers, call_timeout, start_timeout)
     try:
         return asyncio.run(_standalone(workspace, arguments.session, memory_roots, skill_roots, access))
     except CommandError as error:
         return _fail(str(error))
-
-
-def _mcp_access(
-    workspace: Path, servers: dict[str, McpServerSpec], call_timeout: float, start_timeout: float
-) -> McpAccess:
-    """``mcp://`` as the CLI reads it; a workspace ``.mcp.json`` server runs
-    only when approved before (this server has no one to ask)."""
-
-    def target() -> LocalTarget | None:
-        try:
-            return LocalTarget(workspace)
-        except TargetError:
-            return None
-
-    return McpAccess(
-        McpConnections(call_timeout=call_timeout, start_timeout=start_timeout),
-        servers,
-        approvals=Approvals(),
-        workspace_key=str(workspace),
-        workspace_target=target,
-        cwd=str(workspace),
-        how_to_approve="approve it once in a terminal: mevedel read mcp://{name} --approve-mcp {name}",
-    )
 
 
 def _path(workspace: Path, text: str) -> Path:
