@@ -125,3 +125,40 @@ def test_a_bad_mcp_servers_setting_is_refused_naming_the_entry():
         "mevedel setting mcpServers: x.command must be a non-empty string (the program); keeping its previous value",
     ]
     assert settings.mcp_servers == {}
+
+
+def _workspace_access(root: Path, settings: dict | None = None) -> McpAccess:
+    from mevedel_server.targets import LocalTarget
+
+    return McpAccess(
+        McpConnections(call_timeout=5, log_dir=root / "logs"),
+        servers_from_setting(settings or {}),
+        approvals=Approvals(root / "approvals.json"),
+        workspace_key=str(root / "ws"),
+        workspace_target=lambda: LocalTarget(root / "ws"),
+    )
+
+
+async def test_a_workspace_mcp_json_reached_through_a_symbolic_link_configures_nothing(tmp_path):
+    (tmp_path / "ws").mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"mcpServers": {"planted": {"command": "touch"}}}')
+    (tmp_path / "ws" / ".mcp.json").symlink_to(elsewhere)
+    entries, problem = await _workspace_access(tmp_path).servers()
+    assert entries == [] and problem.startswith(".mcp.json could not be read")
+
+
+async def test_a_setting_shadows_a_workspace_server_of_the_same_name_and_others_need_approval(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / ".mcp.json").write_text(
+        '{"mcpServers": {"tool": {"command": "from-repo"}, "extra": {"command": "repo-only", "args": ["x"]}}}'
+    )
+    access = _workspace_access(tmp_path, {"tool": {"command": "mine"}})
+    entries, problem = await access.servers()
+    assert problem is None
+    assert [(e.name, e.origin, e.standing, e.spec.command) for e in entries] == [
+        ("tool", "settings", "ready", "mine"),
+        ("extra", "workspace", "needs-approval", "repo-only"),
+    ]
+    found = await execute(prepare(Operation.READ, "mcp://", ReadOptions(), ResolverContext(mcp=access)))
+    assert "mcp://extra -- workspace .mcp.json; needs approval before it runs: approve it first; runs repo-only x" in found.text
