@@ -86,7 +86,7 @@ def register(subparsers: Any) -> None:
     grep.add_argument("--limit", type=int, default=500)
     grep.set_defaults(run=_run, operation=Operation.GREP)
 
-    patch = _parser(subparsers, "apply-patch", "apply a '*** Begin Patch' envelope to work:// and memory:// files")
+    patch = _parser(subparsers, "apply-patch", "apply a '*** Begin Patch' envelope to workspace files, work:// and memory:// files")
     patch.add_argument("patch_file", metavar="FILE", help="the patch, or - for standard input")
     patch.set_defaults(run=_run, operation=Operation.APPLY_PATCH)
 
