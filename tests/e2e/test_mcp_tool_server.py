@@ -6,6 +6,7 @@ FIFOs, write authority, the roster, and oversized output saved as
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -348,3 +349,25 @@ async def test_configured_mcp_servers_are_read_through_the_tools_and_a_workspace
         refused = await error(session, "Read", path="mcp://cloned")
         assert "mevedel read mcp://cloned --approve-mcp cloned" in refused
     assert not marker.exists()
+
+
+async def test_a_grep_pattern_that_backtracks_without_end_is_stopped_while_other_calls_are_answered(workspace, tmp_path):
+    _write(workspace / "bait.txt", "a" * 48 + "!\n")
+    async with served(workspace, tmp_path / "state") as (session, _roster):
+        finished: list[str] = []
+
+        async def grep() -> str:
+            text = await error(session, "Grep", pattern="(a|aa)+$", path="bait.txt")
+            finished.append("grep")
+            return text
+
+        async def reads() -> None:
+            # Answered while the Grep is still matching: nothing is frozen.
+            for _ in range(3):
+                assert "hello readme" in await ok(session, "Read", path="README.md")
+            finished.append("reads")
+
+        stopped, _ = await asyncio.gather(grep(), reads())
+        assert finished == ["reads", "grep"]
+        assert stopped.startswith("bait.txt: invalid-option: Grep pattern '(a|aa)+$' took more than 10 s to match")
+        assert "hello readme" in await ok(session, "Read", path="README.md")
