@@ -7,6 +7,9 @@ of a project file is undone by Rewind like any change the agent makes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from mevedel_protocol import methods
 
@@ -301,3 +304,37 @@ def test_mevedel_prompt_on_an_ssh_workspace_patches_there_through_the_tools(open
     rewound = mevedel("rewind", "1", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
     assert (project / "a.txt").read_text() == "before\n"
+
+
+def test_an_agent_under_mevedel_prompt_reads_the_clis_mcp_servers_through_the_tools(tmp_path):
+    """The CLI's configured MCP servers are the agent's mcp:// too, and are
+    stopped when the CLI exits."""
+    import os
+    import subprocess
+    import sys
+
+    from .test_agent_turns import AGENT
+
+    server = Path(__file__).resolve().parents[1] / "mcp_servers" / "scripted_server.py"
+    project = tmp_path / "project"
+    project.mkdir()
+    log = tmp_path / "events.jsonl"
+    script = tmp_path / "script.json"
+    marker = tmp_path / "server-started"
+    read = {"mcp_call": {"tool": "Read", "arguments": {"path": "mcp://scripted/test%3A%2F%2Fpid"}}}
+    script.write_text(json.dumps({"log": str(log), "turns": [[read]]}))
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({
+        "agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}},
+        "mcpServers": {"scripted": {"command": sys.executable, "args": [str(server), "--marker", str(marker)]}},
+    }))
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    done = subprocess.run([sys.executable, "-m", "mevedel_server.cli", "prompt", "Which process answers?"], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert "mcp Read:" in done.stdout and "pid " in done.stdout, done.stdout
+    answered = int(done.stdout.split("pid ", 1)[1].split()[0])
+    assert marker.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(answered, 0)  # the server went with the CLI

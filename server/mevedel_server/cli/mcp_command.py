@@ -26,7 +26,7 @@ from typing import Any
 
 from ..agents.config import cli_config_path
 from ..mcp_client import McpAccess
-from ..mcp_client.access import configured_access
+from ..mcp_client.access import APPROVE_IN_A_TERMINAL, configured_access
 from ..resources import MemoryRoot, SkillRoot
 from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
@@ -108,7 +108,7 @@ def run(arguments: argparse.Namespace) -> int:
         access = configured_access(
             workspace,
             cli_config_path(),
-            how_to_approve="approve it once in a terminal: mevedel read mcp://{name} --approve-mcp {name}",
+            how_to_approve=APPROVE_IN_A_TERMINAL,
         )
     except ValueError as error:
         return _fail(str(error))

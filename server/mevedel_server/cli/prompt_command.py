@@ -24,9 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..agents.config import load_cli_config, log_dir
+from ..agents.config import cli_config_path, load_cli_config, log_dir
 from ..agents.engine import AgentEngine, PermissionQuestion, TurnUpdate
 from ..agents.errors import AgentError
+from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import ResolverContext, writable_sessions
 from ..store.service import SessionService
 from ..tool_server.host import ToolHost
@@ -107,14 +108,15 @@ def _read_line(prompt: str) -> str:
     return sys.stdin.readline()
 
 
-def _tool_context(local: Path | None, service: SessionService):
+def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | None):
     """The resolver context of a tool call by the session's agent: this
     CLI client's, as ``mevedel mcp`` binds it on its own (writes only while
-    this client holds the session open and writable)."""
+    this client holds the session open and writable; ``mcp://`` through the
+    CLI's configured servers)."""
 
     def context(session_id: str) -> ResolverContext:
         if local is not None:
-            return StandaloneContext(local, service, session_id).resolver_context()
+            return StandaloneContext(local, service, session_id, mcp=mcp).resolver_context()
         is_open = service.is_open(session_id)
         return ResolverContext(
             store_target=service.target,
@@ -153,8 +155,14 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         root = str(local) if local is not None else str(getattr(service.target, "root"))
         front = TerminalFront(arguments.json)
         tool_host = ToolHost()
+        try:
+            # An agent cannot approve anything: a workspace .mcp.json server
+            # it names runs only once the user approved it in a terminal.
+            mcp = None if local is None else configured_access(local, cli_config_path(), how_to_approve=APPROVE_IN_A_TERMINAL)
+        except ValueError as error:
+            raise CommandError("invalid-params", str(error)) from None
         engine = AgentEngine(service, root=root, config=lambda: config, front=front, log_dir=log_dir(),
-                             tool_host=tool_host, tool_context=_tool_context(local, service),
+                             tool_host=tool_host, tool_context=_tool_context(local, service, mcp),
                              local_cwd=str(local) if local is not None else None)
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach))
@@ -176,7 +184,11 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             try:
                 await engine.stop_all()
             finally:
-                await tool_host.close()
+                try:
+                    await tool_host.close()
+                finally:
+                    if mcp is not None:
+                        await mcp.connections.close_all()
         data = {
             "session_id": outcome.session_id, "turn": outcome.turn, "turn_id": outcome.turn_id, "agent": outcome.agent,
             "outcome": outcome.outcome, "stop_reason": outcome.stop_reason,

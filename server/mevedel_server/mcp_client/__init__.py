@@ -15,7 +15,7 @@ Knows nothing of LSP, the CLI or resource addresses: failures are
 :class:`McpClientError` with a kind the resolver maps to its own.
 """
 
-from .access import McpAccess, ServerEntry, configured_access
+from .access import APPROVE_IN_A_TERMINAL, McpAccess, ServerEntry, configured_access
 from .approvals import Approvals, default_approvals_path
 from .config import WORKSPACE_FILE, McpServerSpec, servers_from_setting, servers_problem
 from .connections import DEFAULT_CALL_TIMEOUT_SECONDS, DEFAULT_START_TIMEOUT_SECONDS, Known, McpConnections, ResourceListing
@@ -34,6 +34,7 @@ __all__ = [
     "ResourceListing",
     "ServerEntry",
     "configured_access",
+    "APPROVE_IN_A_TERMINAL",
     "default_approvals_path",
     "servers_from_setting",
     "servers_problem",

@@ -162,6 +162,11 @@ class McpAccess:
         return result
 
 
+#: How a process that cannot ask anyone (``mevedel mcp``, an agent's tools
+#: under ``mevedel prompt``) says a workspace server is approved.
+APPROVE_IN_A_TERMINAL = "approve it once in a terminal: mevedel read mcp://{name} --approve-mcp {name}"
+
+
 def configured_access(
     workspace: Path,
     config_file: Path,
