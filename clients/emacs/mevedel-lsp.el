@@ -1807,6 +1807,42 @@ With HELDBACK, nothing was adopted: say why."
 
 (advice-add 'jsonrpc-request :around #'mevedel-lsp--count-waiting)
 
+;; The jsonrpc of Emacs 28 (1.0.14) reads a batch of messages in its process
+;; filter one after another, and the answer that ends a `jsonrpc-request'
+;; wait throws out of that loop: the messages that came in the same read
+;; behind it stay in the process buffer, unread until the server writes
+;; again.  When the server writes nothing more (a turn's last didUpdate and
+;; its prompt's answer, right behind the answer to `mevedel/turn/cancel'),
+;; the chat would wait for them forever.  So after each such wait the rest
+;; of the buffer is read, from a timer, outside any run of the filter.
+;; (Emacs 30's jsonrpc queues the messages and reads on by itself.)
+
+(defvar mevedel-lsp--in-filter nil
+  "Non-nil while a jsonrpc process filter runs (Emacs 28's jsonrpc).")
+
+(defun mevedel-lsp--filtering (filter &rest arguments)
+  "Around jsonrpc's process FILTER (ARGUMENTS): note that it runs."
+  (let ((mevedel-lsp--in-filter t))
+    (apply filter arguments)))
+
+(defun mevedel-lsp--read-left-behind (process)
+  "Read the messages jsonrpc left unread in PROCESS's buffer, once no filter runs."
+  (cond ((not (and (process-live-p process) (buffer-live-p (process-buffer process)))))
+        ;; A question asked from inside the filter runs timers too.
+        (mevedel-lsp--in-filter (run-at-time 0.05 nil #'mevedel-lsp--read-left-behind process))
+        (t (jsonrpc--process-filter process ""))))
+
+(defun mevedel-lsp--after-waiting (request connection &rest arguments)
+  "Around `jsonrpc-request' (REQUEST CONNECTION ARGUMENTS): afterwards,
+read what came behind its answer."
+  (unwind-protect (apply request connection arguments)
+    (when (cl-typep connection 'jsonrpc-process-connection)
+      (run-at-time 0 nil #'mevedel-lsp--read-left-behind (jsonrpc--process connection)))))
+
+(unless (boundp 'jsonrpc--in-process-filter)
+  (advice-add 'jsonrpc--process-filter :around #'mevedel-lsp--filtering)
+  (advice-add 'jsonrpc-request :around #'mevedel-lsp--after-waiting))
+
 (defvar mevedel-lsp--pending-changes nil
   "Session changes not applied yet: ((SERVER . SESSION) . PARAMS), newest first.")
 

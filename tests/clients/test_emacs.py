@@ -76,6 +76,7 @@ REQUIRED_CHAT = (
     "chat-streams-while-running-and-cancels",
     "chat-rewind-redo-and-fork",
     "chat-errors-say-what-to-do",
+    "chat-a-message-right-behind-an-answer-is-read",
 )
 
 

@@ -386,4 +386,53 @@ agent's own history."
           (should (string-match-p "^What to do: " text))
           (should-not (string-search "Hello ghost" text)))))))
 
+(defconst mevedel-chat-test--answer-then-silence
+  "import json, sys
+def read():
+    length = None
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            sys.exit(0)
+        if line.strip() == b'':
+            break
+        name, _, value = line.decode().partition(':')
+        if name.strip().lower() == 'content-length':
+            length = int(value)
+    return json.loads(sys.stdin.buffer.read(length))
+def frame(message):
+    body = json.dumps(message).encode()
+    return b'Content-Length: %d\\r\\n\\r\\n' % len(body) + body
+while True:
+    message = read()
+    if 'id' in message:
+        sys.stdout.buffer.write(frame({'jsonrpc': '2.0', 'id': message['id'], 'result': {'cancelled': True}})
+                                + frame({'jsonrpc': '2.0', 'method': 'mevedel/turn/didUpdate', 'params': {'phase': 'settled'}}))
+        sys.stdout.buffer.flush()
+"
+  "A JSON-RPC peer that answers each request and, in the same write, sends a
+notification behind the answer; then writes nothing until asked again.")
+
+(ert-deftest mevedel-lsp-test-chat-a-message-right-behind-an-answer-is-read ()
+  "What the server writes right behind the answer to a waiting request (a
+turn's last didUpdate behind the answer to `mevedel/turn/cancel') is
+read, though the server writes nothing more.  (Emacs 28's jsonrpc left
+it unread: the turn never settled in the chat.)"
+  (let* ((seen nil)
+         (process (make-process :name "mevedel-answer-then-silence" :noquery t
+                                :connection-type 'pipe :coding 'utf-8-emacs-unix
+                                :command (list (car mevedel-chat-test-agent) "-c"
+                                               mevedel-chat-test--answer-then-silence)))
+         (connection (jsonrpc-process-connection
+                      :name "answer-then-silence" :process process
+                      :notification-dispatcher (lambda (_connection method params)
+                                                 (push (cons method params) seen)))))
+    (unwind-protect
+        (progn
+          (should (eq (plist-get (jsonrpc-request connection :mevedel/turn/cancel (list :sessionId "s")) :cancelled) t))
+          (mevedel-test--wait (lambda () seen) "the notification written right behind the answer" 10)
+          (should (equal (caar seen) 'mevedel/turn/didUpdate))
+          (should (equal (plist-get (cdar seen) :phase) "settled")))
+      (jsonrpc-shutdown connection t))))
+
 ;;; mevedel-lsp-chat-test.el ends here
