@@ -567,8 +567,12 @@ class AgentEngine:
         await running.process.stop(grace=0.5 if grace is not None else 2.0)
 
     async def stop_all(self, grace: float = 1.0) -> None:
-        """Stop every agent at once (the server exits: ``grace`` bounds it)."""
-        await asyncio.gather(*(self.stop(session_id, grace=grace) for session_id in list(self._running)), return_exceptions=True)
+        """Stop every agent at once (the server exits: ``grace`` bounds it),
+        and the file-state record's watch of the tree with them."""
+        try:
+            await asyncio.gather(*(self.stop(session_id, grace=grace) for session_id in list(self._running)), return_exceptions=True)
+        finally:
+            self.file_state.close()
 
     def detach(self, session_id: str) -> None:
         """Forget the agent's own history for ``session_id`` (its transcript
