@@ -35,64 +35,24 @@ root (a mount inside the workspace) makes the tree unwatchable too.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import re
-import struct
-import sys
 from collections.abc import Iterable
 
 from .executor import _DIR_FLAGS, Refused
+from .inotify import CHANGES, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_UNMOUNT, available, events
+from .inotify import libc as inotify_libc
 from .local import LocalTarget
 
-_IN_MODIFY = 0x002
-_IN_ATTRIB = 0x004
-_IN_CLOSE_WRITE = 0x008
-_IN_MOVED_FROM = 0x040
-_IN_MOVED_TO = 0x080
-_IN_CREATE = 0x100
-_IN_DELETE = 0x200
-_IN_DELETE_SELF = 0x400
-_IN_MOVE_SELF = 0x800
-_IN_UNMOUNT = 0x2000
-_IN_Q_OVERFLOW = 0x4000
-_IN_IGNORED = 0x8000
-_IN_ONLYDIR = 0x01000000
 # Not IN_DONT_FOLLOW: the name given is /proc/self/fd/N, whose (magic) link
 # is exactly the directory the descriptor holds.
-_MASK = (
-    _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CLOSE_WRITE | _IN_MODIFY | _IN_ATTRIB
-    | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR
-)
-_EVENT = struct.Struct("iIII")
+_MASK = CHANGES
 #: Filesystems whose every change is made through this kernel (inotify sees
 #: it). Anything else -- NFS, SMB, FUSE (sshfs...), 9p -- is walked instead.
 LOCAL_FILESYSTEMS = frozenset(
     {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "bcachefs", "jfs", "reiserfs", "nilfs2", "overlay"}
 )
-
-_libc = None
-
-
-def _functions():
-    global _libc
-    if _libc is None:
-        _libc = False
-        if sys.platform.startswith("linux"):
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-                libc.inotify_init1.argtypes = [ctypes.c_int]
-                libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-                _libc = libc
-            except (OSError, AttributeError):
-                pass
-    return _libc or None
-
-
-def available() -> bool:
-    return _functions() is not None
-
 
 def unwatchable(root: str) -> str | None:
     """Why events cannot be trusted for directory ``root`` (None: they can):
@@ -128,7 +88,7 @@ class TreeWatch:
     _fd = -1
 
     def __init__(self, target: LocalTarget) -> None:
-        libc = _functions()
+        libc = inotify_libc()
         if libc is None:
             raise WatchUnavailable("inotify is not available here")
         self._libc = libc
@@ -263,25 +223,21 @@ class TreeWatch:
                 break
             if not data:
                 break
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                offset += _EVENT.size + length
-                self._event(wd, mask, os.fsdecode(name), dirty)
+            for wd, mask, name in events(data):
+                self._event(wd, mask, name, dirty)
         return dirty
 
     def _event(self, wd: int, mask: int, name: str, dirty: set[str]) -> None:
-        if mask & _IN_Q_OVERFLOW:
+        if mask & IN_Q_OVERFLOW:
             self.lost = "the event queue overflowed"
             return
         path = self._paths.get(wd)
         if path is None:
             return  # a watch already ended
-        if mask & _IN_UNMOUNT:
+        if mask & IN_UNMOUNT:
             self.lost = f"the filesystem of '{path or '.'}' was unmounted"
             return
-        if mask & _IN_IGNORED:
+        if mask & IN_IGNORED:
             del self._paths[wd]
             if self._wds.get(path) == wd:
                 del self._wds[path]
@@ -289,10 +245,10 @@ class TreeWatch:
                 self.lost = "the workspace root is no longer watched"
             dirty.add(path)
             return
-        if mask & _IN_MOVE_SELF:
+        if mask & IN_MOVE_SELF:
             self.lost = f"the watched directory '{path or '.'}' was moved"
             return
-        if mask & _IN_DELETE_SELF:
+        if mask & IN_DELETE_SELF:
             if not path:
                 self.lost = "the workspace root was deleted"
             dirty.add(path)

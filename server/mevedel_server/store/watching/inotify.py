@@ -16,59 +16,32 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
 import os
-import struct
-import sys
 from collections.abc import Callable
 
-_IN_NONBLOCK = os.O_NONBLOCK
-_IN_CLOEXEC = os.O_CLOEXEC
-_IN_MODIFY = 0x002
-_IN_ATTRIB = 0x004
-_IN_CLOSE_WRITE = 0x008
-_IN_MOVED_FROM = 0x040
-_IN_MOVED_TO = 0x080
-_IN_CREATE = 0x100
-_IN_DELETE = 0x200
-_IN_DELETE_SELF = 0x400
-_IN_MOVE_SELF = 0x800
-_IN_Q_OVERFLOW = 0x4000
-_IN_IGNORED = 0x8000
-_IN_ONLYDIR = 0x01000000
-_IN_DONT_FOLLOW = 0x02000000
-_IN_ISDIR = 0x40000000
-_MASK = (
-    _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CLOSE_WRITE | _IN_MODIFY | _IN_ATTRIB
-    | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR | _IN_DONT_FOLLOW
+from ...targets.inotify import (
+    CHANGES,
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_DONT_FOLLOW,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_Q_OVERFLOW,
+    available,
+    events,
 )
-_EVENT = struct.Struct("iIII")
+from ...targets.inotify import libc as inotify_libc
+
+__all__ = ["InotifyWatch", "available"]
+
 #: watchfiles' change kinds: added, modified, deleted.
 _ADDED, _MODIFIED, _DELETED = 1, 2, 3
-
-_libc = None
-
-
-def available() -> bool:
-    return _functions() is not None
-
-
-def _functions():
-    global _libc
-    if _libc is None:
-        if not sys.platform.startswith("linux"):
-            _libc = False
-        else:
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-                libc.inotify_init1.argtypes = [ctypes.c_int]
-                libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-                libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-                _libc = libc
-            except (OSError, AttributeError):
-                _libc = False
-    return _libc or None
+_MASK = CHANGES | IN_DONT_FOLLOW
 
 
 class InotifyWatch:
@@ -85,7 +58,7 @@ class InotifyWatch:
         loop: asyncio.AbstractEventLoop,
         deliver: Callable[[set[tuple[int, str]]], None],
     ) -> None:
-        libc = _functions()
+        libc = inotify_libc()
         if libc is None:
             raise OSError(errno.ENOSYS, "inotify is not available")
         self._libc = libc
@@ -99,7 +72,7 @@ class InotifyWatch:
         self._changes: set[tuple[int, str]] = set()
         self._first = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self._fd = fd
@@ -140,32 +113,28 @@ class InotifyWatch:
             self._changes.add((_MODIFIED, self._root))  # unreadable: look again
             self._flush()
             return
-        offset = 0
-        while offset + _EVENT.size <= len(data):
-            wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-            name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-            offset += _EVENT.size + length
-            self._event(wd, mask, os.fsdecode(name))
+        for wd, mask, name in events(data):
+            self._event(wd, mask, name)
         if self._changes:
             self._schedule()
 
     def _event(self, wd: int, mask: int, name: str) -> None:
-        if mask & _IN_Q_OVERFLOW:
+        if mask & IN_Q_OVERFLOW:
             self._changes.add((_MODIFIED, self._root))  # events were lost: look again
             return
         directory = self._dirs.get(wd)
         if directory is None:
             return
-        if mask & _IN_IGNORED:
+        if mask & IN_IGNORED:
             self._dirs.pop(wd, None)
             return
-        if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF):
+        if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
             self._changes.add((_DELETED, directory))
             return
         path = os.path.join(directory, name) if name else directory
-        kind = _ADDED if mask & (_IN_CREATE | _IN_MOVED_TO) else _DELETED if mask & (_IN_DELETE | _IN_MOVED_FROM) else _MODIFIED
+        kind = _ADDED if mask & (IN_CREATE | IN_MOVED_TO) else _DELETED if mask & (IN_DELETE | IN_MOVED_FROM) else _MODIFIED
         self._changes.add((kind, path))
-        if self._recursive and mask & _IN_ISDIR and mask & (_IN_CREATE | _IN_MOVED_TO) and directory == self._root:
+        if self._recursive and mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO) and directory == self._root:
             try:
                 self._add(path)
             except OSError:
