@@ -10,13 +10,11 @@ these public names from here, and none of them from another.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from lsprotocol import types
 from mevedel_protocol import converter
 from mevedel_protocol import session as wire
 from pygls.exceptions import JsonRpcException
@@ -25,6 +23,7 @@ from ..addresses import parse_address
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.service import SessionInfo, error_kind, is_refusal
 from .errors import failure, internal_failure, structure_params
+from .questions import consents
 from .session_registry import SessionRegistry
 from .virtual_documents import format_uri
 from .workspaces import Folder, folder_for_document, folder_for_uri
@@ -92,52 +91,30 @@ async def confirm_takeover(ls: MevedelLanguageServer, asked: TakeoverNeedsConfir
     """Ask the user whether to take over a session whose holder's lease
     expired; only an explicit Take over consents."""
     holder = asked.holder_host or "another client"
-    question = types.ShowMessageRequestParams(
-        type=types.MessageType.Warning,
-        message=(
-            f"Session {asked.session_id} was held by {holder}, whose lease expired. "
-            "A write may still be in flight there: take it over only if that client has stopped."
-        ),
-        actions=[types.MessageActionItem(title=TAKE_OVER), types.MessageActionItem(title=CANCEL)],
+    return await consents(
+        ls,
+        f"Session {asked.session_id} was held by {holder}, whose lease expired. "
+        "A write may still be in flight there: take it over only if that client has stopped.",
+        TAKE_OVER,
+        CANCEL,
+        ls.settings.control_transfer.prompt_timeout_seconds,
+        f"session {asked.session_id}: the takeover question",
     )
-    # An open request must not wait forever on a question nobody sees.
-    waiting = ls.settings.control_transfer.prompt_timeout_seconds
-    try:
-        answer = await asyncio.wait_for(ls.window_show_message_request_async(question), waiting)
-    except asyncio.TimeoutError:
-        _log.info("session %s: the takeover question had no answer within %s s: Cancel", asked.session_id, waiting)
-        return False
-    except Exception as error:  # an error answer is no consent
-        _log.info("session %s: the takeover question was answered with an error (%s): Cancel", asked.session_id, error)
-        return False
-    # Only an explicit Take over consents; null (dismissed) or anything else is Cancel.
-    title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
-    return title == TAKE_OVER
 
 
 async def confirm_identity(ls: MevedelLanguageServer, asked: IdentityNeedsConfirmation) -> bool:
     """Ask the user whether to bind a session made in another workspace (a
     copied session directory) to this one; only an explicit Bind here
-    consents (null, an error, another title or no answer in time: Cancel)."""
-    question = types.ShowMessageRequestParams(
-        type=types.MessageType.Warning,
-        message=(
-            f"Session {asked.session_id} was made in another workspace (it was copied here?). "
-            "Bind it to this workspace? Its next save records this workspace, and its agent starts a new conversation."
-        ),
-        actions=[types.MessageActionItem(title=BIND_HERE), types.MessageActionItem(title=CANCEL)],
+    consents."""
+    return await consents(
+        ls,
+        f"Session {asked.session_id} was made in another workspace (it was copied here?). "
+        "Bind it to this workspace? Its next save records this workspace, and its agent starts a new conversation.",
+        BIND_HERE,
+        CANCEL,
+        ls.settings.control_transfer.prompt_timeout_seconds,
+        f"session {asked.session_id}: the identity question",
     )
-    waiting = ls.settings.control_transfer.prompt_timeout_seconds
-    try:
-        answer = await asyncio.wait_for(ls.window_show_message_request_async(question), waiting)
-    except asyncio.TimeoutError:
-        _log.info("session %s: the identity question had no answer within %s s: Cancel", asked.session_id, waiting)
-        return False
-    except Exception as error:  # an error answer is no consent
-        _log.info("session %s: the identity question was answered with an error (%s): Cancel", asked.session_id, error)
-        return False
-    title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
-    return title == BIND_HERE
 
 
 def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:

@@ -14,20 +14,15 @@ ask and never start anything.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import TYPE_CHECKING
-
-from lsprotocol import types
 
 from ..mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec, servers_from_setting
 from ..targets import LocalTarget, Target, TargetError
+from .questions import consents
 
 if TYPE_CHECKING:
     from .server import MevedelLanguageServer
     from .workspaces import Folder
-
-_log = logging.getLogger(__name__)
 
 ALLOW = "Allow"
 DENY = "Deny"
@@ -46,25 +41,15 @@ def connections(ls: MevedelLanguageServer) -> McpConnections:
 
 
 async def _ask(ls: MevedelLanguageServer, spec: McpServerSpec) -> bool:
-    question = types.ShowMessageRequestParams(
-        type=types.MessageType.Warning,
-        message=(
-            f"The workspace's .mcp.json asks to start MCP server '{spec.name}' with the command: "
-            f"{spec.command_line} -- Allow it to run? (Remembered for this exact command in this workspace.)"
-        ),
-        actions=[types.MessageActionItem(title=ALLOW), types.MessageActionItem(title=DENY)],
+    return await consents(
+        ls,
+        f"The workspace's .mcp.json asks to start MCP server '{spec.name}' with the command: "
+        f"{spec.command_line} -- Allow it to run? (Remembered for this exact command in this workspace.)",
+        ALLOW,
+        DENY,
+        ls.settings.permission_timeout_seconds,
+        f"MCP server {spec.name}: the approval question",
     )
-    waiting = ls.settings.permission_timeout_seconds
-    try:
-        answer = await asyncio.wait_for(ls.window_show_message_request_async(question), waiting)
-    except asyncio.TimeoutError:
-        _log.info("MCP server %s: the approval question had no answer within %s s: Deny", spec.name, waiting)
-        return False
-    except Exception as error:  # an error answer is no consent
-        _log.info("MCP server %s: the approval question was answered with an error (%s): Deny", spec.name, error)
-        return False
-    title = answer.get("title") if isinstance(answer, dict) else getattr(answer, "title", None)
-    return title == ALLOW
 
 
 def access(ls: MevedelLanguageServer, folder: Folder | None) -> McpAccess | None:
