@@ -90,7 +90,7 @@ async def test_a_glob_with_many_stars_in_one_name_answers_and_leaves_the_loop_fr
 
 def test_a_glob_out_of_time_names_itself_and_the_address():
     glob = validate_glob(GlobOptions(pattern="*a*b"), "work://shared/")
-    spent = PatternClock(glob.label, glob.text, glob.authored, deadline=0.0)
+    spent = PatternClock(glob.label, glob.text, glob.authored, spent=10.0)
     with pytest.raises(AddressError) as caught:
         glob.matches(("xaxb",), spent)
     assert caught.value.kind is ErrorKind.INVALID_OPTION and caught.value.authored == "work://shared/"
@@ -147,3 +147,17 @@ def test_the_whole_text_search_finds_what_line_by_line_search_finds(pattern, lin
     # Several files searched together find each file's own matches.
     together = list(compiled.first_matches([lines, [], lines], clock))
     assert together == [(0, i, c) for i, c in expected] + [(2, i, c) for i, c in expected]
+
+
+def test_only_time_spent_matching_counts_against_the_budget():
+    """A Grep over a slow workspace spends most of its time reading between
+    batches: that time never makes its pattern 'too slow'."""
+    import time
+
+    clock = PatternClock("Grep pattern", "x", "work://", budget=0.2)
+    time.sleep(0.3)  # reading, walking: not matching
+    assert clock.remaining() > 0
+    clock.charge(time.monotonic() - 0.3)  # matching
+    with pytest.raises(AddressError) as caught:
+        clock.remaining()
+    assert caught.value.reason.startswith("Grep pattern 'x' took more than 0.2 s to match")

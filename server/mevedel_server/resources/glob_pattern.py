@@ -10,6 +10,7 @@ name at any depth (as ripgrep's ``--glob`` does).
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 import regex
@@ -43,10 +44,13 @@ class GlobPattern:
         if self.slow is None:
             return self.regex.fullmatch(subject) is not None
         clock = clock or self.clock()
+        started = time.monotonic()
         try:
             return self.slow.fullmatch(subject, concurrent=True, timeout=clock.remaining()) is not None
         except TimeoutError:
             raise clock.timed_out() from None
+        finally:
+            clock.charge(started)
 
 
 def compile_glob(pattern: str, *, anywhere: bool = False) -> GlobPattern:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -66,10 +67,13 @@ class LinePattern:
         search = self.per_line.search
         for number, lines in enumerate(files):
             for index, line in enumerate(lines):
+                started = time.monotonic()
                 try:
                     hit = search(line, concurrent=True, timeout=clock.remaining())
                 except TimeoutError:
                     raise clock.timed_out() from None
+                finally:
+                    clock.charge(started)
                 if hit is not None:
                     yield number, index, hit.start()
 
@@ -87,10 +91,13 @@ class LinePattern:
         current, counted_to, line, reported = -1, 0, 0, -1
         matches = self.whole.finditer(whole, concurrent=True, timeout=clock.remaining())  # type: ignore[union-attr]
         while True:
+            started = time.monotonic()  # the caller's time between matches is not matching
             try:
                 hit = next(matches, None)
             except TimeoutError:
                 raise clock.timed_out() from None
+            finally:
+                clock.charge(started)
             if hit is None:
                 return
             position = hit.start()

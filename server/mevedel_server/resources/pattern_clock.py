@@ -32,30 +32,41 @@ class OnLoopCapReached(Exception):
 
 @dataclass(slots=True)
 class PatternClock:
-    """One operation's matching budget. ``what`` and ``pattern`` name the
-    authored pattern in the error (``Grep pattern '(a+)+$'``)."""
+    """One operation's matching budget: only the time spent in matching
+    counts (:meth:`charge`), not the reads between batches, so a long walk
+    over a slow workspace is never taken for a slow pattern. ``what`` and
+    ``pattern`` name the authored pattern in the error (``Grep pattern
+    '(a+)+$'``)."""
 
     what: str
     pattern: str
     authored: str
-    deadline: float = field(default_factory=lambda: time.monotonic() + PATTERN_SECONDS)
-    #: Set while matching runs on the event loop.
+    budget: float = field(default_factory=lambda: PATTERN_SECONDS)
+    #: Seconds already spent matching.
+    spent: float = 0.0
+    #: Set while matching runs on the event loop: the monotonic time it stops.
     cap: float | None = None
 
     def remaining(self) -> float:
         """Seconds the next match may take; raises once none are left."""
-        now = time.monotonic()
-        if self.cap is not None and self.cap < self.deadline:
-            if now >= self.cap:
-                raise OnLoopCapReached
-            return self.cap - now
-        if now >= self.deadline:
+        left = self.budget - self.spent
+        if self.cap is not None:
+            to_cap = self.cap - time.monotonic()
+            if to_cap < left:
+                if to_cap <= 0:
+                    raise OnLoopCapReached
+                return to_cap
+        if left <= 0:
             raise self.too_slow()
-        return self.deadline - now
+        return left
+
+    def charge(self, since: float) -> None:
+        """Count the matching that began at monotonic time ``since``."""
+        self.spent += time.monotonic() - since
 
     def timed_out(self) -> Exception:
         """What a ``TimeoutError`` from a match becomes."""
-        if self.cap is not None and self.cap < self.deadline:
+        if self.cap is not None and time.monotonic() >= self.cap:
             return OnLoopCapReached()
         return self.too_slow()
 
@@ -63,7 +74,7 @@ class PatternClock:
         return AddressError(
             ErrorKind.INVALID_OPTION,
             self.authored,
-            f"{self.what} {self.pattern!r} took more than {PATTERN_SECONDS:g} s to match and was stopped: "
+            f"{self.what} {self.pattern!r} took more than {self.budget:g} s to match and was stopped: "
             "nested or adjacent repetition (such as (a+)+ or .*a.*a.*b) can backtrack without end; "
             "simplify the pattern or narrow the search",
         )
