@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import agent, control, follow, lifecycle, methods, session
+from . import agent, artifact, control, follow, lifecycle, methods, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -76,6 +76,20 @@ REQUESTS: dict[str, Message] = {
     methods.TURN_PROMPT: Message(agent.TurnPromptParams, agent.TurnPromptResult),
     methods.TURN_CANCEL: Message(agent.TurnCancelParams, agent.TurnCancelResult),
     methods.AGENT_LIST: Message(agent.AgentListParams, agent.AgentListResult),
+    methods.ARTIFACT_LIST: Message(artifact.ArtifactListParams, artifact.ArtifactListResult),
+    methods.ARTIFACT_CREATE: Message(artifact.ArtifactCreateParams, artifact.ArtifactEntry),
+    methods.ARTIFACT_READ: Message(artifact.ArtifactParams, artifact.ArtifactReadResult),
+    methods.ARTIFACT_WRITE: Message(artifact.ArtifactWriteParams, artifact.ArtifactWriteResult),
+    methods.ARTIFACT_ATTACH: Message(artifact.ArtifactParams, artifact.ArtifactAttachResult),
+    methods.ARTIFACT_DETACH: Message(artifact.ArtifactParams, artifact.ArtifactAttachResult),
+    methods.ARTIFACT_DUPLICATE: Message(artifact.ArtifactDuplicateParams, artifact.ArtifactEntry),
+    methods.ARTIFACT_DELETE: Message(artifact.ArtifactParams, artifact.ArtifactDeleteResult),
+    methods.ARTIFACT_VERSIONS: Message(artifact.ArtifactParams, artifact.ArtifactVersionsResult),
+    methods.ARTIFACT_SAVE_VERSION: Message(artifact.ArtifactParams, artifact.ArtifactVersion),
+    methods.ARTIFACT_RESTORE: Message(artifact.ArtifactRestoreParams, artifact.ArtifactWriteResult),
+    methods.ARTIFACT_COMMENT: Message(artifact.ArtifactCommentParams, artifact.ArtifactComment),
+    methods.ARTIFACT_REQUEST_HANDOVER: Message(artifact.ArtifactParams, artifact.ArtifactEntry),
+    methods.ARTIFACT_CONVERSATION: Message(artifact.ArtifactParams, artifact.ArtifactConversationResult),
 }
 
 #: Server -> client notifications (``mevedel/<area>/did<Event>``).
@@ -84,6 +98,7 @@ NOTIFICATIONS: dict[str, Message] = {
     methods.CONTROL_DID_CHANGE: Message(control.ControlDidChangeParams, None),
     methods.SESSION_DID_PUBLISH: Message(follow.SessionDidPublishParams, None),
     methods.TURN_DID_UPDATE: Message(agent.TurnDidUpdateParams, None),
+    methods.ARTIFACT_DID_CHANGE: Message(artifact.ArtifactDidChangeParams, None),
 }
 
 #: ``workspace/executeCommand`` command -> the request it runs.
@@ -118,6 +133,17 @@ COMMANDS: dict[str, str] = {
     methods.COMMAND_SESSION_REFRESH: methods.SESSION_REFRESH,
     methods.COMMAND_TURN_PROMPT: methods.TURN_PROMPT,
     methods.COMMAND_TURN_CANCEL: methods.TURN_CANCEL,
+    methods.COMMAND_ARTIFACT_CREATE: methods.ARTIFACT_CREATE,
+    methods.COMMAND_ARTIFACT_WRITE: methods.ARTIFACT_WRITE,
+    methods.COMMAND_ARTIFACT_ATTACH: methods.ARTIFACT_ATTACH,
+    methods.COMMAND_ARTIFACT_DETACH: methods.ARTIFACT_DETACH,
+    methods.COMMAND_ARTIFACT_DUPLICATE: methods.ARTIFACT_DUPLICATE,
+    methods.COMMAND_ARTIFACT_DELETE: methods.ARTIFACT_DELETE,
+    methods.COMMAND_ARTIFACT_SAVE_VERSION: methods.ARTIFACT_SAVE_VERSION,
+    methods.COMMAND_ARTIFACT_RESTORE: methods.ARTIFACT_RESTORE,
+    methods.COMMAND_ARTIFACT_COMMENT: methods.ARTIFACT_COMMENT,
+    methods.COMMAND_ARTIFACT_REQUEST_HANDOVER: methods.ARTIFACT_REQUEST_HANDOVER,
+    methods.COMMAND_ARTIFACT_CONVERSATION: methods.ARTIFACT_CONVERSATION,
 }
 
 #: Types that are not a message body but that clients exchange too.

@@ -10,6 +10,7 @@ import pytest
 from mevedel_protocol import COMMANDS, NOTIFICATIONS, REQUESTS, SHARED_TYPES, wire_name
 from mevedel_protocol.errors import KIND_INTERNAL, KIND_INVALID_PARAMS, PROTOCOL_ERROR_CODES, VALIDATION_KINDS
 from mevedel_protocol.agent import AGENT_ERROR_KINDS
+from mevedel_protocol.artifact import ARTIFACT_ERROR_KINDS
 from mevedel_protocol.session import SESSION_ERROR_KINDS
 
 from mevedel_server.addresses.model import ErrorKind
@@ -86,7 +87,7 @@ def test_field_table_matches_class(cls):
 
 def test_every_error_kind_is_documented_with_its_class():
     rows = dict(re.findall(r"^\| `([a-z-]+)` \| (validation|request failed|internal) \|", _section("Errors"), re.M))
-    kinds = {kind.value for kind in ErrorKind} | {KIND_INVALID_PARAMS} | set(PROTOCOL_ERROR_CODES) | SESSION_ERROR_KINDS | AGENT_ERROR_KINDS
+    kinds = {kind.value for kind in ErrorKind} | {KIND_INVALID_PARAMS} | set(PROTOCOL_ERROR_CODES) | SESSION_ERROR_KINDS | AGENT_ERROR_KINDS | ARTIFACT_ERROR_KINDS
     assert set(rows) == kinds
     for kind, documented_class in rows.items():
         expected = "internal" if kind == KIND_INTERNAL else "validation" if kind in VALIDATION_KINDS else "request failed"
