@@ -193,3 +193,64 @@ end, { nargs = 0, desc = "Cancel the agent's running turn" })
 command('MevedelAgent', function()
   chat().pick_agent(here())
 end, { nargs = 0, desc = 'Pick the agent the mevedel session prompts' })
+
+-- The workspace artifact store: documents, whiteboards and artifacts, by
+-- title; an item opens in a buffer whose :w writes it (mevedel.artifacts).
+local function artifacts()
+  return require('mevedel.artifacts')
+end
+
+artifacts().define_autocommands()
+
+command('MevedelArtifacts', function()
+  artifacts().pick()
+end, { nargs = 0, desc = "List the workspace's artifacts (attached ones marked *) and act on one" })
+
+command('MevedelArtifactNew', function(c)
+  local kind, title = c.fargs[1], c.args
+  if kind == 'document' or kind == 'whiteboard' then
+    title = vim.trim(c.args:sub(#kind + 1))
+  else
+    kind = 'document'
+  end
+  artifacts().create(kind, title)
+end, {
+  nargs = '*',
+  complete = function(lead, line)
+    if line:match('^%S+%s+%S*$') then
+      return vim.tbl_filter(function(kind)
+        return kind:sub(1, #lead) == lead
+      end, { 'document', 'whiteboard' })
+    end
+    return {}
+  end,
+  desc = 'Make a document (or: whiteboard TITLE) in the artifact store, attached to the session, and open it',
+})
+
+command('MevedelArtifactOpen', function(c)
+  if c.args ~= '' then
+    artifacts().open(vim.trim(c.args))
+  else
+    artifacts().pick_open()
+  end
+end, { nargs = '?', desc = 'Open an artifact store item (by id, else picked) in a buffer whose :w writes it' })
+
+command('MevedelArtifactReload', function(c)
+  artifacts().reload(0, c.bang)
+end, { nargs = 0, bang = true, desc = "Read the item again (!: drop unsaved changes, copied to a buffer first)" })
+
+for name, spec in pairs({
+  MevedelArtifactVersions = { 'versions', 0, 'Pick a version of the item and restore it' },
+  MevedelArtifactSaveVersion = { 'save_version', 0, "Record the item's current content as a version" },
+  MevedelArtifactAttach = { 'attach', 0, 'Attach the item to the mevedel session' },
+  MevedelArtifactDetach = { 'detach', 0, 'Detach the item from the mevedel session' },
+  MevedelArtifactDuplicate = { 'duplicate', '?', 'Copy the item under a new id (optionally titled)' },
+  MevedelArtifactDelete = { 'delete', 0, 'Delete the item (asks first)' },
+  MevedelArtifactComment = { 'comment', '?', "Add a comment to the item's discussion" },
+  MevedelArtifactRequest = { 'request', 0, 'Ask the mevedel server holding the item to hand it over' },
+  MevedelArtifactConversation = { 'conversation', 0, "Open the chat of the item's own session" },
+}) do
+  command(name, function(c)
+    artifacts().command(spec[1], c.args)
+  end, { nargs = spec[2], desc = spec[3] .. ' (the current buffer\'s item, else one picked)' })
+end

@@ -5,7 +5,7 @@
 -- the settings, and opens `mevedel-resource:` virtual documents read-only by
 -- reading them through `mevedel/resource/read` (sessions, their transcript
 -- views and turns are in `mevedel.sessions`, the agent chat in
--- `mevedel.chat`). Works on Neovim 0.7 (`vim.lsp.start_client` +
+-- `mevedel.chat`, the workspace artifact store in `mevedel.artifacts`). Works on Neovim 0.7 (`vim.lsp.start_client` +
 -- `vim.lsp.buf_attach_client`), on versions with `vim.lsp.start`, and from
 -- 0.11 as a `vim.lsp.config` entry (`lsp/mevedel.lua`: `vim.lsp.enable('mevedel')`).
 
@@ -197,6 +197,9 @@ local function handlers()
     end,
     ['mevedel/turn/didUpdate'] = function(err, params, ctx)
       return require('mevedel.chat').on_did_update(err, params, ctx)
+    end,
+    ['mevedel/artifact/didChange'] = function(err, params, ctx)
+      return require('mevedel.artifacts').on_did_change(err, params, ctx)
     end,
     ['window/showMessageRequest'] = function(err, params, ctx)
       return require('mevedel.sessions').on_question(err, params, ctx)
