@@ -4,11 +4,13 @@ import { announceRecovery, lifecycleCommands } from './lifecycleCommands';
 import { scope, sessionCommands } from './sessionCommands';
 import { agentCommands } from './agentCommands';
 import { ChatContext, ChatEvents } from './chatPanel';
+import { Artifacts } from './artifactsView';
 
 export interface CommandContext extends ChatContext {
   restart(): Promise<void>;
   showOutput(): void;
   events: ChatEvents;
+  artifacts: Artifacts;
 }
 
 // Every palette command, by id; package.json's `contributes.commands` lists
@@ -23,6 +25,7 @@ export function commandTable(context: CommandContext): Record<string, (...args: 
   });
   const lifecycle = lifecycleCommands(lifecycleContext);
   const agents = agentCommands(context, context.events);
+  const artifacts = context.artifacts.commands();
   return {
     'mevedel.promptAgent': agents.promptAgent,
     'mevedel.openChat': agents.openChat,
@@ -56,6 +59,18 @@ export function commandTable(context: CommandContext): Record<string, (...args: 
     'mevedel.refreshSession': lifecycle.refreshSession,
     'mevedel.compactSession': lifecycle.compactSession,
     'mevedel.clearSession': lifecycle.clearSession,
+    'mevedel.openArtifact': artifacts.openArtifact,
+    'mevedel.newDocument': artifacts.newDocument,
+    'mevedel.newWhiteboard': artifacts.newWhiteboard,
+    'mevedel.refreshArtifacts': artifacts.refreshArtifacts,
+    'mevedel.artifactVersions': artifacts.artifactVersions,
+    'mevedel.saveArtifactVersion': artifacts.saveArtifactVersion,
+    'mevedel.attachArtifact': artifacts.attachArtifact,
+    'mevedel.detachArtifact': artifacts.detachArtifact,
+    'mevedel.duplicateArtifact': artifacts.duplicateArtifact,
+    'mevedel.deleteArtifact': artifacts.deleteArtifact,
+    'mevedel.commentOnArtifact': artifacts.commentOnArtifact,
+    'mevedel.requestArtifactHandover': artifacts.requestArtifactHandover,
   };
 }
 

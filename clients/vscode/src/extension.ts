@@ -9,6 +9,8 @@ import {
 } from 'vscode-languageclient/node';
 import { TurnIndicator } from './agentCommands';
 import { AgentMethods, TurnDidUpdateParams } from './agents';
+import { ArtifactDidChangeParams, ArtifactMethods } from './artifacts';
+import { Artifacts } from './artifactsView';
 import { ChatEvents } from './chatPanel';
 import { registerCommands } from './commands';
 import { ControlDidChangeParams, ControlMethods } from './control';
@@ -41,6 +43,7 @@ function createClient(
   output: vscode.OutputChannel,
   documents: VirtualDocumentProvider,
   events: ChatEvents,
+  artifacts: Artifacts,
 ): LanguageClient {
   const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
   const clientOptions: LanguageClientOptions = {
@@ -74,6 +77,7 @@ function createClient(
   created.onNotification(Notifications.sessionDidChange, (change: SessionDidChangeParams) => {
     documents.sessionChanged(change);
     events.changes.fire(change);
+    artifacts.sessionChanged();
     if (change.reason === 'read-only') {
       void vscode.window.showWarningMessage(
         `mevedel: session ${change.sessionId} is now read-only here (another client took it over)`,
@@ -92,6 +96,7 @@ function createClient(
       );
     }
   });
+  created.onNotification(ArtifactMethods.didChange, (change: ArtifactDidChangeParams) => artifacts.didChange(change));
   created.onNotification(ControlMethods.didChange, (change: ControlDidChangeParams) => {
     showControlStep(change);
   });
@@ -161,6 +166,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const output = vscode.window.createOutputChannel('mevedel');
   const documents = new VirtualDocumentProvider((uri) => readWithProgress({ uri }));
   const events = new ChatEvents();
+  const workspaceFolder = (): string | undefined => {
+    const active = vscode.window.activeTextEditor?.document.uri;
+    const folder = active ? vscode.workspace.getWorkspaceFolder(active) : vscode.workspace.workspaceFolders?.[0];
+    return folder?.uri.toString();
+  };
+  const artifacts = new Artifacts({ sender: (): Promise<RequestSender> => ready(), workspaceFolder });
 
   // Finds the server and starts a client for it; without one, says how to
   // install it.
@@ -174,7 +185,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       return;
     }
     output.appendLine(`mevedel: starting ${[found.command, ...found.args].join(' ')} (found by: ${found.source})`);
-    client = createClient(found, output, documents, events);
+    client = createClient(found, output, documents, events, artifacts);
     starting = client.start();
     try {
       await starting;
@@ -194,12 +205,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     })();
     await starting;
     documents.refreshAll();
+    artifacts.tree.refresh();
   };
 
   context.subscriptions.push(
     output,
     documents,
     events,
+    artifacts,
     new TurnIndicator(events),
     vscode.workspace.registerTextDocumentContentProvider(VIRTUAL_SCHEME, documents),
     ...registerCommands({
@@ -207,13 +220,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       restart,
       showOutput: () => output.show(true),
       refresh: (uri) => documents.refresh(uri),
-      workspaceFolder: () => {
-        const active = vscode.window.activeTextEditor?.document.uri;
-        const folder = active ? vscode.workspace.getWorkspaceFolder(active) : vscode.workspace.workspaceFolders?.[0];
-        return folder?.uri.toString();
-      },
+      workspaceFolder,
       memory: context.workspaceState,
       events,
+      artifacts,
     }),
     vscode.workspace.onDidChangeConfiguration(async (event) => {
       if (!event.affectsConfiguration(CONFIGURATION_SECTION)) return;
