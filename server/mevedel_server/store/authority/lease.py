@@ -340,7 +340,7 @@ def _prune_ops(paths: SessionPaths, known: tuple[int, ...], new_generation: int,
 _TIME_FIELDS = (b'"renewed_at":', b'"expires_at":')
 
 
-def _stamped_record(record: LeaseRecord, duration: int) -> tuple[bytes | ClockStamp, ...]:
+def stamped_record(record: msgspec.Struct, duration: int) -> tuple[bytes | ClockStamp, ...]:
     """The encoding of ``record`` with ``renewed_at`` left to the target
     clock reading and ``expires_at`` to that reading plus ``duration``.
 
@@ -488,7 +488,7 @@ async def _claim(
     if n > 0:
         ops.append(Verify(paths.generation(n), obs.raw))
     activate = StampedCreate(
-        paths.generation(n + 2), _stamped_record(LeaseRecord(generation=n + 2, state=LeaseState.ACTIVE, **common), duration)
+        paths.generation(n + 2), stamped_record(LeaseRecord(generation=n + 2, state=LeaseState.ACTIVE, **common), duration)
     )
     at_activate = len(ops)
     ops.append(activate)
@@ -671,7 +671,7 @@ class LeaseHandle:
                 template = msgspec.structs.replace(self.record, generation=next_generation, **changes)
                 create: CreateExclusive | StampedCreate
                 if stamped:
-                    create = StampedCreate(path, _stamped_record(template, self.duration_seconds))
+                    create = StampedCreate(path, stamped_record(template, self.duration_seconds))
                 else:
                     create = CreateExclusive(path, encode_record(template))
                 base = self.paths.generation(base_generation)

@@ -1,0 +1,322 @@
+"""Item leases: which server process commits a live item (a document or a
+whiteboard).
+
+Every generation is an immutable record ``generation-N.json`` below the
+item's lease directory, as a session lease's generations are, with its times
+read from the target clock inside the writing operation. Unlike a session
+lease, every transition and every fenced write of an item holds the store's
+mutation lock (``flock`` on ``.mevedel/leases/artifacts``), so a transition
+is simply: under the lock, the head is still exactly the generation this
+process saw (``Verify`` of its bytes) and no generation above it exists;
+then write ``N+1``. A whole-item write carries the same proof and writes its
+own ``N+1`` (a renewal) ahead of the item's files in that one locked
+program, so a late write from a holder whose lease was taken over fails
+before anything of the item is touched.
+
+Standing, judged by the target clock read with the head:
+
+- no generation, or a ``released`` head: free, the next write takes it;
+- an ``active`` head of this process: ours (even once expired: renewal or
+  the next write reclaims it, nobody having taken it meanwhile);
+- another process's ``active`` head before ``expires_at``: held there, the
+  item is read-only here; ``request_handover`` asks for it;
+- another process's ``active`` head at or past ``expires_at``: expired, the
+  next write takes it over without a question (an item has no unsettled
+  mutations and every write is whole and fenced).
+
+A holder renews every third of the duration. At a renewal it hands the
+item over (writes ``released``) when another process asked for it and the
+item has had no write here for ``idle_seconds`` (10): saves arrive one at a
+time while someone edits, so an empty queue alone is no sign of an idle
+item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..store.authority.lease import ClientIdentity, stamped_record
+from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, TargetError, Verify, raise_for_result
+from ..targets.clock import Clock
+from ..targets.program import MakeDirs, ReadNewest, Replace, StampedCreate
+from .errors import ArtifactError
+from .layout import GENERATION_FAMILY, LEASES_ROOT, LOCK_DIR, ItemPaths
+from .records import HandoverRequest, ItemLeaseRecord, ItemLeaseState, RecordRefused, decode, encode
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 60
+HANDOVER_IDLE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """An item lease's head and the target clock, read together."""
+
+    item_id: str
+    generation: int
+    record: ItemLeaseRecord | None
+    raw: bytes | None
+    now: int
+    handover: HandoverRequest | None = None
+
+    def standing(self, client_id: str) -> str:
+        """``free``, ``mine``, ``held`` or ``expired``."""
+        rec = self.record
+        if rec is None or rec.state is ItemLeaseState.RELEASED:
+            return "free"
+        if rec.client_id == client_id:
+            return "mine"
+        return "expired" if self.now >= rec.expires_at else "held"
+
+    @property
+    def holder_host(self) -> str | None:
+        return self.record.host if self.record is not None else None
+
+
+@dataclass
+class _Held:
+    generation: int
+    raw: bytes
+    #: ``time.monotonic()`` of the last write here (hand-over waits for idle).
+    last_edit: float
+
+
+def _prune(paths: ItemPaths, head: int) -> list[Operation]:
+    """Once ``head + 1`` is written, ``head - 1`` goes (never generation 1)."""
+    return [Remove(paths.generation(head - 1), optional=True)] if head > 2 else []
+
+
+def _generation_of(name: str) -> int:
+    return int(name[len(GENERATION_FAMILY[0]) : -len(GENERATION_FAMILY[2])])
+
+
+class ItemLeases:
+    """The item leases this process holds on one workspace's store."""
+
+    def __init__(
+        self,
+        target: Target,
+        client: ClientIdentity,
+        *,
+        duration_seconds: int = DEFAULT_LEASE_SECONDS,
+        idle_seconds: float = HANDOVER_IDLE_SECONDS,
+        renew_every: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if duration_seconds < 3:
+            raise ValueError("an item lease lasts at least 3 seconds")
+        self.target = target
+        self.client = client
+        self.duration = duration_seconds
+        self.idle_seconds = idle_seconds
+        self.renew_every = renew_every if renew_every is not None else duration_seconds / 3
+        self._monotonic = monotonic
+        self._held: dict[str, _Held] = {}
+        self._renewal: asyncio.Task | None = None
+        #: Called with (item id, reason) when this process hands an item over
+        #: (``handed-over``) or finds it lost (``fenced``).
+        self.on_change: list[Callable[[str, str], None]] = []
+
+    def holds(self, item_id: str) -> bool:
+        return item_id in self._held
+
+    def held(self) -> list[str]:
+        return sorted(self._held)
+
+    # Observing -------------------------------------------------------------
+
+    async def observe(self, item_id: str) -> LeaseView:
+        paths = ItemPaths(item_id)
+        newest = ReadNewest(paths.lease_dir, *GENERATION_FAMILY, optional=True)
+        handover = Read(paths.handover, optional=True)
+        clock = Clock(LEASES_ROOT)
+        result = await self.target.run(ControlProgram([MakeDirs(LEASES_ROOT, optional=True), newest, handover, clock]))
+        raise_for_result(clock, result[3])
+        now = int(result[3].value)
+        request = None
+        if result[2].ok:
+            try:
+                request = decode(HandoverRequest, result[2].value, f"{item_id} hand-over request")
+            except RecordRefused:
+                request = None  # a torn request asks for nothing
+        if result[1].status is Status.ABSENT:
+            return LeaseView(item_id, 0, None, None, now, request)
+        raise_for_result(newest, result[1])
+        name, raw = result[1].value
+        generation = _generation_of(name)
+        try:
+            record = decode(ItemLeaseRecord, raw, f"lease generation {generation} of {item_id}")
+        except RecordRefused as exc:
+            raise ArtifactError("unreadable", item_id, f"its lease record cannot be trusted ({exc.reason}); nothing was written") from None
+        if record.generation != generation:
+            raise ArtifactError("unreadable", item_id, f"lease generation {generation} records generation {record.generation}")
+        return LeaseView(item_id, generation, record, raw, now, request)
+
+    # Fencing ----------------------------------------------------------------
+
+    def fence(self, view: LeaseView) -> tuple[list[Operation], StampedCreate]:
+        """The operations that, at the head of a program holding the store
+        lock, prove ``view``'s head is still the latest generation and write
+        this process's next active generation. Refuses a live foreign
+        holder (``item-held``) before anything is run."""
+        standing = view.standing(self.client.client_id)
+        if standing == "held" and view.item_id in self._held:
+            self._lose(view.item_id)
+            raise ArtifactError(
+                "item-lease-lost",
+                view.item_id,
+                f"another mevedel process on {view.holder_host or 'another machine'} took the item over; "
+                "this write was refused and nothing was written; reload it",
+            )
+        if standing == "held":
+            raise ArtifactError(
+                "item-held",
+                view.item_id,
+                f"another mevedel process on {view.holder_host or 'another machine'} is editing it; it is read-only here "
+                "until that process hands it over (ask with requestHandover; an idle item is handed over after 10 seconds)",
+            )
+        paths = ItemPaths(view.item_id)
+        n = view.generation
+        ops: list[Operation] = [MakeDirs(paths.lease_dir, optional=True)]
+        # Generation 1 is never pruned (only deleting the item removes it),
+        # so its absence under the lock proves there is no generation at all.
+        ops.append(Verify(paths.generation(n), view.raw) if n else Verify(paths.generation(1), None))
+        if n:
+            ops.append(Verify(paths.generation(n + 1), None))
+        record = ItemLeaseRecord(
+            generation=n + 1,
+            state=ItemLeaseState.ACTIVE,
+            client_id=self.client.client_id,
+            host=self.client.host,
+            renewed_at=0,
+            expires_at=0,
+        )
+        create = StampedCreate(paths.generation(n + 1), stamped_record(record, self.duration))
+        ops.append(create)
+        ops += _prune(paths, n)
+        return ops, create
+
+    def fenced(self, item_id: str, create: StampedCreate, result) -> None:
+        """Record the generation a program that ran :meth:`fence` wrote."""
+        raw = create.content(int(result.value))
+        generation = decode(ItemLeaseRecord, raw, item_id).generation
+        self._held[item_id] = _Held(generation, raw, self._monotonic())
+        self._ensure_renewal()
+
+    def refused(self, view: LeaseView, stopped_at: int) -> ArtifactError:
+        """The error for a fence that did not hold (another process wrote a
+        generation after ``view`` was read)."""
+        if view.standing(self.client.client_id) == "mine":
+            self._lose(view.item_id)
+            return ArtifactError(
+                "item-lease-lost",
+                view.item_id,
+                "another mevedel process took the item over; this write was refused and nothing was written; reload it",
+            )
+        return ArtifactError("item-held", view.item_id, "another mevedel process took the item at the same moment; it is read-only here now")
+
+    def forget(self, item_id: str) -> None:
+        self._held.pop(item_id, None)
+
+    def _lose(self, item_id: str) -> None:
+        if self._held.pop(item_id, None) is not None:
+            self._notify(item_id, "fenced")
+
+    # Hand-over ---------------------------------------------------------------
+
+    async def request_handover(self, item_id: str) -> None:
+        request = HandoverRequest(client_id=self.client.client_id, host=self.client.host)
+        paths = ItemPaths(item_id)
+        program = ControlProgram(
+            [MakeDirs(paths.lease_dir, optional=True), Replace(paths.handover, encode(request))], lock=LOCK_DIR
+        )
+        result = await self.target.run(program)
+        if not result.completed:
+            raise_for_result(program.operations[result.stopped_at], result[result.stopped_at])
+
+    # Renewal -----------------------------------------------------------------
+
+    def _ensure_renewal(self) -> None:
+        if self._renewal is None or self._renewal.done():
+            self._renewal = asyncio.get_running_loop().create_task(self._renew_loop(), name="item-lease-renewal")
+
+    async def _renew_loop(self) -> None:
+        while self._held:
+            await asyncio.sleep(self.renew_every)
+            for item_id in list(self._held):
+                try:
+                    await self.renew(item_id)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    _log.exception("renewing the lease of item %s failed", item_id)
+
+    async def renew(self, item_id: str) -> None:
+        """Renew the held item, or hand it over when asked and idle."""
+        held = self._held.get(item_id)
+        if held is None:
+            return
+        view = await self.observe(item_id)
+        if view.generation != held.generation or view.raw != held.raw:
+            self._lose(item_id)
+            return
+        idle = self._monotonic() - held.last_edit >= self.idle_seconds
+        asked = view.handover is not None and view.handover.client_id != self.client.client_id
+        if asked and idle:
+            await self._write_state(item_id, held, ItemLeaseState.RELEASED, remove_request=True)
+            self._held.pop(item_id, None)
+            self._notify(item_id, "handed-over")
+            return
+        await self._write_state(item_id, held, ItemLeaseState.ACTIVE, remove_request=False)
+
+    async def release(self, item_id: str) -> None:
+        held = self._held.pop(item_id, None)
+        if held is not None:
+            await self._write_state(item_id, held, ItemLeaseState.RELEASED, remove_request=False)
+
+    async def close(self) -> None:
+        """Release every held item (at exit) and stop renewing."""
+        task, self._renewal = self._renewal, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for item_id in list(self._held):
+            try:
+                await self.release(item_id)
+            except Exception:
+                _log.warning("releasing the lease of item %s failed", item_id, exc_info=True)
+
+    async def _write_state(self, item_id: str, held: _Held, state: ItemLeaseState, *, remove_request: bool) -> None:
+        paths = ItemPaths(item_id)
+        n = held.generation
+        record = ItemLeaseRecord(
+            generation=n + 1, state=state, client_id=self.client.client_id, host=self.client.host, renewed_at=0, expires_at=0
+        )
+        create = StampedCreate(paths.generation(n + 1), stamped_record(record, self.duration))
+        ops: list[Operation] = [Verify(paths.generation(n), held.raw), Verify(paths.generation(n + 1), None), create]
+        if remove_request:
+            ops.append(Remove(paths.handover, optional=True))
+        ops += _prune(paths, n)
+        result = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+        if result.stopped_at is not None and result.stopped_at < 2:
+            self._lose(item_id)
+            return
+        if not result.completed:
+            raise_for_result(ops[result.stopped_at], result[result.stopped_at])
+        if state is ItemLeaseState.ACTIVE and item_id in self._held:
+            self._held[item_id] = _Held(n + 1, create.content(int(result[2].value)), held.last_edit)
+
+    def _notify(self, item_id: str, reason: str) -> None:
+        for listener in list(self.on_change):
+            try:
+                listener(item_id, reason)
+            except Exception:
+                _log.exception("item lease listener failed")

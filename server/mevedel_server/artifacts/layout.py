@@ -1,0 +1,128 @@
+"""Where the artifact store keeps things, relative to the workspace root,
+and the shapes of what a person or a model names in it.
+
+::
+
+    .mevedel/artifacts/ID/                 authored files (the primary file,
+                                           any secondary files)
+    .mevedel/artifacts/.state/ID/
+        meta.json                          the item's metadata (title, kind...)
+        versions.json                      the version index
+        versions/NNNNNNNNNN                primary-file bytes of version N
+        discussion.json                    comments
+    .mevedel/leases/artifacts/             the store's mutation lock (flock)
+        ID/generation-<20 digits>.json     the item lease's generations
+        ID/handover.json                   another process asks for the item
+
+The authored tree is the project's (whether it is committed is the
+project's choice); ``.state/`` and the leases are mevedel's bookkeeping,
+read-only to the model's tools.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+
+from ..store.layout import STATE_DIR
+
+ARTIFACTS_DIR = f"{STATE_DIR}/artifacts"
+STATE_SUBDIR = ".state"
+STATE_ROOT = f"{ARTIFACTS_DIR}/{STATE_SUBDIR}"
+LEASES_ROOT = f"{STATE_DIR}/leases/artifacts"
+#: Every state or lease change holds this directory's flock.
+LOCK_DIR = LEASES_ROOT
+
+ITEM_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}\Z")
+GENERATION_DIGITS = 20
+GENERATION_FAMILY = ("generation-", GENERATION_DIGITS, ".json")
+VERSION_DIGITS = 10
+
+KINDS = ("document", "whiteboard", "artifact")
+#: The primary file of a live item.
+LIVE_PRIMARY = {"document": "document.md", "whiteboard": "scene.excalidraw"}
+TEXT_SUFFIXES = (".md", ".markdown", ".html", ".htm", ".svg", ".excalidraw")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+ARTIFACT_SUFFIXES = (".md", ".markdown", ".html", ".htm", ".svg", *IMAGE_SUFFIXES)
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,119}\Z")
+
+MAX_TITLE = 200
+MAX_COMMENT_BYTES = 16 * 1024
+#: The largest primary file the store writes (one whole-item write).
+MAX_ITEM_BYTES = 32 * 1024 * 1024
+
+
+def is_item_id(text: object) -> bool:
+    return isinstance(text, str) and ITEM_ID.match(text) is not None
+
+
+def is_text_file(name: str) -> bool:
+    return name.lower().endswith(TEXT_SUFFIXES)
+
+
+def check_file_name(name: object) -> str | None:
+    """Why ``name`` cannot be an artifact's primary file name (None: it can)."""
+    if not isinstance(name, str) or not _FILE_NAME.match(name) or name.endswith((" ", ".")):
+        return "is not a file name (letters, digits, '.', '_', '-', ' '; at most 120 characters)"
+    if not name.lower().endswith(ARTIFACT_SUFFIXES):
+        return "is not Markdown, HTML or an image (" + ", ".join(ARTIFACT_SUFFIXES) + ")"
+    return None
+
+
+def normalize_title(title: object) -> str | None:
+    """The title as stored, or None when it is not one."""
+    if not isinstance(title, str):
+        return None
+    text = " ".join(title.split())
+    if not text or len(text) > MAX_TITLE or any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        return None
+    return text
+
+
+@dataclass(frozen=True)
+class ItemPaths:
+    """Target paths of one item; ``item_id`` is already validated."""
+
+    item_id: str
+
+    @property
+    def authored(self) -> str:
+        return f"{ARTIFACTS_DIR}/{self.item_id}"
+
+    def file(self, name: str) -> str:
+        return posixpath.join(self.authored, name)
+
+    @property
+    def state(self) -> str:
+        return f"{STATE_ROOT}/{self.item_id}"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.state}/meta.json"
+
+    @property
+    def versions_index(self) -> str:
+        return f"{self.state}/versions.json"
+
+    @property
+    def versions_dir(self) -> str:
+        return f"{self.state}/versions"
+
+    def version_blob(self, number: int) -> str:
+        return f"{self.versions_dir}/{number:0{VERSION_DIGITS}d}"
+
+    @property
+    def discussion(self) -> str:
+        return f"{self.state}/discussion.json"
+
+    @property
+    def lease_dir(self) -> str:
+        return f"{LEASES_ROOT}/{self.item_id}"
+
+    def generation(self, number: int) -> str:
+        return f"{self.lease_dir}/generation-{number:0{GENERATION_DIGITS}d}.json"
+
+    @property
+    def handover(self) -> str:
+        return f"{self.lease_dir}/handover.json"

@@ -1,0 +1,733 @@
+"""``ArtifactStore``: one workspace's artifact store, through its target.
+
+Knows nothing of sessions beyond their ids (attaching is
+:mod:`.attachments`' work) and nothing of LSP. Every change of an item's
+bookkeeping holds the store lock (``.mevedel/leases/artifacts``) for its one
+program and proves, inside it, what it read before (``Verify`` of the bytes),
+so two server processes never interleave a change; a live item's write also
+carries its lease proof (:mod:`.item_lease`).
+
+Commit points, so a fresh reader sees an item whole or not at all:
+
+- create: the authored files, the first version and its index are written
+  and flushed, then ``meta.json`` (listing reads metadata, so an item
+  without it is not there yet);
+- whole-item write: one atomic replace of the primary file (then the
+  metadata's ``updated_at``, display only);
+- delete: ``meta.json`` goes first, then everything else of the item.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from ..store.authority.lease import ClientIdentity
+from ..targets import (
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    Operation,
+    Read,
+    Remove,
+    Status,
+    Target,
+    TargetError,
+    Verify,
+    raise_for_result,
+)
+from ..targets.clock import Clock
+from ..targets.errors import PathAbsentError, UnsafePathError
+from ..targets.program import Barrier, ListTree, MakeDirs, ReadFiles, ReadNewest, Replace, Stat, WriteProject
+from . import content as item_content
+from .errors import ArtifactError, invalid, missing
+from .item_lease import DEFAULT_LEASE_SECONDS, HANDOVER_IDLE_SECONDS, ItemLeases, LeaseView
+from .layout import (
+    ARTIFACTS_DIR,
+    GENERATION_FAMILY,
+    KINDS,
+    LEASES_ROOT,
+    LIVE_PRIMARY,
+    LOCK_DIR,
+    MAX_COMMENT_BYTES,
+    STATE_ROOT,
+    ItemPaths,
+    check_file_name,
+    is_item_id,
+    normalize_title,
+)
+from .records import (
+    Comment,
+    Discussion,
+    ItemLeaseRecord,
+    ItemLeaseState,
+    ItemMeta,
+    RecordRefused,
+    VersionEntry,
+    VersionIndex,
+    VersionReason,
+    decode,
+    encode,
+)
+from .versions import DEFAULT_MAX_VERSION_BYTES, DEFAULT_MAX_VERSIONS, load_index, publish_version, read_index, read_version
+
+_log = logging.getLogger(__name__)
+_ATTEMPTS = 16
+
+
+@dataclass(frozen=True)
+class ItemSummary:
+    meta: ItemMeta
+    versions: int
+    #: Set while another process holds the item's live lease.
+    holder_host: str | None = None
+
+    @property
+    def item_id(self) -> str:
+        return self.meta.id
+
+
+@dataclass(frozen=True)
+class ItemContent:
+    meta: ItemMeta
+    data: bytes
+    revision: str
+    comments: tuple[Comment, ...]
+    #: Set while another process holds the item's live lease.
+    holder_host: str | None = None
+
+    @property
+    def writable(self) -> bool:
+        return self.holder_host is None
+
+
+@dataclass(frozen=True)
+class Editor:
+    """Who writes: a session (attached by the caller) and its turn in
+    flight, whose settlement records a version."""
+
+    session_id: str | None = None
+    turn: int | None = None
+
+
+def revision_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_item_id(item_id: object) -> str:
+    if not is_item_id(item_id):
+        raise invalid(
+            repr(item_id) if not isinstance(item_id, str) else item_id or "''",
+            "is not an item id (1-80 letters, digits, '_' or '-', starting with a letter or digit)",
+        )
+    return item_id  # type: ignore[return-value]
+
+
+def _target_refusal(authored: str, exc: TargetError) -> ArtifactError:
+    if isinstance(exc, UnsafePathError):
+        return ArtifactError(
+            "containment", authored, "a path of the item is a symbolic link or not a regular file; mevedel follows no link and wrote nothing"
+        )
+    if isinstance(exc, PathAbsentError):
+        return missing(authored)
+    return ArtifactError("unavailable", authored, f"the workspace's storage refused: {exc}")
+
+
+def _refusals(method):
+    """Every target refusal reaching a caller is an :class:`ArtifactError`
+    naming the item (or the title) it was about, never a path."""
+
+    @functools.wraps(method)
+    async def wrapper(self, *args, **kwargs):
+        try:
+            return await method(self, *args, **kwargs)
+        except TargetError as exc:
+            authored = args[0] if args and isinstance(args[0], str) else "artifact store"
+            if method.__name__ == "create" and len(args) > 1:
+                authored = str(args[1])
+            raise _target_refusal(authored, exc) from None
+
+    return wrapper
+
+
+def _holder(view: LeaseView, client_id: str) -> str | None:
+    return (view.holder_host or "another machine") if view.standing(client_id) == "held" else None
+
+
+class ArtifactStore:
+    def __init__(
+        self,
+        target: Target,
+        client: ClientIdentity,
+        *,
+        max_versions: int = DEFAULT_MAX_VERSIONS,
+        max_version_bytes: int = DEFAULT_MAX_VERSION_BYTES,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        handover_idle_seconds: float = HANDOVER_IDLE_SECONDS,
+        renew_every: float | None = None,
+    ) -> None:
+        self.target = target
+        self.client = client
+        self.max_versions = max_versions
+        self.max_version_bytes = max_version_bytes
+        self.leases = ItemLeases(
+            target, client, duration_seconds=lease_seconds, idle_seconds=handover_idle_seconds, renew_every=renew_every
+        )
+        #: Called with (item id, reason) after every change made here.
+        self.on_change: list[Callable[[str, str], None]] = []
+        self.leases.on_change.append(self._notify)
+        #: Items each session wrote during its turn in flight: one version
+        #: each when the turn settles.
+        self._turn_edits: dict[str, set[str]] = {}
+
+    # Reading -------------------------------------------------------------------
+
+    @_refusals
+    async def list(self) -> list[ItemSummary]:
+        """Every item, by title then id. An item whose metadata cannot be
+        trusted is left out (and logged), never guessed."""
+        listing = ListDir(STATE_ROOT, optional=True)
+        leases = ListDir(LEASES_ROOT, optional=True)
+        first = await self.target.run(ControlProgram([listing, leases]))
+        if first[0].status is Status.ABSENT:
+            return []
+        raise_for_result(listing, first[0])
+        ids = [name for name in first[0].value if is_item_id(name)]
+        leased = set(first[1].value) & set(ids) if first[1].ok else set()
+        names = [f"{item_id}/{leaf}" for item_id in ids for leaf in ("meta.json", "versions.json")]
+        reads: list = []
+        ops: list[Operation] = []
+        pending = names
+        views: dict[str, tuple[int, bytes]] = {}
+        now = None
+        lease_ops = [ReadNewest(ItemPaths(i).lease_dir, *GENERATION_FAMILY, optional=True) for i in sorted(leased)]
+        while True:
+            ops = [ReadFiles(STATE_ROOT, names=tuple(pending), max_bytes=1024 * 1024, budget=32 * 1024 * 1024)]
+            if lease_ops:
+                ops += [*lease_ops, Clock(LEASES_ROOT)]
+            result = await self.target.run(ControlProgram(ops))
+            raise_for_result(ops[0], result[0])
+            got = result[0].value
+            reads += got
+            if lease_ops:
+                for item_id, res in zip(sorted(leased), result[1 : 1 + len(lease_ops)]):
+                    if res.ok:
+                        views[item_id] = res.value
+                clock = result[len(ops) - 1]
+                now = int(clock.value) if clock.ok else None
+                lease_ops = []
+            pending = pending[len(got) :]
+            if not pending:
+                break
+        by_name = dict(zip(names, reads))
+        items: list[ItemSummary] = []
+        for item_id in ids:
+            meta_read = by_name.get(f"{item_id}/meta.json")
+            if meta_read is None or not meta_read.ok or meta_read.data is None:
+                continue
+            try:
+                meta = decode(ItemMeta, meta_read.data, f"metadata of {item_id}")
+            except RecordRefused as exc:
+                _log.warning("artifact store: %s", exc)
+                continue
+            if meta.id != item_id:
+                _log.warning("artifact store: metadata of %s names %s", item_id, meta.id)
+                continue
+            count = 0
+            index_read = by_name.get(f"{item_id}/versions.json")
+            if index_read is not None and index_read.ok and index_read.data is not None:
+                try:
+                    count = len(load_index(index_read.data, item_id).versions)
+                except ArtifactError:
+                    count = 0
+            holder = None
+            if item_id in views and now is not None:
+                holder = self._holder_of(item_id, views[item_id], now)
+            items.append(ItemSummary(meta, count, holder))
+        items.sort(key=lambda s: (s.meta.title.casefold(), s.meta.title, s.meta.id))
+        return items
+
+    def _holder_of(self, item_id: str, newest: tuple[str, bytes], now: int) -> str | None:
+        name, raw = newest
+        try:
+            record = decode(ItemLeaseRecord, raw, item_id)
+        except RecordRefused:
+            return None
+        view = LeaseView(item_id, record.generation, record, raw, now)
+        return _holder(view, self.client.client_id)
+
+    @_refusals
+    async def meta(self, item_id: str) -> tuple[ItemMeta, bytes]:
+        check_item_id(item_id)
+        paths = ItemPaths(item_id)
+        op = Read(paths.meta)
+        result = (await self.target.run(ControlProgram([op])))[0]
+        if result.status is Status.ABSENT:
+            raise missing(item_id)
+        try:
+            raise_for_result(op, result)
+        except TargetError as exc:
+            raise _target_refusal(item_id, exc) from None
+        return _decode_meta(item_id, result.value), result.value
+
+    @_refusals
+    async def read(self, item_id: str) -> ItemContent:
+        check_item_id(item_id)
+        meta, _ = await self.meta(item_id)
+        paths = ItemPaths(item_id)
+        primary, discussion = Read(paths.file(meta.primary)), Read(paths.discussion, optional=True)
+        result = await self.target.run(ControlProgram([primary, discussion]))
+        try:
+            raise_for_result(primary, result[0])
+        except TargetError as exc:
+            raise _target_refusal(item_id, exc) from None
+        comments = _decode_discussion(item_id, result[1].value if result[1].ok else None).comments
+        holder = None
+        if meta.kind in LIVE_PRIMARY and not self.leases.holds(item_id):
+            holder = _holder(await self.leases.observe(item_id), self.client.client_id)
+        data = result[0].value
+        return ItemContent(meta, data, revision_of(data), tuple(comments), holder)
+
+    @_refusals
+    async def versions(self, item_id: str) -> list[VersionEntry]:
+        check_item_id(item_id)
+        index, _ = await read_index(self.target, item_id)
+        return list(reversed(index.versions))
+
+    # Creating ------------------------------------------------------------------
+
+    @_refusals
+    async def create(
+        self,
+        kind: str,
+        title: str,
+        data: bytes | None = None,
+        *,
+        file_name: str | None = None,
+        editor: Editor | None = None,
+        files: Iterable[tuple[str, bytes]] = (),
+        item_id: str | None = None,
+    ) -> ItemSummary:
+        """Create an item with one ``created`` version. ``files`` are
+        secondary authored files (a duplicate's), by relative path."""
+        if kind not in KINDS:
+            raise invalid(repr(kind), "is not an item kind (document, whiteboard, artifact)")
+        clean_title = normalize_title(title)
+        if clean_title is None:
+            raise invalid(repr(title), "is not a title (1-200 characters, no control characters)")
+        if kind == "artifact":
+            if file_name is None:
+                raise invalid("fileName", "an artifact needs its primary file name (such as report.md or chart.png)")
+            why = check_file_name(file_name)
+            if why:
+                raise invalid(file_name, why)
+            primary = file_name
+        else:
+            if file_name is not None and file_name != LIVE_PRIMARY[kind]:
+                raise invalid(file_name, f"a {kind}'s primary file is always {LIVE_PRIMARY[kind]}")
+            primary = LIVE_PRIMARY[kind]
+        payload = item_content.default_content(kind) if data is None else data
+        item_content.check_content(kind, primary, payload, clean_title)
+        extra = [(name, blob) for name, blob in files if name != primary]
+        for attempt in range(_ATTEMPTS):
+            new_id = item_id or secrets.token_hex(6)
+            check_item_id(new_id)
+            now = await self._clock()
+            meta = ItemMeta(id=new_id, kind=kind, title=clean_title, primary=primary, created_at=now, updated_at=now)
+            created = await self._create(meta, payload, extra, editor)
+            if created:
+                self._notify(new_id, "created")
+                return ItemSummary(meta, 1)
+            if item_id is not None:
+                raise ArtifactError("conflict", item_id, "an item with this id already exists")
+        raise ArtifactError("unavailable", clean_title, "could not find a free item id")
+
+    async def _create(self, meta: ItemMeta, payload: bytes, extra: list[tuple[str, bytes]], editor: Editor | None) -> bool:
+        paths = ItemPaths(meta.id)
+        entry = VersionEntry(
+            number=1,
+            at=meta.created_at,
+            reason=VersionReason.CREATED,
+            size=len(payload),
+            sha256=revision_of(payload),
+            session_id=editor.session_id if editor else None,
+        )
+        index = VersionIndex(next_number=2, versions=[entry])
+        ops: list[Operation] = [
+            MakeDirs(STATE_ROOT, optional=True),
+            MakeDirs(paths.state),  # conflict: the id is taken
+            MakeDirs(paths.authored, optional=True),
+            MakeDirs(paths.versions_dir, optional=True),
+        ]
+        parents = sorted({name.rsplit("/", 1)[0] for name, _ in extra if "/" in name})
+        ops += [MakeDirs(paths.file(parent), optional=True) for parent in parents]
+        ops += [
+            WriteProject(paths.file(meta.primary), payload, deferred=True),
+            *(WriteProject(paths.file(name), blob, deferred=True) for name, blob in extra),
+            Replace(paths.version_blob(1), payload, deferred=True),
+            Replace(paths.versions_index, encode(index), deferred=True),
+            Barrier(),
+            CreateExclusive(paths.meta, encode(meta)),
+        ]
+        try:
+            result = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+        except TargetError as exc:
+            raise _target_refusal(meta.title, exc) from None
+        if result.completed:
+            return True
+        stop = result.stopped_at
+        if stop == 1 and result[1].status is Status.CONFLICT:
+            return False
+        # Nothing is listed without meta.json; take back what was written.
+        await self._remove_state_dir(paths)
+        try:
+            raise_for_result(ops[stop], result[stop])
+        except TargetError as exc:
+            raise _target_refusal(meta.title, exc) from None
+        return False
+
+    @_refusals
+    async def adopt(self, item_id: str, primary: str, *, editor: Editor | None = None) -> ItemSummary | None:
+        """An authored file was written into a new id directory (a model's
+        ApplyPatch): that creates the artifact, titled by its file name.
+        None when the item exists already."""
+        check_item_id(item_id)
+        why = check_file_name(primary)
+        if why:
+            raise invalid(primary, why)
+        paths = ItemPaths(item_id)
+        op = Read(paths.file(primary))
+        result = (await self.target.run(ControlProgram([Stat(paths.meta, optional=True), op])))
+        if result[0].ok:
+            return None
+        try:
+            raise_for_result(op, result[1])
+        except TargetError as exc:
+            raise _target_refusal(item_id, exc) from None
+        now = await self._clock()
+        meta = ItemMeta(id=item_id, kind="artifact", title=primary, primary=primary, created_at=now, updated_at=now)
+        data = result[1].value
+        ops: list[Operation] = [
+            MakeDirs(STATE_ROOT, optional=True),
+            MakeDirs(paths.state),
+            MakeDirs(paths.versions_dir, optional=True),
+            Barrier(),
+            CreateExclusive(paths.meta, encode(meta)),
+        ]
+        res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+        if not res.completed:
+            if res.stopped_at == 1 and res[1].status is Status.CONFLICT:
+                return None
+            raise_for_result(ops[res.stopped_at], res[res.stopped_at])
+        await self._publish(item_id, data, VersionReason.CREATED, editor)
+        self._notify(item_id, "created")
+        return ItemSummary(meta, 1)
+
+    # Writing -------------------------------------------------------------------
+
+    @_refusals
+    async def write(self, item_id: str, data: bytes, *, base_revision: str | None = None, editor: Editor | None = None) -> str:
+        """Replace the item's primary file (one whole-item write; a live
+        item's is fenced by its lease). Returns the new revision."""
+        check_item_id(item_id)
+        for _ in range(_ATTEMPTS):
+            meta, meta_raw = await self.meta(item_id)
+            paths = ItemPaths(item_id)
+            item_content.check_content(meta.kind, meta.primary, data, item_id)
+            current = None
+            ops: list[Operation] = [Verify(paths.meta, meta_raw)]
+            if base_revision is not None:
+                read = Read(paths.file(meta.primary))
+                got = (await self.target.run(ControlProgram([read])))[0]
+                try:
+                    raise_for_result(read, got)
+                except TargetError as exc:
+                    raise _target_refusal(item_id, exc) from None
+                current = got.value
+                if revision_of(current) != base_revision:
+                    raise ArtifactError("conflict", item_id, "the item changed since that revision was read; reload it and apply the change again")
+                ops.append(Verify(paths.file(meta.primary), current))
+            view = None
+            create = None
+            if meta.kind in LIVE_PRIMARY:
+                view = await self.leases.observe(item_id)
+                fence, create = self.leases.fence(view)
+                ops += fence
+            now = view.now if view is not None else await self._clock()
+            fence_end = len(ops)
+            ops += [
+                WriteProject(paths.file(meta.primary), data),
+                Replace(paths.meta, encode(msgspec.structs.replace(meta, updated_at=max(now, meta.created_at)))),
+            ]
+            try:
+                result = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+            except TargetError as exc:
+                raise _target_refusal(item_id, exc) from None
+            if result.completed:
+                if create is not None:
+                    self.leases.fenced(item_id, create, result[ops.index(create)])
+                self._note_edit(item_id, editor)
+                self._notify(item_id, "written")
+                return revision_of(data)
+            stop = result.stopped_at
+            if stop == 0:
+                if result[0].status is Status.ABSENT:
+                    raise missing(item_id)
+                continue  # the metadata changed meanwhile: read again
+            if base_revision is not None and stop == 1:
+                raise ArtifactError("conflict", item_id, "the item changed since that revision was read; reload it and apply the change again")
+            if view is not None and stop < fence_end and result[stop].status in (Status.MISMATCH, Status.CONFLICT):
+                raise self.leases.refused(view, stop)
+            try:
+                raise_for_result(ops[stop], result[stop])
+            except TargetError as exc:
+                raise _target_refusal(item_id, exc) from None
+        raise ArtifactError("unavailable", item_id, "the item kept changing while writing; try again")
+
+    @_refusals
+    async def restore(self, item_id: str, number: int, *, editor: Editor | None = None) -> str:
+        """Write version ``number``'s bytes as an ordinary write, then record
+        a ``restored`` version (so the restore itself can be undone)."""
+        check_item_id(item_id)
+        _, data = await read_version(self.target, item_id, number)
+        revision = await self.write(item_id, data, editor=editor)
+        await self._publish(item_id, data, VersionReason.RESTORED, editor)
+        return revision
+
+    # Versions ------------------------------------------------------------------
+
+    @_refusals
+    async def save_version(self, item_id: str, *, editor: Editor | None = None) -> VersionEntry:
+        item = await self.read(item_id)
+        return await self._publish(item_id, item.data, VersionReason.SAVED, editor)
+
+    async def _publish(self, item_id: str, data: bytes, reason: VersionReason, editor: Editor | None) -> VersionEntry:
+        entry = await publish_version(
+            self.target,
+            item_id,
+            data,
+            at=await self._clock(),
+            reason=reason,
+            max_count=self.max_versions,
+            max_bytes=self.max_version_bytes,
+            session_id=editor.session_id if editor else None,
+            turn=editor.turn if editor else None,
+        )
+        self._notify(item_id, "versioned")
+        return entry
+
+    def _note_edit(self, item_id: str, editor: Editor | None) -> None:
+        if editor is not None and editor.session_id is not None and editor.turn is not None:
+            self._turn_edits.setdefault(editor.session_id, set()).add(item_id)
+
+    def note_edit(self, item_id: str, editor: Editor) -> None:
+        """An item was written outside :meth:`write` (a model's ApplyPatch of
+        an authored file) during ``editor``'s turn."""
+        self._note_edit(item_id, editor)
+
+    @_refusals
+    async def settle_turn(self, session_id: str, turn: int) -> list[VersionEntry]:
+        """The session's turn settled: one ``turn`` version of every item it
+        wrote, from the committed bytes."""
+        edited = sorted(self._turn_edits.pop(session_id, ()))
+        published = []
+        for item_id in edited:
+            try:
+                item = await self.read(item_id)
+                published.append(
+                    await self._publish(item_id, item.data, VersionReason.TURN, Editor(session_id, turn))
+                )
+            except ArtifactError as exc:
+                _log.info("no turn version of %s: %s", item_id, exc)
+        return published
+
+    # Discussion ------------------------------------------------------------------
+
+    @_refusals
+    async def comment(self, item_id: str, text: str, *, author: str = "user", routed_to: str | None = None) -> Comment:
+        check_item_id(item_id)
+        if not isinstance(text, str) or not text.strip():
+            raise invalid("text", "is blank; a comment needs words")
+        if len(text.encode("utf-8", "replace")) > MAX_COMMENT_BYTES:
+            raise invalid("text", f"is longer than {MAX_COMMENT_BYTES} bytes")
+        paths = ItemPaths(item_id)
+        for _ in range(_ATTEMPTS):
+            read = Read(paths.discussion, optional=True)
+            result = await self.target.run(ControlProgram([Stat(paths.meta), read]))
+            if result[0].status is Status.ABSENT:
+                raise missing(item_id)
+            raw = result[1].value if result[1].ok else None
+            discussion = _decode_discussion(item_id, raw)
+            number = discussion.comments[-1].number + 1 if discussion.comments else 1
+            new = Comment(number=number, at=await self._clock(), author=author, text=text, session_id=routed_to)
+            updated = Discussion(comments=[*discussion.comments, new])
+            ops = [Stat(paths.meta), Verify(paths.discussion, raw), Replace(paths.discussion, encode(updated))]
+            res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+            if res.completed:
+                self._notify(item_id, "commented")
+                return new
+            if res.stopped_at == 0 and res[0].status is Status.ABSENT:
+                raise missing(item_id)
+            if res.stopped_at == 1 and res[1].status is Status.MISMATCH:
+                continue
+            raise_for_result(ops[res.stopped_at], res[res.stopped_at])
+        raise ArtifactError("unavailable", item_id, "the discussion kept changing; try again")
+
+    # Dedicated session -------------------------------------------------------------
+
+    @_refusals
+    async def set_dedicated_session(self, item_id: str, session_id: str | None, *, expected: str | None) -> bool:
+        """Name the item's dedicated session, when it still names
+        ``expected`` (the creator that loses a race opens the winner's)."""
+        for _ in range(_ATTEMPTS):
+            meta, raw = await self.meta(item_id)
+            if meta.dedicated_session != expected:
+                return False
+            paths = ItemPaths(item_id)
+            new = msgspec.structs.replace(meta, dedicated_session=session_id)
+            ops = [Verify(paths.meta, raw), Replace(paths.meta, encode(new))]
+            res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+            if res.completed:
+                return True
+            if res[0].status is Status.ABSENT:
+                raise missing(item_id)
+        return False
+
+    # Duplicating and deleting ------------------------------------------------------
+
+    @_refusals
+    async def duplicate(self, item_id: str, title: str | None = None, *, editor: Editor | None = None) -> ItemSummary:
+        item = await self.read(item_id)
+        files = await self._authored_files(item_id)
+        copy_title = title if title is not None else f"{item.meta.title} (copy)"[:200]
+        return await self.create(
+            item.meta.kind,
+            copy_title,
+            item.data,
+            file_name=item.meta.primary if item.meta.kind == "artifact" else None,
+            editor=editor,
+            files=[(name, blob) for name, blob in files if name != item.meta.primary],
+        )
+
+    async def _authored_files(self, item_id: str) -> list[tuple[str, bytes]]:
+        paths = ItemPaths(item_id)
+        names = await self._tree_files(paths.authored)
+        if not names:
+            return []
+        op = ReadFiles(paths.authored, names=tuple(names), budget=256 * 1024 * 1024)
+        result = (await self.target.run(ControlProgram([op])))[0]
+        raise_for_result(op, result)
+        return [(name, read.data) for name, read in zip(names, result.value) if read.ok and read.data is not None]
+
+    async def _tree_files(self, directory: str) -> list[str]:
+        """Regular files below ``directory`` (relative), no link followed."""
+        op = ListTree(directory, optional=True)
+        result = (await self.target.run(ControlProgram([op])))[0]
+        if result.status is Status.ABSENT:
+            return []
+        raise_for_result(op, result)
+        files = []
+        for parent, joined in result.value.records:
+            for name in joined.split("\0") if joined else ():
+                if not name.endswith("/"):
+                    files.append(f"{parent}/{name}" if parent else name)
+        return files
+
+    async def _tree_dirs(self, directory: str) -> list[str]:
+        op = ListTree(directory, optional=True)
+        result = (await self.target.run(ControlProgram([op])))[0]
+        if result.status is Status.ABSENT:
+            return []
+        raise_for_result(op, result)
+        return [parent for parent, _ in result.value.records if parent]
+
+    @_refusals
+    async def delete(self, item_id: str) -> ItemMeta:
+        """Remove the item's authored files, versions, discussion and lease
+        (the dedicated session is the caller's). ``meta.json`` goes first:
+        from then on the item is not listed."""
+        meta, raw = await self.meta(item_id)
+        paths = ItemPaths(item_id)
+        ops: list[Operation] = [Verify(paths.meta, raw), Remove(paths.meta)]
+        for root in (paths.state, paths.authored, paths.lease_dir):
+            files = await self._tree_files(root)
+            dirs = await self._tree_dirs(root)
+            ops += [Remove(f"{root}/{name}", optional=True) for name in files]
+            ops += [Remove(f"{root}/{name}", optional=True) for name in sorted(dirs, key=len, reverse=True)]
+            ops.append(Remove(root, optional=True))
+        res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+        if not res.completed:
+            if res[0].status is Status.ABSENT:
+                raise missing(item_id)
+            if res[0].status is Status.MISMATCH:
+                raise ArtifactError("conflict", item_id, "the item changed while deleting it; nothing was deleted, try again")
+            raise_for_result(ops[res.stopped_at], res[res.stopped_at])
+        self.leases.forget(item_id)
+        self._notify(item_id, "deleted")
+        return meta
+
+    async def _remove_state_dir(self, paths: ItemPaths) -> None:
+        files = await self._tree_files(paths.state)
+        dirs = await self._tree_dirs(paths.state)
+        ops: list[Operation] = [Remove(f"{paths.state}/{n}", optional=True) for n in files]
+        ops += [Remove(f"{paths.state}/{d}", optional=True) for d in sorted(dirs, key=len, reverse=True)]
+        ops.append(Remove(paths.state, optional=True))
+        await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+
+    # Leases ------------------------------------------------------------------------
+
+    @_refusals
+    async def request_handover(self, item_id: str) -> ItemSummary:
+        meta, _ = await self.meta(item_id)
+        if meta.kind not in LIVE_PRIMARY:
+            raise ArtifactError("invalid-params", item_id, "an artifact has no lease; write it with its base revision")
+        view = await self.leases.observe(item_id)
+        holder = _holder(view, self.client.client_id)
+        if holder is not None:
+            await self.leases.request_handover(item_id)
+        index, _ = await read_index(self.target, item_id)
+        return ItemSummary(meta, len(index.versions), holder)
+
+    async def close(self) -> None:
+        await self.leases.close()
+
+    # Helpers -----------------------------------------------------------------------
+
+    async def _clock(self) -> int:
+        ops = [MakeDirs(LEASES_ROOT, optional=True), Clock(LEASES_ROOT)]
+        result = await self.target.run(ControlProgram(ops))
+        raise_for_result(ops[1], result[1])
+        return int(result[1].value)
+
+    def _notify(self, item_id: str, reason: str) -> None:
+        for listener in list(self.on_change):
+            try:
+                listener(item_id, reason)
+            except Exception:
+                _log.exception("artifact change listener failed")
+
+
+def _decode_meta(item_id: str, raw: bytes) -> ItemMeta:
+    try:
+        meta = decode(ItemMeta, raw, f"metadata of {item_id}")
+    except RecordRefused as exc:
+        raise ArtifactError("unreadable", item_id, f"its metadata cannot be trusted ({exc.reason})") from None
+    if meta.id != item_id:
+        raise ArtifactError("unreadable", item_id, f"its metadata names another item ({meta.id})")
+    return meta
+
+
+def _decode_discussion(item_id: str, raw: bytes | None) -> Discussion:
+    if raw is None:
+        return Discussion()
+    try:
+        return decode(Discussion, raw, f"discussion of {item_id}")
+    except RecordRefused as exc:
+        raise ArtifactError("unreadable", item_id, f"its discussion cannot be trusted ({exc.reason})") from None
+

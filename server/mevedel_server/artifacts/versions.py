@@ -1,0 +1,119 @@
+"""Which versions an item keeps, and the one program that publishes one.
+
+Publication compares the previous index under the store lock: it reads
+``versions.json``, builds the next index, then, holding the lock, verifies
+the index is still exactly what it read before writing the new blob and
+index. Two publishers therefore never take the same number; the loser reads
+again and publishes the next one. The blob is flushed before the index that
+names it (a ``Barrier``), so a reader following the index never meets a
+missing or torn blob; blobs the new index drops are removed after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, Verify, raise_for_result
+from ..targets.program import Barrier, MakeDirs, Replace, Stat
+from .errors import ArtifactError, missing
+from .layout import LOCK_DIR, ItemPaths
+from .records import RecordRefused, VersionEntry, VersionIndex, VersionReason, decode, encode
+
+DEFAULT_MAX_VERSIONS = 20
+DEFAULT_MAX_VERSION_BYTES = 64 * 1024 * 1024
+_ATTEMPTS = 16
+
+
+def retained(versions: list[VersionEntry], max_count: int, max_bytes: int) -> list[VersionEntry]:
+    """The newest versions within both caps, oldest first; the latest is
+    always kept, even alone over the byte cap."""
+    kept: list[VersionEntry] = []
+    total = 0
+    for entry in reversed(versions):
+        if kept and (len(kept) >= max_count or total + entry.size > max_bytes):
+            break
+        kept.append(entry)
+        total += entry.size
+    kept.reverse()
+    return kept
+
+
+def load_index(raw: bytes | None, item_id: str) -> VersionIndex:
+    if raw is None:
+        return VersionIndex()
+    try:
+        return decode(VersionIndex, raw, f"version index of {item_id}")
+    except RecordRefused as exc:
+        raise ArtifactError("unreadable", item_id, f"its version index cannot be trusted ({exc.reason})") from None
+
+
+async def read_index(target: Target, item_id: str) -> tuple[VersionIndex, bytes | None]:
+    paths = ItemPaths(item_id)
+    meta, index = Stat(paths.meta), Read(paths.versions_index, optional=True)
+    result = await target.run(ControlProgram([meta, index]))
+    if result[0].status is Status.ABSENT:
+        raise missing(item_id)
+    raise_for_result(meta, result[0])
+    if result[1].status is Status.ABSENT:
+        return VersionIndex(), None
+    raise_for_result(index, result[1])
+    return load_index(result[1].value, item_id), result[1].value
+
+
+async def publish_version(
+    target: Target,
+    item_id: str,
+    data: bytes,
+    *,
+    at: int,
+    reason: VersionReason,
+    max_count: int,
+    max_bytes: int,
+    session_id: str | None = None,
+    turn: int | None = None,
+) -> VersionEntry:
+    paths = ItemPaths(item_id)
+    digest = hashlib.sha256(data).hexdigest()
+    for _ in range(_ATTEMPTS):
+        index, raw = await read_index(target, item_id)
+        entry = VersionEntry(
+            number=index.next_number, at=at, reason=reason, size=len(data), sha256=digest, session_id=session_id, turn=turn
+        )
+        kept = retained([*index.versions, entry], max_count, max_bytes)
+        kept_numbers = {v.number for v in kept}
+        dropped = [v.number for v in index.versions if v.number not in kept_numbers]
+        new_index = VersionIndex(next_number=index.next_number + 1, versions=kept)
+        ops: list[Operation] = [
+            Stat(paths.meta),
+            Verify(paths.versions_index, raw),
+            MakeDirs(paths.versions_dir, optional=True),
+            Replace(paths.version_blob(entry.number), data, deferred=True),
+            Barrier(),
+            Replace(paths.versions_index, encode(new_index)),
+            *(Remove(paths.version_blob(number), optional=True) for number in dropped),
+        ]
+        result = await target.run(ControlProgram(ops, lock=LOCK_DIR))
+        if result.completed:
+            return entry
+        stop = result.stopped_at
+        if stop == 0 and result[0].status is Status.ABSENT:
+            raise missing(item_id)
+        if stop == 1 and result[1].status is Status.MISMATCH:
+            continue  # another publisher took this number: read again
+        raise_for_result(ops[stop], result[stop])
+    raise ArtifactError("unavailable", item_id, "the version index kept changing while publishing; try again")
+
+
+async def read_version(target: Target, item_id: str, number: int) -> tuple[VersionEntry, bytes]:
+    index, _ = await read_index(target, item_id)
+    for entry in index.versions:
+        if entry.number == number:
+            paths = ItemPaths(item_id)
+            op = Read(paths.version_blob(number))
+            result = (await target.run(ControlProgram([op])))[0]
+            raise_for_result(op, result)
+            if hashlib.sha256(result.value).hexdigest() != entry.sha256:
+                raise ArtifactError("unreadable", f"{item_id} version {number}", "its stored bytes do not match their recorded digest")
+            return entry, result.value
+    kept = ", ".join(str(v.number) for v in reversed(index.versions)) or "none"
+    raise ArtifactError("missing-target", f"{item_id} version {number}", f"no such version is kept (kept: {kept})")

@@ -1,0 +1,224 @@
+"""The workspace artifact store's contracts, on this machine's target and
+on a real SSH target: items by stable id with titles, whole-item writes
+fenced by item leases, versions, discussions, duplicate and delete."""
+
+import asyncio
+import base64
+import os
+
+import pytest
+
+from mevedel_server.artifacts.errors import ArtifactError
+from mevedel_server.artifacts.records import VersionReason
+from mevedel_server.artifacts.store import ArtifactStore, Editor, revision_of
+from mevedel_server.store.authority.lease import ClientIdentity
+
+
+@pytest.fixture
+def root(tmp_path):
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def _store(target, name="a", **options):
+    return ArtifactStore(target, ClientIdentity(f"client-{name}", f"host-{name}"), **options)
+
+
+async def test_items_are_listed_by_title_and_keep_their_own_ids(root, open_target):
+    store = _store(await open_target(root))
+    first = await store.create("document", "Plan", b"# one\n")
+    second = await store.create("document", "Plan", b"# two\n")
+    board = await store.create("whiteboard", "Architecture")
+    listed = await store.list()
+    assert [item.meta.title for item in listed] == ["Architecture", "Plan", "Plan"]
+    assert first.item_id != second.item_id
+    assert (await store.read(first.item_id)).data == b"# one\n"
+    assert (await store.read(second.item_id)).data == b"# two\n"
+    assert b'"elements": []' in (await store.read(board.item_id)).data
+    assert (root / ".mevedel/artifacts" / first.item_id / "document.md").read_bytes() == b"# one\n"
+    assert (root / ".mevedel/artifacts/.state" / first.item_id / "meta.json").is_file()
+    await store.close()
+
+
+async def test_bad_input_is_refused_naming_it_and_writes_nothing(root, open_target):
+    store = _store(await open_target(root))
+    with pytest.raises(ArtifactError) as caught:
+        await store.create("whiteboard", "Board", b"[1, 2]")
+    assert caught.value.kind == "invalid-params" and "elements" in caught.value.reason
+    with pytest.raises(ArtifactError) as caught:
+        await store.create("artifact", "Run", b"x", file_name="run.sh")
+    assert caught.value.authored == "run.sh"
+    with pytest.raises(ArtifactError) as caught:
+        await store.create("document", "   ")
+    assert caught.value.kind == "invalid-params"
+    with pytest.raises(ArtifactError) as caught:
+        await store.read("../etc")
+    assert caught.value.kind == "invalid-params"
+    with pytest.raises(ArtifactError) as caught:
+        await store.read("nosuchitem")
+    assert caught.value.kind == "missing-target"
+    assert await store.list() == []
+
+
+async def test_a_write_based_on_an_old_revision_is_a_conflict(root, open_target):
+    store = _store(await open_target(root))
+    item = await store.create("artifact", "Report", b"<p>v1</p>", file_name="report.html")
+    base = (await store.read(item.item_id)).revision
+    assert await store.write(item.item_id, b"<p>v2</p>", base_revision=base) == revision_of(b"<p>v2</p>")
+    with pytest.raises(ArtifactError) as caught:
+        await store.write(item.item_id, b"<p>v3</p>", base_revision=base)
+    assert caught.value.kind == "conflict"
+    assert (await store.read(item.item_id)).data == b"<p>v2</p>"
+
+
+async def test_versions_are_capped_oldest_first_and_restore_is_an_ordinary_write(root, open_target):
+    store = _store(await open_target(root), max_versions=3)
+    item = await store.create("document", "Notes", b"v0")
+    for n in range(1, 5):
+        await store.write(item.item_id, f"v{n}".encode())
+        await store.save_version(item.item_id)
+    versions = await store.versions(item.item_id)
+    assert [v.number for v in versions] == [5, 4, 3]
+    assert [v.reason for v in versions] == [VersionReason.SAVED] * 3
+    revision = await store.restore(item.item_id, 3)
+    assert (await store.read(item.item_id)).data == b"v2"
+    assert revision == revision_of(b"v2")
+    latest = (await store.versions(item.item_id))[0]
+    assert latest.reason is VersionReason.RESTORED and latest.number == 6
+    with pytest.raises(ArtifactError) as caught:
+        await store.restore(item.item_id, 1)
+    assert caught.value.kind == "missing-target" and "kept: 6, 5, 4" in caught.value.reason
+    blobs = sorted(os.listdir(root / ".mevedel/artifacts/.state" / item.item_id / "versions"))
+    assert len(blobs) == 3
+    await store.close()
+
+
+async def test_the_latest_version_is_kept_even_over_the_byte_cap(root, open_target):
+    store = _store(await open_target(root), max_version_bytes=10)
+    item = await store.create("document", "Big", b"x" * 50)
+    await store.write(item.item_id, b"y" * 40)
+    await store.save_version(item.item_id)
+    assert [v.size for v in await store.versions(item.item_id)] == [40]
+    await store.close()
+
+
+async def test_two_publishers_never_take_the_same_version_number(root, open_target):
+    target = await open_target(root)
+    one, two = _store(target, "one"), _store(target, "two")
+    item = await one.create("artifact", "Chart", b"<svg/>", file_name="chart.svg")
+    await asyncio.gather(*(store.save_version(item.item_id) for store in (one, two) for _ in range(5)))
+    numbers = [v.number for v in await one.versions(item.item_id)]
+    assert sorted(numbers) == list(range(1, 12)) and len(set(numbers)) == 11
+
+
+async def test_a_turn_records_one_version_of_each_item_it_wrote(root, open_target):
+    store = _store(await open_target(root))
+    item = await store.create("document", "Doc", b"a")
+    for text in (b"b", b"c", b"d"):
+        await store.write(item.item_id, text, editor=Editor("s1", 4))
+    published = await store.settle_turn("s1", 4)
+    assert [(v.reason, v.turn, v.session_id) for v in published] == [(VersionReason.TURN, 4, "s1")]
+    assert (await store.versions(item.item_id))[0].size == 1
+    assert await store.settle_turn("s1", 5) == []
+    await store.close()
+
+
+async def test_comments_and_duplicates_and_deletion(root, open_target):
+    store = _store(await open_target(root))
+    item = await store.create("artifact", "Logo", base64.b64decode(base64.b64encode(b"\x89PNG\r\n")), file_name="logo.png")
+    (root / ".mevedel/artifacts" / item.item_id / "notes").mkdir()
+    (root / ".mevedel/artifacts" / item.item_id / "notes/source.txt").write_bytes(b"src")
+    await store.comment(item.item_id, "make it blue")
+    await store.comment(item.item_id, "and bigger", author="s9", routed_to="s9")
+    copy = await store.duplicate(item.item_id)
+    assert copy.meta.title == "Logo (copy)" and copy.item_id != item.item_id
+    assert (root / ".mevedel/artifacts" / copy.item_id / "notes/source.txt").read_bytes() == b"src"
+    assert (await store.read(copy.item_id)).comments == ()
+    assert [c.text for c in (await store.read(item.item_id)).comments] == ["make it blue", "and bigger"]
+    await store.delete(item.item_id)
+    assert [i.item_id for i in await store.list()] == [copy.item_id]
+    for place in (".mevedel/artifacts", ".mevedel/artifacts/.state", ".mevedel/leases/artifacts"):
+        assert not (root / place / item.item_id).exists()
+    assert (root / ".mevedel/artifacts" / copy.item_id / "logo.png").read_bytes() == b"\x89PNG\r\n"
+
+
+async def test_a_live_item_has_one_writer_and_a_late_write_is_fenced(root, open_target):
+    target = await open_target(root)
+    one = _store(target, "one", lease_seconds=3, renew_every=3600)
+    two = _store(target, "two", lease_seconds=3, renew_every=3600)
+    item = await one.create("document", "Shared doc", b"start")
+    await one.write(item.item_id, b"one wrote")
+    with pytest.raises(ArtifactError) as caught:
+        await two.write(item.item_id, b"two wrote")
+    assert caught.value.kind == "item-held" and "host-one" in caught.value.reason
+    read = await two.read(item.item_id)
+    assert not read.writable and read.holder_host == "host-one"
+    assert [i.holder_host for i in await two.list()] == ["host-one"]
+    # The holder stops renewing (a suspended laptop): the next edit takes it over.
+    await asyncio.sleep(3.2)
+    stale = await one.leases.observe(item.item_id)  # one's write, planned before the takeover
+    await two.write(item.item_id, b"two took over")
+    observe = one.leases.observe
+
+    async def late(item_id):
+        one.leases.observe = observe
+        return stale
+
+    one.leases.observe = late
+    with pytest.raises(ArtifactError) as caught:
+        await one.write(item.item_id, b"late write")
+    assert caught.value.kind == "item-lease-lost" and "nothing was written" in caught.value.reason
+    assert not one.leases.holds(item.item_id)
+    assert (await one.read(item.item_id)).data == b"two took over"
+    assert not (await one.read(item.item_id)).writable
+    with pytest.raises(ArtifactError) as caught:
+        await one.write(item.item_id, b"again")
+    assert caught.value.kind == "item-held"
+
+
+async def test_the_holder_hands_over_once_asked_and_idle(root, open_target):
+    target = await open_target(root)
+    clock = [0.0]
+    one = _store(target, "one", renew_every=3600)
+    one.leases._monotonic = lambda: clock[0]
+    two = _store(target, "two", renew_every=3600)
+    item = await one.create("whiteboard", "Board")
+    await one.write(item.item_id, (await one.read(item.item_id)).data)
+    assert (await two.request_handover(item.item_id)).holder_host == "host-one"
+    clock[0] = 5.0
+    await one.leases.renew(item.item_id)  # asked, but edited 5 s ago: kept
+    assert one.leases.holds(item.item_id)
+    clock[0] = 10.0
+    await one.leases.renew(item.item_id)  # idle 10 s: handed over
+    assert not one.leases.holds(item.item_id)
+    assert (await two.read(item.item_id)).writable
+    await two.write(item.item_id, b'{"elements": [], "type": "excalidraw"}')
+    assert two.leases.holds(item.item_id)
+    await two.close()
+    assert (await one.read(item.item_id)).writable  # released at close
+
+
+async def test_a_planted_symlink_never_redirects_a_write(root, open_target, tmp_path):
+    store = _store(await open_target(root))
+    item = await store.create("document", "Doc", b"mine")
+    outside = tmp_path / "outside.md"
+    outside.write_bytes(b"untouched")
+    primary = root / ".mevedel/artifacts" / item.item_id / "document.md"
+    primary.unlink()
+    primary.symlink_to(outside)
+    with pytest.raises(ArtifactError) as caught:
+        await store.write(item.item_id, b"evil")
+    assert caught.value.kind == "containment"
+    state = root / ".mevedel/artifacts/.state" / item.item_id
+    (state / "discussion.json").symlink_to(outside)
+    with pytest.raises(ArtifactError):
+        await store.comment(item.item_id, "hello")
+    versions = state / "versions"
+    os.rename(versions, state / "versions-real")
+    versions.symlink_to(tmp_path)
+    with pytest.raises(ArtifactError):
+        await store.save_version(item.item_id)
+    assert outside.read_bytes() == b"untouched"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["outside.md", "ws"])
+    await store.close()
