@@ -212,3 +212,26 @@ def test_agent_chat_against_real_server(compiled: str, tmp_path: Path) -> None:
     ):
         assert re.search(rf"ok \d+ - {re.escape(name)}", output), output
     assert re.search(r"ok \d+ - agents", output), output
+
+
+def test_artifacts_against_real_server(compiled: str, tmp_path: Path) -> None:
+    # The artifacts suite starts a second server on the same workspace to
+    # hold an item (its lease), so the first shows it read-only.
+    workspace = tmp_path / "artifacts"
+    workspace.mkdir()
+    output = node_tests(
+        ["artifacts"],
+        env={
+            "MEVEDEL_LSP_COMMAND": json.dumps(server_command()),
+            "MEVEDEL_TEST_ARTIFACT_WORKSPACE": str(workspace),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        },
+    )
+    for name in (
+        "a new document is listed by title and marked attached to the session that created it",
+        "an opened document is edited and saved through mevedel/artifact/write; the server reads the new content",
+        "a save over a change the editor never saw is refused with the server words, and reloading shows that change",
+        "an item another server process holds opens read-only, names its host, and offers asking for it",
+    ):
+        assert re.search(rf"ok \d+ - {re.escape(name)}", output), output
+    assert re.search(r"ok \d+ - artifacts", output), output
