@@ -31,6 +31,7 @@ from editor_harness import (
 
 SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "mevedel_test.lua"
 CHAT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_test.lua"
+ARTIFACTS_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_test.lua"
 SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_screen.lua"
 AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
 
@@ -123,6 +124,29 @@ def test_neovim_client(nvim: str, workspace: Workspace, tmp_path) -> None:
         "settings: remoteWorkspaces",
     ):
         assert re.search(rf"^PASS .*{re.escape(session_test)}", output, re.MULTILINE), output
+
+
+def test_neovim_artifacts(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """The artifact store in the editor: the list (by title, attached
+    marked), item buffers whose :w writes the item, a conflicting write,
+    versions and restore, delete, and an item another server holds."""
+    output = run_editor(
+        _headless(nvim, ARTIFACTS_SCRIPT),
+        env={**editor_environment(workspace), "XDG_STATE_HOME": str(tmp_path / "state")},
+        cwd=workspace.root,
+    )
+    assert re.search(r"^\d+ tests, 0 failed$", output, re.MULTILINE), output
+    for name in (
+        "artifacts: a new document from the list opens",
+        "artifacts: open from the list, edit, :w writes it",
+        "artifacts: a change made elsewhere reloads the buffer; a conflicting :w",
+        "artifacts: versions are listed newest first and restore",
+        "artifacts: detach, attach, duplicate and comment",
+        "artifacts: a whiteboard opens as its JSON scene",
+        "artifacts: delete asks first",
+        "artifacts: an item another server holds is read-only here",
+    ):
+        assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
 
 
 def _agent_command() -> list[str]:

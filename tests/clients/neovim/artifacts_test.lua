@@ -1,0 +1,406 @@
+-- Headless Neovim tests of the artifact store UI
+-- (clients/neovim/lua/mevedel/artifacts.lua) against the real server.
+--
+-- Run by tests/clients/test_neovim.py with MEVEDEL_TEST_WORKSPACE,
+-- MEVEDEL_TEST_DOCUMENT and MEVEDEL_LSP_COMMAND (a JSON array). Prints one
+-- PASS/FAIL line per test; exits non-zero when any failed.
+
+local root = vim.env.MEVEDEL_TEST_WORKSPACE
+local document = vim.env.MEVEDEL_TEST_DOCUMENT
+local command = vim.json.decode(vim.env.MEVEDEL_LSP_COMMAND)
+local TIMEOUT = 30000
+
+local function out(text)
+  io.stdout:write(text .. '\n')
+end
+
+local failures, ran = 0, 0
+local function test(name, body)
+  ran = ran + 1
+  local ok, err = xpcall(body, debug.traceback)
+  if ok then
+    out('PASS ' .. name)
+  else
+    failures = failures + 1
+    out('FAIL ' .. name .. '\n' .. tostring(err))
+  end
+end
+
+local function wait_for(what, predicate, timeout)
+  if not vim.wait(timeout or TIMEOUT, predicate, 20) then
+    error('timed out waiting for ' .. what, 2)
+  end
+end
+
+local function expect(condition, message, ...)
+  if not condition then
+    error(string.format(message, ...), 2)
+  end
+end
+
+local notifications = {}
+vim.notify = function(message, level)
+  table.insert(notifications, { message = message, level = level })
+  out('notify: ' .. tostring(message))
+end
+
+-- The first notification since index FROM whose text holds TEXT.
+local function notified(text, from)
+  for i = from or 1, #notifications do
+    if tostring(notifications[i].message):find(text, 1, true) then
+      return notifications[i]
+    end
+  end
+end
+
+vim.cmd('filetype on')
+vim.o.hidden = true
+vim.cmd('runtime plugin/mevedel.lua')
+local mevedel = require('mevedel')
+mevedel.setup({ cmd = command })
+local sessions = require('mevedel.sessions')
+local artifacts = require('mevedel.artifacts')
+
+local function mevedel_client(bufnr)
+  local found = vim.lsp.get_clients and vim.lsp.get_clients({ bufnr = bufnr or 0, name = 'mevedel' })
+    or vim.tbl_filter(function(c)
+      return c.name == 'mevedel'
+    end, vim.lsp.buf_get_clients(bufnr or 0))
+  return found[1]
+end
+
+local function open_document()
+  local bufnr = vim.fn.bufnr(document)
+  if bufnr > 0 and vim.api.nvim_buf_is_loaded(bufnr) then
+    vim.api.nvim_set_current_buf(bufnr)
+  else
+    vim.cmd('edit ' .. vim.fn.fnameescape(document))
+  end
+  wait_for('the server to attach', function()
+    local client = mevedel_client(0)
+    return client ~= nil and client.initialized == true
+  end)
+end
+
+-- Requests the test makes itself (a second writer, what the server holds).
+local function server_call(method, params)
+  local result, err = mevedel.request(mevedel_client(vim.fn.bufnr(document)), method, params or vim.empty_dict())
+  expect(result, '%s failed: %s', method, tostring(err))
+  return result
+end
+
+local function buffer_text(bufnr)
+  return table.concat(vim.api.nvim_buf_get_lines(bufnr or 0, 0, -1, false), '\n')
+end
+
+-- Stands in for the user at vim.ui.select: BY_KIND maps a select's kind to
+-- a Lua pattern its chosen line must match, or to a function of (items,
+-- formatted, on_choice).
+local real_select, real_input = vim.ui.select, vim.ui.input
+local asked = {}
+local function answering(by_kind)
+  asked = {}
+  vim.ui.select = function(items, opts, on_choice)
+    local formatted = {}
+    for i, item in ipairs(items) do
+      formatted[i] = opts.format_item and opts.format_item(item) or tostring(item)
+    end
+    table.insert(asked, { kind = opts.kind, prompt = opts.prompt, formatted = formatted })
+    local answer = by_kind[opts.kind]
+    if answer == nil then
+      error(string.format('an unexpected %s question: %s %s', tostring(opts.kind), tostring(opts.prompt), vim.inspect(formatted)))
+    end
+    if type(answer) == 'function' then
+      return answer(items, formatted, on_choice)
+    end
+    for i, text in ipairs(formatted) do
+      if text:find(answer) then
+        return on_choice(items[i])
+      end
+    end
+    error(string.format('%s offers nothing matching %s: %s', tostring(opts.prompt), answer, vim.inspect(formatted)))
+  end
+end
+
+local function selected(kind)
+  for i = #asked, 1, -1 do
+    if asked[i].kind == kind then
+      return asked[i]
+    end
+  end
+end
+
+-- Stands in for the user at vim.ui.input, answering TEXT.
+local function typing(text)
+  vim.ui.input = function(_, on_confirm)
+    on_confirm(text)
+  end
+end
+
+-- The lines :MevedelArtifacts shows (the user then cancels).
+local function listing()
+  local shown
+  answering({
+    ['mevedel.artifact'] = function(_, formatted, on_choice)
+      shown = formatted
+      on_choice(nil)
+    end,
+  })
+  vim.cmd('MevedelArtifacts')
+  expect(shown, ':MevedelArtifacts showed nothing')
+  out('listing:\n' .. table.concat(shown, '\n'))
+  return shown
+end
+
+local function line_with(lines, text)
+  for _, line in ipairs(lines) do
+    if line:find(text, 1, true) then
+      return line
+    end
+  end
+end
+
+-- The buffer of item ID, or nil.
+local function item_buffer(id)
+  return artifacts.buffers_of(id)[1]
+end
+
+-- Tests -----------------------------------------------------------------------------
+
+local plan -- the id of the document the tests work on
+
+test('artifacts: a new document from the list opens, and the list shows it by title, attached', function()
+  open_document()
+  sessions.create('Nvim artifacts')
+  open_document()
+  answering({ ['mevedel.artifact'] = '^%+ New document' })
+  typing('Plan notes')
+  vim.cmd('MevedelArtifacts')
+  local bufnr = vim.api.nvim_get_current_buf()
+  plan = vim.b[bufnr].mevedel_artifact
+  expect(plan, 'no item buffer is current: %s', vim.api.nvim_buf_get_name(bufnr))
+  expect(vim.api.nvim_buf_get_name(bufnr) == 'mevedel-artifact://' .. plan .. '/document.md', 'named %s', vim.api.nvim_buf_get_name(bufnr))
+  expect(vim.bo.buftype == 'acwrite' and vim.bo.filetype == 'markdown', 'buftype %s filetype %s', vim.bo.buftype, vim.bo.filetype)
+  expect(vim.bo.modifiable and not vim.bo.readonly and not vim.bo.modified, 'the new document is not editable')
+  expect(vim.b.mevedel_artifact_title == 'Plan notes', 'title %s', tostring(vim.b.mevedel_artifact_title))
+  expect(notified('created document Plan notes (attached to the session)'), 'creation was not told')
+  local line = line_with(listing(), 'Plan notes')
+  expect(line and line:find('^%* Plan notes  %(document, attached, 1 version%)'), 'listed as %s', tostring(line))
+end)
+
+test('artifacts: open from the list, edit, :w writes it (baseRevision from the buffer)', function()
+  -- Read afresh: the buffer is wiped, then opened from the list.
+  vim.cmd('bwipeout! ' .. item_buffer(plan))
+  open_document()
+  answering({ ['mevedel.artifact'] = '^. Plan notes', ['mevedel.artifact.action'] = '^Open$' })
+  vim.cmd('MevedelArtifacts')
+  local actions = selected('mevedel.artifact.action').formatted
+  expect(vim.tbl_contains(actions, 'Detach') and vim.tbl_contains(actions, 'Versions') and vim.tbl_contains(actions, 'Delete'), 'actions %s', vim.inspect(actions))
+  expect(vim.b.mevedel_artifact == plan, 'opened %s', vim.api.nvim_buf_get_name(0))
+  local before = server_call('mevedel/artifact/read', { id = plan })
+  expect(vim.b.mevedel_artifact_revision == before.revision, 'revision %s, the server has %s', tostring(vim.b.mevedel_artifact_revision), before.revision)
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, { '# Plan', '', 'First step.' })
+  expect(vim.bo.modified, 'the edit did not modify the buffer')
+  vim.cmd('write')
+  expect(not vim.bo.modified, 'still modified after :w')
+  local after = server_call('mevedel/artifact/read', { id = plan })
+  expect(after.content == '# Plan\n\nFirst step.\n', 'the server has %q', after.content)
+  expect(vim.b.mevedel_artifact_revision == after.revision, 'the buffer kept revision %s, the server has %s', tostring(vim.b.mevedel_artifact_revision), after.revision)
+  expect(notified('wrote Plan notes'), 'the write was not told')
+end)
+
+test('artifacts: a change made elsewhere reloads the buffer; a conflicting :w is told and keeps the text', function()
+  local bufnr = item_buffer(plan)
+  vim.api.nvim_set_current_buf(bufnr)
+  -- Another writer (a request of its own) while the buffer is unmodified:
+  -- the didChange reads it again.
+  local current = server_call('mevedel/artifact/read', { id = plan })
+  server_call('mevedel/artifact/write', { id = plan, content = '# Plan\n\nTheir step.\n', baseRevision = current.revision })
+  wait_for('the buffer to show the other write', function()
+    return buffer_text(bufnr) == '# Plan\n\nTheir step.'
+  end)
+  expect(not vim.bo[bufnr].modified, 'the reloaded buffer is modified')
+  expect(vim.b[bufnr].mevedel_artifact_revision == server_call('mevedel/artifact/read', { id = plan }).revision, 'the reload did not take the revision')
+
+  -- Now the user edits, and the other writer writes again first.
+  vim.api.nvim_buf_set_lines(bufnr, 2, 3, false, { 'My step.' })
+  local mine = buffer_text(bufnr)
+  current = server_call('mevedel/artifact/read', { id = plan })
+  local mark = #notifications
+  server_call('mevedel/artifact/write', { id = plan, content = '# Plan\n\nTheir second step.\n', baseRevision = current.revision })
+  wait_for('the change on the server to be told', function()
+    return notified('Plan notes changed on the server; your unsaved changes stay', mark + 1) ~= nil
+  end)
+  expect(buffer_text(bufnr) == mine and vim.bo[bufnr].modified, 'the reload took the text: %s', buffer_text(bufnr))
+
+  -- :w is refused as a conflict: told in the server's words, the text stays.
+  answering({ ['mevedel.artifact.conflict'] = '^Keep my text' })
+  mark = #notifications
+  vim.cmd('write')
+  local told = notified('nothing was written; your text stays in this buffer', mark + 1)
+  expect(told and tostring(told.message):find(plan, 1, true), 'the conflict was not told with the server message: %s', vim.inspect(notifications[#notifications]))
+  expect(buffer_text(bufnr) == mine and vim.bo[bufnr].modified, 'the buffer lost its text: %s', buffer_text(bufnr))
+  wait_for('the reload offer', function()
+    return selected('mevedel.artifact.conflict') ~= nil
+  end)
+  expect(server_call('mevedel/artifact/read', { id = plan }).content == '# Plan\n\nTheir second step.\n', 'the conflicting write went through')
+
+  -- Again, now taking the server's text: the user's goes to a buffer.
+  answering({ ['mevedel.artifact.conflict'] = '^Reload' })
+  vim.cmd('write')
+  wait_for("the server's text in the buffer", function()
+    return buffer_text(bufnr) == '# Plan\n\nTheir second step.' and not vim.bo[bufnr].modified
+  end)
+  local copy = vim.fn.bufnr('mevedel unsaved text of Plan notes (' .. plan .. ')')
+  expect(copy > 0 and buffer_text(copy) == mine, 'your text was not kept: %s', copy > 0 and buffer_text(copy) or 'no buffer')
+  -- The buffer writes again from the new revision.
+  vim.api.nvim_set_current_buf(bufnr)
+  vim.api.nvim_buf_set_lines(bufnr, 2, 3, false, { 'Merged step.' })
+  vim.cmd('write')
+  expect(server_call('mevedel/artifact/read', { id = plan }).content == '# Plan\n\nMerged step.\n', 'the write after the reload failed')
+end)
+
+test('artifacts: versions are listed newest first and restore puts one back', function()
+  local bufnr = item_buffer(plan)
+  vim.api.nvim_set_current_buf(bufnr)
+  vim.cmd('MevedelArtifactSaveVersion')
+  expect(notified('saved version 2 of Plan notes'), 'the saved version was not told')
+  answering({ ['mevedel.artifact.version'] = '^v1  created' })
+  vim.cmd('MevedelArtifactVersions')
+  local offered = selected('mevedel.artifact.version').formatted
+  out('versions:\n' .. table.concat(offered, '\n'))
+  expect(offered[1]:find('^v2  saved') and offered[2]:find('^v1  created'), 'versions %s', vim.inspect(offered))
+  wait_for('the restored (empty) document in the buffer', function()
+    return buffer_text(bufnr) == '' and not vim.bo[bufnr].modified
+  end)
+  expect(server_call('mevedel/artifact/read', { id = plan }).content == '', 'the server did not restore')
+  -- And back to the saved one (the restore is a version too).
+  answering({ ['mevedel.artifact.version'] = '^v2  saved' })
+  vim.cmd('MevedelArtifactVersions')
+  offered = selected('mevedel.artifact.version').formatted
+  expect(offered[1]:find('^v3  restored'), 'versions %s', vim.inspect(offered))
+  wait_for('the saved version in the buffer', function()
+    return buffer_text(bufnr) == '# Plan\n\nMerged step.'
+  end)
+end)
+
+test('artifacts: detach, attach, duplicate and comment', function()
+  vim.api.nvim_set_current_buf(item_buffer(plan))
+  vim.cmd('MevedelArtifactDetach')
+  local line = line_with(listing(), 'Plan notes')
+  expect(line:find('^  Plan notes  %(document, %d') and not line:find('attached', 1, true), 'listed as %s', line)
+  vim.api.nvim_set_current_buf(item_buffer(plan))
+  vim.cmd('MevedelArtifactAttach')
+  line = line_with(listing(), 'Plan notes')
+  expect(line:find('^%* Plan notes  %(document, attached'), 'listed as %s', line)
+  vim.api.nvim_set_current_buf(item_buffer(plan))
+  vim.cmd('MevedelArtifactDuplicate Plan copy')
+  line = line_with(listing(), 'Plan copy')
+  expect(line and line:find('^%* Plan copy  %(document, attached, 1 version%)'), 'the copy is listed as %s', tostring(line))
+  vim.api.nvim_set_current_buf(item_buffer(plan))
+  vim.cmd('MevedelArtifactComment Please tighten the intro')
+  local comments = server_call('mevedel/artifact/read', { id = plan }).comments
+  expect(#comments == 1 and comments[1].text == 'Please tighten the intro' and comments[1].author == 'user', 'comments %s', vim.inspect(comments))
+  expect(notified('comment 1 on Plan notes'), 'the comment was not told')
+end)
+
+test('artifacts: a whiteboard opens as its JSON scene; a refused write shows the server message', function()
+  open_document()
+  vim.cmd('MevedelArtifactNew whiteboard Sketch')
+  local bufnr = vim.api.nvim_get_current_buf()
+  expect(vim.b.mevedel_artifact_kind == 'whiteboard' and vim.bo.filetype == 'json', 'kind %s filetype %s', tostring(vim.b.mevedel_artifact_kind), vim.bo.filetype)
+  local ok, scene = pcall(vim.json.decode, buffer_text(bufnr))
+  expect(ok and type(scene) == 'table', 'the buffer is not a JSON scene: %s', buffer_text(bufnr))
+  local id = vim.b.mevedel_artifact
+  local before = server_call('mevedel/artifact/read', { id = id }).content
+  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, { 'not a scene' })
+  local mark = #notifications
+  vim.cmd('write')
+  local told = notified('nothing was written', mark + 1)
+  expect(told, 'the refusal was not told')
+  out('refusal: ' .. tostring(told.message))
+  expect(vim.bo[bufnr].modified and buffer_text(bufnr) == 'not a scene', 'the buffer lost its text')
+  expect(server_call('mevedel/artifact/read', { id = id }).content == before, 'the server took the refused scene')
+  vim.cmd('edit!')
+  expect(not vim.bo.modified and buffer_text(bufnr) == before:gsub('\n$', ''), ':edit! did not read it again: %s', buffer_text(bufnr))
+end)
+
+test('artifacts: delete asks first, then the item is gone from the list and its buffer closed', function()
+  local copy
+  for _, row in ipairs(server_call('mevedel/artifact/list', vim.empty_dict()).items) do
+    if row.title == 'Plan copy' then
+      copy = row.id
+    end
+  end
+  artifacts.open(copy)
+  local copy_buffer = vim.api.nvim_get_current_buf()
+  expect(vim.b.mevedel_artifact == copy, 'the copy did not open')
+  open_document()
+  answering({ ['mevedel.artifact'] = '^. Plan copy', ['mevedel.confirm'] = '^Cancel$' })
+  vim.cmd('MevedelArtifactDelete')
+  expect(line_with(listing(), 'Plan copy'), 'cancelled, yet the copy is gone')
+  answering({ ['mevedel.artifact'] = '^. Plan copy', ['mevedel.confirm'] = '^Delete$' })
+  vim.cmd('MevedelArtifactDelete')
+  expect(selected('mevedel.confirm').prompt:find('Delete Plan copy?', 1, true), 'asked %s', selected('mevedel.confirm').prompt)
+  expect(notified('deleted Plan copy'), 'the deletion was not told')
+  local shown = listing()
+  expect(not line_with(shown, 'Plan copy') and line_with(shown, 'Plan notes'), 'the list after delete: %s', vim.inspect(shown))
+  expect(not vim.api.nvim_buf_is_valid(copy_buffer) or not vim.api.nvim_buf_is_loaded(copy_buffer), 'the deleted item is still open')
+end)
+
+test('artifacts: an item another server holds is read-only here until it hands it over', function()
+  -- A second server process for the same workspace writes the document:
+  -- it holds the item's lease.
+  local other_id
+  local other_config = { name = 'mevedel-other', cmd = command, root_dir = root }
+  if vim.lsp.start and vim.fn.has('nvim-0.11') == 1 then
+    other_id = vim.lsp.start(other_config, { attach = false })
+  else
+    other_id = vim.lsp.start_client(other_config)
+  end
+  local other = vim.lsp.get_client_by_id(other_id)
+  wait_for('the other server', function()
+    return other.initialized == true
+  end)
+  local current = server_call('mevedel/artifact/read', { id = plan })
+  local written, err = mevedel.request(other, 'mevedel/artifact/write', { id = plan, content = '# Plan\n\nThe other host wrote this.\n', baseRevision = current.revision })
+  expect(written, 'the other server could not write: %s', tostring(err))
+
+  local bufnr = item_buffer(plan)
+  vim.api.nvim_set_current_buf(bufnr)
+  local mark = #notifications
+  vim.cmd('MevedelArtifactReload')
+  expect(buffer_text(bufnr) == '# Plan\n\nThe other host wrote this.', 'the buffer shows %s', buffer_text(bufnr))
+  expect(vim.b.mevedel_artifact_writable == false and vim.bo.readonly and not vim.bo.modifiable, 'the held item is editable here')
+  local holder = vim.b.mevedel_artifact_holder
+  expect(type(holder) == 'string' and holder ~= '', 'no holder host: %s', tostring(holder))
+  expect(notified('Plan notes is held by ' .. holder .. ': read-only here', mark + 1), 'the holder was not told')
+  expect(artifacts.status(bufnr):find('held by ' .. holder, 1, true), 'status %s', artifacts.status(bufnr))
+  local line = line_with(listing(), 'Plan notes')
+  expect(line:find('held by ' .. holder, 1, true), 'listed as %s', line)
+
+  -- :w is refused here without asking the server to write.
+  vim.api.nvim_set_current_buf(bufnr)
+  mark = #notifications
+  vim.cmd('write!')
+  expect(notified('nothing was written', mark + 1), 'the refused write was not told')
+
+  -- Asking for it: the other server hands it over once idle.
+  mark = #notifications
+  vim.cmd('MevedelArtifactRequest')
+  expect(notified('asked ' .. holder .. ' for Plan notes', mark + 1), 'the request was not told')
+  wait_for('the hand-over', function()
+    return vim.b[bufnr].mevedel_artifact_writable == true
+  end, 60000)
+  expect(vim.bo[bufnr].modifiable and not vim.bo[bufnr].readonly, 'writable, yet not modifiable')
+  expect(notified('Plan notes is writable here now', mark + 1), 'the hand-over was not told')
+  vim.api.nvim_buf_set_lines(bufnr, 2, 3, false, { 'Back here.' })
+  vim.api.nvim_set_current_buf(bufnr)
+  vim.cmd('write')
+  expect(server_call('mevedel/artifact/read', { id = plan }).content == '# Plan\n\nBack here.\n', 'the write after the hand-over failed')
+  vim.lsp.stop_client(other_id, true)
+end)
+
+vim.ui.select, vim.ui.input = real_select, real_input
+out(string.format('%d tests, %d failed', ran, failures))
+vim.cmd(failures == 0 and 'qa!' or 'cq!')
