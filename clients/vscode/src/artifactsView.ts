@@ -290,12 +290,12 @@ async function pickItem(context: ArtifactContext, title: string): Promise<Target
   return chosen && { ref: { id: chosen.row.entry.id, workspaceFolder }, title: chosen.row.label, entry: chosen.row.entry };
 }
 
-async function target(context: ArtifactContext, argument: unknown, title: string): Promise<Target | undefined> {
+async function target(context: ArtifactContext, argument: unknown, title: string, active: boolean): Promise<Target | undefined> {
   const row = argument as Partial<ArtifactRow> | undefined;
   if (row?.entry?.id) return { ref: { id: row.entry.id, workspaceFolder: context.workspaceFolder() }, title: row.entry.title, entry: row.entry };
-  const uri = argument instanceof vscode.Uri ? argument : vscode.window.activeTextEditor?.document.uri;
+  const uri = argument instanceof vscode.Uri ? argument : active ? vscode.window.activeTextEditor?.document.uri : undefined;
   const ref = uri && refOf(uri);
-  if (ref) return { ref, title: decodeURIComponent(uri.path.split('/').pop() ?? ref.id) };
+  if (ref) return { ref, title: (uri.path.split('/').pop() ?? ref.id).replace(/(\.excalidraw\.json|\.[A-Za-z0-9]+)$/, '') };
   return pickItem(context, title);
 }
 
@@ -477,10 +477,10 @@ export class Artifacts implements vscode.Disposable {
   commands(): Record<string, (argument?: unknown) => Promise<void>> {
     const context = this.context;
     const run =
-      (title: string, body: (item: Target) => Promise<void>) =>
+      (title: string, body: (item: Target) => Promise<void>, active = true) =>
       async (argument?: unknown): Promise<void> => {
         try {
-          const item = await target(context, argument, title);
+          const item = await target(context, argument, title, active);
           if (item) await body(item);
         } catch (error) {
           void vscode.window.showErrorMessage(`mevedel: ${describeFailure(error)}`);
@@ -500,7 +500,7 @@ export class Artifacts implements vscode.Disposable {
         }
       };
     return {
-      openArtifact: run('mevedel: Open Artifact', (item) => openArtifact(context, item.ref)),
+      openArtifact: run('mevedel: Open Artifact', (item) => openArtifact(context, item.ref), false),
       newDocument: plain(() => create(context, 'document')),
       newWhiteboard: plain(() => create(context, 'whiteboard')),
       refreshArtifacts: plain(async () => undefined),
