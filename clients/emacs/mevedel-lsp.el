@@ -53,6 +53,14 @@
 ;;   live (`mevedel/turn/didUpdate'): the response, folded reasoning, tool
 ;;   calls with their diffs, the plan, permission decisions; cancel, and
 ;;   Rewind, Redo or Fork at a turn, from the chat;
+;; - the workspace artifact store: `mevedel-lsp-artifacts' lists its
+;;   documents, whiteboards and artifacts by title (* marks those attached
+;;   to the current session), with keys to open, attach, detach, duplicate,
+;;   delete, comment, list versions and restore one, make a new document or
+;;   whiteboard and ask another server process for an item's lease; an
+;;   item opens in an editable buffer whose C-x C-s writes it back
+;;   (`mevedel/artifact/write', refused rather than overwriting a change
+;;   made meanwhile), read-only while another machine holds it;
 ;; - `mevedel-lsp-global-mode' manages Markdown and text files (a .md file
 ;;   opens in `text-mode' when no `markdown-mode' is installed), and
 ;;   C-M-i completes addresses in them.
@@ -2978,6 +2986,665 @@ Interactively, the file the prompt was started from is the default."
       chat)))
 
 
+;;;; The workspace artifact store
+
+;; The workspace's documents, whiteboards and artifacts live in the
+;; server's artifact store (`mevedel/artifact/*').  `mevedel-lsp-artifacts'
+;; lists them by title, marking those attached to the current session; an
+;; item opens in a buffer of its own (a document as Markdown, a whiteboard
+;; as its JSON scene, an artifact as its text) whose save (C-x C-s, through
+;; `write-contents-functions') is one `mevedel/artifact/write' naming the
+;; revision the text was read at.  A write refused because the item moved
+;; meanwhile (`conflict') or because another server process took its lease
+;; (`item-lease-lost', `item-held') is reported, and reloading it keeps
+;; your text in a buffer of its own.  An item another server process holds
+;; is shown read-only, naming that machine.  `mevedel/artifact/didChange'
+;; reloads open item buffers that have no unsaved edits and the lists.
+;; Like session changes, notifications are queued and applied once no
+;; request waits (see "Session notifications and questions").
+
+(defvar mevedel-lsp-artifact-mode)
+
+(defvar-local mevedel-lsp-artifact--id nil
+  "The store item an item buffer, versions list or discussion shows.")
+
+(defvar-local mevedel-lsp-artifact--item nil
+  "The item's last `mevedel/artifact/read' result, without its content.")
+
+(defvar-local mevedel-lsp-artifact--revision nil
+  "The item's revision the buffer's text was read or written at; a save
+sends it as `baseRevision'.")
+
+(defvar-local mevedel-lsp-artifact--note nil
+  "What happened to the item that the buffer's text does not show:
+deleted, or changed on the server while it had unsaved edits.")
+
+(defun mevedel-lsp-artifact--error-kind (error)
+  "The `data.kind' of a failed request's ERROR, or nil."
+  (pcase error
+    (`(jsonrpc-error . ,details)
+     (plist-get (alist-get 'jsonrpc-error-data details) :kind))))
+
+(defun mevedel-lsp-artifact--list-items (server)
+  "SERVER's items (`mevedel/artifact/list'), as a list of entries."
+  (mevedel-lsp--list (plist-get (mevedel-lsp--request server :mevedel/artifact/list (mevedel-lsp--object))
+                                :items)))
+
+(defun mevedel-lsp-artifact--candidate (entry)
+  "The completion candidate of item ENTRY: its title and its id."
+  (propertize (format "%s (%s)" (plist-get entry :title) (plist-get entry :id))
+              'mevedel-lsp-artifact--entry entry))
+
+(defun mevedel-lsp-artifact--pick (server)
+  "Ask for one of SERVER's items by title; return its entry."
+  (let ((candidates (mapcar #'mevedel-lsp-artifact--candidate (mevedel-lsp-artifact--list-items server))))
+    (unless candidates
+      (user-error "mevedel: the workspace has no documents, whiteboards or artifacts yet; M-x mevedel-lsp-artifacts makes one"))
+    (let ((chosen (completing-read "Item: " candidates nil t)))
+      (or (get-text-property 0 'mevedel-lsp-artifact--entry (or (car (member chosen candidates)) ""))
+          (user-error "mevedel: no item %s" chosen)))))
+
+(defun mevedel-lsp-artifact--at-point ()
+  "The item the current buffer or list row is about, as a plist with
+:id and :title, or nil when there is none."
+  (cond ((derived-mode-p 'mevedel-lsp-artifacts-mode)
+         (or (tabulated-list-get-id) (user-error "No item on this line")))
+        (mevedel-lsp-artifact--id
+         (list :id mevedel-lsp-artifact--id
+               :title (or (plist-get mevedel-lsp-artifact--item :title) mevedel-lsp-artifact--id)))))
+
+(defun mevedel-lsp-artifact--read-id ()
+  "The item at point, else one the user picks; return its id."
+  (plist-get (or (mevedel-lsp-artifact--at-point) (mevedel-lsp-artifact--pick (mevedel-lsp--server))) :id))
+
+(defun mevedel-lsp-artifact--title (id)
+  "A name for item ID in a message: its title when known here, else ID."
+  (let ((here (ignore-errors (mevedel-lsp-artifact--at-point))))
+    (or (and (equal (plist-get here :id) id) (plist-get here :title))
+        (seq-some (lambda (buffer)
+                    (with-current-buffer buffer
+                      (and (equal mevedel-lsp-artifact--id id)
+                           (plist-get mevedel-lsp-artifact--item :title))))
+                  (buffer-list))
+        id)))
+
+(defun mevedel-lsp-artifact--time (seconds)
+  "SECONDS since the epoch as a short local date and time."
+  (if (numberp seconds) (format-time-string "%Y-%m-%d %H:%M" seconds) ""))
+
+
+;;;;; The items list
+
+(defvar mevedel-lsp-artifacts-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'mevedel-lsp-artifact-open)
+    (define-key map (kbd "o") #'mevedel-lsp-artifact-open)
+    (define-key map (kbd "a") #'mevedel-lsp-artifact-attach)
+    (define-key map (kbd "d") #'mevedel-lsp-artifact-detach)
+    (define-key map (kbd "C") #'mevedel-lsp-artifact-duplicate)
+    (define-key map (kbd "D") #'mevedel-lsp-artifact-delete)
+    (define-key map (kbd "c") #'mevedel-lsp-artifact-comment)
+    (define-key map (kbd "i") #'mevedel-lsp-artifact-discussion)
+    (define-key map (kbd "v") #'mevedel-lsp-artifact-versions)
+    (define-key map (kbd "s") #'mevedel-lsp-artifact-save-version)
+    (define-key map (kbd "n") #'mevedel-lsp-artifact-new-document)
+    (define-key map (kbd "w") #'mevedel-lsp-artifact-new-whiteboard)
+    (define-key map (kbd "h") #'mevedel-lsp-artifact-request-handover)
+    (define-key map (kbd "m") #'mevedel-lsp-artifact-conversation)
+    map)
+  "Keys of `mevedel-lsp-artifacts-mode'.")
+
+(define-derived-mode mevedel-lsp-artifacts-mode tabulated-list-mode "mevedel artifacts"
+  "The workspace's documents, whiteboards and artifacts, by title.
+A * marks the items attached to the current session; \"Held by\" names
+the machine whose server process holds an item's lease (it is
+read-only here until handed over: \\<mevedel-lsp-artifacts-mode-map>\\[mevedel-lsp-artifact-request-handover] asks for it).
+\\{mevedel-lsp-artifacts-mode-map}"
+  (setq tabulated-list-format
+        [("" 1 t) ("Title" 32 t) ("Kind" 10 t) ("Versions" 8 t :right-align t)
+         ("Updated" 16 t) ("Held by" 14 t) ("Id" 0 t)])
+  (setq tabulated-list-padding 1)
+  (add-hook 'tabulated-list-revert-hook #'mevedel-lsp-artifact--list-entries nil t)
+  (tabulated-list-init-header))
+
+(defun mevedel-lsp-artifact--list-entries ()
+  "Read the items again into `tabulated-list-entries'."
+  (setq tabulated-list-entries
+        (mapcar (lambda (entry)
+                  (list entry
+                        (vector (if (eq (plist-get entry :attached) t) "*" "")
+                                (plist-get entry :title)
+                                (plist-get entry :kind)
+                                (number-to-string (or (plist-get entry :versions) 0))
+                                (mevedel-lsp-artifact--time (plist-get entry :updatedAt))
+                                (or (plist-get entry :holderHost) "")
+                                (plist-get entry :id))))
+                (mevedel-lsp-artifact--list-items (mevedel-lsp--server)))))
+
+;;;###autoload
+(defun mevedel-lsp-artifacts ()
+  "List the workspace's documents, whiteboards and artifacts.
+RET opens the item at point; see `mevedel-lsp-artifacts-mode' for the rest."
+  (interactive)
+  (let ((server (mevedel-lsp--server)))
+    (with-current-buffer (get-buffer-create
+                          (format "*mevedel artifacts %s*"
+                                  (file-name-nondirectory
+                                   (directory-file-name (project-root (eglot--project server))))))
+      (unless (derived-mode-p 'mevedel-lsp-artifacts-mode) (mevedel-lsp-artifacts-mode))
+      (setq-local mevedel-lsp--origin-server server)
+      (mevedel-lsp-artifact--list-entries)
+      (tabulated-list-print t)
+      (pop-to-buffer (current-buffer)))))
+
+(defun mevedel-lsp-artifact--buffers (server &optional id)
+  "SERVER's item lists, and its versions lists, discussions and item buffers of ID."
+  (seq-filter (lambda (buffer)
+                (with-current-buffer buffer
+                  (and (eq mevedel-lsp--origin-server server)
+                       (or (derived-mode-p 'mevedel-lsp-artifacts-mode)
+                           (and id (equal mevedel-lsp-artifact--id id))))))
+              (buffer-list)))
+
+(defun mevedel-lsp-artifact--refresh (server &optional id)
+  "Bring SERVER's item lists, and what shows item ID, up to date.
+An item buffer with unsaved edits keeps them."
+  (dolist (buffer (mevedel-lsp-artifact--buffers server id))
+    (with-current-buffer buffer
+      (condition-case err
+          (cond ((derived-mode-p 'mevedel-lsp-artifacts-mode 'mevedel-lsp-artifact-versions-mode
+                                 'mevedel-lsp-artifact-discussion-mode)
+                 (revert-buffer))
+                (mevedel-lsp-artifact-mode
+                 (mevedel-lsp-artifact--changed-here server)))
+        (error (message "mevedel: could not refresh %s: %s" (buffer-name) (error-message-string err)))))))
+
+
+;;;;; Item buffers
+
+(defvar mevedel-lsp-artifact-mode-map (make-sparse-keymap)
+  "Keys of `mevedel-lsp-artifact-mode' (none of its own: C-x C-s saves,
+\\[revert-buffer] reloads; the item commands work from the buffer).")
+
+(define-minor-mode mevedel-lsp-artifact-mode
+  "A buffer showing an item of the workspace's artifact store.
+\\[save-buffer] writes it to the store (`mevedel/artifact/write'),
+\\[revert-buffer] reads it again.  The item commands
+\(`mevedel-lsp-artifact-versions', `mevedel-lsp-artifact-comment',
+`mevedel-lsp-artifact-request-handover'...) act on this buffer's item."
+  :lighter " mevedel-item"
+  (when mevedel-lsp-artifact-mode
+    (setq-local revert-buffer-function #'mevedel-lsp-artifact--revert)
+    (add-hook 'write-contents-functions #'mevedel-lsp-artifact--save nil t)
+    ;; Saved exactly as shown; no final newline is added on the way.
+    (setq-local require-final-newline nil)
+    ;; `save-some-buffers' (and leaving Emacs) offers to save its edits.
+    (setq-local buffer-offer-save t)))
+
+(defun mevedel-lsp-artifact--image-p (read)
+  "Non-nil when READ, a `mevedel/artifact/read' result, is an image."
+  (equal (plist-get read :encoding) "base64"))
+
+(defun mevedel-lsp-artifact--major-mode (read)
+  "The major mode of a buffer showing READ."
+  (let ((primary (plist-get read :primary)))
+    (cond ((mevedel-lsp-artifact--image-p read) #'special-mode)
+          ((equal (plist-get read :kind) "whiteboard") (mevedel-lsp--major-mode-for "scene.json"))
+          ((string-match-p "\\.\\(?:md\\|markdown\\)\\'" primary)
+           (if (or (fboundp 'markdown-mode) (require 'markdown-mode nil t)) 'markdown-mode #'text-mode))
+          (t (let ((mode (mevedel-lsp--major-mode-for primary)))
+               (if (eq mode #'fundamental-mode) #'text-mode mode))))))
+
+(defun mevedel-lsp-artifact--header ()
+  "The header line of an item buffer, from its last read."
+  (let* ((item mevedel-lsp-artifact--item)
+         (title (plist-get item :title))
+         (comments (length (mevedel-lsp--list (plist-get item :comments)))))
+    (cond (mevedel-lsp-artifact--note
+           (substitute-command-keys (format "mevedel: %s %s" title mevedel-lsp-artifact--note)))
+          ((mevedel-lsp-artifact--image-p item)
+           (format "mevedel: %s · an image (%s); it is not edited here" title (plist-get item :primary)))
+          ((not (eq (plist-get item :writable) t))
+           (format "mevedel: %s is read-only here: %s holds it (M-x mevedel-lsp-artifact-request-handover asks for it)"
+                   title (or (plist-get item :holderHost) "another server process")))
+          (t (format "mevedel: %s · %s%s%s" title (plist-get item :kind)
+                     (if (eq (plist-get item :attached) t) " · attached" "")
+                     (if (> comments 0) (format " · %s" (mevedel-lsp--plural comments "comment")) ""))))))
+
+(defun mevedel-lsp-artifact--show (read)
+  "Make the current item buffer show READ, a `mevedel/artifact/read' result."
+  (let ((image (mevedel-lsp-artifact--image-p read)))
+    (if (not image)
+        (mevedel-lsp--replace-text (current-buffer) (plist-get read :content))
+      (let ((inhibit-read-only t)
+            (bytes (base64-decode-string (plist-get read :content))))
+        (erase-buffer)
+        (insert (propertize (format "[%s: %d bytes]" (plist-get read :primary) (length bytes))
+                            'display (and (display-images-p) (create-image bytes nil t))))
+        (set-buffer-modified-p nil)))
+    (setq mevedel-lsp-artifact--item (plist-put (copy-sequence read) :content nil)
+          mevedel-lsp-artifact--revision (plist-get read :revision)
+          mevedel-lsp-artifact--note nil
+          buffer-read-only (or image (not (eq (plist-get read :writable) t)))
+          header-line-format (mevedel-lsp-artifact--header))))
+
+(defun mevedel-lsp-artifact--read (server id)
+  "Item ID's `mevedel/artifact/read' result from SERVER."
+  (mevedel-lsp--request server :mevedel/artifact/read (mevedel-lsp--object :id id)))
+
+(defun mevedel-lsp-artifact--reload ()
+  "Read the current buffer's item again and show it, unsaved edits or not."
+  (mevedel-lsp-artifact--show (mevedel-lsp-artifact--read (mevedel-lsp--server) mevedel-lsp-artifact--id)))
+
+(defun mevedel-lsp-artifact--changed-here (server)
+  "The current buffer's item changed on SERVER: show it again, unless the
+buffer has unsaved edits; then only say so, keeping them."
+  (let ((read (mevedel-lsp-artifact--read server mevedel-lsp-artifact--id)))
+    (cond ((not (buffer-modified-p)) (mevedel-lsp-artifact--show read))
+          ((not (equal (plist-get read :revision) mevedel-lsp-artifact--revision))
+           (setq mevedel-lsp-artifact--note
+                 "changed on the server while you edit it: saving will report the conflict; \\[revert-buffer] reads it again"
+                 header-line-format (mevedel-lsp-artifact--header))))))
+
+(defun mevedel-lsp-artifact--item-buffer (server id)
+  "The live buffer showing item ID of SERVER, if any."
+  (seq-find (lambda (buffer)
+              (with-current-buffer buffer
+                (and mevedel-lsp-artifact-mode (equal mevedel-lsp-artifact--id id)
+                     (eq mevedel-lsp--origin-server server))))
+            (buffer-list)))
+
+(defun mevedel-lsp-artifact-buffer (id &optional server)
+  "A buffer showing item ID of SERVER (default: the current server), read.
+A buffer already showing it is reused as it is."
+  (let ((server (or server (mevedel-lsp--server))))
+    (or (mevedel-lsp-artifact--item-buffer server id)
+        (let* ((read (mevedel-lsp-artifact--read server id))
+               (buffer (generate-new-buffer (format "*mevedel %s*" (plist-get read :title)))))
+          (with-current-buffer buffer
+            (funcall (mevedel-lsp-artifact--major-mode read))
+            (setq-local mevedel-lsp--origin-server server)
+            (setq mevedel-lsp-artifact--id id)
+            (mevedel-lsp-artifact-mode 1)
+            (mevedel-lsp-artifact--show read)
+            (buffer-disable-undo)
+            (buffer-enable-undo)
+            (goto-char (point-min)))
+          buffer))))
+
+(defun mevedel-lsp-artifact-open (id)
+  "Show item ID (default: the one at point, else one you pick) in a buffer.
+A document or an artifact shows its text, a whiteboard its JSON scene;
+\\[save-buffer] there writes it back."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (pop-to-buffer (mevedel-lsp-artifact-buffer id)))
+
+(defun mevedel-lsp-artifact--keep-text ()
+  "Copy the current buffer's text to a buffer of its own; return that buffer."
+  (let ((text (buffer-substring-no-properties (point-min) (point-max)))
+        (mode major-mode)
+        (kept (generate-new-buffer (format "*mevedel unsaved %s*" (plist-get mevedel-lsp-artifact--item :title)))))
+    (with-current-buffer kept
+      (insert text)
+      (ignore-errors (funcall mode))
+      (goto-char (point-min)))
+    kept))
+
+(defconst mevedel-lsp-artifact--refusals
+  '(("conflict" . "it changed since this buffer read it")
+    ("item-lease-lost" . "another server process took its lease")
+    ("item-held" . "another server process holds it"))
+  "Why a save was refused, for each error kind that a reload resolves.")
+
+(defun mevedel-lsp-artifact--refused (kind reason)
+  "The save of the current item buffer was refused with KIND, REASON.
+Offer to reload the item; the unsaved text goes to a buffer of its own.
+Return non-nil when reloaded; else signal, keeping the edits."
+  (let ((title (plist-get mevedel-lsp-artifact--item :title))
+        (why (cdr (assoc kind mevedel-lsp-artifact--refusals))))
+    (if (not (yes-or-no-p (format "mevedel: %s was not saved: %s.  Reload it (your text is kept in another buffer)? "
+                                  title why)))
+        (user-error "mevedel: %s was not saved: %s (%s); your edits are still here, and %s reloads it"
+                    title why reason (substitute-command-keys "\\[revert-buffer]"))
+      (let ((kept (mevedel-lsp-artifact--keep-text)))
+        (mevedel-lsp-artifact--reload)
+        (message "mevedel: %s was not saved (%s) and is reloaded; your text is in %s"
+                 title why (buffer-name kept))
+        t))))
+
+(defun mevedel-lsp-artifact--save ()
+  "Write the current item buffer to the store, for `write-contents-functions'.
+The write names the revision the text was read at, so a change made
+meanwhile is refused instead of overwritten."
+  (when (mevedel-lsp-artifact--image-p mevedel-lsp-artifact--item)
+    (user-error "mevedel: %s is an image; it is not edited here" (plist-get mevedel-lsp-artifact--item :title)))
+  (let ((server (mevedel-lsp--server))
+        (title (plist-get mevedel-lsp-artifact--item :title)))
+    (condition-case err
+        (let ((result (jsonrpc-request server :mevedel/artifact/write
+                                       (mevedel-lsp--object
+                                        :id mevedel-lsp-artifact--id
+                                        :content (buffer-substring-no-properties (point-min) (point-max))
+                                        :baseRevision mevedel-lsp-artifact--revision))))
+          (setq mevedel-lsp-artifact--revision (plist-get result :revision)
+                mevedel-lsp-artifact--note nil
+                header-line-format (mevedel-lsp-artifact--header))
+          (set-buffer-modified-p nil)
+          (message "mevedel: saved %s" title)
+          t)
+      (jsonrpc-error
+       (let ((kind (mevedel-lsp-artifact--error-kind err))
+             (reason (mevedel-lsp--error-text err)))
+         (if (assoc kind mevedel-lsp-artifact--refusals)
+             (mevedel-lsp-artifact--refused kind reason)
+           (user-error "mevedel: %s was not saved: %s" title reason)))))))
+
+(defun mevedel-lsp-artifact--revert (_ignore-auto noconfirm)
+  "Read the item again (`revert-buffer-function'); unsaved edits are
+discarded only once you confirm, unless NOCONFIRM."
+  (when (and (buffer-modified-p) (not noconfirm)
+             (not (yes-or-no-p (format "Discard your edits of %s and read it again? "
+                                       (plist-get mevedel-lsp-artifact--item :title)))))
+    (user-error "mevedel: not read again; your edits are kept"))
+  (mevedel-lsp-artifact--reload))
+
+
+;;;;; Item commands
+
+(defun mevedel-lsp-artifact--create (kind title)
+  "Create an item of KIND called TITLE, refresh the lists, show it."
+  (let* ((server (mevedel-lsp--server))
+         (title (string-trim title))
+         (entry (mevedel-lsp--request server :mevedel/artifact/create
+                                      (mevedel-lsp--object :kind kind :title title))))
+    (mevedel-lsp-artifact--refresh server)
+    (pop-to-buffer (mevedel-lsp-artifact-buffer (plist-get entry :id) server))
+    (message "mevedel: created the %s %s%s" kind (plist-get entry :title)
+             (if (eq (plist-get entry :attached) t) ", attached to the current session" ""))
+    entry))
+
+(defun mevedel-lsp-artifact-new-document (title)
+  "Create a Markdown document called TITLE and show it."
+  (interactive (list (read-string "New document title: ")))
+  (mevedel-lsp-artifact--create "document" title))
+
+(defun mevedel-lsp-artifact-new-whiteboard (title)
+  "Create a whiteboard (an Excalidraw scene) called TITLE and show its JSON."
+  (interactive (list (read-string "New whiteboard title: ")))
+  (mevedel-lsp-artifact--create "whiteboard" title))
+
+(defun mevedel-lsp-artifact--attach (method id verb)
+  "Run attach or detach METHOD on item ID; say VERB happened."
+  (let* ((server (mevedel-lsp--server))
+         (result (mevedel-lsp--request server method (mevedel-lsp--object :id id))))
+    (mevedel-lsp-artifact--refresh server id)
+    (message "mevedel: %s %s %s session %s" verb (mevedel-lsp-artifact--title id)
+             (if (eq (plist-get result :attached) t) "is attached to" "is not attached to")
+             (plist-get result :sessionId))
+    result))
+
+(defun mevedel-lsp-artifact-attach (id)
+  "Attach item ID to the current session."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (mevedel-lsp-artifact--attach :mevedel/artifact/attach id "attached:"))
+
+(defun mevedel-lsp-artifact-detach (id)
+  "Detach item ID from the current session."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (mevedel-lsp-artifact--attach :mevedel/artifact/detach id "detached:"))
+
+(defun mevedel-lsp-artifact-duplicate (id title)
+  "Copy item ID as a new, independent item called TITLE."
+  (interactive
+   (let ((id (mevedel-lsp-artifact--read-id)))
+     (list id (read-string "Title of the copy: " (format "%s (copy)" (mevedel-lsp-artifact--title id))))))
+  (let* ((server (mevedel-lsp--server))
+         (title (string-trim title))
+         (entry (mevedel-lsp--request server :mevedel/artifact/duplicate
+                                      (mevedel-lsp--object :id id :title (and (not (string-empty-p title)) title)))))
+    (mevedel-lsp-artifact--refresh server)
+    (message "mevedel: copied %s as %s" (mevedel-lsp-artifact--title id) (plist-get entry :title))
+    entry))
+
+(defun mevedel-lsp-artifact-delete (id)
+  "Delete item ID: its files, versions and discussion, once you confirm."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (let ((server (mevedel-lsp--server))
+        (title (mevedel-lsp-artifact--title id)))
+    (if (not (yes-or-no-p (format "Delete %s with its versions and discussion? " title)))
+        (progn (message "mevedel: %s was not deleted" title) nil)
+      (let ((result (mevedel-lsp--request server :mevedel/artifact/delete (mevedel-lsp--object :id id))))
+        (dolist (buffer (mevedel-lsp-artifact--buffers server id))
+          (with-current-buffer buffer
+            (when mevedel-lsp-artifact-mode
+              (setq mevedel-lsp-artifact--note "was deleted from the store; this text is all that is left of it"
+                    header-line-format (mevedel-lsp-artifact--header)))))
+        (mevedel-lsp-artifact--refresh server)
+        (message "mevedel: deleted %s%s" title
+                 (if-let ((kept (plist-get result :keptSession)))
+                     (format "; its conversation %s is kept as an ordinary session" kept)
+                   ""))
+        result))))
+
+(defun mevedel-lsp-artifact-comment (id text)
+  "Add TEXT to item ID's discussion."
+  (interactive
+   (let ((id (mevedel-lsp-artifact--read-id)))
+     (list id (read-string (format "Comment on %s: " (mevedel-lsp-artifact--title id))))))
+  (when (string-blank-p text) (user-error "mevedel: the comment is empty"))
+  (let* ((server (mevedel-lsp--server))
+         (comment (mevedel-lsp--request server :mevedel/artifact/comment
+                                        (mevedel-lsp--object :id id :text text))))
+    (mevedel-lsp-artifact--refresh server id)
+    (message "mevedel: comment %d on %s%s" (plist-get comment :number) (mevedel-lsp-artifact--title id)
+             (if-let ((session (plist-get comment :sessionId))) (format ", for session %s" session) ""))
+    comment))
+
+(defun mevedel-lsp-artifact-save-version (id)
+  "Record item ID's current content as a version."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (let* ((server (mevedel-lsp--server))
+         (version (mevedel-lsp--request server :mevedel/artifact/saveVersion (mevedel-lsp--object :id id))))
+    (mevedel-lsp-artifact--refresh server id)
+    (message "mevedel: %s: saved version %d" (mevedel-lsp-artifact--title id) (plist-get version :number))
+    version))
+
+(defun mevedel-lsp-artifact-request-handover (id)
+  "Ask the server process holding item ID's lease to hand it over.
+It does once the item has had no write there for 10 seconds; then the
+item is writable here (\\[revert-buffer] in its buffer reads it again)."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (let* ((server (mevedel-lsp--server))
+         (entry (mevedel-lsp--request server :mevedel/artifact/requestHandover (mevedel-lsp--object :id id))))
+    (mevedel-lsp-artifact--refresh server id)
+    (message "mevedel: %s" (if-let ((host (plist-get entry :holderHost)))
+                               (format "asked %s to hand %s over; it does once nobody has written it there for 10 seconds"
+                                       host (plist-get entry :title))
+                             (format "%s is held by no other server process: it is writable here" (plist-get entry :title))))
+    entry))
+
+(defun mevedel-lsp-artifact-conversation (id)
+  "Show the chat of item ID's own session (made on first use)."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (let* ((server (mevedel-lsp--server))
+         (result (mevedel-lsp--request server :mevedel/artifact/conversation (mevedel-lsp--object :id id))))
+    (pop-to-buffer (mevedel-lsp-chat-buffer (plist-get result :sessionId) server))
+    result))
+
+
+;;;;; Versions and discussion
+
+(defvar mevedel-lsp-artifact-versions-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'mevedel-lsp-artifact-restore)
+    (define-key map (kbd "r") #'mevedel-lsp-artifact-restore)
+    (define-key map (kbd "s") #'mevedel-lsp-artifact-save-version)
+    map)
+  "Keys of `mevedel-lsp-artifact-versions-mode'.")
+
+(define-derived-mode mevedel-lsp-artifact-versions-mode tabulated-list-mode "mevedel versions"
+  "The versions the store keeps of an item, newest first.
+\\<mevedel-lsp-artifact-versions-mode-map>\\[mevedel-lsp-artifact-restore] restores the one at point (an ordinary write, itself recorded
+as a version, so it can be undone by restoring again).
+\\{mevedel-lsp-artifact-versions-mode-map}"
+  (setq tabulated-list-format
+        [("Version" 7 nil :right-align t) ("Recorded" 16 nil) ("Why" 9 nil) ("Bytes" 9 nil :right-align t)
+         ("Session" 30 nil) ("Turn" 0 nil)])
+  (setq tabulated-list-padding 1)
+  (add-hook 'tabulated-list-revert-hook #'mevedel-lsp-artifact--version-entries nil t)
+  (tabulated-list-init-header))
+
+(defun mevedel-lsp-artifact--version-entries ()
+  "Read the item's versions again into `tabulated-list-entries'."
+  (setq tabulated-list-entries
+        (mapcar (lambda (version)
+                  (list version
+                        (vector (number-to-string (plist-get version :number))
+                                (mevedel-lsp-artifact--time (plist-get version :at))
+                                (plist-get version :reason)
+                                (number-to-string (plist-get version :size))
+                                (or (plist-get version :sessionId) "")
+                                (if-let ((turn (plist-get version :turn))) (number-to-string turn) ""))))
+                (mevedel-lsp--list
+                 (plist-get (mevedel-lsp--request (mevedel-lsp--server) :mevedel/artifact/versions
+                                                  (mevedel-lsp--object :id mevedel-lsp-artifact--id))
+                            :versions)))))
+
+(defun mevedel-lsp-artifact-versions (id)
+  "List the versions of item ID; RET restores one."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (let ((server (mevedel-lsp--server))
+        (title (mevedel-lsp-artifact--title id)))
+    (with-current-buffer (get-buffer-create (format "*mevedel versions %s*" title))
+      (unless (derived-mode-p 'mevedel-lsp-artifact-versions-mode) (mevedel-lsp-artifact-versions-mode))
+      (setq-local mevedel-lsp--origin-server server)
+      (setq mevedel-lsp-artifact--id id
+            mevedel-lsp-artifact--item (list :id id :title title))
+      (mevedel-lsp-artifact--version-entries)
+      (tabulated-list-print)
+      (pop-to-buffer (current-buffer)))))
+
+(defun mevedel-lsp-artifact-restore (id version)
+  "Make VERSION of item ID its content again, once you confirm."
+  (interactive
+   (if (derived-mode-p 'mevedel-lsp-artifact-versions-mode)
+       (list mevedel-lsp-artifact--id
+             (plist-get (or (tabulated-list-get-id) (user-error "No version on this line")) :number))
+     (let ((id (mevedel-lsp-artifact--read-id)))
+       (list id (read-number (format "Restore %s to version: " (mevedel-lsp-artifact--title id)))))))
+  (let ((server (mevedel-lsp--server))
+        (title (mevedel-lsp-artifact--title id)))
+    (if (not (yes-or-no-p (format "Restore %s to version %d? " title version)))
+        (progn (message "mevedel: %s was not restored" title) nil)
+      (let ((result (mevedel-lsp--request server :mevedel/artifact/restore
+                                          (mevedel-lsp--object :id id :version version))))
+        (mevedel-lsp-artifact--refresh server id)
+        (message "mevedel: restored %s to version %d" title version)
+        result))))
+
+(define-derived-mode mevedel-lsp-artifact-discussion-mode special-mode "mevedel discussion"
+  "An item's discussion, oldest comment first.
+\\<mevedel-lsp-artifacts-mode-map>\\[mevedel-lsp-artifact-comment] adds one."
+  (setq-local revert-buffer-function #'mevedel-lsp-artifact--fill-discussion))
+
+(define-key mevedel-lsp-artifact-discussion-mode-map (kbd "c") #'mevedel-lsp-artifact-comment)
+
+(defun mevedel-lsp-artifact--fill-discussion (&rest _)
+  "Read the item's discussion again into the current buffer."
+  (let* ((read (mevedel-lsp-artifact--read (mevedel-lsp--server) mevedel-lsp-artifact--id))
+         (comments (mevedel-lsp--list (plist-get read :comments)))
+         (inhibit-read-only t))
+    (setq mevedel-lsp-artifact--item (plist-put (copy-sequence read) :content nil)
+          header-line-format (format "mevedel: the discussion of %s" (plist-get read :title)))
+    (erase-buffer)
+    (if (null comments)
+        (insert "No comments yet.\n")
+      (dolist (comment comments)
+        (insert (propertize (format "#%d  %s  %s%s\n" (plist-get comment :number)
+                                    (mevedel-lsp-artifact--time (plist-get comment :at))
+                                    (plist-get comment :author)
+                                    (if-let ((session (plist-get comment :sessionId)))
+                                        (format " → %s" session) ""))
+                            'face 'mevedel-lsp-chat-heading)
+                (plist-get comment :text) "\n\n")))
+    (goto-char (point-min))))
+
+(defun mevedel-lsp-artifact-discussion (id)
+  "Show the discussion of item ID."
+  (interactive (list (mevedel-lsp-artifact--read-id)))
+  (let ((server (mevedel-lsp--server)))
+    (with-current-buffer (get-buffer-create (format "*mevedel discussion %s*" (mevedel-lsp-artifact--title id)))
+      (unless (derived-mode-p 'mevedel-lsp-artifact-discussion-mode) (mevedel-lsp-artifact-discussion-mode))
+      (setq-local mevedel-lsp--origin-server server)
+      (setq mevedel-lsp-artifact--id id)
+      (mevedel-lsp-artifact--fill-discussion)
+      (pop-to-buffer (current-buffer)))))
+
+
+;;;;; Notifications
+
+(defvar mevedel-lsp-artifact--pending nil
+  "Item changes not applied yet: ((SERVER . ID) . PARAMS), newest first.")
+
+(defvar mevedel-lsp-artifact--timer nil
+  "The timer that applies `mevedel-lsp-artifact--pending'.")
+
+(defun mevedel-lsp-artifact--apply-pending ()
+  "Apply the queued item changes, or wait until `mevedel-lsp--quiet-p'."
+  (setq mevedel-lsp-artifact--timer nil)
+  (if (not (mevedel-lsp--quiet-p))
+      (setq mevedel-lsp-artifact--timer
+            (run-at-time (mevedel-lsp--retry-delay) nil #'mevedel-lsp-artifact--apply-pending))
+    (let ((changes (reverse mevedel-lsp-artifact--pending))
+          (servers nil))
+      (setq mevedel-lsp-artifact--pending nil)
+      (pcase-dolist (`((,server . ,id) . ,params) changes)
+        (when (jsonrpc-running-p server)
+          (cl-pushnew server servers)
+          (dolist (buffer (mevedel-lsp-artifact--buffers server id))
+            (with-current-buffer buffer
+              (condition-case err
+                  (cond ((derived-mode-p 'mevedel-lsp-artifacts-mode))
+                        ((and (equal (plist-get params :reason) "deleted") mevedel-lsp-artifact-mode)
+                         (setq mevedel-lsp-artifact--note
+                               "was deleted from the store; this text is all that is left of it"
+                               header-line-format (mevedel-lsp-artifact--header)))
+                        ((equal (plist-get params :reason) "deleted")
+                         (setq header-line-format
+                               (format "mevedel: %s was deleted from the store"
+                                       (or (plist-get mevedel-lsp-artifact--item :title) id))))
+                        (mevedel-lsp-artifact-mode (mevedel-lsp-artifact--changed-here server))
+                        (t (revert-buffer)))
+                (error (message "mevedel: could not refresh %s: %s" (buffer-name) (error-message-string err))))))))
+      (dolist (server servers)
+        (dolist (buffer (mevedel-lsp-artifact--buffers server))
+          (with-current-buffer buffer
+            (condition-case err
+                (revert-buffer)
+              (error (message "mevedel: could not refresh %s: %s" (buffer-name) (error-message-string err))))))))))
+
+(cl-defmethod eglot-handle-notification
+  ((server mevedel-lsp-server) (_method (eql mevedel/artifact/didChange)) &rest params &key id &allow-other-keys)
+  "Queue the refresh of what shows item ID (PARAMS) and of the item lists."
+  (setq mevedel-lsp-artifact--pending
+        (cons (cons (cons server id) params)
+              (cl-remove-if (lambda (queued) (and (eq (caar queued) server) (equal (cdar queued) id)))
+                            mevedel-lsp-artifact--pending)))
+  (unless mevedel-lsp-artifact--timer
+    (setq mevedel-lsp-artifact--timer (run-at-time 0 nil #'mevedel-lsp-artifact--apply-pending))))
+
+(defun mevedel-lsp-artifact--session-changed (server _params)
+  "A session changed (it may be the current one now): mark SERVER's
+lists' attachments again."
+  (dolist (buffer (mevedel-lsp-artifact--buffers server))
+    (with-current-buffer buffer
+      (condition-case err
+          (revert-buffer)
+        (error (message "mevedel: could not refresh %s: %s" (buffer-name) (error-message-string err)))))))
+
+(add-hook 'mevedel-lsp-session-change-functions #'mevedel-lsp-artifact--session-changed)
+
+
 ;;;; Key bindings
 
 (defvar mevedel-lsp-command-map
@@ -3004,6 +3671,7 @@ Interactively, the file the prompt was started from is the default."
     (define-key map (kbd "p") #'mevedel-lsp-prompt)
     (define-key map (kbd "m") #'mevedel-lsp-chat)
     (define-key map (kbd "x") #'mevedel-lsp-cancel)
+    (define-key map (kbd "A") #'mevedel-lsp-artifacts)
     map)
   "mevedel-lsp commands, for a prefix key of your choice:
   (global-set-key (kbd \"C-c m\") mevedel-lsp-command-map)")
