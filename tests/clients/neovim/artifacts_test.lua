@@ -349,8 +349,8 @@ test('artifacts: delete asks first, then the item is gone from the list and its 
 end)
 
 test('artifacts: an item another server holds is read-only here until it hands it over', function()
-  -- A second server process for the same workspace writes the document:
-  -- it holds the item's lease.
+  -- A second server process for the same workspace makes a document and
+  -- writes it: it holds the item's lease.
   local other_id
   local other_config = { name = 'mevedel-other', cmd = command, root_dir = root }
   if vim.lsp.start and vim.fn.has('nvim-0.11') == 1 then
@@ -362,42 +362,50 @@ test('artifacts: an item another server holds is read-only here until it hands i
   wait_for('the other server', function()
     return other.initialized == true
   end)
-  local current = server_call('mevedel/artifact/read', { id = plan })
-  local written, err = mevedel.request(other, 'mevedel/artifact/write', { id = plan, content = '# Plan\n\nThe other host wrote this.\n', baseRevision = current.revision })
-  expect(written, 'the other server could not write: %s', tostring(err))
+  local function other_call(method, params)
+    local result, err = mevedel.request(other, method, params)
+    expect(result, 'the other server: %s failed: %s', method, tostring(err))
+    return result
+  end
+  local held = other_call('mevedel/artifact/create', { kind = 'document', title = 'Held notes' }).id
+  local base = other_call('mevedel/artifact/read', { id = held }).revision
+  other_call('mevedel/artifact/write', { id = held, content = '# Held\n\nThe other server wrote this.\n', baseRevision = base })
 
-  local bufnr = item_buffer(plan)
-  vim.api.nvim_set_current_buf(bufnr)
+  local line = line_with(listing(), 'Held notes')
+  expect(line and line:find('held by ', 1, true), 'listed as %s', tostring(line))
+  open_document()
   local mark = #notifications
-  vim.cmd('MevedelArtifactReload')
-  expect(buffer_text(bufnr) == '# Plan\n\nThe other host wrote this.', 'the buffer shows %s', buffer_text(bufnr))
+  answering({ ['mevedel.artifact'] = '^. Held notes' })
+  vim.cmd('MevedelArtifactOpen')
+  local bufnr = vim.api.nvim_get_current_buf()
+  expect(vim.b.mevedel_artifact == held, 'opened %s', vim.api.nvim_buf_get_name(bufnr))
+  expect(buffer_text(bufnr) == '# Held\n\nThe other server wrote this.', 'the buffer shows %s', buffer_text(bufnr))
   expect(vim.b.mevedel_artifact_writable == false and vim.bo.readonly and not vim.bo.modifiable, 'the held item is editable here')
   local holder = vim.b.mevedel_artifact_holder
   expect(type(holder) == 'string' and holder ~= '', 'no holder host: %s', tostring(holder))
-  expect(notified('Plan notes is held by ' .. holder .. ': read-only here', mark + 1), 'the holder was not told')
-  expect(artifacts.status(bufnr):find('held by ' .. holder, 1, true), 'status %s', artifacts.status(bufnr))
-  local line = line_with(listing(), 'Plan notes')
   expect(line:find('held by ' .. holder, 1, true), 'listed as %s', line)
+  expect(notified('Held notes is held by ' .. holder .. ': read-only here (:MevedelArtifactRequest asks for it)', mark + 1), 'the holder was not told')
+  expect(artifacts.status(bufnr):find('held by ' .. holder, 1, true), 'status %s', artifacts.status(bufnr))
 
-  -- :w is refused here without asking the server to write.
-  vim.api.nvim_set_current_buf(bufnr)
+  -- :w is refused here, saying why.
   mark = #notifications
   vim.cmd('write!')
   expect(notified('nothing was written', mark + 1), 'the refused write was not told')
 
-  -- Asking for it: the other server hands it over once idle.
+  -- Asking for it: the other server hands it over once the item is idle
+  -- there, and the buffer turns writable.
   mark = #notifications
   vim.cmd('MevedelArtifactRequest')
-  expect(notified('asked ' .. holder .. ' for Plan notes', mark + 1), 'the request was not told')
+  expect(notified('asked ' .. holder .. ' for Held notes', mark + 1), 'the request was not told')
   wait_for('the hand-over', function()
     return vim.b[bufnr].mevedel_artifact_writable == true
-  end, 60000)
+  end, 90000)
   expect(vim.bo[bufnr].modifiable and not vim.bo[bufnr].readonly, 'writable, yet not modifiable')
-  expect(notified('Plan notes is writable here now', mark + 1), 'the hand-over was not told')
-  vim.api.nvim_buf_set_lines(bufnr, 2, 3, false, { 'Back here.' })
+  expect(notified('Held notes is writable here now', mark + 1), 'the hand-over was not told')
   vim.api.nvim_set_current_buf(bufnr)
+  vim.api.nvim_buf_set_lines(bufnr, 2, 3, false, { 'Written here.' })
   vim.cmd('write')
-  expect(server_call('mevedel/artifact/read', { id = plan }).content == '# Plan\n\nBack here.\n', 'the write after the hand-over failed')
+  expect(server_call('mevedel/artifact/read', { id = held }).content == '# Held\n\nWritten here.\n', 'the write after the hand-over failed')
   vim.lsp.stop_client(other_id, true)
 end)
 
