@@ -136,6 +136,31 @@ def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 
+#: The artifact store's ERT tests (tests/clients/emacs/mevedel-lsp-artifacts-test.el).
+REQUIRED_ARTIFACTS = (
+    "artifact-document-round-trip",
+    "artifact-whiteboard-and-refusals",
+    "artifact-held-by-another-server",
+)
+
+
+def test_emacs_artifacts(emacs: str, workspace: Workspace) -> None:
+    """The artifact store's list and item buffers against the real server
+    (and a second server process of the same workspace holding an item)."""
+    output = run_editor(
+        [
+            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-artifacts-test.el"),
+            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-artifact-")',
+        ],
+        env={**editor_environment(workspace), "HOME": str(workspace.root.parent)},
+        cwd=workspace.root,
+    )
+    assert re.search(rf"Ran {len(REQUIRED_ARTIFACTS)} tests, {len(REQUIRED_ARTIFACTS)} results as expected, 0 unexpected", output), output
+    for name in REQUIRED_ARTIFACTS:
+        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
+
+
 def test_emacs_package_headers_and_byte_compilation(emacs: str, tmp_path) -> None:
     """package.el reads the headers (name, version, requirements) and the file
     byte-compiles without a single warning."""
