@@ -3449,14 +3449,69 @@ discarded only once you confirm, unless NOCONFIRM."
     (message "mevedel: %s: saved version %d" (mevedel-lsp-artifact--title id) (plist-get version :number))
     version))
 
+(defcustom mevedel-lsp-artifact-handover-wait 180
+  "Seconds to watch for an item you asked another server process for.
+Once it is handed over within that time, its open buffer turns writable
+and the echo area says so."
+  :type 'natnum)
+
+(defconst mevedel-lsp-artifact--handover-poll 3
+  "Seconds between two looks at an item asked for.  The holder tells only
+its own editors that it handed the item over, so this server learns it
+by reading the item.")
+
+(defvar mevedel-lsp-artifact--handovers nil
+  "The items asked for and not handed over yet: (SERVER ID DEADLINE) each.")
+
+(defvar mevedel-lsp-artifact--handover-timer nil
+  "The timer that looks at `mevedel-lsp-artifact--handovers'.")
+
+(defun mevedel-lsp-artifact--watch-handover (server id)
+  "Watch until item ID of SERVER is writable here, for a while."
+  (setq mevedel-lsp-artifact--handovers
+        (cons (list server id (+ (float-time) mevedel-lsp-artifact-handover-wait))
+              (cl-remove-if (lambda (watch) (and (eq (car watch) server) (equal (cadr watch) id)))
+                            mevedel-lsp-artifact--handovers)))
+  (unless mevedel-lsp-artifact--handover-timer
+    (setq mevedel-lsp-artifact--handover-timer
+          (run-at-time mevedel-lsp-artifact--handover-poll nil #'mevedel-lsp-artifact--check-handovers))))
+
+(defun mevedel-lsp-artifact--check-handovers ()
+  "Read each item asked for: once writable here, show it so and stop."
+  (setq mevedel-lsp-artifact--handover-timer nil)
+  (when (mevedel-lsp--quiet-p)
+    (dolist (watch mevedel-lsp-artifact--handovers)
+      (pcase-let ((`(,server ,id ,deadline) watch))
+        (let ((done t))
+          (condition-case err
+              (when (jsonrpc-running-p server)
+                (let ((read (mevedel-lsp-artifact--read server id)))
+                  (cond ((eq (plist-get read :writable) t)
+                         (mevedel-lsp-artifact--refresh server id)
+                         (message "mevedel: %s was handed over: it is writable here now" (plist-get read :title)))
+                        ((> (float-time) deadline)
+                         (message "mevedel: %s has not handed %s over yet; ask again with M-x mevedel-lsp-artifact-request-handover"
+                                  (or (plist-get read :holderHost) "its holder") (plist-get read :title)))
+                        (t (setq done nil)))))
+            (error (message "mevedel: %s" (error-message-string err))))
+          (when done
+            (setq mevedel-lsp-artifact--handovers (delq watch mevedel-lsp-artifact--handovers)))))))
+  (when mevedel-lsp-artifact--handovers
+    (setq mevedel-lsp-artifact--handover-timer
+          (run-at-time (if (mevedel-lsp--quiet-p) mevedel-lsp-artifact--handover-poll (mevedel-lsp--retry-delay))
+                       nil #'mevedel-lsp-artifact--check-handovers))))
+
 (defun mevedel-lsp-artifact-request-handover (id)
   "Ask the server process holding item ID's lease to hand it over.
 It does once the item has had no write there for 10 seconds; then the
-item is writable here (\\[revert-buffer] in its buffer reads it again)."
+item's open buffer turns writable (watched for
+`mevedel-lsp-artifact-handover-wait' seconds)."
   (interactive (list (mevedel-lsp-artifact--read-id)))
   (let* ((server (mevedel-lsp--server))
          (entry (mevedel-lsp--request server :mevedel/artifact/requestHandover (mevedel-lsp--object :id id))))
     (mevedel-lsp-artifact--refresh server id)
+    (when (plist-get entry :holderHost)
+      (mevedel-lsp-artifact--watch-handover server id))
     (message "mevedel: %s" (if-let ((host (plist-get entry :holderHost)))
                                (format "asked %s to hand %s over; it does once nobody has written it there for 10 seconds"
                                        host (plist-get entry :title))
