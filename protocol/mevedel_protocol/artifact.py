@@ -55,7 +55,7 @@ class ArtifactEntry:
 
 @attrs.define
 class ArtifactListResult:
-    items: list[ArtifactEntry] = attrs.field(factory=list)
+    items: list[ArtifactEntry]
 
 
 @attrs.define
@@ -96,7 +96,7 @@ class ArtifactReadResult:
     attached: bool
     #: False while another server process holds the item (see ``holder_host``).
     writable: bool
-    comments: list[ArtifactComment] = attrs.field(factory=list)
+    comments: list[ArtifactComment]
     holder_host: Optional[str] = None
 
 
@@ -146,7 +146,7 @@ class ArtifactVersion:
 
 @attrs.define
 class ArtifactVersionsResult:
-    versions: list[ArtifactVersion] = attrs.field(factory=list)
+    versions: list[ArtifactVersion]
 
 
 @attrs.define

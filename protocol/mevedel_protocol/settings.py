@@ -144,3 +144,7 @@ class Settings:
     mcp_call_timeout_seconds: int = 30
     #: Starting an MCP server, up to its ``initialize`` answer, may take this long.
     mcp_start_timeout_seconds: int = 60
+    #: Versions the artifact store keeps per item (the latest always stays).
+    artifact_max_versions: int = 20
+    #: Bytes of versions the artifact store keeps per item.
+    artifact_max_version_bytes: int = 64 * 1024 * 1024

@@ -42,7 +42,7 @@ async def test_saves_publish_their_changes_and_a_reader_restores_the_conversatio
     await save(c.rename("Notes session"))
 
     committed = await (await read_committed(LocalTarget(tmp_path), SID)).read_all()
-    assert committed == dict(c.display_candidate().artifacts)
+    assert committed == dict(c.metadata_candidate().artifacts)
     assert history_path(hashlib.sha256(b"v3").hexdigest()) in committed
     restored = Conversation.restore(committed)
     assert restored.sidecar.display_name == "Notes session"

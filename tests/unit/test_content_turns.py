@@ -91,7 +91,7 @@ def full_turn(c: Conversation, prompt: str = "Rename parse()", at: int = 1010) -
 def test_a_fresh_conversation_has_nothing_to_save() -> None:
     c = conversation()
     assert c.artifacts_for_save() is None
-    assert c.display_candidate() is None
+    assert c.metadata_candidate() is None
     assert c.rename("Named early") is None  # the name goes out with the first save
     c.begin_turn("hello", at=1001)
     candidate = c.artifacts_for_save()

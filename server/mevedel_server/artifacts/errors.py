@@ -3,16 +3,13 @@ id, a title, a file name) and says why, in words; none carries a path."""
 
 from __future__ import annotations
 
+from ..store.errors import KindedRefusal
 
-class ArtifactError(Exception):
-    #: Stable kinds, the protocol's error kinds: ``invalid-params``,
-    #: ``missing-target``, ``conflict``, ``item-held``, ``item-lease-lost``,
-    #: ``unavailable``, ``unreadable``, ``read-only``.
-    def __init__(self, kind: str, authored: str, reason: str) -> None:
-        super().__init__(f"{authored}: {reason}")
-        self.kind = kind
-        self.authored = authored
-        self.reason = reason
+
+class ArtifactError(KindedRefusal):
+    """Kinds are the protocol's error kinds: ``invalid-params``,
+    ``missing-target``, ``conflict``, ``containment``, ``item-held``,
+    ``item-lease-lost``, ``unavailable``, ``unreadable``, ``read-only``."""
 
 
 def invalid(authored: str, reason: str) -> ArtifactError:

@@ -432,7 +432,9 @@ class ArtifactStore:
     # Writing -------------------------------------------------------------------
 
     @_refusals
-    async def write(self, item_id: str, data: bytes, *, base_revision: str | None = None, editor: Editor | None = None) -> str:
+    async def write(
+        self, item_id: str, data: bytes, *, base_revision: str | None = None, editor: Editor | None = None, reason: str = "written"
+    ) -> str:
         """Replace the item's primary file (one whole-item write; a live
         item's is fenced by its lease). Returns the new revision."""
         check_item_id(item_id)
@@ -473,7 +475,7 @@ class ArtifactStore:
                 if create is not None:
                     self.leases.fenced(item_id, create, result[ops.index(create)])
                 self._note_edit(item_id, editor)
-                self._notify(item_id, "written")
+                self._notify(item_id, reason)
                 return revision_of(data)
             stop = result.stopped_at
             if stop == 0:
@@ -496,7 +498,7 @@ class ArtifactStore:
         a ``restored`` version (so the restore itself can be undone)."""
         check_item_id(item_id)
         _, data = await read_version(self.target, item_id, number)
-        revision = await self.write(item_id, data, editor=editor)
+        revision = await self.write(item_id, data, editor=editor, reason="restored")
         await self._publish(item_id, data, VersionReason.RESTORED, editor)
         return revision
 

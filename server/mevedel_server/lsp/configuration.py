@@ -73,6 +73,10 @@ def _check(name: str, value: Any) -> str | None:
         return servers_problem(value)
     if name in ("mcpCallTimeoutSeconds", "mcpStartTimeoutSeconds") and not 1 <= value <= 3_600:
         return f"must be between 1 and 3600 seconds, got {value}"
+    if name == "artifactMaxVersions" and not 1 <= value <= 1_000:
+        return f"must be between 1 and 1000, got {value}"
+    if name == "artifactMaxVersionBytes" and not 1 <= value <= 2**40:
+        return f"must be between 1 and {2**40} bytes, got {value}"
     if name == "checkpointIntervalSeconds" and not 0 <= value <= 86_400:
         return f"must be between 1 and 86400 seconds (or 0: only at settlement), got {value}"
     if name == "sessionMaxAgeDays" and not 0 <= value <= 36_500:

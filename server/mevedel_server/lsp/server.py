@@ -182,10 +182,10 @@ async def _run_hook(hook: Callable[[], Awaitable[None]]) -> None:
 
 def build_server() -> MevedelLanguageServer:
     """A server with every feature registered."""
-    from . import agents, completion, configuration, control, definition, diagnostics, follow, hover, lifecycle, mcp, resources, sessions
+    from . import agents, artifacts, completion, configuration, control, definition, diagnostics, follow, hover, lifecycle, mcp, resources, sessions
 
     ls = MevedelLanguageServer()
-    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control, follow, agents, mcp):
+    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control, follow, agents, mcp, artifacts):
         feature.register(ls)
     _register_exit(ls)
     _register_start(ls)

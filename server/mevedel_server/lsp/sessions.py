@@ -92,6 +92,7 @@ def _detail(session_id: str, detail: TurnDetail) -> wire.TurnShowResult:
 async def list_sessions(ls: MevedelLanguageServer, params: wire.SessionListParams) -> wire.SessionListResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_LIST)
     listing = await _registry(ls).service(folder).list()
+    hidden = await ls.artifacts.of(folder).hidden_sessions(listing.rows)  # type: ignore[attr-defined]
     current = ls.current_session(folder)
     sessions = [
         wire.SessionListEntry(
@@ -108,6 +109,7 @@ async def list_sessions(ls: MevedelLanguageServer, params: wire.SessionListParam
             recovery_pending=row.recovery_pending,
         )
         for row in listing.rows
+        if row.session_id not in hidden
     ]
     inspect = [
         wire.InspectEntry(row.name, row.subject.value, row.reason, row.kind.value if row.kind else None)

@@ -8,6 +8,17 @@ class StoreError(Exception):
     """Base of every session-store refusal."""
 
 
+class KindedRefusal(StoreError):
+    """A refusal of an authored input that carries its own stable error kind
+    (the artifact store's): ``kind``, ``authored`` and ``reason``."""
+
+    def __init__(self, kind: str, authored: str, reason: str) -> None:
+        super().__init__(f"{authored}: {reason}")
+        self.kind = kind
+        self.authored = authored
+        self.reason = reason
+
+
 class InvalidSessionId(StoreError, ValueError):
     def __init__(self, text: str, reason: str) -> None:
         super().__init__(f"{text!r} is not a session ID: {reason}")

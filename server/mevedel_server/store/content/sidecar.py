@@ -254,6 +254,9 @@ class Sidecar(_Closed, kw_only=True):
     fork: ForkOrigin | None = None
     worktree: WorktreeOrigin | None = None
     attached_artifacts: list[ArtifactId] = []
+    #: The artifact store item whose own conversation this is (counts only
+    #: while that item names this session back; added within format 1).
+    dedicated_artifact: ArtifactId | None = None
     settings: dict[SettingKey, SettingValue] = {}
     #: The next turn must carry the reconciliation reminder.
     reconciliation_pending: bool = False
@@ -310,7 +313,7 @@ def encode_sidecar(sidecar: Sidecar) -> bytes:
 _FIELDS = frozenset(Sidecar.__struct_fields__)
 #: Fields added to format 1 after sidecars were written without them; their
 #: absence means their default. Every other field must be present.
-OPTIONAL_FIELDS = frozenset({"engine"})
+OPTIONAL_FIELDS = frozenset({"engine", "dedicated_artifact"})
 
 
 def load_sidecar(data: bytes) -> Sidecar:

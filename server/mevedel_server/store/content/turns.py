@@ -99,7 +99,9 @@ RESUME_REASON = "the session was resumed while this turn was in flight"
 #: What a display-only (rename) candidate takes from the live sidecar; every
 #: other field, the conversation's counters and layout above all, stays as
 #: committed.
-DISPLAY_FIELDS = ("display_name", "naming_state", "naming_input")
+#: Sidecar fields a metadata-only publication carries from the live state
+#: (a rename, an artifact attached or detached).
+METADATA_FIELDS = ("display_name", "naming_state", "naming_input", "attached_artifacts", "dedicated_artifact")
 
 
 class ConversationError(StoreError):
@@ -528,7 +530,21 @@ class Conversation:
         except NameRefused as exc:
             raise ConversationError(str(exc)) from None
         self._replace(display_name=name, naming_state=NamingState.EXPLICIT, naming_input=None)
-        return self.display_candidate()
+        return self.metadata_candidate()
+
+    def set_attached_artifacts(self, item_ids: Sequence[str]) -> SaveCandidate | None:
+        """The artifact store items attached to the session (ids only; the
+        store keeps the items). Returns the metadata-only candidate, or
+        None while nothing is committed (the ids go out with the first save)."""
+        ids = list(dict.fromkeys(item_ids))
+        self._replace(attached_artifacts=ids)
+        return self.metadata_candidate()
+
+    def set_dedicated_artifact(self, item_id: str | None) -> SaveCandidate | None:
+        """Make this the given item's own conversation (None: an ordinary
+        session again)."""
+        self._replace(dedicated_artifact=item_id)
+        return self.metadata_candidate()
 
     def note_naming_attempt(self, authored_input: str) -> None:
         """An automatic title request is about to run: pending becomes
@@ -579,8 +595,14 @@ class Conversation:
 
     def artifacts_for_save(self) -> SaveCandidate | None:
         """The complete snapshot of the live conversation, or None for a
-        conversation that has nothing to save (never materialized, no turn)."""
-        if self._committed is None and not self._prompts and len(self._segments) == 1:
+        conversation that has nothing to save (never materialized, no turn,
+        no artifact store item of its own)."""
+        if (
+            self._committed is None
+            and not self._prompts
+            and len(self._segments) == 1
+            and self._sidecar.dedicated_artifact is None
+        ):
             return None
         self._sync()
         self._writes += 1
@@ -605,13 +627,14 @@ class Conversation:
         assert candidate is not None  # a turn in flight has a prompt
         return candidate
 
-    def display_candidate(self) -> SaveCandidate | None:
+    def metadata_candidate(self) -> SaveCandidate | None:
         """A sidecar-only candidate: the committed sidecar with the live
-        display metadata. None while nothing is committed."""
+        metadata (display name, attached artifacts). None while nothing is
+        committed."""
         if self._committed is None:
             return None
         committed = self._committed.sidecar
-        sidecar = msgspec.structs.replace(committed, **{name: getattr(self._sidecar, name) for name in DISPLAY_FIELDS})
+        sidecar = msgspec.structs.replace(committed, **{name: getattr(self._sidecar, name) for name in METADATA_FIELDS})
         data = self._encoded_sidecar(sidecar)
         artifacts = self._committed.artifacts.with_path(SIDECAR_PATH, data)
         base = self._committed.artifacts.get(SIDECAR_PATH)

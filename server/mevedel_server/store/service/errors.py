@@ -17,6 +17,7 @@ from ..errors import (
     InvalidSessionId,
     LeaseHeld,
     LeaseLost,
+    KindedRefusal,
     LeaseObservationError,
     PublicationFailed,
     PublicationPending,
@@ -169,7 +170,7 @@ KINDS = frozenset(kind for _cls, kind in _KINDS) | {"internal", "stale-head", "r
 def error_kind(error: BaseException) -> str:
     """The stable kind of a store or target refusal; ``internal`` for
     anything else (a bug). A lifecycle transaction's refusal carries its own."""
-    if isinstance(error, LifecycleError):
+    if isinstance(error, LifecycleError) or isinstance(error, KindedRefusal):
         return error.kind
     for cls, kind in _KINDS:
         if isinstance(error, cls):

@@ -21,7 +21,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...targets import (
@@ -36,7 +36,7 @@ from ...targets import (
     split_target_path,
 )
 from ...targets import TargetError
-from ..workspace_wide.cleanup import DEFAULT_MAX_AGE_DAYS, CleanupReport, remove_expired_sessions, remove_unfinished_sessions
+from ..workspace_wide.cleanup import DEFAULT_MAX_AGE_DAYS, CleanupReport, remove_expired_sessions, remove_session, remove_unfinished_sessions
 from ..workspace_wide.collection import DEFAULT_KEEP_RECENT as DEFAULT_PUBLICATION_KEEP_RECENT
 from ..errors import IdentityNeedsConfirmation, StoreError, TakeoverNeedsConfirmation
 from ..content.inspect import InspectRow, classify_sidecar
@@ -239,6 +239,9 @@ class SessionService(SessionLifecycle, SessionFollowing):
         #: Whether a control transfer of the session is in flight here
         #: (:class:`~.control.SessionControl` installs the real answer).
         self.transfer_in_flight: Callable[[str], bool] = lambda _session_id: False
+        #: Sessions expired-session cleanup must keep, with why (the artifact
+        #: store installs its items' dedicated sessions).
+        self.expiry_exemptions: Callable[[], Awaitable[Mapping[str, str]]] | None = None
 
     # Introspection ----------------------------------------------------------
 
@@ -306,6 +309,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
             holder_is_self=True,
             lease_expires_at=None,
             action=SessionAction.SWITCH,
+            dedicated_artifact=sidecar.dedicated_artifact,
         )
 
     # Creating and opening -------------------------------------------------------
@@ -590,6 +594,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
                 max_age_days=self.session_max_age_days,
                 keep_recent=self.session_keep_recent,
                 open_sessions=set(self._sessions),
+                exempt=await self.expiry_exemptions() if self.expiry_exemptions is not None else {},
             )
         except (StoreError, TargetError, ValueError) as error:
             _log.warning("expired-session cleanup failed: %s", error)
@@ -623,6 +628,47 @@ class SessionService(SessionLifecycle, SessionFollowing):
             if result.committed:
                 self._changed(session, "renamed")
         return self._info(session)
+
+    # Artifact store attachments ------------------------------------------------
+
+    def attached_artifacts(self, session_id: str) -> tuple[str, ...]:
+        """The artifact store items the open session has attached."""
+        return tuple(self._open(session_id, "ask about it").conversation.sidecar.attached_artifacts)
+
+    def dedicated_artifact(self, session_id: str) -> str | None:
+        return self._open(session_id, "ask about it").conversation.sidecar.dedicated_artifact
+
+    def turn_in_flight(self, session_id: str) -> int | None:
+        """The number of the open session's turn in flight, if any."""
+        opened = self._open(session_id, "ask about it").conversation.open_turn
+        return None if opened is None else opened.turn
+
+    async def set_attached_artifacts(self, session_id: str, item_ids: Sequence[str]) -> tuple[str, ...]:
+        """Attach exactly ``item_ids`` (one small metadata publication of a
+        saved session; an unsaved one keeps them for its first save)."""
+        session = await self._gated(session_id, "attach artifacts to it")
+        if tuple(item_ids) != tuple(session.conversation.sidecar.attached_artifacts):
+            candidate = session.conversation.set_attached_artifacts(item_ids)
+            if candidate is not None and session.materialized:
+                await session.save(candidate)
+        return tuple(session.conversation.sidecar.attached_artifacts)
+
+    async def delete_session(self, session_id: str) -> None:
+        """Close the session here and remove it from the workspace (an
+        artifact's conversation deleted with its item). Refused while
+        another client holds it."""
+        if self.is_open(session_id):
+            await self.close(session_id)
+        kept = await remove_session(self.target, self.client, session_id)
+        if kept is not None:
+            raise SessionConflict(session_id, f"was not deleted: {kept}")
+
+    async def set_dedicated_artifact(self, session_id: str, item_id: str | None) -> None:
+        """Make the session an artifact's own conversation (or not), saved
+        at once so the pair can be checked from either side."""
+        session = await self._gated(session_id, "make it an artifact's conversation")
+        session.conversation.set_dedicated_artifact(item_id)
+        await session.save(session.conversation.artifacts_for_save(), force=True)
 
     # Turns ---------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ keeps the session; a kept session's claim is released.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ...targets import (
@@ -54,7 +54,8 @@ from ...targets import (
     read_target_clock,
 )
 from ..errors import StoreError
-from ..authority.lease import ClientIdentity, LeaseHandle, LeaseStanding, acquire_lease
+from ..authority.lease import ClientIdentity, LeaseHandle, LeaseStanding, acquire_lease, observe_lease
+from ..authority.workspace import check_session_id
 from ..layout import SessionPaths
 from .listing import InspectSubject, SessionSurvey, UnfinishedSession, find_unfinished, survey_sessions
 from ..authority.records import LeaseState
@@ -132,6 +133,7 @@ async def remove_expired_sessions(
     max_age_days: int | None = DEFAULT_MAX_AGE_DAYS,
     keep_recent: int = DEFAULT_KEEP_RECENT,
     open_sessions: Collection[str] = (),
+    exempt: Mapping[str, str] | None = None,
 ) -> CleanupReport:
     """Remove the workspace's expired sessions; report each removal and why
     every other session was kept. ``max_age_days=None`` disables removal."""
@@ -174,6 +176,9 @@ async def remove_expired_sessions(
             continue
         if survey.name in open_sessions:
             kept.append(KeptSession(survey.name, "open in this client"))
+            continue
+        if exempt and survey.name in exempt:
+            kept.append(KeptSession(survey.name, exempt[survey.name]))
             continue
         lease_reason = _lease_keeps(survey) or await _recovery_keeps(target, survey.name)
         if lease_reason:
@@ -220,6 +225,17 @@ async def remove_unfinished_sessions(
         else:
             kept.append(KeptSession(u.session_id, outcome))
     return CleanupReport(tuple(removed), tuple(kept), None)
+
+
+async def remove_session(target: Target, client: ClientIdentity, session_id: str) -> str | None:
+    """Remove one session that no client holds (an artifact's conversation
+    deleted with its item): claimed first, so a client that opened it
+    meanwhile keeps it. ``None`` when removed, else why kept."""
+    paths = SessionPaths(check_session_id(session_id))
+    observation = await observe_lease(target, session_id)
+    if observation.standing is LeaseStanding.HELD and not (observation.record and observation.record.client_id == client.client_id):
+        return "another client holds it"
+    return await _remove_claimed(target, client, paths, observation.generation)
 
 
 async def _remove_session(target: Target, client: ClientIdentity, survey: SessionSurvey) -> str | None:

@@ -145,6 +145,9 @@ class SessionRow:
     #: recovery ID (or why its recovery directory cannot be read). Every
     #: mutation is refused until it is retried or abandoned.
     recovery_pending: str | None = None
+    #: The artifact store item whose own conversation the session says it is
+    #: (it is one only while the item names it back).
+    dedicated_artifact: str | None = None
 
 
 class InspectSubject(enum.Enum):
@@ -238,6 +241,8 @@ class SidecarFacts:
     updated_at: int
     #: False for a head captured mid-turn (a turn was begun and not settled).
     settled: bool
+    #: The artifact store item whose own conversation the session says it is.
+    dedicated_artifact: str | None = None
 
 
 def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
@@ -253,6 +258,7 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
         latest_preview=sidecar.latest_user_message,
         updated_at=sidecar.updated_at,
         settled=sidecar.in_flight_turn is None,
+        dedicated_artifact=sidecar.dedicated_artifact,
     )
 
 
@@ -593,6 +599,7 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
         lease_expires_at=record.expires_at if record else None,
         action=lease_action(observation, client, open_here),
         recovery_pending=survey.recovery,
+        dedicated_artifact=sidecar.dedicated_artifact if sidecar else None,
     )
 
 

@@ -1,0 +1,237 @@
+"""``mevedel/artifact/*``: the workspace artifact store, thin handlers over
+:class:`~mevedel_server.artifacts.attachments.SessionArtifacts` (one per
+workspace folder, made with the folder's session service on first use),
+and ``mevedel/artifact/didChange`` for every change made here. The items'
+leases are released when the server exits.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from mevedel_protocol import artifact as wire
+from mevedel_protocol import converter, methods
+
+from ..artifacts import ArtifactStore
+from ..artifacts.attachments import Listed, SessionArtifacts
+from ..artifacts.content import decode_payload, encode_for_reader
+from ..artifacts.records import Comment, VersionEntry
+from ..store.service import SessionService
+from .handlers import command_handler, folder as _folder, registry as _registry, request_handler
+from .workspaces import Folder
+
+if TYPE_CHECKING:
+    from .server import MevedelLanguageServer
+
+_log = logging.getLogger(__name__)
+
+
+class ArtifactStores:
+    """One store per workspace folder, over the folder's session service."""
+
+    def __init__(self, ls: MevedelLanguageServer) -> None:
+        self.ls = ls
+        self._stores: dict[str, SessionArtifacts] = {}
+
+    def of(self, folder: Folder) -> SessionArtifacts:
+        known = self._stores.get(folder.key)
+        if known is not None:
+            return known
+        service: SessionService = _registry(self.ls).service(folder)
+        settings = self.ls.settings
+        store = ArtifactStore(
+            service.target,
+            service.client,
+            max_versions=settings.artifact_max_versions,
+            max_version_bytes=settings.artifact_max_version_bytes,
+            lease_seconds=settings.lease_seconds,
+        )
+        store.on_change.append(lambda item_id, reason: self._changed(folder, item_id, reason))
+        work = SessionArtifacts(store, service)
+        self._stores[folder.key] = work
+        return work
+
+    def configure(self) -> None:
+        settings = self.ls.settings
+        for work in self._stores.values():
+            work.store.max_versions = settings.artifact_max_versions
+            work.store.max_version_bytes = settings.artifact_max_version_bytes
+
+    def _changed(self, folder: Folder, item_id: str, reason: str) -> None:
+        params = wire.ArtifactDidChangeParams(workspace_folder=folder.uri, id=item_id, reason=reason)
+        try:
+            self.ls.protocol.notify(methods.ARTIFACT_DID_CHANGE, converter.unstructure(params))
+        except Exception:
+            _log.debug("could not send %s", methods.ARTIFACT_DID_CHANGE, exc_info=True)
+
+    async def close(self) -> None:
+        for work in list(self._stores.values()):
+            try:
+                await work.close()
+            except Exception:
+                _log.warning("closing an artifact store failed", exc_info=True)
+
+
+def _work(ls: MevedelLanguageServer, workspace_folder: str | None, method: str) -> tuple[SessionArtifacts, str | None]:
+    folder = _folder(ls, workspace_folder, method)
+    return ls.artifacts.of(folder), folder  # type: ignore[attr-defined]
+
+
+def _session(ls: MevedelLanguageServer, folder, given: str | None) -> str | None:
+    return given if given is not None else _registry(ls).current(folder)
+
+
+def _entry(listed: Listed) -> wire.ArtifactEntry:
+    meta = listed.item.meta
+    return wire.ArtifactEntry(
+        id=meta.id,
+        title=meta.title,
+        kind=meta.kind,
+        primary=meta.primary,
+        attached=listed.attached,
+        updated_at=meta.updated_at,
+        versions=listed.item.versions,
+        holder_host=listed.item.holder_host,
+    )
+
+
+def _version(entry: VersionEntry) -> wire.ArtifactVersion:
+    return wire.ArtifactVersion(
+        number=entry.number,
+        at=entry.at,
+        reason=entry.reason.value,
+        size=entry.size,
+        revision=entry.sha256,
+        session_id=entry.session_id,
+        turn=entry.turn,
+    )
+
+
+def _comment(comment: Comment) -> wire.ArtifactComment:
+    return wire.ArtifactComment(
+        number=comment.number, at=comment.at, author=comment.author, text=comment.text, session_id=comment.session_id
+    )
+
+
+async def list_items(ls, params: wire.ArtifactListParams) -> wire.ArtifactListResult:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_LIST)
+    return wire.ArtifactListResult([_entry(listed) for listed in await work.list(_session(ls, folder, params.session_id))])
+
+
+async def create(ls, params: wire.ArtifactCreateParams) -> wire.ArtifactEntry:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_CREATE)
+    data = None if params.content is None else decode_payload(params.content, params.encoding, "content")
+    listed = await work.create(
+        _session(ls, folder, params.session_id), params.kind, params.title, data, file_name=params.file_name
+    )
+    return _entry(listed)
+
+
+async def read(ls, params: wire.ArtifactParams) -> wire.ArtifactReadResult:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_READ)
+    item, attached = await work.read(_session(ls, folder, params.session_id), params.id)
+    text, encoding = encode_for_reader(item.meta.primary, item.meta.kind, item.data)
+    return wire.ArtifactReadResult(
+        id=item.meta.id,
+        title=item.meta.title,
+        kind=item.meta.kind,
+        primary=item.meta.primary,
+        content=text,
+        encoding=encoding,
+        revision=item.revision,
+        attached=attached,
+        writable=item.writable,
+        comments=[_comment(c) for c in item.comments],
+        holder_host=item.holder_host,
+    )
+
+
+async def write(ls, params: wire.ArtifactWriteParams) -> wire.ArtifactWriteResult:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_WRITE)
+    data = decode_payload(params.content, params.encoding, "content")
+    revision = await work.write(_session(ls, folder, params.session_id), params.id, data, base_revision=params.base_revision)
+    return wire.ArtifactWriteResult(revision)
+
+
+async def attach(ls, params: wire.ArtifactParams) -> wire.ArtifactAttachResult:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_ATTACH)
+    session_id, attached = await work.attach(_session(ls, folder, params.session_id), params.id)
+    return wire.ArtifactAttachResult(id=params.id, session_id=session_id, attached=attached)
+
+
+async def detach(ls, params: wire.ArtifactParams) -> wire.ArtifactAttachResult:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_DETACH)
+    session_id, attached = await work.detach(_session(ls, folder, params.session_id), params.id)
+    return wire.ArtifactAttachResult(id=params.id, session_id=session_id, attached=attached)
+
+
+async def duplicate(ls, params: wire.ArtifactDuplicateParams) -> wire.ArtifactEntry:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_DUPLICATE)
+    return _entry(await work.duplicate(_session(ls, folder, params.session_id), params.id, params.title))
+
+
+async def delete(ls, params: wire.ArtifactParams) -> wire.ArtifactDeleteResult:
+    work, _folder_ = _work(ls, params.workspace_folder, methods.ARTIFACT_DELETE)
+    kept = await work.delete(params.id)
+    return wire.ArtifactDeleteResult(id=params.id, kept_session=kept)
+
+
+async def versions(ls, params: wire.ArtifactParams) -> wire.ArtifactVersionsResult:
+    work, _folder_ = _work(ls, params.workspace_folder, methods.ARTIFACT_VERSIONS)
+    return wire.ArtifactVersionsResult([_version(v) for v in await work.versions(params.id)])
+
+
+async def save_version(ls, params: wire.ArtifactParams) -> wire.ArtifactVersion:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_SAVE_VERSION)
+    return _version(await work.save_version(_session(ls, folder, params.session_id), params.id))
+
+
+async def restore(ls, params: wire.ArtifactRestoreParams) -> wire.ArtifactWriteResult:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_RESTORE)
+    return wire.ArtifactWriteResult(await work.restore(_session(ls, folder, params.session_id), params.id, params.version))
+
+
+async def comment(ls, params: wire.ArtifactCommentParams) -> wire.ArtifactComment:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_COMMENT)
+    return _comment(await work.comment(_session(ls, folder, params.session_id), params.id, params.text))
+
+
+async def request_handover(ls, params: wire.ArtifactParams) -> wire.ArtifactEntry:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_REQUEST_HANDOVER)
+    item = await work.request_handover(params.id)
+    return _entry(Listed(item, params.id in work.attached(_session(ls, folder, params.session_id))))
+
+
+async def conversation(ls, params: wire.ArtifactParams) -> wire.ArtifactConversationResult:
+    work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_CONVERSATION)
+    session_id, created = await work.conversation(params.id)
+    return wire.ArtifactConversationResult(id=params.id, session_id=session_id, created=created)
+
+
+HANDLERS = {
+    methods.ARTIFACT_LIST: (wire.ArtifactListParams, list_items, None),
+    methods.ARTIFACT_CREATE: (wire.ArtifactCreateParams, create, methods.COMMAND_ARTIFACT_CREATE),
+    methods.ARTIFACT_READ: (wire.ArtifactParams, read, None),
+    methods.ARTIFACT_WRITE: (wire.ArtifactWriteParams, write, methods.COMMAND_ARTIFACT_WRITE),
+    methods.ARTIFACT_ATTACH: (wire.ArtifactParams, attach, methods.COMMAND_ARTIFACT_ATTACH),
+    methods.ARTIFACT_DETACH: (wire.ArtifactParams, detach, methods.COMMAND_ARTIFACT_DETACH),
+    methods.ARTIFACT_DUPLICATE: (wire.ArtifactDuplicateParams, duplicate, methods.COMMAND_ARTIFACT_DUPLICATE),
+    methods.ARTIFACT_DELETE: (wire.ArtifactParams, delete, methods.COMMAND_ARTIFACT_DELETE),
+    methods.ARTIFACT_VERSIONS: (wire.ArtifactParams, versions, None),
+    methods.ARTIFACT_SAVE_VERSION: (wire.ArtifactParams, save_version, methods.COMMAND_ARTIFACT_SAVE_VERSION),
+    methods.ARTIFACT_RESTORE: (wire.ArtifactRestoreParams, restore, methods.COMMAND_ARTIFACT_RESTORE),
+    methods.ARTIFACT_COMMENT: (wire.ArtifactCommentParams, comment, methods.COMMAND_ARTIFACT_COMMENT),
+    methods.ARTIFACT_REQUEST_HANDOVER: (wire.ArtifactParams, request_handover, methods.COMMAND_ARTIFACT_REQUEST_HANDOVER),
+    methods.ARTIFACT_CONVERSATION: (wire.ArtifactParams, conversation, methods.COMMAND_ARTIFACT_CONVERSATION),
+}
+
+
+def register(ls: MevedelLanguageServer) -> None:
+    ls.artifacts = ArtifactStores(ls)  # type: ignore[attr-defined]
+    ls.on_exit.append(ls.artifacts.close)  # type: ignore[attr-defined]
+    ls.on_settings_changed.append(ls.artifacts.configure)  # type: ignore[attr-defined]
+    for method, (params_type, handler, command) in HANDLERS.items():
+        ls.feature(method)(request_handler(method, params_type, handler))
+        if command is not None:
+            ls.command(command)(command_handler(command, params_type, handler))
