@@ -71,7 +71,7 @@ class SessionArtifacts:
 
     def _require_session(self, session_id: str | None, doing: str) -> str:
         if session_id is None:
-            raise ArtifactError("owner-missing", doing, "no session is current; open or create one to attach items to it")
+            raise ArtifactError("owner-missing", "session", f"none is current here; open or create one (or name it) to {doing}")
         if not self.service.is_open(session_id):
             raise ArtifactError("owner-missing", session_id, f"the session is not open here; open it to {doing}")
         if not self._writable(session_id):

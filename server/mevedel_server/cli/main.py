@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "lifecycle_command",
     "follow_command",
     "mcp_command",
+    "artifact_command",
 )
 
 INTERNAL_ERROR = 70
