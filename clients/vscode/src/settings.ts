@@ -33,6 +33,8 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['checkpointIntervalSeconds', ['checkpointIntervalSeconds']],
   ['sessionMaxAgeDays', ['sessionMaxAgeDays']],
   ['sessionKeepRecent', ['sessionKeepRecent']],
+  ['artifactMaxVersions', ['artifactMaxVersions']],
+  ['artifactMaxVersionBytes', ['artifactMaxVersionBytes']],
 ];
 
 export type Lookup = (key: string) => unknown;
