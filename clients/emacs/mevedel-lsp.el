@@ -3019,6 +3019,14 @@ sends it as `baseRevision'.")
   "What happened to the item that the buffer's text does not show:
 deleted, or changed on the server while it had unsaved edits.")
 
+(defvar-local mevedel-lsp-artifact--server nil
+  "The server an item buffer's item is read through.")
+
+;; An item buffer stays one when the user picks another major mode.
+(dolist (variable '(mevedel-lsp-artifact--id mevedel-lsp-artifact--item mevedel-lsp-artifact--revision
+                    mevedel-lsp-artifact--note mevedel-lsp-artifact--server))
+  (put variable 'permanent-local t))
+
 (defun mevedel-lsp-artifact--error-kind (error)
   "The `data.kind' of a failed request's ERROR, or nil."
   (pcase error
@@ -3264,13 +3272,23 @@ A buffer already showing it is reused as it is."
           (with-current-buffer buffer
             (funcall (mevedel-lsp-artifact--major-mode read))
             (setq-local mevedel-lsp--origin-server server)
-            (setq mevedel-lsp-artifact--id id)
+            (setq mevedel-lsp-artifact--id id
+                  mevedel-lsp-artifact--server server)
             (mevedel-lsp-artifact-mode 1)
             (mevedel-lsp-artifact--show read)
             (buffer-disable-undo)
             (buffer-enable-undo)
             (goto-char (point-min)))
           buffer))))
+
+(defun mevedel-lsp-artifact--after-mode-change ()
+  "In an item buffer put in another major mode, saving still writes the item."
+  (when (and mevedel-lsp-artifact--server (not mevedel-lsp-artifact-mode))
+    (setq-local mevedel-lsp--origin-server mevedel-lsp-artifact--server)
+    (mevedel-lsp-artifact-mode 1)
+    (setq header-line-format (mevedel-lsp-artifact--header))))
+
+(add-hook 'after-change-major-mode-hook #'mevedel-lsp-artifact--after-mode-change)
 
 (defun mevedel-lsp-artifact-open (id)
   "Show item ID (default: the one at point, else one you pick) in a buffer.
