@@ -322,6 +322,8 @@ def fork_sidecar_changes(
         worktree=worktree,
         settings=dict(sidecar.settings),
         attached_artifacts=list(sidecar.attached_artifacts),
+        # The item names its own conversation, never a copy of it.
+        dedicated_artifact=None,
         reconciliation_pending=False,
     )
 

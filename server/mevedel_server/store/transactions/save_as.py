@@ -122,6 +122,9 @@ async def commit_save_as(
             naming_input=None,
             created_at=at,
             updated_at=at,
+            # The copy keeps the attached items; the item's own
+            # conversation stays the original.
+            dedicated_artifact=None,
         )
         return cut_snapshot(state.state, cut, changes)
 
