@@ -140,6 +140,7 @@ def test_neovim_artifacts(nvim: str, workspace: Workspace, tmp_path) -> None:
         "artifacts: a new document from the list opens",
         "artifacts: open from the list, edit, :w writes it",
         "artifacts: a change made elsewhere reloads the buffer; a conflicting :w",
+        "artifacts: a read answered after a newer one does not put its older text back",
         "artifacts: versions are listed newest first and restore",
         "artifacts: detach, attach, duplicate and comment",
         "artifacts: a whiteboard opens as its JSON scene",

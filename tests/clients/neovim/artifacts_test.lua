@@ -260,6 +260,47 @@ test('artifacts: a change made elsewhere reloads the buffer; a conflicting :w is
   expect(server_call('mevedel/artifact/read', { id = plan }).content == '# Plan\n\nMerged step.\n', 'the write after the reload failed')
 end)
 
+test('artifacts: a read answered after a newer one does not put its older text back', function()
+  -- Two writes elsewhere, each read again here on its didChange; the
+  -- first read's answer is held back until the second read's is in the
+  -- buffer, then delivered.
+  local bufnr = item_buffer(plan)
+  vim.api.nvim_set_current_buf(bufnr)
+  local real_async = mevedel.request_async
+  local hold, held = true, nil
+  mevedel.request_async = function(client, method, params, callback)
+    if hold and method == 'mevedel/artifact/read' and params.id == plan then
+      hold = false
+      return real_async(client, method, params, function(...)
+        held = { n = select('#', ...), ... }
+        held.callback = callback
+      end)
+    end
+    return real_async(client, method, params, callback)
+  end
+  local ok, err = pcall(function()
+    local current = server_call('mevedel/artifact/read', { id = plan })
+    current = server_call('mevedel/artifact/write', { id = plan, content = '# Plan\n\nOlder.\n', baseRevision = current.revision })
+    wait_for('the first read to be answered (held back)', function()
+      return held ~= nil
+    end)
+    expect(held[1] and held[1].content == '# Plan\n\nOlder.\n', 'the held read says %s', vim.inspect(held[1]))
+    server_call('mevedel/artifact/write', { id = plan, content = '# Plan\n\nNewer.\n', baseRevision = current.revision })
+    wait_for('the newer text in the buffer', function()
+      return buffer_text(bufnr) == '# Plan\n\nNewer.'
+    end)
+    held.callback(unpack(held, 1, held.n))
+    expect(buffer_text(bufnr) == '# Plan\n\nNewer.', 'the older read put back %s', buffer_text(bufnr))
+    expect(vim.b[bufnr].mevedel_artifact_revision == server_call('mevedel/artifact/read', { id = plan }).revision, 'the buffer has an older revision')
+  end)
+  mevedel.request_async = real_async
+  expect(ok, '%s', tostring(err))
+  -- The buffer still writes (its revision is the newest).
+  vim.api.nvim_buf_set_lines(bufnr, 2, 3, false, { 'Merged step.' })
+  vim.cmd('write')
+  expect(not vim.bo[bufnr].modified, 'the write failed')
+end)
+
 test('artifacts: versions are listed newest first and restore puts one back', function()
   local bufnr = item_buffer(plan)
   vim.api.nvim_set_current_buf(bufnr)

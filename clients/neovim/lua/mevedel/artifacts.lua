@@ -36,6 +36,8 @@ M.last_change = nil
 -- and of the latest one finished (settled); writes waiting for an answer,
 -- and the reloads asked for meanwhile.
 local generation, settled, writing, reload_after_write = {}, {}, {}, {}
+-- Items being deleted from here (their didChange is no news), by id.
+local deleting = {}
 -- The client an item buffer being opened is read through.
 local opening_client = nil
 
@@ -452,6 +454,8 @@ function M.reload(bufnr, force)
   local ok, err = load_and_wait(bufnr, client, force)
   if not ok then
     mevedel.notify(err)
+  elseif vim.bo[bufnr].modified then
+    mevedel.notify('your unsaved changes stay in this buffer (:MevedelArtifactReload! drops them, keeping a copy)', levels.INFO)
   end
   return ok, err
 end
@@ -735,11 +739,10 @@ end
 --- One line of the versions picker: number, why, when, size, the turn.
 function M.format_version(version)
   local text = string.format('v%d  %s  %s  %s', version.number, version.reason, os.date('%Y-%m-%d %H:%M:%S', version.at), plural(version.size, 'byte'))
-  if present(version.turn) then
-    text = text .. string.format('  turn %d', version.turn)
-  end
-  if present(version.sessionId) then
-    text = text .. '  of ' .. version.sessionId
+  if present(version.turn) and present(version.sessionId) then
+    text = text .. string.format('  turn %d of %s', version.turn, version.sessionId)
+  elseif present(version.sessionId) then
+    text = text .. '  in ' .. version.sessionId
   end
   return text
 end
@@ -831,7 +834,9 @@ function M.delete(item, client)
       mevedel.notify('nothing was deleted', levels.INFO)
       return
     end
+    deleting[item.id] = true
     local result = call(client, 'mevedel/artifact/delete', mevedel.scoped(session_here(), { id = item.id }))
+    deleting[item.id] = nil
     if not result then
       return
     end
@@ -946,7 +951,9 @@ function M.on_did_change(_, params, ctx)
   if client and type(params) == 'table' and params.id then
     for _, bufnr in ipairs(M.buffers_of(params.id, client.id)) do
       if params.reason == 'deleted' then
-        mark_deleted(bufnr, 'was deleted')
+        if not deleting[params.id] then
+          mark_deleted(bufnr, 'was deleted')
+        end
       else
         reload_quietly(bufnr, client, false)
       end
