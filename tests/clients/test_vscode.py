@@ -231,7 +231,7 @@ def test_artifacts_against_real_server(compiled: str, tmp_path: Path) -> None:
         "a new document is listed by title and marked attached to the session that created it",
         "an opened document is edited and saved through mevedel/artifact/write; the server reads the new content",
         "a save over a change the editor never saw is refused with the server words, and reloading shows that change",
-        "an item another server process holds opens read-only, names its host, and offers asking for it",
+        "an item another server process holds opens read-only, names its host, and offers asking for it, which makes it writable",
     ):
         assert re.search(rf"ok \d+ - {re.escape(name)}", output), output
     assert re.search(r"ok \d+ - artifacts", output), output

@@ -257,13 +257,16 @@ suite('artifacts', { skip }, () => {
     await assert.rejects(files.load(opened(entry.id, entry)), refusedWith('missing-target', new RegExp(entry.id)));
   });
 
-  test('an item another server process holds opens read-only, names its host, and offers asking for it', async () => {
+  test('an item another server process holds opens read-only, names its host, and offers asking for it, which makes it writable', async () => {
     const entry = await createArtifact(server.connection, { kind: 'document', title: 'Contested', content: 'v1\n' });
     const ref = opened(entry.id, entry);
     await files.load(ref);
 
-    // A second server on the same workspace writes it first: its lease.
-    const other = await startServer(workspace!, {}, {});
+    // A second server on the same workspace writes it first: its lease
+    // (renewed every second, so it hands the item over soon after it has
+    // been idle for 10 seconds).
+    const quick = { leaseSeconds: 3 };
+    const other = await startServer(workspace!, quick, quick);
     try {
       await writeArtifact(other.connection, { id: entry.id, content: 'v2 from the other process\n' });
 
@@ -286,10 +289,19 @@ suite('artifacts', { skip }, () => {
       });
       assert.equal((await readArtifact(other.connection, { id: entry.id })).content, 'v2 from the other process\n');
 
-      // Asking for it: the holder is told and hands it over once idle.
+      // Asking for it: the holder hands it over once idle; the open editor
+      // (watched while it is read-only) turns writable and saves.
       const asked = await requestHandover(server.connection, { id: entry.id });
       assert.equal(asked.id, entry.id);
       assert.equal(asked.holderHost, holder);
+      while (!(await files.stat(ref)).writable) await new Promise((wake) => setTimeout(wake, 250));
+      assert.equal(readOnlyNotice((await files.stat(ref)).item), undefined);
+      await files.save(ref, Buffer.from('v3, mine again\n'));
+      assert.equal((await readArtifact(other.connection, { id: entry.id })).content, 'v3, mine again\n');
+      await assert.rejects(
+        writeArtifact(other.connection, { id: entry.id, content: 'late\n' }),
+        refusedWith('item-held', new RegExp(entry.id)),
+      );
     } finally {
       await other.close();
     }
