@@ -222,3 +222,14 @@ async def test_a_planted_symlink_never_redirects_a_write(root, open_target, tmp_
     assert outside.read_bytes() == b"untouched"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["outside.md", "ws"])
     await store.close()
+
+
+async def test_concurrent_writes_and_renewals_in_one_process_never_lose_the_lease(root, open_target):
+    store = _store(await open_target(root), renew_every=3600)
+    item = await store.create("document", "Busy", b"0")
+    writes = [store.write(item.item_id, f"{n}".encode()) for n in range(8)]
+    renewals = [store.leases.renew(item.item_id) for _ in range(4)]
+    await asyncio.gather(*writes, *renewals)
+    assert store.leases.holds(item.item_id)
+    assert (await store.read(item.item_id)).data in {f"{n}".encode() for n in range(8)}
+    await store.close()

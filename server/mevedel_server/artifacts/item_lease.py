@@ -117,10 +117,20 @@ class ItemLeases:
         self.renew_every = renew_every if renew_every is not None else duration_seconds / 3
         self._monotonic = monotonic
         self._held: dict[str, _Held] = {}
+        #: One queue per item in this process: its writes, renewals and
+        #: release run one at a time, so a proof this process took is never
+        #: overtaken by this process's own next generation.
+        self._queues: dict[str, asyncio.Lock] = {}
         self._renewal: asyncio.Task | None = None
         #: Called with (item id, reason) when this process hands an item over
         #: (``handed-over``) or finds it lost (``fenced``).
         self.on_change: list[Callable[[str, str], None]] = []
+
+    def queue(self, item_id: str) -> asyncio.Lock:
+        lock = self._queues.get(item_id)
+        if lock is None:
+            lock = self._queues[item_id] = asyncio.Lock()
+        return lock
 
     def holds(self, item_id: str) -> bool:
         return item_id in self._held
@@ -258,6 +268,10 @@ class ItemLeases:
 
     async def renew(self, item_id: str) -> None:
         """Renew the held item, or hand it over when asked and idle."""
+        async with self.queue(item_id):
+            await self._renew(item_id)
+
+    async def _renew(self, item_id: str) -> None:
         held = self._held.get(item_id)
         if held is None:
             return
@@ -275,9 +289,10 @@ class ItemLeases:
         await self._write_state(item_id, held, ItemLeaseState.ACTIVE, remove_request=False)
 
     async def release(self, item_id: str) -> None:
-        held = self._held.pop(item_id, None)
-        if held is not None:
-            await self._write_state(item_id, held, ItemLeaseState.RELEASED, remove_request=False)
+        async with self.queue(item_id):
+            held = self._held.pop(item_id, None)
+            if held is not None:
+                await self._write_state(item_id, held, ItemLeaseState.RELEASED, remove_request=False)
 
     async def close(self) -> None:
         """Release every held item (at exit) and stop renewing."""

@@ -438,6 +438,10 @@ class ArtifactStore:
         """Replace the item's primary file (one whole-item write; a live
         item's is fenced by its lease). Returns the new revision."""
         check_item_id(item_id)
+        async with self.leases.queue(item_id):
+            return await self._write(item_id, data, base_revision, editor, reason)
+
+    async def _write(self, item_id: str, data: bytes, base_revision: str | None, editor: Editor | None, reason: str) -> str:
         for _ in range(_ATTEMPTS):
             meta, meta_raw = await self.meta(item_id)
             paths = ItemPaths(item_id)
