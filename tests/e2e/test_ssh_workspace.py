@@ -188,3 +188,31 @@ def test_the_cli_works_on_an_ssh_workspace_and_sees_the_local_spelling_s_session
     assert closed["status"] == 0, closed
     bad = cli(home, "session", "list", "--workspace", "ssh:/nohost/x")
     assert bad["status"] == 1 and bad["error"]["kind"] == "invalid-params" and "ssh:/nohost/x" in bad["error"]["message"]
+
+
+async def test_the_artifact_store_on_an_ssh_workspace_shares_items_with_a_local_server(openssh_server, tmp_path, project):
+    """One directory reached over ssh:// by one server and locally by
+    another: the same items, and the item lease fences across them."""
+    home = ssh_home(tmp_path, openssh_server)
+    url = f"ssh://{ALIAS}{project}"
+    remote = await server_config(home).start()
+    local = await server_config(home).start()
+    try:
+        await remote.initialize_session(remote_params(url))
+        await local.initialize_session(remote_params(local=project))
+        ws = {"workspaceFolder": url}
+        await request(remote, methods.SESSION_CREATE, {**ws, "name": "Remote"})
+        doc = await request(remote, methods.ARTIFACT_CREATE, {**ws, "kind": "document", "title": "Over SSH", "content": "# one\n"})
+        assert doc["attached"]
+        await request(remote, methods.ARTIFACT_WRITE, {**ws, "id": doc["id"], "content": "# two\n"})
+        assert (project / ".mevedel/artifacts" / doc["id"] / "document.md").read_text() == "# two\n"
+        listed = (await request(local, methods.ARTIFACT_LIST, {}))["items"]
+        assert [(i["id"], i["title"]) for i in listed] == [(doc["id"], "Over SSH")] and listed[0]["holderHost"]
+        held = await failure(local, methods.ARTIFACT_WRITE, {"id": doc["id"], "content": "# three\n"})
+        assert held["kind"] == "item-held"
+        versions = (await request(remote, methods.ARTIFACT_VERSIONS, {**ws, "id": doc["id"]}))["versions"]
+        assert [v["reason"] for v in versions] == ["created"]
+    finally:
+        for client in (remote, local):
+            await client.shutdown_session()
+            await client.stop()
