@@ -140,6 +140,7 @@ def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
 REQUIRED_ARTIFACTS = (
     "artifact-document-round-trip",
     "artifact-whiteboard-and-refusals",
+    "artifact-files-open-as-text-or-image",
     "artifact-held-by-another-server",
 )
 

@@ -265,6 +265,40 @@ is reported in its words, and the buffer keeps the text."
       (mevedel-test--log "refused: %s" (cadr err))
       (should (string-match-p "\\`mevedel: .*title" (cadr err))))))
 
+(defconst mevedel-art-test--png
+  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+  "A 1x1 PNG, base64.")
+
+(ert-deftest mevedel-lsp-test-artifact-files-open-as-text-or-image ()
+  "An HTML artifact opens as its text and saves; an image opens read-only."
+  (let* ((listing (mevedel-art-test--list))
+         (page (plist-get (mevedel-test--call :mevedel/artifact/create :kind "artifact" :title "ERT page"
+                                              :fileName "page.html" :content "<p>first</p>\n")
+                          :id))
+         (picture (plist-get (mevedel-test--call :mevedel/artifact/create :kind "artifact" :title "ERT picture"
+                                                 :fileName "dot.png" :encoding "base64"
+                                                 :content mevedel-art-test--png)
+                             :id)))
+    ;; Both are listed (the creations' didChange refreshed the list).
+    (mevedel-test--wait (lambda () (and (mevedel-art-test--line-of listing "ERT page")
+                                        (mevedel-art-test--line-of listing "ERT picture")))
+                        "the list to show the new artifacts")
+    (mevedel-art-test--press listing "RET" "ERT page")
+    (let ((buffer (current-buffer)))
+      (should (equal mevedel-lsp-artifact--id page))
+      (should (equal (mevedel-art-test--text buffer) "<p>first</p>\n"))
+      (should-not buffer-read-only)
+      (should (derived-mode-p 'mhtml-mode 'html-mode 'sgml-mode))
+      (mevedel-art-test--set-text buffer "<p>second</p>\n")
+      (mevedel-art-test--press buffer "C-x C-s")
+      (should (equal (mevedel-art-test--content page) "<p>second</p>\n")))
+    (mevedel-art-test--press listing "RET" "ERT picture")
+    (let ((buffer (current-buffer)))
+      (should (equal mevedel-lsp-artifact--id picture))
+      (should buffer-read-only)
+      (should (string-match-p "\\`\\[dot\\.png: [0-9]+ bytes\\]\\'" (mevedel-art-test--text buffer)))
+      (should (string-match-p "ERT picture · an image" (mevedel-art-test--header buffer))))))
+
 (defun mevedel-art-test--path-uri (path)
   (if (fboundp 'eglot-path-to-uri) (eglot-path-to-uri path) (with-no-warnings (eglot--path-to-uri path))))
 
