@@ -114,3 +114,17 @@ def decode(record_type: type, data: bytes, label: str):
         return msgspec.json.decode(data, type=record_type)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise RecordRefused(label, f"is not a valid record ({exc})") from None
+
+
+def load(record_type: type, raw: bytes | None, item_id: str, what: str):
+    """An item's bookkeeping record (``record_type()`` when absent), or an
+    ``unreadable`` refusal naming the item: bytes that do not decode are
+    never guessed at."""
+    from .errors import ArtifactError  # noqa: PLC0415 - errors imports nothing of records
+
+    if raw is None:
+        return record_type()
+    try:
+        return decode(record_type, raw, f"{what} of {item_id}")
+    except RecordRefused as exc:
+        raise ArtifactError("unreadable", item_id, f"its {what} cannot be trusted ({exc.reason})") from None

@@ -74,6 +74,7 @@ from .records import (
     VersionReason,
     decode,
     encode,
+    load,
 )
 from .versions import DEFAULT_MAX_VERSION_BYTES, DEFAULT_MAX_VERSIONS, load_index, publish_version, read_index, read_version
 
@@ -730,10 +731,5 @@ def _decode_meta(item_id: str, raw: bytes) -> ItemMeta:
 
 
 def _decode_discussion(item_id: str, raw: bytes | None) -> Discussion:
-    if raw is None:
-        return Discussion()
-    try:
-        return decode(Discussion, raw, f"discussion of {item_id}")
-    except RecordRefused as exc:
-        raise ArtifactError("unreadable", item_id, f"its discussion cannot be trusted ({exc.reason})") from None
+    return load(Discussion, raw, item_id, "discussion")
 

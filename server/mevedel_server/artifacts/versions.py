@@ -17,7 +17,7 @@ from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, V
 from ..targets.program import Barrier, MakeDirs, Replace, Stat
 from .errors import ArtifactError, missing
 from .layout import LOCK_DIR, ItemPaths
-from .records import RecordRefused, VersionEntry, VersionIndex, VersionReason, decode, encode
+from .records import VersionEntry, VersionIndex, VersionReason, encode, load
 
 DEFAULT_MAX_VERSIONS = 20
 DEFAULT_MAX_VERSION_BYTES = 64 * 1024 * 1024
@@ -39,12 +39,7 @@ def retained(versions: list[VersionEntry], max_count: int, max_bytes: int) -> li
 
 
 def load_index(raw: bytes | None, item_id: str) -> VersionIndex:
-    if raw is None:
-        return VersionIndex()
-    try:
-        return decode(VersionIndex, raw, f"version index of {item_id}")
-    except RecordRefused as exc:
-        raise ArtifactError("unreadable", item_id, f"its version index cannot be trusted ({exc.reason})") from None
+    return load(VersionIndex, raw, item_id, "version index")
 
 
 async def read_index(target: Target, item_id: str) -> tuple[VersionIndex, bytes | None]:
