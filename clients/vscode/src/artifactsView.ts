@@ -39,6 +39,9 @@ import { describeFailure, RequestSender } from './protocol';
 export interface ArtifactContext {
   sender(): Promise<RequestSender>;
   workspaceFolder(): string | undefined;
+  // Follows an item asked for until it is handed over (the holder tells
+  // only its own editors).
+  awaitHandover?(ref: ArtifactRef, title: string): void;
 }
 
 function info(message: string): void {
@@ -331,6 +334,7 @@ async function offerHandover(
 
 async function askForIt(context: ArtifactContext, item: Target): Promise<void> {
   const entry = await requestHandover(await context.sender(), params(item.ref));
+  if (entry.holderHost) context.awaitHandover?.(item.ref, entry.title);
   info(
     entry.holderHost
       ? `asked ${entry.holderHost} to hand "${entry.title}" over; it stays read-only here until it does (once the item has been idle there for 10 seconds)`
@@ -434,6 +438,7 @@ export class Artifacts implements vscode.Disposable {
         const first = vscode.workspace.workspaceFolders?.[0]?.uri.toString();
         return ref ? ref.workspaceFolder ?? first : outer.workspaceFolder() ?? first;
       },
+      awaitHandover: (ref, title) => this.awaitHandover(ref, title),
     };
     this.context = context;
     this.tree = new ArtifactTree(context);
@@ -467,6 +472,43 @@ export class Artifacts implements vscode.Disposable {
         await offerHandover(this.context, ref, item);
       })().catch(() => undefined);
     }
+  }
+
+  private readonly awaiting = new Map<string, ReturnType<typeof setInterval>>();
+
+  // Reads an item asked for every 2 seconds (for at most 5 minutes) until
+  // it is writable here; then the list and its editors show it so.
+  private awaitHandover(ref: ArtifactRef, title: string): void {
+    const key = `${ref.workspaceFolder ?? ''}\n${ref.id}`;
+    if (this.awaiting.has(key)) return;
+    const until = Date.now() + 300_000;
+    let reading = false;
+    const stop = () => {
+      clearInterval(this.awaiting.get(key));
+      this.awaiting.delete(key);
+    };
+    this.awaiting.set(
+      key,
+      setInterval(async () => {
+        if (reading) return;
+        reading = true;
+        try {
+          const item = await readArtifact(await this.context.sender(), params(ref));
+          if (item.writable) {
+            stop();
+            this.tree.refresh();
+            this.files.changed(this.files.openUris().filter((uri) => refOf(uri)?.id === ref.id));
+            info(`"${title}" was handed over: it is writable here now`);
+          } else if (Date.now() > until) {
+            stop();
+          }
+        } catch {
+          stop();
+        } finally {
+          reading = false;
+        }
+      }, 2_000),
+    );
   }
 
   // The current session changed: its attached items are marked anew.
@@ -525,6 +567,8 @@ export class Artifacts implements vscode.Disposable {
   }
 
   dispose(): void {
+    for (const timer of this.awaiting.values()) clearInterval(timer);
+    this.awaiting.clear();
     for (const disposable of this.disposables) disposable.dispose();
   }
 }
