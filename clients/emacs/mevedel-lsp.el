@@ -128,6 +128,8 @@ changes through Customize or `mevedel-lsp-send-settings'.  Keys:
   :permissions       \"ask\" (default), \"allow-reads\" or \"allow-all\"
   :permissionTimeoutSeconds, :agentStartTimeoutSeconds,
   :cancelTimeoutSeconds, :agentIdleTimeoutSeconds   agent time limits
+  :artifactMaxVersions, :artifactMaxVersionBytes    versions the artifact
+                     store keeps per item (default 20 and 64 MiB)
 
 A key left out means the server's default.  A \"mevedel\" section in
 `eglot-workspace-configuration' (for example in .dir-locals.el) takes
@@ -183,7 +185,8 @@ precedence over this variable for its project."
   '(:memoryRoots :skillRoots :completionLimit :currentSession :diagnostics
     :followPublished :sessionWatch :leaseSeconds :controlTransfer :remoteWorkspaces
     :agents :defaultAgent :permissions :permissionTimeoutSeconds
-    :agentStartTimeoutSeconds :cancelTimeoutSeconds :agentIdleTimeoutSeconds)
+    :agentStartTimeoutSeconds :cancelTimeoutSeconds :agentIdleTimeoutSeconds
+    :artifactMaxVersions :artifactMaxVersionBytes)
   "The server's settings.  The server keeps a setting a message leaves out,
 so every one is sent, nil (JSON null) meaning the server's default.")
 

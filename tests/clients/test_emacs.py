@@ -141,6 +141,7 @@ REQUIRED_ARTIFACTS = (
     "artifact-document-round-trip",
     "artifact-whiteboard-and-refusals",
     "artifact-files-open-as-text-or-image",
+    "artifact-max-versions-setting",
     "artifact-held-by-another-server",
 )
 

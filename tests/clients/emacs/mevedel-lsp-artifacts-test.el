@@ -299,6 +299,25 @@ is reported in its words, and the buffer keeps the text."
       (should (string-match-p "\\`\\[dot\\.png: [0-9]+ bytes\\]\\'" (mevedel-art-test--text buffer)))
       (should (string-match-p "ERT picture · an image" (mevedel-art-test--header buffer))))))
 
+(ert-deftest mevedel-lsp-test-artifact-max-versions-setting ()
+  "`:artifactMaxVersions' in `mevedel-lsp-settings' reaches the server: the
+versions list keeps that many, the newest."
+  (unwind-protect
+      (let ((listing (mevedel-art-test--list)))
+        (customize-set-variable 'mevedel-lsp-settings '(:artifactMaxVersions 2))
+        (mevedel-art-test--answering '("ERT versions") nil
+          (mevedel-art-test--press listing "n"))
+        (let ((item (current-buffer)))
+          (dolist (text '("one\n" "two\n"))
+            (mevedel-art-test--set-text item text)
+            (mevedel-art-test--press item "C-x C-s")
+            (mevedel-art-test--press listing "s" "ERT versions")))
+        (mevedel-art-test--press listing "v" "ERT versions")
+        (let ((shown (mevedel-art-test--text (current-buffer))))
+          (mevedel-test--log "versions:\n%s" shown)
+          (should (string-match-p "\\` +3 .* saved +4 .*\n +2 .* saved +4 .*\n\\'" shown))))
+    (customize-set-variable 'mevedel-lsp-settings nil)))
+
 (defun mevedel-art-test--path-uri (path)
   (if (fboundp 'eglot-path-to-uri) (eglot-path-to-uri path) (with-no-warnings (eglot--path-to-uri path))))
 
