@@ -234,6 +234,22 @@ suite('artifacts', { skip }, () => {
     assert.match(after[0].description, /^restored/);
   });
 
+  test('item URIs: one path component named by the title, the folder carried, didChange matched by id and folder', () => {
+    const doc = { kind: 'document' as const, primary: 'document.md' };
+    assert.equal(artifactUriParts({ id: 'a1' }, { ...doc, title: 'Q3/Q4 plan' }).path, '/a1/Q3-Q4 plan.md');
+    assert.equal(artifactUriParts({ id: 'a1' }, { ...doc, title: 'notes.md' }).path, '/a1/notes.md');
+    assert.equal(artifactUriParts({ id: 'a1' }, { ...doc, title: '..' }).path, '/a1/document.md');
+    const folder = 'file:///work/project';
+    const parts = artifactUriParts({ id: 'a1', workspaceFolder: folder }, { ...doc, title: 'Plan' });
+    assert.deepEqual(artifactRef(parts.path, parts.query), { id: 'a1', workspaceFolder: folder });
+    assert.equal(artifactRef('/a1', ''), undefined);
+    assert.equal(artifactRef('/../x/Plan.md', ''), undefined);
+    const change: ArtifactDidChangeParams = { workspaceFolder: folder, id: 'a1', reason: 'written' };
+    const here = { id: 'a1', workspaceFolder: `${folder}/` };
+    const elsewhere = { id: 'a1', workspaceFolder: 'file:///work/other' };
+    assert.deepEqual(changedRefs([here, elsewhere, { id: 'a1' }, { id: 'b2' }], change), [here, { id: 'a1' }]);
+  });
+
   test('duplicate, comment and delete', async () => {
     const entry = await createArtifact(server.connection, { kind: 'document', title: 'Original', content: 'text\n' });
     const copy = await duplicateArtifact(server.connection, { id: entry.id, title: 'Copy of original' });
