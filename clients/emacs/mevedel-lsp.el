@@ -3002,9 +3002,11 @@ Interactively, the file the prompt was started from is the default."
 ;; (`item-lease-lost', `item-held') is reported, and reloading it keeps
 ;; your text in a buffer of its own.  An item another server process holds
 ;; is shown read-only, naming that machine.  `mevedel/artifact/didChange'
-;; reloads open item buffers that have no unsaved edits and the lists.
-;; Like session changes, notifications are queued and applied once no
-;; request waits (see "Session notifications and questions").
+;; reloads open item buffers that have no unsaved edits at once, with a
+;; request nothing waits for (so a buffer follows an agent writing its
+;; item during a turn); the lists, versions and discussions are read again
+;; like session views, once no request waits and no turn runs (see
+;; "Session notifications and questions").
 
 (defvar mevedel-lsp-artifact-mode)
 
@@ -3025,9 +3027,15 @@ deleted, or changed on the server while it had unsaved edits.")
 (defvar-local mevedel-lsp-artifact--server nil
   "The server an item buffer's item is read through.")
 
+(defvar-local mevedel-lsp-artifact--generation 0
+  "Counts what changed an item buffer's text or revision: a show, a save,
+a reload asked for.  A reload answered for an older count is dropped,
+so an older read never puts its text back over a newer one.")
+
 ;; An item buffer stays one when the user picks another major mode.
 (dolist (variable '(mevedel-lsp-artifact--id mevedel-lsp-artifact--item mevedel-lsp-artifact--revision
-                    mevedel-lsp-artifact--note mevedel-lsp-artifact--server))
+                    mevedel-lsp-artifact--note mevedel-lsp-artifact--server
+                    mevedel-lsp-artifact--generation))
   (put variable 'permanent-local t))
 
 (defun mevedel-lsp-artifact--error-kind (error)
@@ -3233,6 +3241,7 @@ An item buffer with unsaved edits keeps them."
         (insert (propertize (format "[%s: %d bytes]" (plist-get read :primary) (length bytes))
                             'display (and (display-images-p) (create-image bytes nil t))))
         (set-buffer-modified-p nil)))
+    (cl-incf mevedel-lsp-artifact--generation)
     (setq mevedel-lsp-artifact--item (plist-put (copy-sequence read) :content nil)
           mevedel-lsp-artifact--revision (plist-get read :revision)
           mevedel-lsp-artifact--note nil
@@ -3247,15 +3256,37 @@ An item buffer with unsaved edits keeps them."
   "Read the current buffer's item again and show it, unsaved edits or not."
   (mevedel-lsp-artifact--show (mevedel-lsp-artifact--read (mevedel-lsp--server) mevedel-lsp-artifact--id)))
 
+(defun mevedel-lsp-artifact--take (read)
+  "The current buffer's item changed; READ is what it is now.  Show it,
+unless the buffer has unsaved edits; then only say so, keeping them."
+  (cond ((not (buffer-modified-p)) (mevedel-lsp-artifact--show read))
+        ((not (equal (plist-get read :revision) mevedel-lsp-artifact--revision))
+         (setq mevedel-lsp-artifact--note
+               "changed on the server while you edit it: saving will report the conflict; \\[revert-buffer] reads it again"
+               header-line-format (mevedel-lsp-artifact--header)))))
+
 (defun mevedel-lsp-artifact--changed-here (server)
-  "The current buffer's item changed on SERVER: show it again, unless the
-buffer has unsaved edits; then only say so, keeping them."
-  (let ((read (mevedel-lsp-artifact--read server mevedel-lsp-artifact--id)))
-    (cond ((not (buffer-modified-p)) (mevedel-lsp-artifact--show read))
-          ((not (equal (plist-get read :revision) mevedel-lsp-artifact--revision))
-           (setq mevedel-lsp-artifact--note
-                 "changed on the server while you edit it: saving will report the conflict; \\[revert-buffer] reads it again"
-                 header-line-format (mevedel-lsp-artifact--header))))))
+  "The current buffer's item changed on SERVER: read it and take it."
+  (mevedel-lsp-artifact--take (mevedel-lsp-artifact--read server mevedel-lsp-artifact--id)))
+
+(defun mevedel-lsp-artifact--reload-async (buffer server)
+  "Read item BUFFER's item again through SERVER without waiting for the
+answer, and take it when it comes (unless something newer came first).
+Nothing waits, so this may run while a request waits or an agent's turn
+runs: the buffer follows an agent writing the item."
+  (with-current-buffer buffer
+    (let ((generation (cl-incf mevedel-lsp-artifact--generation)))
+      (jsonrpc-async-request
+       server :mevedel/artifact/read (mevedel-lsp--object :id mevedel-lsp-artifact--id)
+       :success-fn (lambda (read)
+                     (when (buffer-live-p buffer)
+                       (with-current-buffer buffer
+                         (when (= generation mevedel-lsp-artifact--generation)
+                           (mevedel-lsp-artifact--take read)))))
+       :error-fn (lambda (error)
+                   (message "mevedel: could not read %s again: %s" (buffer-name buffer)
+                            (or (plist-get (plist-get error :data) :reason) (plist-get error :message))))
+       :timeout-fn #'ignore))))
 
 (defun mevedel-lsp-artifact--item-buffer (server id)
   "The live buffer showing item ID of SERVER, if any."
@@ -3347,6 +3378,7 @@ meanwhile is refused instead of overwritten."
                                         :id mevedel-lsp-artifact--id
                                         :content (buffer-substring-no-properties (point-min) (point-max))
                                         :baseRevision mevedel-lsp-artifact--revision))))
+          (cl-incf mevedel-lsp-artifact--generation)
           (setq mevedel-lsp-artifact--revision (plist-get result :revision)
                 mevedel-lsp-artifact--note nil
                 header-line-format (mevedel-lsp-artifact--header))
@@ -3681,15 +3713,12 @@ as a version, so it can be undone by restoring again).
             (with-current-buffer buffer
               (condition-case err
                   (cond ((derived-mode-p 'mevedel-lsp-artifacts-mode))
-                        ((and (equal (plist-get params :reason) "deleted") mevedel-lsp-artifact-mode)
-                         (setq mevedel-lsp-artifact--note
-                               "was deleted from the store; this text is all that is left of it"
-                               header-line-format (mevedel-lsp-artifact--header)))
+                        ;; Item buffers were read again at the notification.
+                        (mevedel-lsp-artifact-mode)
                         ((equal (plist-get params :reason) "deleted")
                          (setq header-line-format
                                (format "mevedel: %s was deleted from the store"
                                        (or (plist-get mevedel-lsp-artifact--item :title) id))))
-                        (mevedel-lsp-artifact-mode (mevedel-lsp-artifact--changed-here server))
                         (t (revert-buffer)))
                 (error (message "mevedel: could not refresh %s: %s" (buffer-name) (error-message-string err))))))))
       (dolist (server servers)
@@ -3701,7 +3730,16 @@ as a version, so it can be undone by restoring again).
 
 (cl-defmethod eglot-handle-notification
   ((server mevedel-lsp-server) (_method (eql mevedel/artifact/didChange)) &rest params &key id &allow-other-keys)
-  "Queue the refresh of what shows item ID (PARAMS) and of the item lists."
+  "Read item ID again into the buffers showing it; queue the refresh of
+its versions list and discussion and of the item lists (PARAMS)."
+  (dolist (buffer (mevedel-lsp-artifact--buffers server id))
+    (with-current-buffer buffer
+      (when mevedel-lsp-artifact-mode
+        (if (not (equal (plist-get params :reason) "deleted"))
+            (mevedel-lsp-artifact--reload-async buffer server)
+          (cl-incf mevedel-lsp-artifact--generation)
+          (setq mevedel-lsp-artifact--note "was deleted from the store; this text is all that is left of it"
+                header-line-format (mevedel-lsp-artifact--header))))))
   (setq mevedel-lsp-artifact--pending
         (cons (cons (cons server id) params)
               (cl-remove-if (lambda (queued) (and (eq (caar queued) server) (equal (cdar queued) id)))
