@@ -292,6 +292,12 @@ is reported in its words, and the buffer keeps the text."
       (mevedel-art-test--set-text buffer "<p>second</p>\n")
       (mevedel-art-test--press buffer "C-x C-s")
       (should (equal (mevedel-art-test--content page) "<p>second</p>\n")))
+    ;; m: the item's own conversation, in a chat.
+    (mevedel-art-test--press listing "m" "ERT page")
+    (should (derived-mode-p 'mevedel-lsp-chat-mode))
+    (let ((conversation (mevedel-test--call :mevedel/artifact/conversation :id page)))
+      (should (eq (plist-get conversation :created) :json-false))
+      (should (equal mevedel-lsp--session-id (plist-get conversation :sessionId))))
     (mevedel-art-test--press listing "RET" "ERT picture")
     (let ((buffer (current-buffer)))
       (should (equal mevedel-lsp-artifact--id picture))
