@@ -143,6 +143,7 @@ def test_neovim_artifacts(nvim: str, workspace: Workspace, tmp_path) -> None:
         "artifacts: a read answered after a newer one does not put its older text back",
         "artifacts: versions are listed newest first and restore",
         "artifacts: detach, attach, duplicate and comment",
+        "artifacts: the item's conversation opens its own session's chat",
         "artifacts: a whiteboard opens as its JSON scene",
         "artifacts: delete asks first",
         "artifacts: an item another server holds is read-only here",

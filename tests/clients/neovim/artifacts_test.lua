@@ -345,6 +345,18 @@ test('artifacts: detach, attach, duplicate and comment', function()
   expect(notified('comment 1 on Plan notes'), 'the comment was not told')
 end)
 
+test("artifacts: the item's conversation opens its own session's chat", function()
+  vim.api.nvim_set_current_buf(item_buffer(plan))
+  vim.cmd('MevedelArtifactConversation')
+  expect(notified('started the conversation about Plan notes'), 'the new conversation was not told')
+  local session = vim.b.mevedel_chat_session
+  expect(session and vim.b.mevedel_session == session, 'no chat is current: %s', vim.api.nvim_buf_get_name(0))
+  local conversation = server_call('mevedel/artifact/conversation', { id = plan })
+  expect(conversation.sessionId == session and conversation.created == false, 'the chat is of %s, the item talks in %s', session, vim.inspect(conversation))
+  expect(buffer_text():find('No turns yet.', 1, true), 'the chat shows %s', buffer_text())
+  pcall(vim.cmd, 'close')
+end)
+
 test('artifacts: a whiteboard opens as its JSON scene; a refused write shows the server message', function()
   open_document()
   vim.cmd('MevedelArtifactNew whiteboard Sketch')
