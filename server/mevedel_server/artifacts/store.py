@@ -414,10 +414,24 @@ class ArtifactStore:
         now = await self._clock()
         meta = ItemMeta(id=item_id, kind="artifact", title=primary, primary=primary, created_at=now, updated_at=now)
         data = result[1].value
+        # The created version is written in the same program, flushed before
+        # the metadata that makes the item visible (as in ``create``): a
+        # crash can never leave the item listed without it.
+        entry = VersionEntry(
+            number=1,
+            at=now,
+            reason=VersionReason.CREATED,
+            size=len(data),
+            sha256=revision_of(data),
+            session_id=editor.session_id if editor else None,
+            turn=editor.turn if editor else None,
+        )
         ops: list[Operation] = [
             MakeDirs(STATE_ROOT, optional=True),
             MakeDirs(paths.state),
             MakeDirs(paths.versions_dir, optional=True),
+            Replace(paths.version_blob(1), data, deferred=True),
+            Replace(paths.versions_index, encode(VersionIndex(next_number=2, versions=[entry])), deferred=True),
             Barrier(),
             CreateExclusive(paths.meta, encode(meta)),
         ]
@@ -426,7 +440,7 @@ class ArtifactStore:
             if res.stopped_at == 1 and res[1].status is Status.CONFLICT:
                 return None
             raise_for_result(ops[res.stopped_at], res[res.stopped_at])
-        await self._publish(item_id, data, VersionReason.CREATED, editor)
+        self._notify(item_id, "versioned")
         self._notify(item_id, "created")
         return ItemSummary(meta, 1)
 
