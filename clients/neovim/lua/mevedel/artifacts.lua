@@ -486,6 +486,10 @@ end
 --- again unless modified). OPTS: client, primary. Returns the buffer.
 function M.open(id, opts)
   opts = opts or {}
+  if type(id) ~= 'string' or not id:match('^[A-Za-z0-9][A-Za-z0-9_-]*$') then
+    mevedel.notify(tostring(id) .. ' is not an item id (letters, digits, _ and -); :MevedelArtifacts lists the items')
+    return nil
+  end
   local client = opts.client or mevedel.client_or_notify()
   if not client then
     return nil
