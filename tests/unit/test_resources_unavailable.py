@@ -1,6 +1,6 @@
 """Families without an owner in mevedel-lsp yet: valid addresses, distinct
 execution errors, never a malformed-address error. (mcp:// has its owner:
-tests/unit/test_mcp_client.py.)"""
+tests/unit/test_mcp_client.py; shared://: tests/unit/test_resources_shared.py.)"""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ def context(tmp_path: Path) -> ResolverContext:
     [
         ("agent://root/x", "no retained agents: the session has no agent runtime in mevedel-lsp yet"),
         ("agent://", "no retained agents"),
-        ("shared://", "no shared whiteboards or documents"),
         ("history://root/reviewer", "mevedel-lsp runs no agents"),
         ("memory://journal/", "no published journal entries"),
     ],

@@ -10,6 +10,15 @@ fresh for every call; an ApplyPatch of project files first records their
 current content into the open turn's checkpoint -- the same recording an
 ``fs/write_text_file`` makes -- so Rewind restores them, and is refused when
 no turn of this agent is running.
+
+An artifact's authored files (``.mevedel/artifacts/ID/...``) are not
+checkpointed: the artifact store versions them (one version per turn that
+wrote the primary file). After such a patch commits, the workspace's
+:class:`~mevedel_server.artifacts.attachments.SessionArtifacts` learns of it
+(:mod:`mevedel_server.tool_server.artifact_writes`): a new id directory
+becomes an artifact, and the session attaches what it wrote. The front end
+gives that store with the resolver context factory, as its ``artifacts``
+attribute (a callable answering the store, or None: nothing is learnt).
 """
 
 from __future__ import annotations
@@ -20,7 +29,9 @@ from typing import TYPE_CHECKING
 from acp import RequestError
 
 from ..resources import ResolverContext
+from ..resources.project import artifact_item
 from ..store.service import is_refusal
+from ..tool_server.artifact_writes import learn
 from ..tool_server.context import ToolRefused
 
 if TYPE_CHECKING:
@@ -50,8 +61,11 @@ class AgentToolContext:
                 f"no turn of session {running.session_id} is running: project files are changed during a prompt turn "
                 "(so Rewind can undo it); change work:// files, or make the change in the next turn"
             )
+        project = [path for path in paths if artifact_item(path) is None]
+        if not project:
+            return
         try:
-            await self._engine.record_before_writes(running.session_id, paths)
+            await self._engine.record_before_writes(running.session_id, project)
         except RequestError as error:  # a path the agent may not write (outside, .mevedel/)
             data = error.data if isinstance(error.data, dict) else {}
             raise ToolRefused(f"{data.get('path', ', '.join(paths))}: {data.get('reason', error)}") from None
@@ -60,3 +74,14 @@ class AgentToolContext:
                 raise
             # The session cannot take a checkpoint now (read-only, handed over...).
             raise ToolRefused(f"session {running.session_id}: {error}; nothing was changed") from None
+
+    async def after_project_write(self, paths: Sequence[str]) -> Sequence[str]:
+        """Tell the workspace's artifact store about the authored files the
+        committed patch wrote (notes for the model)."""
+        if not any(artifact_item(path) is not None for path in paths):
+            return []
+        stores = getattr(self._resolver_context, "artifacts", None)
+        work = stores() if callable(stores) else None
+        if work is None:
+            return []
+        return await learn(work, self._running.session_id, paths)

@@ -66,7 +66,11 @@ class WorkspaceFiles:
             raise refused(path, f"is outside the workspace {self.root}")
         relative = full[len(self.root.rstrip("/")) + 1 :]
         if relative.split("/", 1)[0] == STATE_DIR:
-            raise refused(path, f"is inside {STATE_DIR}/, which holds mevedel's own state")
+            raise refused(
+                path,
+                f"is inside {STATE_DIR}/, which holds mevedel's own state; an artifact's own files "
+                f"({STATE_DIR}/artifacts/ID/FILE) are written with the mevedel ApplyPatch tool, which tells the artifact store",
+            )
         return relative
 
     async def read_text(self, path: str, line: int | None = None, limit: int | None = None) -> str:

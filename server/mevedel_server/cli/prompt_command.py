@@ -27,6 +27,8 @@ from typing import Any
 from ..agents.config import cli_config_path, load_cli_config, log_dir
 from ..agents.engine import AgentEngine, PermissionQuestion, TurnUpdate
 from ..agents.errors import AgentError
+from ..artifacts import ArtifactStore
+from ..artifacts.attachments import SessionArtifacts
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import ResolverContext, writable_sessions
 from ..store.service import SessionService
@@ -108,11 +110,12 @@ def _read_line(prompt: str) -> str:
     return sys.stdin.readline()
 
 
-def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | None):
+def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | None, artifacts: SessionArtifacts | None = None):
     """The resolver context of a tool call by the session's agent: this
     CLI client's, as ``mevedel mcp`` binds it on its own (writes only while
     this client holds the session open and writable; ``mcp://`` through the
-    CLI's configured servers)."""
+    CLI's configured servers). ``artifacts`` is the workspace's store, told
+    of the artifact files the agent's ApplyPatch writes."""
 
     def context(session_id: str) -> ResolverContext:
         if local is not None:
@@ -126,6 +129,7 @@ def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | 
             session_writable=writable_sessions(service),
         )
 
+    context.artifacts = lambda: artifacts  # type: ignore[attr-defined]
     return context
 
 
@@ -161,8 +165,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             mcp = None if local is None else configured_access(local, cli_config_path(), how_to_approve=APPROVE_IN_A_TERMINAL)
         except ValueError as error:
             raise CommandError("invalid-params", str(error)) from None
+        artifacts = SessionArtifacts(ArtifactStore(service.target, service.client), service)
         engine = AgentEngine(service, root=root, config=lambda: config, front=front, log_dir=log_dir(),
-                             tool_host=tool_host, tool_context=_tool_context(local, service, mcp),
+                             tool_host=tool_host, tool_context=_tool_context(local, service, mcp, artifacts),
                              local_cwd=str(local) if local is not None else None)
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach))
@@ -187,8 +192,11 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 try:
                     await tool_host.close()
                 finally:
-                    if mcp is not None:
-                        await mcp.connections.close_all()
+                    try:
+                        if mcp is not None:
+                            await mcp.connections.close_all()
+                    finally:
+                        await artifacts.close()  # the turn's artifact versions are recorded first
         data = {
             "session_id": outcome.session_id, "turn": outcome.turn, "turn_id": outcome.turn_id, "agent": outcome.agent,
             "outcome": outcome.outcome, "stop_reason": outcome.stop_reason,

@@ -164,6 +164,9 @@ class AgentEngines:
         def context(session_id: str):
             return writable_context(self.ls, scope(self.ls, folder, session_id))
 
+        # The folder's artifact store learns of authored files the agent's
+        # ApplyPatch writes (agents/tool_context.py).
+        context.artifacts = lambda: self.ls.artifacts.of(folder)  # type: ignore[attr-defined]
         return context
 
     def _address_reader(self, folder: Folder):

@@ -35,6 +35,7 @@ from mevedel_protocol import (
 from .. import resources as core
 from ..addresses import Operation
 from ..resources import GlobOptions, GrepOptions, ReadOptions, execute, prepare
+from ..tool_server.artifact_writes import learn, written_items
 from . import virtual_documents
 from .definition import definition_uri
 from .errors import answers_errors, invalid_params, structure_params
@@ -123,7 +124,12 @@ def writable_context(ls: MevedelLanguageServer, scope: Scope) -> core.ResolverCo
 async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
     params = structure_params(raw, ApplyPatchParams, method)
     scope = request_scope(ls, params.workspace_folder, params.session_id)
-    applied = await execute(prepare(Operation.APPLY_PATCH, params.patch, None, writable_context(ls, scope)))
+    attempt = prepare(Operation.APPLY_PATCH, params.patch, None, writable_context(ls, scope))
+    applied = await execute(attempt)
+    written = sorted({fact.project_path for fact in attempt.facts if fact.project_path})
+    if scope.folder is not None and written_items(written):
+        # Authored files of the artifact store: it learns of them.
+        await learn(ls.artifacts.of(scope.folder), scope.session_id, written)  # type: ignore[attr-defined]
     changes = [
         PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
         for c in applied.changes

@@ -20,7 +20,7 @@ from typing import Literal
 from ..addresses import parse_address
 from ..addresses.encoding import encode_component
 from ..addresses.model import SCHEMES, AddressError
-from . import artifact, mcp, memory, mevedel_docs, skill, work
+from . import artifact, mcp, memory, mevedel_docs, shared, skill, work
 from .context import ResolverContext
 from .directory_index import DirectoryIndex
 from .local_paths import open_directory
@@ -69,16 +69,21 @@ def _has_workspace(context: ResolverContext) -> bool:
 def available(label: str, context: ResolverContext) -> bool:
     """Whether a scheme (``"work"``) or branch (``"history://root"``) has a
     usable surface now. Cheap, configuration-only knowledge: no directory
-    is listed and nothing is read. The tool server's roster uses the same
-    rules (:mod:`mevedel_server.tool_server.roster`)."""
+    is listed and nothing is read, except for ``shared``: one listing of
+    the local artifact store and an item's small metadata file (cached),
+    to find a whiteboard or document. The tool server's roster uses the
+    same rules (:mod:`mevedel_server.tool_server.roster`; it asks the store
+    itself about ``shared://``, on any target)."""
     if label == "history://root":
         return context.live_history is not None
     if label == "history://saved":
         return _has_workspace(context)
     if label == "work://shared/":
         return _has_workspace(context)
-    if label in ("memory://journal/", "shared://library"):
-        return False  # neither family is served yet
+    if label == "memory://journal/":
+        return False  # not served yet
+    if label == "shared://library":
+        return _has_workspace(context)
     if label == "memory://root":
         return bool(context.memory_roots)
     scheme = label.partition(":")[0]
@@ -94,6 +99,8 @@ def available(label: str, context: ResolverContext) -> bool:
         return True
     if scheme == "mcp":
         return context.mcp is not None and bool(context.mcp.known_servers())
+    if scheme == "shared":
+        return bool(shared.local_items(Places(context).workspace, limit=1))
     return False
 
 
@@ -115,7 +122,7 @@ def complete(prefix_text: str, context: ResolverContext) -> list[Candidate]:
         "skill": _skill,
         "mcp": _mcp,
         "history": _fixed,
-        "shared": _fixed,
+        "shared": _shared,
     }
     handler = by_scheme.get(scheme)
     if handler is None:
@@ -151,6 +158,17 @@ def _branches(prefix_text: str, scheme: str, context: ResolverContext) -> list[C
 def _fixed(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
     scheme = prefix_text.partition("://")[0]
     return _branches(prefix_text, scheme, context)
+
+
+def _shared(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    """``shared://library`` and the ids of the workspace's whiteboards and
+    documents (their titles as detail), from the local store."""
+    found = _branches(prefix_text, "shared", context)
+    if "/" in tail:
+        return []
+    items = shared.local_items(Places(context).workspace, tail, limit - len(found))
+    found += [Candidate(f"shared://{item_id}", "file", f"{title} ({kind})") for item_id, kind, title in items]
+    return found
 
 
 def _split(tail: str) -> tuple[str, str]:

@@ -16,7 +16,7 @@ from typing import Literal
 from ..addresses import parse_address
 from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
 from ..targets import ControlProgram, Stat, Status
-from . import artifact, history, mcp, memory, mevedel_docs, skill, unavailable, work
+from . import artifact, history, mcp, memory, mevedel_docs, shared, skill, unavailable, work
 from .attempt import Request
 from .containment import through_link
 from .context import ResolverContext
@@ -90,6 +90,12 @@ async def describe(address_text: str, context: ResolverContext) -> Description:
         return Description(
             address.canonical, address.family, address.locator_class, operations,
             facts.status, facts.kind, reason=facts.reason, detail=facts.detail,  # type: ignore[arg-type]
+        )
+    if address.family is Family.SHARED:
+        status, kind, reason, detail = await shared.describe(address, context)
+        return Description(
+            address.canonical, address.family, address.locator_class, operations,
+            status, kind, reason=reason, detail=detail,  # type: ignore[arg-type]
         )
     if address.family not in _FILE_FAMILIES:
         try:

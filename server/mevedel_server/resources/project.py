@@ -14,7 +14,14 @@ regular files are opened (non-blocking, so a FIFO never blocks), and a
 link met on the way is refused, never followed. A walk of the workspace
 root leaves out ``.git`` and ``.mevedel`` (version-control and mevedel's
 own state; an explicit path into them still reads), and an ApplyPatch may
-not write below either of them at all.
+not write below either of them, with one exception: the authored files of
+the workspace artifact store, ``.mevedel/artifacts/ID/RELATIVE``
+(:func:`artifact_item`; ``spec/adr-workspace-artifact-store.md``). The
+store's bookkeeping (``.mevedel/artifacts/.state/``, the element library
+``.mevedel/artifacts/.library/``, ``.mevedel/leases/``) and everything
+else below ``.mevedel/`` stay refused. The front end tells the store about
+an authored write once the patch has committed (a new id directory
+creates an artifact).
 
 Whether a string is a project path: anything without ``://`` is. A string
 that has ``SCHEME://`` is an address (an unknown scheme is an error, never
@@ -28,6 +35,7 @@ import posixpath
 import re
 
 from ..addresses.model import AddressError, ErrorKind, Operation
+from ..artifacts.layout import ARTIFACTS_DIR, is_item_id
 from .attempt import Prepared, Request
 from .context import ResolverContext
 from .places import Place, Places
@@ -148,18 +156,46 @@ async def _run_root(tree: ProjectTree, request: Request, authored: str, canonica
     return await search([Scope(tree, (), walk=walk)], request, authored, canonical)
 
 
+_ARTIFACT_PARTS = tuple(ARTIFACTS_DIR.split("/"))
+
+
+def artifact_item(parts: tuple[str, ...] | str) -> tuple[str, str] | None:
+    """``(item id, path inside the item)`` when a workspace-relative path
+    (parts, or ``/``-joined text) is an authored file of the artifact
+    store, ``.mevedel/artifacts/ID/RELATIVE`` (``ID`` an item id, so never
+    ``.state`` or ``.library``); else None."""
+    if isinstance(parts, str):
+        parts = tuple(parts.split("/"))
+    head = len(_ARTIFACT_PARTS)
+    if len(parts) < head + 2 or parts[:head] != _ARTIFACT_PARTS or not is_item_id(parts[head]):
+        return None
+    return parts[head], "/".join(parts[head + 1 :])
+
+
+def _bookkeeping(text: str) -> AddressError:
+    return AddressError(
+        ErrorKind.UNSUPPORTED_OPERATION,
+        text,
+        "files below .mevedel/ are not project files and cannot be patched: the artifact store's bookkeeping "
+        "(.mevedel/artifacts/.state/, .mevedel/artifacts/.library/, .mevedel/leases/) and mevedel's other state are "
+        "read-only to the model's tools; an artifact's own files are .mevedel/artifacts/ID/FILE, and "
+        "work://shared/... holds shared working notes",
+    )
+
+
 def writable(text: str, places: Places) -> tuple[Place, tuple[str, ...], str]:
     """Where an ApplyPatch may write a plain path: the workspace, the
     file's parts below it, and its workspace-relative path."""
     parts = parts_of(text, places.context)
     if not parts:
         raise AddressError(ErrorKind.UNSUPPORTED_OPERATION, text, "ApplyPatch needs a file path, not the workspace root")
-    if parts[0] in PROTECTED:
+    if parts[0] == ".mevedel" and artifact_item(parts) is None:
+        raise _bookkeeping(text)
+    if parts[0] == ".git":
         raise AddressError(
             ErrorKind.UNSUPPORTED_OPERATION,
             text,
-            f"files below {parts[0]}/ are not project files and cannot be patched"
-            + ("; use work://shared/... for shared working notes" if parts[0] == ".mevedel" else ""),
+            "files below .git/ are not project files and cannot be patched",
         )
     workspace = places.workspace
     if workspace is None:
@@ -168,4 +204,4 @@ def writable(text: str, places: Places) -> tuple[Place, tuple[str, ...], str]:
     return workspace, parts, display(parts)
 
 
-__all__ = ["PROTECTED", "display", "is_project_path", "parts_of", "prepare", "project_tree", "writable"]
+__all__ = ["PROTECTED", "artifact_item", "display", "is_project_path", "parts_of", "prepare", "project_tree", "writable"]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ..addresses import parse_address
 from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
-from . import artifact, history, mcp, memory, mevedel_docs, project, skill, unavailable, work
+from . import artifact, history, mcp, memory, mevedel_docs, project, shared, skill, unavailable, work
 from .attempt import Attempt, AuthorityFacts, Prepared, Request
 from .context import ResolverContext
 from .options import (
@@ -45,7 +45,7 @@ _FAMILIES: dict[Family, Callable[[Address, Request, ResolverContext], Prepared]]
     Family.AGENT: unavailable.prepare,
     Family.HISTORY: history.prepare,
     Family.MCP: mcp.prepare,
-    Family.SHARED: unavailable.prepare,
+    Family.SHARED: shared.prepare,
     Family.JOURNAL: unavailable.prepare,
 }
 

@@ -1,6 +1,6 @@
-"""The families whose owners mevedel-lsp does not run yet: agent://,
-shared:// and memory://journal/ (history:// is served by ``history.py``,
-mcp:// by ``mcp.py``).
+"""The families whose owners mevedel-lsp does not run yet: agent:// and
+memory://journal/ (history:// is served by ``history.py``, mcp:// by
+``mcp.py``, shared:// by ``shared.py``).
 
 Their addresses parse and validate like any other; execution answers with a
 distinct unavailable (or owner-missing) error saying which owner is absent.
@@ -32,15 +32,6 @@ def agent(address: Address, request: Request, context: ResolverContext) -> Prepa
     )
 
 
-def shared(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    if context.session_id is None:
-        return Prepared("virtual", _owner_missing(address, "no session is open; shared:// items belong to the open session"))
-    return Prepared(
-        "virtual",
-        _unavailable(address, "no shared whiteboards or documents: mevedel-lsp has no shared-editing host yet"),
-    )
-
-
 def journal(address: Address, request: Request, context: ResolverContext) -> Prepared:
     if context.workspace_root is None:
         return Prepared(
@@ -54,8 +45,6 @@ def journal(address: Address, request: Request, context: ResolverContext) -> Pre
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
     if address.family is Family.AGENT:
         return agent(address, request, context)
-    if address.family is Family.SHARED:
-        return shared(address, request, context)
     if address.family is Family.JOURNAL:
         return journal(address, request, context)
     raise AddressError(ErrorKind.INTERNAL, address.authored, f"{address.family.value} is not an unavailable family")

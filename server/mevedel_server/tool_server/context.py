@@ -38,3 +38,21 @@ class ToolContext(Protocol):
         to add, change, delete or move (never addresses). Raising
         :class:`ToolRefused` refuses the whole patch."""
         ...
+
+    # Optional (``tools`` calls it when present):
+    #
+    # async def after_project_write(self, paths: Sequence[str]) -> Sequence[str]:
+    #     """Called once an ApplyPatch of project files has committed, with
+    #     the workspace-relative paths it touched: tells the workspace's
+    #     artifact store about authored files written below
+    #     ``.mevedel/artifacts/ID/`` (:mod:`.artifact_writes`). Returns notes
+    #     for the model; never refuses (the files are written)."""
+
+
+async def after_project_write(context: object, paths: Sequence[str]) -> list[str]:
+    """``context.after_project_write(paths)`` when the context has one (a
+    context without it learns nothing: the default no-op)."""
+    hook = getattr(context, "after_project_write", None)
+    if hook is None or not paths:
+        return []
+    return list(await hook(paths) or ())

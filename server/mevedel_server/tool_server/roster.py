@@ -6,9 +6,11 @@ completion (:func:`mevedel_server.resources.completion.available`):
 ``mevedel://`` always; ``work://`` and ``artifact://`` with a session;
 ``history://root`` with the session's live conversation, ``history://saved``
 with a workspace; ``skill://`` and ``memory://`` when roots are configured,
-``mcp://`` when an MCP server is configured. Families not served yet
-(``agent://``, ``shared://``, ``memory://journal/``) are never advertised. The roster authorises nothing:
-every call is still validated by the resolver.
+``mcp://`` when an MCP server is configured; ``shared://`` when the
+workspace holds at least one whiteboard or document (the caller asks the
+store: :func:`mevedel_server.resources.shared.has_items`). Families not
+served yet (``agent://``, ``memory://journal/``) are never advertised. The
+roster authorises nothing: every call is still validated by the resolver.
 """
 
 from __future__ import annotations
@@ -36,16 +38,25 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("skill://", "skill packages", "Read, Glob, Grep"),
     ("memory://root", "persistent memory (topics under memory://ROOT-KEY/PATH)", "Read, Glob, Grep; ApplyPatch of explicit files"),
     ("mcp://", "resources of the configured MCP servers (mcp://SERVER lists one server's resources)", "Read"),
+    (
+        "shared://",
+        "the workspace's whiteboards and documents by title (shared://ID is an item's hashed overview; its parts "
+        "discussions, history, elements/ELEMENT); write an item through its own files with ApplyPatch",
+        "Read; Grep of an item's text views",
+    ),
 )
 
 _SESSION_OWNED = ("work://", "artifact://", "history://root")
 
 
-def usable(context: ResolverContext) -> list[str]:
-    """The labels of the families usable now, in roster order."""
+def usable(context: ResolverContext, *, shared_items: bool = False) -> list[str]:
+    """The labels of the families usable now, in roster order;
+    ``shared_items``: the workspace holds a whiteboard or document."""
     found = []
     for label, _what, _operations in _FAMILIES:
-        if label in ("skill://", "mcp://"):
+        if label == "shared://":
+            ok = shared_items
+        elif label in ("skill://", "mcp://"):
             ok = available(label.partition(":")[0], context)
         else:
             ok = available(label, context)
@@ -54,9 +65,9 @@ def usable(context: ResolverContext) -> list[str]:
     return found
 
 
-def roster(context: ResolverContext) -> str:
+def roster(context: ResolverContext, *, shared_items: bool = False) -> str:
     """The roster text for ``context``."""
-    labels = usable(context)
+    labels = usable(context, shared_items=shared_items)
     lines = [HEADER, "", "Resource addresses available now:"]
     for label, what, operations in _FAMILIES:
         if label in labels:

@@ -19,6 +19,7 @@ from typing import Any
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 
+from ..resources.shared import has_items
 from .context import ToolContext
 from .roster import roster
 from .tools import TOOLS, ToolError, call
@@ -33,9 +34,12 @@ def _version() -> str:
         return "unknown"
 
 
-def build_server(context: ToolContext) -> Server:
-    """The tool server bound to ``context`` (instructions: the roster now)."""
-    server: Server = Server(SERVER_NAME, version=_version(), instructions=roster(context.resolver_context()))
+def build_server(context: ToolContext, *, shared_items: bool = False) -> Server:
+    """The tool server bound to ``context`` (instructions: the roster now;
+    ``shared_items``: the workspace holds a whiteboard or document)."""
+    server: Server = Server(
+        SERVER_NAME, version=_version(), instructions=roster(context.resolver_context(), shared_items=shared_items)
+    )
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
@@ -60,7 +64,9 @@ def build_server(context: ToolContext) -> Server:
 async def serve(context: ToolContext, read_stream: Any, write_stream: Any) -> None:
     """Serve one MCP session over the SDK's anyio memory-object streams,
     until the client goes away. The roster is computed now, from the live
-    context, and given at ``initialize``."""
-    server = build_server(context)
+    context (the artifact store asked whether shared:// has items), and
+    given at ``initialize``."""
+    resolver = context.resolver_context()
+    server = build_server(context, shared_items=await has_items(resolver))
     options = server.create_initialization_options(NotificationOptions())
     await server.run(read_stream, write_stream, options, raise_exceptions=False)

@@ -16,6 +16,10 @@ server is refused with that instruction.
 No turn runs in this process (turns belong to the agent engine), so there
 is no open checkpoint to record project files into: the pre-write hook has
 nothing to do here. Under the LSP server the bridge's context records them.
+An authored file of the artifact store (``.mevedel/artifacts/ID/...``)
+written here is told to the workspace's store once the patch committed
+(:mod:`.artifact_writes`: a new id directory creates an artifact, the bound
+session attaches it); with no turn here, no turn version follows.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..artifacts import ArtifactStore
+from ..artifacts.attachments import SessionArtifacts
 from ..mcp_client import McpAccess
 from ..resources import MemoryRoot, ResolverContext, SkillRoot, writable_sessions
 from ..store.service import SessionService
+from .artifact_writes import learn, written_items
 
 
 class StandaloneContext:
@@ -45,6 +52,7 @@ class StandaloneContext:
         self.memory_roots = memory_roots
         self.skill_roots = skill_roots
         self.mcp = mcp
+        self._artifacts: SessionArtifacts | None = None
 
     def resolver_context(self) -> ResolverContext:
         service, sid = self.service, self.session_id
@@ -62,3 +70,16 @@ class StandaloneContext:
 
     async def before_project_write(self, paths: Sequence[str]) -> None:
         return None
+
+    async def after_project_write(self, paths: Sequence[str]) -> Sequence[str]:
+        if self.service is None or not written_items(paths):
+            return []
+        if self._artifacts is None:
+            self._artifacts = SessionArtifacts(ArtifactStore(self.service.target, self.service.client), self.service)
+        return await learn(self._artifacts, self.session_id, paths)
+
+    async def close(self) -> None:
+        """Release what the artifact store holds (it takes no item lease
+        here; this waits for nothing else)."""
+        if self._artifacts is not None:
+            await self._artifacts.close()

@@ -34,7 +34,7 @@ from ..resources import (
     require_writable_session,
 )
 from ..resources.project import is_project_path
-from .context import ToolContext, ToolRefused
+from .context import ToolContext, ToolRefused, after_project_write
 from .persisted_output import MAX_OUTPUT_CHARS, bound_output
 
 _log = logging.getLogger(__name__)
@@ -126,8 +126,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "*** Begin Patch\n*** Add File: PATH\n+new line\n*** Update File: PATH\n@@ optional context line\n"
         " unchanged line\n-old line\n+new line\n*** Delete File: PATH\n*** End Patch\n"
         "An Update may be followed by '*** Move to: PATH'. PATH is a workspace path or a writable address "
-        "(work://PATH, work://shared/PATH, memory://ROOT-KEY/PATH); one patch may mix them. If any change "
-        "does not apply, no file is touched.",
+        "(work://PATH, work://shared/PATH, memory://ROOT-KEY/PATH); one patch may mix them. An artifact's own files "
+        "are .mevedel/artifacts/ID/FILE (a file added into a new ID directory creates the artifact; the rest of "
+        ".mevedel/ is read-only). If any change does not apply, no file is touched.",
         {
             "type": "object",
             "properties": {"patch": {"type": "string", "description": "The patch, from '*** Begin Patch' to '*** End Patch'."}},
@@ -354,14 +355,16 @@ async def _apply_patch(arguments: dict[str, Any], context: ToolContext) -> str:
     resolver = context.resolver_context()
     attempt = prepare(Operation.APPLY_PATCH, patch, PatchOptions(), resolver)
     facts = [fact for fact in attempt.facts if fact.project_path is not None]
+    paths = sorted({fact.project_path for fact in facts if fact.project_path})
     if facts:
         # The authority ``execute`` checks first, so that a patch refused
         # for it never reaches the hook (nothing is recorded for it).
         require_writable_session(resolver, facts[0].authored, project=True)
-        await context.before_project_write(sorted({fact.project_path for fact in facts if fact.project_path}))
+        await context.before_project_write(paths)
     applied = await execute(attempt)
     assert isinstance(applied, PatchResult)
-    return render_patch(applied)
+    notes = await after_project_write(context, paths) if paths else []
+    return "\n".join([render_patch(applied), *notes])
 
 
 _HANDLERS: dict[str, Callable[[dict[str, Any], ToolContext], Any]] = {
