@@ -1,6 +1,7 @@
 """Two server processes -- real OS processes, each with its own
-``ArtifactStore`` on its own ``LocalTarget`` over one workspace -- editing
-one document.
+``ArtifactStore`` on its own ``LocalTarget`` over one workspace, or (the
+one-writer and publication tests, as two machines would) each on its own
+``SshTarget`` through a loopback sshd -- editing one document.
 
 Each process runs ``DRIVER`` (``python -c``): a short script of store calls
 given as JSON, reporting every call's outcome as a JSON line with the lease
@@ -55,7 +56,13 @@ def emit(**event):
 
 async def main():
     options = {k: config[k] for k in ("lease_seconds", "renew_every", "handover_idle_seconds", "max_versions") if k in config}
-    store = ArtifactStore(LocalTarget(config["root"]), ClientIdentity(config["client"], config["client"] + "-host"), **options)
+    if config.get("ssh"):
+        from mevedel_server.targets.ssh import SshTarget
+
+        target = await SshTarget.connect(config["ssh"]["url"], **config["ssh"]["options"])
+    else:
+        target = LocalTarget(config["root"])
+    store = ArtifactStore(target, ClientIdentity(config["client"], config["client"] + "-host"), **options)
     store.leases.on_change.append(lambda item, reason: emit(op="lease", reason=reason))
     loop = asyncio.get_running_loop()
 
@@ -121,6 +128,8 @@ async def main():
         elif name == "close":
             await store.close()
             emit(op="closed")
+    if config.get("ssh"):
+        await target.close()
     emit(op="done")
 
 
@@ -128,8 +137,12 @@ asyncio.run(main())
 '''
 
 
-def start(root: Path, client: str, steps: list, **options) -> subprocess.Popen:
+def start(root: Path, client: str, steps: list, ssh=None, **options) -> subprocess.Popen:
+    """``ssh``: the throwaway sshd to reach the workspace through (each
+    process its own ``SshTarget``, as two machines would), else ``LocalTarget``."""
     config = {"root": str(root), "client": client, "item": ITEM, "steps": steps, **options}
+    if ssh is not None:
+        config["ssh"] = {"url": ssh.url(root), "options": ssh.options()}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "server"), str(ROOT / "protocol")]))
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, json.dumps(config)],
@@ -157,8 +170,17 @@ def finish(process: subprocess.Popen, timeout: float = 120) -> list[dict]:
     return events
 
 
-def run(root: Path, client: str, steps: list, **options) -> list[dict]:
-    return finish(start(root, client, steps, **options))
+def run(root: Path, client: str, steps: list, ssh=None, **options) -> list[dict]:
+    return finish(start(root, client, steps, ssh, **options))
+
+
+@pytest.fixture(params=["local", "ssh"])
+def transport(request):
+    """None: each process on a ``LocalTarget``; else the sshd both reach the
+    workspace through."""
+    if request.param == "local":
+        return None
+    return request.getfixturevalue("openssh_server")
 
 
 def writes(events: list[dict], ok: bool | None = None) -> list[dict]:
@@ -206,16 +228,16 @@ def check_one_writer(*reports: tuple[str, list[dict]]) -> list[dict]:
     return done
 
 
-def test_two_processes_writing_at_once_have_one_writer(tmp_path):
+def test_two_processes_writing_at_once_have_one_writer(tmp_path, transport):
     root = tmp_path / "ws"
     root.mkdir()
-    run(root, "creator", [["create", "start"]])
-    at = time.time() + 2.0  # both interpreters are up by then
+    run(root, "creator", [["create", "start"]], transport)
+    at = time.time() + 3.0  # both interpreters are up (and connected) by then
     options = {"lease_seconds": 30}
     # Neither releases at the end (a release would free the item for the
     # other's last attempts): the winner's lease is still live when both end.
-    one = start(root, "one", [["at", at], ["loop_write", 3.0, 0.0]], **options)
-    two = start(root, "two", [["at", at], ["loop_write", 3.0, 0.0]], **options)
+    one = start(root, "one", [["at", at], ["loop_write", 3.0, 0.0]], transport, **options)
+    two = start(root, "two", [["at", at], ["loop_write", 3.0, 0.0]], transport, **options)
     reports = [("one", finish(one)), ("two", finish(two))]
     done = check_one_writer(*reports)
     # Both raced for the free item; exactly one won it and kept it: the
@@ -243,7 +265,7 @@ def test_a_late_write_after_a_takeover_is_fenced_and_writes_nothing(tmp_path):
     planned = next_event(one, "planned")
     next_event(one, "waiting")
     held = run(root, "two", [["write", "two too early"]], **options)
-    assert [(e["ok"], e["kind"]) for e in writes(held)] == [(False, "item-held")]
+    assert [(e["ok"], e.get("kind")) for e in writes(held)] == [(False, "item-held")]
     assert primary(root) == b"one wrote"
     time.sleep(3.5)  # one's lease expires
     took = run(root, "two", [["write", "two took over"]], **options)
@@ -299,14 +321,14 @@ def test_the_holder_hands_over_only_once_idle(tmp_path, idle):
     assert lease_head(root).client_id == "two"
 
 
-def test_two_publishing_processes_lose_no_version(tmp_path):
+def test_two_publishing_processes_lose_no_version(tmp_path, transport):
     root = tmp_path / "ws"
     root.mkdir()
-    run(root, "creator", [["create", "start"]])
-    at = time.time() + 2.0
+    run(root, "creator", [["create", "start"]], transport)
+    at = time.time() + 3.0
     count = 15
     options = {"max_versions": 1000}
-    processes = [start(root, name, [["at", at], ["publish", count]], **options) for name in ("one", "two")]
+    processes = [start(root, name, [["at", at], ["publish", count]], transport, **options) for name in ("one", "two")]
     numbers = [[e["number"] for e in finish(p) if e["op"] == "published"] for p in processes]
     for mine in numbers:
         assert len(mine) == count and mine == sorted(mine)

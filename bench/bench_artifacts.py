@@ -1,0 +1,249 @@
+"""The workspace artifact store: listing 500 items by title (target: under
+200 ms) and version publication at 1 and at 20 retained versions (target:
+the cost independent of the count, ratio 20/1 near 1).
+
+Builds 500 items through the real store (``ArtifactStore.create``: a
+document, whiteboard or artifact, each with its created version; every
+fifth item's lease held by another process, so listing reads those lease
+heads and the target clock too), then, interleaved:
+
+- ``ArtifactStore.list()`` through ``LocalTarget`` vs the baseline
+  ``os.listdir`` of ``.mevedel/artifacts/.state`` and a plain ``open`` +
+  ``json.loads`` of the same two files per item (``meta.json``,
+  ``versions.json``), sorted by title -- the I/O the listing needs with none
+  of its validation, descriptor pinning or lease reading;
+- ``save_version`` of an 8 KiB document whose index holds 1 version
+  (``max_versions=1``) and one whose index holds 20 (``max_versions=20``):
+  both write one blob, replace the index and drop the oldest blob, so only
+  the index's length differs; vs a plain durable write of the same bytes
+  (temporary file, fsync, rename, directory fsync) in the same run.
+
+With ``--ssh`` (default when sshd is installed) the same listing and
+publications run again through ``SshTarget`` over a throwaway loopback sshd,
+vs a one-operation program on the same connection, operations ``--pace``
+(0.1 s) apart as in ``bench_ssh_round_trips.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import report, summarize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from mevedel_server.artifacts.layout import STATE_ROOT  # noqa: E402
+from mevedel_server.artifacts.store import ArtifactStore  # noqa: E402
+from mevedel_server.store.authority.lease import ClientIdentity  # noqa: E402
+from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget, Stat  # noqa: E402
+
+ITEMS = int(os.environ.get("MEVEDEL_BENCH_ITEMS", "500"))
+ME = ClientIdentity("bench-client", "bench-host")
+OTHER = ClientIdentity("other-client", "other-host")
+DOC = (b"# A document\n\n" + b"Some words of the document, one line of it.\n" * 200)[: 8 * 1024]
+
+
+async def build(root: str) -> tuple[str, str]:
+    """500 items; returns the ids of the two publication items."""
+    target = LocalTarget(root)
+    store = ArtifactStore(target, ME, renew_every=3600)
+    other = ArtifactStore(target, OTHER, renew_every=3600)
+    for n in range(ITEMS):
+        kind = ("document", "whiteboard", "artifact")[n % 3]
+        title = f"Item {(n * 7919) % ITEMS:04d} of the bench"
+        if kind == "artifact":
+            item = await store.create(kind, title, b"<p>%d</p>" % n, file_name="page.html")
+        else:
+            item = await store.create(kind, title, DOC if kind == "document" else None)
+        if n % 5 == 0 and kind != "artifact":
+            await other.write(item.item_id, (await other.read(item.item_id)).data)
+    for s in (store, other):
+        task = s.leases._renewal
+        if task is not None:
+            task.cancel()
+    one = await store.create("document", "Publication at 1", DOC, item_id="pub-one")
+    twenty = await store.create("document", "Publication at 20", DOC, item_id="pub-twenty")
+    keeper = ArtifactStore(target, ME, max_versions=20)
+    for _ in range(19):
+        await keeper.save_version(twenty.item_id)
+    assert len(await keeper.versions(twenty.item_id)) == 20
+    return one.item_id, twenty.item_id
+
+
+def baseline_listing(root: str) -> int:
+    state = os.path.join(root, STATE_ROOT)
+    rows = []
+    for name in os.listdir(state):
+        if name.startswith("."):
+            continue
+        with open(os.path.join(state, name, "meta.json"), "rb") as f:
+            meta = json.loads(f.read())
+        try:
+            with open(os.path.join(state, name, "versions.json"), "rb") as f:
+                count = len(json.loads(f.read())["versions"])
+        except FileNotFoundError:
+            count = 0
+        rows.append((meta["title"].casefold(), meta["id"], count))
+    rows.sort()
+    return len(rows)
+
+
+def durable_write(root: str, data: bytes) -> None:
+    directory = os.path.join(root, "baseline-writes")
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, ".blob.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, os.path.join(directory, "blob"))
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class CountingTarget(ProgramTarget):
+    """Counts programs (round trips on SSH) and operations."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+        self.operations = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs += 1
+        self.operations += len(program)
+        return await self.inner.run(program)
+
+
+async def round_trips(target, call) -> int:
+    counting = CountingTarget(target)
+    await call(counting)
+    return counting.programs
+
+
+async def one_op(target) -> None:
+    await target.run(ControlProgram([Stat(STATE_ROOT)]))
+
+
+async def measure(
+    target, root: str, ids: tuple[str, str], rounds: int, label: str, local: bool, pace: float = 0.0
+) -> tuple[list[dict], dict]:
+    lister = ArtifactStore(target, ME)
+    at_one = ArtifactStore(target, ME, max_versions=1)
+    at_twenty = ArtifactStore(target, ME, max_versions=20)
+    listed = await lister.list()  # warm-up, and check the result
+    expected = ITEMS + 2
+    if len(listed) != expected or [i.meta.title.casefold() for i in listed] != sorted(i.meta.title.casefold() for i in listed):
+        sys.exit(f"{label}: expected {expected} items by title, got {len(listed)}")
+    held = sum(1 for i in listed if i.holder_host)
+    if held != len([n for n in range(ITEMS) if n % 5 == 0 and n % 3 != 2]):
+        sys.exit(f"{label}: expected the other process's leases to show, got {held}")
+    await at_one.save_version(ids[0])
+    await at_twenty.save_version(ids[1])
+    samples: dict[str, list[float]] = {k: [] for k in ("list", "base_list", "pub1", "pub20", "base_write")}
+    for _ in range(rounds):  # interleaved, so drift affects every side alike
+        await asyncio.sleep(pace)
+        start = time.perf_counter()
+        if local:
+            baseline_listing(root)
+        else:
+            await one_op(target)
+        samples["base_list"].append(time.perf_counter() - start)
+        await asyncio.sleep(pace)
+        start = time.perf_counter()
+        await lister.list()
+        samples["list"].append(time.perf_counter() - start)
+        await asyncio.sleep(pace)
+        start = time.perf_counter()
+        if local:
+            durable_write(root, DOC)
+        else:
+            await one_op(target)
+        samples["base_write"].append(time.perf_counter() - start)
+        for key, store, item_id in (("pub1", at_one, ids[0]), ("pub20", at_twenty, ids[1])):
+            await asyncio.sleep(pace)
+            start = time.perf_counter()
+            await store.save_version(item_id)
+            samples[key].append(time.perf_counter() - start)
+    assert len(await at_one.versions(ids[0])) == 1 and len(await at_twenty.versions(ids[1])) == 20
+    list_programs = await round_trips(target, lambda t: ArtifactStore(t, ME).list())
+    publish_programs = await round_trips(target, lambda t: ArtifactStore(t, ME, max_versions=20).save_version(ids[1]))
+    s = {k: summarize(v) for k, v in samples.items()}
+    floor = "one-operation program on the same connection" if not local else None
+    rows = [
+        {"what": f"{label}: " + (floor or f"os.listdir + json reads of meta.json, versions.json ({expected} items; baseline)"), **s["base_list"]},
+        {"what": f"{label}: ArtifactStore.list(), {expected} items", **s["list"]},
+        {"what": f"{label}: " + (floor or "plain durable write of 8 KiB (tmp, fsync, rename, dir fsync; baseline)"), **s["base_write"]},
+        {"what": f"{label}: save_version, index of 1 retained", **s["pub1"]},
+        {"what": f"{label}: save_version, index of 20 retained", **s["pub20"]},
+    ]
+    notes = {
+        f"{label}_items": expected,
+        f"{label}_list_median_ms": s["list"]["median_ms"],
+        f"{label}_list_ratio_to_baseline": round(s["list"]["median_ms"] / s["base_list"]["median_ms"], 2),
+        f"{label}_list_target_under_200ms_met": s["list"]["median_ms"] < 200.0,
+        f"{label}_publish_1_median_ms": s["pub1"]["median_ms"],
+        f"{label}_publish_20_median_ms": s["pub20"]["median_ms"],
+        f"{label}_publish_ratio_20_to_1": round(s["pub20"]["median_ms"] / s["pub1"]["median_ms"], 2),
+        f"{label}_publish_1_ratio_to_baseline": round(s["pub1"]["median_ms"] / s["base_write"]["median_ms"], 2),
+        f"{label}_programs_per_listing": list_programs,
+        f"{label}_programs_per_save_version": publish_programs,
+    }
+    return rows, notes
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--no-ssh", action="store_true", help="measure the local target only")
+    parser.add_argument(
+        "--pace", type=float, default=0.1,
+        help="seconds between measured SSH operations, so warm target processes are ready as between edits (default 0.1)",
+    )
+    args = parser.parse_args()
+    rows: list[dict] = []
+    notes: dict = {}
+    with tempfile.TemporaryDirectory(prefix="mevedel-bench-artifacts-") as scratch:
+        root = os.path.join(scratch, "workspace")
+        os.mkdir(root)
+        started = time.perf_counter()
+        ids = await build(root)
+        print(f"built {ITEMS} items in {time.perf_counter() - started:.1f} s")
+        local_rows, local_notes = await measure(LocalTarget(root), root, ids, args.rounds, "local", True)
+        rows += local_rows
+        notes.update(local_notes)
+        missing = None
+        if not args.no_ssh:
+            from ssh_fixtures import sshd_missing, throwaway_sshd
+            from mevedel_server.targets.ssh import SshTarget
+
+            missing = sshd_missing()
+            if missing is None:
+                os.mkdir(os.path.join(scratch, "sshd"))
+                with throwaway_sshd(Path(scratch) / "sshd") as server:
+                    async with await SshTarget.connect(server.url(root), **server.options()) as target:
+                        ssh_rows, ssh_notes = await measure(target, root, ids, args.rounds, "ssh", False, args.pace)
+                rows += ssh_rows
+                notes.update(ssh_notes)
+                notes["ssh_pace_s"] = args.pace
+        if args.no_ssh or missing:
+            notes["ssh"] = "not measured" + (f" ({missing})" if missing else "")
+    notes["target"] = "list 500 items by title in under 200 ms; publication cost independent of retained count (20/1 near 1)"
+    notes["load_average_1_5_15"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    report("artifacts", rows, notes)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
