@@ -3618,12 +3618,23 @@ as a version, so it can be undone by restoring again).
                                                   (mevedel-lsp--object :id mevedel-lsp-artifact--id))
                             :versions)))))
 
+(defun mevedel-lsp-artifact--view-buffer (server id mode name)
+  "The MODE buffer of item ID of SERVER, else a new one called NAME
+\(two items may share a title, and so a name)."
+  (or (seq-find (lambda (buffer)
+                  (with-current-buffer buffer
+                    (and (derived-mode-p mode) (eq mevedel-lsp--origin-server server)
+                         (equal mevedel-lsp-artifact--id id))))
+                (buffer-list))
+      (generate-new-buffer name)))
+
 (defun mevedel-lsp-artifact-versions (id)
   "List the versions of item ID; RET restores one."
   (interactive (list (mevedel-lsp-artifact--read-id)))
   (let ((server (mevedel-lsp--server))
         (title (mevedel-lsp-artifact--title id)))
-    (with-current-buffer (get-buffer-create (format "*mevedel versions %s*" title))
+    (with-current-buffer (mevedel-lsp-artifact--view-buffer server id 'mevedel-lsp-artifact-versions-mode
+                                                           (format "*mevedel versions %s*" title))
       (unless (derived-mode-p 'mevedel-lsp-artifact-versions-mode) (mevedel-lsp-artifact-versions-mode))
       (setq-local mevedel-lsp--origin-server server)
       (setq mevedel-lsp-artifact--id id
@@ -3681,7 +3692,9 @@ as a version, so it can be undone by restoring again).
   "Show the discussion of item ID."
   (interactive (list (mevedel-lsp-artifact--read-id)))
   (let ((server (mevedel-lsp--server)))
-    (with-current-buffer (get-buffer-create (format "*mevedel discussion %s*" (mevedel-lsp-artifact--title id)))
+    (with-current-buffer (mevedel-lsp-artifact--view-buffer server id 'mevedel-lsp-artifact-discussion-mode
+                                                           (format "*mevedel discussion %s*"
+                                                                   (mevedel-lsp-artifact--title id)))
       (unless (derived-mode-p 'mevedel-lsp-artifact-discussion-mode) (mevedel-lsp-artifact-discussion-mode))
       (setq-local mevedel-lsp--origin-server server)
       (setq mevedel-lsp-artifact--id id)
