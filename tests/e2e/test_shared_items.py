@@ -156,3 +156,60 @@ async def test_the_mcp_tool_server_writes_artifacts_and_never_the_bookkeeping(wo
         assert "- shared:// -- " in roster
         assert f"Board -- shared://{board['id']} (whiteboard)" in await ok(session, "Read", path="shared://")
     assert Path(outside).exists() and list(outside.iterdir()) == []
+
+
+async def test_an_agents_apply_patch_creates_an_artifact_and_its_turn_records_a_version(client, workspace):
+    from .test_agent_mcp_tools import said
+    from .test_agent_turns import configure, events, prompt
+
+    create = envelope(add(".mevedel/artifacts/agent-report/report.md", "# Report", "first draft"))
+    revise = "*** Begin Patch\n*** Update File: .mevedel/artifacts/agent-report/report.md\n@@\n-first draft\n+final text\n*** End Patch\n"
+    bookkeeping = envelope(add(".mevedel/artifacts/.state/agent-report/versions.json", "{}"))
+    log = configure(client, workspace, [[
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": create}}},
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": revise}}},
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": bookkeeping}}},
+        {"mcp_call": {"tool": "Read", "arguments": {"path": "shared://"}}},
+    ]])
+    result = await prompt(client, "Write the report as an artifact")
+    assert result["outcome"] == "completed", result
+    created, revised, refused = said(log, "ApplyPatch")
+    assert "created artifact agent-report (report.md), attached to session" in created, created
+    assert "M .mevedel/artifacts/agent-report/report.md" in revised
+    assert "read-only to the model's tools" in refused
+    assert any(e["event"] == "mcp_result" and e["tool"] == "Read" for e in events(log))
+    items = {i["id"]: i for i in (await request(client, methods.ARTIFACT_LIST, {}))["items"]}
+    assert items["agent-report"]["attached"] and items["agent-report"]["title"] == "report.md"
+    assert (await request(client, methods.ARTIFACT_READ, {"id": "agent-report"}))["content"] == "# Report\nfinal text\n"
+    versions = (await request(client, methods.ARTIFACT_VERSIONS, {"id": "agent-report"}))["versions"]
+    assert [(v["reason"], v.get("turn")) for v in versions] == [("turn", result["turn"]), ("created", result["turn"])]
+    assert (workspace / ".mevedel/artifacts/.state/agent-report/versions.json").read_text() != "{}\n"
+
+
+def test_mevedel_prompt_tells_the_store_of_an_agents_artifact_write(workspace, tmp_path):
+    import subprocess
+    import sys
+
+    agent = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
+    create = envelope(add(".mevedel/artifacts/cli-note/note.md", "draft"))
+    revise = "*** Begin Patch\n*** Update File: .mevedel/artifacts/cli-note/note.md\n@@\n-draft\n+done\n*** End Patch\n"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [[
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": create}}},
+        {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": revise}}},
+        {"say": "Written."},
+    ]]}))
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"agents": {"scripted": {"command": [sys.executable, str(agent), str(script)]}}}))
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mevedel_server.cli", "prompt", "Write a note", "--json"],
+        cwd=workspace, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    turn = json.loads(done.stdout)["turn"]
+    listed = _cli(workspace, tmp_path / "state", "artifact", "list", "--json")
+    assert [(i["id"], i["attached"], i["title"]) for i in listed["items"]] == [("cli-note", True, "note.md")]
+    versions = _cli(workspace, tmp_path / "state", "artifact", "versions", "cli-note", "--json")["versions"]
+    assert [(v["reason"], v.get("turn")) for v in versions] == [("turn", turn), ("created", turn)]
