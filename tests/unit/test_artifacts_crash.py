@@ -86,6 +86,9 @@ class Prepared:
     crashing: ClientIdentity
     item_id: str = ITEM
     options: dict | None = None
+    #: What the restarted process does again when the item is not there
+    #: (None: it creates another item).
+    retry: object = None
 
 
 async def _holding(root: Path, target) -> tuple[ArtifactStore, ArtifactStore]:
@@ -181,7 +184,7 @@ async def adopt(root, target):
     authored.mkdir(parents=True)
     (authored / "report.md").write_bytes(NEW)
     b = store(target, B)
-    return Prepared(lambda: b.adopt(ITEM, "report.md"), (b,), B)
+    return Prepared(lambda: b.adopt(ITEM, "report.md"), (b,), B, retry=lambda s: s.adopt(ITEM, "report.md"))
 
 
 async def delete(root, target):
@@ -286,6 +289,12 @@ async def next_edit(open_target, root: Path, prepared: Prepared, seen: Seen) -> 
     again = store(target, prepared.crashing, **options)
     third = store(target, THIRD, **options)
     try:
+        if not seen.listed and prepared.retry is not None:
+            # Done again after the restart, it makes the item whole.
+            assert await prepared.retry(again) is not None
+            assert [s.item_id for s in await again.list()] == [prepared.item_id]
+            assert [v.number for v in await again.versions(prepared.item_id)] == [1]
+            return
         if not seen.listed:
             made = await again.create("document", "Next", b"# next\n")
             assert [s.item_id for s in await again.list()] == [made.item_id]
@@ -376,3 +385,36 @@ async def test_a_crash_at_every_write_leaves_the_item_old_or_new(open_target, tm
     # new side is the completed run above (or a crash after the commit).
     assert outcomes["old"] >= 1
     WALKED_OUTCOMES[f"{name} ({kind})"] = dict(outcomes)
+
+
+async def test_a_file_written_into_the_id_of_a_crashed_delete_becomes_an_item(open_target, tmp_path):
+    """A delete that crashed after removing meta.json (its commit point) left
+    the item's ``.state/ID/``; adopting a file the model writes into that id
+    again once answered 'exists already' (None) although nothing listed the
+    item, so the file never became one."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    target = FaultInjectingTarget(await open_target(root))
+    b = store(target, B)
+    await b.create("artifact", "Report", HTML_OLD, file_name="report.html", item_id=ITEM)
+    await b.comment(ITEM, "of the deleted item")
+    target.arm(2, "crash")  # the first write after Remove(meta.json)
+    with pytest.raises(SimulatedCrash):
+        await b.delete(ITEM)
+    abandon(b)
+    await close_target(target)
+    assert not (await fresh_look(open_target, root)).listed
+    # The model, which still knows the item's path, writes the file again.
+    (root / ".mevedel/artifacts" / ITEM / "report.html").write_bytes(HTML_NEW)
+    restarted = await open_target(root)
+    again = store(restarted, B)
+    try:
+        adopted = await again.adopt(ITEM, "report.html")
+        assert adopted is not None, "adopt answered 'exists already' for an item nobody lists"
+        assert [s.item_id for s in await again.list()] == [ITEM]
+        item = await again.read(ITEM)
+        assert item.data == HTML_NEW and item.comments == ()
+        assert [(v.number, v.reason.value) for v in await again.versions(ITEM)] == [(1, "created")]
+        assert await again.adopt(ITEM, "report.html") is None  # now it does exist
+    finally:
+        await close_target(restarted)

@@ -426,10 +426,15 @@ class ArtifactStore:
             session_id=editor.session_id if editor else None,
             turn=editor.turn if editor else None,
         )
+        # No metadata under the lock is what proves the id free: a state
+        # directory without it is what a create, adopt or delete that
+        # crashed left, and is taken over (its discussion dropped).
         ops: list[Operation] = [
             MakeDirs(STATE_ROOT, optional=True),
-            MakeDirs(paths.state),
+            Verify(paths.meta, None),
+            MakeDirs(paths.state, optional=True),
             MakeDirs(paths.versions_dir, optional=True),
+            Remove(paths.discussion, optional=True),
             Replace(paths.version_blob(1), data, deferred=True),
             Replace(paths.versions_index, encode(VersionIndex(next_number=2, versions=[entry])), deferred=True),
             Barrier(),
@@ -437,7 +442,7 @@ class ArtifactStore:
         ]
         res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
         if not res.completed:
-            if res.stopped_at == 1 and res[1].status is Status.CONFLICT:
+            if res.stopped_at == 1 and res[1].status is Status.MISMATCH:
                 return None
             raise_for_result(ops[res.stopped_at], res[res.stopped_at])
         self._notify(item_id, "versioned")
