@@ -331,3 +331,32 @@ async def test_a_linked_authored_directory_is_refused_and_nothing_is_written_out
         await _apply(world.context(sid), _patch(_add(".mevedel/artifacts/evil/x.md", "x")))
     assert caught.value.kind is ErrorKind.CONTAINMENT
     assert list(outside.iterdir()) == []
+
+
+async def test_the_same_on_a_target_reached_as_a_remote_workspace(root, open_target):
+    """shared:// and the store's learning go through the workspace's target
+    only: the same over SSH (a context with no local root)."""
+    target = await open_target(root)
+    service = SessionService(target, ME)
+    work = SessionArtifacts(ArtifactStore(target, ME), service)
+    try:
+        sid = (await service.create("Remote")).session_id
+        await service.begin_turn(sid, "one")
+        await service.settle(sid)
+        doc = (await work.create(sid, "document", "Remote plan", b"# Remote\n\nbody\n")).item.item_id
+        context = ResolverContext(
+            store_target=target, remote_workspace=True, remote_session=sid, session_writable=writable_sessions(service)
+        )
+        listing = lines(await read(context, "shared://"))
+        assert listing[0] == f"Remote plan -- shared://{doc} (document, attached to this session)"
+        assert [line[10:] for line in lines(await read(context, f"shared://{doc}"))] == ["# Remote", "body"]
+        assert await has_items(context)
+        # Completion lists a local store only (nothing over SSH).
+        offered = [c.label for c in complete("shared://", context)[1:]]
+        assert offered == ([f"shared://{doc}"] if isinstance(target, LocalTarget) else [])
+        result, paths = await _apply(context, _patch(_add(".mevedel/artifacts/remote-1/page.html", "<p>hi</p>")))
+        assert await learn(work, sid, paths) == [f"created artifact remote-1 (page.html), attached to session {sid}"]
+        assert "remote-1" in service.attached_artifacts(sid)
+    finally:
+        await work.close()
+        await service.detach()
