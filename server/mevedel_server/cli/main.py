@@ -33,6 +33,28 @@ COMMAND_MODULES = (
     "artifact_command",
 )
 
+#: The modules that make each command (``session`` gains subcommands from
+#: two more). A command's parser is built from its own modules only, so a
+#: quick one (``session list``, ``artifact show``) never imports the agent
+#: and MCP SDKs that ``prompt`` and ``read`` need -- seconds of start-up on
+#: a loaded machine; no command or ``--help`` builds them all.
+COMMAND_OWNERS = {
+    "address": ("address_command",),
+    "read": ("resource_command",),
+    "glob": ("resource_command",),
+    "grep": ("resource_command",),
+    "apply-patch": ("resource_command",),
+    "session": ("session_command", "control_command", "follow_command"),
+    "turn": ("turn_command",),
+    "prompt": ("prompt_command",),
+    "fork": ("lifecycle_command",),
+    "redo": ("lifecycle_command",),
+    "rewind": ("lifecycle_command",),
+    "save-as": ("lifecycle_command",),
+    "mcp": ("mcp_command",),
+    "artifact": ("artifact_command",),
+}
+
 INTERNAL_ERROR = 70
 INTERRUPTED = 130
 
@@ -68,8 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..tool_server.relay import relay_stdio
 
         return int(relay_stdio(os.environ["MEVEDEL_TOOL_SOCKET"], os.environ["MEVEDEL_TOOL_TOKEN"]) or 0)
-    # An MCP client starts ``mevedel mcp`` and waits for it: only its module.
-    parser = build_parser(("mcp_command",) if args[:1] == ["mcp"] else COMMAND_MODULES)
+    parser = build_parser(COMMAND_OWNERS.get(args[0], COMMAND_MODULES) if args else COMMAND_MODULES)
     try:
         arguments = parser.parse_args(args)
         return int(arguments.run(arguments))
