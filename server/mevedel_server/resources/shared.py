@@ -56,7 +56,7 @@ from ..store.authority.lease import ClientIdentity
 from ..store import SessionMissing
 from ..store.service import saved_session
 from ..targets import ControlProgram, ListDir, Read, Status, Target
-from ..targets.program import ReadFiles
+from ..targets.program import ReadFiles, Stat
 from .attempt import Prepared, Request
 from .context import ResolverContext
 from .local_paths import open_directory
@@ -625,7 +625,16 @@ async def describe(address: Address, context: ResolverContext) -> tuple[str, str
     if workspace is None or workspace.target is None:
         return "unavailable", "virtual", _owner_missing(authored).reason, None
     if address.scope == "library":
-        return "discovery" if address.key is None else "exists", "virtual", None, None
+        if address.key is None:
+            return "discovery", "listing", None, None
+        probe = Stat(f"{LIBRARY_DIR}/{address.key}{LIBRARY_SUFFIX}", optional=True)
+        try:
+            found = (await run_program(workspace.target, ControlProgram([probe]), authored))[0]
+        except AddressError as error:
+            return "unavailable", "virtual", error.reason, None
+        if found.status is Status.ABSENT:
+            return "missing", "virtual", f"no element library {address.key} in the workspace", None
+        return "exists", "virtual", None, f"element library {address.key}"
     item_id = address.key or ""
     if not is_item_id(item_id):
         return "missing", "virtual", _no_item(authored, item_id).reason, None
