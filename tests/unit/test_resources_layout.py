@@ -97,7 +97,20 @@ def test_lsp_modules_import_no_private_name_from_one_another():
 def test_no_local_or_remote_twin_is_left_in_the_resolver():
     names = {path.name for path in (PACKAGE / "resources").rglob("*.py")}
     assert not {name for name in names if name.startswith("remote_")}
-    assert not (PACKAGE / "artifacts").exists()
+
+
+def test_the_artifact_store_knows_nothing_of_the_front_ends_or_the_resolver():
+    """artifacts/ is core beside store/: it speaks to a Target and to the
+    session service, never to LSP, the CLI, the resolver or the engine."""
+    above = ("mevedel_server.lsp", "mevedel_server.cli", "mevedel_server.resources", "mevedel_server.agents",
+             "mevedel_server.tool_server", "lsprotocol", "pygls", "mevedel_protocol")
+    offenders = [
+        f"{path.name}: {target}"
+        for path in (PACKAGE / "artifacts").rglob("*.py")
+        for target, _names in _imports(path)
+        if target.startswith(above)
+    ]
+    assert offenders == []
 
 
 def test_the_store_imports_nothing_above_it_and_its_content_opens_nothing():

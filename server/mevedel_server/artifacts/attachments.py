@@ -56,7 +56,7 @@ class SessionArtifacts:
             return None
         return Editor(session_id, self.service.turn_in_flight(session_id))  # type: ignore[arg-type]
 
-    async def _attach_quietly(self, session_id: str | None, item_id: str) -> None:
+    async def attach_for_work(self, session_id: str | None, item_id: str) -> None:
         """Attach as a side effect of working on the item: never fails the
         work itself (a session that cannot be written keeps its list)."""
         if not self._writable(session_id) or item_id in self.attached(session_id):
@@ -83,7 +83,7 @@ class SessionArtifacts:
         await self.store.meta(item_id)  # the item must exist
         if item_id not in self.attached(sid):
             await self._set(sid, [*self.service.attached_artifacts(sid), item_id])
-            self.store._notify(item_id, "attached")
+            self.store.notify(item_id, "attached")
         return sid, True
 
     async def detach(self, session_id: str | None, item_id: str) -> tuple[str, bool]:
@@ -92,7 +92,7 @@ class SessionArtifacts:
         self.store_id(item_id)
         if item_id in self.attached(sid):
             await self._set(sid, [i for i in self.service.attached_artifacts(sid) if i != item_id])
-            self.store._notify(item_id, "detached")
+            self.store.notify(item_id, "detached")
         return sid, False
 
     @staticmethod
@@ -112,7 +112,7 @@ class SessionArtifacts:
     ) -> Listed:
         editor = self.editor(session_id)
         item = await self.store.create(kind, title, data, file_name=file_name, editor=editor)
-        await self._attach_quietly(session_id, item.item_id)
+        await self.attach_for_work(session_id, item.item_id)
         return Listed(item, item.item_id in self.attached(session_id))
 
     async def read(self, session_id: str | None, item_id: str) -> tuple[ItemContent, bool]:
@@ -121,12 +121,12 @@ class SessionArtifacts:
 
     async def write(self, session_id: str | None, item_id: str, data: bytes, *, base_revision: str | None = None) -> str:
         revision = await self.store.write(item_id, data, base_revision=base_revision, editor=self.editor(session_id))
-        await self._attach_quietly(session_id, item_id)
+        await self.attach_for_work(session_id, item_id)
         return revision
 
     async def restore(self, session_id: str | None, item_id: str, number: int) -> str:
         revision = await self.store.restore(item_id, number, editor=self.editor(session_id))
-        await self._attach_quietly(session_id, item_id)
+        await self.attach_for_work(session_id, item_id)
         return revision
 
     async def save_version(self, session_id: str | None, item_id: str) -> VersionEntry:
@@ -138,7 +138,7 @@ class SessionArtifacts:
 
     async def duplicate(self, session_id: str | None, item_id: str, title: str | None) -> Listed:
         copy = await self.store.duplicate(item_id, title, editor=self.editor(session_id))
-        await self._attach_quietly(session_id, copy.item_id)
+        await self.attach_for_work(session_id, copy.item_id)
         return Listed(copy, copy.item_id in self.attached(session_id))
 
     async def comment(self, session_id: str | None, item_id: str, text: str) -> Comment:
@@ -150,7 +150,7 @@ class SessionArtifacts:
         if routed is None and meta.dedicated_session is not None:
             routed = meta.dedicated_session
         comment = await self.store.comment(item_id, text, author="user", routed_to=routed)
-        await self._attach_quietly(session_id, item_id)
+        await self.attach_for_work(session_id, item_id)
         return comment
 
     async def delete(self, item_id: str) -> str | None:

@@ -182,7 +182,7 @@ class ArtifactStore:
         )
         #: Called with (item id, reason) after every change made here.
         self.on_change: list[Callable[[str, str], None]] = []
-        self.leases.on_change.append(self._notify)
+        self.leases.on_change.append(self.notify)
         #: Items each session wrote during its turn in flight: one version
         #: each when the turn settles.
         self._turn_edits: dict[str, set[str]] = {}
@@ -343,7 +343,7 @@ class ArtifactStore:
             meta = ItemMeta(id=new_id, kind=kind, title=clean_title, primary=primary, created_at=now, updated_at=now)
             created = await self._create(meta, payload, extra, editor)
             if created:
-                self._notify(new_id, "created")
+                self.notify(new_id, "created")
                 return ItemSummary(meta, 1)
             if item_id is not None:
                 raise ArtifactError("conflict", item_id, "an item with this id already exists")
@@ -445,8 +445,8 @@ class ArtifactStore:
             if res.stopped_at == 1 and res[1].status is Status.MISMATCH:
                 return None
             raise_for_result(ops[res.stopped_at], res[res.stopped_at])
-        self._notify(item_id, "versioned")
-        self._notify(item_id, "created")
+        self.notify(item_id, "versioned")
+        self.notify(item_id, "created")
         return ItemSummary(meta, 1)
 
     # Writing -------------------------------------------------------------------
@@ -499,7 +499,7 @@ class ArtifactStore:
                 if create is not None:
                     self.leases.fenced(item_id, create, result[ops.index(create)])
                 self._note_edit(item_id, editor)
-                self._notify(item_id, reason)
+                self.notify(item_id, reason)
                 return revision_of(data)
             stop = result.stopped_at
             if stop == 0:
@@ -545,7 +545,7 @@ class ArtifactStore:
             session_id=editor.session_id if editor else None,
             turn=editor.turn if editor else None,
         )
-        self._notify(item_id, "versioned")
+        self.notify(item_id, "versioned")
         return entry
 
     def _note_edit(self, item_id: str, editor: Editor | None) -> None:
@@ -596,7 +596,7 @@ class ArtifactStore:
             ops = [Stat(paths.meta), Verify(paths.discussion, raw), Replace(paths.discussion, encode(updated))]
             res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
             if res.completed:
-                self._notify(item_id, "commented")
+                self.notify(item_id, "commented")
                 return new
             if res.stopped_at == 0 and res[0].status is Status.ABSENT:
                 raise missing(item_id)
@@ -695,7 +695,7 @@ class ArtifactStore:
                 raise ArtifactError("conflict", item_id, "the item changed while deleting it; nothing was deleted, try again")
             raise_for_result(ops[res.stopped_at], res[res.stopped_at])
         self.leases.forget(item_id)
-        self._notify(item_id, "deleted")
+        self.notify(item_id, "deleted")
         return meta
 
     async def _remove_state_dir(self, paths: ItemPaths) -> None:
@@ -731,7 +731,7 @@ class ArtifactStore:
         raise_for_result(ops[1], result[1])
         return int(result[1].value)
 
-    def _notify(self, item_id: str, reason: str) -> None:
+    def notify(self, item_id: str, reason: str) -> None:
         for listener in list(self.on_change):
             try:
                 listener(item_id, reason)

@@ -104,13 +104,13 @@ async def _learn_item(work: SessionArtifacts, session_id: str | None, editor, it
                 f"directly in that directory ({', '.join(ARTIFACT_SUFFIXES)})"
             ]
         if adopted is not None:
-            await work._attach_quietly(session_id, item_id)
+            await work.attach_for_work(session_id, item_id)
             return [f"created artifact {item_id} ({adopted.meta.primary})" + _attached(work, session_id, item_id)]
     assert meta is not None
-    await work._attach_quietly(session_id, item_id)
+    await work.attach_for_work(session_id, item_id)
     if editor is not None and meta.primary in files:
         store.note_edit(item_id, editor)
-    store._notify(item_id, "written")  # editors showing the item reload it
+    store.notify(item_id, "written")  # editors showing the item reload it
     return []
 
 
