@@ -181,8 +181,11 @@ async def _standalone(
         context = StandaloneContext(
             workspace, service, sid, memory_roots=memory_roots, skill_roots=skill_roots, mcp=access
         )
-        async with stdio_server() as (read_stream, write_stream):
-            await serve(context, read_stream, write_stream)
+        try:
+            async with stdio_server() as (read_stream, write_stream):
+                await serve(context, read_stream, write_stream)
+        finally:
+            await context.close()
     finally:
         try:
             await access.connections.close_all()
