@@ -342,10 +342,13 @@ client of its own, as another machine's editor would be."
                                         nil))
                                     :notification-dispatcher #'ignore))
          (uri (mevedel-art-test--path-uri (directory-file-name mevedel-test-root))))
+    ;; Starting takes as long as eglot is given to connect the first one
+    ;; (jsonrpc's default 10 seconds was too short on a loaded machine).
     (jsonrpc-request connection :initialize
                      (list :processId (emacs-pid) :rootUri uri
                            :workspaceFolders (vector (list :uri uri :name "project"))
-                           :capabilities (make-hash-table)))
+                           :capabilities (make-hash-table))
+                     :timeout eglot-connect-timeout)
     (jsonrpc-notify connection :initialized (make-hash-table))
     connection))
 
