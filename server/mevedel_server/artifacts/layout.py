@@ -10,6 +10,7 @@ and the shapes of what a person or a model names in it.
         versions.json                      the version index
         versions/NNNNNNNNNN                primary-file bytes of version N
         discussion.json                    comments
+        deleting                           a delete under way (or interrupted)
     .mevedel/leases/artifacts/             the store's mutation lock (flock)
         ID/generation-<20 digits>.json     the item lease's generations
         ID/handover.json                   another process asks for the item
@@ -111,6 +112,12 @@ class ItemPaths:
 
     def version_blob(self, number: int) -> str:
         return f"{self.versions_dir}/{number:0{VERSION_DIGITS}d}"
+
+    @property
+    def deleting(self) -> str:
+        """Written before a delete removes ``meta.json``: an item without
+        metadata that has it is a deletion to finish."""
+        return f"{self.state}/deleting"
 
     @property
     def discussion(self) -> str:

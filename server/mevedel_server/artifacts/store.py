@@ -201,7 +201,7 @@ class ArtifactStore:
         raise_for_result(listing, first[0])
         ids = [name for name in first[0].value if is_item_id(name)]
         leased = set(first[1].value) & set(ids) if first[1].ok else set()
-        names = [f"{item_id}/{leaf}" for item_id in ids for leaf in ("meta.json", "versions.json")]
+        names = [f"{item_id}/{leaf}" for item_id in ids for leaf in ("meta.json", "versions.json", "deleting")]
         reads: list = []
         ops: list[Operation] = []
         pending = names
@@ -228,9 +228,13 @@ class ArtifactStore:
                 break
         by_name = dict(zip(names, reads))
         items: list[ItemSummary] = []
+        interrupted: list[str] = []
         for item_id in ids:
             meta_read = by_name.get(f"{item_id}/meta.json")
             if meta_read is None or not meta_read.ok or meta_read.data is None:
+                marker = by_name.get(f"{item_id}/deleting")
+                if meta_read is not None and meta_read.status is Status.ABSENT and marker is not None and marker.ok:
+                    interrupted.append(item_id)
                 continue
             try:
                 meta = decode(ItemMeta, meta_read.data, f"metadata of {item_id}")
@@ -252,6 +256,8 @@ class ArtifactStore:
                 holder = self._holder_of(item_id, views[item_id], now)
             items.append(ItemSummary(meta, count, holder))
         items.sort(key=lambda s: (s.meta.title.casefold(), s.meta.title, s.meta.id))
+        for item_id in interrupted:
+            await self._finish_delete(item_id)
         return items
 
     def _holder_of(self, item_id: str, newest: tuple[str, bytes], now: int) -> str | None:
@@ -435,6 +441,7 @@ class ArtifactStore:
             MakeDirs(paths.state, optional=True),
             MakeDirs(paths.versions_dir, optional=True),
             Remove(paths.discussion, optional=True),
+            Remove(paths.deleting, optional=True),
             Replace(paths.version_blob(1), data, deferred=True),
             Replace(paths.versions_index, encode(VersionIndex(next_number=2, versions=[entry])), deferred=True),
             Barrier(),
@@ -680,13 +687,10 @@ class ArtifactStore:
         from then on the item is not listed."""
         meta, raw = await self.meta(item_id)
         paths = ItemPaths(item_id)
-        ops: list[Operation] = [Verify(paths.meta, raw), Remove(paths.meta)]
-        for root in (paths.state, paths.authored, paths.lease_dir):
-            files = await self._tree_files(root)
-            dirs = await self._tree_dirs(root)
-            ops += [Remove(f"{root}/{name}", optional=True) for name in files]
-            ops += [Remove(f"{root}/{name}", optional=True) for name in sorted(dirs, key=len, reverse=True)]
-            ops.append(Remove(root, optional=True))
+        # The marker first, then meta.json (the commit point): a delete
+        # interrupted past it is finished by the next listing.
+        ops: list[Operation] = [Verify(paths.meta, raw), Replace(paths.deleting, b""), Remove(paths.meta)]
+        ops += await self._removals(paths)
         res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
         if not res.completed:
             if res[0].status is Status.ABSENT:
@@ -697,6 +701,33 @@ class ArtifactStore:
         self.leases.forget(item_id)
         self.notify(item_id, "deleted")
         return meta
+
+    async def _removals(self, paths: ItemPaths) -> list[Operation]:
+        """Everything of the item, deepest first; the deletion marker and
+        the state directory last."""
+        ops: list[Operation] = []
+        for root in (paths.authored, paths.lease_dir, paths.state):
+            files = [name for name in await self._tree_files(root) if f"{root}/{name}" != paths.deleting]
+            dirs = await self._tree_dirs(root)
+            ops += [Remove(f"{root}/{name}", optional=True) for name in files]
+            ops += [Remove(f"{root}/{name}", optional=True) for name in sorted(dirs, key=len, reverse=True)]
+            if root == paths.state:
+                ops.append(Remove(paths.deleting, optional=True))
+            ops.append(Remove(root, optional=True))
+        return ops
+
+    async def _finish_delete(self, item_id: str) -> None:
+        """Finish a delete that was interrupted after its commit point (the
+        marker is there and ``meta.json`` is not, proven under the lock)."""
+        paths = ItemPaths(item_id)
+        ops: list[Operation] = [Verify(paths.meta, None), Stat(paths.deleting), *await self._removals(paths)]
+        try:
+            result = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+        except TargetError as exc:
+            _log.warning("finishing the interrupted delete of %s failed: %s", item_id, exc)
+            return
+        if result.completed:
+            _log.info("finished the interrupted delete of artifact %s", item_id)
 
     async def _remove_state_dir(self, paths: ItemPaths) -> None:
         files = await self._tree_files(paths.state)
