@@ -233,3 +233,22 @@ async def test_concurrent_writes_and_renewals_in_one_process_never_lose_the_leas
     assert store.leases.holds(item.item_id)
     assert (await store.read(item.item_id)).data in {f"{n}".encode() for n in range(8)}
     await store.close()
+
+
+async def test_a_write_whose_answer_was_lost_is_still_this_processs_lease(root, open_target):
+    """A dropped connection can lose the answer of a write that landed: the
+    next renewal finds this process's own newer generation and keeps the
+    item, rather than taking itself for fenced."""
+    store = _store(await open_target(root), renew_every=3600)
+    changes = []
+    store.on_change.append(lambda item_id, reason: changes.append(reason))
+    item = await store.create("document", "Doc", b"a")
+    await store.write(item.item_id, b"b")
+    remembered = store.leases._held[item.item_id]
+    await store.write(item.item_id, b"c")
+    store.leases._held[item.item_id] = remembered  # as if the second answer never came
+    await store.leases.renew(item.item_id)
+    assert store.leases.holds(item.item_id) and "fenced" not in changes
+    await store.write(item.item_id, b"d")
+    assert (await store.read(item.item_id)).data == b"d"
+    await store.close()

@@ -276,6 +276,12 @@ class ItemLeases:
         if held is None:
             return
         view = await self.observe(item_id)
+        own = view.standing(self.client.client_id) == "mine"
+        if own and view.generation > held.generation:
+            # This process's own newer generation: a write whose answer was
+            # lost (a dropped connection) had landed. Still ours.
+            assert view.raw is not None
+            held = self._held[item_id] = _Held(view.generation, view.raw, held.last_edit)
         if view.generation != held.generation or view.raw != held.raw:
             self._lose(item_id)
             return
