@@ -309,3 +309,26 @@ async def test_the_recovery_marker_is_rechecked_behind_the_claim(tmp_path, targe
     assert "pending (left for recovery)" in report.kept[0].reason
     assert remaining(tmp_path) == {sid(1)}
     assert head_record(tmp_path, sid(1)).state is LeaseState.RELEASED
+
+
+async def test_an_existing_artifacts_own_conversation_is_kept_however_old(tmp_path, target):
+    """The service sweeps with the artifact store's exemptions installed (as
+    the LSP server and the CLI install them): an item's conversation stays
+    while the item exists, and goes like any other session once it is gone."""
+    from mevedel_server.artifacts import ArtifactStore
+    from mevedel_server.artifacts.attachments import SessionArtifacts
+    from mevedel_server.store.service import SessionService
+
+    now = int(time.time())
+    await aged_session(target, tmp_path, sid(1), 45, now=now)
+    await aged_session(target, tmp_path, sid(2), 45, now=now)
+    service = SessionService(target, ME, session_max_age_days=30, session_keep_recent=0)
+    work = SessionArtifacts(ArtifactStore(target, ME), service)
+    item = await work.store.create("whiteboard", "Board", None)
+    assert await work.store.set_dedicated_session(item.item_id, sid(1), expected=None)
+    report = await service.sweep_expired(force=True)
+    assert remaining(tmp_path) == {sid(1)}
+    assert "Board" in {k.name: k.reason for k in report.kept}[sid(1)]
+    await work.store.delete(item.item_id)
+    await service.sweep_expired(force=True)
+    assert remaining(tmp_path) == set()

@@ -34,6 +34,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ..artifacts import ArtifactStore
+from ..artifacts.attachments import SessionArtifacts
 from ..store import ClientIdentity, LeaseState
 from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
@@ -125,7 +127,11 @@ def open_service(arguments: argparse.Namespace) -> SessionService:
         target = workspace_target(location) if isinstance(location, SshLocation) else LocalTarget(location)
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
-    return SessionService(target, cli_identity(), **PRODUCT_STORAGE)
+    service = SessionService(target, cli_identity(), **PRODUCT_STORAGE)
+    # The artifact store's items keep their own conversations from expiring
+    # (the service sweeps expired sessions when it lists them).
+    SessionArtifacts(ArtifactStore(target, service.client), service)
+    return service
 
 
 async def held_session(service: SessionService, given: str | None) -> str:

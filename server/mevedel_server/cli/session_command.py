@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import Any
 
+from ..artifacts import ArtifactStore
+from ..artifacts.attachments import SessionArtifacts
 from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary
 from ..store.authority.lease import describe_target_time
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
@@ -139,6 +141,8 @@ def recovery_line(recovery: str) -> str:
 def run_list(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         listing = await service.list()
+        hidden = await SessionArtifacts(ArtifactStore(service.target, service.client), service).hidden_sessions(listing.rows)
+        shown = [row for row in listing.rows if row.session_id not in hidden]
         rows = [
             {
                 "session_id": row.session_id,
@@ -152,14 +156,14 @@ def run_list(arguments: argparse.Namespace) -> int:
                 "published": row.published,
                 "recovery_pending": row.recovery_pending,
             }
-            for row in listing.rows
+            for row in shown
         ]
         inspect = [
             {"name": row.name, "subject": row.subject.value, "kind": row.kind.value if row.kind else None, "reason": row.reason}
             for row in listing.inspect_rows
         ]
         lines = [
-            line for row in listing.rows
+            line for row in shown
             for line in [_row_line(row), *([recovery_line(row.recovery_pending)] if row.recovery_pending else [])]
         ] or ["no sessions in this workspace"]
         lines += [f"{row['name']}  Inspect  ({row['reason']})" for row in inspect]

@@ -229,6 +229,9 @@ HANDLERS = {
 
 def register(ls: MevedelLanguageServer) -> None:
     ls.artifacts = ArtifactStores(ls)  # type: ignore[attr-defined]
+    # Made with each folder's service, before that service's first sweep of
+    # expired sessions runs: the items' own conversations are exempt.
+    _registry(ls).on_service.append(lambda folder, _service: ls.artifacts.of(folder))  # type: ignore[attr-defined]
     ls.on_exit.append(ls.artifacts.close)  # type: ignore[attr-defined]
     ls.on_settings_changed.append(ls.artifacts.configure)  # type: ignore[attr-defined]
     for method, (params_type, handler, command) in HANDLERS.items():
