@@ -35,14 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import report, summarize
+from harness import CountingTarget, report, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from mevedel_server.artifacts.layout import STATE_ROOT  # noqa: E402
 from mevedel_server.artifacts.store import ArtifactStore  # noqa: E402
 from mevedel_server.store.authority.lease import ClientIdentity  # noqa: E402
-from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget, Stat  # noqa: E402
+from mevedel_server.targets import ControlProgram, LocalTarget, Stat  # noqa: E402
 
 ITEMS = int(os.environ.get("MEVEDEL_BENCH_ITEMS", "500"))
 ME = ClientIdentity("bench-client", "bench-host")
@@ -113,18 +113,6 @@ def durable_write(root: str, data: bytes) -> None:
         os.close(dfd)
 
 
-class CountingTarget(ProgramTarget):
-    """Counts programs (round trips on SSH) and operations."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-        self.operations = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        self.operations += len(program)
-        return await self.inner.run(program)
 
 
 async def round_trips(target, call) -> int:

@@ -21,12 +21,12 @@ import sys
 import tempfile
 import time
 
-from harness import report, summarize
+from harness import CountingTarget, report, summarize
 
 from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session
 from mevedel_server.store.workspace_wide.listing import BATCH, list_sessions
 from mevedel_server.store.content.sidecar import Layout, NamingState, Sidecar, encode_sidecar
-from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget
+from mevedel_server.targets import LocalTarget
 
 SESSIONS = int(os.environ.get("MEVEDEL_BENCH_SESSIONS", "500"))
 RUNS = 15
@@ -85,16 +85,6 @@ def baseline(root: str) -> int:
     return count
 
 
-class CountingTarget(ProgramTarget):
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-        self.operations = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        self.operations += len(program)
-        return await self.inner.run(program)
 
 
 async def measure(root: str) -> None:

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from mevedel_server.targets import ProgramTarget
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -67,3 +69,22 @@ def report(name: str, rows: list[dict], notes: dict | None = None) -> Path:
 
 def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class CountingTarget(ProgramTarget):
+    """A target wrapper that counts programs (round trips on SSH) and
+    operations; its single-operation methods are programs too, so they
+    count. Anything else is the wrapped target's."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+        self.operations = 0
+
+    async def run(self, program):
+        self.programs += 1
+        self.operations += len(program)
+        return await self.inner.run(program)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
