@@ -16,11 +16,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..store.errors import StoreError
 from ..store.service import SessionChange, SessionService
 from ..store.service.open_session import Access
 from .errors import ArtifactError
 from .records import Comment, VersionEntry
-from .store import ArtifactStore, Editor, ItemContent, ItemSummary
+from .store import ArtifactStore, Editor, ItemContent, ItemSummary, check_item_id
 
 _log = logging.getLogger(__name__)
 
@@ -89,17 +90,11 @@ class SessionArtifacts:
     async def detach(self, session_id: str | None, item_id: str) -> tuple[str, bool]:
         """Detach an id (also one whose item was deleted meanwhile)."""
         sid = self._require_session(session_id, "detach an item")
-        self.store_id(item_id)
+        check_item_id(item_id)
         if item_id in self.attached(sid):
             await self._set(sid, [i for i in self.service.attached_artifacts(sid) if i != item_id])
             self.store.notify(item_id, "detached")
         return sid, False
-
-    @staticmethod
-    def store_id(item_id: str) -> str:
-        from .store import check_item_id  # noqa: PLC0415
-
-        return check_item_id(item_id)
 
     # Items --------------------------------------------------------------------------
 
@@ -204,8 +199,6 @@ class SessionArtifacts:
         return meta.dedicated_session, False
 
     async def _names_back(self, session_id: str, item_id: str) -> bool:
-        from ..store.errors import StoreError  # noqa: PLC0415
-
         try:
             if not self.service.is_open(session_id):
                 await self.service.open(session_id)

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..store.authority.lease import ClientIdentity, stamped_record
-from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, TargetError, Verify, raise_for_result
+from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, Verify, raise_for_result
 from ..targets.clock import Clock
 from ..targets.program import MakeDirs, ReadNewest, Replace, StampedCreate
 from .errors import ArtifactError
@@ -95,6 +95,21 @@ def _generation_of(name: str) -> int:
     return int(name[len(GENERATION_FAMILY[0]) : -len(GENERATION_FAMILY[2])])
 
 
+def lease_view(item_id: str, newest: tuple[str, bytes], now: int, handover: HandoverRequest | None = None) -> LeaseView:
+    """The view of a lease head read as ``(name, bytes)`` by ``ReadNewest``
+    with the target clock reading ``now``; ``unreadable`` when the record
+    cannot be trusted."""
+    name, raw = newest
+    generation = _generation_of(name)
+    try:
+        record = decode(ItemLeaseRecord, raw, f"lease generation {generation} of {item_id}")
+    except RecordRefused as exc:
+        raise ArtifactError("unreadable", item_id, f"its lease record cannot be trusted ({exc.reason}); nothing was written") from None
+    if record.generation != generation:
+        raise ArtifactError("unreadable", item_id, f"lease generation {generation} records generation {record.generation}")
+    return LeaseView(item_id, generation, record, raw, now, handover)
+
+
 class ItemLeases:
     """The item leases this process holds on one workspace's store."""
 
@@ -135,9 +150,6 @@ class ItemLeases:
     def holds(self, item_id: str) -> bool:
         return item_id in self._held
 
-    def held(self) -> list[str]:
-        return sorted(self._held)
-
     # Observing -------------------------------------------------------------
 
     async def observe(self, item_id: str) -> LeaseView:
@@ -157,15 +169,12 @@ class ItemLeases:
         if result[1].status is Status.ABSENT:
             return LeaseView(item_id, 0, None, None, now, request)
         raise_for_result(newest, result[1])
-        name, raw = result[1].value
-        generation = _generation_of(name)
-        try:
-            record = decode(ItemLeaseRecord, raw, f"lease generation {generation} of {item_id}")
-        except RecordRefused as exc:
-            raise ArtifactError("unreadable", item_id, f"its lease record cannot be trusted ({exc.reason}); nothing was written") from None
-        if record.generation != generation:
-            raise ArtifactError("unreadable", item_id, f"lease generation {generation} records generation {record.generation}")
-        return LeaseView(item_id, generation, record, raw, now, request)
+        return lease_view(item_id, result[1].value, now, request)
+
+    def holder(self, view: LeaseView) -> str | None:
+        """The host of another process holding the item live (None: free,
+        expired, or this process's own)."""
+        return (view.holder_host or "another machine") if view.standing(self.client.client_id) == "held" else None
 
     # Fencing ----------------------------------------------------------------
 
@@ -218,7 +227,7 @@ class ItemLeases:
         self._held[item_id] = _Held(generation, raw, self._monotonic())
         self._ensure_renewal()
 
-    def refused(self, view: LeaseView, stopped_at: int) -> ArtifactError:
+    def refused(self, view: LeaseView) -> ArtifactError:
         """The error for a fence that did not hold (another process wrote a
         generation after ``view`` was read)."""
         if view.standing(self.client.client_id) == "mine":

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from ..store.authority.records import encode_record
+from .errors import ArtifactError
 from .layout import MAX_TITLE
 
 Seconds = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
@@ -120,8 +121,6 @@ def load(record_type: type, raw: bytes | None, item_id: str, what: str):
     """An item's bookkeeping record (``record_type()`` when absent), or an
     ``unreadable`` refusal naming the item: bytes that do not decode are
     never guessed at."""
-    from .errors import ArtifactError  # noqa: PLC0415 - errors imports nothing of records
-
     if raw is None:
         return record_type()
     try:

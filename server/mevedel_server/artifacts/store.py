@@ -24,7 +24,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 
@@ -47,9 +47,8 @@ from ..targets.errors import PathAbsentError, UnsafePathError
 from ..targets.program import Barrier, ListTree, MakeDirs, ReadFiles, ReadNewest, Replace, Stat, WriteProject
 from . import content as item_content
 from .errors import ArtifactError, invalid, missing
-from .item_lease import DEFAULT_LEASE_SECONDS, HANDOVER_IDLE_SECONDS, ItemLeases, LeaseView
+from .item_lease import DEFAULT_LEASE_SECONDS, HANDOVER_IDLE_SECONDS, ItemLeases, lease_view
 from .layout import (
-    ARTIFACTS_DIR,
     GENERATION_FAMILY,
     KINDS,
     LEASES_ROOT,
@@ -65,8 +64,6 @@ from .layout import (
 from .records import (
     Comment,
     Discussion,
-    ItemLeaseRecord,
-    ItemLeaseState,
     ItemMeta,
     RecordRefused,
     VersionEntry,
@@ -157,10 +154,6 @@ def _refusals(method):
     return wrapper
 
 
-def _holder(view: LeaseView, client_id: str) -> str | None:
-    return (view.holder_host or "another machine") if view.standing(client_id) == "held" else None
-
-
 class ArtifactStore:
     def __init__(
         self,
@@ -203,7 +196,6 @@ class ArtifactStore:
         leased = set(first[1].value) & set(ids) if first[1].ok else set()
         names = [f"{item_id}/{leaf}" for item_id in ids for leaf in ("meta.json", "versions.json", "deleting")]
         reads: list = []
-        ops: list[Operation] = []
         pending = names
         views: dict[str, tuple[int, bytes]] = {}
         now = None
@@ -237,12 +229,9 @@ class ArtifactStore:
                     interrupted.append(item_id)
                 continue
             try:
-                meta = decode(ItemMeta, meta_read.data, f"metadata of {item_id}")
-            except RecordRefused as exc:
+                meta = _decode_meta(item_id, meta_read.data)
+            except ArtifactError as exc:
                 _log.warning("artifact store: %s", exc)
-                continue
-            if meta.id != item_id:
-                _log.warning("artifact store: metadata of %s names %s", item_id, meta.id)
                 continue
             count = 0
             index_read = by_name.get(f"{item_id}/versions.json")
@@ -253,21 +242,15 @@ class ArtifactStore:
                     count = 0
             holder = None
             if item_id in views and now is not None:
-                holder = self._holder_of(item_id, views[item_id], now)
+                try:
+                    holder = self.leases.holder(lease_view(item_id, views[item_id], now))
+                except ArtifactError:
+                    holder = None  # an untrustworthy lease names nobody
             items.append(ItemSummary(meta, count, holder))
         items.sort(key=lambda s: (s.meta.title.casefold(), s.meta.title, s.meta.id))
         for item_id in interrupted:
             await self._finish_delete(item_id)
         return items
-
-    def _holder_of(self, item_id: str, newest: tuple[str, bytes], now: int) -> str | None:
-        name, raw = newest
-        try:
-            record = decode(ItemLeaseRecord, raw, item_id)
-        except RecordRefused:
-            return None
-        view = LeaseView(item_id, record.generation, record, raw, now)
-        return _holder(view, self.client.client_id)
 
     @_refusals
     async def meta(self, item_id: str) -> tuple[ItemMeta, bytes]:
@@ -277,10 +260,7 @@ class ArtifactStore:
         result = (await self.target.run(ControlProgram([op])))[0]
         if result.status is Status.ABSENT:
             raise missing(item_id)
-        try:
-            raise_for_result(op, result)
-        except TargetError as exc:
-            raise _target_refusal(item_id, exc) from None
+        raise_for_result(op, result)
         return _decode_meta(item_id, result.value), result.value
 
     @_refusals
@@ -290,14 +270,11 @@ class ArtifactStore:
         paths = ItemPaths(item_id)
         primary, discussion = Read(paths.file(meta.primary)), Read(paths.discussion, optional=True)
         result = await self.target.run(ControlProgram([primary, discussion]))
-        try:
-            raise_for_result(primary, result[0])
-        except TargetError as exc:
-            raise _target_refusal(item_id, exc) from None
+        raise_for_result(primary, result[0])
         comments = _decode_discussion(item_id, result[1].value if result[1].ok else None).comments
         holder = None
         if meta.kind in LIVE_PRIMARY and not self.leases.holds(item_id):
-            holder = _holder(await self.leases.observe(item_id), self.client.client_id)
+            holder = self.leases.holder(await self.leases.observe(item_id))
         data = result[0].value
         return ItemContent(meta, data, revision_of(data), tuple(comments), holder)
 
@@ -413,10 +390,7 @@ class ArtifactStore:
         result = (await self.target.run(ControlProgram([Stat(paths.meta, optional=True), op])))
         if result[0].ok:
             return None
-        try:
-            raise_for_result(op, result[1])
-        except TargetError as exc:
-            raise _target_refusal(item_id, exc) from None
+        raise_for_result(op, result[1])
         now = await self._clock()
         meta = ItemMeta(id=item_id, kind="artifact", title=primary, primary=primary, created_at=now, updated_at=now)
         data = result[1].value
@@ -478,10 +452,7 @@ class ArtifactStore:
             if base_revision is not None:
                 read = Read(paths.file(meta.primary))
                 got = (await self.target.run(ControlProgram([read])))[0]
-                try:
-                    raise_for_result(read, got)
-                except TargetError as exc:
-                    raise _target_refusal(item_id, exc) from None
+                raise_for_result(read, got)
                 current = got.value
                 if revision_of(current) != base_revision:
                     raise ArtifactError("conflict", item_id, "the item changed since that revision was read; reload it and apply the change again")
@@ -498,10 +469,7 @@ class ArtifactStore:
                 WriteProject(paths.file(meta.primary), data),
                 Replace(paths.meta, encode(msgspec.structs.replace(meta, updated_at=max(now, meta.created_at)))),
             ]
-            try:
-                result = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
-            except TargetError as exc:
-                raise _target_refusal(item_id, exc) from None
+            result = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
             if result.completed:
                 if create is not None:
                     self.leases.fenced(item_id, create, result[ops.index(create)])
@@ -516,11 +484,8 @@ class ArtifactStore:
             if base_revision is not None and stop == 1:
                 raise ArtifactError("conflict", item_id, "the item changed since that revision was read; reload it and apply the change again")
             if view is not None and stop < fence_end and result[stop].status in (Status.MISMATCH, Status.CONFLICT):
-                raise self.leases.refused(view, stop)
-            try:
-                raise_for_result(ops[stop], result[stop])
-            except TargetError as exc:
-                raise _target_refusal(item_id, exc) from None
+                raise self.leases.refused(view)
+            raise_for_result(ops[stop], result[stop])
         raise ArtifactError("unavailable", item_id, "the item kept changing while writing; try again")
 
     @_refusals
@@ -745,7 +710,7 @@ class ArtifactStore:
         if meta.kind not in LIVE_PRIMARY:
             raise ArtifactError("invalid-params", item_id, "an artifact has no lease; write it with its base revision")
         view = await self.leases.observe(item_id)
-        holder = _holder(view, self.client.client_id)
+        holder = self.leases.holder(view)
         if holder is not None:
             await self.leases.request_handover(item_id)
         index, _ = await read_index(self.target, item_id)
