@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -245,3 +246,16 @@ class SessionArtifacts:
     async def close(self) -> None:
         await self.settled()
         await self.store.close()
+
+
+_PER_SERVICE: weakref.WeakKeyDictionary[SessionService, SessionArtifacts] = weakref.WeakKeyDictionary()
+
+
+def session_artifacts(service: SessionService, **store_options) -> SessionArtifacts:
+    """The one :class:`SessionArtifacts` of ``service`` (made on the first
+    call, with ``store_options`` for its :class:`ArtifactStore`): a second one
+    would settle every turn twice and install its own expiry exemptions."""
+    work = _PER_SERVICE.get(service)
+    if work is None:
+        work = _PER_SERVICE[service] = SessionArtifacts(ArtifactStore(service.target, service.client, **store_options), service)
+    return work

@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..artifacts import ArtifactStore
-from ..artifacts.attachments import Listed, SessionArtifacts
+from ..artifacts.attachments import Listed, SessionArtifacts, session_artifacts
 from ..artifacts.layout import is_text_file
 from ..store.authority.lease import describe_target_time
 from ..store.service import SessionService
@@ -112,8 +111,7 @@ def _with_store(arguments: argparse.Namespace, body) -> int:
     else none."""
 
     async def run(service: SessionService) -> None:
-        store = ArtifactStore(service.target, service.client)
-        work = SessionArtifacts(store, service)
+        work = session_artifacts(service)
         try:
             sid = await _session(service, arguments.session)
             await body(work, sid)

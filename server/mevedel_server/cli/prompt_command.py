@@ -27,8 +27,7 @@ from typing import Any
 from ..agents.config import cli_config_path, load_cli_config, log_dir
 from ..agents.engine import AgentEngine, PermissionQuestion, TurnUpdate
 from ..agents.errors import AgentError
-from ..artifacts import ArtifactStore
-from ..artifacts.attachments import SessionArtifacts
+from ..artifacts.attachments import SessionArtifacts, session_artifacts
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import ResolverContext, writable_sessions
 from ..store.service import SessionService
@@ -165,7 +164,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             mcp = None if local is None else configured_access(local, cli_config_path(), how_to_approve=APPROVE_IN_A_TERMINAL)
         except ValueError as error:
             raise CommandError("invalid-params", str(error)) from None
-        artifacts = SessionArtifacts(ArtifactStore(service.target, service.client), service)
+        artifacts = session_artifacts(service)
         engine = AgentEngine(service, root=root, config=lambda: config, front=front, log_dir=log_dir(),
                              tool_host=tool_host, tool_context=_tool_context(local, service, mcp, artifacts),
                              local_cwd=str(local) if local is not None else None)

@@ -34,8 +34,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from ..artifacts import ArtifactStore
-from ..artifacts.attachments import SessionArtifacts
+from ..artifacts.attachments import session_artifacts
 from ..store import ClientIdentity, LeaseState
 from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
@@ -130,7 +129,7 @@ def open_service(arguments: argparse.Namespace) -> SessionService:
     service = SessionService(target, cli_identity(), **PRODUCT_STORAGE)
     # The artifact store's items keep their own conversations from expiring
     # (the service sweeps expired sessions when it lists them).
-    SessionArtifacts(ArtifactStore(target, service.client), service)
+    session_artifacts(service)
     return service
 
 

@@ -12,8 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..artifacts import ArtifactStore
-from ..artifacts.attachments import SessionArtifacts
+from ..artifacts.attachments import session_artifacts
 from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary
 from ..store.authority.lease import describe_target_time
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
@@ -141,7 +140,7 @@ def recovery_line(recovery: str) -> str:
 def run_list(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         listing = await service.list()
-        hidden = await SessionArtifacts(ArtifactStore(service.target, service.client), service).hidden_sessions(listing.rows)
+        hidden = await session_artifacts(service).hidden_sessions(listing.rows)
         shown = [row for row in listing.rows if row.session_id not in hidden]
         rows = [
             {

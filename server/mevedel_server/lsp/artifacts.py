@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 from mevedel_protocol import artifact as wire
 from mevedel_protocol import converter, methods
 
-from ..artifacts import ArtifactStore
-from ..artifacts.attachments import Listed, SessionArtifacts
+from ..artifacts.attachments import Listed, SessionArtifacts, session_artifacts
 from ..artifacts.content import decode_payload, encode_for_reader
 from ..artifacts.records import Comment, VersionEntry
 from ..store.service import SessionService
@@ -40,15 +39,13 @@ class ArtifactStores:
             return known
         service: SessionService = _registry(self.ls).service(folder)
         settings = self.ls.settings
-        store = ArtifactStore(
-            service.target,
-            service.client,
+        work = session_artifacts(
+            service,
             max_versions=settings.artifact_max_versions,
             max_version_bytes=settings.artifact_max_version_bytes,
             lease_seconds=settings.lease_seconds,
         )
-        store.on_change.append(lambda item_id, reason: self._changed(folder, item_id, reason))
-        work = SessionArtifacts(store, service)
+        work.store.on_change.append(lambda item_id, reason: self._changed(folder, item_id, reason))
         self._stores[folder.key] = work
         return work
 
@@ -73,7 +70,7 @@ class ArtifactStores:
                 _log.warning("closing an artifact store failed", exc_info=True)
 
 
-def _work(ls: MevedelLanguageServer, workspace_folder: str | None, method: str) -> tuple[SessionArtifacts, str | None]:
+def _work(ls: MevedelLanguageServer, workspace_folder: str | None, method: str) -> tuple[SessionArtifacts, Folder]:
     folder = _folder(ls, workspace_folder, method)
     return ls.artifacts.of(folder), folder  # type: ignore[attr-defined]
 

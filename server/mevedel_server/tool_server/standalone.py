@@ -27,8 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..artifacts import ArtifactStore
-from ..artifacts.attachments import SessionArtifacts
+from ..artifacts.attachments import SessionArtifacts, session_artifacts
 from ..mcp_client import McpAccess
 from ..resources import MemoryRoot, ResolverContext, SkillRoot, writable_sessions
 from ..store.service import SessionService
@@ -75,7 +74,7 @@ class StandaloneContext:
         if self.service is None or not written_items(paths):
             return []
         if self._artifacts is None:
-            self._artifacts = SessionArtifacts(ArtifactStore(self.service.target, self.service.client), self.service)
+            self._artifacts = session_artifacts(self.service)
         return await learn(self._artifacts, self.session_id, paths)
 
     async def close(self) -> None:
