@@ -96,9 +96,27 @@ async def test_a_granted_release_is_fenced_for_the_requester_only(owned):
     with pytest.raises(TransferReserved):
         await acquire_lease(target, SID, OWNER)  # the old owner is no exception
     taken = await acquire_lease(target, SID, ASKER)
-    assert taken.record.client_id == ASKER.client_id and taken.record.transfer_generation == 1
+    # taking the granted release consumes it: the next transfer generation
+    assert taken.record.client_id == ASKER.client_id and taken.record.transfer_generation == 2
     with pytest.raises(LeaseHeld):
         await acquire_lease(target, SID, THIRD)
+
+
+async def test_a_fence_reserves_only_the_release_its_grant_wrote(owned):
+    """The session comes back to its old owner inside the fence's window and
+    is released again plainly: that release is nobody's reservation."""
+    target, lease, root = owned
+    request = await request_control(target, await observe_lease(target, SID), ASKER)
+    await decide_grant(lease, request, "answered")
+    await release_granted(lease, request, fence_seconds=600)
+    asker = await acquire_lease(target, SID, ASKER)
+    await asker.release()
+    back = await acquire_lease(target, SID, OWNER)
+    await back.release()
+    again = await acquire_lease(target, SID, OWNER)
+    assert again.record.client_id == OWNER.client_id
+    await again.release()
+    assert (await acquire_lease(target, SID, THIRD)).record.client_id == THIRD.client_id
 
 
 async def test_an_expired_fence_frees_the_release(owned):

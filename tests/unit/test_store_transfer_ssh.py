@@ -51,6 +51,6 @@ async def test_a_remote_owner_hands_over_to_a_local_requester(ssh_target, tmp_pa
     info = asker.info(sid)
     assert info.access.value == "writable" and info.settled_turns == 1
     head = (await observe_lease(ssh_target, sid)).record
-    assert head.client_id == "local-asker" and head.transfer_generation == 1
+    assert head.client_id == "local-asker" and head.transfer_generation == 2  # the claim consumed the grant
     await owner.detach()
     await asker.detach()

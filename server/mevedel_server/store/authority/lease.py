@@ -70,7 +70,9 @@ writes it. A claim's candidate carries the observation's reading: it only
 fences while the claim is in flight.
 
 ``publication_head``, ``unsettled_mutation`` and ``transfer_generation`` are
-copied into every new generation, so rotations carry them. After a success at
+copied into every new generation, so rotations carry them; the one exception
+is the claim of a granted release, which opens the next transfer generation
+(so the grant's fence reserves that release only, see :mod:`.transfer`). After a success at
 generation ``G`` the generations below ``G-2`` seen earlier are removed
 best-effort, in ascending order, in the same program (optional operations).
 
@@ -416,9 +418,10 @@ async def acquire_lease(
                 f"{describe_target_time(rec.expires_at)} (target clock); taking it over needs confirmation",
                 **_describe_holder(obs),
             )
+    granted = False
     if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
-        await _refuse_fenced(target, paths, identity, rec)
-    return await _claim(target, paths, identity, duration_seconds, obs)
+        granted = await _refuse_fenced(target, paths, identity, rec)
+    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted)
 
 
 def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
@@ -433,21 +436,24 @@ def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
     )
 
 
-async def _refuse_fenced(target: Target, paths: SessionPaths, identity: ClientIdentity, released: LeaseRecord) -> None:
+async def _refuse_fenced(target: Target, paths: SessionPaths, identity: ClientIdentity, released: LeaseRecord) -> bool:
     """A release written by a granted transfer is claimable only by its
-    requester until the fence expires (judged against the target clock)."""
+    requester until the fence expires (judged against the target clock).
+    Returns whether ``released`` is such a release (and may be claimed)."""
     granted = released.transfer_generation - 1
     read = Read(paths.transfer_record("fence", granted), optional=True)
     clock = Clock(paths.lease_dir)
     result = await target.run(ControlProgram([read, clock]))
     if result[0].status is Status.ABSENT:
-        return
+        return False
     raise_for_result(read, result[0])
     raise_for_result(clock, result[1])
     fence = decode_record(TransferFence, result[0].value, paths.transfer_label("fence", granted))
     now = int(result[1].value)
-    if not fence_applies(fence, released) or fence.requester_client == identity.client_id or now >= fence.expires_at:
-        return
+    if not fence_applies(fence, released):
+        return False
+    if fence.requester_client == identity.client_id or now >= fence.expires_at:
+        return True
     raise TransferReserved(
         f"session {paths.session_id} was handed to {fence.requester_host or 'another client'}, "
         f"which alone may take it until {describe_target_time(fence.expires_at)} (target clock)",
@@ -461,12 +467,25 @@ async def _refuse_fenced(target: Target, paths: SessionPaths, identity: ClientId
 
 
 async def _claim(
-    target: Target, paths: SessionPaths, identity: ClientIdentity, duration: int, obs: LeaseObservation
+    target: Target,
+    paths: SessionPaths,
+    identity: ClientIdentity,
+    duration: int,
+    obs: LeaseObservation,
+    *,
+    consumes_grant: bool = False,
 ) -> LeaseHandle:
+    """Claim the lease above ``obs``. ``consumes_grant``: the head is a
+    granted release, and this claim opens the next transfer generation so
+    the grant's fence reserves that one release only -- a later plain
+    release by the same owner would otherwise match it again."""
     n = obs.generation
     now = obs.now
     assert now is not None
     prior = obs.record
+    transfer_generation = prior.transfer_generation if prior else 0
+    if consumes_grant:
+        transfer_generation += 1
     common = dict(
         client_id=identity.client_id,
         host=identity.host,
@@ -474,7 +493,7 @@ async def _claim(
         expires_at=now + duration,
         publication_head=prior.publication_head if prior else None,
         unsettled_mutation=prior.unsettled_mutation if prior else False,
-        transfer_generation=prior.transfer_generation if prior else 0,
+        transfer_generation=transfer_generation,
     )
     candidate = LeaseRecord(generation=n + 1, state=LeaseState.CLAIMING, **common)
     candidate_raw = encode_record(candidate)

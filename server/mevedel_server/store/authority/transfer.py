@@ -22,7 +22,10 @@ lease generation carries, copied by every rotation):
 
 A keep rotates the lease to ``T+1`` in the program that writes the decision;
 a grant's release writes ``T+1`` too. Both therefore open the next transfer
-generation, and the decision alone never does. The directory is created
+generation, and the decision alone never does. The claim that takes a
+granted release opens ``T+2``: the fence matches a release of its owner at
+``T+1``, so without that step a later plain release by the same owner (after
+the session came back to it) would be reserved for the old requester again. The directory is created
 only by a protocol write (a request); every read here is a pure read, so a
 poller of a session nobody asked for changes nothing.
 
