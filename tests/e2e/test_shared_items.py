@@ -186,6 +186,31 @@ async def test_an_agents_apply_patch_creates_an_artifact_and_its_turn_records_a_
     assert (workspace / ".mevedel/artifacts/.state/agent-report/versions.json").read_text() != "{}\n"
 
 
+async def test_an_agents_shell_command_creates_an_artifact_and_its_turn_records_a_version(client, workspace):
+    """A command is no ApplyPatch, yet what it writes into a new id directory
+    becomes an artifact the session attaches, and its later rewrite of the
+    primary file gets the turn's version; Rewind leaves the item alone."""
+    from .test_agent_turns import configure, prompt
+
+    item = ".mevedel/artifacts/shell-note"
+    (workspace / "plain.txt").write_text("before\n")
+    configure(client, workspace, [[
+        {"terminal": {"command": "sh", "args": ["-c", f"mkdir -p {item} && printf '# Shell\\nfirst\\n' > {item}/notes.md"]}},
+        {"terminal": {"command": "sh", "args": ["-c", f"printf '# Shell\\nfinal\\n' > {item}/notes.md; echo after > plain.txt"]}},
+        {"say": "Done."},
+    ]])
+    result = await prompt(client, "Take notes from the shell")
+    assert result["outcome"] == "completed", result
+    items = {i["id"]: i for i in (await request(client, methods.ARTIFACT_LIST, {}))["items"]}
+    assert items["shell-note"]["attached"] and items["shell-note"]["title"] == "notes.md", items
+    assert (await request(client, methods.ARTIFACT_READ, {"id": "shell-note"}))["content"] == "# Shell\nfinal\n"
+    versions = (await request(client, methods.ARTIFACT_VERSIONS, {"id": "shell-note"}))["versions"]
+    assert [(v["reason"], v.get("turn")) for v in versions] == [("turn", result["turn"]), ("created", result["turn"])]
+    # The command's project write is checkpointed; the item is versioned instead.
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": result["turn"], "boundary": "before"})
+    assert [r["path"] for r in impact["restores"] if r["changes"]] == ["plain.txt"]
+
+
 def test_mevedel_prompt_tells_the_store_of_an_agents_artifact_write(workspace, tmp_path):
     import subprocess
     import sys

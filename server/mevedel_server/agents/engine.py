@@ -42,11 +42,14 @@ from ..store.service import SessionService, is_refusal
 from ..store.content.sidecar import EngineRef, EngineState
 from ..store.content.transcript import Outcome
 from ..resources import ResolverContext
-from ..targets import ControlProgram, Read, Status
+from ..targets import ControlProgram, Read, Status, TargetError
 from ..tool_server.host import ToolHost
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
 from .excerpt import RECONCILIATION, transcript_excerpt
+from ..artifacts.attachments import session_artifacts
+from ..artifacts.authored_scan import AuthoredFacts
+from ..tool_server.artifact_writes import learn
 from .file_state import FileStateRecord
 from .live import LiveEvent, LiveFeed
 from .process import AgentProcess
@@ -150,12 +153,15 @@ class _Running:
         if self.terminals.running:
             # Another command is running: what changed so far is its doing.
             await self.engine._capture_changes(self.session_id)
+            await self.engine._learn_authored(self.session_id)
         else:
             await self.engine.file_state.refresh()
+            await self.engine._learn_authored(None)
 
     async def _after_command(self) -> None:
         if self.turn is not None:
             await self.engine._capture_changes(self.session_id)
+            await self.engine._learn_authored(self.session_id)
 
 
 class _Client:
@@ -325,6 +331,8 @@ class AgentEngine:
         self.machine = machine or socket.gethostname() or "localhost"
         self.files = WorkspaceFiles(service.target, self.root, open_document=open_document)
         self.file_state = FileStateRecord(service.target, max_file_bytes=service.max_snapshot_bytes)
+        #: The artifact store's authored files, which the file record never walks.
+        self.authored = AuthoredFacts(service.target)
         self._read_address = read_address
         self._is_address = is_address or (lambda text: "://" in text)
         self._mcp_servers = mcp_servers or (lambda session_id: [])
@@ -412,6 +420,7 @@ class AgentEngine:
             self._set_engine(session_id, running, EngineState.UNCERTAIN)
             await self.service.checkpoint(session_id)  # the in-flight state, published before dispatch
             await self.file_state.refresh()  # the baseline a shell command's changes are found against
+            await self._learn_authored(None)
         except Exception as failure:
             # Nothing was sent: the turn ends here, and says why, rather
             # than dispatch work whose changes could not be checkpointed.
@@ -499,6 +508,7 @@ class AgentEngine:
         turn.recorder.finish(reason or "the turn ended")
         with contextlib.suppress(Exception):
             await self._capture_changes(session_id)
+        await self._learn_authored(session_id)
         alive = running.process.alive
         if not alive:
             await running.process.stop()
@@ -666,6 +676,23 @@ class AgentEngine:
                     self.service.record_pre_state(session_id, change.path, change.before)
             except Exception as error:  # one odd path must not lose the others
                 _log.warning("could not checkpoint %s: %s", change.path, error)
+
+    async def _learn_authored(self, session_id: str | None) -> None:
+        """Tell the artifact store what changed among its authored files
+        since the last look (``None``: only look), as an ApplyPatch of them
+        would: a new id directory becomes an artifact, the session attaches
+        what it wrote. Never stops the command."""
+        try:
+            if session_id is None:
+                await self.authored.look()
+                return
+            paths = await self.authored.changes()
+        except (TargetError, ValueError) as error:
+            _log.warning("shell writes to the artifact store are not followed: %s", error)
+            return
+        if paths:
+            for note in await learn(session_artifacts(self.service), session_id, paths):
+                _log.info("%s", note)
 
     async def _attachments(self, process: AgentProcess, attachments: Sequence[str]) -> list:
         blocks: list = []

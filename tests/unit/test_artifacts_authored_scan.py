@@ -1,0 +1,61 @@
+"""What a shell command wrote among the artifact store's authored files
+(:mod:`mevedel_server.artifacts.authored_scan`), on both targets alike:
+created, rewritten and deleted files are named; the bookkeeping and the
+library never are; a linked store is refused, never followed."""
+
+from __future__ import annotations
+
+import pytest
+
+from mevedel_server.artifacts.authored_scan import AuthoredFacts
+from mevedel_server.targets import TargetError
+
+STORE = ".mevedel/artifacts"
+
+
+@pytest.fixture
+def root(tmp_path):
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+async def test_changes_name_the_authored_files_only(root, open_target):
+    facts = AuthoredFacts(await open_target(root), racy_ns=0)  # no same-tick doubt here
+    assert await facts.changes() == []  # no look yet: nothing to compare
+    await facts.look()  # no store at all
+    (root / STORE / "a1").mkdir(parents=True)
+    (root / STORE / "a1" / "notes.md").write_text("one\n")
+    (root / STORE / ".state" / "a1").mkdir(parents=True)
+    (root / STORE / ".state" / "a1" / "meta.json").write_text("{}\n")
+    (root / STORE / ".library").mkdir()
+    (root / STORE / ".library" / "style.md").write_text("x\n")
+    assert await facts.changes() == [f"{STORE}/a1/notes.md"]
+
+    keep = root / STORE / "a1" / "keep.png"
+    keep.write_bytes(b"png")
+    await facts.look()
+    assert await facts.changes() == []
+    (root / STORE / "a1" / "notes.md").write_text("two, longer\n")
+    keep.unlink()
+    (root / STORE / ".state" / "a1" / "meta.json").write_text('{"changed": true}\n')
+    assert await facts.changes() == [f"{STORE}/a1/keep.png", f"{STORE}/a1/notes.md"]
+
+
+async def test_a_file_written_in_the_looks_own_tick_counts_as_changed(root, open_target):
+    facts = AuthoredFacts(await open_target(root))
+    (root / STORE / "a1").mkdir(parents=True)
+    (root / STORE / "a1" / "notes.md").write_text("one\n")
+    await facts.look()
+    assert await facts.changes() == [f"{STORE}/a1/notes.md"]
+
+
+async def test_a_linked_store_is_refused_and_not_followed(root, open_target, tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "a1").mkdir(parents=True)
+    (outside / "a1" / "secret.md").write_text("x\n")
+    (root / ".mevedel").mkdir()
+    (root / STORE).symlink_to(outside)
+    facts = AuthoredFacts(await open_target(root))
+    with pytest.raises(TargetError):
+        await facts.look()
