@@ -153,10 +153,10 @@ class _Running:
         if self.terminals.running:
             # Another command is running: what changed so far is its doing.
             await self.engine._capture_changes(self.session_id)
-            await self.engine._learn_authored(self.session_id)
         else:
             await self.engine.file_state.refresh()
-            await self.engine._learn_authored(None)
+        # What the turn wrote there since the last look is learnt either way.
+        await self.engine._learn_authored(self.session_id)
 
     async def _after_command(self) -> None:
         if self.turn is not None:
