@@ -150,12 +150,11 @@ class _Running:
     async def _before_command(self) -> None:
         if self.turn is None:
             return
-        if self.terminals.running:
-            # Another command is running: what changed so far is its doing.
-            await self.engine._capture_changes(self.session_id)
-        else:
-            await self.engine.file_state.refresh()
-        # What the turn wrote there since the last look is learnt either way.
+        # What changed since the last look is the turn's doing (a command
+        # still running, or the agent unasked): recorded, not dropped. (The
+        # new terminal already counts as running here, so a refresh that
+        # dropped it never ran anyway.)
+        await self.engine._capture_changes(self.session_id)
         await self.engine._learn_authored(self.session_id)
 
     async def _after_command(self) -> None:

@@ -10,9 +10,10 @@ its working directory proven to be physically below the root; on an SSH
 workspace it runs on the host through ``SshTarget.run_command`` (output
 arrives when it ends there).
 
-Around every command the owner's hooks run: ``before`` brings the record of
-the workspace's file state up to date, ``after`` records the pre-turn state
-of everything the command created, changed or deleted.
+Around every command the owner's hooks run: ``before`` records what changed
+since the owner last looked (so the command's own changes stand apart),
+``after`` records the pre-turn state of everything the command created,
+changed or deleted.
 """
 
 from __future__ import annotations
