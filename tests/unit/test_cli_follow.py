@@ -38,7 +38,15 @@ def follow(workspace: Path, state: Path, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_interruptible,
     )
+
+
+def _interruptible() -> None:
+    # A suite started in the background of a non-interactive shell ignores
+    # SIGINT, and an ignored signal stays ignored across exec; a terminal's
+    # Ctrl-C reaches a command whose SIGINT is the default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 async def next_line(process: subprocess.Popen) -> dict:
