@@ -157,7 +157,41 @@ def test_only_time_spent_matching_counts_against_the_budget():
     clock = PatternClock("Grep pattern", "x", "work://", budget=0.2)
     time.sleep(0.3)  # reading, walking: not matching
     assert clock.remaining() > 0
-    clock.charge(time.monotonic() - 0.3)  # matching
+    started = clock.now()
+    while clock.now() - started < 0.3:  # matching
+        pass
+    clock.charge(started)
     with pytest.raises(AddressError) as caught:
         clock.remaining()
     assert caught.value.reason.startswith("Grep pattern 'x' took more than 0.2 s to match")
+
+
+def test_waiting_for_the_interpreter_is_not_matching():
+    """A Grep with many matches, searched in a thread while another thread
+    keeps the interpreter busy, waits for the GIL after every match it
+    released it for; on a busy server that wait once added up to the whole
+    budget and a plain ``needle`` was refused as a runaway pattern."""
+    import sys
+    import threading
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.02)  # the busy thread keeps the GIL 20 ms at a time
+    stop = threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            pass
+
+    lines = [f"needle {index:05d}" for index in range(100)]
+    compiled = compile_line_pattern("needle", False)
+    clock = PatternClock("Grep pattern", "needle", "work://", budget=0.5)
+    hog = threading.Thread(target=busy)
+    hog.start()
+    try:
+        found = list(compiled.first_matches([lines], clock))  # 100 GIL waits of up to 20 ms: 2 s of waiting
+    finally:
+        stop.set()
+        hog.join()
+        sys.setswitchinterval(interval)
+    assert len(found) == 100
+    assert clock.spent < 0.5

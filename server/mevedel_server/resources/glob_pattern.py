@@ -10,7 +10,6 @@ name at any depth (as ripgrep's ``--glob`` does).
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 
 import regex
@@ -44,7 +43,7 @@ class GlobPattern:
         if self.slow is None:
             return self.regex.fullmatch(subject) is not None
         clock = clock or self.clock()
-        started = time.monotonic()
+        started = clock.now()
         try:
             return self.slow.fullmatch(subject, concurrent=True, timeout=clock.remaining()) is not None
         except TimeoutError:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -67,7 +66,7 @@ class LinePattern:
         search = self.per_line.search
         for number, lines in enumerate(files):
             for index, line in enumerate(lines):
-                started = time.monotonic()
+                started = clock.now()
                 try:
                     hit = search(line, concurrent=True, timeout=clock.remaining())
                 except TimeoutError:
@@ -91,7 +90,7 @@ class LinePattern:
         current, counted_to, line, reported = -1, 0, 0, -1
         matches = self.whole.finditer(whole, concurrent=True, timeout=clock.remaining())  # type: ignore[union-attr]
         while True:
-            started = time.monotonic()  # the caller's time between matches is not matching
+            started = clock.now()  # the caller's time between matches is not matching
             try:
                 hit = next(matches, None)
             except TimeoutError:
