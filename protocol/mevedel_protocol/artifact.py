@@ -82,6 +82,9 @@ class ArtifactComment:
     text: str
     #: The session the comment was routed to, when one was.
     session_id: Optional[str] = None
+    #: That session's turn whose prompt carried it to the agent, once the
+    #: agent answered it.
+    delivered_in: Optional[int] = None
 
 
 @attrs.define

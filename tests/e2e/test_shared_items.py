@@ -238,3 +238,32 @@ def test_mevedel_prompt_tells_the_store_of_an_agents_artifact_write(workspace, t
     assert [(i["id"], i["attached"], i["title"]) for i in listed["items"]] == [("cli-note", True, "note.md")]
     versions = _cli(workspace, tmp_path / "state", "artifact", "versions", "cli-note", "--json")["versions"]
     assert [(v["reason"], v.get("turn")) for v in versions] == [("turn", turn), ("created", turn)]
+
+
+async def test_a_comment_reaches_the_agent_with_the_next_prompt_once_it_is_answered(client, workspace):
+    """A comment routed to the session rides its next prompt, naming the
+    item; a turn that fails leaves it for the next, and once a turn has
+    completed it is marked delivered and never sent again."""
+    from .test_agent_turns import configure, events, prompt
+
+    await _saved_session(client)
+    doc = await request(client, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Rollout plan", "content": "# Plan\n"})
+    await request(client, methods.ARTIFACT_COMMENT, {"id": doc["id"], "text": "Please add a rollback section."})
+    log = configure(client, workspace, [
+        [{"error": {"code": -32603, "message": "model overloaded"}}],
+        [{"say": "Added."}],
+        [{"say": "Nothing else."}],
+    ])
+    failed = await prompt(client, "Work on the plan")
+    assert failed["outcome"] == "errored", failed
+    done = await prompt(client, "Try again")
+    assert done["outcome"] == "completed", done
+    await prompt(client, "Anything else?")
+    sent = [json.dumps(e["params"]) for e in events(log) if e["event"] == "prompt"]
+    assert len(sent) == 3
+    named = json.dumps(f'"Rollout plan" (shared://{doc["id"]})')[1:-1]
+    for carried in sent[:2]:
+        assert "Please add a rollback section." in carried and named in carried
+    assert "rollback" not in sent[2]
+    comments = (await request(client, methods.ARTIFACT_READ, {"id": doc["id"]}))["comments"]
+    assert [c["deliveredIn"] for c in comments] == [done["turn"]]

@@ -49,6 +49,7 @@ from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
 from .excerpt import RECONCILIATION, transcript_excerpt
 from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
+from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
 from ..tool_server.artifact_writes import learn
 from .file_state import FileStateRecord
 from .live import LiveEvent, LiveFeed
@@ -128,6 +129,8 @@ class _Turn:
     cancelled: bool = False
     last_activity: float = field(default_factory=time.monotonic)
     permission_tasks: set[asyncio.Task] = field(default_factory=set)
+    #: The comments this turn's prompt carries (delivered if it completes).
+    mail: list[Mail] = field(default_factory=list)
     #: Set once the turn has settled (whatever its outcome).
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -420,6 +423,7 @@ class AgentEngine:
             await self.service.checkpoint(session_id)  # the in-flight state, published before dispatch
             await self.file_state.refresh()  # the baseline a shell command's changes are found against
             await self._learn_authored(None)
+            turn.mail = await self._mail(session_id)
         except Exception as failure:
             # Nothing was sent: the turn ends here, and says why, rather
             # than dispatch work whose changes could not be checkpointed.
@@ -431,6 +435,8 @@ class AgentEngine:
             prompt.append(schema.TextContentBlock(type="text", text=RECONCILIATION))
         if excerpt:
             prompt.append(schema.TextContentBlock(type="text", text=excerpt))
+        if turn.mail:
+            prompt.append(schema.TextContentBlock(type="text", text=mail_text(turn.mail)))
         prompt.append(schema.TextContentBlock(type="text", text=text))
         prompt.extend(blocks)
         process = running.process
@@ -525,6 +531,8 @@ class AgentEngine:
             outcome = Outcome.INTERRUPTED if turn.cancelled else Outcome.ERRORED
         if error is not None and turn.cancelled:
             error = None
+        if turn.mail and outcome is Outcome.COMPLETED:
+            await mark_delivered(session_artifacts(self.service), turn.mail, turn.turn)
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "settled", turn.turn, turn.turn_id, (), outcome.value, stop_reason, error))
         return PromptOutcome(session_id, turn.turn, turn.turn_id, turn.agent, outcome.value, stop_reason, error)
 
@@ -692,6 +700,15 @@ class AgentEngine:
         if paths:
             for note in await learn(session_artifacts(self.service), session_id, paths):
                 _log.info("%s", note)
+
+    async def _mail(self, session_id: str) -> list[Mail]:
+        """The comments routed to the session that no answered prompt
+        carried yet; none when they cannot be read (the turn goes on)."""
+        try:
+            return await pending_mail(session_artifacts(self.service), session_id)
+        except Exception as error:
+            _log.warning("session %s: comments on its items are not delivered now: %s", session_id, error)
+            return []
 
     async def _attachments(self, process: AgentProcess, attachments: Sequence[str]) -> list:
         blocks: list = []

@@ -68,7 +68,11 @@ class Comment(_Record, kw_only=True):
     at: Seconds
     author: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
     text: str
+    #: The session the comment was routed to (see ``SessionArtifacts.comment``).
     session_id: SessionIdText | None = None
+    #: The turn of that session whose prompt carried it to the agent, once
+    #: the agent answered (see ``artifacts.mail``).
+    delivered_in: Count | None = None
 
 
 class Discussion(_Record, kw_only=True):

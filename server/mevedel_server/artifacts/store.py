@@ -554,22 +554,63 @@ class ArtifactStore:
             raise invalid("text", "is blank; a comment needs words")
         if len(text.encode("utf-8", "replace")) > MAX_COMMENT_BYTES:
             raise invalid("text", f"is longer than {MAX_COMMENT_BYTES} bytes")
+        at = await self._clock()
+        added: list[Comment] = []
+
+        def append(comments: list[Comment]) -> list[Comment]:
+            number = comments[-1].number + 1 if comments else 1
+            added[:] = [Comment(number=number, at=at, author=author, text=text, session_id=routed_to)]
+            return [*comments, *added]
+
+        await self._change_discussion(item_id, append)
+        self.notify(item_id, "commented")
+        return added[0]
+
+    @_refusals
+    async def discussion(self, item_id: str) -> list[Comment]:
+        """The item's comments, oldest first."""
+        check_item_id(item_id)
+        return (await self._read_discussion(item_id))[0]
+
+    @_refusals
+    async def mark_delivered(self, item_id: str, numbers: Iterable[int], turn: int) -> None:
+        """Comments ``numbers`` reached their session's agent in ``turn``
+        (one already marked keeps its first turn)."""
+        check_item_id(item_id)
+        wanted = set(numbers)
+
+        def mark(comments: list[Comment]) -> list[Comment] | None:
+            if not any(c.number in wanted and c.delivered_in is None for c in comments):
+                return None
+            return [
+                msgspec.structs.replace(c, delivered_in=turn) if c.number in wanted and c.delivered_in is None else c
+                for c in comments
+            ]
+
+        await self._change_discussion(item_id, mark)
+
+    async def _read_discussion(self, item_id: str) -> tuple[list[Comment], bytes | None]:
+        paths = ItemPaths(item_id)
+        result = await self.target.run(ControlProgram([Stat(paths.meta), Read(paths.discussion, optional=True)]))
+        if result[0].status is Status.ABSENT:
+            raise missing(item_id)
+        raw = result[1].value if result[1].ok else None
+        return _decode_discussion(item_id, raw).comments, raw
+
+    async def _change_discussion(self, item_id: str, change: Callable[[list[Comment]], list[Comment] | None]) -> None:
+        """Replace the discussion with ``change(comments)`` (``None``: leave
+        it), verified against the bytes it was computed from: a comment
+        written meanwhile makes it compute again."""
         paths = ItemPaths(item_id)
         for _ in range(_ATTEMPTS):
-            read = Read(paths.discussion, optional=True)
-            result = await self.target.run(ControlProgram([Stat(paths.meta), read]))
-            if result[0].status is Status.ABSENT:
-                raise missing(item_id)
-            raw = result[1].value if result[1].ok else None
-            discussion = _decode_discussion(item_id, raw)
-            number = discussion.comments[-1].number + 1 if discussion.comments else 1
-            new = Comment(number=number, at=await self._clock(), author=author, text=text, session_id=routed_to)
-            updated = Discussion(comments=[*discussion.comments, new])
-            ops = [Stat(paths.meta), Verify(paths.discussion, raw), Replace(paths.discussion, encode(updated))]
+            comments, raw = await self._read_discussion(item_id)
+            changed = change(comments)
+            if changed is None:
+                return
+            ops = [Stat(paths.meta), Verify(paths.discussion, raw), Replace(paths.discussion, encode(Discussion(comments=changed)))]
             res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
             if res.completed:
-                self.notify(item_id, "commented")
-                return new
+                return
             if res.stopped_at == 0 and res[0].status is Status.ABSENT:
                 raise missing(item_id)
             if res.stopped_at == 1 and res[1].status is Status.MISMATCH:

@@ -167,7 +167,14 @@ def run_show(arguments: argparse.Namespace) -> int:
             "writable": item.writable,
             "holder_host": item.holder_host,
             "comments": [
-                {"number": c.number, "at": c.at, "author": c.author, "text": c.text, "session_id": c.session_id}
+                {
+                    "number": c.number,
+                    "at": c.at,
+                    "author": c.author,
+                    "text": c.text,
+                    "session_id": c.session_id,
+                    "delivered_in": c.delivered_in,
+                }
                 for c in item.comments
             ],
         }
@@ -180,7 +187,7 @@ def run_show(arguments: argparse.Namespace) -> int:
             sys.stdout.buffer.write(item.data)
         if arguments.comments:
             for c in item.comments:
-                print(f"\n#{c.number} {c.author} at {describe_target_time(c.at)}: {c.text}")
+                print(f"\n#{c.number} {c.author} at {describe_target_time(c.at)}{_routing(c)}: {c.text}")
         sys.stdout.flush()
 
     return _with_store(arguments, body)
@@ -279,6 +286,14 @@ def run_comment(arguments: argparse.Namespace) -> int:
         )
 
     return _with_store(arguments, body)
+
+
+def _routing(comment) -> str:
+    if comment.session_id is None:
+        return ""
+    if comment.delivered_in is None:
+        return f" (for {comment.session_id}, not yet delivered)"
+    return f" (for {comment.session_id}, delivered in turn {comment.delivered_in})"
 
 
 def run_request_handover(arguments: argparse.Namespace) -> int:

@@ -107,7 +107,12 @@ def _version(entry: VersionEntry) -> wire.ArtifactVersion:
 
 def _comment(comment: Comment) -> wire.ArtifactComment:
     return wire.ArtifactComment(
-        number=comment.number, at=comment.at, author=comment.author, text=comment.text, session_id=comment.session_id
+        number=comment.number,
+        at=comment.at,
+        author=comment.author,
+        text=comment.text,
+        session_id=comment.session_id,
+        delivered_in=comment.delivered_in,
     )
 
 

@@ -446,7 +446,8 @@ def discussion_lines(comments: list) -> list[str]:
     for comment in comments:
         head = f"#{comment.number}  {_when(comment.at)}  {comment.author}"
         if comment.session_id:
-            head += f"  (to session {comment.session_id})"
+            delivered = "" if comment.delivered_in is None else f", delivered in turn {comment.delivered_in}"
+            head += f"  (to session {comment.session_id}{delivered})"
         lines.append(head + ":")
         lines += [f"    {line}" for line in comment.text.replace("\r\n", "\n").split("\n")]
     return lines
