@@ -3683,7 +3683,11 @@ as a version, so it can be undone by restoring again).
                                     (mevedel-lsp-artifact--time (plist-get comment :at))
                                     (plist-get comment :author)
                                     (if-let ((session (plist-get comment :sessionId)))
-                                        (format " → %s" session) ""))
+                                        (format " → %s%s" session
+                                                (if-let ((turn (plist-get comment :deliveredIn)))
+                                                    (format ", delivered in turn %d" turn)
+                                                  ""))
+                                      ""))
                             'face 'mevedel-lsp-chat-heading)
                 (plist-get comment :text) "\n\n")))
     (goto-char (point-min))))
