@@ -2,7 +2,8 @@
 turn's mail holds the comments routed to it and not yet delivered (on its
 attached items and on the item whose own conversation it is), never
 another session's; marking them delivered keeps them out of later mail and
-shows in the discussion."""
+shows in the discussion. Local and SSH workspaces alike; a planted link
+in place of a discussion is never followed."""
 
 from __future__ import annotations
 
@@ -11,20 +12,20 @@ import pytest
 from mevedel_server.artifacts import ArtifactStore
 from mevedel_server.artifacts import mail as mail_module
 from mevedel_server.artifacts.attachments import SessionArtifacts
+from mevedel_server.artifacts.errors import ArtifactError
 from mevedel_server.artifacts.mail import mail_text, mark_delivered, pending_mail
 from mevedel_server.resources.shared import discussion_lines
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
-from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("client-me", "host-me")
 
 
 @pytest.fixture
-async def work(tmp_path):
+async def work(tmp_path, open_target):
     root = tmp_path / "ws"
     root.mkdir()
-    service = SessionService(LocalTarget(root), ME)
+    service = SessionService(await open_target(root), ME)
     artifacts = SessionArtifacts(ArtifactStore(service.target, ME), service)
     yield artifacts
     await artifacts.close()
@@ -83,3 +84,24 @@ async def test_one_prompt_carries_at_most_the_cap_and_a_deleted_item_is_skipped(
     await work.delete(sorted([first, second])[0])
     mail = await pending_mail(work, sid)
     assert [m.item_id for m in mail] == [sorted([first, second])[1]]
+
+
+async def test_a_linked_discussion_is_not_followed_and_the_others_still_arrive(work, tmp_path):
+    sid = await _session(work, "Linked")
+    good = (await work.create(sid, "document", "Good", b"g\n")).item.item_id
+    bad = (await work.create(sid, "document", "Bad", b"b\n")).item.item_id
+    await work.comment(sid, good, "Read me.")
+    await work.comment(sid, bad, "Hidden")
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"format_version": 1, "comments": []}')
+    discussion = tmp_path / "ws" / ".mevedel/artifacts/.state" / bad / "discussion.json"
+    discussion.unlink()
+    discussion.symlink_to(outside)
+    mail = await pending_mail(work, sid)
+    assert [(m.item_id, [c.text for c in m.comments]) for m in mail] == [(good, ["Read me."])]
+    await mark_delivered(work, mail, 2)
+    assert outside.read_text() == '{"format_version": 1, "comments": []}'
+    with pytest.raises(ArtifactError) as refused:
+        await work.comment(sid, bad, "Through the link?")
+    assert refused.value.kind == "containment" and "follows no link" in str(refused.value)
+    assert outside.read_text() == '{"format_version": 1, "comments": []}'

@@ -42,31 +42,28 @@ class Mail:
 async def pending_mail(artifacts: SessionArtifacts, session_id: str) -> list[Mail]:
     """The comments routed to ``session_id`` that no completed turn
     carried yet: on its attached items and on the item whose own
-    conversation it is. An item that cannot be read is left for later."""
-    items = set(artifacts.attached(session_id))
+    conversation it is (when the pair agrees), read in one pass. An item
+    that cannot be read is left for later."""
+    attached = artifacts.attached(session_id)
     own = artifacts.service.dedicated_artifact(session_id)
-    if own is not None:
-        items.add(own)
-    found: list[Mail] = []
+    wanted = set(attached) | ({own} if own is not None else set())
+    try:
+        found = await artifacts.store.discussions(wanted)
+    except (ArtifactError, StoreError) as error:
+        _log.info("session %s: comments on its items are not delivered now: %s", session_id, error)
+        return []
+    mail: list[Mail] = []
     left = MAX_COMMENTS_PER_PROMPT
-    for item_id in sorted(items):
-        try:
-            comments = [
-                c for c in await artifacts.store.discussion(item_id) if c.session_id == session_id and c.delivered_in is None
-            ]
-            if not comments:
-                continue
-            meta, _ = await artifacts.store.meta(item_id)
-        except (ArtifactError, StoreError) as error:
-            _log.info("session %s: comments on %s are not delivered now: %s", session_id, item_id, error)
-            continue
-        if item_id == own and meta.dedicated_session != session_id and item_id not in artifacts.attached(session_id):
+    for item_id, (meta, comments) in sorted(found.items()):
+        if item_id not in attached and meta.dedicated_session != session_id:
             continue  # only a pair that agrees counts
-        found.append(Mail(item_id, meta.title, tuple(comments[:left])))
-        left -= len(found[-1].comments)
+        pending = [c for c in comments if c.session_id == session_id and c.delivered_in is None][:left]
+        if pending:
+            mail.append(Mail(item_id, meta.title, tuple(pending)))
+            left -= len(pending)
         if left <= 0:
             break
-    return found
+    return mail
 
 
 def mail_text(mail: list[Mail]) -> str:

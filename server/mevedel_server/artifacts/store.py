@@ -44,7 +44,7 @@ from ..targets import (
 )
 from ..targets.clock import Clock
 from ..targets.errors import PathAbsentError, UnsafePathError
-from ..targets.program import Barrier, ListTree, MakeDirs, ReadFiles, ReadNewest, Replace, Stat, WriteProject
+from ..targets.program import Barrier, FileRead, ListTree, MakeDirs, ReadFiles, ReadNewest, Replace, Stat, WriteProject
 from . import content as item_content
 from .errors import ArtifactError, invalid, missing
 from .item_lease import DEFAULT_LEASE_SECONDS, HANDOVER_IDLE_SECONDS, ItemLeases, lease_view
@@ -571,6 +571,36 @@ class ArtifactStore:
         """The item's comments, oldest first."""
         check_item_id(item_id)
         return (await self._read_discussion(item_id))[0]
+
+    @_refusals
+    async def discussions(self, item_ids: Iterable[str]) -> dict[str, tuple[ItemMeta, list[Comment]]]:
+        """The metadata and comments of several items in one pass (as many
+        programs as the read budget needs, not one per item); an item that
+        is gone or cannot be trusted is left out (and logged)."""
+        ids = sorted({i for i in item_ids if is_item_id(i)})
+        names = [f"{item_id}/{leaf}" for item_id in ids for leaf in ("meta.json", "discussion.json")]
+        reads: list[FileRead] = []
+        while len(reads) < len(names):
+            op = ReadFiles(STATE_ROOT, names=tuple(names[len(reads) :]), max_bytes=4 * 1024 * 1024, budget=32 * 1024 * 1024)
+            result = (await self.target.run(ControlProgram([op])))[0]
+            if result.status is Status.ABSENT:
+                return {}
+            raise_for_result(op, result)
+            reads += result.value
+        found: dict[str, tuple[ItemMeta, list[Comment]]] = {}
+        for number, item_id in enumerate(ids):
+            meta_read, talk_read = reads[2 * number], reads[2 * number + 1]
+            if not meta_read.ok or meta_read.data is None:
+                continue
+            try:
+                meta = _decode_meta(item_id, meta_read.data)
+                talk = talk_read.data if talk_read.ok else None
+                if talk_read.status is not Status.ABSENT and talk is None:
+                    raise ArtifactError("unreadable", item_id, f"its discussion cannot be read ({talk_read.reason or 'too big'})")
+                found[item_id] = (meta, _decode_discussion(item_id, talk).comments)
+            except ArtifactError as exc:
+                _log.warning("artifact store: %s", exc)
+        return found
 
     @_refusals
     async def mark_delivered(self, item_id: str, numbers: Iterable[int], turn: int) -> None:
