@@ -44,7 +44,7 @@ async def test_a_sessions_mail_is_what_was_routed_to_it_until_delivered(work):
     plan = (await work.create(mine, "document", "Plan", b"# plan\n")).item.item_id
     await work.comment(mine, plan, "Split step two\ninto two steps.")
     await work.comment(other, plan, "Also for Other")  # Other has not attached it: routed nowhere...
-    assert (await work.store.discussion(plan))[1].session_id is None
+    assert (await work.store.discussions([plan]))[plan][1][1].session_id is None
     await work.comment(mine, plan, "And name the owner.")
 
     mail = await pending_mail(work, mine)
@@ -56,7 +56,7 @@ async def test_a_sessions_mail_is_what_was_routed_to_it_until_delivered(work):
 
     await mark_delivered(work, mail, 4)
     assert await pending_mail(work, mine) == []
-    comments = await work.store.discussion(plan)
+    comments = (await work.store.discussions([plan]))[plan][1]
     assert [c.delivered_in for c in comments] == [4, None, 4]
     assert f"(to session {mine}, delivered in turn 4)" in "\n".join(discussion_lines(comments))
     await work.comment(mine, plan, "One more.")

@@ -567,12 +567,6 @@ class ArtifactStore:
         return added[0]
 
     @_refusals
-    async def discussion(self, item_id: str) -> list[Comment]:
-        """The item's comments, oldest first."""
-        check_item_id(item_id)
-        return (await self._read_discussion(item_id))[0]
-
-    @_refusals
     async def discussions(self, item_ids: Iterable[str]) -> dict[str, tuple[ItemMeta, list[Comment]]]:
         """The metadata and comments of several items in one pass (as many
         programs as the read budget needs, not one per item); an item that
