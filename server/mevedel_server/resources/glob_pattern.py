@@ -43,13 +43,13 @@ class GlobPattern:
         if self.slow is None:
             return self.regex.fullmatch(subject) is not None
         clock = clock or self.clock()
-        started = clock.now()
+        clock.begin()
         try:
             return self.slow.fullmatch(subject, concurrent=True, timeout=clock.remaining()) is not None
         except TimeoutError:
             raise clock.timed_out() from None
         finally:
-            clock.charge(started)
+            clock.settle()
 
 
 def compile_glob(pattern: str, *, anywhere: bool = False) -> GlobPattern:

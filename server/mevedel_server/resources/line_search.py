@@ -64,17 +64,20 @@ class LinePattern:
             yield from self._whole_text(files, clock)
             return
         search = self.per_line.search
-        for number, lines in enumerate(files):
-            for index, line in enumerate(lines):
-                started = clock.now()
-                try:
-                    hit = search(line, concurrent=True, timeout=clock.remaining())
-                except TimeoutError:
-                    raise clock.timed_out() from None
-                finally:
-                    clock.charge(started)
-                if hit is not None:
-                    yield number, index, hit.start()
+        clock.begin()
+        try:
+            for number, lines in enumerate(files):
+                for index, line in enumerate(lines):
+                    try:
+                        hit = search(line, concurrent=True, timeout=clock.remaining())
+                    except TimeoutError:
+                        raise clock.timed_out() from None
+                    if hit is not None:
+                        clock.settle()  # the caller's time between matches is not matching
+                        yield number, index, hit.start()
+                        clock.begin()
+        finally:
+            clock.settle()
 
     def _whole_text(self, files: list[list[str]], clock: PatternClock) -> Iterator[tuple[int, int, int]]:
         if not files:
@@ -89,27 +92,29 @@ class LinePattern:
         # (or from the file's start): a file without matches costs nothing.
         current, counted_to, line, reported = -1, 0, 0, -1
         matches = self.whole.finditer(whole, concurrent=True, timeout=clock.remaining())  # type: ignore[union-attr]
-        while True:
-            started = clock.now()  # the caller's time between matches is not matching
-            try:
-                hit = next(matches, None)
-            except TimeoutError:
-                raise clock.timed_out() from None
-            finally:
-                clock.charge(started)
-            if hit is None:
-                return
-            position = hit.start()
-            number = bisect.bisect_right(file_starts, position) - 1
-            if number != current:
-                current, counted_to, line, reported = number, file_starts[number], 0, -1
-            line += whole.count("\n", counted_to, position)
-            counted_to = position
-            if line == reported or line >= len(files[number]):
-                continue  # a later match in a reported line, or an empty file
-            reported = line
-            yield number, line, position - (whole.rfind("\n", 0, position) + 1)
-
+        clock.begin()
+        try:
+            while True:
+                try:
+                    hit = next(matches, None)
+                except TimeoutError:
+                    raise clock.timed_out() from None
+                if hit is None:
+                    return
+                position = hit.start()
+                number = bisect.bisect_right(file_starts, position) - 1
+                if number != current:
+                    current, counted_to, line, reported = number, file_starts[number], 0, -1
+                line += whole.count("\n", counted_to, position)
+                counted_to = position
+                if line == reported or line >= len(files[number]):
+                    continue  # a later match in a reported line, or an empty file
+                reported = line
+                clock.settle()  # the caller's time between matches is not matching
+                yield number, line, position - (whole.rfind("\n", 0, position) + 1)
+                clock.begin()
+        finally:
+            clock.settle()
 
 def compile_line_pattern(pattern: str, ignore_case: bool) -> LinePattern:
     """Compile a Grep pattern; ``re.error`` or ``regex.error`` says why it is
