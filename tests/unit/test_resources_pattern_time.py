@@ -167,13 +167,18 @@ def test_only_time_spent_matching_counts_against_the_budget():
     assert caught.value.reason.startswith("Grep pattern 'x' took more than 0.2 s to match")
 
 
-def test_waiting_for_the_interpreter_is_not_matching():
-    """A Grep with many matches, searched in a thread while another thread
-    keeps the interpreter busy, waits for the GIL after every match it
-    released it for; on a busy server that wait once added up to the whole
-    budget and a plain ``needle`` was refused as a runaway pattern."""
+@pytest.mark.parametrize("pattern", ["needle", "(?<=needle )0"], ids=["whole-text", "line-by-line"])
+def test_time_the_matching_thread_does_not_run_is_not_matching(pattern):
+    """A Grep with many matches on a busy server waits: for a core, and for
+    the GIL after every match it released it for. On the CI machine those
+    waits once added up to the whole budget and a plain ``needle`` was
+    refused as a runaway pattern. Here the search runs while another thread
+    keeps the interpreter busy, and the caller pauses 10 ms after each
+    match (time the matching thread does not run, as when it waits for a
+    core): 1 s of waiting against a 0.5 s budget, and nothing is refused."""
     import sys
     import threading
+    import time
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(0.02)  # the busy thread keeps the GIL 20 ms at a time
@@ -184,12 +189,16 @@ def test_waiting_for_the_interpreter_is_not_matching():
             pass
 
     lines = [f"needle {index:05d}" for index in range(100)]
-    compiled = compile_line_pattern("needle", False)
-    clock = PatternClock("Grep pattern", "needle", "work://", budget=0.5)
+    compiled = compile_line_pattern(pattern, False)
+    assert (compiled.whole is not None) == (pattern == "needle")
+    clock = PatternClock("Grep pattern", pattern, "work://", budget=0.5)
     hog = threading.Thread(target=busy)
     hog.start()
+    found = []
     try:
-        found = list(compiled.first_matches([lines], clock))  # 100 GIL waits of up to 20 ms: 2 s of waiting
+        for match in compiled.first_matches([lines], clock):
+            found.append(match)
+            time.sleep(0.01)
     finally:
         stop.set()
         hog.join()

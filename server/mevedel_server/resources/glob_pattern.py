@@ -45,9 +45,7 @@ class GlobPattern:
         clock = clock or self.clock()
         clock.begin()
         try:
-            return self.slow.fullmatch(subject, concurrent=True, timeout=clock.remaining()) is not None
-        except TimeoutError:
-            raise clock.timed_out() from None
+            return clock.timed(lambda left: self.slow.fullmatch(subject, concurrent=True, timeout=left)) is not None
         finally:
             clock.settle()
 

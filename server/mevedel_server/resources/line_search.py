@@ -59,7 +59,9 @@ class LinePattern:
         """``(file index, line index, column from 0)`` of the first match of
         every line that has one, files and lines in order. A line-local
         pattern searches all the files in one timed call (one text, a line
-        feed between files too), so the timeout's cost is paid once a batch."""
+        feed between files too), so the timeout's cost is paid once a batch.
+        The clock's stretch is the whole search, charged when it ends or is
+        abandoned (the caller stops at its limit)."""
         if self.whole is not None:
             yield from self._whole_text(files, clock)
             return
@@ -68,14 +70,14 @@ class LinePattern:
         try:
             for number, lines in enumerate(files):
                 for index, line in enumerate(lines):
-                    try:
-                        hit = search(line, concurrent=True, timeout=clock.remaining())
-                    except TimeoutError:
-                        raise clock.timed_out() from None
+                    while True:  # clock.timed, spelled out: a call a line costs
+                        try:
+                            hit = search(line, concurrent=True, timeout=clock.remaining())
+                            break
+                        except TimeoutError:
+                            clock.timed_out()
                     if hit is not None:
-                        clock.settle()  # the caller's time between matches is not matching
                         yield number, index, hit.start()
-                        clock.begin()
         finally:
             clock.settle()
 
@@ -90,31 +92,35 @@ class LinePattern:
         whole = "\n".join(texts)
         # A match's line is counted on from the previous match in its file
         # (or from the file's start): a file without matches costs nothing.
-        current, counted_to, line, reported = -1, 0, 0, -1
-        matches = self.whole.finditer(whole, concurrent=True, timeout=clock.remaining())  # type: ignore[union-attr]
+        # ``finditer``'s timeout bounds the whole iteration by the wall
+        # clock, waits for the GIL between matches included: when it runs
+        # out before the CPU budget does, the search resumes at the line
+        # after the last one reported.
+        current, counted_to, line, reported, start = -1, 0, 0, -1, 0
         clock.begin()
         try:
             while True:
+                matches = self.whole.finditer(whole, start, concurrent=True, timeout=clock.remaining())  # type: ignore[union-attr]
                 try:
-                    hit = next(matches, None)
-                except TimeoutError:
-                    raise clock.timed_out() from None
-                if hit is None:
+                    for hit in matches:
+                        position = hit.start()
+                        number = bisect.bisect_right(file_starts, position) - 1
+                        if number != current:
+                            current, counted_to, line, reported = number, file_starts[number], 0, -1
+                        line += whole.count("\n", counted_to, position)
+                        counted_to = position
+                        if line == reported or line >= len(files[number]):
+                            continue  # a later match in a reported line, or an empty file
+                        reported = line
+                        end_of_line = whole.find("\n", position)
+                        start = len(whole) if end_of_line < 0 else end_of_line + 1
+                        yield number, line, position - (whole.rfind("\n", 0, position) + 1)
                     return
-                position = hit.start()
-                number = bisect.bisect_right(file_starts, position) - 1
-                if number != current:
-                    current, counted_to, line, reported = number, file_starts[number], 0, -1
-                line += whole.count("\n", counted_to, position)
-                counted_to = position
-                if line == reported or line >= len(files[number]):
-                    continue  # a later match in a reported line, or an empty file
-                reported = line
-                clock.settle()  # the caller's time between matches is not matching
-                yield number, line, position - (whole.rfind("\n", 0, position) + 1)
-                clock.begin()
+                except TimeoutError:
+                    clock.timed_out()
         finally:
             clock.settle()
+
 
 def compile_line_pattern(pattern: str, ignore_case: bool) -> LinePattern:
     """Compile a Grep pattern; ``re.error`` or ``regex.error`` says why it is
