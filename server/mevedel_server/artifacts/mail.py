@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..store.errors import StoreError
 from .attachments import SessionArtifacts
 from .errors import ArtifactError
 from .records import Comment
@@ -43,15 +42,12 @@ async def pending_mail(artifacts: SessionArtifacts, session_id: str) -> list[Mai
     """The comments routed to ``session_id`` that no completed turn
     carried yet: on its attached items and on the item whose own
     conversation it is (when the pair agrees), read in one pass. An item
-    that cannot be read is left for later."""
+    that cannot be read is left for later; a store that cannot be read at
+    all raises (the engine then sends the prompt without mail)."""
     attached = artifacts.attached(session_id)
     own = artifacts.service.dedicated_artifact(session_id)
     wanted = set(attached) | ({own} if own is not None else set())
-    try:
-        found = await artifacts.store.discussions(wanted)
-    except (ArtifactError, StoreError) as error:
-        _log.info("session %s: comments on its items are not delivered now: %s", session_id, error)
-        return []
+    found = await artifacts.store.discussions(wanted)
     mail: list[Mail] = []
     left = MAX_COMMENTS_PER_PROMPT
     for item_id, (meta, comments) in sorted(found.items()):
@@ -81,5 +77,5 @@ async def mark_delivered(artifacts: SessionArtifacts, mail: list[Mail], turn: in
     for item in mail:
         try:
             await artifacts.store.mark_delivered(item.item_id, (c.number for c in item.comments), turn)
-        except (ArtifactError, StoreError) as error:  # a deleted item: nothing left to deliver
+        except ArtifactError as error:  # a deleted item: nothing left to deliver
             _log.info("comments on %s stay undelivered: %s", item.item_id, error)

@@ -555,16 +555,15 @@ class ArtifactStore:
         if len(text.encode("utf-8", "replace")) > MAX_COMMENT_BYTES:
             raise invalid("text", f"is longer than {MAX_COMMENT_BYTES} bytes")
         at = await self._clock()
-        added: list[Comment] = []
 
         def append(comments: list[Comment]) -> list[Comment]:
             number = comments[-1].number + 1 if comments else 1
-            added[:] = [Comment(number=number, at=at, author=author, text=text, session_id=routed_to)]
-            return [*comments, *added]
+            return [*comments, Comment(number=number, at=at, author=author, text=text, session_id=routed_to)]
 
-        await self._change_discussion(item_id, append)
+        written = await self._change_discussion(item_id, append)
+        assert written is not None  # append always changes the discussion
         self.notify(item_id, "commented")
-        return added[0]
+        return written[-1]
 
     @_refusals
     async def discussions(self, item_ids: Iterable[str]) -> dict[str, tuple[ItemMeta, list[Comment]]]:
@@ -580,9 +579,11 @@ class ArtifactStore:
             if result.status is Status.ABSENT:
                 return {}
             raise_for_result(op, result)
+            if not result.value:
+                break  # nothing more to read: never loop on an empty answer
             reads += result.value
         found: dict[str, tuple[ItemMeta, list[Comment]]] = {}
-        for number, item_id in enumerate(ids):
+        for number, item_id in enumerate(ids[: len(reads) // 2]):
             meta_read, talk_read = reads[2 * number], reads[2 * number + 1]
             if not meta_read.ok or meta_read.data is None:
                 continue
@@ -621,20 +622,22 @@ class ArtifactStore:
         raw = result[1].value if result[1].ok else None
         return _decode_discussion(item_id, raw).comments, raw
 
-    async def _change_discussion(self, item_id: str, change: Callable[[list[Comment]], list[Comment] | None]) -> None:
+    async def _change_discussion(
+        self, item_id: str, change: Callable[[list[Comment]], list[Comment] | None]
+    ) -> list[Comment] | None:
         """Replace the discussion with ``change(comments)`` (``None``: leave
         it), verified against the bytes it was computed from: a comment
-        written meanwhile makes it compute again."""
+        written meanwhile makes it compute again. Answers what was written."""
         paths = ItemPaths(item_id)
         for _ in range(_ATTEMPTS):
             comments, raw = await self._read_discussion(item_id)
             changed = change(comments)
             if changed is None:
-                return
+                return None
             ops = [Stat(paths.meta), Verify(paths.discussion, raw), Replace(paths.discussion, encode(Discussion(comments=changed)))]
             res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
             if res.completed:
-                return
+                return changed
             if res.stopped_at == 0 and res[0].status is Status.ABSENT:
                 raise missing(item_id)
             if res.stopped_at == 1 and res[1].status is Status.MISMATCH:
