@@ -18,7 +18,7 @@ from pytest_lsp import ClientServerConfig
 from mevedel_protocol import methods
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
-from mevedel_server.targets import LocalTarget
+from mevedel_server.targets import LocalTarget, parse_ssh_location
 from ssh_fixtures import ALIAS, OpenSshServer
 
 from .conftest import CAPABILITIES, make_client, request
@@ -188,6 +188,19 @@ def test_the_cli_works_on_an_ssh_workspace_and_sees_the_local_spelling_s_session
     assert closed["status"] == 0, closed
     bad = cli(home, "session", "list", "--workspace", "ssh:/nohost/x")
     assert bad["status"] == 1 and bad["error"]["kind"] == "invalid-params" and "ssh:/nohost/x" in bad["error"]["message"]
+
+
+def test_a_missing_remote_directory_is_one_clear_message(openssh_server, tmp_path, project):
+    """The first thing said is what is wrong, naming the address and the
+    host; no cleanup runs (or reports) against a workspace not proven there."""
+    home = ssh_home(tmp_path, openssh_server)
+    for where, why in ((project / "typo", "does not exist"), (project / "tracked.txt", "is not a directory")):
+        url = f"ssh://{ALIAS}{where}"
+        done = cli(home, "session", "list", "--workspace", url)
+        assert done["status"] == 1, done
+        canonical = parse_ssh_location(url).uri  # the space percent-encoded
+        assert done["error"]["message"] == f"{canonical}: the workspace directory on {ALIAS} {why}"
+        assert "cleanup" not in done["stderr"] and "Traceback" not in done["stderr"], done["stderr"]
 
 
 async def test_the_artifact_store_on_an_ssh_workspace_shares_items_with_a_local_server(openssh_server, tmp_path, project):

@@ -127,3 +127,16 @@ async def test_a_connection_dropped_mid_program_on_a_real_server_is_not_success(
         await target.create_exclusive("after", b"y")
         assert (await target.run(ControlProgram([Read("after")])))[0].value == b"y"
         assert target.connections == 2
+
+
+async def test_a_known_hosts_file_that_is_not_there_is_named_at_once(openssh_server, tmp_path):
+    # No retry can make the file appear: the first attempt says which file.
+    # (A retry would sleep an hour here and the wait_for below would fail.)
+    missing = tmp_path / "no-such-known_hosts"
+    options = dict(openssh_server.options(), known_hosts=str(missing))
+    with pytest.raises(TargetUnavailable) as caught:
+        await asyncio.wait_for(
+            SshTarget.connect(openssh_server.url(tmp_path), reconnect_attempts=5, reconnect_delay=3600, **options), 60
+        )
+    assert str(missing) in str(caught.value) and "known hosts file" in str(caught.value)
+    assert not caught.value.outcome_unknown

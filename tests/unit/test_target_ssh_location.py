@@ -11,7 +11,15 @@ import pytest
 from mevedel_protocol import Settings
 
 from mevedel_server.lsp.configuration import merge_settings
-from mevedel_server.targets import LocalTarget, PathAbsentError, SshLocation, TargetUnavailable, WorkspaceLocationError, parse_ssh_location
+from mevedel_server.targets import (
+    LocalTarget,
+    PathAbsentError,
+    SshLocation,
+    TargetError,
+    TargetUnavailable,
+    WorkspaceLocationError,
+    parse_ssh_location,
+)
 from mevedel_server.targets.location import parse_workspace_location, workspace_target
 
 
@@ -101,3 +109,17 @@ async def test_an_unusable_ssh_setting_is_unavailable_not_a_crash(tmp_path):
     with pytest.raises(TargetUnavailable) as caught:
         await target.list_dir(".")
     assert "broken" in str(caught.value)
+
+
+async def test_a_missing_or_wrong_workspace_directory_names_the_address_and_the_host(openssh_server, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for where, why in ((tmp_path / "not-there", "does not exist"), (a_file, "is not a directory")):
+        url = openssh_server.url(where)
+        target = workspace_target(parse_ssh_location(url), **openssh_server.options())
+        try:
+            with pytest.raises(TargetError) as caught:
+                await target.list_dir(".")
+        finally:
+            await target.close()
+        assert str(caught.value) == f"{url}: the workspace directory on {target.host} {why}"

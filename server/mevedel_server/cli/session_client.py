@@ -110,7 +110,8 @@ def workspace_location(arguments: argparse.Namespace) -> Path | SshLocation:
     if isinstance(location, SshLocation):
         return location
     if not location.is_dir():
-        raise CommandError("missing-target", f"workspace {arguments.workspace}: is not a directory")
+        why = "is not a directory" if location.exists() else "does not exist"
+        raise CommandError("missing-target", f"--workspace {arguments.workspace}: {why}")
     return location.resolve()
 
 

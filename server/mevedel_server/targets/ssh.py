@@ -264,7 +264,11 @@ class SshTarget(ProgramTarget):
             self._options = await client_options(self._location, self._config, **self._options)
         answer = await self._exchange(["pin", self._location.root])
         if answer[0] == "refused" and len(answer) == 4:
-            raise refusal_error_of(str(answer[1]), str(answer[2]), str(answer[3]))
+            # The root check names the root "." (the executor knows no
+            # other name for it); a person wrote ssh://host/path, so the
+            # message names that and the host.
+            reason = str(answer[3]).replace("the target root", f"the workspace directory on {self.host}")
+            raise refusal_error_of(str(answer[1]), self._location.uri, reason)
         if answer[0] != "pinned" or len(answer) != 6:
             raise self._unavailable("the target answered the root check with something else", True)
         _, pinned_root, dev, ino, interpreter, magic = answer
@@ -444,6 +448,14 @@ class SshTarget(ProgramTarget):
             except socket.gaierror as exc:
                 # A name the resolver does not know will not appear on retry.
                 raise self._unavailable(f"cannot resolve the host name ({exc.strerror})", False) from None
+            except OSError as exc:
+                if exc.filename is None:
+                    last = exc
+                    continue
+                # A file of this machine the SSH settings name (a
+                # UserKnownHostsFile or IdentityFile that is not there yet):
+                # no retry makes it appear, so say which one at once.
+                raise self._unavailable(_unreadable_setting(exc), False) from None
             except (*_TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
                 last = exc
                 continue
@@ -680,6 +692,17 @@ def _stop(process: asyncssh.SSHClientProcess) -> None:
     except (asyncssh.Error, OSError, ValueError):
         pass
     process.close()
+
+
+def _unreadable_setting(exc: OSError) -> str:
+    name = os.fsdecode(exc.filename)
+    why = os.strerror(exc.errno) if exc.errno else str(exc)
+    if "known_hosts" in name or "known-hosts" in name:
+        return (
+            f"cannot read the known hosts file {name} ({why}), so the host key cannot be verified; "
+            "connect once with ssh to add the host's key, or fix UserKnownHostsFile in your SSH config"
+        )
+    return f"cannot read {name}, which your SSH settings name ({why})"
 
 
 def _describe(exc: BaseException | None) -> str:

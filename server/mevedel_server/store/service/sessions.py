@@ -22,7 +22,7 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...targets import (
     Clock,
@@ -266,11 +266,21 @@ class SessionService(SessionLifecycle, SessionFollowing):
     async def list(self) -> SessionListing:
         """Every session of the workspace with the action its lease allows
         this client, plus the sessions created here and not saved yet.
-        Expired sessions are removed first (at most once a day per service,
-        see :meth:`sweep_expired`)."""
-        await self.sweep_expired()
+        Expired sessions are removed (at most once a day per service, see
+        :meth:`sweep_expired`) once the listing has proven the workspace
+        reachable and valid -- a cleanup that cannot reach it would only
+        report the same failure in its own, misleading words -- and are not
+        listed."""
         here = [sid for sid, s in self._sessions.items() if s.access is Access.WRITABLE]
         listing = await list_sessions(self.target, self.client, here)
+        swept = await self.sweep_expired()
+        gone = {r.session_id for r in swept.removed} if swept is not None else set()
+        if gone:
+            listing = replace(
+                listing,
+                rows=tuple(r for r in listing.rows if r.session_id not in gone),
+                inspect_rows=tuple(r for r in listing.inspect_rows if r.name not in gone),
+            )
         if listing.now is not None:
             self._clock_from(listing.now)
         if any(u.removable and u.session_id not in self._sessions for u in listing.unfinished):
