@@ -79,3 +79,46 @@ async def test_take_control_without_waiting_reports_the_request_it_filed(workspa
     await until(lambda: desk.questions, "the owner being asked")
     await until(lambda: "kept" in desk.phases() or "idle" in desk.phases(), "the owner's answer")
     assert await one_writer(workspace, sid, [desk]) is desk
+
+
+async def test_a_waiting_take_control_says_whom_it_asked_and_until_when(workspace, machines, tmp_path):
+    desk = await machines("desk")
+    desk.answer = "Keep"
+    sid = await owned(desk)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mevedel_server.cli", "session", "take-control", sid, "--json",
+        cwd=workspace,
+        env={**os.environ, "XDG_STATE_HOME": str(tmp_path)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    # Said before any answer arrives: the first stderr line.
+    first = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+    assert first.startswith("asked ") and f" to hand session {sid} over; waiting for the answer until " in first, first
+    assert "take-control again resumes it" in first
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert b"Traceback" not in err
+    assert process.returncode == 1 and json.loads(out)["error"]["kind"] == "rejected"
+
+
+async def test_an_expired_holder_names_the_command_that_takes_over(workspace, tmp_path):
+    from deadlines import ticks
+
+    from mevedel_server.store import ClientIdentity, observe_lease
+    from mevedel_server.store.service import SessionService
+    from mevedel_server.targets import LocalTarget
+
+    gone = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
+    sid = (await gone.create()).session_id
+    await gone.begin_turn(sid, "first")
+    await gone.settle(sid)
+    await gone.detach()
+    for _ in ticks():
+        if (await observe_lease(LocalTarget(workspace), sid)).standing.value == "expired":
+            break
+        await asyncio.sleep(0.05)
+    status, refused = await cli(workspace, tmp_path, "session", "take-control", sid)
+    assert status == 1 and "old-laptop" in refused["error"]["message"]
+    assert refused["error"]["message"].endswith(f"take it over with: mevedel session take-control {sid} --confirm-takeover")
+    status, taken = await cli(workspace, tmp_path, "session", "take-control", sid, "--confirm-takeover")
+    assert status == 0 and taken["outcome"] == "took-over"

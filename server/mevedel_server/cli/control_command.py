@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 from typing import Any
 
@@ -91,6 +92,16 @@ def run_take(arguments: argparse.Namespace) -> int:
             )
             return
         deadline = time.monotonic() + arguments.wait
+        # The wait can be long (the owner's person decides): say at once
+        # what is happening and until when, on stderr so --json stays one
+        # object on stdout.
+        until = time.strftime("%H:%M:%S", time.localtime(time.time() + arguments.wait))
+        print(
+            f"asked {owner} to hand session {arguments.session_id} over; waiting for the answer until {until} "
+            f"({arguments.wait:g} s; Ctrl-C stops waiting, the request stays and take-control again resumes it)",
+            file=sys.stderr,
+            flush=True,
+        )
         while True:
             ended = next((e for e in events if e.phase in _ENDS), None)
             if ended is not None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts.attachments import session_artifacts
-from ..store import ClientIdentity, LeaseState
+from ..store import ClientIdentity, LeaseState, TakeoverNeedsConfirmation
 from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
 from ..targets.location import parse_workspace_location, workspace_target
@@ -206,5 +206,9 @@ def run_command(arguments: argparse.Namespace, body: Callable[[SessionService], 
         return refuse(arguments, error.kind, str(error))
     except Exception as error:
         if is_refusal(error):
-            return refuse(arguments, error_kind(error), str(error))
+            message = str(error)
+            if isinstance(error, TakeoverNeedsConfirmation):
+                sid = error.session_id or "ID"
+                message += f"; take it over with: mevedel session take-control {sid} --confirm-takeover"
+            return refuse(arguments, error_kind(error), message)
         raise
