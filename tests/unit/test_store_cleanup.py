@@ -332,3 +332,39 @@ async def test_an_existing_artifacts_own_conversation_is_kept_however_old(tmp_pa
     await work.store.delete(item.item_id)
     await service.sweep_expired(force=True)
     assert remaining(tmp_path) == set()
+
+
+class CountingPrograms(ProgramTarget):
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+
+    async def run(self, program: ControlProgram):
+        self.programs += 1
+        return await self.inner.run(program)
+
+
+async def test_a_listing_sweeps_from_its_own_survey_and_asks_the_artifact_store_only_for_old_sessions(tmp_path, target):
+    """A listing's sweep judges the observations the listing made: a
+    workspace with nothing old costs the listing's two programs and no
+    more (over SSH each program is a round trip), and one with an old
+    session removes it and does not list it."""
+    from mevedel_server.artifacts import ArtifactStore
+    from mevedel_server.artifacts.attachments import SessionArtifacts
+    from mevedel_server.store.service import SessionService
+
+    now = int(time.time())
+    for n in (1, 2, 3):
+        await aged_session(target, tmp_path, sid(n), 1, now=now)
+    counted = CountingPrograms(target)
+    service = SessionService(counted, ME, session_max_age_days=30, session_keep_recent=0)
+    SessionArtifacts(ArtifactStore(counted, ME), service)  # installs the expiry exemptions, as the front ends do
+    listing = await service.list()
+    assert {r.session_id for r in listing.rows} == {sid(1), sid(2), sid(3)}
+    assert counted.programs == 2  # the sessions directory, then one survey of all three
+    await aged_session(target, tmp_path, sid(4), 45, now=now)
+    again = SessionService(counted, ME, session_max_age_days=30, session_keep_recent=0)
+    SessionArtifacts(ArtifactStore(counted, ME), again)
+    listing = await again.list()
+    assert {r.session_id for r in listing.rows} == {sid(1), sid(2), sid(3)}
+    assert remaining(tmp_path) == {sid(1), sid(2), sid(3)}

@@ -123,3 +123,17 @@ async def test_a_missing_or_wrong_workspace_directory_names_the_address_and_the_
         finally:
             await target.close()
         assert str(caught.value) == f"{url}: the workspace directory on {target.host} {why}"
+
+
+async def test_a_deferred_target_pins_its_root_with_its_first_program(openssh_server, tmp_path):
+    """The first program carries the root check: one remote process, one
+    round trip, where a command over SSH used to pay one more for the pin."""
+    (tmp_path / "there").write_bytes(b"x")
+    target = workspace_target(parse_ssh_location(openssh_server.url(tmp_path)), **openssh_server.options())
+    try:
+        assert await target.read("there") == b"x"
+        assert target.round_trips == 1
+        assert await target.read("there") == b"x"
+        assert target.round_trips == 2
+    finally:
+        await target.close()

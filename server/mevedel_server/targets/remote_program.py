@@ -12,6 +12,11 @@ Requests and answers (lists, see :mod:`.wire` for the encoding)::
 
     ["pin", root]                          -> ["pinned", abs_root, dev, ino, interpreter, magic]
     ["program", abs_root, dev, ino, lock, ops] -> ["done", results, stopped_at]
+    ["pin", root, lock, ops]               -> ["pinned", abs_root, dev, ino, interpreter, magic,
+                                               "done", results, stopped_at]
+                                              or [..., magic, "refused", kind, path, reason]
+                                              (the first program of a target: pinned and run
+                                              in one process, one round trip)
     any refused root or lock directory     -> ["refused", kind, path, reason]
     anything else going wrong              -> ["error", reason]
 
@@ -44,18 +49,31 @@ def answer(request):
             # code the client compiled (see remote_bundle.compiled_script).
             bootstrap = sys.modules.get("_frozen_importlib_external")
             magic = bytes(getattr(bootstrap, "MAGIC_NUMBER", b""))
-            return ["pinned", root, dev, ino, sys.executable or "", magic]
+            pinned = ["pinned", root, dev, ino, sys.executable or "", magic]
+            if len(request) == 4:
+                # The program's own refusal (its lock directory) is its
+                # answer, told apart from a refused root.
+                try:
+                    pinned += ["done", *_run(root, dev, ino, request[2], request[3])]
+                except executor.ProgramRefused as refusal:
+                    pinned += ["refused", refusal.kind, refusal.path, refusal.reason]
+            return pinned
         if kind == "program":
             _kind, root, dev, ino, lock, operations = request
-            runner = executor.Executor(root, (dev, ino))
-            plain = [(op[0], op[1], bool(op[2]), op[3], len(op) > 4 and bool(op[4])) for op in operations]
-            results, stopped_at = runner.run(plain, lock)
-            return ["done", [list(result) for result in results], stopped_at]
+            results, stopped_at = _run(root, dev, ino, lock, operations)
+            return ["done", results, stopped_at]
         return ["error", "unknown request %r" % (kind,)]
     except executor.ProgramRefused as refusal:
         return ["refused", refusal.kind, refusal.path, refusal.reason]
     except Exception as exc:  # reported, never mistaken for a result
         return ["error", "%s: %s" % (type(exc).__name__, exc)]
+
+
+def _run(root, dev, ino, lock, operations):
+    runner = executor.Executor(root, (dev, ino))
+    plain = [(op[0], op[1], bool(op[2]), op[3], len(op) > 4 and bool(op[4])) for op in operations]
+    results, stopped_at = runner.run(plain, lock)
+    return [list(result) for result in results], stopped_at
 
 
 def serve(read, write):

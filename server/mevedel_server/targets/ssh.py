@@ -258,20 +258,28 @@ class SshTarget(ProgramTarget):
             raise
         return target
 
-    async def _pin(self) -> None:
-        """Resolve the SSH settings (once), then prove and pin the root."""
+    async def _pin(self, program: ControlProgram | None = None) -> list | None:
+        """Resolve the SSH settings (once), then prove and pin the root.
+        With ``program``, the same remote process runs it once the root is
+        pinned and its answer is returned: a command's first program costs
+        no round trip of its own for the pin."""
         if isinstance(self._options, dict):
             self._options = await client_options(self._location, self._config, **self._options)
-        answer = await self._exchange(["pin", self._location.root])
+        request = ["pin", self._location.root]
+        if program is not None:
+            request += [program.lock, plain_operations(program)]
+        answer = await self._exchange(request)
         if answer[0] == "refused" and len(answer) == 4:
             # The root check names the root "." (the executor knows no
             # other name for it); a person wrote ssh://host/path, so the
             # message names that and the host.
             reason = str(answer[3]).replace("the target root", f"the workspace directory on {self.host}")
             raise refusal_error_of(str(answer[1]), self._location.uri, reason)
-        if answer[0] != "pinned" or len(answer) != 6:
+        if answer[0] == "error":
+            raise self._unavailable(f"the remote program failed: {answer[1] if len(answer) > 1 else '?'}", True)
+        if answer[0] != "pinned" or len(answer) not in ((6,) if program is None else (9, 10)):
             raise self._unavailable("the target answered the root check with something else", True)
-        _, pinned_root, dev, ino, interpreter, magic = answer
+        _, pinned_root, dev, ino, interpreter, magic = answer[:6]
         self._root, self._identity = str(pinned_root), (int(dev), int(ino))
         if isinstance(interpreter, str) and interpreter.startswith("/"):
             self._interpreter = interpreter
@@ -281,17 +289,20 @@ class SshTarget(ProgramTarget):
                 self._script, self._compiled = compiled_script(), True
         if self._conn is not None:
             self._refill(self._conn)  # warm processes for the first programs
+        return answer[6:] if program is not None else None
 
-    async def _pinned(self) -> tuple[int, int]:
+    async def _pinned(self, program: ControlProgram | None = None) -> list | None:
+        """Pin the root if no program has yet. With ``program``, the
+        answer of that program when it was run with the pin (``None``
+        when the root was already pinned and it still has to run)."""
         if self._identity is None:
             async with self._pin_lock:
                 if self._identity is None:
                     try:
-                        await self._pin()
+                        return await self._pin(program)
                     except SshLocationError as error:
                         raise self._unavailable(error.reason, False) from None
-        assert self._identity is not None
-        return self._identity
+        return None
 
     # -- public surface ------------------------------------------------------
 
@@ -315,20 +326,31 @@ class SshTarget(ProgramTarget):
         return f"SshTarget({self.host}, <root>)"
 
     async def run(self, program: ControlProgram) -> ProgramResult:
-        dev, ino = await self._pinned()
+        with_pin = await self._pinned(program)
+        if with_pin is not None:
+            if with_pin[0] == "done" and len(with_pin) == 3:
+                return self._result(program, with_pin[1], with_pin[2])
+            if with_pin[0] == "refused" and len(with_pin) == 4:
+                raise refusal_error_of(str(with_pin[1]), str(with_pin[2]), str(with_pin[3]))
+            raise self._unavailable("the target answered with something that is not a program result", True)
+        assert self._identity is not None
+        dev, ino = self._identity
         answer = await self._exchange(["program", self._root, dev, ino, program.lock, plain_operations(program)])
         kind = answer[0] if answer else None
         if kind == "done" and len(answer) == 3:
-            try:
-                return program_result(program, answer[1], answer[2])
-            except (TypeError, ValueError) as exc:
-                raise self._unavailable(f"the target's answer does not fit the program ({exc})", True) from None
+            return self._result(program, answer[1], answer[2])
         if kind == "refused" and len(answer) == 4:
             # The program did not start (root or lock directory refused).
             raise refusal_error_of(str(answer[1]), str(answer[2]), str(answer[3]))
         if kind == "error":
             raise self._unavailable(f"the remote program failed: {answer[1] if len(answer) > 1 else '?'}", True)
         raise self._unavailable("the target answered with something that is not a program result", True)
+
+    def _result(self, program: ControlProgram, results, stopped_at) -> ProgramResult:
+        try:
+            return program_result(program, results, stopped_at)
+        except (TypeError, ValueError) as exc:
+            raise self._unavailable(f"the target's answer does not fit the program ({exc})", True) from None
 
     async def run_command(
         self, argv: Sequence[str], cwd: str = ".", *, timeout: float = 60.0

@@ -273,7 +273,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         listed."""
         here = [sid for sid, s in self._sessions.items() if s.access is Access.WRITABLE]
         listing = await list_sessions(self.target, self.client, here)
-        swept = await self.sweep_expired()
+        swept = await self.sweep_expired(surveyed=listing.surveyed)
         gone = {r.session_id for r in swept.removed} if swept is not None else set()
         if gone:
             listing = replace(
@@ -571,12 +571,13 @@ class SessionService(SessionLifecycle, SessionFollowing):
 
     # Expired sessions --------------------------------------------------------------
 
-    async def sweep_expired(self, *, force: bool = False) -> CleanupReport | None:
+    async def sweep_expired(self, *, force: bool = False, surveyed=None) -> CleanupReport | None:
         """Remove the workspace's expired sessions (older than
         ``session_max_age_days``, beyond the ``session_keep_recent`` most
         recent, lease free, no recovery pending, not open here), at most
         once per :data:`SWEEP_EVERY_SECONDS` (ages count in days) unless
-        ``force``. Failures are logged, never raised: a listing goes on."""
+        ``force``; ``surveyed`` is a listing's survey to judge instead of
+        taking another. Failures are logged, never raised: a listing goes on."""
         if self.session_max_age_days is None:
             return None
         running = self._sweeping
@@ -585,7 +586,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
             return self.last_cleanup
         if not force and self._swept_at is not None and time.monotonic() - self._swept_at < SWEEP_EVERY_SECONDS:
             return None
-        self._sweeping = asyncio.ensure_future(self._sweep())
+        self._sweeping = asyncio.ensure_future(self._sweep(surveyed))
         await asyncio.shield(self._sweeping)
         return self.last_cleanup
 
@@ -595,7 +596,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
             return
         self._sweeping = asyncio.ensure_future(self._sweep())
 
-    async def _sweep(self) -> None:
+    async def _sweep(self, surveyed=None) -> None:
         self._swept_at = time.monotonic()
         try:
             report = await remove_expired_sessions(
@@ -604,7 +605,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
                 max_age_days=self.session_max_age_days,
                 keep_recent=self.session_keep_recent,
                 open_sessions=set(self._sessions),
-                exempt=await self.expiry_exemptions() if self.expiry_exemptions is not None else {},
+                exempt=self.expiry_exemptions,
+                surveyed=surveyed,
             )
         except (StoreError, TargetError, ValueError) as error:
             _log.warning("expired-session cleanup failed: %s", error)

@@ -38,7 +38,7 @@ keeps the session; a kept session's claim is released.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from ...targets import (
@@ -133,15 +133,23 @@ async def remove_expired_sessions(
     max_age_days: int | None = DEFAULT_MAX_AGE_DAYS,
     keep_recent: int = DEFAULT_KEEP_RECENT,
     open_sessions: Collection[str] = (),
-    exempt: Mapping[str, str] | None = None,
+    exempt: Mapping[str, str] | Callable[[], Awaitable[Mapping[str, str]]] | None = None,
+    surveyed: tuple[list[SessionSurvey], int | None] | None = None,
 ) -> CleanupReport:
     """Remove the workspace's expired sessions; report each removal and why
-    every other session was kept. ``max_age_days=None`` disables removal."""
+    every other session was kept. ``max_age_days=None`` disables removal.
+
+    ``exempt`` maps sessions to the reason they are kept whatever their age;
+    given as a coroutine function it is asked only once a session is old
+    enough to be removed (asking costs the artifact store a read, and most
+    sweeps find nothing old). ``surveyed`` is a survey the caller just took
+    (a listing's), which spares taking another; every removal claims the
+    session and checks it again, so it may be a moment old."""
     if max_age_days is not None and (isinstance(max_age_days, bool) or not isinstance(max_age_days, int) or max_age_days < 1):
         raise ValueError("max_age_days is a positive whole number of days (or None to disable cleanup)")
     if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
         raise ValueError("keep_recent is a whole number of sessions")
-    surveys, now = await survey_sessions(target)
+    surveys, now = surveyed if surveyed is not None else await survey_sessions(target)
     surveys = [s for s in surveys if not s.vanished]
     if now is None:
         now = await read_target_clock(target, ".")
@@ -177,6 +185,8 @@ async def remove_expired_sessions(
         if survey.name in open_sessions:
             kept.append(KeptSession(survey.name, "open in this client"))
             continue
+        if callable(exempt):
+            exempt = await exempt()
         if exempt and survey.name in exempt:
             kept.append(KeptSession(survey.name, exempt[survey.name]))
             continue

@@ -182,6 +182,9 @@ class Listing:
     now: int | None
     #: Directories left by a creation that never published (not sessions).
     unfinished: tuple["UnfinishedSession", ...] = ()
+    #: The survey the listing was made from, with its clock reading (the
+    #: expiry sweep that follows a listing judges the same observations).
+    surveyed: tuple[list["SessionSurvey"], int | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -627,7 +630,7 @@ async def list_sessions(
             rows.append(_row(survey, client, survey.name in open_sessions))
     rows.sort(key=lambda r: (r.updated_at, r.session_id), reverse=True)
     inspect.sort(key=lambda r: (r.modified_at or 0, r.name), reverse=True)
-    return Listing(tuple(rows), tuple(inspect), now, tuple(unfinished))
+    return Listing(tuple(rows), tuple(inspect), now, tuple(unfinished), (surveys, now))
 
 
 _MARKER_DEBRIS = re.compile(rf"^\.{re.escape(UNPUBLISHED_CHILD)}\.[0-9a-z]+\.tmp\Z")
