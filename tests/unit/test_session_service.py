@@ -494,3 +494,28 @@ async def test_session_files_written_before_the_first_save_do_not_block_it(root)
     await other.begin_turn(clash.session_id, "x")
     with pytest.raises(SessionOccupied):
         await other.settle(clash.session_id)
+
+
+async def test_reading_a_session_not_open_here_costs_two_programs(tmp_path):
+    """The lease head comes with the manifest it names, and the sidecar with
+    every other payload: over SSH, two round trips for `session turns`."""
+    from mevedel_server.store import ClientIdentity
+    from mevedel_server.targets import ControlProgram, ProgramTarget
+
+    class Counting(ProgramTarget):
+        def __init__(self, inner) -> None:
+            self.inner, self.programs = inner, 0
+
+        async def run(self, program: ControlProgram):
+            self.programs += 1
+            return await self.inner.run(program)
+
+    writer = SessionService(LocalTarget(tmp_path), ClientIdentity("writer", "desk"))
+    sid = (await writer.create()).session_id
+    await writer.begin_turn(sid, "first")
+    await writer.settle(sid)
+    await writer.close(sid)
+    counted = Counting(LocalTarget(tmp_path))
+    reader = SessionService(counted, ClientIdentity("reader", "laptop"))
+    assert [t.preview for t in await reader.turns(sid)] == ["first"]
+    assert counted.programs == 2

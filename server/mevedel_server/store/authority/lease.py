@@ -113,7 +113,7 @@ from ...targets import (
     Verify,
     raise_for_result,
 )
-from ...targets.program import ClockStamp, ReadNewest, StampedCreate
+from ...targets.program import ChainHop, ClockStamp, ReadChain, ReadNewest, StampedCreate
 from ..errors import (
     ClaimRaced,
     LeaseHeld,
@@ -240,6 +240,43 @@ def _decode_generation(paths: SessionPaths, generation: int, raw: bytes) -> Leas
             f"records generation {record.generation} under the name of generation {generation}",
         )
     return record
+
+
+async def read_lease_head_and_manifest(target: Target, paths: SessionPaths) -> tuple[LeaseObservation, bytes | None]:
+    """:func:`read_lease_head` and, in the same program, the bytes of the
+    manifest its publication head names (``None`` when it names none or the
+    file could not be read there: the caller reads it the usual way, which
+    reports why). A reader of committed state pays one round trip for both.
+    The target only follows the bytes: the manifest counts only because its
+    path is the one the record decoded here names."""
+    chain_op = ReadChain(paths.lease_dir, *GENERATION_FAMILY, (ChainHop(("publication_head",), paths.root),), optional=True)
+    presence = Stat(paths.root, optional=True)
+    for _ in range(_OBSERVE_ATTEMPTS):
+        result = await target.run(ControlProgram([chain_op, presence]))
+        if result[1].status is Status.ABSENT:
+            raise SessionMissing(paths.session_id)
+        raise_for_result(presence, result[1])
+        if result[0].status is Status.ABSENT:
+            return LeaseObservation(paths.session_id, 0, None, None, None, ()), None
+        raise_for_result(chain_op, result[0])
+        chain = result[0].value
+        gens = generation_numbers(chain.names)
+        if not gens:
+            return LeaseObservation(paths.session_id, 0, None, None, None, ()), None
+        head = gens[-1]
+        links = list(chain.links)
+        if not links or links[0].path != paths.generation(head) or links[0].status is not Status.OK:
+            continue  # listed, then gone or replaced before the read: look again
+        raw = links[0].data
+        assert raw is not None
+        record = _decode_generation(paths, head, raw)
+        observation = LeaseObservation(paths.session_id, head, record, raw, None, tuple(gens))
+        publication = record.publication_head
+        manifest = None
+        if publication is not None and len(links) > 1 and links[1].path == paths.inside(publication):
+            manifest = links[1].data if links[1].status is Status.OK else None
+        return observation, manifest
+    raise LeaseObservationError(f"session {paths.session_id}: the lease changed on every observation")
 
 
 async def observe_lease(target: Target, session_id: str) -> LeaseObservation:

@@ -50,7 +50,7 @@ from ...targets import (
 )
 from ..errors import LeaseLost, PublicationFailed, PublicationPending, StoreError
 from ..layout import MANIFEST_NAME, SessionPaths, head_path, published_path
-from .lease import LeaseHandle, read_lease_head
+from .lease import LeaseHandle, read_lease_head_and_manifest
 from .records import (
     HEAD_PATTERN,
     LeaseState,
@@ -111,7 +111,12 @@ async def load_manifest(target: Target, paths: SessionPaths, head: str) -> Publi
     if result.status is Status.ABSENT:
         raise RecordError(RecordErrorKind.MISSING, label, "the committed manifest is missing")
     raise_for_result(op, result)
-    manifest = decode_record(PublicationManifest, result.value, label)
+    return _decode_manifest(paths, head, result.value)
+
+
+def _decode_manifest(paths: SessionPaths, head: str, raw: bytes) -> PublicationManifest:
+    label = paths.label(head)
+    manifest = decode_record(PublicationManifest, raw, label)
     if manifest.publication_id != _publication_id_of(head):
         raise RecordError(
             RecordErrorKind.INVALID_VALUE, label, f"names publication {manifest.publication_id}, not its own directory"
@@ -187,9 +192,14 @@ async def read_committed(target: Target, session_id: str) -> CommittedSnapshot:
     """The committed snapshot a fresh reader sees: the head of the current
     lease generation and its validated manifest (no lease is taken)."""
     paths = SessionPaths(check_session_id(session_id))
-    obs = await read_lease_head(target, session_id)
+    obs, raw = await read_lease_head_and_manifest(target, paths)
     head = obs.publication_head
-    manifest = await load_manifest(target, paths, head) if head else None
+    if head is None:
+        manifest = None
+    elif raw is not None and re.match(HEAD_PATTERN, head):
+        manifest = _decode_manifest(paths, head, raw)
+    else:
+        manifest = await load_manifest(target, paths, head)
     return CommittedSnapshot(target, paths, obs.generation, head, manifest)
 
 

@@ -44,7 +44,7 @@ from ..layout import STATE_DIR, SessionPaths
 from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseObservation, LeaseStanding, acquire_lease, observe_lease
 from ..workspace_wide.listing import InspectSessionRow, SessionAction, SessionRow, list_sessions
 from ..authority.publication import CommittedSnapshot, load_manifest, read_committed
-from ..authority.records import LeaseState
+from ..authority.records import LeaseState, RecordError
 from ..transactions.recovery import find_recovery
 from ..content.sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name
 from ..content.transcript import Outcome
@@ -497,14 +497,24 @@ class SessionService(SessionLifecycle, SessionFollowing):
                     snapshot.session_id, InspectRow(SidecarErrorKind.MISSING, "the workspace has no identity")
                 )
             return Conversation.new(session_id=snapshot.session_id, workspace_id=workspace_id, at=await self._now())
-        data = await snapshot.read(SIDECAR_PATH) if SIDECAR_PATH in snapshot.manifest.entries else None
+        # Everything in one program; the sidecar is judged first all the
+        # same, so a session that does not load is told as one even when
+        # other bytes are also bad (those are read again, alone, to say so).
+        try:
+            everything: dict[str, bytes] | None = await snapshot.read_all()
+        except RecordError:
+            everything = None
+        if everything is not None:
+            data = everything.get(SIDECAR_PATH)
+        else:
+            data = await snapshot.read(SIDECAR_PATH) if SIDECAR_PATH in snapshot.manifest.entries else None
         sidecar = classify_sidecar(data)
         if isinstance(sidecar, InspectRow):
             raise SessionIncompatible(snapshot.session_id, sidecar)
         if sidecar.session_id != snapshot.session_id:
             row = InspectRow(SidecarErrorKind.INVALID_VALUE, f"the sidecar belongs to session {sidecar.session_id}")
             raise SessionIncompatible(snapshot.session_id, row)
-        return Conversation.restore(await snapshot.read_all())
+        return Conversation.restore(everything if everything is not None else await snapshot.read_all())
 
     # Closing -----------------------------------------------------------------
 
