@@ -229,3 +229,12 @@ def test_malformed_patches_name_the_line_and_the_expectation(text, authored, rea
 def test_line_numbers_count_leading_blank_lines_and_crlf_lines():
     error = invalid(("\n" + patch("*** Update File: a.txt", "@@", "bad")).replace("\n", "\r\n"))
     assert error.reason.startswith("line 5: ")
+
+
+def test_a_lone_surrogate_in_a_path_or_a_line_is_refused_naming_its_line():
+    # An agent's JSON can carry "\udcff"; no file name or text holds it.
+    named = invalid(patch("*** Add File: bad\udcff.txt", "+x"))
+    assert named.reason.startswith("line 2:") and "\\udcff" in named.reason and "not valid Unicode" in named.reason
+    text = invalid(patch("*** Add File: ok.txt", "+fine", "+bad \ud800 text"))
+    assert text.reason.startswith("line 4:") and "\\ud800" in text.reason
+    assert str(text).encode("utf-8")  # the refusal itself travels as UTF-8

@@ -18,7 +18,7 @@ import hashlib
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from acp import schema
@@ -41,6 +41,23 @@ class _Call:
     output: str = ""
     diffs: tuple[Diff, ...] = ()
     settled: bool = False
+
+
+def displayable(text: str) -> str:
+    """``text`` with every lone surrogate (JSON allows ``"\\udcff"``, UTF-8
+    cannot hold it) replaced by U+FFFD: what an agent says is shown and
+    recorded, never a reason to refuse the record."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _displayable(item: EvidenceInput) -> EvidenceInput:
+    changed = {name: value for name, value in vars(item).items() if isinstance(value, str)}
+    changed = {name: displayable(value) for name, value in changed.items() if displayable(value) is not value}
+    return replace(item, **changed) if changed else item
 
 
 def _record_id(native: str) -> str:
@@ -104,7 +121,7 @@ def _result_text(call: _Call, raw_output: Any) -> str:
 
 class TurnRecorder:
     def __init__(self, append: Callable[[EvidenceInput], None], feed: LiveFeed) -> None:
-        self._append = append
+        self._append = lambda item: append(_displayable(item))
         self.feed = feed
         self._text_kind: str | None = None
         self._text = io.StringIO()

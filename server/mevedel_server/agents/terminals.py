@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from acp import RequestError
 
 from ..targets import LocalTarget, Target
+from .workspace_files import NOT_UNICODE, require_unicode, shown
 
 #: Output kept per terminal when the agent sets no limit.
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
@@ -60,6 +61,25 @@ class Terminal:
     @property
     def text(self) -> str:
         return self.output.decode("utf-8", "replace")
+
+
+def _require_word(word: object, field: str) -> None:
+    """Refuse an argument, working directory or environment entry no
+    process can be started with, naming it: the same rule on every target."""
+    if not isinstance(word, str):
+        raise RequestError.invalid_params({field: shown(str(word)), "reason": "is not text"})
+    if "\x00" in word:
+        raise RequestError.invalid_params({field: shown(word), "reason": "holds a NUL character, which no program can be given"})
+    if not require_unicode(word):
+        raise RequestError.invalid_params({field: shown(word), "reason": NOT_UNICODE})
+
+
+def _require_env(env: dict[str, str]) -> None:
+    for name, value in env.items():
+        _require_word(name, "env")
+        _require_word(value, "env")
+        if not name or "=" in name:
+            raise RequestError.invalid_params({"env": shown(name), "reason": "is not an environment variable name (empty, or holds '=')"})
 
 
 def _local_root(target: Target) -> str | None:
@@ -106,16 +126,20 @@ class Terminals:
         return sum(1 for t in self._terminals.values() if not t.done.is_set())
 
     def _argv(self, command: str, args: Sequence[str] | None) -> list[str]:
-        if not isinstance(command, str) or not command.strip() or "\x00" in command:
-            raise RequestError.invalid_params({"command": command, "reason": "is not a command"})
+        if not isinstance(command, str) or not command.strip():
+            raise RequestError.invalid_params({"command": shown(str(command)), "reason": "is not a command"})
+        words = [command, *(args or [])]
+        for word in words:
+            _require_word(word, "command" if word is command else "args")
         if not args and any(c.isspace() for c in command.strip()):
             return ["/bin/sh", "-c", command]
-        return [command, *(args or [])]
+        return words
 
     def _cwd(self, cwd: str | None) -> str:
         """The workspace-relative working directory ('.' for the root)."""
         if cwd is None:
             return "."
+        _require_word(cwd, "cwd")
         full = posixpath.normpath(cwd if posixpath.isabs(cwd) else posixpath.join(self.root, cwd))
         if full == self.root:
             return "."
@@ -127,14 +151,16 @@ class Terminals:
         self, command: str, args: Sequence[str] | None, env: dict[str, str], cwd: str | None, limit: int | None
     ) -> str:
         argv = self._argv(command, args)
+        _require_env(env)
         relative = self._cwd(cwd)
         if self._local_root is None and self._remote is None:
             raise RequestError.internal_error({"reason": "this workspace cannot run commands"})
         directory = self._local_directory(relative, cwd) if self._local_root is not None else None
         self._count += 1
         terminal = Terminal(f"term-{self._count}", limit if limit and limit > 0 else DEFAULT_OUTPUT_LIMIT)
-        self._terminals[terminal.terminal_id] = terminal
         await self._before()
+        # Registered only once it runs: a terminal that never started must
+        # not count as running (the turn would wait for it forever).
         if directory is not None:
             try:
                 terminal.process = await asyncio.create_subprocess_exec(
@@ -146,13 +172,15 @@ class Terminals:
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
                 )
-            except OSError as error:
-                del self._terminals[terminal.terminal_id]
+            except (OSError, ValueError) as error:  # ValueError: what the checks above missed
                 await self._after()
-                raise RequestError.invalid_params({"command": command, "reason": error.strerror or str(error)}) from None
+                reason = getattr(error, "strerror", None) or str(error)
+                raise RequestError.invalid_params({"command": shown(command), "reason": reason}) from None
+            self._terminals[terminal.terminal_id] = terminal
             terminal.task = asyncio.create_task(self._run_local(terminal))
         else:
             words = ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else argv
+            self._terminals[terminal.terminal_id] = terminal
             terminal.task = asyncio.create_task(self._run_remote(terminal, words, relative))
         return terminal.terminal_id
 

@@ -12,7 +12,9 @@ current content into the open turn's checkpoint -- the same recording an
 no turn of this agent is running.
 
 An artifact's authored files (``.mevedel/artifacts/ID/...``) are not
-checkpointed: the artifact store versions them (one version per turn that
+checkpointed: a patch first takes the item lease of every live item it
+writes (or is refused naming the process that holds it), and the artifact
+store versions them (one version per turn that
 wrote the primary file). After such a patch commits, the workspace's
 :class:`~mevedel_server.artifacts.attachments.SessionArtifacts` learns of it
 (:mod:`mevedel_server.tool_server.artifact_writes`): a new id directory
@@ -31,7 +33,8 @@ from acp import RequestError
 from ..resources import ResolverContext
 from ..resources.project import artifact_item
 from ..store.service import is_refusal
-from ..tool_server.artifact_writes import learn
+from ..artifacts.errors import ArtifactError
+from ..tool_server.artifact_writes import held_refusal, hold_written_items, learn
 from ..tool_server.context import ToolRefused
 
 if TYPE_CHECKING:
@@ -61,6 +64,12 @@ class AgentToolContext:
                 f"no turn of session {running.session_id} is running: project files are changed during a prompt turn "
                 "(so Rewind can undo it); change work:// files, or make the change in the next turn"
             )
+        work = self._work()
+        if work is not None:
+            try:
+                await hold_written_items(work, paths)
+            except ArtifactError as error:
+                raise ToolRefused(held_refusal(error)) from None
         project = [path for path in paths if artifact_item(path) is None]
         if not project:
             return
@@ -80,8 +89,12 @@ class AgentToolContext:
         committed patch wrote (notes for the model)."""
         if not any(artifact_item(path) is not None for path in paths):
             return []
-        stores = getattr(self._resolver_context, "artifacts", None)
-        work = stores() if callable(stores) else None
+        work = self._work()
         if work is None:
             return []
         return await learn(work, self._running.session_id, paths)
+
+    def _work(self):
+        """The workspace's artifact store (None: the front end gives none)."""
+        stores = getattr(self._resolver_context, "artifacts", None)
+        return stores() if callable(stores) else None

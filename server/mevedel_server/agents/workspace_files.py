@@ -26,8 +26,30 @@ from ..targets import ControlProgram, MakeDirs, OpResult, Read, Status, Target, 
 MAX_READ_BYTES = 16 * 1024 * 1024
 
 
+def shown(text: str) -> str:
+    """``text`` as it can travel in an answer: a lone surrogate is spelt
+    ``\\udcff``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+#: Why a name that is not Unicode text is refused. mevedel's paths are
+#: UTF-8 text everywhere (the transcript, the checkpoint, addresses); a name
+#: an agent spells with a lone surrogate (JSON ``"\\udcff"``) names no such
+#: file, so it is refused at the door, for every route an agent has.
+NOT_UNICODE = "is not valid Unicode text (it holds a lone surrogate); paths are UTF-8 text"
+
+
+def require_unicode(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def refused(path: str, reason: str) -> RequestError:
-    return RequestError.invalid_params({"path": path, "reason": reason})
+    return RequestError.invalid_params({"path": shown(path), "reason": reason})
 
 
 def _prior(result: OpResult, path: str) -> bytes | None:
@@ -61,6 +83,8 @@ class WorkspaceFiles:
         naming it."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise refused(str(path), "is not a file path")
+        if not require_unicode(path):
+            raise refused(path, NOT_UNICODE)
         full = posixpath.normpath(path if posixpath.isabs(path) else posixpath.join(self.root, path))
         if full == self.root or not full.startswith(self.root.rstrip("/") + "/"):
             raise refused(path, f"is outside the workspace {self.root}")

@@ -220,6 +220,22 @@ class ItemLeases:
         ops += _prune(paths, n)
         return ops, create
 
+    async def take(self, item_id: str) -> None:
+        """Hold the item (take it when free or expired, renew it when ours)
+        before a write that does not go through the store's own fenced
+        write: an ApplyPatch of the item's files. Refuses a live foreign
+        holder (``item-held``, naming its host); the caller holds
+        :meth:`queue`."""
+        view = await self.observe(item_id)
+        ops, create = self.fence(view)
+        result = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
+        if not result.completed:
+            stop = result.stopped_at
+            if result[stop].status in (Status.MISMATCH, Status.CONFLICT):
+                raise self.refused(view)
+            raise_for_result(ops[stop], result[stop])
+        self.fenced(item_id, create, result[ops.index(create)])
+
     def fenced(self, item_id: str, create: StampedCreate, result) -> None:
         """Record the generation a program that ran :meth:`fence` wrote."""
         raw = create.content(int(result.value))

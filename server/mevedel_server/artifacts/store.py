@@ -489,6 +489,25 @@ class ArtifactStore:
         raise ArtifactError("unavailable", item_id, "the item kept changing while writing; try again")
 
     @_refusals
+    async def hold(self, item_id: str) -> None:
+        """Take the lease of a live item (a document, a whiteboard) before
+        its files are written by other means than :meth:`write` (an
+        ApplyPatch of ``.mevedel/artifacts/ID/``), or refuse ``item-held``
+        naming the process that edits it. An artifact (no lease) or an item
+        not made yet (the write creates it) needs nothing."""
+        check_item_id(item_id)
+        try:
+            meta, _raw = await self.meta(item_id)
+        except ArtifactError as error:
+            if error.kind == "missing-target":
+                return
+            raise
+        if meta.kind not in LIVE_PRIMARY:
+            return
+        async with self.leases.queue(item_id):
+            await self.leases.take(item_id)
+
+    @_refusals
     async def restore(self, item_id: str, number: int, *, editor: Editor | None = None) -> str:
         """Write version ``number``'s bytes as an ordinary write, then record
         a ``restored`` version (so the restore itself can be undone)."""
@@ -718,19 +737,38 @@ class ArtifactStore:
         """Remove the item's authored files, versions, discussion and lease
         (the dedicated session is the caller's). ``meta.json`` goes first:
         from then on the item is not listed."""
+        check_item_id(item_id)
+        async with self.leases.queue(item_id):
+            return await self._delete(item_id)
+
+    async def _delete(self, item_id: str) -> ItemMeta:
         meta, raw = await self.meta(item_id)
         paths = ItemPaths(item_id)
+        # A live item another process is editing is not deleted behind its
+        # back: its lease is read, a live foreign holder refuses the delete
+        # (naming it), and the program proves under the store lock that no
+        # generation was written since.
+        fence: list[Operation] = []
+        view = None
+        if meta.kind in LIVE_PRIMARY:
+            view = await self.leases.observe(item_id)
+            self.leases.fence(view)  # raises item-held / item-lease-lost; runs nothing
+            n = view.generation
+            fence = [Verify(paths.generation(n), view.raw), Verify(paths.generation(n + 1), None)] if n else [Verify(paths.generation(1), None)]
         # The marker first, then meta.json (the commit point): a delete
         # interrupted past it is finished by the next listing.
-        ops: list[Operation] = [Verify(paths.meta, raw), Replace(paths.deleting, b""), Remove(paths.meta)]
+        ops: list[Operation] = [Verify(paths.meta, raw), *fence, Replace(paths.deleting, b""), Remove(paths.meta)]
         ops += await self._removals(paths)
         res = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
         if not res.completed:
-            if res[0].status is Status.ABSENT:
+            stop = res.stopped_at
+            if stop == 0 and res[0].status is Status.ABSENT:
                 raise missing(item_id)
-            if res[0].status is Status.MISMATCH:
+            if stop == 0 and res[0].status is Status.MISMATCH:
                 raise ArtifactError("conflict", item_id, "the item changed while deleting it; nothing was deleted, try again")
-            raise_for_result(ops[res.stopped_at], res[res.stopped_at])
+            if view is not None and stop <= len(fence) and res[stop].status in (Status.MISMATCH, Status.CONFLICT):
+                raise self.leases.refused(view)
+            raise_for_result(ops[stop], res[stop])
         self.leases.forget(item_id)
         self.notify(item_id, "deleted")
         return meta

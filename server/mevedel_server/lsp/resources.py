@@ -34,11 +34,12 @@ from mevedel_protocol import (
 
 from .. import resources as core
 from ..addresses import Operation
+from ..artifacts.errors import ArtifactError
 from ..resources import GlobOptions, GrepOptions, ReadOptions, execute, prepare
-from ..tool_server.artifact_writes import learn, written_items
+from ..tool_server.artifact_writes import hold_written_items, learn, written_items
 from . import virtual_documents
 from .definition import definition_uri
-from .errors import answers_errors, invalid_params, structure_params
+from .errors import answers_errors, failure, invalid_params, structure_params
 from .workspaces import Scope, request_scope, virtual_scope
 
 if TYPE_CHECKING:
@@ -125,11 +126,18 @@ async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
     params = structure_params(raw, ApplyPatchParams, method)
     scope = request_scope(ls, params.workspace_folder, params.session_id)
     attempt = prepare(Operation.APPLY_PATCH, params.patch, None, writable_context(ls, scope))
-    applied = await execute(attempt)
     written = sorted({fact.project_path for fact in attempt.facts if fact.project_path})
-    if scope.folder is not None and written_items(written):
+    work = ls.artifacts.of(scope.folder) if scope.folder is not None and written_items(written) else None  # type: ignore[attr-defined]
+    if work is not None:
+        # A live item's files are written under its lease, as its whole-item writes are.
+        try:
+            await hold_written_items(work, written)
+        except ArtifactError as error:
+            raise failure(error.kind, error.authored, error.reason) from None
+    applied = await execute(attempt)
+    if work is not None:
         # Authored files of the artifact store: it learns of them.
-        await learn(ls.artifacts.of(scope.folder), scope.session_id, written)  # type: ignore[attr-defined]
+        await learn(work, scope.session_id, written)
     changes = [
         PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
         for c in applied.changes

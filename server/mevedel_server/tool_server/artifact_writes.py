@@ -57,6 +57,21 @@ def _primary_candidates(files: list[str]) -> list[str]:
     return sorted(direct, key=lambda name: next(i for i, s in enumerate(ARTIFACT_SUFFIXES) if name.lower().endswith(s)))
 
 
+async def hold_written_items(work: SessionArtifacts, paths: Iterable[str]) -> None:
+    """Before a patch writes ``paths``: take the item lease of every live
+    item among them (the one rule every whole-item write follows), so a
+    document another process is editing is never written behind its back.
+    Raises the store's ``item-held`` :class:`ArtifactError` (naming the
+    holder's host); nothing is written then."""
+    for item_id in written_items(paths):
+        await work.store.hold(item_id)
+
+
+def held_refusal(error: ArtifactError) -> str:
+    """A refused :func:`hold_written_items` as one line for the model."""
+    return f".mevedel/artifacts/{error.authored}: {error.kind}: {error.reason}; nothing was changed"
+
+
 async def learn(work: SessionArtifacts, session_id: str | None, paths: Iterable[str]) -> list[str]:
     """Tell the store about a committed patch of ``paths``; notes for the model."""
     notes: list[str] = []

@@ -14,8 +14,9 @@ readable as ``mcp://``; this server cannot ask, so an unapproved workspace
 server is refused with that instruction.
 
 No turn runs in this process (turns belong to the agent engine), so there
-is no open checkpoint to record project files into: the pre-write hook has
-nothing to do here. Under the LSP server the bridge's context records them.
+is no open checkpoint to record project files into: the pre-write hook only
+takes the item lease of a live item the patch writes (refused, naming the
+holder, while another process edits it). Under the LSP server the bridge's context records them.
 An authored file of the artifact store (``.mevedel/artifacts/ID/...``)
 written here is told to the workspace's store once the patch committed
 (:mod:`.artifact_writes`: a new id directory creates an artifact, the bound
@@ -31,7 +32,9 @@ from ..artifacts.attachments import SessionArtifacts, session_artifacts
 from ..mcp_client import McpAccess
 from ..resources import MemoryRoot, ResolverContext, SkillRoot, writable_sessions
 from ..store.service import SessionService
-from .artifact_writes import learn, written_items
+from ..artifacts.errors import ArtifactError
+from .artifact_writes import held_refusal, hold_written_items, learn, written_items
+from .context import ToolRefused
 
 
 class StandaloneContext:
@@ -68,17 +71,28 @@ class StandaloneContext:
         )
 
     async def before_project_write(self, paths: Sequence[str]) -> None:
-        return None
+        """Take the lease of every live item the patch writes, or refuse it
+        naming the process that holds one."""
+        work = self._work(paths)
+        if work is not None:
+            try:
+                await hold_written_items(work, paths)
+            except ArtifactError as error:
+                raise ToolRefused(held_refusal(error)) from None
 
     async def after_project_write(self, paths: Sequence[str]) -> Sequence[str]:
+        work = self._work(paths)
+        return [] if work is None else await learn(work, self.session_id, paths)
+
+    def _work(self, paths: Sequence[str]) -> SessionArtifacts | None:
         if self.service is None or not written_items(paths):
-            return []
+            return None
         if self._artifacts is None:
             self._artifacts = session_artifacts(self.service)
-        return await learn(self._artifacts, self.session_id, paths)
+        return self._artifacts
 
     async def close(self) -> None:
-        """Release what the artifact store holds (it takes no item lease
-        here; this waits for nothing else)."""
+        """Release what the artifact store holds (the item leases a patch
+        took here)."""
         if self._artifacts is not None:
             await self._artifacts.close()

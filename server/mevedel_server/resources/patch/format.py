@@ -136,6 +136,15 @@ class _Parser:
         return self.lines[self.index] if self.index < len(self.lines) else None
 
     def parse(self) -> Patch:
+        for number, line in enumerate(self.lines, 1):
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:
+                # A lone surrogate (JSON "\udcff") names no file and is no
+                # text a file can hold: refused at the door, as every path
+                # an agent sends is.
+                shown = line.encode("utf-8", "backslashreplace").decode("utf-8")
+                raise _invalid("patch", number, f"{_shown(shown)} is not valid Unicode text (it holds a lone surrogate)") from None
         first = next((i for i, line in enumerate(self.lines) if line.strip()), None)
         if first is None:
             raise AddressError(ErrorKind.INVALID_PATCH, "patch", f"the patch is empty; expected {BEGIN!r}")

@@ -1,0 +1,84 @@
+"""A hostile agent (the scripted ACP agent on the official SDK, a real
+subprocess) sends what no honest agent would: paths that are not Unicode
+text, commands the OS refuses to start, floods. Each is answered with an
+error naming the input, no traceback reaches the user, and the session
+stays usable: the next prompt works and Rewind restores the turn."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from lsprotocol import types
+from mevedel_protocol import methods
+
+from .conftest import request
+from .test_agent_turns import Watch, configure, events, prompt
+
+
+def _answers(log: Path, method: str) -> list[dict]:
+    return [e for e in events(log) if e["event"] == "client_response" and e["method"] == method]
+
+
+#: The turn after a hostile one (the agent reads its script once).
+NEXT = [{"write": {"path": "after.txt", "content": "next turn\n"}}]
+
+
+async def _usable(client, workspace: Path, turn: int) -> None:
+    """The next prompt works (the script's :data:`NEXT` turn), and Rewind
+    before ``turn`` undoes both turns' writes."""
+    again = await prompt(client, "Go on")
+    assert again["outcome"] == "completed" and (workspace / "after.txt").exists(), again
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": turn, "boundary": "before"})
+    await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
+    assert not (workspace / "after.txt").exists() and not (workspace / "ok.txt").exists()
+
+
+async def test_a_path_that_is_not_unicode_text_is_refused_naming_it_and_the_turn_goes_on(client, workspace):
+    watch = Watch(client)
+    (workspace / "dir").mkdir()
+    log = configure(client, workspace, [[
+        {"write": {"path": "bad\udcff.txt", "content": "stray\n"}},
+        {"read": {"path": "bad\ud800.txt"}},
+        {"terminal": {"command": "true", "cwd": "dir\udcff"}},
+        {"write": {"path": "ok.txt", "content": "written\n"}},
+        {"say": "done"},
+    ], NEXT])
+    result = await prompt(client, "Write odd names")
+    assert result["outcome"] == "completed", result
+    said = watch.text()
+    assert "write bad\udcff.txt failed" in said and "read bad\ud800.txt failed" in said and "terminal failed" in said
+    assert "wrote ok.txt" in said and said.endswith("done")
+    written = _answers(log, "fs/write_text_file")
+    refusal = written[0]["error"]
+    assert refusal["code"] == -32602 and "\\udcff" in refusal["data"]["path"] and "not valid Unicode" in refusal["data"]["reason"]
+    created = _answers(log, "terminal/create")[0]["error"]
+    assert "\\udcff" in json.dumps(created["data"]) and "not valid Unicode" in json.dumps(created["data"])
+    assert sorted(os.listdir(workspace)) == sorted([".mevedel", "dir", "memory", "ok.txt"])  # no stray file
+    await _usable(client, workspace, 1)
+
+
+async def test_a_command_the_os_refuses_to_start_is_an_error_and_leaves_no_terminal_running(client, workspace):
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"agentIdleTimeoutSeconds": 5}))
+    watch = Watch(client)
+    log = configure(client, workspace, [[
+        {"terminal": {"command": "echo", "args": ["a\u0000b"]}},
+        {"terminal": {"command": "echo", "args": ["x"], "env": {"A=B": "1"}}},
+        {"terminal": {"command": "echo", "args": ["x"], "env": {"A\u0000": "1"}}},
+        {"terminal": {"command": "echo", "args": ["x"], "env": {"A": "1\u0000"}}},
+        {"terminal": {"command": "echo", "args": ["x"], "env": {"": "1"}}},
+        {"terminal": {"command": "/no/such/program"}},
+        {"write": {"path": "ok.txt", "content": "written\n"}},
+        {"terminal": {"command": "echo", "args": ["still runs"]}},
+    ], NEXT])
+    result = await prompt(client, "Start odd commands")
+    assert result["outcome"] == "completed", result
+    said = watch.text()
+    assert said.count("terminal failed") == 6 and "ran: exit 0\nstill runs" in said, said
+    refusals = [a["error"] for a in _answers(log, "terminal/create") if "error" in a]
+    assert len(refusals) == 6 and all(r["code"] == -32602 for r in refusals)
+    reasons = [json.dumps(r["data"]) for r in refusals]
+    assert "NUL" in reasons[0] and "A=B" in reasons[1] and "NUL" in reasons[2] and "NUL" in reasons[3]
+    assert "/no/such/program" in reasons[5]
+    await _usable(client, workspace, 1)
