@@ -125,6 +125,10 @@ class Settings:
     #: A turn whose agent sends nothing (no update, no request) for this
     #: long, while no command runs and no question waits, has failed.
     agent_idle_timeout_seconds: int = 900
+    #: The most output a terminal of an agent keeps, in bytes, whatever
+    #: ``outputByteLimit`` the agent asks for (its terminal/create answer
+    #: says so when it asked for more).
+    terminal_output_max_bytes: int = 1024 * 1024
     #: A turn in flight is published every this many seconds, so a crash
     #: loses at most that much (0: only at settlement).
     checkpoint_interval_seconds: int = 30

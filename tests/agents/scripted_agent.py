@@ -112,6 +112,7 @@ STEP_KINDS = frozenset(
         "hang",
         "garbage",
         "stderr",
+        "stderr_flood",
         "stop",
         "echo_prompt",
         "error",
@@ -122,7 +123,7 @@ STEP_KINDS = frozenset(
 )
 
 #: Steps that make sense before any session exists.
-INITIALIZE_STEP_KINDS = frozenset({"crash", "hang", "garbage", "sleep", "stderr", "error"})
+INITIALIZE_STEP_KINDS = frozenset({"crash", "hang", "garbage", "sleep", "stderr", "stderr_flood", "error"})
 
 
 class ScriptError(ValueError):
@@ -525,9 +526,11 @@ class ScriptedAgent:
 
     async def _step_write(self, argument: dict[str, Any], turn: _Turn) -> None:
         path = argument["path"]
-        params = {"session_id": turn.session_id, "path": turn.absolute(path), "content": argument.get("content", "")}
+        content = argument.get("content", "") * int(argument.get("repeat", 1))
+        params = {"session_id": turn.session_id, "path": turn.absolute(path), "content": content}
+        logged = {**params, "content": content if len(content) <= 4096 else f"[{len(content)} characters]"}
         try:
-            await self._ask("fs/write_text_file", params, self._client.write_text_file(**params))
+            await self._ask("fs/write_text_file", logged, self._client.write_text_file(**params))
         except Exception as exc:
             await self._say(turn, f"write {path} failed: {_error_text(exc)}")
         else:
@@ -644,6 +647,14 @@ class ScriptedAgent:
 
     async def _step_stderr(self, text: str, turn: _Turn | None) -> None:
         _write_stderr(text)
+
+    async def _step_stderr_flood(self, size: int, turn: _Turn | None) -> None:
+        line = "flood " * 15 + "\n"  # 91 bytes a line
+        block = line * (1024 * 1024 // len(line))
+        left = int(size)
+        while left > 0:
+            _write_stderr(block[:left])
+            left -= len(block)
 
     async def _step_stop(self, reason: str, turn: _Turn) -> str:
         return reason

@@ -82,3 +82,39 @@ async def test_a_command_the_os_refuses_to_start_is_an_error_and_leaves_no_termi
     assert "NUL" in reasons[0] and "A=B" in reasons[1] and "NUL" in reasons[2] and "NUL" in reasons[3]
     assert "/no/such/program" in reasons[5]
     await _usable(client, workspace, 1)
+
+
+async def test_an_agent_chosen_output_limit_is_capped_and_the_agent_is_told(client, workspace):
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"terminalOutputMaxBytes": 4096}))
+    watch = Watch(client)
+    log = configure(client, workspace, [[
+        {"terminal": {"command": "sh", "args": ["-c", "head -c 3000000 /dev/zero | tr '\\0' x; echo END"],
+                      "output_byte_limit": 2**40}},
+        {"write": {"path": "ok.txt", "content": "written\n"}},
+    ], NEXT])
+    result = await prompt(client, "Print a lot")
+    assert result["outcome"] == "completed", result
+    created = _answers(log, "terminal/create")[0]["result"]
+    assert created["_meta"]["mevedel"]["outputByteLimit"] == 4096 and "2199023255552" not in json.dumps(created)
+    output = _answers(log, "terminal/output")[0]["result"]
+    assert output["truncated"] and output["output"].endswith("xxxEND\n")
+    assert output["output"].startswith(f"[mevedel: only the last 4096 bytes of output are kept, not the {2**40} asked for]")
+    assert len(output["output"].encode()) < 4096 + 200
+    assert "ran: exit 0" in watch.text()
+    await _usable(client, workspace, 1)
+
+
+async def test_a_message_over_the_size_limit_is_answered_at_once_and_the_turn_goes_on(client, workspace):
+    watch = Watch(client)
+    log = configure(client, workspace, [[
+        {"write": {"path": "big.txt", "content": "x" * 1024 * 1024, "repeat": 51}},
+        {"garbage": "{this is not json"},
+        {"garbage": json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "x", "update": {"sessionUpdate": "bogus"}}})},
+        {"write": {"path": "ok.txt", "content": "written\n"}},
+    ], NEXT])
+    result = await prompt(client, "Write a huge file")
+    assert result["outcome"] == "completed", result
+    refusal = _answers(log, "fs/write_text_file")[0]["error"]
+    assert "fs/write_text_file is longer than the 50 MiB message limit" in refusal["data"]["reason"]
+    assert not (workspace / "big.txt").exists() and "wrote ok.txt" in watch.text()
+    await _usable(client, workspace, 1)

@@ -40,6 +40,11 @@ class AgentSpec:
         return shutil.which(program) is not None if "/" not in program else os.access(program, os.X_OK)
 
 
+#: ``terminalOutputMaxBytes`` unless set, and its bounds.
+DEFAULT_TERMINAL_OUTPUT_MAX_BYTES = 1024 * 1024
+TERMINAL_OUTPUT_BOUNDS = (1024, 1024 * 1024 * 1024)
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     agents: Mapping[str, AgentSpec] = field(default_factory=dict)
@@ -50,6 +55,8 @@ class AgentConfig:
     cancel_timeout_seconds: float = 10.0
     #: A turn whose agent sends nothing at all for this long has failed.
     idle_timeout_seconds: float = 900.0
+    #: The most output a terminal keeps, whatever the agent asks for.
+    terminal_output_max_bytes: int = DEFAULT_TERMINAL_OUTPUT_MAX_BYTES
 
     def choose(self, requested: str | None, remembered: str | None = None) -> AgentSpec:
         """The agent for a prompt: the one asked for, else the session's,
@@ -132,6 +139,7 @@ _CLI_KEYS = {
     "agentStartTimeoutSeconds",
     "cancelTimeoutSeconds",
     "agentIdleTimeoutSeconds",
+    "terminalOutputMaxBytes",
 }
 
 
@@ -171,6 +179,13 @@ def config_from_settings(raw: Mapping[str, Any], *, where: str) -> AgentConfig:
             raise AgentError(NOT_CONFIGURED, f"{where}: {key}", f"must be a number of seconds between 0 and 86400, got {value!r}")
         return float(value)
 
+    def output_bytes() -> int:
+        value = raw.get("terminalOutputMaxBytes", DEFAULT_TERMINAL_OUTPUT_MAX_BYTES)
+        low, high = TERMINAL_OUTPUT_BOUNDS
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise AgentError(NOT_CONFIGURED, f"{where}: terminalOutputMaxBytes", f"must be a whole number of bytes between {low} and {high}, got {value!r}")
+        return value
+
     return AgentConfig(
         agents=specs_from(agents),
         default_agent=default,
@@ -179,4 +194,5 @@ def config_from_settings(raw: Mapping[str, Any], *, where: str) -> AgentConfig:
         start_timeout_seconds=seconds("agentStartTimeoutSeconds", 60),
         cancel_timeout_seconds=seconds("cancelTimeoutSeconds", 10),
         idle_timeout_seconds=seconds("agentIdleTimeoutSeconds", 900),
+        terminal_output_max_bytes=output_bytes(),
     )

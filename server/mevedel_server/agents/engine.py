@@ -260,8 +260,12 @@ class _Client:
                               cwd: str | None = None, output_byte_limit: int | None = None, **kwargs: Any) -> Any:
         self._require_turn(session_id, "terminal/create")
         variables = {v.name: v.value for v in env or ()}
-        terminal_id = await self.running.terminals.create(command, args, variables, cwd, output_byte_limit)
-        return schema.CreateTerminalResponse(terminal_id=terminal_id)
+        cap = self.running.engine.config().terminal_output_max_bytes
+        terminal = await self.running.terminals.create(command, args, variables, cwd, output_byte_limit, cap=cap)
+        meta = None
+        if terminal.asked is not None:
+            meta = {"mevedel": {"outputByteLimit": terminal.limit, "reason": f"output is capped at {terminal.limit} bytes (terminalOutputMaxBytes), not the {terminal.asked} asked for"}}
+        return schema.CreateTerminalResponse(terminal_id=terminal.terminal_id, field_meta=meta)
 
     async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
         terminal = self.running.terminals.output(terminal_id)

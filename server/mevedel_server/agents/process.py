@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
+import json
 import logging
 import os
+import re
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,68 @@ AUTH_REQUIRED = -32000
 STDERR_TAIL = 20
 #: Bytes one line of the agent's output may take (images travel inline).
 STDIO_LIMIT = 50 * 1024 * 1024
+#: The agent's log (its standard error, and what the ACP SDK says of its
+#: messages) is rotated to ``NAME.log.1`` past this many bytes: a chatty or
+#: hostile agent cannot fill the disk.
+LOG_MAX_BYTES = 8 * 1024 * 1024
+#: Bytes of an over-long line kept at each end to find its request id.
+_OVERLONG_KEEP = 64 * 1024
+_ID = re.compile(rb'(?<!\\)"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,20})')
+_ACP_DIR = os.path.dirname(acp.__file__)
+
+#: The agent whose connection the current task serves (its SDK tasks are
+#: made under it, so they inherit it): where the SDK's log records go.
+_SERVING: contextvars.ContextVar[AgentProcess | None] = contextvars.ContextVar("mevedel_agent", default=None)
+
+
+class AgentLog:
+    """An agent's log file, capped: past :data:`LOG_MAX_BYTES` it is moved
+    to ``.1`` (replacing the older one) and begun again."""
+
+    def __init__(self, path: Path, limit: int = LOG_MAX_BYTES) -> None:
+        self.path = path
+        self.limit = limit
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                if self.path.stat().st_size + len(data) > self.limit:
+                    os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            with open(self.path, "ab", buffering=0) as log:
+                log.write(data[-self.limit :])
+        except OSError as error:
+            _log.warning("cannot write the agent log %s: %s", self.path, error)
+
+
+class _SdkLogRoute(logging.Filter):
+    """The ACP SDK logs an agent's malformed messages with
+    ``logging.exception`` on the root logger: a traceback on the user's
+    terminal for the agent's fault. Its records go to the agent's log
+    instead, and the user sees one line naming the agent and what it did."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.pathname.startswith(_ACP_DIR):
+            return True
+        agent = _SERVING.get()
+        if agent is not None:
+            agent.sdk_said(record)
+            return False
+        # No agent to blame: one line, never the traceback.
+        record.msg, record.args = f"ACP: {_said(record)}", None
+        record.exc_info = record.exc_text = None
+        return True
+
+
+def _said(record: logging.LogRecord) -> str:
+    error = record.exc_info[1] if record.exc_info else None
+    text = record.getMessage()
+    if error is not None:
+        text += f": {type(error).__name__}: {str(error)[:200]}"
+    return " ".join(text.split())
+
+
+logging.getLogger().addFilter(_SdkLogRoute())
 
 
 def _client_capabilities() -> schema.ClientCapabilities:
@@ -51,6 +117,9 @@ class AgentProcess:
         self._tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._stderr_task: asyncio.Task | None = None
         self._stdout_task: asyncio.Task | None = None
+        self.log = AgentLog(log_path)
+        #: What the SDK reported of this agent, shown once each.
+        self._shown: set[str] = set()
 
     # Facts ----------------------------------------------------------------------
 
@@ -121,7 +190,11 @@ class AgentProcess:
         assert self.process.stdin is not None and self.process.stdout is not None
         messages = asyncio.StreamReader(limit=STDIO_LIMIT)
         self._stdout_task = asyncio.create_task(self._only_objects(self.process.stdout, messages))
-        self.conn = acp.connect_to_agent(client, self.process.stdin, messages, use_unstable_protocol=True)
+        serving = _SERVING.set(self)
+        try:
+            self.conn = acp.connect_to_agent(client, self.process.stdin, messages, use_unstable_protocol=True)
+        finally:
+            _SERVING.reset(serving)
         try:
             self.init = await self.until_gone(
                 self.conn.initialize(
@@ -209,13 +282,17 @@ class AgentProcess:
         not JSON objects: the SDK takes ``null`` for the end of the stream
         and fails its receive loop on an array, so one bad line from an
         agent would otherwise end the connection (a malformed object is
-        logged and skipped by the SDK itself)."""
+        logged and skipped by the SDK itself). A line longer than the
+        message limit is dropped too, and a request is answered with an
+        error at once (else the agent would wait for its answer forever)."""
         try:
             while True:
                 try:
-                    line = await stdout.readline()
-                except (ValueError, asyncio.LimitOverrunError):
-                    self._tail.append("[mevedel] dropped an output line longer than the message limit")
+                    line = await stdout.readuntil(b"\n")
+                except asyncio.IncompleteReadError as ended:
+                    line = ended.partial
+                except asyncio.LimitOverrunError as over:
+                    await self._overlong(stdout, await stdout.readexactly(over.consumed))
                     continue
                 if not line:
                     break
@@ -223,26 +300,71 @@ class AgentProcess:
                 if stripped.startswith(b"{"):
                     messages.feed_data(line if line.endswith(b"\n") else line + b"\n")
                 elif stripped:
-                    _log.warning("agent %s wrote a line that is not a JSON-RPC message; skipped", self.spec.name)
+                    self.agent_fault("wrote a line that is not a JSON-RPC message; it was skipped")
         finally:
             messages.feed_eof()
 
+    async def _overlong(self, stdout: asyncio.StreamReader, head: bytes) -> None:
+        """Skip the rest of a line longer than :data:`STDIO_LIMIT` whose
+        first bytes were ``head``; answer it when it was a request."""
+        tail = b""
+        while True:
+            try:
+                tail = (tail + await stdout.readuntil(b"\n"))[-_OVERLONG_KEEP:]
+                break
+            except asyncio.IncompleteReadError as ended:
+                tail = (tail + ended.partial)[-_OVERLONG_KEEP:]
+                break
+            except asyncio.LimitOverrunError as over:
+                tail = (tail + await stdout.readexactly(over.consumed))[-_OVERLONG_KEEP:]
+        head = head[:_OVERLONG_KEEP]
+        method = re.search(rb'"method"\s*:\s*"([^"\\]{1,100})"', head)
+        name = method.group(1).decode("ascii", "replace") if method else "a message"
+        found = _ID.search(head.split(b'"params"', 1)[0]) or _ID.search(tail)
+        reason = f"{name} is longer than the {STDIO_LIMIT // (1024 * 1024)} MiB message limit; it was not read"
+        self.agent_fault(f"sent {reason}")
+        if found is None or method is None or self.process is None or self.process.stdin is None:
+            return
+        try:
+            request_id = json.loads(found.group(1))
+        except ValueError:
+            return
+        answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32600, "message": "Invalid request", "data": {"reason": reason}}}
+        with contextlib.suppress(Exception):
+            self.process.stdin.write((json.dumps(answer) + "\n").encode("utf-8"))
+
+    def agent_fault(self, what: str) -> None:
+        """The agent did something wrong that mevedel survived: one line for
+        the user (once per kind of fault) and one in the agent's log."""
+        self.log.write(f"[mevedel] {what}\n".encode("utf-8", "replace"))
+        self._tail.append(f"[mevedel] {what}"[:300])
+        if what not in self._shown:
+            self._shown.add(what)
+            _log.warning("agent %s %s (its log is %s)", self.spec.name, what, self.log_path)
+
+    def sdk_said(self, record: logging.LogRecord) -> None:
+        """A record of the ACP SDK about this agent's connection: whole (with
+        its traceback) in the agent's log, one line for the user."""
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + "".join(traceback.format_exception(*record.exc_info))
+        self.log.write(f"[ACP SDK] {text}\n".encode("utf-8", "replace"))
+        self.agent_fault(f"sent what the ACP SDK could not handle ({_said(record)})")
+
     async def _keep_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab", buffering=0) as log:
-            log.write(f"--- {self.spec.name}: {' '.join(self.spec.command)}\n".encode())
-            while True:
-                try:
-                    line = await self.process.stderr.readline()
-                except (ValueError, asyncio.LimitOverrunError):  # a line longer than the limit
-                    continue
-                if not line:
-                    return
-                log.write(line)
-                text = line.decode("utf-8", "replace").strip()
-                if text:
-                    self._tail.append(text[:300])
+        self.log.write(f"--- {self.spec.name}: {' '.join(self.spec.command)}\n".encode())
+        while True:
+            try:
+                line = await self.process.stderr.readline()
+            except (ValueError, asyncio.LimitOverrunError):  # a line longer than the limit
+                continue
+            if not line:
+                return
+            self.log.write(line)
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                self._tail.append(text[:300])
 
     async def stop(self, grace: float = 2.0) -> None:
         """End the connection and the process (its whole process group)."""

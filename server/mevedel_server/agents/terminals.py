@@ -30,7 +30,7 @@ from acp import RequestError
 from ..targets import LocalTarget, Target
 from .workspace_files import NOT_UNICODE, require_unicode, shown
 
-#: Output kept per terminal when the agent sets no limit.
+#: Output kept per terminal when no cap is given (``terminalOutputMaxBytes``).
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 #: The longest a command may run on an SSH host (it is killed then).
 REMOTE_COMMAND_TIMEOUT = 3600.0
@@ -40,6 +40,8 @@ REMOTE_COMMAND_TIMEOUT = 3600.0
 class Terminal:
     terminal_id: str
     limit: int
+    #: The agent's ``outputByteLimit`` when it asked for more than the cap.
+    asked: int | None = None
     output: bytearray = field(default_factory=bytearray)
     truncated: bool = False
     exit_code: int | None = None
@@ -60,7 +62,11 @@ class Terminal:
 
     @property
     def text(self) -> str:
-        return self.output.decode("utf-8", "replace")
+        text = self.output.decode("utf-8", "replace")
+        if self.truncated and self.asked is not None:
+            # The agent asked to keep more than it got: it is told why.
+            return f"[mevedel: only the last {self.limit} bytes of output are kept, not the {self.asked} asked for]\n" + text
+        return text
 
 
 def _require_word(word: object, field: str) -> None:
@@ -148,8 +154,11 @@ class Terminals:
         return full[len(self.root.rstrip("/")) + 1 :]
 
     async def create(
-        self, command: str, args: Sequence[str] | None, env: dict[str, str], cwd: str | None, limit: int | None
-    ) -> str:
+        self, command: str, args: Sequence[str] | None, env: dict[str, str], cwd: str | None, limit: int | None,
+        *, cap: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> Terminal:
+        """Start a command; the terminal (registered once it runs). Output
+        kept: the agent's ``limit``, at most ``cap`` bytes (the setting)."""
         argv = self._argv(command, args)
         _require_env(env)
         relative = self._cwd(cwd)
@@ -157,7 +166,8 @@ class Terminals:
             raise RequestError.internal_error({"reason": "this workspace cannot run commands"})
         directory = self._local_directory(relative, cwd) if self._local_root is not None else None
         self._count += 1
-        terminal = Terminal(f"term-{self._count}", limit if limit and limit > 0 else DEFAULT_OUTPUT_LIMIT)
+        asked = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+        terminal = Terminal(f"term-{self._count}", min(asked or cap, cap), asked if asked is not None and asked > cap else None)
         await self._before()
         # Registered only once it runs: a terminal that never started must
         # not count as running (the turn would wait for it forever).
@@ -182,7 +192,7 @@ class Terminals:
             words = ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else argv
             self._terminals[terminal.terminal_id] = terminal
             terminal.task = asyncio.create_task(self._run_remote(terminal, words, relative))
-        return terminal.terminal_id
+        return terminal
 
     def _local_directory(self, relative: str, authored: str | None) -> str:
         root = os.path.realpath(self._local_root or self.root)

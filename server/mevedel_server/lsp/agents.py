@@ -46,6 +46,7 @@ def agent_config(ls: MevedelLanguageServer) -> AgentConfig:
         start_timeout_seconds=float(s.agent_start_timeout_seconds),
         cancel_timeout_seconds=float(s.cancel_timeout_seconds),
         idle_timeout_seconds=float(s.agent_idle_timeout_seconds),
+        terminal_output_max_bytes=s.terminal_output_max_bytes,
     )
 
 

@@ -20,7 +20,7 @@ from lsprotocol import types
 from mevedel_protocol import Settings, converter, describe_structure_error, wire_name
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 
-from ..agents.config import agents_problem
+from ..agents.config import TERMINAL_OUTPUT_BOUNDS, agents_problem
 from ..mcp_client import servers_problem
 from ..resources import SkillRoot
 from ..targets import SshLocationError, parse_ssh_location
@@ -73,6 +73,8 @@ def _check(name: str, value: Any) -> str | None:
         return servers_problem(value)
     if name in ("mcpCallTimeoutSeconds", "mcpStartTimeoutSeconds") and not 1 <= value <= 3_600:
         return f"must be between 1 and 3600 seconds, got {value}"
+    if name == "terminalOutputMaxBytes" and not TERMINAL_OUTPUT_BOUNDS[0] <= value <= TERMINAL_OUTPUT_BOUNDS[1]:
+        return f"must be between {TERMINAL_OUTPUT_BOUNDS[0]} and {TERMINAL_OUTPUT_BOUNDS[1]} bytes, got {value}"
     if name == "artifactMaxVersions" and not 1 <= value <= 1_000:
         return f"must be between 1 and 1000, got {value}"
     if name == "artifactMaxVersionBytes" and not 1 <= value <= 2**40:
