@@ -5,7 +5,9 @@ tests/mcp_servers/scripted_server.py through the official SDK)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -49,7 +51,47 @@ def test_a_workspace_file_keeps_its_good_entries_and_names_its_bad_ones():
     found = parse_workspace_file(b'{"mcpServers": {"good": {"command": "x"}, "bad": {"command": 3}}}')
     assert list(found.servers) == ["good"] and found.servers["good"].origin == "workspace"
     assert "bad.command" in found.problems["bad"]
-    assert "not JSON" in parse_workspace_file(b"{").file_problem
+    assert parse_workspace_file(b"{").file_problem.startswith("not valid JSON: .mcp.json: Expecting property name")
+
+
+def test_a_hostile_workspace_file_is_not_valid_json_never_an_internal_error():
+    # 100,000 '[' would raise RecursionError from the parser.
+    assert parse_workspace_file(b"[" * 100_000).file_problem == "not valid JSON: .mcp.json: nested too deeply"
+    assert parse_workspace_file(b'{"x": "\xff"}').file_problem.startswith("not valid JSON: .mcp.json: not UTF-8 text")
+
+
+async def test_a_deeply_nested_workspace_file_reads_as_a_named_problem(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / ".mcp.json").write_bytes(b"[" * 100_000)
+    found = await execute(prepare(Operation.READ, "mcp://", ReadOptions(), ResolverContext(mcp=_workspace_access(tmp_path))))
+    assert "not valid JSON: .mcp.json: nested too deeply" in str(found)
+
+
+async def test_an_approval_covers_the_workspace_files_the_command_runs(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "bin").mkdir(parents=True)
+    (ws / "bin" / "srv.sh").write_text("#!/bin/sh\necho approved\n")
+    (ws / "tool.py").write_text("print('approved')\n")
+    (ws / ".mcp.json").write_text(json.dumps({"mcpServers": {
+        "script": {"command": "./bin/srv.sh"},
+        "python": {"command": "python3", "args": ["tool.py", "--config=bin/srv.sh"]},
+    }}))
+    access = _workspace_access(tmp_path)
+    access.cwd = str(ws)
+    entries, _ = await access.servers()
+    specs = {e.name: e.spec for e in entries}
+    assert specs["script"].program == "bin/srv.sh" and [p for p, _ in specs["script"].files] == ["bin/srv.sh"]
+    assert specs["python"].program == shutil.which("python3")
+    assert [p for p, _ in specs["python"].files] == ["bin/srv.sh", "tool.py"]
+    assert "program " + shutil.which("python3") in specs["python"].runs and "tool.py sha256:" in specs["python"].runs
+    for spec in specs.values():
+        access.approvals.approve(access.workspace_key, spec)
+    assert {e.name: e.standing for e in (await access.servers())[0]} == {"script": "ready", "python": "ready"}
+    record = json.loads((tmp_path / "approvals.json").read_text())["approved"][0]
+    assert record["program"] == "bin/srv.sh" and list(record["files"]) == ["bin/srv.sh"]
+    # A pull changes the script: both approvals that name it lapse.
+    (ws / "bin" / "srv.sh").write_text("#!/bin/sh\necho something else\n")
+    assert {e.name: e.standing for e in (await access.servers())[0]} == {"script": "needs-approval", "python": "needs-approval"}
 
 
 def test_an_approval_holds_for_one_workspace_name_and_command(tmp_path):

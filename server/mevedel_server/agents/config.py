@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..mcp_client.config import NotJson, load_json
 from .errors import NOT_CONFIGURED, AgentError
 
 PERMISSION_POLICIES = ("ask", "allow-reads", "allow-all")
@@ -149,11 +150,13 @@ def load_cli_config(path: Path | None = None) -> AgentConfig:
     :class:`AgentError` naming the file and the key."""
     path = path or cli_config_path()
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = load_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         return AgentConfig()
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise AgentError(NOT_CONFIGURED, str(path), f"cannot be read as JSON ({error})", "fix or remove the file") from None
+    except OSError as error:
+        raise AgentError(NOT_CONFIGURED, str(path), f"cannot be read ({error.strerror or error})", "fix or remove the file") from None
+    except NotJson as error:
+        raise AgentError(NOT_CONFIGURED, str(path), str(error), "fix or remove the file") from None
     if not isinstance(raw, dict):
         raise AgentError(NOT_CONFIGURED, str(path), "must hold a JSON object", "fix the file")
     return config_from_settings(raw, where=str(path))

@@ -44,7 +44,7 @@ async def _ask(ls: MevedelLanguageServer, spec: McpServerSpec) -> bool:
     return await consents(
         ls,
         f"The workspace's .mcp.json asks to start MCP server '{spec.name}' with the command: "
-        f"{spec.command_line} -- Allow it to run? (Remembered for this exact command in this workspace.)",
+        f"{spec.runs} -- Allow it to run? (Remembered for this exact command in this workspace.)",
         ALLOW,
         DENY,
         ls.settings.permission_timeout_seconds,

@@ -13,6 +13,11 @@ user approved its exact command (:mod:`.approvals`): the front end's
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
+import posixpath
+import shutil
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +30,42 @@ from .connections import Known, McpConnections, ResourceListing
 from .errors import McpClientError
 
 Standing = Literal["ready", "needs-approval", "invalid"]
+
+#: The most bytes of one workspace file an approval pins by its digest
+#: (a larger one is pinned as unreadable: it runs only until it changes
+#: into something readable).
+PINNED_FILE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _workspace_names(word: str, root: str | None) -> list[str]:
+    """The workspace-relative paths a command-line word may name: the word
+    itself and the value of ``--option=value``, relative to the workspace
+    root or absolute below it (``root``, when the workspace is local)."""
+    found = []
+    for candidate in (word, word.partition("=")[2] if word.startswith("-") else ""):
+        if not candidate or "\x00" in candidate:
+            continue
+        if posixpath.isabs(candidate):
+            if root is None:
+                continue
+            relative = posixpath.relpath(posixpath.normpath(candidate), root)
+        else:
+            relative = posixpath.normpath(candidate)
+        if relative not in (".", "") and not relative.startswith("../") and relative != "..":
+            found.append(relative)
+    return found
+
+
+def _resolved(spec: McpServerSpec, root: str | None, files: tuple[tuple[str, str], ...]) -> str | None:
+    """The program ``spec.command`` runs: a workspace file it names, else
+    what ``PATH`` (the server's environment's) finds."""
+    if "/" in spec.command:
+        named = _workspace_names(spec.command, root)
+        if named and any(path == named[0] for path, _ in files):
+            return named[0]
+        return spec.command
+    path = spec.env.get("PATH", os.environ.get("PATH"))
+    return shutil.which(spec.command, path=path)
 
 
 @dataclass(frozen=True)
@@ -79,9 +120,42 @@ class McpAccess:
                 found = WorkspaceServers({}, {}, f"{WORKSPACE_FILE} is larger than {MAX_WORKSPACE_FILE_BYTES} bytes")
             else:
                 found = parse_workspace_file(read.data)
+                if found.servers:
+                    found = dataclasses.replace(found, servers=await self._pinned(target, found.servers))
         if self.workspace_key is not None:
             self.connections.observed[self.workspace_key] = found
         return found
+
+    async def _pinned(self, target: Target, servers: Mapping[str, McpServerSpec]) -> dict[str, McpServerSpec]:
+        """Each workspace server with what its approval covers beyond its
+        command line: the program the command resolves to, and the sha256
+        of every workspace file its words name (``./bin/srv.sh``, the
+        ``tool.py`` of ``python tool.py``, the value of ``--config=x``)."""
+        named: dict[str, dict[str, str]] = {}
+        for name, spec in servers.items():
+            words = [spec.command, *spec.args]
+            named[name] = {word: path for word in words for path in _workspace_names(word, self.cwd)}
+        wanted = sorted({path for paths in named.values() for path in paths.values()})
+        digests: dict[str, str] = {}
+        if wanted:
+            try:
+                result = await target.run(ControlProgram([ReadFiles("", names=tuple(wanted), max_bytes=PINNED_FILE_MAX_BYTES, budget=PINNED_FILE_MAX_BYTES)]))
+                reads = result[0].value if result[0].ok else ()
+            except Exception:
+                reads = ()
+            for path, read in zip(wanted, reads):
+                if read.ok and read.data is not None:
+                    digests[path] = hashlib.sha256(read.data).hexdigest()
+                elif read.ok:
+                    digests[path] = f"larger than {PINNED_FILE_MAX_BYTES} bytes: {read.size}"
+                elif read.status is not Status.ABSENT:
+                    digests[path] = f"unreadable: {read.reason or read.status.value}"
+        pinned: dict[str, McpServerSpec] = {}
+        for name, spec in servers.items():
+            files = tuple(sorted({(path, digests[path]) for path in named[name].values() if path in digests}))
+            program = _resolved(spec, self.cwd, files)
+            pinned[name] = dataclasses.replace(spec, program=program, files=files)
+        return pinned
 
     def _approved(self, spec: McpServerSpec, fresh: bool) -> bool:
         """Whether the user approved ``spec`` here: read from the approvals
@@ -140,7 +214,7 @@ class McpAccess:
         return entry.spec
 
     async def _approve(self, spec: McpServerSpec) -> None:
-        what = f"MCP server {spec.name!r} comes from the workspace's {WORKSPACE_FILE} and runs `{spec.command_line}`"
+        what = f"MCP server {spec.name!r} comes from the workspace's {WORKSPACE_FILE} and runs `{spec.runs}`"
         if self.ask is None or self.approvals is None or self.workspace_key is None:
             raise McpClientError("needs-approval", f"{what}; it needs your approval: {self.how_to_approve.format(name=spec.name)}")
         answer = await self.ask(spec)

@@ -2,8 +2,9 @@
 
 An approval is of one server of one workspace with one exact command line:
 keyed by the workspace, the server's name and its fingerprint (command,
-arguments, environment), so a changed ``.mcp.json`` entry is not approved
-any more. The file is ``$XDG_STATE_HOME/mevedel/mcp-approvals.json``
+arguments, environment, the program it resolves to and the sha256 of every
+workspace file its command line names), so a changed ``.mcp.json`` entry,
+or a changed script it runs (a pull, a checkout), is not approved any more. The file is ``$XDG_STATE_HOME/mevedel/mcp-approvals.json``
 (``~/.local/state/...`` by default), owner-only, replaced atomically.
 """
 
@@ -16,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .config import McpServerSpec
+from .config import McpServerSpec, NotJson, load_json
 
 
 def default_approvals_path() -> Path:
@@ -30,10 +31,10 @@ class Approvals:
 
     def _load(self) -> list[dict]:
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            raw = load_json(self.path.read_bytes(), str(self.path))
         except FileNotFoundError:
             return []
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, NotJson):
             return []  # an unreadable file approves nothing
         records = raw.get("approved") if isinstance(raw, dict) else None
         return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
@@ -57,6 +58,8 @@ class Approvals:
                 "name": spec.name,
                 "fingerprint": spec.fingerprint,
                 "command": spec.command_line,
+                "program": spec.program,
+                "files": {path: digest for path, digest in spec.files},
                 "approvedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
         )

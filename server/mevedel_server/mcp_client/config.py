@@ -36,12 +36,33 @@ class McpServerSpec:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     origin: Origin = "settings"
+    #: A workspace server's program as it resolves (``PATH``, or the
+    #: workspace file its command names), and the sha256 of every
+    #: workspace file its command line names (:func:`.access.pinned`):
+    #: part of the fingerprint, so changing the script it runs asks again.
+    program: str | None = None
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def fingerprint(self) -> str:
-        """sha256 of exactly what runs: command, arguments, environment."""
-        text = json.dumps({"command": self.command, "args": list(self.args), "env": dict(sorted(self.env.items()))})
-        return hashlib.sha256(text.encode()).hexdigest()
+        """sha256 of exactly what runs: command, arguments, environment,
+        and (a workspace server) the program it resolves to and the content
+        of the workspace files its command line names."""
+        fields: dict[str, Any] = {"command": self.command, "args": list(self.args), "env": dict(sorted(self.env.items()))}
+        if self.program is not None or self.files:
+            fields.update(program=self.program, files=[list(pair) for pair in self.files])
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+    @property
+    def runs(self) -> str:
+        """What an approval covers, for the question and the record: the
+        command line, the program it resolves to, the files it names."""
+        text = self.command_line
+        if self.program is not None and self.program != self.command:
+            text += f" (program {self.program})"
+        if self.files:
+            text += " (workspace files " + ", ".join(f"{path} sha256:{digest[:12]}" for path, digest in self.files) + ")"
+        return text
 
     @property
     def command_line(self) -> str:
@@ -116,12 +137,32 @@ class WorkspaceServers:
     file_problem: str | None = None
 
 
+class NotJson(ValueError):
+    """A configuration file that cannot be read as JSON; its text is
+    ``not valid JSON: <file>: <reason>``."""
+
+
+def load_json(data: bytes | str, file: str) -> Any:
+    """``data`` (a configuration file's bytes or text) as JSON, or
+    :class:`NotJson` naming ``file`` and the reason: bad UTF-8, bad JSON,
+    or nesting too deep for the parser (a hostile file of 100,000 ``[``
+    would otherwise escape as a RecursionError)."""
+    try:
+        return json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+    except UnicodeDecodeError as error:
+        raise NotJson(f"not valid JSON: {file}: not UTF-8 text (byte {error.start})") from None
+    except json.JSONDecodeError as error:
+        raise NotJson(f"not valid JSON: {file}: {error.msg} at line {error.lineno} column {error.colno}") from None
+    except RecursionError:
+        raise NotJson(f"not valid JSON: {file}: nested too deeply") from None
+
+
 def parse_workspace_file(data: bytes) -> WorkspaceServers:
     """The entries of a ``.mcp.json`` (``{"mcpServers": {...}}``)."""
     try:
-        raw = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        return WorkspaceServers({}, {}, f"{WORKSPACE_FILE} is not JSON ({error.__class__.__name__}: {error})")
+        raw = load_json(data, WORKSPACE_FILE)
+    except NotJson as error:
+        return WorkspaceServers({}, {}, str(error))
     if not isinstance(raw, dict) or not isinstance(raw.get("mcpServers", {}), dict):
         return WorkspaceServers({}, {}, f'{WORKSPACE_FILE} must be an object {{"mcpServers": {{NAME: {{command, args, env}}}}}}')
     servers: dict[str, McpServerSpec] = {}
@@ -141,11 +182,11 @@ def load_cli_servers(path: Path) -> tuple[dict[str, McpServerSpec], float, float
     ``config.json`` (the LSP's setting names). A missing file configures
     nothing; a bad one raises ValueError naming the file and the key."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = load_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         return {}, 30.0, 60.0
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} cannot be read as JSON ({error})") from None
+    except OSError as error:
+        raise ValueError(f"{path} cannot be read ({error.strerror or error})") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path} must hold a JSON object")
     servers = raw.get("mcpServers", {}) or {}

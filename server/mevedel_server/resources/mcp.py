@@ -102,7 +102,7 @@ def _standing(access: McpAccess, entry: ServerEntry) -> str:
 
 def _server_line(access: McpAccess, entry: ServerEntry) -> str:
     origin = "mcpServers setting" if entry.origin == "settings" else "workspace .mcp.json"
-    command = f"; runs {entry.spec.command_line}" if entry.spec is not None else ""
+    command = f"; runs {entry.spec.runs}" if entry.spec is not None else ""
     return f"{server_address(entry.name)} -- {origin}; {_standing(access, entry)}{command}"
 
 
