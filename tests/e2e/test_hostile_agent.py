@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from lsprotocol import types
@@ -48,7 +49,8 @@ async def test_a_path_that_is_not_unicode_text_is_refused_naming_it_and_the_turn
     result = await prompt(client, "Write odd names")
     assert result["outcome"] == "completed", result
     said = watch.text()
-    assert "write bad\udcff.txt failed" in said and "read bad\ud800.txt failed" in said and "terminal failed" in said
+    # What the agent says with a lone surrogate is shown with U+FFFD.
+    assert "write bad\ufffd.txt failed" in said and "read bad\ufffd.txt failed" in said and "terminal failed" in said
     assert "wrote ok.txt" in said and said.endswith("done")
     written = _answers(log, "fs/write_text_file")
     refusal = written[0]["error"]
@@ -118,3 +120,41 @@ async def test_a_message_over_the_size_limit_is_answered_at_once_and_the_turn_go
     assert "fs/write_text_file is longer than the 50 MiB message limit" in refusal["data"]["reason"]
     assert not (workspace / "big.txt").exists() and "wrote ok.txt" in watch.text()
     await _usable(client, workspace, 1)
+
+
+async def test_on_an_ssh_workspace_the_same_refusals_hold_and_the_session_stays_usable(openssh_server, tmp_path):
+    from ssh_fixtures import ALIAS
+
+    from .test_agent_turns import AGENT
+    from .test_ssh_workspace import remote_params, server_config, ssh_home
+
+    project = tmp_path / "remote project"
+    project.mkdir()
+    url = f"ssh://{ALIAS}{project}"
+    script = tmp_path / "script.json"
+    log = tmp_path / "agent-events.jsonl"
+    script.write_text(json.dumps({"log": str(log), "turns": [[
+        {"write": {"path": "bad\udcff.txt", "content": "stray\n"}},
+        {"terminal": {"command": "echo", "args": ["a\u0000b"]}},
+        {"terminal": {"command": "echo", "args": ["x"], "env": {"A=B": "1"}}},
+        {"terminal": {"command": "echo", "args": ["x"], "cwd": "d\udcff"}},
+        {"write": {"path": "ok.txt", "content": "written\n"}},
+        {"terminal": {"command": "echo", "args": ["still runs"]}},
+    ], NEXT]}))
+    settings = {"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}, "defaultAgent": "scripted"}
+    client = await server_config(ssh_home(tmp_path, openssh_server)).start()
+    try:
+        await client.initialize_session(remote_params(url, **settings))
+        watch = Watch(client)
+        result = await prompt(client, "Odd inputs over there", workspaceFolder=url)
+        assert result["outcome"] == "completed", result
+        said = watch.text()
+        assert "write bad\ufffd.txt failed" in said and said.count("terminal failed") == 3 and "ran: exit 0\nstill runs" in said, said
+        assert sorted(os.listdir(project)) == [".mevedel", "ok.txt"]
+        again = await prompt(client, "Go on", workspaceFolder=url)
+        assert again["outcome"] == "completed" and (project / "after.txt").exists()
+        impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before", "workspaceFolder": url})
+        await request(client, methods.REWIND_COMMIT, {"token": impact["token"], "workspaceFolder": url})
+        assert sorted(os.listdir(project)) == [".mevedel"]
+    finally:
+        await client.shutdown_session()

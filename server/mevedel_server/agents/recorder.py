@@ -135,7 +135,7 @@ class TurnRecorder:
         self.updates += 1
         if isinstance(update, (schema.AgentMessageChunk, schema.AgentThoughtChunk)):
             kind = "response" if isinstance(update, schema.AgentMessageChunk) else "reasoning"
-            text = block_text(update.content)
+            text = displayable(block_text(update.content))
             if self._text_kind != kind:
                 self.flush_text()
                 self._text_kind = kind
