@@ -6,6 +6,7 @@ stays usable: the next prompt works and Rewind restores the turn."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -158,3 +159,33 @@ async def test_on_an_ssh_workspace_the_same_refusals_hold_and_the_session_stays_
         assert sorted(os.listdir(project)) == [".mevedel"]
     finally:
         await client.shutdown_session()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (killed, not yet reaped by init) is gone for every purpose.
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_what_a_command_leaves_in_the_background_is_killed_with_its_terminal(client, workspace, tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    log = configure(client, workspace, [[
+        # Released: the background child dies with the terminal's process group.
+        {"terminal": {"command": "sh", "args": ["-c", f"sleep 300 >/dev/null 2>&1 & echo $! > {pids}/released"]}},
+        {"write": {"path": "ok.txt", "content": "written\n"}},
+    ], NEXT])
+    result = await prompt(client, "Leave something running")
+    assert result["outcome"] == "completed", result
+    assert _answers(log, "terminal/release")
+    pid = int((pids / "released").read_text())
+    for _ in range(100):
+        if not _alive(pid):
+            break
+        await asyncio.sleep(0.05)
+    assert not _alive(pid), "a background child outlived its terminal"
+    await _usable(client, workspace, 1)

@@ -82,3 +82,34 @@ async def test_a_document_held_by_one_server_is_written_by_no_other_route(worksp
                 await client.stop()
             except Exception:
                 pass
+
+
+async def test_a_shell_write_into_a_held_document_is_not_taken_as_the_sessions_edit(workspace, tmp_path):
+    from .test_agent_turns import configure, prompt
+
+    one = await SERVER.start()
+    two = await SERVER.start()
+    try:
+        for client in (one, two):
+            await client.initialize_session(initialize_params(workspace, leaseSeconds=30))
+        item = await request(one, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Shared", "content": "v0\n"})
+        await request(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "one\n"})
+        await request(two, methods.SESSION_CREATE, {"name": "Shell"})
+        document = f".mevedel/artifacts/{item['id']}/document.md"
+        configure(two, workspace, [[{"terminal": {"command": "sh", "args": ["-c", f"echo shell > {document}"]}}]])
+        result = await prompt(two, "Write the document from the shell")
+        assert result["outcome"] == "completed", result
+        versions = (await request(two, methods.ARTIFACT_VERSIONS, {"id": item["id"]}))["versions"]
+        assert [v["reason"] for v in versions] == ["created"]  # no version of the turn
+        attached = {i["id"]: i["attached"] for i in (await request(two, methods.ARTIFACT_LIST, {}))["items"]}
+        assert attached == {item["id"]: False}
+        # The holder still holds it; the shell's bytes are the holder's to overwrite.
+        await request(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "one again\n"})
+        assert (workspace / document).read_text() == "one again\n"
+    finally:
+        for client in (one, two):
+            try:
+                await client.shutdown_session()
+                await client.stop()
+            except Exception:
+                pass

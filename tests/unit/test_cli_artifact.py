@@ -66,3 +66,17 @@ def test_refusals_name_the_input(workspace, tmp_path):
     assert "nope.md" in missing
     item = ok(cli(workspace, state, "artifact", "create", "document", "D", "--json"))
     assert "session" in refused(cli(workspace, state, "artifact", "attach", item["id"], "--json"), "owner-missing")
+
+
+def test_deleting_an_item_whose_primary_file_is_a_planted_link_fails_and_unlinks_nothing(workspace, tmp_path):
+    state = tmp_path / "state"
+    page = ok(cli(workspace, state, "artifact", "create", "artifact", "Page", "--file-name", "index.html", "--json"))
+    primary = workspace / ".mevedel" / "artifacts" / page["id"] / "index.html"
+    outside = tmp_path / "outside.html"
+    outside.write_text("not yours\n")
+    primary.unlink()
+    primary.symlink_to(outside)
+    message = refused(cli(workspace, state, "artifact", "delete", page["id"], "--json"), "containment")
+    assert "index.html" in message and "symbolic link" in message and "nothing was deleted" in message
+    assert primary.is_symlink() and outside.read_text() == "not yours\n"
+    assert [i["id"] for i in ok(cli(workspace, state, "artifact", "list", "--json"))["items"]] == [page["id"]]

@@ -50,7 +50,7 @@ from .excerpt import RECONCILIATION, transcript_excerpt
 from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
 from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
-from ..tool_server.artifact_writes import learn
+from ..tool_server.artifact_writes import learn_shell_writes
 from .file_state import FileStateRecord
 from .live import LiveEvent, LiveFeed
 from .process import AgentProcess
@@ -702,8 +702,8 @@ class AgentEngine:
             _log.warning("shell writes to the artifact store are not followed: %s", error)
             return
         if paths:
-            for note in await learn(session_artifacts(self.service), session_id, paths):
-                _log.info("%s", note)
+            for note in await learn_shell_writes(session_artifacts(self.service), session_id, paths):
+                _log.log(logging.WARNING if "not taken" in note else logging.INFO, "%s", note)
 
     async def _mail(self, session_id: str) -> list[Mail]:
         """The comments routed to the session that no answered prompt

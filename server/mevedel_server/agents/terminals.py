@@ -263,14 +263,19 @@ class Terminals:
         self._terminals.pop(terminal_id, None)
 
     async def _stop(self, terminal: Terminal) -> None:
-        if terminal.done.is_set():
-            return
+        """Kill what the command started. Its whole process group (its own
+        session: ``start_new_session``) is killed even after the command
+        itself exited, so a child it left in the background (``cmd &``,
+        ``nohup``) does not outlive the terminal's release or the turn. A
+        process that made a session of its own (``setsid``, a daemon's
+        double fork) has left the group and cannot be found this way: that
+        is not contained (docs/agents.md)."""
         if terminal.process is not None:
             try:
                 os.killpg(terminal.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
-        elif terminal.task is not None:
+        elif terminal.task is not None and not terminal.done.is_set():
             terminal.task.cancel()
         await terminal.done.wait()
 

@@ -755,6 +755,16 @@ class ArtifactStore:
             self.leases.fence(view)  # raises item-held / item-lease-lost; runs nothing
             n = view.generation
             fence = [Verify(paths.generation(n), view.raw), Verify(paths.generation(n + 1), None)] if n else [Verify(paths.generation(1), None)]
+        # A planted link as the primary file fails the delete, as it fails
+        # every other operation (docs/artifacts.md): nothing is unlinked.
+        primary = Stat(paths.file(meta.primary), optional=True)
+        found = (await self.target.run(ControlProgram([primary])))[0]
+        if found.unsafe or (found.ok and found.value.kind != "file"):
+            raise ArtifactError(
+                "containment", item_id,
+                f"its primary file {meta.primary} is {found.reason or 'not a regular file'}; mevedel follows no link in the store, "
+                "so nothing was deleted (remove the link yourself)",
+            )
         # The marker first, then meta.json (the commit point): a delete
         # interrupted past it is finished by the next listing.
         ops: list[Operation] = [Verify(paths.meta, raw), *fence, Replace(paths.deleting, b""), Remove(paths.meta)]

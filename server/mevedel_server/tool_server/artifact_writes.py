@@ -72,6 +72,28 @@ def held_refusal(error: ArtifactError) -> str:
     return f".mevedel/artifacts/{error.authored}: {error.kind}: {error.reason}; nothing was changed"
 
 
+async def learn_shell_writes(work: SessionArtifacts, session_id: str, paths: Iterable[str]) -> list[str]:
+    """:func:`learn` for what an agent's shell command wrote (found after
+    the fact): the command could not be asked first, so each live item it
+    wrote is taken under its lease now, and one another process holds is
+    refused -- the write is not taken as the session's edit (no version,
+    no attachment), and the note names the holder."""
+    notes: list[str] = []
+    paths = list(paths)
+    refused: set[str] = set()
+    for item_id, files in written_items(paths).items():
+        try:
+            await work.store.hold(item_id)
+        except ArtifactError as error:
+            refused.add(item_id)
+            notes.append(
+                f"artifact {item_id}: a shell command wrote {', '.join(files)} while {error.reason.split(';')[0]}; "
+                "the write was not taken as this session's edit"
+            )
+    kept = [path for path in paths if (artifact_item(path) or (None,))[0] not in refused]
+    return notes + await learn(work, session_id, kept)
+
+
 async def learn(work: SessionArtifacts, session_id: str | None, paths: Iterable[str]) -> list[str]:
     """Tell the store about a committed patch of ``paths``; notes for the model."""
     notes: list[str] = []
