@@ -79,3 +79,30 @@ async def test_a_failing_notification_is_reported_without_details(client, worksp
     assert shown == ["mevedel-lsp hit an internal error; details are in its log"]
     page = await request(client, methods.RESOURCE_READ, {"address": "work://shared/a-b.md"})
     assert page["totalLines"] == 1
+
+
+async def test_a_progress_token_of_the_wrong_type_is_invalid_params_naming_it(client, workspace):
+    position = {"line": 0, "character": 0}
+    hover = {"textDocument": {"uri": (workspace / "memory" / "topic.md").as_uri()}, "position": position}
+    for method, params in ((types.TEXT_DOCUMENT_HOVER, hover), (methods.RESOURCE_READ, {"address": "work://shared/a-b.md"})):
+        for token in ({"a": 1}, 3.5, [1], True):
+            error = await _invalid(client, method, {**params, "workDoneToken": token})
+            assert error.data["authored"] == "params.workDoneToken" and "progress token" in error.data["reason"]
+        error = await _invalid(client, method, {**params, "partialResultToken": None})
+        assert error.data["authored"] == "params.partialResultToken"
+    page = await raw_request(client, methods.RESOURCE_READ, {"address": "work://shared/a-b.md", "workDoneToken": "t1"})
+    assert page["text"] == "     1\tdash file"
+
+
+async def test_hover_and_completion_on_a_document_never_opened(client, workspace):
+    position = {"line": 0, "character": 3}
+    (workspace / "notes.md").write_text("see work://shared/a-b.md\n")
+    # Read from disk: a regular file.
+    found = await raw_request(client, types.TEXT_DOCUMENT_HOVER, {"textDocument": {"uri": (workspace / "notes.md").as_uri()}, "position": {"line": 0, "character": 8}})
+    assert "work://shared/a-b.md" in found["contents"]["value"]
+    # Refused clearly: absent, not a file (never read: /dev/zero would never end), not a file URI.
+    for uri, why in (((workspace / "never.md").as_uri(), "No such file"), ("file:///dev/zero", "not a regular file"),
+                     ("untitled:Untitled-1", "not a file to read")):
+        for method in (types.TEXT_DOCUMENT_HOVER, types.TEXT_DOCUMENT_COMPLETION):
+            error = await _invalid(client, method, {"textDocument": {"uri": uri}, "position": position})
+            assert error.data["authored"] == uri and "is not open in the editor" in error.data["reason"] and why in error.data["reason"]

@@ -12,6 +12,7 @@ from lsprotocol import types
 from ..resources import Candidate, complete
 from . import document_addresses
 from .errors import answers_errors
+from .opened_documents import text_document
 from .workspaces import document_scope
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def register(ls: MevedelLanguageServer) -> None:
     @ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS))
     @answers_errors(types.TEXT_DOCUMENT_COMPLETION)
     async def completion(ls: MevedelLanguageServer, params: types.CompletionParams) -> dict[str, Any] | None:
-        document = ls.workspace.get_text_document(params.text_document.uri)
+        document = text_document(ls, params.text_document.uri)
         token = document_addresses.token_before(document, params.position)
         if token is None:
             return None

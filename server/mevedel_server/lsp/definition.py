@@ -15,6 +15,7 @@ from ..addresses import AddressError, ErrorKind, parse_address
 from ..resources import backing_file
 from . import document_addresses, virtual_documents
 from .errors import answers_errors, failure
+from .opened_documents import text_document
 from .workspaces import Scope, document_scope
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def register(ls: MevedelLanguageServer) -> None:
     @ls.feature(types.TEXT_DOCUMENT_DEFINITION)
     @answers_errors(types.TEXT_DOCUMENT_DEFINITION)
     async def definition(ls: MevedelLanguageServer, params: types.DefinitionParams) -> types.Location | None:
-        document = ls.workspace.get_text_document(params.text_document.uri)
+        document = text_document(ls, params.text_document.uri)
         span = document_addresses.address_at_position(document, params.position)
         if span is None:
             return None
@@ -50,7 +51,7 @@ def register(ls: MevedelLanguageServer) -> None:
     @ls.feature(types.TEXT_DOCUMENT_DOCUMENT_LINK)
     @answers_errors(types.TEXT_DOCUMENT_DOCUMENT_LINK)
     async def document_link(ls: MevedelLanguageServer, params: types.DocumentLinkParams) -> list[types.DocumentLink]:
-        document = ls.workspace.get_text_document(params.text_document.uri)
+        document = text_document(ls, params.text_document.uri)
         scope = document_scope(ls, document.uri)
         tooltips = _supports_tooltips(ls)
         links = []

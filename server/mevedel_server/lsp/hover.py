@@ -11,6 +11,7 @@ from ..addresses import AddressError
 from ..resources import describe
 from . import document_addresses
 from .errors import answers_errors
+from .opened_documents import text_document
 from .workspaces import document_scope
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def register(ls: MevedelLanguageServer) -> None:
     @ls.feature(types.TEXT_DOCUMENT_HOVER)
     @answers_errors(types.TEXT_DOCUMENT_HOVER)
     async def hover(ls: MevedelLanguageServer, params: types.HoverParams) -> types.Hover | None:
-        document = ls.workspace.get_text_document(params.text_document.uri)
+        document = text_document(ls, params.text_document.uri)
         span = document_addresses.address_at_position(document, params.position)
         if span is None:
             return None

@@ -107,6 +107,10 @@ class _Phase(enum.Enum):
     SHUT_DOWN = "shut down"
 
 
+#: The progress tokens any request may carry (LSP ``ProgressToken``).
+_PROGRESS_TOKENS = ("workDoneToken", "partialResultToken")
+
+
 def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
@@ -279,6 +283,17 @@ class MevedelProtocol(LanguageServerProtocol):
                         KIND_INVALID_PARAMS, surrogate_at, "contains a lone surrogate, which is not text", answer_id=answer_id
                     )
                 _log.warning("notification %s: replaced lone surrogates in %s by U+FFFD", method, surrogate_at)
+        if is_request and isinstance(params, dict):
+            # A progress token is an integer or a string (LSP ProgressToken),
+            # for every method: anything else is the client's mistake, named
+            # here, not a failure inside the handler.
+            for key in _PROGRESS_TOKENS:
+                token = params.get(key, _ABSENT)
+                if token is not _ABSENT and (isinstance(token, bool) or not isinstance(token, (int, str))):
+                    raise _Refused(
+                        KIND_INVALID_PARAMS, f"params.{key}", f"must be an integer or a string (a progress token), not {_json_kind(token)}",
+                        answer_id=answer_id,
+                    )
         return message
 
     def _checked_response(self, message: dict[str, Any], usable: bool) -> dict[str, Any] | None:
