@@ -148,6 +148,10 @@ class Settings:
     mcp_call_timeout_seconds: int = 30
     #: Starting an MCP server, up to its ``initialize`` answer, may take this long.
     mcp_start_timeout_seconds: int = 60
+    #: The longest message read from an MCP server, in bytes; a longer one
+    #: (a huge resource) is skipped as it arrives and its call answered
+    #: ``unreadable: ... larger than N bytes``.
+    mcp_max_message_bytes: int = 64 * 1024 * 1024
     #: Versions the artifact store keeps per item (the latest always stays).
     artifact_max_versions: int = 20
     #: Bytes of versions the artifact store keeps per item.

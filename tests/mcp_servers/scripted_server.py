@@ -1,7 +1,7 @@
 """A small MCP server (the official SDK's FastMCP) for the failure cases
 of tests/e2e/test_mcp_resources.py: a resource whose read kills the server
-mid-read, one whose read never answers, and one that says which process
-answered (to see a reconnection). ``--marker PATH`` creates PATH when the
+mid-read, one whose read never answers, one that says which process
+answered (to see a reconnection), and a huge one. ``--marker PATH`` creates PATH when the
 server starts: a test proves a server did not run by its absence."""
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ async def hang() -> str:
     """Never answers."""
     await asyncio.sleep(3600)
     return "too late"
+
+
+@server.resource("test://huge", mime_type="text/plain")
+def huge() -> str:
+    """MEVEDEL_TEST_HUGE_BYTES characters (default 4 MiB) in one answer."""
+    return "x" * int(os.environ.get("MEVEDEL_TEST_HUGE_BYTES", 4 * 1024 * 1024))
 
 
 if __name__ == "__main__":

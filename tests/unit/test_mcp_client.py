@@ -120,7 +120,7 @@ async def test_completion_and_hover_never_start_a_server_and_close_all_stops_eve
     pid = _pids(found.text)
     assert marker.exists()
     assert [c.label for c in complete("mcp://s/test", context)] == [
-        "mcp://s/test%3A%2F%2Fdie", "mcp://s/test%3A%2F%2Fhang", "mcp://s/test%3A%2F%2Fpid"
+        "mcp://s/test%3A%2F%2Fdie", "mcp://s/test%3A%2F%2Fhang", "mcp://s/test%3A%2F%2Fhuge", "mcp://s/test%3A%2F%2Fpid"
     ]
     await connections.close_all()
     with pytest.raises(ProcessLookupError):
@@ -153,6 +153,21 @@ async def test_a_server_that_never_finishes_starting_is_given_up_on_and_killed(t
     stat = Path(f"/proc/{pid}/stat")
     assert not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z"
     await connections.close_all()
+
+
+async def test_an_answer_over_the_message_limit_is_unreadable_at_once_and_the_server_still_answers(tmp_path):
+    spec = McpServerSpec("s", sys.executable, (str(SCRIPTED),))
+    connections = McpConnections(call_timeout=60, log_dir=tmp_path / "logs", max_message_bytes=1024 * 1024)
+    context = ResolverContext(mcp=McpAccess(connections, {"s": spec}))
+    try:
+        with pytest.raises(AddressError) as refused:
+            await execute(prepare(Operation.READ, "mcp://s/test%3A%2F%2Fhuge", ReadOptions(), context))
+        assert refused.value.kind is ErrorKind.UNREADABLE
+        assert "larger than 1048576 bytes (mcpMaxMessageBytes)" in refused.value.reason
+        found = await execute(prepare(Operation.READ, "mcp://s/test%3A%2F%2Fpid", ReadOptions(), context))
+        assert found.text.startswith("     1\tpid ")  # the same server goes on answering
+    finally:
+        await connections.close_all()
 
 
 def test_a_bad_mcp_servers_setting_is_refused_naming_the_entry():

@@ -22,6 +22,7 @@ from mevedel_protocol.methods import CONFIGURATION_SECTION
 
 from ..agents.config import TERMINAL_OUTPUT_BOUNDS, agents_problem
 from ..mcp_client import servers_problem
+from ..mcp_client.connections import MAX_MESSAGE_BYTES_BOUNDS
 from ..resources import SkillRoot
 from ..targets import SshLocationError, parse_ssh_location
 from .workspaces import session_id_problem
@@ -73,6 +74,8 @@ def _check(name: str, value: Any) -> str | None:
         return servers_problem(value)
     if name in ("mcpCallTimeoutSeconds", "mcpStartTimeoutSeconds") and not 1 <= value <= 3_600:
         return f"must be between 1 and 3600 seconds, got {value}"
+    if name == "mcpMaxMessageBytes" and not MAX_MESSAGE_BYTES_BOUNDS[0] <= value <= MAX_MESSAGE_BYTES_BOUNDS[1]:
+        return f"must be between {MAX_MESSAGE_BYTES_BOUNDS[0]} and {MAX_MESSAGE_BYTES_BOUNDS[1]} bytes, got {value}"
     if name == "terminalOutputMaxBytes" and not TERMINAL_OUTPUT_BOUNDS[0] <= value <= TERMINAL_OUTPUT_BOUNDS[1]:
         return f"must be between {TERMINAL_OUTPUT_BOUNDS[0]} and {TERMINAL_OUTPUT_BOUNDS[1]} bytes, got {value}"
     if name == "artifactMaxVersions" and not 1 <= value <= 1_000:

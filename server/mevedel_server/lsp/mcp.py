@@ -35,6 +35,7 @@ def connections(ls: MevedelLanguageServer) -> McpConnections:
         found = McpConnections(
             call_timeout=float(ls.settings.mcp_call_timeout_seconds),
             start_timeout=float(ls.settings.mcp_start_timeout_seconds),
+            max_message_bytes=ls.settings.mcp_max_message_bytes,
         )
         ls.mcp_connections = found  # type: ignore[attr-defined]
     return found
@@ -95,6 +96,7 @@ def register(ls: MevedelLanguageServer) -> None:
     def settings_changed() -> None:
         connections(ls).call_timeout = float(ls.settings.mcp_call_timeout_seconds)
         connections(ls).start_timeout = float(ls.settings.mcp_start_timeout_seconds)
+        connections(ls).max_message_bytes = ls.settings.mcp_max_message_bytes
 
     async def stop_servers() -> None:
         await connections(ls).close_all()

@@ -257,9 +257,10 @@ def configured_access(
     (``access.connections.close_all()``) before the process exits. Raises
     ValueError naming the file and key of a bad configuration."""
     from ..targets import LocalTarget, TargetError
-    from .config import load_cli_servers
+    from .config import load_cli_message_limit, load_cli_servers
 
     servers, call_timeout, start_timeout = load_cli_servers(config_file)
+    limit = load_cli_message_limit(config_file)
     approved_now = frozenset(approving)
 
     async def ask(spec: McpServerSpec) -> bool | None:
@@ -272,7 +273,8 @@ def configured_access(
             return None
 
     return McpAccess(
-        McpConnections(call_timeout=call_timeout, start_timeout=start_timeout),
+        McpConnections(call_timeout=call_timeout, start_timeout=start_timeout,
+                       **({"max_message_bytes": limit} if limit is not None else {})),
         servers,
         approvals=Approvals(),
         workspace_key=str(workspace),

@@ -200,3 +200,21 @@ def load_cli_servers(path: Path) -> tuple[dict[str, McpServerSpec], float, float
             raise ValueError(f"{path}: {key} must be a number of seconds between 0 and 3600, got {value!r}")
         limits.append(float(value))
     return {name: _spec(name, entry, "settings") for name, entry in servers.items()}, limits[0], limits[1]
+
+
+def load_cli_message_limit(path: Path) -> int | None:
+    """The CLI's ``mcpMaxMessageBytes`` (None: the default), from the file
+    :func:`load_cli_servers` already checked is readable."""
+    from .connections import MAX_MESSAGE_BYTES_BOUNDS
+
+    try:
+        raw = load_json(path.read_bytes(), str(path))
+    except (OSError, NotJson):
+        return None
+    value = raw.get("mcpMaxMessageBytes") if isinstance(raw, dict) else None
+    if value is None:
+        return None
+    low, high = MAX_MESSAGE_BYTES_BOUNDS
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{path}: mcpMaxMessageBytes must be a whole number of bytes between {low} and {high}, got {value!r}")
+    return value

@@ -31,15 +31,18 @@ from typing import Any
 import anyio
 from mcp import ClientSession, McpError, StdioServerParameters
 from mcp import types as mcp_types
-from mcp.client.stdio import stdio_client
 from pydantic import ValidationError
 
+from .bounded_stdio import TOO_LARGE, bounded_stdio_client
 from .config import McpServerSpec
 from .errors import McpClientError
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 30.0
+#: ``mcpMaxMessageBytes`` unless set, and its bounds.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_MESSAGE_BYTES_BOUNDS = (64 * 1024, 1024 * 1024 * 1024)
 #: Starting a server (``npx``/``uvx`` may fetch packages first) and its
 #: ``initialize`` answer may take this long.
 DEFAULT_START_TIMEOUT_SECONDS = 60.0
@@ -117,9 +120,12 @@ class McpConnections:
         call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
         start_timeout: float = DEFAULT_START_TIMEOUT_SECONDS,
         log_dir: Path | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
+        #: The longest message read from a server (``mcpMaxMessageBytes``).
+        self.max_message_bytes = max_message_bytes
         self.log_dir = log_dir or default_log_dir()
         self._connections: dict[tuple[str, str, str | None], _Connection] = {}
         self._listings: dict[tuple[str, str, str | None], ResourceListing] = {}
@@ -192,7 +198,7 @@ class McpConnections:
         )
         try:
             with open(connection.log_path, "a", encoding="utf-8", errors="replace") as errlog:
-                async with stdio_client(parameters, errlog=errlog) as (read, write):
+                async with bounded_stdio_client(parameters, errlog, self.max_message_bytes) as (read, write):
                     # Messages pass through a pump that notices the end of
                     # the server's output, so a dead server is known at once.
                     forward, received = anyio.create_memory_object_stream[Any](0)
@@ -408,4 +414,6 @@ def _server_error(spec: McpServerSpec, what: str, error: McpError) -> McpClientE
         return McpClientError("missing", f"MCP server {spec.name!r} says: {message}")
     if error.error.code == mcp_types.METHOD_NOT_FOUND:
         return McpClientError("missing", f"MCP server {spec.name!r} has no resources ({what}: {message})")
+    if error.error.code == TOO_LARGE:
+        return McpClientError("failed", f"MCP server {spec.name!r}: its answer to {what} is {message}")
     return McpClientError("failed", f"MCP server {spec.name!r} answered {what} with an error: {message}")
