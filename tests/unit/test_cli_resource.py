@@ -128,3 +128,32 @@ def test_a_malformed_patch_claims_no_lease(workspace: Path, tmp_path_factory) ->
     ran = as_client(workspace, tmp_path_factory.mktemp("me"), "apply-patch", "-", "--session", "2026-01-01T00-00-000000000000", "--json", stdin="not a patch")
     assert json.loads(ran.stdout)["error"]["kind"] == "invalid-patch"
     assert sorted(p.relative_to(workspace) for p in workspace.rglob("*")) == before
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path):
+    """A 2 MiB tmpfs (a real filesystem that runs out of space), where the
+    test may mount one."""
+    root = tmp_path / "small"
+    root.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield root
+    finally:
+        subprocess.run(["umount", str(root)], check=False)
+
+
+def test_a_patch_whose_later_file_cannot_be_written_changes_nothing_and_says_so(small_filesystem: Path, tmp_path: Path) -> None:
+    workspace = small_filesystem
+    created = as_client(workspace, tmp_path / "me", "session", "create", "--prompt", "start", "--json")
+    sid = json.loads(created.stdout)["session_id"]
+    free = os.statvfs(workspace).f_bavail * os.statvfs(workspace).f_frsize
+    # The journal (both files) fits; a.txt is written, then b.txt finds no space.
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+hello\n*** Add File: b.txt\n+" + "y" * int(free * 0.7) + "\n*** End Patch\n"
+    ran = as_client(workspace, tmp_path / "me", "apply-patch", "-", "--session", sid, "--json", stdin=patch)
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr
+    error = json.loads(ran.stdout)["error"]
+    assert error["authored"] == "b.txt" and "no space left on device" in error["reason"] and "no file was changed" in error["reason"]
+    assert sorted(p.name for p in workspace.iterdir()) == [".mevedel"]
