@@ -28,6 +28,7 @@ import logging
 import mimetypes
 import os
 import posixpath
+import signal
 import socket
 import sys
 import time
@@ -553,6 +554,21 @@ class AgentEngine:
         turn.cancelled = True
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "cancelling", turn.turn, turn.turn_id))
         await self._cancel_agent(running, turn, self.config())
+        return True
+
+    def kill(self, session_id: str) -> bool:
+        """End the session's agent process at once (the user asked a second
+        time while the agent ignores the cancel): its whole process group
+        gets SIGKILL, the connection closes, and the turn in flight settles
+        as interrupted with what arrived. True when there was one to end."""
+        running = self._running.get(session_id)
+        process = running.process.process if running is not None else None
+        if running is None or process is None or process.returncode is not None:
+            return False
+        if running.turn is not None:
+            running.turn.cancelled = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
         return True
 
     async def _cancel_agent(self, running: _Running, turn: _Turn, config: AgentConfig) -> None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -66,19 +68,19 @@ class TerminalFront:
                 sys.stdout.flush()
                 self.at_line_start = event.text.endswith("\n")
             elif event.kind == "tool_call" and (event.title or event.status):
-                self._note(f"[tool {event.title or event.call_id}: {event.status or 'started'}]")
+                self.note(f"[tool {event.title or event.call_id}: {event.status or 'started'}]")
             elif event.kind == "permission":
-                self._note(f"[permission {event.text}: {event.decision}]")
+                self.note(f"[permission {event.text}: {event.decision}]")
             elif event.kind == "plan":
-                self._note("[plan]\n" + (event.text or ""))
+                self.note("[plan]\n" + (event.text or ""))
         if update.phase == "starting":
-            self._note(f"[starting {update.agent}]")
+            self.note(f"[starting {update.agent}]")
         if update.phase == "settled" and not self.at_line_start:
             sys.stdout.write("\n")
             sys.stdout.flush()
             self.at_line_start = True
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
         if not self.at_line_start:
             sys.stdout.write("\n")
             sys.stdout.flush()
@@ -87,26 +89,59 @@ class TerminalFront:
 
     async def ask_permission(self, question: PermissionQuestion, timeout: float) -> str | None:
         if not sys.stdin.isatty():
-            self._note(f"[{question.agent} asks permission: {question.title}; refused: no terminal to ask on]")
+            self.note(f"[{question.agent} asks permission: {question.title}; refused: no terminal to ask on]")
             return None
         lines = [f"{question.agent} asks permission: {question.title}"]
         lines += [f"  {index}. {name}" for index, (_oid, name, _kind) in enumerate(question.options, start=1)]
-        self._note("\n".join(lines))
-        loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(None, _read_line, "choose a number (empty: refuse): ")
-        try:
-            chosen = int(answer.strip())
-        except ValueError:
-            return None
-        if 1 <= chosen <= len(question.options):
-            return question.options[chosen - 1][0]
-        return None
+        self.note("\n".join(lines))
+        count = len(question.options)
+        prompt = "choose a number (empty: refuse): "
+        while True:
+            answer = await _read_answer(prompt)
+            if answer is None or not answer.strip():
+                return None
+            try:
+                chosen = int(answer.strip())
+            except ValueError:
+                chosen = 0
+            if 1 <= chosen <= count:
+                return question.options[chosen - 1][0]
+            prompt = f"{answer.strip()!r} is not one of 1-{count}; choose a number (empty: refuse): "
 
 
-def _read_line(prompt: str) -> str:
+async def _read_answer(prompt: str) -> str | None:
+    """One line typed on the terminal, read through the event loop (never
+    by a thread blocked on the terminal, which would outlive the question
+    and swallow the next line typed into the shell); None at end of input.
+    Cancelled (Ctrl-C, the question timed out), it stops reading and drops
+    what was typed and not yet sent."""
     sys.stderr.write(prompt)
     sys.stderr.flush()
-    return sys.stdin.readline()
+    fd = sys.stdin.fileno()
+    loop = asyncio.get_running_loop()
+    line: asyncio.Future[str | None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not line.done():
+            line.set_result(data.decode("utf-8", "replace") if data else None)
+
+    loop.add_reader(fd, readable)
+    try:
+        return await line
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError, termios.error):
+            termios.tcflush(fd, termios.TCIFLUSH)
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+        raise
+    finally:
+        loop.remove_reader(fd)
 
 
 def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | None, artifacts: SessionArtifacts | None = None):
@@ -170,11 +205,19 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                              local_cwd=str(local) if local is not None else None)
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach))
-        interrupted = {"yes": False}
+        interrupted = {"yes": False, "killed": False}
 
         def cancel() -> None:
-            interrupted["yes"] = True
-            asyncio.ensure_future(engine.cancel(session_id))
+            # The first Ctrl-C asks the agent to end its turn; an agent may
+            # take its time, or ignore it: the second ends its process.
+            if not interrupted["yes"]:
+                interrupted["yes"] = True
+                front.note("[cancelling: waiting for the agent to stop; Ctrl-C again stops its process]")
+                asyncio.ensure_future(engine.cancel(session_id))
+            elif not interrupted["killed"]:
+                interrupted["killed"] = engine.kill(session_id)
+                if interrupted["killed"]:
+                    front.note("[stopping the agent's process]")
 
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signal.SIGINT, cancel)
