@@ -1903,18 +1903,30 @@ later while a turn runs (its end tries them at once)."
   ((_server mevedel-lsp-server) (_method (eql window/showMessageRequest))
    &key type message actions &allow-other-keys)
   "Ask the user the server's question MESSAGE; answer the chosen action.
-Empty input or \\[keyboard-quit] answers nothing, which the server reads
-as the cautious choice (for a takeover: Cancel)."
+Empty input or \\[keyboard-quit] answers at once with nothing (JSON
+null), which the server reads as the cautious choice: refuse a
+permission, Cancel a takeover, Keep a session another client asks for."
   (ignore type)
   (let ((titles (mapcar (lambda (action) (plist-get action :title)) (append actions nil))))
+    ;; jsonrpc writes nil as null (its `:null-object' is nil in Emacs 28
+    ;; and 30); the keyword `:null' is no JSON value there.
     (if (null titles)
-        (progn (message "[mevedel] %s" message) :null)
+        (progn (message "[mevedel] %s" message) nil)
       (condition-case nil
-          (let ((choice (completing-read (format "[mevedel] %s\nAnswer (%s): "
-                                                 message (string-join titles ", "))
+          (let ((choice (completing-read (format "[mevedel] %s\nAnswer (%s) [empty or C-g: %s]: "
+                                                 message (string-join titles ", ")
+                                                 (mevedel-lsp--cautious-answer message titles))
                                          titles nil t)))
-            (if (member choice titles) (list :title choice) :null))
-        (quit :null)))))
+            (and (member choice titles) (list :title choice)))
+        (quit (message "[mevedel] answered: %s" (mevedel-lsp--cautious-answer message titles))
+              nil)))))
+
+(defun mevedel-lsp--cautious-answer (message titles)
+  "What no answer to the question MESSAGE with TITLES means, in words."
+  (cond ((string-match-p " asks permission: " message) "refuse")
+        ((member "Keep" titles) "Keep")
+        ((member "Cancel" titles) "Cancel")
+        (t "no answer")))
 
 
 ;;;; Chat: prompting agents and watching their turns
@@ -2546,6 +2558,8 @@ action, the one for its kind."
          (turn (mevedel-lsp-chat--make-turn
                 :number (plist-get summary :turn) :turn-id (plist-get summary :turnId)
                 :prompt (plist-get shown :prompt) :state (plist-get summary :state)
+                ;; The labels as recorded (absent for turns recorded by hand).
+                :agent (plist-get summary :agent) :stop-reason (plist-get summary :stopReason)
                 :error (and (plist-get summary :reason)
                             (list :message (plist-get summary :reason)))))
          (blocks nil))
@@ -2555,7 +2569,7 @@ action, the one for its kind."
           ('tool_call
            (push (mevedel-lsp-chat--make-block
                   :kind 'tool_call :call-id (plist-get item :callId)
-                  :data (list :title (plist-get item :name) :status "pending"))
+                  :data (list :title (plist-get item :name) :toolKind (plist-get item :toolKind) :status "pending"))
                  blocks))
           ('tool_result
            (let ((call (seq-find (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
@@ -2849,6 +2863,10 @@ SESSION-ID defaults to the chat's session, else the current one."
 (defvar-local mevedel-lsp-prompt--session nil
   "The session the prompt goes to (nil: the current one, else a new one).")
 
+(defvar-local mevedel-lsp-prompt--continuing nil
+  "(SESSION-ID . NAME) the prompt continues: the workspace's most recent
+session, offered when none is current (after a restart); nil otherwise.")
+
 (defvar-local mevedel-lsp-prompt--agent nil
   "The agent the prompt goes to (nil: the server chooses).")
 
@@ -2871,6 +2889,7 @@ SESSION-ID defaults to the chat's session, else the current one."
     (define-key map (kbd "C-c C-a") #'mevedel-lsp-prompt-attach)
     (define-key map (kbd "C-c C-d") #'mevedel-lsp-prompt-detach)
     (define-key map (kbd "C-c C-t") #'mevedel-lsp-prompt-choose-agent)
+    (define-key map (kbd "C-c C-n") #'mevedel-lsp-prompt-new-session)
     map)
   "Keys of `mevedel-lsp-prompt-mode'.")
 
@@ -2879,7 +2898,12 @@ SESSION-ID defaults to the chat's session, else the current one."
   (concat
    (format " → %s · %s"
            (or mevedel-lsp-prompt--agent "the session's agent")
-           (or mevedel-lsp-prompt--session "the current session (a new one if none)"))
+           (cond (mevedel-lsp-prompt--continuing
+                  (substitute-command-keys
+                   (format "continue %s (\\<mevedel-lsp-prompt-mode-map>\\[mevedel-lsp-prompt-new-session] new session)"
+                           (cdr mevedel-lsp-prompt--continuing))))
+                 (mevedel-lsp-prompt--session)
+                 (t "the current session (a new one if none)")))
    (if mevedel-lsp-prompt--attachments
        (format " · attached: %s" (string-join mevedel-lsp-prompt--attachments ", "))
      "")
@@ -2912,6 +2936,8 @@ session; \\[mevedel-lsp-prompt-choose-agent] picks again)."
   (interactive (list (mevedel-lsp--session-at-point)))
   (let* ((server (mevedel-lsp--server))
          (session (or session-id (mevedel-lsp--current-session server)))
+         (continuing (and (not session) (mevedel-lsp--continuable server)))
+         (session (or session (car continuing)))
          (file (mevedel-lsp--workspace-path server buffer-file-name))
          (attachments (and file (use-region-p) (list file)))
          (agent (mevedel-lsp-chat--pick-agent server session))
@@ -2922,6 +2948,7 @@ session; \\[mevedel-lsp-prompt-choose-agent] picks again)."
       (unless (derived-mode-p 'mevedel-lsp-prompt-mode) (mevedel-lsp-prompt-mode))
       (setq-local mevedel-lsp--origin-server server)
       (setq mevedel-lsp-prompt--session session
+            mevedel-lsp-prompt--continuing continuing
             mevedel-lsp-prompt--agent agent
             mevedel-lsp-prompt--attachments attachments
             mevedel-lsp-prompt--file file
@@ -2972,15 +2999,43 @@ Interactively, the file the prompt was started from is the default."
   (mevedel-lsp-prompt--close)
   (message "mevedel: prompt aborted; nothing was sent"))
 
+(defun mevedel-lsp--continuable (server)
+  "The session SERVER offers to continue when none is current, as
+\(SESSION-ID . NAME), or nil (the listing's `continuable')."
+  (let* ((listing (mevedel-lsp--list-sessions server))
+         (id (plist-get listing :continuable)))
+    (when (stringp id)
+      (let ((row (seq-find (lambda (row) (equal (plist-get row :sessionId) id))
+                           (append (plist-get listing :sessions) nil))))
+        (cons id (or (plist-get row :displayName) id))))))
+
+(defun mevedel-lsp-prompt-new-session ()
+  "Send this prompt to a new session instead of continuing the last one."
+  (interactive)
+  (when mevedel-lsp-prompt--continuing
+    (setq mevedel-lsp-prompt--session nil
+          mevedel-lsp-prompt--continuing nil)
+    (force-mode-line-update)
+    (message "mevedel: the prompt starts a new session")))
+
 (defun mevedel-lsp-prompt-send ()
   "Send the prompt and show the session's chat."
   (interactive)
   (let ((text (string-trim (buffer-substring-no-properties (point-min) (point-max))))
         (server (mevedel-lsp--server))
+        (continuing mevedel-lsp-prompt--continuing)
         (session mevedel-lsp-prompt--session)
         (agent mevedel-lsp-prompt--agent)
         (attachments mevedel-lsp-prompt--attachments))
     (when (string-empty-p text) (user-error "mevedel: the prompt is empty"))
+    (when continuing
+      ;; Opened here first (it was free: resumed without a question).
+      (condition-case err
+          (jsonrpc-request server :mevedel/session/open
+                           (mevedel-lsp--object :sessionId (car continuing) :mode "auto")
+                           :timeout mevedel-lsp-question-timeout)
+        (jsonrpc-error (user-error "mevedel: %s (C-c C-n sends to a new session)" (mevedel-lsp--error-text err))))
+      (message "mevedel: continuing %s" (cdr continuing)))
     (add-to-history 'mevedel-lsp-prompt-history text)
     (let ((chat (mevedel-lsp-chat-send server text :session session :agent agent :attachments attachments)))
       (mevedel-lsp-prompt--close)

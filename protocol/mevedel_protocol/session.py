@@ -116,6 +116,10 @@ class InspectEntry:
 class SessionListResult:
     sessions: list[SessionListEntry]
     inspect: list[InspectEntry]
+    #: The session an editor offers to continue when none is current (after
+    #: a restart): the most recently updated one this client opens writable
+    #: without asking, with settled turns and no recovery pending.
+    continuable: Optional[str] = None
 
 
 @attrs.define
@@ -325,6 +329,9 @@ class TurnSummary:
     reminder: bool
     settled_at: Optional[int] = None
     reason: Optional[str] = None
+    #: The agent that answered the turn and its stop reason, as recorded.
+    agent: Optional[str] = None
+    stop_reason: Optional[str] = None
 
 
 @attrs.define
@@ -357,6 +364,8 @@ class TurnItem:
     is_error: bool = False
     mail_id: Optional[str] = None
     sender: Optional[str] = None
+    #: A tool call's kind (read, edit, execute...), as recorded.
+    tool_kind: Optional[str] = None
 
 
 @attrs.define

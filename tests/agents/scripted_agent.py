@@ -61,6 +61,7 @@ from acp.schema import (
     ResumeSessionRequest,
     ResumeSessionResponse,
     SessionCapabilities,
+    SessionInfoUpdate,
     SessionResumeCapabilities,
     StopReason,
     TextContentBlock,
@@ -97,6 +98,7 @@ STEP_KINDS = frozenset(
         "say",
         "say_many",
         "think",
+        "session_title",
         "tool_call",
         "tool_update",
         "plan",
@@ -449,6 +451,10 @@ class ScriptedAgent:
 
     async def _step_think(self, text: str, turn: _Turn) -> None:
         await self._client.session_update(session_id=turn.session_id, update=update_agent_thought_text(text))
+
+    async def _step_session_title(self, title: str, turn: _Turn) -> None:
+        update = SessionInfoUpdate(session_update="session_info_update", title=title)
+        await self._client.session_update(session_id=turn.session_id, update=update)
 
     @staticmethod
     def _tool_content(argument: dict[str, Any], turn: _Turn) -> list[Any] | None:

@@ -314,6 +314,133 @@ SCREEN_SCRIPT = [[
 ]]
 
 
+def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: list, settings: str = "") -> Screen:
+    """emacs -nw in tmux with the documented setup, the test's server and a
+    scripted agent playing TURNS, visiting notes.txt."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": turns}))
+    agent = "[" + " ".join(json.dumps(part) for part in [sys.executable, str(AGENT), str(script)]) + "]"
+    init = "\n".join([
+        documented_elisp("emacs-setup"),
+        ";; The test's server and agent, and a quiet start.",
+        f"(setq mevedel-lsp-server-command '({' '.join(json.dumps(part) for part in server_command())}))",
+        f"(setq mevedel-lsp-settings '(:agents (:scripted (:command {agent})) :defaultAgent \"scripted\" {settings}))",
+        "(setq inhibit-startup-screen t native-comp-async-report-warnings-errors 'silent",
+        "      native-comp-deferred-compilation nil native-comp-jit-compilation nil)",
+        "",
+    ])
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "init.el").write_text(init, encoding="utf-8")
+    return Screen(
+        [emacs, "-nw", "-q", "-l", str(home / "init.el"), str(workspace.root / "notes.txt")],
+        env={"HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+             "XDG_STATE_HOME": str(tmp_path / "state")},
+        cwd=workspace.root,
+    )
+
+
+ASK_CLEAN = {"permission": {"tool_call_id": "c2", "title": "Run make clean",
+                            "options": [{"id": "allow", "name": "Allow once", "kind": "allow_once"},
+                                        {"id": "reject", "name": "Reject", "kind": "reject_once"}]}}
+
+
+def test_emacs_c_g_or_an_empty_answer_refuses_a_permission_at_once(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """C-g at the agent's question, then Enter on an empty answer at the
+    next: each is answered at once (refused), the turn goes on and settles
+    long before the question's timeout; nothing breaks in the filter."""
+    (workspace.root / "notes.txt").write_text("alpha\n")
+    turns = [[ASK_CLEAN, {"say": "after the first"}, ASK_CLEAN, {"say": "after the second"}]]
+    screen = _terminal_emacs(emacs, workspace, tmp_path, turns, ":permissionTimeoutSeconds 600")
+    try:
+        screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
+        screen.text("Clean up.")
+        screen.keys("C-c", "C-c")
+        asked = screen.wait_for(lambda s: "Answer (Allow once, Reject) [empty or C-g: refuse]" in s, "the first question")
+        screen.keys("C-g")
+        screen.wait_for(lambda s: "after the first" in s, "the turn going on after C-g")
+        screen.wait_for(lambda s: s.count("Answer (Allow once, Reject)") == 1 and "after the first" in s, "the second question")
+        screen.keys("Enter")
+        settled = screen.wait_for(lambda s: "(mevedel chat:idle)" in s, "the settled turn", seconds=60)
+        assert "── completed (end_turn)" in settled, settled
+        assert settled.count("Permission Run make clean → refused: declined") == 2, settled
+        assert "json-value-p" not in settled and "Error running timer" not in settled, settled
+        assert asked
+    finally:
+        screen.close()
+
+
+def test_emacs_after_a_restart_continues_the_last_session_or_starts_afresh(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """Restart Emacs: C-c m p offers the workspace's most recent session by
+    the agent's title and C-c C-c continues it (turn 2, the same chat);
+    after another restart C-c C-n in the prompt buffer starts a new one."""
+    (workspace.root / "notes.txt").write_text("alpha\n")
+    # (Each Emacs starts the agent afresh: its script begins again.)
+    turns = [[{"session_title": "Tidy the notes file for the release please"}, {"say": "an answer"}]]
+
+    def run_emacs() -> Screen:
+        screen = _terminal_emacs(emacs, workspace, tmp_path, turns)
+        screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
+        return screen
+
+    def quit_emacs(screen: Screen) -> None:
+        """C-x C-c, answering its questions about live processes, until
+        Emacs is gone (its tmux window with it)."""
+        screen.keys("C-x", "C-c")
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                shown = screen.capture()
+                if "(yes or no)" in shown:
+                    screen.text("yes")
+                    screen.keys("Enter")
+                elif "(y or n)" in shown:
+                    screen.text("y")
+                time.sleep(0.2)
+            raise AssertionError(f"emacs did not exit:\n{screen.capture()}")
+        except subprocess.CalledProcessError:
+            pass  # the window closed with Emacs
+        finally:
+            screen.close()
+
+    screen = run_emacs()
+    try:
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "the current session (a new one if none)" in s, "a prompt to a new session")
+        screen.text("Tidy the notes.")
+        screen.keys("C-c", "C-c")
+        screen.wait_for(lambda s: "(mevedel chat:idle)" in s and "mevedel: turn 1 of " in s, "the first turn settled")
+    finally:
+        quit_emacs(screen)
+    screen = run_emacs()
+    try:
+        screen.keys("C-c", "m", "p")
+        offered = screen.wait_for(lambda s: "continue Tidy the notes file" in s, "the offer to continue")
+        assert "C-c C-n new session" in offered, offered
+        screen.text("And again.")
+        screen.keys("C-c", "C-c")
+        chat = screen.wait_for(lambda s: "(mevedel chat:idle)" in s and "mevedel: turn 2 of Tidy the notes file" in s, "the second turn settled")
+        # The turn of the Emacs before keeps its labels, read from the record.
+        assert "── Turn 1 · scripted · completed" in chat and "── Turn 2 · scripted · completed" in chat, chat
+        assert chat.count("── completed (end_turn)") == 2, chat
+    finally:
+        quit_emacs(screen)
+    screen = run_emacs()
+    try:
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "continue Tidy the notes file" in s, "the offer to continue")
+        screen.keys("C-c", "C-n")
+        screen.wait_for(lambda s: "the current session (a new one if none)" in s, "a prompt to a new session")
+        screen.text("Something else.")
+        screen.keys("C-c", "C-c")
+        chat = screen.wait_for(lambda s: "(mevedel chat:idle)" in s and "mevedel: turn 1 of " in s, "the fresh turn settled")
+        assert "Turn 2" not in chat, chat
+    finally:
+        quit_emacs(screen)
+
+
 def test_emacs_chat_on_a_terminal(emacs: str, workspace: Workspace, tmp_path) -> None:
     """emacs -nw in tmux with the documented setup: C-c m p opens the prompt
     buffer, C-c C-c sends it, the agent's permission question is answered in

@@ -176,6 +176,7 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
         "setup: the server starts for a text buffer (" + ("vim.lsp.enable" if native else "setup()") + ")",
         "chat: two agents are offered",
         "chat: a permission question offers the agent options",
+        "chat: Esc at a permission question refuses it at once",
         "chat: rewind from the chat shows the impact",
         "chat: the capture gaps and the agent history",
         "chat: fork from the chat says the files stay",
@@ -289,6 +290,9 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
 
         # Rewind from the chat: the key on the turn, the boundary, then the
         # confirmation with the whole impact.
+        # Neovim's own messages from here: the one after the commit must not
+        # stack under the question's lines and ask "Press ENTER" (0.7).
+        session.keys(":lua vim.notify = _G.mevedel_real_notify", "Enter")
         session.keys(":MevedelChat", "Enter")
         session.keys("/^## Turn 1", "Enter")
         session.keys("r")
@@ -306,7 +310,8 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
         ):
             assert shown in confirm, f"{shown!r} is not in the confirmation:\n{confirm}"
         session.keys("1", "Enter")
-        session.wait_for("the rewound chat", lambda s: "No turns yet." in s, log)
+        rewound = session.wait_for("the rewound chat", lambda s: "No turns yet." in s, log)
+        assert "Press ENTER" not in rewound, rewound
         assert (workspace.root / "chat.txt").read_text() == "original\n"
 
         # A prompt written from the chat (p), then cancelled with its key.

@@ -371,3 +371,27 @@ async def test_a_grep_pattern_that_backtracks_without_end_is_stopped_while_other
         assert finished == ["reads", "grep"]
         assert stopped.startswith("bait.txt: invalid-option: Grep pattern '(a|aa)+$' took more than 10 s to match")
         assert "hello readme" in await ok(session, "Read", path="README.md")
+
+
+async def test_a_client_that_drops_xdg_variables_names_the_cli_client_explicitly(workspace, tmp_path):
+    me = tmp_path / "me"
+    sid = _session(workspace, me)
+    # The MCP client starts the server without XDG_STATE_HOME (its own HOME,
+    # as some do): --client-state names the CLI client all the same.
+    bare = {key: value for key, value in os.environ.items() if not key.startswith("XDG_")}
+    bare["HOME"] = str(tmp_path / "elsewhere")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mevedel_server.cli", "mcp", "--workspace", str(workspace), "--session", sid, "--client-state", str(me / "mevedel")],
+        env=bare,
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            assert await ok(session, "ApplyPatch", patch=envelope(add("src/mine.py", "x"))) == "A src/mine.py"
+    assert (workspace / "src" / "mine.py").read_text() == "x\n"
+    missing = subprocess.run(
+        [sys.executable, "-m", "mevedel_server.cli", "mcp", "--workspace", str(workspace), "--client-state", str(tmp_path / "nowhere")],
+        env=bare, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )
+    assert missing.returncode == 1 and "--client-state" in missing.stderr and "cli-client.json" in missing.stderr, missing.stderr

@@ -40,14 +40,14 @@ from typing import Any, Protocol
 from acp import RequestError, schema
 
 from ..store.service import SessionService, is_refusal
-from ..store.content.sidecar import EngineRef, EngineState
+from ..store.content.sidecar import EngineRef, EngineState, ForkType
 from ..store.content.transcript import Outcome
 from ..resources import ResolverContext
 from ..targets import ControlProgram, Read, Status, TargetError
 from ..tool_server.host import ToolHost
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
-from .excerpt import RECONCILIATION, transcript_excerpt
+from .excerpt import RECONCILIATION, forked_files_note, transcript_excerpt
 from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
 from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
@@ -191,6 +191,12 @@ class _Client:
         pass
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if isinstance(update, schema.SessionInfoUpdate) and session_id == self.running.process.native_session_id:
+            # The agent's title for the conversation (during or after a
+            # turn): the session's display name, unless it was named.
+            if isinstance(update.title, str) and update.title.strip():
+                await self.running.engine.apply_title(self.running.session_id, update.title)
+            return
         turn = self._turn(session_id)
         if turn is not None:  # replayed history (session/load) records nothing
             turn.recorder.on_update(update)
@@ -366,6 +372,14 @@ class AgentEngine:
         """Whether ``running`` is still its session's agent here."""
         return self._running.get(running.session_id) is running
 
+    async def apply_title(self, session_id: str, title: str) -> None:
+        """The agent's title as the session's display name (the spec's
+        naming rules; an explicit name wins). Never fails the turn."""
+        try:
+            await self.service.apply_title(session_id, title)
+        except Exception as error:
+            _log.info("session %s: the agent's title was not recorded: %s", session_id, getattr(error, "reason", error))
+
     # Checkpointing writes -------------------------------------------------------------
 
     def record_pre_state(self, session_id: str, relative: str, before: bytes | None) -> None:
@@ -402,12 +416,12 @@ class AgentEngine:
         except AgentError as error:
             self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", error=error))
             raise
-        started = await self.service.begin_turn(session_id, text)
+        started = await self.service.begin_turn(session_id, text, agent=spec.name)
         reconcile = started.reminder or (recorded is not None and recorded.state is EngineState.UNCERTAIN)
         excerpt = None
         if not continued:
             records = self.service.transcript_records(session_id)
-            excerpt = transcript_excerpt(records[: _last_turn_begin(records)])
+            excerpt = transcript_excerpt(records[: _last_turn_begin(records)], files=self._files_note(session_id))
         feed = LiveFeed(lambda events: self.front.turn_update(
             TurnUpdate(session_id, spec.name, "running", started.turn, started.turn_id, tuple(events))))
         recorder = TurnRecorder(lambda item: self.service.append_now(session_id, item), feed)
@@ -458,7 +472,7 @@ class AgentEngine:
             turn.cancelled = True
             await self._cancel_agent(running, turn, config)
             with contextlib.suppress(BaseException):
-                stop_reason = await asyncio.wait_for(asyncio.shield(request), config.cancel_timeout_seconds)
+                stop_reason = (await asyncio.wait_for(asyncio.shield(request), config.cancel_timeout_seconds)).stop_reason
             await self._settle(running, turn, stop_reason, None)
             raise
         return await self._settle(running, turn, stop_reason, error)
@@ -476,7 +490,9 @@ class AgentEngine:
             except asyncio.TimeoutError:
                 pass
             except RequestError as refused:
-                raise AgentError(FAILED, f"agent {turn.agent!r}", f"failed the prompt: {refused}", f"its log is {process.log_path}") from None
+                await asyncio.sleep(0)  # stderr written before the answer is read first
+                raise AgentError(FAILED, f"agent {turn.agent!r}", f"failed the prompt: {refused}{process.stderr_said()}",
+                                 f"its log is {process.log_path}") from None
             except (ConnectionError, BrokenPipeError):
                 await process._reap()
                 why = process.why_gone()
@@ -524,7 +540,7 @@ class AgentEngine:
             await running.process.stop()
         try:
             self._set_engine(session_id, running, EngineState.READY if outcome is Outcome.COMPLETED and alive else EngineState.UNCERTAIN)
-            await self.service.settle(session_id, outcome, reason=reason)
+            await self.service.settle(session_id, outcome, reason=reason, stop_reason=stop_reason)
         except Exception as failure:
             # The session went away under the turn (closed, its lease lost):
             # what was checkpointed stays; the next owner resumes the turn
@@ -662,6 +678,15 @@ class AgentEngine:
             await self.stop(session_id)
             raise
         return running, continued
+
+    def _files_note(self, session_id: str) -> str | None:
+        """What the excerpt says of the files when the transcript is not
+        their history: a Conversation fork before its first own turn."""
+        sidecar = self.service.session(session_id).conversation.sidecar
+        fork = sidecar.fork
+        if fork is None or fork.fork_type is not ForkType.CONVERSATION or sidecar.total_turn_count > fork.turn:
+            return None
+        return forked_files_note(fork.session_id, fork.turn)
 
     async def _tool_server(self, running: _Running) -> schema.McpServerStdio | None:
         """``mevedel mcp`` for ``running``'s ``mcpServers``: a relay to this

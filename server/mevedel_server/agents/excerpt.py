@@ -25,9 +25,22 @@ RECONCILIATION = (
 )
 
 
-def transcript_excerpt(records: Sequence[object], budget: int = EXCERPT_BUDGET) -> str | None:
+def forked_files_note(source_id: str, turn: int) -> str:
+    """What a conversation fork's first prompt says of the files: a
+    Conversation fork copies the transcript up to ``turn`` and leaves the
+    files as the source session left them, later turns included."""
+    return (
+        f"This session was forked from session {source_id} after its turn {turn}. The fork did not change any file: "
+        "the workspace is as that session left it, including the work of its later turns, which this excerpt does not "
+        "show; so the files may not match what the excerpt says. Read a file before relying on its content."
+    )
+
+
+def transcript_excerpt(records: Sequence[object], budget: int = EXCERPT_BUDGET, files: str | None = None) -> str | None:
     """A labelled excerpt of the segment's settled conversation, or None
-    when there is nothing to tell."""
+    when there is nothing to tell. ``files`` says what state the workspace
+    files are in, when it is not simply the result of these turns (a
+    Conversation fork)."""
     turns: list[str] = []
     current: list[str] = []
     summary: str | None = None
@@ -63,7 +76,7 @@ def transcript_excerpt(records: Sequence[object], budget: int = EXCERPT_BUDGET) 
     parts = [
         "[mevedel] This conversation continues an earlier one whose history you do not have. "
         "Below is an excerpt of its transcript, for context only: do not repeat its actions; "
-        "the workspace already reflects them."
+        + (files if files is not None else "the workspace already reflects them.")
     ]
     if summary is not None:
         parts.append(f"Summary of the conversation before this segment:\n{summary}")

@@ -154,6 +154,12 @@ class AgentProcess:
         last = self.stderr_tail(3)
         return f"{what}{': ' + last if last else ''}"
 
+    def stderr_said(self, lines: int = 3) -> str:
+        """The agent's last stderr lines as a clause for an error message
+        (the real cause often is there: "Not logged in"), or nothing."""
+        tail = self.stderr_tail(lines)
+        return f"; it last said on stderr: {tail}" if tail else ""
+
     def stderr_tail(self, lines: int = STDERR_TAIL) -> str:
         return " | ".join(list(self._tail)[-lines:])
 
@@ -254,7 +260,7 @@ class AgentProcess:
         if error.code == AUTH_REQUIRED or "auth" in text or "login" in text or "log in" in text:
             return AgentError(NEEDS_LOGIN, f"agent {self.spec.name!r}", f"needs a login ({error})", self.login_hint())
         details = error.data.get("details") if isinstance(error.data, dict) else None
-        said = f"{error}" + (f" ({details})" if isinstance(details, str) and details else "")
+        said = f"{error}" + (f" ({details})" if isinstance(details, str) and details else "") + self.stderr_said()
         action = f"its log is {self.log_path}"
         if what in ("session/new", "session/load", "session/resume"):
             # Agents that need a login do not all say so (Claude's adapter

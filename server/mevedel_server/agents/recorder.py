@@ -164,7 +164,7 @@ class TurnRecorder:
                     arguments = json.dumps(update.raw_input, ensure_ascii=False, sort_keys=True)
                 except (TypeError, ValueError):
                     arguments = str(update.raw_input)
-            self._append(EvidenceInput("tool_call", call_id=call.record_id, name=call.title, arguments=arguments))
+            self._append(EvidenceInput("tool_call", call_id=call.record_id, name=call.title, arguments=arguments, tool_kind=update.kind))
         if update.title:
             call.title = _bounded(update.title)
         if update.kind:
@@ -182,8 +182,9 @@ class TurnRecorder:
             LiveEvent(
                 "tool_call",
                 call_id=native,
-                title=update.title,
-                tool_kind=update.kind,
+                # An update names only what changed: the call keeps its title.
+                title=call.title,
+                tool_kind=call.kind,
                 status=update.status,
                 output=output if update.content is not None else None,
                 diffs=diffs if update.content is not None else None,

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..store import InvalidToken, StateToken
 from ..store.service import SessionService
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command
+from .session_client import CommandError, add_common, add_session_option, emit, held_session, remember_session, run_command
 
 COMMIT = "commit"
 
@@ -357,6 +357,15 @@ async def _commit_fork(service: SessionService, arguments: argparse.Namespace, s
         result = await service.commit_fork(sid, token)
         data = _child_data(service, sid, result.child)
         lines = _child_lines(data, "forked")
+        # One session per client: the child is this client's from now on
+        # (the next command, prompt included, goes to it); the source is
+        # saved and released for whoever opens it next.
+        if service.is_open(sid):
+            await service.close(sid)
+        remember_session(arguments, data["session_id"])
+        data["current"] = data["session_id"]
+        data["released"] = sid
+        lines.append(f"{data['session_id']} is this client's session now; {sid} was saved and released (`mevedel session open {sid}` goes back)")
     emit(arguments, data, lines)
 
 

@@ -30,7 +30,7 @@ from ..mcp_client.access import APPROVE_IN_A_TERMINAL, configured_access
 from ..resources import MemoryRoot, SkillRoot
 from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
-from .session_client import CommandError, cli_identity
+from .session_client import IDENTITY_FILE, CommandError, cli_identity
 
 SOCKET_ENV = "MEVEDEL_TOOL_SOCKET"
 TOKEN_ENV = "MEVEDEL_TOOL_TOKEN"
@@ -54,6 +54,10 @@ Add it to an agent by hand:
 
 Add --session ID (or NAME) to bind a session: its work:// files,
 artifact:// output and history, and the right to change project files.
+The session's writer is this user's CLI client, named by the identity in
+$XDG_STATE_HOME/mevedel; an MCP client that starts servers without your
+environment would make it another client (read-only): pass the directory
+explicitly, e.g. --client-state ~/.local/state/mevedel.
 Without a session, reads work and ApplyPatch changes only work://shared/
 and memory files. Under the mevedel language server no flags are needed:
 it passes MEVEDEL_TOOL_SOCKET and MEVEDEL_TOOL_TOKEN to the agents it
@@ -70,6 +74,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--workspace", type=Path, default=None, help="workspace root (default: current directory)")
     parser.add_argument("--session", metavar="ID|NAME", default=None, help="the session to bind (default: none)")
+    parser.add_argument(
+        "--client-state",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="the CLI's state directory, whose cli-client.json says which client this is "
+        "(default: $XDG_STATE_HOME/mevedel; give it when the MCP client drops XDG_* variables)",
+    )
     parser.add_argument(
         "--memory-root",
         action="append",
@@ -112,8 +124,12 @@ def run(arguments: argparse.Namespace) -> int:
         )
     except ValueError as error:
         return _fail(str(error))
+    client_state = arguments.client_state.expanduser() if arguments.client_state is not None else None
+    if client_state is not None and not (client_state / IDENTITY_FILE).is_file():
+        return _fail(f"--client-state {client_state}: holds no CLI client identity ({IDENTITY_FILE}); "
+                     "give the directory `mevedel session list` uses (`$XDG_STATE_HOME/mevedel`, by default ~/.local/state/mevedel)")
     try:
-        return asyncio.run(_standalone(workspace, arguments.session, memory_roots, skill_roots, access))
+        return asyncio.run(_standalone(workspace, arguments.session, memory_roots, skill_roots, access, client_state))
     except CommandError as error:
         return _fail(str(error))
 
@@ -150,6 +166,7 @@ async def _standalone(
     memory_roots: tuple[MemoryRoot, ...],
     skill_roots: tuple[SkillRoot, ...],
     access: McpAccess,
+    client_state: Path | None = None,
 ) -> int:
     from mcp.server.stdio import stdio_server
 
@@ -161,7 +178,7 @@ async def _standalone(
         target = LocalTarget(workspace)
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {workspace}: {error.reason}") from None
-    service = SessionService(target, cli_identity(), **PRODUCT_STORAGE)
+    service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE)
     try:
         sid = None
         if session is not None:

@@ -4,12 +4,18 @@ of a session, streaming the agent's answer to standard output.
 The agent comes from ``$XDG_CONFIG_HOME/mevedel/config.json`` (the LSP's
 setting names: ``agents``, ``defaultAgent``, ``permissions``, ...). The
 session is ``--session ID``, else the one this CLI client holds in the
-workspace, else a new one. Reasoning, tool calls and permission decisions
+workspace, else this client's last session of the workspace when it is
+free (continued, and said so), else a new one (``--new`` always starts
+one). A last session another client holds now is not silently replaced by
+a new one: the prompt is refused naming the holder, ``--new`` and
+``session take-control``. Reasoning, tool calls and permission decisions
 go to standard error; the agent's permission questions are asked on the
 terminal (without one, they are refused unless ``permissions`` allows
 them). The agent gets mevedel's MCP tools (``mevedel mcp`` relaying to a
 tool host in this process, as under the LSP server). Ctrl-C cancels the
-turn (it settles as interrupted). Exit status:
+turn (it settles as interrupted); a second Ctrl-C, while the agent takes
+its time to stop, ends the agent's process. A question is answered by its
+number; a typo asks again, an empty answer refuses. Exit status:
 0 completed, 1 refused before anything was recorded, 2 the turn failed,
 130 interrupted.
 """
@@ -35,10 +41,16 @@ from ..resources import ResolverContext, writable_sessions
 from ..store.service import SessionService
 from ..tool_server.host import ToolHost
 from ..tool_server.standalone import StandaloneContext
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command, workspace_root
+from ..store.workspace_wide.listing import SessionAction
+from .session_client import (
+    CommandError, add_common, add_session_option, emit, held_session, last_session, remember_session, run_command, workspace_root,
+)
 
 TURN_FAILED = 2
 INTERRUPTED = 130
+#: Terminal attributes for the agent's reasoning.
+DIM = "\x1b[2m"
+PLAIN = "\x1b[0m"
 
 
 def register(subparsers: Any) -> None:
@@ -58,11 +70,17 @@ class TerminalFront:
     def __init__(self, json_output: bool) -> None:
         self.json_output = json_output
         self.at_line_start = True
+        #: A run of reasoning is being written (dimmed, on stderr).
+        self.reasoning = False
 
     def turn_update(self, update: TurnUpdate) -> None:
         if self.json_output:
             return
         for event in update.events:
+            if event.kind == "reasoning" and event.text:
+                self._reason(event.text)
+                continue
+            self._end_reasoning()
             if event.kind == "response" and event.text:
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
@@ -75,12 +93,34 @@ class TerminalFront:
                 self.note("[plan]\n" + (event.text or ""))
         if update.phase == "starting":
             self.note(f"[starting {update.agent}]")
+        if update.phase == "settled":
+            self._end_reasoning()
         if update.phase == "settled" and not self.at_line_start:
             sys.stdout.write("\n")
             sys.stdout.flush()
             self.at_line_start = True
 
+    def _reason(self, text: str) -> None:
+        """The agent's thought chunks: dimmed on a terminal (marked
+        ``[reasoning]`` elsewhere), on stderr beside the notes."""
+        if not self.reasoning:
+            if not self.at_line_start:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+                self.at_line_start = True
+            sys.stderr.write(DIM if sys.stderr.isatty() else "[reasoning] ")
+            self.reasoning = True
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def _end_reasoning(self) -> None:
+        if self.reasoning:
+            sys.stderr.write((PLAIN if sys.stderr.isatty() else "") + "\n")
+            sys.stderr.flush()
+            self.reasoning = False
+
     def note(self, text: str) -> None:
+        self._end_reasoning()
         if not self.at_line_start:
             sys.stdout.write("\n")
             sys.stdout.flush()
@@ -167,6 +207,31 @@ def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | 
     return context
 
 
+async def _last_or_new(service: SessionService, arguments: argparse.Namespace, front: TerminalFront) -> str:
+    """The session a prompt goes to when this client holds none: its last
+    session of the workspace when that is free (continued, and said so),
+    else a new one. A last session another client holds is never left
+    silently for a new one: the prompt is refused naming the holder."""
+    last = last_session(arguments)
+    row = None
+    if last is not None:
+        row = next((r for r in (await service.list()).rows if r.session_id == last), None)
+    if row is None:
+        return (await service.create()).session_id
+    name = f"{row.session_id} ({row.display_name})" if row.display_name != row.session_id else row.session_id
+    holder = row.holder_host or "another client"
+    if row.action is SessionAction.JOIN:
+        raise CommandError("lease-held", f"your last session {name} is held by {holder}: `mevedel session take-control {row.session_id}` "
+                                         f"asks for it, `mevedel prompt --new` starts a new session")
+    if row.action is SessionAction.TAKE_OVER:
+        raise CommandError("lease-held", f"your last session {name} was held by {holder}, whose lease expired: "
+                                         f"`mevedel session take-control {row.session_id} --confirm-takeover` takes it over, "
+                                         f"`mevedel prompt --new` starts a new session")
+    if not arguments.json:
+        front.note(f"[continuing your last session {name}; `mevedel prompt --new` starts a new one]")
+    return row.session_id
+
+
 def run_prompt(arguments: argparse.Namespace) -> int:
     status = {"code": 0}
     text = sys.stdin.read() if arguments.text == "-" else arguments.text
@@ -178,6 +243,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         if arguments.new and arguments.session is not None:
             raise CommandError("invalid-params", "give either --new or --session, not both")
+        front = TerminalFront(arguments.json)
         if arguments.new:
             session_id = (await service.create()).session_id
         else:
@@ -186,12 +252,17 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             except CommandError as error:
                 if arguments.session is not None or error.kind != "owner-missing":
                     raise
-                session_id = (await service.create()).session_id
+                session_id = await _last_or_new(service, arguments, front)
             if not service.is_open(session_id):
                 await service.open(session_id, "resume")
+        remember_session(arguments, session_id)
+        in_flight = service.turn_in_flight(session_id)
+        if in_flight is not None:
+            raise CommandError("turn-in-flight", f"turn {in_flight} of {session_id} is in flight, begun by hand (`mevedel turn begin`): "
+                                                 "`mevedel turn settle` records it as done, `mevedel turn abort` ends it as interrupted; "
+                                                 "then prompt again (or `mevedel prompt --new`)")
         local = workspace_root(arguments)
         root = str(local) if local is not None else str(getattr(service.target, "root"))
-        front = TerminalFront(arguments.json)
         tool_host = ToolHost()
         try:
             # An agent cannot approve anything: a workspace .mcp.json server

@@ -57,9 +57,10 @@ def state_directory() -> Path:
     return Path(base) / "mevedel"
 
 
-def cli_identity() -> ClientIdentity:
-    """This user's CLI client identity, created on first use."""
-    path = state_directory() / IDENTITY_FILE
+def cli_identity(directory: Path | None = None) -> ClientIdentity:
+    """This user's CLI client identity, created on first use, in
+    ``directory`` (default: :func:`state_directory`)."""
+    path = (directory or state_directory()) / IDENTITY_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return ClientIdentity(str(data["client_id"]), str(data["host"]))
@@ -75,9 +76,45 @@ def cli_identity() -> ClientIdentity:
         os.link(temporary, path)  # the first writer wins; a racing one adopts it
     except FileExistsError:
         temporary.unlink()
-        return cli_identity()
+        return cli_identity(directory)
     temporary.unlink()
     return identity
+
+
+LAST_SESSIONS_FILE = "cli-last-sessions.json"
+
+
+def _last_sessions_path() -> Path:
+    return state_directory() / LAST_SESSIONS_FILE
+
+
+def _last_sessions() -> dict[str, str]:
+    try:
+        data = json.loads(_last_sessions_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: nothing is remembered
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def last_session(arguments: argparse.Namespace) -> str | None:
+    """The session this CLI client last prompted (or forked into) in the
+    workspace, even when it holds it no more."""
+    return _last_sessions().get(str(workspace_location(arguments)))
+
+
+def remember_session(arguments: argparse.Namespace, session_id: str) -> None:
+    """Make ``session_id`` this client's last session of the workspace
+    (written whole: a reader sees the old map or the new one)."""
+    remembered = _last_sessions()
+    key = str(workspace_location(arguments))
+    if remembered.get(key) == session_id:
+        return
+    remembered[key] = session_id
+    path = _last_sessions_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{LAST_SESSIONS_FILE}.{secrets.token_hex(4)}.tmp")
+    temporary.write_text(json.dumps(remembered, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:

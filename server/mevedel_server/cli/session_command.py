@@ -17,7 +17,7 @@ from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionServi
 from ..store.authority.lease import describe_target_time
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.authority.workspace import SESSION_ID_PATTERN
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command
+from .session_client import CommandError, add_common, add_session_option, emit, held_session, remember_session, run_command
 
 
 def register(subparsers: Any) -> None:
@@ -228,6 +228,8 @@ def run_open(arguments: argparse.Namespace) -> int:
                 "identity-needs-confirmation",
                 f"{asked}; if it was copied here on purpose, bind it with: mevedel session open {sid} --confirm-identity",
             ) from None
+        if opened.info.read_only_reason is None:
+            remember_session(arguments, sid)  # `mevedel prompt` continues it later
         data = info_data(opened.info) | {"action": opened.action, "interrupted_turn": opened.interrupted_turn}
         lines = [f"{opened.action}: {info_line(opened.info)}"]
         if opened.interrupted_turn:
@@ -316,6 +318,8 @@ def summary_data(summary: TurnSummary) -> dict[str, Any]:
         "reason": summary.reason,
         "tool_calls": summary.tool_calls,
         "reminder": summary.reminder,
+        "agent": summary.agent,
+        "stop_reason": summary.stop_reason,
     }
 
 
@@ -338,10 +342,38 @@ def detail_data(detail: TurnDetail) -> dict[str, Any]:
     return summary_data(detail.summary) | {"prompt": detail.prompt, "items": items, "markdown": detail.markdown}
 
 
+def turn_lines(detail: TurnDetail, *, dim: bool) -> list[str]:
+    """A turn as a person reads it: its labels from the record (agent,
+    tool kinds, stop reason) and everything the agent did in order, its
+    reasoning dimmed on a terminal (marked elsewhere)."""
+    summary = detail.summary
+    state = summary.state + (f" ({summary.stop_reason})" if summary.stop_reason else "")
+    lines = [f"── Turn {summary.turn} · {summary.agent or 'by hand'} · {state} ──", "", "You: " + detail.prompt, ""]
+    for item in detail.items:
+        if item.kind == "response":
+            lines += [item.text or "", ""]
+        elif item.kind == "reasoning":
+            text = (item.text or "").rstrip("\n")
+            lines += [f"\x1b[2mReasoning: {text}\x1b[0m" if dim else "Reasoning: " + text.replace("\n", "\n  "), ""]
+        elif item.kind == "tool_call":
+            lines.append(f"[tool {item.name}" + (f" · {item.tool_kind}" if item.tool_kind else "") + "]")
+        elif item.kind == "tool_result":
+            lines += [("  error: " if item.is_error else "  ") + (item.output or "").rstrip("\n").replace("\n", "\n  "), ""]
+        elif item.kind == "permission":
+            lines += [f"[permission {item.text}: {item.output}]", ""]
+        elif item.kind == "plan":
+            lines += ["Plan:", item.text or "", ""]
+        elif item.kind == "mail":
+            lines += [f"Mail from {item.sender}: {item.text}", ""]
+    if summary.reason:
+        lines.append(f"({summary.state}: {summary.reason})")
+    return lines
+
+
 def run_turn(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
         detail = await service.turn(sid, arguments.number)
-        emit(arguments, {"session_id": sid} | detail_data(detail), [detail.markdown.rstrip("\n")])
+        emit(arguments, {"session_id": sid} | detail_data(detail), turn_lines(detail, dim=sys.stdout.isatty()))
 
     return run_command(arguments, body)

@@ -192,7 +192,10 @@ async def _ask(ls: MevedelLanguageServer, control: SessionControl, event: Contro
     try:
         if title == GRANT:
             await control.grant(event.session_id)
-        elif title == KEEP:
+        elif title == KEEP or answer is None:
+            # A dismissed question (Esc, C-g, an empty answer: null) was
+            # seen by a person at this machine: Keep. Only a question
+            # nobody answers is granted, at the timeout.
             await control.keep(event.session_id)
     except ConversationError:
         pass  # decided meanwhile

@@ -24,6 +24,7 @@ from ..store.service import (
     TurnSummary,
     EvidenceInput,
 )
+from ..store.workspace_wide.listing import SessionAction
 from .errors import failure
 from .handlers import (
     CANCEL,
@@ -65,6 +66,8 @@ def _summary(summary: TurnSummary) -> wire.TurnSummary:
         reminder=summary.reminder,
         settled_at=summary.settled_at,
         reason=summary.reason,
+        agent=summary.agent,
+        stop_reason=summary.stop_reason,
     )
 
 
@@ -80,6 +83,7 @@ def _detail(session_id: str, detail: TurnDetail) -> wire.TurnShowResult:
             is_error=item.is_error,
             mail_id=item.mail_id,
             sender=item.sender,
+            tool_kind=item.tool_kind,
         )
         for item in detail.items
     ]
@@ -115,7 +119,12 @@ async def list_sessions(ls: MevedelLanguageServer, params: wire.SessionListParam
         wire.InspectEntry(row.name, row.subject.value, row.reason, row.kind.value if row.kind else None)
         for row in listing.inspect_rows
     ]
-    return wire.SessionListResult(sessions, inspect)
+    continuable = next(
+        (entry.session_id for entry in sessions
+         if entry.action in (SessionAction.RESUME.value, SessionAction.SWITCH.value) and entry.turns > 0 and not entry.recovery_pending),
+        None,
+    )
+    return wire.SessionListResult(sessions, inspect, continuable)
 
 
 async def create_session(ls: MevedelLanguageServer, params: wire.SessionCreateParams) -> wire.SessionState:

@@ -768,7 +768,18 @@ Grant hands the session over (read-only here); take and release control."
     (customize-set-variable 'mevedel-lsp-settings '(:controlTransfer (:promptTimeoutSeconds 60 :fenceSeconds 1)))
     (unwind-protect
     (cl-letf (((symbol-function 'completing-read)
-               (lambda (prompt &rest _) (push prompt questions) answer)))
+               (lambda (prompt &rest _) (push prompt questions)
+                 (if (eq answer 'quit) (signal 'quit nil) answer))))
+      ;; C-g and an empty answer are a person at this machine: Keep, at
+      ;; once (not granted when the 60 s prompt timeout ends).
+      (dolist (dismissal '(quit ""))
+        (setq answer dismissal)
+        (pcase-let ((`(,status . ,result) (mevedel-test--cli "session" "take-control" session "--wait" "30")))
+          (should (= status 1))
+          (should (equal (plist-get (plist-get result :error) :kind) "rejected"))))
+      (should (= (length questions) 2))
+      (should (string-match-p "Grant, Keep) \\[empty or C-g: Keep\\]" (car questions)))
+      (setq questions nil)
       ;; Keep: the other client's request ends rejected; Emacs keeps writing.
       (setq answer "Keep")
       (pcase-let ((`(,status . ,result) (mevedel-test--cli "session" "take-control" session "--wait" "60")))

@@ -13,6 +13,8 @@ local command = vim.json.decode(vim.env.MEVEDEL_LSP_COMMAND)
 local agent = vim.json.decode(vim.env.MEVEDEL_TEST_SCREEN_AGENT)
 local log = assert(io.open(vim.env.MEVEDEL_TEST_SCREEN_LOG, 'a'))
 
+-- Neovim's own, for the steps where a hit-enter prompt is what is tested.
+_G.mevedel_real_notify = vim.notify
 vim.notify = function(message)
   log:write(tostring(message) .. '\n')
   log:flush()

@@ -335,6 +335,7 @@ test('chat: a permission question offers the agent options; the decision, tool c
   expect(question.prompt:find('scripted asks permission: Write chat.txt', 1, true), 'question %s', question.prompt)
   expect(during and during:find('Before asking.', 1, true), 'the text before the question was not shown: %s', tostring(during))
   expect(during:find('(waiting for your answer)', 1, true), 'the question was not shown as pending: %s', during)
+  expect(during:find('## Turn 1 (waiting for your answer) · scripted', 1, true), 'the turn is not shown waiting: %s', during)
   expect(read_file(root .. '/chat.txt') == 'agent v1\n', 'the agent did not write')
 
   local bufnr = chat_buffer(chatty)
@@ -358,6 +359,25 @@ test('chat: a permission question offers the agent options; the decision, tool c
   wait_for('the reloaded chat', function()
     return buffer_text(bufnr):find('[permission] Write chat.txt -> Allow once (allowed)', 1, true) ~= nil
   end)
+end)
+
+test('chat: Esc at a permission question refuses it at once and the turn goes on', function()
+  local session = new_session('Nvim dismissed')
+  local options = { { id = 'allow', name = 'Allow once', kind = 'allow_once' }, { id = 'reject', name = 'Reject', kind = 'reject_once' } }
+  mevedel.set_settings({
+    agents = { scripted = agent({ { { permission = { tool_call_id = 'c3', title = 'Run rm', options = options } }, { say = 'went on' } } }) },
+    permissionTimeoutSeconds = 600,
+  })
+  answering({ ['mevedel.permission'] = function(_, _, on_choice)
+    on_choice(nil)
+  end })
+  chat.send({ text = 'Remove it', session = session })
+  wait_for('the turn to settle', function()
+    return chat.status(session) == 'idle (turn 1 completed)'
+  end)
+  local text = chat_text(session)
+  expect(text:find('[permission] Run rm -> refused: declined (refused)', 1, true), 'chat %s', text)
+  expect(text:find('permission: selected reject', 1, true), 'the agent was not refused: %s', text)
 end)
 
 if vim.fn.has('nvim-0.10') == 1 then

@@ -870,8 +870,16 @@ test('control: the Grant/Keep question reaches vim.ui.select; Keep refuses, Gran
     end,
   })
 
+  -- Esc (no choice) is a person at this machine: Keep, at once (not
+  -- granted when the 60 s prompt timeout ends).
+  answering({ ['mevedel.question'] = function()
+    return nil
+  end })
+  local status, result = cli('session', 'take-control', session, '--wait', '30')
+  expect(status == 1 and result.error.kind == 'rejected', 'Esc: %d %s', status, vim.inspect(result))
+
   answering({ ['mevedel.question'] = '^Keep$' })
-  local status, result = cli('session', 'take-control', session, '--wait', '60')
+  status, result = cli('session', 'take-control', session, '--wait', '60')
   expect(status == 1 and result.error.kind == 'rejected', 'keep: %d %s', status, vim.inspect(result))
   local question = selected('mevedel.question')
   expect(question and question.prompt:find('asks for control of session ' .. session, 1, true), 'asked %s', vim.inspect(asked))

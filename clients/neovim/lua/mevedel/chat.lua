@@ -141,6 +141,9 @@ function M.turn_from_show(shown)
     segment = summary.segment,
     state = summary.state,
     reason = value(summary.reason),
+    -- The labels as recorded (absent for turns recorded by hand).
+    agent = value(summary.agent),
+    stopReason = value(summary.stopReason),
     prompt = shown.prompt,
     blocks = {},
   }
@@ -149,7 +152,13 @@ function M.turn_from_show(shown)
     if kind == 'response' or kind == 'reasoning' then
       add_text(turn, kind, value(item.text))
     elseif kind == 'tool_call' then
-      table.insert(turn.blocks, { kind = 'tool', callId = value(item.callId), title = value(item.name), arguments = value(item.arguments) })
+      table.insert(turn.blocks, {
+        kind = 'tool',
+        callId = value(item.callId),
+        title = value(item.name),
+        toolKind = value(item.toolKind),
+        arguments = value(item.arguments),
+      })
     elseif kind == 'tool_result' then
       local block = find_block(turn, 'tool', value(item.callId))
       if not block then
@@ -247,6 +256,9 @@ local function render_turn(chat, turn, live)
   local state
   if live then
     state = ({ starting = 'starting the agent', running = 'running', cancelling = 'cancelling' })[turn.phase] or 'sending'
+    if chat.asking and turn.phase == 'running' then
+      state = 'waiting for your answer'
+    end
   else
     state = STATE_WORDS[turn.state] or tostring(turn.state)
   end
@@ -360,7 +372,8 @@ end
 
 local function header(chat)
   local access = chat.access == 'read-only' and ' [read-only]' or ''
-  local agent = agents_by_session[chat.session] or (chat.live and chat.live.agent) or chat.last_agent
+  local last = chat.turns[#chat.turns]
+  local agent = agents_by_session[chat.session] or (chat.live and chat.live.agent) or chat.last_agent or (last and last.agent)
   return {
     string.format('# mevedel chat: %s%s', chat.name or chat.session, access),
     string.format('agent: %s | %s | %s', agent or 'not picked yet', M.status(chat.session), key_hint()),
@@ -1028,8 +1041,40 @@ local function send_composed(bufnr)
       return
     end
     context.text = text .. (context.suffix or '')
+    local continuing = context.continuing
+    context.continuing = nil
+    if continuing then
+      -- The workspace's most recent session, offered after a restart:
+      -- opened here first, then prompted.
+      require('mevedel.sessions').open(continuing.sessionId, 'auto', function()
+        context.session = continuing.sessionId
+        M.send(context)
+      end)
+      return
+    end
     M.send(context)
   end)
+end
+
+-- The session a prompt written now continues when none is current (after
+-- a restart): the listing's `continuable` as { sessionId, displayName },
+-- or nil (then the prompt starts a new session).
+local function continuable(client)
+  local current = mevedel.request(client, 'mevedel/turn/list', vim.empty_dict())
+  if current then
+    return nil
+  end
+  local listing = mevedel.request(client, 'mevedel/session/list', vim.empty_dict())
+  local id = listing and value(listing.continuable)
+  if not id then
+    return nil
+  end
+  for _, row in ipairs(listing.sessions or {}) do
+    if row.sessionId == id then
+      return { sessionId = id, displayName = row.displayName }
+    end
+  end
+  return { sessionId = id, displayName = id }
 end
 
 local function abandon_composed(bufnr)
@@ -1064,10 +1109,29 @@ function M.compose(context)
   vim.cmd('botright split')
   vim.api.nvim_win_set_buf(0, bufnr)
   vim.api.nvim_win_set_height(0, 8)
-  local target = context.session or require('mevedel.sessions').session_here() or 'the current session'
+  local here = context.session or require('mevedel.sessions').session_here()
+  local client = not here and mevedel.client() or nil
+  if client and context.continuing == nil then
+    context.continuing = continuable(client)
+  end
   local attached = context.attachments and #context.attachments > 0 and (' +' .. table.concat(context.attachments, ' +')) or ''
-  local title = string.format('mevedel prompt to %s%s  (:w or <CR> sends, q discards)', target, attached)
-  vim.wo.statusline = title:gsub('%%', '%%%%')
+  local function show_target()
+    local target = here or 'the current session'
+    local fresh = ''
+    if context.continuing then
+      target = 'continue ' .. context.continuing.displayName
+      fresh = ', <C-n> starts a new session'
+    end
+    local title = string.format('mevedel prompt to %s%s  (:w or <CR> sends, q discards%s)', target, attached, fresh)
+    vim.wo.statusline = title:gsub('%%', '%%%%')
+  end
+  show_target()
+  vim.keymap.set({ 'n', 'i' }, '<C-n>', function()
+    if context.continuing then
+      context.continuing = false
+      show_target()
+    end
+  end, { buffer = bufnr, desc = 'mevedel: send the prompt to a new session' })
   vim.api.nvim_create_autocmd('BufWriteCmd', {
     buffer = bufnr,
     callback = function()

@@ -294,6 +294,9 @@ function M.confirm(described, on_choice)
       table.insert(lines, string.format('%d: %s', i, choice))
     end
     local picked = vim.fn.inputlist(lines)
+    -- The question's lines stay in the message area: the message after
+    -- the commit would stack under them and ask "Press ENTER" (0.7).
+    pcall(vim.cmd, 'redraw')
     return on_choice(picked == 1)
   end
   vim.ui.select(choices, {

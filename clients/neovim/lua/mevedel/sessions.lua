@@ -470,7 +470,19 @@ function M.on_did_publish(_, params, ctx)
 end
 
 -- A late answer to a question whose request has gone ahead without it.
+local late_control = {}
+
 local function answered_late(client_id, title)
+  local control_session = late_control[client_id]
+  late_control[client_id] = nil
+  if control_session then
+    if title == 'Grant' then
+      require('mevedel.control').grant(control_session)
+    elseif title == 'Keep' or title == nil then
+      require('mevedel.control').keep(control_session)
+    end
+    return
+  end
   local late = late_questions[client_id]
   late_questions[client_id] = nil
   local open = late and late.open
@@ -509,7 +521,10 @@ end
 --- (a picker plugin) still answers the request. On older versions the
 --- reply cannot wait: the server gets no answer (for a takeover: Cancel; for
 --- a permission: refused) and the open is sent again, confirmed, if the
---- user then chooses Take over.
+--- user then chooses Take over; a Grant / Keep question gets an error
+--- answer and the late choice is sent as mevedel/control/grant or keep.
+--- Esc or an empty choice answers null at once: the cautious choice
+--- (refuse a permission, Cancel a takeover, Keep the session).
 function M.on_question(_, params, ctx)
   local titles = {}
   for _, action in ipairs(params.actions or {}) do
@@ -556,6 +571,13 @@ function M.on_question(_, params, ctx)
   end
   if permission then
     return done(nil)
+  end
+  local asked_for = type(params.message) == 'string' and params.message:match('asks for control of session (.-)%. ')
+  if asked_for then
+    -- A null answer would Keep at once; an error answer leaves it to the
+    -- late choice (sent as mevedel/control/grant or keep) or the timeout.
+    late_control[ctx.client_id] = asked_for
+    return nil, { code = -32800, message = 'the question is answered later' }
   end
   late_questions[ctx.client_id] = { open = nil }
   if pending_open[ctx.client_id] then

@@ -456,6 +456,21 @@ def bound_generated_title(text: str) -> str:
     return title[:GENERATED_TITLE_CHARS].rstrip()
 
 
+def shown_name(sidecar: Sidecar | None, session_id: str) -> str:
+    """What pickers and listings call a session: its display name (an
+    explicit name, or the agent's title); until it has one, its first
+    prompt within the title limits (four words, sixty characters; "…"
+    marks a cut); else its ID."""
+    if sidecar is not None and sidecar.display_name:
+        return sidecar.display_name
+    first = " ".join((sidecar.first_user_message or "").split()) if sidecar is not None else ""
+    try:
+        label = bound_generated_title(first)
+    except NameRefused:  # nothing readable in it
+        return session_id
+    return label if label == first else label + "…"
+
+
 def bound_naming_input(text: str) -> str:
     return text[:NAMING_INPUT_LIMIT]
 

@@ -92,6 +92,9 @@ class TurnBegin(_Line, tag="turn_begin", kw_only=True):
     at: Seconds
     #: The reconciliation reminder was delivered with this turn's request.
     reminder: bool = False
+    #: The agent that answered the turn (None: a turn recorded by hand, or
+    #: written before agents were named here; optional within the format).
+    agent: Name | None = None
 
 
 class Prompt(_Line, tag="prompt", kw_only=True):
@@ -117,6 +120,8 @@ class ToolCall(_Line, tag="tool_call", kw_only=True):
     name: Name
     #: The call's arguments exactly as the provider sent them (JSON text).
     arguments: str
+    #: The agent's tool kind (ACP ``kind``: read, edit, execute...), if any.
+    tool_kind: Name | None = None
 
 
 class ToolResult(_Line, tag="tool_result", kw_only=True):
@@ -171,6 +176,8 @@ class Settle(_Line, tag="settle", kw_only=True):
     outcome: Outcome
     at: Seconds
     reason: str | None = None
+    #: The agent's stop reason (ACP: end_turn, max_tokens...), if it gave one.
+    stop_reason: Name | None = None
 
 
 class SegmentClose(_Line, tag="segment_close", kw_only=True):

@@ -350,7 +350,7 @@ class Conversation:
 
     # Turns ----------------------------------------------------------------
 
-    def begin_turn(self, prompt: str, *, at: int) -> str:
+    def begin_turn(self, prompt: str, *, at: int, agent: str | None = None) -> str:
         """Reserve the next turn's identity and record its prompt."""
         if self._live is not None:
             raise ConversationError(f"turn {self._live.turn.turn} is still in flight; settle it before beginning another")
@@ -361,7 +361,7 @@ class Conversation:
         turn = len(self._prompts) + 1
         segment = len(self._segments)
         reminder = self._sidecar.reconciliation_pending
-        begin = TurnBegin(turn_id=turn_id, turn=turn, at=at, reminder=reminder)
+        begin = TurnBegin(turn_id=turn_id, turn=turn, at=at, reminder=reminder, agent=agent)
         prompt_record = Prompt(turn_id=turn_id, text=prompt)
         # Encode both before changing anything, so a bad prompt changes nothing.
         lines = [encode_line(begin), encode_line(prompt_record)]
@@ -430,6 +430,7 @@ class Conversation:
         at: int,
         current: Mapping[str, bytes | None] | None = None,
         reason: str | None = None,
+        stop_reason: str | None = None,
     ) -> None:
         """End the turn in flight. ``current`` gives the post-turn content of
         tracked files (None: absent); a tracked file it omits keeps an
@@ -446,7 +447,7 @@ class Conversation:
                 raise ConversationError(f"the post-turn content of {path!r} must be bytes or None")
         if current and live.capture is None:
             raise ConversationError(f"post-turn content given for {', '.join(map(repr, sorted(current)))}, which this turn does not track")
-        record = Settle(turn_id=live.turn.turn_id, outcome=outcome, at=at, reason=reason)
+        record = Settle(turn_id=live.turn.turn_id, outcome=outcome, at=at, reason=reason, stop_reason=stop_reason)
         try:
             line = encode_line(record)  # refuse a bad reason before anything changes
         except TranscriptError as exc:

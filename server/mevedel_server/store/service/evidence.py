@@ -35,6 +35,8 @@ class EvidenceInput:
     arguments: str | None = None
     output: str | None = None
     is_error: bool = False
+    #: ``tool_call``: the agent's tool kind (optional).
+    tool_kind: str | None = None
     mail_id: str | None = None
     sender: str | None = None
 
@@ -67,6 +69,7 @@ def make_evidence(item: EvidenceInput, turn_id: str) -> Evidence:
             call_id=_name(item.call_id, "call_id", kind),
             name=_name(item.name, "name", kind),
             arguments=_text(arguments, "arguments", kind),
+            tool_kind=None if item.tool_kind is None else _name(item.tool_kind, "tool_kind", kind),
         )
     if kind == "tool_result":
         return ToolResult(

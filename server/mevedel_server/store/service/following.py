@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..content.sidecar import shown_name
 from ..watching.follow import PublicationChange, diff_conversations
 from ..layout import SessionPaths
 from ..authority.lease import LeaseObservation, read_lease_head
@@ -214,7 +215,7 @@ class SessionFollowing:
             status=status,
             generation=generation,
             head=session.head,
-            display_name=sidecar.display_name or session.session_id,
+            display_name=shown_name(sidecar, session.session_id),
             named=sidecar.display_name is not None,
             settled_turns=sidecar.total_turn_count,
             holder_host=record.host if live else None,

@@ -46,7 +46,7 @@ from ..workspace_wide.listing import InspectSessionRow, SessionAction, SessionRo
 from ..authority.publication import CommittedSnapshot, load_manifest, read_committed
 from ..authority.records import LeaseState, RecordError
 from ..transactions.recovery import find_recovery
-from ..content.sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name
+from ..content.sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name, shown_name
 from ..content.transcript import Outcome
 from ..content.turns import Conversation, ConversationError
 from ..authority.workspace import (
@@ -307,7 +307,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         sidecar = session.conversation.sidecar
         return SessionRow(
             session_id=session.session_id,
-            display_name=sidecar.display_name or session.session_id,
+            display_name=shown_name(sidecar, session.session_id),
             named=sidecar.display_name is not None,
             published=False,
             turn_count=sidecar.total_turn_count,
@@ -651,6 +651,24 @@ class SessionService(SessionLifecycle, SessionFollowing):
                 self._changed(session, "renamed")
         return self._info(session)
 
+    async def apply_title(self, session_id: str, title: str) -> str | None:
+        """The agent's title for the session (ACP ``session_info_update``)
+        as its display name, bounded to four words and sixty characters.
+        An explicit name (creation, rename, Save As) always wins: None then,
+        and for a title with nothing readable in it."""
+        session = await self._gated(session_id, "name it", turn_work=True)
+        try:
+            session.conversation.apply_generated_title(title)
+        except ConversationError as why:
+            _log.info("session %s: the agent's title %r is not used: %s", session_id, title[:80], why)
+            return None
+        candidate = session.conversation.metadata_candidate()
+        if candidate is not None and session.materialized:
+            result = await session.save(candidate)
+            if result.committed:
+                self._changed(session, "renamed")
+        return session.conversation.sidecar.display_name
+
     # Artifact store attachments ------------------------------------------------
 
     def attached_artifacts(self, session_id: str) -> tuple[str, ...]:
@@ -694,12 +712,12 @@ class SessionService(SessionLifecycle, SessionFollowing):
 
     # Turns ---------------------------------------------------------------------
 
-    async def begin_turn(self, session_id: str, prompt: str) -> TurnStarted:
+    async def begin_turn(self, session_id: str, prompt: str, *, agent: str | None = None) -> TurnStarted:
         session = await self._gated(session_id, "begin a turn")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidSessionInput(f"prompt {quoted(prompt)}", "is blank; a turn needs the user's prompt")
         _require_settled(session, "beginning another")
-        turn_id = session.conversation.begin_turn(prompt, at=self._time_now())
+        turn_id = session.conversation.begin_turn(prompt, at=self._time_now(), agent=_label(agent, "agent"))
         opened = session.conversation.open_turn
         assert opened is not None
         if session.checkpoints is not None:
@@ -790,7 +808,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
         with _refused_in(session):
             session.conversation.append(make_evidence(item, opened.turn_id))
 
-    async def settle(self, session_id: str, outcome: Outcome | str = Outcome.COMPLETED, *, reason: str | None = None) -> SaveResult:
+    async def settle(self, session_id: str, outcome: Outcome | str = Outcome.COMPLETED, *, reason: str | None = None,
+                     stop_reason: str | None = None) -> SaveResult:
         """End the turn in flight and save: one publication. The post-turn
         content of every captured file is read from the workspace."""
         session = await self._gated(session_id, "settle a turn", turn_work=True)
@@ -799,7 +818,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
         if session.checkpoints is not None:
             session.checkpoints.cancel()  # a checkpoint already under way finishes first
         current = await self._post_turn_content(session)
-        session.conversation.settle(outcome, at=self._time_now(), current=current, reason=_reason(reason))
+        session.conversation.settle(outcome, at=self._time_now(), current=current, reason=_reason(reason),
+                                    stop_reason=_label(stop_reason, "stop_reason"))
         result = await session.save(session.conversation.artifacts_for_save())
         self._changed(session, "settled")
         return result
@@ -957,7 +977,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
             session.head,
             sidecar.total_turn_count,
             session.access,
-            sidecar.display_name or session.session_id,
+            shown_name(sidecar, session.session_id),
         )
         for listener in list(self.on_change):
             try:
@@ -971,7 +991,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         opened = conversation.open_turn
         return SessionInfo(
             session_id=session.session_id,
-            display_name=sidecar.display_name or session.session_id,
+            display_name=shown_name(sidecar, session.session_id),
             named=sidecar.display_name is not None,
             access=session.access,
             read_only_reason=session.read_only,
@@ -1133,6 +1153,16 @@ def _outcome(outcome: Outcome | str) -> Outcome:
     except ValueError:
         choices = ", ".join(o.value for o in Outcome)
         raise InvalidSessionInput(f"outcome {outcome!r}", f"is not one of {choices}") from None
+
+
+def _label(value: str | None, what: str) -> str | None:
+    """An agent-given label (agent name, stop reason): one line of at most
+    256 characters, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidSessionInput(f"the {what}", "must be text")
+    return " ".join(value.split())[:256] or None
 
 
 def _reason(reason: str | None) -> str | None:

@@ -45,6 +45,9 @@ class TurnSummary:
     tool_calls: int
     #: The reconciliation reminder went out with this turn.
     reminder: bool
+    #: The agent that answered it and the stop reason it gave, as recorded.
+    agent: str | None = None
+    stop_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class TurnItem:
     is_error: bool = False
     mail_id: str | None = None
     sender: str | None = None
+    #: A tool call's kind (read, edit, execute...), as recorded.
+    tool_kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ def _summary(begin: TurnBegin, segment: int, prompts: dict[str, PromptEntry], se
         reason=settle.reason if settle else None,
         tool_calls=calls,
         reminder=begin.reminder,
+        agent=begin.agent,
+        stop_reason=settle.stop_reason if settle else None,
     )
 
 
@@ -139,7 +146,7 @@ def _item(record: Record) -> TurnItem | None:
     if isinstance(record, Reasoning):
         return TurnItem("reasoning", text=record.text)
     if isinstance(record, ToolCall):
-        return TurnItem("tool_call", call_id=record.call_id, name=record.name, arguments=record.arguments)
+        return TurnItem("tool_call", call_id=record.call_id, name=record.name, arguments=record.arguments, tool_kind=record.tool_kind)
     if isinstance(record, ToolResult):
         return TurnItem("tool_result", call_id=record.call_id, output=record.output, is_error=record.is_error)
     if isinstance(record, Mail):

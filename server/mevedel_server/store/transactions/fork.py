@@ -68,6 +68,7 @@ from ..content.sidecar import (
     decode_prompt_lines,
     load_sidecar,
     prompt_page_path,
+    shown_name,
 )
 from .snapshot_cut import (
     Boundary,
@@ -508,7 +509,7 @@ def _variant(session_id: str, sidecar: Sidecar, role: str, current: str) -> Vari
     return Variant(
         session_id,
         role,
-        sidecar.display_name or session_id,
+        shown_name(sidecar, session_id),
         sidecar.created_at,
         sidecar.latest_user_message,
         worktree.branch if worktree else None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..content.sidecar import shown_name
 from ..content.transcript import Prompt, Record, Settle, TurnBegin
 from ..content.turns import Conversation
 
@@ -102,7 +103,7 @@ def diff_conversations(old: Conversation | None, new: Conversation) -> Publicati
         turns=tuple(changes),
         removed=removed,
         renamed=old is not None and old_name != sidecar.display_name,
-        display_name=sidecar.display_name or new.session_id,
+        display_name=shown_name(sidecar, new.session_id),
         named=sidecar.display_name is not None,
         settled_turns=len(after),
     )

@@ -81,7 +81,7 @@ from ..authority.records import (
 )
 from ..content.inspect import InspectRow as SidecarRefusal
 from ..content.inspect import classify_sidecar
-from ..content.sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind
+from ..content.sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind, shown_name
 from ..transactions.recovery import RECOVERY_DIR, recovery_ids
 from ..authority.workspace import is_session_id
 
@@ -246,6 +246,8 @@ class SidecarFacts:
     settled: bool
     #: The artifact store item whose own conversation the session says it is.
     dedicated_artifact: str | None = None
+    #: What pickers call it (:func:`..content.sidecar.shown_name`).
+    shown_name: str = ""
 
 
 def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
@@ -257,6 +259,7 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     return SidecarFacts(
         session_id=sidecar.session_id,
         display_name=sidecar.display_name,
+        shown_name=shown_name(sidecar, sidecar.session_id),
         turn_count=sidecar.total_turn_count,
         latest_preview=sidecar.latest_user_message,
         updated_at=sidecar.updated_at,
@@ -589,7 +592,7 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
     updated = survey.last_update
     return SessionRow(
         session_id=survey.name,
-        display_name=(sidecar.display_name if sidecar and sidecar.display_name else survey.name),
+        display_name=(sidecar.shown_name or sidecar.display_name or survey.name) if sidecar else survey.name,
         named=bool(sidecar and sidecar.display_name),
         published=survey.manifest is not None,
         turn_count=sidecar.turn_count if sidecar else 0,

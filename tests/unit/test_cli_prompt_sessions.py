@@ -1,0 +1,154 @@
+"""``mevedel prompt`` across CLI processes and clients: a session comes
+back (the last one continues when free; one held elsewhere is refused
+naming the holder, never silently replaced), sessions are named by the
+agent's title (an explicit name wins) or their first prompt, a fork
+becomes the client's session, and what the agent is told is true."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_cli_prompt import AGENT, workspace  # noqa: F401 (the fixture)
+
+
+def configure(tmp_path: Path, turns: list, log: Path | None = None) -> None:
+    """The agent's script; each ``mevedel prompt`` starts the agent anew,
+    so its first turn is what the next prompt does."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": turns, **({"log": str(log)} if log else {})}))
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}}))
+
+
+def run(workspace: Path, tmp_path: Path, *args: str, client: str = "me") -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / f"state-{client}"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    done = subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args], cwd=workspace, env=env,
+                          capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def listed(workspace: Path, tmp_path: Path, client: str = "me") -> dict[str, str]:
+    rows = json.loads(run(workspace, tmp_path, "session", "list", "--json", client=client).stdout)["sessions"]
+    return {row["session_id"]: row["display_name"] for row in rows}
+
+
+def prompts_sent(log: Path) -> list[str]:
+    texts = []
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "prompt":
+            texts.append("\n".join(block.get("text", "") for block in event["params"]["prompt"]))
+    return texts
+
+
+def test_the_last_session_continues_when_free_and_is_refused_naming_its_holder(workspace, tmp_path):
+    configure(tmp_path, [[{"say": "ok"}]])
+    first = json.loads(run(workspace, tmp_path, "prompt", "Plan the parser rewrite", "--json").stdout)
+    sid = first["session_id"]
+    assert run(workspace, tmp_path, "session", "close").returncode == 0  # released: free
+    again = run(workspace, tmp_path, "prompt", "Go on")
+    assert again.returncode == 0, again.stderr
+    assert f"[continuing your last session {sid} (Plan the parser rewrite)" in again.stderr
+    assert "`mevedel prompt --new` starts a new one" in again.stderr
+    assert list(listed(workspace, tmp_path)) == [sid]
+    # Another client (another machine) takes it: no silent new session.
+    assert run(workspace, tmp_path, "session", "close").returncode == 0
+    assert run(workspace, tmp_path, "session", "open", sid, client="other").returncode == 0
+    refused = run(workspace, tmp_path, "prompt", "Mine?", "--json")
+    error = json.loads(refused.stdout)["error"]
+    assert refused.returncode == 1 and error["kind"] == "lease-held", refused.stdout
+    assert f"your last session {sid} (Plan the parser rewrite) is held by " in error["message"]
+    assert f"mevedel session take-control {sid}" in error["message"] and "mevedel prompt --new" in error["message"]
+    assert list(listed(workspace, tmp_path)) == [sid]
+    fresh = json.loads(run(workspace, tmp_path, "prompt", "Something else", "--new", "--json").stdout)
+    assert fresh["session_id"] != sid and fresh["turn"] == 1
+
+
+def test_sessions_are_named_by_the_agents_title_until_named_by_hand(workspace, tmp_path):
+    configure(tmp_path, [[{"say": "ok"}]])
+    sid = json.loads(run(workspace, tmp_path, "prompt", "Fix the login bug in auth.py, the one with the expired tokens", "--json").stdout)["session_id"]
+    # Until a title arrives: its first prompt, within the title limits.
+    assert listed(workspace, tmp_path)[sid] == "Fix the login bug…"
+    configure(tmp_path, [[{"session_title": "Rewrite   the login flow with tokens and tests"}, {"say": "titled"}]])
+    assert run(workspace, tmp_path, "prompt", "More").returncode == 0
+    assert listed(workspace, tmp_path)[sid] == "Rewrite the login flow"  # at most four words
+    assert "Rewrite the login flow" in run(workspace, tmp_path, "session", "list").stdout
+    assert run(workspace, tmp_path, "session", "rename", "Auth work").returncode == 0
+    assert run(workspace, tmp_path, "prompt", "Again").returncode == 0  # the agent titles it again
+    assert listed(workspace, tmp_path)[sid] == "Auth work"
+
+
+def test_a_fork_becomes_this_clients_session_and_its_agent_is_told_the_truth(workspace, tmp_path):
+    log = tmp_path / "agent.log"
+    configure(tmp_path, [[{"write": {"path": "a.txt", "content": "one\n"}}]], log)
+    source = json.loads(run(workspace, tmp_path, "prompt", "Write one", "--json").stdout)["session_id"]
+    configure(tmp_path, [[{"write": {"path": "a.txt", "content": "two\n"}}]], log)
+    assert run(workspace, tmp_path, "prompt", "Write two").returncode == 0
+    configure(tmp_path, [[{"say": "forked"}]], log)
+    forked = run(workspace, tmp_path, "fork", "1", "--yes")
+    assert forked.returncode == 0, forked.stderr
+    child = next(sid for sid in listed(workspace, tmp_path) if sid != source)
+    assert f"{child} is this client's session now; {source} was saved and released" in forked.stdout
+    # Every command goes to the child now.
+    turns = json.loads(run(workspace, tmp_path, "session", "turns", "--json").stdout)
+    assert turns["session_id"] == child and len(turns["turns"]) == 1
+    prompted = json.loads(run(workspace, tmp_path, "prompt", "Carry on", "--json").stdout)
+    assert prompted["session_id"] == child and prompted["turn"] == 2
+    told = prompts_sent(log)[-1]
+    assert (workspace / "a.txt").read_text() == "two\n"
+    assert f"forked from session {source} after its turn 1" in told and "the workspace already reflects them" not in told
+
+
+def test_a_rewind_past_an_interrupted_turn_drops_the_not_finished_cleanly_notice(workspace, tmp_path):
+    log = tmp_path / "agent.log"
+    configure(tmp_path, [[{"say": "one"}]], log)
+    assert run(workspace, tmp_path, "prompt", "First").returncode == 0
+    configure(tmp_path, [[{"say": "partial"}, {"crash": 3}]], log)
+    assert run(workspace, tmp_path, "prompt", "Second").returncode == 2  # errored: the agent crashed
+    configure(tmp_path, [[{"say": "three"}]], log)
+    rewound = run(workspace, tmp_path, "rewind", "1", "--yes")
+    assert rewound.returncode == 0, rewound.stderr
+    assert run(workspace, tmp_path, "prompt", "Third").returncode == 0
+    assert "did not finish cleanly" not in prompts_sent(log)[-1]
+
+
+def test_a_turn_read_back_keeps_its_labels_and_shows_the_reasoning(workspace, tmp_path):
+    configure(tmp_path, [[{"think": "First check the file."}, {"say": "Writing."},
+                          {"tool_call": {"id": "t1", "title": "Write a.txt", "kind": "edit"}},
+                          {"write": {"path": "a.txt", "content": "A\n"}},
+                          {"tool_update": {"id": "t1", "status": "completed", "text": "done"}}, {"stop": "max_tokens"}]])
+    live = run(workspace, tmp_path, "prompt", "Write a")
+    assert "[reasoning] First check the file." in live.stderr  # not a terminal: marked, not dimmed
+    # The update named only the status: the call keeps its title.
+    assert "[tool Write a.txt: completed]" in live.stderr, live.stderr
+    shown = run(workspace, tmp_path, "session", "turn", "1")
+    assert shown.returncode == 0, shown.stderr
+    for expected in ("── Turn 1 · scripted · completed (max_tokens) ──", "You: Write a", "Reasoning: First check the file.",
+                     "[tool Write a.txt · edit]", "Writing."):
+        assert expected in shown.stdout, shown.stdout
+    turns = json.loads(run(workspace, tmp_path, "session", "turns", "--json").stdout)["turns"]
+    assert (turns[0]["agent"], turns[0]["stop_reason"]) == ("scripted", "max_tokens")
+
+
+def test_an_agent_failure_shows_what_the_agent_last_said_on_stderr(workspace, tmp_path):
+    configure(tmp_path, [[{"stderr": "Not logged in · Please run /login"}, {"sleep": 0.2},
+                          {"error": {"code": -32603, "message": "Internal error", "data": {"details": "Query closed before response received"}}}]])
+    failed = run(workspace, tmp_path, "prompt", "Hi", "--json")
+    message = json.loads(failed.stdout)["error"]["message"]
+    assert failed.returncode == 2 and "failed the prompt: Internal error" in message, failed.stdout
+    assert "it last said on stderr: Not logged in · Please run /login" in message, message
+
+
+def test_a_turn_opened_by_hand_is_refused_naming_turn_abort(workspace, tmp_path):
+    configure(tmp_path, [[{"say": "ok"}]])
+    assert run(workspace, tmp_path, "session", "create", "--name", "spike", "--prompt", "Plan it").returncode == 0
+    refused = run(workspace, tmp_path, "prompt", "Go")
+    assert refused.returncode == 1 and "begun by hand" in refused.stderr and "`mevedel turn abort`" in refused.stderr, refused.stderr
+    assert run(workspace, tmp_path, "turn", "abort").returncode == 0
+    assert run(workspace, tmp_path, "prompt", "Go").returncode == 0
