@@ -322,14 +322,18 @@ which no server manages: while this mode is on, such files open in
 (defun mevedel-lsp--server (&optional noerror)
   "The mevedel-lsp server of the current buffer, or of any live one.
 Signal a user error when there is none, unless NOERROR."
-  (let ((current (eglot-current-server)))
-    (cond ((cl-typep current 'mevedel-lsp-server) current)
-          ((and (local-variable-p 'mevedel-lsp--origin-server)
-                (jsonrpc-running-p mevedel-lsp--origin-server))
-           mevedel-lsp--origin-server)
-          ((car (mevedel-lsp--servers)))
-          (noerror nil)
-          (t (user-error "No mevedel-lsp server is running; try M-x mevedel-lsp-ensure in a Markdown or text buffer")))))
+  (let* ((current (eglot-current-server))
+         (server (cond ((cl-typep current 'mevedel-lsp-server) current)
+                       ((and (local-variable-p 'mevedel-lsp--origin-server)
+                             (jsonrpc-running-p mevedel-lsp--origin-server))
+                        mevedel-lsp--origin-server)
+                       (t (car (mevedel-lsp--servers))))))
+    (or server noerror
+        ;; Signalled here, not inside the `cond' (Emacs names the form the
+        ;; error left: "cond: No mevedel-lsp server...").
+        (user-error (if (apply #'derived-mode-p mevedel-lsp-major-modes)
+                        "mevedel: the mevedel-lsp server is not connected yet (it starts with this buffer); try again in a moment"
+                      "mevedel: no mevedel-lsp server is running; visit a Markdown or text file (it starts there), or M-x mevedel-lsp-ensure in one")))))
 
 
 ;;;; Completion

@@ -183,6 +183,7 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
         "chat: a range quotes the lines and attaches the file",
         "chat: the chat read again while its turn settles keeps the turn as watched",
         "chat: refused prompts and a failed turn",
+        "chat: after a restart the prompt continues the last session",
     ]
     if native:
         expected.append("chat: a picker that answers the permission question later")

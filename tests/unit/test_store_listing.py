@@ -149,7 +149,8 @@ async def test_rows_carry_name_turns_preview_and_sort_newest_first(tmp_path, tar
     assert (named.display_name, named.named, named.turn_count, named.latest_preview) == ("Fix the parser", True, 3, "prompt 3")
     assert named.published and named.updated_at == 5_000
     unnamed = by_id[sid(2)]
-    assert (unnamed.display_name, unnamed.named, unnamed.turn_count) == (sid(2), False, 1)
+    # Unnamed, it is labelled by its first prompt (the ID only without one).
+    assert (unnamed.display_name, unnamed.named, unnamed.turn_count) == ("prompt 1", False, 1)
     empty = by_id[sid(3)]
     assert not empty.published and empty.turn_count == 0 and empty.latest_preview is None
     assert empty.lease_state is None and empty.action is SessionAction.RESUME

@@ -654,6 +654,67 @@ test('chat: refused prompts and a failed turn show the error and what to do', fu
   expect(text:find('    what to do: ', 1, true), 'no action: %s', text)
 end)
 
+-- The server stops (releasing its sessions) and a new one starts for the
+-- document, as after a restart of the editor.
+local function restart()
+  local old = mevedel_client(0)
+  vim.lsp.stop_client(old.id)
+  wait_for('the server to stop', function()
+    return vim.lsp.get_client_by_id(old.id) == nil
+  end)
+  vim.cmd('edit! ' .. vim.fn.fnameescape(document))
+  wait_for('a new server', function()
+    local client = mevedel_client(0)
+    return client ~= nil and client.id ~= old.id and client.initialized == true
+  end)
+end
+
+test('chat: after a restart the prompt continues the last session, <C-n> starts afresh, the labels come back', function()
+  local session = new_session('Nvim restart')
+  configure({
+    scripted = agent({ { { tool_call = { id = 't1', title = 'Look around', kind = 'read' } }, { tool_update = { id = 't1', status = 'completed' } }, { say = 'looked' } } }),
+  }, nil)
+  chat.send({ text = 'Look around', session = session })
+  wait_for('the first turn', function()
+    return chat.status(session) == 'idle (turn 1 completed)'
+  end)
+  -- A restart: the server goes (releasing its sessions), a new one starts.
+  restart()
+  local bufnr = chat.compose({})
+  local status = vim.api.nvim_win_get_option(0, 'statusline')
+  expect(status:find('continue Nvim restart', 1, true) and status:find('<C-n> starts a new session', 1, true), 'statusline %s', status)
+  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, { 'Again' })
+  vim.cmd('stopinsert')
+  vim.cmd('write')
+  wait_for('the second turn in the same session', function()
+    return chat.status(session) == 'idle (turn 2 completed)'
+  end)
+  -- Read again from the new server: the first turn keeps its labels.
+  chat.reload(session)
+  wait_for('the reloaded chat', function()
+    local text = chat_text(session)
+    return text:find('## Turn 1 (completed) · scripted', 1, true) ~= nil and text:find('[tool] Look around (read): completed', 1, true) ~= nil
+  end)
+  -- After another restart, <C-n> in the prompt buffer: a new session instead.
+  restart()
+  local fresh_buf = chat.compose({})
+  vim.cmd('stopinsert')
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes('<C-n>', true, false, true), 'x', false)
+  local fresh = vim.api.nvim_win_get_option(0, 'statusline')
+  expect(not fresh:find('continue', 1, true) and fresh:find('mevedel prompt to the current session', 1, true), 'statusline %s', fresh)
+  vim.api.nvim_buf_set_lines(fresh_buf, 0, -1, false, { 'Elsewhere' })
+  vim.cmd('write')
+  wait_for('a new session', function()
+    local listing = mevedel.request(mevedel_client(0), 'mevedel/session/list', vim.empty_dict())
+    for _, row in ipairs(listing and listing.sessions or {}) do
+      if row.sessionId ~= session and row.turns == 1 and row.displayName == 'Elsewhere' then
+        return true
+      end
+    end
+    return false
+  end)
+end)
+
 vim.ui.select = real_select
 out(string.format('%d tests, %d failed', ran, failures))
 vim.cmd(failures == 0 and 'qa!' or 'cq!')
