@@ -656,7 +656,8 @@ end)
 
 -- The server stops (releasing its sessions) and a new one starts for the
 -- document, as after a restart of the editor.
-local function restart()
+local function restart(agents)
+  open_document()
   local old = mevedel_client(0)
   vim.lsp.stop_client(old.id)
   wait_for('the server to stop', function()
@@ -667,19 +668,22 @@ local function restart()
     local client = mevedel_client(0)
     return client ~= nil and client.id ~= old.id and client.initialized == true
   end)
+  -- The settings the test gave at run time, to the new server too.
+  configure(agents, nil)
 end
 
 test('chat: after a restart the prompt continues the last session, <C-n> starts afresh, the labels come back', function()
   local session = new_session('Nvim restart')
-  configure({
+  local agents = {
     scripted = agent({ { { tool_call = { id = 't1', title = 'Look around', kind = 'read' } }, { tool_update = { id = 't1', status = 'completed' } }, { say = 'looked' } } }),
-  }, nil)
+  }
+  configure(agents, nil)
   chat.send({ text = 'Look around', session = session })
   wait_for('the first turn', function()
     return chat.status(session) == 'idle (turn 1 completed)'
   end)
   -- A restart: the server goes (releasing its sessions), a new one starts.
-  restart()
+  restart(agents)
   local bufnr = chat.compose({})
   local status = vim.api.nvim_win_get_option(0, 'statusline')
   expect(status:find('continue Nvim restart', 1, true) and status:find('<C-n> starts a new session', 1, true), 'statusline %s', status)
@@ -696,7 +700,7 @@ test('chat: after a restart the prompt continues the last session, <C-n> starts 
     return text:find('## Turn 1 (completed) · scripted', 1, true) ~= nil and text:find('[tool] Look around (read): completed', 1, true) ~= nil
   end)
   -- After another restart, <C-n> in the prompt buffer: a new session instead.
-  restart()
+  restart(agents)
   local fresh_buf = chat.compose({})
   vim.cmd('stopinsert')
   vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes('<C-n>', true, false, true), 'x', false)
@@ -705,7 +709,7 @@ test('chat: after a restart the prompt continues the last session, <C-n> starts 
   vim.api.nvim_buf_set_lines(fresh_buf, 0, -1, false, { 'Elsewhere' })
   vim.cmd('write')
   wait_for('a new session', function()
-    local listing = mevedel.request(mevedel_client(0), 'mevedel/session/list', vim.empty_dict())
+    local listing = mevedel.request(mevedel.client(), 'mevedel/session/list', vim.empty_dict())
     for _, row in ipairs(listing and listing.sessions or {}) do
       if row.sessionId ~= session and row.turns == 1 and row.displayName == 'Elsewhere' then
         return true
