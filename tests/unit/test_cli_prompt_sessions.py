@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -109,11 +110,19 @@ def test_a_rewind_past_an_interrupted_turn_drops_the_not_finished_cleanly_notice
     log = tmp_path / "agent.log"
     configure(tmp_path, [[{"say": "one"}]], log)
     assert run(workspace, tmp_path, "prompt", "First").returncode == 0
-    configure(tmp_path, [[{"say": "partial"}, {"crash": 3}]], log)
-    assert run(workspace, tmp_path, "prompt", "Second").returncode == 2  # errored: the agent crashed
-    configure(tmp_path, [[{"say": "three"}]], log)
-    rewound = run(workspace, tmp_path, "rewind", "1", "--yes")
+    configure(tmp_path, [[{"say": "waiting"}, {"wait_cancel": 60}]], log)
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state-me"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    second = subprocess.Popen([sys.executable, "-m", "mevedel_server.cli", "prompt", "Second"], cwd=workspace, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    assert second.stdout is not None
+    seen = ""
+    while "waiting" not in seen:
+        seen += second.stdout.read(1)
+    second.send_signal(signal.SIGINT)
+    assert second.wait(timeout=60) == 130  # interrupted
+    rewound = run(workspace, tmp_path, "rewind", "2", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
+    configure(tmp_path, [[{"say": "three"}]], log)
     assert run(workspace, tmp_path, "prompt", "Third").returncode == 0
     assert "did not finish cleanly" not in prompts_sent(log)[-1]
 
