@@ -41,7 +41,9 @@ def _label(label: TurnLabel) -> wire.TurnLabel:
 
 
 def _restore(row: FileRestore) -> wire.FileRestore:
-    return wire.FileRestore(row.path, row.state, row.checkpoint, row.turn, row.changes, row.sha256, row.size)
+    return wire.FileRestore(
+        row.path, row.state, row.checkpoint, row.turn, row.changes, row.sha256, row.size, row.action, row.mode, row.link_target
+    )
 
 
 def _gap(gap: KnownGap) -> wire.KnownGap:

@@ -75,6 +75,25 @@ def link_problem(content: Observed) -> str | None:
     return None
 
 
+def limit_gap(max_bytes: int) -> str:
+    return f"the file is larger than the {max_bytes}-byte snapshot limit"
+
+
+def capture_gap_reason(before: Observed, max_bytes: int) -> str | None:
+    """The one rule of what a pre-turn state cannot be recorded as: a
+    previous regular file over the snapshot limit (or whose bytes were not
+    read for their size), a link whose target cannot be recorded. None:
+    it can (nothing there never is a gap: Rewind removes what the turn
+    made, whatever its size)."""
+    if before is None:
+        return None
+    if isinstance(before, (bytes, bytearray)):
+        return limit_gap(max_bytes) if len(before) > max_bytes else None
+    if before.kind == Entry.FILE and (before.data is None or before.size > max_bytes):
+        return limit_gap(max_bytes)
+    return link_problem(before)
+
+
 class MissingContent(LookupError):
     """A recorded file whose bytes the store no longer holds."""
 
