@@ -971,7 +971,8 @@ class Executor:
         directories' own (not sorted), so an unchanged tree answers the very
         same ``names`` and ``facts``."""
         try:
-            skip_names, skip_paths, descend, limit, racy_ns = argument
+            skip_names, skip_paths, descend, limit, racy_ns = argument[:5]
+            record_dirs = bool(argument[5]) if len(argument) > 5 else False
         except (TypeError, ValueError):
             raise Refused(FAILED, "a tree scan needs skip names, skip paths, descend paths, a limit and a racy window") from None
         if not (_whole(limit) and _whole(racy_ns)):
@@ -983,6 +984,7 @@ class Executor:
             frozenset(_text_list(descend, "descend paths")),
             limit,
             started - racy_ns,
+            record_dirs,
         )
         fd = self._open_directory(split_components(path))
         truncated = False
@@ -1012,7 +1014,8 @@ class Executor:
         the root), ``shared`` the regular files found with more than one link
         (a write through another of their names is a change too)."""
         try:
-            skip_names, skip_paths, descend, limit, racy_ns, paths = argument
+            skip_names, skip_paths, descend, limit, racy_ns, paths = argument[:6]
+            record_dirs = bool(argument[6]) if len(argument) > 6 else False
         except (TypeError, ValueError):
             raise Refused(FAILED, "a path scan needs skip names, skip paths, descend paths, a limit, a racy window and paths") from None
         if not (_whole(limit) and _whole(racy_ns)):
@@ -1042,6 +1045,7 @@ class Executor:
             frozenset(_text_list(descend, "descend paths")),
             limit,
             started - racy_ns,
+            record_dirs,
         )
         scan.directories = []
         scan.shared = []
@@ -1581,11 +1585,15 @@ def _read_one(chain, name, max_bytes):
 
 #: One entry's facts in a ``ScanTree`` answer, packed: flags, size,
 #: modification and status-change times in nanoseconds, inode.
-SCAN_FACTS = "<BqqqQ"
+SCAN_FACTS = "<BqqqQH"
 #: Flag: the entry is a symbolic link (else a regular file).
 SCAN_LINK = 1
 #: Flag: a .gitignore pattern ignores the entry (or a directory above it).
 SCAN_IGNORED = 2
+#: Flag: the entry is a directory (recorded only when the scan asks for
+#: directories; its size and times are zero, so what changes inside it
+#: does not change its facts -- only its mode or inode do).
+SCAN_DIR = 4
 #: Why a directory was not walked because a .gitignore pattern ignores it.
 SCAN_IGNORED_REASON = "ignored by .gitignore"
 
@@ -2003,7 +2011,9 @@ def _read_gitignore(dir_fd):
 class _TreeScan(object):
     """One ``ScanTree`` walk (see ``Executor._scan``)."""
 
-    def __init__(self, skip_names, skip_paths, descend, limit, racy_floor):
+    def __init__(self, skip_names, skip_paths, descend, limit, racy_floor, record_dirs=False):
+        #: Directories are entries too (``SCAN_DIR``, with their mode).
+        self.record_dirs = record_dirs
         self.skip_names = skip_names
         self.skip_paths = skip_paths
         self.descend = descend
@@ -2079,10 +2089,11 @@ class _TreeScan(object):
                     flags |= SCAN_IGNORED
             mtime = st.st_mtime_ns
             ctime = st.st_ctime_ns
+            mode = st.st_mode & 0o7777
             try:
-                facts.append(pack(flags, st.st_size, mtime, ctime, st.st_ino))
+                facts.append(pack(flags, st.st_size, mtime, ctime, st.st_ino, mode))
             except struct.error:
-                facts.append(pack(flags, st.st_size, _clamp(mtime), _clamp(ctime), st.st_ino))
+                facts.append(pack(flags, st.st_size, _clamp(mtime), _clamp(ctime), st.st_ino, mode))
             names.append(path)
             if not flags and (mtime >= racy_floor or ctime >= racy_floor):
                 racy.append(path)
@@ -2156,7 +2167,9 @@ class _TreeScan(object):
                 found = file_test(name)
                 if found is not None and not file_negates[found.lastindex]:
                     flags |= SCAN_IGNORED
-            self.facts.append(_scan_facts.pack(flags, st.st_size, _clamp(st.st_mtime_ns), _clamp(st.st_ctime_ns), st.st_ino))
+            self.facts.append(
+                _scan_facts.pack(flags, st.st_size, _clamp(st.st_mtime_ns), _clamp(st.st_ctime_ns), st.st_ino, st.st_mode & 0o7777)
+            )
             self.names.append(path)
             if not flags and (st.st_mtime_ns >= self.racy_floor or st.st_ctime_ns >= self.racy_floor):
                 self.racy.append(path)
@@ -2174,6 +2187,10 @@ class _TreeScan(object):
                 self.unwalked.append((path, _strerror(exc)))
             return  # else gone, or no longer a directory: nothing below it
         try:
+            if self.record_dirs:
+                st = os.fstat(child)
+                self.facts.append(_scan_facts.pack(SCAN_DIR | (SCAN_IGNORED if ignored else 0), 0, 0, 0, st.st_ino, st.st_mode & 0o7777))
+                self.names.append(path)
             below = None if ignored or rules is None else rules.child(name)
             self.directory(child, path + "/", below, ignored)
         except OSError as exc:

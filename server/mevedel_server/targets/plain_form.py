@@ -114,6 +114,8 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [list(op.skip_names), list(op.skip_paths), list(op.descend), op.limit, op.racy_ns]
         if isinstance(op, ScanPaths):
             argument.append(list(op.paths))
+        if op.directories_too:
+            argument.append(True)
     elif isinstance(op, SnapshotFile):
         argument = [op.store, op.max_bytes]
     elif isinstance(op, ReadEntry):

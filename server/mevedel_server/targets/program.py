@@ -48,6 +48,7 @@ from .executor import SCAN_FACTS, stamped_content
 from .executor import SCAN_IGNORED as SCAN_IGNORED
 from .executor import SCAN_IGNORED_REASON as SCAN_IGNORED_REASON
 from .executor import SCAN_LINK as SCAN_LINK
+from .executor import SCAN_DIR as SCAN_DIR
 from .executor import ENTRY_DIRECTORY, ENTRY_FILE, ENTRY_SYMLINK
 from .paths import split_target_path
 
@@ -374,6 +375,8 @@ class ScanTree(Operation):
     descend: tuple[str, ...] = ()
     limit: int = 1_000_000
     racy_ns: int = 0
+    #: Record directories as entries too (:data:`SCAN_DIR`, with their mode).
+    directories_too: bool = False
     accepts_root: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -389,8 +392,9 @@ class ScanTree(Operation):
 
 
 #: A :class:`ScanTree` entry's facts: flags (:data:`SCAN_LINK`,
-#: :data:`SCAN_IGNORED`), size, ``st_mtime_ns``, ``st_ctime_ns``, inode.
-ScanFacts = tuple[int, int, int, int, int]
+#: :data:`SCAN_IGNORED`, :data:`SCAN_DIR`), size, ``st_mtime_ns``,
+#: ``st_ctime_ns``, inode, permission bits.
+ScanFacts = tuple[int, int, int, int, int, int]
 
 
 @dataclass(frozen=True)
