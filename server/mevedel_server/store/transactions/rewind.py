@@ -194,14 +194,17 @@ class InPlaceResult(CommittedSnapshotResult):
         lazy: LazyConversation,
         written: tuple[str, ...],
         warning: str | None = None,
+        actions: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(lazy)
         self.session_id = session_id
         #: A new head was committed.
         self.committed = committed
         self.head = head
-        #: Project files written.
+        #: Project paths written (restored, removed, re-moded, relinked).
         self.written = written
+        #: What was done to each (see :func:`restore_action`).
+        self.actions: dict[str, str] = dict(actions or {})
         #: A failure after the commit point (reported, never rolled back).
         self.warning = warning
 
@@ -620,4 +623,5 @@ async def _finish(
         except (StoreError, TargetError) as error:
             warning = f"the recovery record was not removed ({error}); retry the recovery"
     written = tuple(path for path, _before, _after in changes)
-    return InPlaceResult(plan.session_id, committed, head, LazyConversation(plan.artifacts), written, warning)
+    actions = {path: restore_action(before, after) for path, before, after in changes}
+    return InPlaceResult(plan.session_id, committed, head, LazyConversation(plan.artifacts), written, warning, actions)
