@@ -44,7 +44,7 @@ class FileRestore:
     #: What the commit does to it: ``delete``, ``restore``, ``create
     #: directory``, ``remove directory``, ``chmod 755`` (the octal bits it
     #: gets), ``relink`` or ``unchanged``.
-    action: str = "restore"
+    action: str = attrs.field(kw_only=True)
     #: The permission bits it gets (None: a link, or a checkpoint that
     #: recorded none: the file keeps its mode).
     mode: Optional[int] = None
