@@ -218,3 +218,51 @@ def test_rewind_and_redo_give_back_the_exact_tree_over_ssh(tmp_path_factory, ssh
             await target.close()
 
     asyncio.run(run())
+
+
+async def test_editor_files_and_checkpoint_exclude_are_neither_recorded_restored_nor_gaps(tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "notes.md").write_text("v1\n")
+    (root / "keep.log").write_text("kept\n")
+    svc = SessionService(LocalTarget(root), ME, max_snapshot_bytes=LIMIT)
+    sid = (await svc.create()).session_id
+    config = AgentConfig(checkpoint_exclude=("*.log", "!keep.log", "scratch/"))
+    engine = AgentEngine(svc, root=str(root), config=lambda: config, front=None, log_dir=tmp_path / "logs")  # type: ignore[arg-type]
+    try:
+        await svc.begin_turn(sid, "edit notes")
+        await engine.file_state.refresh()
+        await engine._capture_changes(sid)
+        # What an editor open on notes.md makes while the turn runs, and
+        # what the setting excludes, next to the agent's own change.
+        os.symlink("user@host.1234:1700000000", root / ".#notes.md")
+        (root / "notes.md~").write_text("backup\n")
+        (root / "#notes.md#").write_text("autosave\n")
+        (root / ".notes.md.swp").write_bytes(b"\x00swap")
+        (root / "4913").write_text("")
+        (root / "debug.log").write_text("log\n")
+        (root / "keep.log").write_text("changed\n")
+        (root / "scratch").mkdir()
+        (root / "scratch" / "tmp.txt").write_text("t\n")
+        (root / "notes.md").write_text("v2\n")
+        await engine._capture_changes(sid)
+        await svc.settle(sid)
+        impact = await svc.prepare_rewind(sid, "before", 1)
+        assert not impact.gaps
+        assert {r.path: r.action for r in impact.restores} == {"notes.md": "restore", "keep.log": "restore"}
+        await svc.commit_rewind(sid, impact.token.text)
+        assert (root / "notes.md").read_text() == "v1\n" and (root / "keep.log").read_text() == "kept\n"
+        assert os.path.islink(root / ".#notes.md") and (root / "notes.md~").exists() and (root / "debug.log").exists()
+        assert (root / "scratch" / "tmp.txt").exists()
+    finally:
+        engine.file_state.close()
+        await svc.close_all()
+
+
+def test_checkpoint_exclude_is_read_from_the_cli_config_and_a_bad_one_is_refused():
+    from mevedel_server.agents.config import config_from_settings
+    from mevedel_server.agents.errors import AgentError
+
+    assert config_from_settings({"checkpointExclude": ["*.log"]}, where="config.json").checkpoint_exclude == ("*.log",)
+    with pytest.raises(AgentError, match="checkpointExclude"):
+        config_from_settings({"checkpointExclude": "*.log"}, where="config.json")

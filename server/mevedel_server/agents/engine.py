@@ -254,7 +254,7 @@ class _Client:
         need = not engine.service.captured(self.running.session_id, relative)
         outcome = await engine.files.write_text(path, content, read_before=need)
         for directory in outcome.made:
-            engine.record_pre_state(self.running.session_id, directory, None)
+            engine.record_pre_state(self.running.session_id, directory, None, directory=True)
         if outcome.read_before:
             engine.record_pre_state(self.running.session_id, outcome.relative, outcome.before)
         return schema.WriteTextFileResponse()
@@ -370,12 +370,15 @@ class AgentEngine:
 
     # Checkpointing writes -------------------------------------------------------------
 
-    def record_pre_state(self, session_id: str, relative: str, before: Entry | None, *, gap: str | None = None) -> None:
+    def record_pre_state(
+        self, session_id: str, relative: str, before: Entry | None, *, gap: str | None = None, directory: bool = False
+    ) -> None:
         """Record a path's state before the turn's first change to it (the
         first record of a path in a turn wins): the service's one
         checkpoint seam, which all three writers (``fs/write_text_file``,
         ApplyPatch, shell commands) reach through here."""
-        if is_editor_file(relative) or CheckpointExclude.of(self.config().checkpoint_exclude)(relative):
+        directory = directory or (before is not None and before.kind == Entry.DIRECTORY)
+        if is_editor_file(relative) or CheckpointExclude.of(self.config().checkpoint_exclude)(relative, directory):
             return
         self.service.record_pre_state(session_id, relative, before, gap=gap)
 
@@ -388,9 +391,11 @@ class AgentEngine:
         for path in paths:
             if path not in pending and not self.service.captured(session_id, self.files.relative(path)):
                 pending.append(path)
+        files = {self.files.relative(path) for path in pending}
         for relative, before in await self.files.read_before(pending):
             if not self.service.captured(session_id, relative):
-                self.record_pre_state(session_id, relative, before)
+                # Not one of the files: a directory above them it will make.
+                self.record_pre_state(session_id, relative, before, directory=relative not in files)
 
     # Prompt -----------------------------------------------------------------------
 
@@ -690,7 +695,7 @@ class AgentEngine:
         changed without asking us)."""
         for change in await self.file_state.changes():
             try:
-                self.record_pre_state(session_id, change.path, change.before, gap=change.gap)
+                self.record_pre_state(session_id, change.path, change.before, gap=change.gap, directory=change.made_directory)
             except Exception as error:  # one odd path must not lose the others
                 _log.warning("could not checkpoint %s: %s", change.path, error)
 

@@ -88,7 +88,7 @@ import asyncio
 import hashlib
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..store.layout import STATE_DIR
 from ..targets import (
@@ -151,6 +151,8 @@ class FileChange:
     #: Set instead of ``before`` when the prior content cannot be given;
     #: then ``before`` is None and means nothing.
     gap: str | None = None
+    #: A directory the command made (for rules that match directories only).
+    made_directory: bool = field(default=False, compare=False)
 
 
 def limit_gap(max_file_bytes: int) -> str:
@@ -637,7 +639,7 @@ class FileStateRecord:
             return FileChange(path, None, IGNORED_GAP)
         # Nothing was there: Rewind removes what the command made (a file
         # whatever its size, a link, a directory).
-        return FileChange(path, None)
+        return FileChange(path, None, made_directory=bool(facts[0] & SCAN_DIR))
 
     def _changed(self, path: str, previous: ScanFacts, facts: ScanFacts, digest: str | None, recheck: bool) -> bool:
         """Whether recorded ``path``, walked now with ``facts`` (and read
