@@ -1184,11 +1184,14 @@ Restores, capture gaps, external changes and the Git index."
     (when writes
       (push (format "Restores %s:" (mevedel-lsp--plural (length writes) "file")) lines)
       (dolist (r writes)
-        (push (format "  %s (%s of turn %d: %s)" (plist-get r :path) (plist-get r :checkpoint) (plist-get r :turn)
-                      (if (equal (plist-get r :state) "absent")
-                          "deleted, as it was absent"
-                        (mevedel-lsp--plural (or (plist-get r :size) 0) "byte")))
-              lines)))
+        ;; The action: delete, create directory, remove directory, chmod 755,
+        ;; relink; a restore shows the bytes it writes.
+        (let ((action (or (plist-get r :action) (if (equal (plist-get r :state) "absent") "delete" "restore"))))
+          (push (format "  %s (%s of turn %d: %s)" (plist-get r :path) (plist-get r :checkpoint) (plist-get r :turn)
+                        (if (equal action "restore")
+                            (mevedel-lsp--plural (or (plist-get r :size) 0) "byte")
+                          action))
+                lines))))
     (let ((same (- (length restores) (length writes))))
       (when (> same 0)
         (push (format "%s already match and stay as they are" (mevedel-lsp--plural same "captured file")) lines)))
