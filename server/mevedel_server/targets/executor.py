@@ -1275,7 +1275,7 @@ class Executor:
             if mode is None:
                 # No mode recorded (a checkpoint older than modes): the mode
                 # the file has now, or a new file's default.
-                mode = current[1] if kind == ENTRY_FILE else _default_mode(0o666)
+                mode = current[1] if kind == ENTRY_FILE else _default_mode(0o644)
             if kind == ENTRY_FILE and current[2] == data:
                 fd = self._open_leaf(pfd, leaf, label)
                 try:

@@ -23,7 +23,7 @@ project files.
 
 A restored file gets exactly the permission bits its checkpoint recorded
 (umask ignored); one recorded before modes were (``mode`` None) keeps the
-mode it has now, or gets the default (0666 less the umask) when it is
+mode it has now, or gets the default (0644 less the umask) when it is
 created.
 """
 
