@@ -266,3 +266,35 @@ def test_checkpoint_exclude_is_read_from_the_cli_config_and_a_bad_one_is_refused
     assert config_from_settings({"checkpointExclude": ["*.log"]}, where="config.json").checkpoint_exclude == ("*.log",)
     with pytest.raises(AgentError, match="checkpointExclude"):
         config_from_settings({"checkpointExclude": "*.log"}, where="config.json")
+
+
+async def test_a_checkpoint_written_before_modes_restores_with_the_mode_the_file_has_or_the_default(tmp_path):
+    """Old checkpoints hold bare contents (no mode, no directories): Rewind
+    still restores them, a file with the mode it has now, a file it creates
+    with 0644 less the umask -- never owner-only."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "tool.sh").write_text("v1\n")
+    os.chmod(root / "tool.sh", 0o755)
+    (root / "gone.txt").write_text("g\n")
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    try:
+        await svc.begin_turn(sid, "old style")
+        # What the code before modes recorded: the bytes only.
+        svc.record_pre_state(sid, "tool.sh", (root / "tool.sh").read_bytes())
+        svc.record_pre_state(sid, "gone.txt", (root / "gone.txt").read_bytes())
+        (root / "tool.sh").write_text("v2\n")
+        (root / "gone.txt").unlink()
+        await svc.settle(sid)
+        from mevedel_server.store.content.sidecar import Present, encode_index_line
+
+        assert b"mode" not in encode_index_line(Present(sha256="0" * 64, size=1))  # the old on-disk form
+        impact = await svc.prepare_rewind(sid, "before", 1)
+        await svc.commit_rewind(sid, impact.token.text)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        assert (root / "tool.sh").read_text() == "v1\n" and os.stat(root / "tool.sh").st_mode & 0o7777 == 0o755
+        assert (root / "gone.txt").read_text() == "g\n" and os.stat(root / "gone.txt").st_mode & 0o7777 == 0o644 & ~umask
+    finally:
+        await svc.close_all()
