@@ -23,7 +23,6 @@ from mevedel_server.agents.file_state import (
     FileChange,
     FileStateError,
     FileStateRecord,
-    limit_gap,
 )
 from mevedel_server.targets import (
     ControlProgram,

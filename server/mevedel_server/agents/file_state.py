@@ -64,11 +64,20 @@ What the record does not see or cannot give, and how it says so:
   :data:`IGNORED_GAP`. So is a file found in a directory that was ignored
   (or unreadable) at the previous walk and no longer is: what was there
   before is unknown.
-- A file larger than ``max_file_bytes``: facts only; its change is a gap
-  naming the limit. A symbolic link is recorded by its own ``lstat`` (never
-  followed, its target text is not content); its change is the gap
-  :data:`LINK_GAP`. A regular file that could not be read has a gap saying
-  why. FIFOs, sockets and devices are never opened and not recorded.
+- Every entry's permission bits are among its facts, so a ``chmod`` alone
+  is a change (its earlier mode given with its bytes). Directories are
+  entries too (their mode and inode; their times are left out, so what
+  changes inside one does not change it): one made or removed is a change
+  like a file's.
+- A file larger than ``max_file_bytes``: facts only; its change gives its
+  earlier mode and size but no bytes, and the checkpoint seam
+  (``SessionService.record_pre_state``, the one rule) makes it a gap. A
+  file a command *created* is nothing-before, whatever its size. A
+  symbolic link is recorded by its own ``lstat`` and its target text (read
+  with ``readlink``, never followed); one whose target could not be read
+  is the gap :data:`LINK_GAP`. A regular file that could not be read has a
+  gap saying why. FIFOs, sockets and devices are never opened and not
+  recorded.
 - Facts can hide a change made within the same timestamp tick as the walk
   that recorded them (same size, inode and times; worst on filesystems with
   coarse timestamps). A file whose modification or change time is within
@@ -117,8 +126,8 @@ from ..targets.tree_watch import TreeWatch, WatchUnavailable, unwatchable
 #: The gap of a file a .gitignore ignores (or that was in an ignored
 #: directory at the previous walk).
 IGNORED_GAP = "ignored by .gitignore"
-#: The gap of a symbolic link.
-LINK_GAP = "a symbolic link"
+#: The gap of a symbolic link whose target could not be read.
+LINK_GAP = "a symbolic link whose target could not be read"
 #: The gap of a file whose blob vanished or no longer matches its digest.
 LOST_BLOB_GAP = "its snapshot blob is missing or damaged"
 #: Never walked, at any depth.
@@ -153,10 +162,6 @@ class FileChange:
     gap: str | None = None
     #: A directory the command made (for rules that match directories only).
     made_directory: bool = field(default=False, compare=False)
-
-
-def limit_gap(max_file_bytes: int) -> str:
-    return f"larger than the {max_file_bytes}-byte snapshot limit"
 
 
 def _ancestors(path: str) -> Iterator[str]:
@@ -198,7 +203,6 @@ class FileStateRecord:
         self._blob_dir = "/".join(parts)
         self._store = f"{self._blob_dir}/blobs"
         self._max = max_file_bytes
-        self._limit_gap = limit_gap(max_file_bytes)
         self._lock = asyncio.Lock()
         self._primed = False
         #: path -> facts as last seen (a regular file or a link).
