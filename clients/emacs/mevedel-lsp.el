@@ -128,6 +128,8 @@ changes through Customize or `mevedel-lsp-send-settings'.  Keys:
   :permissions       \"ask\" (default), \"allow-reads\" or \"allow-all\"
   :permissionTimeoutSeconds, :agentStartTimeoutSeconds,
   :cancelTimeoutSeconds, :agentIdleTimeoutSeconds   agent time limits
+  :checkpointExclude paths a turn's checkpoint leaves out (a vector of
+                     gitignore patterns), besides editors' own files
   :artifactMaxVersions, :artifactMaxVersionBytes    versions the artifact
                      store keeps per item (default 20 and 64 MiB)
 
@@ -186,7 +188,7 @@ precedence over this variable for its project."
     :followPublished :sessionWatch :leaseSeconds :controlTransfer :remoteWorkspaces
     :agents :defaultAgent :permissions :permissionTimeoutSeconds
     :agentStartTimeoutSeconds :cancelTimeoutSeconds :agentIdleTimeoutSeconds
-    :artifactMaxVersions :artifactMaxVersionBytes)
+    :checkpointExclude :artifactMaxVersions :artifactMaxVersionBytes)
   "The server's settings.  The server keeps a setting a message leaves out,
 so every one is sent, nil (JSON null) meaning the server's default.")
 
