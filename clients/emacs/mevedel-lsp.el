@@ -128,6 +128,8 @@ changes through Customize or `mevedel-lsp-send-settings'.  Keys:
   :permissions       \"ask\" (default), \"allow-reads\" or \"allow-all\"
   :permissionTimeoutSeconds, :agentStartTimeoutSeconds,
   :cancelTimeoutSeconds, :agentIdleTimeoutSeconds   agent time limits
+  :checkpointExclude paths a turn's checkpoint leaves out (a vector of
+                     gitignore patterns), besides editors' own files
   :artifactMaxVersions, :artifactMaxVersionBytes    versions the artifact
                      store keeps per item (default 20 and 64 MiB)
 
@@ -186,7 +188,7 @@ precedence over this variable for its project."
     :followPublished :sessionWatch :leaseSeconds :controlTransfer :remoteWorkspaces
     :agents :defaultAgent :permissions :permissionTimeoutSeconds
     :agentStartTimeoutSeconds :cancelTimeoutSeconds :agentIdleTimeoutSeconds
-    :artifactMaxVersions :artifactMaxVersionBytes)
+    :checkpointExclude :artifactMaxVersions :artifactMaxVersionBytes)
   "The server's settings.  The server keeps a setting a message leaves out,
 so every one is sent, nil (JSON null) meaning the server's default.")
 
@@ -1188,11 +1190,14 @@ Restores, capture gaps, external changes and the Git index."
     (when writes
       (push (format "Restores %s:" (mevedel-lsp--plural (length writes) "file")) lines)
       (dolist (r writes)
-        (push (format "  %s (%s of turn %d: %s)" (plist-get r :path) (plist-get r :checkpoint) (plist-get r :turn)
-                      (if (equal (plist-get r :state) "absent")
-                          "deleted, as it was absent"
-                        (mevedel-lsp--plural (or (plist-get r :size) 0) "byte")))
-              lines)))
+        ;; The action: delete, create directory, remove directory, chmod 755,
+        ;; relink; a restore shows the bytes it writes.
+        (let ((action (or (plist-get r :action) (if (equal (plist-get r :state) "absent") "delete" "restore"))))
+          (push (format "  %s (%s of turn %d: %s)" (plist-get r :path) (plist-get r :checkpoint) (plist-get r :turn)
+                        (if (equal action "restore")
+                            (mevedel-lsp--plural (or (plist-get r :size) 0) "byte")
+                          action))
+                lines))))
     (let ((same (- (length restores) (length writes))))
       (when (> same 0)
         (push (format "%s already match and stay as they are" (mevedel-lsp--plural same "captured file")) lines)))

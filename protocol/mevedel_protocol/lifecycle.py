@@ -30,15 +30,26 @@ class TurnLabel:
 
 @attrs.define
 class FileRestore:
-    """A captured file and the checkpoint a commit restores it to."""
+    """A captured path and the checkpoint a commit restores it to."""
 
     path: str
-    state: Literal["present", "absent"]
+    #: What the checkpoint holds there: a regular file (``present``),
+    #: nothing, a directory or a symbolic link.
+    state: Literal["present", "absent", "directory", "symlink"]
     checkpoint: str
     turn: int
     changes: bool
     sha256: Optional[str] = None
     size: Optional[int] = None
+    #: What the commit does to it: ``delete``, ``restore``, ``create
+    #: directory``, ``remove directory``, ``chmod 755`` (the octal bits it
+    #: gets), ``relink`` or ``unchanged``.
+    action: str = attrs.field(kw_only=True)
+    #: The permission bits it gets (None: a link, or a checkpoint that
+    #: recorded none: the file keeps its mode).
+    mode: Optional[int] = None
+    #: A link's target text.
+    link_target: Optional[str] = None
 
 
 @attrs.define

@@ -129,6 +129,11 @@ class Settings:
     #: ``outputByteLimit`` the agent asks for (its terminal/create answer
     #: says so when it asked for more).
     terminal_output_max_bytes: int = 1024 * 1024
+    #: Paths a turn's checkpoint leaves out (gitignore syntax, as a root
+    #: ``.gitignore``), besides editors' own files (Emacs ``.#name``,
+    #: ``name~``, ``#name#``; Vim ``.name.swp``, ``4913``): never recorded,
+    #: restored or reported as capture gaps.
+    checkpoint_exclude: list[str] = attrs.Factory(list)
     #: A turn in flight is published every this many seconds, so a crash
     #: loses at most that much (0: only at settlement).
     checkpoint_interval_seconds: int = 30

@@ -303,10 +303,9 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
         (tmp_path / "neovim-rewind.txt").write_text(confirm)
         for shown in (
             "to before the prompt of turn 1: 0 turns kept.",
-            "Restores 1 file:",
+            "Restores 2 files:",
             "chat.txt (pre-turn of turn 1: 9 bytes)",
-            "Capture gaps (these files may have changed and are NOT restored):",
-            "link.txt (turn 1: a symbolic link)",
+            "link.txt (pre-turn of turn 1: delete)",  # the link the shell command made goes
             "Agent: agent scripted's own history of this conversation will be detached",
         ):
             assert shown in confirm, f"{shown!r} is not in the confirmation:\n{confirm}"
@@ -314,6 +313,7 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
         rewound = session.wait_for("the rewound chat", lambda s: "No turns yet." in s, log)
         assert "Press ENTER" not in rewound, rewound
         assert (workspace.root / "chat.txt").read_text() == "original\n"
+        assert not (workspace.root / "link.txt").is_symlink()
 
         # A prompt written from the chat (p), then cancelled with its key.
         session.keys("p")

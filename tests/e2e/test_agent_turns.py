@@ -412,3 +412,56 @@ async def test_what_a_command_changes_but_cannot_be_captured_is_a_gap_rewind_nam
     gaps = {g["path"]: g["reason"] for g in impact["gaps"]}
     assert "ignored" in gaps["build.log"] and "src.txt" not in gaps
     assert {r["path"] for r in impact["restores"] if r["changes"]} == {"src.txt"}
+
+
+def _tree(root: Path) -> dict:
+    """Kind, permission bits, bytes or link target of every path but
+    mevedel's own state (empty directories included)."""
+    import os
+
+    found = {}
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".mevedel"]
+        for name in dirs + files:
+            full = os.path.join(directory, name)
+            mode = oct(os.lstat(full).st_mode & 0o7777)
+            rel = os.path.relpath(full, root)
+            if os.path.islink(full):
+                found[rel] = ("link", os.readlink(full))
+            elif os.path.isdir(full):
+                found[rel] = ("dir", mode)
+            else:
+                found[rel] = ("file", mode, Path(full).read_bytes())
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(directory, d))]
+    return found
+
+
+async def test_rewind_through_the_server_gives_back_modes_directories_and_links(client, workspace):
+    import os
+
+    (workspace / "tool.sh").write_text("echo v1\n")
+    os.chmod(workspace / "tool.sh", 0o755)
+    (workspace / "plain.txt").write_text("plain\n")
+    (workspace / "gone").mkdir()
+    (workspace / "gone" / "inner.txt").write_text("inner\n")
+    os.symlink("plain.txt", workspace / "alias")
+    before = _tree(workspace)
+    configure(client, workspace, [[
+        {"write": {"path": "tool.sh", "content": "echo v2\n"}},
+        {"write": {"path": "made/by/write.txt", "content": "new\n"}},
+        {"terminal": {"command": "sh", "args": ["-c", "chmod 700 plain.txt; rm -r gone; ln -sfn tool.sh alias; mkdir -p x/y"]}},
+    ]])
+    result = await prompt(client, "Change modes and directories")
+    assert result["outcome"] == "completed"
+    assert os.stat(workspace / "tool.sh").st_mode & 0o7777 == 0o755  # fs/write_text_file kept the mode
+    assert os.stat(workspace / "made").st_mode & 0o777 != 0o700  # made with the default mode, not owner-only
+
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
+    actions = {r["path"]: r["action"] for r in impact["restores"] if r["changes"]}
+    assert actions["plain.txt"] == f"chmod {before['plain.txt'][1][2:]}"
+    assert actions["alias"] == "relink" and actions["gone"] == "create directory"
+    assert actions["made"] == "remove directory" and actions["x/y"] == "remove directory"
+    assert actions["made/by/write.txt"] == "delete" and actions["tool.sh"] == "restore"
+    assert not impact["gaps"]
+    await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
+    assert _tree(workspace) == before

@@ -16,12 +16,32 @@ import shutil
 import pytest
 
 from mevedel_server.agents import file_state
+from mevedel_server.targets.program import Entry
 from mevedel_server.agents.file_state import LINK_GAP, FileChange, FileStateRecord
 from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget, RootReplacedError, ScanPaths, ScanTree
 from mevedel_server.targets import tree_watch
 from mevedel_server.targets.tree_watch import TreeWatch, WatchUnavailable
 
 pytestmark = pytest.mark.skipif(tree_watch.unwatchable("/tmp") is not None, reason="no inotify here")
+
+async def files_only(record) -> list:
+    """``record.changes()`` with each regular file's earlier state as its
+    bytes, and directories left out: the tests of this file are about
+    content (modes, directories and links have tests of their own, in
+    test_agents_file_state_modes.py)."""
+    out = []
+    root = getattr(record._target, "root", None) or (record._local.root if record._local is not None else None)
+    for change in await record.changes():
+        before = change.before
+        if before is not None and before.kind == Entry.DIRECTORY:
+            continue
+        if before is None and change.gap is None and root is not None and os.path.isdir(os.path.join(root, change.path)):
+            continue
+        if before is not None and before.kind == Entry.FILE and before.data is not None:
+            change = FileChange(change.path, before.data, change.gap)
+        out.append(change)
+    return out
+
 
 
 class Spy(ProgramTarget):
@@ -93,10 +113,10 @@ async def test_nothing_changed_runs_no_program_and_a_change_looks_only_there(roo
         write(root, f"d{i % 3}/f{i}.txt", f"content {i}")
     record, spy = await watched()
     await record.refresh()
-    assert await record.changes() == []
+    assert await files_only(record) == []
     assert spy.ops == []  # no walk, no program: the queue was empty
     write(root, "d1/f1.txt", "changed")
-    assert await record.changes() == [FileChange("d1/f1.txt", b"content 1")]
+    assert await files_only(record) == [FileChange("d1/f1.txt", b"content 1")]
     assert spy.walks() == 0 and spy.looked_at() == ["d1/f1.txt"]
 
 
@@ -113,7 +133,7 @@ async def test_create_modify_delete_and_rename_across_directories(root, watched)
     write(root, "b/edit.txt", "EDIT")
     os.remove(root / "b/gone.txt")
     os.rename(root / "a/moving.txt", root / "b/moved.txt")
-    assert await record.changes() == [
+    assert await files_only(record) == [
         FileChange("a/moving.txt", b"moving"),
         FileChange("a/new.txt", None),
         FileChange("b/edit.txt", b"edit"),
@@ -133,7 +153,7 @@ async def test_an_atomic_save_and_a_file_still_open_for_writing_are_found(root, 
     try:
         handle.write(b"more\n")
         handle.flush()  # written, not closed
-        assert await record.changes() == [FileChange("log.txt", b"start\n"), FileChange("saved.txt", b"one")]
+        assert await files_only(record) == [FileChange("log.txt", b"start\n"), FileChange("saved.txt", b"one")]
     finally:
         handle.close()
     assert spy.walks() == 0
@@ -146,7 +166,7 @@ async def test_a_change_with_the_same_size_and_the_times_restored_is_found(root,
     with open(root / "f.txt", "r+b") as handle:
         handle.write(b"BBBB")
     os.utime(root / "f.txt", ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert await record.changes() == [FileChange("f.txt", b"AAAA")]
+    assert await files_only(record) == [FileChange("f.txt", b"AAAA")]
     assert spy.walks() == 0
 
 
@@ -159,7 +179,7 @@ async def test_a_new_directory_created_then_filled_and_one_removed(root, watched
     write(root, "new/a.txt", "a")
     write(root, "new/sub/b.txt", "b")
     shutil.rmtree(root / "old")
-    assert await record.changes() == [
+    assert await files_only(record) == [
         FileChange("new/a.txt", None),
         FileChange("new/sub/b.txt", None),
         FileChange("old/deep/y.txt", b"y"),
@@ -171,11 +191,11 @@ async def test_a_new_directory_created_then_filled_and_one_removed(root, watched
     await record.refresh()  # the new files, racy, looked at once more
     spy.ops.clear()
     write(root, "new/sub/b.txt", "b2")
-    assert await record.changes() == [FileChange("new/sub/b.txt", b"b")]
+    assert await files_only(record) == [FileChange("new/sub/b.txt", b"b")]
     assert spy.walks() == 0 and spy.looked_at() == ["new/sub/b.txt"]
 
 
-async def test_a_symbolic_link_swapped_in_is_a_gap_and_never_followed(root, tmp_path, watched):
+async def test_a_symbolic_link_swapped_in_is_recorded_and_never_followed(root, tmp_path, watched):
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret").write_bytes(b"secret")
@@ -187,17 +207,19 @@ async def test_a_symbolic_link_swapped_in_is_a_gap_and_never_followed(root, tmp_
     (root / "plain.txt").symlink_to(outside / "secret")
     shutil.rmtree(root / "sub")
     (root / "sub").symlink_to(outside / "dir")  # a directory replaced by a link to one outside
+    mode = os.stat(root).st_mode & 0o7777
+    file_mode = os.stat(root / ".." / "outside" / "secret").st_mode & 0o7777
     assert await record.changes() == [
-        FileChange("plain.txt", b"plain"),
-        FileChange("sub", None, LINK_GAP),
-        FileChange("sub/f.txt", b"f"),
+        FileChange("plain.txt", Entry.file(b"plain", file_mode)),
+        FileChange("sub", Entry.directory(mode)),  # a directory, replaced by a link
+        FileChange("sub/f.txt", Entry.file(b"f", file_mode)),
     ]
     assert spy.walks() == 0
     assert not [op for op in spy.ops if "secret" in op.path]
     # Nothing behind the link is watched: a change there is no change here.
     spy.ops.clear()
     (outside / "dir" / "inner").write_bytes(b"inner")
-    assert await record.changes() == [] and spy.ops == []
+    assert await files_only(record) == [] and spy.ops == []
 
 
 async def test_a_change_inside_a_new_directory_before_its_watch_existed_is_found(root, watched):
@@ -215,8 +237,8 @@ async def test_a_change_inside_a_new_directory_before_its_watch_existed_is_found
 
     record, spy = await watched(after)
     write(root, "new/sub/early.txt", "early")
-    found = await record.changes()
-    found += await record.changes()
+    found = await files_only(record)
+    found += await files_only(record)
     assert raced and found == [FileChange("new/sub/early.txt", None), FileChange("new/sub/late.txt", None)]
     assert spy.walks() == 0
 
@@ -227,7 +249,7 @@ async def test_a_hard_link_written_through_a_name_outside_is_found(root, tmp_pat
     record, spy = await watched()
     with open(tmp_path / "elsewhere.txt", "r+b") as handle:
         handle.write(b"two")  # no event in the workspace's directories
-    assert await record.changes() == [FileChange("shared.txt", b"one")]
+    assert await files_only(record) == [FileChange("shared.txt", b"one")]
     assert spy.walks() == 0
 
 
@@ -241,14 +263,14 @@ async def test_a_gitignore_change_looks_again_below_it(root, watched):
     os.remove(root / "src/b.py")  # along with it: the root's rules changed, everything is looked at
     from mevedel_server.agents.file_state import IGNORED_GAP
 
-    assert await record.changes() == [
+    assert await files_only(record) == [
         FileChange(".gitignore", b"vendor/\n"),
         FileChange("src/b.py", b"b"),
         FileChange("vendor/lib.py", None, IGNORED_GAP),
     ]
     spy.ops.clear()
     write(root, "vendor/lib.py", "changed")  # walked, and so watched, now
-    assert await record.changes() == [FileChange("vendor/lib.py", b"vendored")]
+    assert await files_only(record) == [FileChange("vendor/lib.py", b"vendored")]
     assert spy.walks() == 0
 
 
@@ -267,12 +289,12 @@ async def test_an_overflowing_event_queue_falls_back_to_a_walk(root, watched):
     for i in range(queue + 100):
         os.utime(root / ("a.txt" if i % 2 else "b.txt"), ns=(i, i))
     write(root, "c.txt", "C")
-    assert await record.changes() == [FileChange("c.txt", b"c")]
+    assert await files_only(record) == [FileChange("c.txt", b"c")]
     assert spy.walks() >= 1
     # Watched again after the walk: the next change needs none.
     spy.ops.clear()
     write(root, "a.txt", "A")
-    assert await record.changes() == [FileChange("a.txt", b"a")]
+    assert await files_only(record) == [FileChange("a.txt", b"a")]
     assert spy.walks() == 0
 
 
@@ -282,7 +304,7 @@ async def test_a_moved_directory_falls_back_to_a_walk(root, watched):
     record, spy = await watched()
     os.rename(root / "a", root / "b")
     write(root, "b/in/y.txt", "Y")  # under its new name: its old watch names a/
-    assert await record.changes() == [
+    assert await files_only(record) == [
         FileChange("a/in/y.txt", b"y"),
         FileChange("a/x.txt", b"x"),
         FileChange("b/in/y.txt", None),
@@ -291,7 +313,7 @@ async def test_a_moved_directory_falls_back_to_a_walk(root, watched):
     assert spy.walks() >= 1
     spy.ops.clear()
     write(root, "b/in/y.txt", "Y2")
-    assert await record.changes() == [FileChange("b/in/y.txt", b"Y")]
+    assert await files_only(record) == [FileChange("b/in/y.txt", b"Y")]
     assert spy.walks() == 0
 
 
@@ -305,11 +327,11 @@ async def test_no_watch_left_means_walking_every_time(root, watched, monkeypatch
     monkeypatch.setattr(TreeWatch, "watch", limit_reached)
     os.mkdir(root / "new")  # a directory to watch: the limit is met
     write(root, "new/n.txt", "n")
-    assert await record.changes() == [FileChange("new/n.txt", None)]
+    assert await files_only(record) == [FileChange("new/n.txt", None)]
     assert record.unwatched == "the inotify watch limit (fs.inotify.max_user_watches) is reached"
     spy.ops.clear()
     write(root, "a.txt", "A")
-    assert await record.changes() == [FileChange("a.txt", b"a")]
+    assert await files_only(record) == [FileChange("a.txt", b"a")]
     assert spy.walks() == 1  # no events any more: the walk, every time
 
 
@@ -320,7 +342,7 @@ async def test_a_replaced_root_is_refused(root, tmp_path, watched):
     root.mkdir()
     write(root, "a.txt", "other")
     with pytest.raises(RootReplacedError):
-        await record.changes()
+        await files_only(record)
 
 
 async def test_a_failed_look_keeps_what_the_events_said(root, watched):
@@ -341,9 +363,9 @@ async def test_a_failed_look_keeps_what_the_events_said(root, watched):
     from mevedel_server.targets import TargetOperationError
 
     with pytest.raises(TargetOperationError):
-        await record.changes()
+        await files_only(record)
     # The drained event is not lost with the failed program.
-    assert await record.changes() == [FileChange("a.txt", b"a")]
+    assert await files_only(record) == [FileChange("a.txt", b"a")]
 
 
 async def test_a_remote_filesystem_is_walked(monkeypatch, root):
@@ -353,7 +375,7 @@ async def test_a_remote_filesystem_is_walked(monkeypatch, root):
     await record.refresh()
     assert record.unwatched is not None and "filesystem" in record.unwatched
     write(root, "a.txt", "b")
-    assert await record.changes() == [FileChange("a.txt", b"a")]
+    assert await files_only(record) == [FileChange("a.txt", b"a")]
 
 
 async def test_a_directory_on_another_filesystem_means_walking(root, monkeypatch):
@@ -374,8 +396,8 @@ async def test_a_directory_on_another_filesystem_means_walking(root, monkeypatch
 
     monkeypatch.setattr(os, "fstat", fstat)
     write(root, "new/n.txt", "n")
-    assert await record.changes() == [FileChange("new/n.txt", None)]
+    assert await files_only(record) == [FileChange("new/n.txt", None)]
     assert record.unwatched == "'new' is on another filesystem than the workspace root (a mount inside it)"
     write(root, "new/n.txt", "N")
-    assert await record.changes() == [FileChange("new/n.txt", b"n")]
+    assert await files_only(record) == [FileChange("new/n.txt", b"n")]
     record.close()

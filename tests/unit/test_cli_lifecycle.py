@@ -46,7 +46,9 @@ def test_rewind_prepare_then_commit_and_redo_back(workspace, tmp_path):
     assert (workspace / "notes.txt").read_text() == "v3\n"
 
     done = ok(cli(workspace, state, "rewind", "commit", impact["token"], "--json"))
-    assert done == {"session_id": sid, "committed": True, "settled_turns": 1, "written": ["notes.txt"], "warning": None}
+    assert done == {
+        "session_id": sid, "committed": True, "settled_turns": 1, "written": ["notes.txt"], "actions": {"notes.txt": "restore"}, "warning": None
+    }
     assert (workspace / "notes.txt").read_text() == "v1\n"
 
     again = refused(cli(workspace, state, "rewind", "commit", impact["token"], "--json"), "stale-head")

@@ -86,3 +86,81 @@ def test_ctrl_c_cancels_the_turn_and_exits_130(workspace, tmp_path):
     assert "never" not in seen + out and "interrupted" in err
     turns = json.loads(mevedel(workspace, tmp_path, "session", "turns", "--json").stdout)
     assert [t["state"] for t in turns["turns"]] == ["interrupted"]
+
+
+def _tree(root: Path) -> dict:
+    """Kind, permission bits, bytes or link target of every path but
+    mevedel's own state (empty directories included)."""
+    found = {}
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".mevedel"]
+        for name in dirs + files:
+            full = os.path.join(directory, name)
+            st = os.lstat(full)
+            rel = os.path.relpath(full, root)
+            if os.path.islink(full):
+                found[rel] = ("link", os.readlink(full))
+            elif os.path.isdir(full):
+                found[rel] = ("dir", oct(st.st_mode & 0o7777))
+            else:
+                found[rel] = ("file", oct(st.st_mode & 0o7777), Path(full).read_bytes())
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(directory, d))]
+    return found
+
+
+def test_rewind_gives_back_the_exact_tree_a_shell_command_and_an_fs_write_changed(workspace, tmp_path):
+    """The issue's own scenario: an executable edited through
+    fs/write_text_file keeps its mode; one shell command does chmod,
+    mkdir -p, rmdir, mv, ln -s, truncation, a 3 MB file and rm -r; then
+    ``mevedel rewind 1 --before --yes`` gives the tree back exactly."""
+    (workspace / "app.py").write_text("print('v1')\n")
+    os.chmod(workspace / "app.py", 0o755)
+    (workspace / "run.sh").write_text("echo run\n")
+    (workspace / "secret.txt").write_text("s\n")
+    (workspace / "emptydir").mkdir()
+    os.chmod(workspace / "emptydir", 0o750)
+    (workspace / "old.txt").write_text("old\n")
+    (workspace / "empty.txt").write_text("not empty yet\n")
+    (workspace / "olddir" / "sub").mkdir(parents=True)
+    (workspace / "olddir" / "sub" / "f.txt").write_text("f\n")
+    (workspace / "target.txt").write_text("target\n")
+    before = _tree(workspace)
+    command = (
+        "chmod +x run.sh; chmod 600 secret.txt; mkdir -p new/deep/deeper && echo n > new/deep/deeper/n.txt; "
+        "rmdir emptydir; mv old.txt renamed.txt; ln -s target.txt link.txt; : > empty.txt; "
+        "head -c 3000000 /dev/urandom > big.bin; rm -r olddir"
+    )
+    configure(tmp_path, [[
+        {"write": {"path": "app.py", "content": "print('v2')\n"}},
+        {"terminal": {"command": "sh", "args": ["-c", command]}},
+        {"say": "done"},
+    ]])
+    done = mevedel(workspace, tmp_path, "prompt", "Change the tree")
+    assert done.returncode == 0, done.stderr
+    assert os.stat(workspace / "app.py").st_mode & 0o7777 == 0o755  # the write kept the executable bit
+    assert (workspace / "app.py").read_text() == "print('v2')\n"
+    after = _tree(workspace)
+
+    shown = mevedel(workspace, tmp_path, "rewind", "1", "--before")
+    assert shown.returncode == 0, shown.stderr
+    for row in ("delete big.bin", "delete link.txt", "delete renamed.txt", "restore old.txt", "chmod 644 run.sh",
+                "chmod 644 secret.txt", "create directory emptydir", "create directory olddir", "remove directory new",
+                "restore olddir/sub/f.txt", "restore app.py", "restore empty.txt"):
+        assert row in shown.stdout, (row, shown.stdout)
+    assert "not restored" not in shown.stdout
+
+    rewound = mevedel(workspace, tmp_path, "rewind", "1", "--before", "--yes")
+    assert rewound.returncode == 0, rewound.stderr
+    assert "delete big.bin" in rewound.stdout and "wrote big.bin" not in rewound.stdout
+    assert _tree(workspace) == before
+
+    states = json.loads(mevedel(workspace, tmp_path, "redo", "--json").stdout)
+    turn_one = next(s for s in states["states"] if s["turn_count"] == 1)
+    shown = mevedel(workspace, tmp_path, "redo", turn_one["publication_id"])
+    # The 3 MB file the turn left is over the snapshot limit: its bytes were
+    # never kept, so Redo says it cannot give it back (before changing anything).
+    assert "not restored big.bin" in shown.stdout, shown.stdout
+    redone = mevedel(workspace, tmp_path, "redo", turn_one["publication_id"], "--yes")
+    assert redone.returncode == 0, redone.stderr
+    del after["big.bin"]
+    assert _tree(workspace) == after

@@ -74,7 +74,7 @@ async def test_a_scan_gives_each_file_and_link_its_own_lstat_facts(root, tmp_pat
     for path in ("a.txt", "d/e/f.bin", "link", "dirlink"):
         st = os.lstat(root / path)
         flags = SCAN_LINK if path.endswith("link") else 0
-        assert entries[path] == (flags, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        assert entries[path] == (flags, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode & 0o7777)
 
 
 async def test_an_unchanged_tree_answers_the_very_same_bytes_and_a_change_does_not(root):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from txn_sessions import DELETE, ME, committed_view, open_session, read_committed_head, reopen, snapshot_files, write
 
+from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.store.transactions.fork import commit_fork, prepare_fork
 from mevedel_server.store.transactions.recovery import find_recovery, retry_recovery
 from mevedel_server.store.transactions.redo import commit_redo, prepare_redo, redo_states
@@ -190,3 +191,106 @@ async def test_crash_at_every_write(tmp_path, name):
         # The journal is written before any file: crashes between it and the
         # commit point are resolved by retrying the recovery.
         assert outcomes["old+recovered"] >= 1 and outcomes["new"] + outcomes["new+recovered"] >= 1
+
+
+# The whole state: modes, links, directories ----------------------------------------
+
+TREE = ("run.sh", "d", "d/f.txt", "link", "newdir", "newdir/n.txt", "swap")
+
+
+def _entry(root: Path, path: str):
+    """A path's whole state, as the turn's writers record it."""
+    import os
+    import stat
+
+    from mevedel_server.targets import Entry
+
+    full = root / path
+    try:
+        st = os.lstat(full)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return Entry.symlink(os.fsencode(os.readlink(full)))
+    if stat.S_ISDIR(st.st_mode):
+        return Entry.directory(stat.S_IMODE(st.st_mode))
+    return Entry.file(full.read_bytes(), stat.S_IMODE(st.st_mode))
+
+
+def _tree(root: Path) -> dict:
+    return {path: _entry(root, path) for path in TREE}
+
+
+async def _exact_turns(root: Path, target):
+    """Before: run.sh executable, d/ (0750) holding f.txt, link -> run.sh,
+    swap a directory. One turn: chmod 644 run.sh, rm -r d, relink link,
+    mkdir newdir (0700) with a file, swap replaced by a file."""
+    import os
+
+    root.mkdir(exist_ok=True)
+    write(root, "run.sh", b"#!/bin/sh\n")
+    os.chmod(root / "run.sh", 0o755)
+    write(root, "d/f.txt", b"f\n")
+    os.chmod(root / "d", 0o750)
+    os.symlink("run.sh", root / "link")
+    (root / "swap").mkdir()
+    s = await open_session(root, target=target)
+    c = s.conversation
+    s.at += 1
+    turn_id = c.begin_turn("exact", at=s.at)
+    for path in TREE:
+        c.capture_file(path, _entry(root, path))
+    os.chmod(root / "run.sh", 0o644)
+    (root / "d" / "f.txt").unlink()
+    (root / "d").rmdir()
+    (root / "link").unlink()
+    os.symlink("elsewhere", root / "link")
+    (root / "newdir").mkdir(mode=0o700)
+    write(root, "newdir/n.txt", b"n\n")
+    (root / "swap").rmdir()
+    write(root, "swap", b"now a file\n")
+    c.append(Response(turn_id=turn_id, text="done"))
+    c.settle(Outcome.COMPLETED, at=s.at, current={p: _entry(root, p) for p in TREE})
+    await s.save()
+    return s
+
+
+async def test_crash_at_every_write_of_an_exact_rewind(tmp_path):
+    """Every crash point of a Rewind that restores modes, removes and makes
+    directories, relinks a link and turns a file back into a directory:
+    each path is wholly old or wholly new (or the recovery brings it to the
+    committed side)."""
+    baseline = tmp_path / "baseline"
+    baseline.mkdir()
+    target = FaultInjectingTarget(LocalTarget(baseline))
+    s = await _exact_turns(baseline, target)
+    new_tree = _tree(baseline)
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(1))
+    target.arm(None)
+    await commit_rewind(s.publisher, impact.token)
+    old_tree = _tree(baseline)
+    assert old_tree != new_tree and old_tree["run.sh"].mode == 0o755 and old_tree["d"].mode == 0o750
+    assert old_tree["newdir"] is None and old_tree["link"].data == b"run.sh" and old_tree["swap"].kind == "directory"
+    total = target.writes
+    outcomes: Counter[str] = Counter()
+    for point in range(1, total + 1):
+        root = tmp_path / f"crash-{point}"
+        root.mkdir()
+        target = FaultInjectingTarget(LocalTarget(root))
+        s = await _exact_turns(root, target)
+        impact = await prepare_rewind(s.target, s.session_id, Boundary.before(1))
+        target.arm(point, "crash")
+        with pytest.raises(SimulatedCrash):
+            await commit_rewind(s.publisher, impact.token)
+        view = await committed_view(root, s.session_id)
+        assert view in ((1, ["exact"]), (0, [])), f"#{point}: a reader saw {view}"
+        side = "new" if view == (0, []) else "old"
+        expected = old_tree if side == "new" else new_tree
+        if (await find_recovery(LocalTarget(root), s.session_id)).pending:
+            restarted = await reopen(s, LocalTarget(root))
+            await retry_recovery(restarted.lease)
+            side += "+recovered"
+        assert _tree(root) == expected, f"#{point} ({side})"
+        outcomes[side] += 1
+    print(f"\nexact rewind: {total} crash points walked, outcomes {dict(outcomes)}")
+    assert outcomes["old+recovered"] >= 1 and outcomes["new"] + outcomes["new+recovered"] >= 1

@@ -309,12 +309,14 @@ async def test_a_boundary_that_does_not_exist_is_refused(tmp_path):
             await prepare_rewind(s.target, s.session_id, boundary)
 
 
-async def test_a_symlinked_captured_path_refuses_before_anything_changes(tmp_path):
+async def test_a_link_put_where_a_captured_file_was_is_replaced_never_followed(tmp_path):
     s = await three_turns(tmp_path)
     (tmp_path / "src" / "c.txt").unlink()
     (tmp_path / "src" / "c.txt").symlink_to(tmp_path / "a.txt")
-    with pytest.raises(LifecycleRefused, match="src/c.txt"):
-        await prepare_rewind(s.target, s.session_id, Boundary.before(2))
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
+    assert [r.action for r in impact.restores if r.path == "src/c.txt"] == ["delete"]
+    await commit_rewind(s.publisher, impact.token)
+    assert not os.path.lexists(tmp_path / "src" / "c.txt")
 
 
 # Failures before the commit point --------------------------------------------------

@@ -33,12 +33,16 @@ export interface TurnLabel {
 
 export interface FileRestore {
   path: string;
-  state: 'present' | 'absent';
+  state: 'present' | 'absent' | 'directory' | 'symlink';
   checkpoint: string;
   turn: number;
   changes: boolean;
+  // delete, restore, create directory, remove directory, chmod 755, relink, unchanged
+  action?: string;
   sha256?: string;
   size?: number;
+  mode?: number;
+  linkTarget?: string;
 }
 
 export interface KnownGap {
@@ -227,7 +231,10 @@ function fileLines(impact: FileImpact): string[] {
   if (writes.length) {
     lines.push(`Restores ${plural(writes.length, 'file')}:`);
     for (const r of writes) {
-      const content = r.state === 'absent' ? 'deleted, as it was absent' : `${plural(r.size ?? 0, 'byte')}`;
+      // The action (delete, create directory, chmod 755, relink...); a
+      // restore shows the bytes it writes.
+      const action = r.action ?? (r.state === 'absent' ? 'delete' : 'restore');
+      const content = action === 'restore' ? plural(r.size ?? 0, 'byte') : action;
       lines.push(`  ${r.path} (${r.checkpoint} of turn ${r.turn}: ${content})`);
     }
   }

@@ -26,6 +26,7 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['agentStartTimeoutSeconds', ['agentStartTimeoutSeconds']],
   ['cancelTimeoutSeconds', ['cancelTimeoutSeconds']],
   ['agentIdleTimeoutSeconds', ['agentIdleTimeoutSeconds']],
+  ['checkpointExclude', ['checkpointExclude']],
   ['maxMessageBytes', ['maxMessageBytes']],
   ['mcpServers', ['mcpServers']],
   ['mcpCallTimeoutSeconds', ['mcpCallTimeoutSeconds']],

@@ -58,6 +58,9 @@ class AgentConfig:
     idle_timeout_seconds: float = 900.0
     #: The most output a terminal keeps, whatever the agent asks for.
     terminal_output_max_bytes: int = DEFAULT_TERMINAL_OUTPUT_MAX_BYTES
+    #: ``checkpointExclude``: patterns (gitignore syntax) a turn's
+    #: checkpoint leaves out, besides editors' own files.
+    checkpoint_exclude: tuple[str, ...] = ()
 
     def choose(self, requested: str | None, remembered: str | None = None) -> AgentSpec:
         """The agent for a prompt: the one asked for, else the session's,
@@ -141,6 +144,7 @@ _CLI_KEYS = {
     "cancelTimeoutSeconds",
     "agentIdleTimeoutSeconds",
     "terminalOutputMaxBytes",
+    "checkpointExclude",
 }
 
 
@@ -189,7 +193,11 @@ def config_from_settings(raw: Mapping[str, Any], *, where: str) -> AgentConfig:
             raise AgentError(NOT_CONFIGURED, f"{where}: terminalOutputMaxBytes", f"must be a whole number of bytes between {low} and {high}, got {value!r}")
         return value
 
+    exclude = raw.get("checkpointExclude", [])
+    if not isinstance(exclude, list) or not all(isinstance(p, str) and "\n" not in p for p in exclude):
+        raise AgentError(NOT_CONFIGURED, f"{where}: checkpointExclude", "must be a list of gitignore patterns (strings)", "fix the setting")
     return AgentConfig(
+        checkpoint_exclude=tuple(exclude),
         agents=specs_from(agents),
         default_agent=default,
         permissions=policy,

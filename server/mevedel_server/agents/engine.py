@@ -43,7 +43,7 @@ from ..store.service import SessionService, is_refusal
 from ..store.content.sidecar import EngineRef, EngineState, ForkType
 from ..store.content.transcript import Outcome
 from ..resources import ResolverContext
-from ..targets import ControlProgram, Read, Status, TargetError
+from ..targets import ControlProgram, Entry, Read, Status, TargetError
 from ..tool_server.host import ToolHost
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
@@ -52,6 +52,7 @@ from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
 from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
 from ..tool_server.artifact_writes import learn_shell_writes
+from .checkpoint_exclude import CheckpointExclude, is_editor_file
 from .file_state import FileStateRecord
 from .live import LiveEvent, LiveFeed
 from .process import AgentProcess
@@ -259,6 +260,8 @@ class _Client:
         relative = engine.files.relative(path)
         need = not engine.service.captured(self.running.session_id, relative)
         outcome = await engine.files.write_text(path, content, read_before=need)
+        for directory in outcome.made:
+            engine.record_pre_state(self.running.session_id, directory, None, directory=True)
         if outcome.read_before:
             engine.record_pre_state(self.running.session_id, outcome.relative, outcome.before)
         return schema.WriteTextFileResponse()
@@ -382,21 +385,32 @@ class AgentEngine:
 
     # Checkpointing writes -------------------------------------------------------------
 
-    def record_pre_state(self, session_id: str, relative: str, before: bytes | None) -> None:
-        """Record a file's content before the turn's first write to it (the
-        first record of a path in a turn wins)."""
-        self.service.record_pre_state(session_id, relative, before)
+    def record_pre_state(
+        self, session_id: str, relative: str, before: Entry | None, *, gap: str | None = None, directory: bool = False
+    ) -> None:
+        """Record a path's state before the turn's first change to it (the
+        first record of a path in a turn wins): the service's one
+        checkpoint seam, which all three writers (``fs/write_text_file``,
+        ApplyPatch, shell commands) reach through here."""
+        directory = directory or (before is not None and before.kind == Entry.DIRECTORY)
+        if is_editor_file(relative) or CheckpointExclude.of(self.config().checkpoint_exclude)(relative, directory):
+            return
+        self.service.record_pre_state(session_id, relative, before, gap=gap)
 
     async def record_before_writes(self, session_id: str, paths: Sequence[str]) -> None:
-        """Record the current content of files someone is about to write
-        for the agent (the tool server's ApplyPatch) into the open turn's
-        checkpoint, as ``fs/write_text_file`` does before it writes."""
+        """Record the current state of files someone is about to write for
+        the agent (the tool server's ApplyPatch) into the open turn's
+        checkpoint, as ``fs/write_text_file`` does before it writes (and
+        the directories above them it will make, as absent)."""
         pending: list[str] = []
         for path in paths:
             if path not in pending and not self.service.captured(session_id, self.files.relative(path)):
                 pending.append(path)
+        files = {self.files.relative(path) for path in pending}
         for relative, before in await self.files.read_before(pending):
-            self.record_pre_state(session_id, relative, before)
+            if not self.service.captured(session_id, relative):
+                # Not one of the files: a directory above them it will make.
+                self.record_pre_state(session_id, relative, before, directory=relative not in files)
 
     # Prompt -----------------------------------------------------------------------
 
@@ -722,10 +736,7 @@ class AgentEngine:
         changed without asking us)."""
         for change in await self.file_state.changes():
             try:
-                if change.gap is not None:
-                    await self.service.capture_file(session_id, change.path, gap=change.gap)
-                else:
-                    self.service.record_pre_state(session_id, change.path, change.before)
+                self.record_pre_state(session_id, change.path, change.before, gap=change.gap, directory=change.made_directory)
             except Exception as error:  # one odd path must not lose the others
                 _log.warning("could not checkpoint %s: %s", change.path, error)
 

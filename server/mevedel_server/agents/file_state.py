@@ -64,11 +64,20 @@ What the record does not see or cannot give, and how it says so:
   :data:`IGNORED_GAP`. So is a file found in a directory that was ignored
   (or unreadable) at the previous walk and no longer is: what was there
   before is unknown.
-- A file larger than ``max_file_bytes``: facts only; its change is a gap
-  naming the limit. A symbolic link is recorded by its own ``lstat`` (never
-  followed, its target text is not content); its change is the gap
-  :data:`LINK_GAP`. A regular file that could not be read has a gap saying
-  why. FIFOs, sockets and devices are never opened and not recorded.
+- Every entry's permission bits are among its facts, so a ``chmod`` alone
+  is a change (its earlier mode given with its bytes). Directories are
+  entries too (their mode and inode; their times are left out, so what
+  changes inside one does not change it): one made or removed is a change
+  like a file's.
+- A file larger than ``max_file_bytes``: facts only; its change gives its
+  earlier mode and size but no bytes, and the checkpoint seam
+  (``SessionService.record_pre_state``, the one rule) makes it a gap. A
+  file a command *created* is nothing-before, whatever its size. A
+  symbolic link is recorded by its own ``lstat`` and its target text (read
+  with ``readlink``, never followed); one whose target could not be read
+  is the gap :data:`LINK_GAP`. A regular file that could not be read has a
+  gap saying why. FIFOs, sockets and devices are never opened and not
+  recorded.
 - Facts can hide a change made within the same timestamp tick as the walk
   that recorded them (same size, inode and times; worst on filesystems with
   coarse timestamps). A file whose modification or change time is within
@@ -88,7 +97,7 @@ import asyncio
 import hashlib
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..store.layout import STATE_DIR
 from ..targets import (
@@ -111,14 +120,14 @@ from ..targets import (
     raise_for_result,
     split_target_path,
 )
-from ..targets.program import SCAN_IGNORED, SCAN_IGNORED_REASON, SCAN_LINK, ScanFacts
+from ..targets.program import SCAN_DIR, SCAN_IGNORED, SCAN_IGNORED_REASON, SCAN_LINK, Entry, ReadEntry, ScanFacts
 from ..targets.tree_watch import TreeWatch, WatchUnavailable, unwatchable
 
 #: The gap of a file a .gitignore ignores (or that was in an ignored
 #: directory at the previous walk).
 IGNORED_GAP = "ignored by .gitignore"
-#: The gap of a symbolic link.
-LINK_GAP = "a symbolic link"
+#: The gap of a symbolic link whose target could not be read.
+LINK_GAP = "a symbolic link whose target could not be read"
 #: The gap of a file whose blob vanished or no longer matches its digest.
 LOST_BLOB_GAP = "its snapshot blob is missing or damaged"
 #: Never walked, at any depth.
@@ -144,15 +153,15 @@ class FileStateError(Exception):
 class FileChange:
     #: Workspace-relative, ``/``-separated.
     path: str
-    #: Content before the command; None: the file did not exist.
-    before: bytes | None
+    #: The path's whole state before the command (a file's bytes and mode
+    #: -- bytes None when over the size limit --, a directory's mode, a
+    #: link's target); None: nothing was there.
+    before: Entry | None
     #: Set instead of ``before`` when the prior content cannot be given;
     #: then ``before`` is None and means nothing.
     gap: str | None = None
-
-
-def limit_gap(max_file_bytes: int) -> str:
-    return f"larger than the {max_file_bytes}-byte snapshot limit"
+    #: A directory the command made (for rules that match directories only).
+    made_directory: bool = field(default=False, compare=False)
 
 
 def _ancestors(path: str) -> Iterator[str]:
@@ -164,13 +173,13 @@ def _ancestors(path: str) -> Iterator[str]:
 
 
 def _facts_of(walked: ScanFacts, snapshot: Snapshot) -> ScanFacts:
-    """The facts a snapshot read the file with (the walk's flags)."""
-    return (walked[0], snapshot.size, snapshot.mtime_ns, snapshot.ctime_ns, snapshot.inode)
+    """The facts a snapshot read the file with (the walk's flags and mode)."""
+    return (walked[0], snapshot.size, snapshot.mtime_ns, snapshot.ctime_ns, snapshot.inode, walked[5])
 
 
-def _content(facts: ScanFacts) -> tuple[int, int, int, int, int]:
-    """The facts that tell a content change (not whether it is ignored)."""
-    return (facts[0] & SCAN_LINK, facts[1], facts[2], facts[3], facts[4])
+def _content(facts: ScanFacts) -> tuple[int, ...]:
+    """The facts that tell a change of state (not whether it is ignored)."""
+    return (facts[0] & (SCAN_LINK | SCAN_DIR), *facts[1:])
 
 
 class FileStateRecord:
@@ -194,7 +203,6 @@ class FileStateRecord:
         self._blob_dir = "/".join(parts)
         self._store = f"{self._blob_dir}/blobs"
         self._max = max_file_bytes
-        self._limit_gap = limit_gap(max_file_bytes)
         self._lock = asyncio.Lock()
         self._primed = False
         #: path -> facts as last seen (a regular file or a link).
@@ -203,6 +211,8 @@ class FileStateRecord:
         self._digest: dict[str, str] = {}
         #: path -> why a regular file under the limit could not be read.
         self._unreadable: dict[str, str] = {}
+        #: path -> a recorded link's target (never followed).
+        self._links: dict[str, bytes] = {}
         #: digest -> how many recorded paths name it.
         self._refs: dict[str, int] = {}
         #: Captured paths whose facts may hide a change (read them again).
@@ -317,10 +327,11 @@ class FileStateRecord:
         rechecks = [path for path in self._racy if path in current and old.get(path) == current[path]]
         recheck_set = set(rechecks)
         captures = [path for path in (*candidates, *rechecks) if self._capturable(current[path])]
+        links = [path for path in candidates if current[path][0] & (SCAN_LINK | SCAN_IGNORED) == SCAN_LINK]
         # The blobs of files whose facts changed are read along with the
         # snapshots (most of them did change), the rest after the verdicts.
         guessed = [path for path in (*candidates, *deleted) if path in self._digest] if report else []
-        taken, before = await self._snapshots(captures, guessed)
+        taken, before, targets = await self._snapshots(captures, guessed, links)
 
         consistent = True
         for path in captures:
@@ -337,7 +348,7 @@ class FileStateRecord:
         # Verdicts first, against the record as it stands; the record moves
         # on only once everything is read, so a failure leaves it as it was.
         #: (path, digest of its recorded content, or the gap when none).
-        wanted: list[tuple[str, str | None, str | None]] = []
+        wanted: list[tuple[str, str | None, str | None, ScanFacts]] = []
         changes: list[FileChange] = []
         updates: list[tuple[str, ScanFacts, str | None, str | None]] = []
         for path in (*candidates, *rechecks):
@@ -356,17 +367,32 @@ class FileStateRecord:
         if report:
             wanted.extend(self._recorded(path, old[path]) for path in deleted)
         if wanted:
-            missing = {digest for path, digest, _ in wanted if digest is not None and path not in before}
+            missing = {digest for path, digest, _, _ in wanted if digest is not None and path not in before}
             blobs = await self._read_blobs(missing) if missing else {}
-            for path, digest, gap in wanted:
-                if digest is None:
+            for path, digest, gap, was in wanted:
+                mode = was[5]
+                if gap is not None:
                     changes.append(FileChange(path, None, gap))
+                elif was[0] & SCAN_DIR:
+                    changes.append(FileChange(path, Entry.directory(mode)))
+                elif was[0] & SCAN_LINK:
+                    target = self._links.get(path)
+                    changes.append(FileChange(path, Entry.symlink(target)) if target else FileChange(path, None, LINK_GAP))
+                elif digest is None:
+                    # Over the size limit: its bytes were never kept (the
+                    # checkpoint seam makes it a gap).
+                    changes.append(FileChange(path, Entry(Entry.FILE, mode, None, was[1])))
                 else:
                     data = before[path] if path in before else blobs.get(digest)
-                    changes.append(FileChange(path, data) if data is not None else FileChange(path, None, LOST_BLOB_GAP))
+                    changes.append(FileChange(path, Entry.file(data, mode)) if data is not None else FileChange(path, None, LOST_BLOB_GAP))
 
         for update in updates:
             self._set(*update)
+        for path, target in targets.items():
+            if target is None:
+                self._links.pop(path, None)
+            else:
+                self._links[path] = target
         for path in deleted:
             self._drop(path)
         floor = scan.started_ns - RACY_NS
@@ -503,7 +529,10 @@ class FileStateRecord:
         return scan, ()
 
     def _scan_op(self, plan: list[str] | None) -> ScanTree:
-        options = dict(skip_names=SKIP_NAMES, skip_paths=(self._blob_dir,), descend=tuple(self._tracked), limit=SCAN_LIMIT, racy_ns=RACY_NS)
+        options = dict(
+            skip_names=SKIP_NAMES, skip_paths=(self._blob_dir,), descend=tuple(self._tracked), limit=SCAN_LIMIT, racy_ns=RACY_NS,
+            directories_too=True,
+        )
         if plan is None:
             return ScanTree(".", **options)
         return ScanPaths(".", paths=tuple(plan), **options)
@@ -559,13 +588,19 @@ class FileStateRecord:
                     return directories[directory]
         return None
 
-    async def _snapshots(self, captures: list[str], guessed: list[str]) -> tuple[dict[str, Snapshot | str | None], dict[str, bytes | None]]:
+    async def _snapshots(
+        self, captures: list[str], guessed: list[str], links: list[str] = ()
+    ) -> tuple[dict[str, Snapshot | str | None], dict[str, bytes | None], dict[str, bytes | None]]:
         """Snapshot ``captures`` (path -> a Snapshot, why it could not be
-        read, or None when it vanished) and read back the recorded content
-        of ``guessed`` (path -> verified bytes, or None)."""
+        read, or None when it vanished), read back the recorded content of
+        ``guessed`` (path -> verified bytes, or None) and the targets of
+        ``links`` (path -> target, None when it is no link any more)."""
         taken: dict[str, Snapshot | str | None] = {}
         before: dict[str, bytes | None] = {}
+        targets: dict[str, bytes | None] = {}
         ops: list[tuple[str, Operation, int]] = []
+        for path in links:
+            ops.append((path, ReadEntry(path, max_bytes=0, optional=True), 0))
         for path in guessed:
             ops.append((path, Read(f"{self._store}/{self._digest[path]}", optional=True), self._facts[path][1]))
         for path in captures:
@@ -577,9 +612,12 @@ class FileStateRecord:
             for (path, op, _), outcome in zip(batch, result.results[len(ensure) :]):
                 if isinstance(op, Read):
                     before[path] = _verified(outcome, self._digest[path])
+                elif isinstance(op, ReadEntry):
+                    found = outcome.value if outcome.ok else None
+                    targets[path] = found.data if found is not None and found.kind == Entry.SYMLINK else None
                 else:
                     taken[path] = _snapshot_outcome(outcome)
-        return taken, before
+        return taken, before, targets
 
     async def _read_blobs(self, digests: Iterable[str]) -> dict[str, bytes | None]:
         """digest -> its blob's bytes, verified (None: missing or damaged)."""
@@ -601,19 +639,17 @@ class FileStateRecord:
             # before is unknown.
             gap = IGNORED_GAP if reason == SCAN_IGNORED_REASON else f"in a directory that could not be read ({reason})"
             return FileChange(path, None, gap)
-        if facts[0] & SCAN_LINK:
-            return FileChange(path, None, LINK_GAP)
         if facts[0] & SCAN_IGNORED:
             return FileChange(path, None, IGNORED_GAP)
-        if facts[1] > self._max:
-            return FileChange(path, None, self._limit_gap)
-        return FileChange(path, None)
+        # Nothing was there: Rewind removes what the command made (a file
+        # whatever its size, a link, a directory).
+        return FileChange(path, None, made_directory=bool(facts[0] & SCAN_DIR))
 
     def _changed(self, path: str, previous: ScanFacts, facts: ScanFacts, digest: str | None, recheck: bool) -> bool:
         """Whether recorded ``path``, walked now with ``facts`` (and read
         now as ``digest``), changed content."""
         recorded = self._digest.get(path)
-        if recorded is not None and digest == recorded:
+        if recorded is not None and digest == recorded and previous[5] == facts[5]:
             return False
         if recheck:
             return True
@@ -623,20 +659,22 @@ class FileStateRecord:
         # is as recorded (newly captured, or no longer kept).
         return False
 
-    def _recorded(self, path: str, previous: ScanFacts) -> tuple[str, str | None, str | None]:
-        """What the record holds of ``path``: its digest, or why none."""
+    def _recorded(self, path: str, previous: ScanFacts) -> tuple[str, str | None, str | None, ScanFacts]:
+        """What the record holds of ``path``: its digest (None for a link,
+        a directory or a file over the limit), why it has nothing to give
+        (or None), and its facts."""
         digest = self._digest.get(path)
-        return (path, digest, None) if digest is not None else (path, None, self._gap(path, previous))
+        return (path, digest, None, previous) if digest is not None else (path, None, self._gap(path, previous), previous)
 
-    def _gap(self, path: str, facts: ScanFacts) -> str:
-        """Why the recorded ``path`` has no content kept."""
-        if facts[0] & SCAN_LINK:
-            return LINK_GAP
+    def _gap(self, path: str, facts: ScanFacts) -> str | None:
+        """Why the recorded ``path``'s earlier state cannot be given (None:
+        it can, as a link, a directory, or a file over the size limit whose
+        mode and size are known)."""
         if facts[0] & SCAN_IGNORED:
             return IGNORED_GAP
         if path in self._unreadable:
             return self._unreadable[path]
-        return self._limit_gap
+        return None
 
     # -- the record ------------------------------------------------------------
 
@@ -677,6 +715,7 @@ class FileStateRecord:
         if digest is not None:
             self._unref(digest)
         self._unreadable.pop(path, None)
+        self._links.pop(path, None)
         self._racy.discard(path)
 
     def _untrack(self, path: str, facts: ScanFacts) -> None:

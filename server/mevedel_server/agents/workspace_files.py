@@ -6,8 +6,11 @@ it was given are served, and never mevedel's own ``.mevedel/`` state. Reads
 and writes go through the target like every durable byte, so the same code
 serves an SSH workspace, and the target's rules (no symbolic link followed,
 regular files only, never a blocking open) hold for agents too. A write
-reads the file's prior bytes in the same control program, so its pre-turn
-state enters the checkpoint exactly as it was when it was replaced.
+reads the file's prior state (bytes and mode) in the same control program,
+so its pre-turn state enters the checkpoint exactly as it was when it was
+replaced; the file keeps its mode, and a directory the write has to make is
+made with the default mode and reported, so it enters the checkpoint as
+absent.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from acp import RequestError
 
 from ..store.layout import STATE_DIR
-from ..targets import ControlProgram, MakeDirs, OpResult, Read, Status, Target, WriteProject
+from ..targets import ControlProgram, Entry, OpResult, PutEntry, Read, ReadEntry, Status, Target, WriteProject
 
 #: A read larger than this is refused (an agent reads source text, not
 #: disk images; the whole answer travels in one JSON message).
@@ -52,10 +55,10 @@ def refused(path: str, reason: str) -> RequestError:
     return RequestError.invalid_params({"path": shown(path), "reason": reason})
 
 
-def _prior(result: OpResult, path: str) -> bytes | None:
-    """A file's bytes before a write (``None``: it did not exist), from an
-    optional ``Read`` of it; a refusal naming ``path`` when it cannot be
-    read (a directory, a link, ...)."""
+def _prior(result: OpResult, path: str) -> Entry | None:
+    """A path's whole state before a write (``None``: nothing there), from
+    an optional ``ReadEntry`` of it; a refusal naming ``path`` when it
+    cannot be read (a FIFO, a device, ...)."""
     if result.status is Status.OK:
         return result.value
     if result.status is Status.ABSENT:
@@ -63,12 +66,26 @@ def _prior(result: OpResult, path: str) -> bytes | None:
     raise refused(path, result.reason or "cannot be read before writing")
 
 
+def _ancestors(relative: str) -> list[str]:
+    """The directories above ``relative``, outermost first."""
+    parts = relative.split("/")[:-1]
+    return ["/".join(parts[: n + 1]) for n in range(len(parts))]
+
+
+def _made_directory(directory: str) -> PutEntry:
+    # Made with the default mode (never owner-only), and only if absent: a
+    # path already there answers "mismatch" and is left alone.
+    return PutEntry(directory, None, Entry.directory(None), optional=True)
+
+
 @dataclass(frozen=True)
 class WriteOutcome:
     relative: str
-    #: The bytes replaced (None: the file did not exist), when they were read.
-    before: bytes | None
+    #: The state replaced (None: nothing there), when it was read.
+    before: Entry | None
     read_before: bool
+    #: The directories this write made (absent before it), outermost first.
+    made: tuple[str, ...] = ()
 
 
 class WorkspaceFiles:
@@ -119,38 +136,48 @@ class WorkspaceFiles:
         end = len(lines) if limit is None else start + limit
         return "".join(lines[start:end])
 
-    async def read_before(self, paths: Sequence[str]) -> list[tuple[str, bytes | None]]:
-        """The current bytes of files about to be written by someone else
+    async def read_before(self, paths: Sequence[str]) -> list[tuple[str, Entry | None]]:
+        """The current states of files about to be written by someone else
         (an ApplyPatch of the tool server), in one program: ``(relative,
-        bytes or None)`` per path, as :meth:`write_text` reads them."""
-        relatives = [self.relative(path) for path in paths]
+        state or None)`` per path, as :meth:`write_text` reads them, and
+        ``(directory, None)`` for each missing directory above them (the
+        write will make it)."""
+        relatives = list(dict.fromkeys(self.relative(path) for path in paths))
         if not relatives:
             return []
-        results = await self.target.run(ControlProgram([Read(relative, optional=True) for relative in relatives]))
-        if len(results) < len(relatives):
-            failed = next((r for r in results if not r.ok and r.status is not Status.ABSENT), None)
-            raise refused(paths[len(results) - 1], (failed.reason if failed else None) or "cannot be read before writing")
-        return [(relative, _prior(result, path)) for relative, result, path in zip(relatives, results, paths)]
+        above = [d for d in dict.fromkeys(d for r in relatives for d in _ancestors(r)) if d not in relatives]
+        wanted = relatives + above
+        results = await self.target.run(ControlProgram([ReadEntry(relative, optional=True) for relative in wanted]))
+        out = []
+        for relative, result in zip(wanted, results):
+            state = _prior(result, relative)
+            if relative in above and state is not None:
+                continue
+            out.append((relative, state))
+        return out
 
     async def write_text(self, path: str, content: str, *, read_before: bool) -> WriteOutcome:
-        """Replace the file with ``content``; with ``read_before``, its prior
-        bytes are read in the same program (for the turn's checkpoint)."""
+        """Replace the file with ``content`` (an existing file keeps its
+        mode); with ``read_before``, its prior state is read in the same
+        program (for the turn's checkpoint). Missing directories above it
+        are made with the default mode and reported."""
         relative = self.relative(path)
         try:
             data = content.encode("utf-8")
         except UnicodeEncodeError:
             raise refused(path, "content is not valid Unicode text") from None
-        ops = []
+        ops: list = []
         if read_before:
-            ops.append(Read(relative, optional=True))
-        parent = posixpath.dirname(relative)
-        if parent:
-            ops.append(MakeDirs(parent, optional=True))
+            ops.append(ReadEntry(relative, optional=True))
+        parents = _ancestors(relative)
+        first_parent = len(ops)
+        ops += [_made_directory(parent) for parent in parents]
         ops.append(WriteProject(relative, data))
         results = await self.target.run(ControlProgram(ops))
         before = _prior(results[0], path) if read_before else None
         last = results[len(ops) - 1] if len(results) >= len(ops) else None
-        failed = next((r for r in results if not r.ok and r.status is not Status.ABSENT), None)
         if last is None or not last.ok:
+            failed = next((r for r in results if not r.ok and r.status not in (Status.ABSENT, Status.MISMATCH)), None)
             raise refused(path, (failed.reason if failed else None) or "cannot be written")
-        return WriteOutcome(relative, before, read_before)
+        made = tuple(parent for parent, result in zip(parents, results[first_parent:]) if result.ok)
+        return WriteOutcome(relative, before, read_before, made)

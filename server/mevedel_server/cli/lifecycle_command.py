@@ -122,7 +122,7 @@ def _labels(labels) -> list[str]:
 
 
 def _restores(impact) -> list[str]:
-    rows = [f"  restore {r.path} ({r.checkpoint} of turn {r.turn})" for r in impact.restores if r.changes]
+    rows = [f"  {r.action} {r.path} ({r.checkpoint} of turn {r.turn})" for r in impact.restores if r.changes]
     rows += [f"  not restored {g.path}: {g.reason}" for g in impact.gaps]
     rows += [f"  changed outside the session (overwritten): {e.path}" for e in impact.externally_modified]
     return rows
@@ -134,6 +134,7 @@ def _in_place_data(service: SessionService, sid: str, result) -> dict[str, Any]:
         "committed": result.committed,
         "settled_turns": service.info(sid).settled_turns,
         "written": list(result.written),
+        "actions": dict(result.actions),
         "warning": result.warning,
     }
 
@@ -142,7 +143,7 @@ def _in_place_lines(data: dict[str, Any], verb: str) -> list[str]:
     if not data["committed"]:
         return [f"{data['session_id']}: nothing to {verb}"]
     lines = [f"{data['session_id']}: {verb}; {data['settled_turns']} turns"]
-    lines += [f"  wrote {path}" for path in data["written"]]
+    lines += [f"  {data.get('actions', {}).get(path, 'wrote')} {path}" for path in data["written"]]
     if data["warning"]:
         lines.append(f"warning: {data['warning']}")
     return lines

@@ -47,6 +47,7 @@ def agent_config(ls: MevedelLanguageServer) -> AgentConfig:
         cancel_timeout_seconds=float(s.cancel_timeout_seconds),
         idle_timeout_seconds=float(s.agent_idle_timeout_seconds),
         terminal_output_max_bytes=s.terminal_output_max_bytes,
+        checkpoint_exclude=tuple(s.checkpoint_exclude),
     )
 
 

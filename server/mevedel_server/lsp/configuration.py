@@ -70,6 +70,10 @@ def _check(name: str, value: Any) -> str | None:
                 return f"[{index}] {error}"
     if name == "agents":
         return agents_problem(value)
+    if name == "checkpointExclude":
+        for index, pattern in enumerate(value):
+            if "\n" in pattern or "\x00" in pattern:
+                return f"[{index}] is not one gitignore pattern (it holds a newline or NUL)"
     if name == "mcpServers":
         return servers_problem(value)
     if name in ("mcpCallTimeoutSeconds", "mcpStartTimeoutSeconds") and not 1 <= value <= 3_600:

@@ -41,7 +41,10 @@ def _label(label: TurnLabel) -> wire.TurnLabel:
 
 
 def _restore(row: FileRestore) -> wire.FileRestore:
-    return wire.FileRestore(row.path, row.state, row.checkpoint, row.turn, row.changes, row.sha256, row.size)
+    return wire.FileRestore(
+        row.path, row.state, row.checkpoint, row.turn, row.changes, row.sha256, row.size, mode=row.mode, link_target=row.link_target,
+        action=row.action,
+    )
 
 
 def _gap(gap: KnownGap) -> wire.KnownGap:

@@ -39,6 +39,10 @@ from .faults import FaultInjectingTarget, FaultMode, InjectedFault, SimulatedCra
 from .local import LocalTarget
 from .paths import join_target_path, parent_and_name, split_target_path
 from .program import (
+    Entry,
+    PutEntry,
+    ReadEntry,
+    same_state,
     Barrier,
     Chain,
     ChainHop,
@@ -86,6 +90,10 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Entry",
+    "PutEntry",
+    "ReadEntry",
+    "same_state",
     "Barrier",
     "Chain",
     "ChainHop",

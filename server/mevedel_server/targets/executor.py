@@ -971,7 +971,8 @@ class Executor:
         directories' own (not sorted), so an unchanged tree answers the very
         same ``names`` and ``facts``."""
         try:
-            skip_names, skip_paths, descend, limit, racy_ns = argument
+            skip_names, skip_paths, descend, limit, racy_ns = argument[:5]
+            record_dirs = bool(argument[5]) if len(argument) > 5 else False
         except (TypeError, ValueError):
             raise Refused(FAILED, "a tree scan needs skip names, skip paths, descend paths, a limit and a racy window") from None
         if not (_whole(limit) and _whole(racy_ns)):
@@ -983,6 +984,7 @@ class Executor:
             frozenset(_text_list(descend, "descend paths")),
             limit,
             started - racy_ns,
+            record_dirs,
         )
         fd = self._open_directory(split_components(path))
         truncated = False
@@ -1012,7 +1014,8 @@ class Executor:
         the root), ``shared`` the regular files found with more than one link
         (a write through another of their names is a change too)."""
         try:
-            skip_names, skip_paths, descend, limit, racy_ns, paths = argument
+            skip_names, skip_paths, descend, limit, racy_ns, paths = argument[:6]
+            record_dirs = bool(argument[6]) if len(argument) > 6 else False
         except (TypeError, ValueError):
             raise Refused(FAILED, "a path scan needs skip names, skip paths, descend paths, a limit, a racy window and paths") from None
         if not (_whole(limit) and _whole(racy_ns)):
@@ -1042,6 +1045,7 @@ class Executor:
             frozenset(_text_list(descend, "descend paths")),
             limit,
             started - racy_ns,
+            record_dirs,
         )
         scan.directories = []
         scan.shared = []
@@ -1131,6 +1135,167 @@ class Executor:
         finally:
             os.close(fd)
 
+    # -- whole path states (checkpoints and their restore) ------------------
+
+    def _entry_at(self, pfd, leaf, label, max_bytes=None):
+        """``[kind, mode, data, size]`` of ``leaf`` (never followed), or
+        None when absent: a regular file's bytes (None past ``max_bytes``),
+        a link's target, nothing for a directory."""
+        st = self._lstat(pfd, leaf)
+        if st is None:
+            return None
+        mode = stat_mode.S_IMODE(st.st_mode)
+        if stat_mode.S_ISLNK(st.st_mode):
+            target = os.readlink(leaf, dir_fd=pfd)
+            return [ENTRY_SYMLINK, None, os.fsencode(target), len(os.fsencode(target))]
+        if stat_mode.S_ISDIR(st.st_mode):
+            return [ENTRY_DIRECTORY, mode, b"", 0]
+        if not stat_mode.S_ISREG(st.st_mode):
+            raise Refused(FAILED, "'%s' is not a regular file, directory or symbolic link" % label)
+        fd = self._open_leaf(pfd, leaf, label)
+        try:
+            found, data = _read_stable(fd, label, (1 << 62) if max_bytes is None else max_bytes)
+        finally:
+            os.close(fd)
+        return [ENTRY_FILE, stat_mode.S_IMODE(found.st_mode), data, found.st_size]
+
+    def _read_entry(self, path, max_bytes, _deferred):
+        try:
+            pfd, leaf, label = self._open_parent(path)
+        except Refused as refusal:
+            if refusal.status == ABSENT:
+                raise Refused(ABSENT, "'%s' does not exist" % path) from None
+            raise
+        try:
+            found = self._entry_at(pfd, leaf, label, max_bytes)
+        finally:
+            os.close(pfd)
+        if found is None:
+            raise Refused(ABSENT, "'%s' does not exist" % label)
+        return (OK, found, None, False)
+
+    def _put_entry(self, path, argument, deferred):
+        """Give ``path`` the state ``wanted`` (``[kind, mode, data]`` or
+        None: absent) if it holds ``expected`` now (the same; a None mode
+        expects any): see ``PutEntry``."""
+        expected, wanted = argument
+        try:
+            pfd, leaf, label = self._open_parent(path)
+        except Refused as refusal:
+            # A missing parent proves absence as a missing leaf does.
+            if refusal.status != ABSENT:
+                raise
+            if expected is not None:
+                return (MISMATCH, None, "'%s' does not exist" % path, False)
+            if wanted is None:
+                return (OK, None, None, False)
+            # Parents no checkpoint names (one older than directories were
+            # recorded): made with the default mode, never owner-only.
+            self._make_parents(split_components(path)[:-1], deferred)
+            pfd, leaf, label = self._open_parent(path)
+        try:
+            current = self._entry_at(pfd, leaf, label)
+            if not _entry_matches(current, expected):
+                if expected is None:
+                    reason = "'%s' exists" % label
+                elif current is None:
+                    reason = "'%s' does not exist" % label
+                else:
+                    reason = "'%s' is not as it was read" % label
+                return (MISMATCH, current, reason, False)
+            if _entry_matches(current, wanted):
+                return (OK, None, None, False)
+            self._make_entry(pfd, leaf, label, current, wanted, deferred)
+            if deferred is None:
+                os.fsync(pfd)
+            return (OK, None, None, False)
+        finally:
+            os.close(pfd)
+
+    def _make_parents(self, parts, deferred):
+        fd = self._open_root()
+        try:
+            for index, name in enumerate(parts):
+                try:
+                    os.mkdir(name, _default_mode(0o777), dir_fd=fd)
+                    if deferred is None:
+                        os.fsync(fd)
+                    else:
+                        deferred.wrote(fd)
+                except FileExistsError:
+                    pass
+                next_fd = _open_subdir(fd, name, _label(parts, index + 1))
+                os.close(fd)
+                fd = next_fd
+        finally:
+            os.close(fd)
+
+    def _make_entry(self, pfd, leaf, label, current, wanted, deferred):
+        kind = None if current is None else current[0]
+        if wanted is None:
+            if kind == ENTRY_DIRECTORY:
+                try:
+                    os.rmdir(leaf, dir_fd=pfd)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise Refused(FAILED, "'%s' is a directory that is not empty" % label) from None
+                    raise
+            elif kind is not None:
+                os.unlink(leaf, dir_fd=pfd)
+            if deferred is not None:
+                deferred.wrote(pfd)
+            return
+        new_kind, mode, data = wanted[0], wanted[1], wanted[2]
+        if new_kind == ENTRY_DIRECTORY:
+            if kind is not None and kind != ENTRY_DIRECTORY:
+                os.unlink(leaf, dir_fd=pfd)
+            if kind != ENTRY_DIRECTORY:
+                os.mkdir(leaf, _DIR_MODE, dir_fd=pfd)
+            fd = _open_subdir(pfd, leaf, label)
+            try:
+                os.fchmod(fd, mode if mode is not None else _default_mode(0o777))
+                if deferred is None:
+                    os.fsync(fd)
+                else:
+                    deferred.wrote(pfd, fd)
+            finally:
+                os.close(fd)
+            return
+        if kind == ENTRY_DIRECTORY:
+            try:
+                os.rmdir(leaf, dir_fd=pfd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise Refused(FAILED, "'%s' is a directory that is not empty" % label) from None
+                raise
+        if new_kind == ENTRY_SYMLINK:
+            name = ".%s.%s.tmp" % (leaf[:80], os.urandom(6).hex())
+            os.symlink(os.fsdecode(data), name, dir_fd=pfd)
+        elif new_kind == ENTRY_FILE:
+            if mode is None:
+                # No mode recorded (a checkpoint older than modes): the mode
+                # the file has now, or a new file's default.
+                mode = current[1] if kind == ENTRY_FILE else _default_mode(0o644)
+            if kind == ENTRY_FILE and current[2] == data:
+                fd = self._open_leaf(pfd, leaf, label)
+                try:
+                    os.fchmod(fd, mode)
+                    if deferred is not None:
+                        deferred.wrote(pfd, fd)
+                finally:
+                    os.close(fd)
+                return
+            name = self._write_temp(pfd, leaf, data, deferred, mode)
+        else:
+            raise Refused(FAILED, "'%s': unknown entry kind %r" % (label, new_kind))
+        try:
+            os.replace(name, leaf, src_dir_fd=pfd, dst_dir_fd=pfd)
+        except BaseException:
+            _unlink_quietly(name, pfd)
+            raise
+        if deferred is not None:
+            deferred.wrote(pfd)
+
     def _barrier(self, path, _argument, deferred):
         if split_components(path):
             raise Refused(FAILED, "a barrier names the target root, not '%s'" % path)
@@ -1153,6 +1318,8 @@ _HANDLERS = {
     "MakeDirs": Executor._make_dirs,
     "Clock": Executor._clock,
     "Barrier": Executor._barrier,
+    "ReadEntry": Executor._read_entry,
+    "PutEntry": Executor._put_entry,
     "WalkTree": Executor._walk,
     "ListTree": Executor._list_tree,
     "ReadFiles": Executor._read_files,
@@ -1418,11 +1585,15 @@ def _read_one(chain, name, max_bytes):
 
 #: One entry's facts in a ``ScanTree`` answer, packed: flags, size,
 #: modification and status-change times in nanoseconds, inode.
-SCAN_FACTS = "<BqqqQ"
+SCAN_FACTS = "<BqqqQH"
 #: Flag: the entry is a symbolic link (else a regular file).
 SCAN_LINK = 1
 #: Flag: a .gitignore pattern ignores the entry (or a directory above it).
 SCAN_IGNORED = 2
+#: Flag: the entry is a directory (recorded only when the scan asks for
+#: directories; its size and times are zero, so what changes inside it
+#: does not change its facts -- only its mode or inode do).
+SCAN_DIR = 4
 #: Why a directory was not walked because a .gitignore pattern ignores it.
 SCAN_IGNORED_REASON = "ignored by .gitignore"
 
@@ -1840,7 +2011,9 @@ def _read_gitignore(dir_fd):
 class _TreeScan(object):
     """One ``ScanTree`` walk (see ``Executor._scan``)."""
 
-    def __init__(self, skip_names, skip_paths, descend, limit, racy_floor):
+    def __init__(self, skip_names, skip_paths, descend, limit, racy_floor, record_dirs=False):
+        #: Directories are entries too (``SCAN_DIR``, with their mode).
+        self.record_dirs = record_dirs
         self.skip_names = skip_names
         self.skip_paths = skip_paths
         self.descend = descend
@@ -1916,10 +2089,11 @@ class _TreeScan(object):
                     flags |= SCAN_IGNORED
             mtime = st.st_mtime_ns
             ctime = st.st_ctime_ns
+            mode = st.st_mode & 0o7777
             try:
-                facts.append(pack(flags, st.st_size, mtime, ctime, st.st_ino))
+                facts.append(pack(flags, st.st_size, mtime, ctime, st.st_ino, mode))
             except struct.error:
-                facts.append(pack(flags, st.st_size, _clamp(mtime), _clamp(ctime), st.st_ino))
+                facts.append(pack(flags, st.st_size, _clamp(mtime), _clamp(ctime), st.st_ino, mode))
             names.append(path)
             if not flags and (mtime >= racy_floor or ctime >= racy_floor):
                 racy.append(path)
@@ -1993,7 +2167,9 @@ class _TreeScan(object):
                 found = file_test(name)
                 if found is not None and not file_negates[found.lastindex]:
                     flags |= SCAN_IGNORED
-            self.facts.append(_scan_facts.pack(flags, st.st_size, _clamp(st.st_mtime_ns), _clamp(st.st_ctime_ns), st.st_ino))
+            self.facts.append(
+                _scan_facts.pack(flags, st.st_size, _clamp(st.st_mtime_ns), _clamp(st.st_ctime_ns), st.st_ino, st.st_mode & 0o7777)
+            )
             self.names.append(path)
             if not flags and (st.st_mtime_ns >= self.racy_floor or st.st_ctime_ns >= self.racy_floor):
                 self.racy.append(path)
@@ -2011,12 +2187,46 @@ class _TreeScan(object):
                 self.unwalked.append((path, _strerror(exc)))
             return  # else gone, or no longer a directory: nothing below it
         try:
+            if self.record_dirs:
+                st = os.fstat(child)
+                self.facts.append(_scan_facts.pack(SCAN_DIR | (SCAN_IGNORED if ignored else 0), 0, 0, 0, st.st_ino, st.st_mode & 0o7777))
+                self.names.append(path)
             below = None if ignored or rules is None else rules.child(name)
             self.directory(child, path + "/", below, ignored)
         except OSError as exc:
             self.unwalked.append((path, _strerror(exc)))
         finally:
             os.close(child)
+
+
+ENTRY_FILE = "file"
+ENTRY_DIRECTORY = "directory"
+ENTRY_SYMLINK = "symlink"
+
+
+_UMASK = []
+
+
+def _default_mode(full):
+    """``full`` less the process's umask (read once: setting it back and
+    forth races other threads' creations): a new entry's default mode."""
+    if not _UMASK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        _UMASK.append(mask)
+    return full & ~_UMASK[0]
+
+
+def _entry_matches(current, wanted):
+    """Whether ``current`` (an ``_entry_at`` answer) is the state
+    ``wanted`` names; a None mode in ``wanted`` accepts any mode."""
+    if current is None or wanted is None:
+        return current is None and wanted is None
+    if current[0] != wanted[0]:
+        return False
+    if wanted[1] is not None and current[0] != ENTRY_SYMLINK and current[1] != wanted[1]:
+        return False
+    return current[0] == ENTRY_DIRECTORY or current[2] == wanted[2]
 
 
 def _clamp(nanoseconds):

@@ -26,6 +26,9 @@ from .program import (
     ListDir,
     ListTree,
     MakeDirs,
+    Entry,
+    PutEntry,
+    ReadEntry,
     Operation,
     OpResult,
     ProgramResult,
@@ -74,6 +77,8 @@ _KINDS: dict[type, str] = {
         ScanTree,
         ScanPaths,
         SnapshotFile,
+        ReadEntry,
+        PutEntry,
     )
 }
 _STATUSES = {status.value: status for status in Status}
@@ -109,8 +114,14 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [list(op.skip_names), list(op.skip_paths), list(op.descend), op.limit, op.racy_ns]
         if isinstance(op, ScanPaths):
             argument.append(list(op.paths))
+        if op.directories_too:
+            argument.append(True)
     elif isinstance(op, SnapshotFile):
         argument = [op.store, op.max_bytes]
+    elif isinstance(op, ReadEntry):
+        argument = op.max_bytes
+    elif isinstance(op, PutEntry):
+        argument = [None if op.expected is None else op.expected.plain(), None if op.wanted is None else op.wanted.plain()]
     else:
         argument = None
     return (kind, op.path, op.optional, argument, op.deferred)
@@ -143,7 +154,24 @@ def _value(op: Operation, status: Status, value: object) -> object:
         return _file_scan(value)
     if status is Status.OK and isinstance(op, SnapshotFile):
         return _snapshot(value)
+    if isinstance(op, (ReadEntry, PutEntry)) and value is not None:
+        return plain_entry(value)
     return value
+
+
+def plain_entry(value: object) -> Entry:
+    """An executor's ``[kind, mode, data, size]``, refused unless it has
+    that shape."""
+    kind, mode, data, size = value  # type: ignore[misc]
+    if kind not in (Entry.FILE, Entry.DIRECTORY, Entry.SYMLINK):
+        raise ValueError(f"an entry of kind {kind!r}")
+    if mode is not None and (isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777):
+        raise ValueError("an entry's mode is permission bits")
+    if data is not None and not isinstance(data, (bytes, bytearray)):
+        raise ValueError("an entry's data is bytes")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError("an entry's size is a whole number")
+    return Entry(kind, mode, None if data is None else bytes(data), size)
 
 
 def _file_scan(value: object) -> FileScan:

@@ -422,7 +422,8 @@ test('chat: rewind from the chat shows the impact (files, gaps) before confirmin
   expect(impact_shown, 'no confirmation: %s', vim.inspect(asked))
   expect(impact_window >= 0, 'the impact was not in a window while asking')
   expect(impact_shown:find(string.format('Rewind %s to before the prompt of turn 1: 0 turns kept.', chatty), 1, true), 'impact %s', impact_shown)
-  expect(impact_shown:find('\nRestores 1 file:\n  chat.txt (pre-turn of turn 1: 9 bytes)', 1, true), 'the restored file is not named: %s', impact_shown)
+  -- The link the agent's shell command made is deleted, not a gap.
+  expect(impact_shown:find('\nRestores 2 files:\n  chat.txt (pre-turn of turn 1: 9 bytes)\n  link.txt (pre-turn of turn 1: delete)', 1, true), 'the restored file is not named: %s', impact_shown)
   for _, gap in ipairs(expected.gaps or {}) do
     expect(impact_shown:find(string.format('\n  %s (turn %d: %s)', gap.path, gap.turn, gap.reason), 1, true), 'gap %s not shown: %s', gap.path, impact_shown)
   end
@@ -451,8 +452,8 @@ test('chat: rewind from the chat shows the impact (files, gaps) before confirmin
 end)
 
 test('chat: the capture gaps and the agent history of an impact are shown', function()
-  -- The link the agent's shell command made is a capture gap when the
-  -- server names it; agentHistory when the server sends it.
+  -- Capture gaps when the server names them; agentHistory when the
+  -- server sends it.
   answering({ ['mevedel.confirm'] = '^Cancel$' })
   lifecycle.rewind(1, 'before', chatty)
   local impact = lifecycle.last_impact
@@ -472,7 +473,10 @@ test('chat: the capture gaps and the agent history of an impact are shown', func
     turn = 2,
     keptTurns = 1,
     discarded = { { turn = 2, preview = 'Edit it' } },
-    restores = { { path = 'a.txt', state = 'present', checkpoint = 'pre-turn', turn = 2, changes = true, size = 3 } },
+    restores = {
+      { path = 'a.txt', state = 'present', checkpoint = 'pre-turn', turn = 2, changes = true, size = 3, action = 'restore' },
+      { path = 'run.sh', state = 'present', checkpoint = 'pre-turn', turn = 2, changes = true, size = 9, action = 'chmod 755' },
+    },
     gaps = { { path = 'big.bin', turn = 2, reason = 'larger than the snapshot limit' } },
     externallyModified = {},
     git = { status = 'no-repository' },
@@ -480,7 +484,7 @@ test('chat: the capture gaps and the agent history of an impact are shown', func
     token = 't',
   })
   local lines = table.concat(described.details, '\n')
-  expect(lines:find('Restores 1 file:\n  a.txt (pre-turn of turn 2: 3 bytes)', 1, true), 'details %s', lines)
+  expect(lines:find('Restores 2 files:\n  a.txt (pre-turn of turn 2: 3 bytes)\n  run.sh (pre-turn of turn 2: chmod 755)', 1, true), 'details %s', lines)
   expect(lines:find('Capture gaps (these files may have changed and are NOT restored):\n  big.bin (turn 2: larger than the snapshot limit)', 1, true), 'details %s', lines)
   expect(lines:find("\nAgent: the agent's own history will be detached; the next prompt continues from an excerpt", 1, true), 'details %s', lines)
   local fork = lifecycle.describe_fork({ sessionId = 's1', response = { turn = 1, preview = 'p' }, turns = 1, agentHistory = 'detached', token = 't' })

@@ -82,6 +82,7 @@ local SETTING_KEYS = {
   'agentStartTimeoutSeconds',
   'cancelTimeoutSeconds',
   'agentIdleTimeoutSeconds',
+  'checkpointExclude',
 }
 -- vim.json encodes an empty Lua table as an array; these are objects.
 local OBJECT_KEYS = {

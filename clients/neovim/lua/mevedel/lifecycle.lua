@@ -57,7 +57,10 @@ local function file_lines(impact)
   if #writes > 0 then
     table.insert(lines, string.format('Restores %s:', plural(#writes, 'file')))
     for _, r in ipairs(writes) do
-      local content = r.state == 'absent' and 'deleted, as it was absent' or plural(present(r.size) and r.size or 0, 'byte')
+      -- The action: delete, create directory, remove directory, chmod 755,
+      -- relink; a restore shows the bytes it writes.
+      local action = present(r.action) and r.action or (r.state == 'absent' and 'delete' or 'restore')
+      local content = action == 'restore' and plural(present(r.size) and r.size or 0, 'byte') or action
       table.insert(lines, string.format('  %s (%s of turn %d: %s)', r.path, r.checkpoint, r.turn, content))
     end
   end

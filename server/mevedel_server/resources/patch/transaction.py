@@ -12,7 +12,8 @@ this machine and on an SSH workspace.
    absent) -- a file changed meanwhile refuses the whole patch, nothing
    written; writes the journal (old and new bytes, then the marker) and a
    ``Barrier``, so the journal is durable before the first file is
-   touched; creates the missing directories and writes every file
+   touched; creates the missing directories (the default mode: 0777 less
+   the umask) and writes every file
    (``WriteProject``: a replaced file keeps its permission bits, a new one
    gets 0644) and removes the deleted ones, all deferred behind one more
    ``Barrier``; and removes the marker -- the commit point -- then the
@@ -39,6 +40,8 @@ from ...targets import (
     CreateLinked,
     ListDir,
     MakeDirs,
+    Entry,
+    PutEntry,
     OpResult,
     ProgramResult,
     ReadFiles,
@@ -190,7 +193,9 @@ async def _commit(target: Target, journal_dir: str, plan: Plan, make: list[str],
     ops += [CreateLinked(keeps[c.path], c.old, deferred=True, source=c.path) for c in plan.removals]  # type: ignore[arg-type]
     ops += [CreateExclusive(marker_path, marker, deferred=True), Barrier()]
     first_write = len(ops)
-    ops += [MakeDirs(directory, optional=True, deferred=True) for directory in make]
+    # A person's directories: made with the default mode (never owner-only),
+    # only where nothing is (a path already there answers "mismatch").
+    ops += [PutEntry(directory, None, Entry.directory(None), optional=True, deferred=True) for directory in make]
     steps: list[FileWrite] = []
     for change in plan.writes:
         if change.link_from is not None:  # a pure move: the same file under its new name

@@ -19,7 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .sidecar import Absent, FileSnapshot, FileState, Present, TurnFiles
+from ...targets.program import Entry
+from .sidecar import Absent, Directory, FileSnapshot, FileState, Present, Symlink, TurnFiles
 
 FILE_HISTORY_DIR = "file-history"
 _HISTORY_PATH = re.compile(r"^file-history/([0-9a-f]{64})\Z")
@@ -40,10 +41,82 @@ def history_digest(logical: str) -> str | None:
     return match.group(1) if match else None
 
 
-def file_state(content: bytes | None) -> FileState:
+#: What a path held: an :class:`Entry`, bare bytes (a regular file whose
+#: mode is not known) or None (nothing).
+Observed = Entry | bytes | None
+
+
+def file_state(content: Observed) -> FileState:
     if content is None:
         return Absent()
-    return Present(sha256=hashlib.sha256(content).hexdigest(), size=len(content))
+    if isinstance(content, (bytes, bytearray)):
+        return Present(sha256=hashlib.sha256(content).hexdigest(), size=len(content))
+    if content.kind == Entry.DIRECTORY:
+        return Directory(mode=content.mode if content.mode is not None else 0o755)
+    if content.kind == Entry.SYMLINK:
+        assert content.data is not None
+        return Symlink(target=content.data.decode("utf-8", "surrogateescape"))
+    if content.data is None:
+        raise CaptureError("a file's state needs its bytes")
+    return Present(sha256=hashlib.sha256(content.data).hexdigest(), size=len(content.data), mode=content.mode)
+
+
+def link_problem(content: Observed) -> str | None:
+    """Why ``content`` cannot be recorded (a link target that is not
+    UTF-8 text), or None."""
+    if isinstance(content, Entry) and content.kind == Entry.SYMLINK:
+        assert content.data is not None
+        try:
+            content.data.decode("utf-8")
+        except UnicodeDecodeError:
+            return "a symbolic link whose target is not UTF-8 text"
+        if not content.data or b"\x00" in content.data or len(content.data) > 4096:
+            return "a symbolic link whose target cannot be recorded"
+    return None
+
+
+def limit_gap(max_bytes: int) -> str:
+    return f"the file is larger than the {max_bytes}-byte snapshot limit"
+
+
+def capture_gap_reason(before: Observed, max_bytes: int) -> str | None:
+    """The one rule of what a pre-turn state cannot be recorded as: a
+    previous regular file over the snapshot limit (or whose bytes were not
+    read for their size), a link whose target cannot be recorded. None:
+    it can (nothing there never is a gap: Rewind removes what the turn
+    made, whatever its size)."""
+    if before is None:
+        return None
+    if isinstance(before, (bytes, bytearray)):
+        return limit_gap(max_bytes) if len(before) > max_bytes else None
+    if before.kind == Entry.FILE and (before.data is None or before.size > max_bytes):
+        return limit_gap(max_bytes)
+    return link_problem(before)
+
+
+class MissingContent(LookupError):
+    """A recorded file whose bytes the store no longer holds."""
+
+
+def entry_of(state: FileState, content) -> Entry | None:
+    """The whole state a recorded ``state`` names (None: absent);
+    ``content(sha256)`` gives a file's stored bytes or None
+    (:class:`MissingContent`)."""
+    if isinstance(state, Present):
+        data = content(state.sha256)
+        if data is None:
+            raise MissingContent(state.sha256)
+        return Entry.file(data, state.mode)
+    if isinstance(state, Directory):
+        return Entry.directory(state.mode)
+    if isinstance(state, Symlink):
+        return Entry.symlink(state.target.encode("utf-8", "surrogateescape"))
+    return None
+
+
+def state_bytes(state: FileState) -> bytes | None:
+    """The bytes a state names besides its content digest: a link's target."""
+    return state.target.encode("utf-8", "surrogateescape") if isinstance(state, Symlink) else None
 
 
 def check_tracked_path(path: str) -> str:
@@ -72,10 +145,11 @@ class FileHistory:
         self._position: dict[str, int] = {}
         self._new: list[str] = []
 
-    def store(self, content: bytes | None) -> FileState:
+    def store(self, content: Observed) -> FileState:
         state = file_state(content)
         if isinstance(state, Present) and state.sha256 not in self._blobs:
-            self._add(state.sha256, bytes(content))  # type: ignore[arg-type]
+            data = content.data if isinstance(content, Entry) else content
+            self._add(state.sha256, bytes(data))  # type: ignore[arg-type]
             self._new.append(state.sha256)
         return state
 
@@ -118,7 +192,7 @@ class TurnCapture:
     turn_id: str
     files: dict[str, FileSnapshot] = field(default_factory=dict)
 
-    def capture(self, path: str, content: bytes | None, history: FileHistory) -> FileState | None:
+    def capture(self, path: str, content: Observed, history: FileHistory) -> FileState | None:
         """Record ``path``'s pre-turn content unless the turn already has a
         capture or a gap for it. Returns the state now recorded (None for a
         gap)."""
@@ -145,7 +219,7 @@ class TurnCapture:
         self.files[path] = FileSnapshot(pre=None, gap=reason)
         return True
 
-    def settle(self, current: Mapping[str, bytes | None], history: FileHistory) -> None:
+    def settle(self, current: Mapping[str, Observed], history: FileHistory) -> None:
         """Record post-turn content for the tracked paths ``current`` names."""
         unknown = sorted(set(current) - set(self.files))
         if unknown:

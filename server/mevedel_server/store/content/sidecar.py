@@ -97,18 +97,39 @@ class _Closed(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=T
     pass
 
 
-class Present(_Closed, tag_field="state", tag="present", kw_only=True):
-    """A file's content, stored as ``file-history/<sha256>``."""
+Mode = Annotated[int, msgspec.Meta(ge=0, le=0o7777)]
+LinkTarget = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00]+$")]
+
+
+class Present(_Closed, tag_field="state", tag="present", kw_only=True, omit_defaults=True):
+    """A regular file's content, stored as ``file-history/<sha256>``, and
+    its permission bits (None in a checkpoint written before modes were
+    recorded: a restore keeps the mode the file has, or gives a new file
+    the default; added within format 1)."""
 
     sha256: Sha256
     size: Size
+    mode: Mode | None = None
 
 
 class Absent(_Closed, tag_field="state", tag="absent", kw_only=True):
-    """The file did not exist."""
+    """Nothing was there."""
 
 
-FileState = Present | Absent
+class Directory(_Closed, tag_field="state", tag="directory", kw_only=True):
+    """A directory and its permission bits (added within format 1)."""
+
+    mode: Mode
+
+
+class Symlink(_Closed, tag_field="state", tag="symlink", kw_only=True):
+    """A symbolic link and its target text, never followed (added within
+    format 1)."""
+
+    target: LinkTarget
+
+
+FileState = Present | Absent | Directory | Symlink
 
 
 class FileSnapshot(_Closed, kw_only=True):

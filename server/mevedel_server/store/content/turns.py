@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from .checkpoints import CaptureError, FileHistory, TurnCapture, history_digest, history_path, referenced_digests
+from ...targets.program import Entry
+from .checkpoints import CaptureError, FileHistory, Observed, TurnCapture, history_digest, history_path, referenced_digests
 from ..errors import StoreError
 from .sidecar import (
     SIDECAR_PATH,
@@ -383,15 +384,18 @@ class Conversation:
         )
         return turn_id
 
-    def capture_file(self, path: str, content: bytes | None) -> None:
-        """Record ``path``'s content before this turn first mutates it
-        (``None``: the file does not exist). A second capture of the same
-        path in the same turn keeps the first."""
+    def capture_file(self, path: str, content: Observed) -> None:
+        """Record ``path``'s state before this turn first mutates it: an
+        :class:`Entry` (kind, mode, bytes or link target), bare bytes (a
+        file of unknown mode) or ``None`` (nothing there). A second capture
+        of the same path in the same turn keeps the first."""
         live = self._require_turn("capture a file")
-        if content is not None and not isinstance(content, (bytes, bytearray, memoryview)):
-            raise ConversationError("captured content must be bytes or None")
+        if content is not None and not isinstance(content, (bytes, bytearray, memoryview, Entry)):
+            raise ConversationError("captured content must be an entry, bytes or None")
+        if isinstance(content, (bytearray, memoryview)):
+            content = bytes(content)
         try:
-            self._capture(live).capture(path, None if content is None else bytes(content), self._history)
+            self._capture(live).capture(path, content, self._history)
         except CaptureError as exc:
             raise ConversationError(str(exc)) from None
 
@@ -428,7 +432,7 @@ class Conversation:
         outcome: Outcome,
         *,
         at: int,
-        current: Mapping[str, bytes | None] | None = None,
+        current: Mapping[str, Observed] | None = None,
         reason: str | None = None,
         stop_reason: str | None = None,
     ) -> None:
@@ -443,8 +447,8 @@ class Conversation:
         at = self._time(at)
         current = dict(current or {})
         for path, content in current.items():
-            if content is not None and not isinstance(content, bytes):
-                raise ConversationError(f"the post-turn content of {path!r} must be bytes or None")
+            if content is not None and not isinstance(content, (bytes, Entry)):
+                raise ConversationError(f"the post-turn content of {path!r} must be an entry, bytes or None")
         if current and live.capture is None:
             raise ConversationError(f"post-turn content given for {', '.join(map(repr, sorted(current)))}, which this turn does not track")
         record = Settle(turn_id=live.turn.turn_id, outcome=outcome, at=at, reason=reason, stop_reason=stop_reason)

@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ...targets import (
+    Entry,
+    ReadEntry,
     Clock,
     ControlProgram,
     InvalidTargetPath,
-    Read,
-    Stat,
     Status,
     Target,
     raise_for_result,
@@ -49,6 +49,7 @@ from ..transactions.recovery import find_recovery
 from ..content.sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name, shown_name
 from ..content.transcript import Outcome
 from ..content.turns import Conversation, ConversationError
+from ..content.checkpoints import capture_gap_reason
 from ..authority.workspace import (
     allocate_session_id,
     check_session_id,
@@ -150,7 +151,8 @@ class TurnStarted:
 @dataclass(frozen=True)
 class CaptureResult:
     path: str
-    #: ``present``, ``absent`` or ``gap``.
+    #: ``present`` (a regular file), ``absent``, ``directory``, ``symlink``
+    #: or ``gap``.
     state: str
     size: int | None = None
     gap_reason: str | None = None
@@ -725,27 +727,16 @@ class SessionService(SessionLifecycle, SessionFollowing):
         return TurnStarted(session_id, opened.turn, turn_id, opened.reminder)
 
     async def capture_file(self, session_id: str, path: str, *, gap: str | None = None) -> CaptureResult:
-        """Record a tracked file's content before this turn first mutates it,
-        read from the workspace through the target. ``gap`` records instead
-        that the file may change without a capture (and why). A file too
-        large to snapshot becomes a gap."""
-        session = self._mutable(session_id, "capture a file")
-        _require_turn(session, "capture a file")
+        """Record a tracked path's whole state before this turn first
+        mutates it, read from the workspace through the target. ``gap``
+        records instead that the path may change without a capture (and
+        why). See :meth:`record_pre_state` for the one rule of what becomes
+        a gap."""
+        self._mutable(session_id, "capture a file")
         tracked = _tracked_path(path)
         if gap is not None:
-            with _refused_in(session):
-                session.conversation.capture_gap(tracked, gap)
-            return CaptureResult(tracked, "gap", gap_reason=" ".join(gap.split()))
-        content, too_large = await self._read_tracked(tracked)
-        if too_large:
-            reason = f"the file is larger than the {self.max_snapshot_bytes}-byte snapshot limit"
-            with _refused_in(session):
-                session.conversation.capture_gap(tracked, reason)
-            return CaptureResult(tracked, "gap", gap_reason=reason)
-        with _refused_in(session):
-            session.conversation.capture_file(tracked, content)
-        recorded = _recorded_state(session.conversation, tracked)
-        return recorded or CaptureResult(tracked, "absent" if content is None else "present", None if content is None else len(content))
+            return self.record_pre_state(session_id, tracked, None, gap=gap)
+        return self.record_pre_state(session_id, tracked, await self._read_tracked(tracked))
 
     def captured(self, session_id: str, path: str) -> bool:
         """Whether the turn in flight already recorded ``path``'s pre-turn
@@ -757,21 +748,29 @@ class SessionService(SessionLifecycle, SessionFollowing):
             return False
         return _tracked_path(path) in snapshots[-1].files
 
-    def record_pre_state(self, session_id: str, path: str, content: bytes | None) -> CaptureResult:
-        """Record ``path``'s pre-turn content as observed by the caller
-        (``None``: the file did not exist) -- for a mutation seen after the
-        fact, such as a shell command's, whose prior bytes the caller kept.
-        The first capture of a path in a turn wins; content over the
-        snapshot limit becomes a gap."""
+    def record_pre_state(self, session_id: str, path: str, before: Entry | bytes | None, *, gap: str | None = None) -> CaptureResult:
+        """The one checkpoint seam: record ``path``'s state before the
+        turn's first mutation of it -- an :class:`Entry` (kind, mode, bytes
+        or link target), bare bytes (a file of unknown mode) or None (nothing
+        there) -- as observed by the caller (the agent's
+        ``fs/write_text_file``, the tool server's ApplyPatch, the shell's
+        pre-command record, an editor's explicit capture). The first record
+        of a path in a turn wins. The one rule of what becomes a capture
+        gap instead: ``gap`` given by the caller (content it could not
+        keep), or a previous regular file whose bytes are over the snapshot
+        limit (or were not read for their size), or a link whose target
+        cannot be recorded. A path that did not exist is never a gap,
+        whatever the turn then puts there."""
         session = self._mutable(session_id, "capture a file")
         _require_turn(session, "capture a file")
         tracked = _tracked_path(path)
+        if gap is None:
+            gap = capture_gap_reason(before, self.max_snapshot_bytes)
         with _refused_in(session):
-            if content is not None and len(content) > self.max_snapshot_bytes:
-                reason = f"the file is larger than the {self.max_snapshot_bytes}-byte snapshot limit"
-                session.conversation.capture_gap(tracked, reason)
+            if gap is not None:
+                session.conversation.capture_gap(tracked, gap)
             else:
-                session.conversation.capture_file(tracked, content)
+                session.conversation.capture_file(tracked, before)
         recorded = _recorded_state(session.conversation, tracked)
         assert recorded is not None
         return recorded
@@ -1036,26 +1035,15 @@ class SessionService(SessionLifecycle, SessionFollowing):
 
     # Tracked files ---------------------------------------------------------------
 
-    async def _read_tracked(self, path: str) -> tuple[bytes | None, bool]:
-        stat = Stat(path, optional=True)
-        result = (await self.target.run(ControlProgram([stat])))[0]
-        if result.status is Status.ABSENT:
-            return None, False
-        raise_for_result(stat, result)
-        if result.value.kind != "file":
-            raise InvalidSessionInput(path, "is not a regular file")
-        if result.value.size > self.max_snapshot_bytes:
-            return None, True
-        read = Read(path, optional=True)
+    async def _read_tracked(self, path: str) -> Entry | None:
+        read = ReadEntry(path, max_bytes=self.max_snapshot_bytes, optional=True)
         got = (await self.target.run(ControlProgram([read])))[0]
         if got.status is Status.ABSENT:
-            return None, False
+            return None
         raise_for_result(read, got)
-        if len(got.value) > self.max_snapshot_bytes:
-            return None, True
-        return got.value, False
+        return got.value
 
-    async def _post_turn_content(self, session: OpenSession) -> Mapping[str, bytes | None]:
+    async def _post_turn_content(self, session: OpenSession) -> Mapping[str, Entry | None]:
         """Current content of the files this turn captured (gaps stay unknown;
         a file that cannot be read, or grew past the limit, too)."""
         opened = session.conversation.open_turn
@@ -1065,13 +1053,13 @@ class SessionService(SessionLifecycle, SessionFollowing):
         paths = [p for p, snap in snapshots[-1].files.items() if snap.pre is not None]
         if not paths:
             return {}
-        ops = [Read(p, optional=True) for p in paths]
+        ops = [ReadEntry(p, max_bytes=self.max_snapshot_bytes, optional=True) for p in paths]
         result = await self.target.run(ControlProgram(ops))
-        current: dict[str, bytes | None] = {}
+        current: dict[str, Entry | None] = {}
         for path, op_result in zip(paths, result):
             if op_result.status is Status.ABSENT:
                 current[path] = None
-            elif op_result.ok and len(op_result.value) <= self.max_snapshot_bytes:
+            elif op_result.ok and capture_gap_reason(op_result.value, self.max_snapshot_bytes) is None:
                 current[path] = op_result.value
         return current
 
@@ -1087,7 +1075,7 @@ def _recorded_state(conversation: Conversation, path: str) -> CaptureResult | No
     if snapshot.pre is None:
         return CaptureResult(path, "gap", gap_reason=snapshot.gap)
     size = getattr(snapshot.pre, "size", None)
-    return CaptureResult(path, "present" if size is not None else "absent", size)
+    return CaptureResult(path, snapshot.pre.__struct_config__.tag, size)  # type: ignore[arg-type]
 
 
 def _require_turn(session: OpenSession, action: str):

@@ -27,6 +27,7 @@ from typing import Annotated
 
 import msgspec
 
+from ...targets.program import Entry
 from ..errors import StoreError
 
 TOKEN_FORMAT_VERSION = 1
@@ -91,9 +92,20 @@ _encoder = msgspec.json.Encoder(order="deterministic")
 _decoder = msgspec.json.Decoder(_Body)
 
 
-def content_hash(content: bytes | None) -> str:
-    """The SHA-256 of a file's bytes, or :data:`ABSENT` for no file."""
-    return ABSENT if content is None else hashlib.sha256(content).hexdigest()
+def content_hash(content: Entry | bytes | None) -> str:
+    """What a token remembers of a path: the SHA-256 of a file's bytes
+    (with its mode, when known), of a link's target, a directory's mode, or
+    :data:`ABSENT` for nothing there."""
+    if content is None:
+        return ABSENT
+    if isinstance(content, (bytes, bytearray)):
+        return hashlib.sha256(content).hexdigest()
+    if content.kind == Entry.DIRECTORY:
+        return f"directory:{content.mode:04o}" if content.mode is not None else "directory"
+    digest = hashlib.sha256(content.data or b"").hexdigest()
+    if content.kind == Entry.SYMLINK:
+        return f"symlink:{digest}"
+    return digest if content.mode is None else f"{digest}:{content.mode:04o}"
 
 
 class StateToken:

@@ -6,22 +6,25 @@ paths here are workspace-relative target paths, and a symlinked path fails
 closed in the target. Paths inside ``.mevedel/`` (the store itself) are never
 project files.
 
-- :func:`read_project_files` reads many files in one program (absent files
-  are ``None``; a file that cannot be read as a regular file is reported
-  with its reason instead).
-- :func:`converge_files` brings files to wanted content: it reads them, and
-  writes (atomic replace, or removal for an absent state) only those that
-  differ, in one program that starts with the caller's guard operations
-  (the lease proof). Reading first makes it safe to call after a program
+- :func:`read_project_files` reads many paths' whole states in one program
+  (:class:`~mevedel_server.targets.Entry`: kind, permission bits, bytes or
+  link target; absent paths are ``None``; a FIFO, socket or device is
+  reported with its reason instead). Links are read, never followed.
+- :func:`converge_files` brings paths to wanted states: it reads them, and
+  gives each that differs its state (a file by atomic replace with its
+  exact mode, a link relinked, a directory made or removed or re-moded,
+  removal for an absent state) in programs that start with the caller's
+  guard operations (the lease proof). Reading first makes it safe to call after a program
   whose effect is unknown: a rollback converges to the old content whatever
   part of the restore ran.
 - :func:`index_divergence` asks the real ``git`` where the workspace is
   (this machine, or an SSH target's host: :mod:`.git_runner`) which paths'
   index content will differ from the restored working tree.
 
-Restored files are written by the target's atomic replace, which creates
-them owner-only (mode 0600): a restore does not carry a file's permission
-bits.
+A restored file gets exactly the permission bits its checkpoint recorded
+(umask ignored); one recorded before modes were (``mode`` None) keeps the
+mode it has now, or gets the default (0644 less the umask) when it is
+created.
 """
 
 from __future__ import annotations
@@ -33,17 +36,16 @@ from dataclasses import dataclass
 from ...targets import (
     Barrier,
     ControlProgram,
+    Entry,
     InvalidTargetPath,
-    MakeDirs,
     Operation,
-    Read,
-    Remove,
-    Replace,
+    PutEntry,
+    ReadEntry,
     Stat,
     Status,
     Target,
     TargetError,
-    Verify,
+    same_state,
     split_target_path,
 )
 from .git_runner import GitDidNotFinish, GitMissing, GitRunner
@@ -57,13 +59,14 @@ _BATCH = 256
 
 @dataclass(frozen=True)
 class Unreadable:
-    """A project path that exists but cannot be read or written as a
-    regular file (a symlink, a directory, an I/O failure)."""
+    """A project path that exists but cannot be read (a FIFO, a socket, a
+    device, an I/O failure)."""
 
     reason: str
 
 
-FileRead = bytes | None | Unreadable
+#: A path's whole state: an Entry (file, directory or link), None (absent).
+FileRead = Entry | None | Unreadable
 
 
 def project_path_problem(path: str) -> str | None:
@@ -80,12 +83,13 @@ def project_path_problem(path: str) -> str | None:
 
 
 async def read_project_files(target: Target, paths: Iterable[str]) -> dict[str, FileRead]:
-    """Current content of each path: bytes, None (absent) or Unreadable."""
+    """The current state of each path (never followed): an Entry, None
+    (absent) or Unreadable."""
     wanted = list(dict.fromkeys(paths))
     out: dict[str, FileRead] = {}
     for start in range(0, len(wanted), _BATCH):
         chunk = wanted[start : start + _BATCH]
-        result = await target.run(ControlProgram([Read(p, optional=True) for p in chunk]))
+        result = await target.run(ControlProgram([ReadEntry(p, optional=True) for p in chunk]))
         for path, op_result in zip(chunk, result):
             if op_result.ok:
                 out[path] = op_result.value
@@ -110,45 +114,55 @@ class ConvergeOutcome:
         return not self.failed and self.guard_refused is None
 
 
-def _parents(path: str) -> str:
-    return "/".join(split_target_path(path)[:-1])
+#: (path, its state now, the state to give it).
+Change = tuple[str, "Entry | None", "Entry | None"]
 
 
-def _write_ops(path: str, before: bytes | None, after: bytes | None) -> list[Operation]:
-    # The verify makes each write conditional on the content just read, in
-    # the same program: a file changed in between stops the program.
-    # Each write leaves its flush to the program's closing barrier.
-    ops: list[Operation] = [Verify(path, before)]
-    if after is None:
-        ops.append(Remove(path, deferred=True))
-    else:
-        parent = _parents(path)
-        if parent:
-            ops.append(MakeDirs(parent, optional=True, deferred=True))
-        ops.append(Replace(path, after, deferred=True))
-    return ops
+def _is_dir(entry: Entry | None) -> bool:
+    return entry is not None and entry.kind == Entry.DIRECTORY
 
 
-async def write_files(
-    target: Target, changes: Sequence[tuple[str, bytes | None, bytes | None]], guard: Sequence[Operation] = ()
-) -> ConvergeOutcome:
-    """Write each ``(path, content before, content after)``: a verify that
-    the file still holds ``before``, then the replace (or removal for an
-    absent ``after``), in programs opened by the ``guard`` operations and
-    closed by one barrier that flushes all their writes (a path counts as
-    written only once it is flushed). A guard that fails stops its program
-    before any write."""
-    written: list[str] = []
+def ordered_steps(changes: Sequence[Change]) -> list[tuple[str, Entry | None, Entry | None]]:
+    """The :class:`PutEntry` steps that make ``changes``, in an order that
+    always works: first every removal (and every directory that gives way
+    to another kind), deepest first, so a directory is empty when it goes;
+    then every creation and change, shallowest first, so a parent exists
+    before what it holds -- a directory whose mode denies its owner writing
+    is made writable until everything below it is done, then given its
+    mode in a last pass, deepest first."""
+    removals, puts, closing = [], [], []
+    for path, before, after in changes:
+        depth = path.count("/")
+        if after is None or (_is_dir(before) and not _is_dir(after)):
+            removals.append((-depth, path, before, None))
+            if after is not None:
+                puts.append((depth, path, None, after))
+            continue
+        if _is_dir(after) and after.mode is not None and after.mode & 0o700 != 0o700:
+            open_mode = Entry.directory(after.mode | 0o700)
+            puts.append((depth, path, before, open_mode))
+            closing.append((-depth, path, open_mode, after))
+        else:
+            puts.append((depth, path, before, after))
+    return [step[1:] for group in (removals, puts, closing) for step in sorted(group, key=lambda s: (s[0], s[1]))]
+
+
+async def write_files(target: Target, changes: Sequence[Change], guard: Sequence[Operation] = ()) -> ConvergeOutcome:
+    """Give each ``(path, state now, state wanted)`` its wanted state: each
+    step a :class:`PutEntry` conditional on the state just read (a path
+    changed in between stops the program), in the order of
+    :func:`ordered_steps`, in programs opened by the ``guard`` operations
+    and closed by one barrier that flushes all their writes (a path counts
+    as written only once it is flushed). A guard that fails stops its
+    program before any write."""
+    written: dict[str, None] = {}
     failed: dict[str, str] = {}
-    for start in range(0, len(changes), _BATCH):
-        chunk = changes[start : start + _BATCH]
+    steps = ordered_steps(changes)
+    for start in range(0, len(steps), _BATCH):
+        chunk = steps[start : start + _BATCH]
         ops: list[Operation] = list(guard)
-        spans = []
-        for path, before, after in chunk:
-            first = len(ops)
-            ops += _write_ops(path, before, after)
-            spans.append((path, first, len(ops)))
-        # A program a failed verify stops never reaches its barrier: what it
+        ops += [PutEntry(path, before, after, deferred=True) for path, before, after in chunk]
+        # A program a failed step stops never reaches its barrier: what it
         # wrote before the failure is reported written but left unflushed,
         # for the caller's rollback or retry (its own barrier) to settle.
         ops.append(Barrier())
@@ -158,42 +172,40 @@ async def write_files(
             return ConvergeOutcome(tuple(written), failed, stopped.reason or stopped.status.value)
         flush = result[len(ops) - 1]
         if flush.status is Status.FAILED:
-            for path, _first, _end in spans:
+            for path, _before, _after in chunk:
                 failed[path] = f"not flushed to disk: {flush.reason or flush.status.value}"
             continue
-        for path, first, end in spans:
-            problem = None
-            for op, op_result in zip(ops[first:end], result.results[first:end]):
-                if op_result.ok or op.optional:
-                    continue
+        for (path, _before, _after), op_result in zip(chunk, result.results[len(guard) :]):
+            if op_result.ok:
+                written[path] = None
+            elif path not in failed:
                 if op_result.status is Status.SKIPPED:
-                    problem = "not written: an earlier write of the same program failed"
+                    failed[path] = "not written: an earlier write of the same program failed"
                 else:
-                    problem = op_result.reason or op_result.status.value
-                break
-            if problem is None:
-                written.append(path)
-            else:
-                failed[path] = problem
-    return ConvergeOutcome(tuple(written), failed)
+                    failed[path] = op_result.reason or op_result.status.value
+    return ConvergeOutcome(tuple(p for p in written if p not in failed), failed)
 
 
-async def converge_files(
-    target: Target, wanted: Mapping[str, bytes | None], guard: Sequence[Operation] = ()
-) -> ConvergeOutcome:
-    """Give every path its wanted content (None: absent), writing only the
-    paths whose current content differs (see :func:`write_files`)."""
+async def converge_files(target: Target, wanted: Mapping[str, Entry | None], guard: Sequence[Operation] = ()) -> ConvergeOutcome:
+    """Give every path its wanted state (None: absent), writing only the
+    paths whose current state differs (see :func:`write_files`)."""
     current = await read_project_files(target, wanted)
     failed: dict[str, str] = {}
-    pending: list[tuple[str, bytes | None, bytes | None]] = []
-    for path, content in wanted.items():
+    pending: list[Change] = []
+    for path, state in wanted.items():
         now = current[path]
         if isinstance(now, Unreadable):
             failed[path] = now.reason
-        elif now != content:
-            pending.append((path, now, content))
+        elif not same_state(now, state):
+            pending.append((path, now, state))
     outcome = await write_files(target, pending, guard)
     return ConvergeOutcome(outcome.written, {**failed, **outcome.failed}, outcome.guard_refused)
+
+
+def git_contents(states: Mapping[str, Entry | None]) -> dict[str, bytes | None]:
+    """What Git's index would hold for each restored path: a file's bytes,
+    a link's target, None for none (directories are not in the index)."""
+    return {p: (None if e is None else e.data) for p, e in states.items() if not _is_dir(e)}
 
 
 # Git ----------------------------------------------------------------------

@@ -53,6 +53,7 @@ import msgspec
 from ...targets import (
     ControlProgram,
     CreateExclusive,
+    Entry,
     ListDir,
     MakeDirs,
     Operation,
@@ -89,12 +90,24 @@ class BlobSpan(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
     size: Annotated[int, msgspec.Meta(ge=0)]
 
 
-class JournalFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+Kind = Annotated[str, msgspec.Meta(pattern=r"^(file|directory|symlink)$")]
+Mode = Annotated[int, msgspec.Meta(ge=0, le=0o7777)]
+
+
+class JournalFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True, omit_defaults=True):
     path: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
-    #: SHA-256 of the content before the transaction; None: the file was absent.
+    #: SHA-256 of the bytes before the transaction (a file's content, a
+    #: link's target); None: absent, or a directory (``before_kind``).
     before: Sha256 | None
-    #: SHA-256 of the content the transaction gives it; None: removed.
+    #: SHA-256 of the bytes the transaction gives it; None: removed, or a
+    #: directory.
     after: Sha256 | None
+    #: The kinds and permission bits on each side (a marker written before
+    #: they were recorded has none: regular files of unknown mode).
+    before_kind: Kind = "file"
+    before_mode: Mode | None = None
+    after_kind: Kind = "file"
+    after_mode: Mode | None = None
 
 
 class RecoveryMarker(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -171,26 +184,51 @@ def _sha(content: bytes | None) -> str | None:
     return None if content is None else hashlib.sha256(content).hexdigest()
 
 
+def _bytes_of(entry: Entry | None) -> bytes | None:
+    return None if entry is None or entry.kind == Entry.DIRECTORY else entry.data
+
+
+def journal_entry(kind: str, mode: int | None, sha: str | None, blobs: Mapping[str, bytes]) -> Entry | None:
+    """The state a marker's side names (None: absent)."""
+    if kind == Entry.DIRECTORY:
+        return Entry.directory(mode)
+    if sha is None:
+        return None
+    data = blobs[sha]
+    return Entry.symlink(data) if kind == Entry.SYMLINK else Entry.file(data, mode)
+
+
 def new_journal(
     session_id: str,
     operation: str,
     base_head: str | None,
     replacement: str,
-    changes: Sequence[tuple[str, bytes | None, bytes | None]],
+    changes: Sequence[tuple[str, Entry | None, Entry | None]],
 ) -> Journal:
-    """The journal of ``changes`` (path, content before, content after)."""
+    """The journal of ``changes`` (path, state before, state after)."""
     blobs: dict[str, BlobSpan] = {}
     chunks: list[bytes] = []
     offset = 0
     files = []
     for path, before, after in changes:
-        for content in (before, after):
+        for entry in (before, after):
+            content = _bytes_of(entry)
             digest = _sha(content)
             if content is not None and digest not in blobs:
                 blobs[digest] = BlobSpan(offset=offset, size=len(content))
                 chunks.append(content)
                 offset += len(content)
-        files.append(JournalFile(path=path, before=_sha(before), after=_sha(after)))
+        files.append(
+            JournalFile(
+                path=path,
+                before=_sha(_bytes_of(before)),
+                after=_sha(_bytes_of(after)),
+                before_kind=before.kind if before is not None else "file",
+                before_mode=before.mode if before is not None else None,
+                after_kind=after.kind if after is not None else "file",
+                after_mode=after.mode if after is not None else None,
+            )
+        )
     marker = RecoveryMarker(
         recovery_id=secrets.token_hex(16),
         session_id=session_id,
@@ -251,7 +289,7 @@ async def run_guarded(lease: LeaseHandle, ops: Sequence[Operation]):
     raise LeaseLost(lease.session_id, "the lease kept moving while a guarded write was attempted")
 
 
-async def guarded_converge(lease: LeaseHandle, wanted: Mapping[str, bytes | None]) -> ConvergeOutcome:
+async def guarded_converge(lease: LeaseHandle, wanted: Mapping[str, Entry | None]) -> ConvergeOutcome:
     """:func:`converge_files` behind the lease proof (see run_guarded)."""
     for _ in range(_GUARD_ATTEMPTS):
         if lease.lost or lease.released:
@@ -263,7 +301,7 @@ async def guarded_converge(lease: LeaseHandle, wanted: Mapping[str, bytes | None
     raise LeaseLost(lease.session_id, "the lease kept moving while files were restored")
 
 
-async def guarded_write(lease: LeaseHandle, changes: Sequence[tuple[str, bytes | None, bytes | None]]) -> ConvergeOutcome:
+async def guarded_write(lease: LeaseHandle, changes: Sequence[tuple[str, Entry | None, Entry | None]]) -> ConvergeOutcome:
     """:func:`write_files` behind the lease proof. After a renewal moved the
     generation, only the files not yet written are tried again."""
     remaining = list(changes)
@@ -431,7 +469,7 @@ async def retry_recovery(lease: LeaseHandle, recovery_id: str | None = None) -> 
     head = lease.publication_head
     if head == marker.base_head:
         resolution = "rolled-back"
-        wanted = {f.path: None if f.before is None else blobs[f.before] for f in marker.files}
+        wanted = {f.path: journal_entry(f.before_kind, f.before_mode, f.before, blobs) for f in marker.files}
     else:
         committed = None
         if head is not None:
@@ -449,7 +487,7 @@ async def retry_recovery(lease: LeaseHandle, recovery_id: str | None = None) -> 
                 kind="recovery-pending",
             )
         resolution = "completed"
-        wanted = {f.path: None if f.after is None else blobs[f.after] for f in marker.files}
+        wanted = {f.path: journal_entry(f.after_kind, f.after_mode, f.after, blobs) for f in marker.files}
     outcome = await guarded_converge(lease, wanted)
     if outcome.failed:
         raise RecoveryRequired(lease.session_id, marker.recovery_id, outcome.failed, f"retrying recovery {marker.recovery_id} did not finish")

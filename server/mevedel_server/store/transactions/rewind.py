@@ -48,13 +48,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...targets import Target, TargetError
-from ..content.checkpoints import restore_plan
+import hashlib
+
+from ...targets import Entry, Target, TargetError, same_state
+from ..content.checkpoints import MissingContent, entry_of, restore_plan
 from ..errors import LeaseLost, PublicationPending, StoreError
 from ..authority.lease import LeaseHandle, read_lease_head
-from .lifecycle_token import ABSENT, InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
+from .lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
 from .git_runner import GitRunner, LocalGit, git_runner_for
-from .project_files import GitCheck, Unreadable, index_divergence, project_path_problem, read_project_files
+from .project_files import FileRead, GitCheck, Unreadable, git_contents, index_divergence, project_path_problem, read_project_files
 from ..authority.publication import Publisher, load_manifest
 from ..authority.records import RecordError
 from .recovery import (
@@ -71,7 +73,7 @@ from .recovery import (
     run_guarded,
     snapshot_digest,
 )
-from ..content.sidecar import FileState, PromptEntry, Present, TurnFiles, agent_history_note
+from ..content.sidecar import Absent, Directory, FileState, PromptEntry, Present, Symlink, TurnFiles, agent_history_note
 from .snapshot_cut import (
     Boundary,
     CommittedSnapshotResult,
@@ -119,7 +121,7 @@ class TurnLabel:
 @dataclass(frozen=True)
 class FileRestore:
     path: str
-    #: ``present`` or ``absent``.
+    #: ``present`` (a regular file), ``absent``, ``directory`` or ``symlink``.
     state: str
     sha256: str | None
     size: int | None
@@ -129,6 +131,12 @@ class FileRestore:
     turn: int
     #: The working tree differs from it now, so the restore writes it.
     changes: bool
+    #: What the restore does to it (see :func:`restore_action`).
+    action: str = "restore"
+    #: The permission bits it gets (None: a link, or a checkpoint that
+    #: recorded none); a link's target text.
+    mode: int | None = None
+    link_target: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,14 +194,17 @@ class InPlaceResult(CommittedSnapshotResult):
         lazy: LazyConversation,
         written: tuple[str, ...],
         warning: str | None = None,
+        actions: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(lazy)
         self.session_id = session_id
         #: A new head was committed.
         self.committed = committed
         self.head = head
-        #: Project files written.
+        #: Project paths written (restored, removed, re-moded, relinked).
         self.written = written
+        #: What was done to each (see :func:`restore_action`).
+        self.actions: dict[str, str] = dict(actions or {})
         #: A failure after the commit point (reported, never rolled back).
         self.warning = warning
 
@@ -215,8 +226,8 @@ class InPlacePlan:
     session_id: str
     base_head: str
     artifacts: Mapping[str, bytes]
-    #: Every project file the transaction touches -> its restored content.
-    wanted: Mapping[str, bytes | None]
+    #: Every project path the transaction touches -> its restored state.
+    wanted: Mapping[str, Entry | None]
     planned: Mapping[str, Planned]
     gaps: Mapping[str, KnownGap]
     digest: str
@@ -252,20 +263,37 @@ def files_at(turn_files: Sequence[TurnFiles], kept: int, side: Side) -> tuple[di
     return planned, gaps
 
 
-def contents(planned: Mapping[str, Planned], state: SessionState, session_id: str) -> dict[str, bytes | None]:
-    wanted: dict[str, bytes | None] = {}
+def contents(planned: Mapping[str, Planned], state: SessionState, session_id: str) -> dict[str, Entry | None]:
+    """Each planned path's whole state to restore (None: absent)."""
+    wanted: dict[str, Entry | None] = {}
     for path, item in sorted(planned.items()):
         problem = project_path_problem(path)
         if problem is not None:
             raise LifecycleRefused(session_id, f"the captured path {path!r} cannot be restored: {problem}")
-        if isinstance(item.state, Present):
-            data = state.file_content(item.state.sha256)
-            if data is None:
-                raise LifecycleRefused(session_id, f"the captured content of {path} (turn {item.turn}) is missing", kind="unreadable")
-            wanted[path] = data
-        else:
-            wanted[path] = None
+        try:
+            wanted[path] = entry_of(item.state, state.file_content)
+        except MissingContent:
+            raise LifecycleRefused(session_id, f"the captured content of {path} (turn {item.turn}) is missing", kind="unreadable") from None
     return wanted
+
+
+def restore_action(now: Entry | None, wanted: Entry | None) -> str:
+    """What restoring ``wanted`` over ``now`` does, in the impact's words:
+    ``delete``, ``remove directory``, ``create directory``, ``relink``,
+    ``chmod 755``, ``restore`` or ``unchanged``."""
+    if same_state(now, wanted):
+        return "unchanged"
+    if wanted is None:
+        return "remove directory" if now is not None and now.kind == Entry.DIRECTORY else "delete"
+    if wanted.kind == Entry.DIRECTORY:
+        if now is not None and now.kind == Entry.DIRECTORY:
+            return f"chmod {wanted.mode:o}"
+        return "create directory"
+    if wanted.kind == Entry.SYMLINK:
+        return "relink"
+    if now is not None and now.kind == Entry.FILE and now.data == wanted.data and wanted.mode is not None:
+        return f"chmod {wanted.mode:o}"
+    return "restore"
 
 
 def refuse_live(session_id: str, live: Conversation | None, action: str) -> None:
@@ -328,8 +356,25 @@ def last_recorded(turn_files: Sequence[TurnFiles], paths: Sequence[str]) -> dict
     return out
 
 
-def _state_hash(state: FileState) -> str:
-    return state.sha256 if isinstance(state, Present) else ABSENT
+def recorded_matches(state: FileState, now: FileRead) -> bool:
+    """Whether the working tree's ``now`` is the recorded ``state``."""
+    if isinstance(now, Unreadable):
+        return False
+    if isinstance(state, Absent):
+        return now is None
+    if now is None:
+        return False
+    if isinstance(state, Present):
+        data = now.data or b""
+        return (
+            now.kind == Entry.FILE
+            and now.size == state.size
+            and hashlib.sha256(data).hexdigest() == state.sha256
+            and state.mode in (None, now.mode)
+        )
+    if isinstance(state, Directory):
+        return now.kind == Entry.DIRECTORY and now.mode == state.mode
+    return now.kind == Entry.SYMLINK and now.data == state.target.encode("utf-8", "surrogateescape")
 
 
 async def survey_files(
@@ -343,26 +388,32 @@ async def survey_files(
         listed = "; ".join(f"{p}: {why}" for p, why in sorted(blocked.items()))
         raise LifecycleRefused(plan.session_id, f"captured files cannot be restored ({listed})", kind="unreadable")
     hashes = {path: content_hash(data) for path, data in reads.items()}  # type: ignore[arg-type]
-    rows = []
-    for path, item in sorted(plan.planned.items()):
-        present = isinstance(item.state, Present)
-        rows.append(
-            FileRestore(
-                path,
-                "present" if present else "absent",
-                item.state.sha256 if present else None,
-                item.state.size if present else None,
-                item.checkpoint,
-                item.turn,
-                reads[path] != plan.wanted[path],
-            )
-        )
+    rows = tuple(restore_row(path, item, reads[path], plan.wanted[path]) for path, item in sorted(plan.planned.items()))  # type: ignore[arg-type]
     recorded = last_recorded(current_files, list(plan.wanted))
     external = tuple(
-        ExternalChange(path, turn) for path, (state, turn) in sorted(recorded.items()) if _state_hash(state) != hashes[path]
+        ExternalChange(path, turn) for path, (state, turn) in sorted(recorded.items()) if not recorded_matches(state, reads[path])
     )
-    check = await index_divergence(git, target, plan.wanted)
-    return hashes, tuple(rows), external, check
+    check = await index_divergence(git, target, git_contents(plan.wanted))
+    return hashes, rows, external, check
+
+
+def restore_row(path: str, item: Planned, now: Entry | None, wanted: Entry | None) -> FileRestore:
+    """The impact's row for one planned path."""
+    state = item.state
+    present = isinstance(state, Present)
+    action = restore_action(now, wanted)
+    return FileRestore(
+        path,
+        "present" if present else state.__struct_config__.tag,  # type: ignore[arg-type]
+        state.sha256 if present else None,  # type: ignore[union-attr]
+        state.size if present else None,  # type: ignore[union-attr]
+        item.checkpoint,
+        item.turn,
+        action != "unchanged",
+        action,
+        getattr(state, "mode", None),
+        state.target if isinstance(state, Symlink) else None,
+    )
 
 
 def _index_git_for(target: Target, workspace_root: Path | None) -> GitRunner | None:
@@ -489,7 +540,7 @@ async def commit_in_place(
     moved = moved_files(token.files, hashes)
     if moved:
         raise StaleState(sid, moved)
-    changes = [(p, reads[p], plan.wanted[p]) for p in sorted(plan.wanted) if reads[p] != plan.wanted[p]]
+    changes = [(p, reads[p], plan.wanted[p]) for p in sorted(plan.wanted) if not same_state(reads[p], plan.wanted[p])]  # type: ignore[arg-type]
     journal = None
     if changes:
         journal = new_journal(sid, operation, token.head, plan.digest, changes)  # type: ignore[arg-type]
@@ -572,4 +623,5 @@ async def _finish(
         except (StoreError, TargetError) as error:
             warning = f"the recovery record was not removed ({error}); retry the recovery"
     written = tuple(path for path, _before, _after in changes)
-    return InPlaceResult(plan.session_id, committed, head, LazyConversation(plan.artifacts), written, warning)
+    actions = {path: restore_action(before, after) for path, before, after in changes}
+    return InPlaceResult(plan.session_id, committed, head, LazyConversation(plan.artifacts), written, warning, actions)

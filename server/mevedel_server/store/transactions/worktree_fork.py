@@ -62,7 +62,9 @@ from .git_runner import GitDidNotFinish, GitMissing, GitOutcome, GitRunner, git_
 from .project_files import WORKTREES_DIR, converge_files
 from ..authority.publication import donors_of
 from .rewind import TurnLabel, plan_time
-from ..content.sidecar import ForkType, Present, TurnFiles, WorktreeOrigin, agent_history_note
+from ...targets.program import Entry
+from ..content.checkpoints import MissingContent, entry_of
+from ..content.sidecar import ForkType, TurnFiles, WorktreeOrigin, agent_history_note
 from .snapshot_cut import CommittedState, load_committed_state
 from ..authority.workspace import check_session_id
 
@@ -109,7 +111,8 @@ class WorktreeTarget:
 class PlannedRestore:
     #: Path in the child's checkout, workspace-relative.
     path: str
-    content: bytes | None
+    #: The whole state it gets (kind, mode, bytes or link target); None: absent.
+    content: Entry | None
 
 
 @dataclass(frozen=True)
@@ -319,14 +322,11 @@ def _plan_files(state: CommittedState, turn: int, target: WorktreeTarget):
         if post is None:
             why = snapshot.gap if snapshot.pre is None else f"turn {recorded} recorded no post-turn content"  # type: ignore[attr-defined]
             unrestored.append((child, why or "capture gap"))
-        elif isinstance(post, Present):
-            data = state.state.file_content(post.sha256)
-            if data is None:
-                unrestored.append((child, f"the captured content of turn {recorded} is unavailable"))
-            else:
-                restores.append(PlannedRestore(child, data))
         else:
-            restores.append(PlannedRestore(child, None))
+            try:
+                restores.append(PlannedRestore(child, entry_of(post, state.state.file_content)))
+            except MissingContent:
+                unrestored.append((child, f"the captured content of turn {recorded} is unavailable"))
     return restores, unrestored, shared
 
 
