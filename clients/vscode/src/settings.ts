@@ -27,6 +27,8 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['cancelTimeoutSeconds', ['cancelTimeoutSeconds']],
   ['agentIdleTimeoutSeconds', ['agentIdleTimeoutSeconds']],
   ['checkpointExclude', ['checkpointExclude']],
+  ['terminalOutputMaxBytes', ['terminalOutputMaxBytes']],
+  ['mcpMaxMessageBytes', ['mcpMaxMessageBytes']],
   ['maxMessageBytes', ['maxMessageBytes']],
   ['mcpServers', ['mcpServers']],
   ['mcpCallTimeoutSeconds', ['mcpCallTimeoutSeconds']],
