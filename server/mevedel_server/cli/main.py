@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "follow_command",
     "mcp_command",
     "artifact_command",
+    "diff_command",
 )
 
 #: The modules that make each command (``session`` gains subcommands from
@@ -53,6 +54,7 @@ COMMAND_OWNERS = {
     "save-as": ("lifecycle_command",),
     "mcp": ("mcp_command",),
     "artifact": ("artifact_command",),
+    "diff": ("diff_command",),
 }
 
 INTERNAL_ERROR = 70

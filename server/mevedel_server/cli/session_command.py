@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from ..artifacts.attachments import session_artifacts
-from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary
+from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary, describe, stat_lines
 from ..store.authority.lease import describe_target_time
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.authority.workspace import SESSION_ID_PATTERN
@@ -370,10 +370,20 @@ def turn_lines(detail: TurnDetail, *, dim: bool) -> list[str]:
     return lines
 
 
+def changes_hint(number: int) -> str:
+    return f"mevedel diff {number} shows them line by line"
+
+
 def run_turn(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
         detail = await service.turn(sid, arguments.number)
-        emit(arguments, {"session_id": sid} | detail_data(detail), turn_lines(detail, dim=sys.stdout.isatty()))
+        # The turn ends with what it did to the tree (mevedel diff N --stat).
+        changes = await service.diff(sid, arguments.number, arguments.number)
+        lines = turn_lines(detail, dim=sys.stdout.isatty())
+        if changes.files:
+            lines += ["", f"Changes ({changes_hint(arguments.number)}):", *stat_lines(changes)]
+        data = {"session_id": sid} | detail_data(detail) | {"changes": [describe(f) for f in changes.files]}
+        emit(arguments, data, lines)
 
     return run_command(arguments, body)

@@ -11,7 +11,8 @@ CLI (:class:`SessionService`), with the open-session machinery it drives.
   mid-turn checkpoints while a turn is in flight.
 - :mod:`.live_history` / :mod:`.saved_history` -- what ``history://root`` and
   ``history://saved`` read.
-- :mod:`.turn_views` -- turn summaries and one turn's records.
+- :mod:`.turn_views` -- turn summaries, one turn's records, and what turns
+  changed in the tree (the diff of their checkpoints, ``content/diff.py``).
 - :mod:`.errors` -- the service's refusals and :func:`error_kind`.
 """
 
@@ -46,6 +47,7 @@ from .sessions import (
     SessionService,
     TurnStarted,
 )
+from ..content.diff import PathDiff, Side, TreeDiff, describe, stat_lines
 from .turn_views import TurnDetail, TurnItem, TurnSummary
 
 __all__ = [
@@ -78,6 +80,11 @@ __all__ = [
     "SessionNotOpen",
     "SessionReadOnly",
     "SessionService",
+    "PathDiff",
+    "Side",
+    "TreeDiff",
+    "describe",
+    "stat_lines",
     "TurnDetail",
     "TurnItem",
     "TurnStarted",

@@ -50,6 +50,7 @@ from ..content.sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarError
 from ..content.transcript import Outcome
 from ..content.turns import Conversation, ConversationError
 from ..content.checkpoints import capture_gap_reason
+from ..content.diff import TreeDiff
 from ..authority.workspace import (
     allocate_session_id,
     check_session_id,
@@ -66,7 +67,7 @@ from .live_history import LiveHistory
 from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
-from .turn_views import TurnDetail, TurnSummary, turn_detail, turn_summaries
+from .turn_views import TurnDetail, TurnSummary, turn_detail, turn_diff, turn_summaries
 
 _log = logging.getLogger(__name__)
 
@@ -910,6 +911,13 @@ class SessionService(SessionLifecycle, SessionFollowing):
         if isinstance(number, bool) or not isinstance(number, int):
             raise InvalidSessionInput("the turn number", f"must be a whole number, not {number!r}")
         return turn_detail(await self._readable(session_id), number)
+
+    async def diff(self, session_id: str, first: int | None = None, last: int | None = None) -> TreeDiff:
+        """What turns ``first..last`` changed in the tree (default: the
+        latest turn), from their checkpoints: every path with its kind of
+        change and a line diff of text files. A session not open here is
+        read from its committed snapshot in one program."""
+        return turn_diff(await self._readable(session_id), first, last)
 
     # Internals -----------------------------------------------------------------
 

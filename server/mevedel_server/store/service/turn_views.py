@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..content.diff import TreeDiff, tree_diff
 from ..content.projection import Projection
 from ..content.sidecar import PromptEntry
 from ..content.transcript import (
@@ -26,7 +27,7 @@ from ..content.transcript import (
     TurnBegin,
 )
 from ..content.turns import Conversation
-from .errors import NoSuchTurn
+from .errors import InvalidSessionInput, NoSuchTurn
 
 IN_FLIGHT = "in-flight"
 
@@ -156,3 +157,19 @@ def _item(record: Record) -> TurnItem | None:
     if isinstance(record, Permission):
         return TurnItem("permission", call_id=record.call_id, text=record.question, output=record.decision, is_error=not record.allowed)
     return None
+
+
+def turn_diff(conversation: Conversation, first: int | None, last: int | None) -> TreeDiff:
+    """What turns ``first..last`` did to the tree (default: the latest turn;
+    ``first`` alone runs to the latest), from the turns' checkpoints."""
+    count = len(conversation.prompt_index())
+    if count == 0:
+        raise NoSuchTurn(conversation.session_id, first or 1, 0)
+    last = count if last is None else last
+    first = last if first is None else first
+    for turn in (first, last):
+        if isinstance(turn, bool) or not isinstance(turn, int) or not 1 <= turn <= count:
+            raise NoSuchTurn(conversation.session_id, turn, count)
+    if first > last:
+        raise InvalidSessionInput(f"the range {first}..{last}", "starts after it ends")
+    return tree_diff(conversation.file_snapshots(), first, last, conversation.file_content)

@@ -1,0 +1,139 @@
+"""``mevedel diff [N | N..M | N.. | ..M] [--all] [--stat] [--json]``: what
+turns changed in the tree, from their checkpoints (``store/content/diff.py``):
+every path with its kind of change -- shell commands' changes included --
+and a unified diff of text files, coloured on a terminal and plain when
+piped. No argument: the latest turn; ``--all``: since the session began.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+from ..store.service import PathDiff, Side, TreeDiff, describe, stat_lines
+from .session_client import CommandError, add_common, add_session_option, emit, held_session, refuse, run_command
+
+_RANGE = re.compile(r"^(?:(\d+)|(\d*)\.\.(\d*))$")
+_COLOURS = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}
+_RESET = "\033[0m"
+_BOLD = "\033[1m"
+
+
+def register(subparsers: Any) -> None:
+    diff = subparsers.add_parser(
+        "diff",
+        help="show what a turn (or a range of turns) changed in the tree",
+        description="What turns changed in the tree, from the session's checkpoints: "
+        "fs writes, ApplyPatch and shell commands alike.",
+    )
+    diff.add_argument("range", metavar="N | N..M", nargs="?", help="a turn or a range (N.., ..M); default: the latest turn")
+    diff.add_argument("--all", action="store_true", help="every turn since the session began")
+    diff.add_argument("--stat", action="store_true", help="one line per path and the totals, as git diff --stat")
+    add_session_option(diff)
+    add_common(diff)
+    diff.set_defaults(run=run_diff)
+
+
+def parse_range(text: str | None, every: bool) -> tuple[int | None, int | None]:
+    """``(first, last)``; None ends mean the session's first or latest turn
+    (both None: the latest turn alone)."""
+    if every:
+        if text is not None:
+            raise CommandError("invalid-params", f"--all and the range {text!r} say different things; give one")
+        return 1, None
+    if text is None:
+        return None, None
+    match = _RANGE.match(text.strip())
+    if match is None:
+        raise CommandError("invalid-params", f"range {text!r}: expected N, N..M, N.. or ..M (turn numbers from 1)")
+    if match.group(1) is not None:
+        n = int(match.group(1))
+        return n, n
+    first = int(match.group(2)) if match.group(2) else 1
+    last = int(match.group(3)) if match.group(3) else None
+    return first, last
+
+
+def side_data(side: Side) -> dict[str, Any]:
+    data: dict[str, Any] = {"kind": side.kind}
+    for key in ("mode", "size", "sha256", "target", "why"):
+        value = getattr(side, key)
+        if value is not None:
+            data[key] = value
+    return data
+
+
+def path_data(item: PathDiff) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "path": item.path,
+        "change": item.change,
+        "before": side_data(item.before),
+        "after": side_data(item.after),
+        "turns": [item.first_turn, item.last_turn],
+        "insertions": item.insertions,
+        "deletions": item.deletions,
+        "binary": item.binary,
+    }
+    if item.renamed_from is not None:
+        data["renamed_from"] = item.renamed_from
+    if item.no_text is not None:
+        data["no_text"] = item.no_text
+    if item.text:
+        data["diff"] = item.text
+    return data
+
+
+def diff_data(session_id: str, diff: TreeDiff) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "first": diff.first,
+        "last": diff.last,
+        "files": [path_data(f) for f in diff.files],
+        "insertions": diff.insertions,
+        "deletions": diff.deletions,
+    }
+
+
+def _colour_wanted() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def diff_lines(diff: TreeDiff, colour: bool) -> list[str]:
+    """The whole diff for a person: per path a header line saying what
+    happened, then its unified diff (or why there is none)."""
+    lines: list[str] = []
+    for item in diff.files:
+        header = f"=== {describe(item)}"
+        lines.append(f"{_BOLD}{header}{_RESET}" if colour else header)
+        if item.binary:
+            lines.append(f"binary file: {item.before.size or 0} -> {item.after.size or 0} bytes")
+        elif item.no_text:
+            lines.append(f"no line diff: {item.no_text}")
+        for line in item.text.splitlines():
+            code = _COLOURS.get(line[:1]) if colour and not line.startswith(("+++", "---")) else None
+            lines.append(f"{code}{line}{_RESET}" if code else line)
+    return lines
+
+
+def run_diff(arguments: argparse.Namespace) -> int:
+    try:
+        first, last = parse_range(arguments.range, arguments.all)
+    except CommandError as error:
+        return refuse(arguments, error.kind, str(error))
+
+    async def body(service) -> None:
+        sid = await held_session(service, arguments.session)
+        diff = await service.diff(sid, first, last)
+        span = f"turn {diff.first}" if diff.first == diff.last else f"turns {diff.first}..{diff.last}"
+        if not diff.files:
+            lines = [f"{span} changed nothing in the tree"]
+        elif arguments.stat:
+            lines = stat_lines(diff)
+        else:
+            lines = diff_lines(diff, _colour_wanted())
+        emit(arguments, diff_data(sid, diff), lines)
+
+    return run_command(arguments, body)

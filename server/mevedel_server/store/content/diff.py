@@ -1,0 +1,300 @@
+"""What turns did to the tree, from their checkpoints alone.
+
+A turn's checkpoint (:class:`~.sidecar.TurnFiles`) holds, for every path the
+turn changed -- through ``fs/*``, ApplyPatch or a shell command alike -- the
+state before its first change (``pre``, or a capture gap with its reason)
+and the state at settlement (``post``). A diff of turns ``first..last``
+compares, per path, the ``pre`` of the earliest turn of the range that
+touched it with the ``post`` of the latest one, so a range composes across
+any number of turns and needs neither git nor the workspace.
+
+Pure: states and bytes in, :class:`TreeDiff` out. The bytes of a file come
+from ``content(sha256)`` (the session's file history).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from .sidecar import Absent, Directory, FileState, Present, Symlink, TurnFiles
+
+#: Files larger than this are named and measured, never diffed line by line.
+DIFF_MAX_BYTES = 2 * 1024 * 1024
+
+#: The kinds of change, as the CLI, the LSP and the editors name them.
+ADDED = "added"
+DELETED = "deleted"
+MODIFIED = "modified"
+MODE_CHANGED = "mode changed"
+RENAMED = "renamed"
+DIRECTORY_CREATED = "directory created"
+DIRECTORY_REMOVED = "directory removed"
+LINK_CREATED = "link created"
+LINK_RETARGETED = "link retargeted"
+LINK_REMOVED = "link removed"
+TYPE_CHANGED = "type changed"
+UNCHANGED = "unchanged"
+#: The state before (or after) is not known: a capture gap, or a turn not
+#: settled yet. Always named, never skipped.
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a path's change. ``kind`` is ``absent``, ``file``,
+    ``directory``, ``symlink`` or ``unknown`` (then ``why`` says why)."""
+
+    kind: str
+    mode: int | None = None
+    size: int | None = None
+    sha256: str | None = None
+    target: str | None = None
+    why: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.kind != "unknown"
+
+
+@dataclass(frozen=True)
+class PathDiff:
+    path: str
+    change: str
+    before: Side
+    after: Side
+    #: The first and last turn of the range that touched the path.
+    first_turn: int
+    last_turn: int
+    #: For a rename: the path the same bytes left.
+    renamed_from: str | None = None
+    #: A regular file that is not UTF-8 text (or holds a NUL) on either side.
+    binary: bool = False
+    #: Why there is no line diff of a file whose bytes changed (too large,
+    #: bytes no longer kept), or None.
+    no_text: str | None = None
+    #: The unified diff (``a/PATH`` -> ``b/PATH``), empty when there is none.
+    text: str = ""
+    insertions: int = 0
+    deletions: int = 0
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    first: int
+    last: int
+    files: tuple[PathDiff, ...]
+
+    @property
+    def insertions(self) -> int:
+        return sum(f.insertions for f in self.files)
+
+    @property
+    def deletions(self) -> int:
+        return sum(f.deletions for f in self.files)
+
+
+def _side(state: FileState | None, why: str) -> Side:
+    if state is None:
+        return Side("unknown", why=why)
+    if isinstance(state, Absent):
+        return Side("absent")
+    if isinstance(state, Present):
+        return Side("file", mode=state.mode, size=state.size, sha256=state.sha256)
+    if isinstance(state, Directory):
+        return Side("directory", mode=state.mode)
+    if isinstance(state, Symlink):
+        return Side("symlink", target=state.target)
+    raise TypeError(f"not a file state: {state!r}")
+
+
+def _change(before: Side, after: Side) -> str:
+    if not before.known or not after.known:
+        return UNKNOWN
+    kinds = (before.kind, after.kind)
+    if before == after:
+        return UNCHANGED
+    if kinds == ("absent", "file"):
+        return ADDED
+    if kinds == ("file", "absent"):
+        return DELETED
+    if kinds == ("file", "file"):
+        return MODIFIED if before.sha256 != after.sha256 else MODE_CHANGED
+    if kinds == ("absent", "directory"):
+        return DIRECTORY_CREATED
+    if kinds == ("directory", "absent"):
+        return DIRECTORY_REMOVED
+    if kinds == ("directory", "directory"):
+        return MODE_CHANGED
+    if kinds == ("absent", "symlink"):
+        return LINK_CREATED
+    if kinds == ("symlink", "absent"):
+        return LINK_REMOVED
+    if kinds == ("symlink", "symlink"):
+        return LINK_RETARGETED
+    return TYPE_CHANGED
+
+
+def _text(data: bytes) -> list[str] | None:
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return None
+
+
+def _line_diff(path: str, before: Side, after: Side, content: Callable[[str], bytes | None], source: str) -> dict:
+    """The line diff of a path whose sides are files or absent."""
+    sides = []
+    for side in (before, after):
+        if side.kind != "file":
+            sides.append(b"")
+            continue
+        assert side.sha256 is not None and side.size is not None
+        if side.size > DIFF_MAX_BYTES:
+            return {"no_text": f"larger than {DIFF_MAX_BYTES} bytes: sizes and digests only"}
+        data = content(side.sha256)
+        if data is None:
+            return {"no_text": "its bytes are no longer kept in the session's file history"}
+        sides.append(data)
+    old, new = (_text(data) for data in sides)
+    if old is None or new is None:
+        return {"binary": True}
+    fromfile = f"a/{source}" if before.kind == "file" else "/dev/null"
+    tofile = f"b/{path}" if after.kind == "file" else "/dev/null"
+    lines = list(difflib.unified_diff(old, new, fromfile, tofile))
+    insertions = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    deletions = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+    # A last line without its newline is marked as git marks it.
+    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    return {"text": text, "insertions": insertions, "deletions": deletions}
+
+
+def tree_diff(
+    records: Sequence[TurnFiles], first: int, last: int, content: Callable[[str], bytes | None]
+) -> TreeDiff:
+    """What turns ``first..last`` (inclusive) did to every path they touched.
+
+    ``records`` are the session's turn checkpoints; ``content(sha256)``
+    gives a stored file's bytes (None when no longer kept). Paths whose
+    state ends where it began (written and put back) are left out; a path
+    whose state before or after is unknown is always listed, with why."""
+    earliest: dict[str, tuple[int, FileState | None, str | None]] = {}
+    latest: dict[str, tuple[int, FileState | None]] = {}
+    for record in sorted(records, key=lambda r: r.turn):
+        if not first <= record.turn <= last:
+            continue
+        for path, snapshot in record.files.items():
+            if path not in earliest:
+                earliest[path] = (record.turn, snapshot.pre, snapshot.gap)
+            latest[path] = (record.turn, snapshot.post)
+    found: dict[str, PathDiff] = {}
+    for path in sorted(earliest):
+        first_turn, pre, gap = earliest[path]
+        last_turn, post = latest[path]
+        before = _side(pre, f"not recorded before turn {first_turn}: {gap or 'capture gap'}")
+        after = _side(post, f"not recorded at the end of turn {last_turn} (it has not settled)")
+        change = _change(before, after)
+        if change != UNCHANGED:
+            found[path] = PathDiff(path, change, before, after, first_turn, last_turn)
+    _pair_renames(found)
+    out = []
+    for path in sorted(found):
+        item = found[path]
+        if item.change in (ADDED, DELETED, MODIFIED, RENAMED):
+            source = item.renamed_from or path
+            extra = _line_diff(path, item.before, item.after, content, source)
+            item = replace(item, **extra)
+        out.append(item)
+    return TreeDiff(first, last, tuple(out))
+
+
+def _pair_renames(found: dict[str, PathDiff]) -> None:
+    """A file deleted at one path whose very bytes were added at another
+    moved: one ``renamed`` entry at the new path (empty files are not paired:
+    their bytes say nothing of where they came from)."""
+    gone: dict[tuple[str, int], list[str]] = {}
+    for path, item in found.items():
+        if item.change == DELETED and item.before.size:
+            gone.setdefault((item.before.sha256 or "", item.before.size), []).append(path)
+    for path in sorted(found):
+        item = found[path]
+        if item.change != ADDED or not item.after.size:
+            continue
+        candidates = gone.get((item.after.sha256 or "", item.after.size))
+        if not candidates:
+            continue
+        source = candidates.pop(0)
+        old = found.pop(source)
+        found[path] = PathDiff(
+            path,
+            RENAMED,
+            old.before,
+            item.after,
+            min(old.first_turn, item.first_turn),
+            max(old.last_turn, item.last_turn),
+            renamed_from=source,
+        )
+
+
+def mode_text(mode: int | None) -> str:
+    return "?" if mode is None else f"{mode:o}"
+
+
+def describe(item: PathDiff) -> str:
+    """One line for a person: what happened to the path."""
+    before, after = item.before, item.after
+    if item.change == UNKNOWN:
+        why = before.why if not before.known else after.why
+        return f"{item.path}: unknown ({why})"
+    if item.change == RENAMED:
+        line = f"{item.renamed_from} -> {item.path}: renamed"
+        if before.mode != after.mode and before.mode is not None and after.mode is not None:
+            line += f", mode {mode_text(before.mode)} -> {mode_text(after.mode)}"
+        return line
+    line = f"{item.path}: {item.change}"
+    if item.change == MODE_CHANGED:
+        line += f" ({mode_text(before.mode)} -> {mode_text(after.mode)})"
+    elif item.change == MODIFIED and before.mode != after.mode and None not in (before.mode, after.mode):
+        line += f", mode {mode_text(before.mode)} -> {mode_text(after.mode)}"
+    elif item.change in (ADDED, DIRECTORY_CREATED) and after.mode is not None:
+        line += f" (mode {mode_text(after.mode)})"
+    elif item.change == LINK_CREATED:
+        line += f" -> {after.target}"
+    elif item.change == LINK_RETARGETED:
+        line += f": {before.target} -> {after.target}"
+    elif item.change == TYPE_CHANGED:
+        line += f": {before.kind} -> {after.kind}"
+    return line
+
+
+def stat_lines(diff: TreeDiff, width: int = 60) -> list[str]:
+    """``git diff --stat`` for a person: one line per path, then totals."""
+    if not diff.files:
+        return []
+    names = [(f"{f.renamed_from} => {f.path}" if f.renamed_from else f.path) for f in diff.files]
+    pad = min(max(len(n) for n in names), 50)
+    biggest = max((f.insertions + f.deletions for f in diff.files), default=0)
+    scale = min(1.0, width / biggest) if biggest else 1.0
+    lines = []
+    for name, item in zip(names, diff.files):
+        count = item.insertions + item.deletions
+        if item.binary or item.no_text:
+            sizes = f"{item.before.size or 0} -> {item.after.size or 0} bytes"
+            detail = f"Bin {sizes}" if item.binary else sizes
+        elif item.text:
+            plus = max(1, round(item.insertions * scale)) if item.insertions else 0
+            minus = max(1, round(item.deletions * scale)) if item.deletions else 0
+            detail = f"{count:>4} {'+' * plus}{'-' * minus}"
+        else:
+            detail = describe(item).split(": ", 1)[-1] if item.change != RENAMED else "renamed"
+        lines.append(f" {name:<{pad}} | {detail}")
+    files = len(diff.files)
+    lines.append(
+        f" {files} path{'s' if files != 1 else ''} changed, "
+        f"{diff.insertions} insertion{'s' if diff.insertions != 1 else ''}(+), "
+        f"{diff.deletions} deletion{'s' if diff.deletions != 1 else ''}(-)"
+    )
+    return lines
