@@ -381,6 +381,65 @@ class TurnShowResult:
 
 
 @attrs.define
+class TurnDiffParams:
+    """What turns ``first..last`` changed in the tree (default: the latest
+    turn; ``first`` alone runs to the latest); ``contents`` asks for the
+    whole text of both sides of every text file, for a diff view."""
+
+    first: Optional[int] = None
+    last: Optional[int] = None
+    contents: bool = False
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class DiffSide:
+    """One side of a path's change: ``kind`` is ``absent``, ``file``,
+    ``directory``, ``symlink`` or ``unknown`` (``why`` says why)."""
+
+    kind: str
+    mode: Optional[int] = None
+    size: Optional[int] = None
+    sha256: Optional[str] = None
+    target: Optional[str] = None
+    why: Optional[str] = None
+    #: The whole text (asked with ``contents``; text files within the limit).
+    text: Optional[str] = None
+
+
+@attrs.define
+class PathChange:
+    """One path a range of turns changed."""
+
+    path: str
+    change: str
+    description: str
+    before: DiffSide
+    after: DiffSide
+    first_turn: int
+    last_turn: int
+    insertions: int = 0
+    deletions: int = 0
+    binary: bool = False
+    renamed_from: Optional[str] = None
+    no_text: Optional[str] = None
+    diff: str = ""
+
+
+@attrs.define
+class TurnDiffResult:
+    session_id: str
+    first: int
+    last: int
+    files: list[PathChange]
+    insertions: int
+    deletions: int
+    #: ``git diff --stat`` lines for a person.
+    stat: list[str]
+
+
+@attrs.define
 class SessionDidChangeParams:
     """The committed or access state of an open session changed: ``reason``
     is ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,

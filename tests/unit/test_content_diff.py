@@ -80,6 +80,10 @@ def test_the_same_bytes_moving_are_one_rename():
     [moved] = tree_diff([record], 1, 1, BLOBS.get).files
     assert (moved.change, moved.path, moved.renamed_from, moved.text) == (RENAMED, "b.txt", "a.txt", "")
     assert describe(moved) == "a.txt -> b.txt: renamed, mode 644 -> 600"
+    # The new name sorting before the old one.
+    record = turn(1, z_dot_txt=(file(b"moving bytes\n"), Absent()), b_dot_txt=(Absent(), file(b"moving bytes\n")))
+    [moved] = tree_diff([record], 1, 1, BLOBS.get).files
+    assert (moved.path, moved.renamed_from) == ("b.txt", "z.txt")
 
 
 def test_binary_large_and_unkept_files_are_named_not_diffed():

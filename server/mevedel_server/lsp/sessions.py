@@ -20,9 +20,12 @@ from ..store.service import (
     SaveResult,
     SegmentRotation,
     SessionService,
+    Side,
     TurnDetail,
     TurnSummary,
     EvidenceInput,
+    describe,
+    stat_lines,
 )
 from ..store.workspace_wide.listing import SessionAction
 from .errors import failure
@@ -263,6 +266,34 @@ async def show_turn(ls: MevedelLanguageServer, params: wire.TurnShowParams) -> w
     return _detail(sid, await service.turn(sid, params.turn))
 
 
+def _side(side: Side, text: str | None) -> wire.DiffSide:
+    return wire.DiffSide(side.kind, side.mode, side.size, side.sha256, side.target, side.why, text)
+
+
+async def diff_turns(ls: MevedelLanguageServer, params: wire.TurnDiffParams) -> wire.TurnDiffResult:
+    service, sid = _turn_target(ls, params, methods.TURN_DIFF)
+    diff = await service.diff(sid, params.first, params.last, contents=params.contents)
+    files = [
+        wire.PathChange(
+            path=item.path,
+            change=item.change,
+            description=describe(item),
+            before=_side(item.before, item.before_text),
+            after=_side(item.after, item.after_text),
+            first_turn=item.first_turn,
+            last_turn=item.last_turn,
+            insertions=item.insertions,
+            deletions=item.deletions,
+            binary=item.binary,
+            renamed_from=item.renamed_from,
+            no_text=item.no_text,
+            diff=item.text,
+        )
+        for item in diff.files
+    ]
+    return wire.TurnDiffResult(sid, diff.first, diff.last, files, diff.insertions, diff.deletions, stat_lines(diff))
+
+
 #: request -> (params class, handler, command name or None).
 HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
     methods.SESSION_LIST: (wire.SessionListParams, list_sessions, None),
@@ -290,6 +321,7 @@ HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
     methods.TURN_ABORT: (wire.TurnAbortParams, abort_turn, methods.COMMAND_TURN_ABORT),
     methods.TURN_LIST: (wire.SessionParams, list_turns, None),
     methods.TURN_SHOW: (wire.TurnShowParams, show_turn, None),
+    methods.TURN_DIFF: (wire.TurnDiffParams, diff_turns, None),
 }
 
 

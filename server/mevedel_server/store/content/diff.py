@@ -78,6 +78,10 @@ class PathDiff:
     text: str = ""
     insertions: int = 0
     deletions: int = 0
+    #: Each side's whole text (asked with ``contents``; text files only,
+    #: "" for an absent side).
+    before_text: str | None = None
+    after_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,9 @@ def _text(data: bytes) -> list[str] | None:
         return None
 
 
-def _line_diff(path: str, before: Side, after: Side, content: Callable[[str], bytes | None], source: str) -> dict:
+def _line_diff(
+    path: str, before: Side, after: Side, content: Callable[[str], bytes | None], source: str, contents: bool
+) -> dict:
     """The line diff of a path whose sides are files or absent."""
     sides = []
     for side in (before, after):
@@ -169,16 +175,25 @@ def _line_diff(path: str, before: Side, after: Side, content: Callable[[str], by
     deletions = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
     # A last line without its newline is marked as git marks it.
     text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-    return {"text": text, "insertions": insertions, "deletions": deletions}
+    found = {"text": text, "insertions": insertions, "deletions": deletions}
+    if contents:
+        found.update(before_text="".join(old), after_text="".join(new))
+    return found
 
 
 def tree_diff(
-    records: Sequence[TurnFiles], first: int, last: int, content: Callable[[str], bytes | None]
+    records: Sequence[TurnFiles],
+    first: int,
+    last: int,
+    content: Callable[[str], bytes | None],
+    *,
+    contents: bool = False,
 ) -> TreeDiff:
     """What turns ``first..last`` (inclusive) did to every path they touched.
 
     ``records`` are the session's turn checkpoints; ``content(sha256)``
-    gives a stored file's bytes (None when no longer kept). Paths whose
+    gives a stored file's bytes (None when no longer kept); ``contents``
+    adds each text file's whole text on both sides. Paths whose
     state ends where it began (written and put back) are left out; a path
     whose state before or after is unknown is always listed, with why."""
     earliest: dict[str, tuple[int, FileState | None, str | None]] = {}
@@ -205,7 +220,7 @@ def tree_diff(
         item = found[path]
         if item.change in (ADDED, DELETED, MODIFIED, RENAMED):
             source = item.renamed_from or path
-            extra = _line_diff(path, item.before, item.after, content, source)
+            extra = _line_diff(path, item.before, item.after, content, source, contents)
             item = replace(item, **extra)
         out.append(item)
     return TreeDiff(first, last, tuple(out))
@@ -220,8 +235,8 @@ def _pair_renames(found: dict[str, PathDiff]) -> None:
         if item.change == DELETED and item.before.size:
             gone.setdefault((item.before.sha256 or "", item.before.size), []).append(path)
     for path in sorted(found):
-        item = found[path]
-        if item.change != ADDED or not item.after.size:
+        item = found.get(path)  # a source paired earlier is gone
+        if item is None or item.change != ADDED or not item.after.size:
             continue
         candidates = gone.get((item.after.sha256 or "", item.after.size))
         if not candidates:

@@ -912,12 +912,14 @@ class SessionService(SessionLifecycle, SessionFollowing):
             raise InvalidSessionInput("the turn number", f"must be a whole number, not {number!r}")
         return turn_detail(await self._readable(session_id), number)
 
-    async def diff(self, session_id: str, first: int | None = None, last: int | None = None) -> TreeDiff:
+    async def diff(
+        self, session_id: str, first: int | None = None, last: int | None = None, *, contents: bool = False
+    ) -> TreeDiff:
         """What turns ``first..last`` changed in the tree (default: the
         latest turn), from their checkpoints: every path with its kind of
         change and a line diff of text files. A session not open here is
         read from its committed snapshot in one program."""
-        return turn_diff(await self._readable(session_id), first, last)
+        return turn_diff(await self._readable(session_id), first, last, contents=contents)
 
     # Internals -----------------------------------------------------------------
 

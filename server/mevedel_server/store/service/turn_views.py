@@ -159,7 +159,7 @@ def _item(record: Record) -> TurnItem | None:
     return None
 
 
-def turn_diff(conversation: Conversation, first: int | None, last: int | None) -> TreeDiff:
+def turn_diff(conversation: Conversation, first: int | None, last: int | None, *, contents: bool = False) -> TreeDiff:
     """What turns ``first..last`` did to the tree (default: the latest turn;
     ``first`` alone runs to the latest), from the turns' checkpoints."""
     count = len(conversation.prompt_index())
@@ -172,4 +172,4 @@ def turn_diff(conversation: Conversation, first: int | None, last: int | None) -
             raise NoSuchTurn(conversation.session_id, turn, count)
     if first > last:
         raise InvalidSessionInput(f"the range {first}..{last}", "starts after it ends")
-    return tree_diff(conversation.file_snapshots(), first, last, conversation.file_content)
+    return tree_diff(conversation.file_snapshots(), first, last, conversation.file_content, contents=contents)
