@@ -53,6 +53,7 @@ REQUESTS: dict[str, Message] = {
     methods.TURN_LIST: Message(session.SessionParams, session.TurnListResult),
     methods.TURN_SHOW: Message(session.TurnShowParams, session.TurnShowResult),
     methods.TURN_DIFF: Message(session.TurnDiffParams, session.TurnDiffResult),
+    methods.TURN_RESTORE_FILE: Message(session.RestoreFileParams, session.RestoreFileResult),
     methods.REWIND_PREPARE: Message(lifecycle.RewindPrepareParams, lifecycle.RewindImpact),
     methods.REWIND_COMMIT: Message(lifecycle.CommitParams, lifecycle.InPlaceResult),
     methods.REDO_LIST: Message(session.SessionParams, lifecycle.RedoListResult),

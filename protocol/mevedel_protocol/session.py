@@ -440,6 +440,29 @@ class TurnDiffResult:
 
 
 @attrs.define
+class RestoreFileParams:
+    """Put ``path`` back as it was before turn ``before_turn`` (content,
+    mode, kind); without ``commit``, only say what that does."""
+
+    path: str
+    before_turn: int
+    commit: bool = False
+    session_id: Optional[str] = None
+    workspace_folder: Optional[str] = None
+
+
+@attrs.define
+class RestoreFileResult:
+    session_id: str
+    path: str
+    before_turn: int
+    #: The current state -> the wanted one (None: already as wanted).
+    change: Optional[PathChange]
+    #: The turn that recorded the restore (None: not done).
+    turn: Optional[int] = None
+
+
+@attrs.define
 class SessionDidChangeParams:
     """The committed or access state of an open session changed: ``reason``
     is ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,

@@ -46,3 +46,17 @@ async def test_a_turns_diff_names_every_change_and_carries_both_texts(client, wo
     with pytest.raises(JsonRpcException) as caught:
         await request(client, methods.TURN_DIFF, {"first": 4})
     assert caught.value.data["kind"] == "missing-target" and "no turn 4" in caught.value.message
+
+
+async def test_restore_file_says_what_it_does_then_does_it_as_a_turn(client, workspace):
+    (workspace / "notes.md").write_text("first\n")
+    configure(client, workspace, [[{"write": {"path": "notes.md", "content": "second\n"}}, {"say": "ok"}]])
+    assert (await prompt(client, "Edit"))["outcome"] == "completed"
+    shown = await request(client, methods.TURN_RESTORE_FILE, {"path": "notes.md", "beforeTurn": 1})
+    assert shown["change"]["description"] == "notes.md: modified" and "turn" not in shown
+    assert "-second\n+first\n" in shown["change"]["diff"]
+    assert (workspace / "notes.md").read_text() == "second\n"
+    done = await request(client, methods.TURN_RESTORE_FILE, {"path": "notes.md", "beforeTurn": 1, "commit": True})
+    assert done["turn"] == 2 and (workspace / "notes.md").read_text() == "first\n"
+    turns = await request(client, methods.TURN_LIST, {})
+    assert turns["turns"][-1]["prompt"].startswith("Restore notes.md to its state before turn 1")

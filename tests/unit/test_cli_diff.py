@@ -103,3 +103,44 @@ def test_a_bad_range_is_refused_naming_it(workspace, tmp_path):  # noqa: F811
         refused = mevedel(workspace, tmp_path, "diff", given)
         assert refused.returncode == 1 and reason in refused.stderr, (given, refused.stderr)
         assert "Traceback" not in refused.stderr
+
+
+def test_restore_puts_one_file_back_as_a_turn_that_can_be_rewound(workspace, tmp_path):  # noqa: F811
+    (workspace / "tool.sh").write_text("#!/bin/sh\necho one\n")
+    os.chmod(workspace / "tool.sh", 0o755)
+    (workspace / "other.txt").write_text("other\n")
+    configure(tmp_path, [[
+        {"write": {"path": "tool.sh", "content": "#!/bin/sh\necho two\n"}},
+        {"write": {"path": "other.txt", "content": "changed too\n"}},
+        {"terminal": {"command": "sh", "args": ["-c", "chmod 600 tool.sh; mkdir -p deep/er; echo new > deep/er/made.txt"]}},
+    ]])
+    assert mevedel(workspace, tmp_path, "prompt", "Edit").returncode == 0
+
+    shown = mevedel(workspace, tmp_path, "restore", "tool.sh", "--before", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert "restore tool.sh: modified, mode 600 -> 755" in shown.stdout and "-echo two\n+echo one" in shown.stdout
+    assert "mevedel restore tool.sh --before 1 --yes" in shown.stdout
+    assert (workspace / "tool.sh").read_text() == "#!/bin/sh\necho two\n"  # nothing changed yet
+
+    done = json.loads(mevedel(workspace, tmp_path, "restore", str(workspace / "tool.sh"), "--before", "1", "--yes", "--json").stdout)
+    assert done["restored"] and done["turn"] == 2
+    assert (workspace / "tool.sh").read_text() == "#!/bin/sh\necho one\n"
+    assert os.stat(workspace / "tool.sh").st_mode & 0o7777 == 0o755
+    assert (workspace / "other.txt").read_text() == "changed too\n"  # the rest is left alone
+    again = mevedel(workspace, tmp_path, "restore", "tool.sh", "--before", "1", "--yes")
+    assert "already as it was before turn 1; nothing to do" in again.stdout
+
+    # A file the turn made, in directories it made: restoring it removes the file.
+    made = json.loads(mevedel(workspace, tmp_path, "restore", "deep/er/made.txt", "--before", "1", "--yes", "--json").stdout)
+    assert made["turn"] == 3 and not (workspace / "deep/er/made.txt").exists()
+
+    # Each restore is a turn: rewinding them puts the turn's result back.
+    assert mevedel(workspace, tmp_path, "rewind", "2", "--before", "--yes").returncode == 0
+    assert (workspace / "tool.sh").read_text() == "#!/bin/sh\necho two\n"
+    assert os.stat(workspace / "tool.sh").st_mode & 0o7777 == 0o600
+    assert (workspace / "deep/er/made.txt").read_text() == "new\n"
+
+    refused = mevedel(workspace, tmp_path, "restore", "never.txt", "--before", "1")
+    assert refused.returncode == 1 and "no turn from 1 on changed it" in refused.stderr
+    outside = mevedel(workspace, tmp_path, "restore", "/etc/passwd", "--before", "1")
+    assert outside.returncode == 1 and "is not inside the workspace" in outside.stderr

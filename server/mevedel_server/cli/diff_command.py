@@ -3,6 +3,9 @@ turns changed in the tree, from their checkpoints (``store/content/diff.py``):
 every path with its kind of change -- shell commands' changes included --
 and a unified diff of text files, coloured on a terminal and plain when
 piped. No argument: the latest turn; ``--all``: since the session began.
+
+``mevedel restore FILE --before N [--yes]``: one file back to its state
+before turn N (content, mode, kind), as a turn of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ import sys
 from typing import Any
 
 from ..store.service import PathDiff, Side, TreeDiff, describe, stat_lines
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, refuse, run_command
+from .session_client import (
+    CommandError,
+    add_common,
+    add_session_option,
+    emit,
+    held_session,
+    refuse,
+    run_command,
+    workspace_root,
+)
 
 _RANGE = re.compile(r"^(?:(\d+)|(\d*)\.\.(\d*))$")
 _COLOURS = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}
@@ -35,6 +47,7 @@ def register(subparsers: Any) -> None:
     add_session_option(diff)
     add_common(diff)
     diff.set_defaults(run=run_diff)
+    register_restore(subparsers)
 
 
 def parse_range(text: str | None, every: bool) -> tuple[int | None, int | None]:
@@ -135,5 +148,60 @@ def run_diff(arguments: argparse.Namespace) -> int:
         else:
             lines = diff_lines(diff, _colour_wanted())
         emit(arguments, diff_data(sid, diff), lines)
+
+    return run_command(arguments, body)
+
+
+def register_restore(subparsers: Any) -> None:
+    restore = subparsers.add_parser(
+        "restore",
+        help="put one file back as it was before a turn (as a turn of its own, so it can be rewound)",
+        description="Shows what the restore will do; --yes does it, as a new turn of the session.",
+    )
+    restore.add_argument("path", metavar="FILE", help="a workspace path (relative to the workspace, or absolute inside it)")
+    restore.add_argument("--before", metavar="N", type=int, required=True, help="the turn before which the file is wanted")
+    restore.add_argument("--yes", action="store_true", help="restore at once")
+    add_session_option(restore)
+    add_common(restore)
+    restore.set_defaults(run=run_restore)
+
+
+def _workspace_path(arguments: argparse.Namespace, given: str) -> str:
+    root = workspace_root(arguments)
+    if root is not None and os.path.isabs(given):
+        relative = os.path.relpath(given, root)
+        if relative == os.curdir or relative.startswith(os.pardir + os.sep) or relative == os.pardir:
+            raise CommandError("invalid-params", f"{given}: is not inside the workspace {root}")
+        return relative.replace(os.sep, "/")
+    return given
+
+
+def run_restore(arguments: argparse.Namespace) -> int:
+    try:
+        path = _workspace_path(arguments, arguments.path)
+    except CommandError as error:
+        return refuse(arguments, error.kind, str(error))
+
+    async def body(service) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        done = await service.restore_file(sid, path, arguments.before, commit=arguments.yes)
+        data = {
+            "session_id": sid,
+            "path": done.path,
+            "before_turn": done.before_turn,
+            "change": path_data(done.change) if done.needed else None,
+            "restored": done.turn is not None,
+            "turn": done.turn,
+        }
+        if not done.needed:
+            lines = [f"{done.path} is already as it was before turn {done.before_turn}; nothing to do"]
+        elif done.turn is None:
+            lines = [f"restore {describe(done.change)}", *diff_lines(TreeDiff(0, 0, (done.change,)), _colour_wanted())[1:]]
+            lines.append(f"to restore it: mevedel restore {arguments.path} --before {done.before_turn} --yes")
+        else:
+            lines = [f"restored {done.path} to its state before turn {done.before_turn} as turn {done.turn} "
+                     f"(mevedel rewind {done.turn} --before undoes it)"]
+        emit(arguments, data, lines)
 
     return run_command(arguments, body)

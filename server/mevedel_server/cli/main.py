@@ -55,6 +55,7 @@ COMMAND_OWNERS = {
     "mcp": ("mcp_command",),
     "artifact": ("artifact_command",),
     "diff": ("diff_command",),
+    "restore": ("diff_command",),
 }
 
 INTERNAL_ERROR = 70

@@ -19,6 +19,7 @@ from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.service import (
     SaveResult,
     SegmentRotation,
+    PathDiff,
     SessionService,
     Side,
     TurnDetail,
@@ -273,25 +274,33 @@ def _side(side: Side, text: str | None) -> wire.DiffSide:
 async def diff_turns(ls: MevedelLanguageServer, params: wire.TurnDiffParams) -> wire.TurnDiffResult:
     service, sid = _turn_target(ls, params, methods.TURN_DIFF)
     diff = await service.diff(sid, params.first, params.last, contents=params.contents)
-    files = [
-        wire.PathChange(
-            path=item.path,
-            change=item.change,
-            description=describe(item),
-            before=_side(item.before, item.before_text),
-            after=_side(item.after, item.after_text),
-            first_turn=item.first_turn,
-            last_turn=item.last_turn,
-            insertions=item.insertions,
-            deletions=item.deletions,
-            binary=item.binary,
-            renamed_from=item.renamed_from,
-            no_text=item.no_text,
-            diff=item.text,
-        )
-        for item in diff.files
-    ]
+    files = [_path_change(item) for item in diff.files]
     return wire.TurnDiffResult(sid, diff.first, diff.last, files, diff.insertions, diff.deletions, stat_lines(diff))
+
+
+def _path_change(item: PathDiff) -> wire.PathChange:
+    return wire.PathChange(
+        path=item.path,
+        change=item.change,
+        description=describe(item),
+        before=_side(item.before, item.before_text),
+        after=_side(item.after, item.after_text),
+        first_turn=item.first_turn,
+        last_turn=item.last_turn,
+        insertions=item.insertions,
+        deletions=item.deletions,
+        binary=item.binary,
+        renamed_from=item.renamed_from,
+        no_text=item.no_text,
+        diff=item.text,
+    )
+
+
+async def restore_file(ls: MevedelLanguageServer, params: wire.RestoreFileParams) -> wire.RestoreFileResult:
+    service, sid = _turn_target(ls, params, methods.TURN_RESTORE_FILE)
+    done = await service.restore_file(sid, params.path, params.before_turn, commit=params.commit)
+    change = _path_change(done.change) if done.needed else None
+    return wire.RestoreFileResult(sid, done.path, done.before_turn, change, done.turn)
 
 
 #: request -> (params class, handler, command name or None).
@@ -322,6 +331,7 @@ HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
     methods.TURN_LIST: (wire.SessionParams, list_turns, None),
     methods.TURN_SHOW: (wire.TurnShowParams, show_turn, None),
     methods.TURN_DIFF: (wire.TurnDiffParams, diff_turns, None),
+    methods.TURN_RESTORE_FILE: (wire.RestoreFileParams, restore_file, None),
 }
 
 

@@ -215,15 +215,24 @@ def tree_diff(
         if change != UNCHANGED:
             found[path] = PathDiff(path, change, before, after, first_turn, last_turn)
     _pair_renames(found)
-    out = []
-    for path in sorted(found):
-        item = found[path]
-        if item.change in (ADDED, DELETED, MODIFIED, RENAMED):
-            source = item.renamed_from or path
-            extra = _line_diff(path, item.before, item.after, content, source, contents)
-            item = replace(item, **extra)
-        out.append(item)
-    return TreeDiff(first, last, tuple(out))
+    return TreeDiff(first, last, tuple(_with_lines(found[path], content, contents) for path in sorted(found)))
+
+
+def _with_lines(item: PathDiff, content: Callable[[str], bytes | None], contents: bool) -> PathDiff:
+    if item.change not in (ADDED, DELETED, MODIFIED, RENAMED):
+        return item
+    extra = _line_diff(item.path, item.before, item.after, content, item.renamed_from or item.path, contents)
+    return replace(item, **extra)
+
+
+def path_diff(
+    path: str, before: FileState, after: FileState, content: Callable[[str], bytes | None], *, turn: int
+) -> PathDiff:
+    """One path going from ``before`` to ``after`` (both known states), as
+    a range of turns would show it (``turn`` names both ends): what a
+    restore of one file will do."""
+    item = PathDiff(path, UNCHANGED, _side(before, ""), _side(after, ""), turn, turn)
+    return _with_lines(replace(item, change=_change(item.before, item.after)), content, False)
 
 
 def _pair_renames(found: dict[str, PathDiff]) -> None:

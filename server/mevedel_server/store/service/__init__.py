@@ -13,6 +13,8 @@ CLI (:class:`SessionService`), with the open-session machinery it drives.
   ``history://saved`` read.
 - :mod:`.turn_views` -- turn summaries, one turn's records, and what turns
   changed in the tree (the diff of their checkpoints, ``content/diff.py``).
+- :mod:`.file_restore` -- one file back to its state before a turn, as a
+  turn of its own.
 - :mod:`.errors` -- the service's refusals and :func:`error_kind`.
 """
 
@@ -48,6 +50,7 @@ from .sessions import (
     TurnStarted,
 )
 from ..content.diff import PathDiff, Side, TreeDiff, describe, stat_lines
+from .file_restore import FileRestore
 from .turn_views import TurnDetail, TurnItem, TurnSummary
 
 __all__ = [
@@ -80,6 +83,7 @@ __all__ = [
     "SessionNotOpen",
     "SessionReadOnly",
     "SessionService",
+    "FileRestore",
     "PathDiff",
     "Side",
     "TreeDiff",

@@ -67,6 +67,7 @@ from .live_history import LiveHistory
 from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
+from .file_restore import FileRestore, restore_file
 from .turn_views import TurnDetail, TurnSummary, turn_detail, turn_diff, turn_summaries
 
 _log = logging.getLogger(__name__)
@@ -920,6 +921,13 @@ class SessionService(SessionLifecycle, SessionFollowing):
         change and a line diff of text files. A session not open here is
         read from its committed snapshot in one program."""
         return turn_diff(await self._readable(session_id), first, last, contents=contents)
+
+    async def restore_file(self, session_id: str, path: str, before_turn: int, *, commit: bool = False) -> FileRestore:
+        """What restoring ``path`` to its state before ``before_turn`` does
+        (content, mode, kind) and, with ``commit``, do it as a new turn of
+        its own, so that it can itself be rewound (``file_restore.py``)."""
+        self._mutable(session_id, "restore a file")
+        return await restore_file(self, session_id, _tracked_path(path), before_turn, commit=commit)
 
     # Internals -----------------------------------------------------------------
 

@@ -1,0 +1,111 @@
+"""Restore one file to its state before a turn, as a turn of its own.
+
+The state wanted is the one the session's checkpoints recorded for the path
+before the earliest turn at or after ``before_turn`` that changed it:
+content, mode and kind alike (a file, a link, a directory, or nothing). The
+restore is itself a recorded change -- a new turn whose checkpoint holds the
+path's current state (and any parent directory it has to make) -- so Rewind
+can undo it like any other turn. Everything goes through the workspace's
+target (local or SSH), with the same compare-and-swap the Rewind uses: a
+file changed between the look and the write is refused, never overwritten.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...targets import ControlProgram, Entry, PutEntry, ReadEntry, Status, raise_for_result
+from ..content.checkpoints import MissingContent, entry_of, file_state
+from ..content.diff import UNCHANGED, PathDiff, path_diff
+from ..content.sidecar import FileState
+from .errors import InvalidSessionInput, NoSuchTurn
+
+if TYPE_CHECKING:
+    from .sessions import SessionService
+
+
+@dataclass(frozen=True)
+class FileRestore:
+    """What restoring ``path`` to before ``before_turn`` does (``change``:
+    the current state to the wanted one), and, once committed, the turn that
+    recorded it."""
+
+    session_id: str
+    path: str
+    before_turn: int
+    change: PathDiff
+    #: The turn that recorded the restore (None: only prepared, or nothing to do).
+    turn: int | None = None
+
+    @property
+    def needed(self) -> bool:
+        return self.change.change != UNCHANGED
+
+
+def _wanted(service: SessionService, session_id: str, path: str, before_turn: int) -> FileState:
+    conversation = service.session(session_id).conversation
+    count = len(conversation.prompt_index())
+    if isinstance(before_turn, bool) or not isinstance(before_turn, int) or not 1 <= before_turn <= count:
+        raise NoSuchTurn(session_id, before_turn, count)
+    for record in sorted(conversation.file_snapshots(), key=lambda r: r.turn):
+        if record.turn < before_turn or path not in record.files:
+            continue
+        snapshot = record.files[path]
+        if snapshot.pre is None:
+            raise InvalidSessionInput(
+                f"path {path!r}", f"its state before turn {record.turn} was not recorded ({snapshot.gap}); it cannot be restored"
+            )
+        return snapshot.pre
+    raise InvalidSessionInput(f"path {path!r}", f"no turn from {before_turn} on changed it; there is nothing to restore")
+
+
+async def _read(service: SessionService, path: str) -> Entry | None:
+    op = ReadEntry(path, optional=True)
+    result = (await service.target.run(ControlProgram([op])))[0]
+    if result.status is Status.ABSENT:
+        return None
+    raise_for_result(op, result)
+    return result.value
+
+
+async def restore_file(
+    service: SessionService, session_id: str, path: str, before_turn: int, *, commit: bool
+) -> FileRestore:
+    """The restore of ``path`` to its state before ``before_turn``; with
+    ``commit``, done as a new turn of the open, writable session."""
+    conversation = service.session(session_id).conversation
+    wanted_state = _wanted(service, session_id, path, before_turn)
+    current = await _read(service, path)
+    current_state = file_state(current)
+    change = path_diff(path, current_state, wanted_state, conversation.file_content, turn=before_turn)
+    plan = FileRestore(session_id, path, before_turn, change)
+    if not commit or not plan.needed:
+        return plan
+    try:
+        wanted = entry_of(wanted_state, conversation.file_content)
+    except MissingContent:
+        raise InvalidSessionInput(f"path {path!r}", "the bytes it had are no longer kept in the session") from None
+    started = await service.begin_turn(session_id, f"Restore {path} to its state before turn {before_turn}")
+    try:
+        if wanted is not None:
+            # Parents the restore has to make are changes of this turn too.
+            parent = posixpath.dirname(path)
+            missing = []
+            while parent and await _read(service, parent) is None:
+                missing.append(parent)
+                parent = posixpath.dirname(parent)
+            for directory in reversed(missing):
+                service.record_pre_state(session_id, directory, None)
+        service.record_pre_state(session_id, path, current)
+        op = PutEntry(path, expected=current, wanted=wanted)
+        result = (await service.target.run(ControlProgram([op])))[0]
+        if result.status is Status.MISMATCH:
+            raise InvalidSessionInput(f"path {path!r}", f"changed while it was being restored ({result.reason}); nothing was written")
+        raise_for_result(op, result)
+    except BaseException:
+        await service.settle(session_id, "errored", reason=f"the restore of {path} did not happen")
+        raise
+    await service.settle(session_id)
+    return FileRestore(session_id, path, before_turn, change, started.turn)
