@@ -59,3 +59,30 @@ async def test_a_diff_and_a_restore_on_both_targets(tmp_path, open_target):
     every = await reader.diff(sid, 1, 2)
     assert len(every.files) == 20 and "f3.txt" not in {f.path for f in every.files}  # changed, then put back
     await reader.close(sid)
+
+
+async def test_a_range_composes_across_a_rewind(tmp_path):
+    from mevedel_server.targets import LocalTarget
+
+    (tmp_path / "a.txt").write_text("a0\n")
+    service = SessionService(LocalTarget(tmp_path), ClientIdentity("one", "desk"))
+    sid = (await service.create()).session_id
+    for n, (path, text) in enumerate((("a.txt", "a1\n"), ("b.txt", "b1\n"), ("a.txt", "a3\n")), start=1):
+        await service.begin_turn(sid, f"turn {n}")
+        await service.capture_file(sid, path)
+        (tmp_path / path).write_text(text)
+        await service.settle(sid)
+    every = await service.diff(sid, 1, 3)
+    assert [(f.path, f.change) for f in every.files] == [("a.txt", "modified"), ("b.txt", "added")]
+    assert "-a0\n+a3\n" in every.files[0].text
+    impact = await service.prepare_rewind(sid, "before", 2)
+    await service.commit_rewind(sid, impact.token.text)
+    assert (tmp_path / "a.txt").read_text() == "a1\n" and not (tmp_path / "b.txt").exists()
+    after = await service.diff(sid, 1)
+    assert [(f.path, f.change) for f in after.files] == [("a.txt", "modified")] and "+a1\n" in after.files[0].text
+    await service.begin_turn(sid, "a new turn 2")
+    await service.capture_file(sid, "c.txt")
+    (tmp_path / "c.txt").write_text("c\n")
+    await service.settle(sid)
+    assert [(f.path, f.change) for f in (await service.diff(sid, 1, 2)).files] == [("a.txt", "modified"), ("c.txt", "added")]
+    await service.close(sid)
