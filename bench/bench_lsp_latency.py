@@ -89,8 +89,8 @@ async def run(root: Path, capabilities: dict, label: str) -> list[dict]:
     for _ in range(ROUNDS):
         for name, factory in cases.items():
             await timed(samples[name], factory)
-    # The cold path, measured apart: right after the directory changed, every
-    # completion rescans its 10,000 entries.
+    # Right after the directory changed: the index learns the new name from
+    # inotify and looks at it alone (without inotify it would scan again).
     cold = "completion work://shared/big/ right after a change (rescan)"
     samples[cold] = []
     big = root / ".mevedel" / "shared" / "big"
@@ -114,10 +114,16 @@ def main() -> None:
         rows = asyncio.run(run(root, ITEM_DEFAULTS, "itemDefaults"))
         rows += asyncio.run(run(root, {}, "no itemDefaults"))
     worst = max(r["p99_ms"] for r in rows if r["case"].startswith("completion") and "rescan" not in r["case"])
+    changed = max(r["p99_ms"] for r in rows if "rescan" in r["case"])
     report(
         "lsp_latency",
         rows,
-        {"target": "completion p99 under 10 ms (steady state; the rescan row is reported, not judged)", "completion_p99_ms": worst, "target_met": worst < 10.0},
+        {
+            "target": "completion p99 under 10 ms (steady state), under 20 ms right after the directory changed",
+            "completion_p99_ms": worst,
+            "after_change_p99_ms": changed,
+            "target_met": worst < 10.0 and changed < 20.0,
+        },
     )
 
 
