@@ -1055,6 +1055,7 @@ over); rows marked Inspect cannot be opened and say why.
     (define-key map (kbd "f") #'mevedel-lsp-fork)
     (define-key map (kbd "F") #'mevedel-lsp-worktree-fork)
     (define-key map (kbd "V") #'mevedel-lsp-fork-variants)
+    (define-key map (kbd "d") #'mevedel-lsp-review)
     map)
   "Keys of `mevedel-lsp-turns-mode'.")
 
@@ -2083,6 +2084,7 @@ permission, Cancel a takeover, Keep a session another client asks for."
     (define-key map (kbd "V") #'mevedel-lsp-fork-variants)
     (define-key map (kbd "t") #'mevedel-lsp-list-turns)
     (define-key map (kbd "h") #'mevedel-lsp-transcript)
+    (define-key map (kbd "d") #'mevedel-lsp-review)
     map)
   "Keys of `mevedel-lsp-chat-mode'.")
 
@@ -3840,6 +3842,205 @@ lists' attachments again."
 (add-hook 'mevedel-lsp-session-change-functions #'mevedel-lsp-artifact--session-changed)
 
 
+;;;; Reviewing what turns changed
+
+;; `mevedel/turn/diff' names every path a turn (or a range of turns)
+;; changed in the tree -- fs writes, ApplyPatch and shell commands alike,
+;; from the session's checkpoints -- with its kind of change and a unified
+;; diff of text files.  The review buffer shows it in `diff-mode', each path
+;; under a header saying what happened to it (a mode change, a rename, a
+;; link, a directory, a binary file, a capture gap); `e' opens `ediff' of a
+;; file's two sides, from the whole texts the server sent with the diff
+;; (`contents'), so what ediff compares is what the diff shows.
+
+(defvar-local mevedel-lsp-review--range nil
+  "(FIRST . LAST) the review buffer asked for; nil ends: the latest turn.")
+
+(defvar-local mevedel-lsp-review--result nil
+  "The review buffer's `mevedel/turn/diff' result.")
+
+(defvar mevedel-lsp-review-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "e") #'mevedel-lsp-review-ediff)
+    (define-key map (kbd "g") #'revert-buffer)
+    (define-key map (kbd "q") #'quit-window)
+    map)
+  "Keys of `mevedel-lsp-review-mode', over `diff-mode's.")
+
+(define-derived-mode mevedel-lsp-review-mode diff-mode "mevedel review"
+  "What turns of a mevedel session changed in the tree, read-only.
+Each path comes under a `=== PATH: what happened' header, then its
+unified diff when it is a text file.  \\<mevedel-lsp-review-mode-map>\\[mevedel-lsp-review-ediff] on a path compares its two
+sides with `ediff'; \\[revert-buffer] reads the diff again.
+\\{mevedel-lsp-review-mode-map}"
+  (setq-local revert-buffer-function #'mevedel-lsp-review--revert)
+  ;; Through the mode, so that diff-mode's read-only keys (n, p, N, P...)
+  ;; apply.
+  (read-only-mode 1))
+
+(defun mevedel-lsp-review--parse-range (text)
+  "(FIRST . LAST) for TEXT: N, N..M, N.., ..M, all, or empty (the latest turn)."
+  (let ((text (string-trim text)))
+    (cond ((string-empty-p text) (cons nil nil))
+          ((string= text "all") (cons 1 nil))
+          ((string-match "\\`\\([0-9]+\\)\\'" text)
+           (let ((n (string-to-number (match-string 1 text)))) (cons n n)))
+          ((string-match "\\`\\([0-9]*\\)\\.\\.\\([0-9]*\\)\\'" text)
+           (let ((first (match-string 1 text)) (last (match-string 2 text)))
+             (cons (if (string-empty-p first) 1 (string-to-number first))
+                   (unless (string-empty-p last) (string-to-number last)))))
+          (t (user-error "mevedel: %S is not a turn or a range (N, N..M, N.., ..M or all)" text)))))
+
+(defun mevedel-lsp-review--turn-at-point ()
+  "The turn at point of a turns list or a chat, or nil."
+  (or (and (derived-mode-p 'mevedel-lsp-turns-mode) (tabulated-list-get-id))
+      (and (derived-mode-p 'mevedel-lsp-chat-mode) (get-text-property (point) 'mevedel-lsp-chat-turn))))
+
+(defun mevedel-lsp-review--span (result)
+  "The turns RESULT covers, for a person."
+  (let ((first (plist-get result :first)) (last (plist-get result :last)))
+    (if (eql first last) (format "turn %d" first) (format "turns %d..%d" first last))))
+
+(defun mevedel-lsp-review--details (file)
+  "The lines after FILE's header: what has no line diff, and why."
+  (let ((before (plist-get file :before)) (after (plist-get file :after)))
+    (cond ((eq (plist-get file :binary) t)
+           (format "binary file: %d -> %d bytes\n"
+                   (or (plist-get before :size) 0) (or (plist-get after :size) 0)))
+          ((plist-get file :noText)
+           (format "no line diff: %s\n" (plist-get file :noText)))
+          (t ""))))
+
+(defun mevedel-lsp-review--insert (result)
+  "Insert RESULT: the stat, then each path's header and diff.
+Every line of a path (its stat line too) carries it as the
+`mevedel-lsp-review-file' property."
+  (let ((files (mevedel-lsp--list (plist-get result :files)))
+        (ranged (not (eql (plist-get result :first) (plist-get result :last)))))
+    (if (null files)
+        (insert (format "%s changed nothing in the tree.\n" (capitalize (mevedel-lsp-review--span result))))
+      (cl-loop for line in (mevedel-lsp--list (plist-get result :stat))
+               for i from 0
+               do (insert (propertize (concat line "\n") 'mevedel-lsp-review-file (nth i files))))
+      (insert "\n")
+      (dolist (file files)
+        (let ((start (point))
+              (first (plist-get file :firstTurn))
+              (last (plist-get file :lastTurn))
+              (diff (or (plist-get file :diff) "")))
+          (insert "=== " (plist-get file :description)
+                  (cond ((not ranged) "")
+                        ((eql first last) (format "  [turn %d]" first))
+                        (t (format "  [turns %d..%d]" first last)))
+                  "\n"
+                  (mevedel-lsp-review--details file)
+                  diff)
+          (unless (or (string-empty-p diff) (string-suffix-p "\n" diff)) (insert "\n"))
+          (put-text-property start (point) 'mevedel-lsp-review-file file))))))
+
+(defun mevedel-lsp-review--name (result)
+  "The name of the review buffer of RESULT."
+  (format "*mevedel review %s %s*" (plist-get result :sessionId) (mevedel-lsp-review--span result)))
+
+(defun mevedel-lsp-review--render (result)
+  "Make RESULT the text of this review buffer, keeping point's line."
+  (let ((line (line-number-at-pos))
+        (inhibit-read-only t))
+    (setq mevedel-lsp-review--result result
+          mevedel-lsp--session-id (plist-get result :sessionId))
+    (erase-buffer)
+    (mevedel-lsp-review--insert result)
+    (rename-buffer (mevedel-lsp-review--name result) t)
+    (setq header-line-format
+          (format "%s of %s: %s, %d+ %d-   %s ediff the file, %s refresh"
+                  (capitalize (mevedel-lsp-review--span result)) (plist-get result :sessionId)
+                  (mevedel-lsp--plural (length (plist-get result :files)) "path")
+                  (plist-get result :insertions) (plist-get result :deletions)
+                  (substitute-command-keys "\\<mevedel-lsp-review-mode-map>\\[mevedel-lsp-review-ediff]")
+                  (substitute-command-keys "\\<mevedel-lsp-review-mode-map>\\[revert-buffer]")))
+    (set-buffer-modified-p nil)
+    (goto-char (point-min))
+    (forward-line (1- line))))
+
+(defun mevedel-lsp-review--fetch (server session first last)
+  "SERVER's `mevedel/turn/diff' of turns FIRST..LAST of SESSION, with both
+sides' text."
+  (mevedel-lsp--request server :mevedel/turn/diff
+                        (mevedel-lsp--object :first first :last last :contents t :sessionId session)))
+
+(defun mevedel-lsp-review--revert (&rest _)
+  "Read the review buffer's diff again."
+  (mevedel-lsp-review--render
+   (mevedel-lsp-review--fetch (mevedel-lsp--server) mevedel-lsp--session-id
+                              (car mevedel-lsp-review--range) (cdr mevedel-lsp-review--range))))
+
+;;;###autoload
+(defun mevedel-lsp-review (&optional first last session-id)
+  "Show what turns FIRST..LAST of SESSION-ID changed in the tree.
+FIRST and LAST nil: the latest turn; LAST nil: up to the latest.
+Interactively, the turn at point of a turns list or a chat, else the
+latest turn; with a prefix argument, a turn or range read in the
+minibuffer (N, N..M, N.., ..M, or all: since the session began).
+Return the review buffer."
+  (interactive
+   (let ((range (if current-prefix-arg
+                    (mevedel-lsp-review--parse-range
+                     (read-string "Review turns (N, N..M, N.., ..M or all; empty: the latest): "))
+                  (let ((turn (mevedel-lsp-review--turn-at-point))) (cons turn turn)))))
+     (list (car range) (cdr range) (mevedel-lsp--session-at-point))))
+  (let* ((server (mevedel-lsp--server))
+         (root (ignore-errors (project-root (eglot--project server))))
+         (result (mevedel-lsp-review--fetch server session-id first last))
+         (name (mevedel-lsp-review--name result)))
+    (with-current-buffer (get-buffer-create name)
+      (unless (derived-mode-p 'mevedel-lsp-review-mode)
+        (mevedel-lsp-review-mode))
+      (setq-local mevedel-lsp--origin-server server)
+      (when root (setq default-directory (file-name-as-directory root)))
+      (setq mevedel-lsp-review--range (cons first last))
+      (mevedel-lsp-review--render result)
+      (goto-char (point-min))
+      (pop-to-buffer (current-buffer))
+      (current-buffer))))
+
+(defun mevedel-lsp-review--side-buffer (file side path text)
+  "A read-only buffer holding TEXT, SIDE (\"before\" or \"after\") of FILE at PATH."
+  (with-current-buffer (get-buffer-create
+                        (format "*mevedel %s %s: %s*" side
+                                (if (equal side "before")
+                                    (format "turn %d" (plist-get file :firstTurn))
+                                  (format "turn %d" (plist-get file :lastTurn)))
+                                path))
+    (let ((inhibit-read-only t))
+      (erase-buffer)
+      (insert text))
+    ;; The file's major mode, for its colours, without the hooks that would
+    ;; start a language server for a buffer that is no file.
+    (let ((mode (assoc-default path auto-mode-alist #'string-match)))
+      (when (consp mode) (setq mode (car mode)))
+      (when (and mode (functionp mode))
+        (delay-mode-hooks (funcall mode))))
+    (setq buffer-read-only t)
+    (set-buffer-modified-p nil)
+    (goto-char (point-min))
+    (current-buffer)))
+
+(defun mevedel-lsp-review-ediff ()
+  "Compare the two sides of the changed file at point with `ediff'."
+  (interactive)
+  (let* ((file (or (get-text-property (point) 'mevedel-lsp-review-file)
+                   (user-error "mevedel: no changed path on this line")))
+         (before (plist-get (plist-get file :before) :text))
+         (after (plist-get (plist-get file :after) :text)))
+    (unless (and (stringp before) (stringp after))
+      (user-error "mevedel: %s: no text to compare%s" (plist-get file :description)
+                  (cond ((eq (plist-get file :binary) t) " (a binary file)")
+                        ((plist-get file :noText) (format " (%s)" (plist-get file :noText)))
+                        (t ""))))
+    (ediff-buffers (mevedel-lsp-review--side-buffer file "before" (or (plist-get file :renamedFrom) (plist-get file :path)) before)
+                   (mevedel-lsp-review--side-buffer file "after" (plist-get file :path) after))))
+
+
 ;;;; Key bindings
 
 (defvar mevedel-lsp-command-map
@@ -3867,6 +4068,7 @@ lists' attachments again."
     (define-key map (kbd "m") #'mevedel-lsp-chat)
     (define-key map (kbd "x") #'mevedel-lsp-cancel)
     (define-key map (kbd "A") #'mevedel-lsp-artifacts)
+    (define-key map (kbd "d") #'mevedel-lsp-review)
     map)
   "mevedel-lsp commands, for a prefix key of your choice:
   (global-set-key (kbd \"C-c m\") mevedel-lsp-command-map)")

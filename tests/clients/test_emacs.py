@@ -136,6 +136,33 @@ def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 
+#: The review buffer's ERT tests (tests/clients/emacs/mevedel-lsp-review-test.el).
+REQUIRED_REVIEW = ("review-a-turn-from-the-turns-list-and-the-chat",)
+
+
+def test_emacs_review(emacs: str, workspace: Workspace) -> None:
+    """A scripted agent's turn (an fs write and a shell command that adds,
+    deletes, renames and chmods) reviewed in diff-mode, ediff and refresh,
+    from the turns list and from the chat."""
+    output = run_editor(
+        [
+            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
+            "-l", str(TESTS / "mevedel-lsp-review-test.el"),
+            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-review-")',
+        ],
+        env={
+            **editor_environment(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
+            "HOME": str(workspace.root.parent),
+        },
+        cwd=workspace.root,
+    )
+    assert re.search(rf"Ran {len(REQUIRED_REVIEW)} tests?, {len(REQUIRED_REVIEW)} results? as expected, 0 unexpected", output), output
+    for name in REQUIRED_REVIEW:
+        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
+
+
 #: The artifact store's ERT tests (tests/clients/emacs/mevedel-lsp-artifacts-test.el).
 REQUIRED_ARTIFACTS = (
     "artifact-document-round-trip",
