@@ -32,6 +32,7 @@ from editor_harness import (
 SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "mevedel_test.lua"
 CHAT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_test.lua"
 ARTIFACTS_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_test.lua"
+REVIEW_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "review_test.lua"
 SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_screen.lua"
 AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
 
@@ -188,6 +189,30 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
     if native:
         expected.append("chat: a picker that answers the permission question later")
     for name in expected:
+        assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
+
+
+def test_neovim_review(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """A scripted agent's turn (an fs write and a shell command that adds,
+    deletes, renames and chmods) reviewed from the chat: every change
+    listed, a text file's diff split, R, a range and :MevedelReview."""
+    scripts = tmp_path / "agent-scripts"
+    scripts.mkdir()
+    output = run_editor(
+        _headless(nvim, REVIEW_SCRIPT),
+        env={
+            **editor_environment(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps(_agent_command()),
+            "MEVEDEL_TEST_SCRATCH": str(scripts),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        },
+        cwd=workspace.root,
+    )
+    assert re.search(r"^2 tests, 0 failed$", output, re.MULTILINE), output
+    for name in (
+        "review: a turn from the chat lists every change of its fs write and its shell command",
+        "review: the latest turn read again with R, a range and :MevedelReview",
+    ):
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
 
 

@@ -76,6 +76,12 @@ command('MevedelTurn', function(c)
   sessions().show_turn(turn, here())
 end, { nargs = 1, desc = 'Show one turn of the mevedel session alone' })
 
+-- What turns changed in the tree: a list of paths, and a diff split of a
+-- text file's two sides (mevedel.review).
+command('MevedelReview', function(c)
+  require('mevedel.review').command(c.args, here())
+end, { nargs = '?', desc = 'Review what a turn (N), a range (N..M) or every turn (all) changed; no argument: the turn under the cursor of a chat, else picked' })
+
 local function lifecycle()
   return require('mevedel.lifecycle')
 end

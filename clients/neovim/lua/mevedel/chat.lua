@@ -659,6 +659,12 @@ local function ensure_buffer(chat)
       require('mevedel.sessions').show_turn(turn, session)
     end
   end, 'mevedel: show the turn under the cursor alone')
+  map(bufnr, keys.review, function()
+    local turn = M.turn_at_cursor()
+    if turn then
+      require('mevedel.review').open(turn, turn, session)
+    end
+  end, 'mevedel: review what the turn under the cursor changed')
   map(bufnr, keys.close, function()
     pcall(vim.cmd, 'close')
   end, 'mevedel: close the chat window')
@@ -688,6 +694,7 @@ function M.help()
     { 'fork', 'fork after the turn under the cursor' },
     { 'worktree_fork', 'worktree fork after the turn under the cursor' },
     { 'show_turn', 'show the turn under the cursor alone' },
+    { 'review', 'review what the turn under the cursor changed (:MevedelReview)' },
     { 'close', 'close the chat window' },
   }) do
     if keys[pair[1]] then

@@ -45,6 +45,7 @@ local defaults = {
       fork = 'f',
       worktree_fork = 'W',
       show_turn = '<CR>',
+      review = 'd',
       close = 'q',
       help = '?',
     },
