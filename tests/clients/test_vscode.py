@@ -214,6 +214,28 @@ def test_agent_chat_against_real_server(compiled: str, tmp_path: Path) -> None:
     assert re.search(r"ok \d+ - agents", output), output
 
 
+def test_review_against_real_server(compiled: str, tmp_path: Path) -> None:
+    # The scripted ACP agent's turn writes a file and runs a shell command
+    # that adds, deletes, renames and chmods; the review names it all.
+    workspace = tmp_path / "review"
+    workspace.mkdir()
+    output = node_tests(
+        ["review"],
+        env={
+            "MEVEDEL_LSP_COMMAND": json.dumps(server_command()),
+            "MEVEDEL_TEST_REVIEW_WORKSPACE": str(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(SCRIPTED_AGENT)]),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        },
+    )
+    for name in (
+        "the review of a turn names every change its fs write and shell command made, and opens the text files side by side",
+        "ranges a person types, and the chat turn button",
+    ):
+        assert re.search(rf"ok \d+ - {re.escape(name)}", output), output
+    assert re.search(r"ok \d+ - review", output), output
+
+
 def test_artifacts_against_real_server(compiled: str, tmp_path: Path) -> None:
     # The artifacts suite starts a second server on the same workspace to
     # hold an item (its lease), so the first shows it read-only.

@@ -22,6 +22,7 @@ import {
 } from './agents';
 import { activity, applyUpdate, ChatState, emptyChat, loadHistory, promptSent, withHistory } from './chat';
 import { makeNonce, renderAttachments, renderPage, renderParts } from './chatView';
+import { reviewChanges } from './reviewCommands';
 import { describeChild, describeInPlace, fork, listRedo, redo, redoLabel, rewind, Boundary } from './lifecycle';
 import { confirmModal, runGuarded } from './lifecycleCommands';
 import { listSessions, RequestSender, Scope, SessionDidChangeParams } from './protocol';
@@ -297,6 +298,12 @@ export class ChatPanel implements vscode.Disposable {
         return this.fork(message.turn);
       case 'redo':
         return this.redo();
+      case 'review':
+        if (message.turn === undefined || !this.state.sessionId) return;
+        return reviewChanges(this.context, { workspaceFolder: this.state.workspaceFolder, sessionId: this.state.sessionId }, {
+          first: message.turn,
+          last: message.turn,
+        });
     }
   }
 

@@ -172,7 +172,7 @@ const STATE_LABELS: Record<string, string> = {
 };
 
 export interface TurnOptions {
-  // Rewind, Fork buttons (off while a turn runs).
+  // Rewind, Fork, Review changes buttons (off while a turn runs).
   actions: boolean;
 }
 
@@ -209,6 +209,7 @@ export function renderTurn(turn: ChatTurn, options: TurnOptions): string {
       button('rewind', 'Rewind after', `Rewind to after the response of turn ${n} (keep it)`, { turn: n, boundary: 'after' }),
     ];
     if (turn.state === 'completed') buttons.push(button('fork', 'Fork', `A new session ending at the response of turn ${n}`, { turn: n }));
+    buttons.push(button('review', 'Review changes', `What turn ${n} changed in the tree, file by file, in the diff editor`, { turn: n }));
     parts.push(`<div class="turn-actions">${buttons.join('')}</div>`);
   }
   return `<section class="turn${turn.turn === null ? '' : ` turn-${turn.turn}`}">${parts.join('')}</section>`;

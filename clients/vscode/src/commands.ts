@@ -5,6 +5,7 @@ import { scope, sessionCommands } from './sessionCommands';
 import { agentCommands } from './agentCommands';
 import { ChatContext, ChatEvents } from './chatPanel';
 import { Artifacts } from './artifactsView';
+import { reviewChanges } from './reviewCommands';
 
 export interface CommandContext extends ChatContext {
   restart(): Promise<void>;
@@ -43,6 +44,7 @@ export function commandTable(context: CommandContext): Record<string, (...args: 
     'mevedel.abortTurn': sessions.abortTurn,
     'mevedel.showTranscript': sessions.showTranscript,
     'mevedel.listTurns': sessions.listTurns,
+    'mevedel.reviewChanges': () => reviewChanges(context, scope(context)),
     'mevedel.rewind': lifecycle.rewind,
     'mevedel.redo': lifecycle.redo,
     'mevedel.fork': lifecycle.fork,

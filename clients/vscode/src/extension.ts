@@ -27,6 +27,7 @@ import {
 import { discoverServer, isMissing, missingServerMessage, realProbes, ServerCommand, ServerMissing } from './serverDiscovery';
 import { serverSettings } from './settings';
 import { VirtualDocumentProvider } from './virtualDocuments';
+import { registerReviewDocuments } from './reviewCommands';
 
 let client: LanguageClient | undefined;
 let starting: Promise<void> | undefined;
@@ -215,6 +216,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     artifacts,
     new TurnIndicator(events),
     vscode.workspace.registerTextDocumentContentProvider(VIRTUAL_SCHEME, documents),
+    ...registerReviewDocuments(),
     ...registerCommands({
       sender: (): Promise<RequestSender> => ready(),
       restart,

@@ -17,6 +17,7 @@ import {
   showTurn,
   VIRTUAL_SCHEME,
 } from './protocol';
+import { reviewChanges } from './reviewCommands';
 import { openListed, PickerEntry, pickerEntries, transcriptUri, turnLine, uriSession } from './sessions';
 
 export interface SessionCommandContext {
@@ -125,17 +126,30 @@ async function listTurnsAndGo(context: SessionCommandContext): Promise<void> {
     info(`${listing.sessionId} has no turns yet`);
     return;
   }
-  const chosen = await vscode.window.showQuickPick(
-    listing.turns.map((turn) => ({
-      label: `Turn ${turn.turn}`,
-      description: `${turn.state} · ${turn.toolCalls} tool calls${turn.reason ? ` · ${turn.reason}` : ''}`,
-      detail: turn.prompt,
-      turn: turn.turn,
-    })),
-    { title: `mevedel: Go to Turn (${listing.sessionId})`, matchOnDetail: true },
-  );
+  const where = { workspaceFolder: context.workspaceFolder(), sessionId: listing.sessionId };
+  // Each row's button reviews what the turn changed; picking the row goes
+  // to the turn in the transcript.
+  const review: vscode.QuickInputButton = { iconPath: new vscode.ThemeIcon('diff'), tooltip: 'Review changes' };
+  const pick = vscode.window.createQuickPick<vscode.QuickPickItem & { turn: number }>();
+  pick.title = `mevedel: Go to Turn (${listing.sessionId})`;
+  pick.matchOnDetail = true;
+  pick.items = listing.turns.map((turn) => ({
+    label: `Turn ${turn.turn}`,
+    description: `${turn.state} · ${turn.toolCalls} tool calls${turn.reason ? ` · ${turn.reason}` : ''}`,
+    detail: turn.prompt,
+    turn: turn.turn,
+    buttons: [review],
+  }));
+  const chosen = await new Promise<{ turn: number; review: boolean } | undefined>((resolve) => {
+    pick.onDidAccept(() => resolve(pick.selectedItems[0] && { turn: pick.selectedItems[0].turn, review: false }));
+    pick.onDidTriggerItemButton((event) => resolve({ turn: event.item.turn, review: true }));
+    pick.onDidHide(() => resolve(undefined));
+    pick.show();
+  });
+  pick.dispose();
   if (!chosen) return;
-  await revealTurn(context, { workspaceFolder: context.workspaceFolder(), sessionId: listing.sessionId }, chosen.turn);
+  if (chosen.review) return reviewChanges(context, where, { first: chosen.turn, last: chosen.turn });
+  await revealTurn(context, where, chosen.turn);
 }
 
 // Shows a session's transcript with the cursor on a turn's heading.
