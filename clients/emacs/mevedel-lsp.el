@@ -33,6 +33,10 @@
 ;;   `mevedel/session/didChange' keeps up to date; `mevedel-lsp-list-turns'
 ;;   lists its turns; create, rename, save, close, retry or abandon a failed
 ;;   publication, and abort a turn in flight, each with its command;
+;; - review what a turn (or a range, or the whole session) changed in the
+;;   tree: `mevedel-lsp-review' (`d' on a turn) shows `mevedel/turn/diff' in
+;;   a read-only `diff-mode' buffer, a header per path saying the kind of
+;;   change; `e' opens `ediff' of a file's before and after texts;
 ;; - Rewind, Redo, Fork, Worktree Fork and Save As: each shows what the
 ;;   server's prepare says would change and commits only after you say
 ;;   yes; a recovery an interrupted Rewind left is offered for retry or
@@ -1063,7 +1067,7 @@ over); rows marked Inspect cannot be opened and say why.
   "The turns of a session, oldest first.
 \\<mevedel-lsp-turns-mode-map>\\[mevedel-lsp-turns-visit] jumps to the turn in the transcript, \
 \\[mevedel-lsp-turns-show] shows it alone, \\[mevedel-lsp-rewind] rewinds to it,
-\\[mevedel-lsp-fork] forks after it.
+\\[mevedel-lsp-fork] forks after it, \\[mevedel-lsp-review] reviews what it changed.
 \\{mevedel-lsp-turns-mode-map}"
   (setq tabulated-list-format
         [("Turn" 5 t :right-align t) ("State" 12 t) ("Tools" 5 t :right-align t) ("Prompt" 0 nil)])
