@@ -5,7 +5,7 @@ No VS Code binary can be downloaded here, so the extension host itself is
 not run; everything the extension asks the server goes through the modules
 that import no ``vscode`` (``src/protocol.ts``, ``src/sessions.ts``,
 ``src/lifecycle.ts``, ``src/agents.ts``, ``src/chat.ts``,
-``src/chatView.ts``, ``src/artifacts.ts``...), which is what the Node tests exercise. The tests
+``src/chatView.ts``, ``src/artifacts.ts``, ``src/review.ts``...), which is what the Node tests exercise. The tests
 are compiled once, then run in groups, one pytest test each.
 """
 
