@@ -3855,7 +3855,11 @@ lists' attachments again."
 ;; under a header saying what happened to it (a mode change, a rename, a
 ;; link, a directory, a binary file, a capture gap); `e' opens `ediff' of a
 ;; file's two sides, from the whole texts the server sent with the diff
-;; (`contents'), so what ediff compares is what the diff shows.
+;; (`contents'), so what ediff compares is what the diff shows.  `r'
+;; restores one path to its state before the first turn of the review that
+;; changed it (`mevedel/turn/restoreFile'): the change it would make is
+;; shown first and asked about, and a yes records it as a turn of its own,
+;; which Rewind undoes.
 
 (defvar-local mevedel-lsp-review--range nil
   "(FIRST . LAST) the review buffer asked for; nil ends: the latest turn.")
@@ -3866,6 +3870,7 @@ lists' attachments again."
 (defvar mevedel-lsp-review-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "e") #'mevedel-lsp-review-ediff)
+    (define-key map (kbd "r") #'mevedel-lsp-review-restore)
     (define-key map (kbd "g") #'revert-buffer)
     (define-key map (kbd "q") #'quit-window)
     map)
@@ -3875,11 +3880,18 @@ lists' attachments again."
   "What turns of a mevedel session changed in the tree, read-only.
 Each path comes under a `=== PATH: what happened' header, then its
 unified diff when it is a text file.  \\<mevedel-lsp-review-mode-map>\\[mevedel-lsp-review-ediff] on a path compares its two
-sides with `ediff'; \\[revert-buffer] reads the diff again.
+sides with `ediff'; \\[mevedel-lsp-review-restore] restores it to its state before the
+review's first turn that changed it (after showing what that does and
+asking); \\[revert-buffer] reads the diff again.
 \\{mevedel-lsp-review-mode-map}"
   (setq-local revert-buffer-function #'mevedel-lsp-review--revert)
-  ;; Through the mode, so that diff-mode's read-only keys (n, p, N, P...)
-  ;; apply.
+  ;; diff-mode's read-only keys (n, p, N, P...) come from a map that
+  ;; overrides the major mode's while the buffer is read-only; ours go in
+  ;; front of it, or its `r' (`diff-restrict-view') would shadow ours.
+  (setq-local minor-mode-overriding-map-alist
+              (cons (cons 'buffer-read-only (make-composed-keymap mevedel-lsp-review-mode-map diff-mode-shared-map))
+                    minor-mode-overriding-map-alist))
+  ;; Through the mode, so that diff-mode's read-only keys apply.
   (read-only-mode 1))
 
 (defun mevedel-lsp-review--parse-range (text)
@@ -3956,11 +3968,12 @@ Every line of a path (its stat line too) carries it as the
     (mevedel-lsp-review--insert result)
     (rename-buffer (mevedel-lsp-review--name result) t)
     (setq header-line-format
-          (format "%s of %s: %s, %d+ %d-   %s ediff the file, %s refresh"
+          (format "%s of %s: %s, %d+ %d-   %s ediff the file, %s restore it, %s refresh"
                   (capitalize (mevedel-lsp-review--span result)) (plist-get result :sessionId)
                   (mevedel-lsp--plural (length (plist-get result :files)) "path")
                   (plist-get result :insertions) (plist-get result :deletions)
                   (substitute-command-keys "\\<mevedel-lsp-review-mode-map>\\[mevedel-lsp-review-ediff]")
+                  (substitute-command-keys "\\<mevedel-lsp-review-mode-map>\\[mevedel-lsp-review-restore]")
                   (substitute-command-keys "\\<mevedel-lsp-review-mode-map>\\[revert-buffer]")))
     (set-buffer-modified-p nil)
     (goto-char (point-min))
@@ -4043,6 +4056,76 @@ Return the review buffer."
                         (t ""))))
     (ediff-buffers (mevedel-lsp-review--side-buffer file "before" (or (plist-get file :renamedFrom) (plist-get file :path)) before)
                    (mevedel-lsp-review--side-buffer file "after" (plist-get file :path) after))))
+
+
+;; Restoring one path from the review.
+
+(defconst mevedel-lsp-review-restore-buffer "*mevedel restore*"
+  "The buffer that shows what restoring a path from the review would do.")
+
+(defun mevedel-lsp-review--restore-request (server session path before commit)
+  "SERVER's `mevedel/turn/restoreFile' of PATH to its state before turn
+BEFORE of SESSION; COMMIT non-nil restores it."
+  (mevedel-lsp--request server :mevedel/turn/restoreFile
+                        (mevedel-lsp--object :path path :beforeTurn before :commit (and commit t)
+                                             :sessionId session)))
+
+(defun mevedel-lsp-review--show-restore (change before)
+  "Show CHANGE, the PathChange a restore to before turn BEFORE makes,
+in `mevedel-lsp-review-restore-buffer'; return its window."
+  (with-current-buffer (get-buffer-create mevedel-lsp-review-restore-buffer)
+    (let ((inhibit-read-only t))
+      (erase-buffer)
+      (insert (format "Restoring to the state before turn %d does:
+=== %s
+%s"
+                      before (plist-get change :description) (mevedel-lsp-review--details change))
+              (or (plist-get change :diff) "")))
+    (diff-mode)
+    (setq buffer-read-only t)
+    (set-buffer-modified-p nil)
+    (goto-char (point-min))
+    (display-buffer (current-buffer))))
+
+(defun mevedel-lsp-review-restore ()
+  "Restore the changed path at point to its state before the review's first
+turn that changed it -- content, permission bits and kind.
+What the restore does (the file now to the wanted state) is shown first,
+and you are asked to confirm; no, or \[keyboard-quit], changes nothing.
+A yes records the restore as a new turn of the session, which Rewind
+undoes; the review is read again.  Return that turn, or nil."
+  (interactive)
+  (let* ((file (or (get-text-property (point) 'mevedel-lsp-review-file)
+                   (user-error "mevedel: no changed path on this line")))
+         (path (plist-get file :path))
+         (before (plist-get file :firstTurn))
+         (server (mevedel-lsp--server))
+         (session mevedel-lsp--session-id)
+         (review (current-buffer))
+         (preview (mevedel-lsp-review--restore-request server session path before nil))
+         (change (plist-get preview :change)))
+    (if (not change)
+        (progn (message "mevedel: %s is already as it was before turn %d; nothing to do" path before) nil)
+      (let* ((window (mevedel-lsp-review--show-restore change before))
+             (yes (unwind-protect
+                      (yes-or-no-p (format "Restore %s to its state before turn %d (%s)? "
+                                           path before (plist-get change :description)))
+                    (when (window-live-p window) (quit-restore-window window)))))
+        (if (not yes)
+            (progn (message "mevedel: restore of %s cancelled; nothing changed" path) nil)
+          (let ((turn (plist-get (mevedel-lsp-review--restore-request server session path before t) :turn)))
+            (mevedel-lsp--revert-changed-buffers server)
+            (when (buffer-live-p review)
+              (with-current-buffer review
+                ;; A review of the latest turn stays on the turn it showed,
+                ;; not the restore's own turn.
+                (unless (car mevedel-lsp-review--range)
+                  (let ((shown (plist-get mevedel-lsp-review--result :first)))
+                    (setq mevedel-lsp-review--range (cons shown shown))))
+                (revert-buffer)))
+            (message "mevedel: restored %s to its state before turn %d as turn %d (Rewind to before turn %d undoes it)"
+                     path before turn turn)
+            turn))))))
 
 
 ;;;; Key bindings

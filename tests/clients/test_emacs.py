@@ -137,13 +137,14 @@ def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
 
 
 #: The review buffer's ERT tests (tests/clients/emacs/mevedel-lsp-review-test.el).
-REQUIRED_REVIEW = ("review-a-turn-from-the-turns-list-and-the-chat",)
+REQUIRED_REVIEW = ("review-a-turn-from-the-turns-list-and-the-chat", "review-restore-a-file")
 
 
 def test_emacs_review(emacs: str, workspace: Workspace) -> None:
     """A scripted agent's turn (an fs write and a shell command that adds,
     deletes, renames and chmods) reviewed in diff-mode, ediff and refresh,
-    from the turns list and from the chat."""
+    from the turns list and from the chat; a path restored from the review
+    (no and C-g change nothing)."""
     output = run_editor(
         [
             emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),

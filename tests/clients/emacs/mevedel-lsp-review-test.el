@@ -5,7 +5,8 @@
 ;; writes a file through fs/write_text_file and runs a shell command that
 ;; adds, deletes, renames and chmods; the review, opened from the turns list
 ;; and from the chat with their keys, shows each of those changes, `e'
-;; compares a file's sides in ediff and `g' reads the diff again.
+;; compares a file's sides in ediff and `g' reads the diff again; `r'
+;; restores one path (after showing what that does and asking).
 
 ;;; Code:
 
@@ -140,5 +141,83 @@ argument, a range's."
           (should (string-search "=== app.py: modified  [turn 1]" text)))
         ;; A range that is no range is refused with what it expected.
         (should-error (mevedel-lsp-review--parse-range "two") :type 'user-error)))))
+
+;; Key presses whose answer to `yes-or-no-p' is ANSWER: t, nil, or `quit'
+;; (C-g, which signals `quit' from the minibuffer).
+(defmacro mevedel-review-test--answering (answer shown &rest body)
+  "Run BODY with `yes-or-no-p' answering ANSWER; SHOWN is a symbol bound
+to a list of (PROMPT . RESTORE-BUFFER-TEXT) it was asked, newest first."
+  (declare (indent 2))
+  `(cl-letf (((symbol-function 'yes-or-no-p)
+              (lambda (prompt)
+                (push (cons prompt (with-current-buffer mevedel-lsp-review-restore-buffer (buffer-string))) ,shown)
+                (should (get-buffer-window mevedel-lsp-review-restore-buffer))
+                (if (eq ,answer 'quit) (signal 'quit nil) ,answer))))
+     ,@body))
+
+(ert-deftest mevedel-lsp-test-review-restore-a-file ()
+  "`r' on a path of a range's review shows what restoring it to its state
+before the range's first turn that changed it does, and asks; no and C-g
+change nothing; yes brings back the file's content or mode as a new turn,
+leaves the other files alone and reads the review again."
+  (mevedel-chat-test--write "app.py" "print('one')\n")
+  (mevedel-chat-test--write "run.sh" "#!/bin/sh\necho run\n")
+  (set-file-modes (expand-file-name "run.sh" mevedel-test-root) #o644)
+  (mevedel-chat-test--write "other.txt" "other before\n")
+  (let* ((script (mevedel-chat-test--script
+                  (vector (vector (list :write (list :path "app.py" :content "print('two')\n"))
+                                  (list :write (list :path "other.txt" :content "other after\n"))
+                                  (list :terminal (list :command "sh" :args (vector "-c" "chmod 755 run.sh")))
+                                  (list :say "first"))
+                          (vector (list :write (list :path "app.py" :content "print('three')\n"))
+                                  (list :say "second")))))
+         (session (mevedel-chat-test--session "ERT review restore"))
+         (shown nil))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure script)
+      (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "One" :session session)))
+        (mevedel-chat-test--wait-idle chat "the first turn to settle")
+        (mevedel-lsp-chat-send (mevedel-test--server) "Two" :session session)
+        (mevedel-chat-test--wait-idle chat "the second turn to settle")
+        (let ((review (mevedel-test--from-document #'mevedel-lsp-review 1 nil session)))
+          (should (string-search "=== app.py: modified  [turns 1..2]" (mevedel-chat-test--text review)))
+          ;; No: nothing is restored, and the preview said what would be.
+          (mevedel-review-test--goto review "=== app.py")
+          (should (null (mevedel-review-test--answering nil shown (mevedel-chat-test--press review "r"))))
+          (mevedel-test--log "asked %S" (car shown))
+          (should (string-match-p "\\`Restore app\\.py to its state before turn 1 (app\\.py: modified)\\? \\'" (caar shown)))
+          (should (string-search "=== app.py: modified\n--- a/app.py\n+++ b/app.py\n" (cdar shown)))
+          (should (string-search "-print('three')\n+print('one')\n" (cdar shown)))
+          (should-not (get-buffer-window mevedel-lsp-review-restore-buffer))
+          (should (equal (mevedel-chat-test--file "app.py") "print('three')\n"))
+          ;; C-g: nothing either.
+          (mevedel-review-test--goto review "=== run.sh")
+          (should (eq (condition-case nil
+                          (progn (mevedel-review-test--answering 'quit shown (mevedel-chat-test--press review "r")) 'answered)
+                        (quit 'quit))
+                      'quit))
+          (should (string-search "=== run.sh: mode changed (755 -> 644)" (cdar shown)))
+          (should (= (file-modes (expand-file-name "run.sh" mevedel-test-root)) #o755))
+          ;; Yes: app.py is back, as turn 3; other.txt is untouched.
+          (mevedel-review-test--goto review "=== app.py")
+          (should (eql (mevedel-review-test--answering t shown (mevedel-chat-test--press review "r")) 3))
+          (should (equal (mevedel-chat-test--file "app.py") "print('one')\n"))
+          (should (equal (mevedel-chat-test--file "other.txt") "other after\n"))
+          (should (= (file-modes (expand-file-name "run.sh" mevedel-test-root)) #o755))
+          ;; The review was read again: turns 1.. no longer change app.py.
+          (let ((text (mevedel-chat-test--text review)))
+            (mevedel-test--log "after the restore:\n%s" text)
+            (should-not (string-search "=== app.py" text))
+            (should (string-search "=== other.txt: modified" text)))
+          ;; Yes on run.sh: its mode is back, its content unchanged.
+          (mevedel-review-test--goto review "=== run.sh")
+          (should (eql (mevedel-review-test--answering t shown (mevedel-chat-test--press review "r")) 4))
+          (should (= (file-modes (expand-file-name "run.sh" mevedel-test-root)) #o644))
+          (should (equal (mevedel-chat-test--file "run.sh") "#!/bin/sh\necho run\n"))
+          (should (equal (mevedel-chat-test--file "other.txt") "other after\n"))
+          ;; Rewind to before turn 3 undoes both restores.
+          (mevedel-test--answering t nil (mevedel-lsp-rewind 3 "before" session))
+          (should (equal (mevedel-chat-test--file "app.py") "print('three')\n"))
+          (should (= (file-modes (expand-file-name "run.sh" mevedel-test-root)) #o755)))))))
 
 ;;; mevedel-lsp-review-test.el ends here
