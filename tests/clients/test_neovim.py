@@ -195,7 +195,8 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
 def test_neovim_review(nvim: str, workspace: Workspace, tmp_path) -> None:
     """A scripted agent's turn (an fs write and a shell command that adds,
     deletes, renames and chmods) reviewed from the chat: every change
-    listed, a text file's diff split, R, a range and :MevedelReview."""
+    listed, a text file's diff split, R, a range and :MevedelReview; r
+    restores a path (Esc, an empty answer and Cancel change nothing)."""
     scripts = tmp_path / "agent-scripts"
     scripts.mkdir()
     output = run_editor(
@@ -208,10 +209,11 @@ def test_neovim_review(nvim: str, workspace: Workspace, tmp_path) -> None:
         },
         cwd=workspace.root,
     )
-    assert re.search(r"^2 tests, 0 failed$", output, re.MULTILINE), output
+    assert re.search(r"^3 tests, 0 failed$", output, re.MULTILINE), output
     for name in (
         "review: a turn from the chat lists every change of its fs write and its shell command",
         "review: the latest turn read again with R, a range and :MevedelReview",
+        "review: r restores a path to its state before the range after showing it; Esc, an empty answer and Cancel change nothing",
     ):
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
 

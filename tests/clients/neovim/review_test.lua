@@ -3,7 +3,7 @@
 -- the scripted ACP agent (tests/agents/scripted_agent.py): a turn writes a
 -- file through fs/write_text_file and runs a shell command that adds,
 -- deletes, renames and chmods; the review lists each change, and a text
--- file opens in a diff split.
+-- file opens in a diff split; r restores a path after asking.
 --
 -- Run by tests/clients/test_neovim.py with MEVEDEL_TEST_WORKSPACE,
 -- MEVEDEL_TEST_DOCUMENT, MEVEDEL_LSP_COMMAND and MEVEDEL_TEST_AGENT_COMMAND
@@ -352,6 +352,65 @@ test('review: the latest turn read again with R, a range and :MevedelReview', fu
   -- A turn that does not exist: the server's words.
   vim.cmd('MevedelReview 9')
   expect(notified('no turn 9'), 'the missing turn was not told')
+end)
+
+local function mode_of(path)
+  return bit.band(vim.loop.fs_stat(root .. '/' .. path).mode, tonumber('777', 8))
+end
+
+test('review: r restores a path to its state before the range after showing it; Esc, an empty answer and Cancel change nothing', function()
+  -- Neovim's own confirmation (inputlist), answered with keys.
+  vim.ui.select = real_select
+  vim.cmd('MevedelReview 1..')
+  local bufnr = vim.api.nvim_get_current_buf()
+  local text = buffer_text(bufnr)
+  expect(text:find('r: restore the file', 1, true), 'the review does not name r: %s', text)
+  local app_before, added = "print('one')\nprint('two')\n", read_file(root .. '/added.txt')
+  local function on(pattern)
+    vim.api.nvim_set_current_buf(bufnr)
+    vim.api.nvim_win_set_cursor(0, { line_of(bufnr, pattern), 0 })
+  end
+  -- Esc: nothing; the impact window showed the restore's diff.
+  on('^app%.py: modified')
+  press(review.keys.restore .. '<Esc>')
+  local shown = lifecycle.last_impact
+  out('shown: ' .. vim.inspect(shown))
+  expect(shown.summary == 'Restore app.py to its state before turn 1 (app.py: modified)?', 'summary %s', shown.summary)
+  local details = table.concat(shown.details, '\n')
+  expect(details:find("=== app.py: modified\n--- a/app.py\n+++ b/app.py\n", 1, true), 'details %s', details)
+  expect(details:find("-print('TWO')\n-print('three')\n+print('two')", 1, true), 'details %s', details)
+  expect(notified('restore of app.py cancelled; nothing changed'), 'the Esc was not told')
+  expect(read_file(root .. '/app.py') == "print('one')\nprint('TWO')\nprint('three')\n", 'Esc changed app.py')
+  expect(vim.fn.bufwinid(vim.fn.bufnr(lifecycle.impact_buffer_name)) < 0, 'the impact window stayed open')
+  -- An empty answer, then Cancel: nothing either.
+  on('^run%.sh: mode changed')
+  press(review.keys.restore .. '<CR>')
+  expect(lifecycle.last_impact.summary == 'Restore run.sh to its state before turn 1 (run.sh: mode changed (755 -> 644))?', 'summary %s',
+    lifecycle.last_impact.summary)
+  on('^run%.sh: mode changed')
+  press(review.keys.restore .. '2<CR>')
+  expect(mode_of('run.sh') == tonumber('755', 8), 'run.sh has mode %o', mode_of('run.sh'))
+  -- Restore: app.py is back as a new turn; other files stay as they are.
+  local turns = #turns_of(session)
+  on('^app%.py: modified')
+  press(review.keys.restore .. '1<CR>')
+  expect(read_file(root .. '/app.py') == app_before, 'app.py is %q', read_file(root .. '/app.py'))
+  expect(read_file(root .. '/added.txt') == added, 'added.txt changed')
+  expect(mode_of('run.sh') == tonumber('755', 8), 'run.sh has mode %o', mode_of('run.sh'))
+  expect(#turns_of(session) == turns + 1, 'the restore is not a turn')
+  expect(notified(string.format('restored app.py to its state before turn 1 as turn %d (Rewind to before turn %d undoes it)', turns + 1, turns + 1)),
+    'the restore was not told')
+  -- The review was read again: turns 1.. no longer change app.py.
+  text = buffer_text(bufnr)
+  out('after the restore:\n' .. text)
+  expect(not text:find('\napp.py', 1, true), 'app.py is still listed: %s', text)
+  expect(text:find('\nrun.sh: mode changed (644 -> 755)', 1, true), 'run.sh is gone: %s', text)
+  -- run.sh: its mode is back, its content the same.
+  on('^run%.sh: mode changed')
+  press(review.keys.restore .. '1<CR>')
+  expect(mode_of('run.sh') == tonumber('644', 8), 'run.sh has mode %o', mode_of('run.sh'))
+  expect(read_file(root .. '/run.sh') == '#!/bin/sh\necho run\n', 'run.sh is %q', read_file(root .. '/run.sh'))
+  expect(read_file(root .. '/app.py') == app_before, 'app.py changed again')
 end)
 
 vim.ui.select = real_select

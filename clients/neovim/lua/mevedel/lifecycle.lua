@@ -250,7 +250,7 @@ local function show_impact(described)
   return bufnr
 end
 
-local function hide_impact()
+function M.hide_impact()
   local bufnr = vim.fn.bufnr(M.impact_buffer_name)
   local win = bufnr >= 0 and vim.fn.bufwinid(bufnr) or -1
   if win >= 0 and #vim.api.nvim_list_wins() > 1 then
@@ -320,7 +320,7 @@ local function transaction(client, prepare, commit, params, describe, on_done)
   end
   local described = describe(impact)
   M.confirm(described, function(confirmed)
-    hide_impact()
+    M.hide_impact()
     if not confirmed then
       mevedel.notify(described.action:lower() .. ' cancelled; nothing changed', levels.INFO)
       return

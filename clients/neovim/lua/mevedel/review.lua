@@ -8,7 +8,11 @@
 -- directory, a binary file, a capture gap); <CR> on a text file opens a
 -- diff split in a new tab: two read-only scratch buffers holding the text
 -- before and after, under `:diffthis`. What the split compares is what the
--- review listed (both come from one answer); R reads the diff again.
+-- review listed (both come from one answer); R reads the diff again. r
+-- restores the path under the cursor to its state before the review's
+-- first turn that changed it (`mevedel/turn/restoreFile`): what that does
+-- is shown in the impact window and asked first, and a yes records it as
+-- a turn of its own, which Rewind undoes.
 
 local mevedel = require('mevedel')
 local client_or_notify, present, scoped = mevedel.client_or_notify, mevedel.present, mevedel.scoped
@@ -18,7 +22,7 @@ local M = {}
 local levels = vim.log.levels
 
 --- Buffer-local keys of the review buffer.
-M.keys = { open = '<CR>', refresh = 'R', close = 'q' }
+M.keys = { open = '<CR>', restore = 'r', refresh = 'R', close = 'q' }
 
 -- The review of each buffer: { client_id, session, first, last, result }.
 local reviews = {}
@@ -84,7 +88,8 @@ function M.lines(result)
   table.insert(lines, string.format('%s of %s: %s, %d insertion%s(+), %d deletion%s(-)', span(result):gsub('^%l', string.upper),
     result.sessionId, plural(#changed, 'path'), result.insertions, result.insertions == 1 and '' or 's', result.deletions,
     result.deletions == 1 and '' or 's'))
-  table.insert(lines, string.format('%s: diff split of a text file   %s: read again   %s: close', M.keys.open, M.keys.refresh, M.keys.close))
+  table.insert(lines, string.format('%s: diff split of a text file   %s: restore the file   %s: read again   %s: close', M.keys.open,
+    M.keys.restore, M.keys.refresh, M.keys.close))
   table.insert(lines, '')
   if #changed == 0 then
     table.insert(lines, span(result) .. ' changed nothing in the tree')
@@ -154,6 +159,9 @@ function M.open(first, last, session)
   map(bufnr, M.keys.open, function()
     M.open_at_cursor()
   end, 'mevedel: diff split of the path under the cursor')
+  map(bufnr, M.keys.restore, function()
+    M.restore_at_cursor()
+  end, 'mevedel: restore the path under the cursor to its state before the review')
   map(bufnr, M.keys.refresh, function()
     M.refresh(bufnr)
   end, 'mevedel: read the review again')
@@ -254,6 +262,97 @@ function M.open_at_cursor()
     return nil
   end
   return M.diff_split(file)
+end
+
+local function restore_request(client, session, path, before, commit)
+  local params = scoped(session, { path = path, beforeTurn = before })
+  if commit then
+    params.commit = true
+  end
+  local result, err = mevedel.request(client, 'mevedel/turn/restoreFile', params)
+  if not result then
+    mevedel.notify(err)
+  end
+  return result
+end
+
+--- What a restore does, for the impact window: CHANGE (a PathChange from
+--- the file now to the wanted state) as a header and its unified diff.
+function M.restore_details(change)
+  local details = { '=== ' .. change.description }
+  if change.binary == true then
+    table.insert(details, string.format('binary file: %d -> %d bytes', present(change.before.size) and change.before.size or 0,
+      present(change.after.size) and change.after.size or 0))
+  elseif present(change.noText) then
+    table.insert(details, 'no line diff: ' .. change.noText)
+  end
+  if present(change.diff) and change.diff ~= '' then
+    local lines = vim.split(change.diff, '\n', { plain = true })
+    if lines[#lines] == '' then
+      table.remove(lines)
+    end
+    vim.list_extend(details, lines)
+  end
+  return details
+end
+
+--- Restore FILE, a path change of the review in BUFNR, to its state before
+--- the review's first turn that changed it: show what that does, ask, and
+--- only on Restore do it (a new turn of the session) and read the review
+--- again. ON_DONE(turn) runs after a restore; nothing runs otherwise.
+function M.restore(bufnr, file, on_done)
+  local review = reviews[bufnr]
+  local client = review and (vim.lsp.get_client_by_id(review.client_id) or client_or_notify())
+  if not client then
+    return nil
+  end
+  local path, before = file.path, file.firstTurn
+  local preview = restore_request(client, review.session, path, before, false)
+  if not preview then
+    return nil
+  end
+  if not present(preview.change) then
+    mevedel.notify(string.format('%s is already as it was before turn %d; nothing to do', path, before), levels.INFO)
+    return nil
+  end
+  local lifecycle = require('mevedel.lifecycle')
+  local summary = string.format('Restore %s to its state before turn %d (%s)?', path, before, preview.change.description)
+  lifecycle.confirm({ summary = summary, details = M.restore_details(preview.change), action = 'Restore' }, function(confirmed)
+    lifecycle.hide_impact()
+    if not confirmed then
+      mevedel.notify(string.format('restore of %s cancelled; nothing changed', path), levels.INFO)
+      return
+    end
+    local done = restore_request(client, review.session, path, before, true)
+    if not done then
+      return
+    end
+    mevedel.notify(string.format('restored %s to its state before turn %d as turn %d (Rewind to before turn %d undoes it)', path, before,
+      done.turn, done.turn), levels.INFO)
+    -- Unmodified buffers of the file read it again ('autoread').
+    pcall(vim.cmd, 'checktime')
+    if vim.api.nvim_buf_is_valid(bufnr) then
+      -- A review of the latest turn stays on the turn it showed, not the
+      -- restore's own turn.
+      if review.first == nil then
+        review.first, review.last = review.result.first, review.result.first
+      end
+      M.refresh(bufnr)
+    end
+    if on_done then
+      on_done(done.turn)
+    end
+  end)
+end
+
+--- r in a review buffer: restore the path under the cursor.
+function M.restore_at_cursor(on_done)
+  local file = M.file_at_cursor()
+  if not file then
+    mevedel.notify('put the cursor on a changed path', levels.WARN)
+    return nil
+  end
+  return M.restore(vim.api.nvim_get_current_buf(), file, on_done)
 end
 
 --- :MevedelReview [N | N..M | N.. | ..M | all]: ARGS, else the turn
