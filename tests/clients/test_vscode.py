@@ -216,7 +216,8 @@ def test_agent_chat_against_real_server(compiled: str, tmp_path: Path) -> None:
 
 def test_review_against_real_server(compiled: str, tmp_path: Path) -> None:
     # The scripted ACP agent's turn writes a file and runs a shell command
-    # that adds, deletes, renames and chmods; the review names it all.
+    # that adds, deletes, renames and chmods; the review names it all, and
+    # a path restored from it asks first.
     workspace = tmp_path / "review"
     workspace.mkdir()
     output = node_tests(
@@ -230,6 +231,7 @@ def test_review_against_real_server(compiled: str, tmp_path: Path) -> None:
     )
     for name in (
         "the review of a turn names every change its fs write and shell command made, and opens the text files side by side",
+        "a path restored from a range review: asked first, No and Escape change nothing, Restore brings back its content or mode as a new turn",
         "ranges a person types, and the chat turn button",
     ):
         assert re.search(rf"ok \d+ - {re.escape(name)}", output), output

@@ -5,7 +5,7 @@ import { scope, sessionCommands } from './sessionCommands';
 import { agentCommands } from './agentCommands';
 import { ChatContext, ChatEvents } from './chatPanel';
 import { Artifacts } from './artifactsView';
-import { reviewChanges } from './reviewCommands';
+import { restoreReviewedFile, reviewChanges } from './reviewCommands';
 
 export interface CommandContext extends ChatContext {
   restart(): Promise<void>;
@@ -45,6 +45,7 @@ export function commandTable(context: CommandContext): Record<string, (...args: 
     'mevedel.showTranscript': sessions.showTranscript,
     'mevedel.listTurns': sessions.listTurns,
     'mevedel.reviewChanges': () => reviewChanges(context, scope(context)),
+    'mevedel.restoreReviewedFile': (uri?: vscode.Uri) => restoreReviewedFile(context, uri),
     'mevedel.rewind': lifecycle.rewind,
     'mevedel.redo': lifecycle.redo,
     'mevedel.fork': lifecycle.fork,

@@ -5,11 +5,15 @@
 // whole text of both sides of every text file. The quick pick lists the
 // paths with the server's descriptions; a text file opens in VS Code's diff
 // editor over two read-only `mevedel-diff:` documents whose text this
-// module keeps (reviewCommands.ts serves them). No `vscode` import: the
-// Node tests drive it against the real server.
+// module keeps (reviewCommands.ts serves them). A path can be restored to
+// its state before the review's first turn that changed it
+// (`mevedel/turn/restoreFile`): what that does is asked about first, and a
+// yes records it as a turn of its own, which Rewind undoes. No `vscode`
+// import: the Node tests drive it against the real server.
 import { RequestSender, Scope } from './protocol';
 
 export const TURN_DIFF = 'mevedel/turn/diff';
+export const RESTORE_FILE = 'mevedel/turn/restoreFile';
 // The scheme of the two sides of a reviewed file.
 export const DIFF_SCHEME = 'mevedel-diff';
 
@@ -57,6 +61,70 @@ export interface TurnDiffResult {
 
 export function turnDiff(sender: RequestSender, params: TurnDiffParams): Promise<TurnDiffResult> {
   return sender.sendRequest<TurnDiffResult>(TURN_DIFF, params);
+}
+
+export interface RestoreFileParams extends Scope {
+  path: string;
+  beforeTurn: number;
+  commit?: boolean;
+}
+
+export interface RestoreFileResult {
+  sessionId: string;
+  path: string;
+  beforeTurn: number;
+  // The file now to the wanted state; absent: already as wanted.
+  change?: PathChange | null;
+  // The turn that recorded the restore; absent: not done.
+  turn?: number | null;
+}
+
+export function restoreFile(sender: RequestSender, params: RestoreFileParams): Promise<RestoreFileResult> {
+  return sender.sendRequest<RestoreFileResult>(RESTORE_FILE, params);
+}
+
+// The question before a restore: the modal's message, and its detail (what
+// the restore does, the file now to the wanted state, with its diff).
+export function restoreQuestion(path: string, beforeTurn: number, change: PathChange): { message: string; detail: string } {
+  const lines = [change.description];
+  if (change.binary) lines.push(`binary file: ${change.before.size ?? 0} -> ${change.after.size ?? 0} bytes`);
+  else if (change.noText) lines.push(`no line diff: ${change.noText}`);
+  if (change.diff) lines.push(change.diff.replace(/\n$/, ''));
+  return {
+    message: `Restore ${path} to its state before turn ${beforeTurn}?`,
+    detail: `${lines.join('\n')}\n\nThe restore is recorded as a new turn of the session; Rewind to before that turn undoes it.`,
+  };
+}
+
+export type RestoreOutcome =
+  | { kind: 'nothing-to-do'; message: string }
+  | { kind: 'cancelled'; message: string }
+  | { kind: 'restored'; message: string; turn: number };
+
+// Restores FILE (a path change of a review of SESSION) to its state before
+// the review's first turn that changed it: asks the server what that does,
+// asks CONFIRM (false or undefined -- No, Escape -- restores nothing), and
+// only then restores it. A refusal is thrown in the server's words.
+export async function restoreFromReview(
+  sender: RequestSender,
+  where: Scope,
+  file: PathChange,
+  confirm: (question: { message: string; detail: string }) => Promise<boolean | undefined>,
+): Promise<RestoreOutcome> {
+  const path = file.path;
+  const beforeTurn = file.firstTurn;
+  const preview = await restoreFile(sender, { ...where, path, beforeTurn });
+  if (!preview.change) return { kind: 'nothing-to-do', message: `${path} is already as it was before turn ${beforeTurn}; nothing to do` };
+  if (!(await confirm(restoreQuestion(path, beforeTurn, preview.change)))) {
+    return { kind: 'cancelled', message: `restore of ${path} cancelled; nothing changed` };
+  }
+  const done = await restoreFile(sender, { ...where, sessionId: preview.sessionId, path, beforeTurn, commit: true });
+  const turn = done.turn as number;
+  return {
+    kind: 'restored',
+    turn,
+    message: `restored ${path} to its state before turn ${beforeTurn} as turn ${turn} (Rewind to before turn ${turn} undoes it)`,
+  };
 }
 
 // "turn 3" or "turns 1..3".
@@ -129,12 +197,14 @@ export interface DiffDocuments {
 // its own, so a side stays what that review showed while its editor is open.
 export class ReviewDocuments {
   private readonly texts = new Map<string, string>();
+  private readonly files = new Map<string, { sessionId: string; file: PathChange }>();
   private next = 0;
 
   // Keeps FILE's two sides; returns their URIs and the diff editor's title.
   add(result: TurnDiffResult, file: PathChange): DiffDocuments {
     if (!comparable(file)) throw new Error(noDiffMessage(file));
     const key = `${++this.next}`;
+    this.files.set(key, { sessionId: result.sessionId, file });
     const uri = (side: string, path: string) => {
       this.texts.set(`${key}/${side}`, side.startsWith('before') ? (file.before.text as string) : (file.after.text as string));
       const segments = [result.sessionId, key, side, ...path.split('/')].map(encodeURIComponent);
@@ -153,9 +223,17 @@ export class ReviewDocuments {
     return this.texts.get(`${key}/${side}`);
   }
 
-  // Forgets the side whose editor closed.
+  // The session and the path change whose side has the (decoded) PATH, or
+  // undefined for one no review made.
+  reviewed(path: string): { sessionId: string; file: PathChange } | undefined {
+    const [, , key] = path.split('/');
+    return this.files.get(key);
+  }
+
+  // Forgets the side whose editor closed (and the file once both are).
   forget(path: string): void {
     const [, , key, side] = path.split('/');
     this.texts.delete(`${key}/${side}`);
+    if (![...this.texts.keys()].some((k) => k.startsWith(`${key}/`))) this.files.delete(key);
   }
 }

@@ -5,7 +5,10 @@ import {
   DIFF_SCHEME,
   noDiffMessage,
   parseRange,
+  PathChange,
+  restoreFromReview,
   ReviewDocuments,
+  ReviewItem,
   reviewItems,
   reviewSummary,
   span,
@@ -17,7 +20,11 @@ import {
 // descriptions; a text file opens in VS Code's diff editor (`vscode.diff`)
 // over two read-only `mevedel-diff:` documents holding its text before and
 // after; any other path (a binary or large file, a mode change, a link, a
-// directory, a capture gap) shows its description instead.
+// directory, a capture gap) shows its description instead. Each path's
+// "Restore this file" button (and "mevedel: Restore Reviewed File" on a
+// diff editor of the review) restores it to its state before the review's
+// first turn that changed it, after a modal warning that says what the
+// restore does; the review then opens again, read anew.
 
 export interface ReviewContext {
   sender(): Promise<RequestSender>;
@@ -88,6 +95,67 @@ async function pickRange(sender: RequestSender, where: Scope): Promise<{ session
   return typed === undefined ? undefined : { sessionId: listing.sessionId, ...parseRange(typed) };
 }
 
+const RESTORE_BUTTON: vscode.QuickInputButton = { iconPath: new vscode.ThemeIcon('discard'), tooltip: 'Restore this file to its state before the review' };
+
+type PathItem = vscode.QuickPickItem & ReviewItem;
+
+// The quick pick of the reviewed paths: the path chosen (to open) or whose
+// Restore button was pressed; undefined when dismissed.
+function pickPath(items: PathItem[], title: string, placeholder: string): Promise<{ item: PathItem; restore: boolean } | undefined> {
+  return new Promise((resolve) => {
+    const pick = vscode.window.createQuickPick<PathItem>();
+    pick.items = items.map((item) => ({ ...item, buttons: [RESTORE_BUTTON] }));
+    pick.title = title;
+    pick.placeholder = placeholder;
+    pick.matchOnDescription = true;
+    pick.matchOnDetail = true;
+    let answer: { item: PathItem; restore: boolean } | undefined;
+    pick.onDidAccept(() => {
+      const item = pick.selectedItems[0];
+      if (item) answer = { item, restore: false };
+      pick.hide();
+    });
+    pick.onDidTriggerItemButton((event) => {
+      answer = { item: event.item, restore: true };
+      pick.hide();
+    });
+    pick.onDidHide(() => {
+      pick.dispose();
+      resolve(answer);
+    });
+    pick.show();
+  });
+}
+
+// Restores FILE of a review of WHERE after the modal warning; true when
+// it was restored.
+async function restore(sender: RequestSender, where: Scope, file: PathChange): Promise<boolean> {
+  const outcome = await restoreFromReview(sender, where, file, async (question) => {
+    const answer = await vscode.window.showWarningMessage(question.message, { modal: true, detail: question.detail }, 'Restore');
+    return answer === 'Restore';
+  });
+  void vscode.window.showInformationMessage(`mevedel: ${outcome.message}`);
+  return outcome.kind === 'restored';
+}
+
+// "mevedel: Restore Reviewed File": the file of the review's diff editor
+// (either side) back to its state before the review's first turn that
+// changed it.
+export async function restoreReviewedFile(context: ReviewContext, uri?: vscode.Uri): Promise<void> {
+  try {
+    const target = uri ?? vscode.window.activeTextEditor?.document.uri;
+    const reviewed = target && target.scheme === DIFF_SCHEME ? documents.reviewed(target.path) : undefined;
+    if (!reviewed) {
+      void vscode.window.showInformationMessage('mevedel: open a file of a review (mevedel: Review Changes) to restore it');
+      return;
+    }
+    const sender = await context.sender();
+    await restore(sender, { workspaceFolder: context.workspaceFolder(), sessionId: reviewed.sessionId }, reviewed.file);
+  } catch (error) {
+    void vscode.window.showErrorMessage(`mevedel: ${describeFailure(error)}`);
+  }
+}
+
 // Reviews turns FIRST..LAST of the session WHERE names (none given: picked).
 export async function reviewChanges(context: ReviewContext, where: Scope, range?: { first?: number; last?: number }): Promise<void> {
   try {
@@ -104,16 +172,23 @@ export async function reviewChanges(context: ReviewContext, where: Scope, range?
       void vscode.window.showInformationMessage(`mevedel: ${reviewSummary(result)}`);
       return;
     }
-    const chosen = await vscode.window.showQuickPick(
+    const picked = await pickPath(
       reviewItems(result).map((item) => ({ ...item, iconPath: new vscode.ThemeIcon(comparable(item.file) ? 'diff' : 'info') })),
-      {
-        title: `mevedel: Review Changes, ${span(result)} of ${result.sessionId}`,
-        placeHolder: reviewSummary(result),
-        matchOnDescription: true,
-        matchOnDetail: true,
-      },
+      `mevedel: Review Changes, ${span(result)} of ${result.sessionId}`,
+      reviewSummary(result),
     );
-    if (!chosen) return;
+    if (!picked) return;
+    const chosen = picked.item;
+    if (picked.restore) {
+      const reviewed = { ...scope, sessionId: result.sessionId };
+      if (await restore(sender, reviewed, chosen.file)) {
+        // The review again, read anew; one of the latest turn stays on the
+        // turn it showed, not the restore's own turn.
+        const again = range.first === undefined ? { first: result.first, last: result.first } : range;
+        return reviewChanges(context, reviewed, again);
+      }
+      return;
+    }
     if (!comparable(chosen.file)) {
       void vscode.window.showInformationMessage(`mevedel: ${noDiffMessage(chosen.file)}`);
       return;

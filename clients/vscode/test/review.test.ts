@@ -4,7 +4,8 @@
 // writes a file through fs/write_text_file and runs a shell command that
 // adds, deletes, renames and chmods; the quick pick's rows name every
 // change, a text file's two sides are the documents the diff editor opens,
-// and the other paths say why they open none. The workspace and the agent's
+// and the other paths say why they open none; a path restored from the
+// review asks first, and No or Escape changes nothing. The workspace and the agent's
 // command come from tests/clients/test_vscode.py; without them the suite is
 // skipped, which that test refuses.
 import assert from 'node:assert/strict';
@@ -16,7 +17,7 @@ import { promptParams, promptTurn } from '../src/agents';
 import { ChatTurn } from '../src/chat';
 import { renderTurn } from '../src/chatView';
 import { createSession } from '../src/protocol';
-import { comparable, DIFF_SCHEME, parseRange, ReviewDocuments, reviewItems, reviewSummary, turnDiff } from '../src/review';
+import { comparable, DIFF_SCHEME, parseRange, restoreFromReview, ReviewDocuments, reviewItems, reviewSummary, turnDiff } from '../src/review';
 import { serverSettings } from '../src/settings';
 import { ServerSession, startServer } from './session';
 
@@ -30,6 +31,7 @@ const SHELL =
   "ln -s app.py link.py; printf 'new\\n' > added.txt; printf '\\000\\001\\002binary' > blob.bin; rmdir emptydir";
 
 let server: ServerSession;
+let reviewed: string;
 
 function write(relative: string, text: string, mode = 0o644): void {
   fs.writeFileSync(path.join(workspace!, relative), text);
@@ -75,6 +77,7 @@ suite('review', { skip }, () => {
     write('old.txt', 'the same bytes move\n');
     write('gone.txt', 'bye\n');
     const { sessionId } = await createSession(server.connection, { name: 'review' });
+    reviewed = sessionId;
     const result = await promptTurn(server.connection, promptParams({ text: 'Change things' }, { sessionId }, 'scripted'));
     assert.equal(result.outcome, 'completed');
 
@@ -119,9 +122,15 @@ suite('review', { skip }, () => {
     assert.ok(uriPath(moved.before).endsWith('/old.txt') && uriPath(moved.after).endsWith('/renamed.txt'));
     assert.equal(documents.text(uriPath(moved.after)), 'the same bytes move\n');
     assert.throws(() => documents.add(diff, rows['blob.bin'].file), /a binary file/);
-    // Closed, a side is forgotten.
+    // Either side names the reviewed file (the diff editor's Restore action).
+    assert.equal(documents.reviewed(uriPath(app.after))?.file.path, 'app.py');
+    assert.equal(documents.reviewed(uriPath(app.before))?.sessionId, sessionId);
+    // Closed, a side is forgotten; both closed, the file too.
     documents.forget(uriPath(app.before));
     assert.equal(documents.text(uriPath(app.before)), undefined);
+    assert.equal(documents.reviewed(uriPath(app.after))?.file.path, 'app.py');
+    documents.forget(uriPath(app.after));
+    assert.equal(documents.reviewed(uriPath(app.after)), undefined);
 
     // The second turn; a range says which turns touched each path.
     const second = await promptTurn(server.connection, promptParams({ text: 'Add more' }, { sessionId }, 'scripted'));
@@ -137,6 +146,61 @@ suite('review', { skip }, () => {
     assert.equal(ranged['app.py'], 'modified · +2 -1 · turn 1');
     const all = await turnDiff(server.connection, { sessionId, ...parseRange('all') });
     assert.equal(reviewSummary(all), `turns 1..2 of ${sessionId}: 9 paths changed, +4 -2`);
+  });
+
+  test('a path restored from a range review: asked first, No and Escape change nothing, Restore brings back its content or mode as a new turn', async () => {
+    const sessionId = reviewed;
+    const mode = (relative: string) => fs.statSync(path.join(workspace!, relative)).mode & 0o777;
+    const read = (relative: string) => fs.readFileSync(path.join(workspace!, relative), 'utf8');
+    const diff = await turnDiff(server.connection, { sessionId, ...parseRange('1..'), contents: true });
+    const rows = Object.fromEntries(reviewItems(diff).map((item) => [item.label, item.file]));
+    const asked: { message: string; detail: string }[] = [];
+    const answering = (answer: boolean | undefined) => async (question: { message: string; detail: string }) => {
+      asked.push(question);
+      return answer;
+    };
+    const where = { sessionId };
+    // Escape: nothing, after the question said what the restore does.
+    const escaped = await restoreFromReview(server.connection, where, rows['app.py'], answering(undefined));
+    assert.deepEqual(escaped, { kind: 'cancelled', message: 'restore of app.py cancelled; nothing changed' });
+    assert.equal(asked[0].message, 'Restore app.py to its state before turn 1?');
+    assert.match(asked[0].detail, /^app\.py: modified\n--- a\/app\.py\n\+\+\+ b\/app\.py\n/);
+    assert.ok(asked[0].detail.includes("-print('TWO')\n-print('three')\n+print('two')"), asked[0].detail);
+    assert.ok(asked[0].detail.endsWith('Rewind to before that turn undoes it.'), asked[0].detail);
+    assert.equal(read('app.py'), "print('one')\nprint('TWO')\nprint('three')\n");
+    // No: nothing either.
+    const declined = await restoreFromReview(server.connection, where, rows['run.sh'], answering(false));
+    assert.equal(declined.kind, 'cancelled');
+    assert.equal(asked[1].detail.split('\n')[0], 'run.sh: mode changed (755 -> 644)');
+    assert.equal(mode('run.sh'), 0o755);
+    // Restore: app.py's content is back as turn 3; the other files stay.
+    const added = read('added.txt');
+    const done = await restoreFromReview(server.connection, where, rows['app.py'], answering(true));
+    assert.deepEqual(done, {
+      kind: 'restored',
+      turn: 3,
+      message: 'restored app.py to its state before turn 1 as turn 3 (Rewind to before turn 3 undoes it)',
+    });
+    assert.equal(read('app.py'), "print('one')\nprint('two')\n");
+    assert.equal(read('added.txt'), added);
+    assert.equal(mode('run.sh'), 0o755);
+    // run.sh: its mode is back, its content the same.
+    assert.equal((await restoreFromReview(server.connection, where, rows['run.sh'], answering(true))).kind, 'restored');
+    assert.equal(mode('run.sh'), 0o644);
+    assert.equal(read('run.sh'), '#!/bin/sh\necho run\n');
+    // added.txt was made in turn 1 of the range: before it, it did not exist.
+    assert.equal((await restoreFromReview(server.connection, where, rows['added.txt'], answering(true))).kind, 'restored');
+    assert.ok(!fs.existsSync(path.join(workspace!, 'added.txt')));
+    assert.equal(read('app.py'), "print('one')\nprint('two')\n");
+    // Already as wanted: nothing is asked.
+    const count = asked.length;
+    const again = await restoreFromReview(server.connection, where, rows['app.py'], answering(true));
+    assert.deepEqual(again, { kind: 'nothing-to-do', message: 'app.py is already as it was before turn 1; nothing to do' });
+    assert.equal(asked.length, count);
+    // The review read again no longer lists the restored paths.
+    const labels = reviewItems(await turnDiff(server.connection, { sessionId, ...parseRange('1..') })).map((item) => item.label);
+    for (const gone of ['app.py', 'run.sh', 'added.txt']) assert.ok(!labels.includes(gone), labels.join(', '));
+    assert.ok(labels.includes('old.txt -> renamed.txt'), labels.join(', '));
   });
 
   test('ranges a person types, and the chat turn button', () => {
