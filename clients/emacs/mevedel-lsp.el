@@ -36,7 +36,9 @@
 ;; - review what a turn (or a range, or the whole session) changed in the
 ;;   tree: `mevedel-lsp-review' (`d' on a turn) shows `mevedel/turn/diff' in
 ;;   a read-only `diff-mode' buffer, a header per path saying the kind of
-;;   change; `e' opens `ediff' of a file's before and after texts;
+;;   change; `e' opens `ediff' of a file's before and after texts; `r'
+;;   restores a file to its state before the turn, after showing what that
+;;   does and asking (a turn of its own, which Rewind undoes);
 ;; - Rewind, Redo, Fork, Worktree Fork and Save As: each shows what the
 ;;   server's prepare says would change and commits only after you say
 ;;   yes; a recovery an interrupted Rewind left is offered for retry or
