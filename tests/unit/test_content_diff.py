@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from mevedel_server.store.content.diff import (
     ADDED,
     DELETED,
@@ -123,3 +126,34 @@ def test_a_range_compares_the_earliest_before_with_the_latest_after():
     assert list(middle) == ["notes"] and middle["notes"].change == MODIFIED
     stat = stat_lines(tree_diff([one, two, three], 1, 3, BLOBS.get))
     assert stat[-1] == " 2 paths changed, 3 insertions(+), 0 deletions(-)"
+
+
+def _apply(old: list[str], patch: list[str]) -> list[str]:
+    out: list[str] = []
+    at = 0
+    for line in patch[2:]:
+        if line.startswith("@@"):
+            start, _, count = line.split()[1][1:].partition(",")
+            begin = int(start) - 1 if count != "0" else int(start)
+            out += old[at:begin]
+            at = begin
+        elif line[0] == " ":
+            out.append(old[at])
+            at += 1
+        elif line[0] == "-":
+            at += 1
+        else:
+            out.append(line[1:])
+    return out + old[at:]
+
+
+@given(
+    st.lists(st.sampled_from(["a\n", "b\n", "c\n", "d\n"]), max_size=30),
+    st.lists(st.sampled_from(["a\n", "b\n", "c\n", "x\n"]), max_size=30),
+)
+def test_the_unified_diff_is_a_patch_that_turns_before_into_after(before, after):
+    from mevedel_server.store.content.diff import _unified
+
+    patch = _unified(before, after, "a/f", "b/f")
+    assert (patch == []) == (before == after)
+    assert _apply(before, patch) == after

@@ -170,7 +170,7 @@ def _line_diff(
         return {"binary": True}
     fromfile = f"a/{source}" if before.kind == "file" else "/dev/null"
     tofile = f"b/{path}" if after.kind == "file" else "/dev/null"
-    lines = list(difflib.unified_diff(old, new, fromfile, tofile))
+    lines = _unified(old, new, fromfile, tofile)
     insertions = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
     deletions = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
     # A last line without its newline is marked as git marks it.
@@ -179,6 +179,63 @@ def _line_diff(
     if contents:
         found.update(before_text="".join(old), after_text="".join(new))
     return found
+
+
+class _Trimmed(difflib.SequenceMatcher):
+    """A matcher that leaves the lines both sides share at their start and
+    end out of the search (a turn changes a few lines of a file: the search,
+    quadratic at worst, then runs on those alone) and reports them as equal."""
+
+    def __init__(self, a: list[str], b: list[str]) -> None:
+        limit = min(len(a), len(b))
+        head = 0
+        while head < limit and a[head] == b[head]:
+            head += 1
+        tail = 0
+        while tail < limit - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
+            tail += 1
+        self._whole = (a, b, head, tail)
+        super().__init__(None, a[head : len(a) - tail], b[head : len(b) - tail], autojunk=False)
+
+    def get_opcodes(self):
+        a, b, head, tail = self._whole
+        codes = [(tag, i1 + head, i2 + head, j1 + head, j2 + head) for tag, i1, i2, j1, j2 in super().get_opcodes()]
+        if head:
+            codes.insert(0, ("equal", 0, head, 0, head))
+        if tail:
+            codes.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
+        merged: list = []
+        for code in codes:  # neighbouring equal runs are one, as difflib's own are
+            if merged and code[0] == "equal" and merged[-1][0] == "equal":
+                merged[-1] = ("equal", merged[-1][1], code[2], merged[-1][3], code[4])
+            else:
+                merged.append(code)
+        return merged or [("equal", 0, 0, 0, 0)]
+
+
+def _span(start: int, stop: int) -> str:
+    """A hunk header's range, as ``diff -u`` writes it."""
+    length = stop - start
+    first = start + 1 if length else start
+    return f"{first}" if length == 1 else f"{first},{length}"
+
+
+def _unified(a: list[str], b: list[str], fromfile: str, tofile: str, context: int = 3) -> list[str]:
+    """``difflib.unified_diff`` of ``a`` and ``b``, its search confined to
+    what lies between their common first and last lines."""
+    lines: list[str] = []
+    for group in _Trimmed(a, b).get_grouped_opcodes(context):
+        if not lines:
+            lines += [f"--- {fromfile}\n", f"+++ {tofile}\n"]
+        first, last = group[0], group[-1]
+        lines.append(f"@@ -{_span(first[1], last[2])} +{_span(first[3], last[4])} @@\n")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                lines += [" " + line for line in a[i1:i2]]
+                continue
+            lines += ["-" + line for line in a[i1:i2]]
+            lines += ["+" + line for line in b[j1:j2]]
+    return lines
 
 
 def tree_diff(
