@@ -1,0 +1,169 @@
+// Drives a code-server workbench in Debian's chromium the way a person does
+// (keys, the command palette, quick picks, clicks in views and webviews),
+// for tests/clients/test_vscode_workbench.py.
+//
+//   node driver.mjs   (environment: MEVEDEL_PLAYWRIGHT_CORE, its index.mjs;
+//                      MEVEDEL_CHROMIUM, the browser)
+//
+// It reads one JSON request a line on stdin, {"id", "op", ...}, and answers
+// each with one line on stdout, {"id", "ok": true, "value"} or
+// {"id", "ok": false, "error"}. Every wait is on something the page shows
+// (Playwright's locators wait for it); the caller's deadline bounds a step.
+import { createInterface } from 'node:readline';
+import { pathToFileURL } from 'node:url';
+
+// playwright-core is installed beside code-server (.venv/code-server).
+const { chromium } = await import(pathToFileURL(process.env.MEVEDEL_PLAYWRIGHT_CORE).href);
+
+const browser = await chromium.launch({
+  executablePath: process.env.MEVEDEL_CHROMIUM ?? '/usr/bin/chromium',
+  headless: true,
+  args: [
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+  ],
+});
+const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+let page = await context.newPage();
+let exitCode;
+
+// The workbench's quick input (command palette, quick picks, input boxes).
+const QUICK = '.quick-input-widget';
+const ROWS = `${QUICK} .monaco-list-row`;
+
+// A webview's content: the workbench puts it in an iframe holding another.
+function frameOf(name) {
+  if (!name) return page;
+  return page.frameLocator(`iframe.webview.ready[title="${name}"], iframe.webview.ready[aria-label="${name}"]`).frameLocator('#active-frame');
+}
+
+function where(request) {
+  const root = frameOf(request.frame);
+  let found = root.locator(request.selector);
+  if (request.hasText !== undefined) found = found.filter({ hasText: request.hasText });
+  if (request.nth !== undefined) found = found.nth(request.nth);
+  return found;
+}
+
+async function quickRow(label) {
+  const row = page.locator(ROWS).filter({ hasText: label }).first();
+  await row.waitFor({ state: 'visible', timeout: 0 });
+  return row;
+}
+
+const ops = {
+  async open({ url }) {
+    await page.goto(url);
+    await page.locator('.monaco-workbench').waitFor({ timeout: 0 });
+    // The first visible part: the status bar, drawn once the window is ready.
+    await page.locator('#workbench\\.parts\\.statusbar').waitFor({ timeout: 0 });
+  },
+  async reload() {
+    await page.reload();
+    await page.locator('#workbench\\.parts\\.statusbar').waitFor({ timeout: 0 });
+  },
+  // Runs a command from the palette by its title, as typed there.
+  async command({ title }) {
+    await page.locator('.monaco-workbench').click({ position: { x: 5, y: 300 }, trial: true }).catch(() => undefined);
+    await page.keyboard.press('F1');
+    const input = page.locator(`${QUICK} input`);
+    await input.waitFor({ state: 'visible', timeout: 0 });
+    await input.fill(`>${title}`);
+    const row = page.locator(ROWS).filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${escape(title)}$`) }) }).first();
+    await row.waitFor({ state: 'visible', timeout: 0 });
+    await row.click();
+  },
+  // The labels of the open quick pick's rows (waits for at least one).
+  async quickItems() {
+    await page.locator(ROWS).first().waitFor({ state: 'visible', timeout: 0 });
+    return await page.locator(ROWS).allInnerTexts();
+  },
+  async quickTitle() {
+    await page.locator(QUICK).waitFor({ state: 'visible', timeout: 0 });
+    return await page.locator(QUICK).innerText();
+  },
+  // Clicks the quick pick row showing LABEL.
+  async pick({ label }) {
+    await (await quickRow(label)).click();
+  },
+  // Types TEXT into the open quick input (an input box) and presses Enter.
+  async answer({ text, enter = true }) {
+    const input = page.locator(`${QUICK} input`);
+    await input.waitFor({ state: 'visible', timeout: 0 });
+    await input.fill(text);
+    if (enter) await input.press('Enter');
+  },
+  async quickClosed() {
+    await page.locator(QUICK).waitFor({ state: 'hidden', timeout: 0 });
+  },
+  async press({ key }) {
+    await page.keyboard.press(key);
+  },
+  async type({ text }) {
+    await page.keyboard.type(text);
+  },
+  async click(request) {
+    await where(request).click({ timeout: 0, button: request.button ?? 'left' });
+  },
+  async dblclick(request) {
+    await where(request).dblclick({ timeout: 0 });
+  },
+  async hover(request) {
+    await where(request).hover({ timeout: 0 });
+  },
+  async fill(request) {
+    await where(request).fill(request.text, { timeout: 0 });
+  },
+  async waitFor(request) {
+    await where(request).first().waitFor({ state: request.state ?? 'visible', timeout: 0 });
+  },
+  async texts(request) {
+    return await where(request).allInnerTexts();
+  },
+  async count(request) {
+    return await where(request).count();
+  },
+  async attribute(request) {
+    return await where(request).first().getAttribute(request.name, { timeout: 0 });
+  },
+  // A notification toast showing TEXT; clicks its button BUTTON if given.
+  async notification({ text, button }) {
+    const toast = page.locator('.notification-toast').filter({ hasText: text }).first();
+    await toast.waitFor({ state: 'visible', timeout: 0 });
+    const shown = await toast.innerText();
+    if (button) await toast.locator('.monaco-button', { hasText: button }).first().click({ timeout: 0 });
+    return shown;
+  },
+  async evaluate({ expression }) {
+    return await page.evaluate(expression);
+  },
+  async screenshot({ path }) {
+    await page.screenshot({ path, timeout: 15_000 });
+  },
+  async close() {
+    await browser.close();
+    process.exit(0);
+  },
+};
+
+function escape(text) {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+const lines = createInterface({ input: process.stdin });
+for await (const line of lines) {
+  if (!line.trim()) continue;
+  const request = JSON.parse(line);
+  try {
+    const value = await ops[request.op](request);
+    process.stdout.write(JSON.stringify({ id: request.id, ok: true, value: value ?? null }) + '\n');
+  } catch (error) {
+    process.stdout.write(JSON.stringify({ id: request.id, ok: false, error: String(error?.stack ?? error) }) + '\n');
+  }
+}
+await browser.close();
