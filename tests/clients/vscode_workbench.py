@@ -246,3 +246,22 @@ def user_settings(agent_command: list[str] | None = None) -> dict[str, Any]:
         settings["mevedel.agents"] = {"scripted": {"command": agent_command}}
         settings["mevedel.defaultAgent"] = "scripted"
     return settings
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Keeps each phase's report on the test item (rep_call), so the
+    workbench fixture can tell a failed test and save what it showed."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def wait_until(predicate, what: str, seconds: float = STEP_SECONDS) -> None:
+    """Waits for something outside the page (a file on disk, an agent's
+    log) to become true; the deadline only bounds a hang."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not seen within {seconds} s")
+        time.sleep(0.05)

@@ -1,0 +1,168 @@
+"""The VS Code client in a real VS Code: code-server with the packaged .vsix
+installed, its workbench driven headless in chromium the way a person uses
+it (the command palette, quick picks, the chat view, the artifacts tree,
+keys in the editor), against the real ``mevedel-lsp`` from .venv and the
+scripted ACP agent. The harness is in ``vscode_workbench.py``; a failing
+test leaves a screenshot of the workbench and the extension's output channel
+beside its logs (the failure names the folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite("vscode_workbench")
+
+from editor_harness import REPOSITORY  # noqa: E402
+from vscode_workbench import CHROMIUM, PLAYWRIGHT, CodeServer, Driver, package_vsix, prerequisites, user_settings, wait_until  # noqa: E402
+
+# The hook that tells the fixture a test failed.
+pytest_plugins = ["vscode_workbench"]
+
+AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
+#: Where a failed test leaves what the workbench showed: $MEVEDEL_TEST_ARTIFACTS
+#: (CI points it beside its log), else .test-artifacts/ in the checkout --
+#: not pytest's temporary directories, which other runs rotate away.
+FAILURES = Path(os.environ.get("MEVEDEL_TEST_ARTIFACTS", REPOSITORY / ".test-artifacts")) / "vscode"
+
+
+class Workbench:
+    """One code-server and one browser for the module; each test opens its
+    own folder in a fresh window (its own extension host and server)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.agent_script = base / "agent.json"
+        self.agent_log = base / "agent.jsonl"
+        vsix = package_vsix(base)
+        self.server = CodeServer(base / "code-server", vsix, {"XDG_STATE_HOME": str(base / "state")})
+        self.drive = Driver({"MEVEDEL_PLAYWRIGHT_CORE": str(PLAYWRIGHT), "MEVEDEL_CHROMIUM": str(CHROMIUM)}, base / "driver.log")
+        self.folder: Path | None = None
+
+    def open(self, folder: Path, *, turns: list[list[dict[str, Any]]] | None = None, settings: dict[str, Any] | None = None) -> None:
+        """Opens FOLDER in a new window: the server starts for it. TURNS is
+        the scripted agent's script (one list of steps per prompt)."""
+        agent = None
+        if turns is not None:
+            self.agent_log.unlink(missing_ok=True)
+            self.agent_script.write_text(json.dumps({"name": "scripted", "log": str(self.agent_log), "turns": turns}))
+            agent = [sys.executable, str(AGENT), str(self.agent_script)]
+        self.server.settings({**user_settings(agent), **(settings or {})})
+        self.folder = folder
+        self.drive("open", url=self.server.url(folder))
+
+    def keep_failure(self, directory: Path) -> None:
+        """Saves the workbench's screenshot, the extension's output channel
+        and the logs into DIRECTORY, and says where on stderr (the report's
+        captured output)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.drive("screenshot", path=str(directory / "workbench.png"))
+        except AssertionError as error:
+            (directory / "workbench.png.txt").write_text(f"no screenshot: {error}\n")
+        for index, channel in enumerate(self.server.output_channels()):
+            shutil.copy(channel, directory / f"output-{index}-{channel.name}")
+        for log in (self.server.log, self.drive.log, self.agent_log):
+            if log.exists():
+                shutil.copy(log, directory / log.name)
+        print(f"vscode: the failed test's screenshot, output channel and logs are in {directory}", file=sys.stderr)
+
+    def close(self) -> None:
+        self.drive.close()
+        self.server.stop()
+
+
+@pytest.fixture(scope="module")
+def workbench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workbench]:
+    prerequisites()
+    opened = Workbench(tmp_path_factory.mktemp("vscode"))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def vscode(workbench: Workbench, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Workbench]:
+    """The workbench for one test; on failure its screenshot and the
+    extension's output channel go to FAILURES/<test> (named in the report)."""
+    yield workbench
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        workbench.keep_failure(FAILURES / request.node.name)
+
+
+def markdown_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    (folder / ".mevedel" / "shared" / "plans").mkdir(parents=True)
+    (folder / ".mevedel" / "shared" / "notes.md").write_text("# Shared notes\n\nalpha beta\n")
+    (folder / ".mevedel" / "shared" / "plans" / "first.md").write_text("first plan\n")
+    (folder / "doc.md").write_text(
+        "See work://shared/notes.md for the notes.\n"
+        "Odd: work://shared/%6Eotes.md here.\n"
+        "A typo: wrok://x there.\n"
+        "\n"
+    )
+    return folder.resolve()
+
+
+def open_explorer_file(vscode: Workbench, name: str) -> None:
+    vscode.drive("click", selector=".explorer-folders-view .monaco-list-row", hasText=name)
+    vscode.drive("waitFor", selector=f'.tab.active[data-resource-name="{name}"]')
+
+
+def test_addresses_in_a_markdown_file(vscode: Workbench, tmp_path: Path) -> None:
+    """Connect; diagnostics on a near-miss scheme; completion, hover and
+    go-to-definition of a work:// address, by keys in the editor."""
+    folder = markdown_folder(tmp_path)
+    vscode.open(folder)
+    open_explorer_file(vscode, "doc.md")
+    drive = vscode.drive
+
+    # The near-miss scheme is a warning in the Problems panel.
+    drive("press", key="Control+Shift+M")
+    drive("waitFor", selector=".markers-panel .monaco-list-row", hasText="wrok://x")
+    problems = " ".join(drive("texts", selector=".markers-panel .monaco-list-row"))
+    assert "work://" in problems, problems
+
+    # Completion after work://shared/ offers the directory's entries; Enter
+    # takes one, and the saved file has the canonical address.
+    drive("click", selector=".editor-instance .view-line", hasText="A typo")
+    drive("press", key="Control+End")
+    drive("type", text="More: work://shared/")
+    drive("press", key="Control+Space")
+    drive("waitFor", selector=".suggest-widget .monaco-list-row", hasText="notes.md")
+    offered = drive("texts", selector=".suggest-widget .monaco-list-row")
+    assert any("plans" in row for row in offered), offered
+    drive("click", selector=".suggest-widget .monaco-list-row", hasText="notes.md")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="More: work://shared/notes.md")
+    drive("press", key="Control+s")
+    wait_until(lambda: (folder / "doc.md").read_text().endswith("\nMore: work://shared/notes.md"), "the saved completion")
+
+    # Hover on the odd spelling shows the canonical address.
+    drive("press", key="Control+Home")
+    drive("press", key="ArrowDown")
+    drive("press", key="Home")
+    for _ in range(12):
+        drive("press", key="ArrowRight")
+    drive("press", key="Control+k")
+    drive("press", key="Control+i")
+    drive("waitFor", selector=".monaco-hover", hasText="work://shared/notes.md")
+    hover = " ".join(drive("texts", selector=".monaco-hover"))
+    assert str(folder) not in hover, hover
+    drive("press", key="Escape")
+
+    # F12 on the address visits its backing file.
+    drive("press", key="Control+Home")
+    for _ in range(8):
+        drive("press", key="ArrowRight")
+    drive("press", key="F12")
+    drive("waitFor", selector='.tab.active[data-resource-name="notes.md"]')
+    drive("waitFor", selector=".editor-instance .view-line", hasText="# Shared notes")
