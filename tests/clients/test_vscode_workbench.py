@@ -62,7 +62,8 @@ class Workbench:
         """Saves the workbench's screenshot, the extension's output channel
         and the logs into DIRECTORY, and says where on stderr (the report's
         captured output)."""
-        directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
         try:
             self.drive("screenshot", path=str(directory / "workbench.png"))
         except AssertionError as error:
@@ -118,6 +119,13 @@ def open_explorer_file(vscode: Workbench, name: str) -> None:
     vscode.drive("waitFor", selector=f'.tab.active[data-resource-name="{name}"]')
 
 
+def connected(vscode: Workbench) -> None:
+    """Opens doc.md and waits for the server's warning on its near-miss
+    scheme: the extension is active and its server answers."""
+    open_explorer_file(vscode, "doc.md")
+    vscode.drive("waitFor", selector=".editor-instance .squiggly-warning")
+
+
 def test_addresses_in_a_markdown_file(vscode: Workbench, tmp_path: Path) -> None:
     """Connect; diagnostics on a near-miss scheme; completion, hover and
     go-to-definition of a work:// address, by keys in the editor."""
@@ -166,3 +174,76 @@ def test_addresses_in_a_markdown_file(vscode: Workbench, tmp_path: Path) -> None
     drive("press", key="F12")
     drive("waitFor", selector='.tab.active[data-resource-name="notes.md"]')
     drive("waitFor", selector=".editor-instance .view-line", hasText="# Shared notes")
+
+
+def permission(title: str) -> dict[str, Any]:
+    return {
+        "permission": {
+            "tool_call_id": "c1",
+            "title": title,
+            "options": [{"id": "allow", "name": "Allow once", "kind": "allow_once"}, {"id": "reject", "name": "Reject", "kind": "reject_once"}],
+        }
+    }
+
+
+CHAT = "mevedel chat"
+
+
+def send_prompt(vscode: Workbench, text: str) -> None:
+    """Types TEXT in the chat's composer and presses Ctrl+Enter."""
+    vscode.drive("fill", frame=CHAT, selector="#prompt", text=text)
+    vscode.drive("click", frame=CHAT, selector="#prompt")
+    vscode.drive("press", key="Control+Enter")
+
+
+def test_chat_prompt_stream_permissions_cancel_and_turn_list(vscode: Workbench, tmp_path: Path) -> None:
+    folder = markdown_folder(tmp_path)
+    vscode.open(
+        folder,
+        turns=[
+            [{"say": "Working on it."}, permission("Write out.txt"), {"write": {"path": "out.txt", "content": "v1\n"}}, {"say": "Done once."}],
+            [{"say": "Trying again."}, permission("Delete out.txt"), {"say": "Left alone."}],
+            [{"say": "Partial answer"}, {"wait_cancel": 60}, {"say": "never said"}],
+        ],
+    )
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    drive("waitFor", frame=CHAT, selector=".empty", hasText="No turns yet")
+
+    # The first turn streams while it waits for the permission question,
+    # which is answered Allow.
+    send_prompt(vscode, "Write the file")
+    drive("waitFor", frame=CHAT, selector="#live", hasText="Working on it.")
+    question = drive("notification", text="scripted asks permission: Write out.txt", button="Allow once")
+    assert "Reject" in question, question
+    drive("waitFor", frame=CHAT, selector=".turn-1", hasText="Done once.")
+    assert "permission: selected allow" in " ".join(drive("texts", frame=CHAT, selector=".turn-1"))
+    wait_until(lambda: (folder / "out.txt").exists(), "the file the agent wrote")
+    assert (folder / "out.txt").read_text() == "v1\n"
+
+    # The second is answered Reject: the agent hears it, the chat says so.
+    send_prompt(vscode, "Delete the file")
+    drive("notification", text="scripted asks permission: Delete out.txt", button="Reject")
+    drive("waitFor", frame=CHAT, selector=".turn-2", hasText="Left alone.")
+    second = " ".join(drive("texts", frame=CHAT, selector=".turn-2"))
+    assert "permission: selected reject" in second, second
+    drive("waitFor", frame=CHAT, selector=".turn-2 .permission .refused")
+    assert (folder / "out.txt").read_text() == "v1\n"
+
+    # A slow turn shows what arrived, and Cancel Turn ends it interrupted.
+    send_prompt(vscode, "Take your time")
+    drive("waitFor", frame=CHAT, selector="#live", hasText="Partial answer")
+    drive("command", title="mevedel: Cancel Turn")
+    drive("notification", text="cancel sent")
+    drive("waitFor", frame=CHAT, selector=".turn-3", hasText="Partial answer")
+    third = " ".join(drive("texts", frame=CHAT, selector=".turn-3"))
+    assert "never said" not in third and "cancelled" in third, third
+
+    # The turn list names all three; picking one shows it in the transcript.
+    drive("command", title="mevedel: Go to Turn…")
+    rows = drive("quickItems", title="Go to Turn")
+    assert len(rows) == 3 and all(f"Turn {n}" in " ".join(rows) for n in (1, 2, 3)), rows
+    assert "Write the file" in " ".join(rows) and "cancelled" in " ".join(rows), rows
+    drive("pick", title="Go to Turn", label="Delete the file")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="Delete the file")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -37,7 +38,7 @@ CHROMIUM = Path(os.environ.get("MEVEDEL_CHROMIUM", "/usr/bin/chromium"))
 
 #: How long one driver step may take before the test fails (a step waits on
 #: what the page shows; this only bounds a hang).
-STEP_SECONDS = 90
+STEP_SECONDS = 20
 
 
 def prerequisites() -> None:
@@ -84,31 +85,40 @@ class Driver:
             start_new_session=True,
         )
         self._next = 0
+        self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._answers.put(json.loads(line))
+        self._answers.put(None)
 
     def __call__(self, op: str, **args: Any) -> Any:
         self._next += 1
         request = {"id": self._next, "op": op, **args}
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        answer: list[str] = []
-        reader = threading.Thread(target=lambda: answer.append(self.process.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(STEP_SECONDS)
-        if not answer:
-            # The page never showed what the step waits for.
-            self._abort()
-            raise AssertionError(f"the workbench did not finish {op} {args} within {STEP_SECONDS} s")
-        if not answer[0]:
-            raise AssertionError(f"the browser driver exited during {op} {args}; see {self.log}")
-        reply = json.loads(answer[0])
-        assert reply["id"] == self._next, reply
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise AssertionError(f"the browser driver has exited; see {self.log}") from None
+        deadline = time.monotonic() + STEP_SECONDS
+        while True:
+            try:
+                reply = self._answers.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                # The page never showed what the step waits for.
+                raise AssertionError(f"the workbench did not finish {op} {args} within {STEP_SECONDS} s") from None
+            if reply is None:
+                self._answers.put(None)
+                raise AssertionError(f"the browser driver exited during {op} {args}; see {self.log}")
+            if reply["id"] == self._next:
+                break
+            # The late answer of a step that timed out.
         if not reply["ok"]:
             raise AssertionError(f"{op} {args}: {reply['error']}")
         return reply["value"]
-
-    def _abort(self) -> None:
-        kill_group(self.process)
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -232,7 +242,6 @@ def user_settings(agent_command: list[str] | None = None) -> dict[str, Any]:
         "telemetry.telemetryLevel": "off",
         "update.mode": "none",
         "extensions.autoCheckUpdates": False,
-        "extensions.autoUpdate": False,
         "workbench.startupEditor": "none",
         "workbench.tips.enabled": False,
         "workbench.enableExperiments": False,
@@ -241,6 +250,8 @@ def user_settings(agent_command: list[str] | None = None) -> dict[str, Any]:
         "git.enabled": False,
         "editor.quickSuggestions": {"other": "off", "comments": "off", "strings": "off"},
         "mevedel.server.path": server_command()[0],
+        # The output channel a failed test keeps shows the traffic.
+        "mevedel.trace.server": "messages",
     }
     if agent_command is not None:
         settings["mevedel.agents"] = {"scripted": {"command": agent_command}}

@@ -6,7 +6,7 @@
 //                      MEVEDEL_CHROMIUM, the browser)
 //
 // It reads one JSON request a line on stdin, {"id", "op", ...}, and answers
-// each with one line on stdout, {"id", "ok": true, "value"} or
+// each with one line on stdout (in the order they finish), {"id", "ok": true, "value"} or
 // {"id", "ok": false, "error"}. Every wait is on something the page shows
 // (Playwright's locators wait for it); the caller's deadline bounds a step.
 import { createInterface } from 'node:readline';
@@ -36,10 +36,11 @@ let exitCode;
 const QUICK = '.quick-input-widget';
 const ROWS = `${QUICK} .monaco-list-row`;
 
-// A webview's content: the workbench puts it in an iframe holding another.
+// A webview's content (request.frame set: the one webview shown, the chat):
+// the workbench puts it in an iframe holding another.
 function frameOf(name) {
   if (!name) return page;
-  return page.frameLocator(`iframe.webview.ready[title="${name}"], iframe.webview.ready[aria-label="${name}"]`).frameLocator('#active-frame');
+  return page.frameLocator(`iframe.webview.ready:visible`).frameLocator('#active-frame');
 }
 
 function where(request) {
@@ -67,19 +68,30 @@ const ops = {
     await page.reload();
     await page.locator('#workbench\\.parts\\.statusbar').waitFor({ timeout: 0 });
   },
-  // Runs a command from the palette by its title, as typed there.
+  // Runs a command from the palette by its title, as typed there. The
+  // palette lists the commands known when it opens; one that is not there
+  // yet (the window still loading the extension's contributions) is looked
+  // for again in a palette opened anew, as a person would.
   async command({ title }) {
-    await page.locator('.monaco-workbench').click({ position: { x: 5, y: 300 }, trial: true }).catch(() => undefined);
-    await page.keyboard.press('F1');
     const input = page.locator(`${QUICK} input`);
-    await input.waitFor({ state: 'visible', timeout: 0 });
-    await input.fill(`>${title}`);
     const row = page.locator(ROWS).filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${escape(title)}$`) }) }).first();
-    await row.waitFor({ state: 'visible', timeout: 0 });
+    for (;;) {
+      await page.keyboard.press('F1');
+      await input.waitFor({ state: 'visible', timeout: 0 });
+      await input.fill(`>${title}`);
+      try {
+        await row.waitFor({ state: 'visible', timeout: 3_000 });
+        break;
+      } catch {
+        await page.keyboard.press('Escape');
+        await page.locator(QUICK).waitFor({ state: 'hidden', timeout: 0 });
+      }
+    }
     await row.click();
   },
-  // The labels of the open quick pick's rows (waits for at least one).
-  async quickItems() {
+  // The rows of the quick pick titled TITLE (waits for it and one row).
+  async quickItems({ title }) {
+    await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
     await page.locator(ROWS).first().waitFor({ state: 'visible', timeout: 0 });
     return await page.locator(ROWS).allInnerTexts();
   },
@@ -87,8 +99,9 @@ const ops = {
     await page.locator(QUICK).waitFor({ state: 'visible', timeout: 0 });
     return await page.locator(QUICK).innerText();
   },
-  // Clicks the quick pick row showing LABEL.
-  async pick({ label }) {
+  // Clicks the row showing LABEL of the quick pick titled TITLE.
+  async pick({ title, label }) {
+    await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
     await (await quickRow(label)).click();
   },
   // Types TEXT into the open quick input (an input box) and presses Enter.
@@ -155,15 +168,19 @@ function escape(text) {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
-const lines = createInterface({ input: process.stdin });
-for await (const line of lines) {
-  if (!line.trim()) continue;
-  const request = JSON.parse(line);
+// Requests run as they come: a screenshot of a failed test is taken while
+// the step that timed out still waits.
+async function answer(request) {
   try {
     const value = await ops[request.op](request);
     process.stdout.write(JSON.stringify({ id: request.id, ok: true, value: value ?? null }) + '\n');
   } catch (error) {
     process.stdout.write(JSON.stringify({ id: request.id, ok: false, error: String(error?.stack ?? error) }) + '\n');
   }
+}
+
+const lines = createInterface({ input: process.stdin });
+for await (const line of lines) {
+  if (line.trim()) void answer(JSON.parse(line));
 }
 await browser.close();
