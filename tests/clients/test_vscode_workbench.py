@@ -26,6 +26,11 @@ from vscode_workbench import CHROMIUM, PLAYWRIGHT, CodeServer, Driver, package_v
 # The hook that tells the fixture a test failed.
 pytest_plugins = ["vscode_workbench"]
 
+#: Each test opens a window (an extension host and a server start; the first
+#: test also packages the .vsix and starts code-server) and takes a few dozen
+#: steps, each bounded by STEP_SECONDS: more than the suite's 120 s default.
+pytestmark = pytest.mark.timeout(360)
+
 AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
 #: Where a failed test leaves what the workbench showed: $MEVEDEL_TEST_ARTIFACTS
 #: (CI points it beside its log), else .test-artifacts/ in the checkout --
@@ -123,7 +128,7 @@ def connected(vscode: Workbench) -> None:
     """Opens doc.md and waits for the server's warning on its near-miss
     scheme: the extension is active and its server answers."""
     open_explorer_file(vscode, "doc.md")
-    vscode.drive("waitFor", selector=".editor-instance .squiggly-warning")
+    vscode.drive("waitFor", selector='[id="status.problems"]', hasText="1")
 
 
 def test_addresses_in_a_markdown_file(vscode: Workbench, tmp_path: Path) -> None:
@@ -247,3 +252,43 @@ def test_chat_prompt_stream_permissions_cancel_and_turn_list(vscode: Workbench, 
     assert "Write the file" in " ".join(rows) and "cancelled" in " ".join(rows), rows
     drive("pick", title="Go to Turn", label="Delete the file")
     drive("waitFor", selector=".editor-instance .view-line", hasText="Delete the file")
+
+
+def test_rewind_and_redo_restore_the_files(vscode: Workbench, tmp_path: Path) -> None:
+    """Rewind before a turn from the palette (the turn, the boundary, the
+    confirmation) puts back the file the turn wrote; Redo returns to the
+    state before the Rewind."""
+    folder = markdown_folder(tmp_path)
+    vscode.open(
+        folder,
+        turns=[
+            [{"write": {"path": "out.txt", "content": "v1\n"}}],
+            [{"write": {"path": "out.txt", "content": "v2\n"}}],
+        ],
+        settings={"mevedel.permissions": "allow-all"},
+    )
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    send_prompt(vscode, "First version")
+    drive("waitFor", frame=CHAT, selector=".turn-1", hasText="wrote out.txt")
+    send_prompt(vscode, "Second version")
+    drive("waitFor", frame=CHAT, selector=".turn-2", hasText="wrote out.txt")
+    assert (folder / "out.txt").read_text() == "v2\n"
+
+    drive("command", title="mevedel: Rewind Session…")
+    rows = drive("quickItems", title="mevedel: Rewind")
+    assert "Second version" in rows[0] and "First version" in rows[1], rows
+    drive("pick", title="mevedel: Rewind", label="Second version")
+    drive("pick", title="mevedel: Rewind to", label="Before the prompt of turn 2")
+    impact = drive("dialog")
+    assert "out.txt" in impact, impact
+    drive("dialog", button="Rewind")
+    wait_until(lambda: (folder / "out.txt").read_text() == "v1\n", "out.txt restored to v1")
+    drive("waitFor", frame=CHAT, selector=".turn-2", state="detached")
+
+    drive("command", title="mevedel: Redo (Return to an Earlier State)…")
+    drive("pick", title="mevedel: Redo", label="2 turns")
+    drive("dialog", button="Redo")
+    wait_until(lambda: (folder / "out.txt").read_text() == "v2\n", "out.txt back at v2")
+    drive("waitFor", frame=CHAT, selector=".turn-2", hasText="Second version")

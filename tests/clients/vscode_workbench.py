@@ -38,7 +38,7 @@ CHROMIUM = Path(os.environ.get("MEVEDEL_CHROMIUM", "/usr/bin/chromium"))
 
 #: How long one driver step may take before the test fails (a step waits on
 #: what the page shows; this only bounds a hang).
-STEP_SECONDS = 20
+STEP_SECONDS = 60
 
 
 def prerequisites() -> None:

@@ -34,7 +34,7 @@ let exitCode;
 
 // The workbench's quick input (command palette, quick picks, input boxes).
 const QUICK = '.quick-input-widget';
-const ROWS = `${QUICK} .monaco-list-row`;
+const ROWS = `${QUICK} .monaco-list-row:visible`;
 
 // A webview's content (request.frame set: the one webview shown, the chat):
 // the workbench puts it in an iframe holding another.
@@ -150,6 +150,14 @@ const ops = {
     await toast.waitFor({ state: 'visible', timeout: 0 });
     const shown = await toast.innerText();
     if (button) await toast.locator('.monaco-button', { hasText: button }).first().click({ timeout: 0 });
+    return shown;
+  },
+  // The modal dialog (a confirmation): its text; clicks BUTTON if given.
+  async dialog({ button }) {
+    const box = page.locator('.monaco-dialog-box');
+    await box.waitFor({ state: 'visible', timeout: 0 });
+    const shown = await box.innerText();
+    if (button) await box.locator('.monaco-button', { hasText: button }).first().click({ timeout: 0 });
     return shown;
   },
   async evaluate({ expression }) {
