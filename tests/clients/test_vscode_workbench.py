@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 pytest.register_assert_rewrite("vscode_workbench")
 
 from editor_harness import REPOSITORY  # noqa: E402
-from vscode_workbench import CHROMIUM, PLAYWRIGHT, CodeServer, Driver, package_vsix, prerequisites, user_settings, wait_until  # noqa: E402
+from vscode_workbench import CHROMIUM, HARNESS, PLAYWRIGHT, CodeServer, Driver, package_vsix, prerequisites, user_settings, wait_until  # noqa: E402
 
 # The hook that tells the fixture a test failed.
 pytest_plugins = ["vscode_workbench"]
@@ -285,10 +286,75 @@ def test_rewind_and_redo_restore_the_files(vscode: Workbench, tmp_path: Path) ->
     assert "out.txt" in impact, impact
     drive("dialog", button="Rewind")
     wait_until(lambda: (folder / "out.txt").read_text() == "v1\n", "out.txt restored to v1")
-    drive("waitFor", frame=CHAT, selector=".turn-2", state="detached")
+    # The Rewind ends showing the transcript, without the rewound turn.
+    drive("waitFor", selector=".editor-instance .view-line", hasText="First version")
+    assert "Second version" not in " ".join(drive("texts", selector=".editor-instance .view-line"))
 
     drive("command", title="mevedel: Redo (Return to an Earlier State)…")
     drive("pick", title="mevedel: Redo", label="2 turns")
     drive("dialog", button="Redo")
     wait_until(lambda: (folder / "out.txt").read_text() == "v2\n", "out.txt back at v2")
-    drive("waitFor", frame=CHAT, selector=".turn-2", hasText="Second version")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="Second version")
+
+
+ARTIFACTS = ".pane-header"
+TREE_ROWS = '[id="workbench.view.explorer"] .monaco-list-row'
+
+
+def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbench, tmp_path: Path) -> None:
+    """The artifacts tree: a new document is written in its editor and saved
+    through the server; a document another server holds opens read-only and
+    becomes writable once handed over."""
+    folder = markdown_folder(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, str(HARNESS / "hold_artifact.py"), str(folder), "Contested"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "XDG_STATE_HOME": str(vscode.base / "state")},
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip(), "the other server did not create its document"
+        vscode.open(folder)
+        drive = vscode.drive
+        connected(vscode)
+        drive("click", selector=ARTIFACTS, hasText="Mevedel Artifacts")
+        drive("waitFor", selector=TREE_ROWS, hasText="Contested")
+        held = " ".join(drive("texts", selector=TREE_ROWS, hasText="Contested"))
+        assert "held by" in held, held
+
+        # A new document, written and saved in its editor.
+        drive("command", title="mevedel: New Document")
+        drive("answer", text="Plan")
+        drive("waitFor", selector=TREE_ROWS, hasText="Plan")
+        drive("notification", text='created document "Plan"')
+        drive("click", selector=".editor-instance .view-lines")
+        drive("type", text="Hello artifact")
+        drive("press", key="Control+s")
+        drive("waitFor", selector=".tab.active:not(.dirty)")
+        drive("press", key="Control+w")
+        drive("click", selector=TREE_ROWS, hasText="Plan")
+        drive("waitFor", selector=".editor-instance .view-line", hasText="Hello artifact")
+
+        # The held document opens read-only, saying who holds it; typing
+        # changes nothing. Ask for It: once handed over it is writable.
+        drive("click", selector=TREE_ROWS, hasText="Contested")
+        drive("waitFor", selector=".editor-instance .view-line", hasText="held elsewhere")
+        drive("type", text="mine")
+        drive("notification", text="Cannot edit in read-only editor")
+        assert "mine" not in " ".join(drive("texts", selector=".editor-instance .view-line"))
+        drive("notification", text='"Contested" is read-only here', button="Ask for It")
+        drive("notification", text='to hand "Contested" over')
+        drive("waitFor", selector=TREE_ROWS, hasText="Contested")
+        drive("waitFor", selector=f"{TREE_ROWS}:not(:has-text('held by'))", hasText="Contested")
+        drive("click", selector=".editor-instance .view-lines")
+        drive("press", key="Control+End")
+        drive("type", text="now mine")
+        drive("press", key="Control+s")
+        drive("waitFor", selector=".tab.active:not(.dirty)")
+        drive("waitFor", selector=".editor-instance .view-line", hasText="now mine")
+    finally:
+        holder.stdin.close()
+        holder.wait(30)

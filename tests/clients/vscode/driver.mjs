@@ -28,9 +28,8 @@ const browser = await chromium.launch({
     '--disable-sync',
   ],
 });
-const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
-let page = await context.newPage();
-let exitCode;
+let context;
+let page;
 
 // The workbench's quick input (command palette, quick picks, input boxes).
 const QUICK = '.quick-input-widget';
@@ -58,7 +57,13 @@ async function quickRow(label) {
 }
 
 const ops = {
+  // Opens URL in a new browser context: the workbench keeps state in the
+  // browser (the user settings it read last among it: a window started from
+  // that copy activates the extension before the file's settings arrive).
   async open({ url }) {
+    await context?.close();
+    context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    page = await context.newPage();
     await page.goto(url);
     await page.locator('.monaco-workbench').waitFor({ timeout: 0 });
     // The first visible part: the status bar, drawn once the window is ready.
@@ -76,15 +81,13 @@ const ops = {
     const input = page.locator(`${QUICK} input`);
     const row = page.locator(ROWS).filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${escape(title)}$`) }) }).first();
     for (;;) {
-      await page.keyboard.press('F1');
-      await input.waitFor({ state: 'visible', timeout: 0 });
-      await input.fill(`>${title}`);
       try {
+        await page.keyboard.press('F1');
+        await input.fill(`>${title}`, { timeout: 5_000 });
         await row.waitFor({ state: 'visible', timeout: 3_000 });
         break;
       } catch {
-        await page.keyboard.press('Escape');
-        await page.locator(QUICK).waitFor({ state: 'hidden', timeout: 0 });
+        if (await input.isVisible()) await page.keyboard.press('Escape');
       }
     }
     await row.click();
@@ -108,8 +111,8 @@ const ops = {
   async answer({ text, enter = true }) {
     const input = page.locator(`${QUICK} input`);
     await input.waitFor({ state: 'visible', timeout: 0 });
-    await input.fill(text);
-    if (enter) await input.press('Enter');
+    await input.fill(text, { timeout: 0 });
+    if (enter) await input.press('Enter', { timeout: 0 });
   },
   async quickClosed() {
     await page.locator(QUICK).waitFor({ state: 'hidden', timeout: 0 });
