@@ -327,7 +327,7 @@ def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbenc
 
         # A new document, written and saved in its editor.
         drive("command", title="mevedel: New Document")
-        drive("answer", text="Plan")
+        drive("answer", title="mevedel: New Document", text="Plan")
         drive("waitFor", selector=TREE_ROWS, hasText="Plan")
         drive("notification", text='created document "Plan"')
         drive("click", selector=".editor-instance .view-lines")
@@ -343,7 +343,7 @@ def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbenc
         drive("click", selector=TREE_ROWS, hasText="Contested")
         drive("waitFor", selector=".editor-instance .view-line", hasText="held elsewhere")
         drive("type", text="mine")
-        drive("notification", text="Cannot edit in read-only editor")
+        drive("waitFor", selector=".monaco-editor-overlaymessage", hasText="read-only")
         assert "mine" not in " ".join(drive("texts", selector=".editor-instance .view-line"))
         drive("notification", text='"Contested" is read-only here', button="Ask for It")
         drive("notification", text='to hand "Contested" over')

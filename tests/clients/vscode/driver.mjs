@@ -107,8 +107,9 @@ const ops = {
     await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
     await (await quickRow(label)).click();
   },
-  // Types TEXT into the open quick input (an input box) and presses Enter.
-  async answer({ text, enter = true }) {
+  // Types TEXT into the input box titled TITLE and presses Enter.
+  async answer({ title, text, enter = true }) {
+    await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
     const input = page.locator(`${QUICK} input`);
     await input.waitFor({ state: 'visible', timeout: 0 });
     await input.fill(text, { timeout: 0 });
