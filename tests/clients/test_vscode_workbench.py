@@ -21,7 +21,7 @@ import pytest
 
 pytest.register_assert_rewrite("vscode_workbench")
 
-from editor_harness import REPOSITORY  # noqa: E402
+from editor_harness import REPOSITORY, cli_command  # noqa: E402
 from vscode_workbench import CHROMIUM, HARNESS, PLAYWRIGHT, CodeServer, Driver, package_vsix, prerequisites, user_settings, wait_until  # noqa: E402
 
 # The hook that tells the fixture a test failed.
@@ -358,3 +358,47 @@ def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbenc
     finally:
         holder.stdin.close()
         holder.wait(30)
+
+
+def test_follow_a_session_the_cli_owns_take_control_and_give_it_back(vscode: Workbench, tmp_path: Path) -> None:
+    """The mevedel CLI owns a session: Open Session… joins it read-only and
+    its transcript follows the CLI's next turn; once the CLI releases it,
+    Take Control makes it writable here, Release Control gives it back, and
+    the CLI goes on."""
+    folder = markdown_folder(tmp_path)
+    environment = {**os.environ, "XDG_STATE_HOME": str(vscode.base / "state")}
+
+    def cli(*args: str) -> dict[str, Any]:
+        done = subprocess.run([*cli_command(), *args, "--json"], cwd=folder, env=environment, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"mevedel {' '.join(args)}: {done.stdout} {done.stderr}"
+        return json.loads(done.stdout)
+
+    def cli_turn(session: str, prompt: str) -> None:
+        cli("turn", "begin", "--session", session, prompt)
+        cli("turn", "append", "response", "--text", f"cli answer to {prompt}", "--session", session)
+        cli("turn", "settle", "--session", session)
+
+    session = cli("turn", "begin", "--new", "--name", "Owned by the CLI", "CLI prompt 1")["session_id"]
+    cli("turn", "settle", "--session", session)
+
+    vscode.open(folder)
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Session…")
+    drive("pick", title="mevedel: Open Session", label="Owned by the CLI")
+    drive("notification", text="joined Owned by the CLI (read-only)")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="CLI prompt 1")
+
+    # The CLI's next turn reaches the open transcript.
+    cli_turn(session, "CLI prompt 2")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="cli answer to CLI prompt 2")
+
+    # The CLI lets go of it; Take Control makes it writable here.
+    cli("session", "release-control", "--session", session)
+    drive("command", title="mevedel: Take Control of Session")
+    drive("notification", text=f"{session}: you have control (writable here)")
+    drive("command", title="mevedel: Release Control of Session")
+    drive("notification", text=f"released {session}")
+    # Given back: the CLI takes its session's next turn.
+    cli_turn(session, "CLI prompt 3")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="cli answer to CLI prompt 3")

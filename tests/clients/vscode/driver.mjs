@@ -85,12 +85,13 @@ const ops = {
         await page.keyboard.press('F1');
         await input.fill(`>${title}`, { timeout: 5_000 });
         await row.waitFor({ state: 'visible', timeout: 3_000 });
+        await page.locator(`${ROWS}.focused`).filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${escape(title)}$`) }) }).first().waitFor({ state: 'visible', timeout: 3_000 });
         break;
       } catch {
         if (await input.isVisible()) await page.keyboard.press('Escape');
       }
     }
-    await row.click();
+    await input.press('Enter', { timeout: 0 });
   },
   // The rows of the quick pick titled TITLE (waits for it and one row).
   async quickItems({ title }) {
@@ -102,10 +103,16 @@ const ops = {
     await page.locator(QUICK).waitFor({ state: 'visible', timeout: 0 });
     return await page.locator(QUICK).innerText();
   },
-  // Clicks the row showing LABEL of the quick pick titled TITLE.
+  // Picks the row showing LABEL of the quick pick titled TITLE, by keys:
+  // LABEL typed filters the rows, Enter takes the focused one once it is
+  // that row.
   async pick({ title, label }) {
     await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
-    await (await quickRow(label)).click();
+    await quickRow(label);
+    const input = page.locator(`${QUICK} input`);
+    await input.fill(label, { timeout: 0 });
+    await page.locator(`${ROWS}.focused`).filter({ hasText: label }).first().waitFor({ state: 'visible', timeout: 0 });
+    await input.press('Enter', { timeout: 0 });
   },
   // Types TEXT into the input box titled TITLE and presses Enter.
   async answer({ title, text, enter = true }) {
