@@ -19,8 +19,6 @@ import socket
 import subprocess
 import threading
 import time
-import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -133,20 +131,20 @@ class Driver:
 def kill_group(process: subprocess.Popen) -> None:
     """End PROCESS and everything it started (its own process group: code-server's
     file watchers and the language servers outlive their parent)."""
-    if True:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait()
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+    # The group's other members (file watchers, language servers) too.
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 class CodeServer:
