@@ -1,12 +1,13 @@
 """The VS Code client: type-checked against @types/vscode, packaged as a
 .vsix, and its protocol layer driven in Node against the real server.
 
-No VS Code binary can be downloaded here, so the extension host itself is
-not run; everything the extension asks the server goes through the modules
-that import no ``vscode`` (``src/protocol.ts``, ``src/sessions.ts``,
-``src/lifecycle.ts``, ``src/agents.ts``, ``src/chat.ts``,
-``src/chatView.ts``, ``src/artifacts.ts``, ``src/review.ts``...), which is what the Node tests exercise. The tests
-are compiled once, then run in groups, one pytest test each.
+The modules that import no ``vscode`` (``src/protocol.ts``,
+``src/sessions.ts``, ``src/lifecycle.ts``, ``src/agents.ts``,
+``src/chat.ts``, ``src/chatView.ts``, ``src/artifacts.ts``,
+``src/review.ts``...) are what the
+Node tests exercise; the extension itself runs in a real VS Code
+(code-server) in ``test_vscode_workbench.py``. The tests are compiled once,
+then run in groups, one pytest test each.
 """
 
 from __future__ import annotations

@@ -1,0 +1,404 @@
+"""The VS Code client in a real VS Code: code-server with the packaged .vsix
+installed, its workbench driven headless in chromium the way a person uses
+it (the command palette, quick picks, the chat view, the artifacts tree,
+keys in the editor), against the real ``mevedel-lsp`` from .venv and the
+scripted ACP agent. The harness is in ``vscode_workbench.py``; a failing
+test leaves a screenshot of the workbench and the extension's output channel
+beside its logs (the failure names the folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite("vscode_workbench")
+
+from editor_harness import REPOSITORY, cli_command  # noqa: E402
+from vscode_workbench import CHROMIUM, HARNESS, PLAYWRIGHT, CodeServer, Driver, package_vsix, prerequisites, user_settings, wait_until  # noqa: E402
+
+# The hook that tells the fixture a test failed.
+pytest_plugins = ["vscode_workbench"]
+
+#: Each test opens a window (an extension host and a server start; the first
+#: test also packages the .vsix and starts code-server) and takes a few dozen
+#: steps, each bounded by STEP_SECONDS: more than the suite's 120 s default.
+pytestmark = pytest.mark.timeout(360)
+
+AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
+#: Where a failed test leaves what the workbench showed: $MEVEDEL_TEST_ARTIFACTS
+#: (CI points it beside its log), else .test-artifacts/ in the checkout --
+#: not pytest's temporary directories, which other runs rotate away.
+FAILURES = Path(os.environ.get("MEVEDEL_TEST_ARTIFACTS", REPOSITORY / ".test-artifacts")) / "vscode"
+
+
+class Workbench:
+    """One code-server and one browser for the module; each test opens its
+    own folder in a fresh window (its own extension host and server)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.agent_script = base / "agent.json"
+        self.agent_log = base / "agent.jsonl"
+        vsix = package_vsix(base)
+        self.server = CodeServer(base / "code-server", vsix, {"XDG_STATE_HOME": str(base / "state")})
+        self.drive = Driver({"MEVEDEL_PLAYWRIGHT_CORE": str(PLAYWRIGHT), "MEVEDEL_CHROMIUM": str(CHROMIUM)}, base / "driver.log")
+        self.folder: Path | None = None
+
+    def open(self, folder: Path, *, turns: list[list[dict[str, Any]]] | None = None, settings: dict[str, Any] | None = None) -> None:
+        """Opens FOLDER in a new window: the server starts for it. TURNS is
+        the scripted agent's script (one list of steps per prompt)."""
+        agent = None
+        if turns is not None:
+            self.agent_log.unlink(missing_ok=True)
+            self.agent_script.write_text(json.dumps({"name": "scripted", "log": str(self.agent_log), "turns": turns}))
+            agent = [sys.executable, str(AGENT), str(self.agent_script)]
+        self.server.settings({**user_settings(agent), **(settings or {})})
+        self.folder = folder
+        self.drive("open", url=self.server.url(folder))
+
+    def keep_failure(self, directory: Path) -> None:
+        """Saves the workbench's screenshot, the extension's output channel
+        and the logs into DIRECTORY, and says where on stderr (the report's
+        captured output)."""
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        try:
+            self.drive("screenshot", path=str(directory / "workbench.png"))
+        except AssertionError as error:
+            (directory / "workbench.png.txt").write_text(f"no screenshot: {error}\n")
+        for index, channel in enumerate(self.server.output_channels()):
+            shutil.copy(channel, directory / f"output-{index}-{channel.name}")
+        for log in (self.server.log, self.drive.log, self.agent_log):
+            if log.exists():
+                shutil.copy(log, directory / log.name)
+        print(f"vscode: the failed test's screenshot, output channel and logs are in {directory}", file=sys.stderr)
+
+    def close(self) -> None:
+        self.drive.close()
+        self.server.stop()
+
+
+@pytest.fixture(scope="module")
+def workbench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workbench]:
+    prerequisites()
+    opened = Workbench(tmp_path_factory.mktemp("vscode"))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def vscode(workbench: Workbench, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Workbench]:
+    """The workbench for one test; on failure its screenshot and the
+    extension's output channel go to FAILURES/<test> (named in the report)."""
+    yield workbench
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        workbench.keep_failure(FAILURES / request.node.name)
+
+
+def markdown_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    (folder / ".mevedel" / "shared" / "plans").mkdir(parents=True)
+    (folder / ".mevedel" / "shared" / "notes.md").write_text("# Shared notes\n\nalpha beta\n")
+    (folder / ".mevedel" / "shared" / "plans" / "first.md").write_text("first plan\n")
+    (folder / "doc.md").write_text(
+        "See work://shared/notes.md for the notes.\n"
+        "Odd: work://shared/%6Eotes.md here.\n"
+        "A typo: wrok://x there.\n"
+        "\n"
+    )
+    return folder.resolve()
+
+
+def open_explorer_file(vscode: Workbench, name: str) -> None:
+    vscode.drive("click", selector=".explorer-folders-view .monaco-list-row", hasText=name)
+    vscode.drive("waitFor", selector=f'.tab.active[data-resource-name="{name}"]')
+
+
+def connected(vscode: Workbench) -> None:
+    """Opens doc.md and waits for the server's warning on its near-miss
+    scheme: the extension is active and its server answers."""
+    open_explorer_file(vscode, "doc.md")
+    vscode.drive("waitFor", selector='[id="status.problems"]', hasText="1")
+
+
+def test_addresses_in_a_markdown_file(vscode: Workbench, tmp_path: Path) -> None:
+    """Connect; diagnostics on a near-miss scheme; completion, hover and
+    go-to-definition of a work:// address, by keys in the editor."""
+    folder = markdown_folder(tmp_path)
+    vscode.open(folder)
+    open_explorer_file(vscode, "doc.md")
+    drive = vscode.drive
+
+    # The near-miss scheme is a warning in the Problems panel.
+    drive("press", key="Control+Shift+M")
+    drive("waitFor", selector=".markers-panel .monaco-list-row", hasText="wrok://x")
+    problems = " ".join(drive("texts", selector=".markers-panel .monaco-list-row"))
+    assert "work://" in problems, problems
+
+    # Completion after work://shared/ offers the directory's entries; Enter
+    # takes one, and the saved file has the canonical address.
+    drive("click", selector=".editor-instance .view-line", hasText="A typo")
+    drive("press", key="Control+End")
+    drive("type", text="More: work://shared/")
+    drive("press", key="Control+Space")
+    drive("waitFor", selector=".suggest-widget .monaco-list-row", hasText="notes.md")
+    offered = drive("texts", selector=".suggest-widget .monaco-list-row")
+    assert any("plans" in row for row in offered), offered
+    drive("click", selector=".suggest-widget .monaco-list-row", hasText="notes.md")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="More: work://shared/notes.md")
+    drive("press", key="Control+s")
+    wait_until(lambda: (folder / "doc.md").read_text().endswith("\nMore: work://shared/notes.md"), "the saved completion")
+
+    # Hover on the odd spelling shows the canonical address.
+    drive("press", key="Control+Home")
+    drive("press", key="ArrowDown")
+    drive("press", key="Home")
+    for _ in range(12):
+        drive("press", key="ArrowRight")
+    drive("press", key="Control+k")
+    drive("press", key="Control+i")
+    drive("waitFor", selector=".monaco-hover", hasText="work://shared/notes.md")
+    hover = " ".join(drive("texts", selector=".monaco-hover"))
+    assert str(folder) not in hover, hover
+    drive("press", key="Escape")
+
+    # F12 on the address visits its backing file.
+    drive("press", key="Control+Home")
+    for _ in range(8):
+        drive("press", key="ArrowRight")
+    drive("press", key="F12")
+    drive("waitFor", selector='.tab.active[data-resource-name="notes.md"]')
+    drive("waitFor", selector=".editor-instance .view-line", hasText="# Shared notes")
+
+
+def permission(title: str) -> dict[str, Any]:
+    return {
+        "permission": {
+            "tool_call_id": "c1",
+            "title": title,
+            "options": [{"id": "allow", "name": "Allow once", "kind": "allow_once"}, {"id": "reject", "name": "Reject", "kind": "reject_once"}],
+        }
+    }
+
+
+CHAT = "mevedel chat"
+
+
+def send_prompt(vscode: Workbench, text: str) -> None:
+    """Types TEXT in the chat's composer and presses Ctrl+Enter."""
+    vscode.drive("fill", frame=CHAT, selector="#prompt", text=text)
+    vscode.drive("click", frame=CHAT, selector="#prompt")
+    vscode.drive("press", key="Control+Enter")
+
+
+def test_chat_prompt_stream_permissions_cancel_and_turn_list(vscode: Workbench, tmp_path: Path) -> None:
+    folder = markdown_folder(tmp_path)
+    vscode.open(
+        folder,
+        turns=[
+            [{"say": "Working on it."}, permission("Write out.txt"), {"write": {"path": "out.txt", "content": "v1\n"}}, {"say": "Done once."}],
+            [{"say": "Trying again."}, permission("Delete out.txt"), {"say": "Left alone."}],
+            [{"say": "Partial answer"}, {"wait_cancel": 60}, {"say": "never said"}],
+        ],
+    )
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    drive("waitFor", frame=CHAT, selector=".empty", hasText="No turns yet")
+
+    # The first turn streams while it waits for the permission question,
+    # which is answered Allow.
+    send_prompt(vscode, "Write the file")
+    drive("waitFor", frame=CHAT, selector="#live", hasText="Working on it.")
+    question = drive("notification", text="scripted asks permission: Write out.txt", button="Allow once")
+    assert "Reject" in question, question
+    drive("waitFor", frame=CHAT, selector=".turn-1", hasText="Done once.")
+    assert "permission: selected allow" in " ".join(drive("texts", frame=CHAT, selector=".turn-1"))
+    wait_until(lambda: (folder / "out.txt").exists(), "the file the agent wrote")
+    assert (folder / "out.txt").read_text() == "v1\n"
+
+    # The second is answered Reject: the agent hears it, the chat says so.
+    send_prompt(vscode, "Delete the file")
+    drive("notification", text="scripted asks permission: Delete out.txt", button="Reject")
+    drive("waitFor", frame=CHAT, selector=".turn-2", hasText="Left alone.")
+    second = " ".join(drive("texts", frame=CHAT, selector=".turn-2"))
+    assert "permission: selected reject" in second, second
+    drive("waitFor", frame=CHAT, selector=".turn-2 .permission .refused")
+    assert (folder / "out.txt").read_text() == "v1\n"
+
+    # A slow turn shows what arrived, and Cancel Turn ends it interrupted.
+    send_prompt(vscode, "Take your time")
+    drive("waitFor", frame=CHAT, selector="#live", hasText="Partial answer")
+    drive("command", title="mevedel: Cancel Turn")
+    drive("notification", text="cancel sent")
+    drive("waitFor", frame=CHAT, selector=".turn-3", hasText="Partial answer")
+    third = " ".join(drive("texts", frame=CHAT, selector=".turn-3"))
+    assert "never said" not in third and "cancelled" in third, third
+
+    # The turn list names all three; picking one shows it in the transcript.
+    drive("command", title="mevedel: Go to Turn…")
+    rows = drive("quickItems", title="Go to Turn")
+    assert len(rows) == 3 and all(f"Turn {n}" in " ".join(rows) for n in (1, 2, 3)), rows
+    assert "Write the file" in " ".join(rows) and "cancelled" in " ".join(rows), rows
+    drive("pick", title="Go to Turn", label="Delete the file")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="Delete the file")
+
+
+def test_rewind_and_redo_restore_the_files(vscode: Workbench, tmp_path: Path) -> None:
+    """Rewind before a turn from the palette (the turn, the boundary, the
+    confirmation) puts back the file the turn wrote; Redo returns to the
+    state before the Rewind."""
+    folder = markdown_folder(tmp_path)
+    vscode.open(
+        folder,
+        turns=[
+            [{"write": {"path": "out.txt", "content": "v1\n"}}],
+            [{"write": {"path": "out.txt", "content": "v2\n"}}],
+        ],
+        settings={"mevedel.permissions": "allow-all"},
+    )
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    send_prompt(vscode, "First version")
+    drive("waitFor", frame=CHAT, selector=".turn-1", hasText="wrote out.txt")
+    send_prompt(vscode, "Second version")
+    drive("waitFor", frame=CHAT, selector=".turn-2", hasText="wrote out.txt")
+    assert (folder / "out.txt").read_text() == "v2\n"
+
+    drive("command", title="mevedel: Rewind Session…")
+    rows = drive("quickItems", title="mevedel: Rewind")
+    assert "Second version" in rows[0] and "First version" in rows[1], rows
+    drive("pick", title="mevedel: Rewind", label="Second version")
+    drive("pick", title="mevedel: Rewind to", label="Before the prompt of turn 2")
+    impact = drive("dialog")
+    assert "out.txt" in impact, impact
+    drive("dialog", button="Rewind")
+    wait_until(lambda: (folder / "out.txt").read_text() == "v1\n", "out.txt restored to v1")
+    # The Rewind ends showing the transcript, without the rewound turn.
+    drive("waitFor", selector=".editor-instance .view-line", hasText="First version")
+    assert "Second version" not in " ".join(drive("texts", selector=".editor-instance .view-line"))
+
+    drive("command", title="mevedel: Redo (Return to an Earlier State)…")
+    drive("pick", title="mevedel: Redo", label="2 turns")
+    drive("dialog", button="Redo")
+    wait_until(lambda: (folder / "out.txt").read_text() == "v2\n", "out.txt back at v2")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="Second version")
+
+
+ARTIFACTS = ".pane-header"
+TREE_ROWS = '[id="workbench.view.explorer"] .monaco-list-row'
+
+
+def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbench, tmp_path: Path) -> None:
+    """The artifacts tree: a new document is written in its editor and saved
+    through the server; a document another server holds opens read-only and
+    becomes writable once handed over."""
+    folder = markdown_folder(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, str(HARNESS / "hold_artifact.py"), str(folder), "Contested"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "XDG_STATE_HOME": str(vscode.base / "state")},
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip(), "the other server did not create its document"
+        vscode.open(folder)
+        drive = vscode.drive
+        connected(vscode)
+        drive("click", selector=ARTIFACTS, hasText="Mevedel Artifacts")
+        drive("waitFor", selector=TREE_ROWS, hasText="Contested")
+        held = " ".join(drive("texts", selector=TREE_ROWS, hasText="Contested"))
+        assert "held by" in held, held
+
+        # A new document, written and saved in its editor.
+        drive("command", title="mevedel: New Document")
+        drive("answer", title="mevedel: New Document", text="Plan")
+        drive("waitFor", selector=TREE_ROWS, hasText="Plan")
+        drive("notification", text='created document "Plan"')
+        drive("click", selector=".editor-instance .view-lines")
+        drive("type", text="Hello artifact")
+        drive("press", key="Control+s")
+        drive("waitFor", selector=".tab.active:not(.dirty)")
+        drive("press", key="Control+w")
+        drive("click", selector=TREE_ROWS, hasText="Plan")
+        drive("waitFor", selector=".editor-instance .view-line", hasText="Hello artifact")
+
+        # The held document opens read-only, saying who holds it; typing
+        # changes nothing. Ask for It: once handed over it is writable.
+        drive("click", selector=TREE_ROWS, hasText="Contested")
+        drive("waitFor", selector=".editor-instance .view-line", hasText="held elsewhere")
+        drive("type", text="mine")
+        drive("waitFor", selector=".monaco-editor-overlaymessage", hasText="read-only")
+        assert "mine" not in " ".join(drive("texts", selector=".editor-instance .view-line"))
+        drive("notification", text='"Contested" is read-only here', button="Ask for It")
+        drive("notification", text='to hand "Contested" over')
+        drive("waitFor", selector=TREE_ROWS, hasText="Contested")
+        drive("waitFor", selector=f"{TREE_ROWS}:not(:has-text('held by'))", hasText="Contested")
+        drive("click", selector=".editor-instance .view-lines")
+        drive("press", key="Control+End")
+        drive("type", text="now mine")
+        drive("press", key="Control+s")
+        drive("waitFor", selector=".tab.active:not(.dirty)")
+        drive("waitFor", selector=".editor-instance .view-line", hasText="now mine")
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+
+
+def test_follow_a_session_the_cli_owns_take_control_and_give_it_back(vscode: Workbench, tmp_path: Path) -> None:
+    """The mevedel CLI owns a session: Open Session… joins it read-only and
+    its transcript follows the CLI's next turn; once the CLI releases it,
+    Take Control makes it writable here, Release Control gives it back, and
+    the CLI goes on."""
+    folder = markdown_folder(tmp_path)
+    environment = {**os.environ, "XDG_STATE_HOME": str(vscode.base / "state")}
+
+    def cli(*args: str) -> dict[str, Any]:
+        done = subprocess.run([*cli_command(), *args, "--json"], cwd=folder, env=environment, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"mevedel {' '.join(args)}: {done.stdout} {done.stderr}"
+        return json.loads(done.stdout)
+
+    def cli_turn(session: str, prompt: str) -> None:
+        cli("turn", "begin", "--session", session, prompt)
+        cli("turn", "append", "response", "--text", f"cli answer to {prompt}", "--session", session)
+        cli("turn", "settle", "--session", session)
+
+    session = cli("turn", "begin", "--new", "--name", "Owned by the CLI", "CLI prompt 1")["session_id"]
+    cli("turn", "settle", "--session", session)
+
+    vscode.open(folder)
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Session…")
+    drive("pick", title="mevedel: Open Session", label="Owned by the CLI")
+    drive("notification", text="joined Owned by the CLI (read-only)")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="CLI prompt 1")
+
+    # The CLI's next turn reaches the open transcript.
+    cli_turn(session, "CLI prompt 2")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="cli answer to CLI prompt 2")
+
+    # The CLI lets go of it; Take Control makes it writable here.
+    cli("session", "release-control", "--session", session)
+    drive("command", title="mevedel: Take Control of Session")
+    drive("notification", text=f"{session}: you have control (writable here)")
+    drive("command", title="mevedel: Release Control of Session")
+    drive("notification", text=f"released {session}")
+    # Given back: the CLI takes its session's next turn.
+    cli_turn(session, "CLI prompt 3")
+    drive("waitFor", selector=".editor-instance .view-line", hasText="cli answer to CLI prompt 3")
