@@ -140,7 +140,8 @@ class ArtifactDeleteResult:
 class ArtifactVersion:
     number: int
     at: int
-    reason: Literal["turn", "saved", "created", "restored"]
+    #: ``replaced``: the content a restore wrote over, recorded before it.
+    reason: Literal["turn", "saved", "created", "restored", "replaced"]
     size: int
     revision: str
     session_id: Optional[str] = None

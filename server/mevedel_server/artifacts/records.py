@@ -43,6 +43,8 @@ class VersionReason(enum.Enum):
     SAVED = "saved"
     CREATED = "created"
     RESTORED = "restored"
+    #: What a restore wrote over (recorded before it, so it can be undone).
+    REPLACED = "replaced"
 
 
 class VersionEntry(_Record, kw_only=True):

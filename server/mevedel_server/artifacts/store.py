@@ -510,12 +510,35 @@ class ArtifactStore:
     @_refusals
     async def restore(self, item_id: str, number: int, *, editor: Editor | None = None) -> str:
         """Write version ``number``'s bytes as an ordinary write, then record
-        a ``restored`` version (so the restore itself can be undone)."""
+        a ``restored`` version. The content it replaces is recorded first (a
+        ``replaced`` version) unless the latest version already holds it, so
+        the restore itself can be undone; the write names the revision that
+        version holds, so a write landing in between is refused
+        (``conflict``), never lost."""
         check_item_id(item_id)
         _, data = await read_version(self.target, item_id, number)
-        revision = await self.write(item_id, data, editor=editor, reason="restored")
+        async with self.leases.queue(item_id):
+            current = await self._keep_replaced(item_id, editor)
+            revision = await self._write(item_id, data, revision_of(current), editor, "restored")
         await self._publish(item_id, data, VersionReason.RESTORED, editor)
         return revision
+
+    async def _keep_replaced(self, item_id: str, editor: Editor | None) -> bytes:
+        """Record the item's current content as a ``replaced`` version
+        unless the latest version holds exactly it; answers that content.
+        An item another process holds is refused here, before anything is
+        recorded (the restore could not write it)."""
+        meta, _ = await self.meta(item_id)
+        if meta.kind in LIVE_PRIMARY and not self.leases.holds(item_id):
+            self.leases.fence(await self.leases.observe(item_id))  # raises item-held
+        op = Read(ItemPaths(item_id).file(meta.primary))
+        result = (await self.target.run(ControlProgram([op])))[0]
+        raise_for_result(op, result)
+        current = result.value
+        index, _ = await read_index(self.target, item_id)
+        if not index.versions or index.versions[-1].sha256 != revision_of(current):
+            await self._publish(item_id, current, VersionReason.REPLACED, editor)
+        return current
 
     # Versions ------------------------------------------------------------------
 
