@@ -51,6 +51,10 @@ class ArtifactEntry:
     updated_at: int
     versions: int
     holder_host: Optional[str] = None
+    #: That holder for people: its editor or process and its host
+    #: (``Neovim 0.12.0 (pid 4242) on vm``), so two editors on one machine
+    #: are told apart.
+    holder: Optional[str] = None
 
 
 @attrs.define
@@ -101,6 +105,8 @@ class ArtifactReadResult:
     writable: bool
     comments: list[ArtifactComment]
     holder_host: Optional[str] = None
+    #: That holder for people: its editor or process and its host.
+    holder: Optional[str] = None
 
 
 @attrs.define
@@ -178,15 +184,23 @@ class ArtifactAttachResult:
 
 @attrs.define
 class ArtifactDidChangeParams:
-    """An item changed through this server (or a write of it was fenced
-    because another process now holds it): reload it. ``reason`` is
+    """An item changed: reload it. Through this server, ``reason`` is
     ``created``, ``written``, ``restored``, ``deleted``, ``attached``,
     ``detached``, ``commented``, ``versioned``, ``handed-over`` or
-    ``fenced``."""
+    ``fenced`` (a write of it was refused because another process now
+    holds it). For an item open here (read through this server) or written
+    here, another process taking its lease, writing it or handing it back
+    is ``elsewhere``, with ``writable`` and, while another process holds it,
+    ``holder`` and ``holder_host`` (``deleted`` when it was deleted there)."""
 
     workspace_folder: str
     id: str
     reason: str
+    #: Set with ``elsewhere``: whether this server may write it now.
+    writable: Optional[bool] = None
+    #: Who holds it, for people: the editor or process and its host.
+    holder: Optional[str] = None
+    holder_host: Optional[str] = None
 
 
 @attrs.define

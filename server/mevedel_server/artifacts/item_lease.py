@@ -77,6 +77,14 @@ class LeaseView:
     def holder_host(self) -> str | None:
         return self.record.host if self.record is not None else None
 
+    @property
+    def holder_text(self) -> str | None:
+        """Who holds it, for people: the editor or process and its host."""
+        rec = self.record
+        if rec is None:
+            return None
+        return f"{rec.holder} on {rec.host}" if rec.holder else rec.host
+
 
 @dataclass
 class _Held:
@@ -131,6 +139,10 @@ class ItemLeases:
         self.idle_seconds = idle_seconds
         self.renew_every = renew_every if renew_every is not None else duration_seconds / 3
         self._monotonic = monotonic
+        #: The editor or process this is (``Neovim 0.12 (pid 4242)``),
+        #: written into each generation so people can tell two editors on
+        #: one machine apart.
+        self.label: str | None = None
         self._held: dict[str, _Held] = {}
         #: One queue per item in this process: its writes, renewals and
         #: release run one at a time, so a proof this process took is never
@@ -176,6 +188,22 @@ class ItemLeases:
         expired, or this process's own)."""
         return (view.holder_host or "another machine") if view.standing(self.client.client_id) == "held" else None
 
+    def holder_text(self, view: LeaseView) -> str | None:
+        """That holder for people: its editor or process and its host."""
+        return (view.holder_text or "another machine") if view.standing(self.client.client_id) == "held" else None
+
+    def _record(self, generation: int, state: ItemLeaseState) -> ItemLeaseRecord:
+        label = self.label[:200] if self.label else None
+        return ItemLeaseRecord(
+            generation=generation,
+            state=state,
+            client_id=self.client.client_id,
+            host=self.client.host,
+            renewed_at=0,
+            expires_at=0,
+            holder=label,
+        )
+
     # Fencing ----------------------------------------------------------------
 
     def fence(self, view: LeaseView) -> tuple[list[Operation], StampedCreate]:
@@ -189,14 +217,14 @@ class ItemLeases:
             raise ArtifactError(
                 "item-lease-lost",
                 view.item_id,
-                f"another mevedel process on {view.holder_host or 'another machine'} took the item over; "
+                f"another mevedel process ({view.holder_text or 'on another machine'}) took the item over; "
                 "this write was refused and nothing was written; reload it",
             )
         if standing == "held":
             raise ArtifactError(
                 "item-held",
                 view.item_id,
-                f"another mevedel process on {view.holder_host or 'another machine'} is editing it; it is read-only here "
+                f"another mevedel process ({view.holder_text or 'on another machine'}) is editing it; it is read-only here "
                 "until that process hands it over (ask with requestHandover; an idle item is handed over after 10 seconds)",
             )
         paths = ItemPaths(view.item_id)
@@ -207,14 +235,7 @@ class ItemLeases:
         ops.append(Verify(paths.generation(n), view.raw) if n else Verify(paths.generation(1), None))
         if n:
             ops.append(Verify(paths.generation(n + 1), None))
-        record = ItemLeaseRecord(
-            generation=n + 1,
-            state=ItemLeaseState.ACTIVE,
-            client_id=self.client.client_id,
-            host=self.client.host,
-            renewed_at=0,
-            expires_at=0,
-        )
+        record = self._record(n + 1, ItemLeaseState.ACTIVE)
         create = StampedCreate(paths.generation(n + 1), stamped_record(record, self.duration))
         ops.append(create)
         ops += _prune(paths, n)
@@ -273,6 +294,18 @@ class ItemLeases:
         result = await self.target.run(program)
         if not result.completed:
             raise_for_result(program.operations[result.stopped_at], result[result.stopped_at])
+
+    async def handover_wait(self, item_id: str) -> float | None:
+        """For an item held here that another process asked for: the
+        seconds until it has been idle long enough to hand over (0 or less:
+        now). None when it is not held here or nobody else asks."""
+        held = self._held.get(item_id)
+        if held is None:
+            return None
+        view = await self.observe(item_id)
+        if view.handover is None or view.handover.client_id == self.client.client_id:
+            return None
+        return self.idle_seconds - (self._monotonic() - held.last_edit)
 
     # Renewal -----------------------------------------------------------------
 
@@ -343,9 +376,7 @@ class ItemLeases:
     async def _write_state(self, item_id: str, held: _Held, state: ItemLeaseState, *, remove_request: bool) -> None:
         paths = ItemPaths(item_id)
         n = held.generation
-        record = ItemLeaseRecord(
-            generation=n + 1, state=state, client_id=self.client.client_id, host=self.client.host, renewed_at=0, expires_at=0
-        )
+        record = self._record(n + 1, state)
         create = StampedCreate(paths.generation(n + 1), stamped_record(record, self.duration))
         ops: list[Operation] = [Verify(paths.generation(n), held.raw), Verify(paths.generation(n + 1), None), create]
         if remove_request:

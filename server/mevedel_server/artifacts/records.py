@@ -97,6 +97,9 @@ class ItemLeaseRecord(_Record, kw_only=True):
     host: Annotated[str, msgspec.Meta(max_length=255)]
     renewed_at: Seconds
     expires_at: Seconds
+    #: The editor or process holding it (shown to people with the host, so
+    #: two editors on one machine are told apart); None from older writers.
+    holder: Annotated[str, msgspec.Meta(max_length=200)] | None = None
 
 
 class HandoverRequest(_Record, kw_only=True):

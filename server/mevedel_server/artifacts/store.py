@@ -85,6 +85,8 @@ class ItemSummary:
     versions: int
     #: Set while another process holds the item's live lease.
     holder_host: str | None = None
+    #: That holder for people: its editor or process and its host.
+    holder: str | None = None
 
     @property
     def item_id(self) -> str:
@@ -99,6 +101,8 @@ class ItemContent:
     comments: tuple[Comment, ...]
     #: Set while another process holds the item's live lease.
     holder_host: str | None = None
+    #: That holder for people: its editor or process and its host.
+    holder: str | None = None
 
     @property
     def writable(self) -> bool:
@@ -240,13 +244,14 @@ class ArtifactStore:
                     count = len(load_index(index_read.data, item_id).versions)
                 except ArtifactError:
                     count = 0
-            holder = None
+            holder = holder_text = None
             if item_id in views and now is not None:
                 try:
-                    holder = self.leases.holder(lease_view(item_id, views[item_id], now))
+                    view = lease_view(item_id, views[item_id], now)
+                    holder, holder_text = self.leases.holder(view), self.leases.holder_text(view)
                 except ArtifactError:
                     holder = None  # an untrustworthy lease names nobody
-            items.append(ItemSummary(meta, count, holder))
+            items.append(ItemSummary(meta, count, holder, holder_text))
         items.sort(key=lambda s: (s.meta.title.casefold(), s.meta.title, s.meta.id))
         for item_id in interrupted:
             await self._finish_delete(item_id)
@@ -272,11 +277,12 @@ class ArtifactStore:
         result = await self.target.run(ControlProgram([primary, discussion]))
         raise_for_result(primary, result[0])
         comments = _decode_discussion(item_id, result[1].value if result[1].ok else None).comments
-        holder = None
+        holder = holder_text = None
         if meta.kind in LIVE_PRIMARY and not self.leases.holds(item_id):
-            holder = self.leases.holder(await self.leases.observe(item_id))
+            view = await self.leases.observe(item_id)
+            holder, holder_text = self.leases.holder(view), self.leases.holder_text(view)
         data = result[0].value
-        return ItemContent(meta, data, revision_of(data), tuple(comments), holder)
+        return ItemContent(meta, data, revision_of(data), tuple(comments), holder, holder_text)
 
     @_refusals
     async def versions(self, item_id: str) -> list[VersionEntry]:
@@ -853,7 +859,7 @@ class ArtifactStore:
         if holder is not None:
             await self.leases.request_handover(item_id)
         index, _ = await read_index(self.target, item_id)
-        return ItemSummary(meta, len(index.versions), holder)
+        return ItemSummary(meta, len(index.versions), holder, self.leases.holder_text(view))
 
     async def close(self) -> None:
         await self.leases.close()

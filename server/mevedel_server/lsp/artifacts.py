@@ -1,13 +1,19 @@
 """``mevedel/artifact/*``: the workspace artifact store, thin handlers over
 :class:`~mevedel_server.artifacts.attachments.SessionArtifacts` (one per
 workspace folder, made with the folder's session service on first use),
-and ``mevedel/artifact/didChange`` for every change made here. The items'
-leases are released when the server exits.
+and ``mevedel/artifact/didChange`` for every change made here and, for
+the items open here (read through this server) or written here, for every
+change of their lease or primary file another process made
+(:class:`~mevedel_server.artifacts.item_watch.ItemWatches`, reason
+``elsewhere``, naming the holder). The items' leases are released when the
+server exits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from mevedel_protocol import artifact as wire
@@ -15,8 +21,11 @@ from mevedel_protocol import converter, methods
 
 from ..artifacts.attachments import Listed, SessionArtifacts, session_artifacts
 from ..artifacts.content import decode_payload, encode_for_reader
+from ..artifacts.item_watch import ItemState, ItemWatches
+from ..artifacts.layout import LIVE_PRIMARY
 from ..artifacts.records import Comment, VersionEntry
 from ..store.service import SessionService
+from ..store.watching.watch import WatchCadence
 from .handlers import command_handler, folder as _folder, registry as _registry, request_handler
 from .workspaces import Folder
 
@@ -32,6 +41,8 @@ class ArtifactStores:
     def __init__(self, ls: MevedelLanguageServer) -> None:
         self.ls = ls
         self._stores: dict[str, SessionArtifacts] = {}
+        self._watches: dict[str, ItemWatches] = {}
+        self._tasks: set[asyncio.Task] = set()
 
     def of(self, folder: Folder) -> SessionArtifacts:
         known = self._stores.get(folder.key)
@@ -45,9 +56,35 @@ class ArtifactStores:
             max_version_bytes=settings.artifact_max_version_bytes,
             lease_seconds=settings.lease_seconds,
         )
+        work.store.leases.label = self._label()
         work.store.on_change.append(lambda item_id, reason: self._changed(folder, item_id, reason))
+        self._watches[folder.key] = ItemWatches(
+            work.store,
+            lambda item_id, state: self._elsewhere(folder, item_id, state),
+            cadence=lambda: WatchCadence.from_settings(self.ls.settings.session_watch),
+        )
         self._stores[folder.key] = work
         return work
+
+    def _label(self) -> str:
+        """This server for people told it holds an item: its editor and pid."""
+        editor = getattr(self.ls, "client_label", None) or "mevedel language server"
+        return f"{editor} (pid {os.getpid()})"
+
+    def watches(self, folder: Folder) -> ItemWatches:
+        self.of(folder)
+        return self._watches[folder.key]
+
+    def _elsewhere(self, folder: Folder, item_id: str, state: ItemState) -> None:
+        params = wire.ArtifactDidChangeParams(
+            workspace_folder=folder.uri,
+            id=item_id,
+            reason="deleted" if state.revision is None else "elsewhere",
+            writable=state.writable,
+            holder=state.holder,
+            holder_host=state.holder_host,
+        )
+        self._notify(params)
 
     def configure(self) -> None:
         settings = self.ls.settings
@@ -56,13 +93,47 @@ class ArtifactStores:
             work.store.max_version_bytes = settings.artifact_max_version_bytes
 
     def _changed(self, folder: Folder, item_id: str, reason: str) -> None:
-        params = wire.ArtifactDidChangeParams(workspace_folder=folder.uri, id=item_id, reason=reason)
+        if reason in ("written", "restored", "created"):
+            # Written here: it may be held here now, and a hand-over request
+            # for it is answered as soon as it comes (the watch sees it).
+            self._spawn(self._watch_written(folder, item_id))
+        self._notify(wire.ArtifactDidChangeParams(workspace_folder=folder.uri, id=item_id, reason=reason))
+
+    async def _watch_written(self, folder: Folder, item_id: str) -> None:
+        watches = self._watches.get(folder.key)
+        if watches is None or watches.watching(item_id):
+            return
+        work = self._stores[folder.key]
+        try:
+            meta, _ = await work.store.meta(item_id)
+            if meta.kind in LIVE_PRIMARY:
+                await watches.watch(item_id)
+        except Exception as error:  # an item deleted meanwhile is not watched
+            _log.debug("not watching artifact %s: %s", item_id, error)
+
+    def _spawn(self, coroutine) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(coroutine)
+        except RuntimeError:
+            coroutine.close()
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _notify(self, params: wire.ArtifactDidChangeParams) -> None:
         try:
             self.ls.protocol.notify(methods.ARTIFACT_DID_CHANGE, converter.unstructure(params))
         except Exception:
             _log.debug("could not send %s", methods.ARTIFACT_DID_CHANGE, exc_info=True)
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for watches in list(self._watches.values()):
+            try:
+                await watches.close()
+            except Exception:
+                _log.warning("stopping an artifact watch failed", exc_info=True)
         for work in list(self._stores.values()):
             try:
                 await work.close()
@@ -90,6 +161,7 @@ def _entry(listed: Listed) -> wire.ArtifactEntry:
         updated_at=meta.updated_at,
         versions=listed.item.versions,
         holder_host=listed.item.holder_host,
+        holder=listed.item.holder,
     )
 
 
@@ -133,6 +205,11 @@ async def create(ls, params: wire.ArtifactCreateParams) -> wire.ArtifactEntry:
 async def read(ls, params: wire.ArtifactParams) -> wire.ArtifactReadResult:
     work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_READ)
     item, attached = await work.read(_session(ls, folder, params.session_id), params.id)
+    # Open in an editor: another process taking or writing it is told.
+    held_here = work.store.leases.holds(item.meta.id)
+    standing = "held" if item.holder_host is not None else "mine" if held_here else "free"
+    seen = ItemState(standing, item.holder, item.holder_host, item.revision)
+    await ls.artifacts.watches(folder).watch(item.meta.id, seen=seen)  # type: ignore[attr-defined]
     text, encoding = encode_for_reader(item.meta.primary, item.meta.kind, item.data)
     return wire.ArtifactReadResult(
         id=item.meta.id,
@@ -146,6 +223,7 @@ async def read(ls, params: wire.ArtifactParams) -> wire.ArtifactReadResult:
         writable=item.writable,
         comments=[_comment(c) for c in item.comments],
         holder_host=item.holder_host,
+        holder=item.holder,
     )
 
 

@@ -202,6 +202,9 @@ async def _pull_settings(ls: MevedelLanguageServer) -> Any:
 def register(ls: MevedelLanguageServer) -> None:
     @ls.feature(types.INITIALIZE)
     def initialize(ls: MevedelLanguageServer, params: types.InitializeParams) -> None:
+        # Who this server serves, for people told who holds an item here.
+        info = params.client_info
+        ls.client_label = " ".join(filter(None, (info.name, info.version))) if info is not None else None  # type: ignore[attr-defined]
         apply_settings(ls, params.initialization_options)
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)

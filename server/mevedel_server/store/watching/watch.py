@@ -122,7 +122,7 @@ class SessionWatcher:
         mode: WatchMode | None = None,
     ) -> None:
         self.target = target
-        self.paths = SessionPaths(check_session_id(session_id))
+        self._place(session_id)
         self.cadence = cadence or WatchCadence()
         self._active = active
         local = isinstance(target, LocalTarget)
@@ -142,6 +142,12 @@ class SessionWatcher:
         self.deliveries = 0
         #: Poll programs run.
         self.polls = 0
+
+    def _place(self, session_id: str) -> None:
+        """What is watched (a subclass watching another directory chain
+        overrides this, ``session_id``, ``_chain``, ``_classify`` and
+        ``_listing``)."""
+        self.paths = SessionPaths(check_session_id(session_id))
 
     # Facts --------------------------------------------------------------------
 
@@ -269,7 +275,7 @@ class SessionWatcher:
         if self._arm is not None and self._arm.path == where:
             return True
         self._disarm()
-        recursive = where == self.paths.lease_dir
+        recursive = where == self._chain()[-1]
         self._arms += 1
         arm_id = self._arms
         quiet = self.cadence.debounce_seconds
