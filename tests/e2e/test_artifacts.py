@@ -126,3 +126,56 @@ async def test_the_items_conversation_is_hidden_and_deleted_with_it(client, work
     assert not (workspace / ".mevedel/sessions" / opened["sessionId"]).exists()
     assert (await request(client, methods.ARTIFACT_LIST, {}))["items"] == []
     assert (workspace / ".mevedel/sessions" / sid).exists() == kept
+
+
+async def test_an_open_item_taken_and_written_elsewhere_is_told_naming_the_editor(workspace):
+    """Server one has the item open (read); server two, another editor on the
+    same machine, writes it: one sends `mevedel/artifact/didChange`
+    `elsewhere`, not writable, naming two's editor and pid; a restore in one
+    is refused then with nothing recorded; two exits, and one is told the
+    item is writable again."""
+    from lsprotocol import types
+
+    one = await SERVER.start()
+    two = await SERVER.start()
+    notes: list[dict] = []
+    arrived = asyncio.Event()
+    one.feature(methods.ARTIFACT_DID_CHANGE)(lambda params: (notes.append(params), arrived.set()))
+    running = [one, two]
+    try:
+        for client, editor in ((one, "Emacs"), (two, "Neovim")):
+            params = initialize_params(workspace)
+            params.client_info = types.ClientInfo(name=editor, version="1.0")
+            await client.initialize_session(params)
+        item = await request(one, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Shared", "content": "v0\n"})
+        assert (await request(one, methods.ARTIFACT_READ, {"id": item["id"]}))["writable"]
+
+        async def told(predicate) -> dict:
+            while True:
+                found = [n for n in notes if n["reason"] == "elsewhere" and predicate(n)]
+                if found:
+                    return found[0]
+                arrived.clear()
+                await asyncio.wait_for(arrived.wait(), 60)
+
+        await request(two, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "two wrote\n"})
+        note = await told(lambda n: not n["writable"])
+        assert note["id"] == item["id"] and note["holder"].startswith("Neovim 1.0 (pid ") and note["holder"].endswith(f" on {note['holderHost']}")
+        seen = await request(one, methods.ARTIFACT_READ, {"id": item["id"]})
+        assert seen["content"] == "two wrote\n" and seen["holder"] == note["holder"]
+        held = await _refused(one, methods.ARTIFACT_RESTORE, {"id": item["id"], "version": 1})
+        assert held["kind"] == "item-held" and "Neovim 1.0" in held["reason"]
+        assert len((await request(one, methods.ARTIFACT_VERSIONS, {"id": item["id"]}))["versions"]) == 1
+        running.remove(two)
+        await two.shutdown_session()
+        await two.stop()
+        note = await told(lambda n: n["writable"])
+        assert "holder" not in note or note["holder"] is None
+        restored = await request(one, methods.ARTIFACT_RESTORE, {"id": item["id"], "version": 1})
+        versions = (await request(one, methods.ARTIFACT_VERSIONS, {"id": item["id"]}))["versions"]
+        assert [v["reason"] for v in versions] == ["restored", "replaced", "created"]
+        assert versions[1]["size"] == len("two wrote\n") and restored["revision"] == versions[0]["revision"]
+    finally:
+        for client in running:
+            await client.shutdown_session()
+            await client.stop()
