@@ -3085,6 +3085,10 @@ Interactively, the file the prompt was started from is the default."
 (defvar-local mevedel-lsp-artifact--id nil
   "The store item an item buffer, versions list or discussion shows.")
 
+(defvar-local mevedel-lsp-artifact--rows nil
+  "The items list's entries by id.  A row is named by its item's id, so
+the cursor stays on its row when the entry changes (after s, a or d).")
+
 (defvar-local mevedel-lsp-artifact--item nil
   "The item's last `mevedel/artifact/read' result, without its content.")
 
@@ -3139,7 +3143,9 @@ so an older read never puts its text back over a newer one.")
   "The item the current buffer or list row is about, as a plist with
 :id and :title, or nil when there is none."
   (cond ((derived-mode-p 'mevedel-lsp-artifacts-mode)
-         (or (tabulated-list-get-id) (user-error "No item on this line")))
+         (or (and mevedel-lsp-artifact--rows (tabulated-list-get-id)
+                  (gethash (tabulated-list-get-id) mevedel-lsp-artifact--rows))
+             (user-error "No item on this line")))
         (mevedel-lsp-artifact--id
          (list :id mevedel-lsp-artifact--id
                :title (or (plist-get mevedel-lsp-artifact--item :title) mevedel-lsp-artifact--id)))))
@@ -3193,22 +3199,24 @@ read-only here until handed over: \\<mevedel-lsp-artifacts-mode-map>\\[mevedel-l
 \\{mevedel-lsp-artifacts-mode-map}"
   (setq tabulated-list-format
         [("" 1 t) ("Title" 32 t) ("Kind" 10 t) ("Versions" 8 t :right-align t)
-         ("Updated" 16 t) ("Held by" 14 t) ("Id" 0 t)])
+         ("Updated" 16 t) ("Held by" 34 t) ("Id" 0 t)])
   (setq tabulated-list-padding 1)
   (add-hook 'tabulated-list-revert-hook #'mevedel-lsp-artifact--list-entries nil t)
   (tabulated-list-init-header))
 
 (defun mevedel-lsp-artifact--list-entries ()
   "Read the items again into `tabulated-list-entries'."
+  (setq mevedel-lsp-artifact--rows (make-hash-table :test #'equal))
   (setq tabulated-list-entries
         (mapcar (lambda (entry)
-                  (list entry
+                  (puthash (plist-get entry :id) entry mevedel-lsp-artifact--rows)
+                  (list (plist-get entry :id)
                         (vector (if (eq (plist-get entry :attached) t) "*" "")
                                 (plist-get entry :title)
                                 (plist-get entry :kind)
                                 (number-to-string (or (plist-get entry :versions) 0))
                                 (mevedel-lsp-artifact--time (plist-get entry :updatedAt))
-                                (or (plist-get entry :holderHost) "")
+                                (or (plist-get entry :holder) (plist-get entry :holderHost) "")
                                 (plist-get entry :id))))
                 (mevedel-lsp-artifact--list-items (mevedel-lsp--server)))))
 
@@ -3270,7 +3278,17 @@ An item buffer with unsaved edits keeps them."
     ;; Saved exactly as shown; no final newline is added on the way.
     (setq-local require-final-newline nil)
     ;; `save-some-buffers' (and leaving Emacs) offers to save its edits.
-    (setq-local buffer-offer-save t)))
+    (setq-local buffer-offer-save t)
+    ;; C-x k asks before unsaved edits go, as for a file.
+    (add-hook 'kill-buffer-query-functions #'mevedel-lsp-artifact--kill-query nil t)))
+
+(defun mevedel-lsp-artifact--kill-query ()
+  "Before killing an item buffer with unsaved edits, ask (as for a file)."
+  (or (not (buffer-modified-p))
+      (not mevedel-lsp-artifact-mode)
+      (mevedel-lsp-artifact--image-p mevedel-lsp-artifact--item)
+      (yes-or-no-p (format "%s has unsaved edits of %s; kill it anyway? "
+                           (buffer-name) (or (plist-get mevedel-lsp-artifact--item :title) "an item")))))
 
 (defun mevedel-lsp-artifact--image-p (read)
   "Non-nil when READ, a `mevedel/artifact/read' result, is an image."
@@ -3297,10 +3315,15 @@ An item buffer with unsaved edits keeps them."
            (format "mevedel: %s · an image (%s); it is not edited here" title (plist-get item :primary)))
           ((not (eq (plist-get item :writable) t))
            (format "mevedel: %s is read-only here: %s holds it (M-x mevedel-lsp-artifact-request-handover asks for it)"
-                   title (or (plist-get item :holderHost) "another server process")))
+                   title (mevedel-lsp-artifact--holder item)))
           (t (format "mevedel: %s · %s%s%s" title (plist-get item :kind)
                      (if (eq (plist-get item :attached) t) " · attached" "")
                      (if (> comments 0) (format " · %s" (mevedel-lsp--plural comments "comment")) ""))))))
+
+(defun mevedel-lsp-artifact--holder (item)
+  "Who holds ITEM (a read result or list entry), for people: its editor
+or process and machine when the server says, else the machine."
+  (or (plist-get item :holder) (plist-get item :holderHost) "another server process"))
 
 (defun mevedel-lsp-artifact--show (read)
   "Make the current item buffer show READ, a `mevedel/artifact/read' result."
@@ -3328,10 +3351,24 @@ An item buffer with unsaved edits keeps them."
   "Read the current buffer's item again and show it, unsaved edits or not."
   (mevedel-lsp-artifact--show (mevedel-lsp-artifact--read (mevedel-lsp--server) mevedel-lsp-artifact--id)))
 
-(defun mevedel-lsp-artifact--take (read)
+(defun mevedel-lsp-artifact--take (read &optional elsewhere)
   "The current buffer's item changed; READ is what it is now.  Show it,
-unless the buffer has unsaved edits; then only say so, keeping them."
-  (cond ((not (buffer-modified-p)) (mevedel-lsp-artifact--show read))
+unless the buffer has unsaved edits; then only say so, keeping them.
+ELSEWHERE: another server process took or wrote the item, so the edits
+could never be saved here: they go to a buffer of their own, and the
+buffer shows the item, read-only while that process holds it."
+  (cond ((not (buffer-modified-p))
+         (let ((was-writable (eq (plist-get mevedel-lsp-artifact--item :writable) t)))
+           (mevedel-lsp-artifact--show read)
+           (when (and elsewhere was-writable (not (eq (plist-get read :writable) t)))
+             (message "mevedel: %s is held by %s now: read-only here, and reloaded"
+                      (plist-get read :title) (mevedel-lsp-artifact--holder read)))))
+        ((and elsewhere (not (equal (plist-get read :revision) mevedel-lsp-artifact--revision))
+              (not (eq (plist-get read :writable) t)))
+         (let ((kept (mevedel-lsp-artifact--keep-text)))
+           (mevedel-lsp-artifact--show read)
+           (message "mevedel: %s is held by %s now and was written there: read-only here and reloaded; your unsaved text is in %s"
+                    (plist-get read :title) (mevedel-lsp-artifact--holder read) (buffer-name kept))))
         ((not (equal (plist-get read :revision) mevedel-lsp-artifact--revision))
          (setq mevedel-lsp-artifact--note
                "changed on the server while you edit it: saving will report the conflict; \\[revert-buffer] reads it again"
@@ -3341,11 +3378,12 @@ unless the buffer has unsaved edits; then only say so, keeping them."
   "The current buffer's item changed on SERVER: read it and take it."
   (mevedel-lsp-artifact--take (mevedel-lsp-artifact--read server mevedel-lsp-artifact--id)))
 
-(defun mevedel-lsp-artifact--reload-async (buffer server)
+(defun mevedel-lsp-artifact--reload-async (buffer server &optional elsewhere)
   "Read item BUFFER's item again through SERVER without waiting for the
 answer, and take it when it comes (unless something newer came first).
 Nothing waits, so this may run while a request waits or an agent's turn
-runs: the buffer follows an agent writing the item."
+runs: the buffer follows an agent writing the item.  ELSEWHERE: another
+server process changed it (see `mevedel-lsp-artifact--take')."
   (with-current-buffer buffer
     (let ((generation (cl-incf mevedel-lsp-artifact--generation)))
       (jsonrpc-async-request
@@ -3354,7 +3392,7 @@ runs: the buffer follows an agent writing the item."
                      (when (buffer-live-p buffer)
                        (with-current-buffer buffer
                          (when (= generation mevedel-lsp-artifact--generation)
-                           (mevedel-lsp-artifact--take read)))))
+                           (mevedel-lsp-artifact--take read elsewhere)))))
        :error-fn (lambda (error)
                    (message "mevedel: could not read %s again: %s" (buffer-name buffer)
                             (or (plist-get (plist-get error :data) :reason) (plist-get error :message))))
@@ -3616,7 +3654,7 @@ by reading the item.")
                          (message "mevedel: %s was handed over: it is writable here now" (plist-get read :title)))
                         ((> (float-time) deadline)
                          (message "mevedel: %s has not handed %s over yet; ask again with M-x mevedel-lsp-artifact-request-handover"
-                                  (or (plist-get read :holderHost) "its holder") (plist-get read :title)))
+                                  (mevedel-lsp-artifact--holder read) (plist-get read :title)))
                         (t (setq done nil)))))
             (error (message "mevedel: %s" (error-message-string err))))
           (when done
@@ -3637,9 +3675,9 @@ item's open buffer turns writable (watched for
     (mevedel-lsp-artifact--refresh server id)
     (when (plist-get entry :holderHost)
       (mevedel-lsp-artifact--watch-handover server id))
-    (message "mevedel: %s" (if-let ((host (plist-get entry :holderHost)))
-                               (format "asked %s to hand %s over; it does once nobody has written it there for 10 seconds"
-                                       host (plist-get entry :title))
+    (message "mevedel: %s" (if (plist-get entry :holderHost)
+                               (format "asked %s to hand %s over; it does once nobody has written it there for 10 seconds (at once if nobody has)"
+                                       (mevedel-lsp-artifact--holder entry) (plist-get entry :title))
                              (format "%s is held by no other server process: it is writable here" (plist-get entry :title))))
     entry))
 
@@ -3715,6 +3753,40 @@ as a version, so it can be undone by restoring again).
       (tabulated-list-print)
       (pop-to-buffer (current-buffer)))))
 
+(defun mevedel-lsp-artifact--restore-question (server id title version)
+  "The question before restoring item ID (TITLE) of SERVER to VERSION: what
+the restore replaces, and whether that text is kept as a version."
+  (let* ((versions (mevedel-lsp--list
+                    (plist-get (mevedel-lsp--request server :mevedel/artifact/versions (mevedel-lsp--object :id id))
+                               :versions)))
+         (chosen (seq-find (lambda (v) (equal (plist-get v :number) version)) versions))
+         (read (mevedel-lsp-artifact--read server id))
+         (size (if (mevedel-lsp-artifact--image-p read)
+                   (length (base64-decode-string (plist-get read :content)))
+                 (string-bytes (plist-get read :content))))
+         (holding (seq-find (lambda (v) (equal (plist-get v :revision) (plist-get read :revision))) versions))
+         (latest (car versions))
+         (unsaved (seq-find (lambda (buffer)
+                              (with-current-buffer buffer
+                                (and mevedel-lsp-artifact-mode (equal mevedel-lsp-artifact--id id)
+                                     (buffer-modified-p))))
+                            (buffer-list))))
+    (unless chosen
+      (user-error "mevedel: %s keeps no version %d (kept: %s)" title version
+                  (mapconcat (lambda (v) (number-to-string (plist-get v :number))) versions ", ")))
+    (format "Restore %s to version %d (%s, %s, %s)?  It replaces the current text (%s), %s%s. "
+            title version (plist-get chosen :reason) (mevedel-lsp--plural (plist-get chosen :size) "byte")
+            (mevedel-lsp-artifact--time (plist-get chosen :at))
+            (mevedel-lsp--plural size "byte")
+            (cond ((and latest (equal (plist-get latest :revision) (plist-get read :revision)))
+                   (format "which is version %d" (plist-get latest :number)))
+                  (holding
+                   (format "the same as version %d; it is kept as a new version first" (plist-get holding :number)))
+                  (t "which no version holds: it is kept as a new version first"))
+            (if unsaved
+                (format "; the unsaved edits in %s are not part of it and stay there" (buffer-name unsaved))
+              ""))))
+
 (defun mevedel-lsp-artifact-restore (id version)
   "Make VERSION of item ID its content again, once you confirm."
   (interactive
@@ -3725,7 +3797,7 @@ as a version, so it can be undone by restoring again).
        (list id (read-number (format "Restore %s to version: " (mevedel-lsp-artifact--title id)))))))
   (let ((server (mevedel-lsp--server))
         (title (mevedel-lsp-artifact--title id)))
-    (if (not (yes-or-no-p (format "Restore %s to version %d? " title version)))
+    (if (not (yes-or-no-p (mevedel-lsp-artifact--restore-question server id title version)))
         (progn (message "mevedel: %s was not restored" title) nil)
       (let ((result (mevedel-lsp--request server :mevedel/artifact/restore
                                           (mevedel-lsp--object :id id :version version))))
@@ -3825,7 +3897,7 @@ its versions list and discussion and of the item lists (PARAMS)."
     (with-current-buffer buffer
       (when mevedel-lsp-artifact-mode
         (if (not (equal (plist-get params :reason) "deleted"))
-            (mevedel-lsp-artifact--reload-async buffer server)
+            (mevedel-lsp-artifact--reload-async buffer server (equal (plist-get params :reason) "elsewhere"))
           (cl-incf mevedel-lsp-artifact--generation)
           (setq mevedel-lsp-artifact--note "was deleted from the store; this text is all that is left of it"
                 header-line-format (mevedel-lsp-artifact--header))))))

@@ -186,8 +186,8 @@ class ArtifactAttachResult:
 class ArtifactDidChangeParams:
     """An item changed: reload it. Through this server, ``reason`` is
     ``created``, ``written``, ``restored``, ``deleted``, ``attached``,
-    ``detached``, ``commented``, ``versioned``, ``handed-over`` or
-    ``fenced`` (a write of it was refused because another process now
+    ``detached``, ``commented``, ``delivered`` (comments reached an
+    agent), ``versioned``, ``handed-over`` or ``fenced`` (a write of it was refused because another process now
     holds it). For an item open here (read through this server) or written
     here, another process taking its lease, writing it or handing it back
     is ``elsewhere``, with ``writable`` and, while another process holds it,

@@ -171,6 +171,7 @@ REQUIRED_ARTIFACTS = (
     "artifact-files-open-as-text-or-image",
     "artifact-max-versions-setting",
     "artifact-held-by-another-server",
+    "artifact-taken-elsewhere-turns-read-only",
 )
 
 

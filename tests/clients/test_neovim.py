@@ -148,6 +148,7 @@ def test_neovim_artifacts(nvim: str, workspace: Workspace, tmp_path) -> None:
         "artifacts: a whiteboard opens as its JSON scene",
         "artifacts: delete asks first",
         "artifacts: an item another server holds is read-only here",
+        "artifacts: an open buffer turns read-only naming the other editor once it writes",
     ):
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
 

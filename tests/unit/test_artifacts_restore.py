@@ -62,3 +62,4 @@ async def test_a_restore_of_an_item_another_process_holds_records_nothing(root, 
     assert (await two.read(item.item_id)).data == b"one's unversioned text\n"
     await one.close()
     await two.close()
+

@@ -253,6 +253,7 @@ for name, spec in pairs({
   MevedelArtifactDuplicate = { 'duplicate', '?', 'Copy the item under a new id (optionally titled)' },
   MevedelArtifactDelete = { 'delete', 0, 'Delete the item (asks first)' },
   MevedelArtifactComment = { 'comment', '?', "Add a comment to the item's discussion" },
+  MevedelArtifactComments = { 'comments', 0, "Read the item's comments and whether an agent has read them" },
   MevedelArtifactRequest = { 'request', 0, 'Ask the mevedel server holding the item to hand it over' },
   MevedelArtifactConversation = { 'conversation', 0, "Open the chat of the item's own session" },
 }) do

@@ -72,11 +72,13 @@ def check_file_name(name: object) -> str | None:
 
 
 def normalize_title(title: object) -> str | None:
-    """The title as stored, or None when it is not one."""
-    if not isinstance(title, str):
+    """The title as stored (surrounding spaces dropped, runs of spaces made
+    one), or None when it is not one. A control character (a newline, a
+    tab) refuses the title rather than being folded away unsaid."""
+    if not isinstance(title, str) or any(ord(ch) < 32 or ord(ch) == 127 for ch in title):
         return None
     text = " ".join(title.split())
-    if not text or len(text) > MAX_TITLE or any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+    if not text or len(text) > MAX_TITLE:
         return None
     return text
 

@@ -310,7 +310,7 @@ class ArtifactStore:
             raise invalid(repr(kind), "is not an item kind (document, whiteboard, artifact)")
         clean_title = normalize_title(title)
         if clean_title is None:
-            raise invalid(repr(title), "is not a title (1-200 characters, no control characters)")
+            raise invalid(repr(title), "is not a title (1-200 characters on one line: no newline, tab or other control character)")
         if kind == "artifact":
             if file_name is None:
                 raise invalid("fileName", "an artifact needs its primary file name (such as report.md or chart.png)")
@@ -660,7 +660,8 @@ class ArtifactStore:
                 for c in comments
             ]
 
-        await self._change_discussion(item_id, mark)
+        if await self._change_discussion(item_id, mark) is not None:
+            self.notify(item_id, "delivered")  # a discussion on screen shows it
 
     async def _read_discussion(self, item_id: str) -> tuple[list[Comment], bytes | None]:
         paths = ItemPaths(item_id)

@@ -177,7 +177,9 @@ comment, duplicate and delete from the list."
         (setq mevedel-art-test--asked nil)
         ;; Declined: nothing changes.
         (mevedel-art-test--answering nil '(nil) (mevedel-art-test--press versions "RET"))
-        (should (string-match-p "Restore ERT plan to version 2\\?" (car mevedel-art-test--asked)))
+        ;; The question says what the restore replaces: 12 bytes no version holds.
+        (should (string-match-p "Restore ERT plan to version 2 (saved, 12 bytes, .*)\\?  It replaces the current text (12 bytes), which no version holds: it is kept as a new version first"
+                                (car mevedel-art-test--asked)))
         (should (equal (mevedel-art-test--content id) "version two\n"))
         (set-buffer versions)
         (goto-char (point-min))
@@ -186,8 +188,10 @@ comment, duplicate and delete from the list."
         (should (equal (mevedel-art-test--content id) "version one\n"))
         (mevedel-test--wait (lambda () (equal (mevedel-art-test--text item) "version one\n"))
                             "the open buffer to show the restored version")
-        (mevedel-test--wait (lambda () (string-match-p "^ +3 .* restored +12 " (mevedel-art-test--text versions)))
-                            "the versions list to show the restore"))
+        (mevedel-test--wait (lambda () (string-match-p "^ +4 .* restored +12 " (mevedel-art-test--text versions)))
+                            "the versions list to show the restore")
+        ;; The text the restore replaced is version 3: nothing was lost.
+        (should (string-match-p "^ +3 .* replaced +12 " (mevedel-art-test--text versions))))
 
       ;; d detaches, a attaches again.
       (mevedel-art-test--press listing "d" "ERT plan")
@@ -327,9 +331,10 @@ versions list keeps that many, the newest."
 (defun mevedel-art-test--path-uri (path)
   (if (fboundp 'eglot-path-to-uri) (eglot-path-to-uri path) (with-no-warnings (eglot--path-to-uri path))))
 
-(defun mevedel-art-test--other-server ()
+(defun mevedel-art-test--other-server (&optional editor)
   "A second mevedel-lsp process of the test workspace, initialized: a
-client of its own, as another machine's editor would be."
+client of its own, as another machine's editor would be (EDITOR: the
+name it gives as its clientInfo, as another editor on this machine)."
   (let* ((process (make-process :name "other mevedel-lsp" :command mevedel-lsp-server-command
                                 :connection-type 'pipe :coding 'utf-8-emacs-unix :noquery t
                                 :stderr (get-buffer-create " *other mevedel-lsp stderr*")))
@@ -347,7 +352,8 @@ client of its own, as another machine's editor would be."
     (jsonrpc-request connection :initialize
                      (list :processId (emacs-pid) :rootUri uri
                            :workspaceFolders (vector (list :uri uri :name "project"))
-                           :capabilities (make-hash-table))
+                           :capabilities (make-hash-table)
+                           :clientInfo (list :name (or editor "other editor") :version "1.0"))
                      :timeout eglot-connect-timeout)
     (jsonrpc-notify connection :initialized (make-hash-table))
     connection))
@@ -366,11 +372,14 @@ hands it over, and the buffer turns writable."
           (jsonrpc-request other :mevedel/artifact/write
                            (list :id id :content "# Held\n\nwritten elsewhere\n" :baseRevision base))
           (with-current-buffer listing (revert-buffer))
-          (let* ((holder (plist-get (mevedel-art-test--read id) :holderHost))
+          (let* ((read (mevedel-art-test--read id))
+                 (holder (plist-get read :holder))
                  (line (mevedel-art-test--line-of listing "ERT held")))
             (mevedel-test--log "held: %s" line)
-            (should (stringp holder))
-            (should (string-match-p (format "ERT held .* %s " (regexp-quote holder)) line))
+            ;; Named by the other server's editor (its clientInfo), pid and host.
+            (should (string-match-p (format "\\`other editor 1.0 (pid [0-9]+) on %s\\'" (regexp-quote (plist-get read :holderHost)))
+                                    holder))
+            (should (string-match-p "ERT held .* other editor 1.0 (pid" line))
             (mevedel-art-test--press listing "RET" "ERT held")
             (let ((item (current-buffer)))
               (should (equal (mevedel-art-test--text item) "# Held\n\nwritten elsewhere\n"))
@@ -401,6 +410,63 @@ hands it over, and the buffer turns writable."
               (mevedel-art-test--set-text item "# Held\n\nwritten here\n")
               (mevedel-art-test--press item "C-x C-s")
               (should (equal (mevedel-art-test--content id) "# Held\n\nwritten here\n")))))
+      (ignore-errors (jsonrpc-request other :shutdown nil))
+      (ignore-errors (jsonrpc-notify other :exit nil))
+      (jsonrpc-shutdown other))))
+
+;; Here the other server stands for a second editor on this machine: the
+;; first editor's server is told by its watch of the item, not by a save.
+(ert-deftest mevedel-lsp-test-artifact-taken-elsewhere-turns-read-only ()
+  "An open item buffer with unsaved edits turns read-only naming the other
+editor once that editor's server writes the item, shows the new text, and
+keeps the edits in a buffer of their own; once the other editor exits it is
+writable again; C-x k on unsaved edits asks; the list keeps its row."
+  (let* ((other (mevedel-art-test--other-server "Second editor"))
+         (listing (mevedel-art-test--list))
+         (id (plist-get (mevedel-test--call :mevedel/artifact/create :kind "document" :title "ERT shared"
+                                            :content "# Shared\n")
+                        :id)))
+    (unwind-protect
+        (let ((item (mevedel-lsp-artifact-buffer id)))
+          (should-not (buffer-local-value 'buffer-read-only item))
+          (with-current-buffer item (goto-char (point-max)) (insert "my unsaved line\n"))
+          (jsonrpc-request other :mevedel/artifact/write (list :id id :content "# Shared\n\nwritten by the second editor\n"))
+          ;; Told by the server's watch: no save, no poll of ours.
+          (mevedel-test--wait (lambda () (buffer-local-value 'buffer-read-only item))
+                              "the buffer to turn read-only once the other editor wrote")
+          (should (equal (mevedel-art-test--text item) "# Shared\n\nwritten by the second editor\n"))
+          (should-not (buffer-modified-p item))
+          (mevedel-test--log "header: %s" (mevedel-art-test--header item))
+          (should (string-match-p "ERT shared is read-only here: Second editor 1.0 (pid [0-9]+) on .* holds it"
+                                  (mevedel-art-test--header item)))
+          (let ((kept (get-buffer "*mevedel unsaved ERT shared*")))
+            (should kept)
+            (should (equal (mevedel-art-test--text kept) "# Shared\nmy unsaved line\n")))
+          (should (mevedel-test--contains "*Messages*" "ERT shared is held by Second editor 1.0"))
+          ;; The list names the holder's editor too.
+          (with-current-buffer listing (revert-buffer))
+          (should (string-match-p "Second editor 1.0 (pid" (mevedel-art-test--line-of listing "ERT shared")))
+          ;; The other editor exits: its server hands the item back, and the
+          ;; buffer turns writable.
+          (ignore-errors (jsonrpc-request other :shutdown nil))
+          (ignore-errors (jsonrpc-notify other :exit nil))
+          (mevedel-test--wait (lambda () (not (buffer-local-value 'buffer-read-only item)))
+                              "the buffer to turn writable once the other editor exited")
+          ;; C-x k with unsaved edits asks; declined, the buffer stays.
+          (with-current-buffer item (goto-char (point-max)) (insert "more\n"))
+          (setq mevedel-art-test--asked nil)
+          (mevedel-art-test--answering nil '(nil) (with-current-buffer item (kill-buffer item)))
+          (should (buffer-live-p item))
+          (should (string-match-p "unsaved edits of ERT shared; kill it anyway" (car mevedel-art-test--asked)))
+          (mevedel-art-test--answering nil '(t) (with-current-buffer item (kill-buffer item)))
+          (should-not (buffer-live-p item))
+          ;; s, d and a on a row that is not the first leave the cursor on it.
+          (mevedel-test--call :mevedel/artifact/create :kind "document" :title "ERT a first row")
+          (with-current-buffer listing (revert-buffer))
+          (dolist (key '("s" "d" "a"))
+            (mevedel-art-test--press listing key "ERT shared")
+            (with-current-buffer listing
+              (should (string-match-p "ERT shared" (buffer-substring (line-beginning-position) (line-end-position)))))))
       (ignore-errors (jsonrpc-request other :shutdown nil))
       (ignore-errors (jsonrpc-notify other :exit nil))
       (jsonrpc-shutdown other))))

@@ -306,7 +306,21 @@ test('artifacts: versions are listed newest first and restore puts one back', fu
   vim.api.nvim_set_current_buf(bufnr)
   vim.cmd('MevedelArtifactSaveVersion')
   expect(notified('saved version 2 of Plan notes'), 'the saved version was not told')
-  answering({ ['mevedel.artifact.version'] = '^v1  created' })
+  -- Declined: nothing is restored.
+  answering({ ['mevedel.artifact.version'] = '^v1  created', ['mevedel.confirm'] = '^Cancel' })
+  vim.cmd('MevedelArtifactVersions')
+  wait_for('the restore question', function()
+    return selected('mevedel.confirm') ~= nil
+  end)
+  local question = selected('mevedel.confirm').prompt
+  out('asked: ' .. question)
+  expect(question:find('Restore Plan notes to version 1 (created, 0 bytes, ', 1, true), 'asked %s', question)
+  expect(question:find('It replaces the current text (%d+ bytes), which is version 2'), 'asked %s', question)
+  wait_for('the declined restore told', function()
+    return notified('Plan notes was not restored') ~= nil
+  end)
+  expect(server_call('mevedel/artifact/read', { id = plan }).content ~= '', 'restored without a yes')
+  answering({ ['mevedel.artifact.version'] = '^v1  created', ['mevedel.confirm'] = '^Restore' })
   vim.cmd('MevedelArtifactVersions')
   local offered = selected('mevedel.artifact.version').formatted
   out('versions:\n' .. table.concat(offered, '\n'))
@@ -316,7 +330,7 @@ test('artifacts: versions are listed newest first and restore puts one back', fu
   end)
   expect(server_call('mevedel/artifact/read', { id = plan }).content == '', 'the server did not restore')
   -- And back to the saved one (the restore is a version too).
-  answering({ ['mevedel.artifact.version'] = '^v2  saved' })
+  answering({ ['mevedel.artifact.version'] = '^v2  saved', ['mevedel.confirm'] = '^Restore' })
   vim.cmd('MevedelArtifactVersions')
   offered = selected('mevedel.artifact.version').formatted
   expect(offered[1]:find('^v3  restored'), 'versions %s', vim.inspect(offered))
@@ -460,6 +474,69 @@ test('artifacts: an item another server holds is read-only here until it hands i
   vim.cmd('write')
   expect(server_call('mevedel/artifact/read', { id = held }).content == '# Held\n\nWritten here.\n', 'the write after the hand-over failed')
   vim.lsp.stop_client(other_id, true)
+end)
+
+test('artifacts: an open buffer turns read-only naming the other editor once it writes, keeping unsaved text; a restore keeps what it replaces', function()
+  -- A second server process for the same workspace, as a second editor on
+  -- this machine: this one's server is told by its watch of the item.
+  local other_id
+  local other_config = { name = 'mevedel-second', cmd = command, root_dir = root }
+  if vim.lsp.start and vim.fn.has('nvim-0.11') == 1 then
+    other_id = vim.lsp.start(other_config, { attach = false })
+  else
+    other_id = vim.lsp.start_client(other_config)
+  end
+  local other = vim.lsp.get_client_by_id(other_id)
+  wait_for('the second server', function()
+    return other.initialized == true
+  end)
+  open_document()
+  local id = server_call('mevedel/artifact/create', { kind = 'document', title = 'Shared notes', content = '# Shared\n' }).id
+  local bufnr = artifacts.open(id, { client = mevedel_client(vim.fn.bufnr(document)) })
+  expect(vim.b[bufnr].mevedel_artifact_writable == true and vim.bo[bufnr].modifiable, 'not writable at first')
+  vim.api.nvim_buf_set_lines(bufnr, -1, -1, false, { 'my unsaved line' })
+  expect(vim.bo[bufnr].modified, 'the edit did not modify the buffer')
+  local mark = #notifications
+  local written, err = mevedel.request(other, 'mevedel/artifact/write', { id = id, content = '# Shared\n\nThe second editor wrote this.\n' })
+  expect(written, 'the second server could not write: %s', tostring(err))
+  wait_for('the buffer to turn read-only with the other text', function()
+    return vim.b[bufnr].mevedel_artifact_writable == false and buffer_text(bufnr) == '# Shared\n\nThe second editor wrote this.'
+  end)
+  expect(not vim.bo[bufnr].modifiable and not vim.bo[bufnr].modified, 'still editable or modified')
+  local holder = vim.b[bufnr].mevedel_artifact_holder
+  out('holder: ' .. tostring(holder))
+  expect(type(holder) == 'string' and holder:find('^Neovim .*%(pid %d+%) on '), 'the holder is %s', tostring(holder))
+  expect(notified('Shared notes is held by ' .. holder .. ' now: read-only here', mark + 1), 'the takeover was not told')
+  local kept = vim.fn.bufnr('mevedel unsaved text of Shared notes (' .. id .. ')')
+  expect(kept > 0 and buffer_text(kept) == '# Shared\nmy unsaved line', 'the unsaved text was not kept: %s', kept > 0 and buffer_text(kept) or 'no buffer')
+  -- The second editor exits: its server hands the item back.
+  vim.lsp.stop_client(other_id, true)
+  wait_for('the buffer to turn writable again', function()
+    return vim.b[bufnr].mevedel_artifact_writable == true
+  end)
+  -- A restore keeps the text it replaces as a version, and says so first.
+  vim.api.nvim_set_current_buf(bufnr)
+  answering({ ['mevedel.artifact.version'] = '^v1  created', ['mevedel.confirm'] = '^Restore' })
+  vim.cmd('MevedelArtifactVersions')
+  wait_for('the restored text', function()
+    return buffer_text(bufnr) == '# Shared'
+  end)
+  local question = selected('mevedel.confirm').prompt
+  expect(question:find('which no version holds: it is kept as a new version first', 1, true), 'asked %s', question)
+  local versions = server_call('mevedel/artifact/versions', { id = id }).versions
+  expect(versions[1].reason == 'restored' and versions[2].reason == 'replaced', 'versions %s', vim.inspect(versions))
+  expect(versions[2].size == #'# Shared\n\nThe second editor wrote this.\n', 'the replaced version holds %d bytes', versions[2].size)
+  -- The comments and their delivery can be read.
+  server_call('mevedel/artifact/comment', { id = id, text = 'Shorter, please' })
+  vim.cmd('MevedelArtifactComments')
+  local shown = buffer_text(0)
+  out('comments:\n' .. shown)
+  expect(shown:find('#1  .*  user  ') and shown:find('  Shorter, please', 1, true), 'comments shown as %s', shown)
+  -- An empty title makes nothing and says so.
+  mark = #notifications
+  typing('   ')
+  vim.cmd('MevedelArtifactNew')
+  expect(notified('no title given: no document was created', mark + 1), 'the empty title was not told')
 end)
 
 vim.ui.select, vim.ui.input = real_select, real_input

@@ -234,11 +234,11 @@ local function apply(bufnr, read, force)
   b.mevedel_artifact_comments = present(read.comments) and #read.comments or 0
   b.mevedel_artifact_binary = binary
   b.mevedel_artifact_writable = read.writable ~= false
-  b.mevedel_artifact_holder = present(read.holderHost) and read.holderHost or nil
+  b.mevedel_artifact_holder = present(read.holder) and read.holder or present(read.holderHost) and read.holderHost or nil
   b.mevedel_artifact_deleted = nil
   set_access(bufnr)
   if read.writable == false and (first or was_writable == true) then
-    mevedel.notify(held_text(read.title, read.holderHost), levels.WARN)
+    mevedel.notify(held_text(read.title, b.mevedel_artifact_holder), levels.WARN)
   elseif read.writable ~= false and was_writable == false then
     mevedel.notify(read.title .. ' is writable here now', levels.INFO)
   end
@@ -379,11 +379,11 @@ function M.write(bufnr)
     return false
   end
   if b.mevedel_artifact_deleted then
-    mevedel.notify(title .. ' was deleted from the store; nothing was written (your text stays in this buffer)')
+    mevedel.notify(title .. ' was deleted from the store; nothing was written (your text stays in this buffer)', levels.WARN)
     return false
   end
   if b.mevedel_artifact_binary then
-    mevedel.notify(title .. ' is an image; it cannot be written from a text buffer')
+    mevedel.notify(title .. ' is an image; it cannot be written from a text buffer', levels.WARN)
     return false
   end
   if b.mevedel_artifact_writable == false then
@@ -426,7 +426,10 @@ function M.write(bufnr)
     set_access(bufnr)
     mevedel.notify(err .. '\nnothing was written; your text stays in this buffer (:MevedelArtifactRequest asks for it)', levels.WARN)
   else
-    mevedel.notify(err .. '\nnothing was written; your text stays in this buffer')
+    -- A refusal (a scene that is not one, a bad title...) is the user's to
+    -- fix, told as a warning: an error level raised inside BufWriteCmd reads
+    -- as a broken autocommand on 0.12.
+    mevedel.notify(tostring(err) .. '\nnothing was written; your text stays in this buffer', levels.WARN)
   end
   if reload_after_write[bufnr] then
     reload_after_write[bufnr] = nil
@@ -544,8 +547,8 @@ function M.format_entry(row, show_id)
     table.insert(facts, 'attached')
   end
   table.insert(facts, plural(row.versions or 0, 'version'))
-  if present(row.holderHost) then
-    table.insert(facts, 'held by ' .. row.holderHost)
+  if present(row.holder) or present(row.holderHost) then
+    table.insert(facts, 'held by ' .. (present(row.holder) and row.holder or row.holderHost))
   end
   if show_id then
     table.insert(facts, row.id)
@@ -613,9 +616,10 @@ end
 --- The actions offered for one item of the listing, in order.
 function M.actions_for(row)
   local actions = { 'Open', row.attached == true and 'Detach' or 'Attach', 'Versions', 'Save a version', 'Comment', 'Duplicate' }
-  if present(row.holderHost) then
-    table.insert(actions, 'Ask ' .. row.holderHost .. ' for it')
+  if present(row.holder) or present(row.holderHost) then
+    table.insert(actions, 'Ask ' .. (present(row.holder) and row.holder or row.holderHost) .. ' for it')
   end
+  table.insert(actions, 'Comments')
   table.insert(actions, 'Conversation')
   table.insert(actions, 'Delete')
   return actions
@@ -640,6 +644,8 @@ function M.act(row, client)
       M.duplicate(row, nil, client)
     elseif action == 'Conversation' then
       M.conversation(row, client)
+    elseif action == 'Comments' then
+      M.comments(row, client)
     elseif action == 'Delete' then
       M.delete(row, client)
     else
@@ -711,6 +717,8 @@ function M.create(kind, title, client)
     vim.ui.input({ prompt = 'Title of the new ' .. kind .. ': ' }, function(given)
       if given and vim.trim(given) ~= '' then
         M.create(kind, given, client)
+      else
+        mevedel.notify('no title given: no ' .. kind .. ' was created', levels.WARN)
       end
     end)
     return nil
@@ -719,7 +727,15 @@ function M.create(kind, title, client)
   if not entry then
     return nil
   end
-  mevedel.notify(string.format('created %s %s%s', kind, entry.title, entry.attached == true and ' (attached to the session)' or ''), levels.INFO)
+  mevedel.notify(
+    string.format(
+      'created %s %s%s',
+      kind,
+      entry.title,
+      entry.attached == true and ' (attached to the session)' or ' (attached to no session: none is current here; :MevedelArtifactAttach attaches it once one is)'
+    ),
+    levels.INFO
+  )
   M.open(entry.id, { client = client, primary = entry.primary })
   return entry
 end
@@ -751,7 +767,55 @@ function M.format_version(version)
   return text
 end
 
---- Restore version NUMBER of ITEM (an ordinary write of its bytes).
+-- What restoring ITEM to VERSION (an entry of VERSIONS, newest first)
+-- replaces, for the question asked first; nil and the error when the item
+-- cannot be read.
+function M.restore_question(item, version, versions, client)
+  local read, err = mevedel.request(client, 'mevedel/artifact/read', { id = item.id })
+  if not read then
+    return nil, err
+  end
+  local content = read.content or ''
+  local size = #content
+  if read.encoding == 'base64' then
+    size = math.floor(#content * 3 / 4) - (content:sub(-2) == '==' and 2 or content:sub(-1) == '=' and 1 or 0)
+  end
+  local current = plural(size, 'byte')
+  local latest = versions[1]
+  local where
+  if latest and latest.revision == read.revision then
+    where = string.format('which is version %d', latest.number)
+  else
+    where = 'which no version holds: it is kept as a new version first'
+    for _, v in ipairs(versions) do
+      if v.revision == read.revision then
+        where = string.format('the same as version %d; it is kept as a new version first', v.number)
+        break
+      end
+    end
+  end
+  local unsaved = ''
+  for _, bufnr in ipairs(M.buffers_of(item.id, client.id)) do
+    if vim.bo[bufnr].modified then
+      unsaved = '; the unsaved changes in buffer ' .. bufnr .. ' are not part of it and stay there'
+      break
+    end
+  end
+  return string.format(
+    'Restore %s to version %d (%s, %s, %s)? It replaces the current text (%s), %s%s.',
+    item.title,
+    version.number,
+    version.reason,
+    plural(version.size, 'byte'),
+    os.date('%Y-%m-%d %H:%M', version.at),
+    current,
+    where,
+    unsaved
+  )
+end
+
+--- Restore version NUMBER of ITEM (an ordinary write of its bytes, after
+--- the server keeps the replaced text as a version).
 function M.restore(item, number, client)
   local result = call(client, 'mevedel/artifact/restore', mevedel.scoped(session_here(), { id = item.id, version = number }))
   if result then
@@ -776,9 +840,25 @@ function M.versions(item, client)
     format_item = M.format_version,
     kind = 'mevedel.artifact.version',
   }, function(version)
-    if version then
-      M.restore(item, version.number, client)
+    if not version then
+      return
     end
+    local question, err = M.restore_question(item, version, result.versions, client)
+    if not question then
+      mevedel.notify(tostring(err))
+      return
+    end
+    -- Asked after the picker closed (scheduled), so the question does not
+    -- run into the picker's prompt.
+    vim.schedule(function()
+      vim.ui.select({ 'Restore', 'Cancel' }, { prompt = 'mevedel: ' .. question, kind = 'mevedel.confirm' }, function(choice)
+        if choice == 'Restore' then
+          M.restore(item, version.number, client)
+        else
+          mevedel.notify(item.title .. ' was not restored', levels.INFO)
+        end
+      end)
+    end)
   end)
 end
 
@@ -899,6 +979,63 @@ function M.request_handover(item, client)
   return entry
 end
 
+--- One comment as shown by M.comments: number, when, who, where it went
+--- and whether an agent has read it, then its text.
+function M.format_comment(comment)
+  local head = string.format('#%d  %s  %s', comment.number, os.date('%Y-%m-%d %H:%M', comment.at), comment.author)
+  if present(comment.sessionId) then
+    head = head .. '  -> ' .. comment.sessionId
+    if present(comment.deliveredIn) then
+      head = head .. string.format(', delivered in turn %d', comment.deliveredIn)
+    else
+      head = head .. ', not delivered yet (the next turn there carries it)'
+    end
+  else
+    head = head .. '  (routed to no session)'
+  end
+  local lines = { head }
+  for _, line in ipairs(vim.split(comment.text or '', '\n', { plain = true })) do
+    table.insert(lines, '  ' .. line)
+  end
+  table.insert(lines, '')
+  return lines
+end
+
+--- Show ITEM's discussion (comments, oldest first, and their delivery) in a
+--- scratch buffer `mevedel-comments://ID`; `mevedel/artifact/didChange`
+--- (a comment added or delivered) reads it again. Returns the buffer.
+function M.comments(item, client)
+  local read = call(client, 'mevedel/artifact/read', { id = item.id })
+  if not read then
+    return nil
+  end
+  local name = 'mevedel-comments://' .. item.id
+  local bufnr = vim.fn.bufnr(name)
+  if bufnr < 0 then
+    bufnr = vim.api.nvim_create_buf(true, true)
+    vim.api.nvim_buf_set_name(bufnr, name)
+    vim.bo[bufnr].filetype = 'markdown'
+  end
+  vim.b[bufnr].mevedel_comments_of = item.id
+  vim.b[bufnr].mevedel_client = client.id
+  local lines = { 'Comments on ' .. read.title .. ' (:MevedelArtifactComment adds one)', '' }
+  if not present(read.comments) or #read.comments == 0 then
+    table.insert(lines, 'No comments yet.')
+  else
+    for _, comment in ipairs(read.comments) do
+      vim.list_extend(lines, M.format_comment(comment))
+    end
+  end
+  vim.bo[bufnr].modifiable = true
+  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, lines)
+  vim.bo[bufnr].modifiable = false
+  vim.bo[bufnr].modified = false
+  if vim.api.nvim_get_current_buf() ~= bufnr and vim.fn.bufwinid(bufnr) < 0 then
+    vim.api.nvim_set_current_buf(bufnr)
+  end
+  return bufnr
+end
+
 --- Open the chat of ITEM's dedicated session (created on first use).
 function M.conversation(item, client)
   local result = call(client, 'mevedel/artifact/conversation', mevedel.scoped(session_here(), { id = item.id }))
@@ -923,6 +1060,7 @@ function M.command(action, arg)
     comment = 'comment on',
     request = 'ask for',
     conversation = 'talk about',
+    comments = 'read the comments on',
   }
   with_item(prompts[action] or action, function(item, client)
     if action == 'versions' then
@@ -941,6 +1079,8 @@ function M.command(action, arg)
       M.request_handover(item, client)
     elseif action == 'conversation' then
       M.conversation(item, client)
+    elseif action == 'comments' then
+      M.comments(item, client)
     end
   end)
 end
@@ -958,8 +1098,26 @@ function M.on_did_change(_, params, ctx)
         if not deleting[params.id] then
           mark_deleted(bufnr, 'was deleted')
         end
+      elseif params.reason == 'elsewhere' and params.writable == false and vim.b[bufnr].mevedel_artifact_writable ~= false then
+        -- Another editor's server took it: unsaved text could never be
+        -- written here, so it goes to a buffer of its own and the buffer
+        -- shows the item, read-only, naming who holds it.
+        local who = present(params.holder) and params.holder or present(params.holderHost) and params.holderHost or 'another mevedel server'
+        local title = vim.b[bufnr].mevedel_artifact_title or params.id
+        if vim.bo[bufnr].modified then
+          M.keep_copy(bufnr)
+        end
+        mevedel.notify(title .. ' is held by ' .. who .. ' now: read-only here, and read again', levels.WARN)
+        reload_quietly(bufnr, client, true)
       else
         reload_quietly(bufnr, client, false)
+      end
+    end
+  end
+  if client and type(params) == 'table' and params.id and params.reason ~= 'deleted' then
+    for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+      if vim.api.nvim_buf_is_loaded(bufnr) and vim.b[bufnr].mevedel_comments_of == params.id and vim.fn.bufwinid(bufnr) >= 0 then
+        M.comments({ id = params.id }, client)
       end
     end
   end
