@@ -3523,7 +3523,8 @@ discarded only once you confirm, unless NOCONFIRM."
     (mevedel-lsp-artifact--refresh server)
     (pop-to-buffer (mevedel-lsp-artifact-buffer (plist-get entry :id) server))
     (message "mevedel: created the %s %s%s" kind (plist-get entry :title)
-             (if (eq (plist-get entry :attached) t) ", attached to the current session" ""))
+             (if (eq (plist-get entry :attached) t) ", attached to the current session"
+               "; it is attached to no session (none is current: a on its row attaches it once one is)"))
     entry))
 
 (defun mevedel-lsp-artifact-new-document (title)

@@ -50,6 +50,8 @@ export interface ArtifactEntry {
   updatedAt: number;
   versions: number;
   holderHost?: string;
+  // That holder for people: its editor or process, pid and host.
+  holder?: string;
 }
 
 export interface ArtifactListResult {
@@ -84,6 +86,7 @@ export interface ArtifactReadResult {
   writable: boolean;
   comments?: ArtifactComment[];
   holderHost?: string;
+  holder?: string;
 }
 
 export interface ArtifactWriteParams extends ArtifactParams {
@@ -114,7 +117,7 @@ export interface ArtifactDeleteResult {
 export interface ArtifactVersion {
   number: number;
   at: number;
-  reason: 'turn' | 'saved' | 'created' | 'restored';
+  reason: 'turn' | 'saved' | 'created' | 'restored' | 'replaced';
   size: number;
   revision: string;
   sessionId?: string;
@@ -146,7 +149,13 @@ export interface ArtifactDidChangeParams {
     | 'commented'
     | 'versioned'
     | 'handed-over'
-    | 'fenced';
+    | 'fenced'
+    | 'delivered'
+    // Another process took its lease, wrote it or handed it back.
+    | 'elsewhere';
+  writable?: boolean;
+  holder?: string;
+  holderHost?: string;
 }
 
 export function listArtifacts(sender: RequestSender, params: ArtifactScope = {}): Promise<ArtifactListResult> {
@@ -246,6 +255,7 @@ const REASONS: Readonly<Record<ArtifactVersion['reason'], string>> = {
   saved: 'saved',
   created: 'created',
   restored: 'restored',
+  replaced: 'replaced by a restore',
 };
 
 export function versionRows(result: ArtifactVersionsResult): VersionRow[] {

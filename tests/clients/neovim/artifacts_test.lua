@@ -315,7 +315,7 @@ test('artifacts: versions are listed newest first and restore puts one back', fu
   local question = selected('mevedel.confirm').prompt
   out('asked: ' .. question)
   expect(question:find('Restore Plan notes to version 1 (created, 0 bytes, ', 1, true), 'asked %s', question)
-  expect(question:find('It replaces the current text (%d+ bytes), which is version 2'), 'asked %s', question)
+  expect(question:find('It replaces the current text %(%d+ bytes%), which is version 2%.'), 'asked %s', question)
   wait_for('the declined restore told', function()
     return notified('Plan notes was not restored') ~= nil
   end)
@@ -506,7 +506,7 @@ test('artifacts: an open buffer turns read-only naming the other editor once it 
   local holder = vim.b[bufnr].mevedel_artifact_holder
   out('holder: ' .. tostring(holder))
   expect(type(holder) == 'string' and holder:find('^Neovim .*%(pid %d+%) on '), 'the holder is %s', tostring(holder))
-  expect(notified('Shared notes is held by ' .. holder .. ' now: read-only here', mark + 1), 'the takeover was not told')
+  expect(notified('Shared notes is held by ' .. holder .. ': read-only here', mark + 1), 'the takeover was not told')
   local kept = vim.fn.bufnr('mevedel unsaved text of Shared notes (' .. id .. ')')
   expect(kept > 0 and buffer_text(kept) == '# Shared\nmy unsaved line', 'the unsaved text was not kept: %s', kept > 0 and buffer_text(kept) or 'no buffer')
   -- The second editor exits: its server hands the item back.

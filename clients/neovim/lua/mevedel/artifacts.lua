@@ -967,8 +967,13 @@ function M.request_handover(item, client)
     return nil
   end
   if present(entry.holderHost) then
+    local who = present(entry.holder) and entry.holder or entry.holderHost
     mevedel.notify(
-      string.format('asked %s for %s: it hands it over once the item has had no write there for 10 seconds; this buffer turns writable then', entry.holderHost, entry.title),
+      string.format(
+        'asked %s for %s: it hands it over once the item has had no write there for 10 seconds (at once if it has not); this buffer turns writable then',
+        who,
+        entry.title
+      ),
       levels.INFO
     )
     watch_handover(item.id, client, 40)
@@ -1101,13 +1106,10 @@ function M.on_did_change(_, params, ctx)
       elseif params.reason == 'elsewhere' and params.writable == false and vim.b[bufnr].mevedel_artifact_writable ~= false then
         -- Another editor's server took it: unsaved text could never be
         -- written here, so it goes to a buffer of its own and the buffer
-        -- shows the item, read-only, naming who holds it.
-        local who = present(params.holder) and params.holder or present(params.holderHost) and params.holderHost or 'another mevedel server'
-        local title = vim.b[bufnr].mevedel_artifact_title or params.id
+        -- shows the item, read-only, naming who holds it (apply says so).
         if vim.bo[bufnr].modified then
           M.keep_copy(bufnr)
         end
-        mevedel.notify(title .. ' is held by ' .. who .. ' now: read-only here, and read again', levels.WARN)
         reload_quietly(bufnr, client, true)
       else
         reload_quietly(bufnr, client, false)
