@@ -34,6 +34,7 @@ CHAT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_test.lua"
 ARTIFACTS_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_test.lua"
 REVIEW_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "review_test.lua"
 SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_screen.lua"
+ARTIFACTS_SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_screen.lua"
 AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
 
 
@@ -359,4 +360,32 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
         except subprocess.CalledProcessError:
             pass
         (tmp_path / "last-screen.txt").write_text(screen_now)
+        subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)
+
+
+def test_neovim_artifact_messages_start_their_own_line_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """What a user sees after answering Neovim's own title prompt: the
+    answer, then mevedel's message on a line of its own (on 0.7 it used to
+    run on from the answer: "Title of the new document: Notesmevedel: ...")."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (scripts/setup --test installs it)")
+    log = tmp_path / "messages.log"
+    env = {**editor_environment(workspace), "XDG_STATE_HOME": str(tmp_path / "state")}
+    argv = [nvim, "-n", "-u", "NONE", "-i", "NONE", "--cmd", f"set rtp^={CLIENTS / 'neovim'}", "-c", f"luafile {ARTIFACTS_SCREEN_SCRIPT}"]
+    session = Tmux(tmux, f"mevedel-test-{uuid.uuid4().hex[:12]}")
+    environment = [f"{key}={value}" for key, value in env.items()]
+    session.run("-f", "/dev/null", "new-session", "-d", "-s", "chat", "-x", "160", "-y", "24", "-c", str(workspace.root), shlex.join(["env", *environment, *argv]))
+    try:
+        session.wait_for("the server ready", lambda s: "mevedel ready" in s, log)
+        session.keys(":MevedelArtifactNew", "Enter")
+        session.wait_for("the title prompt", lambda s: "Title of the new document:" in s, log)
+        session.keys("Screen notes", "Enter")
+        screen = session.wait_for("the created message", lambda s: "mevedel: created document Screen notes" in s, log)
+        (tmp_path / "neovim-artifact-created.txt").write_text(screen)
+        lines = screen.splitlines()
+        created = next(line for line in lines if "mevedel: created document Screen notes" in line)
+        assert created.startswith("mevedel: created document Screen notes"), screen
+        assert not any("Screen notesmevedel" in line for line in lines), screen
+    finally:
         subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)

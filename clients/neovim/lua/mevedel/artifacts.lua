@@ -80,6 +80,26 @@ local function session_here()
   return require('mevedel.sessions').session_here()
 end
 
+-- Neovim's own prompts behind vim.ui (input(), inputlist(); 0.7 and 0.12
+-- alike) leave the cursor after the answer, so the next message ran on
+-- from it ("Title: Doc onemevedel: created ..."). The screen is redrawn
+-- before the answer is acted on, so a message starts a line of its own (a
+-- replacement vim.ui loses nothing by it).
+local function after_prompt(callback)
+  return function(...)
+    vim.cmd('redraw')
+    return callback(...)
+  end
+end
+
+local function ask_select(items, opts, on_choice)
+  return vim.ui.select(items, opts, after_prompt(on_choice))
+end
+
+local function ask_input(opts, on_confirm)
+  return vim.ui.input(opts, after_prompt(on_confirm))
+end
+
 local function valid(bufnr)
   return bufnr and vim.api.nvim_buf_is_valid(bufnr)
 end
@@ -359,7 +379,7 @@ end
 -- then goes to a buffer of its own, so nothing is lost.
 local function offer_reload(bufnr, why)
   local keep, reload = 'Keep my text here', "Reload the server's text (mine goes to a new buffer)"
-  vim.ui.select({ keep, reload }, { prompt = 'mevedel: ' .. why, kind = 'mevedel.artifact.conflict' }, function(choice)
+  ask_select({ keep, reload }, { prompt = 'mevedel: ' .. why, kind = 'mevedel.artifact.conflict' }, function(choice)
     if choice == reload and valid(bufnr) then
       M.reload(bufnr, true)
     end
@@ -606,7 +626,7 @@ local function with_item(prompt, run)
     mevedel.notify('the workspace has no artifacts yet; :MevedelArtifactNew makes a document or a whiteboard', levels.INFO)
     return
   end
-  vim.ui.select(M.picker_items(listing, false), { prompt = 'mevedel: ' .. prompt, format_item = M.format_item, kind = 'mevedel.artifact' }, function(item)
+  ask_select(M.picker_items(listing, false), { prompt = 'mevedel: ' .. prompt, format_item = M.format_item, kind = 'mevedel.artifact' }, function(item)
     if item then
       run(item.row, client)
     end
@@ -627,7 +647,7 @@ end
 
 --- Ask what to do with ROW (an `ArtifactEntry`) and do it.
 function M.act(row, client)
-  vim.ui.select(M.actions_for(row), { prompt = 'mevedel: ' .. row.title, kind = 'mevedel.artifact.action' }, function(action)
+  ask_select(M.actions_for(row), { prompt = 'mevedel: ' .. row.title, kind = 'mevedel.artifact.action' }, function(action)
     if not action then
       return
     elseif action == 'Open' then
@@ -662,7 +682,7 @@ function M.pick()
   if not listing then
     return
   end
-  vim.ui.select(M.picker_items(listing, true), { prompt = 'mevedel artifacts', format_item = M.format_item, kind = 'mevedel.artifact' }, function(item)
+  ask_select(M.picker_items(listing, true), { prompt = 'mevedel artifacts', format_item = M.format_item, kind = 'mevedel.artifact' }, function(item)
     if not item then
       return
     elseif item.kind == 'new' then
@@ -684,7 +704,7 @@ function M.pick_open()
     mevedel.notify('the workspace has no artifacts yet; :MevedelArtifactNew makes a document or a whiteboard', levels.INFO)
     return
   end
-  vim.ui.select(M.picker_items(listing, false), { prompt = 'mevedel: open', format_item = M.format_item, kind = 'mevedel.artifact' }, function(item)
+  ask_select(M.picker_items(listing, false), { prompt = 'mevedel: open', format_item = M.format_item, kind = 'mevedel.artifact' }, function(item)
     if item then
       M.open(item.row.id, { client = client, primary = item.row.primary })
     end
@@ -714,7 +734,7 @@ function M.create(kind, title, client)
   end
   title = title and vim.trim(title) or ''
   if title == '' then
-    vim.ui.input({ prompt = 'Title of the new ' .. kind .. ': ' }, function(given)
+    ask_input({ prompt = 'Title of the new ' .. kind .. ': ' }, function(given)
       if given and vim.trim(given) ~= '' then
         M.create(kind, given, client)
       else
@@ -835,7 +855,7 @@ function M.versions(item, client)
     mevedel.notify(item.title .. ' has no versions kept', levels.INFO)
     return
   end
-  vim.ui.select(result.versions, {
+  ask_select(result.versions, {
     prompt = 'mevedel: restore a version of ' .. item.title,
     format_item = M.format_version,
     kind = 'mevedel.artifact.version',
@@ -851,7 +871,7 @@ function M.versions(item, client)
     -- Asked after the picker closed (scheduled), so the question does not
     -- run into the picker's prompt.
     vim.schedule(function()
-      vim.ui.select({ 'Restore', 'Cancel' }, { prompt = 'mevedel: ' .. question, kind = 'mevedel.confirm' }, function(choice)
+      ask_select({ 'Restore', 'Cancel' }, { prompt = 'mevedel: ' .. question, kind = 'mevedel.confirm' }, function(choice)
         if choice == 'Restore' then
           M.restore(item, version.number, client)
         else
@@ -875,7 +895,7 @@ end
 function M.comment(item, text, client)
   text = text and vim.trim(text) or ''
   if text == '' then
-    vim.ui.input({ prompt = 'Comment on ' .. item.title .. ': ' }, function(given)
+    ask_input({ prompt = 'Comment on ' .. item.title .. ': ' }, function(given)
       if given and vim.trim(given) ~= '' then
         M.comment(item, given, client)
       end
@@ -894,7 +914,7 @@ end
 --- server's `TITLE (copy)`).
 function M.duplicate(item, title, client)
   if title == nil then
-    vim.ui.input({ prompt = 'Title of the copy: ', default = item.title .. ' (copy)' }, function(given)
+    ask_input({ prompt = 'Title of the copy: ', default = item.title .. ' (copy)' }, function(given)
       if given then
         M.duplicate(item, given, client)
       end
@@ -913,7 +933,7 @@ end
 --- unmodified buffers are closed; modified ones keep their text.
 function M.delete(item, client)
   local prompt = string.format('Delete %s? Its files, versions and discussion are removed for every session.', item.title)
-  vim.ui.select({ 'Delete', 'Cancel' }, { prompt = 'mevedel: ' .. prompt, kind = 'mevedel.confirm' }, function(choice)
+  ask_select({ 'Delete', 'Cancel' }, { prompt = 'mevedel: ' .. prompt, kind = 'mevedel.confirm' }, function(choice)
     if choice ~= 'Delete' then
       mevedel.notify('nothing was deleted', levels.INFO)
       return
