@@ -387,5 +387,15 @@ def test_neovim_artifact_messages_start_their_own_line_in_tmux(nvim: str, worksp
         created = next(line for line in lines if "mevedel: created document Screen notes" in line)
         assert created.startswith("mevedel: created document Screen notes"), screen
         assert not any("Screen notesmevedel" in line for line in lines), screen
+        # A whiteboard whose scene is not one: the refusal is a warning in
+        # the server's words, not an error in the BufWriteCmd autocommand.
+        session.keys("Enter")
+        session.keys(":MevedelArtifactNew whiteboard Screen board", "Enter")
+        session.wait_for("the whiteboard buffer", lambda s: "scene.excalidraw" in s, log)
+        session.keys("g", "g", "d", "G", "i", "not a scene", "Escape", ":w", "Enter")
+        screen = session.wait_for("the refused write", lambda s: "nothing was written" in s, log)
+        (tmp_path / "neovim-artifact-refused.txt").write_text(screen)
+        assert "Error detected while processing" not in screen and "BufWriteCmd" not in screen, screen
+        assert "not a whiteboard scene" in screen, screen
     finally:
         subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)
