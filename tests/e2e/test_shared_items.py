@@ -249,6 +249,8 @@ async def test_a_comment_reaches_the_agent_with_the_next_prompt_once_it_is_answe
     await _saved_session(client)
     doc = await request(client, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Rollout plan", "content": "# Plan\n"})
     await request(client, methods.ARTIFACT_COMMENT, {"id": doc["id"], "text": "Please add a rollback section."})
+    changes: list[dict] = []
+    client.feature(methods.ARTIFACT_DID_CHANGE)(lambda params: changes.append(params))
     log = configure(client, workspace, [
         [{"error": {"code": -32603, "message": "model overloaded"}}],
         [{"say": "Added."}],
@@ -267,3 +269,5 @@ async def test_a_comment_reaches_the_agent_with_the_next_prompt_once_it_is_answe
     assert "rollback" not in sent[2]
     comments = (await request(client, methods.ARTIFACT_READ, {"id": doc["id"]}))["comments"]
     assert [c["deliveredIn"] for c in comments] == [done["turn"]]
+    # An editor showing the discussion is told once, when it was delivered.
+    assert [c["id"] for c in changes if c["reason"] == "delivered"] == [doc["id"]]
