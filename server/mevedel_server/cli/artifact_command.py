@@ -94,13 +94,14 @@ def _entry(listed: Listed) -> dict[str, Any]:
         "updated_at": meta.updated_at,
         "versions": listed.item.versions,
         "holder_host": listed.item.holder_host,
+        "holder": listed.item.holder,
     }
 
 
 def _line(listed: Listed) -> str:
     meta = listed.item.meta
     mark = "*" if listed.attached else " "
-    held = f"  [being edited on {listed.item.holder_host}]" if listed.item.holder_host else ""
+    held = f"  [being edited by {listed.item.holder}]" if listed.item.holder_host else ""
     count = listed.item.versions
     return f"{mark} {meta.id}  {meta.title}  ({meta.kind}, {meta.primary}, {count} version{'' if count == 1 else 's'}){held}"
 
@@ -166,6 +167,7 @@ def run_show(arguments: argparse.Namespace) -> int:
             "attached": attached,
             "writable": item.writable,
             "holder_host": item.holder_host,
+            "holder": item.holder,
             "comments": [
                 {
                     "number": c.number,
@@ -300,11 +302,11 @@ def run_request_handover(arguments: argparse.Namespace) -> int:
     async def body(work: SessionArtifacts, sid: str | None) -> None:
         item = await work.request_handover(arguments.item_id)
         line = (
-            f"{arguments.item_id}: asked {item.holder_host} to hand it over (once it has been idle 10 seconds)"
+            f"{arguments.item_id}: asked {item.holder} to hand it over (at once when nobody has written it there for 10 seconds, else once nobody has)"
             if item.holder_host
             else f"{arguments.item_id}: nobody else is editing it; write it"
         )
-        emit(arguments, {"id": arguments.item_id, "holder_host": item.holder_host}, [line])
+        emit(arguments, {"id": arguments.item_id, "holder_host": item.holder_host, "holder": item.holder}, [line])
 
     return _with_store(arguments, body)
 

@@ -167,7 +167,8 @@ def open_service(arguments: argparse.Namespace) -> SessionService:
     service = SessionService(target, cli_identity(), **PRODUCT_STORAGE)
     # The artifact store's items keep their own conversations from expiring
     # (the service sweeps expired sessions when it lists them).
-    session_artifacts(service)
+    # Named to people told it holds an item (with its host), as an editor is.
+    session_artifacts(service).store.leases.label = f"mevedel CLI (pid {os.getpid()})"
     return service
 
 
