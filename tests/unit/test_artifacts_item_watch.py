@@ -7,6 +7,7 @@ when the item is already idle."""
 import asyncio
 
 import pytest
+from deadlines import ticks
 
 from mevedel_server.artifacts.item_watch import ItemWatches
 from mevedel_server.artifacts.store import ArtifactStore, revision_of
@@ -81,6 +82,12 @@ async def test_another_process_taking_and_writing_an_open_item_is_told_naming_it
     assert [s for _, s in changes.seen if s.revision == revision_of(b"one again\n") and s.writable] == []
     await third.delete(item.item_id)
     await changes.next(lambda s: s.revision is None)
+    for _ in ticks():  # the watch of a deleted item stops (from a task of its own)
+        if not watches.watching(item.item_id):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        pytest.fail("the deleted item is still watched")
     await watches.close()
     await one.close()
     await third.close()

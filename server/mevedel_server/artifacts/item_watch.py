@@ -241,6 +241,11 @@ class ItemWatches:
         self._seen[item_id] = now
         own = item_id in self._own
         self._own.discard(item_id)
+        if now.standing == "mine":
+            # Only this process writes an item while it holds it (every other
+            # write is fenced), and its own didChange told the editors: a wake
+            # read in the middle of its own write is no news either.
+            return
         # Who holds it (None: writable here) and its text are what an editor
         # shows; a renewal, or free turning expired, changes neither.
         if before is not None and (before.holder, before.revision) == (now.holder, now.revision):
@@ -251,6 +256,11 @@ class ItemWatches:
             self._changed(item_id, now)
         except Exception:
             _log.exception("artifact %s: the change listener failed", item_id)
+        if now.revision is None:
+            # Deleted elsewhere: nothing more to watch (stopped from a task of
+            # its own: this runs in the watcher being stopped).
+            task = asyncio.get_running_loop().create_task(self.forget(item_id))
+            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     async def _answer_request(self, item_id: str) -> None:
         """Another process asks for an item held here: hand it over now when
