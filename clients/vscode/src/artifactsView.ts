@@ -464,7 +464,8 @@ export class Artifacts implements vscode.Disposable {
       this.files.changed(affected, vscode.FileChangeType.Deleted);
       return;
     }
-    if (['written', 'restored', 'handed-over', 'fenced'].includes(change.reason)) this.files.changed(affected);
+    // 'elsewhere': another process took, wrote or handed back the item.
+    if (['written', 'restored', 'handed-over', 'fenced', 'elsewhere'].includes(change.reason)) this.files.changed(affected);
     if (change.reason === 'fenced' && affected.length > 0) {
       const ref = refOf(affected[0])!;
       void (async () => {
