@@ -208,14 +208,16 @@ class ItemWatches:
         revision = None
         try:
             meta, _ = await self.store.meta(item_id)
+        except ArtifactError as error:
+            if error.kind != "missing-target":
+                raise  # unreadable now is not gone: the wake is dropped, not told
+            meta = None
+        if meta is not None:
             op = Read(ItemPaths(item_id).file(meta.primary))
             result = (await self.store.target.run(ControlProgram([op])))[0]
-            raise_for_result(op, result)
-            revision = revision_of(result.value)
-        except ArtifactError:
-            revision = None
-        except TargetError:
-            revision = None
+            if result.status is not Status.ABSENT:  # a delete under way: gone
+                raise_for_result(op, result)
+                revision = revision_of(result.value)
         held = standing == "held"
         return ItemState(standing, leases.holder_text(view) if held else None, leases.holder(view) if held else None, revision)
 
