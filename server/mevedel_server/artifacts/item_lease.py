@@ -78,6 +78,13 @@ class LeaseView:
         return self.record.host if self.record is not None else None
 
     @property
+    def holder_phrase(self) -> str:
+        """``on HOST`` (``on HOST, EDITOR,``) for a sentence naming the holder."""
+        rec = self.record
+        host = rec.host if rec is not None and rec.host else "another machine"
+        return f"on {host}, {rec.holder}," if rec is not None and rec.holder else f"on {host}"
+
+    @property
     def holder_text(self) -> str | None:
         """Who holds it, for people: the editor or process and its host."""
         rec = self.record
@@ -217,14 +224,14 @@ class ItemLeases:
             raise ArtifactError(
                 "item-lease-lost",
                 view.item_id,
-                f"another mevedel process ({view.holder_text or 'on another machine'}) took the item over; "
+                f"another mevedel process {view.holder_phrase} took the item over; "
                 "this write was refused and nothing was written; reload it",
             )
         if standing == "held":
             raise ArtifactError(
                 "item-held",
                 view.item_id,
-                f"another mevedel process ({view.holder_text or 'on another machine'}) is editing it; it is read-only here "
+                f"another mevedel process {view.holder_phrase} is editing it; it is read-only here "
                 "until that process hands it over (ask with requestHandover; an idle item is handed over after 10 seconds)",
             )
         paths = ItemPaths(view.item_id)
