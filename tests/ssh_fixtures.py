@@ -203,6 +203,11 @@ class FaultServer:
     client_key: Path
     #: Faults for the programs to come, in order; then "normal".
     plan: list[str] = field(default_factory=list)
+    #: ``(marker, fault)``: the first program whose request holds ``marker``
+    #: (an operation's name, say ``b"WriteProject"``) gets ``fault`` instead
+    #: of the plan's, once -- for a fault at one kind of program whatever
+    #: else (renewals, checkpoints) runs around it.
+    when: tuple[bytes, str] | None = None
     slow_seconds: float = 2.0
     #: Every program's fault as it was applied.
     seen: list[str] = field(default_factory=list)
@@ -277,6 +282,9 @@ class FaultServer:
             return "normal"
         return self.next_fault()
 
+    async def _command(self, process: asyncssh.SSHServerProcess, connection) -> None:
+        await _command_of(self, process, connection)
+
     async def handle(self, process: asyncssh.SSHServerProcess, fault: str | None) -> None:
         connection = process.get_extra_info("connection")
         self.commands.append(process.command or "")
@@ -285,7 +293,9 @@ class FaultServer:
             process.exit(127)
             return
         match = re.search(r"read\((\d+)\)", process.command or "")
-        assert match, process.command
+        if match is None:  # a command (SshTarget.run_command), run here by sh
+            await self._command(process, connection)
+            return
         script = await process.stdin.readexactly(int(match.group(1)))
         assert script in (remote_script(), compiled_script()), "the client did not send the remote program"
         self.scripts.append("compiled" if script == compiled_script() else "source")
@@ -296,7 +306,11 @@ class FaultServer:
             self.waiting.remove(process)
         nonce, length = wire.parse_head(head)
         rest = await process.stdin.readexactly(length + wire.TAIL_SIZE)
-        fault = self.program_fault()
+        if self.when is not None and self.when[0] in rest:
+            fault, self.when = self.when[1], None
+            self.seen.append(fault)
+        else:
+            fault = self.program_fault()
         if fault == "drop-before-run":
             connection.abort()
             return
@@ -325,6 +339,32 @@ class FaultServer:
             process.exit_with_signal("KILL")
             return
         process.exit(status)
+
+
+async def _command_of(faults: "FaultServer", process, connection) -> None:
+    command = process.command or ""
+    fault = "normal"
+    if faults.when is not None and faults.when[0] in command.encode():
+        fault, faults.when = faults.when[1], None
+        faults.seen.append(fault)
+    if fault == "drop-before-run":
+        connection.abort()
+        return
+    # Its standard input stays open while it runs: run_command's watchdog
+    # ends the command when it closes, as the channel's would.
+    child = await asyncio.create_subprocess_exec(
+        "sh", "-c", command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out = asyncio.ensure_future(child.stdout.read())
+    err = asyncio.ensure_future(child.stderr.read())
+    status = await child.wait()
+    child.stdin.close()
+    if fault == "drop-after-run":
+        connection.abort()
+        return
+    process.stdout.write(await out)
+    process.stderr.write(await err)
+    process.exit(status)
 
 
 class _Server(asyncssh.SSHServer):

@@ -251,7 +251,10 @@ class _Client:
 
     async def read_text_file(self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any) -> Any:
         self._require_turn(session_id, "fs/read_text_file")
-        text = await self.running.engine.files.read_text(path, line, limit)
+        try:
+            text = await self.running.engine.files.read_text(path, line, limit)
+        except TargetError as error:
+            raise _unreachable(f"{path} could not be read", error) from None
         return schema.ReadTextFileResponse(content=text)
 
     async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> Any:
@@ -259,7 +262,19 @@ class _Client:
         engine = self.running.engine
         relative = engine.files.relative(path)
         need = not engine.service.captured(self.running.session_id, relative)
-        outcome = await engine.files.write_text(path, content, read_before=need)
+        try:
+            outcome = await engine.files.write_text(path, content, read_before=need)
+        except TargetError as error:
+            unknown = getattr(error, "outcome_unknown", False)
+            if need and unknown:
+                # The state before the write was read in the program whose
+                # answer was lost: the checkpoint cannot hold it, and says so.
+                engine.record_pre_state(
+                    self.running.session_id, relative, None,
+                    gap=f"the connection was lost during the agent's write ({error.reason}); its state before is unknown",
+                )
+            what = f"{path} may or may not have been written" if unknown else f"{path} was not written"
+            raise _unreachable(what, error) from None
         for directory in outcome.made:
             engine.record_pre_state(self.running.session_id, directory, None, directory=True)
         if outcome.read_before:
@@ -301,6 +316,15 @@ class _Client:
 
     async def ext_notification(self, method: str, params: dict) -> None:
         return None
+
+
+def _unreachable(what: str, error: TargetError) -> RequestError:
+    """What the agent is told when the workspace's target failed under a
+    request (an SSH workspace whose connection dropped, say): what is known
+    of the outcome and what to do, never a bare "Internal error"."""
+    check = " (read it before relying on it)" if getattr(error, "outcome_unknown", False) else ""
+    _log.warning("%s: %s", what, error)
+    return RequestError(-32603, f"{what}: {error}{check}", {"reason": str(error)})
 
 
 #: The name of mevedel's own tool server in the agent's ``mcpServers``.

@@ -19,6 +19,7 @@ changed or deleted.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import posixpath
 import signal
@@ -29,6 +30,8 @@ from acp import RequestError
 
 from ..targets import LocalTarget, Target
 from .workspace_files import NOT_UNICODE, require_unicode, shown
+
+_log = logging.getLogger(__name__)
 
 #: Output kept per terminal when no cap is given (``terminalOutputMaxBytes``).
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
@@ -226,7 +229,15 @@ class Terminals:
             terminal.signal = "SIGKILL"
             raise
         except Exception as error:  # the host went away, or refused the cwd
-            terminal.add(f"\n[mevedel: the command could not run: {error}]\n".encode())
+            # Say exactly what is known: a connection lost before the
+            # command started means it did not run; lost while it ran, its
+            # effects are unknown (the files are looked at after it anyway).
+            if getattr(error, "outcome_unknown", False):
+                said = f"the connection was lost while the command ran, so whether and how far it ran is unknown: {error}"
+            else:
+                said = f"the command did not run: {error}"
+            _log.warning("terminal %s: %s", terminal.terminal_id, said)
+            terminal.add(f"\n[mevedel: {said}]\n".encode())
             terminal.exit_code = 127
         finally:
             await self._settled(terminal)

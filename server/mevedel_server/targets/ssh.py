@@ -407,6 +407,12 @@ class SshTarget(ProgramTarget):
                 if conn.is_closed():
                     self._forget(conn)
                 raise self._unavailable(f"'{argv[0]}' was cut off ({_describe(exc)})", True) from None
+        if done.exit_status is None and not done.exit_signal:
+            # The channel closed with neither a status nor a signal: the
+            # connection went, and with it what the command did, if it ran.
+            if conn.is_closed():
+                self._forget(conn)
+            raise self._unavailable(f"'{argv[0]}' was cut off before it reported how it ended", True)
         status = done.exit_status if done.exit_status is not None else -1
         if status == _CWD_REFUSED:
             raise TargetOperationError(

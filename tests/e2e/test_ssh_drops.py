@@ -1,0 +1,99 @@
+"""A connection to an SSH workspace that drops in the middle of an agent's
+turn: the agent is told what it may not rely on, the user gets no
+traceback, and the turn settles once the host answers again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig
+
+from mevedel_protocol import methods
+
+from .conftest import make_client, request
+from .test_agent_turns import AGENT, Watch, prompt
+
+
+async def _server(fault_server, tmp_path, project, script):
+    """A real server whose remote workspace is ``project`` through the
+    fault-injecting SSH server, with the scripted agent configured."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host 127.0.0.1\n  Port {fault_server.port}\n  IdentityFile {fault_server.client_key}\n"
+        f"  UserKnownHostsFile {fault_server.known_hosts}\n  IdentityAgent none\n"
+    )
+    url = fault_server.url(project)
+    settings = {"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}, "defaultAgent": "scripted"}
+    config = ClientServerConfig(
+        server_command=[sys.executable, "-m", "mevedel_server"], client_factory=make_client,
+        server_env={**os.environ, "HOME": str(home)},
+    )
+    client = await config.start()
+    await client.initialize_session(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), initialization_options={"remoteWorkspaces": [url], **settings}))
+    return client, url
+
+
+async def test_a_drop_during_an_agents_write_is_told_and_the_turn_settles(fault_server, tmp_path):
+    project = tmp_path / "remote"
+    project.mkdir()
+    (project / "notes.md").write_text("before\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [[
+        {"say": "ready"},
+        {"sleep": 1.5},
+        {"write": {"path": "notes.md", "content": "after\n"}},
+        {"say": " then"},
+    ]]}))
+    client, url = await _server(fault_server, tmp_path, project, script)
+    try:
+        watch = Watch(client)
+        turn = asyncio.ensure_future(prompt(client, "Edit", workspaceFolder=url))
+        while "ready" not in watch.text():
+            await asyncio.sleep(0.05)
+        # The next program -- the write -- runs, and its answer is lost.
+        fault_server.when = (b"WriteProject", "drop-after-run")
+        result = await asyncio.wait_for(turn, 120)
+        assert result["outcome"] == "completed", result
+        said = watch.text()
+        assert "write notes.md failed: " in said and "notes.md may or may not have been written: ssh target" in said, said
+        assert "(read it before relying on it)" in said and " then" in said
+        # The state before the lost write is a named gap: Rewind says so
+        # instead of claiming to restore it.
+        impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before", "workspaceFolder": url})
+        gaps = {g["path"]: g["reason"] for g in impact["gaps"]}
+        assert "connection was lost during the agent's write" in gaps["notes.md"], impact
+    finally:
+        await client.shutdown_session()
+
+
+async def test_a_command_cut_off_by_a_drop_is_told_and_the_next_one_runs(fault_server, tmp_path):
+    project = tmp_path / "remote"
+    project.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [[
+        {"say": "ready"},
+        {"sleep": 1.5},
+        {"terminal": {"command": "sh", "args": ["-c", "echo made > made.txt"]}},
+        {"terminal": {"command": "sh", "args": ["-c", "echo second"]}},
+    ]]}))
+    client, url = await _server(fault_server, tmp_path, project, script)
+    try:
+        watch = Watch(client)
+        turn = asyncio.ensure_future(prompt(client, "Run", workspaceFolder=url))
+        while "ready" not in watch.text():
+            await asyncio.sleep(0.05)
+        fault_server.when = (b"made.txt", "drop-before-run")
+        result = await asyncio.wait_for(turn, 120)
+        assert result["outcome"] == "completed", result
+        said = watch.text()
+        assert "ran: exit 127" in said and "whether and how far it ran is unknown" in said, said
+        assert not (project / "made.txt").exists()
+        assert "second" in said  # the next command runs on a new connection
+    finally:
+        await client.shutdown_session()
