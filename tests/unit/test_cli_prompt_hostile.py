@@ -33,3 +33,17 @@ def test_the_agents_log_is_capped_and_rotated(workspace, tmp_path):
     current, rotated = logs / "agent-scripted.log", logs / "agent-scripted.log.1"
     assert rotated.exists() and current.stat().st_size <= 8 * 1024 * 1024 and rotated.stat().st_size <= 8 * 1024 * 1024
     assert sorted(p.name for p in logs.iterdir()) == ["agent-scripted.log", "agent-scripted.log.1"]
+
+
+def test_a_file_name_a_command_makes_that_is_not_utf8_is_a_named_gap_not_a_broken_session(workspace, tmp_path):  # noqa: F811
+    make = "printf x > \"$(printf 'bad\\377name.txt')\"; echo ok > good.txt"
+    configure(tmp_path, [[{"terminal": {"command": "sh", "args": ["-c", make]}}, {"say": "done"}]])
+    done = mevedel(workspace, tmp_path, "prompt", "Make files")
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    assert (workspace / "good.txt").exists() and (workspace / b"bad\xffname.txt".decode("utf-8", "surrogateescape")).exists()
+    impact = mevedel(workspace, tmp_path, "rewind", "1", "--before")
+    assert "not restored bad\\xffname.txt: its name is not UTF-8 text" in impact.stdout, impact.stdout
+    assert mevedel(workspace, tmp_path, "rewind", "1", "--before", "--yes").returncode == 0
+    assert not (workspace / "good.txt").exists()  # the rest of the turn is undone
+    again = mevedel(workspace, tmp_path, "prompt", "Again")
+    assert again.returncode == 0, again.stderr

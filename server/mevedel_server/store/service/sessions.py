@@ -762,10 +762,20 @@ class SessionService(SessionLifecycle, SessionFollowing):
         keep), or a previous regular file whose bytes are over the snapshot
         limit (or were not read for their size), or a link whose target
         cannot be recorded. A path that did not exist is never a gap,
-        whatever the turn then puts there."""
+        whatever the turn then puts there.
+
+        A name that is not UTF-8 text (a shell command can make one; the
+        agent's own requests are refused such names at the door) cannot be
+        stored in a checkpoint: it is recorded as a gap under its name with
+        the bytes escaped (``bad\\xffname``), so Rewind names it and never
+        claims to restore or remove it."""
         session = self._mutable(session_id, "capture a file")
         _require_turn(session, "capture a file")
         tracked = _tracked_path(path)
+        unreadable = _not_utf8(tracked)
+        if unreadable is not None:
+            tracked = unreadable
+            gap = "its name is not UTF-8 text, so mevedel can neither record, restore nor remove it"
         if gap is None:
             gap = capture_gap_reason(before, self.max_snapshot_bytes)
         with _refused_in(session):
@@ -1129,6 +1139,16 @@ def _display_name(name: str) -> str:
         return normalize_display_name(name)
     except NameRefused as refused:
         raise InvalidSessionInput(f"name {quoted(name)}", str(refused)) from None
+
+
+def _not_utf8(path: str) -> str | None:
+    """``path`` with its undecodable bytes escaped, when it is not UTF-8
+    text (a surrogate-escaped file name); None when it is."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return None
 
 
 def _tracked_path(path: str) -> str:
