@@ -32,7 +32,7 @@ from mevedel_server.store.transactions.recovery import (
     find_recovery,
     retry_recovery,
 )
-from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
+from mevedel_server.store.transactions.rewind import RolledBack, commit_rewind, prepare_rewind
 from mevedel_server.store.transactions.snapshot_cut import Boundary
 from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, ProgramTarget, TargetError, executor
@@ -509,9 +509,28 @@ async def test_restored_files_that_cannot_be_flushed_roll_the_rewind_back(tmp_pa
         return real(fd)
 
     monkeypatch.setattr(executor, "sync_filesystem", first_flush_fails)
-    with pytest.raises(StoreError, match="not flushed to disk: Input/output error"):
+    with pytest.raises(StoreError, match="not flushed to disk: Input/output error") as caught:
         await commit_rewind(s.publisher, impact.token)
+    # The refusal says the Rewind did not happen and the files were put back.
+    assert isinstance(caught.value, RolledBack) and "the rewind did not happen" in str(caught.value)
+    assert "was put back and the session is unchanged" in str(caught.value)
     # Rolled back (with a flush that worked) and nothing committed.
     assert snapshot_files(tmp_path, FILES) == {"a.txt": b"a2\n", "b.txt": None, "src/c.txt": b"c3\n"}
     assert await committed_view(tmp_path, s.session_id) == (3, ["one", "two", "three"])
     assert not (await find_recovery(s.target, s.session_id)).pending
+
+
+async def test_a_connection_lost_at_the_commit_is_told_as_rolled_back(tmp_path):
+    """The files were restored, the publication's connection dropped, and
+    the rollback worked: the user is told it did not happen (kind
+    ``unavailable``), not only that an answer was lost."""
+    sabotage = Sabotage(LocalTarget(tmp_path), "none-of-them")
+    s = await three_turns(tmp_path, target=sabotage)
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
+    sabotage.armed = True
+    with pytest.raises(RolledBack) as caught:
+        await commit_rewind(s.publisher, impact.token)
+    assert caught.value.kind == "unavailable" and "the connection dropped" in str(caught.value)
+    assert "the rewind did not happen" in str(caught.value)
+    assert snapshot_files(tmp_path, FILES) == {"a.txt": b"a2\n", "b.txt": None, "src/c.txt": b"c3\n"}
+    assert not (await find_recovery(LocalTarget(tmp_path), s.session_id)).pending

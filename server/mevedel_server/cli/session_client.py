@@ -245,6 +245,8 @@ def run_command(arguments: argparse.Namespace, body: Callable[[SessionService], 
     except Exception as error:
         if is_refusal(error):
             message = str(error)
+            if getattr(error, "kind", None) == "recovery-pending":
+                message += "; mevedel rewind --retry-recovery finishes it (--abandon-recovery drops it)"
             if isinstance(error, TakeoverNeedsConfirmation):
                 sid = error.session_id or "ID"
                 message += f"; take it over with: mevedel session take-control {sid} --confirm-takeover"

@@ -54,7 +54,7 @@ from ...targets import Entry, Target, TargetError, same_state
 from ..content.checkpoints import MissingContent, entry_of, restore_plan
 from ..errors import LeaseLost, PublicationPending, StoreError
 from ..authority.lease import LeaseHandle, read_lease_head
-from .lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
+from .lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
 from .git_runner import GitRunner, LocalGit, git_runner_for
 from .project_files import FileRead, GitCheck, Unreadable, git_contents, index_divergence, project_path_problem, read_project_files
 from ..authority.publication import Publisher, load_manifest
@@ -564,8 +564,37 @@ async def commit_in_place(
         if await _committed_anyway(lease, token, plan):
             return await _finish(lease, plan, journal, changes, lease.publication_head, True, remains)
         await _roll_back(lease, journal, changes, error)
-        raise
+        if journal is None:
+            raise
+        raise RolledBack(sid, operation, error) from error
     return await _finish(lease, plan, journal, changes, published.head, published.committed, remains)
+
+
+def _cause_kind(cause: BaseException) -> str:
+    """``unavailable`` when the target failed under the transaction (a
+    publication's failure wraps it), else the cause's own kind."""
+    seen: BaseException | None = cause
+    while seen is not None:
+        if isinstance(seen, TargetError):
+            return "unavailable"
+        seen = seen.__cause__ or seen.__context__
+    return getattr(cause, "kind", "conflict")
+
+
+class RolledBack(LifecycleError):
+    """The transaction failed after it began writing project files, and
+    every file it wrote was put back: nothing changed, the session is as it
+    was, and the same transaction can be prepared and committed again.
+    ``kind`` is the cause's (``unavailable`` for a dropped connection)."""
+
+    def __init__(self, session_id: str, operation: str, cause: BaseException) -> None:
+        super().__init__(
+            f"session {session_id}: the {operation} did not happen ({cause}); every project file it had "
+            "written was put back and the session is unchanged, so it can be prepared and committed again"
+        )
+        self.kind = _cause_kind(cause)
+        self.session_id = session_id
+        self.operation = operation
 
 
 async def _committed_anyway(lease: LeaseHandle, token: StateToken, plan: InPlacePlan) -> bool:
