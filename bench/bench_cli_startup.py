@@ -80,8 +80,10 @@ async def make_sessions(root: Path, state: Path) -> None:
 
     service = SessionService(LocalTarget(root), ClientIdentity.generate())
     for index in range(SESSIONS):
-        await service.create(f"session {index}")
-    await service.close_all()
+        session_id = (await service.create(f"session {index}")).session_id
+        await service.begin_turn(session_id, f"prompt {index}")
+        await service.settle(session_id)
+        await service.close(session_id)
 
 
 def median_ms(samples: list[float]) -> float:
@@ -113,6 +115,8 @@ def main() -> None:
             "bare ACP SDK client": [sys.executable, str(HERE / "bare_acp_client.py"), "go", "--", *agent],
             "mevedel prompt": [MEVEDEL, "prompt", "--new", "go"],
         }
+        listed = subprocess.run([MEVEDEL, "session", "list", "--json"], env=env, cwd=root, capture_output=True, text=True)
+        assert len(json.loads(listed.stdout)["sessions"]) == SESSIONS, listed.stdout[-2000:] + listed.stderr[-2000:]
         for _ in range(2):  # compile the byte code, warm the page cache
             for command in starts.values():
                 timed(command, env, root)

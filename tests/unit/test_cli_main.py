@@ -62,6 +62,6 @@ def _sdks_loaded(args: list[str], cwd) -> list[str]:
     return eval(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("args", [["--help"], ["session", "list"], ["address", "work://shared/a.md"]])
+@pytest.mark.parametrize("args", [["--help"], ["session", "list"], ["address", "work://shared/a.md"], ["read", "mevedel://"]])
 def test_quick_commands_load_no_sdk(tmp_path, args):
     assert _sdks_loaded(args, tmp_path) == []
