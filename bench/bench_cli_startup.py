@@ -11,6 +11,10 @@ Byte code is compiled first (``PYTHONPYCACHEPREFIX`` into a scratch
 directory, one warm-up run of each command): ``PYTHONDONTWRITEBYTECODE=1``
 would otherwise make every start compile every module again.
 
+``MEVEDEL_BENCH_SOURCE=DIR`` runs the commands from another checkout's
+source (``DIR/server`` and ``DIR/protocol`` first on ``PYTHONPATH``): the
+code before a change, measured the same way.
+
 Targets: ``--help`` <= 8x, ``session list`` <= 10x, ``read mevedel://``
 <= 10x the bare interpreter; ``prompt`` start to first chunk <= +100 ms and
 last chunk to exit <= +50 ms over the bare client.
@@ -104,6 +108,9 @@ def main() -> None:
         asyncio.run(make_sessions(root, state))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env.update(PYTHONPYCACHEPREFIX=str(scratch / "pycache"), XDG_STATE_HOME=str(state), XDG_CONFIG_HOME=str(config))
+        source = os.environ.get("MEVEDEL_BENCH_SOURCE")
+        if source:
+            env["PYTHONPATH"] = os.pathsep.join([str(Path(source) / "server"), str(Path(source) / "protocol")])
 
         starts = {
             "python3 -c pass": [sys.executable, "-c", "pass"],
@@ -151,7 +158,9 @@ def main() -> None:
             rows.append({"case": f"{name}: last chunk -> exit", "median_ms": median_ms(tail[name]), "min_ms": round(min(tail[name]) * 1000, 1)})
         rows.append({"case": "prompt: added start -> first chunk", "median_ms": round(added_first, 1), "goal": "<= +100 ms", "met": added_first <= 100})
         rows.append({"case": "prompt: added last chunk -> exit", "median_ms": round(added_tail, 1), "goal": "<= +50 ms", "met": added_tail <= 50})
-    report("cli_startup", rows, {"rounds": ROUNDS, "load": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()})
+    name = "cli_startup" + ("_source" if os.environ.get("MEVEDEL_BENCH_SOURCE") else "")
+    report(name, rows, {"rounds": ROUNDS, "load": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
+                        "source": os.environ.get("MEVEDEL_BENCH_SOURCE") or "this checkout"})
 
 
 if __name__ == "__main__":
