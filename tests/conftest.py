@@ -1,7 +1,26 @@
 """Shared test configuration: the SSH servers of the SSH target tests (see
-``ssh_fixtures``) and the hypothesis profile; everything else lives beside its
-tests."""
+``ssh_fixtures``), the hypothesis profile, and what keeps parallel workers
+apart; everything else lives beside its tests.
 
+The suite runs on several pytest-xdist workers (``scripts/test`` picks how
+many). Each worker is a process of its own with its own temporary
+directories (pytest gives each its ``basetemp``), its own throwaway sshd (a
+session fixture, so one per worker, on a port of its own) and, set here
+before any test runs, its own ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME`` and
+``XDG_RUNTIME_DIR``: the CLI's client identity, MCP approvals, config file
+and the tool host's socket directory are never shared by two workers, nor
+taken from the user running the suite. Tests that must not run twice at
+once (they build into the source tree) share an ``xdist_group``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
 from hypothesis import HealthCheck, settings
 from ssh_fixtures import fault_server, open_target, openssh_server, ssh_connect  # noqa: F401
 
@@ -10,3 +29,33 @@ from ssh_fixtures import fault_server, open_target, openssh_server, ssh_connect 
 # failure. Every property still runs its full number of examples.
 settings.register_profile("mevedel", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("mevedel")
+
+#: Test files whose tests must all run on one worker: they build into the
+#: repository (the VS Code client's out-test/, a wheel of the checkout).
+SERIAL_FILES = {"test_vscode.py": "vscode", "test_wheel_docs.py": "wheel"}
+
+_isolated: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """This process's own XDG directories, short (under /tmp) so the unix
+    socket paths made below them fit."""
+    global _isolated
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    _isolated = Path(tempfile.mkdtemp(prefix=f"mevedel-{worker}-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    for name in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"):
+        path = _isolated / name.lower()
+        path.mkdir(mode=0o700)
+        os.environ[name] = str(path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _isolated is not None:
+        shutil.rmtree(_isolated, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = SERIAL_FILES.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

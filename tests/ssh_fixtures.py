@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import getpass
 import io
 import os
@@ -33,6 +34,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,12 +104,55 @@ def throwaway_sshd(directory: Path) -> Iterator[OpenSshServer]:
     host_pub = _keygen(host_key)
     client_key = directory / "user_ed25519"
     (directory / "authorized_keys").write_text(_keygen(client_key) + "\n")
-    port = _free_port()
     user = getpass.getuser()
     home = directory / "home"
     home.mkdir()
-    config = directory / "sshd_config"
-    config.write_text(
+    # The privilege separation directory sshd insists on.
+    Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
+    log = directory / "sshd.log"
+    # A free port may be taken between the probe and sshd's bind: parallel
+    # workers start their sshd at the same moment, so they take turns (a
+    # lock file all of this machine's test runs share) from the probe until
+    # sshd listens -- else one worker's probe could reach another's sshd --
+    # and a port taken by anything else is tried again with another.
+    with open(os.path.join(tempfile.gettempdir(), "mevedel-tests-sshd.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for attempt in range(5):
+            port = _free_port()
+            _write_sshd_config(directory, port, user, host_key, home)
+            with log.open("wb") as log_file:
+                process = subprocess.Popen([str(SSHD), "-D", "-f", str(directory / "sshd_config"), "-e"], stdout=log_file, stderr=log_file)
+            try:
+                _wait_listening(port, process, log)
+                break
+            except RuntimeError:
+                _stop(process)
+                if attempt == 4 or "Address already in use" not in log.read_text():
+                    raise
+    try:
+        known_hosts = directory / "known_hosts"
+        known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
+        client_config = directory / "ssh_config"
+        client_config.write_text(
+            f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n"
+            f"  IdentityFile {client_key}\n  UserKnownHostsFile {known_hosts}\n  IdentityAgent none\n"
+        )
+        yield OpenSshServer("127.0.0.1", port, user, known_hosts, client_key, client_config, directory, home)
+    finally:
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _write_sshd_config(directory: Path, port: int, user: str, host_key: Path, home: Path) -> None:
+    (directory / "sshd_config").write_text(
         "\n".join(
             [
                 f"Port {port}",
@@ -135,28 +180,6 @@ def throwaway_sshd(directory: Path) -> Iterator[OpenSshServer]:
             ]
         )
     )
-    # The privilege separation directory sshd insists on.
-    Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
-    log = directory / "sshd.log"
-    with log.open("wb") as log_file:
-        process = subprocess.Popen([str(SSHD), "-D", "-f", str(config), "-e"], stdout=log_file, stderr=log_file)
-    try:
-        _wait_listening(port, process, log)
-        known_hosts = directory / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
-        client_config = directory / "ssh_config"
-        client_config.write_text(
-            f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n"
-            f"  IdentityFile {client_key}\n  UserKnownHostsFile {known_hosts}\n  IdentityAgent none\n"
-        )
-        yield OpenSshServer("127.0.0.1", port, user, known_hosts, client_key, client_config, directory, home)
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def sshd_missing() -> str | None:

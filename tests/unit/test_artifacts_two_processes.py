@@ -116,6 +116,8 @@ async def main():
                 task.cancel()
             emit(op="waiting")
             await loop.run_in_executor(None, sys.stdin.readline)
+        elif name == "stay":  # alive and renewing, until the test says go
+            await loop.run_in_executor(None, sys.stdin.readline)
         elif name == "request_handover":
             summary = await store.request_handover(ITEM)
             emit(op="asked", holder=summary.holder_host)
@@ -291,7 +293,7 @@ def test_the_holder_hands_over_only_once_idle(tmp_path, idle):
     run(root, "creator", [["create", "start"]])
     options = {"lease_seconds": 3, "renew_every": 0.3, "handover_idle_seconds": idle}
     editing = idle + 5.0  # one keeps editing, then stops; it stays alive, renewing
-    one = start(root, "one", [["loop_write", editing, idle / 4], ["sleep", idle + 5.0], ["close"]], **options)
+    one = start(root, "one", [["loop_write", editing, idle / 4], ["stay"], ["close"]], **options)
     first = next_event(one, "write")
     assert first["ok"]
     two = start(
@@ -300,6 +302,10 @@ def test_the_holder_hands_over_only_once_idle(tmp_path, idle):
         **options,
     )
     two_events = finish(two)
+    # One stayed alive until two got the item: the hand-over came from its
+    # idleness, not from its end. It ends now, not after a fixed sleep.
+    one.stdin.write("go\n")
+    one.stdin.flush()
     one_events = finish(one)
     asked = next(e for e in two_events if e["op"] == "asked")
     assert asked["holder"] == "one-host"

@@ -150,7 +150,9 @@ async def test_garbage_and_silence_on_the_socket_are_closed_and_the_host_keeps_s
 
 
 async def test_a_missing_socket_is_one_line_and_status_1(tmp_path):
-    code, err = await run_relay(str(tmp_path / "gone.sock"), "x" * 43)
+    # A short path whatever $TMPDIR is (one too long for a socket is another error).
+    gone = f"/tmp/mevedel-gone-{os.getpid()}-{tmp_path.name[-20:]}/gone.sock"
+    code, err = await run_relay(gone, "x" * 43)
     assert code == 1 and err.count("\n") == 1
     assert "no mevedel tool server at" in err and "gone.sock" in err
 
@@ -195,7 +197,30 @@ async def test_agents_starting_at_once_share_one_socket(tmp_path):
         registered = await asyncio.gather(*(made.register(context) for _ in range(5)))
         assert len({path for path, _token in registered}) == 1
         assert len({token for _path, token in registered}) == 5
-        assert len(list(runtime.iterdir())) == 1  # one private directory, no leftover
+        (path,) = {path for path, _token in registered}
+        # One private directory holding the socket alone (under runtime/,
+        # unless the test's temporary directory is too deep for a socket).
+        assert os.listdir(os.path.dirname(path)) == ["tools.sock"]
+        assert len(list(runtime.iterdir())) == (1 if Path(path).parent.parent == runtime else 0)
     finally:
         await made.close()
-    assert list(runtime.iterdir()) == []
+    assert list(runtime.iterdir()) == [] and not os.path.exists(os.path.dirname(path))
+
+
+async def test_a_directory_too_deep_for_a_unix_socket_still_gets_one_that_binds(tmp_path):
+    """A socket path longer than the unix limit cannot be bound: a deep
+    ``$XDG_RUNTIME_DIR``, ``$TMPDIR`` or given directory is passed over for
+    one whose path fits, and the agents' relay still reaches the host."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    made = ToolHost(directory=str(deep))
+    try:
+        path, token = await made.register(Context(workspace(tmp_path, "a", "alpha\n")))
+        assert len(os.fsencode(path)) <= 104 and not path.startswith(str(deep))
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(token.encode() + b"\n")
+        assert await asyncio.wait_for(reader.readline(), 60) == b"ok\n"
+        writer.close()
+    finally:
+        await made.close()
+    assert not os.path.exists(os.path.dirname(path)) and list(deep.iterdir()) == []

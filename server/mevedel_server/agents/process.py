@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import traceback
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,10 @@ def _said(record: logging.LogRecord) -> str:
 
 
 logging.getLogger().addFilter(_SdkLogRoute())
+#: Starts the agent's program (``asyncio.create_subprocess_exec``'s
+#: signature). ``mevedel prompt`` hands over an agent it started before its
+#: own imports through this (``cli/agent_prestart.py``).
+spawn: Callable[..., Awaitable[asyncio.subprocess.Process]] = asyncio.create_subprocess_exec
 
 
 def _client_capabilities() -> schema.ClientCapabilities:
@@ -169,7 +173,7 @@ class AgentProcess:
         """Start the program and ``initialize`` it, or raise AgentError."""
         argv = list(self.spec.command)
         try:
-            self.process = await asyncio.create_subprocess_exec(
+            self.process = await spawn(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

@@ -28,7 +28,6 @@ import time
 from typing import Any
 
 from ..store.service import SessionService
-from ..store.service.control import ControlEvent, SessionControl
 from .session_client import CommandError, add_common, add_session_option, emit, held_session, refuse, run_command
 from .session_command import info_data, info_line
 
@@ -74,6 +73,9 @@ def run_take(arguments: argparse.Namespace) -> int:
         return refuse(arguments, "invalid-params", f"--wait {arguments.wait:g}: must be 0 or more seconds")
 
     async def body(service: SessionService) -> None:
+        # Imported here: every session command registers this module.
+        from ..store.service.control import ControlEvent, SessionControl
+
         control = SessionControl(service)
         events: list[ControlEvent] = []
         control.on_event.append(events.append)
@@ -125,6 +127,8 @@ def run_take(arguments: argparse.Namespace) -> int:
 
 def run_release(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
+        from ..store.service.control import SessionControl
+
         sid = await held_session(service, arguments.session)
         await service.open(sid, "resume")
         result, info = await SessionControl(service).release(sid)
@@ -136,6 +140,8 @@ def run_release(arguments: argparse.Namespace) -> int:
 
 def run_answer(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
+        from ..store.service.control import SessionControl
+
         sid = await held_session(service, arguments.session)
         await service.open(sid, "resume")
         control = SessionControl(service)

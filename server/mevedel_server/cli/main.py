@@ -3,7 +3,16 @@
 Each subcommand is a module in this package exposing
 ``register(subparsers)``; it adds its parser and sets ``run`` (a function of
 the parsed arguments returning the exit status) as a default. Adding a command
-is adding a module and naming it in ``COMMAND_MODULES``.
+is adding a module, naming it in ``COMMAND_MODULES`` and giving its commands a
+row of ``COMMANDS``.
+
+Start-up is what a person waits for, so nothing is imported that the command
+given does not need: ``COMMANDS`` names each command's one-line help and its
+modules without importing them. ``mevedel --help`` (or no command, or one
+that does not exist) is answered from the table alone; a command imports its
+own modules only, so ``session list`` never loads the agent and MCP SDKs that
+``prompt`` and ``read`` need (a test checks the table against the parsers the
+modules build).
 
 Exit statuses: 0 success, 1 a reported failure (an invalid address...), 2 a
 usage error (argparse), 70 an internal error, 130 interrupted. No traceback
@@ -18,8 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-#: The subcommand modules, imported when the parser is built (so that
-#: ``mevedel mcp`` in relay mode starts without importing any of them).
+#: The subcommand modules, in the order their commands are listed.
 COMMAND_MODULES = (
     "address_command",
     "resource_command",
@@ -34,32 +42,39 @@ COMMAND_MODULES = (
     "diff_command",
 )
 
-#: The modules that make each command (``session`` gains subcommands from
-#: two more). A command's parser is built from its own modules only, so a
-#: quick one (``session list``, ``artifact show``) never imports the agent
-#: and MCP SDKs that ``prompt`` and ``read`` need -- seconds of start-up on
-#: a loaded machine; no command or ``--help`` builds them all.
-COMMAND_OWNERS = {
-    "address": ("address_command",),
-    "read": ("resource_command",),
-    "glob": ("resource_command",),
-    "grep": ("resource_command",),
-    "apply-patch": ("resource_command",),
-    "session": ("session_command", "control_command", "follow_command"),
-    "turn": ("turn_command",),
-    "prompt": ("prompt_command",),
-    "fork": ("lifecycle_command",),
-    "redo": ("lifecycle_command",),
-    "rewind": ("lifecycle_command",),
-    "save-as": ("lifecycle_command",),
-    "mcp": ("mcp_command",),
-    "artifact": ("artifact_command",),
-    "diff": ("diff_command",),
-    "restore": ("diff_command",),
+#: Every command, in ``--help``'s order: its one-line help and the modules
+#: that build its parser (``session`` gains subcommands from two more).
+COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "address": ("validate and canonicalise resource addresses", ("address_command",)),
+    "read": ("print the Read projection of an address", ("resource_command",)),
+    "glob": ("list the files under an address that match a pattern", ("resource_command",)),
+    "grep": ("search the Read projection under an address", ("resource_command",)),
+    "apply-patch": (
+        "apply a '*** Begin Patch' envelope to workspace files, work:// and memory:// files",
+        ("resource_command",),
+    ),
+    "session": (
+        "list, create, open and manage durable sessions",
+        ("session_command", "control_command", "follow_command"),
+    ),
+    "turn": ("begin, record and settle a turn of a session", ("turn_command",)),
+    "prompt": ("prompt an ACP agent: the next turn of a session", ("prompt_command",)),
+    "rewind": ("rewind a session to after (or before) a turn", ("lifecycle_command",)),
+    "redo": ("list a session's restorable states, or return to one", ("lifecycle_command",)),
+    "fork": ("fork a session after a turn into a new session", ("lifecycle_command",)),
+    "save-as": ("copy a session into a new, named session", ("lifecycle_command",)),
+    "mcp": ("serve Read/Glob/Grep/ApplyPatch with resource addresses to an MCP client (stdio)", ("mcp_command",)),
+    "artifact": ("the workspace's artifacts, documents and whiteboards", ("artifact_command",)),
+    "diff": ("show what a turn (or a range of turns) changed in the tree", ("diff_command",)),
+    "restore": (
+        "put one file back as it was before a turn (as a turn of its own, so it can be rewound)",
+        ("diff_command",),
+    ),
 }
 
 INTERNAL_ERROR = 70
 INTERRUPTED = 130
+DESCRIPTION = "mevedel resource addresses and sessions."
 
 
 def _version() -> str:
@@ -71,13 +86,46 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mevedel", description="mevedel resource addresses and sessions.")
-    parser.add_argument("--version", action="version", version=f"mevedel {_version()}")
+class _VersionAction(argparse.Action):
+    """``--version``, whose number is looked up only when asked for
+    (``importlib.metadata`` alone costs more than a quick command's start)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"mevedel {_version()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    parser = argparse.ArgumentParser(prog="mevedel", description=DESCRIPTION)
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    return parser, subparsers
+
+
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
+    """The parser built by ``modules`` (every command's, by default)."""
+    parser, subparsers = _top_parser()
     for name in modules:
         importlib.import_module(f"{__package__}.{name}").register(subparsers)
     return parser
+
+
+def listing_parser() -> argparse.ArgumentParser:
+    """The parser that lists every command from ``COMMANDS``, importing none:
+    it answers ``--help``, ``--version``, no command and an unknown one."""
+    parser, subparsers = _top_parser()
+    for name, (help_text, _modules) in COMMANDS.items():
+        subparsers.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def parser_for(args: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser for a command line: the named command's modules only."""
+    entry = COMMANDS.get(args[0]) if args else None
+    return listing_parser() if entry is None else build_parser(entry[1])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..tool_server.relay import relay_stdio
 
         return int(relay_stdio(os.environ["MEVEDEL_TOOL_SOCKET"], os.environ["MEVEDEL_TOOL_TOKEN"]) or 0)
-    parser = build_parser(COMMAND_OWNERS.get(args[0], COMMAND_MODULES) if args else COMMAND_MODULES)
+    parser = parser_for(args)
     try:
         arguments = parser.parse_args(args)
         return int(arguments.run(arguments))

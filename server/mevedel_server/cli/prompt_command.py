@@ -30,10 +30,9 @@ import signal
 import sys
 import termios
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agents.config import cli_config_path, load_cli_config, log_dir
-from ..agents.engine import AgentEngine, PermissionQuestion, TurnUpdate
 from ..agents.errors import AgentError
 from ..artifacts.attachments import SessionArtifacts, session_artifacts
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
@@ -42,9 +41,13 @@ from ..store.service import SessionService
 from ..tool_server.host import ToolHost
 from ..tool_server.standalone import StandaloneContext
 from ..store.workspace_wide.listing import SessionAction
+from .agent_prestart import prestart_for
 from .session_client import (
     CommandError, add_common, add_session_option, emit, held_session, last_session, remember_session, run_command, workspace_root,
 )
+
+if TYPE_CHECKING:
+    from ..agents.engine import PermissionQuestion, TurnUpdate
 
 TURN_FAILED = 2
 INTERRUPTED = 130
@@ -239,6 +242,10 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         config = load_cli_config()
     except AgentError as error:
         raise SystemExit(f"mevedel: {error.message}") from None
+    # The agent starts before the engine's imports, which take as long as
+    # its own start (cli/agent_prestart.py).
+    prestart_for(arguments, config)
+    from ..agents.engine import AgentEngine
 
     async def body(service: SessionService) -> None:
         if arguments.new and arguments.session is not None:

@@ -20,7 +20,6 @@ from mevedel_protocol import converter, methods
 
 from ..addresses import Operation, parse_address
 from ..agents.config import AgentConfig, log_dir, specs_from
-from ..agents.engine import AgentEngine, PermissionQuestion, PromptOutcome, TurnUpdate
 from ..agents.errors import AgentError
 from ..resources import ReadOptions, execute, prepare
 from ..store.service import SessionChange, SessionService
@@ -31,6 +30,7 @@ from .resources import writable_context
 from .workspaces import Folder, request_scope, scope
 
 if TYPE_CHECKING:
+    from ..agents.engine import AgentEngine, PermissionQuestion, PromptOutcome, TurnUpdate
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
@@ -119,6 +119,10 @@ class AgentEngines:
         known = self._engines.get(folder.key)
         if known is not None:
             return known
+        # The engine (and the ACP SDK under it) loads with the first agent:
+        # an editor's idle server does not carry it.
+        from ..agents.engine import AgentEngine
+
         service = _registry(self.ls).service(folder)
         remote = folder.remote is not None
         root = getattr(service.target, "root", None) if remote else str(folder.root)

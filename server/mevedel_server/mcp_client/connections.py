@@ -26,14 +26,18 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp import ClientSession, McpError, StdioServerParameters
-from mcp import types as mcp_types
-from pydantic import ValidationError
 
-from .bounded_stdio import TOO_LARGE, bounded_stdio_client
+# The MCP SDK (and pydantic under it) is imported where a server is started
+# or called: every CLI read and the language server make this module's
+# McpConnections, most never reach a server, and the SDK costs a quarter of
+# a second to import.
+if TYPE_CHECKING:
+    from mcp import ClientSession, McpError
+    from mcp import types as mcp_types
+
 from .config import McpServerSpec
 from .errors import McpClientError
 
@@ -192,6 +196,10 @@ class McpConnections:
         return connection
 
     async def _run(self, connection: _Connection) -> None:
+        from mcp import ClientSession, StdioServerParameters
+
+        from .bounded_stdio import bounded_stdio_client  # the SDK's stdio client under it
+
         spec = connection.spec
         parameters = StdioServerParameters(
             command=spec.command, args=list(spec.args), env=dict(spec.env) or None, cwd=connection.cwd
@@ -260,6 +268,10 @@ class McpConnections:
     # -- calls --------------------------------------------------------------------
 
     async def _call(self, spec: McpServerSpec, cwd: str | None, what: str, call: Any) -> Any:
+        from mcp import McpError
+        from mcp import types as mcp_types
+        from pydantic import ValidationError
+
         connection = await self._connection(spec, cwd)
         session = connection.session
         if session is None:  # lost between start and call
@@ -298,6 +310,8 @@ class McpConnections:
 
     async def list(self, spec: McpServerSpec, cwd: str | None) -> ResourceListing:
         """The server's resources and resource templates (every page, bounded)."""
+        from mcp import McpError
+        from mcp import types as mcp_types
 
         async def call(session: ClientSession, connection: _Connection) -> ResourceListing:
             capabilities = connection.capabilities
@@ -335,6 +349,9 @@ class McpConnections:
 
     async def read(self, spec: McpServerSpec, cwd: str | None, uri: str) -> mcp_types.ReadResourceResult:
         """``resources/read`` of ``uri``, fresh (nothing is cached)."""
+        from mcp import types as mcp_types
+        from pydantic import ValidationError
+
         try:
             mcp_types.ReadResourceRequestParams(uri=uri)  # type: ignore[arg-type]
         except ValidationError:
@@ -392,6 +409,9 @@ def _leaves(error: BaseException) -> list[BaseException]:
 
 
 def _start_failure(error: BaseException, spec: McpServerSpec) -> str:
+    from mcp import McpError
+    from mcp import types as mcp_types
+
     for leaf in _leaves(error):
         if isinstance(leaf, FileNotFoundError):
             return f"could not be started: {spec.command!r} was not found"
@@ -408,6 +428,10 @@ def _start_failure(error: BaseException, spec: McpServerSpec) -> str:
 
 
 def _server_error(spec: McpServerSpec, what: str, error: McpError) -> McpClientError:
+    from mcp import types as mcp_types
+
+    from .bounded_stdio import TOO_LARGE
+
     message = error.error.message
     lowered = message.lower()
     if error.error.code == _RESOURCE_NOT_FOUND or (error.error.code == mcp_types.INVALID_PARAMS and "not found" in lowered):

@@ -12,7 +12,8 @@ workspace's ``Target``. A token binds one agent to one context: it never
 names a session, and another agent's token reaches only that agent's.
 
 The socket lives in a directory only this user can enter (0700, made with
-``mkdtemp`` under ``$XDG_RUNTIME_DIR`` or the temporary directory). Tokens
+``mkdtemp`` under ``$XDG_RUNTIME_DIR`` or the temporary directory, the first
+whose socket path fits the unix limit). Tokens
 are random (256 bits) and compared in constant time. A connection that sends
 no token line within :data:`HANDSHAKE_TIMEOUT`, sends garbage or an unknown
 token is logged and closed with nothing served (an unknown token gets
@@ -64,11 +65,17 @@ def _default_serve() -> Serve:
 def _socket_directory(parent: str | None) -> Path:
     """A new private directory for the socket, with a path short enough to
     bind: under ``parent`` (default ``$XDG_RUNTIME_DIR``), else the
-    temporary directory, else ``/tmp``."""
-    candidates = [parent] if parent is not None else [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
+    temporary directory, else ``/tmp`` -- the first whose socket path fits.
+    A long ``parent`` or ``$TMPDIR`` (a test's temporary directory, a
+    deep home) is passed over, not an error: ``/tmp`` always fits."""
+    defaults = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
+    candidates = ([parent] if parent is not None else []) + defaults
     last: OSError | None = None
     for candidate in candidates:
         if not candidate or not os.path.isdir(candidate):
+            continue
+        # mkdtemp's name is the prefix and 8 characters.
+        if len(os.fsencode(os.path.join(candidate, "mevedel-tools-12345678", "tools.sock"))) > SOCKET_PATH_MAX:
             continue
         try:
             made = Path(tempfile.mkdtemp(prefix="mevedel-tools-", dir=candidate))
