@@ -1,4 +1,4 @@
-"""``mevedel session list|create|open|close|rename|save|compact|clear|turns|turn``.
+"""``mevedel session list|create|open|close|rename|save|retry-publication|abandon-publication|compact|clear|turns|turn``.
 
 Every subcommand takes ``--json`` (one JSON object on stdout; a refusal is
 ``{"error": {"kind", "message"}}`` with exit status 1) and ``--workspace
@@ -71,6 +71,22 @@ def register(subparsers: Any) -> None:
     add_common(save)
     save.set_defaults(run=run_save)
 
+    retry = commands.add_parser(
+        "retry-publication",
+        help="publish again a save that failed (kept across restarts until retried or abandoned)",
+    )
+    add_session_option(retry)
+    add_common(retry)
+    retry.set_defaults(run=run_retry_publication)
+
+    abandon = commands.add_parser(
+        "abandon-publication",
+        help="drop a save that failed; the committed state stays as it is",
+    )
+    add_session_option(abandon)
+    add_common(abandon)
+    abandon.set_defaults(run=run_abandon_publication)
+
     compact = commands.add_parser(
         "compact",
         help="close the live transcript segment and continue in a new one that starts with a summary",
@@ -117,6 +133,7 @@ def info_data(info: SessionInfo) -> dict[str, Any]:
         "open_turn": info.open_turn,
         "reconciliation_pending": info.reconciliation_pending,
         "recovery_pending": info.recovery_pending,
+        "pending_publication": info.pending_publication,
     }
 
 
@@ -127,6 +144,11 @@ def info_line(info: SessionInfo) -> str:
     line = f"{info.session_id}  {info.display_name}  [{access}; {info.settled_turns} settled turns{turn}{saved}]"
     if info.recovery_pending:
         line += "\n" + recovery_line(info.recovery_pending)
+    if info.pending_publication:
+        line += (
+            f"\n  publication pending: {info.pending_publication}; "
+            "mevedel session retry-publication publishes it, abandon-publication drops it"
+        )
     return line
 
 
@@ -268,6 +290,34 @@ def run_save(arguments: argparse.Namespace) -> int:
             arguments,
             {"session_id": sid, "committed": result.committed, "note": result.note},
             [f"{sid} saved" if result.committed else f"{sid}: {result.note}"],
+        )
+
+    return run_command(arguments, body)
+
+
+def run_retry_publication(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        result = await service.retry_publication(sid)
+        emit(
+            arguments,
+            {"session_id": sid, "committed": result.committed, "note": result.note},
+            [f"{sid}: the pending publication is published" if result.committed else f"{sid}: {result.note or 'nothing to publish'}"],
+        )
+
+    return run_command(arguments, body)
+
+
+def run_abandon_publication(arguments: argparse.Namespace) -> int:
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        abandoned = await service.abandon_publication(sid)
+        emit(
+            arguments,
+            {"session_id": sid, "abandoned": abandoned},
+            [f"{sid}: the pending publication is dropped" if abandoned else f"{sid}: no publication was pending"],
         )
 
     return run_command(arguments, body)

@@ -187,7 +187,7 @@ async def retry_publication(ls: MevedelLanguageServer, params: wire.SessionParam
 async def abandon_publication(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.AbandonResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_ABANDON_PUBLICATION)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_ABANDON_PUBLICATION)
-    return wire.AbandonResult(sid, _registry(ls).service(folder).abandon_publication(sid))
+    return wire.AbandonResult(sid, await _registry(ls).service(folder).abandon_publication(sid))
 
 
 def _rotation(rotation: SegmentRotation) -> wire.SegmentRotationResult:

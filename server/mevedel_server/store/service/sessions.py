@@ -452,18 +452,27 @@ class SessionService(SessionLifecycle, SessionFollowing):
         self._sessions[session_id] = session
         session.recovery = (await find_recovery(self.target, session_id)).recovery_id
         interrupted: int | None = None
-        if not continuing and session.recovery is None:
-            in_flight = conversation.open_turn
-            if conversation.resume(at=self._time_now()) and in_flight is not None:
-                interrupted = in_flight.turn
-                try:
-                    await session.save(conversation.artifacts_for_save())
-                except (StoreError, TargetError) as error:
-                    # The session is open with the repair pending; info says so.
-                    _log.warning("session %s: saving the resume repair failed: %s", session_id, error)
-                else:
-                    self._changed(session, "resumed")
+        if await self._restored_pending(session):
+            session.repair_due = not continuing
+        elif not continuing and session.recovery is None:
+            interrupted = await self._repair_resumed(session)
         return OpenResult(self._info(session), "takeover" if took_over else "resume", interrupted)
+
+    async def _repair_resumed(self, session: OpenSession) -> int | None:
+        """Settle a turn a stopped owner left in flight as interrupted and
+        save that; the turn's number, when there was one."""
+        conversation = session.conversation
+        in_flight = conversation.open_turn
+        if not (conversation.resume(at=self._time_now()) and in_flight is not None):
+            return None
+        try:
+            await session.save(conversation.artifacts_for_save())
+        except (StoreError, TargetError) as error:
+            # The session is open with the repair pending; info says so.
+            _log.warning("session %s: saving the resume repair failed: %s", session.session_id, error)
+        else:
+            self._changed(session, "resumed")
+        return in_flight.turn
 
     async def _note_use(self) -> None:
         """This service writes the workspace: the first time, make sure git
@@ -859,13 +868,38 @@ class SessionService(SessionLifecycle, SessionFollowing):
 
     async def retry_publication(self, session_id: str) -> SaveResult:
         session = self._open(session_id, "retry its publication")
+        restored = session.pending is not None and session.pending.candidate is None
         result = await session.retry()
+        if restored:
+            await self._after_recorded_pending(session)
         self._changed(session, "retried")
         return result
 
-    def abandon_publication(self, session_id: str) -> bool:
-        """Drop a pending publication; True when there was one."""
-        return self._open(session_id, "abandon its publication").abandon() is not None
+    async def abandon_publication(self, session_id: str) -> bool:
+        """Drop a pending publication (and its durable record); True when
+        there was one."""
+        session = self._open(session_id, "abandon its publication")
+        dropped = await session.abandon()
+        if dropped is not None and dropped.candidate is None:
+            await self._after_recorded_pending(session)
+        return dropped is not None
+
+    async def _restored_pending(self, session: OpenSession) -> bool:
+        """A publication a stopped process left pending is pending here again."""
+        try:
+            return await session.restore_pending() is not None
+        except (StoreError, TargetError) as error:
+            _log.warning("session %s: looking for a pending publication failed: %s", session.session_id, error)
+            return False
+
+    async def _after_recorded_pending(self, session: OpenSession) -> None:
+        """A recorded publication was retried or abandoned: the live
+        conversation is the committed one, and the resume repair the record
+        held back runs now."""
+        self._adopt(session, await self._conversation_of(await read_committed(self.target, session.session_id)))
+        if session.repair_due and session.recovery is None:
+            session.repair_due = False
+            await self._repair_resumed(session)
 
     # Segments ------------------------------------------------------------------
 
