@@ -193,3 +193,21 @@ def test_a_failed_settle_survives_its_process_and_the_next_command_retries_it(wo
     assert [(t["turn"], t["state"], t["prompt"]) for t in turns] == [(1, "completed", "first"), (2, "completed", "the pending turn")]
     assert ok(cli(workspace, me, "session", "abandon-publication", "--json"))["abandoned"] is False
     assert not (session / ".pending-publication").exists()
+
+
+def test_an_unprovable_unsettled_mutation_is_acknowledged_from_the_cli(workspace, tmp_path):
+    me = tmp_path / "me"
+    sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
+    ok(cli(workspace, me, "turn", "settle", "--json"))
+    identity = json.loads((me / "mevedel" / "cli-client.json").read_text())
+
+    async def owner_dies_between_the_latch_and_its_record() -> None:
+        svc = SessionService(LocalTarget(workspace), ClientIdentity(identity["client_id"], identity["host"]))
+        await svc.open(sid)
+        session = svc.session(sid)
+        await session.latch.arm(session.lease)
+        await svc.detach()
+
+    asyncio.run(owner_dies_between_the_latch_and_its_record())
+    assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json")) == {"session_id": sid, "cleared": True}
+    assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json"))["cleared"] is False

@@ -1,4 +1,4 @@
-"""``mevedel session list|create|open|close|rename|save|retry-publication|abandon-publication|compact|clear|turns|turn``.
+"""``mevedel session list|create|open|close|rename|save|retry-publication|abandon-publication|acknowledge-mutation|compact|clear|turns|turn``.
 
 Every subcommand takes ``--json`` (one JSON object on stdout; a refusal is
 ``{"error": {"kind", "message"}}`` with exit status 1) and ``--workspace
@@ -86,6 +86,17 @@ def register(subparsers: Any) -> None:
     add_session_option(abandon)
     add_common(abandon)
     abandon.set_defaults(run=run_abandon_publication)
+
+    acknowledge = commands.add_parser(
+        "acknowledge-mutation",
+        help="confirm that no command of a previous owner still runs, clearing the unsettled-mutation latch",
+        description="A prompt is refused while a command an earlier owner of the session started may still run "
+        "and cannot be proven gone (it ran on another machine, or its owner stopped before recording it). "
+        "Check that nothing it started still changes the workspace, then acknowledge it here.",
+    )
+    add_session_option(acknowledge)
+    add_common(acknowledge)
+    acknowledge.set_defaults(run=run_acknowledge_mutation)
 
     compact = commands.add_parser(
         "compact",
@@ -295,32 +306,42 @@ def run_save(arguments: argparse.Namespace) -> int:
     return run_command(arguments, body)
 
 
-def run_retry_publication(arguments: argparse.Namespace) -> int:
+def _on_held(arguments: argparse.Namespace, act) -> int:
+    """Resume the session this CLI client holds (or ``--session``), run
+    ``act(service, sid)`` -> (data, line) and report it."""
+
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
         await service.open(sid, "resume")
-        result = await service.retry_publication(sid)
-        emit(
-            arguments,
-            {"session_id": sid, "committed": result.committed, "note": result.note},
-            [f"{sid}: the pending publication is published" if result.committed else f"{sid}: {result.note or 'nothing to publish'}"],
-        )
+        data, line = await act(service, sid)
+        emit(arguments, {"session_id": sid, **data}, [f"{sid}: {line}"])
 
     return run_command(arguments, body)
+
+
+def run_retry_publication(arguments: argparse.Namespace) -> int:
+    async def act(service: SessionService, sid: str):
+        result = await service.retry_publication(sid)
+        line = "the pending publication is published" if result.committed else result.note or "nothing to publish"
+        return {"committed": result.committed, "note": result.note}, line
+
+    return _on_held(arguments, act)
 
 
 def run_abandon_publication(arguments: argparse.Namespace) -> int:
-    async def body(service: SessionService) -> None:
-        sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
+    async def act(service: SessionService, sid: str):
         abandoned = await service.abandon_publication(sid)
-        emit(
-            arguments,
-            {"session_id": sid, "abandoned": abandoned},
-            [f"{sid}: the pending publication is dropped" if abandoned else f"{sid}: no publication was pending"],
-        )
+        return {"abandoned": abandoned}, "the pending publication is dropped" if abandoned else "no publication was pending"
 
-    return run_command(arguments, body)
+    return _on_held(arguments, act)
+
+
+def run_acknowledge_mutation(arguments: argparse.Namespace) -> int:
+    async def act(service: SessionService, sid: str):
+        cleared = await service.acknowledge_unsettled_mutation(sid)
+        return {"cleared": cleared}, "the unsettled-mutation latch is cleared" if cleared else "no unsettled mutation was recorded"
+
+    return _on_held(arguments, act)
 
 
 def rotation_data(rotation: SegmentRotation) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from .clock import TargetTime
 from .background import PublicationCollector, TurnCheckpoints
 from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
+from .mutation_latch import MutationLatch
 from .renewal import LeaseRenewal
 
 
@@ -127,6 +128,8 @@ class OpenSession:
         #: A turn left in flight waits for a restored pending publication
         #: to be retried or abandoned before it is settled as interrupted.
         self.repair_due = False
+        #: The unsettled-mutation latch around agents' commands.
+        self.latch = MutationLatch(client)
         #: The recovery ID of an interrupted transaction's marker, as last seen.
         self.recovery: str | None = None
         #: Set while a granted control transfer drains this session: new

@@ -65,6 +65,7 @@ from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
 from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
+from .mutation_latch import LatchState
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
 from .file_restore import FileRestore, restore_file
@@ -883,6 +884,25 @@ class SessionService(SessionLifecycle, SessionFollowing):
         if dropped is not None and dropped.candidate is None:
             await self._after_recorded_pending(session)
         return dropped is not None
+
+    async def unsettled_mutation(self, session_id: str) -> LatchState:
+        """Whether a command of a previous owner may still run (the lease's
+        unsettled-mutation latch, inherited at takeover or resume). Records
+        of groups proven gone are removed, and the latch with them."""
+        session = self._open(session_id, "check its commands")
+        if session.lease is None or session.lease.lost or session.read_only is not None:
+            return LatchState(False)
+        return await session.latch.check(session.lease)
+
+    async def acknowledge_unsettled_mutation(self, session_id: str) -> bool:
+        """The owner confirmed no previous command still runs: the latch is
+        cleared. True when one was set."""
+        session = self._open(session_id, "acknowledge its commands")
+        session.require_writable()
+        if session.lease is None or not session.lease.record.unsettled_mutation:
+            return False
+        await session.latch.acknowledge(session.lease)
+        return True
 
     async def _restored_pending(self, session: OpenSession) -> bool:
         """A publication a stopped process left pending is pending here again."""
