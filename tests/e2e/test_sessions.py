@@ -347,3 +347,23 @@ async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_rest
     assert [(t.turn, t.state) for t in await reader.turns(sid)] == [(1, "completed"), (2, "completed")]
     begun = await request(client, methods.TURN_BEGIN, {"prompt": "carry on"})
     assert begun["turn"] == 3
+
+
+async def test_an_unprovable_unsettled_mutation_left_by_a_stopped_owner_is_acknowledged(client, workspace):
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(lambda params: types.MessageActionItem(title="Take over"))
+    gone = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
+    sid = (await gone.create()).session_id
+    await gone.begin_turn(sid, "first")
+    await gone.settle(sid)
+    session = gone.session(sid)
+    await session.latch.arm(session.lease)  # stops before recording the command's group
+    await gone.detach()
+    for _ in range(100):
+        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
+            break
+        await asyncio.sleep(0.05)
+    await request(client, methods.SESSION_OPEN, {"sessionId": sid})
+    assert (await observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation  # the takeover carried it
+    assert (await request(client, methods.SESSION_ACKNOWLEDGE_MUTATION, {})) == {"sessionId": sid, "cleared": True}
+    assert not (await observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation
+    assert (await request(client, methods.SESSION_ACKNOWLEDGE_MUTATION, {}))["cleared"] is False

@@ -128,7 +128,7 @@ class LatchState:
             parts.append(
                 f"a command of a previous owner may still be running and cannot be proven gone ({self.unprovable}); "
                 "check that nothing it started still changes the workspace, then acknowledge it "
-                "(mevedel session acknowledge-mutation)"
+                "(mevedel/session/acknowledgeMutation; on the CLI: mevedel session acknowledge-mutation)"
             )
         return "; ".join(parts)
 
