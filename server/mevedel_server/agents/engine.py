@@ -175,7 +175,12 @@ class _Running:
         """The command's output as ``artifact://executions/NAME.log``."""
         log = terminal.log
         assert log is not None
-        if await log.save(self.engine.service.target, self.session_id) is None:
+        try:
+            saved = await log.save(self.engine.service.target, self.session_id)
+        except Exception as error:  # the command's answer to the agent must not depend on it
+            _log.warning("session %s: keeping the output of %s failed: %s", self.session_id, terminal.terminal_id, error)
+            saved = None
+        if saved is None:
             _log.warning("session %s: the output of %s could not be kept as %s", self.session_id, terminal.terminal_id, log.address)
             terminal.log = None  # the agent is not pointed at a log that is not there
 
