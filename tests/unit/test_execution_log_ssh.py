@@ -9,17 +9,10 @@ import pytest
 
 from mevedel_server.agents.execution_log import ExecutionLog, log_name
 from mevedel_server.agents.terminals import Terminals
-from mevedel_server.targets.ssh import SshTarget
 
 
-@pytest.fixture
-async def ssh_target(openssh_server, tmp_path):
-    target = await SshTarget.connect(openssh_server.url(tmp_path), **openssh_server.options())
-    yield target
-    await target.close()
-
-
-async def test_a_remote_commands_output_is_kept_bounded_in_the_session(ssh_target, tmp_path):
+async def test_a_remote_commands_output_is_kept_bounded_in_the_session(ssh_connect, tmp_path):
+    ssh_target = await ssh_connect(tmp_path)
     sid = "2026-12-04T22-00-0123456789ab"
     saved: list[str | None] = []
 

@@ -17,7 +17,6 @@ from mevedel_server.store.authority.publication import read_committed
 from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
-from mevedel_server.targets.ssh import SshTarget
 
 ME = ClientIdentity("client-me", "workstation")
 OTHER = ClientIdentity("client-other", "laptop")
@@ -143,14 +142,8 @@ async def test_a_retry_that_committed_before_its_cleanup_leaves_nothing_pending(
     await again.close(sid)
 
 
-@pytest.fixture
-async def ssh_target(openssh_server, tmp_path):
-    target = await SshTarget.connect(openssh_server.url(tmp_path), **openssh_server.options())
-    yield target
-    await target.close()
-
-
-async def test_over_ssh_a_restarted_client_retries_what_was_pending(ssh_target, tmp_path):
+async def test_over_ssh_a_restarted_client_retries_what_was_pending(ssh_connect, tmp_path):
+    ssh_target = await ssh_connect(tmp_path)
     first = FaultInjectingTarget(ssh_target)
     sid = await failed_second_turn(first, SessionService(first, ME))
     assert (tmp_path / ".mevedel" / "sessions" / sid / ".pending-publication").is_dir()
