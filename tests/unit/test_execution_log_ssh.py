@@ -5,8 +5,6 @@ target, where artifact:// reads it."""
 
 from __future__ import annotations
 
-import pytest
-
 from mevedel_server.agents.execution_log import ExecutionLog, log_name
 from mevedel_server.agents.terminals import Terminals
 
