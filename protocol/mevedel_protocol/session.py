@@ -227,6 +227,15 @@ class AbandonResult:
 
 
 @attrs.define
+class AcknowledgeMutationResult:
+    """``cleared``: the unsettled-mutation latch was set and is now cleared
+    (the owner confirmed no command of a previous owner still runs)."""
+
+    session_id: str
+    cleared: bool
+
+
+@attrs.define
 class TurnBeginParams:
     """Begin a turn with the user's prompt (its identity is reserved now)."""
 

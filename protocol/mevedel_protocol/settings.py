@@ -134,6 +134,10 @@ class Settings:
     #: ``name~``, ``#name#``; Vim ``.name.swp``, ``4913``): never recorded,
     #: restored or reported as capture gaps.
     checkpoint_exclude: list[str] = attrs.Factory(list)
+    #: Each command's output is also kept as ``artifact://executions/NAME.log``
+    #: of the session, at most this many bytes (past it, the first and last
+    #: halves with a marker where the middle was cut).
+    execution_log_max_bytes: int = 4 * 1024 * 1024
     #: A turn in flight is published every this many seconds, so a crash
     #: loses at most that much (0: only at settlement).
     checkpoint_interval_seconds: int = 30

@@ -316,3 +316,54 @@ async def test_a_failed_save_is_pending_until_retried_or_abandoned(client, works
     await request(client, methods.TURN_BEGIN, {"prompt": "fourth"})
     await request(client, methods.TURN_SETTLE, {})
     assert [t.turn for t in await reader.turns(sid)] == [1, 2, 3, 4]
+
+
+async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_restart(client, workspace):
+    from mevedel_server.store import PublicationFailed
+    from mevedel_server.targets import FaultInjectingTarget
+
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(lambda params: types.MessageActionItem(title="Take over"))
+    target = FaultInjectingTarget(LocalTarget(workspace))
+    gone = SessionService(target, ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
+    sid = (await gone.create()).session_id
+    for prompt in ("first", "the pending turn"):
+        await gone.begin_turn(sid, prompt)
+        await gone.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+        if prompt == "first":
+            await gone.settle(sid)
+    target.arm(3, "error")  # the second settlement's publication fails
+    with pytest.raises(PublicationFailed):
+        await gone.settle(sid)
+    await gone.detach()  # the server stops before anyone retries
+    for _ in range(100):
+        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
+            break
+        await asyncio.sleep(0.05)
+    state = (await request(client, methods.SESSION_OPEN, {"sessionId": sid}))["session"]
+    assert "old-laptop" in state["pendingPublication"] and state["settledTurns"] == 1
+    assert (await failure(client, methods.TURN_BEGIN, {"prompt": "blocked"}))["kind"] == "publication-pending"
+    assert (await request(client, methods.SESSION_RETRY_PUBLICATION, {}))["committed"] is True
+    reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
+    assert [(t.turn, t.state) for t in await reader.turns(sid)] == [(1, "completed"), (2, "completed")]
+    begun = await request(client, methods.TURN_BEGIN, {"prompt": "carry on"})
+    assert begun["turn"] == 3
+
+
+async def test_an_unprovable_unsettled_mutation_left_by_a_stopped_owner_is_acknowledged(client, workspace):
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(lambda params: types.MessageActionItem(title="Take over"))
+    gone = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
+    sid = (await gone.create()).session_id
+    await gone.begin_turn(sid, "first")
+    await gone.settle(sid)
+    session = gone.session(sid)
+    await session.latch.arm(session.lease)  # stops before recording the command's group
+    await gone.detach()
+    for _ in range(100):
+        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
+            break
+        await asyncio.sleep(0.05)
+    await request(client, methods.SESSION_OPEN, {"sessionId": sid})
+    assert (await observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation  # the takeover carried it
+    assert (await request(client, methods.SESSION_ACKNOWLEDGE_MUTATION, {})) == {"sessionId": sid, "cleared": True}
+    assert not (await observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation
+    assert (await request(client, methods.SESSION_ACKNOWLEDGE_MUTATION, {}))["cleared"] is False

@@ -164,3 +164,74 @@ def test_rewind_gives_back_the_exact_tree_a_shell_command_and_an_fs_write_change
     assert redone.returncode == 0, redone.stderr
     del after["big.bin"]
     assert _tree(workspace) == after
+
+
+def test_a_commands_output_is_kept_as_an_execution_log_to_read_and_grep_later(workspace, tmp_path):
+    log = tmp_path / "agent-log.jsonl"
+    printing = "for i in $(seq 1 20000); do echo \"build line $i of the long log\"; done; echo BUILD-FAILED-AT-THE-END"
+    configure(tmp_path, [], executionLogMaxBytes=65536)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"log": str(log), "turns": [[{"terminal": {"command": printing}}, {"say": "built"}]]}))
+    done = mevedel(workspace, tmp_path, "prompt", "Build it", "--json")
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in log.read_text().splitlines()]
+    created = next(a for a in answers if a.get("method") == "terminal/create")
+    address = created["result"]["_meta"]["mevedel"]["outputArtifact"]
+    assert address.startswith("artifact://executions/turn-1-for-") and address.endswith(".log")
+    waited = next(a for a in answers if a.get("method") == "terminal/wait_for_exit")
+    assert waited["result"]["_meta"]["mevedel"]["outputArtifact"] == address
+    # After the turn, by a person: the listing names it, Read and Grep reach it.
+    listing = mevedel(workspace, tmp_path, "read", "artifact://executions/")
+    assert address in listing.stdout, listing.stdout + listing.stderr
+    first = mevedel(workspace, tmp_path, "read", address)
+    assert first.returncode == 0 and "build line 1 of the long log" in first.stdout
+    found = mevedel(workspace, tmp_path, "grep", "BUILD-FAILED", address)
+    assert found.returncode == 0 and "BUILD-FAILED-AT-THE-END" in found.stdout
+    cut = mevedel(workspace, tmp_path, "grep", "bytes of output cut here", address)
+    assert "executionLogMaxBytes 65536" in cut.stdout
+    stored = list((workspace / ".mevedel" / "sessions").glob("*/tool-results/executions/*.log"))
+    assert len(stored) == 1 and 65536 <= stored[0].stat().st_size <= 65536 + 200  # the cap holds, plus its marker line
+    # The command was armed under the unsettled-mutation latch and settled with its turn.
+    session = stored[0].parents[2]
+    assert not list(session.glob(".mutations/armed-*"))
+    assert b'"unsettled_mutation":false' in max(session.glob(".lease/generation-*.json")).read_bytes().replace(b" ", b"")
+
+
+def test_a_command_a_crashed_owner_left_running_is_told_before_the_next_prompt_and_clears_once_gone(workspace, tmp_path):
+    import asyncio
+
+    from mevedel_server.store import ClientIdentity, observe_lease
+    from mevedel_server.store.service import SessionService
+    from mevedel_server.targets import LocalTarget
+
+    configure(tmp_path, [[{"say": "the agent ran"}]])  # each CLI prompt starts the agent afresh
+    assert mevedel(workspace, tmp_path, "prompt", "First").returncode == 0
+    sid = json.loads(mevedel(workspace, tmp_path, "session", "list", "--json").stdout)["sessions"][0]["session_id"]
+    identity = json.loads((tmp_path / "state" / "mevedel" / "cli-client.json").read_text())
+    # An owner process arms the latch and launches a command in its own
+    # group, then dies without settling it (the command goes on).
+    left = subprocess.Popen(["sleep", "300"], start_new_session=True)
+
+    async def crashed_owner() -> None:
+        svc = SessionService(LocalTarget(workspace), ClientIdentity(identity["client_id"], identity["host"]))
+        await svc.open(sid)
+        session = svc.session(sid)
+        await session.latch.arm(session.lease)
+        await session.latch.launched(session.lease, left.pid, "sleep 300", 2, session.time.now())
+        await svc.detach()
+
+    try:
+        asyncio.run(crashed_owner())
+        assert asyncio.run(observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation
+        told = mevedel(workspace, tmp_path, "prompt", "Carry on")
+        assert told.returncode == 1, told.stdout + told.stderr
+        assert f"process group {left.pid}" in told.stderr and "sleep 300" in told.stderr and "Traceback" not in told.stderr
+        assert asyncio.run(observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation  # still running: kept
+    finally:
+        os.killpg(left.pid, signal.SIGKILL)
+        left.wait()
+    done = mevedel(workspace, tmp_path, "prompt", "Carry on")
+    assert done.returncode == 0, done.stderr
+    assert "the agent ran" in done.stdout
+    assert not asyncio.run(observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation
+    assert not list((workspace / ".mevedel" / "sessions" / sid).glob(".mutations/armed-*"))

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mevedel_server.store import read_committed
+from mevedel_server.store import ClientIdentity, PublicationFailed, read_committed
+from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.content.turns import Conversation
-from mevedel_server.targets import LocalTarget
+from mevedel_server.targets import FaultInjectingTarget, LocalTarget
 
 
 @pytest.fixture
@@ -158,3 +159,55 @@ def test_compact_and_clear_rotate_the_committed_segments(workspace, tmp_path):
     assert fresh.sidecar.display_name == "Rotated"
     again = refused(cli(workspace, me, "session", "clear", "--json"), "conflict")  # the new chat has no turns
     assert again.startswith(f"session {sid} cannot be cleared")
+
+
+
+def test_a_failed_settle_survives_its_process_and_the_next_command_retries_it(workspace, tmp_path):
+    me = tmp_path / "me"
+    sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
+    ok(cli(workspace, me, "turn", "settle", "--json"))
+    identity = json.loads((me / "mevedel" / "cli-client.json").read_text())
+
+    async def a_process_whose_settle_fails() -> None:
+        target = FaultInjectingTarget(LocalTarget(workspace))
+        svc = SessionService(target, ClientIdentity(identity["client_id"], identity["host"]))
+        await svc.open(sid)
+        await svc.begin_turn(sid, "the pending turn")
+        await svc.append(sid, EvidenceInput("response", text="kept across processes"))
+        target.arm(3, "error")  # the publication fails
+        with pytest.raises(PublicationFailed):
+            await svc.settle(sid)
+        await svc.detach()  # and the process ends
+
+    asyncio.run(a_process_whose_settle_fails())
+    session = workspace / ".mevedel" / "sessions" / sid
+    assert (session / ".pending-publication").is_dir()
+    opened = ok(cli(workspace, me, "session", "open", sid, "--json"))
+    assert "did not publish" in opened["pending_publication"]
+    shown = cli(workspace, me, "session", "open", sid)
+    assert "mevedel session retry-publication" in shown.stdout
+    refused(cli(workspace, me, "turn", "begin", "blocked", "--json"), "publication-pending")
+    assert ok(cli(workspace, me, "session", "retry-publication", "--json"))["committed"] is True
+    assert committed(workspace, sid).sidecar.total_turn_count == 2
+    turns = ok(cli(workspace, me, "session", "turns", "--json"))["turns"]
+    assert [(t["turn"], t["state"], t["prompt"]) for t in turns] == [(1, "completed", "first"), (2, "completed", "the pending turn")]
+    assert ok(cli(workspace, me, "session", "abandon-publication", "--json"))["abandoned"] is False
+    assert not (session / ".pending-publication").exists()
+
+
+def test_an_unprovable_unsettled_mutation_is_acknowledged_from_the_cli(workspace, tmp_path):
+    me = tmp_path / "me"
+    sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
+    ok(cli(workspace, me, "turn", "settle", "--json"))
+    identity = json.loads((me / "mevedel" / "cli-client.json").read_text())
+
+    async def owner_dies_between_the_latch_and_its_record() -> None:
+        svc = SessionService(LocalTarget(workspace), ClientIdentity(identity["client_id"], identity["host"]))
+        await svc.open(sid)
+        session = svc.session(sid)
+        await session.latch.arm(session.lease)
+        await svc.detach()
+
+    asyncio.run(owner_dies_between_the_latch_and_its_record())
+    assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json")) == {"session_id": sid, "cleared": True}
+    assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json"))["cleared"] is False

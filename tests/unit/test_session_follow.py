@@ -218,7 +218,7 @@ async def test_uncommitted_changes_here_are_never_overwritten(root):
     again = await first.follow(sid)
     assert again.status == HELD_BACK and not again.report  # told once per head
     # Dropping the pending save keeps the turn in the live copy: still held.
-    assert first.abandon_publication(sid)
+    assert await first.abandon_publication(sid)
     dropped = await first.follow(sid)
     assert dropped.status == HELD_BACK and "(a save is pending" not in dropped.held_back
     assert [t.state for t in await first.turns(sid)][-1] == "in-flight"

@@ -305,8 +305,8 @@ async def test_an_abandoned_publication_goes_out_with_the_next_save(root):
     target.arm(1, "error")
     with pytest.raises(PublicationFailed):
         await svc.settle(sid)
-    assert svc.abandon_publication(sid)
-    assert not svc.abandon_publication(sid)
+    assert await svc.abandon_publication(sid)
+    assert not await svc.abandon_publication(sid)
     await one_turn(svc, sid, "third")
     assert (await committed(root, sid)).sidecar.total_turn_count == 3
 

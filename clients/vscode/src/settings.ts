@@ -28,6 +28,7 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['agentIdleTimeoutSeconds', ['agentIdleTimeoutSeconds']],
   ['checkpointExclude', ['checkpointExclude']],
   ['terminalOutputMaxBytes', ['terminalOutputMaxBytes']],
+  ['executionLogMaxBytes', ['executionLogMaxBytes']],
   ['mcpMaxMessageBytes', ['mcpMaxMessageBytes']],
   ['maxMessageBytes', ['maxMessageBytes']],
   ['mcpServers', ['mcpServers']],

@@ -44,6 +44,9 @@ class AgentSpec:
 #: ``terminalOutputMaxBytes`` unless set, and its bounds.
 DEFAULT_TERMINAL_OUTPUT_MAX_BYTES = 1024 * 1024
 TERMINAL_OUTPUT_BOUNDS = (1024, 1024 * 1024 * 1024)
+#: ``executionLogMaxBytes`` unless set, and its bounds.
+DEFAULT_EXECUTION_LOG_MAX_BYTES = 4 * 1024 * 1024
+EXECUTION_LOG_BOUNDS = (1024, 1024 * 1024 * 1024)
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class AgentConfig:
     #: ``checkpointExclude``: patterns (gitignore syntax) a turn's
     #: checkpoint leaves out, besides editors' own files.
     checkpoint_exclude: tuple[str, ...] = ()
+    #: The most of one command's output its execution log keeps.
+    execution_log_max_bytes: int = DEFAULT_EXECUTION_LOG_MAX_BYTES
 
     def choose(self, requested: str | None, remembered: str | None = None) -> AgentSpec:
         """The agent for a prompt: the one asked for, else the session's,
@@ -145,6 +150,7 @@ _CLI_KEYS = {
     "agentIdleTimeoutSeconds",
     "terminalOutputMaxBytes",
     "checkpointExclude",
+    "executionLogMaxBytes",
 }
 
 
@@ -186,11 +192,12 @@ def config_from_settings(raw: Mapping[str, Any], *, where: str) -> AgentConfig:
             raise AgentError(NOT_CONFIGURED, f"{where}: {key}", f"must be a number of seconds between 0 and 86400, got {value!r}")
         return float(value)
 
-    def output_bytes() -> int:
-        value = raw.get("terminalOutputMaxBytes", DEFAULT_TERMINAL_OUTPUT_MAX_BYTES)
-        low, high = TERMINAL_OUTPUT_BOUNDS
+    def output_bytes(key: str = "terminalOutputMaxBytes", fallback: int = DEFAULT_TERMINAL_OUTPUT_MAX_BYTES,
+                     bounds: tuple[int, int] = TERMINAL_OUTPUT_BOUNDS) -> int:
+        value = raw.get(key, fallback)
+        low, high = bounds
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise AgentError(NOT_CONFIGURED, f"{where}: terminalOutputMaxBytes", f"must be a whole number of bytes between {low} and {high}, got {value!r}")
+            raise AgentError(NOT_CONFIGURED, f"{where}: {key}", f"must be a whole number of bytes between {low} and {high}, got {value!r}")
         return value
 
     exclude = raw.get("checkpointExclude", [])
@@ -206,4 +213,5 @@ def config_from_settings(raw: Mapping[str, Any], *, where: str) -> AgentConfig:
         cancel_timeout_seconds=seconds("cancelTimeoutSeconds", 10),
         idle_timeout_seconds=seconds("agentIdleTimeoutSeconds", 900),
         terminal_output_max_bytes=output_bytes(),
+        execution_log_max_bytes=output_bytes("executionLogMaxBytes", DEFAULT_EXECUTION_LOG_MAX_BYTES, EXECUTION_LOG_BOUNDS),
     )

@@ -57,7 +57,8 @@ from .file_state import FileStateRecord
 from .live import LiveEvent, LiveFeed
 from .process import AgentProcess
 from .recorder import TurnRecorder
-from .terminals import Terminals
+from .execution_log import ExecutionLog, log_name
+from .terminals import Terminal, Terminals
 from .tool_context import AgentToolContext
 from .workspace_files import WorkspaceFiles
 
@@ -148,7 +149,10 @@ class _Running:
         self.turn: _Turn | None = None
         #: This agent's token at the tool host (None: no tool server).
         self.tool_token: str | None = None
-        self.terminals = Terminals(engine.service.target, engine.root, before=self._before_command, after=self._after_command)
+        self.terminals = Terminals(
+            engine.service.target, engine.root, before=self._before_command, after=self._after_command, keep=self._keep_log,
+            latch=_Latch(self),
+        )
 
     # Shell checkpointing --------------------------------------------------------
 
@@ -166,6 +170,19 @@ class _Running:
         if self.turn is not None:
             await self.engine._capture_changes(self.session_id)
             await self.engine._learn_authored(self.session_id)
+
+    async def _keep_log(self, terminal: Terminal) -> None:
+        """The command's output as ``artifact://executions/NAME.log``."""
+        log = terminal.log
+        assert log is not None
+        try:
+            saved = await log.save(self.engine.service.target, self.session_id)
+        except Exception as error:  # the command's answer to the agent must not depend on it
+            _log.warning("session %s: keeping the output of %s failed: %s", self.session_id, terminal.terminal_id, error)
+            saved = None
+        if saved is None:
+            _log.warning("session %s: the output of %s could not be kept as %s", self.session_id, terminal.terminal_id, log.address)
+            terminal.log = None  # the agent is not pointed at a log that is not there
 
 
 class _Client:
@@ -285,23 +302,29 @@ class _Client:
                               cwd: str | None = None, output_byte_limit: int | None = None, **kwargs: Any) -> Any:
         self._require_turn(session_id, "terminal/create")
         variables = {v.name: v.value for v in env or ()}
-        cap = self.running.engine.config().terminal_output_max_bytes
-        terminal = await self.running.terminals.create(command, args, variables, cwd, output_byte_limit, cap=cap)
-        meta = None
+        config = self.running.engine.config()
+        turn = self.running.turn
+        log = ExecutionLog(log_name(turn.turn if turn else None, command if isinstance(command, str) else ""), config.execution_log_max_bytes)
+        terminal = await self.running.terminals.create(
+            command, args, variables, cwd, output_byte_limit, cap=config.terminal_output_max_bytes, log=log
+        )
+        meta = _log_meta(terminal) or {"mevedel": {}}
         if terminal.asked is not None:
-            meta = {"mevedel": {"outputByteLimit": terminal.limit, "reason": f"output is capped at {terminal.limit} bytes (terminalOutputMaxBytes), not the {terminal.asked} asked for"}}
-        return schema.CreateTerminalResponse(terminal_id=terminal.terminal_id, field_meta=meta)
+            meta["mevedel"] |= {"outputByteLimit": terminal.limit, "reason": f"output is capped at {terminal.limit} bytes (terminalOutputMaxBytes), not the {terminal.asked} asked for"}
+        return schema.CreateTerminalResponse(terminal_id=terminal.terminal_id, field_meta=meta if meta["mevedel"] else None)
 
     async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
         terminal = self.running.terminals.output(terminal_id)
         status = None
         if terminal.done.is_set():
             status = schema.TerminalExitStatus(exit_code=terminal.exit_code, signal=terminal.signal)
-        return schema.TerminalOutputResponse(output=terminal.text, truncated=terminal.truncated, exit_status=status)
+        return schema.TerminalOutputResponse(
+            output=terminal.text, truncated=terminal.truncated, exit_status=status, field_meta=_log_meta(terminal)
+        )
 
     async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
         terminal = await self.running.terminals.wait(terminal_id)
-        return schema.WaitForTerminalExitResponse(exit_code=terminal.exit_code, signal=terminal.signal)
+        return schema.WaitForTerminalExitResponse(exit_code=terminal.exit_code, signal=terminal.signal, field_meta=_log_meta(terminal))
 
     async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
         await self.running.terminals.kill(terminal_id)
@@ -444,6 +467,9 @@ class AgentEngine:
         self.service.session(session_id).require_writable()
         if self.running_turn(session_id):
             raise AgentError(FAILED, f"session {session_id}", "already has an agent turn running", "wait for it, or cancel it")
+        latch = await self.service.unsettled_mutation(session_id)
+        if latch.set:  # told before the agent mutates anything
+            raise AgentError(FAILED, f"session {session_id}", latch.message(), "prompt again once that is settled")
         config = self.config()
         recorded = self.service.engine(session_id)
         spec = config.choose(agent, recorded.agent if recorded else None)
@@ -859,3 +885,60 @@ def _last_turn_begin(records: Sequence[object]) -> int:
         if isinstance(records[index], TurnBegin):
             return index
     return len(records)
+
+
+class _Latch:
+    """The session's unsettled-mutation latch around this agent's local
+    commands (:mod:`..store.service.mutation_latch`)."""
+
+    def __init__(self, running: _Running) -> None:
+        self.running = running
+
+    def _session(self):
+        service = self.running.engine.service
+        session = service.session(self.running.session_id) if service.is_open(self.running.session_id) else None
+        if session is None or session.lease is None or session.lease.lost or session.read_only is not None:
+            return None  # nothing is saved yet, or the session is not this client's: no latch to carry it
+        return session
+
+    async def arm(self) -> None:
+        session = self._session()
+        if session is None:
+            return
+        try:
+            await session.latch.arm(session.lease)
+        except Exception as error:
+            reason = getattr(error, "reason", None) or str(error)
+            raise RequestError.internal_error({"reason": f"the session could not record that a command runs ({reason}); nothing was started"}) from None
+
+    async def launched(self, terminal: Terminal) -> None:
+        session = self._session()
+        if session is None or terminal.process is None:
+            return
+        turn = self.running.turn
+        try:
+            terminal.armed_id = await session.latch.launched(
+                session.lease, terminal.process.pid, terminal.command, turn.turn if turn else None, session.time.now()
+            )
+        except Exception as error:  # the latch stays set: unprovable, the next owner is told
+            _log.warning("session %s: the process group of %s is not recorded: %s", self.running.session_id, terminal.terminal_id, error)
+
+    async def stopped(self, terminal: Terminal) -> None:
+        session = self._session()
+        if session is None:
+            return
+        try:
+            await session.latch.settled(session.lease, terminal.armed_id)
+        except Exception as error:  # the latch stays set; a later check proves the group gone
+            _log.warning("session %s: settling %s's latch failed: %s", self.running.session_id, terminal.terminal_id, error)
+        terminal.armed_id = None
+
+
+def _log_meta(terminal: Terminal) -> dict | None:
+    """Where the command's whole output is kept (``_meta.mevedel``): the
+    address to Read or Grep once it ended, in this turn or a later one."""
+    log = terminal.log
+    if log is None:
+        return None
+    return {"mevedel": {"outputArtifact": log.address, "outputArtifactMaxBytes": log.cap,
+                        "outputArtifactNote": "the command's whole output (bounded), readable with Read or Grep once it ended"}}

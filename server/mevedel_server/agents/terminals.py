@@ -25,10 +25,12 @@ import posixpath
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from acp import RequestError
 
 from ..targets import LocalTarget, Target
+from .execution_log import ExecutionLog
 from .workspace_files import NOT_UNICODE, require_unicode, shown
 
 _log = logging.getLogger(__name__)
@@ -52,8 +54,15 @@ class Terminal:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
     process: asyncio.subprocess.Process | None = None
+    #: The command's whole output (bounded), kept when it ends.
+    log: ExecutionLog | None = None
+    #: The record of its process group under the unsettled-mutation latch.
+    armed_id: str | None = None
+    command: str = ""
 
     def add(self, data: bytes) -> None:
+        if self.log is not None:
+            self.log.add(data)
         self.output += data
         if len(self.output) > self.limit:
             cut = len(self.output) - self.limit
@@ -70,6 +79,17 @@ class Terminal:
             # The agent asked to keep more than it got: it is told why.
             return f"[mevedel: only the last {self.limit} bytes of output are kept, not the {self.asked} asked for]\n" + text
         return text
+
+
+class CommandLatch(Protocol):
+    """The session's unsettled-mutation latch around a local command:
+    ``arm`` before it is launched (a failure refuses the command),
+    ``launched`` once its group exists, ``stopped`` once that group was
+    killed."""
+
+    async def arm(self) -> None: ...
+    async def launched(self, terminal: Terminal) -> None: ...
+    async def stopped(self, terminal: Terminal) -> None: ...
 
 
 def _require_word(word: object, field: str) -> None:
@@ -120,11 +140,16 @@ class Terminals:
         *,
         before: Callable[[], Awaitable[None]],
         after: Callable[[], Awaitable[None]],
+        keep: Callable[[Terminal], Awaitable[None]] | None = None,
+        latch: CommandLatch | None = None,
     ) -> None:
         self.target = target
         self.root = posixpath.normpath(root)
         self._before = before
         self._after = after
+        #: Saves a command's execution log when it ends.
+        self._keep = keep
+        self._latch = latch
         self._terminals: dict[str, Terminal] = {}
         self._count = 0
         self._local_root = _local_root(target)
@@ -158,10 +183,11 @@ class Terminals:
 
     async def create(
         self, command: str, args: Sequence[str] | None, env: dict[str, str], cwd: str | None, limit: int | None,
-        *, cap: int = DEFAULT_OUTPUT_LIMIT,
+        *, cap: int = DEFAULT_OUTPUT_LIMIT, log: ExecutionLog | None = None,
     ) -> Terminal:
         """Start a command; the terminal (registered once it runs). Output
-        kept: the agent's ``limit``, at most ``cap`` bytes (the setting)."""
+        kept: the agent's ``limit``, at most ``cap`` bytes (the setting);
+        and all of it, within its own bound, in ``log``."""
         argv = self._argv(command, args)
         _require_env(env)
         relative = self._cwd(cwd)
@@ -170,11 +196,18 @@ class Terminals:
         directory = self._local_directory(relative, cwd) if self._local_root is not None else None
         self._count += 1
         asked = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
-        terminal = Terminal(f"term-{self._count}", min(asked or cap, cap), asked if asked is not None and asked > cap else None)
+        terminal = Terminal(f"term-{self._count}", min(asked or cap, cap), asked if asked is not None and asked > cap else None, log=log)
+        terminal.command = " ".join(argv)
         await self._before()
         # Registered only once it runs: a terminal that never started must
         # not count as running (the turn would wait for it forever).
         if directory is not None:
+            if self._latch is not None:
+                try:
+                    await self._latch.arm()
+                except Exception:
+                    await self._after()
+                    raise
             try:
                 terminal.process = await asyncio.create_subprocess_exec(
                     *argv,
@@ -187,8 +220,12 @@ class Terminals:
                 )
             except (OSError, ValueError) as error:  # ValueError: what the checks above missed
                 await self._after()
+                if self._latch is not None:
+                    await self._latch.stopped(terminal)
                 reason = getattr(error, "strerror", None) or str(error)
                 raise RequestError.invalid_params({"command": shown(command), "reason": reason}) from None
+            if self._latch is not None:
+                await self._latch.launched(terminal)
             self._terminals[terminal.terminal_id] = terminal
             terminal.task = asyncio.create_task(self._run_local(terminal))
         else:
@@ -245,6 +282,10 @@ class Terminals:
     async def _settled(self, terminal: Terminal) -> None:
         try:
             await asyncio.shield(self._after())
+            if terminal.log is not None and self._keep is not None:
+                # Saved before the exit is reported: an agent told the
+                # command ended can read its log at once.
+                await asyncio.shield(self._keep(terminal))
         finally:
             terminal.done.set()
 
@@ -289,6 +330,8 @@ class Terminals:
         elif terminal.task is not None and not terminal.done.is_set():
             terminal.task.cancel()
         await terminal.done.wait()
+        if terminal.process is not None and self._latch is not None:
+            await self._latch.stopped(terminal)
 
     async def close_all(self) -> None:
         for terminal_id in list(self._terminals):

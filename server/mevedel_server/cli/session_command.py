@@ -1,4 +1,4 @@
-"""``mevedel session list|create|open|close|rename|save|compact|clear|turns|turn``.
+"""``mevedel session list|create|open|close|rename|save|retry-publication|abandon-publication|acknowledge-mutation|compact|clear|turns|turn``.
 
 Every subcommand takes ``--json`` (one JSON object on stdout; a refusal is
 ``{"error": {"kind", "message"}}`` with exit status 1) and ``--workspace
@@ -71,6 +71,33 @@ def register(subparsers: Any) -> None:
     add_common(save)
     save.set_defaults(run=run_save)
 
+    retry = commands.add_parser(
+        "retry-publication",
+        help="publish again a save that failed (kept across restarts until retried or abandoned)",
+    )
+    add_session_option(retry)
+    add_common(retry)
+    retry.set_defaults(run=run_retry_publication)
+
+    abandon = commands.add_parser(
+        "abandon-publication",
+        help="drop a save that failed; the committed state stays as it is",
+    )
+    add_session_option(abandon)
+    add_common(abandon)
+    abandon.set_defaults(run=run_abandon_publication)
+
+    acknowledge = commands.add_parser(
+        "acknowledge-mutation",
+        help="confirm that no command of a previous owner still runs, clearing the unsettled-mutation latch",
+        description="A prompt is refused while a command an earlier owner of the session started may still run "
+        "and cannot be proven gone (it ran on another machine, or its owner stopped before recording it). "
+        "Check that nothing it started still changes the workspace, then acknowledge it here.",
+    )
+    add_session_option(acknowledge)
+    add_common(acknowledge)
+    acknowledge.set_defaults(run=run_acknowledge_mutation)
+
     compact = commands.add_parser(
         "compact",
         help="close the live transcript segment and continue in a new one that starts with a summary",
@@ -117,6 +144,7 @@ def info_data(info: SessionInfo) -> dict[str, Any]:
         "open_turn": info.open_turn,
         "reconciliation_pending": info.reconciliation_pending,
         "recovery_pending": info.recovery_pending,
+        "pending_publication": info.pending_publication,
     }
 
 
@@ -127,6 +155,11 @@ def info_line(info: SessionInfo) -> str:
     line = f"{info.session_id}  {info.display_name}  [{access}; {info.settled_turns} settled turns{turn}{saved}]"
     if info.recovery_pending:
         line += "\n" + recovery_line(info.recovery_pending)
+    if info.pending_publication:
+        line += (
+            f"\n  publication pending: {info.pending_publication}; "
+            "mevedel session retry-publication publishes it, abandon-publication drops it"
+        )
     return line
 
 
@@ -271,6 +304,44 @@ def run_save(arguments: argparse.Namespace) -> int:
         )
 
     return run_command(arguments, body)
+
+
+def _on_held(arguments: argparse.Namespace, act) -> int:
+    """Resume the session this CLI client holds (or ``--session``), run
+    ``act(service, sid)`` -> (data, line) and report it."""
+
+    async def body(service: SessionService) -> None:
+        sid = await held_session(service, arguments.session)
+        await service.open(sid, "resume")
+        data, line = await act(service, sid)
+        emit(arguments, {"session_id": sid, **data}, [f"{sid}: {line}"])
+
+    return run_command(arguments, body)
+
+
+def run_retry_publication(arguments: argparse.Namespace) -> int:
+    async def act(service: SessionService, sid: str):
+        result = await service.retry_publication(sid)
+        line = "the pending publication is published" if result.committed else result.note or "nothing to publish"
+        return {"committed": result.committed, "note": result.note}, line
+
+    return _on_held(arguments, act)
+
+
+def run_abandon_publication(arguments: argparse.Namespace) -> int:
+    async def act(service: SessionService, sid: str):
+        abandoned = await service.abandon_publication(sid)
+        return {"abandoned": abandoned}, "the pending publication is dropped" if abandoned else "no publication was pending"
+
+    return _on_held(arguments, act)
+
+
+def run_acknowledge_mutation(arguments: argparse.Namespace) -> int:
+    async def act(service: SessionService, sid: str):
+        cleared = await service.acknowledge_unsettled_mutation(sid)
+        return {"cleared": cleared}, "the unsettled-mutation latch is cleared" if cleared else "no unsettled mutation was recorded"
+
+    return _on_held(arguments, act)
 
 
 def rotation_data(rotation: SegmentRotation) -> dict[str, Any]:

@@ -48,6 +48,7 @@ def agent_config(ls: MevedelLanguageServer) -> AgentConfig:
         idle_timeout_seconds=float(s.agent_idle_timeout_seconds),
         terminal_output_max_bytes=s.terminal_output_max_bytes,
         checkpoint_exclude=tuple(s.checkpoint_exclude),
+        execution_log_max_bytes=s.execution_log_max_bytes,
     )
 
 

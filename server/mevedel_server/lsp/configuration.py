@@ -20,7 +20,7 @@ from lsprotocol import types
 from mevedel_protocol import Settings, converter, describe_structure_error, wire_name
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 
-from ..agents.config import TERMINAL_OUTPUT_BOUNDS, agents_problem
+from ..agents.config import EXECUTION_LOG_BOUNDS, TERMINAL_OUTPUT_BOUNDS, agents_problem
 from ..mcp_client import servers_problem
 from ..mcp_client.connections import MAX_MESSAGE_BYTES_BOUNDS
 from ..resources import SkillRoot
@@ -82,6 +82,8 @@ def _check(name: str, value: Any) -> str | None:
         return f"must be between {MAX_MESSAGE_BYTES_BOUNDS[0]} and {MAX_MESSAGE_BYTES_BOUNDS[1]} bytes, got {value}"
     if name == "terminalOutputMaxBytes" and not TERMINAL_OUTPUT_BOUNDS[0] <= value <= TERMINAL_OUTPUT_BOUNDS[1]:
         return f"must be between {TERMINAL_OUTPUT_BOUNDS[0]} and {TERMINAL_OUTPUT_BOUNDS[1]} bytes, got {value}"
+    if name == "executionLogMaxBytes" and not EXECUTION_LOG_BOUNDS[0] <= value <= EXECUTION_LOG_BOUNDS[1]:
+        return f"must be between {EXECUTION_LOG_BOUNDS[0]} and {EXECUTION_LOG_BOUNDS[1]} bytes, got {value}"
     if name == "artifactMaxVersions" and not 1 <= value <= 1_000:
         return f"must be between 1 and 1000, got {value}"
     if name == "artifactMaxVersionBytes" and not 1 <= value <= 2**40:

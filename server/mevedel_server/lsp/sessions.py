@@ -187,7 +187,13 @@ async def retry_publication(ls: MevedelLanguageServer, params: wire.SessionParam
 async def abandon_publication(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.AbandonResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_ABANDON_PUBLICATION)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_ABANDON_PUBLICATION)
-    return wire.AbandonResult(sid, _registry(ls).service(folder).abandon_publication(sid))
+    return wire.AbandonResult(sid, await _registry(ls).service(folder).abandon_publication(sid))
+
+
+async def acknowledge_mutation(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.AcknowledgeMutationResult:
+    folder = _folder(ls, params.workspace_folder, methods.SESSION_ACKNOWLEDGE_MUTATION)
+    sid = _session_id(ls, folder, params.session_id, methods.SESSION_ACKNOWLEDGE_MUTATION)
+    return wire.AcknowledgeMutationResult(sid, await _registry(ls).service(folder).acknowledge_unsettled_mutation(sid))
 
 
 def _rotation(rotation: SegmentRotation) -> wire.SegmentRotationResult:
@@ -320,6 +326,11 @@ HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
         wire.SessionParams,
         abandon_publication,
         methods.COMMAND_SESSION_ABANDON_PUBLICATION,
+    ),
+    methods.SESSION_ACKNOWLEDGE_MUTATION: (
+        wire.SessionParams,
+        acknowledge_mutation,
+        methods.COMMAND_SESSION_ACKNOWLEDGE_MUTATION,
     ),
     methods.SESSION_COMPACT: (wire.SessionCompactParams, compact_session, methods.COMMAND_SESSION_COMPACT),
     methods.SESSION_CLEAR: (wire.SessionParams, clear_session, methods.COMMAND_SESSION_CLEAR),

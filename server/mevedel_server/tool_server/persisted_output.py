@@ -20,14 +20,13 @@ import datetime
 import secrets
 
 from ..resources import ResolverContext
+from ..resources.artifact import TOOL_RESULTS, save_artifact
 from ..resources.places import Places
-from ..targets import ControlProgram, CreateExclusive, MakeDirs, TargetError
 
 #: The most characters one tool answer carries (about 16,000 tokens).
 MAX_OUTPUT_CHARS = 64_000
 #: How much of a persisted answer is shown inline.
 PREVIEW_CHARS = 4_000
-TOOL_RESULTS = "tool-results"
 
 
 def handle_name(tool: str) -> str:
@@ -45,18 +44,7 @@ async def persist(text: str, tool: str, context: ResolverContext) -> str | None:
     session = Places(context).session
     if session is None or session.target is None:
         return None
-    name = handle_name(tool)
-    directory = session.path([TOOL_RESULTS])
-    program = ControlProgram(
-        [MakeDirs(directory, optional=True), CreateExclusive(f"{directory}/{name}", text.encode("utf-8", "surrogatepass"))]
-    )
-    try:
-        results = await session.target.run(program)
-    except TargetError:
-        return None
-    if not all(result.ok for result in results[1:]):
-        return None
-    return f"artifact://{name}"
+    return await save_artifact(session.target, session.path([TOOL_RESULTS]), [handle_name(tool)], text.encode("utf-8", "surrogatepass"))
 
 
 async def bound_output(text: str, tool: str, context: ResolverContext) -> str:

@@ -16,12 +16,19 @@ and the session *publication pending*: further mutations are refused until
 pending publication (the live conversation keeps its content, so the next save
 carries it again). A save refused because another client took the lease over
 makes the session read-only.
+
+The pending publication is also journalled in the session directory
+(:mod:`..transactions.pending_publication`) as soon as the target takes the
+write, so a process that stops before a retry loses nothing: the next owner
+that resumes the session opens it publication pending again, with the
+recorded artifacts to retry (:meth:`OpenSession.restore_pending`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,11 +39,23 @@ from ..authority.lease import ClientIdentity, LeaseHandle, acquire_lease
 from ..authority.publication import Publisher
 from ..content.turns import Conversation, SaveCandidate
 from ..authority.workspace import materialize_session
+from ..transactions.pending_publication import (
+    PendingMarker,
+    already_committed,
+    find_pending,
+    read_pending,
+    record_pending,
+    remove_pending,
+)
 from .clock import TargetTime
 from .background import PublicationCollector, TurnCheckpoints
 from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
+from .mutation_latch import MutationLatch
 from .renewal import LeaseRenewal
+
+
+_log = logging.getLogger(__name__)
 
 
 class Access(enum.Enum):
@@ -62,9 +81,16 @@ class SaveResult:
 
 @dataclass(frozen=True)
 class PendingSave:
-    candidate: SaveCandidate
+    #: None: restored from the durable record after a restart (the live
+    #: conversation is the committed one; the record holds what was pending).
+    candidate: SaveCandidate | None
     force: bool
     reason: str
+    #: The durable record of this pending publication (None: kept only in
+    #: memory so far, the target did not take the record).
+    record: PendingMarker | None = None
+    #: Why the recorded publication can no longer be retried (only abandoned).
+    stale: str | None = None
 
 
 class OpenSession:
@@ -99,6 +125,11 @@ class OpenSession:
         self.read_only = read_only
         self.holder_host = holder_host
         self.pending: PendingSave | None = None
+        #: A turn left in flight waits for a restored pending publication
+        #: to be retried or abandoned before it is settled as interrupted.
+        self.repair_due = False
+        #: The unsettled-mutation latch around agents' commands.
+        self.latch = MutationLatch(client)
         #: The recovery ID of an interrupted transaction's marker, as last seen.
         self.recovery: str | None = None
         #: Set while a granted control transfer drains this session: new
@@ -241,10 +272,12 @@ class OpenSession:
             raise
         except PublicationFailed as failed:
             self.pending = PendingSave(candidate, force, failed.reason)
+            await self.keep_pending()
             raise
         except (StoreError, TargetError) as error:
             # Materialization or the claim failed: nothing was committed.
             self.pending = PendingSave(candidate, force, str(error))
+            await self.keep_pending()
             raise
 
     async def retry(self) -> SaveResult:
@@ -253,6 +286,8 @@ class OpenSession:
         pending = self.pending
         if pending is None:
             raise NoPendingPublication(self.session_id)
+        if pending.candidate is None:
+            return await self._retry_recorded(pending)
         try:
             if self.publisher is not None and self.publisher.pending is not None:
                 outcome = await self.publisher.retry()
@@ -260,24 +295,136 @@ class OpenSession:
                 self.pending = None
                 if outcome.committed:
                     self.schedule_collection()
+                await self._drop_record(pending)
                 return SaveResult(self.session_id, outcome.committed, outcome.head, False, outcome.written, outcome.reused)
             result = await self._publish(pending.candidate, pending.force)
         except LeaseLost as lost:
             self.lose(lost.reason)
             raise
         except PublicationFailed as failed:
-            self.pending = PendingSave(pending.candidate, pending.force, failed.reason)
+            self.pending = PendingSave(pending.candidate, pending.force, failed.reason, pending.record)
+            await self.keep_pending()
             raise
         self.pending = None
+        await self._drop_record(pending)
         return result
 
-    def abandon(self) -> PendingSave | None:
-        """Drop the pending publication; the committed head stays as it is and
-        the live conversation keeps what the pending save held."""
-        pending, self.pending = self.pending, None
+    async def abandon(self) -> PendingSave | None:
+        """Drop the pending publication and its durable record; the committed
+        head stays as it is and the live conversation keeps what the pending
+        save held (a restored one: the committed conversation)."""
+        pending = self.pending
+        if pending is not None and pending.record is not None:
+            self.require_writable()
+            # The record goes first: a failure here leaves the pending state
+            # whole, on disk and in memory, to abandon again.
+            await self._remove_record(pending.record.pending_id)
+        self.pending = None
         if self.publisher is not None:
             self.publisher.abandon()
         return pending
+
+    # The durable pending record ----------------------------------------------
+
+    async def keep_pending(self) -> None:
+        """Journal the pending publication in the session directory (best
+        effort: a target that refuses this too leaves it in memory, and the
+        next failure or :meth:`keep_pending` call tries again)."""
+        pending = self.pending
+        publisher = self.publisher
+        if pending is None or pending.record is not None or pending.candidate is None:
+            return
+        if publisher is None or publisher.pending is None or self.lease is None or self.lease.lost:
+            return  # nothing was planned under a lease: nothing to journal
+        planned = publisher.pending
+        try:
+            record = await record_pending(
+                self.lease,
+                self.client,
+                artifacts=planned.artifacts,
+                base_head=self.lease.publication_head,
+                replace=planned.replace,
+                force=planned.force,
+                reason=pending.reason,
+                at=self.time.now(),
+            )
+        except (StoreError, TargetError) as error:
+            _log.warning("session %s: the pending publication is kept only in memory: %s", self.session_id, error)
+            return
+        if self.pending is pending:
+            self.pending = PendingSave(pending.candidate, pending.force, pending.reason, record)
+
+    async def restore_pending(self) -> PendingSave | None:
+        """Adopt the durable record a stopped process left (call right after
+        the lease is claimed). A record whose publication the committed head
+        already holds is removed; one planned over another head can only be
+        abandoned."""
+        if self.lease is None or self.pending is not None:
+            return self.pending
+        found = await find_pending(self.target, self.paths)
+        if found.pending_id is None:
+            return None
+        marker = found.marker
+        if marker is not None and await already_committed(self.lease, marker):
+            await self._remove_record(marker.pending_id)
+            return None
+        if marker is None:
+            marker = PendingMarker(
+                pending_id=found.pending_id, session_id=self.session_id, client_id="unknown", host="unknown",
+                recorded_at=0, base_head=None, replace=False, force=False, reason=found.problem or "", entries={},
+            )
+        stale = found.problem
+        if stale is None and marker.base_head != self.lease.publication_head:
+            stale = "the session moved on since (its committed head is not the one the publication was planned over)"
+        who = f"{marker.host} ({marker.client_id[:8]})" if marker.client_id != self.client.client_id else "this client"
+        reason = f"a save by {who} did not publish: {marker.reason}" if found.problem is None else "a save did not publish"
+        if stale is not None:
+            reason += f"; it can only be abandoned: {stale}"
+        self.pending = PendingSave(None, marker.force, reason, marker, stale)
+        return self.pending
+
+    async def _retry_recorded(self, pending: PendingSave) -> SaveResult:
+        """Publish exactly the recorded artifacts over the head they were
+        planned against, then drop the record."""
+        record = pending.record
+        assert record is not None and self.publisher is not None and self.lease is not None
+        if pending.stale is not None:
+            raise PublicationFailed(self.session_id, f"the recorded publication cannot be retried: {pending.stale}; abandon it")
+        if self.lease.publication_head != record.base_head:
+            raise PublicationFailed(self.session_id, "the session moved on since the publication was recorded; abandon it")
+        try:
+            artifacts = await read_pending(self.target, self.paths, record)
+        except ValueError as bad:
+            raise PublicationFailed(self.session_id, f"the recorded publication cannot be retried: {bad}; abandon it") from None
+        try:
+            outcome = await self.publisher.publish(artifacts, replace=record.replace, force=record.force)
+        except LeaseLost as lost:
+            self.lose(lost.reason)
+            raise
+        except PublicationFailed as failed:
+            self.publisher.abandon()  # the record still holds it
+            self.pending = PendingSave(None, pending.force, failed.reason, record)
+            raise
+        self.pending = None
+        if outcome.committed:
+            self.schedule_collection()
+        await self._drop_record(pending)
+        return SaveResult(self.session_id, outcome.committed, outcome.head, False, outcome.written, outcome.reused)
+
+    async def _drop_record(self, pending: PendingSave) -> None:
+        """After the publication committed: its record is history (a failure
+        is harmless, the next resume finds the head holds it and removes it)."""
+        if pending.record is None or self.lease is None:
+            return
+        try:
+            await self._remove_record(pending.record.pending_id)
+        except (StoreError, TargetError) as error:
+            _log.info("session %s: the committed pending record stays for now: %s", self.session_id, error)
+
+    async def _remove_record(self, pending_id: str) -> None:
+        if self.lease is None:
+            raise SessionReadOnly(self.session_id, "this client holds no lease on it")
+        await remove_pending(self.lease, pending_id)
 
     async def _publish(self, candidate: SaveCandidate, force: bool) -> SaveResult:
         materialized = False

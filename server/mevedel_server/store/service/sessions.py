@@ -65,6 +65,7 @@ from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
 from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
+from .mutation_latch import LatchState
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
 from .file_restore import FileRestore, restore_file
@@ -452,18 +453,27 @@ class SessionService(SessionLifecycle, SessionFollowing):
         self._sessions[session_id] = session
         session.recovery = (await find_recovery(self.target, session_id)).recovery_id
         interrupted: int | None = None
-        if not continuing and session.recovery is None:
-            in_flight = conversation.open_turn
-            if conversation.resume(at=self._time_now()) and in_flight is not None:
-                interrupted = in_flight.turn
-                try:
-                    await session.save(conversation.artifacts_for_save())
-                except (StoreError, TargetError) as error:
-                    # The session is open with the repair pending; info says so.
-                    _log.warning("session %s: saving the resume repair failed: %s", session_id, error)
-                else:
-                    self._changed(session, "resumed")
+        if await self._restored_pending(session):
+            session.repair_due = not continuing
+        elif not continuing and session.recovery is None:
+            interrupted = await self._repair_resumed(session)
         return OpenResult(self._info(session), "takeover" if took_over else "resume", interrupted)
+
+    async def _repair_resumed(self, session: OpenSession) -> int | None:
+        """Settle a turn a stopped owner left in flight as interrupted and
+        save that; the turn's number, when there was one."""
+        conversation = session.conversation
+        in_flight = conversation.open_turn
+        if not (conversation.resume(at=self._time_now()) and in_flight is not None):
+            return None
+        try:
+            await session.save(conversation.artifacts_for_save())
+        except (StoreError, TargetError) as error:
+            # The session is open with the repair pending; info says so.
+            _log.warning("session %s: saving the resume repair failed: %s", session.session_id, error)
+        else:
+            self._changed(session, "resumed")
+        return in_flight.turn
 
     async def _note_use(self) -> None:
         """This service writes the workspace: the first time, make sure git
@@ -859,13 +869,57 @@ class SessionService(SessionLifecycle, SessionFollowing):
 
     async def retry_publication(self, session_id: str) -> SaveResult:
         session = self._open(session_id, "retry its publication")
+        restored = session.pending is not None and session.pending.candidate is None
         result = await session.retry()
+        if restored:
+            await self._after_recorded_pending(session)
         self._changed(session, "retried")
         return result
 
-    def abandon_publication(self, session_id: str) -> bool:
-        """Drop a pending publication; True when there was one."""
-        return self._open(session_id, "abandon its publication").abandon() is not None
+    async def abandon_publication(self, session_id: str) -> bool:
+        """Drop a pending publication (and its durable record); True when
+        there was one."""
+        session = self._open(session_id, "abandon its publication")
+        dropped = await session.abandon()
+        if dropped is not None and dropped.candidate is None:
+            await self._after_recorded_pending(session)
+        return dropped is not None
+
+    async def unsettled_mutation(self, session_id: str) -> LatchState:
+        """Whether a command of a previous owner may still run (the lease's
+        unsettled-mutation latch, inherited at takeover or resume). Records
+        of groups proven gone are removed, and the latch with them."""
+        session = self._open(session_id, "check its commands")
+        if session.lease is None or session.lease.lost or session.read_only is not None:
+            return LatchState(False)
+        return await session.latch.check(session.lease)
+
+    async def acknowledge_unsettled_mutation(self, session_id: str) -> bool:
+        """The owner confirmed no previous command still runs: the latch is
+        cleared. True when one was set."""
+        session = self._open(session_id, "acknowledge its commands")
+        session.require_writable()
+        if session.lease is None or not session.lease.record.unsettled_mutation:
+            return False
+        await session.latch.acknowledge(session.lease)
+        return True
+
+    async def _restored_pending(self, session: OpenSession) -> bool:
+        """A publication a stopped process left pending is pending here again."""
+        try:
+            return await session.restore_pending() is not None
+        except (StoreError, TargetError) as error:
+            _log.warning("session %s: looking for a pending publication failed: %s", session.session_id, error)
+            return False
+
+    async def _after_recorded_pending(self, session: OpenSession) -> None:
+        """A recorded publication was retried or abandoned: the live
+        conversation is the committed one, and the resume repair the record
+        held back runs now."""
+        self._adopt(session, await self._conversation_of(await read_committed(self.target, session.session_id)))
+        if session.repair_due and session.recovery is None:
+            session.repair_due = False
+            await self._repair_resumed(session)
 
     # Segments ------------------------------------------------------------------
 

@@ -1,0 +1,222 @@
+"""The durable record of a publication that failed before its commit point.
+
+A save whose publication the target refused (or could not be reached for)
+leaves the prior head authoritative and the session *publication pending*
+(:mod:`..service.open_session`). So that the pending state outlives the
+process -- an exit, a crash, a CLI command ending -- before anyone retries
+or abandons it, the lease owner journals it inside the session directory,
+through the target, the way a Rewind journals its recovery::
+
+    <session>/.pending-publication/
+      <32 hex>.data                 the pending artifacts' bytes, concatenated
+      pending-<32 hex>.json         the marker, written after the bytes
+
+The marker (:class:`PendingMarker`) names the head the publication was
+planned over (``base_head``), its flags, why it failed, who left it, and for
+each logical path the SHA-256 and span of its bytes. Both writes run behind
+the lease proof: only the owner of the current generation records one.
+
+The next owner that resumes the session (this process, another process of
+the same client, or a client that took the lease over) finds the marker and
+the session opens *publication pending* again: mutations are refused until
+a retry or an abandonment. A retry publishes exactly the recorded artifacts
+over the committed head, and only while that head is still ``base_head``
+(the snapshot the pending one was planned against); a session that moved on
+can only abandon it. A marker whose every artifact the committed head
+already holds is the trace of a retry that committed and stopped before
+its cleanup: it is removed on sight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated
+
+import msgspec
+
+from ...targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, Read, Remove, Status, Target, raise_for_result
+from ..authority.lease import ClientIdentity, LeaseHandle
+from ..authority.publication import load_manifest
+from ..authority.records import HEAD_PATTERN
+from ..layout import SessionPaths
+from .recovery import run_guarded
+
+PENDING_DIR = ".pending-publication"
+PENDING_FORMAT_VERSION = 1
+_MARKER_NAME = re.compile(r"^pending-([0-9a-f]{32})\.json\Z")
+_ID_NAME = re.compile(r"^([0-9a-f]{32})\.data\Z")
+
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+class PendingEntry(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    sha256: Sha256
+    offset: Annotated[int, msgspec.Meta(ge=0)]
+    size: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class PendingMarker(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    format_version: int = PENDING_FORMAT_VERSION
+    pending_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]
+    session_id: str
+    #: The client and host whose save failed (shown to people; not authority).
+    client_id: str
+    host: Annotated[str, msgspec.Meta(max_length=255)]
+    #: Target seconds when the failure was recorded.
+    recorded_at: int
+    #: The committed head the publication was planned over (None: none yet).
+    base_head: Annotated[str, msgspec.Meta(pattern=HEAD_PATTERN)] | None
+    replace: bool
+    force: bool
+    reason: Annotated[str, msgspec.Meta(max_length=4096)]
+    entries: dict[str, PendingEntry]
+
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+_decoder = msgspec.json.Decoder(PendingMarker)
+
+
+@dataclass(frozen=True)
+class FoundPending:
+    """What ``.pending-publication/`` of a session holds."""
+
+    marker: PendingMarker | None
+    #: Why a marker that exists cannot be used (it can only be abandoned).
+    problem: str | None = None
+    #: The marker's ID even when it is unreadable.
+    pending_id: str | None = None
+
+
+def _root(paths: SessionPaths) -> str:
+    return paths.inside(PENDING_DIR)
+
+
+def _marker(paths: SessionPaths, pending_id: str) -> str:
+    return f"{_root(paths)}/pending-{pending_id}.json"
+
+
+def _data(paths: SessionPaths, pending_id: str) -> str:
+    return f"{_root(paths)}/{pending_id}.data"
+
+
+async def record_pending(
+    lease: LeaseHandle,
+    client: ClientIdentity,
+    *,
+    artifacts: Mapping[str, bytes],
+    base_head: str | None,
+    replace: bool,
+    force: bool,
+    reason: str,
+    at: int,
+) -> PendingMarker:
+    """Journal a failed publication (bytes first, the marker last) behind
+    the lease proof. Raises LeaseLost when this client no longer owns the
+    session, a TargetError when the target refuses."""
+    entries: dict[str, PendingEntry] = {}
+    chunks: list[bytes] = []
+    offset = 0
+    for logical in sorted(artifacts):
+        data = bytes(artifacts[logical])
+        entries[logical] = PendingEntry(sha256=hashlib.sha256(data).hexdigest(), offset=offset, size=len(data))
+        chunks.append(data)
+        offset += len(data)
+    marker = PendingMarker(
+        pending_id=secrets.token_hex(16),
+        session_id=lease.session_id,
+        client_id=client.client_id,
+        host=client.host,
+        recorded_at=at,
+        base_head=base_head,
+        replace=replace,
+        force=force,
+        reason=reason[:4096],
+        entries=entries,
+    )
+    paths = lease.paths
+    ops = [
+        MakeDirs(_root(paths), optional=True),
+        CreateExclusive(_data(paths, marker.pending_id), b"".join(chunks)),
+        CreateExclusive(_marker(paths, marker.pending_id), _encoder.encode(marker)),
+    ]
+    result, skip = await run_guarded(lease, ops)
+    for op, op_result in zip(ops, result.results[skip:]):
+        if not (op is ops[0] and op_result.status is Status.CONFLICT):
+            raise_for_result(op, op_result)
+    return marker
+
+
+async def find_pending(target: Target, paths: SessionPaths) -> FoundPending:
+    """The session's pending-publication marker (the oldest, should a
+    second appear), read and checked."""
+    listing = ListDir(_root(paths), optional=True)
+    listed = (await target.run(ControlProgram([listing])))[0]
+    if listed.status is Status.ABSENT:
+        return FoundPending(None)
+    raise_for_result(listing, listed)
+    ids = sorted(m.group(1) for m in map(_MARKER_NAME.match, listed.value) if m)
+    if not ids:
+        return FoundPending(None)
+    pid = ids[0]
+    read = Read(_marker(paths, pid), optional=True)
+    got = (await target.run(ControlProgram([read])))[0]
+    if not got.ok:
+        return FoundPending(None, f"its record cannot be read ({got.reason or got.status.value})", pid)
+    try:
+        marker = _decoder.decode(got.value)
+    except msgspec.DecodeError as exc:
+        return FoundPending(None, f"its record is not a pending publication ({exc})", pid)
+    if marker.pending_id != pid or marker.session_id != paths.session_id:
+        return FoundPending(None, "its record names another publication or session", pid)
+    return FoundPending(marker, None, pid)
+
+
+async def read_pending(target: Target, paths: SessionPaths, marker: PendingMarker) -> dict[str, bytes]:
+    """The recorded artifacts, each checked against its SHA-256. Raises
+    ValueError naming what is wrong."""
+    op = Read(_data(paths, marker.pending_id), optional=True)
+    got = (await target.run(ControlProgram([op])))[0]
+    if not got.ok:
+        raise ValueError(f"its bytes cannot be read ({got.reason or got.status.value})")
+    artifacts = {}
+    for logical, entry in marker.entries.items():
+        data = got.value[entry.offset : entry.offset + entry.size]
+        if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise ValueError(f"its bytes for {logical} do not match the record")
+        artifacts[logical] = data
+    return artifacts
+
+
+async def already_committed(lease: LeaseHandle, marker: PendingMarker) -> bool:
+    """The committed head holds every recorded artifact: the publication
+    committed (a retry that stopped before its cleanup)."""
+    head = lease.publication_head
+    if head is None or head == marker.base_head:
+        return False
+    manifest = await load_manifest(lease.target, lease.paths, head)
+    return all(
+        (entry := manifest.entries.get(logical)) is not None and entry.sha256 == recorded.sha256
+        for logical, recorded in marker.entries.items()
+    )
+
+
+async def remove_pending(lease: LeaseHandle, pending_id: str | None) -> None:
+    """Remove a marker (first: from then on nothing is pending), its bytes,
+    stray bytes of earlier records, and the directory once empty."""
+    paths = lease.paths
+    listing = ListDir(_root(paths), optional=True)
+    listed = (await lease.target.run(ControlProgram([listing])))[0]
+    names = listed.value if listed.ok else ()
+    ops = [Remove(_marker(paths, pending_id), optional=True)] if pending_id else []
+    ops += [Remove(f"{_root(paths)}/{name}", optional=True) for name in names if _ID_NAME.match(name) or name.endswith(".tmp")]
+    if pending_id:
+        ops.append(Remove(_data(paths, pending_id), optional=True))
+    ops.append(Remove(_root(paths), optional=True))
+    result, skip = await run_guarded(lease, ops)
+    for op, op_result in zip(ops, result.results[skip:]):
+        if op is not ops[-1] and op_result.status is not Status.ABSENT:
+            raise_for_result(op, op_result)
