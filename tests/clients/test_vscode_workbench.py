@@ -402,3 +402,98 @@ def test_follow_a_session_the_cli_owns_take_control_and_give_it_back(vscode: Wor
     # Given back: the CLI takes its session's next turn.
     cli_turn(session, "CLI prompt 3")
     drive("waitFor", selector=".editor-instance .view-line", hasText="cli answer to CLI prompt 3")
+
+
+REVIEW = "mevedel: Review Changes"
+REVIEWED = "mevedel: Review Changes, turn 1"
+#: The Restore button of a path's row in the review's quick pick.
+RESTORE_ROW_BUTTON = '.quick-input-widget .monaco-list-row:visible .action-label[aria-label^="Restore this file"]'
+#: The diff editor's sides.
+BEFORE_SIDE = ".monaco-diff-editor .editor.original .view-line"
+AFTER_SIDE = ".monaco-diff-editor .editor.modified .view-line"
+
+
+def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> None:
+    """A turn writes a file through fs and runs a shell command that chmods
+    and renames: Review Changes from the palette lists every path with what
+    happened to it; a path's Restore button answered Cancel changes nothing;
+    the text file opens in the diff editor before and after, and Restore
+    Reviewed File from its title bar, confirmed, puts it back on disk as a
+    new turn, which the next review shows."""
+    folder = markdown_folder(tmp_path)
+    (folder / "app.txt").write_text("one\ntwo\n")
+    (folder / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (folder / "run.sh").chmod(0o644)
+    (folder / "old.txt").write_text("the same bytes move\n")
+    vscode.open(
+        folder,
+        turns=[
+            [
+                {"write": {"path": "app.txt", "content": "one\nTWO\nthree\n"}},
+                {"terminal": {"command": "sh", "args": ["-c", "set -e; chmod 755 run.sh; mv old.txt renamed.txt"]}},
+                {"say": "Changed things."},
+            ]
+        ],
+        # The diff editor side by side however narrow its group: the test
+        # reads each side's lines.
+        settings={"mevedel.permissions": "allow-all", "diffEditor.renderSideBySide": True, "diffEditor.useInlineViewWhenSpaceIsLimited": False},
+    )
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    send_prompt(vscode, "Change things")
+    drive("waitFor", frame=CHAT, selector=".turn-1", hasText="Changed things.")
+    assert (folder / "run.sh").stat().st_mode & 0o777 == 0o755 and (folder / "renamed.txt").exists()
+
+    # The review of the turn names every path and what happened to it.
+    drive("command", title=REVIEW)
+    drive("pick", title=REVIEW, label="Turn 1")
+    rows = drive("quickItems", title=REVIEWED)
+    # A row shows the path, then what happened to it (and a path the diff
+    # editor cannot show says so beneath).
+    assert len(rows) == 3, rows
+    shown = {label: next((row[len(label) :] for row in rows if row.startswith(label)), None) for label in ("app.txt", "run.sh", "old.txt -> renamed.txt")}
+    assert shown["app.txt"] == "modified · +2 -1", rows
+    assert shown["run.sh"] == "mode changed (644 -> 755)\nrun.sh: mode changed (644 -> 755)", rows
+    assert shown["old.txt -> renamed.txt"] == "renamed", rows
+
+    # run.sh's Restore button: the warning says what the restore does, and
+    # Cancel leaves the file as the turn made it.
+    drive("answer", title=REVIEWED, text="run.sh", enter=False)
+    drive("waitFor", selector=".quick-input-widget .monaco-list-row.focused", hasText="run.sh")
+    drive("click", selector=RESTORE_ROW_BUTTON)
+    warning = drive("dialog")
+    assert "Restore run.sh to its state before turn 1?" in warning and "mode changed (755 -> 644)" in warning, warning
+    drive("dialog", button="Cancel")
+    drive("notification", text="restore of run.sh cancelled; nothing changed")
+    assert (folder / "run.sh").stat().st_mode & 0o777 == 0o755
+
+    # app.txt opens in the diff editor, its text before and after the turn.
+    drive("command", title=REVIEW)
+    drive("pick", title=REVIEW, label="Turn 1")
+    drive("pick", title=REVIEWED, label="app.txt")
+    drive("waitFor", selector=".tab.active", hasText="app.txt (turn 1: before ↔ after)")
+    drive("waitFor", selector=AFTER_SIDE, hasText="three")
+    drive("waitFor", selector=BEFORE_SIDE, hasText="two")
+    assert [line.strip() for line in drive("texts", selector=BEFORE_SIDE)] == ["one", "two", ""]
+    assert [line.strip() for line in drive("texts", selector=AFTER_SIDE)] == ["one", "TWO", "three", ""]
+
+    # Restore Reviewed File on the diff editor's title bar, confirmed: the
+    # file is back on disk, and the restore is a turn of its own.
+    drive("click", selector='.editor-actions .action-label[aria-label*="Restore Reviewed File"]')
+    warning = drive("dialog")
+    assert "Restore app.txt to its state before turn 1?" in warning and "+two" in warning and "-TWO" in warning, warning
+    drive("dialog", button="Restore")
+    drive("notification", text="restored app.txt to its state before turn 1 as turn 2")
+    wait_until(lambda: (folder / "app.txt").read_text() == "one\ntwo\n", "app.txt restored")
+    assert (folder / "run.sh").stat().st_mode & 0o777 == 0o755 and (folder / "renamed.txt").exists()
+
+    # The review now offers the restore's turn (and no turn of the
+    # cancelled one), which changed app.txt alone.
+    drive("command", title=REVIEW)
+    turns = [row for row in drive("quickItems", title=REVIEW) if row.startswith("Turn ")]
+    assert len(turns) == 2 and turns[0].startswith("Turn 2") and turns[1].startswith("Turn 1"), turns
+    drive("pick", title=REVIEW, label="Turn 2")
+    rows = drive("quickItems", title="mevedel: Review Changes, turn 2")
+    assert len(rows) == 1 and rows[0].startswith("app.txt") and "modified" in rows[0], rows
+    drive("press", key="Escape")
