@@ -419,7 +419,8 @@ def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> 
     happened to it; a path's Restore button answered Cancel changes nothing;
     the text file opens in the diff editor before and after, and Restore
     Reviewed File from its title bar, confirmed, puts it back on disk as a
-    new turn, which the next review shows."""
+    new turn, which the next review shows; a path's Restore button,
+    confirmed, puts its mode back as another turn."""
     folder = markdown_folder(tmp_path)
     (folder / "app.txt").write_text("one\ntwo\n")
     (folder / "run.sh").write_text("#!/bin/sh\necho run\n")
@@ -496,4 +497,19 @@ def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> 
     drive("pick", title=REVIEW, label="Turn 2")
     rows = drive("quickItems", title="mevedel: Review Changes, turn 2")
     assert len(rows) == 1 and rows[0].startswith("app.txt") and "modified" in rows[0], rows
+    drive("press", key="Escape")
+    drive("quickClosed")
+
+    # run.sh's Restore button, confirmed: its mode is back, as turn 3, and
+    # the review of turn 1 opens again.
+    drive("command", title=REVIEW)
+    drive("pick", title=REVIEW, label="Turn 1")
+    drive("answer", title=REVIEWED, text="run.sh", enter=False)
+    drive("waitFor", selector=".quick-input-widget .monaco-list-row.focused", hasText="run.sh")
+    drive("click", selector=RESTORE_ROW_BUTTON)
+    drive("dialog", button="Restore")
+    drive("notification", text="restored run.sh to its state before turn 1 as turn 3")
+    wait_until(lambda: (folder / "run.sh").stat().st_mode & 0o777 == 0o644, "run.sh's mode restored")
+    assert (folder / "run.sh").read_text() == "#!/bin/sh\necho run\n"
+    assert len(drive("quickItems", title=REVIEWED)) == 3
     drive("press", key="Escape")
