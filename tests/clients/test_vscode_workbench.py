@@ -413,6 +413,14 @@ BEFORE_SIDE = ".monaco-diff-editor .editor.original .view-line"
 AFTER_SIDE = ".monaco-diff-editor .editor.modified .view-line"
 
 
+def press_restore_on_row(vscode: Workbench, path: str) -> None:
+    """Filters the review's path list to PATH and presses that row's
+    Restore button (shown on the focused row)."""
+    vscode.drive("answer", title=REVIEWED, text=path, enter=False)
+    vscode.drive("waitFor", selector=".quick-input-widget .monaco-list-row.focused", hasText=path)
+    vscode.drive("click", selector=RESTORE_ROW_BUTTON)
+
+
 def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> None:
     """A turn writes a file through fs and runs a shell command that chmods
     and renames: Review Changes from the palette lists every path with what
@@ -460,9 +468,7 @@ def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> 
 
     # run.sh's Restore button: the warning says what the restore does, and
     # Cancel leaves the file as the turn made it.
-    drive("answer", title=REVIEWED, text="run.sh", enter=False)
-    drive("waitFor", selector=".quick-input-widget .monaco-list-row.focused", hasText="run.sh")
-    drive("click", selector=RESTORE_ROW_BUTTON)
+    press_restore_on_row(vscode, "run.sh")
     warning = drive("dialog")
     assert "Restore run.sh to its state before turn 1?" in warning and "mode changed (755 -> 644)" in warning, warning
     drive("dialog", button="Cancel")
@@ -504,9 +510,7 @@ def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> 
     # the review of turn 1 opens again.
     drive("command", title=REVIEW)
     drive("pick", title=REVIEW, label="Turn 1")
-    drive("answer", title=REVIEWED, text="run.sh", enter=False)
-    drive("waitFor", selector=".quick-input-widget .monaco-list-row.focused", hasText="run.sh")
-    drive("click", selector=RESTORE_ROW_BUTTON)
+    press_restore_on_row(vscode, "run.sh")
     drive("dialog", button="Restore")
     drive("notification", text="restored run.sh to its state before turn 1 as turn 3")
     wait_until(lambda: (folder / "run.sh").stat().st_mode & 0o777 == 0o644, "run.sh's mode restored")
