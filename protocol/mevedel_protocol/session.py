@@ -469,6 +469,9 @@ class RestoreFileResult:
     change: Optional[PathChange]
     #: The turn that recorded the restore (None: not done).
     turn: Optional[int] = None
+    #: A file the turns moved to ``path`` goes back: its old path, from
+    #: nothing to what it held (restored in the same turn).
+    moved_back: Optional[PathChange] = None
 
 
 @attrs.define

@@ -144,3 +144,19 @@ def test_restore_puts_one_file_back_as_a_turn_that_can_be_rewound(workspace, tmp
     assert refused.returncode == 1 and "no turn from 1 on changed it" in refused.stderr
     outside = mevedel(workspace, tmp_path, "restore", "/etc/passwd", "--before", "1")
     assert outside.returncode == 1 and "is not inside the workspace" in outside.stderr
+
+
+def test_restoring_a_renamed_file_moves_it_back(workspace, tmp_path):  # noqa: F811
+    (workspace / "old.txt").write_text("the same bytes\n")
+    os.chmod(workspace / "old.txt", 0o640)
+    configure(tmp_path, [[{"terminal": {"command": "sh", "args": ["-c", "mkdir -p sub && mv old.txt sub/new.txt"]}}]])
+    assert mevedel(workspace, tmp_path, "prompt", "Move it").returncode == 0
+    shown = mevedel(workspace, tmp_path, "restore", "sub/new.txt", "--before", "1")
+    assert "restore sub/new.txt: deleted" in shown.stdout and "and old.txt: added (mode 640)" in shown.stdout, shown.stdout
+    done = json.loads(mevedel(workspace, tmp_path, "restore", "sub/new.txt", "--before", "1", "--yes", "--json").stdout)
+    assert done["restored"] and done["moved_back"]["path"] == "old.txt"
+    assert (workspace / "old.txt").read_text() == "the same bytes\n" and os.stat(workspace / "old.txt").st_mode & 0o777 == 0o640
+    assert not (workspace / "sub" / "new.txt").exists()
+    # One turn did both, and its Rewind puts the move back.
+    assert mevedel(workspace, tmp_path, "rewind", str(done["turn"]), "--before", "--yes").returncode == 0
+    assert (workspace / "sub" / "new.txt").exists() and not (workspace / "old.txt").exists()

@@ -191,6 +191,7 @@ def run_restore(arguments: argparse.Namespace) -> int:
             "path": done.path,
             "before_turn": done.before_turn,
             "change": path_data(done.change) if done.needed else None,
+            "moved_back": path_data(done.moved_back) if done.moved_back else None,
             "restored": done.turn is not None,
             "turn": done.turn,
         }
@@ -198,6 +199,8 @@ def run_restore(arguments: argparse.Namespace) -> int:
             lines = [f"{done.path} is already as it was before turn {done.before_turn}; nothing to do"]
         elif done.turn is None:
             lines = [f"restore {describe(done.change)}", *diff_lines(TreeDiff(0, 0, (done.change,)), _colour_wanted())[1:]]
+            if done.moved_back:
+                lines.append(f"  and {describe(done.moved_back)}: the turn moved the file, so it moves back")
             lines.append(f"to restore it: mevedel restore {arguments.path} --before {done.before_turn} --yes")
         else:
             lines = [f"restored {done.path} to its state before turn {done.before_turn} as turn {done.turn} "

@@ -306,7 +306,8 @@ async def restore_file(ls: MevedelLanguageServer, params: wire.RestoreFileParams
     service, sid = _turn_target(ls, params, methods.TURN_RESTORE_FILE)
     done = await service.restore_file(sid, params.path, params.before_turn, commit=params.commit)
     change = _path_change(done.change) if done.needed else None
-    return wire.RestoreFileResult(sid, done.path, done.before_turn, change, done.turn)
+    back = _path_change(done.moved_back) if done.moved_back else None
+    return wire.RestoreFileResult(sid, done.path, done.before_turn, change, done.turn, back)
 
 
 #: request -> (params class, handler, command name or None).
