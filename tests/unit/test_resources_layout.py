@@ -123,8 +123,22 @@ def test_the_store_imports_nothing_above_it_and_its_content_opens_nothing():
         for target, _names in _imports(path):
             if target.startswith(above) or target.split(".")[0] in ("lsprotocol", "pygls"):
                 offenders.append(f"{path.relative_to(PACKAGE)}: {target}")
-            if path.parent.name == "content" and target.startswith("mevedel_server.targets"):
+            # The one exception: a path's whole state, a value that imports
+            # and opens nothing (targets/entry.py).
+            if path.parent.name == "content" and target.startswith("mevedel_server.targets") and target != "mevedel_server.targets.entry":
                 offenders.append(f"{path.relative_to(PACKAGE)}: {target}")
     assert offenders == []
     top_level = {path.name for path in (PACKAGE / "store").glob("*.py")}
     assert top_level == {"__init__.py", "errors.py", "layout.py"}
+
+
+def test_the_entry_value_and_the_remote_executor_spell_the_kinds_alike():
+    """The executor runs remotely and cannot import the value type: the
+    two spellings of a path's kinds must stay one."""
+    from mevedel_server.targets import entry, executor
+
+    assert (entry.ENTRY_FILE, entry.ENTRY_DIRECTORY, entry.ENTRY_SYMLINK) == (
+        executor.ENTRY_FILE,
+        executor.ENTRY_DIRECTORY,
+        executor.ENTRY_SYMLINK,
+    )

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ...targets.program import Entry
+from ...targets.entry import Entry
 from .sidecar import Absent, Directory, FileSnapshot, FileState, Present, Symlink, TurnFiles
 
 FILE_HISTORY_DIR = "file-history"

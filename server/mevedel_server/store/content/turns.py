@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ...targets.program import Entry
+from ...targets.entry import Entry
 from .checkpoints import CaptureError, FileHistory, Observed, TurnCapture, history_digest, history_path, referenced_digests
 from ..errors import StoreError
 from .sidecar import (
