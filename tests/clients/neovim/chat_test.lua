@@ -682,6 +682,14 @@ test('chat: after a restart the prompt continues the last session, <C-n> starts 
     scripted = agent({ { { tool_call = { id = 't1', title = 'Look around', kind = 'read' } }, { tool_update = { id = 't1', status = 'completed' } }, { say = 'looked' } } }),
   }
   configure(agents, nil)
+  -- "The most recent session" is judged by the sessions' update times,
+  -- which are whole seconds: the earlier tests' sessions were updated
+  -- moments ago, so this one's turn must land in a later second to be the
+  -- most recent (within one second the order is the session ids').
+  local second = os.time()
+  wait_for('the next second', function()
+    return os.time() > second
+  end)
   chat.send({ text = 'Look around', session = session })
   wait_for('the first turn', function()
     return chat.status(session) == 'idle (turn 1 completed)'
