@@ -60,7 +60,7 @@ async function pickTurn(
       detail: turn.prompt,
       turn: turn.turn,
     })),
-    { title: `${title} (${listing.sessionId})`, placeHolder: 'The turn', matchOnDetail: true },
+    { title: `${title} (${listing.sessionId})`, placeHolder: 'The turn', matchOnDetail: true, ignoreFocusOut: true },
   );
   return chosen && { sessionId: listing.sessionId, turn: chosen.turn };
 }
@@ -76,7 +76,9 @@ async function rewindCommand(context: SessionCommandContext, where: Scope): Prom
       { label: `After the response of turn ${picked.turn}`, description: 'keep this turn and its answer', boundary: 'after' as Boundary },
       { label: `Before the prompt of turn ${picked.turn}`, description: 'discard this turn too', boundary: 'before' as Boundary },
     ],
-    { title: 'mevedel: Rewind to' },
+    // A step of a multi-step choice stays open when a view refreshes
+    // and takes the focus (the transcript, the chat): Esc closes it.
+    { title: 'mevedel: Rewind to', ignoreFocusOut: true },
   );
   if (!boundary) return;
   const scope = { workspaceFolder: where.workspaceFolder, sessionId: picked.sessionId };
@@ -96,7 +98,7 @@ async function redoCommand(context: SessionCommandContext, where: Scope): Promis
       description: new Date(state.updatedAt * 1000).toLocaleString(),
       state,
     })),
-    { title: `mevedel: Redo (${listing.sessionId})`, placeHolder: 'The state to return to' },
+    { title: `mevedel: Redo (${listing.sessionId})`, placeHolder: 'The state to return to', ignoreFocusOut: true },
   );
   if (!chosen) return;
   const scope = { workspaceFolder: where.workspaceFolder, sessionId: listing.sessionId };
