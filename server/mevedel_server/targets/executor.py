@@ -1620,7 +1620,7 @@ def _on_first_use(name):
     rather than by an import statement: the remote program starts once per
     round trip, and its start-up must not pay for what only a scan or a
     snapshot uses (``re`` alone costs it 10-40 ms). The start-up guard reads
-    the executor's import statements; tests/unit/test_target_file_scan.py
+    the executor's import statements; tests/unit/targets/test_target_file_scan.py
     checks the property itself: a program without these operations loads
     neither ``re`` nor a hash module."""
     return __import__(name)

@@ -40,7 +40,7 @@ from acp.schema import (
 )
 from deadlines import GENEROUS_SECONDS
 
-AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
+AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 
 
 class _Terminal:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from deadlines import ticks
 
-AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
+AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 
 # Records its pid, then becomes the scripted agent (same process).
 RECORDING = "import os, sys; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"

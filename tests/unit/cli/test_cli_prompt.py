@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
+AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from mevedel_protocol.session import SESSION_ERROR_KINDS
 from mevedel_server.addresses.model import ErrorKind
 from mevedel_server.lsp.server import build_server
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "protocol.md"
 
 
 def _section(title: str) -> str:

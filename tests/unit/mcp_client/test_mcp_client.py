@@ -19,7 +19,7 @@ from mevedel_server.mcp_client.config import parse_workspace_file
 from mevedel_server.resources import ReadOptions, ResolverContext, complete, execute, prepare
 from mevedel_server.resources.resolver import AddressError
 
-SCRIPTED = Path(__file__).resolve().parents[1] / "mcp_servers" / "scripted_server.py"
+SCRIPTED = Path(__file__).resolve().parents[2] / "mcp_servers" / "scripted_server.py"
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ import pytest
 from mevedel_server.artifacts.layout import ItemPaths
 from mevedel_server.artifacts.records import ItemLeaseRecord, ItemLeaseState, VersionIndex, decode
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ITEM = "shared01"
 
 DRIVER = r'''
