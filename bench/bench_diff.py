@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 from harness import CountingTarget, report, summarize

@@ -3,6 +3,7 @@ temporary workspace with a current session."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -98,7 +99,6 @@ async def request(client: LanguageClient, method: str, params):
 async def raw_request(client: LanguageClient, method: str, params):
     """Send ``params`` exactly as given, even for a standard method whose
     typed request the client would otherwise build (and refuse to build)."""
-    import asyncio
     import uuid
     from concurrent.futures import Future
 
@@ -110,3 +110,23 @@ async def raw_request(client: LanguageClient, method: str, params):
     protocol._request_futures[msg_id] = future
     protocol._send_data(JsonRPCRequestMessage(id=msg_id, method=method, jsonrpc="2.0", params=params))
     return await asyncio.wrap_future(future)
+
+
+@pytest.fixture
+async def machines(workspace):
+    """Start servers standing for machines on one workspace (the control
+    transfer tests, in the server and in the CLI); each is shut down after."""
+    from .test_control_transfer import start
+
+    started: list = []
+
+    async def make(name: str, **settings):
+        return await start(workspace, name, started, **settings)
+
+    yield make
+    for client in started:
+        if client._server.returncode is None:
+            try:
+                await asyncio.wait_for(client.shutdown_session(), 60)
+            except Exception:
+                client._server.kill()

@@ -109,22 +109,6 @@ async def start(workspace: Path, name: str, started: list, **settings) -> Machin
     return Machine(name, client)
 
 
-@pytest.fixture
-async def machines(workspace):
-    started: list = []
-
-    async def make(name: str, **settings) -> Machine:
-        return await start(workspace, name, started, **settings)
-
-    yield make
-    for client in started:
-        if client._server.returncode is None:
-            try:
-                await asyncio.wait_for(client.shutdown_session(), 60)
-            except Exception:
-                client._server.kill()
-
-
 async def until(predicate, what: str, seconds: float = 90) -> None:
     """Wait for an event: a generous deadline (CI is a loaded 2-core
     machine), measured in time rather than in sleeps that assume speed."""

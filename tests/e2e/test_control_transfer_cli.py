@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mevedel_protocol import methods
 
-from .test_control_transfer import Machine, machines, one_writer, owned, turns_of, until  # noqa: F401
+from .test_control_transfer import one_writer, owned, turns_of, until
 
 
 async def cli(workspace: Path, state: Path, *args: str) -> tuple[int, dict]:

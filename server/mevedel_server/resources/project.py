@@ -39,7 +39,7 @@ from ..artifacts.layout import ARTIFACTS_DIR, is_item_id
 from .attempt import Prepared, Request
 from .context import ResolverContext
 from .places import Place, Places
-from .tree import Node, Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search, top_lines
+from .tree import Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search, top_lines
 
 #: Top-level directories a project write may never touch.
 PROTECTED = (".git", ".mevedel")

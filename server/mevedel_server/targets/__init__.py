@@ -38,11 +38,11 @@ from .errors import (
 from .faults import FaultInjectingTarget, FaultMode, InjectedFault, SimulatedCrash
 from .local import LocalTarget
 from .paths import join_target_path, parent_and_name, split_target_path
+from .entry import same_state
 from .program import (
     Entry,
     PutEntry,
     ReadEntry,
-    same_state,
     Barrier,
     Chain,
     ChainHop,

@@ -49,7 +49,7 @@ from .executor import SCAN_IGNORED as SCAN_IGNORED
 from .executor import SCAN_IGNORED_REASON as SCAN_IGNORED_REASON
 from .executor import SCAN_LINK as SCAN_LINK
 from .executor import SCAN_DIR as SCAN_DIR
-from .entry import Entry, same_state
+from .entry import Entry
 from .paths import split_target_path
 
 _SCAN_FACTS = struct.Struct(SCAN_FACTS)

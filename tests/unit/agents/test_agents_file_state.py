@@ -18,7 +18,6 @@ from mevedel_server.agents import file_state
 from mevedel_server.targets.program import Entry
 from mevedel_server.agents.file_state import (
     IGNORED_GAP,
-    LINK_GAP,
     LOST_BLOB_GAP,
     FileChange,
     FileStateError,

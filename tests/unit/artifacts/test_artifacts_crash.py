@@ -22,7 +22,6 @@ process is refused it: one writer afterwards.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path

@@ -4,18 +4,9 @@ refusals that name the input and never a traceback."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
-import pytest
 
 from test_cli_session import cli, committed, ok, refused
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
 
 
 def test_the_store_from_the_command_line(workspace, tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from test_cli_prompt import configure, mevedel, workspace  # noqa: F401
+from test_cli_prompt import configure, mevedel
 
 SHELL = (
     "set -e; chmod +x run.sh; mkdir -p new/deep; rmdir emptydir; mv old.txt renamed.txt; "

@@ -13,20 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
 OWNER = ClientIdentity("client-owner", "owner-box")
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
 
 
 def follow(workspace: Path, state: Path, *args: str) -> subprocess.Popen:

@@ -8,16 +8,8 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 
 from test_cli_session import cli, ok, refused
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
 
 
 def turn(workspace: Path, state: Path, prompt: str, content: str, *new: str) -> str:

@@ -11,16 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
 
 
 def configure(tmp_path: Path, turns: list, **extra) -> Path:

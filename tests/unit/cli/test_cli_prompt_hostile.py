@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from test_cli_prompt import configure, mevedel, workspace  # noqa: F401 (a fixture)
+from test_cli_prompt import configure, mevedel
 
 
 def test_malformed_messages_are_one_line_for_the_user_and_the_details_are_in_the_agents_log(workspace, tmp_path):

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_cli_prompt import AGENT, workspace  # noqa: F401 (the fixture)
+from test_cli_prompt import AGENT
 
 
 def configure(tmp_path: Path, turns: list, log: Path | None = None) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli_prompt import configure, env, mevedel, workspace  # noqa: F401 (the fixture)
+from test_cli_prompt import configure, env, mevedel
 
 OPTIONS = [{"id": "allow", "name": "Allow once", "kind": "allow_once"}, {"id": "reject", "name": "Reject", "kind": "reject_once"}]
 ASK = {"permission": {"tool_call_id": "c1", "title": "Write a.txt", "kind": "edit", "options": OPTIONS}}

@@ -19,13 +19,6 @@ from mevedel_server.store.content.turns import Conversation
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
-
-
 def cli(workspace: Path, state: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_STATE_HOME": str(state)}
     return subprocess.run(

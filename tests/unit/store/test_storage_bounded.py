@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from mevedel_server.store import ClientIdentity, read_committed
 from mevedel_server.store.transactions.redo import redo_states
