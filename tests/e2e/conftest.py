@@ -13,7 +13,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import register_lsp_features
 
-from mevedel_server.lsp.wire_protocol import plain_json_converter
+from mevedel_server.lsp.transport.wire_protocol import plain_json_converter
 
 SESSION = "2026-07-19T09-47-bf87b5dd793a"
 BIG_ENTRIES = 40

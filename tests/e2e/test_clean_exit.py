@@ -236,8 +236,8 @@ async def hang():
 async def blocked_release(self):
     await asyncio.to_thread(time.sleep, 3600)  # a thread the interpreter would wait for at exit
 
-def build():
-    ls = build_server()
+def build(features):
+    ls = build_server(features)
     if sys.argv[1] == "hook":
         ls.on_exit.append(hang)
     else:

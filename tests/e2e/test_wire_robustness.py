@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mevedel_protocol import methods
-from mevedel_server.lsp import framing
+from mevedel_server.lsp.transport import framing
 
 from .wire_client import WireClient, frame
 

@@ -24,12 +24,12 @@ from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.service import SessionInfo, error_kind, is_refusal
 from .errors import failure, internal_failure, structure_params
 from .questions import consents
-from .session_registry import SessionRegistry
 from .virtual_documents import format_uri
 from .workspaces import Folder, folder_for_document, folder_for_uri
 
 if TYPE_CHECKING:
     from .server import MevedelLanguageServer
+    from .session_registry import SessionRegistry
 
 _log = logging.getLogger(__name__)
 

@@ -42,10 +42,18 @@ from typing import Any
 
 from pygls.io_ import StdoutWriter
 
-from .framing import FrameReader
+from .transport.framing import FrameReader
 from .server import NAME, MevedelLanguageServer, build_server, server_version
 
 _log = logging.getLogger(__name__)
+
+#: The feature modules of this package the server is built with, in the
+#: order they register (each has ``register(ls)``). A new feature is a new
+#: module named here.
+FEATURES = (
+    "configuration", "completion", "hover", "definition", "diagnostics", "resources", "sessions",
+    "lifecycle", "control", "follow", "agents", "mcp", "artifacts",
+)
 
 #: The signals that stop the server cleanly (those this platform has).
 STOP_SIGNALS = tuple(
@@ -91,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         _configure_logging(arguments.log_file, arguments.log_level)
     except OSError as error:
         sys.exit(f"{NAME}: cannot open log file {arguments.log_file}: {error.strerror}")
-    server = build_server()
+    server = build_server(FEATURES)
     connect = _tcp_connection(*arguments.tcp) if arguments.tcp is not None else _stdio_connection
     sys.exit(serve(server, connect))
 

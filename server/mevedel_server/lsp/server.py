@@ -6,10 +6,11 @@ and released, bounded in time."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from mevedel_protocol.errors import INTERNAL_ERROR
 from pygls.exceptions import FeatureRequestError, JsonRpcException
 from pygls.lsp.server import LanguageServer
 
-from .wire_protocol import MevedelProtocol, plain_json_converter
+from .transport.wire_protocol import MevedelProtocol, plain_json_converter
 from .workspaces import Folder, same_folder
 
 if TYPE_CHECKING:
@@ -180,13 +181,14 @@ async def _run_hook(hook: Callable[[], Awaitable[None]]) -> None:
     await hook()
 
 
-def build_server() -> MevedelLanguageServer:
-    """A server with every feature registered."""
-    from . import agents, artifacts, completion, configuration, control, definition, diagnostics, follow, hover, lifecycle, mcp, resources, sessions
-
+def build_server(features: Sequence[str]) -> MevedelLanguageServer:
+    """A server with ``features`` registered: the names of this package's
+    feature modules, each of which has ``register(ls)`` adding its handlers.
+    The entry point chooses the list (``main.FEATURES``); the server never
+    imports a feature, so no feature's import of the server runs back."""
     ls = MevedelLanguageServer()
-    for feature in (configuration, completion, hover, definition, diagnostics, resources, sessions, lifecycle, control, follow, agents, mcp, artifacts):
-        feature.register(ls)
+    for name in features:
+        importlib.import_module(f"{__package__}.{name}").register(ls)
     _register_exit(ls)
     _register_start(ls)
     return ls

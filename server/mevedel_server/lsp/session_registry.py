@@ -26,6 +26,7 @@ from ..store.service.control import SessionControl
 from ..targets import Target, TargetError
 from ..targets.location import workspace_target
 from .errors import failure
+from .follow import FollowManager
 from .workspaces import Folder
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ class SessionRegistry:
         self.on_service: list[Callable[[Folder, SessionService], None]] = []
         #: Each folder's control transfer (``lsp/control.py`` attaches it).
         self.controls: dict[str, SessionControl] = {}
-        from .follow import FollowManager  # it serves requests through .sessions, which imports this module
-
         #: Session watchers and the following of read-only sessions.
         self.follow = FollowManager(ls)
         ls.on_settings_changed.append(self._apply_settings)

@@ -19,7 +19,7 @@ from lsprotocol import types
 from mevedel_protocol import methods
 from pygls.lsp.client import LanguageClient
 
-from mevedel_server.lsp.wire_protocol import plain_json_converter
+from mevedel_server.lsp.transport.wire_protocol import plain_json_converter
 
 
 async def main(workspace: Path, title: str) -> None:

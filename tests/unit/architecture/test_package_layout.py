@@ -1,6 +1,7 @@
 """The layout rules the architecture states, checked on the source: the
 resolver package has no import cycles (none through a deferred import
-either) and imports nothing of the editor side; the LSP feature modules
+either) and imports nothing of the editor side; the LSP package has no
+import cycle at run time and its server imports no feature; the LSP feature modules
 import no private (underscore) name from one another; the store imports
 nothing above it and keeps its modules in subsystem folders; and the local/SSH
 twins the resolver once had are gone."""
@@ -20,13 +21,22 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> list[tuple[str, list[str]]]:
+def _imports(path: Path, *, typing: bool = True) -> list[tuple[str, list[str]]]:
     """Every ``from X import names`` in the module (deferred ones too), with
-    X made absolute."""
+    X made absolute; without ``typing``, not those under ``if TYPE_CHECKING:``
+    (they never run)."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    for_typing: set[int] = set()
+    if not typing:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                for_typing |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if id(node) in for_typing:
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -40,11 +50,11 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     return found
 
 
-def _graph(root: Path) -> dict[str, set[str]]:
+def _graph(root: Path, *, typing: bool = True) -> dict[str, set[str]]:
     modules = {_module_name(path): path for path in root.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for target, names in _imports(path):
+        for target, names in _imports(path, typing=typing):
             # ``from PACKAGE import module`` names the module; any other name
             # comes from the module (or package) imported from.
             submodules = {f"{target}.{item}" for item in names} & modules.keys()
@@ -83,6 +93,20 @@ def test_resources_imports_nothing_of_the_editor_side():
             top = target.split(".")[0]
             assert top not in ("lsprotocol", "pygls", "mevedel_protocol"), (path.name, target)
             assert not target.startswith("mevedel_server.lsp"), (path.name, target)
+
+
+def test_lsp_has_no_import_cycle_and_the_server_imports_no_feature():
+    """Features plug in: the entry point names them (``main.FEATURES``) and
+    the server builder imports each by name, so a feature may import the
+    server's helpers without the import running back. Type-only imports of
+    the server class do not run and do not count."""
+    assert _cycles(_graph(PACKAGE / "lsp", typing=False)) == []
+    from mevedel_server.lsp.main import FEATURES
+
+    features = {f"mevedel_server.lsp.{name}" for name in FEATURES}
+    imported = {target for target, _names in _imports(PACKAGE / "lsp" / "server.py")}
+    imported |= {f"{target}.{name}" for target, names in _imports(PACKAGE / "lsp" / "server.py") for name in names}
+    assert not imported & features
 
 
 def test_lsp_modules_import_no_private_name_from_one_another():

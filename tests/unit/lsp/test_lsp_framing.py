@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from mevedel_server.lsp import framing
-from mevedel_server.lsp.framing import BrokenFrame, FrameReader, recover_id
-from mevedel_server.lsp.server import build_server
+from mevedel_server.lsp.transport import framing
+from mevedel_server.lsp.transport.framing import BrokenFrame, FrameReader, recover_id
+from mevedel_server.lsp import FEATURES, build_server
 
 
 class Chunks:
@@ -160,7 +160,7 @@ class Capture:
 
 
 async def test_an_unexpected_exception_is_answered_as_internal_without_a_traceback():
-    ls = build_server()
+    ls = build_server(FEATURES)
     capture = Capture()
     ls.protocol.set_writer(capture)
 

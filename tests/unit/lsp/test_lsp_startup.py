@@ -11,8 +11,8 @@ import sys
 def test_a_built_server_has_loaded_no_agent_or_mcp_sdk():
     probe = (
         "import sys\n"
-        "from mevedel_server.lsp.server import build_server\n"
-        "build_server()\n"
+        "from mevedel_server.lsp import FEATURES, build_server\n"
+        "build_server(FEATURES)\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'acp', 'mcp', 'pydantic'}))\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

@@ -14,7 +14,7 @@ from mevedel_protocol.artifact import ARTIFACT_ERROR_KINDS
 from mevedel_protocol.session import SESSION_ERROR_KINDS
 
 from mevedel_server.addresses.model import ErrorKind
-from mevedel_server.lsp.server import build_server
+from mevedel_server.lsp import FEATURES, build_server
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "protocol.md"
 
@@ -32,7 +32,7 @@ def _headings(title: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def server():
-    return build_server()
+    return build_server(FEATURES)
 
 
 def test_every_registered_method_is_documented_and_vice_versa(server):
