@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from acp import RequestError
 
 from ..resources import ResolverContext
-from ..resources.project import artifact_item
+from ..resources.families.project import artifact_item
 from ..store.service import is_refusal
 from ..artifacts.errors import ArtifactError
 from ..tool_server.artifact_writes import held_refusal, hold_written_items, learn

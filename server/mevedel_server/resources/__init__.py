@@ -8,16 +8,16 @@ exception is ``backing_file``, which exists to hand a contained file to
 go-to-definition. Who may write a session's files is ``authority``.
 """
 
-from .attempt import Attempt, AuthorityFacts
-from .authority import require_writable_session, writable_sessions
-from .completion import Candidate, complete
-from .context import MemoryRoot, ResolverContext, SkillRoot
-from .describe import Description, backing_file, describe
-from .docs_root import find_docs_root
-from .options import GlobOptions, GrepOptions, PatchOptions, ReadOptions
+from .engine.attempt import Attempt, AuthorityFacts
+from .engine.authority import require_writable_session, writable_sessions
+from .navigation.completion import Candidate, complete
+from .engine.context import MemoryRoot, ResolverContext, SkillRoot
+from .navigation.describe import Description, backing_file, describe
+from .engine.docs_root import find_docs_root
+from .engine.options import GlobOptions, GrepOptions, PatchOptions, ReadOptions
 from .patch import FileChange, PatchResult
-from .resolver import execute, prepare
-from .results import GlobResult, GrepMatch, GrepResult, ReadResult
+from .engine.resolver import execute, prepare
+from .engine.results import GlobResult, GrepMatch, GrepResult, ReadResult
 
 __all__ = [
     "Attempt",

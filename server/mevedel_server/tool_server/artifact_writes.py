@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from ..artifacts.attachments import SessionArtifacts
 from ..artifacts.errors import ArtifactError
 from ..artifacts.layout import ARTIFACT_SUFFIXES, check_file_name
-from ..resources.project import artifact_item
+from ..resources.families.project import artifact_item
 
 _log = logging.getLogger(__name__)
 

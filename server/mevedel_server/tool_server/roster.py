@@ -2,13 +2,13 @@
 given to the agent as the MCP server's ``instructions``.
 
 It says which address families are usable now, by the same rules as
-completion (:func:`mevedel_server.resources.completion.available`):
+completion (:func:`mevedel_server.resources.navigation.completion.available`):
 ``mevedel://`` always; ``work://`` and ``artifact://`` with a session;
 ``history://root`` with the session's live conversation, ``history://saved``
 with a workspace; ``skill://`` and ``memory://`` when roots are configured,
 ``mcp://`` when an MCP server is configured; ``shared://`` when the
 workspace holds at least one whiteboard or document (the caller asks the
-store: :func:`mevedel_server.resources.shared.has_items`). Families not
+store: :func:`mevedel_server.resources.families.shared.has_items`). Families not
 served yet (``agent://``, ``memory://journal/``) are never advertised. The
 roster authorises nothing: every call is still validated by the resolver.
 """
@@ -16,7 +16,7 @@ roster authorises nothing: every call is still validated by the resolver.
 from __future__ import annotations
 
 from ..resources import ResolverContext
-from ..resources.completion import available
+from ..resources.navigation.completion import available
 
 HEADER = (
     "mevedel tools: Read, Glob, Grep and ApplyPatch take ordinary workspace paths (relative to the workspace root, "

@@ -19,7 +19,7 @@ from typing import Any
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 
-from ..resources.shared import has_items
+from ..resources.families.shared import has_items
 from .context import ToolContext
 from .roster import roster
 from .tools import TOOLS, ToolError, call

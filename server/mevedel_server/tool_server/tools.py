@@ -33,7 +33,7 @@ from ..resources import (
     prepare,
     require_writable_session,
 )
-from ..resources.project import is_project_path
+from ..resources.families.project import is_project_path
 from .context import ToolContext, ToolRefused, after_project_write
 from .persisted_output import MAX_OUTPUT_CHARS, bound_output
 

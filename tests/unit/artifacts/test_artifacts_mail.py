@@ -14,7 +14,7 @@ from mevedel_server.artifacts import mail as mail_module
 from mevedel_server.artifacts.attachments import SessionArtifacts
 from mevedel_server.artifacts.errors import ArtifactError
 from mevedel_server.artifacts.mail import mail_text, mark_delivered, pending_mail
-from mevedel_server.resources.shared import discussion_lines
+from mevedel_server.resources.families.shared import discussion_lines
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
 

@@ -17,7 +17,7 @@ from mevedel_server.addresses import ErrorKind, Operation
 from mevedel_server.mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec, servers_from_setting, servers_problem
 from mevedel_server.mcp_client.config import parse_workspace_file
 from mevedel_server.resources import ReadOptions, ResolverContext, complete, execute, prepare
-from mevedel_server.resources.resolver import AddressError
+from mevedel_server.resources.engine.resolver import AddressError
 
 SCRIPTED = Path(__file__).resolve().parents[2] / "mcp_servers" / "scripted_server.py"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Family, Operation
-from mevedel_server.resources.context import ResolverContext
-from mevedel_server.resources.describe import backing_file, describe
+from mevedel_server.resources.engine.context import ResolverContext
+from mevedel_server.resources.navigation.describe import backing_file, describe
 
 
 @pytest.fixture()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from mevedel_server.resources.directory_index import DirectoryIndex, _scan
+from mevedel_server.resources.navigation.directory_index import DirectoryIndex, _scan
 
 
 def listed(index: DirectoryIndex, path) -> list[tuple[str, str, bool]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mevedel_server.resources.glob_pattern import compile_glob
+from mevedel_server.resources.engine.glob_pattern import compile_glob
 
 
 def matches(pattern: str, path: str, *, anywhere: bool = False) -> bool:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Family, Operation
-from mevedel_server.resources.context import MemoryRoot, ResolverContext
-from mevedel_server.resources.options import PatchOptions
-from mevedel_server.resources.resolver import execute, prepare
+from mevedel_server.resources.engine.context import MemoryRoot, ResolverContext
+from mevedel_server.resources.engine.options import PatchOptions
+from mevedel_server.resources.engine.resolver import execute, prepare
 
 
 SID = "2026-07-19T09-47-bf87b5dd793a"

@@ -12,7 +12,7 @@ import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
 from mevedel_server.resources import GlobOptions, GrepOptions, PatchOptions, ReadOptions, ResolverContext, execute, prepare
-from mevedel_server.resources.project import is_project_path, parts_of
+from mevedel_server.resources.families.project import is_project_path, parts_of
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
 

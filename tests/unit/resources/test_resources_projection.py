@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind
-from mevedel_server.resources.options import ReadOptions
-from mevedel_server.resources.projection import page_lines, split_lines
+from mevedel_server.resources.engine.options import ReadOptions
+from mevedel_server.resources.engine.projection import page_lines, split_lines
 
 ADDRESS = "work://notes.md"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
-from mevedel_server.resources.context import ResolverContext, SkillRoot
-from mevedel_server.resources.options import GlobOptions, GrepOptions, ReadOptions
-from mevedel_server.resources.resolver import execute, prepare
+from mevedel_server.resources.engine.context import ResolverContext, SkillRoot
+from mevedel_server.resources.engine.options import GlobOptions, GrepOptions, ReadOptions
+from mevedel_server.resources.engine.resolver import execute, prepare
 
 
 def make_skill(root: Path, name: str, body: str = "# Skill\n") -> Path:

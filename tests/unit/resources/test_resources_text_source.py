@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind
-from mevedel_server.resources import text_source
-from mevedel_server.resources.text_source import InflationBudget, read_text
+from mevedel_server.resources.engine import text_source
+from mevedel_server.resources.engine.text_source import InflationBudget, read_text
 
 
 def test_utf8_text_loads_without_a_byte_order_mark(tmp_path: Path):

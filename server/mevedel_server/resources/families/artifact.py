@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..addresses.model import Address, AddressError, ErrorKind, Operation
-from ..targets import ControlProgram, CreateExclusive, MakeDirs, Target, TargetError
-from .attempt import Prepared, Request
-from .containment import contain
-from .context import ResolverContext
-from .places import Places
-from .tree import Node, Scope, Tree, all_files, fail, later, node_of, open_walks, read_listing, run_node, search
+from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ...targets import ControlProgram, CreateExclusive, MakeDirs, Target, TargetError
+from ..engine.attempt import Prepared, Request
+from ..engine.containment import contain
+from ..engine.context import ResolverContext
+from ..engine.places import Places
+from ..engine.tree import Node, Scope, Tree, all_files, fail, later, node_of, open_walks, read_listing, run_node, search
 
 BASE = "artifact://"
 EXECUTIONS = "executions"

@@ -14,9 +14,9 @@ import inspect
 import logging
 from collections.abc import Callable
 
-from ..addresses import parse_address
-from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
-from . import artifact, history, mcp, memory, mevedel_docs, project, shared, skill, unavailable, work
+from ...addresses import parse_address
+from ...addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from ..families import artifact, history, mcp, memory, mevedel_docs, project, shared, skill, unavailable, work
 from .attempt import Attempt, AuthorityFacts, Prepared, Request
 from .context import ResolverContext
 from .options import (
@@ -28,7 +28,7 @@ from .options import (
     validate_grep,
     validate_read,
 )
-from .patch import PatchResult
+from ..patch import PatchResult
 from .patch_attempt import prepare_patch
 from .results import GlobResult, GrepResult, ReadResult
 

@@ -28,18 +28,18 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..addresses.encoding import encode_component
-from ..addresses.model import Address, AddressError, ErrorKind
-from .attempt import Prepared, Request
-from .context import ResolverContext
-from .options import ReadOptions
-from .projection import page_lines, split_lines
-from .results import ReadResult
-from .text_source import MAX_FILE_BYTES, too_large
-from .tree import fail, later
+from ...addresses.encoding import encode_component
+from ...addresses.model import Address, AddressError, ErrorKind
+from ..engine.attempt import Prepared, Request
+from ..engine.context import ResolverContext
+from ..engine.options import ReadOptions
+from ..engine.projection import page_lines, split_lines
+from ..engine.results import ReadResult
+from ..engine.text_source import MAX_FILE_BYTES, too_large
+from ..engine.tree import fail, later
 
 if TYPE_CHECKING:
-    from ..mcp_client import McpAccess, McpClientError, ServerEntry
+    from ...mcp_client import McpAccess, McpClientError, ServerEntry
 
 BASE = "mcp://"
 
@@ -140,7 +140,7 @@ def _described(resource: Any) -> str:
 
 
 async def _server(access: McpAccess, name: str, options: ReadOptions, authored: str, canonical: str) -> ReadResult:
-    from ..mcp_client import McpClientError
+    from ...mcp_client import McpClientError
 
     try:
         listing = await access.list(name)
@@ -183,7 +183,7 @@ def _blob_line(content: Any, authored: str) -> str:
 async def _resource(
     access: McpAccess, name: str, uri: str, options: ReadOptions, authored: str, canonical: str
 ) -> ReadResult:
-    from ..mcp_client import McpClientError
+    from ...mcp_client import McpClientError
 
     try:
         result = await access.read(name, uri)

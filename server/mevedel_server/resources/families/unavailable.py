@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..addresses.model import Address, AddressError, ErrorKind, Family
-from .attempt import Prepared, Request
-from .context import ResolverContext
-from .tree import fail
+from ...addresses.model import Address, AddressError, ErrorKind, Family
+from ..engine.attempt import Prepared, Request
+from ..engine.context import ResolverContext
+from ..engine.tree import fail
 
 
 def _unavailable(address: Address, reason: str) -> Callable[[], object]:

@@ -7,12 +7,12 @@ address is missing-target. Needs no session.
 
 from __future__ import annotations
 
-from ..addresses.model import Address, AddressError, ErrorKind, Operation
-from .attempt import Prepared, Request
-from .containment import contain
-from .context import ResolverContext
-from .places import Places
-from .tree import Node, Scope, Tree, all_files, later, node_of, open_walks, read_listing, run_node, search
+from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ..engine.attempt import Prepared, Request
+from ..engine.containment import contain
+from ..engine.context import ResolverContext
+from ..engine.places import Places
+from ..engine.tree import Node, Scope, Tree, all_files, later, node_of, open_walks, read_listing, run_node, search
 
 BASE = "mevedel://"
 NOT_MARKDOWN = "is not a packaged Markdown document"

@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..addresses import parse_address
-from ..addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
-from ..targets import ControlProgram, Stat, Status
-from . import artifact, history, mcp, memory, mevedel_docs, shared, skill, unavailable, work
-from .attempt import Request
-from .containment import through_link
-from .context import ResolverContext
-from .local_paths import local_file
-from .options import ReadOptions
-from .places import Places
-from .tree import Node, root_refused, run_program
+from ...addresses import parse_address
+from ...addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from ...targets import ControlProgram, Stat, Status
+from ..families import artifact, history, mcp, memory, mevedel_docs, shared, skill, unavailable, work
+from ..engine.attempt import Request
+from ..engine.containment import through_link
+from ..engine.context import ResolverContext
+from ..engine.local_paths import local_file
+from ..engine.options import ReadOptions
+from ..engine.places import Places
+from ..engine.tree import Node, root_refused, run_program
 
 Standing = Literal["exists", "missing", "unavailable", "discovery"]
 NodeKind = Literal["file", "directory", "virtual", "listing"]

@@ -29,9 +29,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
-from ..addresses.encoding import encode_component
-from ..addresses.model import AddressError, ErrorKind, Operation
-from ..targets import (
+from ...addresses.encoding import encode_component
+from ...addresses.model import AddressError, ErrorKind, Operation
+from ...targets import (
     ControlProgram,
     FileRead,
     ListTree,

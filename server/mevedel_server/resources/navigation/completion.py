@@ -17,15 +17,15 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from ..addresses import parse_address
-from ..addresses.encoding import encode_component
-from ..addresses.model import SCHEMES, AddressError
-from . import artifact, mcp, memory, mevedel_docs, shared, skill, work
-from .context import ResolverContext
+from ...addresses import parse_address
+from ...addresses.encoding import encode_component
+from ...addresses.model import SCHEMES, AddressError
+from ..families import artifact, mcp, memory, mevedel_docs, shared, skill, work
+from ..engine.context import ResolverContext
 from .directory_index import DirectoryIndex
-from .local_paths import open_directory
-from .places import Places
-from .tree import Node, Tree
+from ..engine.local_paths import open_directory
+from ..engine.places import Places
+from ..engine.tree import Node, Tree
 
 CandidateKind = Literal["scheme", "discovery", "directory", "file", "skill", "memory-root"]
 

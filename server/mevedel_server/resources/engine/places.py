@@ -33,8 +33,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..addresses.model import AddressError, ErrorKind
-from ..targets import LocalTarget, PathAbsentError, Target, TargetError, UnsafePathError
+from ...addresses.model import AddressError, ErrorKind
+from ...targets import LocalTarget, PathAbsentError, Target, TargetError, UnsafePathError
 from .context import ResolverContext
 
 LINKED_ROOT = "its root is a symbolic link, which mevedel does not follow"

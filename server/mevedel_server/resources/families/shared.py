@@ -47,24 +47,24 @@ from typing import Any
 
 import msgspec
 
-from ..addresses.model import Address, AddressError, ErrorKind, Operation
-from ..artifacts.errors import ArtifactError
-from ..artifacts.layout import ARTIFACTS_DIR, STATE_ROOT, ItemPaths, is_item_id
-from ..artifacts.records import Discussion, ItemMeta, RecordRefused, VersionEntry, decode
-from ..artifacts.store import ArtifactStore
-from ..store.authority.lease import ClientIdentity
-from ..store import SessionMissing
-from ..store.service import saved_session
-from ..targets import ControlProgram, ListDir, Read, Status, Target
-from ..targets.program import ReadFiles, Stat
-from .attempt import Prepared, Request
-from .context import ResolverContext
-from .local_paths import open_directory
-from .options import GrepOptions, ReadOptions
-from .places import Place, Places
-from .projection import page_lines
-from .results import GrepResult, ReadResult
-from .tree import GrepOutcome, fail, grep_lines, read_listing, refusal, run_program
+from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ...artifacts.errors import ArtifactError
+from ...artifacts.layout import ARTIFACTS_DIR, STATE_ROOT, ItemPaths, is_item_id
+from ...artifacts.records import Discussion, ItemMeta, RecordRefused, VersionEntry, decode
+from ...artifacts.store import ArtifactStore
+from ...store.authority.lease import ClientIdentity
+from ...store import SessionMissing
+from ...store.service import saved_session
+from ...targets import ControlProgram, ListDir, Read, Status, Target
+from ...targets.program import ReadFiles, Stat
+from ..engine.attempt import Prepared, Request
+from ..engine.context import ResolverContext
+from ..engine.local_paths import open_directory
+from ..engine.options import GrepOptions, ReadOptions
+from ..engine.places import Place, Places
+from ..engine.projection import page_lines
+from ..engine.results import GrepResult, ReadResult
+from ..engine.tree import GrepOutcome, fail, grep_lines, read_listing, refusal, run_program
 
 BASE = "shared://"
 LIBRARY = "shared://library"

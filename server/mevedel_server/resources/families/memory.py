@@ -16,13 +16,13 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
-from ..addresses.encoding import encode_component
-from ..addresses.model import Address, AddressError, ErrorKind, Operation
-from .attempt import Prepared, Request
-from .containment import contain
-from .context import MemoryRoot, ResolverContext
-from .places import Place, Places
-from .tree import Node, Scope, Tree, Walk, all_files, fail, later, node_of, open_walks, read_listing, run_node, run_root, search
+from ...addresses.encoding import encode_component
+from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ..engine.attempt import Prepared, Request
+from ..engine.containment import contain
+from ..engine.context import MemoryRoot, ResolverContext
+from ..engine.places import Place, Places
+from ..engine.tree import Node, Scope, Tree, Walk, all_files, fail, later, node_of, open_walks, read_listing, run_node, run_root, search
 
 _RANK = {("local", "mevedel"): 0, ("local", "agents"): 1, ("global", "mevedel"): 2, ("global", "agents"): 3}
 

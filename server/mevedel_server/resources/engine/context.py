@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from ..addresses import SKILL_ORIGINS
-from ..targets import Target
+from ...addresses import SKILL_ORIGINS
+from ...targets import Target
 from .docs_root import find_docs_root
 
 if TYPE_CHECKING:
-    from ..mcp_client import McpAccess
+    from ...mcp_client import McpAccess
 
 class LiveHistorySource(Protocol):
     """What ``history://root`` reads: the open session's live projection."""

@@ -9,12 +9,12 @@ missing-target.
 
 from __future__ import annotations
 
-from ..addresses.model import Address, AddressError, ErrorKind, Operation
-from .attempt import Prepared, Request
-from .containment import contain
-from .context import ResolverContext
-from .places import Place, Places
-from .tree import (
+from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ..engine.attempt import Prepared, Request
+from ..engine.containment import contain
+from ..engine.context import ResolverContext
+from ..engine.places import Place, Places
+from ..engine.tree import (
     Node,
     Scope,
     Tree,

@@ -24,8 +24,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..addresses import encode_component
-from ..targets import inotify
+from ...addresses import encode_component
+from ...targets import inotify
 
 #: A listing is cached only once the directory has been quiet this long.
 SETTLE_NS = 2_000_000_000

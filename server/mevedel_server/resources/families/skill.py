@@ -16,14 +16,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..addresses.encoding import encode_component
-from ..addresses.model import Address, AddressError, ErrorKind, Operation
-from ..addresses import SKILL_ORIGINS
-from .attempt import Prepared, Request
-from .containment import contain
-from .context import ResolverContext
-from .places import Places
-from .tree import Node, Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search
+from ...addresses.encoding import encode_component
+from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ...addresses import SKILL_ORIGINS
+from ..engine.attempt import Prepared, Request
+from ..engine.containment import contain
+from ..engine.context import ResolverContext
+from ..engine.places import Places
+from ..engine.tree import Node, Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search
 
 SKILL_FILE = "SKILL.md"
 

@@ -34,12 +34,12 @@ import os
 import posixpath
 import re
 
-from ..addresses.model import AddressError, ErrorKind, Operation
-from ..artifacts.layout import ARTIFACTS_DIR, is_item_id
-from .attempt import Prepared, Request
-from .context import ResolverContext
-from .places import Place, Places
-from .tree import Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search, top_lines
+from ...addresses.model import AddressError, ErrorKind, Operation
+from ...artifacts.layout import ARTIFACTS_DIR, is_item_id
+from ..engine.attempt import Prepared, Request
+from ..engine.context import ResolverContext
+from ..engine.places import Place, Places
+from ..engine.tree import Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search, top_lines
 
 #: Top-level directories a project write may never touch.
 PROTECTED = (".git", ".mevedel")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..addresses.model import AddressError, ErrorKind
-from ..store.service import Access, SessionService
+from ...addresses.model import AddressError, ErrorKind
+from ...store.service import Access, SessionService
 from .context import ResolverContext
 
 

@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..targets import LocalTarget
+from ...targets import LocalTarget
 from .places import Place
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

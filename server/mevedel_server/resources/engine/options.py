@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import regex
 
-from ..addresses.model import AddressError, ErrorKind
+from ...addresses.model import AddressError, ErrorKind
 from .glob_pattern import GlobPattern, compile_glob
 from .line_search import LinePattern, compile_line_pattern
 from .pattern_clock import PatternClock

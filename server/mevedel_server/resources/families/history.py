@@ -27,30 +27,30 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..addresses.encoding import encode_component
-from ..addresses.model import Address, AddressError, ErrorKind, Operation
-from ..store import RecordError, SessionMissing
-from ..store.content.inspect import list_segments
-from ..store.workspace_wide.listing import InspectSessionRow
-from ..store.authority.publication import read_committed
-from ..store.content.projection import project
-from ..store.service import (
+from ...addresses.encoding import encode_component
+from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ...store import RecordError, SessionMissing
+from ...store.content.inspect import list_segments
+from ...store.workspace_wide.listing import InspectSessionRow
+from ...store.authority.publication import read_committed
+from ...store.content.projection import project
+from ...store.service import (
     SavedSource,
     SessionIncompatible,
     read_sources,
     saved_catalog,
     saved_session,
 )
-from ..store.content.transcript import SegmentError
-from ..store.authority.workspace import is_session_id
-from ..targets import LocalTarget, Target, TargetError
-from .attempt import Prepared, Request
-from .context import LiveHistorySource, ResolverContext
-from .tree import read_listing
-from .options import GlobOptions, GrepOptions, ReadOptions
-from .projection import page_lines, split_lines
-from .results import GlobResult, GrepResult, ReadResult
-from .tree import GrepOutcome, grep_lines
+from ...store.content.transcript import SegmentError
+from ...store.authority.workspace import is_session_id
+from ...targets import LocalTarget, Target, TargetError
+from ..engine.attempt import Prepared, Request
+from ..engine.context import LiveHistorySource, ResolverContext
+from ..engine.tree import read_listing
+from ..engine.options import GlobOptions, GrepOptions, ReadOptions
+from ..engine.projection import page_lines, split_lines
+from ..engine.results import GlobResult, GrepResult, ReadResult
+from ..engine.tree import GrepOutcome, grep_lines
 
 ROOT = "history://root"
 SAVED = "history://saved"

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+#: mevedel_server/ (this module is mevedel_server/resources/engine/docs_root.py).
+_PACKAGE_DIR = Path(__file__).resolve().parents[2]
 
 
 def find_docs_root() -> Path:
