@@ -27,7 +27,7 @@ from .context import ResolverContext
 from .options import PatchOptions
 from ..patch import FileOperation, PatchResult, ResolvedOperation, apply_patch, parse_patch
 from .places import Place, Places
-from .tree import later
+from .runners import later
 
 _OWNER_KINDS = (ErrorKind.OWNER_MISSING, ErrorKind.UNAVAILABLE)
 

@@ -46,11 +46,11 @@ from ...store.authority.workspace import is_session_id
 from ...targets import LocalTarget, Target, TargetError
 from ..engine.attempt import Prepared, Request
 from ..engine.context import LiveHistorySource, ResolverContext
-from ..engine.tree import read_listing
+from ..engine.explicit_node import read_listing
 from ..engine.options import GlobOptions, GrepOptions, ReadOptions
 from ..engine.projection import page_lines, split_lines
 from ..engine.results import GlobResult, GrepResult, ReadResult
-from ..engine.tree import GrepOutcome, grep_lines
+from ..engine.search import GrepOutcome, grep_lines
 
 ROOT = "history://root"
 SAVED = "history://saved"

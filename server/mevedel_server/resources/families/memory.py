@@ -22,7 +22,10 @@ from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import MemoryRoot, ResolverContext
 from ..engine.places import Place, Places
-from ..engine.tree import Node, Scope, Tree, Walk, all_files, fail, later, node_of, open_walks, read_listing, run_node, run_root, search
+from ..engine.explicit_node import read_listing, run_node, run_root
+from ..engine.runners import fail, later
+from ..engine.search import Scope, search
+from ..engine.tree import Node, Tree, Walk, all_files, node_of, open_walks
 
 _RANK = {("local", "mevedel"): 0, ("local", "agents"): 1, ("global", "mevedel"): 2, ("global", "agents"): 3}
 

@@ -12,7 +12,10 @@ from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import ResolverContext
 from ..engine.places import Places
-from ..engine.tree import Node, Scope, Tree, all_files, later, node_of, open_walks, read_listing, run_node, search
+from ..engine.explicit_node import read_listing, run_node
+from ..engine.runners import later
+from ..engine.search import Scope, search
+from ..engine.tree import Node, Tree, all_files, node_of, open_walks
 
 BASE = "mevedel://"
 NOT_MARKDOWN = "is not a packaged Markdown document"

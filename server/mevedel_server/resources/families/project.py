@@ -39,7 +39,10 @@ from ...artifacts.layout import ARTIFACTS_DIR, is_item_id
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
 from ..engine.places import Place, Places
-from ..engine.tree import Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search, top_lines
+from ..engine.explicit_node import read_listing, run_node
+from ..engine.runners import fail, later
+from ..engine.search import Scope, search
+from ..engine.tree import Tree, node_of, open_walks, top_lines
 
 #: Top-level directories a project write may never touch.
 PROTECTED = (".git", ".mevedel")

@@ -64,7 +64,9 @@ from ..engine.options import GrepOptions, ReadOptions
 from ..engine.places import Place, Places
 from ..engine.projection import page_lines
 from ..engine.results import GrepResult, ReadResult
-from ..engine.tree import GrepOutcome, fail, grep_lines, read_listing, refusal, run_program
+from ..engine.explicit_node import read_listing
+from ..engine.runners import fail, refusal, run_program
+from ..engine.search import GrepOutcome, grep_lines
 
 BASE = "shared://"
 LIBRARY = "shared://library"

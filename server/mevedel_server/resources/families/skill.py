@@ -23,7 +23,10 @@ from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import ResolverContext
 from ..engine.places import Places
-from ..engine.tree import Node, Scope, Tree, fail, later, node_of, open_walks, read_listing, run_node, search
+from ..engine.explicit_node import read_listing, run_node
+from ..engine.runners import fail, later
+from ..engine.search import Scope, search
+from ..engine.tree import Node, Tree, node_of, open_walks
 
 SKILL_FILE = "SKILL.md"
 

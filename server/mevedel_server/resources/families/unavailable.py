@@ -13,7 +13,7 @@ from collections.abc import Callable
 from ...addresses.model import Address, AddressError, ErrorKind, Family
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
-from ..engine.tree import fail
+from ..engine.runners import fail
 
 
 def _unavailable(address: Address, reason: str) -> Callable[[], object]:

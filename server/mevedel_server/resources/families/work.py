@@ -14,21 +14,10 @@ from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import ResolverContext
 from ..engine.places import Place, Places
-from ..engine.tree import (
-    Node,
-    Scope,
-    Tree,
-    fail,
-    has_entries,
-    later,
-    node_of,
-    open_walks,
-    read_listing,
-    run_node,
-    run_root,
-    search,
-    top_lines,
-)
+from ..engine.explicit_node import read_listing, run_node, run_root
+from ..engine.runners import fail, later
+from ..engine.search import Scope, search
+from ..engine.tree import Node, Tree, has_entries, node_of, open_walks, top_lines
 
 SHARED_BASE = "work://shared/"
 SESSION_BASE = "work://"

@@ -23,7 +23,8 @@ from ..engine.context import ResolverContext
 from ..engine.local_paths import local_file
 from ..engine.options import ReadOptions
 from ..engine.places import Places
-from ..engine.tree import Node, root_refused, run_program
+from ..engine.runners import root_refused, run_program
+from ..engine.tree import Node
 
 Standing = Literal["exists", "missing", "unavailable", "discovery"]
 NodeKind = Literal["file", "directory", "virtual", "listing"]

@@ -56,7 +56,7 @@ from ...targets import (
 )
 from ..engine.containment import through_link
 from ..engine.text_source import MAX_FILE_BYTES
-from ..engine.tree import ROOT_CHANGED, root_refused, run_program
+from ..engine.runners import ROOT_CHANGED, root_refused, run_program
 from . import journal
 from .apply import FileWrite, Found, PatchResult, Plan, ResolvedOperation, plan_patch, refuse_shared_paths
 
