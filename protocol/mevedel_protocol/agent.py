@@ -6,7 +6,7 @@ a prompt is one turn, recorded as it happens. ``docs/protocol.md`` documents
 every field.
 """
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import attrs
 
@@ -21,6 +21,7 @@ AGENT_ERROR_KINDS = frozenset(
         "agent-needs-login",
         "agent-failed",
         "attachment-refused",
+        "agent-option-refused",
     }
 )
 
@@ -32,10 +33,16 @@ EventKind = Literal["response", "reasoning", "tool_call", "plan", "permission"]
 @attrs.define
 class AgentSetting:
     """How to start one agent: ``command`` is its argv (no shell), ``env``
-    is added to the server's environment for it."""
+    is added to the server's environment for it. ``mode`` and ``options``
+    are its defaults for every session (an ACP session mode id; config
+    option ids mapped to a value id or true/false, e.g. ``{"model":
+    "large"}``), applied when its process opens a session unless the
+    session's own choice says otherwise."""
 
     command: list[str]
     env: dict[str, str] = attrs.Factory(dict)
+    mode: Optional[str] = None
+    options: dict[str, Union[str, bool]] = attrs.Factory(dict)
 
 
 @attrs.define

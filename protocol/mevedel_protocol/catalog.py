@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import agent, artifact, control, follow, lifecycle, methods, session
+from . import agent, agent_options, artifact, control, follow, lifecycle, methods, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -79,6 +79,8 @@ REQUESTS: dict[str, Message] = {
     methods.TURN_PROMPT: Message(agent.TurnPromptParams, agent.TurnPromptResult),
     methods.TURN_CANCEL: Message(agent.TurnCancelParams, agent.TurnCancelResult),
     methods.AGENT_LIST: Message(agent.AgentListParams, agent.AgentListResult),
+    methods.AGENT_OPTIONS: Message(agent_options.AgentOptionsParams, agent_options.AgentOptions),
+    methods.AGENT_SET_OPTION: Message(agent_options.AgentSetOptionParams, agent_options.AgentOptions),
     methods.ARTIFACT_LIST: Message(artifact.ArtifactListParams, artifact.ArtifactListResult),
     methods.ARTIFACT_CREATE: Message(artifact.ArtifactCreateParams, artifact.ArtifactEntry),
     methods.ARTIFACT_READ: Message(artifact.ArtifactParams, artifact.ArtifactReadResult),
@@ -101,12 +103,14 @@ NOTIFICATIONS: dict[str, Message] = {
     methods.CONTROL_DID_CHANGE: Message(control.ControlDidChangeParams, None),
     methods.SESSION_DID_PUBLISH: Message(follow.SessionDidPublishParams, None),
     methods.TURN_DID_UPDATE: Message(agent.TurnDidUpdateParams, None),
+    methods.AGENT_DID_CHANGE_OPTIONS: Message(agent_options.AgentOptions, None),
     methods.ARTIFACT_DID_CHANGE: Message(artifact.ArtifactDidChangeParams, None),
 }
 
 #: ``workspace/executeCommand`` command -> the request it runs.
 COMMANDS: dict[str, str] = {
     methods.COMMAND_APPLY_PATCH: methods.RESOURCE_APPLY_PATCH,
+    methods.COMMAND_AGENT_SET_OPTION: methods.AGENT_SET_OPTION,
     methods.COMMAND_SESSION_CREATE: methods.SESSION_CREATE,
     methods.COMMAND_SESSION_OPEN: methods.SESSION_OPEN,
     methods.COMMAND_SESSION_CLOSE: methods.SESSION_CLOSE,

@@ -52,6 +52,16 @@ def _structure_session_choice(value: Any, _type: type) -> Any:
     raise TypeError(f"expected a session id string or an object of folder URI -> session id, got {_json_type(value)}")
 
 
+#: A config option's value: a value id, or true/false for a boolean option.
+OptionValue = Union[str, bool]
+
+
+def _structure_option_value(value: Any, _type: type) -> Any:
+    if isinstance(value, (str, bool)):
+        return value
+    raise TypeError(f"expected a value id (a string) or a boolean, got {_json_type(value)}")
+
+
 def _strict_list_factory(list_type: Any, converter: cattrs.Converter):
     items = list_structure_factory(list_type, converter)
 
@@ -71,6 +81,7 @@ def make_converter() -> cattrs.Converter:
     converter.register_structure_hook(bool, _strict(bool, "a boolean"))
     converter.register_structure_hook_factory(is_sequence, _strict_list_factory)
     converter.register_structure_hook(SessionChoice, _structure_session_choice)
+    converter.register_structure_hook(OptionValue, _structure_option_value)
     return converter
 
 

@@ -61,7 +61,16 @@ from acp.schema import (
     ResumeSessionRequest,
     ResumeSessionResponse,
     SessionCapabilities,
+    ConfigOptionUpdate,
+    CurrentModeUpdate,
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
     SessionInfoUpdate,
+    SessionMode,
+    SessionModeState,
+    SetSessionConfigOptionResponse,
+    SetSessionModeResponse,
     SessionResumeCapabilities,
     StopReason,
     TextContentBlock,
@@ -90,6 +99,9 @@ TOP_LEVEL_KEYS = frozenset(
         "log",
         "turns",
         "on_initialize",
+        "modes",
+        "config_options",
+        "refuse",
     }
 )
 
@@ -121,6 +133,9 @@ STEP_KINDS = frozenset(
         "mcp_call",
         "mcp_tools",
         "later",
+        "set_mode",
+        "set_config",
+        "echo_options",
     }
 )
 
@@ -146,6 +161,7 @@ def load_script(path: str) -> dict[str, Any]:
     for number, steps in enumerate(turns):
         _check_steps(steps, STEP_KINDS, f"turns[{number}]")
     _check_steps(script.get("on_initialize", []), INITIALIZE_STEP_KINDS, "on_initialize")
+    _check_options(script)
     for method in script.get("auth_methods", []):
         if not isinstance(method, dict) or "id" not in method or "name" not in method:
             raise ScriptError(f"auth method {method!r} needs an id and a name")
@@ -170,6 +186,28 @@ def _check_steps(steps: Any, kinds: frozenset[str], where: str) -> None:
             raise ScriptError(f"{where}[{number}]: mcp_call needs an object with a tool name")
         if kind == "stop" and step[kind] not in STOP_REASONS:
             raise ScriptError(f"{where}[{number}]: stop reason {step[kind]!r} is not one of {sorted(STOP_REASONS)}")
+
+
+def _check_options(script: dict[str, Any]) -> None:
+    modes = script.get("modes")
+    if modes is not None:
+        if not isinstance(modes, dict) or not isinstance(modes.get("available"), list) or not modes["available"]:
+            raise ScriptError("modes needs an object with available: [{id, name}, ...] and current")
+        ids = [m.get("id") for m in modes["available"] if isinstance(m, dict)]
+        if len(ids) != len(modes["available"]) or not all(isinstance(i, str) for i in ids):
+            raise ScriptError("every mode needs an id")
+        if modes.get("current", ids[0]) not in ids:
+            raise ScriptError(f"modes.current {modes.get('current')!r} is not one of {ids}")
+    for option in script.get("config_options", []) or []:
+        if not isinstance(option, dict) or not isinstance(option.get("id"), str) or option.get("type", "select") not in ("select", "boolean"):
+            raise ScriptError(f"config option {option!r} needs an id and a type (select or boolean)")
+        if option.get("type", "select") == "select":
+            values = [v.get("value") for v in option.get("options", []) if isinstance(v, dict)]
+            if not values or option.get("current", values[0]) not in values:
+                raise ScriptError(f"config option {option['id']!r} needs options [{{value, name}}] holding its current value")
+    refuse = script.get("refuse", [])
+    if not isinstance(refuse, list) or not all(isinstance(r, str) for r in refuse):
+        raise ScriptError("refuse is a list of mode ids and ID=VALUE config choices the agent refuses")
 
 
 def _plain(model: BaseModel) -> dict[str, Any]:
@@ -245,6 +283,9 @@ class ScriptedAgent:
         self._turns: dict[str, set[_Turn]] = {}  # session id -> prompts running
         self._created = 0
         self._prompts = 0
+        #: session id -> {"mode": id, "config": {id: value}}: the session's
+        #: current mode and config values (the script's, until set).
+        self._chosen: dict[str, dict[str, Any]] = {}
         self._log("start", argv=sys.argv)
 
     def on_connect(self, conn: Any) -> None:
@@ -350,7 +391,7 @@ class ScriptedAgent:
             session_id = f"scripted-{self._created}"
         self._sessions[session_id] = cwd
         self._mcp_servers[session_id] = list(mcp_servers or [])
-        return NewSessionResponse(session_id=session_id)
+        return NewSessionResponse(session_id=session_id, **self._offer(session_id))
 
     async def load_session(
         self,
@@ -374,7 +415,7 @@ class ScriptedAgent:
             raise RequestError.auth_required()
         self._sessions[session_id] = cwd
         self._mcp_servers[session_id] = list(mcp_servers or [])
-        return LoadSessionResponse()
+        return LoadSessionResponse(**self._offer(session_id))
 
     async def resume_session(
         self,
@@ -398,7 +439,79 @@ class ScriptedAgent:
             raise RequestError.auth_required()
         self._sessions[session_id] = cwd
         self._mcp_servers[session_id] = list(mcp_servers or [])
-        return ResumeSessionResponse()
+        return ResumeSessionResponse(**self._offer(session_id))
+
+    # Modes and config options --------------------------------------------
+
+    def _state(self, session_id: str) -> dict[str, Any]:
+        """The session's current mode and config values (a session this
+        process has not seen starts at the script's)."""
+        state = self._chosen.get(session_id)
+        if state is None:
+            modes = self._script.get("modes")
+            state = {
+                "mode": modes.get("current", modes["available"][0]["id"]) if modes else None,
+                "config": {
+                    option["id"]: option.get("current", False if option.get("type") == "boolean" else option["options"][0]["value"])
+                    for option in self._script.get("config_options", []) or []
+                },
+            }
+            self._chosen[session_id] = state
+        return state
+
+    def _modes(self, session_id: str) -> SessionModeState | None:
+        modes = self._script.get("modes")
+        if not modes:
+            return None
+        available = [SessionMode(id=m["id"], name=m.get("name", m["id"]), description=m.get("description")) for m in modes["available"]]
+        return SessionModeState(current_mode_id=self._state(session_id)["mode"], available_modes=available)
+
+    def _config(self, session_id: str) -> list[Any]:
+        current = self._state(session_id)["config"]
+        options: list[Any] = []
+        for option in self._script.get("config_options", []) or []:
+            common = {"id": option["id"], "name": option.get("name", option["id"]), "description": option.get("description"),
+                      "category": option.get("category")}
+            if option.get("type") == "boolean":
+                options.append(SessionConfigOptionBoolean(type="boolean", current_value=current[option["id"]], **common))
+            else:
+                values = [SessionConfigSelectOption(value=v["value"], name=v.get("name", v["value"]), description=v.get("description"))
+                          for v in option["options"]]
+                options.append(SessionConfigOptionSelect(type="select", current_value=current[option["id"]], options=values, **common))
+        return options
+
+    def _offer(self, session_id: str) -> dict[str, Any]:
+        """The ``modes`` and ``configOptions`` of a session/new, load or resume answer."""
+        return {"modes": self._modes(session_id), "config_options": self._config(session_id) or None}
+
+    async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
+        self._log("set_mode", params={"sessionId": session_id, "modeId": mode_id})
+        if session_id not in self._sessions:
+            raise RequestError.invalid_params({"sessionId": session_id, "reason": "no such session"})
+        modes = self._script.get("modes")
+        known = [m["id"] for m in modes["available"]] if modes else []
+        if mode_id not in known:
+            raise RequestError.invalid_params({"modeId": mode_id, "reason": f"unknown mode (known: {', '.join(known) or 'none'})"})
+        if mode_id in self._script.get("refuse", []):
+            raise RequestError(-32603, f"mode {mode_id} is not available now", {"modeId": mode_id})
+        self._state(session_id)["mode"] = mode_id
+        return SetSessionModeResponse()
+
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool, **kwargs: Any) -> SetSessionConfigOptionResponse:
+        self._log("set_config_option", params={"sessionId": session_id, "configId": config_id, "value": value})
+        if session_id not in self._sessions:
+            raise RequestError.invalid_params({"sessionId": session_id, "reason": "no such session"})
+        option = next((o for o in self._script.get("config_options", []) or [] if o["id"] == config_id), None)
+        if option is None:
+            raise RequestError.invalid_params({"configId": config_id, "reason": "unknown config option"})
+        if option.get("type") == "boolean" and not isinstance(value, bool):
+            raise RequestError.invalid_params({"configId": config_id, "reason": "a boolean option takes true or false"})
+        if option.get("type", "select") == "select" and value not in [v["value"] for v in option["options"]]:
+            raise RequestError.invalid_params({"configId": config_id, "reason": f"unknown value {value!r}"})
+        if f"{config_id}={json.dumps(value) if isinstance(value, bool) else value}" in self._script.get("refuse", []):
+            raise RequestError(-32603, f"{config_id} {value} is not available now", {"configId": config_id})
+        self._state(session_id)["config"][config_id] = value
+        return SetSessionConfigOptionResponse(config_options=self._config(session_id))
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         request = PromptRequest(session_id=session_id, prompt=prompt, field_meta=kwargs or None)
@@ -687,6 +800,25 @@ class ScriptedAgent:
         task = asyncio.ensure_future(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _step_set_mode(self, mode_id: str, turn: _Turn) -> None:
+        """The agent switches its own mode (``current_mode_update``)."""
+        self._state(turn.session_id)["mode"] = mode_id
+        await self._client.session_update(session_id=turn.session_id, update=CurrentModeUpdate(session_update="current_mode_update", current_mode_id=mode_id))
+
+    async def _step_set_config(self, argument: dict[str, Any], turn: _Turn) -> None:
+        """The agent changes a config value itself (``config_option_update``)."""
+        self._state(turn.session_id)["config"][argument["id"]] = argument["value"]
+        update = ConfigOptionUpdate(session_update="config_option_update", config_options=self._config(turn.session_id))
+        await self._client.session_update(session_id=turn.session_id, update=update)
+
+    async def _step_echo_options(self, flag: Any, turn: _Turn) -> None:
+        """Says ``options: mode=ID ID=VALUE ...``: what this turn runs with."""
+        state = self._state(turn.session_id)
+        parts = ([f"mode={state['mode']}"] if state["mode"] is not None else []) + [
+            f"{key}={json.dumps(value) if isinstance(value, bool) else value}" for key, value in state["config"].items()
+        ]
+        await self._say(turn, "options: " + " ".join(parts))
 
     async def _step_echo_prompt(self, flag: Any, turn: _Turn) -> None:
         await self._say(turn, "\n".join(_describe_block(block) for block in turn.prompt))

@@ -29,6 +29,12 @@ class AgentSpec:
     name: str
     command: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Defaults for every session of this agent (``mode``, ``options``):
+    #: applied when its process opens a session, unless the session's own
+    #: choice says otherwise. Not part of what the process is: a changed
+    #: default does not restart a running agent.
+    mode: str | None = field(default=None, compare=False)
+    options: Mapping[str, str | bool] = field(default_factory=dict, compare=False)
 
     @property
     def fingerprint(self) -> str:
@@ -115,7 +121,22 @@ def agents_problem(agents: Any) -> str | None:
             return f"{name}.command contains a NUL character"
         if not isinstance(env, Mapping) or not all(isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()):
             return f"{name}.env must map variable names to strings"
+        mode = entry.get("mode") if isinstance(entry, Mapping) else getattr(entry, "mode", None)
+        options = entry.get("options", {}) if isinstance(entry, Mapping) else getattr(entry, "options", {})
+        if mode is not None and not _choice_text(mode):
+            return f"{name}.mode must be a mode id (text of 1-256 characters, one line), got {mode!r}"
+        if not isinstance(options, Mapping) or not all(
+            _choice_text(k, 256) and (isinstance(v, bool) or _choice_text(v)) for k, v in (options or {}).items()
+        ):
+            return f"{name}.options must map config option ids to a value id (text) or true/false"
+        if len(options or {}) > 64:
+            return f"{name}.options holds more than 64 options"
     return None
+
+
+def _choice_text(value: Any, limit: int = 1024) -> bool:
+    """A mode id, config option id or value id: one line of text."""
+    return isinstance(value, str) and 0 < len(value) <= limit and "\n" not in value and "\x00" not in value
 
 
 def specs_from(agents: Mapping[str, Any]) -> dict[str, AgentSpec]:
@@ -124,7 +145,9 @@ def specs_from(agents: Mapping[str, Any]) -> dict[str, AgentSpec]:
     for name, entry in agents.items():
         command = entry.get("command") if isinstance(entry, Mapping) else entry.command
         env = entry.get("env", {}) if isinstance(entry, Mapping) else entry.env
-        specs[name] = AgentSpec(name, tuple(command), dict(env or {}))
+        mode = entry.get("mode") if isinstance(entry, Mapping) else getattr(entry, "mode", None)
+        options = entry.get("options", {}) if isinstance(entry, Mapping) else getattr(entry, "options", {})
+        specs[name] = AgentSpec(name, tuple(command), dict(env or {}), mode, dict(options or {}))
     return specs
 
 

@@ -57,6 +57,7 @@ from .file_state import FileStateRecord
 from .live import LiveEvent, LiveFeed
 from .process import AgentProcess
 from .recorder import TurnRecorder
+from .session_options import Offered, SessionOptions
 from .execution_log import ExecutionLog, log_name
 from .terminals import Terminal, Terminals
 from .tool_context import AgentToolContext
@@ -147,6 +148,8 @@ class _Running:
         self.spec = spec
         self.process = AgentProcess(spec, engine.log_dir / f"agent-{_safe(spec.name)}.log")
         self.turn: _Turn | None = None
+        #: What the agent offers for its session now (modes, config options).
+        self.offered: Offered | None = None
         #: This agent's token at the tool host (None: no tool server).
         self.tool_token: str | None = None
         self.terminals = Terminals(
@@ -214,6 +217,9 @@ class _Client:
             # turn): the session's display name, unless it was named.
             if isinstance(update.title, str) and update.title.strip():
                 await self.running.engine.apply_title(self.running.session_id, update.title)
+            return
+        if isinstance(update, (schema.CurrentModeUpdate, schema.ConfigOptionUpdate)) and session_id == self.running.process.native_session_id:
+            await self.running.engine.options.agent_changed(self.running, update)
             return
         turn = self._turn(session_id)
         if turn is not None:  # replayed history (session/load) records nothing
@@ -408,6 +414,8 @@ class AgentEngine:
         #: it is on this machine.
         self._local_cwd = local_cwd
         self._running: dict[str, _Running] = {}
+        #: The sessions' modes and config options (:mod:`.session_options`).
+        self.options = SessionOptions(self)
 
     # Facts ------------------------------------------------------------------------
 
@@ -741,6 +749,7 @@ class AgentEngine:
         except AgentError:
             await self.stop(session_id)
             raise
+        await self.options.opened(running, running.process.opened, config.start_timeout_seconds)
         return running, continued
 
     def _files_note(self, session_id: str) -> str | None:

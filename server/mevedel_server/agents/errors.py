@@ -9,6 +9,8 @@ NOT_INSTALLED = "agent-not-installed"
 NEEDS_LOGIN = "agent-needs-login"
 FAILED = "agent-failed"
 ATTACHMENT_REFUSED = "attachment-refused"
+#: The agent does not offer, or refused, a mode or config option chosen.
+OPTION_REFUSED = "agent-option-refused"
 
 
 class AgentError(Exception):

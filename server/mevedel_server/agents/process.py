@@ -118,6 +118,9 @@ class AgentProcess:
         self.conn: acp.core.ClientSideConnection | None = None
         self.init: schema.InitializeResponse | None = None
         self.native_session_id: str | None = None
+        #: The agent's answer to the last session/new, load or resume (its
+        #: modes and config options).
+        self.opened: Any = None
         self._tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._stderr_task: asyncio.Task | None = None
         self._stdout_task: asyncio.Task | None = None
@@ -228,9 +231,9 @@ class AgentProcess:
         if resume is not None and (self.can_resume or self.can_load):
             try:
                 if self.can_resume:
-                    await self.until_gone(self.conn.resume_session(session_id=resume, cwd=cwd, mcp_servers=list(mcp_servers)), timeout, "session/resume")
+                    self.opened = await self.until_gone(self.conn.resume_session(session_id=resume, cwd=cwd, mcp_servers=list(mcp_servers)), timeout, "session/resume")
                 else:
-                    await self.until_gone(self.conn.load_session(cwd=cwd, session_id=resume, mcp_servers=list(mcp_servers)), timeout, "session/load")
+                    self.opened = await self.until_gone(self.conn.load_session(cwd=cwd, session_id=resume, mcp_servers=list(mcp_servers)), timeout, "session/load")
                 self.native_session_id = resume
                 return True
             except AgentError as error:
@@ -238,6 +241,7 @@ class AgentProcess:
                     raise
                 _log.info("agent %s could not continue session %s (%s); starting a new one", self.spec.name, resume, error.reason)
         response = await self.until_gone(self.conn.new_session(cwd=cwd, mcp_servers=list(mcp_servers)), timeout, "session/new")
+        self.opened = response
         self.native_session_id = response.session_id
         return False
 

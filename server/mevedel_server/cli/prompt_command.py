@@ -62,6 +62,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--agent", metavar="NAME", help="an agent of the config file's 'agents' (default: the session's, else defaultAgent)")
     parser.add_argument("--attach", metavar="ADDRESS|PATH", action="append", default=[], help="attach a workspace file (repeatable)")
     parser.add_argument("--new", action="store_true", help="in a new session")
+    parser.add_argument("--mode", metavar="ID", help="the agent's session mode (ACP), remembered in the session once the agent takes it")
+    parser.add_argument("--set", metavar="ID=VALUE", action="append", default=[], dest="set_options",
+                        help="an agent config option (model=..., reasoning effort...), remembered like --mode (repeatable)")
     add_session_option(parser)
     add_common(parser)
     parser.set_defaults(run=run_prompt)
@@ -235,6 +238,20 @@ async def _last_or_new(service: SessionService, arguments: argparse.Namespace, f
     return row.session_id
 
 
+async def _choose(engine: Any, session_id: str, arguments: argparse.Namespace) -> None:
+    """``--mode`` and ``--set``: the choice the prompt applies first (the
+    prompt fails, naming it, when the agent does not take it)."""
+    from ..agents.session_options import parse_assignment
+
+    try:
+        config = dict(parse_assignment(text) for text in arguments.set_options)
+        await engine.options.choose(session_id, agent=arguments.agent, mode=arguments.mode, config=config)
+    except ValueError as error:
+        raise CommandError("invalid-params", str(error)) from None
+    except AgentError as error:
+        raise CommandError(error.kind, error.message) from None
+
+
 def run_prompt(arguments: argparse.Namespace) -> int:
     status = {"code": 0}
     text = sys.stdin.read() if arguments.text == "-" else arguments.text
@@ -281,6 +298,8 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         engine = AgentEngine(service, root=root, config=lambda: config, front=front, log_dir=log_dir(),
                              tool_host=tool_host, tool_context=_tool_context(local, service, mcp, artifacts),
                              local_cwd=str(local) if local is not None else None)
+        if arguments.mode is not None or arguments.set_options:
+            await _choose(engine, session_id, arguments)
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach))
         interrupted = {"yes": False, "killed": False}

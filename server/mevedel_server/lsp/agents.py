@@ -141,6 +141,9 @@ class AgentEngines:
             local_cwd=None if remote else str(folder.root),
         )
         self._engines[folder.key] = engine
+        from .agent_options import attach
+
+        attach(self.ls, folder, engine)  # the chats' mode and model pickers follow the engine
         return engine
 
     def attach(self, folder: Folder, service: SessionService) -> None:

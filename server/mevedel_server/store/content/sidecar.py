@@ -240,6 +240,27 @@ def agent_history_note(engine: EngineRef | None, *, copy: bool) -> str | None:
     )
 
 
+#: An agent's mode or config option id, and a chosen select value.
+OptionId = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^\x00\n]+$")]
+OptionValue = Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=r"^[^\x00\n]+$")] | bool
+#: How many config choices one agent's record may hold.
+MAX_CONFIG_CHOICES = 64
+
+
+class AgentChoice(_Closed, kw_only=True, omit_defaults=True):
+    """What the person chose for one agent of this session: its ACP session
+    mode and config option values (model, reasoning effort, ...), applied
+    again whenever a process of that agent opens the session (added within
+    format 1)."""
+
+    mode: OptionId | None = None
+    config: dict[OptionId, OptionValue] = {}
+
+    def __post_init__(self) -> None:
+        if len(self.config) > MAX_CONFIG_CHOICES:
+            raise ValueError(f"an agent choice holds at most {MAX_CONFIG_CHOICES} config options")
+
+
 class Layout(_Closed, kw_only=True):
     """How many stored parts each append-only log has (see
     :class:`~.transcript.LineLog`): a reader knows exactly which logical
@@ -286,6 +307,9 @@ class Sidecar(_Closed, kw_only=True):
     #: The external agent continuing this session (added within format 1:
     #: a sidecar written before it has none, see ``OPTIONAL_FIELDS``).
     engine: EngineRef | None = None
+    #: The person's mode and config choices, per agent name (added within
+    #: format 1).
+    agent_choices: dict[Annotated[str, msgspec.Meta(min_length=1, max_length=128)], AgentChoice] = {}
 
     def __post_init__(self) -> None:
         _check_sidecar(self)
@@ -334,7 +358,7 @@ def encode_sidecar(sidecar: Sidecar) -> bytes:
 _FIELDS = frozenset(Sidecar.__struct_fields__)
 #: Fields added to format 1 after sidecars were written without them; their
 #: absence means their default. Every other field must be present.
-OPTIONAL_FIELDS = frozenset({"engine", "dedicated_artifact"})
+OPTIONAL_FIELDS = frozenset({"engine", "dedicated_artifact", "agent_choices"})
 
 
 def load_sidecar(data: bytes) -> Sidecar:

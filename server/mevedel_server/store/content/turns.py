@@ -40,6 +40,7 @@ from .checkpoints import CaptureError, FileHistory, Observed, TurnCapture, histo
 from ..errors import StoreError
 from .sidecar import (
     SIDECAR_PATH,
+    AgentChoice,
     Chapter,
     EngineRef,
     EngineState,
@@ -102,7 +103,7 @@ RESUME_REASON = "the session was resumed while this turn was in flight"
 #: committed.
 #: Sidecar fields a metadata-only publication carries from the live state
 #: (a rename, an artifact attached or detached).
-METADATA_FIELDS = ("display_name", "naming_state", "naming_input", "attached_artifacts", "dedicated_artifact")
+METADATA_FIELDS = ("display_name", "naming_state", "naming_input", "attached_artifacts", "dedicated_artifact", "agent_choices")
 
 
 class ConversationError(StoreError):
@@ -583,6 +584,17 @@ class Conversation:
         engine = self._sidecar.engine
         if engine is not None and engine.state is not EngineState.DETACHED:
             self.set_engine(msgspec.structs.replace(engine, native_session_id=None, state=EngineState.DETACHED), at=at)
+
+    def set_agent_choice(self, agent: str, choice: AgentChoice | None, *, at: int) -> None:
+        """Record the person's mode and config choices for ``agent`` (None:
+        none), published with the next save or metadata write."""
+        choices = dict(self._sidecar.agent_choices)
+        if choice is None or choice == AgentChoice():
+            choices.pop(agent, None)
+        else:
+            choices[agent] = choice
+        if choices != self._sidecar.agent_choices:
+            self._update(self._time(at), agent_choices=choices)
 
     def apply_generated_title(self, title: str) -> str:
         """Install an automatic title (bounded to four words and sixty

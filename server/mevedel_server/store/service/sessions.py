@@ -46,7 +46,7 @@ from ..workspace_wide.listing import InspectSessionRow, SessionAction, SessionRo
 from ..authority.publication import CommittedSnapshot, load_manifest, read_committed
 from ..authority.records import LeaseState, RecordError
 from ..transactions.recovery import find_recovery
-from ..content.sidecar import SIDECAR_PATH, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name, shown_name
+from ..content.sidecar import SIDECAR_PATH, AgentChoice, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name, shown_name
 from ..content.transcript import Outcome
 from ..content.turns import Conversation, ConversationError
 from ..content.checkpoints import capture_gap_reason
@@ -807,6 +807,22 @@ class SessionService(SessionLifecycle, SessionFollowing):
         session = self._mutable(session_id, "record its agent")
         with _refused_in(session):
             session.conversation.set_engine(engine, at=self._time_now())
+
+    def agent_choice(self, session_id: str, agent: str) -> AgentChoice | None:
+        """The person's mode and config choices for ``agent`` in an open
+        session (None: none)."""
+        return self._open(session_id, "read its agent choices").conversation.sidecar.agent_choices.get(agent)
+
+    async def set_agent_choice(self, session_id: str, agent: str, choice: AgentChoice | None) -> None:
+        """Remember the person's choices for ``agent`` in the session: in
+        the sidecar at once when the session is saved already (a
+        metadata-only publication), else with its first save."""
+        session = await self._gated(session_id, "remember its agent choices", turn_work=True)
+        with _refused_in(session):
+            session.conversation.set_agent_choice(agent, choice, at=self._time_now())
+        candidate = session.conversation.metadata_candidate()
+        if candidate is not None and session.materialized and candidate.changed:
+            await session.save(candidate)
 
     def transcript_records(self, session_id: str) -> list:
         """The open session's current-segment records, oldest first (the
