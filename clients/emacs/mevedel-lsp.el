@@ -2049,6 +2049,9 @@ permission, Cancel a takeover, Keep a session another client asks for."
 (defvar-local mevedel-lsp-chat--name nil
   "The session's display name.")
 
+(defvar-local mevedel-lsp-chat--options nil
+  "The session's agent modes and options (an `AgentOptions'), as last told.")
+
 (defvar-local mevedel-lsp-chat--note nil
   "A sentence the header line shows (the session was closed...).")
 
@@ -2069,6 +2072,7 @@ permission, Cancel a takeover, Keep a session another client asks for."
   (let ((agent (gethash mevedel-lsp--session-id mevedel-lsp-chat--agents)))
     (concat (format " %s" (or mevedel-lsp-chat--name mevedel-lsp--session-id))
             (if agent (format " · agent %s" agent) "")
+            (if-let ((options (mevedel-lsp-chat--options-summary mevedel-lsp-chat--options))) (format " · %s" options) "")
             (format " · %s" (mevedel-lsp-chat--phase))
             (if mevedel-lsp-chat--note (format " · %s" mevedel-lsp-chat--note) "")
             (substitute-command-keys
@@ -2091,6 +2095,7 @@ permission, Cancel a takeover, Keep a session another client asks for."
     (define-key map (kbd "t") #'mevedel-lsp-list-turns)
     (define-key map (kbd "h") #'mevedel-lsp-transcript)
     (define-key map (kbd "d") #'mevedel-lsp-review)
+    (define-key map (kbd "o") #'mevedel-lsp-chat-options)
     map)
   "Keys of `mevedel-lsp-chat-mode'.")
 
@@ -2567,6 +2572,117 @@ action, the one for its kind."
   (mevedel-lsp-chat--update server params))
 
 
+;;;;; Modes and models
+
+;; ACP agents offer session modes and config options (model, reasoning
+;; effort, ...).  `mevedel/agent/didChangeOptions' tells what the session's
+;; agent offers and what is in effect; the chat's header line shows it and
+;; `mevedel-lsp-chat-options' (o in the chat, C-c C-o in the prompt buffer)
+;; chooses, through `mevedel/agent/setOption'.  The server remembers the
+;; choice in the session and applies it again whenever the agent starts.
+
+(defun mevedel-lsp-chat--value-name (option value)
+  "The label of VALUE of the config OPTION."
+  (if (equal (plist-get option :kind) "boolean")
+      (if (eq value t) "on" "off")
+    (or (plist-get (seq-find (lambda (v) (equal (plist-get v :value) value))
+                             (plist-get option :values))
+                   :name)
+        value)))
+
+(defun mevedel-lsp-chat--mode-name (options)
+  "The label of the mode in effect in OPTIONS, or nil."
+  (when-let ((current (plist-get options :currentMode)))
+    (or (plist-get (seq-find (lambda (m) (equal (plist-get m :id) current)) (plist-get options :modes)) :name)
+        current)))
+
+(defun mevedel-lsp-chat--options-summary (options)
+  "What the header line says of OPTIONS: the mode and each option's value."
+  (when (eq (plist-get options :known) t)
+    (string-join
+     (delq nil (cons (when-let ((mode (mevedel-lsp-chat--mode-name options))) (format "mode %s" mode))
+                     (mapcar (lambda (option)
+                               (format "%s %s" (plist-get option :name)
+                                       (mevedel-lsp-chat--value-name option (plist-get option :current))))
+                             (plist-get options :configOptions))))
+     " · ")))
+
+(defun mevedel-lsp-chat--take-options (server options)
+  "Keep OPTIONS in the chats of their session through SERVER."
+  (dolist (buffer (mevedel-lsp-chat--buffers server (plist-get options :sessionId)))
+    (with-current-buffer buffer
+      (setq mevedel-lsp-chat--options options)
+      (force-mode-line-update))))
+
+(cl-defmethod eglot-handle-notification
+  ((server mevedel-lsp-server) (_method (eql mevedel/agent/didChangeOptions)) &rest params &allow-other-keys)
+  "The session's agent modes and options changed: its chats show PARAMS."
+  (mevedel-lsp-chat--take-options server params))
+
+(defvar mevedel-lsp-prompt--session)
+
+(defun mevedel-lsp-chat-options ()
+  "Choose the agent's mode, model or another option for this session.
+The choice goes to the agent at once when it runs (else with the next
+prompt) and the session remembers it; one the agent refuses is said."
+  (interactive)
+  (let* ((prompting (derived-mode-p 'mevedel-lsp-prompt-mode))
+         (server (if prompting (mevedel-lsp--server) (or mevedel-lsp--origin-server (mevedel-lsp--server))))
+         (session (if prompting mevedel-lsp-prompt--session mevedel-lsp--session-id))
+         (options (mevedel-lsp--request server :mevedel/agent/options (mevedel-lsp--object :sessionId session)))
+         (agent (plist-get options :agent))
+         (modes (append (plist-get options :modes) nil))
+         (config (append (plist-get options :configOptions) nil)))
+    (mevedel-lsp-chat--take-options server options)
+    (unless (eq (plist-get options :known) t)
+      (user-error "mevedel: agent %s has not said yet which modes and models it offers; send a prompt first" agent))
+    (unless (or modes config)
+      (user-error "mevedel: agent %s offers no modes and no options" agent))
+    (let* ((choices (append
+                     (when modes (list (cons (format "Mode: %s" (or (mevedel-lsp-chat--mode-name options) "?")) :mode)))
+                     (mapcar (lambda (option)
+                               (cons (format "%s: %s" (plist-get option :name)
+                                             (mevedel-lsp-chat--value-name option (plist-get option :current)))
+                                     option))
+                             config)))
+           (picked (cdr (assoc (completing-read (format "Change (agent %s): " agent) (mapcar #'car choices) nil t)
+                               choices)))
+           (params (if session (list :sessionId session) (list))))
+      (cond
+       ((null picked) (user-error "mevedel: nothing chosen; nothing changed"))
+       ((eq picked :mode)
+        (let* ((names (mapcar (lambda (m) (cons (plist-get m :name) (plist-get m :id))) modes))
+               (id (cdr (assoc (completing-read (format "Mode (now %s): " (mevedel-lsp-chat--mode-name options))
+                                                (mapcar #'car names) nil t)
+                               names))))
+          (unless id (user-error "mevedel: no mode chosen; nothing changed"))
+          (setq params (append params (list :mode id)))))
+       ((equal (plist-get picked :kind) "boolean")
+        (let ((answer (completing-read (format "%s (now %s): " (plist-get picked :name)
+                                               (mevedel-lsp-chat--value-name picked (plist-get picked :current)))
+                                       '("on" "off") nil t)))
+          (unless (member answer '("on" "off")) (user-error "mevedel: nothing chosen; nothing changed"))
+          (setq params (append params (list :configId (plist-get picked :id)
+                                            :value (if (equal answer "on") t :json-false))))))
+       (t
+        (let* ((values (mapcar (lambda (v) (cons (if (plist-get v :group)
+                                                     (format "%s (%s)" (plist-get v :name) (plist-get v :group))
+                                                   (plist-get v :name))
+                                                 (plist-get v :value)))
+                               (plist-get picked :values)))
+               (value (cdr (assoc (completing-read (format "%s (now %s): " (plist-get picked :name)
+                                                           (mevedel-lsp-chat--value-name picked (plist-get picked :current)))
+                                                   (mapcar #'car values) nil t)
+                                  values))))
+          (unless value (user-error "mevedel: nothing chosen; nothing changed"))
+          (setq params (append params (list :configId (plist-get picked :id) :value value))))))
+      (let ((result (mevedel-lsp--request server :mevedel/agent/setOption params)))
+        (mevedel-lsp-chat--take-options server result)
+        (message "mevedel: agent %s: %s%s" agent (mevedel-lsp-chat--options-summary result)
+                 (if (eq (plist-get result :running) t) "" " (applied with the next prompt)"))
+        result))))
+
+
 ;;;;; Reading the session's turns
 
 (defun mevedel-lsp-chat--from-show (shown)
@@ -2641,6 +2757,10 @@ action, the one for its kind."
                                                                          :sessionId session)))
                           mevedel-lsp-chat--turns)))))
     (setq mevedel-lsp-chat--order (nreverse order))
+    (unless mevedel-lsp-chat--options
+      ;; The header line's mode and model (later changes are notified).
+      (setq mevedel-lsp-chat--options
+            (ignore-errors (jsonrpc-request server :mevedel/agent/options (mevedel-lsp--object :sessionId session)))))
     (mevedel-lsp-chat--render)))
 
 (defun mevedel-lsp-chat--running-p ()
@@ -2907,6 +3027,7 @@ session, offered when none is current (after a restart); nil otherwise.")
     (define-key map (kbd "C-c C-d") #'mevedel-lsp-prompt-detach)
     (define-key map (kbd "C-c C-t") #'mevedel-lsp-prompt-choose-agent)
     (define-key map (kbd "C-c C-n") #'mevedel-lsp-prompt-new-session)
+    (define-key map (kbd "C-c C-o") #'mevedel-lsp-chat-options)
     map)
   "Keys of `mevedel-lsp-prompt-mode'.")
 

@@ -77,6 +77,7 @@ REQUIRED_CHAT = (
     "chat-rewind-redo-and-fork",
     "chat-errors-say-what-to-do",
     "chat-a-message-right-behind-an-answer-is-read",
+    "chat-mode-and-model-picker",
 )
 
 

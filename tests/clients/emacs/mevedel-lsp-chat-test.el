@@ -436,3 +436,67 @@ it unread: the turn never settled in the chat.)"
       (jsonrpc-shutdown connection t))))
 
 ;;; mevedel-lsp-chat-test.el ends here
+
+(ert-deftest mevedel-lsp-test-chat-mode-and-model-picker ()
+  "The chat's header line shows the agent's mode and options; o in the chat
+\(C-c C-o in the prompt buffer) chooses in the minibuffer: a choice reaches
+the running agent at once and the next turn runs with it; a value the agent
+refuses is said, naming it and the agent, and not taken; C-g sends nothing."
+  (let* ((log (make-temp-file "mevedel-agent-" nil ".jsonl"))
+         (script (mevedel-chat-test--script
+                  (vector (vector (list :echo_options t)))
+                  :log log
+                  :modes (list :current "ask" :available (vector (list :id "ask" :name "Ask") (list :id "plan" :name "Plan")))
+                  :config_options (vector (list :id "model" :name "Model" :category "model" :current "small"
+                                                :options (vector (list :value "small" :name "Small")
+                                                                 (list :value "large" :name "Large")))
+                                          (list :id "fast" :name "Fast" :type "boolean" :current :false))
+                  :refuse (vector "model=large")))
+         (session (mevedel-chat-test--session "ERT chat options"))
+         (server (mevedel-test--server))
+         (answers nil)
+         (asked nil))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure script)
+      (let ((chat (mevedel-lsp-chat-send server "One" :session session)))
+        (mevedel-chat-test--wait-idle chat "the first turn")
+        (should (mevedel-chat-test--has chat "options: mode=ask model=small fast=false"))
+        (mevedel-test--wait (lambda () (string-search "mode Ask · Model Small · Fast off" (mevedel-chat-test--header chat)))
+                            "the header line's mode and options")
+        (cl-letf (((symbol-function 'completing-read)
+                   (lambda (prompt collection &rest _)
+                     (push (cons prompt (all-completions "" collection)) asked)
+                     (mevedel-test--log "asked %S" (car asked))
+                     (let ((answer (pop answers)))
+                       (if (eq answer 'quit) (signal 'quit nil) answer)))))
+          ;; o in the chat: the mode, then Plan.
+          (setq answers (list "Mode: Ask" "Plan"))
+          (mevedel-chat-test--press chat "o")
+          (should (equal (reverse asked) '(("Change (agent scripted): " "Mode: Ask" "Model: Small" "Fast: off")
+                                           ("Mode (now Ask): " "Ask" "Plan"))))
+          (should (string-search "\"modeId\": \"plan\"" (mevedel-chat-test--log-events log "set_mode")))
+          (should (string-search "mode Plan" (mevedel-chat-test--header chat)))
+          ;; A value the agent refuses: said, naming it and the agent.
+          (setq answers (list "Model: Small" "Large"))
+          (let ((err (should-error (mevedel-chat-test--press chat "o") :type 'user-error)))
+            (mevedel-test--log "refused: %s" (cadr err))
+            (should (string-match-p "model=large" (cadr err)))
+            (should (string-match-p "agent 'scripted'" (cadr err)))
+            (should (string-match-p "not available now" (cadr err))))
+          (should (string-search "Model Small" (mevedel-chat-test--header chat)))
+          ;; C-g at the first question: nothing is sent.
+          (setq answers (list 'quit))
+          (let ((before (mevedel-chat-test--log-events log "set_config_option")))
+            (should (eq (condition-case nil (progn (mevedel-chat-test--press chat "o") nil) (quit 'quit)) 'quit))
+            (should (equal (mevedel-chat-test--log-events log "set_config_option") before)))
+          ;; In the prompt buffer: C-c C-o, Fast on; then the turn runs with it all.
+          (let ((prompt-buffer (mevedel-chat-test--press chat "p")))
+            (should (eq (current-buffer) prompt-buffer))
+            (setq answers (list "Fast: off" "on"))
+            (mevedel-chat-test--press prompt-buffer "C-c C-o")
+            (should (string-search "\"configId\": \"fast\", \"value\": true" (mevedel-chat-test--log-events log "set_config_option")))
+            (insert "Two")
+            (mevedel-chat-test--press prompt-buffer "C-c C-c")))
+        (mevedel-chat-test--wait-idle chat "the second turn")
+        (should (mevedel-chat-test--has chat "options: mode=plan model=small fast=true"))
+        (should (string-search "mode Plan · Model Small · Fast on" (mevedel-chat-test--header chat)))))))
