@@ -2598,14 +2598,13 @@ action, the one for its kind."
 
 (defun mevedel-lsp-chat--options-summary (options)
   "What the header line says of OPTIONS: the mode and each option's value."
-  (when (eq (plist-get options :known) t)
-    (string-join
-     (delq nil (cons (when-let ((mode (mevedel-lsp-chat--mode-name options))) (format "mode %s" mode))
-                     (mapcar (lambda (option)
-                               (format "%s %s" (plist-get option :name)
-                                       (mevedel-lsp-chat--value-name option (plist-get option :current))))
-                             (plist-get options :configOptions))))
-     " · ")))
+  (when-let ((parts (and (eq (plist-get options :known) t)
+                         (delq nil (cons (when-let ((mode (mevedel-lsp-chat--mode-name options))) (format "mode %s" mode))
+                                         (mapcar (lambda (option)
+                                                   (format "%s %s" (plist-get option :name)
+                                                           (mevedel-lsp-chat--value-name option (plist-get option :current))))
+                                                 (plist-get options :configOptions)))))))
+    (string-join parts " · ")))
 
 (defun mevedel-lsp-chat--take-options (server options)
   "Keep OPTIONS in the chats of their session through SERVER."

@@ -187,6 +187,7 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
         "chat: the chat read again while its turn settles keeps the turn as watched",
         "chat: refused prompts and a failed turn",
         "chat: after a restart the prompt continues the last session",
+        "chat: the header shows the agent's mode and options",
     ]
     if native:
         expected.append("chat: a picker that answers the permission question later")

@@ -200,6 +200,10 @@ command('MevedelAgent', function()
   chat().pick_agent(here())
 end, { nargs = 0, desc = 'Pick the agent the mevedel session prompts' })
 
+command('MevedelOptions', function()
+  require('mevedel.options').pick(here())
+end, { nargs = 0, desc = "Choose the agent's mode, model or another option for the mevedel session" })
+
 -- The workspace artifact store: documents, whiteboards and artifacts, by
 -- title; an item opens in a buffer whose :w writes it (mevedel.artifacts).
 local function artifacts()

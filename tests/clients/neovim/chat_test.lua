@@ -535,6 +535,67 @@ test('chat: after a restart the prompt continues the last session, <C-n> starts 
   end)
 end)
 
+test("chat: the header shows the agent's mode and options; o chooses with vim.ui.select; a refusal is told naming it and the agent; Esc sends nothing", function()
+  local session = new_session('Nvim options')
+  local log = scratch .. '/options-agent.jsonl'
+  configure({
+    scripted = agent({ { { echo_options = true } } }, {
+      log = log,
+      modes = { current = 'ask', available = { { id = 'ask', name = 'Ask' }, { id = 'plan', name = 'Plan' } } },
+      config_options = {
+        { id = 'model', name = 'Model', category = 'model', current = 'small',
+          options = { { value = 'small', name = 'Small' }, { value = 'large', name = 'Large' } } },
+        { id = 'fast', name = 'Fast', type = 'boolean', current = false },
+      },
+      refuse = { 'model=large' },
+    }),
+  }, 'scripted')
+  chat.send({ text = 'One', session = session })
+  wait_for('the first turn and the header', function()
+    local text = chat_text(session)
+    return text:find('options: mode=ask model=small fast=false', 1, true) ~= nil
+      and text:find('agent: scripted | mode Ask · Model Small · Fast off |', 1, true) ~= nil
+      and chat.status(session):find('^idle') ~= nil
+  end)
+  cursor_on(session, 'options:')
+  local key = mevedel.options().chat.keys.options
+  expect(vim.fn.maparg(key, 'n') ~= '', 'no options key in the chat')
+  -- The mode, then Plan: sent to the running agent at once.
+  answering({ ['mevedel.options'] = '^Mode: Ask$', ['mevedel.mode'] = '^Plan$' })
+  press(key)
+  local offered = selected('mevedel.options')
+  expect(vim.deep_equal(offered.formatted, { 'Mode: Ask', 'Model: Small', 'Fast: off' }), 'offered %s', vim.inspect(offered.formatted))
+  expect(vim.deep_equal(selected('mevedel.mode').formatted, { 'Ask', 'Plan' }), 'modes %s', vim.inspect(selected('mevedel.mode').formatted))
+  wait_for('the header to say mode Plan', function()
+    return chat_text(session):find('agent: scripted | mode Plan · Model Small', 1, true) ~= nil
+  end)
+  expect(read_file(log):find('"modeId": "plan"', 1, true), 'the agent was not told: %s', read_file(log))
+  -- A value the agent refuses: told, naming the choice and the agent; not taken.
+  answering({ ['mevedel.options'] = '^Model: Small$', ['mevedel.option'] = '^Large$' })
+  press(key)
+  local refusal = notified('model=large')
+  expect(refusal and refusal.level == vim.log.levels.ERROR, 'no refusal told: %s', vim.inspect(notifications))
+  expect(tostring(refusal.message):find("agent 'scripted'", 1, true) and tostring(refusal.message):find('not available now', 1, true),
+    'the refusal says %s', tostring(refusal.message))
+  expect(chat_text(session):find('Model Small', 1, true), 'the header changed: %s', chat_text(session))
+  -- Esc at the first question: nothing is sent.
+  local before = read_file(log)
+  answering({ ['mevedel.options'] = function(_, _, on_choice)
+    return on_choice(nil)
+  end })
+  press(key)
+  expect(read_file(log) == before, 'something was sent after Esc')
+  -- Fast on, then the next turn runs with all of it.
+  answering({ ['mevedel.options'] = '^Fast: off$', ['mevedel.option'] = '^on$' })
+  press(key)
+  chat.send({ text = 'Two', session = session })
+  wait_for('the second turn with the choices', function()
+    local text = chat_text(session)
+    return text:find('options: mode=plan model=small fast=true', 1, true) ~= nil
+      and text:find('mode Plan · Model Small · Fast on', 1, true) ~= nil
+  end)
+end)
+
 vim.ui.select = real_select
 local ran, failures = H.summary()
 out(string.format('%d tests, %d failed', ran, failures))

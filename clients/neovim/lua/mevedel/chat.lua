@@ -376,7 +376,9 @@ local function header(chat)
   local agent = agents_by_session[chat.session] or (chat.live and chat.live.agent) or chat.last_agent or (last and last.agent)
   return {
     string.format('# mevedel chat: %s%s', chat.name or chat.session, access),
-    string.format('agent: %s | %s | %s', agent or 'not picked yet', M.status(chat.session), key_hint()),
+    string.format('agent: %s%s | %s | %s', agent or 'not picked yet',
+      (function(summary) return summary and (' | ' .. summary) or '' end)(require('mevedel.options').summary(chat.session)),
+      M.status(chat.session), key_hint()),
     '',
   }
 end
@@ -527,6 +529,7 @@ function M.reload(session, client)
   end
   chat.client_id = client.id
   chat.root = client.config.root_dir
+  require('mevedel.options').ensure(client, session) -- the header's mode and model
   chat.loads = (chat.loads or 0) + 1
   local load = chat.loads
   local function is_live(summary)
@@ -665,6 +668,9 @@ local function ensure_buffer(chat)
       require('mevedel.review').open(turn, turn, session)
     end
   end, 'mevedel: review what the turn under the cursor changed')
+  map(bufnr, keys.options, function()
+    require('mevedel.options').pick(session)
+  end, "mevedel: choose the agent's mode, model or another option")
   map(bufnr, keys.close, function()
     pcall(vim.cmd, 'close')
   end, 'mevedel: close the chat window')
@@ -682,6 +688,14 @@ local function ensure_buffer(chat)
   return bufnr
 end
 
+--- Draw SESSION's chat again (its header: the agent's mode and options).
+function M.redraw(session)
+  local chat = chats[session]
+  if chat and chat.bufnr and vim.api.nvim_buf_is_valid(chat.bufnr) then
+    render(chat)
+  end
+end
+
 --- The chat keys, told.
 function M.help()
   local keys = mevedel.options().chat.keys
@@ -695,6 +709,7 @@ function M.help()
     { 'worktree_fork', 'worktree fork after the turn under the cursor' },
     { 'show_turn', 'show the turn under the cursor alone' },
     { 'review', 'review what the turn under the cursor changed (:MevedelReview)' },
+    { 'options', "choose the agent's mode, model or another option (:MevedelOptions)" },
     { 'close', 'close the chat window' },
   }) do
     if keys[pair[1]] then

@@ -46,6 +46,7 @@ local defaults = {
       worktree_fork = 'W',
       show_turn = '<CR>',
       review = 'd',
+      options = 'o',
       close = 'q',
       help = '?',
     },
@@ -199,6 +200,9 @@ local function handlers()
     end,
     ['mevedel/turn/didUpdate'] = function(err, params, ctx)
       return require('mevedel.chat').on_did_update(err, params, ctx)
+    end,
+    ['mevedel/agent/didChangeOptions'] = function(err, params, ctx)
+      return require('mevedel.options').on_did_change(err, params, ctx)
     end,
     ['mevedel/artifact/didChange'] = function(err, params, ctx)
       return require('mevedel.artifacts').on_did_change(err, params, ctx)
