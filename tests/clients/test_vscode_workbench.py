@@ -52,13 +52,15 @@ class Workbench:
         self.drive = Driver({"MEVEDEL_PLAYWRIGHT_CORE": str(PLAYWRIGHT), "MEVEDEL_CHROMIUM": str(CHROMIUM)}, base / "driver.log")
         self.folder: Path | None = None
 
-    def open(self, folder: Path, *, turns: list[list[dict[str, Any]]] | None = None, settings: dict[str, Any] | None = None) -> None:
+    def open(self, folder: Path, *, turns: list[list[dict[str, Any]]] | None = None, settings: dict[str, Any] | None = None,
+             script: dict[str, Any] | None = None) -> None:
         """Opens FOLDER in a new window: the server starts for it. TURNS is
-        the scripted agent's script (one list of steps per prompt)."""
+        the scripted agent's script (one list of steps per prompt), SCRIPT
+        more of its keys (modes, config options...)."""
         agent = None
         if turns is not None:
             self.agent_log.unlink(missing_ok=True)
-            self.agent_script.write_text(json.dumps({"name": "scripted", "log": str(self.agent_log), "turns": turns}))
+            self.agent_script.write_text(json.dumps({"name": "scripted", "log": str(self.agent_log), "turns": turns, **(script or {})}))
             agent = [sys.executable, str(AGENT), str(self.agent_script)]
         self.server.settings({**user_settings(agent), **(settings or {})})
         self.folder = folder
@@ -253,6 +255,75 @@ def test_chat_prompt_stream_permissions_cancel_and_turn_list(vscode: Workbench, 
     assert "Write the file" in " ".join(rows) and "cancelled" in " ".join(rows), rows
     drive("pick", title="Go to Turn", label="Delete the file")
     drive("waitFor", selector=".editor-instance .view-line", hasText="Delete the file")
+
+
+def agent_events(vscode: Workbench, kind: str) -> list[dict[str, Any]]:
+    lines = vscode.agent_log.read_text().splitlines() if vscode.agent_log.exists() else []
+    return [event for event in map(json.loads, lines) if event["event"] == kind]
+
+
+def test_chat_mode_and_model_picker(vscode: Workbench, tmp_path: Path) -> None:
+    """The chat's line above the composer shows the agent's mode and
+    options; Change… picks what and then its value (quick picks, by keys):
+    the running agent gets it at once and the next turn runs with it; a
+    value the agent refuses is said naming it and the agent; Esc changes
+    nothing."""
+    folder = markdown_folder(tmp_path)
+    vscode.open(
+        folder,
+        turns=[[{"echo_options": True}]],
+        script={
+            "modes": {"current": "ask", "available": [{"id": "ask", "name": "Ask"}, {"id": "plan", "name": "Plan", "description": "think first"}]},
+            "config_options": [
+                {"id": "model", "name": "Model", "category": "model", "current": "small",
+                 "options": [{"value": "small", "name": "Small"}, {"value": "large", "name": "Large"}]},
+                {"id": "fast", "name": "Fast", "type": "boolean", "current": False},
+            ],
+            "refuse": ["model=large"],
+        },
+    )
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    drive("waitFor", frame=CHAT, selector=".empty", hasText="No turns yet")
+    send_prompt(vscode, "One")
+    drive("waitFor", frame=CHAT, selector=".turn-1", hasText="options: mode=ask model=small fast=false")
+    drive("waitFor", frame=CHAT, selector="#options", hasText="Mode: Ask · Model: Small · Fast: off")
+
+    # Change… → Mode → Plan: the running agent is told at once.
+    drive("click", frame=CHAT, selector="#options button", hasText="Change")
+    rows = drive("quickItems", title="Change (agent scripted)")
+    assert rows == ["ModeAsk", "ModelSmall", "Fastoff"], rows  # each label and the value in effect
+    drive("pick", title="Change (agent scripted)", label="Mode")
+    modes = drive("quickItems", title="Mode (agent scripted)")
+    assert "current" in modes[0] and "think first" in modes[1], modes
+    drive("pick", title="Mode (agent scripted)", label="Plan")
+    drive("waitFor", frame=CHAT, selector="#options", hasText="Mode: Plan · Model: Small")
+    wait_until(lambda: [e["params"]["modeId"] for e in agent_events(vscode, "set_mode")] == ["plan"], "the agent to be told the mode")
+
+    # A value the agent refuses: said, naming it and the agent; nothing changes.
+    drive("click", frame=CHAT, selector="#options button", hasText="Change")
+    drive("pick", title="Change (agent scripted)", label="Model")
+    drive("pick", title="Model (agent scripted)", label="Large")
+    said = drive("notification", text="model=large")
+    assert "agent 'scripted'" in said and "not available now" in said, said
+    drive("waitFor", frame=CHAT, selector="#options", hasText="Model: Small")
+
+    # Esc at the first question: nothing is sent.
+    sent = len(agent_events(vscode, "set_config_option"))
+    drive("click", frame=CHAT, selector="#options button", hasText="Change")
+    drive("quickItems", title="Change (agent scripted)")
+    drive("press", key="Escape")
+    drive("quickClosed")
+    assert len(agent_events(vscode, "set_config_option")) == sent
+
+    # Fast on; the next turn runs with all of it.
+    drive("click", frame=CHAT, selector="#options button", hasText="Change")
+    drive("pick", title="Change (agent scripted)", label="Fast")
+    drive("pick", title="Fast (agent scripted)", label="on")
+    drive("waitFor", frame=CHAT, selector="#options", hasText="Fast: on")
+    send_prompt(vscode, "Two")
+    drive("waitFor", frame=CHAT, selector=".turn-2", hasText="options: mode=plan model=small fast=true")
 
 
 def test_rewind_and_redo_restore_the_files(vscode: Workbench, tmp_path: Path) -> None:

@@ -241,6 +241,7 @@ function adviceFor(kind: string, message: string, also: string): Advice {
     'agent-needs-login': 'the agent needs you to log in',
     'agent-failed': 'the agent failed',
     'attachment-refused': 'an attachment cannot go with the prompt',
+    'agent-option-refused': 'the agent did not take the mode or option chosen',
   }[kind];
   return { message: lead ? `${lead}: ${message}` : message, actions };
 }

@@ -20,6 +20,7 @@ import {
   QuotedSelection,
   TurnDidUpdateParams,
 } from './agents';
+import { AgentOptions, getOptions, optionTargets, renderOptions, setOption, valueItems } from './agentOptions';
 import { activity, applyUpdate, ChatState, emptyChat, loadHistory, promptSent, withHistory } from './chat';
 import { makeNonce, renderAttachments, renderPage, renderParts } from './chatView';
 import { reviewChanges } from './reviewCommands';
@@ -38,9 +39,11 @@ export interface ChatContext extends SessionCommandContext {
 export class ChatEvents implements vscode.Disposable {
   readonly updates = new vscode.EventEmitter<TurnDidUpdateParams>();
   readonly changes = new vscode.EventEmitter<SessionDidChangeParams>();
+  readonly options = new vscode.EventEmitter<AgentOptions>();
   dispose(): void {
     this.updates.dispose();
     this.changes.dispose();
+    this.options.dispose();
   }
 }
 
@@ -113,6 +116,8 @@ export class ChatPanel implements vscode.Disposable {
 
   private state: ChatState;
   private attachments: Attachment[] = [];
+  // The session's agent modes and options, as the server last told.
+  private options: AgentOptions | undefined;
   private renderTimer: NodeJS.Timeout | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
   private readonly disposables: vscode.Disposable[] = [];
@@ -157,6 +162,11 @@ export class ChatPanel implements vscode.Disposable {
       }),
       events.updates.event((update) => this.updated(update)),
       events.changes.event((change) => this.changed(change)),
+      events.options.event((options) => {
+        if (options.sessionId !== this.state.sessionId) return;
+        this.options = options;
+        this.scheduleRender();
+      }),
     );
   }
 
@@ -233,6 +243,7 @@ export class ChatPanel implements vscode.Disposable {
         this.state = { ...withHistory(this.state, history.sessionId, history.turns), workspaceFolder, displayName: current.displayName };
         const remembered = this.context.memory.get<string>(agentMemoryKey(workspaceFolder, current.sessionId));
         this.state = { ...this.state, agent: remembered ?? (same ? this.state.agent : undefined) };
+        if (!same || !this.options) this.options = await getOptions(sender, { workspaceFolder, sessionId: current.sessionId }).catch(() => undefined);
       }
       if (!this.disposed) this.panel.title = `mevedel: ${this.state.displayName ?? 'chat'}`;
     } catch (error) {
@@ -256,7 +267,7 @@ export class ChatPanel implements vscode.Disposable {
     const parts = renderParts(this.state);
     this.post({
       type: 'render',
-      parts: { ...parts, attachments: renderAttachments(this.attachments.map((a) => a.label)) },
+      parts: { ...parts, attachments: renderAttachments(this.attachments.map((a) => a.label)), options: renderOptions(this.options, false) },
       busy: this.busy,
     });
   }
@@ -283,6 +294,8 @@ export class ChatPanel implements vscode.Disposable {
         return this.cancel();
       case 'pickAgent':
         return void (await this.pickAgent());
+      case 'pickOption':
+        return this.pickOption();
       case 'refresh':
         return this.refresh();
       case 'attach':
@@ -348,6 +361,40 @@ export class ChatPanel implements vscode.Disposable {
     this.state = { ...this.state, agent: picked.agent };
     if (this.state.sessionId) await this.remember(this.state.sessionId, picked.agent);
     this.scheduleRender();
+  }
+
+  // The agent's mode, model or another option: what to change, then its
+  // value; sent to a running agent at once, else with the next prompt. A
+  // value the agent refuses is said, naming it and the agent.
+  async pickOption(): Promise<void> {
+    try {
+      const sender = await this.context.sender();
+      const options = await getOptions(sender, this.scope);
+      this.options = options;
+      this.scheduleRender();
+      if (!options.known) {
+        void vscode.window.showInformationMessage(`mevedel: agent ${options.agent} has not said yet which modes and models it offers; send a prompt first`);
+        return;
+      }
+      const targets = optionTargets(options);
+      if (targets.length === 0) {
+        void vscode.window.showInformationMessage(`mevedel: agent ${options.agent} offers no modes and no options`);
+        return;
+      }
+      const target = await vscode.window.showQuickPick(targets, { title: `mevedel: Change (agent ${options.agent})`, placeHolder: 'What to change' });
+      if (!target) return;
+      const value = await vscode.window.showQuickPick(valueItems(options, target), {
+        title: `mevedel: ${target.label} (agent ${options.agent})`,
+        placeHolder: `Now ${target.description}`,
+        matchOnDetail: true,
+      });
+      if (!value) return;
+      this.options = await setOption(sender, { ...this.scope, ...value.params });
+      this.scheduleRender();
+      vscode.window.setStatusBarMessage(`mevedel: ${target.label}: ${value.label}${this.options.running ? '' : ' (applied with the next prompt)'}`, 10_000);
+    } catch (error) {
+      await showAdvice(this.context, describePromptFailure(error));
+    }
   }
 
   async prompt(text: string): Promise<void> {

@@ -363,7 +363,7 @@ const SCRIPT = `
     const message = event.data || {};
     if (message.type === 'render') {
       const bottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
-      for (const name of ['header', 'turns', 'live', 'notice', 'attachments']) {
+      for (const name of ['header', 'turns', 'live', 'notice', 'options', 'attachments']) {
         if (typeof message.parts[name] === 'string') {
           const element = document.getElementById(name);
           element.innerHTML = message.parts[name];
@@ -422,6 +422,7 @@ export function renderPage(options: PageOptions): string {
 <header id="header"></header>
 <main><div id="turns"></div><div id="live"></div><div id="notice"></div></main>
 <footer>
+<div id="options"></div>
 <div id="attachments"></div>
 <textarea id="prompt" placeholder="Prompt the agent (Ctrl+Enter sends)" aria-label="Prompt"></textarea>
 <div class="composer-actions"><button id="send" class="primary">Send</button><button class="action" data-action="attach" title="Attach the selection, the current file or an address">Attach…</button><span class="hint">Ctrl+Enter to send</span></div>

@@ -8,6 +8,7 @@ import {
   WorkDoneProgress,
 } from 'vscode-languageclient/node';
 import { TurnIndicator } from './agentCommands';
+import { AgentOptions, OptionMethods } from './agentOptions';
 import { AgentMethods, TurnDidUpdateParams } from './agents';
 import { ArtifactDidChangeParams, ArtifactMethods } from './artifacts';
 import { Artifacts } from './artifactsView';
@@ -75,6 +76,7 @@ function createClient(
   };
   const created = new LanguageClient('mevedel', 'mevedel', serverOptions, clientOptions);
   created.onNotification(AgentMethods.didUpdate, (update: TurnDidUpdateParams) => events.updates.fire(update));
+  created.onNotification(OptionMethods.didChange, (options: AgentOptions) => events.options.fire(options));
   created.onNotification(Notifications.sessionDidChange, (change: SessionDidChangeParams) => {
     documents.sessionChanged(change);
     events.changes.fire(change);
