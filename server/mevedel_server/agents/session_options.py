@@ -44,6 +44,12 @@ def _text(value: Any, limit: int = _TEXT_LIMIT) -> str:
     return " ".join(str(value).split())[:limit] if value is not None else ""
 
 
+def _id(value: Any, limit: int = 256) -> bool:
+    """An id the agent sent that can be chosen and kept in the sidecar
+    (others are not offered: an agent's text is untrusted)."""
+    return isinstance(value, str) and 0 < len(value) <= limit and "\n" not in value and "\x00" not in value
+
+
 @dataclass(frozen=True)
 class ModeOffer:
     id: str
@@ -98,13 +104,13 @@ class Offered:
         current = None
         if isinstance(state, schema.SessionModeState):
             modes = tuple(
-                ModeOffer(m.id, _text(m.name) or m.id, _text(m.description) or None) for m in state.available_modes[:MAX_OFFERED]
+                ModeOffer(m.id, _text(m.name) or m.id, _text(m.description) or None) for m in state.available_modes[:MAX_OFFERED] if _id(m.id)
             )
-            current = state.current_mode_id
+            current = state.current_mode_id if _id(state.current_mode_id) else None
         return cls(current, modes, _config(getattr(response, "config_options", None)))
 
     def with_mode(self, mode_id: str) -> Offered:
-        return replace(self, current_mode=mode_id)
+        return replace(self, current_mode=mode_id if _id(mode_id) else None)
 
     def with_config(self, options: Any) -> Offered:
         return replace(self, config=_config(options))
@@ -119,6 +125,8 @@ class Offered:
 def _config(options: Any) -> tuple[ConfigOffer, ...]:
     offers = []
     for option in list(options or [])[:MAX_OFFERED]:
+        if not _id(option.id):
+            continue
         common = dict(id=option.id, name=_text(option.name) or option.id, description=_text(option.description) or None,
                       category=option.category if isinstance(option.category, str) else None)
         if isinstance(option, schema.SessionConfigOptionBoolean):
@@ -128,8 +136,9 @@ def _config(options: Any) -> tuple[ConfigOffer, ...]:
         for item in option.options[:MAX_OFFERED]:
             if isinstance(item, schema.SessionConfigSelectGroup):
                 group = _text(item.name) or item.group
-                values.extend(ValueOffer(v.value, _text(v.name) or v.value, _text(v.description) or None, group) for v in item.options)
-            else:
+                values.extend(ValueOffer(v.value, _text(v.name) or v.value, _text(v.description) or None, group)
+                              for v in item.options[:MAX_OFFERED] if _id(v.value, 1024))
+            elif _id(item.value, 1024):
                 values.append(ValueOffer(item.value, _text(item.name) or item.value, _text(item.description) or None))
         offers.append(ConfigOffer(kind="select", current=option.current_value, values=tuple(values[:MAX_OFFERED]), **common))
     return tuple(offers)

@@ -588,6 +588,13 @@ class Conversation:
     def set_agent_choice(self, agent: str, choice: AgentChoice | None, *, at: int) -> None:
         """Record the person's mode and config choices for ``agent`` (None:
         none), published with the next save or metadata write."""
+        if choice is not None:
+            try:  # the sidecar is decoded strictly: what it cannot hold is refused here
+                choice = msgspec.convert(msgspec.to_builtins(choice), AgentChoice, strict=True)
+                if not isinstance(agent, str) or not 1 <= len(agent) <= 128:
+                    raise msgspec.ValidationError(f"agent name {agent!r} is not 1-128 characters")
+            except (msgspec.ValidationError, ValueError, TypeError) as exc:
+                raise ConversationError(f"the choice for agent {agent!r} cannot be kept: {exc}") from None
         choices = dict(self._sidecar.agent_choices)
         if choice is None or choice == AgentChoice():
             choices.pop(agent, None)
