@@ -12,7 +12,6 @@ from mevedel_protocol import agent_options as wire
 from mevedel_protocol import converter, methods
 
 from ..agents.errors import AgentError
-from .agents import _agent_failure, _engines
 from .errors import failure
 from .handlers import command_handler as _command_handler, folder as _folder, registry as _registry, request_handler as _request_handler
 from .workspaces import Folder
@@ -71,6 +70,14 @@ def attach(ls: MevedelLanguageServer, folder: Folder, engine: AgentEngine) -> No
     engine.options.listeners.append(changed)
 
 
+def _refused(error: AgentError) -> Any:
+    return failure(error.kind, error.authored, error.reason + (f"; {error.action}" if error.action else ""))
+
+
+def _engine(ls: MevedelLanguageServer, folder: Folder) -> AgentEngine:
+    return ls.agents.engine(folder)  # type: ignore[attr-defined]
+
+
 def _session(ls: MevedelLanguageServer, folder: Folder, given: str | None, method: str) -> str:
     session_id = given or _registry(ls).current(folder)
     if session_id is None:
@@ -81,13 +88,13 @@ def _session(ls: MevedelLanguageServer, folder: Folder, given: str | None, metho
 async def options(ls: MevedelLanguageServer, params: wire.AgentOptionsParams) -> wire.AgentOptions:
     folder = _folder(ls, params.workspace_folder, methods.AGENT_OPTIONS)
     session_id = _session(ls, folder, params.session_id, methods.AGENT_OPTIONS)
-    engine = _engines(ls).engine(folder)
+    engine = _engine(ls, folder)
     try:
         view = engine.options.view(session_id, params.agent)
     except AgentError as error:
-        raise _agent_failure(error) from None
+        raise _refused(error) from None
     if view is None:
-        raise _agent_failure(AgentError("agent-not-configured", f"session {session_id}", "has no agent (none is configured or the default)",
+        raise _refused(AgentError("agent-not-configured", f"session {session_id}", "has no agent (none is configured or the default)",
                                         'add one to the "agents" setting, or set defaultAgent'))
     return to_wire(folder, view)
 
@@ -98,11 +105,11 @@ async def set_option(ls: MevedelLanguageServer, params: wire.AgentSetOptionParam
     if (params.config_id is None) != (params.value is None):
         raise failure("invalid-params", methods.AGENT_SET_OPTION, "configId and value go together")
     config: dict[str, Any] = {} if params.config_id is None else {params.config_id: params.value}
-    engine = _engines(ls).engine(folder)
+    engine = _engine(ls, folder)
     try:
         view = await engine.options.choose(session_id, agent=params.agent, mode=params.mode, config=config)
     except AgentError as error:
-        raise _agent_failure(error) from None
+        raise _refused(error) from None
     return to_wire(folder, view)
 
 
