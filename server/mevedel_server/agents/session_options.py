@@ -371,7 +371,6 @@ class SessionOptions:
     async def _apply(self, running: _Running, wants: Iterable[Want], *, remember: bool, timeout: float | None,
                      pending: AgentChoice | None = None) -> None:
         agent = running.spec.name
-        process = running.process
         timeout = timeout if timeout is not None else self.engine.config().start_timeout_seconds
         refused: list[str] = []
         taken: list[tuple[Want, str | bool]] = []

@@ -13,7 +13,7 @@ from mevedel_server.agents.session_options import MAX_OFFERED, Offered, Want, ch
 from mevedel_server.store.content.sidecar import AgentChoice, encode_sidecar, load_sidecar
 from mevedel_server.store.content.turns import ConversationError
 
-from tests.unit.test_content_turns import commit, conversation, full_turn
+from tests.unit.store.content.test_content_turns import commit, conversation, full_turn
 
 
 def offer(modes=None, config=None) -> Offered:

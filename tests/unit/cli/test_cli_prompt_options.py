@@ -11,10 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.unit.test_cli_prompt import AGENT, mevedel
-from tests.unit.test_cli_session import committed
+from tests.unit.cli.test_cli_prompt import AGENT, mevedel
+from tests.unit.cli.test_cli_session import committed
 
 MODES = {"current": "ask", "available": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}, {"id": "plan", "name": "Plan"}]}
 CONFIG = [
@@ -22,13 +20,6 @@ CONFIG = [
      "options": [{"value": "small", "name": "Small"}, {"value": "large", "name": "Large"}]},
     {"id": "fast", "name": "Fast", "type": "boolean", "current": False},
 ]
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
 
 
 def configure(tmp_path: Path, turns: list, *, defaults: dict | None = None, **script) -> Path:
