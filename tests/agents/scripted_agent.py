@@ -102,6 +102,7 @@ TOP_LEVEL_KEYS = frozenset(
         "modes",
         "config_options",
         "refuse",
+        "ignore",
     }
 )
 
@@ -205,9 +206,10 @@ def _check_options(script: dict[str, Any]) -> None:
             values = [v.get("value") for v in option.get("options", []) if isinstance(v, dict)]
             if not values or option.get("current", values[0]) not in values:
                 raise ScriptError(f"config option {option['id']!r} needs options [{{value, name}}] holding its current value")
-    refuse = script.get("refuse", [])
-    if not isinstance(refuse, list) or not all(isinstance(r, str) for r in refuse):
-        raise ScriptError("refuse is a list of mode ids and ID=VALUE config choices the agent refuses")
+    for key in ("refuse", "ignore"):
+        listed = script.get(key, [])
+        if not isinstance(listed, list) or not all(isinstance(r, str) for r in listed):
+            raise ScriptError(f"{key} is a list of mode ids and ID=VALUE config choices")
 
 
 def _plain(model: BaseModel) -> dict[str, Any]:
@@ -508,8 +510,11 @@ class ScriptedAgent:
             raise RequestError.invalid_params({"configId": config_id, "reason": "a boolean option takes true or false"})
         if option.get("type", "select") == "select" and value not in [v["value"] for v in option["options"]]:
             raise RequestError.invalid_params({"configId": config_id, "reason": f"unknown value {value!r}"})
-        if f"{config_id}={json.dumps(value) if isinstance(value, bool) else value}" in self._script.get("refuse", []):
+        choice = f"{config_id}={json.dumps(value) if isinstance(value, bool) else value}"
+        if choice in self._script.get("refuse", []):
             raise RequestError(-32603, f"{config_id} {value} is not available now", {"configId": config_id})
+        if choice in self._script.get("ignore", []):  # answers, but keeps its value
+            return SetSessionConfigOptionResponse(config_options=self._config(session_id))
         self._state(session_id)["config"][config_id] = value
         return SetSessionConfigOptionResponse(config_options=self._config(session_id))
 

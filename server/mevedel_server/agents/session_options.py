@@ -408,6 +408,10 @@ class SessionOptions:
                 options = getattr(answer, "config_options", None)
                 if options is not None:
                     running.offered = running.offered.with_config(options)
+                    now = running.offered.option(want.config_id)
+                    if now is not None and now.current != value:
+                        # It answered, but with another value in effect: not taken.
+                        return f"the agent kept {want.config_id}={_shown(now.current)}"
                 else:  # an answer without the options: the value as set
                     running.offered = replace(running.offered, config=tuple(
                         replace(c, current=value) if c.id == want.config_id else c for c in running.offered.config))

@@ -114,3 +114,11 @@ def test_the_agents_own_mode_change_is_remembered_and_a_choice_it_no_longer_offe
     assert "mode 'code' (the session's choice)" in refused.stderr and "agent 'scripted'" in refused.stderr
     fixed = mevedel(workspace, tmp_path, "prompt", "--mode", "ask", "Again")
     assert fixed.returncode == 0 and "options: mode=ask" in fixed.stdout
+
+
+def test_an_agent_that_answers_but_keeps_its_value_is_named_too(workspace, tmp_path):
+    log = configure(tmp_path, [[{"echo_options": True}]], ignore=["model=large"])
+    refused = mevedel(workspace, tmp_path, "prompt", "--set", "model=large", "Go")
+    assert refused.returncode == 1
+    assert "model=large (this prompt's choice)" in refused.stderr and "the agent kept model=small" in refused.stderr
+    assert "agent 'scripted'" in refused.stderr and events(log, "prompt") == []
