@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from acp import schema
 
-from mevedel_server.agents.config import AgentSpec
+from mevedel_server.agents.config import AgentSpec, agents_problem, config_from_settings
+from mevedel_server.agents.errors import AgentError
 from mevedel_server.agents.session_options import MAX_OFFERED, Offered, Want, check, parse_assignment, wanted
 from mevedel_server.store.content.sidecar import AgentChoice, encode_sidecar, load_sidecar
 from mevedel_server.store.content.turns import ConversationError
@@ -101,3 +102,21 @@ def test_a_sidecar_written_before_agent_choices_still_loads():
     assert b'"agent_choices":{}' in data
     older = data.replace(b'"agent_choices":{},', b"")
     assert load_sidecar(older).agent_choices == {}
+
+
+def test_per_agent_defaults_are_validated_naming_the_entry():
+    good = {"claude": {"command": ["claude"], "mode": "plan", "options": {"model": "opus", "fast": True}}}
+    assert agents_problem(good) is None
+    spec = config_from_settings({"agents": good}, where="settings").agents["claude"]
+    assert (spec.mode, dict(spec.options)) == ("plan", {"model": "opus", "fast": True})
+    # Defaults are not the process: a changed default does not restart a running agent.
+    assert spec == AgentSpec("claude", ("claude",))
+    for entry, said in (
+        ({"command": ["c"], "mode": ""}, "claude.mode must be a mode id"),
+        ({"command": ["c"], "mode": "a\nb"}, "claude.mode must be a mode id"),
+        ({"command": ["c"], "options": {"model": 3}}, "claude.options must map"),
+        ({"command": ["c"], "options": ["model"]}, "claude.options must map"),
+    ):
+        assert said in agents_problem({"claude": entry})
+        with pytest.raises(AgentError, match="settings: agents"):
+            config_from_settings({"agents": {"claude": entry}}, where="settings")
