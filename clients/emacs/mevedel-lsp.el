@@ -2871,6 +2871,7 @@ one was picked for SESSION already, or ASK."
     ("agent-needs-login" . "log in with the agent's own login (the methods it named), then prompt again")
     ("agent-failed" . "read the agent's log (~/.local/state/mevedel/logs/agent-NAME.log), then prompt again")
     ("attachment-refused" . "drop or fix the attachment (C-c C-d in the prompt buffer), then send again")
+    ("agent-option-refused" . "choose another mode or value (o in the chat, C-c C-o in the prompt buffer), or fix the agent's :mode or :options in `mevedel-lsp-settings'")
     ("read-only" . "take control of the session (M-x mevedel-lsp-take-control), or prompt in another one")
     ("conflict" . "wait for the running turn to settle, or cancel it (C-c C-c in the chat)"))
   "What to do about each kind of refused prompt.")
