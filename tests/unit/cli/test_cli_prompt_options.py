@@ -122,3 +122,16 @@ def test_an_agent_that_answers_but_keeps_its_value_is_named_too(workspace, tmp_p
     assert refused.returncode == 1
     assert "model=large (this prompt's choice)" in refused.stderr and "the agent kept model=small" in refused.stderr
     assert "agent 'scripted'" in refused.stderr and events(log, "prompt") == []
+
+
+def test_an_agent_reporting_a_value_the_session_cannot_keep_changes_nothing_kept(workspace, tmp_path):
+    """An agent's own update is untrusted: a value the sidecar cannot hold
+    (a newline in it) leaves the session's choice as it was, the turn and
+    the session intact."""
+    configure(tmp_path, [[{"set_config": {"id": "model", "value": "odd\nvalue"}}, {"say": "still here"}]])
+    first = mevedel(workspace, tmp_path, "prompt", "--set", "model=large", "Go")
+    assert first.returncode == 0 and "still here" in first.stdout, first.stderr
+    assert choices(workspace)["scripted"]["config"] == {"model": "large"}
+    configure(tmp_path, [[{"echo_options": True}]])  # each prompt is a new process: its turn 0
+    again = mevedel(workspace, tmp_path, "prompt", "Again")
+    assert again.returncode == 0 and "model=large" in again.stdout, again.stderr
