@@ -40,20 +40,20 @@ from typing import Any, Protocol
 from acp import RequestError, schema
 
 from ..store.service import SessionService, is_refusal
-from ..store.content.sidecar import EngineRef, EngineState, ForkType
+from ..store.content.sidecar import EngineRef, EngineState
 from ..store.content.transcript import Outcome
 from ..resources import ResolverContext
 from ..targets import ControlProgram, Entry, Read, Status, TargetError
 from ..tool_server.host import ToolHost
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
-from .excerpt import RECONCILIATION, forked_files_note, transcript_excerpt
+from .excerpt import RECONCILIATION, transcript_excerpt
+from .fork_note import fork_files_note
 from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
 from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
 from ..tool_server.artifact_writes import learn_shell_writes
 from .checkpoint_exclude import CheckpointExclude, is_editor_file
-from .file_state import FileStateRecord
 from .live import LiveEvent, LiveFeed
 from .process import AgentProcess
 from .recorder import TurnRecorder
@@ -61,7 +61,7 @@ from .session_options import Offered, SessionOptions
 from .execution_log import ExecutionLog, log_name
 from .terminals import Terminal, Terminals
 from .tool_context import AgentToolContext
-from .workspace_files import WorkspaceFiles
+from .working_directory import WorkingTrees, working_directory_of
 
 _log = logging.getLogger(__name__)
 
@@ -152,8 +152,13 @@ class _Running:
         self.offered: Offered | None = None
         #: This agent's token at the tool host (None: no tool server).
         self.tool_token: str | None = None
+        #: Where the agent works (a Worktree Fork: its checkout), and the
+        #: file access and file-state record of that tree.
+        self.directory = engine.trees.directory(engine.working_directory(session_id))
+        self.files = engine.trees.files(self.directory.relative)
+        self.file_state = engine.trees.record(self.directory.relative)
         self.terminals = Terminals(
-            engine.service.target, engine.root, before=self._before_command, after=self._after_command, keep=self._keep_log,
+            engine.service.target, engine.root, base=self.directory.relative, before=self._before_command, after=self._after_command, keep=self._keep_log,
             latch=_Latch(self),
         )
 
@@ -275,7 +280,7 @@ class _Client:
     async def read_text_file(self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any) -> Any:
         self._require_turn(session_id, "fs/read_text_file")
         try:
-            text = await self.running.engine.files.read_text(path, line, limit)
+            text = await self.running.files.read_text(path, line, limit)
         except TargetError as error:
             raise _unreachable(f"{path} could not be read", error) from None
         return schema.ReadTextFileResponse(content=text)
@@ -283,10 +288,11 @@ class _Client:
     async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> Any:
         self._require_turn(session_id, "fs/write_text_file")
         engine = self.running.engine
-        relative = engine.files.relative(path)
+        files = self.running.files
+        relative = files.relative(path)
         need = not engine.service.captured(self.running.session_id, relative)
         try:
-            outcome = await engine.files.write_text(path, content, read_before=need)
+            outcome = await files.write_text(path, content, read_before=need)
         except TargetError as error:
             unknown = getattr(error, "outcome_unknown", False)
             if need and unknown:
@@ -398,8 +404,11 @@ class AgentEngine:
         self.front = front
         self.log_dir = log_dir
         self.machine = machine or socket.gethostname() or "localhost"
-        self.files = WorkspaceFiles(service.target, self.root, open_document=open_document)
-        self.file_state = FileStateRecord(service.target, max_file_bytes=service.max_snapshot_bytes)
+        #: Each working directory's file access and file-state record (a
+        #: Worktree Fork works in its checkout); the root's are these two.
+        self.trees = WorkingTrees(service.target, self.root, max_file_bytes=service.max_snapshot_bytes, open_document=open_document)
+        self.files = self.trees.files("")
+        self.file_state = self.trees.record("")
         #: The artifact store's authored files, which the file record never walks.
         self.authored = AuthoredFacts(service.target)
         self._read_address = read_address
@@ -422,6 +431,14 @@ class AgentEngine:
     def running_turn(self, session_id: str) -> bool:
         running = self._running.get(session_id)
         return running is not None and running.turn is not None
+
+    def working_directory(self, session_id: str) -> str:
+        """The session's working directory, workspace-relative ("" for the
+        root): a running agent's, else the session's own."""
+        running = self._running.get(session_id)
+        if running is not None:
+            return running.directory.relative
+        return working_directory_of(self.service.session(session_id).conversation.sidecar)
 
     def log_path(self, agent: str) -> Path:
         return self.log_dir / f"agent-{_safe(agent)}.log"
@@ -457,12 +474,13 @@ class AgentEngine:
         the agent (the tool server's ApplyPatch) into the open turn's
         checkpoint, as ``fs/write_text_file`` does before it writes (and
         the directories above them it will make, as absent)."""
+        where = self.trees.files(self.working_directory(session_id))
         pending: list[str] = []
         for path in paths:
-            if path not in pending and not self.service.captured(session_id, self.files.relative(path)):
+            if path not in pending and not self.service.captured(session_id, where.relative(path)):
                 pending.append(path)
-        files = {self.files.relative(path) for path in pending}
-        for relative, before in await self.files.read_before(pending):
+        files = {where.relative(path) for path in pending}
+        for relative, before in await where.read_before(pending):
             if not self.service.captured(session_id, relative):
                 # Not one of the files: a directory above them it will make.
                 self.record_pre_state(session_id, relative, before, directory=relative not in files)
@@ -512,7 +530,7 @@ class AgentEngine:
         try:
             self._set_engine(session_id, running, EngineState.UNCERTAIN)
             await self.service.checkpoint(session_id)  # the in-flight state, published before dispatch
-            await self.file_state.refresh()  # the baseline a shell command's changes are found against
+            await running.file_state.refresh()  # the baseline a shell command's changes are found against
             await self._learn_authored(None)
             turn.mail = await self._mail(session_id)
         except Exception as failure:
@@ -697,7 +715,7 @@ class AgentEngine:
         try:
             await asyncio.gather(*(self.stop(session_id, grace=grace) for session_id in list(self._running)), return_exceptions=True)
         finally:
-            self.file_state.close()
+            self.trees.close()
 
     def detach(self, session_id: str) -> None:
         """Forget the agent's own history for ``session_id`` (its transcript
@@ -729,7 +747,8 @@ class AgentEngine:
             running.process.native_session_id = None
         if running is None:
             running = _Running(self, session_id, spec)
-            await running.process.start(_Client(running), self._local_cwd, config.start_timeout_seconds)
+            await self.trees.require(session_id, running.directory.relative)
+            await running.process.start(_Client(running), running.directory.local(self._local_cwd), config.start_timeout_seconds)
             self._running[session_id] = running
         servers = list(self._mcp_servers(session_id))
         try:
@@ -745,7 +764,7 @@ class AgentEngine:
                 and recorded.state in (EngineState.READY, EngineState.UNCERTAIN)):
             resume = recorded.native_session_id
         try:
-            continued = await running.process.open_session(self.root, servers, resume, config.start_timeout_seconds)
+            continued = await running.process.open_session(running.directory.path, servers, resume, config.start_timeout_seconds)
         except AgentError:
             await self.stop(session_id)
             raise
@@ -754,12 +773,8 @@ class AgentEngine:
 
     def _files_note(self, session_id: str) -> str | None:
         """What the excerpt says of the files when the transcript is not
-        their history: a Conversation fork before its first own turn."""
-        sidecar = self.service.session(session_id).conversation.sidecar
-        fork = sidecar.fork
-        if fork is None or fork.fork_type is not ForkType.CONVERSATION or sidecar.total_turn_count > fork.turn:
-            return None
-        return forked_files_note(fork.session_id, fork.turn)
+        their history: a fork before its first own turn."""
+        return fork_files_note(self.service.session(session_id).conversation, self.root)
 
     async def _tool_server(self, running: _Running) -> schema.McpServerStdio | None:
         """``mevedel mcp`` for ``running``'s ``mcpServers``: a relay to this
@@ -793,7 +808,7 @@ class AgentEngine:
         """Record the pre-turn state of every file changed since the record
         was last brought up to date (shell commands, and anything the agent
         changed without asking us)."""
-        for change in await self.file_state.changes():
+        for change in await self.trees.record(self.working_directory(session_id)).changes():
             try:
                 self.record_pre_state(session_id, change.path, change.before, gap=change.gap, directory=change.made_directory)
             except Exception as error:  # one odd path must not lose the others

@@ -94,6 +94,7 @@ not name (left by an earlier process) are removed with the next one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterable, Iterator
@@ -193,10 +194,19 @@ class FileStateRecord:
         blob_dir: str = ".mevedel/file-state",
         max_file_bytes: int = 10 * 1024 * 1024,
         watch: LocalTarget | bool | None = None,
+        base: str = "",
+        skip: tuple[str, ...] = (),
     ) -> None:
         parts = split_target_path(blob_dir)
         if not parts:
             raise ValueError("the blob directory is a directory below the workspace root")
+        #: The tree recorded: a directory below the target's root (a
+        #: session's working directory, such as a Worktree Fork's checkout),
+        #: "" for the root. Its ``.gitignore`` files are the ones that
+        #: count, and changes are named target-relative (``base/path``).
+        self._base = "/".join(split_target_path(base))
+        #: Target-relative paths (below the root) a walk of the root leaves out.
+        self._skip = tuple("/".join(split_target_path(path)) for path in skip)
         if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
             raise ValueError("max_file_bytes is a whole, non-negative number")
         self._target = target
@@ -239,10 +249,16 @@ class FileStateRecord:
         # LocalTarget of the same root when ``target`` wraps it, False:
         # always walk).
         local = target if watch in (None, True) and isinstance(target, LocalTarget) else watch if isinstance(watch, LocalTarget) else None
+        if self._base:
+            # A watch's path scans start at the target's root, where other
+            # .gitignore files apply: a directory below it is walked.
+            local = None
         self._local: LocalTarget | None = local
         self._watch: TreeWatch | None = None
         #: Why the tree is walked every time (None: it is watched).
-        self.unwatched: str | None = None if local is not None else "not a local workspace"
+        self.unwatched: str | None = (
+            None if local is not None else "a working directory below the workspace root" if self._base else "not a local workspace"
+        )
         #: Paths events named since the record last moved on.
         self._pending: set[str] = set()
         #: The next sync walks everything (first, or events were lost).
@@ -410,7 +426,13 @@ class FileStateRecord:
         self._moved_on(scan, watch)
         self._orphans.update(name for name in stored if name not in self._refs)
         changes.sort(key=lambda change: change.path)
+        if self._base:
+            changes = [dataclasses.replace(change, path=self._at(change.path)) for change in changes]
         return changes
+
+    def _at(self, path: str) -> str:
+        """The target-relative path of a recorded (base-relative) path."""
+        return f"{self._base}/{path}" if self._base else path
 
     def _diff(self, scan: FileScan, unwalked: dict[str, str]) -> tuple[dict[str, ScanFacts], list[str], list[str], list[str]]:
         """``(current, candidates, deleted, paths)`` of ``scan`` against the
@@ -530,11 +552,11 @@ class FileStateRecord:
 
     def _scan_op(self, plan: list[str] | None) -> ScanTree:
         options = dict(
-            skip_names=SKIP_NAMES, skip_paths=(self._blob_dir,), descend=tuple(self._tracked), limit=SCAN_LIMIT, racy_ns=RACY_NS,
-            directories_too=True,
+            skip_names=SKIP_NAMES, skip_paths=() if self._base else (self._blob_dir, *self._skip), descend=tuple(self._tracked),
+            limit=SCAN_LIMIT, racy_ns=RACY_NS, directories_too=True,
         )
         if plan is None:
-            return ScanTree(".", **options)
+            return ScanTree(self._base or ".", **options)
         return ScanPaths(".", paths=tuple(plan), **options)
 
     def _removes(self) -> list[Remove]:
@@ -600,11 +622,11 @@ class FileStateRecord:
         targets: dict[str, bytes | None] = {}
         ops: list[tuple[str, Operation, int]] = []
         for path in links:
-            ops.append((path, ReadEntry(path, max_bytes=0, optional=True), 0))
+            ops.append((path, ReadEntry(self._at(path), max_bytes=0, optional=True), 0))
         for path in guessed:
             ops.append((path, Read(f"{self._store}/{self._digest[path]}", optional=True), self._facts[path][1]))
         for path in captures:
-            ops.append((path, SnapshotFile(path, store=self._store, max_bytes=self._max, optional=True), 0))
+            ops.append((path, SnapshotFile(self._at(path), store=self._store, max_bytes=self._max, optional=True), 0))
         for batch in _batches(ops):
             # The store may have been removed since: ensure it (one mkdir).
             ensure = [MakeDirs(self._store, optional=True)] if any(isinstance(op, SnapshotFile) for _, op, _ in batch) else []

@@ -142,9 +142,15 @@ class Terminals:
         after: Callable[[], Awaitable[None]],
         keep: Callable[[Terminal], Awaitable[None]] | None = None,
         latch: CommandLatch | None = None,
+        base: str = "",
     ) -> None:
         self.target = target
         self.root = posixpath.normpath(root)
+        #: The session's working directory, workspace-relative ("" for the
+        #: root; a Worktree Fork's checkout): a command's default cwd, and
+        #: the directory every cwd must lie in.
+        self.base = base.strip("/")
+        self.top = posixpath.join(self.root, self.base) if self.base else self.root
         self._before = before
         self._after = after
         #: Saves a command's execution log when it ends.
@@ -172,14 +178,16 @@ class Terminals:
     def _cwd(self, cwd: str | None) -> str:
         """The workspace-relative working directory ('.' for the root)."""
         if cwd is None:
-            return "."
+            return self.base or "."
         _require_word(cwd, "cwd")
-        full = posixpath.normpath(cwd if posixpath.isabs(cwd) else posixpath.join(self.root, cwd))
-        if full == self.root:
-            return "."
-        if not full.startswith(self.root.rstrip("/") + "/"):
-            raise RequestError.invalid_params({"cwd": cwd, "reason": f"is outside the workspace {self.root}"})
-        return full[len(self.root.rstrip("/")) + 1 :]
+        full = posixpath.normpath(cwd if posixpath.isabs(cwd) else posixpath.join(self.top, cwd))
+        if full == self.top:
+            return self.base or "."
+        if not full.startswith(self.top.rstrip("/") + "/"):
+            where = f"the session's working directory {self.top}" if self.base else f"the workspace {self.root}"
+            raise RequestError.invalid_params({"cwd": cwd, "reason": f"is outside {where}"})
+        inside = full[len(self.top.rstrip("/")) + 1 :]
+        return f"{self.base}/{inside}" if self.base else inside
 
     async def create(
         self, command: str, args: Sequence[str] | None, env: dict[str, str], cwd: str | None, limit: int | None,
@@ -235,10 +243,16 @@ class Terminals:
         return terminal
 
     def _local_directory(self, relative: str, authored: str | None) -> str:
-        root = os.path.realpath(self._local_root or self.root)
-        directory = os.path.realpath(os.path.join(root, relative))
+        local = self._local_root or self.root
+        # Proven physically below the working directory (which must itself
+        # be where the workspace says: a link there leads elsewhere).
+        root = os.path.realpath(os.path.join(local, self.base) if self.base else local)
+        if self.base and root != os.path.join(os.path.realpath(local), self.base):
+            raise RequestError.invalid_params({"cwd": authored or self.base, "reason": "the working directory is a symbolic link, which is not followed"})
+        directory = os.path.realpath(os.path.join(os.path.realpath(local), relative))
         if directory != root and not directory.startswith(root.rstrip("/") + "/"):
-            raise RequestError.invalid_params({"cwd": authored, "reason": "leads outside the workspace (a symbolic link)"})
+            where = "the session's working directory" if self.base else "the workspace"
+            raise RequestError.invalid_params({"cwd": authored, "reason": f"leads outside {where} (a symbolic link)"})
         if not os.path.isdir(directory):
             raise RequestError.invalid_params({"cwd": authored, "reason": "is not a directory"})
         return directory

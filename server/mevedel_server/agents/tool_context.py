@@ -25,6 +25,7 @@ attribute (a callable answering the store, or None: nothing is learnt).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,11 @@ class AgentToolContext:
         return self._running.session_id
 
     def resolver_context(self) -> ResolverContext:
-        return self._resolver_context(self._running.session_id)
+        # Plain paths are the session's working directory's (a Worktree
+        # Fork's checkout), like its fs/* requests and terminals.
+        context = self._resolver_context(self._running.session_id)
+        directory = self._running.directory.relative
+        return dataclasses.replace(context, working_directory=directory) if directory else context
 
     async def before_project_write(self, paths: Sequence[str]) -> None:
         running = self._running

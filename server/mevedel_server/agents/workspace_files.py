@@ -89,9 +89,15 @@ class WriteOutcome:
 
 
 class WorkspaceFiles:
-    def __init__(self, target: Target, root: str, *, open_document: Callable[[str], str | None] | None = None) -> None:
+    def __init__(self, target: Target, root: str, *, open_document: Callable[[str], str | None] | None = None,
+                 base: str = "") -> None:
         self.target = target
         self.root = posixpath.normpath(root)
+        #: The working directory the agent is contained in, workspace-relative
+        #: ("" for the root; a Worktree Fork's checkout otherwise).
+        self.base = base.strip("/")
+        #: Where an agent's relative path starts and its paths must lie.
+        self.top = posixpath.join(self.root, self.base) if self.base else self.root
         #: An editor's unsaved text for a workspace-relative path, if any.
         self.open_document = open_document
 
@@ -102,11 +108,13 @@ class WorkspaceFiles:
             raise refused(str(path), "is not a file path")
         if not require_unicode(path):
             raise refused(path, NOT_UNICODE)
-        full = posixpath.normpath(path if posixpath.isabs(path) else posixpath.join(self.root, path))
-        if full == self.root or not full.startswith(self.root.rstrip("/") + "/"):
-            raise refused(path, f"is outside the workspace {self.root}")
-        relative = full[len(self.root.rstrip("/")) + 1 :]
-        if relative.split("/", 1)[0] == STATE_DIR:
+        full = posixpath.normpath(path if posixpath.isabs(path) else posixpath.join(self.top, path))
+        if full == self.top or not full.startswith(self.top.rstrip("/") + "/"):
+            where = f"the session's working directory {self.top}" if self.base else f"the workspace {self.root}"
+            raise refused(path, f"is outside {where}")
+        inside = full[len(self.top.rstrip("/")) + 1 :]
+        relative = f"{self.base}/{inside}" if self.base else inside
+        if inside.split("/", 1)[0] == STATE_DIR:
             raise refused(
                 path,
                 f"is inside {STATE_DIR}/, which holds mevedel's own state; an artifact's own files "

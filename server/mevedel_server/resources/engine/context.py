@@ -104,6 +104,10 @@ class ResolverContext:
     session_writable: Callable[[str], bool] | None = None
     #: The MCP servers this request may reach (``mcp://``); None: none configured.
     mcp: McpAccess | None = None
+    #: The session's working directory, workspace-relative ("" for the
+    #: root; a Worktree Fork's checkout, ``.worktrees/NAME``): plain paths
+    #: are relative to it and must lie below it (:mod:`.project`).
+    working_directory: str = ""
 
     def with_session(self, session_dir: Path | None, live_history: LiveHistorySource | None = None) -> ResolverContext:
         """The same context for another (or no) open session."""

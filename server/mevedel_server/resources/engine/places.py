@@ -181,6 +181,14 @@ class Places:
         return self._workspace  # type: ignore[return-value]
 
     @property
+    def project(self) -> Place | None:
+        """Where plain paths live: the session's working directory (the
+        workspace root, or a Worktree Fork's checkout below it)."""
+        workspace = self.workspace
+        directory = self.context.working_directory
+        return workspace if workspace is None or not directory else workspace.below(directory)
+
+    @property
     def session(self) -> Place | None:
         """The open session's directory; None when no session is open."""
         if self._session is False:

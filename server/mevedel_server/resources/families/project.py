@@ -68,16 +68,25 @@ class ProjectTree(Tree):
         return text + "/" if is_dir else text
 
 
-def project_tree(places: Places) -> ProjectTree | None:
-    workspace = places.workspace
-    return None if workspace is None else ProjectTree(workspace, "", present=_hide_state, label="project")
+def project_tree(places: Places, parts: tuple[str, ...] = ()) -> ProjectTree | None:
+    """The tree plain ``parts`` are in: the session's working directory, or
+    for ``.mevedel/...`` (mevedel's state, one per workspace) the workspace."""
+    where = places.workspace if parts[:1] == (".mevedel",) else places.project
+    return None if where is None else ProjectTree(where, "", present=_hide_state, label="project")
 
 
 def no_workspace(authored: str) -> AddressError:
     return AddressError(ErrorKind.OWNER_MISSING, authored, "no workspace is open; a plain path is relative to the workspace root")
 
 
-def _outside(authored: str) -> AddressError:
+def _outside(authored: str, working_directory: str = "") -> AddressError:
+    if working_directory:
+        return AddressError(
+            ErrorKind.CONTAINMENT,
+            authored,
+            f"is outside the session's working directory {working_directory} (its Worktree Fork's checkout); a plain path "
+            "names a file there (relative to it, or absolute inside it)",
+        )
     return AddressError(
         ErrorKind.CONTAINMENT,
         authored,
@@ -86,8 +95,10 @@ def _outside(authored: str) -> AddressError:
 
 
 def parts_of(text: str, context: ResolverContext) -> tuple[str, ...]:
-    """The workspace-relative components of a plain path (lexically; a
-    link is never resolved here, and the target refuses one later)."""
+    """The components of a plain path relative to the session's working
+    directory (the workspace root, or a Worktree Fork's checkout below it;
+    lexically: a link is never resolved here, and the target refuses one
+    later)."""
     if not isinstance(text, str):
         raise AddressError(ErrorKind.MALFORMED_ADDRESS, repr(text), "a path must be text")
     if not text.strip():
@@ -100,16 +111,18 @@ def parts_of(text: str, context: ResolverContext) -> tuple[str, ...]:
         root = context.workspace_root
         if root is None or context.remote_workspace:
             raise _outside(text)
+        if context.working_directory:
+            root = root / context.working_directory
         relative = _below(text, str(root))
         if relative is None:
             real = os.path.realpath(root)
             relative = None if real == str(root) else _below(text, real)
         if relative is None:
-            raise _outside(text)
+            raise _outside(text, context.working_directory)
     else:
         relative = posixpath.normpath(text)
         if relative == ".." or relative.startswith("../"):
-            raise _outside(text)
+            raise _outside(text, context.working_directory)
     if relative in ("", "."):
         return ()
     parts = tuple(relative.split("/"))
@@ -139,7 +152,7 @@ def prepare(text: str, request: Request, context: ResolverContext) -> tuple[Prep
     """A Read/Glob/Grep of a plain path, and its canonical spelling."""
     parts = parts_of(text, context)
     canonical = display(parts)
-    tree = project_tree(Places(context))
+    tree = project_tree(Places(context), parts)
     if tree is None:
         return Prepared("file", fail(no_workspace(text))), canonical
     if tree.place.target is None and not tree.place.linked:
@@ -200,7 +213,8 @@ def writable(text: str, places: Places) -> tuple[Place, tuple[str, ...], str]:
             text,
             "files below .git/ are not project files and cannot be patched",
         )
-    workspace = places.workspace
+    # An artifact's authored files are the workspace's, wherever the session works.
+    workspace = places.workspace if parts[0] == ".mevedel" else places.project
     if workspace is None:
         raise no_workspace(text)
     workspace.require(text)
