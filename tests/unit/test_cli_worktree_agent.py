@@ -149,9 +149,15 @@ def check_the_turn(cli: Cli, main: Path, source: str, said: str, agent_root: str
     assert "added by patch" in reads[0]
     assert "sub/p.txt" in results["Glob"] and "w.txt" in results["Glob"] and ".worktrees" not in results["Glob"]
     # Every way out was refused, naming why.
-    assert said.count("failed:") >= 3 and "write ../../a.txt failed" in said and "outside the session's working directory" in said
-    assert "write up/b.txt failed" in said
-    assert "terminal failed" in said
+    assert "write ../../a.txt failed" in said and "write up/b.txt failed" in said and "terminal failed" in said
+    refusals = [(e["method"], e["params"].get("path") or e["params"].get("cwd"), json.dumps(e["error"]))
+                for e in cli.events("client_response") if "error" in e]
+    assert len(refusals) == 4, refusals
+    for method, path, why in refusals:
+        if path.endswith("/up/b.txt"):
+            assert "link" in why, why  # the target refuses the link, not the lexical check
+        else:
+            assert "outside the session's working directory" in why, (method, path, why)
     patches = [e["text"] for e in cli.events("mcp_result") if e["tool"] == "ApplyPatch"]
     assert patches[0].startswith("mcp ApplyPatch: ") and "error" in patches[1] and "outside" in patches[1]
     assert reads[1].startswith("mcp Read error") and "outside" in reads[1]
