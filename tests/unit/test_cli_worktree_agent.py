@@ -113,6 +113,7 @@ def work_in_the_worktree(cli: Cli, main: Path, child: str, agent_root: str) -> s
         {"echo_prompt": True},
         {"write": {"path": "w.txt", "content": "in the worktree\n"}},
         {"terminal": {"command": "sh", "args": ["-c", "pwd; echo new > made.txt; rm b.txt; echo more >> a.txt"]}},
+        {"mcp_tools": {}},
         {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": PATCH}}},
         {"mcp_call": {"tool": "Read", "arguments": {"path": "sub/p.txt"}}},
         {"mcp_call": {"tool": "Glob", "arguments": {"pattern": "**/*.txt"}}},
@@ -143,7 +144,8 @@ def check_the_turn(cli: Cli, main: Path, source: str, said: str, agent_root: str
     assert (worktree / "sub" / "p.txt").read_text() == "added by patch\n"
     # ... and nothing in the main checkout.
     assert tree(main) == main_before
-    # The tools name files relative to the worktree.
+    # The tools tell the model where plain paths are, and name files relative to the worktree.
+    assert "This session works in its own Git worktree, .worktrees/wt1: plain paths are relative to it" in said
     results = {e["tool"]: e["text"] for e in cli.events("mcp_result")}
     reads = [e["text"] for e in cli.events("mcp_result") if e["tool"] == "Read"]
     assert "added by patch" in reads[0]

@@ -69,6 +69,11 @@ def roster(context: ResolverContext, *, shared_items: bool = False) -> str:
     """The roster text for ``context``."""
     labels = usable(context, shared_items=shared_items)
     lines = [HEADER, "", "Resource addresses available now:"]
+    if context.working_directory:
+        lines[1:1] = [
+            f"This session works in its own Git worktree, {context.working_directory}: plain paths are relative to it and "
+            "must lie inside it (never the main checkout)."
+        ]
     for label, what, operations in _FAMILIES:
         if label in labels:
             lines.append(f"- {label} -- {what} ({operations})")
