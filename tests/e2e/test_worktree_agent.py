@@ -48,6 +48,8 @@ CHILD_TURN = [
     {"write": {"path": "w.txt", "content": "in the worktree\n"}},
     {"terminal": {"command": "sh", "args": ["-c", "pwd; echo new > made.txt; rm b.txt; echo more >> a.txt"]}},
     {"write": {"path": "../../a.txt", "content": "escaped\n"}},
+    {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": "*** Begin Patch\n*** Add File: sub/p.txt\n+by patch\n*** End Patch\n"}}},
+    {"mcp_call": {"tool": "Glob", "arguments": {"pattern": "**/*.txt"}}},
 ]
 
 
@@ -74,17 +76,31 @@ async def work_in_a_worktree_fork(client, main: Path, log: Path, **folder) -> No
     assert (worktree / "a.txt").read_text() == "one\nmore\n" and not (worktree / "b.txt").exists()
     assert {name: (main / name).read_text() for name in ("a.txt", "b.txt")} == main_before
     assert not (main / "w.txt").exists() and not (main / "made.txt").exists()
+    assert (worktree / "sub" / "p.txt").read_text() == "by patch\n" and not (main / "sub").exists()
+    (globbed,) = [e["text"] for e in events(log) if e["event"] == "mcp_result" and e["tool"] == "Glob"]
+    assert "sub/p.txt" in globbed and "w.txt" in globbed and ".worktrees" not in globbed
     sent = json.dumps([e for e in events(log) if e["event"] == "prompt"][-1]["params"])
     assert f"Worktree Fork of session {source}, forked after its turn 1" in sent and "did not change any file" not in sent
 
     rewind = await request(client, methods.REWIND_PREPARE, {"turn": 2, "boundary": "before", "sessionId": child, **folder})
     restored = {r["path"] for r in rewind["restores"] if r["changes"]}
-    assert {".worktrees/wt1/w.txt", ".worktrees/wt1/made.txt", ".worktrees/wt1/a.txt", ".worktrees/wt1/b.txt"} <= restored
+    assert {".worktrees/wt1/w.txt", ".worktrees/wt1/made.txt", ".worktrees/wt1/a.txt", ".worktrees/wt1/b.txt",
+            ".worktrees/wt1/sub/p.txt"} <= restored
     assert not {"a.txt", "b.txt", "w.txt", "made.txt"} & restored
     await request(client, methods.REWIND_COMMIT, {"token": rewind["token"], "sessionId": child, **folder})
     assert (worktree / "a.txt").read_text() == "one\n" and (worktree / "b.txt").read_text() == "b\n"
-    assert not (worktree / "w.txt").exists() and not (worktree / "made.txt").exists()
+    assert not (worktree / "w.txt").exists() and not (worktree / "made.txt").exists() and not (worktree / "sub").exists()
     assert {name: (main / name).read_text() for name in ("a.txt", "b.txt")} == main_before
+
+    # Redo brings the turn back, in the worktree too.
+    heads = await request(client, methods.REDO_LIST, {"sessionId": child, **folder})
+    undone = next(h for h in heads["states"] if h["turnCount"] == 2)
+    redo = await request(client, methods.REDO_PREPARE, {"publicationId": undone["publicationId"], "sessionId": child, **folder})
+    await request(client, methods.REDO_COMMIT, {"token": redo["token"], "sessionId": child, **folder})
+    assert (worktree / "w.txt").read_text() == "in the worktree\n" and (worktree / "a.txt").read_text() == "one\nmore\n"
+    assert not (worktree / "b.txt").exists() and (worktree / "sub" / "p.txt").read_text() == "by patch\n"
+    assert {name: (main / name).read_text() for name in ("a.txt", "b.txt")} == main_before
+    assert not (main / "w.txt").exists() and not (main / "sub").exists()
 
 
 async def test_a_worktree_forks_agent_works_in_its_checkout_and_rewind_restores_it(client, workspace):

@@ -715,3 +715,34 @@ async def test_a_path_scan_answers_what_a_whole_walk_does_there_on_both_targets(
     assert some.entries() == expected  # flags (ignored, link) as the whole walk's; nothing for a FIFO or what is gone
     assert some.unwalked == (("build", "ignored by .gitignore"),)
     assert some.directories == ("src/deep",)
+
+
+async def test_a_record_of_a_working_directory_sees_only_its_tree_and_the_roots_leaves_worktrees_out(root):
+    """A Worktree Fork's record is its checkout's: what a command changes
+    there is named workspace-relative, with the checkout's own .gitignore;
+    what changes beside it is not its change. The root's record leaves the
+    checkouts under .worktrees/ to their sessions."""
+    checkout = root / ".worktrees" / "wt1"
+    checkout.mkdir(parents=True)
+    (checkout / "a.txt").write_bytes(b"wt before\n")
+    (checkout / ".gitignore").write_text("ignored.log\n")
+    (root / "main.txt").write_bytes(b"main before\n")
+    (root / ".gitignore").write_text(".worktrees/\n")  # the root's .gitignore does not hide the checkout from its record
+    target = LocalTarget(root)
+    worktree = FileStateRecord(target, base=".worktrees/wt1", blob_dir=".mevedel/file-state/worktrees/wt1")
+    main = FileStateRecord(target, skip=(".worktrees",))
+    assert worktree.unwatched is not None  # walked, never watched
+    await worktree.refresh()
+    await main.refresh()
+    (checkout / "a.txt").write_bytes(b"wt after\n")
+    (checkout / "new.txt").write_bytes(b"new\n")
+    (checkout / "ignored.log").write_bytes(b"log\n")
+    (root / "main.txt").write_bytes(b"main after\n")
+    assert await files_only(worktree) == [
+        FileChange(".worktrees/wt1/a.txt", b"wt before\n"),
+        FileChange(".worktrees/wt1/ignored.log", None, IGNORED_GAP),
+        FileChange(".worktrees/wt1/new.txt", None),
+    ]
+    assert await files_only(main) == [FileChange("main.txt", b"main before\n")]
+    worktree.close()
+    main.close()
