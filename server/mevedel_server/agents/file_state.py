@@ -196,6 +196,7 @@ class FileStateRecord:
         watch: LocalTarget | bool | None = None,
         base: str = "",
         skip: tuple[str, ...] = (),
+        scanner: LocalTarget | None = None,
     ) -> None:
         parts = split_target_path(blob_dir)
         if not parts:
@@ -207,6 +208,10 @@ class FileStateRecord:
         self._base = "/".join(split_target_path(base))
         #: Target-relative paths (below the root) a walk of the root leaves out.
         self._skip = tuple("/".join(split_target_path(path)) for path in skip)
+        #: With a base on this machine: a LocalTarget rooted at it, which
+        #: walks (and is watched) as a root would be, its own .gitignore
+        #: files alone applying; the blobs stay on ``target``.
+        self._scanner = scanner if self._base else None
         if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
             raise ValueError("max_file_bytes is a whole, non-negative number")
         self._target = target
@@ -251,13 +256,15 @@ class FileStateRecord:
         local = target if watch in (None, True) and isinstance(target, LocalTarget) else watch if isinstance(watch, LocalTarget) else None
         if self._base:
             # A watch's path scans start at the target's root, where other
-            # .gitignore files apply: a directory below it is walked.
-            local = None
+            # .gitignore files apply: a directory below it is watched only
+            # through a target of its own, else walked.
+            local = self._scanner
         self._local: LocalTarget | None = local
         self._watch: TreeWatch | None = None
         #: Why the tree is walked every time (None: it is watched).
         self.unwatched: str | None = (
-            None if local is not None else "a working directory below the workspace root" if self._base else "not a local workspace"
+            None if local is not None else "a working directory below the workspace root, not on this machine" if self._base
+            else "not a local workspace"
         )
         #: Paths events named since the record last moved on.
         self._pending: set[str] = set()
@@ -519,7 +526,7 @@ class FileStateRecord:
         listed, and run ``op`` again while that found unwatched ones (what
         changed in them before their watch began is in the last answer):
         ``(scan, the program's result)``."""
-        result = await self._target.run(ControlProgram(ops))
+        result = await self._run_scan(ops)
         for _pass in range(WATCH_PASSES):
             raise_for_result(op, result[-1])
             scan: FileScan = result[-1].value
@@ -532,7 +539,7 @@ class FileStateRecord:
                 return scan, result
             if not added:
                 return scan, result
-            again = await self._target.run(ControlProgram([op]))
+            again = await self._run_scan([op])
             result = again if len(ops) == 1 else _replace_last(result, again[0])
         else:
             raise_for_result(op, result[-1])
@@ -556,8 +563,18 @@ class FileStateRecord:
             limit=SCAN_LIMIT, racy_ns=RACY_NS, directories_too=True,
         )
         if plan is None:
-            return ScanTree(self._base or ".", **options)
+            return ScanTree("." if self._scanner is not None else self._base or ".", **options)
         return ScanPaths(".", paths=tuple(plan), **options)
+
+    async def _run_scan(self, ops: list[Operation]) -> ProgramResult:
+        """Run ``ops``, the scan last: one program, or with a scanner the
+        blob store's operations on the target and the scan on the scanner."""
+        if self._scanner is None:
+            return await self._target.run(ControlProgram(ops))
+        *store, scan = ops
+        first = await self._target.run(ControlProgram(store)) if store else ProgramResult(())
+        second = await self._scanner.run(ControlProgram([scan]))
+        return ProgramResult((*first.results, *second.results), first.stopped_at)
 
     def _removes(self) -> list[Remove]:
         return [Remove(f"{self._store}/{name}", optional=True, deferred=True) for name in sorted(self._orphans)]
@@ -589,7 +606,7 @@ class FileStateRecord:
         if watch is not None:
             scan, result = await self._watched_scan(scan_op, watch, ops)  # type: ignore[arg-type]
         else:
-            result = await self._target.run(ControlProgram(ops))
+            result = await self._run_scan(ops)
             raise_for_result(scan_op, result[-1])
             scan = result[-1].value
         self._removed(removes, result)

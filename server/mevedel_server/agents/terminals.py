@@ -111,7 +111,8 @@ def _require_env(env: dict[str, str]) -> None:
             raise RequestError.invalid_params({"env": shown(name), "reason": "is not an environment variable name (empty, or holds '=')"})
 
 
-def _local_root(target: Target) -> str | None:
+def local_root_of(target: Target) -> str | None:
+    """The directory of a target on this machine (through wrappers), or None."""
     for _ in range(8):
         if isinstance(target, LocalTarget):
             return str(target.root)
@@ -158,7 +159,7 @@ class Terminals:
         self._latch = latch
         self._terminals: dict[str, Terminal] = {}
         self._count = 0
-        self._local_root = _local_root(target)
+        self._local_root = local_root_of(target)
         self._remote = None if self._local_root is not None else _remote(target)
 
     @property

@@ -10,7 +10,8 @@ the root ``fs/*`` requests are contained in (links, races and FIFOs refused
 below it as everywhere: the reads and writes are still the workspace
 target's, with workspace-relative paths), the terminals' default and
 allowed ``cwd``, the tree whose changes a shell command leaves are looked
-for in, and the plain paths of the tool server's tools. Checkpoints keep
+for in (on this machine watched through a target rooted there, as the
+root is; over SSH walked), and the plain paths of the tool server's tools. Checkpoints keep
 naming files workspace-relative (``.worktrees/wt1/src/app.py``), so a
 Rewind or Redo of the session restores them in its checkout, never in the
 main one.
@@ -29,9 +30,10 @@ from dataclasses import dataclass
 
 from ..store.content.sidecar import Sidecar
 from ..store.transactions.project_files import WORKTREES_DIR
-from ..targets import ControlProgram, Stat, Status, Target
+from ..targets import ControlProgram, LocalTarget, Stat, Status, Target, TargetError
 from .errors import FAILED, AgentError
 from .file_state import FileStateRecord
+from .terminals import local_root_of
 from .workspace_files import WorkspaceFiles
 
 #: Where a worktree session's file-state record keeps its blobs (one
@@ -93,11 +95,28 @@ class WorkingTrees:
         if record is None:
             if relative:
                 name = relative.replace("/", "_")
-                record = FileStateRecord(self.target, max_file_bytes=self._max, base=relative, blob_dir=f"{WORKTREE_BLOBS}/{name}")
+                record = FileStateRecord(self.target, max_file_bytes=self._max, base=relative, blob_dir=f"{WORKTREE_BLOBS}/{name}",
+                                         scanner=self._scanner(relative))
             else:
                 record = FileStateRecord(self.target, max_file_bytes=self._max, skip=(WORKTREES_DIR,))
             self._records[relative] = record
         return record
+
+    def _scanner(self, relative: str) -> LocalTarget | None:
+        """A target rooted at a local working directory, so its record is
+        kept current by inotify as the root's is; None (walked every
+        time) over SSH, or when the directory is missing or reached
+        through a symbolic link (which :meth:`require` then refuses)."""
+        local = local_root_of(self.target)
+        if local is None:
+            return None
+        path = os.path.join(local, relative)
+        if os.path.realpath(path) != os.path.join(os.path.realpath(local), relative):
+            return None
+        try:
+            return LocalTarget(path)
+        except (TargetError, OSError):
+            return None
 
     async def require(self, session_id: str, relative: str) -> None:
         """Refuse to start an agent whose working directory is gone (a

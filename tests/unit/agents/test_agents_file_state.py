@@ -717,7 +717,8 @@ async def test_a_path_scan_answers_what_a_whole_walk_does_there_on_both_targets(
     assert some.directories == ("src/deep",)
 
 
-async def test_a_record_of_a_working_directory_sees_only_its_tree_and_the_roots_leaves_worktrees_out(root):
+@pytest.mark.parametrize("watched", [False, True], ids=["walked", "watched"])
+async def test_a_record_of_a_working_directory_sees_only_its_tree_and_the_roots_leaves_worktrees_out(root, watched):
     """A Worktree Fork's record is its checkout's: what a command changes
     there is named workspace-relative, with the checkout's own .gitignore;
     what changes beside it is not its change. The root's record leaves the
@@ -729,9 +730,11 @@ async def test_a_record_of_a_working_directory_sees_only_its_tree_and_the_roots_
     (root / "main.txt").write_bytes(b"main before\n")
     (root / ".gitignore").write_text(".worktrees/\n")  # the root's .gitignore does not hide the checkout from its record
     target = LocalTarget(root)
-    worktree = FileStateRecord(target, base=".worktrees/wt1", blob_dir=".mevedel/file-state/worktrees/wt1")
+    # Watched through a target rooted at the checkout (a local one), else walked (SSH).
+    scanner = LocalTarget(checkout) if watched else None
+    worktree = FileStateRecord(target, base=".worktrees/wt1", blob_dir=".mevedel/file-state/worktrees/wt1", scanner=scanner)
     main = FileStateRecord(target, skip=(".worktrees",))
-    assert worktree.unwatched is not None  # walked, never watched
+    assert (worktree.unwatched is None) == watched
     await worktree.refresh()
     await main.refresh()
     (checkout / "a.txt").write_bytes(b"wt after\n")
@@ -744,5 +747,9 @@ async def test_a_record_of_a_working_directory_sees_only_its_tree_and_the_roots_
         FileChange(".worktrees/wt1/new.txt", None),
     ]
     assert await files_only(main) == [FileChange("main.txt", b"main before\n")]
+    assert (worktree.unwatched is None) == watched  # the watch held
+    (checkout / "new.txt").unlink()
+    assert await files_only(worktree) == [FileChange(".worktrees/wt1/new.txt", b"new\n")]
+    assert not list((root / ".worktrees" / "wt1").glob(".mevedel*"))  # the blobs are kept beside the workspace's
     worktree.close()
     main.close()
