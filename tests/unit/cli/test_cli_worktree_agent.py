@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
+AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 
 PATCH = """*** Begin Patch
 *** Update File: a.txt
