@@ -61,7 +61,7 @@ from .session_options import Offered, SessionOptions
 from .execution_log import ExecutionLog, log_name
 from .terminals import Terminal, Terminals
 from .tool_context import AgentToolContext
-from .working_directory import WorkingTrees, working_directory_of
+from .working_directory import WorkingTrees
 
 _log = logging.getLogger(__name__)
 
@@ -438,7 +438,7 @@ class AgentEngine:
         running = self._running.get(session_id)
         if running is not None:
             return running.directory.relative
-        return working_directory_of(self.service.session(session_id).conversation.sidecar)
+        return self.service.session(session_id).conversation.sidecar.working_directory
 
     def log_path(self, agent: str) -> Path:
         return self.log_dir / f"agent-{_safe(agent)}.log"

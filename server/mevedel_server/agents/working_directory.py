@@ -28,7 +28,6 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..store.content.sidecar import Sidecar
 from ..store.transactions.project_files import WORKTREES_DIR
 from ..targets import ControlProgram, LocalTarget, Stat, Status, Target, TargetError
 from .errors import FAILED, AgentError
@@ -40,13 +39,6 @@ from .workspace_files import WorkspaceFiles
 #: directory per checkout: a record removes the blobs its store holds and
 #: it does not name).
 WORKTREE_BLOBS = ".mevedel/file-state/worktrees"
-
-
-def working_directory_of(sidecar: Sidecar) -> str:
-    """The session's working directory, workspace-relative ("" for the
-    workspace root)."""
-    worktree = sidecar.worktree
-    return worktree.directory if worktree is not None else ""
 
 
 @dataclass(frozen=True)

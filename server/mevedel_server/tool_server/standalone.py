@@ -68,6 +68,8 @@ class StandaloneContext:
             store_target=service.target if service is not None else None,
             session_writable=writable_sessions(service) if service is not None else None,
             mcp=self.mcp,
+            # A Worktree Fork's plain paths are its checkout's, as its agent's are.
+            working_directory=service.session(sid).conversation.sidecar.working_directory if is_open and service and sid else "",
         )
 
     async def before_project_write(self, paths: Sequence[str]) -> None:

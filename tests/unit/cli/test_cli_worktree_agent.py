@@ -227,3 +227,35 @@ def test_over_ssh_a_worktree_forks_agent_works_in_its_checkout_and_rewind_restor
     said = work_in_the_worktree(cli, main, child, str(main))
     check_the_turn(cli, main, source, said, str(main), main_before)
     check_the_rewind(cli, main, child, main_before)
+
+
+async def test_mevedel_mcp_bound_to_a_worktree_fork_reads_and_writes_its_checkout(tmp_path):
+    """``mevedel mcp --session CHILD`` (an agent mevedel does not drive)
+    takes plain paths as the fork's own agent does: its checkout's."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    main = tmp_path / "project"
+    repository(main)
+    cli = Cli(tmp_path, main)
+    _source, child = fork_a_worktree(cli, main)
+    (main / ".worktrees" / "wt1" / "only.txt").write_text("only in the checkout\n")
+    before = tree(main)
+    server = StdioServerParameters(command=sys.executable, args=["-m", "mevedel_server.cli", "mcp", "--workspace", str(main), "--session", child],
+                                   env=cli.env)
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write) as session:
+            initialized = await session.initialize()
+            assert "own Git worktree, .worktrees/wt1" in (initialized.instructions or "")
+
+            async def text(tool: str, **arguments) -> tuple[bool, str]:
+                result = await session.call_tool(tool, arguments)
+                return bool(result.isError), result.content[0].text
+
+            assert "only in the checkout" in (await text("Read", path="only.txt"))[1]
+            failed, said = await text("ApplyPatch", patch="*** Begin Patch\n*** Add File: new.txt\n+in the checkout\n*** End Patch\n")
+            assert not failed and said == "A new.txt", said
+            failed, said = await text("Read", path=str(main / "b.txt"))
+            assert failed and "outside the session's working directory .worktrees/wt1" in said
+    assert (main / ".worktrees" / "wt1" / "new.txt").read_text() == "in the checkout\n"
+    assert tree(main) == before

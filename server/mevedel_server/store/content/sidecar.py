@@ -318,6 +318,12 @@ class Sidecar(_Closed, kw_only=True):
     def prompt_count(self) -> int:
         return self.total_turn_count + (self.in_flight_turn is not None)
 
+    @property
+    def working_directory(self) -> str:
+        """The session's working directory, workspace-relative: a Worktree
+        Fork's checkout, else "" (the workspace root)."""
+        return self.worktree.directory if self.worktree is not None else ""
+
 
 def _check_sidecar(s: Sidecar) -> None:
     if s.updated_at < s.created_at:
