@@ -2,8 +2,9 @@
 provenance): where the session came from -- source session and turn --
 and what state its files are in.
 
-A Conversation fork shares the source's working directory and changed no
-file (:func:`~.excerpt.forked_files_note`). A Worktree Fork works in a
+A Conversation fork shares the source's working directory (a Worktree
+Fork's checkout too, which it then names) and changed no file
+(:func:`~.excerpt.forked_files_note`). A Worktree Fork works in a
 linked checkout of its own, made at the source checkout's HEAD, with the
 files the kept turns captured restored to their state after the fork turn:
 the note names the checkout, its branch and base commit, the files
@@ -33,9 +34,13 @@ def fork_files_note(conversation, root: str) -> str | None:
     fork = sidecar.fork
     if fork is None or sidecar.total_turn_count > fork.turn:
         return None
-    if fork.fork_type is ForkType.CONVERSATION:
-        return forked_files_note(fork.session_id, fork.turn)
     worktree = sidecar.worktree
+    if fork.fork_type is ForkType.CONVERSATION:
+        note = forked_files_note(fork.session_id, fork.turn)
+        if worktree is None:
+            return note
+        return (f"{note} Like that session, this one works in the Git worktree {worktree.directory} "
+                f"({posixpath.join(root, worktree.directory)}, branch {worktree.branch}): work there, not in the main checkout.")
     if fork.fork_type is not ForkType.WORKTREE or worktree is None:
         return None
     restored, kept, shared = _restoration(conversation.file_snapshots(), fork.turn, worktree.directory, conversation.file_content)

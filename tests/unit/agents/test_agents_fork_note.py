@@ -74,6 +74,11 @@ def test_a_worktree_fork_that_restored_nothing_says_so_and_long_lists_are_counte
 
 def test_a_conversation_fork_says_no_file_changed_and_a_fork_that_prompted_since_says_nothing():
     note = fork_files_note(conversation(ForkType.CONVERSATION, []), "/p")
+    assert note is not None and "The fork did not change any file" in note and "worktree" not in note
+    of_a_worktree = conversation(ForkType.CONVERSATION, [])
+    of_a_worktree.sidecar.worktree = WorktreeOrigin(source_root=".", directory=".worktrees/wt1", branch="mevedel/wt1", base_commit=BASE)
+    note = fork_files_note(of_a_worktree, "/p")
     assert note is not None and "The fork did not change any file" in note
+    assert "works in the Git worktree .worktrees/wt1 (/p/.worktrees/wt1, branch mevedel/wt1)" in note
     assert fork_files_note(conversation(ForkType.WORKTREE, [], turns=3), "/p") is None
     assert fork_files_note(SimpleNamespace(sidecar=SimpleNamespace(fork=None, worktree=None, total_turn_count=0)), "/p") is None

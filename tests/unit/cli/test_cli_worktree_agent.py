@@ -259,3 +259,27 @@ async def test_mevedel_mcp_bound_to_a_worktree_fork_reads_and_writes_its_checkou
             assert failed and "outside the session's working directory .worktrees/wt1" in said
     assert (main / ".worktrees" / "wt1" / "new.txt").read_text() == "in the checkout\n"
     assert tree(main) == before
+
+
+def test_a_conversation_fork_of_a_worktree_fork_keeps_working_in_its_checkout(tmp_path):
+    """The spec: a Conversation Fork keeps the source's working directory;
+    of a Worktree Fork, that is its checkout, never the main one."""
+    main = tmp_path / "project"
+    repository(main)
+    cli = Cli(tmp_path, main)
+    _source, child = fork_a_worktree(cli, main)
+    cli.script([{"say": "looked"}])
+    assert cli("prompt", "--session", child, "look").returncode == 0
+    forked = cli("fork", "2", "--session", child, "--yes", "--json")
+    assert forked.returncode == 0, forked.stderr
+    grandchild = json.loads(forked.stdout)["session_id"]
+    before = tree(main)
+    cli.script([{"write": {"path": "g.txt", "content": "grandchild\n"}}, {"terminal": {"command": "pwd"}}])
+    done = cli("prompt", "--session", grandchild, "where am I")
+    assert done.returncode == 0, done.stderr
+    worktree = main / ".worktrees" / "wt1"
+    assert f"ran: exit 0\n{worktree}\n" in done.stdout
+    assert (worktree / "g.txt").read_text() == "grandchild\n" and tree(main) == before
+    prompt = json.dumps(cli.events("prompt")[-1]["params"])
+    assert f"forked from session {child} after its turn 2. The fork did not change any file" in prompt
+    assert "this one works in the Git worktree .worktrees/wt1" in prompt

@@ -8,8 +8,10 @@ every kept segment header naming the child; its sidecar records the fork
 origin -- source ID, the cumulative fork turn (the child's transcript holds
 every inherited turn, so the turn number already counts them), the stable
 fork-point ID (the turn's identity) and the fork type -- and copies the
-settings into its own values and the attached artifact ids (not their
-bytes). The sidecar has no tasks, queues, agents or requests, so they start
+settings into its own values, the attached artifact ids (not their
+bytes) and the source's worktree record (the child keeps the source's
+working directory: a Conversation Fork of a Worktree Fork works in its
+checkout). The sidecar has no tasks, queues, agents or requests, so they start
 empty by construction; the reconciliation reminder does not carry over.
 ``local/`` is copied into the child except ``local/plans/``: only a plan
 accepted at the fork point survives, after its recorded hash is re-verified,
@@ -435,8 +437,12 @@ async def commit_fork(
     if parsed.subject.get("fork_type") != ForkType.CONVERSATION.value:
         raise InvalidToken("it is not a conversation fork")
     state, entry, local = await recheck_source(target, parsed)
+    # The child keeps the source's working directory (spec): a Conversation
+    # Fork of a Worktree Fork works in that same checkout, so it keeps the
+    # worktree record that names it.
+    worktree = state.sidecar.worktree
     build = child_snapshot(
-        state, entry, lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.CONVERSATION, at, None)
+        state, entry, lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.CONVERSATION, at, worktree)
     )
     child = await publish_child(
         target,
