@@ -47,7 +47,7 @@ from ..targets import ControlProgram, Entry, Read, Status, TargetError
 from ..tool_server.host import ToolHost
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
-from .excerpt import RECONCILIATION, transcript_excerpt
+from .excerpt import reconciliation_notice, transcript_excerpt
 from .fork_note import fork_files_note
 from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
@@ -508,23 +508,27 @@ class AgentEngine:
             raise
         started = await self.service.begin_turn(session_id, text, agent=spec.name)
         reconcile = started.reminder or (recorded is not None and recorded.state is EngineState.UNCERTAIN)
-        excerpt = None
-        if not continued:
+        excerpt = notice = None
+        if reconcile or not continued:
             records = self.service.transcript_records(session_id)
-            excerpt = transcript_excerpt(records[: _last_turn_begin(records)], files=self._files_note(session_id))
+            before = records[: _last_turn_begin(records)]
+            if reconcile:
+                notice = reconciliation_notice(before, self.service.turn_paths(session_id, _previous_turn_id(before)))
+            if not continued:
+                excerpt = transcript_excerpt(before, files=self._files_note(session_id))
         feed = LiveFeed(lambda events: self.front.turn_update(
             TurnUpdate(session_id, spec.name, "running", started.turn, started.turn_id, tuple(events))))
         recorder = TurnRecorder(lambda item: self.service.append_now(session_id, item), feed)
         turn = _Turn(session_id, spec.name, started.turn, started.turn_id, recorder)
         running.turn = turn
         try:
-            return await self._run_turn(running, turn, text, blocks, excerpt, reconcile, config)
+            return await self._run_turn(running, turn, text, blocks, excerpt, notice, config)
         finally:
             running.turn = None
             turn.settled.set()
 
     async def _run_turn(self, running: _Running, turn: _Turn, text: str, blocks: list, excerpt: str | None,
-                        reconcile: bool, config: AgentConfig) -> PromptOutcome:
+                        notice: str | None, config: AgentConfig) -> PromptOutcome:
         session_id = turn.session_id
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "running", turn.turn, turn.turn_id))
         try:
@@ -540,8 +544,8 @@ class AgentEngine:
             why = AgentError(FAILED, f"session {session_id}", f"the turn could not be prepared: {getattr(failure, 'reason', failure)}")
             return await self._settle(running, turn, None, why)
         prompt: list = []
-        if reconcile:
-            prompt.append(schema.TextContentBlock(type="text", text=RECONCILIATION))
+        if notice:
+            prompt.append(schema.TextContentBlock(type="text", text=notice))
         if excerpt:
             prompt.append(schema.TextContentBlock(type="text", text=excerpt))
         if turn.mail:
@@ -898,6 +902,14 @@ def _sniff(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
     return None
+
+
+def _previous_turn_id(records: Sequence[object]) -> str | None:
+    """The id of the last turn ``records`` (the conversation before the
+    turn being prompted) begin."""
+    from ..store.content.transcript import TurnBegin
+
+    return next((record.turn_id for record in reversed(records) if isinstance(record, TurnBegin)), None)
 
 
 def _last_turn_begin(records: Sequence[object]) -> int:

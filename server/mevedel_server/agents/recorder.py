@@ -24,6 +24,7 @@ from typing import Any
 from acp import schema
 
 from ..store.service import EvidenceInput
+from .excerpt import UNFINISHED
 from .live import Diff, LiveEvent, LiveFeed
 
 _NAME_LIMIT = 256
@@ -218,5 +219,5 @@ class TurnRecorder:
         for call in self._calls.values():
             if not call.settled:
                 call.settled = True
-                self._append(EvidenceInput("tool_result", call_id=call.record_id, output=f"not finished: {why}", is_error=True))
+                self._append(EvidenceInput("tool_result", call_id=call.record_id, output=f"{UNFINISHED}{why}", is_error=True))
         self.feed.flush()

@@ -161,3 +161,32 @@ def test_a_turn_opened_by_hand_is_refused_naming_turn_abort(workspace, tmp_path)
     assert refused.returncode == 1 and "begun by hand" in refused.stderr and "`mevedel turn abort`" in refused.stderr, refused.stderr
     assert run(workspace, tmp_path, "turn", "abort").returncode == 0
     assert run(workspace, tmp_path, "prompt", "Go").returncode == 0
+
+
+def test_after_an_interrupted_turn_the_agent_is_told_what_it_left_unfinished(workspace, tmp_path):
+    """The reconciliation notice names the turn and how it ended, the
+    command it started with no recorded end and the file it changed, so the
+    model checks those instead of guessing."""
+    log = tmp_path / "agent.log"
+    configure(tmp_path, [[{"write": {"path": "src/a.txt", "content": "half\n"}},
+                          {"tool_call": {"id": "c1", "title": "Run make test", "kind": "execute"}},
+                          {"say": "waiting"}, {"wait_cancel": 60}]], log)
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state-me"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    first = subprocess.Popen([sys.executable, "-m", "mevedel_server.cli", "prompt", "Build it"], cwd=workspace, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    assert first.stdout is not None
+    seen = ""
+    while "waiting" not in seen:
+        seen += first.stdout.read(1)
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=60) == 130
+    configure(tmp_path, [[{"say": "checked"}]], log)
+    assert run(workspace, tmp_path, "prompt", "Go on").returncode == 0
+    told = prompts_sent(log)[-1]
+    assert "Turn 1 did not finish cleanly: it was interrupted" in told
+    assert "'Run make test'" in told and "may still run" in told
+    assert "src/a.txt" in told and "Do not replay" in told
+    # A clean turn after it leaves the notice behind.
+    configure(tmp_path, [[{"say": "fine"}]], log)
+    assert run(workspace, tmp_path, "prompt", "Again").returncode == 0
+    assert "did not finish cleanly" not in prompts_sent(log)[-1]

@@ -760,6 +760,16 @@ class SessionService(SessionLifecycle, SessionFollowing):
             return False
         return _tracked_path(path) in snapshots[-1].files
 
+    def turn_paths(self, session_id: str, turn_id: str | None) -> list[str]:
+        """The paths turn ``turn_id``'s checkpoint recorded (captured or
+        gapped: the files it changed or was about to change), sorted; none
+        for a turn that recorded nothing or is not this session's."""
+        session = self._open(session_id, "read a turn's paths")
+        for snapshot in session.conversation.file_snapshots():
+            if snapshot.turn_id == turn_id:
+                return sorted(snapshot.files)
+        return []
+
     def record_pre_state(self, session_id: str, path: str, before: Entry | bytes | None, *, gap: str | None = None) -> CaptureResult:
         """The one checkpoint seam: record ``path``'s state before the
         turn's first mutation of it -- an :class:`Entry` (kind, mode, bytes
