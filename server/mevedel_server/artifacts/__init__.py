@@ -9,7 +9,21 @@ primary file may hold, ``store.py`` the ``ArtifactStore`` facade, and
 ``attachments.py`` what ties items to sessions.
 """
 
-from .errors import ArtifactError
-from .store import ArtifactStore, Editor, ItemContent, ItemSummary, revision_of
+from __future__ import annotations
 
-__all__ = ["ArtifactError", "ArtifactStore", "Editor", "ItemContent", "ItemSummary", "revision_of"]
+from typing import TYPE_CHECKING
+
+from ..lazy_exports import lazy_exports
+
+#: Each exported name's module, imported on first use: importing one
+#: submodule (``errors``, say) does not load every other.
+_EXPORTS = {
+    '.errors': ('ArtifactError',),
+    '.store': ('ArtifactStore', 'Editor', 'ItemContent', 'ItemSummary', 'revision_of'),
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)
+
+if TYPE_CHECKING:
+    from .errors import ArtifactError
+    from .store import ArtifactStore, Editor, ItemContent, ItemSummary, revision_of

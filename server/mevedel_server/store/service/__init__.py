@@ -18,86 +18,35 @@ CLI (:class:`SessionService`), with the open-session machinery it drives.
 - :mod:`.errors` -- the service's refusals and :func:`error_kind`.
 """
 
-from .errors import (
-    KINDS,
-    InvalidSessionInput,
-    NoPendingPublication,
-    NoSuchTurn,
-    SessionConflict,
-    SessionIncompatible,
-    SessionNotOpen,
-    SessionReadOnly,
-    TurnStateConflict,
-    error_kind,
-    is_refusal,
-)
-from .evidence import EVIDENCE_KINDS, EvidenceInput, make_evidence
-from .live_history import LiveHistory
-from .open_session import Access, OpenSession, PendingSave, SaveResult
-from .saved_history import SavedCatalog, SavedSession, SavedSource, read_sources, saved_catalog, saved_session
-from .sessions import (
-    ABORT_REASON,
-    DEFAULT_MAX_SNAPSHOT_BYTES,
-    PRODUCT_STORAGE,
-    CaptureResult,
-    OpenMode,
-    OpenResult,
-    SegmentRotation,
-    SessionChange,
-    SessionInfo,
-    SessionListing,
-    SessionService,
-    TurnStarted,
-)
-from ..content.diff import PathDiff, Side, TreeDiff, describe, stat_lines
-from .file_restore import FileRestore
-from .turn_views import TurnDetail, TurnItem, TurnSummary
+from __future__ import annotations
 
-__all__ = [
-    "ABORT_REASON",
-    "DEFAULT_MAX_SNAPSHOT_BYTES",
-    "PRODUCT_STORAGE",
-    "EVIDENCE_KINDS",
-    "KINDS",
-    "Access",
-    "CaptureResult",
-    "EvidenceInput",
-    "InvalidSessionInput",
-    "LiveHistory",
-    "NoPendingPublication",
-    "NoSuchTurn",
-    "OpenMode",
-    "OpenResult",
-    "OpenSession",
-    "PendingSave",
-    "SaveResult",
-    "SegmentRotation",
-    "SavedCatalog",
-    "SavedSession",
-    "SavedSource",
-    "SessionChange",
-    "SessionConflict",
-    "SessionIncompatible",
-    "SessionInfo",
-    "SessionListing",
-    "SessionNotOpen",
-    "SessionReadOnly",
-    "SessionService",
-    "FileRestore",
-    "PathDiff",
-    "Side",
-    "TreeDiff",
-    "describe",
-    "stat_lines",
-    "TurnDetail",
-    "TurnItem",
-    "TurnStarted",
-    "TurnStateConflict",
-    "TurnSummary",
-    "error_kind",
-    "is_refusal",
-    "make_evidence",
-    "read_sources",
-    "saved_catalog",
-    "saved_session",
-]
+from typing import TYPE_CHECKING
+
+from ...lazy_exports import lazy_exports
+
+#: Each exported name's module, imported on first use: importing one
+#: submodule (``errors``, say) does not load every other.
+_EXPORTS = {
+    '.errors': ('KINDS', 'InvalidSessionInput', 'NoPendingPublication', 'NoSuchTurn', 'SessionConflict', 'SessionIncompatible', 'SessionNotOpen', 'SessionReadOnly', 'TurnStateConflict', 'error_kind', 'is_refusal'),
+    '.evidence': ('EVIDENCE_KINDS', 'EvidenceInput', 'make_evidence'),
+    '.live_history': ('LiveHistory',),
+    '.open_session': ('Access', 'OpenSession', 'PendingSave', 'SaveResult'),
+    '.saved_history': ('SavedCatalog', 'SavedSession', 'SavedSource', 'read_sources', 'saved_catalog', 'saved_session'),
+    '.sessions': ('ABORT_REASON', 'DEFAULT_MAX_SNAPSHOT_BYTES', 'PRODUCT_STORAGE', 'CaptureResult', 'OpenMode', 'OpenResult', 'SegmentRotation', 'SessionChange', 'SessionInfo', 'SessionListing', 'SessionService', 'TurnStarted'),
+    '..content.diff': ('PathDiff', 'Side', 'TreeDiff', 'describe', 'stat_lines'),
+    '.file_restore': ('FileRestore',),
+    '.turn_views': ('TurnDetail', 'TurnItem', 'TurnSummary'),
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)
+
+if TYPE_CHECKING:
+    from .errors import KINDS, InvalidSessionInput, NoPendingPublication, NoSuchTurn, SessionConflict, SessionIncompatible, SessionNotOpen, SessionReadOnly, TurnStateConflict, error_kind, is_refusal
+    from .evidence import EVIDENCE_KINDS, EvidenceInput, make_evidence
+    from .live_history import LiveHistory
+    from .open_session import Access, OpenSession, PendingSave, SaveResult
+    from .saved_history import SavedCatalog, SavedSession, SavedSource, read_sources, saved_catalog, saved_session
+    from .sessions import ABORT_REASON, DEFAULT_MAX_SNAPSHOT_BYTES, PRODUCT_STORAGE, CaptureResult, OpenMode, OpenResult, SegmentRotation, SessionChange, SessionInfo, SessionListing, SessionService, TurnStarted
+    from ..content.diff import PathDiff, Side, TreeDiff, describe, stat_lines
+    from .file_restore import FileRestore
+    from .turn_views import TurnDetail, TurnItem, TurnSummary
