@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store.errors import StoreError
-from ..store.watching.follow import diff_conversations
-from ..store.service import SessionService
-from ..store.service.following import FollowUpdate
 from ..store.watching.watch import SessionWatcher, WatchCadence
 from ..targets import TargetError
 from .session_client import add_common, emit, run_command, workspace_root
+
+if TYPE_CHECKING:
+    from ..store.service import SessionService
+    from ..store.service.following import FollowUpdate
 
 
 def register(subparsers: Any) -> None:
@@ -64,6 +65,10 @@ def _seconds(text: str) -> float:
 
 
 def run_follow(arguments: argparse.Namespace) -> int:
+    # Imported here: every 'session' command builds this parser.
+    from ..store.service.following import FollowUpdate
+    from ..store.watching.follow import diff_conversations
+
     workspace = arguments.workspace if _remote(arguments) else workspace_root(arguments).as_uri()
 
     async def body(service: SessionService) -> None:

@@ -8,41 +8,37 @@ exception is ``backing_file``, which exists to hand a contained file to
 go-to-definition. Who may write a session's files is ``authority``.
 """
 
-from .engine.attempt import Attempt, AuthorityFacts
-from .engine.authority import require_writable_session, writable_sessions
-from .navigation.completion import Candidate, complete
-from .engine.context import MemoryRoot, ResolverContext, SkillRoot
-from .navigation.describe import Description, backing_file, describe
-from .engine.docs_root import find_docs_root
-from .engine.options import GlobOptions, GrepOptions, PatchOptions, ReadOptions
-from .patch import FileChange, PatchResult
-from .engine.resolver import execute, prepare
-from .engine.results import GlobResult, GrepMatch, GrepResult, ReadResult
+from __future__ import annotations
 
-__all__ = [
-    "Attempt",
-    "AuthorityFacts",
-    "Candidate",
-    "Description",
-    "FileChange",
-    "GlobOptions",
-    "GlobResult",
-    "GrepMatch",
-    "GrepOptions",
-    "GrepResult",
-    "MemoryRoot",
-    "PatchOptions",
-    "PatchResult",
-    "ReadOptions",
-    "ReadResult",
-    "ResolverContext",
-    "SkillRoot",
-    "backing_file",
-    "complete",
-    "describe",
-    "execute",
-    "find_docs_root",
-    "prepare",
-    "require_writable_session",
-    "writable_sessions",
-]
+from typing import TYPE_CHECKING
+
+from ..lazy_exports import lazy_exports
+
+#: Each exported name's module, imported on first use: a command that
+#: reads an address never loads completion, describe or ApplyPatch.
+_EXPORTS = {
+    '.engine.attempt': ('Attempt', 'AuthorityFacts'),
+    '.engine.authority': ('require_writable_session', 'writable_sessions'),
+    '.navigation.completion': ('Candidate', 'complete'),
+    '.engine.context': ('MemoryRoot', 'ResolverContext', 'SkillRoot'),
+    '.navigation.describe': ('Description', 'backing_file', 'describe'),
+    '.engine.docs_root': ('find_docs_root',),
+    '.engine.options': ('GlobOptions', 'GrepOptions', 'PatchOptions', 'ReadOptions'),
+    '.patch': ('FileChange', 'PatchResult'),
+    '.engine.resolver': ('execute', 'prepare'),
+    '.engine.results': ('GlobResult', 'GrepMatch', 'GrepResult', 'ReadResult'),
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)
+
+if TYPE_CHECKING:
+    from .engine.attempt import Attempt, AuthorityFacts
+    from .engine.authority import require_writable_session, writable_sessions
+    from .navigation.completion import Candidate, complete
+    from .engine.context import MemoryRoot, ResolverContext, SkillRoot
+    from .navigation.describe import Description, backing_file, describe
+    from .engine.docs_root import find_docs_root
+    from .engine.options import GlobOptions, GrepOptions, PatchOptions, ReadOptions
+    from .patch import FileChange, PatchResult
+    from .engine.resolver import execute, prepare
+    from .engine.results import GlobResult, GrepMatch, GrepResult, ReadResult

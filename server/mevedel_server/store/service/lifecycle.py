@@ -14,17 +14,24 @@ mutation until :meth:`SessionLifecycle.retry_recovery` or
 
 from __future__ import annotations
 
-from ..transactions.fork import ChildSession, ForkImpact, ForkResult, VariantGroup, commit_fork, fork_variants, prepare_fork
+from typing import TYPE_CHECKING
+
 from ..transactions.lifecycle_token import InvalidToken, LifecycleRefused, StateToken
 from ..authority.publication import Publisher, read_committed
 from ..transactions.recovery import RecoveryOutcome, RecoveryPending, abandon_recovery, find_recovery, retry_recovery
-from ..transactions.redo import RedoImpact, RedoStates, commit_redo, prepare_redo, redo_states
-from ..transactions.rewind import InPlaceResult, RewindImpact, commit_rewind, prepare_rewind
-from ..transactions.save_as import SaveAsImpact, commit_save_as, prepare_save_as
-from ..transactions.snapshot_cut import Boundary, Side
-from ..transactions.worktree_fork import WorktreeForkImpact, WorktreeForkResult, commit_worktree_fork, prepare_worktree_fork
 from .errors import InvalidSessionInput
 from .open_session import OpenSession
+
+# Each transaction's module is imported by the methods that run it: a
+# command that only lists or reads sessions (most CLI commands, a short
+# process each) never loads Rewind, Redo, Fork, Save As or Worktree Fork.
+if TYPE_CHECKING:
+    from ..transactions.fork import ChildSession, ForkImpact, ForkResult, VariantGroup
+    from ..transactions.redo import RedoImpact, RedoStates
+    from ..transactions.rewind import InPlaceResult, RewindImpact
+    from ..transactions.save_as import SaveAsImpact
+    from ..transactions.snapshot_cut import Side
+    from ..transactions.worktree_fork import WorktreeForkImpact, WorktreeForkResult
 
 
 class SessionLifecycle:
@@ -85,11 +92,16 @@ class SessionLifecycle:
     # Rewind -------------------------------------------------------------------
 
     async def prepare_rewind(self, session_id: str, boundary_kind: str, turn: int) -> RewindImpact:
+        from ..transactions.rewind import prepare_rewind
+        from ..transactions.snapshot_cut import Boundary
+
         session = await self._gated(session_id, "rewind it")
         boundary = Boundary(_side(boundary_kind), _turn(turn))
         return await prepare_rewind(self.target, session.session_id, boundary, live=session.conversation, at=self._time_now())
 
     async def commit_rewind(self, session_id: str, token: str) -> InPlaceResult:
+        from ..transactions.rewind import commit_rewind
+
         session = await self._gated(session_id, "rewind it")
         _token_of(session, token, "rewind")
         result = await commit_rewind(self._publisher(session), token, live=session.conversation)
@@ -98,16 +110,22 @@ class SessionLifecycle:
     # Redo ---------------------------------------------------------------------
 
     async def redo_states(self, session_id: str) -> RedoStates:
+        from ..transactions.redo import redo_states
+
         session = self._open(session_id, "list its redo states")
         return await redo_states(self.target, session.session_id)
 
     async def prepare_redo(self, session_id: str, publication_id: str) -> RedoImpact:
+        from ..transactions.redo import prepare_redo
+
         session = await self._gated(session_id, "redo it")
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
         return await prepare_redo(self.target, session.session_id, publication_id, live=session.conversation, at=self._time_now())
 
     async def commit_redo(self, session_id: str, token: str) -> InPlaceResult:
+        from ..transactions.redo import commit_redo
+
         session = await self._gated(session_id, "redo it")
         _token_of(session, token, "redo")
         result = await commit_redo(self._publisher(session), token, live=session.conversation)
@@ -116,11 +134,15 @@ class SessionLifecycle:
     # Fork ---------------------------------------------------------------------
 
     async def prepare_fork(self, session_id: str, turn: int) -> ForkImpact:
+        from ..transactions.fork import prepare_fork
+
         session = self._open(session_id, "fork it")
         _refuse_in_flight(session, "fork it")
         return await prepare_fork(self.target, session.session_id, _turn(turn), at=self._time_now())
 
     async def commit_fork(self, session_id: str, token: str) -> ForkResult:
+        from ..transactions.fork import commit_fork
+
         _token_of(self._open(session_id, "fork it"), token, "fork")
         result = await commit_fork(
             self.target, token, self.client, live_ids=self.open_sessions(), lease_seconds=self.lease_seconds, keep_lease=True
@@ -129,6 +151,8 @@ class SessionLifecycle:
         return result
 
     async def fork_variants(self, session_id: str, turn: int) -> VariantGroup:
+        from ..transactions.fork import fork_variants
+
         session = self._open(session_id, "list its fork variants")
         return await fork_variants(self.target, session.session_id, _turn(turn))
 
@@ -137,11 +161,15 @@ class SessionLifecycle:
     async def prepare_worktree_fork(
         self, session_id: str, turn: int, name: str | None = None, branch: str | None = None
     ) -> WorktreeForkImpact:
+        from ..transactions.worktree_fork import prepare_worktree_fork
+
         session = self._open(session_id, "fork it into a worktree")
         _refuse_in_flight(session, "fork it into a worktree")
         return await prepare_worktree_fork(self.target, session.session_id, _turn(turn), name=name, branch=branch, at=self._time_now())
 
     async def commit_worktree_fork(self, session_id: str, token: str) -> WorktreeForkResult:
+        from ..transactions.worktree_fork import commit_worktree_fork
+
         _token_of(self._open(session_id, "fork it into a worktree"), token, "worktree-fork")
         result = await commit_worktree_fork(
             self.target, token, self.client, live_ids=self.open_sessions(), lease_seconds=self.lease_seconds, keep_lease=True
@@ -152,10 +180,14 @@ class SessionLifecycle:
     # Save As ------------------------------------------------------------------
 
     async def prepare_save_as(self, session_id: str, name: str) -> SaveAsImpact:
+        from ..transactions.save_as import prepare_save_as
+
         session = self._open(session_id, "save it as a new session")
         return await prepare_save_as(self.target, session.session_id, name, live=session.conversation, at=self._time_now())
 
     async def commit_save_as(self, session_id: str, token: str) -> ChildSession:
+        from ..transactions.save_as import commit_save_as
+
         session = self._open(session_id, "save it as a new session")
         _token_of(session, token, "save-as")
         child = await commit_save_as(
@@ -195,6 +227,8 @@ class SessionLifecycle:
 
 
 def _side(kind: str) -> Side:
+    from ..transactions.snapshot_cut import Side
+
     try:
         return Side(kind)
     except ValueError:

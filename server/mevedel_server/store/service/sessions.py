@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ...targets import (
     Entry,
@@ -50,7 +51,6 @@ from ..content.sidecar import SIDECAR_PATH, AgentChoice, EngineRef, NameRefused,
 from ..content.transcript import Outcome
 from ..content.turns import Conversation, ConversationError
 from ..content.checkpoints import capture_gap_reason
-from ..content.diff import TreeDiff
 from ..authority.workspace import (
     allocate_session_id,
     check_session_id,
@@ -68,8 +68,13 @@ from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckp
 from .mutation_latch import LatchState
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
-from .file_restore import FileRestore, restore_file
-from .turn_views import TurnDetail, TurnSummary, turn_detail, turn_diff, turn_summaries
+
+# Turn views, diffs and file restores are imported by the methods that
+# build them: listing or opening a session never needs them.
+if TYPE_CHECKING:
+    from ..content.diff import TreeDiff
+    from .file_restore import FileRestore
+    from .turn_views import TurnDetail, TurnSummary
 
 _log = logging.getLogger(__name__)
 
@@ -996,9 +1001,13 @@ class SessionService(SessionLifecycle, SessionFollowing):
     async def turns(self, session_id: str) -> list[TurnSummary]:
         """The turns of an open session (live, unsaved ones included) or,
         for a session not open here, of its committed snapshot."""
+        from .turn_views import turn_summaries
+
         return turn_summaries(await self._readable(session_id))
 
     async def turn(self, session_id: str, number: int) -> TurnDetail:
+        from .turn_views import turn_detail
+
         if isinstance(number, bool) or not isinstance(number, int):
             raise InvalidSessionInput("the turn number", f"must be a whole number, not {number!r}")
         return turn_detail(await self._readable(session_id), number)
@@ -1010,12 +1019,16 @@ class SessionService(SessionLifecycle, SessionFollowing):
         latest turn), from their checkpoints: every path with its kind of
         change and a line diff of text files. A session not open here is
         read from its committed snapshot in one program."""
+        from .turn_views import turn_diff
+
         return turn_diff(await self._readable(session_id), first, last, contents=contents)
 
     async def restore_file(self, session_id: str, path: str, before_turn: int, *, commit: bool = False) -> FileRestore:
         """What restoring ``path`` to its state before ``before_turn`` does
         (content, mode, kind) and, with ``commit``, do it as a new turn of
         its own, so that it can itself be rewound (``file_restore.py``)."""
+        from .file_restore import restore_file
+
         self._mutable(session_id, "restore a file")
         return await restore_file(self, session_id, _tracked_path(path), before_turn, commit=commit)
 

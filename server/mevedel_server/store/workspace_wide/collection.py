@@ -62,6 +62,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...targets import (
     Clock,
@@ -83,7 +84,9 @@ from ..layout import MANIFEST_NAME, SessionPaths, head_path
 from ..authority.lease import LeaseHandle
 from .listing import decode_manifest
 from ..authority.records import PublicationManifest, RecordError
-from ..transactions.redo import PublishedHead, TurnStateFacts, turn_state_representatives
+
+if TYPE_CHECKING:
+    from ..transactions.redo import TurnStateFacts
 
 DEFAULT_KEEP_RECENT = 3
 DEFAULT_MAX_REMOVALS = 64
@@ -345,6 +348,10 @@ async def collect(
             return block(f"a recent manifest is unreadable: {d.manifest_problem}")
 
     generations = [d for d in directories if d.is_generation and not d.unusable]
+    # Redo's module (and Rewind's below it) only once there is something to
+    # judge: an open session's collector is built by every CLI command.
+    from ..transactions.redo import PublishedHead, turn_state_representatives
+
     candidates = [PublishedHead(d.publication_id, d.manifest, d.manifest_mtime or 0) for d in generations]  # type: ignore[arg-type]
     offered, unjudged = await turn_state_representatives(
         target, paths, candidates, head, known=cache.turn_states if cache is not None else None, settled_current=True
