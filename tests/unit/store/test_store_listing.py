@@ -318,9 +318,33 @@ async def test_listing_cost_is_one_program_per_batch(tmp_path, count):
     # lease head to sidecar, in one chain per session.
     assert counting.programs == 1 + math.ceil(count / 32)
     # Per session the chain, a listing of its directory (an interrupted
-    # Fork's remains are no session) and of its recovery journal (a pending
-    # recovery shows), a stat of the directory; a clock per program.
-    assert counting.operations == 1 + 4 * count + math.ceil(count / 32)
+    # Fork's remains are no session; a recovery journal is listed only when
+    # it shows there) and a stat of the directory; a clock per program.
+    assert counting.operations == 1 + 3 * count + math.ceil(count / 32)
+
+
+async def test_a_recovery_journal_is_listed_where_the_directory_shows_one(tmp_path):
+    """Only a session whose directory holds ``.recovery/`` has it listed,
+    in the next program: beside the next batch, else in one program more."""
+    inner = LocalTarget(tmp_path)
+    for n in range(40):
+        await published_session(inner, sid(n + 1), turns=1, updated=1_000 + n)
+    sessions = tmp_path / ".mevedel" / "sessions"
+    marker = "recovery-" + "cd" * 16 + ".json"
+    for n, journal in ((2, [marker]), (5, []), (39, [marker])):  # sid(5): a journal left empty
+        (sessions / sid(n) / ".recovery").mkdir()
+        for name in journal:
+            (sessions / sid(n) / ".recovery" / name).write_text("{}")
+    (sessions / sid(7) / ".recovery").write_text("not a directory")
+    counting = CountingTarget(inner)
+    listing = await list_sessions(counting, ME)
+    pending = {row.session_id: row.recovery_pending for row in listing.rows if row.recovery_pending}
+    assert pending.pop(sid(7)).startswith("its recovery directory cannot be read")
+    assert pending == {sid(2): "cd" * 16, sid(39): "cd" * 16}
+    # The first batch's journals ride with the second batch; the second's
+    # need one program more.
+    assert counting.programs == 1 + 2 + 1
+    assert counting.operations == 1 + 3 * 40 + 2 + 4
 
 
 async def test_sessions_without_a_head_or_a_lease_cost_no_extra_program(tmp_path, target):

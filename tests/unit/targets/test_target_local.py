@@ -12,7 +12,7 @@ import os
 import pytest
 
 import mevedel_server.targets.local as local_module
-from mevedel_server.targets import Barrier, ControlProgram, CreateExclusive, ListDir, LocalTarget, MakeDirs, Replace, Status, executor
+from mevedel_server.targets import Barrier, ControlProgram, CreateExclusive, ListDir, LocalTarget, MakeDirs, Read, Replace, Stat, Status, executor
 
 
 @pytest.fixture
@@ -127,4 +127,41 @@ async def test_deferred_writes_no_barrier_follows_leave_no_descriptor_open(tmp_p
     before = len(os.listdir("/proc/self/fd"))
     result = await target.run(ControlProgram([CreateExclusive(f"f{i}", b"x", deferred=True) for i in range(10)]))
     assert result.completed and len(os.listdir(tmp_path)) == 10
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_a_read_only_program_opens_each_directory_once(tmp_path, target, monkeypatch):
+    deep = tmp_path / "a" / "b" / "c" / "d"
+    deep.mkdir(parents=True)
+    for i in range(40):
+        (deep / f"f{i}").write_bytes(b"%d" % i)
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, flags, *args, **kwargs):
+        opened.append(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(executor.os, "open", counting_open)
+    result = await target.run(ControlProgram([Read(f"a/b/c/d/f{i}") for i in range(40)] + [ListDir("a/b/c/d"), Stat("a/b")]))
+    assert result.completed and [r.value for r in result][:40] == [b"%d" % i for i in range(40)]
+    # The root and a, b, c, d once each, then the 40 files -- not the whole
+    # chain again for every file.
+    assert len(opened) == 5 + 40
+
+
+async def test_a_read_only_program_keeps_refusing_links_and_holds_no_descriptor_after(tmp_path, target):
+    for n in range(300):  # more directories than one program keeps open
+        (tmp_path / f"d{n}").mkdir()
+        (tmp_path / f"d{n}" / "f").write_bytes(b"%d" % n)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "f").write_bytes(b"outside")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    before = len(os.listdir("/proc/self/fd"))
+    ops = [Read(f"d{n}/f") for n in range(300)] + [Read("elsewhere/f"), Read("link/f", optional=True), Read("d299/f")]
+    result = await target.run(ControlProgram(ops))
+    assert [r.value for r in result][:300] == [b"%d" % n for n in range(300)]
+    assert result[300].value == b"outside"
+    assert result[301].status is Status.FAILED and result[301].unsafe and "symbolic link" in result[301].reason
+    assert result[302].value == b"299"
     assert len(os.listdir("/proc/self/fd")) == before

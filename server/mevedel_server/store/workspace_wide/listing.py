@@ -11,17 +11,20 @@ operation makes them all: the target lists ``.lease/``, reads the newest
 generation and follows its ``publication_head``, then the manifest's
 ``entries`` -> ``session.json`` -> ``published``. The target only
 dereferences; every record is decoded and verified here, and a file counts
-only as the one the record before it names. With it, a stat of the session
-directory (so an Inspect row or a session without a lease record finds its
-time in the same program), a session is observed in one operation of one
-program. N sessions therefore cost one program to list
-``.mevedel/sessions/`` plus ``ceil(N / BATCH)`` programs of up to
-:data:`BATCH` sessions each. Every program that reads a lease record also
-reads the target clock, so each record is judged against a clock reading
-taken in the same round trip. Only the unusual costs more: a head a
-successor pruned between the target's listing and its read (past the
-target's own re-listing) is read again in a later program, and a file the
-chain did not reach as the decoded record names it is read directly.
+only as the one the record before it names. With it, a listing of the
+session directory (which answers unfinished children and whether a recovery
+journal exists) and its stat (so an Inspect row or a session without a
+lease record finds its time in the same program), a session is observed in
+three operations of one program. N
+sessions therefore cost one program to list ``.mevedel/sessions/`` plus
+``ceil(N / BATCH)`` programs of up to :data:`BATCH` sessions each. Every
+program that reads a lease record also reads the target clock, so each
+record is judged against a clock reading taken in the same round trip.
+Only the unusual costs more, in the next program (beside the next batch, so
+at most one program more in all): a head a successor pruned between the
+target's listing and its read (past the target's own re-listing) is read
+again, a file the chain did not reach as the decoded record names it is
+read directly, and a ``.recovery/`` directory is listed.
 
 Bad bytes
 ---------
@@ -301,6 +304,10 @@ class _Probe:
         self.generations: tuple[int, ...] = ()
         self.attempts = 0
         self.pending: InspectSessionRow | None = None
+        #: The directory's listing showed ``.recovery/``, not listed yet.
+        self.recovery_unread = False
+        #: The stage and the recovery listing of the last ``ops``.
+        self.emitted: tuple[_Stage, bool] = (self.stage, False)
 
     # -- helpers -----------------------------------------------------------
 
@@ -324,24 +331,31 @@ class _Probe:
     # -- stages ------------------------------------------------------------
 
     def ops(self) -> list[Operation]:
-        """This stage's operations, then a stat of the session directory:
-        whichever way the stage ends, a row that needs the directory's time
-        finds it in the same program."""
+        """This stage's operations, and the listing of ``.recovery/`` when
+        the session directory's listing showed one (a recovery marker is
+        rare: only then does it cost an operation, in the next program)."""
         paths = self.survey.paths
         directory = Stat(f"{SESSIONS_DIR}/{self.survey.name}", optional=True)
+        ops: list[Operation] = []
         if self.stage is _Stage.DIRECTORY:
-            return [directory]
-        assert paths is not None
-        if self.stage is _Stage.CHAIN:
+            ops.append(directory)
+        elif self.stage is _Stage.CHAIN:
+            assert paths is not None
             hops = tuple(ChainHop(keys, paths.root) for keys in _CHAIN_KEYS)
-            contents = ListDir(paths.root, optional=True)
-            recovery = ListDir(paths.inside(RECOVERY_DIR), optional=True)
-            return [ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True), contents, recovery, directory]
-        if self.stage is _Stage.MANIFEST:
-            return [Read(self._manifest_path(), optional=True), directory]
-        if self.stage is _Stage.SIDECAR:
-            return [Read(self._sidecar_path(), optional=True), directory]
-        return []
+            # The directory's own listing answers unfinished children and
+            # whether a recovery journal exists, and its stat gives a session
+            # without a lease record (or an Inspect row) its time, in the
+            # same program.
+            ops += [ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True), ListDir(paths.root, optional=True), directory]
+        elif self.stage is _Stage.MANIFEST:
+            ops.append(Read(self._manifest_path(), optional=True))
+        elif self.stage is _Stage.SIDECAR:
+            ops.append(Read(self._sidecar_path(), optional=True))
+        if self.recovery_unread:
+            assert paths is not None
+            ops.append(ListDir(paths.inside(RECOVERY_DIR), optional=True))
+        self.emitted = (self.stage, self.recovery_unread)
+        return ops
 
     def _manifest_path(self) -> str:
         assert self.survey.paths is not None and self.survey.observation is not None
@@ -357,25 +371,34 @@ class _Probe:
         return self.stage is _Stage.CHAIN
 
     def accept(self, results: list[OpResult], now: int | None) -> None:
-        *read, directory = results
-        if self.stage is _Stage.CHAIN:
-            listed = read[1]
+        stage, with_recovery = self.emitted
+        if with_recovery:
+            *results, journal = results
+            self.recovery_unread = False
+            if journal.ok:
+                self.survey.recovery = next(iter(recovery_ids(journal.value)), None)
+            elif journal.status is not Status.ABSENT:  # absent: resolved since the directory was listed
+                self.survey.recovery = f"its recovery directory cannot be read ({journal.reason or journal.status.value})"
+        if stage is _Stage.CHAIN:
+            listed = results[1]
             if listed.ok:
                 # A crash inside the marker's creation leaves its temporary file.
                 self.survey.unpublished_child = any(n == UNPUBLISHED_CHILD or _MARKER_DEBRIS.match(n) for n in listed.value)
                 self.survey.empty = not listed.value
-            journal = read[2]
-            if journal.ok:
-                self.survey.recovery = next(iter(recovery_ids(journal.value)), None)
-            elif journal.status is not Status.ABSENT:
-                self.survey.recovery = f"its recovery directory cannot be read ({journal.reason or journal.status.value})"
-            self._accept_chain(read[0], now)
-        elif self.stage is _Stage.MANIFEST:
-            self._accept_manifest(read[0])
-        elif self.stage is _Stage.SIDECAR:
-            self._accept_sidecar(read[0])
-        if self.stage is _Stage.DIRECTORY:
-            self._accept_directory(directory)
+                self.recovery_unread = RECOVERY_DIR in listed.value
+            self._accept_chain(results[0], now)
+            if self.stage is _Stage.DIRECTORY:
+                self._accept_directory(results[2])
+        elif stage is _Stage.MANIFEST:
+            self._accept_manifest(results[0])
+        elif stage is _Stage.SIDECAR:
+            self._accept_sidecar(results[0])
+        elif stage is _Stage.DIRECTORY:
+            self._accept_directory(results[0])
+
+    @property
+    def finished(self) -> bool:
+        return self.stage is _Stage.DONE and not self.recovery_unread
 
     def _accept_chain(self, result: OpResult, now: int | None) -> None:
         paths = self.survey.paths
@@ -580,7 +603,7 @@ async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[S
                 first_now = now
         for probe, start, end in spans:
             probe.accept(list(result.results[offset + start : offset + end]), now)
-        active = [p for p in active if p.stage is not _Stage.DONE]
+        active = [p for p in active if not p.finished]
     return surveys, first_now
 
 
