@@ -73,7 +73,7 @@ from .records import (
     encode,
     load,
 )
-from .versions import DEFAULT_MAX_VERSION_BYTES, DEFAULT_MAX_VERSIONS, load_index, publish_version, read_index, read_version
+from .versions import DEFAULT_MAX_VERSION_BYTES, DEFAULT_MAX_VERSIONS, load_index, publish_version, read_for_version, read_index, read_version
 
 _log = logging.getLogger(__name__)
 _ATTEMPTS = 16
@@ -550,20 +550,33 @@ class ArtifactStore:
 
     @_refusals
     async def save_version(self, item_id: str, *, editor: Editor | None = None) -> VersionEntry:
-        item = await self.read(item_id)
-        return await self._publish(item_id, item.data, VersionReason.SAVED, editor)
+        meta, _ = await self.meta(item_id)
+        # The bytes, the index and the clock in one program, then the
+        # publication: three programs (round trips on SSH), not six.
+        data, index, raw, at = await read_for_version(self.target, item_id, meta.primary)
+        return await self._publish(item_id, data, VersionReason.SAVED, editor, at=at, known=(index, raw))
 
-    async def _publish(self, item_id: str, data: bytes, reason: VersionReason, editor: Editor | None) -> VersionEntry:
+    async def _publish(
+        self,
+        item_id: str,
+        data: bytes,
+        reason: VersionReason,
+        editor: Editor | None,
+        *,
+        at: int | None = None,
+        known: tuple[VersionIndex, bytes | None] | None = None,
+    ) -> VersionEntry:
         entry = await publish_version(
             self.target,
             item_id,
             data,
-            at=await self._clock(),
+            at=await self._clock() if at is None else at,
             reason=reason,
             max_count=self.max_versions,
             max_bytes=self.max_version_bytes,
             session_id=editor.session_id if editor else None,
             turn=editor.turn if editor else None,
+            known=known,
         )
         self.notify(item_id, "versioned")
         return entry

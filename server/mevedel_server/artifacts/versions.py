@@ -14,9 +14,10 @@ from __future__ import annotations
 import hashlib
 
 from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, Verify, raise_for_result
+from ..targets import Clock
 from ..targets.program import Barrier, MakeDirs, Replace, Stat
 from .errors import ArtifactError, missing
-from .layout import LOCK_DIR, ItemPaths
+from .layout import LEASES_ROOT, LOCK_DIR, ItemPaths
 from .records import VersionEntry, VersionIndex, VersionReason, encode, load
 
 DEFAULT_MAX_VERSIONS = 20
@@ -55,6 +56,33 @@ async def read_index(target: Target, item_id: str) -> tuple[VersionIndex, bytes 
     return load_index(result[1].value, item_id), result[1].value
 
 
+async def read_for_version(target: Target, item_id: str, primary: str) -> tuple[bytes, VersionIndex, bytes | None, int]:
+    """What saving a version of the item's primary file ``primary`` needs,
+    in one program: its bytes, the version index (and its raw bytes, which
+    the publication verifies) and the target clock."""
+    paths = ItemPaths(item_id)
+    ops: list[Operation] = [
+        Stat(paths.meta),
+        Read(paths.file(primary)),
+        Read(paths.versions_index, optional=True),
+        MakeDirs(LEASES_ROOT, optional=True),
+        Clock(LEASES_ROOT),
+    ]
+    result = await target.run(ControlProgram(ops))
+    if result[0].status is Status.ABSENT:
+        raise missing(item_id)
+    for op, outcome in zip(ops[:2], result):
+        raise_for_result(op, outcome)
+    raise_for_result(ops[4], result[4])
+    raw = None
+    index = VersionIndex()
+    if result[2].status is not Status.ABSENT:
+        raise_for_result(ops[2], result[2])
+        raw = result[2].value
+        index = load_index(raw, item_id)
+    return result[1].value, index, raw, int(result[4].value)
+
+
 async def publish_version(
     target: Target,
     item_id: str,
@@ -66,11 +94,16 @@ async def publish_version(
     max_bytes: int,
     session_id: str | None = None,
     turn: int | None = None,
+    known: tuple[VersionIndex, bytes | None] | None = None,
 ) -> VersionEntry:
+    """Publish ``data`` as the item's next version; ``known``: the index
+    and its raw bytes as just read (:func:`read_for_version`), verified by
+    the publication itself (read again only if it moved)."""
     paths = ItemPaths(item_id)
     digest = hashlib.sha256(data).hexdigest()
     for _ in range(_ATTEMPTS):
-        index, raw = await read_index(target, item_id)
+        index, raw = known if known is not None else await read_index(target, item_id)
+        known = None
         entry = VersionEntry(
             number=index.next_number, at=at, reason=reason, size=len(data), sha256=digest, session_id=session_id, turn=turn
         )

@@ -112,6 +112,31 @@ async def test_two_publishers_never_take_the_same_version_number(root, open_targ
     assert sorted(numbers) == list(range(1, 12)) and len(set(numbers)) == 11
 
 
+async def test_saving_a_version_reads_bytes_index_and_clock_in_one_program(root, open_target):
+    target = await open_target(root)
+    store = _store(target)
+    item = await store.create("document", "Doc", b"# one\n")
+    await store.write(item.item_id, b"# two\n")
+    programs = []
+    real_run = target.run
+
+    async def counting(program):
+        programs.append(program)
+        return await real_run(program)
+
+    target.run = counting
+    try:
+        saved = await store.save_version(item.item_id)
+    finally:
+        del target.run
+    # The item's metadata (where its primary file is); its bytes, the index
+    # and the clock; the publication -- each a round trip on SSH.
+    assert len(programs) == 3
+    assert saved.reason is VersionReason.SAVED and saved.sha256 == revision_of(b"# two\n")
+    assert [v.number for v in await store.versions(item.item_id)][0] == saved.number
+    await store.close()
+
+
 async def test_a_turn_records_one_version_of_each_item_it_wrote(root, open_target):
     store = _store(await open_target(root))
     item = await store.create("document", "Doc", b"a")
