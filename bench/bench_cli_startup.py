@@ -5,7 +5,9 @@ and ``mevedel read mevedel://`` against ``python3 -c pass``, and
 driving the same scripted agent (``tests/agents/scripted_agent.py``, 20
 message chunks): start to the first chunk on stdout, and the last chunk to
 the process's exit. All interleaved round by round, so load drifts on both
-sides alike; medians.
+sides alike; medians. Each start's CPU time (user + system, from
+``wait4``) is reported beside its wall time, with its own ratio: on a loaded
+machine the wall clock mostly measures the wait for a core.
 
 Byte code is compiled first (``PYTHONPYCACHEPREFIX`` into a scratch
 directory, one warm-up run of each command): ``PYTHONDONTWRITEBYTECODE=1``
@@ -42,13 +44,19 @@ CHUNKS = 20
 SESSIONS = 50
 
 
-def timed(command: list[str], env: dict, cwd: Path) -> float:
+def timed(command: list[str], env: dict, cwd: Path) -> tuple[float, float]:
+    """Wall seconds, and the process's CPU seconds (user + system): on a
+    loaded machine the wall clock mostly measures the queue for a core."""
     started = time.perf_counter()
-    done = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert process.stderr is not None
+    stderr = process.stderr.read()
+    _pid, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{command} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
-    return elapsed
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{command} failed ({process.returncode}): {stderr.decode()[-2000:]}")
+    return elapsed, usage.ru_utime + usage.ru_stime
 
 
 def streamed(command: list[str], env: dict, cwd: Path) -> tuple[float, float]:
@@ -130,22 +138,27 @@ def main() -> None:
             for command in prompts.values():
                 streamed(command, env, root)
         times: dict[str, list[float]] = {name: [] for name in starts}
+        cpu: dict[str, list[float]] = {name: [] for name in starts}
         first: dict[str, list[float]] = {name: [] for name in prompts}
         tail: dict[str, list[float]] = {name: [] for name in prompts}
         for _ in range(ROUNDS):
             for name, command in starts.items():
-                times[name].append(timed(command, env, root))
+                wall, used = timed(command, env, root)
+                times[name].append(wall)
+                cpu[name].append(used)
             for name, command in prompts.items():
                 to_first, to_exit = streamed(command, env, root)
                 first[name].append(to_first)
                 tail[name].append(to_exit)
 
         base = statistics.median(times["python3 -c pass"])
+        cpu_base = statistics.median(cpu["python3 -c pass"])
         goals = {"mevedel --help": 8, f"mevedel session list ({SESSIONS} sessions)": 10, "mevedel read mevedel://": 10}
         rows = []
         for name in starts:
             ratio = round(statistics.median(times[name]) / base, 2)
-            row = {"case": name, "median_ms": median_ms(times[name]), "min_ms": round(min(times[name]) * 1000, 1), "ratio": ratio}
+            row = {"case": name, "median_ms": median_ms(times[name]), "min_ms": round(min(times[name]) * 1000, 1), "ratio": ratio,
+                   "cpu_ms": median_ms(cpu[name]), "cpu_ratio": round(statistics.median(cpu[name]) / cpu_base, 2)}
             if name in goals:
                 row["goal"] = f"<= {goals[name]}x"
                 row["met"] = ratio <= goals[name]
