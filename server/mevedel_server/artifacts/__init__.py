@@ -11,8 +11,6 @@ primary file may hold, ``store.py`` the ``ArtifactStore`` facade, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..lazy_exports import lazy_exports
 
 #: Each exported name's module, imported on first use: importing one
@@ -23,7 +21,3 @@ _EXPORTS = {
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)
-
-if TYPE_CHECKING:
-    from .errors import ArtifactError
-    from .store import ArtifactStore, Editor, ItemContent, ItemSummary, revision_of

@@ -10,8 +10,6 @@ go-to-definition. Who may write a session's files is ``authority``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..lazy_exports import lazy_exports
 
 #: Each exported name's module, imported on first use: a command that
@@ -30,15 +28,3 @@ _EXPORTS = {
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)
-
-if TYPE_CHECKING:
-    from .engine.attempt import Attempt, AuthorityFacts
-    from .engine.authority import require_writable_session, writable_sessions
-    from .navigation.completion import Candidate, complete
-    from .engine.context import MemoryRoot, ResolverContext, SkillRoot
-    from .navigation.describe import Description, backing_file, describe
-    from .engine.docs_root import find_docs_root
-    from .engine.options import GlobOptions, GrepOptions, PatchOptions, ReadOptions
-    from .patch import FileChange, PatchResult
-    from .engine.resolver import execute, prepare
-    from .engine.results import GlobResult, GrepMatch, GrepResult, ReadResult

@@ -34,8 +34,6 @@ generations and are ignored; so is any publication directory no head names.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..lazy_exports import lazy_exports
 
 #: Each exported name's module, imported on first use: importing one
@@ -58,19 +56,3 @@ _EXPORTS = {
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)
-
-if TYPE_CHECKING:
-    from .errors import ClaimRaced, InvalidSessionId, LeaseHeld, LeaseLost, LeaseObservationError, LeaseUnavailable, PublicationFailed, PublicationPending, SessionMissing, SessionOccupied, StoreError, TakeoverNeedsConfirmation, IdentityNeedsConfirmation
-    from .layout import SessionPaths
-    from .authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseHandle, LeaseObservation, LeaseStanding, acquire_lease, describe_target_time, observe_lease, read_lease_head
-    from .authority.publication import CommittedSnapshot, PendingPublication, Publisher, PublishOutcome, load_manifest, read_committed
-    from .authority.records import LeaseRecord, LeaseState, ManifestEntry, PublicationManifest, RecordError, RecordErrorKind, WorkspaceIdentity, decode_record, encode_record
-    from .authority.workspace import allocate_session_id, check_session_id, ensure_workspace_id, is_session_id, materialize_session, new_session_id, read_workspace_id, saved_session_ids
-    from .transactions.fork import ChildSession, ForkImpact, ForkResult, Variant, VariantGroup, commit_fork, fork_variants, prepare_fork
-    from .transactions.lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken
-    from .transactions.recovery import RecoveryOutcome, RecoveryPending, RecoveryState, abandon_recovery, find_recovery, retry_recovery
-    from .transactions.redo import RedoImpact, RedoStates, TurnState, commit_redo, prepare_redo, redo_states
-    from .transactions.rewind import FileRestore, InPlaceResult, KnownGap, RewindImpact, TurnLabel, commit_rewind, prepare_rewind
-    from .transactions.save_as import SaveAsImpact, commit_save_as, prepare_save_as
-    from .transactions.snapshot_cut import Boundary, Side
-    from .transactions.worktree_fork import WorktreeForkFailed, WorktreeForkImpact, WorktreeForkResult, WorktreeTarget, commit_worktree_fork, prepare_worktree_fork

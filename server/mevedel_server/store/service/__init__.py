@@ -20,8 +20,6 @@ CLI (:class:`SessionService`), with the open-session machinery it drives.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...lazy_exports import lazy_exports
 
 #: Each exported name's module, imported on first use: importing one
@@ -39,14 +37,3 @@ _EXPORTS = {
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)
-
-if TYPE_CHECKING:
-    from .errors import KINDS, InvalidSessionInput, NoPendingPublication, NoSuchTurn, SessionConflict, SessionIncompatible, SessionNotOpen, SessionReadOnly, TurnStateConflict, error_kind, is_refusal
-    from .evidence import EVIDENCE_KINDS, EvidenceInput, make_evidence
-    from .live_history import LiveHistory
-    from .open_session import Access, OpenSession, PendingSave, SaveResult
-    from .saved_history import SavedCatalog, SavedSession, SavedSource, read_sources, saved_catalog, saved_session
-    from .sessions import ABORT_REASON, DEFAULT_MAX_SNAPSHOT_BYTES, PRODUCT_STORAGE, CaptureResult, OpenMode, OpenResult, SegmentRotation, SessionChange, SessionInfo, SessionListing, SessionService, TurnStarted
-    from ..content.diff import PathDiff, Side, TreeDiff, describe, stat_lines
-    from .file_restore import FileRestore
-    from .turn_views import TurnDetail, TurnItem, TurnSummary
