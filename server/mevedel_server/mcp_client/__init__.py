@@ -15,27 +15,17 @@ Knows nothing of LSP, the CLI or resource addresses: failures are
 :class:`McpClientError` with a kind the resolver maps to its own.
 """
 
-from .access import APPROVE_IN_A_TERMINAL, McpAccess, ServerEntry, configured_access
-from .approvals import Approvals, default_approvals_path
-from .config import WORKSPACE_FILE, McpServerSpec, servers_from_setting, servers_problem
-from .connections import DEFAULT_CALL_TIMEOUT_SECONDS, DEFAULT_START_TIMEOUT_SECONDS, Known, McpConnections, ResourceListing
-from .errors import McpClientError
+from ..lazy_exports import lazy_exports
 
-__all__ = [
-    "DEFAULT_CALL_TIMEOUT_SECONDS",
-    "DEFAULT_START_TIMEOUT_SECONDS",
-    "WORKSPACE_FILE",
-    "Approvals",
-    "Known",
-    "McpAccess",
-    "McpClientError",
-    "McpConnections",
-    "McpServerSpec",
-    "ResourceListing",
-    "ServerEntry",
-    "configured_access",
-    "APPROVE_IN_A_TERMINAL",
-    "default_approvals_path",
-    "servers_from_setting",
-    "servers_problem",
-]
+#: Each exported name's module, imported on first use: reading a server
+#: entry's configuration (``.config``) does not load the SDK client, the
+#: connections or the approvals.
+_EXPORTS = {
+    ".access": ("APPROVE_IN_A_TERMINAL", "McpAccess", "ServerEntry", "configured_access"),
+    ".approvals": ("Approvals", "default_approvals_path"),
+    ".config": ("WORKSPACE_FILE", "McpServerSpec", "servers_from_setting", "servers_problem"),
+    ".connections": ("DEFAULT_CALL_TIMEOUT_SECONDS", "DEFAULT_START_TIMEOUT_SECONDS", "Known", "McpConnections", "ResourceListing"),
+    ".errors": ("McpClientError",),
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

@@ -10,13 +10,15 @@ raised by ``execute``.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ...addresses import parse_address
 from ...addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
-from ..families import artifact, history, mcp, memory, mevedel_docs, project, shared, skill, unavailable, work
+from ..families import project
 from .attempt import Attempt, AuthorityFacts, Prepared, Request
 from .context import ResolverContext
 from .options import (
@@ -28,26 +30,37 @@ from .options import (
     validate_grep,
     validate_read,
 )
-from ..patch import PatchResult
-from .patch_attempt import prepare_patch
 from .results import GlobResult, GrepResult, ReadResult
+
+if TYPE_CHECKING:
+    from ..patch import PatchResult
+
 
 _log = logging.getLogger(__name__)
 
 Options = ReadOptions | GlobOptions | GrepOptions | PatchOptions
 
-_FAMILIES: dict[Family, Callable[[Address, Request, ResolverContext], Prepared]] = {
-    Family.WORK: work.prepare,
-    Family.ARTIFACT: artifact.prepare,
-    Family.MEVEDEL: mevedel_docs.prepare,
-    Family.MEMORY: memory.prepare,
-    Family.SKILL: skill.prepare,
-    Family.AGENT: unavailable.prepare,
-    Family.HISTORY: history.prepare,
-    Family.MCP: mcp.prepare,
-    Family.SHARED: shared.prepare,
-    Family.JOURNAL: unavailable.prepare,
+#: The module of ``..families`` that prepares each family's operations,
+#: imported the first time one of its addresses is prepared: a command that
+#: reads ``mevedel://`` loads neither the session store's history nor the
+#: artifact store nor the MCP client.
+_FAMILIES: dict[Family, str] = {
+    Family.WORK: "work",
+    Family.ARTIFACT: "artifact",
+    Family.MEVEDEL: "mevedel_docs",
+    Family.MEMORY: "memory",
+    Family.SKILL: "skill",
+    Family.AGENT: "unavailable",
+    Family.HISTORY: "history",
+    Family.MCP: "mcp",
+    Family.SHARED: "shared",
+    Family.JOURNAL: "unavailable",
 }
+
+
+def _preparer(family: Family) -> Callable[[Address, Request, ResolverContext], Prepared]:
+    return importlib.import_module(f"{__package__.rpartition('.')[0]}.families.{_FAMILIES[family]}").prepare
+
 
 _OPTION_TYPES = {Operation.READ: ReadOptions, Operation.GLOB: GlobOptions, Operation.GREP: GrepOptions}
 
@@ -75,13 +88,15 @@ def prepare(operation: Operation, operand: str, options: Options | None, context
     ``operand`` is an address, or a plain workspace path (anything without
     ``SCHEME://``; :mod:`.project`)."""
     if operation is Operation.APPLY_PATCH:
+        from .patch_attempt import prepare_patch  # the patch engine, for the one operation that writes
+
         return prepare_patch(operand, options, context)
     if project.is_project_path(operand):
         return _prepare_project(operation, operand, options, context)
     address = parse_address(operand)
     address.require(operation)
     request = _request(operation, options, address.authored)
-    prepared = _FAMILIES[address.family](address, request, context)
+    prepared = _preparer(address.family)(address, request, context)
     facts = AuthorityFacts(
         operation=operation,
         authored=address.authored,
