@@ -91,6 +91,11 @@ class EditorFront:
         except Exception:  # a lost notification must not fail the turn
             _log.exception("could not send %s", methods.TURN_DID_UPDATE)
 
+    def queue_changed(self, state: Any) -> None:
+        from .prompt_queue import notify
+
+        notify(self.ls, self.folder, state)
+
     async def ask_permission(self, question: PermissionQuestion, timeout: float) -> str | None:
         titles = {}
         for option_id, name, _kind in question.options:
@@ -278,3 +283,6 @@ def register(ls: MevedelLanguageServer) -> None:
         ls.feature(method)(_request_handler(method, params_type, handler))
         if command is not None:
             ls.command(command)(_command_handler(command, params_type, handler))
+    from . import prompt_queue
+
+    prompt_queue.register(ls)
