@@ -154,3 +154,26 @@ async def test_queued_input_survives_a_restart_which_sends_nothing_on_its_own(wo
         await wait_for(lambda: not list((workspace / ".mevedel" / "sessions" / sid / ".pending-input").glob("*.json")), "the entry removed")
     finally:
         await again.shutdown_session()
+
+
+async def test_a_queued_prompt_the_server_cannot_send_comes_back_for_review_and_pauses_delivery(client, workspace):
+    release = workspace.parent / "release"
+    watch = Watch(client)
+    queue_seen = collect_queue(client)
+    log = configure(client, workspace, [[{"say": "working"}, {"wait_file": str(release)}], [{"echo_prompt": True}]])
+    first = asyncio.ensure_future(prompt(client, "first"))
+    await saying(watch, "working")
+    broken = await request(client, methods.QUEUE_ADD, {"text": "with a gone file", "attachments": ["gone.txt"]})
+    behind = await request(client, methods.QUEUE_ADD, {"text": "behind it"})
+    release.touch()
+    assert (await first)["outcome"] == "completed"
+    await wait_for(lambda: queue_seen and queue_seen[-1]["paused"], "the refused entry back for review")
+    state = await request(client, methods.QUEUE_LIST, {})
+    assert [(e["entryId"], e["state"]) for e in state["entries"]] == [(broken["entryId"], "review"), (behind["entryId"], "queued")]
+    assert "gone.txt" in state["entries"][0]["reason"] and "does not exist" in state["entries"][0]["reason"]
+    assert prompts_received(log) == ["first"]  # nothing behind it went either
+    # Fixed by editing? The attachment is the problem: cancel it, and the
+    # next turn's settlement sends what waited behind it.
+    await request(client, methods.QUEUE_CANCEL, {"entryId": broken["entryId"]})
+    assert (await prompt(client, "next"))["outcome"] == "completed"
+    await wait_for(lambda: prompts_received(log)[-1:] == ["behind it"], "the follow-up sent after the next turn")
