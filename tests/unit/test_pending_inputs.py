@@ -57,3 +57,21 @@ async def test_a_client_that_lost_the_lease_writes_nothing(tmp_path):
     with pytest.raises(LeaseLost):
         await write_inputs(lease, [record(sid, "d" * 32, "too late", 1)], new=["d" * 32])
     assert not (tmp_path / ".mevedel" / "sessions" / sid / ".pending-input" / f"{'d' * 32}.json").exists()
+
+
+async def test_rewind_and_clear_are_refused_while_prompts_wait_and_go_once_they_are_gone(tmp_path):
+    from mevedel_server.store.service.errors import TurnStateConflict
+
+    svc, sid = await saved_session(tmp_path)
+    session = svc.session(sid)
+    entry = "e" * 32
+    await write_inputs(session.lease, [record(sid, entry, "queued meanwhile", 1)], new=[entry])
+    with pytest.raises(TurnStateConflict) as refused:
+        await svc.prepare_rewind(sid, "before", 1)
+    assert "has 1 queued prompt: send or cancel it before you rewind it" in str(refused.value)
+    with pytest.raises(TurnStateConflict):
+        await svc.clear(sid)
+    await remove_input(session.lease, entry)
+    impact = await svc.prepare_rewind(sid, "before", 1)
+    await svc.commit_rewind(sid, impact.token)
+    assert [t.turn for t in await svc.turns(sid)] == []
