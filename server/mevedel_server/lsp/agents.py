@@ -283,6 +283,3 @@ def register(ls: MevedelLanguageServer) -> None:
         ls.feature(method)(_request_handler(method, params_type, handler))
         if command is not None:
             ls.command(command)(_command_handler(command, params_type, handler))
-    from . import prompt_queue
-
-    prompt_queue.register(ls)

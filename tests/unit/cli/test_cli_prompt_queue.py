@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_cli_prompt import configure, env, mevedel, workspace  # noqa: F401 (the fixture)
+from test_cli_prompt import configure, env, mevedel
 
 
 def start(workspace: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
