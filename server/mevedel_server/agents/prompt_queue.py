@@ -206,6 +206,11 @@ class PromptQueue:
             await self.engine.prompt(session_id, record.text, agent=record.agent, attachments=record.attachments,
                                      on_begun=lambda turn: self._delivered(session_id, record.entry_id))
         except AgentError as refusal:
+            if self.engine.running_turn(session_id):
+                # Another prompt took the session first: nothing was sent;
+                # it waits again, for that turn to settle.
+                await self._back_to_review(session_id, record.entry_id, None)
+                return
             await self._back_to_review(session_id, record.entry_id, f"it was not sent: {refusal.message}" + (f"; {refusal.action}" if refusal.action else ""))
         except Exception as error:
             _log.exception("session %s: sending queued input failed", session_id)
@@ -223,7 +228,9 @@ class PromptQueue:
             await self._remove(session_id, state, entry_id)
             state.sending = None
 
-    async def _back_to_review(self, session_id: str, entry_id: str, reason: str) -> None:
+    async def _back_to_review(self, session_id: str, entry_id: str, reason: str | None) -> None:
+        """The entry was not sent: it needs review (``reason``), or, with
+        no reason, it simply waits again."""
         state = self._sessions.get(session_id)
         if state is None:
             return
@@ -232,11 +239,12 @@ class PromptQueue:
             record = next((r for r in state.records if r.entry_id == entry_id), None)
             if record is None:
                 return
+            back = replace(record, state="queued", reason=None) if reason is None else replace(record, state="review", reason=reason[:4096])
             try:
-                await self._write(session_id, state, [replace(record, state="review", reason=reason[:4096])])
+                await self._write(session_id, state, [back])
             except Exception as error:  # kept in memory, marked; the next write tries again
                 _log.warning("session %s: marking queued input for review failed: %s", session_id, getattr(error, "reason", error))
-                self._replace(state, replace(record, state="review", reason=reason[:4096]))
+                self._replace(state, back)
                 self._notify(session_id, state)
 
     # Sessions coming and going ---------------------------------------------------------
