@@ -2096,6 +2096,9 @@ permission, Cancel a takeover, Keep a session another client asks for."
     (define-key map (kbd "h") #'mevedel-lsp-transcript)
     (define-key map (kbd "d") #'mevedel-lsp-review)
     (define-key map (kbd "o") #'mevedel-lsp-chat-options)
+    (define-key map (kbd "e") #'mevedel-lsp-queue-edit)
+    (define-key map (kbd "k") #'mevedel-lsp-queue-cancel)
+    (define-key map (kbd "S") #'mevedel-lsp-steer)
     map)
   "Keys of `mevedel-lsp-chat-mode'.")
 
@@ -2341,6 +2344,9 @@ Point and each window's point stay on their line; at the end, at the end."
       (let ((turn (gethash id mevedel-lsp-chat--turns)))
         (when (and turn (not (eq turn mevedel-lsp-chat--live)))
           (mevedel-lsp-chat--insert-turn turn))))
+    ;; The prompts waiting behind the running turn (above it: the live
+    ;; turn grows at the end).
+    (mevedel-lsp-queue--insert)
     (when mevedel-lsp-chat--live
       (mevedel-lsp-chat--insert-live-start mevedel-lsp-chat--live))
     (when mevedel-lsp-chat--notice
@@ -2534,7 +2540,9 @@ action, the one for its kind."
              (turn-id (plist-get params :turnId))
              (turn (or mevedel-lsp-chat--live
                        (and turn-id (gethash turn-id mevedel-lsp-chat--turns))
-                       (mevedel-lsp-chat--make-turn :state phase :live t))))
+                       (mevedel-lsp-chat--make-turn :state phase :live t
+                                                    ;; A queued prompt being sent now.
+                                                    :prompt (mevedel-lsp-queue--sending-text)))))
         (unless (eq turn mevedel-lsp-chat--live)
           ;; A turn this chat did not prompt (or one it had settled).
           (setq mevedel-lsp-chat--live turn
@@ -2760,6 +2768,7 @@ prompt) and the session remembers it; one the agent refuses is said."
       ;; The header line's mode and model (later changes are notified).
       (setq mevedel-lsp-chat--options
             (ignore-errors (jsonrpc-request server :mevedel/agent/options (mevedel-lsp--object :sessionId session)))))
+    (mevedel-lsp-queue--load server session)
     (mevedel-lsp-chat--render)))
 
 (defun mevedel-lsp-chat--running-p ()
@@ -2917,8 +2926,9 @@ shows it."
     (when agent (puthash session agent mevedel-lsp-chat--agents))
     (with-current-buffer buffer
       (when mevedel-lsp-chat--live
-        (user-error "mevedel: a turn is running in %s; wait for it or cancel it (C-c C-c in the chat)"
-                    (or mevedel-lsp-chat--name session)))
+        ;; A turn runs: the prompt waits in the session's queue, sent when it settles.
+        (mevedel-lsp-queue--add server session text agent attachments)
+        (cl-return-from mevedel-lsp-chat-send buffer))
       (setq mevedel-lsp-chat--notice nil
             mevedel-lsp-chat--live (mevedel-lsp-chat--make-turn
                                     :prompt text :agent agent :attachments attachments
@@ -3012,6 +3022,10 @@ session, offered when none is current (after a restart); nil otherwise.")
 
 (defvar-local mevedel-lsp-prompt--file nil
   "The workspace path of the file the prompt was started from.")
+
+(defvar-local mevedel-lsp-prompt--queue-action nil
+  "What the prompt buffer's text is for: nil (a prompt), `steer', or
+\(edit . ENTRY-ID) (a queued prompt's new text).")
 
 (defvar-local mevedel-lsp-prompt--windows nil
   "The window configuration before the prompt buffer was shown.")
@@ -3175,7 +3189,8 @@ Interactively, the file the prompt was started from is the default."
         (jsonrpc-error (user-error "mevedel: %s (C-c C-n sends to a new session)" (mevedel-lsp--error-text err))))
       (message "mevedel: continuing %s" (cdr continuing)))
     (add-to-history 'mevedel-lsp-prompt-history text)
-    (let ((chat (mevedel-lsp-chat-send server text :session session :agent agent :attachments attachments)))
+    (let ((chat (mevedel-lsp-queue--send-prompt server text mevedel-lsp-prompt--queue-action
+                                                :session session :agent agent :attachments attachments)))
       (mevedel-lsp-prompt--close)
       (pop-to-buffer chat)
       (goto-char (point-max))
@@ -4401,6 +4416,169 @@ undoes; the review is read again.  Return that turn, or nil."
            (if message
                (message "[mevedel] %s: %s" (cdr entry) message)
              (progress-reporter-done (car entry)))))))))
+
+;;;;; The queue: prompts waiting behind the running turn, and steering
+
+;; A prompt sent while the chat's turn runs goes to `mevedel/queue/add':
+;; the server keeps it (durably, beside the session) and sends it as the
+;; next turn when the running one settles.  The chat shows the queue above
+;; the running turn; on an entry, \\<mevedel-lsp-chat-mode-map>`e' edits it in the prompt buffer, `k'
+;; cancels it, `S' sends it now (steering: the running turn is cancelled);
+;; `S' elsewhere writes steering.  `mevedel/queue/didChange' carries the
+;; whole queue after every change.
+
+(defvar-local mevedel-lsp-queue--state nil
+  "The chat session's queue as last heard (a QueueState plist).")
+
+(defun mevedel-lsp-queue--entries ()
+  "The chat's queued entries, in delivery order."
+  (append (plist-get mevedel-lsp-queue--state :entries) nil))
+
+(defun mevedel-lsp-queue--sending-text ()
+  "The text of the chat's entry being sent now, if any."
+  (plist-get (seq-find (lambda (entry) (equal (plist-get entry :state) "sending"))
+                       (mevedel-lsp-queue--entries))
+             :text))
+
+(defun mevedel-lsp-queue--first-line (text)
+  (let ((line (car (split-string (or text "") "\n"))))
+    (if (string-search "\n" (or text "")) (concat line " …") line)))
+
+(defun mevedel-lsp-queue--insert ()
+  "Insert the chat's queue at point, each entry's lines marked with it."
+  (let ((entries (mevedel-lsp-queue--entries))
+        (problems (append (plist-get mevedel-lsp-queue--state :problems) nil)))
+    (when (or entries problems)
+      (insert (propertize (format "── Queued (%d)%s ──\n" (length entries)
+                                  (if (eq (plist-get mevedel-lsp-queue--state :paused) t)
+                                      " · paused: an entry needs review" ""))
+                          'face 'mevedel-lsp-chat-heading))
+      (insert (propertize (substitute-command-keys
+                           "\\<mevedel-lsp-chat-mode-map>\\[mevedel-lsp-queue-edit] edits, \\[mevedel-lsp-queue-cancel] cancels, \\[mevedel-lsp-steer] sends now (cancelling the running turn)\n")
+                          'face 'mevedel-lsp-chat-footer))
+      (dolist (entry entries)
+        (let ((start (point))
+              (state (plist-get entry :state))
+              (reason (plist-get entry :reason)))
+          (insert (format "  [%s%s] %s\n"
+                          (if (equal (plist-get entry :kind) "steer") "steering, " "")
+                          (pcase state ("review" "needs review") (_ state))
+                          (mevedel-lsp-queue--first-line (plist-get entry :text))))
+          (seq-doseq (attachment (plist-get entry :attachments))
+            (insert (format "      Attached: %s\n" attachment)))
+          (when (stringp reason) (insert (format "      Why: %s\n" reason)))
+          (put-text-property start (point) 'mevedel-lsp-queue-entry entry)))
+      (dolist (problem problems)
+        (insert (propertize (format "  Unreadable: %s\n" problem) 'face 'mevedel-lsp-chat-error)))
+      (insert "\n"))))
+
+(defun mevedel-lsp-queue--show (server state)
+  "Show STATE, a session's queue from SERVER, in its chat buffers."
+  (dolist (buffer (mevedel-lsp-chat--buffers server (plist-get state :sessionId)))
+    (with-current-buffer buffer
+      (setq mevedel-lsp-queue--state state)
+      (mevedel-lsp-chat--render)
+      (force-mode-line-update))))
+
+(defun mevedel-lsp-queue--load (server session)
+  "Read SESSION's queue from SERVER (a chat drawn again)."
+  (let ((buffer (current-buffer)))
+    (jsonrpc-async-request server :mevedel/queue/list (mevedel-lsp--object :sessionId session)
+                           :success-fn (lambda (state)
+                                         (when (buffer-live-p buffer)
+                                           (with-current-buffer buffer
+                                             (unless (equal state mevedel-lsp-queue--state)
+                                               (mevedel-lsp-queue--show server state)))))
+                           :error-fn #'ignore :timeout-fn #'ignore)))
+
+(cl-defmethod eglot-handle-notification
+  ((server mevedel-lsp-server) (_method (eql mevedel/queue/didChange)) &rest params &allow-other-keys)
+  "Show the session's queue PARAMS in its chat."
+  (mevedel-lsp-queue--show server params))
+
+(defun mevedel-lsp-queue--request (server method params what)
+  "Send METHOD with PARAMS to SERVER; a refusal is said, naming WHAT."
+  (condition-case err
+      (jsonrpc-request server method params)
+    (jsonrpc-error (user-error "mevedel: %s was refused: %s" what (mevedel-lsp--error-text err)))))
+
+(defun mevedel-lsp-queue--add (server session text agent attachments)
+  "Queue TEXT behind SESSION's running turn."
+  (mevedel-lsp-queue--request server :mevedel/queue/add
+                              (mevedel-lsp--object :text text :sessionId session :agent agent
+                                                   :attachments (and attachments (vconcat attachments)))
+                              "queueing the prompt")
+  (message "mevedel: queued; it is sent when the running turn settles"))
+
+(cl-defun mevedel-lsp-queue--send-prompt (server text action &key session agent attachments)
+  "Send the prompt buffer's TEXT as ACTION says (see
+`mevedel-lsp-prompt--queue-action'); return the chat buffer."
+  (pcase action
+    ('nil (mevedel-lsp-chat-send server text :session session :agent agent :attachments attachments))
+    ('steer
+     (let ((session (or session (mevedel-lsp--current-session server))))
+       (mevedel-lsp-queue--request server :mevedel/queue/steer
+                                   (mevedel-lsp--object :text text :sessionId session :agent agent
+                                                        :attachments (and attachments (vconcat attachments)))
+                                   "steering")
+       (message "mevedel: steering: the running turn is cancelled and this goes next")
+       (mevedel-lsp-chat-buffer session server)))
+    (`(edit . ,entry-id)
+     (let ((session (or session (mevedel-lsp--current-session server))))
+       (mevedel-lsp-queue--request server :mevedel/queue/edit
+                                   (mevedel-lsp--object :entryId entry-id :text text :sessionId session)
+                                   "editing the queued prompt")
+       (message "mevedel: the queued prompt was changed")
+       (mevedel-lsp-chat-buffer session server)))))
+
+(defun mevedel-lsp-queue--at-point ()
+  "The queued entry at point in the chat, or a user error."
+  (or (get-text-property (point) 'mevedel-lsp-queue-entry)
+      (user-error "mevedel: point is on no queued prompt")))
+
+(defun mevedel-lsp-queue--prompt-buffer (action initial label)
+  "Open the prompt buffer for the chat's session, for ACTION, holding INITIAL."
+  (let ((buffer (mevedel-lsp-prompt mevedel-lsp--session-id)))
+    (with-current-buffer buffer
+      (setq mevedel-lsp-prompt--queue-action action)
+      (erase-buffer)
+      (when initial (insert initial))
+      (setq-local header-line-format (list (propertize label 'face 'mevedel-lsp-chat-heading)
+                                           '(:eval (mevedel-lsp-prompt--header-line)))))
+    buffer))
+
+(defun mevedel-lsp-queue-edit ()
+  "Edit the queued prompt at point in the prompt buffer; C-c C-c keeps it."
+  (interactive)
+  (let ((entry (mevedel-lsp-queue--at-point)))
+    (mevedel-lsp-queue--prompt-buffer (cons 'edit (plist-get entry :entryId)) (plist-get entry :text)
+                                      " [editing a queued prompt]")))
+
+(defun mevedel-lsp-queue-cancel ()
+  "Cancel the queued prompt at point: it is never sent."
+  (interactive)
+  (let* ((entry (mevedel-lsp-queue--at-point))
+         (server (mevedel-lsp--server))
+         (state (mevedel-lsp-queue--request server :mevedel/queue/cancel
+                                            (mevedel-lsp--object :entryId (plist-get entry :entryId)
+                                                                 :sessionId mevedel-lsp--session-id)
+                                            "cancelling the queued prompt")))
+    (mevedel-lsp-queue--show server state)
+    (message "mevedel: the queued prompt was cancelled; it is not sent")))
+
+(defun mevedel-lsp-steer ()
+  "Steer: on a queued prompt, send it now; elsewhere write steering.
+Either way the running turn is cancelled and this goes next."
+  (interactive)
+  (let ((entry (get-text-property (point) 'mevedel-lsp-queue-entry)))
+    (if (null entry)
+        (mevedel-lsp-queue--prompt-buffer 'steer nil " [steering: cancels the running turn]")
+      (mevedel-lsp-queue--request (mevedel-lsp--server) :mevedel/queue/steer
+                                  (mevedel-lsp--object :entryId (plist-get entry :entryId)
+                                                       :sessionId mevedel-lsp--session-id)
+                                  "sending the queued prompt")
+      (message "mevedel: sending the queued prompt now"))))
+
 
 (add-hook 'eglot-connect-hook #'mevedel-lsp--after-connect 'append)
 

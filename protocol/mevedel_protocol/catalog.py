@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import agent, agent_options, artifact, control, follow, lifecycle, methods, session
+from . import agent, agent_options, artifact, control, follow, lifecycle, methods, queue, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -81,6 +81,11 @@ REQUESTS: dict[str, Message] = {
     methods.AGENT_LIST: Message(agent.AgentListParams, agent.AgentListResult),
     methods.AGENT_OPTIONS: Message(agent_options.AgentOptionsParams, agent_options.AgentOptions),
     methods.AGENT_SET_OPTION: Message(agent_options.AgentSetOptionParams, agent_options.AgentOptions),
+    methods.QUEUE_LIST: Message(queue.QueueParams, queue.QueueState),
+    methods.QUEUE_ADD: Message(queue.QueueAddParams, queue.QueueEntry),
+    methods.QUEUE_EDIT: Message(queue.QueueEditParams, queue.QueueEntry),
+    methods.QUEUE_CANCEL: Message(queue.QueueEntryParams, queue.QueueState),
+    methods.QUEUE_STEER: Message(queue.QueueSteerParams, queue.QueueEntry),
     methods.ARTIFACT_LIST: Message(artifact.ArtifactListParams, artifact.ArtifactListResult),
     methods.ARTIFACT_CREATE: Message(artifact.ArtifactCreateParams, artifact.ArtifactEntry),
     methods.ARTIFACT_READ: Message(artifact.ArtifactParams, artifact.ArtifactReadResult),
@@ -104,6 +109,7 @@ NOTIFICATIONS: dict[str, Message] = {
     methods.SESSION_DID_PUBLISH: Message(follow.SessionDidPublishParams, None),
     methods.TURN_DID_UPDATE: Message(agent.TurnDidUpdateParams, None),
     methods.AGENT_DID_CHANGE_OPTIONS: Message(agent_options.AgentOptions, None),
+    methods.QUEUE_DID_CHANGE: Message(queue.QueueDidChangeParams, None),
     methods.ARTIFACT_DID_CHANGE: Message(artifact.ArtifactDidChangeParams, None),
 }
 

@@ -121,6 +121,7 @@ STEP_KINDS = frozenset(
         "terminal_kill",
         "permission",
         "wait_cancel",
+        "wait_file",
         "ignore_cancel",
         "sleep",
         "crash",
@@ -750,6 +751,17 @@ class ScriptedAgent:
         except asyncio.TimeoutError:
             return None
         return "cancelled"
+
+    async def _step_wait_file(self, path: str, turn: _Turn) -> str | None:
+        """Wait until the file ``path`` exists (the test makes it when the
+        turn may end: a turn that runs as long as the test needs); a cancel
+        meanwhile ends the prompt ``cancelled``."""
+        path = turn.absolute(path)
+        while not os.path.exists(path):
+            if turn.cancelled.is_set() and not turn.ignore_cancel:
+                return "cancelled"
+            await asyncio.sleep(0.02)
+        return None
 
     async def _step_ignore_cancel(self, flag: bool, turn: _Turn) -> None:
         turn.ignore_cancel = bool(flag)

@@ -137,6 +137,27 @@ def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 
+def test_emacs_queue(emacs: str, workspace: Workspace) -> None:
+    """Prompts queued behind the running turn in the chat (p), edited (e)
+    and cancelled (k) on their line, sent when the turn settles; S steers."""
+    output = run_editor(
+        [
+            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
+            "-l", str(TESTS / "mevedel-lsp-queue-test.el"),
+            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-queue-")',
+        ],
+        env={
+            **editor_environment(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
+            "HOME": str(workspace.root.parent),
+        },
+        cwd=workspace.root,
+    )
+    assert re.search(r"Ran 1 tests, 1 results as expected, 0 unexpected", output), output
+    assert re.search(r"passed +1/1 +mevedel-lsp-test-queue-prompts-wait-behind-the-turn", output), output
+
+
 #: The review buffer's ERT tests (tests/clients/emacs/mevedel-lsp-review-test.el).
 REQUIRED_REVIEW = ("review-a-turn-from-the-turns-list-and-the-chat", "review-restore-a-file")
 

@@ -31,6 +31,7 @@ from editor_harness import (
 
 SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "mevedel_test.lua"
 CHAT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_test.lua"
+QUEUE_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "queue_test.lua"
 ARTIFACTS_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_test.lua"
 REVIEW_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "review_test.lua"
 SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_screen.lua"
@@ -193,6 +194,25 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
         expected.append("chat: a picker that answers the permission question later")
     for name in expected:
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
+
+
+def test_neovim_queue(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """A prompt written while the turn runs is queued in the chat; e edits
+    and x cancels it on its line; it goes when the turn settles; S steers."""
+    scripts = tmp_path / "agent-scripts"
+    scripts.mkdir()
+    output = run_editor(
+        _headless(nvim, QUEUE_SCRIPT),
+        env={
+            **editor_environment(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps(_agent_command()),
+            "MEVEDEL_TEST_SCRATCH": str(scripts),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        },
+        cwd=workspace.root,
+    )
+    assert re.search(r"^1 tests, 0 failed$", output, re.MULTILINE), output
+    assert re.search(r"^PASS queue: a prompt written while the turn runs is queued", output, re.MULTILINE), output
 
 
 def test_neovim_review(nvim: str, workspace: Workspace, tmp_path) -> None:

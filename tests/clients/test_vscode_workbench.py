@@ -326,6 +326,56 @@ def test_chat_mode_and_model_picker(vscode: Workbench, tmp_path: Path) -> None:
     drive("waitFor", frame=CHAT, selector=".turn-2", hasText="options: mode=plan model=small fast=true")
 
 
+def test_chat_queues_a_prompt_behind_the_running_turn_edits_cancels_and_steers(vscode: Workbench, tmp_path: Path) -> None:
+    """While a turn runs the composer's button says Queue: what is sent
+    waits under the running turn; Edit changes it (an input box), Cancel
+    drops it, and it goes as the next turn when the running one settles.
+    Steer cancels the running turn and sends the composer's text at once."""
+    folder = markdown_folder(tmp_path)
+    release = tmp_path / "release"
+    vscode.open(
+        folder,
+        turns=[
+            [{"say": "Working on it."}, {"wait_file": str(release)}, {"say": " Finished."}],
+            [{"echo_prompt": True}],
+            [{"say": "The wrong way."}, {"wait_cancel": 60}, {"say": "never said"}],
+            [{"echo_prompt": True}],
+        ],
+    )
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    drive("waitFor", frame=CHAT, selector=".empty", hasText="No turns yet")
+    send_prompt(vscode, "Start the long one")
+    drive("waitFor", frame=CHAT, selector="#live", hasText="Working on it.")
+    drive("waitFor", frame=CHAT, selector="#send", hasText="Queue")
+    send_prompt(vscode, "First follow-up")
+    drive("waitFor", frame=CHAT, selector="#queue .queue-entry", hasText="First follow-up")
+    send_prompt(vscode, "Second follow-up")
+    drive("waitFor", frame=CHAT, selector="#queue .queue-head", hasText="Queued (2)")
+
+    drive("click", frame=CHAT, selector='.queue-entry:has-text("First follow-up") button[data-action="queueEdit"]')
+    drive("answer", title="Edit the queued prompt", text="First follow-up, edited")
+    drive("waitFor", frame=CHAT, selector="#queue .queue-entry", hasText="First follow-up, edited")
+    drive("click", frame=CHAT, selector='.queue-entry:has-text("Second follow-up") button[data-action="queueCancel"]')
+    drive("waitFor", frame=CHAT, selector="#queue .queue-head", hasText="Queued (1)")
+    assert "Second follow-up" not in " ".join(drive("texts", frame=CHAT, selector="#queue"))
+
+    release.touch()
+    drive("waitFor", frame=CHAT, selector=".turn-2 .prompt", hasText="First follow-up, edited")
+    drive("waitFor", frame=CHAT, selector=".turn-2 .turn-state", hasText="completed")
+    assert drive("count", frame=CHAT, selector="#queue .queue-entry") == 0
+
+    send_prompt(vscode, "Go slowly")
+    drive("waitFor", frame=CHAT, selector="#live", hasText="The wrong way.")
+    drive("fill", frame=CHAT, selector="#prompt", text="Turn left instead")
+    drive("click", frame=CHAT, selector="#steer")
+    drive("waitFor", frame=CHAT, selector=".turn-4 .prompt", hasText="Turn left instead")
+    drive("waitFor", frame=CHAT, selector=".turn-3", hasText="The wrong way.")
+    third = " ".join(drive("texts", frame=CHAT, selector=".turn-3"))
+    assert "never said" not in third and "interrupted" in third, third
+
+
 def test_rewind_and_redo_restore_the_files(vscode: Workbench, tmp_path: Path) -> None:
     """Rewind before a turn from the palette (the turn, the boundary, the
     confirmation) puts back the file the turn wrote; Redo returns to the

@@ -28,6 +28,7 @@ import { describeChild, describeInPlace, fork, listRedo, redo, redoLabel, rewind
 import { confirmModal, runGuarded } from './lifecycleCommands';
 import { listSessions, RequestSender, Scope, SessionDidChangeParams } from './protocol';
 import { SessionCommandContext } from './sessionCommands';
+import { addToQueue, cancelQueued, editQueued, listQueue, QueueDidChangeParams, QueueState, renderQueue, sendingEntry, steer } from './queue';
 
 export interface ChatContext extends SessionCommandContext {
   // Where the agent chosen for each session is remembered.
@@ -40,10 +41,12 @@ export class ChatEvents implements vscode.Disposable {
   readonly updates = new vscode.EventEmitter<TurnDidUpdateParams>();
   readonly changes = new vscode.EventEmitter<SessionDidChangeParams>();
   readonly options = new vscode.EventEmitter<AgentOptions>();
+  readonly queues = new vscode.EventEmitter<QueueDidChangeParams>();
   dispose(): void {
     this.updates.dispose();
     this.changes.dispose();
     this.options.dispose();
+    this.queues.dispose();
   }
 }
 
@@ -97,15 +100,20 @@ export async function showAdvice(context: ChatContext, advice: Advice): Promise<
 type WebviewMessage =
   | { type: 'ready' }
   | { type: 'prompt'; text: string }
-  | { type: 'action'; action: string; turn?: number; boundary?: string; index?: number };
+  | { type: 'steer'; text: string }
+  | { type: 'action'; action: string; turn?: number; boundary?: string; index?: number; entry?: string };
 
 function isMessage(value: unknown): value is WebviewMessage {
   if (typeof value !== 'object' || value === null) return false;
   const v = value as Record<string, unknown>;
   if (v.type === 'ready') return true;
-  if (v.type === 'prompt') return typeof v.text === 'string';
+  if (v.type === 'prompt' || v.type === 'steer') return typeof v.text === 'string';
   if (v.type !== 'action' || typeof v.action !== 'string') return false;
-  return (v.turn === undefined || Number.isInteger(v.turn)) && (v.index === undefined || Number.isInteger(v.index));
+  return (
+    (v.turn === undefined || Number.isInteger(v.turn)) &&
+    (v.index === undefined || Number.isInteger(v.index)) &&
+    (v.entry === undefined || typeof v.entry === 'string')
+  );
 }
 
 // Updates are rendered at most this often while a turn streams.
@@ -115,6 +123,10 @@ export class ChatPanel implements vscode.Disposable {
   private static current: ChatPanel | undefined;
 
   private state: ChatState;
+  // The session's queued prompts, as the server last said.
+  private queue: QueueState | undefined;
+  // The text of the queued prompt the server is sending (shown as the next turn's).
+  private sendingQueued: string | undefined;
   private attachments: Attachment[] = [];
   // The session's agent modes and options, as the server last told.
   private options: AgentOptions | undefined;
@@ -167,6 +179,7 @@ export class ChatPanel implements vscode.Disposable {
         this.options = options;
         this.scheduleRender();
       }),
+      events.queues.event((queue) => this.queueChanged(queue)),
     );
   }
 
@@ -244,6 +257,7 @@ export class ChatPanel implements vscode.Disposable {
         const remembered = this.context.memory.get<string>(agentMemoryKey(workspaceFolder, current.sessionId));
         this.state = { ...this.state, agent: remembered ?? (same ? this.state.agent : undefined) };
         if (!same || !this.options) this.options = await getOptions(sender, { workspaceFolder, sessionId: current.sessionId }).catch(() => undefined);
+        this.queue = await listQueue(sender, { workspaceFolder, sessionId: current.sessionId });
       }
       if (!this.disposed) this.panel.title = `mevedel: ${this.state.displayName ?? 'chat'}`;
     } catch (error) {
@@ -267,7 +281,7 @@ export class ChatPanel implements vscode.Disposable {
     const parts = renderParts(this.state);
     this.post({
       type: 'render',
-      parts: { ...parts, attachments: renderAttachments(this.attachments.map((a) => a.label)), options: renderOptions(this.options, false) },
+      parts: { ...parts, queue: renderQueue(this.queue), attachments: renderAttachments(this.attachments.map((a) => a.label)), options: renderOptions(this.options, false) },
       busy: this.busy,
     });
   }
@@ -282,13 +296,16 @@ export class ChatPanel implements vscode.Disposable {
       case 'prompt':
         await this.prompt(message.text);
         return;
+      case 'steer':
+        await this.prompt(message.text, { steer: true });
+        return;
       case 'action':
         await this.action(message);
         return;
     }
   }
 
-  private async action(message: { action: string; turn?: number; boundary?: string; index?: number }): Promise<void> {
+  private async action(message: { action: string; turn?: number; boundary?: string; index?: number; entry?: string }): Promise<void> {
     switch (message.action) {
       case 'cancel':
         return this.cancel();
@@ -311,6 +328,11 @@ export class ChatPanel implements vscode.Disposable {
         return this.fork(message.turn);
       case 'redo':
         return this.redo();
+      case 'queueEdit':
+      case 'queueCancel':
+      case 'queueSend':
+        if (message.entry === undefined) return;
+        return this.queueAction(message.action, message.entry);
       case 'review':
         if (message.turn === undefined || !this.state.sessionId) return;
         return reviewChanges(this.context, { workspaceFolder: this.state.workspaceFolder, sessionId: this.state.sessionId }, {
@@ -397,12 +419,9 @@ export class ChatPanel implements vscode.Disposable {
     }
   }
 
-  async prompt(text: string): Promise<void> {
+  async prompt(text: string, how: { steer?: boolean } = {}): Promise<void> {
     if (!text.trim()) return;
-    if (this.busy) {
-      void vscode.window.showWarningMessage('mevedel: a turn is running in this session; wait for it, or cancel it');
-      return;
-    }
+    if (this.busy || how.steer) return this.queuePrompt(text, how.steer === true);
     let sender: RequestSender;
     let agent: { agent: string | undefined } | undefined;
     try {
@@ -527,6 +546,81 @@ export class ChatPanel implements vscode.Disposable {
       if (!outcome.committed) return void vscode.window.showInformationMessage('mevedel: redo cancelled; nothing changed');
       void vscode.window.showInformationMessage(`mevedel: ${describeInPlace('redone', outcome.result)}`);
     });
+  }
+
+  // The queue -------------------------------------------------------------------------------
+
+  private queueChanged(queue: QueueDidChangeParams): void {
+    if (this.state.workspaceFolder && queue.workspaceFolder !== this.state.workspaceFolder) return;
+    if (this.state.sessionId && queue.sessionId !== this.state.sessionId) return;
+    this.queue = queue;
+    // A queued prompt being sent: its turn starts next, with its text. One
+    // the server could not send comes back for review: nothing starts.
+    const sending = sendingEntry(queue);
+    if (sending && !this.state.live) {
+      this.state = promptSent(this.state, sending.text);
+      this.sendingQueued = sending.text;
+    } else if (!sending && this.sendingQueued !== undefined) {
+      if (!this.state.live && this.state.pendingPrompt === this.sendingQueued) this.state = { ...this.state, pendingPrompt: undefined };
+      this.sendingQueued = undefined;
+    }
+    this.scheduleRender();
+  }
+
+  // While a turn runs the prompt waits in the session's queue; steering
+  // cancels the turn and goes now.
+  private async queuePrompt(text: string, steering: boolean): Promise<void> {
+    try {
+      const sender = await this.context.sender();
+      const attachments = this.attachments;
+      const params = promptParams(
+        {
+          text,
+          selections: attachments.flatMap((a) => ('selection' in a ? [a.selection] : [])),
+          attachments: attachments.flatMap((a) => ('attachment' in a ? [a.attachment] : [])),
+        },
+        this.scope,
+        this.state.agent,
+      );
+      if (steering) await steer(sender, params);
+      else await addToQueue(sender, params);
+      this.attachments = [];
+      this.post({ type: 'sent' });
+      vscode.window.setStatusBarMessage(
+        steering ? 'mevedel: steering: the running turn is cancelled and this goes next' : 'mevedel: queued: sent when the running turn settles',
+        10_000,
+      );
+      this.scheduleRender();
+    } catch (error) {
+      await showAdvice(this.context, describePromptFailure(error));
+    }
+  }
+
+  private async queueAction(action: string, entryId: string): Promise<void> {
+    const entry = this.queue?.entries.find((e) => e.entryId === entryId);
+    if (!entry) return;
+    try {
+      const sender = await this.context.sender();
+      const where = { ...this.scope, entryId };
+      if (action === 'queueEdit') {
+        const text = await vscode.window.showInputBox({
+          title: 'mevedel: Edit the queued prompt',
+          value: entry.text,
+          prompt: 'It is sent when the running turn settles',
+          validateInput: (value) => (value.trim() ? undefined : 'A blank prompt is not sent; Cancel drops the queued one'),
+        });
+        if (text === undefined) return;
+        await editQueued(sender, { ...where, text });
+      } else if (action === 'queueCancel') {
+        this.queue = await cancelQueued(sender, where);
+        void vscode.window.showInformationMessage('mevedel: the queued prompt was cancelled; it is not sent');
+      } else {
+        await steer(sender, where);
+      }
+      this.scheduleRender();
+    } catch (error) {
+      await showAdvice(this.context, describePromptFailure(error));
+    }
   }
 
   dispose(): void {

@@ -335,6 +335,14 @@ textarea:focus { outline: 1px solid var(--vscode-focusBorder); }
 .chip { display: inline-flex; align-items: center; gap: 2px; margin: 0 4px 4px 0; padding: 0 0 0 6px; border-radius: 2px; color: var(--vscode-badge-foreground); background: var(--vscode-badge-background); }
 .chip button.action { margin: 0; padding: 0 4px; }
 .hint { color: var(--vscode-descriptionForeground); font-size: 0.85em; margin-left: auto; }
+.queue { margin: 8px 0; padding: 6px 8px; border: 1px dashed var(--vscode-panel-border, var(--vscode-widget-border, var(--vscode-descriptionForeground))); }
+.queue-head { color: var(--vscode-descriptionForeground); font-size: 0.9em; }
+.queue-list { margin: 4px 0; padding-left: 1.4em; }
+.queue-entry { margin: 4px 0; }
+.queue-state { font-size: 0.85em; color: var(--vscode-descriptionForeground); }
+.queue-text { white-space: pre-wrap; word-wrap: break-word; }
+.queue-review .queue-state, .queue-reason { color: var(--vscode-editorWarning-foreground, var(--vscode-errorForeground)); }
+.queue-attached { font-size: 0.85em; color: var(--vscode-descriptionForeground); }
 `;
 
 // The page's script: swaps in the fragments the extension renders, keeps the
@@ -363,14 +371,18 @@ const SCRIPT = `
     const message = event.data || {};
     if (message.type === 'render') {
       const bottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
-      for (const name of ['header', 'turns', 'live', 'notice', 'options', 'attachments']) {
+      for (const name of ['header', 'turns', 'live', 'queue', 'notice', 'options', 'attachments']) {
         if (typeof message.parts[name] === 'string') {
           const element = document.getElementById(name);
           element.innerHTML = message.parts[name];
           restore(element);
         }
       }
-      if (typeof message.busy === 'boolean') document.getElementById('send').disabled = message.busy;
+      if (typeof message.busy === 'boolean') {
+        // While a turn runs, what is sent waits in the queue; Steer sends it now.
+        document.getElementById('send').textContent = message.busy ? 'Queue' : 'Send';
+        document.getElementById('steer').hidden = !message.busy;
+      }
       if (bottom) window.scrollTo(0, document.body.scrollHeight);
     } else if (message.type === 'sent') {
       prompt.value = '';
@@ -390,6 +402,7 @@ const SCRIPT = `
       turn: data.turn === undefined ? undefined : Number(data.turn),
       boundary: data.boundary,
       index: data.index === undefined ? undefined : Number(data.index),
+      entry: data.entry,
     });
   });
   function send() {
@@ -398,6 +411,9 @@ const SCRIPT = `
     vscode.postMessage({ type: 'prompt', text: text });
   }
   document.getElementById('send').addEventListener('click', send);
+  document.getElementById('steer').addEventListener('click', function () {
+    if (prompt.value.trim()) vscode.postMessage({ type: 'steer', text: prompt.value });
+  });
   prompt.addEventListener('input', save);
   prompt.addEventListener('keydown', function (event) {
     if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) { event.preventDefault(); send(); }
@@ -420,12 +436,12 @@ export function renderPage(options: PageOptions): string {
 </head>
 <body>
 <header id="header"></header>
-<main><div id="turns"></div><div id="live"></div><div id="notice"></div></main>
+<main><div id="turns"></div><div id="live"></div><div id="queue"></div><div id="notice"></div></main>
 <footer>
 <div id="options"></div>
 <div id="attachments"></div>
 <textarea id="prompt" placeholder="Prompt the agent (Ctrl+Enter sends)" aria-label="Prompt"></textarea>
-<div class="composer-actions"><button id="send" class="primary">Send</button><button class="action" data-action="attach" title="Attach the selection, the current file or an address">Attach…</button><span class="hint">Ctrl+Enter to send</span></div>
+<div class="composer-actions"><button id="send" class="primary">Send</button><button id="steer" class="action" hidden title="Cancel the running turn and send this now">Steer</button><button class="action" data-action="attach" title="Attach the selection, the current file or an address">Attach…</button><span class="hint">Ctrl+Enter to send</span></div>
 </footer>
 <script nonce="${nonce}">${SCRIPT}</script>
 </body>

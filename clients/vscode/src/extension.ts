@@ -10,6 +10,7 @@ import {
 import { TurnIndicator } from './agentCommands';
 import { AgentOptions, OptionMethods } from './agentOptions';
 import { AgentMethods, TurnDidUpdateParams } from './agents';
+import { QueueDidChangeParams, QueueMethods } from './queue';
 import { ArtifactDidChangeParams, ArtifactMethods } from './artifacts';
 import { Artifacts } from './artifactsView';
 import { ChatEvents } from './chatPanel';
@@ -77,6 +78,7 @@ function createClient(
   const created = new LanguageClient('mevedel', 'mevedel', serverOptions, clientOptions);
   created.onNotification(AgentMethods.didUpdate, (update: TurnDidUpdateParams) => events.updates.fire(update));
   created.onNotification(OptionMethods.didChange, (options: AgentOptions) => events.options.fire(options));
+  created.onNotification(QueueMethods.didChange, (queue: QueueDidChangeParams) => events.queues.fire(queue));
   created.onNotification(Notifications.sessionDidChange, (change: SessionDidChangeParams) => {
     documents.sessionChanged(change);
     events.changes.fire(change);

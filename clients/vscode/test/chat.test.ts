@@ -237,9 +237,9 @@ suite('rendering', () => {
     const listeners: Record<string, Listener[]> = {};
     const on = (registry: Record<string, Listener[]>) => (type: string, listener: Listener) => (registry[type] ??= []).push(listener);
     const elements: Record<string, any> = {};
-    for (const id of ['header', 'turns', 'live', 'notice', 'attachments', 'prompt', 'send']) {
+    for (const id of ['header', 'turns', 'live', 'queue', 'notice', 'attachments', 'prompt', 'send', 'steer']) {
       const own: Record<string, Listener[]> = {};
-      elements[id] = { id, innerHTML: '', value: '', disabled: false, listeners: own, addEventListener: on(own), focus() {}, querySelectorAll: () => [] };
+      elements[id] = { id, innerHTML: '', value: '', textContent: '', hidden: true, disabled: false, listeners: own, addEventListener: on(own), focus() {}, querySelectorAll: () => [] };
     }
     const received: any[] = [];
     // A plain copy of a posted message (the script's objects are of the
@@ -259,15 +259,23 @@ suite('rendering', () => {
     assert.deepEqual(posted(0), { type: 'ready' });
     assert.equal(received.length, 1);
     // A render message sets the fragments as given, and the send button.
-    windowListeners.message[0]({ data: { type: 'render', parts: { turns: '<div class="text">a</div>', live: '' }, busy: true } });
+    windowListeners.message[0]({ data: { type: 'render', parts: { turns: '<div class="text">a</div>', live: '', queue: '<ol></ol>' }, busy: true } });
     assert.equal(elements.turns.innerHTML, '<div class="text">a</div>');
-    assert.equal(elements.send.disabled, true);
-    // Busy: Ctrl+Enter sends nothing; idle, it sends the prompt.
+    assert.equal(elements.queue.innerHTML, '<ol></ol>');
+    // Busy: the button queues, Steer shows; Ctrl+Enter posts the prompt (the
+    // extension queues it), Steer posts steering.
+    assert.equal(elements.send.textContent, 'Queue');
+    assert.equal(elements.steer.hidden, false);
     elements.prompt.value = 'Fix the bug';
     const keydown = { key: 'Enter', ctrlKey: true, preventDefault() {} };
     elements.prompt.listeners.keydown[0](keydown);
-    assert.equal(received.length, 1);
+    assert.deepEqual(posted(1), { type: 'prompt', text: 'Fix the bug' });
+    elements.steer.listeners.click[0]({});
+    assert.deepEqual(posted(2), { type: 'steer', text: 'Fix the bug' });
+    received.splice(1, 2);
     windowListeners.message[0]({ data: { type: 'render', parts: {}, busy: false } });
+    assert.equal(elements.send.textContent, 'Send');
+    assert.equal(elements.steer.hidden, true);
     elements.prompt.listeners.keydown[0](keydown);
     assert.deepEqual(posted(1), { type: 'prompt', text: 'Fix the bug' });
     // The extension says it went: the box empties, and the draft with it.

@@ -425,12 +425,23 @@ class AgentEngine:
         self._running: dict[str, _Running] = {}
         #: The sessions' modes and config options (:mod:`.session_options`).
         self.options = SessionOptions(self)
+        #: Sessions with a prompt between its admission and its settlement
+        #: (the agent may still be starting: no turn yet).
+        self._busy: set[str] = set()
+        self._on_begun: dict[str, Callable[[int], Awaitable[None]] | None] = {}
+        #: Called with the session id once a prompt has ended, the session
+        #: idle again (the prompt queue sends the next entry then).
+        self.after_turn: list[Callable[[str], None]] = []
+        #: The session's queued prompts and steering (:mod:`.prompt_queue`).
+        from .prompt_queue import PromptQueue
+
+        self.queue = PromptQueue(self)
 
     # Facts ------------------------------------------------------------------------
 
     def running_turn(self, session_id: str) -> bool:
         running = self._running.get(session_id)
-        return running is not None and running.turn is not None
+        return session_id in self._busy or (running is not None and running.turn is not None)
 
     def working_directory(self, session_id: str) -> str:
         """The session's working directory, workspace-relative ("" for the
@@ -487,12 +498,29 @@ class AgentEngine:
 
     # Prompt -----------------------------------------------------------------------
 
-    async def prompt(self, session_id: str, text: str, *, agent: str | None = None, attachments: Sequence[str] = ()) -> PromptOutcome:
+    async def prompt(self, session_id: str, text: str, *, on_begun: Callable[[int], Awaitable[None]] | None = None,
+                     **options: Any) -> PromptOutcome:
+        """One turn at a time per session: a prompt while one runs (or its
+        agent starts) is refused; the front ends queue it instead
+        (:mod:`.prompt_queue`). ``on_begun`` is awaited once the turn holding
+        the prompt is published (before the agent gets it)."""
+        if self.running_turn(session_id):
+            raise AgentError(FAILED, f"session {session_id}", "already has an agent turn running",
+                             "queue the prompt (it is sent when the turn settles), steer (cancel the turn and send it now), or wait")
+        self._busy.add(session_id)
+        self._on_begun[session_id] = on_begun
+        try:
+            return await self._prompt(session_id, text, **options)
+        finally:
+            self._busy.discard(session_id)
+            self._on_begun.pop(session_id, None)
+            for hook in list(self.after_turn):
+                hook(session_id)
+
+    async def _prompt(self, session_id: str, text: str, *, agent: str | None = None, attachments: Sequence[str] = ()) -> PromptOutcome:
         if not isinstance(text, str) or not text.strip():
             raise AgentError(FAILED, "the prompt", "is blank; write what the agent should do")
         self.service.session(session_id).require_writable()
-        if self.running_turn(session_id):
-            raise AgentError(FAILED, f"session {session_id}", "already has an agent turn running", "wait for it, or cancel it")
         latch = await self.service.unsettled_mutation(session_id)
         if latch.set:  # told before the agent mutates anything
             raise AgentError(FAILED, f"session {session_id}", latch.message(), "prompt again once that is settled")
@@ -543,6 +571,7 @@ class AgentEngine:
             _log.exception("session %s: preparing the turn failed", session_id)
             why = AgentError(FAILED, f"session {session_id}", f"the turn could not be prepared: {getattr(failure, 'reason', failure)}")
             return await self._settle(running, turn, None, why)
+        await self._begun(session_id, turn.turn)
         prompt: list = []
         if notice:
             prompt.append(schema.TextContentBlock(type="text", text=notice))
@@ -570,6 +599,14 @@ class AgentEngine:
             await self._settle(running, turn, stop_reason, None)
             raise
         return await self._settle(running, turn, stop_reason, error)
+
+    async def _begun(self, session_id: str, turn: int) -> None:
+        hook = self._on_begun.pop(session_id, None)
+        if hook is not None:
+            try:
+                await hook(turn)
+            except Exception:  # the turn goes on; its caller's bookkeeping is its own
+                _log.exception("session %s: after the turn began", session_id)
 
     async def _await_prompt(self, running: _Running, turn: _Turn, request: asyncio.Future, config: AgentConfig) -> str | None:
         """The agent's stop reason; an AgentError when it fails, goes
@@ -716,6 +753,7 @@ class AgentEngine:
     async def stop_all(self, grace: float = 1.0) -> None:
         """Stop every agent at once (the server exits: ``grace`` bounds it),
         and the file-state record's watch of the tree with them."""
+        self.queue.stopping = True  # a turn ended by the exit sends nothing queued
         try:
             await asyncio.gather(*(self.stop(session_id, grace=grace) for session_id in list(self._running)), return_exceptions=True)
         finally:

@@ -15,7 +15,13 @@ them). The agent gets mevedel's MCP tools (``mevedel mcp`` relaying to a
 tool host in this process, as under the LSP server). Ctrl-C cancels the
 turn (it settles as interrupted); a second Ctrl-C, while the agent takes
 its time to stop, ends the agent's process. A question is answered by its
-number; a typo asks again, an empty answer refuses. Exit status:
+number; a typo asks again, an empty answer refuses. While another
+``mevedel prompt`` of this client runs a turn of the session, the prompt is
+refused without touching the session's lease; ``--queue`` adds it to the
+session's queue (that process sends it when its turn settles) and
+``--steer`` cancels that turn and has it sent next (:mod:`.queued_prompt`).
+The process running the turns sends whatever was queued meanwhile before
+it exits; its status is its own prompt's. Exit status:
 0 completed, 1 refused before anything was recorded, 2 the turn failed,
 130 interrupted.
 """
@@ -42,6 +48,7 @@ from ..tool_server.host import ToolHost
 from ..tool_server.standalone import StandaloneContext
 from ..store.workspace_wide.listing import SessionAction
 from .agent_prestart import prestart_for
+from .queued_prompt import STEER_SIGNAL, RunnerMark, other_runner, queue_behind, refusal
 from .session_client import (
     CommandError, add_common, add_session_option, emit, held_session, last_session, remember_session, run_command, workspace_root,
 )
@@ -65,6 +72,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--mode", metavar="ID", help="the agent's session mode (ACP), remembered in the session once the agent takes it")
     parser.add_argument("--set", metavar="ID=VALUE", action="append", default=[], dest="set_options",
                         help="an agent config option (model=..., reasoning effort...), remembered like --mode (repeatable)")
+    parser.add_argument("--queue", action="store_true",
+                        help="while your other `mevedel prompt` runs a turn of the session: send this when that turn settles")
+    parser.add_argument("--steer", action="store_true",
+                        help="while your other `mevedel prompt` runs a turn of the session: cancel that turn and send this at once")
     add_session_option(parser)
     add_common(parser)
     parser.set_defaults(run=run_prompt)
@@ -78,6 +89,8 @@ class TerminalFront:
         self.at_line_start = True
         #: A run of reasoning is being written (dimmed, on stderr).
         self.reasoning = False
+        #: Queue entries already said.
+        self.said: set = set()
 
     def turn_update(self, update: TurnUpdate) -> None:
         if self.json_output:
@@ -132,6 +145,20 @@ class TerminalFront:
             sys.stdout.flush()
             self.at_line_start = True
         print(text, file=sys.stderr, flush=True)
+
+    def queue_changed(self, state: Any) -> None:
+        """Queued prompts sent by this process (another ``mevedel prompt
+        --queue`` or ``--steer`` added them) are said before their turn."""
+        if self.json_output:
+            return
+        for entry in state.entries:
+            if entry.state == "sending" and entry.entry_id not in self.said:
+                self.said.add(entry.entry_id)
+                first = entry.text.strip().splitlines()[0] if entry.text.strip() else ""
+                self.note(f"[sending the {'steering' if entry.kind == 'steer' else 'queued prompt'} from {entry.host}: {first[:80]}]")
+            elif entry.state == "review" and (entry.entry_id, entry.reason) not in self.said:
+                self.said.add((entry.entry_id, entry.reason))
+                self.note(f"[a queued prompt was not sent: {entry.reason}]")
 
     async def ask_permission(self, question: PermissionQuestion, timeout: float) -> str | None:
         if not sys.stdin.isatty():
@@ -267,6 +294,8 @@ def run_prompt(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         if arguments.new and arguments.session is not None:
             raise CommandError("invalid-params", "give either --new or --session, not both")
+        if arguments.queue and arguments.steer:
+            raise CommandError("invalid-params", "give either --queue or --steer, not both")
         front = TerminalFront(arguments.json)
         if arguments.new:
             session_id = (await service.create()).session_id
@@ -277,9 +306,22 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 if arguments.session is not None or error.kind != "owner-missing":
                     raise
                 session_id = await _last_or_new(service, arguments, front)
+            runner = await other_runner(service, session_id)
+            if runner is not None:
+                # Another `mevedel prompt` of this client runs the session's
+                # turn: its lease is left alone (opening it would take it).
+                remember_session(arguments, session_id)
+                if not (arguments.queue or arguments.steer):
+                    raise refusal(session_id, runner)
+                queued = await queue_behind(service, session_id, runner, text, arguments, steer=arguments.steer)
+                said = "steering: its turn is being cancelled; yours goes next" if arguments.steer else "queued: it is sent when the running turn settles"
+                emit(arguments, queued, [f"[{said} (in pid {runner.pid}, which shows its answer)]"])
+                return
             if not service.is_open(session_id):
                 await service.open(session_id, "resume")
         remember_session(arguments, session_id)
+        if (arguments.queue or arguments.steer) and not arguments.json:
+            front.note("[no other `mevedel prompt` of yours runs a turn of this session: sending it now]")
         in_flight = service.turn_in_flight(session_id)
         if in_flight is not None:
             raise CommandError("turn-in-flight", f"turn {in_flight} of {session_id} is in flight, begun by hand (`mevedel turn begin`): "
@@ -301,7 +343,10 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         if arguments.mode is not None or arguments.set_options:
             await _choose(engine, session_id, arguments)
         loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach))
+        mark = RunnerMark(service, session_id)
+        await engine.queue.state(session_id)  # what an earlier process left, under the restart rules
+        task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach,
+                                                   on_begun=lambda turn: mark.mark_after_first_save()))
         interrupted = {"yes": False, "killed": False}
 
         def cancel() -> None:
@@ -316,15 +361,25 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 if interrupted["killed"]:
                     front.note("[stopping the agent's process]")
 
+        def steered() -> None:
+            # Another `mevedel prompt --steer` queued steering for this
+            # session: the turn ends, the steering goes next.
+            front.note("[steering arrived from another `mevedel prompt`: cancelling this turn]")
+            asyncio.ensure_future(engine.cancel(session_id))
+
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signal.SIGINT, cancel)
+            loop.add_signal_handler(STEER_SIGNAL, steered)
         try:
             outcome = await task
+            await engine.queue.drained()  # what was queued meanwhile goes, each its own turn
         except AgentError as error:
             raise CommandError(error.kind, error.message) from None
         finally:
             with contextlib.suppress(NotImplementedError):
                 loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(STEER_SIGNAL)
+            await mark.__aexit__()
             try:
                 await engine.stop_all()
             finally:

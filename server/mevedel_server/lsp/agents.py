@@ -91,6 +91,11 @@ class EditorFront:
         except Exception:  # a lost notification must not fail the turn
             _log.exception("could not send %s", methods.TURN_DID_UPDATE)
 
+    def queue_changed(self, state: Any) -> None:
+        from .prompt_queue import notify
+
+        notify(self.ls, self.folder, state)
+
     async def ask_permission(self, question: PermissionQuestion, timeout: float) -> str | None:
         titles = {}
         for option_id, name, _kind in question.options:

@@ -17,6 +17,8 @@ root)::
               request-<20 digits>.json  the first request only; per transfer generation:
               decision-<20 digits>.json the request, the owner's answer, and the
               fence-<20 digits>.json    requester-only fence of a granted release
+          .pending-input/               queued prompts and steering, one
+            <32 hex>.json               file per entry (:mod:`.pending_inputs`)
           .publications/
             <32 hex>/                   one immutable publication, never rewritten
               000001.data               artifact bytes written by this publication

@@ -452,6 +452,13 @@ local function render_now(chat)
   if chat.live then
     put(chat.live, true)
   end
+  -- The prompts queued behind the running turn (mevedel.queue).
+  local queued, entries = require('mevedel.queue').lines(chat.session)
+  chat.queue_at = {}
+  for offset, entry in pairs(entries) do
+    chat.queue_at[#lines + offset] = entry
+  end
+  vim.list_extend(lines, queued)
   if chat.refusal then
     local r = chat.refusal
     table.insert(lines, '## Prompt refused: ' .. r.kind)
@@ -465,7 +472,7 @@ local function render_now(chat)
     end
     table.insert(lines, '')
   end
-  if #chat.turns == 0 and not chat.live and not chat.refusal then
+  if #chat.turns == 0 and not chat.live and not chat.refusal and #queued == 0 then
     table.insert(lines, 'No turns yet. ' .. (mevedel.options().chat.keys.prompt or ':MevedelPrompt') .. ' writes a prompt.')
   end
   folds[bufnr] = levels_
@@ -536,6 +543,7 @@ function M.reload(session, client)
     local live = chat.live
     return summary.state == 'in-flight' and live ~= nil and (live.turnId == summary.turnId or live.turnId == nil)
   end
+  require('mevedel.queue').load(client, session)
   local listing, err = mevedel.request(client, 'mevedel/turn/list', { sessionId = session })
   if not listing then
     return nil, err
@@ -671,6 +679,15 @@ local function ensure_buffer(chat)
   map(bufnr, keys.options, function()
     require('mevedel.options').pick(session)
   end, "mevedel: choose the agent's mode, model or another option")
+  map(bufnr, keys.queue_edit, function()
+    M.edit_queued_here()
+  end, 'mevedel: edit the queued prompt under the cursor')
+  map(bufnr, keys.queue_cancel, function()
+    M.cancel_queued_here()
+  end, 'mevedel: cancel the queued prompt under the cursor')
+  map(bufnr, keys.steer, function()
+    M.steer_here()
+  end, 'mevedel: steer: send the queued prompt under the cursor now, or write steering (the running turn is cancelled)')
   map(bufnr, keys.close, function()
     pcall(vim.cmd, 'close')
   end, 'mevedel: close the chat window')
@@ -710,6 +727,9 @@ function M.help()
     { 'show_turn', 'show the turn under the cursor alone' },
     { 'review', 'review what the turn under the cursor changed (:MevedelReview)' },
     { 'options', "choose the agent's mode, model or another option (:MevedelOptions)" },
+    { 'queue_edit', 'edit the queued prompt under the cursor' },
+    { 'queue_cancel', 'cancel the queued prompt under the cursor' },
+    { 'steer', 'steer: send the queued prompt under the cursor now, or write steering (cancels the running turn)' },
     { 'close', 'close the chat window' },
   }) do
     if keys[pair[1]] then
@@ -952,12 +972,19 @@ function M.send(opts)
     mevedel.notify(err)
     return
   end
+  local queue = require('mevedel.queue')
+  if opts.edit_entry then
+    return queue.edit(client, session, opts.edit_entry, text, opts.on_done)
+  end
   choose_agent(client, session, opts.agent, function(agent)
     local chat = chat_for(session, client.id)
     chat.root = client.config.root_dir
+    if opts.steer then
+      return queue.steer(client, session, { text = text, agent = agent, attachments = opts.attachments, on_done = opts.on_done })
+    end
     if chat.live then
-      mevedel.notify(session .. ' has a turn running; wait for it or cancel it (:MevedelCancel)', levels.WARN)
-      return
+      -- A turn runs: the prompt waits in the session's queue, sent when it settles.
+      return queue.add(client, session, text, { agent = agent, attachments = opts.attachments, on_done = opts.on_done })
     end
     if not chat.bufnr or not vim.api.nvim_buf_is_valid(chat.bufnr) then
       refresh_name(chat, client)
@@ -1136,6 +1163,10 @@ function M.compose(context)
   if client and context.continuing == nil then
     context.continuing = continuable(client)
   end
+  if context.initial then
+    vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, vim.split(context.initial, '\n', { plain = true }))
+    vim.api.nvim_buf_set_option(bufnr, 'modified', false)
+  end
   local attached = context.attachments and #context.attachments > 0 and (' +' .. table.concat(context.attachments, ' +')) or ''
   local function show_target()
     local target = here or 'the current session'
@@ -1144,7 +1175,8 @@ function M.compose(context)
       target = 'continue ' .. context.continuing.displayName
       fresh = ', <C-n> starts a new session'
     end
-    local title = string.format('mevedel prompt to %s%s  (:w or <CR> sends, q discards%s)', target, attached, fresh)
+    local what = context.edit_entry and 'mevedel queued prompt (editing)' or context.steer and 'mevedel steering' or 'mevedel prompt'
+    local title = string.format('%s to %s%s  (:w or <CR> sends, q discards%s)', what, target, attached, fresh)
     vim.wo.statusline = title:gsub('%%', '%%%%')
   end
   show_target()
@@ -1246,8 +1278,10 @@ function M.on_did_update(_, params, ctx)
     -- Already settled by the prompt's answer.
     live = live_by_id[turn_id]
   elseif not live then
-    -- A prompt sent from elsewhere in this editor (a command).
-    live = { prompt = nil, blocks = {}, state = 'in-flight' }
+    -- A prompt sent from elsewhere in this editor (a command), or a queued
+    -- one the server is sending now.
+    local prompt, attachments = require('mevedel.queue').sending_text(params.sessionId)
+    live = { prompt = prompt, attachments = attachments, blocks = {}, state = 'in-flight' }
     chat.live = live
   end
   live.rendered = nil
@@ -1386,6 +1420,54 @@ function M.fork_here(worktree, on_done)
   else
     lifecycle.fork(turn, session, on_done, { show = show })
   end
+end
+
+-- The queue under the running turn -------------------------------------------------
+
+--- The queued entry under the cursor of the current chat buffer, and its
+--- session; nil (said) when the cursor is on none.
+function M.queued_at_cursor()
+  local session = vim.b.mevedel_chat_session
+  local c = session and chats[session]
+  local entry = c and c.queue_at and c.queue_at[vim.api.nvim_win_get_cursor(0)[1]]
+  if not entry then
+    return nil, session
+  end
+  return entry, session
+end
+
+function M.edit_queued_here()
+  local entry, session = M.queued_at_cursor()
+  if not entry then
+    mevedel.notify('the cursor is on no queued prompt', levels.INFO)
+    return
+  end
+  M.compose({ session = session, edit_entry = entry.entryId, initial = entry.text })
+end
+
+function M.cancel_queued_here()
+  local entry, session = M.queued_at_cursor()
+  local client = entry and client_of(chats[session])
+  if not entry then
+    mevedel.notify('the cursor is on no queued prompt', levels.INFO)
+    return
+  end
+  if client then
+    require('mevedel.queue').cancel(client, session, entry.entryId)
+  end
+end
+
+--- On a queued entry: send it now. Elsewhere: write steering.
+function M.steer_here()
+  local entry, session = M.queued_at_cursor()
+  if entry then
+    local client = client_of(chats[session])
+    if client then
+      require('mevedel.queue').steer(client, session, { entry_id = entry.entryId })
+    end
+    return
+  end
+  M.compose({ session = session, steer = true })
 end
 
 return M

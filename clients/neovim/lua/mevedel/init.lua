@@ -47,6 +47,9 @@ local defaults = {
       show_turn = '<CR>',
       review = 'd',
       options = 'o',
+      queue_edit = 'e',
+      queue_cancel = 'x',
+      steer = 'S',
       close = 'q',
       help = '?',
     },
@@ -203,6 +206,9 @@ local function handlers()
     end,
     ['mevedel/agent/didChangeOptions'] = function(err, params, ctx)
       return require('mevedel.options').on_did_change(err, params, ctx)
+    end,
+    ['mevedel/queue/didChange'] = function(err, params, ctx)
+      return require('mevedel.queue').on_did_change(err, params, ctx)
     end,
     ['mevedel/artifact/didChange'] = function(err, params, ctx)
       return require('mevedel.artifacts').on_did_change(err, params, ctx)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..transactions.lifecycle_token import InvalidToken, LifecycleRefused, StateToken
 from ..authority.publication import Publisher, read_committed
 from ..transactions.recovery import RecoveryOutcome, RecoveryPending, abandon_recovery, find_recovery, retry_recovery
-from .errors import InvalidSessionInput
+from .errors import InvalidSessionInput, TurnStateConflict
 from .open_session import OpenSession
 
 # Each transaction's module is imported by the methods that run it: a
@@ -56,6 +56,23 @@ class SessionLifecycle:
         session.recovery = state.recovery_id
         if state.recovery_id is not None:
             raise RecoveryPending(session.session_id, state.recovery_id, state.problem)
+
+    async def _require_no_pending_input(self, session: OpenSession, action: str) -> None:
+        """Refused while prompts wait in the session's queue
+        (:mod:`..transactions.pending_inputs`): they were written against
+        the conversation this would change, and would be sent into it."""
+        if not session.materialized:
+            return
+        from ..transactions.pending_inputs import load_inputs
+
+        records, problems = await load_inputs(self.target, session.paths)
+        waiting = len(records) + len(problems)
+        if waiting:
+            raise TurnStateConflict(
+                session.session_id,
+                f"has {waiting} queued prompt{'s' if waiting != 1 else ''}: send or cancel "
+                f"{'them' if waiting != 1 else 'it'} before you {action}",
+            )
 
     async def retry_recovery(self, session_id: str) -> RecoveryOutcome:
         """Finish the interrupted transaction in the direction its commit
@@ -96,6 +113,7 @@ class SessionLifecycle:
         from ..transactions.snapshot_cut import Boundary
 
         session = await self._gated(session_id, "rewind it")
+        await self._require_no_pending_input(session, "rewind it")
         boundary = Boundary(_side(boundary_kind), _turn(turn))
         return await prepare_rewind(self.target, session.session_id, boundary, live=session.conversation, at=self._time_now())
 
@@ -104,6 +122,7 @@ class SessionLifecycle:
 
         session = await self._gated(session_id, "rewind it")
         _token_of(session, token, "rewind")
+        await self._require_no_pending_input(session, "rewind it")
         result = await commit_rewind(self._publisher(session), token, live=session.conversation)
         return self._in_place_done(session, result, "rewound")
 

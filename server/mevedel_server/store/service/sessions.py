@@ -974,6 +974,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         and save. Refused while a turn is in flight."""
         session = await self._gated(session_id, "clear it")
         _require_settled(session, "clearing")
+        await self._require_no_pending_input(session, "clear it")
         previous = session.conversation.current_segment
         try:
             segment = session.conversation.clear(at=self._time_now())

@@ -1,0 +1,131 @@
+"""``mevedel prompt`` while this client's turn runs in another ``mevedel
+prompt``: said so, and ``--queue`` / ``--steer`` instead of taking the
+session's lease from under that turn.
+
+The process that runs a session's agent turns records itself
+(``.pending-input/runner.json``: host, pid, boot); another process of the
+same CLI client that finds it alive on this machine does not open the
+session (which would rotate the lease under the running turn). With
+``--queue`` it adds its prompt to the session's durable queue, which the
+running process sends when its turn settles; with ``--steer`` it adds
+steering and asks that process (SIGUSR1, only to a process proven to be
+that ``mevedel``) to cancel its turn, so the steering goes next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import signal
+from pathlib import Path
+
+from ..store.layout import SessionPaths
+from ..targets.clock import read_target_clock
+from ..store.service import SessionService
+from ..store.transactions.pending_inputs import (
+    InputRecord,
+    RunnerRecord,
+    add_foreign_input,
+    clear_runner,
+    load_inputs,
+    read_runner,
+    record_runner,
+)
+from .session_client import CommandError
+
+#: The signal a steering ``mevedel prompt`` sends the process running the turn.
+STEER_SIGNAL = signal.SIGUSR1
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()[:64]
+    except OSError:
+        return ""
+
+
+def _is_mevedel(pid: int) -> bool:
+    """``pid`` is a live process of this user running mevedel's CLI."""
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+            return False
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(b"mevedel" in part for part in argv) and any(part == b"prompt" for part in argv)
+
+
+async def other_runner(service: SessionService, session_id: str) -> RunnerRecord | None:
+    """The other live ``mevedel prompt`` of this client on this machine
+    running the session's agent turns, if any."""
+    runner = await read_runner(service.target, SessionPaths(session_id))
+    if runner is None or runner.pid == os.getpid():
+        return None
+    if runner.client_id != service.client.client_id or runner.host != service.client.host:
+        return None
+    if not runner.boot or runner.boot != boot_id() or not _is_mevedel(runner.pid):
+        return None
+    return runner
+
+
+def refusal(session_id: str, runner: RunnerRecord) -> CommandError:
+    return CommandError(
+        "turn-running",
+        f"an agent turn of {session_id} is running in another `mevedel prompt` of yours (pid {runner.pid}): "
+        "`mevedel prompt --queue TEXT` sends your prompt when that turn settles, "
+        "`mevedel prompt --steer TEXT` cancels that turn and sends yours at once",
+    )
+
+
+async def queue_behind(service: SessionService, session_id: str, runner: RunnerRecord, text: str,
+                       arguments: argparse.Namespace, *, steer: bool) -> dict:
+    """Queue ``text`` for the running process (steering: and ask it to
+    cancel its turn). The lease stays that process's."""
+    if not text.strip():
+        raise CommandError("invalid-params", "the prompt is blank; write what the agent should do")
+    paths = SessionPaths(session_id)
+    known, _problems = await load_inputs(service.target, paths)
+    orders = [r.order for r in known]
+    order = (min(orders, default=1) - 1) if steer else (max(orders, default=0) + 1)
+    now = await read_target_clock(service.target)
+    record = InputRecord(
+        entry_id=secrets.token_hex(16), session_id=session_id, kind="steer" if steer else "follow-up", state="queued",
+        order=order, text=text, agent=arguments.agent, attachments=tuple(arguments.attach),
+        client_id=service.client.client_id, host=service.client.host[:255], queued_at=now,
+    )
+    await add_foreign_input(service.target, paths, record)
+    if steer:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if _is_mevedel(runner.pid):
+                os.kill(runner.pid, STEER_SIGNAL)
+    return {"session_id": session_id, "entry_id": record.entry_id, "kind": record.kind, "runner_pid": runner.pid}
+
+
+class RunnerMark:
+    """This process runs the session's turns: recorded while it does."""
+
+    def __init__(self, service: SessionService, session_id: str) -> None:
+        self.service = service
+        self.session_id = session_id
+        self.recorded = False
+
+    async def __aenter__(self) -> RunnerMark:
+        session = self.service.session(self.session_id)
+        if session.lease is not None:
+            with contextlib.suppress(Exception):  # without it, a second prompt is told of the turn the old way
+                await record_runner(session.lease, RunnerRecord(
+                    client_id=self.service.client.client_id, host=self.service.client.host[:255], pid=os.getpid(), boot=boot_id()))
+                self.recorded = True
+        return self
+
+    async def mark_after_first_save(self) -> None:
+        if not self.recorded:
+            await self.__aenter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        session = self.service.session(self.session_id) if self.service.is_open(self.session_id) else None
+        if session is not None and session.lease is not None and self.recorded:
+            with contextlib.suppress(Exception):
+                await clear_runner(session.lease, os.getpid())

@@ -1,0 +1,100 @@
+"""``mevedel/queue/*``: queued prompts and steering of a folder's sessions
+(the engine's :class:`~mevedel_server.agents.prompt_queue.PromptQueue`),
+and ``mevedel/queue/didChange`` whenever a session's queue changes here.
+Thin: params in, the queue's answer out, its refusals as errors."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mevedel_protocol import converter, methods
+from mevedel_protocol import queue as wire
+
+from ..agents.errors import AgentError
+from .errors import failure
+from .handlers import folder as _folder, registry as _registry, request_handler as _request_handler
+from .workspaces import Folder
+
+if TYPE_CHECKING:
+    from ..agents.prompt_queue import PromptQueue, QueueEntry, QueueState
+    from .server import MevedelLanguageServer
+
+_log = logging.getLogger(__name__)
+
+
+def entry(found: QueueEntry) -> wire.QueueEntry:
+    return wire.QueueEntry(
+        entry_id=found.entry_id, kind=found.kind, state=found.state, text=found.text, queued_at=found.queued_at,
+        host=found.host, agent=found.agent, attachments=list(found.attachments), reason=found.reason,
+    )
+
+
+def state(found: QueueState) -> wire.QueueState:
+    return wire.QueueState(found.session_id, [entry(e) for e in found.entries], found.paused, list(found.problems))
+
+
+def notify(ls: MevedelLanguageServer, folder: Folder, found: QueueState) -> None:
+    params = wire.QueueDidChangeParams(folder.uri, found.session_id, [entry(e) for e in found.entries], found.paused, list(found.problems))
+    try:
+        ls.protocol.notify(methods.QUEUE_DID_CHANGE, converter.unstructure(params))
+    except Exception:  # a lost notification must not lose the entry
+        _log.exception("could not send %s", methods.QUEUE_DID_CHANGE)
+
+
+def _queue(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[PromptQueue, str]:
+    folder = _folder(ls, params.workspace_folder, method)
+    registry = _registry(ls)
+    session_id = params.session_id or registry.current(folder)
+    if session_id is None:
+        raise failure("owner-missing", "the folder", "has no current session; open or prompt one first")
+    if not registry.service(folder).is_open(session_id):
+        raise failure("owner-missing", session_id, "is not open here; open it (mevedel/session/open) first")
+    return ls.agents.engine(folder).queue, session_id  # type: ignore[attr-defined]
+
+
+async def _answer(call):
+    try:
+        return await call
+    except AgentError as error:  # a refusal names the entry or the prompt, and what to do
+        raise failure(error.kind, error.authored, error.reason + (f"; {error.action}" if error.action else "")) from None
+
+
+async def list_queue(ls: MevedelLanguageServer, params: wire.QueueParams) -> wire.QueueState:
+    queue, session_id = _queue(ls, params, methods.QUEUE_LIST)
+    return state(await _answer(queue.state(session_id)))
+
+
+async def add(ls: MevedelLanguageServer, params: wire.QueueAddParams) -> wire.QueueEntry:
+    queue, session_id = _queue(ls, params, methods.QUEUE_ADD)
+    return entry(await _answer(queue.add(session_id, params.text, agent=params.agent, attachments=params.attachments)))
+
+
+async def edit(ls: MevedelLanguageServer, params: wire.QueueEditParams) -> wire.QueueEntry:
+    queue, session_id = _queue(ls, params, methods.QUEUE_EDIT)
+    return entry(await _answer(queue.edit(session_id, params.entry_id, params.text)))
+
+
+async def cancel(ls: MevedelLanguageServer, params: wire.QueueEntryParams) -> wire.QueueState:
+    queue, session_id = _queue(ls, params, methods.QUEUE_CANCEL)
+    return state(await _answer(queue.cancel(session_id, params.entry_id)))
+
+
+async def steer(ls: MevedelLanguageServer, params: wire.QueueSteerParams) -> wire.QueueEntry:
+    queue, session_id = _queue(ls, params, methods.QUEUE_STEER)
+    return entry(await _answer(queue.steer(session_id, params.text, entry_id=params.entry_id, agent=params.agent,
+                                           attachments=params.attachments)))
+
+
+HANDLERS = {
+    methods.QUEUE_LIST: (wire.QueueParams, list_queue),
+    methods.QUEUE_ADD: (wire.QueueAddParams, add),
+    methods.QUEUE_EDIT: (wire.QueueEditParams, edit),
+    methods.QUEUE_CANCEL: (wire.QueueEntryParams, cancel),
+    methods.QUEUE_STEER: (wire.QueueSteerParams, steer),
+}
+
+
+def register(ls: MevedelLanguageServer) -> None:
+    for method, (params_type, handler) in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, params_type, handler))

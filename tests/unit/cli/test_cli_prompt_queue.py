@@ -1,0 +1,78 @@
+"""``mevedel prompt`` while this client's turn runs in another ``mevedel
+prompt``: refused with what to do (the running turn's lease left alone),
+``--queue`` sends the prompt when that turn settles, ``--steer`` cancels
+that turn and sends the prompt at once -- both shown by the process that
+runs the turns. Real processes, the scripted ACP agent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from test_cli_prompt import configure, env, mevedel
+
+
+def start(workspace: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mevedel_server.cli", *args], cwd=workspace, env=env(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )
+
+
+def read_until(process: subprocess.Popen, text: str) -> str:
+    assert process.stdout is not None
+    seen = ""
+    while text not in seen:  # the answer streams while the turn runs
+        char = process.stdout.read(1)
+        assert char, f"the process ended before saying {text!r}: {seen!r}"
+        seen += char
+    return seen
+
+
+def turns(workspace: Path, tmp_path: Path) -> list[tuple[str, str]]:
+    listed = json.loads(mevedel(workspace, tmp_path, "session", "turns", "--json").stdout)
+    return [(t["prompt"], t["state"]) for t in listed["turns"]]
+
+
+def test_a_prompt_while_your_turn_runs_elsewhere_is_refused_or_queued_behind_it(workspace, tmp_path):
+    release = tmp_path / "release"
+    configure(tmp_path, [[{"say": "working"}, {"wait_file": str(release)}, {"say": " done"}], [{"echo_prompt": True}]])
+    first = start(workspace, tmp_path, "prompt", "first")
+    seen = read_until(first, "working")
+
+    refused = mevedel(workspace, tmp_path, "prompt", "second")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"running in another `mevedel prompt` of yours (pid {first.pid})" in refused.stderr
+    assert "--queue" in refused.stderr and "--steer" in refused.stderr
+
+    queued = mevedel(workspace, tmp_path, "prompt", "--queue", "second, queued", "--json")
+    assert queued.returncode == 0, queued.stderr
+    assert json.loads(queued.stdout)["kind"] == "follow-up" and json.loads(queued.stdout)["runner_pid"] == first.pid
+    release.touch()
+    out, err = first.communicate(timeout=90)
+    assert first.returncode == 0, err
+    # The running process sent it, as its own turn, and showed it.
+    assert "[sending the queued prompt" in err and "second, queued" in err
+    assert "working done" in seen + out and "second, queued" in out
+    assert turns(workspace, tmp_path) == [("first", "completed"), ("second, queued", "completed")]
+
+
+def test_steering_from_another_terminal_cancels_the_running_turn_and_goes_next(workspace, tmp_path):
+    configure(tmp_path, [[{"say": "the wrong way"}, {"wait_cancel": 60}, {"say": "never"}], [{"echo_prompt": True}]])
+    first = start(workspace, tmp_path, "prompt", "first")
+    read_until(first, "the wrong way")
+    steered = mevedel(workspace, tmp_path, "prompt", "--steer", "go the other way")
+    assert steered.returncode == 0, steered.stderr and "its turn is being cancelled" in steered.stdout
+    out, err = first.communicate(timeout=90)
+    assert "[steering arrived" in err and "go the other way" in out and "never" not in out
+    assert first.returncode == 130  # its own turn was interrupted
+    assert turns(workspace, tmp_path) == [("first", "interrupted"), ("go the other way", "completed")]
+
+
+def test_queue_with_no_other_turn_running_just_sends_it(workspace, tmp_path):
+    configure(tmp_path, [[{"echo_prompt": True}]])
+    done = mevedel(workspace, tmp_path, "prompt", "--queue", "right away")
+    assert done.returncode == 0, done.stderr
+    assert "sending it now" in done.stderr and "right away" in done.stdout
