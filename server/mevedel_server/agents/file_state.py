@@ -15,20 +15,36 @@ record on to the new state. Everything goes through the workspace's
   unchanged tree answers the very same bytes, so "nothing changed" costs the
   walk and one comparison.
 - A file whose facts changed is read by
-  :class:`~mevedel_server.targets.SnapshotFile`, which keeps its bytes on the
-  target as ``<blob_dir>/blobs/<sha256>`` (written once per digest) and
-  answers only the digest: content never travels to refresh the record. The
-  record holds facts and digests, never contents.
-- Before-content is read back from those blobs (checked against their
-  names) only for the files :meth:`~FileStateRecord.changes` reports, in
-  the program of the snapshots. A blob no recorded file names any more
-  (its before-content returned, if it was) is removed by the next walk's
-  program or, when none comes first, by a program of its own run once the
-  sync that stopped naming it has answered (a command does not wait for the
-  unlinks, which cost milliseconds each on some filesystems): a refresh
-  with nothing changed is one program, with files changed two. The removal
-  is not flushed: a blob a crash brings back is one no record names, which
-  the next process's first walk removes.
+  :class:`~mevedel_server.targets.SnapshotFile`, which appends its bytes on
+  the target to the pack ``<blob_dir>/blobs/pack-<hex>`` of that program
+  (one file for many blobs, not a 4 KiB block for each; nothing appended
+  when the file still holds the bytes recorded for it) and answers the
+  digest and where they went: content never travels to refresh the record.
+  The record holds facts, digests and pack offsets, never contents.
+- Before-content is read back from the packs
+  (:class:`~mevedel_server.targets.ReadSlice`, checked against the digest)
+  only for the files :meth:`~FileStateRecord.changes` reports, in the
+  program of the snapshots. A pack none of whose blobs a recorded file
+  names any more is removed by the next walk's program or, when none comes
+  first, by a program of its own run once the sync that stopped naming it
+  has answered (a command does not wait for the unlinks, which cost
+  milliseconds each on some filesystems): a refresh with nothing changed is
+  one program, with files changed two. The removal is not flushed: a pack a
+  crash brings back is one no record names, which the next process's first
+  walk removes. Past :data:`MAX_PACKS` packs a save copies the live blobs
+  of the smaller ones into one (superseded bytes go then). Loose blobs
+  ``<blob_dir>/blobs/<sha256>`` of an earlier version are removed by the
+  first walk like any blob no record names.
+- The record is kept for the next process as ``<blob_dir>/index``
+  (:mod:`.file_state_index`), so that a new process -- every ``mevedel
+  prompt`` is one -- starts from it and reads only the files changed since
+  (git's index): written whole by the first refresh that read everything,
+  after a pack merge and when the changes since outgrow
+  :data:`DELTA_PATHS`; otherwise :meth:`~FileStateRecord.changes` writes
+  ``index.delta``, the paths changed since the whole index. Neither is
+  flushed: one torn or lost in a crash fails its checksum, and the next
+  process starts from an earlier state (sound: a file whose facts still
+  match it holds those bytes) or reads everything.
 
 On a :class:`~mevedel_server.targets.LocalTarget` the record is kept
 current between commands by inotify
@@ -97,12 +113,16 @@ import asyncio
 import dataclasses
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..store.layout import STATE_DIR
+from .file_state_index import RecordState, apply_delta, decode_index, encode_index, index_checksum
 from ..targets import (
     ControlProgram,
+    CreateExclusive,
     LocalTarget,
     FileScan,
     ListDir,
@@ -111,7 +131,9 @@ from ..targets import (
     OpResult,
     ProgramResult,
     Read,
+    ReadSlice,
     Remove,
+    Replace,
     ScanPaths,
     ScanTree,
     Snapshot,
@@ -141,6 +163,14 @@ RACY_NS = 2_000_000_000
 OPS_PER_PROGRAM = 512
 #: Blob bytes one program may read back.
 READ_BYTES_PER_PROGRAM = 64 * 1024 * 1024
+#: Packs past which a save first merges them into one (each program that
+#: snapshots files writes a pack of its own).
+MAX_PACKS = 16
+#: Pack bytes one merge may read (larger packs are left as they are).
+MERGE_BYTES = 64 * 1024 * 1024
+#: Changed paths a delta of the index may hold before a save writes the
+#: whole index again (or an eighth of the record, when that is more).
+DELTA_PATHS = 1024
 #: Walks in a row that may each find directories not watched yet before
 #: the watch is given up on for this refresh (the next one walks).
 WATCH_PASSES = 3
@@ -217,6 +247,18 @@ class FileStateRecord:
         self._target = target
         self._blob_dir = "/".join(parts)
         self._store = f"{self._blob_dir}/blobs"
+        self._index = f"{self._blob_dir}/index"
+        self._delta = f"{self._blob_dir}/index.delta"
+        #: The checksum of the whole index on disk (None: none kept yet, or
+        #: the next save must write one), and the paths changed since it.
+        self._index_base: bytes | None = None
+        self._since_index: set[str] = set()
+        #: Packs merged into another, which the index on disk may still name.
+        self._retiring: set[str] = set()
+        #: The record moved on since it was last kept as ``index``.
+        self._unsaved = False
+        #: The record started from the index an earlier process kept.
+        self._from_index = False
         self._max = max_file_bytes
         self._lock = asyncio.Lock()
         self._primed = False
@@ -230,6 +272,14 @@ class FileStateRecord:
         self._links: dict[str, bytes] = {}
         #: digest -> how many recorded paths name it.
         self._refs: dict[str, int] = {}
+        #: digest -> (pack, offset) of a blob kept in a pack file (any
+        #: other is the loose file ``blobs/<digest>`` an earlier version
+        #: kept); pack -> how many such digests it holds, and its bytes.
+        self._where: dict[str, tuple[str, int]] = {}
+        self._pack_refs: dict[str, int] = {}
+        self._pack_size: dict[str, int] = {}
+        #: Where this sync's snapshots put their bytes: digest -> (pack, offset).
+        self._landed: dict[str, tuple[str, int]] = {}
         #: Captured paths whose facts may hide a change (read them again).
         self._racy: set[str] = set()
         #: directory -> recorded entries below it that are not ignored (the
@@ -279,7 +329,10 @@ class FileStateRecord:
         under the limit; later ones walk by ``lstat`` and read only what
         changed, storing a blob only for a digest not stored yet."""
         async with self._lock:
+            first = not self._primed
             await self._sync(report=False)
+            if first and not self._from_index:
+                await self._save()  # a whole read is worth keeping at once
         self._prune_soon()
 
     def close(self) -> None:
@@ -294,12 +347,13 @@ class FileStateRecord:
         their own, once this sync has answered (an unlink of a blob written
         seconds ago costs milliseconds on some filesystems: not while a
         command waits). A sync that comes first removes them itself."""
-        if self._orphans.difference(self._refs) and (self._pruning is None or self._pruning.done()):
+        self._keep_live()
+        if self._orphans and (self._pruning is None or self._pruning.done()):
             self._pruning = asyncio.get_running_loop().create_task(self._prune())
 
     async def _prune(self) -> None:
         async with self._lock:
-            self._orphans -= self._refs.keys()
+            self._keep_live()
             removes = self._removes()
             if not removes:
                 return
@@ -319,6 +373,149 @@ class FileStateRecord:
             found = await self._sync(report=True)
         self._prune_soon()
         return found
+
+    async def _save(self) -> None:
+        """Keep the record for the next process now, in a program of its own
+        (a whole read is worth keeping at once)."""
+        ops, done = await self._save_ops()
+        if not ops:
+            return
+        try:
+            result = await self._target.run(ControlProgram(ops))
+        except Exception:  # noqa: BLE001 -- the record in memory is whole; the next save tries again
+            return
+        done(result, 0)
+
+    async def _save_ops(self) -> tuple[list[Operation], Callable[[ProgramResult, int], None]]:
+        """The operations that keep the record as it stands for the next
+        process (see :mod:`.file_state_index`), when it moved on since the
+        last save: a sync runs them at the head of its own program, so a
+        save costs no round trip (the record a sync leaves is kept by the
+        next one; a process that ends first leaves the next one a few more
+        files to read). Best effort, all optional, and never flushed (like
+        the packs): an index lost or torn in a crash fails its checksum.
+        With them, the callback that takes their outcome from a result
+        (the first of them at the given position)."""
+        if not self._unsaved:
+            return [], _nothing
+        if len(self._pack_refs) > MAX_PACKS:
+            try:
+                await self._merge_packs()
+            except Exception:  # noqa: BLE001 -- the packs stay as they were; the next save tries again
+                pass
+        whole = self._index_base is None or len(self._since_index) > max(DELTA_PATHS, len(self._facts) // 8)
+        if whole:
+            facts, digest, removed = self._facts, self._digest, set()
+        else:
+            changed = self._since_index
+            facts = {path: self._facts[path] for path in changed if path in self._facts}
+            digest = {path: self._digest[path] for path in facts if path in self._digest}
+            removed = {path for path in changed if path not in self._facts}
+        state = RecordState(facts, digest, self._unreadable, self._links, self._racy, self._unwalked, self._where, self._pack_size,
+                            b"" if whole else self._index_base, removed)
+        data = encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
+        # A whole index first, then its delta goes: a delta never applies
+        # to a whole index it was not made for (it names its checksum).
+        ops: list[Operation] = [
+            MakeDirs(self._blob_dir, optional=True),
+            Replace(self._index if whole else self._delta, data, optional=True, deferred=True),
+        ]
+        if whole:
+            ops.append(Remove(self._delta, optional=True, deferred=True))
+        retiring = set(self._retiring)
+
+        def done(result: ProgramResult, at: int) -> None:
+            if not result[at + 1].ok:
+                return
+            self._unsaved = False
+            if whole:
+                self._index_base = index_checksum(data)
+                self._since_index = set()
+                self._orphans |= retiring
+                self._retiring -= retiring
+
+        return ops, done
+
+    async def _merge_packs(self) -> None:
+        """Copy the live blobs of the smaller packs (all of them, when they
+        fit :data:`MERGE_BYTES`) into one new pack; the old ones go with the
+        orphans once the index names the new one. A blob whose bytes no
+        longer match its digest is dropped (its change becomes a gap, as a
+        damaged blob's is)."""
+        packs = sorted(self._pack_refs, key=lambda pack: self._pack_size.get(pack, 0))
+        chosen: list[str] = []
+        total = 0
+        for pack in packs:
+            size = self._pack_size.get(pack, 0)
+            if total + size > MERGE_BYTES:
+                break
+            chosen.append(pack)
+            total += size
+        if len(chosen) < 2:
+            return
+        reads = [Read(f"{self._store}/{pack}", optional=True) for pack in chosen]
+        result = await self._target.run(ControlProgram(reads))
+        content = {pack: outcome.value for pack, outcome in zip(chosen, result.results) if outcome.ok}
+        sizes = {digest: self._facts[path][1] for path, digest in self._digest.items() if self._where.get(digest, ("",))[0] in content}
+        merged = f"pack-{secrets.token_hex(16)}"
+        parts: list[bytes] = []
+        moved: dict[str, int] = {}
+        offset = 0
+        for digest, size in sizes.items():
+            pack, start = self._where[digest]
+            data = content[pack][start : start + size]
+            if hashlib.sha256(data).hexdigest() != digest:
+                continue
+            parts.append(data)
+            moved[digest] = offset
+            offset += size
+        done = await self._target.run(ControlProgram([CreateExclusive(f"{self._store}/{merged}", b"".join(parts), deferred=True)]))
+        if done.stopped_at is not None:
+            return
+        for digest, (pack, _start) in list(self._where.items()):
+            if pack in content:
+                if digest in moved:
+                    self._where[digest] = (merged, moved[digest])
+                else:
+                    del self._where[digest]  # damaged: read back as missing
+        for pack in content:
+            self._pack_refs.pop(pack, None)
+            self._pack_size.pop(pack, None)
+            self._retiring.add(pack)  # removed once a whole index no longer names it
+        if moved:
+            self._pack_refs[merged] = len(moved)
+            self._pack_size[merged] = offset
+        else:
+            self._orphans.add(merged)
+        self._index_base = None  # blobs moved under unchanged paths: a delta would not say so
+
+    def _load(self, state: RecordState) -> None:
+        """Start from ``state``, the record an earlier process kept: its
+        facts and digests stand for every file whose facts still match."""
+        self._facts = state.facts
+        self._digest = state.digest
+        self._unreadable = state.unreadable
+        self._links = state.links
+        self._racy = state.racy
+        self._unwalked = state.unwalked
+        self._refs = dict(Counter(state.digest.values()))
+        self._pack_size = state.pack_sizes
+        where = state.where
+        if state.removed is None:
+            # Moved on by a delta: blobs no path names any more, or in
+            # packs gone since, are not this record's.
+            where = {digest: at for digest, at in where.items() if digest in self._refs and at[0] in self._pack_size}
+        self._where = where
+        self._pack_refs = dict(Counter(pack for pack, _offset in self._where.values()))
+        # Entries per parent directory first, then up the ancestors: a
+        # handful of directories hold most files.
+        holding = Counter(path.rpartition("/")[0] for path in state.facts)
+        tracked = holding.copy()
+        tracked.subtract(path.rpartition("/")[0] for path, facts in state.facts.items() if facts[0] & SCAN_IGNORED)
+        holding.pop("", None)
+        tracked.pop("", None)
+        self._holding = _with_ancestors(holding)
+        self._tracked = _with_ancestors({directory: count for directory, count in tracked.items() if count})
 
     # -- one walk ------------------------------------------------------------
 
@@ -390,7 +587,7 @@ class FileStateRecord:
         if report:
             wanted.extend(self._recorded(path, old[path]) for path in deleted)
         if wanted:
-            missing = {digest for path, digest, _, _ in wanted if digest is not None and path not in before}
+            missing = {digest: was[1] for path, digest, _, was in wanted if digest is not None and path not in before}
             blobs = await self._read_blobs(missing) if missing else {}
             for path, digest, gap, was in wanted:
                 mode = was[5]
@@ -409,6 +606,8 @@ class FileStateRecord:
                     data = before[path] if path in before else blobs.get(digest)
                     changes.append(FileChange(path, Entry.file(data, mode)) if data is not None else FileChange(path, None, LOST_BLOB_GAP))
 
+        if updates or deleted or targets or first or self._racy or unwalked != self._unwalked:
+            self._unsaved = True
         for update in updates:
             self._set(*update)
         for path, target in targets.items():
@@ -431,7 +630,9 @@ class FileStateRecord:
         else:
             self._shared = {path for path in self._shared if not _within(path, plan)} | set(scan.shared)
         self._moved_on(scan, watch)
-        self._orphans.update(name for name in stored if name not in self._refs)
+        self._orphans.update(name for name in stored if name not in self._refs and name not in self._pack_refs)
+        self._landed.clear()
+        self._sweep_packs()
         changes.sort(key=lambda change: change.path)
         if self._base:
             changes = [dataclasses.replace(change, path=self._at(change.path)) for change in changes]
@@ -549,10 +750,13 @@ class FileStateRecord:
     async def _look(self, plan: list[str], watch: TreeWatch) -> tuple[FileScan, tuple[str, ...]]:
         """A scan of ``plan`` only (and of the directories in it)."""
         op = self._scan_op(plan)
-        self._orphans -= self._refs.keys()
+        self._keep_live()
         removes = self._removes()
-        scan, result = await self._watched_scan(op, watch, [*removes, op])
+        saves, saved = await self._save_ops()
+        scan, result = await self._watched_scan(op, watch, [*removes, *saves, op])
         self._removed(removes, result)
+        if saves:
+            saved(result, len(removes))
         if scan.truncated:
             raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
         return scan, ()
@@ -576,6 +780,25 @@ class FileStateRecord:
         second = await self._scanner.run(ControlProgram([scan]))
         return ProgramResult((*first.results, *second.results), first.stopped_at)
 
+    def _keep_live(self) -> None:
+        """Take back from the orphans what the record names again."""
+        if self._orphans:
+            self._orphans -= self._refs.keys()
+            self._orphans -= self._pack_refs.keys()
+
+    def _kept(self, path: str) -> str | None:
+        """The digest recorded for ``path`` when its bytes are kept in a
+        pack: a snapshot that finds them again appends nothing."""
+        digest = self._digest.get(path)
+        return digest if digest in self._where else None
+
+    def _blob_read(self, digest: str, size: int) -> Operation:
+        """The operation that reads the blob of ``digest`` (``size`` bytes)."""
+        where = self._where.get(digest)
+        if where is None:
+            return Read(f"{self._store}/{digest}", optional=True)
+        return ReadSlice(f"{self._store}/{where[0]}", offset=where[1], size=size, optional=True)
+
     def _removes(self) -> list[Remove]:
         return [Remove(f"{self._store}/{name}", optional=True, deferred=True) for name in sorted(self._orphans)]
 
@@ -585,7 +808,8 @@ class FileStateRecord:
                 self._orphans.discard(op.path.rsplit("/", 1)[1])
 
     async def _walk(self, first: bool, watch: TreeWatch | None = None) -> tuple[FileScan, tuple[str, ...]]:
-        """The scan, and on the first walk the blob store's names."""
+        """The scan, and on the first walk the blob store's names (and the
+        record the last process kept, loaded)."""
         if watch is not None:
             # Events from before this walk say nothing it will not see.
             try:
@@ -597,12 +821,31 @@ class FileStateRecord:
         scan_op = self._scan_op(None if watch is None else [""])
         # Blobs the record stopped naming at the last walk go in this one's
         # program: no round trip of their own.
-        self._orphans -= self._refs.keys()
+        self._keep_live()
         removes = self._removes()
-        ops: list[Operation] = [*removes, scan_op]
+        saves, saved = await self._save_ops()
+        ops: list[Operation] = [*removes, *saves, scan_op]
+        stored: tuple[str, ...] = ()
         if first:
-            removes = []
-            ops = [MakeDirs(self._store, optional=True), ListDir(self._store, optional=True), scan_op]
+            removes, saves = [], []
+            start = [
+                MakeDirs(self._store, optional=True), ListDir(self._store, optional=True),
+                Read(self._index, optional=True), Read(self._delta, optional=True),
+            ]
+            if watch is None:
+                ops = [*start, scan_op]
+            else:
+                ops = [scan_op]
+                # Watched: the directories the kept record knows are watched
+                # before the walk, so that it need not walk again for them
+                # (a directory watched only after the walk is walked twice).
+                stored = self._take_index(await self._target.run(ControlProgram(start)))
+                if self._from_index:
+                    try:
+                        await asyncio.to_thread(watch.watch, self._known_directories())
+                    except WatchUnavailable as exc:
+                        self._unwatch(str(exc))
+                        watch = None
         if watch is not None:
             scan, result = await self._watched_scan(scan_op, watch, ops)  # type: ignore[arg-type]
         else:
@@ -610,10 +853,34 @@ class FileStateRecord:
             raise_for_result(scan_op, result[-1])
             scan = result[-1].value
         self._removed(removes, result)
+        if saves:
+            saved(result, len(removes))
         if scan.truncated:
             raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
-        stored = tuple(result[1].value) if first and result[1].ok else ()
+        if first and len(ops) > 1:
+            stored = self._take_index(result)
         return scan, stored
+
+    def _take_index(self, result: ProgramResult) -> tuple[str, ...]:
+        """Load the record kept on disk from ``result``'s reads of the blob
+        store, the index and its delta (its second to fourth operations);
+        the store's names."""
+        stored = tuple(result[1].value) if result[1].ok else ()
+        kept = decode_index(result[2].value, max_file_bytes=self._max, blob_dir=self._blob_dir) if result[2].ok else None
+        if kept is not None and not kept.base:
+            checksum = index_checksum(result[2].value)
+            delta = decode_index(result[3].value, max_file_bytes=self._max, blob_dir=self._blob_dir) if result[3].ok else None
+            state = apply_delta(kept, checksum, delta)
+            self._load(state)
+            self._from_index = True
+            self._index_base = checksum
+            if state is not kept:
+                self._since_index = set(delta.facts) | delta.removed
+        return stored
+
+    def _known_directories(self) -> list[str]:
+        """The root and every recorded directory a walk enters."""
+        return ["", *(path for path, facts in self._facts.items() if facts[0] & (SCAN_DIR | SCAN_IGNORED) == SCAN_DIR)]
 
     def _capturable(self, facts: ScanFacts) -> bool:
         return not facts[0] and facts[1] <= self._max
@@ -641,26 +908,37 @@ class FileStateRecord:
         for path in links:
             ops.append((path, ReadEntry(self._at(path), max_bytes=0, optional=True), 0))
         for path in guessed:
-            ops.append((path, Read(f"{self._store}/{self._digest[path]}", optional=True), self._facts[path][1]))
+            ops.append((path, self._blob_read(self._digest[path], self._facts[path][1]), self._facts[path][1]))
         for path in captures:
             ops.append((path, SnapshotFile(self._at(path), store=self._store, max_bytes=self._max, optional=True), 0))
         for batch in _batches(ops):
             # The store may have been removed since: ensure it (one mkdir).
-            ensure = [MakeDirs(self._store, optional=True)] if any(isinstance(op, SnapshotFile) for _, op, _ in batch) else []
-            result = await self._target.run(ControlProgram([*ensure, *(op for _, op, _ in batch)]))
+            # The program's new blobs go to one pack of its own.
+            pack = f"pack-{secrets.token_hex(16)}"
+            snapping = any(isinstance(op, SnapshotFile) for _, op, _ in batch)
+            ensure = [MakeDirs(self._store, optional=True)] if snapping else []
+            plain = [
+                SnapshotFile(op.path, store=op.store, max_bytes=op.max_bytes, pack=pack, known=self._kept(path), optional=True)
+                if isinstance(op, SnapshotFile) else op
+                for path, op, _ in batch
+            ]
+            result = await self._target.run(ControlProgram([*ensure, *plain]))
             for (path, op, _), outcome in zip(batch, result.results[len(ensure) :]):
-                if isinstance(op, Read):
+                if isinstance(op, (Read, ReadSlice)):
                     before[path] = _verified(outcome, self._digest[path])
                 elif isinstance(op, ReadEntry):
                     found = outcome.value if outcome.ok else None
                     targets[path] = found.data if found is not None and found.kind == Entry.SYMLINK else None
                 else:
-                    taken[path] = _snapshot_outcome(outcome)
+                    taken[path] = found = _snapshot_outcome(outcome)
+                    if isinstance(found, Snapshot) and found.offset is not None:
+                        self._landed[found.digest] = (pack, found.offset)
+                        self._pack_size[pack] = max(self._pack_size.get(pack, 0), found.offset + found.size)
         return taken, before, targets
 
-    async def _read_blobs(self, digests: Iterable[str]) -> dict[str, bytes | None]:
+    async def _read_blobs(self, digests: dict[str, int]) -> dict[str, bytes | None]:
         """digest -> its blob's bytes, verified (None: missing or damaged)."""
-        ops = [(digest, Read(f"{self._store}/{digest}", optional=True), 0) for digest in sorted(digests)]
+        ops = [(digest, self._blob_read(digest, size), size) for digest, size in sorted(digests.items())]
         found: dict[str, bytes | None] = {}
         for batch in _batches(ops):
             result = await self._target.run(ControlProgram([op for _, op, _ in batch]))
@@ -729,12 +1007,22 @@ class FileStateRecord:
                 for directory in _ancestors(path):
                     self._tracked[directory] = self._tracked.get(directory, 0) + 1
         self._facts[path] = facts
+        self._since_index.add(path)
         old_digest = self._digest.pop(path, None)
-        if old_digest is not None:
-            self._unref(old_digest)
-        if digest is not None:
+        if old_digest is not None and old_digest == digest:
+            # The same bytes (read again, not appended again): as they were.
             self._digest[path] = digest
-            self._refs[digest] = self._refs.get(digest, 0) + 1
+        elif old_digest is not None:
+            self._unref(old_digest)
+        if digest is not None and digest != old_digest:
+            self._digest[path] = digest
+            count = self._refs.get(digest, 0)
+            if not count:
+                where = self._landed.get(digest)
+                if where is not None:
+                    self._where[digest] = where
+                    self._pack_refs[where[0]] = self._pack_refs.get(where[0], 0) + 1
+            self._refs[digest] = count + 1
         if unreadable is not None:
             self._unreadable[path] = unreadable
         else:
@@ -742,6 +1030,7 @@ class FileStateRecord:
 
     def _drop(self, path: str) -> None:
         facts = self._facts.pop(path)
+        self._since_index.add(path)
         self._untrack(path, facts)
         for directory in _ancestors(path):
             count = self._holding[directory] - 1
@@ -773,7 +1062,38 @@ class FileStateRecord:
             self._refs[digest] = count
         else:
             del self._refs[digest]
-            self._orphans.add(digest)
+            where = self._where.pop(digest, None)
+            if where is None:
+                self._orphans.add(digest)  # a loose blob
+                return
+            left = self._pack_refs[where[0]] - 1
+            if left:
+                self._pack_refs[where[0]] = left
+            else:
+                del self._pack_refs[where[0]]
+                self._pack_size.pop(where[0], None)
+                self._orphans.add(where[0])
+
+    def _sweep_packs(self) -> None:
+        """Packs no recorded digest lives in (every blob of a program was a
+        copy of one kept already, or the sync failed) go with the orphans."""
+        for pack in [pack for pack in self._pack_size if pack not in self._pack_refs]:
+            del self._pack_size[pack]
+            self._orphans.add(pack)
+
+
+def _nothing(_result: ProgramResult, _at: int) -> None:
+    pass
+
+
+def _with_ancestors(counts: dict[str, int]) -> dict[str, int]:
+    """``counts`` of entries directly in each directory, made counts of
+    the entries below each directory at any depth."""
+    total = dict(counts)
+    for directory, count in counts.items():
+        for ancestor in _ancestors(directory):
+            total[ancestor] = total.get(ancestor, 0) + count
+    return total
 
 
 def _within(path: str, roots) -> bool:

@@ -22,8 +22,10 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   to resume from)`` of ``ListTree``, the ``(file paths, size limit,
   budget)`` of ``ReadFiles``, the ``(skip names, skip paths, descend paths,
   entry limit, racy window in ns)`` of ``ScanTree``, the same and the paths
-  to look at of ``ScanPaths``, or the ``(blob store directory, size
-  limit)`` of ``SnapshotFile``;
+  to look at of ``ScanPaths``, the ``(blob store directory, size limit)``
+  of ``SnapshotFile`` (and the pack to append to, when it packs, and the
+  digest whose bytes the caller keeps already: not appended again), or the
+  ``(offset, size)`` of ``ReadSlice``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
   ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
   ``StampedCreate`` value the clock reading it wrote, a ``ReadNewest``
@@ -37,7 +39,8 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   started_ns)`` (see :meth:`Executor._scan`), a ``ScanPaths`` value the
   same and ``(directories, shared)`` (see :meth:`Executor._scan_paths`), a
   ``SnapshotFile`` value
-  ``(sha256 hex or None, size, mtime_ns, ctime_ns, inode, written)``.
+  ``(sha256 hex or None, size, mtime_ns, ctime_ns, inode, written)`` (and
+  the offset in its pack when it packs: None when it did not append).
 
 Every operation opens the root, proves its device and inode are the pinned
 identity, and then opens each parent component with ``O_DIRECTORY |
@@ -88,6 +91,12 @@ _READ_ONLY_KINDS = frozenset(("Read", "ReadNewest", "ReadChain", "Verify", "Stat
 #: At most this many directories stay open in one program.
 _DIRECTORY_CACHE_LIMIT = 256
 _FILE_MODE = 0o600
+
+
+def _is_pack_name(name):
+    """Whether ``name`` is ``pack-`` and 1 to 64 lowercase hex digits."""
+    return (isinstance(name, str) and name.startswith("pack-") and 5 < len(name) <= 69
+            and not name[5:].strip("0123456789abcdef"))
 #: A project file a tool creates (WriteProject): a person's file, not ours.
 _PROJECT_FILE_MODE = 0o644
 _DIR_MODE = 0o700
@@ -339,6 +348,10 @@ class Executor:
         # A LocalTarget runs programs in worker threads: each program's
         # directories are its own thread's.
         self._program = threading.local()
+        # Pack files open for appending, by (store, pack): a pack is one
+        # program's own, so its descriptor stays open until that program
+        # ends (thousands of snapshots, one open).
+        self._packs = {}
 
     # -- programs ------------------------------------------------------------
 
@@ -381,7 +394,18 @@ class Executor:
             self._program.directories = None
             for fd in (directories or {}).values():
                 os.close(fd)
+            if self._packs:
+                self._close_packs(operations)
         return results, stopped_at
+
+    def _close_packs(self, operations):
+        """Close the packs ``operations`` appended to."""
+        for operation in operations:
+            argument = operation[3] if operation[0] == "SnapshotFile" else None
+            if isinstance(argument, (list, tuple)) and len(argument) > 2:
+                fd = self._packs.pop((argument[0], argument[2]), None)
+                if fd is not None:
+                    os.close(fd)
 
     def _lock_descriptor(self, lock):
         try:
@@ -1120,6 +1144,28 @@ class Executor:
         )
         return (OK, value, None, False)
 
+    def _read_slice(self, path, argument, _deferred):
+        """``argument`` is ``(offset, size)``: at most ``size`` bytes of regular
+        file ``path`` from ``offset`` (fewer where the file ends first)."""
+        try:
+            offset, size = argument
+        except (TypeError, ValueError):
+            offset = size = None
+        if not (_whole(offset) and _whole(size)):
+            raise Refused(FAILED, "a slice is a whole offset and size")
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            fd = self._open_leaf(pfd, leaf, label)
+        finally:
+            os.close(pfd)
+        try:
+            if not stat_mode.S_ISREG(os.fstat(fd).st_mode):
+                raise Refused(FAILED, "'%s' is not a regular file" % label)
+            os.lseek(fd, offset, os.SEEK_SET)
+            return (OK, _read_at_most(fd, size), None, False)
+        finally:
+            os.close(fd)
+
     def _snapshot(self, path, argument, _deferred):
         """Keep the bytes of regular file ``path`` as a content-addressed blob:
         ``argument`` is ``(store directory, max_bytes)``. The value is
@@ -1134,11 +1180,15 @@ class Executor:
         record naming it lives in the caller's memory), so a reader must check
         a blob's bytes against its name before trusting them."""
         try:
-            store, max_bytes = argument
+            store, max_bytes, pack, known = (tuple(argument) + (None, None))[:4]
         except (TypeError, ValueError):
-            store = max_bytes = None
+            store = max_bytes = pack = known = None
         if not isinstance(store, str) or not _whole(max_bytes):
             raise Refused(FAILED, "a snapshot needs a store directory and a size limit")
+        if pack is not None and not _is_pack_name(pack):
+            raise Refused(FAILED, "a snapshot pack is named pack-<hex>")
+        if known is not None and not isinstance(known, str):
+            raise Refused(FAILED, "a snapshot's known digest is text")
         pfd, leaf, label = self._open_parent(path)
         try:
             fd = self._open_leaf(pfd, leaf, label)
@@ -1152,19 +1202,50 @@ class Executor:
         if data is None:
             return (OK, (None,) + facts + (False,), None, False)
         digest = _sha256_hex(data)
+        if pack is not None:
+            if digest == known:  # the caller keeps these bytes already
+                return (OK, (digest,) + facts + (False, None), None, False)
+            offset = self._append_blob(store, pack, data)
+            return (OK, (digest,) + facts + (True, offset), None, False)
         written = self._store_blob(store, digest, data)
         return (OK, (digest,) + facts + (written,), None, False)
 
-    def _store_blob(self, store, digest, data):
-        """Write ``data`` as the file ``digest`` in directory ``store`` unless a
-        regular file of that size is there already; True when it wrote."""
+    def _append_blob(self, store, pack, data):
+        """Append ``data`` to the pack file ``pack`` in directory ``store``
+        (made on first use; one writer: the program that names it) and
+        answer the offset it starts at. Never flushed, like a blob."""
+        out = self._packs.get((store, pack))
+        if out is None:
+            fd = self._store_directory(store)
+            try:
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+                try:
+                    out = os.open(pack, flags, _FILE_MODE, dir_fd=fd)
+                except OSError as exc:
+                    raise Refused(FAILED, "the pack '%s/%s' cannot be written: %s" % (store, pack, _strerror(exc))) from None
+            finally:
+                os.close(fd)
+            if not stat_mode.S_ISREG(os.fstat(out).st_mode):
+                os.close(out)
+                raise Refused(FAILED, "'%s/%s' is not a regular file" % (store, pack))
+            self._packs[(store, pack)] = out
+        offset = os.lseek(out, 0, os.SEEK_END)
+        _write_all(out, data)
+        return offset
+
+    def _store_directory(self, store):
         try:
-            fd = self._open_directory(split_components(store))
+            return self._open_directory(split_components(store))
         except Refused as refusal:
             if refusal.status != ABSENT:
                 raise
             # Not "absent": that would say the file snapshotted is gone.
             raise Refused(FAILED, "the blob store '%s' does not exist" % store) from None
+
+    def _store_blob(self, store, digest, data):
+        """Write ``data`` as the file ``digest`` in directory ``store`` unless a
+        regular file of that size is there already; True when it wrote."""
+        fd = self._store_directory(store)
         try:
             found = self._lstat(fd, digest)
             if found is not None and stat_mode.S_ISREG(found.st_mode) and found.st_size == len(data):
@@ -1379,6 +1460,7 @@ _HANDLERS = {
     "ScanTree": Executor._scan,
     "ScanPaths": Executor._scan_paths,
     "SnapshotFile": Executor._snapshot,
+    "ReadSlice": Executor._read_slice,
 }
 
 

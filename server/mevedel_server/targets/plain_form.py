@@ -36,6 +36,7 @@ from .program import (
     ReadChain,
     ReadFiles,
     ReadNewest,
+    ReadSlice,
     Remove,
     Replace,
     ScanPaths,
@@ -77,6 +78,7 @@ _KINDS: dict[type, str] = {
         ScanTree,
         ScanPaths,
         SnapshotFile,
+        ReadSlice,
         ReadEntry,
         PutEntry,
     )
@@ -117,7 +119,9 @@ def plain_operation(op: Operation) -> PlainOperation:
         if op.directories_too:
             argument.append(True)
     elif isinstance(op, SnapshotFile):
-        argument = [op.store, op.max_bytes]
+        argument = [op.store, op.max_bytes] + ([op.pack, op.known] if op.pack is not None else [])
+    elif isinstance(op, ReadSlice):
+        argument = [op.offset, op.size]
     elif isinstance(op, ReadEntry):
         argument = op.max_bytes
     elif isinstance(op, PutEntry):
@@ -140,7 +144,7 @@ def _value(op: Operation, status: Status, value: object) -> object:
     if status is Status.OK and isinstance(op, ReadNewest):
         name, data = value  # type: ignore[misc]
         return (_text(name), _bytes(data))
-    if status is Status.OK and type(op) is Read:
+    if status is Status.OK and type(op) in (Read, ReadSlice):
         return _bytes(value)
     if status is Status.OK and isinstance(op, WalkTree):
         return _tree_walk(value)
@@ -153,7 +157,7 @@ def _value(op: Operation, status: Status, value: object) -> object:
     if status is Status.OK and isinstance(op, ScanTree):
         return _file_scan(value)
     if status is Status.OK and isinstance(op, SnapshotFile):
-        return _snapshot(value)
+        return _snapshot(op, value)
     if isinstance(op, (ReadEntry, PutEntry)) and value is not None:
         return plain_entry(value)
     return value
@@ -231,14 +235,20 @@ def _reads(value: object) -> tuple[FileRead, ...]:
     return tuple(out)
 
 
-def _snapshot(value: object) -> Snapshot:
-    digest, size, mtime, ctime, inode, written = value  # type: ignore[misc]
+def _snapshot(op: SnapshotFile, value: object) -> Snapshot:
+    digest, size, mtime, ctime, inode, written, *where = value  # type: ignore[misc]
+    offset = where[0] if where else None
+    packed = op.pack is not None and written
+    if (offset is not None) != packed or len(where) > 1:
+        raise ValueError("a snapshot answers an offset when it appended to its pack, and only then")
+    if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 0):
+        raise ValueError("a snapshot's offset is a whole number")
     if digest is not None and not (isinstance(digest, str) and len(digest) == 64 and not digest.strip("0123456789abcdef")):
         raise ValueError("a snapshot's digest is 64 hex digits")
     numbers = (size, mtime, ctime, inode)
     if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) or not isinstance(written, bool):
         raise ValueError("a snapshot's facts are whole numbers")
-    return Snapshot(digest, size, mtime, ctime, inode, written)
+    return Snapshot(digest, size, mtime, ctime, inode, written, offset)
 
 
 def _chain(op: ReadChain, value: object) -> Chain:

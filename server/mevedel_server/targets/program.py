@@ -503,12 +503,23 @@ class SnapshotFile(Operation):
 
     store: str
     max_bytes: int
+    #: Append the bytes to the pack file ``store/<pack>`` instead
+    #: (``pack-<hex>``, one program's own: one writer), and answer where.
+    pack: str | None = None
+    #: With ``pack``: the digest of bytes the caller keeps already; a file
+    #: that still holds them is not appended again (``offset`` None).
+    known: str | None = None
     writes: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.deferred:
             raise ValueError("a snapshot blob is never flushed, so it cannot be deferred")
+        if self.pack is not None and not (
+            isinstance(self.pack, str) and self.pack.startswith("pack-") and 5 < len(self.pack) <= 69
+            and not self.pack[5:].strip("0123456789abcdef")
+        ):
+            raise ValueError("a snapshot pack is named pack-<1 to 64 hex digits>")
         if not split_target_path(self.store):
             raise InvalidTargetPath(self.store, "a blob store is a directory below the root")
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 0:
@@ -527,6 +538,24 @@ class Snapshot:
     inode: int
     #: The blob was written (False: it was there already, or not read).
     written: bool
+    #: Where in the pack the bytes begin (a :attr:`SnapshotFile.pack` only;
+    #: None when they were not appended).
+    offset: int | None = None
+
+
+@dataclass(frozen=True)
+class ReadSlice(Operation):
+    """At most ``size`` bytes of regular file ``path`` from ``offset``
+    (fewer where the file ends first); ``value`` is the bytes."""
+
+    offset: int
+    size: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for number in (self.offset, self.size):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError("a slice's offset and size are whole, non-negative numbers")
 
 
 @dataclass(frozen=True)

@@ -73,9 +73,28 @@ def write(root, path: str, data: bytes | str) -> None:
     target.write_bytes(data.encode() if isinstance(data, str) else data)
 
 
-def blobs(root) -> set[str]:
+def stored(root) -> set[str]:
+    """The names in the blob store (packs, and loose blobs of old)."""
     store = root / STORE
     return set(os.listdir(store)) if store.exists() else set()
+
+
+async def blobs(record, root, store: str = STORE) -> set[str]:
+    """The digests whose bytes ``record`` can read back from disk, checked;
+    and, once its removals ran, the store holds no pack the record does not
+    name (a pack of superseded bytes is removed)."""
+    if record._pruning is not None:
+        await record._pruning
+    found = set()
+    for name, (pack, offset) in record._where.items():
+        size = next(record._facts[path][1] for path, digest in record._digest.items() if digest == name)
+        with open(root / store / pack, "rb") as handle:
+            handle.seek(offset)
+            if hashlib.sha256(handle.read(size)).hexdigest() == name:
+                found.add(name)
+    packs = {name for name in os.listdir(root / store) if name.startswith("pack-")}
+    assert packs == set(record._pack_refs), (packs, record._pack_refs)
+    return found
 
 
 def digest(data: bytes | str) -> str:
@@ -94,7 +113,9 @@ class Spy(ProgramTarget):
         return await self.inner.run(program)
 
     def reads(self) -> list[str]:
-        return [op.path for op in self.ops if type(op).__name__ in ("Read", "SnapshotFile")]
+        """Files read: a read of the blob store is ``blob``."""
+        return ["blob" if op.path.startswith(".mevedel/file-state/") else op.path
+                for op in self.ops if type(op).__name__ in ("Read", "ReadSlice", "SnapshotFile")]
 
     def snapshots(self) -> list[str]:
         return [op.path for op in self.ops if isinstance(op, SnapshotFile)]
@@ -149,14 +170,16 @@ async def test_unchanged_files_are_not_reported_and_not_read_again(root, monkeyp
     write(root, "d1/f1.txt", "changed\n")
     spy.ops.clear()
     assert await files_only(record) == [FileChange("d1/f1.txt", b"content 1\n")]
-    assert sorted(spy.reads()) == sorted(["d1/f1.txt", f"{STORE}/{digest('content 1' + chr(10))}"])
+    assert sorted(spy.reads()) == ["blob", "d1/f1.txt"]
     await asyncio.sleep(0.1)
     spy.ops.clear()
     await record.refresh()  # d1/f1.txt was written within the window: once more
     assert spy.snapshots() == ["d1/f1.txt"]
     spy.ops.clear()
     await record.refresh()
-    assert spy.reads() == [] and [type(op).__name__ for op in spy.ops] == ["ScanTree"]
+    # One walk (the record's save for the next process rides in its program).
+    walked = [type(op).__name__ for op in spy.ops if type(op).__name__ not in ("MakeDirs", "Replace", "Remove")]
+    assert spy.reads() == [] and walked == ["ScanTree"]
 
 
 async def test_a_file_changed_by_two_commands_reports_the_right_before_each_time(root):
@@ -283,7 +306,7 @@ async def test_an_ignored_file_is_never_read_and_its_changes_are_gaps(root):
         FileChange("new.log", None, IGNORED_GAP),
     ]
     assert not [path for path in spy.reads() if path.endswith(".log")]
-    assert digest("log one") not in blobs(root)
+    assert digest("log one") not in await blobs(record, root)
 
 
 async def test_an_ignored_directory_is_not_entered_and_a_change_inside_is_not_seen(root):
@@ -311,7 +334,7 @@ async def test_a_file_that_becomes_ignored_while_the_command_changes_it_keeps_it
     assert await files_only(record) == [FileChange(".gitignore", None), FileChange("gen/out.txt", b"generated v1")]
     # Now ignored: no blob kept for them, and the directory is no longer entered.
     await record.refresh()
-    assert digest("untouched") not in blobs(root)
+    assert digest("untouched") not in await blobs(record, root)
     write(root, "gen/other.txt", "changed, unseen")
     assert await files_only(record) == []
 
@@ -349,7 +372,7 @@ async def test_a_file_over_the_limit_is_recorded_by_its_facts_and_its_change_is_
     spy = Spy(LocalTarget(root))
     record = FileStateRecord(spy, max_file_bytes=100)
     await record.refresh()
-    assert "big.bin" not in spy.reads() and digest(b"x" * 101) not in blobs(root)
+    assert "big.bin" not in spy.reads() and digest(b"x" * 101) not in await blobs(record, root)
     write(root, "big.bin", b"z" * 101)
     write(root, "small.bin", b"x" * 200)  # grows past the limit: its before is known
     write(root, "shrinks.bin", b"y")
@@ -396,8 +419,9 @@ async def test_symbolic_links_are_recorded_by_their_target_and_never_followed(ro
         FileChange("to-secret", Entry.symlink(os.fsencode(outside / "secret"))),
     ]
     # Only the blob of plain.txt's earlier bytes was read: no link, nothing behind one.
-    assert spy.reads() == [f"{STORE}/{digest('plain')}"]
-    assert not {digest(b"secret bytes outside the workspace"), digest(b"inner secret")} & blobs(root)
+    assert spy.reads() == ["blob"]
+    packed = b"".join((root / STORE / name).read_bytes() for name in stored(root))
+    assert b"secret" not in packed
 
 
 async def test_a_fifo_in_the_tree_does_not_block(root):
@@ -433,11 +457,13 @@ async def test_blobs_are_written_once_per_digest_and_removed_when_unreferenced(r
     write(root, "b.txt", "shared")
     write(root, "c.txt", "own")
     record = await record_of(root)
-    assert blobs(root) == {digest("shared"), digest("own")}
-    mtime = os.stat(root / STORE / digest("shared")).st_mtime_ns
+    assert await blobs(record, root) == {digest("shared"), digest("own")}
+    where = record._where[digest("shared")]
     write(root, "d.txt", "shared")  # a new file with a digest already stored
     await record.refresh()
-    assert os.stat(root / STORE / digest("shared")).st_mtime_ns == mtime
+    assert record._where[digest("shared")] == where
+    await record.refresh()  # the pack of the copy just read goes
+    assert await blobs(record, root) == {digest("shared"), digest("own")}
 
     write(root, "a.txt", "changed")
     write(root, "c.txt", "own, changed")
@@ -445,12 +471,14 @@ async def test_blobs_are_written_once_per_digest_and_removed_when_unreferenced(r
     # No file names "own" any more: the next walk removes it (no round trip
     # of its own); "shared" is still named by b.txt and d.txt.
     await record.refresh()
-    assert blobs(root) == {digest("shared"), digest("changed"), digest("own, changed")}
+    assert await blobs(record, root) == {digest("shared"), digest("changed"), digest("own, changed")}
     os.remove(root / "b.txt")
     os.remove(root / "d.txt")
     assert await files_only(record) == [FileChange("b.txt", b"shared"), FileChange("d.txt", b"shared")]
     await record.refresh()
-    assert blobs(root) == {digest("changed"), digest("own, changed")}
+    assert await blobs(record, root) == {digest("changed"), digest("own, changed")}
+    # The packs hold no more than the bytes named.
+    assert sum(os.path.getsize(root / STORE / name) for name in stored(root)) == len("changed") + len("own, changed")
 
 
 async def test_a_blob_named_again_before_its_removal_is_kept(root):
@@ -460,7 +488,7 @@ async def test_a_blob_named_again_before_its_removal_is_kept(root):
     assert await files_only(record) == [FileChange("a.txt", b"first")]
     write(root, "b.txt", "first")  # "first" is named again before the next walk
     await record.refresh()
-    assert blobs(root) == {digest("first"), digest("second")}
+    assert await blobs(record, root) == {digest("first"), digest("second")}
     os.remove(root / "b.txt")
     assert await files_only(record) == [FileChange("b.txt", b"first")]
 
@@ -469,15 +497,41 @@ async def test_the_first_refresh_clears_blobs_an_earlier_process_left(root):
     write(root, "a.txt", "current")
     write(root, f"{STORE}/{digest('stale')}", "stale")
     write(root, f"{STORE}/.{digest('x')}.0a1b.tmp", "debris")
+    write(root, f"{STORE}/pack-0123", "a pack no record names")
     record = await record_of(root)
     await record.refresh()
-    assert blobs(root) == {digest("current")}
+    assert await blobs(record, root) == {digest("current")}
+    assert len(stored(root)) == 1
+
+
+async def test_small_packs_are_merged_and_every_blob_still_reads_back(root, monkeypatch):
+    # Each command that changes files leaves a pack of its own; past
+    # MAX_PACKS a save merges them, keeping only the bytes still named.
+    monkeypatch.setattr(file_state, "MAX_PACKS", 3)
+    for i in range(6):
+        write(root, f"f{i}.txt", f"v0 of {i}")
+    record = await record_of(root)
+    for i in range(6):
+        write(root, f"f{i}.txt", f"v1 of {i}")
+        assert await files_only(record) == [FileChange(f"f{i}.txt", f"v0 of {i}".encode())]
+        await record.refresh()
+    live = await blobs(record, root)
+    assert live == {digest(f"v1 of {i}") for i in range(6)}
+    assert len(stored(root)) <= 4
+    # The packs hold the live bytes and at most the last few superseded ones.
+    assert sum(os.path.getsize(root / STORE / name) for name in stored(root)) <= 6 * len("v1 of 0") + 3 * len("v0 of 0")
+    record.close()
+    again = await record_of(root)  # a new process, from the index
+    for i in range(6):
+        write(root, f"f{i}.txt", "v2")
+    assert await files_only(again) == [FileChange(f"f{i}.txt", f"v1 of {i}".encode()) for i in range(6)]
 
 
 async def test_a_damaged_blob_is_a_gap_not_wrong_content(root):
     write(root, "a.txt", "original")
     record = await record_of(root)
-    (root / STORE / digest("original")).write_bytes(b"tampered")
+    ((pack, offset),) = record._where.values()
+    (root / STORE / pack).write_bytes(b"tampered")
     write(root, "a.txt", "changed")
     assert await files_only(record) == [FileChange("a.txt", None, LOST_BLOB_GAP)]
 
@@ -494,7 +548,7 @@ async def test_the_blob_store_and_mevedel_state_are_never_walked(root):
     write(root, "a.txt", "b")
     assert await files_only(record) == [FileChange("a.txt", b"a")]
     await record.refresh()
-    assert set(os.listdir(root / "cache/state/blobs")) == {digest("b")}
+    assert await blobs(record, root, "cache/state/blobs") == {digest("b")}
 
 
 async def test_the_record_keeps_facts_and_digests_not_contents(root):
@@ -513,6 +567,141 @@ async def test_the_record_keeps_facts_and_digests_not_contents(root):
 
     held = sum(sizes(v) for k, v in vars(record).items() if k != "_same_as")
     assert held < 1000  # the packed facts of the last walk aside: no contents
+
+
+# -- the index a new process starts from ------------------------------------------------
+
+
+async def test_a_new_record_starts_from_the_index_and_reads_only_what_changed(root, monkeypatch):
+    # Every ``mevedel prompt`` is a new process: its record starts from the
+    # one the last process kept, and reads only the files changed since.
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    for i in range(40):
+        write(root, f"d{i % 4}/f{i}.txt", f"content {i}\n")
+    write(root, "over.bin", b"x" * 2000)
+    os.symlink("d0/f0.txt", root / "link")
+    await asyncio.sleep(0.1)
+    first = await record_of(root, max_file_bytes=1000)
+    write(root, "d1/f1.txt", "changed by the command\n")
+    assert await files_only(first) == [FileChange("d1/f1.txt", b"content 1\n")]
+    first.close()
+    await asyncio.sleep(0.1)
+
+    write(root, "d2/f2.txt", "edited between the processes\n")
+    spy = Spy(LocalTarget(root))
+    second = FileStateRecord(spy, max_file_bytes=1000)
+    await second.refresh()
+    # The file the last process read just after its change (racy then), and
+    # the one edited since: nothing else.
+    assert sorted(spy.snapshots()) == ["d1/f1.txt", "d2/f2.txt"]
+    write(root, "d2/f2.txt", "the second command's\n")
+    write(root, "d3/f3.txt", "and this\n")
+    os.remove(root / "link")
+    os.remove(root / "over.bin")
+    changes = await second.changes()
+    assert [(c.path, c.before, c.gap) for c in changes] == [
+        ("d2/f2.txt", Entry.file(b"edited between the processes\n", 0o644), None),
+        ("d3/f3.txt", Entry.file(b"content 3\n", 0o644), None),
+        ("link", Entry.symlink(b"d0/f0.txt"), None),
+        ("over.bin", Entry(Entry.FILE, 0o644, None, 2000), None),
+    ]
+    second.close()
+
+
+@pytest.mark.skipif(not tree_watch.available(), reason="no inotify here")
+async def test_a_watched_record_from_the_index_walks_once(root, monkeypatch):
+    # Watching the directories the kept record knows before the first walk
+    # spares the second walk a watch begun after it would need.
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    for i in range(30):
+        write(root, f"d{i % 3}/sub/f{i}", f"v{i}")
+    await asyncio.sleep(0.1)
+    (await record_of(root)).close()
+    write(root, "d3/new", "a directory the index does not know")
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy, watch=LocalTarget(root))
+    await record.refresh()
+    walks = [op for op in spy.ops if type(op).__name__ == "ScanPaths"]
+    assert len(walks) == 2 and record.unwatched is None  # the new directory alone made it walk again
+    spy.ops.clear()
+    write(root, "d1/sub/f1", "changed")
+    assert await files_only(record) == [FileChange("d1/sub/f1", b"v1")]
+    assert not [op for op in spy.ops if type(op).__name__ == "ScanTree"]
+    record.close()
+    (await record_of(root)).close()
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy, watch=LocalTarget(root))
+    await record.refresh()
+    assert len([op for op in spy.ops if type(op).__name__ == "ScanPaths"]) == 1
+    write(root, "d3/new", "changed in a directory watched from the index")
+    assert await files_only(record) == [FileChange("d3/new", b"a directory the index does not know")]
+    record.close()
+
+
+async def test_a_damaged_or_foreign_index_is_not_trusted(root):
+    write(root, "a.txt", "original")
+    first = await record_of(root)
+    first.close()
+    index = root / ".mevedel/file-state/index"
+    data = index.read_bytes()
+    for damaged in (data[: len(data) // 2], data[:-1] + bytes([data[-1] ^ 1]), b"not an index"):
+        index.write_bytes(damaged)
+        spy = Spy(LocalTarget(root))
+        record = FileStateRecord(spy)
+        await record.refresh()
+        assert spy.snapshots() == ["a.txt"]  # read again, as with no index
+        record.close()
+    # One made under another size limit says nothing about this record's.
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy, max_file_bytes=3)
+    await record.refresh()
+    write(root, "a.txt", "changed")
+    assert await record.changes() == [FileChange("a.txt", Entry(Entry.FILE, 0o644, None, 8))]
+
+
+async def test_a_command_saves_a_delta_and_a_torn_delta_is_ignored(root, monkeypatch):
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    for i in range(10):
+        write(root, f"f{i}", f"v1 of {i}")
+    await asyncio.sleep(0.1)
+    first = await record_of(root)
+    whole = (root / ".mevedel/file-state/index").read_bytes()
+    write(root, "f1", "v2")
+    assert await files_only(first) == [FileChange("f1", b"v1 of 1")]
+    await first.refresh()  # the record changes() left is saved in the next program
+    # The command's save wrote only what changed, beside the whole index.
+    assert (root / ".mevedel/file-state/index").read_bytes() == whole
+    delta = root / ".mevedel/file-state/index.delta"
+    assert 0 < delta.stat().st_size < len(whole)
+    first.close()
+    await asyncio.sleep(0.1)
+
+    spy = Spy(LocalTarget(root))
+    second = FileStateRecord(spy)
+    await second.refresh()
+    assert spy.snapshots() == ["f1"]  # read again once (racy at the save), nothing else
+    second.close()
+    # A torn delta is not applied: the whole index alone is an earlier
+    # state, a sound start, and f1 is read again from it.
+    data = bytearray(delta.read_bytes())
+    data[-1] ^= 1
+    delta.write_bytes(bytes(data))
+    spy = Spy(LocalTarget(root))
+    third = FileStateRecord(spy)
+    await third.refresh()
+    assert spy.snapshots() == ["f1"]
+    write(root, "f1", "v3")
+    assert await files_only(third) == [FileChange("f1", b"v2")]
+
+
+async def test_a_name_that_is_no_utf8_survives_the_index(root):
+    name = os.fsdecode(b"caf\xe9.txt")
+    write(root, name, "bytes")
+    first = await record_of(root)
+    first.close()
+    second = await record_of(root)
+    os.remove(root / name)
+    assert await files_only(second) == [FileChange(name, b"bytes")]
 
 
 # -- over SSH -------------------------------------------------------------------------------
@@ -552,6 +741,31 @@ async def test_over_ssh_the_same_changes_are_found(root, fault_server):
     target = await SshTarget.connect(fault_server.url(root), **fault_server.options())
     try:
         assert await _scenario(target, root) == EXPECTED
+    finally:
+        await target.close()
+
+
+async def test_over_ssh_a_new_record_starts_from_the_index(root, fault_server, monkeypatch):
+    from mevedel_server.targets.ssh import SshTarget
+
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    target = await SshTarget.connect(fault_server.url(root), **fault_server.options())
+    try:
+        for i in range(20):
+            write(root, f"d/f{i}", f"v{i}")
+        await asyncio.sleep(0.1)
+        first = FileStateRecord(target)
+        await first.refresh()
+        write(root, "d/f1", "changed")
+        assert await files_only(first) == [FileChange("d/f1", b"v1")]
+        await asyncio.sleep(0.1)
+        spy = Spy(target)
+        second = FileStateRecord(spy)
+        await second.refresh()
+        assert spy.snapshots() == ["d/f1"]  # the one racy at the last save, no other
+        write(root, "d/f2", "changed too")
+        os.remove(root / "d/f3")
+        assert await files_only(second) == [FileChange("d/f2", b"v2"), FileChange("d/f3", b"v3")]
     finally:
         await target.close()
 
@@ -666,6 +880,8 @@ def test_every_command_reports_exactly_what_changed(tmp_path_factory, commands):
         # by inotify (a LocalTarget's default), one that walks every time.
         watched = await record_of(root)
         walking = await record_of(root, watch=False, blob_dir=".mevedel/file-state-walked")
+        restarted = await record_of(root, watch=False, blob_dir=".mevedel/file-state-restarted")
+        restarted.close()
         try:
             assert watched.unwatched is None or not tree_watch.available()
             for between, command in commands:
@@ -673,12 +889,17 @@ def test_every_command_reports_exactly_what_changed(tmp_path_factory, commands):
                     _apply(root, action)
                 await watched.refresh()
                 await walking.refresh()
+                # A new process for every command, starting from the index
+                # the last one kept.
+                restarted = await record_of(root, watch=False, blob_dir=".mevedel/file-state-restarted")
                 before = _state(root)
                 for action in command:
                     _apply(root, action)
                 expected = _expected(before, _state(root))
                 assert _contents_only(await watched.changes(), root) == expected
                 assert _contents_only(await walking.changes(), root) == expected
+                assert _contents_only(await restarted.changes(), root) == expected
+                restarted.close()
         finally:
             watched.close()
 

@@ -308,6 +308,30 @@ async def test_a_snapshot_writes_its_blob_once_per_digest(root):
     assert (root / "blobs" / digest).read_bytes() == b"same bytes"
 
 
+async def test_packed_snapshots_append_to_one_pack_and_read_back_by_slice(root, open_target):
+    from mevedel_server.targets import ReadSlice
+
+    write(root, "a", b"first file")
+    write(root, "b", b"second")
+    write(root, "c", b"first file")
+    (root / "blobs").mkdir()
+    target = await open_target(root)
+    pack = "pack-" + "ab" * 16
+    ops = [SnapshotFile(name, store="blobs", max_bytes=100, pack=pack, known=known, optional=True)
+           for name, known in (("a", None), ("b", None), ("c", hashlib.sha256(b"first file").hexdigest()))]
+    a, b, c = (await target.run(ControlProgram(ops))).results
+    assert (a.value.offset, a.value.written, b.value.offset, b.value.written) == (0, True, 10, True)
+    # Bytes the caller keeps already are not appended again.
+    assert (c.value.digest, c.value.offset, c.value.written) == (a.value.digest, None, False)
+    assert os.listdir(root / "blobs") == [pack]
+    assert (root / "blobs" / pack).read_bytes() == b"first filesecond"
+    got = (await target.run(ControlProgram([ReadSlice(f"blobs/{pack}", offset=10, size=6), ReadSlice(f"blobs/{pack}", offset=14, size=9)]))).results
+    assert [r.value for r in got] == [b"second", b"nd"]  # a slice past the end is short, never padded
+    (root / "blobs" / "linked").symlink_to(root / "a")
+    [linked] = (await target.run(ControlProgram([ReadSlice("blobs/linked", offset=0, size=4, optional=True)]))).results
+    assert not linked.ok  # a link is never followed
+
+
 async def test_a_torn_blob_under_its_name_is_replaced(root):
     write(root, "a", b"the whole content")
     digest = hashlib.sha256(b"the whole content").hexdigest()
