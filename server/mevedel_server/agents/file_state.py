@@ -40,8 +40,10 @@ record on to the new state. Everything goes through the workspace's
   prompt`` is one -- starts from it and reads only the files changed since
   (git's index): written whole by the first refresh that read everything,
   after a pack merge and when the changes since outgrow
-  :data:`DELTA_PATHS`; otherwise :meth:`~FileStateRecord.changes` writes
-  ``index.delta``, the paths changed since the whole index. Neither is
+  :data:`DELTA_PATHS`; otherwise a save writes ``index.delta``, the paths
+  changed since the whole index, at the head of the next sync's program
+  (no round trip of its own; the state a process's last sync leaves is
+  not kept, and the next process reads those few files again). Neither is
   flushed: one torn or lost in a crash fails its checksum, and the next
   process starts from an earlier state (sound: a file whose facts still
   match it holds those bytes) or reads everything.
