@@ -117,7 +117,7 @@ import hashlib
 import os
 import secrets
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..store.layout import STATE_DIR
