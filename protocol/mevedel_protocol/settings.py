@@ -138,6 +138,12 @@ class Settings:
     #: of the session, at most this many bytes (past it, the first and last
     #: halves with a marker where the middle was cut).
     execution_log_max_bytes: int = 4 * 1024 * 1024
+    #: How deep sub-agents started with the ``Agent`` tool nest (a root
+    #: agent's sub-agent is depth 1); a deeper call is refused naming it.
+    subagent_max_depth: int = 2
+    #: How many sub-agent turns run at once in one session; one more is
+    #: refused naming it.
+    subagent_max_concurrent: int = 4
     #: A turn in flight is published every this many seconds, so a crash
     #: loses at most that much (0: only at settlement).
     checkpoint_interval_seconds: int = 30

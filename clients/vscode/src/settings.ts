@@ -29,6 +29,8 @@ const SERVER_KEYS: ReadonlyArray<readonly [string, readonly string[]]> = [
   ['checkpointExclude', ['checkpointExclude']],
   ['terminalOutputMaxBytes', ['terminalOutputMaxBytes']],
   ['executionLogMaxBytes', ['executionLogMaxBytes']],
+  ['subagentMaxDepth', ['subagentMaxDepth']],
+  ['subagentMaxConcurrent', ['subagentMaxConcurrent']],
   ['mcpMaxMessageBytes', ['mcpMaxMessageBytes']],
   ['maxMessageBytes', ['maxMessageBytes']],
   ['mcpServers', ['mcpServers']],

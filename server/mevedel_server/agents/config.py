@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..mcp_client.config import NotJson, load_json
+from .delegation.names import CONCURRENT_BOUNDS, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, DEPTH_BOUNDS
 from .errors import NOT_CONFIGURED, AgentError
 
 PERMISSION_POLICIES = ("ask", "allow-reads", "allow-all")
@@ -72,6 +73,10 @@ class AgentConfig:
     checkpoint_exclude: tuple[str, ...] = ()
     #: The most of one command's output its execution log keeps.
     execution_log_max_bytes: int = DEFAULT_EXECUTION_LOG_MAX_BYTES
+    #: How deep sub-agents nest (``Agent`` tool; a root agent's is depth 1).
+    subagent_max_depth: int = DEFAULT_MAX_DEPTH
+    #: How many sub-agent turns run at once in one session.
+    subagent_max_concurrent: int = DEFAULT_MAX_CONCURRENT
 
     def choose(self, requested: str | None, remembered: str | None = None) -> AgentSpec:
         """The agent for a prompt: the one asked for, else the session's,
@@ -174,6 +179,8 @@ _CLI_KEYS = {
     "terminalOutputMaxBytes",
     "checkpointExclude",
     "executionLogMaxBytes",
+    "subagentMaxDepth",
+    "subagentMaxConcurrent",
 }
 
 
@@ -223,6 +230,13 @@ def config_from_settings(raw: Mapping[str, Any], *, where: str) -> AgentConfig:
             raise AgentError(NOT_CONFIGURED, f"{where}: {key}", f"must be a whole number of bytes between {low} and {high}, got {value!r}")
         return value
 
+    def count(key: str, fallback: int, bounds: tuple[int, int]) -> int:
+        value = raw.get(key, fallback)
+        low, high = bounds
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise AgentError(NOT_CONFIGURED, f"{where}: {key}", f"must be a whole number between {low} and {high}, got {value!r}")
+        return value
+
     exclude = raw.get("checkpointExclude", [])
     if not isinstance(exclude, list) or not all(isinstance(p, str) and "\n" not in p for p in exclude):
         raise AgentError(NOT_CONFIGURED, f"{where}: checkpointExclude", "must be a list of gitignore patterns (strings)", "fix the setting")
@@ -237,4 +251,6 @@ def config_from_settings(raw: Mapping[str, Any], *, where: str) -> AgentConfig:
         idle_timeout_seconds=seconds("agentIdleTimeoutSeconds", 900),
         terminal_output_max_bytes=output_bytes(),
         execution_log_max_bytes=output_bytes("executionLogMaxBytes", DEFAULT_EXECUTION_LOG_MAX_BYTES, EXECUTION_LOG_BOUNDS),
+        subagent_max_depth=count("subagentMaxDepth", DEFAULT_MAX_DEPTH, DEPTH_BOUNDS),
+        subagent_max_concurrent=count("subagentMaxConcurrent", DEFAULT_MAX_CONCURRENT, CONCURRENT_BOUNDS),
     )

@@ -436,6 +436,10 @@ class AgentEngine:
         from .prompt_queue import PromptQueue
 
         self.queue = PromptQueue(self)
+        from .delegation.runner import SubAgents  # it builds on this module's classes
+
+        #: The sessions' retained sub-agents (the ``Agent`` tool).
+        self.delegation = SubAgents(self)
 
     # Facts ------------------------------------------------------------------------
 
@@ -456,7 +460,7 @@ class AgentEngine:
 
     def is_running(self, running: _Running) -> bool:
         """Whether ``running`` is still its session's agent here."""
-        return self._running.get(running.session_id) is running
+        return self._running.get(running.session_id) is running or self.delegation.owns(running)
 
     async def apply_title(self, session_id: str, title: str) -> None:
         """The agent's title as the session's display name (the spec's
@@ -719,6 +723,7 @@ class AgentEngine:
         return True
 
     async def _cancel_agent(self, running: _Running, turn: _Turn, config: AgentConfig) -> None:
+        await self.delegation.cancel(running)  # its sub-agents' turns end first
         for task in list(turn.permission_tasks):
             task.cancel()
         if running.process.alive and running.process.native_session_id is not None:
@@ -744,6 +749,7 @@ class AgentEngine:
             wait = self.config().cancel_timeout_seconds if grace is None else grace
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(turn.settled.wait(), wait)
+        await self.delegation.stop(session_id)
         if self._running.get(session_id) is running:
             del self._running[session_id]
         self._forget_tools(running)

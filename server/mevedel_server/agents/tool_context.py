@@ -89,6 +89,20 @@ class AgentToolContext:
             # The session cannot take a checkpoint now (read-only, handed over...).
             raise ToolRefused(f"session {running.session_id}: {error}; nothing was changed") from None
 
+    async def delegate(self, agent: str | None, name: str, prompt: str) -> str:
+        """The ``Agent`` tool: run ``prompt`` as a turn of this agent's
+        retained sub-agent ``name`` (:mod:`.delegation.runner`); its final
+        message, or :class:`ToolRefused` naming the refusal or the outcome."""
+        from .delegation import DelegationRefused
+        from .delegation.runner import SubAgentFailed
+
+        if not self._engine.is_running(self._running):
+            raise ToolRefused(f"Agent: this agent no longer serves session {self._running.session_id}")
+        try:
+            return await self._engine.delegation.run(self._running, agent, name, prompt)
+        except (DelegationRefused, SubAgentFailed) as refused:
+            raise ToolRefused(refused.message) from None
+
     async def after_project_write(self, paths: Sequence[str]) -> Sequence[str]:
         """Tell the workspace's artifact store about the authored files the
         committed patch wrote (notes for the model)."""

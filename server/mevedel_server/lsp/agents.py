@@ -49,6 +49,8 @@ def agent_config(ls: MevedelLanguageServer) -> AgentConfig:
         terminal_output_max_bytes=s.terminal_output_max_bytes,
         checkpoint_exclude=tuple(s.checkpoint_exclude),
         execution_log_max_bytes=s.execution_log_max_bytes,
+        subagent_max_depth=s.subagent_max_depth,
+        subagent_max_concurrent=s.subagent_max_concurrent,
     )
 
 

@@ -21,6 +21,7 @@ from mevedel_protocol import Settings, converter, describe_structure_error, wire
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 
 from ..agents.config import EXECUTION_LOG_BOUNDS, TERMINAL_OUTPUT_BOUNDS, agents_problem
+from ..agents.delegation.names import CONCURRENT_BOUNDS, DEPTH_BOUNDS
 from ..mcp_client import servers_problem
 from ..mcp_client.connections import MAX_MESSAGE_BYTES_BOUNDS
 from ..resources import SkillRoot
@@ -84,6 +85,10 @@ def _check(name: str, value: Any) -> str | None:
         return f"must be between {TERMINAL_OUTPUT_BOUNDS[0]} and {TERMINAL_OUTPUT_BOUNDS[1]} bytes, got {value}"
     if name == "executionLogMaxBytes" and not EXECUTION_LOG_BOUNDS[0] <= value <= EXECUTION_LOG_BOUNDS[1]:
         return f"must be between {EXECUTION_LOG_BOUNDS[0]} and {EXECUTION_LOG_BOUNDS[1]} bytes, got {value}"
+    if name == "subagentMaxDepth" and not DEPTH_BOUNDS[0] <= value <= DEPTH_BOUNDS[1]:
+        return f"must be between {DEPTH_BOUNDS[0]} and {DEPTH_BOUNDS[1]}, got {value}"
+    if name == "subagentMaxConcurrent" and not CONCURRENT_BOUNDS[0] <= value <= CONCURRENT_BOUNDS[1]:
+        return f"must be between {CONCURRENT_BOUNDS[0]} and {CONCURRENT_BOUNDS[1]}, got {value}"
     if name == "artifactMaxVersions" and not 1 <= value <= 1_000:
         return f"must be between 1 and 1000, got {value}"
     if name == "artifactMaxVersionBytes" and not 1 <= value <= 2**40:

@@ -22,7 +22,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from ..resources.families.shared import has_items
 from .context import ToolContext
 from .roster import roster
-from .tools import TOOLS, ToolError, call
+from .tools import ToolError, call, tools_for
 
 SERVER_NAME = "mevedel"
 
@@ -45,7 +45,7 @@ def build_server(context: ToolContext, *, shared_items: bool = False) -> Server:
     async def list_tools() -> list[types.Tool]:
         return [
             types.Tool(name=tool.name, description=tool.description, inputSchema=tool.schema)
-            for tool in TOOLS
+            for tool in tools_for(context)
         ]
 
     # Arguments are checked by the tools themselves, so that every mistake is

@@ -1,4 +1,5 @@
-"""The tools ``Read``, ``Glob``, ``Grep`` and ``ApplyPatch``: their schemas,
+"""The tools ``Read``, ``Glob``, ``Grep``, ``ApplyPatch`` and, within an
+agent's turn, ``Agent`` (a sub-agent's turn, run by the context): their schemas,
 their argument checks, and the text a model reads back.
 
 Every call is one ``prepare`` / ``execute`` of the resolver with a fresh
@@ -138,7 +139,38 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
 )
 
-BY_NAME = {tool.name: tool for tool in TOOLS}
+#: Offered only where the context can run a sub-agent (an agent's turn the
+#: language server or ``mevedel prompt`` drives: its ``delegate``).
+AGENT_TOOL = ToolSpec(
+    "Agent",
+    "Hand a task to another agent and get its final message back. The sub-agent works in the same workspace "
+    "and session, and its file changes belong to the current turn (Rewind undoes them with it). It is "
+    "retained under 'name': calling again with the same name continues its conversation; a new name starts "
+    "a new one. Read agent:// to list retained agents and history://root/NAME for a conversation.",
+    {
+        "type": "object",
+        "properties": {
+            "agent": {
+                "type": "string",
+                "description": "A configured agent's name (default: your own agent). Only for a new name.",
+            },
+            "name": {
+                "type": "string",
+                "description": "The retained agent's name: 1-64 of a-z, 0-9, '_' and '-', e.g. 'reviewer'.",
+            },
+            "prompt": {"type": "string", "description": "The task, complete: the sub-agent sees nothing else of yours."},
+        },
+        "required": ["name", "prompt"],
+        "additionalProperties": False,
+    },
+)
+
+BY_NAME = {tool.name: tool for tool in (*TOOLS, AGENT_TOOL)}
+
+
+def tools_for(context: object) -> tuple[ToolSpec, ...]:
+    """The tools ``context`` serves: ``Agent`` only where it can delegate."""
+    return (*TOOLS, AGENT_TOOL) if callable(getattr(context, "delegate", None)) else TOOLS
 
 
 # -- errors --------------------------------------------------------------------
@@ -290,12 +322,17 @@ async def call(name: str, arguments: dict[str, Any] | None, context: ToolContext
     """Run one tool call; its text, or :class:`ToolError`."""
     handler = _HANDLERS.get(name)
     if handler is None:
-        raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(BY_NAME)}")
+        raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(tool.name for tool in tools_for(context))}")
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
         raise ToolError(f"{name}: the arguments must be an object")
     _unknown(arguments, name)
+    if name == "Agent" and not callable(getattr(context, "delegate", None)):
+        raise ToolError(
+            "Agent: sub-agents run only within an agent's turn that mevedel drives (the language server or "
+            "mevedel prompt); this tool server runs no turn"
+        )
     try:
         return await handler(arguments, context)
     except ToolError:
@@ -367,7 +404,17 @@ async def _apply_patch(arguments: dict[str, Any], context: ToolContext) -> str:
     return "\n".join([render_patch(applied), *notes])
 
 
+async def _agent(arguments: dict[str, Any], context: ToolContext) -> str:
+    agent = arguments.get("agent")
+    if agent is not None and not isinstance(agent, str):
+        raise ToolError(f"Agent: the argument 'agent' must be a string, not {type(agent).__name__}")
+    name = _text_arg(arguments, "name", "Agent")
+    prompt = _text_arg(arguments, "prompt", "Agent")
+    return await context.delegate(agent, name, prompt)  # type: ignore[attr-defined]
+
+
 _HANDLERS: dict[str, Callable[[dict[str, Any], ToolContext], Any]] = {
+    "Agent": _agent,
     "Read": _read,
     "Glob": _glob,
     "Grep": _grep,

@@ -1,0 +1,405 @@
+"""Running a sub-agent's turn: :class:`SubAgents`, one per
+:class:`~..engine.AgentEngine`.
+
+An agent's ``Agent`` tool call (``agent``, ``name``, ``prompt``) reaches
+:meth:`SubAgents.run` through its tool context. The sub-agent is another
+configured ACP agent, started like a root agent (its own process, its own
+native conversation, the same tool server with a token of its own) but
+serving the caller's session: its ``fs/*`` writes, its terminals' shell
+changes and its ApplyPatch calls go through the very same checkpoint seam
+(``AgentEngine.record_pre_state``) into the session's open turn -- the
+root agent's turn that, directly or through other sub-agents, asked for
+it -- so Rewind of that turn restores them. Its permission questions reach
+the user naming it (``helper (codex) asks permission: ...``). Cancelling
+the caller's turn cancels its sub-agents' turns first.
+
+A sub-agent is retained under its path (the caller's path and ``name``):
+its process and native conversation stay for the next call with the same
+name, which continues its conversation (natively while the process lives;
+else ``session/load``/``resume`` on the same machine, else a labelled
+excerpt of its recorded turns). What it said and did is its own record,
+never copied into the caller's turn: the caller's transcript gets the
+``Agent`` tool call and its answer, the sub-agent's final message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from acp import schema
+
+from ...store.content.transcript import Outcome
+from ...store.service import EvidenceInput
+from ..config import AgentConfig, AgentSpec
+from ..errors import FAILED, AgentError
+from ..live import LiveFeed
+from ..recorder import TurnRecorder
+from ..engine import _Client, _Running, _Turn
+from .names import DelegationRefused, check_name, child_path, depth
+
+_log = logging.getLogger(__name__)
+
+#: Characters of a retained agent's earlier turns its excerpt carries.
+EXCERPT_BUDGET = 12_000
+
+
+@dataclass
+class ChildTurn:
+    """One settled turn of a retained agent."""
+
+    prompt: str
+    #: Its records, in the order the agent's stream gave them.
+    items: list[EvidenceInput]
+    outcome: Outcome
+    reason: str | None
+    #: The root turn it ran in.
+    root_turn: int
+    #: What the caller got back: the final message (the partial one when
+    #: the turn did not complete).
+    result: str
+
+
+@dataclass
+class Retained:
+    """A retained agent of one session."""
+
+    path: str
+    agent: str
+    fingerprint: str
+    #: The agent's own conversation (ACP ``sessionId``), once it has one.
+    native_session_id: str | None = None
+    running: _Running | None = None
+    #: The turn in flight (None: idle).
+    active: _Turn | None = None
+    turns: list[ChildTurn] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """How the user is told of it: ``helper (codex)``."""
+        return f"{self.path} ({self.agent})"
+
+
+class SubAgentFailed(Exception):
+    """A sub-agent's turn that did not complete; ``message`` is what its
+    caller reads (the outcome named, and the partial answer)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _ChildClient(_Client):
+    """The ACP client side of a sub-agent: the root agent's routing (its
+    file, terminal and permission requests serve its turn), except that its
+    conversation title does not name the session."""
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if isinstance(update, schema.SessionInfoUpdate):
+            return
+        await super().session_update(session_id, update, **kwargs)
+
+
+class SubAgents:
+    """The retained agents of the sessions one engine serves."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        #: session id -> path -> retained agent.
+        self._sessions: dict[str, dict[str, Retained]] = {}
+
+    # Facts ---------------------------------------------------------------------
+
+    def retained(self, session_id: str) -> list[Retained]:
+        """The session's retained agents, in path order."""
+        table = self._sessions.get(session_id, {})
+        return [table[path] for path in sorted(table)]
+
+    def owns(self, running: _Running) -> bool:
+        """Whether ``running`` is a sub-agent of its session here (its tool
+        calls serve the session's open turn)."""
+        table = self._sessions.get(running.session_id, {})
+        path = getattr(running, "delegation_path", None)
+        return path is not None and path in table and table[path].running is running
+
+    def active(self, session_id: str) -> list[Retained]:
+        return [r for r in self.retained(session_id) if r.active is not None]
+
+    # Running -------------------------------------------------------------------
+
+    async def run(self, caller: _Running, agent: str | None, name: str, prompt: str) -> str:
+        """Run ``prompt`` as a turn of the retained agent ``name`` of
+        ``caller`` (started with ``agent`` when new); its final message, or
+        :class:`SubAgentFailed` / :class:`DelegationRefused`."""
+        engine = self.engine
+        session_id = caller.session_id
+        check_name(name)
+        if agent is not None and not isinstance(agent, str):
+            raise DelegationRefused(f"Agent: the argument 'agent' must be a configured agent's name, not {type(agent).__name__}")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise DelegationRefused("Agent: the argument 'prompt' is blank; say what the sub-agent should do")
+        root = engine._running.get(session_id)
+        if caller.turn is None or root is None or root.turn is None:
+            raise DelegationRefused(f"Agent: no turn of session {session_id} is running; sub-agents run within a prompt turn")
+        if caller.turn.cancelled or root.turn.cancelled:
+            raise DelegationRefused("Agent: the turn is being cancelled; no sub-agent is started")
+        config: AgentConfig = engine.config()
+        path = child_path(getattr(caller, "delegation_path", None), name)
+        if depth(path) > config.subagent_max_depth:
+            raise DelegationRefused(
+                f"Agent: {path} would be a sub-agent at depth {depth(path)}, and sub-agents nest at most "
+                f"{config.subagent_max_depth} deep (the subagentMaxDepth setting); do this task yourself"
+            )
+        table = self._sessions.setdefault(session_id, {})
+        retained = table.get(path)
+        if retained is not None and retained.active is not None:
+            raise DelegationRefused(f"Agent: {retained.label} is already working on a task; wait for its answer, or use another name")
+        running_now = sum(1 for r in table.values() if r.active is not None)
+        if running_now >= config.subagent_max_concurrent:
+            raise DelegationRefused(
+                f"Agent: {running_now} sub-agents are already running in this session, the most at once "
+                f"(the subagentMaxConcurrent setting is {config.subagent_max_concurrent}); wait for one of them to answer"
+            )
+        spec = self._spec(config, retained, agent, caller)
+        if retained is None:
+            retained = Retained(path, spec.name, spec.fingerprint)
+            table[path] = retained
+        feed = LiveFeed(lambda events: None)  # the chats' nested view is not wired yet
+        items: list[EvidenceInput] = []
+        recorder = TurnRecorder(items.append, feed)
+        turn = _Turn(session_id, retained.label, root.turn.turn, root.turn.turn_id, recorder)
+        retained.active = turn  # reserved before the first await: a second call is refused
+        keepalive = asyncio.ensure_future(self._keep_caller_alive(caller, turn))
+        try:
+            return await self._run(retained, spec, turn, items, prompt, config)
+        finally:
+            keepalive.cancel()
+            retained.active = None
+            turn.settled.set()
+
+    def _spec(self, config: AgentConfig, retained: Retained | None, agent: str | None, caller: _Running) -> AgentSpec:
+        if retained is not None:
+            if agent is not None and agent != retained.agent:
+                raise DelegationRefused(
+                    f"Agent: {retained.label} is a retained {retained.agent} agent and continues as one; "
+                    f"give another name to start a {agent} agent"
+                )
+            spec = config.agents.get(retained.agent)
+            if spec is None:
+                raise DelegationRefused(f"Agent: {retained.label} cannot continue: agent {retained.agent!r} is no longer configured")
+            return spec
+        try:
+            return config.choose(agent if agent is not None else caller.spec.name)
+        except AgentError as error:
+            raise DelegationRefused(f"Agent: {error.authored} {error.reason}") from None
+
+    async def _keep_caller_alive(self, caller: _Running, turn: _Turn) -> None:
+        """While the sub-agent works, its caller is not idle: the caller's
+        idle timeout counts from the sub-agent's last sign of life."""
+        while True:
+            await asyncio.sleep(0.2)
+            if caller.turn is not None:
+                caller.turn.last_activity = max(caller.turn.last_activity, turn.last_activity, time.monotonic() if turn.permission_tasks else 0)
+
+    async def _run(self, retained: Retained, spec: AgentSpec, turn: _Turn, items: list[EvidenceInput], prompt: str,
+                   config: AgentConfig) -> str:
+        engine = self.engine
+        try:
+            running, continued = await self._ready(turn.session_id, retained, spec, config)
+        except AgentError as error:
+            outcome = ChildTurn(prompt, [], Outcome.ERRORED, error.reason, turn.turn, "")
+            retained.turns.append(outcome)
+            raise SubAgentFailed(f"{retained.label} could not start: {error.reason}" + (f" ({error.action})" if error.action else "")) from None
+        blocks: list = []
+        if not continued:
+            excerpt = self._excerpt(retained)
+            if excerpt:
+                blocks.append(schema.TextContentBlock(type="text", text=excerpt))
+        blocks.append(schema.TextContentBlock(type="text", text=prompt))
+        running.turn = turn
+        process = running.process
+        stop_reason: str | None = None
+        error: AgentError | None = None
+        request = asyncio.ensure_future(process.conn.prompt(session_id=process.native_session_id, prompt=blocks))
+        try:
+            stop_reason = await engine._await_prompt(running, turn, request, config)
+        except AgentError as failed:
+            error = failed
+        except asyncio.CancelledError:
+            # The caller's tool call went away: the sub-agent's turn ends
+            # with it, and what it did stays recorded.
+            turn.cancelled = True
+            await engine._cancel_agent(running, turn, config)
+            with contextlib.suppress(BaseException):
+                stop_reason = (await asyncio.wait_for(asyncio.shield(request), config.cancel_timeout_seconds)).stop_reason
+            with contextlib.suppress(Exception):
+                await self._settle(retained, running, turn, items, prompt, stop_reason, None)
+            raise
+        return await self._settle(retained, running, turn, items, prompt, stop_reason, error)
+
+    async def _ready(self, session_id: str, retained: Retained, spec: AgentSpec, config: AgentConfig) -> tuple[_Running, bool]:
+        """The retained agent's process with its conversation; True when
+        that conversation is the agent's own history of its earlier turns."""
+        engine = self.engine
+        running = retained.running
+        if running is not None and running.process.alive and running.process.native_session_id is not None:
+            return running, True
+        if running is not None:
+            await self._stop_running(retained)
+        running = _Running(engine, session_id, spec)
+        running.delegation_path = retained.path  # type: ignore[attr-defined]
+        retained.running = running
+        try:
+            await running.process.start(_ChildClient(running), engine._local_cwd, config.start_timeout_seconds)
+            servers = list(engine._mcp_servers(running.session_id))
+            try:
+                tools = await engine._tool_server(running)
+            except (OSError, RuntimeError) as error:
+                raise AgentError(FAILED, retained.label, f"the tool server for it could not start: {error}") from None
+            if tools is not None:
+                servers.insert(0, tools)
+            resume = retained.native_session_id if retained.fingerprint == spec.fingerprint else None
+            continued = await running.process.open_session(engine.root, servers, resume, config.start_timeout_seconds)
+        except BaseException:
+            await self._stop_running(retained)
+            raise
+        retained.native_session_id = running.process.native_session_id
+        retained.fingerprint = spec.fingerprint
+        return running, continued and bool(retained.turns)
+
+    async def _settle(self, retained: Retained, running: _Running, turn: _Turn, items: list[EvidenceInput], prompt: str,
+                      stop_reason: str | None, error: AgentError | None) -> str:
+        engine = self.engine
+        for task in list(turn.permission_tasks):
+            task.cancel()
+        await running.terminals.close_all()
+        if turn.cancelled:
+            outcome, reason = Outcome.INTERRUPTED, "cancelled with its caller's turn"
+            if error is not None:
+                reason += f" ({error.reason})"
+        elif error is not None:
+            outcome, reason = Outcome.ERRORED, error.reason
+        elif stop_reason == "cancelled":
+            outcome, reason = Outcome.INTERRUPTED, "the agent cancelled the turn"
+        else:
+            outcome, reason = Outcome.COMPLETED, None if stop_reason in (None, "end_turn") else f"the agent stopped: {stop_reason}"
+        turn.recorder.finish(reason or "the turn ended")
+        running.turn = None
+        # What its commands changed belongs to the open turn, like the root's.
+        with contextlib.suppress(Exception):
+            await engine._capture_changes(turn.session_id)
+        await engine._learn_authored(turn.session_id)
+        if not running.process.alive:
+            await self._stop_running(retained)
+        final = _final_message(items)
+        retained.turns.append(ChildTurn(prompt, items, outcome, reason, turn.turn, final))
+        if outcome is Outcome.COMPLETED:
+            return final or f"({retained.label} ended its turn without a message)"
+        said = f"\n\nIts last message before that:\n{final}" if final else ""
+        if outcome is Outcome.INTERRUPTED:
+            raise SubAgentFailed(f"{retained.label} was interrupted: {reason}.{said}")
+        raise SubAgentFailed(f"{retained.label} failed: {reason}.{said}")
+
+    def _excerpt(self, retained: Retained) -> str | None:
+        """A labelled excerpt of the retained agent's earlier turns, for a
+        new native conversation that continues it."""
+        if not retained.turns:
+            return None
+        parts: list[str] = []
+        for number, child in enumerate(retained.turns, start=1):
+            lines = [f"## Task {number}", f"Caller: {child.prompt}"]
+            lines += [f"You: {item.text}" for item in child.items if item.kind == "response" and item.text]
+            lines += [f"(tool call: {item.name})" for item in child.items if item.kind == "tool_call"]
+            if child.outcome is not Outcome.COMPLETED:
+                lines.append(f"(this task was {child.outcome.value}{': ' + child.reason if child.reason else ''})")
+            parts.append("\n".join(lines))
+        kept: list[str] = []
+        used = 0
+        for part in reversed(parts):
+            if used + len(part) > EXCERPT_BUDGET:
+                if not kept:
+                    kept.append(part[-EXCERPT_BUDGET:])
+                break
+            kept.append(part)
+            used += len(part)
+        kept.reverse()
+        return (
+            f"[mevedel] You are the retained agent {retained.path}, continuing an earlier conversation whose history you "
+            "do not have. Below is an excerpt of it, for context only: do not repeat its actions; the workspace already "
+            "reflects them.\n\n" + "\n\n".join(kept)
+        )
+
+    # Cancel and stop -------------------------------------------------------------
+
+    async def cancel(self, caller: _Running) -> None:
+        """Cancel the turns of the sub-agents ``caller`` started (all of the
+        session's when ``caller`` is its root agent), deepest first."""
+        prefix = getattr(caller, "delegation_path", None)
+        config = self.engine.config()
+        chosen = [
+            r for r in self.active(caller.session_id)
+            if r.running is not None and r.running is not caller and (prefix is None or r.path.startswith(prefix + "/"))
+        ]
+        for retained in sorted(chosen, key=lambda r: -depth(r.path)):
+            turn, running = retained.active, retained.running
+            if turn is None or running is None or turn.cancelled:
+                continue
+            turn.cancelled = True
+            for task in list(turn.permission_tasks):
+                task.cancel()
+            if running.process.alive and running.process.native_session_id is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(running.process.conn.cancel(session_id=running.process.native_session_id),
+                                           config.cancel_timeout_seconds)
+
+    async def stop(self, session_id: str) -> None:
+        """Stop the session's sub-agents' processes (the session's agent
+        stops); the retained agents stay known, to be continued later."""
+        for retained in self.retained(session_id):
+            if retained.active is not None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(retained.active.settled.wait(), self.engine.config().cancel_timeout_seconds)
+            await self._stop_running(retained)
+
+    def forget(self, session_id: str, paths: Sequence[str] | None = None) -> None:
+        """Forget retained agents (``paths``; None: all) of a session whose
+        processes are already stopped."""
+        table = self._sessions.get(session_id)
+        if table is None:
+            return
+        for path in list(table) if paths is None else paths:
+            table.pop(path, None)
+        if not table:
+            self._sessions.pop(session_id, None)
+
+    async def _stop_running(self, retained: Retained) -> None:
+        running, retained.running = retained.running, None
+        if running is None:
+            return
+        self.engine._forget_tools(running)
+        with contextlib.suppress(Exception):
+            await running.terminals.close_all()
+        with contextlib.suppress(Exception):
+            await running.process.stop(grace=0.5)
+
+
+def _final_message(items: Sequence[EvidenceInput]) -> str:
+    """The agent's last message: its text after its last tool call (the
+    whole last run of text when it ended on a tool call)."""
+    texts: list[str] = []
+    for item in items:
+        if item.kind == "tool_call":
+            texts = []
+        elif item.kind == "response" and item.text:
+            texts.append(item.text)
+    if texts:
+        return "".join(texts)
+    for item in reversed(items):
+        if item.kind == "response" and item.text:
+            return item.text
+    return ""

@@ -1,0 +1,155 @@
+"""Agents delegate to agents: the real server drives a scripted ACP agent
+(the parent) whose ``Agent`` tool call, made through the official ``mcp``
+client over ``mevedel mcp``, runs a second configured scripted agent (the
+sub-agent) as a real subprocess, in the same session and the same turn.
+What the sub-agent changes is the parent turn's: Rewind restores it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from lsprotocol import types
+from mevedel_protocol import methods
+
+from .conftest import request
+from .test_agent_turns import AGENT, Watch, events, prompt
+
+
+def agents(client, workspace: Path, parent: list, helper: list, **settings) -> tuple[Path, Path]:
+    """Configure two scripted agents, ``parent`` (the default) and
+    ``helper``; their event logs."""
+    logs = {}
+    entries = {}
+    for name, turns in (("parent", parent), ("helper", helper)):
+        log = workspace.parent / f"{name}-events.jsonl"
+        script = workspace.parent / f"{name}-script.json"
+        script.write_text(json.dumps({"log": str(log), "turns": turns}), encoding="utf-8")
+        entries[name] = {"command": [sys.executable, str(AGENT), str(script)]}
+        logs[name] = log
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"agents": entries, "defaultAgent": "parent", **settings}))
+    return logs["parent"], logs["helper"]
+
+
+def delegate(name: str, text: str, agent: str | None = "helper") -> dict:
+    arguments = {"name": name, "prompt": text} | ({"agent": agent} if agent else {})
+    return {"mcp_call": {"id": f"call-{name}", "tool": "Agent", "arguments": arguments}}
+
+
+def results(log: Path, tool: str = "Agent") -> list[str]:
+    return [e["text"] for e in events(log) if e["event"] == "mcp_result" and e["tool"] == tool]
+
+
+async def test_a_sub_agent_works_in_the_parents_turn_and_rewind_restores_what_it_changed(client, workspace):
+    (workspace / "notes.txt").write_text("original notes\n")
+    (workspace / "build.txt").write_text("old build\n")
+    options = [{"id": "allow", "name": "Allow once", "kind": "allow_once"}, {"id": "reject", "name": "Reject", "kind": "reject_once"}]
+    watch = Watch(client, answers=["Allow once"])
+    parent_log, helper_log = agents(client, workspace, parent=[
+        [{"say": "Asking the helper. "}, delegate("reviewer", "Review the notes and rebuild"), {"say": "Thanks, helper."}],
+        [delegate("reviewer", "And once more", agent=None)],
+    ], helper=[
+        [
+            {"permission": {"tool_call_id": "p1", "title": "Rewrite notes.txt", "options": options}},
+            {"write": {"path": "notes.txt", "content": "reviewed notes\n"}},
+            {"terminal": {"command": "sh", "args": ["-c", "echo new build > build.txt; echo made > made.txt"]}},
+            {"tool_call": {"id": "t1", "title": "Check the build", "kind": "read", "status": "completed"}},
+            {"say": "Review done: "}, {"say": "two issues."},
+        ],
+        [{"echo_prompt": True}],
+    ])
+    result = await prompt(client, "Get a review")
+    assert result["outcome"] == "completed", result
+
+    # The sub-agent's final message is the parent's tool answer.
+    (answer,) = results(parent_log)
+    assert answer == "mcp Agent: Review done: two issues.", answer
+    # It ran as its own process, given the tools with a token of its own.
+    created = [e for e in events(helper_log) if e["event"] == "new_session"]
+    assert len(created) == 1 and created[0]["params"]["cwd"] == str(workspace)
+    assert any(s["name"] == "mevedel" for s in created[0]["params"]["mcpServers"])
+    # Its permission question reached the user naming it and its agent.
+    assert len(watch.questions) == 1 and watch.questions[0].message.startswith("reviewer (helper) asks permission: Rewrite notes.txt")
+    assert (workspace / "notes.txt").read_text() == "reviewed notes\n"
+    assert (workspace / "build.txt").read_text() == "new build\n" and (workspace / "made.txt").exists()
+
+    # The parent's turn records the call and its answer, not the sub-agent's transcript.
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    calls = [i for i in shown["items"] if i["kind"] == "tool_call" and i.get("name") == "mcp Agent"]
+    assert len(calls) == 1
+    outputs = [i["output"] for i in shown["items"] if i["kind"] == "tool_result" and i.get("callId") == calls[0]["callId"]]
+    assert outputs == ["mcp Agent: Review done: two issues."]
+    assert not any("reviewed notes" in json.dumps(i) for i in shown["items"] if i["kind"] == "response")
+
+    # A second call with the same name continues the same conversation.
+    again = await prompt(client, "Ask it again")
+    assert again["outcome"] == "completed", again
+    assert len([e for e in events(helper_log) if e["event"] == "new_session"]) == 1
+    prompts = [e for e in events(helper_log) if e["event"] == "prompt"]
+    assert [p["params"]["sessionId"] for p in prompts] == ["scripted-1", "scripted-1"] and prompts[1]["turn"] == 1
+    (_, second) = results(parent_log)
+    assert second == "mcp Agent: And once more", second
+
+    # Rewind of the parent's first turn restores every file the sub-agent changed.
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
+    restored = {r["path"] for r in impact["restores"] if r["changes"]}
+    assert {"notes.txt", "build.txt", "made.txt"} <= restored, impact["restores"]
+    await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
+    assert (workspace / "notes.txt").read_text() == "original notes\n"
+    assert (workspace / "build.txt").read_text() == "old build\n"
+    assert not (workspace / "made.txt").exists()
+
+
+async def test_cancelling_the_parent_turn_cancels_its_sub_agent(client, workspace):
+    parent_log, helper_log = agents(client, workspace, parent=[
+        [delegate("slow", "Take your time"), {"wait_cancel": 5}, {"say": "never said"}],
+    ], helper=[
+        [{"say": "Started. "}, {"wait_cancel": 60}, {"say": "never said either"}],
+    ])
+    running = asyncio.ensure_future(prompt(client, "Delegate something slow"))
+    for _ in range(400):
+        if any(e["event"] == "prompt" for e in events(helper_log)):
+            break
+        await asyncio.sleep(0.05)
+    assert await request(client, methods.TURN_CANCEL, {}) == {"cancelled": True}
+    result = await running
+    assert result["outcome"] == "interrupted", result
+    # The sub-agent got the cancel and ended its turn; the parent was told so.
+    assert any(e["event"] == "cancel" for e in events(helper_log))
+    (answer,) = results(parent_log)
+    assert answer.startswith("mcp Agent error: slow (helper) was interrupted: cancelled with its caller's turn"), answer
+    assert "Started." in answer
+
+
+async def test_limits_and_bad_arguments_are_refused_naming_what(client, workspace):
+    parent_log, helper_log = agents(client, workspace, parent=[[
+        delegate("Bad Name", "x"),
+        delegate("ok", "x", agent="nobody"),
+        delegate("outer", "Delegate further"),
+    ]], helper=[[
+        delegate("inner", "Go deeper"),
+        {"say": "I tried."},
+    ]], subagentMaxDepth=1)
+    result = await prompt(client, "Try the limits")
+    assert result["outcome"] == "completed", result
+    bad_name, unknown, outer = results(parent_log)
+    assert bad_name.startswith("mcp Agent error: Agent: name 'Bad Name' is not a retained agent's name"), bad_name
+    assert unknown.startswith("mcp Agent error: Agent: agent 'nobody' is not configured (configured: helper, parent)"), unknown
+    assert outer.startswith("mcp Agent: ") and outer.endswith("I tried."), outer
+    (inner,) = results(helper_log)
+    assert "outer/inner would be a sub-agent at depth 2" in inner and "subagentMaxDepth" in inner, inner
+    # Nothing was started for the refused calls: one sub-agent process only.
+    assert len({e["pid"] for e in events(helper_log)}) == 1
+
+
+async def test_concurrent_sub_agents_are_bounded(client, workspace):
+    parent_log, helper_log = agents(client, workspace, parent=[[delegate("outer", "Delegate further")]],
+                                    helper=[[delegate("inner", "Go deeper"), {"say": "I tried."}]],
+                                    subagentMaxConcurrent=1)
+    result = await prompt(client, "Try the limits")
+    assert result["outcome"] == "completed", result
+    (inner,) = results(helper_log)
+    assert "1 sub-agents are already running in this session" in inner and "subagentMaxConcurrent" in inner, inner
