@@ -18,7 +18,7 @@ from .conftest import request
 from .test_agent_turns import AGENT, Watch, events, prompt
 
 
-def agents(client, workspace: Path, parent: list, helper: list, **settings) -> tuple[Path, Path]:
+def agents(client, workspace: Path, parent: list, helper: list, helper_script: dict | None = None, **settings) -> tuple[Path, Path]:
     """Configure two scripted agents, ``parent`` (the default) and
     ``helper``; their event logs."""
     logs = {}
@@ -26,7 +26,8 @@ def agents(client, workspace: Path, parent: list, helper: list, **settings) -> t
     for name, turns in (("parent", parent), ("helper", helper)):
         log = workspace.parent / f"{name}-events.jsonl"
         script = workspace.parent / f"{name}-script.json"
-        script.write_text(json.dumps({"log": str(log), "turns": turns}), encoding="utf-8")
+        extra = helper_script or {} if name == "helper" else {}
+        script.write_text(json.dumps({"log": str(log), "turns": turns, **extra}), encoding="utf-8")
         entries[name] = {"command": [sys.executable, str(AGENT), str(script)]}
         logs[name] = log
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
@@ -153,3 +154,58 @@ async def test_concurrent_sub_agents_are_bounded(client, workspace):
     assert result["outcome"] == "completed", result
     (inner,) = results(helper_log)
     assert "1 sub-agents are already running in this session" in inner and "subagentMaxConcurrent" in inner, inner
+
+
+async def read(client, address: str, **params) -> dict:
+    return await request(client, methods.RESOURCE_READ, {"address": address, **params})
+
+
+async def test_the_registry_is_kept_addressable_continued_after_resume_copied_and_dropped(client, workspace):
+    parent_log, helper_log = agents(client, workspace, parent=[
+        [delegate("reviewer", "First task"), {"mcp_call": {"tool": "Read", "arguments": {"path": "agent://root/reviewer"}}}],
+    ], helper=[[{"echo_prompt": True}]], helper_script={"load_session": True})
+    first = await prompt(client, "Delegate")
+    assert first["outcome"] == "completed", first
+    sid = first["sessionId"]
+
+    # The parent read the result through its tools, in the same turn.
+    (tool_read,) = results(parent_log, "Read")
+    assert "status: completed" in tool_read and "First task" in tool_read, tool_read
+    # The CLI reads the committed registry of the session this server holds.
+    import subprocess
+
+    cli = subprocess.run([sys.executable, "-m", "mevedel_server.cli", "read", "agent://root/reviewer", "--session", sid],
+                         cwd=workspace, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert cli.returncode == 0 and "status: completed" in cli.stdout and "First task" in cli.stdout, cli.stderr
+    listing = await read(client, "agent://")
+    assert "agent://root/reviewer" in listing["text"]
+    result = (await read(client, "agent://root/reviewer"))["text"]
+    assert "status: completed" in result and "agent: helper" in result and "First task" in result
+
+    # Closed and opened again: the helper's process is gone, the registry is not.
+    await request(client, methods.SESSION_CLOSE, {"sessionId": sid})
+    await request(client, methods.SESSION_OPEN, {"sessionId": sid})
+    assert "agent://root/reviewer" in (await read(client, "agent://"))["text"]
+    second = await prompt(client, "Delegate again", sessionId=sid)
+    assert second["outcome"] == "completed", second.get("error")
+    # A new helper process continued the agent's own conversation (session/load of its id).
+    loads = [e for e in events(helper_log) if e["event"] == "load_session"]
+    assert len(loads) == 1 and loads[0]["params"]["sessionId"] == "scripted-1", loads
+    # (The restarted parent runs its script from the start: the same task again.)
+    assert results(parent_log)[-1] == "mcp Agent: First task"  # no excerpt: its history was its own
+    assert "turn: 2" in (await read(client, "agent://root/reviewer"))["text"]
+
+    # Save As keeps the registry; a Fork drops retained identities.
+    prepared = await request(client, methods.SAVE_AS_PREPARE, {"name": "Copy", "sessionId": sid})
+    copy = (await request(client, methods.SAVE_AS_COMMIT, {"token": prepared["token"], "sessionId": sid}))["session"]["sessionId"]
+    assert "agent://root/reviewer" in (await read(client, "agent://", sessionId=copy))["text"]
+    impact = await request(client, methods.FORK_PREPARE, {"turn": 2, "sessionId": sid})
+    forked = (await request(client, methods.FORK_COMMIT, {"token": impact["token"], "sessionId": sid}))["session"]["sessionId"]
+    empty = await read(client, "agent://", sessionId=forked)
+    assert empty["text"] == "" and "no retained agents" in empty["notice"]
+
+    # Rewind to before the turn that created it removes it.
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before", "sessionId": sid})
+    await request(client, methods.REWIND_COMMIT, {"token": impact["token"], "sessionId": sid})
+    gone = await read(client, "agent://", sessionId=sid)
+    assert gone["text"] == "", gone

@@ -749,10 +749,10 @@ class AgentEngine:
             wait = self.config().cancel_timeout_seconds if grace is None else grace
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(turn.settled.wait(), wait)
-        await self.delegation.stop(session_id)
         if self._running.get(session_id) is running:
             del self._running[session_id]
         self._forget_tools(running)
+        await self.delegation.stop(session_id)  # once the session has no agent here
         await running.terminals.close_all()
         await running.process.stop(grace=0.5 if grace is not None else 2.0)
 

@@ -5,11 +5,12 @@ It says which address families are usable now, by the same rules as
 completion (:func:`mevedel_server.resources.navigation.completion.available`):
 ``mevedel://`` always; ``work://`` and ``artifact://`` with a session;
 ``history://root`` with the session's live conversation, ``history://saved``
-with a workspace; ``skill://`` and ``memory://`` when roots are configured,
+with a workspace; ``agent://`` when the session has retained agents;
+``skill://`` and ``memory://`` when roots are configured,
 ``mcp://`` when an MCP server is configured; ``shared://`` when the
 workspace holds at least one whiteboard or document (the caller asks the
 store: :func:`mevedel_server.resources.families.shared.has_items`). Families not
-served yet (``agent://``, ``memory://journal/``) are never advertised. The
+served yet (``memory://journal/``) are never advertised. The
 roster authorises nothing: every call is still validated by the resolver.
 """
 
@@ -35,6 +36,7 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("artifact://", "this session's persisted tool output (oversized results are saved here)", "Read, Glob, Grep"),
     ("history://root", "this session's conversation so far, as Markdown", "Read, Grep"),
     ("history://saved", "saved conversations of this workspace", "Read, Glob, Grep"),
+    ("agent://", "this session's retained agents (agent://root/NAME: the latest result of one)", "Read"),
     ("skill://", "skill packages", "Read, Glob, Grep"),
     ("memory://root", "persistent memory (topics under memory://ROOT-KEY/PATH)", "Read, Glob, Grep; ApplyPatch of explicit files"),
     ("mcp://", "resources of the configured MCP servers (mcp://SERVER lists one server's resources)", "Read"),
@@ -56,7 +58,7 @@ def usable(context: ResolverContext, *, shared_items: bool = False) -> list[str]
     for label, _what, _operations in _FAMILIES:
         if label == "shared://":
             ok = shared_items
-        elif label in ("skill://", "mcp://"):
+        elif label in ("skill://", "mcp://", "agent://"):
             ok = available(label.partition(":")[0], context)
         else:
             ok = available(label, context)

@@ -34,7 +34,7 @@ async def test_missing_unavailable_and_discovery_statuses(context, tmp_path):
     assert (await describe("work://", context)).status == "discovery"
     assert (await describe("memory://root", context)).status == "discovery"
     agent = await describe("agent://root/x", context)
-    assert agent.status == "unavailable" and "agent runtime" in agent.reason
+    assert agent.status == "unavailable" and "not a saved session" in agent.reason
     no_session = await describe("work://notes.md", context.with_session(None))
     assert no_session.status == "unavailable" and str(tmp_path) not in (no_session.reason or "")
     shared = await describe("work://shared", context)

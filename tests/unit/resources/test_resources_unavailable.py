@@ -1,6 +1,7 @@
 """Families without an owner in mevedel-lsp yet: valid addresses, distinct
 execution errors, never a malformed-address error. (mcp:// has its owner:
-tests/unit/test_mcp_client.py; shared://: tests/unit/test_resources_shared.py.)"""
+tests/unit/test_mcp_client.py; shared://: tests/unit/test_resources_shared.py;
+agent://: tests/unit/test_resources_agent.py.)"""
 
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ def context(tmp_path: Path) -> ResolverContext:
 @pytest.mark.parametrize(
     ("address", "reason"),
     [
-        ("agent://root/x", "no retained agents: the session has no agent runtime in mevedel-lsp yet"),
-        ("agent://", "no retained agents"),
         ("history://root/reviewer", "mevedel-lsp runs no agents"),
         ("memory://journal/", "no published journal entries"),
     ],
@@ -37,12 +36,6 @@ async def test_each_family_names_its_missing_owner(context, address, reason):
     assert caught.value.kind is ErrorKind.UNAVAILABLE
     assert reason in caught.value.reason
     assert str(caught.value).startswith(address + ": ")
-
-
-async def test_agent_message_matches_the_documented_text(context):
-    with pytest.raises(AddressError) as caught:
-        await execute(prepare(Operation.READ, "agent://root/x", ReadOptions(), context))
-    assert str(caught.value) == "agent://root/x: no retained agents: the session has no agent runtime in mevedel-lsp yet"
 
 
 async def test_without_a_session_agent_and_history_root_are_owner_missing(context):

@@ -34,6 +34,7 @@ from typing import Any
 
 from acp import schema
 
+from ...store.content.sidecar import RESULT_TEXT_LIMIT, AgentActivity, AgentResult, RetainedAgent
 from ...store.content.transcript import Outcome
 from ...store.service import EvidenceInput
 from ..config import AgentConfig, AgentSpec
@@ -67,17 +68,35 @@ class ChildTurn:
 
 @dataclass
 class Retained:
-    """A retained agent of one session."""
+    """A retained agent of one session: its registry entry's facts (the
+    sidecar's :class:`RetainedAgent`, the durable part) and what runs here."""
 
     path: str
     agent: str
     fingerprint: str
+    machine: str
+    created_turn: int
+    created_turn_id: str
     #: The agent's own conversation (ACP ``sessionId``), once it has one.
     native_session_id: str | None = None
+    result: AgentResult | None = None
     running: _Running | None = None
     #: The turn in flight (None: idle).
     active: _Turn | None = None
+    #: Its turns settled in this process (the excerpt that continues it).
     turns: list[ChildTurn] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, entry: RetainedAgent) -> Retained:
+        return cls(entry.path, entry.agent, entry.fingerprint, entry.machine, entry.created_turn, entry.created_turn_id,
+                   entry.native_session_id, entry.result)
+
+    def entry(self) -> RetainedAgent:
+        return RetainedAgent(
+            path=self.path, agent=self.agent, fingerprint=self.fingerprint, native_session_id=self.native_session_id,
+            machine=self.machine, created_turn=self.created_turn, created_turn_id=self.created_turn_id,
+            activity=AgentActivity.ACTIVE if self.active is not None else AgentActivity.IDLE, result=self.result,
+        )
 
     @property
     def label(self) -> str:
@@ -155,7 +174,7 @@ class SubAgents:
                 f"Agent: {path} would be a sub-agent at depth {depth(path)}, and sub-agents nest at most "
                 f"{config.subagent_max_depth} deep (the subagentMaxDepth setting); do this task yourself"
             )
-        table = self._sessions.setdefault(session_id, {})
+        table = self._sync(session_id)
         retained = table.get(path)
         if retained is not None and retained.active is not None:
             raise DelegationRefused(f"Agent: {retained.label} is already working on a task; wait for its answer, or use another name")
@@ -167,13 +186,14 @@ class SubAgents:
             )
         spec = self._spec(config, retained, agent, caller)
         if retained is None:
-            retained = Retained(path, spec.name, spec.fingerprint)
+            retained = Retained(path, spec.name, spec.fingerprint, engine.machine, root.turn.turn, root.turn.turn_id)
             table[path] = retained
         feed = LiveFeed(lambda events: None)  # the chats' nested view is not wired yet
         items: list[EvidenceInput] = []
         recorder = TurnRecorder(items.append, feed)
         turn = _Turn(session_id, retained.label, root.turn.turn, root.turn.turn_id, recorder)
         retained.active = turn  # reserved before the first await: a second call is refused
+        self._publish(session_id)
         keepalive = asyncio.ensure_future(self._keep_caller_alive(caller, turn))
         try:
             return await self._run(retained, spec, turn, items, prompt, config)
@@ -181,6 +201,42 @@ class SubAgents:
             keepalive.cancel()
             retained.active = None
             turn.settled.set()
+            self._publish(session_id)
+
+    def _sync(self, session_id: str) -> dict[str, Retained]:
+        """The session's retained agents here, made one with its registry:
+        an entry not known here yet (a resumed session) is taken from it; an
+        idle one the registry no longer holds (a Rewind removed it) is
+        forgotten, its process stopped."""
+        table = self._sessions.setdefault(session_id, {})
+        try:
+            entries = {entry.path: entry for entry in self.engine.service.retained_agents(session_id)}
+        except Exception as error:  # the session is not open here: nothing durable to follow
+            _log.info("session %s: its retained agents are not readable: %s", session_id, error)
+            return table
+        for path, retained in list(table.items()):
+            entry = entries.get(path)
+            if retained.active is None and (entry is None or entry.created_turn_id != retained.created_turn_id):
+                del table[path]
+                if retained.running is not None:
+                    asyncio.ensure_future(self._stop_running(retained))
+            elif retained.active is None and entry is not None and entry.native_session_id != retained.native_session_id:
+                # Its native history was detached (Rewind, Redo): a new conversation continues it.
+                retained.native_session_id = entry.native_session_id
+                if retained.running is not None:
+                    retained.running.process.native_session_id = None
+        for path, entry in entries.items():
+            table.setdefault(path, Retained.of(entry))
+        return table
+
+    def _publish(self, session_id: str) -> None:
+        """Record the registry in the session (published with the turn's
+        next checkpoint or its settlement)."""
+        table = self._sessions.get(session_id, {})
+        try:
+            self.engine.service.set_retained_agents(session_id, [table[path].entry() for path in sorted(table)])
+        except Exception as error:  # the session went away under the turn: the turn says so itself
+            _log.warning("session %s: its retained agents were not recorded: %s", session_id, error)
 
     def _spec(self, config: AgentConfig, retained: Retained | None, agent: str | None, caller: _Running) -> AgentSpec:
         if retained is not None:
@@ -212,8 +268,8 @@ class SubAgents:
         try:
             running, continued = await self._ready(turn.session_id, retained, spec, config)
         except AgentError as error:
-            outcome = ChildTurn(prompt, [], Outcome.ERRORED, error.reason, turn.turn, "")
-            retained.turns.append(outcome)
+            retained.turns.append(ChildTurn(prompt, [], Outcome.ERRORED, error.reason, turn.turn, ""))
+            retained.result = AgentResult(turn=turn.turn, outcome="errored", reason=f"could not start: {error.reason}"[:500], text="")
             raise SubAgentFailed(f"{retained.label} could not start: {error.reason}" + (f" ({error.action})" if error.action else "")) from None
         blocks: list = []
         if not continued:
@@ -247,7 +303,8 @@ class SubAgents:
         that conversation is the agent's own history of its earlier turns."""
         engine = self.engine
         running = retained.running
-        if running is not None and running.process.alive and running.process.native_session_id is not None:
+        if (running is not None and running.process.alive and running.process.native_session_id is not None
+                and running.process.native_session_id == retained.native_session_id):
             return running, True
         if running is not None:
             await self._stop_running(retained)
@@ -263,14 +320,16 @@ class SubAgents:
                 raise AgentError(FAILED, retained.label, f"the tool server for it could not start: {error}") from None
             if tools is not None:
                 servers.insert(0, tools)
-            resume = retained.native_session_id if retained.fingerprint == spec.fingerprint else None
+            same = retained.fingerprint == spec.fingerprint and retained.machine == engine.machine
+            resume = retained.native_session_id if same else None
             continued = await running.process.open_session(engine.root, servers, resume, config.start_timeout_seconds)
         except BaseException:
             await self._stop_running(retained)
             raise
         retained.native_session_id = running.process.native_session_id
         retained.fingerprint = spec.fingerprint
-        return running, continued and bool(retained.turns)
+        retained.machine = engine.machine
+        return running, continued
 
     async def _settle(self, retained: Retained, running: _Running, turn: _Turn, items: list[EvidenceInput], prompt: str,
                       stop_reason: str | None, error: AgentError | None) -> str:
@@ -298,6 +357,8 @@ class SubAgents:
             await self._stop_running(retained)
         final = _final_message(items)
         retained.turns.append(ChildTurn(prompt, items, outcome, reason, turn.turn, final))
+        kept = final if len(final) <= RESULT_TEXT_LIMIT else final[:RESULT_TEXT_LIMIT] + f"\n[... {len(final) - RESULT_TEXT_LIMIT} more characters not kept]"
+        retained.result = AgentResult(turn=turn.turn, outcome=outcome.value, reason=(reason or None) and reason[:500], text=kept)
         if outcome is Outcome.COMPLETED:
             return final or f"({retained.label} ended its turn without a message)"
         said = f"\n\nIts last message before that:\n{final}" if final else ""
@@ -308,9 +369,10 @@ class SubAgents:
     def _excerpt(self, retained: Retained) -> str | None:
         """A labelled excerpt of the retained agent's earlier turns, for a
         new native conversation that continues it."""
-        if not retained.turns:
-            return None
         parts: list[str] = []
+        if not retained.turns and retained.result is not None:
+            result = retained.result
+            parts.append(f"## Your latest task (session turn {result.turn}), {result.outcome}\nYou: {result.text}")
         for number, child in enumerate(retained.turns, start=1):
             lines = [f"## Task {number}", f"Caller: {child.prompt}"]
             lines += [f"You: {item.text}" for item in child.items if item.kind == "response" and item.text]
@@ -318,6 +380,8 @@ class SubAgents:
             if child.outcome is not Outcome.COMPLETED:
                 lines.append(f"(this task was {child.outcome.value}{': ' + child.reason if child.reason else ''})")
             parts.append("\n".join(lines))
+        if not parts:
+            return None
         kept: list[str] = []
         used = 0
         for part in reversed(parts):

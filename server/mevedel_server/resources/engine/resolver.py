@@ -50,7 +50,7 @@ _FAMILIES: dict[Family, str] = {
     Family.MEVEDEL: "mevedel_docs",
     Family.MEMORY: "memory",
     Family.SKILL: "skill",
-    Family.AGENT: "unavailable",
+    Family.AGENT: "agent",
     Family.HISTORY: "history",
     Family.MCP: "mcp",
     Family.SHARED: "shared",

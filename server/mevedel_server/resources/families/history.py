@@ -129,7 +129,7 @@ def _committed_root(
         async def read() -> object:
             if not is_session_id(session_id):
                 raise SessionMissing(session_id)
-            saved = await saved_session(_store(context), session_id)
+            saved = await saved_session(store_target(context), session_id)
             if saved.sidecar is None or not saved.sources:
                 notice = f"session {session_id} is not open in this server and has nothing saved yet"
                 return _over_lines([], request, authored, canonical, canonical, notice)
@@ -205,7 +205,7 @@ async def describe(address: Address, context: ResolverContext) -> HistoryFacts:
         async def committed_root() -> HistoryFacts:
             if not is_session_id(session_id):
                 raise SessionMissing(session_id)
-            snapshot = await read_committed(_store(context), session_id)
+            snapshot = await read_committed(store_target(context), session_id)
             if snapshot.manifest is None:
                 return HistoryFacts("missing", "virtual", f"session {session_id} is not open in this server and has nothing saved yet")
             return HistoryFacts(
@@ -225,7 +225,7 @@ async def describe(address: Address, context: ResolverContext) -> HistoryFacts:
     async def saved() -> HistoryFacts:
         if not is_session_id(session_id):
             raise SessionMissing(session_id)
-        snapshot = await read_committed(_store(context), session_id)
+        snapshot = await read_committed(store_target(context), session_id)
         names = [source.name for source in list_segments(snapshot.manifest.entries)] if snapshot.manifest else []
         if len(address.path) == 1:
             return HistoryFacts("discovery", "listing", None if names else "the session has no saved conversation yet")
@@ -254,7 +254,7 @@ def _saved_address(session_id: str, segment: str | None = None) -> str:
     return f"{text}/{segment}" if segment is not None else text
 
 
-def _store(context: ResolverContext) -> Target:
+def store_target(context: ResolverContext) -> Target:
     if context.store_target is not None:
         return context.store_target
     assert context.workspace_root is not None
@@ -270,7 +270,7 @@ def _saved(address: Address, request: Request, context: ResolverContext) -> Call
     path = address.path
 
     async def read() -> object:
-        target = _store(context)
+        target = store_target(context)
         if not path:
             return await _workspace(target, request, authored, canonical)
         session_id = path[0]

@@ -1,5 +1,5 @@
-"""The families whose owners mevedel-lsp does not run yet: agent:// and
-memory://journal/ (history:// is served by ``history.py``, mcp:// by
+"""The family whose owner mevedel-lsp does not run yet: memory://journal/
+(agent:// is served by ``agent.py``, history:// by ``history.py``, mcp:// by
 ``mcp.py``, shared:// by ``shared.py``).
 
 Their addresses parse and validate like any other; execution answers with a
@@ -24,14 +24,6 @@ def _owner_missing(address: Address, reason: str) -> Callable[[], object]:
     return fail(AddressError(ErrorKind.OWNER_MISSING, address.authored, reason))
 
 
-def agent(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    if context.session_id is None:
-        return Prepared("virtual", _owner_missing(address, "no session is open; agent:// results belong to the open session"))
-    return Prepared(
-        "virtual", _unavailable(address, "no retained agents: the session has no agent runtime in mevedel-lsp yet")
-    )
-
-
 def journal(address: Address, request: Request, context: ResolverContext) -> Prepared:
     if context.workspace_root is None:
         return Prepared(
@@ -43,8 +35,6 @@ def journal(address: Address, request: Request, context: ResolverContext) -> Pre
 
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
-    if address.family is Family.AGENT:
-        return agent(address, request, context)
     if address.family is Family.JOURNAL:
         return journal(address, request, context)
     raise AddressError(ErrorKind.INTERNAL, address.authored, f"{address.family.value} is not an unavailable family")

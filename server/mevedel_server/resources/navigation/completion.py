@@ -101,7 +101,16 @@ def available(label: str, context: ResolverContext) -> bool:
         return context.mcp is not None and bool(context.mcp.known_servers())
     if scheme == "shared":
         return bool(shared.local_items(Places(context).workspace, limit=1))
+    if scheme == "agent":
+        return bool(_retained(context))
     return False
+
+
+def _retained(context: ResolverContext) -> list:
+    """The open session's retained agents, as its live source holds them
+    (no I/O)."""
+    agents = getattr(context.live_history, "agents", None)
+    return list(agents()) if callable(agents) else []
 
 
 def _scheme_available(scheme: str, context: ResolverContext) -> bool:
@@ -123,6 +132,7 @@ def complete(prefix_text: str, context: ResolverContext) -> list[Candidate]:
         "mcp": _mcp,
         "history": _fixed,
         "shared": _shared,
+        "agent": _agent,
     }
     handler = by_scheme.get(scheme)
     if handler is None:
@@ -168,6 +178,18 @@ def _shared(prefix_text: str, tail: str, context: ResolverContext, limit: int) -
         return []
     items = shared.local_items(Places(context).workspace, tail, limit - len(found))
     found += [Candidate(f"shared://{item_id}", "file", f"{title} ({kind})") for item_id, kind, title in items]
+    return found
+
+
+def _agent(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    """``agent://root/PATH`` of each retained agent of the open session,
+    in path order, with its agent and latest outcome as detail."""
+    found = []
+    for agent in _retained(context):
+        label = f"agent://root/{agent.path}"
+        if label.startswith(prefix_text):
+            state = "working" if agent.activity.value == "active" else (agent.result.outcome if agent.result else "no result yet")
+            found.append(Candidate(label, "file", f"{agent.agent}: {state}"))
     return found
 
 

@@ -16,7 +16,7 @@ from typing import Literal
 from ...addresses import parse_address
 from ...addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
 from ...targets import ControlProgram, Stat, Status
-from ..families import artifact, history, mcp, memory, mevedel_docs, shared, skill, unavailable, work
+from ..families import agent, artifact, history, mcp, memory, mevedel_docs, shared, skill, unavailable, work
 from ..engine.attempt import Request
 from ..engine.containment import through_link
 from ..engine.context import ResolverContext
@@ -98,6 +98,12 @@ async def describe(address_text: str, context: ResolverContext) -> Description:
             address.canonical, address.family, address.locator_class, operations,
             status, kind, reason=reason, detail=detail,  # type: ignore[arg-type]
         )
+    if address.family is Family.AGENT:
+        try:
+            await agent.prepare(address, Request(Operation.READ, ReadOptions()), context).run()
+        except AddressError as error:
+            return made("missing" if error.kind is ErrorKind.MISSING_TARGET else "unavailable", "virtual", reason=error.reason)
+        return made("discovery", "listing") if address.scope == "listing" else made("exists", "virtual")
     if address.family not in _FILE_FAMILIES:
         try:
             outcome = unavailable.prepare(address, Request(Operation.READ, ReadOptions()), context).run()

@@ -259,6 +259,50 @@ class AgentChoice(_Closed, kw_only=True, omit_defaults=True):
     def __post_init__(self) -> None:
         if len(self.config) > MAX_CONFIG_CHOICES:
             raise ValueError(f"an agent choice holds at most {MAX_CONFIG_CHOICES} config options")
+#: A retained agent's path: its caller's path and its name, segment by
+#: segment (``reviewer``, ``reviewer/search``).
+AgentPath = Annotated[str, msgspec.Meta(max_length=600, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}(/[a-z0-9][a-z0-9_-]{0,63}){0,7}$")]
+#: Characters of a retained agent's result the registry keeps.
+RESULT_TEXT_LIMIT = 32 * 1024
+
+
+class AgentActivity(enum.Enum):
+    IDLE = "idle"
+    #: A turn of it is in flight (a resumed session's is not: see
+    #: ``RetainedAgent``).
+    ACTIVE = "active"
+
+
+class AgentResult(_Closed, kw_only=True):
+    """A retained agent's latest settled turn: what its caller got back."""
+
+    #: The session turn it ran in.
+    turn: TurnNumber
+    outcome: Literal["completed", "errored", "interrupted"]
+    reason: Reason | None = None
+    #: Its final message (the partial one when it did not complete), cut
+    #: to :data:`RESULT_TEXT_LIMIT` characters.
+    text: Annotated[str, msgspec.Meta(max_length=RESULT_TEXT_LIMIT + 200)]
+
+
+class RetainedAgent(_Closed, kw_only=True):
+    """One entry of the session's agent registry (the ``Agent`` tool's
+    sub-agents; added within format 1). No process handle, no credentials:
+    what lets the same agent installation on the same machine continue its
+    conversation, and what ``agent://root/PATH`` reads."""
+
+    path: AgentPath
+    agent: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    fingerprint: Sha256
+    native_session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=512)] | None = None
+    machine: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
+    #: None: the session's own directory (no override).
+    working_directory: TargetPath | None = None
+    #: The turn that created it (Rewind to before it removes it).
+    created_turn: TurnNumber
+    created_turn_id: TurnId
+    activity: AgentActivity = AgentActivity.IDLE
+    result: AgentResult | None = None
 
 
 class Layout(_Closed, kw_only=True):
@@ -310,6 +354,8 @@ class Sidecar(_Closed, kw_only=True):
     #: The person's mode and config choices, per agent name (added within
     #: format 1).
     agent_choices: dict[Annotated[str, msgspec.Meta(min_length=1, max_length=128)], AgentChoice] = {}
+    #: The retained agents, in path order (added within format 1).
+    agents: list[RetainedAgent] = []
 
     def __post_init__(self) -> None:
         _check_sidecar(self)
@@ -351,6 +397,13 @@ def _check_sidecar(s: Sidecar) -> None:
         last = chapter.last_segment
     if len(set(s.attached_artifacts)) != len(s.attached_artifacts):
         raise ValueError("attached_artifacts repeats an id")
+    paths = [agent.path for agent in s.agents]
+    if paths != sorted(set(paths)):
+        raise ValueError("agents are not in path order, or repeat a path")
+    for agent in s.agents:
+        parent = agent.path.rpartition("/")[0]
+        if parent and parent not in paths:
+            raise ValueError(f"retained agent {agent.path} has no retained caller {parent}")
 
 
 _NON_FINITE_TOKEN = re.compile(rb"(?<![A-Za-z\"])(?:-?Infinity|NaN)(?![A-Za-z\"])")
@@ -364,7 +417,7 @@ def encode_sidecar(sidecar: Sidecar) -> bytes:
 _FIELDS = frozenset(Sidecar.__struct_fields__)
 #: Fields added to format 1 after sidecars were written without them; their
 #: absence means their default. Every other field must be present.
-OPTIONAL_FIELDS = frozenset({"engine", "dedicated_artifact", "agent_choices"})
+OPTIONAL_FIELDS = frozenset({"engine", "dedicated_artifact", "agent_choices", "agents"})
 
 
 def load_sidecar(data: bytes) -> Sidecar:

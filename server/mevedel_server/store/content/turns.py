@@ -568,6 +568,14 @@ class Conversation:
             return
         self._update(self._time(at), engine=engine)
 
+    def set_agents(self, agents: list, *, at: int) -> None:
+        """Record the retained-agent registry (saved with the next
+        publication); entries in path order."""
+        agents = sorted(agents, key=lambda agent: agent.path)
+        if agents == self._sidecar.agents:
+            return
+        self._update(self._time(at), agents=agents)
+
     def bind_workspace(self, workspace_id: str, *, at: int) -> None:
         """Bind a session made in another workspace to this one (resumed
         after the user confirmed): the next save records ``workspace_id``,

@@ -29,6 +29,10 @@ class LiveHistory:
         self._conversation = conversation
         self._segment = 0
 
+    def agents(self) -> list:
+        """The session's retained-agent registry now (``agent://``)."""
+        return list(self._conversation.sidecar.agents)
+
     def lines(self) -> list[str]:
         """The projection's lines now (a copy: later records do not change it)."""
         conversation = self._conversation

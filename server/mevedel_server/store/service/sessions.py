@@ -838,6 +838,16 @@ class SessionService(SessionLifecycle, SessionFollowing):
         candidate = session.conversation.metadata_candidate()
         if candidate is not None and session.materialized and candidate.changed:
             await session.save(candidate)
+    def retained_agents(self, session_id: str) -> list:
+        """The open session's retained-agent registry, in path order."""
+        return list(self._open(session_id, "read its retained agents").conversation.sidecar.agents)
+
+    def set_retained_agents(self, session_id: str, agents: list) -> None:
+        """Record the session's retained-agent registry (published with
+        the next save, settlement or checkpoint)."""
+        session = self._mutable(session_id, "record its retained agents")
+        with _refused_in(session):
+            session.conversation.set_agents(agents, at=self._time_now())
 
     def transcript_records(self, session_id: str) -> list:
         """The open session's current-segment records, oldest first (the

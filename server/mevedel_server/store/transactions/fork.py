@@ -328,6 +328,8 @@ def fork_sidecar_changes(
         # The item names its own conversation, never a copy of it.
         dedicated_artifact=None,
         reconciliation_pending=False,
+        # Conversation and Worktree forks discard retained-agent identities (spec).
+        agents=[],
     )
 
 

@@ -49,6 +49,7 @@ from .lifecycle_token import LifecycleRefused
 from ..authority.publication import CommittedSnapshot, load_manifest
 from ..content.sidecar import (
     SIDECAR_PATH,
+    AgentActivity,
     EngineState,
     IndexLineError,
     Layout,
@@ -384,6 +385,9 @@ def cut_snapshot(
         chapters=[c for c in sidecar.chapters if c.last_segment < cut.segment],
         first_user_message=prompts[0].preview if prompts else None,
         latest_user_message=prompts[-1].preview if prompts else None,
+        # A retained agent made by a turn cut off goes with it (and its
+        # sub-agents, made no earlier).
+        agents=[agent for agent in sidecar.agents if agent.created_turn <= cut.kept_turns],
     )
     changes.update(sidecar_changes)
     out[SIDECAR_PATH] = sidecar_bytes(replaced_sidecar(sidecar, changes))
@@ -401,6 +405,12 @@ def replaced_sidecar(sidecar: Sidecar, changes: Mapping[str, object]) -> Sidecar
     engine = sidecar.engine
     if engine is not None and "engine" not in changes and engine.state is not EngineState.DETACHED:
         changes = {**changes, "engine": msgspec.structs.replace(engine, native_session_id=None, state=EngineState.DETACHED)}
+    # The retained agents' own histories are detached the same way (and none
+    # is in flight in a replacement or a copy).
+    agents = changes.get("agents", sidecar.agents)
+    changes = {**changes, "agents": [
+        msgspec.structs.replace(agent, native_session_id=None, activity=AgentActivity.IDLE) for agent in agents  # type: ignore[union-attr]
+    ]}
     try:
         return msgspec.structs.replace(sidecar, **changes)
     except (ValueError, msgspec.ValidationError) as exc:
