@@ -40,6 +40,9 @@ AppendKind = Literal["response", "reasoning", "tool_call", "tool_result", "mail"
 #: (``plan``: ``text`` is a Markdown checklist; ``permission``: ``call_id``,
 #: ``text`` the question, ``output`` the decision, ``is_error`` when refused).
 RecordKind = Literal["response", "reasoning", "tool_call", "tool_result", "mail", "plan", "permission"]
+#: What a turn's records may be (``agent_task``: a retained agent's task,
+#: recorded by the engine only).
+TurnItemKind = Literal["response", "reasoning", "tool_call", "tool_result", "mail", "plan", "permission", "agent_task"]
 
 
 @attrs.define
@@ -362,9 +365,12 @@ class TurnShowParams:
 
 @attrs.define
 class TurnItem:
-    """One record of a turn (fields as for ``TurnAppendParams``)."""
+    """One record of a turn (fields as for ``TurnAppendParams``; an
+    ``agent_task`` names the retained agent in ``name``, its agent in
+    ``sender``, its task in ``text`` and its conversation, as
+    ``history://root/PATH`` renders it, in ``output``)."""
 
-    kind: RecordKind
+    kind: TurnItemKind
     text: Optional[str] = None
     call_id: Optional[str] = None
     name: Optional[str] = None

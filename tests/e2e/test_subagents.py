@@ -84,6 +84,22 @@ async def test_a_sub_agent_works_in_the_parents_turn_and_rewind_restores_what_it
     outputs = [i["output"] for i in shown["items"] if i["kind"] == "tool_result" and i.get("callId") == calls[0]["callId"]]
     assert outputs == ["mcp Agent: Review done: two issues."]
     assert not any("reviewed notes" in json.dumps(i) for i in shown["items"] if i["kind"] == "response")
+    # The sub-agent's own conversation is one record of the turn, and history://root/reviewer.
+    (task,) = [i for i in shown["items"] if i["kind"] == "agent_task"]
+    assert task["name"] == "reviewer" and task["sender"] == "helper" and task["text"] == "Review the notes and rebuild"
+    assert "Review done: two issues." in task["output"] and "Check the build" in task["output"]
+    conversation = (await request(client, methods.RESOURCE_READ, {"address": "history://root/reviewer"}))["text"]
+    assert "Task 1 · reviewer (helper) in turn 1" in conversation and "Review done: two issues." in conversation
+    assert "Rewrite notes.txt" in conversation  # its permission decision, in its own conversation
+    found = await request(client, methods.RESOURCE_GREP, {"address": "history://root/reviewer", "pattern": "two issues"})
+    assert [m["address"] for m in found["matches"]] == ["history://root/reviewer"]
+    # The CLI shows the turn with the task nested under it.
+    import subprocess
+
+    cli = subprocess.run([sys.executable, "-m", "mevedel_server.cli", "session", "turn", "1", "--session", result["sessionId"]],
+                         cwd=workspace, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert cli.returncode == 0, cli.stderr
+    assert "[agent reviewer (helper)]" in cli.stdout and "    Review done: two issues." in cli.stdout, cli.stdout
 
     # A second call with the same name continues the same conversation.
     again = await prompt(client, "Ask it again")

@@ -436,6 +436,10 @@ def turn_lines(detail: TurnDetail, *, dim: bool) -> list[str]:
             lines += ["Plan:", item.text or "", ""]
         elif item.kind == "mail":
             lines += [f"Mail from {item.sender}: {item.text}", ""]
+        elif item.kind == "agent_task":
+            # A retained sub-agent's task, nested under the call that asked for it.
+            lines.append(f"[agent {item.name} ({item.sender})" + (" · did not complete" if item.is_error else "") + "]")
+            lines += ["    " + line if line else "" for line in (item.output or "").split("\n")] + [""]
     if summary.reason:
         lines.append(f"({summary.state}: {summary.reason})")
     return lines

@@ -88,7 +88,7 @@ async def test_history_root_without_a_session_and_with_agent_paths(root):
     svc = SessionService(LocalTarget(root), ME)
     sid = (await svc.create()).session_id
     error = await failure(Operation.READ, "history://root/reviewer", ReadOptions(), context(root, svc, sid))
-    assert error.kind is ErrorKind.UNAVAILABLE and "runs no agents" in error.reason
+    assert error.kind is ErrorKind.UNAVAILABLE and "has no retained agent reviewer" in error.reason
 
 
 async def test_history_saved_lists_reads_globs_and_greps_committed_segments(root):
@@ -221,6 +221,34 @@ async def test_describe_history_names_the_session_it_reads(root):
     assert (await describe(f"history://saved/{sid}/segment-0002.chat.jsonl", context(root))).status == "missing"
     assert (await describe("history://saved/2026-01-01T00-00-000000000000", context(root))).status == "missing"
     agent = await describe("history://root/reviewer", context(root, svc, sid))
-    assert agent.status == "unavailable" and "runs no agents" in agent.reason
+    assert agent.status == "unavailable" and "has no retained agent reviewer" in agent.reason
     no_workspace = await describe("history://saved", ResolverContext(docs_root=root))
     assert no_workspace.status == "unavailable" and "no workspace" in no_workspace.reason
+
+
+async def test_history_root_path_is_a_retained_agents_conversation_live_and_committed(root):
+    from mevedel_server.store.content.sidecar import AgentResult, RetainedAgent
+
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    started = await svc.begin_turn(sid, "Get a review")
+    svc.set_retained_agents(sid, [RetainedAgent(
+        path="reviewer", agent="codex", fingerprint="a" * 64, machine="here", created_turn=started.turn,
+        created_turn_id=started.turn_id, result=AgentResult(turn=1, outcome="completed", text="Two issues."))])
+    steps = [EvidenceInput("reasoning", text="hidden thought"), EvidenceInput("tool_call", call_id="c1", name="Read a.py", arguments="{}"),
+             EvidenceInput("tool_result", call_id="c1", output="print(1)"), EvidenceInput("response", text="Two issues.")]
+    svc.append_agent_task(sid, "reviewer", "codex", "Review a.py", steps, "completed")
+    live = context(root, svc, sid)
+    text = (await execute(prepare(Operation.READ, "history://root/reviewer", ReadOptions(), live))).text
+    assert "Task 1 · reviewer (codex) in turn 1" in text and "Review a.py" in text and "Two issues." in text
+    assert "Read a.py" in text and "hidden thought" not in text
+    found = await execute(prepare(Operation.GREP, "history://root/reviewer", GrepOptions(pattern="Two issues"), live))
+    (match,) = found.matches
+    assert match.address == "history://root/reviewer" and "Two issues." in text.splitlines()[match.line - 1]
+    # The root's history names the task and where to read it.
+    root_text = (await execute(prepare(Operation.READ, "history://root", ReadOptions(), live))).text
+    assert "**Agent** `reviewer` (codex) · history://root/reviewer" in root_text and "Review a.py" not in root_text
+    # Settled and saved, another reader sees the same through the committed publication.
+    await svc.settle(sid, "completed")
+    committed = (await execute(prepare(Operation.READ, "history://root/reviewer", ReadOptions(), context(root, None, sid)))).text
+    assert "Review a.py" in committed and "Two issues." in committed

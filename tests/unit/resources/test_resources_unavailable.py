@@ -24,7 +24,6 @@ def context(tmp_path: Path) -> ResolverContext:
 @pytest.mark.parametrize(
     ("address", "reason"),
     [
-        ("history://root/reviewer", "mevedel-lsp runs no agents"),
         ("memory://journal/", "no published journal entries"),
     ],
 )

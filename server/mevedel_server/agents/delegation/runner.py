@@ -29,13 +29,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from acp import schema
 
 from ...store.content.sidecar import RESULT_TEXT_LIMIT, AgentActivity, AgentResult, RetainedAgent
-from ...store.content.transcript import Outcome
+from ...store.content.transcript import AgentTask, Outcome
 from ...store.service import EvidenceInput
 from ..config import AgentConfig, AgentSpec
 from ..errors import FAILED, AgentError
@@ -48,22 +48,6 @@ _log = logging.getLogger(__name__)
 
 #: Characters of a retained agent's earlier turns its excerpt carries.
 EXCERPT_BUDGET = 12_000
-
-
-@dataclass
-class ChildTurn:
-    """One settled turn of a retained agent."""
-
-    prompt: str
-    #: Its records, in the order the agent's stream gave them.
-    items: list[EvidenceInput]
-    outcome: Outcome
-    reason: str | None
-    #: The root turn it ran in.
-    root_turn: int
-    #: What the caller got back: the final message (the partial one when
-    #: the turn did not complete).
-    result: str
 
 
 @dataclass
@@ -83,8 +67,6 @@ class Retained:
     running: _Running | None = None
     #: The turn in flight (None: idle).
     active: _Turn | None = None
-    #: Its turns settled in this process (the excerpt that continues it).
-    turns: list[ChildTurn] = field(default_factory=list)
 
     @classmethod
     def of(cls, entry: RetainedAgent) -> Retained:
@@ -268,12 +250,11 @@ class SubAgents:
         try:
             running, continued = await self._ready(turn.session_id, retained, spec, config)
         except AgentError as error:
-            retained.turns.append(ChildTurn(prompt, [], Outcome.ERRORED, error.reason, turn.turn, ""))
             retained.result = AgentResult(turn=turn.turn, outcome="errored", reason=f"could not start: {error.reason}"[:500], text="")
             raise SubAgentFailed(f"{retained.label} could not start: {error.reason}" + (f" ({error.action})" if error.action else "")) from None
         blocks: list = []
         if not continued:
-            excerpt = self._excerpt(retained)
+            excerpt = self._excerpt(turn.session_id, retained)
             if excerpt:
                 blocks.append(schema.TextContentBlock(type="text", text=excerpt))
         blocks.append(schema.TextContentBlock(type="text", text=prompt))
@@ -356,7 +337,10 @@ class SubAgents:
         if not running.process.alive:
             await self._stop_running(retained)
         final = _final_message(items)
-        retained.turns.append(ChildTurn(prompt, items, outcome, reason, turn.turn, final))
+        try:  # its conversation: one record in the open turn (history://root/PATH)
+            engine.service.append_agent_task(turn.session_id, retained.path, retained.agent, prompt, items, outcome, reason)
+        except Exception as failure:
+            _log.warning("session %s: %s's task was not recorded: %s", turn.session_id, retained.label, failure)
         kept = final if len(final) <= RESULT_TEXT_LIMIT else final[:RESULT_TEXT_LIMIT] + f"\n[... {len(final) - RESULT_TEXT_LIMIT} more characters not kept]"
         retained.result = AgentResult(turn=turn.turn, outcome=outcome.value, reason=(reason or None) and reason[:500], text=kept)
         if outcome is Outcome.COMPLETED:
@@ -366,19 +350,32 @@ class SubAgents:
             raise SubAgentFailed(f"{retained.label} was interrupted: {reason}.{said}")
         raise SubAgentFailed(f"{retained.label} failed: {reason}.{said}")
 
-    def _excerpt(self, retained: Retained) -> str | None:
+    def _recorded_tasks(self, session_id: str, path: str) -> list[AgentTask]:
+        """The retained agent's tasks recorded in the session's current
+        segment (this process's and earlier ones')."""
+        try:
+            records = self.engine.service.transcript_records(session_id)
+        except Exception:
+            return []
+        return [record for record in records if isinstance(record, AgentTask) and record.path == path]
+
+    def _excerpt(self, session_id: str, retained: Retained) -> str | None:
         """A labelled excerpt of the retained agent's earlier turns, for a
         new native conversation that continues it."""
         parts: list[str] = []
-        if not retained.turns and retained.result is not None:
+        tasks = self._recorded_tasks(session_id, retained.path)
+        if not tasks and retained.result is not None:
             result = retained.result
             parts.append(f"## Your latest task (session turn {result.turn}), {result.outcome}\nYou: {result.text}")
-        for number, child in enumerate(retained.turns, start=1):
-            lines = [f"## Task {number}", f"Caller: {child.prompt}"]
-            lines += [f"You: {item.text}" for item in child.items if item.kind == "response" and item.text]
-            lines += [f"(tool call: {item.name})" for item in child.items if item.kind == "tool_call"]
-            if child.outcome is not Outcome.COMPLETED:
-                lines.append(f"(this task was {child.outcome.value}{': ' + child.reason if child.reason else ''})")
+        for number, task in enumerate(tasks, start=1):
+            lines = [f"## Task {number}", f"Caller: {task.prompt}"]
+            for step in task.steps:
+                if step.kind == "response" and step.text:
+                    lines.append(f"You: {step.text}")
+                elif step.kind == "tool_call":
+                    lines.append(f"(tool call: {step.name})")
+            if task.outcome is not Outcome.COMPLETED:
+                lines.append(f"(this task was {task.outcome.value}{': ' + task.reason if task.reason else ''})")
             parts.append("\n".join(lines))
         if not parts:
             return None

@@ -7,8 +7,9 @@
   projection. For a session chosen but not open in this server (another
   client's, or one named by a virtual document), its committed current
   segment, read-only, from its committed publication; a notice says so.
-  ``history://root/PATH`` names a retained agent's conversation; mevedel-lsp
-  runs no agents, so every such path is unavailable.
+  ``history://root/PATH`` is a retained agent's conversation (its tasks'
+  records in the current segment), through the same projection; a path the
+  registry does not hold is unavailable.
 - ``history://saved[/SESSION[/SEGMENT]]`` (Read, Glob, Grep): saved segments
   across the workspace, read from committed publications only, every part
   verified against its manifest digest. Read and Glob of the bare form or of
@@ -33,7 +34,7 @@ from ...store import RecordError, SessionMissing
 from ...store.content.inspect import list_segments
 from ...store.workspace_wide.listing import InspectSessionRow
 from ...store.authority.publication import read_committed
-from ...store.content.projection import project
+from ...store.content.projection import agent_lines, project
 from ...store.service import (
     SavedSource,
     SessionIncompatible,
@@ -100,13 +101,7 @@ def _root(address: Address, request: Request, context: ResolverContext) -> Calla
     if live is None and context.session_dir is None:
         return _failing(_error(ErrorKind.OWNER_MISSING, authored, "no session is open; history://root belongs to the open session"))
     if address.path:
-        return _failing(
-            _error(
-                ErrorKind.UNAVAILABLE,
-                authored,
-                "no retained agent conversation: mevedel-lsp runs no agents, so history://root has no agent paths",
-            )
-        )
+        return _agent_root("/".join(address.path), request, context, authored, canonical)
     if live is None:
         assert context.session_dir is not None
         # The session directory is <workspace>/.mevedel/sessions/<ID>.
@@ -116,6 +111,50 @@ def _root(address: Address, request: Request, context: ResolverContext) -> Calla
     async def run() -> object:
         lines = source.lines()  # a snapshot taken on the loop, where the conversation changes
         return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical)
+
+    return run
+
+
+def _agent_root(path: str, request: Request, context: ResolverContext, authored: str, canonical: str) -> Callable[[], object]:
+    """``history://root/PATH``: a retained agent's conversation, rendered
+    from its tasks' records in the session's current segment (live when the
+    session is open here, else committed)."""
+    live = context.live_history
+    missing = f"the session has no retained agent {path}; Read agent:// lists them"
+    reader = getattr(live, "agent_lines", None)
+    if callable(reader):
+
+        async def run_live() -> object:
+            lines = reader(path)
+            if lines is None:
+                raise _error(ErrorKind.UNAVAILABLE, authored, missing)
+            notice = None if lines else f"retained agent {path} has no settled task in this segment yet"
+            return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical, notice)
+
+        return run_live
+    assert context.session_dir is not None
+    session_id = context.session_dir.name
+
+    async def run() -> object:
+        async def read() -> object:
+            if not is_session_id(session_id):
+                raise SessionMissing(session_id)
+            saved = await saved_session(store_target(context), session_id)
+            if saved.sidecar is None or not any(agent.path == path for agent in saved.sidecar.agents):
+                raise _error(ErrorKind.UNAVAILABLE, authored, missing)
+            current = [s for s in saved.sources if s.segment.number == saved.sidecar.current_segment] or saved.sources[-1:]
+            lines: list[str] = []
+            if current:
+                (records,) = await read_sources(saved, current)
+                lines = agent_lines(records, path)
+            notice = f"session {session_id} is not open in this server: its committed records, read-only"
+            return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical, notice)
+
+        return await _reading_store(
+            authored, read,
+            missing=f"session {session_id} is not open in this server and is not a saved session of this workspace",
+            missing_kind=ErrorKind.OWNER_MISSING,
+        )
 
     return run
 
@@ -192,7 +231,14 @@ async def describe(address: Address, context: ResolverContext) -> HistoryFacts:
         return HistoryFacts("discovery", "listing")
     if address.scope == "root":
         if address.path:
-            return HistoryFacts("unavailable", "virtual", "no retained agent conversation: mevedel-lsp runs no agents")
+            path = "/".join(address.path)
+            agents = getattr(context.live_history, "agents", None)
+            known = [agent.path for agent in agents()] if callable(agents) else None
+            if known is None:
+                return HistoryFacts("exists", "virtual", detail=f"retained agent {path}'s conversation, if the session has it")
+            if path not in known:
+                return HistoryFacts("unavailable", "virtual", f"the session has no retained agent {path}")
+            return HistoryFacts("exists", "virtual", detail=f"retained agent {path}'s conversation, live")
         live = context.live_history
         if live is not None:
             return HistoryFacts(

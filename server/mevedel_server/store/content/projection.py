@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 
 from ..authority.lease import describe_target_time
 from .transcript import (
+    AgentStep,
+    AgentTask,
     Mail,
     Permission,
     Plan,
@@ -125,6 +127,10 @@ class Projection:
         if isinstance(record, Permission):
             verdict = "allowed" if record.allowed else "refused"
             return [f"**Permission** ({_inline(record.call_id)}) {verdict}: {_inline(record.decision)}", "", *_quote(record.question)]
+        if isinstance(record, AgentTask):
+            how = "" if record.outcome is Outcome.COMPLETED else f" {record.outcome.value}"
+            because = f": {' '.join(record.reason.split())}" if record.reason and how else ""
+            return [f"**Agent** `{_inline(record.path)}` ({_inline(record.agent)}){how}{because} · history://root/{record.path}"]
         if isinstance(record, Settle):
             turn, self._turn = self._turn, None
             if record.outcome is Outcome.COMPLETED:
@@ -135,6 +141,46 @@ class Projection:
             what = "compaction" if record.reason is SegmentClosing.COMPACTION else "/clear"
             return [f"*Segment closed by {what} · {_when(record.at)}*"]
         raise TypeError(f"no projection for {type(record).__name__}")
+
+
+def _as_record(step: AgentStep, turn_id: str) -> Record | None:
+    """A retained agent's step as the root record of the same kind (so
+    both render alike)."""
+    if step.kind == "response":
+        return Response(turn_id=turn_id, text=step.text or "")
+    if step.kind == "tool_call":
+        return ToolCall(turn_id=turn_id, call_id=step.call_id or "tool", name=step.name or "tool", arguments=step.arguments or "")
+    if step.kind == "tool_result":
+        return ToolResult(turn_id=turn_id, call_id=step.call_id or "tool", output=step.output or "", is_error=step.is_error)
+    if step.kind == "plan":
+        return Plan(turn_id=turn_id, text=step.text or "")
+    if step.kind == "permission":
+        return Permission(turn_id=turn_id, call_id=step.call_id or "tool", question=step.text or "", decision=step.output or "",
+                          allowed=not step.is_error)
+    return None  # reasoning is left out, as the root's is
+
+
+def agent_lines(records: Iterable[Record], path: str) -> list[str]:
+    """The projection of the retained agent ``path``'s conversation: its
+    tasks in these records (``history://root/PATH``), each under a heading
+    naming the session turn it ran in, rendered as the root's records are."""
+    projection = Projection()
+    lines = projection.lines
+    turn = 0
+    task = 0
+    for record in records:
+        if isinstance(record, TurnBegin):
+            turn = record.turn
+        if not isinstance(record, AgentTask) or record.path != path:
+            continue
+        task += 1
+        block = [f"## Task {task} · {record.path} ({_inline(record.agent)}) in turn {turn}", "", "**Prompt**", "", *_quote(record.prompt)]
+        lines.extend(([""] if lines else []) + block)
+        projection.extend(r for r in (_as_record(step, record.turn_id) for step in record.steps) if r is not None)
+        if record.outcome is not Outcome.COMPLETED:
+            because = f": {' '.join(record.reason.split())}" if record.reason else ""
+            lines.extend(["", f"*Task {task} {record.outcome.value}{because}*"])
+    return lines
 
 
 def project(records: Sequence[Record]) -> str:

@@ -163,6 +163,33 @@ class Permission(_Line, tag="permission", kw_only=True):
     allowed: bool
 
 
+class AgentStep(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """One record of a retained agent's task, as the root's records of the
+    same kind hold it (``kind`` names which)."""
+
+    kind: Literal["response", "reasoning", "tool_call", "tool_result", "plan", "permission"]
+    text: str | None = None
+    call_id: Name | None = None
+    name: Name | None = None
+    arguments: str | None = None
+    output: str | None = None
+    is_error: bool = False
+
+
+class AgentTask(_Line, tag="agent_task", kw_only=True):
+    """A retained agent's task (the ``Agent`` tool) in this turn, written
+    once when it settles: which agent, what it was asked, its own records
+    and how it ended (added within format 1: older readers refuse it)."""
+
+    turn_id: TurnId
+    path: Annotated[str, msgspec.Meta(min_length=1, max_length=600, pattern=r"^[a-z0-9][a-z0-9_/-]*$")]
+    agent: Name
+    prompt: str
+    steps: list[AgentStep]
+    outcome: Outcome
+    reason: str | None = None
+
+
 class Summary(_Line, tag="summary", kw_only=True):
     """Compaction summary opening a rotated segment."""
 
@@ -186,11 +213,12 @@ class SegmentClose(_Line, tag="segment_close", kw_only=True):
 
 
 Record = Union[
-    SegmentHeader, TurnBegin, Prompt, Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission, Summary, Settle, SegmentClose
+    SegmentHeader, TurnBegin, Prompt, Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission, AgentTask, Summary,
+    Settle, SegmentClose,
 ]
 #: What a live turn may append between its prompt and its settlement.
-Evidence = Union[Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission]
-EVIDENCE_TYPES = (Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission)
+Evidence = Union[Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission, AgentTask]
+EVIDENCE_TYPES = (Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission, AgentTask)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record, strict=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..content.transcript import Evidence, Mail, Permission, Plan, Reasoning, Response, ToolCall, ToolResult
+from ..content.transcript import AgentStep, Evidence, Mail, Permission, Plan, Reasoning, Response, ToolCall, ToolResult
 from .errors import InvalidSessionInput
 
 EVIDENCE_KINDS = ("response", "reasoning", "tool_call", "tool_result", "mail")
@@ -96,3 +96,16 @@ def make_evidence(item: EvidenceInput, turn_id: str) -> Evidence:
             allowed=not item.is_error,
         )
     raise InvalidSessionInput(repr(kind), f"is not a record kind (use one of {', '.join(EVIDENCE_KINDS)})")
+
+
+#: The kinds of a retained agent's own records (``AgentStep``).
+AGENT_STEP_KINDS = ("response", "reasoning", "tool_call", "tool_result", "plan", "permission")
+
+
+def agent_step(item: EvidenceInput) -> AgentStep:
+    """A retained agent's record as its task's step (the same fields the
+    root's record of that kind keeps)."""
+    if item.kind == "permission":
+        return AgentStep(kind="permission", call_id=item.call_id, text=item.text, output=item.output, is_error=item.is_error)
+    return AgentStep(kind=item.kind, text=item.text, call_id=item.call_id, name=item.name, arguments=item.arguments,  # type: ignore[arg-type]
+                     output=item.output, is_error=item.is_error)

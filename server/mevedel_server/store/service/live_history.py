@@ -9,7 +9,7 @@ starts a new rendering.
 
 from __future__ import annotations
 
-from ..content.projection import Projection
+from ..content.projection import Projection, agent_lines
 from ..content.turns import Conversation
 
 
@@ -32,6 +32,14 @@ class LiveHistory:
     def agents(self) -> list:
         """The session's retained-agent registry now (``agent://``)."""
         return list(self._conversation.sidecar.agents)
+
+    def agent_lines(self, path: str) -> list[str] | None:
+        """The projection of retained agent ``path``'s conversation in the
+        current segment (``history://root/PATH``); None when the registry
+        has no such agent."""
+        if not any(agent.path == path for agent in self._conversation.sidecar.agents):
+            return None
+        return agent_lines(self._conversation.records(), path)
 
     def lines(self) -> list[str]:
         """The projection's lines now (a copy: later records do not change it)."""

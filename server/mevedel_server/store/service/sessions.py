@@ -48,7 +48,7 @@ from ..authority.publication import CommittedSnapshot, load_manifest, read_commi
 from ..authority.records import LeaseState, RecordError
 from ..transactions.recovery import find_recovery
 from ..content.sidecar import SIDECAR_PATH, AgentChoice, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name, shown_name
-from ..content.transcript import Outcome
+from ..content.transcript import AgentTask, Outcome
 from ..content.turns import Conversation, ConversationError
 from ..content.checkpoints import capture_gap_reason
 from ..authority.workspace import (
@@ -60,7 +60,7 @@ from ..authority.workspace import (
 )
 from .clock import TargetTime
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, SessionNotOpen, TurnStateConflict, quoted
-from .evidence import ENGINE_KINDS, EVIDENCE_KINDS, EvidenceInput, make_evidence
+from .evidence import AGENT_STEP_KINDS, ENGINE_KINDS, EVIDENCE_KINDS, EvidenceInput, agent_step, make_evidence
 from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
@@ -848,6 +848,20 @@ class SessionService(SessionLifecycle, SessionFollowing):
         session = self._mutable(session_id, "record its retained agents")
         with _refused_in(session):
             session.conversation.set_agents(agents, at=self._time_now())
+
+    def append_agent_task(self, session_id: str, path: str, agent: str, prompt: str, steps: Sequence[EvidenceInput],
+                          outcome: Outcome | str, reason: str | None = None) -> None:
+        """Record a retained agent's settled task in the turn in flight: one
+        record holding its own records (``steps``: response, reasoning, tool
+        call and result, plan, permission), written once."""
+        session = self._mutable(session_id, "record an agent's task")
+        opened = _require_turn(session, "record an agent's task")
+        record = AgentTask(
+            turn_id=opened.turn_id, path=path, agent=agent, prompt=prompt, outcome=_outcome(outcome), reason=reason,
+            steps=[agent_step(step) for step in steps if step.kind in AGENT_STEP_KINDS],
+        )
+        with _refused_in(session):
+            session.conversation.append(record)
 
     def transcript_records(self, session_id: str) -> list:
         """The open session's current-segment records, oldest first (the

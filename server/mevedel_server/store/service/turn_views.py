@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..content.diff import TreeDiff, tree_diff
-from ..content.projection import Projection
+from ..content.projection import Projection, agent_lines
 from ..content.sidecar import PromptEntry
 from ..content.transcript import (
+    AgentTask,
     Mail,
+    Outcome,
     Permission,
     Plan,
     Prompt,
@@ -156,6 +158,12 @@ def _item(record: Record) -> TurnItem | None:
         return TurnItem("plan", text=record.text)
     if isinstance(record, Permission):
         return TurnItem("permission", call_id=record.call_id, text=record.question, output=record.decision, is_error=not record.allowed)
+    if isinstance(record, AgentTask):
+        # A retained agent's task: its path and agent, what it was asked,
+        # and its own conversation as history://root/PATH renders it.
+        shown = "\n".join(agent_lines([record], record.path)[1:]).strip("\n")
+        return TurnItem("agent_task", name=record.path, sender=record.agent, text=record.prompt, output=shown,
+                        is_error=record.outcome is not Outcome.COMPLETED)
     return None
 
 
