@@ -225,3 +225,81 @@ async def test_the_registry_is_kept_addressable_continued_after_resume_copied_an
     await request(client, methods.REWIND_COMMIT, {"token": impact["token"], "sessionId": sid})
     gone = await read(client, "agent://", sessionId=sid)
     assert gone["text"] == "", gone
+
+
+def test_mevedel_prompt_prints_a_sub_agents_work_indented(tmp_path):
+    """The CLI runs the engine in its own process: the sub-agent runs there
+    too, and its activity is printed indented under the parent's."""
+    import os
+    import subprocess
+
+    project = tmp_path / "project"
+    project.mkdir()
+    logs = {}
+    entries = {}
+    scripts = {
+        "parent": [[{"say": "Asking.\n"}, delegate("reviewer", "Review it"), {"say": "Done asking.\n"}]],
+        "helper": [[{"say": "Looking\nat it.\n"}, {"write": {"path": "made.txt", "content": "x\n"}}]],
+    }
+    for name, turns in scripts.items():
+        logs[name] = tmp_path / f"{name}.jsonl"
+        script = tmp_path / f"{name}.json"
+        script.write_text(json.dumps({"log": str(logs[name]), "turns": turns}))
+        entries[name] = {"command": [sys.executable, str(AGENT), str(script)]}
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"agents": entries, "defaultAgent": "parent"}))
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    done = subprocess.run([sys.executable, "-m", "mevedel_server.cli", "prompt", "Get a review"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert "    Looking\n    at it.\n" in done.stdout and "Asking.\n" in done.stdout, done.stdout
+    assert "    [agent reviewer (helper) started]" in done.stderr and "    [agent reviewer (helper): completed]" in done.stderr, done.stderr
+    assert (project / "made.txt").read_text() == "x\n"
+    (answer,) = results(logs["parent"])
+    assert "wrote made.txt" in answer, answer
+
+
+async def test_on_an_ssh_workspace_the_sub_agent_works_there_and_its_results_are_addressable(openssh_server, tmp_path):
+    from ssh_fixtures import ALIAS
+
+    from .test_ssh_workspace import remote_params, server_config, ssh_home
+
+    project = tmp_path / "remote project"
+    project.mkdir()
+    (project / "kept.txt").write_text("remote before\n")
+    url = f"ssh://{ALIAS}{project}"
+    logs = {}
+    entries = {}
+    scripts = {
+        "parent": [[delegate("reviewer", "Change it over there")]],
+        "helper": [[
+            {"write": {"path": "kept.txt", "content": "written by the helper\n"}},
+            {"terminal": {"command": "sh", "args": ["-c", "echo made > made.txt"]}},
+            {"tool_call": {"id": "t1", "title": "Check", "kind": "read", "status": "completed"}},
+            {"say": "Changed remotely."},
+        ]],
+    }
+    for name, turns in scripts.items():
+        logs[name] = tmp_path / f"{name}.jsonl"
+        script = tmp_path / f"{name}.json"
+        script.write_text(json.dumps({"log": str(logs[name]), "turns": turns}))
+        entries[name] = {"command": [sys.executable, str(AGENT), str(script)]}
+    client = await server_config(ssh_home(tmp_path, openssh_server)).start()
+    try:
+        await client.initialize_session(remote_params(url, agents=entries, defaultAgent="parent"))
+        result = await prompt(client, "Delegate over ssh", workspaceFolder=url)
+        assert result["outcome"] == "completed", result
+        assert results(logs["parent"]) == ["mcp Agent: Changed remotely."]
+        assert (project / "kept.txt").read_text() == "written by the helper\n" and (project / "made.txt").exists()
+        where = {"workspaceFolder": url}
+        assert "agent://root/reviewer" in (await read(client, "agent://", **where))["text"]
+        assert "Changed remotely." in (await read(client, "agent://root/reviewer", **where))["text"]
+        assert "Changed remotely." in (await read(client, "history://root/reviewer", **where))["text"]
+        impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before", **where})
+        assert {"kept.txt", "made.txt"} <= {r["path"] for r in impact["restores"] if r["changes"]}
+        await request(client, methods.REWIND_COMMIT, {"token": impact["token"], **where})
+        assert (project / "kept.txt").read_text() == "remote before\n" and not (project / "made.txt").exists()
+        assert (await read(client, "agent://", **where))["text"] == ""
+    finally:
+        await client.shutdown_session()

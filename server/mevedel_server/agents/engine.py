@@ -95,6 +95,9 @@ class TurnUpdate:
     outcome: str | None = None
     stop_reason: str | None = None
     error: AgentError | None = None
+    #: A retained sub-agent's activity (its path): nested under the turn's
+    #: ``Agent`` tool call, never the turn's own phase.
+    agent_path: str | None = None
 
 
 @dataclass(frozen=True)

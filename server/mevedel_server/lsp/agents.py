@@ -76,6 +76,8 @@ class EditorFront:
         self.folder = folder
 
     def turn_update(self, update: TurnUpdate) -> None:
+        if update.agent_path is not None:
+            return  # a sub-agent's activity: the chats do not nest it yet (docs/agents.md)
         params = wire.TurnDidUpdateParams(
             workspace_folder=self.folder.uri,
             session_id=update.session_id,

@@ -41,7 +41,7 @@ from ..config import AgentConfig, AgentSpec
 from ..errors import FAILED, AgentError
 from ..live import LiveFeed
 from ..recorder import TurnRecorder
-from ..engine import _Client, _Running, _Turn
+from ..engine import TurnUpdate, _Client, _Running, _Turn
 from .names import DelegationRefused, check_name, child_path, depth
 
 _log = logging.getLogger(__name__)
@@ -170,20 +170,30 @@ class SubAgents:
         if retained is None:
             retained = Retained(path, spec.name, spec.fingerprint, engine.machine, root.turn.turn, root.turn.turn_id)
             table[path] = retained
-        feed = LiveFeed(lambda events: None)  # the chats' nested view is not wired yet
+        front = engine.front
+        label, number, turn_id = f"{path} ({spec.name})", root.turn.turn, root.turn.turn_id
+        feed = LiveFeed(lambda events: front.turn_update(TurnUpdate(session_id, label, "running", number, turn_id, tuple(events), agent_path=path)))
         items: list[EvidenceInput] = []
         recorder = TurnRecorder(items.append, feed)
         turn = _Turn(session_id, retained.label, root.turn.turn, root.turn.turn_id, recorder)
         retained.active = turn  # reserved before the first await: a second call is refused
         self._publish(session_id)
+        front.turn_update(TurnUpdate(session_id, label, "starting", number, turn_id, agent_path=path))
         keepalive = asyncio.ensure_future(self._keep_caller_alive(caller, turn))
+        outcome = "errored"
         try:
-            return await self._run(retained, spec, turn, items, prompt, config)
+            answer = await self._run(retained, spec, turn, items, prompt, config)
+            outcome = "completed"
+            return answer
+        except SubAgentFailed:
+            outcome = retained.result.outcome if retained.result is not None else "errored"
+            raise
         finally:
             keepalive.cancel()
             retained.active = None
             turn.settled.set()
             self._publish(session_id)
+            front.turn_update(TurnUpdate(session_id, label, "settled", number, turn_id, outcome=outcome, agent_path=path))
 
     def _sync(self, session_id: str) -> dict[str, Retained]:
         """The session's retained agents here, made one with its registry:
