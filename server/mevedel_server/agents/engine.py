@@ -588,6 +588,14 @@ class AgentEngine:
             prompt.append(schema.TextContentBlock(type="text", text=mail_text(turn.mail)))
         prompt.append(schema.TextContentBlock(type="text", text=text))
         prompt.extend(blocks)
+        return await self._prompt_and_settle(running, turn, prompt, config,
+                                             lambda stop_reason, error: self._settle(running, turn, stop_reason, error))
+
+    async def _prompt_and_settle(self, running: _Running, turn: _Turn, prompt: list, config: AgentConfig,
+                                 settle: Callable[[str | None, AgentError | None], Awaitable[Any]]) -> Any:
+        """Send ``prompt`` to ``running``'s agent, wait for its answer and
+        ``settle`` with the stop reason or the failure (a root turn, or a
+        sub-agent's task)."""
         process = running.process
         stop_reason: str | None = None
         error: AgentError | None = None
@@ -603,9 +611,12 @@ class AgentEngine:
             await self._cancel_agent(running, turn, config)
             with contextlib.suppress(BaseException):
                 stop_reason = (await asyncio.wait_for(asyncio.shield(request), config.cancel_timeout_seconds)).stop_reason
-            await self._settle(running, turn, stop_reason, None)
+            try:
+                await settle(stop_reason, None)
+            except Exception as failure:  # the cancel goes through whatever the settlement says
+                _log.info("settling a cancelled turn of %s: %s", turn.agent, failure)
             raise
-        return await self._settle(running, turn, stop_reason, error)
+        return await settle(stop_reason, error)
 
     async def _begun(self, session_id: str, turn: int) -> None:
         hook = self._on_begun.pop(session_id, None)

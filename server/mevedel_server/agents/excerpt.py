@@ -105,6 +105,22 @@ def forked_files_note(source_id: str, turn: int) -> str:
     )
 
 
+def newest_within(parts: Sequence[str], budget: int) -> list[str]:
+    """The newest ``parts`` whose characters fit ``budget``, oldest first
+    (the newest one's tail when even it alone does not fit)."""
+    kept: list[str] = []
+    used = 0
+    for part in reversed(parts):
+        if used + len(part) > budget:
+            if not kept:
+                kept.append(part[-budget:])
+            break
+        kept.append(part)
+        used += len(part)
+    kept.reverse()
+    return kept
+
+
 def transcript_excerpt(records: Sequence[object], budget: int = EXCERPT_BUDGET, files: str | None = None) -> str | None:
     """A labelled excerpt of the segment's settled conversation, or None
     when there is nothing to tell. ``files`` says what state the workspace
@@ -131,16 +147,7 @@ def transcript_excerpt(records: Sequence[object], budget: int = EXCERPT_BUDGET, 
             current = []
     if not turns and summary is None:
         return None
-    kept: list[str] = []
-    used = 0
-    for turn in reversed(turns):
-        if used + len(turn) > budget:
-            if not kept:
-                kept.append(turn[-budget:])
-            break
-        kept.append(turn)
-        used += len(turn)
-    kept.reverse()
+    kept = newest_within(turns, budget)
     omitted = len(turns) - len(kept)
     parts = [
         "[mevedel] This conversation continues an earlier one whose history you do not have. "

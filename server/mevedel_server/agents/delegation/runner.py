@@ -39,6 +39,7 @@ from ...store.content.transcript import AgentTask, Outcome
 from ...store.service import EvidenceInput
 from ..config import AgentConfig, AgentSpec
 from ..errors import FAILED, AgentError
+from ..excerpt import newest_within
 from ..live import LiveFeed
 from ..recorder import TurnRecorder
 from ..engine import TurnUpdate, _Client, _Running, _Turn
@@ -269,25 +270,11 @@ class SubAgents:
                 blocks.append(schema.TextContentBlock(type="text", text=excerpt))
         blocks.append(schema.TextContentBlock(type="text", text=prompt))
         running.turn = turn
-        process = running.process
-        stop_reason: str | None = None
-        error: AgentError | None = None
-        request = asyncio.ensure_future(process.conn.prompt(session_id=process.native_session_id, prompt=blocks))
-        try:
-            stop_reason = await engine._await_prompt(running, turn, request, config)
-        except AgentError as failed:
-            error = failed
-        except asyncio.CancelledError:
-            # The caller's tool call went away: the sub-agent's turn ends
-            # with it, and what it did stays recorded.
-            turn.cancelled = True
-            await engine._cancel_agent(running, turn, config)
-            with contextlib.suppress(BaseException):
-                stop_reason = (await asyncio.wait_for(asyncio.shield(request), config.cancel_timeout_seconds)).stop_reason
-            with contextlib.suppress(Exception):
-                await self._settle(retained, running, turn, items, prompt, stop_reason, None)
-            raise
-        return await self._settle(retained, running, turn, items, prompt, stop_reason, error)
+        # The caller's tool call going away ends the task the same way: what
+        # it did stays recorded.
+        return await engine._prompt_and_settle(
+            running, turn, blocks, config,
+            lambda stop_reason, error: self._settle(retained, running, turn, items, prompt, stop_reason, error))
 
     async def _ready(self, session_id: str, retained: Retained, spec: AgentSpec, config: AgentConfig) -> tuple[_Running, bool]:
         """The retained agent's process with its conversation; True when
@@ -389,16 +376,7 @@ class SubAgents:
             parts.append("\n".join(lines))
         if not parts:
             return None
-        kept: list[str] = []
-        used = 0
-        for part in reversed(parts):
-            if used + len(part) > EXCERPT_BUDGET:
-                if not kept:
-                    kept.append(part[-EXCERPT_BUDGET:])
-                break
-            kept.append(part)
-            used += len(part)
-        kept.reverse()
+        kept = newest_within(parts, EXCERPT_BUDGET)
         return (
             f"[mevedel] You are the retained agent {retained.path}, continuing an earlier conversation whose history you "
             "do not have. Below is an excerpt of it, for context only: do not repeat its actions; the workspace already "
