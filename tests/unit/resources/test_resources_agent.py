@@ -111,3 +111,5 @@ def test_completion_offers_the_retained_agents(context):
     assert ("agent://root/worker", "codex: working") in [(c.label, c.detail) for c in complete("agent://", context)]
     scheme = next(c for c in complete("ag", context) if c.label == "agent://")
     assert scheme.available
+    history = [c.label for c in complete("history://root/rev", context)]
+    assert history == ["history://root/reviewer", "history://root/reviewer/search"]

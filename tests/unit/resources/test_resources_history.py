@@ -245,6 +245,9 @@ async def test_history_root_path_is_a_retained_agents_conversation_live_and_comm
     found = await execute(prepare(Operation.GREP, "history://root/reviewer", GrepOptions(pattern="Two issues"), live))
     (match,) = found.matches
     assert match.address == "history://root/reviewer" and "Two issues." in text.splitlines()[match.line - 1]
+    # Bare history:// lists the root, then its retained agents, then saved sessions.
+    listing = (await execute(prepare(Operation.READ, "history://", ReadOptions(), live))).text
+    assert [line.split("\t")[1] for line in listing.splitlines()] == ["history://root", "history://root/reviewer", "history://saved"]
     # The root's history names the task and where to read it.
     root_text = (await execute(prepare(Operation.READ, "history://root", ReadOptions(), live))).text
     assert "**Agent** `reviewer` (codex) · history://root/reviewer" in root_text and "Review a.py" not in root_text

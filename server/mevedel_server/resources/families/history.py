@@ -1,7 +1,8 @@
 """history:// — conversation transcripts as concise Markdown.
 
 - ``history://`` (Read): a discovery listing of ``history://root`` (when a
-  session is open) and ``history://saved`` (when a workspace is open).
+  session is open), its retained agents' ``history://root/PATH`` (the open
+  session's registry) and ``history://saved`` (when a workspace is open).
 - ``history://root`` (Read, Grep): the open session's live conversation, its
   current segment including unsaved records, from the session service's live
   projection. For a session chosen but not open in this server (another
@@ -83,7 +84,12 @@ def prepare(address: Address, request: Request, context: ResolverContext) -> Pre
 
 def _listing(address: Address, request: Request, context: ResolverContext) -> Callable[[], object]:
     authored, canonical = address.authored, address.canonical
-    lines = ([ROOT] if context.live_history is not None or context.session_dir is not None else []) + ([SAVED] if context.workspace_root is not None else [])
+    # The root conversation, then its retained agents' in path order (the
+    # live registry: no transcript is read), then the saved ones.
+    agents = getattr(context.live_history, "agents", None)
+    retained = [f"{ROOT}/{agent.path}" for agent in agents()] if callable(agents) else []
+    lines = ([ROOT] if context.live_history is not None or context.session_dir is not None else []) + retained + (
+        [SAVED] if context.workspace_root is not None else [])
     notice = None if lines else "no session and no workspace are open: there is no conversation history"
 
     async def run() -> object:

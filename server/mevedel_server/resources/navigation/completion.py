@@ -130,7 +130,7 @@ def complete(prefix_text: str, context: ResolverContext) -> list[Candidate]:
         "memory": _memory,
         "skill": _skill,
         "mcp": _mcp,
-        "history": _fixed,
+        "history": _history,
         "shared": _shared,
         "agent": _agent,
     }
@@ -165,11 +165,6 @@ def _branches(prefix_text: str, scheme: str, context: ResolverContext) -> list[C
     ]
 
 
-def _fixed(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
-    scheme = prefix_text.partition("://")[0]
-    return _branches(prefix_text, scheme, context)
-
-
 def _shared(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
     """``shared://library`` and the ids of the workspace's whiteboards and
     documents (their titles as detail), from the local store."""
@@ -178,6 +173,17 @@ def _shared(prefix_text: str, tail: str, context: ResolverContext, limit: int) -
         return []
     items = shared.local_items(Places(context).workspace, tail, limit - len(found))
     found += [Candidate(f"shared://{item_id}", "file", f"{title} ({kind})") for item_id, kind, title in items]
+    return found
+
+
+def _history(prefix_text: str, tail: str, context: ResolverContext, limit: int) -> list[Candidate]:
+    """``history://root``, ``history://saved`` and each retained agent's
+    ``history://root/PATH`` (the open session's registry; no I/O)."""
+    found = _branches(prefix_text, "history", context)
+    for agent in _retained(context):
+        label = f"history://root/{agent.path}"
+        if label.startswith(prefix_text):
+            found.append(Candidate(label, "file", f"retained agent {agent.path}'s conversation ({agent.agent})"))
     return found
 
 
