@@ -50,6 +50,9 @@ class FileRestore:
     mode: Optional[int] = None
     #: A link's target text.
     link_target: Optional[str] = None
+    #: The retained sub-agents (their paths) that changed it in the turns
+    #: the Rewind discards (``Agent`` tool; empty: none did).
+    agents: list[str] = attrs.Factory(list)
 
 
 @attrs.define

@@ -114,6 +114,9 @@ async def test_a_sub_agent_works_in_the_parents_turn_and_rewind_restores_what_it
     impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
     restored = {r["path"] for r in impact["restores"] if r["changes"]}
     assert {"notes.txt", "build.txt", "made.txt"} <= restored, impact["restores"]
+    # The impact names the sub-agent beside what it changed (its write and its command).
+    by = {r["path"]: r.get("agents", []) for r in impact["restores"]}
+    assert by["notes.txt"] == ["reviewer"] and by["build.txt"] == ["reviewer"] and by["made.txt"] == ["reviewer"], by
     await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
     assert (workspace / "notes.txt").read_text() == "original notes\n"
     assert (workspace / "build.txt").read_text() == "old build\n"

@@ -866,15 +866,17 @@ class AgentEngine:
             native_session_id=running.process.native_session_id if state is not EngineState.DETACHED else None,
             machine=self.machine, state=state))
 
-    async def _capture_changes(self, session_id: str) -> None:
+    async def _capture_changes(self, session_id: str) -> list[str]:
         """Record the pre-turn state of every file changed since the record
         was last brought up to date (shell commands, and anything the agent
-        changed without asking us)."""
-        for change in await self.trees.record(self.working_directory(session_id)).changes():
+        changed without asking us); the paths that changed."""
+        changes = await self.trees.record(self.working_directory(session_id)).changes()
+        for change in changes:
             try:
                 self.record_pre_state(session_id, change.path, change.before, gap=change.gap, directory=change.made_directory)
             except Exception as error:  # one odd path must not lose the others
                 _log.warning("could not checkpoint %s: %s", change.path, error)
+        return [change.path for change in changes]
 
     async def _learn_authored(self, session_id: str | None) -> None:
         """Tell the artifact store what changed among its authored files

@@ -78,6 +78,9 @@ class AgentToolContext:
         project = [path for path in paths if artifact_item(path) is None]
         if not project:
             return
+        changed = getattr(running, "changed", None)
+        if changed is not None:  # a sub-agent's task notes what it changes
+            changed.update(project)
         try:
             await self._engine.record_before_writes(running.session_id, project)
         except RequestError as error:  # a path the agent may not write (outside, .mevedel/)

@@ -65,7 +65,7 @@ class Retained:
     #: The agent's own conversation (ACP ``sessionId``), once it has one.
     native_session_id: str | None = None
     result: AgentResult | None = None
-    running: _Running | None = None
+    running: _ChildRunning | None = None
     #: The turn in flight (None: idle).
     active: _Turn | None = None
 
@@ -96,15 +96,37 @@ class SubAgentFailed(Exception):
         self.message = message
 
 
+class _ChildRunning(_Running):
+    """A sub-agent's process: the root agent's, except that it notes the
+    paths its task changes (its writes, patches and commands) for the
+    task's record."""
+
+    def __init__(self, engine: Any, session_id: str, spec: AgentSpec, path: str) -> None:
+        super().__init__(engine, session_id, spec)
+        self.delegation_path = path
+        #: The workspace paths the task in flight changed.
+        self.changed: set[str] = set()
+
+    async def _after_command(self) -> None:
+        if self.turn is not None:
+            self.changed.update(await self.engine._capture_changes(self.session_id))
+            await self.engine._learn_authored(self.session_id)
+
+
 class _ChildClient(_Client):
     """The ACP client side of a sub-agent: the root agent's routing (its
     file, terminal and permission requests serve its turn), except that its
-    conversation title does not name the session."""
+    conversation title does not name the session, and its writes are noted."""
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if isinstance(update, schema.SessionInfoUpdate):
             return
         await super().session_update(session_id, update, **kwargs)
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> Any:
+        answer = await super().write_text_file(session_id, path, content, **kwargs)
+        self.running.changed.add(self.running.engine.files.relative(path))  # type: ignore[attr-defined]
+        return answer
 
 
 class SubAgents:
@@ -270,13 +292,14 @@ class SubAgents:
                 blocks.append(schema.TextContentBlock(type="text", text=excerpt))
         blocks.append(schema.TextContentBlock(type="text", text=prompt))
         running.turn = turn
+        running.changed = set()
         # The caller's tool call going away ends the task the same way: what
         # it did stays recorded.
         return await engine._prompt_and_settle(
             running, turn, blocks, config,
             lambda stop_reason, error: self._settle(retained, running, turn, items, prompt, stop_reason, error))
 
-    async def _ready(self, session_id: str, retained: Retained, spec: AgentSpec, config: AgentConfig) -> tuple[_Running, bool]:
+    async def _ready(self, session_id: str, retained: Retained, spec: AgentSpec, config: AgentConfig) -> tuple[_ChildRunning, bool]:
         """The retained agent's process with its conversation; True when
         that conversation is the agent's own history of its earlier turns."""
         engine = self.engine
@@ -286,8 +309,7 @@ class SubAgents:
             return running, True
         if running is not None:
             await self._stop_running(retained)
-        running = _Running(engine, session_id, spec)
-        running.delegation_path = retained.path  # type: ignore[attr-defined]
+        running = _ChildRunning(engine, session_id, spec, retained.path)
         retained.running = running
         try:
             await running.process.start(_ChildClient(running), engine._local_cwd, config.start_timeout_seconds)
@@ -309,7 +331,7 @@ class SubAgents:
         retained.machine = engine.machine
         return running, continued
 
-    async def _settle(self, retained: Retained, running: _Running, turn: _Turn, items: list[EvidenceInput], prompt: str,
+    async def _settle(self, retained: Retained, running: _ChildRunning, turn: _Turn, items: list[EvidenceInput], prompt: str,
                       stop_reason: str | None, error: AgentError | None) -> str:
         engine = self.engine
         for task in list(turn.permission_tasks):
@@ -335,7 +357,8 @@ class SubAgents:
             await self._stop_running(retained)
         final = _final_message(items)
         try:  # its conversation: one record in the open turn (history://root/PATH)
-            engine.service.append_agent_task(turn.session_id, retained.path, retained.agent, prompt, items, outcome, reason)
+            engine.service.append_agent_task(turn.session_id, retained.path, retained.agent, prompt, items, outcome, reason,
+                                             paths=sorted(running.changed))
         except Exception as failure:
             _log.warning("session %s: %s's task was not recorded: %s", turn.session_id, retained.label, failure)
         kept = final if len(final) <= RESULT_TEXT_LIMIT else final[:RESULT_TEXT_LIMIT] + f"\n[... {len(final) - RESULT_TEXT_LIMIT} more characters not kept]"

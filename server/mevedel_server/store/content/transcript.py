@@ -188,6 +188,9 @@ class AgentTask(_Line, tag="agent_task", kw_only=True):
     steps: list[AgentStep]
     outcome: Outcome
     reason: str | None = None
+    #: The workspace paths it changed (its writes, patches and commands),
+    #: so a Rewind's impact can name it beside them.
+    paths: list[Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]] = []
 
 
 class Summary(_Line, tag="summary", kw_only=True):

@@ -48,7 +48,7 @@ from ..authority.publication import CommittedSnapshot, load_manifest, read_commi
 from ..authority.records import LeaseState, RecordError
 from ..transactions.recovery import find_recovery
 from ..content.sidecar import SIDECAR_PATH, AgentChoice, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name, shown_name
-from ..content.transcript import AgentTask, Outcome
+from ..content.transcript import AgentTask, Outcome, TurnBegin
 from ..content.turns import Conversation, ConversationError
 from ..content.checkpoints import capture_gap_reason
 from ..authority.workspace import (
@@ -850,7 +850,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
             session.conversation.set_agents(agents, at=self._time_now())
 
     def append_agent_task(self, session_id: str, path: str, agent: str, prompt: str, steps: Sequence[EvidenceInput],
-                          outcome: Outcome | str, reason: str | None = None) -> None:
+                          outcome: Outcome | str, reason: str | None = None, paths: Sequence[str] = ()) -> None:
         """Record a retained agent's settled task in the turn in flight: one
         record holding its own records (``steps``: response, reasoning, tool
         call and result, plan, permission), written once."""
@@ -858,10 +858,26 @@ class SessionService(SessionLifecycle, SessionFollowing):
         opened = _require_turn(session, "record an agent's task")
         record = AgentTask(
             turn_id=opened.turn_id, path=path, agent=agent, prompt=prompt, outcome=_outcome(outcome), reason=reason,
-            steps=[agent_step(step) for step in steps if step.kind in AGENT_STEP_KINDS],
+            steps=[agent_step(step) for step in steps if step.kind in AGENT_STEP_KINDS], paths=sorted(set(paths)),
         )
         with _refused_in(session):
             session.conversation.append(record)
+
+    def changed_by_agents(self, session_id: str, after_turn: int) -> dict[str, list[str]]:
+        """Which retained agents changed each path in the turns after
+        ``after_turn`` of the current segment (a Rewind's impact names them)."""
+        session = self._open(session_id, "read its agents' changes")
+        turn = 0
+        found: dict[str, list[str]] = {}
+        for record in session.conversation.records():
+            if isinstance(record, TurnBegin):
+                turn = record.turn
+            elif isinstance(record, AgentTask) and turn > after_turn:
+                for changed in record.paths:
+                    names = found.setdefault(changed, [])
+                    if record.path not in names:
+                        names.append(record.path)
+        return found
 
     def transcript_records(self, session_id: str) -> list:
         """The open session's current-segment records, oldest first (the
