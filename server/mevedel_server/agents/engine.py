@@ -665,13 +665,17 @@ class AgentEngine:
                 raise AgentError(FAILED, f"agent {turn.agent!r}", f"sent nothing for {config.idle_timeout_seconds:g} s; its connection was closed",
                                  f"the next prompt restarts it; its log is {process.log_path}")
 
-    async def _settle(self, running: _Running, turn: _Turn, stop_reason: str | None, error: AgentError | None) -> PromptOutcome:
-        session_id = turn.session_id
+    async def _end_turn(self, running: _Running, turn: _Turn, stop_reason: str | None, error: AgentError | None,
+                        cancelled: str) -> tuple[Outcome, str | None]:
+        """End ``turn`` of ``running`` (a root turn, or a sub-agent's task):
+        its questions withdrawn, its terminals closed, its open calls and
+        text recorded; its outcome and the reason (``cancelled``: why a
+        cancelled one was)."""
         for task in list(turn.permission_tasks):
             task.cancel()
         await running.terminals.close_all()
         if turn.cancelled:
-            outcome, reason = Outcome.INTERRUPTED, "cancelled by the user"
+            outcome, reason = Outcome.INTERRUPTED, cancelled
             if error is not None:
                 reason += f" ({error.reason})"
         elif error is not None:
@@ -681,6 +685,11 @@ class AgentEngine:
         else:
             outcome, reason = Outcome.COMPLETED, None if stop_reason in (None, "end_turn") else f"the agent stopped: {stop_reason}"
         turn.recorder.finish(reason or "the turn ended")
+        return outcome, reason
+
+    async def _settle(self, running: _Running, turn: _Turn, stop_reason: str | None, error: AgentError | None) -> PromptOutcome:
+        session_id = turn.session_id
+        outcome, reason = await self._end_turn(running, turn, stop_reason, error, "cancelled by the user")
         with contextlib.suppress(Exception):
             await self._capture_changes(session_id)
         await self._learn_authored(session_id)

@@ -95,24 +95,36 @@ class TerminalFront:
     def turn_update(self, update: TurnUpdate) -> None:
         if self.json_output:
             return
-        if update.agent_path is not None:
-            self._nested(update)
-            return
+        # A sub-agent's activity is indented under the tool call that started
+        # it (its reasoning left out); the turn's own is not.
+        nested = update.agent_path is not None
+        indent = "    " if nested else ""
+        if nested and update.phase == "starting":
+            self.note(f"{indent}[agent {update.agent} started]")
         for event in update.events:
             if event.kind == "reasoning" and event.text:
-                self._reason(event.text)
+                if not nested:
+                    self._reason(event.text)
                 continue
             self._end_reasoning()
             if event.kind == "response" and event.text:
-                sys.stdout.write(event.text)
+                text = (indent if self.at_line_start else "") + event.text
+                if indent:
+                    body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")
+                    text = body.replace("\n", "\n" + indent) + end
+                sys.stdout.write(text)
                 sys.stdout.flush()
                 self.at_line_start = event.text.endswith("\n")
             elif event.kind == "tool_call" and (event.title or event.status):
-                self.note(f"[tool {event.title or event.call_id}: {event.status or 'started'}]")
+                self.note(f"{indent}[tool {event.title or event.call_id}: {event.status or 'started'}]")
             elif event.kind == "permission":
-                self.note(f"[permission {event.text}: {event.decision}]")
+                self.note(f"{indent}[permission {event.text}: {event.decision}]")
             elif event.kind == "plan":
-                self.note("[plan]\n" + (event.text or ""))
+                self.note(f"{indent}[plan]\n" + (event.text or ""))
+        if nested:
+            if update.phase == "settled":
+                self.note(f"{indent}[agent {update.agent}: {update.outcome}]")
+            return
         if update.phase == "starting":
             self.note(f"[starting {update.agent}]")
         if update.phase == "settled":
@@ -121,30 +133,6 @@ class TerminalFront:
             sys.stdout.write("\n")
             sys.stdout.flush()
             self.at_line_start = True
-
-    def _nested(self, update: TurnUpdate) -> None:
-        """A sub-agent's activity, indented under the tool call that
-        started it: its messages on stdout, its notes on stderr; its
-        reasoning is left out."""
-        indent = "    "
-        if update.phase == "starting":
-            self.note(f"{indent}[agent {update.agent} started]")
-        for event in update.events:
-            if event.kind == "response" and event.text:
-                self._end_reasoning()
-                text = event.text
-                if self.at_line_start:
-                    text = indent + text
-                text = text[:-1].replace("\n", "\n" + indent) + text[-1] if text.endswith("\n") else text.replace("\n", "\n" + indent)
-                sys.stdout.write(text)
-                sys.stdout.flush()
-                self.at_line_start = event.text.endswith("\n")
-            elif event.kind == "tool_call" and (event.title or event.status):
-                self.note(f"{indent}[tool {event.title or event.call_id}: {event.status or 'started'}]")
-            elif event.kind == "permission":
-                self.note(f"{indent}[permission {event.text}: {event.decision}]")
-        if update.phase == "settled":
-            self.note(f"{indent}[agent {update.agent}: {update.outcome}]")
 
     def _reason(self, text: str) -> None:
         """The agent's thought chunks: dimmed on a terminal (marked

@@ -334,20 +334,7 @@ class SubAgents:
     async def _settle(self, retained: Retained, running: _ChildRunning, turn: _Turn, items: list[EvidenceInput], prompt: str,
                       stop_reason: str | None, error: AgentError | None) -> str:
         engine = self.engine
-        for task in list(turn.permission_tasks):
-            task.cancel()
-        await running.terminals.close_all()
-        if turn.cancelled:
-            outcome, reason = Outcome.INTERRUPTED, "cancelled with its caller's turn"
-            if error is not None:
-                reason += f" ({error.reason})"
-        elif error is not None:
-            outcome, reason = Outcome.ERRORED, error.reason
-        elif stop_reason == "cancelled":
-            outcome, reason = Outcome.INTERRUPTED, "the agent cancelled the turn"
-        else:
-            outcome, reason = Outcome.COMPLETED, None if stop_reason in (None, "end_turn") else f"the agent stopped: {stop_reason}"
-        turn.recorder.finish(reason or "the turn ended")
+        outcome, reason = await engine._end_turn(running, turn, stop_reason, error, "cancelled with its caller's turn")
         running.turn = None
         # What its commands changed belongs to the open turn, like the root's.
         with contextlib.suppress(Exception):
