@@ -125,7 +125,7 @@ class _ChildClient(_Client):
 
     async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> Any:
         answer = await super().write_text_file(session_id, path, content, **kwargs)
-        self.running.changed.add(self.running.engine.files.relative(path))  # type: ignore[attr-defined]
+        self.running.changed.add(self.running.files.relative(path))  # type: ignore[attr-defined]
         return answer
 
 
@@ -312,7 +312,9 @@ class SubAgents:
         running = _ChildRunning(engine, session_id, spec, retained.path)
         retained.running = running
         try:
-            await running.process.start(_ChildClient(running), engine._local_cwd, config.start_timeout_seconds)
+            # In the session's working directory, as its root agent (a
+            # Worktree Fork: its checkout).
+            await running.process.start(_ChildClient(running), running.directory.local(engine._local_cwd), config.start_timeout_seconds)
             servers = list(engine._mcp_servers(running.session_id))
             try:
                 tools = await engine._tool_server(running)
@@ -322,7 +324,7 @@ class SubAgents:
                 servers.insert(0, tools)
             same = retained.fingerprint == spec.fingerprint and retained.machine == engine.machine
             resume = retained.native_session_id if same else None
-            continued = await running.process.open_session(engine.root, servers, resume, config.start_timeout_seconds)
+            continued = await running.process.open_session(running.directory.path, servers, resume, config.start_timeout_seconds)
         except BaseException:
             await self._stop_running(retained)
             raise
