@@ -131,6 +131,29 @@ async def test_a_lease_acquiring_open_collects_what_an_earlier_client_left(tmp_p
     await collecting.close(session_id)
 
 
+async def test_a_service_that_collects_at_detach_collects_once_when_it_detaches(tmp_path):
+    """A CLI process's service: its publications schedule no job while the
+    command runs (over SSH each job is several round trips), and the one job
+    due runs when the command detaches, leaving what Redo offers."""
+    service = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3, collect_at_detach=True)
+    session_id = (await service.create()).session_id
+    stamp = Stamps(tmp_path)
+    for n in range(1, 7):
+        await service.begin_turn(session_id, f"prompt {n}")
+        await service.checkpoint(session_id)
+        stamp()
+        await service.settle(session_id)
+        stamp()
+        assert not service.session(session_id).collector.running
+    collector = service.session(session_id).collector
+    before = publications(tmp_path, session_id)
+    assert collector.steps == 0 and len(before) >= 12
+    await service.detach()
+    after = publications(tmp_path, session_id)
+    assert collector.steps >= 1 and len(after) < len(before)
+    assert await retained_for_redo(tmp_path, session_id) <= after
+
+
 async def test_expired_sessions_are_removed_when_the_sessions_are_listed(tmp_path):
     target = LocalTarget(tmp_path)
     now = int(time.time())

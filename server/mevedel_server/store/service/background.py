@@ -14,7 +14,10 @@ interleaves with a publication, ``pause_seconds`` apart, until nothing
 collectable remains. Scheduling while a job runs coalesces into one more
 pass. A lost or released lease ends the job; a failure is logged and ends
 it (the next publication plans afresh). A CLI process waits for its job,
-bounded, before it exits (:meth:`PublicationCollector.finish`).
+bounded, before it exits (:meth:`PublicationCollector.finish`); its
+collector is ``deferred``: what its command schedules is one job run at
+that exit, not one after every publication (a prompt publishes three
+times, and over SSH each job is four or five round trips).
 
 Mid-turn checkpoints (:class:`TurnCheckpoints`)
 ------------------------------------------------
@@ -108,8 +111,12 @@ class PublicationCollector(_Background):
         keep_recent: int = DEFAULT_KEEP_RECENT,
         max_removals: int = COLLECTION_STEP_REMOVALS,
         pause_seconds: float = COLLECTION_PAUSE_SECONDS,
+        deferred: bool = False,
     ) -> None:
         super().__init__(f"collect {session.session_id}")
+        #: Scheduling only marks a job due; :meth:`finish` runs it.
+        self.deferred = deferred
+        self._due = False
         self._session = session
         self.keep_recent = keep_recent
         self.max_removals = max_removals
@@ -123,7 +130,11 @@ class PublicationCollector(_Background):
         self.last: CollectionReport | None = None
 
     def schedule(self) -> None:
-        """Collect soon (coalesced with a job already running)."""
+        """Collect soon (coalesced with a job already running); a deferred
+        collector at :meth:`finish`."""
+        if self.deferred:
+            self._due = True
+            return
         if self.running and not self._stopping:
             self._again = True
             return
@@ -172,7 +183,12 @@ class PublicationCollector(_Background):
 
     async def finish(self, timeout: float) -> None:
         """Let a running job end, for at most ``timeout`` seconds (then stop
-        it after its current step)."""
+        it after its current step); a deferred collector runs the job due
+        first."""
+        if self.deferred and self._due and not self.running:
+            self._due = False
+            self._again = False
+            self._start(self._run)
         task = self._task
         if task is None or task.done():
             return

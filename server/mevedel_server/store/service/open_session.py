@@ -110,6 +110,7 @@ class OpenSession:
         holder_host: str | None = None,
         head: str | None = None,
         collect_keep_recent: int | None = None,
+        collect_deferred: bool = False,
     ) -> None:
         self.target = target
         self.client = client
@@ -145,7 +146,7 @@ class OpenSession:
         self._renewal: LeaseRenewal | None = None
         #: Publication collection after every commit and lease-acquiring
         #: open (None: this session is not collected).
-        self.collector = PublicationCollector(self, keep_recent=collect_keep_recent) if collect_keep_recent is not None else None
+        self.collector = PublicationCollector(self, keep_recent=collect_keep_recent, deferred=collect_deferred) if collect_keep_recent is not None else None
         #: The mid-turn checkpoint timer (the service installs it).
         self.checkpoints: TurnCheckpoints | None = None
         if lease is not None:

@@ -219,6 +219,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         session_max_age_days: int | None = None,
         session_keep_recent: int = DEFAULT_SESSION_KEEP_RECENT,
         git_excludes: bool = False,
+        collect_at_detach: bool = False,
     ) -> None:
         self.target = target
         self.client = client
@@ -226,6 +227,9 @@ class SessionService(SessionLifecycle, SessionFollowing):
         #: Newest publication generations kept by collection beyond the head
         #: and the settled-turn states (None: no collection).
         self.publication_keep_recent = publication_keep_recent
+        #: Collection runs once, when the service detaches (a CLI process,
+        #: one command long), instead of after every publication.
+        self.collect_at_detach = collect_at_detach
         #: A turn in flight is checkpointed this often (None or 0: never).
         self.checkpoint_seconds = checkpoint_seconds
         #: Sessions unused this many days are removed (None: never), except
@@ -1106,6 +1110,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
             renew_every=self.renew_every,
             on_lost=self._lost,
             collect_keep_recent=self.publication_keep_recent,
+            collect_deferred=self.collect_at_detach,
             **kwargs,
         )
         session.checkpoints = TurnCheckpoints(
