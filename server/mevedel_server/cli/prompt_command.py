@@ -316,7 +316,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             session_id = (await service.create()).session_id
         else:
             try:
-                session_id = await held_session(service, arguments.session)
+                session_id = await held_session(service, arguments.session, announce=arguments)
             except CommandError as error:
                 if arguments.session is not None or error.kind != "owner-missing":
                     raise

@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import secrets
+import shlex
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -173,11 +174,44 @@ def open_service(arguments: argparse.Namespace) -> SessionService:
     return service
 
 
-async def held_session(service: SessionService, given: str | None) -> str:
-    """``given``, or the single session whose lease this client holds."""
+def control_request_line(arguments: argparse.Namespace, row) -> str | None:
+    """What a holder is told of a request for control waiting for its
+    answer (a CLI owner polls nothing between commands, so the listing and
+    the prompt say it): who asks, since when, until when, and the commands
+    that answer."""
+    ask = row.control_request
+    if ask is None or not row.holder_is_self:
+        return None
+    from ..store.authority.lease import describe_target_time
+
+    where = f" --workspace {shlex.quote(arguments.workspace)}" if arguments.workspace else ""
+    until = (
+        f"until you answer, or until your lease runs out at {describe_target_time(row.lease_expires_at)} "
+        "(then they can take the session over)"
+        if row.lease_expires_at
+        else "until you answer"
+    )
+    return (
+        f"{ask.requester_host or 'another client'} asks for control of session {row.session_id} "
+        f"(since {describe_target_time(ask.requested_at)}; it waits {until}): "
+        f"`mevedel session grant-control --session {row.session_id}{where}` hands it over, "
+        f"`mevedel session keep-control --session {row.session_id}{where}` refuses"
+    )
+
+
+async def held_session(service: SessionService, given: str | None, *, announce: argparse.Namespace | None = None) -> str:
+    """``given``, or the single session whose lease this client holds. With
+    ``announce`` (the command's arguments), a request for control waiting
+    for this client's answer is printed on standard error from the same
+    listing (see :func:`control_request_line`)."""
     if given is not None:
         return given
     rows = (await service.list()).rows
+    if announce is not None:
+        for row in rows:
+            line = control_request_line(announce, row)
+            if line is not None:
+                print(f"mevedel: {line}", file=sys.stderr, flush=True)
     held = [
         row.session_id
         for row in rows

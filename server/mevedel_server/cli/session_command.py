@@ -17,7 +17,9 @@ from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionServi
 from ..store.authority.lease import describe_target_time
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
 from ..store.authority.workspace import SESSION_ID_PATTERN
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, remember_session, run_command
+from .session_client import (
+    CommandError, add_common, add_session_option, control_request_line, emit, held_session, plain, remember_session, run_command,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -187,6 +189,7 @@ def run_list(arguments: argparse.Namespace) -> int:
                 "lease": row.standing.value,
                 "published": row.published,
                 "recovery_pending": row.recovery_pending,
+                "control_request": plain(row.control_request) if row.holder_is_self else None,
             }
             for row in shown
         ]
@@ -194,14 +197,22 @@ def run_list(arguments: argparse.Namespace) -> int:
             {"name": row.name, "subject": row.subject.value, "kind": row.kind.value if row.kind else None, "reason": row.reason}
             for row in listing.inspect_rows
         ]
-        lines = [
-            line for row in shown
-            for line in [_row_line(row), *([recovery_line(row.recovery_pending)] if row.recovery_pending else [])]
-        ] or ["no sessions in this workspace"]
+        lines = [line for row in shown for line in _row_lines(arguments, row)] or ["no sessions in this workspace"]
         lines += [f"{row['name']}  Inspect  ({row['reason']})" for row in inspect]
         emit(arguments, {"sessions": rows, "inspect": inspect}, lines)
 
     return run_command(arguments, body)
+
+
+def _row_lines(arguments: argparse.Namespace, row) -> list[str]:
+    """A row, then what waits on it: a recovery, a request for control."""
+    lines = [_row_line(row)]
+    if row.recovery_pending:
+        lines.append(recovery_line(row.recovery_pending))
+    asked = control_request_line(arguments, row)
+    if asked is not None:
+        lines.append(f"  {asked}")
+    return lines
 
 
 def _row_line(row) -> str:

@@ -319,8 +319,9 @@ async def test_listing_cost_is_one_program_per_batch(tmp_path, count):
     assert counting.programs == 1 + math.ceil(count / 32)
     # Per session the chain, a listing of its directory (an interrupted
     # Fork's remains are no session; a recovery journal is listed only when
-    # it shows there) and a stat of the directory; a clock per program.
-    assert counting.operations == 1 + 3 * count + math.ceil(count / 32)
+    # it shows there), a stat of the directory and the newest request for
+    # control (a holder is told what waits for it); a clock per program.
+    assert counting.operations == 1 + 4 * count + math.ceil(count / 32)
 
 
 async def test_a_recovery_journal_is_listed_where_the_directory_shows_one(tmp_path):
@@ -344,7 +345,7 @@ async def test_a_recovery_journal_is_listed_where_the_directory_shows_one(tmp_pa
     # The first batch's journals ride with the second batch; the second's
     # need one program more.
     assert counting.programs == 1 + 2 + 1
-    assert counting.operations == 1 + 3 * 40 + 2 + 4
+    assert counting.operations == 1 + 4 * 40 + 2 + 4
 
 
 async def test_sessions_without_a_head_or_a_lease_cost_no_extra_program(tmp_path, target):

@@ -154,3 +154,27 @@ async def test_a_damaged_request_is_refused_naming_its_file(owned):
         f.write(b'{"format_version": 1, "transfer_generation": 0')
     with pytest.raises(RecordError, match=r"\.lease/requests/request-0+\.json: the record is truncated"):
         await read_mailbox(target, SessionPaths(SID), 0)
+
+
+async def test_the_listing_shows_the_holder_a_request_until_it_is_answered(owned):
+    from mevedel_server.store.workspace_wide.listing import list_sessions
+
+    target, lease, root = owned
+
+    async def asked(client: ClientIdentity):
+        rows = (await list_sessions(target, client)).rows
+        return rows[0].control_request
+
+    assert await asked(OWNER) is None
+    request = await request_control(target, await observe_lease(target, SID), ASKER)
+    shown = await asked(OWNER)
+    assert (shown.requester_host, shown.requested_at) == ("laptop", request.requested_at)
+    await decide_keep(lease, request)
+    assert await asked(OWNER) is None  # answered: the lease moved to the next transfer generation
+    # A new request of the next generation shows again; a grant's decision hides it.
+    again = await request_control(target, await observe_lease(target, SID), THIRD)
+    assert (await asked(OWNER)).requester_host == "tablet"
+    from mevedel_server.store.authority.transfer import decide_grant
+
+    await decide_grant(lease, again, "answered")
+    assert await asked(OWNER) is None

@@ -72,7 +72,8 @@ from ...targets import (
     Target,
     raise_for_result,
 )
-from ..layout import GENERATION_FAMILY, SESSIONS_DIR, UNPUBLISHED_CHILD, SessionPaths, generation_numbers
+from ...targets.program import ReadNewest
+from ..layout import GENERATION_FAMILY, REQUESTS_DIR, SESSIONS_DIR, TRANSFER_DIGITS, UNPUBLISHED_CHILD, SessionPaths, generation_numbers
 from ..authority.lease import ClientIdentity, LeaseObservation, LeaseStanding
 from ..authority.records import (
     LeaseRecord,
@@ -80,6 +81,7 @@ from ..authority.records import (
     PublicationManifest,
     RecordError,
     RecordErrorKind,
+    TransferRequest,
     decode_record,
 )
 from ..content.inspect import InspectRow as SidecarRefusal
@@ -125,6 +127,17 @@ def lease_action(observation: LeaseObservation, client: ClientIdentity, open_her
 
 
 @dataclass(frozen=True)
+class ControlAsk:
+    """A request for control of a session that its holder has not answered
+    (read by the listing: see :meth:`_Probe.ops`)."""
+
+    requester_host: str
+    #: Target-clock seconds the request was filed.
+    requested_at: int
+    transfer_generation: int
+
+
+@dataclass(frozen=True)
 class SessionRow:
     session_id: str
     #: The sidecar's display name; the session ID when the session is unnamed.
@@ -151,6 +164,8 @@ class SessionRow:
     #: The artifact store item whose own conversation the session says it is
     #: (it is one only while the item names it back).
     dedicated_artifact: str | None = None
+    #: A request for control addressed to the holder and not answered yet.
+    control_request: ControlAsk | None = None
 
 
 class InspectSubject(enum.Enum):
@@ -223,6 +238,7 @@ class SessionSurvey:
     empty: bool = False
     #: A pending recovery's ID (see :attr:`SessionRow.recovery_pending`).
     recovery: str | None = None
+    control_request: ControlAsk | None = None
 
     @property
     def last_update(self) -> int | None:
@@ -306,8 +322,11 @@ class _Probe:
         self.pending: InspectSessionRow | None = None
         #: The directory's listing showed ``.recovery/``, not listed yet.
         self.recovery_unread = False
-        #: The stage and the recovery listing of the last ``ops``.
-        self.emitted: tuple[_Stage, bool] = (self.stage, False)
+        #: The live lease's transfer generation when its directory holds
+        #: ``requests/``: that generation's request and answer, not read yet.
+        self.requests_unread: int | None = None
+        #: The stage, the recovery listing and the request reads of the last ``ops``.
+        self.emitted: tuple[_Stage, bool, int | None] = (self.stage, False, None)
 
     # -- helpers -----------------------------------------------------------
 
@@ -347,6 +366,9 @@ class _Probe:
             # without a lease record (or an Inspect row) its time, in the
             # same program.
             ops += [ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True), ListDir(paths.root, optional=True), directory]
+            # The newest request for control: one of the live lease's
+            # transfer generation may wait for its holder's answer.
+            ops.append(ReadNewest(paths.requests_dir, "request-", TRANSFER_DIGITS, ".json", optional=True))
         elif self.stage is _Stage.MANIFEST:
             ops.append(Read(self._manifest_path(), optional=True))
         elif self.stage is _Stage.SIDECAR:
@@ -354,7 +376,12 @@ class _Probe:
         if self.recovery_unread:
             assert paths is not None
             ops.append(ListDir(paths.inside(RECOVERY_DIR), optional=True))
-        self.emitted = (self.stage, self.recovery_unread)
+        if self.requests_unread is not None:
+            # A request of the live lease's generation: answered yet? (Only
+            # then does it cost an operation, in the next program.)
+            assert paths is not None
+            ops.append(Read(paths.transfer_record("decision", self.requests_unread), optional=True))
+        self.emitted = (self.stage, self.recovery_unread, self.requests_unread)
         return ops
 
     def _manifest_path(self) -> str:
@@ -371,7 +398,12 @@ class _Probe:
         return self.stage is _Stage.CHAIN
 
     def accept(self, results: list[OpResult], now: int | None) -> None:
-        stage, with_recovery = self.emitted
+        stage, with_recovery, asked_at = self.emitted
+        if asked_at is not None:
+            *results, answered = results
+            self.requests_unread = None
+            if answered.status is not Status.ABSENT:
+                self.survey.control_request = None  # answered (or unreadable: the holder's grant or keep reports it)
         if with_recovery:
             *results, journal = results
             self.recovery_unread = False
@@ -387,6 +419,7 @@ class _Probe:
                 self.survey.empty = not listed.value
                 self.recovery_unread = RECOVERY_DIR in listed.value
             self._accept_chain(results[0], now)
+            self._note_request(results[3])
             if self.stage is _Stage.DIRECTORY:
                 self._accept_directory(results[2])
         elif stage is _Stage.MANIFEST:
@@ -396,9 +429,29 @@ class _Probe:
         elif stage is _Stage.DIRECTORY:
             self._accept_directory(results[0])
 
+    def _note_request(self, asked: OpResult) -> None:
+        """Keep the newest request when it is of the live lease's transfer
+        generation and addressed to its holder; whether it was answered is
+        read in the next program. An unreadable one is left to the holder's
+        grant or keep, which reads and reports it."""
+        observation = self.survey.observation
+        record = observation.record if observation is not None else None
+        if record is None or record.state not in (LeaseState.ACTIVE, LeaseState.PUBLISHING) or not asked.ok:
+            return
+        name, raw = asked.value
+        assert self.survey.paths is not None
+        try:
+            request = decode_record(TransferRequest, raw, self.survey.paths.label(f"{REQUESTS_DIR}/{name}"))
+        except RecordError:
+            return
+        t = record.transfer_generation
+        if request.transfer_generation == t and request.owner_client == record.client_id:
+            self.survey.control_request = ControlAsk(request.requester_host, request.requested_at, t)
+            self.requests_unread = t
+
     @property
     def finished(self) -> bool:
-        return self.stage is _Stage.DONE and not self.recovery_unread
+        return self.stage is _Stage.DONE and not self.recovery_unread and self.requests_unread is None
 
     def _accept_chain(self, result: OpResult, now: int | None) -> None:
         paths = self.survey.paths
@@ -629,6 +682,7 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
         action=lease_action(observation, client, open_here),
         recovery_pending=survey.recovery,
         dedicated_artifact=sidecar.dedicated_artifact if sidecar else None,
+        control_request=survey.control_request,
     )
 
 
