@@ -175,9 +175,14 @@ async def test_worktree_fork_opens_the_child_in_a_new_worktree(root):
 
 async def test_a_recovery_marker_gates_mutations_until_abandoned(root):
     svc, sid = await three_turns(root)
+    # A marker is written only by the holder's in-place transactions (the
+    # gate looks once per lease taken and again after each of them): one
+    # left by a process that stopped is found when the session is resumed.
+    await svc.close(sid)
     recovery = root / ".mevedel" / "sessions" / sid / ".recovery"
     recovery.mkdir()
     (recovery / ("recovery-" + "ab" * 16 + ".json")).write_text("{not a marker")
+    await svc.open(sid, "resume")
     with pytest.raises(RecoveryPending) as refused:
         await svc.begin_turn(sid, "blocked")
     assert error_kind(refused.value) == "recovery-pending"
@@ -205,3 +210,37 @@ async def test_a_recovery_found_at_open_is_reported_and_blocks(root):
     assert opened.info.recovery_pending == "cd" * 16
     with pytest.raises(RecoveryPending):
         await again.rename(sid, "blocked")
+
+
+async def test_a_rewind_that_fails_leaving_its_marker_gates_the_next_mutation(tmp_path):
+    """The gate looks once per lease taken, and again after every in-place
+    transaction: a Rewind whose write fails after its journal leaves the
+    marker, and the next mutation of the same open session is refused."""
+    from mevedel_server.store.transactions.recovery import find_recovery
+    from mevedel_server.targets import FaultInjectingTarget
+
+    for point in range(1, 40):
+        root = tmp_path / f"point-{point}"
+        root.mkdir()
+        (root / "notes.txt").write_text("v0\n")
+        target = FaultInjectingTarget(LocalTarget(root))
+        svc = SessionService(target, ME)
+        sid = (await svc.create()).session_id
+        for n, content in enumerate(("v1\n", "v2\n")):
+            await edit_turn(svc, root, sid, f"turn {n}", content)
+        await svc.begin_turn(sid, "gate looked at")  # the gate has looked: nothing pending
+        await svc.append(sid, EvidenceInput("response", text="ok"))
+        await svc.settle(sid)
+        impact = await svc.prepare_rewind(sid, "after", 1)
+        target.arm(point, "error")
+        try:
+            await svc.commit_rewind(sid, impact.token.text)
+        except Exception:
+            pass
+        target.arm(None)
+        if (await find_recovery(LocalTarget(root), sid)).recovery_id is None:
+            continue
+        with pytest.raises(RecoveryPending):
+            await svc.begin_turn(sid, "after the failed rewind")
+        return
+    raise AssertionError("no write point of the Rewind left its recovery marker")

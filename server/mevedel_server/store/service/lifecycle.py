@@ -52,8 +52,11 @@ class SessionLifecycle:
     async def _require_no_recovery(self, session: OpenSession) -> None:
         if not session.materialized:  # nothing of it is written: no journal can exist
             return
+        if session.recovery_clear and session.lease is not None:
+            return  # looked since the lease was taken, and nothing wrote one since
         state = await find_recovery(self.target, session.session_id)
         session.recovery = state.recovery_id
+        session.recovery_clear = state.recovery_id is None and session.lease is not None
         if state.recovery_id is not None:
             raise RecoveryPending(session.session_id, state.recovery_id, state.problem)
 
@@ -99,6 +102,7 @@ class SessionLifecycle:
         return session
 
     async def _after_recovery(self, session: OpenSession) -> None:
+        session.recovery_clear = False
         session.recovery = (await find_recovery(self.target, session.session_id)).recovery_id
         # The live conversation is the committed one again (a transaction
         # that crashed here may have committed a head this process never
@@ -123,6 +127,7 @@ class SessionLifecycle:
         session = await self._gated(session_id, "rewind it")
         _token_of(session, token, "rewind")
         await self._require_no_pending_input(session, "rewind it")
+        session.recovery_clear = False  # a transaction that fails midway may leave its marker
         result = await commit_rewind(self._publisher(session), token, live=session.conversation)
         return self._in_place_done(session, result, "rewound")
 
@@ -147,6 +152,7 @@ class SessionLifecycle:
 
         session = await self._gated(session_id, "redo it")
         _token_of(session, token, "redo")
+        session.recovery_clear = False  # a transaction that fails midway may leave its marker
         result = await commit_redo(self._publisher(session), token, live=session.conversation)
         return self._in_place_done(session, result, "redone")
 

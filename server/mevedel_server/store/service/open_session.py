@@ -133,6 +133,11 @@ class OpenSession:
         self.latch = MutationLatch(client)
         #: The recovery ID of an interrupted transaction's marker, as last seen.
         self.recovery: str | None = None
+        #: No marker was found since this process took the lease and no
+        #: in-place transaction ran since: the recovery gate need not look
+        #: again. Only the holder's own in-place transactions write a marker
+        #: (each behind the lease proof), and each clears this first.
+        self.recovery_clear = False
         #: Set while a granted control transfer drains this session: new
         #: mutations are refused, the turn in flight may still finish.
         self.handing_over: str | None = None

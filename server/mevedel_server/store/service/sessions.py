@@ -461,6 +461,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         session = self._new_open(conversation, lease=lease)
         self._sessions[session_id] = session
         session.recovery = (await find_recovery(self.target, session_id)).recovery_id
+        session.recovery_clear = session.recovery is None
         interrupted: int | None = None
         if await self._restored_pending(session):
             session.repair_due = not continuing
@@ -1041,6 +1042,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         session = self._sessions.get(session_id)
         if session is not None:
             session.recovery = state.recovery_id
+            session.recovery_clear = state.recovery_id is None and session.lease is not None
         return state.recovery_id
 
     async def turns(self, session_id: str) -> list[TurnSummary]:
