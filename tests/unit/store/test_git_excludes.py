@@ -47,6 +47,23 @@ async def test_a_session_leaves_git_status_showing_only_the_users_files(repo):
     assert all(entry in exclude.splitlines() for entry in GENERATED_EXCLUDES)
 
 
+async def test_resuming_a_session_adds_the_entries_with_the_identity_read(repo):
+    """A resume reads the workspace identity and the exclude file in one
+    program and adds what is missing."""
+    bare = SessionService(LocalTarget(repo), ME)  # touches no exclude file
+    session_id = (await bare.create()).session_id
+    await bare.begin_turn(session_id, "one")
+    await bare.settle(session_id)
+    await bare.close(session_id)
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.write_text("# mine\n")
+    service = SessionService(LocalTarget(repo), ME, **PRODUCT_STORAGE)
+    await service.open(session_id, "resume")
+    lines = exclude.read_text().splitlines()
+    assert lines[0] == "# mine" and all(entry in lines for entry in GENERATED_EXCLUDES)
+    await service.close(session_id)
+
+
 async def test_the_entries_are_added_once_after_what_the_user_wrote(repo):
     exclude = repo / ".git" / "info" / "exclude"
     exclude.write_text("# mine\n*.log")  # no final newline

@@ -257,3 +257,21 @@ def test_a_numbered_family_is_a_prefix_digits_and_a_suffix():
     for bad in (dict(digits=0), dict(digits=True), dict(prefix="a/b")):
         with pytest.raises(ValueError):
             ReadNewest("d", **{"prefix": "p", "digits": 3, "suffix": ".s", **bad})
+
+
+async def test_a_claim_from_the_callers_observation_is_one_program_and_a_stale_one_is_observed_again(counted, tmp_path):
+    seen = await observe_lease(counted, SID)
+    mark = len(counted.programs)
+    lease = await acquire_lease(counted, SID, ME, duration_seconds=45, observation=seen)
+    assert counted.since(mark) == 1  # the claim alone
+    await lease.release()
+    stale = await observe_lease(counted, SID)
+    # Another client claims and releases in between: the observation is stale.
+    other = await acquire_lease(counted.inner, SID, OTHER, duration_seconds=45)
+    await other.release()
+    mark = len(counted.programs)
+    lease = await acquire_lease(counted, SID, ME, duration_seconds=45, observation=stale)
+    # The claim from it wrote nothing and failed; a fresh observation and claim followed.
+    assert counted.since(mark) == 3
+    assert lease.record.client_id == ME.client_id and (await observe_lease(counted, SID)).record.client_id == ME.client_id
+    assert lease.generation == (await observe_lease(counted, SID)).generation

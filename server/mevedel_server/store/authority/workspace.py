@@ -108,10 +108,15 @@ async def allocate_session_id(
     return new_session_id(now, _Taken(), suffix)
 
 
-async def read_workspace_id(target: Target) -> str | None:
-    """The workspace identity, or ``None`` when none was created yet."""
+async def read_workspace_id(target: Target, *, excludes: ExcludesProbe | None = None) -> str | None:
+    """The workspace identity, or ``None`` when none was created yet. With
+    ``excludes``, the probe :func:`ensure_generated_excludes` starts with
+    runs in the same program (filled in for it)."""
     op = Read(WORKSPACE_ID_PATH)
-    result = (await target.run(ControlProgram([op])))[0]
+    result = await target.run(ControlProgram([op, *(excludes.ops if excludes is not None else ())]))
+    if excludes is not None and result.completed:  # else the excludes are read on their own
+        excludes.found = tuple(result.results[1:])
+    result = result[0]
     if result.status is Status.ABSENT:
         return None
     raise_for_result(op, result)
@@ -145,16 +150,26 @@ _GIT_EXCLUDE = ".git/info/exclude"
 _EXCLUDES_HEADER = "# mevedel: generated state (added by mevedel; see the mevedel docs)"
 
 
-async def ensure_generated_excludes(target: Target) -> tuple[str, ...]:
+class ExcludesProbe:
+    """What :func:`ensure_generated_excludes` reads first (whether ``.git``
+    is a directory, the exclude file), to run inside another program."""
+
+    def __init__(self) -> None:
+        self.ops = (Stat(".git", optional=True), Read(_GIT_EXCLUDE, optional=True))
+        self.found: tuple | None = None
+
+
+async def ensure_generated_excludes(target: Target, probe: ExcludesProbe | None = None) -> tuple[str, ...]:
     """Append the :data:`GENERATED_EXCLUDES` missing from the workspace's
     ``.git/info/exclude`` (through ``target``: locally or on an SSH host),
     so ``git status`` does not list mevedel's state; the entries added.
     Only when ``.git`` is a directory at the workspace root; a linked
     worktree's exclude file (in its repository's common directory) is the
     main checkout's. The write is guarded by a ``Verify`` of the bytes read,
-    so a concurrent edit is never overwritten (the next use tries again)."""
+    so a concurrent edit is never overwritten (the next use tries again).
+    ``probe``: its reads, already run (see :func:`read_workspace_id`)."""
     git, read = Stat(".git", optional=True), Read(_GIT_EXCLUDE, optional=True)
-    found = await target.run(ControlProgram([git, read]))
+    found = probe.found if probe is not None and probe.found is not None else await target.run(ControlProgram([git, read]))
     if not found[0].ok or found[0].value.kind != "directory":
         return ()
     if found[1].status is Status.ABSENT:

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...targets import ControlProgram, ListDir, MakeDirs, Status, Target, TargetError, raise_for_result
+from ...targets import ControlProgram, ListDir, MakeDirs, OpResult, Status, Target, TargetError, raise_for_result
 from ..errors import LeaseLost, PublicationFailed, PublicationPending, SessionOccupied, StoreError
 from ..layout import SessionPaths, generation_numbers
 from ..authority.lease import ClientIdentity, LeaseHandle, acquire_lease
@@ -360,14 +360,14 @@ class OpenSession:
         if self.pending is pending:
             self.pending = PendingSave(pending.candidate, pending.force, pending.reason, record)
 
-    async def restore_pending(self) -> PendingSave | None:
+    async def restore_pending(self, listed: OpResult | None = None) -> PendingSave | None:
         """Adopt the durable record a stopped process left (call right after
         the lease is claimed). A record whose publication the committed head
         already holds is removed; one planned over another head can only be
-        abandoned."""
+        abandoned. ``listed``: its directory's listing, already run."""
         if self.lease is None or self.pending is not None:
             return self.pending
-        found = await find_pending(self.target, self.paths)
+        found = await find_pending(self.target, self.paths, listed=listed)
         if found.pending_id is None:
             return None
         marker = found.marker

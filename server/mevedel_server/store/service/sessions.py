@@ -31,6 +31,7 @@ from ...targets import (
     Clock,
     ControlProgram,
     InvalidTargetPath,
+    OpResult,
     Status,
     Target,
     raise_for_result,
@@ -46,7 +47,8 @@ from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseObserv
 from ..workspace_wide.listing import InspectSessionRow, SessionAction, SessionRow, list_sessions
 from ..authority.publication import CommittedSnapshot, load_manifest, read_committed
 from ..authority.records import LeaseState, RecordError
-from ..transactions.recovery import find_recovery
+from ..transactions.pending_publication import pending_listing
+from ..transactions.recovery import find_recovery, recovery_listing
 from ..content.sidecar import SIDECAR_PATH, AgentChoice, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name, shown_name
 from ..content.transcript import AgentTask, Outcome, TurnBegin
 from ..content.turns import Conversation, ConversationError
@@ -54,6 +56,7 @@ from ..content.checkpoints import capture_gap_reason
 from ..authority.workspace import (
     allocate_session_id,
     check_session_id,
+    ExcludesProbe,
     ensure_generated_excludes,
     ensure_workspace_id,
     read_workspace_id,
@@ -434,14 +437,17 @@ class SessionService(SessionLifecycle, SessionFollowing):
         # a single write to it.
         snapshot = await read_committed(self.target, session_id)
         conversation = await self._conversation_of(snapshot)
-        workspace_id = await self._bound_identity(session_id, conversation, confirm_identity)
-        await self._note_use()
+        # The identity and git's exclude file are read in one program.
+        probe = ExcludesProbe() if self.git_excludes else None
+        workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, probe)
+        await self._note_use(probe)
         lease = await acquire_lease(
             self.target,
             session_id,
             self.client,
             duration_seconds=self.lease_seconds,
             confirm_takeover=confirm_takeover,
+            observation=observation,
         )
         if lease.publication_head != snapshot.head:  # a save landed in between
             try:
@@ -460,10 +466,13 @@ class SessionService(SessionLifecycle, SessionFollowing):
             _log.info("session %s: bound to this workspace (identity %s) as confirmed", session_id, workspace_id)
         session = self._new_open(conversation, lease=lease)
         self._sessions[session_id] = session
-        session.recovery = (await find_recovery(self.target, session_id)).recovery_id
+        # The recovery journal and the pending publication, listed in one program.
+        journals = (recovery_listing(session.paths), pending_listing(session.paths))
+        listed = await self.target.run(ControlProgram(list(journals)))
+        session.recovery = (await find_recovery(self.target, session_id, listed=listed[0])).recovery_id
         session.recovery_clear = session.recovery is None
         interrupted: int | None = None
-        if await self._restored_pending(session):
+        if await self._restored_pending(session, listed[1]):
             session.repair_due = not continuing
         elif not continuing and session.recovery is None:
             interrupted = await self._repair_resumed(session)
@@ -485,26 +494,28 @@ class SessionService(SessionLifecycle, SessionFollowing):
             self._changed(session, "resumed")
         return in_flight.turn
 
-    async def _note_use(self) -> None:
+    async def _note_use(self, probe: ExcludesProbe | None = None) -> None:
         """This service writes the workspace: the first time, make sure git
         ignores mevedel's generated state (best effort: a failure is logged)."""
         if not self.git_excludes:
             return
         self.git_excludes = False
         try:
-            added = await ensure_generated_excludes(self.target)
+            added = await ensure_generated_excludes(self.target, probe)
         except (StoreError, TargetError) as error:
             _log.info("could not add mevedel's generated state to .git/info/exclude: %s", error)
             return
         if added:
             _log.info("added %s to .git/info/exclude", ", ".join(added))
 
-    async def _bound_identity(self, session_id: str, conversation: Conversation, confirmed: bool) -> str:
+    async def _bound_identity(
+        self, session_id: str, conversation: Conversation, confirmed: bool, probe: ExcludesProbe | None = None
+    ) -> str:
         """The workspace identity a resumed session is bound to: its own
         when it matches this workspace's; this workspace's (created if it
         has none) when the mismatch is ``confirmed``."""
         recorded = conversation.sidecar.workspace_id
-        current = await read_workspace_id(self.target)
+        current = await read_workspace_id(self.target, excludes=probe)
         if current == recorded:
             return recorded
         if not confirmed:
@@ -980,10 +991,10 @@ class SessionService(SessionLifecycle, SessionFollowing):
         await session.latch.acknowledge(session.lease)
         return True
 
-    async def _restored_pending(self, session: OpenSession) -> bool:
+    async def _restored_pending(self, session: OpenSession, listed: OpResult | None = None) -> bool:
         """A publication a stopped process left pending is pending here again."""
         try:
-            return await session.restore_pending() is not None
+            return await session.restore_pending(listed) is not None
         except (StoreError, TargetError) as error:
             _log.warning("session %s: looking for a pending publication failed: %s", session.session_id, error)
             return False

@@ -38,7 +38,7 @@ from typing import Annotated
 
 import msgspec
 
-from ...targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, Read, Remove, Status, Target, raise_for_result
+from ...targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, OpResult, Read, Remove, Status, Target, raise_for_result
 from ..authority.lease import ClientIdentity, LeaseHandle
 from ..authority.publication import load_manifest
 from ..authority.records import HEAD_PATTERN
@@ -150,11 +150,18 @@ async def record_pending(
     return marker
 
 
-async def find_pending(target: Target, paths: SessionPaths) -> FoundPending:
+def pending_listing(paths: SessionPaths) -> ListDir:
+    """The listing :func:`find_pending` starts with (to run in another program)."""
+    return ListDir(_root(paths), optional=True)
+
+
+async def find_pending(target: Target, paths: SessionPaths, *, listed: OpResult | None = None) -> FoundPending:
     """The session's pending-publication marker (the oldest, should a
-    second appear), read and checked."""
-    listing = ListDir(_root(paths), optional=True)
-    listed = (await target.run(ControlProgram([listing])))[0]
+    second appear), read and checked. ``listed``: the result of
+    :func:`pending_listing`, already run."""
+    listing = pending_listing(paths)
+    if listed is None:
+        listed = (await target.run(ControlProgram([listing])))[0]
     if listed.status is Status.ABSENT:
         return FoundPending(None)
     raise_for_result(listing, listed)

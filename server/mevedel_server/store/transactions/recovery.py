@@ -57,6 +57,7 @@ from ...targets import (
     ListDir,
     MakeDirs,
     Operation,
+    OpResult,
     Read,
     Remove,
     Replace,
@@ -342,12 +343,19 @@ def recovery_ids(names: Sequence[str]) -> list[str]:
     return sorted(m.group(1) for m in map(_MARKER_NAME.match, names) if m)
 
 
-async def find_recovery(target: Target, session_id: str) -> RecoveryState:
+def recovery_listing(paths: SessionPaths) -> ListDir:
+    """The listing :func:`find_recovery` starts with (to run in another program)."""
+    return ListDir(_root(paths), optional=True)
+
+
+async def find_recovery(target: Target, session_id: str, *, listed: OpResult | None = None) -> RecoveryState:
     """The session's recovery marker (at most one is expected; the oldest
-    name is reported when a second appears)."""
+    name is reported when a second appears). ``listed``: the result of
+    :func:`recovery_listing`, already run."""
     paths = SessionPaths(check_session_id(session_id))
-    listing = ListDir(_root(paths), optional=True)
-    listed = (await target.run(ControlProgram([listing])))[0]
+    listing = recovery_listing(paths)
+    if listed is None:
+        listed = (await target.run(ControlProgram([listing])))[0]
     if listed.status is Status.ABSENT:
         return RecoveryState(None, None, None)
     raise_for_result(listing, listed)
