@@ -166,7 +166,7 @@ def open_service(arguments: argparse.Namespace) -> SessionService:
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
     # One command per process: what it publishes is collected once, at exit.
-    service = SessionService(target, cli_identity(), **PRODUCT_STORAGE, collect_at_detach=True)
+    service = SessionService(target, cli_identity(), **PRODUCT_STORAGE, one_command=True)
     # The artifact store's items keep their own conversations from expiring
     # (the service sweeps expired sessions when it lists them).
     # Named to people told it holds an item (with its host), as an editor is.

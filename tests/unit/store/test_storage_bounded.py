@@ -131,11 +131,11 @@ async def test_a_lease_acquiring_open_collects_what_an_earlier_client_left(tmp_p
     await collecting.close(session_id)
 
 
-async def test_a_service_that_collects_at_detach_collects_once_when_it_detaches(tmp_path):
+async def test_a_one_command_service_collects_once_when_it_detaches(tmp_path):
     """A CLI process's service: its publications schedule no job while the
     command runs (over SSH each job is several round trips), and the one job
     due runs when the command detaches, leaving what Redo offers."""
-    service = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3, collect_at_detach=True)
+    service = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3, one_command=True)
     session_id = (await service.create()).session_id
     stamp = Stamps(tmp_path)
     for n in range(1, 7):

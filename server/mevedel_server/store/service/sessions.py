@@ -222,7 +222,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         session_max_age_days: int | None = None,
         session_keep_recent: int = DEFAULT_SESSION_KEEP_RECENT,
         git_excludes: bool = False,
-        collect_at_detach: bool = False,
+        one_command: bool = False,
     ) -> None:
         self.target = target
         self.client = client
@@ -230,9 +230,13 @@ class SessionService(SessionLifecycle, SessionFollowing):
         #: Newest publication generations kept by collection beyond the head
         #: and the settled-turn states (None: no collection).
         self.publication_keep_recent = publication_keep_recent
-        #: Collection runs once, when the service detaches (a CLI process,
-        #: one command long), instead of after every publication.
-        self.collect_at_detach = collect_at_detach
+        #: The service serves one CLI command (a process of its own): its
+        #: collection runs once, when it detaches, instead of after every
+        #: publication, and a session read that is not open here starts
+        #: from what the command's listing just read of it (its committed
+        #: head, manifest and recovery journal) instead of reading them again.
+        self.one_command = one_command
+        self._listed: dict[str, tuple[CommittedSnapshot, str | None]] = {}
         #: A turn in flight is checkpointed this often (None or 0: never).
         self.checkpoint_seconds = checkpoint_seconds
         #: Sessions unused this many days are removed (None: never), except
@@ -300,6 +304,14 @@ class SessionService(SessionLifecycle, SessionFollowing):
             )
         if listing.now is not None:
             self._clock_from(listing.now)
+        if self.one_command:
+            self._listed = {
+                survey.name: (CommittedSnapshot(self.target, survey.paths, survey.observation.generation,
+                                                survey.observation.publication_head, survey.manifest), survey.recovery)
+                for survey in (listing.surveyed[0] if listing.surveyed else ())
+                if survey.paths is not None and survey.observation is not None and survey.problem is None
+                and (survey.manifest is not None or survey.observation.publication_head is None)
+            }
         if any(u.removable and u.session_id not in self._sessions for u in listing.unfinished):
             # Remains of a creation that never published: no session, gone
             # once no lease holds them (never one open here).
@@ -1049,6 +1061,9 @@ class SessionService(SessionLifecycle, SessionFollowing):
     async def recovery_pending(self, session_id: str) -> str | None:
         """The recovery ID of an interrupted Rewind or Redo of the session;
         None when nothing waits."""
+        listed = self._listed.get(check_session_id(session_id))
+        if listed is not None and session_id not in self._sessions:
+            return listed[1]  # this command's listing read the journal a moment ago
         state = await find_recovery(self.target, check_session_id(session_id))
         session = self._sessions.get(session_id)
         if session is not None:
@@ -1097,6 +1112,12 @@ class SessionService(SessionLifecycle, SessionFollowing):
         if session is not None:
             await self._refresh(session)
             return session.conversation
+        listed = self._listed.get(session_id)
+        if listed is not None:
+            try:
+                return await self._conversation_of(listed[0])
+            except (RecordError, SessionIncompatible, KeyError):
+                self._listed.pop(session_id, None)  # moved on (collected, replaced) since the listing: read it afresh, which reports what is wrong
         return await self._conversation_of(await read_committed(self.target, session_id))
 
     def _open(self, session_id: str | None, action: str) -> OpenSession:
@@ -1123,7 +1144,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
             renew_every=self.renew_every,
             on_lost=self._lost,
             collect_keep_recent=self.publication_keep_recent,
-            collect_deferred=self.collect_at_detach,
+            collect_deferred=self.one_command,
             **kwargs,
         )
         session.checkpoints = TurnCheckpoints(
@@ -1149,6 +1170,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
         self._changed(session, "read-only")
 
     def _changed(self, session: OpenSession, reason: str) -> None:
+        # What this command's listing read of it is no longer what a read sees.
+        self._listed.pop(session.session_id, None)
         sidecar = session.conversation.sidecar
         change = SessionChange(
             session.session_id,

@@ -1,0 +1,78 @@
+"""A service that serves one CLI command (``one_command``): a session read
+after the command's listing starts from what the listing read of it (head,
+manifest, recovery journal) -- one program for its turns -- and a session
+that moved on since is read afresh."""
+
+from __future__ import annotations
+
+import shutil
+
+from mevedel_server.store import ClientIdentity
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget
+
+ME = ClientIdentity("one-command-client", "desk")
+OTHER = ClientIdentity("other-client", "laptop")
+
+
+class Counting(ProgramTarget):
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs += 1
+        return await self.inner.run(program)
+
+
+async def two_turns(root, client=OTHER) -> str:
+    writer = SessionService(LocalTarget(root), client)
+    sid = (await writer.create()).session_id
+    for n in (1, 2):
+        await writer.begin_turn(sid, f"prompt {n}")
+        await writer.append(sid, EvidenceInput("response", text=f"answer {n}"))
+        await writer.settle(sid)
+    await writer.close(sid)
+    return sid
+
+
+async def test_turns_after_the_listing_cost_one_program_and_the_journal_none(tmp_path):
+    sid = await two_turns(tmp_path)
+    counting = Counting(LocalTarget(tmp_path))
+    service = SessionService(counting, ME, one_command=True)
+    await service.list()
+    before = counting.programs
+    turns = await service.turns(sid)
+    assert [t.preview for t in turns] == ["prompt 1", "prompt 2"]
+    assert await service.recovery_pending(sid) is None
+    assert counting.programs - before == 1
+    # A service of a long-lived process reads afresh.
+    plain_counting = Counting(LocalTarget(tmp_path))
+    plain = SessionService(plain_counting, ME)
+    await plain.list()
+    before = plain_counting.programs
+    await plain.turns(sid)
+    await plain.recovery_pending(sid)
+    assert plain_counting.programs - before > 1
+
+
+async def test_a_session_that_moved_on_since_the_listing_is_read_afresh(tmp_path):
+    sid = await two_turns(tmp_path)
+    service = SessionService(LocalTarget(tmp_path), ME, one_command=True)
+    await service.list()
+    # Another client adds a turn; collection of the old head's payloads is
+    # stood in for by removing every publication the listing saw but the new one.
+    writer = SessionService(LocalTarget(tmp_path), OTHER)
+    await writer.open(sid, "resume")
+    await writer.begin_turn(sid, "prompt 3")
+    await writer.settle(sid)
+    await writer.close(sid)
+    publications = tmp_path / ".mevedel" / "sessions" / sid / ".publications"
+    from mevedel_server.store import read_committed
+
+    current = (await read_committed(LocalTarget(tmp_path), sid)).head
+    for publication in publications.iterdir():
+        if publication.name != current.split("/")[1]:
+            shutil.rmtree(publication)
+    turns = await service.turns(sid)
+    assert [t.preview for t in turns] == ["prompt 1", "prompt 2", "prompt 3"]
