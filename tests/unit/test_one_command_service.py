@@ -76,3 +76,20 @@ async def test_a_session_that_moved_on_since_the_listing_is_read_afresh(tmp_path
             shutil.rmtree(publication)
     turns = await service.turns(sid)
     assert [t.preview for t in turns] == ["prompt 1", "prompt 2", "prompt 3"]
+
+
+async def test_a_resume_after_the_listing_starts_from_its_observation_and_snapshot(tmp_path):
+    sid = await two_turns(tmp_path, client=ME)
+    counting = Counting(LocalTarget(tmp_path))
+    service = SessionService(counting, ME, one_command=True)
+    await service.list()
+    before = counting.programs
+    opened = await service.open(sid, "resume")
+    # The payloads, the workspace identity, the claim, the journals.
+    assert opened.action == "resume" and counting.programs - before == 4
+    assert [t.preview for t in await service.turns(sid)] == ["prompt 1", "prompt 2"]
+    await service.begin_turn(sid, "prompt 3")
+    await service.settle(sid)
+    await service.close(sid)
+    fresh = SessionService(LocalTarget(tmp_path), ME)
+    assert [t.preview for t in await fresh.turns(sid)] == ["prompt 1", "prompt 2", "prompt 3"]

@@ -236,7 +236,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         #: from what the command's listing just read of it (its committed
         #: head, manifest and recovery journal) instead of reading them again.
         self.one_command = one_command
-        self._listed: dict[str, tuple[CommittedSnapshot, str | None]] = {}
+        self._listed: dict[str, tuple[CommittedSnapshot, str | None, LeaseObservation]] = {}
         #: A turn in flight is checkpointed this often (None or 0: never).
         self.checkpoint_seconds = checkpoint_seconds
         #: Sessions unused this many days are removed (None: never), except
@@ -307,7 +307,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
         if self.one_command:
             self._listed = {
                 survey.name: (CommittedSnapshot(self.target, survey.paths, survey.observation.generation,
-                                                survey.observation.publication_head, survey.manifest), survey.recovery)
+                                                survey.observation.publication_head, survey.manifest), survey.recovery,
+                              survey.observation)
                 for survey in (listing.surveyed[0] if listing.surveyed else ())
                 if survey.paths is not None and survey.observation is not None and survey.problem is None
                 and (survey.manifest is not None or survey.observation.publication_head is None)
@@ -401,7 +402,10 @@ class SessionService(SessionLifecycle, SessionFollowing):
                 await self._refresh(existing)
                 return OpenResult(self._info(existing), "join")
             self._sessions.pop(session_id)
-        observation = await observe_lease(self.target, session_id)
+        listed = self._listed.get(session_id)
+        # This command's listing observed the lease a moment ago (a claim
+        # from it is proven current by the claim itself).
+        observation = listed[2] if listed is not None and listed[2].now is not None else await observe_lease(self.target, session_id)
         self._clock_from(observation.now)
         if mode is OpenMode.JOIN:
             return await self._join(session_id, observation)
@@ -447,8 +451,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         # The committed state is read and checked before the lease is
         # claimed: a session whose bytes cannot be trusted is refused without
         # a single write to it.
-        snapshot = await read_committed(self.target, session_id)
-        conversation = await self._conversation_of(snapshot)
+        snapshot, conversation = await self._committed_conversation(session_id)
         # The identity and git's exclude file are read in one program.
         probe = ExcludesProbe() if self.git_excludes else None
         workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, probe)
@@ -533,6 +536,18 @@ class SessionService(SessionLifecycle, SessionFollowing):
         if not confirmed:
             raise IdentityNeedsConfirmation(session_id, recorded, current)
         return current if current is not None else await ensure_workspace_id(self.target)
+
+    async def _committed_conversation(self, session_id: str) -> tuple[CommittedSnapshot, Conversation]:
+        """The committed snapshot and its conversation: from what this
+        command's listing read, unless it moved on since (then afresh)."""
+        listed = self._listed.pop(session_id, None)
+        if listed is not None:
+            try:
+                return listed[0], await self._conversation_of(listed[0])
+            except (RecordError, SessionIncompatible, KeyError):
+                pass  # moved on since the listing: read afresh, which reports what is wrong
+        snapshot = await read_committed(self.target, session_id)
+        return snapshot, await self._conversation_of(snapshot)
 
     async def _conversation_of(self, snapshot: CommittedSnapshot) -> Conversation:
         """The conversation a committed snapshot holds; an unpublished session
