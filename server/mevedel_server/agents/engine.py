@@ -414,6 +414,7 @@ class AgentEngine:
         self.file_state = self.trees.record("")
         #: The artifact store's authored files, which the file record never walks.
         self.authored = AuthoredFacts(service.target)
+        self.trees.riders.append(self.authored)  # looked at when a file record walks: one program
         self._read_address = read_address
         self._is_address = is_address or (lambda text: "://" in text)
         self._mcp_servers = mcp_servers or (lambda session_id: [])

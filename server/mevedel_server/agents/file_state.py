@@ -322,6 +322,12 @@ class FileStateRecord:
         self._pending: set[str] = set()
         #: The next sync walks everything (first, or events were lost).
         self._walk_all = True
+        #: Records that look at the tree at the same moments as this one
+        #: (the artifact store's authored files): each walk's program runs
+        #: their ``ride_op()`` too and hands each its result (``landed``),
+        #: one round trip for both over SSH. Not when the tree is watched
+        #: (a watched sync may run no program at all).
+        self.riders: list = []
 
     # -- the API -------------------------------------------------------------
 
@@ -851,7 +857,13 @@ class FileStateRecord:
         if watch is not None:
             scan, result = await self._watched_scan(scan_op, watch, ops)  # type: ignore[arg-type]
         else:
+            riders = list(self.riders)
+            # Before the scan, which stays last (with a scanner, they run
+            # with the blob store's operations on the target).
+            ops[-1:-1] = [rider.ride_op() for rider in riders]
             result = await self._run_scan(ops)
+            for rider, landed in zip(riders, result.results[len(ops) - 1 - len(riders) : len(ops) - 1]):
+                rider.landed(landed)
             raise_for_result(scan_op, result[-1])
             scan = result[-1].value
         self._removed(removes, result)

@@ -72,6 +72,8 @@ class WorkingTrees:
         self._open_document = open_document
         self._files: dict[str, WorkspaceFiles] = {}
         self._records: dict[str, FileStateRecord] = {}
+        #: What rides in every record's walk (``FileStateRecord.riders``).
+        self.riders: list = []
 
     def directory(self, relative: str) -> WorkingDirectory:
         return WorkingDirectory(relative, self.root)
@@ -91,6 +93,7 @@ class WorkingTrees:
                                          scanner=self._scanner(relative))
             else:
                 record = FileStateRecord(self.target, max_file_bytes=self._max, skip=(WORKTREES_DIR,))
+            record.riders = self.riders
             self._records[relative] = record
         return record
 

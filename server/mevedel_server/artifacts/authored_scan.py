@@ -9,6 +9,8 @@ engine takes the facts of ``.mevedel/artifacts/`` (``.state/`` and
 ``.library/`` left out): one :class:`~mevedel_server.targets.ScanTree`
 program before, one after, compared. The changed paths go to the same
 learning as a patch's (:func:`mevedel_server.tool_server.artifact_writes.learn`).
+The engine has the scan ride in the workspace file record's walk, which it
+takes at those same moments: one program for both.
 
 Facts are ``lstat``'s (size, times, inode), which cannot tell a rewrite
 within one timestamp tick of the scan: a file the earlier scan found racy
@@ -20,7 +22,9 @@ directory is an empty store, and a linked one is refused by the target
 
 from __future__ import annotations
 
-from ..targets import ControlProgram, Status, Target, raise_for_result
+import time
+
+from ..targets import ControlProgram, OpResult, Status, Target, raise_for_result
 from ..targets.program import FileScan, ScanTree
 from .layout import ARTIFACTS_DIR, STATE_SUBDIR
 
@@ -30,6 +34,8 @@ _NOT_AUTHORED = (STATE_SUBDIR, ".library")
 SCAN_LIMIT = 200_000
 #: Facts this close to the scan's start may hide a same-tick change.
 RACY_NS = 2_000_000_000
+#: A scan that rode in a file record's walk stands for a look this soon after.
+RIDE_FRESH_SECONDS = 2.0
 
 
 class AuthoredFacts:
@@ -40,14 +46,30 @@ class AuthoredFacts:
         self.racy_ns = racy_ns
         self._facts: dict[str, tuple] | None = None
         self._racy: frozenset[str] = frozenset()
+        self._landed: tuple[OpResult, float] | None = None
+
+    def ride_op(self) -> ScanTree:
+        """The scan, to run in another program taken at the same moment
+        (the workspace file record's walk: see ``FileStateRecord.riders``)."""
+        return ScanTree(ARTIFACTS_DIR, skip_paths=_NOT_AUTHORED, limit=SCAN_LIMIT, racy_ns=self.racy_ns, optional=True)
+
+    def landed(self, result: OpResult) -> None:
+        """The result of :meth:`ride_op`: the next look or comparison uses
+        it instead of scanning again, when it comes right after (the engine
+        looks as soon as the walk answered; a ride older than
+        :data:`RIDE_FRESH_SECONDS`, a walk nobody looked after, is not used)."""
+        self._landed = (result, time.monotonic())
 
     async def _scan(self) -> tuple[dict[str, tuple], frozenset[str]]:
-        op = ScanTree(ARTIFACTS_DIR, skip_paths=_NOT_AUTHORED, limit=SCAN_LIMIT, racy_ns=self.racy_ns, optional=True)
-        result = await self.target.run(ControlProgram([op]))
-        if result[0].status is Status.ABSENT:
+        op = self.ride_op()
+        ride, self._landed = self._landed, None
+        landed = ride[0] if ride is not None and time.monotonic() - ride[1] < RIDE_FRESH_SECONDS else None
+        if landed is None or not (landed.ok or landed.status is Status.ABSENT):
+            landed = (await self.target.run(ControlProgram([op])))[0]
+        if landed.status is Status.ABSENT:
             return {}, frozenset()
-        raise_for_result(op, result[0])
-        scan: FileScan = result[0].value
+        raise_for_result(op, landed)
+        scan: FileScan = landed.value
         if scan.truncated:
             raise ValueError(f"{ARTIFACTS_DIR} holds more than {SCAN_LIMIT} entries; shell writes there are not followed")
         return scan.entries(), frozenset(scan.racy)

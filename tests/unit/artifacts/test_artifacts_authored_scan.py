@@ -59,3 +59,39 @@ async def test_a_linked_store_is_refused_and_not_followed(root, open_target, tmp
     facts = AuthoredFacts(await open_target(root))
     with pytest.raises(TargetError):
         await facts.look()
+
+
+async def test_riding_the_file_records_walk_costs_no_program_of_its_own(root, open_target):
+    """As the engine sets it up: the authored scan runs in the workspace
+    file record's walk program, and what it finds is the same."""
+    from mevedel_server.agents.file_state import FileStateRecord
+    from mevedel_server.targets import ControlProgram, ProgramResult, ProgramTarget
+
+    class Counting(ProgramTarget):
+        def __init__(self, inner) -> None:
+            self.inner, self.programs = inner, 0
+
+        async def run(self, program: ControlProgram) -> ProgramResult:
+            self.programs += 1
+            return await self.inner.run(program)
+
+    target = Counting(await open_target(root))
+    record = FileStateRecord(target, watch=False)
+    facts = AuthoredFacts(target, racy_ns=0)
+    record.riders.append(facts)
+    await record.refresh()
+    before = target.programs
+    await facts.look()
+    assert target.programs == before  # it rode the refresh's walk
+    (root / STORE / "a2").mkdir(parents=True)
+    (root / STORE / "a2" / "plan.md").write_text("plan\n")
+    (root / "project.txt").write_text("p\n")
+    walked = target.programs
+    assert [c.path for c in await record.changes()] == ["project.txt"]
+    assert target.programs - walked == 2  # the walk (with the scan), the new file's snapshot
+    assert await facts.changes() == [f"{STORE}/a2/plan.md"]
+    assert target.programs - walked == 2
+    # Without a walk before it, a look scans on its own.
+    (root / STORE / "a2" / "plan.md").write_text("plan, longer\n")
+    assert await facts.changes() == [f"{STORE}/a2/plan.md"]
+    assert target.programs - walked == 3

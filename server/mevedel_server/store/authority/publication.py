@@ -263,6 +263,11 @@ class Publisher:
                 raise PublicationPending(self.lease.session_id, self._pending.reason)
             return await self._attempt(snapshot, replace, force, donors)
 
+    def know_committed(self, head: str, manifest: PublicationManifest) -> None:
+        """The manifest of ``head``, already read and validated by the
+        caller: a publication over that head need not read it again."""
+        self._committed = (head, manifest)
+
     async def committed_manifest(self) -> PublicationManifest | None:
         head = self.lease.publication_head
         if head is None:

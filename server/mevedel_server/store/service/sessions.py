@@ -469,9 +469,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
                 paths = SessionPaths(session_id)
                 head = lease.publication_head
                 manifest = await load_manifest(self.target, paths, head) if head else None
-                conversation = await self._conversation_of(
-                    CommittedSnapshot(self.target, paths, lease.generation, head, manifest)
-                )
+                snapshot = CommittedSnapshot(self.target, paths, lease.generation, head, manifest)
+                conversation = await self._conversation_of(snapshot)
             except BaseException:
                 await _release_quietly(lease)
                 raise
@@ -480,6 +479,8 @@ class SessionService(SessionLifecycle, SessionFollowing):
             conversation.bind_workspace(workspace_id, at=self._time_now())
             _log.info("session %s: bound to this workspace (identity %s) as confirmed", session_id, workspace_id)
         session = self._new_open(conversation, lease=lease)
+        if snapshot.head is not None and snapshot.manifest is not None and session.publisher is not None:
+            session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._sessions[session_id] = session
         # The recovery journal and the pending publication, listed in one program.
         journals = (recovery_listing(session.paths), pending_listing(session.paths))
