@@ -93,3 +93,17 @@ async def test_a_resume_after_the_listing_starts_from_its_observation_and_snapsh
     await service.close(sid)
     fresh = SessionService(LocalTarget(tmp_path), ME)
     assert [t.preview for t in await fresh.turns(sid)] == ["prompt 1", "prompt 2", "prompt 3"]
+
+
+async def test_creating_a_session_reads_what_it_needs_in_one_program(tmp_path):
+    """The workspace identity (made if absent), the clock, the saved
+    sessions a new ID must avoid and git's exclude file: one program."""
+    from mevedel_server.store.service import PRODUCT_STORAGE
+
+    await two_turns(tmp_path)
+    counting = Counting(LocalTarget(tmp_path))
+    service = SessionService(counting, ME, **PRODUCT_STORAGE)
+    created = await service.create()
+    assert counting.programs == 1
+    listed = {row.session_id for row in (await SessionService(LocalTarget(tmp_path), ME).list()).rows}
+    assert created.session_id not in listed and len(listed) == 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from datetime import datetime
 
 from ...targets import (
@@ -24,6 +24,8 @@ from ...targets import (
     CreateExclusive,
     ListDir,
     MakeDirs,
+    Operation,
+    OpResult,
     Read,
     Stat,
     Status,
@@ -82,10 +84,16 @@ def new_session_id(
     raise RuntimeError("could not draw an unused session ID")  # 64 collisions of 48 random bits
 
 
-async def saved_session_ids(target: Target) -> list[str]:
-    """The session IDs with a directory under ``.mevedel/sessions/``."""
-    op = ListDir(SESSIONS_DIR)
-    result = (await target.run(ControlProgram([op])))[0]
+def sessions_listing() -> ListDir:
+    """What :func:`saved_session_ids` runs (to run in another program)."""
+    return ListDir(SESSIONS_DIR, optional=True)
+
+
+async def saved_session_ids(target: Target, *, listed: OpResult | None = None) -> list[str]:
+    """The session IDs with a directory under ``.mevedel/sessions/``
+    (``listed``: :func:`sessions_listing`'s result, already run)."""
+    op = sessions_listing()
+    result = listed if listed is not None else (await target.run(ControlProgram([op])))[0]
     if result.status is Status.ABSENT:
         return []
     raise_for_result(op, result)
@@ -97,9 +105,12 @@ async def allocate_session_id(
     live_ids: Container[str] = (),
     now: datetime | None = None,
     suffix: Callable[[], str] = _random_suffix,
+    *,
+    listed: OpResult | None = None,
 ) -> str:
-    """A session ID used neither by a saved session nor by a live one."""
-    saved = set(await saved_session_ids(target))
+    """A session ID used neither by a saved session nor by a live one
+    (``listed``: :func:`sessions_listing`'s result, already run)."""
+    saved = set(await saved_session_ids(target, listed=listed))
 
     class _Taken:
         def __contains__(self, candidate: object) -> bool:
@@ -125,14 +136,27 @@ async def read_workspace_id(target: Target, *, excludes: ExcludesProbe | None = 
 
 async def ensure_workspace_id(target: Target) -> str:
     """Read the workspace identity, creating it exclusively if absent."""
+    return (await ensure_workspace_id_with(target, ()))[0]
+
+
+def _identity_ops() -> list[Operation]:
     fresh = encode_record(WorkspaceIdentity(workspace_id=secrets.token_hex(32)))
-    create = CreateExclusive(WORKSPACE_ID_PATH, fresh, optional=True)
-    read = Read(WORKSPACE_ID_PATH)
-    result = await target.run(ControlProgram([MakeDirs(STATE_DIR, optional=True), create, read]))
-    if result[1].status not in (Status.OK, Status.CONFLICT):
-        raise_for_result(create, result[1])
-    raise_for_result(read, result[2])
-    return decode_record(WorkspaceIdentity, result[2].value, _WORKSPACE_LABEL).workspace_id
+    return [MakeDirs(STATE_DIR, optional=True), CreateExclusive(WORKSPACE_ID_PATH, fresh, optional=True), Read(WORKSPACE_ID_PATH)]
+
+
+def _identity_of(ops: list[Operation], results) -> str:
+    if results[1].status not in (Status.OK, Status.CONFLICT):
+        raise_for_result(ops[1], results[1])
+    raise_for_result(ops[2], results[2])
+    return decode_record(WorkspaceIdentity, results[2].value, _WORKSPACE_LABEL).workspace_id
+
+
+async def ensure_workspace_id_with(target: Target, also: Sequence[Operation]) -> tuple[str, tuple[OpResult, ...]]:
+    """:func:`ensure_workspace_id`, with ``also`` run after it in the same
+    program (one round trip for a session's creation); their results."""
+    ops = _identity_ops()
+    result = await target.run(ControlProgram([*ops, *also]))
+    return _identity_of(ops, result.results), tuple(result.results[len(ops) :])
 
 
 #: The spec's "Generated state excludes": what mevedel writes in a workspace
@@ -200,7 +224,7 @@ async def materialize_session(target: Target, session_id: str, *, child: bool = 
     (:data:`~.layout.UNPUBLISHED_CHILD`) right after its directory, in the
     same program, so no crash leaves it unmarked and non-empty."""
     paths = SessionPaths(check_session_id(session_id))
-    await ensure_workspace_id(target)
+    await ensure_workspace_id(target)  # judged before anything of the session is made
     create_root = MakeDirs(paths.root)
     ops = [MakeDirs(SESSIONS_DIR, optional=True), create_root]
     if child:

@@ -59,6 +59,8 @@ from ..authority.workspace import (
     ExcludesProbe,
     ensure_generated_excludes,
     ensure_workspace_id,
+    ensure_workspace_id_with,
+    sessions_listing,
     read_workspace_id,
 )
 from .clock import TargetTime
@@ -359,10 +361,19 @@ class SessionService(SessionLifecycle, SessionFollowing):
         until its first save (the workspace identity is ensured now, since
         the session records it)."""
         display_name = _display_name(name) if name is not None else None
-        workspace_id = await ensure_workspace_id(self.target)
-        await self._note_use()
+        # One program: the identity, the clock, the saved sessions (for a
+        # new ID) and git's exclude file.
+        probe = ExcludesProbe() if self.git_excludes else None
+        clock, listing = Clock(STATE_DIR), sessions_listing()
+        workspace_id, found = await ensure_workspace_id_with(self.target, [clock, listing, *(probe.ops if probe else ())])
+        if probe is not None:
+            probe.found = found[2:]
+        await self._note_use(probe)
+        if self._time is None:
+            raise_for_result(clock, found[0])
+            self._clock_from(int(found[0].value))
         now = await self._now()
-        session_id = await allocate_session_id(self.target, live_ids=self._sessions)
+        session_id = await allocate_session_id(self.target, live_ids=self._sessions, listed=found[1])
         conversation = Conversation.new(session_id=session_id, workspace_id=workspace_id, at=now, display_name=display_name)
         session = self._new_open(conversation, materialized=False)
         self._sessions[session_id] = session
