@@ -119,7 +119,9 @@ class SessionLifecycle:
         session = await self._gated(session_id, "rewind it")
         await self._require_no_pending_input(session, "rewind it")
         boundary = Boundary(_side(boundary_kind), _turn(turn))
-        return await prepare_rewind(self.target, session.session_id, boundary, live=session.conversation, at=self._time_now())
+        return await prepare_rewind(
+            self.target, session.session_id, boundary, live=session.conversation, at=self._time_now(), recovery_checked=True
+        )
 
     async def commit_rewind(self, session_id: str, token: str) -> InPlaceResult:
         from ..transactions.rewind import commit_rewind
@@ -145,7 +147,9 @@ class SessionLifecycle:
         session = await self._gated(session_id, "redo it")
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
-        return await prepare_redo(self.target, session.session_id, publication_id, live=session.conversation, at=self._time_now())
+        return await prepare_redo(
+            self.target, session.session_id, publication_id, live=session.conversation, at=self._time_now(), recovery_checked=True
+        )
 
     async def commit_redo(self, session_id: str, token: str) -> InPlaceResult:
         from ..transactions.redo import commit_redo

@@ -441,11 +441,13 @@ async def prepare_redo(
     live: Conversation | None = None,
     at: int | None = None,
     workspace_root: Path | None = FROM_TARGET,
+    recovery_checked: bool = False,
 ) -> RedoImpact:
     """The impact of restoring the turn state ``publication_id`` holds."""
     check_session_id(session_id)
     head = _chosen_head(session_id, publication_id)
-    await require_no_recovery(target, session_id)
+    if not recovery_checked:  # a caller whose recovery gate just looked says so
+        await require_no_recovery(target, session_id)
     refuse_live(session_id, live, "redo")
     current = await load_committed_state(target, session_id)
     if head == current.head:

@@ -433,6 +433,7 @@ async def prepare_rewind(
     live: Conversation | None = None,
     at: int | None = None,
     workspace_root: Path | None = FROM_TARGET,
+    recovery_checked: bool = False,
 ) -> RewindImpact:
     """The impact of rewinding to ``boundary`` and the token to commit it.
     ``live`` is the caller's open conversation (refused with a turn in
@@ -440,7 +441,8 @@ async def prepare_rewind(
     directory for Git to run in (None: skip the Git check; by default the
     git where the target keeps its files)."""
     check_session_id(session_id)
-    await require_no_recovery(target, session_id)
+    if not recovery_checked:  # a caller whose recovery gate just looked says so
+        await require_no_recovery(target, session_id)
     refuse_live(session_id, live, "rewind")
     state = await load_committed_state(target, session_id)
     when = plan_time(state, at)
