@@ -39,9 +39,9 @@ from typing import Any, Protocol
 
 from acp import RequestError, schema
 
-from ..store.service import SessionService, is_refusal
-from ..store.content.sidecar import EngineRef, EngineState
-from ..store.content.transcript import Outcome
+from ..store import SessionService, is_refusal
+from ..store import EngineRef, EngineState
+from ..store import Outcome
 from ..resources import ResolverContext
 from ..targets import ControlProgram, Entry, Read, Status, TargetError
 from ..tool_server.host import ToolHost
@@ -977,7 +977,7 @@ def _sniff(data: bytes) -> str | None:
 def _previous_turn_id(records: Sequence[object]) -> str | None:
     """The id of the last turn ``records`` (the conversation before the
     turn being prompted) begin."""
-    from ..store.content.transcript import TurnBegin
+    from ..store import TurnBegin
 
     return next((record.turn_id for record in reversed(records) if isinstance(record, TurnBegin)), None)
 
@@ -985,7 +985,7 @@ def _previous_turn_id(records: Sequence[object]) -> str | None:
 def _last_turn_begin(records: Sequence[object]) -> int:
     """Index of the last turn's begin record (the excerpt stops before the
     turn being prompted now)."""
-    from ..store.content.transcript import TurnBegin
+    from ..store import TurnBegin
 
     for index in range(len(records) - 1, -1, -1):
         if isinstance(records[index], TurnBegin):

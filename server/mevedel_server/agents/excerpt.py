@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..store.content.transcript import Prompt, Response, Settle, Summary, ToolCall, ToolResult, TurnBegin
+from ..store import Prompt, Response, Settle, Summary, ToolCall, ToolResult, TurnBegin
 
 #: Characters of transcript an excerpt carries at most.
 EXCERPT_BUDGET = 12_000

@@ -22,7 +22,7 @@ import re
 import secrets
 
 from ..resources.families.artifact import EXECUTIONS, TOOL_RESULTS, save_artifact
-from ..store.layout import SessionPaths
+from ..store import SessionPaths
 from ..targets import Target
 
 

@@ -120,7 +120,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from ..store.layout import STATE_DIR
+from ..store import STATE_DIR
 from .file_state_index import RecordState, apply_delta, decode_index, encode_index, index_checksum
 from ..targets import (
     ControlProgram,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from ..store.content.checkpoints import MissingContent, entry_of
-from ..store.content.sidecar import ForkType, TurnFiles
+from ..store import MissingContent, entry_of
+from ..store import ForkType, TurnFiles
 from .excerpt import forked_files_note
 
 #: Paths one list of the note names at most (the rest are counted).

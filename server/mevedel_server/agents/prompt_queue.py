@@ -35,16 +35,9 @@ from msgspec.structs import replace
 from typing import TYPE_CHECKING, Any
 
 from ..store import StoreError
-from ..store.service import SessionChange
+from ..store import SessionChange
 from ..targets import TargetError
-from ..store.transactions.pending_inputs import (
-    MAX_TEXT_BYTES,
-    InputRecord,
-    add_foreign_input,
-    load_inputs,
-    remove_input,
-    write_inputs,
-)
+from ..store import MAX_TEXT_BYTES, InputRecord, add_foreign_input, load_inputs, remove_input, write_inputs
 from .errors import FAILED, AgentError
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from typing import Any
 
 from acp import schema
 
-from ..store.service import EvidenceInput
+from ..store import EvidenceInput
 from .excerpt import UNFINISHED
 from .live import Diff, LiveEvent, LiveFeed
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from acp import schema
 
-from ..store.content.sidecar import MAX_CONFIG_CHOICES, AgentChoice
+from ..store import MAX_CONFIG_CHOICES, AgentChoice
 from .config import AgentSpec
 from .errors import FAILED, OPTION_REFUSED, AgentError
 

@@ -33,7 +33,7 @@ from acp import RequestError
 
 from ..resources import ResolverContext
 from ..resources.families.project import artifact_item
-from ..store.service import is_refusal
+from ..store import is_refusal
 from ..artifacts.errors import ArtifactError
 from ..tool_server.artifact_writes import held_refusal, hold_written_items, learn
 from ..tool_server.context import ToolRefused

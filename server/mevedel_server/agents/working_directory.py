@@ -28,7 +28,7 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..store.transactions.project_files import WORKTREES_DIR
+from ..store import WORKTREES_DIR
 from ..targets import ControlProgram, LocalTarget, Stat, Status, Target, TargetError
 from .errors import FAILED, AgentError
 from .file_state import FileStateRecord

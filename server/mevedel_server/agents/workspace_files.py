@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from acp import RequestError
 
-from ..store.layout import STATE_DIR
+from ..store import STATE_DIR
 from ..targets import ControlProgram, Entry, OpResult, PutEntry, Read, ReadEntry, Status, Target, WriteProject
 
 #: A read larger than this is refused (an agent reads source text, not

@@ -17,9 +17,9 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..store.errors import StoreError
-from ..store.service import SessionChange, SessionService
-from ..store.service.open_session import Access
+from ..store import StoreError
+from ..store import SessionChange, SessionService
+from ..store import Access
 from .errors import ArtifactError
 from .records import Comment, VersionEntry
 from .store import ArtifactStore, Editor, ItemContent, ItemSummary, check_item_id

@@ -3,7 +3,7 @@ id, a title, a file name) and says why, in words; none carries a path."""
 
 from __future__ import annotations
 
-from ..store.errors import KindedRefusal
+from ..store import KindedRefusal
 
 
 class ArtifactError(KindedRefusal):

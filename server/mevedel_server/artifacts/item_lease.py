@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..store.authority.lease import ClientIdentity, stamped_record
+from ..store import ClientIdentity, stamped_record
 from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, Verify, raise_for_result
 from ..targets.clock import Clock
 from ..targets.program import MakeDirs, ReadNewest, Replace, StampedCreate

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..store.watching.watch import LEASE, SessionWatcher, Wake, WatchCadence
+from ..store import LEASE, SessionWatcher, Wake, WatchCadence
 from ..targets import ControlProgram, ListDir, Read, Status, TargetError, raise_for_result
 from ..targets.program import Stat
 from .errors import ArtifactError

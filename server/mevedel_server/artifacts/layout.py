@@ -26,7 +26,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-from ..store.layout import STATE_DIR
+from ..store import STATE_DIR
 
 ARTIFACTS_DIR = f"{STATE_DIR}/artifacts"
 STATE_SUBDIR = ".state"

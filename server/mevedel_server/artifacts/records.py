@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ..store.authority.records import encode_record
+from ..store import encode_record
 from .errors import ArtifactError
 from .layout import MAX_TITLE
 

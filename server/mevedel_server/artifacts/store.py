@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from ..store.authority.lease import ClientIdentity
+from ..store import ClientIdentity
 from ..targets import (
     ControlProgram,
     CreateExclusive,

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..artifacts.attachments import Listed, SessionArtifacts, session_artifacts
 from ..artifacts.layout import is_text_file
-from ..store.authority.lease import describe_target_time
-from ..store.service import SessionService
+from ..store import describe_target_time
+from ..store import SessionService
 from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command
 
 

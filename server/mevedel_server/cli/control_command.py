@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from ..store.service import SessionService
+from ..store import SessionService
 from .session_client import CommandError, add_common, add_session_option, emit, held_session, refuse, run_command
 from .session_command import info_data, info_line
 
@@ -74,7 +74,7 @@ def run_take(arguments: argparse.Namespace) -> int:
 
     async def body(service: SessionService) -> None:
         # Imported here: every session command registers this module.
-        from ..store.service.control import ControlEvent, SessionControl
+        from ..store import ControlEvent, SessionControl
 
         control = SessionControl(service)
         events: list[ControlEvent] = []
@@ -127,7 +127,7 @@ def run_take(arguments: argparse.Namespace) -> int:
 
 def run_release(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        from ..store.service.control import SessionControl
+        from ..store import SessionControl
 
         sid = await held_session(service, arguments.session)
         await service.open(sid, "resume")
@@ -140,7 +140,7 @@ def run_release(arguments: argparse.Namespace) -> int:
 
 def run_answer(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        from ..store.service.control import SessionControl
+        from ..store import SessionControl
 
         sid = await held_session(service, arguments.session)
         await service.open(sid, "resume")

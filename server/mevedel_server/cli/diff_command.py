@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Any
 
-from ..store.service import PathDiff, Side, TreeDiff, describe, stat_lines
+from ..store import PathDiff, DiffSide, TreeDiff, describe, stat_lines
 from .session_client import (
     CommandError,
     add_common,
@@ -70,7 +70,7 @@ def parse_range(text: str | None, every: bool) -> tuple[int | None, int | None]:
     return first, last
 
 
-def side_data(side: Side) -> dict[str, Any]:
+def side_data(side: DiffSide) -> dict[str, Any]:
     data: dict[str, Any] = {"kind": side.kind}
     for key in ("mode", "size", "sha256", "target", "why"):
         value = getattr(side, key)

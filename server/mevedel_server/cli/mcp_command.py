@@ -28,7 +28,7 @@ from ..agents.config import cli_config_path
 from ..mcp_client import McpAccess
 from ..mcp_client.access import APPROVE_IN_A_TERMINAL, configured_access
 from ..resources import MemoryRoot, SkillRoot
-from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
+from ..store import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
 from .session_client import IDENTITY_FILE, CommandError, cli_identity
 

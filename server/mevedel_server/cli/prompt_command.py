@@ -43,10 +43,10 @@ from ..agents.errors import AgentError
 from ..artifacts.attachments import SessionArtifacts, session_artifacts
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import ResolverContext, writable_sessions
-from ..store.service import SessionService
+from ..store import SessionService
 from ..tool_server.host import ToolHost
 from ..tool_server.standalone import StandaloneContext
-from ..store.workspace_wide.listing import SessionAction
+from ..store import SessionAction
 from .agent_prestart import prestart_for
 from .queued_prompt import STEER_SIGNAL, RunnerMark, other_runner, queue_behind, refusal
 from .session_client import (

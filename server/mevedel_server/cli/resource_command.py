@@ -49,8 +49,8 @@ from ..resources import (
     prepare,
     writable_sessions,
 )
-from ..store.authority.records import LeaseState
-from ..store.service import SessionService, error_kind, is_refusal
+from ..store import LeaseState
+from ..store import SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
 from .session_client import CommandError, cli_identity, refuse
 

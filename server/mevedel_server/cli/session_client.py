@@ -37,7 +37,7 @@ from typing import Any
 
 from ..artifacts.attachments import session_artifacts
 from ..store import ClientIdentity, LeaseState, TakeoverNeedsConfirmation
-from ..store.service import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
+from ..store import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
 from ..targets.location import parse_workspace_location, workspace_target
 
@@ -182,7 +182,7 @@ def control_request_line(arguments: argparse.Namespace, row) -> str | None:
     ask = row.control_request
     if ask is None or not row.holder_is_self:
         return None
-    from ..store.authority.lease import describe_target_time
+    from ..store import describe_target_time
 
     where = f" --workspace {shlex.quote(arguments.workspace)}" if arguments.workspace else ""
     until = (

@@ -13,10 +13,10 @@ import sys
 from typing import Any
 
 from ..artifacts.attachments import session_artifacts
-from ..store.service import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary, describe, stat_lines
-from ..store.authority.lease import describe_target_time
+from ..store import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary, describe, stat_lines
+from ..store import describe_target_time
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
-from ..store.authority.workspace import SESSION_ID_PATTERN
+from ..store import SESSION_ID_PATTERN
 from .session_client import (
     CommandError, add_common, add_session_option, control_request_line, emit, held_session, plain, remember_session, run_command,
 )

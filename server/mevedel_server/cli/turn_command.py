@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..store.service import EVIDENCE_KINDS, EvidenceInput, SaveResult, SessionService
-from ..store.content.transcript import Outcome
+from ..store import EVIDENCE_KINDS, EvidenceInput, SaveResult, SessionService
+from ..store import Outcome
 from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command, workspace_root
 
 

@@ -22,7 +22,7 @@ from ..addresses import Operation, parse_address
 from ..agents.config import AgentConfig, log_dir, specs_from
 from ..agents.errors import AgentError
 from ..resources import ReadOptions, execute, prepare
-from ..store.service import SessionChange, SessionService
+from ..store import SessionChange, SessionService
 from ..tool_server.host import ToolHost
 from .errors import failure
 from .handlers import command_handler as _command_handler, folder as _folder, registry as _registry, request_handler as _request_handler

@@ -24,8 +24,8 @@ from ..artifacts.content import decode_payload, encode_for_reader
 from ..artifacts.item_watch import ItemState, ItemWatches
 from ..artifacts.layout import LIVE_PRIMARY
 from ..artifacts.records import Comment, VersionEntry
-from ..store.service import SessionService
-from ..store.watching.watch import WatchCadence
+from ..store import SessionService
+from ..store import WatchCadence
 from .handlers import command_handler, folder as _folder, registry as _registry, request_handler
 from .workspaces import Folder
 

@@ -25,10 +25,10 @@ from mevedel_protocol import converter, methods
 from mevedel_protocol.session import SessionParams
 
 from ..store import TakeoverNeedsConfirmation
-from ..store.service import SessionService
-from ..store.service.control import ControlEvent, ControlStatus, SessionControl
-from ..store.content.turns import ConversationError
-from ..store.watching.watch import WatchCadence
+from ..store import SessionService
+from ..store import ControlEvent, ControlStatus, SessionControl
+from ..store import ConversationError
+from ..store import WatchCadence
 from .errors import failure
 from .handlers import (
     command_handler as _command_handler,

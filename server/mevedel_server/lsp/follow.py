@@ -21,10 +21,10 @@ from mevedel_protocol import converter, methods
 from mevedel_protocol import follow as wire
 from mevedel_protocol.session import SessionParams
 
-from ..store.errors import StoreError
-from ..store.service import SessionChange, SessionService
-from ..store.service.following import FollowUpdate
-from ..store.watching.watch import SessionWatcher, Wake, WatchCadence
+from ..store import StoreError
+from ..store import SessionChange, SessionService
+from ..store import FollowUpdate
+from ..store import SessionWatcher, Wake, WatchCadence
 from ..targets import TargetError
 from .handlers import (
     command_handler as _command_handler,

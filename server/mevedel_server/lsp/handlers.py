@@ -21,7 +21,7 @@ from pygls.exceptions import JsonRpcException
 
 from ..addresses import parse_address
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
-from ..store.service import SessionInfo, error_kind, is_refusal
+from ..store import SessionInfo, error_kind, is_refusal
 from .errors import failure, internal_failure, structure_params
 from .questions import consents
 from .virtual_documents import format_uri

@@ -14,9 +14,9 @@ from mevedel_protocol import methods
 from mevedel_protocol.session import SessionParams
 
 from ..store import ChildSession, FileRestore, KnownGap, TurnLabel
-from ..store.transactions.project_files import GitCheck
-from ..store.transactions.rewind import ExternalChange
-from ..store.service import SessionService
+from ..store import GitCheck
+from ..store import ExternalChange
+from ..store import SessionService
 from .handlers import (
     command_handler as _command_handler,
     folder as _folder,

@@ -21,8 +21,8 @@ from mevedel_protocol import converter, methods
 from mevedel_protocol.session import SessionDidChangeParams
 
 from ..store import ClientIdentity
-from ..store.service import PRODUCT_STORAGE, LiveHistory, SessionChange, SessionService
-from ..store.service.control import SessionControl
+from ..store import PRODUCT_STORAGE, LiveHistory, SessionChange, SessionService
+from ..store import SessionControl
 from ..targets import Target, TargetError
 from ..targets.location import workspace_target
 from .errors import failure

@@ -16,19 +16,8 @@ from mevedel_protocol import methods
 from mevedel_protocol import session as wire
 
 from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
-from ..store.service import (
-    SaveResult,
-    SegmentRotation,
-    PathDiff,
-    SessionService,
-    Side,
-    TurnDetail,
-    TurnSummary,
-    EvidenceInput,
-    describe,
-    stat_lines,
-)
-from ..store.workspace_wide.listing import SessionAction
+from ..store import SaveResult, SegmentRotation, PathDiff, SessionService, DiffSide, TurnDetail, TurnSummary, EvidenceInput, describe, stat_lines
+from ..store import SessionAction
 from .errors import failure
 from .handlers import (
     CANCEL,
@@ -273,7 +262,7 @@ async def show_turn(ls: MevedelLanguageServer, params: wire.TurnShowParams) -> w
     return _detail(sid, await service.turn(sid, params.turn))
 
 
-def _side(side: Side, text: str | None) -> wire.DiffSide:
+def _side(side: DiffSide, text: str | None) -> wire.DiffSide:
     return wire.DiffSide(side.kind, side.mode, side.size, side.sha256, side.target, side.why, text)
 
 

@@ -38,23 +38,40 @@ from __future__ import annotations
 
 from ..lazy_exports import lazy_exports
 
-#: Each exported name's module, imported on first use: importing one
-#: submodule (``errors``, say) does not load every other.
+#: The store's front door: every name the rest of the server uses, each
+#: with its module, imported on first use (importing one submodule --
+#: ``errors``, say -- does not load every other). Nothing outside ``store/``
+#: imports ``store.<sub>`` (a layout test holds it); a new name the rest of
+#: the server needs is added here.
 _EXPORTS = {
-    '.errors': ('ClaimRaced', 'InvalidSessionId', 'LeaseHeld', 'LeaseLost', 'LeaseObservationError', 'LeaseUnavailable', 'PublicationFailed', 'PublicationPending', 'SessionMissing', 'SessionOccupied', 'StoreError', 'TakeoverNeedsConfirmation', 'IdentityNeedsConfirmation'),
-    '.layout': ('SessionPaths',),
-    '.authority.lease': ('DEFAULT_LEASE_SECONDS', 'ClientIdentity', 'LeaseHandle', 'LeaseObservation', 'LeaseStanding', 'acquire_lease', 'describe_target_time', 'observe_lease', 'read_lease_head'),
+    '.errors': ('ClaimRaced', 'IdentityNeedsConfirmation', 'InvalidSessionId', 'KindedRefusal', 'LeaseHeld', 'LeaseLost', 'LeaseObservationError', 'LeaseUnavailable', 'PublicationFailed', 'PublicationPending', 'SessionMissing', 'SessionOccupied', 'StoreError', 'TakeoverNeedsConfirmation'),
+    '.layout': ('STATE_DIR', 'SessionPaths'),
+    '.authority.lease': ('ClientIdentity', 'DEFAULT_LEASE_SECONDS', 'LeaseHandle', 'LeaseObservation', 'LeaseStanding', 'acquire_lease', 'describe_target_time', 'observe_lease', 'read_lease_head', 'stamped_record'),
     '.authority.publication': ('CommittedSnapshot', 'PendingPublication', 'Publisher', 'PublishOutcome', 'load_manifest', 'read_committed'),
     '.authority.records': ('LeaseRecord', 'LeaseState', 'ManifestEntry', 'PublicationManifest', 'RecordError', 'RecordErrorKind', 'WorkspaceIdentity', 'decode_record', 'encode_record'),
-    '.authority.workspace': ('allocate_session_id', 'check_session_id', 'ensure_workspace_id', 'is_session_id', 'materialize_session', 'new_session_id', 'read_workspace_id', 'saved_session_ids'),
+    '.authority.workspace': ('SESSION_ID_PATTERN', 'allocate_session_id', 'check_session_id', 'ensure_workspace_id', 'is_session_id', 'materialize_session', 'new_session_id', 'read_workspace_id', 'saved_session_ids'),
     '.transactions.fork': ('ChildSession', 'ForkImpact', 'ForkResult', 'Variant', 'VariantGroup', 'commit_fork', 'fork_variants', 'prepare_fork'),
     '.transactions.lifecycle_token': ('InvalidToken', 'LifecycleError', 'LifecycleRefused', 'StaleState', 'StateToken'),
     '.transactions.recovery': ('RecoveryOutcome', 'RecoveryPending', 'RecoveryState', 'abandon_recovery', 'find_recovery', 'retry_recovery'),
     '.transactions.redo': ('RedoImpact', 'RedoStates', 'TurnState', 'commit_redo', 'prepare_redo', 'redo_states'),
-    '.transactions.rewind': ('FileRestore', 'InPlaceResult', 'KnownGap', 'RewindImpact', 'TurnLabel', 'commit_rewind', 'prepare_rewind'),
+    '.transactions.rewind': ('ExternalChange', 'FileRestore', 'InPlaceResult', 'KnownGap', 'RewindImpact', 'TurnLabel', 'commit_rewind', 'prepare_rewind'),
     '.transactions.save_as': ('SaveAsImpact', 'commit_save_as', 'prepare_save_as'),
     '.transactions.snapshot_cut': ('Boundary', 'Side'),
     '.transactions.worktree_fork': ('WorktreeForkFailed', 'WorktreeForkImpact', 'WorktreeForkResult', 'WorktreeTarget', 'commit_worktree_fork', 'prepare_worktree_fork'),
+    '.content.transcript': ('AgentTask', 'Outcome', 'Prompt', 'Response', 'SegmentError', 'Settle', 'Summary', 'ToolCall', 'ToolResult', 'TurnBegin'),
+    '.service': ('Access', 'DiffSide', 'EVIDENCE_KINDS', 'EvidenceInput', 'LiveHistory', 'OpenMode', 'PRODUCT_STORAGE', 'PathDiff', 'SaveResult', 'SavedSource', 'SegmentRotation', 'SessionChange', 'SessionIncompatible', 'SessionInfo', 'SessionService', 'TreeDiff', 'TurnDetail', 'TurnSummary', 'describe', 'error_kind', 'is_refusal', 'read_sources', 'saved_catalog', 'saved_session', 'stat_lines'),
+    '.content.sidecar': ('AgentActivity', 'AgentChoice', 'AgentResult', 'EngineRef', 'EngineState', 'ForkType', 'MAX_CONFIG_CHOICES', 'RESULT_TEXT_LIMIT', 'RetainedAgent', 'TurnFiles'),
+    '.transactions.project_files': ('GitCheck', 'WORKTREES_DIR'),
+    '.content.checkpoints': ('MissingContent', 'entry_of'),
+    '.transactions.pending_inputs': ('InputRecord', 'MAX_TEXT_BYTES', 'RunnerRecord', 'add_foreign_input', 'clear_runner', 'load_inputs', 'read_runner', 'record_runner', 'remove_input', 'write_inputs'),
+    '.workspace_wide.listing': ('InspectSessionRow', 'SessionAction'),
+    '.watching.watch': ('LEASE', 'SessionWatcher', 'Wake', 'WatchCadence'),
+    '.service.control': ('ControlEvent', 'ControlStatus', 'SessionControl'),
+    '.content.turns': ('ConversationError',),
+    '.service.following': ('FollowUpdate',),
+    '.watching.follow': ('diff_conversations',),
+    '.content.inspect': ('list_segments',),
+    '.content.projection': ('agent_lines', 'project'),
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

@@ -166,3 +166,19 @@ def test_the_entry_value_and_the_remote_executor_spell_the_kinds_alike():
         executor.ENTRY_DIRECTORY,
         executor.ENTRY_SYMLINK,
     )
+
+
+def test_nothing_outside_the_store_reaches_inside_it():
+    """The store's front door is the package (``store/__init__.py`` names
+    every public name and its module): the rest of the server imports
+    ``mevedel_server.store``, never ``mevedel_server.store.<sub>``, so the
+    store's rooms can move without its callers noticing."""
+    offenders = [
+        f"{path.relative_to(PACKAGE)}: {target}"
+        for path in PACKAGE.rglob("*.py")
+        if "store" not in path.relative_to(PACKAGE).parts[:1]
+        for target, _names in _imports(path)
+        if target.startswith("mevedel_server.store.")
+    ]
+    assert offenders == []
+

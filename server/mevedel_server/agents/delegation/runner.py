@@ -34,9 +34,9 @@ from typing import Any
 
 from acp import schema
 
-from ...store.content.sidecar import RESULT_TEXT_LIMIT, AgentActivity, AgentResult, RetainedAgent
-from ...store.content.transcript import AgentTask, Outcome
-from ...store.service import EvidenceInput
+from ...store import RESULT_TEXT_LIMIT, AgentActivity, AgentResult, RetainedAgent
+from ...store import AgentTask, Outcome
+from ...store import EvidenceInput
 from ..config import AgentConfig, AgentSpec
 from ..errors import FAILED, AgentError
 from ..excerpt import newest_within

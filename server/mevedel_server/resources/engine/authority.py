@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...addresses.model import AddressError, ErrorKind
-from ...store.service import Access, SessionService
+from ...store import Access, SessionService
 from .context import ResolverContext
 
 

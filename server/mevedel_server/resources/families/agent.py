@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 
 from ...addresses.model import Address, AddressError, ErrorKind
 from ...store import RecordError, SessionMissing
-from ...store.authority.workspace import is_session_id
-from ...store.content.sidecar import AgentActivity, RetainedAgent
-from ...store.service import SessionIncompatible, saved_session
+from ...store import is_session_id
+from ...store import AgentActivity, RetainedAgent
+from ...store import SessionIncompatible, saved_session
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
 from ..engine.options import ReadOptions

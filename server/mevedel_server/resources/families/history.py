@@ -32,19 +32,13 @@ from dataclasses import dataclass
 from ...addresses.encoding import encode_component
 from ...addresses.model import Address, AddressError, ErrorKind, Operation
 from ...store import RecordError, SessionMissing
-from ...store.content.inspect import list_segments
-from ...store.workspace_wide.listing import InspectSessionRow
-from ...store.authority.publication import read_committed
-from ...store.content.projection import agent_lines, project
-from ...store.service import (
-    SavedSource,
-    SessionIncompatible,
-    read_sources,
-    saved_catalog,
-    saved_session,
-)
-from ...store.content.transcript import SegmentError
-from ...store.authority.workspace import is_session_id
+from ...store import list_segments
+from ...store import InspectSessionRow
+from ...store import read_committed
+from ...store import agent_lines, project
+from ...store import SavedSource, SessionIncompatible, read_sources, saved_catalog, saved_session
+from ...store import SegmentError
+from ...store import is_session_id
 from ...targets import LocalTarget, Target, TargetError
 from ..engine.attempt import Prepared, Request
 from ..engine.context import LiveHistorySource, ResolverContext

@@ -52,9 +52,9 @@ from ...artifacts.errors import ArtifactError
 from ...artifacts.layout import ARTIFACTS_DIR, STATE_ROOT, ItemPaths, is_item_id
 from ...artifacts.records import Discussion, ItemMeta, RecordRefused, VersionEntry, decode
 from ...artifacts.store import ArtifactStore
-from ...store.authority.lease import ClientIdentity
+from ...store import ClientIdentity
 from ...store import SessionMissing
-from ...store.service import saved_session
+from ...store import saved_session
 from ...targets import ControlProgram, ListDir, Read, Status, Target
 from ...targets.program import ReadFiles, Stat
 from ..engine.attempt import Prepared, Request

@@ -42,7 +42,7 @@ UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
-class Side:
+class DiffSide:
     """One side of a path's change. ``kind`` is ``absent``, ``file``,
     ``directory``, ``symlink`` or ``unknown`` (then ``why`` says why)."""
 
@@ -62,8 +62,8 @@ class Side:
 class PathDiff:
     path: str
     change: str
-    before: Side
-    after: Side
+    before: DiffSide
+    after: DiffSide
     #: The first and last turn of the range that touched the path.
     first_turn: int
     last_turn: int
@@ -99,21 +99,21 @@ class TreeDiff:
         return sum(f.deletions for f in self.files)
 
 
-def _side(state: FileState | None, why: str) -> Side:
+def _side(state: FileState | None, why: str) -> DiffSide:
     if state is None:
-        return Side("unknown", why=why)
+        return DiffSide("unknown", why=why)
     if isinstance(state, Absent):
-        return Side("absent")
+        return DiffSide("absent")
     if isinstance(state, Present):
-        return Side("file", mode=state.mode, size=state.size, sha256=state.sha256)
+        return DiffSide("file", mode=state.mode, size=state.size, sha256=state.sha256)
     if isinstance(state, Directory):
-        return Side("directory", mode=state.mode)
+        return DiffSide("directory", mode=state.mode)
     if isinstance(state, Symlink):
-        return Side("symlink", target=state.target)
+        return DiffSide("symlink", target=state.target)
     raise TypeError(f"not a file state: {state!r}")
 
 
-def _change(before: Side, after: Side) -> str:
+def _change(before: DiffSide, after: DiffSide) -> str:
     if not before.known or not after.known:
         return UNKNOWN
     kinds = (before.kind, after.kind)
@@ -150,7 +150,7 @@ def _text(data: bytes) -> list[str] | None:
 
 
 def _line_diff(
-    path: str, before: Side, after: Side, content: Callable[[str], bytes | None], source: str, contents: bool
+    path: str, before: DiffSide, after: DiffSide, content: Callable[[str], bytes | None], source: str, contents: bool
 ) -> dict:
     """The line diff of a path whose sides are files or absent."""
     sides = []

@@ -31,7 +31,7 @@ _EXPORTS = {
     '.open_session': ('Access', 'OpenSession', 'PendingSave', 'SaveResult'),
     '.saved_history': ('SavedCatalog', 'SavedSession', 'SavedSource', 'read_sources', 'saved_catalog', 'saved_session'),
     '.sessions': ('ABORT_REASON', 'DEFAULT_MAX_SNAPSHOT_BYTES', 'PRODUCT_STORAGE', 'CaptureResult', 'OpenMode', 'OpenResult', 'SegmentRotation', 'SessionChange', 'SessionInfo', 'SessionListing', 'SessionService', 'TurnStarted'),
-    '..content.diff': ('PathDiff', 'Side', 'TreeDiff', 'describe', 'stat_lines'),
+    '..content.diff': ('DiffSide', 'PathDiff', 'TreeDiff', 'describe', 'stat_lines'),
     '.file_restore': ('FileRestore',),
     '.turn_views': ('TurnDetail', 'TurnItem', 'TurnSummary'),
 }
