@@ -65,6 +65,7 @@ from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
 from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
+from ..workspace_wide.input_history import HistoryRead, InputHistory
 from .mutation_latch import LatchState
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
@@ -924,6 +925,24 @@ class SessionService(SessionLifecycle, SessionFollowing):
         if session.lease is None or session.lease.lost or session.read_only is not None:
             return LatchState(False)
         return await session.latch.check(session.lease)
+
+    async def input_history(self) -> HistoryRead:
+        """The workspace's chat input history (:mod:`..workspace_wide.input_history`)."""
+        return await InputHistory(self.target).read()
+
+    async def record_input(self, session_id: str, text: str) -> str | None:
+        """Record a prompt sent to ``session_id`` in the input history when
+        this client holds the session writable; what to tell the person
+        (a corrupt history renamed aside, or a write that failed), if
+        anything. Never raises: a history that cannot be written does not
+        refuse the prompt."""
+        if not self.is_open(session_id) or self._open(session_id, "record its input").read_only is not None:
+            return None
+        try:
+            return (await InputHistory(self.target).record(text)).warning
+        except Exception as error:  # the prompt goes on; the person is told
+            reason = getattr(error, "reason", None) or str(error)
+            return f"the prompt was not recorded in the input history: {reason}"
 
     async def acknowledge_unsettled_mutation(self, session_id: str) -> bool:
         """The owner confirmed no previous command still runs: the latch is
