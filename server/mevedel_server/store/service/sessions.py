@@ -733,7 +733,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
     # Turns ---------------------------------------------------------------------
 
     async def begin_turn(self, session_id: str, prompt: str, *, agent: str | None = None) -> TurnStarted:
-        session = await self._gated(session_id, "begin a turn")
+        session = await self._gated(session_id, "begin a turn", commands=True)
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidSessionInput(f"prompt {quoted(prompt)}", "is blank; a turn needs the user's prompt")
         _require_settled(session, "beginning another")
@@ -1049,7 +1049,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         its own, so that it can itself be rewound (``file_restore.py``)."""
         from .file_restore import restore_file
 
-        self._mutable(session_id, "restore a file")
+        await self._gated(session_id, "restore a file", commands=True)
         return await restore_file(self, session_id, _tracked_path(path), before_turn, commit=commit)
 
     # Internals -----------------------------------------------------------------
