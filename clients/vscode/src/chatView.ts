@@ -393,7 +393,7 @@ const SCRIPT = `
       history = (Array.isArray(message.entries) ? message.entries : []).slice().reverse();
       const wanted = pending;
       pending = 0;
-      if (wanted) step(wanted);
+      for (let i = 0; i < Math.abs(wanted); i++) step(wanted > 0 ? 1 : -1);
     } else if (message.type === 'focus') {
       if (typeof message.draft === 'string' && !prompt.value) { prompt.value = message.draft; save(); }
       prompt.focus();
@@ -425,9 +425,14 @@ const SCRIPT = `
   let index = -1;
   let draft = '';
   let pending = 0;
+  let asked = false;
   let lastSent = '';
+  // Asked once, when the box first gets the focus; steps taken before the
+  // answer arrives are taken then, in order.
+  function ask() { if (!asked) { asked = true; vscode.postMessage({ type: 'history' }); } }
+  prompt.addEventListener('focus', ask);
   function step(n) {
-    if (history === null) { pending = n; vscode.postMessage({ type: 'history' }); return; }
+    if (history === null) { pending += n; ask(); return; }
     const next = index + n;
     if (next < -1 || next >= history.length) return;
     if (index === -1) draft = prompt.value;
