@@ -3042,8 +3042,58 @@ session, offered when none is current (after a restart); nil otherwise.")
     (define-key map (kbd "C-c C-t") #'mevedel-lsp-prompt-choose-agent)
     (define-key map (kbd "C-c C-n") #'mevedel-lsp-prompt-new-session)
     (define-key map (kbd "C-c C-o") #'mevedel-lsp-chat-options)
+    (define-key map (kbd "M-p") #'mevedel-lsp-prompt-previous-input)
+    (define-key map (kbd "M-n") #'mevedel-lsp-prompt-next-input)
     map)
   "Keys of `mevedel-lsp-prompt-mode'.")
+
+(defvar-local mevedel-lsp-prompt--inputs 'unfetched
+  "The workspace's input history, newest first (`mevedel/input/history'),
+fetched at the first step into it of a prompt.")
+
+(defvar-local mevedel-lsp-prompt--input-index -1
+  "The entry of `mevedel-lsp-prompt--inputs' the buffer shows (-1: the draft).")
+
+(defvar-local mevedel-lsp-prompt--draft nil
+  "What was written before stepping into the input history.")
+
+(defun mevedel-lsp-prompt--input-history ()
+  "The input history of the prompt's workspace, newest first.
+A history file the server found corrupt (renamed aside) is told once."
+  (when (eq mevedel-lsp-prompt--inputs 'unfetched)
+    (let* ((server (or mevedel-lsp--origin-server (mevedel-lsp--server)))
+           (answer (condition-case err
+                       (jsonrpc-request server :mevedel/input/history (mevedel-lsp--object)
+                                        :timeout mevedel-lsp-question-timeout)
+                     (jsonrpc-error (user-error "mevedel: %s" (mevedel-lsp--error-text err)))))
+           (warning (plist-get answer :warning)))
+      (when (stringp warning) (display-warning 'mevedel warning))
+      (setq mevedel-lsp-prompt--inputs (reverse (append (plist-get answer :entries) nil)))))
+  mevedel-lsp-prompt--inputs)
+
+(defun mevedel-lsp-prompt--step-input (n)
+  "Show the prompt N entries older in the input history (newer when N < 0)."
+  (let* ((inputs (mevedel-lsp-prompt--input-history))
+         (index (+ mevedel-lsp-prompt--input-index n)))
+    (cond ((null inputs) (user-error "mevedel: no prompt was sent in this workspace yet"))
+          ((>= index (length inputs)) (user-error "mevedel: no earlier prompt"))
+          ((< index -1) (user-error "mevedel: no later prompt; this is your draft")))
+    (when (= mevedel-lsp-prompt--input-index -1)
+      (setq mevedel-lsp-prompt--draft (buffer-substring-no-properties (point-min) (point-max))))
+    (setq mevedel-lsp-prompt--input-index index)
+    (erase-buffer)
+    (insert (if (= index -1) (or mevedel-lsp-prompt--draft "") (nth index inputs)))))
+
+(defun mevedel-lsp-prompt-previous-input (n)
+  "Replace the prompt with the one sent N before in this workspace
+\(from any editor or the CLI); the draft comes back after the newest."
+  (interactive "p")
+  (mevedel-lsp-prompt--step-input n))
+
+(defun mevedel-lsp-prompt-next-input (n)
+  "Replace the prompt with the one sent N after the one shown, or the draft."
+  (interactive "p")
+  (mevedel-lsp-prompt--step-input (- n)))
 
 (defun mevedel-lsp-prompt--header-line ()
   "The prompt buffer's header line."
@@ -3065,7 +3115,8 @@ session, offered when none is current (after a restart); nil otherwise.")
 (define-derived-mode mevedel-lsp-prompt-mode text-mode "mevedel prompt"
   "A prompt for an agent, written over as many lines as it takes.
 \\<mevedel-lsp-prompt-mode-map>\\[mevedel-lsp-prompt-send] sends it, \\[mevedel-lsp-prompt-abort] aborts; \\[mevedel-lsp-prompt-attach] attaches a file or address,
-\\[mevedel-lsp-prompt-detach] drops one, \\[mevedel-lsp-prompt-choose-agent] picks the agent.
+\\[mevedel-lsp-prompt-detach] drops one, \\[mevedel-lsp-prompt-choose-agent] picks the agent; \\[mevedel-lsp-prompt-previous-input] and \\[mevedel-lsp-prompt-next-input]
+step through the prompts sent in this workspace.
 \\{mevedel-lsp-prompt-mode-map}"
   (setq-local header-line-format '(:eval (mevedel-lsp-prompt--header-line))))
 
@@ -3099,6 +3150,8 @@ session; \\[mevedel-lsp-prompt-choose-agent] picks again)."
     (with-current-buffer buffer
       (unless (derived-mode-p 'mevedel-lsp-prompt-mode) (mevedel-lsp-prompt-mode))
       (setq-local mevedel-lsp--origin-server server)
+      (setq mevedel-lsp-prompt--inputs 'unfetched
+            mevedel-lsp-prompt--input-index -1)
       (setq mevedel-lsp-prompt--session session
             mevedel-lsp-prompt--continuing continuing
             mevedel-lsp-prompt--agent agent

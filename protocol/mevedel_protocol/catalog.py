@@ -6,7 +6,7 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import agent, agent_options, artifact, control, follow, lifecycle, methods, queue, session
+from . import agent, agent_options, artifact, control, follow, input_history, lifecycle, methods, queue, session
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (
@@ -86,6 +86,7 @@ REQUESTS: dict[str, Message] = {
     methods.QUEUE_EDIT: Message(queue.QueueEditParams, queue.QueueEntry),
     methods.QUEUE_CANCEL: Message(queue.QueueEntryParams, queue.QueueState),
     methods.QUEUE_STEER: Message(queue.QueueSteerParams, queue.QueueEntry),
+    methods.INPUT_HISTORY: Message(input_history.InputHistoryParams, input_history.InputHistoryResult),
     methods.ARTIFACT_LIST: Message(artifact.ArtifactListParams, artifact.ArtifactListResult),
     methods.ARTIFACT_CREATE: Message(artifact.ArtifactCreateParams, artifact.ArtifactEntry),
     methods.ARTIFACT_READ: Message(artifact.ArtifactParams, artifact.ArtifactReadResult),

@@ -27,6 +27,7 @@ SESSION_ERROR_KINDS = frozenset(
         "transfer-draining",
         "identity-needs-confirmation",
         "identity-declined",
+        "unsettled-mutation",
     }
 )
 

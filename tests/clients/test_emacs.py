@@ -566,3 +566,27 @@ def test_emacs_chat_on_a_terminal(emacs: str, workspace: Workspace, tmp_path) ->
         assert (workspace.root / "notes.txt").read_text() == "alpha\nBETA\ngamma\n"
     finally:
         screen.close()
+
+
+def test_emacs_input_history(emacs: str, workspace: Workspace) -> None:
+    """M-p and M-n in the prompt buffer, in a workspace whose input history
+    file is corrupt (renamed aside by the server, told once)."""
+    (workspace.root / ".mevedel").mkdir(exist_ok=True)
+    (workspace.root / ".mevedel" / "input-history").write_text("{not a history")
+    output = run_editor(
+        [
+            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
+            "-l", str(TESTS / "mevedel-lsp-history-test.el"),
+            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-history-")',
+        ],
+        env={
+            **editor_environment(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
+            "HOME": str(workspace.root.parent),
+        },
+        cwd=workspace.root,
+    )
+    assert re.search(r"Ran 1 tests, 1 results as expected, 0 unexpected", output), output
+    assert re.search(r"passed +1/1 +mevedel-lsp-test-history-m-p-and-m-n-step-through-sent-prompts", output), output
+    assert len(list((workspace.root / ".mevedel").glob("input-history.corrupt-*"))) == 1

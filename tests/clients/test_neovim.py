@@ -34,6 +34,7 @@ CHAT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_test.lua"
 QUEUE_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "queue_test.lua"
 ARTIFACTS_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_test.lua"
 REVIEW_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "review_test.lua"
+HISTORY_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "history_test.lua"
 SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_screen.lua"
 ARTIFACTS_SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_screen.lua"
 AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
@@ -239,6 +240,28 @@ def test_neovim_review(nvim: str, workspace: Workspace, tmp_path) -> None:
         "review: r restores a path to its state before the range after showing it; Esc, an empty answer and Cancel change nothing",
     ):
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
+
+
+def test_neovim_input_history(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """<Up> and <Down> pressed in the prompt buffer step through the prompts
+    sent in a workspace whose input history file started corrupt."""
+    (workspace.root / ".mevedel").mkdir(exist_ok=True)
+    (workspace.root / ".mevedel" / "input-history").write_text("{not a history")
+    scripts = tmp_path / "agent-scripts"
+    scripts.mkdir()
+    output = run_editor(
+        _headless(nvim, HISTORY_SCRIPT),
+        env={
+            **editor_environment(workspace),
+            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps(_agent_command()),
+            "MEVEDEL_TEST_SCRATCH": str(scripts),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        },
+        cwd=workspace.root,
+    )
+    assert re.search(r"^1 tests, 0 failed$", output, re.MULTILINE), output
+    assert re.search(r"^PASS history: <Up> and <Down> in the prompt buffer step through the prompts sent", output, re.MULTILINE), output
+    assert len(list((workspace.root / ".mevedel").glob("input-history.corrupt-*"))) == 1
 
 
 class Tmux:

@@ -638,3 +638,30 @@ def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> 
     assert (folder / "run.sh").read_text() == "#!/bin/sh\necho run\n"
     assert len(drive("quickItems", title=REVIEWED)) == 3
     drive("press", key="Escape")
+
+
+def test_chat_input_up_and_down_recall_the_prompts_sent(vscode: Workbench, tmp_path: Path) -> None:
+    folder = markdown_folder(tmp_path)
+    (folder / ".mevedel").mkdir(exist_ok=True)
+    (folder / ".mevedel" / "input-history").write_text("{not a history")
+    vscode.open(folder, turns=[[{"say": "First answer."}], [{"say": "Second answer."}]])
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    drive("waitFor", frame=CHAT, selector=".empty", hasText="No turns yet")
+    send_prompt(vscode, "the first prompt")
+    # The server found the history file corrupt as it recorded the prompt:
+    # renamed aside, and said once.
+    drive("notification", text="renamed to .mevedel/input-history.corrupt-")
+    drive("waitFor", frame=CHAT, selector=".turn-1", hasText="First answer.")
+    send_prompt(vscode, "the second prompt")
+    drive("waitFor", frame=CHAT, selector=".turn-2", hasText="Second answer.")
+    drive("fill", frame=CHAT, selector="#prompt", text="my draft")
+    drive("click", frame=CHAT, selector="#prompt")
+    for key, shown in (("ArrowUp", "the second prompt"), ("ArrowUp", "the first prompt"), ("ArrowUp", "the first prompt"),
+                       ("ArrowDown", "the second prompt"), ("ArrowDown", "my draft")):
+        drive("press", key=key)
+        # The page asks the extension for the history (a round trip) and
+        # shows the entry when it arrives.
+        wait_until(lambda: drive("value", frame=CHAT, selector="#prompt") == shown, f"{shown!r} after {key}")
+    assert len(list((folder / ".mevedel").glob("input-history.corrupt-*"))) == 1

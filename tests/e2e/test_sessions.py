@@ -349,7 +349,10 @@ async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_rest
     assert begun["turn"] == 3
 
 
-async def test_an_unprovable_unsettled_mutation_left_by_a_stopped_owner_is_acknowledged(client, workspace):
+async def unprovable_latch_taken_over(client, workspace: Path) -> str:
+    """A session whose owner (another client) armed the unsettled-mutation
+    latch and stopped before recording the command's group, opened here by
+    takeover once its lease expired; its id."""
     client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(lambda params: types.MessageActionItem(title="Take over"))
     gone = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
     sid = (await gone.create()).session_id
@@ -363,6 +366,11 @@ async def test_an_unprovable_unsettled_mutation_left_by_a_stopped_owner_is_ackno
             break
         await asyncio.sleep(0.05)
     await request(client, methods.SESSION_OPEN, {"sessionId": sid})
+    return sid
+
+
+async def test_an_unprovable_unsettled_mutation_left_by_a_stopped_owner_is_acknowledged(client, workspace):
+    sid = await unprovable_latch_taken_over(client, workspace)
     assert (await observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation  # the takeover carried it
     assert (await request(client, methods.SESSION_ACKNOWLEDGE_MUTATION, {})) == {"sessionId": sid, "cleared": True}
     assert not (await observe_lease(LocalTarget(workspace), sid)).record.unsettled_mutation

@@ -29,6 +29,7 @@ import { confirmModal, runGuarded } from './lifecycleCommands';
 import { listSessions, RequestSender, Scope, SessionDidChangeParams } from './protocol';
 import { SessionCommandContext } from './sessionCommands';
 import { addToQueue, cancelQueued, editQueued, listQueue, QueueDidChangeParams, QueueState, renderQueue, sendingEntry, steer } from './queue';
+import { inputHistory } from './inputHistory';
 
 export interface ChatContext extends SessionCommandContext {
   // Where the agent chosen for each session is remembered.
@@ -99,6 +100,7 @@ export async function showAdvice(context: ChatContext, advice: Advice): Promise<
 
 type WebviewMessage =
   | { type: 'ready' }
+  | { type: 'history' }
   | { type: 'prompt'; text: string }
   | { type: 'steer'; text: string }
   | { type: 'action'; action: string; turn?: number; boundary?: string; index?: number; entry?: string };
@@ -106,7 +108,7 @@ type WebviewMessage =
 function isMessage(value: unknown): value is WebviewMessage {
   if (typeof value !== 'object' || value === null) return false;
   const v = value as Record<string, unknown>;
-  if (v.type === 'ready') return true;
+  if (v.type === 'ready' || v.type === 'history') return true;
   if (v.type === 'prompt' || v.type === 'steer') return typeof v.text === 'string';
   if (v.type !== 'action' || typeof v.action !== 'string') return false;
   return (
@@ -293,6 +295,8 @@ export class ChatPanel implements vscode.Disposable {
       case 'ready':
         this.render();
         return;
+      case 'history':
+        return this.sendInputHistory();
       case 'prompt':
         await this.prompt(message.text);
         return;
@@ -340,6 +344,20 @@ export class ChatPanel implements vscode.Disposable {
           last: message.turn,
         });
     }
+  }
+
+  // The input's history, for the page's ArrowUp/ArrowDown (an empty one when
+  // it cannot be read, said once).
+  private async sendInputHistory(): Promise<void> {
+    let entries: string[] = [];
+    try {
+      const found = await inputHistory(await this.context.sender(), this.state.workspaceFolder);
+      entries = found.entries;
+      if (found.warning) void vscode.window.showWarningMessage(`mevedel: ${found.warning}`);
+    } catch (error) {
+      void vscode.window.showWarningMessage(`mevedel: the input history could not be read: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    this.post({ type: 'inputHistory', entries });
   }
 
   // Prompting ---------------------------------------------------------------------------------

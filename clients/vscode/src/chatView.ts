@@ -385,8 +385,15 @@ const SCRIPT = `
       }
       if (bottom) window.scrollTo(0, document.body.scrollHeight);
     } else if (message.type === 'sent') {
+      if (history !== null && lastSent.trim()) history = [lastSent].concat(history.filter(function (e) { return e !== lastSent; }));
+      index = -1;
       prompt.value = '';
       save();
+    } else if (message.type === 'inputHistory') {
+      history = (Array.isArray(message.entries) ? message.entries : []).slice().reverse();
+      const wanted = pending;
+      pending = 0;
+      for (let i = 0; i < Math.abs(wanted); i++) step(wanted > 0 ? 1 : -1);
     } else if (message.type === 'focus') {
       if (typeof message.draft === 'string' && !prompt.value) { prompt.value = message.draft; save(); }
       prompt.focus();
@@ -408,8 +415,34 @@ const SCRIPT = `
   function send() {
     const text = prompt.value;
     if (!text.trim() || document.getElementById('send').disabled) return;
+    lastSent = text;
     vscode.postMessage({ type: 'prompt', text: text });
   }
+  // The input history (newest first; null until the extension sent it):
+  // ArrowUp on the first line goes back, ArrowDown on the last forward, to
+  // the draft written before stepping in.
+  let history = null;
+  let index = -1;
+  let draft = '';
+  let pending = 0;
+  let asked = false;
+  let lastSent = '';
+  // Asked once, when the box first gets the focus; steps taken before the
+  // answer arrives are taken then, in order.
+  function ask() { if (!asked) { asked = true; vscode.postMessage({ type: 'history' }); } }
+  prompt.addEventListener('focus', ask);
+  function step(n) {
+    if (history === null) { pending += n; ask(); return; }
+    const next = index + n;
+    if (next < -1 || next >= history.length) return;
+    if (index === -1) draft = prompt.value;
+    index = next;
+    prompt.value = index === -1 ? draft : history[index];
+    const at = n > 0 ? 0 : prompt.value.length;
+    prompt.setSelectionRange(at, at);
+    save();
+  }
+  function plain(event) { return !event.shiftKey && !event.altKey && !event.ctrlKey && !event.metaKey && prompt.selectionStart === prompt.selectionEnd; }
   document.getElementById('send').addEventListener('click', send);
   document.getElementById('steer').addEventListener('click', function () {
     if (prompt.value.trim()) vscode.postMessage({ type: 'steer', text: prompt.value });
@@ -417,6 +450,8 @@ const SCRIPT = `
   prompt.addEventListener('input', save);
   prompt.addEventListener('keydown', function (event) {
     if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) { event.preventDefault(); send(); }
+    else if (event.key === 'ArrowUp' && plain(event) && prompt.value.slice(0, prompt.selectionStart).indexOf('\\n') === -1) { event.preventDefault(); step(1); }
+    else if (event.key === 'ArrowDown' && plain(event) && prompt.value.slice(prompt.selectionEnd).indexOf('\\n') === -1) { event.preventDefault(); step(-1); }
   });
   vscode.postMessage({ type: 'ready' });
 })();

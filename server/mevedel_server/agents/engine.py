@@ -529,9 +529,8 @@ class AgentEngine:
         if not isinstance(text, str) or not text.strip():
             raise AgentError(FAILED, "the prompt", "is blank; write what the agent should do")
         self.service.session(session_id).require_writable()
-        latch = await self.service.unsettled_mutation(session_id)
-        if latch.set:  # told before the agent mutates anything
-            raise AgentError(FAILED, f"session {session_id}", latch.message(), "prompt again once that is settled")
+        # Told before the agent starts, let alone mutates anything.
+        await self.service.require_commands_settled(session_id, "prompt it")
         config = self.config()
         recorded = self.service.engine(session_id)
         spec = config.choose(agent, recorded.agent if recorded else None)
@@ -994,8 +993,8 @@ def _last_turn_begin(records: Sequence[object]) -> int:
 
 
 class _Latch:
-    """The session's unsettled-mutation latch around this agent's local
-    commands (:mod:`..store.service.mutation_latch`)."""
+    """The session's unsettled-mutation latch around this agent's
+    commands, local or on the SSH host (:mod:`..store.service.mutation_latch`)."""
 
     def __init__(self, running: _Running) -> None:
         self.running = running
@@ -1019,12 +1018,15 @@ class _Latch:
 
     async def launched(self, terminal: Terminal) -> None:
         session = self._session()
-        if session is None or terminal.process is None:
+        if session is None or terminal.pgid is None:
             return
         turn = self.running.turn
+        remote = terminal.remote_group
         try:
             terminal.armed_id = await session.latch.launched(
-                session.lease, terminal.process.pid, terminal.command, turn.turn if turn else None, session.time.now()
+                session.lease, terminal.pgid, terminal.command, turn.turn if turn else None, session.time.now(),
+                machine=None if remote is None else (remote.machine_id, remote.boot_id),
+                runs_on=None if remote is None else getattr(self.running.engine.service.target, "host", None) or "the SSH host",
             )
         except Exception as error:  # the latch stays set: unprovable, the next owner is told
             _log.warning("session %s: the process group of %s is not recorded: %s", self.running.session_id, terminal.terminal_id, error)

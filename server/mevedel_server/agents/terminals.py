@@ -29,7 +29,8 @@ from typing import Protocol
 
 from acp import RequestError
 
-from ..targets import LocalTarget, Target
+from ..targets import ControlProgram, LocalTarget, Target
+from ..targets.process_group import ProcessGroup, RemoteGroup
 from .execution_log import ExecutionLog
 from .workspace_files import NOT_UNICODE, require_unicode, shown
 
@@ -59,6 +60,15 @@ class Terminal:
     #: The record of its process group under the unsettled-mutation latch.
     armed_id: str | None = None
     command: str = ""
+    #: Its process group on an SSH host, announced once it exists there.
+    remote_group: RemoteGroup | None = None
+
+    @property
+    def pgid(self) -> int | None:
+        """Its process group (its own session), here or on the SSH host."""
+        if self.process is not None:
+            return self.process.pid
+        return self.remote_group.pgid if self.remote_group is not None else None
 
     def add(self, data: bytes) -> None:
         if self.log is not None:
@@ -82,10 +92,10 @@ class Terminal:
 
 
 class CommandLatch(Protocol):
-    """The session's unsettled-mutation latch around a local command:
-    ``arm`` before it is launched (a failure refuses the command),
-    ``launched`` once its group exists, ``stopped`` once that group was
-    killed."""
+    """The session's unsettled-mutation latch around a command, local or
+    on the SSH host: ``arm`` before it is launched (a failure refuses the
+    command), ``launched`` once its group exists, ``stopped`` once that
+    group was killed."""
 
     async def arm(self) -> None: ...
     async def launched(self, terminal: Terminal) -> None: ...
@@ -208,15 +218,15 @@ class Terminals:
         terminal = Terminal(f"term-{self._count}", min(asked or cap, cap), asked if asked is not None and asked > cap else None, log=log)
         terminal.command = " ".join(argv)
         await self._before()
+        if self._latch is not None:
+            try:
+                await self._latch.arm()
+            except Exception:
+                await self._after()
+                raise
         # Registered only once it runs: a terminal that never started must
         # not count as running (the turn would wait for it forever).
         if directory is not None:
-            if self._latch is not None:
-                try:
-                    await self._latch.arm()
-                except Exception:
-                    await self._after()
-                    raise
             try:
                 terminal.process = await asyncio.create_subprocess_exec(
                     *argv,
@@ -273,8 +283,15 @@ class Terminals:
             await self._settled(terminal)
 
     async def _run_remote(self, terminal: Terminal, argv: list[str], cwd: str) -> None:
+        async def started(group: RemoteGroup) -> None:
+            terminal.remote_group = group
+            if self._latch is not None:
+                await self._latch.launched(terminal)
+
         try:
-            outcome = await self._remote.run_command(argv, cwd, timeout=REMOTE_COMMAND_TIMEOUT)
+            outcome = await self._remote.run_command(
+                argv, cwd, timeout=REMOTE_COMMAND_TIMEOUT, started=started if self._latch is not None else None
+            )
             terminal.add(outcome.stdout + outcome.stderr)
             terminal.exit_code = outcome.exit_status
         except asyncio.CancelledError:
@@ -293,6 +310,9 @@ class Terminals:
             terminal.exit_code = 127
         finally:
             await self._settled(terminal)
+            if terminal.remote_group is None and self._latch is not None:
+                # It never got a group (it did not start): nothing to prove.
+                await self._latch.stopped(terminal)
 
     async def _settled(self, terminal: Terminal) -> None:
         try:
@@ -345,8 +365,21 @@ class Terminals:
         elif terminal.task is not None and not terminal.done.is_set():
             terminal.task.cancel()
         await terminal.done.wait()
-        if terminal.process is not None and self._latch is not None:
+        killed = terminal.remote_group is None or await self._kill_remote_group(terminal.remote_group)
+        if terminal.pgid is not None and self._latch is not None and killed:
             await self._latch.stopped(terminal)
+
+    async def _kill_remote_group(self, group: RemoteGroup) -> bool:
+        """What a remote command left running in its group is killed at
+        release, as a local one's is (on the host, by the executor, only
+        while the host's boot is the one the group was announced in); a
+        host that cannot be reached leaves the latch's record to prove."""
+        try:
+            op = ProcessGroup(pgid=group.pgid, kill=True, boot_id=group.boot_id)
+            return (await self.target.run(ControlProgram([op])))[0].ok
+        except Exception as error:
+            _log.warning("the process group %s on the SSH host was not killed: %s", group.pgid, error)
+            return False
 
     async def close_all(self) -> None:
         for terminal_id in list(self._terminals):

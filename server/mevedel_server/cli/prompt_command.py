@@ -21,7 +21,9 @@ refused without touching the session's lease; ``--queue`` adds it to the
 session's queue (that process sends it when its turn settles) and
 ``--steer`` cancels that turn and has it sent next (:mod:`.queued_prompt`).
 The process running the turns sends whatever was queued meanwhile before
-it exits; its status is its own prompt's. Exit status:
+it exits; its status is its own prompt's. With no TEXT the prompt is typed
+on the terminal, up/down recalling the workspace's input history
+(``prompt_line.py``); every prompt sent is recorded there. Exit status:
 0 completed, 1 refused before anything was recorded, 2 the turn failed,
 130 interrupted.
 """
@@ -49,6 +51,7 @@ from ..tool_server.standalone import StandaloneContext
 from ..store import SessionAction
 from .agent_prestart import prestart_for
 from .queued_prompt import STEER_SIGNAL, RunnerMark, other_runner, queue_behind, refusal
+from .prompt_line import typed_prompt
 from .session_client import (
     CommandError, add_common, add_session_option, emit, held_session, last_session, remember_session, run_command, workspace_root,
 )
@@ -65,7 +68,8 @@ PLAIN = "\x1b[0m"
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("prompt", help="prompt an ACP agent: the next turn of a session")
-    parser.add_argument("text", metavar="TEXT", help="the prompt ('-' reads it from stdin)")
+    parser.add_argument("text", metavar="TEXT", nargs="?",
+                        help="the prompt ('-' reads it from stdin; none: typed on the terminal, up/down recalling the input history)")
     parser.add_argument("--agent", metavar="NAME", help="an agent of the config file's 'agents' (default: the session's, else defaultAgent)")
     parser.add_argument("--attach", metavar="ADDRESS|PATH", action="append", default=[], help="attach a workspace file (repeatable)")
     parser.add_argument("--new", action="store_true", help="in a new session")
@@ -307,11 +311,14 @@ def run_prompt(arguments: argparse.Namespace) -> int:
     from ..agents.engine import AgentEngine
 
     async def body(service: SessionService) -> None:
+        nonlocal text
         if arguments.new and arguments.session is not None:
             raise CommandError("invalid-params", "give either --new or --session, not both")
         if arguments.queue and arguments.steer:
             raise CommandError("invalid-params", "give either --queue or --steer, not both")
         front = TerminalFront(arguments.json)
+        if text is None:
+            text = await typed_prompt(service, front.note)
         if arguments.new:
             session_id = (await service.create()).session_id
         else:
@@ -357,6 +364,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                              local_cwd=str(local) if local is not None else None)
         if arguments.mode is not None or arguments.set_options:
             await _choose(engine, session_id, arguments)
+        said = await service.record_input(session_id, text)
+        if said:
+            front.note(f"[{said}]")
         loop = asyncio.get_running_loop()
         mark = RunnerMark(service, session_id)
         await engine.queue.state(session_id)  # what an earlier process left, under the restart rules

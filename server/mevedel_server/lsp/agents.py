@@ -25,6 +25,7 @@ from ..resources import ReadOptions, execute, prepare
 from ..store import SessionChange, SessionService
 from ..tool_server.host import ToolHost
 from .errors import failure
+from .input_history import tell_recorded
 from .handlers import command_handler as _command_handler, folder as _folder, registry as _registry, request_handler as _request_handler
 from .resources import writable_context
 from .workspaces import Folder, request_scope, scope
@@ -233,6 +234,7 @@ async def prompt(ls: MevedelLanguageServer, params: wire.TurnPromptParams) -> wi
         registry.make_current(folder, session_id)
     elif not service.is_open(session_id):
         raise failure("owner-missing", session_id, "is not open here; open it (mevedel/session/open) before prompting")
+    tell_recorded(ls, await service.record_input(session_id, params.text))
     try:
         outcome: PromptOutcome = await _engines(ls).engine(folder).prompt(
             session_id, params.text, agent=params.agent, attachments=params.attachments

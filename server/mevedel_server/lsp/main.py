@@ -52,7 +52,7 @@ _log = logging.getLogger(__name__)
 #: module named here.
 FEATURES = (
     "configuration", "completion", "hover", "definition", "diagnostics", "resources", "sessions",
-    "lifecycle", "control", "follow", "agents", "agent_options", "prompt_queue", "mcp", "artifacts",
+    "lifecycle", "control", "follow", "agents", "agent_options", "prompt_queue", "mcp", "artifacts", "input_history",
 )
 
 #: The signals that stop the server cleanly (those this platform has).

@@ -40,7 +40,9 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   same and ``(directories, shared)`` (see :meth:`Executor._scan_paths`), a
   ``SnapshotFile`` value
   ``(sha256 hex or None, size, mtime_ns, ctime_ns, inode, written)`` (and
-  the offset in its pack when it packs: None when it did not append).
+  the offset in its pack when it packs: None when it did not append), a
+  ``ProcessGroup`` value ``(machine id, boot id, exists)`` (its argument
+  ``(pgid, kill, boot id)``: see :meth:`Executor._process_group`).
 
 Every operation opens the root, proves its device and inode are the pinned
 identity, and then opens each parent component with ``O_DIRECTORY |
@@ -1430,6 +1432,29 @@ class Executor:
         if deferred is not None:
             deferred.wrote(pfd)
 
+    def _process_group(self, path, argument, _deferred):
+        """Whether a process group exists on the machine that holds the
+        root: ``argument`` is ``(pgid, kill, boot_id)``; with ``kill`` the
+        group is first sent SIGKILL, but only while this machine's boot is
+        ``boot_id`` (a number from another boot names someone else's
+        processes). ``value`` is ``(machine_id, boot_id, exists)``, either
+        id None where the machine does not say."""
+        if split_components(path):
+            raise Refused(FAILED, "a process group is asked of the target root, not '%s'" % path)
+        try:
+            pgid, kill, expected_boot = argument
+        except (TypeError, ValueError):
+            pgid = kill = expected_boot = None
+        if not _whole(pgid) or pgid < 2 or type(kill) is not bool:
+            raise Refused(FAILED, "a process group query needs a group id above 1 and a kill flag")
+        machine, boot = process_identity()
+        if kill and boot is not None and boot == expected_boot:
+            try:
+                os.killpg(pgid, 9)
+            except OSError:
+                pass
+        return (OK, (machine, boot, _group_exists(pgid)), None, False)
+
     def _barrier(self, path, _argument, deferred):
         if split_components(path):
             raise Refused(FAILED, "a barrier names the target root, not '%s'" % path)
@@ -1452,6 +1477,7 @@ _HANDLERS = {
     "MakeDirs": Executor._make_dirs,
     "Clock": Executor._clock,
     "Barrier": Executor._barrier,
+    "ProcessGroup": Executor._process_group,
     "ReadEntry": Executor._read_entry,
     "PutEntry": Executor._put_entry,
     "WalkTree": Executor._walk,
@@ -1558,6 +1584,31 @@ def _dereference(data, keys, base):
     except UnicodeError:
         return None
     return "%s/%s" % (base, found) if split_components(base) else found
+
+
+def _read_identity(path):
+    try:
+        with open(path, "rb") as handle:
+            value = handle.read(200).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return value or None
+
+
+def process_identity():
+    """This machine's id and its current boot's id (None where unknown):
+    what tells a process group of this boot from any other."""
+    return _read_identity("/etc/machine-id"), _read_identity("/proc/sys/kernel/random/boot_id")
+
+
+def _group_exists(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, as another user's (EPERM)
+    return True
 
 
 def _whole(number):

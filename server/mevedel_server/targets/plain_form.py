@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .clock import Clock
+from .process_group import ProcessGroup, group_state
 from .errors import ROOT_REPLACED, PathAbsentError, RootReplacedError, TargetError, TargetOperationError, UnsafePathError
 from .executor import ProgramRefused
 from .program import (
@@ -72,6 +73,7 @@ _KINDS: dict[type, str] = {
         MakeDirs,
         Clock,
         Barrier,
+        ProcessGroup,
         WalkTree,
         ListTree,
         ReadFiles,
@@ -124,6 +126,8 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [op.offset, op.size]
     elif isinstance(op, ReadEntry):
         argument = op.max_bytes
+    elif isinstance(op, ProcessGroup):
+        argument = [op.pgid, op.kill, op.boot_id]
     elif isinstance(op, PutEntry):
         argument = [None if op.expected is None else op.expected.plain(), None if op.wanted is None else op.wanted.plain()]
     else:
@@ -156,6 +160,8 @@ def _value(op: Operation, status: Status, value: object) -> object:
         return _chain(op, value)
     if status is Status.OK and isinstance(op, ScanTree):
         return _file_scan(value)
+    if status is Status.OK and isinstance(op, ProcessGroup):
+        return group_state(value)
     if status is Status.OK and isinstance(op, SnapshotFile):
         return _snapshot(op, value)
     if isinstance(op, (ReadEntry, PutEntry)) and value is not None:

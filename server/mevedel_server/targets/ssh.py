@@ -43,16 +43,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import os
 import secrets
 import shlex
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import asyncssh
 
 from .plain_form import plain_operations, program_result, refusal_error_of
+from .process_group import RemoteGroup
 from .program import ControlProgram, ProgramResult
 from .remote_bundle import BYTECODE_MAGIC, compiled_script, remote_command, remote_script
 from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
@@ -90,6 +92,24 @@ class CommandOutcome:
     exit_status: int
     stdout: bytes
     stderr: bytes
+
+
+#: Run by the host's interpreter in front of a command (``run_command``'s
+#: ``started``): a session of its own, announced, then the command itself.
+_GROUP_WRAPPER = (
+    "import os,sys\n"
+    "os.setsid()\n"
+    "def r(p):\n"
+    " try:\n"
+    "  with open(p,'rb') as f: v=f.readline().decode('ascii').strip()\n"
+    " except Exception: v=''\n"
+    " return v if v and ' ' not in v else '-'\n"
+    "os.write(2,('\\0mevedel-group %d %s %s\\n'%(os.getpid(),r('/etc/machine-id'),r('/proc/sys/kernel/random/boot_id'))).encode())\n"
+    "try: os.execvp(sys.argv[1],sys.argv[1:])\n"
+    "except OSError as e:\n"
+    " os.write(2,('%s: %s\\n'%(sys.argv[1],e.strerror)).encode()); os._exit(127)\n"
+)
+_ANNOUNCEMENT = re.compile(rb"^\x00mevedel-group ([0-9]+) (\S+) (\S+)\n\Z")
 
 
 class _NotSent(Exception):
@@ -353,7 +373,8 @@ class SshTarget(ProgramTarget):
             raise self._unavailable(f"the target's answer does not fit the program ({exc})", True) from None
 
     async def run_command(
-        self, argv: Sequence[str], cwd: str = ".", *, timeout: float = 60.0
+        self, argv: Sequence[str], cwd: str = ".", *, timeout: float = 60.0,
+        started: Callable[[RemoteGroup], Awaitable[None]] | None = None,
     ) -> CommandOutcome:
         """Run ``argv`` (a program and its arguments, no shell syntax) on the
         host in ``cwd``, a target-relative directory below the pinned root,
@@ -368,7 +389,15 @@ class SshTarget(ProgramTarget):
         raises :class:`TargetOperationError` naming ``cwd``; nothing runs).
         A dropped connection or a command that outlives ``timeout`` (it is
         then killed) raises :class:`TargetUnavailable` with an unknown
-        outcome."""
+        outcome.
+
+        With ``started``, the command runs in a process group (a session)
+        of its own, which the watchdog kills whole when the channel closes
+        before the command ended (a task cancelled, a timeout); ``started``
+        is told that group, the host's machine id and its boot once it
+        exists, before the command's own first instruction (the
+        unsettled-mutation latch records them: ``ProcessGroup`` proves the
+        group gone later)."""
         if not argv:
             raise ValueError("a command needs at least the program name")
         await self._pinned()
@@ -378,6 +407,18 @@ class SshTarget(ProgramTarget):
         # The physical root and the physical cwd must agree component by
         # component; the check's own failure is status 125, which no
         # command is run to produce.
+        words = " ".join(shlex.quote(word) for word in argv)
+        if started is None:
+            launch, stop, tail = words, 'kill "$c"', 'exec 3<&-; wait "$c"'
+        else:
+            # Its own session, announced on stderr before the exec. The
+            # watchdog kills the whole group when the channel closes first,
+            # and is dismissed when the command ends by itself: what it left
+            # running lives on, as a local command's does, until its
+            # terminal is released (Terminals kills the group then).
+            launch = f"{shlex.quote(self._interpreter)} -c {shlex.quote(_GROUP_WRAPPER)} {words}"
+            stop = 'kill -9 -"$c" 2>/dev/null || kill "$c"'
+            tail = 'w=$!; exec 3<&-; wait "$c"; s=$?; kill "$w" 2>/dev/null; exit $s'
         line = (
             f"r=$(cd -P -- {shlex.quote(self.root)} 2>/dev/null && pwd -P) && "
             f"cd -P -- {shlex.quote(directory)} 2>/dev/null && "
@@ -386,8 +427,8 @@ class SshTarget(ProgramTarget):
             # standard input -- the channel -- closes: OpenSSH drops the
             # signal a client sends, so closing the channel is the one way to
             # stop a command given up on.
-            f"exec 3<&0; {' '.join(shlex.quote(word) for word in argv)} </dev/null 3<&- & c=$!; "
-            '(cat >/dev/null; kill "$c") <&3 3<&- >/dev/null 2>&1 & exec 3<&-; wait "$c"'
+            f"exec 3<&0; {launch} </dev/null 3<&- & c=$!; "
+            f"(cat >/dev/null; {stop}) <&3 3<&- >/dev/null 2>&1 & {tail}"
         )
         async with self._channels:
             conn = await self._connection()
@@ -398,7 +439,13 @@ class SshTarget(ProgramTarget):
                     self._forget(conn)
                 raise self._unavailable(f"'{argv[0]}' could not start ({_describe(exc)})", False) from None
             try:
+                head = b""
+                if started is not None:
+                    head = await self._announced(process, started, timeout)
                 done = await asyncio.wait_for(process.wait(), timeout)
+            except asyncio.CancelledError:
+                _stop(process)  # the watchdog ends the command with its channel
+                raise
             except asyncio.TimeoutError:
                 _stop(process)
                 raise self._unavailable(f"'{argv[0]}' did not finish within {timeout:g} s", True) from None
@@ -418,7 +465,20 @@ class SshTarget(ProgramTarget):
             raise TargetOperationError(
                 cwd, "is not a directory below the workspace root (missing, or a symbolic link leads elsewhere)"
             )
-        return CommandOutcome(status, bytes(done.stdout or b""), bytes(done.stderr or b""))
+        return CommandOutcome(status, bytes(done.stdout or b""), head + bytes(done.stderr or b""))
+
+    async def _announced(self, process: asyncssh.SSHClientProcess, started, timeout: float) -> bytes:
+        """Read the group announcement a command run by ``_GROUP_WRAPPER``
+        writes first on stderr and tell ``started``; what was read that is
+        no announcement (the shell's own complaint) is given back as the
+        start of stderr."""
+        first = await asyncio.wait_for(process.stderr.readline(), timeout)
+        found = _ANNOUNCEMENT.match(first)
+        if found is None:
+            return bytes(first)
+        machine, boot = (None if v == b"-" else v.decode("ascii") for v in (found.group(2), found.group(3)))
+        await started(RemoteGroup(int(found.group(1)), machine, boot))
+        return b""
 
     async def close(self) -> None:
         self._closed = True

@@ -149,6 +149,10 @@ const ops = {
   async texts(request) {
     return await where(request).allInnerTexts();
   },
+  // The value of an input or textarea (what the user wrote there).
+  async value(request) {
+    return await where(request).first().inputValue({ timeout: 0 });
+  },
   async count(request) {
     return await where(request).count();
   },

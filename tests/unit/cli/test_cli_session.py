@@ -188,8 +188,10 @@ def test_a_failed_settle_survives_its_process_and_the_next_command_retries_it(wo
     assert not (session / ".pending-publication").exists()
 
 
-def test_an_unprovable_unsettled_mutation_is_acknowledged_from_the_cli(workspace, tmp_path):
-    me = tmp_path / "me"
+def unprovable_latch_left(workspace: Path, me: Path) -> str:
+    """A session of this CLI client (state ``me``) whose owner process
+    armed the unsettled-mutation latch and died before recording the
+    command's group; its id."""
     sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
     ok(cli(workspace, me, "turn", "settle", "--json"))
     identity = json.loads((me / "mevedel" / "cli-client.json").read_text())
@@ -202,5 +204,11 @@ def test_an_unprovable_unsettled_mutation_is_acknowledged_from_the_cli(workspace
         await svc.detach()
 
     asyncio.run(owner_dies_between_the_latch_and_its_record())
+    return sid
+
+
+def test_an_unprovable_unsettled_mutation_is_acknowledged_from_the_cli(workspace, tmp_path):
+    me = tmp_path / "me"
+    sid = unprovable_latch_left(workspace, me)
     assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json")) == {"session_id": sid, "cleared": True}
     assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json"))["cleared"] is False

@@ -1203,6 +1203,7 @@ function M.compose(context)
   vim.keymap.set('n', 'q', function()
     abandon_composed(bufnr)
   end, { buffer = bufnr, desc = 'mevedel: discard the prompt' })
+  require('mevedel.input_history').attach(bufnr)
   vim.cmd('startinsert')
   return bufnr
 end

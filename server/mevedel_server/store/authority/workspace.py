@@ -161,11 +161,13 @@ async def ensure_workspace_id_with(target: Target, also: Sequence[Operation]) ->
 
 #: The spec's "Generated state excludes": what mevedel writes in a workspace
 #: that is no project file, each anchored at the repository root; and
-#: ``file-state/``, the agent engine's record of the workspace's files.
+#: ``file-state/``, the agent engine's record of the workspace's files. The
+#: spec's ``input-history.el`` is JSON here, ``input-history``, and a corrupt
+#: one is renamed aside beside it (``input-history.corrupt-*``).
 GENERATED_EXCLUDES = (
     "/.mevedel/sessions/",
     "/.mevedel/tool-results/",
-    "/.mevedel/input-history.el",
+    "/.mevedel/input-history*",
     "/.mevedel/leases/",
     "/.mevedel/state/",
     "/.mevedel/file-state/",

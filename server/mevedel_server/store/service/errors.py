@@ -123,6 +123,16 @@ class TransferDraining(StoreError):
         self.session_id = session_id
 
 
+class UnsettledMutation(StoreError):
+    """A shell command a previous owner of the session started may still be
+    running (the lease's unsettled-mutation latch): what would change the
+    workspace under it is refused, and the person told what to check."""
+
+    def __init__(self, session_id: str, action: str, message: str) -> None:
+        super().__init__(f"session {session_id}: cannot {action} yet: {message}")
+        self.session_id = session_id
+
+
 class NoSuchTurn(StoreError):
     def __init__(self, session_id: str, turn: int, count: int) -> None:
         known = f"turns are numbered 1-{count}" if count else "it has no turns yet"
@@ -141,6 +151,7 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (TakeoverNeedsConfirmation, "takeover-needs-confirmation"),
     (IdentityNeedsConfirmation, "identity-needs-confirmation"),
     (TransferDraining, "transfer-draining"),
+    (UnsettledMutation, "unsettled-mutation"),
     (TransferBusy, "conflict"),
     (NotRequestable, "conflict"),
     (ClaimRaced, "lease-held"),

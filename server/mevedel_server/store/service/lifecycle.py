@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..transactions.lifecycle_token import InvalidToken, LifecycleRefused, StateToken
 from ..authority.publication import Publisher, read_committed
 from ..transactions.recovery import RecoveryOutcome, RecoveryPending, abandon_recovery, find_recovery, retry_recovery
-from .errors import InvalidSessionInput, TurnStateConflict
+from .errors import InvalidSessionInput, TurnStateConflict, UnsettledMutation
 from .open_session import OpenSession
 
 # Each transaction's module is imported by the methods that run it: a
@@ -40,14 +40,32 @@ class SessionLifecycle:
 
     # Recovery gate ------------------------------------------------------------
 
-    async def _gated(self, session_id: str, action: str, *, turn_work: bool = False) -> OpenSession:
+    async def _gated(self, session_id: str, action: str, *, turn_work: bool = False, commands: bool = False) -> OpenSession:
         """The open, mutable session, refused while a recovery is pending
         (and, while a hand-over drains it, unless ``turn_work`` for the turn
-        in flight)."""
+        in flight); with ``commands`` (what changes the workspace's files:
+        a turn's begin, Rewind, Redo, a restore) also while a previous
+        owner's command may still run (:meth:`_require_commands_settled`)."""
         session = self._mutable(session_id, action)
         session.require_admission(turn_work=turn_work)
         await self._require_no_recovery(session)
+        if commands:
+            await self._require_commands_settled(session, action)
         return session
+
+    async def require_commands_settled(self, session_id: str, action: str) -> None:
+        """Refuse (:class:`UnsettledMutation`) while a previous owner's
+        command may still run; an agent engine asks before it starts."""
+        await self._require_commands_settled(self._open(session_id, action), action)
+
+    async def _require_commands_settled(self, session: OpenSession, action: str) -> None:
+        """The unsettled-mutation latch, re-proven before it refuses: a
+        recorded group proven gone clears it with no user action."""
+        if session.lease is None or session.lease.lost or session.read_only is not None:
+            return
+        state = await session.latch.check(session.lease)
+        if state.set:
+            raise UnsettledMutation(session.session_id, action, state.message())
 
     async def _require_no_recovery(self, session: OpenSession) -> None:
         if not session.materialized:  # nothing of it is written: no journal can exist
@@ -116,7 +134,7 @@ class SessionLifecycle:
         from ..transactions.rewind import prepare_rewind
         from ..transactions.snapshot_cut import Boundary
 
-        session = await self._gated(session_id, "rewind it")
+        session = await self._gated(session_id, "rewind it", commands=True)
         await self._require_no_pending_input(session, "rewind it")
         boundary = Boundary(_side(boundary_kind), _turn(turn))
         return await prepare_rewind(
@@ -126,7 +144,7 @@ class SessionLifecycle:
     async def commit_rewind(self, session_id: str, token: str) -> InPlaceResult:
         from ..transactions.rewind import commit_rewind
 
-        session = await self._gated(session_id, "rewind it")
+        session = await self._gated(session_id, "rewind it", commands=True)
         _token_of(session, token, "rewind")
         await self._require_no_pending_input(session, "rewind it")
         session.recovery_clear = False  # a transaction that fails midway may leave its marker
@@ -144,7 +162,7 @@ class SessionLifecycle:
     async def prepare_redo(self, session_id: str, publication_id: str) -> RedoImpact:
         from ..transactions.redo import prepare_redo
 
-        session = await self._gated(session_id, "redo it")
+        session = await self._gated(session_id, "redo it", commands=True)
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
         return await prepare_redo(
@@ -154,7 +172,7 @@ class SessionLifecycle:
     async def commit_redo(self, session_id: str, token: str) -> InPlaceResult:
         from ..transactions.redo import commit_redo
 
-        session = await self._gated(session_id, "redo it")
+        session = await self._gated(session_id, "redo it", commands=True)
         _token_of(session, token, "redo")
         session.recovery_clear = False  # a transaction that fails midway may leave its marker
         result = await commit_redo(self._publisher(session), token, live=session.conversation)

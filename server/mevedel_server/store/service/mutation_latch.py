@@ -10,26 +10,30 @@ gone is recorded beside it, through the target and behind the lease proof::
 
     <session>/.mutations/armed-<32 hex>.json
 
-naming the process group, the machine (``/etc/machine-id``) and its boot
-(``/proc/sys/kernel/random/boot_id``). When the command's group has been
+naming the process group, the machine it runs on (``/etc/machine-id``) and
+its boot (``/proc/sys/kernel/random/boot_id``): this machine's for a local
+command, the SSH host's for a command run there (the host announces them,
+``SshTarget.run_command``'s ``started``). When the command's group has been
 killed (its terminal released, or the turn ended) its record is removed,
 and the latch cleared once no record remains.
 
-A new owner finds the latch set (:func:`check_latch`): a record is *proven
-gone* when it names this machine and either another boot (a reboot ended
-every process) or a group that no longer exists in this boot; proven
-records are removed and, when none remains, the latch clears itself. A
-group that still exists keeps it (the owner is told which, and what to
-check); so does a record of another machine, a missing or unreadable
-record (a crash between the latch and its record), or a machine without
-these identities -- unprovable, it clears only on explicit acknowledgement
-(:func:`acknowledge_latch`).
+A new owner finds the latch set (:meth:`MutationLatch.check`), and asks the
+machine that holds the workspace -- the session's target, where its
+commands ran, this machine or the SSH host alike -- about every recorded
+group in one program (``ProcessGroup``). A record is *proven gone* when
+that machine is the one it names and either its boot changed (a reboot
+ended every process) or the group no longer exists; proven records are
+removed and, when none remains, the latch clears itself. A group that
+still exists keeps it (the owner is told which, and what to check); so does
+a record of another machine, a missing or unreadable record (a crash
+between the latch and its record), a machine without these identities, or
+a target that cannot be asked -- unprovable, it clears only on explicit
+acknowledgement (:meth:`MutationLatch.acknowledge`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from typing import Annotated
 import msgspec
 
 from ...targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, Read, Remove, Status, raise_for_result
+from ...targets.process_group import GroupState, ProcessGroup, process_identity
 from ..authority.lease import ClientIdentity, LeaseHandle
 from ..transactions.recovery import run_guarded
 
@@ -56,46 +61,33 @@ class ArmedCommand(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_o
     command: Annotated[str, msgspec.Meta(max_length=400)]
     turn: int | None
     armed_at: int
+    #: Where it runs when not on the client's own host (an SSH host).
+    runs_on: Annotated[str, msgspec.Meta(max_length=255)] | None = None
+
+    @property
+    def where(self) -> str:
+        return self.runs_on or self.host
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")
 _decoder = msgspec.json.Decoder(ArmedCommand)
 
 
-def _read_identity(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii") as handle:
-            value = handle.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return value or None
-
-
 def machine_identity() -> tuple[str | None, str | None]:
     """This machine's id and its current boot's id (None where unknown)."""
-    return _read_identity("/etc/machine-id"), _read_identity("/proc/sys/kernel/random/boot_id")
+    return process_identity()
 
 
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, as another user's
-    return True
-
-
-def proven_gone(record: ArmedCommand) -> bool:
-    """The recorded group certainly no longer exists."""
-    machine, boot = machine_identity()
-    if record.machine_id is None or record.boot_id is None or machine is None or boot is None:
-        return False
-    if record.machine_id != machine:
-        return False  # another machine's group: nothing here can prove it
-    if record.boot_id != boot:
-        return True  # this machine rebooted since: every process of that boot is gone
-    return not _group_exists(record.pgid)
+def judge(record: ArmedCommand, state: GroupState | None) -> str:
+    """``gone``, ``alive`` or ``unprovable``: what the target's answer
+    about the record's group proves (None: it could not be asked)."""
+    if state is None or None in (record.machine_id, record.boot_id, state.machine_id, state.boot_id):
+        return "unprovable"
+    if record.machine_id != state.machine_id:
+        return "unprovable"  # another machine's group: nothing here can prove it
+    if record.boot_id != state.boot_id:
+        return "gone"  # that machine rebooted since: every process of that boot is gone
+    return "alive" if state.exists else "gone"
 
 
 def _root(lease: LeaseHandle) -> str:
@@ -119,9 +111,10 @@ class LatchState:
     def message(self) -> str:
         parts = []
         for record in self.alive:
+            on = f" on {record.runs_on}" if record.runs_on else ""
             parts.append(
-                f"a command of the previous owner ({record.host}, turn {record.turn}) may still be running: "
-                f"process group {record.pgid}, `{record.command}`; check with `ps -o pid,cmd -g {record.pgid}` "
+                f"a command of the previous owner ({record.host}, turn {record.turn}) may still be running{on}: "
+                f"process group {record.pgid}, `{record.command}`; check with `ps -o pid,cmd -g {record.pgid}`{on} "
                 f"and stop it (`kill -- -{record.pgid}`) or wait for it -- the session clears this itself once that group is gone"
             )
         if self.unprovable:
@@ -149,12 +142,18 @@ class MutationLatch:
             if not lease.record.unsettled_mutation:
                 await lease.set_unsettled_mutation(True)
 
-    async def launched(self, lease: LeaseHandle, pgid: int, command: str, turn: int | None, at: int) -> str:
-        """Record what proves the launched command's group gone; its id."""
-        machine, boot = machine_identity()
+    async def launched(
+        self, lease: LeaseHandle, pgid: int, command: str, turn: int | None, at: int,
+        *, machine: tuple[str | None, str | None] | None = None, runs_on: str | None = None,
+    ) -> str:
+        """Record what proves the launched command's group gone; its id.
+        ``machine``: the machine and boot ids of the host it runs on (an
+        SSH host's, ``runs_on``), else this machine's."""
+        machine_id, boot = machine if machine is not None else machine_identity()
         record = ArmedCommand(
             armed_id=secrets.token_hex(16), client_id=self.client.client_id, host=self.client.host,
-            machine_id=machine, boot_id=boot, pgid=pgid, command=command[:400], turn=turn, armed_at=at,
+            machine_id=machine_id, boot_id=boot, pgid=pgid, command=command[:400], turn=turn, armed_at=at,
+            runs_on=runs_on[:255] if runs_on else None,
         )
         ops = [MakeDirs(_root(lease), optional=True), CreateExclusive(_path(lease, record.armed_id), _encoder.encode(record))]
         async with self._lock:
@@ -184,16 +183,17 @@ class MutationLatch:
             records, unreadable = await _records(lease)
             mine = [r for r in records if r.armed_id in self._armed]
             theirs = [r for r in records if r.armed_id not in self._armed]
-            gone = [r for r in theirs if proven_gone(r)]
+            verdicts = await _ask_target(lease, theirs)
+            gone = [r for r, v in zip(theirs, verdicts) if v == "gone"]
             if gone:
                 await run_guarded(lease, [Remove(_path(lease, r.armed_id), optional=True) for r in gone])
-            alive = tuple(r for r in theirs if r not in gone and _group_exists_here(r))
-            unproven = [r for r in theirs if r not in gone and r not in alive]
+            alive = tuple(r for r, v in zip(theirs, verdicts) if v == "alive")
+            unproven = [r for r, v in zip(theirs, verdicts) if v == "unprovable"]
             why = None
             if unreadable:
                 why = f"{unreadable} record(s) of it cannot be read"
             elif unproven:
-                why = f"it ran on {unproven[0].host}, which this machine cannot check"
+                why = f"it ran on {unproven[0].where}, whose processes the workspace's machine cannot check"
             elif not records and not self._armed:
                 why = "its owner stopped before recording which process group it was"
             if not alive and why is None and not mine and not self._armed:
@@ -215,9 +215,18 @@ class MutationLatch:
                 await lease.set_unsettled_mutation(False)
 
 
-def _group_exists_here(record: ArmedCommand) -> bool:
-    machine, boot = machine_identity()
-    return machine is not None and record.machine_id == machine and record.boot_id == boot and _group_exists(record.pgid)
+async def _ask_target(lease: LeaseHandle, records: list[ArmedCommand]) -> list[str]:
+    """One program asking the workspace's machine about every record's
+    group; each record's verdict (:func:`judge`). A target that cannot be
+    asked proves nothing."""
+    if not records:
+        return []
+    ops = [ProcessGroup(pgid=r.pgid, optional=True) for r in records]
+    try:
+        results = await lease.target.run(ControlProgram(ops))
+    except Exception:  # unreachable: unprovable now; the next attempt asks again
+        return ["unprovable"] * len(records)
+    return [judge(r, result.value if result.ok else None) for r, result in zip(records, results)]
 
 
 async def _records(lease: LeaseHandle, *, names_only: bool = False):

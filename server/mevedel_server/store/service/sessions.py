@@ -70,6 +70,7 @@ from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
 from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
+from ..workspace_wide.input_history import HistoryRead, InputHistory
 from .mutation_latch import LatchState
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval
@@ -787,7 +788,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
     # Turns ---------------------------------------------------------------------
 
     async def begin_turn(self, session_id: str, prompt: str, *, agent: str | None = None) -> TurnStarted:
-        session = await self._gated(session_id, "begin a turn")
+        session = await self._gated(session_id, "begin a turn", commands=True)
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidSessionInput(f"prompt {quoted(prompt)}", "is blank; a turn needs the user's prompt")
         _require_settled(session, "beginning another")
@@ -1020,6 +1021,24 @@ class SessionService(SessionLifecycle, SessionFollowing):
             return LatchState(False)
         return await session.latch.check(session.lease)
 
+    async def input_history(self) -> HistoryRead:
+        """The workspace's chat input history (:mod:`..workspace_wide.input_history`)."""
+        return await InputHistory(self.target).read()
+
+    async def record_input(self, session_id: str, text: str) -> str | None:
+        """Record a prompt sent to ``session_id`` in the input history when
+        this client holds the session writable; what to tell the person
+        (a corrupt history renamed aside, or a write that failed), if
+        anything. Never raises: a history that cannot be written does not
+        refuse the prompt."""
+        if not self.is_open(session_id) or self._open(session_id, "record its input").read_only is not None:
+            return None
+        try:
+            return (await InputHistory(self.target).record(text)).warning
+        except Exception as error:  # the prompt goes on; the person is told
+            reason = getattr(error, "reason", None) or str(error)
+            return f"the prompt was not recorded in the input history: {reason}"
+
     async def acknowledge_unsettled_mutation(self, session_id: str) -> bool:
         """The owner confirmed no previous command still runs: the latch is
         cleared. True when one was set."""
@@ -1129,7 +1148,7 @@ class SessionService(SessionLifecycle, SessionFollowing):
         its own, so that it can itself be rewound (``file_restore.py``)."""
         from .file_restore import restore_file
 
-        self._mutable(session_id, "restore a file")
+        await self._gated(session_id, "restore a file", commands=True)
         return await restore_file(self, session_id, _tracked_path(path), before_turn, commit=commit)
 
     # Internals -----------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""``mevedel prompt`` with no TEXT on a terminal: the prompt is typed on a
+line editor whose history is the workspace's chat input history (the same
+``.mevedel/input-history`` the editors' chat inputs step through), so
+up/down (and Ctrl-P/Ctrl-N, Ctrl-R) recall what was sent before, from any
+front end. GNU readline (or libedit) where Python has it; a plain line
+otherwise."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+PROMPT = "prompt> "
+
+
+def _readline():
+    try:
+        import readline
+    except ImportError:  # a Python built without it: a plain line still works
+        return None
+    return readline
+
+
+def read_prompt(history: Sequence[str]) -> str | None:
+    """One prompt typed on the terminal, with ``history`` (oldest first) to
+    step through; None at end of input (Ctrl-D on an empty line). Ctrl-C
+    raises KeyboardInterrupt, as at any shell prompt."""
+    readline = _readline()
+    if readline is not None:
+        readline.clear_history()
+        for entry in history:
+            readline.add_history(entry)
+    try:
+        # input() writes its prompt to stdout, which may be piped; the
+        # question belongs to the terminal, so it goes to stderr when so.
+        if sys.stdout.isatty():
+            return input(PROMPT)
+        sys.stderr.write(PROMPT)
+        sys.stderr.flush()
+        return input()
+    except EOFError:
+        return None
+
+
+async def typed_prompt(service, note) -> str:
+    """The prompt of a ``mevedel prompt`` given no TEXT: typed on the
+    terminal with the workspace's input history (a corrupt history is
+    renamed aside and told through ``note``). Refused without a terminal,
+    and when nothing is typed."""
+    from .session_client import CommandError
+
+    if not sys.stdin.isatty():
+        raise CommandError("invalid-params", "no TEXT was given and standard input is no terminal to type it on: "
+                                             "give the prompt as TEXT, or '-' to read it from standard input")
+    try:
+        found = await service.input_history()
+        entries, warning = found.entries, found.warning
+    except Exception as error:  # the prompt can still be typed, without history
+        entries, warning = (), f"the input history could not be read: {getattr(error, 'reason', None) or error}"
+    if warning:
+        note(f"[{warning}]")
+    text = read_prompt(entries)
+    if text is None or not text.strip():
+        raise CommandError("invalid-params", "the prompt is blank; nothing was sent")
+    return text

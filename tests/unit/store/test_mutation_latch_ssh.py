@@ -1,0 +1,133 @@
+"""The unsettled-mutation latch around shell commands on an SSH workspace
+(a real OpenSSH server on loopback): the command runs in a process group of
+its own on the host, announced with the host's machine and boot and
+recorded before it does anything; a new owner is told while it still runs
+there, every mutating entry (a turn's begin, Rewind, a restore) is refused
+naming it, and the latch clears itself once the host proves the group gone.
+A released terminal's group is killed on the host, background children
+included, and its record dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from deadlines import ticks
+
+from mevedel_server.agents.terminals import Terminal, Terminals
+from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.service.errors import UnsettledMutation
+
+ME = ClientIdentity("client-me", "workstation")
+OTHER = ClientIdentity("client-other", "laptop")
+
+
+class SessionLatch:
+    """The engine's latch adapter, for one session (agents/engine.py _Latch)."""
+
+    def __init__(self, service: SessionService, sid: str, host: str) -> None:
+        self.service, self.sid, self.host = service, sid, host
+        self.recorded = asyncio.Event()
+
+    async def arm(self) -> None:
+        session = self.service.session(self.sid)
+        await session.latch.arm(session.lease)
+
+    async def launched(self, terminal: Terminal) -> None:
+        session = self.service.session(self.sid)
+        group = terminal.remote_group
+        terminal.armed_id = await session.latch.launched(
+            session.lease, terminal.pgid, terminal.command, 1, session.time.now(),
+            machine=(group.machine_id, group.boot_id), runs_on=self.host,
+        )
+        self.recorded.set()
+
+    async def stopped(self, terminal: Terminal) -> None:
+        session = self.service.session(self.sid)
+        await session.latch.settled(session.lease, terminal.armed_id)
+
+
+async def saved(service: SessionService) -> str:
+    sid = (await service.create()).session_id
+    await service.begin_turn(sid, "first")
+    await service.append(sid, EvidenceInput("response", text="done"))
+    await service.settle(sid)
+    return sid
+
+
+def group_exists(pgid: int) -> bool:  # the SSH host is this machine
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def group_gone(pgid: int, failure: str) -> None:
+    for _ in ticks():
+        if not group_exists(pgid):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(failure)
+
+
+async def nothing() -> None:
+    return None
+
+
+async def test_a_new_owner_is_told_of_a_command_still_running_on_the_host_until_it_is_proven_gone(ssh_connect, tmp_path):
+    owner = SessionService(await ssh_connect(tmp_path), ME, lease_seconds=1)
+    sid = await saved(owner)
+    latch = SessionLatch(owner, sid, "the-ssh-host")
+    terminals = Terminals(owner.target, str(tmp_path), before=nothing, after=nothing, latch=latch)
+    terminal = await terminals.create("sh -c 'sleep 300'", None, {}, None, None)
+    await asyncio.wait_for(latch.recorded.wait(), 60)
+    pgid = terminal.pgid
+    assert group_exists(pgid) and terminal.remote_group.boot_id is not None
+    # The owner stops renewing (a laptop suspended, its connection alive):
+    # the command goes on on the host.
+    await owner.detach()
+    for _ in ticks():
+        if (await observe_lease(await ssh_connect(tmp_path), sid)).standing is LeaseStanding.EXPIRED:
+            break
+        await asyncio.sleep(0.05)
+    heir = SessionService(await ssh_connect(tmp_path), OTHER)
+    await heir.open(sid, confirm_takeover=True)
+    state = await heir.unsettled_mutation(sid)
+    assert state.set and [r.pgid for r in state.alive] == [pgid]
+    assert f"process group {pgid}" in state.message() and "on the-ssh-host" in state.message()
+    for entry in (heir.begin_turn(sid, "next"), heir.prepare_rewind(sid, "before", 1), heir.restore_file(sid, "a.txt", 1)):
+        with pytest.raises(UnsettledMutation) as refused:
+            await entry
+        assert f"process group {pgid}" in str(refused.value) and "sleep 300" in str(refused.value)
+    # The owner gives the command up: its channel closes and the host's
+    # watchdog kills the whole group.
+    terminal.task.cancel()
+    await terminal.done.wait()
+    await group_gone(pgid, "the group outlived its channel")
+    started = await heir.begin_turn(sid, "next")  # re-proven on the host: cleared with no user action
+    assert started.turn == 2
+    assert not (await observe_lease(heir.target, sid)).record.unsettled_mutation
+    assert not list((tmp_path / ".mevedel" / "sessions" / sid / ".mutations").glob("armed-*"))
+    await heir.abort(sid)
+    await heir.close(sid)
+
+
+async def test_releasing_a_remote_terminal_kills_what_it_left_running_and_settles_the_latch(ssh_connect, tmp_path):
+    owner = SessionService(await ssh_connect(tmp_path), ME)
+    sid = await saved(owner)
+    latch = SessionLatch(owner, sid, "the-ssh-host")
+    terminals = Terminals(owner.target, str(tmp_path), before=nothing, after=nothing, latch=latch)
+    terminal = await terminals.create("sh -c 'sleep 300 >/dev/null 2>&1 & echo started'", None, {}, None, None)
+    await terminals.wait(terminal.terminal_id)
+    assert "started" in terminal.text and terminal.exit_code == 0
+    pgid = terminal.pgid
+    assert group_exists(pgid)  # the background child lives on in the group, as locally
+    assert (await observe_lease(owner.target, sid)).record.unsettled_mutation
+    await terminals.release(terminal.terminal_id)
+    await group_gone(pgid, "the background child outlived its terminal's release")
+    assert not (await observe_lease(owner.target, sid)).record.unsettled_mutation
+    assert not list((tmp_path / ".mevedel" / "sessions" / sid / ".mutations").glob("armed-*"))
+    await owner.close(sid)
