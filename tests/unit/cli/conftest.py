@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pseudo_terminal import Terminal
 
 
 @pytest.fixture
@@ -14,3 +15,16 @@ def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     root.mkdir()
     return root
+
+
+@pytest.fixture
+def terminal(workspace, tmp_path):
+    opened: list[Terminal] = []
+
+    def start(*args: str) -> Terminal:
+        opened.append(Terminal(workspace, tmp_path, *args))
+        return opened[-1]
+
+    yield start
+    for each in opened:
+        each.close()

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from test_cli_prompt import configure, env, mevedel
-from test_cli_prompt_terminal import Terminal, terminal, turns  # noqa: F401 (the fixture)
+from test_cli_prompt_terminal import turns
 
 UP = "\x1b[A"
 
