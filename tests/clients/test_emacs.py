@@ -117,14 +117,13 @@ def test_emacs_client_with_another_client(emacs: str, workspace: Workspace) -> N
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 
-def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
-    """The chat against the scripted ACP agent (each test its own session)."""
-    output = run_editor(
-        [
-            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
-            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
-            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-chat-")',
-        ],
+def _run_chat_tests(emacs: str, workspace: Workspace, prefix: str, *files: str) -> str:
+    """Run the ERT tests named ``prefix...`` of the chat test file (and
+    ``files`` beside it) against the scripted ACP agent."""
+    loads = [arg for name in ("mevedel-lsp-test.el", "mevedel-lsp-chat-test.el", *files) for arg in ("-l", str(TESTS / name))]
+    return run_editor(
+        [emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"), *loads,
+         "--eval", f'(ert-run-tests-batch-and-exit "^{prefix}")'],
         env={
             **editor_environment(workspace),
             "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
@@ -132,6 +131,11 @@ def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
         },
         cwd=workspace.root,
     )
+
+
+def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
+    """The chat against the scripted ACP agent (each test its own session)."""
+    output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-chat-")
     assert re.search(rf"Ran {len(REQUIRED_CHAT)} tests, {len(REQUIRED_CHAT)} results as expected, 0 unexpected", output), output
     for name in REQUIRED_CHAT:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
@@ -140,20 +144,7 @@ def test_emacs_chat(emacs: str, workspace: Workspace) -> None:
 def test_emacs_queue(emacs: str, workspace: Workspace) -> None:
     """Prompts queued behind the running turn in the chat (p), edited (e)
     and cancelled (k) on their line, sent when the turn settles; S steers."""
-    output = run_editor(
-        [
-            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
-            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
-            "-l", str(TESTS / "mevedel-lsp-queue-test.el"),
-            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-queue-")',
-        ],
-        env={
-            **editor_environment(workspace),
-            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
-            "HOME": str(workspace.root.parent),
-        },
-        cwd=workspace.root,
-    )
+    output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-queue-", "mevedel-lsp-queue-test.el")
     assert re.search(r"Ran 1 tests, 1 results as expected, 0 unexpected", output), output
     assert re.search(r"passed +1/1 +mevedel-lsp-test-queue-prompts-wait-behind-the-turn", output), output
 
@@ -167,20 +158,7 @@ def test_emacs_review(emacs: str, workspace: Workspace) -> None:
     deletes, renames and chmods) reviewed in diff-mode, ediff and refresh,
     from the turns list and from the chat; a path restored from the review
     (no and C-g change nothing)."""
-    output = run_editor(
-        [
-            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
-            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
-            "-l", str(TESTS / "mevedel-lsp-review-test.el"),
-            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-review-")',
-        ],
-        env={
-            **editor_environment(workspace),
-            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
-            "HOME": str(workspace.root.parent),
-        },
-        cwd=workspace.root,
-    )
+    output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-review-", "mevedel-lsp-review-test.el")
     assert re.search(rf"Ran {len(REQUIRED_REVIEW)} tests?, {len(REQUIRED_REVIEW)} results? as expected, 0 unexpected", output), output
     for name in REQUIRED_REVIEW:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
@@ -573,20 +551,7 @@ def test_emacs_input_history(emacs: str, workspace: Workspace) -> None:
     file is corrupt (renamed aside by the server, told once)."""
     (workspace.root / ".mevedel").mkdir(exist_ok=True)
     (workspace.root / ".mevedel" / "input-history").write_text("{not a history")
-    output = run_editor(
-        [
-            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
-            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-chat-test.el"),
-            "-l", str(TESTS / "mevedel-lsp-history-test.el"),
-            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-history-")',
-        ],
-        env={
-            **editor_environment(workspace),
-            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps([sys.executable, str(AGENT)]),
-            "HOME": str(workspace.root.parent),
-        },
-        cwd=workspace.root,
-    )
+    output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-history-", "mevedel-lsp-history-test.el")
     assert re.search(r"Ran 1 tests, 1 results as expected, 0 unexpected", output), output
     assert re.search(r"passed +1/1 +mevedel-lsp-test-history-m-p-and-m-n-step-through-sent-prompts", output), output
     assert len(list((workspace.root / ".mevedel").glob("input-history.corrupt-*"))) == 1

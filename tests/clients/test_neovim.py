@@ -160,13 +160,13 @@ def _agent_command() -> list[str]:
     return [sys.executable, str(AGENT)]
 
 
-def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
-    """Prompt, streaming, a permission question, cancel, rewind, fork and
-    the errors, in the chat buffer; on 0.11+ started by vim.lsp.enable."""
+def _run_with_agent(nvim: str, script: Path, workspace: Workspace, tmp_path: Path) -> str:
+    """Run a headless test script whose chat drives the scripted agent (its
+    scripts in a scratch folder the Lua side writes), with its own state."""
     scripts = tmp_path / "agent-scripts"
     scripts.mkdir()
-    output = run_editor(
-        _headless(nvim, CHAT_SCRIPT),
+    return run_editor(
+        _headless(nvim, script),
         env={
             **editor_environment(workspace),
             "MEVEDEL_TEST_AGENT_COMMAND": json.dumps(_agent_command()),
@@ -175,6 +175,12 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
         },
         cwd=workspace.root,
     )
+
+
+def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """Prompt, streaming, a permission question, cancel, rewind, fork and
+    the errors, in the chat buffer; on 0.11+ started by vim.lsp.enable."""
+    output = _run_with_agent(nvim, CHAT_SCRIPT, workspace, tmp_path)
     assert re.search(r"^\d+ tests, 0 failed$", output, re.MULTILINE), output
     native = _version(nvim) >= (0, 11)
     expected = [
@@ -200,18 +206,7 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
 def test_neovim_queue(nvim: str, workspace: Workspace, tmp_path) -> None:
     """A prompt written while the turn runs is queued in the chat; e edits
     and x cancels it on its line; it goes when the turn settles; S steers."""
-    scripts = tmp_path / "agent-scripts"
-    scripts.mkdir()
-    output = run_editor(
-        _headless(nvim, QUEUE_SCRIPT),
-        env={
-            **editor_environment(workspace),
-            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps(_agent_command()),
-            "MEVEDEL_TEST_SCRATCH": str(scripts),
-            "XDG_STATE_HOME": str(tmp_path / "state"),
-        },
-        cwd=workspace.root,
-    )
+    output = _run_with_agent(nvim, QUEUE_SCRIPT, workspace, tmp_path)
     assert re.search(r"^1 tests, 0 failed$", output, re.MULTILINE), output
     assert re.search(r"^PASS queue: a prompt written while the turn runs is queued", output, re.MULTILINE), output
 
@@ -221,18 +216,7 @@ def test_neovim_review(nvim: str, workspace: Workspace, tmp_path) -> None:
     deletes, renames and chmods) reviewed from the chat: every change
     listed, a text file's diff split, R, a range and :MevedelReview; r
     restores a path (Esc, an empty answer and Cancel change nothing)."""
-    scripts = tmp_path / "agent-scripts"
-    scripts.mkdir()
-    output = run_editor(
-        _headless(nvim, REVIEW_SCRIPT),
-        env={
-            **editor_environment(workspace),
-            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps(_agent_command()),
-            "MEVEDEL_TEST_SCRATCH": str(scripts),
-            "XDG_STATE_HOME": str(tmp_path / "state"),
-        },
-        cwd=workspace.root,
-    )
+    output = _run_with_agent(nvim, REVIEW_SCRIPT, workspace, tmp_path)
     assert re.search(r"^3 tests, 0 failed$", output, re.MULTILINE), output
     for name in (
         "review: a turn from the chat lists every change of its fs write and its shell command",
@@ -247,18 +231,7 @@ def test_neovim_input_history(nvim: str, workspace: Workspace, tmp_path) -> None
     sent in a workspace whose input history file started corrupt."""
     (workspace.root / ".mevedel").mkdir(exist_ok=True)
     (workspace.root / ".mevedel" / "input-history").write_text("{not a history")
-    scripts = tmp_path / "agent-scripts"
-    scripts.mkdir()
-    output = run_editor(
-        _headless(nvim, HISTORY_SCRIPT),
-        env={
-            **editor_environment(workspace),
-            "MEVEDEL_TEST_AGENT_COMMAND": json.dumps(_agent_command()),
-            "MEVEDEL_TEST_SCRATCH": str(scripts),
-            "XDG_STATE_HOME": str(tmp_path / "state"),
-        },
-        cwd=workspace.root,
-    )
+    output = _run_with_agent(nvim, HISTORY_SCRIPT, workspace, tmp_path)
     assert re.search(r"^1 tests, 0 failed$", output, re.MULTILINE), output
     assert re.search(r"^PASS history: <Up> and <Down> in the prompt buffer step through the prompts sent", output, re.MULTILINE), output
     assert len(list((workspace.root / ".mevedel").glob("input-history.corrupt-*"))) == 1
