@@ -48,12 +48,7 @@ function M.get(session)
   return chats[session]
 end
 
-local function value(x)
-  if x == nil or x == vim.NIL then
-    return nil
-  end
-  return x
-end
+local value = mevedel.value
 
 local function chat_for(session, client_id)
   local chat = chats[session]

@@ -374,6 +374,14 @@ function M.present(value)
   return value ~= nil and value ~= vim.NIL
 end
 
+--- A decoded JSON value, or nil when it is absent or null.
+function M.value(x)
+  if x == nil or x == vim.NIL then
+    return nil
+  end
+  return x
+end
+
 --- Request params with sessionId when SESSION is given (else the server's
 --- current session); an empty table goes out as a JSON object.
 function M.scoped(session, params)

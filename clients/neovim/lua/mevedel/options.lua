@@ -12,12 +12,7 @@ local levels = vim.log.levels
 -- AgentOptions by session id, as last told.
 local by_session = {}
 
-local function value(x)
-  if x == nil or x == vim.NIL then
-    return nil
-  end
-  return x
-end
+local value = mevedel.value
 
 local function redraw(session)
   local ok, chat = pcall(require, 'mevedel.chat')

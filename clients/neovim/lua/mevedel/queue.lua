@@ -17,12 +17,7 @@ local levels = vim.log.levels
 -- The queue of each session: { entries, paused, problems }.
 local queues = {}
 
-local function value(x)
-  if x == nil or x == vim.NIL then
-    return nil
-  end
-  return x
-end
+local value = mevedel.value
 
 --- The queue of SESSION as last heard ({ entries = {}, paused = false } when none).
 function M.get(session)
