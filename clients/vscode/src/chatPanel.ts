@@ -185,6 +185,20 @@ export class ChatPanel implements vscode.Disposable {
     );
   }
 
+  // The prompt's params: its text with the attachments waiting in the panel.
+  private promptFor(text: string, agent: Parameters<typeof promptParams>[2]) {
+    const attachments = this.attachments;
+    return promptParams(
+      {
+        text,
+        selections: attachments.flatMap((a) => ('selection' in a ? [a.selection] : [])),
+        attachments: attachments.flatMap((a) => ('attachment' in a ? [a.attachment] : [])),
+      },
+      this.scope,
+      agent,
+    );
+  }
+
   private post(message: unknown): void {
     if (!this.disposed) void this.panel.webview.postMessage(message);
   }
@@ -450,15 +464,7 @@ export class ChatPanel implements vscode.Disposable {
     }
     if (!agent) return;
     const attachments = this.attachments;
-    const params = promptParams(
-      {
-        text,
-        selections: attachments.flatMap((a) => ('selection' in a ? [a.selection] : [])),
-        attachments: attachments.flatMap((a) => ('attachment' in a ? [a.attachment] : [])),
-      },
-      this.scope,
-      agent.agent,
-    );
+    const params = this.promptFor(text, agent.agent);
     this.attachments = [];
     this.state = promptSent(this.state, params.text);
     this.post({ type: 'sent' });
@@ -590,16 +596,7 @@ export class ChatPanel implements vscode.Disposable {
   private async queuePrompt(text: string, steering: boolean): Promise<void> {
     try {
       const sender = await this.context.sender();
-      const attachments = this.attachments;
-      const params = promptParams(
-        {
-          text,
-          selections: attachments.flatMap((a) => ('selection' in a ? [a.selection] : [])),
-          attachments: attachments.flatMap((a) => ('attachment' in a ? [a.attachment] : [])),
-        },
-        this.scope,
-        this.state.agent,
-      );
+      const params = this.promptFor(text, this.state.agent);
       if (steering) await steer(sender, params);
       else await addToQueue(sender, params);
       this.attachments = [];
