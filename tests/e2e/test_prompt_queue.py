@@ -61,6 +61,8 @@ async def test_a_prompt_sent_while_a_turn_runs_waits_is_edited_or_cancelled_and_
     assert second["state"] == third["state"] == "queued" and second["kind"] == "follow-up"
     listed = await request(client, methods.QUEUE_LIST, {})
     assert [e["text"] for e in listed["entries"]] == ["second", "third"] and listed["paused"] is False
+    # Accepted into the queue, they are in the input history at once.
+    assert (await request(client, methods.INPUT_HISTORY, {}))["entries"][-2:] == ["second", "third"]
     assert queue_seen and [e["text"] for e in queue_seen[-1]["entries"]] == ["second", "third"]
 
     edited = await request(client, methods.QUEUE_EDIT, {"entryId": second["entryId"], "text": "second, edited"})

@@ -336,6 +336,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 if not (arguments.queue or arguments.steer):
                     raise refusal(session_id, runner)
                 queued = await queue_behind(service, session_id, runner, text, arguments, steer=arguments.steer)
+                said_history = await service.record_input(session_id, text, queued_for_runner=True)
+                if said_history:
+                    front.note(f"[{said_history}]")
                 said = "steering: its turn is being cancelled; yours goes next" if arguments.steer else "queued: it is sent when the running turn settles"
                 emit(arguments, queued, [f"[{said} (in pid {runner.pid}, which shows its answer)]"])
                 return

@@ -14,6 +14,7 @@ from mevedel_protocol import queue as wire
 from ..agents.errors import AgentError
 from .errors import failure
 from .handlers import folder as _folder, registry as _registry, request_handler as _request_handler
+from .input_history import tell_recorded
 from .workspaces import Folder
 
 if TYPE_CHECKING:
@@ -67,7 +68,9 @@ async def list_queue(ls: MevedelLanguageServer, params: wire.QueueParams) -> wir
 
 async def add(ls: MevedelLanguageServer, params: wire.QueueAddParams) -> wire.QueueEntry:
     queue, session_id = _queue(ls, params, methods.QUEUE_ADD)
-    return entry(await _answer(queue.add(session_id, params.text, agent=params.agent, attachments=params.attachments)))
+    added = entry(await _answer(queue.add(session_id, params.text, agent=params.agent, attachments=params.attachments)))
+    await _remember(ls, params, session_id, params.text)
+    return added
 
 
 async def edit(ls: MevedelLanguageServer, params: wire.QueueEditParams) -> wire.QueueEntry:
@@ -82,8 +85,19 @@ async def cancel(ls: MevedelLanguageServer, params: wire.QueueEntryParams) -> wi
 
 async def steer(ls: MevedelLanguageServer, params: wire.QueueSteerParams) -> wire.QueueEntry:
     queue, session_id = _queue(ls, params, methods.QUEUE_STEER)
-    return entry(await _answer(queue.steer(session_id, params.text, entry_id=params.entry_id, agent=params.agent,
-                                           attachments=params.attachments)))
+    steering = entry(await _answer(queue.steer(session_id, params.text, entry_id=params.entry_id, agent=params.agent,
+                                               attachments=params.attachments)))
+    if params.text is not None:
+        await _remember(ls, params, session_id, params.text)
+    return steering
+
+
+async def _remember(ls: MevedelLanguageServer, params: Any, session_id: str, text: str) -> None:
+    """A prompt the queue accepted joins the input history at once, as a
+    sent one does (the spec's input ring), and the person is told of a
+    history that could not be kept."""
+    service = _registry(ls).service(_folder(ls, params.workspace_folder, methods.QUEUE_ADD))
+    tell_recorded(ls, await service.record_input(session_id, text))
 
 
 HANDLERS = {

@@ -36,6 +36,11 @@ def turns(workspace: Path, tmp_path: Path) -> list[tuple[str, str]]:
     return [(t["prompt"], t["state"]) for t in listed["turns"]]
 
 
+def history(workspace: Path) -> list[str]:
+    """The workspace's input history, oldest first."""
+    return json.loads((workspace / ".mevedel" / "input-history").read_text())["entries"]
+
+
 def test_a_prompt_while_your_turn_runs_elsewhere_is_refused_or_queued_behind_it(workspace, tmp_path):
     release = tmp_path / "release"
     configure(tmp_path, [[{"say": "working"}, {"wait_file": str(release)}, {"say": " done"}], [{"echo_prompt": True}]])
@@ -50,6 +55,7 @@ def test_a_prompt_while_your_turn_runs_elsewhere_is_refused_or_queued_behind_it(
     queued = mevedel(workspace, tmp_path, "prompt", "--queue", "second, queued", "--json")
     assert queued.returncode == 0, queued.stderr
     assert json.loads(queued.stdout)["kind"] == "follow-up" and json.loads(queued.stdout)["runner_pid"] == first.pid
+    assert history(workspace) == ["first", "second, queued"]  # accepted: recalled with the up arrow at once
     release.touch()
     out, err = first.communicate(timeout=90)
     assert first.returncode == 0, err
@@ -65,6 +71,7 @@ def test_steering_from_another_terminal_cancels_the_running_turn_and_goes_next(w
     read_until(first, "the wrong way")
     steered = mevedel(workspace, tmp_path, "prompt", "--steer", "go the other way")
     assert steered.returncode == 0, steered.stderr and "its turn is being cancelled" in steered.stdout
+    assert history(workspace)[-1] == "go the other way"
     out, err = first.communicate(timeout=90)
     assert "[steering arrived" in err and "go the other way" in out and "never" not in out
     assert first.returncode == 130  # its own turn was interrupted

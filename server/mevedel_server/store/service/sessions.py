@@ -1025,13 +1025,15 @@ class SessionService(SessionLifecycle, SessionFollowing):
         """The workspace's chat input history (:mod:`..workspace_wide.input_history`)."""
         return await InputHistory(self.target).read()
 
-    async def record_input(self, session_id: str, text: str) -> str | None:
-        """Record a prompt sent to ``session_id`` in the input history when
-        this client holds the session writable; what to tell the person
-        (a corrupt history renamed aside, or a write that failed), if
+    async def record_input(self, session_id: str, text: str, *, queued_for_runner: bool = False) -> str | None:
+        """Record a prompt sent (or queued, or sent as steering) to
+        ``session_id`` in the input history when this client holds the
+        session writable -- here, or (``queued_for_runner``) in this
+        client's other process, whose queue accepted it; what to tell the
+        person (a corrupt history renamed aside, or a write that failed), if
         anything. Never raises: a history that cannot be written does not
         refuse the prompt."""
-        if not self.is_open(session_id) or self._open(session_id, "record its input").read_only is not None:
+        if not queued_for_runner and (not self.is_open(session_id) or self._open(session_id, "record its input").read_only is not None):
             return None
         try:
             return (await InputHistory(self.target).record(text)).warning
