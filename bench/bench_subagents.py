@@ -81,7 +81,7 @@ async def main() -> None:
         parent_turn = asyncio.ensure_future(engine.prompt(sid, "delegate", agent="parent"))
         while not engine.running_turn(sid):
             await asyncio.sleep(0.01)
-        caller = engine._running[sid]
+        caller = engine.running_agent(sid)
         subs: list[float] = []
         for index in range(RUNS):
             started = time.perf_counter()

@@ -33,7 +33,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,13 +53,13 @@ from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
 from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
 from ..tool_server.artifact_writes import learn_shell_writes
+from .acp_callbacks import AcpCallbacks, PermissionQuestion
+from .running_agent import AgentTurn, RunningAgent, safe_name
 from .checkpoint_exclude import CheckpointExclude, is_editor_file
-from .live import LiveEvent, LiveFeed
+from .live import LiveFeed, TurnUpdate
 from .process import AgentProcess
 from .recorder import TurnRecorder
-from .session_options import Offered, SessionOptions
-from .execution_log import ExecutionLog, log_name
-from .terminals import Terminal, Terminals
+from .session_options import SessionOptions
 from .tool_context import AgentToolContext
 from .working_directory import WorkingTrees
 
@@ -68,36 +68,6 @@ _log = logging.getLogger(__name__)
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 #: An attachment larger than this is refused before dispatch.
 MAX_ATTACHMENT_BYTES = 4 * 1024 * 1024
-#: Tool kinds ``permissions: allow-reads`` answers without asking.
-READ_KINDS = {"read", "search", "fetch", "think"}
-
-
-@dataclass(frozen=True)
-class PermissionQuestion:
-    session_id: str
-    agent: str
-    title: str
-    tool_kind: str | None
-    #: ``(option_id, name, kind)`` as the agent offered them.
-    options: tuple[tuple[str, str, str], ...]
-
-
-@dataclass(frozen=True)
-class TurnUpdate:
-    """What the owner's editor is told (``mevedel/turn/didUpdate``)."""
-
-    session_id: str
-    agent: str
-    phase: str  # starting, running, cancelling, settled
-    turn: int | None = None
-    turn_id: str | None = None
-    events: Sequence[LiveEvent] = ()
-    outcome: str | None = None
-    stop_reason: str | None = None
-    error: AgentError | None = None
-    #: A retained sub-agent's activity (its path): nested under the turn's
-    #: ``Agent`` tool call, never the turn's own phase.
-    agent_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,245 +96,6 @@ class Attachment:
     data: bytes
 
 
-@dataclass
-class _Turn:
-    session_id: str
-    agent: str
-    turn: int
-    turn_id: str
-    recorder: TurnRecorder
-    cancelled: bool = False
-    last_activity: float = field(default_factory=time.monotonic)
-    permission_tasks: set[asyncio.Task] = field(default_factory=set)
-    #: The comments this turn's prompt carries (delivered if it completes).
-    mail: list[Mail] = field(default_factory=list)
-    #: Set once the turn has settled (whatever its outcome).
-    settled: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-class _Running:
-    """One session's agent: its process, its native session, its tools."""
-
-    def __init__(self, engine: AgentEngine, session_id: str, spec: AgentSpec) -> None:
-        self.engine = engine
-        self.session_id = session_id
-        self.spec = spec
-        self.process = AgentProcess(spec, engine.log_dir / f"agent-{_safe(spec.name)}.log")
-        self.turn: _Turn | None = None
-        #: What the agent offers for its session now (modes, config options).
-        self.offered: Offered | None = None
-        #: This agent's token at the tool host (None: no tool server).
-        self.tool_token: str | None = None
-        #: Where the agent works (a Worktree Fork: its checkout), and the
-        #: file access and file-state record of that tree.
-        self.directory = engine.trees.directory(engine.working_directory(session_id))
-        self.files = engine.trees.files(self.directory.relative)
-        self.file_state = engine.trees.record(self.directory.relative)
-        self.terminals = Terminals(
-            engine.service.target, engine.root, base=self.directory.relative, before=self._before_command, after=self._after_command, keep=self._keep_log,
-            latch=_Latch(self),
-        )
-
-    # Shell checkpointing --------------------------------------------------------
-
-    async def _before_command(self) -> None:
-        if self.turn is None:
-            return
-        # What changed since the last look is the turn's doing (a command
-        # still running, or the agent unasked): recorded, not dropped. (The
-        # new terminal already counts as running here, so a refresh that
-        # dropped it never ran anyway.)
-        await self.engine._capture_changes(self.session_id)
-        await self.engine._learn_authored(self.session_id)
-
-    async def _after_command(self) -> None:
-        if self.turn is not None:
-            await self.engine._capture_changes(self.session_id)
-            await self.engine._learn_authored(self.session_id)
-
-    async def _keep_log(self, terminal: Terminal) -> None:
-        """The command's output as ``artifact://executions/NAME.log``."""
-        log = terminal.log
-        assert log is not None
-        try:
-            saved = await log.save(self.engine.service.target, self.session_id)
-        except Exception as error:  # the command's answer to the agent must not depend on it
-            _log.warning("session %s: keeping the output of %s failed: %s", self.session_id, terminal.terminal_id, error)
-            saved = None
-        if saved is None:
-            _log.warning("session %s: the output of %s could not be kept as %s", self.session_id, terminal.terminal_id, log.address)
-            terminal.log = None  # the agent is not pointed at a log that is not there
-
-
-class _Client:
-    """The client side of ACP for one agent process: everything the agent
-    asks of us lands here and is routed to the session's turn."""
-
-    def __init__(self, running: _Running) -> None:
-        self.running = running
-
-    def _turn(self, session_id: str) -> _Turn | None:
-        turn = self.running.turn
-        if turn is None or session_id != self.running.process.native_session_id:
-            return None
-        turn.last_activity = time.monotonic()
-        return turn
-
-    def _require_turn(self, session_id: str, what: str) -> _Turn:
-        turn = self._turn(session_id)
-        if turn is None:
-            raise RequestError.invalid_request({"reason": f"{what} is only served during a prompt turn of this session"})
-        return turn
-
-    def on_connect(self, conn: Any) -> None:
-        pass
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        if isinstance(update, schema.SessionInfoUpdate) and session_id == self.running.process.native_session_id:
-            # The agent's title for the conversation (during or after a
-            # turn): the session's display name, unless it was named.
-            if isinstance(update.title, str) and update.title.strip():
-                await self.running.engine.apply_title(self.running.session_id, update.title)
-            return
-        if isinstance(update, (schema.CurrentModeUpdate, schema.ConfigOptionUpdate)) and session_id == self.running.process.native_session_id:
-            await self.running.engine.options.agent_changed(self.running, update)
-            return
-        turn = self._turn(session_id)
-        if turn is not None:  # replayed history (session/load) records nothing
-            turn.recorder.on_update(update)
-
-    async def request_permission(self, session_id: str, tool_call: Any, options: list, **kwargs: Any) -> Any:
-        turn = self._require_turn(session_id, "a permission question")
-        engine = self.running.engine
-        config = engine.config()
-        title = tool_call.title or tool_call.kind or "a tool call"
-        choices = tuple((o.option_id, o.name, o.kind) for o in options)
-        allow = next((o for o in options if o.kind == "allow_once"), None) or next((o for o in options if o.kind.startswith("allow")), None)
-        reject = next((o for o in options if o.kind == "reject_once"), None) or next((o for o in options if o.kind.startswith("reject")), None)
-        chosen: str | None = None
-        why = ""
-        if turn.cancelled:
-            why = "cancelled"
-        elif config.permissions == "allow-all" or (config.permissions == "allow-reads" and tool_call.kind in READ_KINDS):
-            chosen, why = (allow.option_id, f"allowed by the {config.permissions} setting") if allow else (None, "no option allows it")
-        else:
-            # What the agent said before asking reaches the editor first.
-            turn.recorder.feed.flush()
-            question = PermissionQuestion(self.running.session_id, turn.agent, title, tool_call.kind, choices)
-            task = asyncio.ensure_future(engine.front.ask_permission(question, config.permission_timeout_seconds))
-            turn.permission_tasks.add(task)
-            try:
-                chosen = await asyncio.wait_for(asyncio.shield(task), config.permission_timeout_seconds)
-                why = "declined" if chosen is None else ""
-            except asyncio.TimeoutError:
-                task.cancel()
-                why = f"no answer within {config.permission_timeout_seconds:g} s"
-            except asyncio.CancelledError:
-                if not turn.cancelled:
-                    raise
-                why = "cancelled"
-            except Exception:
-                _log.exception("asking a permission question failed")
-                why = "the question could not be asked"
-            finally:
-                turn.permission_tasks.discard(task)
-            if chosen is not None and chosen not in {o.option_id for o in options}:
-                chosen, why = None, "declined"
-        if chosen is not None:
-            option = next(o for o in options if o.option_id == chosen)
-            allowed = option.kind.startswith("allow")
-            turn.recorder.record_permission(tool_call.tool_call_id, title, option.name + (f" ({why})" if why else ""), allowed)
-            return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(option_id=chosen, outcome="selected"))
-        turn.recorder.record_permission(tool_call.tool_call_id, title, f"refused: {why}", False)
-        if reject is not None and why != "cancelled":
-            return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(option_id=reject.option_id, outcome="selected"))
-        return schema.RequestPermissionResponse(outcome=schema.DeniedOutcome(outcome="cancelled"))
-
-    async def read_text_file(self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any) -> Any:
-        self._require_turn(session_id, "fs/read_text_file")
-        try:
-            text = await self.running.files.read_text(path, line, limit)
-        except TargetError as error:
-            raise _unreachable(f"{path} could not be read", error) from None
-        return schema.ReadTextFileResponse(content=text)
-
-    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> Any:
-        self._require_turn(session_id, "fs/write_text_file")
-        engine = self.running.engine
-        files = self.running.files
-        relative = files.relative(path)
-        need = not engine.service.captured(self.running.session_id, relative)
-        try:
-            outcome = await files.write_text(path, content, read_before=need)
-        except TargetError as error:
-            unknown = getattr(error, "outcome_unknown", False)
-            if need and unknown:
-                # The state before the write was read in the program whose
-                # answer was lost: the checkpoint cannot hold it, and says so.
-                engine.record_pre_state(
-                    self.running.session_id, relative, None,
-                    gap=f"the connection was lost during the agent's write ({error.reason}); its state before is unknown",
-                )
-            what = f"{path} may or may not have been written" if unknown else f"{path} was not written"
-            raise _unreachable(what, error) from None
-        for directory in outcome.made:
-            engine.record_pre_state(self.running.session_id, directory, None, directory=True)
-        if outcome.read_before:
-            engine.record_pre_state(self.running.session_id, outcome.relative, outcome.before)
-        return schema.WriteTextFileResponse()
-
-    async def create_terminal(self, session_id: str, command: str, args: list[str] | None = None, env: list | None = None,
-                              cwd: str | None = None, output_byte_limit: int | None = None, **kwargs: Any) -> Any:
-        self._require_turn(session_id, "terminal/create")
-        variables = {v.name: v.value for v in env or ()}
-        config = self.running.engine.config()
-        turn = self.running.turn
-        log = ExecutionLog(log_name(turn.turn if turn else None, command if isinstance(command, str) else ""), config.execution_log_max_bytes)
-        terminal = await self.running.terminals.create(
-            command, args, variables, cwd, output_byte_limit, cap=config.terminal_output_max_bytes, log=log
-        )
-        meta = _log_meta(terminal) or {"mevedel": {}}
-        if terminal.asked is not None:
-            meta["mevedel"] |= {"outputByteLimit": terminal.limit, "reason": f"output is capped at {terminal.limit} bytes (terminalOutputMaxBytes), not the {terminal.asked} asked for"}
-        return schema.CreateTerminalResponse(terminal_id=terminal.terminal_id, field_meta=meta if meta["mevedel"] else None)
-
-    async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
-        terminal = self.running.terminals.output(terminal_id)
-        status = None
-        if terminal.done.is_set():
-            status = schema.TerminalExitStatus(exit_code=terminal.exit_code, signal=terminal.signal)
-        return schema.TerminalOutputResponse(
-            output=terminal.text, truncated=terminal.truncated, exit_status=status, field_meta=_log_meta(terminal)
-        )
-
-    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
-        terminal = await self.running.terminals.wait(terminal_id)
-        return schema.WaitForTerminalExitResponse(exit_code=terminal.exit_code, signal=terminal.signal, field_meta=_log_meta(terminal))
-
-    async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
-        await self.running.terminals.kill(terminal_id)
-        return schema.KillTerminalResponse()
-
-    async def release_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
-        await self.running.terminals.release(terminal_id)
-        return schema.ReleaseTerminalResponse()
-
-    async def ext_method(self, method: str, params: dict) -> dict:
-        raise RequestError.method_not_found(method)
-
-    async def ext_notification(self, method: str, params: dict) -> None:
-        return None
-
-
-def _unreachable(what: str, error: TargetError) -> RequestError:
-    """What the agent is told when the workspace's target failed under a
-    request (an SSH workspace whose connection dropped, say): what is known
-    of the outcome and what to do, never a bare "Internal error"."""
-    check = " (read it before relying on it)" if getattr(error, "outcome_unknown", False) else ""
-    _log.warning("%s: %s", what, error)
-    return RequestError(-32603, f"{what}: {error}{check}", {"reason": str(error)})
-
-
 #: The name of mevedel's own tool server in the agent's ``mcpServers``.
 TOOL_SERVER_NAME = "mevedel"
 
@@ -377,10 +108,6 @@ def mevedel_command() -> tuple[str, list[str]]:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside), []
     return sys.executable, ["-m", "mevedel_server.cli"]
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "agent"
 
 
 class AgentEngine:
@@ -417,7 +144,7 @@ class AgentEngine:
         self.trees.riders.append(self.authored)  # looked at when a file record walks: one program
         self._read_address = read_address
         self._is_address = is_address or (lambda text: "://" in text)
-        self._mcp_servers = mcp_servers or (lambda session_id: [])
+        self.mcp_servers = mcp_servers or (lambda session_id: [])
         #: The tool server every agent gets (``mevedel mcp`` in relay mode):
         #: the host this process runs and the front end's resolver context
         #: for a session.
@@ -425,8 +152,8 @@ class AgentEngine:
         self._tool_context = tool_context
         #: Where the agent process itself runs (its cwd): the workspace when
         #: it is on this machine.
-        self._local_cwd = local_cwd
-        self._running: dict[str, _Running] = {}
+        self.local_cwd = local_cwd
+        self._running: dict[str, RunningAgent] = {}
         #: The sessions' modes and config options (:mod:`.session_options`).
         self.options = SessionOptions(self)
         #: Sessions with a prompt between its admission and its settlement
@@ -447,6 +174,10 @@ class AgentEngine:
 
     # Facts ------------------------------------------------------------------------
 
+    def running_agent(self, session_id: str) -> RunningAgent | None:
+        """The session's agent process here, if one runs."""
+        return self._running.get(session_id)
+
     def running_turn(self, session_id: str) -> bool:
         running = self._running.get(session_id)
         return session_id in self._busy or (running is not None and running.turn is not None)
@@ -460,9 +191,9 @@ class AgentEngine:
         return self.service.session(session_id).conversation.sidecar.working_directory
 
     def log_path(self, agent: str) -> Path:
-        return self.log_dir / f"agent-{_safe(agent)}.log"
+        return self.log_dir / f"agent-{safe_name(agent)}.log"
 
-    def is_running(self, running: _Running) -> bool:
+    def is_running(self, running: RunningAgent) -> bool:
         """Whether ``running`` is still its session's agent here."""
         return self._running.get(running.session_id) is running or self.delegation.owns(running)
 
@@ -554,7 +285,7 @@ class AgentEngine:
         feed = LiveFeed(lambda events: self.front.turn_update(
             TurnUpdate(session_id, spec.name, "running", started.turn, started.turn_id, tuple(events))))
         recorder = TurnRecorder(lambda item: self.service.append_now(session_id, item), feed)
-        turn = _Turn(session_id, spec.name, started.turn, started.turn_id, recorder)
+        turn = AgentTurn(session_id, spec.name, started.turn, started.turn_id, recorder)
         running.turn = turn
         try:
             return await self._run_turn(running, turn, text, blocks, excerpt, notice, config)
@@ -562,7 +293,7 @@ class AgentEngine:
             running.turn = None
             turn.settled.set()
 
-    async def _run_turn(self, running: _Running, turn: _Turn, text: str, blocks: list, excerpt: str | None,
+    async def _run_turn(self, running: RunningAgent, turn: AgentTurn, text: str, blocks: list, excerpt: str | None,
                         notice: str | None, config: AgentConfig) -> PromptOutcome:
         session_id = turn.session_id
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "running", turn.turn, turn.turn_id))
@@ -570,7 +301,7 @@ class AgentEngine:
             self._set_engine(session_id, running, EngineState.UNCERTAIN)
             await self.service.checkpoint(session_id)  # the in-flight state, published before dispatch
             await running.file_state.refresh()  # the baseline a shell command's changes are found against
-            await self._learn_authored(None)
+            await self.learn_authored(None)
             turn.mail = await self._mail(session_id)
         except Exception as failure:
             # Nothing was sent: the turn ends here, and says why, rather
@@ -588,10 +319,10 @@ class AgentEngine:
             prompt.append(schema.TextContentBlock(type="text", text=mail_text(turn.mail)))
         prompt.append(schema.TextContentBlock(type="text", text=text))
         prompt.extend(blocks)
-        return await self._prompt_and_settle(running, turn, prompt, config,
+        return await self.prompt_and_settle(running, turn, prompt, config,
                                              lambda stop_reason, error: self._settle(running, turn, stop_reason, error))
 
-    async def _prompt_and_settle(self, running: _Running, turn: _Turn, prompt: list, config: AgentConfig,
+    async def prompt_and_settle(self, running: RunningAgent, turn: AgentTurn, prompt: list, config: AgentConfig,
                                  settle: Callable[[str | None, AgentError | None], Awaitable[Any]]) -> Any:
         """Send ``prompt`` to ``running``'s agent, wait for its answer and
         ``settle`` with the stop reason or the failure (a root turn, or a
@@ -626,7 +357,7 @@ class AgentEngine:
             except Exception:  # the turn goes on; its caller's bookkeeping is its own
                 _log.exception("session %s: after the turn began", session_id)
 
-    async def _await_prompt(self, running: _Running, turn: _Turn, request: asyncio.Future, config: AgentConfig) -> str | None:
+    async def _await_prompt(self, running: RunningAgent, turn: AgentTurn, request: asyncio.Future, config: AgentConfig) -> str | None:
         """The agent's stop reason; an AgentError when it fails, goes
         silent for the idle timeout, or outlives a cancel's grace."""
         process = running.process
@@ -643,7 +374,7 @@ class AgentEngine:
                 raise AgentError(FAILED, f"agent {turn.agent!r}", f"failed the prompt: {refused}{process.stderr_said()}",
                                  f"its log is {process.log_path}") from None
             except (ConnectionError, BrokenPipeError):
-                await process._reap()
+                await process.reap()
                 why = process.why_gone()
                 await process.stop(grace=0.5)  # a closed connection with a live process is of no use
                 raise AgentError(FAILED, f"agent {turn.agent!r}", f"{why} during the turn",
@@ -665,7 +396,7 @@ class AgentEngine:
                 raise AgentError(FAILED, f"agent {turn.agent!r}", f"sent nothing for {config.idle_timeout_seconds:g} s; its connection was closed",
                                  f"the next prompt restarts it; its log is {process.log_path}")
 
-    async def _end_turn(self, running: _Running, turn: _Turn, stop_reason: str | None, error: AgentError | None,
+    async def end_turn(self, running: RunningAgent, turn: AgentTurn, stop_reason: str | None, error: AgentError | None,
                         cancelled: str) -> tuple[Outcome, str | None]:
         """End ``turn`` of ``running`` (a root turn, or a sub-agent's task):
         its questions withdrawn, its terminals closed, its open calls and
@@ -687,12 +418,12 @@ class AgentEngine:
         turn.recorder.finish(reason or "the turn ended")
         return outcome, reason
 
-    async def _settle(self, running: _Running, turn: _Turn, stop_reason: str | None, error: AgentError | None) -> PromptOutcome:
+    async def _settle(self, running: RunningAgent, turn: AgentTurn, stop_reason: str | None, error: AgentError | None) -> PromptOutcome:
         session_id = turn.session_id
-        outcome, reason = await self._end_turn(running, turn, stop_reason, error, "cancelled by the user")
+        outcome, reason = await self.end_turn(running, turn, stop_reason, error, "cancelled by the user")
         with contextlib.suppress(Exception):
-            await self._capture_changes(session_id)
-        await self._learn_authored(session_id)
+            await self.capture_changes(session_id)
+        await self.learn_authored(session_id)
         alive = running.process.alive
         if not alive:
             await running.process.stop()
@@ -745,7 +476,7 @@ class AgentEngine:
             os.killpg(process.pid, signal.SIGKILL)
         return True
 
-    async def _cancel_agent(self, running: _Running, turn: _Turn, config: AgentConfig) -> None:
+    async def _cancel_agent(self, running: RunningAgent, turn: AgentTurn, config: AgentConfig) -> None:
         await self.delegation.cancel(running)  # its sub-agents' turns end first
         for task in list(turn.permission_tasks):
             task.cancel()
@@ -774,7 +505,7 @@ class AgentEngine:
                 await asyncio.wait_for(turn.settled.wait(), wait)
         if self._running.get(session_id) is running:
             del self._running[session_id]
-        self._forget_tools(running)
+        self.forget_tools(running)
         await self.delegation.stop(session_id)  # once the session has no agent here
         await running.terminals.close_all()
         await running.process.stop(grace=0.5 if grace is not None else 2.0)
@@ -803,7 +534,7 @@ class AgentEngine:
 
     # Internals --------------------------------------------------------------------
 
-    async def _ready(self, session_id: str, spec: AgentSpec, recorded: EngineRef | None, config: AgentConfig) -> tuple[_Running, bool]:
+    async def _ready(self, session_id: str, spec: AgentSpec, recorded: EngineRef | None, config: AgentConfig) -> tuple[RunningAgent, bool]:
         """The session's agent, started and with a native session; True
         when that session continues the agent's own history."""
         running = self._running.get(session_id)
@@ -817,13 +548,13 @@ class AgentEngine:
             # Redo, a copy): the same process starts a new native session.
             running.process.native_session_id = None
         if running is None:
-            running = _Running(self, session_id, spec)
+            running = RunningAgent(self, session_id, spec)
             await self.trees.require(session_id, running.directory.relative)
-            await running.process.start(_Client(running), running.directory.local(self._local_cwd), config.start_timeout_seconds)
+            await running.process.start(AcpCallbacks(running), running.directory.local(self.local_cwd), config.start_timeout_seconds)
             self._running[session_id] = running
-        servers = list(self._mcp_servers(session_id))
+        servers = list(self.mcp_servers(session_id))
         try:
-            tools = await self._tool_server(running)
+            tools = await self.tool_server(running)
         except (OSError, RuntimeError) as error:  # no socket can be made; the server is exiting
             await self.stop(session_id)
             raise AgentError(FAILED, f"session {session_id}", f"the tool server for its agent could not start: {error}") from None
@@ -847,7 +578,7 @@ class AgentEngine:
         their history: a fork before its first own turn."""
         return fork_files_note(self.service.session(session_id).conversation, self.root)
 
-    async def _tool_server(self, running: _Running) -> schema.McpServerStdio | None:
+    async def tool_server(self, running: RunningAgent) -> schema.McpServerStdio | None:
         """``mevedel mcp`` for ``running``'s ``mcpServers``: a relay to this
         process's tool host with the agent's own token (registered once
         per agent process)."""
@@ -864,18 +595,18 @@ class AgentEngine:
             env=[schema.EnvVariable(name=name, value=value) for name, value in env.items()],
         )
 
-    def _forget_tools(self, running: _Running) -> None:
+    def forget_tools(self, running: RunningAgent) -> None:
         token, running.tool_token = running.tool_token, None
         if token is not None and self._tool_host is not None:
             self._tool_host.unregister(token)
 
-    def _set_engine(self, session_id: str, running: _Running, state: EngineState) -> None:
+    def _set_engine(self, session_id: str, running: RunningAgent, state: EngineState) -> None:
         self.service.set_engine(session_id, EngineRef(
             agent=running.spec.name, fingerprint=running.spec.fingerprint,
             native_session_id=running.process.native_session_id if state is not EngineState.DETACHED else None,
             machine=self.machine, state=state))
 
-    async def _capture_changes(self, session_id: str) -> list[str]:
+    async def capture_changes(self, session_id: str) -> list[str]:
         """Record the pre-turn state of every file changed since the record
         was last brought up to date (shell commands, and anything the agent
         changed without asking us); the paths that changed."""
@@ -887,7 +618,7 @@ class AgentEngine:
                 _log.warning("could not checkpoint %s: %s", change.path, error)
         return [change.path for change in changes]
 
-    async def _learn_authored(self, session_id: str | None) -> None:
+    async def learn_authored(self, session_id: str | None) -> None:
         """Tell the artifact store what changed among its authored files
         since the last look (``None``: only look), as an ApplyPatch of them
         would: a new id directory becomes an artifact, the session attaches
@@ -990,63 +721,3 @@ def _last_turn_begin(records: Sequence[object]) -> int:
         if isinstance(records[index], TurnBegin):
             return index
     return len(records)
-
-
-class _Latch:
-    """The session's unsettled-mutation latch around this agent's
-    commands, local or on the SSH host (:mod:`..store.service.mutation_latch`)."""
-
-    def __init__(self, running: _Running) -> None:
-        self.running = running
-
-    def _session(self):
-        service = self.running.engine.service
-        session = service.session(self.running.session_id) if service.is_open(self.running.session_id) else None
-        if session is None or session.lease is None or session.lease.lost or session.read_only is not None:
-            return None  # nothing is saved yet, or the session is not this client's: no latch to carry it
-        return session
-
-    async def arm(self) -> None:
-        session = self._session()
-        if session is None:
-            return
-        try:
-            await session.latch.arm(session.lease)
-        except Exception as error:
-            reason = getattr(error, "reason", None) or str(error)
-            raise RequestError.internal_error({"reason": f"the session could not record that a command runs ({reason}); nothing was started"}) from None
-
-    async def launched(self, terminal: Terminal) -> None:
-        session = self._session()
-        if session is None or terminal.pgid is None:
-            return
-        turn = self.running.turn
-        remote = terminal.remote_group
-        try:
-            terminal.armed_id = await session.latch.launched(
-                session.lease, terminal.pgid, terminal.command, turn.turn if turn else None, session.time.now(),
-                machine=None if remote is None else (remote.machine_id, remote.boot_id),
-                runs_on=None if remote is None else getattr(self.running.engine.service.target, "host", None) or "the SSH host",
-            )
-        except Exception as error:  # the latch stays set: unprovable, the next owner is told
-            _log.warning("session %s: the process group of %s is not recorded: %s", self.running.session_id, terminal.terminal_id, error)
-
-    async def stopped(self, terminal: Terminal) -> None:
-        session = self._session()
-        if session is None:
-            return
-        try:
-            await session.latch.settled(session.lease, terminal.armed_id)
-        except Exception as error:  # the latch stays set; a later check proves the group gone
-            _log.warning("session %s: settling %s's latch failed: %s", self.running.session_id, terminal.terminal_id, error)
-        terminal.armed_id = None
-
-
-def _log_meta(terminal: Terminal) -> dict | None:
-    """Where the command's whole output is kept (``_meta.mevedel``): the
-    address to Read or Grep once it ended, in this turn or a later one."""
-    log = terminal.log
-    if log is None:
-        return None
-    return {"mevedel": {"outputArtifact": log.address, "outputArtifactMaxBytes": log.cap,
-                        "outputArtifactNote": "the command's whole output (bounded), readable with Read or Grep once it ended"}}

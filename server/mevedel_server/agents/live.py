@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .errors import AgentError
 
 #: Seconds between two batches of one turn (at most 1,000 a second): a chunk
 #: waits at most this long, which keeps the latency the live view adds
@@ -103,3 +107,21 @@ class LiveFeed:
     def close(self) -> None:
         self.flush()
         self._closed = True
+
+
+@dataclass(frozen=True)
+class TurnUpdate:
+    """What the owner's editor is told (``mevedel/turn/didUpdate``)."""
+
+    session_id: str
+    agent: str
+    phase: str  # starting, running, cancelling, settled
+    turn: int | None = None
+    turn_id: str | None = None
+    events: Sequence[LiveEvent] = ()
+    outcome: str | None = None
+    stop_reason: str | None = None
+    error: AgentError | None = None
+    #: A retained sub-agent's activity (its path): nested under the turn's
+    #: ``Agent`` tool call, never the turn's own phase.
+    agent_path: str | None = None

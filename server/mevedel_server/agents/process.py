@@ -260,7 +260,7 @@ class AgentProcess:
         except RequestError as error:
             raise self._refusal(error, what) from None
         except (ConnectionError, BrokenPipeError, asyncio.IncompleteReadError):
-            await self._reap()
+            await self.reap()
             raise AgentError(FAILED, f"agent {self.spec.name!r}", f"{self.why_gone()} during {what}", f"its log is {self.log_path}") from None
 
     def _refusal(self, error: RequestError, what: str) -> AgentError:
@@ -286,7 +286,7 @@ class AgentProcess:
         how = "; ".join(described) if described else "log in with the agent's own command"
         return f"log in first ({how}); docs/agents.md says how for each agent"
 
-    async def _reap(self) -> None:
+    async def reap(self) -> None:
         if self.process is not None and self.process.returncode is None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.process.wait(), 0.5)

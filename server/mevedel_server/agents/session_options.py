@@ -30,7 +30,7 @@ from .config import AgentSpec
 from .errors import FAILED, OPTION_REFUSED, AgentError
 
 if TYPE_CHECKING:
-    from .engine import AgentEngine, _Running
+    from .engine import AgentEngine, RunningAgent
 
 _log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ class SessionOptions:
         spec = self._spec(session_id, agent)
         if spec is None:
             return None
-        running = self.engine._running.get(session_id)
+        running = self.engine.running_agent(session_id)
         live = running is not None and running.spec.name == spec.name and running.process.native_session_id is not None and running.offered is not None
         offered = running.offered if live else self.known.get(spec.name)
         chosen = self._chosen(session_id, spec.name)
@@ -269,7 +269,7 @@ class SessionOptions:
         return OptionsView(session_id, spec.name, live, offered, chosen, defaults)
 
     def _spec(self, session_id: str, agent: str | None) -> AgentSpec | None:
-        running = self.engine._running.get(session_id)
+        running = self.engine.running_agent(session_id)
         if agent is None and running is not None:
             return running.spec
         try:
@@ -329,7 +329,7 @@ class SessionOptions:
         if spec is None:
             raise AgentError(FAILED, f"session {session_id}", "has no agent to choose for", "configure one (docs/agents.md)")
         wants = ([Want(None, mode, "your choice")] if mode is not None else []) + [Want(k, v, "your choice") for k, v in config.items()]
-        running = self.engine._running.get(session_id)
+        running = self.engine.running_agent(session_id)
         if running is not None and running.spec.name == spec.name and running.process.native_session_id is not None and running.offered is not None:
             await self._apply(running, wants, remember=True, timeout=timeout)
         else:
@@ -352,7 +352,7 @@ class SessionOptions:
 
     # Applying -------------------------------------------------------------------
 
-    async def opened(self, running: _Running, response: Any, timeout: float) -> None:
+    async def opened(self, running: RunningAgent, response: Any, timeout: float) -> None:
         """The agent's process opened the session (``response``: its
         answer): learn what it offers and apply what is wanted. Raises an
         AgentError naming every choice it did not take."""
@@ -368,7 +368,7 @@ class SessionOptions:
         finally:
             self._tell(session_id)
 
-    async def _apply(self, running: _Running, wants: Iterable[Want], *, remember: bool, timeout: float | None,
+    async def _apply(self, running: RunningAgent, wants: Iterable[Want], *, remember: bool, timeout: float | None,
                      pending: AgentChoice | None = None) -> None:
         agent = running.spec.name
         timeout = timeout if timeout is not None else self.engine.config().start_timeout_seconds
@@ -393,7 +393,7 @@ class SessionOptions:
         if refused:
             raise _refusal(agent, refused)
 
-    async def _send(self, running: _Running, want: Want, value: str | bool, timeout: float) -> str | None:
+    async def _send(self, running: RunningAgent, want: Want, value: str | bool, timeout: float) -> str | None:
         """Send one choice; why the agent refused it, or None."""
         process = running.process
         session = process.native_session_id
@@ -436,7 +436,7 @@ class SessionOptions:
 
     # The agent's own changes ----------------------------------------------------
 
-    async def agent_changed(self, running: _Running, update: Any) -> None:
+    async def agent_changed(self, running: RunningAgent, update: Any) -> None:
         """``current_mode_update`` or ``config_option_update``: the agent
         changed a value itself (it left plan mode, say). The session's
         choice follows for what the person had chosen, so a resume does not

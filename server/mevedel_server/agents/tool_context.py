@@ -39,14 +39,14 @@ from ..tool_server.artifact_writes import held_refusal, hold_written_items, lear
 from ..tool_server.context import ToolRefused
 
 if TYPE_CHECKING:
-    from .engine import AgentEngine, _Running
+    from .engine import AgentEngine, RunningAgent
 
 
 class AgentToolContext:
     """A :class:`~mevedel_server.tool_server.context.ToolContext` for one
     running agent of one session."""
 
-    def __init__(self, engine: AgentEngine, running: _Running, resolver_context: Callable[[str], ResolverContext]) -> None:
+    def __init__(self, engine: AgentEngine, running: RunningAgent, resolver_context: Callable[[str], ResolverContext]) -> None:
         self._engine = engine
         self._running = running
         self._resolver_context = resolver_context
@@ -96,8 +96,7 @@ class AgentToolContext:
         """The ``Agent`` tool: run ``prompt`` as a turn of this agent's
         retained sub-agent ``name`` (:mod:`.delegation.runner`); its final
         message, or :class:`ToolRefused` naming the refusal or the outcome."""
-        from .delegation import DelegationRefused
-        from .delegation.runner import SubAgentFailed
+        from .delegation import DelegationRefused, SubAgentFailed
 
         if not self._engine.is_running(self._running):
             raise ToolRefused(f"Agent: this agent no longer serves session {self._running.session_id}")

@@ -164,9 +164,9 @@ async def run_turn(target, root: Path, ops: list) -> None:
                     data = b"" if kind == "truncate" else os.urandom(arg) if kind == "large" else arg
                     Path(full).write_bytes(data)
             else:
-                await engine._capture_changes(sid)  # before the command
+                await engine.capture_changes(sid)  # before the command
                 _shell(root, kind, path, arg)
-                await engine._capture_changes(sid)  # after it
+                await engine.capture_changes(sid)  # after it
         await svc.settle(sid)
         after = tree_digest(root)
 
@@ -232,7 +232,7 @@ async def test_editor_files_and_checkpoint_exclude_are_neither_recorded_restored
     try:
         await svc.begin_turn(sid, "edit notes")
         await engine.file_state.refresh()
-        await engine._capture_changes(sid)
+        await engine.capture_changes(sid)
         # What an editor open on notes.md makes while the turn runs, and
         # what the setting excludes, next to the agent's own change.
         os.symlink("user@host.1234:1700000000", root / ".#notes.md")
@@ -245,7 +245,7 @@ async def test_editor_files_and_checkpoint_exclude_are_neither_recorded_restored
         (root / "scratch").mkdir()
         (root / "scratch" / "tmp.txt").write_text("t\n")
         (root / "notes.md").write_text("v2\n")
-        await engine._capture_changes(sid)
+        await engine.capture_changes(sid)
         await svc.settle(sid)
         impact = await svc.prepare_rewind(sid, "before", 1)
         assert not impact.gaps

@@ -182,3 +182,19 @@ def test_nothing_outside_the_store_reaches_inside_it():
     ]
     assert offenders == []
 
+
+
+def test_the_agent_engine_has_no_import_cycle_and_its_modules_share_no_private_name():
+    """The ACP callbacks (``acp_callbacks``), the engine, its tool context
+    and delegation talk through public names; none imports another's
+    private name, and no import runs back at run time."""
+    assert _cycles(_graph(PACKAGE / "agents", typing=False)) == []
+    offenders = [
+        f"{path.relative_to(PACKAGE)}: {target}.{name}"
+        for path in (PACKAGE / "agents").rglob("*.py")
+        for target, names in _imports(path)
+        if target.startswith("mevedel_server.agents")
+        for name in names
+        if name.startswith("_") and name != "__future__"
+    ]
+    assert offenders == []

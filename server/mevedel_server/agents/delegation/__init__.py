@@ -10,9 +10,9 @@ cancelled turn cancels its sub-agents) and ``stop`` (the session's agent
 stops, and its sub-agents with it).
 """
 
-from .names import DelegationRefused, child_path, check_name
+from .names import DelegationRefused, SubAgentFailed, child_path, check_name
 
 # The runner builds on the engine's classes: imported by the engine itself
 # (``from .delegation.runner import SubAgents``), never from here, so the
 # agents' configuration can use the limits without importing the engine.
-__all__ = ["DelegationRefused", "check_name", "child_path"]
+__all__ = ["DelegationRefused", "SubAgentFailed", "check_name", "child_path"]

@@ -50,3 +50,12 @@ def child_path(caller_path: str | None, name: str) -> str:
 
 def depth(path: str) -> int:
     return path.count("/") + 1
+
+
+class SubAgentFailed(Exception):
+    """A sub-agent's turn that did not complete; ``message`` is what its
+    caller reads (the outcome named, and the partial answer)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

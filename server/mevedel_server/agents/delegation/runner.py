@@ -40,10 +40,11 @@ from ...store import EvidenceInput
 from ..config import AgentConfig, AgentSpec
 from ..errors import FAILED, AgentError
 from ..excerpt import newest_within
-from ..live import LiveFeed
+from ..live import LiveFeed, TurnUpdate
 from ..recorder import TurnRecorder
-from ..engine import TurnUpdate, _Client, _Running, _Turn
-from .names import DelegationRefused, check_name, child_path, depth
+from ..acp_callbacks import AcpCallbacks
+from ..running_agent import AgentTurn, RunningAgent
+from .names import SubAgentFailed, DelegationRefused, check_name, child_path, depth
 
 _log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Retained:
     result: AgentResult | None = None
     running: _ChildRunning | None = None
     #: The turn in flight (None: idle).
-    active: _Turn | None = None
+    active: AgentTurn | None = None
 
     @classmethod
     def of(cls, entry: RetainedAgent) -> Retained:
@@ -87,16 +88,7 @@ class Retained:
         return f"{self.path} ({self.agent})"
 
 
-class SubAgentFailed(Exception):
-    """A sub-agent's turn that did not complete; ``message`` is what its
-    caller reads (the outcome named, and the partial answer)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class _ChildRunning(_Running):
+class _ChildRunning(RunningAgent):
     """A sub-agent's process: the root agent's, except that it notes the
     paths its task changes (its writes, patches and commands) for the
     task's record."""
@@ -109,11 +101,11 @@ class _ChildRunning(_Running):
 
     async def _after_command(self) -> None:
         if self.turn is not None:
-            self.changed.update(await self.engine._capture_changes(self.session_id))
-            await self.engine._learn_authored(self.session_id)
+            self.changed.update(await self.engine.capture_changes(self.session_id))
+            await self.engine.learn_authored(self.session_id)
 
 
-class _ChildClient(_Client):
+class _ChildClient(AcpCallbacks):
     """The ACP client side of a sub-agent: the root agent's routing (its
     file, terminal and permission requests serve its turn), except that its
     conversation title does not name the session, and its writes are noted."""
@@ -144,7 +136,7 @@ class SubAgents:
         table = self._sessions.get(session_id, {})
         return [table[path] for path in sorted(table)]
 
-    def owns(self, running: _Running) -> bool:
+    def owns(self, running: RunningAgent) -> bool:
         """Whether ``running`` is a sub-agent of its session here (its tool
         calls serve the session's open turn)."""
         table = self._sessions.get(running.session_id, {})
@@ -156,7 +148,7 @@ class SubAgents:
 
     # Running -------------------------------------------------------------------
 
-    async def run(self, caller: _Running, agent: str | None, name: str, prompt: str) -> str:
+    async def run(self, caller: RunningAgent, agent: str | None, name: str, prompt: str) -> str:
         """Run ``prompt`` as a turn of the retained agent ``name`` of
         ``caller`` (started with ``agent`` when new); its final message, or
         :class:`SubAgentFailed` / :class:`DelegationRefused`."""
@@ -167,7 +159,7 @@ class SubAgents:
             raise DelegationRefused(f"Agent: the argument 'agent' must be a configured agent's name, not {type(agent).__name__}")
         if not isinstance(prompt, str) or not prompt.strip():
             raise DelegationRefused("Agent: the argument 'prompt' is blank; say what the sub-agent should do")
-        root = engine._running.get(session_id)
+        root = engine.running_agent(session_id)
         if caller.turn is None or root is None or root.turn is None:
             raise DelegationRefused(f"Agent: no turn of session {session_id} is running; sub-agents run within a prompt turn")
         if caller.turn.cancelled or root.turn.cancelled:
@@ -198,7 +190,7 @@ class SubAgents:
         feed = LiveFeed(lambda events: front.turn_update(TurnUpdate(session_id, label, "running", number, turn_id, tuple(events), agent_path=path)))
         items: list[EvidenceInput] = []
         recorder = TurnRecorder(items.append, feed)
-        turn = _Turn(session_id, retained.label, root.turn.turn, root.turn.turn_id, recorder)
+        turn = AgentTurn(session_id, retained.label, root.turn.turn, root.turn.turn_id, recorder)
         retained.active = turn  # reserved before the first await: a second call is refused
         self._publish(session_id)
         front.turn_update(TurnUpdate(session_id, label, "starting", number, turn_id, agent_path=path))
@@ -253,7 +245,7 @@ class SubAgents:
         except Exception as error:  # the session went away under the turn: the turn says so itself
             _log.warning("session %s: its retained agents were not recorded: %s", session_id, error)
 
-    def _spec(self, config: AgentConfig, retained: Retained | None, agent: str | None, caller: _Running) -> AgentSpec:
+    def _spec(self, config: AgentConfig, retained: Retained | None, agent: str | None, caller: RunningAgent) -> AgentSpec:
         if retained is not None:
             if agent is not None and agent != retained.agent:
                 raise DelegationRefused(
@@ -269,7 +261,7 @@ class SubAgents:
         except AgentError as error:
             raise DelegationRefused(f"Agent: {error.authored} {error.reason}") from None
 
-    async def _keep_caller_alive(self, caller: _Running, turn: _Turn) -> None:
+    async def _keep_caller_alive(self, caller: RunningAgent, turn: AgentTurn) -> None:
         """While the sub-agent works, its caller is not idle: the caller's
         idle timeout counts from the sub-agent's last sign of life."""
         while True:
@@ -277,7 +269,7 @@ class SubAgents:
             if caller.turn is not None:
                 caller.turn.last_activity = max(caller.turn.last_activity, turn.last_activity, time.monotonic() if turn.permission_tasks else 0)
 
-    async def _run(self, retained: Retained, spec: AgentSpec, turn: _Turn, items: list[EvidenceInput], prompt: str,
+    async def _run(self, retained: Retained, spec: AgentSpec, turn: AgentTurn, items: list[EvidenceInput], prompt: str,
                    config: AgentConfig) -> str:
         engine = self.engine
         try:
@@ -295,7 +287,7 @@ class SubAgents:
         running.changed = set()
         # The caller's tool call going away ends the task the same way: what
         # it did stays recorded.
-        return await engine._prompt_and_settle(
+        return await engine.prompt_and_settle(
             running, turn, blocks, config,
             lambda stop_reason, error: self._settle(retained, running, turn, items, prompt, stop_reason, error))
 
@@ -314,10 +306,10 @@ class SubAgents:
         try:
             # In the session's working directory, as its root agent (a
             # Worktree Fork: its checkout).
-            await running.process.start(_ChildClient(running), running.directory.local(engine._local_cwd), config.start_timeout_seconds)
-            servers = list(engine._mcp_servers(running.session_id))
+            await running.process.start(_ChildClient(running), running.directory.local(engine.local_cwd), config.start_timeout_seconds)
+            servers = list(engine.mcp_servers(running.session_id))
             try:
-                tools = await engine._tool_server(running)
+                tools = await engine.tool_server(running)
             except (OSError, RuntimeError) as error:
                 raise AgentError(FAILED, retained.label, f"the tool server for it could not start: {error}") from None
             if tools is not None:
@@ -333,15 +325,15 @@ class SubAgents:
         retained.machine = engine.machine
         return running, continued
 
-    async def _settle(self, retained: Retained, running: _ChildRunning, turn: _Turn, items: list[EvidenceInput], prompt: str,
+    async def _settle(self, retained: Retained, running: _ChildRunning, turn: AgentTurn, items: list[EvidenceInput], prompt: str,
                       stop_reason: str | None, error: AgentError | None) -> str:
         engine = self.engine
-        outcome, reason = await engine._end_turn(running, turn, stop_reason, error, "cancelled with its caller's turn")
+        outcome, reason = await engine.end_turn(running, turn, stop_reason, error, "cancelled with its caller's turn")
         running.turn = None
         # What its commands changed belongs to the open turn, like the root's.
         with contextlib.suppress(Exception):
-            await engine._capture_changes(turn.session_id)
-        await engine._learn_authored(turn.session_id)
+            await engine.capture_changes(turn.session_id)
+        await engine.learn_authored(turn.session_id)
         if not running.process.alive:
             await self._stop_running(retained)
         final = _final_message(items)
@@ -397,7 +389,7 @@ class SubAgents:
 
     # Cancel and stop -------------------------------------------------------------
 
-    async def cancel(self, caller: _Running) -> None:
+    async def cancel(self, caller: RunningAgent) -> None:
         """Cancel the turns of the sub-agents ``caller`` started (all of the
         session's when ``caller`` is its root agent), deepest first."""
         prefix = getattr(caller, "delegation_path", None)
@@ -442,7 +434,7 @@ class SubAgents:
         running, retained.running = retained.running, None
         if running is None:
             return
-        self.engine._forget_tools(running)
+        self.engine.forget_tools(running)
         with contextlib.suppress(Exception):
             await running.terminals.close_all()
         with contextlib.suppress(Exception):
