@@ -26,12 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import report, summarize
-from lsp_wire import WireClient
-
 import acp
 from acp import schema
 
+from harness import report, summarize
+from lsp_wire import WireClient
 from mevedel_server.agents.workspace_files import WorkspaceFiles
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService

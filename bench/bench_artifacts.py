@@ -214,8 +214,8 @@ async def main() -> None:
         notes.update(local_notes)
         missing = None
         if not args.no_ssh:
-            from ssh_fixtures import sshd_missing, throwaway_sshd
             from mevedel_server.targets.ssh import SshTarget
+            from ssh_fixtures import sshd_missing, throwaway_sshd
 
             missing = sshd_missing()
             if missing is None:

@@ -11,7 +11,6 @@ import time
 from urllib.parse import quote, unquote
 
 from harness import report
-
 from mevedel_server.addresses import parse_address
 
 ADDRESSES = [

@@ -101,9 +101,8 @@ async def main() -> None:
         }
         await open_reader.close(sid)
         if args.ssh:
-            from ssh_fixtures import throwaway_sshd
-
             from mevedel_server.targets.ssh import SshTarget
+            from ssh_fixtures import throwaway_sshd
 
             with tempfile.TemporaryDirectory() as keys, throwaway_sshd(Path(keys)) as server:
                 target = await SshTarget.connect(server.url(root), **server.options())

@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import report, summarize
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from harness import report, summarize
 from mevedel_server.tool_server.standalone import StandaloneContext
 from mevedel_server.tool_server.tools import call
 

@@ -43,11 +43,14 @@ import time
 from pathlib import Path
 
 from harness import report, summarize
-
 from mevedel_server.addresses.model import Operation
 from mevedel_server.resources.engine import resolver
 from mevedel_server.resources.engine.context import ResolverContext
-from mevedel_server.resources.engine.options import GlobOptions, GrepOptions, ReadOptions
+from mevedel_server.resources.engine.options import (
+    GlobOptions,
+    GrepOptions,
+    ReadOptions,
+)
 from mevedel_server.targets import LocalTarget
 
 FILES = int(os.environ.get("MEVEDEL_BENCH_FILES", "10000"))

@@ -38,10 +38,15 @@ import tempfile
 import time
 
 from harness import report, summarize
-
 from mevedel_server.agents.file_state import RACY_NS, SKIP_NAMES, FileStateRecord
-from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget, ScanTree
-from mevedel_server.targets import wire
+from mevedel_server.targets import (
+    ControlProgram,
+    LocalTarget,
+    ProgramResult,
+    ProgramTarget,
+    ScanTree,
+    wire,
+)
 
 FILES = int(os.environ.get("MEVEDEL_BENCH_FILES", "10000"))
 RUNS = int(os.environ.get("MEVEDEL_BENCH_RUNS", "30"))

@@ -43,8 +43,12 @@ from harness import report, summarize
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench_store_listing import sidecar  # noqa: E402
-
-from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session  # noqa: E402
+from mevedel_server.store import (  # noqa: E402
+    ClientIdentity,
+    Publisher,
+    acquire_lease,
+    materialize_session,
+)
 from mevedel_server.store.service import EvidenceInput, SessionService  # noqa: E402
 from mevedel_server.targets import ControlProgram, LocalTarget, Stat  # noqa: E402
 from mevedel_server.targets.ssh import SshTarget  # noqa: E402

@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 from harness import report
-
 from mevedel_server.store import ClientIdentity, read_committed
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget

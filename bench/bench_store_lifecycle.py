@@ -56,20 +56,39 @@ import tempfile
 import time
 
 import msgspec
-from harness import report, summarize
 
-from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session, read_committed
+from harness import report, summarize
+from mevedel_server.store import (
+    ClientIdentity,
+    Publisher,
+    acquire_lease,
+    materialize_session,
+    read_committed,
+)
+from mevedel_server.store.authority.workspace import ensure_workspace_id
+from mevedel_server.store.content.sidecar import (
+    SIDECAR_PATH,
+    NamingState,
+    encode_sidecar,
+)
+from mevedel_server.store.content.transcript import Outcome, Response
+from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.transactions import rewind as rewind_module
 from mevedel_server.store.transactions import snapshot_cut
 from mevedel_server.store.transactions.fork import commit_fork, prepare_fork
 from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.transactions.save_as import commit_save_as, prepare_save_as
-from mevedel_server.store.content.sidecar import SIDECAR_PATH, NamingState, encode_sidecar
 from mevedel_server.store.transactions.snapshot_cut import Boundary
-from mevedel_server.store.content.transcript import Outcome, Response
-from mevedel_server.store.content.turns import Conversation
-from mevedel_server.store.authority.workspace import ensure_workspace_id
-from mevedel_server.targets import Barrier, ControlProgram, CreateExclusive, LocalTarget, MakeDirs, Replace, executor, read_target_clock
+from mevedel_server.targets import (
+    Barrier,
+    ControlProgram,
+    CreateExclusive,
+    LocalTarget,
+    MakeDirs,
+    Replace,
+    executor,
+    read_target_clock,
+)
 
 SAMPLES = int(os.environ.get("MEVEDEL_BENCH_SAMPLES", "5"))
 TURNS = 6000

@@ -22,10 +22,19 @@ import tempfile
 import time
 
 from harness import CountingTarget, report, summarize
-
-from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session
+from mevedel_server.store import (
+    ClientIdentity,
+    Publisher,
+    acquire_lease,
+    materialize_session,
+)
+from mevedel_server.store.content.sidecar import (
+    Layout,
+    NamingState,
+    Sidecar,
+    encode_sidecar,
+)
 from mevedel_server.store.workspace_wide.listing import BATCH, list_sessions
-from mevedel_server.store.content.sidecar import Layout, NamingState, Sidecar, encode_sidecar
 from mevedel_server.targets import LocalTarget
 
 SESSIONS = int(os.environ.get("MEVEDEL_BENCH_SESSIONS", "500"))

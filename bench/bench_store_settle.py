@@ -46,13 +46,23 @@ import time
 import tracemalloc
 
 from harness import report, summarize
-
-from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session
-from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store import (
+    ClientIdentity,
+    Publisher,
+    acquire_lease,
+    materialize_session,
+)
+from mevedel_server.store.authority.workspace import ensure_workspace_id
 from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.store.content.turns import Conversation
-from mevedel_server.store.authority.workspace import ensure_workspace_id
-from mevedel_server.targets import ControlProgram, CreateExclusive, LocalTarget, executor, read_target_clock
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.targets import (
+    ControlProgram,
+    CreateExclusive,
+    LocalTarget,
+    executor,
+    read_target_clock,
+)
 
 SAMPLES = int(os.environ.get("MEVEDEL_BENCH_SAMPLES", "60"))
 LONG_TURNS = 6000

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 from harness import report, summarize
-
 from mevedel_server.agents.config import AgentConfig, AgentSpec
 from mevedel_server.agents.engine import AgentEngine
 from mevedel_server.store import ClientIdentity

@@ -23,10 +23,10 @@ import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from harness import report, summarize
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from harness import report, summarize
 from mevedel_server.resources import ResolverContext
 from mevedel_server.tool_server.host import ToolHost
 from mevedel_server.tool_server.standalone import StandaloneContext

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
 from ssh_fixtures import fault_server, open_target, openssh_server, ssh_connect  # noqa: F401
 
 # CI machines are shared and slow at times: generating examples may take

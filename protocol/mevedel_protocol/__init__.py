@@ -9,18 +9,25 @@ from .errors import ErrorData, error_code
 from .resource import (
     ApplyPatchParams,
     ApplyPatchResult,
-    PatchFileChange,
     ContextLine,
     GlobParams,
     GlobResult,
     GrepMatch,
     GrepParams,
     GrepResult,
+    PatchFileChange,
     ReadParams,
     ReadResult,
     TruncatedLine,
 )
-from .settings import DiagnosticsSettings, McpServerSetting, MemoryRootSetting, SessionWatchSettings, Settings, SkillRootSetting
+from .settings import (
+    DiagnosticsSettings,
+    McpServerSetting,
+    MemoryRootSetting,
+    SessionWatchSettings,
+    Settings,
+    SkillRootSetting,
+)
 
 __all__ = [
     "COMMANDS",

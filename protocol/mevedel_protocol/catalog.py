@@ -6,7 +6,18 @@ table, so a method exists in one place.
 
 import attrs
 
-from . import agent, agent_options, artifact, control, follow, input_history, lifecycle, methods, queue, session
+from . import (
+    agent,
+    agent_options,
+    artifact,
+    control,
+    follow,
+    input_history,
+    lifecycle,
+    methods,
+    queue,
+    session,
+)
 from .address import DescribeParams, DescribeResult
 from .errors import ErrorData
 from .resource import (

@@ -11,8 +11,9 @@ import asyncio
 import json
 
 import pytest
-from mevedel_protocol import methods
 from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
 
 from .conftest import request
 from .test_agent_turns import configure, events, prompt

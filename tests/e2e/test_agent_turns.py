@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from lsprotocol import types
-from mevedel_protocol import methods
 from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
 
 from .conftest import request
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from mevedel_protocol import methods
 from pygls.exceptions import JsonRpcException
 
 from deadlines import ticks
+from mevedel_protocol import methods
 
 from .conftest import SERVER, initialize_params, request
 

@@ -103,7 +103,6 @@ async def test_a_waiting_take_control_says_whom_it_asked_and_until_when(workspac
 
 async def test_an_expired_holder_names_the_command_that_takes_over(workspace, tmp_path):
     from deadlines import ticks
-
     from mevedel_server.store import ClientIdentity, observe_lease
     from mevedel_server.store.service import SessionService
     from mevedel_server.targets import LocalTarget

@@ -10,12 +10,12 @@ import shutil
 
 import pytest
 from lsprotocol import types
-from mevedel_protocol import methods
 from pygls.exceptions import JsonRpcException
 
+from mevedel_protocol import methods
 from mevedel_server.store import ClientIdentity
-from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.authority.workspace import ensure_workspace_id
+from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
 from .conftest import SERVER, initialize_params, request

@@ -11,13 +11,20 @@ import time
 from pathlib import Path
 
 import msgspec
-from mevedel_protocol import methods
-
-from mevedel_server.store import ClientIdentity, LeaseRecord, Publisher, acquire_lease, decode_record, encode_record, materialize_session
-from mevedel_server.store.content.sidecar import Layout, Sidecar, encode_sidecar
-from mevedel_server.targets import LocalTarget
 
 from deadlines import ticks
+from mevedel_protocol import methods
+from mevedel_server.store import (
+    ClientIdentity,
+    LeaseRecord,
+    Publisher,
+    acquire_lease,
+    decode_record,
+    encode_record,
+    materialize_session,
+)
+from mevedel_server.store.content.sidecar import Layout, Sidecar, encode_sidecar
+from mevedel_server.targets import LocalTarget
 
 from .conftest import SERVER, initialize_params, request
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
+from deadlines import ticks
 from mevedel_protocol import methods
 from mevedel_server.store import LeaseStanding, observe_lease
 from mevedel_server.targets import LocalTarget
 from ssh_fixtures import ALIAS
-from deadlines import ticks
 
 from .conftest import SERVER, initialize_params, request
 

@@ -6,6 +6,7 @@ file is renamed aside with one warning."""
 from __future__ import annotations
 
 from lsprotocol import types
+
 from mevedel_protocol import methods
 
 from .conftest import request

@@ -14,8 +14,9 @@ import subprocess
 import sys
 
 import pytest
-from mevedel_protocol import methods
 from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
 
 from .conftest import SERVER, initialize_params, request
 from .test_mcp_tool_server import _session, envelope, served

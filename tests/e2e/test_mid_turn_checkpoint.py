@@ -15,14 +15,13 @@ import signal
 import sys
 from pathlib import Path
 
+from deadlines import ticks
 from mevedel_protocol import methods
-
 from mevedel_server.store import ClientIdentity, read_committed
-from mevedel_server.store.service import SessionService
 from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
 
-from deadlines import ticks
 from .conftest import SERVER, initialize_params
 
 AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"

@@ -10,8 +10,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from mevedel_protocol import methods
 from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
 
 from .conftest import SERVER, initialize_params, request
 from .test_agent_turns import Watch, configure, events, prompt

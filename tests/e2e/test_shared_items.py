@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 
 import pytest
-from mevedel_protocol import methods
 from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
 
 from .conftest import SERVER, initialize_params, request
 from .test_mcp_tool_server import _cli, _session, add, envelope, error, ok, served

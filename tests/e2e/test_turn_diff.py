@@ -6,8 +6,9 @@ the turn asked for."""
 from __future__ import annotations
 
 import pytest
-from mevedel_protocol import methods
 from pygls.exceptions import JsonRpcException
+
+from mevedel_protocol import methods
 
 from .conftest import request
 from .test_agent_turns import configure, prompt

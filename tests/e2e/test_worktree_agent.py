@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from lsprotocol import types
+
 from mevedel_protocol import methods
 
 from .conftest import request

@@ -7,7 +7,15 @@ operation matrix lives in ``matrix``; ``scan`` finds addresses in documents.
 from .encoding import decode_component, encode_component, encode_fragment
 from .grammar import KNOWN_PREFIXES, MEMORY_KEYS, SKILL_ORIGINS, parse_address
 from .matrix import RULES, Form, FormRule
-from .model import SCHEMES, Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from .model import (
+    SCHEMES,
+    Address,
+    AddressError,
+    ErrorKind,
+    Family,
+    LocatorClass,
+    Operation,
+)
 from .scan import (
     PUBLIC_SCHEMES,
     AddressSpan,

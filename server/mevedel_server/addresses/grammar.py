@@ -38,8 +38,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .encoding import decode_component, encode_component, encode_fragment
 from . import matrix
+from .encoding import decode_component, encode_component, encode_fragment
 from .matrix import FormRule
 from .model import SCHEMES, Address, AddressError, ErrorKind
 

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..mcp_client.config import NotJson, load_json
-from .delegation.names import CONCURRENT_BOUNDS, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, DEPTH_BOUNDS
+from .delegation.names import (
+    CONCURRENT_BOUNDS,
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_MAX_DEPTH,
+    DEPTH_BOUNDS,
+)
 from .errors import NOT_CONFIGURED, AgentError
 
 PERMISSION_POLICIES = ("ask", "allow-reads", "allow-all")

@@ -39,26 +39,24 @@ from typing import Any, Protocol
 
 from acp import RequestError, schema
 
-from ..store import SessionService, is_refusal
-from ..store import EngineRef, EngineState
-from ..store import Outcome
+from ..artifacts.attachments import session_artifacts
+from ..artifacts.authored_scan import AuthoredFacts
+from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
 from ..resources import ResolverContext
+from ..store import EngineRef, EngineState, Outcome, SessionService, is_refusal
 from ..targets import ControlProgram, Entry, Read, Status, TargetError
+from ..tool_server.artifact_writes import learn_shell_writes
 from ..tool_server.host import ToolHost
+from .acp_callbacks import AcpCallbacks, PermissionQuestion
+from .checkpoint_exclude import CheckpointExclude, is_editor_file
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
 from .excerpt import reconciliation_notice, transcript_excerpt
 from .fork_note import fork_files_note
-from ..artifacts.attachments import session_artifacts
-from ..artifacts.authored_scan import AuthoredFacts
-from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
-from ..tool_server.artifact_writes import learn_shell_writes
-from .acp_callbacks import AcpCallbacks, PermissionQuestion
-from .running_agent import AgentTurn, RunningAgent, safe_name
-from .checkpoint_exclude import CheckpointExclude, is_editor_file
 from .live import LiveFeed, TurnUpdate
 from .process import AgentProcess
 from .recorder import TurnRecorder
+from .running_agent import AgentTurn, RunningAgent, safe_name
 from .session_options import SessionOptions
 from .tool_context import AgentToolContext
 from .working_directory import WorkingTrees

@@ -26,7 +26,6 @@ from ..store import SessionPaths
 from ..targets import Target
 
 
-
 def _utf8_start(data: bytes | bytearray, index: int) -> int:
     """The first index at or after ``index`` that starts a UTF-8 sequence."""
     while index < len(data) and (data[index] & 0xC0) == 0x80:

@@ -121,13 +121,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..store import STATE_DIR
-from .file_state_index import RecordState, apply_delta, decode_index, encode_index, index_checksum
 from ..targets import (
     ControlProgram,
     CreateExclusive,
-    LocalTarget,
     FileScan,
     ListDir,
+    LocalTarget,
     MakeDirs,
     Operation,
     OpResult,
@@ -145,8 +144,23 @@ from ..targets import (
     raise_for_result,
     split_target_path,
 )
-from ..targets.program import SCAN_DIR, SCAN_IGNORED, SCAN_IGNORED_REASON, SCAN_LINK, Entry, ReadEntry, ScanFacts
+from ..targets.program import (
+    SCAN_DIR,
+    SCAN_IGNORED,
+    SCAN_IGNORED_REASON,
+    SCAN_LINK,
+    Entry,
+    ReadEntry,
+    ScanFacts,
+)
 from ..targets.tree_watch import TreeWatch, WatchUnavailable, unwatchable
+from .file_state_index import (
+    RecordState,
+    apply_delta,
+    decode_index,
+    encode_index,
+    index_checksum,
+)
 
 #: The gap of a file a .gitignore ignores (or that was in an ignored
 #: directory at the previous walk).

@@ -19,8 +19,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from ..store import MissingContent, entry_of
-from ..store import ForkType, TurnFiles
+from ..store import ForkType, MissingContent, TurnFiles, entry_of
 from .excerpt import forked_files_note
 
 #: Paths one list of the note names at most (the rest are counted).

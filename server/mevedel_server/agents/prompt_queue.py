@@ -30,14 +30,21 @@ import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from msgspec.structs import replace
 from typing import TYPE_CHECKING, Any
 
-from ..store import StoreError
-from ..store import SessionChange
+from msgspec.structs import replace
+
+from ..store import (
+    MAX_TEXT_BYTES,
+    InputRecord,
+    SessionChange,
+    StoreError,
+    add_foreign_input,
+    load_inputs,
+    remove_input,
+    write_inputs,
+)
 from ..targets import TargetError
-from ..store import MAX_TEXT_BYTES, InputRecord, add_foreign_input, load_inputs, remove_input, write_inputs
 from .errors import FAILED, AgentError
 
 if TYPE_CHECKING:

@@ -22,7 +22,17 @@ from dataclasses import dataclass
 from acp import RequestError
 
 from ..store import STATE_DIR
-from ..targets import ControlProgram, Entry, OpResult, PutEntry, Read, ReadEntry, Status, Target, WriteProject
+from ..targets import (
+    ControlProgram,
+    Entry,
+    OpResult,
+    PutEntry,
+    Read,
+    ReadEntry,
+    Status,
+    Target,
+    WriteProject,
+)
 
 #: A read larger than this is refused (an agent reads source text, not
 #: disk images; the whole answer travels in one JSON message).

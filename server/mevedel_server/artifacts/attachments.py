@@ -17,9 +17,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..store import StoreError
-from ..store import SessionChange, SessionService
-from ..store import Access
+from ..store import Access, SessionChange, SessionService, StoreError
 from .errors import ArtifactError
 from .records import Comment, VersionEntry
 from .store import ArtifactStore, Editor, ItemContent, ItemSummary, check_item_id

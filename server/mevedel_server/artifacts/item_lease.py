@@ -40,12 +40,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..store import ClientIdentity, stamped_record
-from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, Verify, raise_for_result
+from ..targets import (
+    ControlProgram,
+    Operation,
+    Read,
+    Remove,
+    Status,
+    Target,
+    Verify,
+    raise_for_result,
+)
 from ..targets.clock import Clock
 from ..targets.program import MakeDirs, ReadNewest, Replace, StampedCreate
 from .errors import ArtifactError
 from .layout import GENERATION_FAMILY, LEASES_ROOT, LOCK_DIR, ItemPaths
-from .records import HandoverRequest, ItemLeaseRecord, ItemLeaseState, RecordRefused, decode, encode
+from .records import (
+    HandoverRequest,
+    ItemLeaseRecord,
+    ItemLeaseState,
+    RecordRefused,
+    decode,
+    encode,
+)
 
 _log = logging.getLogger(__name__)
 

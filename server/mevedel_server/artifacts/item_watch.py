@@ -33,7 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..store import LEASE, SessionWatcher, Wake, WatchCadence
-from ..targets import ControlProgram, ListDir, Read, Status, TargetError, raise_for_result
+from ..targets import (
+    ControlProgram,
+    ListDir,
+    Read,
+    Status,
+    TargetError,
+    raise_for_result,
+)
 from ..targets.program import Stat
 from .errors import ArtifactError
 from .layout import ItemPaths

@@ -44,10 +44,25 @@ from ..targets import (
 )
 from ..targets.clock import Clock
 from ..targets.errors import PathAbsentError, UnsafePathError
-from ..targets.program import Barrier, FileRead, ListTree, MakeDirs, ReadFiles, ReadNewest, Replace, Stat, WriteProject
+from ..targets.program import (
+    Barrier,
+    FileRead,
+    ListTree,
+    MakeDirs,
+    ReadFiles,
+    ReadNewest,
+    Replace,
+    Stat,
+    WriteProject,
+)
 from . import content as item_content
 from .errors import ArtifactError, invalid, missing
-from .item_lease import DEFAULT_LEASE_SECONDS, HANDOVER_IDLE_SECONDS, ItemLeases, lease_view
+from .item_lease import (
+    DEFAULT_LEASE_SECONDS,
+    HANDOVER_IDLE_SECONDS,
+    ItemLeases,
+    lease_view,
+)
 from .layout import (
     GENERATION_FAMILY,
     KINDS,
@@ -73,7 +88,15 @@ from .records import (
     encode,
     load,
 )
-from .versions import DEFAULT_MAX_VERSION_BYTES, DEFAULT_MAX_VERSIONS, load_index, publish_version, read_for_version, read_index, read_version
+from .versions import (
+    DEFAULT_MAX_VERSION_BYTES,
+    DEFAULT_MAX_VERSIONS,
+    load_index,
+    publish_version,
+    read_for_version,
+    read_index,
+    read_version,
+)
 
 _log = logging.getLogger(__name__)
 _ATTEMPTS = 16

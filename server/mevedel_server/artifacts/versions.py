@@ -13,8 +13,17 @@ from __future__ import annotations
 
 import hashlib
 
-from ..targets import ControlProgram, Operation, Read, Remove, Status, Target, Verify, raise_for_result
-from ..targets import Clock
+from ..targets import (
+    Clock,
+    ControlProgram,
+    Operation,
+    Read,
+    Remove,
+    Status,
+    Target,
+    Verify,
+    raise_for_result,
+)
 from ..targets.program import Barrier, MakeDirs, Replace, Stat
 from .errors import ArtifactError, missing
 from .layout import LEASES_ROOT, LOCK_DIR, ItemPaths

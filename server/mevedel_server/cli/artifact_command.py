@@ -20,9 +20,15 @@ from typing import Any
 
 from ..artifacts.attachments import Listed, SessionArtifacts, session_artifacts
 from ..artifacts.layout import is_text_file
-from ..store import describe_target_time
-from ..store import SessionService
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command
+from ..store import SessionService, describe_target_time
+from .session_client import (
+    CommandError,
+    add_common,
+    add_session_option,
+    emit,
+    held_session,
+    run_command,
+)
 
 
 def register(subparsers: Any) -> None:

@@ -28,7 +28,15 @@ import time
 from typing import Any
 
 from ..store import SessionService
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, refuse, run_command
+from .session_client import (
+    CommandError,
+    add_common,
+    add_session_option,
+    emit,
+    held_session,
+    refuse,
+    run_command,
+)
 from .session_command import info_data, info_line
 
 DEFAULT_WAIT_SECONDS = 120.0

@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Any
 
-from ..store import PathDiff, DiffSide, TreeDiff, describe, stat_lines
+from ..store import DiffSide, PathDiff, TreeDiff, describe, stat_lines
 from .session_client import (
     CommandError,
     add_common,

@@ -19,14 +19,12 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ..store import StoreError
-from ..store import SessionWatcher, WatchCadence
+from ..store import SessionWatcher, StoreError, WatchCadence
 from ..targets import TargetError
 from .session_client import add_common, emit, run_command, workspace_root
 
 if TYPE_CHECKING:
-    from ..store import SessionService
-    from ..store import FollowUpdate
+    from ..store import FollowUpdate, SessionService
 
 
 def register(subparsers: Any) -> None:
@@ -66,8 +64,7 @@ def _seconds(text: str) -> float:
 
 def run_follow(arguments: argparse.Namespace) -> int:
     # Imported here: every 'session' command builds this parser.
-    from ..store import FollowUpdate
-    from ..store import diff_conversations
+    from ..store import FollowUpdate, diff_conversations
 
     workspace = arguments.workspace if _remote(arguments) else workspace_root(arguments).as_uri()
 

@@ -24,9 +24,16 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from ..store import InvalidToken, StateToken
-from ..store import SessionService
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, remember_session, run_command
+from ..store import InvalidToken, SessionService, StateToken
+from .session_client import (
+    CommandError,
+    add_common,
+    add_session_option,
+    emit,
+    held_session,
+    remember_session,
+    run_command,
+)
 
 COMMIT = "commit"
 

@@ -45,15 +45,22 @@ from ..agents.errors import AgentError
 from ..artifacts.attachments import SessionArtifacts, session_artifacts
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import ResolverContext, writable_sessions
-from ..store import SessionService
+from ..store import SessionAction, SessionService
 from ..tool_server.host import ToolHost
 from ..tool_server.standalone import StandaloneContext
-from ..store import SessionAction
 from .agent_prestart import prestart_for
-from .queued_prompt import STEER_SIGNAL, RunnerMark, other_runner, queue_behind, refusal
 from .prompt_line import typed_prompt
+from .queued_prompt import STEER_SIGNAL, RunnerMark, other_runner, queue_behind, refusal
 from .session_client import (
-    CommandError, add_common, add_session_option, emit, held_session, last_session, remember_session, run_command, workspace_root,
+    CommandError,
+    add_common,
+    add_session_option,
+    emit,
+    held_session,
+    last_session,
+    remember_session,
+    run_command,
+    workspace_root,
 )
 
 if TYPE_CHECKING:

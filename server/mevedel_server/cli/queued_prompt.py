@@ -21,10 +21,18 @@ import secrets
 import signal
 from pathlib import Path
 
-from ..store import SessionPaths
+from ..store import (
+    InputRecord,
+    RunnerRecord,
+    SessionPaths,
+    SessionService,
+    add_foreign_input,
+    clear_runner,
+    load_inputs,
+    read_runner,
+    record_runner,
+)
 from ..targets.clock import read_target_clock
-from ..store import SessionService
-from ..store import InputRecord, RunnerRecord, add_foreign_input, clear_runner, load_inputs, read_runner, record_runner
 from .session_client import CommandError
 
 #: The signal a steering ``mevedel prompt`` sends the process running the turn.

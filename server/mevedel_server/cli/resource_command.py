@@ -49,8 +49,7 @@ from ..resources import (
     prepare,
     writable_sessions,
 )
-from ..store import LeaseState
-from ..store import SessionService, error_kind, is_refusal
+from ..store import LeaseState, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
 from .session_client import CommandError, cli_identity, refuse
 

@@ -36,8 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts.attachments import session_artifacts
-from ..store import ClientIdentity, LeaseState, TakeoverNeedsConfirmation
-from ..store import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
+from ..store import (
+    PRODUCT_STORAGE,
+    ClientIdentity,
+    LeaseState,
+    SessionService,
+    TakeoverNeedsConfirmation,
+    error_kind,
+    is_refusal,
+)
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
 from ..targets.location import parse_workspace_location, workspace_target
 

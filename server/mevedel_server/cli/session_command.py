@@ -13,12 +13,30 @@ import sys
 from typing import Any
 
 from ..artifacts.attachments import session_artifacts
-from ..store import OpenMode, SegmentRotation, SessionInfo, SessionService, TurnDetail, TurnSummary, describe, stat_lines
-from ..store import describe_target_time
-from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
-from ..store import SESSION_ID_PATTERN
+from ..store import (
+    SESSION_ID_PATTERN,
+    IdentityNeedsConfirmation,
+    OpenMode,
+    SegmentRotation,
+    SessionInfo,
+    SessionService,
+    TakeoverNeedsConfirmation,
+    TurnDetail,
+    TurnSummary,
+    describe,
+    describe_target_time,
+    stat_lines,
+)
 from .session_client import (
-    CommandError, add_common, add_session_option, control_request_line, emit, held_session, plain, remember_session, run_command,
+    CommandError,
+    add_common,
+    add_session_option,
+    control_request_line,
+    emit,
+    held_session,
+    plain,
+    remember_session,
+    run_command,
 )
 
 

@@ -18,9 +18,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..store import EVIDENCE_KINDS, EvidenceInput, SaveResult, SessionService
-from ..store import Outcome
-from .session_client import CommandError, add_common, add_session_option, emit, held_session, run_command, workspace_root
+from ..store import EVIDENCE_KINDS, EvidenceInput, Outcome, SaveResult, SessionService
+from .session_client import (
+    CommandError,
+    add_common,
+    add_session_option,
+    emit,
+    held_session,
+    run_command,
+    workspace_root,
+)
 
 
 def register(subparsers: Any) -> None:

@@ -13,7 +13,10 @@ from mevedel_protocol import converter, methods
 
 from ..agents.errors import AgentError
 from .errors import failure
-from .handlers import command_handler as _command_handler, folder as _folder, registry as _registry, request_handler as _request_handler
+from .handlers import command_handler as _command_handler
+from .handlers import folder as _folder
+from .handlers import registry as _registry
+from .handlers import request_handler as _request_handler
 from .workspaces import Folder
 
 if TYPE_CHECKING:

@@ -15,6 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
+
 from mevedel_protocol import agent as wire
 from mevedel_protocol import converter, methods
 
@@ -25,13 +26,21 @@ from ..resources import ReadOptions, execute, prepare
 from ..store import SessionChange, SessionService
 from ..tool_server.host import ToolHost
 from .errors import failure
+from .handlers import command_handler as _command_handler
+from .handlers import folder as _folder
+from .handlers import registry as _registry
+from .handlers import request_handler as _request_handler
 from .input_history import tell_recorded
-from .handlers import command_handler as _command_handler, folder as _folder, registry as _registry, request_handler as _request_handler
 from .resources import writable_context
 from .workspaces import Folder, request_scope, scope
 
 if TYPE_CHECKING:
-    from ..agents.engine import AgentEngine, PermissionQuestion, PromptOutcome, TurnUpdate
+    from ..agents.engine import (
+        AgentEngine,
+        PermissionQuestion,
+        PromptOutcome,
+        TurnUpdate,
+    )
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)

@@ -24,9 +24,10 @@ from ..artifacts.content import decode_payload, encode_for_reader
 from ..artifacts.item_watch import ItemState, ItemWatches
 from ..artifacts.layout import LIVE_PRIMARY
 from ..artifacts.records import Comment, VersionEntry
-from ..store import SessionService
-from ..store import WatchCadence
-from .handlers import command_handler, folder as _folder, registry as _registry, request_handler
+from ..store import SessionService, WatchCadence
+from .handlers import command_handler, request_handler
+from .handlers import folder as _folder
+from .handlers import registry as _registry
 from .workspaces import Folder
 
 if TYPE_CHECKING:

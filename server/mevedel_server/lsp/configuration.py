@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from lsprotocol import types
+
 from mevedel_protocol import Settings, converter, describe_structure_error, wire_name
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 

@@ -20,23 +20,40 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
+
 from mevedel_protocol import control as wire
 from mevedel_protocol import converter, methods
 from mevedel_protocol.session import SessionParams
 
-from ..store import TakeoverNeedsConfirmation
-from ..store import SessionService
-from ..store import ControlEvent, ControlStatus, SessionControl
-from ..store import ConversationError
-from ..store import WatchCadence
+from ..store import (
+    ControlEvent,
+    ControlStatus,
+    ConversationError,
+    SessionControl,
+    SessionService,
+    TakeoverNeedsConfirmation,
+    WatchCadence,
+)
 from .errors import failure
 from .handlers import (
     command_handler as _command_handler,
+)
+from .handlers import (
     confirm_takeover as _confirm_takeover,
+)
+from .handlers import (
     folder as _folder,
+)
+from .handlers import (
     registry as _registry,
+)
+from .handlers import (
     request_handler as _request_handler,
+)
+from .handlers import (
     session_id as _session_id,
+)
+from .handlers import (
     state as _state,
 )
 from .workspaces import Folder

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
+
 from mevedel_protocol.methods import DIAGNOSTIC_SOURCE
 
 from ..addresses import AddressError, ErrorKind

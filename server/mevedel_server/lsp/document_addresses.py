@@ -15,7 +15,15 @@ from lsprotocol import types
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition
 
-from ..addresses import Address, AddressError, AddressSpan, ErrorKind, address_at, classify_span, find_address_spans
+from ..addresses import (
+    Address,
+    AddressError,
+    AddressSpan,
+    ErrorKind,
+    address_at,
+    classify_span,
+    find_address_spans,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from pygls.exceptions import JsonRpcException
+
 from mevedel_protocol import ErrorData, converter, describe_structure_error, error_code
 from mevedel_protocol.errors import KIND_INTERNAL, KIND_INVALID_PARAMS
-from pygls.exceptions import JsonRpcException
 
 from ..addresses import AddressError
 

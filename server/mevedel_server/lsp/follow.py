@@ -21,16 +21,29 @@ from mevedel_protocol import converter, methods
 from mevedel_protocol import follow as wire
 from mevedel_protocol.session import SessionParams
 
-from ..store import StoreError
-from ..store import SessionChange, SessionService
-from ..store import FollowUpdate
-from ..store import SessionWatcher, Wake, WatchCadence
+from ..store import (
+    FollowUpdate,
+    SessionChange,
+    SessionService,
+    SessionWatcher,
+    StoreError,
+    Wake,
+    WatchCadence,
+)
 from ..targets import TargetError
 from .handlers import (
     command_handler as _command_handler,
+)
+from .handlers import (
     folder as _folder,
+)
+from .handlers import (
     registry as _registry,
+)
+from .handlers import (
     request_handler as _request_handler,
+)
+from .handlers import (
     session_id as _session_id,
 )
 from .workspaces import Folder

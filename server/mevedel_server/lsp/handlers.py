@@ -15,13 +15,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from mevedel_protocol import converter
-from mevedel_protocol import session as wire
 from pygls.exceptions import JsonRpcException
 
+from mevedel_protocol import converter
+from mevedel_protocol import session as wire
+
 from ..addresses import parse_address
-from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
-from ..store import SessionInfo, error_kind, is_refusal
+from ..store import (
+    IdentityNeedsConfirmation,
+    SessionInfo,
+    TakeoverNeedsConfirmation,
+    error_kind,
+    is_refusal,
+)
 from .errors import failure, internal_failure, structure_params
 from .questions import consents
 from .virtual_documents import format_uri

@@ -8,11 +8,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
+
 from mevedel_protocol import input_history as wire
 from mevedel_protocol import methods
 
 from .errors import failure
-from .handlers import folder as _folder, registry as _registry, request_handler as _request_handler
+from .handlers import folder as _folder
+from .handlers import registry as _registry
+from .handlers import request_handler as _request_handler
 
 if TYPE_CHECKING:
     from .server import MevedelLanguageServer

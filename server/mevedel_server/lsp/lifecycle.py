@@ -13,16 +13,31 @@ from mevedel_protocol import lifecycle as wire
 from mevedel_protocol import methods
 from mevedel_protocol.session import SessionParams
 
-from ..store import ChildSession, FileRestore, KnownGap, TurnLabel
-from ..store import GitCheck
-from ..store import ExternalChange
-from ..store import SessionService
+from ..store import (
+    ChildSession,
+    ExternalChange,
+    FileRestore,
+    GitCheck,
+    KnownGap,
+    SessionService,
+    TurnLabel,
+)
 from .handlers import (
     command_handler as _command_handler,
+)
+from .handlers import (
     folder as _folder,
+)
+from .handlers import (
     registry as _registry,
+)
+from .handlers import (
     request_handler as _request_handler,
+)
+from .handlers import (
     session_id as _session_id,
+)
+from .handlers import (
     state as _state,
 )
 from .workspaces import Folder

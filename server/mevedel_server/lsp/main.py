@@ -42,8 +42,8 @@ from typing import Any
 
 from pygls.io_ import StdoutWriter
 
-from .transport.framing import FrameReader
 from .server import NAME, MevedelLanguageServer, build_server, server_version
+from .transport.framing import FrameReader
 
 _log = logging.getLogger(__name__)
 

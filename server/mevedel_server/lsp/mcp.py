@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec, servers_from_setting
+from ..mcp_client import (
+    Approvals,
+    McpAccess,
+    McpConnections,
+    McpServerSpec,
+    servers_from_setting,
+)
 from ..targets import LocalTarget, Target, TargetError
 from .questions import consents
 

@@ -13,7 +13,9 @@ from mevedel_protocol import queue as wire
 
 from ..agents.errors import AgentError
 from .errors import failure
-from .handlers import folder as _folder, registry as _registry, request_handler as _request_handler
+from .handlers import folder as _folder
+from .handlers import registry as _registry
+from .handlers import request_handler as _request_handler
 from .input_history import tell_recorded
 from .workspaces import Folder
 

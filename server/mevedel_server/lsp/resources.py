@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
+
 from mevedel_protocol import (
     ApplyPatchParams,
     ApplyPatchResult,

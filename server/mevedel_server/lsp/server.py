@@ -15,10 +15,11 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
-from mevedel_protocol import Settings
-from mevedel_protocol.errors import INTERNAL_ERROR
 from pygls.exceptions import FeatureRequestError, JsonRpcException
 from pygls.lsp.server import LanguageServer
+
+from mevedel_protocol import Settings
+from mevedel_protocol.errors import INTERNAL_ERROR
 
 from .transport.wire_protocol import MevedelProtocol, plain_json_converter
 from .workspaces import Folder, same_folder

@@ -20,9 +20,14 @@ from typing import TYPE_CHECKING
 from mevedel_protocol import converter, methods
 from mevedel_protocol.session import SessionDidChangeParams
 
-from ..store import ClientIdentity
-from ..store import PRODUCT_STORAGE, LiveHistory, SessionChange, SessionService
-from ..store import SessionControl
+from ..store import (
+    PRODUCT_STORAGE,
+    ClientIdentity,
+    LiveHistory,
+    SessionChange,
+    SessionControl,
+    SessionService,
+)
 from ..targets import Target, TargetError
 from ..targets.location import workspace_target
 from .errors import failure

@@ -12,12 +12,25 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
+
 from mevedel_protocol import methods
 from mevedel_protocol import session as wire
 
-from ..store import IdentityNeedsConfirmation, TakeoverNeedsConfirmation
-from ..store import SaveResult, SegmentRotation, PathDiff, SessionService, DiffSide, TurnDetail, TurnSummary, EvidenceInput, describe, stat_lines
-from ..store import SessionAction
+from ..store import (
+    DiffSide,
+    EvidenceInput,
+    IdentityNeedsConfirmation,
+    PathDiff,
+    SaveResult,
+    SegmentRotation,
+    SessionAction,
+    SessionService,
+    TakeoverNeedsConfirmation,
+    TurnDetail,
+    TurnSummary,
+    describe,
+    stat_lines,
+)
 from .errors import failure
 from .handlers import (
     CANCEL,
@@ -26,12 +39,20 @@ from .handlers import (
     command_handler,
     confirm_identity,
     confirm_takeover,
-    folder as _folder,
-    registry as _registry,
     request_handler,
-    session_id as _session_id,
-    state as _state,
     transcript_uri,
+)
+from .handlers import (
+    folder as _folder,
+)
+from .handlers import (
+    registry as _registry,
+)
+from .handlers import (
+    session_id as _session_id,
+)
+from .handlers import (
+    state as _state,
 )
 from .session_registry import SessionRegistry
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mevedel_protocol.methods import VIRTUAL_SCHEME
 from pygls.exceptions import JsonRpcException
 from pygls.uris import to_fs_path
+
+from mevedel_protocol.methods import VIRTUAL_SCHEME
 
 from ..addresses import ErrorKind
 from ..resources import MemoryRoot, ResolverContext, SkillRoot

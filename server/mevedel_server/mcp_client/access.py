@@ -25,7 +25,13 @@ from typing import Literal
 
 from ..targets import ControlProgram, ReadFiles, Status, Target
 from .approvals import Approvals
-from .config import MAX_WORKSPACE_FILE_BYTES, WORKSPACE_FILE, McpServerSpec, WorkspaceServers, parse_workspace_file
+from .config import (
+    MAX_WORKSPACE_FILE_BYTES,
+    WORKSPACE_FILE,
+    McpServerSpec,
+    WorkspaceServers,
+    parse_workspace_file,
+)
 from .connections import Known, McpConnections, ResourceListing
 from .errors import McpClientError
 

@@ -198,7 +198,9 @@ class McpConnections:
     async def _run(self, connection: _Connection) -> None:
         from mcp import ClientSession, StdioServerParameters
 
-        from .bounded_stdio import bounded_stdio_client  # the SDK's stdio client under it
+        from .bounded_stdio import (
+            bounded_stdio_client,  # the SDK's stdio client under it
+        )
 
         spec = connection.spec
         parameters = StdioServerParameters(

@@ -26,23 +26,20 @@
 """
 
 from .clock import Clock, read_target_clock
+from .entry import same_state
 from .errors import (
     InvalidTargetPath,
     PathAbsentError,
     PathConflictError,
+    RootReplacedError,
     TargetError,
     TargetOperationError,
-    RootReplacedError,
     UnsafePathError,
 )
 from .faults import FaultInjectingTarget, FaultMode, InjectedFault, SimulatedCrash
 from .local import LocalTarget
 from .paths import join_target_path, parent_and_name, split_target_path
-from .entry import same_state
 from .program import (
-    Entry,
-    PutEntry,
-    ReadEntry,
     Barrier,
     Chain,
     ChainHop,
@@ -50,6 +47,7 @@ from .program import (
     ControlProgram,
     CreateExclusive,
     CreateLinked,
+    Entry,
     FileRead,
     FileScan,
     FileStat,
@@ -59,23 +57,30 @@ from .program import (
     Operation,
     OpResult,
     ProgramResult,
+    PutEntry,
     Read,
     ReadChain,
+    ReadEntry,
     ReadFiles,
+    ReadSlice,
     Remove,
     Replace,
     ScanPaths,
     ScanTree,
     Snapshot,
     SnapshotFile,
-    ReadSlice,
-    WriteProject,
     Stat,
     Status,
     TreeListing,
     Verify,
+    WriteProject,
 )
-from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable, WorkspaceLocationError
+from .remote_errors import (
+    HostKeyRefused,
+    SshLocationError,
+    TargetUnavailable,
+    WorkspaceLocationError,
+)
 from .ssh_config import SshLocation, parse_ssh_location
 from .target import ProgramTarget, Target, raise_for_result
 

@@ -10,9 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .clock import Clock
-from .process_group import ProcessGroup, group_state
-from .errors import ROOT_REPLACED, PathAbsentError, RootReplacedError, TargetError, TargetOperationError, UnsafePathError
+from .errors import (
+    ROOT_REPLACED,
+    PathAbsentError,
+    RootReplacedError,
+    TargetError,
+    TargetOperationError,
+    UnsafePathError,
+)
 from .executor import ProgramRefused
+from .process_group import ProcessGroup, group_state
 from .program import (
     FILE_SCAN_RECORD,
     Barrier,
@@ -21,20 +28,20 @@ from .program import (
     ControlProgram,
     CreateExclusive,
     CreateLinked,
+    Entry,
     FileRead,
     FileScan,
     FileStat,
     ListDir,
     ListTree,
     MakeDirs,
-    Entry,
-    PutEntry,
-    ReadEntry,
     Operation,
     OpResult,
     ProgramResult,
+    PutEntry,
     Read,
     ReadChain,
+    ReadEntry,
     ReadFiles,
     ReadNewest,
     ReadSlice,
@@ -45,7 +52,6 @@ from .program import (
     Snapshot,
     SnapshotFile,
     StampedCreate,
-    WriteProject,
     Stat,
     Status,
     TreeListing,
@@ -53,6 +59,7 @@ from .program import (
     Verify,
     WalkedEntry,
     WalkTree,
+    WriteProject,
 )
 
 _KINDS: dict[type, str] = {

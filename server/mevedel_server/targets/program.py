@@ -43,13 +43,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .entry import Entry
 from .errors import InvalidTargetPath
+from .executor import SCAN_DIR as SCAN_DIR
 from .executor import SCAN_FACTS, stamped_content
 from .executor import SCAN_IGNORED as SCAN_IGNORED
 from .executor import SCAN_IGNORED_REASON as SCAN_IGNORED_REASON
 from .executor import SCAN_LINK as SCAN_LINK
-from .executor import SCAN_DIR as SCAN_DIR
-from .entry import Entry
 from .paths import split_target_path
 
 _SCAN_FACTS = struct.Struct(SCAN_FACTS)

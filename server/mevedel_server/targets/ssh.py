@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import os
+import re
 import secrets
 import shlex
 import socket
@@ -53,16 +53,30 @@ from dataclasses import dataclass
 
 import asyncssh
 
+from .errors import TargetOperationError
+from .paths import split_target_path
 from .plain_form import plain_operations, program_result, refusal_error_of
 from .process_group import RemoteGroup
 from .program import ControlProgram, ProgramResult
-from .remote_bundle import BYTECODE_MAGIC, compiled_script, remote_command, remote_script
+from .remote_bundle import (
+    BYTECODE_MAGIC,
+    compiled_script,
+    remote_command,
+    remote_script,
+)
 from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
 from .ssh_config import SshLocation, client_options, parse_ssh_location
-from .errors import TargetOperationError
-from .paths import split_target_path
 from .target import ProgramTarget
-from .wire import HEAD_SIZE, MAGIC_HEAD, NONCE_SIZE, TAIL_SIZE, FrameError, check_tail, decode_value, frame_chunks
+from .wire import (
+    HEAD_SIZE,
+    MAGIC_HEAD,
+    NONCE_SIZE,
+    TAIL_SIZE,
+    FrameError,
+    check_tail,
+    decode_value,
+    frame_chunks,
+)
 
 _log = logging.getLogger(__name__)
 

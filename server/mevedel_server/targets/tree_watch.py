@@ -41,7 +41,16 @@ import re
 from collections.abc import Iterable
 
 from .executor import _DIR_FLAGS, Refused
-from .inotify import CHANGES, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_UNMOUNT, available, events
+from .inotify import (
+    CHANGES,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_MOVE_SELF,
+    IN_Q_OVERFLOW,
+    IN_UNMOUNT,
+    available,
+    events,
+)
 from .inotify import libc as inotify_libc
 from .local import LocalTarget
 

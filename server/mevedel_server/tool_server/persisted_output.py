@@ -20,8 +20,8 @@ import datetime
 import secrets
 
 from ..resources import ResolverContext
-from ..resources.families.artifact import TOOL_RESULTS, save_artifact
 from ..resources.engine.places import Places
+from ..resources.families.artifact import TOOL_RESULTS, save_artifact
 
 #: The most characters one tool answer carries (about 16,000 tokens).
 MAX_OUTPUT_CHARS = 64_000

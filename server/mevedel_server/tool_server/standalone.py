@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..artifacts.attachments import SessionArtifacts, session_artifacts
+from ..artifacts.errors import ArtifactError
 from ..mcp_client import McpAccess
 from ..resources import MemoryRoot, ResolverContext, SkillRoot, writable_sessions
 from ..store import SessionService
-from ..artifacts.errors import ArtifactError
 from .artifact_writes import held_refusal, hold_written_items, learn, written_items
 from .context import ToolRefused
 

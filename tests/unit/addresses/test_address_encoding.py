@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mevedel_server.addresses import AddressError, ErrorKind, decode_component, encode_component, encode_fragment
+from mevedel_server.addresses import (
+    AddressError,
+    ErrorKind,
+    decode_component,
+    encode_component,
+    encode_fragment,
+)
 
 
 @pytest.mark.parametrize(

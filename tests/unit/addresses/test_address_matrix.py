@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from mevedel_server.addresses import RULES, Family, Form, LocatorClass, Operation, parse_address
+from mevedel_server.addresses import (
+    RULES,
+    Family,
+    Form,
+    LocatorClass,
+    Operation,
+    parse_address,
+)
 
 R, G, S, P = Operation.READ, Operation.GLOB, Operation.GREP, Operation.APPLY_PATCH
 DIGEST = "ab" * 32

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mevedel_server.agents import file_state
-from mevedel_server.targets.program import Entry
 from mevedel_server.agents.file_state import (
     IGNORED_GAP,
     LOST_BLOB_GAP,
@@ -33,9 +32,10 @@ from mevedel_server.targets import (
     ScanTree,
     SnapshotFile,
     TargetOperationError,
+    tree_watch,
 )
-from mevedel_server.targets import tree_watch
 from mevedel_server.targets.executor import SCAN_FACTS
+from mevedel_server.targets.program import Entry
 
 STORE = ".mevedel/file-state/blobs"
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

@@ -16,10 +16,18 @@ import shutil
 import pytest
 
 from mevedel_server.agents import file_state
-from mevedel_server.targets.program import Entry
 from mevedel_server.agents.file_state import FileChange, FileStateRecord
-from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget, RootReplacedError, ScanPaths, ScanTree
-from mevedel_server.targets import tree_watch
+from mevedel_server.targets import (
+    ControlProgram,
+    LocalTarget,
+    ProgramResult,
+    ProgramTarget,
+    RootReplacedError,
+    ScanPaths,
+    ScanTree,
+    tree_watch,
+)
+from mevedel_server.targets.program import Entry
 from mevedel_server.targets.tree_watch import TreeWatch, WatchUnavailable
 
 pytestmark = pytest.mark.skipif(tree_watch.unwatchable("/tmp") is not None, reason="no inotify here")

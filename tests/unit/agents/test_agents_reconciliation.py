@@ -4,8 +4,19 @@ commands and tool calls with no recorded end, the files it changed."""
 
 from __future__ import annotations
 
-from mevedel_server.agents.excerpt import NOTICE_NAMES, RECONCILIATION, reconciliation_notice
-from mevedel_server.store.content.transcript import Outcome, Prompt, Settle, ToolCall, ToolResult, TurnBegin
+from mevedel_server.agents.excerpt import (
+    NOTICE_NAMES,
+    RECONCILIATION,
+    reconciliation_notice,
+)
+from mevedel_server.store.content.transcript import (
+    Outcome,
+    Prompt,
+    Settle,
+    ToolCall,
+    ToolResult,
+    TurnBegin,
+)
 
 
 def _turn(turn: int = 2, *, settle: Outcome | None, reason: str | None = None) -> list:

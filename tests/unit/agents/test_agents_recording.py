@@ -12,12 +12,25 @@ import acp
 import pytest
 from acp import schema
 
-from mevedel_server.agents.config import AgentConfig, AgentSpec, agents_problem, config_from_settings, load_cli_config
+from mevedel_server.agents.config import (
+    AgentConfig,
+    AgentSpec,
+    agents_problem,
+    config_from_settings,
+    load_cli_config,
+)
 from mevedel_server.agents.errors import AgentError
 from mevedel_server.agents.excerpt import transcript_excerpt
 from mevedel_server.agents.live import LiveEvent, LiveFeed
 from mevedel_server.agents.recorder import TurnRecorder
-from mevedel_server.store.content.transcript import Outcome, Prompt, Response, Settle, ToolCall, TurnBegin
+from mevedel_server.store.content.transcript import (
+    Outcome,
+    Prompt,
+    Response,
+    Settle,
+    ToolCall,
+    TurnBegin,
+)
 
 TURN = "0123456789abcdef"
 

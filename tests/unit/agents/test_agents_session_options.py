@@ -7,14 +7,24 @@ from __future__ import annotations
 
 import pytest
 from acp import schema
+from tests.unit.store.content.test_content_turns import commit, conversation, full_turn
 
 from mevedel_server.agents.config import AgentSpec, agents_problem, config_from_settings
 from mevedel_server.agents.errors import AgentError
-from mevedel_server.agents.session_options import MAX_OFFERED, Offered, Want, check, parse_assignment, wanted
-from mevedel_server.store.content.sidecar import AgentChoice, encode_sidecar, load_sidecar
+from mevedel_server.agents.session_options import (
+    MAX_OFFERED,
+    Offered,
+    Want,
+    check,
+    parse_assignment,
+    wanted,
+)
+from mevedel_server.store.content.sidecar import (
+    AgentChoice,
+    encode_sidecar,
+    load_sidecar,
+)
 from mevedel_server.store.content.turns import ConversationError
-
-from tests.unit.store.content.test_content_turns import commit, conversation, full_turn
 
 
 def offer(modes=None, config=None) -> Offered:

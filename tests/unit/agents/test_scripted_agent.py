@@ -38,6 +38,7 @@ from acp.schema import (
     WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
+
 from deadlines import GENEROUS_SECONDS
 
 AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"

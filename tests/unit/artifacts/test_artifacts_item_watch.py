@@ -7,8 +7,8 @@ when the item is already idle."""
 import asyncio
 
 import pytest
-from deadlines import ticks
 
+from deadlines import ticks
 from mevedel_server.artifacts.item_watch import ItemWatches
 from mevedel_server.artifacts.store import ArtifactStore, revision_of
 from mevedel_server.store.authority.lease import ClientIdentity

@@ -33,7 +33,12 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.artifacts.layout import ItemPaths
-from mevedel_server.artifacts.records import ItemLeaseRecord, ItemLeaseState, VersionIndex, decode
+from mevedel_server.artifacts.records import (
+    ItemLeaseRecord,
+    ItemLeaseState,
+    VersionIndex,
+    decode,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 ITEM = "shared01"

@@ -4,8 +4,6 @@ refusals that name the input and never a traceback."""
 
 from __future__ import annotations
 
-
-
 from test_cli_session import cli, committed, ok, refused
 
 

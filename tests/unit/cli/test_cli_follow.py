@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget

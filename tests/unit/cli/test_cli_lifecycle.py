@@ -8,7 +8,6 @@ import json
 import time
 from pathlib import Path
 
-
 from test_cli_session import cli, ok, refused
 
 

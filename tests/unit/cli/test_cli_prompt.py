@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 
 

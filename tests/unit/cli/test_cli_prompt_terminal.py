@@ -9,7 +9,6 @@ import json
 import os
 from pathlib import Path
 
-
 from test_cli_prompt import configure, mevedel
 
 OPTIONS = [{"id": "allow", "name": "Allow once", "kind": "allow_once"}, {"id": "reject", "name": "Reject", "kind": "reject_once"}]

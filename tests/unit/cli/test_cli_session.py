@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.store import ClientIdentity, PublicationFailed, read_committed
-from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
 
 

@@ -212,9 +212,8 @@ def test_a_worktree_fork_whose_checkout_is_gone_is_not_started_elsewhere(tmp_pat
 
 @pytest.mark.usefixtures("openssh_server")
 def test_over_ssh_a_worktree_forks_agent_works_in_its_checkout_and_rewind_restores_it_there(tmp_path, openssh_server):
-    from ssh_fixtures import ALIAS
-
     from e2e.test_ssh_workspace import ssh_home
+    from ssh_fixtures import ALIAS
 
     main = tmp_path / "remote project"
     repository(main)

@@ -1,7 +1,6 @@
 """Settings merge key by key; a bad key keeps its previous value."""
 
 from mevedel_protocol import Settings
-
 from mevedel_server.lsp.configuration import merge_settings
 
 

@@ -5,7 +5,11 @@ import pytest
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from mevedel_server.lsp.document_addresses import address_at_position, classified_spans, token_before
+from mevedel_server.lsp.document_addresses import (
+    address_at_position,
+    classified_spans,
+    token_before,
+)
 
 
 def _document(text: str) -> TextDocument:

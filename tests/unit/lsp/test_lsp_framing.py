@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from mevedel_server.lsp import FEATURES, build_server
 from mevedel_server.lsp.transport import framing
 from mevedel_server.lsp.transport.framing import BrokenFrame, FrameReader, recover_id
-from mevedel_server.lsp import FEATURES, build_server
 
 
 class Chunks:

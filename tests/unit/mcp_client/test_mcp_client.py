@@ -14,9 +14,22 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses import ErrorKind, Operation
-from mevedel_server.mcp_client import Approvals, McpAccess, McpConnections, McpServerSpec, servers_from_setting, servers_problem
+from mevedel_server.mcp_client import (
+    Approvals,
+    McpAccess,
+    McpConnections,
+    McpServerSpec,
+    servers_from_setting,
+    servers_problem,
+)
 from mevedel_server.mcp_client.config import parse_workspace_file
-from mevedel_server.resources import ReadOptions, ResolverContext, complete, execute, prepare
+from mevedel_server.resources import (
+    ReadOptions,
+    ResolverContext,
+    complete,
+    execute,
+    prepare,
+)
 from mevedel_server.resources.engine.resolver import AddressError
 
 SCRIPTED = Path(__file__).resolve().parents[2] / "mcp_servers" / "scripted_server.py"
@@ -172,7 +185,6 @@ async def test_an_answer_over_the_message_limit_is_unreadable_at_once_and_the_se
 
 def test_a_bad_mcp_servers_setting_is_refused_naming_the_entry():
     from mevedel_protocol import Settings
-
     from mevedel_server.lsp.configuration import merge_settings
 
     settings, problems = merge_settings(Settings(), {"mcpServers": {"x": {"command": ""}}, "mcpCallTimeoutSeconds": 0})

@@ -2,6 +2,7 @@
 message naming each offending field by its wire name."""
 
 import pytest
+
 from mevedel_protocol import (
     GrepParams,
     ReadParams,

@@ -7,12 +7,17 @@ from pathlib import Path
 
 import attrs
 import pytest
+
 from mevedel_protocol import COMMANDS, NOTIFICATIONS, REQUESTS, SHARED_TYPES, wire_name
-from mevedel_protocol.errors import KIND_INTERNAL, KIND_INVALID_PARAMS, PROTOCOL_ERROR_CODES, VALIDATION_KINDS
 from mevedel_protocol.agent import AGENT_ERROR_KINDS
 from mevedel_protocol.artifact import ARTIFACT_ERROR_KINDS
+from mevedel_protocol.errors import (
+    KIND_INTERNAL,
+    KIND_INVALID_PARAMS,
+    PROTOCOL_ERROR_CODES,
+    VALIDATION_KINDS,
+)
 from mevedel_protocol.session import SESSION_ERROR_KINDS
-
 from mevedel_server.addresses.model import ErrorKind
 from mevedel_server.lsp import FEATURES, build_server
 

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from mevedel_server.resources.patch import ResolvedOperation, apply_patch, parse_patch, recover
+from mevedel_server.resources.patch import (
+    ResolvedOperation,
+    apply_patch,
+    parse_patch,
+    recover,
+)
 from mevedel_server.targets import FaultInjectingTarget, SimulatedCrash
 
 JOURNAL = ".mevedel/patches"

@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind
-from mevedel_server.resources.patch import ResolvedOperation, apply_patch, parse_patch, recover
-from mevedel_server.targets.program import SKIPPED
+from mevedel_server.resources.patch import (
+    ResolvedOperation,
+    apply_patch,
+    parse_patch,
+    recover,
+)
 from mevedel_server.targets import (
     ControlProgram,
     LocalTarget,
@@ -27,6 +31,7 @@ from mevedel_server.targets import (
     Status,
     WriteProject,
 )
+from mevedel_server.targets.program import SKIPPED
 
 JOURNAL = ".mevedel-patches"
 PATCH = "\n".join(

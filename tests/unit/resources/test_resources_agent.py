@@ -12,7 +12,11 @@ from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
 from mevedel_server.resources.engine.context import ResolverContext
 from mevedel_server.resources.engine.options import ReadOptions
 from mevedel_server.resources.engine.resolver import execute, prepare
-from mevedel_server.store.content.sidecar import AgentActivity, AgentResult, RetainedAgent
+from mevedel_server.store.content.sidecar import (
+    AgentActivity,
+    AgentResult,
+    RetainedAgent,
+)
 
 TURN_ID = "0123456789abcdef"
 

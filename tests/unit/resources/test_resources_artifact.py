@@ -10,7 +10,11 @@ import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
 from mevedel_server.resources.engine.context import ResolverContext
-from mevedel_server.resources.engine.options import GlobOptions, GrepOptions, ReadOptions
+from mevedel_server.resources.engine.options import (
+    GlobOptions,
+    GrepOptions,
+    ReadOptions,
+)
 from mevedel_server.resources.engine.resolver import execute, prepare
 
 

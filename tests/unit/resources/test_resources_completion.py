@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from mevedel_server.resources.engine.context import (
+    MemoryRoot,
+    ResolverContext,
+    SkillRoot,
+)
 from mevedel_server.resources.navigation.completion import complete
-from mevedel_server.resources.engine.context import MemoryRoot, ResolverContext, SkillRoot
 
 
 @pytest.fixture()

@@ -11,8 +11,8 @@ import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind
 from mevedel_server.resources.engine.containment import contain
-from mevedel_server.resources.engine.places import LINKED_ROOT, Place, Places
 from mevedel_server.resources.engine.context import ResolverContext
+from mevedel_server.resources.engine.places import LINKED_ROOT, Place, Places
 from mevedel_server.targets import LocalTarget
 
 

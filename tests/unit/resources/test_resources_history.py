@@ -9,10 +9,17 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses import AddressError, ErrorKind, Operation
-from mevedel_server.resources import GlobOptions, GrepOptions, ReadOptions, ResolverContext, execute, prepare
+from mevedel_server.resources import (
+    GlobOptions,
+    GrepOptions,
+    ReadOptions,
+    ResolverContext,
+    execute,
+    prepare,
+)
 from mevedel_server.store import ClientIdentity, Publisher, acquire_lease
-from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.content.sidecar import SIDECAR_PATH
+from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")

@@ -11,9 +11,13 @@ import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
 from mevedel_server.resources.engine.context import MemoryRoot, ResolverContext
-from mevedel_server.resources.families.memory import keyed_roots
-from mevedel_server.resources.engine.options import GlobOptions, GrepOptions, ReadOptions
+from mevedel_server.resources.engine.options import (
+    GlobOptions,
+    GrepOptions,
+    ReadOptions,
+)
 from mevedel_server.resources.engine.resolver import execute, prepare
+from mevedel_server.resources.families.memory import keyed_roots
 
 
 def digest(path: Path) -> str:

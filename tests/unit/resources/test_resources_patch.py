@@ -14,7 +14,6 @@ from mevedel_server.resources.engine.context import MemoryRoot, ResolverContext
 from mevedel_server.resources.engine.options import PatchOptions
 from mevedel_server.resources.engine.resolver import execute, prepare
 
-
 SID = "2026-07-19T09-47-bf87b5dd793a"
 
 

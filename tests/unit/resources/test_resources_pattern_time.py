@@ -17,7 +17,11 @@ from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
 from mevedel_server.resources.engine import pattern_clock
 from mevedel_server.resources.engine.context import ResolverContext
 from mevedel_server.resources.engine.line_search import compile_line_pattern
-from mevedel_server.resources.engine.options import GlobOptions, GrepOptions, validate_glob
+from mevedel_server.resources.engine.options import (
+    GlobOptions,
+    GrepOptions,
+    validate_glob,
+)
 from mevedel_server.resources.engine.pattern_clock import PatternClock
 from mevedel_server.resources.engine.resolver import execute, prepare
 

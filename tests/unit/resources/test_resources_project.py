@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
-from mevedel_server.resources import GlobOptions, GrepOptions, PatchOptions, ReadOptions, ResolverContext, execute, prepare
+from mevedel_server.resources import (
+    GlobOptions,
+    GrepOptions,
+    PatchOptions,
+    ReadOptions,
+    ResolverContext,
+    execute,
+    prepare,
+)
 from mevedel_server.resources.families.project import is_project_path, parts_of
 
 SID = "2026-07-19T09-47-bf87b5dd793a"

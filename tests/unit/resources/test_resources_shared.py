@@ -28,7 +28,12 @@ from mevedel_server.resources import (
     prepare,
     writable_sessions,
 )
-from mevedel_server.resources.families.shared import block_hash, element_hash, has_items, markdown_blocks
+from mevedel_server.resources.families.shared import (
+    block_hash,
+    element_hash,
+    has_items,
+    markdown_blocks,
+)
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget

@@ -11,7 +11,11 @@ import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
 from mevedel_server.resources.engine.context import ResolverContext, SkillRoot
-from mevedel_server.resources.engine.options import GlobOptions, GrepOptions, ReadOptions
+from mevedel_server.resources.engine.options import (
+    GlobOptions,
+    GrepOptions,
+    ReadOptions,
+)
 from mevedel_server.resources.engine.resolver import execute, prepare
 
 

@@ -28,7 +28,12 @@ import pytest
 from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
 from mevedel_server.resources.engine import resolver
 from mevedel_server.resources.engine.context import ResolverContext
-from mevedel_server.resources.engine.options import GlobOptions, GrepOptions, PatchOptions, ReadOptions
+from mevedel_server.resources.engine.options import (
+    GlobOptions,
+    GrepOptions,
+    PatchOptions,
+    ReadOptions,
+)
 from mevedel_server.targets import ControlProgram, ProgramResult, ProgramTarget
 
 SID = "20261202T210000-abcd1234"

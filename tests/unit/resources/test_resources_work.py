@@ -8,9 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from mevedel_server.addresses.model import AddressError, ErrorKind, Family, LocatorClass, Operation
+from mevedel_server.addresses.model import (
+    AddressError,
+    ErrorKind,
+    Family,
+    LocatorClass,
+    Operation,
+)
 from mevedel_server.resources.engine.context import ResolverContext
-from mevedel_server.resources.engine.options import GlobOptions, GrepOptions, ReadOptions
+from mevedel_server.resources.engine.options import (
+    GlobOptions,
+    GrepOptions,
+    ReadOptions,
+)
 from mevedel_server.resources.engine.resolver import execute, prepare
 
 

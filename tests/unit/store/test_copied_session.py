@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from mevedel_server.store import ClientIdentity, IdentityNeedsConfirmation, read_committed
-from mevedel_server.store.service import EvidenceInput, SessionService, error_kind
-from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store import (
+    ClientIdentity,
+    IdentityNeedsConfirmation,
+    read_committed,
+)
 from mevedel_server.store.authority.workspace import ensure_workspace_id
+from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.service import EvidenceInput, SessionService, error_kind
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("copier", "this-host")

@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from deadlines import ticks
 from mevedel_server.store import (
     ClientIdentity,
     LeaseStanding,
@@ -20,8 +21,13 @@ from mevedel_server.store import (
     read_committed,
 )
 from mevedel_server.store.layout import SessionPaths
-from mevedel_server.targets import Barrier, CreateExclusive, FaultInjectingTarget, LocalTarget, SimulatedCrash
-from deadlines import ticks
+from mevedel_server.targets import (
+    Barrier,
+    CreateExclusive,
+    FaultInjectingTarget,
+    LocalTarget,
+    SimulatedCrash,
+)
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
 ME = ClientIdentity("writer-1", "workstation")

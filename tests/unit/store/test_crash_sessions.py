@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mevedel_server.store import ClientIdentity, read_committed, saved_session_ids
-from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.store.content.turns import Conversation
-from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 from deadlines import ticks
+from mevedel_server.store import ClientIdentity, read_committed, saved_session_ids
+from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 
 ME = ClientIdentity("crash-client", "workstation")
 WALKED: Counter[str] = Counter()
@@ -228,7 +228,11 @@ async def test_crash_at_every_write(tmp_path, name):
 async def test_another_client_takes_over_after_the_owner_crashed_mid_settle(tmp_path):
     import asyncio
 
-    from mevedel_server.store import LeaseStanding, TakeoverNeedsConfirmation, observe_lease
+    from mevedel_server.store import (
+        LeaseStanding,
+        TakeoverNeedsConfirmation,
+        observe_lease,
+    )
 
     root = tmp_path / "ws"
     root.mkdir()

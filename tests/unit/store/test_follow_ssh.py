@@ -9,13 +9,19 @@ import asyncio
 
 import pytest
 
+from deadlines import ticks
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.following import FollowUpdate
-from mevedel_server.store.watching.watch import LEASE, REFRESH, SessionWatcher, WatchCadence, WatchMode
+from mevedel_server.store.watching.watch import (
+    LEASE,
+    REFRESH,
+    SessionWatcher,
+    WatchCadence,
+    WatchMode,
+)
 from mevedel_server.targets import LocalTarget
 from mevedel_server.targets.ssh import SshTarget
-from deadlines import ticks
 
 
 @pytest.fixture

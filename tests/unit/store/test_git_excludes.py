@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.store import ClientIdentity
+from mevedel_server.store.authority.workspace import (
+    GENERATED_EXCLUDES,
+    ensure_generated_excludes,
+)
 from mevedel_server.store.service import PRODUCT_STORAGE, EvidenceInput, SessionService
-from mevedel_server.store.authority.workspace import GENERATED_EXCLUDES, ensure_generated_excludes
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("excluder", "this-host")

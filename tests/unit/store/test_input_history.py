@@ -11,7 +11,11 @@ import json
 
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
-from mevedel_server.store.workspace_wide.input_history import HISTORY_PATH, MAX_ENTRIES, InputHistory
+from mevedel_server.store.workspace_wide.input_history import (
+    HISTORY_PATH,
+    MAX_ENTRIES,
+    InputHistory,
+)
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")

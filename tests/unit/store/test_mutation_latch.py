@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deadlines import ticks
 
+from deadlines import ticks
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget

@@ -13,8 +13,8 @@ import asyncio
 import os
 
 import pytest
-from deadlines import ticks
 
+from deadlines import ticks
 from mevedel_server.agents.terminals import Terminal, Terminals
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService

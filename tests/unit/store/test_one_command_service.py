@@ -9,7 +9,12 @@ import shutil
 
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.targets import ControlProgram, LocalTarget, ProgramResult, ProgramTarget
+from mevedel_server.targets import (
+    ControlProgram,
+    LocalTarget,
+    ProgramResult,
+    ProgramTarget,
+)
 
 ME = ClientIdentity("one-command-client", "desk")
 OTHER = ClientIdentity("other-client", "laptop")

@@ -10,9 +10,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from deadlines import ticks
 
-from mevedel_server.store import ClientIdentity, LeaseStanding, PublicationFailed, PublicationPending, observe_lease
+from deadlines import ticks
+from mevedel_server.store import (
+    ClientIdentity,
+    LeaseStanding,
+    PublicationFailed,
+    PublicationPending,
+    observe_lease,
+)
 from mevedel_server.store.authority.publication import read_committed
 from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.service import EvidenceInput, SessionService

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from mevedel_server.store import ClientIdentity
-from mevedel_server.store.workspace_wide.listing import list_sessions
 from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.workspace_wide.listing import list_sessions
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("recovery-viewer", "this-host")

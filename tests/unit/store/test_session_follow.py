@@ -11,13 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from deadlines import ticks
 from mevedel_server.store import ClientIdentity, LeaseHeld, LeaseLost
-from mevedel_server.store.watching.follow import diff_conversations, settled_turns
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.store.service.following import ADVANCED, HELD_BACK, UNCHANGED, WRITABLE, FollowUpdate
+from mevedel_server.store.service.following import (
+    ADVANCED,
+    HELD_BACK,
+    UNCHANGED,
+    WRITABLE,
+    FollowUpdate,
+)
+from mevedel_server.store.watching.follow import diff_conversations, settled_turns
 from mevedel_server.targets import ControlProgram, LocalTarget
 from mevedel_server.targets.target import ProgramTarget
-from deadlines import ticks
 
 OWNER = ClientIdentity("client-owner", "owner-box")
 FOLLOWER = ClientIdentity("client-follower", "follower-box")

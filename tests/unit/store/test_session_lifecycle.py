@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.store import ClientIdentity, RecoveryPending, StaleState
-from mevedel_server.store.service import EvidenceInput, InvalidSessionInput, SessionService, error_kind
+from mevedel_server.store.service import (
+    EvidenceInput,
+    InvalidSessionInput,
+    SessionService,
+    error_kind,
+)
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")

@@ -10,8 +10,8 @@ import multiprocessing
 import random
 
 from mevedel_server.store import ClaimRaced, ClientIdentity, LeaseHeld, read_committed
-from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
 PROCESSES = 8

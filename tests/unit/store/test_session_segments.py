@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from mevedel_server.store import ClientIdentity, PublicationFailed, PublicationPending, read_committed
+from mevedel_server.store import (
+    ClientIdentity,
+    PublicationFailed,
+    PublicationPending,
+    read_committed,
+)
+from mevedel_server.store.content.transcript import (
+    SegmentClose,
+    SegmentClosing,
+    Summary,
+)
+from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.service import (
     EvidenceInput,
     InvalidSessionInput,
@@ -19,8 +30,6 @@ from mevedel_server.store.service import (
     TurnStateConflict,
     error_kind,
 )
-from mevedel_server.store.content.transcript import SegmentClose, SegmentClosing, Summary
-from mevedel_server.store.content.turns import Conversation
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")

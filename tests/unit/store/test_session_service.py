@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from deadlines import ticks
 from mevedel_server.store import (
     ClientIdentity,
     LeaseHeld,
@@ -22,6 +23,8 @@ from mevedel_server.store import (
     observe_lease,
     read_committed,
 )
+from mevedel_server.store.content.sidecar import SIDECAR_PATH
+from mevedel_server.store.content.turns import Conversation, ConversationError
 from mevedel_server.store.service import (
     Access,
     EvidenceInput,
@@ -33,10 +36,7 @@ from mevedel_server.store.service import (
     SessionService,
     error_kind,
 )
-from mevedel_server.store.content.sidecar import SIDECAR_PATH
-from mevedel_server.store.content.turns import Conversation, ConversationError
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
-from deadlines import ticks
 
 ME = ClientIdentity("client-me", "workstation")
 OTHER = ClientIdentity("client-other", "laptop")
@@ -404,7 +404,6 @@ async def test_unknown_sessions_and_bad_input_have_kinds(root):
 
 def test_every_service_kind_is_a_documented_protocol_kind():
     from mevedel_protocol.session import SESSION_ERROR_KINDS
-
     from mevedel_server.addresses import ErrorKind
     from mevedel_server.store.service import KINDS
 

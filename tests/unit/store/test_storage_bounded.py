@@ -14,13 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from test_store_cleanup import aged_session, remaining, sid
 
 from mevedel_server.store import ClientIdentity, read_committed
-from mevedel_server.store.transactions.redo import redo_states
 from mevedel_server.store.service import PRODUCT_STORAGE, EvidenceInput, SessionService
+from mevedel_server.store.transactions.redo import redo_states
 from mevedel_server.targets import LocalTarget
-
-from test_store_cleanup import aged_session, remaining, sid
 
 ME = ClientIdentity("bounded", "this-host")
 

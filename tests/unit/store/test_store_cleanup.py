@@ -21,9 +21,9 @@ from mevedel_server.store import (
     materialize_session,
     read_committed,
 )
+from mevedel_server.store.content.sidecar import Layout, Sidecar, encode_sidecar
 from mevedel_server.store.workspace_wide.cleanup import remove_expired_sessions
 from mevedel_server.store.workspace_wide.listing import list_sessions
-from mevedel_server.store.content.sidecar import Layout, Sidecar, encode_sidecar
 from mevedel_server.targets import ControlProgram, LocalTarget, ProgramTarget, Remove
 
 ME = ClientIdentity("sweeper", "this-host")

@@ -25,9 +25,17 @@ from mevedel_server.store import (
     materialize_session,
     read_committed,
 )
-from mevedel_server.store.workspace_wide.collection import COLLECTING_MARKER, collect
+from mevedel_server.store.content.sidecar import (
+    Layout,
+    NamingState,
+    PromptEntry,
+    Sidecar,
+    encode_index_line,
+    encode_sidecar,
+    prompt_page_path,
+)
 from mevedel_server.store.transactions.redo import redo_states
-from mevedel_server.store.content.sidecar import Layout, NamingState, PromptEntry, Sidecar, encode_index_line, encode_sidecar, prompt_page_path
+from mevedel_server.store.workspace_wide.collection import COLLECTING_MARKER, collect
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 
 SID = "2026-07-19T09-47-bf87b5dd793a"

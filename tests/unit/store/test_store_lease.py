@@ -8,8 +8,8 @@ import os
 import time
 
 import pytest
-from deadlines import ticks
 
+from deadlines import ticks
 from mevedel_server.store import (
     ClaimRaced,
     ClientIdentity,

@@ -24,13 +24,17 @@ from mevedel_server.store import (
     encode_record,
     materialize_session,
 )
-from mevedel_server.store.workspace_wide.listing import InspectSubject, SessionAction, list_sessions
 from mevedel_server.store.content.sidecar import (
-    NamingState,
     Layout,
+    NamingState,
     Sidecar,
     SidecarErrorKind,
     encode_sidecar,
+)
+from mevedel_server.store.workspace_wide.listing import (
+    InspectSubject,
+    SessionAction,
+    list_sessions,
 )
 from mevedel_server.targets import (
     Chain,

@@ -9,11 +9,19 @@ import asyncio
 import os
 
 import pytest
-from deadlines import ticks
 
-from mevedel_server.store import ClientIdentity, acquire_lease, materialize_session, observe_lease
-from mevedel_server.store.errors import LeaseHeld, TransferReserved
-from mevedel_server.store.authority.records import LeaseState, RecordError, TransferVerdict
+from deadlines import ticks
+from mevedel_server.store import (
+    ClientIdentity,
+    acquire_lease,
+    materialize_session,
+    observe_lease,
+)
+from mevedel_server.store.authority.records import (
+    LeaseState,
+    RecordError,
+    TransferVerdict,
+)
 from mevedel_server.store.authority.transfer import (
     NotRequestable,
     TransferBusy,
@@ -24,6 +32,7 @@ from mevedel_server.store.authority.transfer import (
     release_granted,
     request_control,
 )
+from mevedel_server.store.errors import LeaseHeld, TransferReserved
 from mevedel_server.store.layout import SessionPaths
 from mevedel_server.targets import LocalTarget
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from deadlines import ticks
 
-from mevedel_server.store import ClientIdentity, TakeoverNeedsConfirmation, observe_lease
+from deadlines import ticks
+from mevedel_server.store import (
+    ClientIdentity,
+    TakeoverNeedsConfirmation,
+    observe_lease,
+)
 from mevedel_server.store.errors import LeaseHeld
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
-from mevedel_server.store.watching.watch import WatchCadence
 from mevedel_server.store.service.errors import SessionReadOnly, TransferDraining
+from mevedel_server.store.watching.watch import WatchCadence
 from mevedel_server.targets import CreateExclusive, LocalTarget, ProgramTarget, Read
 from mevedel_server.targets.errors import TargetOperationError
 

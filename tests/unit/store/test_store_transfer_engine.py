@@ -5,9 +5,9 @@ never the previous owner's agent session."""
 from __future__ import annotations
 
 from mevedel_server.store import ClientIdentity
+from mevedel_server.store.content.sidecar import EngineRef, EngineState
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
-from mevedel_server.store.content.sidecar import EngineRef, EngineState
 from mevedel_server.targets import LocalTarget
 
 ENGINE = EngineRef(agent="claude", fingerprint="a" * 64, native_session_id="native-1", machine="desk", state=EngineState.READY)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from deadlines import ticks
 
+from deadlines import ticks
 from mevedel_server.store import ClientIdentity, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl

@@ -10,12 +10,25 @@ from pathlib import Path
 
 import pytest
 
+from deadlines import ticks
 from mevedel_server.store import ClientIdentity, allocate_session_id
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.store.watching.watch import LEASE, REFRESH, REQUESTS, SessionWatcher, Wake, WatchCadence, WatchMode
-from mevedel_server.targets import ControlProgram, FaultInjectingTarget, LocalTarget, TargetError
+from mevedel_server.store.watching.watch import (
+    LEASE,
+    REFRESH,
+    REQUESTS,
+    SessionWatcher,
+    Wake,
+    WatchCadence,
+    WatchMode,
+)
+from mevedel_server.targets import (
+    ControlProgram,
+    FaultInjectingTarget,
+    LocalTarget,
+    TargetError,
+)
 from mevedel_server.targets.target import ProgramTarget
-from deadlines import ticks
 
 OWNER = ClientIdentity("client-owner", "owner-box")
 

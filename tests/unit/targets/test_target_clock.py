@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import time
 
-
 from mevedel_server.targets import (
     Clock,
     ControlProgram,

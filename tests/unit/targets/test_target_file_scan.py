@@ -26,8 +26,9 @@ from mevedel_server.targets import (
     Snapshot,
     SnapshotFile,
     Status,
+    executor,
+    remote_program,
 )
-from mevedel_server.targets import executor, remote_program
 from mevedel_server.targets.executor import pin_root
 from mevedel_server.targets.plain_form import plain_operations, program_result
 from mevedel_server.targets.program import SCAN_IGNORED, SCAN_IGNORED_REASON, SCAN_LINK

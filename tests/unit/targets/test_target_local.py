@@ -12,7 +12,19 @@ import os
 import pytest
 
 import mevedel_server.targets.local as local_module
-from mevedel_server.targets import Barrier, ControlProgram, CreateExclusive, ListDir, LocalTarget, MakeDirs, Read, Replace, Stat, Status, executor
+from mevedel_server.targets import (
+    Barrier,
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    LocalTarget,
+    MakeDirs,
+    Read,
+    Replace,
+    Stat,
+    Status,
+    executor,
+)
 
 
 @pytest.fixture

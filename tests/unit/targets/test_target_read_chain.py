@@ -20,8 +20,8 @@ from mevedel_server.targets import (
     Read,
     ReadChain,
     Status,
+    executor,
 )
-from mevedel_server.targets import executor
 from mevedel_server.targets.executor import Executor, pin_root
 from mevedel_server.targets.plain_form import plain_operation, program_result
 

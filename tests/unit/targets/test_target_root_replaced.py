@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from mevedel_server.targets import ControlProgram, MakeDirs, Read, RootReplacedError, UnsafePathError, raise_for_result
+from mevedel_server.targets import (
+    ControlProgram,
+    MakeDirs,
+    Read,
+    RootReplacedError,
+    UnsafePathError,
+    raise_for_result,
+)
 
 
 def replace(root: Path) -> None:

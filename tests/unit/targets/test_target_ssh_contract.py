@@ -36,7 +36,6 @@ from mevedel_server.targets import (
 )
 
 
-
 @pytest.fixture
 def root(tmp_path):
     r = tmp_path / "root"

@@ -20,7 +20,15 @@ from mevedel_server.store import (
     materialize_session,
     read_committed,
 )
-from mevedel_server.targets import ControlProgram, CreateExclusive, ListDir, LocalTarget, MakeDirs, Read, Status
+from mevedel_server.targets import (
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    LocalTarget,
+    MakeDirs,
+    Read,
+    Status,
+)
 from mevedel_server.targets.remote_errors import TargetUnavailable
 from mevedel_server.targets.ssh import SshTarget
 

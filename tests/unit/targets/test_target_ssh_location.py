@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mevedel_protocol import Settings
 
+from mevedel_protocol import Settings
 from mevedel_server.lsp.configuration import merge_settings
 from mevedel_server.targets import (
     LocalTarget,

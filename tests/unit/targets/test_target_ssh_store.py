@@ -20,8 +20,13 @@ from mevedel_server.store import (
     observe_lease,
     read_committed,
 )
+from mevedel_server.store.content.sidecar import (
+    Layout,
+    NamingState,
+    Sidecar,
+    encode_sidecar,
+)
 from mevedel_server.store.workspace_wide.listing import list_sessions
-from mevedel_server.store.content.sidecar import Layout, NamingState, Sidecar, encode_sidecar
 from mevedel_server.targets import LocalTarget
 from mevedel_server.targets.ssh import SshTarget
 

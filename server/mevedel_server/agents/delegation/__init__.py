@@ -10,7 +10,7 @@ cancelled turn cancels its sub-agents) and ``stop`` (the session's agent
 stops, and its sub-agents with it).
 """
 
-from .names import DelegationRefused, SubAgentFailed, child_path, check_name
+from .names import DelegationRefused, SubAgentFailed, check_name, child_path
 
 # The runner builds on the engine's classes: imported by the engine itself
 # (``from .delegation.runner import SubAgents``), never from here, so the

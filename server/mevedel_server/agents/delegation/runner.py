@@ -34,17 +34,23 @@ from typing import Any
 
 from acp import schema
 
-from ...store import RESULT_TEXT_LIMIT, AgentActivity, AgentResult, RetainedAgent
-from ...store import AgentTask, Outcome
-from ...store import EvidenceInput
+from ...store import (
+    RESULT_TEXT_LIMIT,
+    AgentActivity,
+    AgentResult,
+    AgentTask,
+    EvidenceInput,
+    Outcome,
+    RetainedAgent,
+)
+from ..acp_callbacks import AcpCallbacks
 from ..config import AgentConfig, AgentSpec
 from ..errors import FAILED, AgentError
 from ..excerpt import newest_within
 from ..live import LiveFeed, TurnUpdate
 from ..recorder import TurnRecorder
-from ..acp_callbacks import AcpCallbacks
 from ..running_agent import AgentTurn, RunningAgent
-from .names import SubAgentFailed, DelegationRefused, check_name, child_path, depth
+from .names import DelegationRefused, SubAgentFailed, check_name, child_path, depth
 
 _log = logging.getLogger(__name__)
 

@@ -38,13 +38,20 @@ import logging
 import re
 from typing import Any
 
-import msgspec
-
 import attrs
+import msgspec
 from cattrs import Converter
 from lsprotocol import types
 from lsprotocol.converters import get_converter
 from lsprotocol.types import ResponseError
+from pygls.exceptions import JsonRpcException
+from pygls.protocol import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    JsonRPCResponseMessage,
+    LanguageServerProtocol,
+)
+
 from mevedel_protocol import REQUESTS, describe_structure_error
 from mevedel_protocol.errors import (
     INTERNAL_ERROR,
@@ -56,8 +63,6 @@ from mevedel_protocol.errors import (
     KIND_SERVER_NOT_INITIALIZED,
     error_code,
 )
-from pygls.exceptions import JsonRpcException
-from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage, LanguageServerProtocol
 
 from .framing import BrokenFrame, NotJson, decode_body, recover_id
 

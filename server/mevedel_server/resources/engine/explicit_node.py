@@ -22,10 +22,10 @@ from .attempt import Request
 from .options import ReadOptions
 from .projection import page_lines, split_lines
 from .results import GlobResult, GrepResult, ReadResult
-from .text_source import MAX_FILE_BYTES, text_of_bytes
 from .runners import bytes_of, refusal, run_program
 from .search import Scope, search
-from .tree import Entry, Node, THREAD_TEXT, Walk, first_listing, listing_failure
+from .text_source import MAX_FILE_BYTES, text_of_bytes
+from .tree import THREAD_TEXT, Entry, Node, Walk, first_listing, listing_failure
 
 
 def _split(path: str) -> tuple[str, str]:

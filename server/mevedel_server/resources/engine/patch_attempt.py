@@ -19,13 +19,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...addresses import parse_address
-from ...addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from ...addresses.model import (
+    Address,
+    AddressError,
+    ErrorKind,
+    Family,
+    LocatorClass,
+    Operation,
+)
 from ..families import memory, project, work
+from ..patch import (
+    FileOperation,
+    PatchResult,
+    ResolvedOperation,
+    apply_patch,
+    parse_patch,
+)
 from .attempt import Attempt, AuthorityFacts
 from .authority import require_writable_session
 from .context import ResolverContext
 from .options import PatchOptions
-from ..patch import FileOperation, PatchResult, ResolvedOperation, apply_patch, parse_patch
 from .places import Place, Places
 from .runners import later
 

@@ -34,7 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...addresses.model import AddressError, ErrorKind
-from ...targets import LocalTarget, PathAbsentError, Target, TargetError, UnsafePathError
+from ...targets import (
+    LocalTarget,
+    PathAbsentError,
+    Target,
+    TargetError,
+    UnsafePathError,
+)
 from .context import ResolverContext
 
 LINKED_ROOT = "its root is a symbolic link, which mevedel does not follow"

@@ -17,7 +17,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...addresses import parse_address
-from ...addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from ...addresses.model import (
+    Address,
+    AddressError,
+    ErrorKind,
+    Family,
+    LocatorClass,
+    Operation,
+)
 from ..families import project
 from .attempt import Attempt, AuthorityFacts, Prepared, Request
 from .context import ResolverContext
@@ -88,7 +95,9 @@ def prepare(operation: Operation, operand: str, options: Options | None, context
     ``operand`` is an address, or a plain workspace path (anything without
     ``SCHEME://``; :mod:`.project`)."""
     if operation is Operation.APPLY_PATCH:
-        from .patch_attempt import prepare_patch  # the patch engine, for the one operation that writes
+        from .patch_attempt import (
+            prepare_patch,  # the patch engine, for the one operation that writes
+        )
 
         return prepare_patch(operand, options, context)
     if project.is_project_path(operand):

@@ -21,8 +21,6 @@ from ...targets import (
 from .containment import through_link
 from .text_source import too_large
 
-
-
 ROOT_CHANGED = "its owning root changed after the operation was prepared; prepare it again"
 
 

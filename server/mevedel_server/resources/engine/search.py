@@ -24,10 +24,19 @@ from .options import GlobOptions, GrepOptions, GrepPlan
 from .pattern_clock import ON_LOOP_SECONDS, OnLoopCapReached, PatternClock
 from .projection import split_lines
 from .results import GlobResult, GrepMatch, GrepResult
-from .text_source import MAX_FILE_BYTES, InflationBudget, text_of_bytes
 from .runners import bytes_of, run_program
-from .tree import Entry, FIRST_BATCH, MAX_BATCH, NEED, READ_BUDGET, THREAD_ENTRIES, THREAD_TEXT, Tree, Walk
-
+from .text_source import MAX_FILE_BYTES, InflationBudget, text_of_bytes
+from .tree import (
+    FIRST_BATCH,
+    MAX_BATCH,
+    NEED,
+    READ_BUDGET,
+    THREAD_ENTRIES,
+    THREAD_TEXT,
+    Entry,
+    Tree,
+    Walk,
+)
 
 #: Widest preview a Grep match shows; a longer line is cut to the Read page
 #: (``char_offset``) that contains the match.

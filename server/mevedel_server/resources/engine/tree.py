@@ -36,7 +36,6 @@ from ...targets import (
 from .places import Place
 from .runners import ROOT_CHANGED, root_refused, run_program
 
-
 #: Entries the first program of a walk lists (whole directories, so a few
 #: more); each later one lists four times more, up to ``MAX_CHUNK``. A
 #: search that stops early (a Grep at its limit) lists little.

@@ -21,15 +21,20 @@ import json
 from collections.abc import Callable, Sequence
 
 from ...addresses.model import Address, AddressError, ErrorKind
-from ...store import RecordError, SessionMissing
-from ...store import is_session_id
-from ...store import AgentActivity, RetainedAgent
-from ...store import SessionIncompatible, saved_session
+from ...store import (
+    AgentActivity,
+    RecordError,
+    RetainedAgent,
+    SessionIncompatible,
+    SessionMissing,
+    is_session_id,
+    saved_session,
+)
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
+from ..engine.explicit_node import read_listing
 from ..engine.options import ReadOptions
 from ..engine.projection import page_lines, split_lines
-from ..engine.explicit_node import read_listing
 from .history import store_target
 
 LISTING = "agent://"

@@ -31,14 +31,22 @@ from dataclasses import dataclass
 
 from ...addresses.encoding import encode_component
 from ...addresses.model import Address, AddressError, ErrorKind, Operation
-from ...store import RecordError, SessionMissing
-from ...store import list_segments
-from ...store import InspectSessionRow
-from ...store import read_committed
-from ...store import agent_lines, project
-from ...store import SavedSource, SessionIncompatible, read_sources, saved_catalog, saved_session
-from ...store import SegmentError
-from ...store import is_session_id
+from ...store import (
+    InspectSessionRow,
+    RecordError,
+    SavedSource,
+    SegmentError,
+    SessionIncompatible,
+    SessionMissing,
+    agent_lines,
+    is_session_id,
+    list_segments,
+    project,
+    read_committed,
+    read_sources,
+    saved_catalog,
+    saved_session,
+)
 from ...targets import LocalTarget, Target, TargetError
 from ..engine.attempt import Prepared, Request
 from ..engine.context import LiveHistorySource, ResolverContext

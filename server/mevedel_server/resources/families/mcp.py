@@ -35,8 +35,8 @@ from ..engine.context import ResolverContext
 from ..engine.options import ReadOptions
 from ..engine.projection import page_lines, split_lines
 from ..engine.results import ReadResult
-from ..engine.text_source import MAX_FILE_BYTES, too_large
 from ..engine.runners import fail, later
+from ..engine.text_source import MAX_FILE_BYTES, too_large
 
 if TYPE_CHECKING:
     from ...mcp_client import McpAccess, McpClientError, ServerEntry

@@ -21,8 +21,8 @@ from ...addresses.model import Address, AddressError, ErrorKind, Operation
 from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import MemoryRoot, ResolverContext
-from ..engine.places import Place, Places
 from ..engine.explicit_node import read_listing, run_node, run_root
+from ..engine.places import Place, Places
 from ..engine.runners import fail, later
 from ..engine.search import Scope, search
 from ..engine.tree import Node, Tree, Walk, all_files, node_of, open_walks

@@ -11,8 +11,8 @@ from ...addresses.model import Address, AddressError, ErrorKind, Operation
 from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import ResolverContext
-from ..engine.places import Places
 from ..engine.explicit_node import read_listing, run_node
+from ..engine.places import Places
 from ..engine.runners import later
 from ..engine.search import Scope, search
 from ..engine.tree import Node, Tree, all_files, node_of, open_walks

@@ -38,8 +38,8 @@ from ...addresses.model import AddressError, ErrorKind, Operation
 from ...artifacts.layout import ARTIFACTS_DIR, is_item_id
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
-from ..engine.places import Place, Places
 from ..engine.explicit_node import read_listing, run_node
+from ..engine.places import Place, Places
 from ..engine.runners import fail, later
 from ..engine.search import Scope, search
 from ..engine.tree import Tree, node_of, open_walks, top_lines

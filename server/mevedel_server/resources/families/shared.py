@@ -50,21 +50,25 @@ import msgspec
 from ...addresses.model import Address, AddressError, ErrorKind, Operation
 from ...artifacts.errors import ArtifactError
 from ...artifacts.layout import ARTIFACTS_DIR, STATE_ROOT, ItemPaths, is_item_id
-from ...artifacts.records import Discussion, ItemMeta, RecordRefused, VersionEntry, decode
+from ...artifacts.records import (
+    Discussion,
+    ItemMeta,
+    RecordRefused,
+    VersionEntry,
+    decode,
+)
 from ...artifacts.store import ArtifactStore
-from ...store import ClientIdentity
-from ...store import SessionMissing
-from ...store import saved_session
+from ...store import ClientIdentity, SessionMissing, saved_session
 from ...targets import ControlProgram, ListDir, Read, Status, Target
 from ...targets.program import ReadFiles, Stat
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
+from ..engine.explicit_node import read_listing
 from ..engine.local_paths import open_directory
 from ..engine.options import GrepOptions, ReadOptions
 from ..engine.places import Place, Places
 from ..engine.projection import page_lines
 from ..engine.results import GrepResult, ReadResult
-from ..engine.explicit_node import read_listing
 from ..engine.runners import fail, refusal, run_program
 from ..engine.search import GrepOutcome, grep_lines
 

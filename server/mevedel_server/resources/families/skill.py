@@ -16,14 +16,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...addresses import SKILL_ORIGINS
 from ...addresses.encoding import encode_component
 from ...addresses.model import Address, AddressError, ErrorKind, Operation
-from ...addresses import SKILL_ORIGINS
 from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import ResolverContext
-from ..engine.places import Places
 from ..engine.explicit_node import read_listing, run_node
+from ..engine.places import Places
 from ..engine.runners import fail, later
 from ..engine.search import Scope, search
 from ..engine.tree import Node, Tree, node_of, open_walks

@@ -20,12 +20,12 @@ from typing import Literal
 from ...addresses import parse_address
 from ...addresses.encoding import encode_component
 from ...addresses.model import SCHEMES, AddressError
-from ..families import artifact, mcp, memory, mevedel_docs, shared, skill, work
 from ..engine.context import ResolverContext
-from .directory_index import DirectoryIndex
 from ..engine.local_paths import open_directory
 from ..engine.places import Places
 from ..engine.tree import Node, Tree
+from ..families import artifact, mcp, memory, mevedel_docs, shared, skill, work
+from .directory_index import DirectoryIndex
 
 CandidateKind = Literal["scheme", "discovery", "directory", "file", "skill", "memory-root"]
 

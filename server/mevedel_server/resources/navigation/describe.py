@@ -14,9 +14,15 @@ from pathlib import Path
 from typing import Literal
 
 from ...addresses import parse_address
-from ...addresses.model import Address, AddressError, ErrorKind, Family, LocatorClass, Operation
+from ...addresses.model import (
+    Address,
+    AddressError,
+    ErrorKind,
+    Family,
+    LocatorClass,
+    Operation,
+)
 from ...targets import ControlProgram, Stat, Status
-from ..families import agent, artifact, history, mcp, memory, mevedel_docs, shared, skill, unavailable, work
 from ..engine.attempt import Request
 from ..engine.containment import through_link
 from ..engine.context import ResolverContext
@@ -25,6 +31,18 @@ from ..engine.options import ReadOptions
 from ..engine.places import Places
 from ..engine.runners import root_refused, run_program
 from ..engine.tree import Node
+from ..families import (
+    agent,
+    artifact,
+    history,
+    mcp,
+    memory,
+    mevedel_docs,
+    shared,
+    skill,
+    unavailable,
+    work,
+)
 
 Standing = Literal["exists", "missing", "unavailable", "discovery"]
 NodeKind = Literal["file", "directory", "virtual", "listing"]

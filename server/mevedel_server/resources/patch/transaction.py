@@ -38,12 +38,12 @@ from ...targets import (
     ControlProgram,
     CreateExclusive,
     CreateLinked,
+    Entry,
     ListDir,
     MakeDirs,
-    Entry,
-    PutEntry,
     OpResult,
     ProgramResult,
+    PutEntry,
     ReadFiles,
     Remove,
     Stat,
@@ -55,10 +55,18 @@ from ...targets import (
     WriteProject,
 )
 from ..engine.containment import through_link
-from ..engine.text_source import MAX_FILE_BYTES
 from ..engine.runners import ROOT_CHANGED, root_refused, run_program
+from ..engine.text_source import MAX_FILE_BYTES
 from . import journal
-from .apply import FileWrite, Found, PatchResult, Plan, ResolvedOperation, plan_patch, refuse_shared_paths
+from .apply import (
+    FileWrite,
+    Found,
+    PatchResult,
+    Plan,
+    ResolvedOperation,
+    plan_patch,
+    refuse_shared_paths,
+)
 
 #: Times the journal is recovered before a patch gives up reading.
 _RECOVERIES = 3

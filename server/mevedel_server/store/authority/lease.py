@@ -113,7 +113,13 @@ from ...targets import (
     Verify,
     raise_for_result,
 )
-from ...targets.program import ChainHop, ClockStamp, ReadChain, ReadNewest, StampedCreate
+from ...targets.program import (
+    ChainHop,
+    ClockStamp,
+    ReadChain,
+    ReadNewest,
+    StampedCreate,
+)
 from ..errors import (
     ClaimRaced,
     LeaseHeld,

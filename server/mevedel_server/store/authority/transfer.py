@@ -40,16 +40,31 @@ from dataclasses import dataclass
 
 import msgspec
 
-from ...targets import Clock, ControlProgram, MakeDirs, Read, Status, Target, raise_for_result
+from ...targets import (
+    Clock,
+    ControlProgram,
+    MakeDirs,
+    Read,
+    Status,
+    Target,
+    raise_for_result,
+)
 from ...targets.program import ClockStamp, StampedCreate
 from ..errors import StoreError
 from ..layout import SessionPaths
-from .lease import ClientIdentity, LeaseHandle, LeaseObservation, LeaseStanding, fence_applies, observe_lease
+from .lease import (
+    ClientIdentity,
+    LeaseHandle,
+    LeaseObservation,
+    LeaseStanding,
+    fence_applies,
+    observe_lease,
+)
 from .records import (
     LeaseRecord,
+    LeaseState,
     RecordError,
     RecordErrorKind,
-    LeaseState,
     TransferDecision,
     TransferFence,
     TransferRequest,

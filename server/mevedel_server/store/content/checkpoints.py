@@ -20,7 +20,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ...targets.entry import Entry
-from .sidecar import Absent, Directory, FileSnapshot, FileState, Present, Symlink, TurnFiles
+from .sidecar import (
+    Absent,
+    Directory,
+    FileSnapshot,
+    FileState,
+    Present,
+    Symlink,
+    TurnFiles,
+)
 
 FILE_HISTORY_DIR = "file-history"
 _HISTORY_PATH = re.compile(r"^file-history/([0-9a-f]{64})\Z")

@@ -29,7 +29,14 @@ from typing import Annotated, Literal
 import msgspec
 
 from ..errors import StoreError
-from .transcript import MAX_INTEGER, Seconds, SegmentNumber, SessionIdText, TurnId, TurnNumber
+from .transcript import (
+    MAX_INTEGER,
+    Seconds,
+    SegmentNumber,
+    SessionIdText,
+    TurnId,
+    TurnNumber,
+)
 
 SIDECAR_FORMAT_VERSION = 1
 SIDECAR_PATH = "session.json"

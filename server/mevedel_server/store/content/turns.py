@@ -36,8 +36,16 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ...targets.entry import Entry
-from .checkpoints import CaptureError, FileHistory, Observed, TurnCapture, history_digest, history_path, referenced_digests
 from ..errors import StoreError
+from .checkpoints import (
+    CaptureError,
+    FileHistory,
+    Observed,
+    TurnCapture,
+    history_digest,
+    history_path,
+    referenced_digests,
+)
 from .sidecar import (
     SIDECAR_PATH,
     AgentChoice,
@@ -45,15 +53,15 @@ from .sidecar import (
     EngineRef,
     EngineState,
     ForkOrigin,
+    IndexLineError,
     Layout,
-    NamingState,
     NameRefused,
+    NamingState,
     PromptEntry,
     Sidecar,
     SidecarError,
     TurnFiles,
     WorktreeOrigin,
-    IndexLineError,
     bound_generated_title,
     bound_naming_input,
     decode_files_lines,

@@ -35,8 +35,13 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ...targets import TargetError
-from ..workspace_wide.collection import DEFAULT_KEEP_RECENT, CollectionCache, CollectionReport, collect
 from ..errors import LeaseLost, StoreError
+from ..workspace_wide.collection import (
+    DEFAULT_KEEP_RECENT,
+    CollectionCache,
+    CollectionReport,
+    collect,
+)
 
 _log = logging.getLogger(__name__)
 

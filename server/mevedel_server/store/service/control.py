@@ -34,18 +34,15 @@ is in flight on either side) only decides when to look again.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ...targets import TargetError, read_target_clock
-from ..errors import LeaseLost, StoreError
 from ..authority.lease import LeaseStanding, observe_lease
-from ..watching.watch import SessionWatcher, Wake, WatchCadence
 from ..authority.records import LeaseState, TransferRequest, TransferVerdict
-from ..content.turns import ConversationError
 from ..authority.transfer import (
     DEFAULT_FENCE_SECONDS,
     decide_grant,
@@ -55,6 +52,9 @@ from ..authority.transfer import (
     release_granted,
     request_control,
 )
+from ..content.turns import ConversationError
+from ..errors import LeaseLost, StoreError
+from ..watching.watch import SessionWatcher, Wake, WatchCadence
 from .errors import SessionNotOpen
 from .open_session import Access, OpenSession, SaveResult
 from .sessions import OpenMode, SessionInfo, SessionService

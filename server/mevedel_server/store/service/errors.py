@@ -11,13 +11,19 @@ from __future__ import annotations
 import json
 
 from ...targets import TargetError, UnsafePathError
+from ..authority.records import RecordError
+from ..authority.transfer import NotRequestable, TransferBusy
+from ..content.inspect import InspectRow
+from ..content.sidecar import SidecarError
+from ..content.transcript import SegmentError
+from ..content.turns import ContentError, ConversationError
 from ..errors import (
     ClaimRaced,
     IdentityNeedsConfirmation,
     InvalidSessionId,
+    KindedRefusal,
     LeaseHeld,
     LeaseLost,
-    KindedRefusal,
     LeaseObservationError,
     PublicationFailed,
     PublicationPending,
@@ -26,13 +32,7 @@ from ..errors import (
     StoreError,
     TakeoverNeedsConfirmation,
 )
-from ..content.inspect import InspectRow
 from ..transactions.lifecycle_token import LifecycleError
-from ..authority.records import RecordError
-from ..content.sidecar import SidecarError
-from ..content.transcript import SegmentError
-from ..authority.transfer import NotRequestable, TransferBusy
-from ..content.turns import ContentError, ConversationError
 
 
 class SessionNotOpen(StoreError):

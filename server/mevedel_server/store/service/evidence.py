@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..content.transcript import AgentStep, Evidence, Mail, Permission, Plan, Reasoning, Response, ToolCall, ToolResult
+from ..content.transcript import (
+    AgentStep,
+    Evidence,
+    Mail,
+    Permission,
+    Plan,
+    Reasoning,
+    Response,
+    ToolCall,
+    ToolResult,
+)
 from .errors import InvalidSessionInput
 
 EVIDENCE_KINDS = ("response", "reasoning", "tool_call", "tool_result", "mail")

@@ -17,7 +17,14 @@ import posixpath
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...targets import ControlProgram, Entry, PutEntry, ReadEntry, Status, raise_for_result
+from ...targets import (
+    ControlProgram,
+    Entry,
+    PutEntry,
+    ReadEntry,
+    Status,
+    raise_for_result,
+)
 from ..content.checkpoints import MissingContent, entry_of, file_state
 from ..content.diff import UNCHANGED, PathDiff, path_diff
 from ..content.sidecar import Absent, FileState, Present

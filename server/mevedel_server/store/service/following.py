@@ -27,12 +27,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..content.sidecar import shown_name
-from ..watching.follow import PublicationChange, diff_conversations
-from ..layout import SessionPaths
 from ..authority.lease import LeaseObservation, read_lease_head
 from ..authority.publication import CommittedSnapshot, load_manifest
 from ..authority.records import LeaseState
+from ..content.sidecar import shown_name
+from ..layout import SessionPaths
+from ..watching.follow import PublicationChange, diff_conversations
 from .open_session import Access, OpenSession
 
 _log = logging.getLogger(__name__)

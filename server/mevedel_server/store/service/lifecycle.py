@@ -16,9 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..transactions.lifecycle_token import InvalidToken, LifecycleRefused, StateToken
 from ..authority.publication import Publisher, read_committed
-from ..transactions.recovery import RecoveryOutcome, RecoveryPending, abandon_recovery, find_recovery, retry_recovery
+from ..transactions.lifecycle_token import InvalidToken, LifecycleRefused, StateToken
+from ..transactions.recovery import (
+    RecoveryOutcome,
+    RecoveryPending,
+    abandon_recovery,
+    find_recovery,
+    retry_recovery,
+)
 from .errors import InvalidSessionInput, TurnStateConflict, UnsettledMutation
 from .open_session import OpenSession
 

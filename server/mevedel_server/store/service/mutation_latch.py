@@ -41,7 +41,16 @@ from typing import Annotated
 
 import msgspec
 
-from ...targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, Read, Remove, Status, raise_for_result
+from ...targets import (
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    MakeDirs,
+    Read,
+    Remove,
+    Status,
+    raise_for_result,
+)
 from ...targets.process_group import GroupState, ProcessGroup, process_identity
 from ..authority.lease import ClientIdentity, LeaseHandle
 from ..transactions.recovery import run_guarded

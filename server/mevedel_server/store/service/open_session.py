@@ -32,13 +32,28 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...targets import ControlProgram, ListDir, MakeDirs, OpResult, Status, Target, TargetError, raise_for_result
-from ..errors import LeaseLost, PublicationFailed, PublicationPending, SessionOccupied, StoreError
-from ..layout import SessionPaths, generation_numbers
+from ...targets import (
+    ControlProgram,
+    ListDir,
+    MakeDirs,
+    OpResult,
+    Status,
+    Target,
+    TargetError,
+    raise_for_result,
+)
 from ..authority.lease import ClientIdentity, LeaseHandle, acquire_lease
 from ..authority.publication import Publisher
-from ..content.turns import Conversation, SaveCandidate
 from ..authority.workspace import materialize_session
+from ..content.turns import Conversation, SaveCandidate
+from ..errors import (
+    LeaseLost,
+    PublicationFailed,
+    PublicationPending,
+    SessionOccupied,
+    StoreError,
+)
+from ..layout import SessionPaths, generation_numbers
 from ..transactions.pending_publication import (
     PendingMarker,
     already_committed,
@@ -47,13 +62,12 @@ from ..transactions.pending_publication import (
     record_pending,
     remove_pending,
 )
-from .clock import TargetTime
 from .background import PublicationCollector, TurnCheckpoints
+from .clock import TargetTime
 from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
 from .mutation_latch import MutationLatch
 from .renewal import LeaseRenewal
-
 
 _log = logging.getLogger(__name__)
 

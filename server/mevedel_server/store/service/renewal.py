@@ -17,8 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from ...targets import TargetError
-from ..errors import LeaseLost, StoreError
 from ..authority.lease import LeaseHandle
+from ..errors import LeaseLost, StoreError
 
 _log = logging.getLogger(__name__)
 

@@ -14,12 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...targets import Target
-from ..content.inspect import SegmentSource, classify_sidecar, list_segments, read_segment
-from ..workspace_wide.listing import InspectSessionRow, survey_sessions
 from ..authority.publication import CommittedSnapshot, read_committed
+from ..authority.workspace import check_session_id
+from ..content.inspect import (
+    SegmentSource,
+    classify_sidecar,
+    list_segments,
+    read_segment,
+)
 from ..content.sidecar import SIDECAR_PATH, Sidecar
 from ..content.transcript import Record
-from ..authority.workspace import check_session_id
+from ..workspace_wide.listing import InspectSessionRow, survey_sessions
 from .errors import SessionIncompatible
 
 

@@ -26,51 +26,93 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ...targets import (
-    Entry,
-    ReadEntry,
     Clock,
     ControlProgram,
+    Entry,
     InvalidTargetPath,
     OpResult,
+    ReadEntry,
     Status,
     Target,
+    TargetError,
     raise_for_result,
     split_target_path,
 )
-from ...targets import TargetError
-from ..workspace_wide.cleanup import DEFAULT_MAX_AGE_DAYS, CleanupReport, remove_expired_sessions, remove_session, remove_unfinished_sessions
-from ..workspace_wide.collection import DEFAULT_KEEP_RECENT as DEFAULT_PUBLICATION_KEEP_RECENT
-from ..errors import IdentityNeedsConfirmation, StoreError, TakeoverNeedsConfirmation
-from ..content.inspect import InspectRow, classify_sidecar
-from ..layout import STATE_DIR, SessionPaths
-from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseObservation, LeaseStanding, acquire_lease, observe_lease
-from ..workspace_wide.listing import InspectSessionRow, SessionAction, SessionRow, list_sessions
+from ..authority.lease import (
+    DEFAULT_LEASE_SECONDS,
+    ClientIdentity,
+    LeaseObservation,
+    LeaseStanding,
+    acquire_lease,
+    observe_lease,
+)
 from ..authority.publication import CommittedSnapshot, load_manifest, read_committed
 from ..authority.records import LeaseState, RecordError
-from ..transactions.pending_publication import pending_listing
-from ..transactions.recovery import find_recovery, recovery_listing
-from ..content.sidecar import SIDECAR_PATH, AgentChoice, EngineRef, NameRefused, SidecarErrorKind, normalize_display_name, shown_name
-from ..content.transcript import AgentTask, Outcome, TurnBegin
-from ..content.turns import Conversation, ConversationError
-from ..content.checkpoints import capture_gap_reason
 from ..authority.workspace import (
+    ExcludesProbe,
     allocate_session_id,
     check_session_id,
-    ExcludesProbe,
     ensure_generated_excludes,
     ensure_workspace_id,
     ensure_workspace_id_with,
-    sessions_listing,
     read_workspace_id,
+    sessions_listing,
 )
+from ..content.checkpoints import capture_gap_reason
+from ..content.inspect import InspectRow, classify_sidecar
+from ..content.sidecar import (
+    SIDECAR_PATH,
+    AgentChoice,
+    EngineRef,
+    NameRefused,
+    SidecarErrorKind,
+    normalize_display_name,
+    shown_name,
+)
+from ..content.transcript import AgentTask, Outcome, TurnBegin
+from ..content.turns import Conversation, ConversationError
+from ..errors import IdentityNeedsConfirmation, StoreError, TakeoverNeedsConfirmation
+from ..layout import STATE_DIR, SessionPaths
+from ..transactions.pending_publication import pending_listing
+from ..transactions.recovery import find_recovery, recovery_listing
+from ..workspace_wide.cleanup import (
+    DEFAULT_MAX_AGE_DAYS,
+    CleanupReport,
+    remove_expired_sessions,
+    remove_session,
+    remove_unfinished_sessions,
+)
+from ..workspace_wide.collection import (
+    DEFAULT_KEEP_RECENT as DEFAULT_PUBLICATION_KEEP_RECENT,
+)
+from ..workspace_wide.input_history import HistoryRead, InputHistory
+from ..workspace_wide.listing import (
+    InspectSessionRow,
+    SessionAction,
+    SessionRow,
+    list_sessions,
+)
+from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
 from .clock import TargetTime
-from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, SessionNotOpen, TurnStateConflict, quoted
-from .evidence import AGENT_STEP_KINDS, ENGINE_KINDS, EVIDENCE_KINDS, EvidenceInput, agent_step, make_evidence
+from .errors import (
+    InvalidSessionInput,
+    SessionConflict,
+    SessionIncompatible,
+    SessionNotOpen,
+    TurnStateConflict,
+    quoted,
+)
+from .evidence import (
+    AGENT_STEP_KINDS,
+    ENGINE_KINDS,
+    EVIDENCE_KINDS,
+    EvidenceInput,
+    agent_step,
+    make_evidence,
+)
 from .following import SessionFollowing
 from .lifecycle import SessionLifecycle
 from .live_history import LiveHistory
-from .background import DEFAULT_CHECKPOINT_SECONDS, STOP_CHECKPOINTS, TurnCheckpoints
-from ..workspace_wide.input_history import HistoryRead, InputHistory
 from .mutation_latch import LatchState
 from .open_session import Access, OpenSession, SaveResult
 from .renewal import renewal_interval

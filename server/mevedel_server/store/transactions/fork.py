@@ -48,17 +48,35 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ...targets import Barrier, ControlProgram, CreateExclusive, ListDir, MakeDirs, Operation, Read, Remove, Stat, Status, Target, TargetError, raise_for_result
-from ..errors import SessionOccupied, StoreError
-from ..layout import SessionPaths
-from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity, LeaseHandle, acquire_lease, read_lease_head
-from .lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
-from ..workspace_wide.listing import survey_sessions
+from ...targets import (
+    Barrier,
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    MakeDirs,
+    Operation,
+    Read,
+    Remove,
+    Stat,
+    Status,
+    Target,
+    TargetError,
+    raise_for_result,
+)
+from ..authority.lease import (
+    DEFAULT_LEASE_SECONDS,
+    ClientIdentity,
+    LeaseHandle,
+    acquire_lease,
+    read_lease_head,
+)
 from ..authority.publication import Donors, Publisher, donors_of, read_committed
-from .recovery import run_guarded
-from .rewind import TurnLabel, plan_time
+from ..authority.workspace import (
+    allocate_session_id,
+    check_session_id,
+    materialize_session,
+)
 from ..content.sidecar import (
-    agent_history_note,
     SIDECAR_PATH,
     ForkOrigin,
     ForkType,
@@ -67,11 +85,25 @@ from ..content.sidecar import (
     Sidecar,
     SidecarError,
     WorktreeOrigin,
+    agent_history_note,
     decode_prompt_lines,
     load_sidecar,
     prompt_page_path,
     shown_name,
 )
+from ..errors import SessionOccupied, StoreError
+from ..layout import SessionPaths
+from ..workspace_wide.listing import survey_sessions
+from .lifecycle_token import (
+    InvalidToken,
+    LifecycleRefused,
+    StaleState,
+    StateToken,
+    content_hash,
+    moved_files,
+)
+from .recovery import run_guarded
+from .rewind import TurnLabel, plan_time
 from .snapshot_cut import (
     Boundary,
     CommittedSnapshotResult,
@@ -81,7 +113,6 @@ from .snapshot_cut import (
     load_committed_state,
     locate,
 )
-from ..authority.workspace import allocate_session_id, check_session_id, materialize_session
 
 LOCAL_DIR = "local"
 PLANS_DIR = "plans"

@@ -33,7 +33,18 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ...targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, Read, Remove, Replace, Status, Target, raise_for_result
+from ...targets import (
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    MakeDirs,
+    Read,
+    Remove,
+    Replace,
+    Status,
+    Target,
+    raise_for_result,
+)
 from ..authority.lease import LeaseHandle
 from ..layout import SessionPaths
 from .recovery import run_guarded

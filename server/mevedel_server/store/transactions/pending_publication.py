@@ -38,7 +38,18 @@ from typing import Annotated
 
 import msgspec
 
-from ...targets import ControlProgram, CreateExclusive, ListDir, MakeDirs, OpResult, Read, Remove, Status, Target, raise_for_result
+from ...targets import (
+    ControlProgram,
+    CreateExclusive,
+    ListDir,
+    MakeDirs,
+    OpResult,
+    Read,
+    Remove,
+    Status,
+    Target,
+    raise_for_result,
+)
 from ..authority.lease import ClientIdentity, LeaseHandle
 from ..authority.publication import load_manifest
 from ..authority.records import HEAD_PATTERN

@@ -48,8 +48,8 @@ from ...targets import (
     same_state,
     split_target_path,
 )
-from .git_runner import GitDidNotFinish, GitMissing, GitRunner
 from ..layout import STATE_DIR
+from .git_runner import GitDidNotFinish, GitMissing, GitRunner
 
 #: Where linked worktrees of Worktree Forks live, inside the workspace.
 WORKTREES_DIR = ".worktrees"

@@ -66,14 +66,19 @@ from ...targets import (
     Verify,
     raise_for_result,
 )
-from ..errors import LeaseLost
-from ..layout import SessionPaths
 from ..authority.lease import LeaseHandle
-from .lifecycle_token import LifecycleError, LifecycleRefused
-from .project_files import ConvergeOutcome, converge_files, project_path_problem, write_files
 from ..authority.publication import load_manifest
 from ..authority.records import HEAD_PATTERN, RecordError
 from ..authority.workspace import check_session_id
+from ..errors import LeaseLost
+from ..layout import SessionPaths
+from .lifecycle_token import LifecycleError, LifecycleRefused
+from .project_files import (
+    ConvergeOutcome,
+    converge_files,
+    project_path_problem,
+    write_files,
+)
 
 RECOVERY_DIR = ".recovery"
 RECOVERY_FORMAT_VERSION = 1

@@ -31,35 +31,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...targets import ControlProgram, ListDir, Read, Stat, Status, Target, raise_for_result
-from ..layout import MANIFEST_NAME, SessionPaths, head_path
+from ...targets import (
+    ControlProgram,
+    ListDir,
+    Read,
+    Stat,
+    Status,
+    Target,
+    raise_for_result,
+)
 from ..authority.lease import read_lease_head
-from .lifecycle_token import InvalidToken, LifecycleRefused, StateToken
-from ..workspace_wide.listing import decode_manifest
 from ..authority.publication import Publisher
 from ..authority.records import HEAD_PATTERN, PublicationManifest, RecordError
-from .recovery import artifacts_digest, require_no_recovery
-from .rewind import (
-    FROM_TARGET,
-    ExternalChange,
-    FileRestore,
-    InPlacePlan,
-    InPlaceResult,
-    KnownGap,
-    Planned,
-    TurnLabel,
-    commit_in_place,
-    contents,
-    files_at,
-    plan_for,
-    plan_time,
-    refuse_in_flight,
-    refuse_live,
-    remember_plan,
-    survey_files,
-    _index_git_for,
-)
-from .project_files import GitCheck
+from ..authority.workspace import check_session_id
 from ..content.sidecar import (
     SIDECAR_PATH,
     PromptEntry,
@@ -71,6 +55,32 @@ from ..content.sidecar import (
     load_sidecar,
     prompt_page_path,
 )
+from ..content.turns import Conversation
+from ..layout import MANIFEST_NAME, SessionPaths, head_path
+from ..workspace_wide.listing import decode_manifest
+from .lifecycle_token import InvalidToken, LifecycleRefused, StateToken
+from .project_files import GitCheck
+from .recovery import artifacts_digest, require_no_recovery
+from .rewind import (
+    FROM_TARGET,
+    ExternalChange,
+    FileRestore,
+    InPlacePlan,
+    InPlaceResult,
+    KnownGap,
+    Planned,
+    TurnLabel,
+    _index_git_for,
+    commit_in_place,
+    contents,
+    files_at,
+    plan_for,
+    plan_time,
+    refuse_in_flight,
+    refuse_live,
+    remember_plan,
+    survey_files,
+)
 from .snapshot_cut import (
     CommittedState,
     SessionState,
@@ -81,8 +91,6 @@ from .snapshot_cut import (
     sidecar_bytes,
     state_at_head,
 )
-from ..content.turns import Conversation
-from ..authority.workspace import check_session_id
 
 _BATCH = 64
 #: Fields of the current sidecar that a redo keeps (the session's name is

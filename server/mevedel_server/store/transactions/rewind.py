@@ -43,26 +43,53 @@ replacement; :mod:`.redo` uses it too.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import hashlib
-
 from ...targets import Entry, Target, TargetError, same_state
-from ..content.checkpoints import MissingContent, entry_of, restore_plan
-from ..errors import LeaseLost, PublicationPending, StoreError
 from ..authority.lease import LeaseHandle, read_lease_head
-from .lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken, content_hash, moved_files
-from .git_runner import GitRunner, LocalGit, git_runner_for
-from .project_files import FileRead, GitCheck, Unreadable, git_contents, index_divergence, project_path_problem, read_project_files
 from ..authority.publication import Publisher, load_manifest
 from ..authority.records import RecordError
+from ..authority.workspace import check_session_id
+from ..content.checkpoints import MissingContent, entry_of, restore_plan
+from ..content.sidecar import (
+    Absent,
+    Directory,
+    FileState,
+    Present,
+    PromptEntry,
+    Symlink,
+    TurnFiles,
+    agent_history_note,
+)
+from ..content.transcript import Outcome
+from ..content.turns import Conversation
+from ..errors import LeaseLost, PublicationPending, StoreError
+from .git_runner import GitRunner, LocalGit, git_runner_for
+from .lifecycle_token import (
+    InvalidToken,
+    LifecycleError,
+    LifecycleRefused,
+    StaleState,
+    StateToken,
+    content_hash,
+    moved_files,
+)
+from .project_files import (
+    FileRead,
+    GitCheck,
+    Unreadable,
+    git_contents,
+    index_divergence,
+    project_path_problem,
+    read_project_files,
+)
 from .recovery import (
     RecoveryRequired,
     RecoveryState,
-    sweep_ops,
     artifacts_digest,
     guarded_converge,
     guarded_write,
@@ -72,8 +99,8 @@ from .recovery import (
     require_no_recovery,
     run_guarded,
     snapshot_digest,
+    sweep_ops,
 )
-from ..content.sidecar import Absent, Directory, FileState, PromptEntry, Present, Symlink, TurnFiles, agent_history_note
 from .snapshot_cut import (
     Boundary,
     CommittedSnapshotResult,
@@ -88,9 +115,6 @@ from .snapshot_cut import (
     state_at_head,
     whole,
 )
-from ..content.transcript import Outcome
-from ..content.turns import Conversation
-from ..authority.workspace import check_session_id
 
 #: Passed as ``workspace_root`` to ask the git where the target keeps its files.
 FROM_TARGET = Path("<from target>")

@@ -25,15 +25,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...targets import Target
-from .fork import ChildSession, publish_child, recheck_lease
 from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
-from .lifecycle_token import LifecycleRefused, StateToken
 from ..authority.publication import donors_of
-from .rewind import plan_time, refuse_in_flight, refuse_live
-from ..content.sidecar import NameRefused, NamingState, agent_history_note, normalize_display_name
-from .snapshot_cut import cut_snapshot, load_committed_state, whole
-from ..content.turns import Conversation
 from ..authority.workspace import check_session_id
+from ..content.sidecar import (
+    NameRefused,
+    NamingState,
+    agent_history_note,
+    normalize_display_name,
+)
+from ..content.turns import Conversation
+from .fork import ChildSession, publish_child, recheck_lease
+from .lifecycle_token import LifecycleRefused, StateToken
+from .rewind import plan_time, refuse_in_flight, refuse_live
+from .snapshot_cut import cut_snapshot, load_committed_state, whole
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,10 @@ from functools import cached_property
 import msgspec
 
 from ...targets import Target
-from ..content.checkpoints import history_digest, history_path, referenced_digests
-from ..layout import SessionPaths
 from ..authority.lease import read_lease_head
-from .lifecycle_token import LifecycleRefused
 from ..authority.publication import CommittedSnapshot, load_manifest
+from ..authority.workspace import check_session_id
+from ..content.checkpoints import history_digest, history_path, referenced_digests
 from ..content.sidecar import (
     SIDECAR_PATH,
     AgentActivity,
@@ -79,7 +78,8 @@ from ..content.transcript import (
     segment_part_path,
 )
 from ..content.turns import ContentError, Conversation
-from ..authority.workspace import check_session_id
+from ..layout import SessionPaths
+from .lifecycle_token import LifecycleRefused
 
 _CACHE_LIMIT = 2
 

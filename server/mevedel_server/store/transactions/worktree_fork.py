@@ -42,8 +42,24 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...targets import ControlProgram, ListDir, Operation, Stat, Status, Target, TargetError, split_target_path
+from ...targets import (
+    ControlProgram,
+    ListDir,
+    Operation,
+    Stat,
+    Status,
+    Target,
+    TargetError,
+    split_target_path,
+)
+from ...targets.program import Entry
+from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
+from ..authority.publication import donors_of
+from ..authority.workspace import check_session_id
+from ..content.checkpoints import MissingContent, entry_of
+from ..content.sidecar import ForkType, TurnFiles, WorktreeOrigin, agent_history_note
 from ..errors import StoreError
+from ..layout import STATE_DIR
 from .fork import (
     NO_PLAN_RECORD,
     ChildSession,
@@ -55,18 +71,23 @@ from .fork import (
     read_local,
     recheck_source,
 )
-from ..layout import STATE_DIR
-from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
-from .lifecycle_token import InvalidToken, LifecycleError, LifecycleRefused, StaleState, StateToken
-from .git_runner import GitDidNotFinish, GitMissing, GitOutcome, GitRunner, git_runner_for
+from .git_runner import (
+    GitDidNotFinish,
+    GitMissing,
+    GitOutcome,
+    GitRunner,
+    git_runner_for,
+)
+from .lifecycle_token import (
+    InvalidToken,
+    LifecycleError,
+    LifecycleRefused,
+    StaleState,
+    StateToken,
+)
 from .project_files import WORKTREES_DIR, converge_files
-from ..authority.publication import donors_of
 from .rewind import TurnLabel, plan_time
-from ...targets.program import Entry
-from ..content.checkpoints import MissingContent, entry_of
-from ..content.sidecar import ForkType, TurnFiles, WorktreeOrigin, agent_history_note
 from .snapshot_cut import CommittedState, load_committed_state
-from ..authority.workspace import check_session_id
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _ALLOCATION_LIMIT = 1000

@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...targets import ControlProgram, ListDir, LocalTarget, Status, Target, TargetError
-from ..layout import SESSIONS_DIR, STATE_DIR, SessionPaths
 from ..authority.workspace import check_session_id
+from ..layout import SESSIONS_DIR, STATE_DIR, SessionPaths
 
 _log = logging.getLogger(__name__)
 
@@ -279,7 +279,9 @@ class SessionWatcher:
         arm_id = self._arms
         quiet = self.cadence.debounce_seconds
         group = max(quiet, _MAX_GROUPING_MS / 1000)
-        from . import inotify  # ctypes and the libc binding: only once a session is watched
+        from . import (
+            inotify,  # ctypes and the libc binding: only once a session is watched
+        )
 
         try:
             if inotify.available():

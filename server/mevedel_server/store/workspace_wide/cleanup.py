@@ -53,13 +53,25 @@ from ...targets import (
     Verify,
     read_target_clock,
 )
-from ..errors import StoreError
-from ..authority.lease import ClientIdentity, LeaseHandle, LeaseStanding, acquire_lease, observe_lease
-from ..authority.workspace import check_session_id
-from ..layout import SessionPaths
-from .listing import InspectSubject, SessionSurvey, UnfinishedSession, find_unfinished, survey_sessions
+from ..authority.lease import (
+    ClientIdentity,
+    LeaseHandle,
+    LeaseStanding,
+    acquire_lease,
+    observe_lease,
+)
 from ..authority.records import LeaseState
+from ..authority.workspace import check_session_id
+from ..errors import StoreError
+from ..layout import SessionPaths
 from ..transactions.recovery import find_recovery
+from .listing import (
+    InspectSubject,
+    SessionSurvey,
+    UnfinishedSession,
+    find_unfinished,
+    survey_sessions,
+)
 
 DEFAULT_MAX_AGE_DAYS = 30
 DEFAULT_KEEP_RECENT = 3

@@ -79,11 +79,11 @@ from ...targets import (
     Verify,
     raise_for_result,
 )
+from ..authority.lease import LeaseHandle
+from ..authority.records import PublicationManifest, RecordError
 from ..errors import LeaseLost
 from ..layout import MANIFEST_NAME, SessionPaths, head_path
-from ..authority.lease import LeaseHandle
 from .listing import decode_manifest
-from ..authority.records import PublicationManifest, RecordError
 
 if TYPE_CHECKING:
     from ..transactions.redo import TurnStateFacts

@@ -33,7 +33,18 @@ from typing import Literal
 
 import msgspec
 
-from ...targets import ControlProgram, CreateExclusive, MakeDirs, Read, Remove, Replace, Status, Target, Verify, raise_for_result
+from ...targets import (
+    ControlProgram,
+    CreateExclusive,
+    MakeDirs,
+    Read,
+    Remove,
+    Replace,
+    Status,
+    Target,
+    Verify,
+    raise_for_result,
+)
 from ..layout import STATE_DIR
 
 HISTORY_PATH = f"{STATE_DIR}/input-history"

@@ -73,7 +73,6 @@ from ...targets import (
     raise_for_result,
 )
 from ...targets.program import ReadNewest
-from ..layout import GENERATION_FAMILY, REQUESTS_DIR, SESSIONS_DIR, TRANSFER_DIGITS, UNPUBLISHED_CHILD, SessionPaths, generation_numbers
 from ..authority.lease import ClientIdentity, LeaseObservation, LeaseStanding
 from ..authority.records import (
     LeaseRecord,
@@ -84,11 +83,20 @@ from ..authority.records import (
     TransferRequest,
     decode_record,
 )
+from ..authority.workspace import is_session_id
 from ..content.inspect import InspectRow as SidecarRefusal
 from ..content.inspect import classify_sidecar
 from ..content.sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind, shown_name
+from ..layout import (
+    GENERATION_FAMILY,
+    REQUESTS_DIR,
+    SESSIONS_DIR,
+    TRANSFER_DIGITS,
+    UNPUBLISHED_CHILD,
+    SessionPaths,
+    generation_numbers,
+)
 from ..transactions.recovery import RECOVERY_DIR, recovery_ids
-from ..authority.workspace import is_session_id
 
 #: Sessions admitted into the pipeline per control program.
 BATCH = 32

@@ -23,7 +23,14 @@ from mevedel_server.store.content.diff import (
     stat_lines,
     tree_diff,
 )
-from mevedel_server.store.content.sidecar import Absent, Directory, FileSnapshot, Present, Symlink, TurnFiles
+from mevedel_server.store.content.sidecar import (
+    Absent,
+    Directory,
+    FileSnapshot,
+    Present,
+    Symlink,
+    TurnFiles,
+)
 
 BLOBS: dict[str, bytes] = {}
 

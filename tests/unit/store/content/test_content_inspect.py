@@ -7,8 +7,17 @@ import itertools
 
 import pytest
 
-from mevedel_server.store.content.inspect import describe_segment, list_segments, read_segment
-from mevedel_server.store.content.transcript import Outcome, Response, SegmentError, segment_part_path
+from mevedel_server.store.content.inspect import (
+    describe_segment,
+    list_segments,
+    read_segment,
+)
+from mevedel_server.store.content.transcript import (
+    Outcome,
+    Response,
+    SegmentError,
+    segment_part_path,
+)
 from mevedel_server.store.content.turns import Conversation
 
 SID = "2026-07-19T09-47-bf87b5dd793a"

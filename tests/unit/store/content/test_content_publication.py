@@ -7,9 +7,20 @@ from __future__ import annotations
 import hashlib
 import itertools
 
-from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session, read_committed
+from mevedel_server.store import (
+    ClientIdentity,
+    Publisher,
+    acquire_lease,
+    materialize_session,
+    read_committed,
+)
 from mevedel_server.store.content.checkpoints import history_path
-from mevedel_server.store.content.transcript import Outcome, Response, ToolCall, ToolResult
+from mevedel_server.store.content.transcript import (
+    Outcome,
+    Response,
+    ToolCall,
+    ToolResult,
+)
 from mevedel_server.store.content.turns import Conversation
 from mevedel_server.targets import LocalTarget
 

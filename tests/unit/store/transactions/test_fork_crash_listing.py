@@ -15,9 +15,9 @@ from test_txn_crash import _fork_act, _fork_prepare
 from txn_sessions import ClientIdentity
 
 from mevedel_server.store import LeaseRecord, decode_record, encode_record
+from mevedel_server.store.service import SessionService
 from mevedel_server.store.workspace_wide.cleanup import remove_expired_sessions
 from mevedel_server.store.workspace_wide.listing import list_sessions
-from mevedel_server.store.service import SessionService
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 
 OTHER = ClientIdentity("another-client", "elsewhere")

@@ -11,7 +11,12 @@ import pytest
 
 from mevedel_server.store import ClientIdentity, LeaseLost
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.store.transactions.pending_inputs import InputRecord, load_inputs, remove_input, write_inputs
+from mevedel_server.store.transactions.pending_inputs import (
+    InputRecord,
+    load_inputs,
+    remove_input,
+    write_inputs,
+)
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")

@@ -9,13 +9,17 @@ from __future__ import annotations
 import pytest
 from txn_sessions import DELETE, ME, git, init_repo, open_session, read
 
+from mevedel_server.store.content.sidecar import ForkType
 from mevedel_server.store.transactions.git_runner import RemoteGit
 from mevedel_server.store.transactions.lifecycle_token import LifecycleRefused
-from mevedel_server.store.workspace_wide.listing import list_sessions
 from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
-from mevedel_server.store.content.sidecar import ForkType
 from mevedel_server.store.transactions.snapshot_cut import Boundary
-from mevedel_server.store.transactions.worktree_fork import WorktreeForkFailed, commit_worktree_fork, prepare_worktree_fork
+from mevedel_server.store.transactions.worktree_fork import (
+    WorktreeForkFailed,
+    commit_worktree_fork,
+    prepare_worktree_fork,
+)
+from mevedel_server.store.workspace_wide.listing import list_sessions
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, TargetUnavailable
 
 

@@ -12,12 +12,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from txn_sessions import DELETE, ME, committed_view, open_session, read_committed_head, reopen, snapshot_files, write
+from txn_sessions import (
+    DELETE,
+    ME,
+    committed_view,
+    open_session,
+    read_committed_head,
+    reopen,
+    snapshot_files,
+    write,
+)
 
 from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.store.transactions.fork import commit_fork, prepare_fork
 from mevedel_server.store.transactions.recovery import find_recovery, retry_recovery
-from mevedel_server.store.transactions.redo import commit_redo, prepare_redo, redo_states
+from mevedel_server.store.transactions.redo import (
+    commit_redo,
+    prepare_redo,
+    redo_states,
+)
 from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.transactions.save_as import commit_save_as, prepare_save_as
 from mevedel_server.store.transactions.snapshot_cut import Boundary

@@ -10,13 +10,21 @@ import pytest
 from txn_sessions import ME, committed_view, open_session, read_committed_head
 
 from mevedel_server.store import Publisher, acquire_lease, read_committed
-from mevedel_server.store.transactions.fork import NO_PLAN_RECORD, commit_fork, fork_variants, prepare_fork
-from mevedel_server.store.transactions.lifecycle_token import LifecycleRefused, StaleState
-from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.content.sidecar import ForkType
-from mevedel_server.store.transactions.snapshot_cut import Boundary
 from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.transactions.fork import (
+    NO_PLAN_RECORD,
+    commit_fork,
+    fork_variants,
+    prepare_fork,
+)
+from mevedel_server.store.transactions.lifecycle_token import (
+    LifecycleRefused,
+    StaleState,
+)
+from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
+from mevedel_server.store.transactions.snapshot_cut import Boundary
 from mevedel_server.targets import LocalTarget
 
 LATER = 2_000_000_000

@@ -6,11 +6,18 @@ from __future__ import annotations
 import pytest
 from txn_sessions import DELETE, committed_view, open_session, snapshot_files, write
 
-from mevedel_server.store.transactions.lifecycle_token import LifecycleRefused, StaleState
-from mevedel_server.store.transactions.redo import commit_redo, prepare_redo, redo_states
+from mevedel_server.store.content.transcript import Response
+from mevedel_server.store.transactions.lifecycle_token import (
+    LifecycleRefused,
+    StaleState,
+)
+from mevedel_server.store.transactions.redo import (
+    commit_redo,
+    prepare_redo,
+    redo_states,
+)
 from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.transactions.snapshot_cut import Boundary
-from mevedel_server.store.content.transcript import Response
 
 FILES = ("a.txt", "b.txt")
 

@@ -22,9 +22,15 @@ from txn_sessions import (
 )
 
 from mevedel_server.store import Publisher, acquire_lease, read_committed
-from mevedel_server.store.errors import StoreError
 from mevedel_server.store.authority.lease import ClientIdentity
-from mevedel_server.store.transactions.lifecycle_token import InvalidToken, LifecycleRefused, StaleState, StateToken
+from mevedel_server.store.content.transcript import Outcome, Response
+from mevedel_server.store.errors import StoreError
+from mevedel_server.store.transactions.lifecycle_token import (
+    InvalidToken,
+    LifecycleRefused,
+    StaleState,
+    StateToken,
+)
 from mevedel_server.store.transactions.recovery import (
     RecoveryPending,
     RecoveryRequired,
@@ -32,10 +38,19 @@ from mevedel_server.store.transactions.recovery import (
     find_recovery,
     retry_recovery,
 )
-from mevedel_server.store.transactions.rewind import RolledBack, commit_rewind, prepare_rewind
+from mevedel_server.store.transactions.rewind import (
+    RolledBack,
+    commit_rewind,
+    prepare_rewind,
+)
 from mevedel_server.store.transactions.snapshot_cut import Boundary
-from mevedel_server.store.content.transcript import Outcome, Response
-from mevedel_server.targets import FaultInjectingTarget, LocalTarget, ProgramTarget, TargetError, executor
+from mevedel_server.targets import (
+    FaultInjectingTarget,
+    LocalTarget,
+    ProgramTarget,
+    TargetError,
+    executor,
+)
 
 FILES = ("a.txt", "b.txt", "src/c.txt")
 

@@ -6,10 +6,18 @@ from __future__ import annotations
 import pytest
 from txn_sessions import ME, committed_view, open_session, read_committed_head
 
-from mevedel_server.store import LeaseStanding, StoreError, observe_lease, read_committed
-from mevedel_server.store.transactions.lifecycle_token import LifecycleRefused, StaleState
-from mevedel_server.store.transactions.save_as import commit_save_as, prepare_save_as
+from mevedel_server.store import (
+    LeaseStanding,
+    StoreError,
+    observe_lease,
+    read_committed,
+)
 from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.transactions.lifecycle_token import (
+    LifecycleRefused,
+    StaleState,
+)
+from mevedel_server.store.transactions.save_as import commit_save_as, prepare_save_as
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, TargetError
 
 

@@ -7,10 +7,21 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from mevedel_server.store.content.sidecar import SIDECAR_PATH, encode_sidecar, load_sidecar
-from mevedel_server.store.transactions.snapshot_cut import Boundary, SessionState, check_snapshot, cut_snapshot, locate, whole
+from mevedel_server.store.content.sidecar import (
+    SIDECAR_PATH,
+    encode_sidecar,
+    load_sidecar,
+)
 from mevedel_server.store.content.transcript import Outcome, Response, segment_part_path
 from mevedel_server.store.content.turns import ContentError, Conversation
+from mevedel_server.store.transactions.snapshot_cut import (
+    Boundary,
+    SessionState,
+    check_snapshot,
+    cut_snapshot,
+    locate,
+    whole,
+)
 
 SID = "2026-07-19T09-47-0000000000aa"
 CHILD = "2026-07-19T09-48-0000000000bb"

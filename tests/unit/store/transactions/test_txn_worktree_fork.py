@@ -9,13 +9,20 @@ import shutil
 import pytest
 from txn_sessions import DELETE, ME, committed_view, git, init_repo, open_session, read
 
-from mevedel_server.store.transactions.lifecycle_token import LifecycleRefused, StaleState
-from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.content.sidecar import ForkType
-from mevedel_server.store.transactions.snapshot_cut import Boundary
 from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.store.transactions.git_runner import LocalGit
-from mevedel_server.store.transactions.worktree_fork import WorktreeForkFailed, commit_worktree_fork, prepare_worktree_fork
+from mevedel_server.store.transactions.lifecycle_token import (
+    LifecycleRefused,
+    StaleState,
+)
+from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
+from mevedel_server.store.transactions.snapshot_cut import Boundary
+from mevedel_server.store.transactions.worktree_fork import (
+    WorktreeForkFailed,
+    commit_worktree_fork,
+    prepare_worktree_fork,
+)
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, ProgramTarget
 
 

@@ -9,11 +9,20 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from mevedel_server.store import ClientIdentity, Publisher, acquire_lease, materialize_session, read_committed
+from mevedel_server.store import (
+    ClientIdentity,
+    Publisher,
+    acquire_lease,
+    materialize_session,
+    read_committed,
+)
 from mevedel_server.store.authority.lease import LeaseHandle
+from mevedel_server.store.authority.workspace import (
+    allocate_session_id,
+    ensure_workspace_id,
+)
 from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.store.content.turns import Conversation
-from mevedel_server.store.authority.workspace import allocate_session_id, ensure_workspace_id
 from mevedel_server.targets import LocalTarget, Target
 
 ME = ClientIdentity("txn-client", "workstation")
