@@ -26,7 +26,7 @@ from pathlib import Path
 from harness import report, summarize
 from lsp_wire import WireClient
 
-ROUNDS = 12
+ROUNDS = int(os.environ.get("MEVEDEL_BENCH_ROUNDS", "30"))
 
 
 class Editor(WireClient):

@@ -52,6 +52,13 @@ class Changes:
             await asyncio.wait_for(self._event.wait(), GUARD)
 
 
+def _handed_over(store) -> asyncio.Event:
+    """Set when ``store`` has handed an item over (its leases say so)."""
+    done = asyncio.Event()
+    store.leases.on_change.append(lambda _item_id, reason: done.set() if reason == "handed-over" else None)
+    return done
+
+
 @pytest.mark.parametrize("notifications", [True, False], ids=["inotify", "polling"])
 async def test_another_process_taking_and_writing_an_open_item_is_told_naming_it(root, notifications):
     target = LocalTarget(str(root))
@@ -108,10 +115,13 @@ async def test_an_idle_holder_hands_over_as_soon_as_asked(root):
     await held_watch.watch(item.item_id)
     await asking_watch.watch(item.item_id)
     clock[0] += 10  # idle 10 s already: no renewal (every 3600 s here) is waited for
+    handed_over = _handed_over(holder)
     entry = await asker.request_handover(item.item_id)
     assert entry.holder == "Emacs 28.2 (pid 1) on vm"
     state = await changes.next(lambda s: s.writable)
-    assert state.holder is None and not holder.leases.holds(item.item_id)
+    assert state.holder is None
+    await asyncio.wait_for(handed_over.wait(), GUARD)  # the asker may be told before the holder's own write has returned
+    assert not holder.leases.holds(item.item_id)
     await asker.write(item.item_id, b'{"elements": [], "type": "excalidraw"}')
     await held_watch.close()
     await asking_watch.close()
@@ -130,9 +140,12 @@ async def test_a_busy_holder_hands_over_once_idle_not_at_the_next_renewal(root):
     await holder.write(item.item_id, b"just written\n")
     await held_watch.watch(item.item_id)
     await asking_watch.watch(item.item_id)
+    handed_over = _handed_over(holder)
     await asker.request_handover(item.item_id)
     state = await changes.next(lambda s: s.writable)
-    assert not holder.leases.holds(item.item_id) and state.revision == revision_of(b"just written\n")
+    assert state.revision == revision_of(b"just written\n")
+    await asyncio.wait_for(handed_over.wait(), GUARD)  # the asker may be told before the holder's own write has returned
+    assert not holder.leases.holds(item.item_id)
     await held_watch.close()
     await asking_watch.close()
     await holder.close()

@@ -255,12 +255,15 @@ class SessionControl:
         for session_id in [sid for sid in self._watchers if sid not in open_now]:
             await _awaited(self._watchers.pop(session_id)())
         for session_id in open_now - set(self._watchers):
-            try:
-                self._watchers[session_id] = self._watch(session_id)
-            except Exception:
-                # Without a watcher the cadence poll still finds requests.
-                _log.exception("session %s: cannot watch it; polling only", session_id)
-                self._watchers[session_id] = lambda: None
+            self._watch_now(session_id)
+
+    def _watch_now(self, session_id: str) -> None:
+        try:
+            self._watchers[session_id] = self._watch(session_id)
+        except Exception:
+            # Without a watcher the cadence poll still finds requests.
+            _log.exception("session %s: cannot watch it; polling only", session_id)
+            self._watchers[session_id] = lambda: None
 
     def _watch(self, session_id: str) -> Callable[[], Awaitable[None] | None]:
         if self.watch is not None:
@@ -506,7 +509,11 @@ class SessionControl:
         owning.finishing = True
         try:
             session.conversation.detach_engine(at=self.service._time_now())
-            await session.save(session.conversation.artifacts_for_save(), force=True)
+            # The final publication: what this owner did since its last one
+            # (the detached engine included). An unchanged snapshot is
+            # already committed, and a copy of it would only delay the
+            # requester.
+            await session.save(session.conversation.artifacts_for_save())
             await session.stop_renewal()
             assert session.lease is not None
             await release_granted(session.lease, owning.request, self.cadence.fence_seconds)
@@ -529,6 +536,10 @@ class SessionControl:
         )
 
     def _service_changed(self, change) -> None:
+        if self._task is not None and change.session_id not in self._watchers and self.service.is_open(change.session_id):
+            # Watched at once, not at the next sync: a request that arrives
+            # in the second after the session opened here is seen as it lands.
+            self._watch_now(change.session_id)
         owning = self._owning.get(change.session_id)
         if owning is not None and owning.phase == "draining":
             self.wake()

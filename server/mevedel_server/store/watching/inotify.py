@@ -3,10 +3,15 @@
 watchfiles' watch thread wakes once per debounce step to look for events
 (about 0.24 % of a core per watched session at a 20 ms step, see
 ``bench/bench_follow.py``); an inotify descriptor registered with the loop's
-``add_reader`` costs nothing until the kernel has an event for it. Events are
-grouped until the directory has been quiet for the debounce interval (at
-most ``group`` seconds), then delivered as ``watchfiles``-shaped
-``{(kind, path)}`` sets, so the watcher classifies both sources alike.
+``add_reader`` costs nothing until the kernel has an event for it. The events
+of one read are delivered at once, as a ``watchfiles``-shaped ``{(kind,
+path)}`` set (so the watcher classifies both sources alike): nothing waits
+for the directory to fall quiet. A hand-over waits on two watches in a row,
+and a trailing debounce on each was most of its latency, while a burst
+costs little without one -- the watcher's subscriber calls are serial, and
+any number of wakes during a call become one more call. Names ``ignored``
+says are not changes (temporary files and clock probes, renamed or removed a
+moment later) are dropped here.
 
 ``recursive`` watches the directory and its subdirectories one level down,
 including ones created later (``.lease/requests/`` is flat).
@@ -53,10 +58,9 @@ class InotifyWatch:
         path: str,
         *,
         recursive: bool,
-        quiet: float,
-        group: float,
         loop: asyncio.AbstractEventLoop,
         deliver: Callable[[set[tuple[int, str]]], None],
+        ignored: Callable[[str], bool] = lambda _name: False,
     ) -> None:
         libc = inotify_libc()
         if libc is None:
@@ -64,14 +68,11 @@ class InotifyWatch:
         self._libc = libc
         self._loop = loop
         self._deliver = deliver
-        self._quiet = quiet
-        self._group = group
+        self._ignored = ignored
         self._recursive = recursive
         self._root = path
         self._dirs: dict[int, str] = {}
         self._changes: set[tuple[int, str]] = set()
-        self._first = 0.0
-        self._timer: asyncio.TimerHandle | None = None
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
@@ -98,8 +99,6 @@ class InotifyWatch:
     def close(self) -> None:
         if self._fd < 0:
             return
-        if self._timer is not None:
-            self._timer.cancel()
         self._loop.remove_reader(self._fd)
         os.close(self._fd)
         self._fd = -1
@@ -115,8 +114,7 @@ class InotifyWatch:
             return
         for wd, mask, name in events(data):
             self._event(wd, mask, name)
-        if self._changes:
-            self._schedule()
+        self._flush()
 
     def _event(self, wd: int, mask: int, name: str) -> None:
         if mask & IN_Q_OVERFLOW:
@@ -131,6 +129,8 @@ class InotifyWatch:
         if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
             self._changes.add((_DELETED, directory))
             return
+        if name and self._ignored(name):
+            return
         path = os.path.join(directory, name) if name else directory
         kind = _ADDED if mask & (IN_CREATE | IN_MOVED_TO) else _DELETED if mask & (IN_DELETE | IN_MOVED_FROM) else _MODIFIED
         self._changes.add((kind, path))
@@ -140,18 +140,7 @@ class InotifyWatch:
             except OSError:
                 pass  # gone again already; its creation is reported
 
-    def _schedule(self) -> None:
-        now = self._loop.time()
-        if self._timer is None:
-            self._first = now
-        else:
-            self._timer.cancel()
-        # Quiet for ``quiet`` seconds, or ``group`` seconds after the first event.
-        at = min(now + self._quiet, self._first + self._group)
-        self._timer = self._loop.call_at(at, self._flush)
-
     def _flush(self) -> None:
-        self._timer = None
         changes, self._changes = self._changes, set()
         if changes and self._fd >= 0:
             self._deliver(changes)

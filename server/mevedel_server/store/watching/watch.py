@@ -28,9 +28,9 @@ Two sources, one contract:
   flight. Every tick costs the user's own connection a round trip, which is
   why the idle cadence is long.
 
-Wakes are debounced: filesystem events are grouped until the directory has
-been quiet for ``debounce_seconds``; subscriber calls are serial per watcher,
-and any number of wakes that arrive during a call become exactly one more
+With inotify a change wakes at once; ``watchfiles`` groups events until the
+directory has been quiet for ``debounce_seconds``. Subscriber calls are
+serial per watcher, and any number of wakes that arrive during a call become exactly one more
 call, carrying the union of their reasons. :meth:`SessionWatcher.start` arms
 the source and then sends one ``armed`` wake, so a change that landed between
 a subscriber's last read and the arming is not lost;
@@ -267,6 +267,11 @@ class SessionWatcher:
             deepest = path
         return deepest
 
+    def _not_a_change(self, name: str) -> bool:
+        """Clock probes and temporary files (a name starting with ``.`` that
+        is no directory of the watched chain): the rename after them counts."""
+        return name.startswith(".") and name not in {part for path in self._chain() for part in path.split("/")}
+
     def _rearm(self) -> bool:
         """Watch the deepest existing directory of the chain; False when no
         watch could be set up (the caller polls instead)."""
@@ -277,8 +282,6 @@ class SessionWatcher:
         recursive = where == self._chain()[-1]
         self._arms += 1
         arm_id = self._arms
-        quiet = self.cadence.debounce_seconds
-        group = max(quiet, _MAX_GROUPING_MS / 1000)
         from . import (
             inotify,  # ctypes and the libc binding: only once a session is watched
         )
@@ -288,13 +291,14 @@ class SessionWatcher:
                 watch = inotify.InotifyWatch(
                     self._local(where),
                     recursive=recursive,
-                    quiet=quiet,
-                    group=group,
                     loop=self._loop,
                     deliver=lambda changes: self._notified(arm_id, changes),
+                    ignored=self._not_a_change,
                 )
                 close = watch.close
             else:
+                quiet = self.cadence.debounce_seconds
+                group = max(quiet, _MAX_GROUPING_MS / 1000)
                 close = _start_watchfiles(self._local(where), recursive, quiet, group, self._loop, self._notified, arm_id)
         except Exception as error:  # no notifications, watch limit reached, the directory vanished
             _log.warning("session %s: filesystem notifications unavailable (%s); polling instead", self.session_id, error)
@@ -334,7 +338,7 @@ class SessionWatcher:
         for _kind, path in changes:
             relative = os.path.relpath(path, root)
             parts = [] if relative == "." else relative.split(os.sep)
-            if any(part.startswith(".") and part not in (".mevedel", ".lease") for part in parts):
+            if any(self._not_a_change(part) for part in parts):
                 continue  # clock probes and temporary files; the rename after them counts
             if watched == self.paths.lease_dir:
                 reasons.add(REQUESTS if parts and parts[0] == REQUESTS_DIR else LEASE)
