@@ -73,7 +73,7 @@ from mevedel_server.store.content.sidecar import (
 )
 from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.store.content.turns import Conversation
-from mevedel_server.store.transactions import rewind as rewind_module
+from mevedel_server.store.transactions import in_place as in_place_module
 from mevedel_server.store.transactions import snapshot_cut
 from mevedel_server.store.transactions.fork import commit_fork, prepare_fork
 from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
@@ -171,7 +171,7 @@ async def build(root: str, generations: int) -> int:
 
 def _clear_caches() -> None:
     snapshot_cut._states.clear()
-    rewind_module._plans.clear()
+    in_place_module._plans.clear()
 
 
 async def _open(root: str):

@@ -115,9 +115,13 @@ async def load_manifest(target: Target, paths: SessionPaths, head: str) -> Publi
 
 
 def _decode_manifest(paths: SessionPaths, head: str, raw: bytes) -> PublicationManifest:
-    label = paths.label(head)
+    return decode_manifest(paths.label(head), _publication_id_of(head), raw)
+
+
+def decode_manifest(label: str, publication_id: str, raw: bytes) -> PublicationManifest:
+    """A manifest, refused unless it names its own publication directory."""
     manifest = decode_record(PublicationManifest, raw, label)
-    if manifest.publication_id != _publication_id_of(head):
+    if manifest.publication_id != publication_id:
         raise RecordError(
             RecordErrorKind.INVALID_VALUE, label, f"names publication {manifest.publication_id}, not its own directory"
         )
@@ -262,6 +266,11 @@ class Publisher:
             if self._pending is not None:
                 raise PublicationPending(self.lease.session_id, self._pending.reason)
             return await self._attempt(snapshot, replace, force, donors)
+
+    def known_manifest(self, head: str) -> PublicationManifest | None:
+        """The manifest of ``head`` when this publisher knows it (read at
+        open, or published here), without a read."""
+        return self._committed[1] if self._committed is not None and self._committed[0] == head else None
 
     def know_committed(self, head: str, manifest: PublicationManifest) -> None:
         """The manifest of ``head``, already read and validated by the

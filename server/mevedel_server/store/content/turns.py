@@ -324,6 +324,12 @@ class Conversation:
         return self._committed.sidecar if self._committed else None
 
     @property
+    def committed_artifacts(self) -> Mapping[str, bytes] | None:
+        """The complete snapshot last marked committed (read-only; None
+        when nothing was): what a reader of that head would get."""
+        return self._committed.artifacts if self._committed else None
+
+    @property
     def open_turn(self) -> OpenTurn | None:
         return self._live.turn if self._live else None
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..authority.publication import Publisher, read_committed
-from ..transactions.lifecycle_token import InvalidToken, LifecycleRefused, StateToken
+from ..transactions.lifecycle_token import LifecycleRefused, StateToken
 from ..transactions.recovery import (
     RecoveryOutcome,
     RecoveryPending,
@@ -25,6 +25,7 @@ from ..transactions.recovery import (
     find_recovery,
     retry_recovery,
 )
+from ..transactions.two_phase import Source, commit, parse_token, prepare
 from .errors import InvalidSessionInput, TurnStateConflict, UnsettledMutation
 from .open_session import OpenSession
 
@@ -32,12 +33,14 @@ from .open_session import OpenSession
 # command that only lists or reads sessions (most CLI commands, a short
 # process each) never loads Rewind, Redo, Fork, Save As or Worktree Fork.
 if TYPE_CHECKING:
-    from ..transactions.fork import ChildSession, ForkImpact, ForkResult, VariantGroup
+    from ..transactions.fork import ChildOptions, ChildSession, ForkImpact, ForkResult
+    from ..transactions.in_place import InPlaceResult
     from ..transactions.redo import RedoImpact, RedoStates
-    from ..transactions.rewind import InPlaceResult, RewindImpact
+    from ..transactions.rewind import RewindImpact
     from ..transactions.save_as import SaveAsImpact
     from ..transactions.snapshot_cut import Side
     from ..transactions.worktree_fork import WorktreeForkImpact, WorktreeForkResult
+    from ..workspace_wide.fork_variants import VariantGroup
 
 
 class SessionLifecycle:
@@ -85,9 +88,7 @@ class SessionLifecycle:
             raise RecoveryPending(session.session_id, state.recovery_id, state.problem)
 
     async def _require_no_pending_input(self, session: OpenSession, action: str) -> None:
-        """Refused while prompts wait in the session's queue
-        (:mod:`..transactions.pending_inputs`): they were written against
-        the conversation this would change, and would be sent into it."""
+        """Refused while prompts wait in the session's queue (see :meth:`_source`)."""
         if not session.materialized:
             return
         from ..transactions.pending_inputs import load_inputs
@@ -95,11 +96,32 @@ class SessionLifecycle:
         records, problems = await load_inputs(self.target, session.paths)
         waiting = len(records) + len(problems)
         if waiting:
-            raise TurnStateConflict(
-                session.session_id,
+            raise self._source(session, queue=action).queued(waiting)  # type: ignore[misc]
+
+    def _source(self, session: OpenSession, *, queue: str | None = None) -> Source:
+        """``session`` as the two-phase skeleton sees it: its live
+        conversation, the lease held here, a recovery its gate has just
+        looked for and, with ``queue`` (the action), refused while prompts
+        wait in its queue (:mod:`..transactions.pending_inputs`): they were
+        written against the conversation this would change, and would be
+        sent into it."""
+        sid = session.session_id
+
+        def queued(waiting: int) -> Exception:
+            return TurnStateConflict(
+                sid,
                 f"has {waiting} queued prompt{'s' if waiting != 1 else ''}: send or cancel "
-                f"{'them' if waiting != 1 else 'it'} before you {action}",
+                f"{'them' if waiting != 1 else 'it'} before you {queue}",
             )
+
+        return Source(
+            self.target,
+            sid,
+            session.conversation,
+            session.publisher,
+            recovery_checked=True,
+            queued=queued if queue is not None and session.materialized else None,
+        )
 
     async def retry_recovery(self, session_id: str) -> RecoveryOutcome:
         """Finish the interrupted transaction in the direction its commit
@@ -137,25 +159,20 @@ class SessionLifecycle:
     # Rewind -------------------------------------------------------------------
 
     async def prepare_rewind(self, session_id: str, boundary_kind: str, turn: int) -> RewindImpact:
-        from ..transactions.rewind import prepare_rewind
+        from ..transactions.rewind import Rewind
         from ..transactions.snapshot_cut import Boundary
 
         session = await self._gated(session_id, "rewind it", commands=True)
-        await self._require_no_pending_input(session, "rewind it")
         boundary = Boundary(_side(boundary_kind), _turn(turn))
-        return await prepare_rewind(
-            self.target, session.session_id, boundary, live=session.conversation, at=self._time_now(), recovery_checked=True
-        )
+        return await prepare(Rewind(boundary, self._time_now()), self._source(session, queue="rewind it"))
 
     async def commit_rewind(self, session_id: str, token: str) -> InPlaceResult:
-        from ..transactions.rewind import commit_rewind
+        from ..transactions.rewind import Rewind
 
         session = await self._gated(session_id, "rewind it", commands=True)
-        _token_of(session, token, "rewind")
-        await self._require_no_pending_input(session, "rewind it")
-        session.recovery_clear = False  # a transaction that fails midway may leave its marker
-        result = await commit_rewind(self._publisher(session), token, live=session.conversation)
-        return self._in_place_done(session, result, "rewound")
+        parsed = parse_token(token, (Rewind.op,), session.session_id)
+        self._publisher(session)
+        return await self._in_place(session, Rewind, parsed, "rewound", queue="rewind it")
 
     # Redo ---------------------------------------------------------------------
 
@@ -166,45 +183,52 @@ class SessionLifecycle:
         return await redo_states(self.target, session.session_id)
 
     async def prepare_redo(self, session_id: str, publication_id: str) -> RedoImpact:
-        from ..transactions.redo import prepare_redo
+        from ..transactions.redo import Redo
 
         session = await self._gated(session_id, "redo it", commands=True)
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
-        return await prepare_redo(
-            self.target, session.session_id, publication_id, live=session.conversation, at=self._time_now(), recovery_checked=True
-        )
+        return await prepare(Redo(publication_id, self._time_now()), self._source(session))
 
     async def commit_redo(self, session_id: str, token: str) -> InPlaceResult:
-        from ..transactions.redo import commit_redo
+        from ..transactions.redo import Redo
 
         session = await self._gated(session_id, "redo it", commands=True)
-        _token_of(session, token, "redo")
+        parsed = parse_token(token, (Redo.op,), session.session_id)
+        self._publisher(session)
+        return await self._in_place(session, Redo, parsed, "redone")
+
+    async def _in_place(self, session: OpenSession, kind, token: StateToken, reason: str, *, queue: str | None = None) -> InPlaceResult:
+        """Commit an in-place plan (its recheck looks for a recovery in its
+        first program); the live conversation follows what it committed."""
         session.recovery_clear = False  # a transaction that fails midway may leave its marker
-        result = await commit_redo(self._publisher(session), token, live=session.conversation)
-        return self._in_place_done(session, result, "redone")
+        try:
+            result = await commit(kind, self._source(session, queue=queue), token)
+        except RecoveryPending as pending:
+            session.recovery = pending.recovery_id
+            raise
+        return self._in_place_done(session, result, reason)
 
     # Fork ---------------------------------------------------------------------
 
     async def prepare_fork(self, session_id: str, turn: int) -> ForkImpact:
-        from ..transactions.fork import prepare_fork
+        from ..transactions.fork import Fork
 
         session = self._open(session_id, "fork it")
         _refuse_in_flight(session, "fork it")
-        return await prepare_fork(self.target, session.session_id, _turn(turn), at=self._time_now())
+        return await prepare(Fork(_turn(turn), self._time_now()), self._source(session))
 
     async def commit_fork(self, session_id: str, token: str) -> ForkResult:
-        from ..transactions.fork import commit_fork
+        from ..transactions.fork import Fork
 
-        _token_of(self._open(session_id, "fork it"), token, "fork")
-        result = await commit_fork(
-            self.target, token, self.client, live_ids=self.open_sessions(), lease_seconds=self.lease_seconds, keep_lease=True
-        )
+        session = self._open(session_id, "fork it")
+        parsed = parse_token(token, (Fork.op,), session.session_id)
+        result = await commit(Fork, self._source(session), parsed, child=self._child_options())
         self._adopt_child(result.child)
         return result
 
     async def fork_variants(self, session_id: str, turn: int) -> VariantGroup:
-        from ..transactions.fork import fork_variants
+        from ..workspace_wide.fork_variants import fork_variants
 
         session = self._open(session_id, "list its fork variants")
         return await fork_variants(self.target, session.session_id, _turn(turn))
@@ -214,44 +238,35 @@ class SessionLifecycle:
     async def prepare_worktree_fork(
         self, session_id: str, turn: int, name: str | None = None, branch: str | None = None
     ) -> WorktreeForkImpact:
-        from ..transactions.worktree_fork import prepare_worktree_fork
+        from ..transactions.worktree_fork import WorktreeFork
 
         session = self._open(session_id, "fork it into a worktree")
         _refuse_in_flight(session, "fork it into a worktree")
-        return await prepare_worktree_fork(self.target, session.session_id, _turn(turn), name=name, branch=branch, at=self._time_now())
+        return await prepare(WorktreeFork(_turn(turn), name, branch, self._time_now()), self._source(session))
 
     async def commit_worktree_fork(self, session_id: str, token: str) -> WorktreeForkResult:
-        from ..transactions.worktree_fork import commit_worktree_fork
+        from ..transactions.worktree_fork import WorktreeFork
 
-        _token_of(self._open(session_id, "fork it into a worktree"), token, "worktree-fork")
-        result = await commit_worktree_fork(
-            self.target, token, self.client, live_ids=self.open_sessions(), lease_seconds=self.lease_seconds, keep_lease=True
-        )
+        session = self._open(session_id, "fork it into a worktree")
+        parsed = parse_token(token, (WorktreeFork.op,), session.session_id)
+        result = await commit(WorktreeFork, self._source(session), parsed, child=self._child_options())
         self._adopt_child(result.child)
         return result
 
     # Save As ------------------------------------------------------------------
 
     async def prepare_save_as(self, session_id: str, name: str) -> SaveAsImpact:
-        from ..transactions.save_as import prepare_save_as
+        from ..transactions.save_as import SaveAs
 
         session = self._open(session_id, "save it as a new session")
-        return await prepare_save_as(self.target, session.session_id, name, live=session.conversation, at=self._time_now())
+        return await prepare(SaveAs(name, self._time_now()), self._source(session))
 
     async def commit_save_as(self, session_id: str, token: str) -> ChildSession:
-        from ..transactions.save_as import commit_save_as
+        from ..transactions.save_as import SaveAs
 
         session = self._open(session_id, "save it as a new session")
-        _token_of(session, token, "save-as")
-        child = await commit_save_as(
-            self.target,
-            token,
-            self.client,
-            live=session.conversation,
-            live_ids=self.open_sessions(),
-            lease_seconds=self.lease_seconds,
-            keep_lease=True,
-        )
+        parsed = parse_token(token, (SaveAs.op,), session.session_id)
+        child = await commit(SaveAs, self._source(session), parsed, child=self._child_options())
         self._adopt_child(child)
         return child
 
@@ -272,6 +287,11 @@ class SessionLifecycle:
     def _adopt(self, session: OpenSession, conversation) -> None:
         session.conversation = conversation
         session.history.rebind(conversation)
+
+    def _child_options(self) -> ChildOptions:
+        from ..transactions.fork import ChildOptions
+
+        return ChildOptions(self.client, self.open_sessions(), self.lease_seconds, keep_lease=True)
 
     def _adopt_child(self, child: ChildSession) -> None:
         opened = self._new_open(child.conversation, lease=child.lease)
@@ -298,12 +318,3 @@ def _refuse_in_flight(session: OpenSession, action: str) -> None:
     opened = session.conversation.open_turn
     if opened is not None:
         raise LifecycleRefused(session.session_id, f"cannot {action}: turn {opened.turn} is in flight; settle or abort it first")
-
-
-def _token_of(session: OpenSession, token: str, op: str) -> StateToken:
-    """The ``op`` token, refused when it was prepared for another session
-    (a commit must never land on a session the user did not confirm)."""
-    parsed = StateToken.parse(token, op)
-    if parsed.session_id != session.session_id:
-        raise InvalidToken(f"it was prepared for session {parsed.session_id}, not {session.session_id}")
-    return parsed

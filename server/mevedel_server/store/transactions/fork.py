@@ -36,17 +36,15 @@ created, and a crash leaves an uncommitted directory whose claim expires and
 which the next listing or cleanup then removes. After it, failures are
 reported, never rolled back.
 
-Variants (:func:`fork_variants`): the fork-point group of a response is a
-star found from persisted identity alone -- every session whose committed
-sidecar names that source and that fork-point ID (the source stores no child
-list) -- listed Source first, then direct forks oldest to newest.
+The fork-point group of a response (its variants) is a workspace-wide
+reading: :mod:`..workspace_wide.fork_variants`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...targets import (
     Barrier,
@@ -68,32 +66,22 @@ from ..authority.lease import (
     ClientIdentity,
     LeaseHandle,
     acquire_lease,
-    read_lease_head,
 )
-from ..authority.publication import Donors, Publisher, donors_of, read_committed
+from ..authority.publication import Donors, Publisher, donors_of
 from ..authority.workspace import (
     allocate_session_id,
-    check_session_id,
     materialize_session,
 )
 from ..content.sidecar import (
-    SIDECAR_PATH,
     ForkOrigin,
     ForkType,
     NamingState,
     PromptEntry,
-    Sidecar,
-    SidecarError,
     WorktreeOrigin,
     agent_history_note,
-    decode_prompt_lines,
-    load_sidecar,
-    prompt_page_path,
-    shown_name,
 )
 from ..errors import SessionOccupied, StoreError
 from ..layout import SessionPaths
-from ..workspace_wide.listing import survey_sessions
 from .lifecycle_token import (
     InvalidToken,
     LifecycleRefused,
@@ -103,7 +91,6 @@ from .lifecycle_token import (
     moved_files,
 )
 from .recovery import run_guarded
-from .rewind import TurnLabel, plan_time
 from .snapshot_cut import (
     Boundary,
     CommittedSnapshotResult,
@@ -112,6 +99,16 @@ from .snapshot_cut import (
     cut_snapshot,
     load_committed_state,
     locate,
+)
+from .two_phase import (
+    Source,
+    TurnLabel,
+    commit,
+    committed_state,
+    issue_token,
+    parse_token,
+    plan_time,
+    prepare,
 )
 
 LOCAL_DIR = "local"
@@ -364,56 +361,96 @@ def fork_sidecar_changes(
     )
 
 
+@dataclass(frozen=True)
+class ChildOptions:
+    """How a child transaction's commit opens the child: as ``client``,
+    avoiding the IDs in ``live_ids``, under a lease of ``lease_seconds``,
+    kept (``keep_lease``) for the caller that opens it writable."""
+
+    client: ClientIdentity
+    live_ids: Sequence[str] = ()
+    lease_seconds: int = DEFAULT_LEASE_SECONDS
+    keep_lease: bool = False
+
+    @property
+    def opening(self) -> dict:
+        """:func:`publish_child`'s keywords for it."""
+        return {"live_ids": self.live_ids, "lease_seconds": self.lease_seconds, "keep_lease": self.keep_lease}
+
+
+@dataclass(frozen=True)
+class Fork:
+    """A Conversation Fork after the response of ``turn``, as a plan of the
+    two-phase skeleton; ``child``: how its commit opens the child."""
+
+    op: ClassVar[str] = "fork"
+    turn: int
+    at: int | None = None
+    child: ChildOptions | None = None
+
+    async def prepare(self, source: Source) -> ForkImpact:
+        state = await committed_state(source)
+        entry = check_fork_point(state, self.turn)
+        local = await read_local(source.target, state.snapshot.paths, skip_plans=True)
+        when = plan_time(state, self.at)
+        subject = {"turn": self.turn, "fork_point_id": entry.turn_id, "fork_type": ForkType.CONVERSATION.value}
+        token = issue_token(self.op, state, when, subject, local_hashes(local))
+        sidecar = state.sidecar
+        return ForkImpact(
+            source.session_id,
+            ForkType.CONVERSATION,
+            TurnLabel.of(entry),
+            entry.turn_id,
+            entry.turn,
+            dict(sidecar.settings),
+            tuple(sidecar.attached_artifacts),
+            tuple(local),
+            NO_PLAN_RECORD,
+            token,
+            agent_history_note(sidecar.engine, copy=True),
+        )
+
+    @classmethod
+    def from_token(cls, token: StateToken, *, child: ChildOptions) -> Fork:
+        if token.subject.get("fork_type") != ForkType.CONVERSATION.value:
+            raise InvalidToken("it is not a conversation fork")
+        return cls(token.subject.get("turn"), token.at, child)  # type: ignore[arg-type]
+
+    async def commit(self, source: Source, token: StateToken) -> ForkResult:
+        assert self.child is not None
+        target = source.target
+        state, entry, local = await recheck_source(target, token)
+        # The child keeps the source's working directory (spec): a Conversation
+        # Fork of a Worktree Fork works in that same checkout, so it keeps the
+        # worktree record that names it.
+        worktree = state.sidecar.worktree
+        build = child_snapshot(
+            state, entry, lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.CONVERSATION, at, worktree)
+        )
+        child = await publish_child(
+            target, self.child.client, build, at=token.at, local_files=local, donors=donors_of(state.snapshot), **self.child.opening
+        )
+        return ForkResult(child, state.session_id, entry.turn_id, entry.turn, NO_PLAN_RECORD)
+
+
 async def prepare_fork(target: Target, session_id: str, turn: int, *, at: int | None = None) -> ForkImpact:
     """The impact of a Conversation Fork after the response of ``turn``."""
-    check_session_id(session_id)
-    state = await load_committed_state(target, session_id)
-    entry = check_fork_point(state, turn)
-    local = await read_local(target, state.snapshot.paths, skip_plans=True)
-    when = plan_time(state, at)
-    token = StateToken.make(
-        op="fork",
-        session_id=session_id,
-        lease_generation=state.snapshot.lease_generation,
-        lease_client=state.lease_client,
-        head=state.head,
-        at=when,
-        subject={"turn": turn, "fork_point_id": entry.turn_id, "fork_type": ForkType.CONVERSATION.value},
-        files=local_hashes(local),
-    )
-    sidecar = state.sidecar
-    return ForkImpact(
-        session_id,
-        ForkType.CONVERSATION,
-        TurnLabel.of(entry),
-        entry.turn_id,
-        entry.turn,
-        dict(sidecar.settings),
-        tuple(sidecar.attached_artifacts),
-        tuple(local),
-        NO_PLAN_RECORD,
-        token,
-        agent_history_note(sidecar.engine, copy=True),
-    )
+    return await prepare(Fork(turn, at), Source(target, session_id))
 
 
 async def recheck_lease(target: Target, token: StateToken) -> CommittedState:
     """The source's committed state, provided its head and lease are the
-    ones the prepare saw (the same holder renewing is not a move)."""
-    observed = await read_lease_head(target, token.session_id)
+    ones the prepare saw (the same holder renewing is not a move): one
+    observation of the lease, the one the state is read under."""
+    state = await load_committed_state(target, token.session_id)
     moved = []
-    if observed.publication_head != token.head:
+    if state.head != token.head:
         moved.append("the source's committed head moved")
-    record = observed.record
-    if observed.generation < token.lease_generation or (
-        observed.generation != token.lease_generation and (record is None or record.client_id != token.lease_client)
-    ):
-        moved.append(f"the source's lease moved from generation {token.lease_generation} to {observed.generation}")
+    generation = state.snapshot.lease_generation
+    if generation < token.lease_generation or (generation != token.lease_generation and state.lease_client != token.lease_client):
+        moved.append(f"the source's lease moved from generation {token.lease_generation} to {generation}")
     if moved:
         raise StaleState(token.session_id, moved)
-    state = await load_committed_state(target, token.session_id)
-    if state.head != token.head:
-        raise StaleState(token.session_id, ["the source's committed head moved"])
     return state
 
 
@@ -466,150 +503,6 @@ async def commit_fork(
     keep_lease: bool = False,
 ) -> ForkResult:
     """Recheck the source and create the Conversation Fork child."""
-    parsed = StateToken.parse(token, "fork")
-    if parsed.subject.get("fork_type") != ForkType.CONVERSATION.value:
-        raise InvalidToken("it is not a conversation fork")
-    state, entry, local = await recheck_source(target, parsed)
-    # The child keeps the source's working directory (spec): a Conversation
-    # Fork of a Worktree Fork works in that same checkout, so it keeps the
-    # worktree record that names it.
-    worktree = state.sidecar.worktree
-    build = child_snapshot(
-        state, entry, lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.CONVERSATION, at, worktree)
-    )
-    child = await publish_child(
-        target,
-        client,
-        build,
-        at=parsed.at,
-        local_files=local,
-        live_ids=live_ids,
-        lease_seconds=lease_seconds,
-        keep_lease=keep_lease,
-        donors=donors_of(state.snapshot),
-    )
-    return ForkResult(child, state.session_id, entry.turn_id, entry.turn, NO_PLAN_RECORD)
-
-
-# Variants -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ForkPoint:
-    source_id: str
-    fork_point_id: str
-    turn: int
-
-
-@dataclass(frozen=True)
-class Variant:
-    session_id: str
-    #: ``source``, or the fork type of a child (``conversation``, ``worktree``).
-    role: str
-    display_name: str
-    created_at: int
-    latest_preview: str | None
-    worktree_branch: str | None
-    worktree_directory: str | None
-    is_current: bool
-
-
-@dataclass(frozen=True)
-class VariantGroup:
-    point: ForkPoint
-    #: None when the source is gone or no longer holds the exact point.
-    source: Variant | None
-    #: Direct forks, oldest first.
-    forks: tuple[Variant, ...]
-
-    @property
-    def variants(self) -> tuple[Variant, ...]:
-        """Source first, then the forks oldest to newest."""
-        return ((self.source,) if self.source else ()) + self.forks
-
-
-async def _sidecar_and_prompts(target: Target, session_id: str) -> tuple[Sidecar, list[PromptEntry]] | None:
-    """A session's committed sidecar and prompt index (not its transcript)."""
-    try:
-        snapshot = await read_committed(target, session_id)
-    except StoreError:
-        return None
-    if snapshot.manifest is None or SIDECAR_PATH not in snapshot.manifest.entries:
-        return None
-    sidecar = load_sidecar(await snapshot.read(SIDECAR_PATH))
-    pages = [prompt_page_path(k) for k in range(1, sidecar.layout.prompt_pages + 1)]
-    data = await snapshot.read_many(pages)
-    lines = [line + b"\n" for page in pages for line in data[page][:-1].split(b"\n")]
-    return sidecar, decode_prompt_lines(lines)
-
-
-def _variant(session_id: str, sidecar: Sidecar, role: str, current: str) -> Variant:
-    worktree = sidecar.worktree
-    return Variant(
-        session_id,
-        role,
-        shown_name(sidecar, session_id),
-        sidecar.created_at,
-        sidecar.latest_user_message,
-        worktree.branch if worktree else None,
-        worktree.directory if worktree else None,
-        session_id == current,
-    )
-
-
-async def fork_variants(target: Target, session_id: str, turn: int) -> VariantGroup:
-    """The fork-point group of the response at ``turn`` of ``session_id``."""
-    check_session_id(session_id)
-    found = await _sidecar_and_prompts(target, session_id)
-    if found is None:
-        raise LifecycleRefused(session_id, "nothing is committed yet", kind="missing-target")
-    sidecar, prompts = found
-    if type(turn) is not int or not 1 <= turn <= sidecar.total_turn_count:
-        raise LifecycleRefused(session_id, f"there is no settled response at turn {turn!r}", kind="invalid-params")
-    point_id = prompts[turn - 1].turn_id
-    owner, owner_facts = session_id, found
-    # An inherited response belongs to the session it was inherited from.
-    for _ in range(32):
-        origin = owner_facts[0].fork if owner_facts else None
-        if origin is None or turn > origin.turn:
-            break
-        owner = origin.session_id
-        owner_facts = await _sidecar_and_prompts(target, owner)
-        if owner_facts is None:
-            break
-    source: Variant | None = None
-    if owner_facts is not None:
-        owner_prompts = owner_facts[1]
-        if len(owner_prompts) >= turn and owner_prompts[turn - 1].turn_id == point_id and owner_facts[0].total_turn_count >= turn:
-            source = _variant(owner, owner_facts[0], "source", session_id)
-    forks = await _direct_forks(target, owner, point_id, turn, session_id)
-    return VariantGroup(ForkPoint(owner, point_id, turn), source, forks)
-
-
-async def _direct_forks(target: Target, source_id: str, point_id: str, turn: int, current: str) -> tuple[Variant, ...]:
-    surveys, _now = await survey_sessions(target)
-    wanted = [
-        s for s in surveys if s.manifest is not None and s.paths is not None and SIDECAR_PATH in s.manifest.entries and s.name != source_id
-    ]
-    forks: list[tuple[int, str, Variant]] = []
-    for start in range(0, len(wanted), 64):
-        chunk = wanted[start : start + 64]
-        reads = await target.run(
-            ControlProgram([Read(s.paths.inside(s.manifest.entries[SIDECAR_PATH].published), optional=True) for s in chunk])  # type: ignore[union-attr]
-        )
-        for survey, read in zip(chunk, reads):
-            entry = survey.manifest.entries[SIDECAR_PATH]  # type: ignore[union-attr]
-            if not read.ok or len(read.value) != entry.size or hashlib.sha256(read.value).hexdigest() != entry.sha256:
-                continue
-            try:
-                sidecar = load_sidecar(read.value)
-            except SidecarError:
-                continue
-            origin = sidecar.fork
-            if origin is None or origin.session_id != source_id or origin.fork_point_id != point_id or origin.turn != turn:
-                continue
-            if sidecar.total_turn_count < turn:
-                continue  # rewound past its fork point
-            variant = _variant(survey.name, sidecar, origin.fork_type.value, current)
-            forks.append((sidecar.created_at, survey.name, variant))
-    return tuple(v for _c, _n, v in sorted(forks, key=lambda f: (f[0], f[1])))
+    parsed = parse_token(token, (Fork.op,))
+    child = ChildOptions(client, live_ids, lease_seconds, keep_lease)
+    return await commit(Fork, Source(target, parsed.session_id), parsed, child=child)

@@ -38,6 +38,7 @@ from ...targets import (
     CreateExclusive,
     ListDir,
     MakeDirs,
+    OpResult,
     Read,
     Remove,
     Replace,
@@ -96,11 +97,18 @@ def _entry(paths: SessionPaths, entry_id: str) -> str:
     return f"{_root(paths)}/{entry_id}.json"
 
 
-async def load_inputs(target: Target, paths: SessionPaths) -> tuple[list[InputRecord], list[str]]:
+def input_listing(paths: SessionPaths) -> ListDir:
+    """The listing :func:`load_inputs` starts with (to run in another program)."""
+    return ListDir(_root(paths), optional=True)
+
+
+async def load_inputs(target: Target, paths: SessionPaths, *, listed: OpResult | None = None) -> tuple[list[InputRecord], list[str]]:
     """The session's entries by delivery order, and one problem line per
-    entry file that cannot be used (left in place, named, never guessed at)."""
-    listing = ListDir(_root(paths), optional=True)
-    listed = (await target.run(ControlProgram([listing])))[0]
+    entry file that cannot be used (left in place, named, never guessed at).
+    ``listed``: the result of :func:`input_listing`, already run."""
+    listing = input_listing(paths)
+    if listed is None:
+        listed = (await target.run(ControlProgram([listing])))[0]
     if listed.status is Status.ABSENT:
         return [], []
     raise_for_result(listing, listed)

@@ -30,7 +30,7 @@ created.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...targets import (
@@ -39,6 +39,7 @@ from ...targets import (
     Entry,
     InvalidTargetPath,
     Operation,
+    OpResult,
     PutEntry,
     ReadEntry,
     Stat,
@@ -82,14 +83,23 @@ def project_path_problem(path: str) -> str | None:
     return None
 
 
-async def read_project_files(target: Target, paths: Iterable[str]) -> dict[str, FileRead]:
+async def read_project_files(
+    target: Target, paths: Iterable[str], *, first: Callable[[Sequence[Operation]], Awaitable[Sequence[OpResult]]] | None = None
+) -> dict[str, FileRead]:
     """The current state of each path (never followed): an Entry, None
-    (absent) or Unreadable."""
+    (absent) or Unreadable. ``first`` runs the first batch of reads in a
+    program of the caller's (beside reads of its own)."""
     wanted = list(dict.fromkeys(paths))
     out: dict[str, FileRead] = {}
-    for start in range(0, len(wanted), _BATCH):
+    for start in range(0, max(len(wanted), 1), _BATCH):
         chunk = wanted[start : start + _BATCH]
-        result = await target.run(ControlProgram([ReadEntry(p, optional=True) for p in chunk]))
+        ops = [ReadEntry(p, optional=True) for p in chunk]
+        if start == 0 and first is not None:
+            result = await first(ops)
+        elif not ops:
+            break
+        else:
+            result = (await target.run(ControlProgram(ops))).results
         for path, op_result in zip(chunk, result):
             if op_result.ok:
                 out[path] = op_result.value

@@ -8,7 +8,7 @@ and load) as *turn states*: grouped by the settled turn count and the turn
 identity of the last settled turn (the fork point their sidecar records),
 the newest generation of each group, heads captured mid-turn dropped, and
 the state the session is in now dropped too. Rows are labelled like the
-Rewind picker (:func:`~.rewind.prompt_label`).
+Rewind picker (:class:`~.two_phase.TurnLabel`).
 
 :func:`prepare_redo` reads only immutable bytes: the chosen head, verified
 entirely, and the current head. The replacement is the chosen snapshot with
@@ -18,7 +18,7 @@ every path the current state touched after it goes back to its content at
 the prefix, and every path the chosen state touched after it gets the
 content the chosen state recorded last (its post-turn content; a path whose
 last record has none is a gap). :func:`commit_redo` is Rewind's in-place
-transaction (:func:`~.rewind.commit_in_place`): the same recheck, journal,
+transaction (:func:`~.in_place.commit_in_place`): the same recheck, journal,
 restore and one ``replace`` publication, so the head it moves away from is
 retained in turn and redo composes in both directions.
 """
@@ -30,6 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ...targets import (
     ControlProgram,
@@ -41,7 +42,7 @@ from ...targets import (
     raise_for_result,
 )
 from ..authority.lease import read_lease_head
-from ..authority.publication import Publisher
+from ..authority.publication import Publisher, decode_manifest
 from ..authority.records import HEAD_PATTERN, PublicationManifest, RecordError
 from ..authority.workspace import check_session_id
 from ..content.sidecar import (
@@ -57,11 +58,7 @@ from ..content.sidecar import (
 )
 from ..content.turns import Conversation
 from ..layout import MANIFEST_NAME, SessionPaths, head_path
-from ..workspace_wide.listing import decode_manifest
-from .lifecycle_token import InvalidToken, LifecycleRefused, StateToken
-from .project_files import GitCheck
-from .recovery import artifacts_digest, require_no_recovery
-from .rewind import (
+from .in_place import (
     FROM_TARGET,
     ExternalChange,
     FileRestore,
@@ -69,27 +66,36 @@ from .rewind import (
     InPlaceResult,
     KnownGap,
     Planned,
-    TurnLabel,
-    _index_git_for,
     commit_in_place,
     contents,
     files_at,
+    index_git_for,
     plan_for,
-    plan_time,
-    refuse_in_flight,
-    refuse_live,
     remember_plan,
     survey_files,
 )
+from .lifecycle_token import InvalidToken, LifecycleRefused, StateToken
+from .project_files import GitCheck
+from .recovery import artifacts_digest
 from .snapshot_cut import (
     CommittedState,
     SessionState,
     Side,
     check_snapshot,
-    load_committed_state,
     replaced_sidecar,
     sidecar_bytes,
     state_at_head,
+)
+from .two_phase import (
+    Source,
+    TurnLabel,
+    commit,
+    committed_state,
+    issue_token,
+    plan_time,
+    prepare,
+    refuse_in_flight,
+    refuse_live,
 )
 
 _BATCH = 64
@@ -441,6 +447,58 @@ def _chosen_head(session_id: str, publication_id: str) -> str:
     return head
 
 
+@dataclass(frozen=True)
+class Redo:
+    """Restoring the turn state ``publication_id`` holds, as a plan of the
+    two-phase skeleton (``at`` and ``workspace_root`` as for a Rewind)."""
+
+    op: ClassVar[str] = "redo"
+    publication_id: str
+    at: int | None = None
+    workspace_root: Path | None = FROM_TARGET
+
+    async def prepare(self, source: Source) -> RedoImpact:
+        sid = source.session_id
+        head = _chosen_head(sid, self.publication_id)
+        refuse_live(sid, source.live, "redo")
+        current = await committed_state(source)
+        if head == current.head:
+            raise LifecycleRefused(sid, "that publication is the current state already")
+        try:
+            chosen, _snapshot = await state_at_head(source.target, sid, head)
+        except RecordError as error:
+            raise LifecycleRefused(sid, f"publication {self.publication_id} cannot be restored: {error}", kind="unreadable") from None
+        when = plan_time(current, self.at)
+        redo = plan_redo(current, chosen, when)
+        git = index_git_for(source.target, self.workspace_root)
+        hashes, rows, external, check = await survey_files(source, redo.plan, current.state.files, git)
+        token = issue_token(self.op, current, when, {"publication": self.publication_id}, hashes)
+        remember_plan(token, redo.plan)
+        gaps = tuple(redo.plan.gaps[p] for p in sorted(redo.plan.gaps))
+        note = agent_history_note(current.sidecar.engine, copy=False)
+        return RedoImpact(sid, redo.state, redo.common, redo.restored, redo.discarded, rows, gaps, external, check, token, note)
+
+    @classmethod
+    def from_token(cls, token: StateToken) -> Redo:
+        publication_id = token.subject.get("publication")
+        if not isinstance(publication_id, str):
+            raise InvalidToken("it names no publication")
+        _chosen_head(token.session_id, publication_id)
+        return cls(publication_id, token.at)
+
+    async def commit(self, source: Source, token: StateToken) -> InPlaceResult:
+        publisher = source.publisher
+        assert publisher is not None, "an in-place commit needs the held lease's publisher"
+        head = _chosen_head(token.session_id, self.publication_id)
+
+        async def replan(state: CommittedState) -> InPlacePlan:
+            chosen, _snapshot = await state_at_head(state.snapshot.target, state.session_id, head)
+            return plan_redo(state, chosen, token.at).plan
+
+        plan = await plan_for(publisher, token, replan)
+        return await commit_in_place(publisher, token, plan, operation="redo", source=source)
+
+
 async def prepare_redo(
     target: Target,
     session_id: str,
@@ -451,49 +509,12 @@ async def prepare_redo(
     workspace_root: Path | None = FROM_TARGET,
     recovery_checked: bool = False,
 ) -> RedoImpact:
-    """The impact of restoring the turn state ``publication_id`` holds."""
-    check_session_id(session_id)
-    head = _chosen_head(session_id, publication_id)
-    if not recovery_checked:  # a caller whose recovery gate just looked says so
-        await require_no_recovery(target, session_id)
-    refuse_live(session_id, live, "redo")
-    current = await load_committed_state(target, session_id)
-    if head == current.head:
-        raise LifecycleRefused(session_id, "that publication is the current state already")
-    try:
-        chosen, _snapshot = await state_at_head(target, session_id, head)
-    except RecordError as error:
-        raise LifecycleRefused(session_id, f"publication {publication_id} cannot be restored: {error}", kind="unreadable") from None
-    when = plan_time(current, at)
-    redo = plan_redo(current, chosen, when)
-    hashes, rows, external, git = await survey_files(target, redo.plan, current.state.files, _index_git_for(target, workspace_root))
-    token = StateToken.make(
-        op="redo",
-        session_id=session_id,
-        lease_generation=current.snapshot.lease_generation,
-        lease_client=current.lease_client,
-        head=current.head,
-        at=when,
-        subject={"publication": publication_id},
-        files=hashes,
-    )
-    remember_plan(token, redo.plan)
-    gaps = tuple(redo.plan.gaps[p] for p in sorted(redo.plan.gaps))
-    note = agent_history_note(current.sidecar.engine, copy=False)
-    return RedoImpact(session_id, redo.state, redo.common, redo.restored, redo.discarded, rows, gaps, external, git, token, note)
+    """The impact of restoring the turn state ``publication_id`` holds
+    (:class:`Redo`'s prepare, for a caller that holds no lease)."""
+    return await prepare(Redo(publication_id, at, workspace_root), Source(target, session_id, live, recovery_checked=recovery_checked))
 
 
 async def commit_redo(publisher: Publisher, token: StateToken | str, *, live: Conversation | None = None) -> InPlaceResult:
     """Recheck what :func:`prepare_redo` saw and restore that state."""
-    parsed = StateToken.parse(token, "redo")
-    publication_id = parsed.subject.get("publication")
-    if not isinstance(publication_id, str):
-        raise InvalidToken("it names no publication")
-    head = _chosen_head(parsed.session_id, publication_id)
-
-    async def replan(state: CommittedState) -> InPlacePlan:
-        chosen, _snapshot = await state_at_head(state.snapshot.target, state.session_id, head)
-        return plan_redo(state, chosen, parsed.at).plan
-
-    plan = await plan_for(publisher, parsed, replan)
-    return await commit_in_place(publisher, parsed, plan, operation="redo", live=live)
+    lease = publisher.lease
+    return await commit(Redo, Source(lease.target, lease.session_id, live, publisher), token)

@@ -9,174 +9,71 @@ boundary, every path turn N captured with a known post-turn content gets that
 content. A path whose earliest discarded record is a capture gap is reported,
 never restored.
 
-:func:`prepare_rewind` reads only. Its :class:`RewindImpact` lists the
-discarded prompts in order, every captured file to restore (with the
-checkpoint it comes from and whether the working tree differs from it now),
-the known capture gaps, the captured files changed externally since (the
-working tree differs from their last recorded post-turn content) and the
-files whose Git index entry will differ from the restored working tree; its
-``token`` names the lease generation, the head and the content hash of every
-file in the plan.
+:class:`Rewind` is the plan the two-phase skeleton (:mod:`.two_phase`) runs.
+Its prepare reads only; the :class:`RewindImpact` lists the discarded
+prompts in order, every captured file to restore (with the checkpoint it
+comes from and whether the working tree differs from it now), the known
+capture gaps, the captured files changed externally since (the working tree
+differs from their last recorded post-turn content) and the files whose Git
+index entry will differ from the restored working tree; its ``token`` names
+the lease generation, the head and the content hash of every file in the
+plan. Its commit is the in-place transaction (:mod:`.in_place`).
 
-:func:`commit_rewind` rechecks all of it (:class:`~.lifecycle_token.StaleState`
-when anything moved) and then, under the held lease:
-
-1. journals the file changes (:mod:`.recovery`: repair bytes, then marker);
-2. restores the project files, each write conditional on the content the
-   recheck saw;
-3. publishes ONE complete replacement snapshot (``replace=True``) over the
-   same head -- the commit point;
-4. removes the journal.
-
-Any failure before the commit point rolls the files back (and drops the
-pending publication); a rollback that cannot finish leaves the marker,
-which blocks the session until :func:`~.recovery.retry_recovery` or
-:func:`~.recovery.abandon_recovery`. The session keeps its ID, name,
-directory, lineage, settings and attachments; ``local/`` is not touched.
 The sidecar holds no goal, tasks, queues or pending inputs, so there is none
 to clear; the reconciliation reminder is recomputed from what survives (set
 when the last kept turn was interrupted). Refused while a turn is in flight.
-
-:func:`commit_in_place` is the same transaction for any in-place
-replacement; :mod:`.redo` uses it too.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from ...targets import Entry, Target, TargetError, same_state
-from ..authority.lease import LeaseHandle, read_lease_head
-from ..authority.publication import Publisher, load_manifest
-from ..authority.records import RecordError
-from ..authority.workspace import check_session_id
-from ..content.checkpoints import MissingContent, entry_of, restore_plan
-from ..content.sidecar import (
-    Absent,
-    Directory,
-    FileState,
-    Present,
-    PromptEntry,
-    Symlink,
-    TurnFiles,
-    agent_history_note,
-)
+from ...targets import Target
+from ..authority.publication import Publisher
+from ..content.sidecar import agent_history_note
 from ..content.transcript import Outcome
 from ..content.turns import Conversation
-from ..errors import LeaseLost, PublicationPending, StoreError
-from .git_runner import GitRunner, LocalGit, git_runner_for
-from .lifecycle_token import (
-    InvalidToken,
-    LifecycleError,
-    LifecycleRefused,
-    StaleState,
-    StateToken,
-    content_hash,
-    moved_files,
+from .in_place import (
+    FROM_TARGET,
+    ExternalChange,
+    FileRestore,
+    InPlacePlan,
+    InPlaceResult,
+    KnownGap,
+    commit_in_place,
+    contents,
+    files_at,
+    index_git_for,
+    plan_for,
+    remember_plan,
+    survey_files,
 )
-from .project_files import (
-    FileRead,
-    GitCheck,
-    Unreadable,
-    git_contents,
-    index_divergence,
-    project_path_problem,
-    read_project_files,
-)
-from .recovery import (
-    RecoveryRequired,
-    RecoveryState,
-    artifacts_digest,
-    guarded_converge,
-    guarded_write,
-    journal_ops,
-    new_journal,
-    removal_ops,
-    require_no_recovery,
-    run_guarded,
-    snapshot_digest,
-    sweep_ops,
-)
+from .lifecycle_token import InvalidToken, StateToken
+from .project_files import GitCheck
+from .recovery import artifacts_digest
 from .snapshot_cut import (
     Boundary,
-    CommittedSnapshotResult,
     CommittedState,
-    LazyConversation,
-    SessionState,
     Side,
     cut_snapshot,
     kept_outcome,
-    load_committed_state,
     locate,
-    state_at_head,
     whole,
 )
-
-#: Passed as ``workspace_root`` to ask the git where the target keeps its files.
-FROM_TARGET = Path("<from target>")
-_PLAN_LIMIT = 4
-
-
-def prompt_label(entry: PromptEntry) -> str:
-    """How the Rewind and Redo pickers name a turn."""
-    return f"turn {entry.turn} (segment {entry.segment}): {entry.preview}"
-
-
-@dataclass(frozen=True)
-class TurnLabel:
-    turn: int
-    segment: int
-    turn_id: str
-    preview: str
-
-    @classmethod
-    def of(cls, entry: PromptEntry) -> TurnLabel:
-        return cls(entry.turn, entry.segment, entry.turn_id, entry.preview)
-
-    @property
-    def label(self) -> str:
-        return f"turn {self.turn} (segment {self.segment}): {self.preview}"
-
-
-@dataclass(frozen=True)
-class FileRestore:
-    path: str
-    #: ``present`` (a regular file), ``absent``, ``directory`` or ``symlink``.
-    state: str
-    sha256: str | None
-    size: int | None
-    #: ``pre-turn`` or ``post-turn`` (Redo: also ``restored head``).
-    checkpoint: str
-    #: The turn whose checkpoint it is.
-    turn: int
-    #: The working tree differs from it now, so the restore writes it.
-    changes: bool
-    #: What the restore does to it (see :func:`restore_action`).
-    action: str = "restore"
-    #: The permission bits it gets (None: a link, or a checkpoint that
-    #: recorded none); a link's target text.
-    mode: int | None = None
-    link_target: str | None = None
-
-
-@dataclass(frozen=True)
-class KnownGap:
-    path: str
-    turn: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class ExternalChange:
-    """A captured file whose working-tree content differs from the last
-    content a turn recorded for it after running."""
-
-    path: str
-    recorded_turn: int
+from .two_phase import (
+    Source,
+    TurnLabel,
+    commit,
+    committed_state,
+    issue_token,
+    plan_time,
+    prepare,
+    refuse_in_flight,
+    refuse_live,
+)
 
 
 @dataclass(frozen=True)
@@ -207,146 +104,6 @@ class RewindImpact:
         return not self.gaps
 
 
-class InPlaceResult(CommittedSnapshotResult):
-    """What an in-place replacement committed."""
-
-    def __init__(
-        self,
-        session_id: str,
-        committed: bool,
-        head: str | None,
-        lazy: LazyConversation,
-        written: tuple[str, ...],
-        warning: str | None = None,
-        actions: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(lazy)
-        self.session_id = session_id
-        #: A new head was committed.
-        self.committed = committed
-        self.head = head
-        #: Project paths written (restored, removed, re-moded, relinked).
-        self.written = written
-        #: What was done to each (see :func:`restore_action`).
-        self.actions: dict[str, str] = dict(actions or {})
-        #: A failure after the commit point (reported, never rolled back).
-        self.warning = warning
-
-
-# Plans ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Planned:
-    state: FileState
-    checkpoint: str
-    turn: int
-
-
-@dataclass(frozen=True)
-class InPlacePlan:
-    """What an in-place replacement publishes and restores."""
-
-    session_id: str
-    base_head: str
-    artifacts: Mapping[str, bytes]
-    #: Every project path the transaction touches -> its restored state.
-    wanted: Mapping[str, Entry | None]
-    planned: Mapping[str, Planned]
-    gaps: Mapping[str, KnownGap]
-    digest: str
-
-
-_plans: OrderedDict[str, InPlacePlan] = OrderedDict()
-
-
-def remember_plan(token: StateToken, plan: InPlacePlan) -> None:
-    _plans[token.text] = plan
-    while len(_plans) > _PLAN_LIMIT:
-        _plans.popitem(last=False)
-
-
-def files_at(turn_files: Sequence[TurnFiles], kept: int, side: Side) -> tuple[dict[str, Planned], dict[str, KnownGap]]:
-    """The file plan of a boundary keeping ``kept`` turns."""
-    plan = restore_plan(turn_files, kept)
-    first_later: dict[str, int] = {}
-    for record in sorted(turn_files, key=lambda r: r.turn):
-        if record.turn > kept:
-            for path in record.files:
-                first_later.setdefault(path, record.turn)
-    planned = {path: Planned(state, "pre-turn", first_later[path]) for path, state in plan.restore.items()}
-    gaps = {path: KnownGap(path, first_later[path], reason) for path, reason in plan.gaps.items()}
-    if side is Side.AFTER and kept > 0:
-        for record in turn_files:
-            if record.turn != kept:
-                continue
-            for path, snapshot in record.files.items():
-                if snapshot.post is not None:
-                    planned[path] = Planned(snapshot.post, "post-turn", kept)
-                    gaps.pop(path, None)
-    return planned, gaps
-
-
-def contents(planned: Mapping[str, Planned], state: SessionState, session_id: str) -> dict[str, Entry | None]:
-    """Each planned path's whole state to restore (None: absent)."""
-    wanted: dict[str, Entry | None] = {}
-    for path, item in sorted(planned.items()):
-        problem = project_path_problem(path)
-        if problem is not None:
-            raise LifecycleRefused(session_id, f"the captured path {path!r} cannot be restored: {problem}")
-        try:
-            wanted[path] = entry_of(item.state, state.file_content)
-        except MissingContent:
-            raise LifecycleRefused(session_id, f"the captured content of {path} (turn {item.turn}) is missing", kind="unreadable") from None
-    return wanted
-
-
-def restore_action(now: Entry | None, wanted: Entry | None) -> str:
-    """What restoring ``wanted`` over ``now`` does, in the impact's words:
-    ``delete``, ``remove directory``, ``create directory``, ``relink``,
-    ``chmod 755``, ``restore`` or ``unchanged``."""
-    if same_state(now, wanted):
-        return "unchanged"
-    if wanted is None:
-        return "remove directory" if now is not None and now.kind == Entry.DIRECTORY else "delete"
-    if wanted.kind == Entry.DIRECTORY:
-        if now is not None and now.kind == Entry.DIRECTORY:
-            return f"chmod {wanted.mode:o}"
-        return "create directory"
-    if wanted.kind == Entry.SYMLINK:
-        return "relink"
-    if now is not None and now.kind == Entry.FILE and now.data == wanted.data and wanted.mode is not None:
-        return f"chmod {wanted.mode:o}"
-    return "restore"
-
-
-def refuse_live(session_id: str, live: Conversation | None, action: str) -> None:
-    if live is not None and live.open_turn is not None:
-        raise LifecycleRefused(
-            session_id, f"turn {live.open_turn.turn} is in flight; settle or abort it before you {action}"
-        )
-
-
-def refuse_in_flight(state: CommittedState, action: str) -> None:
-    if state.sidecar.in_flight_turn is not None:
-        raise LifecycleRefused(
-            state.session_id,
-            f"the committed state has turn {state.sidecar.prompt_count} in flight; settle or abort it before you {action}",
-        )
-
-
-def plan_time(state: CommittedState, at: int | None) -> int:
-    """The target second the new sidecar records: the caller's reading, or
-    the latest target time the committed records prove (no clock probe: a
-    prepare writes nothing)."""
-    floor = max(state.sidecar.updated_at, state.lease_renewed_at)
-    if at is None:
-        return floor
-    if type(at) is not int or at < 0:
-        raise LifecycleRefused(state.session_id, f"{at!r} is not a target time in whole seconds", kind="invalid-params")
-    return max(at, floor)
-
-
 def plan_rewind(committed: CommittedState, boundary: Boundary, at: int) -> InPlacePlan:
     refuse_in_flight(committed, "rewind")
     state = committed.state
@@ -365,88 +122,57 @@ def plan_rewind(committed: CommittedState, boundary: Boundary, at: int) -> InPla
     return InPlacePlan(committed.session_id, committed.head, artifacts, wanted, planned, gaps, artifacts_digest(artifacts))
 
 
-def last_recorded(turn_files: Sequence[TurnFiles], paths: Sequence[str]) -> dict[str, tuple[FileState, int]]:
-    """Each path's post-turn content in the latest record naming it (paths
-    whose latest record has no post-turn content are left out)."""
-    wanted = set(paths)
-    seen: set[str] = set()
-    out: dict[str, tuple[FileState, int]] = {}
-    for record in sorted(turn_files, key=lambda r: r.turn, reverse=True):
-        for path, snapshot in record.files.items():
-            if path in wanted and path not in seen:
-                seen.add(path)
-                if snapshot.post is not None:
-                    out[path] = (snapshot.post, record.turn)
-    return out
+@dataclass(frozen=True)
+class Rewind:
+    """The Rewind to ``boundary`` as a plan of the two-phase skeleton.
+    ``at``: the target time to stamp; ``workspace_root``: a local directory
+    for Git to run in (None: skip the Git check; by default the git where
+    the target keeps its files)."""
+
+    op: ClassVar[str] = "rewind"
+    boundary: Boundary
+    at: int | None = None
+    workspace_root: Path | None = FROM_TARGET
+
+    async def prepare(self, source: Source) -> RewindImpact:
+        sid = source.session_id
+        refuse_live(sid, source.live, "rewind")
+        state = await committed_state(source)
+        when = plan_time(state, self.at)
+        plan = plan_rewind(state, self.boundary, when)
+        git = index_git_for(source.target, self.workspace_root)
+        hashes, rows, external, check = await survey_files(source, plan, state.state.files, git)
+        subject = {"side": self.boundary.side.value, "turn": self.boundary.turn}
+        token = issue_token(self.op, state, when, subject, hashes)
+        remember_plan(token, plan)
+        discarded = tuple(TurnLabel.of(e) for e in state.state.prompts[self.boundary.kept_turns :])
+        gaps = tuple(plan.gaps[p] for p in sorted(plan.gaps))
+        changes_transcript = plan.artifacts is not state.artifacts
+        note = agent_history_note(state.sidecar.engine, copy=False)
+        kept = self.boundary.kept_turns
+        return RewindImpact(sid, self.boundary, kept, discarded, changes_transcript, rows, gaps, external, check, token, note)
+
+    @classmethod
+    def from_token(cls, token: StateToken) -> Rewind:
+        side, turn = token.subject.get("side"), token.subject.get("turn")
+        try:
+            return cls(Boundary(Side(side), turn), token.at)  # type: ignore[arg-type]
+        except ValueError:
+            raise InvalidToken("it names no rewind boundary") from None
+
+    async def commit(self, source: Source, token: StateToken) -> InPlaceResult:
+        publisher = _held(source)
+
+        async def replan(state: CommittedState) -> InPlacePlan:
+            return plan_rewind(state, self.boundary, token.at)
+
+        plan = await plan_for(publisher, token, replan)
+        return await commit_in_place(publisher, token, plan, operation="rewind", source=source)
 
 
-def recorded_matches(state: FileState, now: FileRead) -> bool:
-    """Whether the working tree's ``now`` is the recorded ``state``."""
-    if isinstance(now, Unreadable):
-        return False
-    if isinstance(state, Absent):
-        return now is None
-    if now is None:
-        return False
-    if isinstance(state, Present):
-        data = now.data or b""
-        return (
-            now.kind == Entry.FILE
-            and now.size == state.size
-            and hashlib.sha256(data).hexdigest() == state.sha256
-            and state.mode in (None, now.mode)
-        )
-    if isinstance(state, Directory):
-        return now.kind == Entry.DIRECTORY and now.mode == state.mode
-    return now.kind == Entry.SYMLINK and now.data == state.target.encode("utf-8", "surrogateescape")
-
-
-async def survey_files(
-    target: Target, plan: InPlacePlan, current_files: Sequence[TurnFiles], git: GitRunner | None
-) -> tuple[dict[str, str], tuple[FileRestore, ...], tuple[ExternalChange, ...], GitCheck]:
-    """Read the working tree for an impact: the token's hashes, the restore
-    rows, the external changes and the Git index check."""
-    reads = await read_project_files(target, plan.wanted)
-    blocked = {p: r.reason for p, r in reads.items() if isinstance(r, Unreadable)}
-    if blocked:
-        listed = "; ".join(f"{p}: {why}" for p, why in sorted(blocked.items()))
-        raise LifecycleRefused(plan.session_id, f"captured files cannot be restored ({listed})", kind="unreadable")
-    hashes = {path: content_hash(data) for path, data in reads.items()}  # type: ignore[arg-type]
-    rows = tuple(restore_row(path, item, reads[path], plan.wanted[path]) for path, item in sorted(plan.planned.items()))  # type: ignore[arg-type]
-    recorded = last_recorded(current_files, list(plan.wanted))
-    external = tuple(
-        ExternalChange(path, turn) for path, (state, turn) in sorted(recorded.items()) if not recorded_matches(state, reads[path])
-    )
-    check = await index_divergence(git, target, git_contents(plan.wanted))
-    return hashes, rows, external, check
-
-
-def restore_row(path: str, item: Planned, now: Entry | None, wanted: Entry | None) -> FileRestore:
-    """The impact's row for one planned path."""
-    state = item.state
-    present = isinstance(state, Present)
-    action = restore_action(now, wanted)
-    return FileRestore(
-        path,
-        "present" if present else state.__struct_config__.tag,  # type: ignore[arg-type]
-        state.sha256 if present else None,  # type: ignore[union-attr]
-        state.size if present else None,  # type: ignore[union-attr]
-        item.checkpoint,
-        item.turn,
-        action != "unchanged",
-        action,
-        getattr(state, "mode", None),
-        state.target if isinstance(state, Symlink) else None,
-    )
-
-
-def _index_git_for(target: Target, workspace_root: Path | None) -> GitRunner | None:
-    """The git the Git index check asks: the one where the target keeps
-    its files (this machine or an SSH host), git in an explicit local
-    ``workspace_root``, or none."""
-    if workspace_root is FROM_TARGET:
-        return git_runner_for(target)
-    return None if workspace_root is None else LocalGit(workspace_root)
+def _held(source: Source) -> Publisher:
+    assert source.publisher is not None, "an in-place commit needs the held lease's publisher"
+    return source.publisher
 
 
 async def prepare_rewind(
@@ -459,224 +185,12 @@ async def prepare_rewind(
     workspace_root: Path | None = FROM_TARGET,
     recovery_checked: bool = False,
 ) -> RewindImpact:
-    """The impact of rewinding to ``boundary`` and the token to commit it.
-    ``live`` is the caller's open conversation (refused with a turn in
-    flight); ``at`` the target time to stamp; ``workspace_root`` a local
-    directory for Git to run in (None: skip the Git check; by default the
-    git where the target keeps its files)."""
-    check_session_id(session_id)
-    if not recovery_checked:  # a caller whose recovery gate just looked says so
-        await require_no_recovery(target, session_id)
-    refuse_live(session_id, live, "rewind")
-    state = await load_committed_state(target, session_id)
-    when = plan_time(state, at)
-    plan = plan_rewind(state, boundary, when)
-    hashes, rows, external, git = await survey_files(target, plan, state.state.files, _index_git_for(target, workspace_root))
-    token = StateToken.make(
-        op="rewind",
-        session_id=session_id,
-        lease_generation=state.snapshot.lease_generation,
-        lease_client=state.lease_client,
-        head=state.head,
-        at=when,
-        subject={"side": boundary.side.value, "turn": boundary.turn},
-        files=hashes,
-    )
-    remember_plan(token, plan)
-    discarded = tuple(TurnLabel.of(e) for e in state.state.prompts[boundary.kept_turns :])
-    gaps = tuple(plan.gaps[p] for p in sorted(plan.gaps))
-    changes_transcript = plan.artifacts is not state.artifacts
-    note = agent_history_note(state.sidecar.engine, copy=False)
-    return RewindImpact(session_id, boundary, boundary.kept_turns, discarded, changes_transcript, rows, gaps, external, git, token, note)
-
-
-def _boundary_of(token: StateToken) -> Boundary:
-    side, turn = token.subject.get("side"), token.subject.get("turn")
-    try:
-        return Boundary(Side(side), turn)  # type: ignore[arg-type]
-    except ValueError:
-        raise InvalidToken("it names no rewind boundary") from None
+    """The impact of rewinding to ``boundary`` and the token to commit it
+    (:class:`Rewind`'s prepare, for a caller that holds no lease)."""
+    return await prepare(Rewind(boundary, at, workspace_root), Source(target, session_id, live, recovery_checked=recovery_checked))
 
 
 async def commit_rewind(publisher: Publisher, token: StateToken | str, *, live: Conversation | None = None) -> InPlaceResult:
     """Recheck what :func:`prepare_rewind` saw and rewind (see the module)."""
-    parsed = StateToken.parse(token, "rewind")
-    boundary = _boundary_of(parsed)
-
-    async def replan(state: CommittedState) -> InPlacePlan:
-        return plan_rewind(state, boundary, parsed.at)
-
-    plan = await plan_for(publisher, parsed, replan)
-    return await commit_in_place(publisher, parsed, plan, operation="rewind", live=live)
-
-
-# The in-place transaction ----------------------------------------------------
-
-
-def check_lease_unmoved(lease: LeaseHandle, token: StateToken) -> None:
-    if lease.session_id != token.session_id:
-        raise InvalidToken(f"it was prepared for session {token.session_id}, not {lease.session_id}")
-    if lease.lost or lease.released:
-        raise LeaseLost(lease.session_id, "this client no longer holds the lease")
-    moved = []
-    if lease.publication_head != token.head:
-        moved.append("the committed head moved")
-    # Our own rotations (renewals, the claim that opened the session after
-    # an unleased prepare by the same client) move the generation without
-    # moving the state; anyone else's generation does not pass.
-    if lease.generation < token.lease_generation or (
-        lease.generation != token.lease_generation and lease.record.client_id != token.lease_client
-    ):
-        moved.append(f"the lease moved from generation {token.lease_generation} to {lease.generation}")
-    if moved:
-        raise StaleState(lease.session_id, moved)
-
-
-async def plan_for(publisher: Publisher, token: StateToken, replan) -> InPlacePlan:
-    """The plan ``token`` was prepared with: remembered by this process,
-    or made again from the same immutable head."""
     lease = publisher.lease
-    if lease.needs_resync:
-        await lease.resync()
-    check_lease_unmoved(lease, token)
-    plan = _plans.pop(token.text, None)
-    if plan is not None:
-        return plan
-    assert token.head is not None
-    state, snapshot = await state_at_head(lease.target, token.session_id, token.head)
-    return await replan(CommittedState(snapshot, lease.record.client_id, lease.record.renewed_at, state))
-
-
-async def commit_in_place(
-    publisher: Publisher, token: StateToken, plan: InPlacePlan, *, operation: str, live: Conversation | None
-) -> InPlaceResult:
-    """Journal, restore the files, publish the replacement, drop the journal."""
-    lease = publisher.lease
-    target = lease.target
-    sid = lease.session_id
-    refuse_live(sid, live, operation)
-    remains = await require_no_recovery(target, sid)
-    if publisher.pending is not None:
-        raise PublicationPending(sid, publisher.pending.reason)
-    check_lease_unmoved(lease, token)
-    if set(plan.wanted) != set(token.files):
-        raise InvalidToken("its files are not the ones this plan restores")
-    reads = await read_project_files(target, plan.wanted)
-    hashes = {p: "unreadable" if isinstance(r, Unreadable) else content_hash(r) for p, r in reads.items()}
-    moved = moved_files(token.files, hashes)
-    if moved:
-        raise StaleState(sid, moved)
-    changes = [(p, reads[p], plan.wanted[p]) for p in sorted(plan.wanted) if not same_state(reads[p], plan.wanted[p])]  # type: ignore[arg-type]
-    journal = None
-    if changes:
-        journal = new_journal(sid, operation, token.head, plan.digest, changes)  # type: ignore[arg-type]
-        ops = journal_ops(lease.paths, journal)
-        result, proof = await run_guarded(lease, ops)
-        if result.stopped_at is not None:
-            failed = result[result.stopped_at]
-            raise StoreError(f"session {sid}: the recovery record could not be written ({failed.reason or failed.status.value})")
-    try:
-        if changes:
-            outcome = await guarded_write(lease, changes)  # type: ignore[arg-type]
-            if outcome.failed:
-                listed = "; ".join(f"{p}: {why}" for p, why in sorted(outcome.failed.items()))
-                raise StoreError(f"session {sid}: project files could not be restored ({listed})")
-        if lease.publication_head != token.head:
-            raise StaleState(sid, ["the committed head moved while the files were restored"])
-        published = await publisher.publish(plan.artifacts, replace=True, force=bool(changes))
-    except (StoreError, TargetError) as error:
-        if publisher.pending is not None:
-            publisher.abandon()
-        if await _committed_anyway(lease, token, plan):
-            return await _finish(lease, plan, journal, changes, lease.publication_head, True, remains)
-        await _roll_back(lease, journal, changes, error)
-        if journal is None:
-            raise
-        raise RolledBack(sid, operation, error) from error
-    return await _finish(lease, plan, journal, changes, published.head, published.committed, remains)
-
-
-def _cause_kind(cause: BaseException) -> str:
-    """``unavailable`` when the target failed under the transaction (a
-    publication's failure wraps it), else the cause's own kind."""
-    seen: BaseException | None = cause
-    while seen is not None:
-        if isinstance(seen, TargetError):
-            return "unavailable"
-        seen = seen.__cause__ or seen.__context__
-    return getattr(cause, "kind", "conflict")
-
-
-class RolledBack(LifecycleError):
-    """The transaction failed after it began writing project files, and
-    every file it wrote was put back: nothing changed, the session is as it
-    was, and the same transaction can be prepared and committed again.
-    ``kind`` is the cause's (``unavailable`` for a dropped connection)."""
-
-    def __init__(self, session_id: str, operation: str, cause: BaseException) -> None:
-        super().__init__(
-            f"session {session_id}: the {operation} did not happen ({cause}); every project file it had "
-            "written was put back and the session is unchanged, so it can be prepared and committed again"
-        )
-        self.kind = _cause_kind(cause)
-        self.session_id = session_id
-        self.operation = operation
-
-
-async def _committed_anyway(lease: LeaseHandle, token: StateToken, plan: InPlacePlan) -> bool:
-    """After a failure whose effect is unknown: did the replacement commit?"""
-    try:
-        observed = await read_lease_head(lease.target, lease.session_id)
-        head = observed.publication_head
-        if head is None or head == token.head:
-            return False
-        manifest = await load_manifest(lease.target, lease.paths, head)
-    except (StoreError, TargetError, RecordError):
-        return False
-    if snapshot_digest({logical: e.sha256 for logical, e in manifest.entries.items()}) != plan.digest:
-        return False
-    try:
-        await lease.resync()
-    except (StoreError, TargetError):
-        pass
-    return lease.publication_head == head
-
-
-async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException) -> None:
-    """Put every changed file back; keep the journal unless that worked."""
-    if journal is None:
-        return
-    rid = journal.marker.recovery_id
-    wanted = {path: before for path, before, _after in changes}
-    try:
-        outcome = await guarded_converge(lease, wanted)
-        failed = dict(outcome.failed)
-    except (StoreError, TargetError) as rollback_error:
-        failed = {path: f"not rolled back ({rollback_error})" for path in wanted}
-    if failed:
-        raise RecoveryRequired(lease.session_id, rid, failed, str(error)) from error
-    try:
-        result, proof = await run_guarded(lease, removal_ops(lease.paths, rid))
-    except (StoreError, TargetError) as cleanup_error:
-        raise RecoveryRequired(lease.session_id, rid, {".recovery": str(cleanup_error)}, str(error)) from error
-    if result.stopped_at is not None:
-        why = result[result.stopped_at].reason or result[result.stopped_at].status.value
-        raise RecoveryRequired(lease.session_id, rid, {".recovery": why}, str(error)) from error
-
-
-async def _finish(
-    lease: LeaseHandle, plan: InPlacePlan, journal, changes, head, committed: bool, remains: RecoveryState
-) -> InPlaceResult:
-    warning = None
-    if journal is not None:
-        try:
-            sweep = await sweep_ops(lease.target, lease.paths, remains)
-            result, _proof = await run_guarded(lease, removal_ops(lease.paths, journal.marker.recovery_id, sweep))
-            if result.stopped_at is not None:
-                stopped = result[result.stopped_at]
-                warning = f"the recovery record was not removed ({stopped.reason or stopped.status.value}); retry the recovery"
-        except (StoreError, TargetError) as error:
-            warning = f"the recovery record was not removed ({error}); retry the recovery"
-    written = tuple(path for path, _before, _after in changes)
-    actions = {path: restore_action(before, after) for path, before, after in changes}
-    return InPlaceResult(plan.session_id, committed, head, LazyConversation(plan.artifacts), written, warning, actions)
+    return await commit(Rewind, Source(lease.target, lease.session_id, live, publisher), token)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...targets import Target
 from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from ..authority.publication import donors_of
-from ..authority.workspace import check_session_id
 from ..content.sidecar import (
     NameRefused,
     NamingState,
@@ -35,10 +35,20 @@ from ..content.sidecar import (
     normalize_display_name,
 )
 from ..content.turns import Conversation
-from .fork import ChildSession, publish_child, recheck_lease
+from .fork import ChildOptions, ChildSession, publish_child, recheck_lease
 from .lifecycle_token import LifecycleRefused, StateToken
-from .rewind import plan_time, refuse_in_flight, refuse_live
-from .snapshot_cut import cut_snapshot, load_committed_state, whole
+from .snapshot_cut import cut_snapshot, whole
+from .two_phase import (
+    Source,
+    commit,
+    committed_state,
+    issue_token,
+    parse_token,
+    plan_time,
+    prepare,
+    refuse_in_flight,
+    refuse_live,
+)
 
 
 @dataclass(frozen=True)
@@ -65,37 +75,76 @@ def _name(session_id: str, name: str) -> str:
         raise LifecycleRefused(session_id, f"the new session's name: {refused}", kind="invalid-params") from None
 
 
+@dataclass(frozen=True)
+class SaveAs:
+    """A copy of the session as a new session named ``name``, as a plan of
+    the two-phase skeleton (``child``: how its commit opens the copy)."""
+
+    op: ClassVar[str] = "save-as"
+    name: str
+    at: int | None = None
+    child: ChildOptions | None = None
+
+    async def prepare(self, source: Source) -> SaveAsImpact:
+        sid = source.session_id
+        display = _name(sid, self.name)
+        refuse_live(sid, source.live, "save it as a new session")
+        state = await committed_state(source)
+        refuse_in_flight(state, "save it as a new session")
+        sidecar = state.sidecar
+        token = issue_token(self.op, state, plan_time(state, self.at), {"name": display}, {})
+        entries = state.snapshot.manifest.entries if state.snapshot.manifest else {}
+        return SaveAsImpact(
+            sid,
+            display,
+            sidecar.total_turn_count,
+            sidecar.current_segment,
+            len(sidecar.chapters) + 1,
+            len(entries),
+            sum(e.size for e in entries.values()),
+            token,
+            agent_history_note(sidecar.engine, copy=True),
+        )
+
+    @classmethod
+    def from_token(cls, token: StateToken, *, child: ChildOptions) -> SaveAs:
+        name = token.subject.get("name")
+        if not isinstance(name, str):
+            raise LifecycleRefused(token.session_id, "the token names no new session name", kind="invalid-params")
+        return cls(_name(token.session_id, name), token.at, child)
+
+    async def commit(self, source: Source, token: StateToken) -> ChildSession:
+        assert self.child is not None
+        refuse_live(source.session_id, source.live, "save it as a new session")
+        state = await recheck_lease(source.target, token)
+        refuse_in_flight(state, "save it as a new session")
+        cut = whole(state.state)
+        display = self.name
+
+        def build(child_id: str, at: int):
+            changes = dict(
+                session_id=child_id,
+                display_name=display,
+                naming_state=NamingState.EXPLICIT,
+                naming_input=None,
+                created_at=at,
+                updated_at=at,
+                # The copy keeps the attached items; the item's own
+                # conversation stays the original.
+                dedicated_artifact=None,
+            )
+            return cut_snapshot(state.state, cut, changes)
+
+        return await publish_child(
+            source.target, self.child.client, build, at=token.at, donors=donors_of(state.snapshot), **self.child.opening
+        )
+
+
 async def prepare_save_as(
     target: Target, session_id: str, name: str, *, live: Conversation | None = None, at: int | None = None
 ) -> SaveAsImpact:
-    check_session_id(session_id)
-    display = _name(session_id, name)
-    refuse_live(session_id, live, "save it as a new session")
-    state = await load_committed_state(target, session_id)
-    refuse_in_flight(state, "save it as a new session")
-    sidecar = state.sidecar
-    token = StateToken.make(
-        op="save-as",
-        session_id=session_id,
-        lease_generation=state.snapshot.lease_generation,
-        lease_client=state.lease_client,
-        head=state.head,
-        at=plan_time(state, at),
-        subject={"name": display},
-        files={},
-    )
-    entries = state.snapshot.manifest.entries if state.snapshot.manifest else {}
-    return SaveAsImpact(
-        session_id,
-        display,
-        sidecar.total_turn_count,
-        sidecar.current_segment,
-        len(sidecar.chapters) + 1,
-        len(entries),
-        sum(e.size for e in entries.values()),
-        token,
-        agent_history_note(sidecar.engine, copy=True),
-    )
+    """The impact of saving the session as a new session named ``name``."""
+    return await prepare(SaveAs(name, at), Source(target, session_id, live))
 
 
 async def commit_save_as(
@@ -109,37 +158,6 @@ async def commit_save_as(
     keep_lease: bool = False,
 ) -> ChildSession:
     """Recheck the source and create the named copy."""
-    parsed = StateToken.parse(token, "save-as")
-    name = parsed.subject.get("name")
-    if not isinstance(name, str):
-        raise LifecycleRefused(parsed.session_id, "the token names no new session name", kind="invalid-params")
-    display = _name(parsed.session_id, name)
-    refuse_live(parsed.session_id, live, "save it as a new session")
-    state = await recheck_lease(target, parsed)
-    refuse_in_flight(state, "save it as a new session")
-    cut = whole(state.state)
-
-    def build(child_id: str, at: int):
-        changes = dict(
-            session_id=child_id,
-            display_name=display,
-            naming_state=NamingState.EXPLICIT,
-            naming_input=None,
-            created_at=at,
-            updated_at=at,
-            # The copy keeps the attached items; the item's own
-            # conversation stays the original.
-            dedicated_artifact=None,
-        )
-        return cut_snapshot(state.state, cut, changes)
-
-    return await publish_child(
-        target,
-        client,
-        build,
-        at=parsed.at,
-        live_ids=live_ids,
-        lease_seconds=lease_seconds,
-        keep_lease=keep_lease,
-        donors=donors_of(state.snapshot),
-    )
+    parsed = parse_token(token, (SaveAs.op,))
+    child = ChildOptions(client, live_ids, lease_seconds, keep_lease)
+    return await commit(SaveAs, Source(target, parsed.session_id, live), parsed, child=child)

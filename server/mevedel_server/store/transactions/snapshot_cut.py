@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,8 +43,9 @@ from functools import cached_property
 import msgspec
 
 from ...targets import Target
-from ..authority.lease import read_lease_head
-from ..authority.publication import CommittedSnapshot, load_manifest
+from ..authority.lease import read_lease_head_and_manifest
+from ..authority.publication import CommittedSnapshot, decode_manifest, load_manifest
+from ..authority.records import HEAD_PATTERN, PublicationManifest
 from ..authority.workspace import check_session_id
 from ..content.checkpoints import history_digest, history_path, referenced_digests
 from ..content.sidecar import (
@@ -161,23 +163,42 @@ class SessionState:
         return found
 
 
-_states: OrderedDict[tuple[str, str], SessionState] = OrderedDict()
+#: Verified states of immutable heads with their manifests, newest last.
+_states: OrderedDict[tuple[str, str], tuple[SessionState, PublicationManifest]] = OrderedDict()
 
 
-async def state_at_head(target: Target, session_id: str, head: str) -> tuple[SessionState, CommittedSnapshot]:
-    """The verified state of one (immutable) head."""
-    paths = SessionPaths(check_session_id(session_id))
-    manifest = await load_manifest(target, paths, head)
-    snapshot = CommittedSnapshot(target, paths, 0, head, manifest)
-    key = (session_id, head)
-    cached = _states.get(key)
-    if cached is not None:
-        _states.move_to_end(key)
-        return cached, snapshot
-    state = SessionState(session_id, head, await snapshot.read_all())
-    _states[key] = state
+def known_state(session_id: str, head: str) -> SessionState | None:
+    """The verified state of ``head`` when this process holds it."""
+    cached = _states.get((session_id, head))
+    return cached[0] if cached is not None else None
+
+
+def remember_state(state: SessionState, manifest: PublicationManifest) -> None:
+    """Keep ``state`` (verified against ``manifest``, its head's) for the
+    next reader of the same head: a head's bytes never change."""
+    assert state.head is not None
+    key = (state.session_id, state.head)
+    _states[key] = (state, manifest)
+    _states.move_to_end(key)
     while len(_states) > _CACHE_LIMIT:
         _states.popitem(last=False)
+
+
+async def state_at_head(
+    target: Target, session_id: str, head: str, *, manifest: PublicationManifest | None = None
+) -> tuple[SessionState, CommittedSnapshot]:
+    """The verified state of one (immutable) head (``manifest``: its
+    manifest, already read and validated by the caller)."""
+    paths = SessionPaths(check_session_id(session_id))
+    cached = _states.get((session_id, head))
+    if cached is not None:
+        remember_state(*cached)
+        return cached[0], CommittedSnapshot(target, paths, 0, head, cached[1])
+    if manifest is None:
+        manifest = await load_manifest(target, paths, head)
+    snapshot = CommittedSnapshot(target, paths, 0, head, manifest)
+    state = SessionState(session_id, head, await snapshot.read_all())
+    remember_state(state, manifest)
     return state, snapshot
 
 
@@ -211,12 +232,16 @@ class CommittedState:
 
 async def load_committed_state(target: Target, session_id: str) -> CommittedState:
     """The committed state a fresh reader sees (no lease is taken, nothing
-    is written). A session with nothing committed is refused."""
-    observation = await read_lease_head(target, session_id)
+    is written): the lease head and the manifest it names in one program,
+    the bytes in a second (none when this process holds that head's). A
+    session with nothing committed is refused."""
+    paths = SessionPaths(check_session_id(session_id))
+    observation, raw = await read_lease_head_and_manifest(target, paths)
     head = observation.publication_head
     if head is None:
         raise LifecycleRefused(session_id, "nothing is committed yet", kind="missing-target")
-    state, snapshot = await state_at_head(target, session_id, head)
+    manifest = decode_manifest(paths.label(head), head.split("/")[1], raw) if raw is not None and re.match(HEAD_PATTERN, head) else None
+    state, snapshot = await state_at_head(target, session_id, head, manifest=manifest)
     snapshot = CommittedSnapshot(target, snapshot.paths, observation.generation, head, snapshot.manifest)
     record = observation.record
     return CommittedState(snapshot, record.client_id if record else None, record.renewed_at if record else 0, state)

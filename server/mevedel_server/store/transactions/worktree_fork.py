@@ -41,6 +41,7 @@ import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...targets import (
     ControlProgram,
@@ -55,13 +56,13 @@ from ...targets import (
 from ...targets.program import Entry
 from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from ..authority.publication import donors_of
-from ..authority.workspace import check_session_id
 from ..content.checkpoints import MissingContent, entry_of
 from ..content.sidecar import ForkType, TurnFiles, WorktreeOrigin, agent_history_note
 from ..errors import StoreError
 from ..layout import STATE_DIR
 from .fork import (
     NO_PLAN_RECORD,
+    ChildOptions,
     ChildSession,
     check_fork_point,
     child_snapshot,
@@ -86,8 +87,17 @@ from .lifecycle_token import (
     StateToken,
 )
 from .project_files import WORKTREES_DIR, converge_files
-from .rewind import TurnLabel, plan_time
-from .snapshot_cut import CommittedState, load_committed_state
+from .snapshot_cut import CommittedState
+from .two_phase import (
+    Source,
+    TurnLabel,
+    commit,
+    committed_state,
+    issue_token,
+    parse_token,
+    plan_time,
+    prepare,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _ALLOCATION_LIMIT = 1000
@@ -392,6 +402,109 @@ async def _left_behind(target: Target, git: GitRunner, planned: WorktreeTarget) 
 # Prepare and commit -------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class WorktreeFork:
+    """A Worktree Fork after the response of ``turn`` into a worktree
+    ``name`` on ``branch`` (None: chosen), as a plan of the two-phase
+    skeleton; ``git`` runs git where the workspace is (by default chosen
+    from the target); ``child``: how its commit opens the child."""
+
+    op: ClassVar[str] = "worktree-fork"
+    turn: int
+    name: str | None = None
+    branch: str | None = None
+    at: int | None = None
+    git: GitRunner | None = None
+    child: ChildOptions | None = None
+
+    async def prepare(self, source: Source) -> WorktreeForkImpact:
+        target, session_id, turn = source.target, source.session_id, self.turn
+        git = _git_for(target, self.git, session_id)
+        state = await committed_state(source)
+        entry = check_fork_point(state, turn)
+        planned = await _preflight(target, git, session_id, _checkout_of(state), self.name, self.branch)
+        restores, unrestored, shared = _plan_files(state, turn, planned)
+        local = await read_local(target, state.snapshot.paths, skip_plans=True)
+        subject = {"turn": turn, "fork_point_id": entry.turn_id, "name": planned.name, "branch": planned.branch, "base": planned.base_commit}
+        token = issue_token(self.op, state, plan_time(state, self.at), subject, local_hashes(local))
+        return WorktreeForkImpact(
+            session_id,
+            TurnLabel.of(entry),
+            entry.turn_id,
+            entry.turn,
+            planned,
+            tuple(r.path for r in restores),
+            tuple(unrestored),
+            tuple(shared),
+            tuple(local),
+            NO_PLAN_RECORD,
+            token,
+            agent_history_note(state.sidecar.engine, copy=True),
+        )
+
+    @classmethod
+    def from_token(cls, token: StateToken, *, child: ChildOptions, git: GitRunner | None = None) -> WorktreeFork:
+        subject = token.subject
+        name, branch, base = subject.get("name"), subject.get("branch"), subject.get("base")
+        if not all(isinstance(v, str) for v in (name, branch, base)):
+            raise InvalidToken("it names no worktree")
+        return cls(subject.get("turn"), name, branch, token.at, git, child)  # type: ignore[arg-type]
+
+    async def commit(self, source: Source, token: StateToken) -> WorktreeForkResult:
+        """Recheck source, Git and branch, create the worktree, restore its
+        files and publish the child."""
+        assert self.child is not None
+        target, parsed, client = source.target, token, self.child.client
+        name, branch, base = self.name, self.branch, parsed.subject.get("base")
+        git = _git_for(target, self.git, parsed.session_id)
+        state, entry, local = await recheck_source(target, parsed)
+        planned = await _preflight(target, git, parsed.session_id, _checkout_of(state), name, branch, base)  # type: ignore[arg-type]
+        restores, unrestored, _shared = _plan_files(state, entry.turn, planned)
+        # Relative to the source checkout git runs in: no absolute path of the
+        # workspace reaches git's arguments (or its messages).
+        directory = posixpath.relpath(planned.directory, planned.source_checkout)
+        try:
+            added = await git.run(
+                planned.source_checkout, "worktree", "add", "-q", "-b", planned.branch, directory, planned.base_commit, timeout=_ADD_TIMEOUT
+            )
+            failure = None if added.ok else f"git worktree add failed: {added.last_error_line('no detail')}"
+        except GitMissing:
+            raise LifecycleRefused(parsed.session_id, _NO_GIT, kind="unavailable") from None
+        except (GitDidNotFinish, TargetError) as exc:
+            failure = f"git worktree add did not report its outcome: {exc}"
+        if failure is not None:
+            left = await _left_behind(target, git, planned)
+            if not left:
+                raise LifecycleRefused(parsed.session_id, failure, kind="unavailable")
+            raise WorktreeForkFailed(parsed.session_id, failure, left)
+        try:
+            wanted = {r.path: r.content for r in restores}
+            outcome = await converge_files(target, wanted)
+            report = list(unrestored) + sorted(outcome.failed.items())
+            written = tuple(p for p in wanted if p not in outcome.failed)
+            origin = WorktreeOrigin(
+                source_root=planned.source_checkout, directory=planned.directory, branch=planned.branch, base_commit=planned.base_commit
+            )
+            build = child_snapshot(
+                state,
+                entry,
+                lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.WORKTREE, at, origin),
+                retarget=_retarget(planned),
+            )
+            child = await publish_child(
+                target,
+                client,
+                build,
+                at=parsed.at,
+                local_files=local,
+                donors=donors_of(state.snapshot),
+                **self.child.opening,
+            )
+        except (StoreError, TargetError) as error:
+            raise WorktreeForkFailed(parsed.session_id, str(error), planned.cleanup) from error
+        return WorktreeForkResult(child, planned, written, tuple(sorted(report)))
+
+
 async def prepare_worktree_fork(
     target: Target,
     session_id: str,
@@ -403,45 +516,8 @@ async def prepare_worktree_fork(
     git: GitRunner | None = None,
 ) -> WorktreeForkImpact:
     """The impact of a Worktree Fork after the response of ``turn``:
-    the worktree it will create and the files it will restore. ``git``
-    runs git where the workspace is (by default chosen from ``target``)."""
-    check_session_id(session_id)
-    git = _git_for(target, git, session_id)
-    state = await load_committed_state(target, session_id)
-    entry = check_fork_point(state, turn)
-    planned = await _preflight(target, git, session_id, _checkout_of(state), name, branch)
-    restores, unrestored, shared = _plan_files(state, turn, planned)
-    local = await read_local(target, state.snapshot.paths, skip_plans=True)
-    token = StateToken.make(
-        op="worktree-fork",
-        session_id=session_id,
-        lease_generation=state.snapshot.lease_generation,
-        lease_client=state.lease_client,
-        head=state.head,
-        at=plan_time(state, at),
-        subject={
-            "turn": turn,
-            "fork_point_id": entry.turn_id,
-            "name": planned.name,
-            "branch": planned.branch,
-            "base": planned.base_commit,
-        },
-        files=local_hashes(local),
-    )
-    return WorktreeForkImpact(
-        session_id,
-        TurnLabel.of(entry),
-        entry.turn_id,
-        entry.turn,
-        planned,
-        tuple(r.path for r in restores),
-        tuple(unrestored),
-        tuple(shared),
-        tuple(local),
-        NO_PLAN_RECORD,
-        token,
-        agent_history_note(state.sidecar.engine, copy=True),
-    )
+    the worktree it will create and the files it will restore."""
+    return await prepare(WorktreeFork(turn, name, branch, at, git), Source(target, session_id))
 
 
 async def commit_worktree_fork(
@@ -456,57 +532,6 @@ async def commit_worktree_fork(
 ) -> WorktreeForkResult:
     """Recheck source, Git and branch, create the worktree, restore its
     files and publish the child."""
-    parsed = StateToken.parse(token, "worktree-fork")
-    subject = parsed.subject
-    name, branch, base = subject.get("name"), subject.get("branch"), subject.get("base")
-    if not all(isinstance(v, str) for v in (name, branch, base)):
-        raise InvalidToken("it names no worktree")
-    git = _git_for(target, git, parsed.session_id)
-    state, entry, local = await recheck_source(target, parsed)
-    planned = await _preflight(target, git, parsed.session_id, _checkout_of(state), name, branch, base)  # type: ignore[arg-type]
-    restores, unrestored, _shared = _plan_files(state, entry.turn, planned)
-    # Relative to the source checkout git runs in: no absolute path of the
-    # workspace reaches git's arguments (or its messages).
-    directory = posixpath.relpath(planned.directory, planned.source_checkout)
-    try:
-        added = await git.run(
-            planned.source_checkout, "worktree", "add", "-q", "-b", planned.branch, directory, planned.base_commit, timeout=_ADD_TIMEOUT
-        )
-        failure = None if added.ok else f"git worktree add failed: {added.last_error_line('no detail')}"
-    except GitMissing:
-        raise LifecycleRefused(parsed.session_id, _NO_GIT, kind="unavailable") from None
-    except (GitDidNotFinish, TargetError) as exc:
-        failure = f"git worktree add did not report its outcome: {exc}"
-    if failure is not None:
-        left = await _left_behind(target, git, planned)
-        if not left:
-            raise LifecycleRefused(parsed.session_id, failure, kind="unavailable")
-        raise WorktreeForkFailed(parsed.session_id, failure, left)
-    try:
-        wanted = {r.path: r.content for r in restores}
-        outcome = await converge_files(target, wanted)
-        report = list(unrestored) + sorted(outcome.failed.items())
-        written = tuple(p for p in wanted if p not in outcome.failed)
-        origin = WorktreeOrigin(
-            source_root=planned.source_checkout, directory=planned.directory, branch=planned.branch, base_commit=planned.base_commit
-        )
-        build = child_snapshot(
-            state,
-            entry,
-            lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.WORKTREE, at, origin),
-            retarget=_retarget(planned),
-        )
-        child = await publish_child(
-            target,
-            client,
-            build,
-            at=parsed.at,
-            local_files=local,
-            live_ids=live_ids,
-            lease_seconds=lease_seconds,
-            keep_lease=keep_lease,
-            donors=donors_of(state.snapshot),
-        )
-    except (StoreError, TargetError) as error:
-        raise WorktreeForkFailed(parsed.session_id, str(error), planned.cleanup) from error
-    return WorktreeForkResult(child, planned, written, tuple(sorted(report)))
+    parsed = parse_token(token, (WorktreeFork.op,))
+    child = ChildOptions(client, live_ids, lease_seconds, keep_lease)
+    return await commit(WorktreeFork, Source(target, parsed.session_id), parsed, child=child, git=git)

@@ -80,10 +80,10 @@ from ...targets import (
     raise_for_result,
 )
 from ..authority.lease import LeaseHandle
+from ..authority.publication import decode_manifest
 from ..authority.records import PublicationManifest, RecordError
 from ..errors import LeaseLost
 from ..layout import MANIFEST_NAME, SessionPaths, head_path
-from .listing import decode_manifest
 
 if TYPE_CHECKING:
     from ..transactions.redo import TurnStateFacts

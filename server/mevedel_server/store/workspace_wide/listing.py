@@ -74,6 +74,7 @@ from ...targets import (
 )
 from ...targets.program import ReadNewest
 from ..authority.lease import ClientIdentity, LeaseObservation, LeaseStanding
+from ..authority.publication import decode_manifest
 from ..authority.records import (
     LeaseRecord,
     LeaseState,
@@ -607,16 +608,6 @@ def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) ->
             f"records generation {record.generation} under the name of generation {generation}",
         )
     return record
-
-
-def decode_manifest(label: str, publication_id: str, raw: bytes) -> PublicationManifest:
-    """A manifest, refused unless it names its own publication directory."""
-    manifest = decode_record(PublicationManifest, raw, label)
-    if manifest.publication_id != publication_id:
-        raise RecordError(
-            RecordErrorKind.INVALID_VALUE, label, f"names publication {manifest.publication_id}, not its own directory"
-        )
-    return manifest
 
 
 async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[SessionSurvey], int | None]:

@@ -16,7 +16,6 @@ from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.transactions.fork import (
     NO_PLAN_RECORD,
     commit_fork,
-    fork_variants,
     prepare_fork,
 )
 from mevedel_server.store.transactions.lifecycle_token import (
@@ -25,6 +24,7 @@ from mevedel_server.store.transactions.lifecycle_token import (
 )
 from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.transactions.snapshot_cut import Boundary
+from mevedel_server.store.workspace_wide.fork_variants import fork_variants
 from mevedel_server.targets import LocalTarget
 
 LATER = 2_000_000_000

@@ -25,6 +25,7 @@ from mevedel_server.store import Publisher, acquire_lease, read_committed
 from mevedel_server.store.authority.lease import ClientIdentity
 from mevedel_server.store.content.transcript import Outcome, Response
 from mevedel_server.store.errors import StoreError
+from mevedel_server.store.transactions.in_place import RolledBack
 from mevedel_server.store.transactions.lifecycle_token import (
     InvalidToken,
     LifecycleRefused,
@@ -38,11 +39,7 @@ from mevedel_server.store.transactions.recovery import (
     find_recovery,
     retry_recovery,
 )
-from mevedel_server.store.transactions.rewind import (
-    RolledBack,
-    commit_rewind,
-    prepare_rewind,
-)
+from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.transactions.snapshot_cut import Boundary
 from mevedel_server.targets import (
     FaultInjectingTarget,

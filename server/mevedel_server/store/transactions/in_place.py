@@ -1,0 +1,512 @@
+"""The in-place transaction Rewind and Redo share: restore the project
+files a plan names and replace the session's snapshot, under the held lease.
+
+A plan (:class:`InPlacePlan`) is the complete replacement snapshot, the
+whole state of every project path it restores and the checkpoint each comes
+from. :func:`survey_files` reads the working tree for the impact (the
+token's hashes, the restore rows, the files changed outside the session and
+the Git index check). :func:`commit_in_place` rechecks the token (the lease
+and head unmoved, every file's content hash the same;
+:class:`~.lifecycle_token.StaleState` otherwise) and then:
+
+1. journals the file changes (:mod:`.recovery`: repair bytes, then marker);
+2. restores the project files, each write conditional on the content the
+   recheck saw;
+3. publishes ONE complete replacement snapshot (``replace=True``) over the
+   same head -- the commit point;
+4. removes the journal.
+
+Any failure before the commit point rolls the files back (and drops the
+pending publication); a rollback that cannot finish leaves the marker,
+which blocks the session until :func:`~.recovery.retry_recovery` or
+:func:`~.recovery.abandon_recovery`. The session keeps its ID, name,
+directory, lineage, settings and attachments; ``local/`` is not touched.
+Every write is behind the lease's proof (:func:`~.recovery.run_guarded`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...targets import Entry, Target, TargetError, same_state
+from ..authority.lease import LeaseHandle, read_lease_head
+from ..authority.publication import Publisher, load_manifest
+from ..authority.records import RecordError
+from ..content.checkpoints import MissingContent, entry_of, restore_plan
+from ..content.sidecar import (
+    Absent,
+    Directory,
+    FileState,
+    Present,
+    Symlink,
+    TurnFiles,
+)
+from ..errors import LeaseLost, PublicationPending, StoreError
+from .git_runner import GitRunner, LocalGit, git_runner_for
+from .lifecycle_token import (
+    InvalidToken,
+    LifecycleError,
+    LifecycleRefused,
+    StaleState,
+    StateToken,
+    content_hash,
+    moved_files,
+)
+from .project_files import (
+    FileRead,
+    GitCheck,
+    Unreadable,
+    git_contents,
+    index_divergence,
+    project_path_problem,
+    read_project_files,
+)
+from .recovery import (
+    RecoveryRequired,
+    RecoveryState,
+    guarded_converge,
+    guarded_write,
+    journal_ops,
+    new_journal,
+    removal_ops,
+    run_guarded,
+    snapshot_digest,
+    sweep_ops,
+)
+from .snapshot_cut import (
+    CommittedSnapshotResult,
+    CommittedState,
+    LazyConversation,
+    SessionState,
+    Side,
+    state_at_head,
+)
+from .two_phase import Source, gate_reads, refuse_live
+
+#: Passed as ``workspace_root`` to ask the git where the target keeps its files.
+FROM_TARGET = Path("<from target>")
+_PLAN_LIMIT = 4
+
+
+@dataclass(frozen=True)
+class FileRestore:
+    path: str
+    #: ``present`` (a regular file), ``absent``, ``directory`` or ``symlink``.
+    state: str
+    sha256: str | None
+    size: int | None
+    #: ``pre-turn`` or ``post-turn`` (Redo: also ``restored head``).
+    checkpoint: str
+    #: The turn whose checkpoint it is.
+    turn: int
+    #: The working tree differs from it now, so the restore writes it.
+    changes: bool
+    #: What the restore does to it (see :func:`restore_action`).
+    action: str = "restore"
+    #: The permission bits it gets (None: a link, or a checkpoint that
+    #: recorded none); a link's target text.
+    mode: int | None = None
+    link_target: str | None = None
+
+
+@dataclass(frozen=True)
+class KnownGap:
+    path: str
+    turn: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ExternalChange:
+    """A captured file whose working-tree content differs from the last
+    content a turn recorded for it after running."""
+
+    path: str
+    recorded_turn: int
+
+
+class InPlaceResult(CommittedSnapshotResult):
+    """What an in-place replacement committed."""
+
+    def __init__(
+        self,
+        session_id: str,
+        committed: bool,
+        head: str | None,
+        lazy: LazyConversation,
+        written: tuple[str, ...],
+        warning: str | None = None,
+        actions: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(lazy)
+        self.session_id = session_id
+        #: A new head was committed.
+        self.committed = committed
+        self.head = head
+        #: Project paths written (restored, removed, re-moded, relinked).
+        self.written = written
+        #: What was done to each (see :func:`restore_action`).
+        self.actions: dict[str, str] = dict(actions or {})
+        #: A failure after the commit point (reported, never rolled back).
+        self.warning = warning
+
+
+# Plans ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    state: FileState
+    checkpoint: str
+    turn: int
+
+
+@dataclass(frozen=True)
+class InPlacePlan:
+    """What an in-place replacement publishes and restores."""
+
+    session_id: str
+    base_head: str
+    artifacts: Mapping[str, bytes]
+    #: Every project path the transaction touches -> its restored state.
+    wanted: Mapping[str, Entry | None]
+    planned: Mapping[str, Planned]
+    gaps: Mapping[str, KnownGap]
+    digest: str
+
+
+_plans: OrderedDict[str, InPlacePlan] = OrderedDict()
+
+
+def remember_plan(token: StateToken, plan: InPlacePlan) -> None:
+    _plans[token.text] = plan
+    while len(_plans) > _PLAN_LIMIT:
+        _plans.popitem(last=False)
+
+
+def files_at(turn_files: Sequence[TurnFiles], kept: int, side: Side) -> tuple[dict[str, Planned], dict[str, KnownGap]]:
+    """The file plan of a boundary keeping ``kept`` turns."""
+    plan = restore_plan(turn_files, kept)
+    first_later: dict[str, int] = {}
+    for record in sorted(turn_files, key=lambda r: r.turn):
+        if record.turn > kept:
+            for path in record.files:
+                first_later.setdefault(path, record.turn)
+    planned = {path: Planned(state, "pre-turn", first_later[path]) for path, state in plan.restore.items()}
+    gaps = {path: KnownGap(path, first_later[path], reason) for path, reason in plan.gaps.items()}
+    if side is Side.AFTER and kept > 0:
+        for record in turn_files:
+            if record.turn != kept:
+                continue
+            for path, snapshot in record.files.items():
+                if snapshot.post is not None:
+                    planned[path] = Planned(snapshot.post, "post-turn", kept)
+                    gaps.pop(path, None)
+    return planned, gaps
+
+
+def contents(planned: Mapping[str, Planned], state: SessionState, session_id: str) -> dict[str, Entry | None]:
+    """Each planned path's whole state to restore (None: absent)."""
+    wanted: dict[str, Entry | None] = {}
+    for path, item in sorted(planned.items()):
+        problem = project_path_problem(path)
+        if problem is not None:
+            raise LifecycleRefused(session_id, f"the captured path {path!r} cannot be restored: {problem}")
+        try:
+            wanted[path] = entry_of(item.state, state.file_content)
+        except MissingContent:
+            raise LifecycleRefused(session_id, f"the captured content of {path} (turn {item.turn}) is missing", kind="unreadable") from None
+    return wanted
+
+
+def restore_action(now: Entry | None, wanted: Entry | None) -> str:
+    """What restoring ``wanted`` over ``now`` does, in the impact's words:
+    ``delete``, ``remove directory``, ``create directory``, ``relink``,
+    ``chmod 755``, ``restore`` or ``unchanged``."""
+    if same_state(now, wanted):
+        return "unchanged"
+    if wanted is None:
+        return "remove directory" if now is not None and now.kind == Entry.DIRECTORY else "delete"
+    if wanted.kind == Entry.DIRECTORY:
+        if now is not None and now.kind == Entry.DIRECTORY:
+            return f"chmod {wanted.mode:o}"
+        return "create directory"
+    if wanted.kind == Entry.SYMLINK:
+        return "relink"
+    if now is not None and now.kind == Entry.FILE and now.data == wanted.data and wanted.mode is not None:
+        return f"chmod {wanted.mode:o}"
+    return "restore"
+
+
+def last_recorded(turn_files: Sequence[TurnFiles], paths: Sequence[str]) -> dict[str, tuple[FileState, int]]:
+    """Each path's post-turn content in the latest record naming it (paths
+    whose latest record has no post-turn content are left out)."""
+    wanted = set(paths)
+    seen: set[str] = set()
+    out: dict[str, tuple[FileState, int]] = {}
+    for record in sorted(turn_files, key=lambda r: r.turn, reverse=True):
+        for path, snapshot in record.files.items():
+            if path in wanted and path not in seen:
+                seen.add(path)
+                if snapshot.post is not None:
+                    out[path] = (snapshot.post, record.turn)
+    return out
+
+
+def recorded_matches(state: FileState, now: FileRead) -> bool:
+    """Whether the working tree's ``now`` is the recorded ``state``."""
+    if isinstance(now, Unreadable):
+        return False
+    if isinstance(state, Absent):
+        return now is None
+    if now is None:
+        return False
+    if isinstance(state, Present):
+        data = now.data or b""
+        return (
+            now.kind == Entry.FILE
+            and now.size == state.size
+            and hashlib.sha256(data).hexdigest() == state.sha256
+            and state.mode in (None, now.mode)
+        )
+    if isinstance(state, Directory):
+        return now.kind == Entry.DIRECTORY and now.mode == state.mode
+    return now.kind == Entry.SYMLINK and now.data == state.target.encode("utf-8", "surrogateescape")
+
+
+async def survey_files(
+    source: Source, plan: InPlacePlan, current_files: Sequence[TurnFiles], git: GitRunner | None
+) -> tuple[dict[str, str], tuple[FileRestore, ...], tuple[ExternalChange, ...], GitCheck]:
+    """Read the working tree for an impact (in the gate's program: see
+    :func:`~.two_phase.gate_reads`): the token's hashes, the restore rows,
+    the external changes and the Git index check."""
+
+    async def gated(ops):
+        return (await gate_reads(source, ops)).results
+
+    target = source.target
+    reads = await read_project_files(target, plan.wanted, first=gated)
+    blocked = {p: r.reason for p, r in reads.items() if isinstance(r, Unreadable)}
+    if blocked:
+        listed = "; ".join(f"{p}: {why}" for p, why in sorted(blocked.items()))
+        raise LifecycleRefused(plan.session_id, f"captured files cannot be restored ({listed})", kind="unreadable")
+    hashes = {path: content_hash(data) for path, data in reads.items()}  # type: ignore[arg-type]
+    rows = tuple(restore_row(path, item, reads[path], plan.wanted[path]) for path, item in sorted(plan.planned.items()))  # type: ignore[arg-type]
+    recorded = last_recorded(current_files, list(plan.wanted))
+    external = tuple(
+        ExternalChange(path, turn) for path, (state, turn) in sorted(recorded.items()) if not recorded_matches(state, reads[path])
+    )
+    check = await index_divergence(git, target, git_contents(plan.wanted))
+    return hashes, rows, external, check
+
+
+def restore_row(path: str, item: Planned, now: Entry | None, wanted: Entry | None) -> FileRestore:
+    """The impact's row for one planned path."""
+    state = item.state
+    present = isinstance(state, Present)
+    action = restore_action(now, wanted)
+    return FileRestore(
+        path,
+        "present" if present else state.__struct_config__.tag,  # type: ignore[arg-type]
+        state.sha256 if present else None,  # type: ignore[union-attr]
+        state.size if present else None,  # type: ignore[union-attr]
+        item.checkpoint,
+        item.turn,
+        action != "unchanged",
+        action,
+        getattr(state, "mode", None),
+        state.target if isinstance(state, Symlink) else None,
+    )
+
+
+def index_git_for(target: Target, workspace_root: Path | None) -> GitRunner | None:
+    """The git the Git index check asks: the one where the target keeps
+    its files (this machine or an SSH host), git in an explicit local
+    ``workspace_root``, or none."""
+    if workspace_root is FROM_TARGET:
+        return git_runner_for(target)
+    return None if workspace_root is None else LocalGit(workspace_root)
+
+
+# The in-place transaction ----------------------------------------------------
+
+
+def check_lease_unmoved(lease: LeaseHandle, token: StateToken) -> None:
+    if lease.session_id != token.session_id:
+        raise InvalidToken(f"it was prepared for session {token.session_id}, not {lease.session_id}")
+    if lease.lost or lease.released:
+        raise LeaseLost(lease.session_id, "this client no longer holds the lease")
+    moved = []
+    if lease.publication_head != token.head:
+        moved.append("the committed head moved")
+    # Our own rotations (renewals, the claim that opened the session after
+    # an unleased prepare by the same client) move the generation without
+    # moving the state; anyone else's generation does not pass.
+    if lease.generation < token.lease_generation or (
+        lease.generation != token.lease_generation and lease.record.client_id != token.lease_client
+    ):
+        moved.append(f"the lease moved from generation {token.lease_generation} to {lease.generation}")
+    if moved:
+        raise StaleState(lease.session_id, moved)
+
+
+async def plan_for(publisher: Publisher, token: StateToken, replan) -> InPlacePlan:
+    """The plan ``token`` was prepared with: remembered by this process,
+    or made again from the same immutable head."""
+    lease = publisher.lease
+    if lease.needs_resync:
+        await lease.resync()
+    check_lease_unmoved(lease, token)
+    plan = _plans.pop(token.text, None)
+    if plan is not None:
+        return plan
+    assert token.head is not None
+    state, snapshot = await state_at_head(lease.target, token.session_id, token.head)
+    return await replan(CommittedState(snapshot, lease.record.client_id, lease.record.renewed_at, state))
+
+
+async def commit_in_place(publisher: Publisher, token: StateToken, plan: InPlacePlan, *, operation: str, source: Source) -> InPlaceResult:
+    """Journal, restore the files, publish the replacement, drop the journal.
+    The recheck's reads and the look for a pending recovery share one
+    program (a recovery is always looked for here: its remains are swept
+    with the journal)."""
+    lease = publisher.lease
+    target = lease.target
+    sid = lease.session_id
+    refuse_live(sid, source.live, operation)
+    if publisher.pending is not None:
+        raise PublicationPending(sid, publisher.pending.reason)
+    check_lease_unmoved(lease, token)
+    if set(plan.wanted) != set(token.files):
+        raise InvalidToken("its files are not the ones this plan restores")
+    found: list[RecoveryState | None] = []
+
+    async def gated(ops):
+        gate = await gate_reads(source, ops, recovery=True)
+        found.append(gate.recovery)
+        return gate.results
+
+    reads = await read_project_files(target, plan.wanted, first=gated)
+    remains = found[0] or RecoveryState(None, None, None)
+    hashes = {p: "unreadable" if isinstance(r, Unreadable) else content_hash(r) for p, r in reads.items()}
+    moved = moved_files(token.files, hashes)
+    if moved:
+        raise StaleState(sid, moved)
+    changes = [(p, reads[p], plan.wanted[p]) for p in sorted(plan.wanted) if not same_state(reads[p], plan.wanted[p])]  # type: ignore[arg-type]
+    journal = None
+    if changes:
+        journal = new_journal(sid, operation, token.head, plan.digest, changes)  # type: ignore[arg-type]
+        ops = journal_ops(lease.paths, journal)
+        result, proof = await run_guarded(lease, ops)
+        if result.stopped_at is not None:
+            failed = result[result.stopped_at]
+            raise StoreError(f"session {sid}: the recovery record could not be written ({failed.reason or failed.status.value})")
+    try:
+        if changes:
+            outcome = await guarded_write(lease, changes)  # type: ignore[arg-type]
+            if outcome.failed:
+                listed = "; ".join(f"{p}: {why}" for p, why in sorted(outcome.failed.items()))
+                raise StoreError(f"session {sid}: project files could not be restored ({listed})")
+        if lease.publication_head != token.head:
+            raise StaleState(sid, ["the committed head moved while the files were restored"])
+        published = await publisher.publish(plan.artifacts, replace=True, force=bool(changes))
+    except (StoreError, TargetError) as error:
+        if publisher.pending is not None:
+            publisher.abandon()
+        if await _committed_anyway(lease, token, plan):
+            return await _finish(lease, plan, journal, changes, lease.publication_head, True, remains)
+        await _roll_back(lease, journal, changes, error)
+        if journal is None:
+            raise
+        raise RolledBack(sid, operation, error) from error
+    return await _finish(lease, plan, journal, changes, published.head, published.committed, remains)
+
+
+def _cause_kind(cause: BaseException) -> str:
+    """``unavailable`` when the target failed under the transaction (a
+    publication's failure wraps it), else the cause's own kind."""
+    seen: BaseException | None = cause
+    while seen is not None:
+        if isinstance(seen, TargetError):
+            return "unavailable"
+        seen = seen.__cause__ or seen.__context__
+    return getattr(cause, "kind", "conflict")
+
+
+class RolledBack(LifecycleError):
+    """The transaction failed after it began writing project files, and
+    every file it wrote was put back: nothing changed, the session is as it
+    was, and the same transaction can be prepared and committed again.
+    ``kind`` is the cause's (``unavailable`` for a dropped connection)."""
+
+    def __init__(self, session_id: str, operation: str, cause: BaseException) -> None:
+        super().__init__(
+            f"session {session_id}: the {operation} did not happen ({cause}); every project file it had "
+            "written was put back and the session is unchanged, so it can be prepared and committed again"
+        )
+        self.kind = _cause_kind(cause)
+        self.session_id = session_id
+        self.operation = operation
+
+
+async def _committed_anyway(lease: LeaseHandle, token: StateToken, plan: InPlacePlan) -> bool:
+    """After a failure whose effect is unknown: did the replacement commit?"""
+    try:
+        observed = await read_lease_head(lease.target, lease.session_id)
+        head = observed.publication_head
+        if head is None or head == token.head:
+            return False
+        manifest = await load_manifest(lease.target, lease.paths, head)
+    except (StoreError, TargetError, RecordError):
+        return False
+    if snapshot_digest({logical: e.sha256 for logical, e in manifest.entries.items()}) != plan.digest:
+        return False
+    try:
+        await lease.resync()
+    except (StoreError, TargetError):
+        pass
+    return lease.publication_head == head
+
+
+async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException) -> None:
+    """Put every changed file back; keep the journal unless that worked."""
+    if journal is None:
+        return
+    rid = journal.marker.recovery_id
+    wanted = {path: before for path, before, _after in changes}
+    try:
+        outcome = await guarded_converge(lease, wanted)
+        failed = dict(outcome.failed)
+    except (StoreError, TargetError) as rollback_error:
+        failed = {path: f"not rolled back ({rollback_error})" for path in wanted}
+    if failed:
+        raise RecoveryRequired(lease.session_id, rid, failed, str(error)) from error
+    try:
+        result, proof = await run_guarded(lease, removal_ops(lease.paths, rid))
+    except (StoreError, TargetError) as cleanup_error:
+        raise RecoveryRequired(lease.session_id, rid, {".recovery": str(cleanup_error)}, str(error)) from error
+    if result.stopped_at is not None:
+        why = result[result.stopped_at].reason or result[result.stopped_at].status.value
+        raise RecoveryRequired(lease.session_id, rid, {".recovery": why}, str(error)) from error
+
+
+async def _finish(
+    lease: LeaseHandle, plan: InPlacePlan, journal, changes, head, committed: bool, remains: RecoveryState
+) -> InPlaceResult:
+    warning = None
+    if journal is not None:
+        try:
+            sweep = await sweep_ops(lease.target, lease.paths, remains)
+            result, _proof = await run_guarded(lease, removal_ops(lease.paths, journal.marker.recovery_id, sweep))
+            if result.stopped_at is not None:
+                stopped = result[result.stopped_at]
+                warning = f"the recovery record was not removed ({stopped.reason or stopped.status.value}); retry the recovery"
+        except (StoreError, TargetError) as error:
+            warning = f"the recovery record was not removed ({error}); retry the recovery"
+    written = tuple(path for path, _before, _after in changes)
+    actions = {path: restore_action(before, after) for path, before, after in changes}
+    return InPlaceResult(plan.session_id, committed, head, LazyConversation(plan.artifacts), written, warning, actions)
