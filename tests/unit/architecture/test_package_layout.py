@@ -198,3 +198,19 @@ def test_the_agent_engine_has_no_import_cycle_and_its_modules_share_no_private_n
         if name.startswith("_") and name != "__future__"
     ]
     assert offenders == []
+
+
+def test_workspace_wide_readings_import_the_transactions_never_the_reverse():
+    """Data flows one way between the store's two rooms: a transaction
+    writes one session (its journal, its publications), and the
+    workspace-wide readings (listing, cleanup, collection, fork variants)
+    read what the transactions leave. ``workspace_wide/`` may import
+    ``transactions/``; nothing in ``transactions/`` imports
+    ``workspace_wide/``, not even for typing."""
+    offenders = [
+        f"{path.relative_to(PACKAGE)}: {target}"
+        for path in (PACKAGE / "store" / "transactions").rglob("*.py")
+        for target, _names in _imports(path)
+        if target.startswith("mevedel_server.store.workspace_wide")
+    ]
+    assert offenders == []
