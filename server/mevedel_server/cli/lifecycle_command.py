@@ -24,7 +24,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from ..store import InvalidToken, SessionService, StateToken
+from ..store import SessionService, StateToken, parse_token
 from .session_client import (
     CommandError,
     add_common,
@@ -98,15 +98,9 @@ def _turn(text: str) -> int:
 
 
 def _token_of(token: str, ops: tuple[str, ...]) -> StateToken:
-    """The token, prepared for one of ``ops``."""
-    first: InvalidToken | None = None
-    for op in ops:
-        try:
-            return StateToken.parse(token, op)
-        except InvalidToken as refused:
-            first = first or refused
-    assert first is not None
-    raise first
+    """The token, prepared for one of ``ops`` (to find its session; the
+    commit checks it again against the session it opened)."""
+    return parse_token(token, ops)
 
 
 async def _session(service: SessionService, arguments: argparse.Namespace, token: StateToken | None, mode: str) -> str:
@@ -187,16 +181,17 @@ def run_rewind(arguments: argparse.Namespace) -> int:
         if token is not None:
             parsed = _token_of(token, ("rewind",))
             sid = await _session(service, arguments, parsed, "resume")
-            data = _in_place_data(service, sid, await service.commit_rewind(sid, token))
+            data = _in_place_data(service, sid, await service.commit_rewind(sid, parsed))
             emit(arguments, data, _in_place_lines(data, "rewound"))
             return
         turn = _turn(_one(arguments.subject, "TURN"))
         sid = await _session(service, arguments, None, "resume")
-        impact = await service.prepare_rewind(sid, "before" if arguments.before else "after", turn)
+        side = "before" if arguments.before else "after"
         if arguments.yes:
-            data = _in_place_data(service, sid, await service.commit_rewind(sid, impact.token.text))
+            data = _in_place_data(service, sid, await service.rewind_now(sid, side, turn))
             emit(arguments, data, _in_place_lines(data, "rewound"))
             return
+        impact = await service.prepare_rewind(sid, side, turn)
         data = {
             "session_id": sid,
             "boundary": impact.boundary.side.value,
@@ -210,7 +205,6 @@ def run_rewind(arguments: argparse.Namespace) -> int:
             "git": {"status": impact.git.status, "divergent": [d.path for d in impact.git.divergent], "detail": impact.git.detail},
             "empty": impact.empty,
         }
-        side = "before" if arguments.before else "after"
         lines = [f"rewind {sid} to {side} turn {turn}: keeps {impact.kept_turns} turns, discards {len(impact.discarded)}"]
         lines += _labels(impact.discarded) + _restores(impact)
         _prepared(arguments, data, lines, "rewind", impact.token.text, impact.agent_history)
@@ -239,7 +233,7 @@ def run_redo(arguments: argparse.Namespace) -> int:
         if token is not None:
             parsed = _token_of(token, ("redo",))
             sid = await _session(service, arguments, parsed, "resume")
-            data = _in_place_data(service, sid, await service.commit_redo(sid, token))
+            data = _in_place_data(service, sid, await service.commit_redo(sid, parsed))
             emit(arguments, data, _in_place_lines(data, "redone"))
             return
         if not arguments.subject:
@@ -252,11 +246,11 @@ def run_redo(arguments: argparse.Namespace) -> int:
             return
         publication = _one(arguments.subject, "PUBLICATION_ID")
         sid = await _session(service, arguments, None, "resume")
-        impact = await service.prepare_redo(sid, publication)
         if arguments.yes:
-            data = _in_place_data(service, sid, await service.commit_redo(sid, impact.token.text))
+            data = _in_place_data(service, sid, await service.redo_now(sid, publication))
             emit(arguments, data, _in_place_lines(data, "redone"))
             return
+        impact = await service.prepare_redo(sid, publication)
         data = {
             "session_id": sid,
             "publication_id": impact.state.publication_id,
@@ -283,7 +277,7 @@ def run_fork(arguments: argparse.Namespace) -> int:
         if token is not None:
             parsed = _token_of(token, ("fork", "worktree-fork"))
             sid = await _session(service, arguments, parsed, "auto")
-            await _commit_fork(service, arguments, sid, token, parsed.op == "worktree-fork")
+            await _commit_fork(service, arguments, sid, parsed, parsed.op == "worktree-fork")
             return
         turn = _turn(_one(arguments.subject, "TURN"))
         if arguments.variants:
@@ -310,7 +304,7 @@ def run_fork(arguments: argparse.Namespace) -> int:
             data = {"session_id": sid, "turns": impact.turns, "local_files": list(impact.local_files)}
             lines = [f"fork {sid} after {impact.response.label}: the new session holds {impact.turns} turns"]
         if arguments.yes:
-            await _commit_fork(service, arguments, sid, impact.token.text, arguments.worktree)
+            await _commit_fork(service, arguments, sid, impact.token, arguments.worktree)
             return
         _prepared(arguments, data, lines, "fork", impact.token.text, impact.agent_history)
 
@@ -352,7 +346,7 @@ def _variant_data(variant) -> dict[str, Any]:
     }
 
 
-async def _commit_fork(service: SessionService, arguments: argparse.Namespace, sid: str, token: str, worktree: bool) -> None:
+async def _commit_fork(service: SessionService, arguments: argparse.Namespace, sid: str, token: StateToken, worktree: bool) -> None:
     if worktree:
         result = await service.commit_worktree_fork(sid, token)
         data = _child_data(service, sid, result.child) | {
@@ -383,14 +377,14 @@ def run_save_as(arguments: argparse.Namespace) -> int:
         if token is not None:
             parsed = _token_of(token, ("save-as",))
             sid = await _session(service, arguments, parsed, "auto")
-            data = _child_data(service, sid, await service.commit_save_as(sid, token))
+            data = _child_data(service, sid, await service.commit_save_as(sid, parsed))
             emit(arguments, data, _child_lines(data, "saved"))
             return
         name = " ".join(arguments.subject)
         sid = await _session(service, arguments, None, "auto")
         impact = await service.prepare_save_as(sid, name)
         if arguments.yes:
-            data = _child_data(service, sid, await service.commit_save_as(sid, impact.token.text))
+            data = _child_data(service, sid, await service.commit_save_as(sid, impact.token))
             emit(arguments, data, _child_lines(data, "saved"))
             return
         data = {"session_id": sid, "name": impact.name, "turns": impact.turns, "artifacts": impact.artifacts, "size": impact.size}

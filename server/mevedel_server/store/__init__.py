@@ -57,7 +57,7 @@ _EXPORTS = {
     '.transactions.redo': ('RedoImpact', 'RedoStates', 'TurnState', 'commit_redo', 'prepare_redo', 'redo_states'),
     '.transactions.in_place': ('ExternalChange', 'FileRestore', 'InPlaceResult', 'KnownGap'),
     '.transactions.rewind': ('RewindImpact', 'commit_rewind', 'prepare_rewind'),
-    '.transactions.two_phase': ('TurnLabel',),
+    '.transactions.two_phase': ('TurnLabel', 'parse_token'),
     '.transactions.save_as': ('SaveAsImpact', 'commit_save_as', 'prepare_save_as'),
     '.transactions.snapshot_cut': ('Boundary', 'Side'),
     '.transactions.worktree_fork': ('WorktreeForkFailed', 'WorktreeForkImpact', 'WorktreeForkResult', 'WorktreeTarget', 'commit_worktree_fork', 'prepare_worktree_fork'),

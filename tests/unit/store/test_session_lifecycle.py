@@ -249,3 +249,80 @@ async def test_a_rewind_that_fails_leaving_its_marker_gates_the_next_mutation(tm
             await svc.begin_turn(sid, "after the failed rewind")
         return
     raise AssertionError("no write point of the Rewind left its recovery marker")
+
+
+class _Counting(LocalTarget):
+    """A LocalTarget that counts its programs (one program is one round
+    trip on an SSH workspace)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.programs: list = []
+
+    async def run(self, program):
+        self.programs.append(program)
+        return await super().run(program)
+
+
+async def test_a_rewind_of_the_open_session_reads_what_its_lease_already_proves_once(root):
+    """The held lease and the bytes the open session last committed (proven
+    by the head's manifest) are the committed state, so the prepare reads
+    only the working tree, in one program with the recovery journal and the
+    prompt queue; ``rewind_now`` (``--yes``) commits with those reads, so
+    it costs one program less than a prepare and a commit, and restores
+    the same."""
+    (root / "notes.txt").write_text("v0\n")
+    target = _Counting(root)
+    svc = SessionService(target, ME)
+    sid = (await svc.create()).session_id
+    for n in (1, 2, 3):
+        await edit_turn(svc, root, sid, f"turn {n}", f"v{n}\n")
+
+    mark = len(target.programs)
+    impact = await svc.prepare_rewind(sid, "after", 2)
+    prepared = target.programs[mark:]
+    assert len(prepared) == 1, [[type(op).__name__ for op in p.operations] for p in prepared]
+    assert {r.path for r in impact.restores if r.changes} == {"notes.txt"}
+
+    mark = len(target.programs)
+    await svc.commit_rewind(sid, impact.token.text)
+    two_phase = len(target.programs) - mark + 1
+    assert (root / "notes.txt").read_text() == "v2\n"
+
+    await edit_turn(svc, root, sid, "turn 3 again", "v3\n")
+    mark = len(target.programs)
+    result = await svc.rewind_now(sid, "after", 2)
+    assert result.committed and result.written == ("notes.txt",)
+    assert (root / "notes.txt").read_text() == "v2\n"
+    assert svc.info(sid).settled_turns == 2
+    assert len(target.programs) - mark == two_phase - 1
+
+
+async def test_a_prompt_queued_after_the_prepare_refuses_the_commit_and_rewind_now(root):
+    """The queue is looked at in the commit's recheck program too, and by
+    ``rewind_now``: a prompt written against the conversation is never
+    sent into a rewound one."""
+    from mevedel_server.store.service.errors import TurnStateConflict
+    from mevedel_server.store.transactions.pending_inputs import (
+        InputRecord,
+        remove_input,
+        write_inputs,
+    )
+
+    svc, sid = await three_turns(root)
+    impact = await svc.prepare_rewind(sid, "after", 1)
+    lease = svc.session(sid).lease
+    entry = "e" * 32
+    queued = InputRecord(
+        entry_id=entry, session_id=sid, kind="follow-up", state="queued", order=1, text="meanwhile", client_id=ME.client_id, host="h", queued_at=0
+    )
+    await write_inputs(lease, [queued], new=[entry])
+    for attempt in (lambda: svc.commit_rewind(sid, impact.token.text), lambda: svc.rewind_now(sid, "after", 1)):
+        with pytest.raises(TurnStateConflict) as refused:
+            await attempt()
+        assert "has 1 queued prompt: send or cancel it before you rewind it" in str(refused.value)
+        assert (root / "notes.txt").read_text() == "v3\n"
+        assert svc.info(sid).settled_turns == 3
+    await remove_input(lease, entry)
+    await svc.rewind_now(sid, "after", 1)
+    assert (root / "notes.txt").read_text() == "v1\n"

@@ -25,7 +25,13 @@ from ..transactions.recovery import (
     find_recovery,
     retry_recovery,
 )
-from ..transactions.two_phase import Source, commit, parse_token, prepare
+from ..transactions.two_phase import (
+    Source,
+    commit,
+    parse_token,
+    prepare,
+    prepare_and_commit,
+)
 from .errors import InvalidSessionInput, TurnStateConflict, UnsettledMutation
 from .open_session import OpenSession
 
@@ -166,7 +172,7 @@ class SessionLifecycle:
         boundary = Boundary(_side(boundary_kind), _turn(turn))
         return await prepare(Rewind(boundary, self._time_now()), self._source(session, queue="rewind it"))
 
-    async def commit_rewind(self, session_id: str, token: str) -> InPlaceResult:
+    async def commit_rewind(self, session_id: str, token: str | StateToken) -> InPlaceResult:
         from ..transactions.rewind import Rewind
 
         session = await self._gated(session_id, "rewind it", commands=True)
@@ -190,7 +196,7 @@ class SessionLifecycle:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
         return await prepare(Redo(publication_id, self._time_now()), self._source(session))
 
-    async def commit_redo(self, session_id: str, token: str) -> InPlaceResult:
+    async def commit_redo(self, session_id: str, token: str | StateToken) -> InPlaceResult:
         from ..transactions.redo import Redo
 
         session = await self._gated(session_id, "redo it", commands=True)
@@ -198,12 +204,37 @@ class SessionLifecycle:
         self._publisher(session)
         return await self._in_place(session, Redo, parsed, "redone")
 
-    async def _in_place(self, session: OpenSession, kind, token: StateToken, reason: str, *, queue: str | None = None) -> InPlaceResult:
-        """Commit an in-place plan (its recheck looks for a recovery in its
-        first program); the live conversation follows what it committed."""
+    async def rewind_now(self, session_id: str, boundary_kind: str, turn: int) -> InPlaceResult:
+        """Prepare and commit a Rewind at once, its impact shown to nobody
+        (``mevedel rewind --yes``): the commit rechecks with what the
+        prepare has just read."""
+        from ..transactions.rewind import Rewind
+        from ..transactions.snapshot_cut import Boundary
+
+        session = await self._gated(session_id, "rewind it", commands=True)
+        boundary = Boundary(_side(boundary_kind), _turn(turn))
+        self._publisher(session)
+        return await self._in_place(session, Rewind(boundary, self._time_now()), None, "rewound", queue="rewind it")
+
+    async def redo_now(self, session_id: str, publication_id: str) -> InPlaceResult:
+        """Prepare and commit a Redo at once (``mevedel redo ID --yes``)."""
+        from ..transactions.redo import Redo
+
+        session = await self._gated(session_id, "redo it", commands=True)
+        if not isinstance(publication_id, str) or not publication_id:
+            raise InvalidSessionInput("the redo state", "must name a publication ID")
+        self._publisher(session)
+        return await self._in_place(session, Redo(publication_id, self._time_now()), None, "redone")
+
+    async def _in_place(self, session: OpenSession, plan, token: StateToken | None, reason: str, *, queue: str | None = None) -> InPlaceResult:
+        """Commit an in-place ``plan`` (a plan class and the ``token`` it
+        was prepared with; or, without a token, a plan to prepare and
+        commit at once). Its recheck looks for a recovery in its first
+        program; the live conversation follows what it committed."""
         session.recovery_clear = False  # a transaction that fails midway may leave its marker
+        source = self._source(session, queue=queue)
         try:
-            result = await commit(kind, self._source(session, queue=queue), token)
+            result = await (commit(plan, source, token) if token is not None else prepare_and_commit(plan, source))
         except RecoveryPending as pending:
             session.recovery = pending.recovery_id
             raise
@@ -218,7 +249,7 @@ class SessionLifecycle:
         _refuse_in_flight(session, "fork it")
         return await prepare(Fork(_turn(turn), self._time_now()), self._source(session))
 
-    async def commit_fork(self, session_id: str, token: str) -> ForkResult:
+    async def commit_fork(self, session_id: str, token: str | StateToken) -> ForkResult:
         from ..transactions.fork import Fork
 
         session = self._open(session_id, "fork it")
@@ -244,7 +275,7 @@ class SessionLifecycle:
         _refuse_in_flight(session, "fork it into a worktree")
         return await prepare(WorktreeFork(_turn(turn), name, branch, self._time_now()), self._source(session))
 
-    async def commit_worktree_fork(self, session_id: str, token: str) -> WorktreeForkResult:
+    async def commit_worktree_fork(self, session_id: str, token: str | StateToken) -> WorktreeForkResult:
         from ..transactions.worktree_fork import WorktreeFork
 
         session = self._open(session_id, "fork it into a worktree")
@@ -261,7 +292,7 @@ class SessionLifecycle:
         session = self._open(session_id, "save it as a new session")
         return await prepare(SaveAs(name, self._time_now()), self._source(session))
 
-    async def commit_save_as(self, session_id: str, token: str) -> ChildSession:
+    async def commit_save_as(self, session_id: str, token: str | StateToken) -> ChildSession:
         from ..transactions.save_as import SaveAs
 
         session = self._open(session_id, "save it as a new session")

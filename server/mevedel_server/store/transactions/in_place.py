@@ -180,12 +180,33 @@ class InPlacePlan:
 
 
 _plans: OrderedDict[str, InPlacePlan] = OrderedDict()
+#: What a prepare at once read (the working tree, the recovery journal's
+#: remains), for its commit (see ``Source.at_once``), by token.
+_surveyed: OrderedDict[str, Survey] = OrderedDict()
 
 
-def remember_plan(token: StateToken, plan: InPlacePlan) -> None:
+@dataclass(frozen=True)
+class Survey:
+    """What :func:`survey_files` read and made of it."""
+
+    hashes: dict[str, str]
+    rows: tuple[FileRestore, ...]
+    external: tuple[ExternalChange, ...]
+    git: GitCheck
+    reads: Mapping[str, FileRead]
+    recovery: RecoveryState | None
+
+
+def remember_plan(token: StateToken, plan: InPlacePlan, survey: Survey | None = None) -> None:
+    """Keep ``plan`` for the commit of ``token`` (and, for a prepare at
+    once, what it read)."""
     _plans[token.text] = plan
     while len(_plans) > _PLAN_LIMIT:
         _plans.popitem(last=False)
+    if survey is not None:
+        _surveyed[token.text] = survey
+        while len(_surveyed) > _PLAN_LIMIT:
+            _surveyed.popitem(last=False)
 
 
 def files_at(turn_files: Sequence[TurnFiles], kept: int, side: Side) -> tuple[dict[str, Planned], dict[str, KnownGap]]:
@@ -278,15 +299,16 @@ def recorded_matches(state: FileState, now: FileRead) -> bool:
     return now.kind == Entry.SYMLINK and now.data == state.target.encode("utf-8", "surrogateescape")
 
 
-async def survey_files(
-    source: Source, plan: InPlacePlan, current_files: Sequence[TurnFiles], git: GitRunner | None
-) -> tuple[dict[str, str], tuple[FileRestore, ...], tuple[ExternalChange, ...], GitCheck]:
+async def survey_files(source: Source, plan: InPlacePlan, current_files: Sequence[TurnFiles], git: GitRunner | None) -> Survey:
     """Read the working tree for an impact (in the gate's program: see
     :func:`~.two_phase.gate_reads`): the token's hashes, the restore rows,
     the external changes and the Git index check."""
+    found: list[RecoveryState | None] = []
 
     async def gated(ops):
-        return (await gate_reads(source, ops)).results
+        gate = await gate_reads(source, ops)
+        found.append(gate.recovery)
+        return gate.results
 
     target = source.target
     reads = await read_project_files(target, plan.wanted, first=gated)
@@ -301,7 +323,7 @@ async def survey_files(
         ExternalChange(path, turn) for path, (state, turn) in sorted(recorded.items()) if not recorded_matches(state, reads[path])
     )
     check = await index_divergence(git, target, git_contents(plan.wanted))
-    return hashes, rows, external, check
+    return Survey(hashes, rows, external, check, reads, found[0] if found else None)
 
 
 def restore_row(path: str, item: Planned, now: Entry | None, wanted: Entry | None) -> FileRestore:
@@ -383,15 +405,21 @@ async def commit_in_place(publisher: Publisher, token: StateToken, plan: InPlace
     check_lease_unmoved(lease, token)
     if set(plan.wanted) != set(token.files):
         raise InvalidToken("its files are not the ones this plan restores")
-    found: list[RecoveryState | None] = []
+    surveyed = _surveyed.pop(token.text, None) if source.at_once else None
+    if surveyed is not None:
+        # The prepare has just read all of it, in one program with the
+        # recovery journal, and nobody was shown the impact since.
+        reads, remains = surveyed.reads, surveyed.recovery or RecoveryState(None, None, None)
+    else:
+        found: list[RecoveryState | None] = []
 
-    async def gated(ops):
-        gate = await gate_reads(source, ops, recovery=True)
-        found.append(gate.recovery)
-        return gate.results
+        async def gated(ops):
+            gate = await gate_reads(source, ops, recovery=True)
+            found.append(gate.recovery)
+            return gate.results
 
-    reads = await read_project_files(target, plan.wanted, first=gated)
-    remains = found[0] or RecoveryState(None, None, None)
+        reads = await read_project_files(target, plan.wanted, first=gated)
+        remains = found[0] or RecoveryState(None, None, None)
     hashes = {p: "unreadable" if isinstance(r, Unreadable) else content_hash(r) for p, r in reads.items()}
     moved = moved_files(token.files, hashes)
     if moved:

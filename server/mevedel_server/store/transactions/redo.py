@@ -35,6 +35,7 @@ from typing import ClassVar
 from ...targets import (
     ControlProgram,
     ListDir,
+    OpResult,
     Read,
     Stat,
     Status,
@@ -252,8 +253,8 @@ async def turn_state_representatives(
         else:
             skipped.append(SkippedHead(h.publication_id, "the publication has no sidecar"))
     fresh: list[SkippedHead] = []
-    await _read_sidecars(target, paths, unread, fresh)
-    await _read_last_prompts(target, paths, unread, fresh)
+    pages = await _read_sidecars(target, paths, unread, fresh)
+    await _read_last_prompts(target, paths, unread, fresh, pages)
     skipped += fresh
     if known is not None:
         for h in unread:
@@ -286,12 +287,28 @@ def _order(h: PublishedHead) -> tuple:
     return (h.sidecar.updated_at, h.mtime, h.publication_id)
 
 
-async def _read_sidecars(target: Target, paths: SessionPaths, heads: list[PublishedHead], skipped: list[SkippedHead]) -> None:
+_PROMPT_PAGE = re.compile(r"index/prompts-\d{6}\.jsonl")
+
+
+def _last_page(manifest: PublicationManifest) -> str | None:
+    """The published file of the last prompt page a manifest names: the
+    one its sidecar's layout will name, unless the sidecar says otherwise
+    (then it is read on its own)."""
+    pages = sorted(logical for logical in manifest.entries if _PROMPT_PAGE.fullmatch(logical))
+    return manifest.entries[pages[-1]].published if pages else None
+
+
+async def _read_sidecars(
+    target: Target, paths: SessionPaths, heads: list[PublishedHead], skipped: list[SkippedHead]
+) -> dict[str, OpResult]:
+    """Each head's sidecar, and in the same program the last prompt page
+    its manifest names; returns those pages' results by published path."""
     wanted: dict[str, list[PublishedHead]] = {}
     for h in heads:
         wanted.setdefault(h.manifest.entries[SIDECAR_PATH].published, []).append(h)
     published = sorted(wanted)
-    results = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in published])
+    pages = sorted({page for h in heads if (page := _last_page(h.manifest)) is not None} - set(published))
+    results = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in [*published, *pages]])
     for path, result in zip(published, results):
         for h in wanted[path]:
             entry = h.manifest.entries[SIDECAR_PATH]
@@ -307,9 +324,12 @@ async def _read_sidecars(target: Target, paths: SessionPaths, heads: list[Publis
                 skipped.append(SkippedHead(h.publication_id, f"its sidecar belongs to session {sidecar.session_id}"))
                 continue
             h.sidecar = sidecar
+    return dict(zip(pages, results[len(published) :]))
 
 
-async def _read_last_prompts(target: Target, paths: SessionPaths, heads: list[PublishedHead], skipped: list[SkippedHead]) -> None:
+async def _read_last_prompts(
+    target: Target, paths: SessionPaths, heads: list[PublishedHead], skipped: list[SkippedHead], read: dict[str, OpResult]
+) -> None:
     wanted: dict[str, list[PublishedHead]] = {}
     for h in heads:
         if h.sidecar is None or h.sidecar.total_turn_count == 0:
@@ -322,8 +342,10 @@ async def _read_last_prompts(target: Target, paths: SessionPaths, heads: list[Pu
             continue
         wanted.setdefault(entry.published, []).append(h)
     published = sorted(wanted)
-    results = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in published])
-    for path, result in zip(published, results):
+    unread = [p for p in published if p not in read]
+    results = dict(zip(unread, await _run_reads(target, [Read(paths.inside(p), optional=True) for p in unread])))
+    for path in published:
+        result = read[path] if path in read else results[path]
         for h in wanted[path]:
             assert h.sidecar is not None
             entry = h.manifest.entries[prompt_page_path(h.sidecar.layout.prompt_pages)]
@@ -471,12 +493,14 @@ class Redo:
         when = plan_time(current, self.at)
         redo = plan_redo(current, chosen, when)
         git = index_git_for(source.target, self.workspace_root)
-        hashes, rows, external, check = await survey_files(source, redo.plan, current.state.files, git)
-        token = issue_token(self.op, current, when, {"publication": self.publication_id}, hashes)
-        remember_plan(token, redo.plan)
+        survey = await survey_files(source, redo.plan, current.state.files, git)
+        token = issue_token(self.op, current, when, {"publication": self.publication_id}, survey.hashes)
+        remember_plan(token, redo.plan, survey if source.at_once else None)
         gaps = tuple(redo.plan.gaps[p] for p in sorted(redo.plan.gaps))
         note = agent_history_note(current.sidecar.engine, copy=False)
-        return RedoImpact(sid, redo.state, redo.common, redo.restored, redo.discarded, rows, gaps, external, check, token, note)
+        return RedoImpact(
+            sid, redo.state, redo.common, redo.restored, redo.discarded, survey.rows, gaps, survey.external, survey.git, token, note
+        )
 
     @classmethod
     def from_token(cls, token: StateToken) -> Redo:

@@ -141,16 +141,18 @@ class Rewind:
         when = plan_time(state, self.at)
         plan = plan_rewind(state, self.boundary, when)
         git = index_git_for(source.target, self.workspace_root)
-        hashes, rows, external, check = await survey_files(source, plan, state.state.files, git)
+        survey = await survey_files(source, plan, state.state.files, git)
         subject = {"side": self.boundary.side.value, "turn": self.boundary.turn}
-        token = issue_token(self.op, state, when, subject, hashes)
-        remember_plan(token, plan)
+        token = issue_token(self.op, state, when, subject, survey.hashes)
+        remember_plan(token, plan, survey if source.at_once else None)
         discarded = tuple(TurnLabel.of(e) for e in state.state.prompts[self.boundary.kept_turns :])
         gaps = tuple(plan.gaps[p] for p in sorted(plan.gaps))
         changes_transcript = plan.artifacts is not state.artifacts
         note = agent_history_note(state.sidecar.engine, copy=False)
         kept = self.boundary.kept_turns
-        return RewindImpact(sid, self.boundary, kept, discarded, changes_transcript, rows, gaps, external, check, token, note)
+        return RewindImpact(
+            sid, self.boundary, kept, discarded, changes_transcript, survey.rows, gaps, survey.external, survey.git, token, note
+        )
 
     @classmethod
     def from_token(cls, token: StateToken) -> Rewind:

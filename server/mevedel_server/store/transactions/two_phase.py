@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from ...targets import ControlProgram, Operation, OpResult, Target
@@ -72,6 +72,12 @@ class Source:
     #: Refuse while prompts wait in the session's queue: the refusal for
     #: that many waiting (None: the queue does not matter).
     queued: Callable[[int], Exception] | None = None
+    #: The commit follows the prepare at once, its impact shown to nobody
+    #: (``--yes``): the prepare's gate looks for a recovery whatever the
+    #: caller's gate saw, and the commit rechecks with the prepare's own
+    #: reads instead of reading again (every write it makes is still
+    #: conditional on the state those reads saw).
+    at_once: bool = False
 
     @property
     def paths(self) -> SessionPaths:
@@ -104,6 +110,14 @@ async def commit(kind: type[Plan[ImpactT, ResultT]], source: Source, token: Stat
     commit's ``options``), committed."""
     parsed = parse_token(token, (kind.op,), source.session_id)
     return await kind.from_token(parsed, **options).commit(source, parsed)
+
+
+async def prepare_and_commit(plan: Plan[object, ResultT], source: Source, **options) -> ResultT:
+    """Both phases at once (``--yes``): nobody is shown the impact, so the
+    commit need not read again what the prepare has just read."""
+    source = replace(source, at_once=True)
+    impact = await prepare(plan, source)
+    return await commit(type(plan), source, impact.token, **options)  # type: ignore[attr-defined]
 
 
 def parse_token(token: StateToken | str, ops: Sequence[str], session_id: str | None = None) -> StateToken:
@@ -158,7 +172,7 @@ async def gate_reads(source: Source, reads: Sequence[Operation] = (), *, recover
     default ``source.recovery_checked``) and the queue when it matters.
     Refuses with :class:`~.recovery.RecoveryPending` or ``source.queued``'s
     refusal before the plan sees its reads."""
-    look = not source.recovery_checked if recovery is None else recovery
+    look = (source.at_once or not source.recovery_checked) if recovery is None else recovery
     paths = source.paths
     gate: list[Operation] = []
     if look:
