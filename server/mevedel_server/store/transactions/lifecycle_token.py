@@ -145,8 +145,9 @@ class StateToken:
         )
 
     @classmethod
-    def parse(cls, token: StateToken | str, op: str) -> StateToken:
-        """The token of an ``op`` transaction, from itself or its text."""
+    def parse(cls, token: StateToken | str, op: str | tuple[str, ...]) -> StateToken:
+        """The token of an ``op`` transaction (or of one of several), from
+        itself or its text."""
         if isinstance(token, StateToken):
             parsed = token
         elif isinstance(token, str) and token.startswith(_PREFIX):
@@ -158,8 +159,9 @@ class StateToken:
                 raise InvalidToken(f"it does not decode ({exc})") from None
         else:
             raise InvalidToken("it is not a mevedel transaction token")
-        if parsed.op != op:
-            raise InvalidToken(f"it was prepared for {parsed.op}, not {op}")
+        ops = (op,) if isinstance(op, str) else op
+        if parsed.op not in ops:
+            raise InvalidToken(f"it was prepared for {parsed.op}, not {' or '.join(ops)}")
         return parsed
 
     @property

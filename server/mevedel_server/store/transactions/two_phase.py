@@ -124,17 +124,7 @@ def parse_token(token: StateToken | str, ops: Sequence[str], session_id: str | N
     """The token of one of ``ops``, parsed once; refused when it was
     prepared for another session than ``session_id`` (a commit must never
     land on a session the user did not confirm)."""
-    first: InvalidToken | None = None
-    parsed: StateToken | None = None
-    for op in ops:
-        try:
-            parsed = StateToken.parse(token, op)
-            break
-        except InvalidToken as refused:
-            first = first or refused
-    if parsed is None:
-        assert first is not None
-        raise first
+    parsed = StateToken.parse(token, tuple(ops))
     if session_id is not None and parsed.session_id != session_id:
         raise InvalidToken(f"it was prepared for session {parsed.session_id}, not {session_id}")
     return parsed
