@@ -1,8 +1,12 @@
 """Rewind, Redo, Fork, Worktree Fork, Save As and recovery on open sessions.
 
-Every transaction is two-phase: ``prepare_*`` returns the impact with a
+Every transaction is a plan of the two-phase skeleton
+(:mod:`..transactions.two_phase`): ``prepare_*`` returns the impact with a
 token; ``commit_*`` rechecks with that token (a moved state refuses with
-``stale-head``). In-place transactions (Rewind, Redo) replace the open
+``stale-head``); ``rewind_now`` and ``redo_now`` (``--yes``) do both at
+once. This module only gates the session (open, writable, no recovery, no
+previous owner's command running) and says how the skeleton sees it
+(:meth:`SessionLifecycle._source`). In-place transactions (Rewind, Redo) replace the open
 session's live conversation; child transactions (Fork, Worktree Fork, Save
 As) open the new session here, writable, keeping the lease the child was
 published under.
@@ -25,13 +29,6 @@ from ..transactions.recovery import (
     find_recovery,
     retry_recovery,
 )
-from ..transactions.two_phase import (
-    Source,
-    commit,
-    parse_token,
-    prepare,
-    prepare_and_commit,
-)
 from .errors import InvalidSessionInput, TurnStateConflict, UnsettledMutation
 from .open_session import OpenSession
 
@@ -45,6 +42,7 @@ if TYPE_CHECKING:
     from ..transactions.rewind import RewindImpact
     from ..transactions.save_as import SaveAsImpact
     from ..transactions.snapshot_cut import Side
+    from ..transactions.two_phase import Source
     from ..transactions.worktree_fork import WorktreeForkImpact, WorktreeForkResult
     from ..workspace_wide.fork_variants import VariantGroup
 
@@ -120,7 +118,7 @@ class SessionLifecycle:
                 f"{'them' if waiting != 1 else 'it'} before you {queue}",
             )
 
-        return Source(
+        return _phases().Source(
             self.target,
             sid,
             session.conversation,
@@ -170,13 +168,13 @@ class SessionLifecycle:
 
         session = await self._gated(session_id, "rewind it", commands=True)
         boundary = Boundary(_side(boundary_kind), _turn(turn))
-        return await prepare(Rewind(boundary, self._time_now()), self._source(session, queue="rewind it"))
+        return await _phases().prepare(Rewind(boundary, self._time_now()), self._source(session, queue="rewind it"))
 
     async def commit_rewind(self, session_id: str, token: str | StateToken) -> InPlaceResult:
         from ..transactions.rewind import Rewind
 
         session = await self._gated(session_id, "rewind it", commands=True)
-        parsed = parse_token(token, (Rewind.op,), session.session_id)
+        parsed = _phases().parse_token(token, (Rewind.op,), session.session_id)
         self._publisher(session)
         return await self._in_place(session, Rewind, parsed, "rewound", queue="rewind it")
 
@@ -194,13 +192,13 @@ class SessionLifecycle:
         session = await self._gated(session_id, "redo it", commands=True)
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
-        return await prepare(Redo(publication_id, self._time_now()), self._source(session))
+        return await _phases().prepare(Redo(publication_id, self._time_now()), self._source(session))
 
     async def commit_redo(self, session_id: str, token: str | StateToken) -> InPlaceResult:
         from ..transactions.redo import Redo
 
         session = await self._gated(session_id, "redo it", commands=True)
-        parsed = parse_token(token, (Redo.op,), session.session_id)
+        parsed = _phases().parse_token(token, (Redo.op,), session.session_id)
         self._publisher(session)
         return await self._in_place(session, Redo, parsed, "redone")
 
@@ -234,7 +232,7 @@ class SessionLifecycle:
         session.recovery_clear = False  # a transaction that fails midway may leave its marker
         source = self._source(session, queue=queue)
         try:
-            result = await (commit(plan, source, token) if token is not None else prepare_and_commit(plan, source))
+            result = await (_phases().commit(plan, source, token) if token is not None else _phases().prepare_and_commit(plan, source))
         except RecoveryPending as pending:
             session.recovery = pending.recovery_id
             raise
@@ -247,14 +245,14 @@ class SessionLifecycle:
 
         session = self._open(session_id, "fork it")
         _refuse_in_flight(session, "fork it")
-        return await prepare(Fork(_turn(turn), self._time_now()), self._source(session))
+        return await _phases().prepare(Fork(_turn(turn), self._time_now()), self._source(session))
 
     async def commit_fork(self, session_id: str, token: str | StateToken) -> ForkResult:
         from ..transactions.fork import Fork
 
         session = self._open(session_id, "fork it")
-        parsed = parse_token(token, (Fork.op,), session.session_id)
-        result = await commit(Fork, self._source(session), parsed, child=self._child_options())
+        parsed = _phases().parse_token(token, (Fork.op,), session.session_id)
+        result = await _phases().commit(Fork, self._source(session), parsed, child=self._child_options())
         self._adopt_child(result.child)
         return result
 
@@ -273,14 +271,14 @@ class SessionLifecycle:
 
         session = self._open(session_id, "fork it into a worktree")
         _refuse_in_flight(session, "fork it into a worktree")
-        return await prepare(WorktreeFork(_turn(turn), name, branch, self._time_now()), self._source(session))
+        return await _phases().prepare(WorktreeFork(_turn(turn), name, branch, self._time_now()), self._source(session))
 
     async def commit_worktree_fork(self, session_id: str, token: str | StateToken) -> WorktreeForkResult:
         from ..transactions.worktree_fork import WorktreeFork
 
         session = self._open(session_id, "fork it into a worktree")
-        parsed = parse_token(token, (WorktreeFork.op,), session.session_id)
-        result = await commit(WorktreeFork, self._source(session), parsed, child=self._child_options())
+        parsed = _phases().parse_token(token, (WorktreeFork.op,), session.session_id)
+        result = await _phases().commit(WorktreeFork, self._source(session), parsed, child=self._child_options())
         self._adopt_child(result.child)
         return result
 
@@ -290,14 +288,14 @@ class SessionLifecycle:
         from ..transactions.save_as import SaveAs
 
         session = self._open(session_id, "save it as a new session")
-        return await prepare(SaveAs(name, self._time_now()), self._source(session))
+        return await _phases().prepare(SaveAs(name, self._time_now()), self._source(session))
 
     async def commit_save_as(self, session_id: str, token: str | StateToken) -> ChildSession:
         from ..transactions.save_as import SaveAs
 
         session = self._open(session_id, "save it as a new session")
-        parsed = parse_token(token, (SaveAs.op,), session.session_id)
-        child = await commit(SaveAs, self._source(session), parsed, child=self._child_options())
+        parsed = _phases().parse_token(token, (SaveAs.op,), session.session_id)
+        child = await _phases().commit(SaveAs, self._source(session), parsed, child=self._child_options())
         self._adopt_child(child)
         return child
 
@@ -328,6 +326,14 @@ class SessionLifecycle:
         opened = self._new_open(child.conversation, lease=child.lease)
         self._sessions[child.session_id] = opened
         self._changed(opened, "created")
+
+
+def _phases():
+    """The two-phase skeleton (:mod:`..transactions.two_phase`), imported
+    by the methods that run it, as the transactions are."""
+    from ..transactions import two_phase
+
+    return two_phase
 
 
 def _side(kind: str) -> Side:
