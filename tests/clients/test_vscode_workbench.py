@@ -667,6 +667,9 @@ def test_chat_input_up_and_down_recall_the_prompts_sent(vscode: Workbench, tmp_p
     assert len(list((folder / ".mevedel").glob("input-history.corrupt-*"))) == 1
 
 
+STATUS_ITEMS = "#workbench\\.parts\\.statusbar .statusbar-item"
+
+
 def test_a_sub_agents_work_streams_nested_under_the_call_folds_when_done_and_rewind_names_it(vscode: Workbench, tmp_path: Path) -> None:
     """The agent hands a task to a second agent with the Agent tool: the
     chat streams the sub-agent's work nested under that tool call, open
@@ -676,6 +679,7 @@ def test_a_sub_agents_work_streams_nested_under_the_call_folds_when_done_and_rew
     folder = markdown_folder(tmp_path)
     (folder / "notes.txt").write_text("original notes\n")
     release = tmp_path / "release-the-helper"
+    finish = tmp_path / "let-the-parent-finish"
     helper_script = tmp_path / "helper.json"
     helper_script.write_text(json.dumps({"log": str(tmp_path / "helper.jsonl"), "turns": [[
         {"say": "Reviewing now."},
@@ -687,7 +691,8 @@ def test_a_sub_agents_work_streams_nested_under_the_call_folds_when_done_and_rew
     ask = {"name": "reviewer", "prompt": "Review the notes", "agent": "helper"}
     vscode.open(
         folder,
-        turns=[[{"say": "Asking the helper."}, {"mcp_call": {"id": "call-reviewer", "tool": "Agent", "arguments": ask}}, {"say": "Thanks, helper."}]],
+        turns=[[{"say": "Asking the helper."}, {"mcp_call": {"id": "call-reviewer", "tool": "Agent", "arguments": ask}},
+                {"say": "Thanks, helper."}, {"wait_file": str(finish)}, {"say": " All done."}]],
         settings={
             "mevedel.agents": {
                 "scripted": {"command": [sys.executable, str(AGENT), str(vscode.agent_script)]},
@@ -714,10 +719,21 @@ def test_a_sub_agents_work_streams_nested_under_the_call_folds_when_done_and_rew
     # The root turn is still running: the sub-agent's activity is not its end.
     assert drive("count", frame=CHAT, selector="#turns .turn-1") == 0
     assert drive("texts", frame=CHAT, selector="#live .turn-head .turn-state") == ["running"]
+    # The status bar names the turn's agent, not the sub-agent at work.
+    drive("waitFor", selector=STATUS_ITEMS, hasText="mevedel scripted: running")
+    assert "reviewer" not in " ".join(drive("texts", selector=STATUS_ITEMS))
 
     release.touch()
-    drive("waitFor", frame=CHAT, selector="#turns .turn-1", hasText="Thanks, helper.")
-    # Done: folded under the call, its words hidden until expanded.
+    # Done: folded under the call while the parent's turn goes on (the
+    # sub-agent's end is not the turn's: still running, in the status bar too).
+    drive("waitFor", frame=CHAT, selector="#live .tool-agents .subagent.settled", hasText="reviewer (helper)")
+    drive("waitFor", frame=CHAT, selector="#live", hasText="Thanks, helper.")
+    assert drive("texts", frame=CHAT, selector="#live .turn-head .turn-state") == ["running"]
+    drive("waitFor", selector=STATUS_ITEMS, hasText="mevedel scripted: running")
+    finish.touch()
+    drive("waitFor", frame=CHAT, selector="#turns .turn-1", hasText="All done.")
+    drive("waitFor", selector=STATUS_ITEMS, hasText="mevedel scripted: running", state="hidden")
+    # Its words are hidden until expanded.
     folded = "#turns .turn-1 .tool-agents .subagent.settled"
     drive("waitFor", frame=CHAT, selector=folded, hasText="reviewer (helper)")
     assert drive("attribute", frame=CHAT, selector=folded, name="open") is None
