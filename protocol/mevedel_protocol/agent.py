@@ -162,7 +162,14 @@ class TurnDidUpdateParams:
     order. ``starting`` (the agent is being started; no turn yet) comes
     first, then ``running``, ``cancelling`` after a cancel, and ``settled``
     once, last, with ``outcome`` and ``stopReason`` (or only ``error`` when
-    the prompt was refused before a turn began)."""
+    the prompt was refused before a turn began).
+
+    A retained sub-agent's activity (the ``Agent`` tool) is sent with
+    ``agentPath`` (its path, ``helper`` or ``helper/reviewer``) and, when
+    the server can tell, ``parentCallId``: the ``callId`` of its caller's
+    tool event that started it (the root turn's, or the calling
+    sub-agent's). ``turn``/``turnId`` are the root turn's; its phases are
+    its own task's, never the root turn's."""
 
     workspace_folder: str
     session_id: str
@@ -174,3 +181,5 @@ class TurnDidUpdateParams:
     outcome: Optional[Outcome] = None
     stop_reason: Optional[str] = None
     error: Optional[TurnError] = None
+    agent_path: Optional[str] = None
+    parent_call_id: Optional[str] = None

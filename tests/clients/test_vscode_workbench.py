@@ -665,3 +665,88 @@ def test_chat_input_up_and_down_recall_the_prompts_sent(vscode: Workbench, tmp_p
         # shows the entry when it arrives.
         wait_until(lambda: drive("value", frame=CHAT, selector="#prompt") == shown, f"{shown!r} after {key}")
     assert len(list((folder / ".mevedel").glob("input-history.corrupt-*"))) == 1
+
+
+STATUS_ITEMS = "#workbench\\.parts\\.statusbar .statusbar-item"
+
+
+def test_a_sub_agents_work_streams_nested_under_the_call_folds_when_done_and_rewind_names_it(vscode: Workbench, tmp_path: Path) -> None:
+    """The agent hands a task to a second agent with the Agent tool: the
+    chat streams the sub-agent's work nested under that tool call, open
+    while it works; once it is done it is folded, and a click on it
+    expands it. Rewind's impact names the sub-agent beside the file it
+    changed."""
+    folder = markdown_folder(tmp_path)
+    (folder / "notes.txt").write_text("original notes\n")
+    release = tmp_path / "release-the-helper"
+    finish = tmp_path / "let-the-parent-finish"
+    helper_script = tmp_path / "helper.json"
+    helper_script.write_text(json.dumps({"log": str(tmp_path / "helper.jsonl"), "turns": [[
+        {"say": "Reviewing now."},
+        {"tool_call": {"id": "h1", "title": "Read notes.txt", "kind": "read", "status": "completed"}},
+        {"write": {"path": "notes.txt", "content": "reviewed notes\n"}},
+        {"wait_file": str(release)},
+        {"say": " Two issues."},
+    ]]}))
+    ask = {"name": "reviewer", "prompt": "Review the notes", "agent": "helper"}
+    vscode.open(
+        folder,
+        turns=[[{"say": "Asking the helper."}, {"mcp_call": {"id": "call-reviewer", "tool": "Agent", "arguments": ask}},
+                {"say": "Thanks, helper."}, {"wait_file": str(finish)}, {"say": " All done."}]],
+        settings={
+            "mevedel.agents": {
+                "scripted": {"command": [sys.executable, str(AGENT), str(vscode.agent_script)]},
+                "helper": {"command": [sys.executable, str(AGENT), str(helper_script)]},
+            },
+            "mevedel.permissions": "allow-all",
+        },
+    )
+    drive = vscode.drive
+    connected(vscode)
+    drive("command", title="mevedel: Open Chat")
+    send_prompt(vscode, "Get a review")
+    # Two agents configured: the chat asks which one answers.
+    drive("pick", title="Which agent answers in this session?", label="scripted")
+
+    # While the helper works, its words stream in, open, under the parent's
+    # Agent call (not in the parent's own text).
+    nested = "#live .tool-agents .subagent[open]"
+    drive("waitFor", frame=CHAT, selector=nested, hasText="Reviewing now.")
+    drive("waitFor", frame=CHAT, selector=f"{nested} .tool-title", hasText="Read notes.txt")
+    call = " ".join(drive("texts", frame=CHAT, selector="#live .tool-agents > .tool"))
+    assert "mcp Agent" in call and "Reviewing now." not in call, call
+    assert "reviewer (helper)" in " ".join(drive("texts", frame=CHAT, selector=f"{nested} > summary"))
+    # The root turn is still running: the sub-agent's activity is not its end.
+    assert drive("count", frame=CHAT, selector="#turns .turn-1") == 0
+    assert drive("texts", frame=CHAT, selector="#live .turn-head .turn-state") == ["running"]
+    # The status bar names the turn's agent, not the sub-agent at work.
+    drive("waitFor", selector=STATUS_ITEMS, hasText="mevedel scripted: running")
+    assert "reviewer" not in " ".join(drive("texts", selector=STATUS_ITEMS))
+
+    release.touch()
+    # Done: folded under the call while the parent's turn goes on (the
+    # sub-agent's end is not the turn's: still running, in the status bar too).
+    drive("waitFor", frame=CHAT, selector="#live .tool-agents .subagent.settled", hasText="reviewer (helper)")
+    drive("waitFor", frame=CHAT, selector="#live", hasText="Thanks, helper.")
+    assert drive("texts", frame=CHAT, selector="#live .turn-head .turn-state") == ["running"]
+    drive("waitFor", selector=STATUS_ITEMS, hasText="mevedel scripted: running")
+    finish.touch()
+    drive("waitFor", frame=CHAT, selector="#turns .turn-1", hasText="All done.")
+    drive("waitFor", selector=STATUS_ITEMS, hasText="mevedel scripted: running", state="hidden")
+    # Its words are hidden until expanded.
+    folded = "#turns .turn-1 .tool-agents .subagent.settled"
+    drive("waitFor", frame=CHAT, selector=folded, hasText="reviewer (helper)")
+    assert drive("attribute", frame=CHAT, selector=folded, name="open") is None
+    drive("waitFor", frame=CHAT, selector=f"{folded} .subagent-body", state="hidden")
+    drive("click", frame=CHAT, selector=f"{folded} > summary")
+    drive("waitFor", frame=CHAT, selector=f"{folded} .subagent-body", hasText="Two issues.")
+    assert "done" in " ".join(drive("texts", frame=CHAT, selector=f"{folded} > summary"))
+
+    # Rewind's impact names the sub-agent beside what it changed.
+    drive("command", title="mevedel: Rewind Session…")
+    drive("pick", title="mevedel: Rewind", label="Get a review")
+    drive("pick", title="mevedel: Rewind to", label="Before the prompt of turn 1")
+    impact = drive("dialog")
+    assert "notes.txt" in impact and "changed by sub-agent reviewer" in impact, impact
+    drive("dialog", button="Rewind")
+    wait_until(lambda: (folder / "notes.txt").read_text() == "original notes\n", "notes.txt restored")

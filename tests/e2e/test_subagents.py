@@ -307,3 +307,69 @@ async def test_on_an_ssh_workspace_the_sub_agent_works_there_and_its_results_are
         assert (await read(client, "agent://", **where))["text"] == ""
     finally:
         await client.shutdown_session()
+
+
+async def test_the_owner_sees_a_sub_agents_work_live_nested_under_the_call_that_started_it(client, workspace):
+    """``mevedel/turn/didUpdate`` carries each sub-agent's activity with its
+    path and its caller's tool call (the root's, or the calling
+    sub-agent's); the root turn's own phases are untouched by it."""
+    watch = Watch(client)
+    logs, entries = {}, {}
+    scripts = {
+        "parent": [[
+            {"say": "Asking. "}, delegate("outer", "Delegate further"),
+            # Called without reporting an ACP tool call: no call to nest under.
+            {"mcp_call": {"tool": "Agent", "arguments": {"name": "quiet", "prompt": "Say little", "agent": "searcher"}}},
+            {"say": "All answered."},
+        ]],
+        "helper": [[
+            {"tool_call": {"id": "look", "title": "Look around", "kind": "read", "status": "completed"}},
+            {"say": "Outer at work. "}, delegate("inner", "Go deeper", agent="searcher"), {"say": "Outer done."},
+        ]],
+        "searcher": [[{"say": "Inner found it."}]],
+    }
+    for name, turns in scripts.items():
+        logs[name] = workspace.parent / f"{name}-events.jsonl"
+        script = workspace.parent / f"{name}-script.json"
+        script.write_text(json.dumps({"log": str(logs[name]), "turns": turns}), encoding="utf-8")
+        entries[name] = {"command": [sys.executable, str(AGENT), str(script)]}
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"agents": entries, "defaultAgent": "parent"}))
+    result = await prompt(client, "Delegate twice")
+    assert result["outcome"] == "completed", result
+    await request(client, methods.AGENT_LIST, {})  # notifications sent before it are in
+
+    root = [u for u in watch.updates if u.get("agentPath") is None]
+    phases = [u["phase"] for u in root]
+    assert phases[0] == "starting" and phases[-1] == "settled" and phases.count("settled") == 1, phases
+    assert root[-1]["outcome"] == "completed" and all(u["agent"] == "parent" for u in root)
+
+    def nested(path: str) -> list[dict]:
+        return [u for u in watch.updates if u.get("agentPath") == path]
+
+    def text(updates: list[dict]) -> str:
+        return "".join(e.get("text") or "" for u in updates for e in u.get("events", []) if e["kind"] == "response")
+
+    outer, inner, quiet = nested("outer"), nested("outer/inner"), nested("quiet")
+    for updates, label, parent_call in ((outer, "outer (helper)", "call-outer"), (inner, "outer/inner (searcher)", "call-inner"),
+                                        (quiet, "quiet (searcher)", None)):
+        assert updates, label
+        assert [u["phase"] for u in updates][0] == "starting" and [u["phase"] for u in updates][-1] == "settled", updates
+        assert {u["phase"] for u in updates[1:-1]} <= {"running"}, updates
+        assert updates[-1]["outcome"] == "completed", updates[-1]
+        assert all(u["agent"] == label and u.get("parentCallId") == parent_call for u in updates), (label, updates)
+        # The parent's turn, not a turn of its own.
+        assert all(u["turn"] == result["turn"] and u["turnId"] == result["turnId"] for u in updates)
+    assert text(outer) == "Outer at work. mcp Agent: Inner found it.Outer done.", text(outer)
+    assert text(inner) == "Inner found it." and text(quiet) == "Inner found it."
+    assert "Look around" in [e.get("title") for u in outer for e in u.get("events", [])]
+    # Nothing of the sub-agents' is in the root's own events.
+    assert "Outer at work." not in text(root) and text(root).startswith("Asking. "), text(root)
+    # Each caller's call is sent before anything nested under it, and every
+    # sub-agent settles inside its root turn.
+    order = watch.updates.index
+
+    def first_call(path: str | None, call_id: str) -> int:
+        return next(order(u) for u in watch.updates if u.get("agentPath") == path and any(e.get("callId") == call_id for e in u.get("events", [])))
+
+    assert first_call(None, "call-outer") < order(outer[0]) and first_call("outer", "call-inner") < order(inner[0])
+    assert order(inner[-1]) < order(outer[-1]) < order(root[-1]) and order(quiet[-1]) < order(root[-1])

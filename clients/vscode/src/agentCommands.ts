@@ -19,6 +19,8 @@ export class TurnIndicator implements vscode.Disposable {
   }
 
   private updated(update: TurnDidUpdateParams): void {
+    // A sub-agent's activity is within its root turn: its settled is not the turn's.
+    if (update.agentPath) return;
     const key = `${update.workspaceFolder} ${update.sessionId}`;
     if (update.phase === 'settled') this.running.delete(key);
     else this.running.set(key, `${update.agent}: ${update.phase}`);

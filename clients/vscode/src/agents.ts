@@ -90,6 +90,13 @@ export interface TurnDidUpdateParams {
   outcome?: TurnOutcome | null;
   stopReason?: string | null;
   error?: TurnError | null;
+  // A retained sub-agent's activity: its path (`reviewer`,
+  // `reviewer/search`); absent for the root agent's own. Its phases are its
+  // task's, never the root turn's.
+  agentPath?: string | null;
+  // With agentPath: the callId of its caller's tool call that started it
+  // (the root's, or the calling sub-agent's); absent when unknown.
+  parentCallId?: string | null;
 }
 
 export function promptTurn(sender: RequestSender, params: TurnPromptParams): Promise<TurnPromptResult> {

@@ -15,6 +15,23 @@ export interface ToolCallView {
   output?: string;
   isError?: boolean;
   diffs?: ToolDiff[];
+  // The sub-agents' tasks this call started (the `Agent` tool).
+  agents?: SubAgentView[];
+}
+
+export type SubAgentState = 'starting' | 'running' | TurnOutcome;
+
+// A retained sub-agent's task, folded from the updates with its agentPath:
+// shown under the caller's tool call that started it, or at the end of the
+// turn when that call is not known.
+export interface SubAgentView {
+  path: string;
+  // Its label, `reviewer (codex)`.
+  label: string;
+  state: SubAgentState;
+  blocks: Block[];
+  // Its own sub-agents whose call is not known.
+  agents?: SubAgentView[];
 }
 
 // A text block is `closed` once something else happened after it (a tool
@@ -43,6 +60,8 @@ export interface ChatTurn {
   // Why an errored or interrupted turn ended, as turn/list words it.
   reason?: string;
   blocks: Block[];
+  // Sub-agents' tasks whose caller's tool call is not known.
+  agents?: SubAgentView[];
   // Seen live here: its view has what the records lack (diffs, statuses).
   observed?: boolean;
 }
@@ -144,6 +163,100 @@ function settledState(update: TurnDidUpdateParams): TurnState {
   return update.error ? 'errored' : 'completed';
 }
 
+// Nesting sub-agents ------------------------------------------------------------------
+
+// What holds sub-agents: a turn (the root agent's) or a sub-agent's task.
+interface Holder {
+  blocks: Block[];
+  agents?: SubAgentView[];
+}
+
+function parentPath(path: string): string {
+  const at = path.lastIndexOf('/');
+  return at < 0 ? '' : path.slice(0, at);
+}
+
+function settledView(state: SubAgentState): boolean {
+  return state !== 'starting' && state !== 'running';
+}
+
+// The sub-agents a holder shows, under its calls and at its end.
+function children(holder: Holder): SubAgentView[] {
+  const under = holder.blocks.flatMap((b) => (b.kind === 'tool_call' ? b.call.agents ?? [] : []));
+  return [...under, ...(holder.agents ?? [])];
+}
+
+function replaceChild<H extends Holder>(holder: H, old: SubAgentView, next: SubAgentView): H {
+  const swap = (list?: SubAgentView[]) => list?.map((v) => (v === old ? next : v));
+  return {
+    ...holder,
+    blocks: holder.blocks.map((b) =>
+      b.kind === 'tool_call' && b.call.agents?.includes(old) ? { kind: 'tool_call', call: { ...b.call, agents: swap(b.call.agents) } } : b,
+    ),
+    agents: swap(holder.agents),
+  };
+}
+
+function foldView(view: SubAgentView, update: TurnDidUpdateParams): SubAgentView {
+  let state: SubAgentState = view.state;
+  if (update.phase === 'starting') state = 'starting';
+  else if (update.phase === 'running' || update.phase === 'cancelling') state = settledView(state) ? state : 'running';
+  let blocks = view.blocks;
+  for (const event of update.events ?? []) blocks = foldEvent(blocks, event);
+  if (update.phase === 'settled') state = update.outcome ?? (update.error ? 'errored' : 'completed');
+  return { ...view, label: update.agent, state, blocks };
+}
+
+// The task in a list the update belongs to: the newest of its path, unless
+// that one settled and this update starts a new task.
+function foldInto(list: SubAgentView[], update: TurnDidUpdateParams, path: string): SubAgentView[] {
+  const at = list.map((v) => v.path).lastIndexOf(path);
+  if (at < 0 || (update.phase === 'starting' && settledView(list[at].state))) {
+    return [...list, foldView({ path, label: update.agent, state: 'starting', blocks: [] }, update)];
+  }
+  return list.map((v, i) => (i === at ? foldView(v, update) : v));
+}
+
+// The update folded into `holder` (whose own path is `path`, '' for the
+// root), at the caller's call when it is shown, else at the holder's end;
+// undefined when the caller is not shown under this holder.
+function nest<H extends Holder>(holder: H, path: string, update: TurnDidUpdateParams, agentPath: string): H | undefined {
+  const caller = parentPath(agentPath);
+  if (path === caller) {
+    const callId = update.parentCallId;
+    const at = callId ? holder.blocks.findIndex((b) => b.kind === 'tool_call' && b.call.callId === callId) : -1;
+    if (at >= 0) {
+      const call = (holder.blocks[at] as { call: ToolCallView }).call;
+      const agents = foldInto(call.agents ?? [], update, agentPath);
+      return { ...holder, blocks: holder.blocks.map((b, i) => (i === at ? { kind: 'tool_call', call: { ...call, agents } } : b)) };
+    }
+    return { ...holder, agents: foldInto(holder.agents ?? [], update, agentPath) };
+  }
+  // Down through the caller's ancestors, the newest task first.
+  for (const child of children(holder).reverse()) {
+    if (child.path !== caller && !caller.startsWith(child.path + '/')) continue;
+    const next = nest(child, child.path, update, agentPath);
+    if (next) return replaceChild(holder, child, next);
+  }
+  return undefined;
+}
+
+// A sub-agent's update: folded into its root turn (in flight, or settled
+// already when the sub-agent's last word comes after it), never changing
+// that turn's state or agent.
+function applyNested(state: ChatState, update: TurnDidUpdateParams, agentPath: string): ChatState {
+  const turn = nonNull(update.turn) ?? null;
+  const into = <T extends ChatTurn>(t: T): T =>
+    nest(t, '', update, agentPath) ?? { ...t, agents: foldInto(t.agents ?? [], update, agentPath) };
+  const live = state.live;
+  if (live && (live.turn === null || turn === null || live.turn === turn)) return { ...state, live: into(live) };
+  const settled = turn !== null ? state.turns.find((t) => t.turn === turn) : undefined;
+  if (settled) return { ...state, turns: state.turns.map((t) => (t === settled ? into(t) : t)) };
+  // Seen before its root turn's own updates (a panel opened mid-turn).
+  const started: ChatTurn = { turn, turnId: nonNull(update.turnId) ?? null, prompt: state.pendingPrompt ?? '', state: 'running', blocks: [] };
+  return { ...state, live: into(started) };
+}
+
 // The state after one `mevedel/turn/didUpdate`. Updates of another session
 // change nothing; a panel without a session takes the first one's (a prompt
 // that created the session).
@@ -151,6 +264,7 @@ export function applyUpdate(state: ChatState, update: TurnDidUpdateParams): Chat
   if (state.workspaceFolder && update.workspaceFolder && update.workspaceFolder !== state.workspaceFolder) return state;
   if (state.sessionId && update.sessionId !== state.sessionId) return state;
   let next: ChatState = { ...state, sessionId: update.sessionId, workspaceFolder: state.workspaceFolder ?? update.workspaceFolder };
+  if (update.agentPath) return applyNested(next, update, update.agentPath);
   let live = next.live;
   const turn = nonNull(update.turn) ?? null;
   if (!live || (live.turn !== null && turn !== null && live.turn !== turn)) {
@@ -198,10 +312,49 @@ const SUMMARY_STATES: Record<TurnSummary['state'], TurnState> = {
   interrupted: 'interrupted',
 };
 
-function itemBlocks(items: TurnItem[]): Block[] {
+// Whether a tool call's title names the Agent tool (`Agent`,
+// `mcp__mevedel__Agent`, `mcp Agent`...).
+function namesAgentTool(title?: string): boolean {
+  return (title ?? '').split(/[^A-Za-z0-9]+/).includes('Agent');
+}
+
+function itemBlocks(items: TurnItem[]): Holder {
   let blocks: Block[] = [];
+  const agents: SubAgentView[] = [];
+  // Sub-sub-agents' tasks, settled (recorded) before their caller's.
+  let waiting: SubAgentView[] = [];
   for (const item of items) {
     switch (item.kind) {
+      case 'agent_task': {
+        // A sub-agent's task, recorded when it settled: under the newest
+        // Agent call still waiting for its answer (its caller's record
+        // holds no call id), its own sub-agents' tasks under it.
+        const path = item.name ?? '';
+        const view: SubAgentView = {
+          path,
+          label: item.sender ? `${path} (${item.sender})` : path,
+          state: item.isError ? 'errored' : 'completed',
+          blocks: item.output ? [{ kind: 'response', text: item.output, closed: true }] : [],
+        };
+        const own = waiting.filter((v) => parentPath(v.path) === path);
+        if (own.length) view.agents = own;
+        waiting = waiting.filter((v) => parentPath(v.path) !== path);
+        if (path.includes('/')) {
+          waiting.push(view);
+          break;
+        }
+        let at = -1;
+        blocks.forEach((b, i) => {
+          if (b.kind === 'tool_call' && !b.call.status && namesAgentTool(b.call.title)) at = i;
+        });
+        if (at < 0) {
+          agents.push(view);
+          break;
+        }
+        const call = (blocks[at] as { call: ToolCallView }).call;
+        blocks = blocks.map((b, i) => (i === at ? { kind: 'tool_call', call: { ...call, agents: [...(call.agents ?? []), view] } } : b));
+        break;
+      }
       case 'response':
       case 'reasoning':
         // Separate records stay separate blocks (the fold merges only the
@@ -239,7 +392,8 @@ function itemBlocks(items: TurnItem[]): Block[] {
         break;
     }
   }
-  return blocks;
+  const unplaced = [...agents, ...waiting];
+  return unplaced.length ? { blocks, agents: unplaced } : { blocks };
 }
 
 // A recorded turn as the panel shows it.
@@ -250,7 +404,7 @@ export function turnFromShow(shown: TurnShowResult): ChatTurn {
     prompt: shown.prompt,
     state: SUMMARY_STATES[shown.summary.state],
     reason: shown.summary.reason,
-    blocks: itemBlocks(shown.items),
+    ...itemBlocks(shown.items),
   };
 }
 

@@ -5,7 +5,7 @@
 // it only ever reaches the HTML through `escapeHtml`. No `vscode` import:
 // the Node tests render real turns with it.
 import { ToolDiff } from './agents';
-import { activity, Block, ChatState, ChatTurn, ToolCallView } from './chat';
+import { activity, Block, ChatState, ChatTurn, SubAgentView, ToolCallView } from './chat';
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
@@ -136,8 +136,36 @@ function renderToolCall(call: ToolCallView, key: string): string {
   const summary = `<span class="status status-${escapeHtml(status.replace(/[^a-z_]/gi, ''))}">${escapeHtml(label)}</span>${kind}<span class="tool-title">${title}</span>`;
   // A call with diffs shows them; anything else opens on demand.
   const open = call.diffs?.length ? ' open' : '';
-  if (!body) return `<div class="tool">${summary}</div>`;
-  return `<details class="tool" data-key="${escapeHtml(key)}"${open}><summary>${summary}</summary>${body}</details>`;
+  const tool = body
+    ? `<details class="tool" data-key="${escapeHtml(key)}"${open}><summary>${summary}</summary>${body}</details>`
+    : `<div class="tool">${summary}</div>`;
+  // The sub-agents it started (the Agent tool), under it.
+  return call.agents?.length ? `<div class="tool-agents">${tool}${renderSubAgents(call.agents, key)}</div>` : tool;
+}
+
+const SUB_AGENT_STATES: Record<string, string> = {
+  starting: 'starting…',
+  running: 'working',
+  completed: 'done',
+  errored: 'failed',
+  interrupted: 'interrupted',
+};
+
+// A sub-agent's task: open while it works, folded once settled (its own
+// key then, so the fold is not undone by the open state the page kept of
+// it while it worked; the user's own toggle of the settled one is kept).
+function renderSubAgent(view: SubAgentView, key: string): string {
+  const done = view.state !== 'starting' && view.state !== 'running';
+  const own = `${key}@${view.path}`;
+  const blocks = view.blocks.map((block, i) => renderBlock(block, `${own}:${i}`)).join('');
+  const state = `<span class="subagent-state state-${escapeHtml(view.state)}">${escapeHtml(SUB_AGENT_STATES[view.state] ?? view.state)}</span>`;
+  const summary = `<span class="label">Sub-agent</span><span class="subagent-label">${escapeHtml(view.label)}</span>${state}`;
+  const body = `<div class="subagent-body">${blocks}${renderSubAgents(view.agents ?? [], own)}</div>`;
+  return `<details class="subagent${done ? ' settled' : ''}" data-path="${escapeHtml(view.path)}" data-key="${escapeHtml(`${own}:${done ? 'settled' : 'live'}`)}"${done ? '' : ' open'}><summary>${summary}</summary>${body}</details>`;
+}
+
+function renderSubAgents(views: SubAgentView[], key: string): string {
+  return views.map((view, i) => renderSubAgent(view, `${key}#${i}`)).join('');
 }
 
 function renderBlock(block: Block, key: string): string {
@@ -188,7 +216,8 @@ export function renderTurn(turn: ChatTurn, options: TurnOptions): string {
   const number = turn.turn === null ? '' : `Turn ${turn.turn}`;
   const agent = turn.agent ? ` · ${escapeHtml(turn.agent)}` : '';
   const state = `<span class="turn-state state-${escapeHtml(turn.state)}">${escapeHtml(STATE_LABELS[turn.state] ?? turn.state)}</span>`;
-  const blocks = turn.blocks.map((block, i) => renderBlock(block, `${id}:${i}`)).join('');
+  // Sub-agents whose call is not known come last, each under its name.
+  const blocks = turn.blocks.map((block, i) => renderBlock(block, `${id}:${i}`)).join('') + renderSubAgents(turn.agents ?? [], `${id}:end`);
   const parts = [
     `<div class="turn-head"><span class="turn-number">${escapeHtml(number)}</span>${agent}${state}</div>`,
     `<div class="prompt">${renderText(turn.prompt)}</div>`,
@@ -311,6 +340,10 @@ pre.code, .plan pre, .tool-args, .tool-output { background: var(--vscode-textCod
 details { margin: 4px 0; }
 summary { cursor: pointer; color: var(--vscode-descriptionForeground); }
 .tool { margin: 4px 0; }
+.subagent { margin: 4px 0 4px 1.2em; padding-left: 8px; border-left: 2px solid var(--vscode-textLink-foreground); }
+.subagent-label { font-weight: bold; margin-right: 6px; }
+.subagent-state { font-size: 0.85em; }
+.subagent.settled { border-left-color: var(--vscode-panel-border, var(--vscode-descriptionForeground)); }
 .tool-kind { font-size: 0.85em; color: var(--vscode-descriptionForeground); margin-right: 6px; }
 .tool-title { font-family: var(--vscode-editor-font-family); }
 .status { display: inline-block; min-width: 4em; margin-right: 6px; font-size: 0.85em; padding: 0 4px; border-radius: 2px; color: var(--vscode-badge-foreground); background: var(--vscode-badge-background); text-align: center; }

@@ -43,6 +43,8 @@ export interface FileRestore {
   size?: number;
   mode?: number;
   linkTarget?: string;
+  // Rewind: the retained sub-agents (paths) whose tasks changed it.
+  agents?: string[];
 }
 
 export interface KnownGap {
@@ -235,7 +237,9 @@ function fileLines(impact: FileImpact): string[] {
       // restore shows the bytes it writes.
       const action = r.action ?? (r.state === 'absent' ? 'delete' : 'restore');
       const content = action === 'restore' ? plural(r.size ?? 0, 'byte') : action;
-      lines.push(`  ${r.path} (${r.checkpoint} of turn ${r.turn}: ${content})`);
+      // Which sub-agents changed it (the parent's own changes name none).
+      const by = r.agents?.length ? `; changed by sub-agent${r.agents.length === 1 ? '' : 's'} ${r.agents.join(', ')}` : '';
+      lines.push(`  ${r.path} (${r.checkpoint} of turn ${r.turn}: ${content}${by})`);
     }
   }
   const same = (impact.restores ?? []).length - writes.length;

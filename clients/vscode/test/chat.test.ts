@@ -156,10 +156,123 @@ suite('folding the live stream', () => {
   });
 });
 
+suite('sub-agents nest under the call that started them', () => {
+  const root = (phase: TurnDidUpdateParams['phase'], rest: Partial<TurnDidUpdateParams> = {}) => update(phase, { turn: 2, turnId: 't2', ...rest });
+  const sub = (path: string, phase: TurnDidUpdateParams['phase'], rest: Partial<TurnDidUpdateParams> = {}) =>
+    root(phase, { agent: `${path} (codex)`, agentPath: path, ...rest });
+  const call = (callId: string, status: string) => ({ kind: 'tool_call' as const, callId, title: 'mcp__mevedel__Agent', status });
+
+  test('streamed under the caller\'s call, a sub-sub-agent under its caller\'s call; settled never ends the root turn', () => {
+    const steps = [
+      root('starting'),
+      root('running', { events: [{ kind: 'response', text: 'Asking.' }, call('a1', 'in_progress')] }),
+      sub('reviewer', 'starting', { parentCallId: 'a1' }),
+      sub('reviewer', 'running', { parentCallId: 'a1', events: [{ kind: 'response', text: 'Rev' }] }),
+      sub('reviewer', 'running', { parentCallId: 'a1', events: [{ kind: 'response', text: 'iewing' }, call('b1', 'in_progress')] }),
+      sub('reviewer/search', 'starting', { parentCallId: 'b1' }),
+      sub('reviewer/search', 'running', { parentCallId: 'b1', events: [{ kind: 'response', text: 'Found it.' }] }),
+    ];
+    const working = fold(...steps);
+    assert.equal(activity(working), 'running');
+    assert.equal(working.live?.agent, 'claude');
+    const a1 = working.live!.blocks[1] as { kind: 'tool_call'; call: { agents?: unknown[] } };
+    assert.deepEqual(a1.call.agents, [
+      {
+        path: 'reviewer',
+        label: 'reviewer (codex)',
+        state: 'running',
+        blocks: [
+          { kind: 'response', text: 'Reviewing', closed: true },
+          {
+            kind: 'tool_call',
+            call: {
+              callId: 'b1', title: 'mcp__mevedel__Agent', toolKind: undefined, status: 'in_progress', output: undefined, diffs: undefined,
+              agents: [{ path: 'reviewer/search', label: 'reviewer/search (codex)', state: 'running', blocks: [{ kind: 'response', text: 'Found it.' }] }],
+            },
+          },
+        ],
+      },
+    ]);
+    // Shown open while they work, streamed text in place.
+    const live = renderParts(working).live;
+    assert.match(live, /<details class="subagent" data-path="reviewer" data-key="[^"]*" open><summary>.*reviewer \(codex\)/);
+    assert.match(live, /data-path="reviewer\/search"[^>]* open>.*Found it\./);
+
+    // The sub-agents settle: folded, the root turn still running.
+    const settledSubs = fold(
+      ...steps,
+      sub('reviewer/search', 'settled', { parentCallId: 'b1', outcome: 'completed' }),
+      sub('reviewer', 'running', { parentCallId: 'a1', events: [call('b1', 'completed')] }),
+      sub('reviewer', 'settled', { parentCallId: 'a1', outcome: 'interrupted' }),
+    );
+    assert.equal(activity(settledSubs), 'running');
+    assert.equal(settledSubs.live?.state, 'running');
+    assert.equal(settledSubs.turns.length, 0);
+    const folded = renderParts(settledSubs).live;
+    assert.match(folded, /<details class="subagent settled" data-path="reviewer" data-key="[^"]*:settled"><summary>.*interrupted/);
+    assert.match(folded, /<details class="subagent settled" data-path="reviewer\/search"[^>]*><summary>/);
+    assert.doesNotMatch(folded, /class="subagent settled"[^>]* open/);
+
+    // The root's own settled ends the turn, the sub-agents kept in it.
+    const done = applyUpdate(settledSubs, root('settled', { outcome: 'completed', events: [call('a1', 'completed')] }));
+    assert.equal(activity(done), 'idle');
+    assert.equal(done.turns[0].state, 'completed');
+    assert.match(renderParts(done).turns, /Found it\./);
+  });
+
+  test('without a known call: at the end of the turn under its name; a second task of the same name is a new one', () => {
+    const state = fold(
+      root('running', { events: [{ kind: 'response', text: 'Hi' }] }),
+      sub('helper', 'starting'),
+      sub('helper', 'running', { events: [{ kind: 'response', text: 'first' }] }),
+      sub('helper', 'settled', { outcome: 'completed' }),
+      // Its call is named but not shown here (a panel opened mid-turn).
+      sub('helper', 'starting', { parentCallId: 'gone' }),
+      sub('helper', 'running', { parentCallId: 'gone', events: [{ kind: 'response', text: 'second' }] }),
+    );
+    assert.deepEqual(
+      state.live?.agents?.map((v) => [v.path, v.state, v.blocks]),
+      [
+        ['helper', 'completed', [{ kind: 'response', text: 'first' }]],
+        ['helper', 'running', [{ kind: 'response', text: 'second' }]],
+      ],
+    );
+    const html = renderParts(state).live;
+    assert.ok(html.indexOf('Hi') < html.indexOf('Sub-agent</span><span class="subagent-label">helper (codex)'), html);
+    // A sub-agent's last word after its root turn settled still lands in that turn.
+    const late = applyUpdate(applyUpdate(state, root('settled', { outcome: 'interrupted' })), sub('helper', 'settled', { parentCallId: 'gone', outcome: 'interrupted' }));
+    assert.equal(late.live, undefined);
+    assert.deepEqual(late.turns[0].agents?.map((v) => v.state), ['completed', 'interrupted']);
+    assert.equal(late.turns[0].state, 'interrupted');
+  });
+
+  test('a recorded turn shows its sub-agents\' tasks, folded, under the Agent call that waited for them', () => {
+    const turn = turnFromShow({
+      sessionId: 'S',
+      summary: { turn: 1, turnId: 't1', segment: 1, prompt: 'p', state: 'completed', beganAt: 0, toolCalls: 1, reminder: false },
+      prompt: 'p',
+      items: [
+        { kind: 'tool_call', callId: 'a1', name: 'mcp Agent', arguments: '{"name":"outer"}' },
+        { kind: 'agent_task', name: 'outer/inner', sender: 'searcher', text: 'Go deeper', output: 'Inner found it.' },
+        { kind: 'agent_task', name: 'outer', sender: 'helper', text: 'Delegate', output: 'Outer done.', isError: true },
+        { kind: 'tool_result', callId: 'a1', output: 'mcp Agent: Outer done.' },
+      ],
+      markdown: '',
+    });
+    const call = (turn.blocks[0] as { call: { agents?: { path: string; state: string; agents?: { path: string }[] }[]; status?: string } }).call;
+    assert.equal(call.status, 'completed');
+    assert.deepEqual(call.agents?.map((v) => [v.path, v.state, v.agents?.map((w) => w.path)]), [['outer', 'errored', ['outer/inner']]]);
+    assert.equal(turn.agents, undefined);
+    const html = renderParts({ turns: [turn] }).turns;
+    assert.match(html, /class="subagent settled" data-path="outer"/);
+    assert.match(html, /Inner found it\./);
+  });
+});
+
 // Every tag and attribute the renderer writes; anything else would be markup
 // that came from the data.
 const TAGS = new Set(['div', 'span', 'pre', 'details', 'summary', 'section', 'button']);
-const ATTRIBUTES = new Set(['class', 'title', 'disabled', 'open', 'data-key', 'data-action', 'data-turn', 'data-boundary', 'data-index']);
+const ATTRIBUTES = new Set(['class', 'title', 'disabled', 'open', 'data-key', 'data-path', 'data-action', 'data-turn', 'data-boundary', 'data-index']);
 
 function assertInert(html: string): void {
   for (const [, name] of html.matchAll(/<\/?([A-Za-z][\w-]*)/g)) assert.ok(TAGS.has(name.toLowerCase()), `tag <${name}> in ${html}`);
@@ -195,7 +308,11 @@ suite('rendering', () => {
         ],
       }),
     );
-    const state: ChatState = { ...everything, displayName: HOSTILE, live: { ...everything.live!, prompt: HOSTILE, error: { kind: 'x', message: HOSTILE, action: HOSTILE } } };
+    const nested = [
+      update('running', { agent: HOSTILE, agentPath: HOSTILE, parentCallId: HOSTILE, turn: 1, turnId: HOSTILE, events: [{ kind: 'response', text: HOSTILE }] }),
+      update('running', { agent: HOSTILE, agentPath: 'x', turn: 1, turnId: HOSTILE, events: [{ kind: 'response', text: HOSTILE }] }),
+    ].reduce(applyUpdate, everything);
+    const state: ChatState = { ...nested, displayName: HOSTILE, live: { ...nested.live!, prompt: HOSTILE, error: { kind: 'x', message: HOSTILE, action: HOSTILE } } };
     const live = renderParts(state);
     for (const html of [live.header, live.live]) assertInert(html);
     assert.ok(live.live.includes(escapeHtml('<script>alert(1)</script>')));

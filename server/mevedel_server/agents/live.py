@@ -125,3 +125,7 @@ class TurnUpdate:
     #: A retained sub-agent's activity (its path): nested under the turn's
     #: ``Agent`` tool call, never the turn's own phase.
     agent_path: str | None = None
+    #: With ``agent_path``: the native call id of its caller's tool call
+    #: that started it (a call of the root agent's turn, or of the calling
+    #: sub-agent's), when it is known.
+    parent_call_id: str | None = None

@@ -42,6 +42,10 @@ class _Call:
     output: str = ""
     diffs: tuple[Diff, ...] = ()
     settled: bool = False
+    #: The arguments the agent reported (ACP ``rawInput``), as given.
+    raw_input: Any = None
+    #: Whether a sub-agent's task was matched to this call already.
+    delegated: bool = False
 
 
 def displayable(text: str) -> str:
@@ -120,6 +124,22 @@ def _result_text(call: _Call, raw_output: Any) -> str:
     return text
 
 
+def _asks_for(raw_input: Any, name: str, prompt: str) -> bool:
+    if not isinstance(raw_input, dict):
+        return False
+    for arguments in (raw_input, raw_input.get("arguments"), raw_input.get("input")):
+        if isinstance(arguments, dict) and arguments.get("name") == name and arguments.get("prompt") == prompt:
+            return True
+    return False
+
+
+def _names_agent_tool(title: str) -> bool:
+    """Whether a tool call's title names the ``Agent`` tool (``Agent``,
+    ``mcp__mevedel__Agent``, ``mevedel.Agent``, ``mcp Agent``...)."""
+    words = "".join(c if c.isalnum() else " " for c in title).split()
+    return "Agent" in words
+
+
 class TurnRecorder:
     def __init__(self, append: Callable[[EvidenceInput], None], feed: LiveFeed) -> None:
         self._append = lambda item: append(_displayable(item))
@@ -166,6 +186,8 @@ class TurnRecorder:
                 except (TypeError, ValueError):
                     arguments = str(update.raw_input)
             self._append(EvidenceInput("tool_call", call_id=call.record_id, name=call.title, arguments=arguments, tool_kind=update.kind))
+        if update.raw_input is not None:
+            call.raw_input = update.raw_input
         if update.title:
             call.title = _bounded(update.title)
         if update.kind:
@@ -191,6 +213,23 @@ class TurnRecorder:
                 diffs=diffs if update.content is not None else None,
             )
         )
+
+    def delegating_call(self, name: str, prompt: str) -> str | None:
+        """The native id of this turn's open tool call that asked for the
+        sub-agent task ``name``/``prompt`` (the ``Agent`` tool reached
+        through MCP, a channel of its own), claimed so that a second task
+        is not matched to it: the newest call whose reported arguments
+        carry that name and prompt (at the top, or under ``arguments`` or
+        ``input`` as some agents wrap an MCP call's), else the newest
+        unclaimed open call whose title names the ``Agent`` tool; None when
+        none fits."""
+        candidates = [(native, call) for native, call in reversed(self._calls.items()) if not call.delegated and not call.settled]
+        chosen = next((native for native, call in candidates if _asks_for(call.raw_input, name, prompt)), None)
+        if chosen is None:
+            chosen = next((native for native, call in candidates if _names_agent_tool(call.title)), None)
+        if chosen is not None:
+            self._calls[chosen].delegated = True
+        return chosen
 
     def record_permission(self, native_call_id: str, question: str, decision: str, allowed: bool) -> None:
         self.flush_text()

@@ -86,8 +86,6 @@ class EditorFront:
         self.folder = folder
 
     def turn_update(self, update: TurnUpdate) -> None:
-        if update.agent_path is not None:
-            return  # a sub-agent's activity: the chats do not nest it yet (docs/agents.md)
         params = wire.TurnDidUpdateParams(
             workspace_folder=self.folder.uri,
             session_id=update.session_id,
@@ -99,6 +97,8 @@ class EditorFront:
             outcome=update.outcome,
             stop_reason=update.stop_reason,
             error=_turn_error(update.error),
+            agent_path=update.agent_path,
+            parent_call_id=update.parent_call_id,
         )
         try:
             self.ls.protocol.notify(methods.TURN_DID_UPDATE, converter.unstructure(params))

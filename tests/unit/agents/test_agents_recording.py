@@ -79,6 +79,25 @@ async def test_a_native_call_id_is_admitted_once_and_its_first_final_status_is_i
     assert records[5].kind == "tool_result" and records[5].is_error and "the agent crashed" in records[5].output
 
 
+async def test_a_sub_agent_task_is_matched_to_the_call_that_asked_for_it_once():
+    """The caller's tool call a sub-agent's live activity nests under: by
+    the call's reported arguments (however the agent wraps them), else the
+    newest open call of the Agent tool; each call is matched once, a
+    settled one never."""
+    rec, _, _ = recorder()
+    rec.on_update(start("a1", title="mcp__mevedel__Agent", status="in_progress", raw_input={"name": "one", "prompt": "First"}))
+    rec.on_update(start("a2", title="Run a tool", status="in_progress",
+                        raw_input={"server": "mevedel", "tool": "Agent", "arguments": {"name": "two", "prompt": "Second"}}))
+    rec.on_update(start("a3", title="mevedel.Agent", status="in_progress"))
+    rec.on_update(start("done", title="Agent", status="completed"))
+    rec.on_update(start("other", title="Agents list", status="in_progress"))
+    assert rec.delegating_call("two", "Second") == "a2"
+    assert rec.delegating_call("one", "First") == "a1"
+    # No arguments fit: the newest open Agent call that is not taken yet.
+    assert rec.delegating_call("three", "Third") == "a3"
+    assert rec.delegating_call("one", "First") is None  # a1 is taken, "done" settled, "Agents" is another tool
+
+
 async def test_plans_and_permissions_are_records_and_events():
     rec, records, batches = recorder()
     entries = [schema.PlanEntry(content="first  step", status="completed", priority="high"), schema.PlanEntry(content="second", status="pending", priority="low")]

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from acp import schema
@@ -127,6 +127,23 @@ class _ChildClient(AcpCallbacks):
         return answer
 
 
+class _NestedFront:
+    """Tells the editor of a sub-agent's task: every update carries its path
+    and the caller's tool call that started it, matched once, when the
+    task starts, in the caller's turn by the call's arguments or its order
+    (None: no call fits; the same for every update of the task)."""
+
+    def __init__(self, front: Any, caller: AgentTurn, name: str, prompt: str, base: TurnUpdate) -> None:
+        self.front = front
+        parent_call_id = caller.recorder.delegating_call(name, prompt)
+        # The caller's call goes out before anything nested under it.
+        caller.recorder.feed.flush()
+        self.base = replace(base, parent_call_id=parent_call_id)
+
+    def __call__(self, phase: str, **fields: Any) -> None:
+        self.front.turn_update(replace(self.base, phase=phase, **fields))
+
+
 class SubAgents:
     """The retained agents of the sessions one engine serves."""
 
@@ -191,15 +208,14 @@ class SubAgents:
         if retained is None:
             retained = Retained(path, spec.name, spec.fingerprint, engine.machine, root.turn.turn, root.turn.turn_id)
             table[path] = retained
-        front = engine.front
-        label, number, turn_id = f"{path} ({spec.name})", root.turn.turn, root.turn.turn_id
-        feed = LiveFeed(lambda events: front.turn_update(TurnUpdate(session_id, label, "running", number, turn_id, tuple(events), agent_path=path)))
+        tell = _NestedFront(engine.front, caller.turn, name, prompt,
+                            TurnUpdate(session_id, f"{path} ({spec.name})", "starting", root.turn.turn, root.turn.turn_id, agent_path=path))
         items: list[EvidenceInput] = []
-        recorder = TurnRecorder(items.append, feed)
+        recorder = TurnRecorder(items.append, LiveFeed(lambda events: tell("running", events=tuple(events))))
         turn = AgentTurn(session_id, retained.label, root.turn.turn, root.turn.turn_id, recorder)
         retained.active = turn  # reserved before the first await: a second call is refused
         self._publish(session_id)
-        front.turn_update(TurnUpdate(session_id, label, "starting", number, turn_id, agent_path=path))
+        tell("starting")
         keepalive = asyncio.ensure_future(self._keep_caller_alive(caller, turn))
         outcome = "errored"
         try:
@@ -214,7 +230,7 @@ class SubAgents:
             retained.active = None
             turn.settled.set()
             self._publish(session_id)
-            front.turn_update(TurnUpdate(session_id, label, "settled", number, turn_id, outcome=outcome, agent_path=path))
+            tell("settled", outcome=outcome)
 
     def _sync(self, session_id: str) -> dict[str, Retained]:
         """The session's retained agents here, made one with its registry:
