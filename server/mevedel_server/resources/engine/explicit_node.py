@@ -1,7 +1,10 @@
 """Read, Glob or Grep of an explicit address: the node is probed in one
 program (listed as a directory, read as a file, or stat'ed for a Glob), a
 Read of a directory is listed by a second, and a file's text is paged
-here (in a worker thread when large or gzip-stored)."""
+here (in a worker thread when large -- over :data:`~.tree.THREAD_TEXT`,
+256 KiB -- or gzip-stored). A Read's probe is one ``ReadFiles``; a Glob's
+or Grep's is a first ``ListTree`` chunk beside a ``Stat`` or
+``ReadFiles``."""
 
 from __future__ import annotations
 

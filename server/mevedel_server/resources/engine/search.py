@@ -2,7 +2,10 @@
 them (and stops listing at its limit); Grep reads the walked files in
 batches (one program each), searching one batch while the next is read,
 with Python ``re`` over the Read projection's lines, so results, limits,
-skipped-file notices and previews are the same on every target."""
+skipped-file notices and previews are the same on every target. The first
+listing chunk already reads the first :data:`~.tree.FIRST_BATCH` (32)
+files, and they are searched before anything more is read, so a Grep that
+stops there costs one program."""
 
 from __future__ import annotations
 

@@ -23,6 +23,13 @@ else below ``.mevedel/`` stay refused. The front end tells the store about
 an authored write once the patch has committed (a new id directory
 creates an artifact).
 
+For an agent's session, a relative path is relative to the session's
+working directory and an absolute one must lie inside it
+(``ResolverContext.working_directory``, ``Places.project``: a Worktree
+Fork's checkout); ``.mevedel/...`` stays the workspace's. A project write,
+like a session's ``work://`` write, needs the session held writable
+(:mod:`..engine.authority`), and one patch may mix both.
+
 Whether a string is a project path: anything without ``://`` is. A string
 that has ``SCHEME://`` is an address (an unknown scheme is an error, never
 a path), as the spec says for every tool input.
