@@ -32,6 +32,16 @@ Lease protocol: :mod:`.lease`; publication protocol: :mod:`.publication`;
 record schema: :mod:`.records`. Names in ``.lease/`` other than
 ``generation-<20 digits>.json`` (temporary files, clock probes) are not
 generations and are ignored; so is any publication directory no head names.
+
+The logical snapshot a manifest names: ``session.json`` (the sidecar, small:
+counters, names, lineage, layout; :mod:`.content.sidecar`), transcript
+segments stored as append-only parts ``segment-NNNN/part-NNNNNN.chat.jsonl``
+(a part closes at 64 KiB and is never rewritten; :mod:`.content.transcript`),
+append-only index pages ``index/prompts-NNNNNN.jsonl`` and
+``index/files-NNNNNN.jsonl``, and ``file-history/<sha256>`` blobs
+(:mod:`.content.checkpoints`). A settle therefore publishes only the parts
+and pages that changed plus the sidecar: its cost follows the change, not
+the session's length.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ creation (for people; it is never an authority time) and 12 random lowercase
 hex digits. A new ID is checked against the saved session directories and
 the caller's live IDs; materialization creates the session directory
 exclusively, so an occupied directory is refused rather than reused.
+
+The spec's generated-state entries are appended to ``.git/info/exclude``
+through the target (:func:`ensure_generated_excludes`), which the session
+service does the first time it writes a workspace (``git_excludes``).
 """
 
 from __future__ import annotations

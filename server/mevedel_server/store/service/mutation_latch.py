@@ -29,6 +29,10 @@ a record of another machine, a missing or unreadable record (a crash
 between the latch and its record), a machine without these identities, or
 a target that cannot be asked -- unprovable, it clears only on explicit
 acknowledgement (:meth:`MutationLatch.acknowledge`).
+
+``SessionService._gated(..., commands=True)`` asks the latch before a
+turn's begin, a Rewind, a Redo and a file restore (what changes the
+workspace); a rename, save, compaction or clear does not ask.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ from. :func:`survey_files` reads the working tree for the impact (the
 token's hashes, the restore rows, the files changed outside the session and
 the Git index check). :func:`commit_in_place` rechecks the token (the lease
 and head unmoved, every file's content hash the same;
-:class:`~.lifecycle_token.StaleState` otherwise) and then:
+:class:`~.lifecycle_token.StaleState` otherwise; a prepare and commit at
+once -- ``--yes``, ``Source.at_once`` -- recheck with the prepare's own
+reads, every write still conditional on the state they saw) and then:
 
 1. journals the file changes (:mod:`.recovery`: repair bytes, then marker);
 2. restores the project files, each write conditional on the content the
