@@ -17,6 +17,13 @@ saves and releases it. ``--workspace`` is a directory or
 configuration); either spelling of one directory reaches the same sessions. A CLI process cannot renew a lease in the background:
 between commands it may expire, and the next command by this client reclaims
 it without asking (the session was not touched by anyone else meanwhile).
+
+The client remembers its last session per workspace
+(``$XDG_STATE_HOME/mevedel/cli-last-sessions.json``, written by ``prompt``,
+``session open`` and ``fork``; :func:`remember_session`): a prompt with no
+held session continues it when free and refuses, naming the holder, when
+another client holds it; ``fork`` releases the source and makes the child
+current.
 """
 
 from __future__ import annotations

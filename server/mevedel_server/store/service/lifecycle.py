@@ -11,6 +11,10 @@ session's live conversation; child transactions (Fork, Worktree Fork, Save
 As) open the new session here, writable, keeping the lease the child was
 published under.
 
+Each transaction's module (like the service's turn views, diffs and file
+restores) is imported in the method that runs it, so a command that only
+lists sessions (``mevedel session list``) loads none of them.
+
 A session with an interrupted transaction's recovery marker refuses every
 mutation until :meth:`SessionLifecycle.retry_recovery` or
 :meth:`SessionLifecycle.abandon_recovery` resolves it.
