@@ -24,6 +24,10 @@ this machine and on an SSH workspace.
    leaves either no marker (nothing touched, or everything durably
    written) or a marker the next patch on this target rolls back.
 
+A pure move links the same file under its new name (its bits kept), and
+an edited move's destination is written like a new file (0644); a file
+restored after a removal is linked back from its second name (:mod:`.journal`).
+
 Symbolic links are never followed: a link in the way of any file the
 patch names refuses it (``containment``).
 """
