@@ -72,7 +72,7 @@ _EXPORTS = {
     '.transactions.snapshot_cut': ('Boundary', 'Side'),
     '.transactions.worktree_fork': ('WorktreeForkFailed', 'WorktreeForkImpact', 'WorktreeForkResult', 'WorktreeTarget', 'commit_worktree_fork', 'prepare_worktree_fork'),
     '.content.transcript': ('AgentTask', 'Outcome', 'Prompt', 'Response', 'SegmentError', 'Settle', 'Summary', 'ToolCall', 'ToolResult', 'TurnBegin'),
-    '.service': ('Access', 'DiffSide', 'EVIDENCE_KINDS', 'EvidenceInput', 'LiveHistory', 'OpenMode', 'PRODUCT_STORAGE', 'PathDiff', 'SaveResult', 'SavedSource', 'SegmentRotation', 'SessionChange', 'SessionIncompatible', 'SessionInfo', 'SessionService', 'TreeDiff', 'TurnDetail', 'TurnSummary', 'describe', 'error_kind', 'is_refusal', 'read_sources', 'saved_catalog', 'saved_session', 'stat_lines'),
+    '.service': ('Access', 'DiffSide', 'EVIDENCE_KINDS', 'EvidenceInput', 'LiveHistory', 'OpenMode', 'PRODUCT_STORAGE', 'PathDiff', 'SaveResult', 'SavedSource', 'SegmentRotation', 'SessionChange', 'SessionIncompatible', 'SessionInfo', 'SessionService', 'TreeDiff', 'TurnDetail', 'TurnSummary', 'describe', 'error_kind', 'is_refusal', 'read_agent_tasks', 'read_sources', 'saved_catalog', 'saved_session', 'stat_lines'),
     '.content.sidecar': ('AgentActivity', 'AgentChoice', 'AgentResult', 'EngineRef', 'EngineState', 'ForkType', 'MAX_CONFIG_CHOICES', 'RESULT_TEXT_LIMIT', 'RetainedAgent', 'TurnFiles'),
     '.transactions.project_files': ('GitCheck', 'WORKTREES_DIR'),
     '.content.checkpoints': ('MissingContent', 'entry_of'),
@@ -84,7 +84,7 @@ _EXPORTS = {
     '.service.following': ('FollowUpdate',),
     '.watching.follow': ('diff_conversations',),
     '.content.inspect': ('list_segments',),
-    '.content.projection': ('agent_lines', 'project'),
+    '.content.projection': ('agent_lines', 'project', 'retained_tasks'),
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

@@ -262,3 +262,50 @@ async def test_history_root_path_is_a_retained_agents_conversation_live_and_comm
     await svc.settle(sid, "completed")
     committed = (await execute(prepare(Operation.READ, "history://root/reviewer", ReadOptions(), context(root, None, sid)))).text
     assert "Review a.py" in committed and "Two issues." in committed
+
+
+async def test_a_session_written_before_agent_transcripts_still_shows_its_agents_tasks(root):
+    """Sessions written when a task's records were kept whole in the turn
+    (no ``agents/`` transcript) read the same: history://root/PATH (live and
+    committed), Grep, and the turn's agent_task item; a task recorded after
+    them goes to the agent's own transcript and follows them."""
+    from mevedel_server.store.content.sidecar import AgentResult, RetainedAgent
+    from mevedel_server.store.content.transcript import AgentStep, AgentTask, Outcome
+
+    svc = SessionService(LocalTarget(root), ME)
+    sid = (await svc.create()).session_id
+    started = await svc.begin_turn(sid, "Get a review")
+    svc.set_retained_agents(sid, [RetainedAgent(
+        path="reviewer", agent="codex", fingerprint="a" * 64, machine="here", created_turn=started.turn,
+        created_turn_id=started.turn_id, result=AgentResult(turn=1, outcome="completed", text="Old answer."))])
+    # What the writer before agent transcripts appended: the whole task, in the turn.
+    svc._open(sid, "write as before").conversation.append(AgentTask(
+        turn_id=started.turn_id, path="reviewer", agent="codex", prompt="Old review", outcome=Outcome.COMPLETED,
+        steps=[AgentStep(kind="response", text="Old answer.")], paths=["a.py"]))
+    await svc.settle(sid, "completed")
+    assert not any(p.startswith("agents/") for p in (await (await read_committed_snapshot(root, sid)).read_all()))
+
+    await svc.begin_turn(sid, "Again")
+    svc.append_agent_task(sid, "reviewer", "codex", "New review", [EvidenceInput("response", text="New answer.")], "completed")
+    await svc.settle(sid, "completed")
+    for ctx in (context(root, svc, sid), context(root, None, sid)):  # live, then committed
+        text = (await run(Operation.READ, "history://root/reviewer", ReadOptions(), ctx)).text
+        assert "Task 1 · reviewer (codex) in turn 1" in text and "Old answer." in text
+        assert "Task 2 · reviewer (codex) in turn 2" in text and "New answer." in text
+        assert text.index("Old answer.") < text.index("New answer.")
+        found = await run(Operation.GREP, "history://root/reviewer", GrepOptions(pattern="Old answer"), ctx)
+        assert len(found.matches) == 1
+    assert any(p.startswith("agents/reviewer/") for p in (await (await read_committed_snapshot(root, sid)).read_all()))
+    old, new = (await svc.turn(sid, 1)).items, (await svc.turn(sid, 2)).items
+    (old_task,) = [i for i in old if i.kind == "agent_task"]
+    (new_task,) = [i for i in new if i.kind == "agent_task"]
+    assert "Old answer." in old_task.output and old_task.paths == ("a.py",)
+    assert "New answer." in new_task.output and "Old answer." not in new_task.output
+    # The agent continues from both (its excerpt's source).
+    assert [task.prompt for _turn, task in svc.agent_tasks(sid, "reviewer")] == ["Old review", "New review"]
+
+
+async def read_committed_snapshot(root: Path, sid: str):
+    from mevedel_server.store import read_committed
+
+    return await read_committed(LocalTarget(root), sid)

@@ -359,13 +359,17 @@ class SubAgents:
         if not running.process.alive:
             await self._stop_running(retained)
         final = _final_message(items)
-        try:  # its conversation: one record in the open turn (history://root/PATH)
+        kept = final if len(final) <= RESULT_TEXT_LIMIT else final[:RESULT_TEXT_LIMIT] + f"\n[... {len(final) - RESULT_TEXT_LIMIT} more characters not kept]"
+        retained.result = AgentResult(turn=turn.turn, outcome=outcome.value, reason=(reason or None) and reason[:500], text=kept)
+        # Its conversation (its own transcript, history://root/PATH) and its
+        # result in the registry change together, with no await between:
+        # the turn's next checkpoint or settlement publishes both or neither.
+        try:
             engine.service.append_agent_task(turn.session_id, retained.path, retained.agent, prompt, items, outcome, reason,
                                              paths=sorted(running.changed))
         except Exception as failure:
             _log.warning("session %s: %s's task was not recorded: %s", turn.session_id, retained.label, failure)
-        kept = final if len(final) <= RESULT_TEXT_LIMIT else final[:RESULT_TEXT_LIMIT] + f"\n[... {len(final) - RESULT_TEXT_LIMIT} more characters not kept]"
-        retained.result = AgentResult(turn=turn.turn, outcome=outcome.value, reason=(reason or None) and reason[:500], text=kept)
+        self._publish(turn.session_id)
         if outcome is Outcome.COMPLETED:
             return final or f"({retained.label} ended its turn without a message)"
         said = f"\n\nIts last message before that:\n{final}" if final else ""
@@ -373,14 +377,14 @@ class SubAgents:
             raise SubAgentFailed(f"{retained.label} was interrupted: {reason}.{said}")
         raise SubAgentFailed(f"{retained.label} failed: {reason}.{said}")
 
-    def _recorded_tasks(self, session_id: str, path: str) -> list[AgentTask]:
-        """The retained agent's tasks recorded in the session's current
-        segment (this process's and earlier ones')."""
+    def _recorded_tasks(self, session_id: str, path: str) -> list[tuple[int, AgentTask]]:
+        """The retained agent's settled tasks as ``(session turn, task)``,
+        from its own transcript (this process's and earlier ones', on this
+        machine or another)."""
         try:
-            records = self.engine.service.transcript_records(session_id)
+            return self.engine.service.agent_tasks(session_id, path)
         except Exception:
             return []
-        return [record for record in records if isinstance(record, AgentTask) and record.path == path]
 
     def _excerpt(self, session_id: str, retained: Retained) -> str | None:
         """A labelled excerpt of the retained agent's earlier turns, for a
@@ -390,8 +394,8 @@ class SubAgents:
         if not tasks and retained.result is not None:
             result = retained.result
             parts.append(f"## Your latest task (session turn {result.turn}), {result.outcome}\nYou: {result.text}")
-        for number, task in enumerate(tasks, start=1):
-            lines = [f"## Task {number}", f"Caller: {task.prompt}"]
+        for number, (turn, task) in enumerate(tasks, start=1):
+            lines = [f"## Task {number} (session turn {turn})", f"Caller: {task.prompt}"]
             for step in task.steps:
                 if step.kind == "response" and step.text:
                     lines.append(f"You: {step.text}")

@@ -8,8 +8,9 @@
   projection. For a session chosen but not open in this server (another
   client's, or one named by a virtual document), its committed current
   segment, read-only, from its committed publication; a notice says so.
-  ``history://root/PATH`` is a retained agent's conversation (its tasks'
-  records in the current segment), through the same projection; a path the
+  ``history://root/PATH`` is a retained agent's conversation (its own
+  transcript, ``agents/PATH/``; a session written before those holds its
+  tasks in the current segment), through the same projection; a path the
   registry does not hold is unavailable.
 - ``history://saved[/SESSION[/SEGMENT]]`` (Read, Glob, Grep): saved segments
   across the workspace, read from committed publications only, every part
@@ -42,8 +43,10 @@ from ...store import (
     is_session_id,
     list_segments,
     project,
+    read_agent_tasks,
     read_committed,
     read_sources,
+    retained_tasks,
     saved_catalog,
     saved_session,
 )
@@ -125,8 +128,8 @@ def _root(address: Address, request: Request, context: ResolverContext) -> Calla
 
 def _agent_root(path: str, request: Request, context: ResolverContext, authored: str, canonical: str) -> Callable[[], object]:
     """``history://root/PATH``: a retained agent's conversation, rendered
-    from its tasks' records in the session's current segment (live when the
-    session is open here, else committed)."""
+    from its own transcript (live when the session is open here, else
+    committed)."""
     live = context.live_history
     missing = f"the session has no retained agent {path}; Read agent:// lists them"
     reader = getattr(live, "agent_lines", None)
@@ -136,7 +139,7 @@ def _agent_root(path: str, request: Request, context: ResolverContext, authored:
             lines = reader(path)
             if lines is None:
                 raise _error(ErrorKind.UNAVAILABLE, authored, missing)
-            notice = None if lines else f"retained agent {path} has no settled task in this segment yet"
+            notice = None if lines else f"retained agent {path} has no settled task yet"
             return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical, notice)
 
         return run_live
@@ -151,10 +154,8 @@ def _agent_root(path: str, request: Request, context: ResolverContext, authored:
             if saved.sidecar is None or not any(agent.path == path for agent in saved.sidecar.agents):
                 raise _error(ErrorKind.UNAVAILABLE, authored, missing)
             current = [s for s in saved.sources if s.segment.number == saved.sidecar.current_segment] or saved.sources[-1:]
-            lines: list[str] = []
-            if current:
-                (records,) = await read_sources(saved, current)
-                lines = agent_lines(records, path)
+            records = (await read_sources(saved, current))[0] if current else []
+            lines = agent_lines(retained_tasks(records, path, await read_agent_tasks(saved, path)))
             notice = f"session {session_id} is not open in this server: its committed records, read-only"
             return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical, notice)
 

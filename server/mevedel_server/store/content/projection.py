@@ -160,20 +160,29 @@ def _as_record(step: AgentStep, turn_id: str) -> Record | None:
     return None  # reasoning is left out, as the root's is
 
 
-def agent_lines(records: Iterable[Record], path: str) -> list[str]:
-    """The projection of the retained agent ``path``'s conversation: its
-    tasks in these records (``history://root/PATH``), each under a heading
-    naming the session turn it ran in, rendered as the root's records are."""
-    projection = Projection()
-    lines = projection.lines
+def retained_tasks(records: Iterable[Record], path: str, own: Iterable[AgentTask] = ()) -> list[tuple[int, AgentTask]]:
+    """Retained agent ``path``'s tasks as ``(session turn, task)``, oldest
+    first: those a session written before agent transcripts holds whole in
+    ``records`` (its current segment), then ``own``, its own transcript's."""
+    found: list[tuple[int, AgentTask]] = []
     turn = 0
-    task = 0
     for record in records:
         if isinstance(record, TurnBegin):
             turn = record.turn
-        if not isinstance(record, AgentTask) or record.path != path:
-            continue
-        task += 1
+        elif isinstance(record, AgentTask) and record.path == path and record.task is None and record.turn is None:
+            found.append((turn, record))
+    found += [(task.turn or 0, task) for task in own]
+    return found
+
+
+def agent_lines(tasks: Iterable[tuple[int, AgentTask]], first: int = 1) -> list[str]:
+    """The projection of a retained agent's conversation, its ``tasks``
+    (``history://root/PATH``; numbered from ``first``), each under a
+    heading naming the session turn it ran in, rendered as the root's
+    records are."""
+    projection = Projection()
+    lines = projection.lines
+    for task, (turn, record) in enumerate(tasks, start=first):
         block = [f"## Task {task} · {record.path} ({_inline(record.agent)}) in turn {turn}", "", "**Prompt**", "", *_quote(record.prompt)]
         lines.extend(([""] if lines else []) + block)
         projection.extend(r for r in (_as_record(step, record.turn_id) for step in record.steps) if r is not None)

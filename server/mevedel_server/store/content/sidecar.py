@@ -312,7 +312,7 @@ class RetainedAgent(_Closed, kw_only=True):
     result: AgentResult | None = None
 
 
-class Layout(_Closed, kw_only=True):
+class Layout(_Closed, kw_only=True, omit_defaults=True):
     """How many stored parts each append-only log has (see
     :class:`~.transcript.LineLog`): a reader knows exactly which logical
     paths make up the committed conversation."""
@@ -321,6 +321,9 @@ class Layout(_Closed, kw_only=True):
     segment_parts: list[Annotated[int, msgspec.Meta(ge=1, le=999999)]]
     prompt_pages: Annotated[int, msgspec.Meta(ge=0, le=999999)]
     file_pages: Annotated[int, msgspec.Meta(ge=0, le=999999)]
+    #: Parts of each retained agent's own transcript (``agents/PATH/``;
+    #: added within format 1, left out while there is none).
+    agent_parts: dict[AgentPath, Annotated[int, msgspec.Meta(ge=1, le=999999)]] = {}
 
 
 class Sidecar(_Closed, kw_only=True):

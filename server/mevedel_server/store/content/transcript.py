@@ -49,6 +49,9 @@ Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 PART_LIMIT = 64 * 1024
 
 _TURN_ID = re.compile(TURN_ID_PATTERN)
+#: A retained agent's path (``reviewer``, ``reviewer/search``).
+_AGENT_PATH = r"[a-z0-9][a-z0-9_-]{0,63}(?:/[a-z0-9][a-z0-9_-]{0,63}){0,7}"
+_AGENT_PART = re.compile(rf"^agents/({_AGENT_PATH})/part-([0-9]{{6}})\.chat\.jsonl$")
 _SEGMENT_NAME = re.compile(r"^segment-([0-9]{4})\.chat\.jsonl$")
 _SEGMENT_PART = re.compile(r"^segment-([0-9]{4})/part-([0-9]{6})\.chat\.jsonl$")
 
@@ -177,9 +180,15 @@ class AgentStep(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
 
 
 class AgentTask(_Line, tag="agent_task", kw_only=True):
-    """A retained agent's task (the ``Agent`` tool) in this turn, written
-    once when it settles: which agent, what it was asked, its own records
-    and how it ended (added within format 1: older readers refuse it)."""
+    """A retained agent's task (the ``Agent`` tool), written once when it
+    settles: which agent, what it was asked, its own records and how it
+    ended (added within format 1: older readers refuse it).
+
+    The whole task is a line of the agent's own transcript
+    (:func:`agent_part_path`; ``turn`` is the session turn it ran in); the
+    turn it ran in holds the same record without its ``steps``, ``task``
+    naming its place in that transcript. A session written before agent
+    transcripts existed holds the whole task in the turn (``task`` None)."""
 
     turn_id: TurnId
     path: Annotated[str, msgspec.Meta(min_length=1, max_length=600, pattern=r"^[a-z0-9][a-z0-9_/-]*$")]
@@ -191,6 +200,10 @@ class AgentTask(_Line, tag="agent_task", kw_only=True):
     #: The workspace paths it changed (its writes, patches and commands),
     #: so a Rewind's impact can name it beside them.
     paths: list[Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]] = []
+    #: In the agent's transcript: the session turn the task ran in.
+    turn: TurnNumber | None = None
+    #: In the turn: the task's number (from 1) in the agent's transcript.
+    task: Annotated[int, msgspec.Meta(ge=1, le=MAX_INTEGER)] | None = None
 
 
 class Summary(_Line, tag="summary", kw_only=True):
@@ -274,6 +287,42 @@ def parse_segment_part(logical: str) -> tuple[int, int] | None:
     if segment == 0 or part == 0:
         return None
     return segment, part
+
+
+def agent_part_path(path: str, part: int) -> str:
+    """Logical path of one stored part of retained agent ``path``'s own
+    transcript (``agents/reviewer/part-000001.chat.jsonl``; an agent's
+    name never holds a dot, so a part name is never an agent's)."""
+    if not 1 <= part <= 999999:
+        raise ValueError(f"part number {part} is outside 1-999999")
+    if not re.fullmatch(_AGENT_PATH, path):
+        raise ValueError(f"{path!r} is not a retained agent's path")
+    return f"agents/{path}/part-{part:06d}.chat.jsonl"
+
+
+def parse_agent_part(logical: str) -> tuple[str, int] | None:
+    """``(agent path, part)`` for an agent transcript part's logical path,
+    else None."""
+    match = _AGENT_PART.match(logical)
+    if match is None or int(match.group(2)) == 0:
+        return None
+    return match.group(1), int(match.group(2))
+
+
+def decode_agent_transcript(data: bytes, *, label: str) -> list[AgentTask]:
+    """The tasks of a retained agent's transcript (its parts joined): whole
+    ``agent_task`` lines, each naming its turn, in turn order."""
+    if data and not data.endswith(b"\n"):
+        raise SegmentError(label, None, "the last line is not terminated: the transcript is truncated")
+    records = decode_lines(data.split(b"\n")[:-1], label=label) if data else []
+    previous = 0
+    for number, record in enumerate(records, start=1):
+        if not isinstance(record, AgentTask) or record.turn is None or record.task is not None:
+            raise SegmentError(label, number, "an agent transcript holds only its own agent_task records, each naming its turn")
+        if record.turn < previous:
+            raise SegmentError(label, number, f"a task of turn {record.turn} follows one of turn {previous}")
+        previous = record.turn
+    return records
 
 
 def _check_segment(number: int) -> None:

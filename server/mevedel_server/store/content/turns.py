@@ -79,6 +79,7 @@ from .transcript import (
     MAX_INTEGER,
     MAX_SEGMENT,
     TRANSCRIPT_FORMAT_VERSION,
+    AgentTask,
     Evidence,
     LineLog,
     Outcome,
@@ -95,10 +96,13 @@ from .transcript import (
     ToolResult,
     TranscriptError,
     TurnBegin,
+    agent_part_path,
     check_order,
+    decode_agent_transcript,
     decode_lines,
     encode_line,
     is_turn_id,
+    parse_agent_part,
     parse_segment_part,
     segment_name,
     segment_part_path,
@@ -199,6 +203,14 @@ class _Segment:
         self.records.append(record)
 
 
+@dataclass
+class _AgentLog:
+    """A retained agent's own transcript: its settled tasks, in order."""
+
+    tasks: list[AgentTask]
+    log: LineLog
+
+
 def _new_turn_id() -> str:
     return secrets.token_hex(8)
 
@@ -219,6 +231,8 @@ class Conversation:
         self._sidecar = sidecar
         self._turn_ids = turn_ids
         self._segments: list[_Segment] = []
+        #: Retained agent path -> its own transcript.
+        self._agents: dict[str, _AgentLog] = {}
         self._prompt_log = LineLog()
         self._prompts: list[PromptEntry] = []
         self._file_log = LineLog()
@@ -302,6 +316,8 @@ class Conversation:
         conversation._committed = SaveCandidate(conversation._snapshot(), {}, sidecar, "full")
         for segment in conversation._segments:
             segment.log.take_changed()
+        for kept in conversation._agents.values():
+            kept.log.take_changed()
         conversation._prompt_log.take_changed()
         conversation._file_log.take_changed()
         conversation._history.take_new()
@@ -348,6 +364,13 @@ class Conversation:
 
     def prompt_index(self) -> list[PromptEntry]:
         return list(self._prompts)
+
+    def agent_tasks(self, path: str) -> Sequence[AgentTask]:
+        """The tasks of retained agent ``path``'s own transcript, oldest
+        first (a task written before agent transcripts existed is in the
+        turn it ran in instead)."""
+        kept = self._agents.get(path)
+        return tuple(kept.tasks) if kept else ()
 
     def file_snapshots(self) -> list[TurnFiles]:
         """Every turn's file checkpoint, the one in flight included."""
@@ -441,6 +464,31 @@ class Conversation:
             raise ConversationError(str(exc)) from None
         if isinstance(record, ToolCall):
             live.calls.add(record.call_id)
+
+    def record_agent_task(self, task: AgentTask) -> None:
+        """A retained agent's settled task in the turn in flight: the whole
+        task (its own records) is the next line of the agent's transcript,
+        and the turn records it without them, naming its place there (so
+        the turn stays as long as what its own agent did)."""
+        live = self._require_turn("record an agent's task")
+        if not isinstance(task, AgentTask):
+            raise ConversationError(f"a {type(task).__name__} is not an agent's task")
+        kept = self._agents.get(task.path)
+        number = len(kept.tasks) + 1 if kept else 1
+        whole = msgspec.structs.replace(task, turn_id=live.turn.turn_id, turn=live.turn.turn, task=None)
+        reference = msgspec.structs.replace(task, turn_id=live.turn.turn_id, steps=[], turn=None, task=number)
+        try:
+            line = encode_line(whole)  # both refused before anything changes
+            agent_part_path(task.path, 1)
+            encode_line(reference)
+        except (TranscriptError, ValueError) as exc:
+            raise ConversationError(str(exc)) from None
+        if kept is None:
+            kept = self._agents[task.path] = _AgentLog([], LineLog())
+        kept.log.append(line)
+        kept.tasks.append(whole)
+        self.append(reference)
+        self._sync()
 
     def settle(
         self,
@@ -655,6 +703,9 @@ class Conversation:
         for number, segment in enumerate(self._segments, start=1):
             for part, data in segment.log.take_changed():
                 self._write(segment_part_path(number, part), data)
+        for path, kept in self._agents.items():
+            for part, data in kept.log.take_changed():
+                self._write(agent_part_path(path, part), data)
         for page, data in self._prompt_log.take_changed():
             self._write(prompt_page_path(page), data)
         for page, data in self._file_log.take_changed():
@@ -763,6 +814,7 @@ class Conversation:
             segment_parts=[segment.log.part_count for segment in self._segments],
             prompt_pages=self._prompt_log.part_count,
             file_pages=self._file_log.part_count,
+            agent_parts={path: kept.log.part_count for path, kept in sorted(self._agents.items())},
         )
         if layout != self._sidecar.layout or len(self._files) != self._sidecar.file_snapshot_count:
             changes.update(layout=layout, file_snapshot_count=len(self._files))
@@ -830,6 +882,7 @@ class _Restorer:
         self._load_history()
         self._check_paths()
         self._load_segments()
+        self._load_agents()
         self._load_prompts()
         self._load_files()
         self._check_sidecar_fields()
@@ -853,6 +906,18 @@ class _Restorer:
                     raise ContentError(logical, "a segment part the sidecar's layout does not name")
             elif logical.startswith(_INDEX_DIR) and logical not in expected:
                 raise ContentError(logical, "an index page the sidecar's layout does not name")
+            elif (agent := parse_agent_part(logical)) is not None and agent[1] > layout.agent_parts.get(agent[0], 0):
+                raise ContentError(logical, "an agent transcript part the sidecar's layout does not name")
+
+    def _load_agents(self) -> None:
+        for path, parts in self.sidecar.layout.agent_parts.items():
+            label = f"agents/{path}"
+            log = LineLog.from_parts([self._get(agent_part_path(path, k)) for k in range(1, parts + 1)], label=label)
+            tasks = decode_agent_transcript(b"".join(log.lines()), label=label)
+            for number, task in enumerate(tasks, start=1):
+                if task.path != path:
+                    raise ContentError(f"{label} line {number}", f"a task of retained agent {task.path}")
+            self.c._agents[path] = _AgentLog(tasks, log)
 
     def _load_segments(self) -> None:
         c = self.c

@@ -29,7 +29,7 @@ _EXPORTS = {
     '.evidence': ('EVIDENCE_KINDS', 'EvidenceInput', 'make_evidence'),
     '.live_history': ('LiveHistory',),
     '.open_session': ('Access', 'OpenSession', 'PendingSave', 'SaveResult'),
-    '.saved_history': ('SavedCatalog', 'SavedSession', 'SavedSource', 'read_sources', 'saved_catalog', 'saved_session'),
+    '.saved_history': ('SavedCatalog', 'SavedSession', 'SavedSource', 'read_agent_tasks', 'read_sources', 'saved_catalog', 'saved_session'),
     '.sessions': ('ABORT_REASON', 'DEFAULT_MAX_SNAPSHOT_BYTES', 'PRODUCT_STORAGE', 'CaptureResult', 'OpenMode', 'OpenResult', 'SegmentRotation', 'SessionChange', 'SessionInfo', 'SessionListing', 'SessionService', 'TurnStarted'),
     '..content.diff': ('DiffSide', 'PathDiff', 'TreeDiff', 'describe', 'stat_lines'),
     '.file_restore': ('FileRestore',),

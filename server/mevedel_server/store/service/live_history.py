@@ -9,7 +9,7 @@ starts a new rendering.
 
 from __future__ import annotations
 
-from ..content.projection import Projection, agent_lines
+from ..content.projection import Projection, agent_lines, retained_tasks
 from ..content.turns import Conversation
 
 
@@ -34,12 +34,13 @@ class LiveHistory:
         return list(self._conversation.sidecar.agents)
 
     def agent_lines(self, path: str) -> list[str] | None:
-        """The projection of retained agent ``path``'s conversation in the
-        current segment (``history://root/PATH``); None when the registry
-        has no such agent."""
-        if not any(agent.path == path for agent in self._conversation.sidecar.agents):
+        """The projection of retained agent ``path``'s conversation, its
+        own transcript's tasks unsaved ones included (``history://root/PATH``);
+        None when the registry has no such agent."""
+        conversation = self._conversation
+        if not any(agent.path == path for agent in conversation.sidecar.agents):
             return None
-        return agent_lines(self._conversation.records(), path)
+        return agent_lines(retained_tasks(conversation.records(), path, conversation.agent_tasks(path)))
 
     def lines(self) -> list[str]:
         """The projection's lines now (a copy: later records do not change it)."""

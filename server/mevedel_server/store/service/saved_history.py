@@ -23,7 +23,12 @@ from ..content.inspect import (
     read_segment,
 )
 from ..content.sidecar import SIDECAR_PATH, Sidecar
-from ..content.transcript import Record
+from ..content.transcript import (
+    AgentTask,
+    Record,
+    agent_part_path,
+    decode_agent_transcript,
+)
 from ..workspace_wide.listing import InspectSessionRow, survey_sessions
 from .errors import SessionIncompatible
 
@@ -96,3 +101,14 @@ async def read_sources(saved: SavedSession, sources: tuple[SavedSource, ...] | l
     wanted = [part for source in sources for part in source.segment.parts]
     data = await saved.snapshot.read_many(wanted)
     return [read_segment(source.segment, [data[part] for part in source.segment.parts]) for source in sources]
+
+
+async def read_agent_tasks(saved: SavedSession, path: str) -> list[AgentTask]:
+    """The tasks of retained agent ``path``'s own committed transcript
+    (none before its first settled task), every part verified."""
+    count = saved.sidecar.layout.agent_parts.get(path, 0) if saved.sidecar is not None else 0
+    if not count:
+        return []
+    wanted = [agent_part_path(path, k) for k in range(1, count + 1)]
+    data = await saved.snapshot.read_many(wanted)
+    return decode_agent_transcript(b"".join(data[part] for part in wanted), label=f"agents/{path}")

@@ -60,6 +60,7 @@ from ..authority.workspace import (
 )
 from ..content.checkpoints import capture_gap_reason
 from ..content.inspect import InspectRow, classify_sidecar
+from ..content.projection import retained_tasks
 from ..content.sidecar import (
     SIDECAR_PATH,
     AgentChoice,
@@ -949,9 +950,12 @@ class SessionService(SessionLifecycle, SessionFollowing):
 
     def append_agent_task(self, session_id: str, path: str, agent: str, prompt: str, steps: Sequence[EvidenceInput],
                           outcome: Outcome | str, reason: str | None = None, paths: Sequence[str] = ()) -> None:
-        """Record a retained agent's settled task in the turn in flight: one
-        record holding its own records (``steps``: response, reasoning, tool
-        call and result, plan, permission), written once."""
+        """Record a retained agent's settled task in the turn in flight:
+        the next line of the agent's own transcript holds its own records
+        (``steps``: response, reasoning, tool call and result, plan,
+        permission), and the turn a line naming it; both are published
+        with the turn's next checkpoint or settlement, in one publication
+        with the registry."""
         session = self._mutable(session_id, "record an agent's task")
         opened = _require_turn(session, "record an agent's task")
         record = AgentTask(
@@ -959,7 +963,15 @@ class SessionService(SessionLifecycle, SessionFollowing):
             steps=[agent_step(step) for step in steps if step.kind in AGENT_STEP_KINDS], paths=sorted(set(paths)),
         )
         with _refused_in(session):
-            session.conversation.append(record)
+            session.conversation.record_agent_task(record)
+
+    def agent_tasks(self, session_id: str, path: str) -> list:
+        """Retained agent ``path``'s settled tasks, oldest first, as
+        ``(session turn, task)``: its own transcript's, after those a
+        session written before agent transcripts holds in its current
+        segment."""
+        conversation = self._open(session_id, "read its agents' tasks").conversation
+        return retained_tasks(conversation.records(), path, conversation.agent_tasks(path))
 
     def changed_by_agents(self, session_id: str, after_turn: int) -> dict[str, list[str]]:
         """Which retained agents changed each path in the turns after

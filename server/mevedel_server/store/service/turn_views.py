@@ -68,6 +68,8 @@ class TurnItem:
     sender: str | None = None
     #: A tool call's kind (read, edit, execute...), as recorded.
     tool_kind: str | None = None
+    #: An agent task's: the workspace paths it changed.
+    paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,11 +141,11 @@ def turn_detail(conversation: Conversation, turn: int) -> TurnDetail:
     summaries: list[TurnSummary] = []
     _summaries_of_segment(own, entry.segment, {entry.turn_id: entry}, summaries)
     prompt = next((r.text for r in own if isinstance(r, Prompt)), "")
-    items = tuple(item for item in (_item(r) for r in own) if item is not None)
+    items = tuple(item for item in (_item(r, conversation) for r in own) if item is not None)
     return TurnDetail(summaries[0], prompt, items, Projection().extend(own).text)
 
 
-def _item(record: Record) -> TurnItem | None:
+def _item(record: Record, conversation: Conversation) -> TurnItem | None:
     if isinstance(record, Response):
         return TurnItem("response", text=record.text)
     if isinstance(record, Reasoning):
@@ -161,9 +163,15 @@ def _item(record: Record) -> TurnItem | None:
     if isinstance(record, AgentTask):
         # A retained agent's task: its path and agent, what it was asked,
         # and its own conversation as history://root/PATH renders it.
-        shown = "\n".join(agent_lines([record], record.path)[1:]).strip("\n")
+        # (The turn names its place in the agent's own transcript; a session
+        # written before those holds the whole task here.)
+        whole = record
+        if record.task is not None:
+            own = conversation.agent_tasks(record.path)
+            whole = own[record.task - 1] if record.task <= len(own) else record
+        shown = "\n".join(agent_lines([(0, whole)])[1:]).strip("\n")
         return TurnItem("agent_task", name=record.path, sender=record.agent, text=record.prompt, output=shown,
-                        is_error=record.outcome is not Outcome.COMPLETED)
+                        is_error=record.outcome is not Outcome.COMPLETED, paths=tuple(record.paths))
     return None
 
 

@@ -74,8 +74,11 @@ from ..content.transcript import (
     SegmentHeader,
     Settle,
     TurnBegin,
+    agent_part_path,
+    decode_agent_transcript,
     decode_lines,
     encode_line,
+    parse_agent_part,
     parse_segment_part,
     segment_part_path,
 )
@@ -415,9 +418,34 @@ def cut_snapshot(
         agents=[agent for agent in sidecar.agents if agent.created_turn <= cut.kept_turns],
     )
     changes.update(sidecar_changes)
+    agent_parts = _cut_agents(state, cut, [agent.path for agent in changes["agents"]], out)  # type: ignore[attr-defined]
+    changes["layout"] = msgspec.structs.replace(changes["layout"], agent_parts=agent_parts)  # type: ignore[type-var]
     out[SIDECAR_PATH] = sidecar_bytes(replaced_sidecar(sidecar, changes))
     check_snapshot(out)
     return out
+
+
+def _cut_agents(state: SessionState, cut: Cut, kept: list[str], out: dict[str, bytes]) -> dict[str, int]:
+    """The own transcripts of the retained agents ``kept``, each cut to its
+    tasks of the kept turns (parts kept whole keep their bytes), into
+    ``out``; their layout."""
+    artifacts = state.artifacts
+    layout = state.sidecar.layout.agent_parts
+    parts_of: dict[str, int] = {}
+    for path in kept:
+        count = layout.get(path, 0)
+        if not count:
+            continue
+        parts = _parts(artifacts, lambda k, path=path: agent_part_path(path, k), count, f"agents/{path}")
+        tasks = decode_agent_transcript(b"".join(parts), label=f"agents/{path}")
+        keep = sum(1 for task in tasks if task.turn is not None and task.turn <= cut.kept_turns)
+        if not keep:
+            continue
+        taken = take_lines(parts, keep, f"agents/{path}")
+        for part, data in enumerate(taken, start=1):
+            out[agent_part_path(path, part)] = data
+        parts_of[path] = len(taken)
+    return parts_of
 
 
 def replaced_sidecar(sidecar: Sidecar, changes: Mapping[str, object]) -> Sidecar:
@@ -462,12 +490,17 @@ def check_snapshot(artifacts: Mapping[str, bytes]) -> Sidecar:
         named.update(segment_part_path(segment, k) for k in range(1, parts + 1))
     named.update(prompt_page_path(k) for k in range(1, layout.prompt_pages + 1))
     named.update(file_page_path(k) for k in range(1, layout.file_pages + 1))
+    for path, count in layout.agent_parts.items():
+        named.update(agent_part_path(path, k) for k in range(1, count + 1))
+        _parts(artifacts, lambda k, path=path: agent_part_path(path, k), count, f"agents/{path}")
     for logical, data in artifacts.items():
         digest = history_digest(logical)
         if digest is not None:
             if hashlib.sha256(data).hexdigest() != digest:
                 raise ContentError(logical, "the bytes do not match their SHA-256 name")
-        elif logical not in named and (parse_segment_part(logical) is not None or logical.startswith("index/")):
+        elif logical not in named and (
+            parse_segment_part(logical) is not None or parse_agent_part(logical) is not None or logical.startswith("index/")
+        ):
             raise ContentError(logical, "a part or page the sidecar's layout does not name")
     prompt_lines = _lines(_parts(artifacts, prompt_page_path, layout.prompt_pages, "prompt index"))
     file_lines = _lines(_parts(artifacts, file_page_path, layout.file_pages, "file snapshots index"))

@@ -674,3 +674,104 @@ def test_any_reachable_state_round_trips(ops: list) -> None:
     assert restored.open_turn == c.open_turn
     for segment in range(1, c.current_segment + 1):
         assert restored.records(segment) == c.records(segment)
+
+
+# Retained agents' own transcripts ----------------------------------------------------
+
+
+def _task(path: str, prompt: str, text: str, paths=()):
+    from mevedel_server.store.content.transcript import AgentStep, AgentTask
+
+    return AgentTask(turn_id="0" * 16, path=path, agent="codex", prompt=prompt, outcome=Outcome.COMPLETED,
+                     steps=[AgentStep(kind="response", text=text)], paths=list(paths))
+
+
+def _with_agent_tasks() -> Conversation:
+    """Three turns: reviewer works in turns 1 and 2, reviewer/search in 2."""
+    c = conversation()
+    for turn, tasks in enumerate(([("reviewer", "first look", "Looks fine.")],
+                                  [("reviewer", "again", "Still fine."), ("reviewer/search", "find it", "Found.")],
+                                  []), start=1):
+        c.begin_turn(f"prompt {turn}", at=1000 + turn)
+        for path, prompt, text in tasks:
+            c.record_agent_task(_task(path, prompt, text, paths=[f"{path.replace('/', '-')}.txt"]))
+        c.settle(Outcome.COMPLETED, at=1000 + turn)
+    return c
+
+
+def test_an_agents_task_is_its_own_transcript_and_the_turn_only_names_it():
+    from mevedel_server.store.content.transcript import AgentTask, agent_part_path
+
+    c = _with_agent_tasks()
+    candidate = c.artifacts_for_save()
+    own = candidate.artifacts[agent_part_path("reviewer", 1)].decode()
+    assert own.count("\n") == 2 and "Looks fine." in own and "Still fine." in own and '"turn":2' in own
+    assert "Found." in candidate.artifacts[agent_part_path("reviewer/search", 1)].decode()
+    assert candidate.sidecar.layout.agent_parts == {"reviewer": 1, "reviewer/search": 1}
+    # The turn holds one line per task: its place in the agent's transcript, not its records.
+    refs = [r for r in c.records() if isinstance(r, AgentTask)]
+    assert [(r.path, r.task, r.steps) for r in refs] == [("reviewer", 1, []), ("reviewer", 2, []), ("reviewer/search", 1, [])]
+    assert refs[0].paths == ["reviewer.txt"]
+    assert not any("Looks fine." in part.decode() for path, part in candidate.artifacts.items() if path.startswith("segment-"))
+    # A save after the next task republishes the agent's part, not the others'.
+    c.mark_committed(candidate)
+    c.begin_turn("prompt 4", at=1010)
+    c.record_agent_task(_task("reviewer", "once more", "Done."))
+    changed = set(c.checkpoint().changed)
+    assert agent_part_path("reviewer", 1) in changed and agent_part_path("reviewer/search", 1) not in changed
+
+
+def test_agent_transcripts_survive_a_restore_and_a_foreign_part_is_refused():
+    from mevedel_server.store.content.transcript import agent_part_path
+
+    c = _with_agent_tasks()
+    artifacts = dict(c.artifacts_for_save().artifacts)
+    restored = Conversation.restore(artifacts)
+    assert [(t.turn, t.prompt) for t in restored.agent_tasks("reviewer")] == [(1, "first look"), (2, "again")]
+    assert restored.agent_tasks("nobody") == ()
+    with pytest.raises(ContentError, match="agent transcript part the sidecar's layout does not name"):
+        Conversation.restore({**artifacts, agent_part_path("other", 1): artifacts[agent_part_path("reviewer", 1)]})
+    with pytest.raises(ContentError, match="a task of retained agent reviewer"):
+        Conversation.restore({**artifacts, agent_part_path("reviewer/search", 1): artifacts[agent_part_path("reviewer", 1)]})
+    truncated = artifacts[agent_part_path("reviewer", 1)][:-1]
+    with pytest.raises(ContentError, match="truncated"):
+        Conversation.restore({**artifacts, agent_part_path("reviewer", 1): truncated})
+
+
+def test_a_cut_keeps_each_agents_tasks_of_the_kept_turns_and_a_fork_none():
+    from mevedel_server.store.content.sidecar import RetainedAgent
+    from mevedel_server.store.content.transcript import agent_part_path
+    from mevedel_server.store.transactions.snapshot_cut import (
+        Boundary,
+        SessionState,
+        cut_snapshot,
+        locate,
+    )
+
+    c = _with_agent_tasks()
+    agents = [RetainedAgent(path=p, agent="codex", fingerprint="a" * 64, machine="here", created_turn=n,
+                            created_turn_id=c.prompt_index()[n - 1].turn_id) for p, n in (("reviewer", 1), ("reviewer/search", 2))]
+    c.set_agents(agents, at=1020)
+    state = SessionState(SID, None, dict(c.artifacts_for_save().artifacts))
+
+    # Rewind before turn 2: reviewer keeps its first task; reviewer/search (made in turn 2) goes.
+    cut = cut_snapshot(state, locate(state, Boundary.before(2)), {})
+    rewound = Conversation.restore(cut)
+    assert [t.prompt for t in rewound.agent_tasks("reviewer")] == ["first look"]
+    assert rewound.agent_tasks("reviewer/search") == () and agent_part_path("reviewer/search", 1) not in cut
+    assert rewound.sidecar.layout.agent_parts == {"reviewer": 1}
+    # The next task continues the transcript where the cut left it.
+    rewound.begin_turn("prompt 2 again", at=1030)
+    rewound.record_agent_task(_task("reviewer", "redo", "Redone."))
+    assert [t.prompt for t in rewound.agent_tasks("reviewer")] == ["first look", "redo"]
+    assert [r.task for r in rewound.records() if getattr(r, "task", None)] == [1, 2]
+
+    # Before turn 1: no task is kept, and no transcript file either.
+    empty = cut_snapshot(state, locate(state, Boundary.before(1)), {})
+    assert not any(path.startswith("agents/") for path in empty) and Conversation.restore(empty).agent_tasks("reviewer") == ()
+    # A Fork drops the retained identities, and with them their transcripts.
+    forked = cut_snapshot(state, locate(state, Boundary.after(3)), {"agents": []})
+    assert not any(path.startswith("agents/") for path in forked)
+    # Everything kept: every transcript, byte for byte.
+    kept = cut_snapshot(state, locate(state, Boundary.after(3)), {})
+    assert kept[agent_part_path("reviewer", 1)] == state.artifacts[agent_part_path("reviewer", 1)]
