@@ -373,3 +373,89 @@ async def test_the_owner_sees_a_sub_agents_work_live_nested_under_the_call_that_
 
     assert first_call(None, "call-outer") < order(outer[0]) and first_call("outer", "call-inner") < order(inner[0])
     assert order(inner[-1]) < order(outer[-1]) < order(root[-1]) and order(quiet[-1]) < order(root[-1])
+
+
+def helper_prompts(log: Path) -> list[str]:
+    """The text of each prompt the helper agents were sent, in order."""
+    return ["\n".join(block.get("text", "") for block in e["params"]["prompt"]) for e in events(log) if e["event"] == "prompt"]
+
+
+async def test_a_rewind_that_keeps_a_retained_agent_continues_it_from_its_kept_transcript(client, workspace):
+    """The agent's native conversation holds the rewound turn's task too:
+    after the Rewind it is not loaded again; a new conversation continues
+    from the labelled excerpt of the tasks the session kept."""
+    parent_log, helper_log = agents(client, workspace, parent=[[delegate("reviewer", "Review it")]],
+                                    helper=[[{"say": "Answer one"}], [{"say": "Answer two"}]],
+                                    helper_script={"load_session": True})
+    first = await prompt(client, "First")
+    sid = first["sessionId"]
+    assert (await prompt(client, "Second"))["outcome"] == "completed"
+    # Turn 2's task continued the same native conversation in the same process.
+    assert [e["event"] for e in events(helper_log) if e["event"] in ("new_session", "load_session")] == ["new_session"]
+    assert "Answer two" in (await read(client, "history://root/reviewer"))["text"]
+
+    # Rewind before turn 2: the agent (made in turn 1) stays, its turn-2 task goes.
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 2, "boundary": "before"})
+    await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
+    kept = (await read(client, "history://root/reviewer"))["text"]
+    assert "Answer one" in kept and "Answer two" not in kept
+    assert "agent://root/reviewer" in (await read(client, "agent://"))["text"]
+
+    again = await prompt(client, "Second, again", sessionId=sid)
+    assert again["outcome"] == "completed", again
+    # A new native conversation (no session/load of the one holding the rewound task)...
+    opened = [e for e in events(helper_log) if e["event"] in ("new_session", "load_session")]
+    assert [e["event"] for e in opened] == ["new_session", "new_session"], opened
+    # ... seeded with the excerpt of the kept task only.
+    last = helper_prompts(helper_log)[-1]
+    assert "You are the retained agent reviewer" in last and "Answer one" in last and "Answer two" not in last, last
+    assert last.rstrip().endswith("Review it")
+    conversation = (await read(client, "history://root/reviewer"))["text"]
+    assert "Task 1 · reviewer (helper) in turn 1" in conversation and "Task 2 · reviewer (helper) in turn 2" in conversation
+
+
+async def test_another_client_reads_the_agents_transcript_and_continues_its_conversation(client, workspace, tmp_path):
+    """A session the language server wrote, continued by ``mevedel`` (a
+    second client identity, its own agent processes): it reads
+    history://root/NAME from the committed transcript, and the next task of
+    that name continues the conversation from it."""
+    import os
+    import subprocess
+
+    parent_log, helper_log = agents(client, workspace, parent=[[delegate("reviewer", "Review it")]],
+                                    helper=[[{"say": "Found two issues in the parser."}]])
+    result = await prompt(client, "Get a review")
+    assert result["outcome"] == "completed", result
+    sid = result["sessionId"]
+    await request(client, methods.SESSION_CLOSE, {"sessionId": sid})
+
+    # The CLI: another client identity (its own state directory) with the same agents.
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True)
+    scripts = {"parent": [[delegate("reviewer", "Now fix them")]], "helper": [[{"say": "Fixed both."}]]}
+    entries, logs = {}, {}
+    for name, turns in scripts.items():
+        logs[name] = tmp_path / f"cli-{name}.jsonl"
+        script = tmp_path / f"cli-{name}.json"
+        script.write_text(json.dumps({"log": str(logs[name]), "turns": turns}))
+        entries[name] = {"command": [sys.executable, str(AGENT), str(script)]}
+    config.write_text(json.dumps({"agents": entries, "defaultAgent": "parent"}))
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "cli-state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+
+    def mevedel(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args], cwd=workspace, env=env,
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    read_back = mevedel("read", "history://root/reviewer", "--session", sid)
+    assert read_back.returncode == 0, read_back.stderr
+    assert "Task 1 · reviewer (helper) in turn 1" in read_back.stdout and "Found two issues in the parser." in read_back.stdout
+    continued = mevedel("prompt", "--session", sid, "Get them fixed")
+    assert continued.returncode == 0, continued.stderr
+    # Its own helper process started a conversation seeded with the transcript's excerpt.
+    (sent,) = helper_prompts(logs["helper"])
+    assert "You are the retained agent reviewer" in sent and "Found two issues in the parser." in sent, sent
+    assert "Caller: Review it" in sent and sent.rstrip().endswith("Now fix them")
+    assert results(logs["parent"]) == ["mcp Agent: Fixed both."]
+    both = mevedel("read", "history://root/reviewer", "--session", sid)
+    assert "Found two issues in the parser." in both.stdout and "Task 2 · reviewer (helper) in turn 2" in both.stdout, both.stdout
+    assert "Fixed both." in both.stdout
