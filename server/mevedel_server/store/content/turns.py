@@ -648,12 +648,15 @@ class Conversation:
         self.detach_engine(at=at)
 
     def detach_engine(self, *, at: int) -> None:
-        """Give up the external agent's own history (control passes to
+        """Give up the external agents' own histories (control passes to
         another client): the next owner's first prompt starts a new native
-        conversation from a transcript excerpt."""
+        conversation from a transcript excerpt, and a retained agent's next
+        task one from its own transcript's."""
         engine = self._sidecar.engine
         if engine is not None and engine.state is not EngineState.DETACHED:
             self.set_engine(msgspec.structs.replace(engine, native_session_id=None, state=EngineState.DETACHED), at=at)
+        if any(agent.native_session_id is not None for agent in self._sidecar.agents):
+            self.set_agents([msgspec.structs.replace(agent, native_session_id=None) for agent in self._sidecar.agents], at=at)
 
     def set_agent_choice(self, agent: str, choice: AgentChoice | None, *, at: int) -> None:
         """Record the person's mode and config choices for ``agent`` (None:

@@ -775,3 +775,14 @@ def test_a_cut_keeps_each_agents_tasks_of_the_kept_turns_and_a_fork_none():
     # Everything kept: every transcript, byte for byte.
     kept = cut_snapshot(state, locate(state, Boundary.after(3)), {})
     assert kept[agent_part_path("reviewer", 1)] == state.artifacts[agent_part_path("reviewer", 1)]
+
+
+def test_detaching_the_engine_detaches_the_retained_agents_native_histories_too():
+    from mevedel_server.store.content.sidecar import RetainedAgent
+
+    c = _with_agent_tasks()
+    c.set_agents([RetainedAgent(path="reviewer", agent="codex", fingerprint="a" * 64, machine="here", native_session_id="n-1",
+                                created_turn=1, created_turn_id=c.prompt_index()[0].turn_id)], at=1020)
+    c.detach_engine(at=1021)
+    (agent,) = c.sidecar.agents
+    assert agent.native_session_id is None and agent.fingerprint == "a" * 64

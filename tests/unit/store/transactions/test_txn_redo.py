@@ -175,3 +175,37 @@ async def test_a_publication_with_corrupt_bytes_is_skipped_or_refused(tmp_path):
     states = await redo_states(s.target, s.session_id)
     assert two.publication_id in [k.publication_id for k in states.skipped]
     assert 2 not in by_turns(states)
+
+
+async def test_rewind_and_redo_that_keep_a_retained_agent_cut_and_restore_its_transcript_and_detach_its_native_history(tmp_path):
+    """The agent's native conversation holds every task it ran; after a
+    Rewind or a Redo it no longer matches the session's record of it, so
+    its id is cleared (the next task continues from the excerpt)."""
+    from mevedel_server.store.content.sidecar import RetainedAgent
+    from mevedel_server.store.content.transcript import AgentStep, AgentTask, Outcome
+
+    s = await session_of_three(tmp_path)
+    c = s.conversation
+    for number, (prompt, text) in enumerate((("look", "Seen."), ("look again", "Seen twice.")), start=4):
+        c.begin_turn(f"turn {number}", at=s.at + number)
+        if number == 4:
+            c.set_agents([RetainedAgent(path="reviewer", agent="codex", fingerprint="a" * 64, machine="here",
+                                        native_session_id="native-1", created_turn=4, created_turn_id=c.open_turn.turn_id)],
+                         at=s.at + number)
+        c.record_agent_task(AgentTask(turn_id=c.open_turn.turn_id, path="reviewer", agent="codex", prompt=prompt,
+                                      outcome=Outcome.COMPLETED, steps=[AgentStep(kind="response", text=text)]))
+        c.settle(Outcome.COMPLETED, at=s.at + number)
+        await s.save()
+    assert s.conversation.sidecar.agents[0].native_session_id == "native-1"
+
+    await rewind(s, Boundary.after(4))
+    (kept,) = s.conversation.sidecar.agents
+    assert kept.path == "reviewer" and kept.native_session_id is None
+    assert [t.prompt for t in s.conversation.agent_tasks("reviewer")] == ["look"]
+
+    states = by_turns(await redo_states(s.target, s.session_id))
+    impact = await prepare_redo(s.target, s.session_id, states[5].publication_id)
+    result = await commit_redo(s.publisher, impact.token)
+    redone = result.conversation
+    assert [t.prompt for t in redone.agent_tasks("reviewer")] == ["look", "look again"]
+    assert redone.sidecar.agents[0].native_session_id is None  # the redone head had native-1
