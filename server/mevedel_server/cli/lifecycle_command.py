@@ -124,6 +124,12 @@ def _labels(labels) -> list[str]:
 
 def _restores(impact) -> list[str]:
     rows = [f"  {r.action} {r.path} ({r.checkpoint} of turn {r.turn})" for r in impact.restores if r.changes]
+    # A retained sub-agent's changes, under its name (Rewind: its tasks in the discarded turns).
+    by_agent: dict[str, list[str]] = {}
+    for row in impact.restores:
+        for agent in row.agents if row.changes else ():
+            by_agent.setdefault(agent, []).append(row.path)
+    rows += [f"  changed by agent {agent}: {', '.join(paths)}" for agent, paths in sorted(by_agent.items())]
     rows += [f"  not restored {g.path}: {g.reason}" for g in impact.gaps]
     rows += [f"  changed outside the session (overwritten): {e.path}" for e in impact.externally_modified]
     return rows

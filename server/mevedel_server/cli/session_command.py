@@ -469,6 +469,8 @@ def turn_lines(detail: TurnDetail, *, dim: bool) -> list[str]:
             # A retained sub-agent's task, nested under the call that asked for it.
             lines.append(f"[agent {item.name} ({item.sender})" + (" · did not complete" if item.is_error else "") + "]")
             lines += ["    " + line if line else "" for line in (item.output or "").split("\n")] + [""]
+            if item.paths:
+                lines += [f"    changed by {item.name}: {', '.join(item.paths)}", ""]
     if summary.reason:
         lines.append(f"({summary.state}: {summary.reason})")
     return lines

@@ -55,10 +55,10 @@ def _label(label: TurnLabel) -> wire.TurnLabel:
     return wire.TurnLabel(label.turn, label.segment, label.turn_id, label.preview)
 
 
-def _restore(row: FileRestore, agents: dict[str, list[str]] | None = None) -> wire.FileRestore:
+def _restore(row: FileRestore) -> wire.FileRestore:
     return wire.FileRestore(
         row.path, row.state, row.checkpoint, row.turn, row.changes, row.sha256, row.size, mode=row.mode, link_target=row.link_target,
-        action=row.action, agents=list((agents or {}).get(row.path, ())),
+        action=row.action, agents=list(row.agents),
     )
 
 
@@ -93,7 +93,6 @@ def _place(place) -> wire.WorktreePlace:
 async def prepare_rewind(ls: MevedelLanguageServer, params: wire.RewindPrepareParams) -> wire.RewindImpact:
     _, service, sid = _target(ls, params, methods.REWIND_PREPARE)
     impact = await service.prepare_rewind(sid, params.boundary, params.turn)
-    agents = service.changed_by_agents(sid, impact.kept_turns) if service.is_open(sid) else {}
     return wire.RewindImpact(
         session_id=sid,
         boundary=impact.boundary.side.value,
@@ -101,7 +100,7 @@ async def prepare_rewind(ls: MevedelLanguageServer, params: wire.RewindPreparePa
         kept_turns=impact.kept_turns,
         discarded=[_label(label) for label in impact.discarded],
         transcript_changes=impact.transcript_changes,
-        restores=[_restore(row, agents) for row in impact.restores],
+        restores=[_restore(row) for row in impact.restores],
         gaps=[_gap(gap) for gap in impact.gaps],
         externally_modified=[_external(change) for change in impact.externally_modified],
         git=_git(impact.git),

@@ -70,7 +70,7 @@ from ..content.sidecar import (
     normalize_display_name,
     shown_name,
 )
-from ..content.transcript import AgentTask, Outcome, TurnBegin
+from ..content.transcript import AgentTask, Outcome
 from ..content.turns import Conversation, ConversationError
 from ..errors import IdentityNeedsConfirmation, StoreError, TakeoverNeedsConfirmation
 from ..layout import STATE_DIR, SessionPaths
@@ -972,22 +972,6 @@ class SessionService(SessionLifecycle, SessionFollowing):
         segment."""
         conversation = self._open(session_id, "read its agents' tasks").conversation
         return retained_tasks(conversation.records(), path, conversation.agent_tasks(path))
-
-    def changed_by_agents(self, session_id: str, after_turn: int) -> dict[str, list[str]]:
-        """Which retained agents changed each path in the turns after
-        ``after_turn`` of the current segment (a Rewind's impact names them)."""
-        session = self._open(session_id, "read its agents' changes")
-        turn = 0
-        found: dict[str, list[str]] = {}
-        for record in session.conversation.records():
-            if isinstance(record, TurnBegin):
-                turn = record.turn
-            elif isinstance(record, AgentTask) and turn > after_turn:
-                for changed in record.paths:
-                    names = found.setdefault(changed, [])
-                    if record.path not in names:
-                        names.append(record.path)
-        return found
 
     def transcript_records(self, session_id: str) -> list:
         """The open session's current-segment records, oldest first (the

@@ -113,6 +113,9 @@ class FileRestore:
     #: recorded none); a link's target text.
     mode: int | None = None
     link_target: str | None = None
+    #: Rewind: the retained sub-agents (paths) whose tasks in the discarded
+    #: turns changed it (their writes, patches and commands).
+    agents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ when the last kept turn was interrupted). Refused while a turn is in flight.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import ClassVar
 from ...targets import Target
 from ..authority.publication import Publisher
 from ..content.sidecar import agent_history_note
-from ..content.transcript import Outcome
+from ..content.transcript import AgentTask, Outcome
 from ..content.turns import Conversation
 from .in_place import (
     FROM_TARGET,
@@ -57,6 +58,7 @@ from .recovery import artifacts_digest
 from .snapshot_cut import (
     Boundary,
     CommittedState,
+    SessionState,
     Side,
     cut_snapshot,
     kept_outcome,
@@ -145,13 +147,15 @@ class Rewind:
         subject = {"side": self.boundary.side.value, "turn": self.boundary.turn}
         token = issue_token(self.op, state, when, subject, survey.hashes)
         remember_plan(token, plan, survey if source.at_once else None)
+        by_agents = changed_by_agents(state.state, self.boundary.kept_turns)
+        rows = tuple(dataclasses.replace(row, agents=by_agents[row.path]) if row.path in by_agents else row for row in survey.rows)
         discarded = tuple(TurnLabel.of(e) for e in state.state.prompts[self.boundary.kept_turns :])
         gaps = tuple(plan.gaps[p] for p in sorted(plan.gaps))
         changes_transcript = plan.artifacts is not state.artifacts
         note = agent_history_note(state.sidecar.engine, copy=False)
         kept = self.boundary.kept_turns
         return RewindImpact(
-            sid, self.boundary, kept, discarded, changes_transcript, survey.rows, gaps, survey.external, survey.git, token, note
+            sid, self.boundary, kept, discarded, changes_transcript, rows, gaps, survey.external, survey.git, token, note
         )
 
     @classmethod
@@ -170,6 +174,30 @@ class Rewind:
 
         plan = await plan_for(publisher, token, replan)
         return await commit_in_place(publisher, token, plan, operation="rewind", source=source)
+
+
+def changed_by_agents(state: SessionState, kept_turns: int) -> dict[str, tuple[str, ...]]:
+    """Which retained agents changed each path in the turns after
+    ``kept_turns``: the paths their tasks' records name (only the turns of
+    segments that hold an agent's task are decoded)."""
+    found: dict[str, list[str]] = {}
+    holds_tasks: dict[int, bool] = {}
+    for entry in state.prompts[kept_turns:]:
+        if entry.segment not in holds_tasks:
+            holds_tasks[entry.segment] = any(_AGENT_TASK in part for part in state.segment_parts(entry.segment))
+        if not holds_tasks[entry.segment]:
+            continue
+        for _index, record in state.turn_records(entry):
+            if isinstance(record, AgentTask):
+                for path in record.paths:
+                    names = found.setdefault(path, [])
+                    if record.path not in names:
+                        names.append(record.path)
+    return {path: tuple(names) for path, names in found.items()}
+
+
+#: How an agent's task record starts (msgspec writes the tag first).
+_AGENT_TASK = b'{"kind":"agent_task"'
 
 
 def _held(source: Source) -> Publisher:
