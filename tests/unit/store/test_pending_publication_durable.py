@@ -160,3 +160,40 @@ async def test_over_ssh_a_restarted_client_retries_what_was_pending(ssh_connect,
     assert (await committed(ssh_target, sid)).sidecar.total_turn_count == 2
     assert not (tmp_path / ".mevedel" / "sessions" / sid / ".pending-publication").exists()
     await again.close(sid)
+
+
+async def test_an_agents_task_and_its_registry_result_publish_together_or_wait_together_for_the_retry(root):
+    """A retained agent's settled task (its own transcript) and its result
+    in the registry (the sidecar) are one batch: a publication that fails
+    mid-way commits neither, leaves one retryable pending publication, and
+    its retry commits both."""
+    import msgspec
+
+    from mevedel_server.store.content.sidecar import AgentResult, RetainedAgent
+
+    target = FaultInjectingTarget(LocalTarget(root))
+    svc = SessionService(target, ME)
+    sid = (await svc.create()).session_id
+    started = await svc.begin_turn(sid, "delegate")
+    agent = RetainedAgent(path="reviewer", agent="codex", fingerprint="a" * 64, machine="here", created_turn=started.turn,
+                          created_turn_id=started.turn_id)
+    svc.set_retained_agents(sid, [agent])
+    await svc.checkpoint(sid)
+    settled = msgspec.structs.replace(agent, result=AgentResult(turn=1, outcome="completed", text="Two issues."))
+    svc.set_retained_agents(sid, [settled])
+    svc.append_agent_task(sid, "reviewer", "codex", "Review", [EvidenceInput("response", text="Two issues.")], "completed")
+    target.arm(3, "error")  # inside the publication program
+    with pytest.raises(PublicationFailed):
+        await svc.settle(sid)
+    before = await committed(LocalTarget(root), sid)
+    assert before.agent_tasks("reviewer") == () and before.sidecar.agents[0].result is None
+    await svc.detach()
+
+    again = SessionService(LocalTarget(root), ME)
+    await again.open(sid)
+    assert again.info(sid).pending_publication
+    await again.retry_publication(sid)
+    after = await committed(LocalTarget(root), sid)
+    assert [task.prompt for task in after.agent_tasks("reviewer")] == ["Review"]
+    assert after.sidecar.agents[0].result.text == "Two issues."
+    await again.close(sid)
