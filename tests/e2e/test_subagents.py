@@ -300,6 +300,18 @@ async def test_on_an_ssh_workspace_the_sub_agent_works_there_and_its_results_are
         assert "agent://root/reviewer" in (await read(client, "agent://", **where))["text"]
         assert "Changed remotely." in (await read(client, "agent://root/reviewer", **where))["text"]
         assert "Changed remotely." in (await read(client, "history://root/reviewer", **where))["text"]
+        # Closed and resumed, its transcript is read back over SSH: the agent's
+        # next task continues from it (a new process, which cannot load its
+        # old conversation: the excerpt).
+        sid = result["sessionId"]
+        await request(client, methods.SESSION_CLOSE, {"sessionId": sid, **where})
+        await request(client, methods.SESSION_OPEN, {"sessionId": sid, **where})
+        assert "Changed remotely." in (await read(client, "history://root/reviewer", **where))["text"]
+        again = await prompt(client, "Delegate again", sessionId=sid, **where)
+        assert again["outcome"] == "completed", again
+        sent = helper_prompts(logs["helper"])[-1]
+        assert "You are the retained agent reviewer" in sent and "Changed remotely." in sent, sent
+        assert "Task 2 · reviewer (helper) in turn 2" in (await read(client, "history://root/reviewer", **where))["text"]
         impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before", **where})
         assert {"kept.txt", "made.txt"} <= {r["path"] for r in impact["restores"] if r["changes"]}
         await request(client, methods.REWIND_COMMIT, {"token": impact["token"], **where})
