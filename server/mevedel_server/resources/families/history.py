@@ -151,11 +151,12 @@ def _agent_root(path: str, request: Request, context: ResolverContext, authored:
             if not is_session_id(session_id):
                 raise SessionMissing(session_id)
             saved = await saved_session(store_target(context), session_id)
-            if saved.sidecar is None or not any(agent.path == path for agent in saved.sidecar.agents):
+            entry = next((agent for agent in saved.sidecar.agents if agent.path == path), None) if saved.sidecar else None
+            if entry is None:
                 raise _error(ErrorKind.UNAVAILABLE, authored, missing)
             current = [s for s in saved.sources if s.segment.number == saved.sidecar.current_segment] or saved.sources[-1:]
             records = (await read_sources(saved, current))[0] if current else []
-            lines = agent_lines(retained_tasks(records, path, await read_agent_tasks(saved, path)))
+            lines = agent_lines(retained_tasks(records, path, await read_agent_tasks(saved, path), entry.created_turn))
             notice = f"session {session_id} is not open in this server: its committed records, read-only"
             return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical, notice)
 

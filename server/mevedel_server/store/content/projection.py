@@ -160,10 +160,13 @@ def _as_record(step: AgentStep, turn_id: str) -> Record | None:
     return None  # reasoning is left out, as the root's is
 
 
-def retained_tasks(records: Iterable[Record], path: str, own: Iterable[AgentTask] = ()) -> list[tuple[int, AgentTask]]:
+def retained_tasks(records: Iterable[Record], path: str, own: Iterable[AgentTask] = (), since: int = 1) -> list[tuple[int, AgentTask]]:
     """Retained agent ``path``'s tasks as ``(session turn, task)``, oldest
     first: those a session written before agent transcripts holds whole in
-    ``records`` (its current segment), then ``own``, its own transcript's."""
+    ``records`` (its current segment), then ``own``, its own transcript's;
+    only those of turn ``since`` (the turn that made the agent) on -- a
+    Fork keeps the conversation of an agent whose identity it dropped, and
+    an agent made later under the same name is another."""
     found: list[tuple[int, AgentTask]] = []
     turn = 0
     for record in records:
@@ -172,7 +175,7 @@ def retained_tasks(records: Iterable[Record], path: str, own: Iterable[AgentTask
         elif isinstance(record, AgentTask) and record.path == path and record.task is None and record.turn is None:
             found.append((turn, record))
     found += [(task.turn or 0, task) for task in own]
-    return found
+    return [(turn, task) for turn, task in found if turn >= since]
 
 
 def agent_lines(tasks: Iterable[tuple[int, AgentTask]], first: int = 1) -> list[str]:

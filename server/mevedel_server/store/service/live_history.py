@@ -38,9 +38,10 @@ class LiveHistory:
         own transcript's tasks unsaved ones included (``history://root/PATH``);
         None when the registry has no such agent."""
         conversation = self._conversation
-        if not any(agent.path == path for agent in conversation.sidecar.agents):
+        entry = next((agent for agent in conversation.sidecar.agents if agent.path == path), None)
+        if entry is None:
             return None
-        return agent_lines(retained_tasks(conversation.records(), path, conversation.agent_tasks(path)))
+        return agent_lines(retained_tasks(conversation.records(), path, conversation.agent_tasks(path), entry.created_turn))
 
     def lines(self) -> list[str]:
         """The projection's lines now (a copy: later records do not change it)."""

@@ -971,7 +971,9 @@ class SessionService(SessionLifecycle, SessionFollowing):
         session written before agent transcripts holds in its current
         segment."""
         conversation = self._open(session_id, "read its agents' tasks").conversation
-        return retained_tasks(conversation.records(), path, conversation.agent_tasks(path))
+        entry = next((agent for agent in conversation.sidecar.agents if agent.path == path), None)
+        since = entry.created_turn if entry is not None else 1
+        return retained_tasks(conversation.records(), path, conversation.agent_tasks(path), since)
 
     def transcript_records(self, session_id: str) -> list:
         """The open session's current-segment records, oldest first (the

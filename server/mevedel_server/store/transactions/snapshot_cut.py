@@ -418,24 +418,22 @@ def cut_snapshot(
         agents=[agent for agent in sidecar.agents if agent.created_turn <= cut.kept_turns],
     )
     changes.update(sidecar_changes)
-    agent_parts = _cut_agents(state, cut, [agent.path for agent in changes["agents"]], out)  # type: ignore[attr-defined]
+    agent_parts = _cut_agents(state, cut, out)
     changes["layout"] = msgspec.structs.replace(changes["layout"], agent_parts=agent_parts)  # type: ignore[type-var]
     out[SIDECAR_PATH] = sidecar_bytes(replaced_sidecar(sidecar, changes))
     check_snapshot(out)
     return out
 
 
-def _cut_agents(state: SessionState, cut: Cut, kept: list[str], out: dict[str, bytes]) -> dict[str, int]:
-    """The own transcripts of the retained agents ``kept``, each cut to its
-    tasks of the kept turns (parts kept whole keep their bytes), into
-    ``out``; their layout."""
+def _cut_agents(state: SessionState, cut: Cut, out: dict[str, bytes]) -> dict[str, int]:
+    """The retained agents' own transcripts, each cut to its tasks of the
+    kept turns (parts kept whole keep their bytes), into ``out``; their
+    layout. An agent made after the cut has none left. A Fork keeps them
+    too (the turns it copies name their tasks), though it drops the
+    registry: the child has the conversations, not the agents."""
     artifacts = state.artifacts
-    layout = state.sidecar.layout.agent_parts
     parts_of: dict[str, int] = {}
-    for path in kept:
-        count = layout.get(path, 0)
-        if not count:
-            continue
+    for path, count in state.sidecar.layout.agent_parts.items():
         parts = _parts(artifacts, lambda k, path=path: agent_part_path(path, k), count, f"agents/{path}")
         tasks = decode_agent_transcript(b"".join(parts), label=f"agents/{path}")
         keep = sum(1 for task in tasks if task.turn is not None and task.turn <= cut.kept_turns)

@@ -769,9 +769,14 @@ def test_a_cut_keeps_each_agents_tasks_of_the_kept_turns_and_a_fork_none():
     # Before turn 1: no task is kept, and no transcript file either.
     empty = cut_snapshot(state, locate(state, Boundary.before(1)), {})
     assert not any(path.startswith("agents/") for path in empty) and Conversation.restore(empty).agent_tasks("reviewer") == ()
-    # A Fork drops the retained identities, and with them their transcripts.
-    forked = cut_snapshot(state, locate(state, Boundary.after(3)), {"agents": []})
-    assert not any(path.startswith("agents/") for path in forked)
+    # A Fork drops the retained identities but keeps the conversations its turns name.
+    forked = Conversation.restore(cut_snapshot(state, locate(state, Boundary.after(2)), {"agents": []}))
+    assert forked.sidecar.agents == [] and [t.prompt for t in forked.agent_tasks("reviewer")] == ["first look", "again"]
+    # A new agent the child makes under that name (in turn 3) is another: none of those is its.
+    from mevedel_server.store.content.projection import retained_tasks
+
+    assert retained_tasks(forked.records(), "reviewer", forked.agent_tasks("reviewer"), since=3) == []
+    assert len(retained_tasks(forked.records(), "reviewer", forked.agent_tasks("reviewer"), since=1)) == 2
     # Everything kept: every transcript, byte for byte.
     kept = cut_snapshot(state, locate(state, Boundary.after(3)), {})
     assert kept[agent_part_path("reviewer", 1)] == state.artifacts[agent_part_path("reviewer", 1)]
