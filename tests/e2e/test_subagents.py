@@ -412,6 +412,9 @@ async def test_a_rewind_that_keeps_a_retained_agent_continues_it_from_its_kept_t
     kept = (await read(client, "history://root/reviewer"))["text"]
     assert "Answer one" in kept and "Answer two" not in kept
     assert "agent://root/reviewer" in (await read(client, "agent://"))["text"]
+    # Its result is the kept task's, not the rewound one's.
+    result = (await read(client, "agent://root/reviewer"))["text"]
+    assert "turn: 1" in result and "Answer one" in result and "Answer two" not in result, result
 
     again = await prompt(client, "Second, again", sessionId=sid)
     assert again["outcome"] == "completed", again

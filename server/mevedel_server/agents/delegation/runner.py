@@ -35,13 +35,14 @@ from typing import Any
 from acp import schema
 
 from ...store import (
-    RESULT_TEXT_LIMIT,
     AgentActivity,
     AgentResult,
     AgentTask,
     EvidenceInput,
     Outcome,
     RetainedAgent,
+    agent_result,
+    final_message,
 )
 from ..acp_callbacks import AcpCallbacks
 from ..config import AgentConfig, AgentSpec
@@ -245,11 +246,15 @@ class SubAgents:
             return table
         for path, retained in list(table.items()):
             entry = entries.get(path)
-            if retained.active is None and (entry is None or entry.created_turn_id != retained.created_turn_id):
+            if retained.active is not None:
+                continue
+            if entry is None or entry.created_turn_id != retained.created_turn_id:
                 del table[path]
                 if retained.running is not None:
                     asyncio.ensure_future(self._stop_running(retained))
-            elif retained.active is None and entry is not None and entry.native_session_id != retained.native_session_id:
+                continue
+            retained.result = entry.result  # a Rewind may have cut the task it came from
+            if entry.native_session_id != retained.native_session_id:
                 # Its native history was detached (Rewind, Redo): a new conversation continues it.
                 retained.native_session_id = entry.native_session_id
                 if retained.running is not None:
@@ -358,9 +363,8 @@ class SubAgents:
         await engine.learn_authored(turn.session_id)
         if not running.process.alive:
             await self._stop_running(retained)
-        final = _final_message(items)
-        kept = final if len(final) <= RESULT_TEXT_LIMIT else final[:RESULT_TEXT_LIMIT] + f"\n[... {len(final) - RESULT_TEXT_LIMIT} more characters not kept]"
-        retained.result = AgentResult(turn=turn.turn, outcome=outcome.value, reason=(reason or None) and reason[:500], text=kept)
+        final = final_message(items)
+        retained.result = agent_result(turn.turn, outcome.value, reason, items)
         # Its conversation (its own transcript, history://root/PATH) and its
         # result in the registry change together, with no await between:
         # the turn's next checkpoint or settlement publishes both or neither.
@@ -465,20 +469,3 @@ class SubAgents:
             await running.terminals.close_all()
         with contextlib.suppress(Exception):
             await running.process.stop(grace=0.5)
-
-
-def _final_message(items: Sequence[EvidenceInput]) -> str:
-    """The agent's last message: its text after its last tool call (the
-    whole last run of text when it ended on a tool call)."""
-    texts: list[str] = []
-    for item in items:
-        if item.kind == "tool_call":
-            texts = []
-        elif item.kind == "response" and item.text:
-            texts.append(item.text)
-    if texts:
-        return "".join(texts)
-    for item in reversed(items):
-        if item.kind == "response" and item.text:
-            return item.text
-    return ""

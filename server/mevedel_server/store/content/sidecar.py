@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import re
 import unicodedata
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 import msgspec
@@ -290,6 +291,33 @@ class AgentResult(_Closed, kw_only=True):
     #: Its final message (the partial one when it did not complete), cut
     #: to :data:`RESULT_TEXT_LIMIT` characters.
     text: Annotated[str, msgspec.Meta(max_length=RESULT_TEXT_LIMIT + 200)]
+
+
+def agent_result(turn: int, outcome: str, reason: str | None, steps: Sequence) -> AgentResult:
+    """A retained agent's settled result from its task's records
+    (``steps``: anything with ``kind`` and ``text``): its final message --
+    its text after its last tool call, else its last text -- kept to
+    :data:`RESULT_TEXT_LIMIT` characters."""
+    final = final_message(steps)
+    kept = final if len(final) <= RESULT_TEXT_LIMIT else final[:RESULT_TEXT_LIMIT] + f"\n[... {len(final) - RESULT_TEXT_LIMIT} more characters not kept]"
+    return AgentResult(turn=turn, outcome=outcome, reason=(reason or None) and reason[:500], text=kept)  # type: ignore[arg-type]
+
+
+def final_message(steps: Sequence) -> str:
+    """An agent's last message: its text after its last tool call (the
+    whole last run of text when it ended on a tool call)."""
+    texts: list[str] = []
+    for step in steps:
+        if step.kind == "tool_call":
+            texts = []
+        elif step.kind == "response" and step.text:
+            texts.append(step.text)
+    if texts:
+        return "".join(texts)
+    for step in reversed(steps):
+        if step.kind == "response" and step.text:
+            return step.text
+    return ""
 
 
 class RetainedAgent(_Closed, kw_only=True):

@@ -55,9 +55,11 @@ from ..content.sidecar import (
     IndexLineError,
     Layout,
     PromptEntry,
+    RetainedAgent,
     Sidecar,
     SidecarError,
     TurnFiles,
+    agent_result,
     decode_files_lines,
     decode_prompt_lines,
     encode_index_line,
@@ -67,6 +69,7 @@ from ..content.sidecar import (
     prompt_page_path,
 )
 from ..content.transcript import (
+    AgentTask,
     LineLog,
     Outcome,
     SegmentClose,
@@ -418,21 +421,35 @@ def cut_snapshot(
         agents=[agent for agent in sidecar.agents if agent.created_turn <= cut.kept_turns],
     )
     changes.update(sidecar_changes)
-    agent_parts = _cut_agents(state, cut, out)
+    agent_parts, last_kept = _cut_agents(state, cut, out)
     changes["layout"] = msgspec.structs.replace(changes["layout"], agent_parts=agent_parts)  # type: ignore[type-var]
+    # An agent's result from a task of a turn cut off is its latest kept task's.
+    changes["agents"] = [
+        _kept_result(agent, last_kept.get(agent.path), cut.kept_turns) for agent in changes["agents"]  # type: ignore[attr-defined]
+    ]
     out[SIDECAR_PATH] = sidecar_bytes(replaced_sidecar(sidecar, changes))
     check_snapshot(out)
     return out
 
 
-def _cut_agents(state: SessionState, cut: Cut, out: dict[str, bytes]) -> dict[str, int]:
+def _kept_result(agent: RetainedAgent, last: AgentTask | None, kept_turns: int) -> RetainedAgent:
+    if agent.result is None or agent.result.turn <= kept_turns:
+        return agent
+    if last is None or last.turn is None:
+        return msgspec.structs.replace(agent, result=None)
+    return msgspec.structs.replace(agent, result=agent_result(last.turn, last.outcome.value, last.reason, last.steps))
+
+
+def _cut_agents(state: SessionState, cut: Cut, out: dict[str, bytes]) -> tuple[dict[str, int], dict[str, AgentTask]]:
     """The retained agents' own transcripts, each cut to its tasks of the
     kept turns (parts kept whole keep their bytes), into ``out``; their
-    layout. An agent made after the cut has none left. A Fork keeps them
-    too (the turns it copies name their tasks), though it drops the
-    registry: the child has the conversations, not the agents."""
+    layout, and each one's last kept task. An agent made after the cut has
+    none left. A Fork keeps them too (the turns it copies name their
+    tasks), though it drops the registry: the child has the conversations,
+    not the agents."""
     artifacts = state.artifacts
     parts_of: dict[str, int] = {}
+    last_kept: dict[str, AgentTask] = {}
     for path, count in state.sidecar.layout.agent_parts.items():
         parts = _parts(artifacts, lambda k, path=path: agent_part_path(path, k), count, f"agents/{path}")
         tasks = decode_agent_transcript(b"".join(parts), label=f"agents/{path}")
@@ -443,7 +460,8 @@ def _cut_agents(state: SessionState, cut: Cut, out: dict[str, bytes]) -> dict[st
         for part, data in enumerate(taken, start=1):
             out[agent_part_path(path, part)] = data
         parts_of[path] = len(taken)
-    return parts_of
+        last_kept[path] = tasks[keep - 1]
+    return parts_of, last_kept
 
 
 def replaced_sidecar(sidecar: Sidecar, changes: Mapping[str, object]) -> Sidecar:

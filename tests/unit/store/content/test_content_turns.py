@@ -748,9 +748,13 @@ def test_a_cut_keeps_each_agents_tasks_of_the_kept_turns_and_a_fork_none():
         locate,
     )
 
+    from mevedel_server.store.content.sidecar import AgentResult
+
     c = _with_agent_tasks()
     agents = [RetainedAgent(path=p, agent="codex", fingerprint="a" * 64, machine="here", created_turn=n,
-                            created_turn_id=c.prompt_index()[n - 1].turn_id) for p, n in (("reviewer", 1), ("reviewer/search", 2))]
+                            created_turn_id=c.prompt_index()[n - 1].turn_id,
+                            result=AgentResult(turn=2, outcome="completed", text="latest"))
+              for p, n in (("reviewer", 1), ("reviewer/search", 2))]
     c.set_agents(agents, at=1020)
     state = SessionState(SID, None, dict(c.artifacts_for_save().artifacts))
 
@@ -760,6 +764,9 @@ def test_a_cut_keeps_each_agents_tasks_of_the_kept_turns_and_a_fork_none():
     assert [t.prompt for t in rewound.agent_tasks("reviewer")] == ["first look"]
     assert rewound.agent_tasks("reviewer/search") == () and agent_part_path("reviewer/search", 1) not in cut
     assert rewound.sidecar.layout.agent_parts == {"reviewer": 1}
+    # Its result is its latest kept task's, not the cut one's.
+    (kept,) = rewound.sidecar.agents
+    assert (kept.result.turn, kept.result.text) == (1, "Looks fine.")
     # The next task continues the transcript where the cut left it.
     rewound.begin_turn("prompt 2 again", at=1030)
     rewound.record_agent_task(_task("reviewer", "redo", "Redone."))
