@@ -738,8 +738,8 @@ def test_agent_transcripts_survive_a_restore_and_a_foreign_part_is_refused():
         Conversation.restore({**artifacts, agent_part_path("reviewer", 1): truncated})
 
 
-def test_a_cut_keeps_each_agents_tasks_of_the_kept_turns_and_a_fork_none():
-    from mevedel_server.store.content.sidecar import RetainedAgent
+def test_a_cut_keeps_each_agents_tasks_of_the_kept_turns_and_a_fork_the_conversations_only():
+    from mevedel_server.store.content.sidecar import AgentResult, RetainedAgent
     from mevedel_server.store.content.transcript import agent_part_path
     from mevedel_server.store.transactions.snapshot_cut import (
         Boundary,
@@ -747,8 +747,6 @@ def test_a_cut_keeps_each_agents_tasks_of_the_kept_turns_and_a_fork_none():
         cut_snapshot,
         locate,
     )
-
-    from mevedel_server.store.content.sidecar import AgentResult
 
     c = _with_agent_tasks()
     agents = [RetainedAgent(path=p, agent="codex", fingerprint="a" * 64, machine="here", created_turn=n,
