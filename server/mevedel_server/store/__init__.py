@@ -37,7 +37,10 @@ The logical snapshot a manifest names: ``session.json`` (the sidecar, small:
 counters, names, lineage, layout; :mod:`.content.sidecar`), transcript
 segments stored as append-only parts ``segment-NNNN/part-NNNNNN.chat.jsonl``
 (a part closes at 64 KiB and is never rewritten; :mod:`.content.transcript`),
-append-only index pages ``index/prompts-NNNNNN.jsonl`` and
+each retained agent's own transcript stored the same way
+``agents/PATH/part-NNNNNN.chat.jsonl`` (one ``agent_task`` line per settled
+task; the sidecar's ``layout.agent_parts`` names the parts), append-only
+index pages ``index/prompts-NNNNNN.jsonl`` and
 ``index/files-NNNNNN.jsonl``, and ``file-history/<sha256>`` blobs
 (:mod:`.content.checkpoints`). A settle therefore publishes only the parts
 and pages that changed plus the sidecar: its cost follows the change, not
