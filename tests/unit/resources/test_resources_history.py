@@ -233,7 +233,9 @@ async def test_describe_history_names_the_session_it_reads(root):
     assert no_workspace.status == "unavailable" and "no workspace" in no_workspace.reason
 
 
-async def test_history_root_path_is_a_retained_agents_conversation_live_and_committed(root):
+async def with_reviewer(root: Path, result: str) -> tuple[SessionService, str]:
+    """A session whose first turn is in flight and made the retained agent
+    ``reviewer`` (its latest result ``result``)."""
     from mevedel_server.store.content.sidecar import AgentResult, RetainedAgent
 
     svc = SessionService(LocalTarget(root), ME)
@@ -241,7 +243,12 @@ async def test_history_root_path_is_a_retained_agents_conversation_live_and_comm
     started = await svc.begin_turn(sid, "Get a review")
     svc.set_retained_agents(sid, [RetainedAgent(
         path="reviewer", agent="codex", fingerprint="a" * 64, machine="here", created_turn=started.turn,
-        created_turn_id=started.turn_id, result=AgentResult(turn=1, outcome="completed", text="Two issues."))])
+        created_turn_id=started.turn_id, result=AgentResult(turn=1, outcome="completed", text=result))])
+    return svc, sid
+
+
+async def test_history_root_path_is_a_retained_agents_conversation_live_and_committed(root):
+    svc, sid = await with_reviewer(root, "Two issues.")
     steps = [EvidenceInput("reasoning", text="hidden thought"), EvidenceInput("tool_call", call_id="c1", name="Read a.py", arguments="{}"),
              EvidenceInput("tool_result", call_id="c1", output="print(1)"), EvidenceInput("response", text="Two issues.")]
     svc.append_agent_task(sid, "reviewer", "codex", "Review a.py", steps, "completed")
@@ -269,18 +276,13 @@ async def test_a_session_written_before_agent_transcripts_still_shows_its_agents
     (no ``agents/`` transcript) read the same: history://root/PATH (live and
     committed), Grep, and the turn's agent_task item; a task recorded after
     them goes to the agent's own transcript and follows them."""
-    from mevedel_server.store.content.sidecar import AgentResult, RetainedAgent
     from mevedel_server.store.content.transcript import AgentStep, AgentTask, Outcome
 
-    svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
-    started = await svc.begin_turn(sid, "Get a review")
-    svc.set_retained_agents(sid, [RetainedAgent(
-        path="reviewer", agent="codex", fingerprint="a" * 64, machine="here", created_turn=started.turn,
-        created_turn_id=started.turn_id, result=AgentResult(turn=1, outcome="completed", text="Old answer."))])
+    svc, sid = await with_reviewer(root, "Old answer.")
     # What the writer before agent transcripts appended: the whole task, in the turn.
-    svc._open(sid, "write as before").conversation.append(AgentTask(
-        turn_id=started.turn_id, path="reviewer", agent="codex", prompt="Old review", outcome=Outcome.COMPLETED,
+    conversation = svc._open(sid, "write as before").conversation
+    conversation.append(AgentTask(
+        turn_id=conversation.open_turn.turn_id, path="reviewer", agent="codex", prompt="Old review", outcome=Outcome.COMPLETED,
         steps=[AgentStep(kind="response", text="Old answer.")], paths=["a.py"]))
     await svc.settle(sid, "completed")
     assert not any(p.startswith("agents/") for p in (await (await read_committed_snapshot(root, sid)).read_all()))
