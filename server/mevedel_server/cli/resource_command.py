@@ -31,17 +31,13 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..addresses import AddressError, Operation
-from ..agents.config import cli_config_path
-from ..mcp_client import McpAccess, configured_access
 from ..resources import (
     GlobOptions,
     GrepOptions,
     MemoryRoot,
-    PatchOptions,
-    PatchResult,
     ReadOptions,
     ResolverContext,
     SkillRoot,
@@ -52,6 +48,10 @@ from ..resources import (
 from ..store import LeaseState, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
 from .session_client import CommandError, cli_identity, refuse
+
+if TYPE_CHECKING:
+    from ..mcp_client import McpAccess
+    from ..resources import PatchResult
 
 FAILED = 1
 
@@ -149,6 +149,9 @@ def _context(arguments: argparse.Namespace) -> ResolverContext:
 
 
 def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
+    from ..agents.config import cli_config_path
+    from ..mcp_client import configured_access
+
     try:
         return configured_access(workspace, cli_config_path(), approving=getattr(arguments, "approve_mcp", ()) or ())
     except ValueError as error:
@@ -185,6 +188,9 @@ def _operand_and_options(arguments: argparse.Namespace) -> tuple[str, object]:
         return arguments.address, GrepOptions(
             pattern=arguments.pattern, glob=arguments.glob, ignore_case=arguments.ignore_case, limit=arguments.limit
         )
+    # ApplyPatch's machinery is loaded for apply-patch alone.
+    from ..resources import PatchOptions
+
     source = sys.stdin if arguments.patch_file == "-" else None
     try:
         text = source.read() if source else Path(arguments.patch_file).read_text(encoding="utf-8")
@@ -234,7 +240,7 @@ def _run(arguments: argparse.Namespace) -> int:
     except CommandError as error:
         return refuse(arguments, error.kind, str(error))
     if arguments.json:
-        print(json.dumps(_jsonable(result)))
+        print(json.dumps(_jsonable(arguments.operation, result)))
     else:
         print(_text(arguments.operation, result))
     return 0
@@ -244,6 +250,8 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
     """Run an ApplyPatch with ``--session`` as this CLI client: the session
     is resumed under its lease first (refused when another client holds it
     or it does not exist), and stays held afterwards."""
+    from ..resources import PatchOptions
+
     assert context.workspace_root is not None
     try:
         target = LocalTarget(context.workspace_root)
@@ -263,8 +271,8 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
         await service.detach()
 
 
-def _jsonable(result: object) -> dict[str, Any]:
-    if isinstance(result, PatchResult):
+def _jsonable(operation: Operation, result: object) -> dict[str, Any]:
+    if operation is Operation.APPLY_PATCH:
         return {"changes": [dataclasses.asdict(change) for change in result.changes], "summary": result.summary()}
     return dataclasses.asdict(result)  # type: ignore[arg-type]
 

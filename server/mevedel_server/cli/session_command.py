@@ -10,22 +10,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..artifacts.attachments import session_artifacts
 from ..store import (
     SESSION_ID_PATTERN,
     IdentityNeedsConfirmation,
     OpenMode,
-    SegmentRotation,
     SessionInfo,
     SessionService,
     TakeoverNeedsConfirmation,
-    TurnDetail,
-    TurnSummary,
-    describe,
     describe_target_time,
-    stat_lines,
 )
 from .session_client import (
     CommandError,
@@ -38,6 +33,11 @@ from .session_client import (
     remember_session,
     run_command,
 )
+
+if TYPE_CHECKING:
+    # Annotations only: the turn views import the diff, which a listing
+    # does not need.
+    from ..store import SegmentRotation, TurnDetail, TurnSummary
 
 
 def register(subparsers: Any) -> None:
@@ -484,7 +484,10 @@ def run_turn(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
         detail = await service.turn(sid, arguments.number)
-        # The turn ends with what it did to the tree (mevedel diff N --stat).
+        # The turn ends with what it did to the tree (mevedel diff N --stat);
+        # the diff's rendering is this command's alone.
+        from ..store import describe, stat_lines
+
         changes = await service.diff(sid, arguments.number, arguments.number)
         lines = turn_lines(detail, dim=sys.stdout.isatty())
         if changes.files:

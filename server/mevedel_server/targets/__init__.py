@@ -25,137 +25,25 @@
   ``ssh://`` address) and the target rooted there.
 """
 
-from .clock import Clock, read_target_clock
-from .entry import same_state
-from .errors import (
-    InvalidTargetPath,
-    PathAbsentError,
-    PathConflictError,
-    RootReplacedError,
-    TargetError,
-    TargetOperationError,
-    UnsafePathError,
-)
-from .faults import FaultInjectingTarget, FaultMode, InjectedFault, SimulatedCrash
-from .local import LocalTarget
-from .paths import join_target_path, parent_and_name, split_target_path
-from .program import (
-    Barrier,
-    Chain,
-    ChainHop,
-    ChainLink,
-    ControlProgram,
-    CreateExclusive,
-    CreateLinked,
-    Entry,
-    FileRead,
-    FileScan,
-    FileStat,
-    ListDir,
-    ListTree,
-    MakeDirs,
-    Operation,
-    OpResult,
-    ProgramResult,
-    PutEntry,
-    Read,
-    ReadChain,
-    ReadEntry,
-    ReadFiles,
-    ReadSlice,
-    Remove,
-    Replace,
-    ScanPaths,
-    ScanTree,
-    Snapshot,
-    SnapshotFile,
-    Stat,
-    Status,
-    TreeListing,
-    Verify,
-    WriteProject,
-)
-from .remote_errors import (
-    HostKeyRefused,
-    SshLocationError,
-    TargetUnavailable,
-    WorkspaceLocationError,
-)
-from .ssh_config import SshLocation, parse_ssh_location
-from .target import ProgramTarget, Target, raise_for_result
+from __future__ import annotations
 
+from ..lazy_exports import lazy_exports
 
-def __getattr__(name: str):
-    # SshTarget pulls in asyncssh, which takes a noticeable time to import;
-    # load it when first asked for, not with every use of the package.
-    if name == "SshTarget":
-        from .ssh import SshTarget
+#: Each public name's module, imported on first use: a command that needs
+#: the local target does not load the fault injector, the SSH location
+#: parser (``ipaddress``, ``urllib``) or asyncssh (``SshTarget``).
+_EXPORTS = {
+    '.clock': ('Clock', 'read_target_clock'),
+    '.entry': ('same_state',),
+    '.errors': ('InvalidTargetPath', 'PathAbsentError', 'PathConflictError', 'RootReplacedError', 'TargetError', 'TargetOperationError', 'UnsafePathError'),
+    '.faults': ('FaultInjectingTarget', 'FaultMode', 'InjectedFault', 'SimulatedCrash'),
+    '.local': ('LocalTarget',),
+    '.paths': ('join_target_path', 'parent_and_name', 'split_target_path'),
+    '.program': ('Barrier', 'Chain', 'ChainHop', 'ChainLink', 'ControlProgram', 'CreateExclusive', 'CreateLinked', 'Entry', 'FileRead', 'FileScan', 'FileStat', 'ListDir', 'ListTree', 'MakeDirs', 'Operation', 'OpResult', 'ProgramResult', 'PutEntry', 'Read', 'ReadChain', 'ReadEntry', 'ReadFiles', 'ReadSlice', 'Remove', 'Replace', 'ScanPaths', 'ScanTree', 'Snapshot', 'SnapshotFile', 'Stat', 'Status', 'TreeListing', 'Verify', 'WriteProject'),
+    '.remote_errors': ('HostKeyRefused', 'SshLocationError', 'TargetUnavailable', 'WorkspaceLocationError'),
+    '.ssh_config': ('SshLocation', 'parse_ssh_location'),
+    '.target': ('ProgramTarget', 'Target', 'raise_for_result'),
+    '.ssh': ('SshTarget',),
+}
 
-        return SshTarget
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "Entry",
-    "PutEntry",
-    "ReadEntry",
-    "same_state",
-    "Barrier",
-    "Chain",
-    "ChainHop",
-    "ChainLink",
-    "Clock",
-    "ControlProgram",
-    "CreateExclusive",
-    "CreateLinked",
-    "FaultInjectingTarget",
-    "FaultMode",
-    "FileRead",
-    "FileScan",
-    "FileStat",
-    "HostKeyRefused",
-    "InjectedFault",
-    "InvalidTargetPath",
-    "ListDir",
-    "ListTree",
-    "LocalTarget",
-    "MakeDirs",
-    "OpResult",
-    "Operation",
-    "PathAbsentError",
-    "PathConflictError",
-    "ProgramResult",
-    "ProgramTarget",
-    "Read",
-    "ReadChain",
-    "ReadFiles",
-    "Remove",
-    "Replace",
-    "WriteProject",
-    "ScanPaths",
-    "ScanTree",
-    "SimulatedCrash",
-    "Snapshot",
-    "SnapshotFile",
-    "ReadSlice",
-    "SshLocation",
-    "SshLocationError",
-    "SshTarget",
-    "Stat",
-    "Status",
-    "Target",
-    "TargetError",
-    "TargetOperationError",
-    "TargetUnavailable",
-    "TreeListing",
-    "RootReplacedError",
-    "UnsafePathError",
-    "Verify",
-    "WorkspaceLocationError",
-    "join_target_path",
-    "parent_and_name",
-    "parse_ssh_location",
-    "raise_for_result",
-    "read_target_clock",
-    "split_target_path",
-]
+__getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

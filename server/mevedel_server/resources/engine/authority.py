@@ -17,10 +17,15 @@ user, not to a session, and need no session.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ...addresses.model import AddressError, ErrorKind
-from ...store import Access, SessionService
 from .context import ResolverContext
+
+if TYPE_CHECKING:
+    # The session service is imported by the caller that holds one: a
+    # command that only reads an address does not load it.
+    from ...store import SessionService
 
 
 def not_writable(session_id: str, authored: str, *, project: bool = False) -> AddressError:
@@ -54,6 +59,8 @@ def writable_sessions(service: SessionService) -> Callable[[str], bool]:
     """The ``session_writable`` answer of a client: the sessions its
     ``service`` holds open and writable (a session joined read-only, or
     taken over by someone else since, is not)."""
+
+    from ...store import Access
 
     def writable(session_id: str) -> bool:
         return service.is_open(session_id) and service.info(session_id).access is Access.WRITABLE
