@@ -7,7 +7,19 @@ message chunks): start to the first chunk on stdout, and the last chunk to
 the process's exit. All interleaved round by round, so load drifts on both
 sides alike; medians. Each start's CPU time (user + system, from
 ``wait4``) is reported beside its wall time, with its own ratio: on a loaded
-machine the wall clock mostly measures the wait for a core.
+machine the wall clock mostly measures the wait for a core; the start-up
+goals are judged on CPU time.
+
+The prompt's figures are differences of about their goals' size, so they
+get more rounds (``MEVEDEL_BENCH_PROMPT_ROUNDS``, 40), the two sides take
+turns going first, and each round's pair is differenced (paired: the load's
+drift between rounds cancels); the spread is reported (quartiles and
+extremes), a goal is met when the upper quartile is within it ("median
+only" when just the median is), and each side's CPU time (the agent
+included) is shown beside the walls -- and the CPU the process tree had
+spent when the first chunk arrived, and spent after the last (``/proc``,
+clock ticks), which the queue for a core does not move: the goals'
+figures by CPU, beside the walls.
 
 Byte code is compiled first (``PYTHONPYCACHEPREFIX`` into a scratch
 directory, one warm-up run of each command): ``PYTHONDONTWRITEBYTECODE=1``
@@ -40,6 +52,9 @@ HERE = Path(__file__).resolve().parent
 AGENT = HERE.parent / "tests" / "agents" / "scripted_agent.py"
 MEVEDEL = str(Path(sys.executable).parent / "mevedel")
 ROUNDS = int(os.environ.get("MEVEDEL_BENCH_ROUNDS", "15"))
+#: The prompt's figures are differences of about their own goal's size on
+#: a loaded machine: more rounds, each pair compared within its round.
+PROMPT_ROUNDS = int(os.environ.get("MEVEDEL_BENCH_PROMPT_ROUNDS", "40"))
 CHUNKS = 20
 SESSIONS = 50
 
@@ -59,9 +74,33 @@ def timed(command: list[str], env: dict, cwd: Path) -> tuple[float, float]:
     return elapsed, usage.ru_utime + usage.ru_stime
 
 
-def streamed(command: list[str], env: dict, cwd: Path) -> tuple[float, float]:
-    """Start -> first byte of the answer on stdout, and the answer's last
-    chunk (``END``) -> exit, in seconds."""
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds so far of ``pid`` and every process below it, the
+    children they reaped included (``/proc``, in clock ticks): what the
+    command has cost at a moment, whatever the queue for a core."""
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rpartition(")")[2].split()
+            total += sum(int(value) for value in fields[11:15]) / TICK  # utime stime cutime cstime
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue  # gone meanwhile: its time is in its parent's cutime once reaped
+    return total
+
+
+def streamed(command: list[str], env: dict, cwd: Path) -> tuple[float, float, float, float, float]:
+    """Start -> first byte of the answer on stdout, the answer's last chunk
+    (``END``) -> exit, in seconds; the CPU seconds (user + system) of the
+    process and the children it waited for (the agent) in all; and the same
+    CPU spent to the first chunk and after the last (the process tree's,
+    read from ``/proc`` as the chunks arrive, at clock-tick resolution)."""
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     assert process.stdout is not None
@@ -74,15 +113,28 @@ def streamed(command: list[str], env: dict, cwd: Path) -> tuple[float, float]:
         now = time.perf_counter()
         if first is None and data.strip():
             first = now
+            cpu_first = tree_cpu(process.pid)
         seen += data
         if last is None and b"END" in seen:
             last = now
+            cpu_last = tree_cpu(process.pid)
     stderr = process.stderr.read() if process.stderr else b""
-    code = process.wait()
+    _pid, status, usage = os.wait4(process.pid, 0)
     ended = time.perf_counter()
+    code = process.returncode = os.waitstatus_to_exitcode(status)
     if code != 0 or first is None or last is None:
         raise SystemExit(f"{command} failed ({code}): {seen[-500:]!r} {stderr.decode()[-2000:]}")
-    return first - started, ended - last
+    used = usage.ru_utime + usage.ru_stime
+    return first - started, ended - last, used, cpu_first, used - cpu_last
+
+
+def spread_ms(samples: list[float]) -> dict[str, float]:
+    """Median, quartiles and extremes, in milliseconds: a figure whose
+    quartiles straddle its goal is not shown either way."""
+    ms = sorted(sample * 1000 for sample in samples)
+    low, _median, high = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0], ms[0], ms[0])
+    return {"median_ms": round(statistics.median(ms), 1), "p25_ms": round(low, 1), "p75_ms": round(high, 1),
+            "min_ms": round(ms[0], 1), "max_ms": round(ms[-1], 1)}
 
 
 async def make_sessions(root: Path, state: Path) -> None:
@@ -141,15 +193,27 @@ def main() -> None:
         cpu: dict[str, list[float]] = {name: [] for name in starts}
         first: dict[str, list[float]] = {name: [] for name in prompts}
         tail: dict[str, list[float]] = {name: [] for name in prompts}
-        for _ in range(ROUNDS):
-            for name, command in starts.items():
-                wall, used = timed(command, env, root)
-                times[name].append(wall)
-                cpu[name].append(used)
-            for name, command in prompts.items():
-                to_first, to_exit = streamed(command, env, root)
-                first[name].append(to_first)
-                tail[name].append(to_exit)
+        prompt_cpu: dict[str, list[float]] = {name: [] for name in prompts}
+        cpu_first: dict[str, list[float]] = {name: [] for name in prompts}
+        cpu_tail: dict[str, list[float]] = {name: [] for name in prompts}
+        loads = [os.getloadavg()[0]]
+        for round_number in range(max(ROUNDS, PROMPT_ROUNDS)):
+            if round_number < ROUNDS:
+                for name, command in starts.items():
+                    wall, used = timed(command, env, root)
+                    times[name].append(wall)
+                    cpu[name].append(used)
+            if round_number < PROMPT_ROUNDS:
+                # Which side goes first alternates: neither always meets
+                # the other's leftovers (a page cache, a core just freed).
+                for name, command in (prompts.items() if round_number % 2 else reversed(prompts.items())):
+                    to_first, to_exit, used, used_first, used_tail = streamed(command, env, root)
+                    first[name].append(to_first)
+                    tail[name].append(to_exit)
+                    prompt_cpu[name].append(used)
+                    cpu_first[name].append(used_first)
+                    cpu_tail[name].append(used_tail)
+        loads.append(os.getloadavg()[0])
 
         base = statistics.median(times["python3 -c pass"])
         cpu_base = statistics.median(cpu["python3 -c pass"])
@@ -157,22 +221,40 @@ def main() -> None:
         rows = []
         for name in starts:
             ratio = round(statistics.median(times[name]) / base, 2)
+            cpu_ratio = round(statistics.median(cpu[name]) / cpu_base, 2)
             row = {"case": name, "median_ms": median_ms(times[name]), "min_ms": round(min(times[name]) * 1000, 1), "ratio": ratio,
-                   "cpu_ms": median_ms(cpu[name]), "cpu_ratio": round(statistics.median(cpu[name]) / cpu_base, 2)}
+                   "cpu_ms": median_ms(cpu[name]), "cpu_ratio": cpu_ratio}
             if name in goals:
                 row["goal"] = f"<= {goals[name]}x"
-                row["met"] = ratio <= goals[name]
+                # Judged by CPU time: the wall at this load is mostly the
+                # wait for a core (the wall ratio is shown beside it).
+                row["met"] = cpu_ratio <= goals[name]
             rows.append(row)
         bare, ours = "bare ACP SDK client", "mevedel prompt"
-        added_first = median_ms(first[ours]) - median_ms(first[bare])
-        added_tail = median_ms(tail[ours]) - median_ms(tail[bare])
         for name in prompts:
-            rows.append({"case": f"{name}: start -> first chunk", "median_ms": median_ms(first[name]), "min_ms": round(min(first[name]) * 1000, 1)})
-            rows.append({"case": f"{name}: last chunk -> exit", "median_ms": median_ms(tail[name]), "min_ms": round(min(tail[name]) * 1000, 1)})
-        rows.append({"case": "prompt: added start -> first chunk", "median_ms": round(added_first, 1), "goal": "<= +100 ms", "met": added_first <= 100})
-        rows.append({"case": "prompt: added last chunk -> exit", "median_ms": round(added_tail, 1), "goal": "<= +50 ms", "met": added_tail <= 50})
+            rows.append({"case": f"{name}: start -> first chunk", **spread_ms(first[name])})
+            rows.append({"case": f"{name}: last chunk -> exit", **spread_ms(tail[name])})
+            rows.append({"case": f"{name}: CPU to first chunk", **spread_ms(cpu_first[name])})
+            rows.append({"case": f"{name}: CPU after last chunk", **spread_ms(cpu_tail[name])})
+            rows.append({"case": f"{name}: CPU in all (with the agent)", **spread_ms(prompt_cpu[name])})
+        # Each round's pair, differenced: the drift of the load between
+        # rounds cancels, what is left is the spread within a round.
+        paired = {
+            "start -> first chunk": ([a - b for a, b in zip(first[ours], first[bare])], 100),
+            "last chunk -> exit": ([a - b for a, b in zip(tail[ours], tail[bare])], 50),
+            "CPU to first chunk": ([a - b for a, b in zip(cpu_first[ours], cpu_first[bare])], 100),
+            "CPU after last chunk": ([a - b for a, b in zip(cpu_tail[ours], cpu_tail[bare])], 50),
+        }
+        for label, (differences, goal) in paired.items():
+            figures = spread_ms(differences)
+            # Met when three rounds in four are within the goal; the
+            # median alone within it is said as such.
+            verdict = True if figures["p75_ms"] <= goal else "median only" if figures["median_ms"] <= goal else False
+            rows.append({"case": f"prompt: added {label} (paired)", **figures, "goal": f"<= +{goal} ms", "met": verdict})
+        rows.append({"case": "prompt: added CPU in all (paired)", **spread_ms([a - b for a, b in zip(prompt_cpu[ours], prompt_cpu[bare])])})
     name = "cli_startup" + ("_source" if os.environ.get("MEVEDEL_BENCH_SOURCE") else "")
-    report(name, rows, {"rounds": ROUNDS, "load": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
+    report(name, rows, {"rounds": ROUNDS, "prompt_rounds": PROMPT_ROUNDS, "load_before_after": [round(load, 2) for load in loads],
+                        "cpus": os.cpu_count(),
                         "source": os.environ.get("MEVEDEL_BENCH_SOURCE") or "this checkout"})
 
 
