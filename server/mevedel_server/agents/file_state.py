@@ -114,6 +114,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import itertools
+import operator
 import os
 import secrets
 from collections import Counter
@@ -159,6 +161,7 @@ from .file_state_index import (
     apply_delta,
     decode_index,
     encode_index,
+    gc_paused,
     index_checksum,
 )
 
@@ -187,6 +190,13 @@ MERGE_BYTES = 64 * 1024 * 1024
 #: Changed paths a delta of the index may hold before a save writes the
 #: whole index again (or an eighth of the record, when that is more).
 DELTA_PATHS = 1024
+#: A path's parent directory (``""`` at the top), and a facts record's kind
+#: bits, as C callables for ``map``.
+_SPLIT_PARENT = operator.methodcaller("rpartition", "/")
+_PARENT = operator.itemgetter(0)
+_KIND_BITS = operator.itemgetter(0)
+#: The pack of a blob's ``(pack, offset)``.
+_PACK = operator.itemgetter(0)
 #: Walks in a row that may each find directories not watched yet before
 #: the watch is given up on for this refresh (the next one walks).
 WATCH_PASSES = 3
@@ -435,7 +445,8 @@ class FileStateRecord:
             removed = {path for path in changed if path not in self._facts}
         state = RecordState(facts, digest, self._unreadable, self._links, self._racy, self._unwalked, self._where, self._pack_size,
                             b"" if whole else self._index_base, removed)
-        data = encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
+        with gc_paused():
+            data = encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
         # A whole index first, then its delta goes: a delta never applies
         # to a whole index it was not made for (it names its checksum).
         ops: list[Operation] = [
@@ -523,17 +534,25 @@ class FileStateRecord:
         self._refs = dict(Counter(state.digest.values()))
         self._pack_size = state.pack_sizes
         where = state.where
+        # Iterated in C (map, compress, set operations): a loop in Python
+        # over 100,000 entries is most of the load's time.
         if state.removed is None:
             # Moved on by a delta: blobs no path names any more, or in
-            # packs gone since, are not this record's.
-            where = {digest: at for digest, at in where.items() if digest in self._refs and at[0] in self._pack_size}
+            # packs gone since, are not this record's (the state is this
+            # record's own: dropped in place, the few there are).
+            for digest in where.keys() - self._refs.keys():
+                del where[digest]
+            if not set(map(_PACK, where.values())) <= self._pack_size.keys():
+                where = {digest: at for digest, at in where.items() if at[0] in self._pack_size}
+        packs = list(map(_PACK, where.values()))
         self._where = where
-        self._pack_refs = dict(Counter(pack for pack, _offset in self._where.values()))
+        self._pack_refs = dict(Counter(packs))
         # Entries per parent directory first, then up the ancestors: a
         # handful of directories hold most files.
-        holding = Counter(path.rpartition("/")[0] for path in state.facts)
+        parents = list(map(_PARENT, map(_SPLIT_PARENT, state.facts)))
+        holding = Counter(parents)
         tracked = holding.copy()
-        tracked.subtract(path.rpartition("/")[0] for path, facts in state.facts.items() if facts[0] & SCAN_IGNORED)
+        tracked.subtract(itertools.compress(parents, map(SCAN_IGNORED.__and__, map(_KIND_BITS, state.facts.values()))))
         holding.pop("", None)
         tracked.pop("", None)
         self._holding = _with_ancestors(holding)
@@ -560,7 +579,8 @@ class FileStateRecord:
             unwalked = dict(scan.unwalked)
             # current: the walked facts of every path to look at (new,
             # changed, or racy); deleted: recorded paths the walk no longer meets.
-            current, candidates, deleted, paths = self._diff(scan, unwalked)
+            with gc_paused():
+                current, candidates, deleted, paths = self._diff(scan, unwalked)
         else:
             scan, stored = await self._look(plan, watch)
             unwalked, current, candidates, deleted = self._diff_within(scan, plan)
@@ -894,16 +914,19 @@ class FileStateRecord:
         store, the index and its delta (its second to fourth operations);
         the store's names."""
         stored = tuple(result[1].value) if result[1].ok else ()
-        kept = decode_index(result[2].value, max_file_bytes=self._max, blob_dir=self._blob_dir) if result[2].ok else None
-        if kept is not None and not kept.base:
-            checksum = index_checksum(result[2].value)
-            delta = decode_index(result[3].value, max_file_bytes=self._max, blob_dir=self._blob_dir) if result[3].ok else None
-            state = apply_delta(kept, checksum, delta)
-            self._load(state)
-            self._from_index = True
-            self._index_base = checksum
-            if state is not kept:
-                self._since_index = set(delta.facts) | delta.removed
+        if not result[2].ok:
+            return stored
+        with gc_paused():
+            kept = decode_index(result[2].value, max_file_bytes=self._max, blob_dir=self._blob_dir)
+            if kept is not None and not kept.base:
+                checksum = index_checksum(result[2].value)
+                delta = decode_index(result[3].value, max_file_bytes=self._max, blob_dir=self._blob_dir) if result[3].ok else None
+                state = apply_delta(kept, checksum, delta)
+                self._load(state)
+                self._from_index = True
+                self._index_base = checksum
+                if state is not kept:
+                    self._since_index = set(delta.facts) | delta.removed
         return stored
 
     def _known_directories(self) -> list[str]:
