@@ -113,11 +113,14 @@ _MAX_OPEN_DEFERRED = 64
 class Refused(Exception):
     """An operation ends with a non-ok status (carried to its result)."""
 
-    def __init__(self, status, reason, unsafe=False):
+    def __init__(self, status, reason, unsafe=False, under_file=False):
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.unsafe = unsafe
+        #: A component of the path is neither a directory nor a link: nothing
+        #: can exist below it (absence, to a reader of a whole state).
+        self.under_file = under_file
 
 
 class ProgramRefused(Exception):
@@ -169,7 +172,7 @@ def _open_subdir(dir_fd, name, label):
             if _is_symlink(name, dir_fd):
                 raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True) from None
             if exc.errno == errno.ENOTDIR:
-                raise Refused(FAILED, "'%s' is not a directory" % label) from None
+                raise Refused(FAILED, "'%s' is not a directory" % label, under_file=True) from None
         raise
 
 
@@ -1299,7 +1302,9 @@ class Executor:
         try:
             pfd, leaf, label = self._open_parent(path)
         except Refused as refusal:
-            if refusal.status == ABSENT:
+            # Below a missing directory, or below a file (a turn that turned
+            # a directory into a file), nothing exists.
+            if refusal.status == ABSENT or refusal.under_file:
                 raise Refused(ABSENT, "'%s' does not exist" % path) from None
             raise
         try:
@@ -1318,8 +1323,10 @@ class Executor:
         try:
             pfd, leaf, label = self._open_parent(path)
         except Refused as refusal:
-            # A missing parent proves absence as a missing leaf does.
-            if refusal.status != ABSENT:
+            # A missing parent proves absence as a missing leaf does, and so
+            # does a file where a parent would be (made a directory first
+            # only by a step of its own: see ``ordered_steps``).
+            if refusal.status != ABSENT and not (refusal.under_file and wanted is None):
                 raise
             if expected is not None:
                 return (MISMATCH, None, "'%s' does not exist" % path, False)
