@@ -46,12 +46,14 @@ from ..resources import (
     writable_sessions,
 )
 from ..store import LeaseState, SessionService, error_kind, is_refusal
-from ..targets import LocalTarget, TargetError
+from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
+from ..targets.location import parse_workspace_location, workspace_target
 from .session_client import CommandError, cli_identity, refuse
 
 if TYPE_CHECKING:
     from ..mcp_client import McpAccess
     from ..resources import PatchResult
+    from ..targets import Target
 
 FAILED = 1
 
@@ -92,7 +94,12 @@ def register(subparsers: Any) -> None:
 
 def _parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(name, help=help_text, description=help_text + ".")
-    parser.add_argument("--workspace", type=Path, default=None, help="workspace root (default: current directory)")
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR|ssh://[user@]host[:port]/path",
+        default=None,
+        help="workspace root, here or over SSH (default: current directory)",
+    )
     parser.add_argument(
         "--session",
         metavar="ID",
@@ -112,8 +119,30 @@ def _parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentPars
     return parser
 
 
-def _context(arguments: argparse.Namespace) -> ResolverContext:
-    workspace = (arguments.workspace or Path.cwd()).resolve()
+def _location(arguments: argparse.Namespace) -> Path | SshLocation:
+    """The ``--workspace`` given: a resolved local directory or an SSH location."""
+    if arguments.workspace is None:
+        return Path.cwd().resolve()
+    try:
+        location = parse_workspace_location(arguments.workspace)
+    except WorkspaceLocationError as error:
+        raise _UsageError(f"--workspace {error}") from None
+    return location if isinstance(location, SshLocation) else location.resolve()
+
+
+def _context(arguments: argparse.Namespace, location: Path | SshLocation) -> ResolverContext:
+    if isinstance(location, SshLocation):
+        # Everything is read through the workspace's target, the session
+        # (committed, as any session not open in this process) by its id.
+        if arguments.memory_root or arguments.skill_root:
+            raise _UsageError("--memory-root and --skill-root need a local workspace")
+        _session_name(arguments)
+        return ResolverContext(
+            store_target=workspace_target(location),
+            remote_workspace=True,
+            remote_session=arguments.session or None,
+        )
+    workspace = location
     memory_roots = []
     for spec in arguments.memory_root:
         location, _, rest = spec.partition(":")
@@ -134,11 +163,7 @@ def _context(arguments: argparse.Namespace) -> ResolverContext:
             skill_roots.append(SkillRoot(_path(workspace, path), origin))
         except ValueError as error:
             raise _UsageError(f"--skill-root {spec!r}: {error}") from None
-    session_dir = None
-    if arguments.session:
-        if "/" in arguments.session or arguments.session in (".", ".."):
-            raise _UsageError(f"--session {arguments.session!r}: a session id is one name")
-        session_dir = workspace / ".mevedel" / "sessions" / arguments.session
+    session_dir = workspace / ".mevedel" / "sessions" / arguments.session if _session_name(arguments) else None
     return ResolverContext(
         workspace_root=workspace,
         session_dir=session_dir,
@@ -146,6 +171,12 @@ def _context(arguments: argparse.Namespace) -> ResolverContext:
         skill_roots=tuple(skill_roots),
         mcp=_mcp_access(arguments, workspace),
     )
+
+
+def _session_name(arguments: argparse.Namespace) -> str | None:
+    if arguments.session and ("/" in arguments.session or arguments.session in (".", "..")):
+        raise _UsageError(f"--session {arguments.session!r}: a session id is one name")
+    return arguments.session or None
 
 
 def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
@@ -159,12 +190,22 @@ def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
 
 
 async def _execute(attempt: Any, context: ResolverContext) -> Any:
-    """Run the attempt, then stop every MCP server it started."""
+    """Run the attempt, then stop every MCP server it started (and close an
+    SSH workspace's connection)."""
     try:
         return await execute(attempt)
     finally:
-        if context.mcp is not None:
-            await context.mcp.connections.close_all()
+        try:
+            if context.mcp is not None:
+                await context.mcp.connections.close_all()
+        finally:
+            await _close(context)
+
+
+async def _close(context: ResolverContext) -> None:
+    close = getattr(context.store_target, "close", None) if context.remote_workspace else None
+    if close is not None:
+        await close()
 
 
 def _path(workspace: Path, text: str) -> Path:
@@ -199,11 +240,11 @@ def _operand_and_options(arguments: argparse.Namespace) -> tuple[str, object]:
     return text, PatchOptions()
 
 
-async def _held_session(workspace: Path) -> str | None:
+async def _held_session(target: Target) -> str | None:
     """The one session this CLI client holds in the workspace, the default
     of ``--session`` as for ``mevedel turn`` (None when it holds none or
     several)."""
-    service = SessionService(LocalTarget(workspace), cli_identity())
+    service = SessionService(target, cli_identity())
     try:
         rows = (await service.list()).rows
     finally:
@@ -213,19 +254,21 @@ async def _held_session(workspace: Path) -> str | None:
 
 
 def _run(arguments: argparse.Namespace) -> int:
-    if arguments.session is None and (arguments.workspace or Path.cwd()).resolve().joinpath(".mevedel", "sessions").is_dir():
-        try:
-            arguments.session = asyncio.run(_held_session((arguments.workspace or Path.cwd()).resolve()))
-        except TargetError:
-            pass  # an unusable store leaves the session unset, as before
     try:
-        context = _context(arguments)
+        location = _location(arguments)
+        if arguments.session is None:
+            arguments.session = asyncio.run(_default_session(location))
+        context = _context(arguments, location)
         operand, options = _operand_and_options(arguments)
     except _UsageError as error:
         print(f"mevedel: {error}", file=sys.stderr)
         return 2
     try:
-        attempt = prepare(arguments.operation, operand, options, context)
+        try:
+            attempt = prepare(arguments.operation, operand, options, context)
+        except BaseException:
+            asyncio.run(_close(context))
+            raise
         if arguments.operation is Operation.APPLY_PATCH and arguments.session:
             # Validated first: a patch refused as written claims no lease.
             result = asyncio.run(_patch_under_lease(operand, arguments, context))
@@ -246,15 +289,32 @@ def _run(arguments: argparse.Namespace) -> int:
     return 0
 
 
+async def _default_session(location: Path | SshLocation) -> str | None:
+    """The session this CLI client holds in the workspace, when it holds
+    exactly one (an unusable store leaves it unset)."""
+    if isinstance(location, Path) and not location.joinpath(".mevedel", "sessions").is_dir():
+        return None
+    try:
+        target = workspace_target(location)
+    except TargetError:
+        return None
+    try:
+        return await _held_session(target)
+    except TargetError:
+        return None
+    finally:
+        if isinstance(location, SshLocation):
+            await target.close()
+
+
 async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context: ResolverContext) -> PatchResult:
     """Run an ApplyPatch with ``--session`` as this CLI client: the session
     is resumed under its lease first (refused when another client holds it
     or it does not exist), and stays held afterwards."""
     from ..resources import PatchOptions
 
-    assert context.workspace_root is not None
     try:
-        target = LocalTarget(context.workspace_root)
+        target = context.store_target or LocalTarget(context.workspace_root)  # type: ignore[arg-type]
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
     service = SessionService(target, cli_identity())
@@ -268,7 +328,10 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
         held = dataclasses.replace(context, store_target=target, session_writable=writable_sessions(service))
         return await execute(prepare(Operation.APPLY_PATCH, patch, PatchOptions(), held))  # type: ignore[return-value]
     finally:
-        await service.detach()
+        try:
+            await service.detach()
+        finally:
+            await _close(context)
 
 
 def _jsonable(operation: Operation, result: object) -> dict[str, Any]:
