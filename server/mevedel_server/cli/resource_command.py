@@ -131,26 +131,18 @@ def _location(arguments: argparse.Namespace) -> Path | SshLocation:
 
 
 def _context(arguments: argparse.Namespace, location: Path | SshLocation) -> ResolverContext:
-    if isinstance(location, SshLocation):
-        # Everything is read through the workspace's target, the session
-        # (committed, as any session not open in this process) by its id.
-        if arguments.memory_root or arguments.skill_root:
-            raise _UsageError("--memory-root and --skill-root need a local workspace")
-        _session_name(arguments)
-        return ResolverContext(
-            store_target=workspace_target(location),
-            remote_workspace=True,
-            remote_session=arguments.session or None,
-        )
-    workspace = location
+    # An SSH workspace has no local root: everything in it (the session
+    # too, committed, by its id) is read through its target; memory and
+    # skill roots are local directories, as for the LSP's remote folders.
+    workspace = location if isinstance(location, Path) else None
     memory_roots = []
     for spec in arguments.memory_root:
-        location, _, rest = spec.partition(":")
+        where, _, rest = spec.partition(":")
         kind, _, path = rest.partition(":")
         if not path:
             raise _UsageError(f"--memory-root {spec!r}: expected LOCATION:KIND:PATH")
         try:
-            memory_roots.append(MemoryRoot(_path(workspace, path), location, kind))  # type: ignore[arg-type]
+            memory_roots.append(MemoryRoot(_path(workspace, path), where, kind))  # type: ignore[arg-type]
         except ValueError as error:
             raise _UsageError(f"--memory-root {spec!r}: {error}") from None
     skill_roots = []
@@ -163,10 +155,20 @@ def _context(arguments: argparse.Namespace, location: Path | SshLocation) -> Res
             skill_roots.append(SkillRoot(_path(workspace, path), origin))
         except ValueError as error:
             raise _UsageError(f"--skill-root {spec!r}: {error}") from None
-    session_dir = workspace / ".mevedel" / "sessions" / arguments.session if _session_name(arguments) else None
+    session = _session_name(arguments)
+    if workspace is None:
+        target = workspace_target(location)
+        return ResolverContext(
+            memory_roots=tuple(memory_roots),
+            skill_roots=tuple(skill_roots),
+            store_target=target,
+            remote_workspace=True,
+            remote_session=session,
+            mcp=_mcp_access(arguments, location, target),
+        )
     return ResolverContext(
         workspace_root=workspace,
-        session_dir=session_dir,
+        session_dir=workspace / ".mevedel" / "sessions" / session if session else None,
         memory_roots=tuple(memory_roots),
         skill_roots=tuple(skill_roots),
         mcp=_mcp_access(arguments, workspace),
@@ -179,12 +181,12 @@ def _session_name(arguments: argparse.Namespace) -> str | None:
     return arguments.session or None
 
 
-def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
+def _mcp_access(arguments: argparse.Namespace, workspace: Path | SshLocation, target: Target | None = None) -> McpAccess:
     from ..agents.config import cli_config_path
     from ..mcp_client import configured_access
 
     try:
-        return configured_access(workspace, cli_config_path(), approving=getattr(arguments, "approve_mcp", ()) or ())
+        return configured_access(workspace, cli_config_path(), approving=getattr(arguments, "approve_mcp", ()) or (), remote=target)
     except ValueError as error:
         raise _UsageError(str(error)) from None
 
@@ -208,9 +210,15 @@ async def _close(context: ResolverContext) -> None:
         await close()
 
 
-def _path(workspace: Path, text: str) -> Path:
+def _path(workspace: Path | None, text: str) -> Path:
+    """A root as given: ``~`` expands; a relative one is relative to a local
+    workspace (ValueError on an SSH one)."""
     path = Path(text).expanduser()
-    return path if path.is_absolute() else workspace / path
+    if path.is_absolute():
+        return path
+    if workspace is None:
+        raise ValueError("a relative root needs a local workspace; give this machine's absolute path")
+    return workspace / path
 
 
 class _UsageError(Exception):
