@@ -24,10 +24,11 @@ WRITER = ClientIdentity("client-writer", "workstation")
 ADDRESSES = ("history://root", "history://root/reviewer", "agent://", "agent://root/reviewer", "agent://root/worker")
 
 
-async def _write_session(workspace: Path) -> str:
+async def _write_session(workspace: Path, *, close: bool = True) -> str:
     """A session another client wrote and saved: turn 1 made the retained
     agent ``reviewer`` (settled, its task in its transcript); turn 2, still
-    in flight when saved, set ``worker`` to work."""
+    in flight when saved, set ``worker`` to work. Closed, or (``close``
+    false) still held by that client."""
     svc = SessionService(LocalTarget(workspace), WRITER)
     try:
         sid = (await svc.create()).session_id
@@ -46,7 +47,8 @@ async def _write_session(workspace: Path) -> str:
         await svc.begin_turn(sid, "Now fix them")
         svc.set_retained_agents(sid, [reviewer, agent("worker", activity=AgentActivity.ACTIVE)])
         await svc.save(sid)
-        await svc.close(sid)
+        if close:
+            await svc.close(sid)
         return sid
     finally:
         await svc.detach()
