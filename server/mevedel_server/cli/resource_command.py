@@ -2,9 +2,13 @@
 same two-stage resolver the language server uses.
 
 The owners come from flags: ``--workspace`` (default: the current
-directory), ``--session ID`` (the session scope of ``work://`` and
-``artifact://``), ``--memory-root LOCATION:KIND:PATH`` and
-``--skill-root ORIGIN:PATH`` (repeatable). Output is the projection as text,
+directory; ``ssh://[user@]host[:port]/path`` reaches one over SSH, read and
+written through its target as the LSP's remote folders are), ``--session
+ID`` (the session scope of ``work://`` and ``artifact://``, and the session
+``history://root`` and ``agent://`` read: its committed records, as it is
+not open in this process), ``--memory-root LOCATION:KIND:PATH`` and
+``--skill-root ORIGIN:PATH`` (repeatable; a relative path is the local
+workspace's). Output is the projection as text,
 or one JSON object with ``--json``; a failure prints the authored address, the
 error kind and the reason, and exits 1.
 
@@ -103,7 +107,8 @@ def _parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentPars
     parser.add_argument(
         "--session",
         metavar="ID",
-        help="session whose work:// and artifact:// scope to use (default: the one session this CLI client holds here)",
+        help="session whose work://, artifact://, history://root and agent:// to use "
+        "(default: the one session this CLI client holds here)",
     )
     parser.add_argument(
         "--memory-root",
