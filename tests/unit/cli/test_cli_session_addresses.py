@@ -7,7 +7,6 @@ the real loopback sshd)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -16,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.store import ClientIdentity
-from mevedel_server.store.content.sidecar import AgentActivity, AgentResult, RetainedAgent
+from mevedel_server.store.content.sidecar import (
+    AgentActivity,
+    AgentResult,
+    RetainedAgent,
+)
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
