@@ -284,3 +284,16 @@ def test_over_ssh_the_cli_reads_the_workspaces_mcp_json_through_its_target_and_r
     approved = cli("read", "mcp://repo/test%3A%2F%2Fpid", "--approve-mcp", "repo")
     assert approved.returncode == 0, approved.stderr
     assert "pid " in approved.stdout and marker.exists()
+
+    # The agent of a `mevedel prompt` on that workspace reads it too, through its Read tool.
+    agent = REPO / "tests" / "agents" / "scripted_agent.py"
+    log, script = tmp_path / "agent-events.jsonl", tmp_path / "agent-script.json"
+    call = {"mcp_call": {"id": "r1", "tool": "Read", "arguments": {"path": "mcp://repo/test%3A%2F%2Fpid"}}}
+    script.write_text(json.dumps({"log": str(log), "turns": [[call]]}), encoding="utf-8")
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"agents": {"scripted": {"command": [sys.executable, str(agent), str(script)]}}}), encoding="utf-8")
+    prompted = cli("prompt", "Read the repo server")
+    assert prompted.returncode == 0, prompted.stderr
+    (answer,) = [e["text"] for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "mcp_result"]
+    assert answer.startswith("mcp Read: ") and "pid " in answer, answer
