@@ -259,3 +259,41 @@ def test_the_cli_reads_mcp_addresses_and_wants_approve_mcp_for_a_workspace_serve
     assert "pid " in approved.stdout and marker.exists()
     # Remembered: the next command needs no flag.
     assert _cli(workspace, tmp_path, "read", "mcp://repo/test%3A%2F%2Fpid").returncode == 0
+
+
+@pytest.mark.usefixtures("openssh_server")
+def test_over_ssh_the_cli_reads_the_workspaces_mcp_json_through_its_target_and_runs_the_server_here(workspace, tmp_path, openssh_server):
+    from ssh_fixtures import ALIAS
+
+    from .test_ssh_workspace import ssh_home
+
+    marker = tmp_path / "repo-server-ran"
+    _workspace_file(workspace, marker)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "HOME": str(ssh_home(tmp_path, openssh_server))}
+
+    def cli(*arguments: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "mevedel_server.cli", *arguments, "--workspace", f"ssh://{ALIAS}{workspace}"],
+                              capture_output=True, text=True, env=env, timeout=120, check=False, cwd=tmp_path)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
+
+    refused = cli("read", "mcp://repo/test%3A%2F%2Fpid")
+    assert refused.returncode == 1 and "mcp://repo/test%3A%2F%2Fpid: unavailable:" in refused.stderr, refused.stderr
+    assert "--approve-mcp repo" in refused.stderr and not marker.exists()
+    approved = cli("read", "mcp://repo/test%3A%2F%2Fpid", "--approve-mcp", "repo")
+    assert approved.returncode == 0, approved.stderr
+    assert "pid " in approved.stdout and marker.exists()
+
+    # The agent of a `mevedel prompt` on that workspace reads it too, through its Read tool.
+    agent = REPO / "tests" / "agents" / "scripted_agent.py"
+    log, script = tmp_path / "agent-events.jsonl", tmp_path / "agent-script.json"
+    call = {"mcp_call": {"id": "r1", "tool": "Read", "arguments": {"path": "mcp://repo/test%3A%2F%2Fpid"}}}
+    script.write_text(json.dumps({"log": str(log), "turns": [[call]]}), encoding="utf-8")
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"agents": {"scripted": {"command": [sys.executable, str(agent), str(script)]}}}), encoding="utf-8")
+    prompted = cli("prompt", "Read the repo server")
+    assert prompted.returncode == 0, prompted.stderr
+    (answer,) = [e["text"] for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "mcp_result"]
+    assert answer.startswith("mcp Read: ") and "pid " in answer, answer

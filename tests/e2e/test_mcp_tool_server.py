@@ -395,3 +395,20 @@ async def test_a_client_that_drops_xdg_variables_names_the_cli_client_explicitly
         env=bare, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
     )
     assert missing.returncode == 1 and "--client-state" in missing.stderr and "cli-client.json" in missing.stderr, missing.stderr
+
+
+@pytest.mark.parametrize("held_elsewhere", [True, False])
+async def test_a_session_another_client_wrote_reads_its_conversation_and_retained_agents(workspace, tmp_path, held_elsewhere):
+    """``mevedel mcp --session`` on a session another client wrote (joined
+    read-only while that client holds it, else resumed): history://root,
+    its retained agent's transcript and agent:// read as the CLI reads them."""
+    from unit.cli.test_cli_session_addresses import _write_session
+
+    sid = await _write_session(workspace, close=not held_elsewhere)
+    async with served(workspace, tmp_path / "state", "--session", sid) as (session, _):
+        assert "The reviewer found two issues." in await ok(session, "Read", path="history://root")
+        assert "Task 1 · reviewer (codex) in turn 1" in await ok(session, "Read", path="history://root/reviewer")
+        listing = await ok(session, "Read", path="agent://")
+        assert "agent://root/reviewer" in listing and "agent://root/worker" in listing
+        assert "Two issues in the parser." in await ok(session, "Read", path="agent://root/reviewer")
+        assert "has no retained agent nobody" in await error(session, "Read", path="agent://root/nobody")

@@ -305,6 +305,12 @@ async def test_on_an_ssh_workspace_the_sub_agent_works_there_and_its_results_are
         # old conversation: the excerpt).
         sid = result["sessionId"]
         await request(client, methods.SESSION_CLOSE, {"sessionId": sid, **where})
+        # Not open in this server: its committed records, read through the SSH target.
+        closed = {"sessionId": sid, **where}
+        assert "Changed remotely." in (await read(client, "history://root/reviewer", **closed))["text"]
+        assert "Changed remotely." in (await read(client, "agent://root/reviewer", **closed))["text"]
+        assert "agent://root/reviewer" in (await read(client, "agent://", **closed))["text"]
+        assert "history://root/reviewer" in (await read(client, "history://root", **closed))["text"]
         await request(client, methods.SESSION_OPEN, {"sessionId": sid, **where})
         assert "Changed remotely." in (await read(client, "history://root/reviewer", **where))["text"]
         again = await prompt(client, "Delegate again", sessionId=sid, **where)

@@ -60,6 +60,7 @@ from .session_client import (
     last_session,
     remember_session,
     run_command,
+    workspace_location,
     workspace_root,
 )
 
@@ -260,6 +261,7 @@ def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | 
             remote_session=session_id if is_open else None,
             live_history=service.live_history(session_id) if is_open else None,
             session_writable=writable_sessions(service),
+            mcp=mcp,
         )
 
     context.artifacts = lambda: artifacts  # type: ignore[attr-defined]
@@ -365,7 +367,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         try:
             # An agent cannot approve anything: a workspace .mcp.json server
             # it names runs only once the user approved it in a terminal.
-            mcp = None if local is None else configured_access(local, cli_config_path(), how_to_approve=APPROVE_IN_A_TERMINAL)
+            # An SSH workspace's .mcp.json is read through its target; its servers run here.
+            mcp = configured_access(local or workspace_location(arguments), cli_config_path(),
+                                    how_to_approve=APPROVE_IN_A_TERMINAL, remote=service.target)
         except ValueError as error:
             raise CommandError("invalid-params", str(error)) from None
         artifacts = session_artifacts(service)

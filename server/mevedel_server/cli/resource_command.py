@@ -2,9 +2,13 @@
 same two-stage resolver the language server uses.
 
 The owners come from flags: ``--workspace`` (default: the current
-directory), ``--session ID`` (the session scope of ``work://`` and
-``artifact://``), ``--memory-root LOCATION:KIND:PATH`` and
-``--skill-root ORIGIN:PATH`` (repeatable). Output is the projection as text,
+directory; ``ssh://[user@]host[:port]/path`` reaches one over SSH, read and
+written through its target as the LSP's remote folders are), ``--session
+ID`` (the session scope of ``work://`` and ``artifact://``, and the session
+``history://root`` and ``agent://`` read: its committed records, as it is
+not open in this process), ``--memory-root LOCATION:KIND:PATH`` and
+``--skill-root ORIGIN:PATH`` (repeatable; a relative path is the local
+workspace's). Output is the projection as text,
 or one JSON object with ``--json``; a failure prints the authored address, the
 error kind and the reason, and exits 1.
 
@@ -46,12 +50,14 @@ from ..resources import (
     writable_sessions,
 )
 from ..store import LeaseState, SessionService, error_kind, is_refusal
-from ..targets import LocalTarget, TargetError
+from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
+from ..targets.location import parse_workspace_location, workspace_target
 from .session_client import CommandError, cli_identity, refuse
 
 if TYPE_CHECKING:
     from ..mcp_client import McpAccess
     from ..resources import PatchResult
+    from ..targets import Target
 
 FAILED = 1
 
@@ -92,11 +98,17 @@ def register(subparsers: Any) -> None:
 
 def _parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(name, help=help_text, description=help_text + ".")
-    parser.add_argument("--workspace", type=Path, default=None, help="workspace root (default: current directory)")
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR|ssh://[user@]host[:port]/path",
+        default=None,
+        help="workspace root, here or over SSH (default: current directory)",
+    )
     parser.add_argument(
         "--session",
         metavar="ID",
-        help="session whose work:// and artifact:// scope to use (default: the one session this CLI client holds here)",
+        help="session whose work://, artifact://, history://root and agent:// to use "
+        "(default: the one session this CLI client holds here)",
     )
     parser.add_argument(
         "--memory-root",
@@ -112,16 +124,30 @@ def _parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentPars
     return parser
 
 
-def _context(arguments: argparse.Namespace) -> ResolverContext:
-    workspace = (arguments.workspace or Path.cwd()).resolve()
+def _location(arguments: argparse.Namespace) -> Path | SshLocation:
+    """The ``--workspace`` given: a resolved local directory or an SSH location."""
+    if arguments.workspace is None:
+        return Path.cwd().resolve()
+    try:
+        location = parse_workspace_location(arguments.workspace)
+    except WorkspaceLocationError as error:
+        raise _UsageError(f"--workspace {error}") from None
+    return location if isinstance(location, SshLocation) else location.resolve()
+
+
+def _context(arguments: argparse.Namespace, location: Path | SshLocation) -> ResolverContext:
+    # An SSH workspace has no local root: everything in it (the session
+    # too, committed, by its id) is read through its target; memory and
+    # skill roots are local directories, as for the LSP's remote folders.
+    workspace = location if isinstance(location, Path) else None
     memory_roots = []
     for spec in arguments.memory_root:
-        location, _, rest = spec.partition(":")
+        where, _, rest = spec.partition(":")
         kind, _, path = rest.partition(":")
         if not path:
             raise _UsageError(f"--memory-root {spec!r}: expected LOCATION:KIND:PATH")
         try:
-            memory_roots.append(MemoryRoot(_path(workspace, path), location, kind))  # type: ignore[arg-type]
+            memory_roots.append(MemoryRoot(_path(workspace, path), where, kind))  # type: ignore[arg-type]
         except ValueError as error:
             raise _UsageError(f"--memory-root {spec!r}: {error}") from None
     skill_roots = []
@@ -134,42 +160,70 @@ def _context(arguments: argparse.Namespace) -> ResolverContext:
             skill_roots.append(SkillRoot(_path(workspace, path), origin))
         except ValueError as error:
             raise _UsageError(f"--skill-root {spec!r}: {error}") from None
-    session_dir = None
-    if arguments.session:
-        if "/" in arguments.session or arguments.session in (".", ".."):
-            raise _UsageError(f"--session {arguments.session!r}: a session id is one name")
-        session_dir = workspace / ".mevedel" / "sessions" / arguments.session
+    session = _session_name(arguments)
+    if workspace is None:
+        target = workspace_target(location)
+        return ResolverContext(
+            memory_roots=tuple(memory_roots),
+            skill_roots=tuple(skill_roots),
+            store_target=target,
+            remote_workspace=True,
+            remote_session=session,
+            mcp=_mcp_access(arguments, location, target),
+        )
     return ResolverContext(
         workspace_root=workspace,
-        session_dir=session_dir,
+        session_dir=workspace / ".mevedel" / "sessions" / session if session else None,
         memory_roots=tuple(memory_roots),
         skill_roots=tuple(skill_roots),
         mcp=_mcp_access(arguments, workspace),
     )
 
 
-def _mcp_access(arguments: argparse.Namespace, workspace: Path) -> McpAccess:
+def _session_name(arguments: argparse.Namespace) -> str | None:
+    if arguments.session and ("/" in arguments.session or arguments.session in (".", "..")):
+        raise _UsageError(f"--session {arguments.session!r}: a session id is one name")
+    return arguments.session or None
+
+
+def _mcp_access(arguments: argparse.Namespace, workspace: Path | SshLocation, target: Target | None = None) -> McpAccess:
     from ..agents.config import cli_config_path
     from ..mcp_client import configured_access
 
     try:
-        return configured_access(workspace, cli_config_path(), approving=getattr(arguments, "approve_mcp", ()) or ())
+        return configured_access(workspace, cli_config_path(), approving=getattr(arguments, "approve_mcp", ()) or (), remote=target)
     except ValueError as error:
         raise _UsageError(str(error)) from None
 
 
 async def _execute(attempt: Any, context: ResolverContext) -> Any:
-    """Run the attempt, then stop every MCP server it started."""
+    """Run the attempt, then stop every MCP server it started (and close an
+    SSH workspace's connection)."""
     try:
         return await execute(attempt)
     finally:
-        if context.mcp is not None:
-            await context.mcp.connections.close_all()
+        try:
+            if context.mcp is not None:
+                await context.mcp.connections.close_all()
+        finally:
+            await _close(context)
 
 
-def _path(workspace: Path, text: str) -> Path:
+async def _close(context: ResolverContext) -> None:
+    close = getattr(context.store_target, "close", None) if context.remote_workspace else None
+    if close is not None:
+        await close()
+
+
+def _path(workspace: Path | None, text: str) -> Path:
+    """A root as given: ``~`` expands; a relative one is relative to a local
+    workspace (ValueError on an SSH one)."""
     path = Path(text).expanduser()
-    return path if path.is_absolute() else workspace / path
+    if path.is_absolute():
+        return path
+    if workspace is None:
+        raise ValueError("a relative root needs a local workspace; give this machine's absolute path")
+    return workspace / path
 
 
 class _UsageError(Exception):
@@ -199,11 +253,11 @@ def _operand_and_options(arguments: argparse.Namespace) -> tuple[str, object]:
     return text, PatchOptions()
 
 
-async def _held_session(workspace: Path) -> str | None:
+async def _held_session(target: Target) -> str | None:
     """The one session this CLI client holds in the workspace, the default
     of ``--session`` as for ``mevedel turn`` (None when it holds none or
     several)."""
-    service = SessionService(LocalTarget(workspace), cli_identity())
+    service = SessionService(target, cli_identity())
     try:
         rows = (await service.list()).rows
     finally:
@@ -213,19 +267,21 @@ async def _held_session(workspace: Path) -> str | None:
 
 
 def _run(arguments: argparse.Namespace) -> int:
-    if arguments.session is None and (arguments.workspace or Path.cwd()).resolve().joinpath(".mevedel", "sessions").is_dir():
-        try:
-            arguments.session = asyncio.run(_held_session((arguments.workspace or Path.cwd()).resolve()))
-        except TargetError:
-            pass  # an unusable store leaves the session unset, as before
     try:
-        context = _context(arguments)
+        location = _location(arguments)
+        if arguments.session is None:
+            arguments.session = asyncio.run(_default_session(location))
+        context = _context(arguments, location)
         operand, options = _operand_and_options(arguments)
     except _UsageError as error:
         print(f"mevedel: {error}", file=sys.stderr)
         return 2
     try:
-        attempt = prepare(arguments.operation, operand, options, context)
+        try:
+            attempt = prepare(arguments.operation, operand, options, context)
+        except BaseException:
+            asyncio.run(_close(context))
+            raise
         if arguments.operation is Operation.APPLY_PATCH and arguments.session:
             # Validated first: a patch refused as written claims no lease.
             result = asyncio.run(_patch_under_lease(operand, arguments, context))
@@ -246,15 +302,32 @@ def _run(arguments: argparse.Namespace) -> int:
     return 0
 
 
+async def _default_session(location: Path | SshLocation) -> str | None:
+    """The session this CLI client holds in the workspace, when it holds
+    exactly one (an unusable store leaves it unset)."""
+    if isinstance(location, Path) and not location.joinpath(".mevedel", "sessions").is_dir():
+        return None
+    try:
+        target = workspace_target(location)
+    except TargetError:
+        return None
+    try:
+        return await _held_session(target)
+    except TargetError:
+        return None
+    finally:
+        if isinstance(location, SshLocation):
+            await target.close()
+
+
 async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context: ResolverContext) -> PatchResult:
     """Run an ApplyPatch with ``--session`` as this CLI client: the session
     is resumed under its lease first (refused when another client holds it
     or it does not exist), and stays held afterwards."""
     from ..resources import PatchOptions
 
-    assert context.workspace_root is not None
     try:
-        target = LocalTarget(context.workspace_root)
+        target = context.store_target or LocalTarget(context.workspace_root)  # type: ignore[arg-type]
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
     service = SessionService(target, cli_identity())
@@ -268,7 +341,10 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
         held = dataclasses.replace(context, store_target=target, session_writable=writable_sessions(service))
         return await execute(prepare(Operation.APPLY_PATCH, patch, PatchOptions(), held))  # type: ignore[return-value]
     finally:
-        await service.detach()
+        try:
+            await service.detach()
+        finally:
+            await _close(context)
 
 
 def _jsonable(operation: Operation, result: object) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ..targets import ControlProgram, ReadFiles, Status, Target
+from ..targets import ControlProgram, ReadFiles, SshLocation, Status, Target
 from .approvals import Approvals
 from .config import (
     MAX_WORKSPACE_FILE_BYTES,
@@ -248,18 +248,21 @@ APPROVE_IN_A_TERMINAL = "approve it once in a terminal: mevedel read mcp://{name
 
 
 def configured_access(
-    workspace: Path,
+    workspace: Path | SshLocation,
     config_file: Path,
     *,
     approving: Iterable[str] = (),
     how_to_approve: str = "run it again with --approve-mcp {name} (approves this exact command)",
+    remote: Target | None = None,
 ) -> McpAccess:
     """The access of a command-line front end (``mevedel read``, and any
-    other process bound to one local workspace): the servers of its config
+    other process bound to one workspace): the servers of its config
     file (``mcpServers``, ``mcpCallTimeoutSeconds``,
     ``mcpStartTimeoutSeconds``), the workspace's ``.mcp.json``, and
     ``approving`` -- the workspace servers the user approved on the
-    command line. Its connections are its own: close them
+    command line. An SSH workspace's ``.mcp.json`` is read through its
+    target ``remote``, and its servers run here, as the LSP runs them. Its
+    connections are its own: close them
     (``access.connections.close_all()``) before the process exits. Raises
     ValueError naming the file and key of a bad configuration."""
     from ..targets import LocalTarget, TargetError
@@ -273,6 +276,8 @@ def configured_access(
         return True if spec.name in approved_now else None
 
     def target() -> Target | None:
+        if isinstance(workspace, SshLocation):
+            return remote
         try:
             return LocalTarget(workspace)
         except TargetError:
@@ -283,9 +288,9 @@ def configured_access(
                        **({"max_message_bytes": limit} if limit is not None else {})),
         servers,
         approvals=Approvals(),
-        workspace_key=str(workspace),
+        workspace_key=workspace.uri if isinstance(workspace, SshLocation) else str(workspace),
         workspace_target=target,
-        cwd=str(workspace),
+        cwd=None if isinstance(workspace, SshLocation) else str(workspace),
         ask=ask,
         how_to_approve=how_to_approve,
     )

@@ -157,3 +157,36 @@ def test_a_patch_whose_later_file_cannot_be_written_changes_nothing_and_says_so(
     error = json.loads(ran.stdout)["error"]
     assert error["authored"] == "b.txt" and "no space left on device" in error["reason"] and "no file was changed" in error["reason"]
     assert sorted(p.name for p in workspace.iterdir()) == [".mevedel"]
+
+
+@pytest.mark.usefixtures("openssh_server")
+def test_over_ssh_read_glob_grep_and_apply_patch_go_through_the_workspaces_target(workspace: Path, tmp_path_factory, openssh_server) -> None:
+    from e2e.test_ssh_workspace import ssh_home
+    from ssh_fixtures import ALIAS
+
+    here = tmp_path_factory.mktemp("client")
+    env = {**os.environ, "XDG_STATE_HOME": str(here / "state"), "HOME": str(ssh_home(here, openssh_server))}
+
+    def remote(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        ran = subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args, "--workspace", f"ssh://{ALIAS}{workspace}"],
+                             input=stdin, capture_output=True, text=True, env=env, timeout=120, cwd=here)
+        assert "Traceback" not in ran.stderr, ran.stderr
+        return ran
+
+    assert remote("read", "work://shared/notes.md", "--offset", "2", "--limit", "1").stdout.splitlines()[0] == "     2\tbeta"
+    assert remote("glob", "work://shared", "*.md").stdout.split() == ["work://shared/notes.md"]
+    assert "work://shared/notes.md:3:" in remote("grep", "gam+", "work://shared").stdout
+    refused = remote("read", "memory://local-mevedel/", "--memory-root", "local:mevedel:notes")
+    assert refused.returncode == 2 and "a relative root needs a local workspace" in refused.stderr
+    created = remote("session", "create", "--prompt", "start", "--json")
+    assert created.returncode == 0, created.stderr
+    sid = json.loads(created.stdout)["session_id"]
+    # This client holds the session it created: its patch writes the session's work:// there.
+    ran = remote("apply-patch", "-", "--session", sid, stdin=INTRUDER.replace("intruder", "mine"))
+    assert ran.returncode == 0, ran.stderr
+    assert (workspace / ".mevedel" / "sessions" / sid / "local" / "mine.md").read_text() == "x\n"
+    # Another client may not write into it.
+    env["XDG_STATE_HOME"] = str(here / "intruder")
+    ran = remote("apply-patch", "-", "--session", sid, "--json", stdin=INTRUDER)
+    assert ran.returncode == 1 and json.loads(ran.stdout)["error"]["kind"] == "lease-held"
+    assert not (workspace / ".mevedel" / "sessions" / sid / "local" / "intruder.md").exists()

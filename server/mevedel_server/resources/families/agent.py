@@ -49,7 +49,7 @@ def _failing(error: AddressError) -> Callable[[], object]:
 
 def prepare(address: Address, request: Request, context: ResolverContext) -> Prepared:
     authored = address.authored
-    if context.live_history is None and context.session_dir is None:
+    if context.live_history is None and context.session_id is None:
         return Prepared("virtual", _failing(AddressError(
             ErrorKind.OWNER_MISSING, authored, "no session is open; agent:// results belong to the open session")))
 
@@ -115,8 +115,8 @@ async def _registry(context: ResolverContext, authored: str) -> list[RetainedAge
     agents = getattr(live, "agents", None)
     if callable(agents):
         return list(agents())
-    assert context.session_dir is not None
-    session_id = context.session_dir.name  # <workspace>/.mevedel/sessions/<ID>
+    session_id = context.session_id
+    assert session_id is not None
     try:
         if not is_session_id(session_id):
             raise SessionMissing(session_id)

@@ -93,8 +93,8 @@ def _listing(address: Address, request: Request, context: ResolverContext) -> Ca
     # live registry: no transcript is read), then the saved ones.
     agents = getattr(context.live_history, "agents", None)
     retained = [f"{ROOT}/{agent.path}" for agent in agents()] if callable(agents) else []
-    lines = ([ROOT] if context.live_history is not None or context.session_dir is not None else []) + retained + (
-        [SAVED] if context.workspace_root is not None else [])
+    lines = ([ROOT] if context.live_history is not None or context.session_id is not None else []) + retained + (
+        [SAVED] if context.workspace_root is not None or context.store_target is not None else [])
     notice = None if lines else "no session and no workspace are open: there is no conversation history"
 
     async def run() -> object:
@@ -109,14 +109,14 @@ def _listing(address: Address, request: Request, context: ResolverContext) -> Ca
 def _root(address: Address, request: Request, context: ResolverContext) -> Callable[[], object]:
     authored, canonical = address.authored, address.canonical
     live = context.live_history
-    if live is None and context.session_dir is None:
+    session_id = context.session_id
+    if live is None and session_id is None:
         return _failing(_error(ErrorKind.OWNER_MISSING, authored, "no session is open; history://root belongs to the open session"))
     if address.path:
         return _agent_root("/".join(address.path), request, context, authored, canonical)
     if live is None:
-        assert context.session_dir is not None
-        # The session directory is <workspace>/.mevedel/sessions/<ID>.
-        return _committed_root(context.session_dir.name, request, context, authored, canonical)
+        assert session_id is not None
+        return _committed_root(session_id, request, context, authored, canonical)
     source: LiveHistorySource = live
 
     async def run() -> object:
@@ -143,8 +143,8 @@ def _agent_root(path: str, request: Request, context: ResolverContext, authored:
             return await asyncio.to_thread(_over_lines, lines, request, authored, canonical, canonical, notice)
 
         return run_live
-    assert context.session_dir is not None
-    session_id = context.session_dir.name
+    session_id = context.session_id
+    assert session_id is not None
 
     async def run() -> object:
         async def read() -> object:
@@ -254,9 +254,9 @@ async def describe(address: Address, context: ResolverContext) -> HistoryFacts:
             return HistoryFacts(
                 "exists", "virtual", detail=f"the live conversation of session {live.session_id}, open in this server"
             )
-        if context.session_dir is None:
+        session_id = context.session_id
+        if session_id is None:
             return HistoryFacts("unavailable", "virtual", "no session is open; history://root belongs to the open session")
-        session_id = context.session_dir.name
 
         async def committed_root() -> HistoryFacts:
             if not is_session_id(session_id):
