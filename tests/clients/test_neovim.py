@@ -35,6 +35,7 @@ QUEUE_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "queue_test.lua"
 ARTIFACTS_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_test.lua"
 REVIEW_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "review_test.lua"
 HISTORY_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "history_test.lua"
+SUBAGENT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "subagent_test.lua"
 SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_screen.lua"
 ARTIFACTS_SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_screen.lua"
 AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
@@ -224,6 +225,16 @@ def test_neovim_review(nvim: str, workspace: Workspace, tmp_path) -> None:
         "review: r restores a path to its state before the range after showing it; Esc, an empty answer and Cancel change nothing",
     ):
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
+
+
+def test_neovim_subagents(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """A sub-agent's activity (the parent's Agent call running a second
+    scripted agent) streams nested under the call, folds once it settled
+    (zo shows it) while the root's turn goes on, reads back from the
+    server as the turn's task, and the Rewind impact names it."""
+    output = _run_with_agent(nvim, SUBAGENT_SCRIPT, workspace, tmp_path)
+    assert re.search(r"^1 tests, 0 failed$", output, re.MULTILINE), output
+    assert re.search(r"^PASS subagents: the activity streams nested under the call", output, re.MULTILINE), output
 
 
 def test_neovim_input_history(nvim: str, workspace: Workspace, tmp_path) -> None:
