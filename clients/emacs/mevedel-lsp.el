@@ -2555,7 +2555,8 @@ Point and each window's point stay on their line; at the end, at the end."
 ;; event has not come yet: that event fills it in), or after the turn's
 ;; blocks so far when the call is unknown.  Its host, the turn's block it
 ;; is drawn in, is drawn again whole at each update; the turn goes on
-;; whatever the sub-agent's phase.
+;; whatever the sub-agent's phase.  A later task of the same sub-agent
+;; (another Agent call naming it) is a block of its own.
 
 (defun mevedel-lsp-chat--contains-p (block inner)
   "Whether INNER is BLOCK or nested in it."
@@ -2567,10 +2568,16 @@ Point and each window's point stay on their line; at the end, at the end."
   "The block of TURN that holds the nested BLOCK."
   (seq-find (lambda (top) (mevedel-lsp-chat--contains-p top block)) (mevedel-lsp-chat--turn-blocks turn)))
 
-(defun mevedel-lsp-chat--agent-block (turn path label call-id)
+(defun mevedel-lsp-chat--agent-block (turn path label call-id phase)
   "The block of TURN's sub-agent PATH, made and placed when new.
-LABEL names it; CALL-ID is its parent's call that started it."
-  (or (cdr (assoc path (mevedel-lsp-chat--turn-agents turn)))
+LABEL names it; CALL-ID is its parent's call that started it.  An update
+in PHASE other than settled for a settled block is another task of the
+same sub-agent (a later Agent call naming it): a block of its own."
+  (or (let ((known (cdr (assoc path (mevedel-lsp-chat--turn-agents turn)))))
+        (and known
+             (not (and (equal (plist-get (mevedel-lsp-chat--block-data known) :phase) "settled")
+                       (not (equal phase "settled"))))
+             known))
       (let* ((agent (mevedel-lsp-chat--make-block :kind 'agent :call-id call-id
                                                   :data (list :path path :label label :phase "starting")))
              (parent-path (and (string-match "\\`\\(.*\\)/[^/]+\\'" path) (match-string 1 path)))
@@ -2580,7 +2587,7 @@ LABEL names it; CALL-ID is its parent's call that started it."
                                                            (equal (mevedel-lsp-chat--block-call-id b) call-id)))
                                           scope))))
         (setf (mevedel-lsp-chat--turn-agents turn)
-              (append (mevedel-lsp-chat--turn-agents turn) (list (cons path agent))))
+              (cons (cons path agent) (assoc-delete-all path (mevedel-lsp-chat--turn-agents turn))))
         (cond (call (setf (mevedel-lsp-chat--block-nested call)
                           (append (mevedel-lsp-chat--block-nested call) (list agent))))
               (parent (setf (mevedel-lsp-chat--block-nested parent)
@@ -2625,7 +2632,7 @@ LABEL names it; CALL-ID is its parent's call that started it."
 (defun mevedel-lsp-chat--nested-update (turn params)
   "Show the sub-agent's `mevedel/turn/didUpdate' PARAMS in the live TURN."
   (let* ((agent (mevedel-lsp-chat--agent-block turn (plist-get params :agentPath) (plist-get params :agent)
-                                               (plist-get params :parentCallId)))
+                                               (plist-get params :parentCallId) (plist-get params :phase)))
          (data (mevedel-lsp-chat--block-data agent))
          (phase (plist-get params :phase)))
     (setq data (plist-put data :phase phase))

@@ -75,10 +75,10 @@ file it wrote."
         (let ((text (mevedel-chat-test--text chat)))
           (mevedel-test--log "chat after the helper settled:\n%s" text)
           (should (string-search "    Agent reviewer (helper)  [completed]  (TAB shows or hides it)" text))
-          (should (string-search "\n        Review done." text))
+          (should (string-search "\n        wrote notes.txtReview done." text))
           (should (< (string-search "Agent reviewer" text) (string-search "Thanks, helper." text))))
         (should-not (mevedel-subagent-test--shown chat "Reviewing."))
-        (should-not (mevedel-subagent-test--shown chat "        Review done."))
+        (should-not (mevedel-subagent-test--shown chat "        wrote notes.txtReview done."))
         (should (mevedel-subagent-test--shown chat "Thanks, helper."))
         ;; The helper's settling did not end the root's turn.
         (should (equal (mevedel-chat-test--phase chat) ":running"))
@@ -89,11 +89,11 @@ file it wrote."
           (search-forward "Agent reviewer (helper)"))
         (mevedel-chat-test--press chat "TAB")
         (should (mevedel-subagent-test--shown chat "Reviewing."))
-        (should (mevedel-subagent-test--shown chat "        Review done."))
+        (should (mevedel-subagent-test--shown chat "        wrote notes.txtReview done."))
         ;; Its own reasoning stays folded inside it.
         (should-not (mevedel-subagent-test--shown chat "Reading the notes."))
         (mevedel-chat-test--press chat "TAB")
-        (should-not (mevedel-subagent-test--shown chat "        Review done."))
+        (should-not (mevedel-subagent-test--shown chat "        wrote notes.txtReview done."))
         ;; The root settles.
         (mevedel-subagent-test--release root-release)
         (mevedel-chat-test--wait-idle chat "the root turn to settle")

@@ -72,10 +72,10 @@ test('subagents: the activity streams nested under the call, folds once settled 
   text = chat_text(session)
   out('chat after the helper settled:\n' .. text)
   heading = line_of(bufnr, '%[agent%] reviewer')
-  expect(text:find('\n    [agent] reviewer (helper): completed, 6 lines (zo shows, zc hides)\n', 1, true), 'the settled heading: %s', text)
+  expect(text:find('\n    [agent] reviewer (helper): completed, 5 lines (zo shows, zc hides)\n', 1, true), 'the settled heading: %s', text)
   expect(text:find('[agent] reviewer', 1, true) < text:find('Thanks, helper.', 1, true), 'the order: %s', text)
   expect(closed_at(session, heading) == heading, 'the settled activity is not folded')
-  expect(closed_at(session, line_of(bufnr, '^        Review done')) == heading, 'its last words are not in the fold')
+  expect(closed_at(session, line_of(bufnr, '^        wrote notes')) == heading, 'its last words are not in the fold')
   expect(closed_at(session, line_of(bufnr, 'Thanks, helper')) == -1, "the root's words are folded")
   -- The helper's settling did not end the root's turn.
   expect(chat.status(session) == 'running turn 1', 'status %s', chat.status(session))
@@ -85,7 +85,7 @@ test('subagents: the activity streams nested under the call, folds once settled 
   cursor_on(session, '%[agent%] reviewer')
   press('zo')
   expect(closed_at(session, heading) == -1, 'zo did not open the activity')
-  expect(closed_at(session, line_of(bufnr, '^        Review done')) == -1, 'the words are still hidden')
+  expect(closed_at(session, line_of(bufnr, '^        wrote notes')) == -1, 'the words are still hidden')
   reasoning = line_of(bufnr, '%[reasoning%] 1 line')
   expect(closed_at(session, reasoning) == reasoning, "the helper's reasoning opened too")
   press('zc')
@@ -133,7 +133,4 @@ test('subagents: the activity streams nested under the call, folds once settled 
   expect(read_file(root .. '/notes.txt') == 'reviewed notes\n', 'the cancelled rewind changed the file')
 end)
 
-vim.ui.select = H.real_select
-local ran, failures = H.summary()
-out(string.format('%d tests, %d failed', ran, failures))
-vim.cmd(failures == 0 and 'qa!' or 'cq!')
+H.finish()

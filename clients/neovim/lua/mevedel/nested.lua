@@ -10,7 +10,9 @@
 -- `a`'s activity; a top-level one under the root's tool call (which may
 -- arrive after the sub-agent's first words: it is made then, and its
 -- details fill in when they come), or at the end of the turn so far when
--- the call is not known. A sub-agent settling never settles the turn.
+-- the call is not known. A later task of the same sub-agent (another
+-- Agent call naming it) is a block of its own. A sub-agent settling never
+-- settles the turn.
 
 local value = require('mevedel').value
 
@@ -61,6 +63,11 @@ end
 --- its block.
 function M.apply(turn, params, apply_event)
   local path = value(params.agentPath)
+  local known = turn.agents and turn.agents[path]
+  if known and known.phase == 'settled' and params.phase ~= 'settled' then
+    -- Another task of the same sub-agent (a later Agent call): a block of its own.
+    turn.agents[path] = nil
+  end
   local block = M.agent_block(turn, path, value(params.agent), value(params.parentCallId))
   block.phase = params.phase
   for _, event in ipairs(value(params.events) or {}) do
