@@ -101,6 +101,12 @@ test('subagents: the activity streams nested under the call, folds once settled 
 
   -- A chat that did not watch the turn (Neovim started afresh) reads it
   -- from the server: the task, folded under the turn.
+  local watched = {
+    chat = package.loaded['mevedel.chat'],
+    nested = package.loaded['mevedel.nested'],
+    foldexpr = _G.mevedel_chat_foldexpr,
+    foldtext = _G.mevedel_chat_foldtext,
+  }
   package.loaded['mevedel.chat'] = nil
   package.loaded['mevedel.nested'] = nil
   local fresh = require('mevedel.chat')
@@ -131,6 +137,55 @@ test('subagents: the activity streams nested under the call, folds once settled 
   out('impact:\n' .. tostring(impact_shown))
   expect(impact_shown and impact_shown:find('\n  notes.txt (pre-turn of turn 1: 15 bytes), changed by sub-agent reviewer\n', 1, true), 'impact %s', tostring(impact_shown))
   expect(read_file(root .. '/notes.txt') == 'reviewed notes\n', 'the cancelled rewind changed the file')
+  -- The chat the other tests drive is the one that watched.
+  package.loaded['mevedel.chat'], package.loaded['mevedel.nested'] = watched.chat, watched.nested
+  _G.mevedel_chat_foldexpr, _G.mevedel_chat_foldtext = watched.foldexpr, watched.foldtext
+end)
+
+test("subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name", function()
+  local session = new_session('Nvim nested sub-agents')
+  configure({
+    scripted = agent({ {
+      { say = 'Asking. ' },
+      { mcp_call = { id = 'call-outer', tool = 'Agent', arguments = { name = 'outer', agent = 'helper', prompt = 'Delegate further' } } },
+      -- Called without reporting an ACP tool call: no call to nest under.
+      { mcp_call = { tool = 'Agent', arguments = { name = 'quiet', agent = 'searcher', prompt = 'Say little' } } },
+      { say = 'All answered.' },
+    } }),
+    helper = agent({ {
+      { tool_call = { id = 'look', title = 'Look around', kind = 'read', status = 'completed' } },
+      { say = 'Outer at work. ' },
+      { mcp_call = { id = 'call-inner', tool = 'Agent', arguments = { name = 'inner', agent = 'searcher', prompt = 'Go deeper' } } },
+      { say = 'Outer done.' },
+    } }),
+    searcher = agent({ { { say = 'Inner found it.' } }, { { say = 'Inner found it.' } } }),
+  }, 'scripted')
+  chat.send({ text = 'Delegate twice', session = session, agent = 'scripted' })
+  wait_for('the turn to settle', function()
+    return chat.status(session) == 'idle (turn 1 completed)'
+  end)
+  local text = chat_text(session)
+  out('chat:\n' .. text)
+  expect(text:find('\n[tool] mcp Agent: completed\n    mcp Agent: mcp Agent: Inner found it.Outer done.\n    [agent] outer (helper): completed, 7 lines (zo shows, zc hides)\n'
+    .. '        [tool] Look around (read): completed\n        Outer at work. \n        [tool] mcp Agent: completed\n            mcp Agent: Inner found it.\n'
+    .. '            [agent] outer/inner (searcher): completed, 1 line (zo shows, zc hides)\n                Inner found it.\n        mcp Agent: Inner found it.Outer done.\n', 1, true),
+    'outer/inner is not nested in outer under its call: %s', text)
+  expect(text:find('Outer done.\n[agent] quiet (searcher): completed, 1 line (zo shows, zc hides)\n    Inner found it.\nmcp Agent: Inner found it.All answered.', 1, true),
+    'quiet is not after the text so far: %s', text)
+  local bufnr = chat_buffer(session)
+  local outer = line_of(bufnr, '^    %[agent%] outer ')
+  local inner = line_of(bufnr, '%[agent%] outer/inner')
+  local quiet = line_of(bufnr, '^%[agent%] quiet')
+  expect(closed_at(session, inner) == outer and closed_at(session, inner + 1) == outer, 'outer/inner is not folded in outer')
+  expect(closed_at(session, quiet) == quiet and closed_at(session, quiet + 1) == quiet, 'quiet is not folded')
+  -- zo on outer: its activity shows, outer/inner stays folded; zo on it.
+  cursor_on(session, '^    %[agent%] outer ')
+  press('zo')
+  expect(closed_at(session, outer) == -1 and closed_at(session, line_of(bufnr, 'Look around')) == -1, 'zo did not open outer')
+  expect(closed_at(session, inner) == inner and closed_at(session, inner + 1) == inner, 'outer/inner opened with outer')
+  cursor_on(session, '%[agent%] outer/inner')
+  press('zo')
+  expect(closed_at(session, inner + 1) == -1, 'zo did not open outer/inner')
 end)
 
 H.finish()
