@@ -128,5 +128,66 @@ file it wrote."
             (should (string-match-p "^  notes\\.txt (pre-turn of turn 1: 15 bytes), changed by sub-agent reviewer$" impact)))
           (should (equal (mevedel-chat-test--file "notes.txt") "reviewed notes\n")))))))
 
+(ert-deftest mevedel-lsp-test-subagent-nested-sub-agents-and-an-unknown-call ()
+  "A sub-agent's own sub-agent nests inside it under its call, folded
+inside its fold (TAB opens one level); a sub-agent called through no
+reported call shows under its name after the turn's text so far."
+  (let* ((searcher (mevedel-chat-test--script
+                    (vector (vector (list :say "Inner found it.")) (vector (list :say "Inner found it.")))))
+         (helper (mevedel-chat-test--script
+                  (vector (vector (list :tool_call (list :id "look" :title "Look around" :kind "read" :status "completed"))
+                                  (list :say "Outer at work. ")
+                                  (list :mcp_call (list :id "call-inner" :tool "Agent"
+                                                        :arguments (list :name "inner" :agent "searcher" :prompt "Go deeper")))
+                                  (list :say "Outer done.")))))
+         (parent (mevedel-chat-test--script
+                  (vector (vector (list :say "Asking. ")
+                                  (list :mcp_call (list :id "call-outer" :tool "Agent"
+                                                        :arguments (list :name "outer" :agent "helper" :prompt "Delegate further")))
+                                  ;; Called without reporting an ACP tool call: no call to nest under.
+                                  (list :mcp_call (list :tool "Agent"
+                                                        :arguments (list :name "quiet" :agent "searcher" :prompt "Say little")))
+                                  (list :say "All answered.")))))
+         (session (mevedel-chat-test--session "ERT nested sub-agents")))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper)))
+                                    (list "searcher" (append mevedel-chat-test-agent (list searcher))))
+      (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "Delegate twice" :session session)))
+        (pop-to-buffer chat)
+        (mevedel-chat-test--wait-idle chat "the turn to settle")
+        (let ((text (mevedel-chat-test--text chat)))
+          (mevedel-test--log "chat:\n%s" text)
+          (should (string-search (concat "Tool mcp Agent  [completed]\n    mcp Agent: mcp Agent: Inner found it.Outer done.\n"
+                                         "    Agent outer (helper)  [completed]  (TAB shows or hides it)\n"
+                                         "        Tool Look around  [read · completed]\n"
+                                         "        Outer at work. \n"
+                                         "        Tool mcp Agent  [completed]\n"
+                                         "            mcp Agent: Inner found it.\n"
+                                         "            Agent outer/inner (searcher)  [completed]  (TAB shows or hides it)\n"
+                                         "                Inner found it.\n"
+                                         "        mcp Agent: Inner found it.Outer done.\n")
+                                 text))
+          (should (string-search (concat "Outer done.\n\nAgent quiet (searcher)  [completed]  (TAB shows or hides it)\n"
+                                         "    Inner found it.\n\nmcp Agent: Inner found it.All answered.")
+                                 text)))
+        (should-not (mevedel-subagent-test--shown chat "        Tool Look around"))
+        (should-not (mevedel-subagent-test--shown chat "            Agent outer/inner"))
+        (should-not (mevedel-subagent-test--shown chat "    Inner found it."))
+        ;; TAB on outer: its activity shows, outer/inner stays folded.
+        (with-current-buffer chat
+          (goto-char (point-min))
+          (search-forward "Agent outer (helper)"))
+        (mevedel-chat-test--press chat "TAB")
+        (should (mevedel-subagent-test--shown chat "        Tool Look around"))
+        (should (mevedel-subagent-test--shown chat "            Agent outer/inner"))
+        (should-not (mevedel-subagent-test--shown chat "                Inner found it."))
+        ;; TAB on outer/inner shows it; quiet stays folded.
+        (with-current-buffer chat
+          (goto-char (point-min))
+          (search-forward "Agent outer/inner"))
+        (mevedel-chat-test--press chat "TAB")
+        (should (mevedel-subagent-test--shown chat "                Inner found it."))
+        (should-not (mevedel-subagent-test--shown chat "\n    Inner found it."))))))
+
 (provide 'mevedel-lsp-subagent-test)
 ;;; mevedel-lsp-subagent-test.el ends here
