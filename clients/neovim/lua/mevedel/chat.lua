@@ -7,8 +7,10 @@
 -- chat buffer shows its past turns (`mevedel/turn/list` and
 -- `mevedel/turn/show`) and streams the running one: the response as it
 -- arrives, reasoning folded, each tool call with its status and diffs,
--- the plan, permission decisions, and the error of a failed or refused
--- prompt with what to do about it. From the chat: cancel the turn, and
+-- the plan, permission decisions, a sub-agent's activity nested under the
+-- tool call that started it (mevedel.nested: streamed, a closed fold once
+-- it is done), and the error of a failed or refused prompt with what to do
+-- about it. From the chat: cancel the turn, and
 -- Rewind, Redo, Fork or Worktree Fork at the turn under the cursor (the
 -- prepare / confirm / commit flow of `mevedel.lifecycle`).
 
