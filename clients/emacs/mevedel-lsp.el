@@ -2035,8 +2035,7 @@ permission, Cancel a takeover, Keep a session another client asks for."
   kind call-id
   ;; response/reasoning/plan/mail: the text; tool_call: (:title :toolKind
   ;; :status :output :diffs :arguments); permission: (:text :decision
-  ;; :allowed); agent: (:path :label :phase :outcome :error :task :output
-  ;; :host), :host the block of the turn it is drawn in
+  ;; :allowed); agent: (:path :label :phase :outcome :error :task :output)
   data
   ;; reasoning: shown; agent: `open' or `closed' as toggled, else nil
   ;; (shown while it runs, folded once settled)
@@ -2735,9 +2734,9 @@ action, the one for its kind."
               (agent (plist-get params :agent)))
           (when (and (not nested)
                      (or (and number (not (eql number (mevedel-lsp-chat--turn-number turn))))
-                    (and agent (not (equal agent (mevedel-lsp-chat--turn-agent turn))))
-                    (and (not (equal phase "settled"))
-                         (not (equal phase (mevedel-lsp-chat--turn-state turn))))))
+                         (and agent (not (equal agent (mevedel-lsp-chat--turn-agent turn))))
+                         (and (not (equal phase "settled"))
+                              (not (equal phase (mevedel-lsp-chat--turn-state turn))))))
             (when number (setf (mevedel-lsp-chat--turn-number turn) number))
             (when agent (setf (mevedel-lsp-chat--turn-agent turn) agent))
             (unless (equal phase "settled") (setf (mevedel-lsp-chat--turn-state turn) phase))
