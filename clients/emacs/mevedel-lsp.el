@@ -1200,10 +1200,14 @@ Restores, capture gaps, external changes and the Git index."
         ;; The action: delete, create directory, remove directory, chmod 755,
         ;; relink; a restore shows the bytes it writes.
         (let ((action (or (plist-get r :action) (if (equal (plist-get r :state) "absent") "delete" "restore"))))
-          (push (format "  %s (%s of turn %d: %s)" (plist-get r :path) (plist-get r :checkpoint) (plist-get r :turn)
+          (push (format "  %s (%s of turn %d: %s)%s" (plist-get r :path) (plist-get r :checkpoint) (plist-get r :turn)
                         (if (equal action "restore")
                             (mevedel-lsp--plural (or (plist-get r :size) 0) "byte")
-                          action))
+                          action)
+                        ;; Rewind: the sub-agents whose tasks changed it.
+                        (if-let ((agents (mevedel-lsp--list (plist-get r :agents))))
+                            (format ", changed by sub-agent%s %s" (if (cdr agents) "s" "") (string-join agents ", "))
+                          ""))
                 lines))))
     (let ((same (- (length restores) (length writes))))
       (when (> same 0)
@@ -2019,17 +2023,25 @@ permission, Cancel a takeover, Keep a session another client asks for."
   error
   ;; The turn was seen live here (its model has the diffs).
   live
-  blocks start header-end)
+  blocks start header-end
+  ;; Its sub-agents' blocks (kind agent) by path, as an alist.
+  agents)
 
 (cl-defstruct (mevedel-lsp-chat--block (:constructor mevedel-lsp-chat--make-block)
                                        (:copier nil))
   "One thing a turn did, as the chat shows it."
-  ;; response, reasoning, tool_call, plan, permission, mail
+  ;; response, reasoning, tool_call, plan, permission, mail, agent (a
+  ;; sub-agent's activity; its call-id: the parent's call that started it)
   kind call-id
   ;; response/reasoning/plan/mail: the text; tool_call: (:title :toolKind
-  ;; :status :output :diffs :arguments); permission: (:text :decision :allowed)
+  ;; :status :output :diffs :arguments); permission: (:text :decision
+  ;; :allowed); agent: (:path :label :phase :outcome :error :task :output)
   data
-  shown start end overlay)
+  ;; reasoning: shown; agent: `open' or `closed' as toggled, else nil
+  ;; (shown while it runs, folded once settled)
+  shown start end overlay
+  ;; tool_call: the sub-agents it started; agent: its own blocks
+  nested)
 
 (defvar mevedel-lsp-chat--agents (make-hash-table :test #'equal)
   "The agent picked for each session (by session id) in this Emacs.")
@@ -2106,7 +2118,9 @@ permission, Cancel a takeover, Keep a session another client asks for."
   "The chat of a mevedel session: its turns, and the one running, live.
 Each turn shows its prompt, the agent's response, its reasoning (folded:
 \\<mevedel-lsp-chat-mode-map>\\[mevedel-lsp-chat-toggle-reasoning] shows or hides it), its tool calls with their status and
-diffs, its plan and the permission decisions; then how it ended.
+diffs (a sub-agent's activity under the call that started it: streamed
+while it runs, folded once it is done, \\[mevedel-lsp-chat-toggle-reasoning] shows it), its plan and the
+permission decisions; then how it ended.
 \\[mevedel-lsp-prompt] writes the next prompt, \\[mevedel-lsp-cancel] cancels the running turn.  On a turn:
 \\[mevedel-lsp-rewind] rewinds to before or after it, \\[mevedel-lsp-fork] forks after it, \\[mevedel-lsp-redo] returns to an earlier
 state; each shows its impact and asks first.
@@ -2235,7 +2249,26 @@ with `mevedel-lsp-chat-diff-context' unchanged lines around them."
                (propertize (format " → %s" (or (plist-get data :decision) "(no decision)"))
                            'face (if (eq (plist-get data :allowed) t) 'success 'mevedel-lsp-chat-permission))))
       ('mail (concat (propertize "Mail " 'face 'bold) data))
+      ('agent (mevedel-lsp-chat--agent-heading data))
       (_ (format "%s" data)))))
+
+(defun mevedel-lsp-chat--agent-heading (data)
+  "The heading line of a sub-agent's block with DATA."
+  (let* ((settled (equal (plist-get data :phase) "settled"))
+         (state (if settled (or (plist-get data :outcome) "completed") (or (plist-get data :phase) "starting"))))
+    (concat (propertize (format "Agent %s" (or (plist-get data :label) (plist-get data :path))) 'face 'mevedel-lsp-chat-tool)
+            (format "  [%s]" (propertize state 'face (if (member state '("completed" "starting" "running" "cancelling"))
+                                                          'bold 'mevedel-lsp-chat-error)))
+            (if settled "  (TAB shows or hides it)" ""))))
+
+(defun mevedel-lsp-chat--visible-p (block)
+  "Whether the folded part of BLOCK (reasoning, a sub-agent's activity) shows."
+  (if (eq (mevedel-lsp-chat--block-kind block) 'agent)
+      (pcase (mevedel-lsp-chat--block-shown block)
+        ('open t)
+        ('closed nil)
+        (_ (not (equal (plist-get (mevedel-lsp-chat--block-data block) :phase) "settled"))))
+    (mevedel-lsp-chat--block-shown block)))
 
 (defun mevedel-lsp-chat--properties (turn block)
   "The text properties of BLOCK's text in TURN."
@@ -2243,25 +2276,68 @@ with `mevedel-lsp-chat-diff-context' unchanged lines around them."
         'mevedel-lsp-chat-block block))
 
 (defun mevedel-lsp-chat--fold (block)
-  "Make BLOCK's reasoning text invisible unless it is shown."
+  "Make BLOCK's folded text (reasoning, a sub-agent's activity) invisible
+unless it is shown."
   (when-let ((overlay (mevedel-lsp-chat--block-overlay block)))
-    (overlay-put overlay 'invisible (not (mevedel-lsp-chat--block-shown block)))))
+    (overlay-put overlay 'invisible (not (mevedel-lsp-chat--visible-p block)))))
 
-(defun mevedel-lsp-chat--insert-block (turn block)
-  "Insert BLOCK of TURN at point, setting its markers."
-  (setf (mevedel-lsp-chat--block-start block) (point-marker))
-  (insert (apply #'propertize (mevedel-lsp-chat--block-text block)
-                 (mevedel-lsp-chat--properties turn block)))
-  (when (eq (mevedel-lsp-chat--block-kind block) 'reasoning)
-    (let ((body (point)))
-      (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--block-data block))
-                     'face 'mevedel-lsp-chat-reasoning
-                     (mevedel-lsp-chat--properties turn block)))
-      (setf (mevedel-lsp-chat--block-overlay block) (make-overlay body (point)))
-      (mevedel-lsp-chat--fold block)))
-  (let ((end (point-marker)))
-    (set-marker-insertion-type end t)
-    (setf (mevedel-lsp-chat--block-end block) end)))
+(defun mevedel-lsp-chat--drop-overlays (block)
+  "Delete the fold overlays of BLOCK and of the blocks nested in it."
+  (when-let ((overlay (mevedel-lsp-chat--block-overlay block)))
+    (delete-overlay overlay)
+    (setf (mevedel-lsp-chat--block-overlay block) nil))
+  (mapc #'mevedel-lsp-chat--drop-overlays (mevedel-lsp-chat--block-nested block)))
+
+(defun mevedel-lsp-chat--insert-block (turn block &optional prefix)
+  "Insert BLOCK of TURN at point, setting its markers.
+A block nested in another (a sub-agent's) has PREFIX before each line,
+and no markers: its host block is drawn again whole."
+  (unless prefix
+    (if-let ((start (mevedel-lsp-chat--block-start block)))
+        (set-marker start (point))
+      (setf (mevedel-lsp-chat--block-start block) (point-marker))))
+  (let ((properties (mevedel-lsp-chat--properties turn block))
+        (indent (lambda (text) (if prefix (mevedel-lsp-chat--indent text prefix) text))))
+    (insert (apply #'propertize (funcall indent (mevedel-lsp-chat--block-text block)) properties))
+    (pcase (mevedel-lsp-chat--block-kind block)
+      ('reasoning
+       (let ((body (point)))
+         (insert (apply #'propertize (concat "\n" (funcall indent (mevedel-lsp-chat--block-data block)))
+                        'face 'mevedel-lsp-chat-reasoning properties))
+         (setf (mevedel-lsp-chat--block-overlay block) (make-overlay body (point)))
+         (mevedel-lsp-chat--fold block)))
+      ('tool_call
+       ;; The sub-agents this call started, under it.
+       (dolist (agent (mevedel-lsp-chat--block-nested block))
+         (insert (apply #'propertize "\n" properties))
+         (mevedel-lsp-chat--insert-block turn agent (concat prefix "    "))))
+      ('agent (mevedel-lsp-chat--insert-agent-body turn block (concat prefix "    ")))))
+  (unless prefix
+    (if-let ((end (mevedel-lsp-chat--block-end block)))
+        (set-marker end (point))
+      (setf (mevedel-lsp-chat--block-end block) (point-marker)))
+    (set-marker-insertion-type (mevedel-lsp-chat--block-end block) t)))
+
+(defun mevedel-lsp-chat--insert-agent-body (turn agent prefix)
+  "Insert what the sub-agent AGENT of TURN did, each line after PREFIX:
+its task, its recorded conversation or its blocks, its error; a fold."
+  (let ((start (point))
+        (data (mevedel-lsp-chat--block-data agent))
+        (properties (mevedel-lsp-chat--properties turn agent)))
+    (when-let ((task (plist-get data :task)))
+      (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--indent (concat "Task: " task) prefix)) properties)))
+    (when-let ((output (plist-get data :output)))
+      (unless (string-empty-p output)
+        (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--indent output prefix)) properties))))
+    (dolist (block (mevedel-lsp-chat--block-nested agent))
+      (insert (apply #'propertize "\n" properties))
+      (mevedel-lsp-chat--insert-block turn block prefix))
+    (when-let ((error (plist-get data :error)))
+      (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--indent (format "Error: %s" (plist-get error :message)) prefix))
+                     'face 'mevedel-lsp-chat-error properties)))
+    (when (> (point) start)
+      (setf (mevedel-lsp-chat--block-overlay agent) (make-overlay start (point)))
+      (mevedel-lsp-chat--fold agent))))
 
 (defun mevedel-lsp-chat--separate ()
   "Insert the blank line that separates two blocks of a turn."
@@ -2394,7 +2470,7 @@ Point and each window's point stay on their line; at the end, at the end."
   (let ((start (mevedel-lsp-chat--block-start block))
         (end (mevedel-lsp-chat--block-end block))
         (last (= (mevedel-lsp-chat--block-end block) (point-max))))
-    (when-let ((overlay (mevedel-lsp-chat--block-overlay block))) (delete-overlay overlay))
+    (mevedel-lsp-chat--drop-overlays block)
     (delete-region start end)
     (goto-char start)
     (mevedel-lsp-chat--insert-block turn block)
@@ -2468,6 +2544,107 @@ Point and each window's point stay on their line; at the end, at the end."
       (_ (mevedel-lsp-chat--open-block
           turn (mevedel-lsp-chat--make-block :kind kind :data (or (plist-get event :text) "")))))))
 
+;; A retained sub-agent's activity (the `Agent' tool) arrives as
+;; `mevedel/turn/didUpdate' with an `agentPath', in the parent's turn: its
+;; phase, its events (the root's kinds) and, once settled, its outcome.
+;; Each sub-agent is a block of kind agent nested under the call of its
+;; parent that started it (`parentCallId'): a sub-agent a/b in a's own
+;; block (under a's call of that id when a shows one, else after a's
+;; activity), a top-level one under the root's call (made now when its own
+;; event has not come yet: that event fills it in), or after the turn's
+;; blocks so far when the call is unknown.  Its host, the turn's block it
+;; is drawn in, is drawn again whole at each update; the turn goes on
+;; whatever the sub-agent's phase.  A later task of the same sub-agent
+;; (another Agent call naming it) is a block of its own.
+
+(defun mevedel-lsp-chat--contains-p (block inner)
+  "Whether INNER is BLOCK or nested in it."
+  (or (eq block inner)
+      (seq-some (lambda (nested) (mevedel-lsp-chat--contains-p nested inner))
+                (mevedel-lsp-chat--block-nested block))))
+
+(defun mevedel-lsp-chat--host (turn block)
+  "The block of TURN that holds the nested BLOCK."
+  (seq-find (lambda (top) (mevedel-lsp-chat--contains-p top block)) (mevedel-lsp-chat--turn-blocks turn)))
+
+(defun mevedel-lsp-chat--agent-block (turn path label call-id phase)
+  "The block of TURN's sub-agent PATH, made and placed when new.
+LABEL names it; CALL-ID is its parent's call that started it.  An update
+in PHASE other than settled for a settled block is another task of the
+same sub-agent (a later Agent call naming it): a block of its own."
+  (or (let ((known (cdr (assoc path (mevedel-lsp-chat--turn-agents turn)))))
+        (and known
+             (not (and (equal (plist-get (mevedel-lsp-chat--block-data known) :phase) "settled")
+                       (not (equal phase "settled"))))
+             known))
+      (let* ((agent (mevedel-lsp-chat--make-block :kind 'agent :call-id call-id
+                                                  :data (list :path path :label label :phase "starting")))
+             (parent-path (and (string-match "\\`\\(.*\\)/[^/]+\\'" path) (match-string 1 path)))
+             (parent (and parent-path (cdr (assoc parent-path (mevedel-lsp-chat--turn-agents turn)))))
+             (scope (if parent (mevedel-lsp-chat--block-nested parent) (mevedel-lsp-chat--turn-blocks turn)))
+             (call (and call-id (seq-find (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
+                                                           (equal (mevedel-lsp-chat--block-call-id b) call-id)))
+                                          scope))))
+        (setf (mevedel-lsp-chat--turn-agents turn)
+              (cons (cons path agent) (assoc-delete-all path (mevedel-lsp-chat--turn-agents turn))))
+        (cond (call (setf (mevedel-lsp-chat--block-nested call)
+                          (append (mevedel-lsp-chat--block-nested call) (list agent))))
+              (parent (setf (mevedel-lsp-chat--block-nested parent)
+                            (append (mevedel-lsp-chat--block-nested parent) (list agent))))
+              (call-id (mevedel-lsp-chat--open-block
+                        turn (mevedel-lsp-chat--make-block :kind 'tool_call :call-id call-id :nested (list agent))))
+              (t (mevedel-lsp-chat--open-block turn agent)))
+        agent)))
+
+(defun mevedel-lsp-chat--nested-event (agent event)
+  "Fold EVENT, a TurnEvent of the sub-agent AGENT, into its blocks."
+  (let* ((kind (intern (plist-get event :kind)))
+         (blocks (mevedel-lsp-chat--block-nested agent))
+         (last (car (last blocks)))
+         (call-id (plist-get event :callId))
+         (add (lambda (block) (setf (mevedel-lsp-chat--block-nested agent) (append blocks (list block))))))
+    (pcase kind
+      ((or 'response 'reasoning)
+       (let ((text (or (plist-get event :text) "")))
+         (if (and last (eq (mevedel-lsp-chat--block-kind last) kind))
+             (setf (mevedel-lsp-chat--block-data last) (concat (mevedel-lsp-chat--block-data last) text))
+           (funcall add (mevedel-lsp-chat--make-block :kind kind :data text)))))
+      ('tool_call
+       (if-let ((known (seq-find (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
+                                                  (equal (mevedel-lsp-chat--block-call-id b) call-id)))
+                                 blocks)))
+           (setf (mevedel-lsp-chat--block-data known)
+                 (mevedel-lsp-chat--tool-data (mevedel-lsp-chat--block-data known) event))
+         (funcall add (mevedel-lsp-chat--make-block :kind 'tool_call :call-id call-id
+                                                    :data (mevedel-lsp-chat--tool-data nil event)))))
+      ('plan
+       (if-let ((known (seq-find (lambda (b) (eq (mevedel-lsp-chat--block-kind b) 'plan)) blocks)))
+           (setf (mevedel-lsp-chat--block-data known) (plist-get event :text))
+         (funcall add (mevedel-lsp-chat--make-block :kind 'plan :data (plist-get event :text)))))
+      ('permission
+       (funcall add (mevedel-lsp-chat--make-block :kind 'permission :call-id call-id
+                                                  :data (list :text (plist-get event :text)
+                                                              :decision (plist-get event :decision)
+                                                              :allowed (plist-get event :allowed)))))
+      (_ (funcall add (mevedel-lsp-chat--make-block :kind kind :data (or (plist-get event :text) "")))))))
+
+(defun mevedel-lsp-chat--nested-update (turn params)
+  "Show the sub-agent's `mevedel/turn/didUpdate' PARAMS in the live TURN."
+  (let* ((agent (mevedel-lsp-chat--agent-block turn (plist-get params :agentPath) (plist-get params :agent)
+                                               (plist-get params :parentCallId) (plist-get params :phase)))
+         (data (mevedel-lsp-chat--block-data agent))
+         (phase (plist-get params :phase)))
+    (setq data (plist-put data :phase phase))
+    (when-let ((label (plist-get params :agent))) (setq data (plist-put data :label label)))
+    (seq-doseq (event (plist-get params :events))
+      (mevedel-lsp-chat--nested-event agent event))
+    (when (equal phase "settled")
+      (setq data (plist-put data :outcome (or (plist-get params :outcome) "completed")))
+      (setq data (plist-put data :error (mevedel-lsp-chat--turn-error-plist (plist-get params :error)))))
+    (setf (mevedel-lsp-chat--block-data agent) data)
+    (when-let ((host (mevedel-lsp-chat--host turn agent)))
+      (mevedel-lsp-chat--redraw-block turn host))))
+
 (defun mevedel-lsp-chat--settle (turn state stop-reason error)
   "End the live TURN with STATE, STOP-REASON and ERROR (a TurnError plist).
 A refused prompt (no turn began) becomes the chat's notice."
@@ -2537,10 +2714,12 @@ action, the one for its kind."
                   (mevedel-lsp-chat--turn-error-plist (plist-get params :error)))
             (mevedel-lsp-chat--render))
       (let* ((phase (plist-get params :phase))
+             ;; A sub-agent's update: nested in the root's turn, which runs.
+             (nested (plist-get params :agentPath))
              (turn-id (plist-get params :turnId))
              (turn (or mevedel-lsp-chat--live
                        (and turn-id (gethash turn-id mevedel-lsp-chat--turns))
-                       (mevedel-lsp-chat--make-turn :state phase :live t
+                       (mevedel-lsp-chat--make-turn :state (if nested "running" phase) :live t
                                                     ;; A queued prompt being sent now.
                                                     :prompt (mevedel-lsp-queue--sending-text)))))
         (unless (eq turn mevedel-lsp-chat--live)
@@ -2553,19 +2732,22 @@ action, the one for its kind."
           (puthash turn-id turn mevedel-lsp-chat--turns))
         (let ((number (plist-get params :turn))
               (agent (plist-get params :agent)))
-          (when (or (and number (not (eql number (mevedel-lsp-chat--turn-number turn))))
-                    (and agent (not (equal agent (mevedel-lsp-chat--turn-agent turn))))
-                    (and (not (equal phase "settled"))
-                         (not (equal phase (mevedel-lsp-chat--turn-state turn)))))
+          (when (and (not nested)
+                     (or (and number (not (eql number (mevedel-lsp-chat--turn-number turn))))
+                         (and agent (not (equal agent (mevedel-lsp-chat--turn-agent turn))))
+                         (and (not (equal phase "settled"))
+                              (not (equal phase (mevedel-lsp-chat--turn-state turn))))))
             (when number (setf (mevedel-lsp-chat--turn-number turn) number))
             (when agent (setf (mevedel-lsp-chat--turn-agent turn) agent))
             (unless (equal phase "settled") (setf (mevedel-lsp-chat--turn-state turn) phase))
             (mevedel-lsp-chat--editing (mevedel-lsp-chat--redraw-heading turn))))
-        (when-let ((events (plist-get params :events)))
-          (mevedel-lsp-chat--editing
-            (seq-doseq (event events)
-              (mevedel-lsp-chat--apply-event turn event))))
-        (when (equal phase "settled")
+        (if nested
+            (mevedel-lsp-chat--editing (mevedel-lsp-chat--nested-update turn params))
+          (when-let ((events (plist-get params :events)))
+            (mevedel-lsp-chat--editing
+              (seq-doseq (event events)
+                (mevedel-lsp-chat--apply-event turn event)))))
+        (when (and (equal phase "settled") (not nested))
           (mevedel-lsp-chat--settle turn (or (plist-get params :outcome) "refused")
                                     (plist-get params :stopReason)
                                     (mevedel-lsp-chat--turn-error-plist (plist-get params :error))))
@@ -2731,6 +2913,17 @@ prompt) and the session remembers it; one the agent refuses is said."
            (push (mevedel-lsp-chat--make-block
                   :kind 'mail :data (format "from %s: %s" (or (plist-get item :sender) "?") (or (plist-get item :text) "")))
                  blocks))
+          ('agent_task
+           ;; A sub-agent's settled task, where it was recorded (after the
+           ;; call that asked for it), folded.
+           (let ((name (or (plist-get item :name) "?")))
+             (push (mevedel-lsp-chat--make-block
+                    :kind 'agent
+                    :data (list :path name :phase "settled"
+                                :label (if-let ((sender (plist-get item :sender))) (format "%s (%s)" name sender) name)
+                                :outcome (if (eq (plist-get item :isError) t) "did not complete" "completed")
+                                :task (plist-get item :text) :output (plist-get item :output)))
+                   blocks)))
           (_ (push (mevedel-lsp-chat--make-block :kind kind :data (or (plist-get item :text) "")) blocks)))))
     (setf (mevedel-lsp-chat--turn-blocks turn) (nreverse blocks))
     turn))
@@ -2958,23 +3151,25 @@ SESSION-ID defaults to the chat's session, else the current one."
     result))
 
 (defun mevedel-lsp-chat-toggle-reasoning ()
-  "Show or hide the reasoning at point (or the nearest one before it in its turn)."
+  "Show or hide the reasoning or the sub-agent's activity at point (or the
+nearest one before it in its turn)."
   (interactive)
   (let* ((turn (get-text-property (point) 'mevedel-lsp-chat-turn))
-         (block (or (let ((at (get-text-property (point) 'mevedel-lsp-chat-block)))
-                      (and at (eq (mevedel-lsp-chat--block-kind at) 'reasoning) at))
+         (foldable (lambda (at) (and at (memq (mevedel-lsp-chat--block-kind at) '(reasoning agent)) at)))
+         (block (or (funcall foldable (get-text-property (point) 'mevedel-lsp-chat-block))
                     (save-excursion
                       (let ((found nil))
                         (while (and (not found) (not (bobp))
                                     (equal (get-text-property (point) 'mevedel-lsp-chat-turn) turn))
-                          (let ((at (get-text-property (point) 'mevedel-lsp-chat-block)))
-                            (if (and at (eq (mevedel-lsp-chat--block-kind at) 'reasoning))
-                                (setq found at)
+                          (or (setq found (funcall foldable (get-text-property (point) 'mevedel-lsp-chat-block)))
                               (goto-char (or (previous-single-property-change (point) 'mevedel-lsp-chat-block)
-                                             (point-min))))))
+                                             (point-min)))))
                         found)))))
-    (unless block (user-error "No reasoning here"))
-    (setf (mevedel-lsp-chat--block-shown block) (not (mevedel-lsp-chat--block-shown block)))
+    (unless block (user-error "No reasoning or sub-agent here"))
+    (setf (mevedel-lsp-chat--block-shown block)
+          (if (eq (mevedel-lsp-chat--block-kind block) 'agent)
+              (if (mevedel-lsp-chat--visible-p block) 'closed 'open)
+            (not (mevedel-lsp-chat--block-shown block))))
     (mevedel-lsp-chat--fold block)))
 
 (defun mevedel-lsp-chat-next-turn (&optional count)

@@ -149,6 +149,19 @@ def test_emacs_queue(emacs: str, workspace: Workspace) -> None:
     assert re.search(r"passed +1/1 +mevedel-lsp-test-queue-prompts-wait-behind-the-turn", output), output
 
 
+def test_emacs_subagents(emacs: str, workspace: Workspace) -> None:
+    """A sub-agent's activity (the parent's Agent call running a second
+    scripted agent) streams nested under the call, folds once it settled
+    (TAB shows it) while the root's turn goes on, reads back from the
+    server as the turn's task, and the Rewind impact names it; a
+    sub-agent's own sub-agent nests inside it, one called through no
+    reported call shows under its name after the turn's text."""
+    output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-subagent-", "mevedel-lsp-subagent-test.el")
+    assert re.search(r"Ran 2 tests, 2 results as expected, 0 unexpected", output), output
+    for name in ("activity-nests-under-its-call-and-folds", "nested-sub-agents-and-an-unknown-call"):
+        assert re.search(rf"passed +\d+/2 +mevedel-lsp-test-subagent-{name}", output), output
+
+
 #: The review buffer's ERT tests (tests/clients/emacs/mevedel-lsp-review-test.el).
 REQUIRED_REVIEW = ("review-a-turn-from-the-turns-list-and-the-chat", "review-restore-a-file")
 

@@ -35,6 +35,7 @@ QUEUE_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "queue_test.lua"
 ARTIFACTS_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_test.lua"
 REVIEW_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "review_test.lua"
 HISTORY_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "history_test.lua"
+SUBAGENT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "subagent_test.lua"
 SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_screen.lua"
 ARTIFACTS_SCREEN_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "artifacts_screen.lua"
 AGENT = REPOSITORY / "tests" / "agents" / "scripted_agent.py"
@@ -222,6 +223,22 @@ def test_neovim_review(nvim: str, workspace: Workspace, tmp_path) -> None:
         "review: a turn from the chat lists every change of its fs write and its shell command",
         "review: the latest turn read again with R, a range and :MevedelReview",
         "review: r restores a path to its state before the range after showing it; Esc, an empty answer and Cancel change nothing",
+    ):
+        assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
+
+
+def test_neovim_subagents(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """A sub-agent's activity (the parent's Agent call running a second
+    scripted agent) streams nested under the call, folds once it settled
+    (zo shows it) while the root's turn goes on, reads back from the
+    server as the turn's task, and the Rewind impact names it; a
+    sub-agent's own sub-agent nests inside it, one called through no
+    reported call shows under its name after the turn's text."""
+    output = _run_with_agent(nvim, SUBAGENT_SCRIPT, workspace, tmp_path)
+    assert re.search(r"^2 tests, 0 failed$", output, re.MULTILINE), output
+    for name in (
+        "subagents: the activity streams nested under the call",
+        "subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call",
     ):
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
 

@@ -5,53 +5,11 @@
 -- MEVEDEL_TEST_DOCUMENT and MEVEDEL_LSP_COMMAND (a JSON array). Prints one
 -- PASS/FAIL line per test; exits non-zero when any failed.
 
-local root = vim.env.MEVEDEL_TEST_WORKSPACE
-local document = vim.env.MEVEDEL_TEST_DOCUMENT
-local command = vim.json.decode(vim.env.MEVEDEL_LSP_COMMAND)
-local TIMEOUT = 30000
-
-local function out(text)
-  io.stdout:write(text .. '\n')
-end
-
-local failures, ran = 0, 0
-local function test(name, body)
-  ran = ran + 1
-  local ok, err = xpcall(body, debug.traceback)
-  if ok then
-    out('PASS ' .. name)
-  else
-    failures = failures + 1
-    out('FAIL ' .. name .. '\n' .. tostring(err))
-  end
-end
-
-local function wait_for(what, predicate, timeout)
-  if not vim.wait(timeout or TIMEOUT, predicate, 20) then
-    error('timed out waiting for ' .. what, 2)
-  end
-end
-
-local function expect(condition, message, ...)
-  if not condition then
-    error(string.format(message, ...), 2)
-  end
-end
-
-local notifications = {}
-vim.notify = function(message, level)
-  table.insert(notifications, { message = message, level = level })
-  out('notify: ' .. tostring(message))
-end
-
--- The first notification since index FROM whose text holds TEXT.
-local function notified(text, from)
-  for i = from or 1, #notifications do
-    if tostring(notifications[i].message):find(text, 1, true) then
-      return notifications[i]
-    end
-  end
-end
+local R = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'runner.lua')
+local root, document, command, TIMEOUT, out, test = R.root, R.document, R.command, R.TIMEOUT, R.out, R.test
+local wait_for, expect, notifications, notified = R.wait_for, R.expect, R.notifications, R.notified
+local mevedel_client, open_document, server_call, buffer_text = R.mevedel_client, R.open_document, R.server_call, R.buffer_text
+local asked, answering, selected = R.asked, R.answering, R.selected
 
 vim.cmd('filetype on')
 vim.o.hidden = true
@@ -61,75 +19,7 @@ mevedel.setup({ cmd = command })
 local sessions = require('mevedel.sessions')
 local artifacts = require('mevedel.artifacts')
 
-local function mevedel_client(bufnr)
-  local found = vim.lsp.get_clients and vim.lsp.get_clients({ bufnr = bufnr or 0, name = 'mevedel' })
-    or vim.tbl_filter(function(c)
-      return c.name == 'mevedel'
-    end, vim.lsp.buf_get_clients(bufnr or 0))
-  return found[1]
-end
-
-local function open_document()
-  local bufnr = vim.fn.bufnr(document)
-  if bufnr > 0 and vim.api.nvim_buf_is_loaded(bufnr) then
-    vim.api.nvim_set_current_buf(bufnr)
-  else
-    vim.cmd('edit ' .. vim.fn.fnameescape(document))
-  end
-  wait_for('the server to attach', function()
-    local client = mevedel_client(0)
-    return client ~= nil and client.initialized == true
-  end)
-end
-
--- Requests the test makes itself (a second writer, what the server holds).
-local function server_call(method, params)
-  local result, err = mevedel.request(mevedel_client(vim.fn.bufnr(document)), method, params or vim.empty_dict())
-  expect(result, '%s failed: %s', method, tostring(err))
-  return result
-end
-
-local function buffer_text(bufnr)
-  return table.concat(vim.api.nvim_buf_get_lines(bufnr or 0, 0, -1, false), '\n')
-end
-
--- Stands in for the user at vim.ui.select: BY_KIND maps a select's kind to
--- a Lua pattern its chosen line must match, or to a function of (items,
--- formatted, on_choice).
-local real_select, real_input = vim.ui.select, vim.ui.input
-local asked = {}
-local function answering(by_kind)
-  asked = {}
-  vim.ui.select = function(items, opts, on_choice)
-    local formatted = {}
-    for i, item in ipairs(items) do
-      formatted[i] = opts.format_item and opts.format_item(item) or tostring(item)
-    end
-    table.insert(asked, { kind = opts.kind, prompt = opts.prompt, formatted = formatted })
-    local answer = by_kind[opts.kind]
-    if answer == nil then
-      error(string.format('an unexpected %s question: %s %s', tostring(opts.kind), tostring(opts.prompt), vim.inspect(formatted)))
-    end
-    if type(answer) == 'function' then
-      return answer(items, formatted, on_choice)
-    end
-    for i, text in ipairs(formatted) do
-      if text:find(answer) then
-        return on_choice(items[i])
-      end
-    end
-    error(string.format('%s offers nothing matching %s: %s', tostring(opts.prompt), answer, vim.inspect(formatted)))
-  end
-end
-
-local function selected(kind)
-  for i = #asked, 1, -1 do
-    if asked[i].kind == kind then
-      return asked[i]
-    end
-  end
-end
-
+local real_input = vim.ui.input
 -- Stands in for the user at vim.ui.input, answering TEXT.
 local function typing(text)
   vim.ui.input = function(_, on_confirm)
@@ -539,6 +429,5 @@ test('artifacts: an open buffer turns read-only naming the other editor once it 
   expect(notified('no title given: no document was created', mark + 1), 'the empty title was not told')
 end)
 
-vim.ui.select, vim.ui.input = real_select, real_input
-out(string.format('%d tests, %d failed', ran, failures))
-vim.cmd(failures == 0 and 'qa!' or 'cq!')
+vim.ui.input = real_input
+R.finish()

@@ -70,6 +70,4 @@ test('history: <Up> and <Down> in the prompt buffer step through the prompts sen
   press('q')
 end)
 
-local ran, failures = H.summary()
-out(string.format('%d tests, %d failed', ran, failures))
-vim.cmd(failures == 0 and 'qa!' or 'cq!')
+H.finish()

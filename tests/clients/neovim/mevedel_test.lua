@@ -7,54 +7,11 @@
 -- (a JSON array) set. Prints one PASS/FAIL line per test and exits non-zero
 -- when any failed.
 
-local root = vim.env.MEVEDEL_TEST_WORKSPACE
-local document = vim.env.MEVEDEL_TEST_DOCUMENT
-local command = vim.json.decode(vim.env.MEVEDEL_LSP_COMMAND)
-local TIMEOUT = 30000
-
-local function out(text)
-  io.stdout:write(text .. '\n')
-end
-
-local failures, ran = 0, 0
-local function test(name, body)
-  ran = ran + 1
-  local ok, err = xpcall(body, debug.traceback)
-  if ok then
-    out('PASS ' .. name)
-  else
-    failures = failures + 1
-    out('FAIL ' .. name .. '\n' .. tostring(err))
-  end
-end
-
-local function wait_for(what, predicate)
-  if not vim.wait(TIMEOUT, predicate, 20) then
-    error('timed out waiting for ' .. what, 2)
-  end
-end
-
-local function expect(condition, message, ...)
-  if not condition then
-    error(string.format(message, ...), 2)
-  end
-end
-
-local function read_file(path)
-  local handle = assert(io.open(path, 'rb'))
-  local text = handle:read('*a')
-  handle:close()
-  return text
-end
-
-local function mevedel_client(bufnr)
-  local clients = vim.lsp.get_clients and vim.lsp.get_clients({ bufnr = bufnr or 0 }) or vim.lsp.buf_get_clients(bufnr or 0)
-  for _, client in pairs(clients) do
-    if client.name == 'mevedel' then
-      return client
-    end
-  end
-end
+local R = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'runner.lua')
+local root, document, command, TIMEOUT, out, test = R.root, R.document, R.command, R.TIMEOUT, R.out, R.test
+local wait_for, expect, read_file, write_file, notifications, clear_notifications = R.wait_for, R.expect, R.read_file, R.write_file, R.notifications, R.clear_notifications
+local notified, mevedel_client, open_document, server_call, buffer_text = R.notified, R.mevedel_client, R.open_document, R.server_call, R.buffer_text
+local asked, answer_selects, answering, selected = R.asked, R.answer_selects, R.answering, R.selected
 
 local function completion_texts(line)
   local bufnr = vim.api.nvim_get_current_buf()
@@ -84,19 +41,6 @@ local function any(list, pattern)
   return false
 end
 
-local function open_document()
-  local bufnr = vim.fn.bufnr(document)
-  if bufnr > 0 and vim.api.nvim_buf_is_loaded(bufnr) then
-    vim.api.nvim_set_current_buf(bufnr)
-  else
-    vim.cmd('edit ' .. vim.fn.fnameescape(document))
-  end
-  wait_for('the server to attach', function()
-    local client = mevedel_client(0)
-    return client ~= nil and client.initialized == true
-  end)
-end
-
 local function put_cursor_on(text, offset)
   local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
   for row, line in ipairs(lines) do
@@ -123,12 +67,6 @@ pcall(vim.api.nvim_create_autocmd, 'LspProgress', {
     progress_events = progress_events + 1
   end,
 })
-
-local notifications = {}
-vim.notify = function(message, level)
-  table.insert(notifications, { message = message, level = level })
-  out('notify: ' .. tostring(message))
-end
 
 vim.cmd('filetype on')
 -- Tests edit the document and move on, as a user with 'hidden' does.
@@ -255,7 +193,7 @@ end)
 
 test(':MevedelRead reports the authored address and the server reason', function()
   open_document()
-  notifications = {}
+  clear_notifications()
   vim.cmd('MevedelRead wrok://shared/x')
   local message = notifications[1] and notifications[1].message or ''
   expect(message:find('wrok://shared/x', 1, true), 'message was %q', message)
@@ -293,13 +231,6 @@ local held_session = vim.env.MEVEDEL_TEST_HELD_SESSION
 local other_host = vim.env.MEVEDEL_TEST_OTHER_HOST
 local not_a_session = vim.env.MEVEDEL_TEST_NOT_A_SESSION
 
--- Sends METHOD straight to the server, as an agent driving a turn would.
-local function server_call(method, params)
-  local result, err = mevedel.request(mevedel_client(vim.fn.bufnr(document)), method, params or vim.empty_dict())
-  expect(result, '%s failed: %s', method, tostring(err))
-  return result
-end
-
 local function settle_turn(session, prompt)
   server_call('mevedel/turn/begin', { sessionId = session, prompt = prompt })
   server_call('mevedel/turn/append', { sessionId = session, kind = 'response', text = 'answer to ' .. prompt })
@@ -311,34 +242,6 @@ local function listed(session)
     if row.sessionId == session then
       return row
     end
-  end
-end
-
-local function buffer_text(bufnr)
-  return table.concat(vim.api.nvim_buf_get_lines(bufnr or 0, 0, -1, false), '\n')
-end
-
-local function notified(text)
-  for _, n in ipairs(notifications) do
-    if tostring(n.message):find(text, 1, true) then
-      return n
-    end
-  end
-end
-
-local real_select = vim.ui.select
--- Stands in for the user at vim.ui.select: CHOOSE(items, opts, formatted)
--- returns the item to pick; every call is recorded.
-local asked = {}
-local function answer_selects(choose)
-  asked = {}
-  vim.ui.select = function(items, opts, on_choice)
-    local formatted = {}
-    for i, item in ipairs(items) do
-      formatted[i] = opts.format_item and opts.format_item(item) or tostring(item)
-    end
-    table.insert(asked, { kind = opts.kind, prompt = opts.prompt, formatted = formatted })
-    choose(items, opts, formatted, on_choice)
   end
 end
 
@@ -376,7 +279,7 @@ end
 
 test('sessions: create, pick with its action, transcript, rename, didChange refresh, turns', function()
   open_document()
-  notifications = {}
+  clear_notifications()
   local state = sessions.create('Neovim session')
   local session = state.sessionId
   expect(state.displayName == 'Neovim session', 'created %s', vim.inspect(state))
@@ -444,7 +347,7 @@ end)
 
 test('sessions: the takeover question reaches vim.ui.select and the server follows the answer', function()
   open_document()
-  notifications = {}
+  clear_notifications()
   expect(listed(expired_session).action == 'Take over', 'action %s', listed(expired_session).action)
   local opened = pick_session(expired_session, 'Cancel')
   wait_for('the declined takeover to be reported', function()
@@ -466,7 +369,7 @@ end)
 
 test('sessions: a vim.ui.select that answers later still takes over', function()
   open_document()
-  notifications = {}
+  clear_notifications()
   local opened = pick_session(also_expired_session, function(items, on_choice)
     vim.defer_fn(function()
       on_choice(items[1])
@@ -480,7 +383,7 @@ end)
 
 test('sessions: a live foreign lease joins read-only; an Inspect row says why and does not open', function()
   open_document()
-  notifications = {}
+  clear_notifications()
   answer_selects(function(items, _, _, on_choice)
     for _, item in ipairs(items) do
       if item.kind == 'inspect' then
@@ -495,7 +398,7 @@ test('sessions: a live foreign lease joins read-only; an Inspect row says why an
   wait_for('the join', opened)
   expect(opened().action == 'join' and opened().session.access == 'read-only', 'opened %s', vim.inspect(opened()))
   expect(buffer_text():find('held prompt', 1, true), 'transcript %s', buffer_text())
-  notifications = {}
+  clear_notifications()
   vim.cmd('MevedelSessionRename Mine now')
   local refusal = notifications[1] and notifications[1].message or ''
   expect(refusal:find(held_session, 1, true) and refusal:find('read-only', 1, true), 'refusal %q', refusal)
@@ -506,7 +409,7 @@ test('sessions: refusals reach the user with the server wording', function()
   local session = sessions.create('').sessionId
   open_document()
   local function refusal(cmd)
-    notifications = {}
+    clear_notifications()
     if type(cmd) == 'function' then
       cmd()
     else
@@ -531,12 +434,6 @@ end)
 
 local lifecycle = require('mevedel.lifecycle')
 local TRACKED = 'lifecycle.txt'
-
-local function write_file(path, text)
-  local handle = assert(io.open(path, 'wb'))
-  handle:write(text)
-  handle:close()
-end
 
 local function tracked()
   return read_file(root .. '/' .. TRACKED)
@@ -574,35 +471,6 @@ end
 
 local function impact_text()
   return buffer_text(vim.fn.bufnr(lifecycle.impact_buffer_name))
-end
-
--- Stands in for the user at every vim.ui.select: BY_KIND maps a select's
--- kind to a Lua pattern its chosen line must match, or to a function of
--- (items, formatted) returning the item.
-local function answering(by_kind)
-  answer_selects(function(items, opts, formatted, on_choice)
-    local answer = by_kind[opts.kind]
-    if answer == nil then
-      error(string.format('an unexpected %s question: %s %s', tostring(opts.kind), tostring(opts.prompt), vim.inspect(formatted)))
-    end
-    if type(answer) == 'function' then
-      return on_choice(answer(items, formatted))
-    end
-    for i, text in ipairs(formatted) do
-      if text:find(answer) then
-        return on_choice(items[i])
-      end
-    end
-    error(string.format('%s offers nothing matching %s: %s', tostring(opts.prompt), answer, vim.inspect(formatted)))
-  end)
-end
-
-local function selected(kind)
-  for i = #asked, 1, -1 do
-    if asked[i].kind == kind then
-      return asked[i]
-    end
-  end
 end
 
 test('lifecycle: rewind and redo show their impact; declining changes nothing, confirming changes the session', function()
@@ -669,11 +537,11 @@ end)
 
 test('lifecycle: a commit after the session moved is refused with the server wording', function()
   local session = three_turns('Nvim moved')
-  notifications = {}
+  clear_notifications()
   answering({
-    ['mevedel.confirm'] = function(items)
+    ['mevedel.confirm'] = function(items, _, on_choice)
       edit_turn(session, 'Nvim moved step 4', 'Nvim moved v4\n')
-      return items[1]
+      on_choice(items[1])
     end,
   })
   lifecycle.rewind(1, 'before', session)
@@ -770,7 +638,7 @@ local recovery_abandon = vim.env.MEVEDEL_TEST_RECOVERY_ABANDON
 
 test('lifecycle: a session in recovery is announced, refuses a rewind and offers retry or abandon', function()
   open_document()
-  notifications = {}
+  clear_notifications()
   local opened
   answering({ ['mevedel.recovery'] = '^Leave it$' })
   sessions.open(recovery_retry, 'resume', function(result)
@@ -782,7 +650,7 @@ test('lifecycle: a session in recovery is announced, refuses a rewind and offers
   expect(selected('mevedel.recovery').prompt:find('is in recovery', 1, true), 'asked %s', vim.inspect(asked))
   expect(notified(recovery_retry .. ' stays in recovery'), 'no stays-in-recovery notice')
 
-  notifications = {}
+  clear_notifications()
   answering({ ['mevedel.recovery'] = '^Retry$' })
   lifecycle.rewind(1, 'after', recovery_retry)
   expect(notified('retry or abandon'), 'the refusal %s', vim.inspect(notifications))
@@ -872,8 +740,8 @@ test('control: the Grant/Keep question reaches vim.ui.select; Keep refuses, Gran
 
   -- Esc (no choice) is a person at this machine: Keep, at once (not
   -- granted when the 60 s prompt timeout ends).
-  answering({ ['mevedel.question'] = function()
-    return nil
+  answering({ ['mevedel.question'] = function(_, _, on_choice)
+    on_choice(nil)
   end })
   local status, result = cli('session', 'take-control', session, '--wait', '30')
   expect(status == 1 and result.error.kind == 'rejected', 'Esc: %d %s', status, vim.inspect(result))
@@ -893,7 +761,7 @@ test('control: the Grant/Keep question reaches vim.ui.select; Keep refuses, Gran
   wait_for('the hand-over on the owner side', function()
     return vim.tbl_contains(phases, 'released')
   end)
-  notifications = {}
+  clear_notifications()
   sessions.rename('Mine again', session)
   expect(notified('read-only'), 'a rename after the hand-over: %s', vim.inspect(notifications))
 
@@ -970,7 +838,7 @@ test('following: a joined transcript follows the owner; off, only a refresh adva
   expect(change and #change.turns == 1 and change.turns[1].turn == 2 and change.turns[1].change == 'new', 'published %s', vim.inspect(published))
 
   vim.api.nvim_set_current_buf(transcript)
-  notifications = {}
+  clear_notifications()
   vim.cmd('MevedelFollowToggle')
   expect(notified(session .. ': not following'), 'toggle: %s', vim.inspect(notifications))
   cli_turn(session, 'CLI prompt 3')
@@ -1019,7 +887,4 @@ test('settings: remoteWorkspaces makes an ssh:// address a workspace folder of t
   mevedel.set_settings({})
 end)
 
-vim.ui.select = real_select
-
-out(string.format('%d tests, %d failed', ran, failures))
-vim.cmd(failures == 0 and 'qa!' or 'cq!')
+R.finish()

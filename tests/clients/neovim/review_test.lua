@@ -16,7 +16,7 @@ local H = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'agent_ha
 local root, document, command, agent_command, scratch, TIMEOUT = H.root, H.document, H.command, H.agent_command, H.scratch, H.TIMEOUT
 local native, out, test, wait_for, expect, read_file = H.native, H.out, H.test, H.wait_for, H.expect, H.read_file
 local write_file, notifications, notified, mevedel, sessions, lifecycle = H.write_file, H.notifications, H.notified, H.mevedel, H.sessions, H.lifecycle
-local chat, mevedel_client, open_document, server_call, buffer_text, scripts = H.chat, H.mevedel_client, H.open_document, H.server_call, H.buffer_text, H.scripts
+local chat, mevedel_client, open_document, server_call, buffer_text = H.chat, H.mevedel_client, H.open_document, H.server_call, H.buffer_text
 local agent, configure, real_select, asked, answering, selected = H.agent, H.configure, H.real_select, H.asked, H.answering, H.selected
 local chat_buffer, chat_text, line_of, turns_of, cursor_on, press = H.chat_buffer, H.chat_text, H.line_of, H.turns_of, H.cursor_on, H.press
 local new_session = H.new_session
@@ -215,7 +215,4 @@ test('review: r restores a path to its state before the range after showing it; 
   expect(read_file(root .. '/app.py') == app_before, 'app.py changed again')
 end)
 
-vim.ui.select = real_select
-local ran, failures = H.summary()
-out(string.format('%d tests, %d failed', ran, failures))
-vim.cmd(failures == 0 and 'qa!' or 'cq!')
+H.finish()

@@ -7,8 +7,10 @@
 -- chat buffer shows its past turns (`mevedel/turn/list` and
 -- `mevedel/turn/show`) and streams the running one: the response as it
 -- arrives, reasoning folded, each tool call with its status and diffs,
--- the plan, permission decisions, and the error of a failed or refused
--- prompt with what to do about it. From the chat: cancel the turn, and
+-- the plan, permission decisions, a sub-agent's activity nested under the
+-- tool call that started it (mevedel.nested: streamed, a closed fold once
+-- it is done), and the error of a failed or refused prompt with what to do
+-- about it. From the chat: cancel the turn, and
 -- Rewind, Redo, Fork or Worktree Fork at the turn under the cursor (the
 -- prepare / confirm / commit flow of `mevedel.lifecycle`).
 
@@ -179,6 +181,10 @@ function M.turn_from_show(shown)
       })
     elseif kind == 'mail' then
       table.insert(turn.blocks, { kind = 'mail', sender = value(item.sender), text = value(item.text) or '' })
+    elseif kind == 'agent_task' then
+      -- A sub-agent's settled task, in the order it was recorded (after
+      -- the call that asked for it), folded.
+      table.insert(turn.blocks, require('mevedel.nested').from_task(item))
     end
   end
   return turn
@@ -244,6 +250,103 @@ local STATE_WORDS = {
   interrupted = 'interrupted',
 }
 
+-- Adds LINE to SINK ({ lines, levels }) with its fold LEVEL (nil: none).
+local function emit(sink, line, level)
+  table.insert(sink.lines, line)
+  if level then
+    sink.levels[#sink.lines] = level
+  end
+end
+
+local PHASE_WORDS = { starting = 'starting', running = 'running', cancelling = 'cancelling' }
+
+local render_blocks
+
+-- A sub-agent's block (mevedel.nested): a heading naming it and how it
+-- stands, then its activity indented under it; while it runs its activity
+-- shows (streamed), once settled it is a closed fold under the heading.
+local function render_agent(chat, block, sink, indent, depth)
+  local settled = block.phase == 'settled'
+  local inner = settled and depth + 1 or depth
+  local body = { lines = {}, levels = {} }
+  local prefix = indent .. '    '
+  local function text(head, t)
+    for i, line in ipairs(split_lines(t)) do
+      emit(body, prefix .. (i == 1 and head or string.rep(' ', #head)) .. line, inner > 0 and tostring(inner) or nil)
+    end
+  end
+  if block.task then
+    text('Task: ', block.task)
+  end
+  if block.output and block.output ~= '' then
+    text('', block.output)
+  end
+  render_blocks(chat, block.blocks, body, prefix, inner)
+  if block.error then
+    text('[error] ', block.error.message or block.error.kind or 'the sub-agent failed')
+  end
+  local name = block.label or block.path
+  if settled then
+    emit(sink, string.format('%s[agent] %s: %s, %d line%s (zo shows, zc hides)', indent, name, block.outcome or 'completed',
+      #body.lines, #body.lines == 1 and '' or 's'), '>' .. inner)
+  else
+    emit(sink, string.format('%s[agent] %s: %s', indent, name, PHASE_WORDS[block.phase] or 'starting'), depth > 0 and tostring(depth) or nil)
+  end
+  for i, line in ipairs(body.lines) do
+    emit(sink, line, body.levels[i])
+  end
+end
+
+-- BLOCKS as lines into SINK, each after INDENT, inside DEPTH folds
+-- (reasoning is a closed fold one deeper).
+render_blocks = function(chat, blocks, sink, indent, depth)
+  local level = depth > 0 and tostring(depth) or nil
+  local function put(line)
+    emit(sink, indent .. line, level)
+  end
+  local function put_text(text, prefix)
+    for _, line in ipairs(split_lines(text)) do
+      put(prefix .. line)
+    end
+  end
+  for _, block in ipairs(blocks) do
+    if block.kind == 'response' then
+      put_text(block.text, '')
+    elseif block.kind == 'reasoning' then
+      local body = split_lines(block.text)
+      emit(sink, indent .. string.format('[reasoning] %d line%s (zo shows, zc hides)', #body, #body == 1 and '' or 's'), '>' .. (depth + 1))
+      for _, line in ipairs(body) do
+        emit(sink, indent .. '  ' .. line, tostring(depth + 1))
+      end
+    elseif block.kind == 'tool' then
+      local title = block.title or block.callId or 'tool'
+      local what = block.toolKind and (' (' .. block.toolKind .. ')') or ''
+      put(string.format('[tool] %s%s: %s', title, what, block.status or 'pending'))
+      if block.output and block.output ~= '' then
+        put_text(block.output, '    ')
+      end
+      for _, diff in ipairs(block.diffs or {}) do
+        for _, line in ipairs(diff_lines(chat, diff)) do
+          put('    ' .. line)
+        end
+      end
+      for _, agent in ipairs(block.nested or {}) do
+        render_agent(chat, agent, sink, indent .. '    ', depth)
+      end
+    elseif block.kind == 'agent' then
+      render_agent(chat, block, sink, indent, depth)
+    elseif block.kind == 'plan' then
+      put('[plan]')
+      put_text(block.text, '    ')
+    elseif block.kind == 'permission' then
+      put(string.format('[permission] %s -> %s (%s)', block.text, block.decision, block.allowed and 'allowed' or 'refused'))
+    elseif block.kind == 'mail' then
+      put('[mail from ' .. (block.sender or '?') .. ']')
+      put_text(block.text, '    ')
+    end
+  end
+end
+
 -- Renders TURN as lines, with the fold levels of its lines (reasoning is a
 -- closed fold) relative to its first line.
 local function render_turn(chat, turn, live)
@@ -267,39 +370,7 @@ local function render_turn(chat, turn, live)
     table.insert(lines, '> [attached ' .. attachment .. ']')
   end
   table.insert(lines, '')
-  for _, block in ipairs(turn.blocks or {}) do
-    if block.kind == 'response' then
-      indented(lines, block.text, '')
-    elseif block.kind == 'reasoning' then
-      local body = split_lines(block.text)
-      levels_[#lines + 1] = '>1'
-      table.insert(lines, string.format('[reasoning] %d line%s (zo shows, zc hides)', #body, #body == 1 and '' or 's'))
-      for _, line in ipairs(body) do
-        levels_[#lines + 1] = '1'
-        table.insert(lines, '  ' .. line)
-      end
-    elseif block.kind == 'tool' then
-      local title = block.title or block.callId or 'tool'
-      local what = block.toolKind and (' (' .. block.toolKind .. ')') or ''
-      table.insert(lines, string.format('[tool] %s%s: %s', title, what, block.status or 'pending'))
-      if block.output and block.output ~= '' then
-        indented(lines, block.output, '    ')
-      end
-      for _, diff in ipairs(block.diffs or {}) do
-        for _, line in ipairs(diff_lines(chat, diff)) do
-          table.insert(lines, '    ' .. line)
-        end
-      end
-    elseif block.kind == 'plan' then
-      table.insert(lines, '[plan]')
-      indented(lines, block.text, '    ')
-    elseif block.kind == 'permission' then
-      table.insert(lines, string.format('[permission] %s -> %s (%s)', block.text, block.decision, block.allowed and 'allowed' or 'refused'))
-    elseif block.kind == 'mail' then
-      table.insert(lines, '[mail from ' .. (block.sender or '?') .. ']')
-      indented(lines, block.text, '    ')
-    end
-  end
+  render_blocks(chat, turn.blocks or {}, { lines = lines, levels = levels_ }, '', 0)
   if live and chat.asking then
     table.insert(lines, '[permission] ' .. chat.asking .. ' (waiting for your answer)')
   end
@@ -731,7 +802,7 @@ function M.help()
       table.insert(lines, string.format('%-6s %s', keys[pair[1]], pair[2]))
     end
   end
-  table.insert(lines, 'zo/zc  show/hide reasoning')
+  table.insert(lines, "zo/zc  show/hide reasoning, or a sub-agent's activity once it is done")
   mevedel.notify('chat keys:\n' .. table.concat(lines, '\n'), levels.INFO)
 end
 
@@ -1258,7 +1329,35 @@ end
 
 -- Server messages ------------------------------------------------------------------
 
---- `mevedel/turn/didUpdate`: the running turn's phase and events.
+-- A sub-agent's update (mevedel.nested): into the root turn it works in,
+-- which goes on running whatever the sub-agent's phase.
+local function on_nested_update(chat, params, turn_id)
+  local live = chat.live
+  if live and live.turnId and turn_id and live.turnId ~= turn_id then
+    live = nil
+  end
+  live = live or (turn_id and live_by_id[turn_id])
+  if not live then
+    -- The root's own first update has not come: the turn is running.
+    local prompt, attachments = require('mevedel.queue').sending_text(params.sessionId)
+    live = { prompt = prompt, attachments = attachments, blocks = {}, state = 'in-flight', phase = 'running' }
+    chat.live = live
+  end
+  live.rendered = nil
+  live.turn = live.turn or value(params.turn)
+  live.turnId = live.turnId or turn_id
+  require('mevedel.nested').apply(live, params, M.apply_event)
+  for _, event in ipairs(value(params.events) or {}) do
+    if event.kind == 'permission' then
+      chat.asking = nil
+    end
+  end
+  render(chat)
+  vim.api.nvim_exec_autocmds('User', { pattern = 'MevedelTurnUpdated', modeline = false })
+end
+
+--- `mevedel/turn/didUpdate`: the running turn's phase and events (a
+--- sub-agent's among them, nested in it).
 function M.on_did_update(_, params, ctx)
   local chat = chat_for(params.sessionId, ctx and ctx.client_id)
   if chat.root == nil and ctx then
@@ -1266,6 +1365,9 @@ function M.on_did_update(_, params, ctx)
     chat.root = client and client.config.root_dir
   end
   local turn_id = value(params.turnId)
+  if require('mevedel.nested').is_nested(params) then
+    return on_nested_update(chat, params, turn_id)
+  end
   local live = chat.live
   if live and live.turnId and turn_id and live.turnId ~= turn_id then
     live = nil

@@ -48,6 +48,15 @@ local function agent_lines(impact)
 end
 M.agent_lines = agent_lines
 
+-- Rewind: the sub-agents whose tasks changed a FileRestore, after it.
+local function by_agents(r)
+  local agents = list(r.agents)
+  if #agents == 0 then
+    return ''
+  end
+  return string.format(', changed by sub-agent%s %s', #agents == 1 and '' or 's', table.concat(agents, ', '))
+end
+
 local function file_lines(impact)
   local lines = {}
   local restores = list(impact.restores)
@@ -61,7 +70,7 @@ local function file_lines(impact)
       -- relink; a restore shows the bytes it writes.
       local action = present(r.action) and r.action or (r.state == 'absent' and 'delete' or 'restore')
       local content = action == 'restore' and plural(present(r.size) and r.size or 0, 'byte') or action
-      table.insert(lines, string.format('  %s (%s of turn %d: %s)', r.path, r.checkpoint, r.turn, content))
+      table.insert(lines, string.format('  %s (%s of turn %d: %s)%s', r.path, r.checkpoint, r.turn, content, by_agents(r)))
     end
   end
   if #restores > #writes then

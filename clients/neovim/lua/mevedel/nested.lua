@@ -1,0 +1,105 @@
+-- mevedel.nested: a retained sub-agent's activity (the `Agent` tool) in
+-- the turn model of the chat.
+--
+-- A `mevedel/turn/didUpdate` with an `agentPath` is a sub-agent's, in the
+-- parent's turn (`turn`/`turnId`): its phase, its events (the root's
+-- kinds) and, once `settled`, its outcome. Each sub-agent is one block of
+-- kind `agent` nested under the tool call of its parent through which it
+-- was called (`parentCallId`): a sub-agent `a/b` inside `a`'s own block,
+-- under `a`'s tool call of that id when `a` shows one, else at the end of
+-- `a`'s activity; a top-level one under the root's tool call (which may
+-- arrive after the sub-agent's first words: it is made then, and its
+-- details fill in when they come), or at the end of the turn so far when
+-- the call is not known. A later task of the same sub-agent (another
+-- Agent call naming it) is a block of its own. A sub-agent settling never
+-- settles the turn.
+
+local value = require('mevedel').value
+
+local M = {}
+
+local function tool_with(blocks, call_id)
+  for _, block in ipairs(blocks) do
+    if block.kind == 'tool' and block.callId == call_id then
+      return block
+    end
+  end
+end
+
+-- Puts the new agent BLOCK (path PATH, called through CALL_ID) in TURN.
+local function place(turn, block, path, call_id)
+  local parent_path = path:match('^(.*)/[^/]+$')
+  local parent = parent_path and turn.agents[parent_path]
+  local scope = parent and parent.blocks or turn.blocks
+  local tool = call_id and tool_with(scope, call_id)
+  if not tool and call_id and not parent then
+    -- The root's tool call not seen yet: its own event fills it in.
+    tool = { kind = 'tool', callId = call_id }
+    table.insert(turn.blocks, tool)
+  end
+  if tool then
+    tool.nested = tool.nested or {}
+    table.insert(tool.nested, block)
+  else
+    table.insert(scope, block)
+  end
+end
+
+--- The agent block of PATH in TURN, made and placed when new.
+function M.agent_block(turn, path, label, call_id)
+  turn.agents = turn.agents or {}
+  local block = turn.agents[path]
+  if not block then
+    block = { kind = 'agent', path = path, blocks = {}, phase = 'starting' }
+    turn.agents[path] = block
+    place(turn, block, path, call_id)
+  end
+  block.label = label or block.label
+  return block
+end
+
+--- Apply a sub-agent's didUpdate PARAMS to the root TURN (APPLY_EVENT:
+--- the chat's TurnEvent reader, given a block holding `blocks`). Returns
+--- its block.
+function M.apply(turn, params, apply_event)
+  local path = value(params.agentPath)
+  local known = turn.agents and turn.agents[path]
+  if known and known.phase == 'settled' and params.phase ~= 'settled' then
+    -- Another task of the same sub-agent (a later Agent call): a block of its own.
+    turn.agents[path] = nil
+  end
+  local block = M.agent_block(turn, path, value(params.agent), value(params.parentCallId))
+  block.phase = params.phase
+  for _, event in ipairs(value(params.events) or {}) do
+    apply_event(block, event)
+  end
+  if params.phase == 'settled' then
+    block.outcome = value(params.outcome) or 'completed'
+    block.error = value(params.error)
+  end
+  return block
+end
+
+--- A settled task recorded in a turn (a `mevedel/turn/show` agent_task
+--- item) as an agent block.
+function M.from_task(item)
+  local name = value(item.name) or '?'
+  local sender = value(item.sender)
+  return {
+    kind = 'agent',
+    path = name,
+    label = sender and (name .. ' (' .. sender .. ')') or name,
+    phase = 'settled',
+    outcome = item.isError == true and 'did not complete' or 'completed',
+    task = value(item.text),
+    output = value(item.output),
+    blocks = {},
+  }
+end
+
+--- Whether the root TURN's update PARAMS are a sub-agent's.
+function M.is_nested(params)
+  return value(params.agentPath) ~= nil
+end
+
+return M

@@ -1,0 +1,193 @@
+;;; mevedel-lsp-subagent-test.el --- ERT tests of a sub-agent's activity in the chat  -*- lexical-binding: t; -*-
+
+;; Run by tests/clients/test_emacs.py after mevedel-lsp-test.el and
+;; mevedel-lsp-chat-test.el (whose helpers and server it shares), against
+;; the real server and two scripted ACP agents: the parent calls the
+;; `Agent' tool through the official MCP client, which runs the helper as
+;; a sub-agent in the same turn.  What a user sees and presses: the
+;; sub-agent's activity streamed under the call that started it, folded
+;; once it is done (TAB shows it), the root's turn going on after it, the
+;; task read back from the server, and the Rewind impact naming it.
+
+;;; Code:
+
+(require 'ert)
+(require 'mevedel-lsp)
+
+(defun mevedel-subagent-test--release (file)
+  "Let a scripted agent waiting on FILE go on."
+  (with-temp-file file (insert "go")))
+
+(defun mevedel-subagent-test--shown (buffer text)
+  "Non-nil when BUFFER holds TEXT and its first character is not invisible."
+  (with-current-buffer buffer
+    (save-excursion
+      (goto-char (point-min))
+      (and (search-forward text nil t) (not (invisible-p (match-beginning 0)))))))
+
+(ert-deftest mevedel-lsp-test-subagent-activity-nests-under-its-call-and-folds ()
+  "The parent's Agent call runs the helper: its reasoning, words and tool
+call stream indented under the call while it runs; once it settles they
+fold under a heading naming it (TAB shows them, TAB hides them) and the
+root turn goes on streaming; read back from the server the task shows
+folded under the turn; the Rewind impact names the sub-agent beside the
+file it wrote."
+  (mevedel-chat-test--write "notes.txt" "original notes\n")
+  (let* ((child-release (expand-file-name (make-temp-name "mevedel-child-") temporary-file-directory))
+         (root-release (expand-file-name (make-temp-name "mevedel-root-") temporary-file-directory))
+         (parent (mevedel-chat-test--script
+                  (vector (vector (list :say "Asking the helper. ")
+                                  (list :mcp_call (list :id "call-reviewer" :tool "Agent"
+                                                        :arguments (list :name "reviewer" :agent "helper"
+                                                                         :prompt "Review the notes")))
+                                  (list :say "Thanks, helper. ")
+                                  (list :wait_file root-release)
+                                  (list :say "All done.")))))
+         (helper (mevedel-chat-test--script
+                  (vector (vector (list :think "Reading the notes.")
+                                  (list :say "Reviewing. ")
+                                  (list :tool_call (list :id "t1" :title "Check the notes" :kind "read" :status "completed"))
+                                  (list :write (list :path "notes.txt" :content "reviewed notes\n"))
+                                  (list :wait_file child-release)
+                                  (list :say "Review done.")))))
+         (session (mevedel-chat-test--session "ERT sub-agent")))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper))))
+      (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "Get a review" :session session)))
+        (pop-to-buffer chat)
+        ;; While the helper runs: its activity streams, indented under the
+        ;; parent's call, not folded; the turn runs.
+        (mevedel-test--wait (lambda () (mevedel-chat-test--has chat "Reviewing.")) "the helper's words" 60)
+        (mevedel-test--wait (lambda () (mevedel-chat-test--has chat "Check the notes")) "the helper's tool call" 60)
+        (let ((text (mevedel-chat-test--text chat)))
+          (mevedel-test--log "chat while the helper runs:\n%s" text)
+          (should (string-match-p "^Tool mcp Agent  \\[in_progress\\]\n    Agent reviewer (helper)  \\[running\\]\n" text))
+          (should (string-search "\n        Reasoning (TAB shows or hides it)" text))
+          (should (string-search "\n        Reviewing. \n" text))
+          (should (string-search "\n        Tool Check the notes  [read · completed]" text))
+          (should (< (string-search "Asking the helper." text) (string-search "Agent reviewer" text))))
+        (should (mevedel-subagent-test--shown chat "Reviewing."))
+        (should-not (mevedel-subagent-test--shown chat "Reading the notes."))
+        (should (equal (mevedel-chat-test--phase chat) ":running"))
+        ;; The helper settles: folded under its heading; the root goes on.
+        (mevedel-subagent-test--release child-release)
+        (mevedel-test--wait (lambda () (mevedel-chat-test--has chat "Thanks, helper.")) "the root's words after the helper" 60)
+        (let ((text (mevedel-chat-test--text chat)))
+          (mevedel-test--log "chat after the helper settled:\n%s" text)
+          (should (string-search "    Agent reviewer (helper)  [completed]  (TAB shows or hides it)" text))
+          (should (string-search "\n        wrote notes.txtReview done." text))
+          (should (< (string-search "Agent reviewer" text) (string-search "Thanks, helper." text))))
+        (should-not (mevedel-subagent-test--shown chat "Reviewing."))
+        (should-not (mevedel-subagent-test--shown chat "        wrote notes.txtReview done."))
+        (should (mevedel-subagent-test--shown chat "Thanks, helper."))
+        ;; The helper's settling did not end the root's turn.
+        (should (equal (mevedel-chat-test--phase chat) ":running"))
+        (should (mevedel-chat-test--has chat "── Turn 1 · scripted · running ──"))
+        ;; TAB on the heading shows the activity, TAB again hides it.
+        (with-current-buffer chat
+          (goto-char (point-min))
+          (search-forward "Agent reviewer (helper)"))
+        (mevedel-chat-test--press chat "TAB")
+        (should (mevedel-subagent-test--shown chat "Reviewing."))
+        (should (mevedel-subagent-test--shown chat "        wrote notes.txtReview done."))
+        ;; Its own reasoning stays folded inside it.
+        (should-not (mevedel-subagent-test--shown chat "Reading the notes."))
+        (mevedel-chat-test--press chat "TAB")
+        (should-not (mevedel-subagent-test--shown chat "        wrote notes.txtReview done."))
+        ;; The root settles.
+        (mevedel-subagent-test--release root-release)
+        (mevedel-chat-test--wait-idle chat "the root turn to settle")
+        (let ((text (mevedel-chat-test--text chat)))
+          (should (string-search "── Turn 1 · scripted · completed ──" text))
+          (should (string-search "All done." text)))
+        (should (equal (mevedel-chat-test--file "notes.txt") "reviewed notes\n"))
+        ;; Read back from the server in a new chat: the task, folded.
+        (kill-buffer chat)
+        (let ((again (mevedel-lsp-chat-buffer session (mevedel-test--server))))
+          (pop-to-buffer again)
+          (let ((text (mevedel-chat-test--text again)))
+            (mevedel-test--log "chat read again:\n%s" text)
+            (should (string-search "Agent reviewer (helper)  [completed]  (TAB shows or hides it)" text))
+            (should (string-search "    Task: Review the notes" text)))
+          (should-not (mevedel-subagent-test--shown again "Task: Review the notes"))
+          (with-current-buffer again
+            (goto-char (point-min))
+            (search-forward "Agent reviewer (helper)"))
+          (mevedel-chat-test--press again "TAB")
+          (should (mevedel-subagent-test--shown again "Task: Review the notes"))
+          (should (mevedel-subagent-test--shown again "Reviewing."))
+          ;; Rewind to before the turn, declined: the impact names the
+          ;; sub-agent beside the file it wrote.
+          (with-current-buffer again
+            (goto-char (point-min))
+            (search-forward "── Turn 1"))
+          (should (null (mevedel-test--answering nil '("^Before the prompt of turn 1")
+                          (mevedel-chat-test--press again "w"))))
+          (let ((impact (mevedel-test--impact)))
+            (mevedel-test--log "impact:\n%s" impact)
+            (should (string-match-p "^  notes\\.txt (pre-turn of turn 1: 15 bytes), changed by sub-agent reviewer$" impact)))
+          (should (equal (mevedel-chat-test--file "notes.txt") "reviewed notes\n")))))))
+
+(ert-deftest mevedel-lsp-test-subagent-nested-sub-agents-and-an-unknown-call ()
+  "A sub-agent's own sub-agent nests inside it under its call, folded
+inside its fold (TAB opens one level); a sub-agent called through no
+reported call shows under its name after the turn's text so far."
+  (let* ((searcher (mevedel-chat-test--script
+                    (vector (vector (list :say "Inner found it.")) (vector (list :say "Inner found it.")))))
+         (helper (mevedel-chat-test--script
+                  (vector (vector (list :tool_call (list :id "look" :title "Look around" :kind "read" :status "completed"))
+                                  (list :say "Outer at work. ")
+                                  (list :mcp_call (list :id "call-inner" :tool "Agent"
+                                                        :arguments (list :name "inner" :agent "searcher" :prompt "Go deeper")))
+                                  (list :say "Outer done.")))))
+         (parent (mevedel-chat-test--script
+                  (vector (vector (list :say "Asking. ")
+                                  (list :mcp_call (list :id "call-outer" :tool "Agent"
+                                                        :arguments (list :name "outer" :agent "helper" :prompt "Delegate further")))
+                                  ;; Called without reporting an ACP tool call: no call to nest under.
+                                  (list :mcp_call (list :tool "Agent"
+                                                        :arguments (list :name "quiet" :agent "searcher" :prompt "Say little")))
+                                  (list :say "All answered.")))))
+         (session (mevedel-chat-test--session "ERT nested sub-agents")))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper)))
+                                    (list "searcher" (append mevedel-chat-test-agent (list searcher))))
+      (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "Delegate twice" :session session)))
+        (pop-to-buffer chat)
+        (mevedel-chat-test--wait-idle chat "the turn to settle")
+        (let ((text (mevedel-chat-test--text chat)))
+          (mevedel-test--log "chat:\n%s" text)
+          (should (string-search (concat "Tool mcp Agent  [completed]\n    mcp Agent: mcp Agent: Inner found it.Outer done.\n"
+                                         "    Agent outer (helper)  [completed]  (TAB shows or hides it)\n"
+                                         "        Tool Look around  [read · completed]\n"
+                                         "        Outer at work. \n"
+                                         "        Tool mcp Agent  [completed]\n"
+                                         "            mcp Agent: Inner found it.\n"
+                                         "            Agent outer/inner (searcher)  [completed]  (TAB shows or hides it)\n"
+                                         "                Inner found it.\n"
+                                         "        mcp Agent: Inner found it.Outer done.\n")
+                                 text))
+          (should (string-search (concat "Outer done.\n\nAgent quiet (searcher)  [completed]  (TAB shows or hides it)\n"
+                                         "    Inner found it.\n\nmcp Agent: Inner found it.All answered.")
+                                 text)))
+        (should-not (mevedel-subagent-test--shown chat "        Tool Look around"))
+        (should-not (mevedel-subagent-test--shown chat "            Agent outer/inner"))
+        (should-not (mevedel-subagent-test--shown chat "    Inner found it."))
+        ;; TAB on outer: its activity shows, outer/inner stays folded.
+        (with-current-buffer chat
+          (goto-char (point-min))
+          (search-forward "Agent outer (helper)"))
+        (mevedel-chat-test--press chat "TAB")
+        (should (mevedel-subagent-test--shown chat "        Tool Look around"))
+        (should (mevedel-subagent-test--shown chat "            Agent outer/inner"))
+        (should-not (mevedel-subagent-test--shown chat "                Inner found it."))
+        ;; TAB on outer/inner shows it; quiet stays folded.
+        (with-current-buffer chat
+          (goto-char (point-min))
+          (search-forward "Agent outer/inner"))
+        (mevedel-chat-test--press chat "TAB")
+        (should (mevedel-subagent-test--shown chat "                Inner found it."))
+        (should-not (mevedel-subagent-test--shown chat "\n    Inner found it."))))))
+
+(provide 'mevedel-lsp-subagent-test)
+;;; mevedel-lsp-subagent-test.el ends here

@@ -1,0 +1,191 @@
+-- Headless Neovim tests of a sub-agent's activity in the chat
+-- (clients/neovim/lua/mevedel/nested.lua and chat.lua) against the real
+-- server and two scripted ACP agents (tests/agents/scripted_agent.py): the
+-- parent calls the `Agent` tool through the official MCP client, which
+-- runs the helper as a sub-agent in the same turn.
+--
+-- Run by tests/clients/test_neovim.py like chat_test.lua. Prints one
+-- PASS/FAIL line per test; exits non-zero when any failed.
+
+local H = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'agent_harness.lua')
+local root, scratch, out, test, wait_for, expect = H.root, H.scratch, H.out, H.test, H.wait_for, H.expect
+local read_file, write_file, chat, agent, configure = H.read_file, H.write_file, H.chat, H.agent, H.configure
+local chat_buffer, chat_text, line_of, cursor_on, press, new_session = H.chat_buffer, H.chat_text, H.line_of, H.cursor_on, H.press, H.new_session
+local answering, lifecycle, buffer_text = H.answering, H.lifecycle, H.buffer_text
+
+-- The fold state of line ROW of the chat of SESSION: its first line when
+-- closed, else -1.
+local function closed_at(session, row)
+  local win = vim.fn.bufwinid(chat_buffer(session))
+  return vim.api.nvim_win_call(win, function()
+    return vim.fn.foldclosed(row)
+  end)
+end
+
+test('subagents: the activity streams nested under the call, folds once settled (zo shows it) while the root goes on; read back as the task; the rewind impact names it', function()
+  local session = new_session('Nvim sub-agent')
+  write_file(root .. '/notes.txt', 'original notes\n')
+  local child_release = scratch .. '/child-release'
+  local root_release = scratch .. '/root-release'
+  configure({
+    scripted = agent({ {
+      { say = 'Asking the helper. ' },
+      { mcp_call = { id = 'call-reviewer', tool = 'Agent', arguments = { name = 'reviewer', agent = 'helper', prompt = 'Review the notes' } } },
+      { say = 'Thanks, helper. ' },
+      { wait_file = root_release },
+      { say = 'All done.' },
+    } }),
+    helper = agent({ {
+      { think = 'Reading the notes.' },
+      { say = 'Reviewing. ' },
+      { tool_call = { id = 't1', title = 'Check the notes', kind = 'read', status = 'completed' } },
+      { write = { path = 'notes.txt', content = 'reviewed notes\n' } },
+      { wait_file = child_release },
+      { say = 'Review done.' },
+    } }),
+  }, 'scripted')
+  chat.send({ text = 'Get a review', session = session, agent = 'scripted' })
+
+  -- While the helper runs: streamed, indented under the parent's call, open.
+  wait_for("the helper's words and tool call", function()
+    local text = chat_text(session)
+    return text:find('Reviewing.', 1, true) ~= nil and text:find('Check the notes', 1, true) ~= nil
+  end)
+  local text = chat_text(session)
+  out('chat while the helper runs:\n' .. text)
+  expect(text:find('\n[tool] mcp Agent: in_progress\n    [agent] reviewer (helper): running\n', 1, true), 'not nested under the call: %s', text)
+  expect(text:find('\n        [reasoning] 1 line (zo shows, zc hides)\n          Reading the notes.\n        Reviewing. \n        [tool] Check the notes (read): completed\n', 1, true), 'the activity: %s', text)
+  expect(text:find('Asking the helper.', 1, true) < text:find('[agent] reviewer', 1, true), 'the order: %s', text)
+  local bufnr = chat_buffer(session)
+  local heading = line_of(bufnr, '%[agent%] reviewer')
+  local reasoning = line_of(bufnr, '%[reasoning%] 1 line')
+  expect(closed_at(session, heading) == -1, 'the running activity is folded')
+  expect(closed_at(session, line_of(bufnr, '^        Reviewing')) == -1, 'the running words are folded')
+  expect(closed_at(session, reasoning) == reasoning, "the helper's reasoning is not folded")
+  expect(chat.status(session) == 'running turn 1', 'status %s', chat.status(session))
+
+  -- The helper settles: folded under its heading; the root goes on.
+  write_file(child_release, 'go')
+  wait_for("the root's words after the helper", function()
+    return chat_text(session):find('Thanks, helper.', 1, true) ~= nil
+  end)
+  text = chat_text(session)
+  out('chat after the helper settled:\n' .. text)
+  heading = line_of(bufnr, '%[agent%] reviewer')
+  expect(text:find('\n    [agent] reviewer (helper): completed, 5 lines (zo shows, zc hides)\n', 1, true), 'the settled heading: %s', text)
+  expect(text:find('[agent] reviewer', 1, true) < text:find('Thanks, helper.', 1, true), 'the order: %s', text)
+  expect(closed_at(session, heading) == heading, 'the settled activity is not folded')
+  expect(closed_at(session, line_of(bufnr, '^        wrote notes')) == heading, 'its last words are not in the fold')
+  expect(closed_at(session, line_of(bufnr, 'Thanks, helper')) == -1, "the root's words are folded")
+  -- The helper's settling did not end the root's turn.
+  expect(chat.status(session) == 'running turn 1', 'status %s', chat.status(session))
+  expect(text:find('## Turn 1 (running) · scripted', 1, true), 'the turn heading: %s', text)
+
+  -- zo on the heading shows it (its reasoning stays folded), zc hides it.
+  cursor_on(session, '%[agent%] reviewer')
+  press('zo')
+  expect(closed_at(session, heading) == -1, 'zo did not open the activity')
+  expect(closed_at(session, line_of(bufnr, '^        wrote notes')) == -1, 'the words are still hidden')
+  reasoning = line_of(bufnr, '%[reasoning%] 1 line')
+  expect(closed_at(session, reasoning) == reasoning, "the helper's reasoning opened too")
+  press('zc')
+  expect(closed_at(session, heading) == heading, 'zc did not close the activity')
+
+  -- The root settles.
+  write_file(root_release, 'go')
+  wait_for('the root turn to settle', function()
+    return chat.status(session) == 'idle (turn 1 completed)'
+  end)
+  expect(chat_text(session):find('All done.', 1, true), 'the root: %s', chat_text(session))
+  expect(read_file(root .. '/notes.txt') == 'reviewed notes\n', 'the helper did not write')
+
+  -- A chat that did not watch the turn (Neovim started afresh) reads it
+  -- from the server: the task, folded under the turn.
+  local watched = {
+    chat = package.loaded['mevedel.chat'],
+    nested = package.loaded['mevedel.nested'],
+    foldexpr = _G.mevedel_chat_foldexpr,
+    foldtext = _G.mevedel_chat_foldtext,
+  }
+  package.loaded['mevedel.chat'] = nil
+  package.loaded['mevedel.nested'] = nil
+  local fresh = require('mevedel.chat')
+  bufnr = fresh.open(session, 'current')
+  text = buffer_text(bufnr)
+  out('chat read again:\n' .. text)
+  expect(text:find('[agent] reviewer (helper): completed, ', 1, true), 'no task: %s', text)
+  expect(text:find('\n    Task: Review the notes\n', 1, true), 'no task text: %s', text)
+  expect(text:find('Reviewing.', 1, true), "no conversation: %s", text)
+  heading = line_of(bufnr, '%[agent%] reviewer')
+  expect(vim.fn.foldclosed(heading) == heading, 'the task is not folded')
+  vim.api.nvim_win_set_cursor(0, { heading, 0 })
+  press('zo')
+  expect(vim.fn.foldclosed(line_of(bufnr, 'Task: Review the notes')) == -1, 'zo did not show the task')
+
+  -- Rewind to before the turn, cancelled: the impact names the sub-agent
+  -- beside the file it wrote.
+  local impact_shown
+  answering({
+    ['mevedel.boundary'] = '^Before the prompt of turn 1',
+    ['mevedel.confirm'] = function(_, _, on_choice)
+      impact_shown = buffer_text(vim.fn.bufnr(lifecycle.impact_buffer_name))
+      on_choice(nil)
+    end,
+  })
+  vim.api.nvim_win_set_cursor(0, { line_of(bufnr, '^## Turn 1 '), 0 })
+  fresh.rewind_here()
+  out('impact:\n' .. tostring(impact_shown))
+  expect(impact_shown and impact_shown:find('\n  notes.txt (pre-turn of turn 1: 15 bytes), changed by sub-agent reviewer\n', 1, true), 'impact %s', tostring(impact_shown))
+  expect(read_file(root .. '/notes.txt') == 'reviewed notes\n', 'the cancelled rewind changed the file')
+  -- The chat the other tests drive is the one that watched.
+  package.loaded['mevedel.chat'], package.loaded['mevedel.nested'] = watched.chat, watched.nested
+  _G.mevedel_chat_foldexpr, _G.mevedel_chat_foldtext = watched.foldexpr, watched.foldtext
+end)
+
+test("subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name", function()
+  local session = new_session('Nvim nested sub-agents')
+  configure({
+    scripted = agent({ {
+      { say = 'Asking. ' },
+      { mcp_call = { id = 'call-outer', tool = 'Agent', arguments = { name = 'outer', agent = 'helper', prompt = 'Delegate further' } } },
+      -- Called without reporting an ACP tool call: no call to nest under.
+      { mcp_call = { tool = 'Agent', arguments = { name = 'quiet', agent = 'searcher', prompt = 'Say little' } } },
+      { say = 'All answered.' },
+    } }),
+    helper = agent({ {
+      { tool_call = { id = 'look', title = 'Look around', kind = 'read', status = 'completed' } },
+      { say = 'Outer at work. ' },
+      { mcp_call = { id = 'call-inner', tool = 'Agent', arguments = { name = 'inner', agent = 'searcher', prompt = 'Go deeper' } } },
+      { say = 'Outer done.' },
+    } }),
+    searcher = agent({ { { say = 'Inner found it.' } }, { { say = 'Inner found it.' } } }),
+  }, 'scripted')
+  chat.send({ text = 'Delegate twice', session = session, agent = 'scripted' })
+  wait_for('the turn to settle', function()
+    return chat.status(session) == 'idle (turn 1 completed)'
+  end)
+  local text = chat_text(session)
+  out('chat:\n' .. text)
+  expect(text:find('\n[tool] mcp Agent: completed\n    mcp Agent: mcp Agent: Inner found it.Outer done.\n    [agent] outer (helper): completed, 7 lines (zo shows, zc hides)\n'
+    .. '        [tool] Look around (read): completed\n        Outer at work. \n        [tool] mcp Agent: completed\n            mcp Agent: Inner found it.\n'
+    .. '            [agent] outer/inner (searcher): completed, 1 line (zo shows, zc hides)\n                Inner found it.\n        mcp Agent: Inner found it.Outer done.\n', 1, true),
+    'outer/inner is not nested in outer under its call: %s', text)
+  expect(text:find('Outer done.\n[agent] quiet (searcher): completed, 1 line (zo shows, zc hides)\n    Inner found it.\nmcp Agent: Inner found it.All answered.', 1, true),
+    'quiet is not after the text so far: %s', text)
+  local bufnr = chat_buffer(session)
+  local outer = line_of(bufnr, '^    %[agent%] outer ')
+  local inner = line_of(bufnr, '%[agent%] outer/inner')
+  local quiet = line_of(bufnr, '^%[agent%] quiet')
+  expect(closed_at(session, inner) == outer and closed_at(session, inner + 1) == outer, 'outer/inner is not folded in outer')
+  expect(closed_at(session, quiet) == quiet and closed_at(session, quiet + 1) == quiet, 'quiet is not folded')
+  -- zo on outer: its activity shows, outer/inner stays folded; zo on it.
+  cursor_on(session, '^    %[agent%] outer ')
+  press('zo')
+  expect(closed_at(session, outer) == -1 and closed_at(session, line_of(bufnr, 'Look around')) == -1, 'zo did not open outer')
+  expect(closed_at(session, inner) == inner and closed_at(session, inner + 1) == inner, 'outer/inner opened with outer')
+  cursor_on(session, '%[agent%] outer/inner')
+  press('zo')
+  expect(closed_at(session, inner + 1) == -1, 'zo did not open outer/inner')
+end)
+
+H.finish()
