@@ -205,9 +205,9 @@ async def _held_session(workspace: Path) -> str | None:
     several)."""
     service = SessionService(LocalTarget(workspace), cli_identity())
     try:
-        rows = (await service.list()).rows
+        rows = (await service.sessions.list()).rows
     finally:
-        await service.detach()
+        await service.sessions.detach()
     held = [r.session_id for r in rows if r.holder_is_self and r.lease_state in (LeaseState.ACTIVE, LeaseState.PUBLISHING)]
     return held[0] if len(held) == 1 else None
 
@@ -260,7 +260,7 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
     service = SessionService(target, cli_identity())
     try:
         try:
-            await service.open(arguments.session, "resume")
+            await service.sessions.open(arguments.session, "resume")
         except Exception as error:  # the session's own refusal, with its kind
             if not is_refusal(error):
                 raise
@@ -268,7 +268,7 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
         held = dataclasses.replace(context, store_target=target, session_writable=writable_sessions(service))
         return await execute(prepare(Operation.APPLY_PATCH, patch, PatchOptions(), held))  # type: ignore[return-value]
     finally:
-        await service.detach()
+        await service.sessions.detach()
 
 
 def _jsonable(operation: Operation, result: object) -> dict[str, Any]:

@@ -23,7 +23,7 @@ it has open:
   ends the pending state; the released successor fenced for this client is
   acquired, and the committed state is reloaded before the session is
   writable (a failed reload releases the new lease and leaves it read-only,
-  as :meth:`SessionService.open` does).
+  as :meth:`Sessions.open <.sessions.Sessions.open>` does).
 
 Neither side is privileged afterwards: the client that handed control over
 is a non-owner like any other. Authority times are the target clock's; the

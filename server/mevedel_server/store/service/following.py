@@ -106,11 +106,6 @@ class Following:
         #: Called with every :class:`FollowUpdate` that has something to tell.
         self.on_follow: list[Callable[[FollowUpdate], None]] = []
 
-    # Transitional (the next commit removes it): ``service.following(sid)``
-    # was the front's :meth:`active` before the front held this capability.
-    def __call__(self, session_id: str) -> bool:
-        return self.active(session_id)
-
     # Opting out ---------------------------------------------------------------
 
     @property

@@ -115,30 +115,3 @@ class SessionService:
 
     def live_history(self, session_id: str) -> LiveHistory:
         return self.table.get(session_id, "read its history").history
-
-    # Transitional: the names the front held before its capabilities, each
-    # forwarded to its capability until the callers are renamed (the next
-    # commit removes this block).
-    _MOVED = {'abandon_publication': ('sessions', 'abandon_publication'), 'abandon_recovery': ('history', 'abandon_recovery'), 'abort': ('turns', 'abort'), 'acknowledge_unsettled_mutation': ('turns', 'acknowledge_unsettled_mutation'), 'agent_choice': ('agents', 'agent_choice'), 'agent_tasks': ('agents', 'agent_tasks'), 'append': ('turns', 'append'), 'append_agent_task': ('agents', 'append_agent_task'), 'append_now': ('turns', 'append_now'), 'apply_title': ('sessions', 'apply_title'), 'attached_artifacts': ('sessions', 'attached_artifacts'), 'begin_turn': ('turns', 'begin_turn'), 'capture_file': ('turns', 'capture_file'), 'captured': ('turns', 'captured'), 'checkpoint': ('turns', 'checkpoint'), 'clear': ('turns', 'clear'), 'close': ('sessions', 'close'), 'close_all': ('sessions', 'close_all'), 'commit_fork': ('history', 'commit_fork'), 'commit_redo': ('history', 'commit_redo'), 'commit_rewind': ('history', 'commit_rewind'), 'commit_save_as': ('history', 'commit_save_as'), 'commit_worktree_fork': ('history', 'commit_worktree_fork'), 'compact': ('turns', 'compact'), 'configure': ('sessions', 'configure'), 'create': ('sessions', 'create'), 'dedicated_artifact': ('sessions', 'dedicated_artifact'), 'delete_session': ('sessions', 'delete_session'), 'detach': ('sessions', 'detach'), 'diff': ('turns', 'diff'), 'engine': ('agents', 'engine'), 'follow': ('following', 'follow'), 'follow_default': ('following', 'follow_default'), 'following': ('following', 'active'), 'follows': ('following', 'follows'), 'fork_variants': ('history', 'fork_variants'), 'input_history': ('sessions', 'input_history'), 'last_cleanup': ('sessions', 'last_cleanup'), 'list': ('sessions', 'list'), 'max_snapshot_bytes': ('turns', 'max_snapshot_bytes'), 'on_follow': ('following', 'on_follow'), 'open': ('sessions', 'open'), 'prepare_fork': ('history', 'prepare_fork'), 'prepare_redo': ('history', 'prepare_redo'), 'prepare_rewind': ('history', 'prepare_rewind'), 'prepare_save_as': ('history', 'prepare_save_as'), 'prepare_worktree_fork': ('history', 'prepare_worktree_fork'), 'record_input': ('sessions', 'record_input'), 'record_pre_state': ('turns', 'record_pre_state'), 'recovery_pending': ('history', 'recovery_pending'), 'redo_now': ('history', 'redo_now'), 'redo_states': ('history', 'redo_states'), 'rewind_now': ('history', 'rewind_now'), 'rename': ('sessions', 'rename'), 'require_commands_settled': ('turns', 'require_commands_settled'), 'restore_file': ('turns', 'restore_file'), 'retained_agents': ('agents', 'retained_agents'), 'retry_publication': ('sessions', 'retry_publication'), 'retry_recovery': ('history', 'retry_recovery'), 'save': ('sessions', 'save'), 'set_agent_choice': ('agents', 'set_agent_choice'), 'set_attached_artifacts': ('sessions', 'set_attached_artifacts'), 'set_dedicated_artifact': ('sessions', 'set_dedicated_artifact'), 'set_engine': ('agents', 'set_engine'), 'set_follow': ('following', 'set_follow'), 'set_retained_agents': ('agents', 'set_retained_agents'), 'settle': ('turns', 'settle'), 'sweep_expired': ('sessions', 'sweep_expired'), 'sweep_expired_soon': ('sessions', 'sweep_expired_soon'), 'transcript_records': ('turns', 'transcript_records'), 'turn': ('turns', 'detail'), 'turn_in_flight': ('turns', 'turn_in_flight'), 'turn_paths': ('turns', 'turn_paths'), 'turns': ('turns', 'summaries'), 'unsettled_mutation': ('turns', 'unsettled_mutation')}
-
-    def __getattr__(self, name: str):
-        moved = SessionService._MOVED.get(name)
-        if moved is None or name in ("turns", "following"):
-            raise AttributeError(name)
-        return getattr(getattr(self, moved[0]), moved[1])
-
-    @property
-    def expiry_exemptions(self):
-        return self.sessions.expiry_exemptions
-
-    @expiry_exemptions.setter
-    def expiry_exemptions(self, value) -> None:
-        self.sessions.expiry_exemptions = value
-
-    @property
-    def follow_default(self) -> bool:
-        return self.following.follow_default
-
-    @follow_default.setter
-    def follow_default(self, value: bool) -> None:
-        self.following.follow_default = value

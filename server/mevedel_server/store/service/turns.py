@@ -65,11 +65,6 @@ class Turns:
         #: Files larger than this are recorded as capture gaps, not snapshots.
         self.max_snapshot_bytes = max_snapshot_bytes
 
-    # Transitional (the next commit removes it): ``service.turns(sid)`` was
-    # the front's summaries before the front held this capability.
-    async def __call__(self, session_id: str) -> list[TurnSummary]:
-        return await self.summaries(session_id)
-
     # The turn in flight ---------------------------------------------------------
 
     async def begin_turn(self, session_id: str, prompt: str, *, agent: str | None = None) -> TurnStarted:
