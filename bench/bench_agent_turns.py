@@ -117,8 +117,8 @@ async def served_latencies(root: Path) -> tuple[list[float], int]:
 async def write_costs(root: Path) -> tuple[list[float], list[float]]:
     target = LocalTarget(root)
     service = SessionService(target, ClientIdentity.generate())
-    sid = (await service.create()).session_id
-    await service.begin_turn(sid, "bench")
+    sid = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(sid, "bench")
     files = WorkspaceFiles(target, str(root))
     content = "x" * 2000 + "\n"
     for index in range(WRITES):
@@ -132,10 +132,10 @@ async def write_costs(root: Path) -> tuple[list[float], list[float]]:
         plain.append(time.perf_counter() - started)
         started = time.perf_counter()
         relative = f"c{index}.txt"
-        outcome = await files.write_text(str(root / relative), content, read_before=not service.captured(sid, relative))
-        service.record_pre_state(sid, outcome.relative, outcome.before)
+        outcome = await files.write_text(str(root / relative), content, read_before=not service.turns.captured(sid, relative))
+        service.turns.record_pre_state(sid, outcome.relative, outcome.before)
         checkpointed.append(time.perf_counter() - started)
-    await service.close_all()
+    await service.sessions.close_all()
     return plain, checkpointed
 
 

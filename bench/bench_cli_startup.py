@@ -144,10 +144,10 @@ async def make_sessions(root: Path, state: Path) -> None:
 
     service = SessionService(LocalTarget(root), ClientIdentity.generate())
     for index in range(SESSIONS):
-        session_id = (await service.create(f"session {index}")).session_id
-        await service.begin_turn(session_id, f"prompt {index}")
-        await service.settle(session_id)
-        await service.close(session_id)
+        session_id = (await service.sessions.create(f"session {index}")).session_id
+        await service.turns.begin_turn(session_id, f"prompt {index}")
+        await service.turns.settle(session_id)
+        await service.sessions.close(session_id)
 
 
 def _verdict(figures: dict[str, float], goal: float) -> bool | str:

@@ -7,7 +7,7 @@ interleaved in the same run:
 
 - ``git diff`` of the working tree against the index (a process start, a
   stat of every file, a read of the changed ones and the line diff);
-- ``SessionService.diff`` of that turn by a fresh reader (its committed
+- ``SessionService.turns.diff`` of that turn by a fresh reader (its committed
   snapshot read through the target, the file history included, and the
   line diff of every file), the way ``mevedel diff`` and the LSP answer;
 - the same diff of a session already open (the common case in an editor).
@@ -50,17 +50,17 @@ def build(root: Path) -> None:
 
 async def record_turn(root: Path) -> str:
     writer = SessionService(LocalTarget(root), ClientIdentity("writer", "bench"))
-    sid = (await writer.create()).session_id
-    await writer.begin_turn(sid, "change every file")
+    sid = (await writer.sessions.create()).session_id
+    await writer.turns.begin_turn(sid, "change every file")
     for n in range(FILES):
         path = f"src{n // 20}/f{n}.py"
-        await writer.capture_file(sid, path)
+        await writer.turns.capture_file(sid, path)
         lines = (root / path).read_text().splitlines(keepends=True)
         lines[5] = "changed\n"
         lines[30:32] = ["new a\n", "new b\n", "new c\n"]
         (root / path).write_text("".join(lines))
-    await writer.settle(sid)
-    await writer.close(sid)
+    await writer.turns.settle(sid)
+    await writer.sessions.close(sid)
     return sid
 
 
@@ -74,17 +74,17 @@ async def main() -> None:
         build(root)
         sid = await record_turn(root)
         open_reader = SessionService(LocalTarget(root), ClientIdentity("reader", "bench"))
-        await open_reader.open(sid, "resume")
+        await open_reader.sessions.open(sid, "resume")
         git, fresh, opened = [], [], []
         for _ in range(ROUNDS):
             start = time.perf_counter()
             out = subprocess.run(["git", "-C", str(root), "diff", "--no-color"], check=True, capture_output=True).stdout
             git.append(time.perf_counter() - start)
             start = time.perf_counter()
-            diff = await SessionService(LocalTarget(root), ClientIdentity("fresh", "bench")).diff(sid)
+            diff = await SessionService(LocalTarget(root), ClientIdentity("fresh", "bench")).turns.diff(sid)
             fresh.append(time.perf_counter() - start)
             start = time.perf_counter()
-            await open_reader.diff(sid)
+            await open_reader.turns.diff(sid)
             opened.append(time.perf_counter() - start)
         assert len(diff.files) == FILES and out.count(b"diff --git") == FILES
         rows = [
@@ -99,7 +99,7 @@ async def main() -> None:
             "ratio_open": round(rows[2]["median_ms"] / base, 2),
             "target": "a 200-file turn's diff within 2x of git diff; over SSH at most 2 round trips",
         }
-        await open_reader.close(sid)
+        await open_reader.sessions.close(sid)
         if args.ssh:
             from mevedel_server.targets.ssh import SshTarget
             from ssh_fixtures import throwaway_sshd
@@ -108,7 +108,7 @@ async def main() -> None:
                 target = await SshTarget.connect(server.url(root), **server.options())
                 try:
                     counted = CountingTarget(target)
-                    await SessionService(counted, ClientIdentity("ssh-reader", "bench")).diff(sid)
+                    await SessionService(counted, ClientIdentity("ssh-reader", "bench")).turns.diff(sid)
                     notes["ssh_programs_fresh_reader"] = counted.programs
                 finally:
                     await target.close()

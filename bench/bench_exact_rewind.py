@@ -69,28 +69,28 @@ async def rewind():
     files = sorted(os.path.join(d, f) for d in os.listdir(root) if d.startswith("dir") for f in os.listdir(os.path.join(root, d)))
     if os.path.exists(marker):
         sid = open(marker).read()
-        await svc.open(sid, "resume")
+        await svc.sessions.open(sid, "resume")
     else:
-        sid = (await svc.create()).session_id
-        await svc.begin_turn(sid, "edit every file")
+        sid = (await svc.sessions.create()).session_id
+        await svc.turns.begin_turn(sid, "edit every file")
         for rel in files:
-            await svc.capture_file(sid, rel)
+            await svc.turns.capture_file(sid, rel)
             with open(os.path.join(root, rel), "ab") as f:
                 f.write(b"# the turn's line\n")
-        await svc.settle(sid)
+        await svc.turns.settle(sid)
         with open(marker, "w") as f:
             f.write(sid)
     samples = []
     for _ in range(count):
         start, cpu = time.perf_counter(), time.process_time()
-        impact = await svc.prepare_rewind(sid, "before", 1)
-        await svc.commit_rewind(sid, impact.token.text)
+        impact = await svc.history.prepare_rewind(sid, "before", 1)
+        await svc.history.commit_rewind(sid, impact.token.text)
         samples.append((time.perf_counter() - start, time.process_time() - cpu))
-        states = await svc.redo_states(sid)
+        states = await svc.history.redo_states(sid)
         head = next(s for s in states.states if s.turn_count == 1)
-        redo = await svc.prepare_redo(sid, head.publication_id)
-        await svc.commit_redo(sid, redo.token.text)
-    await svc.close_all()
+        redo = await svc.history.prepare_redo(sid, head.publication_id)
+        await svc.history.commit_redo(sid, redo.token.text)
+    await svc.sessions.close_all()
     return samples
 
 print(json.dumps(asyncio.run(snapshot() if mode == "snapshot" else rewind())))

@@ -99,10 +99,10 @@ async def watcher_idle_cpu() -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         owner = SessionService(LocalTarget(root), ClientIdentity("bench-owner", "bench"))
-        sid = (await owner.create()).session_id
-        await owner.begin_turn(sid, "one turn")
-        await owner.settle(sid)
-        await owner.close_all()  # nothing writes from now on
+        sid = (await owner.sessions.create()).session_id
+        await owner.turns.begin_turn(sid, "one turn")
+        await owner.turns.settle(sid)
+        await owner.sessions.close_all()  # nothing writes from now on
         cases = [("idle watcher, inotify, debounce 20 ms", WatchCadence(), True)]
         cases += [
             (f"idle watcher, watchfiles, debounce {d * 1000:.0f} ms", WatchCadence(debounce_seconds=d), False) for d in DEBOUNCES

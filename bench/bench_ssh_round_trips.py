@@ -167,21 +167,21 @@ async def measure_settle(target: SshTarget, rounds: int, true_median: float, pac
     ``pace`` seconds after the turn began (0: back to back)."""
     # A lease far longer than the run: no background renewal is counted.
     service = SessionService(target, ME, lease_seconds=3600)
-    sid = (await service.create("bench settle")).session_id
+    sid = (await service.sessions.create("bench settle")).session_id
     settle_s: list[float] = []
     trips: list[int] = []
     warm_before, trips_before = target.warm_served, target.round_trips
     try:
         for turn in range(rounds):
-            await service.begin_turn(sid, f"prompt {turn}")
-            await service.append(sid, EvidenceInput("response", text="y" * 400))
+            await service.turns.begin_turn(sid, f"prompt {turn}")
+            await service.turns.append(sid, EvidenceInput("response", text="y" * 400))
             await asyncio.sleep(pace)
             before = target.round_trips
-            result = await timed(settle_s, lambda: service.settle(sid))
+            result = await timed(settle_s, lambda: service.turns.settle(sid))
             assert result.committed
             trips.append(target.round_trips - before)
     finally:
-        await service.close_all()
+        await service.sessions.close_all()
     label = f"{pace:g} s after the turn began" if pace else "back to back"
     row = {
         "case": f"turn settlement (SessionService.settle), {label}",
@@ -224,7 +224,7 @@ async def measure_listing(target: SshTarget, root: Path, true_median: float) -> 
         trips: list[int] = []
         for _ in range(5):
             before = target.round_trips
-            listing = await timed(samples, service.list)
+            listing = await timed(samples, service.sessions.list)
             trips.append(target.round_trips - before)
             assert len(listing.rows) == size, (len(listing.rows), size)
         budget = 2 + size / 32

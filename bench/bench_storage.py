@@ -66,18 +66,18 @@ class _Clock:
 
 async def _build(root: Path, collect: bool) -> tuple[str, SessionService, float, int]:
     service = SessionService(LocalTarget(root), ME, publication_keep_recent=3 if collect else None)
-    session_id = (await service.create()).session_id
+    session_id = (await service.sessions.create()).session_id
     clock = _Clock(root / ".mevedel" / "sessions")
     began = time.perf_counter()
     for n in range(1, TURNS + 1):
-        await service.begin_turn(session_id, f"prompt {n}: please look at the failing test and fix it")
-        await service.append(session_id, EvidenceInput("reasoning", text="thinking about it " * 8))
-        await service.checkpoint(session_id)
+        await service.turns.begin_turn(session_id, f"prompt {n}: please look at the failing test and fix it")
+        await service.turns.append(session_id, EvidenceInput("reasoning", text="thinking about it " * 8))
+        await service.turns.checkpoint(session_id)
         clock.tick()
-        await service.append(session_id, EvidenceInput("tool_call", call_id=f"c{n}", name="read", arguments='{"path": "src/x.py"}'))
-        await service.append(session_id, EvidenceInput("tool_result", call_id=f"c{n}", output="def x():\n    return 1\n" * 4, is_error=False))
-        await service.append(session_id, EvidenceInput("response", text=("r" * (RESPONSE_BYTES - 1)) + "\n"))
-        await service.settle(session_id)
+        await service.turns.append(session_id, EvidenceInput("tool_call", call_id=f"c{n}", name="read", arguments='{"path": "src/x.py"}'))
+        await service.turns.append(session_id, EvidenceInput("tool_result", call_id=f"c{n}", output="def x():\n    return 1\n" * 4, is_error=False))
+        await service.turns.append(session_id, EvidenceInput("response", text=("r" * (RESPONSE_BYTES - 1)) + "\n"))
+        await service.turns.settle(session_id)
         clock.tick()
         await asyncio.sleep(0)
     session = service.session(session_id)
@@ -114,7 +114,7 @@ async def _measure(label: str, collect: bool) -> dict:
         publications = session_dir / ".publications"
         directories = [d for d in publications.iterdir() if d.is_dir()]
         generations = sum(1 for d in directories if (d / "manifest.json").exists())
-        await service.close(session_id)
+        await service.sessions.close(session_id)
         return {
             "session": label,
             "turns": TURNS,

@@ -4,7 +4,7 @@ peak memory with the 6,000-turn session open.
 Targets: settle median under 20 ms, and the turn-6,000 median at most 1.5x
 the turn-10 one (a settle costs its change, not the session's history).
 
-Each measured settle is ``SessionService.settle`` of a turn begun with a
+Each measured settle is ``SessionService.turns.settle`` of a turn begun with a
 prompt and one response: the transcript append, the save candidate, one
 publication program through ``LocalTarget`` (artifacts, manifest,
 lease rotation; the publication's writes deferred to one barrier) on a real
@@ -101,16 +101,16 @@ async def build(root: str, turns: int) -> tuple[str, int]:
 
 async def _open(root: str, session_id: str) -> SessionService:
     service = SessionService(LocalTarget(root), ME, renew_every=3600)
-    await service.open(session_id, "resume")
+    await service.sessions.open(session_id, "resume")
     return service
 
 
 async def _one_settle(service: SessionService, session_id: str, n: int) -> float:
     prompt, answer = _texts()
-    await service.begin_turn(session_id, f"{n} {prompt}")
-    await service.append(session_id, EvidenceInput("response", text=answer))
+    await service.turns.begin_turn(session_id, f"{n} {prompt}")
+    await service.turns.append(session_id, EvidenceInput("response", text=answer))
     start = time.perf_counter()
-    await service.settle(session_id)
+    await service.turns.settle(session_id)
     return time.perf_counter() - start
 
 
@@ -178,7 +178,7 @@ def memory_child(root: str, session_id: str) -> None:
     async def main() -> dict:
         service = SessionService(LocalTarget(root), ME, renew_every=3600)
         tracemalloc.start()
-        opened = await service.open(session_id, "join")
+        opened = await service.sessions.open(session_id, "join")
         current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert opened.info.settled_turns > 0
@@ -221,7 +221,7 @@ async def main() -> None:
             await _one_settle(service, short_id, 10_000)
             fsyncs_per_settle = one.calls - before
             syncfs_per_settle = one.barriers - barriers
-            await service.close(short_id)
+            await service.sessions.close(short_id)
         with _CountedFsync(skip=True):
             nodurable = await interleaved(root, short_id, long_id, SAMPLES)
     floor, short, long_ = (summarize(times[k]) for k in ("floor", "short", "long"))

@@ -66,7 +66,7 @@ async def main() -> None:
         service = SessionService(LocalTarget(str(root)), ClientIdentity("bench-client", "bench-host"))
         engine = AgentEngine(service, root=str(root), config=lambda: config, front=QuietFront(), log_dir=base / "logs",
                              local_cwd=str(root))
-        sid = (await service.create()).session_id
+        sid = (await service.sessions.create()).session_id
 
         # Baseline: a root turn of the helper, its process started anew each time.
         roots: list[float] = []
@@ -91,13 +91,13 @@ async def main() -> None:
             assert answer == "ok", answer
         sizes, parent_sizes = {}, {}
         for count, chunk_spec in chunky.items():
-            before = len(service.transcript_records(sid))
+            before = len(service.turns.transcript_records(sid))
             await engine.delegation.run(caller, chunk_spec.name, f"chunky-{count}", "stream")
-            added = service.transcript_records(sid)[before:]
+            added = service.turns.transcript_records(sid)[before:]
             tasks = [r for r in added if isinstance(r, AgentTask)]
             assert len(added) == 1 and len(tasks) == 1 and not tasks[0].steps, added
             parent_sizes[count] = len(encode_line(tasks[0]))
-            ((_turn, own),) = service.agent_tasks(sid, f"chunky-{count}")
+            ((_turn, own),) = service.agents.agent_tasks(sid, f"chunky-{count}")
             sizes[count] = len(json.dumps([step.text for step in own.steps]))
         await engine.cancel(sid)
         await parent_turn

@@ -71,12 +71,12 @@ class ForeignSessions:
 
 async def _left_behind(root: Path, client: str, name: str, prompt: str, lease_seconds: int) -> str:
     other = SessionService(LocalTarget(root), ClientIdentity(client, OTHER_HOST), lease_seconds=lease_seconds)
-    sid = (await other.create(name)).session_id
-    await other.begin_turn(sid, prompt)
-    await other.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
-    await other.settle(sid)
+    sid = (await other.sessions.create(name)).session_id
+    await other.turns.begin_turn(sid, prompt)
+    await other.turns.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await other.turns.settle(sid)
     # Stops without releasing: the lease stays until it expires.
-    await other.detach()
+    await other.sessions.detach()
     return sid
 
 
@@ -132,20 +132,20 @@ async def _crashed_rewind(root: Path, name: str, tracked: str, crash_at: int | N
     (root / tracked).write_text("before the session\n")
     target = FaultInjectingTarget(LocalTarget(root))
     service = SessionService(target, _CRASHED, lease_seconds=3600)
-    sid = (await service.create(name)).session_id
+    sid = (await service.sessions.create(name)).session_id
     for n in (1, 2):
-        await service.begin_turn(sid, f"{name} step {n}")
-        await service.capture_file(sid, tracked)
+        await service.turns.begin_turn(sid, f"{name} step {n}")
+        await service.turns.capture_file(sid, tracked)
         (root / tracked).write_text(f"{name} v{n}\n")
-        await service.append(sid, EvidenceInput("response", text=f"{name} answer {n}"))
-        await service.settle(sid)
-    impact = await service.prepare_rewind(sid, "before", 1)
+        await service.turns.append(sid, EvidenceInput("response", text=f"{name} answer {n}"))
+        await service.turns.settle(sid)
+    impact = await service.history.prepare_rewind(sid, "before", 1)
     target.arm(crash_at, "crash")
     try:
-        await service.commit_rewind(sid, impact.token)
+        await service.history.commit_rewind(sid, impact.token)
     except SimulatedCrash:
         pass
-    await service.detach()
+    await service.sessions.detach()
     return sid, target.writes
 
 
@@ -172,9 +172,9 @@ async def _recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
         sid, _ = await _crashed_rewind(root, f"Crashed {role}", tracked, point)
         # The restarted client releases its lease; the marker stays.
         service = SessionService(LocalTarget(root), _CRASHED)
-        opened = await service.open(sid)
+        opened = await service.sessions.open(sid)
         assert opened.info.recovery_pending, f"{sid} has no recovery marker"
-        await service.close(sid)
+        await service.sessions.close(sid)
         made[role] = (sid, tracked)
     return RecoverySessions(made["retry"][0], made["retry"][1], made["abandon"][0], made["abandon"][1])
 

@@ -375,8 +375,8 @@ async def test_a_server_exit_during_a_turn_stops_the_agent_and_settles_the_turn_
     running.cancel()
     assert not _alive(pid)
     service = SessionService(LocalTarget(project), ClientIdentity.generate())
-    listed = (await service.list()).rows
-    turns = await service.turns(listed[0].session_id)
+    listed = (await service.sessions.list()).rows
+    turns = await service.turns.summaries(listed[0].session_id)
     assert [t.state for t in turns] == ["interrupted"], [t.reason for t in turns]
 
 

@@ -169,7 +169,7 @@ async def assert_released(workspace: Path, state: Path, sid: str) -> None:
     row = await listed(workspace, state, sid)
     assert (row["action"], row["lease"]) == ("Resume", "free")
     reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
-    assert [t.state for t in await reader.turns(sid)] == ["completed", "in-flight"]
+    assert [t.state for t in await reader.turns.summaries(sid)] == ["completed", "in-flight"]
 
 
 async def shutdown_then_exit(client: RawClient) -> None:

@@ -108,10 +108,10 @@ async def test_an_expired_holder_names_the_command_that_takes_over(workspace, tm
     from mevedel_server.targets import LocalTarget
 
     gone = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
-    sid = (await gone.create()).session_id
-    await gone.begin_turn(sid, "first")
-    await gone.settle(sid)
-    await gone.detach()
+    sid = (await gone.sessions.create()).session_id
+    await gone.turns.begin_turn(sid, "first")
+    await gone.turns.settle(sid)
+    await gone.sessions.detach()
     for _ in ticks():
         if (await observe_lease(LocalTarget(workspace), sid)).standing.value == "expired":
             break

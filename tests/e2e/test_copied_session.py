@@ -26,11 +26,11 @@ async def _copied_into(tmp_path) -> tuple:
     elsewhere.mkdir()
     project.mkdir()
     service = SessionService(LocalTarget(elsewhere), ClientIdentity("maker", "their-host"))
-    session_id = (await service.create()).session_id
-    await service.begin_turn(session_id, "made elsewhere")
-    await service.append(session_id, EvidenceInput("response", text="hi"))
-    await service.settle(session_id)
-    await service.close(session_id)
+    session_id = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(session_id, "made elsewhere")
+    await service.turns.append(session_id, EvidenceInput("response", text="hi"))
+    await service.turns.settle(session_id)
+    await service.sessions.close(session_id)
     await ensure_workspace_id(LocalTarget(project))
     shutil.copytree(elsewhere / ".mevedel" / "sessions" / session_id, project / ".mevedel" / "sessions" / session_id)
     return project, session_id

@@ -81,15 +81,15 @@ async def test_a_crash_in_the_middle_of_a_long_turn_loses_at_most_the_checkpoint
     # The next client (a restart: a new identity) resumes it: the turn is
     # interrupted, and what the agent said before the checkpoint is there.
     service = SessionService(LocalTarget(project), ClientIdentity.generate())
-    (row,) = (await service.list()).rows
+    (row,) = (await service.sessions.list()).rows
     for _ in ticks():
-        opened = await service.open(row.session_id, confirm_takeover=True)
+        opened = await service.sessions.open(row.session_id, confirm_takeover=True)
         if opened.action == "takeover":
             break
-        await service.close(row.session_id)  # joined: the dead server's lease is still live
+        await service.sessions.close(row.session_id)  # joined: the dead server's lease is still live
         await asyncio.sleep(0.5)
-    (turn,) = await service.turns(row.session_id)
+    (turn,) = await service.turns.summaries(row.session_id)
     assert turn.state == "interrupted"
-    detail = await service.turn(row.session_id, 1)
+    detail = await service.turns.detail(row.session_id, 1)
     assert "The first half of a long answer" in detail.markdown
-    await service.close(row.session_id)
+    await service.sessions.close(row.session_id)

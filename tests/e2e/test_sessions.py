@@ -48,11 +48,11 @@ async def expired_session_of_another_client(workspace: Path, prompt: str) -> str
     """A saved session whose owner (another client) stopped without
     releasing its lease, and whose lease has expired by the target clock."""
     other = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
-    sid = (await other.create()).session_id
-    await other.begin_turn(sid, prompt)
-    await other.append(sid, EvidenceInput("response", text="an answer"))
-    await other.settle(sid)
-    await other.detach()
+    sid = (await other.sessions.create()).session_id
+    await other.turns.begin_turn(sid, prompt)
+    await other.turns.append(sid, EvidenceInput("response", text="an answer"))
+    await other.turns.settle(sid)
+    await other.sessions.detach()
     for _ in range(100):
         if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
             return sid
@@ -274,7 +274,7 @@ async def test_shutdown_saves_and_releases_open_sessions(workspace):
     observed = await observe_lease(LocalTarget(workspace), sid)
     assert observed.record is not None and observed.record.state.value == "released"
     reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
-    assert [t.state for t in await reader.turns(sid)] == ["in-flight"]
+    assert [t.state for t in await reader.turns.summaries(sid)] == ["in-flight"]
 
 
 async def test_a_failed_save_is_pending_until_retried_or_abandoned(client, workspace):
@@ -305,17 +305,17 @@ async def test_a_failed_save_is_pending_until_retried_or_abandoned(client, works
     assert retried["committed"] is True
     assert (await failure(client, methods.SESSION_RETRY_PUBLICATION, {}))["kind"] == "conflict"
     reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
-    assert [t.state for t in await reader.turns(sid)] == ["completed", "completed"]
+    assert [t.state for t in await reader.turns.summaries(sid)] == ["completed", "completed"]
 
     break_store()
     await request(client, methods.TURN_BEGIN, {"prompt": "third"})
     await failure(client, methods.TURN_SETTLE, {})
     assert (await request(client, methods.SESSION_ABANDON_PUBLICATION, {}))["abandoned"] is True
     mend_store()
-    assert [t.turn for t in await reader.turns(sid)] == [1, 2]  # the committed state stayed
+    assert [t.turn for t in await reader.turns.summaries(sid)] == [1, 2]  # the committed state stayed
     await request(client, methods.TURN_BEGIN, {"prompt": "fourth"})
     await request(client, methods.TURN_SETTLE, {})
-    assert [t.turn for t in await reader.turns(sid)] == [1, 2, 3, 4]
+    assert [t.turn for t in await reader.turns.summaries(sid)] == [1, 2, 3, 4]
 
 
 async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_restart(client, workspace):
@@ -325,16 +325,16 @@ async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_rest
     client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(lambda params: types.MessageActionItem(title="Take over"))
     target = FaultInjectingTarget(LocalTarget(workspace))
     gone = SessionService(target, ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
-    sid = (await gone.create()).session_id
+    sid = (await gone.sessions.create()).session_id
     for prompt in ("first", "the pending turn"):
-        await gone.begin_turn(sid, prompt)
-        await gone.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+        await gone.turns.begin_turn(sid, prompt)
+        await gone.turns.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
         if prompt == "first":
-            await gone.settle(sid)
+            await gone.turns.settle(sid)
     target.arm(3, "error")  # the second settlement's publication fails
     with pytest.raises(PublicationFailed):
-        await gone.settle(sid)
-    await gone.detach()  # the server stops before anyone retries
+        await gone.turns.settle(sid)
+    await gone.sessions.detach()  # the server stops before anyone retries
     for _ in range(100):
         if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
             break
@@ -344,7 +344,7 @@ async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_rest
     assert (await failure(client, methods.TURN_BEGIN, {"prompt": "blocked"}))["kind"] == "publication-pending"
     assert (await request(client, methods.SESSION_RETRY_PUBLICATION, {}))["committed"] is True
     reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
-    assert [(t.turn, t.state) for t in await reader.turns(sid)] == [(1, "completed"), (2, "completed")]
+    assert [(t.turn, t.state) for t in await reader.turns.summaries(sid)] == [(1, "completed"), (2, "completed")]
     begun = await request(client, methods.TURN_BEGIN, {"prompt": "carry on"})
     assert begun["turn"] == 3
 
@@ -355,12 +355,12 @@ async def unprovable_latch_taken_over(client, workspace: Path) -> str:
     takeover once its lease expired; its id."""
     client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(lambda params: types.MessageActionItem(title="Take over"))
     gone = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
-    sid = (await gone.create()).session_id
-    await gone.begin_turn(sid, "first")
-    await gone.settle(sid)
+    sid = (await gone.sessions.create()).session_id
+    await gone.turns.begin_turn(sid, "first")
+    await gone.turns.settle(sid)
     session = gone.session(sid)
     await session.latch.arm(session.lease)  # stops before recording the command's group
-    await gone.detach()
+    await gone.sessions.detach()
     for _ in range(100):
         if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
             break

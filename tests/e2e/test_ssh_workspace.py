@@ -132,8 +132,8 @@ async def test_the_session_surface_on_an_ssh_workspace(openssh_server, tmp_path,
     # The bytes are where the address said: a local reader of that directory
     # sees the same session, turn and capture.
     reader = SessionService(LocalTarget(project), ClientIdentity("local-reader", "this-host"))
-    assert [(t.turn, t.state) for t in await reader.turns(sid)] == [(1, "completed")]
-    assert [row.session_id for row in (await reader.list()).rows] == [sid]
+    assert [(t.turn, t.state) for t in await reader.turns.summaries(sid)] == [(1, "completed")]
+    assert [row.session_id for row in (await reader.sessions.list()).rows] == [sid]
 
 
 async def test_bad_remote_workspaces_are_reported_and_an_untrusted_host_refused(openssh_server, tmp_path, project):

@@ -137,7 +137,7 @@ class AcpCallbacks:
         engine = self.running.engine
         files = self.running.files
         relative = files.relative(path)
-        need = not engine.service.captured(self.running.session_id, relative)
+        need = not engine.service.turns.captured(self.running.session_id, relative)
         try:
             outcome = await files.write_text(path, content, read_before=need)
         except TargetError as error:

@@ -134,7 +134,7 @@ class AgentEngine:
         self.machine = machine or socket.gethostname() or "localhost"
         #: Each working directory's file access and file-state record (a
         #: Worktree Fork works in its checkout); the root's are these two.
-        self.trees = WorkingTrees(service.target, self.root, max_file_bytes=service.max_snapshot_bytes, open_document=open_document)
+        self.trees = WorkingTrees(service.target, self.root, max_file_bytes=service.turns.max_snapshot_bytes, open_document=open_document)
         self.files = self.trees.files("")
         self.file_state = self.trees.record("")
         #: The artifact store's authored files, which the file record never walks.
@@ -199,7 +199,7 @@ class AgentEngine:
         """The agent's title as the session's display name (the spec's
         naming rules; an explicit name wins). Never fails the turn."""
         try:
-            await self.service.apply_title(session_id, title)
+            await self.service.sessions.apply_title(session_id, title)
         except Exception as error:
             _log.info("session %s: the agent's title was not recorded: %s", session_id, getattr(error, "reason", error))
 
@@ -215,7 +215,7 @@ class AgentEngine:
         directory = directory or (before is not None and before.kind == Entry.DIRECTORY)
         if is_editor_file(relative) or CheckpointExclude.of(self.config().checkpoint_exclude)(relative, directory):
             return
-        self.service.record_pre_state(session_id, relative, before, gap=gap)
+        self.service.turns.record_pre_state(session_id, relative, before, gap=gap)
 
     async def record_before_writes(self, session_id: str, paths: Sequence[str]) -> None:
         """Record the current state of files someone is about to write for
@@ -225,11 +225,11 @@ class AgentEngine:
         where = self.trees.files(self.working_directory(session_id))
         pending: list[str] = []
         for path in paths:
-            if path not in pending and not self.service.captured(session_id, where.relative(path)):
+            if path not in pending and not self.service.turns.captured(session_id, where.relative(path)):
                 pending.append(path)
         files = {where.relative(path) for path in pending}
         for relative, before in await where.read_before(pending):
-            if not self.service.captured(session_id, relative):
+            if not self.service.turns.captured(session_id, relative):
                 # Not one of the files: a directory above them it will make.
                 self.record_pre_state(session_id, relative, before, directory=relative not in files)
 
@@ -259,9 +259,9 @@ class AgentEngine:
             raise AgentError(FAILED, "the prompt", "is blank; write what the agent should do")
         self.service.session(session_id).require_writable()
         # Told before the agent starts, let alone mutates anything.
-        await self.service.require_commands_settled(session_id, "prompt it")
+        await self.service.turns.require_commands_settled(session_id, "prompt it")
         config = self.config()
-        recorded = self.service.engine(session_id)
+        recorded = self.service.agents.engine(session_id)
         spec = config.choose(agent, recorded.agent if recorded else None)
         self.front.turn_update(TurnUpdate(session_id, spec.name, "starting"))
         try:
@@ -270,19 +270,19 @@ class AgentEngine:
         except AgentError as error:
             self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", error=error))
             raise
-        started = await self.service.begin_turn(session_id, text, agent=spec.name)
+        started = await self.service.turns.begin_turn(session_id, text, agent=spec.name)
         reconcile = started.reminder or (recorded is not None and recorded.state is EngineState.UNCERTAIN)
         excerpt = notice = None
         if reconcile or not continued:
-            records = self.service.transcript_records(session_id)
+            records = self.service.turns.transcript_records(session_id)
             before = records[: _last_turn_begin(records)]
             if reconcile:
-                notice = reconciliation_notice(before, self.service.turn_paths(session_id, _previous_turn_id(before)))
+                notice = reconciliation_notice(before, self.service.turns.turn_paths(session_id, _previous_turn_id(before)))
             if not continued:
                 excerpt = transcript_excerpt(before, files=self._files_note(session_id))
         feed = LiveFeed(lambda events: self.front.turn_update(
             TurnUpdate(session_id, spec.name, "running", started.turn, started.turn_id, tuple(events))))
-        recorder = TurnRecorder(lambda item: self.service.append_now(session_id, item), feed)
+        recorder = TurnRecorder(lambda item: self.service.turns.append_now(session_id, item), feed)
         turn = AgentTurn(session_id, spec.name, started.turn, started.turn_id, recorder)
         running.turn = turn
         try:
@@ -297,7 +297,7 @@ class AgentEngine:
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "running", turn.turn, turn.turn_id))
         try:
             self._set_engine(session_id, running, EngineState.UNCERTAIN)
-            await self.service.checkpoint(session_id)  # the in-flight state, published before dispatch
+            await self.service.turns.checkpoint(session_id)  # the in-flight state, published before dispatch
             await running.file_state.refresh()  # the baseline a shell command's changes are found against
             await self.learn_authored(None)
             turn.mail = await self._mail(session_id)
@@ -427,7 +427,7 @@ class AgentEngine:
             await running.process.stop()
         try:
             self._set_engine(session_id, running, EngineState.READY if outcome is Outcome.COMPLETED and alive else EngineState.UNCERTAIN)
-            await self.service.settle(session_id, outcome, reason=reason, stop_reason=stop_reason)
+            await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason)
         except Exception as failure:
             # The session went away under the turn (closed, its lease lost):
             # what was checkpointed stays; the next owner resumes the turn
@@ -521,9 +521,9 @@ class AgentEngine:
         """Forget the agent's own history for ``session_id`` (its transcript
         was rewound, redone or copied): the next prompt starts a new native
         conversation from a transcript excerpt."""
-        recorded = self.service.engine(session_id)
+        recorded = self.service.agents.engine(session_id)
         if recorded is not None and recorded.state is not EngineState.DETACHED:
-            self.service.set_engine(session_id, EngineRef(
+            self.service.agents.set_engine(session_id, EngineRef(
                 agent=recorded.agent, fingerprint=recorded.fingerprint, native_session_id=None,
                 machine=recorded.machine, state=EngineState.DETACHED))
         running = self._running.get(session_id)
@@ -599,7 +599,7 @@ class AgentEngine:
             self._tool_host.unregister(token)
 
     def _set_engine(self, session_id: str, running: RunningAgent, state: EngineState) -> None:
-        self.service.set_engine(session_id, EngineRef(
+        self.service.agents.set_engine(session_id, EngineRef(
             agent=running.spec.name, fingerprint=running.spec.fingerprint,
             native_session_id=running.process.native_session_id if state is not EngineState.DETACHED else None,
             machine=self.machine, state=state))

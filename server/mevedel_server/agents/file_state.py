@@ -89,7 +89,7 @@ What the record does not see or cannot give, and how it says so:
   like a file's.
 - A file larger than ``max_file_bytes``: facts only; its change gives its
   earlier mode and size but no bytes, and the checkpoint seam
-  (``SessionService.record_pre_state``, the one rule) makes it a gap. A
+  (``SessionService.turns.record_pre_state``, the one rule) makes it a gap. A
   file a command *created* is nothing-before, whatever its size. A
   symbolic link is recorded by its own ``lstat`` and its target text (read
   with ``readlink``, never followed); one whose target could not be read

@@ -273,7 +273,7 @@ class SessionOptions:
         if agent is None and running is not None:
             return running.spec
         try:
-            recorded = self.engine.service.engine(session_id)
+            recorded = self.engine.service.agents.engine(session_id)
             return self.engine.config().choose(agent, recorded.agent if recorded else None)
         except AgentError:
             if agent is not None:
@@ -282,7 +282,7 @@ class SessionOptions:
 
     def _chosen(self, session_id: str, agent: str) -> AgentChoice | None:
         state = self._sessions.get(session_id)
-        remembered = self.engine.service.agent_choice(session_id, agent)
+        remembered = self.engine.service.agents.agent_choice(session_id, agent)
         if state is None or state.pending is None or state.pending_agent != agent:
             return remembered
         return _merged(state.pending, remembered)
@@ -362,7 +362,7 @@ class SessionOptions:
         session_id = running.session_id
         state = self._sessions.get(session_id)
         pending = state.pending if state is not None and state.pending_agent == running.spec.name else None
-        wants = wanted(running.spec, self.engine.service.agent_choice(session_id, running.spec.name), pending)
+        wants = wanted(running.spec, self.engine.service.agents.agent_choice(session_id, running.spec.name), pending)
         try:
             await self._apply(running, wants, remember=False, timeout=timeout, pending=pending)
         finally:
@@ -424,7 +424,7 @@ class SessionOptions:
         return None
 
     async def _remember(self, session_id: str, agent: str, taken: list[tuple[Want, str | bool]]) -> None:
-        choice = self.engine.service.agent_choice(session_id, agent) or AgentChoice()
+        choice = self.engine.service.agents.agent_choice(session_id, agent) or AgentChoice()
         config = dict(choice.config)
         mode = choice.mode
         for want, value in taken:
@@ -432,7 +432,7 @@ class SessionOptions:
                 mode = str(value)
             else:
                 config[want.config_id] = value
-        await self.engine.service.set_agent_choice(session_id, agent, AgentChoice(mode=mode, config=config))
+        await self.engine.service.agents.set_agent_choice(session_id, agent, AgentChoice(mode=mode, config=config))
 
     # The agent's own changes ----------------------------------------------------
 
@@ -451,14 +451,14 @@ class SessionOptions:
             self.known[running.spec.name] = running.offered
         session_id, agent = running.session_id, running.spec.name
         try:
-            choice = self.engine.service.agent_choice(session_id, agent)
+            choice = self.engine.service.agents.agent_choice(session_id, agent)
             if choice is not None:
                 mode = running.offered.current_mode if choice.mode is not None else None
                 config = {key: option.current for key in choice.config if (option := running.offered.option(key)) is not None}
                 config = {key: config.get(key, value) for key, value in choice.config.items()}
                 follows = AgentChoice(mode=mode or choice.mode, config=config)
                 if follows != choice:
-                    await self.engine.service.set_agent_choice(session_id, agent, follows)
+                    await self.engine.service.agents.set_agent_choice(session_id, agent, follows)
         except Exception as error:  # never fails the agent's stream
             _log.info("session %s: the agent's own option change is not remembered: %s", session_id, getattr(error, "reason", error))
         self._tell(session_id)

@@ -37,7 +37,7 @@ class SessionArtifacts:
         self.service = service
         self._settling: set[asyncio.Task] = set()
         service.on_change.append(self._session_changed)
-        service.expiry_exemptions = self._expiry_exemptions
+        service.sessions.expiry_exemptions = self._expiry_exemptions
 
     # Sessions ---------------------------------------------------------------------
 
@@ -49,12 +49,12 @@ class SessionArtifacts:
     def attached(self, session_id: str | None) -> frozenset[str]:
         if session_id is None or not self.service.is_open(session_id):
             return frozenset()
-        return frozenset(self.service.attached_artifacts(session_id))
+        return frozenset(self.service.sessions.attached_artifacts(session_id))
 
     def editor(self, session_id: str | None) -> Editor | None:
         if not self._writable(session_id):
             return None
-        return Editor(session_id, self.service.turn_in_flight(session_id))  # type: ignore[arg-type]
+        return Editor(session_id, self.service.turns.turn_in_flight(session_id))  # type: ignore[arg-type]
 
     async def attach_for_work(self, session_id: str | None, item_id: str) -> None:
         """Attach as a side effect of working on the item: never fails the
@@ -62,12 +62,12 @@ class SessionArtifacts:
         if not self._writable(session_id) or item_id in self.attached(session_id):
             return
         try:
-            await self._set(session_id, [*self.service.attached_artifacts(session_id), item_id])  # type: ignore[arg-type]
+            await self._set(session_id, [*self.service.sessions.attached_artifacts(session_id), item_id])  # type: ignore[arg-type]
         except Exception as exc:  # the item is written; the attachment can be redone
             _log.warning("could not attach %s to session %s: %s", item_id, session_id, exc)
 
     async def _set(self, session_id: str, ids: Iterable[str]) -> tuple[str, ...]:
-        return await self.service.set_attached_artifacts(session_id, list(ids))
+        return await self.service.sessions.set_attached_artifacts(session_id, list(ids))
 
     def _require_session(self, session_id: str | None, doing: str) -> str:
         if session_id is None:
@@ -82,7 +82,7 @@ class SessionArtifacts:
         sid = self._require_session(session_id, "attach an item")
         await self.store.meta(item_id)  # the item must exist
         if item_id not in self.attached(sid):
-            await self._set(sid, [*self.service.attached_artifacts(sid), item_id])
+            await self._set(sid, [*self.service.sessions.attached_artifacts(sid), item_id])
             self.store.notify(item_id, "attached")
         return sid, True
 
@@ -91,7 +91,7 @@ class SessionArtifacts:
         sid = self._require_session(session_id, "detach an item")
         check_item_id(item_id)
         if item_id in self.attached(sid):
-            await self._set(sid, [i for i in self.service.attached_artifacts(sid) if i != item_id])
+            await self._set(sid, [i for i in self.service.sessions.attached_artifacts(sid) if i != item_id])
             self.store.notify(item_id, "detached")
         return sid, False
 
@@ -153,18 +153,18 @@ class SessionArtifacts:
         session. Returns the session kept."""
         meta, _ = await self.store.meta(item_id)
         sid = meta.dedicated_session
-        running = sid is not None and self.service.is_open(sid) and self.service.turn_in_flight(sid) is not None
+        running = sid is not None and self.service.is_open(sid) and self.service.turns.turn_in_flight(sid) is not None
         await self.store.delete(item_id)
         if sid is None or not await self._names_back(sid, item_id):
             return None
         if running:
             try:
-                await self.service.set_dedicated_artifact(sid, None)
+                await self.service.sessions.set_dedicated_artifact(sid, None)
             except Exception as exc:
                 _log.warning("session %s stays named as %s's conversation: %s", sid, item_id, exc)
             return sid
         try:
-            await self.service.delete_session(sid)
+            await self.service.sessions.delete_session(sid)
         except Exception as exc:
             _log.warning("could not delete %s's conversation %s: %s", item_id, sid, exc)
             return sid
@@ -180,18 +180,18 @@ class SessionArtifacts:
         named = meta.dedicated_session
         if named is not None and await self._names_back(named, item_id):
             return named, False
-        info = await self.service.create(meta.title)
+        info = await self.service.sessions.create(meta.title)
         new = info.session_id
         # The session is saved naming the item before the item names it, so
         # a pair is never named from one side only by this process.
-        await self.service.set_dedicated_artifact(new, item_id)
+        await self.service.sessions.set_dedicated_artifact(new, item_id)
         await self._set(new, [item_id])
         if await self.store.set_dedicated_session(item_id, new, expected=named):
             return new, True
         # Another process made the item's conversation meanwhile: ours
         # becomes an ordinary session, and the winner's is opened.
-        await self.service.set_dedicated_artifact(new, None)
-        await self.service.close(new)
+        await self.service.sessions.set_dedicated_artifact(new, None)
+        await self.service.sessions.close(new)
         meta, _ = await self.store.meta(item_id)
         if meta.dedicated_session is None or not await self._names_back(meta.dedicated_session, item_id):
             raise ArtifactError("conflict", item_id, "its conversation changed while it was being opened; try again")
@@ -200,8 +200,8 @@ class SessionArtifacts:
     async def _names_back(self, session_id: str, item_id: str) -> bool:
         try:
             if not self.service.is_open(session_id):
-                await self.service.open(session_id)
-            return self.service.dedicated_artifact(session_id) == item_id
+                await self.service.sessions.open(session_id)
+            return self.service.sessions.dedicated_artifact(session_id) == item_id
         except StoreError:
             return False
 

@@ -45,7 +45,7 @@ async def pending_mail(artifacts: SessionArtifacts, session_id: str) -> list[Mai
     that cannot be read is left for later; a store that cannot be read at
     all raises (the engine then sends the prompt without mail)."""
     attached = artifacts.attached(session_id)
-    own = artifacts.service.dedicated_artifact(session_id)
+    own = artifacts.service.sessions.dedicated_artifact(session_id)
     wanted = set(attached) | ({own} if own is not None else set())
     found = await artifacts.store.discussions(wanted)
     mail: list[Mail] = []

@@ -135,7 +135,7 @@ async def _session(service: SessionService, given: str | None) -> str | None:
         if given is None and error.kind == "owner-missing":
             return None
         raise
-    await service.open(sid, "resume")
+    await service.sessions.open(sid, "resume")
     return sid
 
 

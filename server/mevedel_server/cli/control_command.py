@@ -138,7 +138,7 @@ def run_release(arguments: argparse.Namespace) -> int:
         from ..store import SessionControl
 
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
+        await service.sessions.open(sid, "resume")
         result, info = await SessionControl(service).release(sid)
         committed = bool(result and result.committed)
         emit(arguments, info_data(info) | {"saved": committed}, [f"released: {info_line(info)}"])
@@ -151,7 +151,7 @@ def run_answer(arguments: argparse.Namespace) -> int:
         from ..store import SessionControl
 
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
+        await service.sessions.open(sid, "resume")
         control = SessionControl(service)
         await control.poll()  # finds the request addressed to this client
         status = control.status(sid)

@@ -139,7 +139,7 @@ def run_diff(arguments: argparse.Namespace) -> int:
 
     async def body(service) -> None:
         sid = await held_session(service, arguments.session)
-        diff = await service.diff(sid, first, last)
+        diff = await service.turns.diff(sid, first, last)
         span = f"turn {diff.first}" if diff.first == diff.last else f"turns {diff.first}..{diff.last}"
         if not diff.files:
             lines = [f"{span} changed nothing in the tree"]
@@ -184,8 +184,8 @@ def run_restore(arguments: argparse.Namespace) -> int:
 
     async def body(service) -> None:
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
-        done = await service.restore_file(sid, path, arguments.before, commit=arguments.yes)
+        await service.sessions.open(sid, "resume")
+        done = await service.turns.restore_file(sid, path, arguments.before, commit=arguments.yes)
         data = {
             "session_id": sid,
             "path": done.path,

@@ -70,8 +70,8 @@ def run_follow(arguments: argparse.Namespace) -> int:
 
     async def body(service: SessionService) -> None:
         sid = arguments.session_id
-        await service.open(sid, "join")
-        service.set_follow(sid, True)
+        await service.sessions.open(sid, "join")
+        service.following.set_follow(sid, True)
         failed: asyncio.Future = asyncio.get_running_loop().create_future()
 
         def tell(update: FollowUpdate) -> None:
@@ -79,16 +79,16 @@ def run_follow(arguments: argparse.Namespace) -> int:
 
         async def step(_wake) -> None:
             try:
-                await service.follow(sid)
+                await service.following.follow(sid)
             except (StoreError, TargetError) as error:
                 if not failed.done():
                     failed.set_result(error)
 
         # The starting state: every committed settled turn, as news.
-        start = await service.follow(sid)
+        start = await service.following.follow(sid)
         initial = diff_conversations(None, service.session(sid).conversation)
         tell(FollowUpdate(**{**start.__dict__, "change": initial}))
-        service.on_follow.append(tell)
+        service.following.on_follow.append(tell)
         cadence = WatchCadence(idle_seconds=arguments.poll_seconds, active_seconds=arguments.poll_seconds)
         watcher = SessionWatcher(service.target, sid, cadence=cadence)
         watcher.subscribe(step)

@@ -105,7 +105,7 @@ def _token_of(token: str, ops: tuple[str, ...]) -> StateToken:
 
 async def _session(service: SessionService, arguments: argparse.Namespace, token: StateToken | None, mode: str) -> str:
     sid = arguments.session or (token.session_id if token is not None else None) or await held_session(service, None)
-    await service.open(sid, mode)
+    await service.sessions.open(sid, mode)
     return sid
 
 
@@ -187,17 +187,17 @@ def run_rewind(arguments: argparse.Namespace) -> int:
         if token is not None:
             parsed = _token_of(token, ("rewind",))
             sid = await _session(service, arguments, parsed, "resume")
-            data = _in_place_data(service, sid, await service.commit_rewind(sid, parsed))
+            data = _in_place_data(service, sid, await service.history.commit_rewind(sid, parsed))
             emit(arguments, data, _in_place_lines(data, "rewound"))
             return
         turn = _turn(_one(arguments.subject, "TURN"))
         sid = await _session(service, arguments, None, "resume")
         side = "before" if arguments.before else "after"
         if arguments.yes:
-            data = _in_place_data(service, sid, await service.rewind_now(sid, side, turn))
+            data = _in_place_data(service, sid, await service.history.rewind_now(sid, side, turn))
             emit(arguments, data, _in_place_lines(data, "rewound"))
             return
-        impact = await service.prepare_rewind(sid, side, turn)
+        impact = await service.history.prepare_rewind(sid, side, turn)
         data = {
             "session_id": sid,
             "boundary": impact.boundary.side.value,
@@ -224,7 +224,7 @@ async def _recovery(service: SessionService, arguments: argparse.Namespace) -> N
     if arguments.subject:
         raise CommandError("invalid-params", "a recovery takes no TURN")
     sid = await _session(service, arguments, None, "resume")
-    resolve = service.retry_recovery if arguments.retry_recovery else service.abandon_recovery
+    resolve = service.history.retry_recovery if arguments.retry_recovery else service.history.abandon_recovery
     outcome = await resolve(sid)
     data = {"session_id": sid, "recovery_id": outcome.recovery_id, "resolution": outcome.resolution, "written": list(outcome.written)}
     emit(arguments, data, [f"{sid}: recovery {outcome.recovery_id} {outcome.resolution}"])
@@ -239,12 +239,12 @@ def run_redo(arguments: argparse.Namespace) -> int:
         if token is not None:
             parsed = _token_of(token, ("redo",))
             sid = await _session(service, arguments, parsed, "resume")
-            data = _in_place_data(service, sid, await service.commit_redo(sid, parsed))
+            data = _in_place_data(service, sid, await service.history.commit_redo(sid, parsed))
             emit(arguments, data, _in_place_lines(data, "redone"))
             return
         if not arguments.subject:
             sid = await _session(service, arguments, None, "auto")
-            states = await service.redo_states(sid)
+            states = await service.history.redo_states(sid)
             data = {"session_id": sid, "current_head": states.current_head, "states": states.states, "skipped": states.skipped}
             lines = [f"{s.publication_id}  {s.turn_count} turns  {s.label}" for s in states.states]
             lines += [f"skipped {s.publication_id}: {s.reason}" for s in states.skipped]
@@ -253,10 +253,10 @@ def run_redo(arguments: argparse.Namespace) -> int:
         publication = _one(arguments.subject, "PUBLICATION_ID")
         sid = await _session(service, arguments, None, "resume")
         if arguments.yes:
-            data = _in_place_data(service, sid, await service.redo_now(sid, publication))
+            data = _in_place_data(service, sid, await service.history.redo_now(sid, publication))
             emit(arguments, data, _in_place_lines(data, "redone"))
             return
-        impact = await service.prepare_redo(sid, publication)
+        impact = await service.history.prepare_redo(sid, publication)
         data = {
             "session_id": sid,
             "publication_id": impact.state.publication_id,
@@ -295,7 +295,7 @@ def run_fork(arguments: argparse.Namespace) -> int:
             raise CommandError("invalid-params", "--name and --branch need --worktree")
         sid = await _session(service, arguments, None, "auto")
         if arguments.worktree:
-            impact = await service.prepare_worktree_fork(sid, turn, name=arguments.name, branch=arguments.branch)
+            impact = await service.history.prepare_worktree_fork(sid, turn, name=arguments.name, branch=arguments.branch)
             data = {
                 "session_id": sid,
                 "turns": impact.turns,
@@ -306,7 +306,7 @@ def run_fork(arguments: argparse.Namespace) -> int:
             }
             lines = [f"fork {sid} after {impact.response.label} into worktree {impact.worktree.directory} (branch {impact.worktree.branch})"]
         else:
-            impact = await service.prepare_fork(sid, turn)
+            impact = await service.history.prepare_fork(sid, turn)
             data = {"session_id": sid, "turns": impact.turns, "local_files": list(impact.local_files)}
             lines = [f"fork {sid} after {impact.response.label}: the new session holds {impact.turns} turns"]
         if arguments.yes:
@@ -319,7 +319,7 @@ def run_fork(arguments: argparse.Namespace) -> int:
 
 async def _variants(service: SessionService, arguments: argparse.Namespace, turn: int) -> None:
     sid = await _session(service, arguments, None, "auto")
-    group = await service.fork_variants(sid, turn)
+    group = await service.history.fork_variants(sid, turn)
     variants = [_variant_data(v) for v in group.variants]
     data = {
         "session_id": sid,
@@ -354,7 +354,7 @@ def _variant_data(variant) -> dict[str, Any]:
 
 async def _commit_fork(service: SessionService, arguments: argparse.Namespace, sid: str, token: StateToken, worktree: bool) -> None:
     if worktree:
-        result = await service.commit_worktree_fork(sid, token)
+        result = await service.history.commit_worktree_fork(sid, token)
         data = _child_data(service, sid, result.child) | {
             "worktree": result.worktree,
             "restored": list(result.restored),
@@ -362,14 +362,14 @@ async def _commit_fork(service: SessionService, arguments: argparse.Namespace, s
         }
         lines = _child_lines(data, "forked") + [f"  worktree {result.worktree.directory} on branch {result.worktree.branch}"]
     else:
-        result = await service.commit_fork(sid, token)
+        result = await service.history.commit_fork(sid, token)
         data = _child_data(service, sid, result.child)
         lines = _child_lines(data, "forked")
         # One session per client: the child is this client's from now on
         # (the next command, prompt included, goes to it); the source is
         # saved and released for whoever opens it next.
         if service.is_open(sid):
-            await service.close(sid)
+            await service.sessions.close(sid)
         remember_session(arguments, data["session_id"])
         data["current"] = data["session_id"]
         data["released"] = sid
@@ -383,14 +383,14 @@ def run_save_as(arguments: argparse.Namespace) -> int:
         if token is not None:
             parsed = _token_of(token, ("save-as",))
             sid = await _session(service, arguments, parsed, "auto")
-            data = _child_data(service, sid, await service.commit_save_as(sid, parsed))
+            data = _child_data(service, sid, await service.history.commit_save_as(sid, parsed))
             emit(arguments, data, _child_lines(data, "saved"))
             return
         name = " ".join(arguments.subject)
         sid = await _session(service, arguments, None, "auto")
-        impact = await service.prepare_save_as(sid, name)
+        impact = await service.history.prepare_save_as(sid, name)
         if arguments.yes:
-            data = _child_data(service, sid, await service.commit_save_as(sid, impact.token))
+            data = _child_data(service, sid, await service.history.commit_save_as(sid, impact.token))
             emit(arguments, data, _child_lines(data, "saved"))
             return
         data = {"session_id": sid, "name": impact.name, "turns": impact.turns, "artifacts": impact.artifacts, "size": impact.size}

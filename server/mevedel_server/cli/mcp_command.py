@@ -184,7 +184,7 @@ async def _standalone(
         if session is not None:
             sid = await session_named(service, session)
             try:
-                opened = await service.open(sid, "auto")
+                opened = await service.sessions.open(sid, "auto")
             except Exception as error:
                 if not is_refusal(error):
                     raise
@@ -207,5 +207,5 @@ async def _standalone(
         try:
             await access.connections.close_all()
         finally:
-            await service.detach()
+            await service.sessions.detach()
     return 0

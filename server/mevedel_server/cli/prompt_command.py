@@ -276,9 +276,9 @@ async def _last_or_new(service: SessionService, arguments: argparse.Namespace, f
     last = last_session(arguments)
     row = None
     if last is not None:
-        row = next((r for r in (await service.list()).rows if r.session_id == last), None)
+        row = next((r for r in (await service.sessions.list()).rows if r.session_id == last), None)
     if row is None:
-        return (await service.create()).session_id
+        return (await service.sessions.create()).session_id
     name = f"{row.session_id} ({row.display_name})" if row.display_name != row.session_id else row.session_id
     holder = row.holder_host or "another client"
     if row.action is SessionAction.JOIN:
@@ -329,7 +329,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         if text is None:
             text = await typed_prompt(service, front.note)
         if arguments.new:
-            session_id = (await service.create()).session_id
+            session_id = (await service.sessions.create()).session_id
         else:
             try:
                 session_id = await held_session(service, arguments.session, announce=arguments)
@@ -345,18 +345,18 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 if not (arguments.queue or arguments.steer):
                     raise refusal(session_id, runner)
                 queued = await queue_behind(service, session_id, runner, text, arguments, steer=arguments.steer)
-                said_history = await service.record_input(session_id, text, queued_for_runner=True)
+                said_history = await service.sessions.record_input(session_id, text, queued_for_runner=True)
                 if said_history:
                     front.note(f"[{said_history}]")
                 said = "steering: its turn is being cancelled; yours goes next" if arguments.steer else "queued: it is sent when the running turn settles"
                 emit(arguments, queued, [f"[{said} (in pid {runner.pid}, which shows its answer)]"])
                 return
             if not service.is_open(session_id):
-                await service.open(session_id, "resume")
+                await service.sessions.open(session_id, "resume")
         remember_session(arguments, session_id)
         if (arguments.queue or arguments.steer) and not arguments.json:
             front.note("[no other `mevedel prompt` of yours runs a turn of this session: sending it now]")
-        in_flight = service.turn_in_flight(session_id)
+        in_flight = service.turns.turn_in_flight(session_id)
         if in_flight is not None:
             raise CommandError("turn-in-flight", f"turn {in_flight} of {session_id} is in flight, begun by hand (`mevedel turn begin`): "
                                                  "`mevedel turn settle` records it as done, `mevedel turn abort` ends it as interrupted; "
@@ -378,7 +378,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                              local_cwd=str(local) if local is not None else None)
         if arguments.mode is not None or arguments.set_options:
             await _choose(engine, session_id, arguments)
-        said = await service.record_input(session_id, text)
+        said = await service.sessions.record_input(session_id, text)
         if said:
             front.note(f"[{said}]")
         loop = asyncio.get_running_loop()

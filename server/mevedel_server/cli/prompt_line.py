@@ -53,7 +53,7 @@ async def typed_prompt(service, note) -> str:
         raise CommandError("invalid-params", "no TEXT was given and standard input is no terminal to type it on: "
                                              "give the prompt as TEXT, or '-' to read it from standard input")
     try:
-        found = await service.input_history()
+        found = await service.sessions.input_history()
         entries, warning = found.entries, found.warning
     except Exception as error:  # the prompt can still be typed, without history
         entries, warning = (), f"the input history could not be read: {getattr(error, 'reason', None) or error}"

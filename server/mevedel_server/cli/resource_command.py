@@ -259,9 +259,9 @@ async def _held_session(target: Target) -> str | None:
     several)."""
     service = SessionService(target, cli_identity())
     try:
-        rows = (await service.list()).rows
+        rows = (await service.sessions.list()).rows
     finally:
-        await service.detach()
+        await service.sessions.detach()
     held = [r.session_id for r in rows if r.holder_is_self and r.lease_state in (LeaseState.ACTIVE, LeaseState.PUBLISHING)]
     return held[0] if len(held) == 1 else None
 
@@ -333,7 +333,7 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
     service = SessionService(target, cli_identity())
     try:
         try:
-            await service.open(arguments.session, "resume")
+            await service.sessions.open(arguments.session, "resume")
         except Exception as error:  # the session's own refusal, with its kind
             if not is_refusal(error):
                 raise
@@ -342,7 +342,7 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
         return await execute(prepare(Operation.APPLY_PATCH, patch, PatchOptions(), held))  # type: ignore[return-value]
     finally:
         try:
-            await service.detach()
+            await service.sessions.detach()
         finally:
             await _close(context)
 

@@ -220,7 +220,7 @@ async def held_session(service: SessionService, given: str | None, *, announce: 
     listing (see :func:`control_request_line`)."""
     if given is not None:
         return given
-    rows = (await service.list()).rows
+    rows = (await service.sessions.list()).rows
     if announce is not None:
         for row in rows:
             line = control_request_line(announce, row)
@@ -280,7 +280,7 @@ def run_command(arguments: argparse.Namespace, body: Callable[[SessionService], 
             await body(service)
         finally:
             try:
-                await service.detach()
+                await service.sessions.detach()
             finally:
                 close = getattr(service.target, "close", None)
                 if close is not None:  # an SSH target's connection

@@ -192,7 +192,7 @@ def recovery_line(recovery: str) -> str:
 
 def run_list(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        listing = await service.list()
+        listing = await service.sessions.list()
         hidden = await session_artifacts(service).hidden_sessions(listing.rows)
         shown = [row for row in listing.rows if row.session_id not in hidden]
         rows = [
@@ -243,11 +243,11 @@ def _row_line(row) -> str:
 
 def run_create(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        info = await service.create(arguments.name)
+        info = await service.sessions.create(arguments.name)
         started = None
         if arguments.prompt is not None:
-            started = await service.begin_turn(info.session_id, arguments.prompt)
-            await service.checkpoint(info.session_id)
+            started = await service.turns.begin_turn(info.session_id, arguments.prompt)
+            await service.turns.checkpoint(info.session_id)
             info = service.info(info.session_id)
         data = info_data(info) | {"turn": started.turn if started else None}
         lines = [info_line(info)]
@@ -264,7 +264,7 @@ async def session_named(service: SessionService, given: str) -> str:
     exactly one)."""
     if SESSION_ID_PATTERN.match(given):
         return given  # an id (a malformed one is refused by open, naming why)
-    rows = (await service.list()).rows
+    rows = (await service.sessions.list()).rows
     named = [row.session_id for row in rows if row.display_name == given]
     if len(named) == 1:
         return named[0]
@@ -277,7 +277,7 @@ def run_open(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await session_named(service, arguments.session_id)
         try:
-            opened = await service.open(
+            opened = await service.sessions.open(
                 sid, arguments.mode, confirm_takeover=arguments.confirm_takeover, confirm_identity=arguments.confirm_identity
             )
         except TakeoverNeedsConfirmation as asked:
@@ -304,8 +304,8 @@ def run_open(arguments: argparse.Namespace) -> int:
 def run_close(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
-        result = await service.close(sid)
+        await service.sessions.open(sid, "resume")
+        result = await service.sessions.close(sid)
         emit(arguments, {"session_id": sid, "closed": True, "saved": bool(result and result.committed)}, [f"{sid} closed"])
 
     return run_command(arguments, body)
@@ -314,8 +314,8 @@ def run_close(arguments: argparse.Namespace) -> int:
 def run_rename(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
-        info = await service.rename(sid, arguments.name)
+        await service.sessions.open(sid, "resume")
+        info = await service.sessions.rename(sid, arguments.name)
         emit(arguments, info_data(info), [info_line(info)])
 
     return run_command(arguments, body)
@@ -324,8 +324,8 @@ def run_rename(arguments: argparse.Namespace) -> int:
 def run_save(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
-        result = await service.save(sid)
+        await service.sessions.open(sid, "resume")
+        result = await service.sessions.save(sid)
         emit(
             arguments,
             {"session_id": sid, "committed": result.committed, "note": result.note},
@@ -341,7 +341,7 @@ def _on_held(arguments: argparse.Namespace, act) -> int:
 
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
+        await service.sessions.open(sid, "resume")
         data, line = await act(service, sid)
         emit(arguments, {"session_id": sid, **data}, [f"{sid}: {line}"])
 
@@ -350,7 +350,7 @@ def _on_held(arguments: argparse.Namespace, act) -> int:
 
 def run_retry_publication(arguments: argparse.Namespace) -> int:
     async def act(service: SessionService, sid: str):
-        result = await service.retry_publication(sid)
+        result = await service.sessions.retry_publication(sid)
         line = "the pending publication is published" if result.committed else result.note or "nothing to publish"
         return {"committed": result.committed, "note": result.note}, line
 
@@ -359,7 +359,7 @@ def run_retry_publication(arguments: argparse.Namespace) -> int:
 
 def run_abandon_publication(arguments: argparse.Namespace) -> int:
     async def act(service: SessionService, sid: str):
-        abandoned = await service.abandon_publication(sid)
+        abandoned = await service.sessions.abandon_publication(sid)
         return {"abandoned": abandoned}, "the pending publication is dropped" if abandoned else "no publication was pending"
 
     return _on_held(arguments, act)
@@ -367,7 +367,7 @@ def run_abandon_publication(arguments: argparse.Namespace) -> int:
 
 def run_acknowledge_mutation(arguments: argparse.Namespace) -> int:
     async def act(service: SessionService, sid: str):
-        cleared = await service.acknowledge_unsettled_mutation(sid)
+        cleared = await service.turns.acknowledge_unsettled_mutation(sid)
         return {"cleared": cleared}, "the unsettled-mutation latch is cleared" if cleared else "no unsettled mutation was recorded"
 
     return _on_held(arguments, act)
@@ -387,8 +387,8 @@ def run_compact(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         summary = sys.stdin.read() if arguments.summary == "-" else arguments.summary
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
-        rotation = await service.compact(sid, summary)
+        await service.sessions.open(sid, "resume")
+        rotation = await service.turns.compact(sid, summary)
         line = f"{sid}: segment {rotation.previous_segment} compacted; segment {rotation.segment} starts with the summary"
         emit(arguments, rotation_data(rotation), [line])
 
@@ -398,8 +398,8 @@ def run_compact(arguments: argparse.Namespace) -> int:
 def run_clear(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
-        await service.open(sid, "resume")
-        rotation = await service.clear(sid)
+        await service.sessions.open(sid, "resume")
+        rotation = await service.turns.clear(sid)
         line = f"{sid}: chapter {rotation.chapter} closed (segment {rotation.previous_segment}); segment {rotation.segment} starts a new chat"
         emit(arguments, rotation_data(rotation), [line])
 
@@ -426,8 +426,8 @@ def summary_data(summary: TurnSummary) -> dict[str, Any]:
 def run_turns(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
-        summaries = await service.turns(sid)
-        recovery = await service.recovery_pending(sid)
+        summaries = await service.turns.summaries(sid)
+        recovery = await service.history.recovery_pending(sid)
         lines = [f"{t.turn:>4}  {t.state:<11}  {t.preview}" for t in summaries] or [f"{sid} has no turns yet"]
         if recovery:
             lines.append(recovery_line(recovery))
@@ -483,12 +483,12 @@ def changes_hint(number: int) -> str:
 def run_turn(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await held_session(service, arguments.session)
-        detail = await service.turn(sid, arguments.number)
+        detail = await service.turns.detail(sid, arguments.number)
         # The turn ends with what it did to the tree (mevedel diff N --stat);
         # the diff's rendering is this command's alone.
         from ..store import describe, stat_lines
 
-        changes = await service.diff(sid, arguments.number, arguments.number)
+        changes = await service.turns.diff(sid, arguments.number, arguments.number)
         lines = turn_lines(detail, dim=sys.stdout.isatty())
         if changes.files:
             lines += ["", f"Changes ({changes_hint(arguments.number)}):", *stat_lines(changes)]

@@ -89,7 +89,7 @@ def save_data(result: SaveResult) -> dict[str, Any]:
 
 async def _writable(service: SessionService, given: str | None) -> str:
     sid = await held_session(service, given)
-    await service.open(sid, "resume")
+    await service.sessions.open(sid, "resume")
     return sid
 
 
@@ -99,13 +99,13 @@ def run_begin(arguments: argparse.Namespace) -> int:
         if arguments.new:
             if arguments.session is not None:
                 raise CommandError("invalid-params", "give either --new or --session, not both")
-            sid = (await service.create(arguments.name)).session_id
+            sid = (await service.sessions.create(arguments.name)).session_id
         else:
             if arguments.name is not None:
                 raise CommandError("invalid-params", "--name names a new session: use it with --new")
             sid = await _writable(service, arguments.session)
-        started = await service.begin_turn(sid, prompt)
-        await service.checkpoint(sid)
+        started = await service.turns.begin_turn(sid, prompt)
+        await service.turns.checkpoint(sid)
         emit(
             arguments,
             {"session_id": sid, "turn": started.turn, "turn_id": started.turn_id, "reminder": started.reminder},
@@ -140,8 +140,8 @@ def run_capture(arguments: argparse.Namespace) -> int:
         sid = await _writable(service, arguments.session)
         results = []
         for given in arguments.paths:
-            results.append(await service.capture_file(sid, _workspace_relative(root, given), gap=arguments.gap))
-        await service.checkpoint(sid)
+            results.append(await service.turns.capture_file(sid, _workspace_relative(root, given), gap=arguments.gap))
+        await service.turns.checkpoint(sid)
         lines = [f"{r.path}: {r.state}" + (f" ({r.gap_reason})" if r.gap_reason else "") for r in results]
         data = {
             "session_id": sid,
@@ -166,8 +166,8 @@ def run_append(arguments: argparse.Namespace) -> int:
             mail_id=arguments.mail_id,
             sender=arguments.sender,
         )
-        await service.append(sid, item)
-        await service.checkpoint(sid)
+        await service.turns.append(sid, item)
+        await service.turns.checkpoint(sid)
         emit(arguments, {"session_id": sid, "appended": arguments.kind}, [f"{sid}: {arguments.kind} appended"])
 
     return run_command(arguments, body)
@@ -177,7 +177,7 @@ def run_settle(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await _writable(service, arguments.session)
         turn = service.info(sid).open_turn
-        result = await service.settle(sid, arguments.outcome, reason=arguments.reason)
+        result = await service.turns.settle(sid, arguments.outcome, reason=arguments.reason)
         emit(arguments, save_data(result) | {"turn": turn, "outcome": arguments.outcome}, [f"{sid}: turn {turn} {arguments.outcome} and saved"])
 
     return run_command(arguments, body)
@@ -187,7 +187,7 @@ def run_abort(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await _writable(service, arguments.session)
         turn = service.info(sid).open_turn
-        result = await service.abort(sid, arguments.reason)
+        result = await service.turns.abort(sid, arguments.reason)
         emit(arguments, save_data(result) | {"turn": turn, "outcome": "interrupted"}, [f"{sid}: turn {turn} aborted and saved"])
 
     return run_command(arguments, body)

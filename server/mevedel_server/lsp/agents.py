@@ -238,12 +238,12 @@ async def prompt(ls: MevedelLanguageServer, params: wire.TurnPromptParams) -> wi
     service = registry.service(folder)
     session_id = params.session_id or registry.current(folder)
     if session_id is None:
-        info = await service.create()
+        info = await service.sessions.create()
         session_id = info.session_id
         registry.make_current(folder, session_id)
     elif not service.is_open(session_id):
         raise failure("owner-missing", session_id, "is not open here; open it (mevedel/session/open) before prompting")
-    tell_recorded(ls, await service.record_input(session_id, params.text))
+    tell_recorded(ls, await service.sessions.record_input(session_id, params.text))
     try:
         outcome: PromptOutcome = await _engines(ls).engine(folder).prompt(
             session_id, params.text, agent=params.agent, attachments=params.attachments

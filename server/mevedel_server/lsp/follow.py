@@ -125,16 +125,16 @@ class FollowManager:
     def attach(self, folder: Folder, service: SessionService) -> None:
         """A new workspace service: follow its read-only sessions."""
         self._services[folder.key] = (folder, service)
-        service.follow_default = self.ls.settings.follow_published
+        service.following.follow_default = self.ls.settings.follow_published
         service.on_change.append(lambda change: self._changed(folder, service, change))
-        service.on_follow.append(lambda update: self._publish(folder, update))
+        service.following.on_follow.append(lambda update: self._publish(folder, update))
 
     def _changed(self, folder: Folder, service: SessionService, change: SessionChange) -> None:
         self.reconcile(folder, service, change.session_id)
 
     def reconcile(self, folder: Folder, service: SessionService, session_id: str) -> None:
         key = (folder.key, session_id)
-        want = service.is_open(session_id) and service.following(session_id)
+        want = service.is_open(session_id) and service.following.active(session_id)
         if want and key not in self._following:
 
             async def step(_wake: Wake) -> None:
@@ -154,7 +154,7 @@ class FollowManager:
             shared.watcher.cadence = cadence
             shared.watcher.refresh()  # re-read the cadence now, not after the old wait
         for folder, service in list(self._services.values()):
-            service.follow_default = self.ls.settings.follow_published
+            service.following.follow_default = self.ls.settings.follow_published
             for session_id in service.open_sessions():
                 self.reconcile(folder, service, session_id)
 
@@ -174,10 +174,10 @@ class FollowManager:
         return watcher.mode.value if watcher is not None else None
 
     async def _step(self, folder: Folder, service: SessionService, session_id: str) -> None:
-        if not (service.is_open(session_id) and service.following(session_id)):
+        if not (service.is_open(session_id) and service.following.active(session_id)):
             return
         try:
-            await service.follow(session_id)  # what it has to tell arrives through on_follow
+            await service.following.follow(session_id)  # what it has to tell arrives through on_follow
         except (StoreError, TargetError) as error:
             # The next wake looks again; a session that cannot be read is
             # not advanced, and the copy here stays as it was.
@@ -245,23 +245,23 @@ async def set_follow(ls: MevedelLanguageServer, params: wire.SetFollowParams) ->
     folder = _folder(ls, params.workspace_folder, methods.SESSION_SET_FOLLOW)
     service = _registry(ls).service(folder)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_SET_FOLLOW)
-    service.set_follow(sid, params.enabled)
+    service.following.set_follow(sid, params.enabled)
     manager = _manager(ls)
     manager.reconcile(folder, service, sid)
-    following = service.following(sid)
+    following = service.following.active(sid)
     if following:
         # Turned on: catch up now rather than at the next change.
         watcher = manager.watcher(folder, sid)
         if watcher is not None:
             watcher.refresh()
-    return wire.FollowState(sid, service.follows(sid), following, manager.mode(folder, sid))
+    return wire.FollowState(sid, service.following.follows(sid), following, manager.mode(folder, sid))
 
 
 async def refresh(ls: MevedelLanguageServer, params: SessionParams) -> wire.SessionRefreshResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_REFRESH)
     service = _registry(ls).service(folder)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_REFRESH)
-    update = await service.follow(sid)
+    update = await service.following.follow(sid)
     publication = did_publish_params(folder, update) if update.status in ("advanced", "held-back") else None
     return wire.SessionRefreshResult(sid, update.status, publication)
 

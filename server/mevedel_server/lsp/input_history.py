@@ -26,7 +26,7 @@ _log = logging.getLogger(__name__)
 async def history(ls: MevedelLanguageServer, params: wire.InputHistoryParams) -> wire.InputHistoryResult:
     folder = _folder(ls, params.workspace_folder, methods.INPUT_HISTORY)
     try:
-        found = await _registry(ls).service(folder).input_history()
+        found = await _registry(ls).service(folder).sessions.input_history()
     except Exception as error:  # unreadable (not a file, the host gone): named, never a traceback
         raise failure("unavailable", ".mevedel/input-history", getattr(error, "reason", None) or str(error)) from None
     return wire.InputHistoryResult(list(found.entries), found.warning)

@@ -92,7 +92,7 @@ def _place(place) -> wire.WorktreePlace:
 
 async def prepare_rewind(ls: MevedelLanguageServer, params: wire.RewindPrepareParams) -> wire.RewindImpact:
     _, service, sid = _target(ls, params, methods.REWIND_PREPARE)
-    impact = await service.prepare_rewind(sid, params.boundary, params.turn)
+    impact = await service.history.prepare_rewind(sid, params.boundary, params.turn)
     return wire.RewindImpact(
         session_id=sid,
         boundary=impact.boundary.side.value,
@@ -112,12 +112,12 @@ async def prepare_rewind(ls: MevedelLanguageServer, params: wire.RewindPreparePa
 
 async def commit_rewind(ls: MevedelLanguageServer, params: wire.CommitParams) -> wire.InPlaceResult:
     _, service, sid = _target(ls, params, methods.REWIND_COMMIT)
-    return _in_place(service, sid, await service.commit_rewind(sid, params.token))
+    return _in_place(service, sid, await service.history.commit_rewind(sid, params.token))
 
 
 async def list_redo(ls: MevedelLanguageServer, params: SessionParams) -> wire.RedoListResult:
     _, service, sid = _target(ls, params, methods.REDO_LIST)
-    states = await service.redo_states(sid)
+    states = await service.history.redo_states(sid)
     return wire.RedoListResult(
         session_id=sid,
         states=[
@@ -131,7 +131,7 @@ async def list_redo(ls: MevedelLanguageServer, params: SessionParams) -> wire.Re
 
 async def prepare_redo(ls: MevedelLanguageServer, params: wire.RedoPrepareParams) -> wire.RedoImpact:
     _, service, sid = _target(ls, params, methods.REDO_PREPARE)
-    impact = await service.prepare_redo(sid, params.publication_id)
+    impact = await service.history.prepare_redo(sid, params.publication_id)
     return wire.RedoImpact(
         session_id=sid,
         publication_id=impact.state.publication_id,
@@ -149,7 +149,7 @@ async def prepare_redo(ls: MevedelLanguageServer, params: wire.RedoPrepareParams
 
 async def commit_redo(ls: MevedelLanguageServer, params: wire.CommitParams) -> wire.InPlaceResult:
     _, service, sid = _target(ls, params, methods.REDO_COMMIT)
-    return _in_place(service, sid, await service.commit_redo(sid, params.token))
+    return _in_place(service, sid, await service.history.commit_redo(sid, params.token))
 
 
 # Fork and Save As -------------------------------------------------------------------
@@ -157,7 +157,7 @@ async def commit_redo(ls: MevedelLanguageServer, params: wire.CommitParams) -> w
 
 async def prepare_fork(ls: MevedelLanguageServer, params: wire.ForkPrepareParams) -> wire.ForkImpact:
     _, service, sid = _target(ls, params, methods.FORK_PREPARE)
-    impact = await service.prepare_fork(sid, params.turn)
+    impact = await service.history.prepare_fork(sid, params.turn)
     return wire.ForkImpact(
         session_id=sid,
         response=_label(impact.response),
@@ -173,7 +173,7 @@ async def prepare_fork(ls: MevedelLanguageServer, params: wire.ForkPrepareParams
 
 async def commit_fork(ls: MevedelLanguageServer, params: wire.CommitParams) -> wire.ChildResult:
     folder, service, sid = _target(ls, params, methods.FORK_COMMIT)
-    result = await service.commit_fork(sid, params.token)
+    result = await service.history.commit_fork(sid, params.token)
     return _child(ls, folder, service, result.source_id, result.child)
 
 
@@ -185,7 +185,7 @@ def _variant(v) -> wire.ForkVariant:
 
 async def fork_variants(ls: MevedelLanguageServer, params: wire.ForkPrepareParams) -> wire.ForkVariantsResult:
     _, service, sid = _target(ls, params, methods.FORK_VARIANTS)
-    group = await service.fork_variants(sid, params.turn)
+    group = await service.history.fork_variants(sid, params.turn)
     return wire.ForkVariantsResult(
         source_id=group.point.source_id,
         fork_point_id=group.point.fork_point_id,
@@ -197,7 +197,7 @@ async def fork_variants(ls: MevedelLanguageServer, params: wire.ForkPrepareParam
 
 async def prepare_worktree_fork(ls: MevedelLanguageServer, params: wire.WorktreeForkPrepareParams) -> wire.WorktreeForkImpact:
     _, service, sid = _target(ls, params, methods.WORKTREE_FORK_PREPARE)
-    impact = await service.prepare_worktree_fork(sid, params.turn, name=params.name, branch=params.branch)
+    impact = await service.history.prepare_worktree_fork(sid, params.turn, name=params.name, branch=params.branch)
     return wire.WorktreeForkImpact(
         session_id=sid,
         response=_label(impact.response),
@@ -216,7 +216,7 @@ async def prepare_worktree_fork(ls: MevedelLanguageServer, params: wire.Worktree
 
 async def commit_worktree_fork(ls: MevedelLanguageServer, params: wire.CommitParams) -> wire.WorktreeForkResult:
     folder, service, sid = _target(ls, params, methods.WORKTREE_FORK_COMMIT)
-    result = await service.commit_worktree_fork(sid, params.token)
+    result = await service.history.commit_worktree_fork(sid, params.token)
     child = result.child
     _registry(ls).make_current(folder, child.session_id)
     return wire.WorktreeForkResult(
@@ -231,7 +231,7 @@ async def commit_worktree_fork(ls: MevedelLanguageServer, params: wire.CommitPar
 
 async def prepare_save_as(ls: MevedelLanguageServer, params: wire.SaveAsPrepareParams) -> wire.SaveAsImpact:
     _, service, sid = _target(ls, params, methods.SAVE_AS_PREPARE)
-    impact = await service.prepare_save_as(sid, params.name)
+    impact = await service.history.prepare_save_as(sid, params.name)
     return wire.SaveAsImpact(
         sid, impact.name, impact.turns, impact.segments, impact.chats, impact.artifacts, impact.size, impact.token.text,
         impact.agent_history,
@@ -240,7 +240,7 @@ async def prepare_save_as(ls: MevedelLanguageServer, params: wire.SaveAsPrepareP
 
 async def commit_save_as(ls: MevedelLanguageServer, params: wire.CommitParams) -> wire.ChildResult:
     folder, service, sid = _target(ls, params, methods.SAVE_AS_COMMIT)
-    return _child(ls, folder, service, sid, await service.commit_save_as(sid, params.token))
+    return _child(ls, folder, service, sid, await service.history.commit_save_as(sid, params.token))
 
 
 # Recovery -----------------------------------------------------------------------------
@@ -248,13 +248,13 @@ async def commit_save_as(ls: MevedelLanguageServer, params: wire.CommitParams) -
 
 async def retry_recovery(ls: MevedelLanguageServer, params: SessionParams) -> wire.RecoveryResult:
     _, service, sid = _target(ls, params, methods.SESSION_RETRY_RECOVERY)
-    outcome = await service.retry_recovery(sid)
+    outcome = await service.history.retry_recovery(sid)
     return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written))
 
 
 async def abandon_recovery(ls: MevedelLanguageServer, params: SessionParams) -> wire.RecoveryResult:
     _, service, sid = _target(ls, params, methods.SESSION_ABANDON_RECOVERY)
-    outcome = await service.abandon_recovery(sid)
+    outcome = await service.history.abandon_recovery(sid)
     return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written))
 
 

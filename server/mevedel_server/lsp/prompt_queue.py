@@ -99,7 +99,7 @@ async def _remember(ls: MevedelLanguageServer, params: Any, session_id: str, tex
     sent one does (the spec's input ring), and the person is told of a
     history that could not be kept."""
     service = _registry(ls).service(_folder(ls, params.workspace_folder, methods.QUEUE_ADD))
-    tell_recorded(ls, await service.record_input(session_id, text))
+    tell_recorded(ls, await service.sessions.record_input(session_id, text))
 
 
 HANDLERS = {

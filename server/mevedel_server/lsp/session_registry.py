@@ -83,7 +83,7 @@ class SessionRegistry:
             **_storage(settings),
         )
         service.on_change.append(lambda change: self._changed(folder, change))
-        service.sweep_expired_soon()
+        service.sessions.sweep_expired_soon()
         self.follow.attach(folder, service)
         self._services[folder.key] = (folder, service)
         for attach in self.on_service:
@@ -92,7 +92,7 @@ class SessionRegistry:
 
     def _apply_settings(self) -> None:
         for _folder, service in self._services.values():
-            service.configure(**_storage(self.ls.settings))
+            service.sessions.configure(**_storage(self.ls.settings))
 
     def target(self, folder: Folder | None) -> Target | None:
         known = self._services.get(folder.key) if folder is not None else None
@@ -139,7 +139,7 @@ class SessionRegistry:
 
     @staticmethod
     async def _close_folder(service: SessionService) -> None:
-        await service.close_all()
+        await service.sessions.close_all()
         close = getattr(service.target, "close", None)
         if close is not None:  # an SSH target's connection
             await close()

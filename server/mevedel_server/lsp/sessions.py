@@ -109,7 +109,7 @@ def _detail(session_id: str, detail: TurnDetail) -> wire.TurnShowResult:
 
 async def list_sessions(ls: MevedelLanguageServer, params: wire.SessionListParams) -> wire.SessionListResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_LIST)
-    listing = await _registry(ls).service(folder).list()
+    listing = await _registry(ls).service(folder).sessions.list()
     hidden = await ls.artifacts.of(folder).hidden_sessions(listing.rows)  # type: ignore[attr-defined]
     current = ls.current_session(folder)
     sessions = [
@@ -143,7 +143,7 @@ async def list_sessions(ls: MevedelLanguageServer, params: wire.SessionListParam
 
 async def create_session(ls: MevedelLanguageServer, params: wire.SessionCreateParams) -> wire.SessionState:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_CREATE)
-    info = await _registry(ls).service(folder).create(params.name)
+    info = await _registry(ls).service(folder).sessions.create(params.name)
     _registry(ls).make_current(folder, info.session_id)
     return _state(ls, folder, info)
 
@@ -154,7 +154,7 @@ async def open_session(ls: MevedelLanguageServer, params: wire.SessionOpenParams
     mode, takeover, identity = params.mode, params.confirm_takeover, params.confirm_identity
     while True:  # each question at most once: takeover, then identity
         try:
-            opened = await service.open(params.session_id, mode, confirm_takeover=takeover, confirm_identity=identity)
+            opened = await service.sessions.open(params.session_id, mode, confirm_takeover=takeover, confirm_identity=identity)
             break
         except TakeoverNeedsConfirmation as asked:
             if takeover or not await confirm_takeover(ls, asked):
@@ -171,7 +171,7 @@ async def open_session(ls: MevedelLanguageServer, params: wire.SessionOpenParams
 async def close_session(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.SessionCloseResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_CLOSE)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_CLOSE)
-    result = await _registry(ls).service(folder).close(sid)
+    result = await _registry(ls).service(folder).sessions.close(sid)
     _registry(ls).forget(folder, sid)
     return wire.SessionCloseResult(sid, bool(result and result.committed))
 
@@ -179,31 +179,31 @@ async def close_session(ls: MevedelLanguageServer, params: wire.SessionParams) -
 async def rename_session(ls: MevedelLanguageServer, params: wire.SessionRenameParams) -> wire.SessionState:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_RENAME)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_RENAME)
-    return _state(ls, folder, await _registry(ls).service(folder).rename(sid, params.name))
+    return _state(ls, folder, await _registry(ls).service(folder).sessions.rename(sid, params.name))
 
 
 async def save_session(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.SaveResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_SAVE)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_SAVE)
-    return _saved(await _registry(ls).service(folder).save(sid))
+    return _saved(await _registry(ls).service(folder).sessions.save(sid))
 
 
 async def retry_publication(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.SaveResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_RETRY_PUBLICATION)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_RETRY_PUBLICATION)
-    return _saved(await _registry(ls).service(folder).retry_publication(sid))
+    return _saved(await _registry(ls).service(folder).sessions.retry_publication(sid))
 
 
 async def abandon_publication(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.AbandonResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_ABANDON_PUBLICATION)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_ABANDON_PUBLICATION)
-    return wire.AbandonResult(sid, await _registry(ls).service(folder).abandon_publication(sid))
+    return wire.AbandonResult(sid, await _registry(ls).service(folder).sessions.abandon_publication(sid))
 
 
 async def acknowledge_mutation(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.AcknowledgeMutationResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_ACKNOWLEDGE_MUTATION)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_ACKNOWLEDGE_MUTATION)
-    return wire.AcknowledgeMutationResult(sid, await _registry(ls).service(folder).acknowledge_unsettled_mutation(sid))
+    return wire.AcknowledgeMutationResult(sid, await _registry(ls).service(folder).turns.acknowledge_unsettled_mutation(sid))
 
 
 def _rotation(rotation: SegmentRotation) -> wire.SegmentRotationResult:
@@ -215,13 +215,13 @@ def _rotation(rotation: SegmentRotation) -> wire.SegmentRotationResult:
 async def compact_session(ls: MevedelLanguageServer, params: wire.SessionCompactParams) -> wire.SegmentRotationResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_COMPACT)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_COMPACT)
-    return _rotation(await _registry(ls).service(folder).compact(sid, params.summary))
+    return _rotation(await _registry(ls).service(folder).turns.compact(sid, params.summary))
 
 
 async def clear_session(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.SegmentRotationResult:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_CLEAR)
     sid = _session_id(ls, folder, params.session_id, methods.SESSION_CLEAR)
-    return _rotation(await _registry(ls).service(folder).clear(sid))
+    return _rotation(await _registry(ls).service(folder).turns.clear(sid))
 
 
 def _turn_target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[SessionService, str]:
@@ -231,13 +231,13 @@ def _turn_target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[S
 
 async def begin_turn(ls: MevedelLanguageServer, params: wire.TurnBeginParams) -> wire.TurnBeginResult:
     service, sid = _turn_target(ls, params, methods.TURN_BEGIN)
-    started = await service.begin_turn(sid, params.prompt)
+    started = await service.turns.begin_turn(sid, params.prompt)
     return wire.TurnBeginResult(sid, started.turn, started.turn_id, started.reminder)
 
 
 async def capture_file(ls: MevedelLanguageServer, params: wire.TurnCaptureParams) -> wire.TurnCaptureResult:
     service, sid = _turn_target(ls, params, methods.TURN_CAPTURE)
-    captured = await service.capture_file(sid, params.path, gap=params.gap)
+    captured = await service.turns.capture_file(sid, params.path, gap=params.gap)
     return wire.TurnCaptureResult(captured.path, captured.state, captured.size, captured.gap_reason)
 
 
@@ -254,7 +254,7 @@ async def append_record(ls: MevedelLanguageServer, params: wire.TurnAppendParams
         mail_id=params.mail_id,
         sender=params.sender,
     )
-    await service.append(sid, item)
+    await service.turns.append(sid, item)
     turn = service.info(sid).open_turn
     assert turn is not None
     return wire.TurnAppendResult(sid, turn, params.kind)
@@ -263,24 +263,24 @@ async def append_record(ls: MevedelLanguageServer, params: wire.TurnAppendParams
 async def settle_turn(ls: MevedelLanguageServer, params: wire.TurnSettleParams) -> wire.SaveResult:
     service, sid = _turn_target(ls, params, methods.TURN_SETTLE)
     turn = service.info(sid).open_turn
-    return _saved(await service.settle(sid, params.outcome, reason=params.reason), turn)
+    return _saved(await service.turns.settle(sid, params.outcome, reason=params.reason), turn)
 
 
 async def abort_turn(ls: MevedelLanguageServer, params: wire.TurnAbortParams) -> wire.SaveResult:
     service, sid = _turn_target(ls, params, methods.TURN_ABORT)
     turn = service.info(sid).open_turn
-    return _saved(await service.abort(sid, params.reason), turn)
+    return _saved(await service.turns.abort(sid, params.reason), turn)
 
 
 async def list_turns(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.TurnListResult:
     service, sid = _turn_target(ls, params, methods.TURN_LIST)
-    turns = [_summary(t) for t in await service.turns(sid)]
-    return wire.TurnListResult(sid, turns, await service.recovery_pending(sid))
+    turns = [_summary(t) for t in await service.turns.summaries(sid)]
+    return wire.TurnListResult(sid, turns, await service.history.recovery_pending(sid))
 
 
 async def show_turn(ls: MevedelLanguageServer, params: wire.TurnShowParams) -> wire.TurnShowResult:
     service, sid = _turn_target(ls, params, methods.TURN_SHOW)
-    return _detail(sid, await service.turn(sid, params.turn))
+    return _detail(sid, await service.turns.detail(sid, params.turn))
 
 
 def _side(side: DiffSide, text: str | None) -> wire.DiffSide:
@@ -289,7 +289,7 @@ def _side(side: DiffSide, text: str | None) -> wire.DiffSide:
 
 async def diff_turns(ls: MevedelLanguageServer, params: wire.TurnDiffParams) -> wire.TurnDiffResult:
     service, sid = _turn_target(ls, params, methods.TURN_DIFF)
-    diff = await service.diff(sid, params.first, params.last, contents=params.contents)
+    diff = await service.turns.diff(sid, params.first, params.last, contents=params.contents)
     files = [_path_change(item) for item in diff.files]
     return wire.TurnDiffResult(sid, diff.first, diff.last, files, diff.insertions, diff.deletions, stat_lines(diff))
 
@@ -314,7 +314,7 @@ def _path_change(item: PathDiff) -> wire.PathChange:
 
 async def restore_file(ls: MevedelLanguageServer, params: wire.RestoreFileParams) -> wire.RestoreFileResult:
     service, sid = _turn_target(ls, params, methods.TURN_RESTORE_FILE)
-    done = await service.restore_file(sid, params.path, params.before_turn, commit=params.commit)
+    done = await service.turns.restore_file(sid, params.path, params.before_turn, commit=params.commit)
     change = _path_change(done.change) if done.needed else None
     back = _path_change(done.moved_back) if done.moved_back else None
     return wire.RestoreFileResult(sid, done.path, done.before_turn, change, done.turn, back)

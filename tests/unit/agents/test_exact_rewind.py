@@ -132,17 +132,17 @@ def _shell(root: Path, kind: str, path: str, arg) -> None:
 
 async def run_turn(target, root: Path, ops: list) -> None:
     svc = SessionService(target, ME, max_snapshot_bytes=LIMIT)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     engine = AgentEngine(svc, root=str(root), config=lambda: AgentConfig(), front=None, log_dir=root.parent / "logs")  # type: ignore[arg-type]
     try:
-        await svc.begin_turn(sid, "change things")
+        await svc.turns.begin_turn(sid, "change things")
         await engine.file_state.refresh()
         before = tree_digest(root)
         for kind, writer, path, arg in ops:
             full = str(root / path)
             if writer == "fs":
                 text = (arg or b"").decode("utf-8", "replace")
-                need = not svc.captured(sid, path)
+                need = not svc.turns.captured(sid, path)
                 try:
                     outcome = await engine.files.write_text(full, text, read_before=need)
                 except Exception:  # refused (a directory or a link in the way): nothing written
@@ -167,26 +167,26 @@ async def run_turn(target, root: Path, ops: list) -> None:
                 await engine.capture_changes(sid)  # before the command
                 _shell(root, kind, path, arg)
                 await engine.capture_changes(sid)  # after it
-        await svc.settle(sid)
+        await svc.turns.settle(sid)
         after = tree_digest(root)
 
-        impact = await svc.prepare_rewind(sid, "before", 1)
+        impact = await svc.history.prepare_rewind(sid, "before", 1)
         assert not impact.gaps, impact.gaps
-        await svc.commit_rewind(sid, impact.token.text)
+        await svc.history.commit_rewind(sid, impact.token.text)
         assert tree_digest(root) == before
 
-        states = await svc.redo_states(sid)
+        states = await svc.history.redo_states(sid)
         head = next(s for s in states.states if s.turn_count == 1)
-        redo = await svc.prepare_redo(sid, head.publication_id)
+        redo = await svc.history.prepare_redo(sid, head.publication_id)
         # The only thing Redo may not give back: a file the turn left over
         # the snapshot limit (its bytes were never kept), shown as a gap.
         unknown = {gap.path for gap in redo.gaps}
         assert all(after[path][0] == "file" and len(after[path][2]) > LIMIT for path in unknown), redo.gaps
-        await svc.commit_redo(sid, redo.token.text)
+        await svc.history.commit_redo(sid, redo.token.text)
         assert {p: v for p, v in tree_digest(root).items() if p not in unknown} == {p: v for p, v in after.items() if p not in unknown}
     finally:
         engine.file_state.close()
-        await svc.close_all()
+        await svc.sessions.close_all()
 
 
 @settings(max_examples=25)
@@ -229,11 +229,11 @@ async def test_editor_files_and_checkpoint_exclude_are_neither_recorded_restored
     (root / "notes.md").write_text("v1\n")
     (root / "keep.log").write_text("kept\n")
     svc = SessionService(LocalTarget(root), ME, max_snapshot_bytes=LIMIT)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     config = AgentConfig(checkpoint_exclude=("*.log", "!keep.log", "scratch/"))
     engine = AgentEngine(svc, root=str(root), config=lambda: config, front=None, log_dir=tmp_path / "logs")  # type: ignore[arg-type]
     try:
-        await svc.begin_turn(sid, "edit notes")
+        await svc.turns.begin_turn(sid, "edit notes")
         await engine.file_state.refresh()
         await engine.capture_changes(sid)
         # What an editor open on notes.md makes while the turn runs, and
@@ -249,17 +249,17 @@ async def test_editor_files_and_checkpoint_exclude_are_neither_recorded_restored
         (root / "scratch" / "tmp.txt").write_text("t\n")
         (root / "notes.md").write_text("v2\n")
         await engine.capture_changes(sid)
-        await svc.settle(sid)
-        impact = await svc.prepare_rewind(sid, "before", 1)
+        await svc.turns.settle(sid)
+        impact = await svc.history.prepare_rewind(sid, "before", 1)
         assert not impact.gaps
         assert {r.path: r.action for r in impact.restores} == {"notes.md": "restore", "keep.log": "restore"}
-        await svc.commit_rewind(sid, impact.token.text)
+        await svc.history.commit_rewind(sid, impact.token.text)
         assert (root / "notes.md").read_text() == "v1\n" and (root / "keep.log").read_text() == "kept\n"
         assert os.path.islink(root / ".#notes.md") and (root / "notes.md~").exists() and (root / "debug.log").exists()
         assert (root / "scratch" / "tmp.txt").exists()
     finally:
         engine.file_state.close()
-        await svc.close_all()
+        await svc.sessions.close_all()
 
 
 def test_checkpoint_exclude_is_read_from_the_cli_config_and_a_bad_one_is_refused():
@@ -281,23 +281,23 @@ async def test_a_checkpoint_written_before_modes_restores_with_the_mode_the_file
     os.chmod(root / "tool.sh", 0o755)
     (root / "gone.txt").write_text("g\n")
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     try:
-        await svc.begin_turn(sid, "old style")
+        await svc.turns.begin_turn(sid, "old style")
         # What the code before modes recorded: the bytes only.
-        svc.record_pre_state(sid, "tool.sh", (root / "tool.sh").read_bytes())
-        svc.record_pre_state(sid, "gone.txt", (root / "gone.txt").read_bytes())
+        svc.turns.record_pre_state(sid, "tool.sh", (root / "tool.sh").read_bytes())
+        svc.turns.record_pre_state(sid, "gone.txt", (root / "gone.txt").read_bytes())
         (root / "tool.sh").write_text("v2\n")
         (root / "gone.txt").unlink()
-        await svc.settle(sid)
+        await svc.turns.settle(sid)
         from mevedel_server.store.content.sidecar import Present, encode_index_line
 
         assert b"mode" not in encode_index_line(Present(sha256="0" * 64, size=1))  # the old on-disk form
-        impact = await svc.prepare_rewind(sid, "before", 1)
-        await svc.commit_rewind(sid, impact.token.text)
+        impact = await svc.history.prepare_rewind(sid, "before", 1)
+        await svc.history.commit_rewind(sid, impact.token.text)
         umask = os.umask(0o022)
         os.umask(umask)
         assert (root / "tool.sh").read_text() == "v1\n" and os.stat(root / "tool.sh").st_mode & 0o7777 == 0o755
         assert (root / "gone.txt").read_text() == "g\n" and os.stat(root / "gone.txt").st_mode & 0o7777 == 0o644 & ~umask
     finally:
-        await svc.close_all()
+        await svc.sessions.close_all()

@@ -29,13 +29,13 @@ async def work(tmp_path, open_target):
     artifacts = SessionArtifacts(ArtifactStore(service.target, ME), service)
     yield artifacts
     await artifacts.close()
-    await service.close_all()
+    await service.sessions.close_all()
 
 
 async def _session(work: SessionArtifacts, name: str) -> str:
-    sid = (await work.service.create(name)).session_id
-    await work.service.begin_turn(sid, "start")
-    await work.service.settle(sid)
+    sid = (await work.service.sessions.create(name)).session_id
+    await work.service.turns.begin_turn(sid, "start")
+    await work.service.turns.settle(sid)
     return sid
 
 

@@ -47,14 +47,14 @@ async def next_line(process: subprocess.Popen) -> dict:
 
 
 async def settle(owner: SessionService, sid: str, prompt: str) -> None:
-    await owner.begin_turn(sid, prompt)
-    await owner.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
-    await owner.settle(sid)
+    await owner.turns.begin_turn(sid, prompt)
+    await owner.turns.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await owner.turns.settle(sid)
 
 
 async def test_follow_streams_whole_turns_until_interrupted(workspace, tmp_path):
     owner = SessionService(LocalTarget(workspace), OWNER)
-    sid = (await owner.create("Streamed")).session_id
+    sid = (await owner.sessions.create("Streamed")).session_id
     await settle(owner, sid, "first")
     process = follow(workspace, tmp_path / "state", sid, "--json")
     try:
@@ -64,34 +64,34 @@ async def test_follow_streams_whole_turns_until_interrupted(workspace, tmp_path)
         assert start["holder_host"] == "owner-box" and start["display_name"] == "Streamed"
 
         # A checkpoint mid-turn prints nothing; the settled turn does.
-        await owner.begin_turn(sid, "second")
-        await owner.append(sid, EvidenceInput("response", text="partial"))
-        await owner.checkpoint(sid)
-        await owner.append(sid, EvidenceInput("response", text="rest"))
-        await owner.settle(sid)
+        await owner.turns.begin_turn(sid, "second")
+        await owner.turns.append(sid, EvidenceInput("response", text="partial"))
+        await owner.turns.checkpoint(sid)
+        await owner.turns.append(sid, EvidenceInput("response", text="rest"))
+        await owner.turns.settle(sid)
         settled = await next_line(process)
         assert [(t["turn"], t["change"], t["state"]) for t in settled["turns"]] == [(2, "new", "completed")]
 
-        await owner.rename(sid, "Streamed, renamed")
+        await owner.sessions.rename(sid, "Streamed, renamed")
         renamed = await next_line(process)
         assert renamed["renamed"] and renamed["display_name"] == "Streamed, renamed" and renamed["turns"] == []
 
-        await owner.close(sid)
+        await owner.sessions.close(sid)
         released = await next_line(process)
         assert released["holder_changed"] and released["lease_state"] == "released"
     finally:
         process.send_signal(signal.SIGINT)
         status = await asyncio.to_thread(process.wait, 30)
         err = process.stderr.read()
-        await owner.close_all()
+        await owner.sessions.close_all()
     assert status == 130 and "Traceback" not in err
 
 
 async def test_follow_plain_output_and_a_missing_session(workspace, tmp_path):
     owner = SessionService(LocalTarget(workspace), OWNER)
-    sid = (await owner.create()).session_id
+    sid = (await owner.sessions.create()).session_id
     await settle(owner, sid, "first")
-    await owner.close_all()
+    await owner.sessions.close_all()
     process = follow(workspace, tmp_path / "state", sid)
     try:
         line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 60)

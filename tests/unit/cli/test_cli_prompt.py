@@ -205,11 +205,11 @@ def test_a_command_a_crashed_owner_left_running_is_told_before_the_next_prompt_a
 
     async def crashed_owner() -> None:
         svc = SessionService(LocalTarget(workspace), ClientIdentity(identity["client_id"], identity["host"]))
-        await svc.open(sid)
+        await svc.sessions.open(sid)
         session = svc.session(sid)
         await session.latch.arm(session.lease)
         await session.latch.launched(session.lease, left.pid, "sleep 300", 2, session.time.now())
-        await svc.detach()
+        await svc.sessions.detach()
 
     try:
         asyncio.run(crashed_owner())

@@ -164,13 +164,13 @@ def test_a_failed_settle_survives_its_process_and_the_next_command_retries_it(wo
     async def a_process_whose_settle_fails() -> None:
         target = FaultInjectingTarget(LocalTarget(workspace))
         svc = SessionService(target, ClientIdentity(identity["client_id"], identity["host"]))
-        await svc.open(sid)
-        await svc.begin_turn(sid, "the pending turn")
-        await svc.append(sid, EvidenceInput("response", text="kept across processes"))
+        await svc.sessions.open(sid)
+        await svc.turns.begin_turn(sid, "the pending turn")
+        await svc.turns.append(sid, EvidenceInput("response", text="kept across processes"))
         target.arm(3, "error")  # the publication fails
         with pytest.raises(PublicationFailed):
-            await svc.settle(sid)
-        await svc.detach()  # and the process ends
+            await svc.turns.settle(sid)
+        await svc.sessions.detach()  # and the process ends
 
     asyncio.run(a_process_whose_settle_fails())
     session = workspace / ".mevedel" / "sessions" / sid
@@ -198,10 +198,10 @@ def unprovable_latch_left(workspace: Path, me: Path) -> str:
 
     async def owner_dies_between_the_latch_and_its_record() -> None:
         svc = SessionService(LocalTarget(workspace), ClientIdentity(identity["client_id"], identity["host"]))
-        await svc.open(sid)
+        await svc.sessions.open(sid)
         session = svc.session(sid)
         await session.latch.arm(session.lease)
-        await svc.detach()
+        await svc.sessions.detach()
 
     asyncio.run(owner_dies_between_the_latch_and_its_record())
     return sid

@@ -34,27 +34,27 @@ async def _write_session(workspace: Path, *, close: bool = True) -> str:
     false) still held by that client."""
     svc = SessionService(LocalTarget(workspace), WRITER)
     try:
-        sid = (await svc.create()).session_id
-        first = await svc.begin_turn(sid, "Get a review")
+        sid = (await svc.sessions.create()).session_id
+        first = await svc.turns.begin_turn(sid, "Get a review")
 
         def agent(path: str, **fields) -> RetainedAgent:
             return RetainedAgent(path=path, agent="codex", fingerprint="a" * 64, machine="here",
                                  created_turn=first.turn, created_turn_id=first.turn_id, **fields)
 
         reviewer = agent("reviewer", result=AgentResult(turn=1, outcome="completed", text="Two issues in the parser."))
-        svc.set_retained_agents(sid, [reviewer])
-        svc.append_agent_task(sid, "reviewer", "codex", "Review parser.py",
+        svc.agents.set_retained_agents(sid, [reviewer])
+        svc.agents.append_agent_task(sid, "reviewer", "codex", "Review parser.py",
                               [EvidenceInput("response", text="Two issues in the parser.")], "completed")
-        await svc.append(sid, EvidenceInput("response", text="The reviewer found two issues."))
-        await svc.settle(sid, "completed")
-        await svc.begin_turn(sid, "Now fix them")
-        svc.set_retained_agents(sid, [reviewer, agent("worker", activity=AgentActivity.ACTIVE)])
-        await svc.save(sid)
+        await svc.turns.append(sid, EvidenceInput("response", text="The reviewer found two issues."))
+        await svc.turns.settle(sid, "completed")
+        await svc.turns.begin_turn(sid, "Now fix them")
+        svc.agents.set_retained_agents(sid, [reviewer, agent("worker", activity=AgentActivity.ACTIVE)])
+        await svc.sessions.save(sid)
         if close:
-            await svc.close(sid)
+            await svc.sessions.close(sid)
         return sid
     finally:
-        await svc.detach()
+        await svc.sessions.detach()
 
 
 def _read(tmp_path: Path, workspace: str, address: str, *session: str, home: Path | None = None) -> subprocess.CompletedProcess:

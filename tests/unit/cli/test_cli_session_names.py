@@ -23,11 +23,11 @@ def mevedel(workspace: Path, tmp_path: Path, *args: str) -> subprocess.Completed
 
 async def saved_session(workspace: Path, name: str, client: ClientIdentity, lease_seconds: int = 60) -> str:
     service = SessionService(LocalTarget(workspace), client, lease_seconds=lease_seconds)
-    sid = (await service.create(name)).session_id
-    await service.begin_turn(sid, "hello")
-    await service.append(sid, EvidenceInput("response", text="hi"))
-    await service.settle(sid)
-    await service.detach()
+    sid = (await service.sessions.create(name)).session_id
+    await service.turns.begin_turn(sid, "hello")
+    await service.turns.append(sid, EvidenceInput("response", text="hi"))
+    await service.turns.settle(sid)
+    await service.sessions.detach()
     return sid
 
 

@@ -50,17 +50,17 @@ async def failure(op: Operation, address: str, options, ctx: ResolverContext) ->
 
 
 async def saved_session(svc: SessionService, prompts: list[str]) -> str:
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     for prompt in prompts:
-        await svc.begin_turn(sid, prompt)
-        await svc.append(svc_id := sid, EvidenceInput("response", text=f"answer to {prompt}"))
-        await svc.settle(svc_id)
+        await svc.turns.begin_turn(sid, prompt)
+        await svc.turns.append(svc_id := sid, EvidenceInput("response", text=f"answer to {prompt}"))
+        await svc.turns.settle(svc_id)
     return sid
 
 
 async def test_bare_history_lists_what_is_available(root):
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     listing = await run(Operation.READ, "history://", ReadOptions(), context(root, svc, sid))
     assert listing.kind == "listing" and listing.plain_text.split("\n") == ["history://root", "history://saved"]
     assert (await run(Operation.READ, "history://", ReadOptions(), context(root))).plain_text == "history://saved"
@@ -70,18 +70,18 @@ async def test_bare_history_lists_what_is_available(root):
 
 async def test_history_root_reads_and_greps_the_live_unsaved_conversation(root):
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     ctx = context(root, svc, sid)
-    await svc.begin_turn(sid, "find the needle")
-    await svc.append(sid, EvidenceInput("reasoning", text="secret needle reasoning"))
-    await svc.append(sid, EvidenceInput("response", text="the needle is here"))
+    await svc.turns.begin_turn(sid, "find the needle")
+    await svc.turns.append(sid, EvidenceInput("reasoning", text="secret needle reasoning"))
+    await svc.turns.append(sid, EvidenceInput("response", text="the needle is here"))
     page = await run(Operation.READ, "history://root", ReadOptions(), ctx)
     lines = page.plain_text.split("\n")
     assert lines[0] == "# Segment 1" and "the needle is here" in lines and "secret" not in page.text
     hits = await run(Operation.GREP, "history://root", GrepOptions(pattern="needle"), ctx)
     assert [(m.address, m.line) for m in hits.matches] == [("history://root", 7), ("history://root", lines.index("the needle is here") + 1)]
     assert lines[hits.matches[0].line - 1] == "> find the needle"
-    await svc.append(sid, EvidenceInput("response", text="more"))
+    await svc.turns.append(sid, EvidenceInput("response", text="more"))
     grown = await run(Operation.READ, "history://root", ReadOptions(), ctx)
     assert grown.plain_text.split("\n")[: len(lines)] == lines  # earlier lines never move
     second = await run(Operation.READ, "history://root", ReadOptions(offset=3, limit=2), ctx)
@@ -93,7 +93,7 @@ async def test_history_root_without_a_session_and_with_agent_paths(root):
     error = await failure(Operation.READ, "history://root", ReadOptions(), context(root))
     assert error.kind is ErrorKind.OWNER_MISSING
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     error = await failure(Operation.READ, "history://root/reviewer", ReadOptions(), context(root, svc, sid))
     assert error.kind is ErrorKind.UNAVAILABLE and "has no retained agent reviewer" in error.reason
 
@@ -104,13 +104,13 @@ async def test_history_saved_lists_reads_globs_and_greps_committed_segments(root
     second = await saved_session(svc, ["gamma question"])
     conversation = svc.session(second).conversation
     conversation.rotate_segment("we talked about gamma", at=conversation.sidecar.updated_at)
-    await svc.begin_turn(second, "delta question")
-    await svc.append(second, EvidenceInput("response", text="unsaved delta answer"))  # never settled
+    await svc.turns.begin_turn(second, "delta question")
+    await svc.turns.append(second, EvidenceInput("response", text="unsaved delta answer"))  # never settled
     ctx = context(root)
     a1 = f"history://saved/{first}/segment-0001.chat.jsonl"
     b1, b2 = (f"history://saved/{second}/segment-000{n}.chat.jsonl" for n in (1, 2))
     assert (await run(Operation.READ, "history://saved", ReadOptions(), ctx)).plain_text.split("\n") == sorted([a1, b1])
-    await svc.checkpoint(second)
+    await svc.turns.checkpoint(second)
     listing = await run(Operation.READ, "history://saved", ReadOptions(), ctx)
     assert listing.plain_text.split("\n") == sorted([a1, b1, b2]) and listing.notice is None
     assert (await run(Operation.READ, f"history://saved/{second}", ReadOptions(), ctx)).plain_text.split("\n") == [b1, b2]
@@ -135,7 +135,7 @@ async def test_history_saved_omits_and_counts_incompatible_sessions(root):
     svc = SessionService(LocalTarget(root), ME)
     good = await saved_session(svc, ["kept"])
     bad = await saved_session(svc, ["hidden"])
-    await svc.close(bad)
+    await svc.sessions.close(bad)
     lease = await acquire_lease(LocalTarget(root), bad, ClientIdentity("other", "laptop"))
     await Publisher(lease).publish({SIDECAR_PATH: json.dumps({"format_version": 7}).encode()})
     await lease.release()
@@ -184,15 +184,15 @@ async def test_history_saved_missing_sessions_and_segments(root):
 async def test_history_root_of_a_session_not_open_here_reads_its_committed_transcript(root):
     owner = SessionService(LocalTarget(root), ClientIdentity("client-owner", "laptop"))
     sid = await saved_session(owner, ["committed question"])
-    await owner.begin_turn(sid, "unsaved question")  # live in the owner only
+    await owner.turns.begin_turn(sid, "unsaved question")  # live in the owner only
     ctx = context(root, None, sid)  # this reader has the session chosen, not open
     page = await run(Operation.READ, "history://root", ReadOptions(), ctx)
     assert "> committed question" in page.plain_text and "unsaved question" not in page.plain_text
     assert "not open in this server" in page.notice and "read-only" in page.notice
     hits = await run(Operation.GREP, "history://root", GrepOptions(pattern="committed"), ctx)
     assert [m.preview for m in hits.matches] == ["> committed question", "answer to committed question"]
-    await owner.settle(sid)
-    await owner.compact(sid, "a summary of the first segment")
+    await owner.turns.settle(sid)
+    await owner.turns.compact(sid, "a summary of the first segment")
     rotated = await run(Operation.READ, "history://root", ReadOptions(), ctx)
     lines = rotated.plain_text.split("\n")
     assert lines[0] == "# Segment 2 (continues segment 1 after compaction)"
@@ -239,9 +239,9 @@ async def with_reviewer(root: Path, result: str) -> tuple[SessionService, str]:
     from mevedel_server.store.content.sidecar import AgentResult, RetainedAgent
 
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
-    started = await svc.begin_turn(sid, "Get a review")
-    svc.set_retained_agents(sid, [RetainedAgent(
+    sid = (await svc.sessions.create()).session_id
+    started = await svc.turns.begin_turn(sid, "Get a review")
+    svc.agents.set_retained_agents(sid, [RetainedAgent(
         path="reviewer", agent="codex", fingerprint="a" * 64, machine="here", created_turn=started.turn,
         created_turn_id=started.turn_id, result=AgentResult(turn=1, outcome="completed", text=result))])
     return svc, sid
@@ -251,7 +251,7 @@ async def test_history_root_path_is_a_retained_agents_conversation_live_and_comm
     svc, sid = await with_reviewer(root, "Two issues.")
     steps = [EvidenceInput("reasoning", text="hidden thought"), EvidenceInput("tool_call", call_id="c1", name="Read a.py", arguments="{}"),
              EvidenceInput("tool_result", call_id="c1", output="print(1)"), EvidenceInput("response", text="Two issues.")]
-    svc.append_agent_task(sid, "reviewer", "codex", "Review a.py", steps, "completed")
+    svc.agents.append_agent_task(sid, "reviewer", "codex", "Review a.py", steps, "completed")
     live = context(root, svc, sid)
     text = (await execute(prepare(Operation.READ, "history://root/reviewer", ReadOptions(), live))).text
     assert "Task 1 · reviewer (codex) in turn 1" in text and "Review a.py" in text and "Two issues." in text
@@ -266,7 +266,7 @@ async def test_history_root_path_is_a_retained_agents_conversation_live_and_comm
     root_text = (await execute(prepare(Operation.READ, "history://root", ReadOptions(), live))).text
     assert "**Agent** `reviewer` (codex) · history://root/reviewer" in root_text and "Review a.py" not in root_text
     # Settled and saved, another reader sees the same through the committed publication.
-    await svc.settle(sid, "completed")
+    await svc.turns.settle(sid, "completed")
     committed = (await execute(prepare(Operation.READ, "history://root/reviewer", ReadOptions(), context(root, None, sid)))).text
     assert "Review a.py" in committed and "Two issues." in committed
 
@@ -280,16 +280,16 @@ async def test_a_session_written_before_agent_transcripts_still_shows_its_agents
 
     svc, sid = await with_reviewer(root, "Old answer.")
     # What the writer before agent transcripts appended: the whole task, in the turn.
-    conversation = svc._open(sid, "write as before").conversation
+    conversation = svc.session(sid).conversation
     conversation.append(AgentTask(
         turn_id=conversation.open_turn.turn_id, path="reviewer", agent="codex", prompt="Old review", outcome=Outcome.COMPLETED,
         steps=[AgentStep(kind="response", text="Old answer.")], paths=["a.py"]))
-    await svc.settle(sid, "completed")
+    await svc.turns.settle(sid, "completed")
     assert not any(p.startswith("agents/") for p in (await (await read_committed_snapshot(root, sid)).read_all()))
 
-    await svc.begin_turn(sid, "Again")
-    svc.append_agent_task(sid, "reviewer", "codex", "New review", [EvidenceInput("response", text="New answer.")], "completed")
-    await svc.settle(sid, "completed")
+    await svc.turns.begin_turn(sid, "Again")
+    svc.agents.append_agent_task(sid, "reviewer", "codex", "New review", [EvidenceInput("response", text="New answer.")], "completed")
+    await svc.turns.settle(sid, "completed")
     for ctx in (context(root, svc, sid), context(root, None, sid)):  # live, then committed
         text = (await run(Operation.READ, "history://root/reviewer", ReadOptions(), ctx)).text
         assert "Task 1 · reviewer (codex) in turn 1" in text and "Old answer." in text
@@ -298,13 +298,13 @@ async def test_a_session_written_before_agent_transcripts_still_shows_its_agents
         found = await run(Operation.GREP, "history://root/reviewer", GrepOptions(pattern="Old answer"), ctx)
         assert len(found.matches) == 1
     assert any(p.startswith("agents/reviewer/") for p in (await (await read_committed_snapshot(root, sid)).read_all()))
-    old, new = (await svc.turn(sid, 1)).items, (await svc.turn(sid, 2)).items
+    old, new = (await svc.turns.detail(sid, 1)).items, (await svc.turns.detail(sid, 2)).items
     (old_task,) = [i for i in old if i.kind == "agent_task"]
     (new_task,) = [i for i in new if i.kind == "agent_task"]
     assert "Old answer." in old_task.output and old_task.paths == ("a.py",)
     assert "New answer." in new_task.output and "Old answer." not in new_task.output
     # The agent continues from both (its excerpt's source).
-    assert [task.prompt for _turn, task in svc.agent_tasks(sid, "reviewer")] == ["Old review", "New review"]
+    assert [task.prompt for _turn, task in svc.agents.agent_tasks(sid, "reviewer")] == ["Old review", "New review"]
 
 
 async def read_committed_snapshot(root: Path, sid: str):

@@ -78,9 +78,9 @@ class World:
         )
 
     async def session(self) -> str:
-        sid = (await self.service.create("Main")).session_id
-        await self.service.begin_turn(sid, "one")
-        await self.service.settle(sid)
+        sid = (await self.service.sessions.create("Main")).session_id
+        await self.service.turns.begin_turn(sid, "one")
+        await self.service.turns.settle(sid)
         return sid
 
 
@@ -303,7 +303,7 @@ async def test_the_stores_bookkeeping_is_read_only_to_apply_patch(world, path):
 async def test_a_write_into_a_new_id_directory_creates_an_attached_artifact_and_a_turn_version(world):
     sid = await world.session()
     context = world.context(sid)
-    await world.service.begin_turn(sid, "write a report")
+    await world.service.turns.begin_turn(sid, "write a report")
     result, paths = await _apply(context, _patch(_add(".mevedel/artifacts/report-1/report.md", "# Findings"), _add(".mevedel/artifacts/report-1/data/a.png", "png")))
     assert result.summary() == "A .mevedel/artifacts/report-1/report.md\nA .mevedel/artifacts/report-1/data/a.png"
     notes = await learn(world.work, sid, paths)
@@ -315,7 +315,7 @@ async def test_a_write_into_a_new_id_directory_creates_an_attached_artifact_and_
     update = "*** Update File: .mevedel/artifacts/report-1/report.md\n@@\n-# Findings\n+# Findings, revised\n"
     _result, paths = await _apply(context, _patch(update))
     assert await learn(world.work, sid, paths) == []
-    await world.service.settle(sid)
+    await world.service.turns.settle(sid)
     await world.work.settled()
     versions = await world.work.versions("report-1")
     assert [(v.number, v.reason.value, v.turn) for v in versions] == [(2, "turn", 2), (1, "created", 2)]
@@ -345,9 +345,9 @@ async def test_the_same_on_a_target_reached_as_a_remote_workspace(root, open_tar
     service = SessionService(target, ME)
     work = SessionArtifacts(ArtifactStore(target, ME), service)
     try:
-        sid = (await service.create("Remote")).session_id
-        await service.begin_turn(sid, "one")
-        await service.settle(sid)
+        sid = (await service.sessions.create("Remote")).session_id
+        await service.turns.begin_turn(sid, "one")
+        await service.turns.settle(sid)
         doc = (await work.create(sid, "document", "Remote plan", b"# Remote\n\nbody\n")).item.item_id
         context = ResolverContext(
             store_target=target, remote_workspace=True, remote_session=sid, session_writable=writable_sessions(service)
@@ -361,7 +361,7 @@ async def test_the_same_on_a_target_reached_as_a_remote_workspace(root, open_tar
         assert offered == ([f"shared://{doc}"] if isinstance(target, LocalTarget) else [])
         result, paths = await _apply(context, _patch(_add(".mevedel/artifacts/remote-1/page.html", "<p>hi</p>")))
         assert await learn(work, sid, paths) == [f"created artifact remote-1 (page.html), attached to session {sid}"]
-        assert "remote-1" in service.attached_artifacts(sid)
+        assert "remote-1" in service.sessions.attached_artifacts(sid)
     finally:
         await work.close()
-        await service.detach()
+        await service.sessions.detach()

@@ -34,11 +34,11 @@ async def made_elsewhere(tmp_path: Path) -> tuple[Path, str]:
     a.mkdir()
     b.mkdir()
     service = SessionService(LocalTarget(a), ME)
-    session_id = (await service.create()).session_id
-    await service.begin_turn(session_id, "made in a")
-    await service.append(session_id, EvidenceInput("response", text="hello from a"))
-    await service.settle(session_id)
-    await service.close(session_id)
+    session_id = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(session_id, "made in a")
+    await service.turns.append(session_id, EvidenceInput("response", text="hello from a"))
+    await service.turns.settle(session_id)
+    await service.sessions.close(session_id)
     await ensure_workspace_id(LocalTarget(b))
     shutil.copytree(a / ".mevedel" / "sessions" / session_id, b / ".mevedel" / "sessions" / session_id)
     return b, session_id
@@ -53,32 +53,32 @@ async def test_resuming_a_session_copied_from_another_project_asks_first_and_wri
     before = lease_files(b, session_id)
     service = SessionService(LocalTarget(b), ME)
     with pytest.raises(IdentityNeedsConfirmation) as asked:
-        await service.open(session_id)
+        await service.sessions.open(session_id)
     assert error_kind(asked.value) == "identity-needs-confirmation"
     assert "another workspace" in str(asked.value)
     assert lease_files(b, session_id) == before and not service.is_open(session_id)
     # Joining (read-only) binds nothing and needs no question.
-    assert (await service.open(session_id, "join")).action == "join"
-    await service.close(session_id)
+    assert (await service.sessions.open(session_id, "join")).action == "join"
+    await service.sessions.close(session_id)
 
 
 async def test_a_confirmed_binding_is_recorded_by_the_next_save(tmp_path):
     b, session_id = await made_elsewhere(tmp_path)
     here = (b / ".mevedel" / "workspace-id").read_bytes()
     service = SessionService(LocalTarget(b), ME)
-    opened = await service.open(session_id, confirm_identity=True)
+    opened = await service.sessions.open(session_id, confirm_identity=True)
     assert opened.action == "resume"
-    await service.begin_turn(session_id, "continued in b")
-    await service.settle(session_id)
+    await service.turns.begin_turn(session_id, "continued in b")
+    await service.turns.settle(session_id)
     snapshot = await read_committed(LocalTarget(b), session_id)
     conversation = Conversation.restore(await snapshot.read_all())
     recorded = conversation.sidecar.workspace_id
     assert recorded.encode() in here  # the workspace-id record holds the 64 hex digits
-    await service.close(session_id)
+    await service.sessions.close(session_id)
     # From now on it belongs here: no question.
     again = SessionService(LocalTarget(b), ME)
-    assert (await again.open(session_id)).action == "resume"
-    await again.close(session_id)
+    assert (await again.sessions.open(session_id)).action == "resume"
+    await again.sessions.close(session_id)
 
 
 async def test_the_cli_refuses_naming_confirm_identity_and_binds_with_it(tmp_path):

@@ -54,9 +54,9 @@ def kill(svc: SessionService) -> None:
 
 
 async def turn(svc: SessionService, sid: str, prompt: str) -> None:
-    await svc.begin_turn(sid, prompt)
-    await svc.append(sid, EvidenceInput("response", text=f"answer: {prompt}"))
-    await svc.settle(sid)
+    await svc.turns.begin_turn(sid, prompt)
+    await svc.turns.append(sid, EvidenceInput("response", text=f"answer: {prompt}"))
+    await svc.turns.settle(sid)
 
 
 @dataclass
@@ -75,47 +75,47 @@ async def _nothing(svc: SessionService, root: Path) -> None:
 
 
 async def _first_materialization(svc: SessionService, sid: str | None) -> None:
-    sid = (await svc.create("First")).session_id
-    await svc.begin_turn(sid, "make it")
-    await svc.capture_file(sid, "tracked.txt")
-    await svc.append(sid, EvidenceInput("response", text="made"))
-    await svc.settle(sid)
+    sid = (await svc.sessions.create("First")).session_id
+    await svc.turns.begin_turn(sid, "make it")
+    await svc.turns.capture_file(sid, "tracked.txt")
+    await svc.turns.append(sid, EvidenceInput("response", text="made"))
+    await svc.turns.settle(sid)
 
 
 async def _one_committed_turn(svc: SessionService, root: Path) -> str:
     (root / "tracked.txt").write_text("before\n")
-    sid = (await svc.create("Named")).session_id
+    sid = (await svc.sessions.create("Named")).session_id
     await turn(svc, sid, "first")
     return sid
 
 
 async def _settle_second(svc: SessionService, sid: str | None) -> None:
-    await svc.begin_turn(sid, "second")
-    await svc.capture_file(sid, "tracked.txt")
-    await svc.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
-    await svc.append(sid, EvidenceInput("tool_result", call_id="c1", output="edited"))
-    await svc.settle(sid)
+    await svc.turns.begin_turn(sid, "second")
+    await svc.turns.capture_file(sid, "tracked.txt")
+    await svc.turns.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
+    await svc.turns.append(sid, EvidenceInput("tool_result", call_id="c1", output="edited"))
+    await svc.turns.settle(sid)
 
 
 async def _rename(svc: SessionService, sid: str | None) -> None:
-    await svc.rename(sid, "Renamed")
+    await svc.sessions.rename(sid, "Renamed")
 
 
 async def _close_with_turn_in_flight(svc: SessionService, sid: str | None) -> None:
-    await svc.begin_turn(sid, "unfinished")
-    await svc.append(sid, EvidenceInput("response", text="partial"))
-    await svc.close(sid)
+    await svc.turns.begin_turn(sid, "unfinished")
+    await svc.turns.append(sid, EvidenceInput("response", text="partial"))
+    await svc.sessions.close(sid)
 
 
 async def _in_flight_then_released(svc: SessionService, root: Path) -> str:
     sid = await _one_committed_turn(svc, root)
-    await svc.begin_turn(sid, "interrupted one")
-    await svc.close(sid)  # saved with the turn in flight, lease released
+    await svc.turns.begin_turn(sid, "interrupted one")
+    await svc.sessions.close(sid)  # saved with the turn in flight, lease released
     return sid
 
 
 async def _resume(svc: SessionService, sid: str | None) -> None:
-    result = await svc.open(sid, "resume")
+    result = await svc.sessions.open(sid, "resume")
     assert result.interrupted_turn == 2
 
 
@@ -167,22 +167,22 @@ async def _recover(root: Path, seen: dict[str, Committed]) -> None:
     none, and completes a turn."""
     svc = SessionService(LocalTarget(root), ME, renew_every=3600)
     if not seen:
-        sid = (await svc.create()).session_id
+        sid = (await svc.sessions.create()).session_id
         await turn(svc, sid, "after the crash")
         assert (await fresh_reader(root))[sid] == Committed(1, False, None)
-        await svc.close(sid)
+        await svc.sessions.close(sid)
         return
     (sid,) = seen
     before = seen[sid]
-    opened = await svc.open(sid)
+    opened = await svc.sessions.open(sid)
     assert opened.info.access.value == "writable"
     if opened.info.open_turn is not None:
-        await svc.settle(sid, "interrupted", reason="recovered after a crash")
+        await svc.turns.settle(sid, "interrupted", reason="recovered after a crash")
     await turn(svc, sid, "after the crash")
     after = (await fresh_reader(root))[sid]
     expected = (before.turns or 0) + 1 + (1 if before.in_flight else 0)
     assert after.turns == expected and not after.in_flight
-    await svc.close(sid)
+    await svc.sessions.close(sid)
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -239,10 +239,10 @@ async def test_another_client_takes_over_after_the_owner_crashed_mid_settle(tmp_
     target = FaultInjectingTarget(LocalTarget(root))
     owner = SessionService(target, ME, lease_seconds=1, renew_every=3600)
     sid = await _one_committed_turn(owner, root)
-    await owner.begin_turn(sid, "doomed")
+    await owner.turns.begin_turn(sid, "doomed")
     target.arm(3, "crash")  # inside the publication, before its commit point
     with pytest.raises(SimulatedCrash):
-        await owner.settle(sid)
+        await owner.turns.settle(sid)
     kill(owner)
     assert await fresh_reader(root) == {sid: Committed(1, False, "Named")}
     for _ in ticks():
@@ -251,9 +251,9 @@ async def test_another_client_takes_over_after_the_owner_crashed_mid_settle(tmp_
         await asyncio.sleep(0.05)
     successor = SessionService(LocalTarget(root), ClientIdentity("successor", "laptop"))
     with pytest.raises(TakeoverNeedsConfirmation):
-        await successor.open(sid)
-    opened = await successor.open(sid, "takeover", confirm_takeover=True)
+        await successor.sessions.open(sid)
+    opened = await successor.sessions.open(sid, "takeover", confirm_takeover=True)
     assert opened.action == "takeover"
     await turn(successor, sid, "carried on")
     assert await fresh_reader(root) == {sid: Committed(2, False, "Named")}
-    await successor.close(sid)
+    await successor.sessions.close(sid)

@@ -32,19 +32,19 @@ async def ssh_target(openssh_server, tmp_path):
 
 
 async def settle(owner: SessionService, sid: str, prompt: str) -> None:
-    await owner.begin_turn(sid, prompt)
-    await owner.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
-    await owner.settle(sid)
+    await owner.turns.begin_turn(sid, prompt)
+    await owner.turns.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await owner.turns.settle(sid)
 
 
 async def test_a_remote_follower_polls_and_adopts_whole_turns(ssh_target, tmp_path):
     owner = SessionService(LocalTarget(tmp_path), ClientIdentity("local-owner", "desk"))
-    sid = (await owner.create()).session_id
+    sid = (await owner.sessions.create()).session_id
     await settle(owner, sid, "first")
     follower = SessionService(ssh_target, ClientIdentity("remote-follower", "laptop"))
-    assert (await follower.open(sid)).action == "join"
+    assert (await follower.sessions.open(sid)).action == "join"
     told: list[FollowUpdate] = []
-    follower.on_follow.append(told.append)
+    follower.following.on_follow.append(told.append)
     in_flight = False
     # Idle is an hour: anything seen at all was seen at the active cadence.
     watcher = SessionWatcher(ssh_target, sid, cadence=WatchCadence(idle_seconds=3600, active_seconds=0.2), active=lambda: in_flight)
@@ -53,7 +53,7 @@ async def test_a_remote_follower_polls_and_adopts_whole_turns(ssh_target, tmp_pa
 
     async def step(wake) -> None:
         wakes.append(wake)
-        await follower.follow(sid)
+        await follower.following.follow(sid)
         handled.append(wake)
 
     watcher.subscribe(step)
@@ -82,8 +82,8 @@ async def test_a_remote_follower_polls_and_adopts_whole_turns(ssh_target, tmp_pa
             await asyncio.sleep(0.05)
         assert any(LEASE in w.reasons for w in wakes)
         assert [(t.turn, t.change) for t in told[0].change.turns] == [(2, "new")]
-        assert [t.turn for t in await follower.turns(sid)] == [1, 2]
+        assert [t.turn for t in await follower.turns.summaries(sid)] == [1, 2]
     finally:
         await watcher.stop()
-        await follower.detach()
-        await owner.close_all()
+        await follower.sessions.detach()
+        await owner.sessions.close_all()

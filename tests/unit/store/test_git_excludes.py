@@ -38,11 +38,11 @@ def repo(tmp_path: Path) -> Path:
 
 async def test_a_session_leaves_git_status_showing_only_the_users_files(repo):
     service = SessionService(LocalTarget(repo), ME, **PRODUCT_STORAGE)
-    session_id = (await service.create()).session_id
-    await service.begin_turn(session_id, "one")
-    await service.append(session_id, EvidenceInput("response", text="done"))
-    await service.settle(session_id)
-    await service.close(session_id)
+    session_id = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(session_id, "one")
+    await service.turns.append(session_id, EvidenceInput("response", text="done"))
+    await service.turns.settle(session_id)
+    await service.sessions.close(session_id)
     status = git(repo, "status", "--porcelain", "--untracked-files=all")
     assert ".mevedel/sessions" not in status, status
     assert "README.md" in status
@@ -54,17 +54,17 @@ async def test_resuming_a_session_adds_the_entries_with_the_identity_read(repo):
     """A resume reads the workspace identity and the exclude file in one
     program and adds what is missing."""
     bare = SessionService(LocalTarget(repo), ME)  # touches no exclude file
-    session_id = (await bare.create()).session_id
-    await bare.begin_turn(session_id, "one")
-    await bare.settle(session_id)
-    await bare.close(session_id)
+    session_id = (await bare.sessions.create()).session_id
+    await bare.turns.begin_turn(session_id, "one")
+    await bare.turns.settle(session_id)
+    await bare.sessions.close(session_id)
     exclude = repo / ".git" / "info" / "exclude"
     exclude.write_text("# mine\n")
     service = SessionService(LocalTarget(repo), ME, **PRODUCT_STORAGE)
-    await service.open(session_id, "resume")
+    await service.sessions.open(session_id, "resume")
     lines = exclude.read_text().splitlines()
     assert lines[0] == "# mine" and all(entry in lines for entry in GENERATED_EXCLUDES)
-    await service.close(session_id)
+    await service.sessions.close(session_id)
 
 
 async def test_the_entries_are_added_once_after_what_the_user_wrote(repo):
@@ -85,9 +85,9 @@ async def test_a_workspace_that_is_not_a_git_checkout_is_left_alone(tmp_path):
 
 async def test_a_bare_service_does_not_touch_the_exclude_file(repo):
     service = SessionService(LocalTarget(repo), ME)
-    session_id = (await service.create()).session_id
-    await service.begin_turn(session_id, "one")
-    await service.settle(session_id)
+    session_id = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(session_id, "one")
+    await service.turns.settle(session_id)
     exclude = repo / ".git" / "info" / "exclude"
     assert not exclude.exists() or "mevedel" not in exclude.read_text()
 
@@ -98,10 +98,10 @@ async def test_on_an_ssh_workspace_the_entries_are_added_on_the_host(openssh_ser
     target = await SshTarget.connect(openssh_server.url(repo), **openssh_server.options())
     try:
         service = SessionService(target, ME, **PRODUCT_STORAGE)
-        session_id = (await service.create()).session_id
-        await service.begin_turn(session_id, "over ssh")
-        await service.settle(session_id)
-        await service.close(session_id)
+        session_id = (await service.sessions.create()).session_id
+        await service.turns.begin_turn(session_id, "over ssh")
+        await service.turns.settle(session_id)
+        await service.sessions.close(session_id)
     finally:
         await target.close()
     status = git(repo, "status", "--porcelain", "--untracked-files=all")

@@ -66,14 +66,14 @@ async def test_two_writers_at_once_lose_neither_prompt(tmp_path):
 
 async def test_only_a_prompt_to_a_session_held_writable_here_is_recorded(tmp_path):
     owner = SessionService(LocalTarget(tmp_path), ME)
-    sid = (await owner.create()).session_id
-    await owner.begin_turn(sid, "materialise")
-    await owner.settle(sid)
-    assert await owner.record_input(sid, "to my session") is None
+    sid = (await owner.sessions.create()).session_id
+    await owner.turns.begin_turn(sid, "materialise")
+    await owner.turns.settle(sid)
+    assert await owner.sessions.record_input(sid, "to my session") is None
     reader = SessionService(LocalTarget(tmp_path), OTHER)
-    await reader.open(sid, "join")  # read-only: another client holds it
-    assert await reader.record_input(sid, "to someone else's session") is None
-    assert await reader.record_input("2026-12-04T22-00-0123456789ab", "to no open session") is None
-    assert (await reader.input_history()).entries == ("to my session",)
-    await reader.close(sid)
-    await owner.close(sid)
+    await reader.sessions.open(sid, "join")  # read-only: another client holds it
+    assert await reader.sessions.record_input(sid, "to someone else's session") is None
+    assert await reader.sessions.record_input("2026-12-04T22-00-0123456789ab", "to no open session") is None
+    assert (await reader.sessions.input_history()).entries == ("to my session",)
+    await reader.sessions.close(sid)
+    await owner.sessions.close(sid)

@@ -50,10 +50,10 @@ class SessionLatch:
 
 
 async def saved(service: SessionService) -> str:
-    sid = (await service.create()).session_id
-    await service.begin_turn(sid, "first")
-    await service.append(sid, EvidenceInput("response", text="done"))
-    await service.settle(sid)
+    sid = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(sid, "first")
+    await service.turns.append(sid, EvidenceInput("response", text="done"))
+    await service.turns.settle(sid)
     return sid
 
 
@@ -88,17 +88,17 @@ async def test_a_new_owner_is_told_of_a_command_still_running_on_the_host_until_
     assert group_exists(pgid) and terminal.remote_group.boot_id is not None
     # The owner stops renewing (a laptop suspended, its connection alive):
     # the command goes on on the host.
-    await owner.detach()
+    await owner.sessions.detach()
     for _ in ticks():
         if (await observe_lease(await ssh_connect(tmp_path), sid)).standing is LeaseStanding.EXPIRED:
             break
         await asyncio.sleep(0.05)
     heir = SessionService(await ssh_connect(tmp_path), OTHER)
-    await heir.open(sid, confirm_takeover=True)
-    state = await heir.unsettled_mutation(sid)
+    await heir.sessions.open(sid, confirm_takeover=True)
+    state = await heir.turns.unsettled_mutation(sid)
     assert state.set and [r.pgid for r in state.alive] == [pgid]
     assert f"process group {pgid}" in state.message() and "on the-ssh-host" in state.message()
-    for entry in (heir.begin_turn(sid, "next"), heir.prepare_rewind(sid, "before", 1), heir.restore_file(sid, "a.txt", 1)):
+    for entry in (heir.turns.begin_turn(sid, "next"), heir.history.prepare_rewind(sid, "before", 1), heir.turns.restore_file(sid, "a.txt", 1)):
         with pytest.raises(UnsettledMutation) as refused:
             await entry
         assert f"process group {pgid}" in str(refused.value) and "sleep 300" in str(refused.value)
@@ -107,12 +107,12 @@ async def test_a_new_owner_is_told_of_a_command_still_running_on_the_host_until_
     terminal.task.cancel()
     await terminal.done.wait()
     await group_gone(pgid, "the group outlived its channel")
-    started = await heir.begin_turn(sid, "next")  # re-proven on the host: cleared with no user action
+    started = await heir.turns.begin_turn(sid, "next")  # re-proven on the host: cleared with no user action
     assert started.turn == 2
     assert not (await observe_lease(heir.target, sid)).record.unsettled_mutation
     assert not list((tmp_path / ".mevedel" / "sessions" / sid / ".mutations").glob("armed-*"))
-    await heir.abort(sid)
-    await heir.close(sid)
+    await heir.turns.abort(sid)
+    await heir.sessions.close(sid)
 
 
 async def test_releasing_a_remote_terminal_kills_what_it_left_running_and_settles_the_latch(ssh_connect, tmp_path):
@@ -130,4 +130,4 @@ async def test_releasing_a_remote_terminal_kills_what_it_left_running_and_settle
     await group_gone(pgid, "the background child outlived its terminal's release")
     assert not (await observe_lease(owner.target, sid)).record.unsettled_mutation
     assert not list((tmp_path / ".mevedel" / "sessions" / sid / ".mutations").glob("armed-*"))
-    await owner.close(sid)
+    await owner.sessions.close(sid)

@@ -32,12 +32,12 @@ class Counting(ProgramTarget):
 
 async def two_turns(root, client=OTHER) -> str:
     writer = SessionService(LocalTarget(root), client)
-    sid = (await writer.create()).session_id
+    sid = (await writer.sessions.create()).session_id
     for n in (1, 2):
-        await writer.begin_turn(sid, f"prompt {n}")
-        await writer.append(sid, EvidenceInput("response", text=f"answer {n}"))
-        await writer.settle(sid)
-    await writer.close(sid)
+        await writer.turns.begin_turn(sid, f"prompt {n}")
+        await writer.turns.append(sid, EvidenceInput("response", text=f"answer {n}"))
+        await writer.turns.settle(sid)
+    await writer.sessions.close(sid)
     return sid
 
 
@@ -45,33 +45,33 @@ async def test_turns_after_the_listing_cost_one_program_and_the_journal_none(tmp
     sid = await two_turns(tmp_path)
     counting = Counting(LocalTarget(tmp_path))
     service = SessionService(counting, ME, one_command=True)
-    await service.list()
+    await service.sessions.list()
     before = counting.programs
-    turns = await service.turns(sid)
+    turns = await service.turns.summaries(sid)
     assert [t.preview for t in turns] == ["prompt 1", "prompt 2"]
-    assert await service.recovery_pending(sid) is None
+    assert await service.history.recovery_pending(sid) is None
     assert counting.programs - before == 1
     # A service of a long-lived process reads afresh.
     plain_counting = Counting(LocalTarget(tmp_path))
     plain = SessionService(plain_counting, ME)
-    await plain.list()
+    await plain.sessions.list()
     before = plain_counting.programs
-    await plain.turns(sid)
-    await plain.recovery_pending(sid)
+    await plain.turns.summaries(sid)
+    await plain.history.recovery_pending(sid)
     assert plain_counting.programs - before > 1
 
 
 async def test_a_session_that_moved_on_since_the_listing_is_read_afresh(tmp_path):
     sid = await two_turns(tmp_path)
     service = SessionService(LocalTarget(tmp_path), ME, one_command=True)
-    await service.list()
+    await service.sessions.list()
     # Another client adds a turn; collection of the old head's payloads is
     # stood in for by removing every publication the listing saw but the new one.
     writer = SessionService(LocalTarget(tmp_path), OTHER)
-    await writer.open(sid, "resume")
-    await writer.begin_turn(sid, "prompt 3")
-    await writer.settle(sid)
-    await writer.close(sid)
+    await writer.sessions.open(sid, "resume")
+    await writer.turns.begin_turn(sid, "prompt 3")
+    await writer.turns.settle(sid)
+    await writer.sessions.close(sid)
     publications = tmp_path / ".mevedel" / "sessions" / sid / ".publications"
     from mevedel_server.store import read_committed
 
@@ -79,7 +79,7 @@ async def test_a_session_that_moved_on_since_the_listing_is_read_afresh(tmp_path
     for publication in publications.iterdir():
         if publication.name != current.split("/")[1]:
             shutil.rmtree(publication)
-    turns = await service.turns(sid)
+    turns = await service.turns.summaries(sid)
     assert [t.preview for t in turns] == ["prompt 1", "prompt 2", "prompt 3"]
 
 
@@ -87,17 +87,17 @@ async def test_a_resume_after_the_listing_starts_from_its_observation_and_snapsh
     sid = await two_turns(tmp_path, client=ME)
     counting = Counting(LocalTarget(tmp_path))
     service = SessionService(counting, ME, one_command=True)
-    await service.list()
+    await service.sessions.list()
     before = counting.programs
-    opened = await service.open(sid, "resume")
+    opened = await service.sessions.open(sid, "resume")
     # The payloads, the workspace identity, the claim, the journals.
     assert opened.action == "resume" and counting.programs - before == 4
-    assert [t.preview for t in await service.turns(sid)] == ["prompt 1", "prompt 2"]
-    await service.begin_turn(sid, "prompt 3")
-    await service.settle(sid)
-    await service.close(sid)
+    assert [t.preview for t in await service.turns.summaries(sid)] == ["prompt 1", "prompt 2"]
+    await service.turns.begin_turn(sid, "prompt 3")
+    await service.turns.settle(sid)
+    await service.sessions.close(sid)
     fresh = SessionService(LocalTarget(tmp_path), ME)
-    assert [t.preview for t in await fresh.turns(sid)] == ["prompt 1", "prompt 2", "prompt 3"]
+    assert [t.preview for t in await fresh.turns.summaries(sid)] == ["prompt 1", "prompt 2", "prompt 3"]
 
 
 async def test_creating_a_session_reads_what_it_needs_in_one_program(tmp_path):
@@ -108,7 +108,7 @@ async def test_creating_a_session_reads_what_it_needs_in_one_program(tmp_path):
     await two_turns(tmp_path)
     counting = Counting(LocalTarget(tmp_path))
     service = SessionService(counting, ME, **PRODUCT_STORAGE)
-    created = await service.create()
+    created = await service.sessions.create()
     assert counting.programs == 1
-    listed = {row.session_id for row in (await SessionService(LocalTarget(tmp_path), ME).list()).rows}
+    listed = {row.session_id for row in (await SessionService(LocalTarget(tmp_path), ME).sessions.list()).rows}
     assert created.session_id not in listed and len(listed) == 1

@@ -45,23 +45,23 @@ async def committed(target, sid: str) -> Conversation:
 
 
 async def one_turn(svc: SessionService, sid: str, prompt: str, answer: str = "done") -> None:
-    await svc.begin_turn(sid, prompt)
-    await svc.append(sid, EvidenceInput("response", text=answer))
-    await svc.settle(sid)
+    await svc.turns.begin_turn(sid, prompt)
+    await svc.turns.append(sid, EvidenceInput("response", text=answer))
+    await svc.turns.settle(sid)
 
 
 async def failed_second_turn(target: FaultInjectingTarget, svc: SessionService) -> str:
     """Session with one committed turn and a second whose settlement the
     target refused; the service then stops as a process exit does."""
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await one_turn(svc, sid, "first")
-    await svc.begin_turn(sid, "the pending turn")
-    await svc.append(sid, EvidenceInput("response", text="the answer that must not be lost"))
+    await svc.turns.begin_turn(sid, "the pending turn")
+    await svc.turns.append(sid, EvidenceInput("response", text="the answer that must not be lost"))
     target.arm(3, "error")  # inside the publication program
     with pytest.raises(PublicationFailed):
-        await svc.settle(sid)
+        await svc.turns.settle(sid)
     assert svc.info(sid).pending_publication
-    await svc.detach()  # the process ends without a retry
+    await svc.sessions.detach()  # the process ends without a retry
     return sid
 
 
@@ -72,13 +72,13 @@ async def test_a_new_process_finds_the_pending_publication_and_its_retry_publish
     assert (await committed(LocalTarget(root), sid)).sidecar.total_turn_count == 1
 
     again = SessionService(LocalTarget(root), ME)
-    await again.open(sid)
+    await again.sessions.open(sid)
     info = again.info(sid)
     assert info.pending_publication and "did not publish" in info.pending_publication
     assert info.settled_turns == 1  # the committed state, until the retry
     with pytest.raises(PublicationPending):
-        await again.begin_turn(sid, "blocked until retry or abandon")
-    result = await again.retry_publication(sid)
+        await again.turns.begin_turn(sid, "blocked until retry or abandon")
+    result = await again.sessions.retry_publication(sid)
     assert result.committed
     info = again.info(sid)
     assert info.pending_publication is None and info.settled_turns == 2
@@ -88,21 +88,21 @@ async def test_a_new_process_finds_the_pending_publication_and_its_retry_publish
     assert not pending_dir(root, sid).exists()
     await one_turn(again, sid, "third")  # the session works on
     assert (await committed(LocalTarget(root), sid)).sidecar.total_turn_count == 3
-    await again.close(sid)
+    await again.sessions.close(sid)
 
 
 async def test_abandoning_after_a_restart_keeps_the_committed_state_and_removes_the_record(root):
     first = FaultInjectingTarget(LocalTarget(root))
     sid = await failed_second_turn(first, SessionService(first, ME))
     again = SessionService(LocalTarget(root), ME)
-    await again.open(sid)
-    assert await again.abandon_publication(sid)
+    await again.sessions.open(sid)
+    assert await again.sessions.abandon_publication(sid)
     assert again.info(sid).pending_publication is None
     assert not pending_dir(root, sid).exists()
     await one_turn(again, sid, "after abandoning")
     saved = await committed(LocalTarget(root), sid)
     assert saved.sidecar.total_turn_count == 2 and "after abandoning" in saved.sidecar.latest_user_message
-    await again.close(sid)
+    await again.sessions.close(sid)
 
 
 async def test_another_client_taking_over_is_offered_the_retry_with_who_left_it(root):
@@ -113,22 +113,22 @@ async def test_another_client_taking_over_is_offered_the_retry_with_who_left_it(
             break
         await asyncio.sleep(0.05)
     other = SessionService(LocalTarget(root), OTHER)
-    await other.open(sid, confirm_takeover=True)
+    await other.sessions.open(sid, confirm_takeover=True)
     assert "workstation" in other.info(sid).pending_publication
-    await other.retry_publication(sid)
+    await other.sessions.retry_publication(sid)
     assert (await committed(LocalTarget(root), sid)).sidecar.total_turn_count == 2
-    await other.close(sid)
+    await other.sessions.close(sid)
 
 
 async def test_a_retry_that_committed_before_its_cleanup_leaves_nothing_pending(root):
     target = FaultInjectingTarget(LocalTarget(root))
     svc = SessionService(target, ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await one_turn(svc, sid, "first")
-    await svc.begin_turn(sid, "second")
+    await svc.turns.begin_turn(sid, "second")
     target.arm(3, "error")
     with pytest.raises(PublicationFailed):
-        await svc.settle(sid)
+        await svc.turns.settle(sid)
     # The retry commits; the record's removal then fails (the target drops).
     original_remove = svc.session(sid)._remove_record
 
@@ -137,15 +137,15 @@ async def test_a_retry_that_committed_before_its_cleanup_leaves_nothing_pending(
         await original_remove(pending_id)
 
     svc.session(sid)._remove_record = failing_remove
-    assert (await svc.retry_publication(sid)).committed
+    assert (await svc.sessions.retry_publication(sid)).committed
     assert pending_dir(root, sid).is_dir()  # the trace of the cleanup that stopped
-    await svc.detach()
+    await svc.sessions.detach()
     again = SessionService(LocalTarget(root), ME)
-    await again.open(sid)
+    await again.sessions.open(sid)
     assert again.info(sid).pending_publication is None
     assert not pending_dir(root, sid).exists()
     assert again.info(sid).settled_turns == 2
-    await again.close(sid)
+    await again.sessions.close(sid)
 
 
 async def test_over_ssh_a_restarted_client_retries_what_was_pending(ssh_connect, tmp_path):
@@ -154,12 +154,12 @@ async def test_over_ssh_a_restarted_client_retries_what_was_pending(ssh_connect,
     sid = await failed_second_turn(first, SessionService(first, ME))
     assert (tmp_path / ".mevedel" / "sessions" / sid / ".pending-publication").is_dir()
     again = SessionService(ssh_target, ME)
-    await again.open(sid)
+    await again.sessions.open(sid)
     assert again.info(sid).pending_publication
-    await again.retry_publication(sid)
+    await again.sessions.retry_publication(sid)
     assert (await committed(ssh_target, sid)).sidecar.total_turn_count == 2
     assert not (tmp_path / ".mevedel" / "sessions" / sid / ".pending-publication").exists()
-    await again.close(sid)
+    await again.sessions.close(sid)
 
 
 async def test_an_agents_task_and_its_registry_result_publish_together_or_wait_together_for_the_retry(root):
@@ -173,27 +173,27 @@ async def test_an_agents_task_and_its_registry_result_publish_together_or_wait_t
 
     target = FaultInjectingTarget(LocalTarget(root))
     svc = SessionService(target, ME)
-    sid = (await svc.create()).session_id
-    started = await svc.begin_turn(sid, "delegate")
+    sid = (await svc.sessions.create()).session_id
+    started = await svc.turns.begin_turn(sid, "delegate")
     agent = RetainedAgent(path="reviewer", agent="codex", fingerprint="a" * 64, machine="here", created_turn=started.turn,
                           created_turn_id=started.turn_id)
-    svc.set_retained_agents(sid, [agent])
-    await svc.checkpoint(sid)
+    svc.agents.set_retained_agents(sid, [agent])
+    await svc.turns.checkpoint(sid)
     settled = msgspec.structs.replace(agent, result=AgentResult(turn=1, outcome="completed", text="Two issues."))
-    svc.set_retained_agents(sid, [settled])
-    svc.append_agent_task(sid, "reviewer", "codex", "Review", [EvidenceInput("response", text="Two issues.")], "completed")
+    svc.agents.set_retained_agents(sid, [settled])
+    svc.agents.append_agent_task(sid, "reviewer", "codex", "Review", [EvidenceInput("response", text="Two issues.")], "completed")
     target.arm(3, "error")  # inside the publication program
     with pytest.raises(PublicationFailed):
-        await svc.settle(sid)
+        await svc.turns.settle(sid)
     before = await committed(LocalTarget(root), sid)
     assert before.agent_tasks("reviewer") == () and before.sidecar.agents[0].result is None
-    await svc.detach()
+    await svc.sessions.detach()
 
     again = SessionService(LocalTarget(root), ME)
-    await again.open(sid)
+    await again.sessions.open(sid)
     assert again.info(sid).pending_publication
-    await again.retry_publication(sid)
+    await again.sessions.retry_publication(sid)
     after = await committed(LocalTarget(root), sid)
     assert [task.prompt for task in after.agent_tasks("reviewer")] == ["Review"]
     assert after.sidecar.agents[0].result.text == "Two issues."
-    await again.close(sid)
+    await again.sessions.close(sid)

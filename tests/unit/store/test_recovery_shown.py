@@ -28,22 +28,22 @@ def plant_recovery(root: Path, session_id: str) -> None:
 
 async def test_a_listing_shows_a_pending_recovery(tmp_path):
     service = SessionService(LocalTarget(tmp_path), ME)
-    session_id = (await service.create()).session_id
-    await service.begin_turn(session_id, "one")
-    await service.append(session_id, EvidenceInput("response", text="done"))
-    await service.settle(session_id)
-    other = (await service.create()).session_id
-    await service.begin_turn(other, "two")
-    await service.settle(other)
-    await service.close(session_id)
-    await service.close(other)
+    session_id = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(session_id, "one")
+    await service.turns.append(session_id, EvidenceInput("response", text="done"))
+    await service.turns.settle(session_id)
+    other = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(other, "two")
+    await service.turns.settle(other)
+    await service.sessions.close(session_id)
+    await service.sessions.close(other)
     plant_recovery(tmp_path, session_id)
     rows = {row.session_id: row for row in (await list_sessions(LocalTarget(tmp_path), ME)).rows}
     assert rows[session_id].recovery_pending == RECOVERY
     assert rows[other].recovery_pending is None
     viewer = SessionService(LocalTarget(tmp_path), ME)
-    assert await viewer.recovery_pending(session_id) == RECOVERY
-    assert (await viewer.open(session_id, "join")).info.recovery_pending == RECOVERY
+    assert await viewer.history.recovery_pending(session_id) == RECOVERY
+    assert (await viewer.sessions.open(session_id, "join")).info.recovery_pending == RECOVERY
 
 
 def cli(workspace: Path, state: Path, *args: str) -> dict:

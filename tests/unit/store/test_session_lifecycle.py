@@ -30,18 +30,18 @@ def root(tmp_path: Path) -> Path:
 
 async def edit_turn(svc: SessionService, root: Path, sid: str, prompt: str, content: str | None = None) -> None:
     """One settled turn that rewrites ``notes.txt`` to ``content``."""
-    await svc.begin_turn(sid, prompt)
+    await svc.turns.begin_turn(sid, prompt)
     if content is not None:
-        await svc.capture_file(sid, "notes.txt")
+        await svc.turns.capture_file(sid, "notes.txt")
         (root / "notes.txt").write_text(content)
-    await svc.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
-    await svc.settle(sid)
+    await svc.turns.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await svc.turns.settle(sid)
 
 
 async def three_turns(root: Path) -> tuple[SessionService, str]:
     (root / "notes.txt").write_text("v0\n")
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await edit_turn(svc, root, sid, "first", "v1\n")
     await edit_turn(svc, root, sid, "second", "v2\n")
     await edit_turn(svc, root, sid, "third", "v3\n")
@@ -52,16 +52,16 @@ async def test_rewind_discards_prompts_restores_files_and_follows_the_live_sessi
     svc, sid = await three_turns(root)
     changes = []
     svc.on_change.append(changes.append)
-    impact = await svc.prepare_rewind(sid, "after", 1)
+    impact = await svc.history.prepare_rewind(sid, "after", 1)
     assert [label.preview for label in impact.discarded] == ["second", "third"]
     assert {r.path for r in impact.restores if r.changes} == {"notes.txt"}
     assert (root / "notes.txt").read_text() == "v3\n"  # prepare changes nothing
 
-    result = await svc.commit_rewind(sid, impact.token.text)
+    result = await svc.history.commit_rewind(sid, impact.token.text)
     assert result.committed
     assert (root / "notes.txt").read_text() == "v1\n"
     assert svc.info(sid).settled_turns == 1
-    assert [t.preview for t in await svc.turns(sid)] == ["first"]
+    assert [t.preview for t in await svc.turns.summaries(sid)] == ["first"]
     assert "answer to third" not in "\n".join(svc.live_history(sid).lines())
     assert changes[-1].reason == "rewound"
     # The next turn continues from the rewound state.
@@ -71,10 +71,10 @@ async def test_rewind_discards_prompts_restores_files_and_follows_the_live_sessi
 
 async def test_a_token_is_refused_once_the_state_moved(root):
     svc, sid = await three_turns(root)
-    impact = await svc.prepare_rewind(sid, "before", 3)
+    impact = await svc.history.prepare_rewind(sid, "before", 3)
     await edit_turn(svc, root, sid, "fourth")
     with pytest.raises(StaleState) as refused:
-        await svc.commit_rewind(sid, impact.token.text)
+        await svc.history.commit_rewind(sid, impact.token.text)
     assert error_kind(refused.value) == "stale-head"
     assert svc.info(sid).settled_turns == 4
     assert svc.info(sid).pending_publication is None
@@ -83,25 +83,25 @@ async def test_a_token_is_refused_once_the_state_moved(root):
 async def test_bad_boundaries_and_tokens_are_refused_by_name(root):
     svc, sid = await three_turns(root)
     with pytest.raises(InvalidSessionInput, match="boundary 'around'"):
-        await svc.prepare_rewind(sid, "around", 1)
+        await svc.history.prepare_rewind(sid, "around", 1)
     with pytest.raises(Exception) as refused:
-        await svc.commit_rewind(sid, "not-a-token")
+        await svc.history.commit_rewind(sid, "not-a-token")
     assert error_kind(refused.value) == "invalid-params"
     with pytest.raises(Exception) as missing:
-        await svc.prepare_rewind(sid, "after", 9)
+        await svc.history.prepare_rewind(sid, "after", 9)
     assert error_kind(missing.value) == "invalid-params" and "no settled turn 9" in str(missing.value)
 
 
 async def test_redo_returns_to_the_head_a_rewind_left(root):
     svc, sid = await three_turns(root)
-    impact = await svc.prepare_rewind(sid, "after", 1)
-    await svc.commit_rewind(sid, impact.token.text)
-    states = await svc.redo_states(sid)
+    impact = await svc.history.prepare_rewind(sid, "after", 1)
+    await svc.history.commit_rewind(sid, impact.token.text)
+    states = await svc.history.redo_states(sid)
     three = [s for s in states.states if s.turn_count == 3]
     assert three, states
-    redo = await svc.prepare_redo(sid, three[0].publication_id)
+    redo = await svc.history.prepare_redo(sid, three[0].publication_id)
     assert [label.preview for label in redo.restored] == ["second", "third"]
-    result = await svc.commit_redo(sid, redo.token.text)
+    result = await svc.history.commit_redo(sid, redo.token.text)
     assert result.committed
     assert svc.info(sid).settled_turns == 3
     assert (root / "notes.txt").read_text() == "v3\n"
@@ -109,9 +109,9 @@ async def test_redo_returns_to_the_head_a_rewind_left(root):
 
 async def test_fork_opens_the_child_writable_and_lists_it_as_a_variant(root):
     svc, sid = await three_turns(root)
-    impact = await svc.prepare_fork(sid, 2)
+    impact = await svc.history.prepare_fork(sid, 2)
     assert impact.turns == 2
-    result = await svc.commit_fork(sid, impact.token.text)
+    result = await svc.history.commit_fork(sid, impact.token.text)
     child = result.child.session_id
     assert child != sid and svc.is_open(child)
     info = svc.info(child)
@@ -119,41 +119,41 @@ async def test_fork_opens_the_child_writable_and_lists_it_as_a_variant(root):
     await edit_turn(svc, root, child, "child turn")
     assert svc.info(child).settled_turns == 3
     assert svc.info(sid).settled_turns == 3
-    variants = await svc.fork_variants(sid, 2)
+    variants = await svc.history.fork_variants(sid, 2)
     assert child in {v.session_id for v in variants.forks}
-    listed = {row.session_id for row in (await svc.list()).rows}
+    listed = {row.session_id for row in (await svc.sessions.list()).rows}
     assert {sid, child} <= listed
 
 
 async def test_save_as_opens_a_named_copy(root):
     svc, sid = await three_turns(root)
-    impact = await svc.prepare_save_as(sid, "  Copy   of work ")
+    impact = await svc.history.prepare_save_as(sid, "  Copy   of work ")
     assert impact.name == "Copy of work" and impact.turns == 3
-    child = await svc.commit_save_as(sid, impact.token.text)
+    child = await svc.history.commit_save_as(sid, impact.token.text)
     info = svc.info(child.session_id)
     assert info.display_name == "Copy of work" and info.settled_turns == 3 and info.named
 
 
 async def test_a_token_of_another_session_is_refused(root):
     svc, sid = await three_turns(root)
-    other = (await svc.create()).session_id
+    other = (await svc.sessions.create()).session_id
     await edit_turn(svc, root, other, "elsewhere")
-    impact = await svc.prepare_save_as(sid, "Copy")
+    impact = await svc.history.prepare_save_as(sid, "Copy")
     with pytest.raises(Exception) as refused:
-        await svc.commit_save_as(other, impact.token.text)
+        await svc.history.commit_save_as(other, impact.token.text)
     assert error_kind(refused.value) == "invalid-params" and f"prepared for session {sid}" in str(refused.value)
-    rewind = await svc.prepare_rewind(sid, "after", 1)
+    rewind = await svc.history.prepare_rewind(sid, "after", 1)
     with pytest.raises(Exception) as wrong:
-        await svc.commit_rewind(other, rewind.token.text)
+        await svc.history.commit_rewind(other, rewind.token.text)
     assert error_kind(wrong.value) == "invalid-params"
     assert svc.info(sid).settled_turns == 3 and svc.open_sessions() == [sid, other]
 
 
 async def test_fork_refuses_a_turn_in_flight(root):
     svc, sid = await three_turns(root)
-    await svc.begin_turn(sid, "in flight")
+    await svc.turns.begin_turn(sid, "in flight")
     with pytest.raises(Exception) as refused:
-        await svc.prepare_fork(sid, 2)
+        await svc.history.prepare_fork(sid, 2)
     assert error_kind(refused.value) == "conflict"
 
 
@@ -168,11 +168,11 @@ async def test_worktree_fork_opens_the_child_in_a_new_worktree(root):
     _git(root, "add", ".")
     _git(root, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "base")
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await edit_turn(svc, root, sid, "first", "v1\n")
     await edit_turn(svc, root, sid, "second", "v2\n")
-    impact = await svc.prepare_worktree_fork(sid, 1, name="try-one", branch="try-one")
-    result = await svc.commit_worktree_fork(sid, impact.token.text)
+    impact = await svc.history.prepare_worktree_fork(sid, 1, name="try-one", branch="try-one")
+    result = await svc.history.commit_worktree_fork(sid, impact.token.text)
     assert svc.is_open(result.child.session_id)
     assert (root / result.worktree.directory / "notes.txt").read_text() == "v1\n"
     assert (root / "notes.txt").read_text() == "v2\n"
@@ -183,21 +183,21 @@ async def test_a_recovery_marker_gates_mutations_until_abandoned(root):
     # A marker is written only by the holder's in-place transactions (the
     # gate looks once per lease taken and again after each of them): one
     # left by a process that stopped is found when the session is resumed.
-    await svc.close(sid)
+    await svc.sessions.close(sid)
     recovery = root / ".mevedel" / "sessions" / sid / ".recovery"
     recovery.mkdir()
     (recovery / ("recovery-" + "ab" * 16 + ".json")).write_text("{not a marker")
-    await svc.open(sid, "resume")
+    await svc.sessions.open(sid, "resume")
     with pytest.raises(RecoveryPending) as refused:
-        await svc.begin_turn(sid, "blocked")
+        await svc.turns.begin_turn(sid, "blocked")
     assert error_kind(refused.value) == "recovery-pending"
     with pytest.raises(RecoveryPending):
-        await svc.prepare_rewind(sid, "after", 1)
+        await svc.history.prepare_rewind(sid, "after", 1)
     assert svc.info(sid).recovery_pending == "ab" * 16
     with pytest.raises(Exception) as retried:
-        await svc.retry_recovery(sid)
+        await svc.history.retry_recovery(sid)
     assert error_kind(retried.value) == "recovery-pending"
-    outcome = await svc.abandon_recovery(sid)
+    outcome = await svc.history.abandon_recovery(sid)
     assert outcome.resolution == "abandoned"
     assert svc.info(sid).recovery_pending is None
     await edit_turn(svc, root, sid, "unblocked")
@@ -206,15 +206,15 @@ async def test_a_recovery_marker_gates_mutations_until_abandoned(root):
 
 async def test_a_recovery_found_at_open_is_reported_and_blocks(root):
     svc, sid = await three_turns(root)
-    await svc.close(sid)
+    await svc.sessions.close(sid)
     recovery = root / ".mevedel" / "sessions" / sid / ".recovery"
     recovery.mkdir()
     (recovery / ("recovery-" + "cd" * 16 + ".json")).write_text("{}")
     again = SessionService(LocalTarget(root), ME)
-    opened = await again.open(sid)
+    opened = await again.sessions.open(sid)
     assert opened.info.recovery_pending == "cd" * 16
     with pytest.raises(RecoveryPending):
-        await again.rename(sid, "blocked")
+        await again.sessions.rename(sid, "blocked")
 
 
 async def test_a_rewind_that_fails_leaving_its_marker_gates_the_next_mutation(tmp_path):
@@ -230,23 +230,23 @@ async def test_a_rewind_that_fails_leaving_its_marker_gates_the_next_mutation(tm
         (root / "notes.txt").write_text("v0\n")
         target = FaultInjectingTarget(LocalTarget(root))
         svc = SessionService(target, ME)
-        sid = (await svc.create()).session_id
+        sid = (await svc.sessions.create()).session_id
         for n, content in enumerate(("v1\n", "v2\n")):
             await edit_turn(svc, root, sid, f"turn {n}", content)
-        await svc.begin_turn(sid, "gate looked at")  # the gate has looked: nothing pending
-        await svc.append(sid, EvidenceInput("response", text="ok"))
-        await svc.settle(sid)
-        impact = await svc.prepare_rewind(sid, "after", 1)
+        await svc.turns.begin_turn(sid, "gate looked at")  # the gate has looked: nothing pending
+        await svc.turns.append(sid, EvidenceInput("response", text="ok"))
+        await svc.turns.settle(sid)
+        impact = await svc.history.prepare_rewind(sid, "after", 1)
         target.arm(point, "error")
         try:
-            await svc.commit_rewind(sid, impact.token.text)
+            await svc.history.commit_rewind(sid, impact.token.text)
         except Exception:
             pass
         target.arm(None)
         if (await find_recovery(LocalTarget(root), sid)).recovery_id is None:
             continue
         with pytest.raises(RecoveryPending):
-            await svc.begin_turn(sid, "after the failed rewind")
+            await svc.turns.begin_turn(sid, "after the failed rewind")
         return
     raise AssertionError("no write point of the Rewind left its recovery marker")
 
@@ -274,24 +274,24 @@ async def test_a_rewind_of_the_open_session_reads_what_its_lease_already_proves_
     (root / "notes.txt").write_text("v0\n")
     target = _Counting(root)
     svc = SessionService(target, ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     for n in (1, 2, 3):
         await edit_turn(svc, root, sid, f"turn {n}", f"v{n}\n")
 
     mark = len(target.programs)
-    impact = await svc.prepare_rewind(sid, "after", 2)
+    impact = await svc.history.prepare_rewind(sid, "after", 2)
     prepared = target.programs[mark:]
     assert len(prepared) == 1, [[type(op).__name__ for op in p.operations] for p in prepared]
     assert {r.path for r in impact.restores if r.changes} == {"notes.txt"}
 
     mark = len(target.programs)
-    await svc.commit_rewind(sid, impact.token.text)
+    await svc.history.commit_rewind(sid, impact.token.text)
     two_phase = len(target.programs) - mark + 1
     assert (root / "notes.txt").read_text() == "v2\n"
 
     await edit_turn(svc, root, sid, "turn 3 again", "v3\n")
     mark = len(target.programs)
-    result = await svc.rewind_now(sid, "after", 2)
+    result = await svc.history.rewind_now(sid, "after", 2)
     assert result.committed and result.written == ("notes.txt",)
     assert (root / "notes.txt").read_text() == "v2\n"
     assert svc.info(sid).settled_turns == 2
@@ -310,19 +310,19 @@ async def test_a_prompt_queued_after_the_prepare_refuses_the_commit_and_rewind_n
     )
 
     svc, sid = await three_turns(root)
-    impact = await svc.prepare_rewind(sid, "after", 1)
+    impact = await svc.history.prepare_rewind(sid, "after", 1)
     lease = svc.session(sid).lease
     entry = "e" * 32
     queued = InputRecord(
         entry_id=entry, session_id=sid, kind="follow-up", state="queued", order=1, text="meanwhile", client_id=ME.client_id, host="h", queued_at=0
     )
     await write_inputs(lease, [queued], new=[entry])
-    for attempt in (lambda: svc.commit_rewind(sid, impact.token.text), lambda: svc.rewind_now(sid, "after", 1)):
+    for attempt in (lambda: svc.history.commit_rewind(sid, impact.token.text), lambda: svc.history.rewind_now(sid, "after", 1)):
         with pytest.raises(TurnStateConflict) as refused:
             await attempt()
         assert "has 1 queued prompt: send or cancel it before you rewind it" in str(refused.value)
         assert (root / "notes.txt").read_text() == "v3\n"
         assert svc.info(sid).settled_turns == 3
     await remove_input(lease, entry)
-    await svc.rewind_now(sid, "after", 1)
+    await svc.history.rewind_now(sid, "after", 1)
     assert (root / "notes.txt").read_text() == "v1\n"

@@ -21,21 +21,21 @@ _CTX = multiprocessing.get_context("spawn")
 
 async def _race(root: str, index: int) -> None:
     service = SessionService(LocalTarget(root), ClientIdentity(f"racer-{index}", f"host-{index}"), renew_every=3600)
-    (sid,) = [row.session_id for row in (await service.list()).rows]
+    (sid,) = [row.session_id for row in (await service.sessions.list()).rows]
     done = 0
     attempts = 0
     while done < ROUNDS:
         attempts += 1
         assert attempts < 5000, "never won the session"
         try:
-            await service.open(sid, "resume")
+            await service.sessions.open(sid, "resume")
         except (LeaseHeld, ClaimRaced):
             await asyncio.sleep(random.uniform(0.002, 0.02))
             continue
-        await service.begin_turn(sid, f"racer {index} round {done}")
-        await service.append(sid, EvidenceInput("response", text=f"from {index}"))
-        await service.settle(sid)
-        await service.close(sid)
+        await service.turns.begin_turn(sid, f"racer {index} round {done}")
+        await service.turns.append(sid, EvidenceInput("response", text=f"from {index}"))
+        await service.turns.settle(sid)
+        await service.sessions.close(sid)
         done += 1
 
 
@@ -47,10 +47,10 @@ async def test_eight_processes_race_for_one_session_and_no_turn_is_lost(tmp_path
     root = tmp_path / "ws"
     root.mkdir()
     seed = SessionService(LocalTarget(root), ClientIdentity("seed", "seed-host"))
-    sid = (await seed.create("Raced")).session_id
-    await seed.begin_turn(sid, "seed turn")
-    await seed.settle(sid)
-    await seed.close(sid)
+    sid = (await seed.sessions.create("Raced")).session_id
+    await seed.turns.begin_turn(sid, "seed turn")
+    await seed.turns.settle(sid)
+    await seed.sessions.close(sid)
     workers = [_CTX.Process(target=_run, args=(str(root), i)) for i in range(PROCESSES)]
     for worker in workers:
         worker.start()

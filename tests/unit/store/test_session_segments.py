@@ -44,9 +44,9 @@ def root(tmp_path: Path) -> Path:
 
 
 async def with_turn(svc: SessionService, sid: str, prompt: str) -> None:
-    await svc.begin_turn(sid, prompt)
-    await svc.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
-    await svc.settle(sid)
+    await svc.turns.begin_turn(sid, prompt)
+    await svc.turns.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await svc.turns.settle(sid)
 
 
 async def fresh_reader(root: Path, sid: str) -> Conversation:
@@ -58,11 +58,11 @@ async def test_compact_commits_a_new_segment_that_starts_with_the_summary(root):
     svc = SessionService(LocalTarget(root), ME)
     changes: list[SessionChange] = []
     svc.on_change.append(changes.append)
-    sid = (await svc.create("Compacted")).session_id
+    sid = (await svc.sessions.create("Compacted")).session_id
     await with_turn(svc, sid, "first question")
     head_before = (await read_committed(LocalTarget(root), sid)).head
 
-    rotation = await svc.compact(sid, "We talked about the first question.")
+    rotation = await svc.turns.compact(sid, "We talked about the first question.")
     assert (rotation.previous_segment, rotation.segment, rotation.chapter) == (1, 2, None)
     assert rotation.save.committed and rotation.save.head != head_before
     assert (changes[-1].reason, changes[-1].display_name) == ("compacted", "Compacted")
@@ -76,38 +76,38 @@ async def test_compact_commits_a_new_segment_that_starts_with_the_summary(root):
     assert summary.text == "We talked about the first question."
     # The conversation continues in the new segment.
     await with_turn(svc, sid, "second question")
-    assert [(t.turn, t.segment) for t in await svc.turns(sid)] == [(1, 1), (2, 2)]
+    assert [(t.turn, t.segment) for t in await svc.turns.summaries(sid)] == [(1, 1), (2, 2)]
 
 
 async def test_clear_closes_a_chapter_and_keeps_an_explicit_name(root):
     svc = SessionService(LocalTarget(root), ME)
     changes: list[SessionChange] = []
     svc.on_change.append(changes.append)
-    sid = (await svc.create("Kept name")).session_id
+    sid = (await svc.sessions.create("Kept name")).session_id
     await with_turn(svc, sid, "before the clear")
-    rotation = await svc.clear(sid)
+    rotation = await svc.turns.clear(sid)
     assert (rotation.previous_segment, rotation.segment, rotation.chapter) == (1, 2, 1)
     assert changes[-1].reason == "cleared"
     reader = await fresh_reader(root, sid)
     assert [c.last_segment for c in reader.sidecar.chapters] == [1]
     assert reader.sidecar.display_name == "Kept name"
     with pytest.raises(TurnStateConflict) as caught:
-        await svc.clear(sid)  # the new chat has no turns yet
+        await svc.turns.clear(sid)  # the new chat has no turns yet
     assert error_kind(caught.value) == "conflict" and caught.value.authored == sid
     assert "no turns to clear" in caught.value.reason
     with pytest.raises(TurnStateConflict) as caught:
-        await svc.compact(sid, "nothing to summarize")
+        await svc.turns.compact(sid, "nothing to summarize")
     assert "no turn to compact" in caught.value.reason
     assert (await fresh_reader(root, sid)).current_segment == 2  # refusals changed nothing
 
 
 async def test_rotations_are_refused_while_a_turn_is_in_flight(root):
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await with_turn(svc, sid, "settled")
-    await svc.begin_turn(sid, "still running")
+    await svc.turns.begin_turn(sid, "still running")
     head = (await read_committed(LocalTarget(root), sid)).head
-    for attempt in (svc.compact(sid, "a summary"), svc.clear(sid)):
+    for attempt in (svc.turns.compact(sid, "a summary"), svc.turns.clear(sid)):
         with pytest.raises(TurnStateConflict) as caught:
             await attempt
         assert caught.value.authored == sid
@@ -119,21 +119,21 @@ async def test_rotations_are_refused_while_a_turn_is_in_flight(root):
 
 async def test_a_blank_summary_names_the_input(root):
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await with_turn(svc, sid, "q")
     with pytest.raises(InvalidSessionInput) as caught:
-        await svc.compact(sid, "  \n ")
+        await svc.turns.compact(sid, "  \n ")
     assert error_kind(caught.value) == "invalid-params"
     assert caught.value.authored == 'summary "  \\n "' and "is blank" in caught.value.reason
 
 
 async def test_a_joined_session_cannot_be_compacted_or_cleared(root):
     owner = SessionService(LocalTarget(root), OTHER)
-    sid = (await owner.create()).session_id
+    sid = (await owner.sessions.create()).session_id
     await with_turn(owner, sid, "owned elsewhere")
     joiner = SessionService(LocalTarget(root), ME)
-    assert (await joiner.open(sid)).action == "join"
-    for attempt in (joiner.compact(sid, "mine"), joiner.clear(sid)):
+    assert (await joiner.sessions.open(sid)).action == "join"
+    for attempt in (joiner.turns.compact(sid, "mine"), joiner.turns.clear(sid)):
         with pytest.raises(SessionReadOnly):
             await attempt
     assert (await fresh_reader(root, sid)).current_segment == 1
@@ -142,47 +142,47 @@ async def test_a_joined_session_cannot_be_compacted_or_cleared(root):
 async def test_a_rotation_that_fails_to_publish_is_pending_and_the_reader_sees_the_old_state(root):
     faults = FaultInjectingTarget(LocalTarget(root))
     svc = SessionService(faults, ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await with_turn(svc, sid, "q")
     faults.arm(3, "error")  # inside the rotation's publication program
     with pytest.raises(PublicationFailed):
-        await svc.compact(sid, "summary")
+        await svc.turns.compact(sid, "summary")
     assert (await fresh_reader(root, sid)).current_segment == 1
     with pytest.raises(PublicationPending):
-        await svc.clear(sid)
-    retried = await svc.retry_publication(sid)
+        await svc.turns.clear(sid)
+    retried = await svc.sessions.retry_publication(sid)
     assert retried.committed and (await fresh_reader(root, sid)).current_segment == 2
 
 
 async def test_turn_and_name_refusals_name_the_authored_input(root):
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
-    for attempt in (svc.abort(sid), svc.settle(sid)):
+    sid = (await svc.sessions.create()).session_id
+    for attempt in (svc.turns.abort(sid), svc.turns.settle(sid)):
         with pytest.raises(TurnStateConflict) as caught:
             await attempt
         assert caught.value.authored == sid and caught.value.reason.startswith("has no turn in flight")
         assert str(caught.value).startswith(f"session {sid} has no turn in flight")
     with pytest.raises(InvalidSessionInput) as caught:
-        await svc.rename(sid, "  ")
+        await svc.sessions.rename(sid, "  ")
     assert (caught.value.authored, caught.value.reason) == ('name "  "', "is blank; a session name needs a visible character")
     with pytest.raises(InvalidSessionInput) as caught:
-        await svc.begin_turn(sid, "\t")
+        await svc.turns.begin_turn(sid, "\t")
     assert caught.value.authored == 'prompt "\\t"'
-    await svc.begin_turn(sid, "one")
+    await svc.turns.begin_turn(sid, "one")
     with pytest.raises(TurnStateConflict) as caught:
-        await svc.begin_turn(sid, "two")
+        await svc.turns.begin_turn(sid, "two")
     assert caught.value.reason == "has turn 1 in flight; settle or abort it before beginning another"
 
 
 async def test_a_refused_record_names_the_session(root):
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
-    await svc.begin_turn(sid, "calls a tool")
-    await svc.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
+    sid = (await svc.sessions.create()).session_id
+    await svc.turns.begin_turn(sid, "calls a tool")
+    await svc.turns.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
     with pytest.raises(SessionConflict) as caught:
-        await svc.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
+        await svc.turns.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
     assert (caught.value.authored, error_kind(caught.value)) == (sid, "conflict")
     assert "tool call c1 was already recorded" in caught.value.reason
     with pytest.raises(SessionConflict) as caught:
-        await svc.append(sid, EvidenceInput("tool_result", call_id="c9", output="x"))
+        await svc.turns.append(sid, EvidenceInput("tool_result", call_id="c9", output="x"))
     assert "c9" in caught.value.reason and str(caught.value).startswith(f"session {sid}: ")

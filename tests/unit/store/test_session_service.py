@@ -68,9 +68,9 @@ async def committed(root: Path, session_id: str) -> Conversation:
 
 
 async def one_turn(svc: SessionService, sid: str, prompt: str = "do the thing", answer: str = "done") -> None:
-    await svc.begin_turn(sid, prompt)
-    await svc.append(sid, EvidenceInput("response", text=answer))
-    await svc.settle(sid)
+    await svc.turns.begin_turn(sid, prompt)
+    await svc.turns.append(sid, EvidenceInput("response", text=answer))
+    await svc.turns.settle(sid)
 
 
 async def wait_until_expired(root: Path, sid: str) -> None:
@@ -83,15 +83,15 @@ async def wait_until_expired(root: Path, sid: str) -> None:
 
 async def test_create_is_lazy_and_an_empty_close_writes_nothing(root):
     svc = service(root)
-    info = await svc.create("  Refactor   the parser ")
+    info = await svc.sessions.create("  Refactor   the parser ")
     assert info.display_name == "Refactor the parser" and info.named
     assert not info.materialized and info.head is None
     assert session_dirs(root) == []
-    listing = await svc.list()
+    listing = await svc.sessions.list()
     assert [row.session_id for row in listing.rows] == [info.session_id]
     assert listing.unsaved == (info.session_id,) and listing.rows[0].action.value == "Switch"
-    assert (await svc.save(info.session_id)).note.startswith("nothing to save")
-    assert await svc.close(info.session_id) is not None
+    assert (await svc.sessions.save(info.session_id)).note.startswith("nothing to save")
+    assert await svc.sessions.close(info.session_id) is not None
     assert session_dirs(root) == []
     assert not svc.is_open(info.session_id)
 
@@ -99,17 +99,17 @@ async def test_create_is_lazy_and_an_empty_close_writes_nothing(root):
 async def test_first_settle_materializes_and_each_settle_is_one_publication(root):
     (root / "src.py").write_text("print('old')\n")
     svc = service(root)
-    sid = (await svc.create()).session_id
-    started = await svc.begin_turn(sid, "fix src.py")
+    sid = (await svc.sessions.create()).session_id
+    started = await svc.turns.begin_turn(sid, "fix src.py")
     assert started.turn == 1 and not started.reminder
-    captured = await svc.capture_file(sid, "src.py")
+    captured = await svc.turns.capture_file(sid, "src.py")
     assert (captured.state, captured.size) == ("present", 13)
     (root / "src.py").write_text("print('new')\n")
-    await svc.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments='{"path": "src.py"}'))
-    await svc.append(sid, EvidenceInput("tool_result", call_id="c1", output="ok"))
-    await svc.append(sid, EvidenceInput("response", text="Fixed."))
+    await svc.turns.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments='{"path": "src.py"}'))
+    await svc.turns.append(sid, EvidenceInput("tool_result", call_id="c1", output="ok"))
+    await svc.turns.append(sid, EvidenceInput("response", text="Fixed."))
     assert session_dirs(root) == []  # nothing before settlement
-    result = await svc.settle(sid)
+    result = await svc.turns.settle(sid)
     assert result.committed and result.materialized
     assert session_dirs(root) == [sid]
     assert len(publications(root, sid)) == 1
@@ -125,135 +125,135 @@ async def test_first_settle_materializes_and_each_settle_is_one_publication(root
 
 async def test_settle_publishes_only_what_changed(root):
     svc = service(root)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await one_turn(svc, sid)
-    await svc.begin_turn(sid, "next")
-    result = await svc.settle(sid)
+    await svc.turns.begin_turn(sid, "next")
+    result = await svc.turns.settle(sid)
     assert set(result.written) == {"session.json", "segment-0001/part-000001.chat.jsonl", "index/prompts-000001.jsonl"}
 
 
 async def test_checkpoint_saves_an_unfinished_turn_without_settling_it(root):
     svc = service(root)
-    sid = (await svc.create()).session_id
-    await svc.begin_turn(sid, "long task")
-    await svc.append(sid, EvidenceInput("response", text="halfway"))
-    result = await svc.checkpoint(sid)
+    sid = (await svc.sessions.create()).session_id
+    await svc.turns.begin_turn(sid, "long task")
+    await svc.turns.append(sid, EvidenceInput("response", text="halfway"))
+    result = await svc.turns.checkpoint(sid)
     assert result.committed and result.materialized
     fresh = await committed(root, sid)
     assert fresh.open_turn is not None and fresh.sidecar.total_turn_count == 0
-    assert (await svc.checkpoint(sid)).committed is False  # nothing new
+    assert (await svc.turns.checkpoint(sid)).committed is False  # nothing new
     with pytest.raises(ConversationError):
-        await svc.checkpoint((await svc.create()).session_id)  # no turn in flight
+        await svc.turns.checkpoint((await svc.sessions.create()).session_id)  # no turn in flight
 
 
 async def test_explicit_save_publishes_even_when_nothing_changed(root):
     svc = service(root)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await one_turn(svc, sid)
     before = svc.info(sid).head
-    result = await svc.save(sid)
+    result = await svc.sessions.save(sid)
     assert result.committed and result.head != before and result.written == ()
-    assert (await svc.close(sid)).committed is False  # the close save finds nothing new
+    assert (await svc.sessions.close(sid)).committed is False  # the close save finds nothing new
 
 
 async def test_rename_publishes_only_display_metadata(root):
     svc = service(root)
-    sid = (await svc.create()).session_id
-    assert (await svc.rename(sid, "Early name")).display_name == "Early name"
+    sid = (await svc.sessions.create()).session_id
+    assert (await svc.sessions.rename(sid, "Early name")).display_name == "Early name"
     assert session_dirs(root) == []  # a lazy session's name waits for its first save
     await one_turn(svc, sid)
     assert (await committed(root, sid)).sidecar.display_name == "Early name"
     changes = []
     svc.on_change.append(changes.append)
     head = svc.info(sid).head
-    info = await svc.rename(sid, "Parser\tcleanup")
+    info = await svc.sessions.rename(sid, "Parser\tcleanup")
     assert info.display_name == "Parser cleanup" and info.head != head
     assert [c.reason for c in changes] == ["renamed"]
     assert (await committed(root, sid)).sidecar.display_name == "Parser cleanup"
     with pytest.raises(InvalidSessionInput):
-        await svc.rename(sid, " \n ")
+        await svc.sessions.rename(sid, " \n ")
 
 
 async def test_a_second_client_joins_read_only_and_its_writes_are_refused(root):
     mine = service(root)
-    sid = (await mine.create()).session_id
+    sid = (await mine.sessions.create()).session_id
     await one_turn(mine, sid)
     theirs = service(root, OTHER)
-    opened = await theirs.open(sid)
+    opened = await theirs.sessions.open(sid)
     assert opened.action == "join" and opened.info.access is Access.READ_ONLY
     assert opened.info.holder_host == "workstation"
-    for attempt in (theirs.begin_turn(sid, "x"), theirs.rename(sid, "y"), theirs.save(sid)):
+    for attempt in (theirs.turns.begin_turn(sid, "x"), theirs.sessions.rename(sid, "y"), theirs.sessions.save(sid)):
         with pytest.raises(SessionReadOnly) as refused:
             await attempt
         assert error_kind(refused.value) == "read-only"
     with pytest.raises(LeaseHeld):
-        await theirs.open(sid, "resume")
+        await theirs.sessions.open(sid, "resume")
     # The joined view follows the owner's committed turns.
     await one_turn(mine, sid, "another")
-    assert len(await theirs.turns(sid)) == 2
-    await mine.close(sid)
-    resumed = await theirs.open(sid, "resume")
+    assert len(await theirs.turns.summaries(sid)) == 2
+    await mine.sessions.close(sid)
+    resumed = await theirs.sessions.open(sid, "resume")
     assert resumed.action == "resume" and resumed.info.access is Access.WRITABLE
     assert resumed.info.reconciliation_pending
-    started = await theirs.begin_turn(sid, "after resume")
+    started = await theirs.turns.begin_turn(sid, "after resume")
     assert started.reminder
 
 
 async def test_resume_settles_a_turn_in_flight_as_interrupted(root):
     crashed = service(root)
-    sid = (await crashed.create()).session_id
-    await crashed.begin_turn(sid, "never finished")
-    await crashed.checkpoint(sid)
-    await crashed.detach()  # the process goes away holding its lease
+    sid = (await crashed.sessions.create()).session_id
+    await crashed.turns.begin_turn(sid, "never finished")
+    await crashed.turns.checkpoint(sid)
+    await crashed.sessions.detach()  # the process goes away holding its lease
     other = service(root, OTHER, lease_seconds=60)
     with pytest.raises(LeaseHeld):
-        await other.open(sid, "resume")
+        await other.sessions.open(sid, "resume")
     same_client_restarted = service(root, ClientIdentity("client-me", "workstation"))
-    continued = await same_client_restarted.open(sid)
+    continued = await same_client_restarted.sessions.open(sid)
     # Its own live lease: the same client continues, nothing is interrupted.
     assert continued.interrupted_turn is None and continued.info.open_turn == 1
-    await same_client_restarted.close(sid)
-    resumed = await other.open(sid)
+    await same_client_restarted.sessions.close(sid)
+    resumed = await other.sessions.open(sid)
     assert resumed.interrupted_turn == 1 and resumed.info.open_turn is None
     fresh = await committed(root, sid)
-    assert [t.state for t in await other.turns(sid)] == ["interrupted"]
+    assert [t.state for t in await other.turns.summaries(sid)] == ["interrupted"]
     assert fresh.sidecar.reconciliation_pending
-    assert (await other.begin_turn(sid, "and now")).reminder
-    assert [t.reminder for t in await other.turns(sid)] == [False, True]
+    assert (await other.turns.begin_turn(sid, "and now")).reminder
+    assert [t.reminder for t in await other.turns.summaries(sid)] == [False, True]
 
 
 async def test_expired_foreign_lease_needs_confirmation_and_the_stale_owner_is_refused(root):
     stale = service(root, lease_seconds=1, renew_every=3600)
-    sid = (await stale.create()).session_id
+    sid = (await stale.sessions.create()).session_id
     await one_turn(stale, sid)
-    await stale.begin_turn(sid, "stale work")
+    await stale.turns.begin_turn(sid, "stale work")
     await stale.session(sid).stop_renewal()  # the owner stalls
     await wait_until_expired(root, sid)
-    rows = {row.session_id: row for row in (await service(root, OTHER).list()).rows}
+    rows = {row.session_id: row for row in (await service(root, OTHER).sessions.list()).rows}
     assert rows[sid].action.value == "Take over" and rows[sid].holder_host == "workstation"
     successor = service(root, OTHER)
     with pytest.raises(TakeoverNeedsConfirmation) as asked:
-        await successor.open(sid)
+        await successor.sessions.open(sid)
     assert asked.value.holder_host == "workstation" and error_kind(asked.value) == "takeover-needs-confirmation"
     with pytest.raises(TakeoverNeedsConfirmation):
-        await successor.open(sid, "takeover")
-    taken = await successor.open(sid, "takeover", confirm_takeover=True)
+        await successor.sessions.open(sid, "takeover")
+    taken = await successor.sessions.open(sid, "takeover", confirm_takeover=True)
     assert taken.action == "takeover" and taken.info.access is Access.WRITABLE
     changes = []
     stale.on_change.append(changes.append)
     with pytest.raises(LeaseLost) as refused:
-        await stale.settle(sid)
+        await stale.turns.settle(sid)
     assert "lease lost" in str(refused.value) and error_kind(refused.value) == "lease-lost"
     assert stale.info(sid).access is Access.READ_ONLY
     assert [c.reason for c in changes] == ["read-only"]
     with pytest.raises(SessionReadOnly):
-        await stale.begin_turn(sid, "again")
+        await stale.turns.begin_turn(sid, "again")
     assert (await committed(root, sid)).sidecar.total_turn_count == 1
 
 
 async def test_background_renewal_keeps_the_lease_and_a_superseded_lease_turns_read_only(root):
     svc = service(root, lease_seconds=30, renew_every=0.05)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await one_turn(svc, sid)
     renewal = svc.session(sid).renewal
     assert renewal is not None and renewal.running
@@ -278,20 +278,20 @@ async def test_background_renewal_keeps_the_lease_and_a_superseded_lease_turns_r
 async def test_a_failed_publication_is_pending_until_retried(root):
     target = FaultInjectingTarget(LocalTarget(root))
     svc = SessionService(target, ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await one_turn(svc, sid)
-    await svc.begin_turn(sid, "will fail to save")
+    await svc.turns.begin_turn(sid, "will fail to save")
     target.arm(3, "error")  # inside the publication program
     with pytest.raises(PublicationFailed):
-        await svc.settle(sid)
+        await svc.turns.settle(sid)
     info = svc.info(sid)
     assert info.pending_publication and info.settled_turns == 2
     assert (await committed(root, sid)).sidecar.total_turn_count == 1
     with pytest.raises(PublicationPending):
-        await svc.begin_turn(sid, "blocked")
+        await svc.turns.begin_turn(sid, "blocked")
     with pytest.raises(PublicationPending):
-        await svc.close(sid)
-    result = await svc.retry_publication(sid)
+        await svc.sessions.close(sid)
+    result = await svc.sessions.retry_publication(sid)
     assert result.committed and svc.info(sid).pending_publication is None
     assert (await committed(root, sid)).sidecar.total_turn_count == 2
 
@@ -299,58 +299,58 @@ async def test_a_failed_publication_is_pending_until_retried(root):
 async def test_an_abandoned_publication_goes_out_with_the_next_save(root):
     target = FaultInjectingTarget(LocalTarget(root))
     svc = SessionService(target, ME)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await one_turn(svc, sid)
-    await svc.begin_turn(sid, "fails")
+    await svc.turns.begin_turn(sid, "fails")
     target.arm(1, "error")
     with pytest.raises(PublicationFailed):
-        await svc.settle(sid)
-    assert await svc.abandon_publication(sid)
-    assert not await svc.abandon_publication(sid)
+        await svc.turns.settle(sid)
+    assert await svc.sessions.abandon_publication(sid)
+    assert not await svc.sessions.abandon_publication(sid)
     await one_turn(svc, sid, "third")
     assert (await committed(root, sid)).sidecar.total_turn_count == 3
 
 
 async def test_turns_and_a_turn_for_open_and_closed_sessions(root):
     svc = service(root)
-    sid = (await svc.create()).session_id
-    await svc.begin_turn(sid, "first prompt")
-    await svc.append(sid, EvidenceInput("reasoning", text="hidden"))
-    await svc.append(sid, EvidenceInput("tool_call", call_id="t1", name="grep", arguments="{}"))
-    await svc.append(sid, EvidenceInput("tool_result", call_id="t1", output="3 hits", is_error=False))
-    await svc.append(sid, EvidenceInput("mail", mail_id="m1", sender="agent://helper", text="result"))
-    await svc.settle(sid, "errored", reason="provider failed")
-    await svc.begin_turn(sid, "second prompt")
-    summaries = await svc.turns(sid)
+    sid = (await svc.sessions.create()).session_id
+    await svc.turns.begin_turn(sid, "first prompt")
+    await svc.turns.append(sid, EvidenceInput("reasoning", text="hidden"))
+    await svc.turns.append(sid, EvidenceInput("tool_call", call_id="t1", name="grep", arguments="{}"))
+    await svc.turns.append(sid, EvidenceInput("tool_result", call_id="t1", output="3 hits", is_error=False))
+    await svc.turns.append(sid, EvidenceInput("mail", mail_id="m1", sender="agent://helper", text="result"))
+    await svc.turns.settle(sid, "errored", reason="provider failed")
+    await svc.turns.begin_turn(sid, "second prompt")
+    summaries = await svc.turns.summaries(sid)
     assert [(t.turn, t.state, t.preview) for t in summaries] == [(1, "errored", "first prompt"), (2, "in-flight", "second prompt")]
     assert summaries[0].tool_calls == 1 and summaries[0].reason == "provider failed"
-    detail = await svc.turn(sid, 1)
+    detail = await svc.turns.detail(sid, 1)
     assert [item.kind for item in detail.items] == ["reasoning", "tool_call", "tool_result", "mail"]
     assert "**Tool call** `grep`" in detail.markdown and "hidden" not in detail.markdown
     assert "*Turn 1 errored: provider failed*" in detail.markdown
     with pytest.raises(NoSuchTurn):
-        await svc.turn(sid, 3)
-    await svc.close(sid)
+        await svc.turns.detail(sid, 3)
+    await svc.sessions.close(sid)
     reader = service(root, OTHER)
-    assert [t.state for t in await reader.turns(sid)] == ["errored", "in-flight"]
-    assert (await reader.turn(sid, 2)).prompt == "second prompt"
+    assert [t.state for t in await reader.turns.summaries(sid)] == ["errored", "in-flight"]
+    assert (await reader.turns.detail(sid, 2)).prompt == "second prompt"
 
 
 async def test_captures_gaps_and_bad_paths(root):
     (root / "big.bin").write_bytes(b"x" * 2048)
     svc = service(root, max_snapshot_bytes=1024)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     with pytest.raises(ConversationError):
-        await svc.capture_file(sid, "big.bin")  # no turn in flight
-    await svc.begin_turn(sid, "touch files")
-    assert (await svc.capture_file(sid, "big.bin")).state == "gap"
-    assert (await svc.capture_file(sid, "new.txt")).state == "absent"
-    assert (await svc.capture_file(sid, "run.sh", gap="a shell command may write it")).state == "gap"
+        await svc.turns.capture_file(sid, "big.bin")  # no turn in flight
+    await svc.turns.begin_turn(sid, "touch files")
+    assert (await svc.turns.capture_file(sid, "big.bin")).state == "gap"
+    assert (await svc.turns.capture_file(sid, "new.txt")).state == "absent"
+    assert (await svc.turns.capture_file(sid, "run.sh", gap="a shell command may write it")).state == "gap"
     for bad in ("../outside", "/etc/passwd", ".mevedel/workspace-id", ""):
         with pytest.raises(InvalidSessionInput):
-            await svc.capture_file(sid, bad)
+            await svc.turns.capture_file(sid, bad)
     (root / "new.txt").write_text("created\n")
-    await svc.settle(sid)
+    await svc.turns.settle(sid)
     files = (await committed(root, sid)).file_snapshots()[0].files
     assert files["big.bin"].gap.startswith("the file is larger")
     assert type(files["new.txt"].pre).__name__ == "Absent" and files["new.txt"].post.size == 8
@@ -359,47 +359,47 @@ async def test_captures_gaps_and_bad_paths(root):
 
 async def test_an_incompatible_session_is_refused_not_guessed(root):
     svc = service(root)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     await one_turn(svc, sid)
-    await svc.close(sid)
+    await svc.sessions.close(sid)
     lease = await acquire_lease(LocalTarget(root), sid, OTHER)
     from mevedel_server.store import Publisher
 
     await Publisher(lease).publish({SIDECAR_PATH: b'{"format_version": 99}'})
     await lease.release()
     with pytest.raises(SessionIncompatible) as refused:
-        await service(root, OTHER).open(sid)
+        await service(root, OTHER).sessions.open(sid)
     assert "format_version 99" in str(refused.value) and error_kind(refused.value) == "incompatible"
 
 
 async def test_unknown_sessions_and_bad_input_have_kinds(root):
     svc = service(root)
     with pytest.raises(SessionNotOpen) as not_open:
-        await svc.begin_turn("2026-07-19T09-47-bf87b5dd793a", "x")
+        await svc.turns.begin_turn("2026-07-19T09-47-bf87b5dd793a", "x")
     assert error_kind(not_open.value) == "owner-missing"
     from mevedel_server.store import InvalidSessionId, SessionMissing
 
     with pytest.raises(InvalidSessionId) as bad_id:
-        await svc.open("not-a-session")
+        await svc.sessions.open("not-a-session")
     assert error_kind(bad_id.value) == "invalid-params"
     with pytest.raises(SessionMissing) as missing:
-        await svc.open("2026-07-19T09-47-bf87b5dd793a")
+        await svc.sessions.open("2026-07-19T09-47-bf87b5dd793a")
     assert error_kind(missing.value) == "missing-target"
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     with pytest.raises(InvalidSessionInput):
-        await svc.begin_turn(sid, "   ")
-    await svc.begin_turn(sid, "ok")
+        await svc.turns.begin_turn(sid, "   ")
+    await svc.turns.begin_turn(sid, "ok")
     with pytest.raises(InvalidSessionInput):
-        await svc.append(sid, EvidenceInput("tool_call", call_id="c"))
+        await svc.turns.append(sid, EvidenceInput("tool_call", call_id="c"))
     with pytest.raises(InvalidSessionInput):
-        await svc.append(sid, EvidenceInput("verdict", text="x"))
+        await svc.turns.append(sid, EvidenceInput("verdict", text="x"))
     with pytest.raises(ConversationError) as orphan:
-        await svc.append(sid, EvidenceInput("tool_result", call_id="never", output="x"))
+        await svc.turns.append(sid, EvidenceInput("tool_result", call_id="never", output="x"))
     assert error_kind(orphan.value) == "conflict"
     with pytest.raises(InvalidSessionInput):
-        await svc.settle(sid, "finished")
+        await svc.turns.settle(sid, "finished")
     with pytest.raises(InvalidSessionInput):
-        await svc.open(sid, "borrow")
+        await svc.sessions.open(sid, "borrow")
 
 
 def test_every_service_kind_is_a_documented_protocol_kind():
@@ -460,14 +460,14 @@ def _symlinked_lease_dir(root: Path, sid: str) -> None:
 )
 async def test_bad_bytes_refuse_the_open_and_nothing_is_written_or_deleted(root, tamper, kind, says):
     svc = service(root)
-    sid = (await svc.create("Bad bytes")).session_id
+    sid = (await svc.sessions.create("Bad bytes")).session_id
     await one_turn(svc, sid)
-    await svc.close(sid)
+    await svc.sessions.close(sid)
     tamper(root, sid)
     before = _tree(root)
     for mode in ("auto", "resume", "join"):
         with pytest.raises(Exception) as refused:
-            await service(root, OTHER).open(sid, mode)
+            await service(root, OTHER).sessions.open(sid, mode)
         assert error_kind(refused.value) == kind, (mode, refused.value)
         assert says in str(refused.value) and str(root) not in str(refused.value)
     assert _tree(root) == before
@@ -475,7 +475,7 @@ async def test_bad_bytes_refuse_the_open_and_nothing_is_written_or_deleted(root,
 
 async def test_session_files_written_before_the_first_save_do_not_block_it(root):
     svc = service(root)
-    sid = (await svc.create()).session_id
+    sid = (await svc.sessions.create()).session_id
     local = root / ".mevedel" / "sessions" / sid / "local" / "plans"
     local.mkdir(parents=True)  # work://plans/... written through the resolver
     (local / "plan.md").write_text("step\n")
@@ -486,13 +486,13 @@ async def test_session_files_written_before_the_first_save_do_not_block_it(root)
     other = service(root, OTHER)
     from mevedel_server.store import SessionOccupied
 
-    clash = await other.create()
+    clash = await other.sessions.create()
     taken = root / ".mevedel" / "sessions" / clash.session_id
     (taken / ".lease").mkdir(parents=True)
     (taken / ".lease" / "generation-00000000000000000001.json").write_bytes(b"{}")
-    await other.begin_turn(clash.session_id, "x")
+    await other.turns.begin_turn(clash.session_id, "x")
     with pytest.raises(SessionOccupied):
-        await other.settle(clash.session_id)
+        await other.turns.settle(clash.session_id)
 
 
 async def test_reading_a_session_not_open_here_costs_two_programs(tmp_path):
@@ -510,11 +510,11 @@ async def test_reading_a_session_not_open_here_costs_two_programs(tmp_path):
             return await self.inner.run(program)
 
     writer = SessionService(LocalTarget(tmp_path), ClientIdentity("writer", "desk"))
-    sid = (await writer.create()).session_id
-    await writer.begin_turn(sid, "first")
-    await writer.settle(sid)
-    await writer.close(sid)
+    sid = (await writer.sessions.create()).session_id
+    await writer.turns.begin_turn(sid, "first")
+    await writer.turns.settle(sid)
+    await writer.sessions.close(sid)
     counted = Counting(LocalTarget(tmp_path))
     reader = SessionService(counted, ClientIdentity("reader", "laptop"))
-    assert [t.preview for t in await reader.turns(sid)] == ["first"]
+    assert [t.preview for t in await reader.turns.summaries(sid)] == ["first"]
     assert counted.programs == 2

@@ -84,16 +84,16 @@ async def retained_for_redo(root: Path, session_id: str) -> set[str]:
 
 async def test_settled_turns_leave_only_what_redo_offers_and_the_newest_three(tmp_path):
     service = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3)
-    session_id = (await service.create()).session_id
+    session_id = (await service.sessions.create()).session_id
     stamp = Stamps(tmp_path)
     for n in range(1, 13):
-        await service.begin_turn(session_id, f"prompt {n}")
-        await service.checkpoint(session_id)  # a mid-turn publication, superseded at once
+        await service.turns.begin_turn(session_id, f"prompt {n}")
+        await service.turns.checkpoint(session_id)  # a mid-turn publication, superseded at once
         stamp()
-        await service.append(session_id, EvidenceInput("response", text=f"answer {n}"))
-        await service.checkpoint(session_id)
+        await service.turns.append(session_id, EvidenceInput("response", text=f"answer {n}"))
+        await service.turns.checkpoint(session_id)
         stamp()
-        await service.settle(session_id)
+        await service.turns.settle(session_id)
         stamp()
         await idle(service)
         # Every settled turn stays offered by Redo, collected mid-turn or not.
@@ -107,27 +107,27 @@ async def test_settled_turns_leave_only_what_redo_offers_and_the_newest_three(tm
     # Everything that stayed still reads.
     committed = await read_committed(LocalTarget(tmp_path), session_id)
     assert len(await committed.read_all()) > 0
-    await service.close(session_id)
+    await service.sessions.close(session_id)
 
 
 async def test_a_lease_acquiring_open_collects_what_an_earlier_client_left(tmp_path):
     plain = SessionService(LocalTarget(tmp_path), ME)  # collects nothing
-    session_id = (await plain.create()).session_id
+    session_id = (await plain.sessions.create()).session_id
     for n in range(6):
-        await plain.begin_turn(session_id, f"prompt {n}")
-        await plain.checkpoint(session_id)
-        await plain.settle(session_id)
+        await plain.turns.begin_turn(session_id, f"prompt {n}")
+        await plain.turns.checkpoint(session_id)
+        await plain.turns.settle(session_id)
         age(tmp_path)
-    await plain.close(session_id)
+    await plain.sessions.close(session_id)
     age(tmp_path)
     before = publications(tmp_path, session_id)
     collecting = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3)
-    await collecting.open(session_id)
+    await collecting.sessions.open(session_id)
     await idle(collecting)
     after = publications(tmp_path, session_id)
     assert len(after) < len(before)
     assert await retained_for_redo(tmp_path, session_id) <= after
-    await collecting.close(session_id)
+    await collecting.sessions.close(session_id)
 
 
 async def test_a_one_command_service_collects_once_when_it_detaches(tmp_path):
@@ -135,19 +135,19 @@ async def test_a_one_command_service_collects_once_when_it_detaches(tmp_path):
     command runs (over SSH each job is several round trips), and the one job
     due runs when the command detaches, leaving what Redo offers."""
     service = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3, one_command=True)
-    session_id = (await service.create()).session_id
+    session_id = (await service.sessions.create()).session_id
     stamp = Stamps(tmp_path)
     for n in range(1, 7):
-        await service.begin_turn(session_id, f"prompt {n}")
-        await service.checkpoint(session_id)
+        await service.turns.begin_turn(session_id, f"prompt {n}")
+        await service.turns.checkpoint(session_id)
         stamp()
-        await service.settle(session_id)
+        await service.turns.settle(session_id)
         stamp()
         assert not service.session(session_id).collector.running
     collector = service.session(session_id).collector
     before = publications(tmp_path, session_id)
     assert collector.steps == 0 and len(before) >= 12
-    await service.detach()
+    await service.sessions.detach()
     after = publications(tmp_path, session_id)
     assert collector.steps >= 1 and len(after) < len(before)
     assert await retained_for_redo(tmp_path, session_id) <= after
@@ -159,10 +159,10 @@ async def test_expired_sessions_are_removed_when_the_sessions_are_listed(tmp_pat
     for n in range(1, 7):
         await aged_session(target, tmp_path, sid(n), 40 + n, now=now)
     service = SessionService(target, ME, session_max_age_days=30, session_keep_recent=3)
-    listing = await service.list()
+    listing = await service.sessions.list()
     assert remaining(tmp_path) == {sid(1), sid(2), sid(3)}
     assert {row.session_id for row in listing.rows} == {sid(1), sid(2), sid(3)}
-    assert {r.session_id for r in service.last_cleanup.removed} == {sid(4), sid(5), sid(6)}
+    assert {r.session_id for r in service.sessions.last_cleanup.removed} == {sid(4), sid(5), sid(6)}
 
 
 async def test_a_bare_service_removes_nothing(tmp_path):
@@ -170,7 +170,7 @@ async def test_a_bare_service_removes_nothing(tmp_path):
     now = int(time.time())
     for n in range(1, 6):
         await aged_session(target, tmp_path, sid(n), 40 + n, now=now)
-    await SessionService(target, ME).list()
+    await SessionService(target, ME).sessions.list()
     assert len(remaining(tmp_path)) == 5
 
 
@@ -237,9 +237,9 @@ async def committed_records(root: Path, session_id: str) -> tuple[bool, str]:
 
 async def test_a_turn_in_flight_is_published_every_checkpoint_interval(tmp_path):
     service = SessionService(LocalTarget(tmp_path), ME, checkpoint_seconds=0.2)
-    session_id = (await service.create()).session_id
-    await service.begin_turn(session_id, "a long turn")
-    await service.append(session_id, EvidenceInput("response", text="the first half"))
+    session_id = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(session_id, "a long turn")
+    await service.turns.append(session_id, EvidenceInput("response", text="the first half"))
     # No save was asked for; the timer publishes the unfinished turn.
     for _ in range(500):
         await asyncio.sleep(0.02)
@@ -248,28 +248,28 @@ async def test_a_turn_in_flight_is_published_every_checkpoint_interval(tmp_path)
             break
     else:
         raise AssertionError("the turn in flight was never checkpointed")
-    await service.append(session_id, EvidenceInput("response", text="the second half"))
+    await service.turns.append(session_id, EvidenceInput("response", text="the second half"))
     for _ in range(500):
         await asyncio.sleep(0.02)
         if "second half" in (await committed_records(tmp_path, session_id))[1]:
             break
     else:
         raise AssertionError("the second checkpoint never came")
-    await service.settle(session_id)
+    await service.turns.settle(session_id)
     timer = service.session(session_id).checkpoints
     await asyncio.sleep(0.5)
     assert not timer.running
     assert (await committed_records(tmp_path, session_id))[0] is False
-    await service.close(session_id)
+    await service.sessions.close(session_id)
 
 
 async def test_no_checkpoint_timer_runs_without_a_turn_in_flight(tmp_path):
     service = SessionService(LocalTarget(tmp_path), ME, checkpoint_seconds=0.05)
-    session_id = (await service.create()).session_id
-    await service.begin_turn(session_id, "short")
-    await service.settle(session_id)
+    session_id = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(session_id, "short")
+    await service.turns.settle(session_id)
     head = service.info(session_id).head
     await asyncio.sleep(0.3)
     assert service.info(session_id).head == head  # nothing new was published
     assert not service.session(session_id).checkpoints.running
-    await service.close(session_id)
+    await service.sessions.close(session_id)

@@ -326,11 +326,11 @@ async def test_an_existing_artifacts_own_conversation_is_kept_however_old(tmp_pa
     work = SessionArtifacts(ArtifactStore(target, ME), service)
     item = await work.store.create("whiteboard", "Board", None)
     assert await work.store.set_dedicated_session(item.item_id, sid(1), expected=None)
-    report = await service.sweep_expired(force=True)
+    report = await service.sessions.sweep_expired(force=True)
     assert remaining(tmp_path) == {sid(1)}
     assert "Board" in {k.name: k.reason for k in report.kept}[sid(1)]
     await work.store.delete(item.item_id)
-    await service.sweep_expired(force=True)
+    await service.sessions.sweep_expired(force=True)
     assert remaining(tmp_path) == set()
 
 
@@ -359,12 +359,12 @@ async def test_a_listing_sweeps_from_its_own_survey_and_asks_the_artifact_store_
     counted = CountingPrograms(target)
     service = SessionService(counted, ME, session_max_age_days=30, session_keep_recent=0)
     SessionArtifacts(ArtifactStore(counted, ME), service)  # installs the expiry exemptions, as the front ends do
-    listing = await service.list()
+    listing = await service.sessions.list()
     assert {r.session_id for r in listing.rows} == {sid(1), sid(2), sid(3)}
     assert counted.programs == 2  # the sessions directory, then one survey of all three
     await aged_session(target, tmp_path, sid(4), 45, now=now)
     again = SessionService(counted, ME, session_max_age_days=30, session_keep_recent=0)
     SessionArtifacts(ArtifactStore(counted, ME), again)
-    listing = await again.list()
+    listing = await again.sessions.list()
     assert {r.session_id for r in listing.rows} == {sid(1), sid(2), sid(3)}
     assert remaining(tmp_path) == {sid(1), sid(2), sid(3)}

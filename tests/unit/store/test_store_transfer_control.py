@@ -34,10 +34,10 @@ def client(root, name: str, host: str, lease_seconds: int = 60) -> tuple[Session
 
 
 async def turn(service: SessionService, sid: str, prompt: str, *, settle: bool = True) -> None:
-    await service.begin_turn(sid, prompt)
-    await service.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await service.turns.begin_turn(sid, prompt)
+    await service.turns.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
     if settle:
-        await service.settle(sid)
+        await service.turns.settle(sid)
 
 
 def phases(events: list) -> list[str]:
@@ -46,7 +46,7 @@ def phases(events: list) -> list[str]:
 
 async def owned_session(root):
     owner = client(root, "desk-client", "desk")
-    sid = (await owner[0].create()).session_id
+    sid = (await owner[0].sessions.create()).session_id
     await turn(owner[0], sid, "first")
     return owner, sid
 
@@ -82,17 +82,17 @@ async def test_grant_drains_the_turn_in_flight_then_hands_over(tmp_path):
     await asker_ctl.poll()
     assert phases(asker_events) == ["requested", "granted"]
     with pytest.raises(TransferDraining):
-        await owner.rename(sid, "Renamed while draining")  # no new mutation ...
-    await owner.append(sid, EvidenceInput("response", text="more of the turn"))
-    await owner.checkpoint(sid)
-    await owner.settle(sid)  # ... but the turn in flight may finish
+        await owner.sessions.rename(sid, "Renamed while draining")  # no new mutation ...
+    await owner.turns.append(sid, EvidenceInput("response", text="more of the turn"))
+    await owner.turns.checkpoint(sid)
+    await owner.turns.settle(sid)  # ... but the turn in flight may finish
     with pytest.raises(TransferDraining, match="being handed to laptop"):
-        await owner.begin_turn(sid, "third")  # ... new work may not start
+        await owner.turns.begin_turn(sid, "third")  # ... new work may not start
     await owner_ctl.poll()
     assert phases(owner_events)[-1] == "released"
     assert owner.info(sid).access.value == "read-only"
     with pytest.raises(SessionReadOnly):
-        await owner.begin_turn(sid, "third")
+        await owner.turns.begin_turn(sid, "third")
     await asker_ctl.poll()
     assert phases(asker_events)[-1] == "acquired"
     info = asker.info(sid)
@@ -100,7 +100,7 @@ async def test_grant_drains_the_turn_in_flight_then_hands_over(tmp_path):
     await turn(asker, sid, "third")
     third = client(tmp_path, "tablet-client", "tablet")
     with pytest.raises(LeaseHeld):
-        await third[0].open(sid, "resume")
+        await third[0].sessions.open(sid, "resume")
     # and back again: the old owner is a requester like any other
     back = await owner_ctl.take(sid)
     assert back.outcome == "requested"
@@ -131,13 +131,13 @@ async def test_an_unanswered_request_is_granted_after_the_timeout(tmp_path):
 async def test_release_control_saves_and_follows(tmp_path):
     (owner, owner_ctl, owner_events), sid = await owned_session(tmp_path)
     asker, asker_ctl, _ = client(tmp_path, "laptop-client", "laptop")
-    await asker.open(sid, "join")
+    await asker.sessions.open(sid, "join")
     result, info = await owner_ctl.release(sid)
     assert result is not None and result.committed and info.access.value == "read-only"
     taken = await asker_ctl.take(sid)
     assert taken.outcome == "acquired" and taken.info.access.value == "writable"
     await turn(asker, sid, "second")
-    assert (await owner.turns(sid))[-1].preview == "second"  # the follower reads the new head
+    assert (await owner.turns.summaries(sid))[-1].preview == "second"  # the follower reads the new head
 
 
 async def test_a_turn_in_flight_refuses_release(tmp_path):
@@ -149,9 +149,9 @@ async def test_a_turn_in_flight_refuses_release(tmp_path):
 
 async def test_an_expired_foreign_lease_is_taken_only_with_confirmation(tmp_path):
     owner = client(tmp_path, "gone-client", "old-laptop", lease_seconds=1)
-    sid = (await owner[0].create()).session_id
+    sid = (await owner[0].sessions.create()).session_id
     await turn(owner[0], sid, "first")
-    await owner[0].detach()
+    await owner[0].sessions.detach()
     asker, asker_ctl, _ = client(tmp_path, "laptop-client", "laptop")
     for _ in ticks():
         if (await observe_lease(asker.target, sid)).standing.value == "expired":
@@ -221,13 +221,13 @@ async def test_a_grant_waits_for_the_operation_in_progress(tmp_path):
     owner_ctl = SessionControl(owner)
     owner_events: list = []
     owner_ctl.on_event.append(owner_events.append)
-    sid = (await owner.create()).session_id
+    sid = (await owner.sessions.create()).session_id
     await turn(owner, sid, "first")
     asker, asker_ctl, asker_events = client(tmp_path, "laptop-client", "laptop")
     await asker_ctl.take(sid)
     await owner_ctl.poll()
     target.gate.clear()
-    renaming = asyncio.get_running_loop().create_task(owner.rename(sid, "Renamed before the hand-over"))
+    renaming = asyncio.get_running_loop().create_task(owner.sessions.rename(sid, "Renamed before the hand-over"))
     await target.held.wait()  # the rename is publishing now
     await owner_ctl.grant(sid)
     assert owner_events[-1].phase == "draining"
@@ -247,10 +247,10 @@ async def test_closing_a_session_ends_its_transfer_in_flight(tmp_path):
     await asker_ctl.take(sid)
     await owner_ctl.poll()
     assert owner_ctl.transfer_in_flight(sid) and asker_ctl.transfer_in_flight(sid)
-    await asker.close(sid)
+    await asker.sessions.close(sid)
     await asker_ctl.poll()
     assert not asker_ctl.transfer_in_flight()
-    await owner.close(sid)
+    await owner.sessions.close(sid)
     await owner_ctl.poll()
     assert not owner_ctl.transfer_in_flight()
 

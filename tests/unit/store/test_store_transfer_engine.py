@@ -17,12 +17,12 @@ async def owned(root) -> tuple[SessionService, SessionControl, str]:
     owner = SessionService(LocalTarget(root), ClientIdentity("desk-client", "desk"))
     control = SessionControl(owner)
     control.configure(prompt_timeout=30)
-    sid = (await owner.create()).session_id
-    await owner.begin_turn(sid, "first")
-    await owner.append(sid, EvidenceInput("response", text="answer"))
-    owner.set_engine(sid, ENGINE)
-    await owner.settle(sid)
-    assert owner.engine(sid) == ENGINE
+    sid = (await owner.sessions.create()).session_id
+    await owner.turns.begin_turn(sid, "first")
+    await owner.turns.append(sid, EvidenceInput("response", text="answer"))
+    owner.agents.set_engine(sid, ENGINE)
+    await owner.turns.settle(sid)
+    assert owner.agents.engine(sid) == ENGINE
     return owner, control, sid
 
 
@@ -37,7 +37,7 @@ async def test_a_grant_hands_over_a_detached_agent_history(tmp_path):
     await owner_ctl.poll()
     await asker_ctl.poll()
     assert asker.info(sid).access.value == "writable"
-    engine = asker.engine(sid)
+    engine = asker.agents.engine(sid)
     assert engine is not None and engine.state is EngineState.DETACHED and engine.native_session_id is None
     assert engine.agent == "claude"  # the session still remembers which agent it uses
 
@@ -45,4 +45,4 @@ async def test_a_grant_hands_over_a_detached_agent_history(tmp_path):
 async def test_releasing_control_detaches_it_too(tmp_path):
     owner, owner_ctl, sid = await owned(tmp_path)
     await owner_ctl.release(sid)
-    assert owner.engine(sid).state is EngineState.DETACHED
+    assert owner.agents.engine(sid).state is EngineState.DETACHED

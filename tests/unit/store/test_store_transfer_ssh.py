@@ -30,10 +30,10 @@ async def test_a_remote_owner_hands_over_to_a_local_requester(ssh_target, tmp_pa
     owner_ctl.configure(prompt_timeout=1)
     owner_events: list = []
     owner_ctl.on_event.append(owner_events.append)
-    sid = (await owner.create()).session_id
-    await owner.begin_turn(sid, "first")
-    await owner.append(sid, EvidenceInput("response", text="done remotely"))
-    await owner.settle(sid)
+    sid = (await owner.sessions.create()).session_id
+    await owner.turns.begin_turn(sid, "first")
+    await owner.turns.append(sid, EvidenceInput("response", text="done remotely"))
+    await owner.turns.settle(sid)
 
     asker = SessionService(LocalTarget(tmp_path), ClientIdentity("local-asker", "laptop"))
     asker_ctl = SessionControl(asker)
@@ -52,5 +52,5 @@ async def test_a_remote_owner_hands_over_to_a_local_requester(ssh_target, tmp_pa
     assert info.access.value == "writable" and info.settled_turns == 1
     head = (await observe_lease(ssh_target, sid)).record
     assert head.client_id == "local-asker" and head.transfer_generation == 2  # the claim consumed the grant
-    await owner.detach()
-    await asker.detach()
+    await owner.sessions.detach()
+    await asker.sessions.detach()

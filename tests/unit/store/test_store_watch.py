@@ -73,15 +73,15 @@ class Wakes:
 
 async def settled_session(root: Path, prompt: str = "first") -> tuple[SessionService, str]:
     owner = SessionService(LocalTarget(root), OWNER)
-    sid = (await owner.create()).session_id
+    sid = (await owner.sessions.create()).session_id
     await settle(owner, sid, prompt)
     return owner, sid
 
 
 async def settle(owner: SessionService, sid: str, prompt: str) -> None:
-    await owner.begin_turn(sid, prompt)
-    await owner.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
-    await owner.settle(sid)
+    await owner.turns.begin_turn(sid, prompt)
+    await owner.turns.append(sid, EvidenceInput("response", text=f"answer to {prompt}"))
+    await owner.turns.settle(sid)
 
 
 async def test_a_local_watcher_is_woken_by_a_publication(root, backend):
@@ -99,7 +99,7 @@ async def test_a_local_watcher_is_woken_by_a_publication(root, backend):
         assert watcher.polls == 0  # nothing was read to notice it
     finally:
         await watcher.stop()
-        await owner.close_all()
+        await owner.sessions.close_all()
 
 
 async def test_watching_an_absent_session_creates_nothing_and_picks_it_up(root, backend):
@@ -149,7 +149,7 @@ async def test_watching_an_absent_session_creates_nothing_and_picks_it_up(root, 
 
 async def test_probes_and_temporary_files_are_not_changes(root, backend):
     owner, sid = await settled_session(root)
-    await owner.close_all()
+    await owner.sessions.close_all()
     lease = root / ".mevedel" / "sessions" / sid / ".lease"
     wakes = Wakes()
     watcher = SessionWatcher(LocalTarget(root), sid)
@@ -169,7 +169,7 @@ async def test_probes_and_temporary_files_are_not_changes(root, backend):
 
 async def test_wakes_during_a_call_become_one_more_call(root, backend):
     owner, sid = await settled_session(root)
-    await owner.close_all()
+    await owner.sessions.close_all()
     calls: list[frozenset[str]] = []
     release = asyncio.Event()
     entered = asyncio.Event()
@@ -199,7 +199,7 @@ async def test_wakes_during_a_call_become_one_more_call(root, backend):
 
 async def test_a_failing_subscriber_does_not_stop_the_others(root):
     owner, sid = await settled_session(root)
-    await owner.close_all()
+    await owner.sessions.close_all()
     wakes = Wakes()
 
     def broken(_wake: Wake) -> None:
@@ -219,7 +219,7 @@ async def test_a_failing_subscriber_does_not_stop_the_others(root):
 
 async def test_an_unsubscribed_callback_is_not_called(root):
     owner, sid = await settled_session(root)
-    await owner.close_all()
+    await owner.sessions.close_all()
     kept, dropped = Wakes(), Wakes()
     watcher = SessionWatcher(LocalTarget(root), sid)
     watcher.subscribe(kept)
@@ -259,7 +259,7 @@ async def test_a_non_local_target_polls_and_reports_changed_listings(root):
         await wakes.until(REQUESTS, seen)
     finally:
         await watcher.stop()
-        await owner.close_all()
+        await owner.sessions.close_all()
 
 
 async def test_the_active_predicate_picks_the_cadence_every_tick(root):
@@ -283,7 +283,7 @@ async def test_the_active_predicate_picks_the_cadence_every_tick(root):
         assert watcher.active
     finally:
         await watcher.stop()
-        await owner.close_all()
+        await owner.sessions.close_all()
 
 
 async def test_a_failing_poll_keeps_polling(root):
@@ -300,7 +300,7 @@ async def test_a_failing_poll_keeps_polling(root):
         await wakes.until(LEASE, seen)
     finally:
         await watcher.stop()
-        await owner.close_all()
+        await owner.sessions.close_all()
 
 
 class Unreachable(ProgramTarget):
@@ -341,4 +341,4 @@ async def test_a_local_target_can_be_polled_instead(root):
         assert watcher.polls > 1
     finally:
         await watcher.stop()
-        await owner.close_all()
+        await owner.sessions.close_all()

@@ -240,7 +240,7 @@ class SubAgents:
         forgotten, its process stopped."""
         table = self._sessions.setdefault(session_id, {})
         try:
-            entries = {entry.path: entry for entry in self.engine.service.retained_agents(session_id)}
+            entries = {entry.path: entry for entry in self.engine.service.agents.retained_agents(session_id)}
         except Exception as error:  # the session is not open here: nothing durable to follow
             _log.info("session %s: its retained agents are not readable: %s", session_id, error)
             return table
@@ -268,7 +268,7 @@ class SubAgents:
         next checkpoint or its settlement)."""
         table = self._sessions.get(session_id, {})
         try:
-            self.engine.service.set_retained_agents(session_id, [table[path].entry() for path in sorted(table)])
+            self.engine.service.agents.set_retained_agents(session_id, [table[path].entry() for path in sorted(table)])
         except Exception as error:  # the session went away under the turn: the turn says so itself
             _log.warning("session %s: its retained agents were not recorded: %s", session_id, error)
 
@@ -369,7 +369,7 @@ class SubAgents:
         # result in the registry change together, with no await between:
         # the turn's next checkpoint or settlement publishes both or neither.
         try:
-            engine.service.append_agent_task(turn.session_id, retained.path, retained.agent, prompt, items, outcome, reason,
+            engine.service.agents.append_agent_task(turn.session_id, retained.path, retained.agent, prompt, items, outcome, reason,
                                              paths=sorted(running.changed))
         except Exception as failure:
             _log.warning("session %s: %s's task was not recorded: %s", turn.session_id, retained.label, failure)
@@ -386,7 +386,7 @@ class SubAgents:
         from its own transcript (this process's and earlier ones', on this
         machine or another)."""
         try:
-            return self.engine.service.agent_tasks(session_id, path)
+            return self.engine.service.agents.agent_tasks(session_id, path)
         except Exception:
             return []
 

@@ -1,9 +1,26 @@
-"""The session service: one facade over the store for the LSP server and the
-CLI (:class:`SessionService`), with the open-session machinery it drives.
+"""The session service: one thin front over the store for the LSP server,
+the CLI, the agent engine and the resolver (:class:`SessionService`), the
+capabilities it is built from, and the open-session machinery they drive.
 
-- :mod:`.sessions` -- ``SessionService``: list, create (lazy), open
-  (resume / join / take over), close, rename, turns, saves, compaction
-  and /clear.
+- :mod:`.front` -- ``SessionService``: builds the table and the
+  capabilities; keeps only ``target``, ``client``, ``on_change`` and the
+  look-ups of a session open here.
+- :mod:`.table` -- ``SessionTable``: the open sessions, the target clock,
+  change listeners and the admission gate every capability shares.
+- :mod:`.sessions` (``service.sessions``) -- list, create (lazy), open
+  (resume / join / take over), save, rename, close, delete, settings,
+  expired-session sweep, artifact attachments, input history.
+- :mod:`.turns` (``service.turns``) -- the turn in flight and its
+  checkpoint, compaction and /clear, turn views, file restores.
+- :mod:`.lifecycle` (``service.history``) -- Rewind, Redo, Fork, Worktree
+  Fork, Save As and recovery.
+- :mod:`.agents` (``service.agents``) -- the recorded agent, agent
+  choices, retained agents and their tasks.
+- :mod:`.following` (``service.following``) -- sessions owned elsewhere,
+  advanced through the owner's publications.
+- :mod:`.control` -- ``SessionControl``, control transfer over a service.
+- :mod:`.values` -- the values the capabilities return; :mod:`.checks` --
+  the turn refusals they share.
 - :mod:`.open_session` -- one open session: lease, publisher, pending
   publication, background renewal.
 - :mod:`.background` -- an open session's background storage work:
@@ -30,7 +47,8 @@ _EXPORTS = {
     '.live_history': ('LiveHistory',),
     '.open_session': ('Access', 'OpenSession', 'PendingSave', 'SaveResult'),
     '.saved_history': ('SavedCatalog', 'SavedSession', 'SavedSource', 'read_agent_tasks', 'read_sources', 'saved_catalog', 'saved_session'),
-    '.sessions': ('ABORT_REASON', 'DEFAULT_MAX_SNAPSHOT_BYTES', 'PRODUCT_STORAGE', 'CaptureResult', 'OpenMode', 'OpenResult', 'SegmentRotation', 'SessionChange', 'SessionInfo', 'SessionListing', 'SessionService', 'TurnStarted'),
+    '.values': ('ABORT_REASON', 'DEFAULT_MAX_SNAPSHOT_BYTES', 'PRODUCT_STORAGE', 'CaptureResult', 'OpenMode', 'OpenResult', 'SegmentRotation', 'SessionChange', 'SessionInfo', 'SessionListing', 'TurnStarted'),
+    '.front': ('SessionService',),
     '..content.diff': ('DiffSide', 'PathDiff', 'TreeDiff', 'describe', 'stat_lines'),
     '.file_restore': ('FileRestore',),
     '.turn_views': ('TurnDetail', 'TurnItem', 'TurnSummary'),

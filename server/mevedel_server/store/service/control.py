@@ -1,4 +1,4 @@
-"""Control transfer between clients, on top of :class:`~.sessions.SessionService`.
+"""Control transfer between clients, on top of :class:`~.front.SessionService`.
 
 ``SessionControl`` is the one place a client decides who writes a session
 it has open:
@@ -23,7 +23,7 @@ it has open:
   ends the pending state; the released successor fenced for this client is
   acquired, and the committed state is reloaded before the session is
   writable (a failed reload releases the new lease and leaves it read-only,
-  as :meth:`SessionService.open` does).
+  as :meth:`Sessions.open <.sessions.Sessions.open>` does).
 
 Neither side is privileged afterwards: the client that handed control over
 is a non-owner like any other. Authority times are the target clock's; the
@@ -56,8 +56,9 @@ from ..content.turns import ConversationError
 from ..errors import LeaseLost, StoreError
 from ..watching.watch import SessionWatcher, Wake, WatchCadence
 from .errors import SessionNotOpen
+from .front import SessionService
 from .open_session import Access, OpenSession, SaveResult
-from .sessions import OpenMode, SessionInfo, SessionService
+from .values import OpenMode, SessionInfo
 
 _log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class SessionControl:
         )
         if foreign_live:
             if not service.is_open(session_id):
-                await service.open(session_id, OpenMode.JOIN)
+                await service.sessions.open(session_id, OpenMode.JOIN)
             request = await request_control(service.target, observation, service.client)
             self._requesting[session_id] = _Requesting(request, rec.host)
             self._emit(
@@ -326,17 +327,17 @@ class SessionControl:
         service = self.service
         # The read-only copy stays in place until the writable one is
         # complete, so a failed acquisition or reload leaves it as it was.
-        following = service._sessions.get(session_id) if service.is_open(session_id) else None
+        following = service.table.sessions.get(session_id) if service.is_open(session_id) else None
         try:
-            opened = await service.open(session_id, mode, confirm_takeover=confirm_takeover)
+            opened = await service.sessions.open(session_id, mode, confirm_takeover=confirm_takeover)
         except BaseException:
             if following is not None and not service.is_open(session_id):
-                service._sessions[session_id] = following
+                service.table.sessions[session_id] = following
             raise
         session = service.session(session_id)
         if session.lease is not None:
             await self._close_stale_mailbox(session)
-        service._changed(session, "acquired")
+        service.table.changed(session, "acquired")
         return opened.info
 
     async def _requester_tick(self, session_id: str, state: _Requesting) -> None:
@@ -413,12 +414,12 @@ class SessionControl:
             )
         result: SaveResult | None = None
         if session.lease is not None or session.materialized:
-            session.conversation.detach_engine(at=service._time_now())
+            session.conversation.detach_engine(at=service.table.time_now())
             result = await session.save(session.conversation.artifacts_for_save(), force=True)
         await session.release()
         session.hand_over("released control; following the session read-only", None)
         self._owning.pop(session_id, None)
-        service._changed(session, "released")
+        service.table.changed(session, "released")
         return result, service.info(session_id)
 
     # Owner side -------------------------------------------------------------
@@ -508,7 +509,7 @@ class SessionControl:
             return
         owning.finishing = True
         try:
-            session.conversation.detach_engine(at=self.service._time_now())
+            session.conversation.detach_engine(at=self.service.table.time_now())
             # The final publication: what this owner did since its last one
             # (the detached engine included). An unchanged snapshot is
             # already committed, and a copy of it would only delay the
@@ -529,7 +530,7 @@ class SessionControl:
             return
         self._owning.pop(session_id, None)
         session.hand_over(f"handed control to {host}; following the session read-only", host)
-        service._changed(session, "released")
+        service.table.changed(session, "released")
         why = f" (nobody answered within {self.cadence.prompt_timeout} s)" if owning.reason == "timeout" else ""
         self._emit(
             ControlEvent(session_id, OWNER, "released", f"handed session {session_id} to {host}{why}", requester_host=host)

@@ -31,7 +31,7 @@ from ..content.sidecar import Absent, FileState, Present
 from .errors import InvalidSessionInput, NoSuchTurn
 
 if TYPE_CHECKING:
-    from .sessions import SessionService
+    from .turns import Turns
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ class FileRestore:
         return self.change.change != UNCHANGED
 
 
-def _wanted(service: SessionService, session_id: str, path: str, before_turn: int) -> FileState:
-    conversation = service.session(session_id).conversation
+def _wanted(turns: Turns, session_id: str, path: str, before_turn: int) -> FileState:
+    conversation = turns.table.get(session_id, "restore a file").conversation
     count = len(conversation.prompt_index())
     if isinstance(before_turn, bool) or not isinstance(before_turn, int) or not 1 <= before_turn <= count:
         raise NoSuchTurn(session_id, before_turn, count)
@@ -72,9 +72,9 @@ def _wanted(service: SessionService, session_id: str, path: str, before_turn: in
     raise InvalidSessionInput(f"path {path!r}", f"no turn from {before_turn} on changed it; there is nothing to restore")
 
 
-async def _read(service: SessionService, path: str) -> Entry | None:
+async def _read(turns: Turns, path: str) -> Entry | None:
     op = ReadEntry(path, optional=True)
-    result = (await service.target.run(ControlProgram([op])))[0]
+    result = (await turns.table.target.run(ControlProgram([op])))[0]
     if result.status is Status.ABSENT:
         return None
     raise_for_result(op, result)
@@ -89,7 +89,7 @@ def _earliest_pre(conversation, path: str, before_turn: int) -> FileState | None
 
 
 async def _moved_from(
-    service: SessionService, conversation, path: str, before_turn: int, current: Entry | None, wanted: FileState
+    turns: Turns, conversation, path: str, before_turn: int, current: Entry | None, wanted: FileState
 ) -> tuple[str, FileState] | None:
     """When ``path`` did not exist before the turn and now holds the very
     bytes another path held then -- a path that is gone now -- the turn
@@ -103,23 +103,23 @@ async def _moved_from(
     for other in candidates:
         pre = _earliest_pre(conversation, other, before_turn)
         if isinstance(pre, Present) and pre.sha256 == digest and pre.size == len(current.data):
-            if await _read(service, other) is None:
+            if await _read(turns, other) is None:
                 return other, pre
     return None
 
 
 async def restore_file(
-    service: SessionService, session_id: str, path: str, before_turn: int, *, commit: bool
+    turns: Turns, session_id: str, path: str, before_turn: int, *, commit: bool
 ) -> FileRestore:
     """The restore of ``path`` to its state before ``before_turn``; with
     ``commit``, done as a new turn of the open, writable session. A file
     the turns moved to ``path`` goes back where it was (both paths in the
     one turn), so restoring a rename never leaves its bytes nowhere."""
-    conversation = service.session(session_id).conversation
-    wanted_state = _wanted(service, session_id, path, before_turn)
-    current = await _read(service, path)
+    conversation = turns.table.get(session_id, "restore a file").conversation
+    wanted_state = _wanted(turns, session_id, path, before_turn)
+    current = await _read(turns, path)
     change = path_diff(path, file_state(current), wanted_state, conversation.file_content, turn=before_turn)
-    moved = await _moved_from(service, conversation, path, before_turn, current, wanted_state)
+    moved = await _moved_from(turns, conversation, path, before_turn, current, wanted_state)
     back = path_diff(moved[0], Absent(), moved[1], conversation.file_content, turn=before_turn) if moved else None
     plan = FileRestore(session_id, path, before_turn, change, moved_back=back)
     if not commit or not plan.needed:
@@ -129,28 +129,28 @@ async def restore_file(
         wanted = [entry_of(state, conversation.file_content) for _p, _c, state in steps]
     except MissingContent:
         raise InvalidSessionInput(f"path {path!r}", "the bytes it had are no longer kept in the session") from None
-    started = await service.begin_turn(session_id, f"Restore {path} to its state before turn {before_turn}")
+    started = await turns.begin_turn(session_id, f"Restore {path} to its state before turn {before_turn}")
     try:
         for (where, now, _state), entry in zip(steps, wanted):
             if entry is not None:
                 # Parents the restore has to make are changes of this turn too.
                 parent = posixpath.dirname(where)
                 missing = []
-                while parent and await _read(service, parent) is None:
+                while parent and await _read(turns, parent) is None:
                     missing.append(parent)
                     parent = posixpath.dirname(parent)
                 for directory in reversed(missing):
-                    service.record_pre_state(session_id, directory, None)
-            service.record_pre_state(session_id, where, now)
+                    turns.record_pre_state(session_id, directory, None)
+            turns.record_pre_state(session_id, where, now)
         # Both paths of a move in one program: the bytes are never in neither.
         ops = [PutEntry(where, expected=now, wanted=entry) for (where, now, _s), entry in zip(steps, wanted)]
-        results = await service.target.run(ControlProgram(list(reversed(ops))))
+        results = await turns.table.target.run(ControlProgram(list(reversed(ops))))
         for op, result in zip(reversed(ops), results):
             if result.status is Status.MISMATCH:
                 raise InvalidSessionInput(f"path {op.path!r}", f"changed while it was being restored ({result.reason})")
             raise_for_result(op, result)
     except BaseException:
-        await service.settle(session_id, "errored", reason=f"the restore of {path} did not happen")
+        await turns.settle(session_id, "errored", reason=f"the restore of {path} did not happen")
         raise
-    await service.settle(session_id)
+    await turns.settle(session_id)
     return FileRestore(session_id, path, before_turn, change, started.turn, back)

@@ -2,7 +2,7 @@
 handed over, or whose lease was lost) advances through the owner's committed
 publications.
 
-One step (:meth:`SessionFollowing.follow`) is one lease observation; only
+One step (:meth:`Following.follow`) is one lease observation; only
 when the lease head names a publication other than the one held here are its
 manifest and artifacts read, through the same restore a resume uses, and the
 copy here replaced whole. A session holding changes that were never
@@ -34,6 +34,7 @@ from ..content.sidecar import shown_name
 from ..layout import SessionPaths
 from ..watching.follow import PublicationChange, diff_conversations
 from .open_session import Access, OpenSession
+from .table import SessionTable
 
 _log = logging.getLogger(__name__)
 
@@ -96,81 +97,78 @@ def _holder(observation: LeaseObservation) -> tuple[str, str] | None:
     return (record.client_id, record.host)
 
 
-class SessionFollowing:
-    """Mixed into :class:`~.sessions.SessionService` (it supplies ``target``,
-    ``client``, the session table, ``_open`` and ``_conversation_of``)."""
+class Following:
+    """Following the sessions of ``table`` that are read-only here."""
 
-    def _init_following(self) -> None:
-        self._following_book = _Book()
+    def __init__(self, table: SessionTable) -> None:
+        self._table = table
+        self._book = _Book()
         #: Called with every :class:`FollowUpdate` that has something to tell.
         self.on_follow: list[Callable[[FollowUpdate], None]] = []
-
-    def _follow_book(self) -> _Book:
-        return self._following_book
 
     # Opting out ---------------------------------------------------------------
 
     @property
     def follow_default(self) -> bool:
-        return self._follow_book().default
+        return self._book.default
 
     @follow_default.setter
     def follow_default(self, enabled: bool) -> None:
-        self._follow_book().default = bool(enabled)
+        self._book.default = bool(enabled)
 
     def set_follow(self, session_id: str, enabled: bool) -> None:
         """Follow ``session_id``'s publications here, or stop (an explicit
         refresh still advances it)."""
-        self._open(session_id, "change whether it is followed")
-        self._follow_book().overrides[session_id] = bool(enabled)
+        self._table.get(session_id, "change whether it is followed")
+        self._book.overrides[session_id] = bool(enabled)
 
     def follows(self, session_id: str) -> bool:
         """Following is on for this session (it advances only while it is
         read-only here)."""
-        book = self._follow_book()
+        book = self._book
         return book.overrides.get(session_id, book.default)
 
-    def following(self, session_id: str) -> bool:
+    def active(self, session_id: str) -> bool:
         """The session is read-only here and following is on."""
-        session = self._sessions.get(session_id)
+        session = self._table.sessions.get(session_id)
         return session is not None and session.access is Access.READ_ONLY and self.follows(session_id)
 
-    def _forget_following(self, session_id: str) -> None:
-        book = self._follow_book()
+    def forget(self, session_id: str) -> None:
+        book = self._book
         book.overrides.pop(session_id, None)
         book.seen.pop(session_id, None)
         book.locks.pop(session_id, None)
 
-    def _seen_at_join(self, session_id: str, observation: LeaseObservation) -> None:
-        self._follow_book().seen[session_id] = _Seen(_holder(observation))
+    def seen_at_join(self, session_id: str, observation: LeaseObservation) -> None:
+        self._book.seen[session_id] = _Seen(_holder(observation))
 
     # Stepping -----------------------------------------------------------------
 
     async def follow(self, session_id: str) -> FollowUpdate:
         """One step: observe the lease; adopt a newer committed publication
         unless changes made here were never committed."""
-        session = self._open(session_id, "follow it")
+        session = self._table.get(session_id, "follow it")
         return await self._follow_step(session)
 
     async def _follow_step(self, session: OpenSession) -> FollowUpdate:
-        lock = self._follow_book().locks.setdefault(session.session_id, asyncio.Lock())
+        lock = self._book.locks.setdefault(session.session_id, asyncio.Lock())
         async with lock:
             return await self._follow_step_locked(session)
 
     async def _follow_step_locked(self, session: OpenSession) -> FollowUpdate:
-        book = self._follow_book()
+        book = self._book
         sid = session.session_id
         if session.access is Access.WRITABLE:
             return self._update(session, WRITABLE, 0)
-        observation = await read_lease_head(self.target, sid)
+        observation = await read_lease_head(self._table.target, sid)
         seen = book.seen.get(sid)
         if seen is None:
             # Read-only without a join: this client held the lease until now.
-            seen = book.seen[sid] = _Seen((self.client.client_id, self.client.host))
+            seen = book.seen[sid] = _Seen((self._table.client.client_id, self._table.client.host))
         holder = _holder(observation)
         holder_changed = holder != seen.holder
         seen.holder = holder
-        session.holder_host = holder[1] if holder is not None and holder[0] != self.client.client_id else None
+        session.holder_host = holder[1] if holder is not None and holder[0] != self._table.client.client_id else None
         head = observation.publication_head
         if head == session.head:
             update = self._update(session, UNCHANGED, observation.generation, observation, holder_changed=holder_changed)
@@ -184,8 +182,8 @@ class SessionFollowing:
             )
             return self._tell(update, first or holder_changed)
         paths = SessionPaths(sid)
-        manifest = await load_manifest(self.target, paths, head) if head else None
-        conversation = await self._conversation_of(CommittedSnapshot(self.target, paths, observation.generation, head, manifest))
+        manifest = await load_manifest(self._table.target, paths, head) if head else None
+        conversation = await self._table.conversation_of(CommittedSnapshot(self._table.target, paths, observation.generation, head, manifest))
         change = diff_conversations(session.conversation, conversation)
         session.conversation = conversation
         session.history.rebind(conversation)
@@ -194,7 +192,7 @@ class SessionFollowing:
         update = self._update(session, ADVANCED, observation.generation, observation, change=change, holder_changed=holder_changed)
         return self._tell(update, change.changes_turns or change.renamed or holder_changed)
 
-    async def _refresh(self, session: OpenSession) -> None:
+    async def refresh(self, session: OpenSession) -> None:
         """A read of a followed session sees the committed head."""
         if session.access is Access.READ_ONLY and self.follows(session.session_id):
             await self._follow_step(session)

@@ -6,7 +6,7 @@ token; ``commit_*`` rechecks with that token (a moved state refuses with
 ``stale-head``); ``rewind_now`` and ``redo_now`` (``--yes``) do both at
 once. This module only gates the session (open, writable, no recovery, no
 previous owner's command running) and says how the skeleton sees it
-(:meth:`SessionLifecycle._source`). In-place transactions (Rewind, Redo) replace the open
+(:meth:`History._source`). In-place transactions (Rewind, Redo) replace the open
 session's live conversation; child transactions (Fork, Worktree Fork, Save
 As) open the new session here, writable, keeping the lease the child was
 published under.
@@ -16,8 +16,10 @@ restores) is imported in the method that runs it, so a command that only
 lists sessions (``mevedel session list``) loads none of them.
 
 A session with an interrupted transaction's recovery marker refuses every
-mutation until :meth:`SessionLifecycle.retry_recovery` or
-:meth:`SessionLifecycle.abandon_recovery` resolves it.
+mutation until :meth:`History.retry_recovery` or
+:meth:`History.abandon_recovery` resolves it. The service's front holds this
+capability as ``service.history``; the gate is the table's
+(:meth:`~.table.SessionTable.gated`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..authority.publication import Publisher, read_committed
+from ..authority.workspace import check_session_id
 from ..transactions.lifecycle_token import LifecycleRefused, StateToken
 from ..transactions.recovery import (
     RecoveryOutcome,
@@ -33,8 +36,9 @@ from ..transactions.recovery import (
     find_recovery,
     retry_recovery,
 )
-from .errors import InvalidSessionInput, TurnStateConflict, UnsettledMutation
+from .errors import InvalidSessionInput, TurnStateConflict
 from .open_session import OpenSession
+from .table import SessionTable
 
 # Each transaction's module is imported by the methods that run it: a
 # command that only lists or reads sessions (most CLI commands, a short
@@ -51,60 +55,37 @@ if TYPE_CHECKING:
     from ..workspace_wide.fork_variants import VariantGroup
 
 
-class SessionLifecycle:
-    """Mixed into :class:`~.sessions.SessionService` (it supplies
-    ``target``, ``client``, ``lease_seconds`` and the session table)."""
+class History:
+    """Rewind, Redo, Fork, Worktree Fork, Save As and recovery over the
+    sessions of ``table``. Its bodies read the table's parts under the names
+    they had when this was a mixin of the service; every one is bound here,
+    so everything it takes from the table is named in this constructor."""
 
-    # Recovery gate ------------------------------------------------------------
+    def __init__(self, table: SessionTable) -> None:
+        self._table = table
+        self.target, self.client, self.lease_seconds = table.target, table.client, table.lease_seconds
+        self._sessions = table.sessions
+        self._open, self._gated, self._changed, self._adopt = table.get, table.gated, table.changed, table.adopt
+        self._time_now, self._new_open, self._conversation_of = table.time_now, table.new_open, table.conversation_of
 
-    async def _gated(self, session_id: str, action: str, *, turn_work: bool = False, commands: bool = False) -> OpenSession:
-        """The open, mutable session, refused while a recovery is pending
-        (and, while a hand-over drains it, unless ``turn_work`` for the turn
-        in flight); with ``commands`` (what changes the workspace's files:
-        a turn's begin, Rewind, Redo, a restore) also while a previous
-        owner's command may still run (:meth:`_require_commands_settled`)."""
-        session = self._mutable(session_id, action)
-        session.require_admission(turn_work=turn_work)
-        await self._require_no_recovery(session)
-        if commands:
-            await self._require_commands_settled(session, action)
-        return session
+    def open_sessions(self) -> list[str]:
+        return list(self._sessions)
 
-    async def require_commands_settled(self, session_id: str, action: str) -> None:
-        """Refuse (:class:`UnsettledMutation`) while a previous owner's
-        command may still run; an agent engine asks before it starts."""
-        await self._require_commands_settled(self._open(session_id, action), action)
+    # Recovery -----------------------------------------------------------------
 
-    async def _require_commands_settled(self, session: OpenSession, action: str) -> None:
-        """The unsettled-mutation latch, re-proven before it refuses: a
-        recorded group proven gone clears it with no user action."""
-        if session.lease is None or session.lease.lost or session.read_only is not None:
-            return
-        state = await session.latch.check(session.lease)
-        if state.set:
-            raise UnsettledMutation(session.session_id, action, state.message())
-
-    async def _require_no_recovery(self, session: OpenSession) -> None:
-        if not session.materialized:  # nothing of it is written: no journal can exist
-            return
-        if session.recovery_clear and session.lease is not None:
-            return  # looked since the lease was taken, and nothing wrote one since
-        state = await find_recovery(self.target, session.session_id)
-        session.recovery = state.recovery_id
-        session.recovery_clear = state.recovery_id is None and session.lease is not None
-        if state.recovery_id is not None:
-            raise RecoveryPending(session.session_id, state.recovery_id, state.problem)
-
-    async def _require_no_pending_input(self, session: OpenSession, action: str) -> None:
-        """Refused while prompts wait in the session's queue (see :meth:`_source`)."""
-        if not session.materialized:
-            return
-        from ..transactions.pending_inputs import load_inputs
-
-        records, problems = await load_inputs(self.target, session.paths)
-        waiting = len(records) + len(problems)
-        if waiting:
-            raise self._source(session, queue=action).queued(waiting)  # type: ignore[misc]
+    async def recovery_pending(self, session_id: str) -> str | None:
+        """The recovery ID of an interrupted Rewind or Redo of the session;
+        None when nothing waits."""
+        table = self._table
+        listed = table.listed.get(check_session_id(session_id))
+        if listed is not None and session_id not in table.sessions:
+            return listed[1]  # this command's listing read the journal a moment ago
+        state = await find_recovery(self.target, check_session_id(session_id))
+        session = table.sessions.get(session_id)
+        if session is not None:
+            session.recovery = state.recovery_id
+            session.recovery_clear = state.recovery_id is None and session.lease is not None
+        return state.recovery_id
 
     def _source(self, session: OpenSession, *, queue: str | None = None) -> Source:
         """``session`` as the two-phase skeleton sees it: its live
@@ -316,10 +297,6 @@ class SessionLifecycle:
             session.schedule_collection()
             self._changed(session, reason)
         return result
-
-    def _adopt(self, session: OpenSession, conversation) -> None:
-        session.conversation = conversation
-        session.history.rebind(conversation)
 
     def _child_options(self) -> ChildOptions:
         from ..transactions.fork import ChildOptions

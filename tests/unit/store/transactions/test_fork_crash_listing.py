@@ -73,7 +73,7 @@ async def _walk(tmp_path: Path, remove_with: str) -> Counter[str]:
         assert all(not u.removable for u in listing.unfinished), f"#{point}"
         lapse_leases(root, unfinished)
         if remove_with == "listing":
-            rows = (await SessionService(LocalTarget(root), OTHER).list()).rows
+            rows = (await SessionService(LocalTarget(root), OTHER).sessions.list()).rows
         else:
             await remove_expired_sessions(LocalTarget(root), OTHER)
             rows = (await list_sessions(LocalTarget(root), OTHER)).rows

@@ -29,10 +29,10 @@ def record(sid: str, entry_id: str, text: str, order: int, **fields) -> InputRec
 
 async def saved_session(root: Path) -> tuple[SessionService, str]:
     svc = SessionService(LocalTarget(root), ME)
-    sid = (await svc.create()).session_id
-    await svc.begin_turn(sid, "first")
-    await svc.append(sid, EvidenceInput("response", text="ok"))
-    await svc.settle(sid)
+    sid = (await svc.sessions.create()).session_id
+    await svc.turns.begin_turn(sid, "first")
+    await svc.turns.append(sid, EvidenceInput("response", text="ok"))
+    await svc.turns.settle(sid)
     return svc, sid
 
 
@@ -58,7 +58,7 @@ async def test_entries_are_kept_one_file_each_in_order_and_an_unreadable_one_is_
 async def test_a_client_that_lost_the_lease_writes_nothing(tmp_path):
     svc, sid = await saved_session(tmp_path)
     lease = svc.session(sid).lease
-    await svc.close(sid)  # released
+    await svc.sessions.close(sid)  # released
     with pytest.raises(LeaseLost):
         await write_inputs(lease, [record(sid, "d" * 32, "too late", 1)], new=["d" * 32])
     assert not (tmp_path / ".mevedel" / "sessions" / sid / ".pending-input" / f"{'d' * 32}.json").exists()
@@ -72,11 +72,11 @@ async def test_rewind_and_clear_are_refused_while_prompts_wait_and_go_once_they_
     entry = "e" * 32
     await write_inputs(session.lease, [record(sid, entry, "queued meanwhile", 1)], new=[entry])
     with pytest.raises(TurnStateConflict) as refused:
-        await svc.prepare_rewind(sid, "before", 1)
+        await svc.history.prepare_rewind(sid, "before", 1)
     assert "has 1 queued prompt: send or cancel it before you rewind it" in str(refused.value)
     with pytest.raises(TurnStateConflict):
-        await svc.clear(sid)
+        await svc.turns.clear(sid)
     await remove_input(session.lease, entry)
-    impact = await svc.prepare_rewind(sid, "before", 1)
-    await svc.commit_rewind(sid, impact.token)
-    assert [t.turn for t in await svc.turns(sid)] == []
+    impact = await svc.history.prepare_rewind(sid, "before", 1)
+    await svc.history.commit_rewind(sid, impact.token)
+    assert [t.turn for t in await svc.turns.summaries(sid)] == []

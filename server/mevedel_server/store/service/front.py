@@ -1,0 +1,117 @@
+"""``SessionService``: the one front the LSP server, the CLI, the agent
+engine and the resolver call -- one client (``ClientIdentity``) of one
+workspace's session store (``Target``).
+
+The front is thin: it builds one :class:`~.table.SessionTable` (the
+sessions open here, the target clock, the admission gate) and the
+capabilities over it, each in its own module and given what it depends on:
+
+- ``service.sessions`` (:class:`~.sessions.Sessions`) -- list, create, open,
+  save, rename, close, delete, storage settings, expired-session sweep,
+  artifact attachments, input history;
+- ``service.turns`` (:class:`~.turns.Turns`) -- the turn in flight and its
+  checkpoint (begin, capture, ``record_pre_state``, append, settle, abort,
+  checkpoint), compaction and /clear, turn views, the transcript;
+- ``service.history`` (:class:`~.lifecycle.History`) -- Rewind, Redo, Fork,
+  Worktree Fork, Save As and recovery;
+- ``service.agents`` (:class:`~.agents.Agents`) -- the external agent, agent
+  choices, the retained-agent registry and their tasks;
+- ``service.following`` (:class:`~.following.Following`) -- sessions owned
+  elsewhere, advanced through their owner's publications.
+
+Control transfer (:class:`~.control.SessionControl`) is built over a
+service by the front end that runs it. The front itself keeps only what
+every caller needs whatever it does: the target and client, the change
+listeners, and the look-ups of a session open here (``session``, ``info``,
+``is_open``, ``open_sessions``, ``live_history``).
+
+Times written into records are target seconds (:mod:`.clock`); authority
+decisions are the lease layer's, against the target clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...targets import Target
+from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
+from .agents import Agents
+from .following import Following
+from .lifecycle import History
+from .live_history import LiveHistory
+from .open_session import OpenSession
+from .renewal import renewal_interval
+from .sessions import Sessions
+from .table import SessionTable
+from .turns import Turns
+from .values import (
+    DEFAULT_MAX_SNAPSHOT_BYTES,
+    DEFAULT_SESSION_KEEP_RECENT,
+    SessionChange,
+    SessionInfo,
+)
+
+
+class SessionService:
+    def __init__(
+        self,
+        target: Target,
+        client: ClientIdentity,
+        *,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        renew_every: float | None = None,
+        max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+        publication_keep_recent: int | None = None,
+        checkpoint_seconds: float | None = None,
+        session_max_age_days: int | None = None,
+        session_keep_recent: int = DEFAULT_SESSION_KEEP_RECENT,
+        git_excludes: bool = False,
+        one_command: bool = False,
+    ) -> None:
+        self.target = target
+        self.client = client
+        #: The open sessions every capability works on (store-internal:
+        #: :class:`~.control.SessionControl` changes them too).
+        self.table = table = SessionTable(
+            target,
+            client,
+            lease_seconds=lease_seconds,
+            renew_every=renew_every if renew_every is not None else renewal_interval(lease_seconds),
+            publication_keep_recent=publication_keep_recent,
+            checkpoint_seconds=checkpoint_seconds,
+            one_command=one_command,
+        )
+        self.following = Following(table)
+        self.sessions = Sessions(
+            table,
+            self.following,
+            session_max_age_days=session_max_age_days,
+            session_keep_recent=session_keep_recent,
+            git_excludes=git_excludes,
+        )
+        self.turns = Turns(table, self.following, max_snapshot_bytes=max_snapshot_bytes)
+        self.history = History(table)
+        self.agents = Agents(table)
+        # A mid-turn checkpoint is the turn capability's; the table's timer runs it.
+        table.checkpoint_tick = self.turns.checkpoint_tick
+        #: Called with every :class:`SessionChange`.
+        self.on_change: list[Callable[[SessionChange], None]] = table.on_change
+        #: Whether a control transfer of the session is in flight here
+        #: (:class:`~.control.SessionControl` installs the real answer).
+        self.transfer_in_flight: Callable[[str], bool] = lambda _session_id: False
+
+    def open_sessions(self) -> list[str]:
+        return list(self.table.sessions)
+
+    def is_open(self, session_id: str) -> bool:
+        return session_id in self.table.sessions
+
+    def session(self, session_id: str) -> OpenSession:
+        """The open session (raises SessionNotOpen)."""
+        return self.table.get(session_id, "use it")
+
+    def info(self, session_id: str) -> SessionInfo:
+        return self.table.info_of(self.table.get(session_id, "ask about it"))
+
+    def live_history(self, session_id: str) -> LiveHistory:
+        return self.table.get(session_id, "read its history").history

@@ -1,0 +1,422 @@
+"""``Turns``: the turn in flight and its checkpoint -- begin, capture
+(:meth:`Turns.record_pre_state`, the one checkpoint seam), append, settle,
+abort, mid-turn checkpoints, compaction and /clear -- and the views of
+settled turns (summaries, one turn's records, diffs, a file restored as a
+turn of its own, the transcript an agent continues from).
+
+The service's front holds it as ``service.turns``; it works on the sessions
+of the :class:`~.table.SessionTable` it is given and reads a followed
+session through :class:`~.following.Following` first (a read sees the
+owner's committed head).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ...targets import (
+    ControlProgram,
+    Entry,
+    InvalidTargetPath,
+    ReadEntry,
+    Status,
+    raise_for_result,
+    split_target_path,
+)
+from ..authority.publication import read_committed
+from ..authority.records import RecordError
+from ..authority.workspace import check_session_id
+from ..content.checkpoints import capture_gap_reason
+from ..content.transcript import Outcome
+from ..content.turns import Conversation, ConversationError
+from ..layout import STATE_DIR
+from .background import STOP_CHECKPOINTS
+from .checks import outcome_of, refused_in, require_turn
+from .errors import InvalidSessionInput, SessionIncompatible, TurnStateConflict, quoted
+from .evidence import ENGINE_KINDS, EVIDENCE_KINDS, EvidenceInput, make_evidence
+from .following import Following
+from .mutation_latch import LatchState
+from .open_session import OpenSession, SaveResult
+from .table import SessionTable
+from .values import (
+    ABORT_REASON,
+    DEFAULT_MAX_SNAPSHOT_BYTES,
+    CaptureResult,
+    SegmentRotation,
+    TurnStarted,
+)
+
+# Turn views, diffs and file restores are imported by the methods that
+# build them: listing or opening a session never needs them.
+if TYPE_CHECKING:
+    from ..content.diff import TreeDiff
+    from .file_restore import FileRestore
+    from .turn_views import TurnDetail, TurnSummary
+
+
+class Turns:
+    def __init__(
+        self, table: SessionTable, following: Following, *, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
+    ) -> None:
+        #: The sessions the turns belong to (a file restore reads them too).
+        self.table = table
+        self._following = following
+        #: Files larger than this are recorded as capture gaps, not snapshots.
+        self.max_snapshot_bytes = max_snapshot_bytes
+
+    # The turn in flight ---------------------------------------------------------
+
+    async def begin_turn(self, session_id: str, prompt: str, *, agent: str | None = None) -> TurnStarted:
+        session = await self.table.gated(session_id, "begin a turn", commands=True)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InvalidSessionInput(f"prompt {quoted(prompt)}", "is blank; a turn needs the user's prompt")
+        _require_settled(session, "beginning another")
+        turn_id = session.conversation.begin_turn(prompt, at=self.table.time_now(), agent=_label(agent, "agent"))
+        opened = session.conversation.open_turn
+        assert opened is not None
+        if session.checkpoints is not None:
+            session.checkpoints.start()
+        return TurnStarted(session_id, opened.turn, turn_id, opened.reminder)
+
+    async def capture_file(self, session_id: str, path: str, *, gap: str | None = None) -> CaptureResult:
+        """Record a tracked path's whole state before this turn first
+        mutates it, read from the workspace through the target. ``gap``
+        records instead that the path may change without a capture (and
+        why). See :meth:`record_pre_state` for the one rule of what becomes
+        a gap."""
+        self.table.mutable(session_id, "capture a file")
+        tracked = _tracked_path(path)
+        if gap is not None:
+            return self.record_pre_state(session_id, tracked, None, gap=gap)
+        return self.record_pre_state(session_id, tracked, await self._read_tracked(tracked))
+
+    def captured(self, session_id: str, path: str) -> bool:
+        """Whether the turn in flight already recorded ``path``'s pre-turn
+        state (a capture or a gap); a later capture would be ignored."""
+        session = self.table.get(session_id, "check a capture")
+        opened = session.conversation.open_turn
+        snapshots = session.conversation.file_snapshots()
+        if opened is None or not snapshots or snapshots[-1].turn_id != opened.turn_id:
+            return False
+        return _tracked_path(path) in snapshots[-1].files
+
+    def turn_paths(self, session_id: str, turn_id: str | None) -> list[str]:
+        """The paths turn ``turn_id``'s checkpoint recorded (captured or
+        gapped: the files it changed or was about to change), sorted; none
+        for a turn that recorded nothing or is not this session's."""
+        session = self.table.get(session_id, "read a turn's paths")
+        for snapshot in session.conversation.file_snapshots():
+            if snapshot.turn_id == turn_id:
+                return sorted(snapshot.files)
+        return []
+
+    def record_pre_state(self, session_id: str, path: str, before: Entry | bytes | None, *, gap: str | None = None) -> CaptureResult:
+        """The one checkpoint seam: record ``path``'s state before the
+        turn's first mutation of it -- an :class:`Entry` (kind, mode, bytes
+        or link target), bare bytes (a file of unknown mode) or None (nothing
+        there) -- as observed by the caller (the agent's
+        ``fs/write_text_file``, the tool server's ApplyPatch, the shell's
+        pre-command record, an editor's explicit capture). The first record
+        of a path in a turn wins. The one rule of what becomes a capture
+        gap instead: ``gap`` given by the caller (content it could not
+        keep), or a previous regular file whose bytes are over the snapshot
+        limit (or were not read for their size), or a link whose target
+        cannot be recorded. A path that did not exist is never a gap,
+        whatever the turn then puts there.
+
+        A name that is not UTF-8 text (a shell command can make one; the
+        agent's own requests are refused such names at the door) cannot be
+        stored in a checkpoint: it is recorded as a gap under its name with
+        the bytes escaped (``bad\\xffname``), so Rewind names it and never
+        claims to restore or remove it."""
+        session = self.table.mutable(session_id, "capture a file")
+        require_turn(session, "capture a file")
+        tracked = _tracked_path(path)
+        unreadable = _not_utf8(tracked)
+        if unreadable is not None:
+            tracked = unreadable
+            gap = "its name is not UTF-8 text, so mevedel can neither record, restore nor remove it"
+        if gap is None:
+            gap = capture_gap_reason(before, self.max_snapshot_bytes)
+        with refused_in(session):
+            if gap is not None:
+                session.conversation.capture_gap(tracked, gap)
+            else:
+                session.conversation.capture_file(tracked, before)
+        recorded = _recorded_state(session.conversation, tracked)
+        assert recorded is not None
+        return recorded
+
+    async def append(self, session_id: str, item: EvidenceInput) -> None:
+        """Add a response, reasoning, tool call, tool result or mail record to
+        the turn in flight (not saved until settlement or a checkpoint)."""
+        if item.kind in ENGINE_KINDS:
+            raise InvalidSessionInput(repr(item.kind), f"is not a record kind (use one of {', '.join(EVIDENCE_KINDS)})")
+        self.append_now(session_id, item)
+
+    def append_now(self, session_id: str, item: EvidenceInput) -> None:
+        """:meth:`append` for the agent engine, synchronously (it keeps the
+        order of the agent's stream) and with the engine's own kinds."""
+        session = self.table.mutable(session_id, "append to a turn")
+        opened = require_turn(session, "append a record")
+        with refused_in(session):
+            session.conversation.append(make_evidence(item, opened.turn_id))
+
+    async def settle(self, session_id: str, outcome: Outcome | str = Outcome.COMPLETED, *, reason: str | None = None,
+                     stop_reason: str | None = None) -> SaveResult:
+        """End the turn in flight and save: one publication. The post-turn
+        content of every captured file is read from the workspace."""
+        session = await self.table.gated(session_id, "settle a turn", turn_work=True)
+        outcome = outcome_of(outcome)
+        require_turn(session, "settle a turn")
+        if session.checkpoints is not None:
+            session.checkpoints.cancel()  # a checkpoint already under way finishes first
+        current = await self._post_turn_content(session)
+        session.conversation.settle(outcome, at=self.table.time_now(), current=current, reason=_reason(reason),
+                                    stop_reason=_label(stop_reason, "stop_reason"))
+        result = await session.save(session.conversation.artifacts_for_save())
+        self.table.changed(session, "settled")
+        return result
+
+    async def abort(self, session_id: str, reason: str | None = None) -> SaveResult:
+        """Settle the turn in flight as interrupted (the next turn carries the
+        reconciliation reminder) and save."""
+        return await self.settle(session_id, Outcome.INTERRUPTED, reason=reason or ABORT_REASON)
+
+    async def checkpoint(self, session_id: str) -> SaveResult:
+        """Save the unfinished turn in flight without settling it."""
+        session = await self.table.gated(session_id, "checkpoint a turn", turn_work=True)
+        result = await session.save(session.conversation.checkpoint())
+        if result.committed:
+            self.table.changed(session, "checkpoint")
+        return result
+
+    # Commands of a previous owner --------------------------------------------------
+
+    async def require_commands_settled(self, session_id: str, action: str) -> None:
+        """Refuse (:class:`UnsettledMutation`) while a previous owner's
+        command may still run; an agent engine asks before it starts."""
+        await self.table.require_commands_settled(self.table.get(session_id, action), action)
+
+    async def unsettled_mutation(self, session_id: str) -> LatchState:
+        """Whether a command of a previous owner may still run (the lease's
+        unsettled-mutation latch, inherited at takeover or resume). Records
+        of groups proven gone are removed, and the latch with them."""
+        session = self.table.get(session_id, "check its commands")
+        if session.lease is None or session.lease.lost or session.read_only is not None:
+            return LatchState(False)
+        return await session.latch.check(session.lease)
+
+    async def acknowledge_unsettled_mutation(self, session_id: str) -> bool:
+        """The owner confirmed no previous command still runs: the latch is
+        cleared. True when one was set."""
+        session = self.table.get(session_id, "acknowledge its commands")
+        session.require_writable()
+        if session.lease is None or not session.lease.record.unsettled_mutation:
+            return False
+        await session.latch.acknowledge(session.lease)
+        return True
+
+    # Segments ------------------------------------------------------------------
+
+    async def compact(self, session_id: str, summary: str) -> SegmentRotation:
+        """Compaction: close the live segment and open the next one, which
+        starts with ``summary`` (supplied by the caller, who ran the model),
+        and save. Refused while a turn is in flight."""
+        session = await self.table.gated(session_id, "compact it")
+        if not isinstance(summary, str) or not summary.strip():
+            raise InvalidSessionInput(f"summary {quoted(summary)}", "is blank; compaction needs the summary that replaces the segment")
+        _require_settled(session, "compacting")
+        previous = session.conversation.current_segment
+        try:
+            segment = session.conversation.rotate_segment(summary, at=self.table.time_now())
+        except ConversationError as refused:
+            raise TurnStateConflict(session.session_id, f"cannot be compacted: {refused}") from None
+        return await self._rotated(session, previous, segment, None, "compacted")
+
+    async def clear(self, session_id: str) -> SegmentRotation:
+        """/clear: close the current chat as a chapter, open a new segment
+        and save. Refused while a turn is in flight."""
+        session = await self.table.gated(session_id, "clear it")
+        _require_settled(session, "clearing")
+        await self.table.require_no_pending_input(session, "clear it")
+        previous = session.conversation.current_segment
+        try:
+            segment = session.conversation.clear(at=self.table.time_now())
+        except ConversationError as refused:
+            raise TurnStateConflict(session.session_id, f"cannot be cleared: {refused}") from None
+        chapter = len(session.conversation.sidecar.chapters)
+        return await self._rotated(session, previous, segment, chapter, "cleared")
+
+    async def _rotated(
+        self, session: OpenSession, previous: int, segment: int, chapter: int | None, reason: str
+    ) -> SegmentRotation:
+        result = await session.save(session.conversation.artifacts_for_save())
+        self.table.changed(session, reason)
+        return SegmentRotation(session.session_id, previous, segment, chapter, result)
+
+    # Views of the turns ------------------------------------------------------
+
+    def turn_in_flight(self, session_id: str) -> int | None:
+        """The number of the open session's turn in flight, if any."""
+        opened = self.table.get(session_id, "ask about it").conversation.open_turn
+        return None if opened is None else opened.turn
+
+    def transcript_records(self, session_id: str) -> list:
+        """The open session's current-segment records, oldest first (the
+        excerpt an agent continues from)."""
+        session = self.table.get(session_id, "read its transcript")
+        return list(session.conversation.records())
+
+    async def summaries(self, session_id: str) -> list[TurnSummary]:
+        """The turns of an open session (live, unsaved ones included) or,
+        for a session not open here, of its committed snapshot."""
+        from .turn_views import turn_summaries
+
+        return turn_summaries(await self._readable(session_id))
+
+    async def detail(self, session_id: str, number: int) -> TurnDetail:
+        from .turn_views import turn_detail
+
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise InvalidSessionInput("the turn number", f"must be a whole number, not {number!r}")
+        return turn_detail(await self._readable(session_id), number)
+
+    async def diff(
+        self, session_id: str, first: int | None = None, last: int | None = None, *, contents: bool = False
+    ) -> TreeDiff:
+        """What turns ``first..last`` changed in the tree (default: the
+        latest turn), from their checkpoints: every path with its kind of
+        change and a line diff of text files. A session not open here is
+        read from its committed snapshot in one program."""
+        from .turn_views import turn_diff
+
+        return turn_diff(await self._readable(session_id), first, last, contents=contents)
+
+    async def restore_file(self, session_id: str, path: str, before_turn: int, *, commit: bool = False) -> FileRestore:
+        """What restoring ``path`` to its state before ``before_turn`` does
+        (content, mode, kind) and, with ``commit``, do it as a new turn of
+        its own, so that it can itself be rewound (``file_restore.py``)."""
+        from .file_restore import restore_file
+
+        await self.table.gated(session_id, "restore a file", commands=True)
+        return await restore_file(self, session_id, _tracked_path(path), before_turn, commit=commit)
+
+    # Internals -----------------------------------------------------------------
+
+    async def checkpoint_tick(self, session: OpenSession) -> None:
+        """One mid-turn checkpoint of ``session``, if it still has a turn in
+        flight here (else the timer stops)."""
+        if self.table.sessions.get(session.session_id) is not session or session.read_only is not None:
+            raise STOP_CHECKPOINTS
+        if session.conversation.open_turn is None:
+            raise STOP_CHECKPOINTS
+        if session.pending is not None or session.recovery is not None:
+            return  # a retry or a recovery decides; the next tick looks again
+        await self.checkpoint(session.session_id)
+
+    async def _readable(self, session_id: str) -> Conversation:
+        session = self.table.sessions.get(check_session_id(session_id))
+        if session is not None:
+            await self._following.refresh(session)
+            return session.conversation
+        listed = self.table.listed.get(session_id)
+        if listed is not None:
+            try:
+                return await self.table.conversation_of(listed[0])
+            except (RecordError, SessionIncompatible, KeyError):
+                self.table.listed.pop(session_id, None)  # moved on (collected, replaced) since the listing: read it afresh, which reports what is wrong
+        return await self.table.conversation_of(await read_committed(self.table.target, session_id))
+
+    async def _read_tracked(self, path: str) -> Entry | None:
+        read = ReadEntry(path, max_bytes=self.max_snapshot_bytes, optional=True)
+        got = (await self.table.target.run(ControlProgram([read])))[0]
+        if got.status is Status.ABSENT:
+            return None
+        raise_for_result(read, got)
+        return got.value
+
+    async def _post_turn_content(self, session: OpenSession) -> Mapping[str, Entry | None]:
+        """Current content of the files this turn captured (gaps stay unknown;
+        a file that cannot be read, or grew past the limit, too)."""
+        opened = session.conversation.open_turn
+        snapshots = session.conversation.file_snapshots()
+        if opened is None or not snapshots or snapshots[-1].turn_id != opened.turn_id:
+            return {}
+        paths = [p for p, snap in snapshots[-1].files.items() if snap.pre is not None]
+        if not paths:
+            return {}
+        ops = [ReadEntry(p, max_bytes=self.max_snapshot_bytes, optional=True) for p in paths]
+        result = await self.table.target.run(ControlProgram(ops))
+        current: dict[str, Entry | None] = {}
+        for path, op_result in zip(paths, result):
+            if op_result.status is Status.ABSENT:
+                current[path] = None
+            elif op_result.ok and capture_gap_reason(op_result.value, self.max_snapshot_bytes) is None:
+                current[path] = op_result.value
+        return current
+
+
+def _recorded_state(conversation: Conversation, path: str) -> CaptureResult | None:
+    snapshots = conversation.file_snapshots()
+    opened = conversation.open_turn
+    if not snapshots or opened is None or snapshots[-1].turn_id != opened.turn_id:
+        return None
+    snapshot = snapshots[-1].files.get(path)
+    if snapshot is None:
+        return None
+    if snapshot.pre is None:
+        return CaptureResult(path, "gap", gap_reason=snapshot.gap)
+    size = getattr(snapshot.pre, "size", None)
+    return CaptureResult(path, snapshot.pre.__struct_config__.tag, size)  # type: ignore[arg-type]
+
+
+def _require_settled(session: OpenSession, doing: str) -> None:
+    opened = session.conversation.open_turn
+    if opened is not None:
+        raise TurnStateConflict(
+            session.session_id, f"has turn {opened.turn} in flight; settle or abort it before {doing}"
+        )
+
+
+def _not_utf8(path: str) -> str | None:
+    """``path`` with its undecodable bytes escaped, when it is not UTF-8
+    text (a surrogate-escaped file name); None when it is."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return None
+
+
+def _tracked_path(path: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise InvalidSessionInput("the tracked file path", "is empty")
+    try:
+        parts = split_target_path(path)
+    except InvalidTargetPath as invalid:
+        raise InvalidSessionInput(repr(path), f"is not a workspace-relative file path: it {invalid.reason}") from None
+    if not parts:
+        raise InvalidSessionInput(repr(path), "names the workspace itself, not a file")
+    if parts[0] == STATE_DIR:
+        raise InvalidSessionInput(repr(path), f"is inside {STATE_DIR}/, which holds mevedel's own state")
+    return "/".join(parts)
+
+
+def _label(value: str | None, what: str) -> str | None:
+    """An agent-given label (agent name, stop reason): one line of at most
+    256 characters, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidSessionInput(f"the {what}", "must be text")
+    return " ".join(value.split())[:256] or None
+
+
+def _reason(reason: str | None) -> str | None:
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise InvalidSessionInput("the settle reason", "must be text")
+    return " ".join(reason.split()) or None

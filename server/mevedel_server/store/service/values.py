@@ -1,0 +1,140 @@
+"""The session service's value types and defaults: what its capabilities
+return (:class:`SessionInfo`, :class:`OpenResult`, :class:`TurnStarted`,
+:class:`CaptureResult`, :class:`SegmentRotation`, :class:`SessionListing`),
+what it reports (:class:`SessionChange`), and the storage defaults the
+LSP server and the CLI run with (:data:`PRODUCT_STORAGE`)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..workspace_wide.cleanup import DEFAULT_MAX_AGE_DAYS
+from ..workspace_wide.collection import (
+    DEFAULT_KEEP_RECENT as DEFAULT_PUBLICATION_KEEP_RECENT,
+)
+from ..workspace_wide.listing import InspectSessionRow, SessionRow
+from .background import DEFAULT_CHECKPOINT_SECONDS
+from .open_session import Access, SaveResult
+
+#: Files larger than this are recorded as capture gaps, not snapshots.
+DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
+#: Spec default: the most recently updated sessions cleanup always keeps.
+DEFAULT_SESSION_KEEP_RECENT = 3
+#: The background storage work the LSP server and the CLI run, with the
+#: spec's defaults: publication collection (newest 3 generations kept beyond
+#: the head and the settled-turn states), a mid-turn checkpoint every 30 s,
+#: expired-session cleanup (30 days, the 3 most recent kept), and the
+#: generated-state entries of ``.git/info/exclude``. A bare
+#: ``SessionService`` (tests, tools) runs none of it unless asked.
+PRODUCT_STORAGE = {
+    "git_excludes": True,
+    "publication_keep_recent": DEFAULT_PUBLICATION_KEEP_RECENT,
+    "checkpoint_seconds": DEFAULT_CHECKPOINT_SECONDS,
+    "session_max_age_days": DEFAULT_MAX_AGE_DAYS,
+    "session_keep_recent": DEFAULT_SESSION_KEEP_RECENT,
+}
+ABORT_REASON = "aborted"
+
+
+class OpenMode(enum.Enum):
+    #: Resume when the lease allows it, join read-only when another client
+    #: holds it, and ask before taking over an expired foreign lease.
+    AUTO = "auto"
+    RESUME = "resume"
+    JOIN = "join"
+    TAKEOVER = "takeover"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    #: The display name, or the session ID while the session is unnamed.
+    display_name: str
+    named: bool
+    access: Access
+    #: Why the session is read-only (None: writable).
+    read_only_reason: str | None
+    #: Host named in the lease of the client that holds a joined session.
+    holder_host: str | None
+    #: False until the first save creates the session directory.
+    materialized: bool
+    #: The committed publication head (None: nothing committed yet).
+    head: str | None
+    settled_turns: int
+    #: Number of the turn in flight, if any.
+    open_turn: int | None
+    #: The reason a publication is pending (retry or abandon it).
+    pending_publication: str | None
+    #: The next turn will carry the reconciliation reminder.
+    reconciliation_pending: bool
+    #: An interrupted transaction's recovery waits (retry or abandon it);
+    #: every mutation is refused until then.
+    recovery_pending: str | None = None
+
+
+@dataclass(frozen=True)
+class OpenResult:
+    info: SessionInfo
+    #: ``resume``, ``join``, ``takeover`` or ``switch`` (already open here).
+    action: str
+    #: Resuming converted a turn in flight into an interrupted one.
+    interrupted_turn: int | None = None
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    session_id: str
+    turn: int
+    turn_id: str
+    #: This turn's request must carry the reconciliation reminder.
+    reminder: bool
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    path: str
+    #: ``present`` (a regular file), ``absent``, ``directory``, ``symlink``
+    #: or ``gap``.
+    state: str
+    size: int | None = None
+    gap_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionChange:
+    """The open session's committed or access state changed."""
+
+    session_id: str
+    #: ``settled``, ``checkpoint``, ``saved``, ``renamed``, ``resumed``,
+    #: ``retried``, ``read-only``, ``closed``, ``rewound``, ``redone``,
+    #: ``created`` (a fork or save-as child opened here), ``recovered``,
+    #: ``compacted``, ``cleared`` or ``joined`` (opened read-only: another client holds the lease).
+    reason: str
+    head: str | None
+    settled_turns: int
+    access: Access
+    #: The display name after the change (the ID while unnamed).
+    display_name: str = ""
+
+
+@dataclass(frozen=True)
+class SegmentRotation:
+    """A compaction or /clear: the live segment closed and a new one opened."""
+
+    session_id: str
+    #: The segment that was closed.
+    previous_segment: int
+    #: The new live segment.
+    segment: int
+    #: /clear: the number of the chapter it closed (None for compaction).
+    chapter: int | None
+    save: SaveResult
+
+
+@dataclass(frozen=True)
+class SessionListing:
+    rows: tuple[SessionRow, ...]
+    inspect_rows: tuple[InspectSessionRow, ...]
+    #: Sessions created here that have nothing saved yet (also in ``rows``).
+    unsaved: tuple[str, ...]
