@@ -1,6 +1,7 @@
 """Disk use of a 1,000-turn session against its logical size, with publication
-collection (as the LSP server and the CLI run it) and without (before it was
-scheduled), in the same run.
+collection and packing (as the LSP server and the CLI run them), with
+collection but no packing (before old generations were packed), and without
+collection (before it was scheduled), in the same run.
 
 Each turn is what an agent turn publishes: the prompt and some reasoning in
 a mid-turn checkpoint (the 30 s timer's), then a tool call and its result, a
@@ -19,10 +20,12 @@ Reported per session:
   ``apparent_bytes``: their sizes;
 - ``ratio``: disk / logical;
 - generation directories, all publication directories, files;
+- pack volumes and their bytes;
 - the wall time of the 1,000 turns, collection running in the background of
-  the collecting one (``collect_steps``: its bounded steps).
+  the collecting ones (``collect_steps``: its bounded steps).
 
-The baseline is the same session built without collection.
+The baseline is the same session built without collection; the row without
+packing runs the same collection with ``pack_batch=None``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from pathlib import Path
 
 from harness import report
 from mevedel_server.store import ClientIdentity, read_committed
-from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.service import EvidenceInput, SessionService, background
+from mevedel_server.store.workspace_wide import collection
 from mevedel_server.targets import LocalTarget
 
 TURNS = int(os.environ.get("MEVEDEL_BENCH_TURNS", "1000"))
@@ -103,10 +107,16 @@ def _disk(directory: Path) -> tuple[int, int, int]:
     return blocks, apparent, files
 
 
-async def _measure(label: str, collect: bool) -> dict:
+async def _measure(label: str, collect: bool, pack: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-storage-") as tmp:
         root = Path(tmp)
-        session_id, service, took, steps = await _build(root, collect)
+        # The server's collector calls collect() with the default batch;
+        # the row without packing runs the same collector with it off.
+        background.collect = collection.collect if pack else _unpacked
+        try:
+            session_id, service, took, steps = await _build(root, collect)
+        finally:
+            background.collect = collection.collect
         snapshot = await read_committed(LocalTarget(root), session_id)
         logical = sum(len(data) for data in (await snapshot.read_all()).values())
         session_dir = root / ".mevedel" / "sessions" / session_id
@@ -114,6 +124,7 @@ async def _measure(label: str, collect: bool) -> dict:
         publications = session_dir / ".publications"
         directories = [d for d in publications.iterdir() if d.is_dir()]
         generations = sum(1 for d in directories if (d / "manifest.json").exists())
+        volumes = [v for v in publications.iterdir() if v.name.startswith(".pack-")]
         await service.sessions.close(session_id)
         return {
             "session": label,
@@ -125,20 +136,31 @@ async def _measure(label: str, collect: bool) -> dict:
             "generations": generations,
             "publication_dirs": len(directories),
             "files": files,
+            "pack_volumes": len(volumes),
+            "pack_bytes": sum(v.stat().st_size for v in volumes),
             "build_s": round(took, 1),
             "collect_steps": steps,
         }
 
 
 async def main() -> None:
-    rows = [await _measure("without collection (before)", False), await _measure("with collection", True)]
-    before, after = rows
+    rows = [
+        await _measure("without collection", False),
+        await _measure("with collection, no packing (before)", True, pack=False),
+        await _measure("with collection and packing", True),
+    ]
+    none, before, after = rows
     notes = {
+        "disk_vs_no_collection": round(after["disk_bytes"] / none["disk_bytes"], 3),
         "disk_vs_before": round(after["disk_bytes"] / before["disk_bytes"], 3),
         "publications_per_turn": 2,
         "load": os.getloadavg()[0],
     }
     report("storage", rows, notes)
+
+
+async def _unpacked(*args, **kwargs):
+    return await collection.collect(*args, **kwargs, pack_batch=None)
 
 
 if __name__ == "__main__":

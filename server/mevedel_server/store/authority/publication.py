@@ -51,6 +51,7 @@ from ...targets import (
 from ..errors import LeaseLost, PublicationFailed, PublicationPending, StoreError
 from ..layout import MANIFEST_NAME, SessionPaths, head_path, published_path
 from .lease import LeaseHandle, read_lease_head_and_manifest
+from .packed import Pack, read_pack
 from .records import (
     HEAD_PATTERN,
     LeaseState,
@@ -109,7 +110,11 @@ async def load_manifest(target: Target, paths: SessionPaths, head: str) -> Publi
     op = Read(paths.inside(head))
     result = (await target.run(ControlProgram([op])))[0]
     if result.status is Status.ABSENT:
-        raise RecordError(RecordErrorKind.MISSING, label, "the committed manifest is missing")
+        # A generation collection moved into the session's pack.
+        raw = (await read_pack(target, paths)).manifest_bytes(_publication_id_of(head))
+        if raw is None:
+            raise RecordError(RecordErrorKind.MISSING, label, "the committed manifest is missing")
+        return _decode_manifest(paths, head, raw)
     raise_for_result(op, result)
     return _decode_manifest(paths, head, result.value)
 
@@ -185,10 +190,18 @@ class CommittedSnapshot:
         ops = [Read(self.paths.inside(entry.published), optional=True) for _, entry in items]
         result = await self.target.run(ControlProgram(ops))
         out: dict[str, bytes] = {}
+        pack: Pack | None = None
         for (logical, entry), op, op_result in zip(items, ops, result):
             if op_result.status not in (Status.OK, Status.ABSENT):
                 raise_for_result(op, op_result)
-            out[logical] = _check_bytes(self.paths, logical, entry, op_result.status, op_result.value)
+            status, data = op_result.status, op_result.value
+            if status is Status.ABSENT:
+                # A packed generation's bytes live in the pack once its
+                # directory is gone (the entry still names the loose file).
+                pack = pack or await read_pack(self.target, self.paths)
+                data = pack.get(entry.sha256, entry.size)
+                status = Status.OK if data is not None else Status.ABSENT
+            out[logical] = _check_bytes(self.paths, logical, entry, status, data)
         return out
 
 

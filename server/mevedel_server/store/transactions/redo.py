@@ -43,6 +43,7 @@ from ...targets import (
     raise_for_result,
 )
 from ..authority.lease import read_lease_head
+from ..authority.packed import EntryReader, is_volume_name, read_pack
 from ..authority.publication import Publisher, decode_manifest
 from ..authority.records import HEAD_PATTERN, PublicationManifest, RecordError
 from ..authority.workspace import check_session_id
@@ -178,6 +179,7 @@ async def redo_states(target: Target, session_id: str) -> RedoStates:
         return RedoStates(session_id, current, ())
     raise_for_result(listing, listed)
     names = [n for n in listed.value if len(n) == 32 and all(c in "0123456789abcdef" for c in n)]
+    volumes = [n for n in listed.value if is_volume_name(n)]
     skipped: list[SkippedHead] = []
     ops = []
     for name in names:
@@ -198,7 +200,23 @@ async def redo_states(target: Target, session_id: str) -> RedoStates:
             skipped.append(SkippedHead(name, str(error)))
             continue
         heads.append(PublishedHead(name, manifest, stat.value.mtime))
-    offered, unjudged = await turn_state_representatives(target, paths, heads, current)
+    reader = EntryReader(target, paths)
+    if volumes:  # generations collection packed (their directories are gone)
+        reader.pack = await read_pack(target, paths, volumes)
+        skipped += [SkippedHead(name, why) for name, why in sorted(reader.pack.unreadable.items())]
+        loose = {h.publication_id for h in heads}
+        for pid, packed in sorted(reader.pack.generations.items()):
+            if pid in loose:
+                continue
+            raw = reader.pack.manifest_bytes(pid)
+            if raw is None:
+                skipped.append(SkippedHead(pid, "its packed manifest cannot be rebuilt from the pack"))
+                continue
+            try:
+                heads.append(PublishedHead(pid, decode_manifest(paths.label(head_path(pid)), pid, raw), packed.mtime))
+            except RecordError as error:
+                skipped.append(SkippedHead(pid, str(error)))
+    offered, unjudged = await turn_state_representatives(target, paths, heads, current, reader=reader)
     skipped += unjudged
     states = [
         TurnState(
@@ -227,6 +245,7 @@ async def turn_state_representatives(
     *,
     known: TurnStateFacts | None = None,
     settled_current: bool = False,
+    reader: EntryReader | None = None,
 ) -> tuple[list[PublishedHead], list[SkippedHead]]:
     """What Redo offers among ``heads``: the newest settled head of each
     turn state (:attr:`PublishedHead.turn_state`), without the state of the
@@ -253,8 +272,10 @@ async def turn_state_representatives(
         else:
             skipped.append(SkippedHead(h.publication_id, "the publication has no sidecar"))
     fresh: list[SkippedHead] = []
-    pages = await _read_sidecars(target, paths, unread, fresh)
-    await _read_last_prompts(target, paths, unread, fresh, pages)
+    # A packed head's files are read from the pack (``reader``).
+    reader = reader or EntryReader(target, paths)
+    pages = await _read_sidecars(reader, unread, fresh)
+    await _read_last_prompts(reader, unread, fresh, pages)
     skipped += fresh
     if known is not None:
         for h in unread:
@@ -298,9 +319,12 @@ def _last_page(manifest: PublicationManifest) -> str | None:
     return manifest.entries[pages[-1]].published if pages else None
 
 
-async def _read_sidecars(
-    target: Target, paths: SessionPaths, heads: list[PublishedHead], skipped: list[SkippedHead]
-) -> dict[str, OpResult]:
+def _digests(heads: list[PublishedHead]) -> dict[str, tuple[str, int]]:
+    """Published path -> the digest and size the heads' manifests give it."""
+    return {e.published: (e.sha256, e.size) for h in heads for e in h.manifest.entries.values()}
+
+
+async def _read_sidecars(reader: EntryReader, heads: list[PublishedHead], skipped: list[SkippedHead]) -> dict[str, OpResult]:
     """Each head's sidecar, and in the same program the last prompt page
     its manifest names; returns those pages' results by published path."""
     wanted: dict[str, list[PublishedHead]] = {}
@@ -308,7 +332,9 @@ async def _read_sidecars(
         wanted.setdefault(h.manifest.entries[SIDECAR_PATH].published, []).append(h)
     published = sorted(wanted)
     pages = sorted({page for h in heads if (page := _last_page(h.manifest)) is not None} - set(published))
+    target, paths = reader.target, reader.paths
     results = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in [*published, *pages]])
+    results = await reader.complete([*published, *pages], results, _digests(heads))
     for path, result in zip(published, results):
         for h in wanted[path]:
             entry = h.manifest.entries[SIDECAR_PATH]
@@ -327,9 +353,8 @@ async def _read_sidecars(
     return dict(zip(pages, results[len(published) :]))
 
 
-async def _read_last_prompts(
-    target: Target, paths: SessionPaths, heads: list[PublishedHead], skipped: list[SkippedHead], read: dict[str, OpResult]
-) -> None:
+async def _read_last_prompts(reader: EntryReader, heads: list[PublishedHead], skipped: list[SkippedHead], read: dict[str, OpResult]) -> None:
+    target, paths = reader.target, reader.paths
     wanted: dict[str, list[PublishedHead]] = {}
     for h in heads:
         if h.sidecar is None or h.sidecar.total_turn_count == 0:
@@ -343,7 +368,8 @@ async def _read_last_prompts(
         wanted.setdefault(entry.published, []).append(h)
     published = sorted(wanted)
     unread = [p for p in published if p not in read]
-    results = dict(zip(unread, await _run_reads(target, [Read(paths.inside(p), optional=True) for p in unread])))
+    found = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in unread])
+    results = dict(zip(unread, await reader.complete(unread, found, _digests(heads))))
     for path in published:
         result = read[path] if path in read else results[path]
         for h in wanted[path]:

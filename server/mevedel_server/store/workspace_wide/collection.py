@@ -59,7 +59,9 @@ The lease is renewed first when the target clock shows it close to expiry.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -80,8 +82,23 @@ from ...targets import (
     raise_for_result,
 )
 from ..authority.lease import LeaseHandle
+from ..authority.packed import (
+    MAX_CHAIN,
+    VOLUME_DEBRIS,
+    EntryReader,
+    Pack,
+    PackedBlob,
+    PackedGeneration,
+    PackVolume,
+    VolumeCache,
+    encode_volume,
+    is_volume_name,
+    make_blob,
+    read_pack,
+    volume_name,
+)
 from ..authority.publication import decode_manifest
-from ..authority.records import PublicationManifest, RecordError
+from ..authority.records import PublicationManifest, RecordError, encode_record
 from ..errors import LeaseLost
 from ..layout import MANIFEST_NAME, SessionPaths, head_path
 
@@ -89,6 +106,10 @@ if TYPE_CHECKING:
     from ..transactions.redo import TurnStateFacts
 
 DEFAULT_KEEP_RECENT = 3
+#: Generations packed together: fewer stay loose, more make a volume.
+DEFAULT_PACK_BATCH = 8
+#: A volume whose blobs hold less than this is folded into the next one.
+SMALL_VOLUME = 1024 * 1024
 DEFAULT_MAX_REMOVALS = 64
 #: Prefix of the marker created beside a directory when its removal starts.
 COLLECTING_MARKER = ".collecting-"
@@ -125,6 +146,9 @@ class CollectionReport:
     stopped: str | None = None
     #: Directories this step trimmed (manifest retired, unnamed files removed).
     trimmed: tuple[str, ...] = ()
+    #: Generations this step wrote into the session's pack (their loose
+    #: directories go in the next step).
+    packed: tuple[str, ...] = ()
 
 
 @dataclass
@@ -140,6 +164,10 @@ class CollectionCache:
     turn_states: TurnStateFacts = field(default_factory=dict)
     #: The lease generation these facts were gathered under.
     holder: tuple[str, str] | None = None
+    #: Pack volumes read (immutable under their names).
+    volumes: VolumeCache = field(default_factory=dict)
+    #: Packed generations' manifests, decoded (None: they do not decode).
+    packed_manifests: dict[str, PublicationManifest | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -239,6 +267,7 @@ async def collect(
     keep_recent: int = DEFAULT_KEEP_RECENT,
     quiesced: bool = False,
     cache: CollectionCache | None = None,
+    pack_batch: int | None = DEFAULT_PACK_BATCH,
 ) -> CollectionReport:
     """One bounded collection step for the session ``lease`` holds.
 
@@ -248,12 +277,16 @@ async def collect(
     no longer holds the lease. ``quiesced``: the caller holds the
     publisher's lock, so nothing newer than the head can be in flight.
     ``cache``: facts earlier steps of this lease holder learnt (see
-    :class:`CollectionCache`).
+    :class:`CollectionCache`). ``pack_batch``: once this many retained
+    generations lie outside the recent window, they are written into the
+    session's pack (:mod:`~..authority.packed`) in one step (None: never).
     """
     if isinstance(max_removals, bool) or not isinstance(max_removals, int) or max_removals < 1:
         raise ValueError("max_removals is a positive whole number")
     if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
         raise ValueError("keep_recent is a whole number of generations")
+    if pack_batch is not None and (isinstance(pack_batch, bool) or not isinstance(pack_batch, int) or pack_batch < 1):
+        raise ValueError("pack_batch is a positive whole number of generations")
     if lease.lost or lease.released:
         raise LeaseLost(lease.session_id, "this client no longer holds the lease")
     target, paths = lease.target, lease.paths
@@ -272,18 +305,23 @@ async def collect(
     directories: list[_Directory] = []
     markers: set[str] = set()
     debris: list[str] = []
+    volume_names: list[str] = []
     for name in first[1].value:
-        if _PUBLICATION_NAME.match(name):
+        if is_volume_name(name):
+            volume_names.append(name)
+        elif _PUBLICATION_NAME.match(name):
             directories.append(_Directory(name))
         elif name.startswith(COLLECTING_MARKER) and _PUBLICATION_NAME.match(name[len(COLLECTING_MARKER) :]):
             markers.add(name[len(COLLECTING_MARKER) :])
-        elif _MARKER_DEBRIS.match(name):
+        elif _MARKER_DEBRIS.match(name) or VOLUME_DEBRIS.match(name):
             debris.append(f"{paths.publications_dir}/{name}")
         elif not name.startswith("."):
             foreign.append(KeptPublication(name, ("not a publication directory",)))
     if cache is not None and cache.holder != (lease.session_id, lease.identity.client_id):
         cache.surveys.clear()
         cache.turn_states.clear()
+        cache.volumes.clear()
+        cache.packed_manifests.clear()
         cache.holder = (lease.session_id, lease.identity.client_id)
     unknown = [d for d in directories if cache is None or d.publication_id not in cache.surveys]
     surveyed = await _run_batched(target, [_survey_ops(paths, d.publication_id) for d in unknown], _SURVEY_BATCH)
@@ -353,9 +391,21 @@ async def collect(
     from ..transactions.redo import PublishedHead, turn_state_representatives
 
     candidates = [PublishedHead(d.publication_id, d.manifest, d.manifest_mtime or 0) for d in generations]  # type: ignore[arg-type]
+    pack = await read_pack(target, paths, volume_names, cache=cache.volumes if cache is not None else None)
+    foreign += [KeptPublication(name, (f"unreadable pack volume: {why}",)) for name, why in sorted(pack.unreadable.items())]
+    loose_ids = {d.publication_id for d in generations}
+    manifests = cache.packed_manifests if cache is not None else {}
+    for gone in set(manifests) - set(pack.generations):
+        del manifests[gone]
+    for pid, packed_generation in sorted(pack.generations.items()):
+        manifest = _packed_manifest(paths, pack, pid, manifests) if pid not in loose_ids else None
+        if manifest is not None:  # else Redo skips it too; the pack keeps it
+            candidates.append(PublishedHead(pid, manifest, packed_generation.mtime))
     offered, unjudged = await turn_state_representatives(
-        target, paths, candidates, head, known=cache.turn_states if cache is not None else None, settled_current=True
+        target, paths, candidates, head, known=cache.turn_states if cache is not None else None, settled_current=True,
+        reader=EntryReader(target, paths, pack),
     )
+    recent = {d.publication_id for d in _newest(generations, keep_recent)}
 
     retained: dict[str, _Directory] = {}
 
@@ -368,10 +418,31 @@ async def collect(
         if d is not head_dir:
             retain(d, "recent generation")
     for skipped in unjudged:
-        retain(by_id[skipped.publication_id], f"turn state unknown: {skipped.reason}")
+        if skipped.publication_id in by_id:
+            retain(by_id[skipped.publication_id], f"turn state unknown: {skipped.reason}")
+    to_pack: list[_Directory] = []
     for h in offered:
+        d = by_id.get(h.publication_id)
+        if d is None:
+            continue  # it lives in the pack already
         turns = h.turn_state[0]
-        retain(by_id[h.publication_id], f"representative of {turns} settled turn{'' if turns == 1 else 's'} (offered by Redo)")
+        why = f"representative of {turns} settled turn{'' if turns == 1 else 's'} (offered by Redo)"
+        if d is head_dir or d.publication_id in recent:
+            retain(d, why)
+        elif d.publication_id in pack.generations:
+            pass  # packed: the loose copy goes like a superseded directory
+        else:
+            retain(d, why)
+            to_pack.append(d)
+    if pack_batch is not None and len(to_pack) >= pack_batch:
+        # What the pack must go on holding: what Redo offers, and what
+        # cannot be judged.
+        keep = {h.publication_id for h in offered} | {k.publication_id for k in unjudged}
+        packing = await _pack_step(lease, pack, to_pack, volume_names, report_kept(), keep, manifests)
+        if packing is not None:
+            return packing
+        # None of them could be read whole now: they stay loose, and the
+        # step goes on with the rest of collection.
     named_files: dict[str, set[str]] = {}
     for d in list(retained.values()):
         assert d.manifest is not None
@@ -402,7 +473,8 @@ async def collect(
     candidates = [d for d in directories if not d.reasons]
     candidates.sort(key=lambda d: (not d.marked, d.manifest_mtime if d.manifest_mtime is not None else d.modified_at, d.publication_id))
     kept = tuple(foreign + [KeptPublication(d.publication_id, tuple(d.reasons)) for d in directories if d.reasons])
-    if not candidates and not trims and not stale_markers and not debris:
+    superseded_volumes = _superseded_volumes(pack, volume_names)
+    if not candidates and not trims and not stale_markers and not debris and not superseded_volumes:
         return CollectionReport((), kept, 0)
 
     if now + _RENEW_MARGIN >= lease.record.expires_at:
@@ -419,7 +491,8 @@ async def collect(
     retire: list[Operation] = []
     payloads: list[Operation] = []
     budget = max_removals
-    for path in [*debris, *(_marker(paths, pid) for pid in stale_markers)][:budget]:
+    stale = [*debris, *(_marker(paths, pid) for pid in stale_markers), *(f"{paths.publications_dir}/{n}" for n in superseded_volumes)]
+    for path in stale[:budget]:
         retire.append(Remove(path))
         budget -= 1
     for d in candidates:
@@ -462,6 +535,7 @@ async def collect(
     # Markers whose directory is gone but which this step did not remove.
     orphaned_markers = sum(1 for pid in (*stale_markers, *removed) if _marker(paths, pid) not in removed_paths)
     orphaned_markers += sum(1 for path in debris if path not in removed_paths)
+    orphaned_markers += sum(1 for n in superseded_volumes if f"{paths.publications_dir}/{n}" not in removed_paths)
     stopped = None
     if result.stopped_at is not None:
         failed = result[result.stopped_at]
@@ -475,3 +549,178 @@ async def collect(
         stopped=stopped,
         trimmed=trimmed,
     )
+
+
+def _superseded_volumes(pack: Pack, listed: list[str]) -> list[str]:
+    """Listed volumes another listed volume says it holds (a packing step
+    was cut short before removing them)."""
+    replaced = {name for volume in pack.volumes.values() for name in volume.replaces}
+    return sorted(name for name in listed if name in replaced)
+
+
+async def _pack_step(
+    lease: LeaseHandle, pack: Pack, to_pack: list[_Directory], listed: list[str], kept: CollectionReport, keep: set[str],
+    manifests: dict[str, PublicationManifest | None],
+) -> CollectionReport | None:
+    """Write ``to_pack`` (retained generations outside the recent window)
+    into a new pack volume, with the records of the small volumes folded in,
+    in one program under the lease proof; the folded volumes are removed
+    after it. Of the folded records only the generations in ``keep`` and
+    the blobs they need (with their delta bases) are copied: a packed
+    generation Redo no longer offers goes then. The loose directories are
+    judged again by the next step, which finds them packed and removes
+    them like superseded ones. None: none of them could be read whole."""
+    target, paths = lease.target, lease.paths
+    reader = EntryReader(target, paths, pack)
+    unpacked = []
+    for d in to_pack:
+        assert d.manifest is not None
+        unpacked += [e for e in d.manifest.entries.values() if e.sha256 not in pack.blobs]
+    found = await reader.read(unpacked, batch=_SURVEY_BATCH)
+    loose = {(e.sha256, e.size): data for e, data in zip(unpacked, found) if data is not None}
+
+    # Each logical file's new version is a delta of its version in the
+    # previously packed generation (the newest of the pack, then each new one).
+    previous: dict[str, str] = {}
+    newest = max(pack.generations.values(), key=lambda g: (g.mtime, g.publication_id), default=None)
+    newest_manifest = _packed_manifest(paths, pack, newest.publication_id, manifests) if newest is not None else None
+    if newest is not None and newest_manifest is not None:
+        previous = {logical: e.sha256 for logical, e in newest_manifest.entries.items()}
+        previous[_MANIFEST_KEY] = newest.manifest
+    blobs: dict[str, PackedBlob] = {}
+    content: dict[str, bytes] = {}
+    depth: dict[str, int] = {}
+
+    def bytes_of(sha: str) -> bytes | None:
+        if sha in content:
+            return content[sha]
+        entry = pack.blobs.get(sha)
+        return pack.get(sha, entry.size) if entry is not None else None
+
+    def add(logical: str, data: bytes, sha: str) -> None:
+        if sha in blobs or sha in pack.blobs:
+            return
+        base_sha = previous.get(logical)
+        base_bytes = bytes_of(base_sha) if base_sha else None
+        base_depth = depth.get(base_sha, pack.depth(base_sha)) if base_sha else 0  # type: ignore[arg-type]
+        base = (base_sha, base_bytes) if base_bytes is not None and base_depth < MAX_CHAIN else None
+        blob = make_blob(data, base)  # type: ignore[arg-type]
+        blobs[sha] = blob
+        content[sha] = data
+        depth[sha] = base_depth + 1 if blob.base is not None else 0
+
+    generations: list[PackedGeneration] = []
+    packed: list[str] = []
+    for d in sorted(to_pack, key=lambda d: (d.manifest_mtime or 0, d.publication_id)):
+        assert d.manifest is not None
+        entries = d.manifest.entries
+        if any(e.sha256 not in pack.blobs and (e.sha256, e.size) not in loose for e in entries.values()):
+            continue  # its bytes cannot be read now: it stays loose
+        for logical, e in sorted(entries.items()):
+            if e.sha256 not in pack.blobs:
+                add(logical, loose[(e.sha256, e.size)], e.sha256)
+        raw = encode_record(d.manifest)
+        sha = hashlib.sha256(raw).hexdigest()
+        add(_MANIFEST_KEY, raw, sha)
+        generations.append(PackedGeneration(d.publication_id, sha, len(raw), d.manifest_mtime or 0))
+        packed.append(d.publication_id)
+        previous = {logical: e.sha256 for logical, e in entries.items()}
+        previous[_MANIFEST_KEY] = sha
+    if not generations:
+        return None
+
+    small = [n for n, v in sorted(pack.volumes.items()) if sum(len(b.data) for b in v.blobs) < SMALL_VOLUME]
+    replaces = sorted(set(small) | {r for n in small for r in pack.volumes[n].replaces if r in listed})
+    folded_generations = [g for n in small for g in pack.volumes[n].generations if g.publication_id in keep]
+    # The new generations may name, or be deltas of, folded blobs too.
+    roots = [sha for d in to_pack if d.publication_id in packed for sha in (e.sha256 for e in d.manifest.entries.values())]  # type: ignore[union-attr]
+    roots += [b.base for b in blobs.values() if b.base is not None] + [g.manifest for g in generations]
+    folded_blobs = _needed(paths, pack, [b for n in small for b in pack.volumes[n].blobs], folded_generations, roots, manifests)
+    volume = PackVolume(
+        format=1,
+        session_id=paths.session_id,
+        replaces=replaces,
+        generations=_first_of(folded_generations + generations, lambda g: g.publication_id),
+        blobs=_first_of(folded_blobs + list(blobs.values()), lambda b: b.sha256),
+    )
+    name = volume_name(secrets.token_hex(16))
+    clock = Clock(paths.root)
+    now = (await target.run(ControlProgram([clock])))[0]
+    raise_for_result(clock, now)
+    if int(now.value) + _RENEW_MARGIN >= lease.record.expires_at:
+        await lease.renew()
+    ops: list[Operation] = [
+        Verify(paths.generation(lease.generation), lease.raw),
+        Verify(paths.generation(lease.generation + 1), None),
+        # Flushed before it is linked under its name (not deferred): the
+        # removals after it rely on it, and a power loss must not tear it.
+        CreateExclusive(f"{paths.publications_dir}/{name}", encode_volume(volume)),
+    ]
+    written = len(ops)
+    ops += [Remove(f"{paths.publications_dir}/{n}", optional=True) for n in replaces]
+    result = await target.run(ControlProgram(ops))
+    if result.stopped_at is not None and result.stopped_at < written:
+        failed = result[result.stopped_at]
+        why = failed.reason or failed.status.value
+        where = "the lease moved before packing" if result.stopped_at < 2 else "packing stopped"
+        return CollectionReport((), kept.kept, len(to_pack), stopped=f"{where} ({why})")
+    return CollectionReport((), kept.kept, len(packed), packed=tuple(packed))
+
+
+def _packed_manifest(
+    paths: SessionPaths, pack: Pack, publication_id: str, manifests: dict[str, PublicationManifest | None]
+) -> PublicationManifest | None:
+    """A packed generation's manifest, decoded once (None: it does not
+    rebuild or decode; Redo reports it)."""
+    if publication_id not in manifests:
+        raw = pack.manifest_bytes(publication_id)
+        try:
+            manifests[publication_id] = decode_manifest(paths.label(head_path(publication_id)), publication_id, raw) if raw else None
+        except RecordError:
+            manifests[publication_id] = None
+    return manifests[publication_id]
+
+
+def _needed(
+    paths: SessionPaths,
+    pack: Pack,
+    blobs: list[PackedBlob],
+    generations: list[PackedGeneration],
+    roots: list[str],
+    manifests: dict[str, PublicationManifest | None],
+) -> list[PackedBlob]:
+    """The ``blobs`` that ``generations`` name (their manifests and every
+    entry), that ``roots`` name, or that those are deltas of, however deep."""
+    by_sha = {b.sha256: b for b in blobs}
+    pending = list(roots)
+    for g in generations:
+        pending.append(g.manifest)
+        manifest = _packed_manifest(paths, pack, g.publication_id, manifests)
+        if manifest is None:
+            return blobs  # cannot tell what it names: keep everything
+        pending += [e.sha256 for e in manifest.entries.values()]
+    needed: set[str] = set()
+    while pending:
+        sha = pending.pop()
+        if sha in needed:
+            continue
+        needed.add(sha)
+        blob = by_sha.get(sha) or pack.blobs.get(sha)
+        if blob is not None and blob.base is not None:
+            pending.append(blob.base)
+    return [b for b in blobs if b.sha256 in needed]
+
+
+#: The key a generation's manifest blob is chained under.
+_MANIFEST_KEY = "\x00manifest"
+
+
+def _first_of(items: list, key) -> list:
+    seen: set = set()
+    out = []
+    for item in items:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            out.append(item)
+    return out
