@@ -68,6 +68,10 @@ def test_a_cli_owner_is_told_of_a_waiting_request_and_grants_it(openssh_server, 
     again = mevedel(owner, url, "prompt", "Go on")
     assert again.returncode == 0 and "owner here" in again.stdout
     assert f"asks for control of session {sid}" in again.stderr and "grant-control" in again.stderr
+    # Naming the session does not hide the request (it was listed only for a bare prompt).
+    named = mevedel(owner, url, "prompt", "--session", sid, "And on")
+    assert named.returncode == 0 and "owner here" in named.stdout, named.stderr
+    assert f"asks for control of session {sid}" in named.stderr and "grant-control" in named.stderr
 
     granted = mevedel(owner, url, "session", "grant-control")
     assert granted.returncode == 0 and "handed over" in granted.stdout, granted.stderr

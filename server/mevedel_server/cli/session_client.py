@@ -217,15 +217,19 @@ async def held_session(service: SessionService, given: str | None, *, announce: 
     """``given``, or the single session whose lease this client holds. With
     ``announce`` (the command's arguments), a request for control waiting
     for this client's answer is printed on standard error from the same
-    listing (see :func:`control_request_line`)."""
-    if given is not None:
+    listing (see :func:`control_request_line`); with ``given`` too, from a
+    listing made for it (of ``given``'s request alone): a CLI owner polls
+    nothing between commands, so naming the session must not hide it."""
+    if given is not None and announce is None:
         return given
     rows = (await service.sessions.list()).rows
     if announce is not None:
         for row in rows:
-            line = control_request_line(announce, row)
+            line = control_request_line(announce, row) if given in (None, row.session_id) else None
             if line is not None:
                 print(f"mevedel: {line}", file=sys.stderr, flush=True)
+    if given is not None:
+        return given
     held = [
         row.session_id
         for row in rows

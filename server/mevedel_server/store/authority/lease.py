@@ -90,6 +90,7 @@ import logging
 import re
 import secrets
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -536,11 +537,15 @@ async def _claim(
     obs: LeaseObservation,
     *,
     consumes_grant: bool = False,
+    lead: Sequence[Operation] = (),
 ) -> LeaseHandle:
     """Claim the lease above ``obs``. ``consumes_grant``: the head is a
     granted release, and this claim opens the next transfer generation so
     the grant's fence reserves that one release only -- a later plain
-    release by the same owner would otherwise match it again."""
+    release by the same owner would otherwise match it again. ``lead``:
+    operations run first in the claim's program; when one of them stops
+    it, nothing of the lease was written and :class:`LeadStopped` says
+    which."""
     n = obs.generation
     now = obs.now
     assert now is not None
@@ -559,7 +564,7 @@ async def _claim(
     )
     candidate = LeaseRecord(generation=n + 1, state=LeaseState.CLAIMING, **common)
     candidate_raw = encode_record(candidate)
-    ops: list[Operation] = []
+    ops: list[Operation] = list(lead)
     if n == 0:
         ops.append(MakeDirs(paths.lease_dir, optional=True))
     create_candidate = CreateExclusive(paths.generation(n + 1), candidate_raw)
@@ -580,6 +585,8 @@ async def _claim(
     at_prune = len(ops)
     ops += prune.ops
     result = await target.run(ControlProgram(ops))
+    if result.stopped_at is not None and result.stopped_at < len(lead):
+        raise LeadStopped(result)
 
     def raced(why: str) -> ClaimRaced:
         return ClaimRaced(f"session {paths.session_id}: {why}", session_id=paths.session_id)
@@ -603,6 +610,35 @@ async def _claim(
     handle._sound[n + 1] = candidate_raw
     prune.judge(paths, list(result.results[at_prune:]), handle._sound, handle._damaged)
     return handle
+
+
+class LeadStopped(Exception):
+    """A claim's lead operation stopped its program: nothing of the lease
+    was written (``result``: the program's results)."""
+
+    def __init__(self, result: ProgramResult) -> None:
+        super().__init__(f"lead operation {result.stopped_at} stopped the claim")
+        self.result = result
+
+
+async def claim_new_session(
+    target: Target,
+    session_id: str,
+    identity: ClientIdentity,
+    *,
+    duration_seconds: int,
+    now: int,
+    lead: Sequence[Operation],
+) -> LeaseHandle:
+    """Claim the lease of a session whose directory ``lead`` creates
+    (exclusively: so no lease generation can exist yet, and none needs
+    observing), in the program that creates it. ``now``: the caller's
+    estimate of the target clock, for the claiming candidate alone (the
+    active generation is stamped by the write's own clock reading). Raises
+    :class:`LeadStopped` when a lead operation stopped the program."""
+    paths = SessionPaths(check_session_id(session_id))
+    fresh = LeaseObservation(paths.session_id, 0, None, None, now, ())
+    return await _claim(target, paths, identity, duration_seconds, fresh, lead=lead)
 
 
 async def _abort_candidate(target: Target, paths: SessionPaths, candidate: LeaseRecord, raw: bytes) -> None:

@@ -231,14 +231,29 @@ async def materialize_session(target: Target, session_id: str, *, child: bool = 
     same program, so no crash leaves it unmarked and non-empty."""
     paths = SessionPaths(check_session_id(session_id))
     await ensure_workspace_id(target)  # judged before anything of the session is made
-    create_root = MakeDirs(paths.root)
-    ops = [MakeDirs(SESSIONS_DIR, optional=True), create_root]
-    if child:
-        ops.append(CreateExclusive(paths.unpublished_child, b""))
-    ops += [MakeDirs(paths.lease_dir), MakeDirs(paths.publications_dir)]
+    ops = session_directory_ops(paths, child=child)
     result = await target.run(ControlProgram(ops))
     if result[1].status is Status.CONFLICT:
         raise SessionOccupied(session_id)
     for op, op_result in zip(ops[1:], result.results[1:]):
         raise_for_result(op, op_result)
     return paths
+
+
+def session_directory_ops(paths: SessionPaths, *, child: bool = False) -> list[Operation]:
+    """What :func:`materialize_session` runs once the identity is judged:
+    the session directory (its ``MakeDirs``, second, stops the program on an
+    occupied one) and its control directories."""
+    ops: list[Operation] = [MakeDirs(SESSIONS_DIR, optional=True), MakeDirs(paths.root)]
+    if child:
+        ops.append(CreateExclusive(paths.unpublished_child, b""))
+    return ops + [MakeDirs(paths.lease_dir), MakeDirs(paths.publications_dir)]
+
+
+def identity_proof(workspace_id: str) -> Verify:
+    """A proof, to run before a new session's directory in the same
+    program, that the workspace identity is still the record of
+    ``workspace_id`` (the one :func:`ensure_workspace_id` judged), byte for
+    byte: it stops the program on any other (or one written differently,
+    when the caller takes the longer way)."""
+    return Verify(WORKSPACE_ID_PATH, encode_record(WorkspaceIdentity(workspace_id=workspace_id)))

@@ -37,16 +37,28 @@ from ...targets import (
     ListDir,
     MakeDirs,
     OpResult,
+    Stat,
     Status,
     Target,
     TargetError,
     raise_for_result,
 )
-from ..authority.lease import ClientIdentity, LeaseHandle, acquire_lease
+from ..authority.lease import (
+    ClientIdentity,
+    LeadStopped,
+    LeaseHandle,
+    acquire_lease,
+    claim_new_session,
+)
 from ..authority.publication import Publisher
-from ..authority.workspace import materialize_session
+from ..authority.workspace import (
+    identity_proof,
+    materialize_session,
+    session_directory_ops,
+)
 from ..content.turns import Conversation, SaveCandidate
 from ..errors import (
+    ClaimRaced,
     LeaseLost,
     PublicationFailed,
     PublicationPending,
@@ -136,6 +148,10 @@ class OpenSession:
         self.lease = lease
         self.publisher = Publisher(lease) if lease is not None else None
         self.materialized = materialized
+        #: A first save's combined program (:meth:`_materialize_claimed`)
+        #: failed without an answer: whether it made the directory is
+        #: unknown until looked at.
+        self._fresh_claim_unsure = False
         #: Why the session is read-only (None: writable).
         self.read_only = read_only
         self.holder_host = holder_host
@@ -448,6 +464,14 @@ class OpenSession:
 
     async def _publish(self, candidate: SaveCandidate, force: bool) -> SaveResult:
         materialized = False
+        if self._fresh_claim_unsure:
+            if await _directory_exists(self.target, self.paths):
+                # Made by the failed program, perhaps not its control directories.
+                await materialize_session_controls(self.target, self.paths)
+                self.materialized = True
+            self._fresh_claim_unsure = False
+        elif not self.materialized and self.lease is None and await self._materialize_claimed():
+            materialized = True
         if not self.materialized:
             await self._materialize()
             materialized = True
@@ -473,6 +497,32 @@ class OpenSession:
                 raise
             await materialize_session_controls(self.target, self.paths)
         self.materialized = True
+
+    async def _materialize_claimed(self) -> bool:
+        """A new session's first save: the identity proven unchanged, the
+        directory made (exclusively) and the lease claimed in one program
+        (a new directory has no lease to observe). False, with nothing
+        written, when the identity is not the one the session records or
+        the directory is occupied: :meth:`_materialize` judges those."""
+        workspace_id = self.conversation.sidecar.workspace_id
+        if not workspace_id:
+            return False
+        lead = [identity_proof(workspace_id), *session_directory_ops(self.paths)]
+        try:
+            lease = await claim_new_session(
+                self.target, self.session_id, self.client, duration_seconds=self.lease_seconds, now=self.time.now(), lead=lead
+            )
+        except LeadStopped:
+            return False
+        except ClaimRaced:
+            self.materialized = True  # the directory was made; its lease is judged afresh
+            raise
+        except BaseException:
+            self._fresh_claim_unsure = True
+            raise
+        self.materialized = True
+        self.adopt_lease(lease)
+        return True
 
     async def _claim(self) -> None:
         lease = await acquire_lease(self.target, self.session_id, self.client, duration_seconds=self.lease_seconds)
@@ -523,6 +573,15 @@ async def _has_store_records(target: Target, paths: SessionPaths) -> bool:
         if op is ops[1] and names:
             return True
     return False
+
+
+async def _directory_exists(target: Target, paths: SessionPaths) -> bool:
+    stat = Stat(paths.root, optional=True)
+    found = (await target.run(ControlProgram([stat])))[0]
+    if found.status is Status.ABSENT:
+        return False
+    raise_for_result(stat, found)
+    return True
 
 
 async def materialize_session_controls(target: Target, paths: SessionPaths) -> None:

@@ -99,12 +99,15 @@ class InputHistory:
     def __init__(self, target: Target) -> None:
         self.target = target
 
-    async def _load(self) -> tuple[bytes | None, list[str], str | None]:
+    async def _load(self, *, for_write: bool = False) -> tuple[bytes | None, list[str], str | None]:
         """The file's bytes (None: absent), its entries, and the warning of
-        a corrupt file renamed aside here."""
+        a corrupt file renamed aside here. ``for_write``: the directory of
+        the write's lock is made in the same program (a workspace's first
+        record would otherwise pay a round trip for it)."""
         for _ in range(_ATTEMPTS):
             op = Read(HISTORY_PATH, optional=True)
-            result = (await self.target.run(ControlProgram([op])))[0]
+            lead = [MakeDirs(STATE_DIR, optional=True)] if for_write else []
+            result = (await self.target.run(ControlProgram([*lead, op])))[len(lead)]
             if result.status is Status.ABSENT:
                 return None, [], None
             if not result.ok:
@@ -141,12 +144,10 @@ class InputHistory:
         text = _clean(text)
         warning = None
         for _ in range(_ATTEMPTS):
-            data, entries, said = await self._load()
+            data, entries, said = await self._load(for_write=True)
             warning = warning or said
             new = with_entry(entries, text)
             encoded = _encoder.encode(_HistoryFile(version=1, entries=new))
-            if data is None:  # the lock's directory may not exist yet
-                await self.target.run(ControlProgram([MakeDirs(STATE_DIR, optional=True)]))
             ops = [Verify(HISTORY_PATH, data), Replace(HISTORY_PATH, encoded)]
             done = await self.target.run(ControlProgram(ops, lock=STATE_DIR))
             if done[0].status is Status.MISMATCH:

@@ -1,0 +1,118 @@
+"""A new session's first save makes its directory and claims its lease in
+one program, the workspace identity proven unchanged in it; a connection
+lost at any write of that program leaves a save that succeeds when tried
+again, with this client's lease and nothing of another session; an
+identity changed since the session was created is judged the longer way
+(nothing of the session made first)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mevedel_server.store import ClientIdentity
+from mevedel_server.store.errors import StoreError
+from mevedel_server.store.layout import WORKSPACE_ID_PATH
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.targets import (
+    ControlProgram,
+    LocalTarget,
+    ProgramResult,
+    ProgramTarget,
+    TargetError,
+)
+from mevedel_server.targets.faults import FaultInjectingTarget
+
+ME = ClientIdentity("first-save-client", "desk")
+
+
+class Recording(ProgramTarget):
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs: list[list[str]] = []
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs.append([type(op).__name__ for op in program.operations])
+        return await self.inner.run(program)
+
+
+async def _first_turn(service: SessionService) -> str:
+    sid = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(sid, "hello")
+    await service.turns.append(sid, EvidenceInput("response", text="hi"))
+    return sid
+
+
+async def test_the_first_save_makes_the_directory_and_claims_in_one_program(tmp_path):
+    target = Recording(LocalTarget(tmp_path))
+    service = SessionService(target, ME, renew_every=3600)
+    sid = await _first_turn(service)
+    before = len(target.programs)
+    await service.turns.settle(sid)
+    first = target.programs[before]
+    # The identity proof, the directories, the claim's candidate and its activation.
+    assert first[0] == "Verify" and "MakeDirs" in first and "CreateExclusive" in first and "StampedCreate" in first
+    assert len(target.programs) - before == 2  # then the publication
+    assert (await SessionService(LocalTarget(tmp_path), ME).sessions.list()).rows[0].turn_count == 1
+    assert (await service.sessions.list()).rows[0].holder_is_self
+    await service.sessions.close(sid)
+
+
+@pytest.mark.parametrize("point", range(1, 9))
+async def test_a_connection_lost_in_the_first_save_leaves_a_save_that_succeeds(tmp_path, point):
+    target = FaultInjectingTarget(LocalTarget(tmp_path))
+    service = SessionService(target, ME, renew_every=3600)
+    sid = await _first_turn(service)
+    target.arm(point, "error")
+    with pytest.raises((StoreError, TargetError)):
+        await service.sessions.save(sid)
+    assert target.fired
+    target.arm(None)
+    await service.sessions.retry_publication(sid)
+    await service.turns.settle(sid)
+    rows = (await service.sessions.list()).rows
+    assert [r.session_id for r in rows] == [sid] and rows[0].holder_is_self
+    assert (await SessionService(LocalTarget(tmp_path), ME).sessions.list()).rows[0].turn_count == 1
+    await service.sessions.close(sid)
+    # Another client sees it free (the claim left no candidate fencing it).
+    other = SessionService(LocalTarget(tmp_path), ClientIdentity("another-client", "laptop"))
+    assert (await other.sessions.open(sid, "resume")).info.access.value == "writable"
+    await other.sessions.close(sid)
+
+
+async def test_an_identity_changed_since_creation_is_judged_before_anything_is_made(tmp_path):
+    service = SessionService(LocalTarget(tmp_path), ME, renew_every=3600)
+    sid = await _first_turn(service)
+    (tmp_path / WORKSPACE_ID_PATH).write_bytes(b"not a record")
+    with pytest.raises(StoreError):
+        await service.turns.settle(sid)
+    assert not (tmp_path / ".mevedel" / "sessions" / sid).exists()
+
+
+class AnswerLost(ProgramTarget):
+    """Runs the first save's program, then loses its answer (the
+    connection dropped after the remote side ran it)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.dropped = False
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        result = await self.inner.run(program)
+        if not self.dropped and any(type(op).__name__ == "StampedCreate" for op in program.operations):
+            self.dropped = True
+            raise TargetError(".mevedel/sessions", "Connection lost")
+        return result
+
+
+async def test_a_first_save_whose_answer_was_lost_succeeds_when_retried(tmp_path):
+    target = AnswerLost(LocalTarget(tmp_path))
+    service = SessionService(target, ME, renew_every=3600)
+    sid = await _first_turn(service)
+    with pytest.raises((StoreError, TargetError)):
+        await service.sessions.save(sid)
+    assert target.dropped
+    await service.sessions.retry_publication(sid)
+    await service.turns.settle(sid)
+    rows = (await service.sessions.list()).rows
+    assert [r.session_id for r in rows] == [sid] and rows[0].holder_is_self and rows[0].turn_count == 1
+    await service.sessions.close(sid)
