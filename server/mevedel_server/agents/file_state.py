@@ -182,6 +182,9 @@ RACY_NS = 2_000_000_000
 OPS_PER_PROGRAM = 512
 #: Blob bytes one program may read back.
 READ_BYTES_PER_PROGRAM = 64 * 1024 * 1024
+#: A first read of at most this many bytes (and one program's files) is
+#: kept by the next sync's program rather than one of its own.
+SAVE_AT_ONCE_BYTES = 1024 * 1024
 #: Packs past which a save first merges them into one (each program that
 #: snapshots files writes a pack of its own).
 MAX_PACKS = 16
@@ -363,9 +366,21 @@ class FileStateRecord:
         async with self._lock:
             first = not self._primed
             await self._sync(report=False)
-            if first and not self._from_index:
+            if first and not self._from_index and not self._cheap_to_read_again():
                 await self._save()  # a whole read is worth keeping at once
         self._prune_soon()
+
+    def _cheap_to_read_again(self) -> bool:
+        """Whether the tree is walked at every sync (not watched: an SSH
+        workspace) and the files recorded are few and small enough to read
+        in one program: such a first read is not kept in a program of its
+        own (the next sync's walk keeps it in its program; a process ending
+        first leaves the next one that one program to read again). A
+        watched sync may run no program at all, so a watched record saves
+        at once."""
+        if self._watch is not None or len(self._digest) > OPS_PER_PROGRAM:
+            return False
+        return sum(self._facts[path][1] for path in self._digest if path in self._facts) <= SAVE_AT_ONCE_BYTES
 
     def close(self) -> None:
         """Stop watching the tree (the record stays usable: it walks)."""

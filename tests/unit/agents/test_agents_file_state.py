@@ -974,3 +974,41 @@ async def test_a_record_of_a_working_directory_sees_only_its_tree_and_the_roots_
     assert not list((root / ".worktrees" / "wt1").glob(".mevedel*"))  # the blobs are kept beside the workspace's
     worktree.close()
     main.close()
+
+
+class Programs(ProgramTarget):
+    """Counts programs."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs += 1
+        return await self.inner.run(program)
+
+
+async def test_a_small_first_read_of_a_walked_tree_is_kept_by_the_next_walk(root, monkeypatch):
+    """Walked (an SSH workspace), a first read that fits in one program is
+    not saved in a program of its own: the next walk's program keeps it,
+    and the next process starts from it (reading nothing again)."""
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    write(root, "a.txt", "original")
+    await asyncio.sleep(0.1)  # not racy
+    counted = Programs(LocalTarget(root))
+    record = FileStateRecord(counted, watch=False)
+    await record.refresh()
+    assert counted.programs == 2  # the walk, the snapshot of a.txt; no save of its own
+    assert not (root / ".mevedel/file-state/index").exists()
+    write(root, "b.txt", "new")
+    before = counted.programs
+    assert [c.path for c in await record.changes()] == ["b.txt"]
+    assert (root / ".mevedel/file-state/index").exists()  # kept by the walk's program
+    assert counted.programs - before <= 2  # the walk (with the save), the new file's snapshot
+    record.close()
+    await asyncio.sleep(0.1)
+    spy = Spy(LocalTarget(root))
+    again = FileStateRecord(spy, watch=False)
+    await again.refresh()
+    assert spy.snapshots() in ([], ["b.txt"])  # a.txt is not read again
+    again.close()
