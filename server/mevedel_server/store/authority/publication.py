@@ -32,7 +32,7 @@ import asyncio
 import hashlib
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ...targets import (
@@ -42,6 +42,7 @@ from ...targets import (
     CreateLinked,
     MakeDirs,
     Operation,
+    OpResult,
     Read,
     Status,
     Target,
@@ -186,9 +187,20 @@ class CommittedSnapshot:
             return {}
         return await self._read_verified(sorted(self.manifest.entries.items()))
 
-    async def _read_verified(self, items: list[tuple[str, ManifestEntry]]) -> dict[str, bytes]:
+    async def read_all_with(self, also: Sequence[Operation]) -> tuple[dict[str, bytes], tuple[OpResult, ...]]:
+        """:meth:`read_all`, with ``also`` (reads of something else) run in
+        the same program after it; their results."""
+        extra: list[tuple[OpResult, ...]] = []
+        entries = sorted(self.manifest.entries.items()) if self.manifest is not None else []
+        return await self._read_verified(entries, also, extra), extra[0]
+
+    async def _read_verified(
+        self, items: list[tuple[str, ManifestEntry]], also: Sequence[Operation] = (), extra: list | None = None
+    ) -> dict[str, bytes]:
         ops = [Read(self.paths.inside(entry.published), optional=True) for _, entry in items]
-        result = await self.target.run(ControlProgram(ops))
+        result = await self.target.run(ControlProgram([*ops, *also]))
+        if extra is not None:
+            extra.append(tuple(result.results[len(ops) :]))
         out: dict[str, bytes] = {}
         pack: Pack | None = None
         for (logical, entry), op, op_result in zip(items, ops, result):

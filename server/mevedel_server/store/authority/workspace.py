@@ -127,14 +127,26 @@ async def read_workspace_id(target: Target, *, excludes: ExcludesProbe | None = 
     """The workspace identity, or ``None`` when none was created yet. With
     ``excludes``, the probe :func:`ensure_generated_excludes` starts with
     runs in the same program (filled in for it)."""
-    op = Read(WORKSPACE_ID_PATH)
-    result = await target.run(ControlProgram([op, *(excludes.ops if excludes is not None else ())]))
-    if excludes is not None and result.completed:  # else the excludes are read on their own
-        excludes.found = tuple(result.results[1:])
-    result = result[0]
+    ops = workspace_id_reads(excludes)
+    return workspace_id_from(ops, (await target.run(ControlProgram(ops))).results, excludes)
+
+
+def workspace_id_reads(excludes: ExcludesProbe | None = None) -> list[Operation]:
+    """The reads of :func:`read_workspace_id`, to run inside another
+    program (all optional: they never stop it); judge their results with
+    :func:`workspace_id_from`."""
+    return [Read(WORKSPACE_ID_PATH, optional=True), *(excludes.ops if excludes is not None else ())]
+
+
+def workspace_id_from(ops: Sequence[Operation], results: Sequence[OpResult], excludes: ExcludesProbe | None = None) -> str | None:
+    """The identity :func:`workspace_id_reads`' ``results`` hold (and the
+    excludes probe's, filled in)."""
+    if excludes is not None and len(results) == len(ops):  # else the excludes are read on their own
+        excludes.found = tuple(results[1:])
+    result = results[0]
     if result.status is Status.ABSENT:
         return None
-    raise_for_result(op, result)
+    raise_for_result(ops[0], result)
     return decode_record(WorkspaceIdentity, result.value, _WORKSPACE_LABEL).workspace_id
 
 

@@ -38,6 +38,8 @@ from ..authority.workspace import (
     ensure_workspace_id_with,
     read_workspace_id,
     sessions_listing,
+    workspace_id_from,
+    workspace_id_reads,
 )
 from ..content.sidecar import NameRefused, normalize_display_name, shown_name
 from ..content.turns import Conversation, ConversationError
@@ -277,11 +279,17 @@ class Sessions:
         )
         # The committed state is read and checked before the lease is
         # claimed: a session whose bytes cannot be trusted is refused without
-        # a single write to it.
-        snapshot, conversation = await self._committed_conversation(session_id)
-        # The identity and git's exclude file are read in one program.
+        # a single write to it. The identity and git's exclude file are read
+        # in the same program as the committed state, when that is read in one.
         probe = ExcludesProbe() if self._git_excludes else None
-        workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, probe)
+        identity_reads = workspace_id_reads(probe)
+        found: list[tuple] = []
+        snapshot, conversation = await self._committed_conversation(session_id, also=identity_reads, found=found)
+        if found:
+            current = workspace_id_from(identity_reads, found[0], probe)
+        else:
+            current = await read_workspace_id(self._table.target, excludes=probe)
+        workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, current)
         await self._note_use(probe)
         lease = await acquire_lease(
             self._table.target,
@@ -351,31 +359,36 @@ class Sessions:
         if added:
             _log.info("added %s to .git/info/exclude", ", ".join(added))
 
-    async def _bound_identity(
-        self, session_id: str, conversation: Conversation, confirmed: bool, probe: ExcludesProbe | None = None
-    ) -> str:
+    async def _bound_identity(self, session_id: str, conversation: Conversation, confirmed: bool, current: str | None) -> str:
         """The workspace identity a resumed session is bound to: its own
-        when it matches this workspace's; this workspace's (created if it
-        has none) when the mismatch is ``confirmed``."""
+        when it matches this workspace's (``current``, as read); this
+        workspace's (created if it has none) when the mismatch is
+        ``confirmed``."""
         recorded = conversation.sidecar.workspace_id
-        current = await read_workspace_id(self._table.target, excludes=probe)
         if current == recorded:
             return recorded
         if not confirmed:
             raise IdentityNeedsConfirmation(session_id, recorded, current)
         return current if current is not None else await ensure_workspace_id(self._table.target)
 
-    async def _committed_conversation(self, session_id: str) -> tuple[CommittedSnapshot, Conversation]:
+    async def _committed_conversation(
+        self, session_id: str, *, also: list | tuple = (), found: list | None = None
+    ) -> tuple[CommittedSnapshot, Conversation]:
         """The committed snapshot and its conversation: from what this
-        command's listing read, unless it moved on since (then afresh)."""
+        command's listing read, unless it moved on since (then afresh).
+        ``also``: reads run in the program that reads the committed bytes
+        (their results appended to ``found``; nothing appended when no such
+        program ran whole)."""
         listed = self._table.listed.pop(session_id, None)
         if listed is not None:
             try:
-                return listed[0], await self._table.conversation_of(listed[0])
+                return listed[0], await self._table.conversation_of(listed[0], also=also, found=found)
             except (RecordError, SessionIncompatible, KeyError):
-                pass  # moved on since the listing: read afresh, which reports what is wrong
+                if found:
+                    found.clear()
+                # moved on since the listing: read afresh, which reports what is wrong
         snapshot = await read_committed(self._table.target, session_id)
-        return snapshot, await self._table.conversation_of(snapshot)
+        return snapshot, await self._table.conversation_of(snapshot, also=also, found=found)
 
     # Saving ---------------------------------------------------------------------
 

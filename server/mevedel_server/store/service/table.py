@@ -166,9 +166,13 @@ class SessionTable:
             except Exception:
                 _log.exception("session change listener failed")
 
-    async def conversation_of(self, snapshot: CommittedSnapshot) -> Conversation:
+    async def conversation_of(
+        self, snapshot: CommittedSnapshot, *, also: list | tuple = (), found: list | None = None
+    ) -> Conversation:
         """The conversation a committed snapshot holds; an unpublished session
-        is an empty one."""
+        is an empty one. ``also``: reads run in the program that reads the
+        committed bytes (their results appended to ``found``; nothing
+        appended when no such program ran whole)."""
         if snapshot.manifest is None:
             workspace_id = await read_workspace_id(self.target)
             if workspace_id is None:  # a session directory made by hand
@@ -179,8 +183,13 @@ class SessionTable:
         # Everything in one program; the sidecar is judged first all the
         # same, so a session that does not load is told as one even when
         # other bytes are also bad (those are read again, alone, to say so).
+        everything: dict[str, bytes] | None
         try:
-            everything: dict[str, bytes] | None = await snapshot.read_all()
+            if also and found is not None:
+                everything, riders = await snapshot.read_all_with(also)
+                found.append(riders)
+            else:
+                everything = await snapshot.read_all()
         except RecordError:
             everything = None
         if everything is not None:
