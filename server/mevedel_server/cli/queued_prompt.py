@@ -110,13 +110,16 @@ class RunnerMark:
         self.service = service
         self.session_id = session_id
         self.recorded = False
+        #: The record this process wrote (proven still there when cleared).
+        self.written: bytes | None = None
 
     async def __aenter__(self) -> RunnerMark:
         session = self.service.session(self.session_id)
         if session.lease is not None:
             with contextlib.suppress(Exception):  # without it, a second prompt is told of the turn the old way
-                await record_runner(session.lease, RunnerRecord(
-                    client_id=self.service.client.client_id, host=self.service.client.host[:255], pid=os.getpid(), boot=boot_id()))
+                record = RunnerRecord(
+                    client_id=self.service.client.client_id, host=self.service.client.host[:255], pid=os.getpid(), boot=boot_id())
+                self.written = await record_runner(session.lease, record)
                 self.recorded = True
         return self
 
@@ -128,4 +131,4 @@ class RunnerMark:
         session = self.service.session(self.session_id) if self.service.is_open(self.session_id) else None
         if session is not None and session.lease is not None and self.recorded:
             with contextlib.suppress(Exception):
-                await clear_runner(session.lease, os.getpid())
+                await clear_runner(session.lease, os.getpid(), written=self.written)

@@ -38,12 +38,14 @@ from ...targets import (
     CreateExclusive,
     ListDir,
     MakeDirs,
+    Operation,
     OpResult,
     Read,
     Remove,
     Replace,
     Status,
     Target,
+    Verify,
     raise_for_result,
 )
 from ..authority.lease import LeaseHandle
@@ -203,12 +205,15 @@ class RunnerRecord(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_o
 _runner_decoder = msgspec.json.Decoder(RunnerRecord)
 
 
-async def record_runner(lease: LeaseHandle, runner: RunnerRecord) -> None:
-    ops = [MakeDirs(_root(lease.paths), optional=True), Replace(f"{_root(lease.paths)}/{RUNNER_NAME}", encode_runner(runner))]
+async def record_runner(lease: LeaseHandle, runner: RunnerRecord) -> bytes:
+    """Record ``runner``; the bytes written (see :func:`clear_runner`)."""
+    written = encode_runner(runner)
+    ops = [MakeDirs(_root(lease.paths), optional=True), Replace(f"{_root(lease.paths)}/{RUNNER_NAME}", written)]
     result, skip = await run_guarded(lease, ops)
     for op, op_result in zip(ops, result.results[skip:]):
         if not (op is ops[0] and op_result.status is Status.CONFLICT):
             raise_for_result(op, op_result)
+    return written
 
 
 def encode_runner(runner: RunnerRecord) -> bytes:
@@ -227,10 +232,16 @@ async def read_runner(target: Target, paths: SessionPaths) -> RunnerRecord | Non
         return None
 
 
-async def clear_runner(lease: LeaseHandle, pid: int) -> None:
-    """Remove the runner record if it is still ``pid``'s."""
-    runner = await read_runner(lease.target, lease.paths)
-    if runner is None or runner.pid != pid:
-        return
-    ops = [Remove(f"{_root(lease.paths)}/{RUNNER_NAME}", optional=True), Remove(_root(lease.paths), optional=True)]
-    await run_guarded(lease, ops)
+async def clear_runner(lease: LeaseHandle, pid: int, *, written: bytes | None = None) -> None:
+    """Remove the runner record if it is still ``pid``'s. ``written``: the
+    bytes ``pid`` recorded (:func:`encode_runner`), proven still there in
+    the removal's own program instead of read first."""
+    path = f"{_root(lease.paths)}/{RUNNER_NAME}"
+    lead: list[Operation] = []
+    if written is not None:
+        lead = [Verify(path, written)]  # another runner's record stops the program: nothing removed
+    else:
+        runner = await read_runner(lease.target, lease.paths)
+        if runner is None or runner.pid != pid:
+            return
+    await run_guarded(lease, [*lead, Remove(path, optional=True), Remove(_root(lease.paths), optional=True)])

@@ -1,0 +1,63 @@
+"""The runner record of ``mevedel prompt`` (which process runs a session's
+turns): the process that wrote it clears it in one guarded program that
+proves its own bytes are still there, and never clears another runner's."""
+
+from __future__ import annotations
+
+from mevedel_server.store import (
+    ClientIdentity,
+    RunnerRecord,
+    clear_runner,
+    read_runner,
+    record_runner,
+)
+from mevedel_server.store.service import SessionService
+from mevedel_server.targets import (
+    ControlProgram,
+    LocalTarget,
+    ProgramResult,
+    ProgramTarget,
+)
+
+ME = ClientIdentity("runner-client", "desk")
+
+
+class Counting(ProgramTarget):
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs += 1
+        return await self.inner.run(program)
+
+
+async def _held(tmp_path):
+    target = Counting(LocalTarget(tmp_path))
+    service = SessionService(target, ME, renew_every=3600)
+    sid = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(sid, "hello")
+    await service.turns.settle(sid)
+    return target, service, sid, service.session(sid).lease
+
+
+async def test_the_writer_clears_its_record_in_one_program(tmp_path):
+    target, service, sid, lease = await _held(tmp_path)
+    written = await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=4242, boot="b"))
+    assert (await read_runner(lease.target, lease.paths)).pid == 4242
+    before = target.programs
+    await clear_runner(lease, 4242, written=written)
+    assert target.programs - before == 1
+    assert await read_runner(lease.target, lease.paths) is None
+    await service.sessions.close(sid)
+
+
+async def test_another_runners_record_is_left_alone(tmp_path):
+    target, service, sid, lease = await _held(tmp_path)
+    mine = await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=4242, boot="b"))
+    await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=5151, boot="b"))
+    await clear_runner(lease, 4242, written=mine)
+    assert (await read_runner(lease.target, lease.paths)).pid == 5151
+    await clear_runner(lease, 4242)  # read first: not 4242's either
+    assert (await read_runner(lease.target, lease.paths)).pid == 5151
+    await service.sessions.close(sid)
