@@ -90,9 +90,9 @@ async def test_a_resume_after_the_listing_starts_from_its_observation_and_snapsh
     await service.sessions.list()
     before = counting.programs
     opened = await service.sessions.open(sid, "resume")
-    # The payloads with the workspace identity and git's exclude file, the
-    # claim, the journals.
-    assert opened.action == "resume" and counting.programs - before == 3
+    # The payloads with the workspace identity and git's exclude file; the
+    # claim with the journals' listing.
+    assert opened.action == "resume" and counting.programs - before == 2
     assert [t.preview for t in await service.turns.summaries(sid)] == ["prompt 1", "prompt 2"]
     await service.turns.begin_turn(sid, "prompt 3")
     await service.turns.settle(sid)

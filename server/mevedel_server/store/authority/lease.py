@@ -422,8 +422,14 @@ async def acquire_lease(
     duration_seconds: int = DEFAULT_LEASE_SECONDS,
     confirm_takeover: bool = False,
     observation: LeaseObservation | None = None,
+    riders: Sequence[Operation] = (),
 ) -> LeaseHandle:
     """Take the session's lease for ``identity``.
+
+    ``riders`` (optional reads) run after the claim in its own program;
+    their results are the handle's ``riders`` (empty when the claim took
+    another way, :data:`~...targets.program.SKIPPED` where they did not
+    run: the caller reads them itself then).
 
     ``observation`` is one the caller has just made (with the clock): the
     claim starts from it instead of observing again (a round trip fewer over
@@ -443,15 +449,16 @@ async def acquire_lease(
     paths = SessionPaths(check_session_id(session_id))
     if observation is not None and observation.now is not None and observation.session_id == paths.session_id:
         try:
-            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation)
+            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, riders)
         except ClaimRaced:
             pass  # the observation was stale: judge afresh
     obs = await _observe(target, paths, with_clock=True)
-    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs)
+    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, riders)
 
 
 async def _acquire_from(
-    target: Target, paths: SessionPaths, identity: ClientIdentity, duration_seconds: int, confirm_takeover: bool, obs: LeaseObservation
+    target: Target, paths: SessionPaths, identity: ClientIdentity, duration_seconds: int, confirm_takeover: bool, obs: LeaseObservation,
+    riders: Sequence[Operation] = (),
 ) -> LeaseHandle:
     session_id = paths.session_id
     rec = obs.record
@@ -462,12 +469,14 @@ async def _acquire_from(
         if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
             handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
             try:
-                await handle._rotate(stamped=True, state=LeaseState.ACTIVE)
+                adopted = await handle._rotate(stamped=True, state=LeaseState.ACTIVE, trailing=riders)
             except LeaseLost as lost:
                 raise ClaimRaced(
                     f"session {session_id}: the lease moved while it was being adopted ({lost.reason})",
                     session_id=session_id,
                 ) from None
+            if riders:
+                handle.riders = tuple(adopted.results[len(adopted.results) - len(riders) :])
             return handle
         if not own and standing is LeaseStanding.HELD:
             raise LeaseHeld(
@@ -484,7 +493,7 @@ async def _acquire_from(
     granted = False
     if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
         granted = await _refuse_fenced(target, paths, identity, rec)
-    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted)
+    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, trailing=riders)
 
 
 def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
@@ -538,6 +547,7 @@ async def _claim(
     *,
     consumes_grant: bool = False,
     lead: Sequence[Operation] = (),
+    trailing: Sequence[Operation] = (),
 ) -> LeaseHandle:
     """Claim the lease above ``obs``. ``consumes_grant``: the head is a
     granted release, and this claim opens the next transfer generation so
@@ -545,7 +555,8 @@ async def _claim(
     release by the same owner would otherwise match it again. ``lead``:
     operations run first in the claim's program; when one of them stops
     it, nothing of the lease was written and :class:`LeadStopped` says
-    which."""
+    which. ``trailing``: reads run last (see :func:`acquire_lease`'s
+    ``riders``)."""
     n = obs.generation
     now = obs.now
     assert now is not None
@@ -584,6 +595,8 @@ async def _claim(
     prune = _prune_ops(paths, obs.generations, n + 2, sound, set())
     at_prune = len(ops)
     ops += prune.ops
+    at_trailing = len(ops)
+    ops += trailing
     result = await target.run(ControlProgram(ops))
     if result.stopped_at is not None and result.stopped_at < len(lead):
         raise LeadStopped(result)
@@ -608,7 +621,8 @@ async def _claim(
     handle = LeaseHandle(target, paths, identity, duration, n + 2, active, active_raw, tuple(latest), reading)
     handle._sound.update(sound)
     handle._sound[n + 1] = candidate_raw
-    prune.judge(paths, list(result.results[at_prune:]), handle._sound, handle._damaged)
+    prune.judge(paths, list(result.results[at_prune:at_trailing]), handle._sound, handle._damaged)
+    handle.riders = tuple(result.results[at_trailing:])
     return handle
 
 
@@ -678,6 +692,8 @@ class LeaseHandle:
     #: (what a prune may remove), and those found damaged (never removed).
     _sound: dict[int, bytes] = field(default_factory=dict, repr=False)
     _damaged: set[int] = field(default_factory=set, repr=False)
+    #: The results of the claim's riders (see :func:`acquire_lease`).
+    riders: tuple[OpResult, ...] = field(default=(), repr=False)
 
     @property
     def session_id(self) -> str:
@@ -772,10 +788,12 @@ class LeaseHandle:
             raise LeaseLost(self.session_id, "the lease was released")
 
     async def _rotate(
-        self, lead_ops: list[Operation] | tuple[Operation, ...] = (), *, stamped: bool = False, **changes
+        self, lead_ops: list[Operation] | tuple[Operation, ...] = (), *, stamped: bool = False,
+        trailing: Sequence[Operation] = (), **changes
     ) -> ProgramResult:
         """Write the next generation with ``changes`` (``stamped``: and with
-        fresh times from the write's own clock reading) after ``lead_ops``."""
+        fresh times from the write's own clock reading) after ``lead_ops``,
+        and before ``trailing`` (optional reads, last in the program)."""
         async with self._lock:
             if self._uncertain:
                 await self._resync_locked()
@@ -797,6 +815,8 @@ class LeaseHandle:
                 self._sound.setdefault(self.generation, self._raw)
                 prune = _prune_ops(self.paths, self._known, next_generation, self._sound, self._damaged)
                 ops += prune.ops
+                at_trailing = len(ops)
+                ops += trailing
                 try:
                     result = await self.target.run(ControlProgram(ops))
                 except BaseException:
@@ -841,7 +861,7 @@ class LeaseHandle:
                     if rechecked.status is not Status.MISMATCH:
                         raise_for_result(ops[at + 2], rechecked)
                     raise_for_result(ops[at + 3], listed)
-                pruned = prune.judge(self.paths, list(result.results[at + 4 :]), self._sound, self._damaged)
+                pruned = prune.judge(self.paths, list(result.results[at + 4 : at_trailing]), self._sound, self._damaged)
                 for gone in pruned:
                     self._sound.pop(gone, None)
                 self.generation, self.record, self._raw = next_generation, new, new_raw

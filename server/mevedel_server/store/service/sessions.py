@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
-from ...targets import Clock, ControlProgram, OpResult, TargetError, raise_for_result
+from ...targets import Clock, ControlProgram, OpResult, Status, TargetError, raise_for_result
 from ..authority.lease import (
     LeaseObservation,
     LeaseStanding,
@@ -291,6 +291,10 @@ class Sessions:
             current = await read_workspace_id(self._table.target, excludes=probe)
         workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, current)
         await self._note_use(probe)
+        # The recovery journal and the pending publication, listed in the
+        # claim's program (after it: nobody else writes them then).
+        paths = SessionPaths(session_id)
+        journals = (recovery_listing(paths), pending_listing(paths))
         lease = await acquire_lease(
             self._table.target,
             session_id,
@@ -298,6 +302,7 @@ class Sessions:
             duration_seconds=self._table.lease_seconds,
             confirm_takeover=confirm_takeover,
             observation=observation,
+            riders=journals,
         )
         if lease.publication_head != snapshot.head:  # a save landed in between
             try:
@@ -317,9 +322,9 @@ class Sessions:
         if snapshot.head is not None and snapshot.manifest is not None and session.publisher is not None:
             session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._table.sessions[session_id] = session
-        # The recovery journal and the pending publication, listed in one program.
-        journals = (recovery_listing(session.paths), pending_listing(session.paths))
-        listed = await self._table.target.run(ControlProgram(list(journals)))
+        listed = lease.riders
+        if len(listed) != len(journals) or any(r.status is Status.SKIPPED for r in listed):
+            listed = (await self._table.target.run(ControlProgram(list(journals)))).results  # in one program of their own
         session.recovery = (await find_recovery(self._table.target, session_id, listed=listed[0])).recovery_id
         session.recovery_clear = session.recovery is None
         interrupted: int | None = None
