@@ -393,8 +393,14 @@ class FileStateRecord:
         """Remove the blobs no recorded file names any more in a program of
         their own, once this sync has answered (an unlink of a blob written
         seconds ago costs milliseconds on some filesystems: not while a
-        command waits). A sync that comes first removes them itself."""
+        command waits). A sync that comes first removes them itself. A
+        walked tree (an SSH workspace) leaves them to its next walk, whose
+        program removes them (a round trip costs more than the unlinks;
+        a process that ends first leaves them to the next one's first walk,
+        which finds every blob no record names)."""
         self._keep_live()
+        if self._watch is None:
+            return
         if self._orphans and (self._pruning is None or self._pruning.done()):
             self._pruning = asyncio.get_running_loop().create_task(self._prune())
 

@@ -1012,3 +1012,28 @@ async def test_a_small_first_read_of_a_walked_tree_is_kept_by_the_next_walk(root
     await again.refresh()
     assert spy.snapshots() in ([], ["b.txt"])  # a.txt is not read again
     again.close()
+
+
+async def test_a_walked_tree_removes_superseded_packs_in_its_next_walk(root, monkeypatch):
+    """Walked (an SSH workspace), the blobs no recorded file names any more
+    cost no program of their own: the next walk's program removes them,
+    and a new process finds any left behind."""
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    write(root, "a.txt", "v1")
+    await asyncio.sleep(0.1)
+    spy = Spy(LocalTarget(root))
+    programs = Programs(spy)
+    record = FileStateRecord(programs, watch=False)
+    await record.refresh()
+    first_packs = {name for name in stored(root) if name.startswith("pack-")}
+    write(root, "a.txt", "v2 with more bytes")
+    await asyncio.sleep(0.1)
+    assert [c.path for c in await record.changes()] == ["a.txt"]
+    await asyncio.sleep(0)
+    assert record._pruning is None  # no program of its own
+    assert first_packs <= stored(root)  # superseded, not removed yet
+    before = programs.programs
+    await record.refresh()
+    assert programs.programs - before == 1  # the walk, with the removals
+    assert not first_packs & stored(root)
+    record.close()
