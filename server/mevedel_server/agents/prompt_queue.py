@@ -269,7 +269,7 @@ class PromptQueue:
                 return state
             session = self.service.session(session_id)
             if session.materialized:
-                records, problems = await load_inputs(self.service.target, session.paths)
+                records, problems = await load_inputs(self.service.target, session.paths, listed=session.take_inputs_listing())
             else:
                 records, problems = [], []
             for problem in problems:

@@ -168,6 +168,10 @@ class OpenSession:
         #: again. Only the holder's own in-place transactions write a marker
         #: (each behind the lease proof), and each clears this first.
         self.recovery_clear = False
+        #: The listing of queued input the claim's program took (see
+        #: ``pending_inputs.input_listing``), for the queue's first load
+        #: alone (:meth:`take_inputs_listing`).
+        self.inputs_listed: OpResult | None = None
         #: Set while a granted control transfer drains this session: new
         #: mutations are refused, the turn in flight may still finish.
         self.handing_over: str | None = None
@@ -273,6 +277,11 @@ class OpenSession:
             renewal.cancel()  # may run inside the renewal task: never await it here
         self._stop_background()
         self._on_lost(self, why)
+
+    def take_inputs_listing(self) -> OpResult | None:
+        """The claim's listing of queued input, once (later loads list again)."""
+        listed, self.inputs_listed = self.inputs_listed, None
+        return listed
 
     def schedule_collection(self) -> None:
         """Collect superseded publications in the background, soon."""

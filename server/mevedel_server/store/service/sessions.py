@@ -45,6 +45,7 @@ from ..content.sidecar import NameRefused, normalize_display_name, shown_name
 from ..content.turns import Conversation, ConversationError
 from ..errors import IdentityNeedsConfirmation, StoreError, TakeoverNeedsConfirmation
 from ..layout import STATE_DIR, SessionPaths
+from ..transactions.pending_inputs import input_listing
 from ..transactions.pending_publication import pending_listing
 from ..transactions.recovery import find_recovery, recovery_listing
 from ..workspace_wide.cleanup import (
@@ -295,6 +296,7 @@ class Sessions:
         # claim's program (after it: nobody else writes them then).
         paths = SessionPaths(session_id)
         journals = (recovery_listing(paths), pending_listing(paths))
+        inputs = input_listing(paths)  # for the prompt queue's first load
         lease = await acquire_lease(
             self._table.target,
             session_id,
@@ -302,7 +304,7 @@ class Sessions:
             duration_seconds=self._table.lease_seconds,
             confirm_takeover=confirm_takeover,
             observation=observation,
-            riders=journals,
+            riders=(*journals, inputs),
         )
         if lease.publication_head != snapshot.head:  # a save landed in between
             try:
@@ -323,8 +325,10 @@ class Sessions:
             session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._table.sessions[session_id] = session
         listed = lease.riders
-        if len(listed) != len(journals) or any(r.status is Status.SKIPPED for r in listed):
+        if len(listed) != len(journals) + 1 or any(r.status is Status.SKIPPED for r in listed):
             listed = (await self._table.target.run(ControlProgram(list(journals)))).results  # in one program of their own
+        else:
+            session.inputs_listed = listed[-1]
         session.recovery = (await find_recovery(self._table.target, session_id, listed=listed[0])).recovery_id
         session.recovery_clear = session.recovery is None
         interrupted: int | None = None

@@ -80,3 +80,23 @@ async def test_rewind_and_clear_are_refused_while_prompts_wait_and_go_once_they_
     impact = await svc.history.prepare_rewind(sid, "before", 1)
     await svc.history.commit_rewind(sid, impact.token)
     assert [t.turn for t in await svc.turns.summaries(sid)] == []
+
+
+async def test_a_resume_lists_the_queued_input_in_its_claim_for_the_first_load_alone(tmp_path):
+    """The claim's program lists the queue (no program of its own for the
+    first load after a resume); later loads list again."""
+    svc, sid = await saved_session(tmp_path)
+    a = "a" * 32
+    await write_inputs(svc.session(sid).lease, [record(sid, a, "waiting", 1)], new=[a])
+    await svc.sessions.close(sid)
+    again = SessionService(LocalTarget(tmp_path), ME)
+    await again.sessions.open(sid, "resume")
+    session = again.session(sid)
+    listed = session.take_inputs_listing()
+    assert listed is not None and listed.ok and f"{a}.json" in listed.value
+    records, _ = await load_inputs(again.target, session.paths, listed=listed)
+    assert [r.text for r in records] == ["waiting"]
+    assert session.take_inputs_listing() is None  # once
+    await remove_input(session.lease, a)
+    assert await load_inputs(again.target, session.paths) == ([], [])
+    await again.sessions.close(sid)
