@@ -29,7 +29,9 @@ record on to the new state. Everything goes through the workspace's
   first, by a program of its own run once the sync that stopped naming it
   has answered (a command does not wait for the unlinks, which cost
   milliseconds each on some filesystems): a refresh with nothing changed is
-  one program, with files changed two. The removal is not flushed: a pack a
+  one program, with files changed two. A walked record (an SSH workspace:
+  every sync walks) leaves them to its next walk's program instead, since
+  a round trip costs more there than the unlinks. The removal is not flushed: a pack a
   crash brings back is one no record names, which the next process's first
   walk removes. Past :data:`MAX_PACKS` packs a save copies the live blobs
   of the smaller ones into one (superseded bytes go then). Loose blobs
@@ -38,7 +40,9 @@ record on to the new state. Everything goes through the workspace's
 - The record is kept for the next process as ``<blob_dir>/index``
   (:mod:`.file_state_index`), so that a new process -- every ``mevedel
   prompt`` is one -- starts from it and reads only the files changed since
-  (git's index): written whole by the first refresh that read everything,
+  (git's index): written whole by the first refresh that read everything
+  (by the next walk's program, for a walked record whose first read fit in
+  one program: reading it again costs no more than the save would),
   after a pack merge and when the changes since outgrow
   :data:`DELTA_PATHS`; otherwise a save writes ``index.delta``, the paths
   changed since the whole index, at the head of the next sync's program
