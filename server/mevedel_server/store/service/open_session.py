@@ -279,7 +279,11 @@ class OpenSession:
         self._on_lost(self, why)
 
     def take_inputs_listing(self) -> OpResult | None:
-        """The claim's listing of queued input, once (later loads list again)."""
+        """The claim's listing of queued input, once (later loads list again).
+        Nothing can have joined the queue since the claim: entries are
+        written behind this lease's proof by this process's queue (which
+        loads first), or by another ``mevedel prompt --queue`` only while a
+        runner record names a process running this session's turns."""
         listed, self.inputs_listed = self.inputs_listed, None
         return listed
 
