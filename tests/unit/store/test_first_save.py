@@ -29,9 +29,11 @@ class Recording(ProgramTarget):
     def __init__(self, inner) -> None:
         self.inner = inner
         self.programs: list[list[str]] = []
+        self.paths: list[str] = []
 
     async def run(self, program: ControlProgram) -> ProgramResult:
         self.programs.append([type(op).__name__ for op in program.operations])
+        self.paths += [f"{type(op).__name__} {op.path}" for op in program.operations]
         return await self.inner.run(program)
 
 
@@ -54,6 +56,10 @@ async def test_the_first_save_makes_the_directory_and_claims_in_one_program(tmp_
     assert len(target.programs) - before == 2  # then the publication
     assert (await SessionService(LocalTarget(tmp_path), ME).sessions.list()).rows[0].turn_count == 1
     assert (await service.sessions.list()).rows[0].holder_is_self
+    # The directory is the claim's own: the recovery gate has no journal to look for.
+    await service.turns.begin_turn(sid, "again")
+    await service.turns.settle(sid)
+    assert not [p for p in target.paths if p.startswith("ListDir") and p.endswith("/.recovery")]
     await service.sessions.close(sid)
 
 

@@ -535,6 +535,8 @@ class OpenSession:
             raise
         self.materialized = True
         self.adopt_lease(lease)
+        # The directory is this program's own: no recovery journal can be in it.
+        self.recovery_clear = True
         return True
 
     async def _claim(self) -> None:
