@@ -20,7 +20,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
-from ...targets import Clock, ControlProgram, OpResult, Status, TargetError, raise_for_result
+from ...targets import (
+    Clock,
+    ControlProgram,
+    OpResult,
+    Status,
+    TargetError,
+    raise_for_result,
+)
 from ..authority.lease import (
     LeaseObservation,
     LeaseStanding,
