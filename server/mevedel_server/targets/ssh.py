@@ -714,7 +714,11 @@ class SshTarget(ProgramTarget):
             return
         key = (self._interpreter, self._compiled)
         script = self._script
-        for _ in range(self._spare_count - len(self._spares) - len(self._spawning)):
+        # A spawn that has finished has put its process among the spares
+        # already, though its done callback (which forgets the task) may not
+        # have run yet: counting it twice would start one replacement too few.
+        spawning = sum(1 for task in self._spawning if not task.done())
+        for _ in range(self._spare_count - len(self._spares) - spawning):
             task = asyncio.ensure_future(self._spawn(conn, key, script))
             self._spawning.add(task)
             task.add_done_callback(self._spawning.discard)
