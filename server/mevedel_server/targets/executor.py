@@ -511,6 +511,15 @@ class Executor:
             raise Refused(FAILED, "the operation needs an entry, not the target root")
         return self._open_directory(parts[:-1]), parts[-1], path
 
+    def _open_file(self, path):
+        """``(fd, label)`` of ``path`` opened for reading as ``_open_leaf``
+        opens it; the caller closes ``fd``."""
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            return self._open_leaf(pfd, leaf, label), label
+        finally:
+            os.close(pfd)
+
     @staticmethod
     def _open_leaf(dir_fd, leaf, label):
         try:
@@ -1158,11 +1167,7 @@ class Executor:
             offset = size = None
         if not (_whole(offset) and _whole(size)):
             raise Refused(FAILED, "a slice is a whole offset and size")
-        pfd, leaf, label = self._open_parent(path)
-        try:
-            fd = self._open_leaf(pfd, leaf, label)
-        finally:
-            os.close(pfd)
+        fd, label = self._open_file(path)
         try:
             if not stat_mode.S_ISREG(os.fstat(fd).st_mode):
                 raise Refused(FAILED, "'%s' is not a regular file" % label)
@@ -1194,11 +1199,7 @@ class Executor:
             raise Refused(FAILED, "a snapshot pack is named pack-<hex>")
         if known is not None and not isinstance(known, str):
             raise Refused(FAILED, "a snapshot's known digest is text")
-        pfd, leaf, label = self._open_parent(path)
-        try:
-            fd = self._open_leaf(pfd, leaf, label)
-        finally:
-            os.close(pfd)
+        fd, label = self._open_file(path)
         try:
             st, data = _read_stable(fd, label, max_bytes)
         finally:
