@@ -98,8 +98,7 @@ class _DirectoryWatcher(SessionWatcher):
             relative = os.path.relpath(path, root)
             parts = [] if relative == "." else relative.split(os.sep)
             if watched == chain[-1]:
-                # Temporary files and clock probes start with '.'; the rename after them counts.
-                if not any(part.startswith(".") for part in parts):
+                if not any(self._not_a_change(part) for part in parts):
                     reasons.add(LEASE)
                 continue
             child = chain[chain.index(watched) + 1].rsplit("/", 1)[-1]
