@@ -57,19 +57,13 @@ if TYPE_CHECKING:
 
 class History:
     """Rewind, Redo, Fork, Worktree Fork, Save As and recovery over the
-    sessions of ``table``. Its bodies read the table's parts under the names
-    they had when this was a mixin of the service; every one is bound here,
-    so everything it takes from the table is named in this constructor."""
+    sessions of ``table``."""
 
     def __init__(self, table: SessionTable) -> None:
         self._table = table
-        self.target, self.client, self.lease_seconds = table.target, table.client, table.lease_seconds
-        self._sessions = table.sessions
-        self._open, self._gated, self._changed, self._adopt = table.get, table.gated, table.changed, table.adopt
-        self._time_now, self._new_open, self._conversation_of = table.time_now, table.new_open, table.conversation_of
 
     def open_sessions(self) -> list[str]:
-        return list(self._sessions)
+        return list(self._table.sessions)
 
     # Recovery -----------------------------------------------------------------
 
@@ -80,7 +74,7 @@ class History:
         listed = table.listed.get(check_session_id(session_id))
         if listed is not None and session_id not in table.sessions:
             return listed[1]  # this command's listing read the journal a moment ago
-        state = await find_recovery(self.target, check_session_id(session_id))
+        state = await find_recovery(self._table.target, check_session_id(session_id))
         session = table.sessions.get(session_id)
         if session is not None:
             session.recovery = state.recovery_id
@@ -104,7 +98,7 @@ class History:
             )
 
         return _phases().Source(
-            self.target,
+            self._table.target,
             sid,
             session.conversation,
             session.publisher,
@@ -118,7 +112,7 @@ class History:
         session = self._writable_with_lease(session_id, "retry its recovery")
         outcome = await retry_recovery(session.lease)
         await self._after_recovery(session)
-        self._changed(session, "recovered")
+        self._table.changed(session, "recovered")
         return outcome
 
     async def abandon_recovery(self, session_id: str) -> RecoveryOutcome:
@@ -126,11 +120,11 @@ class History:
         session = self._writable_with_lease(session_id, "abandon its recovery")
         outcome = await abandon_recovery(session.lease)
         await self._after_recovery(session)
-        self._changed(session, "recovered")
+        self._table.changed(session, "recovered")
         return outcome
 
     def _writable_with_lease(self, session_id: str, action: str) -> OpenSession:
-        session = self._open(session_id, action)
+        session = self._table.get(session_id, action)
         session.require_writable()
         if session.lease is None:
             raise LifecycleRefused(session.session_id, "there is no recovery to resolve: nothing is saved yet", kind="missing-target")
@@ -138,12 +132,12 @@ class History:
 
     async def _after_recovery(self, session: OpenSession) -> None:
         session.recovery_clear = False
-        session.recovery = (await find_recovery(self.target, session.session_id)).recovery_id
+        session.recovery = (await find_recovery(self._table.target, session.session_id)).recovery_id
         # The live conversation is the committed one again (a transaction
         # that crashed here may have committed a head this process never
         # adopted).
         if session.conversation.open_turn is None:
-            self._adopt(session, await self._conversation_of(await read_committed(self.target, session.session_id)))
+            self._table.adopt(session, await self._table.conversation_of(await read_committed(self._table.target, session.session_id)))
 
     # Rewind -------------------------------------------------------------------
 
@@ -151,14 +145,14 @@ class History:
         from ..transactions.rewind import Rewind
         from ..transactions.snapshot_cut import Boundary
 
-        session = await self._gated(session_id, "rewind it", commands=True)
+        session = await self._table.gated(session_id, "rewind it", commands=True)
         boundary = Boundary(_side(boundary_kind), _turn(turn))
-        return await _phases().prepare(Rewind(boundary, self._time_now()), self._source(session, queue="rewind it"))
+        return await _phases().prepare(Rewind(boundary, self._table.time_now()), self._source(session, queue="rewind it"))
 
     async def commit_rewind(self, session_id: str, token: str | StateToken) -> InPlaceResult:
         from ..transactions.rewind import Rewind
 
-        session = await self._gated(session_id, "rewind it", commands=True)
+        session = await self._table.gated(session_id, "rewind it", commands=True)
         parsed = _phases().parse_token(token, (Rewind.op,), session.session_id)
         self._publisher(session)
         return await self._in_place(session, Rewind, parsed, "rewound", queue="rewind it")
@@ -168,21 +162,21 @@ class History:
     async def redo_states(self, session_id: str) -> RedoStates:
         from ..transactions.redo import redo_states
 
-        session = self._open(session_id, "list its redo states")
-        return await redo_states(self.target, session.session_id)
+        session = self._table.get(session_id, "list its redo states")
+        return await redo_states(self._table.target, session.session_id)
 
     async def prepare_redo(self, session_id: str, publication_id: str) -> RedoImpact:
         from ..transactions.redo import Redo
 
-        session = await self._gated(session_id, "redo it", commands=True)
+        session = await self._table.gated(session_id, "redo it", commands=True)
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
-        return await _phases().prepare(Redo(publication_id, self._time_now()), self._source(session))
+        return await _phases().prepare(Redo(publication_id, self._table.time_now()), self._source(session))
 
     async def commit_redo(self, session_id: str, token: str | StateToken) -> InPlaceResult:
         from ..transactions.redo import Redo
 
-        session = await self._gated(session_id, "redo it", commands=True)
+        session = await self._table.gated(session_id, "redo it", commands=True)
         parsed = _phases().parse_token(token, (Redo.op,), session.session_id)
         self._publisher(session)
         return await self._in_place(session, Redo, parsed, "redone")
@@ -194,20 +188,20 @@ class History:
         from ..transactions.rewind import Rewind
         from ..transactions.snapshot_cut import Boundary
 
-        session = await self._gated(session_id, "rewind it", commands=True)
+        session = await self._table.gated(session_id, "rewind it", commands=True)
         boundary = Boundary(_side(boundary_kind), _turn(turn))
         self._publisher(session)
-        return await self._in_place(session, Rewind(boundary, self._time_now()), None, "rewound", queue="rewind it")
+        return await self._in_place(session, Rewind(boundary, self._table.time_now()), None, "rewound", queue="rewind it")
 
     async def redo_now(self, session_id: str, publication_id: str) -> InPlaceResult:
         """Prepare and commit a Redo at once (``mevedel redo ID --yes``)."""
         from ..transactions.redo import Redo
 
-        session = await self._gated(session_id, "redo it", commands=True)
+        session = await self._table.gated(session_id, "redo it", commands=True)
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
         self._publisher(session)
-        return await self._in_place(session, Redo(publication_id, self._time_now()), None, "redone")
+        return await self._in_place(session, Redo(publication_id, self._table.time_now()), None, "redone")
 
     async def _in_place(self, session: OpenSession, plan, token: StateToken | None, reason: str, *, queue: str | None = None) -> InPlaceResult:
         """Commit an in-place ``plan`` (a plan class and the ``token`` it
@@ -228,14 +222,14 @@ class History:
     async def prepare_fork(self, session_id: str, turn: int) -> ForkImpact:
         from ..transactions.fork import Fork
 
-        session = self._open(session_id, "fork it")
+        session = self._table.get(session_id, "fork it")
         _refuse_in_flight(session, "fork it")
-        return await _phases().prepare(Fork(_turn(turn), self._time_now()), self._source(session))
+        return await _phases().prepare(Fork(_turn(turn), self._table.time_now()), self._source(session))
 
     async def commit_fork(self, session_id: str, token: str | StateToken) -> ForkResult:
         from ..transactions.fork import Fork
 
-        session = self._open(session_id, "fork it")
+        session = self._table.get(session_id, "fork it")
         parsed = _phases().parse_token(token, (Fork.op,), session.session_id)
         result = await _phases().commit(Fork, self._source(session), parsed, child=self._child_options())
         self._adopt_child(result.child)
@@ -244,8 +238,8 @@ class History:
     async def fork_variants(self, session_id: str, turn: int) -> VariantGroup:
         from ..workspace_wide.fork_variants import fork_variants
 
-        session = self._open(session_id, "list its fork variants")
-        return await fork_variants(self.target, session.session_id, _turn(turn))
+        session = self._table.get(session_id, "list its fork variants")
+        return await fork_variants(self._table.target, session.session_id, _turn(turn))
 
     # Worktree Fork --------------------------------------------------------------
 
@@ -254,14 +248,14 @@ class History:
     ) -> WorktreeForkImpact:
         from ..transactions.worktree_fork import WorktreeFork
 
-        session = self._open(session_id, "fork it into a worktree")
+        session = self._table.get(session_id, "fork it into a worktree")
         _refuse_in_flight(session, "fork it into a worktree")
-        return await _phases().prepare(WorktreeFork(_turn(turn), name, branch, self._time_now()), self._source(session))
+        return await _phases().prepare(WorktreeFork(_turn(turn), name, branch, self._table.time_now()), self._source(session))
 
     async def commit_worktree_fork(self, session_id: str, token: str | StateToken) -> WorktreeForkResult:
         from ..transactions.worktree_fork import WorktreeFork
 
-        session = self._open(session_id, "fork it into a worktree")
+        session = self._table.get(session_id, "fork it into a worktree")
         parsed = _phases().parse_token(token, (WorktreeFork.op,), session.session_id)
         result = await _phases().commit(WorktreeFork, self._source(session), parsed, child=self._child_options())
         self._adopt_child(result.child)
@@ -272,13 +266,13 @@ class History:
     async def prepare_save_as(self, session_id: str, name: str) -> SaveAsImpact:
         from ..transactions.save_as import SaveAs
 
-        session = self._open(session_id, "save it as a new session")
-        return await _phases().prepare(SaveAs(name, self._time_now()), self._source(session))
+        session = self._table.get(session_id, "save it as a new session")
+        return await _phases().prepare(SaveAs(name, self._table.time_now()), self._source(session))
 
     async def commit_save_as(self, session_id: str, token: str | StateToken) -> ChildSession:
         from ..transactions.save_as import SaveAs
 
-        session = self._open(session_id, "save it as a new session")
+        session = self._table.get(session_id, "save it as a new session")
         parsed = _phases().parse_token(token, (SaveAs.op,), session.session_id)
         child = await _phases().commit(SaveAs, self._source(session), parsed, child=self._child_options())
         self._adopt_child(child)
@@ -293,20 +287,20 @@ class History:
 
     def _in_place_done(self, session: OpenSession, result: InPlaceResult, reason: str) -> InPlaceResult:
         if result.committed:
-            self._adopt(session, result.conversation)
+            self._table.adopt(session, result.conversation)
             session.schedule_collection()
-            self._changed(session, reason)
+            self._table.changed(session, reason)
         return result
 
     def _child_options(self) -> ChildOptions:
         from ..transactions.fork import ChildOptions
 
-        return ChildOptions(self.client, self.open_sessions(), self.lease_seconds, keep_lease=True)
+        return ChildOptions(self._table.client, self.open_sessions(), self._table.lease_seconds, keep_lease=True)
 
     def _adopt_child(self, child: ChildSession) -> None:
-        opened = self._new_open(child.conversation, lease=child.lease)
-        self._sessions[child.session_id] = opened
-        self._changed(opened, "created")
+        opened = self._table.new_open(child.conversation, lease=child.lease)
+        self._table.sessions[child.session_id] = opened
+        self._table.changed(opened, "created")
 
 
 def _phases():
