@@ -244,6 +244,9 @@ def test_chat_prompt_stream_permissions_cancel_and_turn_list(vscode: Workbench, 
     drive("waitFor", frame=CHAT, selector="#live", hasText="Partial answer")
     drive("command", title="mevedel: Cancel Turn")
     drive("notification", text="cancel sent")
+    # The live turn is .turn-3 already while it says "cancelling…": wait for
+    # it to settle before reading it.
+    drive("waitFor", frame=CHAT, selector=".turn-3 .turn-state", hasText="interrupted")
     drive("waitFor", frame=CHAT, selector=".turn-3", hasText="Partial answer")
     third = " ".join(drive("texts", frame=CHAT, selector=".turn-3"))
     assert "never said" not in third and "cancelled" in third, third
