@@ -326,3 +326,40 @@ async def test_a_prompt_queued_after_the_prepare_refuses_the_commit_and_rewind_n
     await remove_input(lease, entry)
     await svc.history.rewind_now(sid, "after", 1)
     assert (root / "notes.txt").read_text() == "v1\n"
+
+
+async def test_redo_is_refused_while_a_prompt_waits_in_the_queue(root):
+    """Redo changes the conversation a queued prompt was written against,
+    as Rewind does: its prepare, its commit and ``redo_now`` refuse,
+    naming the queue, and nothing moves until the prompt is gone."""
+    from mevedel_server.store.service.errors import TurnStateConflict
+    from mevedel_server.store.transactions.pending_inputs import (
+        InputRecord,
+        remove_input,
+        write_inputs,
+    )
+
+    svc, sid = await three_turns(root)
+    rewound = await svc.history.prepare_rewind(sid, "after", 1)
+    await svc.history.commit_rewind(sid, rewound.token.text)
+    head = next(s for s in (await svc.history.redo_states(sid)).states if s.turn_count == 3).publication_id
+    redo = await svc.history.prepare_redo(sid, head)
+    lease = svc.session(sid).lease
+    entry = "f" * 32
+    queued = InputRecord(
+        entry_id=entry, session_id=sid, kind="follow-up", state="queued", order=1, text="meanwhile", client_id=ME.client_id, host="h", queued_at=0
+    )
+    await write_inputs(lease, [queued], new=[entry])
+    for attempt in (
+        lambda: svc.history.prepare_redo(sid, head),
+        lambda: svc.history.commit_redo(sid, redo.token.text),
+        lambda: svc.history.redo_now(sid, head),
+    ):
+        with pytest.raises(TurnStateConflict) as refused:
+            await attempt()
+        assert "has 1 queued prompt: send or cancel it before you redo it" in str(refused.value)
+        assert (root / "notes.txt").read_text() == "v1\n"
+        assert svc.info(sid).settled_turns == 1
+    await remove_input(lease, entry)
+    await svc.history.redo_now(sid, head)
+    assert (root / "notes.txt").read_text() == "v3\n" and svc.info(sid).settled_turns == 3

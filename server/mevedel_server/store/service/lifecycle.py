@@ -171,7 +171,7 @@ class History:
         session = await self._table.gated(session_id, "redo it", commands=True)
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
-        return await _phases().prepare(Redo(publication_id, self._table.time_now()), self._source(session))
+        return await _phases().prepare(Redo(publication_id, self._table.time_now()), self._source(session, queue="redo it"))
 
     async def commit_redo(self, session_id: str, token: str | StateToken) -> InPlaceResult:
         from ..transactions.redo import Redo
@@ -179,7 +179,7 @@ class History:
         session = await self._table.gated(session_id, "redo it", commands=True)
         parsed = _phases().parse_token(token, (Redo.op,), session.session_id)
         self._publisher(session)
-        return await self._in_place(session, Redo, parsed, "redone")
+        return await self._in_place(session, Redo, parsed, "redone", queue="redo it")
 
     async def rewind_now(self, session_id: str, boundary_kind: str, turn: int) -> InPlaceResult:
         """Prepare and commit a Rewind at once, its impact shown to nobody
@@ -201,7 +201,7 @@ class History:
         if not isinstance(publication_id, str) or not publication_id:
             raise InvalidSessionInput("the redo state", "must name a publication ID")
         self._publisher(session)
-        return await self._in_place(session, Redo(publication_id, self._table.time_now()), None, "redone")
+        return await self._in_place(session, Redo(publication_id, self._table.time_now()), None, "redone", queue="redo it")
 
     async def _in_place(self, session: OpenSession, plan, token: StateToken | None, reason: str, *, queue: str | None = None) -> InPlaceResult:
         """Commit an in-place ``plan`` (a plan class and the ``token`` it
