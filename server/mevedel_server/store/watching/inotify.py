@@ -1,7 +1,7 @@
 """Linux inotify on the event loop, for :mod:`.watch`.
 
 watchfiles' watch thread wakes once per debounce step to look for events
-(about 0.24 % of a core per watched session at a 20 ms step, see
+(about 0.2 % of a core per watched session at a 20 ms step, see
 ``bench/bench_follow.py``); an inotify descriptor registered with the loop's
 ``add_reader`` costs nothing until the kernel has an event for it. The events
 of one read are delivered at once, as a ``watchfiles``-shaped ``{(kind,
