@@ -437,6 +437,10 @@ class FileScan:
         """Every entry's path and facts."""
         return dict(zip(self.paths(), _SCAN_FACTS.iter_unpack(self.facts)))
 
+    def iter_facts(self) -> Iterator[ScanFacts]:
+        """Every entry's facts, in the scan's order."""
+        return _SCAN_FACTS.iter_unpack(self.facts)
+
     def facts_at(self, index: int) -> ScanFacts:
         """The facts of the ``index``-th entry."""
         return _SCAN_FACTS.unpack_from(self.facts, index * _SCAN_FACTS.size)
