@@ -564,16 +564,18 @@ class FileStateRecord:
         # Iterated in C (map, compress, set operations): a loop in Python
         # over 100,000 entries is most of the load's time.
         if state.removed is None:
-            # Moved on by a delta: blobs no path names any more, or in
-            # packs gone since, are not this record's (the state is this
-            # record's own: dropped in place, the few there are).
-            for digest in where.keys() - self._refs.keys():
-                del where[digest]
-            if not set(map(_PACK, where.values())) <= self._pack_size.keys():
-                where = {digest: at for digest, at in where.items() if at[0] in self._pack_size}
-        packs = list(map(_PACK, where.values()))
+            # Moved on by a delta: blobs no path names any more are not this
+            # record's (dropped in place: only a digest the delta's paths
+            # named before it can be one, see apply_delta).
+            for digest in state.dropped - self._refs.keys():
+                where.pop(digest, None)
+        pack_refs = dict(Counter(map(_PACK, where.values())))
+        if state.removed is None and not pack_refs.keys() <= self._pack_size.keys():
+            # Nor are blobs in packs gone since.
+            where = {digest: at for digest, at in where.items() if at[0] in self._pack_size}
+            pack_refs = dict(Counter(map(_PACK, where.values())))
         self._where = where
-        self._pack_refs = dict(Counter(packs))
+        self._pack_refs = pack_refs
         # Entries per parent directory first, then up the ancestors: a
         # handful of directories hold most files.
         parents = list(map(_PARENT, map(_SPLIT_PARENT, state.facts)))

@@ -70,6 +70,10 @@ class RecordState:
     #: moved on by a delta, whose ``where`` may name blobs no longer live).
     base: bytes = b""
     removed: set[str] | None = field(default_factory=set)
+    #: A whole index moved on by a delta: the digests the delta's paths
+    #: named in the whole one (of its ``where``, only these can be blobs
+    #: no path names any more).
+    dropped: set[str] = field(default_factory=set)
 
 
 class _Body(msgspec.Struct, array_like=True):
@@ -240,16 +244,16 @@ def apply_delta(whole: RecordState, checksum: bytes, delta: RecordState | None) 
     """``whole`` (whose index carried ``checksum``) moved on by ``delta``
     (in place: ``whole`` is given up); ``whole`` alone when the delta is for
     another whole index or unsound. Its ``where`` may still name blobs no
-    path names any more, or packs gone: the reader keeps those of live
-    digests in live packs."""
+    path names any more (only among ``dropped``), or packs gone: the
+    reader keeps those of live digests in live packs."""
     if delta is None or delta.base != checksum:
         return whole
     changed = (*delta.facts, *delta.removed)
-    if not (delta.unreadable.keys() | delta.links.keys() | delta.racy) <= (whole.facts.keys() | delta.facts.keys()):
+    # The delta's few paths looked up (no set of the whole index's made).
+    if not (delta.unreadable.keys() | delta.links.keys() | delta.racy) - delta.facts.keys() <= whole.facts.keys():
         return whole
     facts, digest = whole.facts, whole.digest
-    for path in changed:
-        digest.pop(path, None)
+    dropped = {digest.pop(path) for path in changed if path in digest}
     facts.update(delta.facts)
     for path in delta.removed:
         facts.pop(path, None)
@@ -257,5 +261,5 @@ def apply_delta(whole: RecordState, checksum: bytes, delta: RecordState | None) 
     where = whole.where
     where.update(delta.where)
     # ``removed`` None: a state moved on by a delta (see the reader).
-    state = RecordState(facts, digest, delta.unreadable, delta.links, delta.racy, delta.unwalked, where, delta.pack_sizes, b"", None)
+    state = RecordState(facts, digest, delta.unreadable, delta.links, delta.racy, delta.unwalked, where, delta.pack_sizes, b"", None, dropped)
     return state if _consistent(state) else RecordState({}, {}, {}, {}, set(), {}, {}, {})
