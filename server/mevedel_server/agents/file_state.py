@@ -122,6 +122,7 @@ import itertools
 import operator
 import os
 import secrets
+import struct
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -150,8 +151,10 @@ from ..targets import (
     raise_for_result,
     split_target_path,
 )
+from ..targets.executor import clamp_ns
 from ..targets.program import (
     SCAN_DIR,
+    SCAN_FACTS,
     SCAN_IGNORED,
     SCAN_IGNORED_REASON,
     SCAN_LINK,
@@ -204,6 +207,11 @@ _PARENT = operator.itemgetter(0)
 _KIND_BITS = operator.itemgetter(0)
 #: The kind bits of a directory a walk enters (not ignored).
 _WALKED_KIND = SCAN_DIR | SCAN_IGNORED
+#: Facts packed (a flags byte first: the kind bits are ``packed[0]``), and
+#: where among them the size is.
+_FACTS = struct.Struct(SCAN_FACTS)
+_SIZE = struct.Struct("<q")
+_SIZE_AT = struct.calcsize("<B")
 #: The pack of a blob's ``(pack, offset)``.
 _PACK = operator.itemgetter(0)
 #: Walks in a row that may each find directories not watched yet before
@@ -241,6 +249,20 @@ def _ancestors(path: str) -> Iterator[str]:
 def _facts_of(walked: ScanFacts, snapshot: Snapshot) -> ScanFacts:
     """The facts a snapshot read the file with (the walk's flags and mode)."""
     return (walked[0], snapshot.size, snapshot.mtime_ns, snapshot.ctime_ns, snapshot.inode, walked[5])
+
+
+def _packed(facts: ScanFacts) -> bytes:
+    """``facts`` packed as a walk packs them (times clamped as it clamps)."""
+    try:
+        return _FACTS.pack(*facts)
+    except struct.error:
+        flags, size, mtime, ctime, inode, mode = facts
+        return _FACTS.pack(flags, size, clamp_ns(mtime), clamp_ns(ctime), inode, mode)
+
+
+def _size(packed: bytes) -> int:
+    """The size among packed facts."""
+    return _SIZE.unpack_from(packed, _SIZE_AT)[0]
 
 
 def _content(facts: ScanFacts) -> tuple[int, ...]:
@@ -297,8 +319,12 @@ class FileStateRecord:
         self._max = max_file_bytes
         self._lock = asyncio.Lock()
         self._primed = False
-        #: path -> facts as last seen (a regular file or a link).
-        self._facts: dict[str, ScanFacts] = {}
+        #: path -> facts as last seen (a regular file, a link or a
+        #: directory), packed as a walk packs them (:func:`_packed`): bytes
+        #: hold no Python object per field, so a record of 100,000 files
+        #: loads, compares and is saved without a tuple and five integers
+        #: for each (see :meth:`_recorded_facts`).
+        self._facts: dict[str, bytes] = {}
         #: path -> sha256 of its content (captured files only).
         self._digest: dict[str, str] = {}
         #: path -> why a regular file under the limit could not be read.
@@ -386,7 +412,7 @@ class FileStateRecord:
         at once."""
         if self._watch is not None or len(self._digest) > OPS_PER_PROGRAM:
             return False
-        return sum(self._facts[path][1] for path in self._digest if path in self._facts) <= SAVE_AT_ONCE_BYTES
+        return sum(_size(self._facts[path]) for path in self._digest if path in self._facts) <= SAVE_AT_ONCE_BYTES
 
     def close(self) -> None:
         """Stop watching the tree (the record stays usable: it walks)."""
@@ -516,7 +542,7 @@ class FileStateRecord:
         reads = [Read(f"{self._store}/{pack}", optional=True) for pack in chosen]
         result = await self._target.run(ControlProgram(reads))
         content = {pack: outcome.value for pack, outcome in zip(chosen, result.results) if outcome.ok}
-        sizes = {digest: self._facts[path][1] for path, digest in self._digest.items() if self._where.get(digest, ("",))[0] in content}
+        sizes = {digest: _size(self._facts[path]) for path, digest in self._digest.items() if self._where.get(digest, ("",))[0] in content}
         merged = f"pack-{secrets.token_hex(16)}"
         parts: list[bytes] = []
         moved: dict[str, int] = {}
@@ -614,7 +640,7 @@ class FileStateRecord:
             scan, stored = await self._look(plan, watch)
             unwalked, current, candidates, deleted = self._diff_within(scan, plan)
             paths = []
-        old = self._facts
+        old = self._recorded_facts((*current, *deleted))
         rechecks = [path for path in self._racy if path in current and old.get(path) == current[path]]
         recheck_set = set(rechecks)
         captures = [path for path in (*candidates, *rechecks) if self._capturable(current[path])]
@@ -727,14 +753,14 @@ class FileStateRecord:
             paths = self._paths
             current = {paths[index]: scan.facts_at(index) for index in scan.changed_since(last)}
             candidates = list(current)
-            current.update((path, old[path]) for path in self._racy if path not in current)
+            current.update((path, _FACTS.unpack(old[path])) for path in self._racy if path not in current)
             return current, candidates, [], paths
         paths = scan.paths()
         walked = set(paths)
-        # Each walked entry's facts against the record's, in C and with no
-        # dict of the walk built (a tuple per entry, kept: the most of a
-        # diff's time at 100,000 files): the indices that differ.
-        changed = list(itertools.compress(range(len(paths)), map(operator.ne, map(old.get, paths), scan.iter_facts())))
+        # Each walked entry's packed facts against the record's, in C and
+        # with no dict of the walk built (a tuple per entry, kept: the most
+        # of a diff's time at 100,000 files): the indices that differ.
+        changed = list(itertools.compress(range(len(paths)), map(operator.ne, map(old.get, paths), scan.packed_facts())))
         current = {paths[index]: scan.facts_at(index) for index in changed}
         candidates = list(current)
         # Below a directory not walked this time, a recorded path is kept as
@@ -746,7 +772,7 @@ class FileStateRecord:
         else:
             deleted = [path for path in old.keys() - walked if self._below(path, unwalked) is None]
         # A racy path not among them was walked with its recorded facts.
-        current.update((path, old[path]) for path in self._racy if path in walked and path not in current)
+        current.update((path, _FACTS.unpack(old[path])) for path in self._racy if path in walked and path not in current)
         if len(walked) != len(paths):
             paths = []  # a path twice: indices would not line up (a well-formed walk has none)
         return current, candidates, deleted, paths
@@ -771,7 +797,7 @@ class FileStateRecord:
         elif directories:
             looked.update(path for path in old if _within(path, directories))
         deleted = [path for path in looked if path not in entries and self._below(path, found) is None]
-        candidates = [path for path, facts in entries.items() if old.get(path) != facts]
+        candidates = [path for path, facts in entries.items() if old.get(path) != _packed(facts)]
         current = {path: entries[path] for path in candidates}
         current.update((path, entries[path]) for path in self._racy if path in entries and path not in current)
         return unwalked, current, candidates, deleted
@@ -974,6 +1000,12 @@ class FileStateRecord:
         kinds = map(_WALKED_KIND.__and__, map(_KIND_BITS, self._facts.values()))
         return ["", *itertools.compress(self._facts, map(SCAN_DIR.__eq__, kinds))]
 
+    def _recorded_facts(self, paths) -> dict[str, ScanFacts]:
+        """The recorded facts of those of ``paths`` the record holds,
+        unpacked (the few a sync looks at)."""
+        recorded = self._facts
+        return {path: _FACTS.unpack(recorded[path]) for path in paths if path in recorded}
+
     def _capturable(self, facts: ScanFacts) -> bool:
         return not facts[0] and facts[1] <= self._max
 
@@ -1000,7 +1032,8 @@ class FileStateRecord:
         for path in links:
             ops.append((path, ReadEntry(self._at(path), max_bytes=0, optional=True), 0))
         for path in guessed:
-            ops.append((path, self._blob_read(self._digest[path], self._facts[path][1]), self._facts[path][1]))
+            size = _size(self._facts[path])
+            ops.append((path, self._blob_read(self._digest[path], size), size))
         for path in captures:
             ops.append((path, SnapshotFile(self._at(path), store=self._store, max_bytes=self._max, optional=True), 0))
         for batch in _batches(ops):
@@ -1098,7 +1131,7 @@ class FileStateRecord:
             if not facts[0] & SCAN_IGNORED:
                 for directory in _ancestors(path):
                     self._tracked[directory] = self._tracked.get(directory, 0) + 1
-        self._facts[path] = facts
+        self._facts[path] = _packed(facts)
         self._since_index.add(path)
         old_digest = self._digest.pop(path, None)
         if old_digest is not None and old_digest == digest:

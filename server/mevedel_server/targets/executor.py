@@ -2287,7 +2287,7 @@ class _TreeScan(object):
             try:
                 facts.append(pack(flags, st.st_size, mtime, ctime, st.st_ino, mode))
             except struct.error:
-                facts.append(pack(flags, st.st_size, _clamp(mtime), _clamp(ctime), st.st_ino, mode))
+                facts.append(pack(flags, st.st_size, clamp_ns(mtime), clamp_ns(ctime), st.st_ino, mode))
             names.append(path)
             if not flags and (mtime >= racy_floor or ctime >= racy_floor):
                 racy.append(path)
@@ -2362,7 +2362,7 @@ class _TreeScan(object):
                 if found is not None and not file_negates[found.lastindex]:
                     flags |= SCAN_IGNORED
             self.facts.append(
-                _scan_facts.pack(flags, st.st_size, _clamp(st.st_mtime_ns), _clamp(st.st_ctime_ns), st.st_ino, st.st_mode & 0o7777)
+                _scan_facts.pack(flags, st.st_size, clamp_ns(st.st_mtime_ns), clamp_ns(st.st_ctime_ns), st.st_ino, st.st_mode & 0o7777)
             )
             self.names.append(path)
             if not flags and (st.st_mtime_ns >= self.racy_floor or st.st_ctime_ns >= self.racy_floor):
@@ -2423,7 +2423,9 @@ def _entry_matches(current, wanted):
     return current[0] == ENTRY_DIRECTORY or current[2] == wanted[2]
 
 
-def _clamp(nanoseconds):
+def clamp_ns(nanoseconds):
+    """A time in nanoseconds as a packed facts record holds it (a signed
+    64-bit number: beyond the years 1677-2262 it stops there)."""
     return max(-(2**63), min(2**63 - 1, nanoseconds))
 
 

@@ -437,9 +437,11 @@ class FileScan:
         """Every entry's path and facts."""
         return dict(zip(self.paths(), _SCAN_FACTS.iter_unpack(self.facts)))
 
-    def iter_facts(self) -> Iterator[ScanFacts]:
-        """Every entry's facts, in the scan's order."""
-        return _SCAN_FACTS.iter_unpack(self.facts)
+    def packed_facts(self) -> list[bytes]:
+        """Every entry's facts as packed, in the scan's order."""
+        size = _SCAN_FACTS.size
+        facts = self.facts
+        return [facts[start : start + size] for start in range(0, len(facts), size)]
 
     def facts_at(self, index: int) -> ScanFacts:
         """The facts of the ``index``-th entry."""

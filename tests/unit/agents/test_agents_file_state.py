@@ -87,7 +87,7 @@ async def blobs(record, root, store: str = STORE) -> set[str]:
         await record._pruning
     found = set()
     for name, (pack, offset) in record._where.items():
-        size = next(record._facts[path][1] for path, digest in record._digest.items() if digest == name)
+        size = next(struct.unpack(SCAN_FACTS, record._facts[path])[1] for path, digest in record._digest.items() if digest == name)
         with open(root / store / pack, "rb") as handle:
             handle.seek(offset)
             if hashlib.sha256(handle.read(size)).hexdigest() == name:
@@ -154,6 +154,28 @@ async def test_created_modified_and_deleted_files_come_with_their_content_from_b
         FileChange("src/new.py", None),
     ]
     assert await files_only(record) == []  # the record moved on
+
+
+async def test_a_file_dated_past_2262_is_recorded_kept_and_its_change_found(root):
+    # A record holds times as signed 64-bit nanoseconds: a file dated later
+    # (a touch -d of a far year) is recorded with its time clamped, kept in
+    # the index for the next process, and its change found with its bytes.
+    write(root, "future.txt", "from the future\n")
+    far = 2**63 + 10**12
+    try:
+        os.utime(root / "future.txt", ns=(far, far))
+    except (OSError, OverflowError):
+        pytest.skip("this system sets no such time")
+    if os.stat(root / "future.txt").st_mtime_ns != far:
+        pytest.skip("this filesystem holds no such time")
+    record = await record_of(root)
+    record.close()
+    second = FileStateRecord(LocalTarget(root))
+    await second.refresh()
+    assert second._from_index
+    write(root, "future.txt", "now\n")
+    assert await files_only(second) == [FileChange("future.txt", b"from the future\n")]
+    second.close()
 
 
 async def test_unchanged_files_are_not_reported_and_not_read_again(root, monkeypatch):
