@@ -381,6 +381,7 @@ class Executor:
         deferred = _Deferred()
         if all(operation[0] in _READ_ONLY_KINDS for operation in operations):
             self._program.directories = {}
+            self._program.kept = set()
         try:
             for index, operation in enumerate(operations):
                 kind, path, optional, argument = operation[:4]
@@ -396,7 +397,7 @@ class Executor:
             # Deferred writes no barrier followed stay as the kernel has them.
             deferred.close()
             directories = getattr(self._program, "directories", None)
-            self._program.directories = None
+            self._program.directories = self._program.kept = None
             for fd in (directories or {}).values():
                 os.close(fd)
             if self._packs:
@@ -473,11 +474,15 @@ class Executor:
 
     def _open_kept_directory(self, directories, parts):
         """``_open_directory`` in a read-only program: each directory of the
-        chain is opened once, from its kept parent, with the same checks;
-        the caller gets (and closes) a duplicate."""
+        chain is opened once, from its kept parent, with the same checks.
+        The caller releases what it gets with ``_close_directory``, which
+        leaves a kept descriptor open (no duplicate is made: a listing's
+        four operations per session made eight more system calls)."""
+        kept_fds = self._program.kept
         fd = directories.get(())
         if fd is None:
             fd = directories[()] = self._open_root()
+            kept_fds.add(fd)
         owned = False  # fd is not kept: close it once past it
         try:
             for index, name in enumerate(parts):
@@ -487,6 +492,7 @@ class Executor:
                     kept = _open_subdir(fd, name, _label(parts, index + 1))
                     if len(directories) < _DIRECTORY_CACHE_LIMIT:
                         directories[key] = kept
+                        kept_fds.add(kept)
                         if owned:
                             os.close(fd)
                         owned = False
@@ -502,7 +508,14 @@ class Executor:
             if owned:
                 os.close(fd)
             raise
-        return fd if owned else os.dup(fd)
+        return fd
+
+    def _close_directory(self, fd):
+        """Close a descriptor ``_open_directory`` or ``_open_parent`` gave,
+        unless the program keeps it."""
+        kept = getattr(self._program, "kept", None)
+        if not kept or fd not in kept:
+            os.close(fd)
 
     def _open_parent(self, path):
         """``(parent_fd, leaf, label)``; the caller closes ``parent_fd``."""
@@ -518,7 +531,7 @@ class Executor:
         try:
             return self._open_leaf(pfd, leaf, label), label
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
 
     @staticmethod
     def _open_leaf(dir_fd, leaf, label):
@@ -535,10 +548,13 @@ class Executor:
     @classmethod
     def _read_regular(cls, dir_fd, leaf, label):
         fd = cls._open_leaf(dir_fd, leaf, label)
-        with open(fd, "rb", closefd=True) as handle:
-            if not stat_mode.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            st = os.fstat(fd)
+            if not stat_mode.S_ISREG(st.st_mode):
                 raise Refused(FAILED, "'%s' is not a regular file" % label)
-            return handle.read()
+            return _read_to_end(fd, st.st_size)
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _lstat(dir_fd, leaf):
@@ -574,7 +590,7 @@ class Executor:
         try:
             return (OK, self._read_regular(pfd, leaf, label), None, False)
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
 
     def _verify(self, path, expected, _deferred):
         try:
@@ -582,7 +598,7 @@ class Executor:
             try:
                 actual = self._read_regular(pfd, leaf, label)
             finally:
-                os.close(pfd)
+                self._close_directory(pfd)
         except Refused as refusal:
             # A missing parent proves absence just as a missing leaf does.
             if refusal.status != ABSENT:
@@ -610,7 +626,7 @@ class Executor:
             try:
                 st = self._lstat(pfd, leaf)
             finally:
-                os.close(pfd)
+                self._close_directory(pfd)
             if st is None:
                 raise Refused(ABSENT, "'%s' does not exist" % label)
             if stat_mode.S_ISLNK(st.st_mode):
@@ -628,7 +644,7 @@ class Executor:
         try:
             return (OK, tuple(sorted(os.listdir(fd))), None, False)
         finally:
-            os.close(fd)
+            self._close_directory(fd)
 
     def _newest(self, path, family):
         """``(names, link)``: the members of the numbered ``family`` in
@@ -647,7 +663,7 @@ class Executor:
                 label = "%s/%s" % (path, names[-1]) if parts else names[-1]
                 link = _chain_link(label, lambda: self._read_regular(fd, names[-1], label))
             finally:
-                os.close(fd)
+                self._close_directory(fd)
             if link[1] != ABSENT:
                 return names, link
         return names, (link[0], ABSENT, "the newest file in '%s' kept vanishing" % path, False)
@@ -698,7 +714,7 @@ class Executor:
         try:
             return self._read_regular(pfd, leaf, label)
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
 
     def _create_exclusive(self, path, data, deferred):
         pfd, leaf, label = self._open_parent(path)
@@ -894,7 +910,7 @@ class Executor:
         try:
             return (OK, probe_filesystem_clock(fd), None, False)
         finally:
-            os.close(fd)
+            self._close_directory(fd)
 
     def _walk(self, path, bounds, _deferred):
         """Every entry below directory ``path``: ``(relative path, kind,
@@ -1311,7 +1327,7 @@ class Executor:
         try:
             found = self._entry_at(pfd, leaf, label, max_bytes)
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
         if found is None:
             raise Refused(ABSENT, "'%s' does not exist" % label)
         return (OK, found, None, False)
@@ -2447,6 +2463,18 @@ def _read_at_most(fd, limit, first=b""):
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def _read_to_end(fd, size):
+    """Every byte of the open regular file ``fd``, whose ``fstat`` said
+    ``size``: read to its end however it changed meanwhile (as a buffered
+    reader would, without its extra system calls)."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, max(size + 1, 65536) if not chunks else 1024 * 1024)
+        if not chunk:
+            return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+        chunks.append(chunk)
 
 
 def _read_stable(fd, label, max_bytes):

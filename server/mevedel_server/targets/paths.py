@@ -3,6 +3,8 @@ no empty, ``.`` or ``..`` component. ``""`` and ``"."`` name the root itself."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .errors import InvalidTargetPath
 
 _NAME_MAX = 255
@@ -14,6 +16,14 @@ def split_target_path(path: str) -> tuple[str, ...]:
         raise InvalidTargetPath(repr(path), "a target path must be a string")
     if path in ("", "."):
         return ()
+    # A listing names the same few paths per session in every program it
+    # runs, and each operation checks its paths when it is made: a path is
+    # checked once (a refused one is not remembered, so it raises again).
+    return _checked(path)
+
+
+@lru_cache(maxsize=8192)
+def _checked(path: str) -> tuple[str, ...]:
     if "\x00" in path:
         raise InvalidTargetPath(path.replace("\x00", "\\0"), "contains a NUL byte")
     if path.startswith("/"):
