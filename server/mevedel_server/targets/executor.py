@@ -478,6 +478,9 @@ class Executor:
         The caller releases what it gets with ``_close_directory``, which
         leaves a kept descriptor open (no duplicate is made: a listing's
         four operations per session made eight more system calls)."""
+        fd = directories.get(parts)
+        if fd is not None:
+            return fd  # kept already: most operations of a program name a directory another did
         kept_fds = self._program.kept
         fd = directories.get(())
         if fd is None:

@@ -147,33 +147,42 @@ def plain_operations(program: ControlProgram) -> list[PlainOperation]:
 
 
 def _value(op: Operation, status: Status, value: object) -> object:
-    if status is Status.OK and isinstance(op, Stat):
-        kind, size, mtime = value  # type: ignore[misc]
-        return FileStat(str(kind), int(size), int(mtime))
-    if status is Status.OK and isinstance(op, ListDir):
-        return tuple(_text(name) for name in value)  # type: ignore[union-attr]
-    if status is Status.OK and isinstance(op, ReadNewest):
-        name, data = value  # type: ignore[misc]
-        return (_text(name), _bytes(data))
-    if status is Status.OK and type(op) in (Read, ReadSlice):
-        return _bytes(value)
-    if status is Status.OK and isinstance(op, WalkTree):
-        return _tree_walk(value)
-    if status is Status.OK and isinstance(op, ListTree):
-        return _tree_listing(op, value)
-    if status is Status.OK and isinstance(op, ReadFiles):
-        return _file_reads(op, value)
-    if status is Status.OK and isinstance(op, ReadChain):
-        return _chain(op, value)
-    if status is Status.OK and isinstance(op, ScanTree):
-        return _file_scan(value)
-    if status is Status.OK and isinstance(op, ProcessGroup):
-        return group_state(value)
-    if status is Status.OK and isinstance(op, SnapshotFile):
-        return _snapshot(op, value)
-    if isinstance(op, (ReadEntry, PutEntry)) and value is not None:
-        return plain_entry(value)
-    return value
+    kind = type(op)
+    if kind is ReadEntry or kind is PutEntry:
+        return plain_entry(value) if value is not None else value
+    if status is not Status.OK:
+        return value
+    decode = _DECODERS.get(kind)
+    return value if decode is None else decode(op, value)
+
+
+def _stat_value(_op: Operation, value: object) -> FileStat:
+    kind, size, mtime = value  # type: ignore[misc]
+    return FileStat(str(kind), int(size), int(mtime))
+
+
+def _newest_value(_op: Operation, value: object) -> tuple[str, bytes]:
+    name, data = value  # type: ignore[misc]
+    return (_text(name), _bytes(data))
+
+
+#: How an ok value of each operation class is rebuilt (one look-up per
+#: result rather than a chain of isinstance tests; the classes are final).
+_DECODERS = {
+    Stat: _stat_value,
+    ListDir: lambda _op, value: tuple(_text(name) for name in value),
+    ReadNewest: _newest_value,
+    Read: lambda _op, value: _bytes(value),
+    ReadSlice: lambda _op, value: _bytes(value),
+    WalkTree: lambda _op, value: _tree_walk(value),
+    ListTree: lambda op, value: _tree_listing(op, value),
+    ReadFiles: lambda op, value: _file_reads(op, value),
+    ReadChain: lambda op, value: _chain(op, value),
+    ScanTree: lambda _op, value: _file_scan(value),
+    ScanPaths: lambda _op, value: _file_scan(value),
+    ProcessGroup: lambda _op, value: group_state(value),
+    SnapshotFile: lambda op, value: _snapshot(op, value),
+}
 
 
 def plain_entry(value: object) -> Entry:

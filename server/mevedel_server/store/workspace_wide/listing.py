@@ -56,6 +56,7 @@ import hashlib
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ...targets import (
     Chain,
@@ -318,6 +319,26 @@ class _Stage(enum.Enum):
 _CHAIN_KEYS = (("publication_head",), ("entries", SIDECAR_PATH, "published"))
 
 
+@lru_cache(maxsize=4096)
+def _chain_ops(session_id: str) -> tuple[Operation, ...]:
+    """A session's operations in its first program (the same every listing:
+    the operations are values, made once per session)."""
+    paths = SessionPaths(session_id)
+    hops = tuple(ChainHop(keys, paths.root) for keys in _CHAIN_KEYS)
+    return (
+        ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True),
+        # The directory's own listing answers unfinished children and
+        # whether a recovery journal exists, and its stat gives a session
+        # without a lease record (or an Inspect row) its time, in the
+        # same program.
+        ListDir(paths.root, optional=True),
+        Stat(paths.root, optional=True),
+        # The newest request for control: one of the live lease's
+        # transfer generation may wait for its holder's answer.
+        ReadNewest(paths.requests_dir, "request-", TRANSFER_DIGITS, ".json", optional=True),
+    )
+
+
 class _Probe:
     """One session moving through the stages; ``ops`` are its operations in
     the current program, ``accept`` consumes their results."""
@@ -363,21 +384,12 @@ class _Probe:
         the session directory's listing showed one (a recovery marker is
         rare: only then does it cost an operation, in the next program)."""
         paths = self.survey.paths
-        directory = Stat(f"{SESSIONS_DIR}/{self.survey.name}", optional=True)
         ops: list[Operation] = []
         if self.stage is _Stage.DIRECTORY:
-            ops.append(directory)
+            ops.append(Stat(f"{SESSIONS_DIR}/{self.survey.name}", optional=True))
         elif self.stage is _Stage.CHAIN:
             assert paths is not None
-            hops = tuple(ChainHop(keys, paths.root) for keys in _CHAIN_KEYS)
-            # The directory's own listing answers unfinished children and
-            # whether a recovery journal exists, and its stat gives a session
-            # without a lease record (or an Inspect row) its time, in the
-            # same program.
-            ops += [ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True), ListDir(paths.root, optional=True), directory]
-            # The newest request for control: one of the live lease's
-            # transfer generation may wait for its holder's answer.
-            ops.append(ReadNewest(paths.requests_dir, "request-", TRANSFER_DIGITS, ".json", optional=True))
+            ops += _chain_ops(paths.session_id)
         elif self.stage is _Stage.MANIFEST:
             ops.append(Read(self._manifest_path(), optional=True))
         elif self.stage is _Stage.SIDECAR:
