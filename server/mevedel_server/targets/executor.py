@@ -53,8 +53,9 @@ most a dot-prefixed ``*.tmp`` file, never a torn record under its real name.
 
 A *deferred* write skips those fsyncs: its bytes and names reach the disk at
 the next ``Barrier`` of the same program, which flushes all deferred writes
-before it at once -- ``syncfs(2)`` on each filesystem they touched, or, where
-libc has no ``syncfs``, an fsync of every written file and directory. Until
+before it at once -- an fsync of every written file and changed directory
+when they are few (:data:`_FSYNC_AT_MOST`) or libc has no ``syncfs``, else
+``syncfs(2)`` on each filesystem they touched. Until
 then a power loss may leave a deferred file torn or missing under its real
 name, so only a write that no reader can reach before a later commit point
 (a publication's files, read only through a head written after the barrier)
@@ -108,6 +109,9 @@ _NEWEST_ATTEMPTS = 8
 # The fsync fallback keeps every deferred file open until the barrier; past
 # this many it flushes early rather than run out of descriptors.
 _MAX_OPEN_DEFERRED = 64
+#: A barrier after writes that touched at most this many files and
+#: directories fsyncs exactly those; past it, one ``syncfs`` flushes them all.
+_FSYNC_AT_MOST = 4
 
 
 class Refused(Exception):
@@ -233,13 +237,27 @@ def sync_filesystem(fd):
 
 
 class _Deferred:
-    """The deferred writes of one program since its last barrier."""
+    """The deferred writes of one program since its last barrier.
+
+    What a barrier must make durable is exactly what was deferred: each
+    written file's bytes and inode, and each changed directory's entries
+    (the names those files were given, removals, new directories). A few
+    of them are flushed by an fsync of each file, then of each directory
+    that names them: the same guarantee for these writes as a ``syncfs``,
+    without flushing every other process's dirty data on the filesystem
+    too (which made a one-file publication wait for whatever else the
+    machine was writing). Many of them (a Fork's hundreds of files) are
+    flushed by one ``syncfs`` rather than one fsync each; where libc has
+    no ``syncfs``, always by fsyncs."""
 
     def __init__(self):
         #: (device, inode) -> an open descriptor of each directory changed.
         self.directories = {}
-        #: Open descriptors of the files written (for the fsync fallback).
+        #: Open descriptors of the files written, while they are few or
+        #: there is no syncfs.
         self.files = []
+        #: More were written than are worth an fsync each: syncfs instead.
+        self.whole = False
         self.count = 0
 
     def wrote(self, dir_fd, file_fd=None):
@@ -250,21 +268,31 @@ class _Deferred:
         key = (st.st_dev, st.st_ino)
         if key not in self.directories:
             self.directories[key] = os.dup(dir_fd)
-        if file_fd is not None and _libc_syncfs() is None:
+        if file_fd is not None and not self.whole:
             self.files.append(os.dup(file_fd))
+        if _libc_syncfs() is None:
             if len(self.files) >= _MAX_OPEN_DEFERRED:
                 self.flush()
+        elif not self.whole and len(self.files) + len(self.directories) > _FSYNC_AT_MOST:
+            self.whole = True
+            for fd in self.files:
+                os.close(fd)
+            self.files = []
 
     def flush(self):
         """Make every recorded write durable; returns how many there were."""
         count = self.count
         try:
-            by_device = {}
-            for (device, _inode), fd in self.directories.items():
-                by_device.setdefault(device, fd)
-            if not all([sync_filesystem(fd) for fd in by_device.values()]):
-                # No syncfs here: fsync what was written, files before the
-                # directories whose entries name them.
+            synced = False
+            if self.whole:
+                by_device = {}
+                for (device, _inode), fd in self.directories.items():
+                    by_device.setdefault(device, fd)
+                # False only where the kernel lacks syncfs after all, and then
+                # sync_filesystem has flushed everything itself.
+                synced = all([sync_filesystem(fd) for fd in by_device.values()])
+            if not synced:
+                # Files before the directories whose entries name them.
                 for fd in self.files:
                     os.fsync(fd)
                 for fd in self.directories.values():
@@ -276,7 +304,7 @@ class _Deferred:
     def close(self):
         for fd in self.files + list(self.directories.values()):
             os.close(fd)
-        self.directories, self.files, self.count = {}, [], 0
+        self.directories, self.files, self.count, self.whole = {}, [], 0, False
 
 
 def probe_filesystem_clock(dir_fd):
