@@ -110,8 +110,11 @@ _NEWEST_ATTEMPTS = 8
 # this many it flushes early rather than run out of descriptors.
 _MAX_OPEN_DEFERRED = 64
 #: A barrier after writes that touched at most this many files and
-#: directories fsyncs exactly those; past it, one ``syncfs`` flushes them all.
+#: directories may fsync exactly those; past it, one ``syncfs`` flushes them all.
 _FSYNC_AT_MOST = 4
+#: Dirty and in-writeback page cache (KiB) below which the machine counts as
+#: quiet: a ``syncfs`` then flushes little beyond the program's own writes.
+_QUIET_DIRTY_KIB = 2048
 
 
 class Refused(Exception):
@@ -236,19 +239,40 @@ def sync_filesystem(fd):
     return True
 
 
+def machine_is_quiet():
+    """Whether the machine's page cache holds little data waiting to be
+    written (``Dirty`` + ``Writeback`` of ``/proc/meminfo``); False where
+    that cannot be read."""
+    try:
+        with open("/proc/meminfo", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return False
+    waiting = []
+    for line in text.split(b"\n"):
+        if line.startswith((b"Dirty:", b"Writeback:")):
+            try:
+                waiting.append(int(line.split()[1]))
+            except (IndexError, ValueError):
+                return False
+    return len(waiting) == 2 and sum(waiting) <= _QUIET_DIRTY_KIB
+
+
 class _Deferred:
     """The deferred writes of one program since its last barrier.
 
     What a barrier must make durable is exactly what was deferred: each
     written file's bytes and inode, and each changed directory's entries
-    (the names those files were given, removals, new directories). A few
-    of them are flushed by an fsync of each file, then of each directory
-    that names them: the same guarantee for these writes as a ``syncfs``,
-    without flushing every other process's dirty data on the filesystem
-    too (which made a one-file publication wait for whatever else the
-    machine was writing). Many of them (a Fork's hundreds of files) are
-    flushed by one ``syncfs`` rather than one fsync each; where libc has
-    no ``syncfs``, always by fsyncs."""
+    (the names those files were given, removals, new directories). Two
+    flushes give that guarantee: an fsync of each file, then of each
+    directory that names them; or one ``syncfs``, which also writes every
+    other process's dirty data on the filesystem. So a few writes are
+    flushed by ``syncfs`` only while the machine is quiet (then it is one
+    flush instead of one per file and directory) and by their own fsyncs
+    while others have data waiting (which a ``syncfs`` would wait for: a
+    one-blob publication cost 3-4 durable writes in a loaded run). Many
+    writes (a Fork's hundreds of files) take one ``syncfs`` either way;
+    where libc has no ``syncfs``, every barrier fsyncs."""
 
     def __init__(self):
         #: (device, inode) -> an open descriptor of each directory changed.
@@ -283,13 +307,13 @@ class _Deferred:
         """Make every recorded write durable; returns how many there were."""
         count = self.count
         try:
-            synced = False
-            if self.whole:
+            synced = not self.directories  # nothing deferred
+            if not synced and (self.whole or (_libc_syncfs() is not None and machine_is_quiet())):
                 by_device = {}
                 for (device, _inode), fd in self.directories.items():
                     by_device.setdefault(device, fd)
-                # False only where the kernel lacks syncfs after all, and then
-                # sync_filesystem has flushed everything itself.
+                # False only where libc or the kernel lacks syncfs (then
+                # sync_filesystem may have flushed everything itself).
                 synced = all([sync_filesystem(fd) for fd in by_device.values()])
             if not synced:
                 # Files before the directories whose entries name them.

@@ -48,9 +48,10 @@ async def test_one_thread_hop_per_program(tmp_path, target, monkeypatch):
 
 
 class Flushes:
-    """Records the inodes fsynced and the filesystems synced, in order."""
+    """Records the inodes fsynced and the filesystems synced, in order;
+    ``quiet``: whether the machine has little dirty data waiting."""
 
-    def __init__(self, monkeypatch, *, syncfs: bool) -> None:
+    def __init__(self, monkeypatch, *, syncfs: bool, quiet: bool = False) -> None:
         self.events: list[tuple[str, int]] = []
         real_fsync = os.fsync
         real_syncfs = executor.sync_filesystem
@@ -67,6 +68,7 @@ class Flushes:
 
         monkeypatch.setattr(os, "fsync", fsync)
         monkeypatch.setattr(executor, "sync_filesystem", sync_filesystem)
+        monkeypatch.setattr(executor, "machine_is_quiet", lambda: quiet)
         if not syncfs:
             monkeypatch.setattr(executor, "_syncfs", None)
 
@@ -87,21 +89,43 @@ def _program():
     )
 
 
-async def test_a_barrier_is_one_syncfs_instead_of_each_files_fsyncs(tmp_path, target, monkeypatch):
+def _many_files_program():
+    return ControlProgram(
+        [
+            MakeDirs("pub", deferred=True),
+            *(CreateExclusive(f"pub/{n}", b"x" * 100, deferred=True) for n in range(6)),
+            Barrier(),
+            CreateExclusive("head", b"names pub/0 to pub/5"),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("program", "quiet"),
+    [(_many_files_program, False), (_program, True)],
+    ids=["many-writes", "few-writes-on-a-quiet-machine"],
+)
+async def test_a_barrier_is_one_syncfs_instead_of_each_files_fsyncs(tmp_path, target, monkeypatch, program, quiet):
     if executor._libc_syncfs() is None:
         pytest.skip("this libc has no syncfs")
-    flushes = Flushes(monkeypatch, syncfs=True)
-    result = await target.run(_program())
-    assert result.completed and result[3].value == 3
-    # One flush of the filesystem for all three deferred writes, then the
-    # head's own file and directory fsyncs.
+    flushes = Flushes(monkeypatch, syncfs=True, quiet=quiet)
+    built = program()
+    barrier = len(built.operations) - 2
+    result = await target.run(built)
+    assert result.completed and result[barrier].value == barrier
+    # One flush of the filesystem for every deferred write, then the head's
+    # own file and directory fsyncs.
     assert flushes.events[0] == ("syncfs", os.stat(tmp_path).st_dev)
     assert [kind for kind, _ in flushes.events] == ["syncfs", "fsync", "fsync"]
     assert flushes.events[2] == ("fsync", _ino(tmp_path))
 
 
-async def test_without_syncfs_the_barrier_fsyncs_every_file_then_every_directory(tmp_path, target, monkeypatch):
-    flushes = Flushes(monkeypatch, syncfs=False)
+@pytest.mark.parametrize("syncfs", [True, False], ids=["busy-machine", "without-syncfs"])
+async def test_a_barrier_after_few_writes_fsyncs_every_file_then_every_directory(tmp_path, target, monkeypatch, syncfs):
+    # Few writes while other writers have data waiting (or no syncfs):
+    # exactly their files and directories are flushed, not the whole
+    # filesystem (whose other writers' data a syncfs would wait for).
+    flushes = Flushes(monkeypatch, syncfs=syncfs, quiet=False)
     result = await target.run(_program())
     assert result.completed and result[3].value == 3
     files = {_ino(tmp_path / "pub" / "a"), _ino(tmp_path / "pub" / "b")}
@@ -123,14 +147,22 @@ async def test_the_fsync_fallback_flushes_early_rather_than_hold_every_descripto
     assert len(os.listdir("/proc/self/fd")) == before
 
 
-async def test_a_failed_flush_stops_the_program_before_the_commit(tmp_path, target, monkeypatch):
+@pytest.mark.parametrize("many", [False, True], ids=["fsync", "syncfs"])
+async def test_a_failed_flush_stops_the_program_before_the_commit(tmp_path, target, monkeypatch, many):
     def broken(fd):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
+    if many and executor._libc_syncfs() is None:
+        pytest.skip("this libc has no syncfs")
     monkeypatch.setattr(executor, "sync_filesystem", broken)
-    result = await target.run(_program())
-    assert [r.status for r in result][3:] == [Status.FAILED, Status.SKIPPED]
-    assert result.stopped_at == 3 and "Input/output error" in result[3].reason
+    monkeypatch.setattr(executor, "machine_is_quiet", lambda: False)
+    if not many:
+        monkeypatch.setattr(os, "fsync", broken)
+    program = _many_files_program() if many else _program()
+    barrier = len(program.operations) - 2
+    result = await target.run(program)
+    assert [r.status for r in result][barrier:] == [Status.FAILED, Status.SKIPPED]
+    assert result.stopped_at == barrier and "Input/output error" in result[barrier].reason
     assert not (tmp_path / "head").exists()
 
 
