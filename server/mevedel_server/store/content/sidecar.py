@@ -456,6 +456,7 @@ _FIELDS = frozenset(Sidecar.__struct_fields__)
 #: Fields added to format 1 after sidecars were written without them; their
 #: absence means their default. Every other field must be present.
 OPTIONAL_FIELDS = frozenset({"engine", "dedicated_artifact", "agent_choices", "agents"})
+_REQUIRED_FIELDS = _FIELDS - OPTIONAL_FIELDS
 
 
 def load_sidecar(data: bytes) -> Sidecar:
@@ -485,8 +486,8 @@ def load_sidecar(data: bytes) -> Sidecar:
             f"format_version {found!r} is not the supported version {SIDECAR_FORMAT_VERSION}",
             found,
         )
-    missing = sorted(_FIELDS - OPTIONAL_FIELDS - raw.keys())
-    if missing:
+    if not _REQUIRED_FIELDS <= raw.keys():
+        missing = sorted(_REQUIRED_FIELDS - raw.keys())
         raise SidecarError(SidecarErrorKind.MISSING_FIELD, f"missing field(s) {', '.join(missing)}", found)
     try:
         return msgspec.convert(raw, Sidecar, strict=True)
@@ -578,7 +579,10 @@ def normalize_display_name(text: str) -> str:
     name = " ".join(text.split())
     if not name:
         raise NameRefused("a session name may not be empty or only whitespace")
-    for char in name:
+    # Printable ASCII holds no control, format, surrogate or unassigned
+    # character: only other text is looked up character by character (a
+    # listing names every unnamed session from its first prompt this way).
+    for char in () if name.isascii() and name.isprintable() else name:
         category = unicodedata.category(char)
         if category in ("Cc", "Cs", "Co", "Cn") or (category == "Cf" and char not in _JOINERS):
             raise NameRefused(f"a session name may not contain the unreadable character U+{ord(char):04X}")
