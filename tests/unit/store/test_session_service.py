@@ -518,3 +518,17 @@ async def test_reading_a_session_not_open_here_costs_two_programs(tmp_path):
     reader = SessionService(counted, ClientIdentity("reader", "laptop"))
     assert [t.preview for t in await reader.turns.summaries(sid)] == ["first"]
     assert counted.programs == 2
+
+
+async def test_an_unnamed_session_is_listed_by_its_first_words_however_long_its_first_prompt(root):
+    """A first prompt past the name limit (a pasted log), or with an
+    unreadable character further on, still names the session in the
+    listing by its first four words, not by its ID."""
+    svc = service(root)
+    for prompt in ("Explain this failure please: " + "trace line\n" * 200, "Fix the parser now \u202e reversed"):
+        sid = (await svc.sessions.create()).session_id
+        await one_turn(svc, sid, prompt)
+        await svc.sessions.close(sid)
+    again = service(root)
+    names = {row.display_name for row in (await again.sessions.list()).rows}
+    assert names == {"Explain this failure please:…", "Fix the parser now…"}, names

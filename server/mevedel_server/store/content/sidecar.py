@@ -593,13 +593,17 @@ def normalize_display_name(text: str) -> str:
 
 def bound_generated_title(text: str) -> str:
     """An automatic title within the naming limits: at most four words and
-    sixty characters, cut at a word boundary when one fits."""
-    words = normalize_display_name(text).split(" ")[:GENERATED_TITLE_WORDS]
+    sixty characters, cut at a word boundary when one fits. Only the words
+    kept are judged: a long first prompt (past the name limit) or an
+    unreadable character further on still gives its first words."""
+    if not isinstance(text, str):
+        raise NameRefused("a session name must be text")
+    words = text.split(maxsplit=GENERATED_TITLE_WORDS)[:GENERATED_TITLE_WORDS]
     title = " ".join(words)
     while len(title) > GENERATED_TITLE_CHARS and len(words) > 1:
         words.pop()
         title = " ".join(words)
-    return title[:GENERATED_TITLE_CHARS].rstrip()
+    return normalize_display_name(title[:GENERATED_TITLE_CHARS].rstrip())
 
 
 def shown_name(sidecar: Sidecar | None, session_id: str) -> str:
