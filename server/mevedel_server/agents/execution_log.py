@@ -6,7 +6,7 @@ test log can be read later -- by the agent in a later turn, by the person
 through ``mevedel read``, by Read and Grep over LSP or MCP -- every
 command's output is also kept as an execution log of the session: written
 when the command ends, into the session's ``tool-results/executions/``
-through the workspace's target (:func:`..resources.families.artifact.save_artifact`,
+through the workspace's target (:func:`..resources.families.artifact_output.save_artifact`,
 the storage oversized tool answers already use), so it is an ordinary
 ``artifact://`` resource, local or over SSH.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from ..resources.families.artifact import EXECUTIONS, TOOL_RESULTS, save_artifact
+from ..resources.families.artifact_output import EXECUTIONS, TOOL_RESULTS, save_artifact
 from ..store import SessionPaths
 from ..targets import Target
 

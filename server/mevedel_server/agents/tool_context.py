@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 from acp import RequestError
 
 from ..artifacts.errors import ArtifactError
+from ..artifacts.layout import artifact_item
 from ..resources import ResolverContext
-from ..resources.families.project import artifact_item
 from ..store import is_refusal
 from ..tool_server.artifact_writes import held_refusal, hold_written_items, learn
 from ..tool_server.context import ToolRefused

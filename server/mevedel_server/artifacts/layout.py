@@ -58,6 +58,22 @@ def is_item_id(text: object) -> bool:
     return isinstance(text, str) and ITEM_ID.match(text) is not None
 
 
+_ARTIFACT_PARTS = tuple(ARTIFACTS_DIR.split("/"))
+
+
+def artifact_item(parts: tuple[str, ...] | str) -> tuple[str, str] | None:
+    """``(item id, path inside the item)`` when a workspace-relative path
+    (parts, or ``/``-joined text) is an authored file of the artifact
+    store, ``.mevedel/artifacts/ID/RELATIVE`` (``ID`` an item id, so never
+    ``.state`` or ``.library``); else None."""
+    if isinstance(parts, str):
+        parts = tuple(parts.split("/"))
+    head = len(_ARTIFACT_PARTS)
+    if len(parts) < head + 2 or parts[:head] != _ARTIFACT_PARTS or not is_item_id(parts[head]):
+        return None
+    return parts[head], "/".join(parts[head + 1 :])
+
+
 def is_text_file(name: str) -> bool:
     return name.lower().endswith(TEXT_SUFFIXES)
 

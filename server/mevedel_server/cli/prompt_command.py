@@ -47,7 +47,6 @@ from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import ResolverContext, writable_sessions
 from ..store import SessionAction, SessionService
 from ..tool_server.host import ToolHost
-from ..tool_server.standalone import StandaloneContext
 from .agent_prestart import prestart_for
 from .prompt_line import typed_prompt
 from .queued_prompt import STEER_SIGNAL, RunnerMark, other_runner, queue_behind, refusal
@@ -252,6 +251,10 @@ def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | 
     of the artifact files the agent's ApplyPatch writes."""
 
     def context(session_id: str) -> ResolverContext:
+        # Imported at the agent's first tool call: the resolvers are not
+        # needed before the answer starts.
+        from ..tool_server.standalone import StandaloneContext
+
         if local is not None:
             return StandaloneContext(local, service, session_id, mcp=mcp).resolver_context()
         is_open = service.is_open(session_id)

@@ -29,8 +29,7 @@ from collections.abc import Iterable
 
 from ..artifacts.attachments import SessionArtifacts
 from ..artifacts.errors import ArtifactError
-from ..artifacts.layout import ARTIFACT_SUFFIXES, check_file_name
-from ..resources.families.project import artifact_item
+from ..artifacts.layout import ARTIFACT_SUFFIXES, artifact_item, check_file_name
 
 _log = logging.getLogger(__name__)
 

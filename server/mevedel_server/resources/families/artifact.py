@@ -10,10 +10,7 @@ never artifacts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ...addresses.model import Address, AddressError, ErrorKind, Operation
-from ...targets import ControlProgram, CreateExclusive, MakeDirs, Target, TargetError
 from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import ResolverContext
@@ -22,11 +19,8 @@ from ..engine.places import Places
 from ..engine.runners import fail, later
 from ..engine.search import Scope, search
 from ..engine.tree import Node, Tree, all_files, node_of, open_walks
+from .artifact_output import BASE, EXECUTIONS, TOOL_RESULTS
 
-BASE = "artifact://"
-EXECUTIONS = "executions"
-#: The session-relative directory artifact:// shows.
-TOOL_RESULTS = "tool-results"
 _GZ = ".log.gz"
 
 
@@ -48,22 +42,6 @@ def _present(parent: tuple[str, ...], name: str, is_dir: bool, siblings: frozens
 def artifact_tree(places: Places) -> Tree | None:
     session = places.session
     return None if session is None else Tree(session.below(TOOL_RESULTS), BASE, present=_present, label="artifacts")
-
-
-async def save_artifact(target: Target, tool_results: str, parts: Sequence[str], data: bytes) -> str | None:
-    """Write one new artifact, ``parts`` below a session's ``tool-results/``
-    (``tool_results``: its target path), through the target (exclusive:
-    nothing is overwritten); its ``artifact://`` address, or None when the
-    target refused."""
-    directory = "/".join([tool_results, *parts[:-1]])
-    program = ControlProgram([MakeDirs(directory, optional=True), CreateExclusive(f"{directory}/{parts[-1]}", data)])
-    try:
-        results = await target.run(program)
-    except TargetError:
-        return None
-    if not all(result.ok for result in results[1:]):
-        return None
-    return BASE + "/".join(parts)
 
 
 def no_session(authored: str) -> AddressError:

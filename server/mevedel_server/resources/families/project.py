@@ -16,7 +16,7 @@ root leaves out ``.git`` and ``.mevedel`` (version-control and mevedel's
 own state; an explicit path into them still reads), and an ApplyPatch may
 not write below either of them, with one exception: the authored files of
 the workspace artifact store, ``.mevedel/artifacts/ID/RELATIVE``
-(:func:`artifact_item`; ``spec/adr-workspace-artifact-store.md``). The
+(:func:`~mevedel_server.artifacts.layout.artifact_item`; ``spec/adr-workspace-artifact-store.md``). The
 store's bookkeeping (``.mevedel/artifacts/.state/``, the element library
 ``.mevedel/artifacts/.library/``, ``.mevedel/leases/``) and everything
 else below ``.mevedel/`` stay refused. The front end tells the store about
@@ -42,7 +42,7 @@ import posixpath
 import re
 
 from ...addresses.model import AddressError, ErrorKind, Operation
-from ...artifacts.layout import ARTIFACTS_DIR, is_item_id
+from ...artifacts.layout import artifact_item
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
 from ..engine.explicit_node import read_listing, run_node
@@ -179,22 +179,6 @@ async def _run_root(tree: ProjectTree, request: Request, authored: str, canonica
     return await search([Scope(tree, (), walk=walk)], request, authored, canonical)
 
 
-_ARTIFACT_PARTS = tuple(ARTIFACTS_DIR.split("/"))
-
-
-def artifact_item(parts: tuple[str, ...] | str) -> tuple[str, str] | None:
-    """``(item id, path inside the item)`` when a workspace-relative path
-    (parts, or ``/``-joined text) is an authored file of the artifact
-    store, ``.mevedel/artifacts/ID/RELATIVE`` (``ID`` an item id, so never
-    ``.state`` or ``.library``); else None."""
-    if isinstance(parts, str):
-        parts = tuple(parts.split("/"))
-    head = len(_ARTIFACT_PARTS)
-    if len(parts) < head + 2 or parts[:head] != _ARTIFACT_PARTS or not is_item_id(parts[head]):
-        return None
-    return parts[head], "/".join(parts[head + 1 :])
-
-
 def _bookkeeping(text: str) -> AddressError:
     return AddressError(
         ErrorKind.UNSUPPORTED_OPERATION,
@@ -228,4 +212,4 @@ def writable(text: str, places: Places) -> tuple[Place, tuple[str, ...], str]:
     return workspace, parts, display(parts)
 
 
-__all__ = ["PROTECTED", "artifact_item", "display", "is_project_path", "parts_of", "prepare", "project_tree", "writable"]
+__all__ = ["PROTECTED", "display", "is_project_path", "parts_of", "prepare", "project_tree", "writable"]
