@@ -27,6 +27,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .loading import loading
+
 #: The subcommand modules, in the order their commands are listed.
 COMMAND_MODULES = (
     "address_command",
@@ -141,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..tool_server.relay import relay_stdio
 
         return int(relay_stdio(os.environ["MEVEDEL_TOOL_SOCKET"], os.environ["MEVEDEL_TOOL_TOKEN"]) or 0)
-    parser = parser_for(args)
+    with loading():
+        parser = parser_for(args)
     try:
         arguments = parser.parse_args(args)
         return int(arguments.run(arguments))

@@ -48,6 +48,7 @@ from ..resources import ResolverContext, writable_sessions
 from ..store import SessionAction, SessionService
 from ..tool_server.host import ToolHost
 from .agent_prestart import prestart_for
+from .loading import loading
 from .prompt_line import typed_prompt
 from .queued_prompt import STEER_SIGNAL, RunnerMark, other_runner, queue_behind, refusal
 from .session_client import (
@@ -319,8 +320,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         raise SystemExit(f"mevedel: {error.message}") from None
     # The agent starts before the engine's imports, which take as long as
     # its own start (cli/agent_prestart.py).
-    prestart_for(arguments, config)
-    from ..agents.engine import AgentEngine
+    with loading():
+        prestart_for(arguments, config)
+        from ..agents.engine import AgentEngine
 
     async def body(service: SessionService) -> None:
         nonlocal text
