@@ -31,6 +31,7 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -52,6 +53,8 @@ TOKEN_LINE_MAX = 256
 MESSAGE_MAX = 32 * 1024 * 1024
 #: A unix socket path longer than this cannot be bound (108 with the NUL).
 SOCKET_PATH_MAX = 104
+#: Connections waiting to be accepted (anyio's default).
+LISTEN_BACKLOG = 65536
 
 Serve = Callable[[Any, Any, Any], Awaitable[None]]
 
@@ -60,6 +63,22 @@ def _default_serve() -> Serve:
     from .server import serve
 
     return serve
+
+
+def _listen(path: Path) -> socket.socket:
+    """A unix socket listening at ``path``, which only this user may
+    connect to (as ``anyio.create_unix_listener`` makes one, without its
+    worker thread)."""
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listening.bind(os.fspath(path))
+        os.chmod(path, 0o600)
+        listening.listen(LISTEN_BACKLOG)
+        listening.setblocking(False)
+    except BaseException:
+        listening.close()
+        raise
+    return listening
 
 
 def _socket_directory(parent: str | None) -> Path:
@@ -96,6 +115,8 @@ class ToolHost:
         self._serve = serve
         self._parent = directory
         self._dir: Path | None = None
+        #: The listening socket; anyio's listener over it once a connection came.
+        self._listening: socket.socket | None = None
         self._listener: SocketListener | None = None
         self._task: Any = None
         self._contexts: dict[str, Any] = {}
@@ -123,15 +144,16 @@ class ToolHost:
         async with self._starting:  # two agents starting at once make one socket
             if self._closed:
                 raise RuntimeError("the tool host is closed")
-            if self._listener is None:
+            if self._dir is None:
                 directory = _socket_directory(self._parent)
                 try:
-                    self._listener = await anyio.create_unix_listener(directory / "tools.sock", mode=0o600)
+                    listening = _listen(directory / "tools.sock")
                 except BaseException:
                     shutil.rmtree(directory, ignore_errors=True)
                     raise
                 self._dir = directory
-                self._task = asyncio.ensure_future(self._accept_loop(self._listener))
+                self._listening = listening
+                self._task = asyncio.ensure_future(self._serve_when_asked(listening))
                 _log.info("tool server listening at %s", self.socket_path)
             assert self.socket_path is not None
             return self.socket_path
@@ -168,6 +190,9 @@ class ToolHost:
         if listener is not None:
             with contextlib.suppress(Exception):
                 await listener.aclose()
+        listening, self._listening = self._listening, None
+        if listening is not None:
+            listening.close()  # its listener's already, or never served
         directory, self._dir = self._dir, None
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
@@ -182,6 +207,21 @@ class ToolHost:
             if hmac.compare_digest(token.encode("ascii"), candidate):
                 found = (token, context)
         return found
+
+    async def _serve_when_asked(self, listening: socket.socket) -> None:
+        """Accept connections once the first one is waiting: until then the
+        socket is a plain listening one, so a process whose agent never
+        starts its tools (or not yet: a prompt before its first chunk)
+        loads none of anyio's socket and thread machinery."""
+        loop = asyncio.get_running_loop()
+        asked = loop.create_future()
+        loop.add_reader(listening.fileno(), lambda: asked.done() or asked.set_result(None))
+        try:
+            await asked
+        finally:
+            loop.remove_reader(listening.fileno())
+        self._listener = await SocketListener.from_socket(listening)
+        await self._accept_loop(self._listener)
 
     async def _accept_loop(self, listener: SocketListener) -> None:
         async with anyio.create_task_group() as group:
