@@ -35,14 +35,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from acp import RequestError, schema
 
 from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
 from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
-from ..resources import ResolverContext
 from ..store import EngineRef, EngineState, Outcome, SessionService, is_refusal
 from ..targets import ControlProgram, Entry, Read, Status, TargetError
 from ..tool_server.artifact_writes import learn_shell_writes
@@ -60,6 +59,9 @@ from .running_agent import AgentTurn, RunningAgent, safe_name
 from .session_options import SessionOptions
 from .tool_context import AgentToolContext
 from .working_directory import WorkingTrees
+
+if TYPE_CHECKING:
+    from ..resources import ResolverContext
 
 _log = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ from acp import RequestError
 
 from ..artifacts.errors import ArtifactError
 from ..artifacts.layout import artifact_item
-from ..resources import ResolverContext
 from ..store import is_refusal
 from ..tool_server.artifact_writes import held_refusal, hold_written_items, learn
 from ..tool_server.context import ToolRefused
 
 if TYPE_CHECKING:
+    from ..resources import ResolverContext
     from .engine import AgentEngine, RunningAgent
 
 

@@ -44,7 +44,6 @@ from ..agents.config import cli_config_path, load_cli_config, log_dir
 from ..agents.errors import AgentError
 from ..artifacts.attachments import SessionArtifacts, session_artifacts
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
-from ..resources import ResolverContext, writable_sessions
 from ..store import SessionAction, SessionService
 from ..tool_server.host import ToolHost
 from .agent_prestart import prestart_for
@@ -66,6 +65,7 @@ from .session_client import (
 
 if TYPE_CHECKING:
     from ..agents.engine import PermissionQuestion, TurnUpdate
+    from ..resources import ResolverContext
 
 TURN_FAILED = 2
 INTERRUPTED = 130
@@ -254,6 +254,7 @@ def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | 
     def context(session_id: str) -> ResolverContext:
         # Imported at the agent's first tool call: the resolvers are not
         # needed before the answer starts.
+        from ..resources import ResolverContext, writable_sessions
         from ..tool_server.standalone import StandaloneContext
 
         if local is not None:

@@ -9,9 +9,10 @@ a session opened, closed or taken over since is seen at once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..resources import ResolverContext
+if TYPE_CHECKING:
+    from ..resources import ResolverContext
 
 
 class ToolRefused(Exception):
