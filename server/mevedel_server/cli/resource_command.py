@@ -47,9 +47,9 @@ from ..resources import (
     SkillRoot,
     execute,
     prepare,
-    writable_sessions,
+    reaches_mcp,
+    reads_session,
 )
-from ..store import LeaseState, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
 from ..targets.location import parse_workspace_location, workspace_target
 from .session_client import CommandError, cli_identity, refuse
@@ -135,7 +135,9 @@ def _location(arguments: argparse.Namespace) -> Path | SshLocation:
     return location if isinstance(location, SshLocation) else location.resolve()
 
 
-def _context(arguments: argparse.Namespace, location: Path | SshLocation) -> ResolverContext:
+def _context(arguments: argparse.Namespace, location: Path | SshLocation, *, mcp: bool) -> ResolverContext:
+    """The owners the operation reads; the MCP servers' (configuration
+    files, the MCP client) only with ``mcp``."""
     # An SSH workspace has no local root: everything in it (the session
     # too, committed, by its id) is read through its target; memory and
     # skill roots are local directories, as for the LSP's remote folders.
@@ -169,14 +171,14 @@ def _context(arguments: argparse.Namespace, location: Path | SshLocation) -> Res
             store_target=target,
             remote_workspace=True,
             remote_session=session,
-            mcp=_mcp_access(arguments, location, target),
+            mcp=_mcp_access(arguments, location, target) if mcp else None,
         )
     return ResolverContext(
         workspace_root=workspace,
         session_dir=workspace / ".mevedel" / "sessions" / session if session else None,
         memory_roots=tuple(memory_roots),
         skill_roots=tuple(skill_roots),
-        mcp=_mcp_access(arguments, workspace),
+        mcp=_mcp_access(arguments, workspace) if mcp else None,
     )
 
 
@@ -257,6 +259,8 @@ async def _held_session(target: Target) -> str | None:
     """The one session this CLI client holds in the workspace, the default
     of ``--session`` as for ``mevedel turn`` (None when it holds none or
     several)."""
+    from ..store import LeaseState, SessionService
+
     service = SessionService(target, cli_identity())
     try:
         rows = (await service.sessions.list()).rows
@@ -269,10 +273,12 @@ async def _held_session(target: Target) -> str | None:
 def _run(arguments: argparse.Namespace) -> int:
     try:
         location = _location(arguments)
-        if arguments.session is None:
-            arguments.session = asyncio.run(_default_session(location))
-        context = _context(arguments, location)
         operand, options = _operand_and_options(arguments)
+        # The session store is listed for the held session, and the MCP
+        # configuration read, only for an operand that reads them.
+        if arguments.session is None and reads_session(arguments.operation, operand):
+            arguments.session = asyncio.run(_default_session(location))
+        context = _context(arguments, location, mcp=reaches_mcp(arguments.operation, operand))
     except _UsageError as error:
         print(f"mevedel: {error}", file=sys.stderr)
         return 2
@@ -324,7 +330,8 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
     """Run an ApplyPatch with ``--session`` as this CLI client: the session
     is resumed under its lease first (refused when another client holds it
     or it does not exist), and stays held afterwards."""
-    from ..resources import PatchOptions
+    from ..resources import PatchOptions, writable_sessions
+    from ..store import SessionService, error_kind, is_refusal
 
     try:
         target = context.store_target or LocalTarget(context.workspace_root)  # type: ignore[arg-type]

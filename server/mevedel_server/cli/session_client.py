@@ -40,20 +40,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..artifacts.attachments import session_artifacts
-from ..store import (
-    PRODUCT_STORAGE,
-    ClientIdentity,
-    LeaseState,
-    SessionService,
-    TakeoverNeedsConfirmation,
-    error_kind,
-    is_refusal,
-)
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
 from ..targets.location import parse_workspace_location, workspace_target
+
+if TYPE_CHECKING:
+    from ..store import ClientIdentity, SessionService
+
+# The session store is imported by the functions that use it: a command
+# that takes only this module's printing and identity (``read``) does not
+# load it.
 
 REFUSED = 1
 IDENTITY_FILE = "cli-client.json"
@@ -75,6 +72,8 @@ def state_directory() -> Path:
 def cli_identity(directory: Path | None = None) -> ClientIdentity:
     """This user's CLI client identity, created on first use, in
     ``directory`` (default: :func:`state_directory`)."""
+    from ..store import ClientIdentity
+
     path = (directory or state_directory()) / IDENTITY_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -174,6 +173,9 @@ def workspace_root(arguments: argparse.Namespace) -> Path | None:
 
 
 def open_service(arguments: argparse.Namespace) -> SessionService:
+    from ..artifacts.attachments import session_artifacts
+    from ..store import PRODUCT_STORAGE, SessionService
+
     location = workspace_location(arguments)
     try:
         target = workspace_target(location) if isinstance(location, SshLocation) else LocalTarget(location)
@@ -220,6 +222,8 @@ async def held_session(service: SessionService, given: str | None, *, announce: 
     listing (see :func:`control_request_line`); with ``given`` too, from a
     listing made for it (of ``given``'s request alone): a CLI owner polls
     nothing between commands, so naming the session must not hide it."""
+    from ..store import LeaseState
+
     if given is not None and announce is None:
         return given
     rows = (await service.sessions.list()).rows
@@ -296,6 +300,8 @@ def run_command(arguments: argparse.Namespace, body: Callable[[SessionService], 
     except CommandError as error:
         return refuse(arguments, error.kind, str(error))
     except Exception as error:
+        from ..store import TakeoverNeedsConfirmation, error_kind, is_refusal
+
         if is_refusal(error):
             message = str(error)
             if getattr(error, "kind", None) == "recovery-pending":

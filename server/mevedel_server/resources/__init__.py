@@ -23,7 +23,7 @@ _EXPORTS = {
     '.engine.docs_root': ('find_docs_root',),
     '.engine.options': ('GlobOptions', 'GrepOptions', 'PatchOptions', 'ReadOptions'),
     '.patch': ('FileChange', 'PatchResult'),
-    '.engine.resolver': ('execute', 'prepare'),
+    '.engine.resolver': ('SESSION_FAMILIES', 'execute', 'prepare', 'reaches_mcp', 'reads_session'),
     '.engine.results': ('GlobResult', 'GrepMatch', 'GrepResult', 'ReadResult'),
 }
 

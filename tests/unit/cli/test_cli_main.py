@@ -46,22 +46,45 @@ def test_help_lists_every_command_with_its_help():
     assert unknown.returncode == 2 and "invalid choice: 'bogus'" in unknown.stderr
 
 
-def _sdks_loaded(args: list[str], cwd) -> list[str]:
+def _modules_loaded(args: list[str], cwd) -> set[str]:
+    """The modules ``mevedel ARGS`` imported, run in ``cwd`` (its output
+    on the probe's own stdout, which is read past)."""
     probe = (
-        "import sys\n"
+        "import contextlib, io, sys\n"
         "from mevedel_server.cli.main import main\n"
         "try:\n"
-        f"    main({args!r})\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"        main({args!r})\n"
         "except SystemExit:\n"
         "    pass\n"
-        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(SDKS)!r}))\n"
+        "print(sorted(sys.modules))\n"
     )
     env = {**os.environ, "XDG_STATE_HOME": str(cwd / "state")}
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    return eval(result.stdout.strip().splitlines()[-1])
+    return set(eval(result.stdout.strip().splitlines()[-1]))
+
+
+def _sdks_loaded(args: list[str], cwd) -> list[str]:
+    return sorted({name.split(".")[0] for name in _modules_loaded(args, cwd)} & set(SDKS))
 
 
 @pytest.mark.parametrize("args", [["--help"], ["session", "list"], ["address", "work://shared/a.md"], ["read", "mevedel://"]])
 def test_quick_commands_load_no_sdk(tmp_path, args):
     assert _sdks_loaded(args, tmp_path) == []
+
+
+def test_reading_the_docs_loads_neither_the_session_store_nor_the_mcp_client(tmp_path):
+    # A workspace whose store holds a session of this CLI client: a read
+    # of work:// would look it up, a read of mevedel:// has no use for it.
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    begun = subprocess.run(
+        [sys.executable, "-m", "mevedel_server.cli", "turn", "begin", "Plan it", "--new"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+    )
+    assert begun.returncode == 0, begun.stderr
+    loaded = _modules_loaded(["read", "mevedel://"], tmp_path)
+    assert "mevedel_server.resources.families.mevedel_docs" in loaded  # it did read
+    assert {"mevedel_server.store.service", "mevedel_server.mcp_client.access", "regex"} & loaded == set()
+    # A session's address still finds the session this client holds.
+    assert "mevedel_server.store.service" in _modules_loaded(["read", "work://notes.md"], tmp_path)

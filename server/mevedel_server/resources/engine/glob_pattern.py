@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-import regex
+from typing import TYPE_CHECKING
 
 from .pattern_clock import PatternClock
+
+if TYPE_CHECKING:
+    import regex
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,9 @@ def compile_glob(pattern: str, *, anywhere: bool = False) -> GlobPattern:
                 pieces.append("/")
     source = "".join(pieces)
     slow = any(c != "**" and (c.count("*") > 1 or ("*" in c and "{" in c)) for c in components)
+    if slow:
+        import regex  # only a pattern that needs its timeout-safe matching loads it
+
     return GlobPattern(
         text=pattern,
         regex=re.compile(source, re.DOTALL),

@@ -17,8 +17,7 @@ import bisect
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import regex
+from typing import TYPE_CHECKING
 
 try:  # Python 3.11+
     from re import _constants as sre_constants
@@ -28,6 +27,9 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_parse  # type: ignore[no-redef]
 
 from .pattern_clock import PatternClock
+
+if TYPE_CHECKING:
+    import regex
 
 _NEWLINE = ord("\n")
 # Character-class categories that contain a line feed.
@@ -125,6 +127,8 @@ class LinePattern:
 def compile_line_pattern(pattern: str, ignore_case: bool) -> LinePattern:
     """Compile a Grep pattern; ``re.error`` or ``regex.error`` says why it is
     not a regular expression."""
+    import regex  # loaded by the first Grep, not by every resolver start
+
     flags = re.IGNORECASE if ignore_case else 0
     parsed = sre_parse.parse(pattern, flags)  # the syntax Python users know; raises re.error
     base = regex.V0 | (regex.IGNORECASE if ignore_case else 0)

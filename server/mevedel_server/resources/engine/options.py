@@ -10,8 +10,6 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-import regex
-
 from ...addresses.model import AddressError, ErrorKind
 from .glob_pattern import GlobPattern, compile_glob
 from .line_search import LinePattern, compile_line_pattern
@@ -116,6 +114,8 @@ def validate_grep(options: GrepOptions, authored: str) -> GrepPlan:
         raise _bad(authored, f"context_lines {options.context_lines} is invalid: it must be 0 or more")
     if not options.pattern:
         raise _bad(authored, "Grep pattern is empty")
+    import regex  # a Grep compiles with it: a Read of an address never loads it (about 7 ms of a start)
+
     try:
         pattern = compile_line_pattern(options.pattern, options.ignore_case)
     except (re.error, regex.error) as error:

@@ -65,6 +65,38 @@ _FAMILIES: dict[Family, str] = {
 }
 
 
+#: The families whose operations read the open session: its directory
+#: (``Places.session``), its id or its live history; ``shared://`` marks the
+#: items attached to it. A front end that must look its default session up
+#: (the CLI lists the store for the one it holds) does so for these alone,
+#: so reading ``mevedel://``, ``memory://`` or a plain path never loads the
+#: session store. ApplyPatch may write a session's ``work://`` files.
+SESSION_FAMILIES = frozenset({Family.WORK, Family.ARTIFACT, Family.HISTORY, Family.AGENT, Family.SHARED})
+
+
+def _family(operand: str) -> Family | None:
+    """The family ``operand`` addresses; None for a plain path, and for
+    what does not parse (``prepare`` reports that)."""
+    if project.is_project_path(operand):
+        return None
+    try:
+        return parse_address(operand).family
+    except AddressError:
+        return None
+
+
+def reads_session(operation: Operation, operand: str) -> bool:
+    """Whether ``operation`` on ``operand`` may read the open session
+    (see :data:`SESSION_FAMILIES`)."""
+    return operation is Operation.APPLY_PATCH or _family(operand) in SESSION_FAMILIES
+
+
+def reaches_mcp(operation: Operation, operand: str) -> bool:
+    """Whether ``operation`` on ``operand`` may reach an MCP server (only
+    ``mcp://`` does: the context's ``mcp`` is needed for nothing else)."""
+    return operation is not Operation.APPLY_PATCH and _family(operand) is Family.MCP
+
+
 def _preparer(family: Family) -> Callable[[Address, Request, ResolverContext], Prepared]:
     return importlib.import_module(f"{__package__.rpartition('.')[0]}.families.{_FAMILIES[family]}").prepare
 
