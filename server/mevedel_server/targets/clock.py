@@ -10,7 +10,6 @@ file in a named directory (the probe is removed at once); a client's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from .executor import CLOCK_PROBE_PREFIX as PROBE_PREFIX
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["PROBE_PREFIX", "Clock", "probe_filesystem_clock", "read_target_clock"]
 
 
-@dataclass(frozen=True)
 class Clock(Operation):
     """Read the target clock by creating a probe file in directory ``path``;
     ``value`` is the reading in whole seconds."""

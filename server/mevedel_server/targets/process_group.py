@@ -33,7 +33,6 @@ class GroupState:
     exists: bool
 
 
-@dataclass(frozen=True)
 class ProcessGroup(Operation):
     """Ask whether process group ``pgid`` exists on the target's machine;
     with ``kill``, send it SIGKILL first, only while the machine's boot is

@@ -40,8 +40,11 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
+
+import msgspec
+from msgspec.structs import force_setattr
 
 from .entry import Entry
 from .errors import InvalidTargetPath
@@ -67,14 +70,24 @@ class Status(enum.Enum):
     SKIPPED = "skipped"
 
 
-@dataclass(frozen=True)
-class Operation:
-    """One step of a control program. ``path`` is target-relative."""
+class _OperationPath(msgspec.Struct, frozen=True):
+    """The field every operation starts with (keyword-only options are
+    declared on a class of their own: :class:`Operation`)."""
 
     path: str
-    optional: bool = field(default=False, kw_only=True)
+
+
+class Operation(_OperationPath, frozen=True, kw_only=True):
+    """One step of a control program. ``path`` is target-relative.
+
+    Operations and their answers are frozen ``msgspec`` structs, not
+    dataclasses: a dataclass compiles its methods as it is defined, and
+    these forty were most of the module's import, paid by every command's
+    start."""
+
+    optional: bool = False
     #: A write that leaves its flush to the program's next :class:`Barrier`.
-    deferred: bool = field(default=False, kw_only=True)
+    deferred: bool = False
 
     #: True for operations that change the target (counted by fault injection).
     writes: ClassVar[bool] = False
@@ -89,26 +102,22 @@ class Operation:
             raise ValueError(f"{type(self).__name__} writes nothing, so it cannot be deferred")
 
 
-@dataclass(frozen=True)
 class Read(Operation):
     """Read a regular file; ``value`` is its bytes."""
 
 
-@dataclass(frozen=True)
 class Stat(Operation):
     """Describe an entry; ``value`` is a :class:`FileStat`."""
 
     accepts_root: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
 class ListDir(Operation):
     """List a directory; ``value`` is a sorted tuple of entry names."""
 
     accepts_root: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
 class ReadNewest(Operation):
     """Read the newest member of a numbered family of files in directory
     ``path``: of the entries named ``prefix``, then exactly ``digits``
@@ -135,8 +144,7 @@ def _check_family(prefix: str, digits: int, suffix: str) -> None:
             raise ValueError(f"{text!r} cannot be part of an entry name")
 
 
-@dataclass(frozen=True)
-class ChainHop:
+class ChainHop(msgspec.Struct, frozen=True):
     """One step of a :class:`ReadChain`: the string at JSON key path
     ``keys`` of the file read last names the next file, relative to the
     target-relative directory ``base``."""
@@ -148,11 +156,10 @@ class ChainHop:
         keys = tuple(self.keys) if isinstance(self.keys, (list, tuple)) else self.keys
         if not isinstance(keys, tuple) or not keys or not all(isinstance(k, str) for k in keys):
             raise ValueError("a chain hop's key path is one or more strings")
-        object.__setattr__(self, "keys", keys)
+        force_setattr(self, "keys", keys)
         split_target_path(self.base)
 
 
-@dataclass(frozen=True)
 class ReadChain(Operation):
     """Read the newest member of a numbered family in directory ``path``
     (``prefix``, ``digits``, ``suffix`` as :class:`ReadNewest`), then follow
@@ -182,11 +189,10 @@ class ReadChain(Operation):
         for hop in hops:
             if not isinstance(hop, ChainHop):
                 raise TypeError(f"not a chain hop: {hop!r}")
-        object.__setattr__(self, "hops", hops)
+        force_setattr(self, "hops", hops)
 
 
-@dataclass(frozen=True)
-class ChainLink:
+class ChainLink(msgspec.Struct, frozen=True):
     """One file a :class:`ReadChain` read: ``data`` when ``status`` is ok,
     else ``reason``."""
 
@@ -201,15 +207,13 @@ class ChainLink:
         return OpResult(self.status, self.data, self.reason, self.unsafe)
 
 
-@dataclass(frozen=True)
-class Chain:
+class Chain(msgspec.Struct, frozen=True):
     #: Names of the family's members, ascending.
     names: tuple[str, ...]
     #: The newest member first, then one link per hop followed.
     links: tuple[ChainLink, ...]
 
 
-@dataclass(frozen=True)
 class WalkTree(Operation):
     """Walk directory ``path`` (the root too): ``value`` is a
     :class:`TreeWalk` of every entry below it (``depth`` levels down; None:
@@ -232,8 +236,7 @@ class WalkTree(Operation):
             raise ValueError("a tree walk goes at least one level down")
 
 
-@dataclass(frozen=True)
-class WalkedEntry:
+class WalkedEntry(msgspec.Struct, frozen=True):
     """One entry of a :class:`WalkTree` answer; ``path`` is relative to the
     walked directory (``/``-separated)."""
 
@@ -243,14 +246,12 @@ class WalkedEntry:
     mtime: int
 
 
-@dataclass(frozen=True)
-class TreeWalk:
+class TreeWalk(msgspec.Struct, frozen=True):
     entries: tuple[WalkedEntry, ...]
     #: The walk met more than ``limit`` entries and stopped.
     truncated: bool
 
 
-@dataclass(frozen=True)
 class ListTree(Operation):
     """List directory ``path`` (the root too) and the directories below
     it, in depth-first preorder: ``value`` is a :class:`TreeListing`. Only
@@ -288,11 +289,10 @@ class ListTree(Operation):
             if not isinstance(directory, str):
                 raise TypeError("a tree listing resumes from directory paths")
             split_target_path(directory)
-        object.__setattr__(self, "resume", resume)
+        force_setattr(self, "resume", resume)
 
 
-@dataclass(frozen=True)
-class TreeListing:
+class TreeListing(msgspec.Struct, frozen=True):
     """The answer of a :class:`ListTree`."""
 
     #: ``(directory, names)`` per directory listed, in preorder: the
@@ -305,7 +305,6 @@ class TreeListing:
     files: tuple[tuple[str, FileRead], ...] = ()
 
 
-@dataclass(frozen=True)
 class ReadFiles(Operation):
     """Read many regular files below directory ``path`` in one pass:
     ``names`` are their paths relative to it. ``value`` is a tuple of
@@ -329,14 +328,13 @@ class ReadFiles(Operation):
             # target checks every component of every name as it reads it.
             if not isinstance(name, str) or not name or name[0] == "/" or "\0" in name:
                 raise InvalidTargetPath(repr(name), "a batch read names files below its directory")
-        object.__setattr__(self, "names", names)
+        force_setattr(self, "names", names)
         for number in (self.max_bytes, self.budget):
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise ValueError("a batch read's size limit and budget are whole, non-negative numbers")
 
 
-@dataclass(frozen=True)
-class FileRead:
+class FileRead(msgspec.Struct, frozen=True):
     """One file of a :class:`ReadFiles`: ``data`` when ``status`` is ok and
     the file was within the size limit (None: over it, ``size`` says how
     big), else ``reason``."""
@@ -352,7 +350,6 @@ class FileRead:
         return self.status is Status.OK
 
 
-@dataclass(frozen=True)
 class ScanTree(Operation):
     """Walk directory ``path`` (the root too) for what tells a file's
     change: ``value`` is a :class:`FileScan` of every regular file and
@@ -385,7 +382,7 @@ class ScanTree(Operation):
             texts = tuple(getattr(self, name))
             if not all(isinstance(text, str) for text in texts):
                 raise TypeError(f"a tree scan's {name} are strings")
-            object.__setattr__(self, name, texts)
+            force_setattr(self, name, texts)
         for number in (self.limit, self.racy_ns):
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise ValueError("a tree scan's limit and racy window are whole, non-negative numbers")
@@ -397,8 +394,7 @@ class ScanTree(Operation):
 ScanFacts = tuple[int, int, int, int, int, int]
 
 
-@dataclass(frozen=True)
-class FileScan:
+class FileScan(msgspec.Struct, frozen=True):
     """The answer of a :class:`ScanTree`, kept packed as the target sent it
     (an unchanged tree answers the very same ``names`` and ``facts``, so
     comparing two scans costs two byte comparisons): ``names`` is every
@@ -466,7 +462,6 @@ class FileScan:
         return changed
 
 
-@dataclass(frozen=True)
 class ScanPaths(ScanTree):
     """A :class:`ScanTree` of the root that looks only at ``paths`` (``""``
     is the root itself: the whole walk) and what is below them: each is
@@ -490,10 +485,9 @@ class ScanPaths(ScanTree):
             raise TypeError("a path scan's paths are strings")
         for text in texts:
             split_target_path(text)  # refused unless a plain relative path
-        object.__setattr__(self, "paths", texts)
+        force_setattr(self, "paths", texts)
 
 
-@dataclass(frozen=True)
 class SnapshotFile(Operation):
     """Keep the bytes of regular file ``path`` as the blob
     ``store/<sha256 hex>`` (written unless a file of that size is already
@@ -532,8 +526,7 @@ class SnapshotFile(Operation):
             raise ValueError("a snapshot's size limit is a whole, non-negative number")
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(msgspec.Struct, frozen=True):
     """The answer of a :class:`SnapshotFile`: the file's facts as read."""
 
     #: sha256 of the bytes, hex; None when the file is over the size limit.
@@ -549,7 +542,6 @@ class Snapshot:
     offset: int | None = None
 
 
-@dataclass(frozen=True)
 class ReadSlice(Operation):
     """At most ``size`` bytes of regular file ``path`` from ``offset``
     (fewer where the file ends first); ``value`` is the bytes."""
@@ -564,7 +556,6 @@ class ReadSlice(Operation):
                 raise ValueError("a slice's offset and size are whole, non-negative numbers")
 
 
-@dataclass(frozen=True)
 class CreateExclusive(Operation):
     """Create a file that must not exist yet, with all of ``data`` or nothing."""
 
@@ -572,7 +563,6 @@ class CreateExclusive(Operation):
     writes: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
 class CreateLinked(CreateExclusive):
     """Create a file that must not exist yet with ``data``, as
     :class:`CreateExclusive`, but as a hard link to ``source`` when that is a
@@ -591,8 +581,7 @@ class CreateLinked(CreateExclusive):
             raise InvalidTargetPath(self.source, "a link source is an entry, not the root")
 
 
-@dataclass(frozen=True)
-class ClockStamp:
+class ClockStamp(msgspec.Struct, frozen=True):
     """A placeholder in :class:`StampedCreate` content: the target clock
     reading plus ``offset`` seconds, written as a decimal integer."""
 
@@ -603,7 +592,6 @@ class ClockStamp:
             raise TypeError("a clock stamp offset is a whole number of seconds")
 
 
-@dataclass(frozen=True)
 class StampedCreate(Operation):
     """Create a file that must not exist yet, like :class:`CreateExclusive`,
     whose content is ``parts`` joined with every :class:`ClockStamp` replaced
@@ -623,7 +611,7 @@ class StampedCreate(Operation):
         for part in parts:
             if not isinstance(part, (bytes, ClockStamp)):
                 raise TypeError(f"stamped content is bytes and clock stamps, not {type(part).__name__}")
-        object.__setattr__(self, "parts", parts)
+        force_setattr(self, "parts", parts)
 
     def plain_parts(self) -> tuple[bytes | int, ...]:
         """The parts as the executor takes them (a stamp is its offset)."""
@@ -634,7 +622,6 @@ class StampedCreate(Operation):
         return stamped_content(self.plain_parts(), reading)
 
 
-@dataclass(frozen=True)
 class Replace(Operation):
     """Atomically replace (or create) a file: temporary file in the same
     directory, fsync, rename, fsync of the directory."""
@@ -643,7 +630,6 @@ class Replace(Operation):
     writes: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
 class WriteProject(Operation):
     """Atomically replace (or create) a project file as :class:`Replace`
     does, but as a person's file rather than mevedel's own state: an
@@ -654,14 +640,12 @@ class WriteProject(Operation):
     writes: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
 class Remove(Operation):
     """Remove a file or an empty directory."""
 
     writes: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
 class MakeDirs(Operation):
     """Create a directory and any missing parents; ``conflict`` when the
     directory already existed (mark it optional to merely ensure it)."""
@@ -669,7 +653,6 @@ class MakeDirs(Operation):
     writes: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
 class Barrier(Operation):
     """Make every deferred write of this program before it durable, in one
     flush of each filesystem they touched; ``value`` is how many writes it
@@ -686,7 +669,6 @@ class Barrier(Operation):
             raise InvalidTargetPath(self.path, "a barrier names the target root")
 
 
-@dataclass(frozen=True)
 class Verify(Operation):
     """Precondition: the file's content equals ``expected``, or the file is
     absent when ``expected`` is ``None``."""
@@ -694,7 +676,6 @@ class Verify(Operation):
     expected: bytes | None
 
 
-@dataclass(frozen=True)
 class ReadEntry(Operation):
     """Read a path's whole state without following it: ``value`` is an
     :class:`Entry` (a regular file's bytes left out past ``max_bytes``);
@@ -704,7 +685,6 @@ class ReadEntry(Operation):
     max_bytes: int | None = None
 
 
-@dataclass(frozen=True)
 class PutEntry(Operation):
     """Give a path the state ``wanted`` (None: absent) if it holds
     ``expected`` now (``mismatch`` otherwise, with the state found): a file
@@ -720,16 +700,14 @@ class PutEntry(Operation):
     writes: ClassVar[bool] = True
 
 
-@dataclass(frozen=True)
-class FileStat:
+class FileStat(msgspec.Struct, frozen=True):
     kind: str  # "file" | "directory" | "other"
     size: int
     #: Whole seconds of the target filesystem clock.
     mtime: int
 
 
-@dataclass(frozen=True)
-class OpResult:
+class OpResult(msgspec.Struct, frozen=True):
     status: Status
     value: Any = None
     reason: str | None = None
@@ -764,8 +742,7 @@ class ControlProgram:
         return len(self.operations)
 
 
-@dataclass(frozen=True)
-class ProgramResult:
+class ProgramResult(msgspec.Struct, frozen=True):
     results: tuple[OpResult, ...]
     #: Index of the non-optional operation that stopped the program.
     stopped_at: int | None = None

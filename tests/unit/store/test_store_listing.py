@@ -4,13 +4,13 @@ and the batched cost of N sessions."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import os
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from mevedel_server.store import (
@@ -400,7 +400,7 @@ class RewritingTarget(ProgramTarget):
                 chain = self.rewrite(answers[index].value)
                 if chain is not None:
                     self.rewritten += 1
-                    answers[index] = dataclasses.replace(answers[index], value=chain)
+                    answers[index] = msgspec.structs.replace(answers[index], value=chain)
         return ProgramResult(tuple(answers), result.stopped_at)
 
 
