@@ -26,15 +26,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..authority.lease import LeaseObservation, read_lease_head
 from ..authority.publication import CommittedSnapshot, load_manifest
 from ..authority.records import LeaseState
 from ..content.sidecar import shown_name
 from ..layout import SessionPaths
-from ..watching.follow import PublicationChange, diff_conversations
 from .open_session import Access, OpenSession
 from .table import SessionTable
+
+if TYPE_CHECKING:
+    from ..watching.follow import PublicationChange
 
 _log = logging.getLogger(__name__)
 
@@ -184,6 +187,10 @@ class Following:
         paths = SessionPaths(sid)
         manifest = await load_manifest(self._table.target, paths, head) if head else None
         conversation = await self._table.conversation_of(CommittedSnapshot(self._table.target, paths, observation.generation, head, manifest))
+        # The diff of conversations is loaded by the first follow step, not
+        # by every command that builds a service (``session list``).
+        from ..watching.follow import diff_conversations
+
         change = diff_conversations(session.conversation, conversation)
         session.conversation = conversation
         session.history.rebind(conversation)
