@@ -46,7 +46,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
@@ -73,12 +73,12 @@ from ..authority.workspace import check_session_id
 from ..errors import LeaseLost
 from ..layout import SessionPaths
 from .lifecycle_token import LifecycleError, LifecycleRefused
-from .project_files import (
-    ConvergeOutcome,
-    converge_files,
-    project_path_problem,
-    write_files,
-)
+
+if TYPE_CHECKING:
+    from .project_files import ConvergeOutcome
+
+# The project-file writes (and the git runner behind them) are imported by
+# the functions that repair: listing a pending recovery needs neither.
 
 RECOVERY_DIR = ".recovery"
 RECOVERY_FORMAT_VERSION = 1
@@ -297,6 +297,8 @@ async def run_guarded(lease: LeaseHandle, ops: Sequence[Operation]):
 
 async def guarded_converge(lease: LeaseHandle, wanted: Mapping[str, Entry | None]) -> ConvergeOutcome:
     """:func:`converge_files` behind the lease proof (see run_guarded)."""
+    from .project_files import converge_files
+
     for _ in range(_GUARD_ATTEMPTS):
         if lease.lost or lease.released:
             raise LeaseLost(lease.session_id, "this client no longer holds the lease")
@@ -310,6 +312,8 @@ async def guarded_converge(lease: LeaseHandle, wanted: Mapping[str, Entry | None
 async def guarded_write(lease: LeaseHandle, changes: Sequence[tuple[str, Entry | None, Entry | None]]) -> ConvergeOutcome:
     """:func:`write_files` behind the lease proof. After a renewal moved the
     generation, only the files not yet written are tried again."""
+    from .project_files import ConvergeOutcome, write_files
+
     remaining = list(changes)
     written: list[str] = []
     for _ in range(_GUARD_ATTEMPTS):
@@ -469,6 +473,8 @@ async def retry_recovery(lease: LeaseHandle, recovery_id: str | None = None) -> 
         raise LifecycleRefused(lease.session_id, f"recovery {state.recovery_id} cannot be retried: {state.problem}; abandon it", kind="recovery-pending")
     if marker.abandoning:
         raise LifecycleRefused(lease.session_id, f"abandoning recovery {marker.recovery_id} was already approved; abandon it again to finish", kind="recovery-pending")
+    from .project_files import project_path_problem
+
     unsafe = [f.path for f in marker.files if project_path_problem(f.path) is not None]
     if unsafe:
         raise LifecycleRefused(
