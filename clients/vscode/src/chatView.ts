@@ -378,10 +378,11 @@ textarea:focus { outline: 1px solid var(--vscode-focusBorder); }
 .queue-attached { font-size: 0.85em; color: var(--vscode-descriptionForeground); }
 `;
 
-// The page's script: swaps in the fragments the extension renders, keeps the
-// reasoning/tool <details> the user opened open, follows the bottom while it
-// is in view, and posts the user's clicks and prompts back. It never builds
-// HTML from data itself.
+// The page's script: swaps in the fragments the extension renders (one whose
+// HTML did not change is left alone), keeps each reasoning, tool and
+// sub-agent <details> as the user opened or closed it across renders,
+// follows the bottom while it is in view, and posts the user's clicks and
+// prompts back. It never builds HTML from data itself.
 const SCRIPT = `
 (function () {
   const vscode = acquireVsCodeApi();
@@ -394,20 +395,37 @@ const SCRIPT = `
     const details = event.target;
     if (details && details.dataset && details.dataset.key) { opened.set(details.dataset.key, details.open); save(); }
   }, true);
+  // Each <details> remembers the state it was rendered in: one that differs
+  // when its fragment is replaced was toggled by the user, whose toggle
+  // event (queued, not dispatched yet) would go to the removed element and
+  // be lost.
+  function keep(root) {
+    root.querySelectorAll('details[data-key]').forEach(function (details) {
+      if (details.open !== details.rendered) { opened.set(details.dataset.key, details.open); save(); }
+    });
+  }
   function restore(root) {
     root.querySelectorAll('details[data-key]').forEach(function (details) {
       const known = opened.get(details.dataset.key);
       if (known !== undefined) details.open = known;
+      details.rendered = details.open;
     });
   }
+  // The HTML each fragment shows: a render that brings the same again
+  // leaves its elements alone (replacing them under the pointer loses the
+  // click in progress, the hover and the selection).
+  const shown = {};
   window.addEventListener('message', function (event) {
     const message = event.data || {};
     if (message.type === 'render') {
       const bottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
       for (const name of ['header', 'turns', 'live', 'queue', 'notice', 'options', 'attachments']) {
-        if (typeof message.parts[name] === 'string') {
+        const html = message.parts[name];
+        if (typeof html === 'string' && html !== shown[name]) {
           const element = document.getElementById(name);
-          element.innerHTML = message.parts[name];
+          keep(element);
+          element.innerHTML = html;
+          shown[name] = html;
           restore(element);
         }
       }

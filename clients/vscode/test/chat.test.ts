@@ -405,6 +405,84 @@ suite('rendering', () => {
     assert.deepEqual(posted(2), { type: 'action', action: 'rewind', turn: 3, boundary: 'before' });
   });
 
+  test('the page\'s script keeps a <details> as the user set it across renders, and leaves a fragment whose HTML is the same alone', () => {
+    const page = renderPage({ nonce: 'n0nce', cspSource: 'vscode-webview://abc' });
+    const source = /<script nonce="n0nce">([\s\S]*?)<\/script>/.exec(page)![1];
+    type Listener = (event: any) => void;
+    const on = (registry: Record<string, Listener[]>) => (type: string, listener: Listener) => (registry[type] ??= []).push(listener);
+    // A fragment whose innerHTML makes one element per <details> (its key
+    // and its open attribute), as a browser would; writes are counted.
+    const fragment = () => {
+      let html = '';
+      let details: Array<{ dataset: { key: string }; open: boolean }> = [];
+      return {
+        writes: 0,
+        listeners: {} as Record<string, Listener[]>,
+        get innerHTML() {
+          return html;
+        },
+        set innerHTML(value: string) {
+          html = value;
+          this.writes++;
+          details = [...value.matchAll(/<details([^>]*)>/g)].map((m) => ({ dataset: { key: /data-key="([^"]*)"/.exec(m[1])![1] }, open: /\sopen(\s|$)/.test(m[1]) }));
+        },
+        get details() {
+          return details;
+        },
+        querySelectorAll: () => details,
+        addEventListener(type: string, listener: Listener) {
+          (this.listeners[type] ??= []).push(listener);
+        },
+        focus() {},
+        value: '',
+        textContent: '',
+        hidden: true,
+      };
+    };
+    const elements: Record<string, ReturnType<typeof fragment>> = {};
+    for (const id of ['header', 'turns', 'live', 'queue', 'notice', 'options', 'attachments', 'prompt', 'send', 'steer']) elements[id] = fragment();
+    const listeners: Record<string, Listener[]> = {};
+    const windowListeners: Record<string, Listener[]> = {};
+    let state: any;
+    vm.runInContext(
+      source,
+      vm.createContext({
+        acquireVsCodeApi: () => ({ postMessage() {}, getState: () => state, setState: (s: unknown) => (state = s) }),
+        document: { getElementById: (id: string) => elements[id], addEventListener: on(listeners), body: { scrollHeight: 100 } },
+        window: { addEventListener: on(windowListeners), innerHeight: 100, scrollY: 0, scrollTo() {} },
+        Map,
+        Object,
+        Number,
+      }),
+    );
+    const render = (turns: string) => windowListeners.message[0]({ data: { type: 'render', parts: { turns } } });
+    const folded = '<details class="subagent settled" data-key="t1:1#0@reviewer:settled"><summary>reviewer</summary></details>';
+    render(folded);
+    const turns = elements.turns;
+    assert.equal(turns.details[0].open, false);
+    // The user expands it; its toggle event is still queued when the next
+    // renders come.
+    turns.details[0].open = true;
+    const expanded = turns.details[0];
+    // The same HTML again (a refresh that found nothing new): the elements
+    // under the user's pointer stay as they are.
+    render(folded);
+    assert.equal(turns.writes, 1);
+    assert.equal(turns.details[0], expanded);
+    // New HTML (the turn's buttons change): the sub-agent is open still.
+    render(`${folded}<button>Rewind</button>`);
+    assert.equal(turns.writes, 2);
+    assert.notEqual(turns.details[0], expanded);
+    assert.equal(turns.details[0].open, true);
+    // Closed again by the user (its toggle event seen this time): it stays
+    // closed through the next render, and the page's saved state says so.
+    turns.details[0].open = false;
+    listeners.toggle[0]({ target: turns.details[0] });
+    render(folded);
+    assert.equal(turns.details[0].open, false);
+    assert.deepEqual(JSON.parse(JSON.stringify(state.opened)), { 't1:1#0@reviewer:settled': false });
+  });
+
   test('text and diffs', () => {
     assert.equal(renderText('a <b>\n```js\nx < y\n```\nafter'), '<div class="text">a &lt;b&gt;</div><pre class="code">x &lt; y</pre><div class="text">after</div>');
     const diff = lineDiff(['1', '2', '3', '4', '5', '6', '7', '8', '9', '10'].join('\n') + '\n', ['1', '2', '3', '4', 'five', '6', '7', '8', '9', '10'].join('\n') + '\n');
