@@ -118,6 +118,12 @@ function isMessage(value: unknown): value is WebviewMessage {
   );
 }
 
+// The quick picks and input boxes the chat opens stay open when the focus
+// moves (Esc closes them): a click in the chat opens them, and the webview
+// takes the focus back a moment later, which would close them and take the
+// keys meant for them (VS Code focuses a webview asynchronously).
+const STAYS_OPEN = { ignoreFocusOut: true } as const;
+
 // Updates are rendered at most this often while a turn streams.
 const RENDER_INTERVAL_MS = 40;
 
@@ -392,6 +398,7 @@ export class ChatPanel implements vscode.Disposable {
       title: 'mevedel: Which agent answers in this session?',
       placeHolder: 'Remembered for the session',
       matchOnDetail: true,
+      ...STAYS_OPEN,
     });
     return picked && { agent: picked.agent };
   }
@@ -435,12 +442,17 @@ export class ChatPanel implements vscode.Disposable {
         void vscode.window.showInformationMessage(`mevedel: agent ${options.agent} offers no modes and no options`);
         return;
       }
-      const target = await vscode.window.showQuickPick(targets, { title: `mevedel: Change (agent ${options.agent})`, placeHolder: 'What to change' });
+      const target = await vscode.window.showQuickPick(targets, {
+        title: `mevedel: Change (agent ${options.agent})`,
+        placeHolder: 'What to change',
+        ...STAYS_OPEN,
+      });
       if (!target) return;
       const value = await vscode.window.showQuickPick(valueItems(options, target), {
         title: `mevedel: ${target.label} (agent ${options.agent})`,
         placeHolder: `Now ${target.description}`,
         matchOnDetail: true,
+        ...STAYS_OPEN,
       });
       if (!value) return;
       this.options = await setOption(sender, { ...this.scope, ...value.params });
@@ -518,11 +530,11 @@ export class ChatPanel implements vscode.Disposable {
       label: 'An address…',
       description: 'work://, mevedel://, memory://…',
       run: async () => {
-        const address = await vscode.window.showInputBox({ title: 'mevedel: Attach an address', placeHolder: 'work://shared/notes.md' });
+        const address = await vscode.window.showInputBox({ title: 'mevedel: Attach an address', placeHolder: 'work://shared/notes.md', ...STAYS_OPEN });
         return address?.trim() ? { label: address.trim(), attachment: address.trim() } : undefined;
       },
     });
-    const chosen = await vscode.window.showQuickPick(items, { title: 'mevedel: Attach to the prompt' });
+    const chosen = await vscode.window.showQuickPick(items, { title: 'mevedel: Attach to the prompt', ...STAYS_OPEN });
     const item = chosen && (await chosen.run());
     if (item) this.attach(item);
     this.focusComposer();
@@ -563,7 +575,7 @@ export class ChatPanel implements vscode.Disposable {
       }
       const chosen = await vscode.window.showQuickPick(
         listing.states.map((state) => ({ label: redoLabel(state), description: new Date(state.updatedAt * 1000).toLocaleString(), state })),
-        { title: `mevedel: Redo (${listing.sessionId})`, placeHolder: 'The state to return to' },
+        { title: `mevedel: Redo (${listing.sessionId})`, placeHolder: 'The state to return to', ...STAYS_OPEN },
       );
       if (!chosen) return;
       const outcome = await redo(sender, { ...where, publicationId: chosen.state.publicationId }, confirmModal);
@@ -623,6 +635,7 @@ export class ChatPanel implements vscode.Disposable {
           value: entry.text,
           prompt: 'It is sent when the running turn settles',
           validateInput: (value) => (value.trim() ? undefined : 'A blank prompt is not sent; Cancel drops the queued one'),
+          ...STAYS_OPEN,
         });
         if (text === undefined) return;
         await editQueued(sender, { ...where, text });

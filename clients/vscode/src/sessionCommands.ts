@@ -133,6 +133,9 @@ async function listTurnsAndGo(context: SessionCommandContext): Promise<void> {
   const pick = vscode.window.createQuickPick<vscode.QuickPickItem & { turn: number }>();
   pick.title = `mevedel: Go to Turn (${listing.sessionId})`;
   pick.matchOnDetail = true;
+  // Open when the focus moves (Esc closes it): the chat, whose focus the
+  // palette hands back late, would close it and take its keys.
+  pick.ignoreFocusOut = true;
   pick.items = listing.turns.map((turn) => ({
     label: `Turn ${turn.turn}`,
     description: `${turn.state} · ${turn.toolCalls} tool calls${turn.reason ? ` · ${turn.reason}` : ''}`,
