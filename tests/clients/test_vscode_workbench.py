@@ -677,8 +677,8 @@ def test_a_sub_agents_work_streams_nested_under_the_call_folds_when_done_and_rew
     """The agent hands a task to a second agent with the Agent tool: the
     chat streams the sub-agent's work nested under that tool call, open
     while it works; once it is done it is folded, and a click on it
-    expands it. Rewind's impact names the sub-agent beside the file it
-    changed."""
+    expands it, which it stays while later turns redraw the chat. Rewind's
+    impact names the sub-agent beside the file it changed."""
     folder = markdown_folder(tmp_path)
     (folder / "notes.txt").write_text("original notes\n")
     release = tmp_path / "release-the-helper"
@@ -695,7 +695,8 @@ def test_a_sub_agents_work_streams_nested_under_the_call_folds_when_done_and_rew
     vscode.open(
         folder,
         turns=[[{"say": "Asking the helper."}, {"mcp_call": {"id": "call-reviewer", "tool": "Agent", "arguments": ask}},
-                {"say": "Thanks, helper."}, {"wait_file": str(finish)}, {"say": " All done."}]],
+                {"say": "Thanks, helper."}, {"wait_file": str(finish)}, {"say": " All done."}],
+               [{"say": "Nothing more."}]],
         settings={
             "mevedel.agents": {
                 "scripted": {"command": [sys.executable, str(AGENT), str(vscode.agent_script)]},
@@ -744,6 +745,13 @@ def test_a_sub_agents_work_streams_nested_under_the_call_folds_when_done_and_rew
     drive("click", frame=CHAT, selector=f"{folded} > summary")
     drive("waitFor", frame=CHAT, selector=f"{folded} .subagent-body", hasText="Two issues.")
     assert "done" in " ".join(drive("texts", frame=CHAT, selector=f"{folded} > summary"))
+    # Expanded by the user, it stays so while the chat redraws the turns: a
+    # next turn runs (turn 1's buttons go) and settles (they come back).
+    send_prompt(vscode, "Anything else?")
+    drive("waitFor", frame=CHAT, selector="#turns .turn-2 .turn-actions")
+    drive("waitFor", frame=CHAT, selector="#turns .turn-1 .turn-actions")
+    assert drive("attribute", frame=CHAT, selector=folded, name="open") == ""
+    drive("waitFor", frame=CHAT, selector=f"{folded} .subagent-body", hasText="Two issues.")
 
     # Rewind's impact names the sub-agent beside what it changed.
     drive("command", title="mevedel: Rewind Session…")
