@@ -67,11 +67,16 @@ class Workbench:
         self.drive("open", url=self.server.url(folder))
 
     def keep_failure(self, directory: Path) -> None:
-        """Saves the workbench's screenshot, the extension's output channel
+        """Saves the workbench's screenshot, its focus log, the extension's output channel
         and the logs into DIRECTORY, and says where on stderr (the report's
         captured output)."""
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
+        # Where the keys went: the workbench's focus moves and key presses.
+        try:
+            (directory / "focus.log").write_text("\n".join(self.drive("focusLog")) + "\n")
+        except AssertionError as error:
+            (directory / "focus.log").write_text(f"no focus log: {error}\n")
         try:
             self.drive("screenshot", path=str(directory / "workbench.png"))
         except AssertionError as error:

@@ -50,6 +50,17 @@ function where(request) {
   return found;
 }
 
+// Types TEXT into the quick input's box. Playwright focuses the box, then
+// types: a webview that takes the focus back in between (VS Code focuses
+// one asynchronously) gets the text instead, and the box is typed into
+// again until it holds it.
+async function typeInQuickInput(text) {
+  const input = page.locator(`${QUICK} input`);
+  do await input.fill(text, { timeout: 0 });
+  while ((await input.inputValue({ timeout: 0 })) !== text);
+  return input;
+}
+
 async function quickRow(label) {
   const row = page.locator(ROWS).filter({ hasText: label }).first();
   await row.waitFor({ state: 'visible', timeout: 0 });
@@ -64,6 +75,24 @@ const ops = {
     await context?.close();
     context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
     page = await context.newPage();
+    // MEVEDEL_VSCODE_CPU_THROTTLE=N runs the workbench's page N times
+    // slower (Chrome's CPU throttling): a loaded machine's timing, to
+    // reproduce its races.
+    if (process.env.MEVEDEL_VSCODE_CPU_THROTTLE) {
+      const cdp = await context.newCDPSession(page);
+      await cdp.send('Emulation.setCPUThrottlingRate', { rate: Number(process.env.MEVEDEL_VSCODE_CPU_THROTTLE) });
+    }
+    // The workbench's focus moves and key presses, kept for a failed test
+    // (focusLog): a key that went elsewhere shows there.
+    await page.addInitScript(() => {
+      if (window !== window.top) return;
+      const log = (window.__mevedelFocusLog = []);
+      const start = Date.now();
+      const name = (target) => `${target?.tagName ?? '?'}.${String(target?.className ?? '').slice(0, 60)}`;
+      const note = (what) => { log.push(`${Date.now() - start} ms ${what}`); if (log.length > 500) log.shift(); };
+      document.addEventListener('focusin', (event) => note(`focus ${name(event.target)}`), true);
+      document.addEventListener('keydown', (event) => note(`key ${event.key} on ${name(event.target)}`), true);
+    });
     await page.goto(url);
     await page.locator('.monaco-workbench').waitFor({ timeout: 0 });
     // The first visible part: the status bar, drawn once the window is ready.
@@ -109,17 +138,15 @@ const ops = {
   async pick({ title, label }) {
     await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
     await quickRow(label);
-    const input = page.locator(`${QUICK} input`);
-    await input.fill(label, { timeout: 0 });
+    const input = await typeInQuickInput(label);
     await page.locator(`${ROWS}.focused`).filter({ hasText: label }).first().waitFor({ state: 'visible', timeout: 0 });
     await input.press('Enter', { timeout: 0 });
   },
   // Types TEXT into the input box titled TITLE and presses Enter.
   async answer({ title, text, enter = true }) {
     await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
-    const input = page.locator(`${QUICK} input`);
-    await input.waitFor({ state: 'visible', timeout: 0 });
-    await input.fill(text, { timeout: 0 });
+    await page.locator(`${QUICK} input`).waitFor({ state: 'visible', timeout: 0 });
+    const input = await typeInQuickInput(text);
     if (enter) await input.press('Enter', { timeout: 0 });
   },
   async quickClosed() {
@@ -177,6 +204,10 @@ const ops = {
   },
   async evaluate({ expression }) {
     return await page.evaluate(expression);
+  },
+  // The last of the focus moves and key presses (open's log).
+  async focusLog() {
+    return await page.evaluate(() => (window.__mevedelFocusLog ?? []).slice(-200));
   },
   async screenshot({ path }) {
     await page.screenshot({ path, timeout: 15_000 });
