@@ -283,6 +283,32 @@ function assertInert(html: string): void {
   assert.doesNotMatch(html, /<script|<img|<a\s|javascript:alert\(3\)'>/i);
 }
 
+
+type Listener = (event: any) => void;
+const on = (registry: Record<string, Listener[]>) => (type: string, listener: Listener) => (registry[type] ??= []).push(listener);
+
+// Runs the chat page's script against ELEMENTS (by id): what it posted, its
+// listeners on the document and the window, and the webview state it saved.
+function runPageScript(elements: Record<string, any>) {
+  const page = renderPage({ nonce: 'n0nce', cspSource: 'vscode-webview://abc' });
+  const source = /<script nonce="n0nce">([\s\S]*?)<\/script>/.exec(page)![1];
+  const received: any[] = [];
+  const listeners: Record<string, Listener[]> = {};
+  const windowListeners: Record<string, Listener[]> = {};
+  let saved: any;
+  vm.runInContext(
+    source,
+    vm.createContext({
+      acquireVsCodeApi: () => ({ postMessage: (m: unknown) => received.push(m), getState: () => saved, setState: (s: unknown) => (saved = s) }),
+      document: { getElementById: (id: string) => elements[id], addEventListener: on(listeners), body: { scrollHeight: 100 } },
+      window: { addEventListener: on(windowListeners), innerHeight: 100, scrollY: 0, scrollTo() {} },
+      Map,
+      Object,
+      Number,
+    }),
+  );
+  return { received, listeners, windowListeners, state: () => saved };
+}
 suite('rendering', () => {
   test('agent text is escaped everywhere it appears: a <script> is inert text', () => {
     const everything = fold(
@@ -347,32 +373,16 @@ suite('rendering', () => {
   });
 
   test('the page\'s script swaps in fragments, and posts clicks and prompts back', () => {
-    const page = renderPage({ nonce: 'n0nce', cspSource: 'vscode-webview://abc' });
-    const source = /<script nonce="n0nce">([\s\S]*?)<\/script>/.exec(page)![1];
     // Just enough of a DOM for the script.
-    type Listener = (event: any) => void;
-    const listeners: Record<string, Listener[]> = {};
-    const on = (registry: Record<string, Listener[]>) => (type: string, listener: Listener) => (registry[type] ??= []).push(listener);
     const elements: Record<string, any> = {};
     for (const id of ['header', 'turns', 'live', 'queue', 'notice', 'attachments', 'prompt', 'send', 'steer']) {
       const own: Record<string, Listener[]> = {};
       elements[id] = { id, innerHTML: '', value: '', textContent: '', hidden: true, disabled: false, listeners: own, addEventListener: on(own), focus() {}, querySelectorAll: () => [] };
     }
-    const received: any[] = [];
+    const { received, listeners, windowListeners, state } = runPageScript(elements);
     // A plain copy of a posted message (the script's objects are of the
     // sandbox's realm).
     const posted = (i: number) => JSON.parse(JSON.stringify(received[i]));
-    let state: any;
-    const windowListeners: Record<string, Listener[]> = {};
-    const context = vm.createContext({
-      acquireVsCodeApi: () => ({ postMessage: (m: unknown) => received.push(m), getState: () => state, setState: (s: unknown) => (state = s) }),
-      document: { getElementById: (id: string) => elements[id], addEventListener: on(listeners), body: { scrollHeight: 100 } },
-      window: { addEventListener: on(windowListeners), innerHeight: 100, scrollY: 0, scrollTo() {} },
-      Map,
-      Object,
-      Number,
-    });
-    vm.runInContext(source, context);
     assert.deepEqual(posted(0), { type: 'ready' });
     assert.equal(received.length, 1);
     // A render message sets the fragments as given, and the send button.
@@ -398,7 +408,7 @@ suite('rendering', () => {
     // The extension says it went: the box empties, and the draft with it.
     windowListeners.message[0]({ data: { type: 'sent' } });
     assert.equal(elements.prompt.value, '');
-    assert.equal(state.draft, '');
+    assert.equal(state().draft, '');
     // A click on a button posts its action.
     const button = { disabled: false, dataset: { action: 'rewind', turn: '3', boundary: 'before' } };
     listeners.click[0]({ target: { closest: () => button } });
@@ -406,10 +416,6 @@ suite('rendering', () => {
   });
 
   test('the page\'s script keeps a <details> as the user set it across renders, and leaves a fragment whose HTML is the same alone', () => {
-    const page = renderPage({ nonce: 'n0nce', cspSource: 'vscode-webview://abc' });
-    const source = /<script nonce="n0nce">([\s\S]*?)<\/script>/.exec(page)![1];
-    type Listener = (event: any) => void;
-    const on = (registry: Record<string, Listener[]>) => (type: string, listener: Listener) => (registry[type] ??= []).push(listener);
     // A fragment whose innerHTML makes one element per <details> (its key
     // and its open attribute), as a browser would; writes are counted.
     const fragment = () => {
@@ -441,20 +447,7 @@ suite('rendering', () => {
     };
     const elements: Record<string, ReturnType<typeof fragment>> = {};
     for (const id of ['header', 'turns', 'live', 'queue', 'notice', 'options', 'attachments', 'prompt', 'send', 'steer']) elements[id] = fragment();
-    const listeners: Record<string, Listener[]> = {};
-    const windowListeners: Record<string, Listener[]> = {};
-    let state: any;
-    vm.runInContext(
-      source,
-      vm.createContext({
-        acquireVsCodeApi: () => ({ postMessage() {}, getState: () => state, setState: (s: unknown) => (state = s) }),
-        document: { getElementById: (id: string) => elements[id], addEventListener: on(listeners), body: { scrollHeight: 100 } },
-        window: { addEventListener: on(windowListeners), innerHeight: 100, scrollY: 0, scrollTo() {} },
-        Map,
-        Object,
-        Number,
-      }),
-    );
+    const { listeners, windowListeners, state } = runPageScript(elements);
     const render = (turns: string) => windowListeners.message[0]({ data: { type: 'render', parts: { turns } } });
     const folded = '<details class="subagent settled" data-key="t1:1#0@reviewer:settled"><summary>reviewer</summary></details>';
     render(folded);
@@ -480,7 +473,7 @@ suite('rendering', () => {
     listeners.toggle[0]({ target: turns.details[0] });
     render(folded);
     assert.equal(turns.details[0].open, false);
-    assert.deepEqual(JSON.parse(JSON.stringify(state.opened)), { 't1:1#0@reviewer:settled': false });
+    assert.deepEqual(JSON.parse(JSON.stringify(state().opened)), { 't1:1#0@reviewer:settled': false });
   });
 
   test('text and diffs', () => {
