@@ -332,6 +332,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         if arguments.queue and arguments.steer:
             raise CommandError("invalid-params", "give either --queue or --steer, not both")
         front = TerminalFront(arguments.json)
+        service.sessions.reads_input_history = True  # read where the session is created or resumed
         if text is None:
             text = await typed_prompt(service, front.note)
         if arguments.new:

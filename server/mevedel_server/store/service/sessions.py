@@ -61,7 +61,7 @@ from ..workspace_wide.cleanup import (
     remove_session,
     remove_unfinished_sessions,
 )
-from ..workspace_wide.input_history import HistoryRead, InputHistory
+from ..workspace_wide.input_history import HistoryRead, InputHistory, history_read
 from ..workspace_wide.listing import SessionAction, SessionRow, list_sessions
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, quoted
 from .following import Following
@@ -109,6 +109,11 @@ class Sessions:
         #: Sessions expired-session cleanup must keep, with why (the artifact
         #: store installs its items' dedicated sessions).
         self.expiry_exemptions: Callable[[], Awaitable[Mapping[str, str]]] | None = None
+        #: A prompt will be recorded in the input history (``mevedel
+        #: prompt``): the history is read in the program that creates or
+        #: resumes the session (``record_input`` starts from that read).
+        self.reads_input_history = False
+        self._history_read: OpResult | None = None
 
     # Listing ------------------------------------------------------------------
 
@@ -191,9 +196,13 @@ class Sessions:
         # new ID) and git's exclude file.
         probe = ExcludesProbe() if self._git_excludes else None
         clock, listing = Clock(STATE_DIR), sessions_listing()
-        workspace_id, found = await ensure_workspace_id_with(self._table.target, [clock, listing, *(probe.ops if probe else ())])
+        excludes = list(probe.ops) if probe else []
+        history = [history_read()] if self.reads_input_history else []
+        workspace_id, found = await ensure_workspace_id_with(self._table.target, [clock, listing, *excludes, *history])
         if probe is not None:
-            probe.found = found[2:]
+            probe.found = found[2 : 2 + len(excludes)]
+        if history:
+            self._history_read = found[-1]
         await self._note_use(probe)
         if not self._table.clock_read:
             raise_for_result(clock, found[0])
@@ -291,10 +300,13 @@ class Sessions:
         # in the same program as the committed state, when that is read in one.
         probe = ExcludesProbe() if self._git_excludes else None
         identity_reads = workspace_id_reads(probe)
+        history = [history_read()] if self.reads_input_history else []
         found: list[tuple] = []
-        snapshot, conversation = await self._committed_conversation(session_id, also=identity_reads, found=found)
+        snapshot, conversation = await self._committed_conversation(session_id, also=[*identity_reads, *history], found=found)
         if found:
-            current = workspace_id_from(identity_reads, found[0], probe)
+            current = workspace_id_from(identity_reads, found[0][: len(identity_reads)], probe)
+            if history:
+                self._history_read = found[0][-1]
         else:
             current = await read_workspace_id(self._table.target, excludes=probe)
         workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, current)
@@ -657,8 +669,9 @@ class Sessions:
         refuse the prompt."""
         if not queued_for_runner and (session_id not in self._table.sessions or self._table.get(session_id, "record its input").read_only is not None):
             return None
+        read, self._history_read = self._history_read, None
         try:
-            return (await InputHistory(self._table.target).record(text)).warning
+            return (await InputHistory(self._table.target).record(text, read=read)).warning
         except Exception as error:  # the prompt goes on; the person is told
             reason = getattr(error, "reason", None) or str(error)
             return f"the prompt was not recorded in the input history: {reason}"
