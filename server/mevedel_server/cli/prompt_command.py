@@ -390,6 +390,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             front.note(f"[{said}]")
         loop = asyncio.get_running_loop()
         mark = RunnerMark(service, session_id)
+        mark.ride_first_save()
         await engine.queue.state(session_id)  # what an earlier process left, under the restart rules
         task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach,
                                                    on_begun=lambda turn: mark.mark_after_first_save()))

@@ -90,7 +90,7 @@ import logging
 import re
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -669,6 +669,25 @@ async def _abort_candidate(target: Target, paths: SessionPaths, candidate: Lease
         pass
 
 
+@dataclass(eq=False)
+class Rider:
+    """Operations a holder's head commits carry after the lease rotation,
+    in the commit's own program: behind the rotation's proof (its
+    ``Verify`` of the generation it replaces and the exclusive creation of
+    the next), so a guarded write may ride too. ``every``: on every commit
+    until withdrawn; else on the next commit only. ``delivered`` is called
+    with the riders' results once a commit wrote its rotation; a commit
+    that raised, or whose lead stopped it, delivers nothing (a one-shot
+    rider stays for the next commit, or for its owner to withdraw and run
+    on its own)."""
+
+    ops: tuple[Operation, ...]
+    every: bool = False
+    delivered: Callable[[tuple[OpResult, ...]], None] | None = None
+    #: The results of the last commit that carried the operations.
+    results: tuple[OpResult, ...] | None = None
+
+
 @dataclass
 class LeaseHandle:
     """A lease this client holds. Every method writes a new generation; a
@@ -694,6 +713,8 @@ class LeaseHandle:
     _damaged: set[int] = field(default_factory=set, repr=False)
     #: The results of the claim's riders (see :func:`acquire_lease`).
     riders: tuple[OpResult, ...] = field(default=(), repr=False)
+    #: What the next head commits carry (see :class:`Rider`).
+    riding: list[Rider] = field(default_factory=list, repr=False)
 
     @property
     def session_id(self) -> str:
@@ -755,10 +776,38 @@ class LeaseHandle:
 
     async def commit(self, lead_ops: list[Operation], **changes) -> ProgramResult:
         """Run ``lead_ops`` and, only if they all succeed, the rotation with
-        ``changes`` in the same program. Returns the program result when a
-        lead operation stopped it (nothing about the lease was written);
-        raises :class:`LeaseLost` when the rotation itself was refused."""
-        return await self._rotate(lead_ops, **changes)
+        ``changes`` in the same program, then the :attr:`riding` operations.
+        Returns the program result when a lead operation stopped it
+        (nothing about the lease was written); raises :class:`LeaseLost`
+        when the rotation itself was refused."""
+        riders = list(self.riding)
+        trailing = [op for rider in riders for op in rider.ops]
+        result = await self._rotate(lead_ops, trailing=trailing, **changes)
+        if result.stopped_at is not None and result.stopped_at < len(lead_ops):
+            return result
+        at = len(result.results) - len(trailing)
+        for rider in riders:
+            rider.results = tuple(result.results[at : at + len(rider.ops)])
+            at += len(rider.ops)
+            if not rider.every and rider in self.riding:
+                self.riding.remove(rider)
+            if rider.delivered is not None:
+                rider.delivered(rider.results)
+        return result
+
+    def ride(self, ops: Sequence[Operation], *, every: bool = False,
+             delivered: Callable[[tuple[OpResult, ...]], None] | None = None) -> Rider:
+        """Have the next head commit (``every``: each one) carry ``ops``."""
+        rider = Rider(tuple(ops), every, delivered)
+        self.riding.append(rider)
+        return rider
+
+    def withdraw(self, rider: Rider) -> bool:
+        """Stop carrying ``rider``; False when it was no longer riding."""
+        if rider in self.riding:
+            self.riding.remove(rider)
+            return True
+        return False
 
     async def resync(self) -> None:
         """Re-learn the current generation after an operation whose outcome
