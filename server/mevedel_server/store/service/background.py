@@ -34,13 +34,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from ...targets import TargetError
+from ...targets import Status, TargetError
 from ..errors import LeaseLost, StoreError
 from ..workspace_wide.collection import (
     DEFAULT_KEEP_RECENT,
     CollectionCache,
     CollectionReport,
     collect,
+    opening_ops,
 )
 
 _log = logging.getLogger(__name__)
@@ -133,12 +134,18 @@ class PublicationCollector(_Background):
         self.steps = 0
         self.removed = 0
         self.last: CollectionReport | None = None
+        #: A deferred collector's opening reads ride the session's head
+        #: commits (:func:`opening_ops`): the lease carrying them, and the
+        #: results of the last commit with the generation it wrote.
+        self._riding_lease = None
+        self._opened: tuple[tuple, int] | None = None
 
     def schedule(self) -> None:
         """Collect soon (coalesced with a job already running); a deferred
         collector at :meth:`finish`."""
         if self.deferred:
             self._due = True
+            self._ride()
             return
         if self.running and not self._stopping:
             self._again = True
@@ -149,6 +156,29 @@ class PublicationCollector(_Background):
             return
         self._again = False
         self._start(self._run)
+
+    def _ride(self) -> None:
+        """Have the session's head commits run the step's opening reads, so
+        the step at :meth:`finish` starts from the last commit's."""
+        lease = self._session.lease
+        if lease is None or lease is self._riding_lease:
+            return
+        self._riding_lease, self._opened = lease, None
+
+        def delivered(results: tuple) -> None:
+            self._opened = (results, lease.generation)
+
+        lease.ride(opening_ops(lease.paths), every=True, delivered=delivered)
+
+    def _take_opened(self, lease) -> tuple | None:
+        """The last commit's opening reads, once, when no lease generation
+        was written since (so nothing was published since either)."""
+        opened, self._opened = self._opened, None
+        if opened is None or lease is not self._riding_lease or lease.generation != opened[1]:
+            return None
+        if any(result.status is Status.SKIPPED for result in opened[0]):
+            return None  # another rider stopped that program first
+        return opened[0]
 
     async def _run(self) -> None:
         await self._pause(0)  # after the request that scheduled it
@@ -162,7 +192,8 @@ class PublicationCollector(_Background):
                     if lease.lost or lease.released or not self._alive():
                         return
                     report = await collect(
-                        lease, max_removals=self.max_removals, keep_recent=self.keep_recent, quiesced=True, cache=self._cache
+                        lease, max_removals=self.max_removals, keep_recent=self.keep_recent, quiesced=True, cache=self._cache,
+                        opened=self._take_opened(lease),
                     )
             except LeaseLost:
                 return
