@@ -32,7 +32,9 @@ from ..store import (
     load_inputs,
     read_runner,
     record_runner,
+    runner_from,
     runner_ops,
+    runner_read,
     runner_recorded,
 )
 from ..targets.clock import read_target_clock
@@ -63,7 +65,39 @@ def _is_mevedel(pid: int) -> bool:
 async def other_runner(service: SessionService, session_id: str) -> RunnerRecord | None:
     """The other live ``mevedel prompt`` of this client on this machine
     running the session's agent turns, if any."""
-    runner = await read_runner(service.target, SessionPaths(session_id))
+    return _live_other(service, await read_runner(service.target, SessionPaths(session_id)))
+
+
+class RunnerRunning(Exception):
+    """Another ``mevedel prompt`` of this client runs the session's turns."""
+
+    def __init__(self, runner: RunnerRecord) -> None:
+        super().__init__(f"pid {runner.pid} runs the session's turns")
+        self.runner = runner
+
+
+class RunnerCheck:
+    """:func:`other_runner` for a session being resumed: the record is read
+    in the program that reads its committed bytes, and a live other runner
+    stops the resume (:class:`RunnerRunning`) before its lease is claimed."""
+
+    def __init__(self, service: SessionService) -> None:
+        self.service = service
+
+    def reads(self, paths: SessionPaths) -> list:
+        return [runner_read(paths)]
+
+    async def judge(self, session_id: str, results: tuple | None) -> None:
+        if results:
+            runner = runner_from(results[0])
+        else:
+            runner = await read_runner(self.service.target, SessionPaths(session_id))
+        live = _live_other(self.service, runner)
+        if live is not None:
+            raise RunnerRunning(live)
+
+
+def _live_other(service: SessionService, runner: RunnerRecord | None) -> RunnerRecord | None:
     if runner is None or runner.pid == os.getpid():
         return None
     if runner.client_id != service.client.client_id or runner.host != service.client.host:

@@ -19,10 +19,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from ...targets import (
     Clock,
     ControlProgram,
+    Operation,
     OpResult,
     Status,
     TargetError,
@@ -114,6 +116,11 @@ class Sessions:
         #: resumes the session (``record_input`` starts from that read).
         self.reads_input_history = False
         self._history_read: OpResult | None = None
+        #: A front end's reads of a session it resumes, run in the program
+        #: that reads the committed bytes and judged before the lease is
+        #: claimed (``mevedel prompt``: is another of its processes running
+        #: the session's turns?); see :class:`ResumeCheck`.
+        self.resume_check: ResumeCheck | None = None
 
     # Listing ------------------------------------------------------------------
 
@@ -301,12 +308,19 @@ class Sessions:
         probe = ExcludesProbe() if self._git_excludes else None
         identity_reads = workspace_id_reads(probe)
         history = [history_read()] if self.reads_input_history else []
+        check = self.resume_check
+        checked = list(check.reads(SessionPaths(session_id))) if check is not None else []
         found: list[tuple] = []
-        snapshot, conversation = await self._committed_conversation(session_id, also=[*identity_reads, *history], found=found)
+        snapshot, conversation = await self._committed_conversation(
+            session_id, also=[*identity_reads, *history, *checked], found=found
+        )
+        if check is not None:  # it may refuse the resume: nothing is written yet
+            at = len(identity_reads) + len(history)
+            await check.judge(session_id, tuple(found[0][at:]) if found else None)
         if found:
             current = workspace_id_from(identity_reads, found[0][: len(identity_reads)], probe)
             if history:
-                self._history_read = found[0][-1]
+                self._history_read = found[0][len(identity_reads)]
         else:
             current = await read_workspace_id(self._table.target, excludes=probe)
         workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, current)
@@ -675,6 +689,20 @@ class Sessions:
         except Exception as error:  # the prompt goes on; the person is told
             reason = getattr(error, "reason", None) or str(error)
             return f"the prompt was not recorded in the input history: {reason}"
+
+
+class ResumeCheck(Protocol):
+    """What a front end reads of a session it resumes, before its lease is
+    claimed (:attr:`Sessions.resume_check`)."""
+
+    def reads(self, paths: SessionPaths) -> Sequence[Operation]:
+        """Optional reads, run in the program that reads the committed bytes."""
+        ...
+
+    async def judge(self, session_id: str, results: tuple[OpResult, ...] | None) -> None:
+        """Raise to stop the resume (nothing written). ``results``: the
+        reads' (None: that program did not run them whole; read on your own)."""
+        ...
 
 
 def _display_name(name: str) -> str:

@@ -231,16 +231,25 @@ def encode_runner(runner: RunnerRecord) -> bytes:
     return _encoder.encode(runner)
 
 
-async def read_runner(target: Target, paths: SessionPaths) -> RunnerRecord | None:
-    """The recorded runner, or None (none, or a record that is not one)."""
-    read = Read(f"{_root(paths)}/{RUNNER_NAME}", optional=True)
-    got = (await target.run(ControlProgram([read])))[0]
+def runner_read(paths: SessionPaths) -> Read:
+    """The read of :func:`read_runner`, to run in another program (judged
+    by :func:`runner_from`)."""
+    return Read(f"{_root(paths)}/{RUNNER_NAME}", optional=True)
+
+
+def runner_from(got: OpResult) -> RunnerRecord | None:
+    """The runner :func:`runner_read`'s result holds, or None."""
     if not got.ok:
         return None
     try:
         return _runner_decoder.decode(got.value)
     except msgspec.DecodeError:
         return None
+
+
+async def read_runner(target: Target, paths: SessionPaths) -> RunnerRecord | None:
+    """The recorded runner, or None (none, or a record that is not one)."""
+    return runner_from((await target.run(ControlProgram([runner_read(paths)])))[0])
 
 
 async def clear_runner(lease: LeaseHandle, pid: int, *, written: bytes | None = None) -> None:
