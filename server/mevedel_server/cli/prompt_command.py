@@ -335,6 +335,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         service.sessions.reads_input_history = True  # read where the session is created or resumed
         if text is None:
             text = await typed_prompt(service, front.note)
+        service.sessions.input_to_record = text  # a resume writes it in its claim's program
         if arguments.new:
             session_id = (await service.sessions.create()).session_id
         else:

@@ -151,3 +151,41 @@ async def test_collection_at_exit_starts_from_what_the_last_commit_listed(tmp_pa
     assert {k.publication_id for k in collector.last.kept} >= {session.lease.publication_head.split("/")[1]}
     fresh = SessionService(LocalTarget(tmp_path), ME)
     assert [t.preview for t in await fresh.turns.summaries(sid)] == [f"prompt {n}" for n in range(1, 5)]
+
+
+async def test_a_resume_records_the_prompt_in_the_programs_it_runs_anyway(tmp_path):
+    """``mevedel prompt`` on a saved session: the input history is read with
+    the committed bytes and the prompt written in the claim's program (under
+    the history's lock, guarded by the bytes read); a history another
+    process changed in between is still recorded over, losing nothing."""
+    sid = await two_turns(tmp_path, client=ME)
+    other = SessionService(LocalTarget(tmp_path), OTHER)
+    await other.sessions.open(sid, "join")
+    counting = Counting(LocalTarget(tmp_path))
+    service = SessionService(counting, ME, one_command=True)
+    service.sessions.reads_input_history = True
+    service.sessions.input_to_record = "prompt 3"
+    await service.sessions.list()
+    before = counting.programs
+    await service.sessions.open(sid, "resume")
+    assert await service.sessions.record_input(sid, "prompt 3") is None
+    assert counting.programs - before == 2  # the committed bytes, the claim
+    assert (await other.sessions.input_history()).entries == ("prompt 3",)
+    # A read the claim's write no longer matches: recorded on its own.
+    again = SessionService(LocalTarget(tmp_path), ME, one_command=True)
+    again.sessions.reads_input_history = True
+    again.sessions.input_to_record = "prompt 4"
+    await again.sessions.list()
+    original = again.sessions._committed_conversation
+
+    async def meddling(*args, **kwargs):
+        got = await original(*args, **kwargs)
+        from mevedel_server.store.workspace_wide.input_history import InputHistory
+
+        await InputHistory(LocalTarget(tmp_path)).record("from elsewhere")
+        return got
+
+    again.sessions._committed_conversation = meddling
+    await again.sessions.open(sid, "resume")
+    assert await again.sessions.record_input(sid, "prompt 4") is None
+    assert (await other.sessions.input_history()).entries == ("prompt 3", "from elsewhere", "prompt 4")

@@ -423,13 +423,16 @@ async def acquire_lease(
     confirm_takeover: bool = False,
     observation: LeaseObservation | None = None,
     riders: Sequence[Operation] = (),
+    lock: str | None = None,
 ) -> LeaseHandle:
     """Take the session's lease for ``identity``.
 
     ``riders`` (optional reads) run after the claim in its own program;
     their results are the handle's ``riders`` (empty when the claim took
     another way, :data:`~...targets.program.SKIPPED` where they did not
-    run: the caller reads them itself then).
+    run: the caller reads them itself then). A rider may be a write whose
+    own ``Verify`` guards it (it runs after the claim, behind its proof);
+    ``lock``: the lock directory that program holds for it.
 
     ``observation`` is one the caller has just made (with the clock): the
     claim starts from it instead of observing again (a round trip fewer over
@@ -449,16 +452,17 @@ async def acquire_lease(
     paths = SessionPaths(check_session_id(session_id))
     if observation is not None and observation.now is not None and observation.session_id == paths.session_id:
         try:
-            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, riders)
+            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, riders, lock)
         except ClaimRaced:
             pass  # the observation was stale: judge afresh
     obs = await _observe(target, paths, with_clock=True)
-    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, riders)
+    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, riders, lock)
 
 
 async def _acquire_from(
     target: Target, paths: SessionPaths, identity: ClientIdentity, duration_seconds: int, confirm_takeover: bool, obs: LeaseObservation,
     riders: Sequence[Operation] = (),
+    lock: str | None = None,
 ) -> LeaseHandle:
     session_id = paths.session_id
     rec = obs.record
@@ -469,7 +473,7 @@ async def _acquire_from(
         if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
             handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
             try:
-                adopted = await handle._rotate(stamped=True, state=LeaseState.ACTIVE, trailing=riders)
+                adopted = await handle._rotate(stamped=True, state=LeaseState.ACTIVE, trailing=riders, lock=lock)
             except LeaseLost as lost:
                 raise ClaimRaced(
                     f"session {session_id}: the lease moved while it was being adopted ({lost.reason})",
@@ -493,7 +497,7 @@ async def _acquire_from(
     granted = False
     if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
         granted = await _refuse_fenced(target, paths, identity, rec)
-    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, trailing=riders)
+    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, trailing=riders, lock=lock)
 
 
 def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
@@ -548,6 +552,7 @@ async def _claim(
     consumes_grant: bool = False,
     lead: Sequence[Operation] = (),
     trailing: Sequence[Operation] = (),
+    lock: str | None = None,
 ) -> LeaseHandle:
     """Claim the lease above ``obs``. ``consumes_grant``: the head is a
     granted release, and this claim opens the next transfer generation so
@@ -597,7 +602,7 @@ async def _claim(
     ops += prune.ops
     at_trailing = len(ops)
     ops += trailing
-    result = await target.run(ControlProgram(ops))
+    result = await target.run(ControlProgram(ops, lock=lock))
     if result.stopped_at is not None and result.stopped_at < len(lead):
         raise LeadStopped(result)
 
@@ -838,7 +843,7 @@ class LeaseHandle:
 
     async def _rotate(
         self, lead_ops: list[Operation] | tuple[Operation, ...] = (), *, stamped: bool = False,
-        trailing: Sequence[Operation] = (), **changes
+        trailing: Sequence[Operation] = (), lock: str | None = None, **changes
     ) -> ProgramResult:
         """Write the next generation with ``changes`` (``stamped``: and with
         fresh times from the write's own clock reading) after ``lead_ops``,
@@ -867,7 +872,7 @@ class LeaseHandle:
                 at_trailing = len(ops)
                 ops += trailing
                 try:
-                    result = await self.target.run(ControlProgram(ops))
+                    result = await self.target.run(ControlProgram(ops, lock=lock))
                 except BaseException:
                     self._uncertain = True
                     raise

@@ -63,7 +63,7 @@ from ..workspace_wide.cleanup import (
     remove_session,
     remove_unfinished_sessions,
 )
-from ..workspace_wide.input_history import HistoryRead, InputHistory, history_read
+from ..workspace_wide.input_history import HistoryRead, InputHistory, history_read, record_ops, recorded
 from ..workspace_wide.listing import SessionAction, SessionRow, list_sessions
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, quoted
 from .following import Following
@@ -116,6 +116,10 @@ class Sessions:
         #: resumes the session (``record_input`` starts from that read).
         self.reads_input_history = False
         self._history_read: OpResult | None = None
+        #: The prompt ``mevedel prompt`` will record: a resume writes it in
+        #: the claim's program (holding the history's lock), after the claim.
+        self.input_to_record: str | None = None
+        self._recorded_input: str | None = None
         #: A front end's reads of a session it resumes, run in the program
         #: that reads the committed bytes and judged before the lease is
         #: claimed (``mevedel prompt``: is another of its processes running
@@ -330,6 +334,9 @@ class Sessions:
         paths = SessionPaths(session_id)
         journals = (recovery_listing(paths), pending_listing(paths))
         inputs = input_listing(paths)  # for the prompt queue's first load
+        recording = None
+        if self.input_to_record is not None and self._history_read is not None:
+            recording = record_ops(self._history_read, self.input_to_record)
         lease = await acquire_lease(
             self._table.target,
             session_id,
@@ -337,8 +344,11 @@ class Sessions:
             duration_seconds=self._table.lease_seconds,
             confirm_takeover=confirm_takeover,
             observation=observation,
-            riders=(*journals, inputs),
+            riders=(*journals, inputs, *(recording or ())),
+            lock=STATE_DIR if recording else None,
         )
+        if recording and recorded(lease.riders[len(journals) + 1 :]):
+            self._recorded_input, self._history_read = self.input_to_record, None
         if lease.publication_head != snapshot.head:  # a save landed in between
             try:
                 paths = SessionPaths(session_id)
@@ -357,7 +367,7 @@ class Sessions:
         if snapshot.head is not None and snapshot.manifest is not None and session.publisher is not None:
             session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._table.sessions[session_id] = session
-        listed = lease.riders
+        listed = lease.riders[: len(journals) + 1]
         if len(listed) != len(journals) + 1 or any(r.status is Status.SKIPPED for r in listed):
             listed = (await self._table.target.run(ControlProgram(list(journals)))).results  # in one program of their own
         else:
@@ -683,6 +693,9 @@ class Sessions:
         refuse the prompt."""
         if not queued_for_runner and (session_id not in self._table.sessions or self._table.get(session_id, "record its input").read_only is not None):
             return None
+        if self._recorded_input is not None and self._recorded_input == text and not queued_for_runner:
+            self._recorded_input = None
+            return None  # written in the claim's program
         read, self._history_read = self._history_read, None
         try:
             return (await InputHistory(self._table.target).record(text, read=read)).warning

@@ -28,6 +28,7 @@ once lose neither prompt.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -100,6 +101,27 @@ def history_read() -> Operation:
     program that makes or needs ``.mevedel`` anyway (a session's creation
     or resume); its result is ``record``'s ``read``."""
     return Read(HISTORY_PATH, optional=True)
+
+
+def record_ops(read: OpResult, text: str) -> list[Operation] | None:
+    """The guarded write recording ``text`` over what :func:`history_read`
+    found (``read``), to run in another program holding the ``.mevedel``
+    lock; None when that read cannot be written over (unreadable, corrupt,
+    blank text): :meth:`InputHistory.record` then judges it."""
+    if not isinstance(text, str) or not text.strip() or read.status not in (Status.OK, Status.ABSENT):
+        return None
+    data = read.value if read.ok else None
+    try:
+        entries = _decode(data) if data is not None else []
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return None
+    encoded = _encoder.encode(_HistoryFile(version=1, entries=with_entry(entries, _clean(text))))
+    return [Verify(HISTORY_PATH, data), Replace(HISTORY_PATH, encoded)]
+
+
+def recorded(results: Sequence[OpResult]) -> bool:
+    """Whether :func:`record_ops` wrote (their results, in order)."""
+    return len(results) == 2 and all(result.ok for result in results)
 
 
 class InputHistory:
