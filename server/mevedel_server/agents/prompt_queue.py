@@ -93,11 +93,9 @@ class _Session:
         #: The entry being sent now, if any.
         self.sending: str | None = None
         self.lock = asyncio.Lock()
-        #: The lease whose head commits list the queue (see ``_settled_listing``).
-        self.listing_lease: Any = None
-        #: The listing the last commit with no turn in flight took, and the
-        #: lease generation that commit wrote.
-        self.settled_listing: tuple[Any, int] | None = None
+        #: The lease whose head commits list the queue, and its rider (see
+        #: ``_settled_listing``).
+        self.listing: tuple[Any, Any] | None = None
 
 
 def _refused(authored: str, reason: str, action: str | None = None) -> AgentError:
@@ -314,25 +312,23 @@ class PromptQueue:
         program: the look after a turn (``_merge``) starts from the listing
         its settlement took, instead of a program of its own."""
         lease = session.lease
-        if lease is None or state.listing_lease is lease:
+        if lease is None or (state.listing is not None and state.listing[0] is lease):
             return
-        state.listing_lease, state.settled_listing = lease, None
 
-        def delivered(results: Any) -> None:
-            if session.conversation.open_turn is None:  # a settlement (or a save between turns)
-                state.settled_listing = (results[0], lease.generation)
+        def delivered(_results: Any) -> bool:
+            return session.conversation.open_turn is None  # a settlement (or a save between turns)
 
-        lease.ride([input_listing(session.paths)], every=True, delivered=delivered)
+        state.listing = (lease, lease.ride([input_listing(session.paths)], every=True, delivered=delivered))
 
     def _settled_listing(self, session: Any, state: _Session) -> Any:
-        """The queue's listing taken by the last commit, once, when no
-        lease generation was written since (nothing can have moved the
-        settlement's moment on); else None."""
-        taken, state.settled_listing = state.settled_listing, None
+        """The queue's listing taken by the last commit with no turn in
+        flight, once, when no lease generation was written since (nothing
+        can have moved the settlement's moment on); else None."""
         lease = session.lease
-        if taken is None or lease is None or lease is not state.listing_lease or lease.generation != taken[1]:
+        if lease is None or state.listing is None or state.listing[0] is not lease:
             return None
-        return taken[0]
+        taken = state.listing[1].take(lease)
+        return taken[0] if taken is not None else None
 
     async def _merge(self, session_id: str, state: _Session) -> None:
         """Entries another process of this client queued meanwhile (``mevedel

@@ -688,9 +688,22 @@ class Rider:
 
     ops: tuple[Operation, ...]
     every: bool = False
-    delivered: Callable[[tuple[OpResult, ...]], None] | None = None
-    #: The results of the last commit that carried the operations.
+    delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None
+    #: The results of the last commit that carried the operations (and
+    #: that ``delivered`` did not refuse), and the generation it wrote.
     results: tuple[OpResult, ...] | None = None
+    generation: int | None = None
+
+    def take(self, lease: LeaseHandle) -> tuple[OpResult, ...] | None:
+        """The results, once, while they are ``lease``'s latest commit's:
+        no generation written since (so no publication either), every
+        operation run."""
+        results, generation, self.results = self.results, self.generation, None
+        if results is None or lease.lost or generation != lease.generation or lease.riding.count(self) == 0:
+            return None
+        if any(result.status is Status.SKIPPED for result in results):
+            return None  # a rider before it stopped that program
+        return results
 
 
 @dataclass
@@ -792,17 +805,19 @@ class LeaseHandle:
             return result
         at = len(result.results) - len(trailing)
         for rider in riders:
-            rider.results = tuple(result.results[at : at + len(rider.ops)])
+            results = tuple(result.results[at : at + len(rider.ops)])
             at += len(rider.ops)
             if not rider.every and rider in self.riding:
                 self.riding.remove(rider)
-            if rider.delivered is not None:
-                rider.delivered(rider.results)
+            kept = rider.delivered is None or rider.delivered(results) is not False
+            rider.results, rider.generation = (results if kept else None), self.generation
         return result
 
     def ride(self, ops: Sequence[Operation], *, every: bool = False,
-             delivered: Callable[[tuple[OpResult, ...]], None] | None = None) -> Rider:
-        """Have the next head commit (``every``: each one) carry ``ops``."""
+             delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None) -> Rider:
+        """Have the next head commit (``every``: each one) carry ``ops``;
+        ``delivered`` is told their results (False: do not keep them for
+        :meth:`Rider.take`)."""
         rider = Rider(tuple(ops), every, delivered)
         self.riding.append(rider)
         return rider

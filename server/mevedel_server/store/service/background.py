@@ -34,7 +34,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from ...targets import Status, TargetError
+from ...targets import TargetError
 from ..errors import LeaseLost, StoreError
 from ..workspace_wide.collection import (
     DEFAULT_KEEP_RECENT,
@@ -135,10 +135,8 @@ class PublicationCollector(_Background):
         self.removed = 0
         self.last: CollectionReport | None = None
         #: A deferred collector's opening reads ride the session's head
-        #: commits (:func:`opening_ops`): the lease carrying them, and the
-        #: results of the last commit with the generation it wrote.
-        self._riding_lease = None
-        self._opened: tuple[tuple, int] | None = None
+        #: commits (:func:`opening_ops`): the lease carrying them, and its rider.
+        self._riding = None
 
     def schedule(self) -> None:
         """Collect soon (coalesced with a job already running); a deferred
@@ -161,24 +159,15 @@ class PublicationCollector(_Background):
         """Have the session's head commits run the step's opening reads, so
         the step at :meth:`finish` starts from the last commit's."""
         lease = self._session.lease
-        if lease is None or lease is self._riding_lease:
-            return
-        self._riding_lease, self._opened = lease, None
-
-        def delivered(results: tuple) -> None:
-            self._opened = (results, lease.generation)
-
-        lease.ride(opening_ops(lease.paths), every=True, delivered=delivered)
+        if lease is not None and (self._riding is None or self._riding[0] is not lease):
+            self._riding = (lease, lease.ride(opening_ops(lease.paths), every=True))
 
     def _take_opened(self, lease) -> tuple | None:
-        """The last commit's opening reads, once, when no lease generation
-        was written since (so nothing was published since either)."""
-        opened, self._opened = self._opened, None
-        if opened is None or lease is not self._riding_lease or lease.generation != opened[1]:
+        """The last commit's opening reads, once, when nothing was
+        published since (:meth:`~..authority.lease.Rider.take`)."""
+        if self._riding is None or self._riding[0] is not lease:
             return None
-        if any(result.status is Status.SKIPPED for result in opened[0]):
-            return None  # another rider stopped that program first
-        return opened[0]
+        return self._riding[1].take(lease)
 
     async def _run(self) -> None:
         await self._pause(0)  # after the request that scheduled it
