@@ -40,6 +40,7 @@ from ..store import (
     SessionChange,
     StoreError,
     add_foreign_input,
+    input_listing,
     load_inputs,
     remove_input,
     write_inputs,
@@ -92,6 +93,9 @@ class _Session:
         #: The entry being sent now, if any.
         self.sending: str | None = None
         self.lock = asyncio.Lock()
+        #: The lease whose head commits list the queue, and its rider (see
+        #: ``_settled_listing``).
+        self.listing: tuple[Any, Any] | None = None
 
 
 def _refused(authored: str, reason: str, action: str | None = None) -> AgentError:
@@ -254,6 +258,10 @@ class PromptQueue:
             self._sessions.pop(change.session_id, None)
         elif change.reason in ("resumed", "recovered"):
             self._sessions.pop(change.session_id, None)  # a fresh owner: loaded anew, with the restart's rules
+        elif (state := self._sessions.get(change.session_id)) is not None and state.loaded and self.service.is_open(change.session_id):
+            session = self.service.session(change.session_id)
+            if session.read_only is None:
+                self._list_on_commits(session, state)  # a session's first save claimed its lease
 
     # Internals ---------------------------------------------------------------------------
 
@@ -285,6 +293,8 @@ class PromptQueue:
             state.records = records
             state.problems = problems
             state.loaded = True
+            if session.read_only is None:
+                self._list_on_commits(session, state)
             if changed and session.read_only is None:
                 try:
                     await self._write(session_id, state, changed, notify=False)
@@ -297,6 +307,29 @@ class PromptQueue:
                     self._replace(state, record)
         return state
 
+    def _list_on_commits(self, session: Any, state: _Session) -> None:
+        """Have the session's head commits list the queue in their own
+        program: the look after a turn (``_merge``) starts from the listing
+        its settlement took, instead of a program of its own."""
+        lease = session.lease
+        if lease is None or (state.listing is not None and state.listing[0] is lease):
+            return
+
+        def delivered(_results: Any) -> bool:
+            return session.conversation.open_turn is None  # a settlement (or a save between turns)
+
+        state.listing = (lease, lease.ride([input_listing(session.paths)], every=True, delivered=delivered))
+
+    def _settled_listing(self, session: Any, state: _Session) -> Any:
+        """The queue's listing taken by the last commit with no turn in
+        flight, once, when no lease generation was written since (nothing
+        can have moved the settlement's moment on); else None."""
+        lease = session.lease
+        if lease is None or state.listing is None or state.listing[0] is not lease:
+            return None
+        taken = state.listing[1].take(lease)
+        return taken[0] if taken is not None else None
+
     async def _merge(self, session_id: str, state: _Session) -> None:
         """Entries another process of this client queued meanwhile (``mevedel
         prompt --queue`` while this process's turn ran)."""
@@ -304,7 +337,7 @@ class PromptQueue:
         if not session.materialized:
             return
         try:
-            records, _problems = await load_inputs(self.service.target, session.paths)
+            records, _problems = await load_inputs(self.service.target, session.paths, listed=self._settled_listing(session, state))
         except Exception as error:
             _log.warning("session %s: queued input could not be read again: %s", session_id, getattr(error, "reason", error))
             return

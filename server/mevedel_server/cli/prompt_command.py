@@ -49,7 +49,7 @@ from ..tool_server.host import ToolHost
 from .agent_prestart import prestart_for
 from .loading import loading
 from .prompt_line import typed_prompt
-from .queued_prompt import STEER_SIGNAL, RunnerMark, other_runner, queue_behind, refusal
+from .queued_prompt import STEER_SIGNAL, RunnerCheck, RunnerMark, RunnerRunning, other_runner, queue_behind, refusal
 from .session_client import (
     CommandError,
     add_common,
@@ -332,8 +332,10 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         if arguments.queue and arguments.steer:
             raise CommandError("invalid-params", "give either --queue or --steer, not both")
         front = TerminalFront(arguments.json)
+        service.sessions.reads_input_history = True  # read where the session is created or resumed
         if text is None:
             text = await typed_prompt(service, front.note)
+        service.sessions.input_to_record = text  # a resume writes it in its claim's program
         if arguments.new:
             session_id = (await service.sessions.create()).session_id
         else:
@@ -343,7 +345,19 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 if arguments.session is not None or error.kind != "owner-missing":
                     raise
                 session_id = await _last_or_new(service, arguments, front)
-            runner = await other_runner(service, session_id)
+            if service.is_open(session_id):
+                runner = await other_runner(service, session_id)
+            else:
+                # The runner record is read with the committed bytes; one
+                # found stops the resume before the lease is claimed.
+                service.sessions.resume_check = RunnerCheck(service)
+                try:
+                    await service.sessions.open(session_id, "resume")
+                    runner = None
+                except RunnerRunning as running:
+                    runner = running.runner
+                finally:
+                    service.sessions.resume_check = None
             if runner is not None:
                 # Another `mevedel prompt` of this client runs the session's
                 # turn: its lease is left alone (opening it would take it).
@@ -357,8 +371,6 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 said = "steering: its turn is being cancelled; yours goes next" if arguments.steer else "queued: it is sent when the running turn settles"
                 emit(arguments, queued, [f"[{said} (in pid {runner.pid}, which shows its answer)]"])
                 return
-            if not service.is_open(session_id):
-                await service.sessions.open(session_id, "resume")
         remember_session(arguments, session_id)
         if (arguments.queue or arguments.steer) and not arguments.json:
             front.note("[no other `mevedel prompt` of yours runs a turn of this session: sending it now]")
@@ -389,6 +401,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             front.note(f"[{said}]")
         loop = asyncio.get_running_loop()
         mark = RunnerMark(service, session_id)
+        mark.ride_first_save()
         await engine.queue.state(session_id)  # what an earlier process left, under the restart rules
         task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach,
                                                    on_begun=lambda turn: mark.mark_after_first_save()))

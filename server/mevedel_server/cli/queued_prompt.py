@@ -28,9 +28,14 @@ from ..store import (
     SessionService,
     add_foreign_input,
     clear_runner,
+    encode_runner,
     load_inputs,
     read_runner,
     record_runner,
+    runner_from,
+    runner_ops,
+    runner_read,
+    runner_recorded,
 )
 from ..targets.clock import read_target_clock
 from .session_client import CommandError
@@ -60,7 +65,39 @@ def _is_mevedel(pid: int) -> bool:
 async def other_runner(service: SessionService, session_id: str) -> RunnerRecord | None:
     """The other live ``mevedel prompt`` of this client on this machine
     running the session's agent turns, if any."""
-    runner = await read_runner(service.target, SessionPaths(session_id))
+    return _live_other(service, await read_runner(service.target, SessionPaths(session_id)))
+
+
+class RunnerRunning(Exception):
+    """Another ``mevedel prompt`` of this client runs the session's turns."""
+
+    def __init__(self, runner: RunnerRecord) -> None:
+        super().__init__(f"pid {runner.pid} runs the session's turns")
+        self.runner = runner
+
+
+class RunnerCheck:
+    """:func:`other_runner` for a session being resumed: the record is read
+    in the program that reads its committed bytes, and a live other runner
+    stops the resume (:class:`RunnerRunning`) before its lease is claimed."""
+
+    def __init__(self, service: SessionService) -> None:
+        self.service = service
+
+    def reads(self, paths: SessionPaths) -> list:
+        return [runner_read(paths)]
+
+    async def judge(self, session_id: str, results: tuple | None) -> None:
+        if results:
+            runner = runner_from(results[0])
+        else:
+            runner = await read_runner(self.service.target, SessionPaths(session_id))
+        live = _live_other(self.service, runner)
+        if live is not None:
+            raise RunnerRunning(live)
+
+
+def _live_other(service: SessionService, runner: RunnerRecord | None) -> RunnerRecord | None:
     if runner is None or runner.pid == os.getpid():
         return None
     if runner.client_id != service.client.client_id or runner.host != service.client.host:
@@ -112,22 +149,49 @@ class RunnerMark:
         self.recorded = False
         #: The record this process wrote (proven still there when cleared).
         self.written: bytes | None = None
+        #: The lease and rider carrying the record on the first save.
+        self._riding = None
+
+    def _record(self) -> RunnerRecord:
+        return RunnerRecord(client_id=self.service.client.client_id, host=self.service.client.host[:255], pid=os.getpid(), boot=boot_id())
 
     async def __aenter__(self) -> RunnerMark:
         session = self.service.session(self.session_id)
         if session.lease is not None:
             with contextlib.suppress(Exception):  # without it, a second prompt is told of the turn the old way
-                record = RunnerRecord(
-                    client_id=self.service.client.client_id, host=self.service.client.host[:255], pid=os.getpid(), boot=boot_id())
-                self.written = await record_runner(session.lease, record)
+                self.written = await record_runner(session.lease, self._record())
                 self.recorded = True
         return self
 
+    def ride_first_save(self) -> None:
+        """When the session's lease is held already (a resumed session),
+        the record rides the turn's first publication (behind its lease
+        proof) instead of a program of its own after it."""
+        session = self.service.session(self.session_id)
+        if session.lease is None or self.recorded:
+            return
+        written = encode_runner(self._record())
+        ops = runner_ops(session.lease.paths, written)
+
+        def delivered(results) -> None:
+            with contextlib.suppress(Exception):  # not recorded: written on its own after the save
+                runner_recorded(ops, results)
+                self.written, self.recorded = written, True
+
+        self._riding = (session.lease, session.lease.ride(ops, delivered=delivered))
+
+    def _stop_riding(self) -> None:
+        riding, self._riding = self._riding, None
+        if riding is not None:
+            riding[0].withdraw(riding[1])
+
     async def mark_after_first_save(self) -> None:
+        self._stop_riding()
         if not self.recorded:
             await self.__aenter__()
 
     async def __aexit__(self, *exc: object) -> None:
+        self._stop_riding()  # a save after this process's turns must not record it
         session = self.service.session(self.session_id) if self.service.is_open(self.session_id) else None
         if session is not None and session.lease is not None and self.recorded:
             with contextlib.suppress(Exception):

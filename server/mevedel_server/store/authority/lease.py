@@ -90,7 +90,7 @@ import logging
 import re
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -423,13 +423,16 @@ async def acquire_lease(
     confirm_takeover: bool = False,
     observation: LeaseObservation | None = None,
     riders: Sequence[Operation] = (),
+    lock: str | None = None,
 ) -> LeaseHandle:
     """Take the session's lease for ``identity``.
 
     ``riders`` (optional reads) run after the claim in its own program;
     their results are the handle's ``riders`` (empty when the claim took
     another way, :data:`~...targets.program.SKIPPED` where they did not
-    run: the caller reads them itself then).
+    run: the caller reads them itself then). A rider may be a write whose
+    own ``Verify`` guards it (it runs after the claim, behind its proof);
+    ``lock``: the lock directory that program holds for it.
 
     ``observation`` is one the caller has just made (with the clock): the
     claim starts from it instead of observing again (a round trip fewer over
@@ -449,16 +452,17 @@ async def acquire_lease(
     paths = SessionPaths(check_session_id(session_id))
     if observation is not None and observation.now is not None and observation.session_id == paths.session_id:
         try:
-            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, riders)
+            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, riders, lock)
         except ClaimRaced:
             pass  # the observation was stale: judge afresh
     obs = await _observe(target, paths, with_clock=True)
-    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, riders)
+    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, riders, lock)
 
 
 async def _acquire_from(
     target: Target, paths: SessionPaths, identity: ClientIdentity, duration_seconds: int, confirm_takeover: bool, obs: LeaseObservation,
     riders: Sequence[Operation] = (),
+    lock: str | None = None,
 ) -> LeaseHandle:
     session_id = paths.session_id
     rec = obs.record
@@ -469,7 +473,7 @@ async def _acquire_from(
         if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
             handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
             try:
-                adopted = await handle._rotate(stamped=True, state=LeaseState.ACTIVE, trailing=riders)
+                adopted = await handle._rotate(stamped=True, state=LeaseState.ACTIVE, trailing=riders, lock=lock)
             except LeaseLost as lost:
                 raise ClaimRaced(
                     f"session {session_id}: the lease moved while it was being adopted ({lost.reason})",
@@ -493,7 +497,7 @@ async def _acquire_from(
     granted = False
     if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
         granted = await _refuse_fenced(target, paths, identity, rec)
-    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, trailing=riders)
+    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, trailing=riders, lock=lock)
 
 
 def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
@@ -548,6 +552,7 @@ async def _claim(
     consumes_grant: bool = False,
     lead: Sequence[Operation] = (),
     trailing: Sequence[Operation] = (),
+    lock: str | None = None,
 ) -> LeaseHandle:
     """Claim the lease above ``obs``. ``consumes_grant``: the head is a
     granted release, and this claim opens the next transfer generation so
@@ -597,7 +602,7 @@ async def _claim(
     ops += prune.ops
     at_trailing = len(ops)
     ops += trailing
-    result = await target.run(ControlProgram(ops))
+    result = await target.run(ControlProgram(ops, lock=lock))
     if result.stopped_at is not None and result.stopped_at < len(lead):
         raise LeadStopped(result)
 
@@ -669,6 +674,38 @@ async def _abort_candidate(target: Target, paths: SessionPaths, candidate: Lease
         pass
 
 
+@dataclass(eq=False)
+class Rider:
+    """Operations a holder's head commits carry after the lease rotation,
+    in the commit's own program: behind the rotation's proof (its
+    ``Verify`` of the generation it replaces and the exclusive creation of
+    the next), so a guarded write may ride too. ``every``: on every commit
+    until withdrawn; else on the next commit only. ``delivered`` is called
+    with the riders' results once a commit wrote its rotation; a commit
+    that raised, or whose lead stopped it, delivers nothing (a one-shot
+    rider stays for the next commit, or for its owner to withdraw and run
+    on its own)."""
+
+    ops: tuple[Operation, ...]
+    every: bool = False
+    delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None
+    #: The results of the last commit that carried the operations (and
+    #: that ``delivered`` did not refuse), and the generation it wrote.
+    results: tuple[OpResult, ...] | None = None
+    generation: int | None = None
+
+    def take(self, lease: LeaseHandle) -> tuple[OpResult, ...] | None:
+        """The results, once, while they are ``lease``'s latest commit's:
+        no generation written since (so no publication either), every
+        operation run."""
+        results, generation, self.results = self.results, self.generation, None
+        if results is None or lease.lost or generation != lease.generation or lease.riding.count(self) == 0:
+            return None
+        if any(result.status is Status.SKIPPED for result in results):
+            return None  # a rider before it stopped that program
+        return results
+
+
 @dataclass
 class LeaseHandle:
     """A lease this client holds. Every method writes a new generation; a
@@ -694,6 +731,8 @@ class LeaseHandle:
     _damaged: set[int] = field(default_factory=set, repr=False)
     #: The results of the claim's riders (see :func:`acquire_lease`).
     riders: tuple[OpResult, ...] = field(default=(), repr=False)
+    #: What the next head commits carry (see :class:`Rider`).
+    riding: list[Rider] = field(default_factory=list, repr=False)
 
     @property
     def session_id(self) -> str:
@@ -755,10 +794,40 @@ class LeaseHandle:
 
     async def commit(self, lead_ops: list[Operation], **changes) -> ProgramResult:
         """Run ``lead_ops`` and, only if they all succeed, the rotation with
-        ``changes`` in the same program. Returns the program result when a
-        lead operation stopped it (nothing about the lease was written);
-        raises :class:`LeaseLost` when the rotation itself was refused."""
-        return await self._rotate(lead_ops, **changes)
+        ``changes`` in the same program, then the :attr:`riding` operations.
+        Returns the program result when a lead operation stopped it
+        (nothing about the lease was written); raises :class:`LeaseLost`
+        when the rotation itself was refused."""
+        riders = list(self.riding)
+        trailing = [op for rider in riders for op in rider.ops]
+        result = await self._rotate(lead_ops, trailing=trailing, **changes)
+        if result.stopped_at is not None and result.stopped_at < len(lead_ops):
+            return result
+        at = len(result.results) - len(trailing)
+        for rider in riders:
+            results = tuple(result.results[at : at + len(rider.ops)])
+            at += len(rider.ops)
+            if not rider.every and rider in self.riding:
+                self.riding.remove(rider)
+            kept = rider.delivered is None or rider.delivered(results) is not False
+            rider.results, rider.generation = (results if kept else None), self.generation
+        return result
+
+    def ride(self, ops: Sequence[Operation], *, every: bool = False,
+             delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None) -> Rider:
+        """Have the next head commit (``every``: each one) carry ``ops``;
+        ``delivered`` is told their results (False: do not keep them for
+        :meth:`Rider.take`)."""
+        rider = Rider(tuple(ops), every, delivered)
+        self.riding.append(rider)
+        return rider
+
+    def withdraw(self, rider: Rider) -> bool:
+        """Stop carrying ``rider``; False when it was no longer riding."""
+        if rider in self.riding:
+            self.riding.remove(rider)
+            return True
+        return False
 
     async def resync(self) -> None:
         """Re-learn the current generation after an operation whose outcome
@@ -789,7 +858,7 @@ class LeaseHandle:
 
     async def _rotate(
         self, lead_ops: list[Operation] | tuple[Operation, ...] = (), *, stamped: bool = False,
-        trailing: Sequence[Operation] = (), **changes
+        trailing: Sequence[Operation] = (), lock: str | None = None, **changes
     ) -> ProgramResult:
         """Write the next generation with ``changes`` (``stamped``: and with
         fresh times from the write's own clock reading) after ``lead_ops``,
@@ -818,7 +887,7 @@ class LeaseHandle:
                 at_trailing = len(ops)
                 ops += trailing
                 try:
-                    result = await self.target.run(ControlProgram(ops))
+                    result = await self.target.run(ControlProgram(ops, lock=lock))
                 except BaseException:
                     self._uncertain = True
                     raise

@@ -41,6 +41,7 @@ from ..workspace_wide.collection import (
     CollectionCache,
     CollectionReport,
     collect,
+    opening_ops,
 )
 
 _log = logging.getLogger(__name__)
@@ -133,12 +134,16 @@ class PublicationCollector(_Background):
         self.steps = 0
         self.removed = 0
         self.last: CollectionReport | None = None
+        #: A deferred collector's opening reads ride the session's head
+        #: commits (:func:`opening_ops`): the lease carrying them, and its rider.
+        self._riding = None
 
     def schedule(self) -> None:
         """Collect soon (coalesced with a job already running); a deferred
         collector at :meth:`finish`."""
         if self.deferred:
             self._due = True
+            self._ride()
             return
         if self.running and not self._stopping:
             self._again = True
@@ -149,6 +154,20 @@ class PublicationCollector(_Background):
             return
         self._again = False
         self._start(self._run)
+
+    def _ride(self) -> None:
+        """Have the session's head commits run the step's opening reads, so
+        the step at :meth:`finish` starts from the last commit's."""
+        lease = self._session.lease
+        if lease is not None and (self._riding is None or self._riding[0] is not lease):
+            self._riding = (lease, lease.ride(opening_ops(lease.paths), every=True))
+
+    def _take_opened(self, lease) -> tuple | None:
+        """The last commit's opening reads, once, when nothing was
+        published since (:meth:`~..authority.lease.Rider.take`)."""
+        if self._riding is None or self._riding[0] is not lease:
+            return None
+        return self._riding[1].take(lease)
 
     async def _run(self) -> None:
         await self._pause(0)  # after the request that scheduled it
@@ -162,7 +181,8 @@ class PublicationCollector(_Background):
                     if lease.lost or lease.released or not self._alive():
                         return
                     report = await collect(
-                        lease, max_removals=self.max_removals, keep_recent=self.keep_recent, quiesced=True, cache=self._cache
+                        lease, max_removals=self.max_removals, keep_recent=self.keep_recent, quiesced=True, cache=self._cache,
+                        opened=self._take_opened(lease),
                     )
             except LeaseLost:
                 return

@@ -19,10 +19,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from ...targets import (
     Clock,
     ControlProgram,
+    Operation,
     OpResult,
     Status,
     TargetError,
@@ -61,7 +63,7 @@ from ..workspace_wide.cleanup import (
     remove_session,
     remove_unfinished_sessions,
 )
-from ..workspace_wide.input_history import HistoryRead, InputHistory
+from ..workspace_wide.input_history import HistoryRead, InputHistory, history_read, record_ops, recorded
 from ..workspace_wide.listing import SessionAction, SessionRow, list_sessions
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, quoted
 from .following import Following
@@ -109,6 +111,20 @@ class Sessions:
         #: Sessions expired-session cleanup must keep, with why (the artifact
         #: store installs its items' dedicated sessions).
         self.expiry_exemptions: Callable[[], Awaitable[Mapping[str, str]]] | None = None
+        #: A prompt will be recorded in the input history (``mevedel
+        #: prompt``): the history is read in the program that creates or
+        #: resumes the session (``record_input`` starts from that read).
+        self.reads_input_history = False
+        self._history_read: OpResult | None = None
+        #: The prompt ``mevedel prompt`` will record: a resume writes it in
+        #: the claim's program (holding the history's lock), after the claim.
+        self.input_to_record: str | None = None
+        self._recorded_input: str | None = None
+        #: A front end's reads of a session it resumes, run in the program
+        #: that reads the committed bytes and judged before the lease is
+        #: claimed (``mevedel prompt``: is another of its processes running
+        #: the session's turns?); see :class:`ResumeCheck`.
+        self.resume_check: ResumeCheck | None = None
 
     # Listing ------------------------------------------------------------------
 
@@ -191,9 +207,13 @@ class Sessions:
         # new ID) and git's exclude file.
         probe = ExcludesProbe() if self._git_excludes else None
         clock, listing = Clock(STATE_DIR), sessions_listing()
-        workspace_id, found = await ensure_workspace_id_with(self._table.target, [clock, listing, *(probe.ops if probe else ())])
+        excludes = list(probe.ops) if probe else []
+        history = [history_read()] if self.reads_input_history else []
+        workspace_id, found = await ensure_workspace_id_with(self._table.target, [clock, listing, *excludes, *history])
         if probe is not None:
-            probe.found = found[2:]
+            probe.found = found[2 : 2 + len(excludes)]
+        if history:
+            self._history_read = found[-1]
         await self._note_use(probe)
         if not self._table.clock_read:
             raise_for_result(clock, found[0])
@@ -291,10 +311,20 @@ class Sessions:
         # in the same program as the committed state, when that is read in one.
         probe = ExcludesProbe() if self._git_excludes else None
         identity_reads = workspace_id_reads(probe)
+        history = [history_read()] if self.reads_input_history else []
+        check = self.resume_check
+        checked = list(check.reads(SessionPaths(session_id))) if check is not None else []
         found: list[tuple] = []
-        snapshot, conversation = await self._committed_conversation(session_id, also=identity_reads, found=found)
+        snapshot, conversation = await self._committed_conversation(
+            session_id, also=[*identity_reads, *history, *checked], found=found
+        )
+        if check is not None:  # it may refuse the resume: nothing is written yet
+            at = len(identity_reads) + len(history)
+            await check.judge(session_id, tuple(found[0][at:]) if found else None)
         if found:
-            current = workspace_id_from(identity_reads, found[0], probe)
+            current = workspace_id_from(identity_reads, found[0][: len(identity_reads)], probe)
+            if history:
+                self._history_read = found[0][len(identity_reads)]
         else:
             current = await read_workspace_id(self._table.target, excludes=probe)
         workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, current)
@@ -304,6 +334,9 @@ class Sessions:
         paths = SessionPaths(session_id)
         journals = (recovery_listing(paths), pending_listing(paths))
         inputs = input_listing(paths)  # for the prompt queue's first load
+        recording = None
+        if self.input_to_record is not None and self._history_read is not None:
+            recording = record_ops(self._history_read, self.input_to_record)
         lease = await acquire_lease(
             self._table.target,
             session_id,
@@ -311,8 +344,11 @@ class Sessions:
             duration_seconds=self._table.lease_seconds,
             confirm_takeover=confirm_takeover,
             observation=observation,
-            riders=(*journals, inputs),
+            riders=(*journals, inputs, *(recording or ())),
+            lock=STATE_DIR if recording else None,
         )
+        if recording and recorded(lease.riders[len(journals) + 1 :]):
+            self._recorded_input, self._history_read = self.input_to_record, None
         if lease.publication_head != snapshot.head:  # a save landed in between
             try:
                 paths = SessionPaths(session_id)
@@ -331,7 +367,7 @@ class Sessions:
         if snapshot.head is not None and snapshot.manifest is not None and session.publisher is not None:
             session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._table.sessions[session_id] = session
-        listed = lease.riders
+        listed = lease.riders[: len(journals) + 1]
         if len(listed) != len(journals) + 1 or any(r.status is Status.SKIPPED for r in listed):
             listed = (await self._table.target.run(ControlProgram(list(journals)))).results  # in one program of their own
         else:
@@ -657,11 +693,29 @@ class Sessions:
         refuse the prompt."""
         if not queued_for_runner and (session_id not in self._table.sessions or self._table.get(session_id, "record its input").read_only is not None):
             return None
+        if self._recorded_input is not None and self._recorded_input == text and not queued_for_runner:
+            self._recorded_input = None
+            return None  # written in the claim's program
+        read, self._history_read = self._history_read, None
         try:
-            return (await InputHistory(self._table.target).record(text)).warning
+            return (await InputHistory(self._table.target).record(text, read=read)).warning
         except Exception as error:  # the prompt goes on; the person is told
             reason = getattr(error, "reason", None) or str(error)
             return f"the prompt was not recorded in the input history: {reason}"
+
+
+class ResumeCheck(Protocol):
+    """What a front end reads of a session it resumes, before its lease is
+    claimed (:attr:`Sessions.resume_check`)."""
+
+    def reads(self, paths: SessionPaths) -> Sequence[Operation]:
+        """Optional reads, run in the program that reads the committed bytes."""
+        ...
+
+    async def judge(self, session_id: str, results: tuple[OpResult, ...] | None) -> None:
+        """Raise to stop the resume (nothing written). ``results``: the
+        reads' (None: that program did not run them whole; read on your own)."""
+        ...
 
 
 def _display_name(name: str) -> str:

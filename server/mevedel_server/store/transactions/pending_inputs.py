@@ -205,14 +205,25 @@ class RunnerRecord(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_o
 _runner_decoder = msgspec.json.Decoder(RunnerRecord)
 
 
+def runner_ops(paths: SessionPaths, written: bytes) -> list[Operation]:
+    """The writes recording a runner's bytes ``written``, to run behind
+    the lease proof (judged by :func:`runner_recorded`)."""
+    return [MakeDirs(_root(paths), optional=True), Replace(f"{_root(paths)}/{RUNNER_NAME}", written)]
+
+
+def runner_recorded(ops: Sequence[Operation], results: Sequence[OpResult]) -> None:
+    """Raise unless :func:`runner_ops` did what they were asked."""
+    for op, op_result in zip(ops, results, strict=True):
+        if not (op is ops[0] and op_result.status is Status.CONFLICT):
+            raise_for_result(op, op_result)
+
+
 async def record_runner(lease: LeaseHandle, runner: RunnerRecord) -> bytes:
     """Record ``runner``; the bytes written (see :func:`clear_runner`)."""
     written = encode_runner(runner)
-    ops = [MakeDirs(_root(lease.paths), optional=True), Replace(f"{_root(lease.paths)}/{RUNNER_NAME}", written)]
+    ops = runner_ops(lease.paths, written)
     result, skip = await run_guarded(lease, ops)
-    for op, op_result in zip(ops, result.results[skip:]):
-        if not (op is ops[0] and op_result.status is Status.CONFLICT):
-            raise_for_result(op, op_result)
+    runner_recorded(ops, result.results[skip:])
     return written
 
 
@@ -220,16 +231,25 @@ def encode_runner(runner: RunnerRecord) -> bytes:
     return _encoder.encode(runner)
 
 
-async def read_runner(target: Target, paths: SessionPaths) -> RunnerRecord | None:
-    """The recorded runner, or None (none, or a record that is not one)."""
-    read = Read(f"{_root(paths)}/{RUNNER_NAME}", optional=True)
-    got = (await target.run(ControlProgram([read])))[0]
+def runner_read(paths: SessionPaths) -> Read:
+    """The read of :func:`read_runner`, to run in another program (judged
+    by :func:`runner_from`)."""
+    return Read(f"{_root(paths)}/{RUNNER_NAME}", optional=True)
+
+
+def runner_from(got: OpResult) -> RunnerRecord | None:
+    """The runner :func:`runner_read`'s result holds, or None."""
     if not got.ok:
         return None
     try:
         return _runner_decoder.decode(got.value)
     except msgspec.DecodeError:
         return None
+
+
+async def read_runner(target: Target, paths: SessionPaths) -> RunnerRecord | None:
+    """The recorded runner, or None (none, or a record that is not one)."""
+    return runner_from((await target.run(ControlProgram([runner_read(paths)])))[0])
 
 
 async def clear_runner(lease: LeaseHandle, pid: int, *, written: bytes | None = None) -> None:

@@ -260,6 +260,12 @@ def _removal_ops(paths: SessionPaths, d: _Directory, budget: int) -> tuple[list[
     return lead + removes, len(removes)
 
 
+def opening_ops(paths: SessionPaths) -> tuple[Clock, ListDir]:
+    """What a step starts from: the target clock and the publications'
+    listing (to run in another program: :func:`collect`'s ``opened``)."""
+    return Clock(paths.root), ListDir(paths.publications_dir, optional=True)
+
+
 async def collect(
     lease: LeaseHandle,
     *,
@@ -268,6 +274,7 @@ async def collect(
     quiesced: bool = False,
     cache: CollectionCache | None = None,
     pack_batch: int | None = DEFAULT_PACK_BATCH,
+    opened: tuple[OpResult, ...] | None = None,
 ) -> CollectionReport:
     """One bounded collection step for the session ``lease`` holds.
 
@@ -280,6 +287,9 @@ async def collect(
     :class:`CollectionCache`). ``pack_batch``: once this many retained
     generations lie outside the recent window, they are written into the
     session's pack (:mod:`~..authority.packed`) in one step (None: never).
+    ``opened``: the results of :func:`opening_ops`, run by a program of
+    this holder after which nothing was published (the head commit that
+    carried them), so the step need not run them again.
     """
     if isinstance(max_removals, bool) or not isinstance(max_removals, int) or max_removals < 1:
         raise ValueError("max_removals is a positive whole number")
@@ -292,9 +302,8 @@ async def collect(
     target, paths = lease.target, lease.paths
     head = lease.publication_head
 
-    clock = Clock(paths.root)
-    listing = ListDir(paths.publications_dir, optional=True)
-    first = await target.run(ControlProgram([clock, listing]))
+    clock, listing = opening_ops(paths)
+    first = tuple(opened) if opened is not None else (await target.run(ControlProgram([clock, listing]))).results
     raise_for_result(clock, first[0])
     now = int(first[0].value)
     if first[1].status is Status.ABSENT:

@@ -28,6 +28,7 @@ once lose neither prompt.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,6 +38,8 @@ from ...targets import (
     ControlProgram,
     CreateExclusive,
     MakeDirs,
+    Operation,
+    OpResult,
     Read,
     Remove,
     Replace,
@@ -93,21 +96,53 @@ def with_entry(entries: list[str] | tuple[str, ...], text: str) -> list[str]:
     return out[-MAX_ENTRIES:]
 
 
+def history_read() -> Operation:
+    """The read a :meth:`InputHistory.record` starts from, to run in a
+    program that makes or needs ``.mevedel`` anyway (a session's creation
+    or resume); its result is ``record``'s ``read``."""
+    return Read(HISTORY_PATH, optional=True)
+
+
+def record_ops(read: OpResult, text: str) -> list[Operation] | None:
+    """The guarded write recording ``text`` over what :func:`history_read`
+    found (``read``), to run in another program holding the ``.mevedel``
+    lock; None when that read cannot be written over (unreadable, corrupt,
+    blank text): :meth:`InputHistory.record` then judges it."""
+    if not isinstance(text, str) or not text.strip() or read.status not in (Status.OK, Status.ABSENT):
+        return None
+    data = read.value if read.ok else None
+    try:
+        entries = _decode(data) if data is not None else []
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return None
+    encoded = _encoder.encode(_HistoryFile(version=1, entries=with_entry(entries, _clean(text))))
+    return [Verify(HISTORY_PATH, data), Replace(HISTORY_PATH, encoded)]
+
+
+def recorded(results: Sequence[OpResult]) -> bool:
+    """Whether :func:`record_ops` wrote (their results, in order)."""
+    return len(results) == 2 and all(result.ok for result in results)
+
+
 class InputHistory:
     """The input history of the workspace at ``target``'s root."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
 
-    async def _load(self, *, for_write: bool = False) -> tuple[bytes | None, list[str], str | None]:
+    async def _load(self, *, for_write: bool = False, read: OpResult | None = None) -> tuple[bytes | None, list[str], str | None]:
         """The file's bytes (None: absent), its entries, and the warning of
         a corrupt file renamed aside here. ``for_write``: the directory of
         the write's lock is made in the same program (a workspace's first
-        record would otherwise pay a round trip for it)."""
+        record would otherwise pay a round trip for it). ``read``: the
+        result of :func:`history_read`, run already (first attempt only)."""
         for _ in range(_ATTEMPTS):
-            op = Read(HISTORY_PATH, optional=True)
-            lead = [MakeDirs(STATE_DIR, optional=True)] if for_write else []
-            result = (await self.target.run(ControlProgram([*lead, op])))[len(lead)]
+            op = history_read()
+            if read is not None:
+                result, read = read, None
+            else:
+                lead = [MakeDirs(STATE_DIR, optional=True)] if for_write else []
+                result = (await self.target.run(ControlProgram([*lead, op])))[len(lead)]
             if result.status is Status.ABSENT:
                 return None, [], None
             if not result.ok:
@@ -136,15 +171,18 @@ class InputHistory:
         _, entries, warning = await self._load()
         return HistoryRead(tuple(entries), warning)
 
-    async def record(self, text: str) -> HistoryRead:
+    async def record(self, text: str, *, read: OpResult | None = None) -> HistoryRead:
         """Record ``text`` as the newest entry (nothing for blank text);
-        the history as written."""
+        the history as written. ``read``: the result of
+        :func:`history_read`, run in a program that left ``.mevedel`` in
+        place (the write's ``Verify`` proves it still current)."""
         if not isinstance(text, str) or not text.strip():
             return await self.read()
         text = _clean(text)
         warning = None
         for _ in range(_ATTEMPTS):
-            data, entries, said = await self._load(for_write=True)
+            data, entries, said = await self._load(for_write=True, read=read)
+            read = None
             warning = warning or said
             new = with_entry(entries, text)
             encoded = _encoder.encode(_HistoryFile(version=1, entries=new))
