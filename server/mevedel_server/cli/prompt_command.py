@@ -49,7 +49,15 @@ from ..tool_server.host import ToolHost
 from .agent_prestart import prestart_for
 from .loading import loading
 from .prompt_line import typed_prompt
-from .queued_prompt import STEER_SIGNAL, RunnerCheck, RunnerMark, RunnerRunning, other_runner, queue_behind, refusal
+from .queued_prompt import (
+    STEER_SIGNAL,
+    RunnerCheck,
+    RunnerMark,
+    RunnerRunning,
+    other_runner,
+    queue_behind,
+    refusal,
+)
 from .session_client import (
     CommandError,
     add_common,

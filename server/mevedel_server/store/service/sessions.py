@@ -63,7 +63,13 @@ from ..workspace_wide.cleanup import (
     remove_session,
     remove_unfinished_sessions,
 )
-from ..workspace_wide.input_history import HistoryRead, InputHistory, history_read, record_ops, recorded
+from ..workspace_wide.input_history import (
+    HistoryRead,
+    InputHistory,
+    history_read,
+    record_ops,
+    recorded,
+)
 from ..workspace_wide.listing import SessionAction, SessionRow, list_sessions
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, quoted
 from .following import Following
