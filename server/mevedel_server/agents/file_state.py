@@ -763,14 +763,15 @@ class FileStateRecord:
         changed = list(itertools.compress(range(len(paths)), map(operator.ne, map(old.get, paths), scan.packed_facts())))
         current = {paths[index]: scan.facts_at(index) for index in changed}
         candidates = list(current)
-        # Below a directory not walked this time, a recorded path is kept as
-        # it was; otherwise one the walk did not meet is gone. None is when
+        # A directory not walked this time, and what is below it, is kept
+        # as recorded (it is there, unlisted); otherwise a recorded path
+        # the walk did not meet is gone. None is when
         # the walk met as many recorded paths as there are, each once.
         met = len(paths) - sum(path not in old for path in candidates)
         if len(walked) == len(paths) and met == len(old):
             deleted = []
         else:
-            deleted = [path for path in old.keys() - walked if self._below(path, unwalked) is None]
+            deleted = [path for path in old.keys() - walked if path not in unwalked and self._below(path, unwalked) is None]
         # A racy path not among them was walked with its recorded facts.
         current.update((path, _FACTS.unpack(old[path])) for path in self._racy if path in walked and path not in current)
         if len(walked) != len(paths):
@@ -796,7 +797,7 @@ class FileStateRecord:
             looked = set(old)
         elif directories:
             looked.update(path for path in old if _within(path, directories))
-        deleted = [path for path in looked if path not in entries and self._below(path, found) is None]
+        deleted = [path for path in looked if path not in entries and path not in found and self._below(path, found) is None]
         candidates = [path for path, facts in entries.items() if old.get(path) != _packed(facts)]
         current = {path: entries[path] for path in candidates}
         current.update((path, entries[path]) for path in self._racy if path in entries and path not in current)
@@ -953,6 +954,10 @@ class FileStateRecord:
                     except WatchUnavailable as exc:
                         self._unwatch(str(exc))
                         watch = None
+                # Built once the kept record is loaded: its entries below
+                # a directory a .gitignore came to ignore are walked.
+                scan_op = self._scan_op([""] if watch is not None else None)
+                ops = [scan_op]
         if watch is not None:
             scan, result = await self._watched_scan(scan_op, watch, ops)  # type: ignore[arg-type]
         else:
@@ -972,7 +977,26 @@ class FileStateRecord:
             raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
         if first and len(ops) > 1:
             stored = self._take_index(result)
+            if self._descend_missed(scan):
+                # Read in the walk's own program (one round trip), the kept
+                # record was not loaded when the walk was built: it tracks
+                # entries below a directory a .gitignore came to ignore,
+                # which this walk left out, so the walk is made again with
+                # them (rare: once such a directory's entries are walked,
+                # they are recorded ignored and no longer descended).
+                scan_op = self._scan_op(None)
+                result = await self._run_scan([scan_op])
+                raise_for_result(scan_op, result[-1])
+                scan = result[-1].value
+                if scan.truncated:
+                    raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
         return scan, stored
+
+    def _descend_missed(self, scan: FileScan) -> bool:
+        """Whether ``scan`` left out, as ignored, a directory the record
+        tracks entries below (a walk built before the record was loaded)."""
+        tracked = self._tracked
+        return any(reason == SCAN_IGNORED_REASON and path in tracked for path, reason in scan.unwalked)
 
     def _take_index(self, result: ProgramResult) -> tuple[str, ...]:
         """Load the record kept on disk from ``result``'s reads of the blob
