@@ -80,7 +80,16 @@ What the record does not see or cannot give, and how it says so:
   (those of its root and below); ``.git/info/exclude``, ``core.excludesFile``
   and the ``.gitignore`` of a repository the workspace is a subdirectory of
   do not. A directory that cannot be listed is not walked either; what the
-  record knew below it is kept as it was.
+  record knew below it is kept as it was. A directory that comes to be
+  ignored while the record tracks entries below it is entered by the next
+  walk once more (what a command changed there keeps its before), its
+  entries are then recorded ignored and it is left out from then on. A
+  process's first walk does the same for the entries the kept index tracks:
+  watched, the walk is built once the index is loaded; walked, the index is
+  read in the walk's own program, and when the walk left such a directory
+  out it walks again (rare: once walked, they are recorded ignored). Were
+  it left out, the next walk would charge the turn with every change there
+  since the index was kept, against the index's bytes.
 - An ignored file is recorded by its facts only and never read; a change to
   it (created, modified, deleted) is a :class:`FileChange` with the gap
   :data:`IGNORED_GAP`. So is a file found in a directory that was ignored
