@@ -437,6 +437,51 @@ def _tree(root: Path) -> dict:
     return found
 
 
+async def test_a_directory_ignored_while_the_server_was_down_is_not_charged_to_the_next_turn(workspace):
+    # The restarted server's file-state record starts from the index the
+    # last one kept, which tracks build/out.txt; meanwhile the user ignored
+    # build/ and built again. The next turn is charged only with what it
+    # changed, and its Rewind never writes the old build over the user's.
+    from .conftest import SERVER, initialize_params
+
+    (workspace / "build").mkdir()
+    (workspace / "build" / "out.txt").write_text("built before the restart\n")
+    (workspace / "build" / "old.txt").write_text("old\n")
+    client = await SERVER.start()
+    try:
+        await client.initialize_session(initialize_params(workspace))
+        configure(client, workspace, [[{"write": {"path": "app.py", "content": "print('v2')\n"}}]])
+        first = await prompt(client, "Edit the app")
+        assert first["outcome"] == "completed"
+        await request(client, methods.SESSION_CLOSE, {"sessionId": first["sessionId"]})
+    finally:
+        await client.shutdown_session()
+
+    (workspace / ".gitignore").write_text("build/\n")
+    (workspace / "build" / "out.txt").write_text("built by the user meanwhile\n")
+    before = _tree(workspace)
+    client = await SERVER.start()
+    try:
+        await client.initialize_session(initialize_params(workspace))
+        command = "echo new > notes.txt; echo turn 2 > build/out.txt; echo n > build/new.txt; rm build/old.txt"
+        configure(client, workspace, [[{"terminal": {"command": "sh", "args": ["-c", command]}}]])
+        await request(client, methods.SESSION_OPEN, {"sessionId": first["sessionId"]})
+        second = await prompt(client, "Take notes and build", sessionId=first["sessionId"])
+        assert second["outcome"] == "completed" and second["turn"] == 2
+        after = _tree(workspace)
+        impact = await request(client, methods.REWIND_PREPARE, {"turn": 2, "boundary": "before", "sessionId": first["sessionId"]})
+        assert {r["path"] for r in impact["restores"] if r["changes"]} == {"notes.txt"}
+        assert not impact["gaps"]
+        await request(client, methods.REWIND_COMMIT, {"token": impact["token"], "sessionId": first["sessionId"]})
+    finally:
+        await client.shutdown_session()
+    # What is inside an ignored directory is not checkpointed (not seen at
+    # all); everything else is as it was before the turn.
+    ignored = {path: state for path, state in after.items() if path.startswith("build/")}
+    kept = {path: state for path, state in before.items() if not path.startswith("build/")}
+    assert _tree(workspace) == {**kept, **ignored}
+
+
 async def test_rewind_through_the_server_gives_back_modes_directories_and_links(client, workspace):
     import os
 
