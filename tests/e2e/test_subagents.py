@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lsprotocol import types
 
+from deadlines import ticks
 from mevedel_protocol import methods
 
 from .conftest import request
@@ -131,10 +132,12 @@ async def test_cancelling_the_parent_turn_cancels_its_sub_agent(client, workspac
         [{"say": "Started. "}, {"wait_cancel": 60}, {"say": "never said either"}],
     ])
     running = asyncio.ensure_future(prompt(client, "Delegate something slow"))
-    for _ in range(400):
+    for _ in ticks():
         if any(e["event"] == "prompt" for e in events(helper_log)):
             break
         await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the sub-agent never got its prompt")
     assert await request(client, methods.TURN_CANCEL, {}) == {"cancelled": True}
     result = await running
     assert result["outcome"] == "interrupted", result
