@@ -142,7 +142,7 @@ STEP_KINDS = frozenset(
 )
 
 #: Steps that make sense before any session exists.
-INITIALIZE_STEP_KINDS = frozenset({"crash", "hang", "garbage", "sleep", "stderr", "stderr_flood", "error"})
+INITIALIZE_STEP_KINDS = frozenset({"crash", "hang", "garbage", "sleep", "stderr", "stderr_flood", "error", "wait_file"})
 
 
 class ScriptError(ValueError):
@@ -752,13 +752,14 @@ class ScriptedAgent:
             return None
         return "cancelled"
 
-    async def _step_wait_file(self, path: str, turn: _Turn) -> str | None:
+    async def _step_wait_file(self, path: str, turn: _Turn | None) -> str | None:
         """Wait until the file ``path`` exists (the test makes it when the
-        turn may end: a turn that runs as long as the test needs); a cancel
-        meanwhile ends the prompt ``cancelled``."""
-        path = turn.absolute(path)
+        turn may end: a turn that runs as long as the test needs; at
+        ``initialize``, an agent that starts as slowly as the test needs);
+        a cancel meanwhile ends the prompt ``cancelled``."""
+        path = turn.absolute(path) if turn is not None else path
         while not os.path.exists(path):
-            if turn.cancelled.is_set() and not turn.ignore_cancel:
+            if turn is not None and turn.cancelled.is_set() and not turn.ignore_cancel:
                 return "cancelled"
             await asyncio.sleep(0.02)
         return None

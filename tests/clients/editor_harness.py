@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from deadlines import ticks
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
 from mevedel_server.store.transactions.recovery import find_recovery
 from mevedel_server.store.service import EvidenceInput, SessionService
@@ -85,7 +86,7 @@ async def _foreign_sessions(root: Path) -> ForeignSessions:
     also_expired = await _left_behind(root, "stopped-too", "Also left", "also expired prompt", lease_seconds=1)
     held = await _left_behind(root, "live-client", "Held elsewhere", "held prompt", lease_seconds=3600)
     for sid in (expired, also_expired):
-        for _ in range(200):
+        for _ in ticks():
             if (await observe_lease(LocalTarget(root), sid)).standing is LeaseStanding.EXPIRED:
                 break
             await asyncio.sleep(0.05)

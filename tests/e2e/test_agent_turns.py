@@ -18,6 +18,7 @@ from pygls.exceptions import JsonRpcException
 from mevedel_protocol import methods
 
 from .conftest import request
+from .test_follow import wait_for
 
 AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
 
@@ -148,10 +149,7 @@ async def test_cancel_keeps_the_partial_transcript_and_settles_interrupted(clien
     watch = Watch(client)
     configure(client, workspace, [[{"say": "Partial answer"}, {"wait_cancel": 30}, {"say": "never said"}]])
     running = asyncio.ensure_future(prompt(client, "Take your time"))
-    for _ in range(200):
-        if "Partial answer" in watch.text():
-            break
-        await asyncio.sleep(0.05)
+    await wait_for(lambda: "Partial answer" in watch.text(), "the agent's partial answer")
     cancelled = await request(client, methods.TURN_CANCEL, {})
     assert cancelled == {"cancelled": True}
     result = await running
@@ -318,11 +316,7 @@ async def test_closing_the_session_stops_its_agent(client, workspace):
     pid = next(e["pid"] for e in events(log) if e["event"] == "initialize")
     assert _alive(pid)
     await request(client, methods.SESSION_CLOSE, {"sessionId": done["sessionId"]})
-    for _ in range(100):
-        if not _alive(pid):
-            break
-        await asyncio.sleep(0.05)
-    assert not _alive(pid), "the agent outlived its session"
+    await wait_for(lambda: not _alive(pid), "the agent ending with its session")
 
 
 async def test_a_cancelled_prompt_request_cancels_the_agents_turn(client, workspace):
@@ -337,16 +331,10 @@ async def test_a_cancelled_prompt_request_cancels_the_agents_turn(client, worksp
     msg_id = str(uuid.uuid4())
     protocol._request_futures[msg_id] = Future()
     protocol._send_data(JsonRPCRequestMessage(id=msg_id, method=methods.TURN_PROMPT, jsonrpc="2.0", params={"text": "Go"}))
-    for _ in range(200):
-        if "Started" in watch.text():
-            break
-        await asyncio.sleep(0.05)
+    await wait_for(lambda: "Started" in watch.text(), "the agent starting its turn")
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
-    for _ in range(200):
-        if watch.updates and watch.updates[-1]["phase"] == "settled":
-            break
-        await asyncio.sleep(0.05)
-    assert watch.updates[-1]["phase"] == "settled" and watch.updates[-1]["outcome"] == "interrupted"
+    await wait_for(lambda: watch.updates and watch.updates[-1]["phase"] == "settled", "the cancelled turn settling")
+    assert watch.updates[-1]["outcome"] == "interrupted"
     assert any(e["event"] == "cancel" for e in events(log))
     shown = await request(client, methods.TURN_SHOW, {"turn": 1})
     assert shown["summary"]["state"] == "interrupted" and "never said" not in json.dumps(shown)
@@ -366,10 +354,8 @@ async def test_a_server_exit_during_a_turn_stops_the_agent_and_settles_the_turn_
     await client.initialize_session(initialize_params(project))
     log = configure(client, project, [[{"say": "Started"}, {"wait_cancel": 30}]])
     running = asyncio.ensure_future(prompt(client, "Go"))
-    for _ in range(200):
-        if "Started" in watch.text():
-            break
-        await asyncio.sleep(0.05)
+    # The exit must come during the turn: once the agent has said it started.
+    await wait_for(lambda: "Started" in watch.text(), "the agent starting its turn")
     pid = next(e["pid"] for e in events(log) if e["event"] == "initialize")
     await client.shutdown_session()
     running.cancel()

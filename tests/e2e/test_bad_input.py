@@ -7,6 +7,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from deadlines import ticks
 from mevedel_protocol import methods
 
 from .conftest import raw_request, request
@@ -71,7 +72,7 @@ async def test_a_failing_notification_is_reported_without_details(client, worksp
             ],
         )
     )
-    for _ in range(100):
+    for _ in ticks():
         if client.messages:
             break
         await asyncio.sleep(0.05)

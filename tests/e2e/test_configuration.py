@@ -11,13 +11,14 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
+from deadlines import ticks
 from mevedel_protocol import COMMANDS, methods
 
 from .conftest import SERVER, initialize_params, request
 
 
 async def _messages(client: LanguageClient, count: int) -> list[str]:
-    for _ in range(100):
+    for _ in ticks():
         if len(client.messages) >= count:
             break
         await asyncio.sleep(0.05)
@@ -105,7 +106,7 @@ async def test_null_settings_are_pulled_with_workspace_configuration(client, wor
             text_document=types.TextDocumentItem(uri=uri, language_id="markdown", version=1, text=text)
         )
     )
-    for _ in range(100):
+    for _ in ticks():
         result = await _completion_count(client, uri, text)
         if len(result.items) == 2:
             break

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lsprotocol import types
 
+from deadlines import ticks
 from mevedel_protocol import methods
 
 from .conftest import request
@@ -184,7 +185,7 @@ async def test_what_a_command_leaves_in_the_background_is_killed_with_its_termin
     assert result["outcome"] == "completed", result
     assert _answers(log, "terminal/release")
     pid = int((pids / "released").read_text())
-    for _ in range(100):
+    for _ in ticks():
         if not _alive(pid):
             break
         await asyncio.sleep(0.05)

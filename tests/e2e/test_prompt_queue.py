@@ -184,12 +184,14 @@ async def test_a_queued_prompt_the_server_cannot_send_comes_back_for_review_and_
 
 async def test_a_prompt_while_the_agent_still_starts_is_refused_not_run_beside_it(client, workspace):
     watch = Watch(client)
-    log = configure(client, workspace, [[{"echo_prompt": True}]], on_initialize=[{"sleep": 1}])
+    started = workspace.parent / "started"  # the agent's initialize ends once the test made it
+    log = configure(client, workspace, [[{"echo_prompt": True}]], on_initialize=[{"wait_file": str(started)}])
     first = asyncio.ensure_future(prompt(client, "first"))
     await wait_for(lambda: any(u["phase"] == "starting" for u in watch.updates), "the agent starting")
     with pytest.raises(JsonRpcException) as caught:
         await prompt(client, "beside it")
     assert "already has an agent turn running" in caught.value.message
+    started.touch()
     assert (await first)["outcome"] == "completed"
     assert prompts_received(log) == ["first"]
     assert sum(1 for e in events(log) if e["event"] == "start") == 1  # one agent process

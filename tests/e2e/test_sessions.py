@@ -12,6 +12,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from deadlines import ticks
 from mevedel_protocol import methods
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
@@ -31,7 +32,7 @@ def collect_changes(client) -> list[dict]:
 
 
 async def wait_for(predicate, what: str) -> None:
-    for _ in range(200):
+    for _ in ticks():
         if predicate():
             return
         await asyncio.sleep(0.02)
@@ -53,7 +54,7 @@ async def expired_session_of_another_client(workspace: Path, prompt: str) -> str
     await other.turns.append(sid, EvidenceInput("response", text="an answer"))
     await other.turns.settle(sid)
     await other.sessions.detach()
-    for _ in range(100):
+    for _ in ticks():
         if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
             return sid
         await asyncio.sleep(0.05)
@@ -335,10 +336,12 @@ async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_rest
     with pytest.raises(PublicationFailed):
         await gone.turns.settle(sid)
     await gone.sessions.detach()  # the server stops before anyone retries
-    for _ in range(100):
+    for _ in ticks():
         if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
             break
         await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the lease never expired")
     state = (await request(client, methods.SESSION_OPEN, {"sessionId": sid}))["session"]
     assert "old-laptop" in state["pendingPublication"] and state["settledTurns"] == 1
     assert (await failure(client, methods.TURN_BEGIN, {"prompt": "blocked"}))["kind"] == "publication-pending"
@@ -361,10 +364,12 @@ async def unprovable_latch_taken_over(client, workspace: Path) -> str:
     session = gone.session(sid)
     await session.latch.arm(session.lease)  # stops before recording the command's group
     await gone.sessions.detach()
-    for _ in range(100):
+    for _ in ticks():
         if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
             break
         await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the lease never expired")
     await request(client, methods.SESSION_OPEN, {"sessionId": sid})
     return sid
 

@@ -16,6 +16,7 @@ from mevedel_protocol import methods
 
 from .conftest import make_client, request
 from .test_agent_turns import AGENT, Watch, prompt
+from .test_follow import wait_for
 
 
 async def _server(fault_server, tmp_path, project, script):
@@ -43,10 +44,11 @@ async def test_a_drop_during_an_agents_write_is_told_and_the_turn_settles(fault_
     project = tmp_path / "remote"
     project.mkdir()
     (project / "notes.md").write_text("before\n")
+    armed = tmp_path / "armed"  # the agent writes once the test has armed the drop
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [[
         {"say": "ready"},
-        {"sleep": 1.5},
+        {"wait_file": str(armed)},
         {"write": {"path": "notes.md", "content": "after\n"}},
         {"say": " then"},
     ]]}))
@@ -54,10 +56,10 @@ async def test_a_drop_during_an_agents_write_is_told_and_the_turn_settles(fault_
     try:
         watch = Watch(client)
         turn = asyncio.ensure_future(prompt(client, "Edit", workspaceFolder=url))
-        while "ready" not in watch.text():
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: "ready" in watch.text(), "the agent ready to write")
         # The next program -- the write -- runs, and its answer is lost.
         fault_server.when = (b"WriteProject", "drop-after-run")
+        armed.touch()
         result = await asyncio.wait_for(turn, 120)
         assert result["outcome"] == "completed", result
         said = watch.text()
@@ -75,10 +77,11 @@ async def test_a_drop_during_an_agents_write_is_told_and_the_turn_settles(fault_
 async def test_a_command_cut_off_by_a_drop_is_told_and_the_next_one_runs(fault_server, tmp_path):
     project = tmp_path / "remote"
     project.mkdir()
+    armed = tmp_path / "armed"  # the agent runs its commands once the test has armed the drop
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [[
         {"say": "ready"},
-        {"sleep": 1.5},
+        {"wait_file": str(armed)},
         {"terminal": {"command": "sh", "args": ["-c", "echo made > made.txt"]}},
         {"terminal": {"command": "sh", "args": ["-c", "echo second"]}},
     ]]}))
@@ -86,9 +89,9 @@ async def test_a_command_cut_off_by_a_drop_is_told_and_the_next_one_runs(fault_s
     try:
         watch = Watch(client)
         turn = asyncio.ensure_future(prompt(client, "Run", workspaceFolder=url))
-        while "ready" not in watch.text():
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: "ready" in watch.text(), "the agent ready to run its commands")
         fault_server.when = (b"made.txt", "drop-before-run")
+        armed.touch()
         result = await asyncio.wait_for(turn, 120)
         assert result["outcome"] == "completed", result
         said = watch.text()

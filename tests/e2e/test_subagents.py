@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lsprotocol import types
 
+from deadlines import ticks
 from mevedel_protocol import methods
 
 from .conftest import request
@@ -131,10 +132,12 @@ async def test_cancelling_the_parent_turn_cancels_its_sub_agent(client, workspac
         [{"say": "Started. "}, {"wait_cancel": 60}, {"say": "never said either"}],
     ])
     running = asyncio.ensure_future(prompt(client, "Delegate something slow"))
-    for _ in range(400):
+    for _ in ticks():
         if any(e["event"] == "prompt" for e in events(helper_log)):
             break
         await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the sub-agent never got its prompt")
     assert await request(client, methods.TURN_CANCEL, {}) == {"cancelled": True}
     result = await running
     assert result["outcome"] == "interrupted", result
@@ -143,6 +146,31 @@ async def test_cancelling_the_parent_turn_cancels_its_sub_agent(client, workspac
     (answer,) = results(parent_log)
     assert answer.startswith("mcp Agent error: slow (helper) was interrupted: cancelled with its caller's turn"), answer
     assert "Started." in answer
+
+
+async def test_a_sub_agent_cancelled_while_it_starts_is_never_sent_its_task(client, workspace):
+    started = workspace.parent / "helper-may-start"  # the helper's initialize ends once the test made it
+    parent_log, helper_log = agents(client, workspace, parent=[
+        [delegate("slow", "Take your time"), {"say": "never said"}],
+    ], helper=[
+        [{"say": "Started. "}, {"wait_cancel": 60}],
+    ], helper_script={"on_initialize": [{"wait_file": str(started)}]})
+    running = asyncio.ensure_future(prompt(client, "Delegate something slow"))
+    for _ in ticks():
+        if any(e["event"] == "initialize" for e in events(helper_log)):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the sub-agent never started")
+    assert await request(client, methods.TURN_CANCEL, {}) == {"cancelled": True}
+    started.touch()
+    result = await running
+    assert result["outcome"] == "interrupted", result
+    # The task settled interrupted at once: no prompt reached the sub-agent
+    # (it would have waited for a cancel nobody sends, until the cancel timeout).
+    assert not any(e["event"] == "prompt" for e in events(helper_log))
+    (answer,) = results(parent_log)
+    assert answer.startswith("mcp Agent error: slow (helper) was interrupted: cancelled with its caller's turn"), answer
 
 
 async def test_limits_and_bad_arguments_are_refused_naming_what(client, workspace):

@@ -227,7 +227,12 @@ class AgentProcess:
         installation gave before) through ``session/resume`` or
         ``session/load`` when the agent offers one, else a new session.
         True when the named conversation was continued."""
-        assert self.conn is not None
+        if self.conn is None:
+            # Stopped between ``initialize`` and here (the engine awaits the
+            # tool server in between): the session closed or the server is
+            # exiting while the agent started.
+            raise AgentError(FAILED, f"agent {self.spec.name!r}", "was stopped before its session opened (the session closed or the server is exiting)",
+                             "prompt again")
         if resume is not None and (self.can_resume or self.can_load):
             try:
                 if self.can_resume:

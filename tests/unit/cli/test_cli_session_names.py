@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deadlines import ticks
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
@@ -51,7 +52,7 @@ def test_the_takeover_refusal_names_the_flag_that_confirms_it(tmp_path):
 
     async def expired() -> str:
         sid = await saved_session(workspace, "left", ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
-        for _ in range(100):
+        for _ in ticks():
             if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
                 return sid
             await asyncio.sleep(0.05)

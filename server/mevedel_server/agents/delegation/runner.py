@@ -312,6 +312,12 @@ class SubAgents:
         blocks.append(schema.TextContentBlock(type="text", text=prompt))
         running.turn = turn
         running.changed = set()
+        if turn.cancelled:
+            # Its caller's turn was cancelled while it started (``cancel``
+            # had no native session to send session/cancel to yet): the
+            # prompt is not sent, and the task settles interrupted now
+            # rather than after the cancel timeout.
+            return await self._settle(retained, running, turn, items, prompt, None, None)
         # The caller's tool call going away ends the task the same way: what
         # it did stays recorded.
         return await engine.prompt_and_settle(
