@@ -35,6 +35,7 @@ import {
   versionRows,
 } from './artifacts';
 import { describeFailure, RequestSender } from './protocol';
+import { STAYS_OPEN } from './staysOpen';
 
 export interface ArtifactContext {
   sender(): Promise<RequestSender>;
@@ -288,7 +289,7 @@ async function pickItem(context: ArtifactContext, title: string): Promise<Target
   }
   const chosen = await vscode.window.showQuickPick(
     rows.map((row) => ({ label: row.label, description: row.description, detail: row.detail, row })),
-    { title, placeHolder: 'An item, by title (attached: the current session has it)', matchOnDescription: true, matchOnDetail: true },
+    { title, placeHolder: 'An item, by title (attached: the current session has it)', matchOnDescription: true, matchOnDetail: true, ...STAYS_OPEN },
   );
   return chosen && { ref: { id: chosen.row.entry.id, workspaceFolder }, title: chosen.row.label, entry: chosen.row.entry };
 }
@@ -346,6 +347,7 @@ async function create(context: ArtifactContext, kind: 'document' | 'whiteboard')
   const title = await vscode.window.showInputBox({
     title: `mevedel: New ${kind === 'document' ? 'Document' : 'Whiteboard'}`,
     prompt: 'Its title',
+    ...STAYS_OPEN,
     validateInput: (text) => (text.trim() === '' ? 'A title is needed' : /[\r\n]/.test(text) ? 'One line' : undefined),
   });
   if (title === undefined) return;
@@ -364,7 +366,7 @@ async function versions(context: ArtifactContext, item: Target): Promise<void> {
   }
   const chosen = await vscode.window.showQuickPick(
     rows.map((row) => ({ label: row.label, description: row.description, detail: row.detail, row })),
-    { title: `mevedel: Versions of ${item.title}`, placeHolder: 'A version to restore (newest first)', matchOnDetail: true },
+    { title: `mevedel: Versions of ${item.title}`, placeHolder: 'A version to restore (newest first)', matchOnDetail: true, ...STAYS_OPEN },
   );
   if (!chosen) return;
   const restore = 'Restore';
@@ -382,6 +384,7 @@ async function duplicate(context: ArtifactContext, item: Target): Promise<void> 
   const title = await vscode.window.showInputBox({
     title: `mevedel: Duplicate ${item.title}`,
     prompt: 'The copy\'s title',
+    ...STAYS_OPEN,
     value: `${item.entry?.title ?? item.title} (copy)`,
     validateInput: (text) => (text.trim() === '' ? 'A title is needed' : /[\r\n]/.test(text) ? 'One line' : undefined),
   });
@@ -411,6 +414,7 @@ async function comment(context: ArtifactContext, item: Target): Promise<void> {
   const text = await vscode.window.showInputBox({
     title: `mevedel: Comment on ${item.title}`,
     prompt: 'Your comment (it goes to the session working on the item)',
+    ...STAYS_OPEN,
     validateInput: (value) => (value.trim() === '' ? 'A comment is needed' : undefined),
   });
   if (text === undefined) return;

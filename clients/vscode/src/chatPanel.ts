@@ -30,6 +30,7 @@ import { listSessions, RequestSender, Scope, SessionDidChangeParams } from './pr
 import { SessionCommandContext } from './sessionCommands';
 import { addToQueue, cancelQueued, editQueued, listQueue, QueueDidChangeParams, QueueState, renderQueue, sendingEntry, steer } from './queue';
 import { inputHistory } from './inputHistory';
+import { STAYS_OPEN } from './staysOpen';
 
 export interface ChatContext extends SessionCommandContext {
   // Where the agent chosen for each session is remembered.
@@ -118,11 +119,6 @@ function isMessage(value: unknown): value is WebviewMessage {
   );
 }
 
-// The quick picks and input boxes the chat opens stay open when the focus
-// moves (Esc closes them): a click in the chat opens them, and the webview
-// takes the focus back a moment later, which would close them and take the
-// keys meant for them (VS Code focuses a webview asynchronously).
-const STAYS_OPEN = { ignoreFocusOut: true } as const;
 
 // Updates are rendered at most this often while a turn streams.
 const RENDER_INTERVAL_MS = 40;

@@ -6,6 +6,7 @@ import { agentCommands } from './agentCommands';
 import { ChatContext, ChatEvents } from './chatPanel';
 import { Artifacts } from './artifactsView';
 import { restoreReviewedFile, reviewChanges } from './reviewCommands';
+import { STAYS_OPEN } from './staysOpen';
 
 export interface CommandContext extends ChatContext {
   restart(): Promise<void>;
@@ -88,7 +89,7 @@ async function readAddress(context: CommandContext): Promise<void> {
     title: 'mevedel: Read Address',
     prompt: 'A resource address to open',
     placeHolder: 'work://shared/notes.md',
-    ignoreFocusOut: true,
+    ...STAYS_OPEN,
   });
   if (!address?.trim()) return;
   try {

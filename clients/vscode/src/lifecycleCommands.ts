@@ -24,6 +24,7 @@ import { describeRelease, describeTake, grantControl, keepControl, releaseContro
 import { clearSession, compactSession, describeFollow, describeRefresh, refreshSession, setFollow } from './follow';
 import { describeFailure, listTurns, RequestSender, Scope, SessionState, TurnSummary } from './protocol';
 import { revealTurn, SessionCommandContext, showTranscript } from './sessionCommands';
+import { STAYS_OPEN } from './staysOpen';
 
 function info(message: string): void {
   void vscode.window.showInformationMessage(`mevedel: ${message}`);
@@ -60,7 +61,7 @@ async function pickTurn(
       detail: turn.prompt,
       turn: turn.turn,
     })),
-    { title: `${title} (${listing.sessionId})`, placeHolder: 'The turn', matchOnDetail: true, ignoreFocusOut: true },
+    { title: `${title} (${listing.sessionId})`, placeHolder: 'The turn', matchOnDetail: true, ...STAYS_OPEN },
   );
   return chosen && { sessionId: listing.sessionId, turn: chosen.turn };
 }
@@ -78,7 +79,7 @@ async function rewindCommand(context: SessionCommandContext, where: Scope): Prom
     ],
     // A step of a multi-step choice stays open when a view refreshes
     // and takes the focus (the transcript, the chat): Esc closes it.
-    { title: 'mevedel: Rewind to', ignoreFocusOut: true },
+    { title: 'mevedel: Rewind to', ...STAYS_OPEN },
   );
   if (!boundary) return;
   const scope = { workspaceFolder: where.workspaceFolder, sessionId: picked.sessionId };
@@ -98,7 +99,7 @@ async function redoCommand(context: SessionCommandContext, where: Scope): Promis
       description: new Date(state.updatedAt * 1000).toLocaleString(),
       state,
     })),
-    { title: `mevedel: Redo (${listing.sessionId})`, placeHolder: 'The state to return to', ignoreFocusOut: true },
+    { title: `mevedel: Redo (${listing.sessionId})`, placeHolder: 'The state to return to', ...STAYS_OPEN },
   );
   if (!chosen) return;
   const scope = { workspaceFolder: where.workspaceFolder, sessionId: listing.sessionId };
@@ -124,7 +125,7 @@ async function forkCommand(context: SessionCommandContext, where: Scope, inWorkt
     info(describeChild('forked', outcome.result));
     return showChild(context, where, outcome.result.session);
   }
-  const name = await vscode.window.showInputBox({ title, prompt: 'The worktree name (empty: allocated)' });
+  const name = await vscode.window.showInputBox({ title, prompt: 'The worktree name (empty: allocated)', ...STAYS_OPEN });
   if (name === undefined) return;
   const outcome = await worktreeFork(sender, { ...scope, turn: picked.turn, name: name.trim() || undefined }, confirmModal);
   if (!outcome.committed) return info('worktree fork cancelled; nothing was created');
@@ -147,6 +148,7 @@ async function forkVariantsCommand(context: LifecycleCommandContext, where: Scop
     placeHolder: 'The source first, then its forks oldest to newest',
     matchOnDescription: true,
     matchOnDetail: true,
+    ...STAYS_OPEN,
   });
   if (!chosen) return;
   const opened = await openVariant(sender, chosen.variant, where.workspaceFolder);
@@ -156,7 +158,7 @@ async function forkVariantsCommand(context: LifecycleCommandContext, where: Scop
 }
 
 async function saveAsCommand(context: SessionCommandContext, where: Scope): Promise<void> {
-  const name = await vscode.window.showInputBox({ title: 'mevedel: Save Session As', prompt: 'The new session name' });
+  const name = await vscode.window.showInputBox({ title: 'mevedel: Save Session As', prompt: 'The new session name', ...STAYS_OPEN });
   if (name === undefined) return;
   const outcome = await saveAs(await context.sender(), { ...where, name }, confirmModal);
   if (!outcome.committed) return info('save as cancelled; nothing was created');
@@ -234,6 +236,7 @@ export function lifecycleCommands(context: LifecycleCommandContext): Record<stri
       const summary = await vscode.window.showInputBox({
         title: 'mevedel: Compact Session',
         prompt: 'The summary the next segment starts with',
+        ...STAYS_OPEN,
       });
       if (summary === undefined) return;
       const result = await compactSession(await context.sender(), { ...where, summary });

@@ -14,6 +14,7 @@ import {
   span,
   turnDiff,
 } from './review';
+import { STAYS_OPEN } from './staysOpen';
 
 // "mevedel: Review Changes" and the turn actions that review one turn: a
 // quick pick of the paths the turns changed, with the server's
@@ -25,9 +26,7 @@ import {
 // diff editor of the review) restores it to its state before the review's
 // first turn that changed it, after a modal warning that says what the
 // restore does; the review then opens again, read anew. Each step stays
-// open when the focus moves (ignoreFocusOut; Esc closes it): a view that
-// takes the focus back late -- the chat whose button or whose focus
-// started the review -- would close it and take the keys meant for it.
+// open when the focus moves (staysOpen.ts).
 
 export interface ReviewContext {
   sender(): Promise<RequestSender>;
@@ -80,14 +79,14 @@ async function pickRange(sender: RequestSender, where: Scope): Promise<{ session
     title: `mevedel: Review Changes (${listing.sessionId})`,
     placeHolder: 'What the turn changed in the tree',
     matchOnDetail: true,
-    ignoreFocusOut: true,
+    ...STAYS_OPEN,
   });
   if (!chosen) return undefined;
   if (!chosen.typed) return { sessionId: listing.sessionId, ...chosen.range };
   const typed = await vscode.window.showInputBox({
     title: 'mevedel: Review Changes',
     prompt: 'Turns: N, N..M, N.., ..M or all',
-    ignoreFocusOut: true,
+    ...STAYS_OPEN,
     validateInput: (text) => {
       try {
         parseRange(text);
@@ -114,7 +113,7 @@ function pickPath(items: PathItem[], title: string, placeholder: string): Promis
     pick.placeholder = placeholder;
     pick.matchOnDescription = true;
     pick.matchOnDetail = true;
-    pick.ignoreFocusOut = true;
+    pick.ignoreFocusOut = STAYS_OPEN.ignoreFocusOut;
     let answer: { item: PathItem; restore: boolean } | undefined;
     pick.onDidAccept(() => {
       const item = pick.selectedItems[0];

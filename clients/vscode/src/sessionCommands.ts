@@ -19,6 +19,7 @@ import {
 } from './protocol';
 import { reviewChanges } from './reviewCommands';
 import { openListed, PickerEntry, pickerEntries, transcriptUri, turnLine, uriSession } from './sessions';
+import { STAYS_OPEN } from './staysOpen';
 
 export interface SessionCommandContext {
   sender(): Promise<RequestSender>;
@@ -81,6 +82,7 @@ async function pickSession(context: SessionCommandContext): Promise<void> {
     placeHolder: 'A session: its action (Switch, Resume, Join, Take over), turns and host',
     matchOnDescription: true,
     matchOnDetail: true,
+    ...STAYS_OPEN,
   });
   const entry = chosen?.entry;
   if (!entry) return;
@@ -99,7 +101,7 @@ async function pickSession(context: SessionCommandContext): Promise<void> {
 }
 
 async function newSession(context: SessionCommandContext): Promise<void> {
-  const name = await vscode.window.showInputBox({ title: 'mevedel: New Session', prompt: 'Its name (empty: unnamed)' });
+  const name = await vscode.window.showInputBox({ title: 'mevedel: New Session', prompt: 'Its name (empty: unnamed)', ...STAYS_OPEN });
   if (name === undefined) return;
   const workspaceFolder = context.workspaceFolder();
   const state = await createSession(await context.sender(), { workspaceFolder, name: name.trim() || undefined });
@@ -109,7 +111,7 @@ async function newSession(context: SessionCommandContext): Promise<void> {
 
 async function renameCurrent(context: SessionCommandContext): Promise<void> {
   const where = scope(context);
-  const name = await vscode.window.showInputBox({ title: 'mevedel: Rename Session', prompt: 'The new name' });
+  const name = await vscode.window.showInputBox({ title: 'mevedel: Rename Session', prompt: 'The new name', ...STAYS_OPEN });
   if (name === undefined) return;
   const state = await renameSession(await context.sender(), { ...where, name });
   info(`session ${state.sessionId} is now called ${state.displayName}`);
@@ -135,7 +137,7 @@ async function listTurnsAndGo(context: SessionCommandContext): Promise<void> {
   pick.matchOnDetail = true;
   // Open when the focus moves (Esc closes it): the chat, whose focus the
   // palette hands back late, would close it and take its keys.
-  pick.ignoreFocusOut = true;
+  pick.ignoreFocusOut = STAYS_OPEN.ignoreFocusOut;
   pick.items = listing.turns.map((turn) => ({
     label: `Turn ${turn.turn}`,
     description: `${turn.state} · ${turn.toolCalls} tool calls${turn.reason ? ` · ${turn.reason}` : ''}`,
@@ -190,7 +192,7 @@ export function sessionCommands(context: SessionCommandContext): Record<string, 
       );
     }),
     abortTurn: run(async () => {
-      const reason = await vscode.window.showInputBox({ title: 'mevedel: Abort Turn', prompt: 'Why (empty: aborted)' });
+      const reason = await vscode.window.showInputBox({ title: 'mevedel: Abort Turn', prompt: 'Why (empty: aborted)', ...STAYS_OPEN });
       if (reason === undefined) return;
       const where = scope(context);
       reportSave('interrupted the turn in flight in', await abortTurn(await context.sender(), { ...where, reason: reason.trim() || undefined }));
