@@ -298,25 +298,33 @@ async def test_a_rewind_of_the_open_session_reads_what_its_lease_already_proves_
     assert len(target.programs) - mark == two_phase - 1
 
 
+async def queue_a_prompt(svc: SessionService, sid: str) -> str:
+    """Queues a follow-up prompt in the session, as a second process of
+    this client would; returns its entry ID."""
+    from mevedel_server.store.transactions.pending_inputs import (
+        InputRecord,
+        write_inputs,
+    )
+
+    entry = "e" * 32
+    queued = InputRecord(
+        entry_id=entry, session_id=sid, kind="follow-up", state="queued", order=1, text="meanwhile", client_id=ME.client_id, host="h", queued_at=0
+    )
+    await write_inputs(svc.session(sid).lease, [queued], new=[entry])
+    return entry
+
+
 async def test_a_prompt_queued_after_the_prepare_refuses_the_commit_and_rewind_now(root):
     """The queue is looked at in the commit's recheck program too, and by
     ``rewind_now``: a prompt written against the conversation is never
     sent into a rewound one."""
     from mevedel_server.store.service.errors import TurnStateConflict
-    from mevedel_server.store.transactions.pending_inputs import (
-        InputRecord,
-        remove_input,
-        write_inputs,
-    )
+    from mevedel_server.store.transactions.pending_inputs import remove_input
 
     svc, sid = await three_turns(root)
     impact = await svc.history.prepare_rewind(sid, "after", 1)
     lease = svc.session(sid).lease
-    entry = "e" * 32
-    queued = InputRecord(
-        entry_id=entry, session_id=sid, kind="follow-up", state="queued", order=1, text="meanwhile", client_id=ME.client_id, host="h", queued_at=0
-    )
-    await write_inputs(lease, [queued], new=[entry])
+    entry = await queue_a_prompt(svc, sid)
     for attempt in (lambda: svc.history.commit_rewind(sid, impact.token.text), lambda: svc.history.rewind_now(sid, "after", 1)):
         with pytest.raises(TurnStateConflict) as refused:
             await attempt()
@@ -333,11 +341,7 @@ async def test_redo_is_refused_while_a_prompt_waits_in_the_queue(root):
     as Rewind does: its prepare, its commit and ``redo_now`` refuse,
     naming the queue, and nothing moves until the prompt is gone."""
     from mevedel_server.store.service.errors import TurnStateConflict
-    from mevedel_server.store.transactions.pending_inputs import (
-        InputRecord,
-        remove_input,
-        write_inputs,
-    )
+    from mevedel_server.store.transactions.pending_inputs import remove_input
 
     svc, sid = await three_turns(root)
     rewound = await svc.history.prepare_rewind(sid, "after", 1)
@@ -345,11 +349,7 @@ async def test_redo_is_refused_while_a_prompt_waits_in_the_queue(root):
     head = next(s for s in (await svc.history.redo_states(sid)).states if s.turn_count == 3).publication_id
     redo = await svc.history.prepare_redo(sid, head)
     lease = svc.session(sid).lease
-    entry = "f" * 32
-    queued = InputRecord(
-        entry_id=entry, session_id=sid, kind="follow-up", state="queued", order=1, text="meanwhile", client_id=ME.client_id, host="h", queued_at=0
-    )
-    await write_inputs(lease, [queued], new=[entry])
+    entry = await queue_a_prompt(svc, sid)
     for attempt in (
         lambda: svc.history.prepare_redo(sid, head),
         lambda: svc.history.commit_redo(sid, redo.token.text),
