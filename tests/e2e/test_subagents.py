@@ -46,6 +46,15 @@ def results(log: Path, tool: str = "Agent") -> list[str]:
     return [e["text"] for e in events(log) if e["event"] == "mcp_result" and e["tool"] == tool]
 
 
+async def until_logged(log: Path, event: str, what: str) -> None:
+    """Waits until the agent's log holds ``event``; fails saying ``what``."""
+    for _ in ticks():
+        if any(e["event"] == event for e in events(log)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(what)
+
+
 async def test_a_sub_agent_works_in_the_parents_turn_and_rewind_restores_what_it_changed(client, workspace):
     (workspace / "notes.txt").write_text("original notes\n")
     (workspace / "build.txt").write_text("old build\n")
@@ -132,12 +141,7 @@ async def test_cancelling_the_parent_turn_cancels_its_sub_agent(client, workspac
         [{"say": "Started. "}, {"wait_cancel": 60}, {"say": "never said either"}],
     ])
     running = asyncio.ensure_future(prompt(client, "Delegate something slow"))
-    for _ in ticks():
-        if any(e["event"] == "prompt" for e in events(helper_log)):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the sub-agent never got its prompt")
+    await until_logged(helper_log, "prompt", "the sub-agent never got its prompt")
     assert await request(client, methods.TURN_CANCEL, {}) == {"cancelled": True}
     result = await running
     assert result["outcome"] == "interrupted", result
@@ -156,12 +160,7 @@ async def test_a_sub_agent_cancelled_while_it_starts_is_never_sent_its_task(clie
         [{"say": "Started. "}, {"wait_cancel": 60}],
     ], helper_script={"on_initialize": [{"wait_file": str(started)}]})
     running = asyncio.ensure_future(prompt(client, "Delegate something slow"))
-    for _ in ticks():
-        if any(e["event"] == "initialize" for e in events(helper_log)):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the sub-agent never started")
+    await until_logged(helper_log, "initialize", "the sub-agent never started")
     assert await request(client, methods.TURN_CANCEL, {}) == {"cancelled": True}
     started.touch()
     result = await running
