@@ -155,6 +155,7 @@ class AcpCallbacks:
             engine.record_pre_state(self.running.session_id, directory, None, directory=True)
         if outcome.read_before:
             engine.record_pre_state(self.running.session_id, outcome.relative, outcome.before)
+        engine.remember_written(self.running.session_id, outcome.relative)
         return schema.WriteTextFileResponse()
 
     async def create_terminal(self, session_id: str, command: str, args: list[str] | None = None, env: list | None = None,

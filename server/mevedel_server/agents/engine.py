@@ -606,6 +606,13 @@ class AgentEngine:
             native_session_id=running.process.native_session_id if state is not EngineState.DETACHED else None,
             machine=self.machine, state=state))
 
+    def remember_written(self, session_id: str, path: str) -> None:
+        """The agent wrote ``path`` (target-relative) through ``fs/*``: the
+        session's file-state record looks at it from now on even inside an
+        ignored directory, so a shell command's later change to it is
+        checkpointed (FileStateRecord.remember)."""
+        self.trees.record(self.working_directory(session_id)).remember(path)
+
     async def capture_changes(self, session_id: str) -> list[str]:
         """Record the pre-turn state of every file changed since the record
         was last brought up to date (shell commands, and anything the agent

@@ -90,6 +90,16 @@ What the record does not see or cannot give, and how it says so:
   out it walks again (rare: once walked, they are recorded ignored). Were
   it left out, the next walk would charge the turn with every change there
   since the index was kept, against the index's bytes.
+- Save a path the agent wrote there through ``fs/*`` (:meth:`~FileStateRecord.
+  remember`, told by the write, which checkpointed it): the next sync
+  records it as a tracked file (flagged :data:`_KNOWN`, so kept in the
+  index with its facts and never a reason to walk its directory), and
+  every sync after looks at each such path by one
+  :class:`~mevedel_server.targets.ScanPaths` program that ``lstat``-s it
+  through its parents' descriptors (links never followed) and lists
+  nothing: a command's change, removal or ``chmod`` of it is a change with
+  its earlier state, as a tracked file's. Once gone it is forgotten (a file
+  a command makes there again is unseen). With no such path, no program.
 - An ignored file is recorded by its facts only and never read; a change to
   it (created, modified, deleted) is a :class:`FileChange` with the gap
   :data:`IGNORED_GAP`. So is a file found in a directory that was ignored
@@ -216,6 +226,14 @@ _PARENT = operator.itemgetter(0)
 _KIND_BITS = operator.itemgetter(0)
 #: The kind bits of a directory a walk enters (not ignored).
 _WALKED_KIND = SCAN_DIR | SCAN_IGNORED
+#: The record's own flag (never a walk's) of a path the agent wrote
+#: through ``fs/*`` inside an ignored directory (:meth:`FileStateRecord.
+#: remember`): captured like a tracked file, looked at by a stat of its
+#: own at every sync, never a reason to walk its directory. Kept in the
+#: index with the facts.
+_KNOWN = 0x80
+#: The flags that keep an entry from counting as tracked.
+_UNTRACKED = SCAN_IGNORED | _KNOWN
 #: Facts packed (a flags byte first: the kind bits are ``packed[0]``), and
 #: where among them the size is.
 _FACTS = struct.Struct(SCAN_FACTS)
@@ -369,6 +387,14 @@ class FileStateRecord:
         #: Recorded regular files with more than one link (looked at every
         #: time: a write through another of their names sends no event).
         self._shared: set[str] = set()
+        #: Recorded paths inside ignored directories the agent wrote through
+        #: ``fs/*`` (flagged :data:`_KNOWN`): stat-ed by every sync. And the
+        #: paths it wrote since the last sync, not yet recorded.
+        self._known: set[str] = set()
+        self._remembered: set[str] = set()
+        #: A sync recorded a remembered path for the first time: keep the
+        #: record for the next process now.
+        self._keep_known = False
         # Between commands, inotify says where to look (a LocalTarget's
         # tree; ``watch``: True/None for ``target`` itself when it is one, a
         # LocalTarget of the same root when ``target`` wraps it, False:
@@ -407,8 +433,9 @@ class FileStateRecord:
         async with self._lock:
             first = not self._primed
             await self._sync(report=False)
-            if first and not self._from_index and not self._cheap_to_read_again():
-                await self._save()  # a whole read is worth keeping at once
+            if first and not self._from_index and not self._cheap_to_read_again() or self._keep_known:
+                self._keep_known = False
+                await self._save()  # a whole read (or a path only the record knows to look at) is worth keeping at once
         self._prune_soon()
 
     def _cheap_to_read_again(self) -> bool:
@@ -422,6 +449,23 @@ class FileStateRecord:
         if self._watch is not None or len(self._digest) > OPS_PER_PROGRAM:
             return False
         return sum(_size(self._facts[path]) for path in self._digest if path in self._facts) <= SAVE_AT_ONCE_BYTES
+
+    def remember(self, path: str) -> None:
+        """``path`` (target-relative) was just written by the agent's
+        ``fs/*`` request, which checkpointed it: when it lies inside a
+        directory a ``.gitignore`` ignores, the next sync records it (not
+        as a change of the turn: the write's own capture is) and from then
+        on every sync looks at it by a stat of its own, so what a shell
+        command does to it is captured as to a tracked file. Elsewhere the
+        walk sees it anyway, and it is forgotten."""
+        parts = split_target_path(path)
+        if self._base:
+            base = self._base.split("/")
+            if parts[: len(base)] != base or len(parts) == len(base):
+                return
+            parts = parts[len(base) :]
+        if parts:
+            self._remembered.add("/".join(parts))
 
     def close(self) -> None:
         """Stop watching the tree (the record stays usable: it walks)."""
@@ -465,6 +509,9 @@ class FileStateRecord:
             if not self._primed:
                 raise FileStateError("the file-state record was never brought up to date: call refresh() before a command")
             found = await self._sync(report=True)
+            if self._keep_known:
+                self._keep_known = False
+                await self._save()
         self._prune_soon()
         return found
 
@@ -616,7 +663,8 @@ class FileStateRecord:
         parents = list(map(_PARENT, map(_SPLIT_PARENT, state.facts)))
         holding = Counter(parents)
         tracked = holding.copy()
-        tracked.subtract(itertools.compress(parents, map(SCAN_IGNORED.__and__, map(_KIND_BITS, state.facts.values()))))
+        tracked.subtract(itertools.compress(parents, map(_UNTRACKED.__and__, map(_KIND_BITS, state.facts.values()))))
+        self._known = set(itertools.compress(state.facts, map(_KNOWN.__and__, map(_KIND_BITS, state.facts.values()))))
         holding.pop("", None)
         tracked.pop("", None)
         self._holding = _with_ancestors(holding)
@@ -632,12 +680,12 @@ class FileStateRecord:
             self._pending |= watch.drain()
             if watch.lost is None:
                 plan = _outermost(self._pending | self._racy | self._shared)
-                if not plan:
+                if not plan and not self._known and not self._remembered_inside():
                     return []  # no event, nothing racy: nothing to look at
         if plan is None:
             scan, stored = await self._walk(first, watch)
             if self._same_as is not None and scan.facts == self._same_as.facts and scan.names == self._same_as.names:
-                if scan.unwalked == self._same_as.unwalked and not self._racy:
+                if scan.unwalked == self._same_as.unwalked and not self._racy and not self._known and not self._remembered:
                     self._moved_on(scan, watch)
                     return []  # the very same answer as the walk the record is
             unwalked = dict(scan.unwalked)
@@ -649,6 +697,7 @@ class FileStateRecord:
             scan, stored = await self._look(plan, watch)
             unwalked, current, candidates, deleted = self._diff_within(scan, plan)
             paths = []
+        silent = await self._look_at_known(unwalked, current, candidates, deleted) if self._known or self._remembered else set()
         old = self._recorded_facts((*current, *deleted))
         rechecks = [path for path in self._racy if path in current and old.get(path) == current[path]]
         recheck_set = set(rechecks)
@@ -685,7 +734,9 @@ class FileStateRecord:
             digest = outcome.digest if isinstance(outcome, Snapshot) else None
             if report:
                 previous = old.get(path)
-                if previous is None:
+                if path in silent:
+                    pass  # the agent's fs write, which checkpointed it
+                elif previous is None:
                     changes.append(self._created(path, facts))
                 elif self._changed(path, previous, facts, digest, path in recheck_set):
                     wanted.append(self._recorded(path, previous))
@@ -786,6 +837,76 @@ class FileStateRecord:
         if len(walked) != len(paths):
             paths = []  # a path twice: indices would not line up (a well-formed walk has none)
         return current, candidates, deleted, paths
+
+    def _remembered_inside(self) -> bool:
+        """Whether a path remembered since the last sync lies inside a
+        directory the record leaves out as ignored (else it is forgotten:
+        the walk, and the events, see it)."""
+        if any(self._below(path, self._unwalked) == SCAN_IGNORED_REASON for path in self._remembered):
+            return True
+        self._remembered = set()
+        return False
+
+    async def _look_at_known(
+        self, unwalked: dict[str, str], current: dict[str, ScanFacts], candidates: list[str], deleted: list[str]
+    ) -> set[str]:
+        """Look at the known paths (and those remembered since the last
+        sync) that lie inside a directory the walk left out as ignored: one
+        :class:`~mevedel_server.targets.ScanPaths` program that ``lstat``-s
+        each through its parents' descriptors (never following a link) and
+        lists nothing -- the ignored directories are not walked. What
+        changed joins ``current`` and ``candidates``, what is gone
+        ``deleted``, as the walk's own would. The remembered paths it
+        records for the first time (the agent's own writes, which
+        checkpointed them: not a change to report)."""
+        remembered = self._remembered
+        # Elsewhere the walk met them (or found them gone) itself.
+        inside = sorted(path for path in self._known | remembered if self._below(path, unwalked) == SCAN_IGNORED_REASON)
+        if not inside:
+            self._remembered = set()
+            return set()
+        # Named as the scanning target names them (a scanner is rooted at the base).
+        named = {path if self._scanner is not None else self._at(path): path for path in inside}
+        op = ScanPaths(
+            ".", paths=tuple(named), skip_names=SKIP_NAMES, skip_paths=() if self._base else (self._blob_dir, *self._skip),
+            descend=tuple(sorted({directory for name in named for directory in _ancestors(name)})),
+            limit=SCAN_LIMIT, racy_ns=RACY_NS,
+        )
+        result = await self._run_scan([op])
+        raise_for_result(op, result[-1])
+        scan: FileScan = result[-1].value
+        entries = scan.entries()
+        found = dict(scan.unwalked)
+        self._remembered = set()
+        silent: set[str] = set()
+        # (A racy path may be in ``current`` already, with its recorded facts.)
+        listed = set(candidates)
+        for name, path in named.items():
+            facts = entries.get(name)
+            previous = self._facts.get(path)
+            if facts is None:
+                # Gone -- unless a directory above it could not be opened
+                # (then it is kept as recorded, as a walk keeps it).
+                if previous is not None and path in self._known and self._below(name, found) is None:
+                    current.pop(path, None)  # racy, it was there with its recorded facts
+                    if path not in deleted:
+                        deleted.append(path)
+                continue
+            facts = ((facts[0] & ~SCAN_IGNORED) | _KNOWN, *facts[1:])
+            if path in remembered:
+                silent.add(path)
+                if path not in self._known:
+                    # A process ends with its last sync's state not kept:
+                    # this one is kept at once, or the next process would
+                    # not know to look at it.
+                    self._keep_known = True
+            if previous != _packed(facts):
+                if path not in listed:
+                    candidates.append(path)
+                current[path] = facts
+            elif path in self._racy:
+                current[path] = facts
+        return silent
 
     def _diff_within(
         self, scan: FileScan, plan: list[str]
@@ -1040,7 +1161,7 @@ class FileStateRecord:
         return {path: _FACTS.unpack(recorded[path]) for path in paths if path in recorded}
 
     def _capturable(self, facts: ScanFacts) -> bool:
-        return not facts[0] and facts[1] <= self._max
+        return not facts[0] & ~_KNOWN and facts[1] <= self._max
 
     @staticmethod
     def _below(path: str, directories: dict[str, str]) -> str | None:
@@ -1158,13 +1279,17 @@ class FileStateRecord:
         if previous is None:
             for directory in _ancestors(path):
                 self._holding[directory] = self._holding.get(directory, 0) + 1
-        if previous is None or (previous[0] & SCAN_IGNORED) != (facts[0] & SCAN_IGNORED):
+        if previous is None or bool(previous[0] & _UNTRACKED) != bool(facts[0] & _UNTRACKED):
             if previous is not None:
                 self._untrack(path, previous)
-            if not facts[0] & SCAN_IGNORED:
+            if not facts[0] & _UNTRACKED:
                 for directory in _ancestors(path):
                     self._tracked[directory] = self._tracked.get(directory, 0) + 1
         self._facts[path] = _packed(facts)
+        if facts[0] & _KNOWN:
+            self._known.add(path)
+        elif self._known:
+            self._known.discard(path)
         self._since_index.add(path)
         old_digest = self._digest.pop(path, None)
         if old_digest is not None and old_digest == digest:
@@ -1197,6 +1322,7 @@ class FileStateRecord:
             else:
                 del self._holding[directory]
         self._shared.discard(path)
+        self._known.discard(path)
         digest = self._digest.pop(path, None)
         if digest is not None:
             self._unref(digest)
@@ -1205,7 +1331,7 @@ class FileStateRecord:
         self._racy.discard(path)
 
     def _untrack(self, path: str, facts: ScanFacts) -> None:
-        if facts[0] & SCAN_IGNORED:
+        if facts[0] & _UNTRACKED:
             return
         for directory in _ancestors(path):
             count = self._tracked[directory] - 1

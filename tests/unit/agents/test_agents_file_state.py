@@ -347,6 +347,58 @@ async def test_an_ignored_directory_is_not_entered_and_a_change_inside_is_not_se
     assert await files_only(record) == [FileChange("sub/src.c", b"source")]
 
 
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "walked"])
+async def test_a_file_the_agent_wrote_in_an_ignored_directory_is_looked_at_not_its_directory(root, watched):
+    # build/out.txt was written by the agent's fs/write_text_file (which
+    # checkpointed it): the record remembers it and stats it at every sync,
+    # so a shell command's change, mode change and removal are captured as
+    # for a tracked file -- and so in a new process, from the index. A new
+    # file a command makes in build/ stays unseen: build/ is never walked.
+    write(root, ".gitignore", "build/\n")
+    write(root, "src.c", "source")
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy, watch=LocalTarget(root) if watched else False)
+    await record.refresh()
+    assert (record.unwatched is None) == watched
+    write(root, "build/out.txt", "written by the agent")  # its fs write...
+    record.remember("build/out.txt")  # ...tells the record
+    assert await files_only(record) == []  # the write's own capture holds it
+    write(root, "build/out.txt", "changed by a command")
+    write(root, "build/new.txt", "made by a command")
+    assert await files_only(record) == [FileChange("build/out.txt", b"written by the agent")]
+    os.chmod(root / "build/out.txt", 0o755)
+    changes = await record.changes()
+    assert [(c.path, c.before.data, c.before.mode & 0o777) for c in changes] == [("build/out.txt", b"changed by a command", 0o644)]
+    record.close()
+    # build/ entered only on the way to the one path, never walked.
+    scans = [op for op in spy.ops if isinstance(op, ScanTree) and "build" in op.descend]
+    assert scans and all(type(op).__name__ == "ScanPaths" and op.paths == ("build/out.txt",) for op in scans)
+
+    # A new process, from the index the first one kept.
+    again = FileStateRecord(LocalTarget(root), watch=None if watched else False)
+    await again.refresh()
+    assert again._from_index
+    write(root, "build/out.txt", "changed again")
+    assert await files_only(again) == [FileChange("build/out.txt", b"changed by a command")]
+    os.remove(root / "build/out.txt")
+    assert await files_only(again) == [FileChange("build/out.txt", b"changed again")]
+    # Gone, it is forgotten: a file a command makes there again is unseen.
+    write(root, "build/out.txt", "made by a command")
+    assert await files_only(again) == []
+    again.close()
+
+
+async def test_a_remembered_path_outside_an_ignored_directory_is_left_to_the_walk(root):
+    write(root, "src.c", "source")
+    record = await record_of(root)
+    write(root, "src.c", "by the agent")
+    record.remember("src.c")
+    record.remember("missing/never.txt")
+    assert await files_only(record) == [FileChange("src.c", b"source")]
+    assert not record._known
+    record.close()
+
+
 async def test_a_file_that_becomes_ignored_while_the_command_changes_it_keeps_its_before(root):
     write(root, "gen/out.txt", "generated v1")
     write(root, "gen/other.txt", "untouched")

@@ -1,0 +1,45 @@
+"""A file the agent wrote through ``fs/write_text_file`` inside an ignored
+directory (``build/``), then changed by a shell command in the next
+``mevedel prompt`` (a new process, whose file-state record starts from the
+index the last one kept): the change is the turn's, ``mevedel diff`` lists
+it, and Rewind gives its bytes back -- build/ itself is never walked, so a
+file the command makes there is not seen (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import json
+
+from test_cli_prompt import _tree, configure, mevedel
+
+WRITTEN = "written by the agent in turn 1\n"
+COMMAND = "printf 'turn 2\\n' > build/out.txt; chmod 755 build/out.txt; printf n > build/new.txt"
+
+
+def test_a_shell_change_to_a_file_the_agent_wrote_in_an_ignored_directory_is_checkpointed(workspace, tmp_path):
+    (workspace / ".gitignore").write_text("build/\n")
+    (workspace / "app.py").write_text("print('v1')\n")
+    configure(tmp_path, [[{"write": {"path": "build/out.txt", "content": WRITTEN}}, {"say": "done"}]])
+    first = mevedel(workspace, tmp_path, "prompt", "Build it")
+    assert first.returncode == 0, first.stderr
+    assert (workspace / "build" / "out.txt").read_text() == WRITTEN
+    before = _tree(workspace)
+
+    configure(tmp_path, [[{"terminal": {"command": "sh", "args": ["-c", COMMAND]}}, {"say": "done"}]])
+    second = mevedel(workspace, tmp_path, "prompt", "Build again")
+    assert second.returncode == 0, second.stderr
+    assert "ran: exit 0" in second.stdout, second.stdout
+    assert (workspace / "build" / "out.txt").read_text() == "turn 2\n"
+
+    shown = mevedel(workspace, tmp_path, "diff", "2", "--json")
+    assert shown.returncode == 0, shown.stderr
+    files = {f["path"]: f["change"] for f in json.loads(shown.stdout)["files"]}
+    assert files == {"build/out.txt": "modified"}, shown.stdout
+
+    rewound = mevedel(workspace, tmp_path, "rewind", "2", "--before", "--yes")
+    assert rewound.returncode == 0, rewound.stderr
+    # Its bytes and mode back; the file the command made in build/ was
+    # never seen, so it stays.
+    after = _tree(workspace)
+    new = after.pop("build/new.txt")
+    assert new is not None
+    assert after == before
