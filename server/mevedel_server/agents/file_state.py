@@ -457,10 +457,14 @@ class FileStateRecord:
         as a change of the turn: the write's own capture is) and from then
         on every sync looks at it by a stat of its own, so what a shell
         command does to it is captured as to a tracked file. Elsewhere the
-        walk sees it anyway, and it is forgotten."""
-        parts = split_target_path(path)
+        walk sees it anyway, and it is forgotten. A path that is no plain
+        relative one is not remembered (the write was refused before)."""
+        try:
+            parts = tuple(split_target_path(path))
+        except ValueError:
+            return
         if self._base:
-            base = self._base.split("/")
+            base = tuple(self._base.split("/"))
             if parts[: len(base)] != base or len(parts) == len(base):
                 return
             parts = parts[len(base) :]

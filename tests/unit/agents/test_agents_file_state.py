@@ -1148,3 +1148,26 @@ async def test_a_walked_tree_removes_superseded_packs_in_its_next_walk(root, mon
     assert programs.programs - before == 1  # the walk, with the removals
     assert not first_packs & stored(root)
     record.close()
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["walked", "watched"])
+async def test_a_working_directorys_record_looks_at_what_the_agent_wrote_in_its_ignored_directory(root, watched):
+    # A Worktree Fork's record: the agent's write is named workspace-relative
+    # (as fs/write_text_file names it), the change reported the same way; a
+    # write outside the checkout is not this record's to remember.
+    checkout = root / ".worktrees" / "wt1"
+    checkout.mkdir(parents=True)
+    (checkout / ".gitignore").write_text("build/\n")
+    target = LocalTarget(root)
+    worktree = FileStateRecord(target, base=".worktrees/wt1", blob_dir=".mevedel/file-state/worktrees/wt1",
+                               scanner=LocalTarget(checkout) if watched else None)
+    await worktree.refresh()
+    write(checkout, "build/out.txt", "by the agent")
+    write(root, "build/out.txt", "beside the checkout")
+    worktree.remember(".worktrees/wt1/build/out.txt")
+    worktree.remember("build/out.txt")
+    assert await files_only(worktree) == []
+    assert worktree._known == {"build/out.txt"}
+    write(checkout, "build/out.txt", "by a command")
+    assert await files_only(worktree) == [FileChange(".worktrees/wt1/build/out.txt", b"by the agent")]
+    worktree.close()
