@@ -130,6 +130,21 @@ def _shell(root: Path, kind: str, path: str, arg) -> None:
         _quietly(lambda: os.symlink(arg, full))
 
 
+def _patch_refuses(root: Path, path: str) -> bool:
+    """Whether ApplyPatch refuses to write ``path``: a directory or a link
+    there, or a file or a link in place of any directory above it (a
+    rename can leave a file where ``new`` was, below which ``new/deep``
+    cannot be made)."""
+    full = root / path
+    if full.is_dir() or full.is_symlink():
+        return True
+    for parent in Path(path).parents:
+        above = root / parent
+        if above != root and (above.is_symlink() or (above.exists() and not above.is_dir())):
+            return True
+    return False
+
+
 async def run_turn(target, root: Path, ops: list) -> None:
     svc = SessionService(target, ME, max_snapshot_bytes=LIMIT)
     sid = (await svc.sessions.create()).session_id
@@ -152,8 +167,8 @@ async def run_turn(target, root: Path, ops: list) -> None:
                 if outcome.read_before:
                     engine.record_pre_state(sid, outcome.relative, outcome.before)
             elif writer == "patch":
-                if os.path.isdir(full) or os.path.islink(full) or os.path.isfile(os.path.dirname(full)):
-                    continue  # ApplyPatch refuses these
+                if _patch_refuses(root, path):
+                    continue
                 if kind == "delete" and not os.path.isfile(full):
                     continue
                 await engine.record_before_writes(sid, [full])
@@ -194,6 +209,9 @@ async def run_turn(target, root: Path, ops: list) -> None:
 # A file removed and a directory renamed to its name: Redo reads the moved
 # files below what Rewind made a file again (they are absent, not unreadable).
 @example(ops=[("delete", "patch", "a.txt", None), ("write", "fs", "run.sh", b""), ("rename", "shell", "d", "a.txt")])
+# A file renamed to a directory's name and a patch writing below that
+# directory: ApplyPatch refuses (a file is in the way), so nothing changed.
+@example(ops=[("rename", "shell", "a.txt", "new"), ("write", "patch", "new/deep/z.txt", b"")])
 def test_rewind_and_redo_give_back_the_exact_tree_locally(tmp_path_factory, ops):
     root = tmp_path_factory.mktemp("exact") / "ws"
     initial_tree(root)
