@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from mevedel_server.agents.config import AgentConfig
@@ -223,7 +223,12 @@ def sshd(request):
     return request.getfixturevalue("openssh_server")
 
 
-@settings(max_examples=8)
+# No shrinking over SSH: each step is a whole turn, Rewind and Redo over a
+# new connection (seconds on a loaded machine), so shrinking a real failure
+# ran into the test's time limit and buried it under a "flaky" report. The
+# local variant runs the same turn and shrinks; a failure here is reported
+# as found.
+@settings(max_examples=8, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(ops=st.lists(OPS, min_size=1, max_size=8))
 def test_rewind_and_redo_give_back_the_exact_tree_over_ssh(tmp_path_factory, sshd, ops):
     from mevedel_server.targets.ssh import SshTarget
