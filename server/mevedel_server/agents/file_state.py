@@ -292,6 +292,12 @@ def _size(packed: bytes) -> int:
     return _SIZE.unpack_from(packed, _SIZE_AT)[0]
 
 
+def _refuse_truncated(scan: FileScan) -> None:
+    """A walk that stopped at :data:`SCAN_LIMIT` records nothing."""
+    if scan.truncated:
+        raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
+
+
 def _content(facts: ScanFacts) -> tuple[int, ...]:
     """The facts that tell a change of state (not whether it is ignored)."""
     return (facts[0] & (SCAN_LINK | SCAN_DIR), *facts[1:])
@@ -999,8 +1005,7 @@ class FileStateRecord:
         self._removed(removes, result)
         if saves:
             saved(result, len(removes))
-        if scan.truncated:
-            raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
+        _refuse_truncated(scan)
         return scan, ()
 
     def _scan_op(self, plan: list[str] | None) -> ScanTree:
@@ -1107,8 +1112,7 @@ class FileStateRecord:
         self._removed(removes, result)
         if saves:
             saved(result, len(removes))
-        if scan.truncated:
-            raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
+        _refuse_truncated(scan)
         if first and len(ops) > 1:
             stored = self._take_index(result)
             if self._descend_missed(scan):
@@ -1122,8 +1126,7 @@ class FileStateRecord:
                 result = await self._run_scan([scan_op])
                 raise_for_result(scan_op, result[-1])
                 scan = result[-1].value
-                if scan.truncated:
-                    raise FileStateError(f"the workspace holds more than {SCAN_LIMIT} entries not ignored; its file state is not recorded")
+                _refuse_truncated(scan)
         return scan, stored
 
     def _descend_missed(self, scan: FileScan) -> bool:
