@@ -115,8 +115,13 @@ def record_ops(read: OpResult, text: str) -> list[Operation] | None:
         entries = _decode(data) if data is not None else []
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
         return None
-    encoded = _encoder.encode(_HistoryFile(version=1, entries=with_entry(entries, _clean(text))))
-    return [Verify(HISTORY_PATH, data), Replace(HISTORY_PATH, encoded)]
+    return _write_ops(data, with_entry(entries, _clean(text)))
+
+
+def _write_ops(data: bytes | None, entries: list[str]) -> list[Operation]:
+    """The history written as ``entries`` over the bytes ``data`` it was
+    read as (None: absent), only while they are still those."""
+    return [Verify(HISTORY_PATH, data), Replace(HISTORY_PATH, _encoder.encode(_HistoryFile(version=1, entries=entries)))]
 
 
 def recorded(results: Sequence[OpResult]) -> bool:
@@ -185,8 +190,7 @@ class InputHistory:
             read = None
             warning = warning or said
             new = with_entry(entries, text)
-            encoded = _encoder.encode(_HistoryFile(version=1, entries=new))
-            ops = [Verify(HISTORY_PATH, data), Replace(HISTORY_PATH, encoded)]
+            ops = _write_ops(data, new)
             done = await self.target.run(ControlProgram(ops, lock=STATE_DIR))
             if done[0].status is Status.MISMATCH:
                 continue  # another writer came between: record over its entries
