@@ -321,8 +321,7 @@ def test_chat_mode_and_model_picker(vscode: Workbench, tmp_path: Path) -> None:
     sent = len(agent_events(vscode, "set_config_option"))
     drive("click", frame=CHAT, selector="#options button", hasText="Change")
     drive("quickItems", title="Change (agent scripted)")
-    drive("press", key="Escape")
-    drive("quickClosed")
+    drive("dismiss")
     assert len(agent_events(vscode, "set_config_option")) == sent
 
     # Fast on; the next turn runs with all of it.
@@ -632,8 +631,7 @@ def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> 
     drive("pick", title=REVIEW, label="Turn 2")
     rows = drive("quickItems", title="mevedel: Review Changes, turn 2")
     assert len(rows) == 1 and rows[0].startswith("app.txt") and "modified" in rows[0], rows
-    drive("press", key="Escape")
-    drive("quickClosed")
+    drive("dismiss")
 
     # run.sh's Restore button, confirmed: its mode is back, as turn 3, and
     # the review of turn 1 opens again.
@@ -645,7 +643,7 @@ def test_review_a_turn_and_restore_a_file(vscode: Workbench, tmp_path: Path) -> 
     wait_until(lambda: (folder / "run.sh").stat().st_mode & 0o777 == 0o644, "run.sh's mode restored")
     assert (folder / "run.sh").read_text() == "#!/bin/sh\necho run\n"
     assert len(drive("quickItems", title=REVIEWED)) == 3
-    drive("press", key="Escape")
+    drive("dismiss")
 
 
 def test_chat_input_up_and_down_recall_the_prompts_sent(vscode: Workbench, tmp_path: Path) -> None:

@@ -61,6 +61,23 @@ async function typeInQuickInput(text) {
   return input;
 }
 
+// Presses KEY in the quick input's box until the box received it. Playwright
+// focuses the box, then sends the key: a webview that takes the focus back in
+// between (VS Code restores a webview's focus asynchronously, after the
+// palette or a dialog closed) gets the key instead, the quick pick (which
+// stays open when the focus moves) never sees it, and the step it was to
+// take never happens. The key is pressed again only when the box did not
+// receive it, so an accepted pick is never accepted twice.
+async function pressInQuickInput(key) {
+  const input = page.locator(`${QUICK} input`);
+  for (;;) {
+    const before = await page.evaluate(() => window.__mevedelQuickKeys);
+    await input.press(key, { timeout: 0 });
+    if ((await page.evaluate(() => window.__mevedelQuickKeys)) > before) return;
+    process.stderr.write(`driver: ${key} went outside the quick input; pressing it again\n`);
+  }
+}
+
 async function quickRow(label) {
   const row = page.locator(ROWS).filter({ hasText: label }).first();
   await row.waitFor({ state: 'visible', timeout: 0 });
@@ -92,6 +109,12 @@ const ops = {
       const note = (what) => { log.push(`${Date.now() - start} ms ${what}`); if (log.length > 500) log.shift(); };
       document.addEventListener('focusin', (event) => note(`focus ${name(event.target)}`), true);
       document.addEventListener('keydown', (event) => note(`key ${event.key} on ${name(event.target)}`), true);
+      // Keys the quick input received (pressInQuickInput): a key that went
+      // into a webview's frame never reaches this document.
+      window.__mevedelQuickKeys = 0;
+      document.addEventListener('keydown', (event) => {
+        if (event.target?.closest?.('.quick-input-widget')) window.__mevedelQuickKeys += 1;
+      }, true);
     });
     await page.goto(url);
     await page.locator('.monaco-workbench').waitFor({ timeout: 0 });
@@ -120,7 +143,7 @@ const ops = {
         if (await input.isVisible()) await page.keyboard.press('Escape');
       }
     }
-    await input.press('Enter', { timeout: 0 });
+    await pressInQuickInput('Enter');
   },
   // The rows of the quick pick titled TITLE (waits for it and one row).
   async quickItems({ title }) {
@@ -138,18 +161,20 @@ const ops = {
   async pick({ title, label }) {
     await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
     await quickRow(label);
-    const input = await typeInQuickInput(label);
+    await typeInQuickInput(label);
     await page.locator(`${ROWS}.focused`).filter({ hasText: label }).first().waitFor({ state: 'visible', timeout: 0 });
-    await input.press('Enter', { timeout: 0 });
+    await pressInQuickInput('Enter');
   },
   // Types TEXT into the input box titled TITLE and presses Enter.
   async answer({ title, text, enter = true }) {
     await page.locator(`${QUICK} .quick-input-title`, { hasText: title }).waitFor({ state: 'visible', timeout: 0 });
     await page.locator(`${QUICK} input`).waitFor({ state: 'visible', timeout: 0 });
-    const input = await typeInQuickInput(text);
-    if (enter) await input.press('Enter', { timeout: 0 });
+    await typeInQuickInput(text);
+    if (enter) await pressInQuickInput('Enter');
   },
-  async quickClosed() {
+  // Esc in the quick input (a person dismissing it), until it is closed.
+  async dismiss() {
+    await pressInQuickInput('Escape');
     await page.locator(QUICK).waitFor({ state: 'hidden', timeout: 0 });
   },
   async press({ key }) {
