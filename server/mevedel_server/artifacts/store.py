@@ -206,6 +206,10 @@ class ArtifactStore:
         #: Items each session wrote during its turn in flight: one version
         #: each when the turn settles.
         self._turn_edits: dict[str, set[str]] = {}
+        #: Each item's primary file name as last read: an item keeps its
+        #: primary file for life, so a save reads the metadata beside the
+        #: primary's bytes (one program) instead of before them.
+        self._primaries: dict[str, str] = {}
 
     # Reading -------------------------------------------------------------------
 
@@ -573,10 +577,23 @@ class ArtifactStore:
 
     @_refusals
     async def save_version(self, item_id: str, *, editor: Editor | None = None) -> VersionEntry:
-        meta, _ = await self.meta(item_id)
-        # The bytes, the index and the clock in one program, then the
-        # publication: three programs (round trips on SSH), not six.
-        data, index, raw, at = await read_for_version(self.target, item_id, meta.primary)
+        check_item_id(item_id)
+        # The metadata, the bytes, the index and the clock in one program,
+        # then the publication: two programs (round trips on SSH). The
+        # primary's name comes from the last read of the item; a wrong or
+        # unknown one costs the read again under the name the metadata gives.
+        primary = self._primaries.get(item_id)
+        if primary is None:
+            primary = (await self.meta(item_id))[0].primary
+        for _ in range(2):
+            meta_raw, data, index, raw, at = await read_for_version(self.target, item_id, primary)
+            meta = _decode_meta(item_id, meta_raw)
+            self._primaries[item_id] = meta.primary
+            if meta.primary == primary:
+                break
+            primary = meta.primary
+        if data is None or meta.primary != primary:
+            raise PathAbsentError(ItemPaths(item_id).file(meta.primary), "does not exist")
         return await self._publish(item_id, data, VersionReason.SAVED, editor, at=at, known=(index, raw))
 
     async def _publish(

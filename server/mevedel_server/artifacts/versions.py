@@ -68,14 +68,20 @@ async def read_index(target: Target, item_id: str) -> tuple[VersionIndex, bytes 
     return load_index(result[1].value, item_id), result[1].value
 
 
-async def read_for_version(target: Target, item_id: str, primary: str) -> tuple[bytes, VersionIndex, bytes | None, int]:
-    """What saving a version of the item's primary file ``primary`` needs,
-    in one program: its bytes, the version index (and its raw bytes, which
-    the publication verifies) and the target clock."""
+async def read_for_version(
+    target: Target, item_id: str, primary: str
+) -> tuple[bytes, bytes | None, VersionIndex, bytes | None, int]:
+    """What saving a version of the item needs, in one program: the item's
+    metadata, the bytes of ``primary`` (the primary file's name as the
+    caller last knew it: ``None`` when it is not that item's primary file
+    any more, which the caller sees in the metadata and asks again), the
+    version index (and its raw bytes, which the publication verifies) and
+    the target clock. Returns (metadata bytes, primary bytes or None, index,
+    raw index, clock)."""
     paths = ItemPaths(item_id)
     ops: list[Operation] = [
-        Stat(paths.meta),
-        Read(paths.file(primary)),
+        Read(paths.meta),
+        Read(paths.file(primary), optional=True),
         Read(paths.versions_index, optional=True),
         MakeDirs(LEASES_ROOT, optional=True),
         Clock(LEASES_ROOT),
@@ -83,16 +89,19 @@ async def read_for_version(target: Target, item_id: str, primary: str) -> tuple[
     result = await target.run(ControlProgram(ops))
     if result[0].status is Status.ABSENT:
         raise missing(item_id)
-    for op, outcome in zip(ops[:2], result):
-        raise_for_result(op, outcome)
+    raise_for_result(ops[0], result[0])
     raise_for_result(ops[4], result[4])
+    data = None
+    if result[1].status is not Status.ABSENT:
+        raise_for_result(ops[1], result[1])
+        data = result[1].value
     raw = None
     index = VersionIndex()
     if result[2].status is not Status.ABSENT:
         raise_for_result(ops[2], result[2])
         raw = result[2].value
         index = load_index(raw, item_id)
-    return result[1].value, index, raw, int(result[4].value)
+    return result[0].value, data, index, raw, int(result[4].value)
 
 
 async def publish_version(
