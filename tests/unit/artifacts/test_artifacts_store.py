@@ -134,7 +134,36 @@ async def test_saving_a_version_reads_bytes_index_and_clock_in_one_program(root,
     assert len(programs) == 3
     assert saved.reason is VersionReason.SAVED and saved.sha256 == revision_of(b"# two\n")
     assert [v.number for v in await store.versions(item.item_id)][0] == saved.number
+    # An editor's next save: the store knows the primary file's name, so
+    # the metadata is read beside the bytes -- two round trips.
+    await store.write(item.item_id, b"# three\n")
+    programs.clear()
+    target.run = counting
+    try:
+        again = await store.save_version(item.item_id)
+    finally:
+        del target.run
+    assert len(programs) == 2
+    assert again.number == saved.number + 1 and again.sha256 == revision_of(b"# three\n")
     await store.close()
+
+
+async def test_a_save_after_the_item_was_made_anew_under_another_primary_file_saves_that_file(root, open_target):
+    """The id's item was deleted and adopted again (another process) with
+    another primary file: a store that saved it before reads the metadata
+    and saves the new primary file's bytes, not the old name's."""
+    target = await open_target(root)
+    saver, other = _store(target, "one"), _store(target, "two")
+    first = await other.create("artifact", "Report", b"# old\n", file_name="report.md")
+    await saver.save_version(first.item_id)
+    await other.delete(first.item_id)
+    (root / ".mevedel/artifacts" / first.item_id).mkdir(parents=True, exist_ok=True)
+    (root / ".mevedel/artifacts" / first.item_id / "chart.svg").write_bytes(b"<svg/>")
+    assert await other.adopt(first.item_id, "chart.svg") is not None
+    saved = await saver.save_version(first.item_id)
+    assert saved.sha256 == revision_of(b"<svg/>")
+    await saver.close()
+    await other.close()
 
 
 async def test_a_turn_records_one_version_of_each_item_it_wrote(root, open_target):
