@@ -51,8 +51,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-import asyncssh
-
+from .asyncssh_import import asyncssh
 from .errors import TargetOperationError
 from .paths import split_target_path
 from .plain_form import plain_operations, program_result, refusal_error_of

@@ -107,7 +107,8 @@ async def client_options(location: SshLocation, config=(), **options) -> asyncss
     """The asyncssh options for ``location``: the user's OpenSSH configuration
     (``config=()``: ``~/.ssh/config``; a list of paths: those files) under
     any explicit ``options``. Refuses host key checking turned off."""
-    import asyncssh  # here, so that parsing a location does not load it
+    # Here, so that parsing a location does not load asyncssh.
+    from .asyncssh_import import asyncssh
     explicit = {k: v for k, v in options.items() if v != ()}
     if location.user:
         explicit["username"] = location.user
