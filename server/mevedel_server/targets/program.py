@@ -214,6 +214,84 @@ class Chain(msgspec.Struct, frozen=True):
     links: tuple[ChainLink, ...]
 
 
+class ChainSpec(msgspec.Struct, frozen=True):
+    """A chain a :class:`SurveyDirs` reads below every entry: the numbered
+    family in ``directory`` (``prefix``, ``digits``, ``suffix`` as
+    :class:`ReadNewest`) and ``hops`` as :class:`ReadChain`'s, the
+    directory and every hop's base relative to the entry."""
+
+    directory: str
+    prefix: str
+    digits: int
+    suffix: str
+    hops: tuple[ChainHop, ...] = ()
+
+    def __post_init__(self) -> None:
+        split_target_path(self.directory)
+        _check_family(self.prefix, self.digits, self.suffix)
+        hops = tuple(self.hops)
+        for hop in hops:
+            if not isinstance(hop, ChainHop):
+                raise TypeError(f"not a chain hop: {hop!r}")
+        force_setattr(self, "hops", hops)
+
+
+class SurveyDirs(Operation):
+    """Survey the entries of directory ``path``: each is opened from one
+    descriptor of ``path``, stated, listed, and each of ``chains`` read
+    below it as a :class:`ReadChain` would read it. ``value`` is a
+    :class:`DirSurvey`. The entries are ``names`` in that order, or (None)
+    every entry not named with a leading dot (temporary files), sorted,
+    after the name ``after``; at most ``limit`` of them, and no more once
+    the files read reach ``budget`` bytes (the survey's ``complete`` then
+    says False: survey again after its last entry). What a listing of many
+    session directories costs per directory is a few system calls, not the
+    walk of a descriptor chain from the root for each of its reads."""
+
+    chains: tuple[ChainSpec, ...] = ()
+    names: tuple[str, ...] | None = None
+    after: str | None = None
+    limit: int = 1024
+    budget: int = 4 * 1024 * 1024
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for chain in self.chains:
+            if not isinstance(chain, ChainSpec):
+                raise TypeError(f"not a survey chain: {chain!r}")
+        force_setattr(self, "chains", tuple(self.chains))
+        if self.names is not None:
+            names = tuple(self.names)
+            for name in names:
+                if len(split_target_path(name)) != 1:
+                    raise InvalidTargetPath(name, "a survey names entries of its directory, one component each")
+            force_setattr(self, "names", names)
+        for number in (self.limit, self.budget):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError("a survey's limit and budget are whole numbers")
+        if self.limit < 1:
+            raise ValueError("a survey takes at least one entry")
+
+
+class SurveyedDir(msgspec.Struct, frozen=True):
+    """One entry of a :class:`SurveyDirs`: what a :class:`Stat` and a
+    :class:`ListDir` of its path would answer, and one :class:`ReadChain`
+    result (a :class:`Chain`) per chain of the survey, ``absent`` where the
+    listings showed no directory for it."""
+
+    name: str
+    stat: OpResult
+    listing: OpResult
+    chains: tuple[OpResult, ...]
+
+
+class DirSurvey(msgspec.Struct, frozen=True):
+    entries: tuple[SurveyedDir, ...]
+    #: No entry was left for a survey after the last one.
+    complete: bool
+
+
 class WalkTree(Operation):
     """Walk directory ``path`` (the root too): ``value`` is a
     :class:`TreeWalk` of every entry below it (``depth`` levels down; None:
