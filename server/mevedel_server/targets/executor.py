@@ -1858,10 +1858,12 @@ def _dereference(data, keys, base):
         return None
     try:
         # A lone surrogate names no file and could not travel back as a path.
-        os.fsencode(found)
+        if not found.isascii():
+            os.fsencode(found)
     except UnicodeError:
         return None
-    return "%s/%s" % (base, found) if split_components(base) else found
+    # ``base`` is checked with its hop (_chain_hops).
+    return "%s/%s" % (base, found) if base not in ("", ".") else found
 
 
 def _read_identity(path):

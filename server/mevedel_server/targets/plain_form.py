@@ -179,7 +179,11 @@ def _newest_value(_op: Operation, value: object) -> tuple[str, bytes]:
 
 
 def _names_value(_op: object, value: object) -> tuple[str, ...]:
-    return tuple(_text(name) for name in value)  # type: ignore[union-attr]
+    names = tuple(value)  # type: ignore[arg-type]
+    for name in names:
+        if type(name) is not str:
+            raise ValueError(f"expected a name, got {type(name).__name__}")
+    return names
 
 
 #: How an ok value of each operation class is rebuilt (one look-up per
@@ -322,33 +326,34 @@ def _survey(op: SurveyDirs, value: object) -> DirSurvey:
     if not isinstance(complete, bool) or len(entries) > op.limit:  # type: ignore[arg-type]
         raise ValueError("a survey answered more entries than its limit")
     hops = [len(chain.hops) for chain in op.chains]
+    named = op.names
     out: list[SurveyedDir] = []
     for name, stat, listing, chains in entries:  # type: ignore[union-attr]
-        if not isinstance(name, str) or len(chains) != len(hops):
+        if type(name) is not str or len(chains) != len(hops):
             raise ValueError("a survey entry does not fit the operation")
-        if op.names is not None and (len(out) >= len(op.names) or op.names[len(out)] != name):
+        if named is not None and (len(out) >= len(named) or named[len(out)] != name):
             raise ValueError(f"a survey answered entry {name!r}, which it did not name")
         out.append(
             SurveyedDir(
                 name,
-                _plain_result(stat, _stat_value, None),
-                _plain_result(listing, _names_value, None),
-                tuple(_plain_result(chain, _chain, count) for chain, count in zip(chains, hops)),
+                _nested(stat, _stat_value, None),
+                _nested(listing, _names_value, None),
+                tuple([_nested(chain, _chain, count) for chain, count in zip(chains, hops)]),
             )
         )
     return DirSurvey(tuple(out), complete)
 
 
-def _plain_result(plain: object, decode, argument) -> OpResult:  # type: ignore[no-untyped-def]
+def _nested(plain: object, decode, argument) -> OpResult:  # type: ignore[no-untyped-def]
     """An operation result nested in a value, its ok value rebuilt by
     ``decode(argument, value)``."""
     status_text, value, reason, unsafe = plain  # type: ignore[misc]
+    if status_text == "ok":
+        return OpResult(Status.OK, decode(argument, value), reason, bool(unsafe))
     status = _STATUSES.get(status_text)  # type: ignore[arg-type]
-    if status is None or status is Status.SKIPPED or (reason is not None and not isinstance(reason, str)):
+    if status is None or status is Status.SKIPPED or (reason is not None and type(reason) is not str):
         raise ValueError(f"a nested result of status {status_text!r}")
-    if status is not Status.OK:
-        return OpResult(status, None, reason, bool(unsafe))
-    return OpResult(status, decode(argument, value), reason, bool(unsafe))
+    return OpResult(status, None, reason, bool(unsafe))
 
 
 def _bytes(value: object) -> bytes:

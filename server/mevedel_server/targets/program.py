@@ -192,7 +192,7 @@ class ReadChain(Operation):
         force_setattr(self, "hops", hops)
 
 
-class ChainLink(msgspec.Struct, frozen=True):
+class ChainLink(msgspec.Struct, frozen=True, gc=False):
     """One file a :class:`ReadChain` read: ``data`` when ``status`` is ok,
     else ``reason``."""
 
@@ -207,7 +207,7 @@ class ChainLink(msgspec.Struct, frozen=True):
         return OpResult(self.status, self.data, self.reason, self.unsafe)
 
 
-class Chain(msgspec.Struct, frozen=True):
+class Chain(msgspec.Struct, frozen=True, gc=False):
     #: Names of the family's members, ascending.
     names: tuple[str, ...]
     #: The newest member first, then one link per hop followed.
@@ -274,7 +274,7 @@ class SurveyDirs(Operation):
             raise ValueError("a survey takes at least one entry")
 
 
-class SurveyedDir(msgspec.Struct, frozen=True):
+class SurveyedDir(msgspec.Struct, frozen=True, gc=False):
     """One entry of a :class:`SurveyDirs`: what a :class:`Stat` and a
     :class:`ListDir` of its path would answer, and one :class:`ReadChain`
     result (a :class:`Chain`) per chain of the survey, ``absent`` where the
@@ -286,7 +286,7 @@ class SurveyedDir(msgspec.Struct, frozen=True):
     chains: tuple[OpResult, ...]
 
 
-class DirSurvey(msgspec.Struct, frozen=True):
+class DirSurvey(msgspec.Struct, frozen=True, gc=False):
     entries: tuple[SurveyedDir, ...]
     #: No entry was left for a survey after the last one.
     complete: bool
@@ -778,14 +778,17 @@ class PutEntry(Operation):
     writes: ClassVar[bool] = True
 
 
-class FileStat(msgspec.Struct, frozen=True):
+class FileStat(msgspec.Struct, frozen=True, gc=False):
     kind: str  # "file" | "directory" | "other"
     size: int
     #: Whole seconds of the target filesystem clock.
     mtime: int
 
 
-class OpResult(msgspec.Struct, frozen=True):
+# Results, like records, are untracked by the garbage collector (gc=False):
+# they hold values (bytes, names, tuples of them), never a cycle, and a
+# listing makes several per session.
+class OpResult(msgspec.Struct, frozen=True, gc=False):
     status: Status
     value: Any = None
     reason: str | None = None
@@ -820,7 +823,7 @@ class ControlProgram:
         return len(self.operations)
 
 
-class ProgramResult(msgspec.Struct, frozen=True):
+class ProgramResult(msgspec.Struct, frozen=True, gc=False):
     results: tuple[OpResult, ...]
     #: Index of the non-optional operation that stopped the program.
     stopped_at: int | None = None

@@ -74,7 +74,9 @@ class LeaseState(enum.Enum):
     ABORTED = "aborted"
 
 
-class _Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+# Untracked by the garbage collector (gc=False): a record holds scalars and
+# dicts of records, never a cycle (a listing decodes three per session).
+class _Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True, gc=False):
     pass
 
 

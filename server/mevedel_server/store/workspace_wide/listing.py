@@ -6,25 +6,26 @@ Cost
 Per session the listing reads what it must and nothing more: the newest
 lease generation (one lease observation), the manifest that generation names
 and the sidecar bytes that manifest names, checked against the manifest's
-SHA-256. Those reads depend on one another, but one :class:`ReadChain`
-operation makes them all: the target lists ``.lease/``, reads the newest
-generation and follows its ``publication_head``, then the manifest's
-``entries`` -> ``session.json`` -> ``published``. The target only
-dereferences; every record is decoded and verified here, and a file counts
-only as the one the record before it names. With it, a listing of the
-session directory (which answers unfinished children and whether a recovery
-journal exists) and its stat (so an Inspect row or a session without a
-lease record finds its time in the same program), a session is observed in
-three operations of one program. N
-sessions therefore cost one program to list ``.mevedel/sessions/`` plus
-``ceil(N / BATCH)`` programs of up to :data:`BATCH` sessions each. Every
-program that reads a lease record also reads the target clock, so each
-record is judged against a clock reading taken in the same round trip.
-Only the unusual costs more, in the next program (beside the next batch, so
-at most one program more in all): a head a successor pruned between the
-target's listing and its read (past the target's own re-listing) is read
-again, a file the chain did not reach as the decoded record names it is
-read directly, and a ``.recovery/`` directory is listed.
+SHA-256. Those reads depend on one another, but the target follows them
+itself: it lists ``.lease/``, reads the newest generation and follows its
+``publication_head``, then the manifest's ``entries`` -> ``session.json`` ->
+``published``. The target only dereferences; every record is decoded and
+verified here, and a file counts only as the one the record before it
+names. One :class:`~...targets.SurveyDirs` operation does that for every
+session directory from one open descriptor of ``.mevedel/sessions/``, with
+each directory's stat (so an Inspect row or a session without a lease
+record finds its time), its listing (which answers unfinished children and
+whether a recovery journal exists) and its newest request for control: N
+sessions cost one program, up to :data:`BATCH` sessions (or
+:data:`SURVEY_BUDGET` bytes of records) a program. Every program that
+reads a lease record also reads the target clock, so each record is judged
+against a clock reading taken in the same round trip. Only the unusual
+costs more, in the next program (beside the next batch, if any): a head a
+successor pruned between the target's listing and its read (past the
+target's own re-listing) is surveyed again, a file the chain did not reach
+as the decoded record names it is read directly (the manifest, then the
+sidecar), a ``.recovery/`` directory is listed, and the answer to a
+request of the live lease's transfer generation is looked for.
 
 Bad bytes
 ---------
@@ -506,13 +507,14 @@ class _Probe:
         self.generations = tuple(generations)
         # Each link counts only as the file the record before it names, as
         # decoded here; the target merely followed the bytes.
-        links = list(chain.links)
+        links = chain.links
+        count = len(links)
         head = paths.generation(self.head_generation)
-        self._accept_lease(links.pop(0).result() if links and links[0].path == head else _MOVED, now)
-        if self.stage is _Stage.MANIFEST and links and links[0].path == self._manifest_path():
-            self._accept_manifest(links.pop(0).result())
-        if self.stage is _Stage.SIDECAR and links and links[0].path == self._sidecar_path():
-            self._accept_sidecar(links.pop(0).result())
+        self._accept_lease(links[0].result() if count and links[0].path == head else _MOVED, now)
+        if self.stage is _Stage.MANIFEST and count > 1 and links[1].path == self._manifest_path():
+            self._accept_manifest(links[1].result())
+            if self.stage is _Stage.SIDECAR and count > 2 and links[2].path == self._sidecar_path():
+                self._accept_sidecar(links[2].result())
 
     def _accept_directory(self) -> None:
         """Finish with the directory's stat: its time, and the row it makes
@@ -593,34 +595,34 @@ class _Probe:
         manifest = self.survey.manifest
         assert paths is not None and manifest is not None
         entry = manifest.entries[SIDECAR_PATH]
+        data = result.value
+        facts = None
+        if result.ok and len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256:
+            facts = sidecar_facts(data)
+            if not isinstance(facts, SidecarRefusal) and facts.session_id == paths.session_id:
+                self.survey.sidecar = facts
+                self.stage = _Stage.DONE
+                return
+        # Refused: say why, naming the file.
         label = paths.label(f"{entry.published} ({SIDECAR_PATH})")
         if result.status is Status.ABSENT:
             self._fail(InspectSubject.SIDECAR, f"{label}: the published sidecar is missing", RecordErrorKind.MISSING)
-            return
-        if not result.ok:
+        elif not result.ok:
             self._op_failure(InspectSubject.SIDECAR, label, result)
-            return
-        data = result.value
-        if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+        elif facts is None:
             self._fail(
                 InspectSubject.SIDECAR,
                 f"{label}: published bytes do not match the manifest's SHA-256",
                 RecordErrorKind.DIGEST_MISMATCH,
             )
-            return
-        facts = sidecar_facts(data)
-        if isinstance(facts, SidecarRefusal):
+        elif isinstance(facts, SidecarRefusal):
             self._fail(InspectSubject.SIDECAR, f"{label}: {facts.reason}", facts.kind, facts.observed_version)
-            return
-        if facts.session_id != paths.session_id:
+        else:
             self._fail(
                 InspectSubject.SIDECAR,
                 f"{label}: the sidecar belongs to session {facts.session_id}",
                 RecordErrorKind.INVALID_VALUE,
             )
-            return
-        self.survey.sidecar = facts
-        self.stage = _Stage.DONE
 
 
 def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
