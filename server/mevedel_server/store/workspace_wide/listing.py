@@ -667,7 +667,7 @@ async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[S
         result = await target.run(ControlProgram(ops))
         if survey is not None:
             answer = result[1]
-            if answer.status is Status.ABSENT and after is None and not surveys:
+            if answer.status is Status.ABSENT and after is None:
                 return [], None
             raise_for_result(survey, answer)
         now: int | None = None
