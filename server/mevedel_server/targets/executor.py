@@ -738,15 +738,7 @@ class Executor:
         names, first = self._newest(path, family)
         if first is None:
             return (OK, (names, ()), None, False)
-        links = [first]
-        for keys, base in hops:
-            if links[-1][1] != OK:
-                break
-            target = _dereference(links[-1][2], keys, base)
-            if target is None:
-                break
-            links.append(_chain_link(target, lambda: self._read_path(target)))
-        return (OK, (names, tuple(links)), None, False)
+        return (OK, (names, _follow(first, hops, lambda target: _chain_link(target, lambda: self._read_path(target)))), None, False)
 
     def _read_path(self, path):
         pfd, leaf, label = self._open_parent(path)
@@ -1743,16 +1735,12 @@ def _survey_chain(opened, label, seen, parts, family, hops):
     seen[parts] = listed
     if first is None:
         return (OK, (names, ()), None, False)
-    links = [first]
-    for keys, base in hops:
-        if links[-1][1] != OK:
-            break
-        relative = _dereference(links[-1][2], keys, base)
-        if relative is None:
-            break
+
+    def link(relative):
         path = "%s/%s" % (label, relative)
-        links.append(_chain_link(path, lambda: _read_below(opened, label, relative, path)))
-    return (OK, (names, tuple(links)), None, False)
+        return _chain_link(path, lambda: _read_below(opened, label, relative, path))
+
+    return (OK, (names, _follow(first, hops, link)), None, False)
 
 
 def _read_below(opened, label, relative, path):
@@ -1784,6 +1772,21 @@ def _chain_hops(hops):
         split_components(base)
         checked.append((tuple(keys), base))
     return checked
+
+
+def _follow(first, hops, link):
+    """The links of a chain whose newest member read as the link ``first``:
+    each hop's path dereferenced from the link before it and read by
+    ``link(path)``, until a link is not ok or its file names nothing."""
+    links = [first]
+    for keys, base in hops:
+        if links[-1][1] != OK:
+            break
+        target = _dereference(links[-1][2], keys, base)
+        if target is None:
+            break
+        links.append(link(target))
+    return tuple(links)
 
 
 def _chain_link(path, read):

@@ -185,11 +185,15 @@ class ReadChain(Operation):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_family(self.prefix, self.digits, self.suffix)
-        hops = tuple(self.hops)
-        for hop in hops:
-            if not isinstance(hop, ChainHop):
-                raise TypeError(f"not a chain hop: {hop!r}")
-        force_setattr(self, "hops", hops)
+        force_setattr(self, "hops", _chain_hops(self.hops))
+
+
+def _chain_hops(hops: Iterable[ChainHop]) -> tuple[ChainHop, ...]:
+    checked = tuple(hops)
+    for hop in checked:
+        if not isinstance(hop, ChainHop):
+            raise TypeError(f"not a chain hop: {hop!r}")
+    return checked
 
 
 class ChainLink(msgspec.Struct, frozen=True, gc=False):
@@ -229,11 +233,7 @@ class ChainSpec(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         split_target_path(self.directory)
         _check_family(self.prefix, self.digits, self.suffix)
-        hops = tuple(self.hops)
-        for hop in hops:
-            if not isinstance(hop, ChainHop):
-                raise TypeError(f"not a chain hop: {hop!r}")
-        force_setattr(self, "hops", hops)
+        force_setattr(self, "hops", _chain_hops(self.hops))
 
 
 class SurveyDirs(Operation):
