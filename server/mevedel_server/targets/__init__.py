@@ -6,8 +6,9 @@
   :class:`ControlProgram` runs in one round trip, stopping at the first
   operation that does not succeed; each reports a :class:`Status`. Deferred
   writes share one flush at a :class:`Barrier`. :class:`ReadChain` follows a
-  head through the JSON records it names in one operation.
-  :class:`ListTree` lists a tree's directories and regular files (links
+  head through the JSON records it names in one operation, and
+  :class:`SurveyDirs` does so below every entry of a directory (the
+  session listing) from one open descriptor of it. :class:`ListTree` lists a tree's directories and regular files (links
   and special files left out) and :class:`ReadFiles` reads many files in
   one pass, both for the resolver. :class:`ScanTree` walks a tree for the
   facts that tell a file's change (``.gitignore`` applied on the target),
@@ -39,7 +40,7 @@ _EXPORTS = {
     '.faults': ('FaultInjectingTarget', 'FaultMode', 'InjectedFault', 'SimulatedCrash'),
     '.local': ('LocalTarget',),
     '.paths': ('join_target_path', 'parent_and_name', 'split_target_path'),
-    '.program': ('Barrier', 'Chain', 'ChainHop', 'ChainLink', 'ControlProgram', 'CreateExclusive', 'CreateLinked', 'Entry', 'FileRead', 'FileScan', 'FileStat', 'ListDir', 'ListTree', 'MakeDirs', 'Operation', 'OpResult', 'ProgramResult', 'PutEntry', 'Read', 'ReadChain', 'ReadEntry', 'ReadFiles', 'ReadSlice', 'Remove', 'Replace', 'ScanPaths', 'ScanTree', 'Snapshot', 'SnapshotFile', 'Stat', 'Status', 'TreeListing', 'Verify', 'WriteProject'),
+    '.program': ('Barrier', 'Chain', 'ChainHop', 'ChainLink', 'ChainSpec', 'ControlProgram', 'CreateExclusive', 'CreateLinked', 'Entry', 'FileRead', 'FileScan', 'FileStat', 'ListDir', 'ListTree', 'MakeDirs', 'Operation', 'OpResult', 'ProgramResult', 'PutEntry', 'Read', 'ReadChain', 'ReadEntry', 'ReadFiles', 'ReadSlice', 'Remove', 'Replace', 'ScanPaths', 'ScanTree', 'Snapshot', 'SnapshotFile', 'Stat', 'Status', 'SurveyDirs', 'TreeListing', 'Verify', 'WriteProject'),
     '.remote_errors': ('HostKeyRefused', 'SshLocationError', 'TargetUnavailable', 'WorkspaceLocationError'),
     '.ssh_config': ('SshLocation', 'parse_ssh_location'),
     '.target': ('ProgramTarget', 'Target', 'raise_for_result'),

@@ -90,7 +90,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: directory once (through the same pinned chain) and keeps it for the rest
 #: of the program, instead of walking from the root for every operation (a
 #: listing of 32 sessions made about 1,000 opens of the same few directories).
-_READ_ONLY_KINDS = frozenset(("Read", "ReadNewest", "ReadChain", "Verify", "Stat", "ListDir", "Clock", "ReadEntry"))
+_READ_ONLY_KINDS = frozenset(
+    ("Read", "ReadNewest", "ReadChain", "SurveyDirs", "Verify", "Stat", "ListDir", "Clock", "ReadEntry")
+)
 #: At most this many directories stay open in one program.
 _DIRECTORY_CACHE_LIMIT = 256
 _FILE_MODE = 0o600
@@ -686,13 +688,7 @@ class Executor:
                 raise Refused(ABSENT, "'%s' does not exist" % label)
             if stat_mode.S_ISLNK(st.st_mode):
                 raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
-        if stat_mode.S_ISREG(st.st_mode):
-            kind = "file"
-        elif stat_mode.S_ISDIR(st.st_mode):
-            kind = "directory"
-        else:
-            kind = "other"
-        return (OK, (kind, st.st_size, st.st_mtime_ns // 1000000000), None, False)
+        return (OK, _stat_facts(st), None, False)
 
     def _list(self, path, _argument, _deferred):
         fd = self._open_directory(split_components(path))
@@ -705,23 +701,11 @@ class Executor:
         """``(names, link)``: the members of the numbered ``family`` in
         directory ``path``, sorted, and the ``(path, status, bytes or
         reason, unsafe)`` of reading the newest (None without members)."""
-        prefix, digits, suffix = family
         parts = split_components(path)
-        # A member that vanishes between the listing and the read was
-        # superseded and removed meanwhile: list again.
-        for _ in range(_NEWEST_ATTEMPTS):
-            fd = self._open_directory(parts)
-            try:
-                names = tuple(sorted(_family_members(os.listdir(fd), prefix, digits, suffix)))
-                if not names:
-                    return names, None
-                label = "%s/%s" % (path, names[-1]) if parts else names[-1]
-                link = _chain_link(label, lambda: self._read_regular(fd, names[-1], label))
-            finally:
-                self._close_directory(fd)
-            if link[1] != ABSENT:
-                return names, link
-        return names, (link[0], ABSENT, "the newest file in '%s' kept vanishing" % path, False)
+        names, link, _listed = _newest_in(
+            lambda: self._open_directory(parts), self._close_directory, path if parts else "", family
+        )
+        return names, link
 
     def _read_newest(self, path, family, _deferred):
         prefix, digits, suffix = family = _family(family)
@@ -754,15 +738,7 @@ class Executor:
         names, first = self._newest(path, family)
         if first is None:
             return (OK, (names, ()), None, False)
-        links = [first]
-        for keys, base in hops:
-            if links[-1][1] != OK:
-                break
-            target = _dereference(links[-1][2], keys, base)
-            if target is None:
-                break
-            links.append(_chain_link(target, lambda: self._read_path(target)))
-        return (OK, (names, tuple(links)), None, False)
+        return (OK, (names, _follow(first, hops, lambda target: _chain_link(target, lambda: self._read_path(target)))), None, False)
 
     def _read_path(self, path):
         pfd, leaf, label = self._open_parent(path)
@@ -770,6 +746,59 @@ class Executor:
             return self._read_regular(pfd, leaf, label)
         finally:
             self._close_directory(pfd)
+
+    def _survey_dirs(self, path, argument, _deferred):
+        """Every directory entry of directory ``path`` and what the numbered
+        families in it lead to, in one pass over one open descriptor of
+        ``path``: each entry is opened from it (``O_NOFOLLOW``, as every
+        directory is), stated with ``fstat`` and listed, and each chain is
+        read below it as ``ReadChain`` reads, no descriptor chain walked
+        from the root per entry.
+
+        ``argument`` is ``(names, after, limit, budget, chains)``: the
+        entries named in ``names``, in that order, or (None) every entry of
+        ``path`` not named with a leading dot, sorted, after the name
+        ``after`` (None: from the first); at most ``limit`` of them, and no
+        more once the files read reach ``budget`` bytes (at least one entry
+        is surveyed). Each chain is ``(directory, prefix, digits, suffix,
+        hops)``: a numbered family in ``directory`` and hops as
+        ``ReadChain``'s, both relative to the entry (a hop's base too).
+
+        ``value`` is ``(entries, complete)``; ``complete`` says no entry was
+        left for another survey. An entry is ``(name, stat, listing,
+        chains)``, each an operation result of the entry's path (a
+        ``Stat``, a ``ListDir``, and one ``ReadChain`` per chain, links
+        named by their target paths), exactly as those operations would
+        answer. A chain whose directory the listings show absent is not
+        opened at all."""
+        try:
+            names, after, limit, budget, chains = argument
+        except (TypeError, ValueError):
+            names = after = limit = budget = chains = None
+        if names is not None and not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
+            raise Refused(FAILED, "a survey names its entries in a list of strings")
+        if not (_whole(limit) and limit > 0 and _whole(budget) and (after is None or isinstance(after, str))):
+            raise Refused(FAILED, "a survey needs a positive entry limit, a byte budget and a name to start after")
+        specs = _survey_chains(chains)
+        parts = split_components(path)
+        for name in names or ():
+            if len(split_components(name)) != 1:
+                raise Refused(FAILED, "'%s' is not an entry name" % name)
+        fd = self._open_directory(parts)
+        try:
+            if names is None:
+                names = sorted(n for n in os.listdir(fd) if not n.startswith(".") and (after is None or n > after))
+            entries = []
+            spent = 0
+            for name in names:
+                if len(entries) == limit or (entries and spent >= budget):
+                    return (OK, (entries, False), None, False)
+                entry, read = _survey_entry(fd, "%s/%s" % (path, name) if parts else name, name, specs)
+                entries.append(entry)
+                spent += read
+            return (OK, (entries, True), None, False)
+        finally:
+            self._close_directory(fd)
 
     def _create_exclusive(self, path, data, deferred):
         pfd, leaf, label = self._open_parent(path)
@@ -1544,6 +1573,7 @@ _HANDLERS = {
     "Read": Executor._read,
     "ReadNewest": Executor._read_newest,
     "ReadChain": Executor._read_chain,
+    "SurveyDirs": Executor._survey_dirs,
     "Verify": Executor._verify,
     "Stat": Executor._stat,
     "ListDir": Executor._list,
@@ -1569,6 +1599,163 @@ _HANDLERS = {
 }
 
 
+def _stat_facts(st):
+    """A ``Stat`` value: ``(kind, size, mtime_seconds)``."""
+    mode = st.st_mode
+    kind = "file" if stat_mode.S_ISREG(mode) else "directory" if stat_mode.S_ISDIR(mode) else "other"
+    return (kind, st.st_size, st.st_mtime_ns // 1000000000)
+
+
+def _failure(exc):
+    """The operation result of a refusal or a failed system call."""
+    if isinstance(exc, Refused):
+        return (exc.status, None, exc.reason, exc.unsafe)
+    return (FAILED, None, _strerror(exc), False)
+
+
+def _newest_in(open_dir, release, where, family):
+    """``(names, link, listed)``: the members of the numbered ``family`` in
+    the directory ``open_dir()`` gives (``release`` takes it back, None:
+    nothing to do), sorted, the ``(path, status, bytes or reason, unsafe)``
+    of reading the newest (None without members) and the directory's whole
+    listing. ``where`` is the directory's target path."""
+    prefix, digits, suffix = family
+    # A member that vanishes between the listing and the read was
+    # superseded and removed meanwhile: list again.
+    for _ in range(_NEWEST_ATTEMPTS):
+        fd = open_dir()
+        try:
+            listed = os.listdir(fd)
+            names = tuple(sorted(_family_members(listed, prefix, digits, suffix)))
+            if not names:
+                return names, None, listed
+            label = "%s/%s" % (where, names[-1]) if where not in ("", ".") else names[-1]
+            link = _chain_link(label, lambda: Executor._read_regular(fd, names[-1], label))
+        finally:
+            if release is not None:
+                release(fd)
+        if link[1] != ABSENT:
+            return names, link, listed
+    return names, (link[0], ABSENT, "the newest file in '%s' kept vanishing" % where, False), listed
+
+
+def _survey_chains(chains):
+    """A survey's chains as ``[(directory parts, family, hops)]``, refused
+    unless each has that shape."""
+    checked = []
+    for chain in chains if isinstance(chains, (list, tuple)) else [None]:
+        try:
+            directory, prefix, digits, suffix, hops = chain
+        except (TypeError, ValueError):
+            directory = None
+        if not isinstance(directory, str):
+            raise Refused(FAILED, "a survey's chain is a directory, a numbered family and hops")
+        checked.append((split_components(directory), _family((prefix, digits, suffix)), _chain_hops(hops)))
+    return checked
+
+
+def _survey_entry(base_fd, label, name, specs):
+    """``(entry, bytes read)`` of one ``SurveyDirs`` entry, ``name`` in the
+    open directory ``base_fd``; ``label`` is its target path."""
+    try:
+        fd = _open_subdir(base_fd, name, label)
+    except (Refused, OSError) as exc:
+        # What every operation below it would answer: absent, a symbolic
+        # link, not a directory, or not to be opened.
+        failure = _failure(exc)
+        return (name, _lstat_result(base_fd, name, label), failure, [failure] * len(specs)), 0
+    opened = {(): fd}
+    spent = 0
+    try:
+        stat = (OK, _stat_facts(os.fstat(fd)), None, False)
+        try:
+            listed = os.listdir(fd)
+        except OSError as exc:
+            listing = _failure(exc)
+            seen = {}
+        else:
+            listing = (OK, tuple(sorted(listed)), None, False)
+            seen = {(): listed}
+        reads = []
+        for parts, family, hops in specs:
+            result = _survey_chain(opened, label, seen, parts, family, hops)
+            if result[0] == OK:
+                for link in result[1][1]:
+                    if link[1] == OK:
+                        spent += len(link[2])
+            reads.append(result)
+    finally:
+        for opened_fd in opened.values():
+            os.close(opened_fd)
+    return (name, stat, listing, reads), spent
+
+
+def _open_below(opened, parts, label):
+    """The directory ``parts`` below the entry whose directories ``opened``
+    holds by parts (and keeps what it opens); ``label`` is the entry's
+    target path."""
+    fd = opened.get(parts)
+    if fd is None:
+        parent = _open_below(opened, parts[:-1], label)
+        fd = opened[parts] = _open_subdir(parent, parts[-1], "/".join((label,) + parts))
+    return fd
+
+
+def _lstat_result(dir_fd, name, label):
+    """The ``Stat`` result of entry ``name`` of the open directory ``dir_fd``."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return (ABSENT, None, "'%s' does not exist" % label, False)
+    except OSError as exc:
+        return _failure(exc)
+    if stat_mode.S_ISLNK(st.st_mode):
+        return (FAILED, None, "'%s' is a symbolic link" % label, True)
+    return (OK, _stat_facts(st), None, False)
+
+
+def _survey_chain(opened, label, seen, parts, family, hops):
+    """The ``ReadChain`` result of one survey chain below the entry whose
+    directories ``opened`` holds and whose target path is ``label``.
+    ``seen`` holds the listings made so far (by directory parts), which
+    spare the opening of a directory they show absent, and gains this
+    one's."""
+    for index, part in enumerate(parts):
+        known = seen.get(parts[:index])
+        if known is None:
+            break
+        if part not in known:
+            return (ABSENT, None, "'%s' does not exist" % "/".join((label,) + parts[: index + 1]), False)
+    try:
+        names, first, listed = _newest_in(
+            lambda: _open_below(opened, parts, label), None, "/".join((label,) + parts), family
+        )
+    except (Refused, OSError) as exc:
+        return _failure(exc)
+    seen[parts] = listed
+    if first is None:
+        return (OK, (names, ()), None, False)
+
+    def link(relative):
+        path = "%s/%s" % (label, relative)
+        return _chain_link(path, lambda: _read_below(opened, label, relative, path))
+
+    return (OK, (names, _follow(first, hops, link)), None, False)
+
+
+def _read_below(opened, label, relative, path):
+    """The bytes of regular file ``relative`` below the entry (see
+    ``_open_below``); ``path`` is its target path, which a refusal names."""
+    try:
+        parts = split_components(relative)
+    except Refused:
+        split_components(path)  # refused, naming the whole path
+        raise
+    if not parts:
+        split_components(path)
+    return Executor._read_regular(_open_below(opened, parts[:-1], label), parts[-1], path)
+
+
 def _chain_hops(hops):
     """``hops`` as ``[(keys, base)]``, refused unless each names a key path
     of strings and a plain target-relative directory."""
@@ -1585,6 +1772,21 @@ def _chain_hops(hops):
         split_components(base)
         checked.append((tuple(keys), base))
     return checked
+
+
+def _follow(first, hops, link):
+    """The links of a chain whose newest member read as the link ``first``:
+    each hop's path dereferenced from the link before it and read by
+    ``link(path)``, until a link is not ok or its file names nothing."""
+    links = [first]
+    for keys, base in hops:
+        if links[-1][1] != OK:
+            break
+        target = _dereference(links[-1][2], keys, base)
+        if target is None:
+            break
+        links.append(link(target))
+    return tuple(links)
 
 
 def _chain_link(path, read):
@@ -1659,10 +1861,12 @@ def _dereference(data, keys, base):
         return None
     try:
         # A lone surrogate names no file and could not travel back as a path.
-        os.fsencode(found)
+        if not found.isascii():
+            os.fsencode(found)
     except UnicodeError:
         return None
-    return "%s/%s" % (base, found) if split_components(base) else found
+    # ``base`` is checked with its hop (_chain_hops).
+    return "%s/%s" % (base, found) if base not in ("", ".") else found
 
 
 def _read_identity(path):
@@ -2523,12 +2727,16 @@ def _read_at_most(fd, limit, first=b""):
 def _read_to_end(fd, size):
     """Every byte of the open regular file ``fd``, whose ``fstat`` said
     ``size``: read to its end however it changed meanwhile (as a buffered
-    reader would, without its extra system calls)."""
-    chunks = []
+    reader would, without its extra system calls). A read of a regular file
+    answers short only at its end, so a file whose size held costs one."""
+    first = os.read(fd, size + 1)
+    if len(first) <= size:
+        return first
+    chunks = [first]
     while True:
-        chunk = os.read(fd, max(size + 1, 65536) if not chunks else 1024 * 1024)
+        chunk = os.read(fd, 1024 * 1024)
         if not chunk:
-            return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+            return b"".join(chunks)
         chunks.append(chunk)
 
 

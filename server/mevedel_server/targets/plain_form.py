@@ -28,6 +28,7 @@ from .program import (
     ControlProgram,
     CreateExclusive,
     CreateLinked,
+    DirSurvey,
     Entry,
     FileRead,
     FileScan,
@@ -54,6 +55,8 @@ from .program import (
     StampedCreate,
     Stat,
     Status,
+    SurveyDirs,
+    SurveyedDir,
     TreeListing,
     TreeWalk,
     Verify,
@@ -68,6 +71,7 @@ _KINDS: dict[type, str] = {
         Read,
         ReadNewest,
         ReadChain,
+        SurveyDirs,
         Verify,
         Stat,
         ListDir,
@@ -113,6 +117,14 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [op.prefix, op.digits, op.suffix]
     elif isinstance(op, ReadChain):
         argument = [op.prefix, op.digits, op.suffix, [[list(hop.keys), hop.base] for hop in op.hops]]
+    elif isinstance(op, SurveyDirs):
+        argument = [
+            None if op.names is None else list(op.names),
+            op.after,
+            op.limit,
+            op.budget,
+            [[c.directory, c.prefix, c.digits, c.suffix, [[list(h.keys), h.base] for h in c.hops]] for c in op.chains],
+        ]
     elif isinstance(op, WalkTree):
         argument = [op.limit, op.depth]
     elif isinstance(op, ListTree):
@@ -166,18 +178,27 @@ def _newest_value(_op: Operation, value: object) -> tuple[str, bytes]:
     return (_text(name), _bytes(data))
 
 
+def _names_value(_op: object, value: object) -> tuple[str, ...]:
+    names = tuple(value)  # type: ignore[arg-type]
+    for name in names:
+        if type(name) is not str:
+            raise ValueError(f"expected a name, got {type(name).__name__}")
+    return names
+
+
 #: How an ok value of each operation class is rebuilt (one look-up per
 #: result rather than a chain of isinstance tests; the classes are final).
 _DECODERS = {
     Stat: _stat_value,
-    ListDir: lambda _op, value: tuple(_text(name) for name in value),
+    ListDir: _names_value,
     ReadNewest: _newest_value,
     Read: lambda _op, value: _bytes(value),
     ReadSlice: lambda _op, value: _bytes(value),
     WalkTree: lambda _op, value: _tree_walk(value),
     ListTree: lambda op, value: _tree_listing(op, value),
     ReadFiles: lambda op, value: _file_reads(op, value),
-    ReadChain: lambda op, value: _chain(op, value),
+    ReadChain: lambda op, value: _chain(len(op.hops), value),
+    SurveyDirs: lambda op, value: _survey(op, value),
     ScanTree: lambda _op, value: _file_scan(value),
     ScanPaths: lambda _op, value: _file_scan(value),
     ProcessGroup: lambda _op, value: group_state(value),
@@ -273,12 +294,13 @@ def _snapshot(op: SnapshotFile, value: object) -> Snapshot:
     return Snapshot(digest, size, mtime, ctime, inode, written, offset)
 
 
-def _chain(op: ReadChain, value: object) -> Chain:
-    """The answer of a :class:`ReadChain`, refused unless it has its shape:
-    member names, then at most one link per file the chain can read, each
-    after an ok one, with bytes when ok and a reason otherwise."""
+def _chain(hops: int, value: object) -> Chain:
+    """The answer of a :class:`ReadChain` of ``hops`` hops, refused unless
+    it has its shape: member names, then at most one link per file the
+    chain can read, each after an ok one, with bytes when ok and a reason
+    otherwise."""
     names, links = value  # type: ignore[misc]
-    if not all(isinstance(name, str) for name in names) or len(links) > 1 + len(op.hops):
+    if not all(isinstance(name, str) for name in names) or len(links) > 1 + hops:
         raise ValueError("the chain's names or links do not fit the operation")
     out: list[ChainLink] = []
     for path, status_text, payload, unsafe in links:
@@ -294,6 +316,44 @@ def _chain(op: ReadChain, value: object) -> Chain:
         else:
             raise ValueError(f"a chain link of status {status_text!r} carrying {type(payload).__name__}")
     return Chain(tuple(names), tuple(out))
+
+
+def _survey(op: SurveyDirs, value: object) -> DirSurvey:
+    """The answer of a :class:`SurveyDirs`, refused unless it has its
+    shape: at most ``limit`` entries (the names asked for, when it named
+    them), each a stat, a listing and one chain per chain asked for."""
+    entries, complete = value  # type: ignore[misc]
+    if not isinstance(complete, bool) or len(entries) > op.limit:  # type: ignore[arg-type]
+        raise ValueError("a survey answered more entries than its limit")
+    hops = [len(chain.hops) for chain in op.chains]
+    named = op.names
+    out: list[SurveyedDir] = []
+    for name, stat, listing, chains in entries:  # type: ignore[union-attr]
+        if type(name) is not str or len(chains) != len(hops):
+            raise ValueError("a survey entry does not fit the operation")
+        if named is not None and (len(out) >= len(named) or named[len(out)] != name):
+            raise ValueError(f"a survey answered entry {name!r}, which it did not name")
+        out.append(
+            SurveyedDir(
+                name,
+                _nested(stat, _stat_value, None),
+                _nested(listing, _names_value, None),
+                tuple([_nested(chain, _chain, count) for chain, count in zip(chains, hops)]),
+            )
+        )
+    return DirSurvey(tuple(out), complete)
+
+
+def _nested(plain: object, decode, argument) -> OpResult:  # type: ignore[no-untyped-def]
+    """An operation result nested in a value, its ok value rebuilt by
+    ``decode(argument, value)``."""
+    status_text, value, reason, unsafe = plain  # type: ignore[misc]
+    if status_text == "ok":
+        return OpResult(Status.OK, decode(argument, value), reason, bool(unsafe))
+    status = _STATUSES.get(status_text)  # type: ignore[arg-type]
+    if status is None or status is Status.SKIPPED or (reason is not None and type(reason) is not str):
+        raise ValueError(f"a nested result of status {status_text!r}")
+    return OpResult(status, None, reason, bool(unsafe))
 
 
 def _bytes(value: object) -> bytes:

@@ -185,14 +185,18 @@ class ReadChain(Operation):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_family(self.prefix, self.digits, self.suffix)
-        hops = tuple(self.hops)
-        for hop in hops:
-            if not isinstance(hop, ChainHop):
-                raise TypeError(f"not a chain hop: {hop!r}")
-        force_setattr(self, "hops", hops)
+        force_setattr(self, "hops", _chain_hops(self.hops))
 
 
-class ChainLink(msgspec.Struct, frozen=True):
+def _chain_hops(hops: Iterable[ChainHop]) -> tuple[ChainHop, ...]:
+    checked = tuple(hops)
+    for hop in checked:
+        if not isinstance(hop, ChainHop):
+            raise TypeError(f"not a chain hop: {hop!r}")
+    return checked
+
+
+class ChainLink(msgspec.Struct, frozen=True, gc=False):
     """One file a :class:`ReadChain` read: ``data`` when ``status`` is ok,
     else ``reason``."""
 
@@ -207,11 +211,85 @@ class ChainLink(msgspec.Struct, frozen=True):
         return OpResult(self.status, self.data, self.reason, self.unsafe)
 
 
-class Chain(msgspec.Struct, frozen=True):
+class Chain(msgspec.Struct, frozen=True, gc=False):
     #: Names of the family's members, ascending.
     names: tuple[str, ...]
     #: The newest member first, then one link per hop followed.
     links: tuple[ChainLink, ...]
+
+
+class ChainSpec(msgspec.Struct, frozen=True):
+    """A chain a :class:`SurveyDirs` reads below every entry: the numbered
+    family in ``directory`` (``prefix``, ``digits``, ``suffix`` as
+    :class:`ReadNewest`) and ``hops`` as :class:`ReadChain`'s, the
+    directory and every hop's base relative to the entry."""
+
+    directory: str
+    prefix: str
+    digits: int
+    suffix: str
+    hops: tuple[ChainHop, ...] = ()
+
+    def __post_init__(self) -> None:
+        split_target_path(self.directory)
+        _check_family(self.prefix, self.digits, self.suffix)
+        force_setattr(self, "hops", _chain_hops(self.hops))
+
+
+class SurveyDirs(Operation):
+    """Survey the entries of directory ``path``: each is opened from one
+    descriptor of ``path``, stated, listed, and each of ``chains`` read
+    below it as a :class:`ReadChain` would read it. ``value`` is a
+    :class:`DirSurvey`. The entries are ``names`` in that order, or (None)
+    every entry not named with a leading dot (temporary files), sorted,
+    after the name ``after``; at most ``limit`` of them, and no more once
+    the files read reach ``budget`` bytes (the survey's ``complete`` then
+    says False: survey again after its last entry). What a listing of many
+    session directories costs per directory is a few system calls, not the
+    walk of a descriptor chain from the root for each of its reads."""
+
+    chains: tuple[ChainSpec, ...] = ()
+    names: tuple[str, ...] | None = None
+    after: str | None = None
+    limit: int = 1024
+    budget: int = 4 * 1024 * 1024
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for chain in self.chains:
+            if not isinstance(chain, ChainSpec):
+                raise TypeError(f"not a survey chain: {chain!r}")
+        force_setattr(self, "chains", tuple(self.chains))
+        if self.names is not None:
+            names = tuple(self.names)
+            for name in names:
+                if len(split_target_path(name)) != 1:
+                    raise InvalidTargetPath(name, "a survey names entries of its directory, one component each")
+            force_setattr(self, "names", names)
+        for number in (self.limit, self.budget):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError("a survey's limit and budget are whole numbers")
+        if self.limit < 1:
+            raise ValueError("a survey takes at least one entry")
+
+
+class SurveyedDir(msgspec.Struct, frozen=True, gc=False):
+    """One entry of a :class:`SurveyDirs`: what a :class:`Stat` and a
+    :class:`ListDir` of its path would answer, and one :class:`ReadChain`
+    result (a :class:`Chain`) per chain of the survey, ``absent`` where the
+    listings showed no directory for it."""
+
+    name: str
+    stat: OpResult
+    listing: OpResult
+    chains: tuple[OpResult, ...]
+
+
+class DirSurvey(msgspec.Struct, frozen=True, gc=False):
+    entries: tuple[SurveyedDir, ...]
+    #: No entry was left for a survey after the last one.
+    complete: bool
 
 
 class WalkTree(Operation):
@@ -700,14 +778,17 @@ class PutEntry(Operation):
     writes: ClassVar[bool] = True
 
 
-class FileStat(msgspec.Struct, frozen=True):
+class FileStat(msgspec.Struct, frozen=True, gc=False):
     kind: str  # "file" | "directory" | "other"
     size: int
     #: Whole seconds of the target filesystem clock.
     mtime: int
 
 
-class OpResult(msgspec.Struct, frozen=True):
+# Results, like records, are untracked by the garbage collector (gc=False):
+# they hold values (bytes, names, tuples of them), never a cycle, and a
+# listing makes several per session.
+class OpResult(msgspec.Struct, frozen=True, gc=False):
     status: Status
     value: Any = None
     reason: str | None = None
@@ -742,7 +823,7 @@ class ControlProgram:
         return len(self.operations)
 
 
-class ProgramResult(msgspec.Struct, frozen=True):
+class ProgramResult(msgspec.Struct, frozen=True, gc=False):
     results: tuple[OpResult, ...]
     #: Index of the non-optional operation that stopped the program.
     stopped_at: int | None = None

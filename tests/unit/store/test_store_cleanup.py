@@ -346,7 +346,7 @@ class CountingPrograms(ProgramTarget):
 
 async def test_a_listing_sweeps_from_its_own_survey_and_asks_the_artifact_store_only_for_old_sessions(tmp_path, target):
     """A listing's sweep judges the observations the listing made: a
-    workspace with nothing old costs the listing's two programs and no
+    workspace with nothing old costs the listing's one program and no
     more (over SSH each program is a round trip), and one with an old
     session removes it and does not list it."""
     from mevedel_server.artifacts import ArtifactStore
@@ -361,7 +361,7 @@ async def test_a_listing_sweeps_from_its_own_survey_and_asks_the_artifact_store_
     SessionArtifacts(ArtifactStore(counted, ME), service)  # installs the expiry exemptions, as the front ends do
     listing = await service.sessions.list()
     assert {r.session_id for r in listing.rows} == {sid(1), sid(2), sid(3)}
-    assert counted.programs == 2  # the sessions directory, then one survey of all three
+    assert counted.programs == 1  # one survey of all three
     await aged_session(target, tmp_path, sid(4), 45, now=now)
     again = SessionService(counted, ME, session_max_age_days=30, session_keep_recent=0)
     SessionArtifacts(ArtifactStore(counted, ME), again)

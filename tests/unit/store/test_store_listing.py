@@ -1,6 +1,6 @@
 """Session listing: rows from committed sidecars, the action each lease
 standing allows, Inspect rows for every kind of bad bytes (nothing deleted),
-and the batched cost of N sessions."""
+and the cost of N sessions: one program surveys them all."""
 
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ from mevedel_server.targets import (
     LocalTarget,
     ProgramResult,
     ProgramTarget,
-    ReadChain,
     Status,
+    SurveyDirs,
 )
 
 ME = ClientIdentity("me-client", "my-laptop")
@@ -308,29 +308,29 @@ async def test_foreign_entries_and_unsafe_directories_are_inspect_rows(tmp_path,
     assert tree(tmp_path) == before
 
 
-@pytest.mark.parametrize("count", [1, 5, 32, 33, 100])
-async def test_listing_cost_is_one_program_per_batch(tmp_path, count):
+@pytest.mark.parametrize(("count", "batch"), [(1, None), (5, None), (100, None), (32, 32), (33, 32), (100, 32)])
+async def test_listing_cost_is_one_program_per_batch(tmp_path, count, batch):
     inner = LocalTarget(tmp_path)
     for n in range(count):
         await published_session(inner, sid(n + 1), turns=n % 4, updated=1_000 + n)
     counting = CountingTarget(inner)
-    listing = await list_sessions(counting, ME)
+    listing = await (list_sessions(counting, ME) if batch is None else list_sessions(counting, ME, batch=batch))
     assert len(listing.rows) == count and listing.inspect_rows == ()
     assert [row.session_id for row in listing.rows] == [sid(n + 1) for n in reversed(range(count))]
     assert all(row.published and row.turn_count == n % 4 for n, row in enumerate(reversed(listing.rows)))
-    # One program lists the sessions; each later one observes a batch of 32,
-    # lease head to sidecar, in one chain per session.
-    assert counting.programs == 1 + math.ceil(count / 32)
-    # Per session the chain, a listing of its directory (an interrupted
-    # Fork's remains are no session; a recovery journal is listed only when
-    # it shows there), a stat of the directory and the newest request for
-    # control (a holder is told what waits for it); a clock per program.
-    assert counting.operations == 1 + 4 * count + math.ceil(count / 32)
+    # Each program surveys a batch (by default every session): per session
+    # its directory's stat and listing (an interrupted Fork's remains are no
+    # session; a recovery journal is listed only when it shows there), its
+    # lease chain from head to sidecar, and its newest request for control
+    # (a holder is told what waits for it), in one operation beside a clock.
+    programs = 1 if batch is None else math.ceil(count / batch)
+    assert counting.programs == programs
+    assert counting.operations == 2 * programs
 
 
 async def test_a_recovery_journal_is_listed_where_the_directory_shows_one(tmp_path):
     """Only a session whose directory holds ``.recovery/`` has it listed,
-    in the next program: beside the next batch, else in one program more."""
+    in the next program: beside the next batch, if any."""
     inner = LocalTarget(tmp_path)
     for n in range(40):
         await published_session(inner, sid(n + 1), turns=1, updated=1_000 + n)
@@ -346,10 +346,15 @@ async def test_a_recovery_journal_is_listed_where_the_directory_shows_one(tmp_pa
     pending = {row.session_id: row.recovery_pending for row in listing.rows if row.recovery_pending}
     assert pending.pop(sid(7)).startswith("its recovery directory cannot be read")
     assert pending == {sid(2): "cd" * 16, sid(39): "cd" * 16}
-    # The first batch's journals ride with the second batch; the second's
-    # need one program more.
-    assert counting.programs == 1 + 2 + 1
-    assert counting.operations == 1 + 4 * 40 + 2 + 4
+    # The journals are listed in one program after the survey.
+    assert counting.programs == 2
+    assert counting.operations == 2 + 4
+    # In batches, the first batch's journals ride with the second batch;
+    # the second's need one program more.
+    batched = CountingTarget(inner)
+    assert (await list_sessions(batched, ME, batch=32)).rows == listing.rows
+    assert batched.programs == 1 + 1 + 1
+    assert batched.operations == 2 + (2 + 3) + 1
 
 
 async def test_sessions_without_a_head_or_a_lease_cost_no_extra_program(tmp_path, target):
@@ -360,7 +365,7 @@ async def test_sessions_without_a_head_or_a_lease_cost_no_extra_program(tmp_path
     (tmp_path / ".mevedel" / "sessions" / "not-a-session").mkdir()
     counting = CountingTarget(target)
     listing = await list_sessions(counting, ME)
-    assert counting.programs == 2
+    assert counting.programs == 1
     assert {row.session_id: (row.published, row.lease_state) for row in listing.rows} == {
         sid(1): (True, LeaseState.RELEASED),
         sid(2): (False, None),
@@ -382,9 +387,9 @@ async def test_smaller_batches_cost_more_programs_but_list_the_same(tmp_path):
 
 
 class RewritingTarget(ProgramTarget):
-    """Runs programs on ``inner`` and lets ``rewrite`` change the chain each
-    ReadChain of ``session_id`` answers (what a target reports, not what
-    the files hold)."""
+    """Runs programs on ``inner`` and lets ``rewrite`` change the lease
+    chain each survey answers for ``session_id`` (what a target reports,
+    not what the files hold)."""
 
     def __init__(self, inner, session_id: str, rewrite) -> None:
         self.inner, self.session_id, self.rewrite = inner, session_id, rewrite
@@ -396,12 +401,21 @@ class RewritingTarget(ProgramTarget):
         result = await self.inner.run(program)
         answers = list(result.results)
         for index, op in enumerate(program.operations):
-            if isinstance(op, ReadChain) and self.session_id in op.path and answers[index].ok:
-                chain = self.rewrite(answers[index].value)
-                if chain is not None:
-                    self.rewritten += 1
-                    answers[index] = msgspec.structs.replace(answers[index], value=chain)
+            if isinstance(op, SurveyDirs) and answers[index].ok:
+                entries = [self._rewritten(entry) for entry in answers[index].value.entries]
+                survey = msgspec.structs.replace(answers[index].value, entries=tuple(entries))
+                answers[index] = msgspec.structs.replace(answers[index], value=survey)
         return ProgramResult(tuple(answers), result.stopped_at)
+
+    def _rewritten(self, entry):
+        lease = entry.chains[0]
+        if entry.name != self.session_id or not lease.ok:
+            return entry
+        chain = self.rewrite(lease.value)
+        if chain is None:
+            return entry
+        self.rewritten += 1
+        return msgspec.structs.replace(entry, chains=(msgspec.structs.replace(lease, value=chain), *entry.chains[1:]))
 
 
 def _vanished(chain: Chain) -> Chain:
@@ -432,7 +446,7 @@ async def test_a_head_pruned_between_listing_and_read_is_listed_and_read_again(t
     # The newer record names no head: a listing shows the state it names.
     assert not by_id[sid(1)].published and by_id[sid(2)].published
     # Only the moved session was read again, in one more program.
-    assert moving.programs == 3
+    assert moving.programs == 2
 
 
 async def test_a_head_that_moves_on_every_observation_is_an_inspect_row(tmp_path, target):
@@ -454,7 +468,7 @@ async def test_files_the_chain_did_not_reach_are_read_directly(tmp_path, target,
     listing = await list_sessions(short, ME)
     [row] = listing.rows
     assert (row.display_name, row.turn_count, row.published) == ("direct", 2, True)
-    assert short.programs == 1 + 1 + (3 - kept)
+    assert short.programs == 1 + (3 - kept)
 
 
 async def test_a_link_counts_only_as_the_file_the_decoded_record_names(tmp_path, target):
@@ -469,13 +483,13 @@ async def test_a_link_counts_only_as_the_file_the_decoded_record_names(tmp_path,
     class Swapping(RewritingTarget):
         async def run(self, program):
             for op in program.operations:
-                if isinstance(op, ReadChain) and sid(2) in op.path:
+                if isinstance(op, SurveyDirs):
                     [theirs] = (await inner.run(ControlProgram([op]))).results
-                    foreign["chain"] = theirs.value
+                    foreign.update((e.name, e.chains[0].value) for e in theirs.value.entries if e.name == sid(2))
             return await super().run(program)
 
     def swap(chain):
-        other = foreign["chain"]
+        other = foreign[sid(2)]
         return Chain(chain.names, (chain.links[0], *other.links[1:]))
 
     swapping = Swapping(target, sid(1), swap)
@@ -497,8 +511,8 @@ async def test_without_a_json_scanner_on_the_target_the_listing_is_the_same(tmp_
     counting = CountingTarget(target)
     listing = await list_sessions(counting, ME)
     assert listing.rows == expected.rows and listing.inspect_rows == ()
-    # The lease head in the chain, then the manifest and the sidecar directly.
-    assert counting.programs == 1 + 3
+    # The lease head in the survey, then the manifest and the sidecar directly.
+    assert counting.programs == 3
 
 
 async def test_a_symlinked_sessions_directory_is_refused(tmp_path):

@@ -177,3 +177,28 @@ def test_a_name_with_a_trailing_newline_is_not_a_generation():
 
     real = generation_name(7)
     assert generation_numbers([real, generation_name(9) + "\n", "generation-1.json"]) == [7]
+
+
+def test_no_record_field_but_its_version_has_a_default():
+    """Bytes that start with the version decode straight into the record,
+    which fills a missing field with its default; only the version may have
+    one, or such bytes would pass where the checks refuse a missing field."""
+    import msgspec.inspect
+
+    from mevedel_server.store.authority.records import _VERSIONS
+
+    def defaulted(info, top):
+        if isinstance(info, msgspec.inspect.StructType):
+            return [f.name for f in info.fields if not f.required and not (top and f.name == "format_version")] + [
+                name for f in info.fields for name in defaulted(f.type, False)
+            ]
+        inner = [getattr(info, attr) for attr in ("key_type", "value_type", "item_type") if hasattr(info, attr)]
+        inner += list(getattr(info, "types", ()))
+        return [name for sub in inner for name in defaulted(sub, False)]
+
+    for record_type in _VERSIONS:
+        assert defaulted(msgspec.inspect.type_info(record_type), True) == [], record_type.__name__
+    # A record without its version, though the record's default fills it, is refused.
+    with pytest.raises(RecordError) as info:
+        decode_record(LeaseRecord, GOOD.replace(b'"format_version":1,', b""), LABEL)
+    assert info.value.kind is RecordErrorKind.MISSING_FIELD

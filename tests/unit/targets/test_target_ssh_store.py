@@ -122,15 +122,15 @@ async def _published_locally(root, session_id: str, turns: int) -> None:
     await lease.release()
 
 
-@pytest.mark.parametrize("count", [1, 33])
-async def test_a_listing_over_ssh_costs_one_program_per_batch_of_32(ssh_target, tmp_path, count):
+@pytest.mark.parametrize(("count", "batch"), [(1, None), (33, None), (33, 32)])
+async def test_a_listing_over_ssh_costs_one_program_per_batch(ssh_target, tmp_path, count, batch):
     for n in range(count):
         await _published_locally(tmp_path, f"2026-07-19T09-47-{n + 1:012x}", n + 1)
     start = ssh_target.round_trips
-    listing = await list_sessions(ssh_target, REMOTE)
-    # The sessions directory, then one program per batch: each session's
-    # lease head, manifest and sidecar travel in one chain.
-    assert ssh_target.round_trips - start == 1 + math.ceil(count / 32)
+    listing = await (list_sessions(ssh_target, REMOTE) if batch is None else list_sessions(ssh_target, REMOTE, batch=batch))
+    # One program per batch (by default every session): each session's
+    # directory, lease head, manifest and sidecar travel in one survey.
+    assert ssh_target.round_trips - start == (1 if batch is None else math.ceil(count / batch))
     assert [(row.display_name, row.turn_count, row.published) for row in listing.rows] == [
         (f"session {n}", n, True) for n in range(count, 0, -1)
     ]

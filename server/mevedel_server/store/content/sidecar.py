@@ -459,9 +459,23 @@ OPTIONAL_FIELDS = frozenset({"engine", "dedicated_artifact", "agent_choices", "a
 _REQUIRED_FIELDS = _FIELDS - OPTIONAL_FIELDS
 
 
+#: Every field a sidecar must name, each as raw JSON: decoding it only
+#: proves they are present.
+_named = msgspec.json.Decoder(msgspec.defstruct("SidecarFieldsNamed", [(name, msgspec.Raw) for name in sorted(_REQUIRED_FIELDS)]))
+_typed = msgspec.json.Decoder(Sidecar)
+
+
 def load_sidecar(data: bytes) -> Sidecar:
     """Decode exactly the current sidecar version and its complete shape
     (every field present, none unknown), or raise SidecarError."""
+    try:
+        # Straight into the sidecar once every field is known present: that
+        # accepts exactly what the checks below accept, and whatever it
+        # refuses goes through them, which say what is wrong.
+        _named.decode(data)
+        return _typed.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass
     if not data.strip():
         raise SidecarError(SidecarErrorKind.EMPTY, "the sidecar is empty")
     try:

@@ -6,25 +6,26 @@ Cost
 Per session the listing reads what it must and nothing more: the newest
 lease generation (one lease observation), the manifest that generation names
 and the sidecar bytes that manifest names, checked against the manifest's
-SHA-256. Those reads depend on one another, but one :class:`ReadChain`
-operation makes them all: the target lists ``.lease/``, reads the newest
-generation and follows its ``publication_head``, then the manifest's
-``entries`` -> ``session.json`` -> ``published``. The target only
-dereferences; every record is decoded and verified here, and a file counts
-only as the one the record before it names. With it, a listing of the
-session directory (which answers unfinished children and whether a recovery
-journal exists) and its stat (so an Inspect row or a session without a
-lease record finds its time in the same program), a session is observed in
-three operations of one program. N
-sessions therefore cost one program to list ``.mevedel/sessions/`` plus
-``ceil(N / BATCH)`` programs of up to :data:`BATCH` sessions each. Every
-program that reads a lease record also reads the target clock, so each
-record is judged against a clock reading taken in the same round trip.
-Only the unusual costs more, in the next program (beside the next batch, so
-at most one program more in all): a head a successor pruned between the
-target's listing and its read (past the target's own re-listing) is read
-again, a file the chain did not reach as the decoded record names it is
-read directly, and a ``.recovery/`` directory is listed.
+SHA-256. Those reads depend on one another, but the target follows them
+itself: it lists ``.lease/``, reads the newest generation and follows its
+``publication_head``, then the manifest's ``entries`` -> ``session.json`` ->
+``published``. The target only dereferences; every record is decoded and
+verified here, and a file counts only as the one the record before it
+names. One :class:`~...targets.SurveyDirs` operation does that for every
+session directory from one open descriptor of ``.mevedel/sessions/``, with
+each directory's stat (so an Inspect row or a session without a lease
+record finds its time), its listing (which answers unfinished children and
+whether a recovery journal exists) and its newest request for control: N
+sessions cost one program, up to :data:`BATCH` sessions (or
+:data:`SURVEY_BUDGET` bytes of records) a program. Every program that
+reads a lease record also reads the target clock, so each record is judged
+against a clock reading taken in the same round trip. Only the unusual
+costs more, in the next program (beside the next batch, if any): a head a
+successor pruned between the target's listing and its read (past the
+target's own re-listing) is surveyed again, a file the chain did not reach
+as the decoded record names it is read directly (the manifest, then the
+sidecar), a ``.recovery/`` directory is listed, and the answer to a
+request of the live lease's transfer generation is looked for.
 
 Bad bytes
 ---------
@@ -56,24 +57,23 @@ import hashlib
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ...targets import (
     Chain,
     ChainHop,
+    ChainSpec,
     Clock,
     ControlProgram,
     ListDir,
     Operation,
     OpResult,
     Read,
-    ReadChain,
-    Stat,
     Status,
+    SurveyDirs,
     Target,
     raise_for_result,
 )
-from ...targets.program import ReadNewest
+from ...targets.program import DirSurvey, SurveyedDir
 from ..authority.lease import ClientIdentity, LeaseObservation, LeaseStanding
 from ..authority.publication import decode_manifest
 from ..authority.records import (
@@ -91,6 +91,7 @@ from ..content.inspect import classify_sidecar
 from ..content.sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind, shown_name
 from ..layout import (
     GENERATION_FAMILY,
+    LEASE_DIR,
     REQUESTS_DIR,
     SESSIONS_DIR,
     TRANSFER_DIGITS,
@@ -100,8 +101,8 @@ from ..layout import (
 )
 from ..transactions.recovery import RECOVERY_DIR, recovery_ids
 
-#: Sessions admitted into the pipeline per control program.
-BATCH = 32
+#: Sessions surveyed per control program at most.
+BATCH = 1024
 #: Re-reads of a lease head that moved between its listing and its read.
 _HEAD_ATTEMPTS = 4
 #: How a head that moved away under the read reads (the target lists again
@@ -299,57 +300,54 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
 
 class _Stage(enum.Enum):
     #: The lease head and what it names, followed by the target in one
-    #: operation (:class:`ReadChain`), judged against a clock of the same
-    #: program.
+    #: operation (the survey's lease chain), judged against a clock of the
+    #: same program.
     CHAIN = 1
     #: Direct reads of the manifest or the sidecar, only when the chain did
     #: not reach the file the decoded record names (the target's JSON
     #: reading disagreed with ours).
     MANIFEST = 2
     SIDECAR = 3
-    #: Only the session directory's stat is left to read: names that are not
-    #: session IDs, sessions without a lease record, and Inspect rows.
-    DIRECTORY = 4
-    DONE = 5
+    DONE = 4
 
 
 #: What the chain follows from the head lease generation: the manifest its
 #: publication head names, then the sidecar that manifest publishes. Both
-#: are session-relative (see ``SessionPaths.inside``).
+#: are session-relative, as the survey's hops are.
 _CHAIN_KEYS = (("publication_head",), ("entries", SIDECAR_PATH, "published"))
+#: What the survey reads below every session directory, beside its stat
+#: and listing (the listing answers unfinished children and whether a
+#: recovery journal exists; the stat gives a session without a lease record,
+#: or an Inspect row, its time): the lease chain, and the newest request
+#: for control (one of the live lease's transfer generation may wait for
+#: its holder's answer).
+_CHAINS = (
+    ChainSpec(LEASE_DIR, *GENERATION_FAMILY, tuple(ChainHop(keys, "") for keys in _CHAIN_KEYS)),
+    ChainSpec(REQUESTS_DIR, "request-", TRANSFER_DIGITS, ".json"),
+)
+#: Bytes of records one survey reads before it leaves the rest to the next
+#: program (an SSH answer stays a few megabytes however many sessions).
+SURVEY_BUDGET = 4 * 1024 * 1024
 
 
-@lru_cache(maxsize=4096)
-def _chain_ops(session_id: str) -> tuple[Operation, ...]:
-    """A session's operations in its first program (the same every listing:
-    the operations are values, made once per session)."""
-    paths = SessionPaths(session_id)
-    hops = tuple(ChainHop(keys, paths.root) for keys in _CHAIN_KEYS)
-    return (
-        ReadChain(paths.lease_dir, *GENERATION_FAMILY, hops, optional=True),
-        # The directory's own listing answers unfinished children and
-        # whether a recovery journal exists, and its stat gives a session
-        # without a lease record (or an Inspect row) its time, in the
-        # same program.
-        ListDir(paths.root, optional=True),
-        Stat(paths.root, optional=True),
-        # The newest request for control: one of the live lease's
-        # transfer generation may wait for its holder's answer.
-        ReadNewest(paths.requests_dir, "request-", TRANSFER_DIGITS, ".json", optional=True),
-    )
+def _survey(*, names: tuple[str, ...] | None = None, after: str | None = None, batch: int = BATCH) -> SurveyDirs:
+    return SurveyDirs(SESSIONS_DIR, _CHAINS, names, after, batch, SURVEY_BUDGET, optional=True)
 
 
 class _Probe:
-    """One session moving through the stages; ``ops`` are its operations in
-    the current program, ``accept`` consumes their results."""
+    """One session moving through the stages; :meth:`accept_entry` takes its
+    survey entry, ``ops`` are its operations in a later program (the
+    unusual: see the module), ``accept`` consumes their results."""
 
     def __init__(self, survey: SessionSurvey) -> None:
         self.survey = survey
-        self.stage = _Stage.CHAIN if survey.paths is not None else _Stage.DIRECTORY
+        self.stage = _Stage.CHAIN
         self.head_generation = 0
         self.generations: tuple[int, ...] = ()
         self.attempts = 0
         self.pending: InspectSessionRow | None = None
+        #: The session directory's stat, from its survey entry.
+        self.stat: OpResult | None = None
         #: The directory's listing showed ``.recovery/``, not listed yet.
         self.recovery_unread = False
         #: The live lease's transfer generation when its directory holds
@@ -367,9 +365,9 @@ class _Probe:
         kind: RecordErrorKind | SidecarErrorKind | None = None,
         observed_version: object = None,
     ) -> None:
-        # The row is complete once the directory's time is known.
+        # The row is complete with the directory's time.
         self.pending = InspectSessionRow(self.survey.name, subject, reason, kind, None, observed_version)
-        self.stage = _Stage.DIRECTORY
+        self._accept_directory()
 
     def _fail_record(self, subject: InspectSubject, error: RecordError) -> None:
         self._fail(subject, str(error), error.kind)
@@ -384,23 +382,20 @@ class _Probe:
         the session directory's listing showed one (a recovery marker is
         rare: only then does it cost an operation, in the next program)."""
         paths = self.survey.paths
+        assert paths is not None
         ops: list[Operation] = []
-        if self.stage is _Stage.DIRECTORY:
-            ops.append(Stat(f"{SESSIONS_DIR}/{self.survey.name}", optional=True))
-        elif self.stage is _Stage.CHAIN:
-            assert paths is not None
-            ops += _chain_ops(paths.session_id)
+        if self.stage is _Stage.CHAIN:
+            # The head moved under the first survey: this session again.
+            ops.append(_survey(names=(self.survey.name,), batch=1))
         elif self.stage is _Stage.MANIFEST:
             ops.append(Read(self._manifest_path(), optional=True))
         elif self.stage is _Stage.SIDECAR:
             ops.append(Read(self._sidecar_path(), optional=True))
         if self.recovery_unread:
-            assert paths is not None
             ops.append(ListDir(paths.inside(RECOVERY_DIR), optional=True))
         if self.requests_unread is not None:
             # A request of the live lease's generation: answered yet? (Only
             # then does it cost an operation, in the next program.)
-            assert paths is not None
             ops.append(Read(paths.transfer_record("decision", self.requests_unread), optional=True))
         self.emitted = (self.stage, self.recovery_unread, self.requests_unread)
         return ops
@@ -433,22 +428,35 @@ class _Probe:
             elif journal.status is not Status.ABSENT:  # absent: resolved since the directory was listed
                 self.survey.recovery = f"its recovery directory cannot be read ({journal.reason or journal.status.value})"
         if stage is _Stage.CHAIN:
-            listed = results[1]
-            if listed.ok:
-                # A crash inside the marker's creation leaves its temporary file.
-                self.survey.unpublished_child = any(n == UNPUBLISHED_CHILD or _MARKER_DEBRIS.match(n) for n in listed.value)
-                self.survey.empty = not listed.value
-                self.recovery_unread = RECOVERY_DIR in listed.value
-            self._accept_chain(results[0], now)
-            self._note_request(results[3])
-            if self.stage is _Stage.DIRECTORY:
-                self._accept_directory(results[2])
+            [surveyed] = results
+            if surveyed.ok and surveyed.value.entries:
+                self.accept_entry(surveyed.value.entries[0], now)
+            else:
+                # The sessions directory itself failed: what each of the
+                # entry's reads would have answered.
+                self.accept_entry(SurveyedDir(self.survey.name, surveyed, surveyed, (surveyed, surveyed)), now)
         elif stage is _Stage.MANIFEST:
             self._accept_manifest(results[0])
         elif stage is _Stage.SIDECAR:
             self._accept_sidecar(results[0])
-        elif stage is _Stage.DIRECTORY:
-            self._accept_directory(results[0])
+
+    def accept_entry(self, entry: SurveyedDir, now: int | None) -> None:
+        """The session directory's survey entry: its stat, its listing, its
+        lease chain and its newest request, read in one program with the
+        clock reading ``now``."""
+        self.stat = entry.stat
+        if self.survey.paths is None:
+            self._accept_directory()
+            return
+        listed = entry.listing
+        if listed.ok:
+            # A crash inside the marker's creation leaves its temporary file.
+            self.survey.unpublished_child = any(n == UNPUBLISHED_CHILD or _MARKER_DEBRIS.match(n) for n in listed.value)
+            self.survey.empty = not listed.value
+            self.recovery_unread = RECOVERY_DIR in listed.value
+        lease, requests = entry.chains
+        self._accept_chain(lease, now)
+        self._note_request(requests)
 
     def _note_request(self, asked: OpResult) -> None:
         """Keep the newest request when it is of the live lease's transfer
@@ -459,10 +467,13 @@ class _Probe:
         record = observation.record if observation is not None else None
         if record is None or record.state not in (LeaseState.ACTIVE, LeaseState.PUBLISHING) or not asked.ok:
             return
-        name, raw = asked.value
+        chain = asked.value
+        if not chain.links or chain.links[0].data is None:
+            return
+        name = chain.names[-1]
         assert self.survey.paths is not None
         try:
-            request = decode_record(TransferRequest, raw, self.survey.paths.label(f"{REQUESTS_DIR}/{name}"))
+            request = decode_record(TransferRequest, chain.links[0].data, self.survey.paths.label(f"{REQUESTS_DIR}/{name}"))
         except RecordError:
             return
         t = record.transfer_generation
@@ -490,22 +501,27 @@ class _Probe:
         if not generations:
             # Never claimed: its time is the directory's.
             self.survey.observation = LeaseObservation(paths.session_id, 0, None, None, None, ())
-            self.stage = _Stage.DIRECTORY
+            self._accept_directory()
             return
         self.head_generation = generations[-1]
         self.generations = tuple(generations)
         # Each link counts only as the file the record before it names, as
         # decoded here; the target merely followed the bytes.
-        links = list(chain.links)
+        links = chain.links
+        count = len(links)
         head = paths.generation(self.head_generation)
-        self._accept_lease(links.pop(0).result() if links and links[0].path == head else _MOVED, now)
-        if self.stage is _Stage.MANIFEST and links and links[0].path == self._manifest_path():
-            self._accept_manifest(links.pop(0).result())
-        if self.stage is _Stage.SIDECAR and links and links[0].path == self._sidecar_path():
-            self._accept_sidecar(links.pop(0).result())
+        self._accept_lease(links[0].result() if count and links[0].path == head else _MOVED, now)
+        if self.stage is _Stage.MANIFEST and count > 1 and links[1].path == self._manifest_path():
+            self._accept_manifest(links[1].result())
+            if self.stage is _Stage.SIDECAR and count > 2 and links[2].path == self._sidecar_path():
+                self._accept_sidecar(links[2].result())
 
-    def _accept_directory(self, stat: OpResult) -> None:
+    def _accept_directory(self) -> None:
+        """Finish with the directory's stat: its time, and the row it makes
+        when the directory (or a record before) is the problem."""
         survey = self.survey
+        stat = self.stat
+        assert stat is not None
         self.stage = _Stage.DONE
         if stat.status is Status.ABSENT:
             survey.vanished = True  # deleted while we listed: not a session any more
@@ -579,34 +595,34 @@ class _Probe:
         manifest = self.survey.manifest
         assert paths is not None and manifest is not None
         entry = manifest.entries[SIDECAR_PATH]
+        data = result.value
+        facts = None
+        if result.ok and len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256:
+            facts = sidecar_facts(data)
+            if not isinstance(facts, SidecarRefusal) and facts.session_id == paths.session_id:
+                self.survey.sidecar = facts
+                self.stage = _Stage.DONE
+                return
+        # Refused: say why, naming the file.
         label = paths.label(f"{entry.published} ({SIDECAR_PATH})")
         if result.status is Status.ABSENT:
             self._fail(InspectSubject.SIDECAR, f"{label}: the published sidecar is missing", RecordErrorKind.MISSING)
-            return
-        if not result.ok:
+        elif not result.ok:
             self._op_failure(InspectSubject.SIDECAR, label, result)
-            return
-        data = result.value
-        if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+        elif facts is None:
             self._fail(
                 InspectSubject.SIDECAR,
                 f"{label}: published bytes do not match the manifest's SHA-256",
                 RecordErrorKind.DIGEST_MISMATCH,
             )
-            return
-        facts = sidecar_facts(data)
-        if isinstance(facts, SidecarRefusal):
+        elif isinstance(facts, SidecarRefusal):
             self._fail(InspectSubject.SIDECAR, f"{label}: {facts.reason}", facts.kind, facts.observed_version)
-            return
-        if facts.session_id != paths.session_id:
+        else:
             self._fail(
                 InspectSubject.SIDECAR,
                 f"{label}: the sidecar belongs to session {facts.session_id}",
                 RecordErrorKind.INVALID_VALUE,
             )
-            return
-        self.survey.sidecar = facts
-        self.stage = _Stage.DONE
 
 
 def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
@@ -624,50 +640,57 @@ def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) ->
 
 async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[SessionSurvey], int | None]:
     """Observe every entry of ``.mevedel/sessions/`` (dot-named entries are
-    temporary files and clock probes, not sessions). Returns the surveys and
-    the first target clock reading (None when there was nothing to judge)."""
+    temporary files and clock probes, not sessions), ``batch`` at most per
+    program. Returns the surveys and the first target clock reading (None
+    when there was nothing to judge)."""
     if batch < 1:
         raise ValueError("a listing batch holds at least one session")
-    listing = ListDir(SESSIONS_DIR, optional=True)
-    first = (await target.run(ControlProgram([listing])))[0]
-    if first.status is Status.ABSENT:
-        return [], None
-    raise_for_result(listing, first)
-    surveys = [
-        SessionSurvey(name, SessionPaths(name) if is_session_id(name) else None)
-        for name in first.value
-        if not name.startswith(".")
-    ]
-    waiting = [_Probe(s) for s in surveys]
-    waiting.reverse()  # pop() admits in listing order
+    surveys: list[SessionSurvey] = []
     active: list[_Probe] = []
+    after: str | None = None
+    surveyed_all = False
     first_now: int | None = None
-    while waiting or active:
-        # An admitted session normally finishes in its first program; the
-        # few that need another read stay in flight beside the next batch.
-        for _ in range(min(batch, len(waiting))):
-            active.append(waiting.pop())
-        clock = Clock(SESSIONS_DIR)
-        ops: list[Operation] = []
+    while not surveyed_all or active:
+        # A session normally finishes in the program that surveys it; the
+        # few that need another read go beside the next survey.
+        clock = Clock(SESSIONS_DIR, optional=True)
+        survey = None if surveyed_all else _survey(after=after, batch=batch)
+        head: list[Operation] = [clock] if survey is not None or any(p.needs_clock() for p in active) else []
+        if survey is not None:
+            head.append(survey)
+        ops: list[Operation] = list(head)
         spans: list[tuple[_Probe, int, int]] = []
         for probe in active:
             probe_ops = probe.ops()
             spans.append((probe, len(ops), len(ops) + len(probe_ops)))
             ops.extend(probe_ops)
-        with_clock = any(p.needs_clock() for p in active)
-        program = ControlProgram([clock, *ops] if with_clock else ops)
-        result = await target.run(program)
+        result = await target.run(ControlProgram(ops))
+        if survey is not None:
+            answer = result[1]
+            if answer.status is Status.ABSENT and after is None:
+                return [], None
+            raise_for_result(survey, answer)
         now: int | None = None
-        offset = 0
-        if with_clock:
+        if head:
             raise_for_result(clock, result[0])
             now = int(result[0].value)
-            offset = 1
             if first_now is None:
                 first_now = now
         for probe, start, end in spans:
-            probe.accept(list(result.results[offset + start : offset + end]), now)
+            probe.accept(list(result.results[start:end]), now)
         active = [p for p in active if not p.finished]
+        if survey is not None:
+            found: DirSurvey = answer.value
+            for entry in found.entries:
+                surveyed = SessionSurvey(entry.name, SessionPaths(entry.name) if is_session_id(entry.name) else None)
+                surveys.append(surveyed)
+                probe = _Probe(surveyed)
+                probe.accept_entry(entry, now)
+                if not probe.finished:
+                    active.append(probe)
+            surveyed_all = found.complete or not found.entries
+            if found.entries:
+                after = found.entries[-1].name
     return surveys, first_now
 
 
