@@ -235,6 +235,16 @@ class AgentEngine:
                 # Not one of the files: a directory above them it will make.
                 self.record_pre_state(session_id, relative, before, directory=relative not in files)
 
+    def remember_after_writes(self, session_id: str, paths: Sequence[str]) -> None:
+        """The tool server's ApplyPatch wrote ``paths`` (as the agent names
+        them, like :meth:`record_before_writes`): remembered as
+        ``fs/write_text_file``'s writes are (:meth:`remember_written`). Not
+        before the write: a sync in between would find a new file absent
+        and forget it."""
+        where = self.trees.files(self.working_directory(session_id))
+        for path in paths:
+            self.remember_written(session_id, where.relative(path))
+
     # Prompt -----------------------------------------------------------------------
 
     async def prompt(self, session_id: str, text: str, *, on_begun: Callable[[int], Awaitable[None]] | None = None,
@@ -607,10 +617,10 @@ class AgentEngine:
             machine=self.machine, state=state))
 
     def remember_written(self, session_id: str, path: str) -> None:
-        """The agent wrote ``path`` (target-relative) through ``fs/*``: the
-        session's file-state record looks at it from now on even inside an
-        ignored directory, so a shell command's later change to it is
-        checkpointed (FileStateRecord.remember)."""
+        """The agent wrote ``path`` (target-relative) through ``fs/*`` or
+        ApplyPatch: the session's file-state record looks at it from now on
+        even inside an ignored directory, so a shell command's later change
+        to it is checkpointed (FileStateRecord.remember)."""
         self.trees.record(self.working_directory(session_id)).remember(path)
 
     async def capture_changes(self, session_id: str) -> list[str]:

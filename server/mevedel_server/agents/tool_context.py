@@ -106,8 +106,11 @@ class AgentToolContext:
             raise ToolRefused(refused.message) from None
 
     async def after_project_write(self, paths: Sequence[str]) -> Sequence[str]:
-        """Tell the workspace's artifact store about the authored files the
-        committed patch wrote (notes for the model)."""
+        """Remember the project files the committed patch wrote (the
+        file-state record looks at them even in an ignored directory) and
+        tell the workspace's artifact store about the authored ones (notes
+        for the model)."""
+        self._engine.remember_after_writes(self._running.session_id, [p for p in paths if artifact_item(p) is None])
         if not any(artifact_item(path) is not None for path in paths):
             return []
         work = self._work()
