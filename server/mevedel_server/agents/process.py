@@ -34,6 +34,10 @@ _log = logging.getLogger(__name__)
 AUTH_REQUIRED = -32000
 #: Lines of the agent's standard error kept for error messages.
 STDERR_TAIL = 20
+#: Bytes of the agent's standard error read (and logged) at once.
+STDERR_CHUNK = 64 * 1024
+#: Bytes of a standard error line looked at for the tail (300 characters kept).
+_TAIL_LINE_BYTES = 1200
 #: Bytes one line of the agent's output may take (images travel inline).
 STDIO_LIMIT = 50 * 1024 * 1024
 #: The agent's log (its standard error, and what the ACP SDK says of its
@@ -371,17 +375,26 @@ class AgentProcess:
         self.agent_fault(f"sent what the ACP SDK could not handle ({_said(record)})")
 
     async def _keep_stderr(self) -> None:
+        # Read and logged by the chunk, not by the line: an agent writing
+        # megabytes of short lines cost a log open and an event-loop turn
+        # per line, seconds of CPU that at load stalled the turn.
         assert self.process is not None and self.process.stderr is not None
         self.log.write(f"--- {self.spec.name}: {' '.join(self.spec.command)}\n".encode())
+        partial = b""
         while True:
-            try:
-                line = await self.process.stderr.readline()
-            except (ValueError, asyncio.LimitOverrunError):  # a line longer than the limit
-                continue
-            if not line:
-                return
-            self.log.write(line)
-            text = line.decode("utf-8", "replace").strip()
+            chunk = await self.process.stderr.read(STDERR_CHUNK)
+            if not chunk:
+                break
+            self.log.write(chunk)
+            lines = (partial + chunk).split(b"\n")
+            # Only a line's head is kept (a line without end is not held whole).
+            partial = lines.pop()[:_TAIL_LINE_BYTES]
+            self._keep_tail(lines[-STDERR_TAIL:])
+        self._keep_tail([partial])
+
+    def _keep_tail(self, lines: Sequence[bytes]) -> None:
+        for line in lines:
+            text = line[:_TAIL_LINE_BYTES].decode("utf-8", "replace").strip()
             if text:
                 self._tail.append(text[:300])
 
