@@ -9,7 +9,8 @@ session fixture, so one per worker, on a port of its own) and, set here
 before any test runs, its own ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME`` and
 ``XDG_RUNTIME_DIR``: the CLI's client identity, MCP approvals, config file
 and the tool host's socket directory are never shared by two workers, nor
-taken from the user running the suite. Tests that must not run twice at
+taken from the user running the suite; and its own session, which Linux
+schedules as a unit (``_own_session``). Tests that must not run twice at
 once (they build into the source tree) share an ``xdist_group``.
 """
 
@@ -40,14 +41,31 @@ _isolated: Path | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     """This process's own XDG directories, short (under /tmp) so the unix
-    socket paths made below them fit."""
+    socket paths made below them fit; a worker's own session."""
     global _isolated
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    if worker != "main":
+        _own_session()
     _isolated = Path(tempfile.mkdtemp(prefix=f"mevedel-{worker}-", dir="/tmp" if os.path.isdir("/tmp") else None))
     for name in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"):
         path = _isolated / name.lower()
         path.mkdir(mode=0o700)
         os.environ[name] = str(path)
+
+
+def _own_session() -> None:
+    """Linux's scheduler (autogroup) shares the CPU between sessions first:
+    in the runner's session, every worker and all it starts (editors,
+    servers, CLI commands) shared one session's slice, while the agents,
+    SSH sessions and Neovim 0.10+'s servers each make a session of their
+    own and got as much as the whole suite -- at load a server started by
+    Neovim 0.7 or a CLI command then took minutes of wall clock for a second
+    of CPU. A session per worker: a test's processes compete with the other
+    sessions of the machine, not with every other worker's test."""
+    try:
+        os.setsid()
+    except OSError:  # already a session's or a process group's leader
+        pass
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
