@@ -404,12 +404,14 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                              local_cwd=str(local) if local is not None else None)
         if arguments.mode is not None or arguments.set_options:
             await _choose(engine, session_id, arguments)
+        mark = RunnerMark(service, session_id)
+        mark.ride_first_save()
+        # After the runner record: the history's guarded write rides last
+        # (a history changed meanwhile stops nothing that follows it).
         said = await service.sessions.record_input(session_id, text)
         if said:
             front.note(f"[{said}]")
         loop = asyncio.get_running_loop()
-        mark = RunnerMark(service, session_id)
-        mark.ride_first_save()
         await engine.queue.state(session_id)  # what an earlier process left, under the restart rules
         task = asyncio.ensure_future(engine.prompt(session_id, text, agent=arguments.agent, attachments=arguments.attach,
                                                    on_begun=lambda turn: mark.mark_after_first_save()))
@@ -446,6 +448,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 loop.remove_signal_handler(signal.SIGINT)
                 loop.remove_signal_handler(STEER_SIGNAL)
             await mark.__aexit__()
+            said = await service.sessions.input_recorded()  # when no commit carried it
+            if said:
+                front.note(f"[{said}]")
             try:
                 await engine.stop_all()
             finally:

@@ -37,6 +37,7 @@ from ..store import (
     runner_read,
     runner_recorded,
 )
+from ..targets import Verify
 from ..targets.clock import read_target_clock
 from .session_client import CommandError
 
@@ -86,6 +87,10 @@ class RunnerCheck:
 
     def reads(self, paths: SessionPaths) -> list:
         return [runner_read(paths)]
+
+    def guards(self, paths: SessionPaths) -> list:
+        # No record at all: nothing to judge, so the claim may share the program.
+        return [Verify(runner_read(paths).path, None)]
 
     async def judge(self, session_id: str, results: tuple | None) -> None:
         if results:
@@ -149,7 +154,7 @@ class RunnerMark:
         self.recorded = False
         #: The record this process wrote (proven still there when cleared).
         self.written: bytes | None = None
-        #: The lease and rider carrying the record on the first save.
+        #: The session and rider carrying the record on the first save.
         self._riding = None
 
     def _record(self) -> RunnerRecord:
@@ -164,21 +169,21 @@ class RunnerMark:
         return self
 
     def ride_first_save(self) -> None:
-        """When the session's lease is held already (a resumed session),
-        the record rides the turn's first publication (behind its lease
-        proof) instead of a program of its own after it."""
+        """The record rides the turn's first publication (behind its lease
+        proof; a new session's, right after its first save claims the
+        lease) instead of a program of its own after it."""
         session = self.service.session(self.session_id)
-        if session.lease is None or self.recorded:
+        if self.recorded:
             return
         written = encode_runner(self._record())
-        ops = runner_ops(session.lease.paths, written)
+        ops = runner_ops(session.paths, written)
 
         def delivered(results) -> None:
             with contextlib.suppress(Exception):  # not recorded: written on its own after the save
                 runner_recorded(ops, results)
                 self.written, self.recorded = written, True
 
-        self._riding = (session.lease, session.lease.ride(ops, delivered=delivered))
+        self._riding = (session, session.ride_next_commit(ops, delivered=delivered))
 
     def _stop_riding(self) -> None:
         riding, self._riding = self._riding, None

@@ -90,9 +90,10 @@ async def test_a_resume_after_the_listing_starts_from_its_observation_and_snapsh
     await service.sessions.list()
     before = counting.programs
     opened = await service.sessions.open(sid, "resume")
-    # The payloads with the workspace identity and git's exclude file; the
-    # claim with the journals' listing.
-    assert opened.action == "resume" and counting.programs - before == 2
+    # One program: the payloads with the workspace identity and git's
+    # exclude file, the proof of the identity the listed sidecar records,
+    # the claim, the journals' listing.
+    assert opened.action == "resume" and counting.programs - before == 1
     assert [t.preview for t in await service.turns.summaries(sid)] == ["prompt 1", "prompt 2"]
     await service.turns.begin_turn(sid, "prompt 3")
     await service.turns.settle(sid)
@@ -154,38 +155,138 @@ async def test_collection_at_exit_starts_from_what_the_last_commit_listed(tmp_pa
 
 
 async def test_a_resume_records_the_prompt_in_the_programs_it_runs_anyway(tmp_path):
-    """``mevedel prompt`` on a saved session: the input history is read with
-    the committed bytes and the prompt written in the claim's program (under
-    the history's lock, guarded by the bytes read); a history another
-    process changed in between is still recorded over, losing nothing."""
+    """``mevedel prompt`` on a saved session: the input history is read in
+    the claim's program and the prompt written in the turn's first
+    publication (under the history's lock, guarded by the bytes read); a
+    history another process changed in between is recorded over on its own
+    once the command is done with it, losing nothing."""
     sid = await two_turns(tmp_path, client=ME)
     other = SessionService(LocalTarget(tmp_path), OTHER)
     await other.sessions.open(sid, "join")
     counting = Counting(LocalTarget(tmp_path))
     service = SessionService(counting, ME, one_command=True)
     service.sessions.reads_input_history = True
-    service.sessions.input_to_record = "prompt 3"
     await service.sessions.list()
     before = counting.programs
     await service.sessions.open(sid, "resume")
     assert await service.sessions.record_input(sid, "prompt 3") is None
-    assert counting.programs - before == 2  # the committed bytes, the claim
+    await service.turns.begin_turn(sid, "prompt 3")
+    await service.turns.settle(sid)
+    assert await service.sessions.input_recorded() is None
+    assert counting.programs - before == 2  # the claim, the turn's publication
     assert (await other.sessions.input_history()).entries == ("prompt 3",)
-    # A read the claim's write no longer matches: recorded on its own.
+    await service.sessions.detach()
+    # A read the riding write no longer matches: recorded on its own.
     again = SessionService(LocalTarget(tmp_path), ME, one_command=True)
     again.sessions.reads_input_history = True
-    again.sessions.input_to_record = "prompt 4"
     await again.sessions.list()
-    original = again.sessions._committed_conversation
-
-    async def meddling(*args, **kwargs):
-        got = await original(*args, **kwargs)
-        from mevedel_server.store.workspace_wide.input_history import InputHistory
-
-        await InputHistory(LocalTarget(tmp_path)).record("from elsewhere")
-        return got
-
-    again.sessions._committed_conversation = meddling
     await again.sessions.open(sid, "resume")
+    from mevedel_server.store.workspace_wide.input_history import InputHistory
+
+    await InputHistory(LocalTarget(tmp_path)).record("from elsewhere")
     assert await again.sessions.record_input(sid, "prompt 4") is None
+    await again.turns.begin_turn(sid, "prompt 4")
+    await again.turns.settle(sid)
+    assert await again.sessions.input_recorded() is None
     assert (await other.sessions.input_history()).entries == ("prompt 3", "from elsewhere", "prompt 4")
+    # No commit at all (the prompt was refused before its turn): written at detach.
+    third = SessionService(LocalTarget(tmp_path), ME, one_command=True)
+    third.sessions.reads_input_history = True
+    await third.sessions.list()
+    await third.sessions.open(sid, "resume")
+    assert await third.sessions.record_input(sid, "prompt 5") is None
+    await third.sessions.detach()
+    assert (await other.sessions.input_history()).entries[-1] == "prompt 5"
+
+
+async def test_a_new_sessions_prompt_rides_its_first_save(tmp_path):
+    """A new session: the history read with its creation, the prompt
+    written by the first save's publication, right after the claim."""
+    recording = Recording(LocalTarget(tmp_path))
+    service = SessionService(recording, ME, one_command=True)
+    service.sessions.reads_input_history = True
+    sid = (await service.sessions.create()).session_id
+    assert await service.sessions.record_input(sid, "first words") is None
+    before = len(recording.shapes)
+    await service.turns.begin_turn(sid, "first words")
+    await service.turns.settle(sid)
+    assert await service.sessions.input_recorded() is None
+    assert len(recording.shapes) - before == 2  # the claim, the publication carrying the write
+    assert recording.shapes[-1][-2:] == ("Verify", "Replace")
+    assert (await SessionService(LocalTarget(tmp_path), OTHER).sessions.input_history()).entries == ("first words",)
+
+
+def lease_heads(root, sid) -> list[str]:
+    return sorted(p.name for p in (root / ".mevedel" / "sessions" / sid / ".lease").glob("generation-*.json"))
+
+
+async def test_a_resume_from_the_listing_writes_nothing_when_its_proofs_fail(tmp_path):
+    """The claim shares the committed bytes' program only behind proofs:
+    the workspace identity the listed sidecar records (a session copied
+    from another project), and what the front end's check needs absent.
+    A proof that fails stops the program before the claim; the resume then
+    reads and judges first, as it always did, and writes nothing to refuse."""
+    import pytest
+
+    from mevedel_server.store import IdentityNeedsConfirmation
+    from mevedel_server.store.authority.workspace import ensure_workspace_id
+
+    sid = await two_turns(tmp_path, client=ME)
+    # Another project's identity, as a copied session finds.
+    (tmp_path / ".mevedel" / "workspace-id").unlink()
+    await ensure_workspace_id(LocalTarget(tmp_path))
+    before = lease_heads(tmp_path, sid)
+    service = SessionService(LocalTarget(tmp_path), ME, one_command=True)
+    await service.sessions.list()
+    with pytest.raises(IdentityNeedsConfirmation):
+        await service.sessions.open(sid, "resume")
+    assert lease_heads(tmp_path, sid) == before and not service.is_open(sid)
+
+    class Refusing:
+        """A check whose guard fails and whose judgement refuses."""
+
+        def reads(self, paths):
+            return []
+
+        def guards(self, paths):
+            from mevedel_server.targets import Verify
+
+            return [Verify(".mevedel/workspace-id", None)]  # present: fails
+
+        async def judge(self, session_id, results):
+            raise RuntimeError("refused by the check")
+
+    checked = SessionService(LocalTarget(tmp_path), ME, one_command=True)
+    checked.sessions.resume_check = Refusing()
+    await checked.sessions.list()
+    with pytest.raises(RuntimeError, match="refused by the check"):
+        await checked.sessions.open(sid, "resume", confirm_identity=True)
+    assert lease_heads(tmp_path, sid) == before
+
+
+async def test_payloads_the_claims_program_finds_bad_refuse_and_release(tmp_path):
+    """Bytes read in the claim's program are judged after it: a payload
+    that does not match its manifest refuses the resume, the lease it took
+    released at once (the session is free again), no payload touched."""
+    import json
+
+    import pytest
+
+    from mevedel_server.store import error_kind, observe_lease
+
+    sid = await two_turns(tmp_path)
+    session = tmp_path / ".mevedel" / "sessions" / sid
+    head = json.loads(sorted((session / ".lease").glob("generation-*.json"))[-1].read_bytes())["publication_head"]
+    entries = json.loads((session / head).read_bytes())["entries"]
+    segment = next(e["published"] for name, e in entries.items() if name.startswith("segment-"))
+    (session / segment).write_bytes((session / segment).read_bytes() + b" ")
+    payloads = {p: p.read_bytes() for p in session.rglob("*") if p.is_file() and ".lease" not in p.parts}
+    service = SessionService(LocalTarget(tmp_path), ME, one_command=True)
+    await service.sessions.list()
+    with pytest.raises(Exception) as refused:
+        await service.sessions.open(sid, "resume")
+    assert error_kind(refused.value) == "unreadable" and "SHA-256" in str(refused.value)
+    assert not service.is_open(sid)
+    observed = await observe_lease(LocalTarget(tmp_path), sid)
+    assert observed.record is not None and observed.record.state.value == "released"
+    assert {p: p.read_bytes() for p in session.rglob("*") if p.is_file() and ".lease" not in p.parts} == payloads

@@ -422,10 +422,18 @@ async def acquire_lease(
     duration_seconds: int = DEFAULT_LEASE_SECONDS,
     confirm_takeover: bool = False,
     observation: LeaseObservation | None = None,
+    lead: Sequence[Operation] = (),
     riders: Sequence[Operation] = (),
     lock: str | None = None,
 ) -> LeaseHandle:
     """Take the session's lease for ``identity``.
+
+    ``lead`` runs first in the program that writes the claim: optional
+    reads the caller judges after it (the handle's ``led``: their results,
+    ``None`` when the claim took another program than the one they ran in,
+    so the caller reads them itself) and preconditions (a ``Verify``) that
+    stop the program, nothing of the lease written, when they fail: then
+    :class:`LeadStopped` carries the program's results.
 
     ``riders`` (optional reads) run after the claim in its own program;
     their results are the handle's ``riders`` (empty when the claim took
@@ -452,15 +460,16 @@ async def acquire_lease(
     paths = SessionPaths(check_session_id(session_id))
     if observation is not None and observation.now is not None and observation.session_id == paths.session_id:
         try:
-            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, riders, lock)
+            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, lead, riders, lock)
         except ClaimRaced:
             pass  # the observation was stale: judge afresh
     obs = await _observe(target, paths, with_clock=True)
-    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, riders, lock)
+    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, lead, riders, lock)
 
 
 async def _acquire_from(
     target: Target, paths: SessionPaths, identity: ClientIdentity, duration_seconds: int, confirm_takeover: bool, obs: LeaseObservation,
+    lead: Sequence[Operation] = (),
     riders: Sequence[Operation] = (),
     lock: str | None = None,
 ) -> LeaseHandle:
@@ -473,12 +482,15 @@ async def _acquire_from(
         if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
             handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
             try:
-                adopted = await handle._rotate(stamped=True, state=LeaseState.ACTIVE, trailing=riders, lock=lock)
+                adopted = await handle._rotate(lead, stamped=True, state=LeaseState.ACTIVE, trailing=riders, lock=lock)
             except LeaseLost as lost:
                 raise ClaimRaced(
                     f"session {session_id}: the lease moved while it was being adopted ({lost.reason})",
                     session_id=session_id,
                 ) from None
+            if adopted.stopped_at is not None and adopted.stopped_at < len(lead):
+                raise LeadStopped(adopted)
+            handle.led = handle._led
             if riders:
                 handle.riders = tuple(adopted.results[len(adopted.results) - len(riders) :])
             return handle
@@ -497,7 +509,7 @@ async def _acquire_from(
     granted = False
     if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
         granted = await _refuse_fenced(target, paths, identity, rec)
-    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, trailing=riders, lock=lock)
+    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, lead=lead, trailing=riders, lock=lock)
 
 
 def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
@@ -628,6 +640,7 @@ async def _claim(
     handle._sound[n + 1] = candidate_raw
     prune.judge(paths, list(result.results[at_prune:at_trailing]), handle._sound, handle._damaged)
     handle.riders = tuple(result.results[at_trailing:])
+    handle.led = tuple(result.results[: len(lead)])
     return handle
 
 
@@ -689,6 +702,9 @@ class Rider:
     ops: tuple[Operation, ...]
     every: bool = False
     delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None
+    #: The lock directory the carrying program must hold (a guarded write
+    #: of a file other writers change under that lock).
+    lock: str | None = None
     #: The results of the last commit that carried the operations (and
     #: that ``delivered`` did not refuse), and the generation it wrote.
     results: tuple[OpResult, ...] | None = None
@@ -729,8 +745,12 @@ class LeaseHandle:
     #: (what a prune may remove), and those found damaged (never removed).
     _sound: dict[int, bytes] = field(default_factory=dict, repr=False)
     _damaged: set[int] = field(default_factory=set, repr=False)
-    #: The results of the claim's riders (see :func:`acquire_lease`).
+    #: The results of the claim's riders and of its lead operations (see
+    #: :func:`acquire_lease`; ``led`` None: not run in the claim's program).
     riders: tuple[OpResult, ...] = field(default=(), repr=False)
+    led: tuple[OpResult, ...] | None = field(default=None, repr=False)
+    #: The lead results of the last rotation that ran its lead operations.
+    _led: tuple[OpResult, ...] | None = field(default=None, repr=False)
     #: What the next head commits carry (see :class:`Rider`).
     riding: list[Rider] = field(default_factory=list, repr=False)
 
@@ -800,7 +820,10 @@ class LeaseHandle:
         when the rotation itself was refused."""
         riders = list(self.riding)
         trailing = [op for rider in riders for op in rider.ops]
-        result = await self._rotate(lead_ops, trailing=trailing, **changes)
+        locks = {rider.lock for rider in riders if rider.lock is not None}
+        if len(locks) > 1:
+            raise ValueError(f"riders want different locks: {sorted(locks)}")
+        result = await self._rotate(lead_ops, trailing=trailing, lock=next(iter(locks), None), **changes)
         if result.stopped_at is not None and result.stopped_at < len(lead_ops):
             return result
         at = len(result.results) - len(trailing)
@@ -814,11 +837,11 @@ class LeaseHandle:
         return result
 
     def ride(self, ops: Sequence[Operation], *, every: bool = False,
-             delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None) -> Rider:
+             delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None, lock: str | None = None) -> Rider:
         """Have the next head commit (``every``: each one) carry ``ops``;
         ``delivered`` is told their results (False: do not keep them for
-        :meth:`Rider.take`)."""
-        rider = Rider(tuple(ops), every, delivered)
+        :meth:`Rider.take`); ``lock``: see :attr:`Rider.lock`."""
+        rider = Rider(tuple(ops), every, delivered, lock=lock)
         self.riding.append(rider)
         return rider
 
@@ -869,6 +892,7 @@ class LeaseHandle:
             self._check_usable()
             base_generation, base_raw = self.generation, self._raw
             lead = list(lead_ops)
+            self._led = None
             while True:
                 next_generation = base_generation + 1
                 path = self.paths.generation(next_generation)
@@ -891,6 +915,8 @@ class LeaseHandle:
                 except BaseException:
                     self._uncertain = True
                     raise
+                if lead:
+                    self._led = tuple(result.results[:at])
                 if result.stopped_at is not None and result.stopped_at < at:
                     return result
                 verified, created, rechecked, listed = result[at], result[at + 1], result[at + 2], result[at + 3]

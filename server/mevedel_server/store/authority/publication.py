@@ -194,16 +194,34 @@ class CommittedSnapshot:
         entries = sorted(self.manifest.entries.items()) if self.manifest is not None else []
         return await self._read_verified(entries, also, extra), extra[0]
 
+    def payload_reads(self) -> list[Operation]:
+        """The reads of :meth:`read_all`, to run inside another program
+        (optional: they never stop it); judge them with :meth:`verified`."""
+        entries = sorted(self.manifest.entries.items()) if self.manifest is not None else []
+        return self._reads(entries)
+
+    async def verified(self, results: Sequence[OpResult]) -> dict[str, bytes]:
+        """What :meth:`payload_reads`' ``results`` hold, each verified
+        against the manifest (a payload packed since is read from the pack)."""
+        entries = sorted(self.manifest.entries.items()) if self.manifest is not None else []
+        return await self._verify(entries, self._reads(entries), results)
+
+    def _reads(self, items: list[tuple[str, ManifestEntry]]) -> list[Operation]:
+        return [Read(self.paths.inside(entry.published), optional=True) for _, entry in items]
+
     async def _read_verified(
         self, items: list[tuple[str, ManifestEntry]], also: Sequence[Operation] = (), extra: list | None = None
     ) -> dict[str, bytes]:
-        ops = [Read(self.paths.inside(entry.published), optional=True) for _, entry in items]
+        ops = self._reads(items)
         result = await self.target.run(ControlProgram([*ops, *also]))
         if extra is not None:
             extra.append(tuple(result.results[len(ops) :]))
+        return await self._verify(items, ops, result.results)
+
+    async def _verify(self, items: list[tuple[str, ManifestEntry]], ops: list[Operation], results: Sequence[OpResult]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}
         pack: Pack | None = None
-        for (logical, entry), op, op_result in zip(items, ops, result):
+        for (logical, entry), op, op_result in zip(items, ops, results):
             if op_result.status not in (Status.OK, Status.ABSENT):
                 raise_for_result(op, op_result)
             status, data = op_result.status, op_result.value

@@ -29,13 +29,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ...targets import (
     ControlProgram,
     ListDir,
     MakeDirs,
+    Operation,
     OpResult,
     Stat,
     Status,
@@ -47,6 +48,7 @@ from ..authority.lease import (
     ClientIdentity,
     LeadStopped,
     LeaseHandle,
+    Rider,
     acquire_lease,
     claim_new_session,
 )
@@ -152,6 +154,9 @@ class OpenSession:
         #: failed without an answer: whether it made the directory is
         #: unknown until looked at.
         self._fresh_claim_unsure = False
+        #: What the lease's next head commit carries, waiting for the lease
+        #: a new session's first save claims (see :meth:`ride_next_commit`).
+        self._waiting_riders: list[Rider] = []
         #: Why the session is read-only (None: writable).
         self.read_only = read_only
         self.holder_host = holder_host
@@ -543,7 +548,30 @@ class OpenSession:
         lease = await acquire_lease(self.target, self.session_id, self.client, duration_seconds=self.lease_seconds)
         self.adopt_lease(lease)
 
+    def ride_next_commit(
+        self, ops: Sequence[Operation], *, delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None,
+        lock: str | None = None,
+    ) -> Rider:
+        """Have the lease's next head commit carry ``ops`` (see
+        :meth:`LeaseHandle.ride`); before a new session's first save has
+        claimed its lease, the commit that save makes right after its claim."""
+        if self.lease is not None:
+            return self.lease.ride(ops, delivered=delivered, lock=lock)
+        rider = Rider(tuple(ops), delivered=delivered, lock=lock)
+        self._waiting_riders.append(rider)
+        return rider
+
+    def withdraw(self, rider: Rider) -> bool:
+        """Stop ``rider`` (:meth:`ride_next_commit`); False when no commit
+        would have carried it any more."""
+        if rider in self._waiting_riders:
+            self._waiting_riders.remove(rider)
+            return True
+        return self.lease is not None and self.lease.withdraw(rider)
+
     def adopt_lease(self, lease: LeaseHandle) -> None:
+        lease.riding.extend(self._waiting_riders)
+        self._waiting_riders.clear()
         self.lease = lease
         self.publisher = Publisher(lease)
         self.time.anchor(lease.now)

@@ -31,8 +31,11 @@ from ...targets import (
     raise_for_result,
 )
 from ..authority.lease import (
+    LeadStopped,
+    LeaseHandle,
     LeaseObservation,
     LeaseStanding,
+    Rider,
     acquire_lease,
     observe_lease,
 )
@@ -45,6 +48,7 @@ from ..authority.workspace import (
     ensure_generated_excludes,
     ensure_workspace_id,
     ensure_workspace_id_with,
+    identity_proof,
     read_workspace_id,
     sessions_listing,
     workspace_id_from,
@@ -52,7 +56,12 @@ from ..authority.workspace import (
 )
 from ..content.sidecar import NameRefused, normalize_display_name, shown_name
 from ..content.turns import Conversation, ConversationError
-from ..errors import IdentityNeedsConfirmation, StoreError, TakeoverNeedsConfirmation
+from ..errors import (
+    IdentityNeedsConfirmation,
+    LeaseObservationError,
+    StoreError,
+    TakeoverNeedsConfirmation,
+)
 from ..layout import STATE_DIR, SessionPaths
 from ..transactions.pending_inputs import input_listing
 from ..transactions.pending_publication import pending_listing
@@ -126,6 +135,9 @@ class Sessions:
         #: the claim's program (holding the history's lock), after the claim.
         self.input_to_record: str | None = None
         self._recorded_input: str | None = None
+        #: The prompt's history write riding a commit: the session, the
+        #: rider and the text (see :meth:`input_recorded`).
+        self._riding_input: tuple[OpenSession, Rider, str] | None = None
         #: A front end's reads of a session it resumes, run in the program
         #: that reads the committed bytes and judged before the lease is
         #: claimed (``mevedel prompt``: is another of its processes running
@@ -158,7 +170,7 @@ class Sessions:
             self._table.listed = {
                 survey.name: (CommittedSnapshot(self._table.target, survey.paths, survey.observation.generation,
                                                 survey.observation.publication_head, survey.manifest), survey.recovery,
-                              survey.observation)
+                              survey.observation, survey.sidecar.workspace_id if survey.sidecar is not None else None)
                 for survey in (listing.surveyed[0] if listing.surveyed else ())
                 if survey.paths is not None and survey.observation is not None and survey.problem is None
                 and (survey.manifest is not None or survey.observation.publication_head is None)
@@ -319,42 +331,54 @@ class Sessions:
         identity_reads = workspace_id_reads(probe)
         history = [history_read()] if self.reads_input_history else []
         check = self.resume_check
-        checked = list(check.reads(SessionPaths(session_id))) if check is not None else []
-        found: list[tuple] = []
-        snapshot, conversation = await self._committed_conversation(
-            session_id, also=[*identity_reads, *history, *checked], found=found
-        )
-        if check is not None:  # it may refuse the resume: nothing is written yet
-            at = len(identity_reads) + len(history)
-            await check.judge(session_id, tuple(found[0][at:]) if found else None)
-        if found:
-            current = workspace_id_from(identity_reads, found[0][: len(identity_reads)], probe)
-            if history:
-                self._history_read = found[0][len(identity_reads)]
-        else:
-            current = await read_workspace_id(self._table.target, excludes=probe)
-        workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, current)
-        await self._note_use(probe)
+        paths = SessionPaths(session_id)
+        checked = list(check.reads(paths)) if check is not None else []
         # The recovery journal and the pending publication, listed in the
         # claim's program (after it: nobody else writes them then).
-        paths = SessionPaths(session_id)
         journals = (recovery_listing(paths), pending_listing(paths))
         inputs = input_listing(paths)  # for the prompt queue's first load
-        recording = None
-        if self.input_to_record is not None and self._history_read is not None:
-            recording = record_ops(self._history_read, self.input_to_record)
-        lease = await acquire_lease(
-            self._table.target,
-            session_id,
-            self._table.client,
-            duration_seconds=self._table.lease_seconds,
-            confirm_takeover=confirm_takeover,
-            observation=observation,
-            riders=(*journals, inputs, *(recording or ())),
-            lock=STATE_DIR if recording else None,
-        )
-        if recording and recorded(lease.riders[len(journals) + 1 :]):
-            self._recorded_input, self._history_read = self.input_to_record, None
+        reads = [*identity_reads, *history, *checked]
+        folded = await self._claim_with_reads(session_id, observation, confirm_takeover, reads, (*journals, inputs))
+        if folded is not None:
+            lease, snapshot, conversation, found = folded
+            try:
+                current = workspace_id_from(identity_reads, found[: len(identity_reads)], probe)
+                workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, current)
+            except BaseException:
+                await _release_quietly(lease)
+                raise
+            if history:
+                self._history_read = found[len(identity_reads)]
+            await self._note_use(probe)
+        else:
+            found_apart: list[tuple] = []
+            snapshot, conversation = await self._committed_conversation(session_id, also=reads, found=found_apart)
+            if check is not None:  # it may refuse the resume: nothing is written yet
+                at = len(identity_reads) + len(history)
+                await check.judge(session_id, tuple(found_apart[0][at:]) if found_apart else None)
+            if found_apart:
+                current = workspace_id_from(identity_reads, found_apart[0][: len(identity_reads)], probe)
+                if history:
+                    self._history_read = found_apart[0][len(identity_reads)]
+            else:
+                current = await read_workspace_id(self._table.target, excludes=probe)
+            workspace_id = await self._bound_identity(session_id, conversation, confirm_identity, current)
+            await self._note_use(probe)
+            recording = None
+            if self.input_to_record is not None and self._history_read is not None:
+                recording = record_ops(self._history_read, self.input_to_record)
+            lease = await acquire_lease(
+                self._table.target,
+                session_id,
+                self._table.client,
+                duration_seconds=self._table.lease_seconds,
+                confirm_takeover=confirm_takeover,
+                observation=observation,
+                riders=(*journals, inputs, *(recording or ())),
+                lock=STATE_DIR if recording else None,
+            )
+            if recording and recorded(lease.riders[len(journals) + 1 :]):
+                self._recorded_input, self._history_read = self.input_to_record, None
         if lease.publication_head != snapshot.head:  # a save landed in between
             try:
                 paths = SessionPaths(session_id)
@@ -386,6 +410,56 @@ class Sessions:
         elif not continuing and session.recovery is None:
             interrupted = await self._repair_resumed(session)
         return OpenResult(self._table.info_of(session), "takeover" if took_over else "resume", interrupted)
+
+    async def _claim_with_reads(
+        self, session_id: str, observation: LeaseObservation, confirm_takeover: bool, reads: Sequence[Operation],
+        riders: Sequence[Operation],
+    ) -> tuple[LeaseHandle, CommittedSnapshot, Conversation, tuple[OpResult, ...]] | None:
+        """Resume from what this command's listing read in one program: the
+        committed bytes and ``reads`` (their results returned), the proofs
+        that nothing read before the claim would refuse the resume (the
+        workspace identity the listed sidecar records, byte for byte; the
+        resume check's guards), the claim, ``riders``. None, with nothing
+        written, when there is no listing to start from or a proof failed:
+        the caller reads and judges before it claims. Bytes the claim's
+        program finds untrustworthy refuse the resume and release the lease
+        it took."""
+        listed = self._table.listed.get(session_id)
+        check = self.resume_check
+        if listed is None or listed[0].manifest is None or not listed[3] or observation.now is None:
+            return None
+        snapshot, paths = listed[0], SessionPaths(session_id)
+        payload = snapshot.payload_reads()
+        guards = [identity_proof(listed[3]), *(check.guards(paths) if check is not None else ())]
+        try:
+            lease = await acquire_lease(
+                self._table.target,
+                session_id,
+                self._table.client,
+                duration_seconds=self._table.lease_seconds,
+                confirm_takeover=confirm_takeover,
+                observation=observation,
+                lead=[*payload, *reads, *guards],
+                riders=riders,
+            )
+        except LeadStopped:
+            return None
+        self._table.listed.pop(session_id, None)
+        led = lease.led or ()
+        try:
+            if len(led) < len(payload) + len(reads):
+                raise LeaseObservationError(f"session {session_id}: the claim's program did not read the committed bytes")
+            if lease.publication_head == snapshot.head:
+                conversation = self._table.conversation_from(snapshot, await snapshot.verified(led[: len(payload)]))
+            else:  # a save landed since the listing: its head is read instead
+                head = lease.publication_head
+                manifest = await load_manifest(self._table.target, paths, head) if head else None
+                snapshot = CommittedSnapshot(self._table.target, paths, lease.generation, head, manifest)
+                conversation = await self._table.conversation_of(snapshot)
+        except BaseException:
+            await _release_quietly(lease)
+            raise
+        return lease, snapshot, conversation, tuple(led[len(payload) : len(payload) + len(reads)])
 
     async def _repair_resumed(self, session: OpenSession) -> int | None:
         """Settle a turn a stopped owner left in flight as interrupted and
@@ -517,6 +591,9 @@ class Sessions:
         ends; its leases stay until they expire or it reopens them). A
         publication collection still running gets ``collect_seconds`` to
         finish, then stops after its current step."""
+        said = await self.input_recorded()
+        if said:
+            _log.warning("%s", said)
         for session in self._table.sessions.values():
             if session.checkpoints is not None:
                 await session.checkpoints.stop()
@@ -703,6 +780,30 @@ class Sessions:
             self._recorded_input = None
             return None  # written in the claim's program
         read, self._history_read = self._history_read, None
+        ops = record_ops(read, text) if read is not None and not queued_for_runner else None
+        if ops is not None and self._riding_input is None:
+            # The write rides the session's next head commit (the turn's
+            # first publication), under the history's lock, guarded by the
+            # bytes read; see :meth:`input_recorded`.
+            session = self._table.sessions[session_id]
+            self._riding_input = (session, session.ride_next_commit(ops, lock=STATE_DIR), text)
+            return None
+        return await self._record_apart(text, read)
+
+    async def input_recorded(self) -> str | None:
+        """Finish a prompt's input history write that rode a commit
+        (:meth:`record_input`): when no commit carried it, or its guard found
+        the history changed meanwhile, it is written on its own now; what to
+        tell the person, if anything. Never raises."""
+        riding, self._riding_input = self._riding_input, None
+        if riding is None:
+            return None
+        session, rider, text = riding
+        if not session.withdraw(rider) and rider.results is not None and recorded(rider.results):
+            return None
+        return await self._record_apart(text, None)
+
+    async def _record_apart(self, text: str, read: OpResult | None) -> str | None:
         try:
             return (await InputHistory(self._table.target).record(text, read=read)).warning
         except Exception as error:  # the prompt goes on; the person is told
@@ -721,6 +822,12 @@ class ResumeCheck(Protocol):
     async def judge(self, session_id: str, results: tuple[OpResult, ...] | None) -> None:
         """Raise to stop the resume (nothing written). ``results``: the
         reads' (None: that program did not run them whole; read on your own)."""
+        ...
+
+    def guards(self, paths: SessionPaths) -> Sequence[Operation]:
+        """Preconditions under which :meth:`judge` could not refuse: while
+        they hold, the claim shares the reads' program (and ``judge`` is not
+        asked); one that fails stops that program before the claim."""
         ...
 
 

@@ -11,7 +11,7 @@ its own, so a session opened by one is seen by every other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from ...targets import Clock, ControlProgram, Target, raise_for_result
 from ..authority.lease import ClientIdentity, LeaseObservation
@@ -64,8 +64,10 @@ class SessionTable:
         #: from what the command's listing just read of it (its committed
         #: head, manifest and recovery journal) instead of reading them again.
         self.one_command = one_command
-        #: What this command's listing read of each session (``one_command``).
-        self.listed: dict[str, tuple[CommittedSnapshot, str | None, LeaseObservation]] = {}
+        #: What this command's listing read of each session (``one_command``):
+        #: the committed snapshot, the recovery journal's, the lease
+        #: observation and the workspace identity the sidecar records.
+        self.listed: dict[str, tuple[CommittedSnapshot, str | None, LeaseObservation, str | None]] = {}
         #: The sessions open here.
         self.sessions: dict[str, OpenSession] = {}
         #: Called with every :class:`SessionChange`.
@@ -193,16 +195,15 @@ class SessionTable:
         except RecordError:
             everything = None
         if everything is not None:
-            data = everything.get(SIDECAR_PATH)
-        else:
-            data = await snapshot.read(SIDECAR_PATH) if SIDECAR_PATH in snapshot.manifest.entries else None
-        sidecar = classify_sidecar(data)
-        if isinstance(sidecar, InspectRow):
-            raise SessionIncompatible(snapshot.session_id, sidecar)
-        if sidecar.session_id != snapshot.session_id:
-            row = InspectRow(SidecarErrorKind.INVALID_VALUE, f"the sidecar belongs to session {sidecar.session_id}")
-            raise SessionIncompatible(snapshot.session_id, row)
-        return Conversation.restore(everything if everything is not None else await snapshot.read_all())
+            return self.conversation_from(snapshot, everything)
+        data = await snapshot.read(SIDECAR_PATH) if SIDECAR_PATH in snapshot.manifest.entries else None
+        _check_sidecar(snapshot, data)
+        return Conversation.restore(await snapshot.read_all())
+
+    def conversation_from(self, snapshot: CommittedSnapshot, everything: Mapping[str, bytes]) -> Conversation:
+        """The conversation of ``snapshot``'s verified bytes (read already)."""
+        _check_sidecar(snapshot, everything.get(SIDECAR_PATH))
+        return Conversation.restore(everything)
 
     # The admission gate -------------------------------------------------------------
 
@@ -290,3 +291,13 @@ class SessionTable:
 
     def time_now(self) -> int:
         return self.clock().now()
+
+
+def _check_sidecar(snapshot: CommittedSnapshot, data: bytes | None) -> None:
+    """Refuse a sidecar that does not load here, or names another session."""
+    sidecar = classify_sidecar(data)
+    if isinstance(sidecar, InspectRow):
+        raise SessionIncompatible(snapshot.session_id, sidecar)
+    if sidecar.session_id != snapshot.session_id:
+        row = InspectRow(SidecarErrorKind.INVALID_VALUE, f"the sidecar belongs to session {sidecar.session_id}")
+        raise SessionIncompatible(snapshot.session_id, row)

@@ -278,6 +278,8 @@ class SidecarFacts:
     dedicated_artifact: str | None = None
     #: What pickers call it (:func:`..content.sidecar.shown_name`).
     shown_name: str = ""
+    #: The workspace identity it records (a resume proves it unchanged).
+    workspace_id: str = ""
 
 
 def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
@@ -295,6 +297,7 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
         updated_at=sidecar.updated_at,
         settled=sidecar.in_flight_turn is None,
         dedicated_artifact=sidecar.dedicated_artifact,
+        workspace_id=sidecar.workspace_id,
     )
 
 
