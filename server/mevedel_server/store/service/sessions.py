@@ -367,25 +367,15 @@ class Sessions:
             recording = None
             if self.input_to_record is not None and self._history_read is not None:
                 recording = record_ops(self._history_read, self.input_to_record)
-            lease = await acquire_lease(
-                self._table.target,
-                session_id,
-                self._table.client,
-                duration_seconds=self._table.lease_seconds,
-                confirm_takeover=confirm_takeover,
-                observation=observation,
-                riders=(*journals, inputs, *(recording or ())),
-                lock=STATE_DIR if recording else None,
+            lease = await self._acquire(
+                session_id, observation, confirm_takeover,
+                riders=(*journals, inputs, *(recording or ())), lock=STATE_DIR if recording else None,
             )
             if recording and recorded(lease.riders[len(journals) + 1 :]):
                 self._recorded_input, self._history_read = self.input_to_record, None
         if lease.publication_head != snapshot.head:  # a save landed in between
             try:
-                paths = SessionPaths(session_id)
-                head = lease.publication_head
-                manifest = await load_manifest(self._table.target, paths, head) if head else None
-                snapshot = CommittedSnapshot(self._table.target, paths, lease.generation, head, manifest)
-                conversation = await self._table.conversation_of(snapshot)
+                snapshot, conversation = await self._claimed_head(lease)
             except BaseException:
                 await _release_quietly(lease)
                 raise
@@ -411,6 +401,14 @@ class Sessions:
             interrupted = await self._repair_resumed(session)
         return OpenResult(self._table.info_of(session), "takeover" if took_over else "resume", interrupted)
 
+    async def _acquire(self, session_id: str, observation: LeaseObservation, confirm_takeover: bool, **program) -> LeaseHandle:
+        """This client's claim of ``session_id`` from ``observation``
+        (``program``: :func:`acquire_lease`'s lead, riders and lock)."""
+        return await acquire_lease(
+            self._table.target, session_id, self._table.client, duration_seconds=self._table.lease_seconds,
+            confirm_takeover=confirm_takeover, observation=observation, **program,
+        )
+
     async def _claim_with_reads(
         self, session_id: str, observation: LeaseObservation, confirm_takeover: bool, reads: Sequence[Operation],
         riders: Sequence[Operation],
@@ -432,16 +430,7 @@ class Sessions:
         payload = snapshot.payload_reads()
         guards = [identity_proof(listed[3]), *(check.guards(paths) if check is not None else ())]
         try:
-            lease = await acquire_lease(
-                self._table.target,
-                session_id,
-                self._table.client,
-                duration_seconds=self._table.lease_seconds,
-                confirm_takeover=confirm_takeover,
-                observation=observation,
-                lead=[*payload, *reads, *guards],
-                riders=riders,
-            )
+            lease = await self._acquire(session_id, observation, confirm_takeover, lead=[*payload, *reads, *guards], riders=riders)
         except LeadStopped:
             return None
         self._table.listed.pop(session_id, None)
@@ -452,14 +441,19 @@ class Sessions:
             if lease.publication_head == snapshot.head:
                 conversation = self._table.conversation_from(snapshot, await snapshot.verified(led[: len(payload)]))
             else:  # a save landed since the listing: its head is read instead
-                head = lease.publication_head
-                manifest = await load_manifest(self._table.target, paths, head) if head else None
-                snapshot = CommittedSnapshot(self._table.target, paths, lease.generation, head, manifest)
-                conversation = await self._table.conversation_of(snapshot)
+                snapshot, conversation = await self._claimed_head(lease)
         except BaseException:
             await _release_quietly(lease)
             raise
         return lease, snapshot, conversation, tuple(led[len(payload) : len(payload) + len(reads)])
+
+    async def _claimed_head(self, lease: LeaseHandle) -> tuple[CommittedSnapshot, Conversation]:
+        """The committed state ``lease`` names, read afresh (a save landed
+        between the read the resume started from and its claim)."""
+        head = lease.publication_head
+        manifest = await load_manifest(self._table.target, lease.paths, head) if head else None
+        snapshot = CommittedSnapshot(self._table.target, lease.paths, lease.generation, head, manifest)
+        return snapshot, await self._table.conversation_of(snapshot)
 
     async def _repair_resumed(self, session: OpenSession) -> int | None:
         """Settle a turn a stopped owner left in flight as interrupted and
