@@ -563,7 +563,7 @@ class FileStateRecord:
             digest = {path: self._digest[path] for path in facts if path in self._digest}
             removed = {path for path in changed if path not in self._facts}
         state = RecordState(facts, digest, self._unreadable, self._links, self._racy, self._unwalked, self._where, self._pack_size,
-                            b"" if whole else self._index_base, removed)
+                            b"" if whole else self._index_base, removed, holding=self._holding, tracked=self._tracked, known=self._known)
         with gc_paused():
             data = encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
         # A whole index first, then its delta goes: a delta never applies
@@ -668,6 +668,10 @@ class FileStateRecord:
             pack_refs = dict(Counter(map(_PACK, where.values())))
         self._where = where
         self._pack_refs = pack_refs
+        if state.holding is not None and state.tracked is not None and state.known is not None:
+            # Kept with the index (derived from the facts when it was saved).
+            self._holding, self._tracked, self._known = state.holding, state.tracked, state.known
+            return
         # Entries per parent directory first, then up the ancestors: a
         # handful of directories hold most files.
         parents = list(map(_PARENT, map(_SPLIT_PARENT, state.facts)))
@@ -1030,8 +1034,10 @@ class FileStateRecord:
     def _keep_live(self) -> None:
         """Take back from the orphans what the record names again."""
         if self._orphans:
-            self._orphans -= self._refs.keys()
-            self._orphans -= self._pack_refs.keys()
+            # The few orphans looked up (a set minus a dict's keys iterates
+            # all 100,000 of them).
+            refs, packs = self._refs, self._pack_refs
+            self._orphans = {name for name in self._orphans if name not in refs and name not in packs}
 
     def _kept(self, path: str) -> str | None:
         """The digest recorded for ``path`` when its bytes are kept in a

@@ -75,6 +75,14 @@ class RecordState:
     #: named in the whole one (of its ``where``, only these can be blobs
     #: no path names any more).
     dropped: set[str] = field(default_factory=set)
+    #: What the record derives from the facts, kept with them so that a
+    #: new process need not derive it again from every path (a third of
+    #: a load's time): directory -> recorded entries below it, the same
+    #: counting only the tracked ones, and the paths flagged known. None:
+    #: not kept (an index of an earlier version): derived at load.
+    holding: dict[str, int] | None = None
+    tracked: dict[str, int] | None = None
+    known: set[str] | None = None
 
 
 class _Body(msgspec.Struct, array_like=True):
@@ -99,6 +107,11 @@ class _Body(msgspec.Struct, array_like=True):
     offsets: bytes
     base: bytes
     removed: list[bytes]
+    #: The derived counts and known paths of the whole state (a delta's
+    #: too: they are small), or absent.
+    holding: list[tuple[bytes, int]] | None = None
+    tracked: list[tuple[bytes, int]] | None = None
+    known: list[bytes] | None = None
 
 
 @contextlib.contextmanager
@@ -174,6 +187,9 @@ def encode_index(state: RecordState, *, max_file_bytes: int, blob_dir: str) -> b
         offsets=offsets.tobytes(),
         base=state.base,
         removed=sorted(_name(path) for path in state.removed),
+        holding=None if state.holding is None else [(_name(path), count) for path, count in state.holding.items()],
+        tracked=None if state.tracked is None else [(_name(path), count) for path, count in state.tracked.items()],
+        known=None if state.known is None else sorted(_name(path) for path in state.known),
     )
     raw = msgspec.msgpack.encode(body)
     return MAGIC + hashlib.sha256(raw).digest() + raw
@@ -233,14 +249,25 @@ def decode_index(data: bytes, *, max_file_bytes: int, blob_dir: str) -> RecordSt
     unreadable = _texts(body.unreadable)
     links = {_text(path): target for path, target in body.links}
     racy = {_text(path) for path in body.racy}
+    derived = (body.holding, body.tracked, body.known)
+    if any(part is None for part in derived):
+        holding = tracked = known = None
+    else:
+        holding = {_text(path): count for path, count in body.holding}
+        tracked = {_text(path): count for path, count in body.tracked}
+        known = {_text(path) for path in body.known}
+        if min(holding.values(), default=1) < 1 or min(tracked.values(), default=1) < 1:
+            return None
     state = RecordState(facts, digest, unreadable, links, racy, _texts(body.unwalked), where, dict(zip(body.packs, body.pack_sizes)),
-                        body.base, {_text(name) for name in body.removed})
+                        body.base, {_text(name) for name in body.removed}, holding=holding, tracked=tracked, known=known)
     return state if body.base or _consistent(state) else None
 
 
 def _consistent(state: RecordState) -> bool:
-    known = state.facts.keys()
-    return state.unreadable.keys() <= known and state.links.keys() <= known and state.racy <= state.digest.keys()
+    recorded = state.facts.keys()
+    if state.known is not None and not state.known <= recorded:
+        return False
+    return state.unreadable.keys() <= recorded and state.links.keys() <= recorded and state.racy <= state.digest.keys()
 
 
 def apply_delta(whole: RecordState, checksum: bytes, delta: RecordState | None) -> RecordState:
@@ -264,5 +291,6 @@ def apply_delta(whole: RecordState, checksum: bytes, delta: RecordState | None) 
     where = whole.where
     where.update(delta.where)
     # ``removed`` None: a state moved on by a delta (see the reader).
-    state = RecordState(facts, digest, delta.unreadable, delta.links, delta.racy, delta.unwalked, where, delta.pack_sizes, b"", None, dropped)
+    state = RecordState(facts, digest, delta.unreadable, delta.links, delta.racy, delta.unwalked, where, delta.pack_sizes, b"", None, dropped,
+                        holding=delta.holding, tracked=delta.tracked, known=delta.known)
     return state if _consistent(state) else RecordState({}, {}, {}, {}, set(), {}, {}, {})

@@ -805,6 +805,48 @@ async def test_a_command_saves_a_delta_and_a_torn_delta_is_ignored(root, monkeyp
     assert await files_only(third) == [FileChange("f1", b"v2")]
 
 
+@pytest.mark.parametrize("watched", [False, True], ids=["walked", "watched"])
+async def test_what_a_new_process_loads_from_the_index_is_what_its_facts_say(root, monkeypatch, watched):
+    # The index keeps, beside the facts, what the record derives from them
+    # (entries below each directory, those tracked, the paths the agent
+    # wrote in an ignored directory), so a new process need not derive it
+    # from every path: after a whole index and a delta of files and
+    # directories made and removed, it is what the facts give.
+    if watched and not tree_watch.available():
+        pytest.skip("no inotify here")
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    write(root, ".gitignore", "build/\n")
+    for i in range(12):
+        write(root, f"d{i % 3}/sub{i % 2}/f{i}", f"v{i}")
+    write(root, "build/old.o", "ignored")
+    await asyncio.sleep(0.1)
+    first = FileStateRecord(LocalTarget(root), watch=None if watched else False)
+    await first.refresh()
+    write(root, "build/out.txt", "the agent's")
+    first.remember("build/out.txt")
+    os.remove(root / "d0/sub0/f0")
+    os.remove(root / "d0/sub0/f6")
+    os.rmdir(root / "d0/sub0")
+    write(root, "d4/deep/er/new", "made")
+    await first.changes()
+    await first.refresh()  # the record changes() left, saved as a delta
+    first.close()
+    assert (root / ".mevedel/file-state/index.delta").exists()
+
+    loaded = FileStateRecord(LocalTarget(root), watch=None if watched else False)
+    await loaded.refresh()
+    assert loaded._from_index
+    kept = (loaded._holding, loaded._tracked, loaded._known)
+    derived = FileStateRecord(LocalTarget(root), watch=False)
+    derived._load(file_state.RecordState(dict(loaded._facts), dict(loaded._digest), {}, {}, set(), {}, {}, {}))
+    assert kept == (derived._holding, derived._tracked, derived._known)
+    assert loaded._known == {"build/out.txt"} and "d0/sub0" not in loaded._holding and loaded._tracked["d4/deep"] == 2
+    write(root, "build/out.txt", "a command's")
+    write(root, "d1/sub1/f1", "changed")
+    assert await files_only(loaded) == [FileChange("build/out.txt", b"the agent's"), FileChange("d1/sub1/f1", b"v1")]
+    loaded.close()
+
+
 async def test_a_name_that_is_no_utf8_survives_the_index(root):
     name = os.fsdecode(b"caf\xe9.txt")
     write(root, name, "bytes")
