@@ -2485,6 +2485,9 @@ class _TreeScan(object):
         self.record_dirs = record_dirs
         self.skip_names = skip_names
         self.skip_paths = skip_paths
+        #: The directories (as prefixes, ``"a/b/"``) holding a skipped
+        #: path: only their entries are looked up among ``skip_paths``.
+        self.skip_parents = frozenset(path[: path.rfind("/") + 1] for path in skip_paths)
         self.descend = descend
         self.limit = limit
         self.racy_floor = racy_floor
@@ -2521,7 +2524,7 @@ class _TreeScan(object):
                 (file_test, file_negates), (dir_test, dir_negates) = rules.tests()
         base_flags = SCAN_IGNORED if ignored else 0
         skip_names = self.skip_names
-        skip_paths = self.skip_paths
+        skip_paths = self.skip_paths if prefix in self.skip_parents else None
         names = self.names
         facts = self.facts
         racy = self.racy

@@ -38,6 +38,7 @@ skipped    not run because an earlier operation stopped the program
 from __future__ import annotations
 
 import enum
+import operator
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ from .executor import SCAN_LINK as SCAN_LINK
 from .paths import split_target_path
 
 _SCAN_FACTS = struct.Struct(SCAN_FACTS)
+#: One entry's packed facts as one bytes object, cut out in C (``iter_unpack``).
+_SCAN_RECORD = struct.Struct(f"{_SCAN_FACTS.size}s")
+_FIRST = operator.itemgetter(0)
 #: Bytes of one entry's facts in a :class:`FileScan`.
 FILE_SCAN_RECORD = _SCAN_FACTS.size
 
@@ -513,9 +517,7 @@ class FileScan(msgspec.Struct, frozen=True):
 
     def packed_facts(self) -> list[bytes]:
         """Every entry's facts as packed, in the scan's order."""
-        size = _SCAN_FACTS.size
-        facts = self.facts
-        return [facts[start : start + size] for start in range(0, len(facts), size)]
+        return list(map(_FIRST, _SCAN_RECORD.iter_unpack(self.facts)))
 
     def facts_at(self, index: int) -> ScanFacts:
         """The facts of the ``index``-th entry."""
