@@ -560,6 +560,10 @@ class AgentEngine:
         if running is None:
             running = RunningAgent(self, session_id, spec)
             await self.trees.require(session_id, running.directory.relative)
+            # The record's first walk overlaps the agent's start (a new
+            # process's turn: every `mevedel prompt`); the turn's refresh
+            # then looks only at what changed meanwhile.
+            running.file_state.prime()
             await running.process.start(AcpCallbacks(running), running.directory.local(self.local_cwd), config.start_timeout_seconds)
             self._running[session_id] = running
         servers = list(self.mcp_servers(session_id))

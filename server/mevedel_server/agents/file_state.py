@@ -388,6 +388,8 @@ class FileStateRecord:
         #: Blobs no recorded file names any more: removed by the next walk.
         self._orphans: set[str] = set()
         self._pruning: asyncio.Task[None] | None = None
+        #: The first refresh, begun early by :meth:`prime`.
+        self._priming: asyncio.Task[None] | None = None
         #: directory -> recorded entries below it (ignored ones too).
         self._holding: dict[str, int] = {}
         #: Recorded regular files with more than one link (looked at every
@@ -430,6 +432,24 @@ class FileStateRecord:
         self.riders: list = []
 
     # -- the API -------------------------------------------------------------
+
+    def prime(self) -> None:
+        """Begin the first refresh now, in the background, while the caller
+        does something else that changes no file of the tree (an agent's
+        process starting): the refresh awaited before the turn then finds
+        the walk done and looks only at what the watch saw change since,
+        so the baseline is the tree as it stands at that refresh, exactly
+        as without priming. Only for a watched record that was never
+        refreshed: a walked one would walk twice."""
+        if self._primed or self._priming is not None or self._watching() is None:
+            return
+        self._priming = asyncio.get_running_loop().create_task(self._prime())
+
+    async def _prime(self) -> None:
+        try:
+            await self.refresh()
+        except Exception:  # noqa: BLE001 -- the refresh the turn awaits walks again, and says why
+            pass
 
     async def refresh(self) -> None:
         """Bring the record up to date before a command: the first call
@@ -480,9 +500,10 @@ class FileStateRecord:
     def close(self) -> None:
         """Stop watching the tree (the record stays usable: it walks)."""
         self._unwatch("the record was closed")
-        if self._pruning is not None:
-            self._pruning.cancel()
-            self._pruning = None
+        for task in (self._pruning, self._priming):
+            if task is not None:
+                task.cancel()
+        self._pruning = self._priming = None
 
     def _prune_soon(self) -> None:
         """Remove the blobs no recorded file names any more in a program of

@@ -683,6 +683,43 @@ async def test_a_new_record_starts_from_the_index_and_reads_only_what_changed(ro
 
 
 @pytest.mark.skipif(not tree_watch.available(), reason="no inotify here")
+async def test_a_primed_record_takes_as_baseline_what_changed_before_its_refresh(root, monkeypatch):
+    # The first walk begins while the agent starts (prime); what changes
+    # before the turn's refresh -- the agent's own start-up writing a file
+    # -- is the turn's baseline, not a change of its command, exactly as
+    # when the walk begins at the refresh.
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    for i in range(20):
+        write(root, f"d{i % 2}/f{i}", f"v{i}")
+    await asyncio.sleep(0.1)
+    (await record_of(root)).close()
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy, watch=LocalTarget(root))
+    record.prime()
+    priming = record._priming
+    record.prime()  # once
+    assert priming is not None and record._priming is priming
+    await priming
+    assert record._primed
+    assert len([op for op in spy.ops if type(op).__name__ == "ScanPaths"]) == 1
+    write(root, "d0/f0", "written by the agent's start-up")
+    write(root, "d1/new", "made by the agent's start-up")
+    await record.refresh()
+    assert not [op for op in spy.ops if type(op).__name__ == "ScanTree"]  # no walk again
+    write(root, "d1/f1", "the command's")
+    write(root, "d0/f0", "the command's too")
+    assert await files_only(record) == [FileChange("d0/f0", b"written by the agent's start-up"), FileChange("d1/f1", b"v1")]
+    record.close()
+    # Walked (no watch), priming does nothing: the refresh walks once.
+    spy = Spy(LocalTarget(root))
+    record = FileStateRecord(spy, watch=False)
+    record.prime()
+    await asyncio.sleep(0.05)
+    assert not spy.ops and not record._primed
+    record.close()
+
+
+@pytest.mark.skipif(not tree_watch.available(), reason="no inotify here")
 async def test_a_watched_record_from_the_index_walks_once(root, monkeypatch):
     # Watching the directories the kept record knows before the first walk
     # spares the second walk a watch begun after it would need.
