@@ -12,7 +12,9 @@ packed for speed -- every recorded path NUL-separated (UTF-8 with
 in the scan's own packing, a digest of 32 bytes per path (zeros and a
 ``captured`` flag of 0 for a path whose content is not kept), then the
 small maps (unreadable files, link targets, racy paths, directories not
-walked).
+walked), and what the record derives from the facts (entries below each
+directory, those tracked, the known paths: a delta carries them whole),
+so that a load need not derive them again from every path.
 
 A save rewrites the whole index only now and then: in between it writes a
 *delta* (``<blob_dir>/index.delta``, replaced each time), the entries of
