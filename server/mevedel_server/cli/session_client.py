@@ -42,6 +42,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
 from ..targets.location import parse_workspace_location, workspace_target
 
@@ -247,9 +249,11 @@ async def held_session(service: SessionService, given: str | None, *, announce: 
 
 
 def plain(value: Any) -> Any:
-    """JSON-ready data of results (dataclasses, enums, tuples)."""
+    """JSON-ready data of results (msgspec structs, dataclasses, enums, tuples)."""
     if isinstance(value, Enum):
         return value.value
+    if isinstance(value, msgspec.Struct):
+        return {name: plain(getattr(value, name)) for name in value.__struct_fields__}
     if is_dataclass(value) and not isinstance(value, type):
         return {key: plain(item) for key, item in asdict(value).items()}
     if isinstance(value, dict):
