@@ -18,9 +18,10 @@ import hashlib
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from acp import schema
 
 from ..store import EvidenceInput
@@ -60,9 +61,9 @@ def displayable(text: str) -> str:
 
 
 def _displayable(item: EvidenceInput) -> EvidenceInput:
-    changed = {name: value for name, value in vars(item).items() if isinstance(value, str)}
+    changed = {name: value for name, value in msgspec.structs.asdict(item).items() if isinstance(value, str)}
     changed = {name: displayable(value) for name, value in changed.items() if displayable(value) is not value}
-    return replace(item, **changed) if changed else item
+    return msgspec.structs.replace(item, **changed) if changed else item
 
 
 def _record_id(native: str) -> str:

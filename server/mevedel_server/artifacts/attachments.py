@@ -15,7 +15,8 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from ..store import Access, SessionChange, SessionService, StoreError
 from .errors import ArtifactError
@@ -25,8 +26,7 @@ from .store import ArtifactStore, Editor, ItemContent, ItemSummary, check_item_i
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Listed:
+class Listed(msgspec.Struct, frozen=True):
     item: ItemSummary
     attached: bool
 

@@ -37,7 +37,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from ..store import ClientIdentity, stamped_record
 from ..targets import (
@@ -69,8 +70,7 @@ DEFAULT_LEASE_SECONDS = 60
 HANDOVER_IDLE_SECONDS = 10.0
 
 
-@dataclass(frozen=True)
-class LeaseView:
+class LeaseView(msgspec.Struct, frozen=True):
     """An item lease's head and the target clock, read together."""
 
     item_id: str
@@ -109,8 +109,7 @@ class LeaseView:
         return f"{rec.holder} on {rec.host}" if rec.holder else rec.host
 
 
-@dataclass
-class _Held:
+class _Held(msgspec.Struct):
     generation: int
     raw: bytes
     #: ``time.monotonic()`` of the last write here (hand-over waits for idle).

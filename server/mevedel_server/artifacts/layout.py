@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 from ..store import STATE_DIR
 
@@ -99,8 +100,7 @@ def normalize_title(title: object) -> str | None:
     return text
 
 
-@dataclass(frozen=True)
-class ItemPaths:
+class ItemPaths(msgspec.Struct, frozen=True):
     """Target paths of one item; ``item_id`` is already validated."""
 
     item_id: str

@@ -24,7 +24,6 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import msgspec
 
@@ -102,8 +101,7 @@ _log = logging.getLogger(__name__)
 _ATTEMPTS = 16
 
 
-@dataclass(frozen=True)
-class ItemSummary:
+class ItemSummary(msgspec.Struct, frozen=True):
     meta: ItemMeta
     versions: int
     #: Set while another process holds the item's live lease.
@@ -116,8 +114,7 @@ class ItemSummary:
         return self.meta.id
 
 
-@dataclass(frozen=True)
-class ItemContent:
+class ItemContent(msgspec.Struct, frozen=True):
     meta: ItemMeta
     data: bytes
     revision: str
@@ -132,8 +129,7 @@ class ItemContent:
         return self.holder_host is None
 
 
-@dataclass(frozen=True)
-class Editor:
+class Editor(msgspec.Struct, frozen=True):
     """Who writes: a session (attached by the caller) and its turn in
     flight, whose settlement records a version."""
 

@@ -19,6 +19,8 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..store import SessionWatcher, StoreError, WatchCadence
 from ..targets import TargetError
 from .session_client import add_common, emit, run_command, workspace_root
@@ -64,7 +66,7 @@ def _seconds(text: str) -> float:
 
 def run_follow(arguments: argparse.Namespace) -> int:
     # Imported here: every 'session' command builds this parser.
-    from ..store import FollowUpdate, diff_conversations
+    from ..store import diff_conversations
 
     workspace = arguments.workspace if _remote(arguments) else workspace_root(arguments).as_uri()
 
@@ -87,7 +89,7 @@ def run_follow(arguments: argparse.Namespace) -> int:
         # The starting state: every committed settled turn, as news.
         start = await service.following.follow(sid)
         initial = diff_conversations(None, service.session(sid).conversation)
-        tell(FollowUpdate(**{**start.__dict__, "change": initial}))
+        tell(msgspec.structs.replace(start, change=initial))
         service.following.on_follow.append(tell)
         cadence = WatchCadence(idle_seconds=arguments.poll_seconds, active_seconds=arguments.poll_seconds)
         watcher = SessionWatcher(service.target, sid, cadence=cadence)

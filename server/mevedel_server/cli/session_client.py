@@ -33,20 +33,22 @@ import asyncio
 import json
 import os
 import secrets
-import shlex
 import socket
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, is_dataclass
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
-from ..targets.location import parse_workspace_location, workspace_target
+import msgspec
+
+from ..targets import LocalTarget, TargetError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..store import ClientIdentity, SessionService
+    from ..targets import SshLocation
 
 # The session store is imported by the functions that use it: a command
 # that takes only this module's printing and identity (``read``) does not
@@ -64,34 +66,42 @@ class CommandError(Exception):
         self.kind = kind
 
 
-def state_directory() -> Path:
+# The identity and the default workspace are found with os.path: pathlib
+# (with urllib.parse, which it imports) is a tenth of a quick command's
+# own start, and a listing of this directory has no other use for it.
+
+
+def state_directory() -> str:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "mevedel"
+    return os.path.join(base, "mevedel")
 
 
-def cli_identity(directory: Path | None = None) -> ClientIdentity:
+def cli_identity(directory: str | os.PathLike[str] | None = None) -> ClientIdentity:
     """This user's CLI client identity, created on first use, in
     ``directory`` (default: :func:`state_directory`)."""
     from ..store import ClientIdentity
 
-    path = (directory or state_directory()) / IDENTITY_FILE
+    parent = os.fspath(directory or state_directory())
+    path = os.path.join(parent, IDENTITY_FILE)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as file:
+            data = json.loads(file.read())
         return ClientIdentity(str(data["client_id"]), str(data["host"]))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CommandError("unavailable", f"the CLI client identity in {path} is unreadable ({error}); remove it to start afresh") from None
     identity = ClientIdentity(f"cli-{secrets.token_hex(12)}", socket.gethostname()[:255])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{IDENTITY_FILE}.{secrets.token_hex(4)}.tmp")
-    temporary.write_text(json.dumps({"client_id": identity.client_id, "host": identity.host}) + "\n", encoding="utf-8")
+    os.makedirs(parent, exist_ok=True)
+    temporary = os.path.join(parent, f".{IDENTITY_FILE}.{secrets.token_hex(4)}.tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        file.write(json.dumps({"client_id": identity.client_id, "host": identity.host}) + "\n")
     try:
         os.link(temporary, path)  # the first writer wins; a racing one adopts it
     except FileExistsError:
-        temporary.unlink()
+        os.unlink(temporary)
         return cli_identity(directory)
-    temporary.unlink()
+    os.unlink(temporary)
     return identity
 
 
@@ -99,7 +109,9 @@ LAST_SESSIONS_FILE = "cli-last-sessions.json"
 
 
 def _last_sessions_path() -> Path:
-    return state_directory() / LAST_SESSIONS_FILE
+    from pathlib import Path
+
+    return Path(state_directory()) / LAST_SESSIONS_FILE
 
 
 def _last_sessions() -> dict[str, str]:
@@ -150,16 +162,27 @@ def add_session_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def current_directory() -> str:
+    """The workspace when none is given: this directory, resolved."""
+    return os.path.realpath(os.getcwd())
+
+
 def workspace_location(arguments: argparse.Namespace) -> Path | SshLocation:
     """The ``--workspace`` given: a resolved local directory or an SSH location."""
+    from pathlib import Path
+
     if arguments.workspace is None:
-        return Path(os.getcwd()).resolve()
+        return Path(current_directory())
+    # The location grammar (and SSH's) loads only for a --workspace given.
+    from ..targets import WorkspaceLocationError
+    from ..targets.location import parse_workspace_location
+
     try:
         location = parse_workspace_location(arguments.workspace)
     except WorkspaceLocationError as error:
         raise CommandError("invalid-params", f"--workspace {error}") from None
-    if isinstance(location, SshLocation):
-        return location
+    if not isinstance(location, Path):
+        return location  # an SSH location
     if not location.is_dir():
         why = "is not a directory" if location.exists() else "does not exist"
         raise CommandError("missing-target", f"--workspace {arguments.workspace}: {why}")
@@ -169,16 +192,21 @@ def workspace_location(arguments: argparse.Namespace) -> Path | SshLocation:
 def workspace_root(arguments: argparse.Namespace) -> Path | None:
     """The local workspace root; ``None`` for an SSH workspace."""
     location = workspace_location(arguments)
-    return location if isinstance(location, Path) else None
+    return location if isinstance(location, os.PathLike) else None
 
 
 def open_service(arguments: argparse.Namespace) -> SessionService:
     from ..artifacts.attachments import session_artifacts
     from ..store import PRODUCT_STORAGE, SessionService
 
-    location = workspace_location(arguments)
+    location = current_directory() if arguments.workspace is None else workspace_location(arguments)
     try:
-        target = workspace_target(location) if isinstance(location, SshLocation) else LocalTarget(location)
+        if isinstance(location, (str, os.PathLike)):
+            target = LocalTarget(location)
+        else:
+            from ..targets.location import workspace_target
+
+            target = workspace_target(location)
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
     # One command per process: what it publishes is collected once, at exit.
@@ -198,6 +226,8 @@ def control_request_line(arguments: argparse.Namespace, row) -> str | None:
     ask = row.control_request
     if ask is None or not row.holder_is_self:
         return None
+    import shlex
+
     from ..store import describe_target_time
 
     where = f" --workspace {shlex.quote(arguments.workspace)}" if arguments.workspace else ""
@@ -247,9 +277,11 @@ async def held_session(service: SessionService, given: str | None, *, announce: 
 
 
 def plain(value: Any) -> Any:
-    """JSON-ready data of results (dataclasses, enums, tuples)."""
+    """JSON-ready data of results (msgspec structs, dataclasses, enums, tuples)."""
     if isinstance(value, Enum):
         return value.value
+    if isinstance(value, msgspec.Struct):
+        return {name: plain(getattr(value, name)) for name in value.__struct_fields__}
     if is_dataclass(value) and not isinstance(value, type):
         return {key: plain(item) for key, item in asdict(value).items()}
     if isinstance(value, dict):

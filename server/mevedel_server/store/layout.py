@@ -4,7 +4,8 @@ root. See the package docstring for the whole tree."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 STATE_DIR = ".mevedel"
 WORKSPACE_ID_PATH = f"{STATE_DIR}/workspace-id"
@@ -52,8 +53,7 @@ UNPUBLISHED_CHILD = ".unpublished-child"
 LOCAL_DIR = "local"
 
 
-@dataclass(frozen=True)
-class SessionPaths:
+class SessionPaths(msgspec.Struct, frozen=True):
     """Target paths of one session. ``session_id`` is already validated."""
 
     session_id: str

@@ -5,16 +5,16 @@ cannot import it, spells the same three kinds itself."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
+
+import msgspec
 
 ENTRY_FILE = "file"
 ENTRY_DIRECTORY = "directory"
 ENTRY_SYMLINK = "symlink"
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     """The whole state of a path that exists: its kind (``file``,
     ``directory`` or ``symlink``), permission bits (the 0o7777 of
     ``st_mode``; None for a link, or when unknown: then a write keeps the

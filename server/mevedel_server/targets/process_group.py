@@ -5,8 +5,9 @@ gone, answered on this machine or an SSH host by the same executor code."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
+
+import msgspec
 
 from .executor import process_identity
 from .program import Operation
@@ -14,8 +15,7 @@ from .program import Operation
 __all__ = ["GroupState", "ProcessGroup", "RemoteGroup", "process_identity"]
 
 
-@dataclass(frozen=True)
-class RemoteGroup:
+class RemoteGroup(msgspec.Struct, frozen=True):
     """The process group a command has on an SSH host (``SshTarget.
     run_command``'s ``started``), and the host's machine id and boot id
     (None where it does not say)."""
@@ -25,8 +25,7 @@ class RemoteGroup:
     boot_id: str | None
 
 
-@dataclass(frozen=True)
-class GroupState:
+class GroupState(msgspec.Struct, frozen=True):
     #: The machine's ``/etc/machine-id`` and its boot's id (None: unknown).
     machine_id: str | None
     boot_id: str | None

@@ -12,9 +12,10 @@ refused, never obeyed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
+
+import msgspec
 
 from .remote_errors import HostKeyRefused, SshLocationError
 
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
 SCHEME = "ssh://"
 
 
-@dataclass(frozen=True)
-class SshLocation:
+class SshLocation(msgspec.Struct, frozen=True):
     host: str
     #: Absolute remote path, or ``~``-relative to the remote home.
     root: str

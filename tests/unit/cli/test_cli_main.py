@@ -6,6 +6,7 @@ machine)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -74,17 +75,32 @@ def test_quick_commands_load_no_sdk(tmp_path, args):
     assert _sdks_loaded(args, tmp_path) == []
 
 
+def _cli_in(cwd, *args: str) -> subprocess.CompletedProcess:
+    """``mevedel ARGS`` run in ``cwd`` as the CLI client whose state is there."""
+    env = {**os.environ, "XDG_STATE_HOME": str(cwd / "state")}
+    done = subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_reading_the_docs_loads_neither_the_session_store_nor_the_mcp_client(tmp_path):
     # A workspace whose store holds a session of this CLI client: a read
     # of work:// would look it up, a read of mevedel:// has no use for it.
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
-    begun = subprocess.run(
-        [sys.executable, "-m", "mevedel_server.cli", "turn", "begin", "Plan it", "--new"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
-    )
-    assert begun.returncode == 0, begun.stderr
+    _cli_in(tmp_path, "turn", "begin", "Plan it", "--new")
     loaded = _modules_loaded(["read", "mevedel://"], tmp_path)
     assert "mevedel_server.resources.families.mevedel_docs" in loaded  # it did read
     assert {"mevedel_server.store.service", "mevedel_server.mcp_client.access", "regex"} & loaded == set()
     # A session's address still finds the session this client holds.
     assert "mevedel_server.store.service" in _modules_loaded(["read", "work://notes.md"], tmp_path)
+
+
+def test_listing_a_local_workspace_loads_no_ssh_machinery(tmp_path):
+    # A session to list: its lease record and sidecar are read and decoded.
+    _cli_in(tmp_path, "turn", "begin", "Plan it", "--new")
+    listed = _cli_in(tmp_path, "session", "list", "--json")
+    assert [row["latest_prompt"] for row in json.loads(listed.stdout)["sessions"]] == ["Plan it"]
+    ssh = {"asyncssh", "mevedel_server.targets.ssh", "mevedel_server.targets.ssh_config", "mevedel_server.targets.location"}
+    assert ssh & _modules_loaded(["session", "list"], tmp_path) == set()
+    # A local directory named with --workspace is parsed (the grammar
+    # loads) but nothing connects anywhere.
+    assert "asyncssh" not in _modules_loaded(["session", "list", "--workspace", str(tmp_path)], tmp_path)

@@ -155,8 +155,7 @@ _OBSERVE_ATTEMPTS = 16
 _LIVE_STATES = (LeaseState.CLAIMING, LeaseState.ACTIVE, LeaseState.PUBLISHING)
 
 
-@dataclass(frozen=True)
-class ClientIdentity:
+class ClientIdentity(msgspec.Struct, frozen=True):
     """One client of the store: an opaque id (authority) and a host name
     (shown to people only)."""
 
@@ -180,8 +179,7 @@ class LeaseStanding(enum.Enum):
     EXPIRED = "expired"
 
 
-@dataclass(frozen=True)
-class LeaseObservation:
+class LeaseObservation(msgspec.Struct, frozen=True):
     session_id: str
     #: The head generation, 0 when the session was never claimed.
     generation: int
@@ -315,8 +313,7 @@ def _describe_holder(obs: LeaseObservation) -> dict:
     )
 
 
-@dataclass
-class _Prune:
+class _Prune(msgspec.Struct):
     """The prune that ends a lease program. Only a generation whose exact
     bytes are known to be a sound record is removed, behind a ``Verify`` of
     them; any other old generation is read instead, and judged afterwards

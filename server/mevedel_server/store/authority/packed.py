@@ -53,6 +53,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ...targets import (
     ControlProgram,
     ListDir,
@@ -115,7 +116,7 @@ class PackVolume(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_onl
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(PackVolume)
+_decoder = LazyDecoder(msgspec.msgpack.Decoder, PackVolume)
 
 
 def is_volume_name(name: str) -> bool:

@@ -33,7 +33,8 @@ import hashlib
 import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from ...targets import (
     Barrier,
@@ -69,8 +70,7 @@ from .workspace import check_session_id
 _ID_ATTEMPTS = 4
 
 
-@dataclass(frozen=True)
-class PublishOutcome:
+class PublishOutcome(msgspec.Struct, frozen=True):
     #: False when the snapshot was identical and nothing was written.
     committed: bool
     head: str | None
@@ -81,13 +81,12 @@ class PublishOutcome:
     reused: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class PendingPublication:
+class PendingPublication(msgspec.Struct, frozen=True):
     artifacts: Mapping[str, bytes]
     replace: bool
     force: bool
     reason: str
-    donors: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    donors: Mapping[tuple[str, int], str] = msgspec.field(default_factory=dict)
 
 
 #: Published files of another session that may hold bytes a publication
@@ -143,8 +142,7 @@ def _check_bytes(paths: SessionPaths, logical: str, entry: ManifestEntry, status
     return data
 
 
-@dataclass(frozen=True)
-class CommittedSnapshot:
+class CommittedSnapshot(msgspec.Struct, frozen=True):
     """The committed state of a session as one reader saw it."""
 
     target: Target
@@ -393,8 +391,7 @@ def _closing_window(lease: LeaseHandle) -> dict:
     return {"state": LeaseState.ACTIVE} if lease.record.state is LeaseState.PUBLISHING else {}
 
 
-@dataclass(frozen=True)
-class _Plan:
+class _Plan(msgspec.Struct, frozen=True):
     head: str
     manifest: PublicationManifest
     ops: list[Operation]

@@ -36,8 +36,6 @@ readings taken by the writing operation itself
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
 from ...targets import (
@@ -130,8 +128,7 @@ def _decode(paths: SessionPaths, kind: str, record_type, transfer_generation: in
     return record
 
 
-@dataclass(frozen=True)
-class Mailbox:
+class Mailbox(msgspec.Struct, frozen=True):
     """The request and decision of one transfer generation, as read together."""
 
     transfer_generation: int
@@ -270,8 +267,7 @@ async def release_granted(lease: LeaseHandle, request: TransferRequest, fence_se
         await lease.release_with([], transfer_generation=t + 1)
 
 
-@dataclass(frozen=True)
-class RequesterView:
+class RequesterView(msgspec.Struct, frozen=True):
     """What a requester polls: the lease head, its decision and its fence."""
 
     head: LeaseRecord | None

@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from ...targets.entry import Entry
 from .sidecar import (
@@ -192,13 +193,12 @@ class FileHistory:
         return [(digest, self._blobs[digest]) for digest in new]
 
 
-@dataclass
-class TurnCapture:
+class TurnCapture(msgspec.Struct):
     """The file checkpoint being built by the turn in flight."""
 
     turn: int
     turn_id: str
-    files: dict[str, FileSnapshot] = field(default_factory=dict)
+    files: dict[str, FileSnapshot] = msgspec.field(default_factory=dict)
 
     def capture(self, path: str, content: Observed, history: FileHistory) -> FileState | None:
         """Record ``path``'s pre-turn content unless the turn already has a
@@ -254,8 +254,7 @@ def referenced_digests(record: TurnFiles) -> set[str]:
     return found
 
 
-@dataclass(frozen=True)
-class RestorePlan:
+class RestorePlan(msgspec.Struct, frozen=True):
     #: Path -> the content it must have at the boundary.
     restore: dict[str, FileState]
     #: Path -> why its content at the boundary is unknown.

@@ -12,7 +12,8 @@ unreadable can still be inspected segment by segment; gaps stay visible.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from .sidecar import Sidecar, SidecarError, SidecarErrorKind, load_sidecar, preview_of
 from .transcript import (
@@ -26,8 +27,7 @@ from .transcript import (
 )
 
 
-@dataclass(frozen=True)
-class InspectRow:
+class InspectRow(msgspec.Struct, frozen=True):
     """Why a session directory is listed for inspection only."""
 
     kind: SidecarErrorKind
@@ -47,8 +47,7 @@ def classify_sidecar(data: bytes | None) -> Sidecar | InspectRow:
         return InspectRow(exc.kind, exc.reason, exc.observed_version)
 
 
-@dataclass(frozen=True)
-class SegmentSource:
+class SegmentSource(msgspec.Struct, frozen=True):
     """The stored parts of one segment, as a manifest names them."""
 
     number: int
@@ -89,8 +88,7 @@ def read_segment(source: SegmentSource, parts: Sequence[bytes]) -> list[Record]:
     return decode_segment(b"".join(parts), label=source.name, expected=source.number)
 
 
-@dataclass(frozen=True)
-class SegmentRow:
+class SegmentRow(msgspec.Struct, frozen=True):
     """One row of a segment picker."""
 
     number: int

@@ -29,6 +29,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ..errors import StoreError
 from .transcript import (
     MAX_INTEGER,
@@ -510,10 +511,10 @@ def load_sidecar(data: bytes) -> Sidecar:
         raise SidecarError(_classify(message), message, found) from None
 
 
-_prompt_decoder = msgspec.json.Decoder(PromptEntry, strict=True)
-_files_decoder = msgspec.json.Decoder(TurnFiles, strict=True)
-_prompt_list_decoder = msgspec.json.Decoder(list[PromptEntry], strict=True)
-_files_list_decoder = msgspec.json.Decoder(list[TurnFiles], strict=True)
+_prompt_decoder = LazyDecoder(msgspec.json.Decoder, PromptEntry, strict=True)
+_files_decoder = LazyDecoder(msgspec.json.Decoder, TurnFiles, strict=True)
+_prompt_list_decoder = LazyDecoder(msgspec.json.Decoder, list[PromptEntry], strict=True)
+_files_list_decoder = LazyDecoder(msgspec.json.Decoder, list[TurnFiles], strict=True)
 _line_encoder = msgspec.json.Encoder(order="deterministic")
 
 

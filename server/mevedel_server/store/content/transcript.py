@@ -30,6 +30,7 @@ from typing import Annotated, Literal, Union
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ..errors import StoreError
 
 TRANSCRIPT_FORMAT_VERSION = 1
@@ -237,8 +238,8 @@ Evidence = Union[Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permissi
 EVIDENCE_TYPES = (Response, Reasoning, ToolCall, ToolResult, Mail, Plan, Permission, AgentTask)
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(Record, strict=True)
-_list_decoder = msgspec.json.Decoder(list[Record], strict=True)
+_decoder = LazyDecoder(msgspec.json.Decoder, Record, strict=True)
+_list_decoder = LazyDecoder(msgspec.json.Decoder, list[Record], strict=True)
 
 
 class TranscriptError(StoreError):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -131,8 +130,7 @@ class ContentError(StoreError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class OpenTurn:
+class OpenTurn(msgspec.Struct, frozen=True):
     turn_id: str
     turn: int
     segment: int
@@ -140,8 +138,7 @@ class OpenTurn:
     reminder: bool
 
 
-@dataclass(frozen=True)
-class SaveCandidate:
+class SaveCandidate(msgspec.Struct, frozen=True):
     """One snapshot to publish."""
 
     #: Every logical path of the session's conversation state.
@@ -193,8 +190,7 @@ class ArtifactSnapshot(Mapping[str, bytes]):
         return ArtifactSnapshot({**self._small, logical: data}, self._history, self._count)
 
 
-@dataclass
-class _Segment:
+class _Segment(msgspec.Struct):
     records: list[Record]
     log: LineLog
 
@@ -203,8 +199,7 @@ class _Segment:
         self.records.append(record)
 
 
-@dataclass
-class _AgentLog:
+class _AgentLog(msgspec.Struct):
     """A retained agent's own transcript: its settled tasks, in order."""
 
     tasks: list[AgentTask]
@@ -215,12 +210,11 @@ def _new_turn_id() -> str:
     return secrets.token_hex(8)
 
 
-@dataclass
-class _Live:
+class _Live(msgspec.Struct):
     """Mutable state of the turn in flight."""
 
     turn: OpenTurn
-    calls: set[str] = field(default_factory=set)
+    calls: set[str] = msgspec.field(default_factory=set)
     capture: TurnCapture | None = None
 
 

@@ -7,7 +7,7 @@ fields a kind needs and builds the record for the turn in flight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..content.transcript import (
     AgentStep,
@@ -28,8 +28,7 @@ ENGINE_KINDS = ("plan", "permission")
 _NAME_LIMIT = 256
 
 
-@dataclass(frozen=True)
-class EvidenceInput:
+class EvidenceInput(msgspec.Struct, frozen=True):
     """One record to append. ``kind`` decides which fields are required:
 
     - ``response`` / ``reasoning``: ``text``

@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ..authority.lease import LeaseObservation, read_lease_head
 from ..authority.publication import CommittedSnapshot, load_manifest
@@ -49,8 +50,7 @@ WRITABLE = "writable"
 _LIVE = (LeaseState.CLAIMING, LeaseState.ACTIVE, LeaseState.PUBLISHING)
 
 
-@dataclass(frozen=True)
-class FollowUpdate:
+class FollowUpdate(msgspec.Struct, frozen=True):
     session_id: str
     #: ``advanced``, ``unchanged``, ``held-back`` or ``writable`` (this
     #: client owns the session: there is nobody to follow).
@@ -75,22 +75,20 @@ class FollowUpdate:
     report: bool = False
 
 
-@dataclass
-class _Seen:
+class _Seen(msgspec.Struct):
     #: Who held the lease at the last step: (client id, host) while live.
     holder: tuple[str, str] | None
     #: The newest head already reported as held back.
     held_back_head: str | None = None
 
 
-@dataclass
-class _Book:
+class _Book(msgspec.Struct):
     default: bool = True
-    overrides: dict[str, bool] = field(default_factory=dict)
-    seen: dict[str, _Seen] = field(default_factory=dict)
+    overrides: dict[str, bool] = msgspec.field(default_factory=dict)
+    seen: dict[str, _Seen] = msgspec.field(default_factory=dict)
     #: One step at a time per session: two overlapping steps (the watcher's
     #: and a read's) would both adopt the same head and report it twice.
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    locks: dict[str, asyncio.Lock] = msgspec.field(default_factory=dict)
 
 
 def _holder(observation: LeaseObservation) -> tuple[str, str] | None:
@@ -231,7 +229,7 @@ class Following:
     def _tell(self, update: FollowUpdate, report: bool) -> FollowUpdate:
         if not report:
             return update
-        update = FollowUpdate(**{**update.__dict__, "report": True})
+        update = msgspec.structs.replace(update, report=True)
         for listener in list(self.on_follow):
             try:
                 listener(update)

@@ -40,11 +40,11 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from dataclasses import dataclass
 from typing import Annotated
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ...targets import (
     ControlProgram,
     CreateExclusive,
@@ -83,7 +83,7 @@ class ArmedCommand(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_o
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")
-_decoder = msgspec.json.Decoder(ArmedCommand)
+_decoder = LazyDecoder(msgspec.json.Decoder, ArmedCommand)
 
 
 def machine_identity() -> tuple[str | None, str | None]:
@@ -111,8 +111,7 @@ def _path(lease: LeaseHandle, armed_id: str) -> str:
     return f"{_root(lease)}/armed-{armed_id}.json"
 
 
-@dataclass(frozen=True)
-class LatchState:
+class LatchState(msgspec.Struct, frozen=True):
     """What a check of the latch found (``set`` False: nothing to tell)."""
 
     set: bool

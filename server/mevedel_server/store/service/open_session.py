@@ -30,7 +30,8 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from ...targets import (
     ControlProgram,
@@ -91,8 +92,7 @@ class Access(enum.Enum):
     READ_ONLY = "read-only"
 
 
-@dataclass(frozen=True)
-class SaveResult:
+class SaveResult(msgspec.Struct, frozen=True):
     session_id: str
     #: A new publication committed.
     committed: bool
@@ -107,8 +107,7 @@ class SaveResult:
     note: str | None = None
 
 
-@dataclass(frozen=True)
-class PendingSave:
+class PendingSave(msgspec.Struct, frozen=True):
     #: None: restored from the durable record after a restart (the live
     #: conversation is the committed one; the record holds what was pending).
     candidate: SaveCandidate | None

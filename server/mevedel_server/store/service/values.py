@@ -7,7 +7,8 @@ LSP server and the CLI run with (:data:`PRODUCT_STORAGE`)."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+import msgspec
 
 from ..workspace_wide.cleanup import DEFAULT_MAX_AGE_DAYS
 from ..workspace_wide.collection import (
@@ -46,8 +47,7 @@ class OpenMode(enum.Enum):
     TAKEOVER = "takeover"
 
 
-@dataclass(frozen=True)
-class SessionInfo:
+class SessionInfo(msgspec.Struct, frozen=True):
     session_id: str
     #: The display name, or the session ID while the session is unnamed.
     display_name: str
@@ -73,8 +73,7 @@ class SessionInfo:
     recovery_pending: str | None = None
 
 
-@dataclass(frozen=True)
-class OpenResult:
+class OpenResult(msgspec.Struct, frozen=True):
     info: SessionInfo
     #: ``resume``, ``join``, ``takeover`` or ``switch`` (already open here).
     action: str
@@ -82,8 +81,7 @@ class OpenResult:
     interrupted_turn: int | None = None
 
 
-@dataclass(frozen=True)
-class TurnStarted:
+class TurnStarted(msgspec.Struct, frozen=True):
     session_id: str
     turn: int
     turn_id: str
@@ -91,8 +89,7 @@ class TurnStarted:
     reminder: bool
 
 
-@dataclass(frozen=True)
-class CaptureResult:
+class CaptureResult(msgspec.Struct, frozen=True):
     path: str
     #: ``present`` (a regular file), ``absent``, ``directory``, ``symlink``
     #: or ``gap``.
@@ -101,8 +98,7 @@ class CaptureResult:
     gap_reason: str | None = None
 
 
-@dataclass(frozen=True)
-class SessionChange:
+class SessionChange(msgspec.Struct, frozen=True):
     """The open session's committed or access state changed."""
 
     session_id: str
@@ -118,8 +114,7 @@ class SessionChange:
     display_name: str = ""
 
 
-@dataclass(frozen=True)
-class SegmentRotation:
+class SegmentRotation(msgspec.Struct, frozen=True):
     """A compaction or /clear: the live segment closed and a new one opened."""
 
     session_id: str
@@ -132,8 +127,7 @@ class SegmentRotation:
     save: SaveResult
 
 
-@dataclass(frozen=True)
-class SessionListing:
+class SessionListing(msgspec.Struct, frozen=True):
     rows: tuple[SessionRow, ...]
     inspect_rows: tuple[InspectSessionRow, ...]
     #: Sessions created here that have nothing saved yet (also in ``rows``).

@@ -27,6 +27,7 @@ from typing import Annotated
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ...targets.program import Entry
 from ..errors import StoreError
 
@@ -89,7 +90,7 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tru
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")
-_decoder = msgspec.json.Decoder(_Body)
+_decoder = LazyDecoder(msgspec.json.Decoder, _Body)
 
 
 def content_hash(content: Entry | bytes | None) -> str:

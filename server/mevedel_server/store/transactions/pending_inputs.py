@@ -33,6 +33,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ...targets import (
     ControlProgram,
     CreateExclusive,
@@ -84,7 +85,7 @@ class InputRecord(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")
-_decoder = msgspec.json.Decoder(InputRecord)
+_decoder = LazyDecoder(msgspec.json.Decoder, InputRecord)
 
 
 def encode(record: InputRecord) -> bytes:
@@ -202,7 +203,7 @@ class RunnerRecord(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_o
     boot: Annotated[str, msgspec.Meta(max_length=64)]
 
 
-_runner_decoder = msgspec.json.Decoder(RunnerRecord)
+_runner_decoder = LazyDecoder(msgspec.json.Decoder, RunnerRecord)
 
 
 def runner_ops(paths: SessionPaths, written: bytes) -> list[Operation]:

@@ -33,11 +33,11 @@ import hashlib
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ...targets import (
     ControlProgram,
     CreateExclusive,
@@ -88,11 +88,10 @@ class PendingMarker(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")
-_decoder = msgspec.json.Decoder(PendingMarker)
+_decoder = LazyDecoder(msgspec.json.Decoder, PendingMarker)
 
 
-@dataclass(frozen=True)
-class FoundPending:
+class FoundPending(msgspec.Struct, frozen=True):
     """What ``.pending-publication/`` of a session holds."""
 
     marker: PendingMarker | None

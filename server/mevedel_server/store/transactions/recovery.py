@@ -45,11 +45,11 @@ import hashlib
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ...targets import (
     ControlProgram,
     CreateExclusive,
@@ -132,7 +132,7 @@ class RecoveryMarker(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")
-_decoder = msgspec.json.Decoder(RecoveryMarker)
+_decoder = LazyDecoder(msgspec.json.Decoder, RecoveryMarker)
 
 
 class RecoveryPending(LifecycleError):
@@ -180,8 +180,7 @@ def artifacts_digest(artifacts: Mapping[str, bytes]) -> str:
     return snapshot_digest({logical: hashlib.sha256(data).hexdigest() for logical, data in artifacts.items()})
 
 
-@dataclass(frozen=True)
-class Journal:
+class Journal(msgspec.Struct, frozen=True):
     marker: RecoveryMarker
     data: bytes
 
@@ -329,8 +328,7 @@ async def guarded_write(lease: LeaseHandle, changes: Sequence[tuple[str, Entry |
     raise LeaseLost(lease.session_id, "the lease kept moving while files were restored")
 
 
-@dataclass(frozen=True)
-class RecoveryState:
+class RecoveryState(msgspec.Struct, frozen=True):
     """What ``.recovery/`` of a session holds."""
 
     recovery_id: str | None
@@ -422,8 +420,7 @@ async def sweep_ops(target: Target, paths: SessionPaths, state: RecoveryState) -
     return ops
 
 
-@dataclass(frozen=True)
-class RecoveryOutcome:
+class RecoveryOutcome(msgspec.Struct, frozen=True):
     recovery_id: str
     #: ``rolled-back`` (the old content is back), ``completed`` (the new
     #: content is in place) or ``abandoned``.

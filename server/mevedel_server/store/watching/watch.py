@@ -47,8 +47,9 @@ import math
 import os
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ...targets import ControlProgram, ListDir, LocalTarget, Status, Target, TargetError
 from ..authority.workspace import check_session_id
@@ -73,8 +74,7 @@ class WatchMode(enum.Enum):
     POLL = "poll"
 
 
-@dataclass(frozen=True)
-class WatchCadence:
+class WatchCadence(msgspec.Struct, frozen=True):
     """How often a ``poll`` watcher looks (idle, and while a transfer is in
     flight), and how long a ``notify`` watcher groups filesystem events."""
 
@@ -100,8 +100,7 @@ class WatchCadence:
         )
 
 
-@dataclass(frozen=True)
-class Wake:
+class Wake(msgspec.Struct, frozen=True):
     session_id: str
     #: Why: ``armed``, ``lease``, ``requests``, ``refresh`` (or several).
     reasons: frozenset[str]
@@ -398,8 +397,7 @@ class SessionWatcher:
             last = now
 
 
-@dataclass(frozen=True)
-class _Arm:
+class _Arm(msgspec.Struct, frozen=True):
     path: str
     arm_id: int
     close: Callable[[], None]

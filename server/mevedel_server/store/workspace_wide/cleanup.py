@@ -39,7 +39,8 @@ keeps the session; a kept session's claim is released.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from ...targets import (
     ControlProgram,
@@ -83,22 +84,19 @@ _CLAIM_SECONDS = 60
 _ROOT_ATTEMPTS = 3
 
 
-@dataclass(frozen=True)
-class RemovedSession:
+class RemovedSession(msgspec.Struct, frozen=True):
     session_id: str
     last_update: int
     #: Why it qualified, for people.
     reason: str
 
 
-@dataclass(frozen=True)
-class KeptSession:
+class KeptSession(msgspec.Struct, frozen=True):
     name: str
     reason: str
 
 
-@dataclass(frozen=True)
-class CleanupReport:
+class CleanupReport(msgspec.Struct, frozen=True):
     removed: tuple[RemovedSession, ...]
     kept: tuple[KeptSession, ...]
     #: Target clock reading the ages were judged against.

@@ -63,8 +63,9 @@ import hashlib
 import re
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ...targets import (
     Clock,
@@ -124,14 +125,12 @@ _NAMED = "named by a retained manifest"
 _MARKER_DEBRIS = re.compile(r"^\.\.collecting-[0-9a-f]{32}\.[0-9a-z]+\.tmp\Z")
 
 
-@dataclass(frozen=True)
-class KeptPublication:
+class KeptPublication(msgspec.Struct, frozen=True):
     publication_id: str
     reasons: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class CollectionReport:
+class CollectionReport(msgspec.Struct, frozen=True):
     #: Publication directories removed completely by this step.
     removed: tuple[str, ...]
     #: Every directory kept, with why.
@@ -151,8 +150,7 @@ class CollectionReport:
     packed: tuple[str, ...] = ()
 
 
-@dataclass
-class CollectionCache:
+class CollectionCache(msgspec.Struct):
     """What earlier steps learnt, for the next step of the same lease holder:
     a generation directory's survey (only this holder changes its session's
     publications, and a step forgets every directory it touches) and each
@@ -160,18 +158,17 @@ class CollectionCache:
     surveys and judges every generation again."""
 
     #: Publication ID -> (entries, directory mtime, manifest mtime, manifest).
-    surveys: dict[str, tuple[tuple[str, ...], int, int | None, PublicationManifest | None]] = field(default_factory=dict)
-    turn_states: TurnStateFacts = field(default_factory=dict)
+    surveys: dict[str, tuple[tuple[str, ...], int, int | None, PublicationManifest | None]] = msgspec.field(default_factory=dict)
+    turn_states: TurnStateFacts = msgspec.field(default_factory=dict)
     #: The lease generation these facts were gathered under.
     holder: tuple[str, str] | None = None
     #: Pack volumes read (immutable under their names).
-    volumes: VolumeCache = field(default_factory=dict)
+    volumes: VolumeCache = msgspec.field(default_factory=dict)
     #: Packed generations' manifests, decoded (None: they do not decode).
-    packed_manifests: dict[str, PublicationManifest | None] = field(default_factory=dict)
+    packed_manifests: dict[str, PublicationManifest | None] = msgspec.field(default_factory=dict)
 
 
-@dataclass
-class _Directory:
+class _Directory(msgspec.Struct):
     publication_id: str
     entries: tuple[str, ...] = ()
     modified_at: int = 0
@@ -180,7 +177,7 @@ class _Directory:
     manifest_problem: str | None = None
     marked: bool = False
     unusable: str | None = None
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[str] = msgspec.field(default_factory=list)
 
     @property
     def is_generation(self) -> bool:

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
 
+from ...lazy_decoder import LazyDecoder
 from ...targets import (
     ControlProgram,
     CreateExclusive,
@@ -64,11 +64,10 @@ class _HistoryFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(_HistoryFile)
+_decoder = LazyDecoder(msgspec.json.Decoder, _HistoryFile)
 
 
-@dataclass(frozen=True)
-class HistoryRead:
+class HistoryRead(msgspec.Struct, frozen=True):
     """The history, oldest first; ``warning`` once, when a corrupt file was
     renamed aside by this read."""
 

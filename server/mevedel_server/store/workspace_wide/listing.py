@@ -51,12 +51,12 @@ session directory beside its lease chain, so this costs no program.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import hashlib
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+
+import msgspec
 
 from ...targets import (
     Chain,
@@ -137,8 +137,7 @@ def lease_action(observation: LeaseObservation, client: ClientIdentity, open_her
     return SessionAction.JOIN if standing is LeaseStanding.HELD else SessionAction.TAKE_OVER
 
 
-@dataclass(frozen=True)
-class ControlAsk:
+class ControlAsk(msgspec.Struct, frozen=True):
     """A request for control of a session that its holder has not answered
     (read by the listing: see :meth:`_Probe.ops`)."""
 
@@ -148,8 +147,7 @@ class ControlAsk:
     transfer_generation: int
 
 
-@dataclass(frozen=True)
-class SessionRow:
+class SessionRow(msgspec.Struct, frozen=True):
     session_id: str
     #: The sidecar's display name; the session ID when the session is unnamed.
     display_name: str
@@ -186,8 +184,7 @@ class InspectSubject(enum.Enum):
     SIDECAR = "sidecar"
 
 
-@dataclass(frozen=True)
-class InspectSessionRow:
+class InspectSessionRow(msgspec.Struct, frozen=True):
     """A directory under ``.mevedel/sessions/`` that cannot be listed as a
     session, and why. ``name`` is the directory name (a session ID unless
     ``subject`` is DIRECTORY and the reason says it is not one)."""
@@ -203,8 +200,7 @@ class InspectSessionRow:
     observed_version: object = None
 
 
-@dataclass(frozen=True)
-class Listing:
+class Listing(msgspec.Struct, frozen=True):
     rows: tuple[SessionRow, ...]
     inspect_rows: tuple[InspectSessionRow, ...]
     #: Target clock reading of the listing's first lease judgement.
@@ -216,8 +212,7 @@ class Listing:
     surveyed: tuple[list["SessionSurvey"], int | None] | None = None
 
 
-@dataclass(frozen=True)
-class UnfinishedSession:
+class UnfinishedSession(msgspec.Struct, frozen=True):
     """A session directory with nothing committed that is no session: the
     remains of an interrupted Fork, Save As or Worktree Fork (see the module)."""
 
@@ -230,8 +225,7 @@ class UnfinishedSession:
     generation: int
 
 
-@dataclass
-class SessionSurvey:
+class SessionSurvey(msgspec.Struct):
     """What the listing learnt about one session directory (internal shape
     shared with cleanup, which needs the lease facts of Inspect rows too)."""
 
@@ -261,8 +255,7 @@ class SessionSurvey:
         return self.modified_at
 
 
-@dataclass(frozen=True)
-class SidecarFacts:
+class SidecarFacts(msgspec.Struct, frozen=True):
     """What listing, cleanup and collection need from a committed sidecar."""
 
     session_id: str
@@ -541,7 +534,7 @@ class _Probe:
         if problem is not None:
             survey.problem = InspectSessionRow(survey.name, InspectSubject.DIRECTORY, problem[0], None, survey.modified_at)
         elif self.pending is not None:
-            survey.problem = dataclasses.replace(self.pending, modified_at=survey.modified_at)
+            survey.problem = msgspec.structs.replace(self.pending, modified_at=survey.modified_at)
 
     def _accept_lease(self, read: OpResult, now: int | None) -> None:
         paths = self.survey.paths
