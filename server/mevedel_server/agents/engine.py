@@ -48,6 +48,7 @@ from ..tool_server.artifact_writes import learn_shell_writes
 from ..tool_server.host import ToolHost
 from .acp_callbacks import AcpCallbacks, PermissionQuestion
 from .checkpoint_exclude import CheckpointExclude, is_editor_file
+from .commit_rides import keep_on_settlement, not_riding, walk_riding
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
 from .excerpt import reconciliation_notice, transcript_excerpt
@@ -163,6 +164,11 @@ class AgentEngine:
         #: Called with the session id once a prompt has ended, the session
         #: idle again (the prompt queue sends the next entry then).
         self.after_turn: list[Callable[[str], None]] = []
+        #: Called with the session id as a prompt's turn starts, and just
+        #: before its settlement is published (a front end has that
+        #: publication carry what ends with the turn: the CLI's runner record).
+        self.before_turn: list[Callable[[str], None]] = []
+        self.before_settle: list[Callable[[str], None]] = []
         #: The session's queued prompts and steering (:mod:`.prompt_queue`).
         from .prompt_queue import PromptQueue
 
@@ -258,6 +264,8 @@ class AgentEngine:
                              "queue the prompt (it is sent when the turn settles), steer (cancel the turn and send it now), or wait")
         self._busy.add(session_id)
         self._on_begun[session_id] = on_begun
+        for hook in list(self.before_turn):
+            hook(session_id)
         try:
             return await self._prompt(session_id, text, **options)
         finally:
@@ -309,8 +317,11 @@ class AgentEngine:
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "running", turn.turn, turn.turn_id))
         try:
             self._set_engine(session_id, running, EngineState.UNCERTAIN)
-            await self.service.turns.checkpoint(session_id)  # the in-flight state, published before dispatch
-            await running.file_state.refresh()  # the baseline a shell command's changes are found against
+            # The in-flight state, published before dispatch, and the
+            # baseline a shell command's changes are found against (its
+            # walk in the publication's program).
+            await walk_riding(running.file_state, self.service.session(session_id).lease,
+                              lambda: self.service.turns.checkpoint(session_id))
             await self.learn_authored(None)
             turn.mail = await self._mail(session_id)
         except Exception as failure:
@@ -431,14 +442,22 @@ class AgentEngine:
     async def _settle(self, running: RunningAgent, turn: AgentTurn, stop_reason: str | None, error: AgentError | None) -> PromptOutcome:
         session_id = turn.session_id
         outcome, reason = await self.end_turn(running, turn, stop_reason, error, "cancelled by the user")
+        withdraw = not_riding
         with contextlib.suppress(Exception):
             await self.capture_changes(session_id)
+            withdraw = await keep_on_settlement(self.trees.record(self.working_directory(session_id)), self.service.session(session_id).lease)
         await self.learn_authored(session_id)
         alive = running.process.alive
         if not alive:
             await running.process.stop()
         try:
             self._set_engine(session_id, running, EngineState.READY if outcome is Outcome.COMPLETED and alive else EngineState.UNCERTAIN)
+            if self.before_settle:
+                checkpoints = self.service.session(session_id).checkpoints
+                if checkpoints is not None:
+                    await checkpoints.stop()  # what rides the settlement rides no mid-turn checkpoint
+                for hook in list(self.before_settle):
+                    hook(session_id)
             await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason)
         except Exception as failure:
             # The session went away under the turn (closed, its lease lost):
@@ -449,6 +468,8 @@ class AgentEngine:
             _log.warning("session %s: the turn could not be settled here: %s", session_id, failure)
             error = error or AgentError(FAILED, f"session {session_id}", f"the turn could not be settled: {failure}")
             outcome = Outcome.INTERRUPTED if turn.cancelled else Outcome.ERRORED
+        finally:
+            withdraw()
         if error is not None and turn.cancelled:
             error = None
         if turn.mail and outcome is Outcome.COMPLETED:

@@ -143,7 +143,7 @@ import os
 import secrets
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..store import STATE_DIR
@@ -244,6 +244,13 @@ _PACK = operator.itemgetter(0)
 #: Walks in a row that may each find directories not watched yet before
 #: the watch is given up on for this refresh (the next one walks).
 WATCH_PASSES = 3
+
+
+#: Runs a walk's operations inside a program of another's (the turn's
+#: first publication, behind its lease proof: one round trip for both),
+#: answering their results, or None when they were not run there (then the
+#: record runs them itself).
+Carrier = Callable[[list[Operation]], Awaitable["tuple[OpResult, ...] | None"]]
 
 
 class FileStateError(Exception):
@@ -430,6 +437,8 @@ class FileStateRecord:
         #: one round trip for both over SSH. Not when the tree is watched
         #: (a watched sync may run no program at all).
         self.riders: list = []
+        #: The refresh's carrier, until its walk's program is built.
+        self._carrier: Carrier | None = None
 
     # -- the API -------------------------------------------------------------
 
@@ -451,14 +460,20 @@ class FileStateRecord:
         except Exception:  # noqa: BLE001 -- the refresh the turn awaits walks again, and says why
             pass
 
-    async def refresh(self) -> None:
+    async def refresh(self, *, carrier: Carrier | None = None) -> None:
         """Bring the record up to date before a command: the first call
         walks the tree and keeps the content of every file not ignored and
         under the limit; later ones walk by ``lstat`` and read only what
-        changed, storing a blob only for a digest not stored yet."""
+        changed, storing a blob only for a digest not stored yet.
+        ``carrier``: runs the walk's program inside another program (the
+        turn's first publication), see :data:`Carrier`."""
         async with self._lock:
             first = not self._primed
-            await self._sync(report=False)
+            self._carrier = carrier
+            try:
+                await self._sync(report=False)
+            finally:
+                self._carrier = None
             if first and not self._from_index and not self._cheap_to_read_again() or self._keep_known:
                 self._keep_known = False
                 await self._save()  # a whole read (or a path only the record knows to look at) is worth keeping at once
@@ -545,6 +560,16 @@ class FileStateRecord:
                 await self._save()
         self._prune_soon()
         return found
+
+    async def keep_ops(self) -> tuple[list[Operation], Callable[[tuple[OpResult, ...]], None]]:
+        """The operations that keep the record as it stands for the next
+        process, for another's program (the turn's settlement: a process's
+        last sync is otherwise not kept, and the next process reads again
+        what it found), and the callback taking their results. None to run
+        when the record is kept already."""
+        async with self._lock:
+            ops, done = await self._save_ops()
+        return ops, lambda results: done(ProgramResult(tuple(results)), 0)
 
     async def _save(self) -> None:
         """Keep the record for the next process now, in a program of its own
@@ -1052,6 +1077,17 @@ class FileStateRecord:
         second = await self._scanner.run(ControlProgram([scan]))
         return ProgramResult((*first.results, *second.results), first.stopped_at)
 
+    async def _carried(self, ops: list[Operation]) -> ProgramResult:
+        """:meth:`_run_scan`, by the refresh's carrier when it has one (once:
+        the walk's program; what follows it runs on its own) and it carried
+        every operation."""
+        carrier, self._carrier = self._carrier, None
+        if carrier is not None and self._scanner is None:
+            results = await carrier(ops)
+            if results is not None and len(results) == len(ops) and not any(r.status is Status.SKIPPED for r in results):
+                return ProgramResult(tuple(results))
+        return await self._run_scan(ops)
+
     def _keep_live(self) -> None:
         """Take back from the orphans what the record names again."""
         if self._orphans:
@@ -1131,7 +1167,7 @@ class FileStateRecord:
             # Before the scan, which stays last (with a scanner, they run
             # with the blob store's operations on the target).
             ops[-1:-1] = [rider.ride_op() for rider in riders]
-            result = await self._run_scan(ops)
+            result = await self._carried(ops)
             for rider, landed in zip(riders, result.results[len(ops) - 1 - len(riders) : len(ops) - 1]):
                 rider.landed(landed)
             raise_for_result(scan_op, result[-1])

@@ -406,6 +406,8 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             await _choose(engine, session_id, arguments)
         mark = RunnerMark(service, session_id)
         mark.ride_first_save()
+        engine.before_turn.append(mark.turn_starting)
+        engine.before_settle.append(mark.turn_settling)
         # After the runner record: the history's guarded write rides last
         # (a history changed meanwhile stops nothing that follows it).
         said = await service.sessions.record_input(session_id, text)

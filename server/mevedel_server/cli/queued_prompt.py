@@ -32,12 +32,13 @@ from ..store import (
     load_inputs,
     read_runner,
     record_runner,
+    runner_clear_ops,
     runner_from,
     runner_ops,
     runner_read,
     runner_recorded,
 )
-from ..targets import Verify
+from ..targets import Status, Verify
 from ..targets.clock import read_target_clock
 from .session_client import CommandError
 
@@ -175,6 +176,7 @@ class RunnerMark:
         session = self.service.session(self.session_id)
         if self.recorded:
             return
+        self._stop_riding()
         written = encode_runner(self._record())
         ops = runner_ops(session.paths, written)
 
@@ -183,6 +185,31 @@ class RunnerMark:
                 runner_recorded(ops, results)
                 self.written, self.recorded = written, True
 
+        self._riding = (session, session.ride_next_commit(ops, delivered=delivered))
+
+    def turn_starting(self, session_id: str) -> None:
+        """A turn of this process starts: recorded again on its first
+        publication when a settlement cleared the record (a prompt queued
+        meanwhile is being sent)."""
+        if session_id == self.session_id and self.written is not None and not self.recorded:
+            self.ride_first_save()
+
+    def turn_settling(self, session_id: str) -> None:
+        """The turn's settlement carries the record's removal, behind its
+        lease proof and after the queue's listing, instead of a program of
+        its own at exit (the settlement is this process's last publication
+        unless something was queued meanwhile: then :meth:`turn_starting`
+        records it again). Its own record only: another's stops the rider."""
+        session = self.service.session(self.session_id) if self.service.is_open(self.session_id) else None
+        if session_id != self.session_id or session is None or session.lease is None or not self.recorded or self.written is None:
+            return
+        ops = runner_clear_ops(session.paths, self.written)
+
+        def delivered(results) -> None:
+            if results[0].ok or results[0].status is Status.MISMATCH:
+                self.recorded = False  # removed, or another runner's now: nothing of ours is left
+
+        self._stop_riding()
         self._riding = (session, session.ride_next_commit(ops, delivered=delivered))
 
     def _stop_riding(self) -> None:

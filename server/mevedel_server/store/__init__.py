@@ -79,7 +79,7 @@ _EXPORTS = {
     '.content.sidecar': ('AgentActivity', 'AgentChoice', 'AgentResult', 'EngineRef', 'EngineState', 'ForkType', 'MAX_CONFIG_CHOICES', 'RESULT_TEXT_LIMIT', 'RetainedAgent', 'TurnFiles', 'agent_result', 'final_message'),
     '.transactions.project_files': ('GitCheck', 'WORKTREES_DIR'),
     '.content.checkpoints': ('MissingContent', 'entry_of'),
-    '.transactions.pending_inputs': ('InputRecord', 'MAX_TEXT_BYTES', 'RunnerRecord', 'add_foreign_input', 'clear_runner', 'encode_runner', 'input_listing', 'load_inputs', 'read_runner', 'record_runner', 'remove_input', 'runner_from', 'runner_ops', 'runner_read', 'runner_recorded', 'write_inputs'),
+    '.transactions.pending_inputs': ('InputRecord', 'MAX_TEXT_BYTES', 'RunnerRecord', 'add_foreign_input', 'clear_runner', 'encode_runner', 'input_listing', 'load_inputs', 'read_runner', 'record_runner', 'remove_input', 'runner_clear_ops', 'runner_from', 'runner_ops', 'runner_read', 'runner_recorded', 'write_inputs'),
     '.workspace_wide.listing': ('InspectSessionRow', 'SessionAction'),
     '.watching.watch': ('LEASE', 'SessionWatcher', 'Wake', 'WatchCadence'),
     '.service.control': ('ControlEvent', 'ControlStatus', 'SessionControl'),

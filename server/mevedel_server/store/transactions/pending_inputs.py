@@ -257,12 +257,19 @@ async def clear_runner(lease: LeaseHandle, pid: int, *, written: bytes | None = 
     """Remove the runner record if it is still ``pid``'s. ``written``: the
     bytes ``pid`` recorded (:func:`encode_runner`), proven still there in
     the removal's own program instead of read first."""
-    path = f"{_root(lease.paths)}/{RUNNER_NAME}"
-    lead: list[Operation] = []
-    if written is not None:
-        lead = [Verify(path, written)]  # another runner's record stops the program: nothing removed
-    else:
+    if written is None:
         runner = await read_runner(lease.target, lease.paths)
         if runner is None or runner.pid != pid:
             return
-    await run_guarded(lease, [*lead, Remove(path, optional=True), Remove(_root(lease.paths), optional=True)])
+    await run_guarded(lease, runner_clear_ops(lease.paths, written))
+
+
+def runner_clear_ops(paths: SessionPaths, written: bytes | None) -> list[Operation]:
+    """The removal of the runner record (and of the input directory, when
+    that leaves it empty), to run behind the lease proof. ``written``: the
+    bytes this runner recorded, proven still there first (another runner's
+    record stops the program: nothing removed); None when the caller read
+    the record as its own."""
+    path = f"{_root(paths)}/{RUNNER_NAME}"
+    lead: list[Operation] = [] if written is None else [Verify(path, written)]
+    return [*lead, Remove(path, optional=True), Remove(_root(paths), optional=True)]
