@@ -52,6 +52,7 @@ from .commit_rides import keep_on_settlement, not_riding, walk_riding
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
 from .excerpt import reconciliation_notice, transcript_excerpt
+from .file_state import Passengers
 from .fork_note import fork_files_note
 from .live import LiveFeed, TurnUpdate
 from .process import AgentProcess
@@ -443,8 +444,12 @@ class AgentEngine:
         session_id = turn.session_id
         outcome, reason = await self.end_turn(running, turn, stop_reason, error, "cancelled by the user")
         withdraw = not_riding
+        # The files the turn captured are read for their post-turn content
+        # in the walk's program (the turn's mutations are over); a path the
+        # walk adds is read by the settlement.
+        reads = Passengers(tuple(self.service.turns.post_turn_reads(session_id)))
         with contextlib.suppress(Exception):
-            await self.capture_changes(session_id)
+            await self.capture_changes(session_id, passengers=reads)
             withdraw = await keep_on_settlement(self.trees.record(self.working_directory(session_id)), self.service.session(session_id).lease)
         await self.learn_authored(session_id)
         alive = running.process.alive
@@ -458,7 +463,8 @@ class AgentEngine:
                     await checkpoints.stop()  # what rides the settlement rides no mid-turn checkpoint
                 for hook in list(self.before_settle):
                     hook(session_id)
-            await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason)
+            await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason,
+                                             read=(reads.ops, reads.results) if reads.results is not None else None)
         except Exception as failure:
             # The session went away under the turn (closed, its lease lost):
             # what was checkpointed stays; the next owner resumes the turn
@@ -648,11 +654,12 @@ class AgentEngine:
         to it is checkpointed (FileStateRecord.remember)."""
         self.trees.record(self.working_directory(session_id)).remember(path)
 
-    async def capture_changes(self, session_id: str) -> list[str]:
+    async def capture_changes(self, session_id: str, *, passengers: Passengers | None = None) -> list[str]:
         """Record the pre-turn state of every file changed since the record
         was last brought up to date (shell commands, and anything the agent
-        changed without asking us); the paths that changed."""
-        changes = await self.trees.record(self.working_directory(session_id)).changes()
+        changed without asking us); the paths that changed. ``passengers``:
+        see ``FileStateRecord.changes``."""
+        changes = await self.trees.record(self.working_directory(session_id)).changes(passengers=passengers)
         for change in changes:
             try:
                 self.record_pre_state(session_id, change.path, change.before, gap=change.gap, directory=change.made_directory)

@@ -46,8 +46,10 @@ record on to the new state. Everything goes through the workspace's
   after a pack merge and when the changes since outgrow
   :data:`DELTA_PATHS`; otherwise a save writes ``index.delta``, the paths
   changed since the whole index, at the head of the next sync's program
-  (no round trip of its own; the state a process's last sync leaves is
-  not kept, and the next process reads those few files again). Neither is
+  (no round trip of its own), or in another's program
+  (:meth:`~FileStateRecord.keep_ops`: the agent engine has the turn's
+  settlement keep the state its last sync left, which the next process
+  would otherwise read again). Neither is
   flushed: one torn or lost in a crash fails its checksum, and the next
   process starts from an earlier state (sound: a file whose facts still
   match it holds those bytes) or reads everything.
@@ -253,6 +255,16 @@ WATCH_PASSES = 3
 Carrier = Callable[[list[Operation]], Awaitable["tuple[OpResult, ...] | None"]]
 
 
+@dataclass
+class Passengers:
+    """Operations of a caller's that a walk's program runs too, after the
+    scan (:meth:`FileStateRecord.changes`), and their results once it did
+    (None: a watched record ran no walk, or its own programs)."""
+
+    ops: tuple[Operation, ...]
+    results: tuple[OpResult, ...] | None = None
+
+
 class FileStateError(Exception):
     """The record cannot be brought up to date (it is left as it was)."""
 
@@ -439,6 +451,8 @@ class FileStateRecord:
         self.riders: list = []
         #: The refresh's carrier, until its walk's program is built.
         self._carrier: Carrier | None = None
+        #: What the caller of ``changes()`` has its walk's program run too.
+        self._passengers: Passengers | None = None
 
     # -- the API -------------------------------------------------------------
 
@@ -547,14 +561,19 @@ class FileStateRecord:
                 return
             self._removed(removes, result)
 
-    async def changes(self) -> list[FileChange]:
+    async def changes(self, *, passengers: Passengers | None = None) -> list[FileChange]:
         """Walk again and return every file created, modified or deleted
         since the record was last brought up to date, with its content from
-        then (sorted by path); the record moves on to the new state."""
+        then (sorted by path); the record moves on to the new state.
+        ``passengers``: the caller's operations for the walk's program."""
         async with self._lock:
             if not self._primed:
                 raise FileStateError("the file-state record was never brought up to date: call refresh() before a command")
-            found = await self._sync(report=True)
+            self._passengers = passengers
+            try:
+                found = await self._sync(report=True)
+            finally:
+                self._passengers = None
             if self._keep_known:
                 self._keep_known = False
                 await self._save()
@@ -1167,11 +1186,18 @@ class FileStateRecord:
             # Before the scan, which stays last (with a scanner, they run
             # with the blob store's operations on the target).
             ops[-1:-1] = [rider.ride_op() for rider in riders]
+            # After the scan (a scanner's program is the scan alone).
+            passengers, self._passengers = self._passengers if self._scanner is None else None, None
+            at = len(ops)
+            if passengers is not None:
+                ops += passengers.ops
             result = await self._carried(ops)
-            for rider, landed in zip(riders, result.results[len(ops) - 1 - len(riders) : len(ops) - 1]):
+            for rider, landed in zip(riders, result.results[at - 1 - len(riders) : at - 1]):
                 rider.landed(landed)
-            raise_for_result(scan_op, result[-1])
-            scan = result[-1].value
+            if passengers is not None:
+                passengers.results = tuple(result.results[at:])
+            raise_for_result(scan_op, result[at - 1])
+            scan = result[at - 1].value
         self._removed(removes, result)
         if saves:
             saved(result, len(removes))

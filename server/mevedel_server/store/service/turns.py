@@ -12,13 +12,14 @@ owner's committed head).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ...targets import (
     ControlProgram,
     Entry,
     InvalidTargetPath,
+    OpResult,
     ReadEntry,
     Status,
     raise_for_result,
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
     from ..content.diff import TreeDiff
     from .file_restore import FileRestore
     from .turn_views import TurnDetail, TurnSummary
+
+
+#: Post-turn reads (:meth:`Turns.post_turn_reads`) and their results.
+PostTurnRead = tuple[Sequence[ReadEntry], Sequence[OpResult]]
 
 
 class Turns:
@@ -164,15 +169,17 @@ class Turns:
             session.conversation.append(make_evidence(item, opened.turn_id))
 
     async def settle(self, session_id: str, outcome: Outcome | str = Outcome.COMPLETED, *, reason: str | None = None,
-                     stop_reason: str | None = None) -> SaveResult:
+                     stop_reason: str | None = None, read: PostTurnRead | None = None) -> SaveResult:
         """End the turn in flight and save: one publication. The post-turn
-        content of every captured file is read from the workspace."""
+        content of every captured file is read from the workspace (``read``:
+        :meth:`post_turn_reads` run since the turn's mutations ended, in
+        another program; the paths they do not answer are read here)."""
         session = await self.table.gated(session_id, "settle a turn", turn_work=True)
         outcome = outcome_of(outcome)
         require_turn(session, "settle a turn")
         if session.checkpoints is not None:
             session.checkpoints.cancel()  # a checkpoint already under way finishes first
-        current = await self._post_turn_content(session)
+        current = await self._post_turn_content(session, read)
         session.conversation.settle(outcome, at=self.table.time_now(), current=current, reason=_reason(reason),
                                     stop_reason=_label(stop_reason, "stop_reason"))
         result = await session.save(session.conversation.artifacts_for_save())
@@ -337,25 +344,43 @@ class Turns:
         raise_for_result(read, got)
         return got.value
 
-    async def _post_turn_content(self, session: OpenSession) -> Mapping[str, Entry | None]:
+    def post_turn_reads(self, session_id: str) -> list[ReadEntry]:
+        """The reads of the post-turn content of the files the turn in
+        flight captured so far, for a program of the caller's once the
+        turn's mutations are over (:meth:`settle`'s ``read``)."""
+        session = self.table.get(session_id, "read its post-turn content")
+        return [ReadEntry(path, max_bytes=self.max_snapshot_bytes, optional=True) for path in _captured_paths(session)]
+
+    async def _post_turn_content(self, session: OpenSession, read: PostTurnRead | None = None) -> Mapping[str, Entry | None]:
         """Current content of the files this turn captured (gaps stay unknown;
         a file that cannot be read, or grew past the limit, too)."""
-        opened = session.conversation.open_turn
-        snapshots = session.conversation.file_snapshots()
-        if opened is None or not snapshots or snapshots[-1].turn_id != opened.turn_id:
-            return {}
-        paths = [p for p, snap in snapshots[-1].files.items() if snap.pre is not None]
+        paths = _captured_paths(session)
         if not paths:
             return {}
-        ops = [ReadEntry(p, max_bytes=self.max_snapshot_bytes, optional=True) for p in paths]
-        result = await self.table.target.run(ControlProgram(ops))
+        answered: dict[str, OpResult] = {}
+        if read is not None:
+            answered = {op.path: got for op, got in zip(*read) if got.status is not Status.SKIPPED}
+        missing = [path for path in paths if path not in answered]
+        if missing:
+            ops = [ReadEntry(p, max_bytes=self.max_snapshot_bytes, optional=True) for p in missing]
+            answered.update(zip(missing, await self.table.target.run(ControlProgram(ops))))
         current: dict[str, Entry | None] = {}
-        for path, op_result in zip(paths, result):
+        for path, op_result in ((path, answered[path]) for path in paths):
             if op_result.status is Status.ABSENT:
                 current[path] = None
             elif op_result.ok and capture_gap_reason(op_result.value, self.max_snapshot_bytes) is None:
                 current[path] = op_result.value
         return current
+
+
+def _captured_paths(session: OpenSession) -> list[str]:
+    """The paths the turn in flight captured with a pre-turn state (gaps
+    stay unknown after the turn too)."""
+    opened = session.conversation.open_turn
+    snapshots = session.conversation.file_snapshots()
+    if opened is None or not snapshots or snapshots[-1].turn_id != opened.turn_id:
+        return []
+    return [p for p, snap in snapshots[-1].files.items() if snap.pre is not None]
 
 
 def _recorded_state(conversation: Conversation, path: str) -> CaptureResult | None:
