@@ -10,6 +10,7 @@ from mevedel_server.store import (
     clear_runner,
     read_runner,
     record_runner,
+    runner_clear_ops,
 )
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import (
@@ -59,5 +60,33 @@ async def test_another_runners_record_is_left_alone(tmp_path):
     await clear_runner(lease, 4242, written=mine)
     assert (await read_runner(lease.target, lease.paths)).pid == 5151
     await clear_runner(lease, 4242)  # read first: not 4242's either
+    assert (await read_runner(lease.target, lease.paths)).pid == 5151
+    await service.sessions.close(sid)
+
+
+async def test_a_settlement_carries_the_records_removal_in_its_own_program(tmp_path):
+    target, service, sid, lease = await _held(tmp_path)
+    await service.turns.begin_turn(sid, "plain")
+    before = target.programs
+    await service.turns.settle(sid)
+    plain = target.programs - before
+
+    written = await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=4242, boot="b"))
+    await service.turns.begin_turn(sid, "the last one")
+    lease.ride(runner_clear_ops(lease.paths, written))
+    before = target.programs
+    await service.turns.settle(sid)
+    assert target.programs - before == plain
+    assert await read_runner(lease.target, lease.paths) is None
+    await service.sessions.close(sid)
+
+
+async def test_a_settlement_leaves_another_runners_record(tmp_path):
+    target, service, sid, lease = await _held(tmp_path)
+    mine = await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=4242, boot="b"))
+    await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=5151, boot="b"))
+    await service.turns.begin_turn(sid, "again")
+    lease.ride(runner_clear_ops(lease.paths, mine))
+    await service.turns.settle(sid)
     assert (await read_runner(lease.target, lease.paths)).pid == 5151
     await service.sessions.close(sid)

@@ -1,0 +1,143 @@
+"""The file-state record's programs riding the turn's publications
+(``agents/commit_rides.py``): the walk before a turn in the turn's first
+publication, the post-turn reads in the settlement's walk, the record kept
+for the next process by the settlement -- each one program fewer, with
+the same checkpoint: what a command changed, with its bytes from before."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import pytest
+
+from mevedel_server.agents.commit_rides import keep_on_settlement, walk_riding
+from mevedel_server.agents.file_state import FileStateRecord, Passengers
+from mevedel_server.store import ClientIdentity
+from mevedel_server.store.service import SessionService
+from mevedel_server.targets import (
+    ControlProgram,
+    LocalTarget,
+    ProgramResult,
+    ProgramTarget,
+    WriteProject,
+)
+from mevedel_server.targets.program import Entry
+
+ME = ClientIdentity("rides-client", "desk")
+
+
+class Counting(ProgramTarget):
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs += 1
+        return await self.inner.run(program)
+
+
+async def _turn_in_flight(tmp_path):
+    """A held session with a second turn begun (the lease exists: the
+    first turn's settlement claimed it), and files written seconds ago
+    (not racy: their facts alone tell a later change)."""
+    (tmp_path / "kept.txt").write_bytes(b"kept before\n")
+    (tmp_path / "edited.txt").write_bytes(b"edited before\n")
+    await asyncio.sleep(2.1)
+    target = Counting(LocalTarget(tmp_path))
+    service = SessionService(target, ME, renew_every=3600)
+    sid = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(sid, "first")
+    await service.turns.settle(sid)
+    await service.turns.begin_turn(sid, "second")
+    return target, service, sid
+
+
+async def test_the_walk_before_a_turn_rides_its_first_publication_and_finds_what_a_command_did(tmp_path):
+    target, service, sid = await _turn_in_flight(tmp_path)
+    lease = service.session(sid).lease
+    alone = FileStateRecord(target, watch=False)
+    before = target.programs
+    await _publish(service, sid)
+    await alone.refresh()
+    separately = target.programs - before
+
+    record = FileStateRecord(target, watch=False)
+    before = target.programs
+    await walk_riding(record, lease, lambda: _publish(service, sid))
+    assert target.programs - before == separately - 1
+
+    # A shell command edits one file and makes another: the record finds
+    # both, the edited one with its bytes from before the turn.
+    (tmp_path / "edited.txt").write_bytes(b"edited by the command\n")
+    (tmp_path / "made.txt").write_bytes(b"new\n")
+    changes = {change.path: change for change in await record.changes()}
+    assert set(changes) == {"edited.txt", "made.txt"}
+    assert changes["edited.txt"].before.data == b"edited before\n"
+    assert changes["made.txt"].before is None
+    await service.sessions.close(sid)
+
+
+async def _publish(service: SessionService, sid: str) -> None:
+    """A publication with something new in it (a record appended)."""
+    from mevedel_server.store import EvidenceInput
+
+    service.turns.append_now(sid, EvidenceInput(kind="response", text="more"))
+    result = await service.turns.checkpoint(sid)
+    assert result.committed
+
+
+async def test_a_publication_that_fails_leaves_the_walk_to_run_on_its_own(tmp_path):
+    target, service, sid = await _turn_in_flight(tmp_path)
+    record = FileStateRecord(target, watch=False)
+
+    async def refused() -> None:
+        raise RuntimeError("the publication failed")
+
+    with pytest.raises(RuntimeError, match="the publication failed"):
+        await walk_riding(record, service.session(sid).lease, refused)
+    (tmp_path / "edited.txt").write_bytes(b"after\n")
+    changes = await record.changes()
+    assert [(c.path, c.before.data) for c in changes] == [("edited.txt", b"edited before\n")]
+    await service.sessions.close(sid)
+
+
+async def test_the_post_turn_reads_ride_the_settlement_walk_and_the_settled_turn_has_the_new_content(tmp_path):
+    target, service, sid = await _turn_in_flight(tmp_path)
+    record = FileStateRecord(target, watch=False)
+    await record.refresh()
+    # The agent's own write, checkpointed by it (the fs/write_text_file seam).
+    service.turns.record_pre_state(sid, "edited.txt", Entry.file(b"edited before\n", 0o644))
+    await target.run(ControlProgram([WriteProject("edited.txt", b"written by the agent\n")]))
+    reads = Passengers(tuple(service.turns.post_turn_reads(sid)))
+    before = target.programs
+    await record.changes(passengers=reads)
+    # The walk, then the written file's snapshot (new to the record).
+    assert target.programs - before == 2
+    assert reads.results is not None and len(reads.results) == 1
+    settling = target.programs
+    await service.turns.settle(sid, read=(reads.ops, reads.results))
+    assert target.programs - settling == 1  # the publication alone: no post-turn read of its own
+    diff = await service.turns.diff(sid, contents=True)
+    assert [(f.path, f.after.sha256) for f in diff.files] == [("edited.txt", hashlib.sha256(b"written by the agent\n").hexdigest())]
+    await service.sessions.close(sid)
+
+
+async def test_a_record_kept_by_the_settlement_starts_the_next_process_reading_nothing(tmp_path):
+    target, service, sid = await _turn_in_flight(tmp_path)
+    record = FileStateRecord(target, watch=False)
+    await record.refresh()
+    (tmp_path / "made.txt").write_bytes(b"new\n")
+    await asyncio.sleep(2.1)  # not racy for the walk that records it
+    await record.changes()
+    withdraw = await keep_on_settlement(record, service.session(sid).lease)
+    await service.turns.settle(sid)
+    withdraw()
+    # The next process: its first walk loads the kept record and reads no
+    # file again (one program, no snapshot).
+    after = FileStateRecord(Counting(LocalTarget(tmp_path)), watch=False)
+    await after.refresh()
+    assert after._target.programs == 1
+    (tmp_path / "made.txt").write_bytes(b"changed\n")
+    assert [(c.path, c.before.data) for c in await after.changes()] == [("made.txt", b"new\n")]
+    await service.sessions.close(sid)
