@@ -118,7 +118,8 @@ def hand_over(owner: Cli, requester: Cli) -> tuple[float, float, list[dict]]:
         said.append(waiting.stderr.readline())
     if "asked" not in said[-1]:
         waiting.kill()
-        raise SystemExit(f"take-control did not ask: {''.join(said)}{waiting.stderr.read()}")
+        out, err = waiting.communicate()
+        raise SystemExit(f"take-control did not ask (exit {waiting.returncode}): {out}{''.join(said)}{err}")
     start = time.perf_counter()
     granted, programs = owner.run("session", "grant-control")
     out, err = waiting.communicate(timeout=120)

@@ -83,3 +83,25 @@ def test_queue_with_no_other_turn_running_just_sends_it(workspace, tmp_path):
     done = mevedel(workspace, tmp_path, "prompt", "--queue", "right away")
     assert done.returncode == 0, done.stderr
     assert "sending it now" in done.stderr and "right away" in done.stdout
+
+
+def test_the_runner_record_goes_with_the_last_settlement_and_is_back_for_a_queued_turn(workspace, tmp_path):
+    release, hold = tmp_path / "release", tmp_path / "hold"
+    configure(tmp_path, [
+        [{"say": "working"}, {"wait_file": str(release)}, {"say": " done"}],
+        [{"say": "queued one running"}, {"wait_file": str(hold)}, {"say": " over"}],
+    ])
+    first = start(workspace, tmp_path, "prompt", "first")
+    read_until(first, "working")
+    assert mevedel(workspace, tmp_path, "prompt", "--queue", "second").returncode == 0
+    release.touch()
+    # The first turn's settlement removed the record; the queued turn's
+    # first publication wrote it again: a third prompt queues behind it.
+    read_until(first, "queued one running")
+    refused = mevedel(workspace, tmp_path, "prompt", "third")
+    assert refused.returncode == 1 and f"(pid {first.pid})" in refused.stderr, refused.stderr
+    hold.touch()
+    _out, err = first.communicate(timeout=90)
+    assert first.returncode == 0, err
+    assert not list((workspace / ".mevedel").rglob("runner.json"))  # gone with the last settlement
+    assert turns(workspace, tmp_path) == [("first", "completed"), ("second", "completed")]
