@@ -447,7 +447,9 @@ class AgentEngine:
         # The files the turn captured are read for their post-turn content
         # in the walk's program (the turn's mutations are over); a path the
         # walk adds is read by the settlement.
-        reads = Passengers(tuple(self.service.turns.post_turn_reads(session_id)))
+        reads = Passengers(())
+        with contextlib.suppress(Exception):  # the session went away: the settlement says so
+            reads = Passengers(tuple(self.service.turns.post_turn_reads(session_id)))
         with contextlib.suppress(Exception):
             await self.capture_changes(session_id, passengers=reads)
             withdraw = await keep_on_settlement(self.trees.record(self.working_directory(session_id)), self.service.session(session_id).lease)
