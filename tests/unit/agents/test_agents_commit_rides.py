@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 
 import pytest
+from test_agents_file_state import Programs
 
 from mevedel_server.agents.commit_rides import keep_on_settlement, walk_riding
 from mevedel_server.agents.file_state import FileStateRecord, Passengers
@@ -18,23 +19,11 @@ from mevedel_server.store.service import SessionService
 from mevedel_server.targets import (
     ControlProgram,
     LocalTarget,
-    ProgramResult,
-    ProgramTarget,
     WriteProject,
 )
 from mevedel_server.targets.program import Entry
 
 ME = ClientIdentity("rides-client", "desk")
-
-
-class Counting(ProgramTarget):
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        return await self.inner.run(program)
 
 
 async def _turn_in_flight(tmp_path):
@@ -44,7 +33,7 @@ async def _turn_in_flight(tmp_path):
     (tmp_path / "kept.txt").write_bytes(b"kept before\n")
     (tmp_path / "edited.txt").write_bytes(b"edited before\n")
     await asyncio.sleep(2.1)
-    target = Counting(LocalTarget(tmp_path))
+    target = Programs(LocalTarget(tmp_path))
     service = SessionService(target, ME, renew_every=3600)
     sid = (await service.sessions.create()).session_id
     await service.turns.begin_turn(sid, "first")
@@ -135,7 +124,7 @@ async def test_a_record_kept_by_the_settlement_starts_the_next_process_reading_n
     withdraw()
     # The next process: its first walk loads the kept record and reads no
     # file again (one program, no snapshot).
-    after = FileStateRecord(Counting(LocalTarget(tmp_path)), watch=False)
+    after = FileStateRecord(Programs(LocalTarget(tmp_path)), watch=False)
     await after.refresh()
     assert after._target.programs == 1
     (tmp_path / "made.txt").write_bytes(b"changed\n")
