@@ -4,14 +4,15 @@ publishes at its start and at its settlement anyway.
 
 - :class:`WalkCarrier`: the walk before the turn (``FileStateRecord.
   refresh``) runs in the program of the turn's first publication, after
-  its lease rotation; the agent is dispatched only once both answered.
+  its lease rotation (a new session's: right after the claim its first
+  save makes); the agent is dispatched only once both answered.
   The snapshots the walk calls for follow in programs of their own.
 - :func:`keep_on_settlement`: the record as the settlement's walk left it
   is kept for the next process (``FileStateRecord.keep_ops``) by the
   settlement's own program, not left for the next process to read again.
 
 A publication that did not carry them (it raised, a rider before them
-stopped its program, or there was no lease yet) delivers nothing, and the
+stopped its program) delivers nothing, and the
 record runs its operations itself.
 """
 
@@ -27,13 +28,14 @@ from .file_state import FileStateRecord
 
 
 class WalkCarrier:
-    """One walk's operations riding ``lease``'s next head commit: the
+    """One walk's operations riding the session's next head commit
+    (``OpenSession.ride_next_commit``: a new session's first save's too): the
     refresh awaits the carrier (``__call__``) with its operations, the turn
     publishes once :attr:`ready` is set, then :meth:`release` hands the
     walk what the commit answered."""
 
-    def __init__(self, lease: Any) -> None:
-        self._lease = lease
+    def __init__(self, session: Any) -> None:
+        self._session = session
         #: Set once the walk's operations ride (or the refresh ended without).
         self.ready = asyncio.Event()
         self._released = asyncio.Event()
@@ -43,12 +45,12 @@ class WalkCarrier:
         def delivered(results: tuple[OpResult, ...]) -> None:
             self._results = results
 
-        rider = self._lease.ride(ops, delivered=delivered)
+        rider = self._session.ride_next_commit(ops, delivered=delivered)
         self.ready.set()
         try:
             await self._released.wait()
         finally:
-            self._lease.withdraw(rider)
+            self._session.withdraw(rider)
         results, self._results = self._results, None
         if results is None or any(result.status is Status.SKIPPED for result in results):
             return None
@@ -59,15 +61,15 @@ class WalkCarrier:
         self._released.set()
 
 
-async def walk_riding(record: FileStateRecord, lease: Any, publish: Callable[[], Awaitable[object]]) -> None:
+async def walk_riding(record: FileStateRecord, session: Any, publish: Callable[[], Awaitable[object]]) -> None:
     """``publish()`` (the turn's first publication) and ``record.refresh()``,
-    the refresh's walk riding the publication's program when ``lease``
-    holds the session (else one after the other, as before)."""
-    if lease is None:
+    the refresh's walk riding the publication's program (``session``: the
+    open session publishing; None: one after the other)."""
+    if session is None:
         await publish()
         await record.refresh()
         return
-    carrier = WalkCarrier(lease)
+    carrier = WalkCarrier(session)
     walk = asyncio.ensure_future(record.refresh(carrier=carrier))
     ready = asyncio.ensure_future(carrier.ready.wait())
     try:

@@ -321,7 +321,7 @@ class AgentEngine:
             # The in-flight state, published before dispatch, and the
             # baseline a shell command's changes are found against (its
             # walk in the publication's program).
-            await walk_riding(running.file_state, self.service.session(session_id).lease,
+            await walk_riding(running.file_state, self.service.session(session_id),
                               lambda: self.service.turns.checkpoint(session_id))
             await self.learn_authored(None)
             turn.mail = await self._mail(session_id)

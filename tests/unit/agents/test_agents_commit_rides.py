@@ -44,7 +44,7 @@ async def _turn_in_flight(tmp_path):
 
 async def test_the_walk_before_a_turn_rides_its_first_publication_and_finds_what_a_command_did(tmp_path):
     target, service, sid = await _turn_in_flight(tmp_path)
-    lease = service.session(sid).lease
+    session = service.session(sid)
     alone = FileStateRecord(target, watch=False)
     before = target.programs
     await _publish(service, sid)
@@ -53,7 +53,7 @@ async def test_the_walk_before_a_turn_rides_its_first_publication_and_finds_what
 
     record = FileStateRecord(target, watch=False)
     before = target.programs
-    await walk_riding(record, lease, lambda: _publish(service, sid))
+    await walk_riding(record, session, lambda: _publish(service, sid))
     assert target.programs - before == separately - 1
 
     # A shell command edits one file and makes another: the record finds
@@ -84,7 +84,7 @@ async def test_a_publication_that_fails_leaves_the_walk_to_run_on_its_own(tmp_pa
         raise RuntimeError("the publication failed")
 
     with pytest.raises(RuntimeError, match="the publication failed"):
-        await walk_riding(record, service.session(sid).lease, refused)
+        await walk_riding(record, service.session(sid), refused)
     (tmp_path / "edited.txt").write_bytes(b"after\n")
     changes = await record.changes()
     assert [(c.path, c.before.data) for c in changes] == [("edited.txt", b"edited before\n")]
