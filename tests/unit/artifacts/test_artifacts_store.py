@@ -116,34 +116,33 @@ async def test_saving_a_version_reads_bytes_index_and_clock_in_one_program(root,
     target = await open_target(root)
     store = _store(target)
     item = await store.create("document", "Doc", b"# one\n")
-    await store.write(item.item_id, b"# two\n")
-    programs = []
     real_run = target.run
 
-    async def counting(program):
-        programs.append(program)
-        return await real_run(program)
+    async def save_counted(text: bytes):
+        """Writes TEXT, saves a version; the version and the programs the save ran."""
+        await store.write(item.item_id, text)
+        programs = []
 
-    target.run = counting
-    try:
-        saved = await store.save_version(item.item_id)
-    finally:
-        del target.run
+        async def counting(program):
+            programs.append(program)
+            return await real_run(program)
+
+        target.run = counting
+        try:
+            return await store.save_version(item.item_id), len(programs)
+        finally:
+            del target.run
+
+    saved, programs = await save_counted(b"# two\n")
     # The item's metadata (where its primary file is); its bytes, the index
     # and the clock; the publication -- each a round trip on SSH.
-    assert len(programs) == 3
+    assert programs == 3
     assert saved.reason is VersionReason.SAVED and saved.sha256 == revision_of(b"# two\n")
     assert [v.number for v in await store.versions(item.item_id)][0] == saved.number
     # An editor's next save: the store knows the primary file's name, so
     # the metadata is read beside the bytes -- two round trips.
-    await store.write(item.item_id, b"# three\n")
-    programs.clear()
-    target.run = counting
-    try:
-        again = await store.save_version(item.item_id)
-    finally:
-        del target.run
-    assert len(programs) == 2
+    again, programs = await save_counted(b"# three\n")
+    assert programs == 2
     assert again.number == saved.number + 1 and again.sha256 == revision_of(b"# three\n")
     await store.close()
 
