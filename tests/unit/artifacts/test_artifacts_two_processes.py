@@ -346,10 +346,16 @@ def test_two_publishing_processes_lose_no_version(tmp_path, transport):
     root = tmp_path / "ws"
     root.mkdir()
     run(root, "creator", [["create", "start"]], transport)
-    at = time.time() + 3.0
     count = 15
     options = {"max_versions": 1000}
-    processes = [start(root, name, [["at", at], ["publish", count]], transport, **options) for name in ("one", "two")]
+    # Both loaded, then told to go together: a start time on the clock let a
+    # process that took longer to load on a busy machine begin after the other ended.
+    processes = [start(root, name, [["wait"], ["publish", count]], transport, **options) for name in ("one", "two")]
+    for process in processes:
+        next_event(process, "waiting")
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
     numbers = [[e["number"] for e in finish(p) if e["op"] == "published"] for p in processes]
     for mine in numbers:
         assert len(mine) == count and mine == sorted(mine)
