@@ -42,9 +42,14 @@ async def _held(tmp_path):
     return target, service, sid, service.session(sid).lease
 
 
+async def _record(lease, pid: int):
+    """This client's runner record as process ``pid``; what was written."""
+    return await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=pid, boot="b"))
+
+
 async def test_the_writer_clears_its_record_in_one_program(tmp_path):
     target, service, sid, lease = await _held(tmp_path)
-    written = await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=4242, boot="b"))
+    written = await _record(lease, 4242)
     assert (await read_runner(lease.target, lease.paths)).pid == 4242
     before = target.programs
     await clear_runner(lease, 4242, written=written)
@@ -55,8 +60,8 @@ async def test_the_writer_clears_its_record_in_one_program(tmp_path):
 
 async def test_another_runners_record_is_left_alone(tmp_path):
     target, service, sid, lease = await _held(tmp_path)
-    mine = await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=4242, boot="b"))
-    await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=5151, boot="b"))
+    mine = await _record(lease, 4242)
+    await _record(lease, 5151)
     await clear_runner(lease, 4242, written=mine)
     assert (await read_runner(lease.target, lease.paths)).pid == 5151
     await clear_runner(lease, 4242)  # read first: not 4242's either
@@ -71,7 +76,7 @@ async def test_a_settlement_carries_the_records_removal_in_its_own_program(tmp_p
     await service.turns.settle(sid)
     plain = target.programs - before
 
-    written = await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=4242, boot="b"))
+    written = await _record(lease, 4242)
     await service.turns.begin_turn(sid, "the last one")
     lease.ride(runner_clear_ops(lease.paths, written))
     before = target.programs
@@ -83,8 +88,8 @@ async def test_a_settlement_carries_the_records_removal_in_its_own_program(tmp_p
 
 async def test_a_settlement_leaves_another_runners_record(tmp_path):
     target, service, sid, lease = await _held(tmp_path)
-    mine = await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=4242, boot="b"))
-    await record_runner(lease, RunnerRecord(client_id=ME.client_id, host="desk", pid=5151, boot="b"))
+    mine = await _record(lease, 4242)
+    await _record(lease, 5151)
     await service.turns.begin_turn(sid, "again")
     lease.ride(runner_clear_ops(lease.paths, mine))
     await service.turns.settle(sid)
