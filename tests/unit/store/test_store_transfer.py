@@ -77,6 +77,21 @@ async def test_one_request_per_transfer_generation_naming_the_holder(owned):
         await request_control(target, await observe_lease(target, SID), OWNER)
 
 
+async def test_an_owners_look_reads_the_clock_only_when_a_request_waits(owned):
+    # An idle owner looks at its mailbox often: an empty one costs no clock
+    # probe (a file made and removed in .lease/); the look that finds a
+    # request has the clock its answer's deadline starts from.
+    target, lease, root = owned
+    lease_dir = os.path.join(root, ".mevedel", "sessions", SID, ".lease")
+    before = os.stat(lease_dir).st_mtime_ns
+    empty = await read_mailbox(target, SessionPaths(SID), 0, clock_if_requested=True)
+    assert (empty.request, empty.now) == (None, None)
+    assert os.stat(lease_dir).st_mtime_ns == before
+    request = await request_control(target, await observe_lease(target, SID), ASKER)
+    asked = await read_mailbox(target, SessionPaths(SID), 0, clock_if_requested=True)
+    assert asked.request == request and asked.decision is None and asked.now >= request.requested_at
+
+
 async def test_keep_stands_and_opens_the_next_generation(owned):
     target, lease, root = owned
     request = await request_control(target, await observe_lease(target, SID), ASKER)

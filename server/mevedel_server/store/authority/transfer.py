@@ -42,6 +42,7 @@ from ...targets import (
     Clock,
     ControlProgram,
     MakeDirs,
+    Operation,
     Read,
     Status,
     Target,
@@ -138,28 +139,35 @@ class Mailbox(msgspec.Struct, frozen=True):
     now: int | None = None
 
 
-async def read_mailbox(target: Target, paths: SessionPaths, transfer_generation: int, *, with_clock: bool = False) -> Mailbox:
+async def read_mailbox(
+    target: Target, paths: SessionPaths, transfer_generation: int, *, with_clock: bool = False,
+    clock_if_requested: bool = False,
+) -> Mailbox:
     """Pure reads (plus the clock probe in ``.lease/`` when ``with_clock``):
-    an absent mailbox directory holds no request."""
-    ops = [
-        Read(paths.transfer_record(REQUEST, transfer_generation), optional=True),
-        Read(paths.transfer_record(DECISION, transfer_generation), optional=True),
-    ]
-    if with_clock:
+    an absent mailbox directory holds no request. ``clock_if_requested``:
+    the clock only when a request is there -- an owner's look at an empty
+    mailbox writes no probe, and the one that finds a request has the
+    reading its answer's deadline starts from without another program."""
+    decision_op = Read(paths.transfer_record(DECISION, transfer_generation), optional=True)
+    # Not optional when the clock waits on it: an absent request stops the
+    # program before the probe.
+    request_op = Read(paths.transfer_record(REQUEST, transfer_generation), optional=not clock_if_requested)
+    ops: list[Operation] = [decision_op, request_op]
+    if with_clock or clock_if_requested:
         ops.append(Clock(paths.lease_dir))
     result = await target.run(ControlProgram(ops))
     found = []
-    for op, kind, record_type, op_result in zip(ops, (REQUEST, DECISION), (TransferRequest, TransferDecision), result):
+    for op, kind, record_type, op_result in zip(ops, (DECISION, REQUEST), (TransferDecision, TransferRequest), result):
         if op_result.status is Status.ABSENT:
             found.append(None)
             continue
         raise_for_result(op, op_result)
         found.append(_decode(paths, kind, record_type, transfer_generation, op_result.value))
     now = None
-    if with_clock:
+    if with_clock or (clock_if_requested and found[1] is not None):
         raise_for_result(ops[2], result[2])
         now = int(result[2].value)
-    return Mailbox(transfer_generation, found[0], found[1], now)
+    return Mailbox(transfer_generation, found[1], found[0], now)
 
 
 async def request_control(target: Target, observation: LeaseObservation, identity: ClientIdentity) -> TransferRequest:

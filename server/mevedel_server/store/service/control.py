@@ -40,7 +40,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ...targets import TargetError, read_target_clock
+from ...targets import TargetError
 from ..authority.lease import LeaseStanding, observe_lease
 from ..authority.records import LeaseState, TransferRequest, TransferVerdict
 from ..authority.transfer import (
@@ -565,7 +565,7 @@ class SessionControl:
                 # Look again when the target clock should have got there.
                 owning.look_at = time.monotonic() + max(_DEADLINE_RETRY_SECONDS, owning.deadline - box.now)
             return
-        box = await read_mailbox(self.service.target, session.paths, lease.record.transfer_generation)
+        box = await read_mailbox(self.service.target, session.paths, lease.record.transfer_generation, clock_if_requested=True)
         request = box.request
         if request is None:
             return
@@ -585,8 +585,8 @@ class SessionControl:
             self._begin_drain(session, owning)
             await self._drain(session_id)
             return
-        seen = await read_target_clock(self.service.target, session.paths.lease_dir)
-        owning = _Owning(request, seen + self.cadence.prompt_timeout)
+        assert box.now is not None  # read with the request
+        owning = _Owning(request, box.now + self.cadence.prompt_timeout)
         owning.look_at = time.monotonic() + self.cadence.prompt_timeout
         self._owning[session_id] = owning
         host = request.requester_host or "another client"
