@@ -41,10 +41,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncssh
 import pytest
 
 from mevedel_server.targets import remote_program, wire
+from mevedel_server.targets.asyncssh_import import asyncssh  # without its DSA warnings
 from mevedel_server.targets.remote_bundle import compiled_script, remote_script
 
 SSHD = Path("/usr/sbin/sshd")

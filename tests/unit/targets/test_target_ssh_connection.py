@@ -10,10 +10,10 @@ import fcntl
 import os
 import subprocess
 
-import asyncssh
 import pytest
 
 from mevedel_server.targets import ControlProgram, CreateExclusive, Read
+from mevedel_server.targets.asyncssh_import import asyncssh
 from mevedel_server.targets.remote_errors import HostKeyRefused, TargetUnavailable
 from mevedel_server.targets.ssh import SshTarget
 from ssh_fixtures import ALIAS
