@@ -138,8 +138,10 @@ class AcpCallbacks:
         files = self.running.files
         relative = files.relative(path)
         need = not engine.service.turns.captured(self.running.session_id, relative)
+        # The file-state record's snapshot of what is written rides the write.
+        snapshot = engine.write_snapshot(self.running.session_id, relative)
         try:
-            outcome = await files.write_text(path, content, read_before=need)
+            outcome = await files.write_text(path, content, read_before=need, then=snapshot)
         except TargetError as error:
             unknown = getattr(error, "outcome_unknown", False)
             if need and unknown:
@@ -155,7 +157,7 @@ class AcpCallbacks:
             engine.record_pre_state(self.running.session_id, directory, None, directory=True)
         if outcome.read_before:
             engine.record_pre_state(self.running.session_id, outcome.relative, outcome.before)
-        engine.remember_written(self.running.session_id, outcome.relative)
+        engine.remember_written(self.running.session_id, outcome.relative, snapshot=(snapshot, outcome.then))
         return schema.WriteTextFileResponse()
 
     async def create_terminal(self, session_id: str, command: str, args: list[str] | None = None, env: list | None = None,

@@ -43,7 +43,15 @@ from ..artifacts.attachments import session_artifacts
 from ..artifacts.authored_scan import AuthoredFacts
 from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
 from ..store import EngineRef, EngineState, Outcome, SessionService, is_refusal
-from ..targets import ControlProgram, Entry, Read, Status, TargetError
+from ..targets import (
+    ControlProgram,
+    Entry,
+    Operation,
+    OpResult,
+    Read,
+    Status,
+    TargetError,
+)
 from ..tool_server.artifact_writes import learn_shell_writes
 from ..tool_server.host import ToolHost
 from .acp_callbacks import AcpCallbacks, PermissionQuestion
@@ -649,12 +657,23 @@ class AgentEngine:
             native_session_id=running.process.native_session_id if state is not EngineState.DETACHED else None,
             machine=self.machine, state=state))
 
-    def remember_written(self, session_id: str, path: str) -> None:
+    def write_snapshot(self, session_id: str, path: str) -> list[Operation]:
+        """The operations that snapshot ``path`` (target-relative) for the
+        session's file-state record at the end of the program of the
+        agent's write of it (FileStateRecord.write_snapshot)."""
+        return self.trees.record(self.working_directory(session_id)).write_snapshot(path)
+
+    def remember_written(self, session_id: str, path: str, *,
+                         snapshot: tuple[list[Operation], tuple[OpResult, ...]] | None = None) -> None:
         """The agent wrote ``path`` (target-relative) through ``fs/*`` or
         ApplyPatch: the session's file-state record looks at it from now on
         even inside an ignored directory, so a shell command's later change
-        to it is checkpointed (FileStateRecord.remember)."""
-        self.trees.record(self.working_directory(session_id)).remember(path)
+        to it is checkpointed (FileStateRecord.remember). ``snapshot``: the
+        operations of :meth:`write_snapshot` the write ran, and their results."""
+        record = self.trees.record(self.working_directory(session_id))
+        record.remember(path)
+        if snapshot is not None:
+            record.written(path, *snapshot)
 
     async def capture_changes(self, session_id: str, *, passengers: Passengers | None = None) -> list[str]:
         """Record the pre-turn state of every file changed since the record

@@ -451,6 +451,18 @@ class FileStateRecord:
         self.riders: list = []
         #: The refresh's carrier, until its walk's program is built.
         self._carrier: Carrier | None = None
+        #: The kept index and its delta as another's program read them
+        #: before the first walk (:meth:`preload`): the walk's program is
+        #: built knowing the racy paths.
+        self._preloaded: tuple[OpResult, OpResult] | None = None
+        #: The walk's program's own snapshots of the racy paths, taken
+        #: after its scan: path -> what :meth:`_snapshots` would answer.
+        self._early: dict[str, Snapshot | str | None] = {}
+        #: Snapshots the agent's writes took in their own programs, just
+        #: after writing (:meth:`written`), in order: the path, the
+        #: snapshot and its pack, the record's once a sync takes them (a
+        #: sync in between would sweep a pack it does not know of yet).
+        self._written: list[tuple[str, Snapshot, str]] = []
         #: What the caller of ``changes()`` has its walk's program run too.
         self._passengers: Passengers | None = None
 
@@ -514,17 +526,64 @@ class FileStateRecord:
         command does to it is captured as to a tracked file. Elsewhere the
         walk sees it anyway, and it is forgotten. A path that is no plain
         relative one is not remembered (the write was refused before)."""
+        own = self._own(path)
+        if own is not None:
+            self._remembered.add(own)
+
+    def _own(self, path: str) -> str | None:
+        """The recorded (base-relative) spelling of target-relative
+        ``path``; None when it lies outside the tree or is no plain path."""
         try:
             parts = tuple(split_target_path(path))
         except ValueError:
-            return
+            return None
         if self._base:
             base = tuple(self._base.split("/"))
             if parts[: len(base)] != base or len(parts) == len(base):
-                return
+                return None
             parts = parts[len(base) :]
-        if parts:
-            self._remembered.add("/".join(parts))
+        return "/".join(parts) if parts else None
+
+    def kept_reads(self) -> list[Operation]:
+        """Reads of the record an earlier process kept, for a program that
+        runs before the first walk (a resume's: the one that reads the
+        committed bytes); :meth:`preload` takes their results."""
+        return [Read(self._index, optional=True), Read(self._delta, optional=True)]
+
+    def preload(self, results: tuple[OpResult, ...] | None) -> None:
+        """The results of :meth:`kept_reads` (None: not run). The first walk
+        starts from them instead of reading them in its own program: built
+        knowing which recorded files are racy, its program snapshots them
+        after its scan, not a program of their own once it answered."""
+        if results is not None and len(results) == 2 and not self._primed:
+            self._preloaded = (results[0], results[1])
+
+    def write_snapshot(self, path: str) -> list[Operation]:
+        """Operations snapshotting ``path`` (target-relative), for the end
+        of the program of the agent's ``fs/*`` write of it, which has just
+        checkpointed it (:meth:`written` takes their results): the next
+        sync finds the file with these facts and snapshots it no more."""
+        own = self._own(path)
+        if own is None:
+            return []
+        return [
+            MakeDirs(self._store, optional=True),
+            SnapshotFile(path, store=self._store, max_bytes=self._max, pack=f"pack-{secrets.token_hex(16)}",
+                         known=self._kept(own), optional=True),
+        ]
+
+    def written(self, path: str, ops: list[Operation], results: tuple[OpResult, ...]) -> None:
+        """The results of :meth:`write_snapshot`'s ``ops`` for ``path``.
+        Taken before the walk that uses it, the snapshot's facts can hide
+        a change made after it within their timestamp's tick: the file is
+        read again at the walk after (racy, whatever its times)."""
+        own = self._own(path)
+        if own is None or len(ops) != 2 or len(results) != 2 or not results[1].ok:
+            return
+        snapshot, op = results[1].value, ops[1]
+        if not isinstance(snapshot, Snapshot) or snapshot.digest is None or not isinstance(op, SnapshotFile):
+            return
+        self._written.append((own, snapshot, op.pack))
 
     def close(self) -> None:
         """Stop watching the tree (the record stays usable: it walks)."""
@@ -753,6 +812,7 @@ class FileStateRecord:
 
     async def _sync(self, *, report: bool) -> list[FileChange]:
         first = not self._primed
+        self._early = {}  # a failed sync's, taken before this walk
         watch = self._watching()
         plan: list[str] | None = None
         if watch is not None and not self._walk_all:
@@ -782,10 +842,17 @@ class FileStateRecord:
         recheck_set = set(rechecks)
         captures = [path for path in (*candidates, *rechecks) if self._capturable(current[path])]
         links = [path for path in candidates if current[path][0] & (SCAN_LINK | SCAN_IGNORED) == SCAN_LINK]
+        # Snapshots taken already (the walk's program's, the agent's
+        # writes') stand where the walk found the facts they were taken with.
+        early, by_write = self._taken_before(captures, current)
+        rest = [path for path in captures if path not in early]
         # The blobs of files whose facts changed are read along with the
         # snapshots (most of them did change), the rest after the verdicts.
-        guessed = [path for path in (*candidates, *deleted) if path in self._digest] if report else []
-        taken, before, targets = await self._snapshots(captures, guessed, links)
+        guessed = [path for path in (*candidates, *deleted) if path in self._digest] if report and (rest or links) else []
+        taken, before, targets = await self._snapshots(rest, guessed, links)
+        taken.update(early)
+        # A file the agent wrote was checkpointed by its write.
+        silent |= by_write
 
         consistent = True
         for path in captures:
@@ -856,6 +923,9 @@ class FileStateRecord:
         floor = scan.started_ns - RACY_NS
         self._racy = {path for path in scan.racy if path in self._digest}
         self._racy.update(path for path in captures if path in self._digest and max(current[path][2], current[path][3]) >= floor)
+        # Snapshotted before the walk began: a change after the snapshot, in
+        # its timestamp's tick, would not show in the facts whatever their age.
+        self._racy.update(path for path in by_write if path in self._digest)
         self._unwalked = unwalked
         # Committed together: a later walk of the same names is compared
         # with this one by index.
@@ -873,6 +943,39 @@ class FileStateRecord:
         if self._base:
             changes = [dataclasses.replace(change, path=self._at(change.path)) for change in changes]
         return changes
+
+    def _taken_before(self, captures: list[str], current: dict[str, ScanFacts]) -> tuple[dict[str, Snapshot], set[str]]:
+        """The snapshots taken before this point -- by the walk's program
+        after its scan, or by the agent's writes just after writing
+        (``by_write``, the second) -- of those of ``captures`` the walk
+        found with the very facts the snapshot read the file with. Every
+        pack they appended to is the record's now (swept unless named)."""
+        early, self._early = self._early, {}
+        taking, self._written = self._written, []
+        written: dict[str, Snapshot] = {}
+        for path, snapshot, pack in taking:
+            written[path] = snapshot  # the last write of a path
+            if snapshot.offset is not None:
+                self._land(snapshot, pack)
+        taken: dict[str, Snapshot] = {}
+        by_write: set[str] = set()
+        for path in captures:
+            facts = current[path]
+            found = early.get(path)
+            if self._fits(found, facts):
+                taken[path] = found  # type: ignore[assignment]
+            elif self._fits(written.get(path), facts):
+                taken[path] = written[path]
+                by_write.add(path)
+        return taken, by_write
+
+    def _fits(self, snapshot: object, facts: ScanFacts) -> bool:
+        """Whether ``snapshot`` read the file the walk found with ``facts``
+        and its bytes are kept (appended, or known kept already)."""
+        return (
+            isinstance(snapshot, Snapshot) and snapshot.digest is not None and _facts_of(facts, snapshot) == facts
+            and (snapshot.offset is not None or snapshot.digest in self._where or snapshot.digest in self._landed)
+        )
 
     def _at(self, path: str) -> str:
         """The target-relative path of a recorded (base-relative) path."""
@@ -1155,20 +1258,31 @@ class FileStateRecord:
         saves, saved = await self._save_ops()
         ops: list[Operation] = [*removes, *saves, scan_op]
         stored: tuple[str, ...] = ()
+        preloaded, self._preloaded = self._preloaded, None
+        #: The blob store's listing (and the kept index) are read in the walk's program.
+        reads_start = False
         if first:
             removes, saves = [], []
-            start = [
-                MakeDirs(self._store, optional=True), ListDir(self._store, optional=True),
-                Read(self._index, optional=True), Read(self._delta, optional=True),
-            ]
+            start: list[Operation] = [MakeDirs(self._store, optional=True), ListDir(self._store, optional=True)]
+            if preloaded is not None:
+                # Read before (a resume's program): loaded now, the walk is
+                # built knowing what it tracks and which files are racy.
+                self._take_index(*preloaded)
+                scan_op = self._scan_op(None if watch is None else [""])
+            else:
+                start += self.kept_reads()
             if watch is None:
                 ops = [*start, scan_op]
+                reads_start = True
             else:
                 ops = [scan_op]
                 # Watched: the directories the kept record knows are watched
                 # before the walk, so that it need not walk again for them
                 # (a directory watched only after the walk is walked twice).
-                stored = self._take_index(await self._target.run(ControlProgram(start)))
+                result = await self._target.run(ControlProgram(start))
+                stored = self._stored(result[1])
+                if preloaded is None:
+                    self._take_index(result[2], result[3])
                 if self._from_index:
                     try:
                         await asyncio.to_thread(watch.watch, self._known_directories())
@@ -1191,20 +1305,26 @@ class FileStateRecord:
             at = len(ops)
             if passengers is not None:
                 ops += passengers.ops
+            rechecks = self._early_ops() if self._scanner is None else []
+            early = len(ops)
+            ops += [op for _, op in rechecks]
             result = await self._carried(ops)
             for rider, landed in zip(riders, result.results[at - 1 - len(riders) : at - 1]):
                 rider.landed(landed)
             if passengers is not None:
-                passengers.results = tuple(result.results[at:])
+                passengers.results = tuple(result.results[at : at + len(passengers.ops)])
             raise_for_result(scan_op, result[at - 1])
             scan = result[at - 1].value
+            self._early = self._taken_early(rechecks, result.results[early:])
         self._removed(removes, result)
         if saves:
             saved(result, len(removes))
         _refuse_truncated(scan)
-        if first and len(ops) > 1:
-            stored = self._take_index(result)
-            if self._descend_missed(scan):
+        if reads_start:
+            stored = self._stored(result[1])
+            if preloaded is None:
+                self._take_index(result[2], result[3])
+            if preloaded is None and self._descend_missed(scan):
                 # Read in the walk's own program (one round trip), the kept
                 # record was not loaded when the walk was built: it tracks
                 # entries below a directory a .gitignore came to ignore,
@@ -1218,31 +1338,68 @@ class FileStateRecord:
                 _refuse_truncated(scan)
         return scan, stored
 
+    def _early_ops(self) -> list[tuple[str, Operation]]:
+        """The snapshots of the racy paths (those the walk will find with
+        their recorded facts are read again whatever: git's racily clean
+        entries) for the walk's own program, after its scan: taken after
+        the walk began, they are as good as a program of their own after
+        it answered, one round trip sooner."""
+        racy = sorted(path for path in self._racy if path in self._facts and self._capturable(_FACTS.unpack(self._facts[path])))
+        if not racy:
+            return []
+        pack = f"pack-{secrets.token_hex(16)}"
+        ops: list[tuple[str, Operation]] = [("", MakeDirs(self._store, optional=True))]
+        ops += [
+            (path, SnapshotFile(self._at(path), store=self._store, max_bytes=self._max, pack=pack, known=self._kept(path), optional=True))
+            for path in racy[:OPS_PER_PROGRAM]
+        ]
+        return ops
+
+    def _taken_early(self, ops: list[tuple[str, Operation]], results) -> dict[str, Snapshot | str | None]:
+        """What the walk's program's snapshots (:meth:`_early_ops`) took;
+        their pack is the record's (swept unless a path comes to name it)."""
+        taken: dict[str, Snapshot | str | None] = {}
+        for (path, op), outcome in zip(ops, results):
+            if not isinstance(op, SnapshotFile) or outcome.status is Status.SKIPPED:
+                continue
+            taken[path] = found = _snapshot_outcome(outcome)
+            if isinstance(found, Snapshot) and found.offset is not None:
+                self._land(found, op.pack)
+        return taken
+
+    def _land(self, snapshot: Snapshot, pack: str | None) -> None:
+        """``snapshot``'s bytes were appended to ``pack`` (a sync's)."""
+        assert pack is not None and snapshot.offset is not None and snapshot.digest is not None
+        self._landed[snapshot.digest] = (pack, snapshot.offset)
+        self._pack_size[pack] = max(self._pack_size.get(pack, 0), snapshot.offset + snapshot.size)
+
     def _descend_missed(self, scan: FileScan) -> bool:
         """Whether ``scan`` left out, as ignored, a directory the record
         tracks entries below (a walk built before the record was loaded)."""
         tracked = self._tracked
         return any(reason == SCAN_IGNORED_REASON and path in tracked for path, reason in scan.unwalked)
 
-    def _take_index(self, result: ProgramResult) -> tuple[str, ...]:
-        """Load the record kept on disk from ``result``'s reads of the blob
-        store, the index and its delta (its second to fourth operations);
-        the store's names."""
-        stored = tuple(result[1].value) if result[1].ok else ()
-        if not result[2].ok:
-            return stored
+    @staticmethod
+    def _stored(listing: OpResult) -> tuple[str, ...]:
+        """The blob store's names, from its listing."""
+        return tuple(listing.value) if listing.ok else ()
+
+    def _take_index(self, index: OpResult, delta_read: OpResult) -> None:
+        """Load the record kept on disk from the reads of the index and its
+        delta (:meth:`kept_reads`)."""
+        if not index.ok:
+            return
         with gc_paused():
-            kept = decode_index(result[2].value, max_file_bytes=self._max, blob_dir=self._blob_dir)
+            kept = decode_index(index.value, max_file_bytes=self._max, blob_dir=self._blob_dir)
             if kept is not None and not kept.base:
-                checksum = index_checksum(result[2].value)
-                delta = decode_index(result[3].value, max_file_bytes=self._max, blob_dir=self._blob_dir) if result[3].ok else None
+                checksum = index_checksum(index.value)
+                delta = decode_index(delta_read.value, max_file_bytes=self._max, blob_dir=self._blob_dir) if delta_read.ok else None
                 state = apply_delta(kept, checksum, delta)
                 self._load(state)
                 self._from_index = True
                 self._index_base = checksum
                 if state is not kept:
                     self._since_index = set(delta.facts) | delta.removed
-        return stored
 
     def _known_directories(self) -> list[str]:
         """The root and every recorded directory a walk enters."""

@@ -25,6 +25,7 @@ from ..store import STATE_DIR
 from ..targets import (
     ControlProgram,
     Entry,
+    Operation,
     OpResult,
     PutEntry,
     Read,
@@ -96,6 +97,8 @@ class WriteOutcome:
     read_before: bool
     #: The directories this write made (absent before it), outermost first.
     made: tuple[str, ...] = ()
+    #: The results of the operations run after the write (``then``).
+    then: tuple[OpResult, ...] = ()
 
 
 class WorkspaceFiles:
@@ -174,11 +177,14 @@ class WorkspaceFiles:
             out.append((relative, state))
         return out
 
-    async def write_text(self, path: str, content: str, *, read_before: bool) -> WriteOutcome:
+    async def write_text(self, path: str, content: str, *, read_before: bool,
+                         then: Sequence[Operation] = ()) -> WriteOutcome:
         """Replace the file with ``content`` (an existing file keeps its
         mode); with ``read_before``, its prior state is read in the same
         program (for the turn's checkpoint). Missing directories above it
-        are made with the default mode and reported."""
+        are made with the default mode and reported. ``then``: operations
+        run in the same program after the write (the file-state record's
+        snapshot of what was written), their results in the outcome."""
         relative = self.relative(path)
         try:
             data = content.encode("utf-8")
@@ -191,11 +197,13 @@ class WorkspaceFiles:
         first_parent = len(ops)
         ops += [_made_directory(parent) for parent in parents]
         ops.append(WriteProject(relative, data))
+        written = len(ops)
+        ops += then
         results = await self.target.run(ControlProgram(ops))
         before = _prior(results[0], path) if read_before else None
-        last = results[len(ops) - 1] if len(results) >= len(ops) else None
+        last = results[written - 1] if len(results) >= written else None
         if last is None or not last.ok:
-            failed = next((r for r in results if not r.ok and r.status not in (Status.ABSENT, Status.MISMATCH)), None)
+            failed = next((r for r in results[:written] if not r.ok and r.status not in (Status.ABSENT, Status.MISMATCH)), None)
             raise refused(path, (failed.reason if failed else None) or "cannot be written")
         made = tuple(parent for parent, result in zip(parents, results[first_parent:]) if result.ok)
-        return WriteOutcome(relative, before, read_before, made)
+        return WriteOutcome(relative, before, read_before, made, tuple(results[written:]))
