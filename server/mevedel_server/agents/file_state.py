@@ -265,6 +265,16 @@ class Passengers:
     results: tuple[OpResult, ...] | None = None
 
 
+#: Where a workspace's record is kept (a Worktree Fork's checkout has one of its own).
+BLOB_DIR = ".mevedel/file-state"
+
+
+def kept_reads(blob_dir: str = BLOB_DIR) -> list[Operation]:
+    """The reads of the record kept in ``blob_dir`` (its index and the
+    delta since), for :meth:`FileStateRecord.preload`."""
+    return [Read(f"{blob_dir}/index", optional=True), Read(f"{blob_dir}/index.delta", optional=True)]
+
+
 class FileStateError(Exception):
     """The record cannot be brought up to date (it is left as it was)."""
 
@@ -330,7 +340,7 @@ class FileStateRecord:
         self,
         target: Target,
         *,
-        blob_dir: str = ".mevedel/file-state",
+        blob_dir: str = BLOB_DIR,
         max_file_bytes: int = 10 * 1024 * 1024,
         watch: LocalTarget | bool | None = None,
         base: str = "",
@@ -548,7 +558,7 @@ class FileStateRecord:
         """Reads of the record an earlier process kept, for a program that
         runs before the first walk (a resume's: the one that reads the
         committed bytes); :meth:`preload` takes their results."""
-        return [Read(self._index, optional=True), Read(self._delta, optional=True)]
+        return kept_reads(self._blob_dir)
 
     def preload(self, results: tuple[OpResult, ...] | None) -> None:
         """The results of :meth:`kept_reads` (None: not run). The first walk

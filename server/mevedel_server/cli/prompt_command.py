@@ -332,6 +332,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
     with loading():
         prestart_for(arguments, config)
         from ..agents.engine import AgentEngine
+        from ..agents.file_state import kept_reads
 
     async def body(service: SessionService) -> None:
         nonlocal text
@@ -341,6 +342,8 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             raise CommandError("invalid-params", "give either --queue or --steer, not both")
         front = TerminalFront(arguments.json)
         service.sessions.reads_input_history = True  # read where the session is created or resumed
+        # So is the workspace's file record: the turn's walk starts from it.
+        service.sessions.open_reads = kept_reads()
         if text is None:
             text = await typed_prompt(service, front.note)
         service.sessions.input_to_record = text  # a resume writes it in its claim's program
@@ -402,6 +405,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         engine = AgentEngine(service, root=root, config=lambda: config, front=front, log_dir=log_dir(),
                              tool_host=tool_host, tool_context=_tool_context(local, service, mcp, artifacts),
                              local_cwd=str(local) if local is not None else None)
+        engine.file_state.preload(service.sessions.open_found)
         if arguments.mode is not None or arguments.set_options:
             await _choose(engine, session_id, arguments)
         mark = RunnerMark(service, session_id)

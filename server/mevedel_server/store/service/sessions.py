@@ -144,6 +144,14 @@ class Sessions:
         #: claimed (``mevedel prompt``: is another of its processes running
         #: the session's turns?); see :class:`ResumeCheck`.
         self.resume_check: ResumeCheck | None = None
+        #: A front end's reads of the workspace, run in the program that
+        #: creates a session or reads the committed bytes of one it resumes
+        #: (``mevedel prompt``: the file-state record's kept index, which the
+        #: turn's first walk would otherwise read in its own program, too
+        #: late to know which files to read again); their results in
+        #: :attr:`open_found` (None: no such program ran them whole).
+        self.open_reads: Sequence[Operation] = ()
+        self.open_found: tuple[OpResult, ...] | None = None
 
     # Listing ------------------------------------------------------------------
 
@@ -228,11 +236,13 @@ class Sessions:
         clock, listing = Clock(STATE_DIR), sessions_listing()
         excludes = list(probe.ops) if probe else []
         history = [history_read()] if self.reads_input_history else []
-        workspace_id, found = await ensure_workspace_id_with(self._table.target, [clock, listing, *excludes, *history])
+        extra, self.open_found = list(self.open_reads), None
+        workspace_id, found = await ensure_workspace_id_with(self._table.target, [clock, listing, *excludes, *history, *extra])
         if probe is not None:
             probe.found = found[2 : 2 + len(excludes)]
         if history:
-            self._history_read = found[-1]
+            self._history_read = found[2 + len(excludes)]
+        self.open_found = _tail(found, 2 + len(excludes) + len(history), len(extra))
         await self._note_use(probe)
         if not self._table.clock_read:
             raise_for_result(clock, found[0])
@@ -338,7 +348,9 @@ class Sessions:
         # claim's program (after it: nobody else writes them then).
         journals = (recovery_listing(paths), pending_listing(paths))
         inputs = input_listing(paths)  # for the prompt queue's first load
-        reads = [*identity_reads, *history, *checked]
+        extra, self.open_found = list(self.open_reads), None
+        reads = [*identity_reads, *history, *checked, *extra]
+        extra_at = len(reads) - len(extra)
         folded = await self._claim_with_reads(session_id, observation, confirm_takeover, reads, (*journals, inputs))
         if folded is not None:
             lease, snapshot, conversation, found = folded
@@ -350,14 +362,16 @@ class Sessions:
                 raise
             if history:
                 self._history_read = found[len(identity_reads)]
+            self.open_found = _tail(found, extra_at, len(extra))
             await self._note_use(probe)
         else:
             found_apart: list[tuple] = []
             snapshot, conversation = await self._committed_conversation(session_id, also=reads, found=found_apart)
             if check is not None:  # it may refuse the resume: nothing is written yet
                 at = len(identity_reads) + len(history)
-                await check.judge(session_id, tuple(found_apart[0][at:]) if found_apart else None)
+                await check.judge(session_id, tuple(found_apart[0][at:extra_at]) if found_apart else None)
             if found_apart:
+                self.open_found = _tail(found_apart[0], extra_at, len(extra))
                 current = workspace_id_from(identity_reads, found_apart[0][: len(identity_reads)], probe)
                 if history:
                     self._history_read = found_apart[0][len(identity_reads)]
@@ -841,6 +855,15 @@ def _mode(mode: OpenMode | str) -> OpenMode:
     except ValueError:
         choices = ", ".join(m.value for m in OpenMode)
         raise InvalidSessionInput(f"open mode {mode!r}", f"is not one of {choices}") from None
+
+
+def _tail(found: Sequence[OpResult], at: int, count: int) -> tuple[OpResult, ...] | None:
+    """The ``count`` results from ``at`` (:attr:`Sessions.open_reads`'),
+    None when there are none or the program did not run them all."""
+    taken = tuple(found[at : at + count])
+    if not count or len(taken) != count or any(result.status is Status.SKIPPED for result in taken):
+        return None
+    return taken
 
 
 async def _release_quietly(lease) -> None:
