@@ -8,19 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import struct
 
 import pytest
+from msgspec.structs import replace
 from test_agents_file_state import Programs
 
 from mevedel_server.agents.commit_rides import keep_on_settlement, walk_riding
 from mevedel_server.agents.file_state import FileStateRecord, Passengers
+from mevedel_server.agents.workspace_files import WorkspaceFiles
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import (
     ControlProgram,
+    FileScan,
     LocalTarget,
+    OpResult,
+    ProgramResult,
+    ProgramTarget,
+    ScanTree,
+    SnapshotFile,
     WriteProject,
 )
+from mevedel_server.targets.executor import SCAN_FACTS
 from mevedel_server.targets.program import Entry
 
 ME = ClientIdentity("rides-client", "desk")
@@ -130,3 +140,107 @@ async def test_a_record_kept_by_the_settlement_starts_the_next_process_reading_n
     (tmp_path / "made.txt").write_bytes(b"changed\n")
     assert [(c.path, c.before.data) for c in await after.changes()] == [("made.txt", b"new\n")]
     await service.sessions.close(sid)
+
+
+class StillClock(ProgramTarget):
+    """A filesystem whose clock stands still: every time a walk or a
+    snapshot reports is one instant long ago, so a change that keeps a
+    file's size and inode shows in none of its facts (the worst case of
+    coarse timestamps), and no walk finds a file racy by its times."""
+
+    LONG_AGO = 1_600_000_000 * 10**9
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs += 1
+        result = await self.inner.run(program)
+        out = []
+        for op, outcome in zip(program.operations, result.results):
+            if outcome.ok and isinstance(op, ScanTree):
+                outcome = OpResult(outcome.status, self._still_scan(outcome.value))
+            elif outcome.ok and isinstance(op, SnapshotFile):
+                outcome = OpResult(outcome.status, replace(outcome.value, mtime_ns=self.LONG_AGO, ctime_ns=self.LONG_AGO))
+            out.append(outcome)
+        return ProgramResult(tuple(out), result.stopped_at)
+
+    def _still_scan(self, scan: FileScan) -> FileScan:
+        facts = [(flags, size, self.LONG_AGO, self.LONG_AGO, inode, mode) for flags, size, _, _, inode, mode in scan.entries().values()]
+        packed = b"".join(struct.pack(SCAN_FACTS, *fact) for fact in facts)
+        return replace(scan, facts=packed, racy=())
+
+
+async def _agent_writes(record: FileStateRecord, target, root, path: str, text: str) -> None:
+    """The agent's ``fs/write_text_file`` as the engine runs it: the write's
+    program snapshots what it wrote for the record."""
+    snapshot = record.write_snapshot(path)
+    outcome = await WorkspaceFiles(target, str(root)).write_text(str(root / path), text, read_before=True, then=snapshot)
+    record.remember(path)
+    record.written(path, snapshot, outcome.then)
+
+
+def _rewrite_in_place(root, path: str, data: bytes) -> None:
+    """A command's change of the same size, in the same inode."""
+    with open(root / path, "r+b") as handle:
+        handle.write(data)
+
+
+async def test_the_file_the_agent_writes_is_snapshotted_by_its_write_and_the_record_stays_exact(tmp_path):
+    (tmp_path / "f.txt").write_bytes(b"before\n")
+    target = StillClock(LocalTarget(tmp_path))
+    record = FileStateRecord(target, watch=False)
+    await record.refresh()
+    before = target.programs
+    await _agent_writes(record, target, tmp_path, "f.txt", "agent's\n")
+    await _agent_writes(record, target, tmp_path, "new.txt", "made by the agent\n")
+    assert target.programs - before == 2  # the writes, each with its snapshot
+    # A command rewrites the file right after the agent's write: nothing
+    # in its facts shows it.
+    _rewrite_in_place(tmp_path, "f.txt", b"command\n")
+    before = target.programs
+    # The agent's writes checkpointed both files: nothing to report.
+    assert [c.path for c in await record.changes() if c.path.endswith(".txt")] == []
+    assert target.programs - before == 1  # the walk alone: no snapshot program
+    # The next turn's baseline: a file snapshotted before the walk that
+    # recorded it is read again, in the walk's own program.
+    before = target.programs
+    await record.refresh()
+    assert target.programs - before == 1
+    (tmp_path / "f.txt").write_bytes(b"the next turn's command\n")
+    (tmp_path / "new.txt").write_bytes(b"changed by a command\n")
+    changes = {c.path: c.before.data for c in await record.changes() if c.path.endswith(".txt")}
+    assert changes == {"f.txt": b"command\n", "new.txt": b"made by the agent\n"}
+
+
+async def test_a_racy_file_of_the_kept_record_is_read_again_in_the_first_walk_s_program(tmp_path):
+    (tmp_path / "f.txt").write_bytes(b"before\n")
+    target = StillClock(LocalTarget(tmp_path))
+    record = FileStateRecord(target, watch=False)
+    await record.refresh()
+    await _agent_writes(record, target, tmp_path, "f.txt", "agent's\n")
+    await record.changes()
+    ops, done = await record.keep_ops()  # the settlement keeps it for the next process
+    done((await target.run(ControlProgram(ops))).results)
+    # After that process, a command rewrites the file the agent wrote
+    # (racy: snapshotted before the walk that recorded it).
+    _rewrite_in_place(tmp_path, "f.txt", b"command\n")
+
+    # The next process reads the kept record in the program that resumes
+    # its session: its first walk's program re-reads the racy file.
+    after = FileStateRecord(target, watch=False)
+    after.preload((await target.run(ControlProgram(after.kept_reads()))).results)
+    before = target.programs
+    await after.refresh()
+    assert target.programs - before == 1
+    (tmp_path / "f.txt").write_bytes(b"the next turn's command\n")
+    assert [(c.path, c.before.data) for c in await after.changes() if c.path == "f.txt"] == [("f.txt", b"command\n")]
+
+    # Read in the walk's own program instead, the record learns only then
+    # which files are racy: their re-read is a program of its own.
+    _rewrite_in_place(tmp_path, "f.txt", b"the next turn's command\n"[::-1])
+    unloaded = FileStateRecord(target, watch=False)
+    before = target.programs
+    await unloaded.refresh()
+    assert target.programs - before == 2
