@@ -116,6 +116,37 @@ async def test_creating_a_session_reads_what_it_needs_in_one_program(tmp_path):
     assert created.session_id not in listed and len(listed) == 1
 
 
+async def test_a_front_end_s_reads_ride_the_program_that_creates_or_resumes_the_session(tmp_path):
+    """``Sessions.open_reads`` (``mevedel prompt``: the file record's kept
+    index) cost no program of their own, on a creation or a resume."""
+    from mevedel_server.store.service import PRODUCT_STORAGE
+    from mevedel_server.targets import Read
+
+    sid = await two_turns(tmp_path, client=ME)
+    (tmp_path / "kept.bin").write_bytes(b"kept by an earlier process")
+    counting = Counting(LocalTarget(tmp_path))
+    service = SessionService(counting, ME, one_command=True, **PRODUCT_STORAGE)
+    service.sessions.open_reads = [Read("kept.bin", optional=True), Read("absent.bin", optional=True)]
+    await service.sessions.list()
+    before = counting.programs
+    assert (await service.sessions.open(sid, "resume")).action == "resume"
+    assert counting.programs - before == 1
+    kept, absent = service.sessions.open_found
+    assert kept.value == b"kept by an earlier process" and not absent.ok
+    before = counting.programs
+    await service.sessions.create()
+    assert counting.programs - before == 1
+    assert service.sessions.open_found[0].value == b"kept by an earlier process"
+    await service.sessions.close(sid)
+    # Read, judged, then claimed (no listing to start from): read with the
+    # committed bytes all the same.
+    plain = SessionService(LocalTarget(tmp_path), ME)
+    plain.sessions.open_reads = [Read("kept.bin", optional=True)]
+    await plain.sessions.open(sid, "resume")
+    assert plain.sessions.open_found[0].value == b"kept by an earlier process"
+    await plain.sessions.close(sid)
+
+
 class Recording(Counting):
     """Counts programs and keeps each one's operation kinds."""
 
