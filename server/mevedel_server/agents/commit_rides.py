@@ -5,8 +5,10 @@ publishes at its start and at its settlement anyway.
 - :class:`WalkCarrier`: the walk before the turn (``FileStateRecord.
   refresh``) runs in the program of the turn's first publication, after
   its lease rotation (a new session's: right after the claim its first
-  save makes); the agent is dispatched only once both answered.
-  The snapshots the walk calls for follow in programs of their own.
+  save makes); the agent is dispatched only once both answered. The
+  files the record knows to read again (racy) are snapshotted in the same
+  program, after the scan; a file found changed is snapshotted in a
+  program of its own once it answered.
 - :func:`keep_on_settlement`: the record as the settlement's walk left it
   is kept for the next process (``FileStateRecord.keep_ops``) by the
   settlement's own program, not left for the next process to read again.

@@ -125,7 +125,19 @@ What the record does not see or cannot give, and how it says so:
   that recorded them (same size, inode and times; worst on filesystems with
   coarse timestamps). A file whose modification or change time is within
   :data:`RACY_NS` of the walk is therefore read again at the next one, and
-  compared by digest (git's "racily clean" entries).
+  compared by digest (git's "racily clean" entries). A walked record
+  (not watched) snapshots them in the walk's own program, after its scan:
+  the record knows them before building it (a process's first walk when
+  the kept index was read earlier, :meth:`FileStateRecord.preload`: by
+  ``mevedel prompt`` in the program that creates or resumes its session).
+- A file the agent writes through ``fs/write_text_file`` is snapshotted in
+  the write's own program, right after the write
+  (:meth:`FileStateRecord.write_snapshot`): the next sync that finds it
+  with the facts that snapshot read takes it as its own (the write
+  checkpointed the file: not a change to report) rather than a program of
+  snapshots. Taken before that walk, it could miss a change made after it
+  in its timestamp's tick whatever the file's age: such a file is racy,
+  read again at the walk after.
 - Past :data:`SCAN_LIMIT` entries the walk is incomplete, and the record
   refuses to guess: :class:`FileStateError`.
 
@@ -1269,7 +1281,7 @@ class FileStateRecord:
         ops: list[Operation] = [*removes, *saves, scan_op]
         stored: tuple[str, ...] = ()
         preloaded, self._preloaded = self._preloaded, None
-        #: The blob store's listing (and the kept index) are read in the walk's program.
+        # The blob store's listing (and the kept index) read in the walk's program.
         reads_start = False
         if first:
             removes, saves = [], []
