@@ -5,7 +5,9 @@ that moved on since is read afresh."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
@@ -159,30 +161,56 @@ class Recording(Counting):
         return await super().run(program)
 
 
-async def test_collection_at_exit_starts_from_what_the_last_commit_listed(tmp_path):
+async def test_collection_at_exit_reads_nothing_the_commits_read_ahead(tmp_path):
     """A one-command service's collection, run when the command detaches,
-    takes its clock and publications listing from the last head commit's
-    program (they rode it) instead of a program of its own."""
+    takes the clock, the publications' listing, every directory's survey
+    and every generation's turn state from the programs of the claim and
+    the head commits (they rode them): it runs no program of its own but
+    its removal, and removes what a collection reading everything afresh
+    removes."""
     from mevedel_server.store.service import PRODUCT_STORAGE
+    from mevedel_server.store.workspace_wide.collection import collect
 
+    writer = SessionService(LocalTarget(tmp_path), ME)
+    sid = (await writer.sessions.create()).session_id
+    for n in (1, 2):
+        await writer.turns.begin_turn(sid, f"prompt {n}")
+        await writer.turns.checkpoint(sid)  # superseded mid-turn: collectable once old
+        await writer.turns.settle(sid)
+    await writer.sessions.close(sid)
+    # An earlier process's saves, seconds apart (generations of one second are all kept).
+    stamped = sorted((tmp_path / ".mevedel" / "sessions" / sid / ".publications").glob("*/manifest.json"), key=os.path.getmtime)
+    for age, manifest in enumerate(reversed(stamped), start=1):
+        os.utime(manifest, (time.time() - 100 * age,) * 2)
+        os.utime(manifest.parent, (time.time() - 100 * age,) * 2)
+    twin = tmp_path.parent / f"{tmp_path.name}-twin"
     recording = Recording(LocalTarget(tmp_path))
     service = SessionService(recording, ME, one_command=True, **PRODUCT_STORAGE)
-    sid = (await service.sessions.create()).session_id
-    for n in range(1, 5):
+    await service.sessions.list()
+    await service.sessions.open(sid)
+    for n in (3, 4):
         await service.turns.begin_turn(sid, f"prompt {n}")
+        await service.turns.checkpoint(sid)
         await service.turns.settle(sid)
     session = service.session(sid)
     collector = session.collector
     assert collector is not None and collector.steps == 0
+    shutil.copytree(tmp_path, twin, symlinks=True)
     before = len(recording.shapes)
     await service.sessions.detach()
     assert collector.steps >= 1
-    assert ("Clock", "ListDir") not in recording.shapes[before:]
-    assert recording.shapes[before - 1][-2:] == ("Clock", "ListDir")  # the settlement's commit carried them
+    at_exit = recording.shapes[before:]
+    collecting = [shape for shape in at_exit if shape[:2] == ("Verify", "Verify") and "Remove" in shape]
+    assert collecting and len(at_exit) == len(collecting), at_exit  # removals, and no read
+    # The same step from nothing known, on a copy taken before the exit.
+    twin_service = SessionService(LocalTarget(twin), ME)
+    await twin_service.sessions.open(sid)
+    fresh = await collect(twin_service.session(sid).lease, quiesced=True)
     assert collector.last is not None and collector.last.blocked is None
-    assert {k.publication_id for k in collector.last.kept} >= {session.lease.publication_head.split("/")[1]}
-    fresh = SessionService(LocalTarget(tmp_path), ME)
-    assert [t.preview for t in await fresh.turns.summaries(sid)] == [f"prompt {n}" for n in range(1, 5)]
+    assert (collector.last.removed, collector.last.trimmed) == (fresh.removed, fresh.trimmed)
+    assert {k.publication_id for k in collector.last.kept} == {k.publication_id for k in fresh.kept}
+    fresh_service = SessionService(LocalTarget(tmp_path), ME)
+    assert [t.preview for t in await fresh_service.turns.summaries(sid)] == [f"prompt {n}" for n in range(1, 5)]
 
 
 async def test_a_resume_records_the_prompt_in_the_programs_it_runs_anyway(tmp_path):

@@ -137,20 +137,28 @@ async def test_a_lease_acquiring_open_collects_what_an_earlier_client_left(tmp_p
 async def test_a_one_command_service_collects_once_when_it_detaches(tmp_path):
     """A CLI process's service: its publications schedule no job while the
     command runs (over SSH each job is several round trips), and the one job
-    due runs when the command detaches, leaving what Redo offers."""
-    service = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3, one_command=True)
-    session_id = (await service.sessions.create()).session_id
+    due runs when the command detaches, leaving what Redo offers. The
+    history is an earlier process's (its saves seconds apart); this
+    command's own publications are surveyed by the commits that made them."""
+    earlier = SessionService(LocalTarget(tmp_path), ME)
+    session_id = (await earlier.sessions.create()).session_id
     stamp = Stamps(tmp_path)
     for n in range(1, 7):
-        await service.turns.begin_turn(session_id, f"prompt {n}")
-        await service.turns.checkpoint(session_id)
+        await earlier.turns.begin_turn(session_id, f"prompt {n}")
+        await earlier.turns.checkpoint(session_id)
         stamp()
-        await service.turns.settle(session_id)
+        await earlier.turns.settle(session_id)
         stamp()
-        assert not service.session(session_id).collector.running
+    await earlier.sessions.close(session_id)
+    service = SessionService(LocalTarget(tmp_path), ME, publication_keep_recent=3, one_command=True)
+    await service.sessions.open(session_id)
+    await service.turns.begin_turn(session_id, "prompt 7")
+    await service.turns.checkpoint(session_id)
+    await service.turns.settle(session_id)
     collector = service.session(session_id).collector
+    assert not collector.running
     before = publications(tmp_path, session_id)
-    assert collector.steps == 0 and len(before) >= 12
+    assert collector.steps == 0 and len(before) >= 14
     await service.sessions.detach()
     after = publications(tmp_path, session_id)
     assert collector.steps >= 1 and len(after) < len(before)

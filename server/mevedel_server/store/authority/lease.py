@@ -90,7 +90,7 @@ import logging
 import re
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -702,6 +702,10 @@ class Rider:
     #: The lock directory the carrying program must hold (a guarded write
     #: of a file other writers change under that lock).
     lock: str | None = None
+    #: Called with each carrying commit's ``changes`` just before it runs,
+    #: to set :attr:`ops` from what its owner knows by then (a head
+    #: commit's ``publication_head`` names the publication it commits).
+    compose: Callable[[Mapping[str, object]], Sequence[Operation]] | None = None
     #: The results of the last commit that carried the operations (and
     #: that ``delivered`` did not refuse), and the generation it wrote.
     results: tuple[OpResult, ...] | None = None
@@ -816,6 +820,9 @@ class LeaseHandle:
         (nothing about the lease was written); raises :class:`LeaseLost`
         when the rotation itself was refused."""
         riders = list(self.riding)
+        for rider in riders:
+            if rider.compose is not None:
+                rider.ops = tuple(rider.compose(changes))
         trailing = [op for rider in riders for op in rider.ops]
         locks = {rider.lock for rider in riders if rider.lock is not None}
         if len(locks) > 1:
@@ -834,11 +841,12 @@ class LeaseHandle:
         return result
 
     def ride(self, ops: Sequence[Operation], *, every: bool = False,
-             delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None, lock: str | None = None) -> Rider:
+             delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None, lock: str | None = None,
+             compose: Callable[[Mapping[str, object]], Sequence[Operation]] | None = None) -> Rider:
         """Have the next head commit (``every``: each one) carry ``ops``;
         ``delivered`` is told their results (False: do not keep them for
-        :meth:`Rider.take`); ``lock``: see :attr:`Rider.lock`."""
-        rider = Rider(tuple(ops), every, delivered, lock=lock)
+        :meth:`Rider.take`); ``lock``, ``compose``: see :class:`Rider`."""
+        rider = Rider(tuple(ops), every, delivered, lock=lock, compose=compose)
         self.riding.append(rider)
         return rider
 

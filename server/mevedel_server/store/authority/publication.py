@@ -265,6 +265,9 @@ class Publisher:
         self.lease = lease
         self._pending: PendingPublication | None = None
         self._committed: tuple[str, PublicationManifest] | None = None
+        #: The head and manifest of the commit running now (what a
+        #: :attr:`~.lease.Rider.compose` of that commit may read along).
+        self.committing: tuple[str, PublicationManifest] | None = None
         # Each attempt plans against the committed manifest, so two attempts
         # must not interleave or the later would drop the earlier's entries.
         self._serial = asyncio.Lock()
@@ -346,6 +349,7 @@ class Publisher:
                 return PublishOutcome(False, self.lease.publication_head, committed)
             if committed is None and not plan.manifest.entries and not force:
                 return PublishOutcome(False, None, None)
+            self.committing = (plan.head, plan.manifest)
             try:
                 result = await self.lease.commit(plan.ops, publication_head=plan.head, **_closing_window(self.lease))
             except LeaseLost as exc:

@@ -17,7 +17,10 @@ it (the next publication plans afresh). A CLI process waits for its job,
 bounded, before it exits (:meth:`PublicationCollector.finish`); its
 collector is ``deferred``: what its command schedules is one job run at
 that exit, not one after every publication (a prompt publishes three
-times, and over SSH each job is four or five round trips).
+times, and over SSH each job is four or five round trips). Its reads ride
+the session's head commits instead (:class:`~..workspace_wide.collection.Ahead`,
+starting from the listing the claim took: :meth:`PublicationCollector.listed`),
+so the job at exit finds them known and runs no program but a removal.
 
 Mid-turn checkpoints (:class:`TurnCheckpoints`)
 ------------------------------------------------
@@ -32,12 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
-from ...targets import TargetError
+from ...targets import Operation, OpResult, Status, TargetError
 from ..errors import LeaseLost, StoreError
 from ..workspace_wide.collection import (
     DEFAULT_KEEP_RECENT,
+    Ahead,
     CollectionCache,
     CollectionReport,
     collect,
@@ -137,6 +141,10 @@ class PublicationCollector(_Background):
         #: A deferred collector's opening reads ride the session's head
         #: commits (:func:`opening_ops`): the lease carrying them, and its rider.
         self._riding = None
+        #: The publications' names last listed, and what the commit
+        #: running now reads ahead of the step.
+        self._listed: tuple[str, ...] = ()
+        self._planned: Ahead | None = None
 
     def schedule(self) -> None:
         """Collect soon (coalesced with a job already running); a deferred
@@ -156,11 +164,36 @@ class PublicationCollector(_Background):
         self._start(self._run)
 
     def _ride(self) -> None:
-        """Have the session's head commits run the step's opening reads, so
-        the step at :meth:`finish` starts from the last commit's."""
+        """Have the session's head commits run the step's reads, so the
+        step at :meth:`finish` starts from the last commit's and reads only
+        what no commit read ahead (:class:`~..workspace_wide.collection.Ahead`)."""
         lease = self._session.lease
         if lease is not None and (self._riding is None or self._riding[0] is not lease):
-            self._riding = (lease, lease.ride(opening_ops(lease.paths), every=True))
+            self._riding = (lease, lease.ride(opening_ops(lease.paths), every=True, delivered=self._read_ahead, compose=self._ahead))
+
+    def listed(self, listing: OpResult) -> None:
+        """A listing of the publications another program of this holder
+        took (the claim's): the next commit surveys what it shows."""
+        if listing.ok:
+            self._listed = tuple(listing.value)
+
+    def _ahead(self, changes: Mapping[str, object]) -> tuple[Operation, ...]:
+        lease, publisher = self._session.lease, self._session.publisher
+        committing = publisher.committing if publisher is not None else None
+        if committing is None or committing[0] != changes.get("publication_head"):
+            committing = None
+        self._cache.hold(lease)
+        self._planned, ops = Ahead.plan(lease.paths, self._cache, self._listed, committing)
+        return tuple(ops)
+
+    def _read_ahead(self, results: tuple[OpResult, ...]) -> None:
+        planned, self._planned = self._planned, None
+        if planned is None or any(r.status is Status.SKIPPED for r in results):
+            return
+        paths = self._session.paths
+        planned.absorb(paths, self._cache, results)
+        if results[1].ok:
+            self._listed = tuple(results[1].value)
 
     def _take_opened(self, lease) -> tuple | None:
         """The last commit's opening reads, once, when nothing was

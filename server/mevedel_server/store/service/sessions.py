@@ -73,6 +73,7 @@ from ..workspace_wide.cleanup import (
     remove_session,
     remove_unfinished_sessions,
 )
+from ..workspace_wide.collection import opening_ops
 from ..workspace_wide.input_history import (
     HistoryRead,
     InputHistory,
@@ -349,9 +350,12 @@ class Sessions:
         journals = (recovery_listing(paths), pending_listing(paths))
         inputs = input_listing(paths)  # for the prompt queue's first load
         extra, self.open_found = list(self.open_reads), None
+        # What the command's collection at exit will judge, listed now so
+        # that its first commit can survey it (``PublicationCollector.listed``).
+        publications = self._collection_listing(paths)
         reads = [*identity_reads, *history, *checked, *extra]
         extra_at = len(reads) - len(extra)
-        folded = await self._claim_with_reads(session_id, observation, confirm_takeover, reads, (*journals, inputs))
+        folded = await self._claim_with_reads(session_id, observation, confirm_takeover, reads, (*journals, inputs, *publications))
         if folded is not None:
             lease, snapshot, conversation, found = folded
             try:
@@ -384,9 +388,9 @@ class Sessions:
                 recording = record_ops(self._history_read, self.input_to_record)
             lease = await self._acquire(
                 session_id, observation, confirm_takeover,
-                riders=(*journals, inputs, *(recording or ())), lock=STATE_DIR if recording else None,
+                riders=(*journals, inputs, *publications, *(recording or ())), lock=STATE_DIR if recording else None,
             )
-            if recording and recorded(lease.riders[len(journals) + 1 :]):
+            if recording and recorded(lease.riders[len(journals) + 1 + len(publications) :]):
                 self._recorded_input, self._history_read = self.input_to_record, None
         if lease.publication_head != snapshot.head:  # a save landed in between
             try:
@@ -402,6 +406,8 @@ class Sessions:
         if snapshot.head is not None and snapshot.manifest is not None and session.publisher is not None:
             session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._table.sessions[session_id] = session
+        if publications and session.collector is not None and len(lease.riders) > len(journals) + 1:
+            session.collector.listed(lease.riders[len(journals) + 1])
         listed = lease.riders[: len(journals) + 1]
         if len(listed) != len(journals) + 1 or any(r.status is Status.SKIPPED for r in listed):
             listed = (await self._table.target.run(ControlProgram(list(journals)))).results  # in one program of their own
@@ -415,6 +421,14 @@ class Sessions:
         elif not continuing and session.recovery is None:
             interrupted = await self._repair_resumed(session)
         return OpenResult(self._table.info_of(session), "takeover" if took_over else "resume", interrupted)
+
+    def _collection_listing(self, paths: SessionPaths) -> tuple[Operation, ...]:
+        """The publications' listing a claim carries for the collection a
+        one-command service runs at its exit (none for a long-lived one:
+        its collector surveys once and keeps what it learnt)."""
+        if not self._table.one_command or self._table.publication_keep_recent is None:
+            return ()
+        return (opening_ops(paths)[1],)
 
     async def _acquire(self, session_id: str, observation: LeaseObservation, confirm_takeover: bool, **program) -> LeaseHandle:
         """This client's claim of ``session_id`` from ``observation``

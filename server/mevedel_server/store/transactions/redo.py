@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -246,6 +246,7 @@ async def turn_state_representatives(
     known: TurnStateFacts | None = None,
     settled_current: bool = False,
     reader: EntryReader | None = None,
+    prefetched: Mapping[str, OpResult] | None = None,
 ) -> tuple[list[PublishedHead], list[SkippedHead]]:
     """What Redo offers among ``heads``: the newest settled head of each
     turn state (:attr:`PublishedHead.turn_state`), without the state of the
@@ -255,7 +256,9 @@ async def turn_state_representatives(
     publication it names is not read again. ``settled_current``: when the
     current head was captured mid-turn, its state's newest settled head is
     included too (collection keeps it: once the turn settles, Redo offers
-    that state, and no other head holds it settled)."""
+    that state, and no other head holds it settled). ``prefetched``:
+    reads of :func:`turn_state_reads` another program made, by published
+    path (judged here like this call's own reads)."""
     skipped: list[SkippedHead] = []
     candidates = []
     unread = []
@@ -274,8 +277,8 @@ async def turn_state_representatives(
     fresh: list[SkippedHead] = []
     # A packed head's files are read from the pack (``reader``).
     reader = reader or EntryReader(target, paths)
-    pages = await _read_sidecars(reader, unread, fresh)
-    await _read_last_prompts(reader, unread, fresh, pages)
+    pages = await _read_sidecars(reader, unread, fresh, prefetched or {})
+    await _read_last_prompts(reader, unread, fresh, pages, prefetched or {})
     skipped += fresh
     if known is not None:
         for h in unread:
@@ -324,7 +327,28 @@ def _digests(heads: list[PublishedHead]) -> dict[str, tuple[str, int]]:
     return {e.published: (e.sha256, e.size) for h in heads for e in h.manifest.entries.values()}
 
 
-async def _read_sidecars(reader: EntryReader, heads: list[PublishedHead], skipped: list[SkippedHead]) -> dict[str, OpResult]:
+def turn_state_reads(manifest: PublicationManifest) -> list[str]:
+    """The published files a publication's turn state is read from (its
+    sidecar, and the last prompt page its manifest names), for another
+    program to read ahead (:func:`turn_state_representatives`'s
+    ``prefetched``)."""
+    if SIDECAR_PATH not in manifest.entries:
+        return []
+    page = _last_page(manifest)
+    return [manifest.entries[SIDECAR_PATH].published, *([page] if page is not None else [])]
+
+
+async def _reads(target: Target, paths: SessionPaths, published: list[str], prefetched: Mapping[str, OpResult]) -> list[OpResult]:
+    """Each of ``published`` read: from ``prefetched`` when it holds a
+    successful read, else in this call's programs."""
+    missing = [p for p in published if not (p in prefetched and prefetched[p].ok)]
+    found = dict(zip(missing, await _run_reads(target, [Read(paths.inside(p), optional=True) for p in missing])))
+    return [found[p] if p in found else prefetched[p] for p in published]
+
+
+async def _read_sidecars(
+    reader: EntryReader, heads: list[PublishedHead], skipped: list[SkippedHead], prefetched: Mapping[str, OpResult]
+) -> dict[str, OpResult]:
     """Each head's sidecar, and in the same program the last prompt page
     its manifest names; returns those pages' results by published path."""
     wanted: dict[str, list[PublishedHead]] = {}
@@ -333,7 +357,7 @@ async def _read_sidecars(reader: EntryReader, heads: list[PublishedHead], skippe
     published = sorted(wanted)
     pages = sorted({page for h in heads if (page := _last_page(h.manifest)) is not None} - set(published))
     target, paths = reader.target, reader.paths
-    results = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in [*published, *pages]])
+    results = await _reads(target, paths, [*published, *pages], prefetched)
     results = await reader.complete([*published, *pages], results, _digests(heads))
     for path, result in zip(published, results):
         for h in wanted[path]:
@@ -353,7 +377,10 @@ async def _read_sidecars(reader: EntryReader, heads: list[PublishedHead], skippe
     return dict(zip(pages, results[len(published) :]))
 
 
-async def _read_last_prompts(reader: EntryReader, heads: list[PublishedHead], skipped: list[SkippedHead], read: dict[str, OpResult]) -> None:
+async def _read_last_prompts(
+    reader: EntryReader, heads: list[PublishedHead], skipped: list[SkippedHead], read: dict[str, OpResult],
+    prefetched: Mapping[str, OpResult],
+) -> None:
     target, paths = reader.target, reader.paths
     wanted: dict[str, list[PublishedHead]] = {}
     for h in heads:
@@ -368,7 +395,7 @@ async def _read_last_prompts(reader: EntryReader, heads: list[PublishedHead], sk
         wanted.setdefault(entry.published, []).append(h)
     published = sorted(wanted)
     unread = [p for p in published if p not in read]
-    found = await _run_reads(target, [Read(paths.inside(p), optional=True) for p in unread])
+    found = await _reads(target, paths, unread, prefetched)
     results = dict(zip(unread, await reader.complete(unread, found, _digests(heads))))
     for path in published:
         result = read[path] if path in read else results[path]

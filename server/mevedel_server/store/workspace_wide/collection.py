@@ -92,6 +92,7 @@ from ..authority.packed import (
     PackedGeneration,
     PackVolume,
     VolumeCache,
+    decode_volume,
     encode_volume,
     is_volume_name,
     make_blob,
@@ -166,6 +167,33 @@ class CollectionCache(msgspec.Struct):
     volumes: VolumeCache = msgspec.field(default_factory=dict)
     #: Packed generations' manifests, decoded (None: they do not decode).
     packed_manifests: dict[str, PublicationManifest | None] = msgspec.field(default_factory=dict)
+    #: Reads of generations' turn-state files other programs made ahead
+    #: (published path -> result; see :func:`ahead_ops`), judged at the
+    #: next step.
+    reads: dict[str, OpResult] = msgspec.field(default_factory=dict)
+
+    def hold(self, lease: LeaseHandle) -> None:
+        """Forget everything when ``lease`` is not the holder these facts
+        were gathered under."""
+        holder = (lease.session_id, lease.identity.client_id)
+        if self.holder != holder:
+            self.surveys.clear()
+            self.turn_states.clear()
+            self.volumes.clear()
+            self.packed_manifests.clear()
+            self.reads.clear()
+            self.holder = holder
+
+    def absorb(self, paths: SessionPaths, publication_id: str, results: list[OpResult], *, quiesced: bool, marked: bool = False) -> _Directory:
+        """Judge one directory's :func:`_survey_ops` results, and keep the
+        survey when it is settled: a directory without a manifest may be a
+        publication in flight, unless the caller holds the publisher's lock."""
+        d = _Directory(publication_id)
+        _accept_survey(paths, d, results)
+        settled = d.manifest is not None or (quiesced and not marked)
+        if settled and not d.unusable and not d.manifest_problem:
+            self.surveys[publication_id] = (d.entries, d.modified_at, d.manifest_mtime, d.manifest)
+        return d
 
 
 class _Directory(msgspec.Struct):
@@ -263,6 +291,74 @@ def opening_ops(paths: SessionPaths) -> tuple[Clock, ListDir]:
     return Clock(paths.root), ListDir(paths.publications_dir, optional=True)
 
 
+class Ahead(msgspec.Struct):
+    """Reads a holder's head commit carries for its next collection step,
+    after :func:`opening_ops`: the survey of the directories the last
+    listing showed that ``cache`` has not surveyed, the one the commit
+    publishes included; the turn-state files of the generations whose
+    manifests are known and whose turn state is not; the pack volumes not
+    read. A step that finds all of it in ``cache`` runs no program before
+    its removal (:func:`collect` with the commit's ``opened``)."""
+
+    surveyed: list[str]
+    read: list[str]
+    volumes: list[str]
+    #: Surveyed directories a collecting marker was listed beside.
+    marked: set[str]
+
+    @classmethod
+    def plan(
+        cls, paths: SessionPaths, cache: CollectionCache, listed: Iterable[str], committing: tuple[str, PublicationManifest] | None
+    ) -> tuple[Ahead, list[Operation]]:
+        from ..transactions.redo import turn_state_reads
+
+        names = set(listed)
+        pids = sorted(n for n in names if _PUBLICATION_NAME.match(n) and n not in cache.surveys)
+        manifests = {pid: survey[3] for pid, survey in cache.surveys.items() if survey[3] is not None}
+        if committing is not None:
+            pid = committing[0].split("/")[1]
+            manifests[pid] = committing[1]
+            if pid not in cache.surveys and pid not in pids:
+                pids.append(pid)
+        reads = sorted(
+            {
+                path
+                for pid, manifest in manifests.items()
+                if pid not in cache.turn_states
+                for path in turn_state_reads(manifest)
+                if path not in cache.reads
+            }
+        )
+        volumes = sorted(n for n in names if is_volume_name(n) and n not in cache.volumes)
+        ops: list[Operation] = [*opening_ops(paths)]
+        for pid in pids:
+            ops += _survey_ops(paths, pid)
+        ops += [Read(paths.inside(path), optional=True) for path in reads]
+        ops += [Read(f"{paths.publications_dir}/{name}", optional=True) for name in volumes]
+        marked = {pid for pid in pids if f"{COLLECTING_MARKER}{pid}" in names}
+        return cls(pids, reads, volumes, marked), ops
+
+    def absorb(self, paths: SessionPaths, cache: CollectionCache, results: tuple[OpResult, ...]) -> None:
+        """Keep what the carrying commit read (under the publisher's lock:
+        no publication of this holder was in flight)."""
+        at = len(opening_ops(paths))
+        for pid in self.surveyed:
+            cache.absorb(paths, pid, list(results[at : at + 4]), quiesced=True, marked=pid in self.marked)
+            at += 4
+        for path in self.read:
+            if results[at].ok:
+                cache.reads[path] = results[at]
+            at += 1
+        for name in self.volumes:
+            result = results[at]
+            at += 1
+            if result.ok:
+                try:
+                    cache.volumes[name] = decode_volume(paths.label(f".publications/{name}"), result.value, paths.session_id)
+                except RecordError:
+                    pass  # the step reads it again and reports it
+
+
 async def collect(
     lease: LeaseHandle,
     *,
@@ -323,25 +419,17 @@ async def collect(
             debris.append(f"{paths.publications_dir}/{name}")
         elif not name.startswith("."):
             foreign.append(KeptPublication(name, ("not a publication directory",)))
-    if cache is not None and cache.holder != (lease.session_id, lease.identity.client_id):
-        cache.surveys.clear()
-        cache.turn_states.clear()
-        cache.volumes.clear()
-        cache.packed_manifests.clear()
-        cache.holder = (lease.session_id, lease.identity.client_id)
-    unknown = [d for d in directories if cache is None or d.publication_id not in cache.surveys]
-    surveyed = await _run_batched(target, [_survey_ops(paths, d.publication_id) for d in unknown], _SURVEY_BATCH)
-    for d, results in zip(unknown, surveyed):
-        _accept_survey(paths, d, results)
-        # A directory without a manifest may be a publication in flight,
-        # unless the caller holds the publisher's lock.
-        settled = d.manifest is not None or (quiesced and d.publication_id not in markers)
-        if cache is not None and settled and not d.unusable and not d.manifest_problem:
-            cache.surveys[d.publication_id] = (d.entries, d.modified_at, d.manifest_mtime, d.manifest)
-    fresh = {d.publication_id for d in unknown}
-    for d in directories:
-        if cache is not None and d.publication_id not in fresh:
-            d.entries, d.modified_at, d.manifest_mtime, d.manifest = cache.surveys[d.publication_id]
+    if cache is not None:
+        cache.hold(lease)
+    unknown = [d.publication_id for d in directories if cache is None or d.publication_id not in cache.surveys]
+    surveyed = await _run_batched(target, [_survey_ops(paths, pid) for pid in unknown], _SURVEY_BATCH)
+    judging = cache if cache is not None else CollectionCache()
+    fresh = {pid: judging.absorb(paths, pid, results, quiesced=quiesced, marked=pid in markers) for pid, results in zip(unknown, surveyed)}
+    for at, d in enumerate(directories):
+        if d.publication_id in fresh:
+            d = directories[at] = fresh[d.publication_id]
+        else:
+            d.entries, d.modified_at, d.manifest_mtime, d.manifest = judging.surveys[d.publication_id]
         d.marked = d.publication_id in markers
     if cache is not None:
         for gone in set(cache.surveys) - {d.publication_id for d in directories}:
@@ -409,8 +497,10 @@ async def collect(
             candidates.append(PublishedHead(pid, manifest, packed_generation.mtime))
     offered, unjudged = await turn_state_representatives(
         target, paths, candidates, head, known=cache.turn_states if cache is not None else None, settled_current=True,
-        reader=EntryReader(target, paths, pack),
+        reader=EntryReader(target, paths, pack), prefetched=cache.reads if cache is not None else None,
     )
+    if cache is not None:
+        cache.reads.clear()  # judged: their facts are in ``turn_states`` now
     recent = {d.publication_id for d in _newest(generations, keep_recent)}
 
     retained: dict[str, _Directory] = {}
