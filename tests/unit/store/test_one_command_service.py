@@ -5,12 +5,14 @@ that moved on since is read afresh."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.workspace_wide.collection import KEPT_TURN_STATES
 from mevedel_server.targets import (
     ControlProgram,
     LocalTarget,
@@ -161,6 +163,58 @@ class Recording(Counting):
         return await super().run(program)
 
 
+async def earlier_process(root) -> str:
+    """A session an earlier CLI process wrote (two turns, each with a
+    mid-turn checkpoint), its saves seconds apart (generations of one
+    second are all kept)."""
+    from mevedel_server.store.service import PRODUCT_STORAGE
+
+    writer = SessionService(LocalTarget(root), ME, one_command=True, **PRODUCT_STORAGE)
+    sid = (await writer.sessions.create()).session_id
+    for n in (1, 2):
+        await writer.turns.begin_turn(sid, f"prompt {n}")
+        await writer.turns.checkpoint(sid)  # superseded mid-turn: collectable once old
+        await writer.turns.settle(sid)
+    await writer.sessions.detach()
+    stamped = sorted((root / ".mevedel" / "sessions" / sid / ".publications").glob("*/manifest.json"), key=os.path.getmtime)
+    for age, manifest in enumerate(reversed(stamped), start=1):
+        os.utime(manifest, (time.time() - 100 * age,) * 2)
+        os.utime(manifest.parent, (time.time() - 100 * age,) * 2)
+    return sid
+
+
+async def exit_against_a_fresh_twin(root, sid, *, turns: int, commits_per_turn: int):
+    """This command's turns, then its exit: the programs the exit ran, the
+    collection's report, and the report of a step that knows nothing, on a
+    copy of the workspace taken just before the exit."""
+    from mevedel_server.store.service import PRODUCT_STORAGE
+    from mevedel_server.store.workspace_wide.collection import collect
+
+    recording = Recording(LocalTarget(root))
+    service = SessionService(recording, ME, one_command=True, **PRODUCT_STORAGE)
+    await service.sessions.list()
+    await service.sessions.open(sid)
+    for n in range(turns):
+        await service.turns.begin_turn(sid, f"later prompt {n}")
+        if commits_per_turn > 1:
+            await service.turns.checkpoint(sid)
+        await service.turns.settle(sid)
+    collector = service.session(sid).collector
+    assert collector is not None and collector.steps == 0
+    twin = root.parent / f"{root.name}-twin"
+    shutil.copytree(root, twin, symlinks=True)
+    before = len(recording.shapes)
+    await service.sessions.detach()
+    twin_service = SessionService(LocalTarget(twin), ME)
+    await twin_service.sessions.open(sid)
+    fresh = await collect(twin_service.session(sid).lease, quiesced=True)
+    return recording.shapes[before:], collector.last, fresh
+
+
+def removals(shapes) -> list:
+    return [shape for shape in shapes if shape[:2] == ("Verify", "Verify") and "Remove" in shape]
+
+
 async def test_collection_at_exit_reads_nothing_the_commits_read_ahead(tmp_path):
     """A one-command service's collection, run when the command detaches,
     takes the clock, the publications' listing, every directory's survey
@@ -168,49 +222,46 @@ async def test_collection_at_exit_reads_nothing_the_commits_read_ahead(tmp_path)
     the head commits (they rode them): it runs no program of its own but
     its removal, and removes what a collection reading everything afresh
     removes."""
-    from mevedel_server.store.service import PRODUCT_STORAGE
-    from mevedel_server.store.workspace_wide.collection import collect
-
-    writer = SessionService(LocalTarget(tmp_path), ME)
-    sid = (await writer.sessions.create()).session_id
-    for n in (1, 2):
-        await writer.turns.begin_turn(sid, f"prompt {n}")
-        await writer.turns.checkpoint(sid)  # superseded mid-turn: collectable once old
-        await writer.turns.settle(sid)
-    await writer.sessions.close(sid)
-    # An earlier process's saves, seconds apart (generations of one second are all kept).
-    stamped = sorted((tmp_path / ".mevedel" / "sessions" / sid / ".publications").glob("*/manifest.json"), key=os.path.getmtime)
-    for age, manifest in enumerate(reversed(stamped), start=1):
-        os.utime(manifest, (time.time() - 100 * age,) * 2)
-        os.utime(manifest.parent, (time.time() - 100 * age,) * 2)
-    twin = tmp_path.parent / f"{tmp_path.name}-twin"
-    recording = Recording(LocalTarget(tmp_path))
-    service = SessionService(recording, ME, one_command=True, **PRODUCT_STORAGE)
-    await service.sessions.list()
-    await service.sessions.open(sid)
-    for n in (3, 4):
-        await service.turns.begin_turn(sid, f"prompt {n}")
-        await service.turns.checkpoint(sid)
-        await service.turns.settle(sid)
-    session = service.session(sid)
-    collector = session.collector
-    assert collector is not None and collector.steps == 0
-    shutil.copytree(tmp_path, twin, symlinks=True)
-    before = len(recording.shapes)
-    await service.sessions.detach()
-    assert collector.steps >= 1
-    at_exit = recording.shapes[before:]
-    collecting = [shape for shape in at_exit if shape[:2] == ("Verify", "Verify") and "Remove" in shape]
-    assert collecting and len(at_exit) == len(collecting), at_exit  # removals, and no read
-    # The same step from nothing known, on a copy taken before the exit.
-    twin_service = SessionService(LocalTarget(twin), ME)
-    await twin_service.sessions.open(sid)
-    fresh = await collect(twin_service.session(sid).lease, quiesced=True)
-    assert collector.last is not None and collector.last.blocked is None
-    assert (collector.last.removed, collector.last.trimmed) == (fresh.removed, fresh.trimmed)
-    assert {k.publication_id for k in collector.last.kept} == {k.publication_id for k in fresh.kept}
+    sid = await earlier_process(tmp_path)
+    at_exit, report, fresh = await exit_against_a_fresh_twin(tmp_path, sid, turns=2, commits_per_turn=2)
+    assert removals(at_exit) and len(at_exit) == len(removals(at_exit)), at_exit  # removals, and no read
+    assert report is not None and report.blocked is None
+    assert (report.removed, report.trimmed) == (fresh.removed, fresh.trimmed)
+    assert {k.publication_id for k in report.kept} == {k.publication_id for k in fresh.kept}
     fresh_service = SessionService(LocalTarget(tmp_path), ME)
-    assert [t.preview for t in await fresh_service.turns.summaries(sid)] == [f"prompt {n}" for n in range(1, 5)]
+    assert [t.preview for t in await fresh_service.turns.summaries(sid)][:2] == ["prompt 1", "prompt 2"]
+
+
+async def test_a_command_that_commits_once_judges_from_the_turn_states_kept(tmp_path):
+    """A command with one commit (as Rewind) has no commit left to read the
+    turn states of the generations its first one surveyed: the earlier
+    processes kept them beside the publications, and its exit reads none."""
+    sid = await earlier_process(tmp_path)
+    assert (tmp_path / ".mevedel" / "sessions" / sid / ".publications" / KEPT_TURN_STATES).exists()
+    at_exit, report, fresh = await exit_against_a_fresh_twin(tmp_path, sid, turns=1, commits_per_turn=1)
+    assert removals(at_exit) and len(at_exit) == len(removals(at_exit)), at_exit
+    assert (report.removed, report.trimmed) == (fresh.removed, fresh.trimmed)
+    assert {k.publication_id for k in report.kept} == {k.publication_id for k in fresh.kept}
+
+
+async def test_kept_turn_states_that_do_not_match_or_decode_are_read_again(tmp_path):
+    """The kept turn states are a cache: a state whose sidecar digest is
+    not the manifest's, or a file that does not decode, is not used; the
+    generations are judged from their bytes, and the step removes what a
+    step knowing nothing removes."""
+    sid = await earlier_process(tmp_path)
+    kept = tmp_path / ".mevedel" / "sessions" / sid / ".publications" / KEPT_TURN_STATES
+    record = json.loads(kept.read_bytes())
+    assert record["states"]
+    for state in record["states"].values():  # every state claims the empty session
+        state.update(sidecar_sha256="0" * 64, turn_count=0, last_turn=None, in_flight=False)
+    kept.write_text(json.dumps(record))
+    _at_exit, report, fresh = await exit_against_a_fresh_twin(tmp_path, sid, turns=1, commits_per_turn=1)
+    assert (report.removed, report.trimmed) == (fresh.removed, fresh.trimmed) and (fresh.removed or fresh.trimmed)
+    assert {k.publication_id: k.reasons for k in report.kept} == {k.publication_id: k.reasons for k in fresh.kept}
+    kept.write_bytes(b"{not json")
+    _at_exit, report, fresh = await exit_against_a_fresh_twin(tmp_path.parent / f"{tmp_path.name}-twin", sid, turns=1, commits_per_turn=1)
+    assert (report.removed, report.trimmed) == (fresh.removed, fresh.trimmed)
 
 
 async def test_a_resume_records_the_prompt_in_the_programs_it_runs_anyway(tmp_path):

@@ -316,6 +316,13 @@ class Publisher:
         open, or published here), without a read."""
         return self._committed[1] if self._committed is not None and self._committed[0] == head else None
 
+    @property
+    def known_head(self) -> tuple[str, PublicationManifest] | None:
+        """The committed head and its manifest, when this publisher knows
+        them without a read."""
+        committed = self._committed
+        return committed if committed is not None and committed[0] == self.lease.publication_head else None
+
     def know_committed(self, head: str, manifest: PublicationManifest) -> None:
         """The manifest of ``head``, already read and validated by the
         caller: a publication over that head need not read it again."""

@@ -24,6 +24,7 @@ LEASE_FORMAT_VERSION = 1
 MANIFEST_FORMAT_VERSION = 1
 WORKSPACE_FORMAT_VERSION = 1
 TRANSFER_FORMAT_VERSION = 1
+TURN_STATES_FORMAT_VERSION = 1
 
 #: Upper bound for seconds, generations and sizes: far beyond any real value,
 #: and exactly representable wherever these records are read.
@@ -173,6 +174,31 @@ class WorkspaceIdentity(_Record, kw_only=True):
     workspace_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 
 
+class KeptTurnState(_Record, kw_only=True):
+    """What one generation's immutable sidecar and prompt index say about
+    its turn state (Redo's grouping), as the holder that judged them
+    recorded it; it applies only to a manifest whose sidecar has this
+    digest."""
+
+    sidecar_sha256: Annotated[str, msgspec.Meta(pattern=SHA256_PATTERN)]
+    turn_count: Count
+    #: The last settled turn's identity (None: no turn).
+    last_turn: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None
+    in_flight: bool
+    updated_at: Seconds
+
+
+class KeptTurnStates(_Record, kw_only=True):
+    """``.publications/.turn-states.json``: the turn states a session's
+    holders judged, by publication ID, so that a later process's collection
+    need not read them again. A cache of immutable facts: written only
+    behind the lease proof, ignored when it does not decode."""
+
+    format_version: int = TURN_STATES_FORMAT_VERSION
+    session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
+    states: dict[Annotated[str, msgspec.Meta(pattern=f"^{PUBLICATION_ID_PATTERN}$")], KeptTurnState]
+
+
 def check_logical_path(logical: str) -> None:
     """A logical artifact path is a plain session-relative path outside the
     dot-named control directories."""
@@ -193,9 +219,10 @@ _VERSIONS: dict[type, int] = {
     TransferRequest: TRANSFER_FORMAT_VERSION,
     TransferDecision: TRANSFER_FORMAT_VERSION,
     TransferFence: TRANSFER_FORMAT_VERSION,
+    KeptTurnStates: TURN_STATES_FORMAT_VERSION,
 }
 
-R = TypeVar("R", LeaseRecord, PublicationManifest, WorkspaceIdentity, TransferRequest, TransferDecision, TransferFence)
+R = TypeVar("R", LeaseRecord, PublicationManifest, WorkspaceIdentity, TransferRequest, TransferDecision, TransferFence, KeptTurnStates)
 
 _NON_FINITE_TOKEN = re.compile(rb"(?<![A-Za-z\"])(?:-?Infinity|NaN)(?![A-Za-z\"])")
 

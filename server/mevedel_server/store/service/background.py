@@ -45,6 +45,7 @@ from ..workspace_wide.collection import (
     CollectionCache,
     CollectionReport,
     collect,
+    judge_ahead,
     opening_ops,
 )
 
@@ -171,29 +172,43 @@ class PublicationCollector(_Background):
         if lease is not None and (self._riding is None or self._riding[0] is not lease):
             self._riding = (lease, lease.ride(opening_ops(lease.paths), every=True, delivered=self._read_ahead, compose=self._ahead))
 
-    def listed(self, listing: OpResult) -> None:
-        """A listing of the publications another program of this holder
-        took (the claim's): the next commit surveys what it shows."""
+    def listed(self, listing: OpResult, kept: OpResult | None = None) -> None:
+        """What another program of this holder read (the claim's): the
+        publications' listing, which the next commit surveys, and the turn
+        states :data:`~..workspace_wide.collection.KEPT_TURN_STATES` holds."""
+        lease = self._session.lease
+        if lease is not None:
+            self._cache.hold(lease)
+            if kept is not None:
+                self._cache.read_kept(lease.paths, kept)
         if listing.ok:
             self._listed = tuple(listing.value)
 
     def _ahead(self, changes: Mapping[str, object]) -> tuple[Operation, ...]:
         lease, publisher = self._session.lease, self._session.publisher
-        committing = publisher.committing if publisher is not None else None
-        if committing is None or committing[0] != changes.get("publication_head"):
-            committing = None
+        manifests, publishing = {}, None
+        if publisher is not None:
+            if publisher.known_head is not None:
+                head, manifest = publisher.known_head
+                manifests[head.split("/")[1]] = manifest
+            if publisher.committing is not None and publisher.committing[0] == changes.get("publication_head"):
+                head, manifest = publisher.committing
+                publishing = head.split("/")[1]
+                manifests[publishing] = manifest
         self._cache.hold(lease)
-        self._planned, ops = Ahead.plan(lease.paths, self._cache, self._listed, committing)
+        self._planned, ops = Ahead.plan(lease.paths, self._cache, self._listed, manifests, publishing)
         return tuple(ops)
 
     def _read_ahead(self, results: tuple[OpResult, ...]) -> None:
         planned, self._planned = self._planned, None
         if planned is None or any(r.status is Status.SKIPPED for r in results):
             return
-        paths = self._session.paths
-        planned.absorb(paths, self._cache, results)
+        lease = self._session.lease
+        planned.absorb(lease.paths, self._cache, results)
         if results[1].ok:
             self._listed = tuple(results[1].value)
+        if planned.read:
+            judge_ahead(lease.paths, self._cache)
 
     def _take_opened(self, lease) -> tuple | None:
         """The last commit's opening reads, once, when nothing was

@@ -73,7 +73,7 @@ from ..workspace_wide.cleanup import (
     remove_session,
     remove_unfinished_sessions,
 )
-from ..workspace_wide.collection import opening_ops
+from ..workspace_wide.collection import kept_read, opening_ops
 from ..workspace_wide.input_history import (
     HistoryRead,
     InputHistory,
@@ -406,8 +406,8 @@ class Sessions:
         if snapshot.head is not None and snapshot.manifest is not None and session.publisher is not None:
             session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._table.sessions[session_id] = session
-        if publications and session.collector is not None and len(lease.riders) > len(journals) + 1:
-            session.collector.listed(lease.riders[len(journals) + 1])
+        if publications and session.collector is not None and len(lease.riders) > len(journals) + 2:
+            session.collector.listed(*lease.riders[len(journals) + 1 : len(journals) + 3])
         listed = lease.riders[: len(journals) + 1]
         if len(listed) != len(journals) + 1 or any(r.status is Status.SKIPPED for r in listed):
             listed = (await self._table.target.run(ControlProgram(list(journals)))).results  # in one program of their own
@@ -428,7 +428,7 @@ class Sessions:
         its collector surveys once and keeps what it learnt)."""
         if not self._table.one_command or self._table.publication_keep_recent is None:
             return ()
-        return (opening_ops(paths)[1],)
+        return (opening_ops(paths)[1], kept_read(paths))
 
     async def _acquire(self, session_id: str, observation: LeaseObservation, confirm_takeover: bool, **program) -> LeaseHandle:
         """This client's claim of ``session_id`` from ``observation``

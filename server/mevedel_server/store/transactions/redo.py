@@ -45,7 +45,12 @@ from ...targets import (
 from ..authority.lease import read_lease_head
 from ..authority.packed import EntryReader, is_volume_name, read_pack
 from ..authority.publication import Publisher, decode_manifest
-from ..authority.records import HEAD_PATTERN, PublicationManifest, RecordError
+from ..authority.records import (
+    HEAD_PATTERN,
+    KeptTurnState,
+    PublicationManifest,
+    RecordError,
+)
 from ..authority.workspace import check_session_id
 from ..content.sidecar import (
     SIDECAR_PATH,
@@ -148,13 +153,26 @@ class PublishedHead:
     mtime: int
     sidecar: Sidecar | None = None
     last: PromptEntry | None = None
+    #: What its sidecar and last prompt say, once judged (or known).
+    state: KeptTurnState | None = None
 
     @property
     def turn_state(self) -> tuple[int, str | None]:
         """What makes two heads one Redo state: the settled turn count and
         the identity of the last settled turn (the fork point)."""
+        assert self.state is not None
+        return (self.state.turn_count, self.state.last_turn)
+
+    def judged(self) -> KeptTurnState:
+        """Its turn state, from the sidecar and last prompt read."""
         assert self.sidecar is not None
-        return (self.sidecar.total_turn_count, self.last.turn_id if self.last else None)
+        return KeptTurnState(
+            sidecar_sha256=self.manifest.entries[SIDECAR_PATH].sha256,
+            turn_count=self.sidecar.total_turn_count,
+            last_turn=self.last.turn_id if self.last else None,
+            in_flight=self.sidecar.in_flight_turn is not None,
+            updated_at=self.sidecar.updated_at,
+        )
 
 
 async def _run_reads(target: Target, ops: list) -> list:
@@ -232,9 +250,10 @@ async def redo_states(target: Target, session_id: str) -> RedoStates:
 
 
 #: What a publication's immutable bytes say about its turn state, by
-#: publication ID: its sidecar and last settled prompt, or why it cannot be
-#: judged. A publication's bytes never change, so the answer never does.
-TurnStateFacts = dict[str, "tuple[Sidecar, PromptEntry | None] | SkippedHead"]
+#: publication ID, or why it cannot be judged. A publication's bytes never
+#: change, so the answer never does (a state applies to a manifest whose
+#: sidecar digest it names).
+TurnStateFacts = dict[str, "KeptTurnState | SkippedHead"]
 
 
 async def turn_state_representatives(
@@ -264,12 +283,13 @@ async def turn_state_representatives(
     unread = []
     for h in heads:
         fact = known.get(h.publication_id) if known is not None else None
+        sidecar = h.manifest.entries.get(SIDECAR_PATH)
         if isinstance(fact, SkippedHead):
             skipped.append(fact)
-        elif fact is not None:
-            h.sidecar, h.last = fact
+        elif fact is not None and sidecar is not None and fact.sidecar_sha256 == sidecar.sha256:
+            h.state = fact
             candidates.append(h)
-        elif SIDECAR_PATH in h.manifest.entries:
+        elif sidecar is not None:
             candidates.append(h)
             unread.append(h)
         else:
@@ -280,23 +300,25 @@ async def turn_state_representatives(
     pages = await _read_sidecars(reader, unread, fresh, prefetched or {})
     await _read_last_prompts(reader, unread, fresh, pages, prefetched or {})
     skipped += fresh
+    for h in unread:
+        if h.sidecar is not None:
+            h.state = h.judged()
+            if known is not None:
+                known[h.publication_id] = h.state
     if known is not None:
-        for h in unread:
-            if h.sidecar is not None:
-                known[h.publication_id] = (h.sidecar, h.last)
         for skip in fresh:
             known[skip.publication_id] = skip
     current_key = None
     groups: dict[tuple[int, str | None], PublishedHead] = {}
     for h in candidates:
-        if h.sidecar is None:
+        if h.state is None:
             continue
         key = h.turn_state
         if head_path(h.publication_id) == current:
-            if not (settled_current and h.sidecar.in_flight_turn is not None):
+            if not (settled_current and h.state.in_flight):
                 current_key = key
             continue
-        if h.sidecar.in_flight_turn is not None:
+        if h.state.in_flight:
             continue
         best = groups.get(key)
         if best is None or _order(h) > _order(best):
@@ -307,8 +329,8 @@ async def turn_state_representatives(
 
 
 def _order(h: PublishedHead) -> tuple:
-    assert h.sidecar is not None
-    return (h.sidecar.updated_at, h.mtime, h.publication_id)
+    assert h.state is not None
+    return (h.state.updated_at, h.mtime, h.publication_id)
 
 
 _PROMPT_PAGE = re.compile(r"index/prompts-\d{6}\.jsonl")

@@ -55,6 +55,20 @@ re-judging it (once files are gone its remains look newer than the head,
 which would otherwise protect them). Trimming needs no marker: every step
 judges a trimmed directory afresh by the references to its files.
 The lease is renewed first when the target clock shows it close to expiry.
+
+What a step reads
+-----------------
+A step reads what it does not know yet: the clock and the listing, the
+survey of each directory, the turn state of each generation (Redo's
+reads), the pack volumes. A holder's head commits may read all of it
+ahead (:class:`Ahead`: each commit carries what the last listing, the
+manifests known and the volumes listed call for), so a step after them
+runs only its removal. The turn states judged are kept beside the
+publications (:data:`KEPT_TURN_STATES`), bound to the sidecar digest each
+was judged from, so that the next process need not read them: a state is
+used only for a manifest whose sidecar has that digest; a kept file is
+written only behind the lease proof, like the removals, and one that does
+not decode is ignored.
 """
 
 from __future__ import annotations
@@ -62,7 +76,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -76,6 +90,7 @@ from ...targets import (
     OpResult,
     Read,
     Remove,
+    Replace,
     Stat,
     Status,
     Target,
@@ -100,7 +115,15 @@ from ..authority.packed import (
     volume_name,
 )
 from ..authority.publication import decode_manifest
-from ..authority.records import PublicationManifest, RecordError, encode_record
+from ..authority.records import (
+    KeptTurnState,
+    KeptTurnStates,
+    PublicationManifest,
+    RecordError,
+    decode_record,
+    encode_record,
+)
+from ..content.sidecar import SIDECAR_PATH
 from ..errors import LeaseLost
 from ..layout import MANIFEST_NAME, SessionPaths, head_path
 
@@ -113,6 +136,9 @@ DEFAULT_PACK_BATCH = 8
 #: A volume whose blobs hold less than this is folded into the next one.
 SMALL_VOLUME = 1024 * 1024
 DEFAULT_MAX_REMOVALS = 64
+#: The turn states judged so far, kept beside the publications for the
+#: next process (:class:`~..authority.records.KeptTurnStates`).
+KEPT_TURN_STATES = ".turn-states.json"
 #: Prefix of the marker created beside a directory when its removal starts.
 COLLECTING_MARKER = ".collecting-"
 #: Directories surveyed per planning program.
@@ -171,6 +197,9 @@ class CollectionCache(msgspec.Struct):
     #: (published path -> result; see :func:`ahead_ops`), judged at the
     #: next step.
     reads: dict[str, OpResult] = msgspec.field(default_factory=dict)
+    #: The turn states :data:`KEPT_TURN_STATES` holds, as last read or
+    #: written (None: not known).
+    kept: dict[str, KeptTurnState] | None = None
 
     def hold(self, lease: LeaseHandle) -> None:
         """Forget everything when ``lease`` is not the holder these facts
@@ -182,7 +211,45 @@ class CollectionCache(msgspec.Struct):
             self.volumes.clear()
             self.packed_manifests.clear()
             self.reads.clear()
+            self.kept = None
             self.holder = holder
+
+    def judged(self, publication_id: str, manifest: PublicationManifest) -> bool:
+        """Whether the turn state of the generation ``manifest`` describes
+        is known (a kept state only for the sidecar it names)."""
+        fact = self.turn_states.get(publication_id)
+        if isinstance(fact, KeptTurnState):
+            sidecar = manifest.entries.get(SIDECAR_PATH)
+            return sidecar is not None and sidecar.sha256 == fact.sidecar_sha256
+        return fact is not None
+
+    def read_kept(self, paths: SessionPaths, result: OpResult) -> None:
+        """Take the turn states another holder kept (a read of
+        :data:`KEPT_TURN_STATES`); a file that does not decode is ignored:
+        those states are read again."""
+        if not result.ok:
+            return
+        try:
+            record = decode_record(KeptTurnStates, result.value, paths.label(f".publications/{KEPT_TURN_STATES}"))
+        except RecordError:
+            return
+        if record.session_id != paths.session_id:
+            return
+        self.kept = dict(record.states)
+        for pid, state in record.states.items():
+            self.turn_states.setdefault(pid, state)
+
+    def kept_ops(self, paths: SessionPaths, listed: Iterable[str]) -> tuple[dict[str, KeptTurnState], list[Operation]]:
+        """The turn states known of the generations ``listed``, and the
+        write that keeps them when :data:`KEPT_TURN_STATES` holds others
+        (to run behind the lease proof). A cache of immutable facts: not
+        flushed, and never read without checking each state's sidecar
+        digest against the manifest it is used for."""
+        states = {pid: fact for pid in sorted(set(listed)) if isinstance(fact := self.turn_states.get(pid), KeptTurnState)}
+        if states == self.kept:
+            return states, []
+        record = KeptTurnStates(session_id=paths.session_id, states=states)
+        return states, [Replace(f"{paths.publications_dir}/{KEPT_TURN_STATES}", encode_record(record), deferred=True, optional=True)]
 
     def absorb(self, paths: SessionPaths, publication_id: str, results: list[OpResult], *, quiesced: bool, marked: bool = False) -> _Directory:
         """Judge one directory's :func:`_survey_ops` results, and keep the
@@ -291,6 +358,12 @@ def opening_ops(paths: SessionPaths) -> tuple[Clock, ListDir]:
     return Clock(paths.root), ListDir(paths.publications_dir, optional=True)
 
 
+def kept_read(paths: SessionPaths) -> Read:
+    """The read of the turn states kept for this process
+    (:meth:`CollectionCache.read_kept`)."""
+    return Read(f"{paths.publications_dir}/{KEPT_TURN_STATES}", optional=True)
+
+
 class Ahead(msgspec.Struct):
     """Reads a holder's head commit carries for its next collection step,
     after :func:`opening_ops`: the survey of the directories the last
@@ -298,33 +371,39 @@ class Ahead(msgspec.Struct):
     publishes included; the turn-state files of the generations whose
     manifests are known and whose turn state is not; the pack volumes not
     read. A step that finds all of it in ``cache`` runs no program before
-    its removal (:func:`collect` with the commit's ``opened``)."""
+    its removal (:func:`collect` with the commit's ``opened``). The commit
+    also keeps the turn states known for the next process
+    (:meth:`CollectionCache.kept_ops`)."""
 
     surveyed: list[str]
     read: list[str]
     volumes: list[str]
     #: Surveyed directories a collecting marker was listed beside.
     marked: set[str]
+    #: The turn states the commit writes (None: it writes none).
+    keeping: dict[str, KeptTurnState] | None = None
 
     @classmethod
     def plan(
-        cls, paths: SessionPaths, cache: CollectionCache, listed: Iterable[str], committing: tuple[str, PublicationManifest] | None
+        cls, paths: SessionPaths, cache: CollectionCache, listed: Iterable[str], manifests: Mapping[str, PublicationManifest],
+        publishing: str | None = None,
     ) -> tuple[Ahead, list[Operation]]:
+        """``manifests``: those of generations this holder knows without
+        a survey (the head it resumed from, the one it commits);
+        ``publishing``: the ID of the publication the commit makes."""
         from ..transactions.redo import turn_state_reads
 
         names = set(listed)
         pids = sorted(n for n in names if _PUBLICATION_NAME.match(n) and n not in cache.surveys)
-        manifests = {pid: survey[3] for pid, survey in cache.surveys.items() if survey[3] is not None}
-        if committing is not None:
-            pid = committing[0].split("/")[1]
-            manifests[pid] = committing[1]
-            if pid not in cache.surveys and pid not in pids:
-                pids.append(pid)
+        known = {pid: survey[3] for pid, survey in cache.surveys.items() if survey[3] is not None}
+        known.update(manifests)
+        if publishing is not None and publishing not in cache.surveys and publishing not in pids:
+            pids.append(publishing)
         reads = sorted(
             {
                 path
-                for pid, manifest in manifests.items()
-                if pid not in cache.turn_states
+                for pid, manifest in known.items()
+                if not cache.judged(pid, manifest)
                 for path in turn_state_reads(manifest)
                 if path not in cache.reads
             }
@@ -335,8 +414,10 @@ class Ahead(msgspec.Struct):
             ops += _survey_ops(paths, pid)
         ops += [Read(paths.inside(path), optional=True) for path in reads]
         ops += [Read(f"{paths.publications_dir}/{name}", optional=True) for name in volumes]
+        keeping, write = cache.kept_ops(paths, names | ({publishing} if publishing else set()))
+        ops += write
         marked = {pid for pid in pids if f"{COLLECTING_MARKER}{pid}" in names}
-        return cls(pids, reads, volumes, marked), ops
+        return cls(pids, reads, volumes, marked, keeping if write else None), ops
 
     def absorb(self, paths: SessionPaths, cache: CollectionCache, results: tuple[OpResult, ...]) -> None:
         """Keep what the carrying commit read (under the publisher's lock:
@@ -357,6 +438,52 @@ class Ahead(msgspec.Struct):
                     cache.volumes[name] = decode_volume(paths.label(f".publications/{name}"), result.value, paths.session_id)
                 except RecordError:
                     pass  # the step reads it again and reports it
+        if self.keeping is not None:
+            cache.kept = self.keeping if results[at].ok else None
+
+
+class _Missing(Exception):
+    """A judgement wanted a file no commit read ahead."""
+
+
+class _InHand:
+    """A target for judging only what is in hand: any program it would
+    have to run means a read is missing (raised before any I/O)."""
+
+    async def run(self, program: ControlProgram):
+        raise _Missing
+
+
+def judge_ahead(paths: SessionPaths, cache: CollectionCache) -> None:
+    """Judge now, without a program, the turn states of the generations
+    whose files a commit read ahead (:class:`Ahead`), so that the next
+    commit keeps them; a generation whose sidecar names another prompt page
+    than the one read is left for the step (its judgement would read it)."""
+    from ..transactions.redo import (
+        PublishedHead,
+        turn_state_reads,
+        turn_state_representatives,
+    )
+
+    in_hand = _InHand()
+    for pid, (_entries, _dir_mtime, mtime, manifest) in list(cache.surveys.items()):
+        if manifest is None or cache.judged(pid, manifest):
+            continue
+        wanted = turn_state_reads(manifest)
+        if not wanted or not all(path in cache.reads for path in wanted):
+            continue
+        judging = turn_state_representatives(
+            in_hand, paths, [PublishedHead(pid, manifest, mtime or 0)], None,  # type: ignore[arg-type]
+            known=cache.turn_states, prefetched=cache.reads, reader=EntryReader(in_hand, paths, Pack(paths.session_id)),  # type: ignore[arg-type]
+        )
+        # Everything it reads is in hand, so it runs to its end at once.
+        try:
+            judging.send(None)
+        except StopIteration:
+            continue
+        except _Missing:
+            continue
+        judging.close()
 
 
 async def collect(
@@ -608,6 +735,11 @@ async def collect(
             (retire if name == MANIFEST_NAME else payloads).append(Remove(f"{directory}/{name}"))
         budget -= min(budget, len(names))
     ops += retire + payloads
+    keeping: dict[str, KeptTurnState] | None = None
+    if cache is not None:  # the turn states of what stays, for the next process
+        keeping, write = cache.kept_ops(paths, [d.publication_id for d in directories if d not in candidates])
+        ops += write
+        keeping = keeping if write else None
     if cache is not None:  # what this step touches is surveyed afresh next time
         for d in candidates:
             cache.surveys.pop(d.publication_id, None)
@@ -621,6 +753,8 @@ async def collect(
             (), kept, len(candidates) + len(stale_markers),
             stopped=f"the lease moved before the removal ({failed.reason or failed.status.value})",
         )
+    if keeping is not None and result.results[-1].ok:
+        cache.kept = keeping  # type: ignore[union-attr]
     removed_paths = {op.path for op, r in zip(ops[proof:], result.results[proof:]) if isinstance(op, Remove) and r.ok}
     removed = tuple(d.publication_id for d in candidates if paths.publication_dir(d.publication_id) in removed_paths)
     trimmed = tuple(
