@@ -351,7 +351,8 @@ class Sessions:
         inputs = input_listing(paths)  # for the prompt queue's first load
         extra, self.open_found = list(self.open_reads), None
         # What the command's collection at exit will judge, listed now so
-        # that its first commit can survey it (``PublicationCollector.listed``).
+        # that its first commit can survey it, and the turn states earlier
+        # processes kept (``PublicationCollector.listed``).
         publications = self._collection_listing(paths)
         reads = [*identity_reads, *history, *checked, *extra]
         extra_at = len(reads) - len(extra)
@@ -423,9 +424,10 @@ class Sessions:
         return OpenResult(self._table.info_of(session), "takeover" if took_over else "resume", interrupted)
 
     def _collection_listing(self, paths: SessionPaths) -> tuple[Operation, ...]:
-        """The publications' listing a claim carries for the collection a
-        one-command service runs at its exit (none for a long-lived one:
-        its collector surveys once and keeps what it learnt)."""
+        """The publications' listing and kept turn states a claim carries
+        for the collection a one-command service runs at its exit (none for
+        a long-lived one: its collector surveys once and keeps what it
+        learnt)."""
         if not self._table.one_command or self._table.publication_keep_recent is None:
             return ()
         return (opening_ops(paths)[1], kept_read(paths))
