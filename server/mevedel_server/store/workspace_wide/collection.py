@@ -246,7 +246,7 @@ class CollectionCache(msgspec.Struct):
         flushed, and never read without checking each state's sidecar
         digest against the manifest it is used for."""
         states = {pid: fact for pid in sorted(set(listed)) if isinstance(fact := self.turn_states.get(pid), KeptTurnState)}
-        if states == self.kept:
+        if states == self.kept or (not states and self.kept is None):
             return states, []
         record = KeptTurnStates(session_id=paths.session_id, states=states)
         return states, [Replace(f"{paths.publications_dir}/{KEPT_TURN_STATES}", encode_record(record), deferred=True, optional=True)]
