@@ -1702,13 +1702,16 @@ class _EntryDirs(object):
             fd = self.passed.get(relative)
         if fd is None:
             parent, _slash, name = relative.rpartition("/")
+            parent_fd = self.readable[""] if not parent else self.open(parent, False)
             flags = _DIR_FLAGS if listable else _PASS_DIR_FLAGS
-            fd = _open_subdir(self.open(parent, False), name, "%s/%s" % (self.label, relative), flags)
+            fd = _open_subdir(parent_fd, name, "%s/%s" % (self.label, relative), flags)
             (self.passed if flags != _DIR_FLAGS else self.readable)[relative] = fd
         return fd
 
     def close(self):
-        for fd in list(self.readable.values()) + list(self.passed.values()):
+        for fd in self.readable.values():
+            os.close(fd)
+        for fd in self.passed.values():
             os.close(fd)
 
     def read(self, relative):
