@@ -18,8 +18,8 @@ from typing import Annotated, TypeVar
 import msgspec
 
 from ...targets import InvalidTargetPath, split_target_path
+from ..content.pattern_check import pattern_check
 from ..errors import StoreError
-from ..pattern_check import pattern_check
 
 LEASE_FORMAT_VERSION = 1
 MANIFEST_FORMAT_VERSION = 1
@@ -94,7 +94,7 @@ class LeaseRecord(_Record, kw_only=True):
     format_version: int = LEASE_FORMAT_VERSION
     generation: Annotated[int, msgspec.Meta(ge=1, le=MAX_INTEGER)]
     state: LeaseState
-    #: Matches CLIENT_ID_PATTERN (checked after decoding: see ..pattern_check).
+    #: Matches CLIENT_ID_PATTERN (checked after decoding: see ..content.pattern_check).
     client_id: str
     #: For display only ("held by HOST"); never an authority input.
     host: Annotated[str, msgspec.Meta(max_length=255)]
@@ -114,7 +114,7 @@ class LeaseRecord(_Record, kw_only=True):
 
 
 class ManifestEntry(_Record, kw_only=True):
-    #: Matches PUBLISHED_PATTERN (checked after decoding: see ..pattern_check).
+    #: Matches PUBLISHED_PATTERN (checked after decoding: see ..content.pattern_check).
     published: str
     #: Matches SHA256_PATTERN.
     sha256: str
@@ -130,7 +130,7 @@ class PublicationManifest(_Record, kw_only=True):
     its publication directory."""
 
     format_version: int = MANIFEST_FORMAT_VERSION
-    #: Matches PUBLICATION_ID_PATTERN, whole (checked after decoding: see ..pattern_check).
+    #: Matches PUBLICATION_ID_PATTERN, whole (checked after decoding: see ..content.pattern_check).
     publication_id: str
     entries: dict[str, ManifestEntry]
 

@@ -31,7 +31,7 @@ import msgspec
 
 from ...lazy_decoder import LazyDecoder
 from ..errors import StoreError
-from ..pattern_check import pattern_check
+from .pattern_check import pattern_check
 from .transcript import (
     MAX_INTEGER,
     SESSION_ID_TEXT,
@@ -359,7 +359,7 @@ class Layout(_Closed, kw_only=True, omit_defaults=True):
 
 class Sidecar(_Closed, kw_only=True):
     format_version: Literal[1] = SIDECAR_FORMAT_VERSION
-    #: Matches SESSION_ID_TEXT (checked after decoding: see ..pattern_check).
+    #: Matches SESSION_ID_TEXT (checked after decoding: see .pattern_check).
     session_id: str
     #: Matches WORKSPACE_ID_TEXT.
     workspace_id: str
