@@ -86,9 +86,6 @@ CLOCK_PROBE_PREFIX = ".clock-probe-"
 # Random names come from os.urandom: importing ``secrets`` would cost the
 # remote program tens of milliseconds of start-up on every round trip.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-#: A directory only passed through (never listed): ``O_PATH`` where the
-#: system has it, which the kernel opens without checking read access.
-_PASS_DIR_FLAGS = _DIR_FLAGS | getattr(os, "O_PATH", 0)
 #: Operations that change no directory: a program of only these opens each
 #: directory once (through the same pinned chain) and keeps it for the rest
 #: of the program, instead of walking from the root for every operation (a
@@ -174,9 +171,9 @@ def _is_symlink(name, dir_fd):
         return False
 
 
-def _open_subdir(dir_fd, name, label, flags=_DIR_FLAGS):
+def _open_subdir(dir_fd, name, label):
     try:
-        return os.open(name, flags, dir_fd=dir_fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         raise Refused(ABSENT, "'%s' does not exist" % label) from None
     except OSError as exc:
@@ -1681,37 +1678,27 @@ def _survey_chains(chains):
 class _EntryDirs(object):
     """The directories below one survey entry opened so far, by their
     ``/``-joined path relative to it (``""``: the entry), each kept until
-    the entry is done: a chain's hops mostly read files of one directory.
-    A directory only passed through is opened ``O_PATH`` where the system
-    has it (no read access needed; cheaper to open) and kept apart from
-    the readable ones, since it cannot be listed."""
+    the entry is done: a chain's hops mostly read files of one directory."""
 
-    __slots__ = ("label", "readable", "passed")
+    __slots__ = ("label", "opened")
 
     def __init__(self, label, fd):
         #: The entry's target path, which refusals name.
         self.label = label
-        self.readable = {"": fd}
-        self.passed = {}
+        self.opened = {"": fd}
 
-    def open(self, relative, listable):
-        """The directory ``relative`` (checked components), readable when
-        ``listable``; its parents are opened on the way as needed."""
-        fd = self.readable.get(relative)
-        if fd is None and not listable:
-            fd = self.passed.get(relative)
+    def open(self, relative):
+        """The directory ``relative`` (checked components); its parents are
+        opened on the way as needed."""
+        fd = self.opened.get(relative)
         if fd is None:
             parent, _slash, name = relative.rpartition("/")
-            parent_fd = self.readable[""] if not parent else self.open(parent, False)
-            flags = _DIR_FLAGS if listable else _PASS_DIR_FLAGS
-            fd = _open_subdir(parent_fd, name, "%s/%s" % (self.label, relative), flags)
-            (self.passed if flags != _DIR_FLAGS else self.readable)[relative] = fd
+            parent_fd = self.opened[""] if not parent else self.open(parent)
+            fd = self.opened[relative] = _open_subdir(parent_fd, name, "%s/%s" % (self.label, relative))
         return fd
 
     def close(self):
-        for fd in self.readable.values():
-            os.close(fd)
-        for fd in self.passed.values():
+        for fd in self.opened.values():
             os.close(fd)
 
     def read(self, relative):
@@ -1726,7 +1713,7 @@ class _EntryDirs(object):
             if not parts:
                 split_components(path)
             parent = relative.rpartition("/")[0]
-            return _read_link(self.open(parent, False), parts[-1], path)
+            return _read_link(self.open(parent), parts[-1], path)
         except Refused as refusal:
             return (path, refusal.status, refusal.reason, refusal.unsafe)
         except OSError as exc:
@@ -1796,7 +1783,7 @@ def _survey_chain(dirs, seen, parts, directory, family, hops):
             return (ABSENT, None, "'%s' does not exist" % "/".join((label,) + parts[: index + 1]), False)
     try:
         names, first, listed = _newest_in(
-            lambda: dirs.open(directory, True), None, "%s/%s" % (label, directory) if parts else label, family
+            lambda: dirs.open(directory), None, "%s/%s" % (label, directory) if parts else label, family
         )
     except (Refused, OSError) as exc:
         return _failure(exc)
