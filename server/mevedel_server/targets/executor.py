@@ -192,6 +192,21 @@ def _write_all(fd, data):
         view = view[written:]
 
 
+#: A file opened to be read: ``O_NONBLOCK``, so that opening a FIFO does not
+#: hang the program.
+_LEAF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _leaf_refusal(exc, dir_fd, leaf, label):
+    """What an ``OSError`` opening file ``leaf`` of ``dir_fd`` to read it
+    means: absence, a symbolic link (unsafe), or the error itself."""
+    if isinstance(exc, FileNotFoundError):
+        return Refused(ABSENT, "'%s' does not exist" % label)
+    if exc.errno == errno.ELOOP and _is_symlink(leaf, dir_fd):
+        return Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
+    return exc
+
+
 def _unlink_quietly(name, dir_fd):
     try:
         os.unlink(name, dir_fd=dir_fd)
@@ -359,12 +374,14 @@ def stamped_content(parts, reading):
 
 def _family_members(names, prefix, digits, suffix):
     """The names that are ``prefix`` + ``digits`` ASCII digits + ``suffix``
-    (all of one width, so they sort by number)."""
+    (all of one width, so they sort by number), sorted."""
     width = len(prefix) + digits + len(suffix)
-    for name in names:
-        if len(name) == width and name.startswith(prefix) and name.endswith(suffix):
-            if not name[len(prefix) : len(prefix) + digits].strip("0123456789"):
-                yield name
+    start, end = len(prefix), len(prefix) + digits
+    return sorted([
+        name for name in names
+        if len(name) == width and name.startswith(prefix) and name.endswith(suffix)
+        and not name[start:end].strip("0123456789")
+    ])
 
 
 def _family(argument):
@@ -593,23 +610,26 @@ class Executor:
     @staticmethod
     def _open_leaf(dir_fd, leaf, label):
         try:
-            # O_NONBLOCK: opening a FIFO must not hang the program.
-            return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-        except FileNotFoundError:
-            raise Refused(ABSENT, "'%s' does not exist" % label) from None
+            return os.open(leaf, _LEAF_FLAGS, dir_fd=dir_fd)
         except OSError as exc:
-            if exc.errno == errno.ELOOP and _is_symlink(leaf, dir_fd):
-                raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True) from None
-            raise
+            raise _leaf_refusal(exc, dir_fd, leaf, label) from None
 
-    @classmethod
-    def _read_regular(cls, dir_fd, leaf, label):
-        fd = cls._open_leaf(dir_fd, leaf, label)
+    @staticmethod
+    def _read_regular(dir_fd, leaf, label):
+        # _open_leaf inline: a listing reads three files a session, and
+        # each call saved counts there. A read of a regular file answers
+        # short only at its end, so a file whose size held costs one.
+        try:
+            fd = os.open(leaf, _LEAF_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            raise _leaf_refusal(exc, dir_fd, leaf, label) from None
         try:
             st = os.fstat(fd)
             if not stat_mode.S_ISREG(st.st_mode):
                 raise Refused(FAILED, "'%s' is not a regular file" % label)
-            return _read_to_end(fd, st.st_size)
+            size = st.st_size
+            first = os.read(fd, size + 1)
+            return first if len(first) <= size else _read_rest(fd, first)
         finally:
             os.close(fd)
 
@@ -1626,11 +1646,11 @@ def _newest_in(open_dir, release, where, family):
         fd = open_dir()
         try:
             listed = os.listdir(fd)
-            names = tuple(sorted(_family_members(listed, prefix, digits, suffix)))
+            names = tuple(_family_members(listed, prefix, digits, suffix))
             if not names:
                 return names, None, listed
             label = "%s/%s" % (where, names[-1]) if where not in ("", ".") else names[-1]
-            link = _chain_link(label, lambda: Executor._read_regular(fd, names[-1], label))
+            link = _read_link(fd, names[-1], label)
         finally:
             if release is not None:
                 release(fd)
@@ -1640,8 +1660,8 @@ def _newest_in(open_dir, release, where, family):
 
 
 def _survey_chains(chains):
-    """A survey's chains as ``[(directory parts, family, hops)]``, refused
-    unless each has that shape."""
+    """A survey's chains as ``[(directory parts, directory, family, hops)]``,
+    refused unless each has that shape."""
     checked = []
     for chain in chains if isinstance(chains, (list, tuple)) else [None]:
         try:
@@ -1650,8 +1670,54 @@ def _survey_chains(chains):
             directory = None
         if not isinstance(directory, str):
             raise Refused(FAILED, "a survey's chain is a directory, a numbered family and hops")
-        checked.append((split_components(directory), _family((prefix, digits, suffix)), _chain_hops(hops)))
+        parts = split_components(directory)
+        checked.append((parts, "/".join(parts), _family((prefix, digits, suffix)), _chain_hops(hops)))
     return checked
+
+
+class _EntryDirs(object):
+    """The directories below one survey entry opened so far, by their
+    ``/``-joined path relative to it (``""``: the entry), each kept until
+    the entry is done: a chain's hops mostly read files of one directory."""
+
+    __slots__ = ("label", "opened")
+
+    def __init__(self, label, fd):
+        #: The entry's target path, which refusals name.
+        self.label = label
+        self.opened = {"": fd}
+
+    def open(self, relative):
+        """The directory ``relative`` (checked components); its parents are
+        opened on the way as needed."""
+        fd = self.opened.get(relative)
+        if fd is None:
+            parent, _slash, name = relative.rpartition("/")
+            parent_fd = self.opened[""] if not parent else self.open(parent)
+            fd = self.opened[relative] = _open_subdir(parent_fd, name, "%s/%s" % (self.label, relative))
+        return fd
+
+    def close(self):
+        for fd in self.opened.values():
+            os.close(fd)
+
+    def read(self, relative):
+        """The ``_chain_link`` of reading regular file ``relative``."""
+        path = "%s/%s" % (self.label, relative)
+        try:
+            try:
+                parts = split_components(relative)
+            except Refused:
+                split_components(path)  # refused, naming the whole path
+                raise
+            if not parts:
+                split_components(path)
+            parent = relative.rpartition("/")[0]
+            return _read_link(self.open(parent), parts[-1], path)
+        except Refused as refusal:
+            return (path, refusal.status, refusal.reason, refusal.unsafe)
+        except OSError as exc:
+            return (path, FAILED, _strerror(exc), False)
 
 
 def _survey_entry(base_fd, label, name, specs):
@@ -1664,7 +1730,7 @@ def _survey_entry(base_fd, label, name, specs):
         # link, not a directory, or not to be opened.
         failure = _failure(exc)
         return (name, _lstat_result(base_fd, name, label), failure, [failure] * len(specs)), 0
-    opened = {(): fd}
+    dirs = _EntryDirs(label, fd)
     spent = 0
     try:
         stat = (OK, _stat_facts(os.fstat(fd)), None, False)
@@ -1677,28 +1743,16 @@ def _survey_entry(base_fd, label, name, specs):
             listing = (OK, tuple(sorted(listed)), None, False)
             seen = {(): listed}
         reads = []
-        for parts, family, hops in specs:
-            result = _survey_chain(opened, label, seen, parts, family, hops)
+        for parts, directory, family, hops in specs:
+            result = _survey_chain(dirs, seen, parts, directory, family, hops)
             if result[0] == OK:
                 for link in result[1][1]:
                     if link[1] == OK:
                         spent += len(link[2])
             reads.append(result)
     finally:
-        for opened_fd in opened.values():
-            os.close(opened_fd)
+        dirs.close()
     return (name, stat, listing, reads), spent
-
-
-def _open_below(opened, parts, label):
-    """The directory ``parts`` below the entry whose directories ``opened``
-    holds by parts (and keeps what it opens); ``label`` is the entry's
-    target path."""
-    fd = opened.get(parts)
-    if fd is None:
-        parent = _open_below(opened, parts[:-1], label)
-        fd = opened[parts] = _open_subdir(parent, parts[-1], "/".join((label,) + parts))
-    return fd
 
 
 def _lstat_result(dir_fd, name, label):
@@ -1714,12 +1768,13 @@ def _lstat_result(dir_fd, name, label):
     return (OK, _stat_facts(st), None, False)
 
 
-def _survey_chain(opened, label, seen, parts, family, hops):
-    """The ``ReadChain`` result of one survey chain below the entry whose
-    directories ``opened`` holds and whose target path is ``label``.
+def _survey_chain(dirs, seen, parts, directory, family, hops):
+    """The ``ReadChain`` result of one survey chain (its ``directory``, split
+    as ``parts``) below the entry whose directories ``dirs`` holds.
     ``seen`` holds the listings made so far (by directory parts), which
     spare the opening of a directory they show absent, and gains this
     one's."""
+    label = dirs.label
     for index, part in enumerate(parts):
         known = seen.get(parts[:index])
         if known is None:
@@ -1728,32 +1783,14 @@ def _survey_chain(opened, label, seen, parts, family, hops):
             return (ABSENT, None, "'%s' does not exist" % "/".join((label,) + parts[: index + 1]), False)
     try:
         names, first, listed = _newest_in(
-            lambda: _open_below(opened, parts, label), None, "/".join((label,) + parts), family
+            lambda: dirs.open(directory), None, "%s/%s" % (label, directory) if parts else label, family
         )
     except (Refused, OSError) as exc:
         return _failure(exc)
     seen[parts] = listed
     if first is None:
         return (OK, (names, ()), None, False)
-
-    def link(relative):
-        path = "%s/%s" % (label, relative)
-        return _chain_link(path, lambda: _read_below(opened, label, relative, path))
-
-    return (OK, (names, _follow(first, hops, link)), None, False)
-
-
-def _read_below(opened, label, relative, path):
-    """The bytes of regular file ``relative`` below the entry (see
-    ``_open_below``); ``path`` is its target path, which a refusal names."""
-    try:
-        parts = split_components(relative)
-    except Refused:
-        split_components(path)  # refused, naming the whole path
-        raise
-    if not parts:
-        split_components(path)
-    return Executor._read_regular(_open_below(opened, parts[:-1], label), parts[-1], path)
+    return (OK, (names, _follow(first, hops, dirs.read)), None, False)
 
 
 def _chain_hops(hops):
@@ -1799,6 +1836,16 @@ def _chain_link(path, read):
         return (path, FAILED, _strerror(exc), False)
 
 
+def _read_link(dir_fd, leaf, path):
+    """The ``_chain_link`` of reading regular file ``leaf`` of ``dir_fd``."""
+    try:
+        return (path, OK, Executor._read_regular(dir_fd, leaf, path), False)
+    except Refused as refusal:
+        return (path, refusal.status, refusal.reason, refusal.unsafe)
+    except OSError as exc:
+        return (path, FAILED, _strerror(exc), False)
+
+
 class _JsonContext(object):
     """What ``_json.make_scanner`` reads from a decoder: strict strings, plain
     containers, and no NaN or Infinity."""
@@ -1835,7 +1882,7 @@ def _scan_json():
 
 def _parse_json(data):
     """The JSON value ``data`` holds, or ``_UNRESOLVED``."""
-    scan = _scan_json()
+    scan = _json_scanner if _json_scanner is not _UNRESOLVED else _scan_json()
     if scan is None:
         return _UNRESOLVED
     try:
@@ -2727,21 +2774,14 @@ def _read_at_most(fd, limit, first=b""):
     return b"".join(chunks)
 
 
-def _read_to_end(fd, size):
-    """Every byte of the open regular file ``fd``, whose ``fstat`` said
-    ``size``: read to its end however it changed meanwhile (as a buffered
-    reader would, without its extra system calls). A read of a regular file
-    answers short only at its end, so a file whose size held costs one."""
-    first = os.read(fd, size + 1)
-    if len(first) <= size:
-        return first
+def _read_rest(fd, first):
+    """``first`` and the rest of the open file ``fd``, to its end."""
     chunks = [first]
     while True:
         chunk = os.read(fd, 1024 * 1024)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
-
 
 def _read_stable(fd, label, max_bytes):
     """``(stat, bytes)`` of the open regular file ``fd``: its bytes, read

@@ -18,6 +18,7 @@ from typing import Annotated, TypeVar
 import msgspec
 
 from ...targets import InvalidTargetPath, split_target_path
+from ..content.pattern_check import pattern_check
 from ..errors import StoreError
 
 LEASE_FORMAT_VERSION = 1
@@ -40,6 +41,13 @@ CLIENT_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 
 Seconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
+
+
+_client_id = pattern_check(CLIENT_ID_PATTERN)
+_head = pattern_check(HEAD_PATTERN)
+_published = pattern_check(PUBLISHED_PATTERN)
+_sha256 = pattern_check(SHA256_PATTERN)
+_publication_id = pattern_check(f"^{PUBLICATION_ID_PATTERN}$")
 
 
 class RecordErrorKind(enum.Enum):
@@ -87,24 +95,35 @@ class LeaseRecord(_Record, kw_only=True):
     format_version: int = LEASE_FORMAT_VERSION
     generation: Annotated[int, msgspec.Meta(ge=1, le=MAX_INTEGER)]
     state: LeaseState
-    client_id: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
+    #: Matches CLIENT_ID_PATTERN (checked after decoding: see ..content.pattern_check).
+    client_id: str
     #: For display only ("held by HOST"); never an authority input.
     host: Annotated[str, msgspec.Meta(max_length=255)]
     renewed_at: Seconds
     expires_at: Seconds
-    publication_head: Annotated[str, msgspec.Meta(pattern=HEAD_PATTERN)] | None
+    #: Matches HEAD_PATTERN.
+    publication_head: str | None
     unsettled_mutation: bool
     transfer_generation: Count
 
     def __post_init__(self) -> None:
+        _client_id("client_id", self.client_id)
+        if self.publication_head is not None:
+            _head("publication_head", self.publication_head)
         if self.expires_at < self.renewed_at:
             raise ValueError("expires_at is earlier than renewed_at")
 
 
 class ManifestEntry(_Record, kw_only=True):
-    published: Annotated[str, msgspec.Meta(pattern=PUBLISHED_PATTERN)]
-    sha256: Annotated[str, msgspec.Meta(pattern=SHA256_PATTERN)]
+    #: Matches PUBLISHED_PATTERN (checked after decoding: see ..content.pattern_check).
+    published: str
+    #: Matches SHA256_PATTERN.
+    sha256: str
     size: Count
+
+    def __post_init__(self) -> None:
+        _published("published", self.published)
+        _sha256("sha256", self.sha256)
 
 
 class PublicationManifest(_Record, kw_only=True):
@@ -112,10 +131,12 @@ class PublicationManifest(_Record, kw_only=True):
     its publication directory."""
 
     format_version: int = MANIFEST_FORMAT_VERSION
-    publication_id: Annotated[str, msgspec.Meta(pattern=f"^{PUBLICATION_ID_PATTERN}$")]
+    #: Matches PUBLICATION_ID_PATTERN, whole (checked after decoding: see ..content.pattern_check).
+    publication_id: str
     entries: dict[str, ManifestEntry]
 
     def __post_init__(self) -> None:
+        _publication_id("publication_id", self.publication_id)
         for logical in self.entries:
             check_logical_path(logical)
 

@@ -53,7 +53,7 @@ def check_session_id(text: str) -> str:
     match = SESSION_ID_PATTERN.match(text)
     if match is None:
         raise InvalidSessionId(text, "expected YYYY-MM-DDTHH-MM- and 12 lowercase hex digits")
-    year, month, day, hour, minute = (int(g) for g in match.groups()[:5])
+    year, month, day, hour, minute = map(int, match.groups()[:5])
     try:
         datetime(year, month, day, hour, minute)
     except ValueError as exc:

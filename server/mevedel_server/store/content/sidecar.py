@@ -31,8 +31,10 @@ import msgspec
 
 from ...lazy_decoder import LazyDecoder
 from ..errors import StoreError
+from .pattern_check import pattern_check
 from .transcript import (
     MAX_INTEGER,
+    SESSION_ID_TEXT,
     Seconds,
     SegmentNumber,
     SessionIdText,
@@ -60,7 +62,7 @@ SettingValue = Annotated[str, msgspec.Meta(max_length=4096)] | Annotated[int, ms
 ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 CommitId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
 TargetPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00\n]+$")]
-WorkspaceIdText = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+WORKSPACE_ID_TEXT = r"^[0-9a-f]{64}$"
 
 
 class SidecarErrorKind(enum.Enum):
@@ -357,8 +359,10 @@ class Layout(_Closed, kw_only=True, omit_defaults=True):
 
 class Sidecar(_Closed, kw_only=True):
     format_version: Literal[1] = SIDECAR_FORMAT_VERSION
-    session_id: SessionIdText
-    workspace_id: WorkspaceIdText
+    #: Matches SESSION_ID_TEXT (checked after decoding: see .pattern_check).
+    session_id: str
+    #: Matches WORKSPACE_ID_TEXT.
+    workspace_id: str
     #: None: the session displays its ID.
     display_name: DisplayName | None = None
     naming_state: NamingState = NamingState.PENDING
@@ -410,7 +414,13 @@ class Sidecar(_Closed, kw_only=True):
         return self.worktree.directory if self.worktree is not None else ""
 
 
+_session_id = pattern_check(SESSION_ID_TEXT)
+_workspace_id = pattern_check(WORKSPACE_ID_TEXT)
+
+
 def _check_sidecar(s: Sidecar) -> None:
+    _session_id("session_id", s.session_id)
+    _workspace_id("workspace_id", s.workspace_id)
     if s.updated_at < s.created_at:
         raise ValueError("updated_at is earlier than created_at")
     if s.naming_input is not None and s.naming_state is not NamingState.ATTEMPTED:

@@ -43,7 +43,8 @@ TurnId = Annotated[str, msgspec.Meta(pattern=TURN_ID_PATTERN)]
 Seconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 TurnNumber = Annotated[int, msgspec.Meta(ge=1, le=MAX_INTEGER)]
 SegmentNumber = Annotated[int, msgspec.Meta(ge=1, le=MAX_SEGMENT)]
-SessionIdText = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9a-f]{12}$")]
+SESSION_ID_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9a-f]{12}$"
+SessionIdText = Annotated[str, msgspec.Meta(pattern=SESSION_ID_TEXT)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 #: A part is closed (never rewritten again) once it reaches this many bytes.

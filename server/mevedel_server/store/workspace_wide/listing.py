@@ -128,8 +128,10 @@ def lease_action(observation: LeaseObservation, client: ClientIdentity, open_her
     """The action ``observation`` allows ``client``. ``open_here`` says the
     caller has the session open; it only counts while the lease record is
     still this client's (a view whose lease was taken over is not ours)."""
-    record = observation.record
-    standing = observation.standing
+    return _action(observation.record, observation.standing, client, open_here)
+
+
+def _action(record: LeaseRecord | None, standing: LeaseStanding, client: ClientIdentity, open_here: bool) -> SessionAction:
     if record is None or standing is LeaseStanding.FREE:
         return SessionAction.RESUME
     if record.client_id == client.client_id:
@@ -447,7 +449,9 @@ class _Probe:
         listed = entry.listing
         if listed.ok:
             # A crash inside the marker's creation leaves its temporary file.
-            self.survey.unpublished_child = any(n == UNPUBLISHED_CHILD or _MARKER_DEBRIS.match(n) for n in listed.value)
+            self.survey.unpublished_child = UNPUBLISHED_CHILD in listed.value or any(
+                n.startswith(_DEBRIS_START) and _MARKER_DEBRIS.match(n) for n in listed.value
+            )
             self.survey.empty = not listed.value
             self.recovery_unread = RECOVERY_DIR in listed.value
         lease, requests = entry.chains
@@ -694,6 +698,7 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
     observation = survey.observation
     assert observation is not None and survey.paths is not None
     record = observation.record
+    standing = observation.standing
     sidecar = survey.sidecar
     updated = survey.last_update
     return SessionRow(
@@ -704,12 +709,12 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
         turn_count=sidecar.turn_count if sidecar else 0,
         latest_preview=sidecar.latest_preview if sidecar else None,
         updated_at=updated if updated is not None else 0,
-        standing=observation.standing,
+        standing=standing,
         lease_state=record.state if record else None,
         holder_host=record.host if record else None,
         holder_is_self=bool(record and record.client_id == client.client_id),
         lease_expires_at=record.expires_at if record else None,
-        action=lease_action(observation, client, open_here),
+        action=_action(record, standing, client, open_here),
         recovery_pending=survey.recovery,
         dedicated_artifact=sidecar.dedicated_artifact if sidecar else None,
         control_request=survey.control_request,
@@ -744,6 +749,8 @@ async def list_sessions(
 
 
 _MARKER_DEBRIS = re.compile(rf"^\.{re.escape(UNPUBLISHED_CHILD)}\.[0-9a-z]+\.tmp\Z")
+#: How every name _MARKER_DEBRIS matches starts (a cheaper test first).
+_DEBRIS_START = f".{UNPUBLISHED_CHILD}."
 
 #: A directory no lease record ever claimed is left alone this long (its
 #: creator may be between the directory and its claim).
