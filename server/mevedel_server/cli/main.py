@@ -100,8 +100,33 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+def terminal_columns() -> int:
+    """The terminal's width as :func:`shutil.get_terminal_size` finds it
+    (``COLUMNS``, else standard output's terminal, else 80)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse makes a help formatter for every argument added (to check
+    its ``nargs``), and the stock one imports :mod:`shutil` for the
+    terminal's width -- with the lzma and bz2 modules shutil loads, a
+    twentieth of a listing's start. Subparsers are of this class too."""
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
+
+
 def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
-    parser = argparse.ArgumentParser(prog="mevedel", description=DESCRIPTION)
+    parser = _Parser(prog="mevedel", description=DESCRIPTION)
     parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     return parser, subparsers

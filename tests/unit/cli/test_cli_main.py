@@ -104,3 +104,38 @@ def test_listing_a_local_workspace_loads_no_ssh_machinery(tmp_path):
     # A local directory named with --workspace is parsed (the grammar
     # loads) but nothing connects anywhere.
     assert "asyncssh" not in _modules_loaded(["session", "list", "--workspace", str(tmp_path)], tmp_path)
+
+
+@pytest.mark.parametrize("columns", ["50", "132", "0", "-3", "wide", None])
+def test_help_is_as_wide_as_the_standard_library_finds_the_terminal(monkeypatch, columns):
+    import shutil
+
+    from mevedel_server.cli.main import terminal_columns
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_columns() == shutil.get_terminal_size().columns
+
+
+def test_help_wraps_at_the_terminal_width(tmp_path):
+    def help_at(columns: str) -> str:
+        env = {**os.environ, "COLUMNS": columns}
+        done = subprocess.run([sys.executable, "-m", "mevedel_server.cli", "session", "list", "--help"],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    whole = "the workspace root, here or over SSH (default: the current directory)"
+    assert whole in help_at("200")
+    narrow = help_at("50")
+    assert whole not in narrow and "the workspace root" in narrow
+    options = narrow[narrow.index("options:"):].splitlines()
+    assert max(map(len, options)) <= 50
+
+
+def test_a_listing_loads_no_archive_modules(tmp_path):
+    # shutil, with lzma and bz2, is what argparse's stock help formatter
+    # imports for the terminal's width: no help is printed.
+    assert {"shutil", "lzma", "bz2"} & _modules_loaded(["session", "list"], tmp_path) == set()
