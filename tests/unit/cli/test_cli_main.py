@@ -139,3 +139,44 @@ def test_a_listing_loads_no_archive_modules(tmp_path):
     # shutil, with lzma and bz2, is what argparse's stock help formatter
     # imports for the terminal's width: no help is printed.
     assert {"shutil", "lzma", "bz2"} & _modules_loaded(["session", "list"], tmp_path) == set()
+
+
+def _help(parser: argparse.ArgumentParser, args: list[str]) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parser.parse_args(args)
+    return out.getvalue()
+
+
+def _command_lines() -> list[list[str]]:
+    """Every command, and each of its subcommands, as typed."""
+    lines = []
+    for name, (_help_text, modules) in COMMANDS.items():
+        (sub,) = [a for a in build_parser(modules)._actions if isinstance(a, argparse._SubParsersAction)]
+        nested = [a for a in sub.choices[name]._actions if isinstance(a, argparse._SubParsersAction)]
+        lines += [[name]] + [[name, subcommand] for action in nested for subcommand in action.choices]
+    return lines
+
+
+@pytest.mark.parametrize("words", _command_lines(), ids=" ".join)
+def test_a_command_lines_parser_is_the_whole_parsers_part_it_names(monkeypatch, words):
+    # Only the subcommand named is built: its help (every argument, the
+    # subcommands listed) is what the parser of every command says.
+    from mevedel_server.cli.main import parser_for
+
+    monkeypatch.setenv("COLUMNS", "100")
+    modules = COMMANDS[words[0]][1]
+    assert _help(parser_for([*words, "--help"]), [*words, "--help"]) == _help(build_parser(modules), [*words, "--help"])
+
+
+def test_an_unknown_subcommand_is_refused_with_every_choice(capsys):
+    from mevedel_server.cli.main import parser_for
+
+    with pytest.raises(SystemExit) as exited:
+        parser_for(["session", "lst"]).parse_args(["session", "lst"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "invalid choice: 'lst'" in error and all(f"'{name}'" in error for name in ("list", "take-control", "follow"))
