@@ -13,7 +13,8 @@ that does not exist) is answered from the table alone; a command imports its
 own modules only, so ``session list`` never loads the agent and MCP SDKs that
 ``prompt`` and ``read`` need (a test checks the table against the parsers the
 modules build). Of a command's subcommands only the one named gets its
-parser built (:class:`_Subcommands`).
+parser built (:class:`_Subcommands`), and asyncio's TLS support loads only
+for a connection that uses it (:mod:`.tls_on_demand`).
 
 Exit statuses: 0 success, 1 a reported failure (an invalid address...), 2 a
 usage error (argparse), 70 an internal error, 130 interrupted. No traceback
@@ -29,6 +30,7 @@ import sys
 from collections.abc import Sequence
 
 from .loading import loading
+from .tls_on_demand import defer_tls
 
 #: The subcommand modules, in the order their commands are listed.
 COMMAND_MODULES = (
@@ -219,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..tool_server.relay import relay_stdio
 
         return int(relay_stdio(os.environ["MEVEDEL_TOOL_SOCKET"], os.environ["MEVEDEL_TOOL_TOKEN"]) or 0)
+    defer_tls()
     with loading():
         parser = parser_for(args)
     try:

@@ -135,10 +135,39 @@ def test_help_wraps_at_the_terminal_width(tmp_path):
     assert max(map(len, options)) <= 50
 
 
-def test_a_listing_loads_no_archive_modules(tmp_path):
+def test_a_listing_loads_neither_archive_modules_nor_tls(tmp_path):
     # shutil, with lzma and bz2, is what argparse's stock help formatter
-    # imports for the terminal's width: no help is printed.
-    assert {"shutil", "lzma", "bz2"} & _modules_loaded(["session", "list"], tmp_path) == set()
+    # imports for the terminal's width: no help is printed. asyncio's TLS
+    # support (OpenSSL with it) waits for a connection that speaks TLS.
+    assert {"shutil", "lzma", "bz2", "_ssl"} & _modules_loaded(["session", "list"], tmp_path) == set()
+
+
+def test_tls_through_asyncio_loads_when_a_connection_asks_for_it(tmp_path):
+    # A server that answers a TLS client in plain text: the client's
+    # handshake fails as TLS fails, so TLS was there to try.
+    probe = (
+        "import sys\n"
+        "from mevedel_server.cli.tls_on_demand import defer_tls\n"
+        "defer_tls()\n"
+        "import asyncio, ssl\n"
+        "assert '_ssl' not in sys.modules\n"
+        "async def main():\n"
+        "    async def answer(reader, writer):\n"
+        "        writer.write(b'HTTP/1.0 400 plain text\\r\\n\\r\\n')\n"
+        "        await writer.drain()\n"
+        "        writer.close()\n"
+        "    server = await asyncio.start_server(answer, '127.0.0.1', 0)\n"
+        "    port = server.sockets[0].getsockname()[1]\n"
+        "    try:\n"
+        "        await asyncio.open_connection('127.0.0.1', port, ssl=ssl.create_default_context())\n"
+        "    except ssl.SSLError as error:\n"
+        "        print('refused:', error.reason)\n"
+        "    server.close()\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "refused: WRONG_VERSION_NUMBER"
 
 
 def _help(parser: argparse.ArgumentParser, args: list[str]) -> str:
