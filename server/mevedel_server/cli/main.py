@@ -77,6 +77,21 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
 }
 
+#: The subcommands of a command whose modules are several, each with the
+#: module that adds it: the command's first module builds the command, and
+#: a command line naming a subcommand imports its module alone beside it.
+SUBCOMMAND_MODULES: dict[str, dict[str, str]] = {
+    "session": {
+        **dict.fromkeys(
+            ("list", "create", "open", "close", "rename", "save", "retry-publication", "abandon-publication",
+             "acknowledge-mutation", "compact", "clear", "turns", "turn"),
+            "session_command",
+        ),
+        **dict.fromkeys(("take-control", "release-control", "grant-control", "keep-control"), "control_command"),
+        "follow": "follow_command",
+    },
+}
+
 INTERNAL_ERROR = 70
 INTERRUPTED = 130
 DESCRIPTION = "mevedel resource addresses and sessions."
@@ -202,10 +217,20 @@ def listing_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_modules(args: Sequence[str]) -> tuple[str, ...]:
+    """The modules that build the parser of a command line naming a
+    command: the command's, or of a subcommand in
+    :data:`SUBCOMMAND_MODULES`, the command's first and the subcommand's."""
+    modules = COMMANDS[args[0]][1]
+    subcommand = SUBCOMMAND_MODULES.get(args[0], {}).get(args[1] if len(args) > 1 else "")
+    return modules if subcommand is None else tuple(dict.fromkeys((modules[0], subcommand)))
+
+
 def parser_for(args: Sequence[str]) -> argparse.ArgumentParser:
     """The parser for a command line: the named command's modules only."""
-    entry = COMMANDS.get(args[0]) if args else None
-    return listing_parser() if entry is None else build_parser(entry[1], args)
+    if not args or args[0] not in COMMANDS:
+        return listing_parser()
+    return build_parser(command_modules(args), args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from mevedel_server.cli.main import COMMANDS, build_parser
+from mevedel_server.cli.main import COMMANDS, SUBCOMMAND_MODULES, build_parser
 
 SDKS = ("acp", "mcp", "pygls")
 
@@ -199,6 +199,19 @@ def test_a_command_lines_parser_is_the_whole_parsers_part_it_names(monkeypatch, 
     monkeypatch.setenv("COLUMNS", "100")
     modules = COMMANDS[words[0]][1]
     assert _help(parser_for([*words, "--help"]), [*words, "--help"]) == _help(build_parser(modules), [*words, "--help"])
+
+
+@pytest.mark.parametrize("name", list(SUBCOMMAND_MODULES))
+def test_the_subcommand_table_lists_exactly_the_subcommands_the_modules_build(name):
+    (sub,) = [a for a in build_parser(COMMANDS[name][1])._actions if isinstance(a, argparse._SubParsersAction)]
+    (nested,) = [a for a in sub.choices[name]._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(nested.choices) == list(SUBCOMMAND_MODULES[name])
+
+
+def test_a_listing_imports_no_other_session_subcommands_module(tmp_path):
+    loaded = _modules_loaded(["session", "list"], tmp_path)
+    assert "mevedel_server.cli.session_command" in loaded
+    assert {"mevedel_server.cli.control_command", "mevedel_server.cli.follow_command"} & loaded == set()
 
 
 def test_an_unknown_subcommand_is_refused_with_every_choice(capsys):
