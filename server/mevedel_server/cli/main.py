@@ -12,7 +12,9 @@ modules without importing them. ``mevedel --help`` (or no command, or one
 that does not exist) is answered from the table alone; a command imports its
 own modules only, so ``session list`` never loads the agent and MCP SDKs that
 ``prompt`` and ``read`` need (a test checks the table against the parsers the
-modules build).
+modules build). Of a command's subcommands only the one named gets its
+parser built (:class:`_Subcommands`), and asyncio's TLS support loads only
+for a connection that uses it (:mod:`.tls_on_demand`).
 
 Exit statuses: 0 success, 1 a reported failure (an invalid address...), 2 a
 usage error (argparse), 70 an internal error, 130 interrupted. No traceback
@@ -28,6 +30,7 @@ import sys
 from collections.abc import Sequence
 
 from .loading import loading
+from .tls_on_demand import defer_tls
 
 #: The subcommand modules, in the order their commands are listed.
 COMMAND_MODULES = (
@@ -74,6 +77,21 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
 }
 
+#: The subcommands of a command whose modules are several, each with the
+#: module that adds it: the command's first module builds the command, and
+#: a command line naming a subcommand imports its module alone beside it.
+SUBCOMMAND_MODULES: dict[str, dict[str, str]] = {
+    "session": {
+        **dict.fromkeys(
+            ("list", "create", "open", "close", "rename", "save", "retry-publication", "abandon-publication",
+             "acknowledge-mutation", "compact", "clear", "turns", "turn"),
+            "session_command",
+        ),
+        **dict.fromkeys(("take-control", "release-control", "grant-control", "keep-control"), "control_command"),
+        "follow": "follow_command",
+    },
+}
+
 INTERNAL_ERROR = 70
 INTERRUPTED = 130
 DESCRIPTION = "mevedel resource addresses and sessions."
@@ -100,16 +118,91 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
-    parser = argparse.ArgumentParser(prog="mevedel", description=DESCRIPTION)
+def terminal_columns() -> int:
+    """The terminal's width as :func:`shutil.get_terminal_size` finds it
+    (``COLUMNS``, else standard output's terminal, else 80)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class _Unbuilt:
+    """Stands for the parser of a subcommand the command line does not name:
+    whatever its module adds to it (arguments, defaults, subcommands) goes
+    nowhere."""
+
+    def __getattr__(self, _name: str) -> _Unbuilt:
+        return self
+
+    def __call__(self, *_args: object, **_kwargs: object) -> _Unbuilt:
+        return self
+
+
+class _Subcommands(argparse._SubParsersAction):
+    """Subcommands of which only the one the command line names gets its
+    parser built: the 18 parsers of ``session`` (with their arguments) were
+    a tenth of what ``session list`` spent on its own code. The others are
+    listed by name and help as ever -- a name that is none of them is
+    refused with the full choice -- and with no subcommand named (``-h``,
+    nothing), every parser is built."""
+
+    wanted: str | None = None
+    rest: tuple[str, ...] = ()
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser | _Unbuilt:
+        aliases = tuple(kwargs.get("aliases", ()))
+        if self.wanted is None or self.wanted in (name, *aliases):
+            return super().add_parser(name, command_line=self.rest, **kwargs)
+        if "help" in kwargs:
+            self._choices_actions.append(self._ChoicesPseudoAction(name, aliases, kwargs["help"]))
+        unbuilt = _Unbuilt()
+        for each in (name, *aliases):
+            self._name_parser_map[each] = unbuilt
+        return unbuilt
+
+
+class _Parser(argparse.ArgumentParser):
+    """The parser of every command and subcommand (``add_subparsers`` makes
+    its subparsers of its own class), given the words of the command line
+    that follow its name: the first is the subcommand to build."""
+
+    def __init__(self, *args, command_line: Sequence[str] = (), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Subcommands)
+        self.command_line = tuple(command_line)
+
+    def add_subparsers(self, **kwargs) -> argparse._SubParsersAction:
+        subcommands = super().add_subparsers(**kwargs)
+        if self.command_line and not self.command_line[0].startswith("-"):
+            subcommands.wanted, subcommands.rest = self.command_line[0], self.command_line[1:]
+        return subcommands
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a help formatter for every argument added (to check
+        # its nargs), and the stock one imports shutil for the terminal's
+        # width -- with the lzma and bz2 modules shutil loads, a twentieth
+        # of a listing's start.
+        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
+
+
+def _top_parser(command_line: Sequence[str] = ()) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    parser = _Parser(prog="mevedel", description=DESCRIPTION, command_line=command_line)
     parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     return parser, subparsers
 
 
-def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
-    """The parser built by ``modules`` (every command's, by default)."""
-    parser, subparsers = _top_parser()
+def build_parser(modules: Sequence[str] = COMMAND_MODULES, command_line: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser built by ``modules`` (every command's, by default); with
+    ``command_line``, only the parsers of the (sub)commands it names."""
+    parser, subparsers = _top_parser(command_line)
     for name in modules:
         importlib.import_module(f"{__package__}.{name}").register(subparsers)
     return parser
@@ -124,10 +217,20 @@ def listing_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_modules(args: Sequence[str]) -> tuple[str, ...]:
+    """The modules that build the parser of a command line naming a
+    command: the command's, or of a subcommand in
+    :data:`SUBCOMMAND_MODULES`, the command's first and the subcommand's."""
+    modules = COMMANDS[args[0]][1]
+    subcommand = SUBCOMMAND_MODULES.get(args[0], {}).get(args[1] if len(args) > 1 else "")
+    return modules if subcommand is None else tuple(dict.fromkeys((modules[0], subcommand)))
+
+
 def parser_for(args: Sequence[str]) -> argparse.ArgumentParser:
     """The parser for a command line: the named command's modules only."""
-    entry = COMMANDS.get(args[0]) if args else None
-    return listing_parser() if entry is None else build_parser(entry[1])
+    if not args or args[0] not in COMMANDS:
+        return listing_parser()
+    return build_parser(command_modules(args), args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..tool_server.relay import relay_stdio
 
         return int(relay_stdio(os.environ["MEVEDEL_TOOL_SOCKET"], os.environ["MEVEDEL_TOOL_TOKEN"]) or 0)
+    defer_tls()
     with loading():
         parser = parser_for(args)
     try:
