@@ -204,6 +204,7 @@ from .file_state_index import (
     gc_paused,
     index_checksum,
 )
+from .file_state_table import SEARCHES, RecordTable
 
 #: The gap of a file a .gitignore ignores (or that was in an ignored
 #: directory at the previous walk).
@@ -253,8 +254,6 @@ _UNTRACKED = SCAN_IGNORED | _KNOWN
 _FACTS = struct.Struct(SCAN_FACTS)
 _SIZE = struct.Struct("<q")
 _SIZE_AT = struct.calcsize("<B")
-#: The pack of a blob's ``(pack, offset)``.
-_PACK = operator.itemgetter(0)
 #: Walks in a row that may each find directories not watched yet before
 #: the watch is given up on for this refresh (the next one walks).
 WATCH_PASSES = 3
@@ -394,24 +393,18 @@ class FileStateRecord:
         self._lock = asyncio.Lock()
         self._primed = False
         #: path -> facts as last seen (a regular file, a link or a
-        #: directory), packed as a walk packs them (:func:`_packed`): bytes
-        #: hold no Python object per field, so a record of 100,000 files
-        #: loads, compares and is saved without a tuple and five integers
-        #: for each (see :meth:`_recorded_facts`).
-        self._facts: dict[str, bytes] = {}
-        #: path -> sha256 of its content (captured files only).
-        self._digest: dict[str, str] = {}
+        #: directory), packed as a walk packs them (:func:`_packed`), the
+        #: sha256 of its content (captured files only) and where in a pack
+        #: its blob lies (none: the loose file ``blobs/<digest>`` an
+        #: earlier version kept), in columns: a record of 100,000 files
+        #: loads as one dict of rows, and a sync looks up the few paths it
+        #: touches (:mod:`.file_state_table`).
+        self._table = RecordTable()
         #: path -> why a regular file under the limit could not be read.
         self._unreadable: dict[str, str] = {}
         #: path -> a recorded link's target (never followed).
         self._links: dict[str, bytes] = {}
-        #: digest -> how many recorded paths name it.
-        self._refs: dict[str, int] = {}
-        #: digest -> (pack, offset) of a blob kept in a pack file (any
-        #: other is the loose file ``blobs/<digest>`` an earlier version
-        #: kept); pack -> how many such digests it holds, and its bytes.
-        self._where: dict[str, tuple[str, int]] = {}
-        self._pack_refs: dict[str, int] = {}
+        #: pack -> its bytes.
         self._pack_size: dict[str, int] = {}
         #: Where this sync's snapshots put their bytes: digest -> (pack, offset).
         self._landed: dict[str, tuple[str, int]] = {}
@@ -535,9 +528,10 @@ class FileStateRecord:
         first leaves the next one that one program to read again). A
         watched sync may run no program at all, so a watched record saves
         at once."""
-        if self._watch is not None or len(self._digest) > OPS_PER_PROGRAM:
+        table = self._table
+        if self._watch is not None or table.captured_count > OPS_PER_PROGRAM:
             return False
-        return sum(_size(self._facts[path]) for path in self._digest if path in self._facts) <= SAVE_AT_ONCE_BYTES
+        return sum(_size(table.facts_of(path)) for path in table.captured_paths()) <= SAVE_AT_ONCE_BYTES
 
     def remember(self, path: str) -> None:
         """``path`` (target-relative) was just written by the agent's
@@ -695,21 +689,21 @@ class FileStateRecord:
         (the first of them at the given position)."""
         if not self._unsaved:
             return [], _nothing
-        if len(self._pack_refs) > MAX_PACKS:
+        if len(self._table.pack_rows) > MAX_PACKS:
             try:
                 await self._merge_packs()
             except Exception:  # noqa: BLE001 -- the packs stay as they were; the next save tries again
                 pass
-        whole = self._index_base is None or len(self._since_index) > max(DELTA_PATHS, len(self._facts) // 8)
-        if whole:
-            facts, digest, removed = self._facts, self._digest, set()
-        else:
-            changed = self._since_index
-            facts = {path: self._facts[path] for path in changed if path in self._facts}
-            digest = {path: self._digest[path] for path in facts if path in self._digest}
-            removed = {path for path in changed if path not in self._facts}
-        state = RecordState(facts, digest, self._unreadable, self._links, self._racy, self._unwalked, self._where, self._pack_size,
-                            b"" if whole else self._index_base, removed, holding=self._holding, tracked=self._tracked, known=self._known)
+        table = self._table
+        whole = self._index_base is None or len(self._since_index) > max(DELTA_PATHS, len(table) // 8)
+        changed: list[str] | None = None
+        removed: set[str] = set()
+        if not whole:
+            changed = sorted(path for path in self._since_index if path in table)
+            removed = {path for path in self._since_index if path not in table}
+        state = RecordState(table, self._unreadable, self._links, self._racy, self._unwalked, self._pack_size,
+                            b"" if whole else self._index_base, removed, holding=self._holding, tracked=self._tracked, known=self._known,
+                            changed=changed)
         with gc_paused():
             data = encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
         # A whole index first, then its delta goes: a delta never applies
@@ -740,7 +734,8 @@ class FileStateRecord:
         orphans once the index names the new one. A blob whose bytes no
         longer match its digest is dropped (its change becomes a gap, as a
         damaged blob's is)."""
-        packs = sorted(self._pack_refs, key=lambda pack: self._pack_size.get(pack, 0))
+        table = self._table
+        packs = sorted(table.live_packs(), key=lambda pack: self._pack_size.get(pack, 0))
         chosen: list[str] = []
         total = 0
         for pack in packs:
@@ -754,13 +749,12 @@ class FileStateRecord:
         reads = [Read(f"{self._store}/{pack}", optional=True) for pack in chosen]
         result = await self._target.run(ControlProgram(reads))
         content = {pack: outcome.value for pack, outcome in zip(chosen, result.results) if outcome.ok}
-        sizes = {digest: _size(self._facts[path]) for path, digest in self._digest.items() if self._where.get(digest, ("",))[0] in content}
+        located = {digest: (pack, start, _size(table.facts_of(path))) for path, digest, pack, start in table.located() if pack in content}
         merged = f"pack-{secrets.token_hex(16)}"
         parts: list[bytes] = []
         moved: dict[str, int] = {}
         offset = 0
-        for digest, size in sizes.items():
-            pack, start = self._where[digest]
+        for digest, (pack, start, size) in located.items():
             data = content[pack][start : start + size]
             if hashlib.sha256(data).hexdigest() != digest:
                 continue
@@ -770,18 +764,12 @@ class FileStateRecord:
         done = await self._target.run(ControlProgram([CreateExclusive(f"{self._store}/{merged}", b"".join(parts), deferred=True)]))
         if done.stopped_at is not None:
             return
-        for digest, (pack, _start) in list(self._where.items()):
-            if pack in content:
-                if digest in moved:
-                    self._where[digest] = (merged, moved[digest])
-                else:
-                    del self._where[digest]  # damaged: read back as missing
+        # A damaged one is read back as missing.
+        table.relocate({digest: (merged, moved[digest]) if digest in moved else None for digest in located})
         for pack in content:
-            self._pack_refs.pop(pack, None)
             self._pack_size.pop(pack, None)
             self._retiring.add(pack)  # removed once a whole index no longer names it
         if moved:
-            self._pack_refs[merged] = len(moved)
             self._pack_size[merged] = offset
         else:
             self._orphans.add(merged)
@@ -790,41 +778,26 @@ class FileStateRecord:
     def _load(self, state: RecordState) -> None:
         """Start from ``state``, the record an earlier process kept: its
         facts and digests stand for every file whose facts still match."""
-        self._facts = state.facts
-        self._digest = state.digest
+        table = self._table = state.table
         self._unreadable = state.unreadable
         self._links = state.links
         self._racy = state.racy
         self._unwalked = state.unwalked
-        self._refs = dict(Counter(state.digest.values()))
         self._pack_size = state.pack_sizes
-        where = state.where
-        # Iterated in C (map, compress, set operations): a loop in Python
-        # over 100,000 entries is most of the load's time.
-        if state.removed is None:
-            # Moved on by a delta: blobs no path names any more are not this
-            # record's (dropped in place: only a digest the delta's paths
-            # named before it can be one, see apply_delta).
-            for digest in state.dropped - self._refs.keys():
-                where.pop(digest, None)
-        pack_refs = dict(Counter(map(_PACK, where.values())))
-        if state.removed is None and not pack_refs.keys() <= self._pack_size.keys():
-            # Nor are blobs in packs gone since.
-            where = {digest: at for digest, at in where.items() if at[0] in self._pack_size}
-            pack_refs = dict(Counter(map(_PACK, where.values())))
-        self._where = where
-        self._pack_refs = pack_refs
         if state.holding is not None and state.tracked is not None and state.known is not None:
             # Kept with the index (derived from the facts when it was saved).
             self._holding, self._tracked, self._known = state.holding, state.tracked, state.known
             return
-        # Entries per parent directory first, then up the ancestors: a
-        # handful of directories hold most files.
-        parents = list(map(_PARENT, map(_SPLIT_PARENT, state.facts)))
+        # Iterated in C (map, compress, Counter): a loop in Python over
+        # 100,000 entries is most of the load's time. Entries per parent
+        # directory first, then up the ancestors: a handful of directories
+        # hold most files.
+        parents = list(map(_PARENT, map(_SPLIT_PARENT, table.rows)))
+        kinds = list(map(_KIND_BITS, map(table.facts.__getitem__, table.rows.values())))
         holding = Counter(parents)
         tracked = holding.copy()
-        tracked.subtract(itertools.compress(parents, map(_UNTRACKED.__and__, map(_KIND_BITS, state.facts.values()))))
-        self._known = set(itertools.compress(state.facts, map(_KNOWN.__and__, map(_KIND_BITS, state.facts.values()))))
+        tracked.subtract(itertools.compress(parents, map(_UNTRACKED.__and__, kinds)))
+        self._known = set(itertools.compress(table.rows, map(_KNOWN.__and__, kinds)))
         holding.pop("", None)
         tracked.pop("", None)
         self._holding = _with_ancestors(holding)
@@ -870,7 +843,8 @@ class FileStateRecord:
         rest = [path for path in captures if path not in early]
         # The blobs of files whose facts changed are read along with the
         # snapshots (most of them did change), the rest after the verdicts.
-        guessed = [path for path in (*candidates, *deleted) if path in self._digest] if report and (rest or links) else []
+        digest_of = self._table.digest_of
+        guessed = [path for path in (*candidates, *deleted) if digest_of(path) is not None] if report and (rest or links) else []
         taken, before, targets = await self._snapshots(rest, guessed, links)
         taken.update(early)
         # A file the agent wrote was checkpointed by its write.
@@ -943,11 +917,11 @@ class FileStateRecord:
         for path in deleted:
             self._drop(path)
         floor = scan.started_ns - RACY_NS
-        self._racy = {path for path in scan.racy if path in self._digest}
-        self._racy.update(path for path in captures if path in self._digest and max(current[path][2], current[path][3]) >= floor)
+        self._racy = {path for path in scan.racy if digest_of(path) is not None}
+        self._racy.update(path for path in captures if digest_of(path) is not None and max(current[path][2], current[path][3]) >= floor)
         # Snapshotted before the walk began: a change after the snapshot, in
         # its timestamp's tick, would not show in the facts whatever their age.
-        self._racy.update(path for path in by_write if path in self._digest)
+        self._racy.update(path for path in by_write if digest_of(path) is not None)
         self._unwalked = unwalked
         # Committed together: a later walk of the same names is compared
         # with this one by index.
@@ -958,7 +932,7 @@ class FileStateRecord:
         else:
             self._shared = {path for path in self._shared if not _within(path, plan)} | set(scan.shared)
         self._moved_on(scan, watch)
-        self._orphans.update(name for name in stored if name not in self._refs and name not in self._pack_refs)
+        self._orphans.update(self._unnamed(stored))
         self._landed.clear()
         self._sweep_packs()
         changes.sort(key=lambda change: change.path)
@@ -996,7 +970,7 @@ class FileStateRecord:
         and its bytes are kept (appended, or known kept already)."""
         return (
             isinstance(snapshot, Snapshot) and snapshot.digest is not None and _facts_of(facts, snapshot) == facts
-            and (snapshot.offset is not None or snapshot.digest in self._where or snapshot.digest in self._landed)
+            and (snapshot.offset is not None or snapshot.digest in self._landed or self._table.digest_location(snapshot.digest) is not None)
         )
 
     def _at(self, path: str) -> str:
@@ -1009,7 +983,8 @@ class FileStateRecord:
         (``candidates``) and of the racy ones, the recorded paths gone, and
         the scan's paths in order (empty when they do not line up with its
         facts). Changes nothing."""
-        old = self._facts
+        table = self._table
+        rows, old = table.rows, table.facts
         last = self._same_as
         if last is not None and scan.names == last.names and scan.unwalked == last.unwalked and len(self._paths) == len(scan):
             # The same names as the walk the record is: compare the packed
@@ -1017,27 +992,29 @@ class FileStateRecord:
             paths = self._paths
             current = {paths[index]: scan.facts_at(index) for index in scan.changed_since(last)}
             candidates = list(current)
-            current.update((path, _FACTS.unpack(old[path])) for path in self._racy if path not in current)
+            current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if path not in current)
             return current, candidates, [], paths
         paths = scan.paths()
         walked = set(paths)
         # Each walked entry's packed facts against the record's, in C and
         # with no dict of the walk built (a tuple per entry, kept: the most
-        # of a diff's time at 100,000 files): the indices that differ.
-        changed = list(itertools.compress(range(len(paths)), map(operator.ne, map(old.get, paths), scan.packed_facts())))
+        # of a diff's time at 100,000 files): the indices that differ. A
+        # path not recorded is row 0, whose facts match no walk's.
+        recorded = map(old.__getitem__, map(rows.get, paths, itertools.repeat(0)))
+        changed = list(itertools.compress(range(len(paths)), map(operator.ne, recorded, scan.packed_facts())))
         current = {paths[index]: scan.facts_at(index) for index in changed}
         candidates = list(current)
         # A directory not walked this time, and what is below it, is kept
         # as recorded (it is there, unlisted); otherwise a recorded path
         # the walk did not meet is gone. None is when
         # the walk met as many recorded paths as there are, each once.
-        met = len(paths) - sum(path not in old for path in candidates)
-        if len(walked) == len(paths) and met == len(old):
+        met = len(paths) - sum(path not in rows for path in candidates)
+        if len(walked) == len(paths) and met == len(rows):
             deleted = []
         else:
-            deleted = [path for path in old.keys() - walked if path not in unwalked and self._below(path, unwalked) is None]
+            deleted = [path for path in rows.keys() - walked if path not in unwalked and self._below(path, unwalked) is None]
         # A racy path not among them was walked with its recorded facts.
-        current.update((path, _FACTS.unpack(old[path])) for path in self._racy if path in walked and path not in current)
+        current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if path in walked and path not in current)
         if len(walked) != len(paths):
             paths = []  # a path twice: indices would not line up (a well-formed walk has none)
         return current, candidates, deleted, paths
@@ -1087,7 +1064,7 @@ class FileStateRecord:
         listed = set(candidates)
         for name, path in named.items():
             facts = entries.get(name)
-            previous = self._facts.get(path)
+            previous = self._table.facts_of(path)
             if facts is None:
                 # Gone -- unless a directory above it could not be opened
                 # (then it is kept as recorded, as a walk keeps it).
@@ -1118,7 +1095,8 @@ class FileStateRecord:
         """``(unwalked, current, candidates, deleted)`` of ``scan``, which
         looked only at ``plan`` and below, against the record: as
         :meth:`_diff`, with everything elsewhere as the record has it."""
-        old = self._facts
+        old = self._table.rows
+        facts_of = self._table.facts_of
         entries = scan.entries()
         found = dict(scan.unwalked)
         unwalked = {path: reason for path, reason in self._unwalked.items() if not _within(path, plan)}
@@ -1132,7 +1110,7 @@ class FileStateRecord:
         elif directories:
             looked.update(path for path in old if _within(path, directories))
         deleted = [path for path in looked if path not in entries and path not in found and self._below(path, found) is None]
-        candidates = [path for path, facts in entries.items() if old.get(path) != _packed(facts)]
+        candidates = [path for path, facts in entries.items() if facts_of(path) != _packed(facts)]
         current = {path: entries[path] for path in candidates}
         current.update((path, entries[path]) for path in self._racy if path in entries and path not in current)
         return unwalked, current, candidates, deleted
@@ -1237,18 +1215,16 @@ class FileStateRecord:
         if self._orphans:
             # The few orphans looked up (a set minus a dict's keys iterates
             # all 100,000 of them).
-            refs, packs = self._refs, self._pack_refs
-            self._orphans = {name for name in self._orphans if name not in refs and name not in packs}
+            self._orphans = set(self._unnamed(self._orphans))
 
     def _kept(self, path: str) -> str | None:
         """The digest recorded for ``path`` when its bytes are kept in a
         pack: a snapshot that finds them again appends nothing."""
-        digest = self._digest.get(path)
-        return digest if digest in self._where else None
+        return self._table.digest_of(path) if self._table.location_of(path) is not None else None
 
-    def _blob_read(self, digest: str, size: int) -> Operation:
-        """The operation that reads the blob of ``digest`` (``size`` bytes)."""
-        where = self._where.get(digest)
+    def _blob_read(self, digest: str, size: int, where: tuple[str, int] | None) -> Operation:
+        """The operation that reads the blob of ``digest`` (``size`` bytes),
+        which lies ``where`` in a pack (None: loose)."""
         if where is None:
             return Read(f"{self._store}/{digest}", optional=True)
         return ReadSlice(f"{self._store}/{where[0]}", offset=where[1], size=size, optional=True)
@@ -1366,7 +1342,8 @@ class FileStateRecord:
         entries) for the walk's own program, after its scan: taken after
         the walk began, they are as good as a program of their own after
         it answered, one round trip sooner."""
-        racy = sorted(path for path in self._racy if path in self._facts and self._capturable(_FACTS.unpack(self._facts[path])))
+        facts_of = self._table.facts_of
+        racy = sorted(path for path in self._racy if (facts := facts_of(path)) is not None and self._capturable(_FACTS.unpack(facts)))
         if not racy:
             return []
         pack = f"pack-{secrets.token_hex(16)}"
@@ -1401,6 +1378,21 @@ class FileStateRecord:
         tracked = self._tracked
         return any(reason == SCAN_IGNORED_REASON and path in tracked for path, reason in scan.unwalked)
 
+    def _unnamed(self, names) -> list[str]:
+        """Those of the blob store's ``names`` no recorded path names (a
+        pack, or a loose blob of an earlier version)."""
+        table = self._table
+        packs = [name for name in names if name.startswith("pack-")]
+        loose = [name for name in names if not name.startswith("pack-")]
+        if len(loose) > SEARCHES:
+            # Many loose blobs (an earlier version's store): one set of the
+            # record's digests rather than a search for each.
+            named = set(map(table.digest_of, table.captured_paths()))
+            unnamed = [name for name in loose if name not in named]
+        else:
+            unnamed = [name for name in loose if not _is_digest(name) or not table.names(name)]
+        return [*(pack for pack in packs if not table.pack_live(pack)), *unnamed]
+
     @staticmethod
     def _stored(listing: OpResult) -> tuple[str, ...]:
         """The blob store's names, from its listing."""
@@ -1421,19 +1413,20 @@ class FileStateRecord:
                 self._from_index = True
                 self._index_base = checksum
                 if state is not kept:
-                    self._since_index = set(delta.facts) | delta.removed
+                    self._since_index = set(delta.table.rows) | delta.removed
 
     def _known_directories(self) -> list[str]:
         """The root and every recorded directory a walk enters."""
         # Iterated in C: 100,000 entries at a process's first walk.
-        kinds = map(_WALKED_KIND.__and__, map(_KIND_BITS, self._facts.values()))
-        return ["", *itertools.compress(self._facts, map(SCAN_DIR.__eq__, kinds))]
+        table = self._table
+        kinds = map(_WALKED_KIND.__and__, map(_KIND_BITS, map(table.facts.__getitem__, table.rows.values())))
+        return ["", *itertools.compress(table.rows, map(SCAN_DIR.__eq__, kinds))]
 
     def _recorded_facts(self, paths) -> dict[str, ScanFacts]:
         """The recorded facts of those of ``paths`` the record holds,
         unpacked (the few a sync looks at)."""
-        recorded = self._facts
-        return {path: _FACTS.unpack(recorded[path]) for path in paths if path in recorded}
+        facts_of = self._table.facts_of
+        return {path: _FACTS.unpack(facts) for path in paths if (facts := facts_of(path)) is not None}
 
     def _capturable(self, facts: ScanFacts) -> bool:
         return not facts[0] & ~_KNOWN and facts[1] <= self._max
@@ -1460,9 +1453,10 @@ class FileStateRecord:
         ops: list[tuple[str, Operation, int]] = []
         for path in links:
             ops.append((path, ReadEntry(self._at(path), max_bytes=0, optional=True), 0))
+        table = self._table
         for path in guessed:
-            size = _size(self._facts[path])
-            ops.append((path, self._blob_read(self._digest[path], size), size))
+            size = _size(table.facts_of(path))
+            ops.append((path, self._blob_read(table.digest_of(path), size, table.location_of(path)), size))
         for path in captures:
             ops.append((path, SnapshotFile(self._at(path), store=self._store, max_bytes=self._max, optional=True), 0))
         for batch in _batches(ops):
@@ -1479,7 +1473,7 @@ class FileStateRecord:
             result = await self._target.run(ControlProgram([*ensure, *plain]))
             for (path, op, _), outcome in zip(batch, result.results[len(ensure) :]):
                 if isinstance(op, (Read, ReadSlice)):
-                    before[path] = _verified(outcome, self._digest[path])
+                    before[path] = _verified(outcome, table.digest_of(path))
                 elif isinstance(op, ReadEntry):
                     found = outcome.value if outcome.ok else None
                     targets[path] = found.data if found is not None and found.kind == Entry.SYMLINK else None
@@ -1492,7 +1486,8 @@ class FileStateRecord:
 
     async def _read_blobs(self, digests: dict[str, int]) -> dict[str, bytes | None]:
         """digest -> its blob's bytes, verified (None: missing or damaged)."""
-        ops = [(digest, self._blob_read(digest, size), size) for digest, size in sorted(digests.items())]
+        where = self._table.digest_location
+        ops = [(digest, self._blob_read(digest, size, where(digest)), size) for digest, size in sorted(digests.items())]
         found: dict[str, bytes | None] = {}
         for batch in _batches(ops):
             result = await self._target.run(ControlProgram([op for _, op, _ in batch]))
@@ -1519,7 +1514,7 @@ class FileStateRecord:
     def _changed(self, path: str, previous: ScanFacts, facts: ScanFacts, digest: str | None, recheck: bool) -> bool:
         """Whether recorded ``path``, walked now with ``facts`` (and read
         now as ``digest``), changed content."""
-        recorded = self._digest.get(path)
+        recorded = self._table.digest_of(path)
         if recorded is not None and digest == recorded and previous[5] == facts[5]:
             return False
         if recheck:
@@ -1534,7 +1529,7 @@ class FileStateRecord:
         """What the record holds of ``path``: its digest (None for a link,
         a directory or a file over the limit), why it has nothing to give
         (or None), and its facts."""
-        digest = self._digest.get(path)
+        digest = self._table.digest_of(path)
         return (path, digest, None, previous) if digest is not None else (path, None, self._gap(path, previous), previous)
 
     def _gap(self, path: str, facts: ScanFacts) -> str | None:
@@ -1550,7 +1545,7 @@ class FileStateRecord:
     # -- the record ------------------------------------------------------------
 
     def _set(self, path: str, facts: ScanFacts, digest: str | None, unreadable: str | None) -> None:
-        previous = self._facts.get(path)
+        previous = self._table.facts_of(path)
         if previous is None:
             for directory in _ancestors(path):
                 self._holding[directory] = self._holding.get(directory, 0) + 1
@@ -1560,34 +1555,23 @@ class FileStateRecord:
             if not facts[0] & _UNTRACKED:
                 for directory in _ancestors(path):
                     self._tracked[directory] = self._tracked.get(directory, 0) + 1
-        self._facts[path] = _packed(facts)
         if facts[0] & _KNOWN:
             self._known.add(path)
         elif self._known:
             self._known.discard(path)
         self._since_index.add(path)
-        old_digest = self._digest.pop(path, None)
-        if old_digest is not None and old_digest == digest:
-            # The same bytes (read again, not appended again): as they were.
-            self._digest[path] = digest
-        elif old_digest is not None:
-            self._unref(old_digest)
-        if digest is not None and digest != old_digest:
-            self._digest[path] = digest
-            count = self._refs.get(digest, 0)
-            if not count:
-                where = self._landed.get(digest)
-                if where is not None:
-                    self._where[digest] = where
-                    self._pack_refs[where[0]] = self._pack_refs.get(where[0], 0) + 1
-            self._refs[digest] = count + 1
+        # A digest already recorded keeps its blob (the same bytes read
+        # again are not appended again; a copy a snapshot appended goes
+        # with its pack); a new one lies where this sync put it.
+        self._unnamed_blob(self._table.set(path, _packed(facts), digest, self._landed.get(digest) if digest is not None else None))
         if unreadable is not None:
             self._unreadable[path] = unreadable
         else:
             self._unreadable.pop(path, None)
 
     def _drop(self, path: str) -> None:
-        facts = self._facts.pop(path)
+        facts = self._table.facts_of(path)
+        self._unnamed_blob(self._table.drop(path))
         self._since_index.add(path)
         self._untrack(path, facts)
         for directory in _ancestors(path):
@@ -1598,9 +1582,6 @@ class FileStateRecord:
                 del self._holding[directory]
         self._shared.discard(path)
         self._known.discard(path)
-        digest = self._digest.pop(path, None)
-        if digest is not None:
-            self._unref(digest)
         self._unreadable.pop(path, None)
         self._links.pop(path, None)
         self._racy.discard(path)
@@ -1615,34 +1596,28 @@ class FileStateRecord:
             else:
                 del self._tracked[directory]
 
-    def _unref(self, digest: str) -> None:
-        count = self._refs[digest] - 1
-        if count:
-            self._refs[digest] = count
-        else:
-            del self._refs[digest]
-            where = self._where.pop(digest, None)
-            if where is None:
-                self._orphans.add(digest)  # a loose blob
-                return
-            left = self._pack_refs[where[0]] - 1
-            if left:
-                self._pack_refs[where[0]] = left
-            else:
-                del self._pack_refs[where[0]]
-                self._pack_size.pop(where[0], None)
-                self._orphans.add(where[0])
+    def _unnamed_blob(self, name: str | None) -> None:
+        """A blob (a pack, or a loose blob's digest) no recorded path names
+        any more goes with the orphans."""
+        if name is not None:
+            self._pack_size.pop(name, None)
+            self._orphans.add(name)
 
     def _sweep_packs(self) -> None:
         """Packs no recorded digest lives in (every blob of a program was a
         copy of one kept already, or the sync failed) go with the orphans."""
-        for pack in [pack for pack in self._pack_size if pack not in self._pack_refs]:
+        for pack in [pack for pack in self._pack_size if not self._table.pack_live(pack)]:
             del self._pack_size[pack]
             self._orphans.add(pack)
 
 
 def _nothing(_result: ProgramResult, _at: int) -> None:
     pass
+
+
+def _is_digest(name: str) -> bool:
+    """Whether a blob store's ``name`` is a loose blob's (a sha256 in hex)."""
+    return len(name) == 64 and all(char in "0123456789abcdef" for char in name)
 
 
 def _with_ancestors(counts: dict[str, int]) -> dict[str, int]:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ..targets.program import SCAN_FACTS
+from .file_state_table import RecordTable
 
 MAGIC = b"mevedel file-state index\n"
 FORMAT_VERSION = 2
@@ -54,32 +55,26 @@ _FACTS = struct.Struct(SCAN_FACTS)
 _FACTS_RECORD = struct.Struct(f"{_FACTS.size}s")
 _FIRST = operator.itemgetter(0)
 _DIGEST = 32
-_NO_DIGEST = "0" * (2 * _DIGEST)
 
 
 @dataclass
 class RecordState:
     """What a record holds, as :class:`~.file_state.FileStateRecord` keeps it."""
 
-    #: path -> its facts packed as a walk packs them (:data:`SCAN_FACTS`).
-    facts: dict[str, bytes]
-    digest: dict[str, str]
+    #: path -> its facts (packed as a walk packs them, :data:`SCAN_FACTS`),
+    #: digest and blob location, in columns.
+    table: RecordTable
     unreadable: dict[str, str]
     links: dict[str, bytes]
     racy: set[str]
     unwalked: dict[str, str]
-    #: digest -> (pack, offset) of each blob kept in a pack; pack -> its bytes.
-    where: dict[str, tuple[str, int]]
+    #: pack -> its bytes.
     pack_sizes: dict[str, int]
     #: A delta: the checksum of the whole index it applies to, and the
     #: paths gone since it (empty for a whole index; None for a whole one
-    #: moved on by a delta, whose ``where`` may name blobs no longer live).
+    #: moved on by a delta).
     base: bytes = b""
     removed: set[str] | None = field(default_factory=set)
-    #: A whole index moved on by a delta: the digests the delta's paths
-    #: named in the whole one (of its ``where``, only these can be blobs
-    #: no path names any more).
-    dropped: set[str] = field(default_factory=set)
     #: What the record derives from the facts, kept with them so that a
     #: new process need not derive it again from every path (a third of
     #: a load's time): directory -> recorded entries below it, the same
@@ -88,6 +83,9 @@ class RecordState:
     holding: dict[str, int] | None = None
     tracked: dict[str, int] | None = None
     known: set[str] | None = None
+    #: Encoding a delta: the paths changed since the whole index (the
+    #: table is the whole record's).
+    changed: list[str] | None = None
 
 
 class _Body(msgspec.Struct, array_like=True):
@@ -160,27 +158,19 @@ def index_checksum(data: bytes) -> bytes:
 
 def encode_index(state: RecordState, *, max_file_bytes: int, blob_dir: str) -> bytes:
     """A whole index of ``state``, or a delta when ``state.base`` is set
-    (its facts then hold only the paths changed since that whole index)."""
-    paths = list(state.facts)
-    digest = state.digest
-    # One join and one hex conversion for all entries: 100,000 calls of
-    # each cost a tenth of a second.
-    facts = b"".join(state.facts.values())
+    (of its ``changed`` paths)."""
     packs = sorted(state.pack_sizes)
-    number = {pack: n for n, pack in enumerate(packs, 1)}
-    located = state.where
-    nowhere = (None, 0)
-    spots = [located.get(digest.get(path, ""), nowhere) for path in paths]
-    numbers = array("I", [number.get(pack, 0) for pack, _offset in spots])
-    offsets = array("Q", [offset for _pack, offset in spots])
+    paths, facts, captured, digests, numbers, offsets = state.table.columns(packs, state.changed if state.base else None)
     body = _Body(
         version=FORMAT_VERSION,
         max_file_bytes=max_file_bytes,
         blob_dir=blob_dir,
-        paths=b"\0".join(_name(path) for path in paths),
+        # One join and one encoding for all paths: 100,000 calls cost a
+        # tenth of a second.
+        paths=_name("\0".join(paths)),
         facts=facts,
-        captured=bytes(path in digest for path in paths),
-        digests=bytes.fromhex("".join([digest.get(path, _NO_DIGEST) for path in paths])),
+        captured=captured,
+        digests=digests,
         unreadable=_pairs(state.unreadable),
         links=[(_name(path), target) for path, target in state.links.items()],
         racy=sorted(_name(path) for path in state.racy),
@@ -230,25 +220,13 @@ def decode_index(data: bytes, *, max_file_bytes: int, blob_dir: str) -> RecordSt
         return None
     if body.base and len(body.base) != _DIGEST or body.removed and not body.base:
         return None
-    facts = dict(zip(paths, map(_FIRST, _FACTS_RECORD.iter_unpack(body.facts))))
-    if len(facts) != count:
+    if numbers and max(numbers) > len(body.packs):
+        return None
+    if any(itertools.compress(numbers, map(operator.not_, body.captured))):  # a blob located for a path not captured
+        return None
+    table = RecordTable(paths, map(_FIRST, _FACTS_RECORD.iter_unpack(body.facts)), body.digests, body.captured, numbers, offsets, body.packs)
+    if len(table) != count:
         return None  # a path twice
-    hexes = body.digests.hex()
-    width = 2 * _DIGEST
-    captured = body.captured
-    every = [hexes[start : start + width] for start in range(0, count * width, width)]
-    digest = dict(zip(itertools.compress(paths, captured), itertools.compress(every, captured)))
-    packs = [None, *body.packs]
-    if numbers and max(numbers) >= len(packs):
-        return None
-    if any(itertools.compress(numbers, map(operator.not_, captured))):  # a blob located for a path not captured
-        return None
-    # Iterated in C (compress, map, zip): a loop in Python is most of the
-    # cost of 100,000 entries.
-    where = dict(zip(
-        itertools.compress(every, numbers),
-        zip(map(packs.__getitem__, itertools.compress(numbers, numbers)), itertools.compress(offsets, numbers)),
-    ))
     unreadable = _texts(body.unreadable)
     links = {_text(path): target for path, target in body.links}
     racy = {_text(path) for path in body.racy}
@@ -261,39 +239,38 @@ def decode_index(data: bytes, *, max_file_bytes: int, blob_dir: str) -> RecordSt
         known = {_text(path) for path in body.known}
         if min(holding.values(), default=1) < 1 or min(tracked.values(), default=1) < 1:
             return None
-    state = RecordState(facts, digest, unreadable, links, racy, _texts(body.unwalked), where, dict(zip(body.packs, body.pack_sizes)),
+    state = RecordState(table, unreadable, links, racy, _texts(body.unwalked), dict(zip(body.packs, body.pack_sizes)),
                         body.base, {_text(name) for name in body.removed}, holding=holding, tracked=tracked, known=known)
     return state if body.base or _consistent(state) else None
 
 
 def _consistent(state: RecordState) -> bool:
-    recorded = state.facts.keys()
-    if state.known is not None and not state.known <= recorded:
+    rows = state.table.rows
+    if state.known is not None and not state.known <= rows.keys():
         return False
-    return state.unreadable.keys() <= recorded and state.links.keys() <= recorded and state.racy <= state.digest.keys()
+    captured = state.table.captured
+    return state.unreadable.keys() <= rows.keys() and state.links.keys() <= rows.keys() and all(captured[rows.get(path, 0)] for path in state.racy)
 
 
 def apply_delta(whole: RecordState, checksum: bytes, delta: RecordState | None) -> RecordState:
     """``whole`` (whose index carried ``checksum``) moved on by ``delta``
     (in place: ``whole`` is given up); ``whole`` alone when the delta is for
-    another whole index or unsound. Its ``where`` may still name blobs no
-    path names any more (only among ``dropped``), or packs gone: the
-    reader keeps those of live digests in live packs."""
+    another whole index or unsound. A blob in a pack gone since lies
+    nowhere (read back as missing)."""
     if delta is None or delta.base != checksum:
         return whole
-    changed = (*delta.facts, *delta.removed)
+    table, changes = whole.table, delta.table
     # The delta's few paths looked up (no set of the whole index's made).
-    if not (delta.unreadable.keys() | delta.links.keys() | delta.racy) - delta.facts.keys() <= whole.facts.keys():
+    if not (delta.unreadable.keys() | delta.links.keys() | delta.racy) - changes.rows.keys() <= table.rows.keys():
         return whole
-    facts, digest = whole.facts, whole.digest
-    dropped = {digest.pop(path) for path in changed if path in digest}
-    facts.update(delta.facts)
     for path in delta.removed:
-        facts.pop(path, None)
-    digest.update(delta.digest)
-    where = whole.where
-    where.update(delta.where)
-    # ``removed`` None: a state moved on by a delta (see the reader).
-    state = RecordState(facts, digest, delta.unreadable, delta.links, delta.racy, delta.unwalked, where, delta.pack_sizes, b"", None, dropped,
+        if path in table:
+            table.drop(path)
+    for path in changes:
+        # Where the delta says, not where another path's copy lies.
+        table.set(path, changes.facts_of(path), changes.digest_of(path), changes.location_of(path), share=False)  # type: ignore[arg-type]
+    table.forget_packs(set(delta.pack_sizes))
+    # ``removed`` None: a state moved on by a delta.
+    state = RecordState(table, delta.unreadable, delta.links, delta.racy, delta.unwalked, delta.pack_sizes, b"", None,
                         holding=delta.holding, tracked=delta.tracked, known=delta.known)
-    return state if _consistent(state) else RecordState({}, {}, {}, {}, set(), {}, {}, {})
+    return state if _consistent(state) else RecordState(RecordTable(), {}, {}, set(), {}, {})

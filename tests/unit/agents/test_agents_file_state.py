@@ -86,14 +86,14 @@ async def blobs(record, root, store: str = STORE) -> set[str]:
     if record._pruning is not None:
         await record._pruning
     found = set()
-    for name, (pack, offset) in record._where.items():
-        size = next(struct.unpack(SCAN_FACTS, record._facts[path])[1] for path, digest in record._digest.items() if digest == name)
+    for path, name, pack, offset in record._table.located():
+        size = struct.unpack(SCAN_FACTS, record._table.facts_of(path))[1]
         with open(root / store / pack, "rb") as handle:
             handle.seek(offset)
             if hashlib.sha256(handle.read(size)).hexdigest() == name:
                 found.add(name)
     packs = {name for name in os.listdir(root / store) if name.startswith("pack-")}
-    assert packs == set(record._pack_refs), (packs, record._pack_refs)
+    assert packs == set(record._table.live_packs()), (packs, record._table.live_packs())
     return found
 
 
@@ -535,10 +535,10 @@ async def test_blobs_are_written_once_per_digest_and_removed_when_unreferenced(r
     write(root, "c.txt", "own")
     record = await record_of(root)
     assert await blobs(record, root) == {digest("shared"), digest("own")}
-    where = record._where[digest("shared")]
+    where = record._table.location_of("a.txt")
     write(root, "d.txt", "shared")  # a new file with a digest already stored
     await record.refresh()
-    assert record._where[digest("shared")] == where
+    assert record._table.location_of("d.txt") == record._table.location_of("a.txt") == where
     await record.refresh()  # the pack of the copy just read goes
     assert await blobs(record, root) == {digest("shared"), digest("own")}
 
@@ -607,7 +607,7 @@ async def test_small_packs_are_merged_and_every_blob_still_reads_back(root, monk
 async def test_a_damaged_blob_is_a_gap_not_wrong_content(root):
     write(root, "a.txt", "original")
     record = await record_of(root)
-    ((pack, offset),) = record._where.values()
+    ((_path, _digest, pack, offset),) = record._table.located()
     (root / STORE / pack).write_bytes(b"tampered")
     write(root, "a.txt", "changed")
     assert await files_only(record) == [FileChange("a.txt", None, LOST_BLOB_GAP)]
@@ -881,7 +881,7 @@ async def test_what_a_new_process_loads_from_the_index_is_what_its_facts_say(roo
     assert loaded._from_index
     kept = (loaded._holding, loaded._tracked, loaded._known)
     derived = FileStateRecord(LocalTarget(root), watch=False)
-    derived._load(file_state.RecordState(dict(loaded._facts), dict(loaded._digest), {}, {}, set(), {}, {}, {}))
+    derived._load(file_state.RecordState(loaded._table, {}, {}, set(), {}, {}))
     assert kept == (derived._holding, derived._tracked, derived._known)
     assert loaded._known == {"build/out.txt"} and "d0/sub0" not in loaded._holding and loaded._tracked["d4/deep"] == 2
     write(root, "build/out.txt", "a command's")
