@@ -194,6 +194,7 @@ from ..targets.program import (
     Entry,
     ReadEntry,
     ScanFacts,
+    differing_records,
 )
 from ..targets.tree_watch import TreeWatch, WatchUnavailable, unwatchable
 from .file_state_index import (
@@ -995,29 +996,31 @@ class FileStateRecord:
             current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if path not in current)
             return current, candidates, [], paths
         paths = scan.paths()
-        walked = set(paths)
-        # Each walked entry's packed facts against the record's, in C and
-        # with no dict of the walk built (a tuple per entry, kept: the most
-        # of a diff's time at 100,000 files): the indices that differ. A
-        # path not recorded is row 0, whose facts match no walk's.
-        recorded = map(old.__getitem__, map(rows.get, paths, itertools.repeat(0)))
-        changed = list(itertools.compress(range(len(paths)), map(operator.ne, recorded, scan.packed_facts())))
+        found = list(map(rows.get, paths, itertools.repeat(0)))
+        # The record's facts of each walked path in the walk's order (a
+        # path not recorded is row 0, whose facts match no walk's), joined
+        # and compared with the walk's in C, with no dict of the walk and
+        # no object per entry (the most of a diff's time at 100,000 files):
+        # the indices that differ.
+        changed = differing_records(scan.facts, b"".join(map(old.__getitem__, found)))
         current = {paths[index]: scan.facts_at(index) for index in changed}
         candidates = list(current)
+        met = set(found)
+        met.discard(0)
+        new = [paths[index] for index in changed if not found[index]]
+        # A path twice (a well-formed walk has none): indices would not line up.
+        once = len(met) == len(paths) - len(new) and len(set(new)) == len(new)
         # A directory not walked this time, and what is below it, is kept
         # as recorded (it is there, unlisted); otherwise a recorded path
-        # the walk did not meet is gone. None is when
-        # the walk met as many recorded paths as there are, each once.
-        met = len(paths) - sum(path not in rows for path in candidates)
-        if len(walked) == len(paths) and met == len(rows):
+        # the walk did not meet is gone. None is when the walk met every
+        # recorded path, each once.
+        if once and len(met) == len(rows):
             deleted = []
         else:
-            deleted = [path for path in rows.keys() - walked if path not in unwalked and self._below(path, unwalked) is None]
+            deleted = [path for path, row in rows.items() if row not in met and path not in unwalked and self._below(path, unwalked) is None]
         # A racy path not among them was walked with its recorded facts.
-        current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if path in walked and path not in current)
-        if len(walked) != len(paths):
-            paths = []  # a path twice: indices would not line up (a well-formed walk has none)
-        return current, candidates, deleted, paths
+        current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if rows.get(path) in met and path not in current)
+        return current, candidates, deleted, paths if once else []
 
     def _remembered_inside(self) -> bool:
         """Whether a path remembered since the last sync lies inside a

@@ -27,8 +27,11 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
+from ..targets.program import SCAN_FACTS
+
 DIGEST = 32
 _NO_DIGEST = bytes(DIGEST)
+_NO_FACTS = b"\xff" * struct.calcsize(SCAN_FACTS)
 _DIGEST_RECORD = struct.Struct(f"{DIGEST}s")
 _FIRST = operator.itemgetter(0)
 #: Searches of the digest column before it is indexed.
@@ -66,8 +69,9 @@ class RecordTable:
     ) -> None:
         #: path -> its row (1 on: row 0 holds no path).
         self.rows: dict[str, int] = dict(zip(paths, itertools.count(1)))
-        #: row -> packed facts (b"" for row 0 and emptied rows).
-        self.facts: list[bytes] = [b"", *facts]
+        #: row -> packed facts (b"" for an emptied row; row 0's match no
+        #: walk's: a flags byte no walk sends).
+        self.facts: list[bytes] = [_NO_FACTS, *facts]
         #: row -> the sha256 of its content (raw; zeros when not captured).
         self.digests = bytearray(_NO_DIGEST) + digests
         self.captured = bytearray(1) + captured
@@ -159,7 +163,7 @@ class RecordTable:
         renumber = array("I", [number.get(pack, 0) if pack is not None else 0 for pack in self.packs])  # type: ignore[arg-type]
         if paths is None and len(self.rows) == len(self.facts) - 1:
             # No row emptied: the columns as they are, in C.
-            return (list(self.rows), b"".join(self.facts), bytes(self.captured[1:]), bytes(self.digests[DIGEST:]),
+            return (list(self.rows), b"".join(self.facts)[len(_NO_FACTS) :], bytes(self.captured[1:]), bytes(self.digests[DIGEST:]),
                     array("I", map(renumber.__getitem__, self.numbers[1:])), self.offsets[1:])
         names = list(self.rows) if paths is None else paths
         rows = list(map(self.rows.__getitem__, names))

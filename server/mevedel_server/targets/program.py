@@ -529,17 +529,25 @@ class FileScan(msgspec.Struct, frozen=True):
         changes among many entries cost a few comparisons)."""
         if earlier.names != self.names:
             raise ValueError("only a scan of the same names compares entry by entry")
-        size = _SCAN_FACTS.size
-        block = size * 64
-        mine, theirs = self.facts, earlier.facts
-        changed = []
-        for start in range(0, len(mine), block):
-            if mine[start : start + block] == theirs[start : start + block]:
-                continue
-            for offset in range(start, min(start + block, len(mine)), size):
-                if mine[offset : offset + size] != theirs[offset : offset + size]:
-                    changed.append(offset // size)
+        return differing_records(self.facts, earlier.facts)
+
+
+def differing_records(mine: bytes, theirs: bytes) -> list[int]:
+    """The indices of the :data:`SCAN_FACTS` records that differ between
+    ``mine`` and ``theirs``, as many records each (compared block by block,
+    so a few changes among many records cost a few comparisons)."""
+    size = _SCAN_FACTS.size
+    block = size * 64
+    changed = []
+    if mine == theirs:
         return changed
+    for start in range(0, len(mine), block):
+        if mine[start : start + block] == theirs[start : start + block]:
+            continue
+        for offset in range(start, min(start + block, len(mine)), size):
+            if mine[offset : offset + size] != theirs[offset : offset + size]:
+                changed.append(offset // size)
+    return changed
 
 
 class ScanPaths(ScanTree):
