@@ -141,7 +141,7 @@ What the record does not see or cannot give, and how it says so:
 - Past :data:`SCAN_LIMIT` entries the walk is incomplete, and the record
   refuses to guess: :class:`FileStateError`.
 
-One record per ``blob_dir`` at a time: blobs are reference-counted in this
+One record per ``blob_dir`` at a time: which blobs are live is counted in this
 object's memory, and the blobs its first walk finds in the store but does
 not name (left by an earlier process) are removed with the next one.
 """
