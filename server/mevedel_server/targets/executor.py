@@ -2572,11 +2572,14 @@ class _TreeScan(object):
         base_flags = SCAN_IGNORED if ignored else 0
         skip_names = self.skip_names
         skip_paths = self.skip_paths if prefix in self.skip_parents else None
-        names = self.names
-        facts = self.facts
-        racy = self.racy
+        # Bound once: the loop below runs once per file (100,000 in a large
+        # workspace), where each global or attribute looked up costs.
+        add_name = self.names.append
+        add_facts = self.facts.append
+        add_racy = self.racy.append
         pack = _scan_facts.pack
         racy_floor = self.racy_floor
+        type_bits, regular, link = _S_IFMT, _S_IFREG, _S_IFLNK
         for entry in entries:
             name = entry.name
             if name in skip_names:
@@ -2595,10 +2598,11 @@ class _TreeScan(object):
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue  # vanished meanwhile
-            kind = st.st_mode & _S_IFMT
-            if kind == _S_IFREG:
+            mode = st.st_mode
+            kind = mode & type_bits
+            if kind == regular:
                 flags = base_flags
-            elif kind == _S_IFLNK:
+            elif kind == link:
                 flags = base_flags | SCAN_LINK
             else:
                 continue  # FIFOs, sockets, devices: never recorded
@@ -2608,15 +2612,14 @@ class _TreeScan(object):
                     flags |= SCAN_IGNORED
             mtime = st.st_mtime_ns
             ctime = st.st_ctime_ns
-            mode = st.st_mode & 0o7777
             try:
-                facts.append(pack(flags, st.st_size, mtime, ctime, st.st_ino, mode))
+                add_facts(pack(flags, st.st_size, mtime, ctime, st.st_ino, mode & 0o7777))
             except struct.error:
-                facts.append(pack(flags, st.st_size, clamp_ns(mtime), clamp_ns(ctime), st.st_ino, mode))
-            names.append(path)
-            if not flags and (mtime >= racy_floor or ctime >= racy_floor):
-                racy.append(path)
-            if shared is not None and st.st_nlink > 1 and kind == _S_IFREG:
+                add_facts(pack(flags, st.st_size, clamp_ns(mtime), clamp_ns(ctime), st.st_ino, mode & 0o7777))
+            add_name(path)
+            if (ctime >= racy_floor or mtime >= racy_floor) and not flags:
+                add_racy(path)
+            if shared is not None and kind == regular and st.st_nlink > 1:
                 shared.append(path)
 
     def planned(self, fd, prefix, rules, ignored, plan):
