@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mevedel_server.agents import file_state
+from mevedel_server.agents import file_state, file_state_table
 from mevedel_server.agents.file_state import (
     IGNORED_GAP,
     LOST_BLOB_GAP,
@@ -527,6 +527,24 @@ async def test_a_directory_that_cannot_be_read_keeps_what_was_known_below_it(roo
 
 
 # -- blobs ------------------------------------------------------------------------------
+
+
+async def test_changes_past_the_digest_searches_give_earlier_bytes_and_one_blob_per_digest(root):
+    """Past ``SEARCHES`` lookups of a digest the record indexes its digest
+    column: many files sharing content, all changed, still give each its
+    earlier bytes, and the store keeps one blob per digest."""
+    count = file_state_table.SEARCHES * 2
+    for i in range(count):
+        write(root, f"d/f{i:03d}.txt", f"v1 {i % 5}")
+    record = await record_of(root)
+    for i in range(count):
+        write(root, f"d/f{i:03d}.txt", f"v2 {i % 7}")
+    assert await files_only(record) == [FileChange(f"d/f{i:03d}.txt", f"v1 {i % 5}".encode()) for i in range(count)]
+    assert record._table._digest_row is not None  # the index, not a search each
+    await record.refresh()
+    assert await blobs(record, root) == {digest(f"v2 {k}") for k in range(7)}
+    write(root, "d/f000.txt", "v3")
+    assert await files_only(record) == [FileChange("d/f000.txt", b"v2 0")]
 
 
 async def test_blobs_are_written_once_per_digest_and_removed_when_unreferenced(root):
