@@ -11,7 +11,8 @@ before any test runs, its own ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME`` and
 and the tool host's socket directory are never shared by two workers, nor
 taken from the user running the suite; and its own session, which Linux
 schedules as a unit (``_own_session``). Tests that must not run twice at
-once (they build into the source tree) share an ``xdist_group``.
+once (they build into the source tree) go to one worker together
+(``SERIAL_FILES``, ``--dist loadgroup``).
 """
 
 from __future__ import annotations
@@ -73,8 +74,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_isolated, ignore_errors=True)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = SERIAL_FILES.get(item.path.name)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup``, with the serial files' tests one unit of work
+    each: xdist groups by a suffix it writes into the test ids on the
+    workers, which pytest 9.2's structured ids no longer take
+    (pytest-xdist#1386) -- the ``xdist_group`` markers this file set were
+    ignored and each worker compiled the VS Code client's out-test/ over
+    the others' and built a wheel of its own. The controller groups here,
+    from the ids, whatever the workers' ids say."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class SerialFilesScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = SERIAL_FILES.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+            return f"@{group}" if group is not None else super()._split_scope(nodeid)
+
+    return SerialFilesScheduling(config, log)
