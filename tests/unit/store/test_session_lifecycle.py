@@ -219,16 +219,25 @@ async def test_a_recovery_found_at_open_is_reported_and_blocks(root):
 
 async def test_a_rewind_that_fails_leaving_its_marker_gates_the_next_mutation(tmp_path):
     """The gate looks once per lease taken, and again after every in-place
-    transaction: a Rewind whose write fails after its journal leaves the
-    marker, and the next mutation of the same open session is refused."""
+    transaction: a Rewind whose program fails after its journal, and whose
+    rollback cannot write the file back, leaves the marker, and the next
+    mutation of the same open session is refused."""
     from mevedel_server.store.transactions.recovery import find_recovery
-    from mevedel_server.targets import FaultInjectingTarget
+    from mevedel_server.targets import FaultInjectingTarget, TargetError
+
+    class ThenRefusesNotes(FaultInjectingTarget):
+        """After its injected fault, every write to notes.txt fails."""
+
+        async def run(self, program):
+            if self.fired and any(op.writes and op.path == "notes.txt" for op in program.operations):
+                raise TargetError("notes.txt", "permission denied")
+            return await super().run(program)
 
     for point in range(1, 40):
         root = tmp_path / f"point-{point}"
         root.mkdir()
         (root / "notes.txt").write_text("v0\n")
-        target = FaultInjectingTarget(LocalTarget(root))
+        target = ThenRefusesNotes(LocalTarget(root))
         svc = SessionService(target, ME)
         sid = (await svc.sessions.create()).session_id
         for n, content in enumerate(("v1\n", "v2\n")):

@@ -23,7 +23,10 @@ uncommitted publication directory is inert (collection removes it later).
 
 A save whose snapshot equals the committed one performs no transaction.
 ``replace=True`` starts from an empty manifest (lifecycle replacements such as
-Rewind); ``force=True`` publishes even an unchanged snapshot.
+Rewind); ``force=True`` publishes even an unchanged snapshot. ``lead``
+operations run first in the commit's program (a Rewind's checks, journal
+and project-file writes, flushed by the publication's barrier): one that
+stops it raises :class:`~.lease.LeadStopped`, nothing published.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from ...targets import (
 )
 from ..errors import LeaseLost, PublicationFailed, PublicationPending, StoreError
 from ..layout import MANIFEST_NAME, SessionPaths, head_path, published_path
-from .lease import LeaseHandle, read_lease_head_and_manifest
+from .lease import LeadStopped, LeaseHandle, read_lease_head_and_manifest
 from .packed import Pack, read_pack
 from .records import (
     HEAD_PATTERN,
@@ -297,19 +300,23 @@ class Publisher:
             return outcome
 
     async def publish(
-        self, artifacts: Mapping[str, bytes], *, replace: bool = False, force: bool = False, donors: Donors = {}
+        self, artifacts: Mapping[str, bytes], *, replace: bool = False, force: bool = False, donors: Donors = {},
+        lead: Sequence[Operation] = (),
     ) -> PublishOutcome:
         """Publish ``artifacts`` (logical path -> bytes) over the committed
         snapshot, or instead of it with ``replace``. A new file whose bytes a
         donor (:func:`donors_of`) holds is hard-linked to it, not written
-        (:class:`~mevedel_server.targets.CreateLinked` checks the bytes)."""
+        (:class:`~mevedel_server.targets.CreateLinked` checks the bytes).
+        ``lead`` runs first in the commit's program, when there is one (see
+        the module); a lead that stops it raises
+        :class:`~.lease.LeadStopped` and leaves nothing pending."""
         for logical in artifacts:
             check_logical_path(logical)
         snapshot = {logical: bytes(data) for logical, data in artifacts.items()}
         async with self._serial:
             if self._pending is not None:
                 raise PublicationPending(self.lease.session_id, self._pending.reason)
-            return await self._attempt(snapshot, replace, force, donors)
+            return await self._attempt(snapshot, replace, force, donors, tuple(lead))
 
     def known_manifest(self, head: str) -> PublicationManifest | None:
         """The manifest of ``head`` when this publisher knows it (read at
@@ -336,7 +343,9 @@ class Publisher:
             self._committed = (head, await load_manifest(self.lease.target, self.lease.paths, head))
         return self._committed[1]
 
-    async def _attempt(self, artifacts: Mapping[str, bytes], replace: bool, force: bool, donors: Donors) -> PublishOutcome:
+    async def _attempt(
+        self, artifacts: Mapping[str, bytes], replace: bool, force: bool, donors: Donors, lead: tuple[Operation, ...] = ()
+    ) -> PublishOutcome:
         def pend(reason: str) -> None:
             self._pending = PendingPublication(dict(artifacts), replace, force, reason, dict(donors))
 
@@ -358,7 +367,7 @@ class Publisher:
                 return PublishOutcome(False, None, None)
             self.committing = (plan.head, plan.manifest)
             try:
-                result = await self.lease.commit(plan.ops, publication_head=plan.head, **_closing_window(self.lease))
+                result = await self.lease.commit([*lead, *plan.ops], publication_head=plan.head, **_closing_window(self.lease))
             except LeaseLost as exc:
                 pend(exc.reason)
                 raise
@@ -371,11 +380,15 @@ class Publisher:
                     raise
                 pend(str(exc))
                 raise PublicationFailed(self.lease.session_id, str(exc)) from exc
-            if result.stopped_at is not None and result.stopped_at < len(plan.ops):
-                if result.stopped_at == plan.directory_index and result[plan.directory_index].status is Status.CONFLICT:
-                    continue  # that publication name is taken: draw another
+            if result.stopped_at is not None and result.stopped_at < len(lead):
+                raise LeadStopped(result)
+            if result.stopped_at is not None and result.stopped_at < len(lead) + len(plan.ops):
+                at = result.stopped_at - len(lead)
+                if not lead and at == plan.directory_index and result[result.stopped_at].status is Status.CONFLICT:
+                    continue  # that publication name is taken: draw another (a lead's writes are not run twice)
                 failed = result[result.stopped_at]
-                reason = f"{plan.ops[result.stopped_at].path}: {failed.reason or failed.status.value}"
+                why = failed.reason or failed.status.value
+                reason = f"not flushed to disk: {why}" if isinstance(plan.ops[at], Barrier) else f"{plan.ops[at].path}: {why}"
                 pend(reason)
                 raise PublicationFailed(self.lease.session_id, reason)
             break

@@ -97,13 +97,17 @@ class History:
                 f"{'them' if waiting != 1 else 'it'} before you {queue}",
             )
 
+        watch_queue = queue is not None and session.materialized
         return _phases().Source(
             self._table.target,
             sid,
             session.conversation,
             session.publisher,
             recovery_checked=True,
-            queued=queued if queue is not None and session.materialized else None,
+            queued=queued if watch_queue else None,
+            # What the claim listed, when nothing can have changed it since.
+            remains=session.recovery_remains if session.recovery_clear else None,
+            queue_listed=session.take_inputs_listing() if watch_queue else None,
         )
 
     async def retry_recovery(self, session_id: str) -> RecoveryOutcome:
@@ -208,8 +212,8 @@ class History:
         was prepared with; or, without a token, a plan to prepare and
         commit at once). Its recheck looks for a recovery in its first
         program; the live conversation follows what it committed."""
-        session.recovery_clear = False  # a transaction that fails midway may leave its marker
         source = self._source(session, queue=queue)
+        session.recovery_clear = False  # a transaction that fails midway may leave its marker
         try:
             result = await (_phases().commit(plan, source, token) if token is not None else _phases().prepare_and_commit(plan, source))
         except RecoveryPending as pending:

@@ -30,6 +30,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -83,6 +84,9 @@ from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
 from .mutation_latch import MutationLatch
 from .renewal import LeaseRenewal
+
+if TYPE_CHECKING:
+    from ..transactions.recovery import RecoveryState
 
 _log = logging.getLogger(__name__)
 
@@ -172,6 +176,9 @@ class OpenSession:
         #: again. Only the holder's own in-place transactions write a marker
         #: (each behind the lease proof), and each clears this first.
         self.recovery_clear = False
+        #: What the recovery journal's directory held when the claim listed
+        #: it (its remains, no marker); meaningful while ``recovery_clear``.
+        self.recovery_remains: RecoveryState | None = None
         #: The listing of queued input the claim's program took (see
         #: ``pending_inputs.input_listing``), for the queue's first load
         #: alone (:meth:`take_inputs_listing`).

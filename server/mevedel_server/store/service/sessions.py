@@ -414,7 +414,8 @@ class Sessions:
             listed = (await self._table.target.run(ControlProgram(list(journals)))).results  # in one program of their own
         else:
             session.inputs_listed = listed[-1]
-        session.recovery = (await find_recovery(self._table.target, session_id, listed=listed[0])).recovery_id
+        found = await find_recovery(self._table.target, session_id, listed=listed[0])
+        session.recovery, session.recovery_remains = found.recovery_id, found
         session.recovery_clear = session.recovery is None
         interrupted: int | None = None
         if await self._restored_pending(session, listed[1]):

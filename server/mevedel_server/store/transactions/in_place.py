@@ -34,8 +34,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...targets import Entry, Target, TargetError, same_state
-from ..authority.lease import LeaseHandle, read_lease_head
+from ...targets import (
+    ControlProgram,
+    Entry,
+    Operation,
+    OpResult,
+    PutEntry,
+    Status,
+    Target,
+    TargetError,
+    same_state,
+)
+from ..authority.lease import LeadStopped, LeaseHandle, read_lease_head
 from ..authority.publication import Publisher, load_manifest
 from ..authority.records import RecordError
 from ..content.checkpoints import MissingContent, entry_of, restore_plan
@@ -64,15 +74,18 @@ from .project_files import (
     Unreadable,
     git_contents,
     index_divergence,
+    ordered_steps,
     project_path_problem,
     read_project_files,
 )
 from .recovery import (
+    GUARD_ATTEMPTS,
     RecoveryRequired,
     RecoveryState,
     guarded_converge,
-    guarded_write,
     journal_ops,
+    lease_proof,
+    marker_removed,
     new_journal,
     removal_ops,
     run_guarded,
@@ -198,8 +211,10 @@ class Survey:
     rows: tuple[FileRestore, ...]
     external: tuple[ExternalChange, ...]
     git: GitCheck
+    #: The working tree's states (predicted: the recorded ones, unread).
     reads: Mapping[str, FileRead]
     recovery: RecoveryState | None
+    predicted: bool = False
 
 
 def remember_plan(token: StateToken, plan: InPlacePlan, survey: Survey | None = None) -> None:
@@ -304,10 +319,36 @@ def recorded_matches(state: FileState, now: FileRead) -> bool:
     return now.kind == Entry.SYMLINK and now.data == state.target.encode("utf-8", "surrogateescape")
 
 
-async def survey_files(source: Source, plan: InPlacePlan, current_files: Sequence[TurnFiles], git: GitRunner | None) -> Survey:
+def predicted_files(turn_files: Sequence[TurnFiles], paths: Sequence[str], content) -> dict[str, Entry | None] | None:
+    """Each path's whole state as the session last recorded it after a
+    turn (its latest record's post-turn state): what the working tree holds
+    unless something outside the session changed it since. None when a
+    path has no such record or its bytes are not in the snapshot (then the
+    tree is read)."""
+    recorded = last_recorded(turn_files, paths)
+    if len(recorded) != len(set(paths)):
+        return None
+    try:
+        return {path: entry_of(state, content) for path, (state, _turn) in recorded.items()}
+    except MissingContent:
+        return None
+
+
+async def survey_files(source: Source, plan: InPlacePlan, current: SessionState, git: GitRunner | None) -> Survey:
     """Read the working tree for an impact (in the gate's program: see
     :func:`~.two_phase.gate_reads`): the token's hashes, the restore rows,
-    the external changes and the Git index check."""
+    the external changes and the Git index check. A prepare at once
+    (``--yes``: nobody sees the impact) reads nothing when every path's
+    state is predicted (:func:`predicted_files`): the commit's checks prove
+    the prediction, in the commit's own program, and no Git check is run."""
+    if source.at_once:
+        guessed = predicted_files(current.files, list(plan.wanted), current.file_content)
+        if guessed is not None:
+            gate = await gate_reads(source)
+            hashes = {path: content_hash(state) for path, state in guessed.items()}
+            rows = tuple(restore_row(path, item, guessed[path], plan.wanted[path]) for path, item in sorted(plan.planned.items()))
+            unchecked = GitCheck("not-checked", detail="committed at once: the impact was shown to nobody")
+            return Survey(hashes, rows, (), unchecked, guessed, gate.recovery, predicted=True)
     found: list[RecoveryState | None] = []
 
     async def gated(ops):
@@ -317,13 +358,10 @@ async def survey_files(source: Source, plan: InPlacePlan, current_files: Sequenc
 
     target = source.target
     reads = await read_project_files(target, plan.wanted, first=gated)
-    blocked = {p: r.reason for p, r in reads.items() if isinstance(r, Unreadable)}
-    if blocked:
-        listed = "; ".join(f"{p}: {why}" for p, why in sorted(blocked.items()))
-        raise LifecycleRefused(plan.session_id, f"captured files cannot be restored ({listed})", kind="unreadable")
+    refuse_unreadable(plan.session_id, reads)
     hashes = {path: content_hash(data) for path, data in reads.items()}  # type: ignore[arg-type]
     rows = tuple(restore_row(path, item, reads[path], plan.wanted[path]) for path, item in sorted(plan.planned.items()))  # type: ignore[arg-type]
-    recorded = last_recorded(current_files, list(plan.wanted))
+    recorded = last_recorded(current.files, list(plan.wanted))
     external = tuple(
         ExternalChange(path, turn) for path, (state, turn) in sorted(recorded.items()) if not recorded_matches(state, reads[path])
     )
@@ -397,12 +435,14 @@ async def plan_for(publisher: Publisher, token: StateToken, replan) -> InPlacePl
 
 
 async def commit_in_place(publisher: Publisher, token: StateToken, plan: InPlacePlan, *, operation: str, source: Source) -> InPlaceResult:
-    """Journal, restore the files, publish the replacement, drop the journal.
-    The recheck's reads and the look for a pending recovery share one
-    program (a recovery is always looked for here: its remains are swept
-    with the journal)."""
+    """Recheck, then journal, restore the files and publish the
+    replacement in ONE program (:func:`_restore_and_publish`). The recheck
+    reads the working tree, with the look for a pending recovery, in a
+    program before it; a prepare at once that predicted the files
+    (:func:`predicted_files`) reads nothing: its checks stand for the reads,
+    and when a file is not as predicted it is read and the commit made
+    again with what is there, as ``--yes`` overwrites an outside change."""
     lease = publisher.lease
-    target = lease.target
     sid = lease.session_id
     refuse_live(sid, source.live, operation)
     if publisher.pending is not None:
@@ -412,51 +452,156 @@ async def commit_in_place(publisher: Publisher, token: StateToken, plan: InPlace
         raise InvalidToken("its files are not the ones this plan restores")
     surveyed = _surveyed.pop(token.text, None) if source.at_once else None
     if surveyed is not None:
-        # The prepare has just read all of it, in one program with the
+        # The prepare has just read (or predicted) all of it, with the
         # recovery journal, and nobody was shown the impact since.
-        reads, remains = surveyed.reads, surveyed.recovery or RecoveryState(None, None, None)
+        expected, remains, guessed = surveyed.reads, surveyed.recovery or source.remains, surveyed.predicted
     else:
         found: list[RecoveryState | None] = []
 
         async def gated(ops):
-            gate = await gate_reads(source, ops, recovery=True)
+            # The recovery journal is looked at for its remains, swept with
+            # the journal, unless the caller knows them.
+            gate = await gate_reads(source, ops, recovery=source.remains is None)
             found.append(gate.recovery)
             return gate.results
 
-        reads = await read_project_files(target, plan.wanted, first=gated)
-        remains = found[0] or RecoveryState(None, None, None)
-    hashes = {p: "unreadable" if isinstance(r, Unreadable) else content_hash(r) for p, r in reads.items()}
-    moved = moved_files(token.files, hashes)
-    if moved:
-        raise StaleState(sid, moved)
-    changes = [(p, reads[p], plan.wanted[p]) for p in sorted(plan.wanted) if not same_state(reads[p], plan.wanted[p])]  # type: ignore[arg-type]
-    journal = None
-    if changes:
-        journal = new_journal(sid, operation, token.head, plan.digest, changes)  # type: ignore[arg-type]
-        ops = journal_ops(lease.paths, journal)
-        result, proof = await run_guarded(lease, ops)
-        if result.stopped_at is not None:
-            failed = result[result.stopped_at]
-            raise StoreError(f"session {sid}: the recovery record could not be written ({failed.reason or failed.status.value})")
-    try:
-        if changes:
-            outcome = await guarded_write(lease, changes)  # type: ignore[arg-type]
-            if outcome.failed:
-                listed = "; ".join(f"{p}: {why}" for p, why in sorted(outcome.failed.items()))
-                raise StoreError(f"session {sid}: project files could not be restored ({listed})")
+        expected = await read_project_files(lease.target, plan.wanted, first=gated)
+        remains, guessed = found[0] if found else source.remains, False
+        hashes = {p: "unreadable" if isinstance(r, Unreadable) else content_hash(r) for p, r in expected.items()}
+        moved = moved_files(token.files, hashes)
+        if moved:
+            raise StaleState(sid, moved)
+    while True:
+        try:
+            return await _restore_and_publish(publisher, token, plan, expected, remains or RecoveryState(None, None, None), operation)
+        except _NotAsExpected as differs:
+            if not guessed:
+                raise StaleState(sid, differs.moved) from None
+        # Predicted wrong (changed outside the session since its last turn):
+        # what is there now is what the restore overwrites.
+        guessed = False
+        expected = await read_project_files(lease.target, plan.wanted)
+        refuse_unreadable(plan.session_id, expected)
+
+
+class _NotAsExpected(Exception):
+    """A check found a path other than expected: nothing was written."""
+
+    def __init__(self, moved: list[str]) -> None:
+        super().__init__("; ".join(moved))
+        self.moved = moved
+
+
+def refuse_unreadable(session_id: str, reads: Mapping[str, FileRead]) -> None:
+    blocked = {p: r.reason for p, r in reads.items() if isinstance(r, Unreadable)}
+    if blocked:
+        listed = "; ".join(f"{p}: {why}" for p, why in sorted(blocked.items()))
+        raise LifecycleRefused(session_id, f"captured files cannot be restored ({listed})", kind="unreadable")
+
+
+async def _restore_and_publish(
+    publisher: Publisher, token: StateToken, plan: InPlacePlan, expected: Mapping[str, FileRead], remains: RecoveryState, operation: str
+) -> InPlaceResult:
+    """One program: a check that each path holds ``expected`` (a
+    ``PutEntry`` of that same state, which writes nothing), then -- when
+    anything changes -- the lease proof, the journal, the project-file
+    writes (each conditional on its expected state), the replacement
+    publication and its barrier (one flush for the files and the
+    publication), the head commit, and the journal's removal riding after
+    it. A check that fails stops it before anything is written
+    (:class:`_NotAsExpected`); a failure after the journal rolls the files
+    back."""
+    lease = publisher.lease
+    sid = lease.session_id
+    states: dict[str, Entry | None] = {}
+    for path, now in expected.items():
+        if isinstance(now, Unreadable):
+            raise _NotAsExpected([f"{path} cannot be read ({now.reason})"])
+        states[path] = now
+    changes = [(p, states[p], plan.wanted[p]) for p in sorted(plan.wanted) if not same_state(states[p], plan.wanted[p])]
+    checks: list[Operation] = [PutEntry(p, states[p], states[p]) for p in sorted(plan.wanted)]
+    if not changes and await _publishes_nothing(publisher, plan):
+        if checks:
+            result = await lease.target.run(ControlProgram(checks))
+            _judge_checks(checks, result, len(checks))
+        return InPlaceResult(plan.session_id, False, lease.publication_head, LazyConversation(plan.artifacts), ())
+    for _ in range(GUARD_ATTEMPTS):
+        if lease.needs_resync:
+            await lease.resync()
+        if lease.lost or lease.released:
+            raise LeaseLost(sid, "this client no longer holds the lease")
         if lease.publication_head != token.head:
-            raise StaleState(sid, ["the committed head moved while the files were restored"])
-        published = await publisher.publish(plan.artifacts, replace=True, force=bool(changes))
-    except (StoreError, TargetError) as error:
-        if publisher.pending is not None:
-            publisher.abandon()
-        if await _committed_anyway(lease, token, plan):
-            return await _finish(lease, plan, journal, changes, lease.publication_head, True, remains)
-        await _roll_back(lease, journal, changes, error)
-        if journal is None:
-            raise
-        raise RolledBack(sid, operation, error) from error
-    return await _finish(lease, plan, journal, changes, published.head, published.committed, remains)
+            raise StaleState(sid, ["the committed head moved"])
+        journal = new_journal(sid, operation, token.head, plan.digest, changes) if changes else None
+        proof = lease_proof(lease) if journal is not None else []
+        journaled = journal_ops(lease.paths, journal) if journal is not None else []
+        writes = [PutEntry(path, before, after, deferred=True) for path, before, after in ordered_steps(changes)]
+        lead = [*checks, *proof, *journaled, *writes]
+        rider, removed = None, []
+        if journal is not None:
+            sweep = await sweep_ops(lease.target, lease.paths, remains)
+            rider = lease.ride(removal_ops(lease.paths, journal.marker.recovery_id, sweep), delivered=removed.append)
+        try:
+            published = await publisher.publish(plan.artifacts, replace=True, force=bool(changes), lead=lead)
+        except LeadStopped as stopped:
+            result = stopped.result
+            _judge_checks(checks, result, len(checks))
+            at = result.stopped_at
+            assert at is not None
+            if at < len(checks) + len(proof):
+                await lease.resync()  # a renewal moved the generation: follow it and try again
+                continue
+            failed = result[at]
+            why = failed.reason or failed.status.value
+            if at < len(checks) + len(proof) + len(journaled):
+                raise StoreError(f"session {sid}: the recovery record could not be written ({why})") from None
+            error = StoreError(f"session {sid}: project files could not be restored ({lead[at].path}: {why})")
+            return await _after_failure(publisher, token, plan, journal, changes, error, remains)
+        except (StoreError, TargetError) as error:
+            return await _after_failure(publisher, token, plan, journal, changes, error, remains)
+        finally:
+            if rider is not None:
+                lease.withdraw(rider)
+        # A removal the program did not reach (it failed after the commit
+        # point) is made in a program of its own.
+        ran = removed[0] if removed and all(r.status is not Status.SKIPPED for r in removed[0]) else None
+        return await _finish(lease, plan, journal, changes, published.head, published.committed, remains, ran)
+    raise LeaseLost(sid, "the lease kept moving while the files were restored")
+
+
+def _judge_checks(checks: Sequence[Operation], result, count: int) -> None:
+    """Raise :class:`_NotAsExpected` when one of the first ``count``
+    operations (the checks) stopped ``result``."""
+    at = result.stopped_at
+    if at is None or at >= count:
+        return
+    path = checks[at].path
+    found = result[at]
+    if found.status is Status.MISMATCH:
+        raise _NotAsExpected([f"{path} changed since it was read"])
+    raise _NotAsExpected([f"{path} cannot be checked ({found.reason or found.status.value})"])
+
+
+async def _publishes_nothing(publisher: Publisher, plan: InPlacePlan) -> bool:
+    """The replacement is the committed snapshot itself."""
+    manifest = await publisher.committed_manifest()
+    return manifest is not None and snapshot_digest({logical: e.sha256 for logical, e in manifest.entries.items()}) == plan.digest
+
+
+async def _after_failure(
+    publisher: Publisher, token: StateToken, plan: InPlacePlan, journal, changes, error: BaseException, remains: RecoveryState
+) -> InPlaceResult:
+    """The program failed (or its effect is unknown): finish what committed
+    anyway, else put every file back."""
+    lease = publisher.lease
+    if publisher.pending is not None:
+        publisher.abandon()
+    if await _committed_anyway(lease, token, plan):
+        return await _finish(lease, plan, journal, changes, lease.publication_head, True, remains, None)
+    await _roll_back(lease, journal, changes, error)
+    if journal is None:
+        raise error
+    raise RolledBack(lease.session_id, journal.marker.operation, error) from error
 
 
 def _cause_kind(cause: BaseException) -> str:
@@ -519,25 +664,33 @@ async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException)
     if failed:
         raise RecoveryRequired(lease.session_id, rid, failed, str(error)) from error
     try:
-        result, proof = await run_guarded(lease, removal_ops(lease.paths, rid))
+        # The program that failed may not have written the journal at all.
+        result, proof = await run_guarded(lease, removal_ops(lease.paths, rid, unsure=True))
     except (StoreError, TargetError) as cleanup_error:
         raise RecoveryRequired(lease.session_id, rid, {".recovery": str(cleanup_error)}, str(error)) from error
-    if result.stopped_at is not None:
-        why = result[result.stopped_at].reason or result[result.stopped_at].status.value
-        raise RecoveryRequired(lease.session_id, rid, {".recovery": why}, str(error)) from error
+    marker = result[proof]
+    if not marker_removed(marker):
+        raise RecoveryRequired(lease.session_id, rid, {".recovery": marker.reason or marker.status.value}, str(error)) from error
 
 
 async def _finish(
-    lease: LeaseHandle, plan: InPlacePlan, journal, changes, head, committed: bool, remains: RecoveryState
+    lease: LeaseHandle, plan: InPlacePlan, journal, changes, head, committed: bool, remains: RecoveryState,
+    removed: tuple[OpResult, ...] | None,
 ) -> InPlaceResult:
+    """The result, once the journal is gone: ``removed`` holds the results
+    of its removal when that rode the commit (None: removed here, in a
+    program of its own)."""
     warning = None
     if journal is not None:
         try:
-            sweep = await sweep_ops(lease.target, lease.paths, remains)
-            result, _proof = await run_guarded(lease, removal_ops(lease.paths, journal.marker.recovery_id, sweep))
-            if result.stopped_at is not None:
-                stopped = result[result.stopped_at]
-                warning = f"the recovery record was not removed ({stopped.reason or stopped.status.value}); retry the recovery"
+            if removed is None:
+                # The commit's own removal may have run before it failed.
+                sweep = await sweep_ops(lease.target, lease.paths, remains)
+                result, proof = await run_guarded(lease, removal_ops(lease.paths, journal.marker.recovery_id, sweep, unsure=True))
+                removed = result.results[proof:]
+            marker = removed[0]  # removed first: the rest is optional
+            if not marker_removed(marker):
+                warning = f"the recovery record was not removed ({marker.reason or marker.status.value}); retry the recovery"
         except (StoreError, TargetError) as error:
             warning = f"the recovery record was not removed ({error}); retry the recovery"
     written = tuple(path for path, _before, _after in changes)

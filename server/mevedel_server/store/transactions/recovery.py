@@ -86,7 +86,7 @@ _MARKER_NAME = re.compile(r"^recovery-([0-9a-f]{32})\.json\Z")
 _ID_NAME = re.compile(r"^[0-9a-f]{32}\Z")
 DATA_NAME = "repair.data"
 #: Attempts at a guarded program when a lease renewal moved the generation.
-_GUARD_ATTEMPTS = 4
+GUARD_ATTEMPTS = 4
 
 Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 
@@ -282,7 +282,7 @@ async def run_guarded(lease: LeaseHandle, ops: Sequence[Operation]):
     """Run ``ops`` behind the lease proof. A renewal that moved the
     generation meanwhile is followed (resync) and the program tried again;
     a lease that is no longer this client's raises LeaseLost."""
-    for _ in range(_GUARD_ATTEMPTS):
+    for _ in range(GUARD_ATTEMPTS):
         if lease.lost or lease.released:
             raise LeaseLost(lease.session_id, "this client no longer holds the lease")
         proof = lease_proof(lease)
@@ -298,32 +298,12 @@ async def guarded_converge(lease: LeaseHandle, wanted: Mapping[str, Entry | None
     """:func:`converge_files` behind the lease proof (see run_guarded)."""
     from .project_files import converge_files
 
-    for _ in range(_GUARD_ATTEMPTS):
+    for _ in range(GUARD_ATTEMPTS):
         if lease.lost or lease.released:
             raise LeaseLost(lease.session_id, "this client no longer holds the lease")
         outcome = await converge_files(lease.target, wanted, lease_proof(lease))
         if outcome.guard_refused is None:
             return outcome
-        await lease.resync()
-    raise LeaseLost(lease.session_id, "the lease kept moving while files were restored")
-
-
-async def guarded_write(lease: LeaseHandle, changes: Sequence[tuple[str, Entry | None, Entry | None]]) -> ConvergeOutcome:
-    """:func:`write_files` behind the lease proof. After a renewal moved the
-    generation, only the files not yet written are tried again."""
-    from .project_files import ConvergeOutcome, write_files
-
-    remaining = list(changes)
-    written: list[str] = []
-    for _ in range(_GUARD_ATTEMPTS):
-        if lease.lost or lease.released:
-            raise LeaseLost(lease.session_id, "this client no longer holds the lease")
-        outcome = await write_files(lease.target, remaining, lease_proof(lease))
-        written += outcome.written
-        if outcome.guard_refused is None:
-            return ConvergeOutcome(tuple(written), outcome.failed)
-        done = set(outcome.written)
-        remaining = [change for change in remaining if change[0] not in done]
         await lease.resync()
     raise LeaseLost(lease.session_id, "the lease kept moving while files were restored")
 
@@ -393,17 +373,26 @@ async def require_no_recovery(target: Target, session_id: str) -> RecoveryState:
     return state
 
 
-def removal_ops(paths: SessionPaths, recovery_id: str, sweep: Sequence[Operation] = ()) -> list[Operation]:
+def removal_ops(paths: SessionPaths, recovery_id: str, sweep: Sequence[Operation] = (), *, unsure: bool = False) -> list[Operation]:
     """Remove a journal: the marker first (from then on nothing blocks),
     then its bytes and directory, then the ``sweep`` of earlier remains, and
-    the tree itself once it is empty."""
+    the tree itself once it is empty. ``unsure``: the marker may never have
+    been written, or be removed already (after a program whose effect is
+    unknown): its removal does not stop the rest (judge it with
+    :func:`marker_removed`)."""
     return [
-        Remove(marker_path(paths, recovery_id)),
+        Remove(marker_path(paths, recovery_id), optional=unsure),
         Remove(f"{_data_dir(paths, recovery_id)}/{DATA_NAME}", optional=True),
         Remove(_data_dir(paths, recovery_id), optional=True),
         *sweep,
         Remove(_root(paths), optional=True),
     ]
+
+
+def marker_removed(result: OpResult) -> bool:
+    """Whether the marker's removal (the first of :func:`removal_ops`)
+    leaves no marker."""
+    return result.ok or result.status is Status.ABSENT
 
 
 async def sweep_ops(target: Target, paths: SessionPaths, state: RecoveryState) -> list[Operation]:

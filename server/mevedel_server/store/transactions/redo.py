@@ -568,7 +568,7 @@ class Redo:
         when = plan_time(current, self.at)
         redo = plan_redo(current, chosen, when)
         git = index_git_for(source.target, self.workspace_root)
-        survey = await survey_files(source, redo.plan, current.state.files, git)
+        survey = await survey_files(source, redo.plan, current.state, git)
         token = issue_token(self.op, current, when, {"publication": self.publication_id}, survey.hashes)
         remember_plan(token, redo.plan, survey if source.at_once else None)
         gaps = tuple(redo.plan.gaps[p] for p in sorted(redo.plan.gaps))

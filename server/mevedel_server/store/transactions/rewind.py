@@ -143,7 +143,7 @@ class Rewind:
         when = plan_time(state, self.at)
         plan = plan_rewind(state, self.boundary, when)
         git = index_git_for(source.target, self.workspace_root)
-        survey = await survey_files(source, plan, state.state.files, git)
+        survey = await survey_files(source, plan, state.state, git)
         subject = {"side": self.boundary.side.value, "turn": self.boundary.turn}
         token = issue_token(self.op, state, when, subject, survey.hashes)
         remember_plan(token, plan, survey if source.at_once else None)

@@ -74,10 +74,20 @@ class Source:
     queued: Callable[[int], Exception] | None = None
     #: The commit follows the prepare at once, its impact shown to nobody
     #: (``--yes``): the prepare's gate looks for a recovery whatever the
-    #: caller's gate saw, and the commit rechecks with the prepare's own
-    #: reads instead of reading again (every write it makes is still
-    #: conditional on the state those reads saw).
+    #: caller's gate saw (unless ``remains`` says what it holds), and the
+    #: commit rechecks with the prepare's own reads -- or predictions --
+    #: instead of reading again (every write it makes is still conditional
+    #: on the state those saw).
     at_once: bool = False
+    #: What the recovery journal's directory held when the caller's claim
+    #: listed it, known to be unchanged since (no marker: only this
+    #: holder's in-place transactions write one): the remains an in-place
+    #: commit sweeps. None: not known, looked at where it is needed.
+    remains: RecoveryState | None = None
+    #: The queue's listing the caller's claim took, unchanged since (queued
+    #: input is written behind the lease's proof): judged instead of
+    #: listing again. None: listed by the gate.
+    queue_listed: OpResult | None = None
 
     @property
     def paths(self) -> SessionPaths:
@@ -162,29 +172,32 @@ async def gate_reads(source: Source, reads: Sequence[Operation] = (), *, recover
     default ``source.recovery_checked``) and the queue when it matters.
     Refuses with :class:`~.recovery.RecoveryPending` or ``source.queued``'s
     refusal before the plan sees its reads."""
-    look = (source.at_once or not source.recovery_checked) if recovery is None else recovery
+    if recovery is None:
+        recovery = source.remains is None and (source.at_once or not source.recovery_checked)
     paths = source.paths
+    queue = source.queued is not None and source.queue_listed is None
     gate: list[Operation] = []
-    if look:
+    if recovery:
         gate.append(recovery_listing(paths))
-    if source.queued is not None:
+    if queue:
         gate.append(input_listing(paths))
-    if not gate and not reads:
-        return Gated(None, ())
-    results = (await source.target.run(ControlProgram([*gate, *reads]))).results
+    results: Sequence[OpResult] = ()
+    if gate or reads:
+        results = (await source.target.run(ControlProgram([*gate, *reads]))).results
     found = None
     position = 0
-    if look:
+    if recovery:
         found = await find_recovery(source.target, source.session_id, listed=results[0])
         position = 1
         if found.recovery_id is not None:
             raise RecoveryPending(source.session_id, found.recovery_id, found.problem)
     if source.queued is not None:
-        records, problems = await load_inputs(source.target, paths, listed=results[position])
+        listed = results[position] if queue else source.queue_listed
+        records, problems = await load_inputs(source.target, paths, listed=listed)
         waiting = len(records) + len(problems)
         if waiting:
             raise source.queued(waiting)
-        position += 1
+        position += 1 if queue else 0
     return Gated(found, tuple(results[position:]))
 
 

@@ -42,6 +42,7 @@ from mevedel_server.store.transactions.recovery import (
 from mevedel_server.store.transactions.rewind import commit_rewind, prepare_rewind
 from mevedel_server.store.transactions.snapshot_cut import Boundary
 from mevedel_server.targets import (
+    ControlProgram,
     FaultInjectingTarget,
     LocalTarget,
     ProgramTarget,
@@ -385,7 +386,9 @@ def _mk(path):
 
 
 class Sabotage(ProgramTarget):
-    """Fails the publication program, then every write to ``path``."""
+    """Drops the connection in the publication's program as it reaches
+    the manifest (what came before it -- the restored files -- is done),
+    then fails every write to ``path``."""
 
     def __init__(self, inner, path: str) -> None:
         self.inner = inner
@@ -394,9 +397,12 @@ class Sabotage(ProgramTarget):
         self.broken = False
 
     async def run(self, program):
-        writes = [op for op in program.operations if op.writes]
-        if self.armed and any("/.publications/" in op.path and op.path.endswith("manifest.json") for op in writes):
+        ops = program.operations
+        writes = [op for op in ops if op.writes]
+        manifest = next((i for i, op in enumerate(ops) if "/.publications/" in op.path and op.path.endswith("manifest.json")), None)
+        if self.armed and manifest is not None:
             self.broken = True
+            await self.inner.run(ControlProgram(ops[:manifest]))
             raise TargetError(".publications", "the connection dropped")
         if self.broken and any(op.path == self.path for op in writes):
             raise TargetError(self.path, "permission denied")
