@@ -307,6 +307,125 @@ async def test_a_rewind_of_the_open_session_reads_what_its_lease_already_proves_
     assert len(target.programs) - mark == two_phase - 1
 
 
+def _names(program) -> list[str]:
+    return [type(op).__name__ for op in program.operations]
+
+
+async def _resumed(target, sid: str) -> SessionService:
+    """A new process of this client opening ``sid`` as ``mevedel rewind``
+    does: the listing, then the claim that reads the committed bytes."""
+    svc = SessionService(target, ME)
+    await svc.sessions.list()
+    await svc.sessions.open(sid, "resume")
+    return svc
+
+
+async def test_rewind_now_of_a_resumed_session_is_one_program(root):
+    """``mevedel rewind --yes`` in a process of its own: the claim's
+    program listed the recovery journal and the queue, the files are
+    predicted from the last turn's recorded states, and the checks, the
+    journal, the restore, the publication and the journal's removal are
+    one program -- which gives back the file, its mode, and a directory
+    the discarded turns made."""
+    import os
+
+    (root / "notes.txt").write_text("v0\n")
+    os.chmod(root / "notes.txt", 0o640)
+    target = _Counting(root)
+    svc = SessionService(target, ME)
+    sid = (await svc.sessions.create()).session_id
+    await edit_turn(svc, root, sid, "first", "v1\n")
+    await svc.turns.begin_turn(sid, "second")
+    await svc.turns.capture_file(sid, "notes.txt")
+    await svc.turns.capture_file(sid, "made")
+    await svc.turns.capture_file(sid, "made/new.txt")
+    (root / "notes.txt").write_text("v2\n")
+    os.chmod(root / "notes.txt", 0o755)
+    (root / "made").mkdir()
+    (root / "made" / "new.txt").write_text("new\n")
+    await svc.turns.append(sid, EvidenceInput("response", text="answer"))
+    await svc.turns.settle(sid)
+    await svc.sessions.close(sid)
+
+    again = await _resumed(target, sid)
+    mark = len(target.programs)
+    result = await again.history.rewind_now(sid, "after", 1)
+    ran = target.programs[mark:]
+    assert len(ran) == 1, [_names(p) for p in ran]
+    assert {"PutEntry", "Barrier", "Remove"} <= set(_names(ran[0]))
+    assert result.committed and set(result.written) == {"notes.txt", "made", "made/new.txt"}
+    assert (root / "notes.txt").read_text() == "v1\n" and (root / "notes.txt").stat().st_mode & 0o7777 == 0o640
+    assert not (root / "made").exists()
+    assert again.info(sid).settled_turns == 1
+    assert not (root / ".mevedel" / "sessions" / sid / ".recovery").exists()
+
+
+async def test_rewind_now_overwrites_a_file_changed_outside_the_session(root):
+    """A file changed since the last turn recorded it is not what the
+    prediction says: the checks stop the program before anything is
+    written, the file is read, and the Rewind overwrites it as ``--yes``
+    does (one program to read, one to restore and publish)."""
+    target = _Counting(root)
+    svc, sid = await three_turns(root)
+    await svc.sessions.close(sid)
+    (root / "notes.txt").write_text("edited by hand\n")
+    again = await _resumed(target, sid)
+    mark = len(target.programs)
+    result = await again.history.rewind_now(sid, "after", 1)
+    assert len(target.programs) - mark == 3, [_names(p) for p in target.programs[mark:]]
+    assert result.committed and result.written == ("notes.txt",)
+    assert (root / "notes.txt").read_text() == "v1\n"
+
+
+class _ChangesBeforeTheRestore(LocalTarget):
+    """Writes ``notes.txt`` just before each of the next programs that
+    restore project files, one content each: another writer between the
+    read and the restore."""
+
+    def __init__(self, root: Path, *contents: str) -> None:
+        super().__init__(root)
+        self.contents = list(contents)
+
+    async def run(self, program):
+        if self.contents and any(type(op).__name__ == "PutEntry" for op in program.operations):
+            (Path(self.root) / "notes.txt").write_text(self.contents.pop(0))
+        return await super().run(program)
+
+
+async def test_a_change_between_the_recheck_and_the_restore_refuses_the_commit(root):
+    """The restore's program checks each file against what the recheck
+    read, before its journal and before any write: a file changed in
+    between refuses the commit as stale, naming it, and nothing of the
+    Rewind happens."""
+    svc, sid = await three_turns(root)
+    impact = await svc.history.prepare_rewind(sid, "after", 1)
+    await svc.sessions.close(sid)
+    target = _ChangesBeforeTheRestore(root, "written meanwhile\n")
+    again = await _resumed(target, sid)
+    with pytest.raises(StaleState) as refused:
+        await again.history.commit_rewind(sid, impact.token.text)
+    assert "notes.txt changed since it was read" in str(refused.value) and "prepare again" in str(refused.value)
+    assert error_kind(refused.value) == "stale-head"
+    assert (root / "notes.txt").read_text() == "written meanwhile\n"
+    assert again.info(sid).settled_turns == 3
+    assert not (root / ".mevedel" / "sessions" / sid / ".recovery").exists()
+
+
+async def test_rewind_now_refuses_a_file_that_changes_again_while_it_runs(root):
+    """``--yes``: the prediction fails (the file was edited by hand), the
+    file is read, and it changes once more before the restore: refused as
+    stale, nothing written."""
+    svc, sid = await three_turns(root)
+    await svc.sessions.close(sid)
+    (root / "notes.txt").write_text("edited by hand\n")
+    target = _ChangesBeforeTheRestore(root, "edited by hand\n", "and again\n")
+    again = await _resumed(target, sid)
+    with pytest.raises(StaleState, match="notes.txt changed since it was read"):
+        await again.history.rewind_now(sid, "after", 1)
+    assert (root / "notes.txt").read_text() == "and again\n"
+    assert again.info(sid).settled_turns == 3
+
+
 async def queue_a_prompt(svc: SessionService, sid: str) -> str:
     """Queues a follow-up prompt in the session, as a second process of
     this client would; returns its entry ID."""

@@ -5,25 +5,31 @@ A plan (:class:`InPlacePlan`) is the complete replacement snapshot, the
 whole state of every project path it restores and the checkpoint each comes
 from. :func:`survey_files` reads the working tree for the impact (the
 token's hashes, the restore rows, the files changed outside the session and
-the Git index check). :func:`commit_in_place` rechecks the token (the lease
-and head unmoved, every file's content hash the same;
-:class:`~.lifecycle_token.StaleState` otherwise; a prepare and commit at
-once -- ``--yes``, ``Source.at_once`` -- recheck with the prepare's own
-reads, every write still conditional on the state they saw) and then:
+the Git index check); a prepare at once (``--yes``, ``Source.at_once``:
+nobody sees the impact) reads nothing and expects each path to hold the
+state the session last recorded for it after a turn
+(:func:`predicted_files`). :func:`commit_in_place` rechecks the token (the
+lease and head unmoved, every file's content hash the same;
+:class:`~.lifecycle_token.StaleState` otherwise; at once, with the
+prepare's own reads or predictions) and then, in ONE program behind the
+lease's proof:
 
-1. journals the file changes (:mod:`.recovery`: repair bytes, then marker);
-2. restores the project files, each write conditional on the content the
-   recheck saw;
-3. publishes ONE complete replacement snapshot (``replace=True``) over the
-   same head -- the commit point;
-4. removes the journal.
+1. checks that every path holds the state it expects (nothing written
+   otherwise: refused as stale, or -- a prediction that was wrong -- read
+   and made again over what is there);
+2. journals the file changes (:mod:`.recovery`: repair bytes, then marker);
+3. restores the project files, each write conditional on that state;
+4. publishes ONE complete replacement snapshot (``replace=True``) over the
+   same head -- the commit point -- its barrier flushing the files too;
+5. removes the journal (riding after the head: if it does not run, it is
+   removed in a program of its own, or by a retried recovery).
 
 Any failure before the commit point rolls the files back (and drops the
 pending publication); a rollback that cannot finish leaves the marker,
 which blocks the session until :func:`~.recovery.retry_recovery` or
 :func:`~.recovery.abandon_recovery`. The session keeps its ID, name,
 directory, lineage, settings and attachments; ``local/`` is not touched.
-Every write is behind the lease's proof (:func:`~.recovery.run_guarded`).
+Every write is behind the lease's proof (:func:`~.recovery.lease_proof`).
 """
 
 from __future__ import annotations

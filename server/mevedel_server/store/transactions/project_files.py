@@ -235,7 +235,8 @@ class IndexDivergence:
 @dataclass(frozen=True)
 class GitCheck:
     #: ``checked``, ``no-repository``, ``unavailable`` (git missing or
-    #: failing) or ``not-local`` (git cannot be run where the workspace is).
+    #: failing) or ``not-local`` (git cannot be run where the workspace is);
+    #: ``not-checked`` in the impact of a prepare at once, never shown.
     status: str
     divergent: tuple[IndexDivergence, ...] = ()
     detail: str | None = None
