@@ -330,14 +330,19 @@ def predicted_files(turn_files: Sequence[TurnFiles], paths: Sequence[str], conte
     turn (its latest record's post-turn state): what the working tree holds
     unless something outside the session changed it since. None when a
     path has no such record or its bytes are not in the snapshot (then the
-    tree is read)."""
+    tree is read: also when one was recorded before modes were)."""
     recorded = last_recorded(turn_files, paths)
     if len(recorded) != len(set(paths)):
         return None
     try:
-        return {path: entry_of(state, content) for path, (state, _turn) in recorded.items()}
+        predicted = {path: entry_of(state, content) for path, (state, _turn) in recorded.items()}
     except MissingContent:
         return None
+    # A state recorded before modes were would accept any mode, and hide a
+    # mode the restore must change.
+    if any(entry is not None and entry.kind != Entry.SYMLINK and entry.mode is None for entry in predicted.values()):
+        return None
+    return predicted
 
 
 async def survey_files(source: Source, plan: InPlacePlan, current: SessionState, git: GitRunner | None) -> Survey:
