@@ -377,6 +377,24 @@ async def test_rewind_now_overwrites_a_file_changed_outside_the_session(root):
     assert (root / "notes.txt").read_text() == "v1\n"
 
 
+async def test_rewind_now_refuses_a_path_that_cannot_be_restored(root):
+    """A FIFO where the prediction says a file is: the check stops the
+    program, the path is read, and the Rewind is refused naming it, as a
+    prepare that reads refuses -- nothing written, no marker."""
+    import os
+
+    svc, sid = await three_turns(root)
+    await svc.sessions.close(sid)
+    (root / "notes.txt").unlink()
+    os.mkfifo(root / "notes.txt")
+    again = await _resumed(LocalTarget(root), sid)
+    with pytest.raises(Exception, match=r"captured files cannot be restored \(notes.txt: ") as refused:
+        await again.history.rewind_now(sid, "after", 1)
+    assert error_kind(refused.value) == "unreadable"
+    assert again.info(sid).settled_turns == 3
+    assert not (root / ".mevedel" / "sessions" / sid / ".recovery").exists()
+
+
 class _ChangesBeforeTheRestore(LocalTarget):
     """Writes ``notes.txt`` just before each of the next programs that
     restore project files, one content each: another writer between the

@@ -551,7 +551,9 @@ async def _restore_and_publish(
         rider, removed = None, []
         if journal is not None:
             sweep = await sweep_ops(lease.target, lease.paths, remains)
-            rider = lease.ride(removal_ops(lease.paths, journal.marker.recovery_id, sweep), delivered=removed.append)
+            # Never stopping the program: other riders (collection's) follow it.
+            removal = removal_ops(lease.paths, journal.marker.recovery_id, sweep, unsure=True)
+            rider = lease.ride(removal, delivered=removed.append)
         try:
             published = await publisher.publish(plan.artifacts, replace=True, force=bool(changes), lead=lead)
         except LeadStopped as stopped:

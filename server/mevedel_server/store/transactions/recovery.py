@@ -376,10 +376,10 @@ async def require_no_recovery(target: Target, session_id: str) -> RecoveryState:
 def removal_ops(paths: SessionPaths, recovery_id: str, sweep: Sequence[Operation] = (), *, unsure: bool = False) -> list[Operation]:
     """Remove a journal: the marker first (from then on nothing blocks),
     then its bytes and directory, then the ``sweep`` of earlier remains, and
-    the tree itself once it is empty. ``unsure``: the marker may never have
-    been written, or be removed already (after a program whose effect is
-    unknown): its removal does not stop the rest (judge it with
-    :func:`marker_removed`)."""
+    the tree itself once it is empty. ``unsure``: its removal does not stop
+    the program (the marker may never have been written, or be removed
+    already, after a program whose effect is unknown; or more operations
+    follow): judge it with :func:`marker_removed`."""
     return [
         Remove(marker_path(paths, recovery_id), optional=unsure),
         Remove(f"{_data_dir(paths, recovery_id)}/{DATA_NAME}", optional=True),
