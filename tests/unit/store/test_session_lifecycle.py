@@ -277,9 +277,11 @@ async def test_a_rewind_of_the_open_session_reads_what_its_lease_already_proves_
     """The held lease and the bytes the open session last committed (proven
     by the head's manifest) are the committed state, so the prepare reads
     only the working tree, in one program with the recovery journal and the
-    prompt queue; ``rewind_now`` (``--yes``) commits with those reads, so
-    it costs one program less than a prepare and a commit, and restores
-    the same."""
+    prompt queue, and the commit rechecks it in one more before the one
+    that restores and publishes; ``rewind_now`` (``--yes``) reads no file
+    (the recorded states stand for them, checked in the restore's own
+    program), so it costs one program less than a prepare and a commit,
+    and restores the same."""
     (root / "notes.txt").write_text("v0\n")
     target = _Counting(root)
     svc = SessionService(target, ME)
