@@ -77,7 +77,7 @@ class History:
         state = await find_recovery(self._table.target, check_session_id(session_id))
         session = table.sessions.get(session_id)
         if session is not None:
-            session.recovery = state.recovery_id
+            session.recovery, session.recovery_remains = state.recovery_id, state
             session.recovery_clear = state.recovery_id is None and session.lease is not None
         return state.recovery_id
 

@@ -30,7 +30,6 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -78,15 +77,13 @@ from ..transactions.pending_publication import (
     record_pending,
     remove_pending,
 )
+from ..transactions.recovery import RecoveryState
 from .background import PublicationCollector, TurnCheckpoints
 from .clock import TargetTime
 from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
 from .mutation_latch import MutationLatch
 from .renewal import LeaseRenewal
-
-if TYPE_CHECKING:
-    from ..transactions.recovery import RecoveryState
 
 _log = logging.getLogger(__name__)
 
@@ -547,7 +544,7 @@ class OpenSession:
         self.materialized = True
         self.adopt_lease(lease)
         # The directory is this program's own: no recovery journal can be in it.
-        self.recovery_clear = True
+        self.recovery_clear, self.recovery_remains = True, RecoveryState(None, None, None)
         return True
 
     async def _claim(self) -> None:

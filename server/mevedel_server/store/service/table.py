@@ -235,7 +235,7 @@ class SessionTable:
         if session.recovery_clear and session.lease is not None:
             return  # looked since the lease was taken, and nothing wrote one since
         state = await find_recovery(self.target, session.session_id)
-        session.recovery = state.recovery_id
+        session.recovery, session.recovery_remains = state.recovery_id, state
         session.recovery_clear = state.recovery_id is None and session.lease is not None
         if state.recovery_id is not None:
             raise RecoveryPending(session.session_id, state.recovery_id, state.problem)
