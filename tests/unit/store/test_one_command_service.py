@@ -215,19 +215,65 @@ def removals(shapes) -> list:
     return [shape for shape in shapes if shape[:2] == ("Verify", "Verify") and "Remove" in shape]
 
 
+async def fresh_collection(root, name: str, sid: str):
+    """What a step knowing nothing removes, on a copy of the workspace now."""
+    from mevedel_server.store.workspace_wide.collection import collect
+
+    twin = root.parent / f"{root.name}-{name}"
+    shutil.copytree(root, twin, symlinks=True)
+    twin_service = SessionService(LocalTarget(twin), ME)
+    await twin_service.sessions.open(sid)
+    return await collect(twin_service.session(sid).lease, quiesced=True)
+
+
+def publications(root, sid: str) -> set[str]:
+    return {p.name for p in (root / ".mevedel" / "sessions" / sid / ".publications").iterdir() if not p.name.startswith(".")}
+
+
+async def test_collection_rides_a_commit_and_the_exit_leaves_its_removal_for_the_next_command(tmp_path):
+    """A commit after the command's first carries collection's removal,
+    judged from what the claim and the first commit read: it removes what
+    a collection reading everything afresh removes under the head that
+    commit replaces, in the commit's own program. The exit then runs no
+    program: what it would remove is left for the next command, whose
+    commits remove it."""
+    from mevedel_server.store.service import PRODUCT_STORAGE
+
+    sid = await earlier_process(tmp_path)
+    left = None
+    for command in (1, 2):
+        recording = Recording(LocalTarget(tmp_path))
+        service = SessionService(recording, ME, one_command=True, **PRODUCT_STORAGE)
+        await service.sessions.list()
+        await service.sessions.open(sid)
+        await service.turns.begin_turn(sid, f"later prompt {command}")
+        await service.turns.checkpoint(sid)  # the first commit reads what the step judges
+        fresh = await fresh_collection(tmp_path, f"before-commit-{command}", sid)
+        await service.turns.settle(sid)
+        collector = service.session(sid).collector
+        rode = collector.rode[-1]
+        assert command == 2 or rode.removed or rode.trimmed, rode  # the earlier process's, seconds apart
+        assert (rode.removed, rode.trimmed) == (fresh.removed, fresh.trimmed)
+        assert not publications(tmp_path, sid) & set(rode.removed)
+        if left is not None:  # what the first exit left is gone
+            assert not publications(tmp_path, sid) & set(left.removed), left
+        # (empty when this command's generations share one second: all kept)
+        left = await fresh_collection(tmp_path, f"before-exit-{command}", sid)
+        before = len(recording.shapes)
+        await service.sessions.detach()
+        assert removals(recording.shapes) == []  # no program of its own
+        assert collector.steps == 0 and removals(recording.shapes[before:]) == []
+
+
 async def test_collection_at_exit_reads_nothing_the_commits_read_ahead(tmp_path):
     """A one-command service's collection, run when the command detaches,
     takes the clock, the publications' listing, every directory's survey
     and every generation's turn state from the programs of the claim and
-    the head commits (they rode them): it runs no program of its own but
-    its removal, and removes what a collection reading everything afresh
-    removes."""
+    the head commits (they rode them), and its commits carried the
+    removals: it runs no program."""
     sid = await earlier_process(tmp_path)
     at_exit, report, fresh = await exit_against_a_fresh_twin(tmp_path, sid, turns=2, commits_per_turn=2)
-    assert removals(at_exit) and len(at_exit) == len(removals(at_exit)), at_exit  # removals, and no read
-    assert report is not None and report.blocked is None
-    assert (report.removed, report.trimmed) == (fresh.removed, fresh.trimmed)
-    assert {k.publication_id for k in report.kept} == {k.publication_id for k in fresh.kept}
+    assert at_exit == [] and report is None and fresh.blocked is None
     fresh_service = SessionService(LocalTarget(tmp_path), ME)
     assert [t.preview for t in await fresh_service.turns.summaries(sid)][:2] == ["prompt 1", "prompt 2"]
 

@@ -706,6 +706,9 @@ class Rider:
     #: to set :attr:`ops` from what its owner knows by then (a head
     #: commit's ``publication_head`` names the publication it commits).
     compose: Callable[[Mapping[str, object]], Sequence[Operation]] | None = None
+    #: Carried after every other rider (composed after them too): its
+    #: failure stops the rest of the program, and no other rider's.
+    last: bool = False
     #: The results of the last commit that carried the operations (and
     #: that ``delivered`` did not refuse), and the generation it wrote.
     results: tuple[OpResult, ...] | None = None
@@ -819,7 +822,7 @@ class LeaseHandle:
         Returns the program result when a lead operation stopped it
         (nothing about the lease was written); raises :class:`LeaseLost`
         when the rotation itself was refused."""
-        riders = list(self.riding)
+        riders = [r for r in self.riding if not r.last] + [r for r in self.riding if r.last]
         for rider in riders:
             if rider.compose is not None:
                 rider.ops = tuple(rider.compose(changes))
@@ -842,11 +845,11 @@ class LeaseHandle:
 
     def ride(self, ops: Sequence[Operation], *, every: bool = False,
              delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None, lock: str | None = None,
-             compose: Callable[[Mapping[str, object]], Sequence[Operation]] | None = None) -> Rider:
+             compose: Callable[[Mapping[str, object]], Sequence[Operation]] | None = None, last: bool = False) -> Rider:
         """Have the next head commit (``every``: each one) carry ``ops``;
         ``delivered`` is told their results (False: do not keep them for
-        :meth:`Rider.take`); ``lock``, ``compose``: see :class:`Rider`."""
-        rider = Rider(tuple(ops), every, delivered, lock=lock, compose=compose)
+        :meth:`Rider.take`); ``lock``, ``compose``, ``last``: see :class:`Rider`."""
+        rider = Rider(tuple(ops), every, delivered, lock=lock, compose=compose, last=last)
         self.riding.append(rider)
         return rider
 

@@ -21,6 +21,13 @@ times, and over SSH each job is four or five round trips). Its reads ride
 the session's head commits instead (:class:`~..workspace_wide.collection.Ahead`,
 starting from the listing the claim took: :meth:`PublicationCollector.listed`),
 so the job at exit finds them known and runs no program but a removal.
+And the removal itself rides a commit when the facts are in hand before
+it (:func:`~..workspace_wide.collection.plan_riding_removal`): a commit
+after the first carries what collection would remove under the head it
+replaces, last in its program; once one did, the removal the job at exit
+judges is left for the next command's commits, which judge it again (a
+command whose commits carry none removes at its exit as before), so at
+most what one command superseded waits.
 
 Mid-turn checkpoints (:class:`TurnCheckpoints`)
 ------------------------------------------------
@@ -47,6 +54,8 @@ from ..workspace_wide.collection import (
     collect,
     judge_ahead,
     opening_ops,
+    plan_riding_removal,
+    survey_ops,
 )
 
 _log = logging.getLogger(__name__)
@@ -146,6 +155,14 @@ class PublicationCollector(_Background):
         #: running now reads ahead of the step.
         self._listed: tuple[str, ...] = ()
         self._planned: Ahead | None = None
+        #: The removal the commit running now carries (its operations, the
+        #: directories whose surveys follow them, the report it plans);
+        #: and the lease generation whose commit last carried one, every
+        #: operation done (the job at exit leaves its removal for later).
+        self._removing: tuple[list[Operation], list[str], CollectionReport] | None = None
+        self._rode_at: int | None = None
+        #: What the removals that rode did (for tests and the log).
+        self.rode: list[CollectionReport] = []
 
     def schedule(self) -> None:
         """Collect soon (coalesced with a job already running); a deferred
@@ -171,6 +188,7 @@ class PublicationCollector(_Background):
         lease = self._session.lease
         if lease is not None and (self._riding is None or self._riding[0] is not lease):
             self._riding = (lease, lease.ride(opening_ops(lease.paths), every=True, delivered=self._read_ahead, compose=self._ahead))
+            lease.ride((), every=True, delivered=self._removed_ahead, compose=self._removal, last=True)
 
     def listed(self, listing: OpResult, kept: OpResult | None = None) -> None:
         """What another program of this holder read (the claim's): the
@@ -196,8 +214,52 @@ class PublicationCollector(_Background):
                 publishing = head.split("/")[1]
                 manifests[publishing] = manifest
         self._cache.hold(lease)
-        self._planned, ops = Ahead.plan(lease.paths, self._cache, self._listed, manifests, publishing)
+        listed = self._listed
+        self._removing = planned = None
+        # A commit that moves the head to a manifest not known here carries
+        # no removal: what that manifest names could not be retained.
+        moving = "publication_head" in changes and changes["publication_head"] != lease.publication_head
+        if publishing is not None or not moving:
+            try:
+                planned = plan_riding_removal(
+                    lease, self._cache, listed, manifests.get(publishing) if publishing else None,
+                    keep_recent=self.keep_recent, max_removals=self.max_removals,
+                )
+            except LeaseLost:
+                planned = None
+        if planned is not None:
+            ops, report = planned
+            touched = {*report.removed, *report.trimmed}
+            # What it touches is surveyed after it, not before.
+            listed = tuple(n for n in listed if n not in touched)
+            resurveyed = sorted(report.trimmed)
+            self._removing = (ops, resurveyed, report)
+        self._planned, ops = Ahead.plan(lease.paths, self._cache, listed, manifests, publishing)
         return tuple(ops)
+
+    def _removal(self, changes: Mapping[str, object]) -> tuple[Operation, ...]:
+        if self._removing is None:
+            return ()
+        ops, resurveyed, _report = self._removing
+        return (*ops, *(op for pid in resurveyed for op in survey_ops(self._session.lease.paths, pid)))
+
+    def _removed_ahead(self, results: tuple[OpResult, ...]) -> None:
+        removing, self._removing = self._removing, None
+        if removing is None:
+            return
+        ops, resurveyed, report = removing
+        lease = self._session.lease
+        if any(not r.ok for r in results[: len(ops)]) or any(r.status is Status.SKIPPED for r in results):
+            self._rode_at = None  # the job at exit judges afresh
+            return
+        gone = {op.path.rsplit("/", 1)[1] for op in ops if op.path.rsplit("/", 1)[0] == lease.paths.publications_dir}
+        self._listed = tuple(n for n in self._listed if n not in gone)
+        at = len(ops)
+        for pid in resurveyed:
+            self._cache.absorb(lease.paths, pid, list(results[at : at + 4]), quiesced=True)
+            at += 4
+        self._rode_at = lease.generation
+        self.rode.append(report)
 
     def _read_ahead(self, results: tuple[OpResult, ...]) -> None:
         planned, self._planned = self._planned, None
@@ -209,6 +271,19 @@ class PublicationCollector(_Background):
             self._listed = tuple(results[1].value)
         if planned.read:
             judge_ahead(lease.paths, self._cache)
+
+    def _leaves_removal(self, lease) -> bool:
+        """Whether the job at exit leaves what it would remove for the
+        next command: a commit of this command carried a removal, and
+        everything the step judges is in hand (nothing to read, no pack
+        due), so the next command's commits will carry this one too."""
+        if not self.deferred or self._rode_at is None or self._rode_at != lease.generation:
+            return False
+        planned = plan_riding_removal(lease, self._cache, self._listed, None, keep_recent=self.keep_recent, max_removals=self.max_removals)
+        if planned is None:
+            return False
+        _log.info("session %s: collection of %d publication(s) left for the next command", lease.session_id, len(planned[1].removed))
+        return True
 
     def _take_opened(self, lease) -> tuple | None:
         """The last commit's opening reads, once, when nothing was
@@ -227,6 +302,8 @@ class PublicationCollector(_Background):
             try:
                 async with publisher.serial:
                     if lease.lost or lease.released or not self._alive():
+                        return
+                    if self._leaves_removal(lease):
                         return
                     report = await collect(
                         lease, max_removals=self.max_removals, keep_recent=self.keep_recent, quiesced=True, cache=self._cache,

@@ -55,6 +55,9 @@ re-judging it (once files are gone its remains look newer than the head,
 which would otherwise protect them). Trimming needs no marker: every step
 judges a trimmed directory afresh by the references to its files.
 The lease is renewed first when the target clock shows it close to expiry.
+A holder's head commit may carry a step's removal instead, judged from
+what is in hand before it (:func:`plan_riding_removal`): the commit's
+rotation is then the proof, and the removal runs after it.
 
 What a step reads
 -----------------
@@ -252,7 +255,7 @@ class CollectionCache(msgspec.Struct):
         return states, [Replace(f"{paths.publications_dir}/{KEPT_TURN_STATES}", encode_record(record), deferred=True, optional=True)]
 
     def absorb(self, paths: SessionPaths, publication_id: str, results: list[OpResult], *, quiesced: bool, marked: bool = False) -> _Directory:
-        """Judge one directory's :func:`_survey_ops` results, and keep the
+        """Judge one directory's :func:`survey_ops` results, and keep the
         survey when it is settled: a directory without a manifest may be a
         publication in flight, unless the caller holds the publisher's lock."""
         d = _Directory(publication_id)
@@ -279,7 +282,7 @@ class _Directory(msgspec.Struct):
         return self.manifest is not None and not self.marked
 
 
-def _survey_ops(paths: SessionPaths, pid: str) -> list[Operation]:
+def survey_ops(paths: SessionPaths, pid: str) -> list[Operation]:
     directory = paths.publication_dir(pid)
     return [
         ListDir(directory, optional=True),
@@ -411,7 +414,7 @@ class Ahead(msgspec.Struct):
         volumes = sorted(n for n in names if is_volume_name(n) and n not in cache.volumes)
         ops: list[Operation] = [*opening_ops(paths)]
         for pid in pids:
-            ops += _survey_ops(paths, pid)
+            ops += survey_ops(paths, pid)
         ops += [Read(paths.inside(path), optional=True) for path in reads]
         ops += [Read(f"{paths.publications_dir}/{name}", optional=True) for name in volumes]
         keeping, write = cache.kept_ops(paths, names | ({publishing} if publishing else set()))
@@ -486,6 +489,40 @@ def judge_ahead(paths: SessionPaths, cache: CollectionCache) -> None:
         judging.close()
 
 
+def plan_riding_removal(
+    lease: LeaseHandle, cache: CollectionCache, listed: Iterable[str], committing: PublicationManifest | None, *,
+    keep_recent: int = DEFAULT_KEEP_RECENT, max_removals: int = DEFAULT_MAX_REMOVALS,
+) -> tuple[list[Operation], CollectionReport] | None:
+    """The removal :func:`collect` would run now (quiesced: the caller
+    holds the publisher's lock), judged from ``cache`` and the publications
+    last ``listed`` alone, for a head commit of this holder to carry after
+    its rotation (the rotation is the step's lease proof); ``committing``:
+    the manifest that commit makes the head (every file it names is
+    retained). What the commit removes could only be retained again by a
+    newer head naming it, and that head is ``committing``: a newer head
+    shrinks the recent window and supersedes, never revives. None when the
+    judgement wants a read no program made, a pack is due (a program of its
+    own) or nothing is listed. The report's ``removed`` and ``trimmed`` are
+    what the operations remove and trim when they all succeed."""
+    ops: list[Operation] = []
+    names = tuple(listed)
+    if not names or lease.publication_head is None:
+        return None
+    opened = (OpResult(Status.OK, lease.now), OpResult(Status.OK, names))
+    step = collect(
+        lease, keep_recent=keep_recent, max_removals=max_removals, quiesced=True, cache=cache, opened=opened,
+        _planning=ops, _committing=committing,
+    )
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return ops, done.value
+    except _Missing:
+        return None
+    step.close()  # it waited for something: not in hand
+    return None
+
+
 async def collect(
     lease: LeaseHandle,
     *,
@@ -495,6 +532,8 @@ async def collect(
     cache: CollectionCache | None = None,
     pack_batch: int | None = DEFAULT_PACK_BATCH,
     opened: tuple[OpResult, ...] | None = None,
+    _planning: list[Operation] | None = None,
+    _committing: PublicationManifest | None = None,
 ) -> CollectionReport:
     """One bounded collection step for the session ``lease`` holds.
 
@@ -519,7 +558,8 @@ async def collect(
         raise ValueError("pack_batch is a positive whole number of generations")
     if lease.lost or lease.released:
         raise LeaseLost(lease.session_id, "this client no longer holds the lease")
-    target, paths = lease.target, lease.paths
+    # Planning judges only what is in hand (:func:`plan_riding_removal`).
+    target, paths = (lease.target if _planning is None else _InHand()), lease.paths
     head = lease.publication_head
 
     clock, listing = opening_ops(paths)
@@ -549,7 +589,7 @@ async def collect(
     if cache is not None:
         cache.hold(lease)
     unknown = [d.publication_id for d in directories if cache is None or d.publication_id not in cache.surveys]
-    surveyed = await _run_batched(target, [_survey_ops(paths, pid) for pid in unknown], _SURVEY_BATCH)
+    surveyed = await _run_batched(target, [survey_ops(paths, pid) for pid in unknown], _SURVEY_BATCH)
     judging = cache if cache is not None else CollectionCache()
     fresh = {pid: judging.absorb(paths, pid, results, quiesced=quiesced, marked=pid in markers) for pid, results in zip(unknown, surveyed)}
     for at, d in enumerate(directories):
@@ -658,6 +698,8 @@ async def collect(
             retain(d, why)
             to_pack.append(d)
     if pack_batch is not None and len(to_pack) >= pack_batch:
+        if _planning is not None:
+            raise _Missing  # packing is a program of its own
         # What the pack must go on holding: what Redo offers, and what
         # cannot be judged.
         keep = {h.publication_id for h in offered} | {k.publication_id for k in unjudged}
@@ -667,9 +709,12 @@ async def collect(
         # None of them could be read whole now: they stay loose, and the
         # step goes on with the rest of collection.
     named_files: dict[str, set[str]] = {}
-    for d in list(retained.values()):
-        assert d.manifest is not None
-        for entry in d.manifest.entries.values():
+    # A head being committed is retained like the head (it may reuse bytes
+    # of any directory).
+    naming = [(d, d.manifest) for d in retained.values()] + ([(None, _committing)] if _committing is not None else [])
+    for d, manifest in naming:
+        assert manifest is not None
+        for entry in manifest.entries.values():
             _, pid, name = entry.published.split("/")
             named = by_id.get(pid)
             named_files.setdefault(pid, set()).add(name)
@@ -700,7 +745,7 @@ async def collect(
     if not candidates and not trims and not stale_markers and not debris and not superseded_volumes:
         return CollectionReport((), kept, 0)
 
-    if now + _RENEW_MARGIN >= lease.record.expires_at:
+    if _planning is None and now + _RENEW_MARGIN >= lease.record.expires_at:
         await lease.renew()
     generation, raw = lease.generation, lease.raw
     ops: list[Operation] = [
@@ -736,7 +781,7 @@ async def collect(
         budget -= min(budget, len(names))
     ops += retire + payloads
     keeping: dict[str, KeptTurnState] | None = None
-    if cache is not None:  # the turn states of what stays, for the next process
+    if cache is not None and _planning is None:  # the turn states of what stays, for the next process
         keeping, write = cache.kept_ops(paths, [d.publication_id for d in directories if d not in candidates])
         ops += write
         keeping = keeping if write else None
@@ -745,6 +790,13 @@ async def collect(
             cache.surveys.pop(d.publication_id, None)
         for d, _names in trims:
             cache.surveys.pop(d.publication_id, None)
+    if _planning is not None:  # the carrying commit's rotation is the proof
+        _planning += ops[proof:]
+        planned = {op.path for op in ops[proof:] if isinstance(op, Remove)}
+        return CollectionReport(
+            tuple(d.publication_id for d in candidates if paths.publication_dir(d.publication_id) in planned), kept,
+            len(candidates) + len(trims), trimmed=tuple(d.publication_id for d, _names in trims),
+        )
     result = await target.run(ControlProgram(ops))
 
     if result.stopped_at is not None and result.stopped_at < proof:
