@@ -745,12 +745,16 @@ that matches each regexp of CHOICES."
 editor's server may ask its user something meanwhile).  Return (STATUS . JSON)."
   (let* ((default-directory mevedel-test-root)
          (buffer (generate-new-buffer " *mevedel cli*"))
+         (errors (generate-new-buffer " *mevedel cli stderr*"))
          (process (make-process :name "mevedel-cli" :buffer buffer :connection-type 'pipe :sentinel #'ignore
-                                :stderr (get-buffer-create " *mevedel cli stderr*")
+                                :stderr errors
                                 :command (append mevedel-test-cli args '("--json")))))
     (mevedel-test--wait (lambda () (not (process-live-p process))) "the CLI to finish" 120)
     (let ((output (with-current-buffer buffer (buffer-string))))
-      (mevedel-test--log "cli %S -> %s" args output)
+      ;; Its stderr and how it ended too: a command that printed no JSON
+      ;; must say why in the failure, not as a parse error alone.
+      (mevedel-test--log "cli %S -> %s [%s %s] stderr: %s" args output (process-status process)
+                         (process-exit-status process) (with-current-buffer errors (buffer-string)))
       (cons (process-exit-status process) (json-parse-string output :object-type 'plist)))))
 
 (ert-deftest mevedel-lsp-test-control-transfer ()
