@@ -750,6 +750,9 @@ editor's server may ask its user something meanwhile).  Return (STATUS . JSON)."
                                 :stderr errors
                                 :command (append mevedel-test-cli args '("--json")))))
     (mevedel-test--wait (lambda () (not (process-live-p process))) "the CLI to finish" 120)
+    ;; Emacs may reap the process before it has read the last of its
+    ;; output from the pipe: read on until the pipe says nothing more.
+    (while (accept-process-output process 0.1))
     (let ((output (with-current-buffer buffer (buffer-string))))
       ;; Its stderr and how it ended too: a command that printed no JSON
       ;; must say why in the failure, not as a parse error alone.
