@@ -48,6 +48,7 @@ from ...targets import Operation, OpResult, Status, TargetError
 from ..errors import LeaseLost, StoreError
 from ..workspace_wide.collection import (
     DEFAULT_KEEP_RECENT,
+    SURVEY_OPS,
     Ahead,
     CollectionCache,
     CollectionReport,
@@ -256,8 +257,8 @@ class PublicationCollector(_Background):
         self._listed = tuple(n for n in self._listed if n not in gone)
         at = len(ops)
         for pid in resurveyed:
-            self._cache.absorb(lease.paths, pid, list(results[at : at + 4]), quiesced=True)
-            at += 4
+            self._cache.absorb(lease.paths, pid, list(results[at : at + SURVEY_OPS]), quiesced=True)
+            at += SURVEY_OPS
         self._rode_at = lease.generation
         self.rode.append(report)
 

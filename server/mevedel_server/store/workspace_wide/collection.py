@@ -282,6 +282,11 @@ class _Directory(msgspec.Struct):
         return self.manifest is not None and not self.marked
 
 
+#: Operations in one directory's :func:`survey_ops` (its results are cut
+#: out of a longer program by this count).
+SURVEY_OPS = 4
+
+
 def survey_ops(paths: SessionPaths, pid: str) -> list[Operation]:
     directory = paths.publication_dir(pid)
     return [
@@ -427,8 +432,8 @@ class Ahead(msgspec.Struct):
         no publication of this holder was in flight)."""
         at = len(opening_ops(paths))
         for pid in self.surveyed:
-            cache.absorb(paths, pid, list(results[at : at + 4]), quiesced=True, marked=pid in self.marked)
-            at += 4
+            cache.absorb(paths, pid, list(results[at : at + SURVEY_OPS]), quiesced=True, marked=pid in self.marked)
+            at += SURVEY_OPS
         for path in self.read:
             if results[at].ok:
                 cache.reads[path] = results[at]
