@@ -34,8 +34,12 @@ settings.register_profile("mevedel", deadline=None, suppress_health_check=[Healt
 settings.load_profile("mevedel")
 
 #: Test files whose tests must all run on one worker: they build into the
-#: repository (the VS Code client's out-test/, a wheel of the checkout).
-SERIAL_FILES = {"test_vscode.py": "vscode", "test_wheel_docs.py": "wheel"}
+#: repository (the VS Code client's out/ and out-test/, a wheel of the
+#: checkout). The two VS Code files share a group: both package the client
+#: (`vsce package` rebuilds out/extension.js), and the real workbench's
+#: module fixture (code-server, a browser, the .vsix) is then started once,
+#: not on every worker its tests were dealt to.
+SERIAL_FILES = {"test_vscode.py": "vscode", "test_vscode_workbench.py": "vscode", "test_wheel_docs.py": "wheel"}
 
 _isolated: Path | None = None
 
