@@ -105,9 +105,9 @@ from ..transactions.recovery import RECOVERY_DIR, recovery_ids
 BATCH = 1024
 #: Re-reads of a lease head that moved between its listing and its read.
 _HEAD_ATTEMPTS = 4
-#: How a head that moved away under the read reads (the target lists again
-#: for a while; past that, so does the listing).
-_MOVED = OpResult(Status.ABSENT)
+_OK = Status.OK
+#: The lease chain of a session without ``.lease/``.
+_NO_CHAIN = Chain((), ())
 
 
 class SessionAction(enum.Enum):
@@ -337,22 +337,25 @@ class _Probe:
     survey entry, ``ops`` are its operations in a later program (the
     unusual: see the module), ``accept`` consumes their results."""
 
+    # Defaults as class attributes: most sessions finish in the survey's
+    # program and set only what they reach.
+    stage = _Stage.CHAIN
+    head_generation = 0
+    generations: tuple[int, ...] = ()
+    attempts = 0
+    pending: InspectSessionRow | None = None
+    #: The session directory's stat, from its survey entry.
+    stat: OpResult | None = None
+    #: The directory's listing showed ``.recovery/``, not listed yet.
+    recovery_unread = False
+    #: The live lease's transfer generation when its directory holds
+    #: ``requests/``: that generation's request and answer, not read yet.
+    requests_unread: int | None = None
+    #: The stage, the recovery listing and the request reads of the last ``ops``.
+    emitted: tuple[_Stage, bool, int | None] = (_Stage.CHAIN, False, None)
+
     def __init__(self, survey: SessionSurvey) -> None:
         self.survey = survey
-        self.stage = _Stage.CHAIN
-        self.head_generation = 0
-        self.generations: tuple[int, ...] = ()
-        self.attempts = 0
-        self.pending: InspectSessionRow | None = None
-        #: The session directory's stat, from its survey entry.
-        self.stat: OpResult | None = None
-        #: The directory's listing showed ``.recovery/``, not listed yet.
-        self.recovery_unread = False
-        #: The live lease's transfer generation when its directory holds
-        #: ``requests/``: that generation's request and answer, not read yet.
-        self.requests_unread: int | None = None
-        #: The stage, the recovery listing and the request reads of the last ``ops``.
-        self.emitted: tuple[_Stage, bool, int | None] = (self.stage, False, None)
 
     # -- helpers -----------------------------------------------------------
 
@@ -370,8 +373,8 @@ class _Probe:
     def _fail_record(self, subject: InspectSubject, error: RecordError) -> None:
         self._fail(subject, str(error), error.kind)
 
-    def _op_failure(self, subject: InspectSubject, label: str, result: OpResult) -> None:
-        self._fail(subject, f"{label}: {result.reason or result.status.value}")
+    def _op_failure(self, subject: InspectSubject, label: str, status: Status, reason: str | None) -> None:
+        self._fail(subject, f"{label}: {reason or status.value}")
 
     # -- stages ------------------------------------------------------------
 
@@ -434,9 +437,11 @@ class _Probe:
                 # entry's reads would have answered.
                 self.accept_entry(SurveyedDir(self.survey.name, surveyed, surveyed, (surveyed, surveyed)), now)
         elif stage is _Stage.MANIFEST:
-            self._accept_manifest(results[0])
+            read = results[0]
+            self._accept_manifest(read.status, read.value, read.reason)
         elif stage is _Stage.SIDECAR:
-            self._accept_sidecar(results[0])
+            read = results[0]
+            self._accept_sidecar(read.status, read.value, read.reason)
 
     def accept_entry(self, entry: SurveyedDir, now: int | None) -> None:
         """The session directory's survey entry: its stat, its listing, its
@@ -488,33 +493,42 @@ class _Probe:
     def _accept_chain(self, result: OpResult, now: int | None) -> None:
         paths = self.survey.paths
         assert paths is not None
-        if result.status is Status.ABSENT:
-            chain = Chain((), ())
-        elif not result.ok:
+        status = result.status
+        if status is _OK:
+            chain = result.value
+        elif status is Status.ABSENT:
+            chain = _NO_CHAIN
+        else:
             # Perhaps the session directory itself is the problem: its stat
             # decides which row this is.
-            self._op_failure(InspectSubject.LEASE, paths.label(".lease"), result)
+            self._op_failure(InspectSubject.LEASE, paths.label(".lease"), status, result.reason)
             return
-        else:
-            chain = result.value
         generations = generation_numbers(chain.names)
         if not generations:
             # Never claimed: its time is the directory's.
             self.survey.observation = LeaseObservation(paths.session_id, 0, None, None, None, ())
             self._accept_directory()
             return
-        self.head_generation = generations[-1]
+        head = self.head_generation = generations[-1]
         self.generations = tuple(generations)
         # Each link counts only as the file the record before it names, as
         # decoded here; the target merely followed the bytes.
         links = chain.links
         count = len(links)
-        head = paths.generation(self.head_generation)
-        self._accept_lease(links[0].result() if count and links[0].path == head else _MOVED, now)
-        if self.stage is _Stage.MANIFEST and count > 1 and links[1].path == self._manifest_path():
-            self._accept_manifest(links[1].result())
-            if self.stage is _Stage.SIDECAR and count > 2 and links[2].path == self._sidecar_path():
-                self._accept_sidecar(links[2].result())
+        if not count or links[0].path != paths.generation(head):
+            self._accept_lease(Status.ABSENT, None, None, now)  # moved away under the read
+            return
+        link = links[0]
+        record = self._accept_lease(link.status, link.data, link.reason, now)
+        if record is None or record.publication_head is None or count < 2:
+            return
+        link = links[1]
+        if link.path != self._manifest_path():
+            return
+        if self._accept_manifest(link.status, link.data, link.reason) is not None and count > 2:
+            link = links[2]
+            if link.path == self._sidecar_path():
+                self._accept_sidecar(link.status, link.data, link.reason)
 
     def _accept_directory(self) -> None:
         """Finish with the directory's stat: its time, and the row it makes
@@ -540,75 +554,81 @@ class _Probe:
         elif self.pending is not None:
             survey.problem = msgspec.structs.replace(self.pending, modified_at=survey.modified_at)
 
-    def _accept_lease(self, read: OpResult, now: int | None) -> None:
+    def _accept_lease(self, status: Status, data: bytes | None, reason: str | None, now: int | None) -> LeaseRecord | None:
+        """Take the head generation's read; its record once accepted."""
         paths = self.survey.paths
         assert paths is not None
         head = self.head_generation
-        if read.status is Status.ABSENT:
-            # Pruned by a successor between listing and reading: list again.
-            self.attempts += 1
-            if self.attempts >= _HEAD_ATTEMPTS:
-                self._fail(InspectSubject.LEASE, f"session {paths.session_id}: the lease changed on every observation")
+        if status is not _OK:
+            if status is Status.ABSENT:
+                # Pruned by a successor between listing and reading: list again.
+                self.attempts += 1
+                if self.attempts >= _HEAD_ATTEMPTS:
+                    self._fail(InspectSubject.LEASE, f"session {paths.session_id}: the lease changed on every observation")
+                else:
+                    self.stage = _Stage.CHAIN
             else:
-                self.stage = _Stage.CHAIN
-            return
-        if not read.ok:
-            self._op_failure(InspectSubject.LEASE, paths.generation_label(head), read)
-            return
+                self._op_failure(InspectSubject.LEASE, paths.generation_label(head), status, reason)
+            return None
+        assert data is not None
         try:
-            record = decode_lease_generation(paths, head, read.value)
+            record = decode_lease_generation(paths, head, data)
         except RecordError as error:
             self._fail_record(InspectSubject.LEASE, error)
-            return
-        self.survey.observation = LeaseObservation(paths.session_id, head, record, read.value, now, self.generations)
+            return None
+        self.survey.observation = LeaseObservation(paths.session_id, head, record, data, now, self.generations)
         self.stage = _Stage.DONE if record.publication_head is None else _Stage.MANIFEST
+        return record
 
-    def _accept_manifest(self, result: OpResult) -> None:
+    def _accept_manifest(self, status: Status, data: bytes | None, reason: str | None) -> PublicationManifest | None:
+        """Take the head's manifest; the manifest once accepted."""
         paths = self.survey.paths
         assert paths is not None and self.survey.observation is not None
         head = self.survey.observation.publication_head
         assert head is not None
         label = paths.label(head)
-        if result.status is Status.ABSENT:
-            self._fail(InspectSubject.MANIFEST, f"{label}: the committed manifest is missing", RecordErrorKind.MISSING)
-            return
-        if not result.ok:
-            self._op_failure(InspectSubject.MANIFEST, label, result)
-            return
+        if status is not _OK:
+            if status is Status.ABSENT:
+                self._fail(InspectSubject.MANIFEST, f"{label}: the committed manifest is missing", RecordErrorKind.MISSING)
+            else:
+                self._op_failure(InspectSubject.MANIFEST, label, status, reason)
+            return None
+        assert data is not None
         try:
-            manifest = decode_manifest(label, head.split("/")[1], result.value)
+            manifest = decode_manifest(label, head.split("/")[1], data)
         except RecordError as error:
             self._fail_record(InspectSubject.MANIFEST, error)
-            return
+            return None
         if SIDECAR_PATH not in manifest.entries:
             self._fail(
                 InspectSubject.SIDECAR,
                 f"{label}: the publication has no sidecar ({SIDECAR_PATH})",
                 RecordErrorKind.MISSING,
             )
-            return
+            return None
         self.survey.manifest = manifest
         self.stage = _Stage.SIDECAR
+        return manifest
 
-    def _accept_sidecar(self, result: OpResult) -> None:
-        paths = self.survey.paths
-        manifest = self.survey.manifest
+    def _accept_sidecar(self, status: Status, data: bytes | None, reason: str | None) -> None:
+        survey = self.survey
+        paths = survey.paths
+        manifest = survey.manifest
         assert paths is not None and manifest is not None
         entry = manifest.entries[SIDECAR_PATH]
-        data = result.value
         facts = None
-        if result.ok and len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256:
-            facts = sidecar_facts(data)
+        if status is _OK and len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256:  # type: ignore[arg-type]
+            facts = sidecar_facts(data)  # type: ignore[arg-type]
             if not isinstance(facts, SidecarRefusal) and facts.session_id == paths.session_id:
-                self.survey.sidecar = facts
+                survey.sidecar = facts
                 self.stage = _Stage.DONE
                 return
         # Refused: say why, naming the file.
         label = paths.label(f"{entry.published} ({SIDECAR_PATH})")
-        if result.status is Status.ABSENT:
+        if status is Status.ABSENT:
             self._fail(InspectSubject.SIDECAR, f"{label}: the published sidecar is missing", RecordErrorKind.MISSING)
-        elif not result.ok:
-            self._op_failure(InspectSubject.SIDECAR, label, result)
+        elif status is not _OK:
+            self._op_failure(InspectSubject.SIDECAR, label, status, reason)
         elif facts is None:
             self._fail(
                 InspectSubject.SIDECAR,
