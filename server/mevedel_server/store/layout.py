@@ -32,12 +32,10 @@ def generation_numbers(names: tuple[str, ...] | list[str]) -> list[int]:
     """Generation numbers named in a ``.lease/`` listing, ascending. Other
     names (temporary files, clock probes, later control subdirectories) are
     not generations and are ignored."""
-    found = []
-    for name in names:
-        match = GENERATION_NAME.match(name)
-        if match:
-            found.append(int(match.group(1)))
-    return sorted(found)
+    # The number is the match's one group, at a fixed place in the name.
+    match = GENERATION_NAME.match
+    start = len(GENERATION_FAMILY[0])
+    return sorted([int(name[start : start + GENERATION_DIGITS]) for name in names if match(name)])
 
 
 def transfer_name(kind: str, transfer_generation: int) -> str:

@@ -427,15 +427,17 @@ def _check_sidecar(s: Sidecar) -> None:
         raise ValueError("only an attempted name may carry naming_input")
     if s.naming_state is NamingState.EXPLICIT and s.display_name is None:
         raise ValueError("an explicit name needs a display_name")
-    if len(s.layout.segment_parts) != s.current_segment:
+    layout = s.layout
+    if len(layout.segment_parts) != s.current_segment:
         raise ValueError("layout.segment_parts does not list every segment up to current_segment")
-    if (s.prompt_count == 0) != (s.layout.prompt_pages == 0):
+    prompts = s.prompt_count  # once: every listed session is checked
+    if (prompts == 0) != (layout.prompt_pages == 0):
         raise ValueError("layout.prompt_pages disagrees with the prompt count")
-    if (s.file_snapshot_count == 0) != (s.layout.file_pages == 0):
+    if (s.file_snapshot_count == 0) != (layout.file_pages == 0):
         raise ValueError("layout.file_pages disagrees with file_snapshot_count")
-    if s.file_snapshot_count > s.prompt_count:
+    if s.file_snapshot_count > prompts:
         raise ValueError("file_snapshot_count exceeds the number of turns")
-    if (s.prompt_count == 0) != (s.first_user_message is None) or (s.first_user_message is None) != (
+    if (prompts == 0) != (s.first_user_message is None) or (s.first_user_message is None) != (
         s.latest_user_message is None
     ):
         raise ValueError("first/latest user message previews disagree with the prompt count")
@@ -444,15 +446,16 @@ def _check_sidecar(s: Sidecar) -> None:
         if chapter.last_segment <= last or chapter.last_segment >= s.current_segment:
             raise ValueError("chapters are out of order or do not precede current_segment")
         last = chapter.last_segment
-    if len(set(s.attached_artifacts)) != len(s.attached_artifacts):
+    if len(s.attached_artifacts) > 1 and len(set(s.attached_artifacts)) != len(s.attached_artifacts):
         raise ValueError("attached_artifacts repeats an id")
-    paths = [agent.path for agent in s.agents]
-    if paths != sorted(set(paths)):
-        raise ValueError("agents are not in path order, or repeat a path")
-    for agent in s.agents:
-        parent = agent.path.rpartition("/")[0]
-        if parent and parent not in paths:
-            raise ValueError(f"retained agent {agent.path} has no retained caller {parent}")
+    if s.agents:
+        paths = [agent.path for agent in s.agents]
+        if paths != sorted(set(paths)):
+            raise ValueError("agents are not in path order, or repeat a path")
+        for agent in s.agents:
+            parent = agent.path.rpartition("/")[0]
+            if parent and parent not in paths:
+                raise ValueError(f"retained agent {agent.path} has no retained caller {parent}")
 
 
 _NON_FINITE_TOKEN = re.compile(rb"(?<![A-Za-z\"])(?:-?Infinity|NaN)(?![A-Za-z\"])")

@@ -283,16 +283,17 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     sidecar = classify_sidecar(data)
     if not isinstance(sidecar, Sidecar):
         return sidecar
+    # Positional, in field order: a listing makes one a session.
     return SidecarFacts(
-        session_id=sidecar.session_id,
-        display_name=sidecar.display_name,
-        shown_name=shown_name(sidecar, sidecar.session_id),
-        turn_count=sidecar.total_turn_count,
-        latest_preview=sidecar.latest_user_message,
-        updated_at=sidecar.updated_at,
-        settled=sidecar.in_flight_turn is None,
-        dedicated_artifact=sidecar.dedicated_artifact,
-        workspace_id=sidecar.workspace_id,
+        sidecar.session_id,
+        sidecar.display_name,
+        sidecar.total_turn_count,
+        sidecar.latest_user_message,
+        sidecar.updated_at,
+        sidecar.in_flight_turn is None,
+        sidecar.dedicated_artifact,
+        shown_name(sidecar, sidecar.session_id),
+        sidecar.workspace_id,
     )
 
 
@@ -448,31 +449,33 @@ class _Probe:
         lease chain and its newest request, read in one program with the
         clock reading ``now``."""
         self.stat = entry.stat
-        if self.survey.paths is None:
+        survey = self.survey
+        if survey.paths is None:
             self._accept_directory()
             return
         listed = entry.listing
-        if listed.ok:
+        if listed.status is _OK:
+            names = listed.value
             # A crash inside the marker's creation leaves its temporary file.
-            self.survey.unpublished_child = UNPUBLISHED_CHILD in listed.value or any(
-                n.startswith(_DEBRIS_START) and _MARKER_DEBRIS.match(n) for n in listed.value
+            survey.unpublished_child = UNPUBLISHED_CHILD in names or any(
+                n.startswith(_DEBRIS_START) and _MARKER_DEBRIS.match(n) for n in names
             )
-            self.survey.empty = not listed.value
-            self.recovery_unread = RECOVERY_DIR in listed.value
+            survey.empty = not names
+            self.recovery_unread = RECOVERY_DIR in names
         lease, requests = entry.chains
         self._accept_chain(lease, now)
-        self._note_request(requests)
+        if requests.status is _OK:
+            self._note_request(requests.value)
 
-    def _note_request(self, asked: OpResult) -> None:
+    def _note_request(self, chain: Chain) -> None:
         """Keep the newest request when it is of the live lease's transfer
         generation and addressed to its holder; whether it was answered is
         read in the next program. An unreadable one is left to the holder's
         grant or keep, which reads and reports it."""
         observation = self.survey.observation
         record = observation.record if observation is not None else None
-        if record is None or record.state not in (LeaseState.ACTIVE, LeaseState.PUBLISHING) or not asked.ok:
+        if record is None or record.state not in (LeaseState.ACTIVE, LeaseState.PUBLISHING):
             return
-        chain = asked.value
         if not chain.links or chain.links[0].data is None:
             return
         name = chain.names[-1]
