@@ -29,6 +29,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..version import VERSION
 from .loading import loading
 from .tls_on_demand import defer_tls
 
@@ -97,24 +98,15 @@ INTERRUPTED = 130
 DESCRIPTION = "mevedel resource addresses and sessions."
 
 
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("mevedel-lsp")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 class _VersionAction(argparse.Action):
-    """``--version``, whose number is looked up only when asked for
-    (``importlib.metadata`` alone costs more than a quick command's start)."""
+    """``--version`` (the number from :mod:`mevedel_server.version`, not
+    ``importlib.metadata``, which alone costs more than a quick command's start)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit", **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(f"mevedel {_version()}")  # on stdout, as argparse's own version action
+        print(f"mevedel {VERSION}")  # on stdout, as argparse's own version action
         parser.exit()
 
 

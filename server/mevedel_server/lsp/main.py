@@ -42,7 +42,8 @@ from typing import Any
 
 from pygls.io_ import StdoutWriter
 
-from .server import NAME, MevedelLanguageServer, build_server, server_version
+from ..version import VERSION
+from .server import NAME, MevedelLanguageServer, build_server
 from .transport.framing import FrameReader
 
 _log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     transport.add_argument("--tcp", metavar="HOST:PORT", type=_host_port, help="listen for one LSP client on HOST:PORT")
     parser.add_argument("--log-file", metavar="PATH", help="write the server log to PATH (default: stderr)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    parser.add_argument("--version", action="version", version=f"{NAME} {server_version()}")
+    parser.add_argument("--version", action="version", version=f"{NAME} {VERSION}")
     return parser.parse_args(argv)
 
 

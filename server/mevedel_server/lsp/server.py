@@ -11,7 +11,6 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -21,6 +20,7 @@ from pygls.lsp.server import LanguageServer
 from mevedel_protocol import Settings
 from mevedel_protocol.errors import INTERNAL_ERROR
 
+from ..version import VERSION
 from .transport.wire_protocol import MevedelProtocol, plain_json_converter
 from .workspaces import Folder, same_folder
 
@@ -38,18 +38,11 @@ EXIT_HOOK_SECONDS = 2.0
 EXIT_RELEASE_SECONDS = 4.0
 
 
-def server_version() -> str:
-    try:
-        return metadata.version("mevedel-lsp")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
 class MevedelLanguageServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__(
             NAME,
-            server_version(),
+            VERSION,
             protocol_cls=MevedelProtocol,
             converter_factory=plain_json_converter,
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,

@@ -13,13 +13,13 @@ resource URIs.
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Any
 
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 
 from ..resources.families.shared import has_items
+from ..version import VERSION
 from .context import ToolContext
 from .roster import roster
 from .tools import ToolError, call, tools_for
@@ -27,18 +27,11 @@ from .tools import ToolError, call, tools_for
 SERVER_NAME = "mevedel"
 
 
-def _version() -> str:
-    try:
-        return metadata.version("mevedel-lsp")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def build_server(context: ToolContext, *, shared_items: bool = False) -> Server:
     """The tool server bound to ``context`` (instructions: the roster now;
     ``shared_items``: the workspace holds a whiteboard or document)."""
     server: Server = Server(
-        SERVER_NAME, version=_version(), instructions=roster(context.resolver_context(), shared_items=shared_items)
+        SERVER_NAME, version=VERSION, instructions=roster(context.resolver_context(), shared_items=shared_items)
     )
 
     @server.list_tools()
