@@ -21,6 +21,12 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any, get_args
 
+# The SDK's schema is loaded as mevedel loads it (agents/sdk_import.py: without
+# pydantic's attribute-docstring pass, a third of the import's CPU): the
+# suite starts this agent hundreds of times. The models are the same.
+from mevedel_server.agents import sdk_import  # noqa: F401
+
+# isort: split
 from acp import PROTOCOL_VERSION, RequestError, run_agent
 from acp.core import DEFAULT_STDIO_BUFFER_LIMIT_BYTES
 from acp.helpers import (
