@@ -195,14 +195,17 @@ def workspace_root(arguments: argparse.Namespace) -> Path | None:
     return location if isinstance(location, os.PathLike) else None
 
 
-def open_service(arguments: argparse.Namespace) -> SessionService:
+def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> SessionService:
+    """The workspace's session service as this CLI client; ``inline``: the
+    command does one thing at a time, so a local workspace's programs run on
+    the event loop's own thread (see :class:`~..targets.LocalTarget`)."""
     from ..artifacts.attachments import session_artifacts
     from ..store import PRODUCT_STORAGE, SessionService
 
     location = current_directory() if arguments.workspace is None else workspace_location(arguments)
     try:
         if isinstance(location, (str, os.PathLike)):
-            target = LocalTarget(location)
+            target = LocalTarget(location, inline=inline)
         else:
             from ..targets.location import workspace_target
 
@@ -309,13 +312,16 @@ def refuse(arguments: argparse.Namespace, kind: str, message: str) -> int:
     return REFUSED
 
 
-def run_command(arguments: argparse.Namespace, body: Callable[[SessionService], Awaitable[None]]) -> int:
+def run_command(
+    arguments: argparse.Namespace, body: Callable[[SessionService], Awaitable[None]], *, inline: bool = False
+) -> int:
     """Run ``body`` with the workspace's service; refusals become exit 1
     with their kind. The service is detached afterwards: leases ``body``
-    took stay held (``session close`` releases its own)."""
+    took stay held (``session close`` releases its own). ``inline``: see
+    :func:`open_service`."""
 
     async def main() -> int:
-        service = open_service(arguments)
+        service = open_service(arguments, inline=inline)
         try:
             await body(service)
         finally:
