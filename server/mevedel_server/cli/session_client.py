@@ -36,7 +36,6 @@ import secrets
 import socket
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, is_dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -285,8 +284,11 @@ def plain(value: Any) -> Any:
         return value.value
     if isinstance(value, msgspec.Struct):
         return {name: plain(getattr(value, name)) for name in value.__struct_fields__}
-    if is_dataclass(value) and not isinstance(value, type):
-        return {key: plain(item) for key, item in asdict(value).items()}
+    # No value is a dataclass unless their module is loaded: a listing's
+    # values are all structs, and it need not load it (nor ``copy``).
+    dataclasses = sys.modules.get("dataclasses")
+    if dataclasses is not None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {key: plain(item) for key, item in dataclasses.asdict(value).items()}
     if isinstance(value, dict):
         return {str(key): plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
