@@ -63,8 +63,6 @@ from ..errors import (
     TakeoverNeedsConfirmation,
 )
 from ..layout import STATE_DIR, SessionPaths
-from ..transactions.pending_inputs import input_listing
-from ..transactions.pending_publication import pending_listing
 from ..transactions.recovery import find_recovery, recovery_listing
 from ..workspace_wide.cleanup import (
     CleanupReport,
@@ -355,6 +353,9 @@ class Sessions:
         checked = list(check.reads(paths)) if check is not None else []
         # The recovery journal and the pending publication, listed in the
         # claim's program (after it: nobody else writes them then).
+        from ..transactions.pending_inputs import input_listing
+        from ..transactions.pending_publication import pending_listing
+
         journals = (recovery_listing(paths), pending_listing(paths))
         inputs = input_listing(paths)  # for the prompt queue's first load
         extra, self.open_found = list(self.open_reads), None
