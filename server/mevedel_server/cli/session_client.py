@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -90,9 +89,9 @@ def cli_identity(directory: str | os.PathLike[str] | None = None) -> ClientIdent
         pass
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CommandError("unavailable", f"the CLI client identity in {path} is unreadable ({error}); remove it to start afresh") from None
-    identity = ClientIdentity(f"cli-{secrets.token_hex(12)}", socket.gethostname()[:255])
+    identity = ClientIdentity(f"cli-{os.urandom(12).hex()}", socket.gethostname()[:255])
     os.makedirs(parent, exist_ok=True)
-    temporary = os.path.join(parent, f".{IDENTITY_FILE}.{secrets.token_hex(4)}.tmp")
+    temporary = os.path.join(parent, f".{IDENTITY_FILE}.{os.urandom(4).hex()}.tmp")
     with open(temporary, "w", encoding="utf-8") as file:
         file.write(json.dumps({"client_id": identity.client_id, "host": identity.host}) + "\n")
     try:
@@ -137,7 +136,7 @@ def remember_session(arguments: argparse.Namespace, session_id: str) -> None:
     remembered[key] = session_id
     path = _last_sessions_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{LAST_SESSIONS_FILE}.{secrets.token_hex(4)}.tmp")
+    temporary = path.with_name(f".{LAST_SESSIONS_FILE}.{os.urandom(4).hex()}.tmp")
     temporary.write_text(json.dumps(remembered, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(temporary, path)
 

@@ -87,8 +87,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
 import re
-import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -169,7 +169,7 @@ class ClientIdentity(msgspec.Struct, frozen=True):
 
     @classmethod
     def generate(cls, host: str | None = None) -> ClientIdentity:
-        return cls(secrets.token_hex(16), (host if host is not None else socket.gethostname())[:255])
+        return cls(os.urandom(16).hex(), (host if host is not None else socket.gethostname())[:255])
 
 
 class LeaseStanding(enum.Enum):
