@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import secrets
+import os
 from collections.abc import Callable, Iterable
 
 import msgspec
@@ -349,7 +349,7 @@ class ArtifactStore:
         item_content.check_content(kind, primary, payload, clean_title)
         extra = [(name, blob) for name, blob in files if name != primary]
         for attempt in range(_ATTEMPTS):
-            new_id = item_id or secrets.token_hex(6)
+            new_id = item_id or os.urandom(6).hex()
             check_item_id(new_id)
             now = await self._clock()
             meta = ItemMeta(id=new_id, kind=kind, title=clean_title, primary=primary, created_at=now, updated_at=now)

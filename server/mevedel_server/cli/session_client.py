@@ -32,11 +32,9 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import socket
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, is_dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -91,9 +89,9 @@ def cli_identity(directory: str | os.PathLike[str] | None = None) -> ClientIdent
         pass
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CommandError("unavailable", f"the CLI client identity in {path} is unreadable ({error}); remove it to start afresh") from None
-    identity = ClientIdentity(f"cli-{secrets.token_hex(12)}", socket.gethostname()[:255])
+    identity = ClientIdentity(f"cli-{os.urandom(12).hex()}", socket.gethostname()[:255])
     os.makedirs(parent, exist_ok=True)
-    temporary = os.path.join(parent, f".{IDENTITY_FILE}.{secrets.token_hex(4)}.tmp")
+    temporary = os.path.join(parent, f".{IDENTITY_FILE}.{os.urandom(4).hex()}.tmp")
     with open(temporary, "w", encoding="utf-8") as file:
         file.write(json.dumps({"client_id": identity.client_id, "host": identity.host}) + "\n")
     try:
@@ -138,7 +136,7 @@ def remember_session(arguments: argparse.Namespace, session_id: str) -> None:
     remembered[key] = session_id
     path = _last_sessions_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{LAST_SESSIONS_FILE}.{secrets.token_hex(4)}.tmp")
+    temporary = path.with_name(f".{LAST_SESSIONS_FILE}.{os.urandom(4).hex()}.tmp")
     temporary.write_text(json.dumps(remembered, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(temporary, path)
 
@@ -195,14 +193,17 @@ def workspace_root(arguments: argparse.Namespace) -> Path | None:
     return location if isinstance(location, os.PathLike) else None
 
 
-def open_service(arguments: argparse.Namespace) -> SessionService:
+def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> SessionService:
+    """The workspace's session service as this CLI client; ``inline``: the
+    command does one thing at a time, so a local workspace's programs run on
+    the event loop's own thread (see :class:`~..targets.LocalTarget`)."""
     from ..artifacts.attachments import session_artifacts
     from ..store import PRODUCT_STORAGE, SessionService
 
     location = current_directory() if arguments.workspace is None else workspace_location(arguments)
     try:
         if isinstance(location, (str, os.PathLike)):
-            target = LocalTarget(location)
+            target = LocalTarget(location, inline=inline)
         else:
             from ..targets.location import workspace_target
 
@@ -282,8 +283,11 @@ def plain(value: Any) -> Any:
         return value.value
     if isinstance(value, msgspec.Struct):
         return {name: plain(getattr(value, name)) for name in value.__struct_fields__}
-    if is_dataclass(value) and not isinstance(value, type):
-        return {key: plain(item) for key, item in asdict(value).items()}
+    # No value is a dataclass unless their module is loaded: a listing's
+    # values are all structs, and it need not load it (nor ``copy``).
+    dataclasses = sys.modules.get("dataclasses")
+    if dataclasses is not None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {key: plain(item) for key, item in dataclasses.asdict(value).items()}
     if isinstance(value, dict):
         return {str(key): plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -309,13 +313,16 @@ def refuse(arguments: argparse.Namespace, kind: str, message: str) -> int:
     return REFUSED
 
 
-def run_command(arguments: argparse.Namespace, body: Callable[[SessionService], Awaitable[None]]) -> int:
+def run_command(
+    arguments: argparse.Namespace, body: Callable[[SessionService], Awaitable[None]], *, inline: bool = False
+) -> int:
     """Run ``body`` with the workspace's service; refusals become exit 1
     with their kind. The service is detached afterwards: leases ``body``
-    took stay held (``session close`` releases its own)."""
+    took stay held (``session close`` releases its own). ``inline``: see
+    :func:`open_service`."""
 
     async def main() -> int:
-        service = open_service(arguments)
+        service = open_service(arguments, inline=inline)
         try:
             await body(service)
         finally:

@@ -219,7 +219,8 @@ def run_list(arguments: argparse.Namespace) -> int:
         lines += [f"{row['name']}  Inspect  ({row['reason']})" for row in inspect]
         emit(arguments, {"sessions": rows, "inspect": inspect}, lines)
 
-    return run_command(arguments, body)
+    # Reads (and the sweep of expired sessions), one after another.
+    return run_command(arguments, body, inline=True)
 
 
 def _row_lines(arguments: argparse.Namespace, row) -> list[str]:

@@ -131,3 +131,18 @@ class PublicationPending(StoreError):
         )
         self.session_id = session_id
         self.reason = reason
+
+
+# A conversation's refusals: the session service's own refusals derive
+# from them, and it need not load the conversation to raise one.
+class ConversationError(StoreError):
+    """An operation the conversation's current state does not allow."""
+
+
+class ContentError(StoreError):
+    """Restored bytes do not form a consistent conversation."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason

@@ -11,7 +11,11 @@ another directory is refused too. Writes are whole or absent (see the
 executor).
 
 A program runs in one worker thread (``asyncio.to_thread``): one thread hop
-per program, however many operations it carries.
+per program, however many operations it carries. A process that does one
+thing at a time (a CLI listing: nothing else waits on the event loop while a
+program runs) makes its target ``inline``: each program runs on the calling
+thread, and no worker thread is started, handed the program and joined at
+exit -- a tenth of such a command's own work.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from .target import ProgramTarget
 class LocalTarget(ProgramTarget):
     """A target rooted at an existing, non-symlinked local directory."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, inline: bool = False) -> None:
         self._root = os.path.abspath(os.fspath(root))
+        self._inline = inline
         try:
             identity = pin_root(self._root)
         except ProgramRefused as refusal:
@@ -51,6 +56,8 @@ class LocalTarget(ProgramTarget):
         return "LocalTarget(<root>)"
 
     async def run(self, program: ControlProgram) -> ProgramResult:
+        if self._inline:
+            return self._run_program(program)
         return await asyncio.to_thread(self._run_program, program)
 
     def _run_program(self, program: ControlProgram) -> ProgramResult:

@@ -41,7 +41,6 @@ import enum
 import operator
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import msgspec
@@ -813,21 +812,21 @@ class OpResult(msgspec.Struct, frozen=True, gc=False):
 SKIPPED = OpResult(Status.SKIPPED)
 
 
-@dataclass(frozen=True)
-class ControlProgram:
+class ControlProgram(msgspec.Struct, frozen=True, gc=False):
+    """Given any iterable of operations: they are kept as a tuple."""
+
     operations: tuple[Operation, ...]
     #: Target-relative directory to ``flock`` for the program's duration.
     lock: str | None = None
 
-    def __init__(self, operations: Iterable[Operation], lock: str | None = None) -> None:
-        ops = tuple(operations)
+    def __post_init__(self) -> None:
+        ops = tuple(self.operations)
         for op in ops:
             if not isinstance(op, Operation):
                 raise TypeError(f"not a target operation: {op!r}")
-        if lock is not None:
-            split_target_path(lock)
-        object.__setattr__(self, "operations", ops)
-        object.__setattr__(self, "lock", lock)
+        if self.lock is not None:
+            split_target_path(self.lock)
+        force_setattr(self, "operations", ops)
 
     def __len__(self) -> int:
         return len(self.operations)

@@ -87,11 +87,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
 import re
-import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import msgspec
@@ -170,7 +169,7 @@ class ClientIdentity(msgspec.Struct, frozen=True):
 
     @classmethod
     def generate(cls, host: str | None = None) -> ClientIdentity:
-        return cls(secrets.token_hex(16), (host if host is not None else socket.gethostname())[:255])
+        return cls(os.urandom(16).hex(), (host if host is not None else socket.gethostname())[:255])
 
 
 class LeaseStanding(enum.Enum):
@@ -684,7 +683,6 @@ async def _abort_candidate(target: Target, paths: SessionPaths, candidate: Lease
         pass
 
 
-@dataclass(eq=False)
 class Rider:
     """Operations a holder's head commits carry after the lease rotation,
     in the commit's own program: behind the rotation's proof (its
@@ -694,25 +692,34 @@ class Rider:
     with the riders' results once a commit wrote its rotation; a commit
     that raised, or whose lead stopped it, delivers nothing (a one-shot
     rider stays for the next commit, or for its owner to withdraw and run
-    on its own)."""
+    on its own). Each rider is itself: equal to no other."""
 
-    ops: tuple[Operation, ...]
-    every: bool = False
-    delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None
-    #: The lock directory the carrying program must hold (a guarded write
-    #: of a file other writers change under that lock).
-    lock: str | None = None
-    #: Called with each carrying commit's ``changes`` just before it runs,
-    #: to set :attr:`ops` from what its owner knows by then (a head
-    #: commit's ``publication_head`` names the publication it commits).
-    compose: Callable[[Mapping[str, object]], Sequence[Operation]] | None = None
-    #: Carried after every other rider (composed after them too): its
-    #: failure stops the rest of the program, and no other rider's.
-    last: bool = False
-    #: The results of the last commit that carried the operations (and
-    #: that ``delivered`` did not refuse), and the generation it wrote.
-    results: tuple[OpResult, ...] | None = None
-    generation: int | None = None
+    def __init__(
+        self,
+        ops: tuple[Operation, ...],
+        every: bool = False,
+        delivered: Callable[[tuple[OpResult, ...]], bool | None] | None = None,
+        lock: str | None = None,
+        compose: Callable[[Mapping[str, object]], Sequence[Operation]] | None = None,
+        last: bool = False,
+    ) -> None:
+        self.ops = ops
+        self.every = every
+        self.delivered = delivered
+        #: The lock directory the carrying program must hold (a guarded write
+        #: of a file other writers change under that lock).
+        self.lock = lock
+        #: Called with each carrying commit's ``changes`` just before it runs,
+        #: to set :attr:`ops` from what its owner knows by then (a head
+        #: commit's ``publication_head`` names the publication it commits).
+        self.compose = compose
+        #: Carried after every other rider (composed after them too): its
+        #: failure stops the rest of the program, and no other rider's.
+        self.last = last
+        #: The results of the last commit that carried the operations (and
+        #: that ``delivered`` did not refuse), and the generation it wrote.
+        self.results: tuple[OpResult, ...] | None = None
+        self.generation: int | None = None
 
     def take(self, lease: LeaseHandle) -> tuple[OpResult, ...] | None:
         """The results, once, while they are ``lease``'s latest commit's:
@@ -726,37 +733,54 @@ class Rider:
         return results
 
 
-@dataclass
 class LeaseHandle:
     """A lease this client holds. Every method writes a new generation; a
     handle whose generation was superseded raises :class:`LeaseLost`."""
 
-    target: Target
-    paths: SessionPaths
-    identity: ClientIdentity
-    duration_seconds: int
-    generation: int
-    record: LeaseRecord
-    _raw: bytes
-    _known: tuple[int, ...]
-    #: The latest target clock reading this handle took.
-    now: int
-    lost: bool = False
-    released: bool = False
-    _uncertain: bool = False
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
-    #: Old generations known to be sound records, with their exact bytes
-    #: (what a prune may remove), and those found damaged (never removed).
-    _sound: dict[int, bytes] = field(default_factory=dict, repr=False)
-    _damaged: set[int] = field(default_factory=set, repr=False)
-    #: The results of the claim's riders and of its lead operations (see
-    #: :func:`acquire_lease`; ``led`` None: not run in the claim's program).
-    riders: tuple[OpResult, ...] = field(default=(), repr=False)
-    led: tuple[OpResult, ...] | None = field(default=None, repr=False)
-    #: The lead results of the last rotation that ran its lead operations.
-    _led: tuple[OpResult, ...] | None = field(default=None, repr=False)
-    #: What the next head commits carry (see :class:`Rider`).
-    riding: list[Rider] = field(default_factory=list, repr=False)
+    def __init__(
+        self,
+        target: Target,
+        paths: SessionPaths,
+        identity: ClientIdentity,
+        duration_seconds: int,
+        generation: int,
+        record: LeaseRecord,
+        raw: bytes,
+        known: tuple[int, ...],
+        now: int,
+    ) -> None:
+        self.target = target
+        self.paths = paths
+        self.identity = identity
+        self.duration_seconds = duration_seconds
+        self.generation = generation
+        self.record = record
+        self._raw = raw
+        self._known = known
+        #: The latest target clock reading this handle took.
+        self.now = now
+        self.lost = False
+        self.released = False
+        self._uncertain = False
+        self._lock = asyncio.Lock()
+        #: Old generations known to be sound records, with their exact bytes
+        #: (what a prune may remove), and those found damaged (never removed).
+        self._sound: dict[int, bytes] = {}
+        self._damaged: set[int] = set()
+        #: The results of the claim's riders and of its lead operations (see
+        #: :func:`acquire_lease`; ``led`` None: not run in the claim's program).
+        self.riders: tuple[OpResult, ...] = ()
+        self.led: tuple[OpResult, ...] | None = None
+        #: The lead results of the last rotation that ran its lead operations.
+        self._led: tuple[OpResult, ...] | None = None
+        #: What the next head commits carry (see :class:`Rider`).
+        self.riding: list[Rider] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"LeaseHandle(session_id={self.session_id!r}, generation={self.generation}, "
+            f"lost={self.lost}, released={self.released})"
+        )
 
     @property
     def session_id(self) -> str:

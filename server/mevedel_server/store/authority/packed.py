@@ -48,7 +48,6 @@ import re
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import msgspec
@@ -198,19 +197,19 @@ def make_blob(data: bytes, base: tuple[str, bytes] | None = None) -> PackedBlob:
     return delta if len(delta.data) < len(whole.data) else whole
 
 
-@dataclass
 class Pack:
     """Every record of the volumes read, first copy of each winning."""
 
-    session_id: str
-    volumes: dict[str, PackVolume] = field(default_factory=dict)
-    blobs: dict[str, PackedBlob] = field(default_factory=dict)
-    generations: dict[str, PackedGeneration] = field(default_factory=dict)
-    #: Volumes that cannot be trusted (altered after they were written),
-    #: with why: their records are not read, and nothing removes them.
-    unreadable: dict[str, str] = field(default_factory=dict)
-    _memo: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
-    _memo_size: int = 0
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.volumes: dict[str, PackVolume] = {}
+        self.blobs: dict[str, PackedBlob] = {}
+        self.generations: dict[str, PackedGeneration] = {}
+        #: Volumes that cannot be trusted (altered after they were written),
+        #: with why: their records are not read, and nothing removes them.
+        self.unreadable: dict[str, str] = {}
+        self._memo: OrderedDict[str, bytes] = OrderedDict()
+        self._memo_size = 0
 
     def add(self, name: str, volume: PackVolume) -> None:
         self.volumes[name] = volume

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import re
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
@@ -98,7 +98,7 @@ Donors = Mapping[tuple[str, int], str]
 
 
 def new_publication_id() -> str:
-    return secrets.token_hex(16)
+    return os.urandom(16).hex()
 
 
 def _publication_id_of(head: str) -> str:

@@ -18,8 +18,8 @@ service does the first time it writes a workspace (``git_excludes``).
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 from collections.abc import Callable, Container, Sequence
 from datetime import datetime
 
@@ -70,7 +70,7 @@ def is_session_id(text: str) -> bool:
 
 
 def _random_suffix() -> str:
-    return secrets.token_hex(6)
+    return os.urandom(6).hex()
 
 
 def new_session_id(
@@ -156,7 +156,7 @@ async def ensure_workspace_id(target: Target) -> str:
 
 
 def _identity_ops() -> list[Operation]:
-    fresh = encode_record(WorkspaceIdentity(workspace_id=secrets.token_hex(32)))
+    fresh = encode_record(WorkspaceIdentity(workspace_id=os.urandom(32).hex()))
     return [MakeDirs(STATE_DIR, optional=True), CreateExclusive(WORKSPACE_ID_PATH, fresh, optional=True), Read(WORKSPACE_ID_PATH)]
 
 

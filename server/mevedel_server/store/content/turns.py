@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 import msgspec
 
 from ...targets.entry import Entry
-from ..errors import StoreError
+from ..errors import ContentError, ConversationError
 from .checkpoints import (
     CaptureError,
     FileHistory,
@@ -115,19 +115,6 @@ RESUME_REASON = "the session was resumed while this turn was in flight"
 #: Sidecar fields a metadata-only publication carries from the live state
 #: (a rename, an artifact attached or detached).
 METADATA_FIELDS = ("display_name", "naming_state", "naming_input", "attached_artifacts", "dedicated_artifact", "agent_choices")
-
-
-class ConversationError(StoreError):
-    """An operation the conversation's current state does not allow."""
-
-
-class ContentError(StoreError):
-    """Restored bytes do not form a consistent conversation."""
-
-    def __init__(self, where: str, reason: str) -> None:
-        super().__init__(f"{where}: {reason}")
-        self.where = where
-        self.reason = reason
 
 
 class OpenTurn(msgspec.Struct, frozen=True):

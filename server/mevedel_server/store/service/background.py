@@ -65,8 +65,6 @@ _log = logging.getLogger(__name__)
 COLLECTION_STEP_REMOVALS = 64
 #: Pause between two collection steps of one job.
 COLLECTION_PAUSE_SECONDS = 0.05
-#: Spec default: a turn in flight is checkpointed this often.
-DEFAULT_CHECKPOINT_SECONDS = 30
 
 
 class _Background:

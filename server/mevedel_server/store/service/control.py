@@ -57,8 +57,8 @@ from ..errors import LeaseLost, StoreError
 from ..watching.watch import SessionWatcher, Wake, WatchCadence
 from .errors import SessionNotOpen
 from .front import SessionService
-from .open_session import Access, OpenSession, SaveResult
-from .values import OpenMode, SessionInfo
+from .open_session import OpenSession
+from .values import Access, OpenMode, SaveResult, SessionInfo
 
 _log = logging.getLogger(__name__)
 

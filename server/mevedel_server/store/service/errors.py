@@ -16,9 +16,10 @@ from ..authority.transfer import NotRequestable, TransferBusy
 from ..content.inspect import InspectRow
 from ..content.sidecar import SidecarError
 from ..content.transcript import SegmentError
-from ..content.turns import ContentError, ConversationError
 from ..errors import (
     ClaimRaced,
+    ContentError,
+    ConversationError,
     IdentityNeedsConfirmation,
     InvalidSessionId,
     KindedRefusal,

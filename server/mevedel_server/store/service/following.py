@@ -34,11 +34,12 @@ from ..authority.publication import CommittedSnapshot, load_manifest
 from ..authority.records import LeaseState
 from ..content.sidecar import shown_name
 from ..layout import SessionPaths
-from .open_session import Access, OpenSession
 from .table import SessionTable
+from .values import Access
 
 if TYPE_CHECKING:
     from ..watching.follow import PublicationChange
+    from .open_session import OpenSession
 
 _log = logging.getLogger(__name__)
 

@@ -31,25 +31,29 @@ decisions are the lease layer's, against the target clock.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ...targets import Target
 from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
-from .agents import Agents
 from .following import Following
-from .lifecycle import History
-from .live_history import LiveHistory
-from .open_session import OpenSession
 from .renewal import renewal_interval
 from .sessions import Sessions
 from .table import SessionTable
-from .turns import Turns
 from .values import (
     DEFAULT_MAX_SNAPSHOT_BYTES,
     DEFAULT_SESSION_KEEP_RECENT,
     SessionChange,
     SessionInfo,
 )
+
+if TYPE_CHECKING:
+    from .agents import Agents
+    from .lifecycle import History
+    from .live_history import LiveHistory
+    from .open_session import OpenSession
+    from .turns import Turns
 
 
 class SessionService:
@@ -89,16 +93,36 @@ class SessionService:
             session_keep_recent=session_keep_recent,
             git_excludes=git_excludes,
         )
-        self.turns = Turns(table, self.following, max_snapshot_bytes=max_snapshot_bytes)
-        self.history = History(table)
-        self.agents = Agents(table)
+        self._max_snapshot_bytes = max_snapshot_bytes
         # A mid-turn checkpoint is the turn capability's; the table's timer runs it.
-        table.checkpoint_tick = self.turns.checkpoint_tick
+        table.checkpoint_tick = lambda session: self.turns.checkpoint_tick(session)
         #: Called with every :class:`SessionChange`.
         self.on_change: list[Callable[[SessionChange], None]] = table.on_change
         #: Whether a control transfer of the session is in flight here
         #: (:class:`~.control.SessionControl` installs the real answer).
         self.transfer_in_flight: Callable[[str], bool] = lambda _session_id: False
+
+    # The capabilities that work on open sessions are built (and their
+    # modules imported, an open session's machinery with them) at their
+    # first use: a listing uses none of them.
+
+    @functools.cached_property
+    def turns(self) -> Turns:
+        from .turns import Turns
+
+        return Turns(self.table, self.following, max_snapshot_bytes=self._max_snapshot_bytes)
+
+    @functools.cached_property
+    def history(self) -> History:
+        from .lifecycle import History
+
+        return History(self.table)
+
+    @functools.cached_property
+    def agents(self) -> Agents:
+        from .agents import Agents
+
+        return Agents(self.table)
 
     def open_sessions(self) -> list[str]:
         return list(self.table.sessions)

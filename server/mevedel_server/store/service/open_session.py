@@ -27,7 +27,6 @@ recorded artifacts to retry (:meth:`OpenSession.restore_pending`).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Callable, Sequence
 
@@ -84,28 +83,9 @@ from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
 from .mutation_latch import MutationLatch
 from .renewal import LeaseRenewal
+from .values import Access, SaveResult
 
 _log = logging.getLogger(__name__)
-
-
-class Access(enum.Enum):
-    WRITABLE = "writable"
-    READ_ONLY = "read-only"
-
-
-class SaveResult(msgspec.Struct, frozen=True):
-    session_id: str
-    #: A new publication committed.
-    committed: bool
-    #: The committed publication head after the save (None: nothing saved yet).
-    head: str | None
-    #: This save created the session directory and claimed its lease.
-    materialized: bool = False
-    #: Logical paths whose bytes this save wrote / pointed at earlier bytes.
-    written: tuple[str, ...] = ()
-    reused: tuple[str, ...] = ()
-    #: Why nothing was published, when nothing was.
-    note: str | None = None
 
 
 class PendingSave(msgspec.Struct, frozen=True):

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from msgspec.structs import replace
 
@@ -56,7 +56,6 @@ from ..authority.workspace import (
     workspace_id_reads,
 )
 from ..content.sidecar import NameRefused, normalize_display_name, shown_name
-from ..content.turns import Conversation, ConversationError
 from ..errors import (
     IdentityNeedsConfirmation,
     LeaseObservationError,
@@ -64,8 +63,6 @@ from ..errors import (
     TakeoverNeedsConfirmation,
 )
 from ..layout import STATE_DIR, SessionPaths
-from ..transactions.pending_inputs import input_listing
-from ..transactions.pending_publication import pending_listing
 from ..transactions.recovery import find_recovery, recovery_listing
 from ..workspace_wide.cleanup import (
     CleanupReport,
@@ -84,15 +81,22 @@ from ..workspace_wide.input_history import (
 from ..workspace_wide.listing import SessionAction, SessionRow, list_sessions
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, quoted
 from .following import Following
-from .open_session import Access, OpenSession, SaveResult
 from .table import SessionTable
 from .values import (
     DEFAULT_SESSION_KEEP_RECENT,
+    Access,
     OpenMode,
     OpenResult,
+    SaveResult,
     SessionInfo,
     SessionListing,
 )
+
+# An open session and its conversation are imported where a session is
+# opened or created: a listing makes neither.
+if TYPE_CHECKING:
+    from ..content.turns import Conversation
+    from .open_session import OpenSession
 
 _log = logging.getLogger(__name__)
 
@@ -250,6 +254,8 @@ class Sessions:
             self._table.clock_from(int(found[0].value))
         now = await self._table.now()
         session_id = await allocate_session_id(self._table.target, live_ids=self._table.sessions, listed=found[1])
+        from ..content.turns import Conversation
+
         conversation = Conversation.new(session_id=session_id, workspace_id=workspace_id, at=now, display_name=display_name)
         session = self._table.new_open(conversation, materialized=False)
         self._table.sessions[session_id] = session
@@ -347,6 +353,9 @@ class Sessions:
         checked = list(check.reads(paths)) if check is not None else []
         # The recovery journal and the pending publication, listed in the
         # claim's program (after it: nobody else writes them then).
+        from ..transactions.pending_inputs import input_listing
+        from ..transactions.pending_publication import pending_listing
+
         journals = (recovery_listing(paths), pending_listing(paths))
         inputs = input_listing(paths)  # for the prompt queue's first load
         extra, self.open_found = list(self.open_reads), None
@@ -737,6 +746,8 @@ class Sessions:
         as its display name, bounded to four words and sixty characters.
         An explicit name (creation, rename, Save As) always wins: None then,
         and for a title with nothing readable in it."""
+        from ..content.turns import ConversationError
+
         session = await self._table.gated(session_id, "name it", turn_work=True)
         try:
             session.conversation.apply_generated_title(title)

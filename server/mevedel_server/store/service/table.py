@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ...targets import Clock, ControlProgram, Target, raise_for_result
 from ..authority.lease import ClientIdentity, LeaseObservation
@@ -20,10 +21,8 @@ from ..authority.records import RecordError
 from ..authority.workspace import check_session_id, read_workspace_id
 from ..content.inspect import InspectRow, classify_sidecar
 from ..content.sidecar import SIDECAR_PATH, SidecarErrorKind, shown_name
-from ..content.turns import Conversation
 from ..layout import STATE_DIR
 from ..transactions.recovery import RecoveryPending, find_recovery
-from .background import TurnCheckpoints
 from .clock import TargetTime
 from .errors import (
     SessionIncompatible,
@@ -31,8 +30,13 @@ from .errors import (
     TurnStateConflict,
     UnsettledMutation,
 )
-from .open_session import OpenSession
 from .values import SessionChange, SessionInfo
+
+# An open session's machinery (its conversation, background work, lease
+# renewal) is imported where a session is opened: a listing opens none.
+if TYPE_CHECKING:
+    from ..content.turns import Conversation
+    from .open_session import OpenSession
 
 _log = logging.getLogger(__name__)
 
@@ -118,6 +122,9 @@ class SessionTable:
     # Opening and changing ----------------------------------------------------------
 
     def new_open(self, conversation: Conversation, **kwargs) -> OpenSession:
+        from .background import TurnCheckpoints
+        from .open_session import OpenSession
+
         session = OpenSession(
             target=self.target,
             client=self.client,
@@ -175,6 +182,8 @@ class SessionTable:
         is an empty one. ``also``: reads run in the program that reads the
         committed bytes (their results appended to ``found``; nothing
         appended when no such program ran whole)."""
+        from ..content.turns import Conversation
+
         if snapshot.manifest is None:
             workspace_id = await read_workspace_id(self.target)
             if workspace_id is None:  # a session directory made by hand
@@ -202,6 +211,8 @@ class SessionTable:
 
     def conversation_from(self, snapshot: CommittedSnapshot, everything: Mapping[str, bytes]) -> Conversation:
         """The conversation of ``snapshot``'s verified bytes (read already)."""
+        from ..content.turns import Conversation
+
         _check_sidecar(snapshot, everything.get(SIDECAR_PATH))
         return Conversation.restore(everything)
 

@@ -38,12 +38,13 @@ from .errors import InvalidSessionInput, SessionIncompatible, TurnStateConflict,
 from .evidence import ENGINE_KINDS, EVIDENCE_KINDS, EvidenceInput, make_evidence
 from .following import Following
 from .mutation_latch import LatchState
-from .open_session import OpenSession, SaveResult
+from .open_session import OpenSession
 from .table import SessionTable
 from .values import (
     ABORT_REASON,
     DEFAULT_MAX_SNAPSHOT_BYTES,
     CaptureResult,
+    SaveResult,
     SegmentRotation,
     TurnStarted,
 )

@@ -15,9 +15,9 @@ from ..workspace_wide.collection import (
     DEFAULT_KEEP_RECENT as DEFAULT_PUBLICATION_KEEP_RECENT,
 )
 from ..workspace_wide.listing import InspectSessionRow, SessionRow
-from .background import DEFAULT_CHECKPOINT_SECONDS
-from .open_session import Access, SaveResult
 
+#: Spec default: a turn in flight is checkpointed this often.
+DEFAULT_CHECKPOINT_SECONDS = 30
 #: Files larger than this are recorded as capture gaps, not snapshots.
 DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
 #: Spec default: the most recently updated sessions cleanup always keeps.
@@ -36,6 +36,26 @@ PRODUCT_STORAGE = {
     "session_keep_recent": DEFAULT_SESSION_KEEP_RECENT,
 }
 ABORT_REASON = "aborted"
+
+
+class Access(enum.Enum):
+    WRITABLE = "writable"
+    READ_ONLY = "read-only"
+
+
+class SaveResult(msgspec.Struct, frozen=True):
+    session_id: str
+    #: A new publication committed.
+    committed: bool
+    #: The committed publication head after the save (None: nothing saved yet).
+    head: str | None
+    #: This save created the session directory and claimed its lease.
+    materialized: bool = False
+    #: Logical paths whose bytes this save wrote / pointed at earlier bytes.
+    written: tuple[str, ...] = ()
+    reused: tuple[str, ...] = ()
+    #: Why nothing was published, when nothing was.
+    note: str | None = None
 
 
 class OpenMode(enum.Enum):

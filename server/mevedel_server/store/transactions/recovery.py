@@ -42,8 +42,8 @@ removed by the next retry, abandonment or successful journal cleanup.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated
 
@@ -235,7 +235,7 @@ def new_journal(
             )
         )
     marker = RecoveryMarker(
-        recovery_id=secrets.token_hex(16),
+        recovery_id=os.urandom(16).hex(),
         session_id=session_id,
         operation=operation,
         base_head=base_head,

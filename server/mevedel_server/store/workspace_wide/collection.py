@@ -77,8 +77,8 @@ not decode is ignored.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-import secrets
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -930,7 +930,7 @@ async def _pack_step(
         generations=_first_of(folded_generations + generations, lambda g: g.publication_id),
         blobs=_first_of(folded_blobs + list(blobs.values()), lambda b: b.sha256),
     )
-    name = volume_name(secrets.token_hex(16))
+    name = volume_name(os.urandom(16).hex())
     clock = Clock(paths.root)
     now = (await target.run(ControlProgram([clock])))[0]
     raise_for_result(clock, now)

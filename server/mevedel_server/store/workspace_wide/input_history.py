@@ -27,7 +27,7 @@ once lose neither prompt.
 
 from __future__ import annotations
 
-import secrets
+import os
 from collections.abc import Sequence
 from typing import Literal
 
@@ -158,7 +158,7 @@ class InputHistory:
                 return data, _decode(data), None
             except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
                 reason = str(error)
-            aside = f"{HISTORY_PATH}.corrupt-{secrets.token_hex(6)}"
+            aside = f"{HISTORY_PATH}.corrupt-{os.urandom(6).hex()}"
             ops = [Verify(HISTORY_PATH, data), CreateExclusive(aside, data), Remove(HISTORY_PATH)]
             done = await self.target.run(ControlProgram(ops, lock=STATE_DIR))
             if done[0].status is Status.MISMATCH:
