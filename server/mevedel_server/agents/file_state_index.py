@@ -86,6 +86,11 @@ class RecordState:
     #: Encoding a delta: the paths changed since the whole index (the
     #: table is the whole record's).
     changed: list[str] | None = None
+    #: Encoding a whole index: its paths in this order (every recorded
+    #: path once; None: the table's), the last walk's, so that the next
+    #: process's walk lines up with the rows it loads
+    #: (:meth:`~.file_state_table.RecordTable.walk_facts`).
+    order: list[str] | None = None
 
 
 class _Body(msgspec.Struct, array_like=True):
@@ -160,7 +165,7 @@ def encode_index(state: RecordState, *, max_file_bytes: int, blob_dir: str) -> b
     """A whole index of ``state``, or a delta when ``state.base`` is set
     (of its ``changed`` paths)."""
     packs = sorted(state.pack_sizes)
-    paths, facts, captured, digests, numbers, offsets = state.table.columns(packs, state.changed if state.base else None)
+    paths, facts, captured, digests, numbers, offsets = state.table.columns(packs, state.changed if state.base else state.order)
     body = _Body(
         version=FORMAT_VERSION,
         max_file_bytes=max_file_bytes,
