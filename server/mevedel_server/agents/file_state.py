@@ -993,7 +993,7 @@ class FileStateRecord:
         the scan's paths in order (empty when they do not line up with its
         facts). Changes nothing."""
         table = self._table
-        rows, old = table.rows, table.facts
+        rows, facts_of = table.rows, table.facts_of
         last = self._same_as
         if last is not None and scan.names == last.names and scan.unwalked == last.unwalked and len(self._paths) == len(scan):
             # The same names as the walk the record is: compare the packed
@@ -1001,7 +1001,7 @@ class FileStateRecord:
             paths = self._paths
             current = {paths[index]: scan.facts_at(index) for index in scan.changed_since(last)}
             candidates = list(current)
-            current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if path not in current)
+            current.update((path, _FACTS.unpack(facts_of(path))) for path in self._racy if path not in current)
             return current, candidates, [], paths
         paths = scan.paths()
         recorded = table.walk_facts(scan.names)
@@ -1011,7 +1011,7 @@ class FileStateRecord:
             changed = differing_records(scan.facts, recorded)
             current = {paths[index]: scan.facts_at(index) for index in changed}
             candidates = list(current)
-            current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if path in rows and path not in current)
+            current.update((path, _FACTS.unpack(facts_of(path))) for path in self._racy if path in rows and path not in current)
             return current, candidates, [], paths
         found = list(map(rows.get, paths, itertools.repeat(0)))
         # The record's facts of each walked path in the walk's order (a
@@ -1019,7 +1019,7 @@ class FileStateRecord:
         # and compared with the walk's in C, with no dict of the walk and
         # no object per entry (the most of a diff's time at 100,000 files):
         # the indices that differ.
-        changed = differing_records(scan.facts, b"".join(map(old.__getitem__, found)))
+        changed = differing_records(scan.facts, b"".join(map(table.facts.__getitem__, found)))
         current = {paths[index]: scan.facts_at(index) for index in changed}
         candidates = list(current)
         met = set(found)
@@ -1036,7 +1036,7 @@ class FileStateRecord:
         else:
             deleted = [path for path, row in rows.items() if row not in met and path not in unwalked and self._below(path, unwalked) is None]
         # A racy path not among them was walked with its recorded facts.
-        current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if rows.get(path) in met and path not in current)
+        current.update((path, _FACTS.unpack(facts_of(path))) for path in self._racy if rows.get(path) in met and path not in current)
         return current, candidates, deleted, paths if once else []
 
     def _remembered_inside(self) -> bool:

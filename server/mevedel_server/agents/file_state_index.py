@@ -51,9 +51,6 @@ from .file_state_table import RecordTable
 MAGIC = b"mevedel file-state index\n"
 FORMAT_VERSION = 2
 _FACTS = struct.Struct(SCAN_FACTS)
-#: A facts record as one bytes object, cut out in C (``iter_unpack``).
-_FACTS_RECORD = struct.Struct(f"{_FACTS.size}s")
-_FIRST = operator.itemgetter(0)
 _DIGEST = 32
 
 
@@ -232,7 +229,7 @@ def decode_index(data: bytes, *, max_file_bytes: int, blob_dir: str) -> RecordSt
         return None
     if any(itertools.compress(numbers, map(operator.not_, body.captured))):  # a blob located for a path not captured
         return None
-    table = RecordTable(paths, map(_FIRST, _FACTS_RECORD.iter_unpack(body.facts)), body.digests, body.captured, numbers, offsets, body.packs)
+    table = RecordTable(paths, body.facts, body.digests, body.captured, numbers, offsets, body.packs)
     if len(table) != count:
         return None  # a path twice
     unreadable = _texts(body.unreadable)
