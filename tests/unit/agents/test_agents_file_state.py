@@ -915,6 +915,15 @@ async def keep(record) -> None:
         done((await record._target.run(ControlProgram(ops))).results)
 
 
+def lining_up(monkeypatch) -> list:
+    """What each walk's diff lined up with the loaded rows from now on
+    (None: it looked each path up)."""
+    lined_up: list = []
+    walk_facts = file_state_table.RecordTable.walk_facts
+    monkeypatch.setattr(file_state_table.RecordTable, "walk_facts", lambda table, names: lined_up.append(walk_facts(table, names)) or lined_up[-1])
+    return lined_up
+
+
 def test_a_walk_lines_up_with_the_rows_only_when_it_meets_every_recorded_path_once_in_their_order():
     def facts(n: int) -> bytes:
         return struct.pack(SCAN_FACTS, 0, n, n, n, n, 0o644)
@@ -967,9 +976,7 @@ async def test_a_new_process_walk_lined_up_with_the_index_misses_no_change(root,
     os.mkdir(root / "d3/f3.txt")
     await asyncio.sleep(0.1)
 
-    lined_up = []
-    walk_facts = file_state_table.RecordTable.walk_facts
-    monkeypatch.setattr(file_state_table.RecordTable, "walk_facts", lambda table, names: lined_up.append(walk_facts(table, names)) or lined_up[-1])
+    lined_up = lining_up(monkeypatch)
     second = FileStateRecord(LocalTarget(root), watch=LocalTarget(root))
     await second.refresh()
     assert len(lined_up) == 1 and lined_up[0] is not None
@@ -1006,9 +1013,7 @@ async def test_a_whole_index_is_kept_in_the_walks_order(root, monkeypatch):
     await keep(record)
     assert not (root / STORE.rsplit("/", 1)[0] / "index.delta").exists()  # whole
     record.close()
-    lined_up = []
-    walk_facts = file_state_table.RecordTable.walk_facts
-    monkeypatch.setattr(file_state_table.RecordTable, "walk_facts", lambda table, names: lined_up.append(walk_facts(table, names)) or lined_up[-1])
+    lined_up = lining_up(monkeypatch)
     again = await record_of(root, watch=False)
     assert len(lined_up) == 1 and lined_up[0] is not None
     assert list(again._table.rows) != list(record._table.rows)
