@@ -242,6 +242,9 @@ _PARENT = operator.itemgetter(0)
 _KIND_BITS = operator.itemgetter(0)
 #: The kind bits of a directory a walk enters (not ignored).
 _WALKED_KIND = SCAN_DIR | SCAN_IGNORED
+#: A flags byte -> 1 when it is a walked directory's (else 0), for
+#: ``bytes.translate``.
+_WALKED_DIRECTORY = bytes(int(flags & _WALKED_KIND == SCAN_DIR) for flags in range(256))
 #: The record's own flag (never a walk's) of a path the agent wrote
 #: through ``fs/*`` inside an ignored directory (:meth:`FileStateRecord.
 #: remember`): captured like a tracked file, looked at by a stat of its
@@ -702,9 +705,14 @@ class FileStateRecord:
         if not whole:
             changed = sorted(path for path in self._since_index if path in table)
             removed = {path for path in self._since_index if path not in table}
+        # A whole index in the order of the walk the record is (when it is
+        # one, of every recorded path): the next process's walk lines up.
+        order = self._paths if whole and self._same_as is not None and len(self._paths) == len(table) else None
+        if order is not None and not all(map(table.__contains__, order)):
+            order = None
         state = RecordState(table, self._unreadable, self._links, self._racy, self._unwalked, self._pack_size,
                             b"" if whole else self._index_base, removed, holding=self._holding, tracked=self._tracked, known=self._known,
-                            changed=changed)
+                            changed=changed, order=order)
         with gc_paused():
             data = encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
         # A whole index first, then its delta goes: a delta never applies
@@ -985,7 +993,7 @@ class FileStateRecord:
         the scan's paths in order (empty when they do not line up with its
         facts). Changes nothing."""
         table = self._table
-        rows, old = table.rows, table.facts
+        rows, facts_of = table.rows, table.facts_of
         last = self._same_as
         if last is not None and scan.names == last.names and scan.unwalked == last.unwalked and len(self._paths) == len(scan):
             # The same names as the walk the record is: compare the packed
@@ -993,16 +1001,25 @@ class FileStateRecord:
             paths = self._paths
             current = {paths[index]: scan.facts_at(index) for index in scan.changed_since(last)}
             candidates = list(current)
-            current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if path not in current)
+            current.update((path, _FACTS.unpack(facts_of(path))) for path in self._racy if path not in current)
             return current, candidates, [], paths
         paths = scan.paths()
+        recorded = table.walk_facts(scan.names)
+        if recorded is not None:
+            # Every recorded path met, each once, in the record's order
+            # (but for those added since the load): compared in C.
+            changed = differing_records(scan.facts, recorded)
+            current = {paths[index]: scan.facts_at(index) for index in changed}
+            candidates = list(current)
+            current.update((path, _FACTS.unpack(facts_of(path))) for path in self._racy if path in rows and path not in current)
+            return current, candidates, [], paths
         found = list(map(rows.get, paths, itertools.repeat(0)))
         # The record's facts of each walked path in the walk's order (a
         # path not recorded is row 0, whose facts match no walk's), joined
         # and compared with the walk's in C, with no dict of the walk and
         # no object per entry (the most of a diff's time at 100,000 files):
         # the indices that differ.
-        changed = differing_records(scan.facts, b"".join(map(old.__getitem__, found)))
+        changed = differing_records(scan.facts, b"".join(map(table.facts.__getitem__, found)))
         current = {paths[index]: scan.facts_at(index) for index in changed}
         candidates = list(current)
         met = set(found)
@@ -1019,7 +1036,7 @@ class FileStateRecord:
         else:
             deleted = [path for path, row in rows.items() if row not in met and path not in unwalked and self._below(path, unwalked) is None]
         # A racy path not among them was walked with its recorded facts.
-        current.update((path, _FACTS.unpack(old[rows[path]])) for path in self._racy if rows.get(path) in met and path not in current)
+        current.update((path, _FACTS.unpack(facts_of(path))) for path in self._racy if rows.get(path) in met and path not in current)
         return current, candidates, deleted, paths if once else []
 
     def _remembered_inside(self) -> bool:
@@ -1420,10 +1437,11 @@ class FileStateRecord:
 
     def _known_directories(self) -> list[str]:
         """The root and every recorded directory a walk enters."""
-        # Iterated in C: 100,000 entries at a process's first walk.
+        # In C, on the facts joined in the rows dict's order: their flags
+        # bytes, each made 1 for a walked directory, select the paths.
         table = self._table
-        kinds = map(_WALKED_KIND.__and__, map(_KIND_BITS, map(table.facts.__getitem__, table.rows.values())))
-        return ["", *itertools.compress(table.rows, map(SCAN_DIR.__eq__, kinds))]
+        flags = table.joined_facts()[:: _FACTS.size]
+        return ["", *itertools.compress(table.rows, flags.translate(_WALKED_DIRECTORY))]
 
     def _recorded_facts(self, paths) -> dict[str, ScanFacts]:
         """The recorded facts of those of ``paths`` the record holds,

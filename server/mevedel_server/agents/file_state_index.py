@@ -51,9 +51,6 @@ from .file_state_table import RecordTable
 MAGIC = b"mevedel file-state index\n"
 FORMAT_VERSION = 2
 _FACTS = struct.Struct(SCAN_FACTS)
-#: A facts record as one bytes object, cut out in C (``iter_unpack``).
-_FACTS_RECORD = struct.Struct(f"{_FACTS.size}s")
-_FIRST = operator.itemgetter(0)
 _DIGEST = 32
 
 
@@ -86,16 +83,24 @@ class RecordState:
     #: Encoding a delta: the paths changed since the whole index (the
     #: table is the whole record's).
     changed: list[str] | None = None
+    #: Encoding a whole index: its paths in this order (every recorded
+    #: path once; None: the table's), the last walk's, so that the next
+    #: process's walk lines up with the rows it loads
+    #: (:meth:`~.file_state_table.RecordTable.walk_facts`).
+    order: list[str] | None = None
 
 
 class _Body(msgspec.Struct, array_like=True):
     version: int
     max_file_bytes: int
     blob_dir: str
-    paths: bytes
-    facts: bytes
-    captured: bytes
-    digests: bytes
+    # The columns are views of the index read (decoded without a copy: 10
+    # MB at 100,000 files, fresh memory a loaded machine is slow to give);
+    # whatever keeps them copies them.
+    paths: memoryview
+    facts: memoryview
+    captured: memoryview
+    digests: memoryview
     unreadable: list[tuple[bytes, bytes]]
     links: list[tuple[bytes, bytes]]
     racy: list[bytes]
@@ -106,8 +111,8 @@ class _Body(msgspec.Struct, array_like=True):
     byteorder: str
     #: Per path: 1 + the index of its blob's pack (0: none, or loose), and
     #: the offset there (arrays of unsigned 32 and 64 bits).
-    pack_numbers: bytes
-    offsets: bytes
+    pack_numbers: memoryview
+    offsets: memoryview
     base: bytes
     removed: list[bytes]
     #: The derived counts and known paths of the whole state (a delta's
@@ -139,8 +144,8 @@ def _name(path: str) -> bytes:
     return path.encode("utf-8", "surrogateescape")
 
 
-def _text(name: bytes) -> str:
-    return name.decode("utf-8", "surrogateescape")
+def _text(name: bytes | memoryview) -> str:
+    return str(name, "utf-8", "surrogateescape")
 
 
 def _pairs(texts: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -160,17 +165,17 @@ def encode_index(state: RecordState, *, max_file_bytes: int, blob_dir: str) -> b
     """A whole index of ``state``, or a delta when ``state.base`` is set
     (of its ``changed`` paths)."""
     packs = sorted(state.pack_sizes)
-    paths, facts, captured, digests, numbers, offsets = state.table.columns(packs, state.changed if state.base else None)
+    paths, facts, captured, digests, numbers, offsets = state.table.columns(packs, state.changed if state.base else state.order)
     body = _Body(
         version=FORMAT_VERSION,
         max_file_bytes=max_file_bytes,
         blob_dir=blob_dir,
         # One join and one encoding for all paths: 100,000 calls cost a
         # tenth of a second.
-        paths=_name("\0".join(paths)),
-        facts=facts,
-        captured=captured,
-        digests=digests,
+        paths=memoryview(_name("\0".join(paths))),
+        facts=memoryview(facts),
+        captured=memoryview(captured),
+        digests=memoryview(digests),
         unreadable=_pairs(state.unreadable),
         links=[(_name(path), target) for path, target in state.links.items()],
         racy=sorted(_name(path) for path in state.racy),
@@ -178,8 +183,8 @@ def encode_index(state: RecordState, *, max_file_bytes: int, blob_dir: str) -> b
         packs=packs,
         pack_sizes=[state.pack_sizes[pack] for pack in packs],
         byteorder=sys.byteorder,
-        pack_numbers=numbers.tobytes(),
-        offsets=offsets.tobytes(),
+        pack_numbers=memoryview(numbers),
+        offsets=memoryview(offsets),
         base=state.base,
         removed=sorted(_name(path) for path in state.removed),
         holding=None if state.holding is None else [(_name(path), count) for path, count in state.holding.items()],
@@ -224,7 +229,7 @@ def decode_index(data: bytes, *, max_file_bytes: int, blob_dir: str) -> RecordSt
         return None
     if any(itertools.compress(numbers, map(operator.not_, body.captured))):  # a blob located for a path not captured
         return None
-    table = RecordTable(paths, map(_FIRST, _FACTS_RECORD.iter_unpack(body.facts)), body.digests, body.captured, numbers, offsets, body.packs)
+    table = RecordTable(paths, body.facts, body.digests, body.captured, numbers, offsets, body.packs)
     if len(table) != count:
         return None  # a path twice
     unreadable = _texts(body.unreadable)

@@ -908,6 +908,120 @@ async def test_what_a_new_process_loads_from_the_index_is_what_its_facts_say(roo
     loaded.close()
 
 
+async def keep(record) -> None:
+    """Keep ``record`` for the next process now (a turn's settlement does)."""
+    ops, done = await record.keep_ops()
+    if ops:
+        done((await record._target.run(ControlProgram(ops))).results)
+
+
+def lining_up(monkeypatch) -> list:
+    """What each walk's diff lined up with the loaded rows from now on
+    (None: it looked each path up)."""
+    lined_up: list = []
+    walk_facts = file_state_table.RecordTable.walk_facts
+    monkeypatch.setattr(file_state_table.RecordTable, "walk_facts", lambda table, names: lined_up.append(walk_facts(table, names)) or lined_up[-1])
+    return lined_up
+
+
+def test_a_walk_lines_up_with_the_rows_only_when_it_meets_every_recorded_path_once_in_their_order():
+    def facts(n: int) -> bytes:
+        return struct.pack(SCAN_FACTS, 0, n, n, n, n, 0o644)
+
+    table = file_state_table.RecordTable(["a", "b/c", "b/d"], [facts(1), facts(2), facts(3)], bytes(96), bytes(3))
+    assert table.walk_facts("a\0b/c\0b/d\0") == facts(1) + facts(2) + facts(3)
+    assert table.walk_facts("a\0b/d\0b/c\0") is None  # another order
+    assert table.walk_facts("a\0b/c\0") is None  # one not met
+    assert table.walk_facts("a\0b/c\0b/d\0b/e\0") is None  # one not recorded
+    assert table.walk_facts("a\0b/c\0b/c\0b/d\0") is None  # one twice
+    # Added since the load: met anywhere, the others in their order.
+    table.set("b/a", facts(4), None, None)
+    assert table.walk_facts("a\0b/a\0b/c\0b/d\0") == facts(1) + facts(4) + facts(2) + facts(3)
+    assert table.walk_facts("a\0b/c\0b/d\0b/a\0") == facts(1) + facts(2) + facts(3) + facts(4)
+    assert table.walk_facts("a\0b/a\0b/c\0b/a\0b/d\0") is None
+    assert table.walk_facts("a\0b/c\0b/d\0") is None
+    table.set("b/c", facts(5), None, None)  # a recorded path's facts changed: it stays where it was
+    assert table.walk_facts("b/a\0a\0b/c\0b/d\0") == facts(4) + facts(1) + facts(5) + facts(3)
+    table.drop("b/c")
+    assert table.walk_facts("a\0b/a\0b/d\0") == facts(1) + facts(4) + facts(3)
+    assert table.walk_facts("a\0b/a\0b/c\0b/d\0") is None  # no longer recorded
+
+
+@pytest.mark.skipif(not tree_watch.available(), reason="no inotify here")
+async def test_a_new_process_walk_lined_up_with_the_index_misses_no_change(root, monkeypatch):
+    # A new process's first walk is compared with the rows it loads as
+    # whole strings when it meets the recorded paths in their order (a
+    # path the last process added anywhere among them): what changed
+    # between the processes under the same names -- a rewrite of the same
+    # size with its times restored, a file become a link, a file become an
+    # empty directory -- is still its baseline, and a command's change
+    # after it reports that state as the one before.
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    for i in range(40):
+        write(root, f"d{i % 4}/f{i}.txt", f"content {i}\n")
+    await asyncio.sleep(0.1)
+    first = await record_of(root)
+    write(root, "d1/new.txt", "made by the command\n")
+    assert [change.path for change in await first.changes()] == ["d1/new.txt"]
+    await keep(first)
+    first.close()
+    assert (root / STORE.rsplit("/", 1)[0] / "index.delta").exists()
+    was = os.stat(root / "d0/f0.txt")
+    with open(root / "d0/f0.txt", "r+b") as handle:
+        handle.write(b"CONTENT")
+    os.utime(root / "d0/f0.txt", ns=(was.st_atime_ns, was.st_mtime_ns))
+    os.remove(root / "d2/f2.txt")
+    os.symlink("f6.txt", root / "d2/f2.txt")
+    os.remove(root / "d3/f3.txt")
+    os.mkdir(root / "d3/f3.txt")
+    await asyncio.sleep(0.1)
+
+    lined_up = lining_up(monkeypatch)
+    second = FileStateRecord(LocalTarget(root), watch=LocalTarget(root))
+    await second.refresh()
+    assert len(lined_up) == 1 and lined_up[0] is not None
+    write(root, "d0/f0.txt", "the command's")
+    write(root, "d1/new.txt", "the command's too")
+    os.remove(root / "d2/f2.txt")
+    os.rmdir(root / "d3/f3.txt")
+    changes = await second.changes()
+    assert [(c.path, c.before, c.gap) for c in changes] == [
+        ("d0/f0.txt", Entry.file(b"CONTENT 0\n", 0o644), None),
+        ("d1/new.txt", Entry.file(b"made by the command\n", 0o644), None),
+        ("d2/f2.txt", Entry.symlink(b"f6.txt"), None),
+        ("d3/f3.txt", Entry.directory(0o755), None),
+    ]
+    second.close()
+
+
+async def test_a_whole_index_is_kept_in_the_walks_order(root, monkeypatch):
+    # A path added since the load is a row at the end; the whole index
+    # keeps the rows in the last walk's order, so the next process's walk
+    # lines up with them again.
+    monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
+    monkeypatch.setattr(file_state, "DELTA_PATHS", 0)
+    for i in range(40):
+        write(root, f"d{i % 4}/f{i}.txt", f"content {i}\n")
+    await asyncio.sleep(0.1)
+    (await record_of(root)).close()
+    record = await record_of(root, watch=False)
+    for i in range(8):
+        write(root, f"d{i % 4}/f{i}.txt", f"changed {i}\n")
+    write(root, "d0/new.txt", "new\n")
+    assert len(await record.changes()) == 9
+    assert list(record._table.rows)[-1] == "d0/new.txt"
+    await keep(record)
+    assert not (root / STORE.rsplit("/", 1)[0] / "index.delta").exists()  # whole
+    record.close()
+    lined_up = lining_up(monkeypatch)
+    again = await record_of(root, watch=False)
+    assert len(lined_up) == 1 and lined_up[0] is not None
+    assert list(again._table.rows) != list(record._table.rows)
+    write(root, "d0/new.txt", "the command's\n")
+    assert await files_only(again) == [FileChange("d0/new.txt", b"new\n")]
+    again.close()
+
+
 async def test_a_name_that_is_no_utf8_survives_the_index(root):
     name = os.fsdecode(b"caf\xe9.txt")
     write(root, name, "bytes")
