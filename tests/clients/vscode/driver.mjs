@@ -116,13 +116,17 @@ const ops = {
         if (event.target?.closest?.('.quick-input-widget')) window.__mevedelQuickKeys += 1;
       }, true);
     });
-    await page.goto(url);
+    // The window is ready when its parts are drawn, not at the page's `load`
+    // event; and the step's one bound is the harness's STEP_SECONDS --
+    // Playwright's own 30 s default was a second, shorter one that a loaded
+    // machine's page load exceeded.
+    await page.goto(url, { waitUntil: 'commit', timeout: 0 });
     await page.locator('.monaco-workbench').waitFor({ timeout: 0 });
     // The first visible part: the status bar, drawn once the window is ready.
     await page.locator('#workbench\\.parts\\.statusbar').waitFor({ timeout: 0 });
   },
   async reload() {
-    await page.reload();
+    await page.reload({ waitUntil: 'commit', timeout: 0 });
     await page.locator('#workbench\\.parts\\.statusbar').waitFor({ timeout: 0 });
   },
   // Runs a command from the palette by its title, as typed there. The
