@@ -232,6 +232,9 @@ class FaultServer:
     #: else (renewals, checkpoints) runs around it.
     when: tuple[bytes, str] | None = None
     slow_seconds: float = 2.0
+    #: With ``when``: the host goes away as its fault strikes -- it stops
+    #: listening, so reconnecting fails, until :meth:`start` brings it back.
+    then_unreachable: bool = False
     #: Every program's fault as it was applied.
     seen: list[str] = field(default_factory=list)
     #: Programs the in-process remote program actually ran.
@@ -267,6 +270,13 @@ class FaultServer:
         for conn in self.live:
             conn.abort()
         self.live.clear()
+
+    def stop_listening(self) -> None:
+        """New connections are refused from now on (connections already
+        made stay until their own fault drops them)."""
+        if self.acceptor is not None:
+            self.acceptor.close()
+            self.acceptor = None
 
     def kill_waiting(self) -> None:
         """Kill every process waiting for its request (as an OOM killer or
@@ -332,6 +342,8 @@ class FaultServer:
         if self.when is not None and self.when[0] in rest:
             fault, self.when = self.when[1], None
             self.seen.append(fault)
+            if self.then_unreachable:
+                self.stop_listening()
         else:
             fault = self.program_fault()
         if fault == "drop-before-run":

@@ -313,6 +313,14 @@ def refuse(arguments: argparse.Namespace, kind: str, message: str) -> int:
     return REFUSED
 
 
+#: The command that resolves an OutcomeUnknown once its host answers.
+_FOLLOW_UP_COMMANDS = {
+    "retry-recovery": "mevedel rewind --retry-recovery",
+    "retry-publication": "mevedel session retry-publication",
+    "list": "mevedel session list",
+}
+
+
 def run_command(
     arguments: argparse.Namespace, body: Callable[[SessionService], Awaitable[None]], *, inline: bool = False
 ) -> int:
@@ -339,12 +347,19 @@ def run_command(
     except CommandError as error:
         return refuse(arguments, error.kind, str(error))
     except Exception as error:
-        from ..store import TakeoverNeedsConfirmation, error_kind, is_refusal
+        from ..store import (
+            OutcomeUnknown,
+            TakeoverNeedsConfirmation,
+            error_kind,
+            is_refusal,
+        )
 
         if is_refusal(error):
             message = str(error)
             if getattr(error, "kind", None) == "recovery-pending":
                 message += "; mevedel rewind --retry-recovery finishes it (--abandon-recovery drops it)"
+            if isinstance(error, OutcomeUnknown):
+                message += f" (run: {_FOLLOW_UP_COMMANDS[error.follow_up]})"
             if isinstance(error, TakeoverNeedsConfirmation):
                 sid = error.session_id or "ID"
                 message += f"; take it over with: mevedel session take-control {sid} --confirm-takeover"

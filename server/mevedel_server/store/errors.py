@@ -3,6 +3,8 @@ session-relative files, never a backing filesystem path."""
 
 from __future__ import annotations
 
+from ..targets.errors import TargetError
+
 
 class StoreError(Exception):
     """Base of every session-store refusal."""
@@ -146,3 +148,58 @@ class ContentError(StoreError):
         super().__init__(f"{where}: {reason}")
         self.where = where
         self.reason = reason
+
+
+#: What resolves an :class:`OutcomeUnknown` once the host is back, in words
+#: that name no client's command (a CLI or an editor adds its own).
+_FOLLOW_UPS = {
+    "retry-recovery": "retry the recovery: it finishes or undoes a {op} left half done, or says that nothing is "
+    "left to resolve and what the session holds",
+    "retry-publication": "retry the publication: it publishes it unless the host already holds it",
+    "list": "list the sessions: the new session is there if the {op} was applied",
+}
+
+
+class OutcomeUnknown(StoreError):
+    """The connection dropped while a multi-step change ran on the host, and
+    the host cannot be reached to tell how it ended: the message says what
+    may be true (``state``), names a recovery marker only as one that may be
+    there, and ``follow_up`` (a key of ``_FOLLOW_UPS``) what resolves it once
+    the host answers again. Never a claim the client cannot check."""
+
+    kind = "unavailable"
+
+    def __init__(
+        self, session_id: str, operation: str, state: str, dropped: BaseException, unreachable: BaseException,
+        *, follow_up: str, marker: str | None = None,
+    ) -> None:
+        lost, gone = _target_error(dropped), _target_error(unreachable)
+        host = getattr(gone, "host", None) or getattr(lost, "host", None)
+        named = f"ssh target {host}" if host else "the host"
+        parts = [
+            f"session {session_id}: {state}: the connection to {named} was lost during the {operation} "
+            f"({_reason(dropped, lost)}) and it cannot be reached now ({_reason(unreachable, gone)})"
+        ]
+        if marker is not None:
+            parts.append(f"recovery {marker} may be left on the host, and blocks changes to the session until it is resolved")
+        parts.append("when the host can be reached again, " + _FOLLOW_UPS[follow_up].format(op=operation))
+        super().__init__("; ".join(parts))
+        self.session_id = session_id
+        self.operation = operation
+        self.follow_up = follow_up
+        self.marker = marker
+
+
+def _target_error(error: BaseException) -> TargetError | None:
+    """The target's own error in ``error``'s chain (a publication's
+    failure wraps the dropped connection)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, TargetError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _reason(error: BaseException, found: TargetError | None) -> str:
+    return str(error) if found is None else found.reason if getattr(found, "host", None) else str(found)

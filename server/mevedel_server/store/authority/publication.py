@@ -101,7 +101,7 @@ def new_publication_id() -> str:
     return os.urandom(16).hex()
 
 
-def _publication_id_of(head: str) -> str:
+def publication_id_of(head: str) -> str:
     return head.split("/")[1]
 
 
@@ -114,7 +114,7 @@ async def load_manifest(target: Target, paths: SessionPaths, head: str) -> Publi
     result = (await target.run(ControlProgram([op])))[0]
     if result.status is Status.ABSENT:
         # A generation collection moved into the session's pack.
-        raw = (await read_pack(target, paths)).manifest_bytes(_publication_id_of(head))
+        raw = (await read_pack(target, paths)).manifest_bytes(publication_id_of(head))
         if raw is None:
             raise RecordError(RecordErrorKind.MISSING, label, "the committed manifest is missing")
         return _decode_manifest(paths, head, raw)
@@ -123,7 +123,7 @@ async def load_manifest(target: Target, paths: SessionPaths, head: str) -> Publi
 
 
 def _decode_manifest(paths: SessionPaths, head: str, raw: bytes) -> PublicationManifest:
-    return decode_manifest(paths.label(head), _publication_id_of(head), raw)
+    return decode_manifest(paths.label(head), publication_id_of(head), raw)
 
 
 def decode_manifest(label: str, publication_id: str, raw: bytes) -> PublicationManifest:

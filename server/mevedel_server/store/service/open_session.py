@@ -156,6 +156,10 @@ class OpenSession:
         #: What the recovery journal's directory held when the claim listed
         #: it (its remains, no marker); meaningful while ``recovery_clear``.
         self.recovery_remains: RecoveryState | None = None
+        #: An in-place transaction ended with the host out of reach
+        #: (``OutcomeUnknown``): the live conversation may not be the
+        #: committed one, so the next look for a recovery adopts that.
+        self.outcome_unknown = False
         #: The listing of queued input the claim's program took (see
         #: ``pending_inputs.input_listing``), for the queue's first load
         #: alone (:meth:`take_inputs_listing`).
