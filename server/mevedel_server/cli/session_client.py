@@ -313,7 +313,9 @@ def refuse(arguments: argparse.Namespace, kind: str, message: str) -> int:
     return REFUSED
 
 
-#: The command that resolves an OutcomeUnknown once its host answers.
+#: The command that resolves an outcome its host could not tell (an
+#: error's ``follow_up``: ``OutcomeUnknown``, ``PublicationUnknown``) once
+#: the host answers.
 _FOLLOW_UP_COMMANDS = {
     "retry-recovery": "mevedel rewind --retry-recovery",
     "retry-publication": "mevedel session retry-publication",
@@ -358,8 +360,9 @@ def run_command(
             message = str(error)
             if getattr(error, "kind", None) == "recovery-pending":
                 message += "; mevedel rewind --retry-recovery finishes it (--abandon-recovery drops it)"
-            if isinstance(error, OutcomeUnknown):
-                message += f" (run: {_FOLLOW_UP_COMMANDS[error.follow_up]})"
+            follow_up = getattr(error, "follow_up", None)  # an outcome the host could not tell
+            if follow_up is not None:
+                message += f" (run: {_FOLLOW_UP_COMMANDS[follow_up]})"
             if isinstance(error, TakeoverNeedsConfirmation):
                 sid = error.session_id or "ID"
                 message += f"; take it over with: mevedel session take-control {sid} --confirm-takeover"

@@ -160,12 +160,30 @@ _FOLLOW_UPS = {
 }
 
 
+def unknown_outcome(
+    state: str, operation: str, dropped: BaseException, unreachable: BaseException, *, follow_up: str, marker: str | None = None
+) -> str:
+    """The words for a change the host stopped answering in and cannot be
+    reached to tell about: what may be true (``state``), the two failures,
+    a recovery marker only as one that may be there, and what resolves it
+    once the host answers (``follow_up``, a key of ``_FOLLOW_UPS``). The one
+    way such an outcome is told: never a claim the client cannot check."""
+    lost, gone = _target_error(dropped), _target_error(unreachable)
+    host = getattr(gone, "host", None) or getattr(lost, "host", None)
+    named = f"ssh target {host}" if host else "the host"
+    parts = [
+        f"{state}: the connection to {named} was lost during the {operation} "
+        f"({_reason(dropped, lost)}) and it cannot be reached now ({_reason(unreachable, gone)})"
+    ]
+    if marker is not None:
+        parts.append(f"recovery {marker} may be left on the host, and blocks changes to the session until it is resolved")
+    parts.append("when the host can be reached again, " + _FOLLOW_UPS[follow_up].format(op=operation))
+    return "; ".join(parts)
+
+
 class OutcomeUnknown(StoreError):
-    """The connection dropped while a multi-step change ran on the host, and
-    the host cannot be reached to tell how it ended: the message says what
-    may be true (``state``), names a recovery marker only as one that may be
-    there, and ``follow_up`` (a key of ``_FOLLOW_UPS``) what resolves it once
-    the host answers again. Never a claim the client cannot check."""
+    """A multi-step change whose host stopped answering and cannot be reached
+    to tell how it ended (see :func:`unknown_outcome`)."""
 
     kind = "unavailable"
 
@@ -173,21 +191,26 @@ class OutcomeUnknown(StoreError):
         self, session_id: str, operation: str, state: str, dropped: BaseException, unreachable: BaseException,
         *, follow_up: str, marker: str | None = None,
     ) -> None:
-        lost, gone = _target_error(dropped), _target_error(unreachable)
-        host = getattr(gone, "host", None) or getattr(lost, "host", None)
-        named = f"ssh target {host}" if host else "the host"
-        parts = [
-            f"session {session_id}: {state}: the connection to {named} was lost during the {operation} "
-            f"({_reason(dropped, lost)}) and it cannot be reached now ({_reason(unreachable, gone)})"
-        ]
-        if marker is not None:
-            parts.append(f"recovery {marker} may be left on the host, and blocks changes to the session until it is resolved")
-        parts.append("when the host can be reached again, " + _FOLLOW_UPS[follow_up].format(op=operation))
-        super().__init__("; ".join(parts))
+        said = unknown_outcome(state, operation, dropped, unreachable, follow_up=follow_up, marker=marker)
+        super().__init__(f"session {session_id}: {said}")
         self.session_id = session_id
         self.operation = operation
         self.follow_up = follow_up
         self.marker = marker
+
+
+class PublicationUnknown(PublicationFailed):
+    """A publication whose host stopped answering and cannot be reached to
+    tell whether its head committed: pending like any failed one (a retry
+    publishes it unless the host already holds it), said to be unknown."""
+
+    follow_up = "retry-publication"
+
+    def __init__(self, session_id: str, dropped: BaseException, unreachable: BaseException) -> None:
+        state = "it may or may not have been published"
+        super().__init__(session_id, unknown_outcome(state, "publication", dropped, unreachable, follow_up=self.follow_up))
+        self.dropped = dropped
+        self.unreachable = unreachable
 
 
 def _target_error(error: BaseException) -> TargetError | None:

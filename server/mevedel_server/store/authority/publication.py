@@ -51,9 +51,10 @@ from ...targets import (
     Status,
     Target,
     TargetError,
+    TargetUnavailable,
     raise_for_result,
 )
-from ..errors import LeaseLost, PublicationFailed, PublicationPending, StoreError
+from ..errors import LeaseLost, PublicationFailed, PublicationPending, PublicationUnknown, StoreError
 from ..layout import MANIFEST_NAME, SessionPaths, head_path, published_path
 from .lease import LeadStopped, LeaseHandle, read_lease_head_and_manifest
 from .packed import Pack, read_pack
@@ -378,6 +379,10 @@ class Publisher:
                 except LeaseLost as lost:
                     pend(lost.reason)
                     raise
+                except TargetUnavailable as unreachable:
+                    unknown = PublicationUnknown(self.lease.session_id, exc, unreachable)
+                    pend(unknown.reason)
+                    raise unknown from exc
                 pend(str(exc))
                 raise PublicationFailed(self.lease.session_id, str(exc)) from exc
             if result.stopped_at is not None and result.stopped_at < len(lead):
@@ -400,10 +405,11 @@ class Publisher:
 
     async def _committed_despite(self, head: str) -> bool:
         """After a program whose outcome is unknown, find out whether its
-        head commit happened (the commit point may precede the failure)."""
+        head commit happened (the commit point may precede the failure). A
+        host that cannot be reached to tell raises its TargetUnavailable."""
         try:
             await self.lease.resync()
-        except LeaseLost:
+        except (LeaseLost, TargetUnavailable):
             raise
         except (StoreError, TargetError):
             return False

@@ -64,7 +64,7 @@ from ..content.sidecar import (
     Symlink,
     TurnFiles,
 )
-from ..errors import LeaseLost, OutcomeUnknown, PublicationPending, StoreError
+from ..errors import LeaseLost, OutcomeUnknown, PublicationPending, PublicationUnknown, StoreError
 from .git_runner import GitRunner, LocalGit, git_runner_for
 from .lifecycle_token import (
     InvalidToken,
@@ -614,10 +614,14 @@ async def _after_failure(
     if publisher.pending is not None:
         publisher.abandon()
     marker = journal.marker.recovery_id if journal is not None else None
+    state = f"the {operation} may or may not have been applied"
+    if isinstance(error, PublicationUnknown):  # the publication has just found the host gone
+        raise OutcomeUnknown(
+            lease.session_id, operation, state, error.dropped, error.unreachable, follow_up="retry-recovery", marker=marker
+        ) from error
     try:
         committed = await _committed_anyway(lease, token, plan)
     except TargetUnavailable as unreachable:
-        state = f"the {operation} may or may not have been applied"
         raise OutcomeUnknown(lease.session_id, operation, state, error, unreachable, follow_up="retry-recovery", marker=marker) from error
     if committed:
         return await _finish(lease, plan, journal, changes, lease.publication_head, True, remains, None)
