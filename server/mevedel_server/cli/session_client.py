@@ -350,7 +350,6 @@ def run_command(
         return refuse(arguments, error.kind, str(error))
     except Exception as error:
         from ..store import (
-            OutcomeUnknown,
             TakeoverNeedsConfirmation,
             error_kind,
             is_refusal,

@@ -54,7 +54,13 @@ from ...targets import (
     TargetUnavailable,
     raise_for_result,
 )
-from ..errors import LeaseLost, PublicationFailed, PublicationPending, PublicationUnknown, StoreError
+from ..errors import (
+    LeaseLost,
+    PublicationFailed,
+    PublicationPending,
+    PublicationUnknown,
+    StoreError,
+)
 from ..layout import MANIFEST_NAME, SessionPaths, head_path, published_path
 from .lease import LeadStopped, LeaseHandle, read_lease_head_and_manifest
 from .packed import Pack, read_pack

@@ -64,7 +64,13 @@ from ..content.sidecar import (
     Symlink,
     TurnFiles,
 )
-from ..errors import LeaseLost, OutcomeUnknown, PublicationPending, PublicationUnknown, StoreError
+from ..errors import (
+    LeaseLost,
+    OutcomeUnknown,
+    PublicationPending,
+    PublicationUnknown,
+    StoreError,
+)
 from .git_runner import GitRunner, LocalGit, git_runner_for
 from .lifecycle_token import (
     InvalidToken,

@@ -8,10 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.unit.store.transactions.test_ssh_drops_rewind import (
+    ME,
+    _connect,
+    _resumed,
+    _three_turns,
+)
 
 from mevedel_server.store import OutcomeUnknown, PublicationUnknown
 from mevedel_server.store.service import EvidenceInput, SessionService
-from tests.unit.store.transactions.test_ssh_drops_rewind import ME, _connect, _resumed, _three_turns
 
 DROPS = ["drop-after-run", "drop-before-run"]
 
