@@ -360,7 +360,13 @@ def run_command(
             if getattr(error, "kind", None) == "recovery-pending":
                 message += "; mevedel rewind --retry-recovery finishes it (--abandon-recovery drops it)"
             follow_up = getattr(error, "follow_up", None)  # an outcome the host could not tell
-            if follow_up is not None:
+            if follow_up == "retry-publication" and not error.recorded:
+                # Only this process held it, and it ends here.
+                message += (
+                    "; the host could not record it and this command ends, so once the host answers "
+                    "mevedel session turns shows whether it was published: repeat the command if it was not"
+                )
+            elif follow_up is not None:
                 message += f" (run: {_FOLLOW_UP_COMMANDS[follow_up]})"
             if isinstance(error, TakeoverNeedsConfirmation):
                 sid = error.session_id or "ID"

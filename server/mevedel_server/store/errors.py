@@ -122,6 +122,9 @@ class PublicationFailed(StoreError):
         super().__init__(f"session {session_id}: publication pending: {reason}")
         self.session_id = session_id
         self.reason = reason
+        #: The pending save is recorded in the session directory, so that a
+        #: later process can retry it (False: only this process holds it).
+        self.recorded = False
 
 
 class PublicationPending(StoreError):

@@ -11,8 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-from mevedel_server.store.service import EvidenceInput, SessionService
+import pytest
 from tests.unit.store.transactions.test_ssh_drops_rewind import ME, _connect
+
+from mevedel_server.store.service import EvidenceInput, SessionService
 
 
 async def mevedel(fault_server, tmp_path: Path, root: Path, *args: str) -> tuple[int, dict, str]:
@@ -63,3 +65,28 @@ async def test_a_rewind_whose_host_went_away_names_the_command_that_answers_once
     assert status == 1 and answer["error"]["kind"] == "missing-target", answer
     assert "no Rewind or Redo was left half done; the session holds 1 settled turn" in answer["error"]["message"]
     assert (root / "notes.txt").read_text() == "v1\n"
+
+
+@pytest.mark.parametrize("drop", ["drop-before-run", "drop-after-run"])
+async def test_a_settlement_whose_host_went_away_says_how_to_tell_once_it_is_back(tmp_path, fault_server, drop):
+    """The pending save could not be recorded on the host and the command
+    ends: the person is not sent to a retry that has nothing to retry, but
+    told how to see whether it was published, and to repeat it if not."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    status, begun, _ = await mevedel(fault_server, tmp_path, root, "turn", "begin", "--new", "first")
+    assert status == 0, begun
+    assert (await mevedel(fault_server, tmp_path, root, "turn", "append", "response", "--text", "done"))[0] == 0
+    fault_server.when, fault_server.then_unreachable = (b"Barrier", drop), True
+    status, told, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
+    message = told["error"]["message"]
+    assert status == 1 and told["error"]["kind"] == "publication-pending", told
+    assert "it may or may not have been published" in message and "run: mevedel session retry-publication" not in message
+    assert message.endswith("mevedel session turns shows whether it was published: repeat the command if it was not")
+    await fault_server.start()
+    _, turns, _ = await mevedel(fault_server, tmp_path, root, "session", "turns")
+    state = turns["turns"][0]["state"]
+    assert state == ("completed" if drop == "drop-after-run" else "in-flight"), turns
+    if state == "in-flight":
+        status, settled, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
+        assert status == 0 and settled["outcome"] == "completed", settled

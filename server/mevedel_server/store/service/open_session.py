@@ -314,6 +314,7 @@ class OpenSession:
         except PublicationFailed as failed:
             self.pending = PendingSave(candidate, force, failed.reason)
             await self.keep_pending()
+            failed.recorded = self.pending.record is not None
             raise
         except (StoreError, TargetError) as error:
             # Materialization or the claim failed: nothing was committed.
@@ -345,6 +346,7 @@ class OpenSession:
         except PublicationFailed as failed:
             self.pending = PendingSave(pending.candidate, pending.force, failed.reason, pending.record)
             await self.keep_pending()
+            failed.recorded = self.pending.record is not None
             raise
         self.pending = None
         await self._drop_record(pending)
@@ -445,6 +447,7 @@ class OpenSession:
         except PublicationFailed as failed:
             self.publisher.abandon()  # the record still holds it
             self.pending = PendingSave(None, pending.force, failed.reason, record)
+            failed.recorded = True
             raise
         self.pending = None
         if outcome.committed:
