@@ -231,6 +231,9 @@ class FaultServer:
     #: of the plan's, once -- for a fault at one kind of program whatever
     #: else (renewals, checkpoints) runs around it.
     when: tuple[bytes, str] | None = None
+    #: Programs holding ``when``'s marker that run as the plan says before
+    #: the one that gets its fault.
+    when_skip: int = 0
     slow_seconds: float = 2.0
     #: With ``when``: the host goes away as its fault strikes -- it stops
     #: listening, so reconnecting fails, until :meth:`start` brings it back.
@@ -339,7 +342,10 @@ class FaultServer:
             self.waiting.remove(process)
         nonce, length = wire.parse_head(head)
         rest = await process.stdin.readexactly(length + wire.TAIL_SIZE)
-        if self.when is not None and self.when[0] in rest:
+        if self.when is not None and self.when[0] in rest and self.when_skip:
+            self.when_skip -= 1
+            fault = self.program_fault()
+        elif self.when is not None and self.when[0] in rest:
             fault, self.when = self.when[1], None
             self.seen.append(fault)
             if self.then_unreachable:

@@ -14,9 +14,15 @@ from tests.unit.store.transactions.test_ssh_drops_rewind import (
     _resumed,
     _three_turns,
 )
+from txn_sessions import git, init_repo, open_session
 
 from mevedel_server.store import OutcomeUnknown, PublicationUnknown
 from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.transactions.worktree_fork import (
+    WorktreeForkFailed,
+    commit_worktree_fork,
+    prepare_worktree_fork,
+)
 
 DROPS = ["drop-after-run", "drop-before-run"]
 
@@ -84,5 +90,33 @@ async def test_a_settlement_whose_host_went_away_is_pending_as_unknown_and_the_r
         # What the host held decides: published by the lost program, or now.
         assert saved.committed == (drop == "drop-before-run")
         assert (await _resumed(target, sid)).info(sid).settled_turns == 4
+    finally:
+        await target.close()
+
+
+@pytest.mark.parametrize("drop", DROPS)
+async def test_a_worktree_fork_whose_host_went_away_offers_its_cleanup_only_for_a_fork_not_made(root, fault_server, drop):
+    init_repo(root)
+    (root / "a.txt").write_bytes(b"a0\n")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "base")
+    target = await _connect(fault_server, root)
+    try:
+        s = await open_session(root, target=target)
+        await s.turn("one", {"a.txt": b"a1\n"})
+        await s.turn("two", {"a.txt": b"a2\n"})
+        impact = await prepare_worktree_fork(target, s.session_id, 1)
+        _gone_at_the_publication(fault_server, drop)
+        fault_server.when_skip = 1  # the worktree's files are flushed first
+        with pytest.raises(WorktreeForkFailed) as caught:
+            await commit_worktree_fork(target, impact.token, ME)
+        message = str(caught.value)
+        assert caught.value.follow_up == "list" and "the worktree fork may or may not have made the new session" in message
+        assert "if it is not there, what git created is kept -- remove it from the workspace with: git worktree remove" in message
+        child = message.split("the new session ", 1)[1].split(":", 1)[0]
+        await fault_server.start()
+        listed = {row.session_id for row in (await SessionService(target, ME).sessions.list()).rows}
+        assert (child in listed) == (drop == "drop-after-run")
+        assert (root / ".worktrees" / "fork-1" / "a.txt").read_bytes() == b"a1\n"  # kept either way
     finally:
         await target.close()
