@@ -54,10 +54,10 @@ async def test_a_rewind_whose_host_went_away_names_the_command_that_answers_once
     finally:
         await target.close()
     fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-after-run"), True
-    status, told, _ = await mevedel(fault_server, tmp_path, root, "rewind", "1", "--yes", "--session", sid)
+    status, told, logged = await mevedel(fault_server, tmp_path, root, "rewind", "1", "--yes", "--session", sid)
     error = told["error"]
-    assert status == 1 and error["kind"] == "unavailable", told
-    assert error["message"].startswith(f"session {sid}: the rewind may or may not have been applied: the connection to ssh target")
+    assert status == 1 and error["kind"] == "unavailable", (told, logged)
+    assert error["message"].startswith(f"session {sid}: the rewind may or may not have been applied: the connection to ssh target"), logged
     assert "may be left on the host" in error["message"] and "keeps" not in error["message"]
     assert error["message"].endswith("(run: mevedel rewind --retry-recovery)")
     await fault_server.start()
