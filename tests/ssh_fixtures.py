@@ -36,6 +36,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -333,8 +334,9 @@ class FaultServer:
             await self._command(process, connection)
             return
         script = await process.stdin.readexactly(int(match.group(1)))
-        assert script in (remote_script(), compiled_script()), "the client did not send the remote program"
-        self.scripts.append("compiled" if script == compiled_script() else "source")
+        kind = _bundle_kind(script)
+        assert kind is not None, "the client did not send the remote program"
+        self.scripts.append(kind)
         self.waiting.append(process)
         try:
             head = await process.stdin.readexactly(wire.HEAD_SIZE)
@@ -380,6 +382,28 @@ class FaultServer:
             process.exit_with_signal("KILL")
             return
         process.exit(status)
+
+
+def _bundle_kind(script: bytes) -> str | None:
+    """``source`` or ``compiled``: which remote program ``script`` is. A
+    compiled one is recognised by its loader and the modules it loads, not
+    its bytes: ``marshal`` writes a back-reference only for an object with
+    other references, so the bytes depend on the sending process (a CLI
+    subprocess's bundle need not be this process's)."""
+    if script == remote_script():
+        return "source"
+    if script == compiled_script():
+        return "compiled"
+    try:
+        text = zlib.decompress(script).decode("utf-8")
+    except (zlib.error, UnicodeDecodeError):
+        return None
+    ours = zlib.decompress(compiled_script()).decode("utf-8")
+
+    def loads(bundle: str) -> list[str]:
+        return [line.split(",", 1)[0] for line in bundle.splitlines() if line.startswith("_load(")]
+
+    return "compiled" if text.startswith(ours.split("_load(", 1)[0]) and loads(text) == loads(ours) else None
 
 
 async def _command_of(faults: "FaultServer", process, connection) -> None:
