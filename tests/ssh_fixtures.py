@@ -36,6 +36,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -231,7 +232,13 @@ class FaultServer:
     #: of the plan's, once -- for a fault at one kind of program whatever
     #: else (renewals, checkpoints) runs around it.
     when: tuple[bytes, str] | None = None
+    #: Programs holding ``when``'s marker that run as the plan says before
+    #: the one that gets its fault.
+    when_skip: int = 0
     slow_seconds: float = 2.0
+    #: With ``when``: the host goes away as its fault strikes -- it stops
+    #: listening, so reconnecting fails, until :meth:`start` brings it back.
+    then_unreachable: bool = False
     #: Every program's fault as it was applied.
     seen: list[str] = field(default_factory=list)
     #: Programs the in-process remote program actually ran.
@@ -267,6 +274,13 @@ class FaultServer:
         for conn in self.live:
             conn.abort()
         self.live.clear()
+
+    def stop_listening(self) -> None:
+        """New connections are refused from now on (connections already
+        made stay until their own fault drops them)."""
+        if self.acceptor is not None:
+            self.acceptor.close()
+            self.acceptor = None
 
     def kill_waiting(self) -> None:
         """Kill every process waiting for its request (as an OOM killer or
@@ -320,8 +334,9 @@ class FaultServer:
             await self._command(process, connection)
             return
         script = await process.stdin.readexactly(int(match.group(1)))
-        assert script in (remote_script(), compiled_script()), "the client did not send the remote program"
-        self.scripts.append("compiled" if script == compiled_script() else "source")
+        kind = _bundle_kind(script)
+        assert kind is not None, "the client did not send the remote program"
+        self.scripts.append(kind)
         self.waiting.append(process)
         try:
             head = await process.stdin.readexactly(wire.HEAD_SIZE)
@@ -329,9 +344,14 @@ class FaultServer:
             self.waiting.remove(process)
         nonce, length = wire.parse_head(head)
         rest = await process.stdin.readexactly(length + wire.TAIL_SIZE)
-        if self.when is not None and self.when[0] in rest:
+        if self.when is not None and self.when[0] in rest and self.when_skip:
+            self.when_skip -= 1
+            fault = self.program_fault()
+        elif self.when is not None and self.when[0] in rest:
             fault, self.when = self.when[1], None
             self.seen.append(fault)
+            if self.then_unreachable:
+                self.stop_listening()
         else:
             fault = self.program_fault()
         if fault == "drop-before-run":
@@ -362,6 +382,28 @@ class FaultServer:
             process.exit_with_signal("KILL")
             return
         process.exit(status)
+
+
+def _bundle_kind(script: bytes) -> str | None:
+    """``source`` or ``compiled``: which remote program ``script`` is. A
+    compiled one is recognised by its loader and the modules it loads, not
+    its bytes: ``marshal`` writes a back-reference only for an object with
+    other references, so the bytes depend on the sending process (a CLI
+    subprocess's bundle need not be this process's)."""
+    if script == remote_script():
+        return "source"
+    if script == compiled_script():
+        return "compiled"
+    try:
+        text = zlib.decompress(script).decode("utf-8")
+    except (zlib.error, UnicodeDecodeError):
+        return None
+    ours = zlib.decompress(compiled_script()).decode("utf-8")
+
+    def loads(bundle: str) -> list[str]:
+        return [line.split(",", 1)[0] for line in bundle.splitlines() if line.startswith("_load(")]
+
+    return "compiled" if text.startswith(ours.split("_load(", 1)[0]) and loads(text) == loads(ours) else None
 
 
 async def _command_of(faults: "FaultServer", process, connection) -> None:

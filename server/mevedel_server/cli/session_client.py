@@ -313,6 +313,16 @@ def refuse(arguments: argparse.Namespace, kind: str, message: str) -> int:
     return REFUSED
 
 
+#: The command that resolves an outcome its host could not tell (an
+#: error's ``follow_up``: ``OutcomeUnknown``, ``PublicationUnknown``) once
+#: the host answers.
+_FOLLOW_UP_COMMANDS = {
+    "retry-recovery": "mevedel rewind --retry-recovery",
+    "retry-publication": "mevedel session retry-publication",
+    "list": "mevedel session list",
+}
+
+
 def run_command(
     arguments: argparse.Namespace, body: Callable[[SessionService], Awaitable[None]], *, inline: bool = False
 ) -> int:
@@ -339,12 +349,25 @@ def run_command(
     except CommandError as error:
         return refuse(arguments, error.kind, str(error))
     except Exception as error:
-        from ..store import TakeoverNeedsConfirmation, error_kind, is_refusal
+        from ..store import (
+            TakeoverNeedsConfirmation,
+            error_kind,
+            is_refusal,
+        )
 
         if is_refusal(error):
             message = str(error)
             if getattr(error, "kind", None) == "recovery-pending":
                 message += "; mevedel rewind --retry-recovery finishes it (--abandon-recovery drops it)"
+            follow_up = getattr(error, "follow_up", None)  # an outcome the host could not tell
+            if follow_up == "retry-publication" and not error.recorded:
+                # Only this process held it, and it ends here.
+                message += (
+                    "; the host could not record it and this command ends, so once the host answers "
+                    "mevedel session turns shows whether it was published: repeat the command if it was not"
+                )
+            elif follow_up is not None:
+                message += f" (run: {_FOLLOW_UP_COMMANDS[follow_up]})"
             if isinstance(error, TakeoverNeedsConfirmation):
                 sid = error.session_id or "ID"
                 message += f"; take it over with: mevedel session take-control {sid} --confirm-takeover"

@@ -3,6 +3,8 @@ session-relative files, never a backing filesystem path."""
 
 from __future__ import annotations
 
+from ..targets.errors import TargetError
+
 
 class StoreError(Exception):
     """Base of every session-store refusal."""
@@ -120,6 +122,9 @@ class PublicationFailed(StoreError):
         super().__init__(f"session {session_id}: publication pending: {reason}")
         self.session_id = session_id
         self.reason = reason
+        #: The pending save is recorded in the session directory, so that a
+        #: later process can retry it (False: only this process holds it).
+        self.recorded = False
 
 
 class PublicationPending(StoreError):
@@ -146,3 +151,81 @@ class ContentError(StoreError):
         super().__init__(f"{where}: {reason}")
         self.where = where
         self.reason = reason
+
+
+#: What resolves an :class:`OutcomeUnknown` once the host is back, in words
+#: that name no client's command (a CLI or an editor adds its own).
+_FOLLOW_UPS = {
+    "retry-recovery": "retry the recovery: it finishes or undoes a {op} left half done, or says that nothing is "
+    "left to resolve and what the session holds",
+    "retry-publication": "retry the publication: it publishes it unless the host already holds it",
+    "list": "list the sessions: the new session is there if the {op} was applied",
+}
+
+
+def unknown_outcome(
+    state: str, operation: str, dropped: BaseException, unreachable: BaseException, *, follow_up: str, marker: str | None = None
+) -> str:
+    """The words for a change the host stopped answering in and cannot be
+    reached to tell about: what may be true (``state``), the two failures,
+    a recovery marker only as one that may be there, and what resolves it
+    once the host answers (``follow_up``, a key of ``_FOLLOW_UPS``). The one
+    way such an outcome is told: never a claim the client cannot check."""
+    lost, gone = _target_error(dropped), _target_error(unreachable)
+    host = getattr(gone, "host", None) or getattr(lost, "host", None)
+    named = f"ssh target {host}" if host else "the host"
+    parts = [
+        f"{state}: the connection to {named} was lost during the {operation} "
+        f"({_reason(dropped, lost)}) and it cannot be reached now ({_reason(unreachable, gone)})"
+    ]
+    if marker is not None:
+        parts.append(f"recovery {marker} may be left on the host, and blocks changes to the session until it is resolved")
+    parts.append("when the host can be reached again, " + _FOLLOW_UPS[follow_up].format(op=operation))
+    return "; ".join(parts)
+
+
+class OutcomeUnknown(StoreError):
+    """A multi-step change whose host stopped answering and cannot be reached
+    to tell how it ended (see :func:`unknown_outcome`)."""
+
+    kind = "unavailable"
+
+    def __init__(
+        self, session_id: str, operation: str, state: str, dropped: BaseException, unreachable: BaseException,
+        *, follow_up: str, marker: str | None = None,
+    ) -> None:
+        said = unknown_outcome(state, operation, dropped, unreachable, follow_up=follow_up, marker=marker)
+        super().__init__(f"session {session_id}: {said}")
+        self.session_id = session_id
+        self.operation = operation
+        self.follow_up = follow_up
+        self.marker = marker
+
+
+class PublicationUnknown(PublicationFailed):
+    """A publication whose host stopped answering and cannot be reached to
+    tell whether its head committed: pending like any failed one (a retry
+    publishes it unless the host already holds it), said to be unknown."""
+
+    follow_up = "retry-publication"
+
+    def __init__(self, session_id: str, dropped: BaseException, unreachable: BaseException) -> None:
+        state = "it may or may not have been published"
+        super().__init__(session_id, unknown_outcome(state, "publication", dropped, unreachable, follow_up=self.follow_up))
+        self.dropped = dropped
+        self.unreachable = unreachable
+
+
+def _target_error(error: BaseException) -> TargetError | None:
+    """The target's own error in ``error``'s chain (a publication's
+    failure wraps the dropped connection)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, TargetError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _reason(error: BaseException, found: TargetError | None) -> str:
+    return str(error) if found is None else found.reason if getattr(found, "host", None) else str(found)

@@ -51,9 +51,16 @@ from ...targets import (
     Status,
     Target,
     TargetError,
+    TargetUnavailable,
     raise_for_result,
 )
-from ..errors import LeaseLost, PublicationFailed, PublicationPending, StoreError
+from ..errors import (
+    LeaseLost,
+    PublicationFailed,
+    PublicationPending,
+    PublicationUnknown,
+    StoreError,
+)
 from ..layout import MANIFEST_NAME, SessionPaths, head_path, published_path
 from .lease import LeadStopped, LeaseHandle, read_lease_head_and_manifest
 from .packed import Pack, read_pack
@@ -101,7 +108,7 @@ def new_publication_id() -> str:
     return os.urandom(16).hex()
 
 
-def _publication_id_of(head: str) -> str:
+def publication_id_of(head: str) -> str:
     return head.split("/")[1]
 
 
@@ -114,7 +121,7 @@ async def load_manifest(target: Target, paths: SessionPaths, head: str) -> Publi
     result = (await target.run(ControlProgram([op])))[0]
     if result.status is Status.ABSENT:
         # A generation collection moved into the session's pack.
-        raw = (await read_pack(target, paths)).manifest_bytes(_publication_id_of(head))
+        raw = (await read_pack(target, paths)).manifest_bytes(publication_id_of(head))
         if raw is None:
             raise RecordError(RecordErrorKind.MISSING, label, "the committed manifest is missing")
         return _decode_manifest(paths, head, raw)
@@ -123,7 +130,7 @@ async def load_manifest(target: Target, paths: SessionPaths, head: str) -> Publi
 
 
 def _decode_manifest(paths: SessionPaths, head: str, raw: bytes) -> PublicationManifest:
-    return decode_manifest(paths.label(head), _publication_id_of(head), raw)
+    return decode_manifest(paths.label(head), publication_id_of(head), raw)
 
 
 def decode_manifest(label: str, publication_id: str, raw: bytes) -> PublicationManifest:
@@ -378,6 +385,10 @@ class Publisher:
                 except LeaseLost as lost:
                     pend(lost.reason)
                     raise
+                except TargetUnavailable as unreachable:
+                    unknown = PublicationUnknown(self.lease.session_id, exc, unreachable)
+                    pend(unknown.reason)
+                    raise unknown from exc
                 pend(str(exc))
                 raise PublicationFailed(self.lease.session_id, str(exc)) from exc
             if result.stopped_at is not None and result.stopped_at < len(lead):
@@ -400,10 +411,11 @@ class Publisher:
 
     async def _committed_despite(self, head: str) -> bool:
         """After a program whose outcome is unknown, find out whether its
-        head commit happened (the commit point may precede the failure)."""
+        head commit happened (the commit point may precede the failure). A
+        host that cannot be reached to tell raises its TargetUnavailable."""
         try:
             await self.lease.resync()
-        except LeaseLost:
+        except (LeaseLost, TargetUnavailable):
             raise
         except (StoreError, TargetError):
             return False

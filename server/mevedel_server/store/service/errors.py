@@ -26,6 +26,7 @@ from ..errors import (
     LeaseHeld,
     LeaseLost,
     LeaseObservationError,
+    OutcomeUnknown,
     PublicationFailed,
     PublicationPending,
     SessionMissing,
@@ -171,6 +172,7 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (ContentError, "unreadable"),
     (SegmentError, "unreadable"),
     (LeaseObservationError, "unavailable"),
+    (OutcomeUnknown, "unavailable"),
     (UnsafePathError, "unreadable"),
     (TargetError, "unavailable"),
 )

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..authority.publication import Publisher, read_committed
+from ..authority.publication import Publisher, publication_id_of
 from ..authority.workspace import check_session_id
+from ..errors import OutcomeUnknown
 from ..transactions.lifecycle_token import LifecycleRefused, StateToken
 from ..transactions.recovery import (
+    NothingToRecover,
     RecoveryOutcome,
     RecoveryPending,
     abandon_recovery,
@@ -114,7 +116,18 @@ class History:
         """Finish the interrupted transaction in the direction its commit
         point decided; the live conversation follows the committed head."""
         session = self._writable_with_lease(session_id, "retry its recovery")
-        outcome = await retry_recovery(session.lease)
+        try:
+            outcome = await retry_recovery(session.lease)
+        except NothingToRecover:
+            # The answer to a transaction whose outcome the host could not
+            # tell: what is committed, live here too.
+            unsure = session.outcome_unknown
+            await self._after_recovery(session)
+            if unsure:
+                self._table.changed(session, "recovered")
+            if session.lease.needs_resync:
+                await session.lease.resync()
+            raise NothingToRecover(session.session_id, _holds(session)) from None
         await self._after_recovery(session)
         self._table.changed(session, "recovered")
         return outcome
@@ -137,11 +150,7 @@ class History:
     async def _after_recovery(self, session: OpenSession) -> None:
         session.recovery_clear = False
         session.recovery = (await find_recovery(self._table.target, session.session_id)).recovery_id
-        # The live conversation is the committed one again (a transaction
-        # that crashed here may have committed a head this process never
-        # adopted).
-        if session.conversation.open_turn is None:
-            self._table.adopt(session, await self._table.conversation_of(await read_committed(self._table.target, session.session_id)))
+        await self._table.adopt_committed(session)
 
     # Rewind -------------------------------------------------------------------
 
@@ -218,6 +227,9 @@ class History:
             result = await (_phases().commit(plan, source, token) if token is not None else _phases().prepare_and_commit(plan, source))
         except RecoveryPending as pending:
             session.recovery = pending.recovery_id
+            raise
+        except OutcomeUnknown:
+            session.outcome_unknown = True
             raise
         return self._in_place_done(session, result, reason)
 
@@ -313,6 +325,13 @@ def _phases():
     from ..transactions import two_phase
 
     return two_phase
+
+
+def _holds(session: OpenSession) -> str:
+    turns = session.conversation.sidecar.total_turn_count
+    head = session.lease.publication_head if session.lease is not None else None
+    committed = f" (published as {publication_id_of(head)})" if head else ""
+    return f"{turns} settled turn{'s' if turns != 1 else ''}{committed}"
 
 
 def _side(kind: str) -> Side:

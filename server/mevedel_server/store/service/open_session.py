@@ -156,6 +156,10 @@ class OpenSession:
         #: What the recovery journal's directory held when the claim listed
         #: it (its remains, no marker); meaningful while ``recovery_clear``.
         self.recovery_remains: RecoveryState | None = None
+        #: An in-place transaction ended with the host out of reach
+        #: (``OutcomeUnknown``): the live conversation may not be the
+        #: committed one, so the next look for a recovery adopts that.
+        self.outcome_unknown = False
         #: The listing of queued input the claim's program took (see
         #: ``pending_inputs.input_listing``), for the queue's first load
         #: alone (:meth:`take_inputs_listing`).
@@ -310,6 +314,7 @@ class OpenSession:
         except PublicationFailed as failed:
             self.pending = PendingSave(candidate, force, failed.reason)
             await self.keep_pending()
+            failed.recorded = self.pending.record is not None
             raise
         except (StoreError, TargetError) as error:
             # Materialization or the claim failed: nothing was committed.
@@ -341,6 +346,7 @@ class OpenSession:
         except PublicationFailed as failed:
             self.pending = PendingSave(pending.candidate, pending.force, failed.reason, pending.record)
             await self.keep_pending()
+            failed.recorded = self.pending.record is not None
             raise
         self.pending = None
         await self._drop_record(pending)
@@ -441,6 +447,7 @@ class OpenSession:
         except PublicationFailed as failed:
             self.publisher.abandon()  # the record still holds it
             self.pending = PendingSave(None, pending.force, failed.reason, record)
+            failed.recorded = True
             raise
         self.pending = None
         if outcome.committed:

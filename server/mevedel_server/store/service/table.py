@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...targets import Clock, ControlProgram, Target, raise_for_result
 from ..authority.lease import ClientIdentity, LeaseObservation
-from ..authority.publication import CommittedSnapshot
+from ..authority.publication import CommittedSnapshot, read_committed
 from ..authority.records import RecordError
 from ..authority.workspace import check_session_id, read_workspace_id
 from ..content.inspect import InspectRow, classify_sidecar
@@ -250,6 +250,17 @@ class SessionTable:
         session.recovery_clear = state.recovery_id is None and session.lease is not None
         if state.recovery_id is not None:
             raise RecoveryPending(session.session_id, state.recovery_id, state.problem)
+        if session.outcome_unknown:
+            await self.adopt_committed(session)
+            self.changed(session, "recovered")
+
+    async def adopt_committed(self, session: OpenSession) -> None:
+        """The live conversation is the committed one again (a transaction
+        that crashed or lost its answer here may have committed a head this
+        process never adopted)."""
+        session.outcome_unknown = False
+        if session.conversation.open_turn is None:
+            self.adopt(session, await self.conversation_of(await read_committed(self.target, session.session_id)))
 
     async def require_no_pending_input(self, session: OpenSession, action: str) -> None:
         """Refused while prompts wait in the session's queue

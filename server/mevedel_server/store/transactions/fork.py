@@ -80,7 +80,7 @@ from ..content.sidecar import (
     WorktreeOrigin,
     agent_history_note,
 )
-from ..errors import SessionOccupied, StoreError
+from ..errors import OutcomeUnknown, PublicationUnknown, SessionOccupied, StoreError
 from ..layout import SessionPaths
 from .lifecycle_token import (
     InvalidToken,
@@ -205,26 +205,27 @@ class ChildSession(CommittedSnapshotResult):
 
 
 async def remove_session_tree(target: Target, paths: SessionPaths) -> None:
-    """Best-effort removal of a child that never committed."""
+    """Best-effort removal of a child that never committed (what a target
+    out of reach keeps, the next listing removes once its lease is free)."""
     removals: list[str] = []
     pending = [paths.root]
-    while pending:
-        directory = pending.pop()
-        listed = (await target.run(ControlProgram([ListDir(directory, optional=True)])))[0]
-        if not listed.ok:
-            continue
-        stats = await target.run(ControlProgram([Stat(f"{directory}/{n}", optional=True) for n in listed.value]))
-        for name, stat in zip(listed.value, stats):
-            path = f"{directory}/{name}"
-            if stat.ok and stat.value.kind == "directory":
-                pending.append(path)
-                removals.append(path)
-            else:
-                removals.append(path)
-        removals.append(directory)
-    # Deepest first: a directory goes after its contents.
-    ordered = sorted(set(removals), key=lambda p: (-p.count("/"), p))
     try:
+        while pending:
+            directory = pending.pop()
+            listed = (await target.run(ControlProgram([ListDir(directory, optional=True)])))[0]
+            if not listed.ok:
+                continue
+            stats = await target.run(ControlProgram([Stat(f"{directory}/{n}", optional=True) for n in listed.value]))
+            for name, stat in zip(listed.value, stats):
+                path = f"{directory}/{name}"
+                if stat.ok and stat.value.kind == "directory":
+                    pending.append(path)
+                    removals.append(path)
+                else:
+                    removals.append(path)
+            removals.append(directory)
+        # Deepest first: a directory goes after its contents.
+        ordered = sorted(set(removals), key=lambda p: (-p.count("/"), p))
         await target.run(ControlProgram([Remove(p, optional=True) for p in ordered]))
     except TargetError:
         pass
@@ -241,6 +242,7 @@ async def publish_child(
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     keep_lease: bool = False,
     donors: Donors = {},
+    source: tuple[str, str] | None = None,
 ) -> ChildSession:
     """Create a child session from ``build(child_id, created_at)``'s
     snapshot (see the module); ``created_at`` is the later of ``at`` and the
@@ -248,7 +250,9 @@ async def publish_child(
     lease to the caller (to open the child as its live session) instead of
     releasing it. The child's files whose bytes ``donors`` (the source's
     published files) hold are hard links to them, so a child costs what
-    differs from its source plus one name per artifact."""
+    differs from its source plus one name per artifact. ``source``: the
+    session it is made from and the operation (``fork``, ...), to name in
+    the error of a publication whose host could not tell how it ended."""
     child_id = await allocate_session_id(target, live_ids=live_ids)
     paths = SessionPaths(child_id)
     lease: LeaseHandle | None = None
@@ -273,6 +277,13 @@ async def publish_child(
                 raise StoreError(f"session {child_id}: copying {where[len(paths.root) + 1:]} failed ({failed.reason or failed.status.value})")
         publisher = Publisher(lease)
         outcome = await publisher.publish(artifacts, replace=True, donors=donors)
+    except PublicationUnknown as unknown:
+        # Its head may have committed: the child is neither removed nor said
+        # to be missing (a child that did not commit, the next listing
+        # removes once its lease is free).
+        sid, operation = source or (child_id, "creation")
+        state = f"the {operation} may or may not have made the new session {child_id}"
+        raise OutcomeUnknown(sid, operation, state, unknown.dropped, unknown.unreachable, follow_up="list") from unknown
     except (StoreError, TargetError):
         if not _committed(lease):
             await remove_session_tree(target, paths)
@@ -428,7 +439,8 @@ class Fork:
             state, entry, lambda child_id, at: fork_sidecar_changes(state, child_id, entry, ForkType.CONVERSATION, at, worktree)
         )
         child = await publish_child(
-            target, self.child.client, build, at=token.at, local_files=local, donors=donors_of(state.snapshot), **self.child.opening
+            target, self.child.client, build, at=token.at, local_files=local, donors=donors_of(state.snapshot),
+            source=(state.session_id, "fork"), **self.child.opening,
         )
         return ForkResult(child, state.session_id, entry.turn_id, entry.turn, NO_PLAN_RECORD)
 

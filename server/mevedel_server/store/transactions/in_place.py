@@ -49,6 +49,7 @@ from ...targets import (
     Status,
     Target,
     TargetError,
+    TargetUnavailable,
     same_state,
 )
 from ..authority.lease import LeadStopped, LeaseHandle, read_lease_head
@@ -63,7 +64,13 @@ from ..content.sidecar import (
     Symlink,
     TurnFiles,
 )
-from ..errors import LeaseLost, PublicationPending, StoreError
+from ..errors import (
+    LeaseLost,
+    OutcomeUnknown,
+    PublicationPending,
+    PublicationUnknown,
+    StoreError,
+)
 from .git_runner import GitRunner, LocalGit, git_runner_for
 from .lifecycle_token import (
     InvalidToken,
@@ -569,9 +576,9 @@ async def _restore_and_publish(
             if at < len(checks) + len(proof) + len(journaled):
                 raise StoreError(f"session {sid}: the recovery record could not be written ({why})") from None
             error = StoreError(f"session {sid}: project files could not be restored ({lead[at].path}: {why})")
-            return await _after_failure(publisher, token, plan, journal, changes, error, remains)
+            return await _after_failure(publisher, token, plan, journal, changes, error, remains, operation)
         except (StoreError, TargetError) as error:
-            return await _after_failure(publisher, token, plan, journal, changes, error, remains)
+            return await _after_failure(publisher, token, plan, journal, changes, error, remains, operation)
         finally:
             if rider is not None:
                 lease.withdraw(rider)
@@ -602,16 +609,29 @@ async def _publishes_nothing(publisher: Publisher, plan: InPlacePlan) -> bool:
 
 
 async def _after_failure(
-    publisher: Publisher, token: StateToken, plan: InPlacePlan, journal, changes, error: BaseException, remains: RecoveryState
+    publisher: Publisher, token: StateToken, plan: InPlacePlan, journal, changes, error: BaseException, remains: RecoveryState,
+    operation: str,
 ) -> InPlaceResult:
     """The program failed (or its effect is unknown): finish what committed
-    anyway, else put every file back."""
+    anyway, else put every file back. A host that cannot be reached to
+    tell is said to be exactly that (:class:`OutcomeUnknown`): nothing is
+    rolled back over a head that may have committed."""
     lease = publisher.lease
     if publisher.pending is not None:
         publisher.abandon()
-    if await _committed_anyway(lease, token, plan):
+    marker = journal.marker.recovery_id if journal is not None else None
+    state = f"the {operation} may or may not have been applied"
+    if isinstance(error, PublicationUnknown):  # the publication has just found the host gone
+        raise OutcomeUnknown(
+            lease.session_id, operation, state, error.dropped, error.unreachable, follow_up="retry-recovery", marker=marker
+        ) from error
+    try:
+        committed = await _committed_anyway(lease, token, plan)
+    except TargetUnavailable as unreachable:
+        raise OutcomeUnknown(lease.session_id, operation, state, error, unreachable, follow_up="retry-recovery", marker=marker) from error
+    if committed:
         return await _finish(lease, plan, journal, changes, lease.publication_head, True, remains, None)
-    await _roll_back(lease, journal, changes, error)
+    await _roll_back(lease, journal, changes, error, operation)
     if journal is None:
         raise error
     raise RolledBack(lease.session_id, journal.marker.operation, error) from error
@@ -645,33 +665,47 @@ class RolledBack(LifecycleError):
 
 
 async def _committed_anyway(lease: LeaseHandle, token: StateToken, plan: InPlacePlan) -> bool:
-    """After a failure whose effect is unknown: did the replacement commit?"""
+    """After a failure whose effect is unknown: did the replacement commit?
+    A host that cannot be reached to tell raises its TargetUnavailable."""
     try:
         observed = await read_lease_head(lease.target, lease.session_id)
         head = observed.publication_head
         if head is None or head == token.head:
             return False
         manifest = await load_manifest(lease.target, lease.paths, head)
+    except TargetUnavailable:
+        raise
     except (StoreError, TargetError, RecordError):
         return False
     if snapshot_digest({logical: e.sha256 for logical, e in manifest.entries.items()}) != plan.digest:
         return False
     try:
         await lease.resync()
+    except TargetUnavailable:
+        raise
     except (StoreError, TargetError):
         pass
     return lease.publication_head == head
 
 
-async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException) -> None:
-    """Put every changed file back; keep the journal unless that worked."""
+async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException, operation: str) -> None:
+    """Put every changed file back; keep the journal unless that worked.
+    The failed program may never have run: with the host out of reach, its
+    journal is one that may be there, never one that is."""
     if journal is None:
         return
     rid = journal.marker.recovery_id
     wanted = {path: before for path, before, _after in changes}
+
+    def unreachable(state: str, cause: TargetUnavailable) -> OutcomeUnknown:
+        return OutcomeUnknown(lease.session_id, operation, state, error, cause, follow_up="retry-recovery", marker=rid)
+
     try:
         outcome = await guarded_converge(lease, wanted)
         failed = dict(outcome.failed)
+    except TargetUnavailable as cause:
+        state = f"the {operation} was not applied, but the project files it may have written could not be put back"
+        raise unreachable(state, cause) from error
     except (StoreError, TargetError) as rollback_error:
         failed = {path: f"not rolled back ({rollback_error})" for path in wanted}
     if failed:
@@ -679,6 +713,9 @@ async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException)
     try:
         # The program that failed may not have written the journal at all.
         result, proof = await run_guarded(lease, removal_ops(lease.paths, rid, unsure=True))
+    except TargetUnavailable as cause:
+        state = f"the {operation} was not applied and every project file it had written was put back"
+        raise unreachable(state, cause) from error
     except (StoreError, TargetError) as cleanup_error:
         raise RecoveryRequired(lease.session_id, rid, {".recovery": str(cleanup_error)}, str(error)) from error
     marker = result[proof]
@@ -704,6 +741,9 @@ async def _finish(
             marker = removed[0]  # removed first: the rest is optional
             if not marker_removed(marker):
                 warning = f"the recovery record was not removed ({marker.reason or marker.status.value}); retry the recovery"
+        except TargetUnavailable as error:
+            # Its removal rode the commit, whose answer may be what was lost.
+            warning = f"the recovery record may be left on the host ({error}); retry the recovery when the host can be reached"
         except (StoreError, TargetError) as error:
             warning = f"the recovery record was not removed ({error}); retry the recovery"
     written = tuple(path for path, _before, _after in changes)

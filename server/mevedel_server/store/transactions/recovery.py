@@ -441,10 +441,23 @@ async def _read_blobs(target: Target, paths: SessionPaths, marker: RecoveryMarke
     return blobs
 
 
+class NothingToRecover(LifecycleRefused):
+    """No marker: no transaction was left half done. ``holds`` says what the
+    committed session is, so that after an outcome the client could not
+    learn (:class:`~..errors.OutcomeUnknown`) this is the answer to it."""
+
+    def __init__(self, session_id: str, holds: str | None = None) -> None:
+        said = f"; the session holds {holds}" if holds else ""
+        super().__init__(
+            session_id, f"there is no recovery to resolve: no Rewind or Redo was left half done{said}", kind="missing-target"
+        )
+        self.holds = holds
+
+
 async def _marker_of(lease: LeaseHandle, recovery_id: str | None) -> RecoveryState:
     state = await find_recovery(lease.target, lease.session_id)
     if state.recovery_id is None:
-        raise LifecycleRefused(lease.session_id, "there is no recovery to resolve", kind="missing-target")
+        raise NothingToRecover(lease.session_id)
     if recovery_id is not None and recovery_id != state.recovery_id:
         raise LifecycleRefused(lease.session_id, f"the pending recovery is {state.recovery_id}, not {recovery_id}", kind="missing-target")
     return state

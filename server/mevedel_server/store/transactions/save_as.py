@@ -136,7 +136,8 @@ class SaveAs:
             return cut_snapshot(state.state, cut, changes)
 
         return await publish_child(
-            source.target, self.child.client, build, at=token.at, donors=donors_of(state.snapshot), **self.child.opening
+            source.target, self.child.client, build, at=token.at, donors=donors_of(state.snapshot),
+            source=(state.session_id, "save as"), **self.child.opening,
         )
 
 

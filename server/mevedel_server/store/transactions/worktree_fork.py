@@ -58,7 +58,7 @@ from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from ..authority.publication import donors_of
 from ..content.checkpoints import MissingContent, entry_of
 from ..content.sidecar import ForkType, TurnFiles, WorktreeOrigin, agent_history_note
-from ..errors import StoreError
+from ..errors import OutcomeUnknown, StoreError
 from ..layout import STATE_DIR
 from .fork import (
     NO_PLAN_RECORD,
@@ -112,12 +112,20 @@ class WorktreeForkFailed(LifecycleError):
 
     kind = "unavailable"
 
-    def __init__(self, session_id: str, reason: str, cleanup: Sequence[str]) -> None:
+    def __init__(self, session_id: str, reason: str, cleanup: Sequence[str], *, unknown: OutcomeUnknown | None = None) -> None:
         commands = " && ".join(cleanup)
-        super().__init__(
-            f"session {session_id}: the worktree fork failed after git created part of it ({reason}); "
-            f"what it created is kept -- remove it from the workspace with: {commands}"
-        )
+        if unknown is not None:
+            # The new session may hold the worktree: removing it is advice
+            # only for a fork that was not made.
+            said = f"{unknown}; if it is not there, what git created is kept -- remove it from the workspace with: {commands}"
+        else:
+            said = (
+                f"session {session_id}: the worktree fork failed after git created part of it ({reason}); "
+                f"what it created is kept -- remove it from the workspace with: {commands}"
+            )
+        super().__init__(said)
+        #: What resolves an unknown outcome (as :class:`OutcomeUnknown`'s).
+        self.follow_up = unknown.follow_up if unknown is not None else None
         self.session_id = session_id
         self.reason = reason
         self.cleanup = tuple(cleanup)
@@ -498,8 +506,11 @@ class WorktreeFork:
                 at=parsed.at,
                 local_files=local,
                 donors=donors_of(state.snapshot),
+                source=(parsed.session_id, "worktree fork"),
                 **self.child.opening,
             )
+        except OutcomeUnknown as unknown:
+            raise WorktreeForkFailed(parsed.session_id, str(unknown), planned.cleanup, unknown=unknown) from unknown
         except (StoreError, TargetError) as error:
             raise WorktreeForkFailed(parsed.session_id, str(error), planned.cleanup) from error
         return WorktreeForkResult(child, planned, written, tuple(sorted(report)))

@@ -2,7 +2,9 @@
 ``--yes`` Rewind (its checks, journal, restored files, publication and the
 journal's removal): whatever part ran, the Rewind is committed and the
 files restored, or it did not happen and the session can rewind again --
-never half of it, and never a recovery marker left behind."""
+never half of it, and never a recovery marker left behind. When the host
+is gone too, the user is told only what may be true, and the recovery
+retried once it is back answers with what the host holds."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mevedel_server.store import ClientIdentity, find_recovery
+from mevedel_server.store import ClientIdentity, OutcomeUnknown, find_recovery
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.transactions.in_place import RolledBack
+from mevedel_server.store.transactions.recovery import NothingToRecover
 
 ME = ClientIdentity("client-me", "workstation")
 
@@ -20,7 +23,8 @@ ME = ClientIdentity("client-me", "workstation")
 async def _connect(fault_server, root: Path):
     from mevedel_server.targets.ssh import SshTarget
 
-    return await SshTarget.connect(fault_server.url(root), **fault_server.options())
+    # Few reconnection attempts: a host that is gone is found gone quickly.
+    return await SshTarget.connect(fault_server.url(root), reconnect_attempts=2, reconnect_delay=0.05, **fault_server.options())
 
 
 async def _three_turns(target, root: Path) -> str:
@@ -87,5 +91,114 @@ async def test_a_drop_before_the_rewind_ran_is_told_and_it_can_run_again(root, f
         assert not (await find_recovery(target, sid)).pending
         result = await svc.history.rewind_now(sid, "after", 1)
         assert result.committed and (root / "notes.txt").read_text() == "v1\n"
+    finally:
+        await target.close()
+
+
+def _told_unknown(error: OutcomeUnknown) -> str:
+    """The message, checked for what an unreachable host leaves unknown."""
+    message = str(error)
+    assert error.kind == "unavailable" and error.follow_up == "retry-recovery"
+    assert "the rewind may or may not have been applied" in message
+    assert "cannot be reached now" in message and "when the host can be reached again, retry the recovery" in message
+    # A marker is only one that may be there, never one said to keep anything.
+    assert f"recovery {error.marker} may be left on the host" in message and "keeps" not in message
+    return message
+
+
+async def test_a_rewind_that_ran_while_the_host_went_away_is_told_unknown_and_found_applied(root, fault_server):
+    """The program ran to its end, the answer was lost and the host is gone:
+    nothing is rolled back over a head that may have committed, the user is
+    told the Rewind may or may not have been applied, and the recovery
+    retried once the host is back says nothing is left and that the session
+    holds the one turn the Rewind kept -- live here too."""
+    target = await _connect(fault_server, root)
+    try:
+        sid = await _three_turns(target, root)
+        svc = await _resumed(target, sid)
+        fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-after-run"), True
+        with pytest.raises(OutcomeUnknown) as caught:
+            await svc.history.rewind_now(sid, "after", 1)
+        _told_unknown(caught.value)
+        await fault_server.start()
+        assert (root / "notes.txt").read_text() == "v1\n"
+        assert not (await find_recovery(target, sid)).pending  # the marker it named never stayed
+        with pytest.raises(NothingToRecover) as answer:
+            await svc.history.retry_recovery(sid)
+        assert "no Rewind or Redo was left half done; the session holds 1 settled turn (published as" in str(answer.value)
+        assert svc.info(sid).settled_turns == 1
+        assert (await _resumed(target, sid)).info(sid).settled_turns == 1
+    finally:
+        await target.close()
+
+
+async def test_a_rewind_that_never_ran_while_the_host_went_away_is_found_not_applied(root, fault_server):
+    """The request reached the host and nothing ran, and the host is gone:
+    the same words (the client cannot tell the two apart), and once the host
+    is back a new process's retried recovery says the session still holds
+    its three turns; the Rewind then runs."""
+    target = await _connect(fault_server, root)
+    try:
+        sid = await _three_turns(target, root)
+        svc = await _resumed(target, sid)
+        fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-before-run"), True
+        with pytest.raises(OutcomeUnknown) as caught:
+            await svc.history.rewind_now(sid, "after", 1)
+        _told_unknown(caught.value)
+        await fault_server.start()
+        assert (root / "notes.txt").read_text() == "v3\n"
+        later = await _resumed(target, sid)
+        with pytest.raises(NothingToRecover) as answer:
+            await later.history.retry_recovery(sid)
+        assert "the session holds 3 settled turns" in str(answer.value)
+        # The process that lost the answer adopts the committed state at its
+        # next gate, and rewinds.
+        result = await svc.history.rewind_now(sid, "after", 1)
+        assert result.committed and (root / "notes.txt").read_text() == "v1\n"
+    finally:
+        await target.close()
+
+
+async def test_a_rewind_that_stopped_with_its_journal_while_the_host_went_away_is_rolled_back_by_the_retry(root, fault_server):
+    """The program journalled the restore and stopped at a file it could not
+    write (a directory replaced by a file outside the session), the answer
+    was lost and the host is gone: the marker the message names is the one
+    the host holds, it blocks the session, and the retried recovery puts
+    every file back (the head never moved)."""
+    (root / "sub").mkdir()
+    (root / "sub" / "a.txt").write_text("a0\n")
+    target = await _connect(fault_server, root)
+    try:
+        svc = SessionService(target, ME)
+        sid = (await svc.sessions.create()).session_id
+        (root / "notes.txt").write_text("v0\n")
+        for n in (1, 2, 3):
+            await svc.turns.begin_turn(sid, f"turn {n}")
+            await svc.turns.capture_file(sid, "notes.txt")
+            if n == 2:
+                await svc.turns.capture_file(sid, "sub/a.txt")
+                (root / "sub" / "a.txt").unlink()
+                (root / "sub").rmdir()
+                (root / "sub").write_text("not a directory\n")
+            (root / "notes.txt").write_text(f"v{n}\n")
+            await svc.turns.append(sid, EvidenceInput("response", text="done"))
+            await svc.turns.settle(sid)
+        await svc.sessions.close(sid)
+        svc = await _resumed(target, sid)
+        fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-after-run"), True
+        with pytest.raises(OutcomeUnknown) as caught:
+            await svc.history.rewind_now(sid, "after", 1)
+        _told_unknown(caught.value)
+        await fault_server.start()
+        left = await find_recovery(target, sid)
+        assert left.recovery_id == caught.value.marker
+        later = await _resumed(target, sid)
+        with pytest.raises(Exception, match=f"is in recovery {left.recovery_id}"):
+            await later.history.rewind_now(sid, "after", 1)
+        outcome = await later.history.retry_recovery(sid)
+        assert outcome.resolution == "rolled-back" and outcome.recovery_id == left.recovery_id
+        assert (root / "notes.txt").read_text() == "v3\n" and (root / "sub").read_text() == "not a directory\n"
+        assert later.info(sid).settled_turns == 3
+        assert not (await find_recovery(target, sid)).pending
     finally:
         await target.close()

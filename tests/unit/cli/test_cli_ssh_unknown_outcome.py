@@ -1,0 +1,92 @@
+"""``mevedel rewind --yes`` over SSH when the connection drops in its
+program and the host goes away: what a person reads is what may be true and
+the command to run once the host is back; that command then answers with
+what the host holds. Real CLI processes, a real SSH server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from tests.unit.store.transactions.test_ssh_drops_rewind import ME, _connect
+
+from mevedel_server.store.service import EvidenceInput, SessionService
+
+
+async def mevedel(fault_server, tmp_path: Path, root: Path, *args: str) -> tuple[int, dict, str]:
+    home = tmp_path / "home"
+    if not home.exists():
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "config").write_text(
+            f"Host 127.0.0.1\n  Port {fault_server.port}\n  IdentityFile {fault_server.client_key}\n"
+            f"  UserKnownHostsFile {fault_server.known_hosts}\n  IdentityAgent none\n"
+        )
+    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state")}
+    # The SSH server answers in this event loop: the CLI runs beside it.
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mevedel_server.cli", *args, "--json", "--workspace", fault_server.url(root),
+        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert b"Traceback" not in out + err, err.decode()
+    return process.returncode, json.loads(out), err.decode()
+
+
+async def test_a_rewind_whose_host_went_away_names_the_command_that_answers_once_it_is_back(tmp_path, fault_server):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "notes.txt").write_text("v0\n")
+    target = await _connect(fault_server, root)
+    try:
+        svc = SessionService(target, ME)
+        sid = (await svc.sessions.create()).session_id
+        for n in (1, 2, 3):
+            await svc.turns.begin_turn(sid, f"turn {n}")
+            await svc.turns.capture_file(sid, "notes.txt")
+            (root / "notes.txt").write_text(f"v{n}\n")
+            await svc.turns.append(sid, EvidenceInput("response", text="done"))
+            await svc.turns.settle(sid)
+        await svc.sessions.close(sid)
+    finally:
+        await target.close()
+    fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-after-run"), True
+    status, told, logged = await mevedel(fault_server, tmp_path, root, "rewind", "1", "--yes", "--session", sid)
+    error = told["error"]
+    assert status == 1 and error["kind"] == "unavailable", (told, logged)
+    assert error["message"].startswith(f"session {sid}: the rewind may or may not have been applied: the connection to ssh target"), logged
+    assert "may be left on the host" in error["message"] and "keeps" not in error["message"]
+    assert error["message"].endswith("(run: mevedel rewind --retry-recovery)")
+    await fault_server.start()
+    status, answer, _ = await mevedel(fault_server, tmp_path, root, "rewind", "--retry-recovery", "--session", sid)
+    assert status == 1 and answer["error"]["kind"] == "missing-target", answer
+    assert "no Rewind or Redo was left half done; the session holds 1 settled turn" in answer["error"]["message"]
+    assert (root / "notes.txt").read_text() == "v1\n"
+
+
+@pytest.mark.parametrize("drop", ["drop-before-run", "drop-after-run"])
+async def test_a_settlement_whose_host_went_away_says_how_to_tell_once_it_is_back(tmp_path, fault_server, drop):
+    """The pending save could not be recorded on the host and the command
+    ends: the person is not sent to a retry that has nothing to retry, but
+    told how to see whether it was published, and to repeat it if not."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    status, begun, _ = await mevedel(fault_server, tmp_path, root, "turn", "begin", "--new", "first")
+    assert status == 0, begun
+    assert (await mevedel(fault_server, tmp_path, root, "turn", "append", "response", "--text", "done"))[0] == 0
+    fault_server.when, fault_server.then_unreachable = (b"Barrier", drop), True
+    status, told, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
+    message = told["error"]["message"]
+    assert status == 1 and told["error"]["kind"] == "publication-pending", told
+    assert "it may or may not have been published" in message and "run: mevedel session retry-publication" not in message
+    assert message.endswith("mevedel session turns shows whether it was published: repeat the command if it was not")
+    await fault_server.start()
+    _, turns, _ = await mevedel(fault_server, tmp_path, root, "session", "turns")
+    state = turns["turns"][0]["state"]
+    assert state == ("completed" if drop == "drop-after-run" else "in-flight"), turns
+    if state == "in-flight":
+        status, settled, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
+        assert status == 0 and settled["outcome"] == "completed", settled
