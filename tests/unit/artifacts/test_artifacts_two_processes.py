@@ -91,8 +91,6 @@ async def main():
         name, *args = step
         if name == "write":
             await write(args[0])
-        elif name == "at":  # start together with the other process
-            await asyncio.sleep(max(0.0, args[0] - time.time()))
         elif name == "loop_write":  # write as fast as possible for a while
             seconds, pause = args
             deadline = time.time() + seconds
@@ -250,12 +248,18 @@ def test_two_processes_writing_at_once_have_one_writer(tmp_path, transport):
     root = tmp_path / "ws"
     root.mkdir()
     created(root)
-    at = time.time() + 3.0  # both interpreters are up (and connected) by then
     options = {"lease_seconds": 30}
     # Neither releases at the end (a release would free the item for the
     # other's last attempts): the winner's lease is still live when both end.
-    one = start(root, "one", [["at", at], ["loop_write", 3.0, 0.0]], transport, **options)
-    two = start(root, "two", [["at", at], ["loop_write", 3.0, 0.0]], transport, **options)
+    # Both loaded (and connected), then told to go together: no fixed wait
+    # that a slow start on a busy machine could outlast.
+    one = start(root, "one", [["wait"], ["loop_write", 3.0, 0.0]], transport, **options)
+    two = start(root, "two", [["wait"], ["loop_write", 3.0, 0.0]], transport, **options)
+    for process in (one, two):
+        next_event(process, "waiting")
+    for process in (one, two):
+        process.stdin.write("go\n")
+        process.stdin.flush()
     reports = [("one", finish(one)), ("two", finish(two))]
     done = check_one_writer(*reports)
     # Both raced for the free item; exactly one won it and kept it: the
