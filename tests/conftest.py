@@ -25,7 +25,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from ssh_fixtures import fault_server, open_target, openssh_server, ssh_connect  # noqa: F401
+from ssh_fixtures import (  # noqa: F401
+    fault_server,
+    open_client_target,
+    open_target,
+    openssh_server,
+    ssh_connect,
+)
 
 # CI machines are shared and slow at times: generating examples may take
 # longer than hypothesis's default patience, and a slow example is not a

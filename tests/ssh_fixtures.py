@@ -13,6 +13,10 @@
   test; ``open_target`` (per test, parametrized ``local`` / ``ssh``):
   ``await open_target(root)`` is a ``LocalTarget`` or such an
   ``SshTarget``, for contracts both targets must keep alike.
+  ``open_client_target`` is ``open_target`` for tests that open many
+  targets, each standing for a freshly started client process: every call
+  is a new ``SshTarget`` (its own root pin, warm processes and caches) but
+  all ride one SSH connection of the test.
 - ``fault_server`` (per test): an in-process asyncssh server that runs the
   same remote program in-process, and can be told to misbehave on the Nth
   program (faults of the channel itself -- refused, no ``python3`` -- on
@@ -495,6 +499,46 @@ class _Connections:
             await target.close()
 
 
+class _SharedConnection(_Connections):
+    """SshTargets opened on demand over one SSH connection. A target keeps
+    nothing of a client process on its connection -- every program runs in
+    a remote process of its own, and the pinned root, interpreter and warm
+    processes belong to the target object -- so a new target on an open
+    connection starts as a restarted process's would, without the handshake
+    and sshd session each connection costs."""
+
+    def __init__(self, server: OpenSshServer) -> None:
+        super().__init__(server)
+        self.conn: asyncssh.SSHClientConnection | None = None
+
+    async def __call__(self, root):
+        from mevedel_server.targets.ssh import SshTarget
+
+        if self.conn is None:
+            self.conn = await asyncssh.connect(
+                self.server.host, self.server.port, username=self.server.user, **self.server.options()
+            )
+        shared = self
+
+        class OnSharedConnection(SshTarget):
+            async def _dial(self):
+                return shared.conn
+
+            async def close(self) -> None:
+                self._conn = None  # the fixture's connection, closed with it
+                await super().close()
+
+        target = await OnSharedConnection.connect(self.server.url(root), **self.server.options())
+        self.opened.append(target)
+        return target
+
+    async def close(self) -> None:
+        await super().close()
+        if self.conn is not None:
+            self.conn.close()
+            await self.conn.wait_closed()
+
+
 @pytest.fixture
 async def ssh_connect(openssh_server):
     connections = _Connections(openssh_server)
@@ -515,5 +559,21 @@ async def open_target(request):
         return
     # Requested only here, so that local runs need no sshd.
     connections = _Connections(request.getfixturevalue("openssh_server"))
+    yield connections
+    await connections.close()
+
+
+@pytest.fixture(params=["local", "ssh"])
+async def open_client_target(request):
+    from mevedel_server.targets import LocalTarget
+
+    if request.param == "local":
+
+        async def local(root):
+            return LocalTarget(root)
+
+        yield local
+        return
+    connections = _SharedConnection(request.getfixturevalue("openssh_server"))
     yield connections
     await connections.close()

@@ -226,8 +226,8 @@ class Seen:
     comments: tuple = ()
 
 
-async def fresh_look(open_target, root: Path, item_id: str = ITEM) -> Seen:
-    target = await open_target(root)
+async def fresh_look(open_client_target, root: Path, item_id: str = ITEM) -> Seen:
+    target = await open_client_target(root)
     try:
         reader = store(target, READER)
         listed = await reader.list()  # never raises on a crashed store
@@ -280,10 +280,10 @@ def judge(seen: Seen, old: Seen, new: Seen, point: int) -> str:
     return "between"  # e.g. the lease renewed ahead of a write that never ran
 
 
-async def next_edit(open_target, root: Path, prepared: Prepared, seen: Seen) -> None:
+async def next_edit(open_client_target, root: Path, prepared: Prepared, seen: Seen) -> None:
     """The crashed process restarts and carries on; a third one cannot
     write the item while it holds it."""
-    target = await open_target(root)
+    target = await open_client_target(root)
     options = prepared.options or {}
     again = store(target, prepared.crashing, **options)
     third = store(target, THIRD, **options)
@@ -329,7 +329,7 @@ def leftovers(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("power_loss", [False, True], ids=["process-death", "power-loss"])
 @pytest.mark.parametrize("name", sorted(TRANSACTIONS))
-async def test_a_crash_at_every_write_leaves_the_item_old_or_new(open_target, tmp_path, name, power_loss):
+async def test_a_crash_at_every_write_leaves_the_item_old_or_new(open_client_target, tmp_path, name, power_loss):
     prepare = TRANSACTIONS[name]
 
     async def prepared_at(root: Path) -> tuple[FaultInjectingTarget, Prepared]:
@@ -342,17 +342,17 @@ async def test_a_crash_at_every_write_leaves_the_item_old_or_new(open_target, tm
         local = LocalTarget(root)
         target = FaultInjectingTarget(local, power_loss=power_loss)
         prepared = await prepare(root, target)
-        target.inner = await open_target(root)
+        target.inner = await open_client_target(root)
         await close_target(local)
         target.arm(None)
         return target, prepared
 
     baseline_root = tmp_path / "baseline"
     baseline, prepared = await prepared_at(baseline_root)
-    old = await fresh_look(open_target, baseline_root)
+    old = await fresh_look(open_client_target, baseline_root)
     await prepared.transaction()
     total = baseline.writes
-    new = await fresh_look(open_target, baseline_root)
+    new = await fresh_look(open_client_target, baseline_root)
     abandon(*prepared.stores)
     await close_target(baseline)
     assert old != new, "the transaction changed nothing a reader sees"
@@ -370,21 +370,21 @@ async def test_a_crash_at_every_write_leaves_the_item_old_or_new(open_target, tm
             pass
         else:
             assert point == total + 1 and not target.fired
-            assert await fresh_look(open_target, root) == new
+            assert await fresh_look(open_client_target, root) == new
             abandon(*prepared.stores)
             await close_target(target)
             break
         walked += 1
         abandon(*prepared.stores)  # the process is dead: nothing of it runs again
         await close_target(target)
-        seen = await fresh_look(open_target, root)
+        seen = await fresh_look(open_client_target, root)
         outcomes[judge(seen, old, new, point)] += 1
         if not seen.listed and leftovers(root):
             residue[point] = leftovers(root)
         if name == "delete" and not seen.listed:
             # Past its commit point a delete is finished by the next listing.
             assert leftovers(root) == [], (point, leftovers(root))
-        await next_edit(open_target, root, prepared, seen)
+        await next_edit(open_client_target, root, prepared, seen)
     kind = "power loss" if power_loss else "process death"
     WALKED[f"{name} ({kind})"] = walked
     print(f"\n{name} ({kind}): {walked} crash points walked, outcomes {dict(outcomes)}")
@@ -397,14 +397,14 @@ async def test_a_crash_at_every_write_leaves_the_item_old_or_new(open_target, tm
     WALKED_OUTCOMES[f"{name} ({kind})"] = dict(outcomes)
 
 
-async def test_a_file_written_into_the_id_of_a_crashed_delete_becomes_an_item(open_target, tmp_path):
+async def test_a_file_written_into_the_id_of_a_crashed_delete_becomes_an_item(open_client_target, tmp_path):
     """A delete that crashed after removing meta.json (its commit point) left
     the item's ``.state/ID/``; adopting a file the model writes into that id
     again once answered 'exists already' (None) although nothing listed the
     item, so the file never became one."""
     root = tmp_path / "ws"
     root.mkdir()
-    target = FaultInjectingTarget(await open_target(root))
+    target = FaultInjectingTarget(await open_client_target(root))
     b = store(target, B)
     await b.create("artifact", "Report", HTML_OLD, file_name="report.html", item_id=ITEM)
     await b.comment(ITEM, "of the deleted item")
@@ -413,13 +413,13 @@ async def test_a_file_written_into_the_id_of_a_crashed_delete_becomes_an_item(op
         await b.delete(ITEM)
     abandon(b)
     await close_target(target)
-    assert not (await fresh_look(open_target, root)).listed
+    assert not (await fresh_look(open_client_target, root)).listed
     # The listing finished the delete; the model, which still knows the
     # item's path, writes the file again.
     assert not (root / ".mevedel/artifacts" / ITEM).exists()
     (root / ".mevedel/artifacts" / ITEM).mkdir()
     (root / ".mevedel/artifacts" / ITEM / "report.html").write_bytes(HTML_NEW)
-    restarted = await open_target(root)
+    restarted = await open_client_target(root)
     again = store(restarted, B)
     try:
         adopted = await again.adopt(ITEM, "report.html")

@@ -23,6 +23,7 @@ the records on disk:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -39,6 +40,9 @@ from mevedel_server.artifacts.records import (
     VersionIndex,
     decode,
 )
+from mevedel_server.artifacts.store import ArtifactStore
+from mevedel_server.store.authority.lease import ClientIdentity
+from mevedel_server.targets import LocalTarget
 
 ROOT = Path(__file__).resolve().parents[3]
 ITEM = "shared01"
@@ -85,13 +89,8 @@ async def main():
 
     for step in config["steps"]:
         name, *args = step
-        if name == "create":
-            await store.create("document", "Shared", args[0].encode(), item_id=ITEM)
-            emit(op="created")
-        elif name == "write":
+        if name == "write":
             await write(args[0])
-        elif name == "at":  # start together with the other process
-            await asyncio.sleep(max(0.0, args[0] - time.time()))
         elif name == "loop_write":  # write as fast as possible for a while
             seconds, pause = args
             deadline = time.time() + seconds
@@ -177,8 +176,18 @@ def finish(process: subprocess.Popen, timeout: float = 120) -> list[dict]:
     return events
 
 
-def run(root: Path, client: str, steps: list, ssh=None, **options) -> list[dict]:
-    return finish(start(root, client, steps, ssh, **options))
+def created(root: Path) -> None:
+    """The shared document, made here as a third process would (and left,
+    its renewals stopped): what is under test is the two processes after
+    it, so it costs no process start or SSH connection of its own."""
+
+    async def create() -> None:
+        store = ArtifactStore(LocalTarget(root), ClientIdentity("creator", "creator-host"))
+        await store.create("document", "Shared", b"start", item_id=ITEM)
+        if store.leases._renewal is not None:
+            store.leases._renewal.cancel()
+
+    asyncio.run(create())
 
 
 @pytest.fixture(params=["local", "ssh"])
@@ -238,13 +247,19 @@ def check_one_writer(*reports: tuple[str, list[dict]]) -> list[dict]:
 def test_two_processes_writing_at_once_have_one_writer(tmp_path, transport):
     root = tmp_path / "ws"
     root.mkdir()
-    run(root, "creator", [["create", "start"]], transport)
-    at = time.time() + 3.0  # both interpreters are up (and connected) by then
+    created(root)
     options = {"lease_seconds": 30}
     # Neither releases at the end (a release would free the item for the
     # other's last attempts): the winner's lease is still live when both end.
-    one = start(root, "one", [["at", at], ["loop_write", 3.0, 0.0]], transport, **options)
-    two = start(root, "two", [["at", at], ["loop_write", 3.0, 0.0]], transport, **options)
+    # Both loaded (and connected), then told to go together: no fixed wait
+    # that a slow start on a busy machine could outlast.
+    one = start(root, "one", [["wait"], ["loop_write", 3.0, 0.0]], transport, **options)
+    two = start(root, "two", [["wait"], ["loop_write", 3.0, 0.0]], transport, **options)
+    for process in (one, two):
+        next_event(process, "waiting")
+    for process in (one, two):
+        process.stdin.write("go\n")
+        process.stdin.flush()
     reports = [("one", finish(one)), ("two", finish(two))]
     done = check_one_writer(*reports)
     # Both raced for the free item; exactly one won it and kept it: the
@@ -265,7 +280,7 @@ def test_two_processes_writing_at_once_have_one_writer(tmp_path, transport):
 def test_a_late_write_after_a_takeover_is_fenced_and_writes_nothing(tmp_path):
     root = tmp_path / "ws"
     root.mkdir()
-    run(root, "creator", [["create", "start"]])
+    created(root)
     options = {"lease_seconds": 3, "renew_every": 3600}
     # Two is started (and has loaded) before one takes the lease: its too
     # early write falls well inside one's 3 s, however long a process takes
@@ -305,7 +320,7 @@ def test_a_late_write_after_a_takeover_is_fenced_and_writes_nothing(tmp_path):
 def test_the_holder_hands_over_only_once_idle(tmp_path, idle):
     root = tmp_path / "ws"
     root.mkdir()
-    run(root, "creator", [["create", "start"]])
+    created(root)
     options = {"lease_seconds": 3, "renew_every": 0.3, "handover_idle_seconds": idle}
     editing = idle + 5.0  # one keeps editing, then stops; it stays alive, renewing
     one = start(root, "one", [["loop_write", editing, idle / 4], ["stay"], ["close"]], **options)
@@ -345,7 +360,7 @@ def test_the_holder_hands_over_only_once_idle(tmp_path, idle):
 def test_two_publishing_processes_lose_no_version(tmp_path, transport):
     root = tmp_path / "ws"
     root.mkdir()
-    run(root, "creator", [["create", "start"]], transport)
+    created(root)
     count = 15
     options = {"max_versions": 1000}
     # Both loaded, then told to go together: a start time on the clock let a
