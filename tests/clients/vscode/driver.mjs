@@ -144,7 +144,18 @@ const ops = {
         await page.locator(`${ROWS}.focused`).filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${escape(title)}$`) }) }).first().waitFor({ state: 'visible', timeout: 3_000 });
         break;
       } catch {
-        if (await input.isVisible()) await page.keyboard.press('Escape');
+        if (await input.isVisible()) {
+          await page.keyboard.press('Escape');
+        } else if (await page.evaluate(() => document.activeElement?.tagName === 'IFRAME')) {
+          // F1 went into a webview that had taken the focus back (see
+          // pressInQuickInput) and did not pass the key on: no palette
+          // opened, however often it was pressed (a CI run's focus log shows
+          // none of a minute's F1 presses reaching the workbench). The focus
+          // goes back to the workbench's own document, as a person's click
+          // outside the webview would put it, and F1 is pressed again.
+          process.stderr.write('driver: F1 went into a webview; the focus goes back to the workbench\n');
+          await page.evaluate(() => document.activeElement.blur());
+        }
       }
     }
     await pressInQuickInput('Enter');
