@@ -12,9 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.unit.store.transactions.test_ssh_drops_rewind import ME, _connect
-
-from mevedel_server.store.service import EvidenceInput, SessionService
+from tests.unit.store.transactions.test_ssh_drops_rewind import _connect, _three_turns
 
 
 async def mevedel(fault_server, tmp_path: Path, root: Path, *args: str) -> tuple[int, dict, str]:
@@ -39,18 +37,9 @@ async def mevedel(fault_server, tmp_path: Path, root: Path, *args: str) -> tuple
 async def test_a_rewind_whose_host_went_away_names_the_command_that_answers_once_it_is_back(tmp_path, fault_server):
     root = tmp_path / "ws"
     root.mkdir()
-    (root / "notes.txt").write_text("v0\n")
     target = await _connect(fault_server, root)
     try:
-        svc = SessionService(target, ME)
-        sid = (await svc.sessions.create()).session_id
-        for n in (1, 2, 3):
-            await svc.turns.begin_turn(sid, f"turn {n}")
-            await svc.turns.capture_file(sid, "notes.txt")
-            (root / "notes.txt").write_text(f"v{n}\n")
-            await svc.turns.append(sid, EvidenceInput("response", text="done"))
-            await svc.turns.settle(sid)
-        await svc.sessions.close(sid)
+        sid = await _three_turns(target, root)
     finally:
         await target.close()
     fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-after-run"), True
