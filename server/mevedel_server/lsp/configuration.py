@@ -23,8 +23,7 @@ from mevedel_protocol.methods import CONFIGURATION_SECTION
 
 from ..agents.config import EXECUTION_LOG_BOUNDS, TERMINAL_OUTPUT_BOUNDS, agents_problem
 from ..agents.delegation.names import CONCURRENT_BOUNDS, DEPTH_BOUNDS
-from ..mcp_client import servers_problem
-from ..mcp_client.connections import MAX_MESSAGE_BYTES_BOUNDS
+from ..mcp_client import MAX_MESSAGE_BYTES_BOUNDS, servers_problem
 from ..resources import SkillRoot
 from ..targets import SshLocationError, parse_ssh_location
 from .workspaces import session_id_problem

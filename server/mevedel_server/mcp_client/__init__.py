@@ -23,7 +23,7 @@ from ..lazy_exports import lazy_exports
 _EXPORTS = {
     ".access": ("APPROVE_IN_A_TERMINAL", "McpAccess", "ServerEntry", "configured_access"),
     ".approvals": ("Approvals", "default_approvals_path"),
-    ".config": ("WORKSPACE_FILE", "McpServerSpec", "servers_from_setting", "servers_problem"),
+    ".config": ("MAX_MESSAGE_BYTES_BOUNDS", "WORKSPACE_FILE", "McpServerSpec", "servers_from_setting", "servers_problem"),
     ".connections": ("DEFAULT_CALL_TIMEOUT_SECONDS", "DEFAULT_START_TIMEOUT_SECONDS", "Known", "McpConnections", "ResourceListing"),
     ".errors": ("McpClientError",),
 }

@@ -22,6 +22,9 @@ from typing import Any, Literal
 WORKSPACE_FILE = ".mcp.json"
 #: The most bytes of ``.mcp.json`` read.
 MAX_WORKSPACE_FILE_BYTES = 1024 * 1024
+#: The bounds of the ``mcpMaxMessageBytes`` setting (bytes of one message a
+#: server may send before its connection is refused).
+MAX_MESSAGE_BYTES_BOUNDS = (64 * 1024, 1024 * 1024 * 1024)
 _NAME_LIMIT = 128
 
 Origin = Literal["settings", "workspace"]
@@ -205,8 +208,6 @@ def load_cli_servers(path: Path) -> tuple[dict[str, McpServerSpec], float, float
 def load_cli_message_limit(path: Path) -> int | None:
     """The CLI's ``mcpMaxMessageBytes`` (None: the default), from the file
     :func:`load_cli_servers` already checked is readable."""
-    from .connections import MAX_MESSAGE_BYTES_BOUNDS
-
     try:
         raw = load_json(path.read_bytes(), str(path))
     except (OSError, NotJson):

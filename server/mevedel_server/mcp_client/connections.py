@@ -44,9 +44,8 @@ from .errors import McpClientError
 _log = logging.getLogger(__name__)
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 30.0
-#: ``mcpMaxMessageBytes`` unless set, and its bounds.
+#: ``mcpMaxMessageBytes`` unless set (its bounds are the setting's: ``.config``).
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-MAX_MESSAGE_BYTES_BOUNDS = (64 * 1024, 1024 * 1024 * 1024)
 #: Starting a server (``npx``/``uvx`` may fetch packages first) and its
 #: ``initialize`` answer may take this long.
 DEFAULT_START_TIMEOUT_SECONDS = 60.0
