@@ -87,13 +87,13 @@ async def settle(editor: Editor, sid: str, prompt: str) -> None:
 
 async def watcher_idle_cpu() -> list[dict]:
     """CPU of one idle watcher in this process, per debounce, and of a poller."""
+    import mevedel_server.targets as targets
     from mevedel_server.store import ClientIdentity
     from mevedel_server.store.service import SessionService
-    from mevedel_server.store.watching import inotify
     from mevedel_server.store.watching.watch import SessionWatcher, WatchCadence
     from mevedel_server.targets import LocalTarget
 
-    real_available = inotify.available
+    real_available = targets.inotify_available
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,7 +109,7 @@ async def watcher_idle_cpu() -> list[dict]:
         ]
         cases.append(("baseline: idle watcher, polling every 10 s", WatchCadence(notifications=False), True))
         for label, cadence, use_inotify in cases:
-            inotify.available = real_available if use_inotify else (lambda: False)
+            targets.inotify_available = real_available if use_inotify else (lambda: False)
             watcher = SessionWatcher(LocalTarget(root), sid, cadence=cadence)
             watcher.start()
             await asyncio.sleep(0.5)
@@ -117,7 +117,7 @@ async def watcher_idle_cpu() -> list[dict]:
             await asyncio.sleep(WATCHER_SECONDS)
             used = time.process_time() - start
             await watcher.stop()
-            inotify.available = real_available
+            targets.inotify_available = real_available
             rows.append(
                 {
                     "case": f"CPU over {WATCHER_SECONDS:.0f} s: {label}",

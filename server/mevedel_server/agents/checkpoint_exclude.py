@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..targets.executor import gitignore_ignores, gitignore_rules
+from ..targets import gitignore_ignores, gitignore_rules
 
 _EDITOR_FILE = re.compile(
     r"""\A(?:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..mcp_client.config import NotJson, load_json
+from ..mcp_client import NotJson, load_json
 from .delegation.names import (
     CONCURRENT_BOUNDS,
     DEFAULT_MAX_CONCURRENT,

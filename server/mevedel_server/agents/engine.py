@@ -39,9 +39,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from acp import RequestError, schema
 
-from ..artifacts.attachments import session_artifacts
-from ..artifacts.authored_scan import AuthoredFacts
-from ..artifacts.mail import Mail, mail_text, mark_delivered, pending_mail
+from ..artifacts import (
+    AuthoredFacts,
+    Mail,
+    learn_shell_writes,
+    mail_text,
+    mark_delivered,
+    pending_mail,
+    session_artifacts,
+)
 from ..store import EngineRef, EngineState, Outcome, SessionService, is_refusal
 from ..targets import (
     ControlProgram,
@@ -52,8 +58,7 @@ from ..targets import (
     Status,
     TargetError,
 )
-from ..tool_server.artifact_writes import learn_shell_writes
-from ..tool_server.host import ToolHost
+from ..tool_server import ToolHost
 from .acp_callbacks import AcpCallbacks, PermissionQuestion
 from .checkpoint_exclude import CheckpointExclude, is_editor_file
 from .commit_rides import keep_on_settlement, not_riding, walk_riding

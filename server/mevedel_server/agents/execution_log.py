@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from ..resources.families.artifact_output import EXECUTIONS, TOOL_RESULTS, save_artifact
+from ..resources import EXECUTIONS, TOOL_RESULTS, save_artifact
 from ..store import SessionPaths
 from ..targets import Target
 

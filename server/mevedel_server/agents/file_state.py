@@ -162,8 +162,14 @@ from dataclasses import dataclass, field
 
 from ..store import STATE_DIR
 from ..targets import (
+    SCAN_DIR,
+    SCAN_FACTS,
+    SCAN_IGNORED,
+    SCAN_IGNORED_REASON,
+    SCAN_LINK,
     ControlProgram,
     CreateExclusive,
+    Entry,
     FileScan,
     ListDir,
     LocalTarget,
@@ -172,31 +178,25 @@ from ..targets import (
     OpResult,
     ProgramResult,
     Read,
+    ReadEntry,
     ReadSlice,
     Remove,
     Replace,
+    ScanFacts,
     ScanPaths,
     ScanTree,
     Snapshot,
     SnapshotFile,
     Status,
     Target,
+    TreeWatch,
+    WatchUnavailable,
+    clamp_ns,
+    differing_records,
     raise_for_result,
     split_target_path,
+    unwatchable,
 )
-from ..targets.executor import clamp_ns
-from ..targets.program import (
-    SCAN_DIR,
-    SCAN_FACTS,
-    SCAN_IGNORED,
-    SCAN_IGNORED_REASON,
-    SCAN_LINK,
-    Entry,
-    ReadEntry,
-    ScanFacts,
-    differing_records,
-)
-from ..targets.tree_watch import TreeWatch, WatchUnavailable, unwatchable
 from .file_state_index import (
     RecordState,
     apply_delta,

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ..targets.program import SCAN_FACTS
+from ..targets import SCAN_FACTS
 from .file_state_table import RecordTable
 
 MAGIC = b"mevedel file-state index\n"

@@ -29,7 +29,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from ..targets.program import SCAN_FACTS
+from ..targets import SCAN_FACTS
 
 DIGEST = 32
 _NO_DIGEST = bytes(DIGEST)

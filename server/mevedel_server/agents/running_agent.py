@@ -20,7 +20,7 @@ from .recorder import TurnRecorder
 from .terminals import Terminal, Terminals
 
 if TYPE_CHECKING:
-    from ..artifacts.mail import Mail
+    from ..artifacts import Mail
     from .config import AgentSpec
     from .engine import AgentEngine
     from .session_options import Offered

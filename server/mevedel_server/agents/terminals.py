@@ -29,8 +29,7 @@ from typing import Protocol
 
 from acp import RequestError
 
-from ..targets import ControlProgram, LocalTarget, Target
-from ..targets.process_group import ProcessGroup, RemoteGroup
+from ..targets import ControlProgram, LocalTarget, ProcessGroup, RemoteGroup, Target
 from .execution_log import ExecutionLog
 from .workspace_files import NOT_UNICODE, require_unicode, shown
 

@@ -17,7 +17,7 @@ writes (or is refused naming the process that holds it), and the artifact
 store versions them (one version per turn that
 wrote the primary file). After such a patch commits, the workspace's
 :class:`~mevedel_server.artifacts.attachments.SessionArtifacts` learns of it
-(:mod:`mevedel_server.tool_server.artifact_writes`): a new id directory
+(:mod:`mevedel_server.artifacts.learned_writes`): a new id directory
 becomes an artifact, and the session attaches what it wrote. The front end
 gives that store with the resolver context factory, as its ``artifacts``
 attribute (a callable answering the store, or None: nothing is learnt).
@@ -31,11 +31,15 @@ from typing import TYPE_CHECKING
 
 from acp import RequestError
 
-from ..artifacts.errors import ArtifactError
-from ..artifacts.layout import artifact_item
+from ..artifacts import (
+    ArtifactError,
+    artifact_item,
+    held_refusal,
+    hold_written_items,
+    learn_patch_writes,
+)
 from ..store import is_refusal
-from ..tool_server.artifact_writes import held_refusal, hold_written_items, learn
-from ..tool_server.context import ToolRefused
+from ..tool_server import ToolRefused
 
 if TYPE_CHECKING:
     from ..resources import ResolverContext
@@ -116,7 +120,7 @@ class AgentToolContext:
         work = self._work()
         if work is None:
             return []
-        return await learn(work, self._running.session_id, paths)
+        return await learn_patch_writes(work, self._running.session_id, paths)
 
     def _work(self):
         """The workspace's artifact store (None: the front end gives none)."""

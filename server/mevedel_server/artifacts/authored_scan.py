@@ -8,7 +8,7 @@ never walks ``.mevedel/``. So around every command of a turn the agent
 engine takes the facts of ``.mevedel/artifacts/`` (``.state/`` and
 ``.library/`` left out): one :class:`~mevedel_server.targets.ScanTree`
 program before, one after, compared. The changed paths go to the same
-learning as a patch's (:func:`mevedel_server.tool_server.artifact_writes.learn`).
+learning as a patch's (:func:`.learned_writes.learn_patch_writes`).
 The engine has the scan ride in the workspace file record's walk, which it
 takes at those same moments: one program for both.
 
@@ -24,8 +24,15 @@ from __future__ import annotations
 
 import time
 
-from ..targets import ControlProgram, OpResult, Status, Target, raise_for_result
-from ..targets.program import FileScan, ScanTree
+from ..targets import (
+    ControlProgram,
+    FileScan,
+    OpResult,
+    ScanTree,
+    Status,
+    Target,
+    raise_for_result,
+)
 from .layout import ARTIFACTS_DIR, STATE_SUBDIR
 
 #: Subtrees of the store that are not authored files.

@@ -42,17 +42,20 @@ import msgspec
 
 from ..store import ClientIdentity, stamped_record
 from ..targets import (
+    Clock,
     ControlProgram,
+    MakeDirs,
     Operation,
     Read,
+    ReadNewest,
     Remove,
+    Replace,
+    StampedCreate,
     Status,
     Target,
     Verify,
     raise_for_result,
 )
-from ..targets.clock import Clock
-from ..targets.program import MakeDirs, ReadNewest, Replace, StampedCreate
 from .errors import ArtifactError
 from .layout import GENERATION_FAMILY, LEASES_ROOT, LOCK_DIR, ItemPaths
 from .records import (
@@ -60,7 +63,7 @@ from .records import (
     ItemLeaseRecord,
     ItemLeaseState,
     RecordRefused,
-    decode,
+    decode_record,
     encode,
 )
 
@@ -132,7 +135,7 @@ def lease_view(item_id: str, newest: tuple[str, bytes], now: int, handover: Hand
     name, raw = newest
     generation = _generation_of(name)
     try:
-        record = decode(ItemLeaseRecord, raw, f"lease generation {generation} of {item_id}")
+        record = decode_record(ItemLeaseRecord, raw, f"lease generation {generation} of {item_id}")
     except RecordRefused as exc:
         raise ArtifactError("unreadable", item_id, f"its lease record cannot be trusted ({exc.reason}); nothing was written") from None
     if record.generation != generation:
@@ -197,7 +200,7 @@ class ItemLeases:
         request = None
         if result[2].ok:
             try:
-                request = decode(HandoverRequest, result[2].value, f"{item_id} hand-over request")
+                request = decode_record(HandoverRequest, result[2].value, f"{item_id} hand-over request")
             except RecordRefused:
                 request = None  # a torn request asks for nothing
         if result[1].status is Status.ABSENT:
@@ -282,7 +285,7 @@ class ItemLeases:
     def fenced(self, item_id: str, create: StampedCreate, result) -> None:
         """Record the generation a program that ran :meth:`fence` wrote."""
         raw = create.content(int(result.value))
-        generation = decode(ItemLeaseRecord, raw, item_id).generation
+        generation = decode_record(ItemLeaseRecord, raw, item_id).generation
         self._held[item_id] = _Held(generation, raw, self._monotonic())
         self._ensure_renewal()
 

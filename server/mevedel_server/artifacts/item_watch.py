@@ -37,11 +37,11 @@ from ..targets import (
     ControlProgram,
     ListDir,
     Read,
+    Stat,
     Status,
     TargetError,
     raise_for_result,
 )
-from ..targets.program import Stat
 from .errors import ArtifactError
 from .layout import ItemPaths
 from .store import ArtifactStore, revision_of

@@ -119,7 +119,7 @@ class RecordRefused(Exception):
         self.reason = reason
 
 
-def decode(record_type: type, data: bytes, label: str):
+def decode_record(record_type: type, data: bytes, label: str):
     try:
         return msgspec.json.decode(data, type=record_type)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -133,6 +133,6 @@ def load(record_type: type, raw: bytes | None, item_id: str, what: str):
     if raw is None:
         return record_type()
     try:
-        return decode(record_type, raw, f"{what} of {item_id}")
+        return decode_record(record_type, raw, f"{what} of {item_id}")
     except RecordRefused as exc:
         raise ArtifactError("unreadable", item_id, f"its {what} cannot be trusted ({exc.reason})") from None

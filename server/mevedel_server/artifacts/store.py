@@ -29,30 +29,29 @@ import msgspec
 
 from ..store import ClientIdentity
 from ..targets import (
+    Barrier,
+    Clock,
     ControlProgram,
     CreateExclusive,
+    FileRead,
     ListDir,
+    ListTree,
+    MakeDirs,
     Operation,
+    PathAbsentError,
     Read,
+    ReadFiles,
+    ReadNewest,
     Remove,
+    Replace,
+    Stat,
     Status,
     Target,
     TargetError,
+    UnsafePathError,
     Verify,
-    raise_for_result,
-)
-from ..targets.clock import Clock
-from ..targets.errors import PathAbsentError, UnsafePathError
-from ..targets.program import (
-    Barrier,
-    FileRead,
-    ListTree,
-    MakeDirs,
-    ReadFiles,
-    ReadNewest,
-    Replace,
-    Stat,
     WriteProject,
+    raise_for_result,
 )
 from . import content as item_content
 from .errors import ArtifactError, invalid, missing
@@ -83,7 +82,7 @@ from .records import (
     VersionEntry,
     VersionIndex,
     VersionReason,
-    decode,
+    decode_record,
     encode,
     load,
 )
@@ -932,7 +931,7 @@ class ArtifactStore:
 
 def _decode_meta(item_id: str, raw: bytes) -> ItemMeta:
     try:
-        meta = decode(ItemMeta, raw, f"metadata of {item_id}")
+        meta = decode_record(ItemMeta, raw, f"metadata of {item_id}")
     except RecordRefused as exc:
         raise ArtifactError("unreadable", item_id, f"its metadata cannot be trusted ({exc.reason})") from None
     if meta.id != item_id:

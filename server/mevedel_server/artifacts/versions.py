@@ -17,17 +17,20 @@ from __future__ import annotations
 import hashlib
 
 from ..targets import (
+    Barrier,
     Clock,
     ControlProgram,
+    MakeDirs,
     Operation,
     Read,
     Remove,
+    Replace,
+    Stat,
     Status,
     Target,
     Verify,
     raise_for_result,
 )
-from ..targets.program import Barrier, MakeDirs, Replace, Stat
 from .errors import ArtifactError, missing
 from .layout import LEASES_ROOT, LOCK_DIR, ItemPaths
 from .records import VersionEntry, VersionIndex, VersionReason, encode, load

@@ -147,7 +147,7 @@ def prestart_for(arguments: Any, config: Any) -> None:
     """Start early the agent a prompt with these arguments most likely
     gets, in the workspace the engine will start it in; then hand it over
     (installs :func:`spawn` as the engine's)."""
-    from ..agents.errors import AgentError
+    from ..agents import AgentError
     from .session_client import CommandError, workspace_root
 
     try:

@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..artifacts.attachments import Listed, SessionArtifacts, session_artifacts
-from ..artifacts.layout import is_text_file
+from ..artifacts import Listed, SessionArtifacts, is_text_file, session_artifacts
 from ..store import SessionService, describe_target_time
 from .session_client import (
     CommandError,

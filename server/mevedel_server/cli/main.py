@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["mcp"] and os.environ.get("MEVEDEL_TOOL_SOCKET") and os.environ.get("MEVEDEL_TOOL_TOKEN"):
         # An agent's relay to the language server: it starts with every
         # agent, so it imports nothing but the relay (see mcp_command).
-        from ..tool_server.relay import relay_stdio
+        from ..tool_server import relay_stdio
 
         return int(relay_stdio(os.environ["MEVEDEL_TOOL_SOCKET"], os.environ["MEVEDEL_TOOL_TOKEN"]) or 0)
     defer_tls()

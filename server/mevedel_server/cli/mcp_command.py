@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..agents.config import cli_config_path
-from ..mcp_client import McpAccess
-from ..mcp_client.access import APPROVE_IN_A_TERMINAL, configured_access
+from ..agents import cli_config_path
+from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import MemoryRoot, SkillRoot
 from ..store import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
 from ..targets import LocalTarget, TargetError
@@ -101,7 +100,7 @@ def _fail(message: str) -> int:
 def run(arguments: argparse.Namespace) -> int:
     socket_path, token = os.environ.get(SOCKET_ENV), os.environ.get(TOKEN_ENV)
     if socket_path and token:
-        from ..tool_server.relay import relay_stdio
+        from ..tool_server import relay_stdio
 
         return int(relay_stdio(socket_path, token) or 0)
     workspace = (arguments.workspace or Path.cwd()).expanduser()
@@ -170,8 +169,7 @@ async def _standalone(
 ) -> int:
     from mcp.server.stdio import stdio_server
 
-    from ..tool_server.server import serve
-    from ..tool_server.standalone import StandaloneContext
+    from ..tool_server import StandaloneContext, serve
     from .session_command import session_named
 
     try:

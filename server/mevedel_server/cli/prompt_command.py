@@ -40,12 +40,11 @@ import termios
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..agents.config import cli_config_path, load_cli_config, log_dir
-from ..agents.errors import AgentError
-from ..artifacts.attachments import SessionArtifacts, session_artifacts
+from ..agents import AgentError, cli_config_path, load_cli_config, log_dir
+from ..artifacts import SessionArtifacts, session_artifacts
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..store import SessionAction, SessionService
-from ..tool_server.host import ToolHost
+from ..tool_server import ToolHost
 from .agent_prestart import prestart_for
 from .loading import loading
 from .prompt_line import typed_prompt
@@ -72,7 +71,7 @@ from .session_client import (
 )
 
 if TYPE_CHECKING:
-    from ..agents.engine import PermissionQuestion, TurnUpdate
+    from ..agents import PermissionQuestion, TurnUpdate
     from ..resources import ResolverContext
 
 TURN_FAILED = 2
@@ -263,7 +262,7 @@ def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | 
         # Imported at the agent's first tool call: the resolvers are not
         # needed before the answer starts.
         from ..resources import ResolverContext, writable_sessions
-        from ..tool_server.standalone import StandaloneContext
+        from ..tool_server import StandaloneContext
 
         if local is not None:
             return StandaloneContext(local, service, session_id, mcp=mcp).resolver_context()
@@ -309,7 +308,7 @@ async def _last_or_new(service: SessionService, arguments: argparse.Namespace, f
 async def _choose(engine: Any, session_id: str, arguments: argparse.Namespace) -> None:
     """``--mode`` and ``--set``: the choice the prompt applies first (the
     prompt fails, naming it, when the agent does not take it)."""
-    from ..agents.session_options import parse_assignment
+    from ..agents import parse_assignment
 
     try:
         config = dict(parse_assignment(text) for text in arguments.set_options)
@@ -331,8 +330,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
     # its own start (cli/agent_prestart.py).
     with loading():
         prestart_for(arguments, config)
-        from ..agents.engine import AgentEngine
-        from ..agents.file_state import kept_reads
+        from ..agents import AgentEngine, kept_reads
 
     async def body(service: SessionService) -> None:
         nonlocal text

@@ -38,8 +38,7 @@ from ..store import (
     runner_read,
     runner_recorded,
 )
-from ..targets import Status, Verify
-from ..targets.clock import read_target_clock
+from ..targets import Status, Verify, read_target_clock
 from .session_client import CommandError
 
 #: The signal a steering ``mevedel prompt`` sends the process running the turn.

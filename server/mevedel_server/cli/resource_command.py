@@ -50,8 +50,14 @@ from ..resources import (
     reaches_mcp,
     reads_session,
 )
-from ..targets import LocalTarget, SshLocation, TargetError, WorkspaceLocationError
-from ..targets.location import parse_workspace_location, workspace_target
+from ..targets import (
+    LocalTarget,
+    SshLocation,
+    TargetError,
+    WorkspaceLocationError,
+    parse_workspace_location,
+    workspace_target,
+)
 from .session_client import CommandError, cli_identity, refuse
 
 if TYPE_CHECKING:
@@ -189,7 +195,7 @@ def _session_name(arguments: argparse.Namespace) -> str | None:
 
 
 def _mcp_access(arguments: argparse.Namespace, workspace: Path | SshLocation, target: Target | None = None) -> McpAccess:
-    from ..agents.config import cli_config_path
+    from ..agents import cli_config_path
     from ..mcp_client import configured_access
 
     try:

@@ -172,8 +172,7 @@ def workspace_location(arguments: argparse.Namespace) -> Path | SshLocation:
     if arguments.workspace is None:
         return Path(current_directory())
     # The location grammar (and SSH's) loads only for a --workspace given.
-    from ..targets import WorkspaceLocationError
-    from ..targets.location import parse_workspace_location
+    from ..targets import WorkspaceLocationError, parse_workspace_location
 
     try:
         location = parse_workspace_location(arguments.workspace)
@@ -197,7 +196,7 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     """The workspace's session service as this CLI client; ``inline``: the
     command does one thing at a time, so a local workspace's programs run on
     the event loop's own thread (see :class:`~..targets.LocalTarget`)."""
-    from ..artifacts.attachments import session_artifacts
+    from ..artifacts import session_artifacts
     from ..store import PRODUCT_STORAGE, SessionService
 
     location = current_directory() if arguments.workspace is None else workspace_location(arguments)
@@ -205,7 +204,7 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
         if isinstance(location, (str, os.PathLike)):
             target = LocalTarget(location, inline=inline)
         else:
-            from ..targets.location import workspace_target
+            from ..targets import workspace_target
 
             target = workspace_target(location)
     except TargetError as error:

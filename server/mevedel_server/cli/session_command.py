@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..artifacts.attachments import session_artifacts
+from ..artifacts import session_artifacts
 from ..store import (
     SESSION_ID_PATTERN,
     IdentityNeedsConfirmation,

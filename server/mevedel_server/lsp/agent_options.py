@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mevedel_protocol import agent_options as wire
 from mevedel_protocol import converter, methods
 
-from ..agents.errors import AgentError
+from ..agents import AgentError
 from .errors import failure
 from .handlers import command_handler as _command_handler
 from .handlers import folder as _folder
@@ -20,8 +20,7 @@ from .handlers import request_handler as _request_handler
 from .workspaces import Folder
 
 if TYPE_CHECKING:
-    from ..agents.engine import AgentEngine
-    from ..agents.session_options import OptionsView
+    from ..agents import AgentEngine, OptionsView
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)

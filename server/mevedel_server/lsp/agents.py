@@ -20,11 +20,10 @@ from mevedel_protocol import agent as wire
 from mevedel_protocol import converter, methods
 
 from ..addresses import Operation, parse_address
-from ..agents.config import AgentConfig, log_dir, specs_from
-from ..agents.errors import AgentError
+from ..agents import AgentConfig, AgentError, log_dir, specs_from
 from ..resources import ReadOptions, execute, prepare
 from ..store import SessionChange, SessionService
-from ..tool_server.host import ToolHost
+from ..tool_server import ToolHost
 from .errors import failure
 from .handlers import command_handler as _command_handler
 from .handlers import folder as _folder
@@ -35,12 +34,7 @@ from .resources import writable_context
 from .workspaces import Folder, request_scope, scope
 
 if TYPE_CHECKING:
-    from ..agents.engine import (
-        AgentEngine,
-        PermissionQuestion,
-        PromptOutcome,
-        TurnUpdate,
-    )
+    from ..agents import AgentEngine, PermissionQuestion, PromptOutcome, TurnUpdate
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
@@ -141,7 +135,7 @@ class AgentEngines:
             return known
         # The engine (and the ACP SDK under it) loads with the first agent:
         # an editor's idle server does not carry it.
-        from ..agents.engine import AgentEngine
+        from ..agents import AgentEngine
 
         service = _registry(self.ls).service(folder)
         remote = folder.remote is not None

@@ -19,11 +19,18 @@ from typing import TYPE_CHECKING
 from mevedel_protocol import artifact as wire
 from mevedel_protocol import converter, methods
 
-from ..artifacts.attachments import Listed, SessionArtifacts, session_artifacts
-from ..artifacts.content import decode_payload, encode_for_reader
-from ..artifacts.item_watch import ItemState, ItemWatches
-from ..artifacts.layout import LIVE_PRIMARY
-from ..artifacts.records import Comment, VersionEntry
+from ..artifacts import (
+    LIVE_PRIMARY,
+    Comment,
+    ItemState,
+    ItemWatches,
+    Listed,
+    SessionArtifacts,
+    VersionEntry,
+    decode_payload,
+    encode_for_reader,
+    session_artifacts,
+)
 from ..store import SessionService, WatchCadence
 from .handlers import command_handler, request_handler
 from .handlers import folder as _folder

@@ -21,8 +21,13 @@ from lsprotocol import types
 from mevedel_protocol import Settings, converter, describe_structure_error, wire_name
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 
-from ..agents.config import EXECUTION_LOG_BOUNDS, TERMINAL_OUTPUT_BOUNDS, agents_problem
-from ..agents.delegation.names import CONCURRENT_BOUNDS, DEPTH_BOUNDS
+from ..agents import (
+    CONCURRENT_BOUNDS,
+    DEPTH_BOUNDS,
+    EXECUTION_LOG_BOUNDS,
+    TERMINAL_OUTPUT_BOUNDS,
+    agents_problem,
+)
 from ..mcp_client import MAX_MESSAGE_BYTES_BOUNDS, servers_problem
 from ..resources import SkillRoot
 from ..targets import SshLocationError, parse_ssh_location

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mevedel_protocol import converter, methods
 from mevedel_protocol import queue as wire
 
-from ..agents.errors import AgentError
+from ..agents import AgentError
 from .errors import failure
 from .handlers import folder as _folder
 from .handlers import registry as _registry
@@ -20,7 +20,7 @@ from .input_history import tell_recorded
 from .workspaces import Folder
 
 if TYPE_CHECKING:
-    from ..agents.prompt_queue import PromptQueue, QueueEntry, QueueState
+    from ..agents import PromptQueue, QueueEntry, QueueState
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)

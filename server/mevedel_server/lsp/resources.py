@@ -35,9 +35,13 @@ from mevedel_protocol import (
 
 from .. import resources as core
 from ..addresses import Operation
-from ..artifacts.errors import ArtifactError
+from ..artifacts import (
+    ArtifactError,
+    hold_written_items,
+    learn_patch_writes,
+    written_items,
+)
 from ..resources import GlobOptions, GrepOptions, ReadOptions, execute, prepare
-from ..tool_server.artifact_writes import hold_written_items, learn, written_items
 from . import virtual_documents
 from .definition import definition_uri
 from .errors import answers_errors, failure, invalid_params, structure_params
@@ -138,7 +142,7 @@ async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
     applied = await execute(attempt)
     if work is not None:
         # Authored files of the artifact store: it learns of them.
-        await learn(work, scope.session_id, written)
+        await learn_patch_writes(work, scope.session_id, written)
     changes = [
         PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
         for c in applied.changes

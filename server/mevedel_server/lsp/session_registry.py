@@ -28,8 +28,7 @@ from ..store import (
     SessionControl,
     SessionService,
 )
-from ..targets import Target, TargetError
-from ..targets.location import workspace_target
+from ..targets import Target, TargetError, workspace_target
 from .errors import failure
 from .follow import FollowManager
 from .workspaces import Folder

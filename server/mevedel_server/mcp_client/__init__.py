@@ -21,11 +21,11 @@ from ..lazy_exports import lazy_exports
 #: entry's configuration (``.config``) does not load the SDK client, the
 #: connections or the approvals.
 _EXPORTS = {
-    ".access": ("APPROVE_IN_A_TERMINAL", "McpAccess", "ServerEntry", "configured_access"),
-    ".approvals": ("Approvals", "default_approvals_path"),
-    ".config": ("MAX_MESSAGE_BYTES_BOUNDS", "WORKSPACE_FILE", "McpServerSpec", "servers_from_setting", "servers_problem"),
-    ".connections": ("DEFAULT_CALL_TIMEOUT_SECONDS", "DEFAULT_START_TIMEOUT_SECONDS", "Known", "McpConnections", "ResourceListing"),
-    ".errors": ("McpClientError",),
+    '.access': ('APPROVE_IN_A_TERMINAL', 'McpAccess', 'ServerEntry', 'configured_access'),
+    '.approvals': ('Approvals', 'default_approvals_path'),
+    '.config': ('MAX_MESSAGE_BYTES_BOUNDS', 'McpServerSpec', 'NotJson', 'WORKSPACE_FILE', 'load_json', 'servers_from_setting', 'servers_problem'),
+    '.connections': ('DEFAULT_CALL_TIMEOUT_SECONDS', 'DEFAULT_START_TIMEOUT_SECONDS', 'Known', 'McpConnections', 'ResourceListing'),
+    '.errors': ('McpClientError',),
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

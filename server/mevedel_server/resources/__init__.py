@@ -17,14 +17,18 @@ from ..lazy_exports import lazy_exports
 _EXPORTS = {
     '.engine.attempt': ('Attempt', 'AuthorityFacts'),
     '.engine.authority': ('require_writable_session', 'writable_sessions'),
-    '.navigation.completion': ('Candidate', 'complete'),
     '.engine.context': ('MemoryRoot', 'ResolverContext', 'SkillRoot'),
-    '.navigation.describe': ('Description', 'backing_file', 'describe'),
     '.engine.docs_root': ('find_docs_root',),
     '.engine.options': ('GlobOptions', 'GrepOptions', 'PatchOptions', 'ReadOptions'),
-    '.patch': ('FileChange', 'PatchResult'),
+    '.engine.places': ('Places',),
     '.engine.resolver': ('SESSION_FAMILIES', 'execute', 'prepare', 'reaches_mcp', 'reads_session'),
     '.engine.results': ('GlobResult', 'GrepMatch', 'GrepResult', 'ReadResult'),
+    '.families.artifact_output': ('EXECUTIONS', 'TOOL_RESULTS', 'save_artifact'),
+    '.families.project': ('is_project_path',),
+    '.families.shared': ('has_items',),
+    '.navigation.completion': ('Candidate', 'address_available', 'complete'),
+    '.navigation.describe': ('Description', 'backing_file', 'describe'),
+    '.patch': ('FileChange', 'PatchResult'),
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

@@ -3,7 +3,7 @@ session-relative files, never a backing filesystem path."""
 
 from __future__ import annotations
 
-from ..targets.errors import TargetError
+from ..targets import TargetError
 
 
 class StoreError(Exception):

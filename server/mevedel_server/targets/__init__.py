@@ -35,16 +35,22 @@ from ..lazy_exports import lazy_exports
 #: parser (``ipaddress``, ``urllib``) or asyncssh (``SshTarget``).
 _EXPORTS = {
     '.clock': ('Clock', 'read_target_clock'),
-    '.entry': ('same_state',),
+    '.entry': ('Entry', 'same_state'),
     '.errors': ('InvalidTargetPath', 'PathAbsentError', 'PathConflictError', 'RootReplacedError', 'TargetError', 'TargetOperationError', 'UnsafePathError'),
+    '.executor': ('clamp_ns', 'gitignore_ignores', 'gitignore_rules'),
     '.faults': ('FaultInjectingTarget', 'FaultMode', 'InjectedFault', 'SimulatedCrash'),
+    '.inotify': ('inotify_available',),
     '.local': ('LocalTarget',),
+    '.loop_watch': ('InotifyWatch',),
+    '.location': ('parse_workspace_location', 'workspace_target'),
     '.paths': ('join_target_path', 'parent_and_name', 'split_target_path'),
-    '.program': ('Barrier', 'Chain', 'ChainHop', 'ChainLink', 'ChainSpec', 'ControlProgram', 'CreateExclusive', 'CreateLinked', 'Entry', 'FileRead', 'FileScan', 'FileStat', 'ListDir', 'ListTree', 'MakeDirs', 'Operation', 'OpResult', 'ProgramResult', 'PutEntry', 'Read', 'ReadChain', 'ReadEntry', 'ReadFiles', 'ReadSlice', 'Remove', 'Replace', 'ScanPaths', 'ScanTree', 'Snapshot', 'SnapshotFile', 'Stat', 'Status', 'SurveyDirs', 'TreeListing', 'Verify', 'WriteProject'),
+    '.process_group': ('GroupState', 'ProcessGroup', 'RemoteGroup', 'process_identity'),
+    '.program': ('Barrier', 'Chain', 'ChainHop', 'ChainLink', 'ChainSpec', 'ClockStamp', 'ControlProgram', 'CreateExclusive', 'CreateLinked', 'DirSurvey', 'FileRead', 'FileScan', 'FileStat', 'ListDir', 'ListTree', 'MakeDirs', 'OpResult', 'Operation', 'ProgramResult', 'PutEntry', 'Read', 'ReadChain', 'ReadEntry', 'ReadFiles', 'ReadNewest', 'ReadSlice', 'Remove', 'Replace', 'SCAN_DIR', 'SCAN_FACTS', 'SCAN_IGNORED', 'SCAN_IGNORED_REASON', 'SCAN_LINK', 'ScanFacts', 'ScanPaths', 'ScanTree', 'Snapshot', 'SnapshotFile', 'StampedCreate', 'Stat', 'Status', 'SurveyDirs', 'SurveyedDir', 'TreeListing', 'Verify', 'WriteProject', 'differing_records'),
     '.remote_errors': ('HostKeyRefused', 'SshLocationError', 'TargetUnavailable', 'WorkspaceLocationError'),
+    '.ssh': ('SshTarget',),
     '.ssh_config': ('SshLocation', 'parse_ssh_location'),
     '.target': ('ProgramTarget', 'Target', 'raise_for_result'),
-    '.ssh': ('SshTarget',),
+    '.tree_watch': ('TreeWatch', 'WatchUnavailable', 'unwatchable'),
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

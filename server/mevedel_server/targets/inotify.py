@@ -1,7 +1,7 @@
 """Linux inotify through libc: the calls, the event bits and the parsing of
 what the descriptor reads. Shared by the tree watch of the file-state record
 (:mod:`.tree_watch`) and the store's session watcher
-(:mod:`mevedel_server.store.watching.inotify`), each of which decides what
+(:mod:`.loop_watch`), each of which decides what
 to watch and what an event means."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def libc() -> ctypes.CDLL | None:
     return _libc or None
 
 
-def available() -> bool:
+def inotify_available() -> bool:
     return libc() is not None
 
 

@@ -27,7 +27,7 @@ filesystem -- so :func:`unwatchable` refuses roots on filesystems whose
 changes may come from elsewhere, and a directory on another device than the
 root (a mount inside the workspace) makes the tree unwatchable too.
 
-``available()``: Linux with inotify. One watch holds one inotify instance
+``inotify_available()``: Linux with inotify. One watch holds one inotify instance
 (``fs.inotify.max_user_instances``) and a watch per directory
 (``fs.inotify.max_user_watches``); :meth:`close` it.
 """
@@ -48,8 +48,8 @@ from .inotify import (
     IN_MOVE_SELF,
     IN_Q_OVERFLOW,
     IN_UNMOUNT,
-    available,
     events,
+    inotify_available,
 )
 from .inotify import libc as inotify_libc
 from .local import LocalTarget
@@ -66,7 +66,7 @@ LOCAL_FILESYSTEMS = frozenset(
 def unwatchable(root: str) -> str | None:
     """Why events cannot be trusted for directory ``root`` (None: they can):
     no inotify, or a filesystem another machine may change."""
-    if not available():
+    if not inotify_available():
         return "inotify is not available here"
     found, fstype = -1, None
     try:

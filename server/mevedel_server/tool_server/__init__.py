@@ -19,3 +19,17 @@ any MCP-capable agent, through the tools ``Read``, ``Glob``, ``Grep`` and
 
 Knows nothing of LSP; the resolver does every read and write.
 """
+
+from ..lazy_exports import lazy_exports
+
+#: Each public name's module, imported on first use: ``mevedel mcp``'s relay
+#: loads neither the MCP SDK's server nor the resolver.
+_EXPORTS = {
+    '.context': ('ToolRefused',),
+    '.host': ('ToolHost',),
+    '.relay': ('relay_stdio',),
+    '.server': ('serve',),
+    '.standalone': ('StandaloneContext',),
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

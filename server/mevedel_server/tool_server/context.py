@@ -46,7 +46,7 @@ class ToolContext(Protocol):
     #     """Called once an ApplyPatch of project files has committed, with
     #     the workspace-relative paths it touched: tells the workspace's
     #     artifact store about authored files written below
-    #     ``.mevedel/artifacts/ID/`` (:mod:`.artifact_writes`). Returns notes
+    #     ``.mevedel/artifacts/ID/`` (:mod:`mevedel_server.artifacts.learned_writes`). Returns notes
     #     for the model; never refuses (the files are written)."""
 
 

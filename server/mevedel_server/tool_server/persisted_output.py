@@ -19,9 +19,7 @@ from __future__ import annotations
 import datetime
 import secrets
 
-from ..resources import ResolverContext
-from ..resources.engine.places import Places
-from ..resources.families.artifact_output import TOOL_RESULTS, save_artifact
+from ..resources import TOOL_RESULTS, Places, ResolverContext, save_artifact
 
 #: The most characters one tool answer carries (about 16,000 tokens).
 MAX_OUTPUT_CHARS = 64_000

@@ -16,8 +16,7 @@ roster authorises nothing: every call is still validated by the resolver.
 
 from __future__ import annotations
 
-from ..resources import ResolverContext
-from ..resources.navigation.completion import available
+from ..resources import ResolverContext, address_available
 
 HEADER = (
     "mevedel tools: Read, Glob, Grep and ApplyPatch take ordinary workspace paths (relative to the workspace root, "
@@ -59,9 +58,9 @@ def usable(context: ResolverContext, *, shared_items: bool = False) -> list[str]
         if label == "shared://":
             ok = shared_items
         elif label in ("skill://", "mcp://", "agent://"):
-            ok = available(label.partition(":")[0], context)
+            ok = address_available(label.partition(":")[0], context)
         else:
-            ok = available(label, context)
+            ok = address_available(label, context)
         if ok:
             found.append(label)
     return found

@@ -18,7 +18,7 @@ from typing import Any
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 
-from ..resources.families.shared import has_items
+from ..resources import has_items
 from ..version import VERSION
 from .context import ToolContext
 from .roster import roster

@@ -19,7 +19,7 @@ takes the item lease of a live item the patch writes (refused, naming the
 holder, while another process edits it). Under the LSP server the bridge's context records them.
 An authored file of the artifact store (``.mevedel/artifacts/ID/...``)
 written here is told to the workspace's store once the patch committed
-(:mod:`.artifact_writes`: a new id directory creates an artifact, the bound
+(:mod:`mevedel_server.artifacts.learned_writes`: a new id directory creates an artifact, the bound
 session attaches it); with no turn here, no turn version follows.
 """
 
@@ -28,12 +28,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..artifacts.attachments import SessionArtifacts, session_artifacts
-from ..artifacts.errors import ArtifactError
+from ..artifacts import (
+    ArtifactError,
+    SessionArtifacts,
+    held_refusal,
+    hold_written_items,
+    learn_patch_writes,
+    session_artifacts,
+    written_items,
+)
 from ..mcp_client import McpAccess
 from ..resources import MemoryRoot, ResolverContext, SkillRoot, writable_sessions
 from ..store import SessionService
-from .artifact_writes import held_refusal, hold_written_items, learn, written_items
 from .context import ToolRefused
 
 
@@ -84,7 +90,7 @@ class StandaloneContext:
 
     async def after_project_write(self, paths: Sequence[str]) -> Sequence[str]:
         work = self._work(paths)
-        return [] if work is None else await learn(work, self.session_id, paths)
+        return [] if work is None else await learn_patch_writes(work, self.session_id, paths)
 
     def _work(self, paths: Sequence[str]) -> SessionArtifacts | None:
         if self.service is None or not written_items(paths):

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..addresses import AddressError, Operation
-from ..addresses.model import ErrorKind
+from ..addresses import AddressError, ErrorKind, Operation
 from ..resources import (
     GlobOptions,
     GlobResult,
@@ -31,10 +30,10 @@ from ..resources import (
     ReadOptions,
     ReadResult,
     execute,
+    is_project_path,
     prepare,
     require_writable_session,
 )
-from ..resources.families.project import is_project_path
 from .context import ToolContext, ToolRefused, after_project_write
 from .persisted_output import MAX_OUTPUT_CHARS, bound_output
 

@@ -703,7 +703,7 @@ async def test_a_new_record_starts_from_the_index_and_reads_only_what_changed(ro
     second.close()
 
 
-@pytest.mark.skipif(not tree_watch.available(), reason="no inotify here")
+@pytest.mark.skipif(not tree_watch.inotify_available(), reason="no inotify here")
 async def test_a_primed_record_takes_as_baseline_what_changed_before_its_refresh(root, monkeypatch):
     # The first walk begins while the agent starts (prime); what changes
     # before the turn's refresh -- the agent's own start-up writing a file
@@ -743,7 +743,7 @@ async def test_a_primed_record_takes_as_baseline_what_changed_before_its_refresh
     record.close()
 
 
-@pytest.mark.skipif(not tree_watch.available(), reason="no inotify here")
+@pytest.mark.skipif(not tree_watch.inotify_available(), reason="no inotify here")
 async def test_a_watched_record_from_the_index_walks_once(root, monkeypatch):
     # Watching the directories the kept record knows before the first walk
     # spares the second walk a watch begun after it would need.
@@ -781,7 +781,7 @@ async def test_a_new_record_walks_a_directory_ignored_since_the_index_was_kept(r
     # the last process's walk would have: a command's change there is then
     # not seen (an ignored directory), and never charged with the bytes of
     # two processes ago as its "before".
-    if watched and not tree_watch.available():
+    if watched and not tree_watch.inotify_available():
         pytest.skip("no inotify here")
     write(root, "gen/out.txt", "kept by the first process")
     write(root, "gen/old.txt", "old")
@@ -873,7 +873,7 @@ async def test_what_a_new_process_loads_from_the_index_is_what_its_facts_say(roo
     # wrote in an ignored directory), so a new process need not derive it
     # from every path: after a whole index and a delta of files and
     # directories made and removed, it is what the facts give.
-    if watched and not tree_watch.available():
+    if watched and not tree_watch.inotify_available():
         pytest.skip("no inotify here")
     monkeypatch.setattr(file_state, "RACY_NS", 50_000_000)
     write(root, ".gitignore", "build/\n")
@@ -947,7 +947,7 @@ def test_a_walk_lines_up_with_the_rows_only_when_it_meets_every_recorded_path_on
     assert table.walk_facts("a\0b/a\0b/c\0b/d\0") is None  # no longer recorded
 
 
-@pytest.mark.skipif(not tree_watch.available(), reason="no inotify here")
+@pytest.mark.skipif(not tree_watch.inotify_available(), reason="no inotify here")
 async def test_a_new_process_walk_lined_up_with_the_index_misses_no_change(root, monkeypatch):
     # A new process's first walk is compared with the rows it loads as
     # whole strings when it meets the recorded paths in their order (a
@@ -1211,7 +1211,7 @@ def test_every_command_reports_exactly_what_changed(tmp_path_factory, commands):
         restarted = await record_of(root, watch=False, blob_dir=".mevedel/file-state-restarted")
         restarted.close()
         try:
-            assert watched.unwatched is None or not tree_watch.available()
+            assert watched.unwatched is None or not tree_watch.inotify_available()
             for between, command in commands:
                 for action in between:
                     _apply(root, action)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import mevedel_server
 
 PACKAGE = Path(mevedel_server.__file__).resolve().parent
@@ -142,15 +144,22 @@ def test_the_store_imports_nothing_above_it_and_its_content_opens_nothing():
     engine or the front ends; its content/ modules are pure (not even the
     targets)."""
     above = ("mevedel_server.lsp", "mevedel_server.cli", "mevedel_server.resources", "mevedel_server.agents")
+    from mevedel_server import targets
+
+    exported_from = {name: module for module, names in targets._EXPORTS.items() for name in names}
     offenders = []
     for path in (PACKAGE / "store").rglob("*.py"):
-        for target, _names in _imports(path):
+        for target, names in _imports(path):
             if target.startswith(above) or target.split(".")[0] in ("lsprotocol", "pygls"):
                 offenders.append(f"{path.relative_to(PACKAGE)}: {target}")
             # The one exception: a path's whole state, a value that imports
-            # and opens nothing (targets/entry.py).
-            if path.parent.name == "content" and target.startswith("mevedel_server.targets") and target != "mevedel_server.targets.entry":
-                offenders.append(f"{path.relative_to(PACKAGE)}: {target}")
+            # and opens nothing (targets/entry.py), through the front door.
+            if path.parent.name == "content" and target.startswith("mevedel_server.targets"):
+                offenders += [
+                    f"{path.relative_to(PACKAGE)}: {target}.{name}"
+                    for name in names
+                    if target != "mevedel_server.targets" or exported_from.get(name) != ".entry"
+                ]
     assert offenders == []
     top_level = {path.name for path in (PACKAGE / "store").glob("*.py")}
     assert top_level == {"__init__.py", "errors.py", "layout.py"}
@@ -168,20 +177,52 @@ def test_the_entry_value_and_the_remote_executor_spell_the_kinds_alike():
     )
 
 
-def test_nothing_outside_the_store_reaches_inside_it():
-    """The store's front door is the package (``store/__init__.py`` names
-    every public name and its module): the rest of the server imports
-    ``mevedel_server.store``, never ``mevedel_server.store.<sub>``, so the
-    store's rooms can move without its callers noticing."""
+#: The core packages; each one's front door is the package itself.
+CORE_PACKAGES = ("addresses", "targets", "store", "resources", "artifacts", "agents", "tool_server", "mcp_client")
+
+
+@pytest.mark.parametrize("package", CORE_PACKAGES)
+def test_nothing_outside_a_core_package_reaches_inside_it(package):
+    """A core package's front door is the package (its ``__init__.py``
+    names every public name and its module): the rest of the server imports
+    ``mevedel_server.<package>``, never ``mevedel_server.<package>.<sub>``,
+    so the package's rooms can move without its callers noticing."""
     offenders = [
         f"{path.relative_to(PACKAGE)}: {target}"
         for path in PACKAGE.rglob("*.py")
-        if "store" not in path.relative_to(PACKAGE).parts[:1]
+        if package not in path.relative_to(PACKAGE).parts[:1]
         for target, _names in _imports(path)
-        if target.startswith("mevedel_server.store.")
+        if target.startswith(f"mevedel_server.{package}.")
     ]
     assert offenders == []
 
+
+def test_every_front_door_name_is_found_where_it_says():
+    """Each name a front door lists is defined by (or imported into) the
+    module it names, and each name the server takes from a front door is
+    listed there: a moved function is a test failure here, not an
+    ``ImportError`` in the first command that needs it (most imports are
+    deferred to first use)."""
+    import importlib
+
+    missing = []
+    fronts = {package: importlib.import_module(f"mevedel_server.{package}") for package in CORE_PACKAGES}
+    for package, front in fronts.items():
+        for name in front.__all__:
+            try:
+                getattr(front, name)
+            except AttributeError as error:
+                missing.append(f"{package}.{name}: {error}")
+    for path in PACKAGE.rglob("*.py"):
+        for target, names in _imports(path):
+            package = target.removeprefix("mevedel_server.")
+            if package in fronts and package not in path.relative_to(PACKAGE).parts[:1]:
+                missing += [
+                    f"{path.relative_to(PACKAGE)}: {name} from {target}"
+                    for name in names
+                    if name not in fronts[package].__all__ and not (PACKAGE / package / f"{name}.py").exists()
+                ]
+    assert missing == []
 
 
 def test_the_agent_engine_has_no_import_cycle_and_its_modules_share_no_private_name():

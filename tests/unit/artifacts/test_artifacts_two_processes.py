@@ -38,7 +38,7 @@ from mevedel_server.artifacts.records import (
     ItemLeaseRecord,
     ItemLeaseState,
     VersionIndex,
-    decode,
+    decode_record,
 )
 from mevedel_server.artifacts.store import ArtifactStore
 from mevedel_server.store.authority.lease import ClientIdentity
@@ -210,7 +210,7 @@ def primary(root: Path) -> bytes:
 def lease_head(root: Path) -> ItemLeaseRecord:
     names = sorted(os.listdir(root / ItemPaths(ITEM).lease_dir))
     head = [n for n in names if n.startswith("generation-")][-1]
-    record = decode(ItemLeaseRecord, (root / ItemPaths(ITEM).lease_dir / head).read_bytes(), head)
+    record = decode_record(ItemLeaseRecord, (root / ItemPaths(ITEM).lease_dir / head).read_bytes(), head)
     assert head == f"generation-{record.generation:020d}.json"
     return record
 
@@ -376,7 +376,7 @@ def test_two_publishing_processes_lose_no_version(tmp_path, transport):
         assert len(mine) == count and mine == sorted(mine)
     every = numbers[0] + numbers[1]
     assert len(set(every)) == 2 * count  # every publish got its own number
-    index = decode(VersionIndex, (root / ItemPaths(ITEM).versions_index).read_bytes(), "index")
+    index = decode_record(VersionIndex, (root / ItemPaths(ITEM).versions_index).read_bytes(), "index")
     assert [v.number for v in index.versions] == list(range(1, 2 * count + 2))  # the created one, then all of them
     assert index.next_number == 2 * count + 2
     blobs = sorted(os.listdir(root / ItemPaths(ITEM).versions_dir))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mevedel_server.addresses.model import AddressError, ErrorKind, Operation
-from mevedel_server.artifacts import ArtifactStore
+from mevedel_server.artifacts import ArtifactStore, learn_patch_writes
 from mevedel_server.artifacts.attachments import SessionArtifacts
 from mevedel_server.resources import (
     GrepOptions,
@@ -37,7 +37,6 @@ from mevedel_server.resources.families.shared import (
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
-from mevedel_server.tool_server.artifact_writes import learn
 from mevedel_server.tool_server.roster import roster, usable
 
 ME = ClientIdentity("client-me", "host-me")
@@ -306,7 +305,7 @@ async def test_a_write_into_a_new_id_directory_creates_an_attached_artifact_and_
     await world.service.turns.begin_turn(sid, "write a report")
     result, paths = await _apply(context, _patch(_add(".mevedel/artifacts/report-1/report.md", "# Findings"), _add(".mevedel/artifacts/report-1/data/a.png", "png")))
     assert result.summary() == "A .mevedel/artifacts/report-1/report.md\nA .mevedel/artifacts/report-1/data/a.png"
-    notes = await learn(world.work, sid, paths)
+    notes = await learn_patch_writes(world.work, sid, paths)
     assert notes == [f"created artifact report-1 (report.md), attached to session {sid}"]
     listed = {item.item.item_id: item for item in await world.work.list(sid)}
     assert listed["report-1"].attached and listed["report-1"].item.meta.kind == "artifact"
@@ -314,14 +313,14 @@ async def test_a_write_into_a_new_id_directory_creates_an_attached_artifact_and_
     # A later write of its primary file in the same turn: one turn version at settlement.
     update = "*** Update File: .mevedel/artifacts/report-1/report.md\n@@\n-# Findings\n+# Findings, revised\n"
     _result, paths = await _apply(context, _patch(update))
-    assert await learn(world.work, sid, paths) == []
+    assert await learn_patch_writes(world.work, sid, paths) == []
     await world.service.turns.settle(sid)
     await world.work.settled()
     versions = await world.work.versions("report-1")
     assert [(v.number, v.reason.value, v.turn) for v in versions] == [(2, "turn", 2), (1, "created", 2)]
     # A new directory without a primary file creates nothing, and says why.
     _result, paths = await _apply(context, _patch(_add(".mevedel/artifacts/loose/sub/x.md", "x")))
-    assert "no artifact was created" in (await learn(world.work, sid, paths))[0]
+    assert "no artifact was created" in (await learn_patch_writes(world.work, sid, paths))[0]
     assert "loose" not in {item.item.item_id for item in await world.work.list(sid)}
 
 
@@ -360,7 +359,7 @@ async def test_the_same_on_a_target_reached_as_a_remote_workspace(root, open_tar
         offered = [c.label for c in complete("shared://", context)[1:]]
         assert offered == ([f"shared://{doc}"] if isinstance(target, LocalTarget) else [])
         result, paths = await _apply(context, _patch(_add(".mevedel/artifacts/remote-1/page.html", "<p>hi</p>")))
-        assert await learn(work, sid, paths) == [f"created artifact remote-1 (page.html), attached to session {sid}"]
+        assert await learn_patch_writes(work, sid, paths) == [f"created artifact remote-1 (page.html), attached to session {sid}"]
         assert "remote-1" in service.sessions.attached_artifacts(sid)
     finally:
         await work.close()

@@ -37,12 +37,12 @@ OWNER = ClientIdentity("client-owner", "owner-box")
 def backend(request, monkeypatch) -> str:
     """Both notification sources: inotify on the loop (Linux) and the
     portable watchfiles thread."""
-    from mevedel_server.store.watching import inotify
+    import mevedel_server.targets as targets
 
-    if request.param == "inotify" and not inotify.available():
+    if request.param == "inotify" and not targets.inotify_available():
         pytest.skip("inotify is Linux-only")
     if request.param == "watchfiles":
-        monkeypatch.setattr(inotify, "available", lambda: False)
+        monkeypatch.setattr(targets, "inotify_available", lambda: False)
     return request.param
 
 

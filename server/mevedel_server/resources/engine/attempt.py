@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...addresses.model import Family, LocatorClass, Operation
+from ...addresses import Family, LocatorClass, Operation
 from .glob_pattern import GlobPattern
 from .options import GlobOptions, GrepOptions, GrepPlan, ReadOptions
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from ...addresses.model import AddressError, ErrorKind
+from ...addresses import AddressError, ErrorKind
 from .places import Place
 
 #: The reason of an address reached through a symbolic link.

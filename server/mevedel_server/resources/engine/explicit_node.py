@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from ...addresses.model import AddressError, ErrorKind, Operation
+from ...addresses import AddressError, ErrorKind, Operation
 from ...targets import (
     ControlProgram,
     FileRead,

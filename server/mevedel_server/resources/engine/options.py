@@ -10,7 +10,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from ...addresses.model import AddressError, ErrorKind
+from ...addresses import AddressError, ErrorKind
 from .glob_pattern import GlobPattern, compile_glob
 from .line_search import LinePattern, compile_line_pattern
 from .pattern_clock import PatternClock

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...addresses import parse_address
-from ...addresses.model import (
+from ...addresses import (
     Address,
     AddressError,
     ErrorKind,
     Family,
     LocatorClass,
     Operation,
+    parse_address,
 )
 from ..families import memory, project, work
 from ..patch import (

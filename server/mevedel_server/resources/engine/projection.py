@@ -6,7 +6,7 @@ to the same Read line. See ``ReadResult`` for the rendering.
 
 from __future__ import annotations
 
-from ...addresses.model import AddressError, ErrorKind
+from ...addresses import AddressError, ErrorKind
 from .options import ReadOptions
 from .results import ReadKind, ReadResult
 

@@ -16,14 +16,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ...addresses import parse_address
-from ...addresses.model import (
+from ...addresses import (
     Address,
     AddressError,
     ErrorKind,
     Family,
     LocatorClass,
     Operation,
+    parse_address,
 )
 from ..families import project
 from .attempt import Attempt, AuthorityFacts, Prepared, Request

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ...addresses.model import AddressError, ErrorKind, Operation
+from ...addresses import AddressError, ErrorKind, Operation
 from ...targets import (
     ControlProgram,
     FileRead,

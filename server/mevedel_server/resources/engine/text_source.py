@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...addresses.model import AddressError, ErrorKind
+from ...addresses import AddressError, ErrorKind
 
 #: The most bytes one file may contribute to a Read or search (after inflation).
 MAX_FILE_BYTES = 64 * 1024 * 1024

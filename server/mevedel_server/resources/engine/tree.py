@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ...addresses.encoding import encode_component
-from ...addresses.model import AddressError, ErrorKind, Operation
+from ...addresses import AddressError, ErrorKind, Operation, encode_component
 from ...targets import (
     ControlProgram,
     FileRead,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from ...addresses.model import Address, AddressError, ErrorKind
+from ...addresses import Address, AddressError, ErrorKind
 from ...store import (
     AgentActivity,
     RecordError,

@@ -30,8 +30,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...addresses.encoding import encode_component
-from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ...addresses import Address, AddressError, ErrorKind, Operation, encode_component
 from ...store import (
     InspectSessionRow,
     RecordError,

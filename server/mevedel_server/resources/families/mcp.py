@@ -28,8 +28,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...addresses.encoding import encode_component
-from ...addresses.model import Address, AddressError, ErrorKind
+from ...addresses import Address, AddressError, ErrorKind, encode_component
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
 from ..engine.options import ReadOptions

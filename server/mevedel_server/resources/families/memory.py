@@ -16,8 +16,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
-from ...addresses.encoding import encode_component
-from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ...addresses import Address, AddressError, ErrorKind, Operation, encode_component
 from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import MemoryRoot, ResolverContext

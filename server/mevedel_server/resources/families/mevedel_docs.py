@@ -7,7 +7,7 @@ address is missing-target. Needs no session.
 
 from __future__ import annotations
 
-from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ...addresses import Address, AddressError, ErrorKind, Operation
 from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import ResolverContext

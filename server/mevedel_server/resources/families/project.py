@@ -41,8 +41,8 @@ import os
 import posixpath
 import re
 
-from ...addresses.model import AddressError, ErrorKind, Operation
-from ...artifacts.layout import artifact_item
+from ...addresses import AddressError, ErrorKind, Operation
+from ...artifacts import artifact_item
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
 from ..engine.explicit_node import read_listing, run_node

@@ -47,20 +47,22 @@ from typing import Any
 
 import msgspec
 
-from ...addresses.model import Address, AddressError, ErrorKind, Operation
-from ...artifacts.errors import ArtifactError
-from ...artifacts.layout import ARTIFACTS_DIR, STATE_ROOT, ItemPaths, is_item_id
-from ...artifacts.records import (
+from ...addresses import Address, AddressError, ErrorKind, Operation
+from ...artifacts import (
+    ARTIFACTS_DIR,
+    STATE_ROOT,
+    ArtifactError,
+    ArtifactStore,
     Discussion,
     ItemMeta,
+    ItemPaths,
     RecordRefused,
     VersionEntry,
-    decode,
+    decode_record,
+    is_item_id,
 )
-from ...artifacts.store import ArtifactStore
 from ...store import ClientIdentity, SessionMissing, saved_session
-from ...targets import ControlProgram, ListDir, Read, Status, Target
-from ...targets.program import ReadFiles, Stat
+from ...targets import ControlProgram, ListDir, Read, ReadFiles, Stat, Status, Target
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
 from ..engine.explicit_node import read_listing
@@ -257,7 +259,7 @@ async def _item(target: Target, request: Request, address: Address) -> ReadResul
     if part == ("discussions",):
         data = await _read(target, paths.discussion, authored, optional=True)
         try:
-            comments = decode(Discussion, data, f"discussion of {item_id}").comments if data is not None else []
+            comments = decode_record(Discussion, data, f"discussion of {item_id}").comments if data is not None else []
         except RecordRefused as bad:
             raise AddressError(ErrorKind.UNREADABLE, authored, f"its discussion cannot be trusted ({bad.reason})") from None
         lines = discussion_lines(comments)

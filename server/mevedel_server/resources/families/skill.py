@@ -16,9 +16,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...addresses import SKILL_ORIGINS
-from ...addresses.encoding import encode_component
-from ...addresses.model import Address, AddressError, ErrorKind, Operation
+from ...addresses import (
+    SKILL_ORIGINS,
+    Address,
+    AddressError,
+    ErrorKind,
+    Operation,
+    encode_component,
+)
 from ..engine.attempt import Prepared, Request
 from ..engine.containment import contain
 from ..engine.context import ResolverContext

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...addresses.model import Address, AddressError, ErrorKind, Family
+from ...addresses import Address, AddressError, ErrorKind, Family
 from ..engine.attempt import Prepared, Request
 from ..engine.context import ResolverContext
 from ..engine.runners import fail

@@ -17,9 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from ...addresses import parse_address
-from ...addresses.encoding import encode_component
-from ...addresses.model import SCHEMES, AddressError
+from ...addresses import SCHEMES, AddressError, encode_component, parse_address
 from ..engine.context import ResolverContext
 from ..engine.local_paths import open_directory
 from ..engine.places import Places
@@ -66,7 +64,7 @@ def _has_workspace(context: ResolverContext) -> bool:
     return context.workspace_root is not None or (context.remote_workspace and context.store_target is not None)
 
 
-def available(label: str, context: ResolverContext) -> bool:
+def address_available(label: str, context: ResolverContext) -> bool:
     """Whether a scheme (``"work"``) or branch (``"history://root"``) has a
     usable surface now. Cheap, configuration-only knowledge: no directory
     is listed and nothing is read, except for ``shared``: one listing of
@@ -94,7 +92,7 @@ def available(label: str, context: ResolverContext) -> bool:
     if scheme == "memory":
         return bool(context.memory_roots)
     if scheme == "history":
-        return available("history://root", context) or available("history://saved", context)
+        return address_available("history://root", context) or address_available("history://saved", context)
     if scheme == "mevedel":
         return True
     if scheme == "mcp":
@@ -114,7 +112,7 @@ def _retained(context: ResolverContext) -> list:
 
 
 def _scheme_available(scheme: str, context: ResolverContext) -> bool:
-    return available(scheme, context)
+    return address_available(scheme, context)
 
 
 def complete(prefix_text: str, context: ResolverContext) -> list[Candidate]:
@@ -150,7 +148,7 @@ def _schemes(typed: str, context: ResolverContext) -> list[Candidate]:
         if f"{scheme}://".startswith(typed)
     ]
     found += [
-        Candidate(label, "scheme", detail, available(label, context))
+        Candidate(label, "scheme", detail, address_available(label, context))
         for label, detail in _BRANCHES
         if label.startswith(typed)
     ]
@@ -159,7 +157,7 @@ def _schemes(typed: str, context: ResolverContext) -> list[Candidate]:
 
 def _branches(prefix_text: str, scheme: str, context: ResolverContext) -> list[Candidate]:
     return [
-        Candidate(label, "directory" if label == "work://shared/" else "discovery", detail, available(label, context))
+        Candidate(label, "directory" if label == "work://shared/" else "discovery", detail, address_available(label, context))
         for label, detail in _BRANCHES
         if label.startswith(scheme + "://") and label.startswith(prefix_text) and label != prefix_text
     ]

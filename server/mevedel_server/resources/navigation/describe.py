@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ...addresses import parse_address
-from ...addresses.model import (
+from ...addresses import (
     Address,
     AddressError,
     ErrorKind,
     Family,
     LocatorClass,
     Operation,
+    parse_address,
 )
 from ...targets import ControlProgram, Stat, Status
 from ..engine.attempt import Request

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ...addresses.model import AddressError, ErrorKind
+from ...addresses import AddressError, ErrorKind
 from .format import FileOperation, OperationKind
 from .hunk_match import apply_hunks
 from .text_layout import NEW_FILE_LAYOUT, join_text, split_text

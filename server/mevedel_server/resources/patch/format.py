@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from ...addresses.model import AddressError, ErrorKind
+from ...addresses import AddressError, ErrorKind
 
 BEGIN = "*** Begin Patch"
 END = "*** End Patch"

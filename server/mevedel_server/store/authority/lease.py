@@ -96,7 +96,9 @@ from datetime import datetime, timezone
 import msgspec
 
 from ...targets import (
+    ChainHop,
     Clock,
+    ClockStamp,
     ControlProgram,
     CreateExclusive,
     ListDir,
@@ -105,20 +107,16 @@ from ...targets import (
     OpResult,
     ProgramResult,
     Read,
+    ReadChain,
+    ReadNewest,
     Remove,
+    StampedCreate,
     Stat,
     Status,
     Target,
     TargetError,
     Verify,
     raise_for_result,
-)
-from ...targets.program import (
-    ChainHop,
-    ClockStamp,
-    ReadChain,
-    ReadNewest,
-    StampedCreate,
 )
 from ..errors import (
     ClaimRaced,

@@ -40,15 +40,16 @@ import msgspec
 
 from ...targets import (
     Clock,
+    ClockStamp,
     ControlProgram,
     MakeDirs,
     Operation,
     Read,
+    StampedCreate,
     Status,
     Target,
     raise_for_result,
 )
-from ...targets.program import ClockStamp, StampedCreate
 from ..errors import StoreError
 from ..layout import SessionPaths
 from .lease import (

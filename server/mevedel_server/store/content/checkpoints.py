@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from ...targets.entry import Entry
+from ...targets import Entry
 from .sidecar import (
     Absent,
     Directory,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
-from ...targets.entry import Entry
+from ...targets import Entry
 from ..errors import ContentError, ConversationError
 from .checkpoints import (
     CaptureError,

@@ -48,14 +48,16 @@ from ...lazy_decoder import LazyDecoder
 from ...targets import (
     ControlProgram,
     CreateExclusive,
+    GroupState,
     ListDir,
     MakeDirs,
+    ProcessGroup,
     Read,
     Remove,
     Status,
+    process_identity,
     raise_for_result,
 )
-from ...targets.process_group import GroupState, ProcessGroup, process_identity
 from ..authority.lease import ClientIdentity, LeaseHandle
 from ..transactions.recovery import run_guarded
 

@@ -28,7 +28,7 @@ from typing import Annotated
 import msgspec
 
 from ...lazy_decoder import LazyDecoder
-from ...targets.program import Entry
+from ...targets import Entry
 from ..errors import StoreError
 
 TOKEN_FORMAT_VERSION = 1

@@ -45,6 +45,7 @@ from typing import ClassVar
 
 from ...targets import (
     ControlProgram,
+    Entry,
     ListDir,
     Operation,
     Stat,
@@ -53,7 +54,6 @@ from ...targets import (
     TargetError,
     split_target_path,
 )
-from ...targets.program import Entry
 from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from ..authority.publication import donors_of
 from ..content.checkpoints import MissingContent, entry_of

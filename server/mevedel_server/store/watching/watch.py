@@ -10,7 +10,7 @@ Two sources, one contract:
 
 - ``notify`` (a :class:`~mevedel_server.targets.LocalTarget`): filesystem
   notifications on ``<session>/.lease/`` (Linux inotify on the event loop,
-  :mod:`.inotify`, which costs nothing until an event arrives; elsewhere
+  :mod:`mevedel_server.targets.loop_watch`, which costs nothing until an event arrives; elsewhere
   ``watchfiles`` in a thread, which wakes once per debounce step), recursively,
   so ``requests/`` is covered the moment it exists. Reads never create control
   directories, so while ``.lease/`` (or the session directory) is absent the
@@ -281,13 +281,12 @@ class SessionWatcher:
         recursive = where == self._chain()[-1]
         self._arms += 1
         arm_id = self._arms
-        from . import (
-            inotify,  # ctypes and the libc binding: only once a session is watched
-        )
+        # ctypes and the libc binding: only once a session is watched
+        from ...targets import InotifyWatch, inotify_available
 
         try:
-            if inotify.available():
-                watch = inotify.InotifyWatch(
+            if inotify_available():
+                watch = InotifyWatch(
                     self._local(where),
                     recursive=recursive,
                     loop=self._loop,

@@ -64,16 +64,17 @@ from ...targets import (
     ChainSpec,
     Clock,
     ControlProgram,
+    DirSurvey,
     ListDir,
     Operation,
     OpResult,
     Read,
     Status,
     SurveyDirs,
+    SurveyedDir,
     Target,
     raise_for_result,
 )
-from ...targets.program import DirSurvey, SurveyedDir
 from ..authority.lease import ClientIdentity, LeaseObservation, LeaseStanding
 from ..authority.publication import decode_manifest
 from ..authority.records import (

@@ -27,9 +27,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ..artifacts.attachments import SessionArtifacts
-from ..artifacts.errors import ArtifactError
-from ..artifacts.layout import ARTIFACT_SUFFIXES, artifact_item, check_file_name
+from .attachments import SessionArtifacts
+from .errors import ArtifactError
+from .layout import ARTIFACT_SUFFIXES, artifact_item, check_file_name
 
 _log = logging.getLogger(__name__)
 
@@ -90,10 +90,10 @@ async def learn_shell_writes(work: SessionArtifacts, session_id: str, paths: Ite
                 "the write was not taken as this session's edit"
             )
     kept = [path for path in paths if (artifact_item(path) or (None,))[0] not in refused]
-    return notes + await learn(work, session_id, kept)
+    return notes + await learn_patch_writes(work, session_id, kept)
 
 
-async def learn(work: SessionArtifacts, session_id: str | None, paths: Iterable[str]) -> list[str]:
+async def learn_patch_writes(work: SessionArtifacts, session_id: str | None, paths: Iterable[str]) -> list[str]:
     """Tell the store about a committed patch of ``paths``; notes for the model."""
     notes: list[str] = []
     items = written_items(paths)

@@ -1,4 +1,5 @@
-"""Linux inotify on the event loop, for :mod:`.watch`.
+"""Linux inotify on the event loop, for the store's session watcher
+(:mod:`mevedel_server.store.watching.watch`).
 
 watchfiles' watch thread wakes once per debounce step to look for events
 (about 0.2 % of a core per watched session at a 20 ms step, see
@@ -25,7 +26,7 @@ import errno
 import os
 from collections.abc import Callable
 
-from ...targets.inotify import (
+from .inotify import (
     CHANGES,
     IN_CREATE,
     IN_DELETE,
@@ -37,12 +38,11 @@ from ...targets.inotify import (
     IN_MOVED_FROM,
     IN_MOVED_TO,
     IN_Q_OVERFLOW,
-    available,
     events,
 )
-from ...targets.inotify import libc as inotify_libc
+from .inotify import libc as inotify_libc
 
-__all__ = ["InotifyWatch", "available"]
+__all__ = ["InotifyWatch"]
 
 #: watchfiles' change kinds: added, modified, deleted.
 _ADDED, _MODIFIED, _DELETED = 1, 2, 3
