@@ -106,5 +106,10 @@ def head_path(publication_id: str) -> str:
     return f"{PUBLICATIONS_DIR}/{publication_id}/{MANIFEST_NAME}"
 
 
+def publication_id_of(head: str) -> str:
+    """The publication a head (:func:`head_path`) names."""
+    return head.split("/")[1]
+
+
 def published_path(publication_id: str, index: int) -> str:
     return f"{PUBLICATIONS_DIR}/{publication_id}/{index:06d}.data"

@@ -34,6 +34,7 @@ from mevedel_server.store.content.sidecar import (
     encode_sidecar,
     prompt_page_path,
 )
+from mevedel_server.store.layout import publication_id_of
 from mevedel_server.store.transactions.redo import redo_states
 from mevedel_server.store.workspace_wide.collection import COLLECTING_MARKER, collect
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
@@ -108,7 +109,7 @@ class Series:
     async def publish(self, artifacts: dict[str, bytes], **kw) -> str:
         outcome = await self.publisher.publish(artifacts, **kw)
         assert outcome.committed
-        pid = outcome.head.split("/")[1]
+        pid = publication_id_of(outcome.head)
         stamp = self.base + 10 * (len(self.ids) + 1)
         directory = pubs_dir(self.root) / pid
         os.utime(directory / "manifest.json", (stamp, stamp))

@@ -23,6 +23,7 @@ from mevedel_server.store import (
     observe_lease,
     read_committed,
 )
+from mevedel_server.store.layout import publication_id_of
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget
 
 SID = "2026-07-19T09-47-bf87b5dd793a"
@@ -88,7 +89,7 @@ async def test_unchanged_payloads_reuse_earlier_immutable_bytes(tmp_path, target
     first = await publisher.publish({"meta": b"m1", "segment": b"s" * 1000, "history/x": b"pre-image"})
     second = await publisher.publish({"meta": b"m2", "history/y": b"pre-image"})
     assert second.written == ("meta",) and second.reused == ("history/y",)
-    new_dir = second.head.split("/")[1]
+    new_dir = publication_id_of(second.head)
     assert sorted(os.listdir(session_dir(tmp_path) / ".publications" / new_dir)) == ["000001.data", "manifest.json"]
     assert second.manifest.entries["segment"].published == first.manifest.entries["segment"].published
     assert second.manifest.entries["history/y"].published == first.manifest.entries["history/x"].published

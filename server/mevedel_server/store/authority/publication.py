@@ -61,7 +61,13 @@ from ..errors import (
     PublicationUnknown,
     StoreError,
 )
-from ..layout import MANIFEST_NAME, SessionPaths, head_path, published_path
+from ..layout import (
+    MANIFEST_NAME,
+    SessionPaths,
+    head_path,
+    publication_id_of,
+    published_path,
+)
 from .lease import LeadStopped, LeaseHandle, read_lease_head_and_manifest
 from .packed import Pack, read_pack
 from .records import (
@@ -106,10 +112,6 @@ Donors = Mapping[tuple[str, int], str]
 
 def new_publication_id() -> str:
     return os.urandom(16).hex()
-
-
-def publication_id_of(head: str) -> str:
-    return head.split("/")[1]
 
 
 async def load_manifest(target: Target, paths: SessionPaths, head: str) -> PublicationManifest:

@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from ...targets import Operation, OpResult, Status, TargetError
 from ..errors import LeaseLost, StoreError
+from ..layout import publication_id_of
 from ..workspace_wide.collection import (
     DEFAULT_KEEP_RECENT,
     SURVEY_OPS,
@@ -207,10 +208,10 @@ class PublicationCollector(_Background):
         if publisher is not None:
             if publisher.known_head is not None:
                 head, manifest = publisher.known_head
-                manifests[head.split("/")[1]] = manifest
+                manifests[publication_id_of(head)] = manifest
             if publisher.committing is not None and publisher.committing[0] == changes.get("publication_head"):
                 head, manifest = publisher.committing
-                publishing = head.split("/")[1]
+                publishing = publication_id_of(head)
                 manifests[publishing] = manifest
         self._cache.hold(lease)
         listed = self._listed

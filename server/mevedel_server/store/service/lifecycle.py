@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..authority.publication import Publisher, publication_id_of
+from ..authority.publication import Publisher
 from ..authority.workspace import check_session_id
 from ..errors import OutcomeUnknown
+from ..layout import publication_id_of
 from ..transactions.lifecycle_token import LifecycleRefused, StateToken
 from ..transactions.recovery import (
     NothingToRecover,

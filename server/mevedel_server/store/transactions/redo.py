@@ -64,7 +64,7 @@ from ..content.sidecar import (
     prompt_page_path,
 )
 from ..content.turns import Conversation
-from ..layout import MANIFEST_NAME, SessionPaths, head_path
+from ..layout import MANIFEST_NAME, SessionPaths, head_path, publication_id_of
 from .in_place import (
     FROM_TARGET,
     ExternalChange,
@@ -531,7 +531,7 @@ def plan_redo(current: CommittedState, chosen: SessionState, at: int) -> _RedoPl
     assert current.head is not None and chosen.head is not None
     plan = InPlacePlan(sid, current.head, artifacts, dict(sorted(wanted.items())), planned, gaps, artifacts_digest(artifacts))
     last = prompts_t[-1] if prompts_t else None
-    state = TurnState(chosen.head.split("/")[1], chosen.head, sidecar_t.total_turn_count, TurnLabel.of(last) if last else None, sidecar_t.updated_at)
+    state = TurnState(publication_id_of(chosen.head), chosen.head, sidecar_t.total_turn_count, TurnLabel.of(last) if last else None, sidecar_t.updated_at)
     restored = tuple(TurnLabel.of(e) for e in prompts_t[common:])
     discarded = tuple(TurnLabel.of(e) for e in prompts_c[common:])
     return _RedoPlan(plan, state, common, restored, discarded)

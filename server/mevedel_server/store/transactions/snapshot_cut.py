@@ -86,7 +86,7 @@ from ..content.transcript import (
     segment_part_path,
 )
 from ..content.turns import ContentError, Conversation
-from ..layout import SessionPaths
+from ..layout import SessionPaths, publication_id_of
 from .lifecycle_token import LifecycleRefused
 
 _CACHE_LIMIT = 2
@@ -246,7 +246,7 @@ async def load_committed_state(target: Target, session_id: str) -> CommittedStat
     head = observation.publication_head
     if head is None:
         raise LifecycleRefused(session_id, "nothing is committed yet", kind="missing-target")
-    manifest = decode_manifest(paths.label(head), head.split("/")[1], raw) if raw is not None and re.match(HEAD_PATTERN, head) else None
+    manifest = decode_manifest(paths.label(head), publication_id_of(head), raw) if raw is not None and re.match(HEAD_PATTERN, head) else None
     state, snapshot = await state_at_head(target, session_id, head, manifest=manifest)
     snapshot = CommittedSnapshot(target, snapshot.paths, observation.generation, head, snapshot.manifest)
     record = observation.record

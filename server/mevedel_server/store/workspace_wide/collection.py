@@ -128,7 +128,7 @@ from ..authority.records import (
 )
 from ..content.sidecar import SIDECAR_PATH
 from ..errors import LeaseLost
-from ..layout import MANIFEST_NAME, SessionPaths, head_path
+from ..layout import MANIFEST_NAME, SessionPaths, head_path, publication_id_of
 
 if TYPE_CHECKING:
     from ..transactions.redo import TurnStateFacts
@@ -624,7 +624,7 @@ async def collect(
         for d in directories:
             d.reasons.append("the session has no committed head yet")
         return report_kept()
-    head_dir = by_id.get(head.split("/")[1])
+    head_dir = by_id.get(publication_id_of(head))
     if head_dir is None or head_dir.manifest is None:
         problem = head_dir.manifest_problem if head_dir is not None else None
         return block(problem or "the committed head is missing")

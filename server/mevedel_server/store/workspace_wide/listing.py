@@ -99,6 +99,7 @@ from ..layout import (
     UNPUBLISHED_CHILD,
     SessionPaths,
     generation_numbers,
+    publication_id_of,
 )
 from ..transactions.recovery import RECOVERY_DIR, recovery_ids
 
@@ -599,7 +600,7 @@ class _Probe:
             return None
         assert data is not None
         try:
-            manifest = decode_manifest(label, head.split("/")[1], data)
+            manifest = decode_manifest(label, publication_id_of(head), data)
         except RecordError as error:
             self._fail_record(InspectSubject.MANIFEST, error)
             return None

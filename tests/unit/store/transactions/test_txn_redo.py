@@ -7,6 +7,7 @@ import pytest
 from txn_sessions import DELETE, committed_view, open_session, snapshot_files, write
 
 from mevedel_server.store.content.transcript import Response
+from mevedel_server.store.layout import publication_id_of
 from mevedel_server.store.transactions.lifecycle_token import (
     LifecycleRefused,
     StaleState,
@@ -157,7 +158,7 @@ async def test_a_moved_head_or_file_is_stale(tmp_path):
 
 async def test_unknown_or_current_publications_are_refused(tmp_path):
     s = await session_of_three(tmp_path)
-    current = s.lease.publication_head.split("/")[1]
+    current = publication_id_of(s.lease.publication_head)
     with pytest.raises(LifecycleRefused, match="current state"):
         await prepare_redo(s.target, s.session_id, current)
     with pytest.raises(LifecycleRefused, match="not a publication id"):
