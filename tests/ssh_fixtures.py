@@ -481,59 +481,35 @@ async def fault_server(tmp_path_factory):
 
 
 class _Connections:
-    """SshTargets opened on demand through one server, closed together."""
+    """SshTargets opened on demand through one server, closed together.
+    ``shared``: they all ride one SSH connection (see ``connection`` of
+    ``SshTarget.connect``), each still standing for a freshly started client
+    process, without the handshake and sshd session each connection costs."""
 
-    def __init__(self, server: OpenSshServer) -> None:
+    def __init__(self, server: OpenSshServer, *, shared: bool = False) -> None:
         self.server = server
+        self.shared = shared
         self.opened: list = []
+        self.conn: asyncssh.SSHClientConnection | None = None
+
+    async def _connection(self) -> asyncssh.SSHClientConnection:
+        if self.conn is None or self.conn.is_closed():
+            self.conn = await asyncssh.connect(
+                self.server.host, self.server.port, username=self.server.user, **self.server.options()
+            )
+        return self.conn
 
     async def __call__(self, root):
         from mevedel_server.targets.ssh import SshTarget
 
-        target = await SshTarget.connect(self.server.url(root), **self.server.options())
+        lend = dict(connection=self._connection) if self.shared else {}
+        target = await SshTarget.connect(self.server.url(root), **self.server.options(), **lend)
         self.opened.append(target)
         return target
 
     async def close(self) -> None:
         for target in self.opened:
             await target.close()
-
-
-class _SharedConnection(_Connections):
-    """SshTargets opened on demand over one SSH connection. A target keeps
-    nothing of a client process on its connection -- every program runs in
-    a remote process of its own, and the pinned root, interpreter and warm
-    processes belong to the target object -- so a new target on an open
-    connection starts as a restarted process's would, without the handshake
-    and sshd session each connection costs."""
-
-    def __init__(self, server: OpenSshServer) -> None:
-        super().__init__(server)
-        self.conn: asyncssh.SSHClientConnection | None = None
-
-    async def __call__(self, root):
-        from mevedel_server.targets.ssh import SshTarget
-
-        if self.conn is None:
-            self.conn = await asyncssh.connect(
-                self.server.host, self.server.port, username=self.server.user, **self.server.options()
-            )
-        shared = self
-
-        class OnSharedConnection(SshTarget):
-            async def _dial(self):
-                return shared.conn
-
-            async def close(self) -> None:
-                self._conn = None  # the fixture's connection, closed with it
-                await super().close()
-
-        target = await OnSharedConnection.connect(self.server.url(root), **self.server.options())
-        self.opened.append(target)
-        return target
-
-    async def close(self) -> None:
-        await super().close()
         if self.conn is not None:
             self.conn.close()
             await self.conn.wait_closed()
@@ -546,34 +522,29 @@ async def ssh_connect(openssh_server):
     await connections.close()
 
 
-@pytest.fixture(params=["local", "ssh"])
-async def open_target(request):
-    from mevedel_server.targets import LocalTarget
+def _target_opener(name: str, *, shared: bool):
+    """A fixture, parametrized ``local`` / ``ssh``, whose value opens a
+    target on a root: a ``LocalTarget``, or an ``SshTarget`` through
+    ``openssh_server`` (requested only then, so that local runs need no
+    sshd)."""
 
-    if request.param == "local":
+    @pytest.fixture(name=name, params=["local", "ssh"])
+    async def opener(request):
+        from mevedel_server.targets import LocalTarget
 
-        async def local(root):
-            return LocalTarget(root)
+        if request.param == "local":
 
-        yield local
-        return
-    # Requested only here, so that local runs need no sshd.
-    connections = _Connections(request.getfixturevalue("openssh_server"))
-    yield connections
-    await connections.close()
+            async def local(root):
+                return LocalTarget(root)
+
+            yield local
+            return
+        connections = _Connections(request.getfixturevalue("openssh_server"), shared=shared)
+        yield connections
+        await connections.close()
+
+    return opener
 
 
-@pytest.fixture(params=["local", "ssh"])
-async def open_client_target(request):
-    from mevedel_server.targets import LocalTarget
-
-    if request.param == "local":
-
-        async def local(root):
-            return LocalTarget(root)
-
-        yield local
-        return
-    connections = _SharedConnection(request.getfixturevalue("openssh_server"))
-    yield connections
-    await connections.close()
+open_target = _target_opener("open_target", shared=False)
+open_client_target = _target_opener("open_client_target", shared=True)

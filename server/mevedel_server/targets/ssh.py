@@ -180,6 +180,7 @@ class SshTarget(ProgramTarget):
         max_channels: int,
         spares: int,
         spare_idle_seconds: float,
+        connection: Callable[[], Awaitable[asyncssh.SSHClientConnection]] | None = None,
     ) -> None:
         if reconnect_attempts < 1:
             raise ValueError("reconnect_attempts counts connection attempts from 1")
@@ -203,6 +204,7 @@ class SshTarget(ProgramTarget):
         self._connect_lock = asyncio.Lock()
         self._pin_lock = asyncio.Lock()
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._borrow = connection
         self._root: str | None = None
         self._identity: tuple[int, int] | None = None
         self._closed = False
@@ -236,6 +238,7 @@ class SshTarget(ProgramTarget):
         max_channels: int = 6,
         spares: int = 2,
         spare_idle_seconds: float = 60.0,
+        connection: Callable[[], Awaitable[asyncssh.SSHClientConnection]] | None = None,
         **ssh_options,
     ) -> SshTarget:
         """A target for ``location`` that connects and pins its root at its
@@ -257,6 +260,7 @@ class SshTarget(ProgramTarget):
             max_channels=max_channels,
             spares=spares,
             spare_idle_seconds=spare_idle_seconds,
+            connection=connection,
         )
 
     @classmethod
@@ -282,6 +286,14 @@ class SshTarget(ProgramTarget):
         closed after ``spare_idle_seconds`` without a program; together
         with ``max_channels`` they stay within OpenSSH's default of ten
         sessions per connection.
+
+        ``connection``, when given, is called instead of dialing and returns
+        an open connection its caller owns: the target borrows it (and calls
+        again once it is lost) and never closes it. Targets that each stand
+        for a separate client process can so share one connection -- a
+        target keeps none of its state (pinned root, interpreter, warm
+        processes) on the connection, every program runs in a remote process
+        of its own -- without the handshake and SSH session each costs.
         """
         target = cls.deferred(location, root, **options)
         try:
@@ -499,7 +511,7 @@ class SshTarget(ProgramTarget):
         for task in list(self._spawning):
             task.cancel()
         conn, self._conn = self._conn, None
-        if conn is not None:
+        if conn is not None and self._borrow is None:
             conn.close()
             await conn.wait_closed()
 
@@ -528,6 +540,8 @@ class SshTarget(ProgramTarget):
         conn.abort()
 
     async def _dial(self) -> asyncssh.SSHClientConnection:
+        if self._borrow is not None:
+            return await self._borrow()
         last: BaseException | None = None
         for attempt in range(self._attempts):
             if attempt:
