@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,6 +243,9 @@ class FaultServer:
     #: With ``when``: the host goes away as its fault strikes -- it stops
     #: listening, so reconnecting fails, until :meth:`start` brings it back.
     then_unreachable: bool = False
+    #: With ``when``: called as its fault strikes, before it acts -- what
+    #: else happens on the host at that moment (someone edits a file).
+    struck: Callable[[], None] | None = None
     #: Every program's fault as it was applied.
     seen: list[str] = field(default_factory=list)
     #: Programs the in-process remote program actually ran.
@@ -354,6 +357,8 @@ class FaultServer:
         elif self.when is not None and self.when[0] in rest:
             fault, self.when = self.when[1], None
             self.seen.append(fault)
+            if self.struck is not None:
+                self.struck()
             if self.then_unreachable:
                 self.stop_listening()
         else:

@@ -98,6 +98,7 @@ from .recovery import (
     guarded_converge,
     journal_ops,
     lease_proof,
+    marker_left,
     marker_removed,
     new_journal,
     removal_ops,
@@ -691,7 +692,9 @@ async def _committed_anyway(lease: LeaseHandle, token: StateToken, plan: InPlace
 async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException, operation: str) -> None:
     """Put every changed file back; keep the journal unless that worked.
     The failed program may never have run: with the host out of reach, its
-    journal is one that may be there, never one that is."""
+    journal is one that may be there, never one that is; with the host
+    answering, one that is not there was never written, and nothing is
+    left to recover."""
     if journal is None:
         return
     rid = journal.marker.recovery_id
@@ -700,6 +703,7 @@ async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException,
     def unreachable(state: str, cause: TargetUnavailable) -> OutcomeUnknown:
         return OutcomeUnknown(lease.session_id, operation, state, error, cause, follow_up="retry-recovery", marker=rid)
 
+    put_back = f"the {operation} was not applied and every project file it had written was put back"
     try:
         outcome = await guarded_converge(lease, wanted)
         failed = dict(outcome.failed)
@@ -708,19 +712,30 @@ async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException,
         raise unreachable(state, cause) from error
     except (StoreError, TargetError) as rollback_error:
         failed = {path: f"not rolled back ({rollback_error})" for path in wanted}
-    if failed:
-        raise RecoveryRequired(lease.session_id, rid, failed, str(error)) from error
+    if not failed:
+        try:
+            # The program that failed may not have written the journal at all.
+            result, proof = await run_guarded(lease, removal_ops(lease.paths, rid, unsure=True))
+        except TargetUnavailable as cause:
+            raise unreachable(put_back, cause) from error
+        except (StoreError, TargetError) as cleanup_error:
+            failed = {".recovery": str(cleanup_error)}
+        else:
+            marker = result[proof]
+            if marker_removed(marker):
+                return
+            failed = {".recovery": marker.reason or marker.status.value}
     try:
-        # The program that failed may not have written the journal at all.
-        result, proof = await run_guarded(lease, removal_ops(lease.paths, rid, unsure=True))
+        left = await marker_left(lease.target, lease.paths, rid)
     except TargetUnavailable as cause:
-        state = f"the {operation} was not applied and every project file it had written was put back"
+        state = put_back if ".recovery" in failed else f"the {operation} was not applied, but some project files it may have written could not be put back"
         raise unreachable(state, cause) from error
-    except (StoreError, TargetError) as cleanup_error:
-        raise RecoveryRequired(lease.session_id, rid, {".recovery": str(cleanup_error)}, str(error)) from error
-    marker = result[proof]
-    if not marker_removed(marker):
-        raise RecoveryRequired(lease.session_id, rid, {".recovery": marker.reason or marker.status.value}, str(error)) from error
+    except TargetError as looking:
+        raise RecoveryRequired(lease.session_id, rid, failed, str(error), unsure=str(looking)) from error
+    if left:
+        raise RecoveryRequired(lease.session_id, rid, failed, str(error)) from error
+    # Not written, so no project file was written either (or removed, once
+    # every file was back): the caller says the transaction did not happen.
 
 
 async def _finish(

@@ -152,16 +152,23 @@ class RecoveryPending(LifecycleError):
 
 class RecoveryRequired(LifecycleError):
     """A transaction failed and could not put every file back: its marker
-    stays (retry or abandon it)."""
+    stays (retry or abandon it). ``unsure``: why the host could not tell
+    whether the marker is there, so it is named as one that may be."""
 
     kind = "recovery-pending"
 
-    def __init__(self, session_id: str, recovery_id: str, failed: Mapping[str, str], cause: str) -> None:
+    def __init__(
+        self, session_id: str, recovery_id: str, failed: Mapping[str, str], cause: str, *, unsure: str | None = None
+    ) -> None:
         listed = "; ".join(f"{path}: {why}" for path, why in sorted(failed.items()))
-        super().__init__(
-            f"session {session_id}: {cause}; rolling the project files back failed for {listed}. "
-            f"Recovery {recovery_id} keeps their old and new content; retry or abandon it"
-        )
+        if unsure is None:
+            left = f"Recovery {recovery_id} keeps their old and new content; retry or abandon it"
+        else:
+            left = (
+                f"Recovery {recovery_id} may be left (whether it is could not be read: {unsure}); retry the recovery: "
+                "it finishes or undoes what is left, or says that nothing is"
+            )
+        super().__init__(f"session {session_id}: {cause}; rolling the project files back failed for {listed}. {left}")
         self.session_id = session_id
         self.recovery_id = recovery_id
         self.failed = dict(failed)
@@ -252,6 +259,14 @@ def _root(paths: SessionPaths) -> str:
 
 def marker_path(paths: SessionPaths, recovery_id: str) -> str:
     return f"{_root(paths)}/recovery-{recovery_id}.json"
+
+
+async def marker_left(target: Target, paths: SessionPaths, recovery_id: str) -> bool:
+    """Whether the host holds the marker (one it cannot read is held all
+    the same). A program that never wrote it never wrote a project file
+    either: the marker precedes the writes in it."""
+    result = (await target.run(ControlProgram([Read(marker_path(paths, recovery_id), optional=True)])))[0]
+    return result.status is not Status.ABSENT
 
 
 def _data_dir(paths: SessionPaths, recovery_id: str) -> str:

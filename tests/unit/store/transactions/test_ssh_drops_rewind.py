@@ -202,3 +202,39 @@ async def test_a_rewind_that_stopped_with_its_journal_while_the_host_went_away_i
         assert not (await find_recovery(target, sid)).pending
     finally:
         await target.close()
+
+
+async def test_a_rewind_that_never_ran_and_could_not_roll_back_names_no_marker(root, fault_server):
+    """The request reached the host and nothing ran, the host still answers,
+    and the rollback cannot write back a file replaced at that moment by a
+    directory holding someone's file: the program never wrote its recovery
+    marker, so none is named or left -- the Rewind did not happen, their
+    directory stays, and the session can rewind again."""
+    target = await _connect(fault_server, root)
+    try:
+        sid = await _three_turns(target, root)
+        svc = await _resumed(target, sid)
+        notes = root / "notes.txt"
+
+        def replaced() -> None:
+            notes.unlink()
+            notes.mkdir()
+            (notes / "theirs.txt").write_text("theirs\n")
+
+        fault_server.when, fault_server.struck = (b"PutEntry", "drop-before-run"), replaced
+        with pytest.raises(RolledBack) as caught:
+            await svc.history.rewind_now(sid, "after", 1)
+        assert fault_server.when is None  # the drop happened
+        message = str(caught.value)
+        assert caught.value.kind == "unavailable" and "the rewind did not happen" in message
+        assert "recovery" not in message.lower() and "can be prepared and committed again" in message
+        assert not (await find_recovery(target, sid)).pending
+        assert (notes / "theirs.txt").read_text() == "theirs\n"
+        assert svc.info(sid).settled_turns == 3
+        (notes / "theirs.txt").unlink()
+        notes.rmdir()
+        notes.write_text("v3\n")
+        result = await svc.history.rewind_now(sid, "after", 1)
+        assert result.committed and notes.read_text() == "v1\n"
+    finally:
+        await target.close()
