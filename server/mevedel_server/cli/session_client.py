@@ -210,7 +210,10 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
     # One command per process: what it publishes is collected once, at exit.
-    service = SessionService(target, cli_identity(), **PRODUCT_STORAGE, one_command=True)
+    # The identity makes the state directory, which keeps a save the host
+    # could not record (the command ends; the next one moves it there).
+    identity = cli_identity()
+    service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=LocalTarget(state_directory()))
     # The artifact store's items keep their own conversations from expiring
     # (the service sweeps expired sessions when it lists them).
     # Named to people told it holds an item (with its host), as an editor is.
@@ -359,7 +362,13 @@ def run_command(
             if getattr(error, "kind", None) == "recovery-pending":
                 message += "; mevedel rewind --retry-recovery finishes it (--abandon-recovery drops it)"
             follow_up = getattr(error, "follow_up", None)  # an outcome the host could not tell
-            if follow_up == "retry-publication" and not error.recorded:
+            if getattr(error, "spooled", False):
+                message += (
+                    f"; the host could not record it, so this machine keeps it (in {state_directory()}): once the "
+                    "host answers, mevedel session retry-publication records it there and publishes it unless the "
+                    "host already holds it (any command that resumes the session records it too)"
+                )
+            elif follow_up == "retry-publication" and not error.recorded:
                 # Only this process held it, and it ends here.
                 message += (
                     "; the host could not record it and this command ends, so once the host answers "

@@ -125,6 +125,9 @@ class PublicationFailed(StoreError):
         #: The pending save is recorded in the session directory, so that a
         #: later process can retry it (False: only this process holds it).
         self.recorded = False
+        #: Not recorded there (its host could not be reached), but kept on
+        #: this machine until this client next resumes the session.
+        self.spooled = False
 
 
 class PublicationPending(StoreError):

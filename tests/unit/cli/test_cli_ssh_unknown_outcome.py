@@ -57,25 +57,33 @@ async def test_a_rewind_whose_host_went_away_names_the_command_that_answers_once
 
 
 @pytest.mark.parametrize("drop", ["drop-before-run", "drop-after-run"])
-async def test_a_settlement_whose_host_went_away_says_how_to_tell_once_it_is_back(tmp_path, fault_server, drop):
+async def test_a_settlement_whose_host_went_away_is_kept_here_until_the_host_answers(tmp_path, fault_server, drop):
     """The pending save could not be recorded on the host and the command
-    ends: the person is not sent to a retry that has nothing to retry, but
-    told how to see whether it was published, and to repeat it if not."""
+    ends: this machine keeps it, and the retry the person is sent to once
+    the host answers records it there and publishes it -- or finds the host
+    already holds it -- in another process."""
     root = tmp_path / "ws"
     root.mkdir()
     status, begun, _ = await mevedel(fault_server, tmp_path, root, "turn", "begin", "--new", "first")
     assert status == 0, begun
+    sid = begun["session_id"]
     assert (await mevedel(fault_server, tmp_path, root, "turn", "append", "response", "--text", "done"))[0] == 0
     fault_server.when, fault_server.then_unreachable = (b"Barrier", drop), True
     status, told, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
     message = told["error"]["message"]
     assert status == 1 and told["error"]["kind"] == "publication-pending", told
-    assert "it may or may not have been published" in message and "run: mevedel session retry-publication" not in message
-    assert message.endswith("mevedel session turns shows whether it was published: repeat the command if it was not")
+    assert "it may or may not have been published" in message and "this command ends" not in message
+    assert f"the host could not record it, so this machine keeps it (in {tmp_path / 'state' / 'mevedel'})" in message
+    assert "once the host answers, mevedel session retry-publication records it there and publishes it" in message
+    spooled = tmp_path / "state" / "mevedel" / "unrecorded" / sid
+    assert len(list(spooled.glob("pending-*.json"))) == 1
     await fault_server.start()
+    status, retried, logged = await mevedel(fault_server, tmp_path, root, "session", "retry-publication")
+    if drop == "drop-before-run":
+        assert status == 0 and retried["committed"] is True, (retried, logged)
+    else:  # the lost program had published it
+        assert status == 1 and "has no pending publication to retry" in retried["error"]["message"], (retried, logged)
+    assert not spooled.exists()
+    assert not (root / ".mevedel" / "sessions" / sid / ".pending-publication").exists()
     _, turns, _ = await mevedel(fault_server, tmp_path, root, "session", "turns")
-    state = turns["turns"][0]["state"]
-    assert state == ("completed" if drop == "drop-after-run" else "in-flight"), turns
-    if state == "in-flight":
-        status, settled, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
-        assert status == 0 and settled["outcome"] == "completed", settled
+    assert [t["state"] for t in turns["turns"]] == ["completed"], turns

@@ -71,7 +71,12 @@ class SessionService:
         session_keep_recent: int = DEFAULT_SESSION_KEEP_RECENT,
         git_excludes: bool = False,
         one_command: bool = False,
+        pending_spool: Target | None = None,
     ) -> None:
+        """``pending_spool``: a target on this machine where a save whose
+        host could not be reached to record it pending is kept until this
+        client next resumes the session (a client whose process may end
+        before the host answers again gives one)."""
         self.target = target
         self.client = client
         #: The open sessions every capability works on (store-internal:
@@ -84,6 +89,7 @@ class SessionService:
             publication_keep_recent=publication_keep_recent,
             checkpoint_seconds=checkpoint_seconds,
             one_command=one_command,
+            pending_spool=pending_spool,
         )
         self.following = Following(table)
         self.sessions = Sessions(

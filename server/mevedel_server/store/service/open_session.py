@@ -21,7 +21,10 @@ The pending publication is also journalled in the session directory
 (:mod:`..transactions.pending_publication`) as soon as the target takes the
 write, so a process that stops before a retry loses nothing: the next owner
 that resumes the session opens it publication pending again, with the
-recorded artifacts to retry (:meth:`OpenSession.restore_pending`).
+recorded artifacts to retry (:meth:`OpenSession.restore_pending`). A record
+the host cannot be reached to take is kept in the client's spool, a
+directory on this machine, when it has one, and moved into the session
+directory when this client next resumes the session.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from ...targets import (
     Status,
     Target,
     TargetError,
+    TargetUnavailable,
     raise_for_result,
 )
 from ..authority.lease import (
@@ -70,11 +74,16 @@ from ..errors import (
 from ..layout import SessionPaths, generation_numbers
 from ..transactions.pending_publication import (
     PendingMarker,
+    Recorded,
     already_committed,
+    drop_spooled,
     find_pending,
+    new_record,
     read_pending,
     record_pending,
     remove_pending,
+    spool_pending,
+    unspool_pending,
 )
 from ..transactions.recovery import RecoveryState
 from .background import PublicationCollector, TurnCheckpoints
@@ -99,6 +108,9 @@ class PendingSave(msgspec.Struct, frozen=True):
     record: PendingMarker | None = None
     #: Why the recorded publication can no longer be retried (only abandoned).
     stale: str | None = None
+    #: The record kept in the client's spool while the host could not be
+    #: reached to take it.
+    spooled: Recorded | None = None
 
 
 class OpenSession:
@@ -119,8 +131,12 @@ class OpenSession:
         head: str | None = None,
         collect_keep_recent: int | None = None,
         collect_deferred: bool = False,
+        spool: Target | None = None,
     ) -> None:
         self.target = target
+        #: Where this client keeps a pending record its host could not take
+        #: (a directory on this machine; None: in memory only).
+        self.spool = spool
         self.client = client
         self.conversation = conversation
         self.paths = SessionPaths(conversation.session_id)
@@ -314,7 +330,7 @@ class OpenSession:
         except PublicationFailed as failed:
             self.pending = PendingSave(candidate, force, failed.reason)
             await self.keep_pending()
-            failed.recorded = self.pending.record is not None
+            failed.recorded, failed.spooled = self.pending.record is not None, self.pending.spooled is not None
             raise
         except (StoreError, TargetError) as error:
             # Materialization or the claim failed: nothing was committed.
@@ -344,9 +360,9 @@ class OpenSession:
             self.lose(lost.reason)
             raise
         except PublicationFailed as failed:
-            self.pending = PendingSave(pending.candidate, pending.force, failed.reason, pending.record)
+            self.pending = PendingSave(pending.candidate, pending.force, failed.reason, pending.record, spooled=pending.spooled)
             await self.keep_pending()
-            failed.recorded = self.pending.record is not None
+            failed.recorded, failed.spooled = self.pending.record is not None, self.pending.spooled is not None
             raise
         self.pending = None
         await self._drop_record(pending)
@@ -362,6 +378,8 @@ class OpenSession:
             # The record goes first: a failure here leaves the pending state
             # whole, on disk and in memory, to abandon again.
             await self._remove_record(pending.record.pending_id)
+        if pending is not None and pending.spooled is not None and self.spool is not None:
+            await drop_spooled(self.spool, pending.spooled.marker)
         self.pending = None
         if self.publisher is not None:
             self.publisher.abandon()
@@ -372,7 +390,8 @@ class OpenSession:
     async def keep_pending(self) -> None:
         """Journal the pending publication in the session directory (best
         effort: a target that refuses this too leaves it in memory, and the
-        next failure or :meth:`keep_pending` call tries again)."""
+        next failure or :meth:`keep_pending` call tries again). A host that
+        cannot be reached leaves it in the spool, when there is one."""
         pending = self.pending
         publisher = self.publisher
         if pending is None or pending.record is not None or pending.candidate is None:
@@ -380,22 +399,56 @@ class OpenSession:
         if publisher is None or publisher.pending is None or self.lease is None or self.lease.lost:
             return  # nothing was planned under a lease: nothing to journal
         planned = publisher.pending
+        # A spooled record keeps its ID: the host takes that same record.
+        record = pending.spooled if pending.spooled is not None else new_record(
+            self.session_id,
+            self.client,
+            artifacts=planned.artifacts,
+            base_head=self.lease.publication_head,
+            replace=planned.replace,
+            force=planned.force,
+            reason=pending.reason,
+            at=self.time.now(),
+        )
         try:
-            record = await record_pending(
-                self.lease,
-                self.client,
-                artifacts=planned.artifacts,
-                base_head=self.lease.publication_head,
-                replace=planned.replace,
-                force=planned.force,
-                reason=pending.reason,
-                at=self.time.now(),
-            )
+            await record_pending(self.lease, record)
+        except TargetUnavailable as error:
+            if pending.spooled is None and await self._spool(record, error) and self.pending is pending:
+                self.pending = msgspec.structs.replace(pending, spooled=record)
+            return
         except (StoreError, TargetError) as error:
             _log.warning("session %s: the pending publication is kept only in memory: %s", self.session_id, error)
             return
         if self.pending is pending:
-            self.pending = PendingSave(pending.candidate, pending.force, pending.reason, record)
+            self.pending = msgspec.structs.replace(pending, record=record.marker, spooled=None)
+        if pending.spooled is not None:
+            await self._drop_spooled(pending.spooled)
+
+    async def _spool(self, record: Recorded, unreachable: TargetUnavailable) -> bool:
+        """Keep ``record`` on this machine (True: kept)."""
+        if self.spool is None:
+            _log.warning("session %s: the pending publication is kept only in memory: %s", self.session_id, unreachable)
+            return False
+        try:
+            await spool_pending(self.spool, record)
+        except TargetError as error:
+            _log.warning(
+                "session %s: the pending publication is kept only in memory: %s; nor could this machine keep it: %s",
+                self.session_id, unreachable, error,
+            )
+            return False
+        return True
+
+    async def _drop_spooled(self, record: Recorded) -> None:
+        """The host holds the record (or what it published) now; a failure
+        is harmless: the next resume moves it again, and the head holding
+        it, or the record there, makes the copy a no-op."""
+        if self.spool is None:
+            return
+        try:
+            await drop_spooled(self.spool, record.marker)
+        except TargetError as error:
+            _log.info("session %s: the spooled pending publication stays for now: %s", self.session_id, error)
 
     async def restore_pending(self, listed: OpResult | None = None) -> PendingSave | None:
         """Adopt the durable record a stopped process left (call right after
@@ -404,6 +457,8 @@ class OpenSession:
         abandoned. ``listed``: its directory's listing, already run."""
         if self.lease is None or self.pending is not None:
             return self.pending
+        if self.spool is not None and await unspool_pending(self.spool, self.lease):
+            listed = None  # the record moved in after that listing
         found = await find_pending(self.target, self.paths, listed=listed)
         if found.pending_id is None:
             return None
@@ -458,6 +513,8 @@ class OpenSession:
     async def _drop_record(self, pending: PendingSave) -> None:
         """After the publication committed: its record is history (a failure
         is harmless, the next resume finds the head holds it and removes it)."""
+        if pending.spooled is not None:
+            await self._drop_spooled(pending.spooled)
         if pending.record is None or self.lease is None:
             return
         try:

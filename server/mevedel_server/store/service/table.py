@@ -52,8 +52,12 @@ class SessionTable:
         publication_keep_recent: int | None,
         checkpoint_seconds: float | None,
         one_command: bool,
+        pending_spool: Target | None = None,
     ) -> None:
         self.target = target
+        #: Where a pending save the host could not record is kept (see
+        #: :meth:`~.open_session.OpenSession.keep_pending`).
+        self.pending_spool = pending_spool
         self.client = client
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
@@ -135,6 +139,7 @@ class SessionTable:
             on_lost=self._lost,
             collect_keep_recent=self.publication_keep_recent,
             collect_deferred=self.one_command,
+            spool=self.pending_spool,
             **kwargs,
         )
         session.checkpoints = TurnCheckpoints(

@@ -25,11 +25,21 @@ over the committed head, and only while that head is still ``base_head``
 can only abandon it. A marker whose every artifact the committed head
 already holds is the trace of a retry that committed and stopped before
 its cleanup: it is removed on sight.
+
+A record the target could not take because its host could not be reached
+is *spooled* on this machine instead, when the client keeps one (a CLI
+command ends; an editor's process may too): the same files in
+``unrecorded/<session>/`` of a local directory (:func:`spool_pending`).
+The next time this client resumes the session it moves them into the
+session directory behind the lease proof (:func:`unspool_pending`), where
+they are found as any other record: the head may already hold them (a
+publication whose answer was lost), or they are pending again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 from collections.abc import Mapping
@@ -43,9 +53,11 @@ from ...targets import (
     CreateExclusive,
     ListDir,
     MakeDirs,
+    Operation,
     OpResult,
     Read,
     Remove,
+    Replace,
     Status,
     Target,
     raise_for_result,
@@ -57,6 +69,8 @@ from ..layout import SessionPaths
 from .recovery import run_guarded
 
 PENDING_DIR = ".pending-publication"
+#: Where a spool (a local directory) keeps records by session.
+SPOOL_DIR = "unrecorded"
 PENDING_FORMAT_VERSION = 1
 _MARKER_NAME = re.compile(r"^pending-([0-9a-f]{32})\.json\Z")
 _ID_NAME = re.compile(r"^([0-9a-f]{32})\.data\Z")
@@ -87,6 +101,7 @@ class PendingMarker(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     entries: dict[str, PendingEntry]
 
 
+_log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder(order="deterministic")
 _decoder = LazyDecoder(msgspec.json.Decoder, PendingMarker)
 
@@ -105,16 +120,46 @@ def _root(paths: SessionPaths) -> str:
     return paths.inside(PENDING_DIR)
 
 
-def _marker(paths: SessionPaths, pending_id: str) -> str:
-    return f"{_root(paths)}/pending-{pending_id}.json"
+def _spooled(session_id: str) -> str:
+    return f"{SPOOL_DIR}/{session_id}"
 
 
-def _data(paths: SessionPaths, pending_id: str) -> str:
-    return f"{_root(paths)}/{pending_id}.data"
+def _marker(directory: str, pending_id: str) -> str:
+    return f"{directory}/pending-{pending_id}.json"
 
 
-async def record_pending(
-    lease: LeaseHandle,
+def _data(directory: str, pending_id: str) -> str:
+    return f"{directory}/{pending_id}.data"
+
+
+def _record_ops(directory: str, marker: PendingMarker, data: bytes) -> list[Operation]:
+    """The bytes first, the marker last. Both are named by the record's
+    fresh ID, so a file of either name is an earlier copy of this record (a
+    write whose answer was lost, a move that stopped before its spooled
+    copy was dropped): the bytes are written again, the marker kept."""
+    return [
+        MakeDirs(directory, optional=True),
+        Replace(_data(directory, marker.pending_id), data),
+        CreateExclusive(_marker(directory, marker.pending_id), _encoder.encode(marker)),
+    ]
+
+
+def _judge_record(ops: list[Operation], results) -> None:
+    for op, op_result in zip(ops, results):
+        if op_result.status is Status.CONFLICT and op is not ops[1]:
+            continue  # the directory, or this very marker, is there already
+        raise_for_result(op, op_result)
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    """A record as it is written: its marker and its bytes."""
+
+    marker: PendingMarker
+    data: bytes
+
+
+def new_record(
+    session_id: str,
     client: ClientIdentity,
     *,
     artifacts: Mapping[str, bytes],
@@ -123,10 +168,8 @@ async def record_pending(
     force: bool,
     reason: str,
     at: int,
-) -> PendingMarker:
-    """Journal a failed publication (bytes first, the marker last) behind
-    the lease proof. Raises LeaseLost when this client no longer owns the
-    session, a TargetError when the target refuses."""
+) -> Recorded:
+    """The record of a failed publication, under a new ID."""
     entries: dict[str, PendingEntry] = {}
     chunks: list[bytes] = []
     offset = 0
@@ -137,7 +180,7 @@ async def record_pending(
         offset += len(data)
     marker = PendingMarker(
         pending_id=secrets.token_hex(16),
-        session_id=lease.session_id,
+        session_id=session_id,
         client_id=client.client_id,
         host=client.host,
         recorded_at=at,
@@ -147,17 +190,58 @@ async def record_pending(
         reason=reason[:4096],
         entries=entries,
     )
-    paths = lease.paths
-    ops = [
-        MakeDirs(_root(paths), optional=True),
-        CreateExclusive(_data(paths, marker.pending_id), b"".join(chunks)),
-        CreateExclusive(_marker(paths, marker.pending_id), _encoder.encode(marker)),
-    ]
+    return Recorded(marker, b"".join(chunks))
+
+
+async def record_pending(lease: LeaseHandle, record: Recorded) -> None:
+    """Journal a failed publication (bytes first, the marker last) behind
+    the lease proof. Raises LeaseLost when this client no longer owns the
+    session, a TargetError when the target refuses."""
+    ops = _record_ops(_root(lease.paths), record.marker, record.data)
     result, skip = await run_guarded(lease, ops)
-    for op, op_result in zip(ops, result.results[skip:]):
-        if not (op is ops[0] and op_result.status is Status.CONFLICT):
+    _judge_record(ops, result.results[skip:])
+
+
+async def spool_pending(spool: Target, record: Recorded) -> None:
+    """Keep ``record`` on this machine (``spool``: a target there) for the
+    session directory that could not take it. Raises a TargetError when
+    this machine refuses too."""
+    ops = _record_ops(_spooled(record.marker.session_id), record.marker, record.data)
+    _judge_record(ops, (await spool.run(ControlProgram(ops))).results)
+
+
+async def unspool_pending(spool: Target, lease: LeaseHandle) -> bool:
+    """Move what :func:`spool_pending` kept of ``lease``'s session into the
+    session directory, behind the lease proof, then drop it here (True:
+    there was a record). A spooled record that cannot be read is dropped
+    with a warning in the log: it never was the session's."""
+    directory = _spooled(lease.session_id)
+    found = await _find(spool, directory, lease.session_id)
+    if found.pending_id is None:
+        return False
+    if found.marker is not None:
+        try:
+            data = await _read(spool, directory, found.marker)
+        except ValueError as bad:
+            _log.warning("session %s: a pending publication kept on this machine is dropped: %s", lease.session_id, bad)
+        else:
+            ops = _record_ops(_root(lease.paths), found.marker, data)
+            result, skip = await run_guarded(lease, ops)
+            _judge_record(ops, result.results[skip:])
+    else:
+        _log.warning("session %s: a pending publication kept on this machine is dropped: %s", lease.session_id, found.problem)
+    await spool.run(ControlProgram(await _removal_ops(spool, directory, found.pending_id)))
+    return True  # a removal that failed is tried again by the next resume
+
+
+async def drop_spooled(spool: Target, marker: PendingMarker) -> None:
+    """Drop a spooled record (the host took it, or it was abandoned)."""
+    directory = _spooled(marker.session_id)
+    ops = await _removal_ops(spool, directory, marker.pending_id)
+    result = await spool.run(ControlProgram(ops))
+    for op, op_result in zip(ops, result.results):
+        if op is not ops[-1] and op_result.status is not Status.ABSENT:
             raise_for_result(op, op_result)
-    return marker
 
 
 def pending_listing(paths: SessionPaths) -> ListDir:
@@ -169,7 +253,11 @@ async def find_pending(target: Target, paths: SessionPaths, *, listed: OpResult 
     """The session's pending-publication marker (the oldest, should a
     second appear), read and checked. ``listed``: the result of
     :func:`pending_listing`, already run."""
-    listing = pending_listing(paths)
+    return await _find(target, _root(paths), paths.session_id, listed=listed)
+
+
+async def _find(target: Target, directory: str, session_id: str, *, listed: OpResult | None = None) -> FoundPending:
+    listing = ListDir(directory, optional=True)
     if listed is None:
         listed = (await target.run(ControlProgram([listing])))[0]
     if listed.status is Status.ABSENT:
@@ -179,7 +267,7 @@ async def find_pending(target: Target, paths: SessionPaths, *, listed: OpResult 
     if not ids:
         return FoundPending(None)
     pid = ids[0]
-    read = Read(_marker(paths, pid), optional=True)
+    read = Read(_marker(directory, pid), optional=True)
     got = (await target.run(ControlProgram([read])))[0]
     if not got.ok:
         return FoundPending(None, f"its record cannot be read ({got.reason or got.status.value})", pid)
@@ -187,7 +275,7 @@ async def find_pending(target: Target, paths: SessionPaths, *, listed: OpResult 
         marker = _decoder.decode(got.value)
     except msgspec.DecodeError as exc:
         return FoundPending(None, f"its record is not a pending publication ({exc})", pid)
-    if marker.pending_id != pid or marker.session_id != paths.session_id:
+    if marker.pending_id != pid or marker.session_id != session_id:
         return FoundPending(None, "its record names another publication or session", pid)
     return FoundPending(marker, None, pid)
 
@@ -195,17 +283,21 @@ async def find_pending(target: Target, paths: SessionPaths, *, listed: OpResult 
 async def read_pending(target: Target, paths: SessionPaths, marker: PendingMarker) -> dict[str, bytes]:
     """The recorded artifacts, each checked against its SHA-256. Raises
     ValueError naming what is wrong."""
-    op = Read(_data(paths, marker.pending_id), optional=True)
+    data = await _read(target, _root(paths), marker)
+    return {logical: data[entry.offset : entry.offset + entry.size] for logical, entry in marker.entries.items()}
+
+
+async def _read(target: Target, directory: str, marker: PendingMarker) -> bytes:
+    """A record's bytes, each artifact checked against its SHA-256."""
+    op = Read(_data(directory, marker.pending_id), optional=True)
     got = (await target.run(ControlProgram([op])))[0]
     if not got.ok:
         raise ValueError(f"its bytes cannot be read ({got.reason or got.status.value})")
-    artifacts = {}
     for logical, entry in marker.entries.items():
         data = got.value[entry.offset : entry.offset + entry.size]
         if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
             raise ValueError(f"its bytes for {logical} do not match the record")
-        artifacts[logical] = data
-    return artifacts
+    return bytes(got.value)
 
 
 async def already_committed(lease: LeaseHandle, marker: PendingMarker) -> bool:
@@ -224,16 +316,20 @@ async def already_committed(lease: LeaseHandle, marker: PendingMarker) -> bool:
 async def remove_pending(lease: LeaseHandle, pending_id: str | None) -> None:
     """Remove a marker (first: from then on nothing is pending), its bytes,
     stray bytes of earlier records, and the directory once empty."""
-    paths = lease.paths
-    listing = ListDir(_root(paths), optional=True)
-    listed = (await lease.target.run(ControlProgram([listing])))[0]
-    names = listed.value if listed.ok else ()
-    ops = [Remove(_marker(paths, pending_id), optional=True)] if pending_id else []
-    ops += [Remove(f"{_root(paths)}/{name}", optional=True) for name in names if _ID_NAME.match(name) or name.endswith(".tmp")]
-    if pending_id:
-        ops.append(Remove(_data(paths, pending_id), optional=True))
-    ops.append(Remove(_root(paths), optional=True))
+    ops = await _removal_ops(lease.target, _root(lease.paths), pending_id)
     result, skip = await run_guarded(lease, ops)
     for op, op_result in zip(ops, result.results[skip:]):
         if op is not ops[-1] and op_result.status is not Status.ABSENT:
             raise_for_result(op, op_result)
+
+
+async def _removal_ops(target: Target, directory: str, pending_id: str | None) -> list[Operation]:
+    listing = ListDir(directory, optional=True)
+    listed = (await target.run(ControlProgram([listing])))[0]
+    names = listed.value if listed.ok else ()
+    ops: list[Operation] = [Remove(_marker(directory, pending_id), optional=True)] if pending_id else []
+    ops += [Remove(f"{directory}/{name}", optional=True) for name in names if _ID_NAME.match(name) or name.endswith(".tmp")]
+    if pending_id:
+        ops.append(Remove(_data(directory, pending_id), optional=True))
+    ops.append(Remove(directory, optional=True))
+    return ops

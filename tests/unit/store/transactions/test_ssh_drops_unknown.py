@@ -23,6 +23,7 @@ from mevedel_server.store.transactions.worktree_fork import (
     commit_worktree_fork,
     prepare_worktree_fork,
 )
+from mevedel_server.targets import LocalTarget
 
 DROPS = ["drop-after-run", "drop-before-run"]
 
@@ -118,5 +119,40 @@ async def test_a_worktree_fork_whose_host_went_away_offers_its_cleanup_only_for_
         listed = {row.session_id for row in (await SessionService(target, ME).sessions.list()).rows}
         assert (child in listed) == (drop == "drop-after-run")
         assert (root / ".worktrees" / "fork-1" / "a.txt").read_bytes() == b"a1\n"  # kept either way
+    finally:
+        await target.close()
+
+
+async def test_a_settlement_kept_on_this_machine_and_abandoned_is_not_offered_again(root, tmp_path, fault_server):
+    """The host went away with the settlement's answer and could not record
+    it pending, so the client's spool on this machine keeps it; abandoning
+    it drops that copy too, and the next process that resumes the session
+    is offered nothing to retry."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+
+    async def resumed() -> SessionService:
+        svc = SessionService(target, ME, pending_spool=LocalTarget(spool))
+        await svc.sessions.list()
+        await svc.sessions.open(sid, "resume")
+        return svc
+
+    target = await _connect(fault_server, root)
+    try:
+        sid = await _three_turns(target, root)
+        svc = await resumed()
+        await svc.turns.begin_turn(sid, "turn 4")
+        await svc.turns.append(sid, EvidenceInput("response", text="done"))
+        _gone_at_the_publication(fault_server, "drop-before-run")
+        with pytest.raises(PublicationUnknown) as caught:
+            await svc.turns.settle(sid)
+        assert caught.value.spooled and not caught.value.recorded
+        kept = spool / "unrecorded" / sid
+        assert len(list(kept.glob("pending-*.json"))) == 1
+        assert await svc.sessions.abandon_publication(sid)
+        assert not kept.exists()
+        await fault_server.start()
+        later = await resumed()
+        assert later.info(sid).pending_publication is None and later.info(sid).settled_turns == 3
     finally:
         await target.close()
