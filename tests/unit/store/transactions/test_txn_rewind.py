@@ -439,6 +439,30 @@ async def test_an_incomplete_rollback_leaves_a_marker_that_blocks_until_retried(
     assert await committed_view(tmp_path, s.session_id) == (1, ["one"])
 
 
+class SabotageUnseen(Sabotage):
+    """Sabotage, and once broken the recovery marker cannot be looked at."""
+
+    async def run(self, program):
+        if self.broken and any("/.recovery/recovery-" in op.path and not op.writes for op in program.operations):
+            raise TargetError(".recovery", "reading it was refused")
+        return await super().run(program)
+
+
+async def test_an_incomplete_rollback_whose_marker_cannot_be_looked_at_names_it_only_as_one_that_may_be_left(tmp_path):
+    sabotage = SabotageUnseen(LocalTarget(tmp_path), "a.txt")
+    s = await three_turns(tmp_path, target=sabotage)
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
+    sabotage.armed = True
+    with pytest.raises(RecoveryRequired) as caught:
+        await commit_rewind(s.publisher, impact.token)
+    message = str(caught.value)
+    rid = caught.value.recovery_id
+    assert f"Recovery {rid} may be left (whether it is could not be read: " in message and "keeps" not in message
+    assert message.endswith("retry the recovery: it finishes or undoes what is left, or says that nothing is")
+    # It is there here: the retry finishes it.
+    assert (await find_recovery(LocalTarget(tmp_path), s.session_id)).recovery_id == rid
+
+
 async def test_abandoning_a_recovery_keeps_the_files_and_unblocks(tmp_path):
     sabotage = Sabotage(LocalTarget(tmp_path), "a.txt")
     s = await three_turns(tmp_path, target=sabotage)
