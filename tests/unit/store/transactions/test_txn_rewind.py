@@ -409,19 +409,26 @@ class Sabotage(ProgramTarget):
         return await self.inner.run(program)
 
 
-async def test_an_incomplete_rollback_leaves_a_marker_that_blocks_until_retried(tmp_path):
-    sabotage = Sabotage(LocalTarget(tmp_path), "a.txt")
+async def rollback_failed(tmp_path, sabotage: Sabotage):
+    """Three turns through ``sabotage``, then a Rewind it stops and whose
+    rollback fails: the session, and the RecoveryRequired it raised."""
     s = await three_turns(tmp_path, target=sabotage)
     impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
     sabotage.armed = True
     with pytest.raises(RecoveryRequired) as caught:
         await commit_rewind(s.publisher, impact.token)
-    assert "a.txt" in caught.value.failed and caught.value.kind == "recovery-pending"
+    return s, caught.value
+
+
+async def test_an_incomplete_rollback_leaves_a_marker_that_blocks_until_retried(tmp_path):
+    sabotage = Sabotage(LocalTarget(tmp_path), "a.txt")
+    s, error = await rollback_failed(tmp_path, sabotage)
+    assert "a.txt" in error.failed and error.kind == "recovery-pending"
     # The rollback program (a.txt with c.txt) failed: both stay restored.
     assert snapshot_files(tmp_path, FILES) == {"a.txt": b"a1\n", "b.txt": None, "src/c.txt": None}
     assert await committed_view(tmp_path, s.session_id) == (3, ["one", "two", "three"])
     state = await find_recovery(LocalTarget(tmp_path), s.session_id)
-    assert state.recovery_id == caught.value.recovery_id and state.marker is not None
+    assert state.recovery_id == error.recovery_id and state.marker is not None
     assert state.marker.operation == "rewind"
     # The marker blocks every later lifecycle transaction, across clients.
     with pytest.raises(RecoveryPending):
@@ -450,13 +457,9 @@ class SabotageUnseen(Sabotage):
 
 async def test_an_incomplete_rollback_whose_marker_cannot_be_looked_at_names_it_only_as_one_that_may_be_left(tmp_path):
     sabotage = SabotageUnseen(LocalTarget(tmp_path), "a.txt")
-    s = await three_turns(tmp_path, target=sabotage)
-    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
-    sabotage.armed = True
-    with pytest.raises(RecoveryRequired) as caught:
-        await commit_rewind(s.publisher, impact.token)
-    message = str(caught.value)
-    rid = caught.value.recovery_id
+    s, error = await rollback_failed(tmp_path, sabotage)
+    message = str(error)
+    rid = error.recovery_id
     assert f"Recovery {rid} may be left (whether it is could not be read: " in message and "keeps" not in message
     assert message.endswith("retry the recovery: it finishes or undoes what is left, or says that nothing is")
     # It is there here: the retry finishes it.
@@ -465,11 +468,7 @@ async def test_an_incomplete_rollback_whose_marker_cannot_be_looked_at_names_it_
 
 async def test_abandoning_a_recovery_keeps_the_files_and_unblocks(tmp_path):
     sabotage = Sabotage(LocalTarget(tmp_path), "a.txt")
-    s = await three_turns(tmp_path, target=sabotage)
-    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
-    sabotage.armed = True
-    with pytest.raises(RecoveryRequired):
-        await commit_rewind(s.publisher, impact.token)
+    s, _ = await rollback_failed(tmp_path, sabotage)
     sabotage.armed = sabotage.broken = False
     again = await reopen(s, LocalTarget(tmp_path))
     outcome = await abandon_recovery(again.lease)
@@ -482,12 +481,8 @@ async def test_abandoning_a_recovery_keeps_the_files_and_unblocks(tmp_path):
 
 async def test_an_abandonment_that_stopped_partway_still_blocks_and_finishes(tmp_path):
     sabotage = Sabotage(LocalTarget(tmp_path), "a.txt")
-    s = await three_turns(tmp_path, target=sabotage)
-    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
-    sabotage.armed = True
-    with pytest.raises(RecoveryRequired) as caught:
-        await commit_rewind(s.publisher, impact.token)
-    rid = caught.value.recovery_id
+    s, error = await rollback_failed(tmp_path, sabotage)
+    rid = error.recovery_id
     sabotage.armed = sabotage.broken = False
     flaky = FaultInjectingTarget(LocalTarget(tmp_path))
     again = await reopen(s, flaky)
@@ -522,12 +517,8 @@ async def test_the_replacement_reuses_the_unchanged_bytes_it_keeps(tmp_path):
 
 async def test_a_marker_naming_paths_outside_the_project_is_not_retried(tmp_path):
     sabotage = Sabotage(LocalTarget(tmp_path), "a.txt")
-    s = await three_turns(tmp_path, target=sabotage)
-    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
-    sabotage.armed = True
-    with pytest.raises(RecoveryRequired) as caught:
-        await commit_rewind(s.publisher, impact.token)
-    marker = tmp_path / ".mevedel" / "sessions" / s.session_id / ".recovery" / f"recovery-{caught.value.recovery_id}.json"
+    s, error = await rollback_failed(tmp_path, sabotage)
+    marker = tmp_path / ".mevedel" / "sessions" / s.session_id / ".recovery" / f"recovery-{error.recovery_id}.json"
     marker.write_bytes(marker.read_bytes().replace(b'"path":"a.txt"', b'"path":".mevedel/workspace-id"'))
     sabotage.armed = sabotage.broken = False
     again = await reopen(s, LocalTarget(tmp_path))
