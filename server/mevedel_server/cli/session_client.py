@@ -45,7 +45,7 @@ from ..targets import LocalTarget, TargetError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..store import ClientIdentity, SessionService
+    from ..store import ClientIdentity, PendingSpool, SessionService
     from ..targets import SshLocation
 
 # The session store is imported by the functions that use it: a command
@@ -192,6 +192,18 @@ def workspace_root(arguments: argparse.Namespace) -> Path | None:
     return location if isinstance(location, os.PathLike) else None
 
 
+def pending_spool(location: str | os.PathLike[str] | SshLocation) -> PendingSpool:
+    """Where this client keeps the saves ``location``'s host could not
+    record: the state directory, in a part named by the workspace's
+    location (the same session ID can live in two workspaces, a copy)."""
+    import hashlib
+
+    from ..store import PendingSpool
+
+    named = location.uri if not isinstance(location, (str, os.PathLike)) else os.path.realpath(location)
+    return PendingSpool(LocalTarget(state_directory()), hashlib.sha256(named.encode("utf-8", "surrogateescape")).hexdigest()[:32])
+
+
 def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> SessionService:
     """The workspace's session service as this CLI client; ``inline``: the
     command does one thing at a time, so a local workspace's programs run on
@@ -213,7 +225,7 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     # The identity makes the state directory, which keeps a save the host
     # could not record (the command ends; the next one moves it there).
     identity = cli_identity()
-    service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=LocalTarget(state_directory()))
+    service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=pending_spool(location))
     # The artifact store's items keep their own conversations from expiring
     # (the service sweeps expired sessions when it lists them).
     # Named to people told it holds an item (with its host), as an editor is.

@@ -66,6 +66,7 @@ _EXPORTS = {
     '.transactions.fork': ('ChildSession', 'ForkImpact', 'ForkResult', 'commit_fork', 'prepare_fork'),
     '.workspace_wide.fork_variants': ('Variant', 'VariantGroup', 'fork_variants'),
     '.transactions.lifecycle_token': ('InvalidToken', 'LifecycleError', 'LifecycleRefused', 'StaleState', 'StateToken'),
+    '.transactions.pending_publication': ('PendingSpool',),
     '.transactions.recovery': ('RecoveryOutcome', 'RecoveryPending', 'RecoveryState', 'abandon_recovery', 'find_recovery', 'retry_recovery'),
     '.transactions.redo': ('RedoImpact', 'RedoStates', 'TurnState', 'commit_redo', 'prepare_redo', 'redo_states'),
     '.transactions.in_place': ('ExternalChange', 'FileRestore', 'InPlaceResult', 'KnownGap'),

@@ -75,7 +75,7 @@ async def test_a_settlement_whose_host_went_away_is_kept_here_until_the_host_ans
     assert "it may or may not have been published" in message and "this command ends" not in message
     assert f"the host could not record it, so this machine keeps it (in {tmp_path / 'state' / 'mevedel'})" in message
     assert "once the host answers, mevedel session retry-publication records it there and publishes it" in message
-    spooled = tmp_path / "state" / "mevedel" / "unrecorded" / sid
+    [spooled] = (tmp_path / "state" / "mevedel" / "unrecorded").glob(f"*/{sid}")
     assert len(list(spooled.glob("pending-*.json"))) == 1
     await fault_server.start()
     status, retried, logged = await mevedel(fault_server, tmp_path, root, "session", "retry-publication")

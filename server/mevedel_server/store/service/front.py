@@ -49,6 +49,7 @@ from .values import (
 )
 
 if TYPE_CHECKING:
+    from ..transactions.pending_publication import PendingSpool
     from .agents import Agents
     from .lifecycle import History
     from .live_history import LiveHistory
@@ -71,7 +72,7 @@ class SessionService:
         session_keep_recent: int = DEFAULT_SESSION_KEEP_RECENT,
         git_excludes: bool = False,
         one_command: bool = False,
-        pending_spool: Target | None = None,
+        pending_spool: PendingSpool | None = None,
     ) -> None:
         """``pending_spool``: a target on this machine where a save whose
         host could not be reached to record it pending is kept until this

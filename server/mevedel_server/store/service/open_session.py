@@ -74,6 +74,7 @@ from ..errors import (
 from ..layout import SessionPaths, generation_numbers
 from ..transactions.pending_publication import (
     PendingMarker,
+    PendingSpool,
     Recorded,
     already_committed,
     drop_spooled,
@@ -131,7 +132,7 @@ class OpenSession:
         head: str | None = None,
         collect_keep_recent: int | None = None,
         collect_deferred: bool = False,
-        spool: Target | None = None,
+        spool: PendingSpool | None = None,
     ) -> None:
         self.target = target
         #: Where this client keeps a pending record its host could not take

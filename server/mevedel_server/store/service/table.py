@@ -36,6 +36,7 @@ from .values import SessionChange, SessionInfo
 # renewal) is imported where a session is opened: a listing opens none.
 if TYPE_CHECKING:
     from ..content.turns import Conversation
+    from ..transactions.pending_publication import PendingSpool
     from .open_session import OpenSession
 
 _log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class SessionTable:
         publication_keep_recent: int | None,
         checkpoint_seconds: float | None,
         one_command: bool,
-        pending_spool: Target | None = None,
+        pending_spool: PendingSpool | None = None,
     ) -> None:
         self.target = target
         #: Where a pending save the host could not record is kept (see

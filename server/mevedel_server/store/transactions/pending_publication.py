@@ -29,7 +29,7 @@ its cleanup: it is removed on sight.
 A record the target could not take because its host could not be reached
 is *spooled* on this machine instead, when the client keeps one (a CLI
 command ends; an editor's process may too): the same files in
-``unrecorded/<session>/`` of a local directory (:func:`spool_pending`).
+``unrecorded/<workspace>/<session>/`` of a local directory (:func:`spool_pending`).
 The next time this client resumes the session it moves them into the
 session directory behind the lease proof (:func:`unspool_pending`), where
 they are found as any other record: the head may already hold them (a
@@ -120,8 +120,18 @@ def _root(paths: SessionPaths) -> str:
     return paths.inside(PENDING_DIR)
 
 
-def _spooled(session_id: str) -> str:
-    return f"{SPOOL_DIR}/{session_id}"
+class PendingSpool(msgspec.Struct, frozen=True):
+    """Where a client keeps the saves its host could not record: ``target``
+    on this machine, and ``workspace``, a name of the workspace (a digest of
+    its location) that keeps one workspace's records from another's -- a
+    copied workspace has sessions of the same IDs."""
+
+    target: Target
+    workspace: str
+
+
+def _spooled(spool: PendingSpool, session_id: str) -> str:
+    return f"{SPOOL_DIR}/{spool.workspace}/{session_id}"
 
 
 def _marker(directory: str, pending_id: str) -> str:
@@ -202,26 +212,26 @@ async def record_pending(lease: LeaseHandle, record: Recorded) -> None:
     _judge_record(ops, result.results[skip:])
 
 
-async def spool_pending(spool: Target, record: Recorded) -> None:
-    """Keep ``record`` on this machine (``spool``: a target there) for the
-    session directory that could not take it. Raises a TargetError when
-    this machine refuses too."""
-    ops = _record_ops(_spooled(record.marker.session_id), record.marker, record.data)
-    _judge_record(ops, (await spool.run(ControlProgram(ops))).results)
+async def spool_pending(spool: PendingSpool, record: Recorded) -> None:
+    """Keep ``record`` on this machine (in ``spool``) for the session
+    directory that could not take it. Raises a TargetError when this
+    machine refuses too."""
+    ops = _record_ops(_spooled(spool, record.marker.session_id), record.marker, record.data)
+    _judge_record(ops, (await spool.target.run(ControlProgram(ops))).results)
 
 
-async def unspool_pending(spool: Target, lease: LeaseHandle) -> bool:
+async def unspool_pending(spool: PendingSpool, lease: LeaseHandle) -> bool:
     """Move what :func:`spool_pending` kept of ``lease``'s session into the
     session directory, behind the lease proof, then drop it here (True:
     there was a record). A spooled record that cannot be read is dropped
     with a warning in the log: it never was the session's."""
-    directory = _spooled(lease.session_id)
-    found = await _find(spool, directory, lease.session_id)
+    directory = _spooled(spool, lease.session_id)
+    found = await _find(spool.target, directory, lease.session_id)
     if found.pending_id is None:
         return False
     if found.marker is not None:
         try:
-            data = await _read(spool, directory, found.marker)
+            data = await _read(spool.target, directory, found.marker)
         except ValueError as bad:
             _log.warning("session %s: a pending publication kept on this machine is dropped: %s", lease.session_id, bad)
         else:
@@ -230,15 +240,15 @@ async def unspool_pending(spool: Target, lease: LeaseHandle) -> bool:
             _judge_record(ops, result.results[skip:])
     else:
         _log.warning("session %s: a pending publication kept on this machine is dropped: %s", lease.session_id, found.problem)
-    await spool.run(ControlProgram(await _removal_ops(spool, directory, found.pending_id)))
+    await spool.target.run(ControlProgram(await _removal_ops(spool.target, directory, found.pending_id)))
     return True  # a removal that failed is tried again by the next resume
 
 
-async def drop_spooled(spool: Target, marker: PendingMarker) -> None:
+async def drop_spooled(spool: PendingSpool, marker: PendingMarker) -> None:
     """Drop a spooled record (the host took it, or it was abandoned)."""
-    directory = _spooled(marker.session_id)
-    ops = await _removal_ops(spool, directory, marker.pending_id)
-    result = await spool.run(ControlProgram(ops))
+    directory = _spooled(spool, marker.session_id)
+    ops = await _removal_ops(spool.target, directory, marker.pending_id)
+    result = await spool.target.run(ControlProgram(ops))
     for op, op_result in zip(ops, result.results):
         if op is not ops[-1] and op_result.status is not Status.ABSENT:
             raise_for_result(op, op_result)

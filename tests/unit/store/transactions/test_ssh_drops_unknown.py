@@ -16,7 +16,7 @@ from tests.unit.store.transactions.test_ssh_drops_rewind import (
 )
 from txn_sessions import git, init_repo, open_session
 
-from mevedel_server.store import OutcomeUnknown, PublicationUnknown
+from mevedel_server.store import OutcomeUnknown, PendingSpool, PublicationUnknown
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.transactions.worktree_fork import (
     WorktreeForkFailed,
@@ -123,6 +123,39 @@ async def test_a_worktree_fork_whose_host_went_away_offers_its_cleanup_only_for_
         await target.close()
 
 
+#: Names of two workspaces in a client's spool (digests of their locations).
+THIS_WORKSPACE, A_COPY = "a" * 32, "b" * 32
+
+
+async def test_a_settlement_kept_for_one_workspace_is_not_moved_into_a_copy_of_it(root, tmp_path, fault_server):
+    """A workspace copied elsewhere has sessions of the same IDs: what this
+    machine keeps for one workspace's session is never recorded in the
+    other's, and stays for the workspace it belongs to."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    target = await _connect(fault_server, root)
+    try:
+        sid = await _three_turns(target, root)
+        svc = SessionService(target, ME, pending_spool=PendingSpool(LocalTarget(spool), THIS_WORKSPACE))
+        await svc.sessions.list()
+        await svc.sessions.open(sid, "resume")
+        await svc.turns.begin_turn(sid, "turn 4")
+        await svc.turns.append(sid, EvidenceInput("response", text="done"))
+        _gone_at_the_publication(fault_server, "drop-before-run")
+        with pytest.raises(PublicationUnknown) as caught:
+            await svc.turns.settle(sid)
+        assert caught.value.spooled
+        await fault_server.start()
+        copy = SessionService(target, ME, pending_spool=PendingSpool(LocalTarget(spool), A_COPY))
+        await copy.sessions.list()
+        await copy.sessions.open(sid, "resume")
+        assert copy.info(sid).pending_publication is None and copy.info(sid).settled_turns == 3
+        assert not (root / ".mevedel" / "sessions" / sid / ".pending-publication").exists()
+        assert len(list((spool / "unrecorded" / THIS_WORKSPACE / sid).glob("pending-*.json"))) == 1
+    finally:
+        await target.close()
+
+
 async def test_a_settlement_kept_on_this_machine_and_abandoned_is_not_offered_again(root, tmp_path, fault_server):
     """The host went away with the settlement's answer and could not record
     it pending, so the client's spool on this machine keeps it; abandoning
@@ -132,7 +165,7 @@ async def test_a_settlement_kept_on_this_machine_and_abandoned_is_not_offered_ag
     spool.mkdir()
 
     async def resumed() -> SessionService:
-        svc = SessionService(target, ME, pending_spool=LocalTarget(spool))
+        svc = SessionService(target, ME, pending_spool=PendingSpool(LocalTarget(spool), THIS_WORKSPACE))
         await svc.sessions.list()
         await svc.sessions.open(sid, "resume")
         return svc
@@ -147,7 +180,7 @@ async def test_a_settlement_kept_on_this_machine_and_abandoned_is_not_offered_ag
         with pytest.raises(PublicationUnknown) as caught:
             await svc.turns.settle(sid)
         assert caught.value.spooled and not caught.value.recorded
-        kept = spool / "unrecorded" / sid
+        kept = spool / "unrecorded" / THIS_WORKSPACE / sid
         assert len(list(kept.glob("pending-*.json"))) == 1
         assert await svc.sessions.abandon_publication(sid)
         assert not kept.exists()
