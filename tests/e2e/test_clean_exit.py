@@ -244,7 +244,7 @@ def build(features):
         session_registry.SessionRegistry.close_all = blocked_release
     return ls
 
-main.build_server = build
+server.build_server = build  # main() imports it when it builds the server
 main.main(sys.argv[2:])
 """
 #: Both shortened limits, and process start and teardown.

@@ -14,7 +14,7 @@ own modules only, so ``session list`` never loads the agent and MCP SDKs that
 ``prompt`` and ``read`` need (a test checks the table against the parsers the
 modules build). Of a command's subcommands only the one named gets its
 parser built (:class:`_Subcommands`), and asyncio's TLS support loads only
-for a connection that uses it (:mod:`.tls_on_demand`).
+for a connection that uses it (:mod:`..tls_on_demand`).
 
 Exit statuses: 0 success, 1 a reported failure (an invalid address...), 2 a
 usage error (argparse), 70 an internal error, 130 interrupted. No traceback
@@ -29,9 +29,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..loading import loading
+from ..tls_on_demand import defer_tls
 from ..version import VERSION
-from .loading import loading
-from .tls_on_demand import defer_tls
 
 #: The subcommand modules, in the order their commands are listed.
 COMMAND_MODULES = (

@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..agents import AgentError, cli_config_path, load_cli_config, log_dir
 from ..artifacts import SessionArtifacts, session_artifacts
+from ..loading import loading
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..store import SessionAction, SessionService
 from ..tool_server import ToolHost
 from .agent_prestart import prestart_for
-from .loading import loading
 from .prompt_line import typed_prompt
 from .queued_prompt import (
     STEER_SIGNAL,

@@ -20,14 +20,12 @@ from pygls.lsp.server import LanguageServer
 from mevedel_protocol import Settings
 from mevedel_protocol.errors import INTERNAL_ERROR
 
-from ..version import VERSION
+from ..version import LSP_NAME, VERSION
 from .transport.wire_protocol import MevedelProtocol, plain_json_converter
 from .workspaces import Folder, same_folder
 
 if TYPE_CHECKING:
     from .session_registry import SessionRegistry
-
-NAME = "mevedel-lsp"
 
 _log = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ EXIT_RELEASE_SECONDS = 4.0
 class MevedelLanguageServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__(
-            NAME,
+            LSP_NAME,
             VERSION,
             protocol_cls=MevedelProtocol,
             converter_factory=plain_json_converter,

@@ -147,7 +147,7 @@ def test_tls_through_asyncio_loads_when_a_connection_asks_for_it(tmp_path):
     # handshake fails as TLS fails, so TLS was there to try.
     probe = (
         "import sys\n"
-        "from mevedel_server.cli.tls_on_demand import defer_tls\n"
+        "from mevedel_server.tls_on_demand import defer_tls\n"
         "defer_tls()\n"
         "import asyncio, ssl\n"
         "assert '_ssl' not in sys.modules\n"
