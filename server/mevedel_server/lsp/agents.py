@@ -19,11 +19,9 @@ from lsprotocol import types
 from mevedel_protocol import agent as wire
 from mevedel_protocol import converter, methods
 
+from .. import resources as core
 from ..addresses import Operation, parse_address
-from ..agents import AgentConfig, AgentError, log_dir, specs_from
-from ..resources import ReadOptions, execute, prepare
-from ..store import SessionChange, SessionService
-from ..tool_server import ToolHost
+from ..agents import AgentError
 from .errors import failure
 from .handlers import command_handler as _command_handler
 from .handlers import folder as _folder
@@ -34,13 +32,23 @@ from .resources import writable_context
 from .workspaces import Folder, request_scope, scope
 
 if TYPE_CHECKING:
-    from ..agents import AgentEngine, PermissionQuestion, PromptOutcome, TurnUpdate
+    from ..agents import (
+        AgentConfig,
+        AgentEngine,
+        PermissionQuestion,
+        PromptOutcome,
+        TurnUpdate,
+    )
+    from ..store import SessionChange, SessionService
+    from ..tool_server import ToolHost
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
 
 
 def agent_config(ls: MevedelLanguageServer) -> AgentConfig:
+    from ..agents import AgentConfig, specs_from
+
     s = ls.settings
     return AgentConfig(
         agents=specs_from(s.agents),
@@ -125,9 +133,18 @@ class AgentEngines:
     def __init__(self, ls: MevedelLanguageServer) -> None:
         self.ls = ls
         self._engines: dict[str, AgentEngine] = {}
-        #: The tool server every agent of this server reaches (``mevedel
-        #: mcp`` relays to it); it listens from the first agent's start.
-        self.tool_host = ToolHost()
+        self._tool_host: ToolHost | None = None
+
+    @property
+    def tool_host(self) -> ToolHost:
+        """The tool server every agent of this server reaches (``mevedel
+        mcp`` relays to it); made with the first engine, and it listens from
+        the first agent's start."""
+        if self._tool_host is None:
+            from ..tool_server import ToolHost
+
+            self._tool_host = ToolHost()
+        return self._tool_host
 
     def engine(self, folder: Folder) -> AgentEngine:
         known = self._engines.get(folder.key)
@@ -135,7 +152,7 @@ class AgentEngines:
             return known
         # The engine (and the ACP SDK under it) loads with the first agent:
         # an editor's idle server does not carry it.
-        from ..agents import AgentEngine
+        from ..agents import AgentEngine, log_dir
 
         service = _registry(self.ls).service(folder)
         remote = folder.remote is not None
@@ -196,7 +213,7 @@ class AgentEngines:
         async def read(authored: str) -> str:
             session = _registry(self.ls).current(folder)
             scope = request_scope(self.ls, folder.uri, session)
-            found = await execute(prepare(Operation.READ, authored, ReadOptions(), scope.context))
+            found = await core.execute(core.prepare(Operation.READ, authored, core.ReadOptions(), scope.context))
             return found.text if hasattr(found, "text") else str(found)
 
         return read
@@ -206,7 +223,8 @@ class AgentEngines:
             for engine in list(self._engines.values()):
                 await engine.stop_all()
         finally:
-            await self.tool_host.close()
+            if self._tool_host is not None:
+                await self._tool_host.close()
 
 
 def _is_address(text: str) -> bool:

@@ -19,25 +19,15 @@ from typing import TYPE_CHECKING
 from mevedel_protocol import artifact as wire
 from mevedel_protocol import converter, methods
 
-from ..artifacts import (
-    LIVE_PRIMARY,
-    Comment,
-    ItemState,
-    ItemWatches,
-    Listed,
-    SessionArtifacts,
-    VersionEntry,
-    decode_payload,
-    encode_for_reader,
-    session_artifacts,
-)
-from ..store import SessionService, WatchCadence
+from .. import artifacts, store
 from .handlers import command_handler, request_handler
 from .handlers import folder as _folder
 from .handlers import registry as _registry
 from .workspaces import Folder
 
 if TYPE_CHECKING:
+    from ..artifacts import Comment, SessionArtifacts, VersionEntry
+    from ..store import SessionService
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
@@ -49,7 +39,7 @@ class ArtifactStores:
     def __init__(self, ls: MevedelLanguageServer) -> None:
         self.ls = ls
         self._stores: dict[str, SessionArtifacts] = {}
-        self._watches: dict[str, ItemWatches] = {}
+        self._watches: dict[str, artifacts.ItemWatches] = {}
         self._tasks: set[asyncio.Task] = set()
 
     def of(self, folder: Folder) -> SessionArtifacts:
@@ -58,7 +48,7 @@ class ArtifactStores:
             return known
         service: SessionService = _registry(self.ls).service(folder)
         settings = self.ls.settings
-        work = session_artifacts(
+        work = artifacts.session_artifacts(
             service,
             max_versions=settings.artifact_max_versions,
             max_version_bytes=settings.artifact_max_version_bytes,
@@ -66,10 +56,10 @@ class ArtifactStores:
         )
         work.store.leases.label = self._label()
         work.store.on_change.append(lambda item_id, reason: self._changed(folder, item_id, reason))
-        self._watches[folder.key] = ItemWatches(
+        self._watches[folder.key] = artifacts.ItemWatches(
             work.store,
             lambda item_id, state: self._elsewhere(folder, item_id, state),
-            cadence=lambda: WatchCadence.from_settings(self.ls.settings.session_watch),
+            cadence=lambda: store.WatchCadence.from_settings(self.ls.settings.session_watch),
         )
         self._stores[folder.key] = work
         return work
@@ -79,11 +69,11 @@ class ArtifactStores:
         editor = getattr(self.ls, "client_label", None) or "mevedel language server"
         return f"{editor} (pid {os.getpid()})"
 
-    def watches(self, folder: Folder) -> ItemWatches:
+    def watches(self, folder: Folder) -> artifacts.ItemWatches:
         self.of(folder)
         return self._watches[folder.key]
 
-    def _elsewhere(self, folder: Folder, item_id: str, state: ItemState) -> None:
+    def _elsewhere(self, folder: Folder, item_id: str, state: artifacts.ItemState) -> None:
         params = wire.ArtifactDidChangeParams(
             workspace_folder=folder.uri,
             id=item_id,
@@ -114,7 +104,7 @@ class ArtifactStores:
         work = self._stores[folder.key]
         try:
             meta, _ = await work.store.meta(item_id)
-            if meta.kind in LIVE_PRIMARY:
+            if meta.kind in artifacts.LIVE_PRIMARY:
                 await watches.watch(item_id)
         except Exception as error:  # an item deleted meanwhile is not watched
             _log.debug("not watching artifact %s: %s", item_id, error)
@@ -158,7 +148,7 @@ def _session(ls: MevedelLanguageServer, folder, given: str | None) -> str | None
     return given if given is not None else _registry(ls).current(folder)
 
 
-def _entry(listed: Listed) -> wire.ArtifactEntry:
+def _entry(listed: artifacts.Listed) -> wire.ArtifactEntry:
     meta = listed.item.meta
     return wire.ArtifactEntry(
         id=meta.id,
@@ -203,7 +193,7 @@ async def list_items(ls, params: wire.ArtifactListParams) -> wire.ArtifactListRe
 
 async def create(ls, params: wire.ArtifactCreateParams) -> wire.ArtifactEntry:
     work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_CREATE)
-    data = None if params.content is None else decode_payload(params.content, params.encoding, "content")
+    data = None if params.content is None else artifacts.decode_payload(params.content, params.encoding, "content")
     listed = await work.create(
         _session(ls, folder, params.session_id), params.kind, params.title, data, file_name=params.file_name
     )
@@ -216,9 +206,9 @@ async def read(ls, params: wire.ArtifactParams) -> wire.ArtifactReadResult:
     # Open in an editor: another process taking or writing it is told.
     held_here = work.store.leases.holds(item.meta.id)
     standing = "held" if item.holder_host is not None else "mine" if held_here else "free"
-    seen = ItemState(standing, item.holder, item.holder_host, item.revision)
+    seen = artifacts.ItemState(standing, item.holder, item.holder_host, item.revision)
     await ls.artifacts.watches(folder).watch(item.meta.id, seen=seen)  # type: ignore[attr-defined]
-    text, encoding = encode_for_reader(item.meta.primary, item.meta.kind, item.data)
+    text, encoding = artifacts.encode_for_reader(item.meta.primary, item.meta.kind, item.data)
     return wire.ArtifactReadResult(
         id=item.meta.id,
         title=item.meta.title,
@@ -237,7 +227,7 @@ async def read(ls, params: wire.ArtifactParams) -> wire.ArtifactReadResult:
 
 async def write(ls, params: wire.ArtifactWriteParams) -> wire.ArtifactWriteResult:
     work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_WRITE)
-    data = decode_payload(params.content, params.encoding, "content")
+    data = artifacts.decode_payload(params.content, params.encoding, "content")
     revision = await work.write(_session(ls, folder, params.session_id), params.id, data, base_revision=params.base_revision)
     return wire.ArtifactWriteResult(revision)
 
@@ -288,7 +278,7 @@ async def comment(ls, params: wire.ArtifactCommentParams) -> wire.ArtifactCommen
 async def request_handover(ls, params: wire.ArtifactParams) -> wire.ArtifactEntry:
     work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_REQUEST_HANDOVER)
     item = await work.request_handover(params.id)
-    return _entry(Listed(item, params.id in work.attached(_session(ls, folder, params.session_id))))
+    return _entry(artifacts.Listed(item, params.id in work.attached(_session(ls, folder, params.session_id))))
 
 
 async def conversation(ls, params: wire.ArtifactParams) -> wire.ArtifactConversationResult:

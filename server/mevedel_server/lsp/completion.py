@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from ..resources import Candidate, complete
+from .. import resources as core
 from . import document_addresses
 from .errors import answers_errors
 from .opened_documents import text_document
 from .workspaces import document_scope
 
 if TYPE_CHECKING:
+    from ..resources import Candidate
     from .server import MevedelLanguageServer
 
 TRIGGER_CHARACTERS = ["/", ":", "@"]
@@ -86,7 +87,7 @@ def register(ls: MevedelLanguageServer) -> None:
         limit = ls.settings.completion_limit
         context = document_scope(ls, document.uri).context
         # One more than the bound tells whether the bound cut the list.
-        candidates = complete(token.text, dataclasses.replace(context, completion_limit=limit + 1))
+        candidates = core.complete(token.text, dataclasses.replace(context, completion_limit=limit + 1))
         replace = _json_range(token.range)
         supported = _item_defaults(ls)
         defaults: dict[str, Any] = {}

@@ -21,16 +21,7 @@ from lsprotocol import types
 from mevedel_protocol import Settings, converter, describe_structure_error, wire_name
 from mevedel_protocol.methods import CONFIGURATION_SECTION
 
-from ..agents import (
-    CONCURRENT_BOUNDS,
-    DEPTH_BOUNDS,
-    EXECUTION_LOG_BOUNDS,
-    TERMINAL_OUTPUT_BOUNDS,
-    agents_problem,
-)
-from ..mcp_client import MAX_MESSAGE_BYTES_BOUNDS, servers_problem
-from ..resources import SkillRoot
-from ..targets import SshLocationError, parse_ssh_location
+from .. import agents, mcp_client, resources, targets
 from .workspaces import session_id_problem
 
 if TYPE_CHECKING:
@@ -70,30 +61,25 @@ def _check(name: str, value: Any) -> str | None:
         for index, location in enumerate(value):
             try:
                 if not location.startswith("ssh://"):
-                    raise SshLocationError(location, "a remote workspace is written ssh://[user@]host[:port]/path")
-                parse_ssh_location(location)
-            except SshLocationError as error:
+                    raise targets.SshLocationError(location, "a remote workspace is written ssh://[user@]host[:port]/path")
+                targets.parse_ssh_location(location)
+            except targets.SshLocationError as error:
                 return f"[{index}] {error}"
     if name == "agents":
-        return agents_problem(value)
+        return agents.agents_problem(value)
     if name == "checkpointExclude":
         for index, pattern in enumerate(value):
             if "\n" in pattern or "\x00" in pattern:
                 return f"[{index}] is not one gitignore pattern (it holds a newline or NUL)"
     if name == "mcpServers":
-        return servers_problem(value)
+        return mcp_client.servers_problem(value)
     if name in ("mcpCallTimeoutSeconds", "mcpStartTimeoutSeconds") and not 1 <= value <= 3_600:
         return f"must be between 1 and 3600 seconds, got {value}"
-    if name == "mcpMaxMessageBytes" and not MAX_MESSAGE_BYTES_BOUNDS[0] <= value <= MAX_MESSAGE_BYTES_BOUNDS[1]:
-        return f"must be between {MAX_MESSAGE_BYTES_BOUNDS[0]} and {MAX_MESSAGE_BYTES_BOUNDS[1]} bytes, got {value}"
-    if name == "terminalOutputMaxBytes" and not TERMINAL_OUTPUT_BOUNDS[0] <= value <= TERMINAL_OUTPUT_BOUNDS[1]:
-        return f"must be between {TERMINAL_OUTPUT_BOUNDS[0]} and {TERMINAL_OUTPUT_BOUNDS[1]} bytes, got {value}"
-    if name == "executionLogMaxBytes" and not EXECUTION_LOG_BOUNDS[0] <= value <= EXECUTION_LOG_BOUNDS[1]:
-        return f"must be between {EXECUTION_LOG_BOUNDS[0]} and {EXECUTION_LOG_BOUNDS[1]} bytes, got {value}"
-    if name == "subagentMaxDepth" and not DEPTH_BOUNDS[0] <= value <= DEPTH_BOUNDS[1]:
-        return f"must be between {DEPTH_BOUNDS[0]} and {DEPTH_BOUNDS[1]}, got {value}"
-    if name == "subagentMaxConcurrent" and not CONCURRENT_BOUNDS[0] <= value <= CONCURRENT_BOUNDS[1]:
-        return f"must be between {CONCURRENT_BOUNDS[0]} and {CONCURRENT_BOUNDS[1]}, got {value}"
+    if name in _BOUNDED_ELSEWHERE:
+        package, bounds, unit = _BOUNDED_ELSEWHERE[name]
+        low, high = getattr(package, bounds)
+        if not low <= value <= high:
+            return f"must be between {low} and {high}{unit}, got {value}"
     if name == "artifactMaxVersions" and not 1 <= value <= 1_000:
         return f"must be between 1 and 1000, got {value}"
     if name == "artifactMaxVersionBytes" and not 1 <= value <= 2**40:
@@ -111,10 +97,23 @@ def _check(name: str, value: Any) -> str | None:
     if name == "skillRoots":
         for index, root in enumerate(value):
             try:
-                SkillRoot(Path(root.path), root.origin)
+                resources.SkillRoot(Path(root.path), root.origin)
             except ValueError as error:
                 return f"[{index}].origin: {error}"
     return None
+
+
+#: Settings whose bounds the package that applies them holds: package,
+#: name, unit. Read from there when such a setting is given: neither the
+#: agent engine's configuration nor the MCP client's load before anything
+#: uses them.
+_BOUNDED_ELSEWHERE = {
+    "mcpMaxMessageBytes": (mcp_client, "MAX_MESSAGE_BYTES_BOUNDS", " bytes"),
+    "terminalOutputMaxBytes": (agents, "TERMINAL_OUTPUT_BOUNDS", " bytes"),
+    "executionLogMaxBytes": (agents, "EXECUTION_LOG_BOUNDS", " bytes"),
+    "subagentMaxDepth": (agents, "DEPTH_BOUNDS", ""),
+    "subagentMaxConcurrent": (agents, "CONCURRENT_BOUNDS", ""),
+}
 
 
 #: Bounds of ``sessionWatch``: a poll faster than this floods the one

@@ -25,15 +25,7 @@ from mevedel_protocol import control as wire
 from mevedel_protocol import converter, methods
 from mevedel_protocol.session import SessionParams
 
-from ..store import (
-    ControlEvent,
-    ControlStatus,
-    ConversationError,
-    SessionControl,
-    SessionService,
-    TakeoverNeedsConfirmation,
-    WatchCadence,
-)
+from .. import store
 from .errors import failure
 from .handlers import (
     command_handler as _command_handler,
@@ -59,6 +51,7 @@ from .handlers import (
 from .workspaces import Folder
 
 if TYPE_CHECKING:
+    from ..store import ControlEvent, ControlStatus, SessionService
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
@@ -67,12 +60,12 @@ GRANT = "Grant"
 KEEP = "Keep"
 
 
-def _control(ls: MevedelLanguageServer, folder: Folder) -> tuple[SessionService, SessionControl]:
+def _control(ls: MevedelLanguageServer, folder: Folder) -> tuple[SessionService, store.SessionControl]:
     service = _registry(ls).service(folder)
     return service, _registry(ls).controls[folder.key]
 
 
-def _target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[Folder, SessionService, SessionControl, str]:
+def _target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[Folder, SessionService, store.SessionControl, str]:
     folder = _folder(ls, params.workspace_folder, method)
     service, control = _control(ls, folder)
     return folder, service, control, _session_id(ls, folder, params.session_id, method)
@@ -88,7 +81,7 @@ async def take(ls: MevedelLanguageServer, params: wire.ControlTakeParams) -> wir
     folder, service, control, sid = _target(ls, params, methods.CONTROL_TAKE)
     try:
         taken = await control.take(sid, confirm_takeover=params.confirm_takeover)
-    except TakeoverNeedsConfirmation as asked:
+    except store.TakeoverNeedsConfirmation as asked:
         if not await _confirm_takeover(ls, asked):
             raise failure("takeover-declined", sid, f"{asked}; the takeover was not confirmed") from None
         taken = await control.take(sid, confirm_takeover=True)
@@ -130,16 +123,16 @@ _WARNINGS = {"void", "failed"}
 _SHOWN = {"draining", "released", "kept", "requested", "granted", "acquired", "rejected", "void", "failed"}
 
 
-def _configure(ls: MevedelLanguageServer, control: SessionControl) -> None:
+def _configure(ls: MevedelLanguageServer, control: store.SessionControl) -> None:
     settings = ls.settings
     control.configure(
         prompt_timeout=settings.control_transfer.prompt_timeout_seconds,
         fence_seconds=settings.control_transfer.fence_seconds,
-        watch=WatchCadence.from_settings(settings.session_watch),
+        watch=store.WatchCadence.from_settings(settings.session_watch),
     )
 
 
-def _event(ls: MevedelLanguageServer, folder: Folder, control: SessionControl, event: ControlEvent) -> None:
+def _event(ls: MevedelLanguageServer, folder: Folder, control: store.SessionControl, event: ControlEvent) -> None:
     params = wire.ControlDidChangeParams(
         workspace_folder=folder.uri,
         session_id=event.session_id,
@@ -168,7 +161,7 @@ def _event(ls: MevedelLanguageServer, folder: Folder, control: SessionControl, e
 _QUESTIONS: dict[tuple[int, str], str] = {}
 
 
-def _withdraw(ls: MevedelLanguageServer, control: SessionControl, session_id: str) -> None:
+def _withdraw(ls: MevedelLanguageServer, control: store.SessionControl, session_id: str) -> None:
     """The request was decided without the question (the timeout, or
     mevedel/control/grant|keep): ask the client to take its prompt down."""
     msg_id = _QUESTIONS.pop((id(control), session_id), None)
@@ -183,7 +176,7 @@ def _sentence(message: str) -> str:
     return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
 
 
-async def _ask(ls: MevedelLanguageServer, control: SessionControl, event: ControlEvent) -> None:
+async def _ask(ls: MevedelLanguageServer, control: store.SessionControl, event: ControlEvent) -> None:
     timeout = control.cadence.prompt_timeout
     question = types.ShowMessageRequestParams(
         type=types.MessageType.Info,
@@ -214,7 +207,7 @@ async def _ask(ls: MevedelLanguageServer, control: SessionControl, event: Contro
             # seen by a person at this machine: Keep. Only a question
             # nobody answers is granted, at the timeout.
             await control.keep(event.session_id)
-    except ConversationError:
+    except store.ConversationError:
         pass  # decided meanwhile
     except Exception:
         _log.exception("session %s: answering the transfer request failed", event.session_id)
@@ -225,7 +218,7 @@ def register(ls: MevedelLanguageServer) -> None:
 
     def attach(folder: Folder, service: SessionService) -> None:
         # The session watchers are shared with following (one per session).
-        control = SessionControl(service, watch=lambda sid, wake: registry.follow.watch(folder, service, sid, wake))
+        control = store.SessionControl(service, watch=lambda sid, wake: registry.follow.watch(folder, service, sid, wake))
         _configure(ls, control)
         control.on_event.append(lambda event: _event(ls, folder, control, event))
         registry.controls[folder.key] = control

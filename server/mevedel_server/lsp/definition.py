@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from .. import resources as core
 from ..addresses import AddressError, ErrorKind, parse_address
-from ..resources import backing_file
 from . import document_addresses, virtual_documents
 from .errors import answers_errors, failure
 from .opened_documents import text_document
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def definition_uri(address_text: str, scope: Scope) -> str | None:
     """Where ``address_text`` leads, or ``None`` when it needs a session and
     there is none. Raises AddressError for a malformed address."""
-    backing = backing_file(address_text, scope.context)
+    backing = core.backing_file(address_text, scope.context)
     if backing is not None:
         return backing.as_uri()
     address = parse_address(address_text)

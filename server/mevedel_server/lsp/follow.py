@@ -21,15 +21,7 @@ from mevedel_protocol import converter, methods
 from mevedel_protocol import follow as wire
 from mevedel_protocol.session import SessionParams
 
-from ..store import (
-    FollowUpdate,
-    SessionChange,
-    SessionService,
-    SessionWatcher,
-    StoreError,
-    Wake,
-    WatchCadence,
-)
+from .. import store
 from ..targets import TargetError
 from .handlers import (
     command_handler as _command_handler,
@@ -49,6 +41,7 @@ from .handlers import (
 from .workspaces import Folder
 
 if TYPE_CHECKING:
+    from ..store import FollowUpdate, SessionChange, SessionService, Wake
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
@@ -57,7 +50,7 @@ Key = tuple[str, str]  # (Folder.key, session id)
 
 
 class _Shared:
-    def __init__(self, watcher: SessionWatcher) -> None:
+    def __init__(self, watcher: store.SessionWatcher) -> None:
         self.watcher = watcher
         self.callbacks: list = []
 
@@ -107,8 +100,8 @@ class FollowManager:
 
         return release
 
-    def _new_watcher(self, service: SessionService, session_id: str) -> SessionWatcher:
-        return SessionWatcher(
+    def _new_watcher(self, service: SessionService, session_id: str) -> store.SessionWatcher:
+        return store.SessionWatcher(
             service.target,
             session_id,
             cadence=self._cadence(),
@@ -116,7 +109,7 @@ class FollowManager:
             active=lambda: service.transfer_in_flight(session_id),
         )
 
-    def watcher(self, folder: Folder, session_id: str) -> SessionWatcher | None:
+    def watcher(self, folder: Folder, session_id: str) -> store.SessionWatcher | None:
         shared = self._watches.get((folder.key, session_id))
         return shared.watcher if shared is not None else None
 
@@ -178,7 +171,7 @@ class FollowManager:
             return
         try:
             await service.following.follow(session_id)  # what it has to tell arrives through on_follow
-        except (StoreError, TargetError) as error:
+        except (store.StoreError, TargetError) as error:
             # The next wake looks again; a session that cannot be read is
             # not advanced, and the copy here stays as it was.
             _log.warning("session %s: following it failed: %s", session_id, error)
@@ -204,8 +197,8 @@ class FollowManager:
         for task in list(self._stopping):
             await task
 
-    def _cadence(self) -> WatchCadence:
-        return WatchCadence.from_settings(self.ls.settings.session_watch)
+    def _cadence(self) -> store.WatchCadence:
+        return store.WatchCadence.from_settings(self.ls.settings.session_watch)
 
     def _later(self, stopping: Awaitable[None]) -> None:
         task = asyncio.ensure_future(stopping)

@@ -20,20 +20,19 @@ from pygls.exceptions import JsonRpcException
 from mevedel_protocol import converter
 from mevedel_protocol import session as wire
 
+from .. import store
 from ..addresses import parse_address
-from ..store import (
-    IdentityNeedsConfirmation,
-    SessionInfo,
-    TakeoverNeedsConfirmation,
-    error_kind,
-    is_refusal,
-)
 from .errors import failure, internal_failure, structure_params
 from .questions import consents
 from .virtual_documents import format_uri
 from .workspaces import Folder, folder_for_document, folder_for_uri
 
 if TYPE_CHECKING:
+    from ..store import (
+        IdentityNeedsConfirmation,
+        SessionInfo,
+        TakeoverNeedsConfirmation,
+    )
     from .server import MevedelLanguageServer
     from .session_registry import SessionRegistry
 
@@ -135,7 +134,7 @@ def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any
             except JsonRpcException:
                 raise
             except Exception as error:
-                if is_refusal(error):
+                if store.is_refusal(error):
                     raise refusal(error, method) from None
                 _log.exception("unexpected error in %s", method)
                 raise internal_failure(method) from None
@@ -150,8 +149,8 @@ def refusal(error: Exception, method: str) -> JsonRpcException:
     and ``reason``), else the session it is about, else the method."""
     authored = getattr(error, "authored", None)
     if isinstance(authored, str) and isinstance(getattr(error, "reason", None), str):
-        return failure(error_kind(error), authored, error.reason)
-    return failure(error_kind(error), getattr(error, "session_id", None) or method, str(error))
+        return failure(store.error_kind(error), authored, error.reason)
+    return failure(store.error_kind(error), getattr(error, "session_id", None) or method, str(error))
 
 
 def request_handler(method: str, params_type: type, handler: Callable[..., Awaitable[Any]]):

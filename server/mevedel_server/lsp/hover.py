@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from .. import resources as core
 from ..addresses import AddressError
-from ..resources import describe
 from . import document_addresses
 from .errors import answers_errors
 from .opened_documents import text_document
@@ -95,7 +95,7 @@ def register(ls: MevedelLanguageServer) -> None:
         else:
             context = document_scope(ls, document.uri).context
             try:
-                lines = describe_lines(span.text, await describe(span.text, context))
+                lines = describe_lines(span.text, await core.describe(span.text, context))
             except AddressError as error:  # containment is only known once resolved
                 lines = _problem_lines(error)
         kind = _markup_kind(ls)

@@ -13,15 +13,6 @@ from mevedel_protocol import lifecycle as wire
 from mevedel_protocol import methods
 from mevedel_protocol.session import SessionParams
 
-from ..store import (
-    ChildSession,
-    ExternalChange,
-    FileRestore,
-    GitCheck,
-    KnownGap,
-    SessionService,
-    TurnLabel,
-)
 from .handlers import (
     command_handler as _command_handler,
 )
@@ -43,6 +34,15 @@ from .handlers import (
 from .workspaces import Folder
 
 if TYPE_CHECKING:
+    from ..store import (
+        ChildSession,
+        ExternalChange,
+        FileRestore,
+        GitCheck,
+        KnownGap,
+        SessionService,
+        TurnLabel,
+    )
     from .server import MevedelLanguageServer
 
 

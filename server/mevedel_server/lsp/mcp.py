@@ -16,17 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..mcp_client import (
-    Approvals,
-    McpAccess,
-    McpConnections,
-    McpServerSpec,
-    servers_from_setting,
-)
-from ..targets import LocalTarget, Target, TargetError
+from .. import mcp_client, targets
 from .questions import consents
 
 if TYPE_CHECKING:
+    from ..mcp_client import McpAccess, McpConnections, McpServerSpec
+    from ..targets import Target
     from .server import MevedelLanguageServer
     from .workspaces import Folder
 
@@ -38,7 +33,7 @@ HOW_TO_APPROVE = "read mcp://{name} in the editor and answer Allow to the questi
 def connections(ls: MevedelLanguageServer) -> McpConnections:
     found = getattr(ls, "mcp_connections", None)
     if found is None:
-        found = McpConnections(
+        found = mcp_client.McpConnections(
             call_timeout=float(ls.settings.mcp_call_timeout_seconds),
             start_timeout=float(ls.settings.mcp_start_timeout_seconds),
             max_message_bytes=ls.settings.mcp_max_message_bytes,
@@ -63,7 +58,7 @@ def access(ls: MevedelLanguageServer, folder: Folder | None) -> McpAccess | None
     """What a request in ``folder`` may reach of MCP (None: nothing is
     configured and there is no workspace to hold a ``.mcp.json``)."""
     try:
-        settings_servers = servers_from_setting(ls.settings.mcp_servers)
+        settings_servers = mcp_client.servers_from_setting(ls.settings.mcp_servers)
     except ValueError:  # refused settings never get here; be safe
         settings_servers = {}
     if folder is None and not settings_servers:
@@ -79,17 +74,17 @@ def access(ls: MevedelLanguageServer, folder: Folder | None) -> McpAccess | None
         if folder.remote is not None:
             return ls.sessions.service(folder).target if ls.sessions is not None else None
         try:
-            return LocalTarget(folder.root)
-        except TargetError:
+            return targets.LocalTarget(folder.root)
+        except targets.TargetError:
             return None
 
     async def ask(spec: McpServerSpec) -> bool | None:
         return await _ask(ls, spec)
 
-    return McpAccess(
+    return mcp_client.McpAccess(
         connections(ls),
         settings_servers,
-        approvals=Approvals(),
+        approvals=mcp_client.Approvals(),
         workspace_key=workspace_key,
         workspace_target=target,
         cwd=None if folder is None or folder.remote is not None else str(folder.root),

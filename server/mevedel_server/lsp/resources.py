@@ -33,15 +33,9 @@ from mevedel_protocol import (
     methods,
 )
 
+from .. import artifacts
 from .. import resources as core
 from ..addresses import Operation
-from ..artifacts import (
-    ArtifactError,
-    hold_written_items,
-    learn_patch_writes,
-    written_items,
-)
-from ..resources import GlobOptions, GrepOptions, ReadOptions, execute, prepare
 from . import virtual_documents
 from .definition import definition_uri
 from .errors import answers_errors, failure, invalid_params, structure_params
@@ -130,19 +124,19 @@ def writable_context(ls: MevedelLanguageServer, scope: Scope) -> core.ResolverCo
 async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
     params = structure_params(raw, ApplyPatchParams, method)
     scope = request_scope(ls, params.workspace_folder, params.session_id)
-    attempt = prepare(Operation.APPLY_PATCH, params.patch, None, writable_context(ls, scope))
+    attempt = core.prepare(Operation.APPLY_PATCH, params.patch, None, writable_context(ls, scope))
     written = sorted({fact.project_path for fact in attempt.facts if fact.project_path})
-    work = ls.artifacts.of(scope.folder) if scope.folder is not None and written_items(written) else None  # type: ignore[attr-defined]
+    work = ls.artifacts.of(scope.folder) if scope.folder is not None and artifacts.written_items(written) else None  # type: ignore[attr-defined]
     if work is not None:
         # A live item's files are written under its lease, as its whole-item writes are.
         try:
-            await hold_written_items(work, written)
-        except ArtifactError as error:
+            await artifacts.hold_written_items(work, written)
+        except artifacts.ArtifactError as error:
             raise failure(error.kind, error.authored, error.reason) from None
-    applied = await execute(attempt)
+    applied = await core.execute(attempt)
     if work is not None:
         # Authored files of the artifact store: it learns of them.
-        await learn_patch_writes(work, scope.session_id, written)
+        await artifacts.learn_patch_writes(work, scope.session_id, written)
     changes = [
         PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
         for c in applied.changes
@@ -156,7 +150,7 @@ def register(ls: MevedelLanguageServer) -> None:
     async def read(ls: MevedelLanguageServer, raw: Any) -> Any:
         params = structure_params(raw, ReadParams, methods.RESOURCE_READ)
         address, scope = _read_scope(ls, params)
-        options = ReadOptions(
+        options = core.ReadOptions(
             **_given(
                 offset=params.offset,
                 limit=params.limit,
@@ -165,7 +159,7 @@ def register(ls: MevedelLanguageServer) -> None:
             )
         )
         with _progress(ls, params.work_done_token, f"Read {address}") as closing:
-            found = await execute(prepare(Operation.READ, address, options, scope.context))
+            found = await core.execute(core.prepare(Operation.READ, address, options, scope.context))
             closing.append(f"lines {found.start_line}-{found.end_line} of {found.total_lines}")
         return converter.unstructure(read_result(found, params.view))
 
@@ -174,9 +168,9 @@ def register(ls: MevedelLanguageServer) -> None:
     async def glob(ls: MevedelLanguageServer, raw: Any) -> Any:
         params = structure_params(raw, GlobParams, methods.RESOURCE_GLOB)
         context = request_scope(ls, params.workspace_folder, params.session_id).context
-        options = GlobOptions(**_given(pattern=params.pattern, limit=params.limit))
+        options = core.GlobOptions(**_given(pattern=params.pattern, limit=params.limit))
         with _progress(ls, params.work_done_token, f"Glob {params.address}") as closing:
-            found = await execute(prepare(Operation.GLOB, params.address, options, context))
+            found = await core.execute(core.prepare(Operation.GLOB, params.address, options, context))
             closing.append(f"{len(found.matches)} files" + (" (truncated)" if found.truncated else ""))
         return converter.unstructure(
             GlobResult(found.address, found.canonical, list(found.matches), found.truncated, found.notice)
@@ -187,13 +181,13 @@ def register(ls: MevedelLanguageServer) -> None:
     async def grep(ls: MevedelLanguageServer, raw: Any) -> Any:
         params = structure_params(raw, GrepParams, methods.RESOURCE_GREP)
         context = request_scope(ls, params.workspace_folder, params.session_id).context
-        options = GrepOptions(
+        options = core.GrepOptions(
             pattern=params.pattern,
             ignore_case=params.ignore_case,
             **_given(glob=params.glob, limit=params.limit, context_lines=params.context_lines),
         )
         with _progress(ls, params.work_done_token, f"Grep {params.address}") as closing:
-            found = await execute(prepare(Operation.GREP, params.address, options, context))
+            found = await core.execute(core.prepare(Operation.GREP, params.address, options, context))
             closing.append(f"{len(found.matches)} matches in {found.files_searched} files")
         return converter.unstructure(
             GrepResult(

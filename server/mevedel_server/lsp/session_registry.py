@@ -20,39 +20,40 @@ from typing import TYPE_CHECKING
 from mevedel_protocol import converter, methods
 from mevedel_protocol.session import SessionDidChangeParams
 
-from ..store import (
-    PRODUCT_STORAGE,
-    ClientIdentity,
-    LiveHistory,
-    SessionChange,
-    SessionControl,
-    SessionService,
-)
+from .. import store
 from ..targets import Target, TargetError, workspace_target
 from .errors import failure
 from .follow import FollowManager
 from .workspaces import Folder
 
 if TYPE_CHECKING:
+    from ..store import LiveHistory, SessionChange, SessionControl
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
 
 class SessionRegistry:
-    def __init__(self, ls: MevedelLanguageServer, client: ClientIdentity | None = None) -> None:
+    def __init__(self, ls: MevedelLanguageServer, client: store.ClientIdentity | None = None) -> None:
         self.ls = ls
-        #: This server process, as one client of every workspace's store.
-        self.client = client or ClientIdentity.generate()
+        self._client = client
         # Keyed by Folder.key: a local root or a remote address.
-        self._services: dict[str, tuple[Folder, SessionService]] = {}
+        self._services: dict[str, tuple[Folder, store.SessionService]] = {}
         self._current: dict[str, str] = {}
         #: Called with every new folder service (features attach to it).
-        self.on_service: list[Callable[[Folder, SessionService], None]] = []
+        self.on_service: list[Callable[[Folder, store.SessionService], None]] = []
         #: Each folder's control transfer (``lsp/control.py`` attaches it).
         self.controls: dict[str, SessionControl] = {}
         #: Session watchers and the following of read-only sessions.
         self.follow = FollowManager(ls)
         ls.on_settings_changed.append(self._apply_settings)
+
+    @property
+    def client(self) -> store.ClientIdentity:
+        """This server process, as one client of every workspace's store:
+        made with the first service (the store's records load with it)."""
+        if self._client is None:
+            self._client = store.ClientIdentity.generate()
+        return self._client
 
     def start(self, folders: list[Folder]) -> None:
         """The server started (``initialized``): each local folder's service
@@ -65,7 +66,7 @@ class SessionRegistry:
                 except Exception as error:  # a folder that cannot hold sessions says so when used
                     _log.warning("workspace folder %s: %s", folder.uri, error)
 
-    def service(self, folder: Folder) -> SessionService:
+    def service(self, folder: Folder) -> store.SessionService:
         known = self._services.get(folder.key)
         if known is not None:
             return known[1]
@@ -74,11 +75,11 @@ class SessionRegistry:
         except TargetError as error:
             raise failure("unavailable", folder.uri, f"the workspace folder cannot hold sessions: {error.reason}") from None
         settings = self.ls.settings
-        service = SessionService(
+        service = store.SessionService(
             target,
             self.client,
             lease_seconds=settings.lease_seconds,
-            git_excludes=PRODUCT_STORAGE["git_excludes"],
+            git_excludes=store.PRODUCT_STORAGE["git_excludes"],
             **_storage(settings),
         )
         service.on_change.append(lambda change: self._changed(folder, change))
@@ -137,7 +138,7 @@ class SessionRegistry:
         await self.follow.stop_all()
 
     @staticmethod
-    async def _close_folder(service: SessionService) -> None:
+    async def _close_folder(service: store.SessionService) -> None:
         await service.sessions.close_all()
         close = getattr(service.target, "close", None)
         if close is not None:  # an SSH target's connection
@@ -163,7 +164,7 @@ class SessionRegistry:
 def _storage(settings) -> dict:
     """The service options the storage settings give (0 disables)."""
     return {
-        "publication_keep_recent": PRODUCT_STORAGE["publication_keep_recent"],
+        "publication_keep_recent": store.PRODUCT_STORAGE["publication_keep_recent"],
         "checkpoint_seconds": settings.checkpoint_interval_seconds or None,
         "session_max_age_days": settings.session_max_age_days or None,
         "session_keep_recent": settings.session_keep_recent,

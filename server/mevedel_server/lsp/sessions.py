@@ -16,21 +16,7 @@ from lsprotocol import types
 from mevedel_protocol import methods
 from mevedel_protocol import session as wire
 
-from ..store import (
-    DiffSide,
-    EvidenceInput,
-    IdentityNeedsConfirmation,
-    PathDiff,
-    SaveResult,
-    SegmentRotation,
-    SessionAction,
-    SessionService,
-    TakeoverNeedsConfirmation,
-    TurnDetail,
-    TurnSummary,
-    describe,
-    stat_lines,
-)
+from .. import store
 from .errors import failure
 from .handlers import (
     CANCEL,
@@ -57,6 +43,15 @@ from .handlers import (
 from .session_registry import SessionRegistry
 
 if TYPE_CHECKING:
+    from ..store import (
+        DiffSide,
+        PathDiff,
+        SaveResult,
+        SegmentRotation,
+        SessionService,
+        TurnDetail,
+        TurnSummary,
+    )
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
@@ -135,7 +130,7 @@ async def list_sessions(ls: MevedelLanguageServer, params: wire.SessionListParam
     ]
     continuable = next(
         (entry.session_id for entry in sessions
-         if entry.action in (SessionAction.RESUME.value, SessionAction.SWITCH.value) and entry.turns > 0 and not entry.recovery_pending),
+         if entry.action in (store.SessionAction.RESUME.value, store.SessionAction.SWITCH.value) and entry.turns > 0 and not entry.recovery_pending),
         None,
     )
     return wire.SessionListResult(sessions, inspect, continuable)
@@ -156,11 +151,11 @@ async def open_session(ls: MevedelLanguageServer, params: wire.SessionOpenParams
         try:
             opened = await service.sessions.open(params.session_id, mode, confirm_takeover=takeover, confirm_identity=identity)
             break
-        except TakeoverNeedsConfirmation as asked:
+        except store.TakeoverNeedsConfirmation as asked:
             if takeover or not await confirm_takeover(ls, asked):
                 raise failure("takeover-declined", params.session_id, f"{asked}; the takeover was not confirmed") from None
             mode, takeover = "takeover", True
-        except IdentityNeedsConfirmation as asked:
+        except store.IdentityNeedsConfirmation as asked:
             if identity or not await confirm_identity(ls, asked):
                 raise failure("identity-declined", params.session_id, f"{asked}; binding it was not confirmed") from None
             identity = True
@@ -243,7 +238,7 @@ async def capture_file(ls: MevedelLanguageServer, params: wire.TurnCaptureParams
 
 async def append_record(ls: MevedelLanguageServer, params: wire.TurnAppendParams) -> wire.TurnAppendResult:
     service, sid = _turn_target(ls, params, methods.TURN_APPEND)
-    item = EvidenceInput(
+    item = store.EvidenceInput(
         kind=params.kind,
         text=params.text,
         call_id=params.call_id,
@@ -291,14 +286,14 @@ async def diff_turns(ls: MevedelLanguageServer, params: wire.TurnDiffParams) -> 
     service, sid = _turn_target(ls, params, methods.TURN_DIFF)
     diff = await service.turns.diff(sid, params.first, params.last, contents=params.contents)
     files = [_path_change(item) for item in diff.files]
-    return wire.TurnDiffResult(sid, diff.first, diff.last, files, diff.insertions, diff.deletions, stat_lines(diff))
+    return wire.TurnDiffResult(sid, diff.first, diff.last, files, diff.insertions, diff.deletions, store.stat_lines(diff))
 
 
 def _path_change(item: PathDiff) -> wire.PathChange:
     return wire.PathChange(
         path=item.path,
         change=item.change,
-        description=describe(item),
+        description=store.describe(item),
         before=_side(item.before, item.before_text),
         after=_side(item.after, item.after_text),
         first_turn=item.first_turn,

@@ -23,14 +23,14 @@ from pygls.uris import to_fs_path
 
 from mevedel_protocol.methods import VIRTUAL_SCHEME
 
+from .. import resources, targets
 from ..addresses import ErrorKind
-from ..resources import MemoryRoot, ResolverContext, SkillRoot
-from ..targets import SshLocation, SshLocationError, parse_ssh_location
 from .errors import failure, invalid_params
 from .mcp import access as mcp_access
 from .virtual_documents import VirtualDocument, parse_uri
 
 if TYPE_CHECKING:
+    from ..targets import SshLocation
     from .server import MevedelLanguageServer
 
 #: A session id is one safe directory name (the store's ids look like
@@ -65,8 +65,8 @@ def remote_folder(uri: str) -> Folder | None:
     if not uri.startswith("ssh://"):
         return None
     try:
-        location = parse_ssh_location(uri)
-    except SshLocationError:
+        location = targets.parse_ssh_location(uri)
+    except targets.SshLocationError:
         return None
     return Folder(location.uri, Path(os.devnull), location)
 
@@ -144,7 +144,7 @@ class Scope:
 
     folder: Folder | None
     session_id: str | None
-    context: ResolverContext
+    context: resources.ResolverContext
 
 
 def scope(ls: MevedelLanguageServer, folder: Folder | None, session_id: str | None) -> Scope:
@@ -154,13 +154,13 @@ def scope(ls: MevedelLanguageServer, folder: Folder | None, session_id: str | No
     # The resolver reads local files only: a remote folder has its sessions
     # (through the store target) but no local root.
     root = folder.root if folder is not None and folder.remote is None else None
-    context = ResolverContext(
+    context = resources.ResolverContext(
         workspace_root=root,
         session_dir=session_dir,
         memory_roots=tuple(
-            MemoryRoot(path, r.location, r.kind) for r in settings.memory_roots if (path := _root_path(r.path, root))
+            resources.MemoryRoot(path, r.location, r.kind) for r in settings.memory_roots if (path := _root_path(r.path, root))
         ),
-        skill_roots=tuple(SkillRoot(path, r.origin) for r in settings.skill_roots if (path := _root_path(r.path, root))),
+        skill_roots=tuple(resources.SkillRoot(path, r.origin) for r in settings.skill_roots if (path := _root_path(r.path, root))),
         completion_limit=settings.completion_limit,
         live_history=ls.sessions.live_history(folder, session_id) if ls.sessions is not None else None,
         store_target=_store_target(ls, folder),

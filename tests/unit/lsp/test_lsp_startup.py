@@ -1,6 +1,10 @@
 """An editor's idle language server carries neither the ACP nor the MCP
 SDK: they load with the first agent or MCP server (their memory is most of
-an idle server's; bench/bench_lsp_memory.py measures it)."""
+an idle server's; bench/bench_lsp_memory.py measures it). Nor does a server
+that has just been built carry the store's, the resolver's or the artifact
+store's machinery: it answers ``initialize`` without them, and they load with
+the folders' services (``initialized``) or the first request that needs them
+(bench/bench_lsp_startup.py measures the start)."""
 
 from __future__ import annotations
 
@@ -18,3 +22,28 @@ def test_a_built_server_has_loaded_no_agent_or_mcp_sdk():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+#: What a built server may hold of those packages: the refusals its
+#: handlers catch, and the agent package's SDK import hook.
+LIGHT = {
+    "mevedel_server.store.errors",
+    "mevedel_server.artifacts.errors",
+    "mevedel_server.agents",
+    "mevedel_server.agents.errors",
+    "mevedel_server.agents.sdk_import",
+}
+
+
+def test_a_built_server_has_loaded_no_store_resolver_or_artifact_machinery():
+    probe = (
+        "import sys\n"
+        "from mevedel_server.lsp import FEATURES, build_server\n"
+        "build_server(FEATURES)\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    machinery = ("store.", "resources.", "artifacts.", "tool_server.", "mcp_client.", "agents")
+    loaded = {name for name in result.stdout.split() if name.startswith(tuple(f"mevedel_server.{m}" for m in machinery))}
+    assert sorted(loaded - LIGHT) == []
