@@ -19,11 +19,14 @@ this expects, the schema loads as it always did (slower, the same models).
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import importlib.abc
+    import importlib.machinery
 
 SCHEMA = "acp.schema"
 #: pydantic's step that reads the attribute docstrings (pydantic 2.7+).
@@ -34,7 +37,10 @@ def _skip_docstrings(*_args: Any, **_kwargs: Any) -> None:
     return None
 
 
-class _Loader(importlib.abc.Loader):
+# Neither class derives from importlib.abc's: importing that module loads
+# importlib.resources, tempfile and shutil, and the import system asks only
+# for these methods.
+class _Loader:
     def __init__(self, loader: importlib.abc.Loader) -> None:
         self._loader = loader
 
@@ -62,7 +68,7 @@ class _Loader(importlib.abc.Loader):
             setattr(fields, _DOCSTRING_STEP, original)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name != SCHEMA:
             return None

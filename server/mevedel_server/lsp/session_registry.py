@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 from mevedel_protocol import converter, methods
 from mevedel_protocol.session import SessionDidChangeParams
 
-from .. import store
-from ..targets import Target, TargetError, workspace_target
+from .. import store, targets
 from .errors import failure
 from .follow import FollowManager
 from .workspaces import Folder
 
 if TYPE_CHECKING:
     from ..store import LiveHistory, SessionChange, SessionControl
+    from ..targets import Target
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
@@ -71,8 +71,8 @@ class SessionRegistry:
         if known is not None:
             return known[1]
         try:
-            target = workspace_target(folder.remote or folder.root)
-        except TargetError as error:
+            target = targets.workspace_target(folder.remote or folder.root)
+        except targets.TargetError as error:
             raise failure("unavailable", folder.uri, f"the workspace folder cannot hold sessions: {error.reason}") from None
         settings = self.ls.settings
         service = store.SessionService(
