@@ -20,9 +20,8 @@ Nothing of the server is imported before the arguments are read: the
 modules (pygls and lsprotocol with them, most of a start) load inside
 ``main``, with the cyclic collector's older generations held off
 (``loading.py``: the server lives on, so its young garbage is collected)
-and asyncio's TLS
-support left to its first use (``tls_on_demand.py``); the serving itself is
-``serving.py``.
+and asyncio's TLS support left to its first use (``tls_on_demand.py``); the
+serving itself is ``serving.py``.
 """
 
 from __future__ import annotations
