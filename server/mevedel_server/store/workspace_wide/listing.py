@@ -75,7 +75,12 @@ from ...targets import (
     Target,
     raise_for_result,
 )
-from ..authority.lease import ClientIdentity, LeaseObservation, LeaseStanding
+from ..authority.lease import (
+    ClientIdentity,
+    LeaseObservation,
+    LeaseStanding,
+    decode_lease_generation,
+)
 from ..authority.publication import decode_manifest
 from ..authority.records import (
     LeaseRecord,
@@ -648,19 +653,6 @@ class _Probe:
                 f"{label}: the sidecar belongs to session {facts.session_id}",
                 RecordErrorKind.INVALID_VALUE,
             )
-
-
-def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
-    """A lease record, refused unless it is the generation its name says."""
-    label = paths.generation_label(generation)
-    record = decode_record(LeaseRecord, raw, label)
-    if record.generation != generation:
-        raise RecordError(
-            RecordErrorKind.INVALID_VALUE,
-            label,
-            f"records generation {record.generation} under the name of generation {generation}",
-        )
-    return record
 
 
 async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[SessionSurvey], int | None]:
