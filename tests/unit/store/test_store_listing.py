@@ -273,6 +273,19 @@ async def test_bad_bytes_become_inspect_rows_and_nothing_is_deleted(tmp_path, ta
     assert tree(tmp_path) == before
 
 
+async def test_a_sidecar_missing_a_field_is_refused_naming_the_file_and_the_field(tmp_path, target):
+    await published_session(target, sid(1), turns=2, name="damaged")
+    data = _sidecar_file(tmp_path, sid(1)).read_bytes()
+    assert b'"chapters":[],' in data
+    _republish_sidecar(tmp_path, sid(1), data.replace(b'"chapters":[],', b"", 1))
+    listing = await list_sessions(target, ME)
+    [row] = listing.inspect_rows
+    assert (row.subject, row.kind) == (InspectSubject.SIDECAR, SidecarErrorKind.MISSING_FIELD)
+    published = _sidecar_file(tmp_path, sid(1)).relative_to(session_dir(tmp_path, sid(1)))
+    assert row.reason == f"session {sid(1)}: {published} (session.json): missing field(s) chapters"
+    assert listing.rows == ()
+
+
 async def test_a_publication_without_a_sidecar_is_an_inspect_row(tmp_path, target):
     await materialize_session(target, sid(1))
     lease = await acquire_lease(target, sid(1), ME)

@@ -287,7 +287,7 @@ class SidecarFacts(msgspec.Struct, frozen=True):
 def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     """The listing facts of current-version sidecar bytes, or why they are
     not a current sidecar (nothing is guessed from other versions)."""
-    sidecar = classify_sidecar(data)
+    sidecar = classify_sidecar(data, read_only=True)
     if not isinstance(sidecar, Sidecar):
         return sidecar
     # Positional, in field order: a listing makes one a session.
