@@ -464,9 +464,13 @@ class _Probe:
         if listed.status is _OK:
             names = listed.value
             # A crash inside the marker's creation leaves its temporary file.
-            survey.unpublished_child = UNPUBLISHED_CHILD in names or any(
-                n.startswith(_DEBRIS_START) and _MARKER_DEBRIS.match(n) for n in names
-            )
+            unpublished = UNPUBLISHED_CHILD in names
+            if not unpublished:
+                for n in names:
+                    if n.startswith(_DEBRIS_START) and _MARKER_DEBRIS.match(n):
+                        unpublished = True
+                        break
+            survey.unpublished_child = unpublished
             survey.empty = not names
             self.recovery_unread = RECOVERY_DIR in names
         lease, requests = entry.chains
@@ -530,14 +534,18 @@ class _Probe:
             return
         link = links[0]
         record = self._accept_lease(link.status, link.data, link.reason, now)
-        if record is None or record.publication_head is None or count < 2:
+        if record is None or count < 2:
+            return
+        head_path = record.publication_head
+        if head_path is None:
             return
         link = links[1]
-        if link.path != self._manifest_path():
+        if link.path != paths.inside(head_path):
             return
-        if self._accept_manifest(link.status, link.data, link.reason) is not None and count > 2:
+        manifest = self._accept_manifest(link.status, link.data, link.reason, head_path)
+        if manifest is not None and count > 2:
             link = links[2]
-            if link.path == self._sidecar_path():
+            if link.path == paths.inside(manifest.entries[SIDECAR_PATH].published):
                 self._accept_sidecar(link.status, link.data, link.reason)
 
     def _accept_directory(self) -> None:
@@ -590,11 +598,15 @@ class _Probe:
         self.stage = _Stage.DONE if record.publication_head is None else _Stage.MANIFEST
         return record
 
-    def _accept_manifest(self, status: Status, data: bytes | None, reason: str | None) -> PublicationManifest | None:
-        """Take the head's manifest; the manifest once accepted."""
+    def _accept_manifest(
+        self, status: Status, data: bytes | None, reason: str | None, head: str | None = None
+    ) -> PublicationManifest | None:
+        """Take the manifest of the head's publication ``head`` (None: the
+        accepted lease record's); the manifest once accepted."""
         paths = self.survey.paths
         assert paths is not None and self.survey.observation is not None
-        head = self.survey.observation.publication_head
+        if head is None:
+            head = self.survey.observation.publication_head
         assert head is not None
         label = paths.label(head)
         if status is not _OK:
@@ -718,23 +730,40 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
     standing = observation.standing
     sidecar = survey.sidecar
     updated = survey.last_update
+    name = survey.name
+    # Positional, in field order: a listing makes one a session.
+    if sidecar is not None:
+        shown, named, turns, preview, artifact = (
+            sidecar.shown_name or sidecar.display_name or name,
+            bool(sidecar.display_name),
+            sidecar.turn_count,
+            sidecar.latest_preview,
+            sidecar.dedicated_artifact,
+        )
+    else:
+        shown, named, turns, preview, artifact = name, False, 0, None, None
+    if record is not None:
+        state, host, is_self, expires = record.state, record.host, record.client_id == client.client_id, record.expires_at
+    else:
+        state = host = expires = None
+        is_self = False
     return SessionRow(
-        session_id=survey.name,
-        display_name=(sidecar.shown_name or sidecar.display_name or survey.name) if sidecar else survey.name,
-        named=bool(sidecar and sidecar.display_name),
-        published=survey.manifest is not None,
-        turn_count=sidecar.turn_count if sidecar else 0,
-        latest_preview=sidecar.latest_preview if sidecar else None,
-        updated_at=updated if updated is not None else 0,
-        standing=standing,
-        lease_state=record.state if record else None,
-        holder_host=record.host if record else None,
-        holder_is_self=bool(record and record.client_id == client.client_id),
-        lease_expires_at=record.expires_at if record else None,
-        action=_action(record, standing, client, open_here),
-        recovery_pending=survey.recovery,
-        dedicated_artifact=sidecar.dedicated_artifact if sidecar else None,
-        control_request=survey.control_request,
+        name,
+        shown,
+        named,
+        survey.manifest is not None,
+        turns,
+        preview,
+        updated if updated is not None else 0,
+        standing,
+        state,
+        host,
+        is_self,
+        expires,
+        _action(record, standing, client, open_here),
+        survey.recovery,
+        artifact,
+        survey.control_request,
     )
 
 
