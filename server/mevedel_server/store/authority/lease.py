@@ -176,7 +176,9 @@ class LeaseStanding(enum.Enum):
     EXPIRED = "expired"
 
 
-class LeaseObservation(msgspec.Struct, frozen=True):
+# Untracked by the garbage collector (gc=False): it holds a record, bytes
+# and numbers, never a cycle, and a listing makes one a session.
+class LeaseObservation(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     #: The head generation, 0 when the session was never claimed.
     generation: int

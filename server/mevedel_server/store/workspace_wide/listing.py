@@ -146,7 +146,10 @@ def _action(record: LeaseRecord | None, standing: LeaseStanding, client: ClientI
     return SessionAction.JOIN if standing is LeaseStanding.HELD else SessionAction.TAKE_OVER
 
 
-class ControlAsk(msgspec.Struct, frozen=True):
+# Requests, rows, surveys and sidecar facts are untracked by the garbage
+# collector (gc=False): they hold values and records, never a cycle, and a
+# listing makes one of each a session.
+class ControlAsk(msgspec.Struct, frozen=True, gc=False):
     """A request for control of a session that its holder has not answered
     (read by the listing: see :meth:`_Probe.ops`)."""
 
@@ -156,7 +159,7 @@ class ControlAsk(msgspec.Struct, frozen=True):
     transfer_generation: int
 
 
-class SessionRow(msgspec.Struct, frozen=True):
+class SessionRow(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     #: The sidecar's display name; the session ID when the session is unnamed.
     display_name: str
@@ -234,7 +237,7 @@ class UnfinishedSession(msgspec.Struct, frozen=True):
     generation: int
 
 
-class SessionSurvey(msgspec.Struct):
+class SessionSurvey(msgspec.Struct, gc=False):
     """What the listing learnt about one session directory (internal shape
     shared with cleanup, which needs the lease facts of Inspect rows too)."""
 
@@ -264,7 +267,7 @@ class SessionSurvey(msgspec.Struct):
         return self.modified_at
 
 
-class SidecarFacts(msgspec.Struct, frozen=True):
+class SidecarFacts(msgspec.Struct, frozen=True, gc=False):
     """What listing, cleanup and collection need from a committed sidecar."""
 
     session_id: str
