@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import operator
 import re
 from collections.abc import Collection
 
@@ -792,10 +793,13 @@ async def list_sessions(
             inspect.append(survey.problem)
         else:
             rows.append(_row(survey, client, survey.name in open_sessions))
-    rows.sort(key=lambda r: (r.updated_at, r.session_id), reverse=True)
+    rows.sort(key=_NEWEST_FIRST, reverse=True)
     inspect.sort(key=lambda r: (r.modified_at or 0, r.name), reverse=True)
     return Listing(tuple(rows), tuple(inspect), now, tuple(unfinished), (surveys, now))
 
+
+#: How rows sort (reversed): by update, then session ID.
+_NEWEST_FIRST = operator.attrgetter("updated_at", "session_id")
 
 _MARKER_DEBRIS = re.compile(rf"^\.{re.escape(UNPUBLISHED_CHILD)}\.[0-9a-z]+\.tmp\Z")
 #: How every name _MARKER_DEBRIS matches starts (a cheaper test first).
