@@ -308,6 +308,26 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     )
 
 
+#: Sidecar facts by the SHA-256 of the bytes they were read from: published
+#: bytes never change, and a listing reads every session's sidecar each time
+#: it lists. At most this many; then it starts afresh.
+_FACTS_REMEMBERED = 2048
+_facts_by_digest: dict[str, SidecarFacts] = {}
+
+
+def _facts_of_digest(digest: str, data: bytes) -> SidecarFacts | SidecarRefusal:
+    """:func:`sidecar_facts` of ``data``, whose SHA-256 the caller found to
+    be ``digest``; a refusal is not remembered (it is judged again)."""
+    facts = _facts_by_digest.get(digest)
+    if facts is None:
+        facts = sidecar_facts(data)
+        if isinstance(facts, SidecarFacts):
+            if len(_facts_by_digest) >= _FACTS_REMEMBERED:
+                _facts_by_digest.clear()
+            _facts_by_digest[digest] = facts
+    return facts
+
+
 class _Stage(enum.Enum):
     #: The lease head and what it names, followed by the target in one
     #: operation (the survey's lease chain), judged against a clock of the
@@ -644,7 +664,7 @@ class _Probe:
         entry = manifest.entries[SIDECAR_PATH]
         facts = None
         if status is _OK and len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256:  # type: ignore[arg-type]
-            facts = sidecar_facts(data)  # type: ignore[arg-type]
+            facts = _facts_of_digest(entry.sha256, data)  # type: ignore[arg-type]
             if not isinstance(facts, SidecarRefusal) and facts.session_id == paths.session_id:
                 survey.sidecar = facts
                 self.stage = _Stage.DONE
