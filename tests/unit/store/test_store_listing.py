@@ -273,6 +273,26 @@ async def test_bad_bytes_become_inspect_rows_and_nothing_is_deleted(tmp_path, ta
     assert tree(tmp_path) == before
 
 
+async def test_a_listing_after_a_new_publication_shows_the_new_sidecar(tmp_path, target):
+    await published_session(target, sid(1), turns=1, name="before")
+    await published_session(target, sid(2), turns=1, name="before")
+    assert [r.display_name for r in (await list_sessions(target, ME)).rows] == ["before", "before"]
+    after = sidecar_bytes(sid(1), turns=2, name="after", updated=2_000)
+    lease = await acquire_lease(target, sid(1), ME)
+    await Publisher(lease).publish({"session.json": after})
+    await lease.release()
+    rows = {r.session_id: r for r in (await list_sessions(target, ME)).rows}
+    assert (rows[sid(1)].display_name, rows[sid(1)].turn_count) == ("after", 2)
+    assert (rows[sid(2)].display_name, rows[sid(2)].turn_count) == ("before", 1)
+    # The same sidecar bytes published again under another session are its
+    # sidecar no more than before.
+    _republish_sidecar(tmp_path, sid(2), after)
+    listing = await list_sessions(target, ME)
+    assert [r.session_id for r in listing.rows] == [sid(1)]
+    [row] = listing.inspect_rows
+    assert (row.name, row.kind) == (sid(2), RecordErrorKind.INVALID_VALUE) and "belongs to session" in row.reason
+
+
 async def test_a_sidecar_missing_a_field_is_refused_naming_the_file_and_the_field(tmp_path, target):
     await published_session(target, sid(1), turns=2, name="damaged")
     data = _sidecar_file(tmp_path, sid(1)).read_bytes()
