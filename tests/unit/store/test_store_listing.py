@@ -273,7 +273,7 @@ async def test_bad_bytes_become_inspect_rows_and_nothing_is_deleted(tmp_path, ta
     assert tree(tmp_path) == before
 
 
-async def test_a_listing_after_a_new_publication_shows_the_new_sidecar(tmp_path, target):
+async def test_a_listing_after_a_new_publication_or_claim_shows_the_new_records(tmp_path, target):
     await published_session(target, sid(1), turns=1, name="before")
     await published_session(target, sid(2), turns=1, name="before")
     assert [r.display_name for r in (await list_sessions(target, ME)).rows] == ["before", "before"]
@@ -284,6 +284,11 @@ async def test_a_listing_after_a_new_publication_shows_the_new_sidecar(tmp_path,
     rows = {r.session_id: r for r in (await list_sessions(target, ME)).rows}
     assert (rows[sid(1)].display_name, rows[sid(1)].turn_count) == ("after", 2)
     assert (rows[sid(2)].display_name, rows[sid(2)].turn_count) == ("before", 1)
+    assert rows[sid(1)].action is SessionAction.RESUME
+    held = await acquire_lease(target, sid(1), OTHER)
+    rows = {r.session_id: r for r in (await list_sessions(target, ME)).rows}
+    assert (rows[sid(1)].action, rows[sid(1)].holder_host) == (SessionAction.JOIN, "their-desktop")
+    await held.release()
     # The same sidecar bytes published again under another session are its
     # sidecar no more than before.
     _republish_sidecar(tmp_path, sid(2), after)

@@ -308,23 +308,45 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     )
 
 
-#: Sidecar facts by the SHA-256 of the bytes they were read from: published
-#: bytes never change, and a listing reads every session's sidecar each time
-#: it lists. At most this many; then it starts afresh.
-_FACTS_REMEMBERED = 2048
-_facts_by_digest: dict[str, SidecarFacts] = {}
+class _Remembered:
+    """What this process judged bytes to be, by what the judgement depended
+    on: the same bytes are judged the same way every time, and a listing
+    judges every session's lease head, manifest and sidecar each time it
+    lists. Only accepted records are kept (refused bytes are judged again),
+    for at most ``budget`` bytes judged; then it starts afresh."""
+
+    __slots__ = ("budget", "spent", "values")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.spent = 0
+        self.values: dict = {}
+
+    def keep(self, key: object, value: object, size: int) -> None:
+        if self.spent + size > self.budget:
+            self.values.clear()
+            self.spent = 0
+        self.values[key] = value
+        self.spent += size
+
+
+#: Lease records by the generation their name says and their bytes.
+_leases = _Remembered(2 * 1024 * 1024)
+#: Manifests by the publication their directory names and their bytes.
+_manifests = _Remembered(4 * 1024 * 1024)
+#: Sidecar facts by the SHA-256 of the bytes they were read from (published
+#: bytes never change; the listing checks the digest against the bytes).
+_sidecars = _Remembered(4 * 1024 * 1024)
 
 
 def _facts_of_digest(digest: str, data: bytes) -> SidecarFacts | SidecarRefusal:
     """:func:`sidecar_facts` of ``data``, whose SHA-256 the caller found to
-    be ``digest``; a refusal is not remembered (it is judged again)."""
-    facts = _facts_by_digest.get(digest)
+    be ``digest``."""
+    facts = _sidecars.values.get(digest)
     if facts is None:
         facts = sidecar_facts(data)
         if isinstance(facts, SidecarFacts):
-            if len(_facts_by_digest) >= _FACTS_REMEMBERED:
-                _facts_by_digest.clear()
-            _facts_by_digest[digest] = facts
+            _sidecars.keep(digest, facts, len(data))
     return facts
 
 
@@ -613,11 +635,15 @@ class _Probe:
                 self._op_failure(InspectSubject.LEASE, paths.generation_label(head), status, reason)
             return None
         assert data is not None
-        try:
-            record = decode_lease_generation(paths, head, data)
-        except RecordError as error:
-            self._fail_record(InspectSubject.LEASE, error)
-            return None
+        key = (head, data)
+        record = _leases.values.get(key)
+        if record is None:
+            try:
+                record = decode_lease_generation(paths, head, data)
+            except RecordError as error:
+                self._fail_record(InspectSubject.LEASE, error)
+                return None
+            _leases.keep(key, record, len(data))
         self.survey.observation = LeaseObservation(paths.session_id, head, record, data, now, self.generations)
         self.stage = _Stage.DONE if record.publication_head is None else _Stage.MANIFEST
         return record
@@ -640,11 +666,15 @@ class _Probe:
                 self._op_failure(InspectSubject.MANIFEST, label, status, reason)
             return None
         assert data is not None
-        try:
-            manifest = decode_manifest(label, publication_id_of(head), data)
-        except RecordError as error:
-            self._fail_record(InspectSubject.MANIFEST, error)
-            return None
+        key = (publication_id_of(head), data)
+        manifest = _manifests.values.get(key)
+        if manifest is None:
+            try:
+                manifest = decode_manifest(label, key[0], data)
+            except RecordError as error:
+                self._fail_record(InspectSubject.MANIFEST, error)
+                return None
+            _manifests.keep(key, manifest, len(data))
         if SIDECAR_PATH not in manifest.entries:
             self._fail(
                 InspectSubject.SIDECAR,
