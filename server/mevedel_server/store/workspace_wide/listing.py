@@ -27,6 +27,12 @@ as the decoded record names it is read directly (the manifest, then the
 sidecar), a ``.recovery/`` directory is listed, and the answer to a
 request of the live lease's transfer generation is looked for.
 
+Each record's bytes are judged once per process: a lease head by its
+generation and bytes, a manifest by its publication and bytes, a sidecar's
+facts by the SHA-256 its manifest records (checked against the bytes read)
+-- a listing reads every session's three records each time it lists, and
+mostly finds the bytes it judged before. Refused bytes are judged again.
+
 Bad bytes
 ---------
 A session whose records cannot be trusted (unreadable or malformed lease
