@@ -4,6 +4,7 @@ root. See the package docstring for the whole tree."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import msgspec
 
@@ -32,10 +33,20 @@ def generation_numbers(names: tuple[str, ...] | list[str]) -> list[int]:
     """Generation numbers named in a ``.lease/`` listing, ascending. Other
     names (temporary files, clock probes, later control subdirectories) are
     not generations and are ignored."""
+    numbers = [number for number in map(_generation_number, names) if number is not None]
+    numbers.sort()
+    return numbers
+
+
+@lru_cache(maxsize=4096)
+def _generation_number(name: str) -> int | None:
+    # Remembered: every session's lease directory names the same few
+    # generations, and a listing reads each session's.
+    if GENERATION_NAME.match(name) is None:
+        return None
     # The number is the match's one group, at a fixed place in the name.
-    match = GENERATION_NAME.match
     start = len(GENERATION_FAMILY[0])
-    return sorted([int(name[start : start + GENERATION_DIGITS]) for name in names if match(name)])
+    return int(name[start : start + GENERATION_DIGITS])
 
 
 def transfer_name(kind: str, transfer_generation: int) -> str:

@@ -273,6 +273,44 @@ async def test_bad_bytes_become_inspect_rows_and_nothing_is_deleted(tmp_path, ta
     assert tree(tmp_path) == before
 
 
+async def test_a_listing_after_a_new_publication_or_claim_shows_the_new_records(tmp_path, target):
+    await published_session(target, sid(1), turns=1, name="before")
+    await published_session(target, sid(2), turns=1, name="before")
+    assert [r.display_name for r in (await list_sessions(target, ME)).rows] == ["before", "before"]
+    after = sidecar_bytes(sid(1), turns=2, name="after", updated=2_000)
+    lease = await acquire_lease(target, sid(1), ME)
+    await Publisher(lease).publish({"session.json": after})
+    await lease.release()
+    rows = {r.session_id: r for r in (await list_sessions(target, ME)).rows}
+    assert (rows[sid(1)].display_name, rows[sid(1)].turn_count) == ("after", 2)
+    assert (rows[sid(2)].display_name, rows[sid(2)].turn_count) == ("before", 1)
+    assert rows[sid(1)].action is SessionAction.RESUME
+    held = await acquire_lease(target, sid(1), OTHER)
+    rows = {r.session_id: r for r in (await list_sessions(target, ME)).rows}
+    assert (rows[sid(1)].action, rows[sid(1)].holder_host) == (SessionAction.JOIN, "their-desktop")
+    await held.release()
+    # The same sidecar bytes published again under another session are its
+    # sidecar no more than before.
+    _republish_sidecar(tmp_path, sid(2), after)
+    listing = await list_sessions(target, ME)
+    assert [r.session_id for r in listing.rows] == [sid(1)]
+    [row] = listing.inspect_rows
+    assert (row.name, row.kind) == (sid(2), RecordErrorKind.INVALID_VALUE) and "belongs to session" in row.reason
+
+
+async def test_a_sidecar_missing_a_field_is_refused_naming_the_file_and_the_field(tmp_path, target):
+    await published_session(target, sid(1), turns=2, name="damaged")
+    data = _sidecar_file(tmp_path, sid(1)).read_bytes()
+    assert b'"chapters":[],' in data
+    _republish_sidecar(tmp_path, sid(1), data.replace(b'"chapters":[],', b"", 1))
+    listing = await list_sessions(target, ME)
+    [row] = listing.inspect_rows
+    assert (row.subject, row.kind) == (InspectSubject.SIDECAR, SidecarErrorKind.MISSING_FIELD)
+    published = _sidecar_file(tmp_path, sid(1)).relative_to(session_dir(tmp_path, sid(1)))
+    assert row.reason == f"session {sid(1)}: {published} (session.json): missing field(s) chapters"
+    assert listing.rows == ()
+
+
 async def test_a_publication_without_a_sidecar_is_an_inspect_row(tmp_path, target):
     await materialize_session(target, sid(1))
     lease = await acquire_lease(target, sid(1), ME)

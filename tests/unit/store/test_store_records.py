@@ -95,6 +95,18 @@ def test_bad_lease_bytes_are_refused_with_a_reason(name, data, kind):
     assert info.value.reason
 
 
+
+def test_a_refused_field_is_refused_every_time_beside_accepted_ones():
+    """Pattern checks remember what they accepted (a listing decodes the
+    same records each time): never what they refused."""
+    bad = GOOD.replace(b'"client-1"', b'"a b/c"')
+    for _ in range(3):
+        assert decode_record(LeaseRecord, GOOD, LABEL).client_id == "client-1"
+        with pytest.raises(RecordError) as info:
+            decode_record(LeaseRecord, bad, LABEL)
+        assert info.value.kind is RecordErrorKind.INVALID_VALUE and "client_id" in info.value.reason
+
+
 def _manifest_bytes(logical: str, published: str, sha: str = "c" * 64) -> bytes:
     return (
         b'{"format_version":1,"publication_id":"' + b"b" * 32 + b'","entries":{"'

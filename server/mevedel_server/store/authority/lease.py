@@ -176,7 +176,9 @@ class LeaseStanding(enum.Enum):
     EXPIRED = "expired"
 
 
-class LeaseObservation(msgspec.Struct, frozen=True):
+# Untracked by the garbage collector (gc=False): it holds a record, bytes
+# and numbers, never a cycle, and a listing makes one a session.
+class LeaseObservation(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     #: The head generation, 0 when the session was never claimed.
     generation: int
@@ -220,7 +222,7 @@ async def _observe(target: Target, paths: SessionPaths, with_clock: bool) -> Lea
         raise_for_result(newest, result[1])
         name, raw = result[1].value
         head = generation_numbers([name])[0]
-        record = _decode_generation(paths, head, raw)
+        record = decode_lease_generation(paths, head, raw)
         return LeaseObservation(paths.session_id, head, record, raw, now, tuple(sorted({*gens, head})))
     raise LeaseObservationError(f"session {paths.session_id}: the lease changed on every observation")
 
@@ -232,7 +234,9 @@ def _listed(op: Operation, result) -> list[int]:
     return generation_numbers(result.value)
 
 
-def _decode_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
+def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
+    """A lease record, refused unless it is the generation its name says
+    (every reader of a lease generation decodes it here)."""
     label = paths.generation_label(generation)
     record = decode_record(LeaseRecord, raw, label)
     if record.generation != generation:
@@ -271,7 +275,7 @@ async def read_lease_head_and_manifest(target: Target, paths: SessionPaths) -> t
             continue  # listed, then gone or replaced before the read: look again
         raw = links[0].data
         assert raw is not None
-        record = _decode_generation(paths, head, raw)
+        record = decode_lease_generation(paths, head, raw)
         observation = LeaseObservation(paths.session_id, head, record, raw, None, tuple(gens))
         publication = record.publication_head
         manifest = None
@@ -340,7 +344,7 @@ class _Prune(msgspec.Struct):
                     raise RecordError(
                         RecordErrorKind.INVALID_VALUE, paths.generation_label(generation), result.reason or result.status.value
                     )
-                _decode_generation(paths, generation, result.value)
+                decode_lease_generation(paths, generation, result.value)
             except RecordError as error:
                 if generation not in damaged:
                     damaged.add(generation)
@@ -405,7 +409,7 @@ def _stamped_written(
     creation of ``generation`` wrote."""
     reading = int(result.value)
     raw = op.content(reading)
-    return _decode_generation(paths, generation, raw), raw, reading
+    return decode_lease_generation(paths, generation, raw), raw, reading
 
 
 async def acquire_lease(
@@ -1006,7 +1010,7 @@ class LeaseHandle:
         if latest[-1] != above:
             return None
         try:
-            record = _decode_generation(self.paths, above, result[0].value)
+            record = decode_lease_generation(self.paths, above, result[0].value)
         except RecordError:
             return None
         if record.state is not LeaseState.CLAIMING or record.client_id == self.identity.client_id:

@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Callable, Container, Sequence
 from datetime import datetime
+from functools import lru_cache
 
 from ...targets import (
     ControlProgram,
@@ -62,6 +63,15 @@ def check_session_id(text: str) -> str:
 
 
 def is_session_id(text: str) -> bool:
+    if not isinstance(text, str):
+        return False
+    return _is_session_id(text)
+
+
+@lru_cache(maxsize=8192)
+def _is_session_id(text: str) -> bool:
+    # Remembered: a listing asks this of every session directory each time
+    # it lists, and the date check is most of a session's name check.
     try:
         check_session_id(text)
     except InvalidSessionId:

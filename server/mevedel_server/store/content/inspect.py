@@ -15,7 +15,14 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from .sidecar import Sidecar, SidecarError, SidecarErrorKind, load_sidecar, preview_of
+from .sidecar import (
+    Sidecar,
+    SidecarError,
+    SidecarErrorKind,
+    load_sidecar,
+    preview_of,
+    read_sidecar,
+)
 from .transcript import (
     Prompt,
     Record,
@@ -36,13 +43,14 @@ class InspectRow(msgspec.Struct, frozen=True):
     observed_version: object = None
 
 
-def classify_sidecar(data: bytes | None) -> Sidecar | InspectRow:
+def classify_sidecar(data: bytes | None, *, read_only: bool = False) -> Sidecar | InspectRow:
     """The current sidecar, or the Inspect row that replaces it. ``None``
-    means the snapshot holds no sidecar."""
+    means the snapshot holds no sidecar. ``read_only``: the caller only
+    reads its fields, and it is decoded once (:func:`.sidecar.read_sidecar`)."""
     if data is None:
         return InspectRow(SidecarErrorKind.MISSING, "the session has no sidecar")
     try:
-        return load_sidecar(data)
+        return read_sidecar(data) if read_only else load_sidecar(data)
     except SidecarError as exc:
         return InspectRow(exc.kind, exc.reason, exc.observed_version)
 

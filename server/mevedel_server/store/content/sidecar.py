@@ -12,8 +12,9 @@ record types of this module too, but live in append-only index pages
 transcript parts) whose count the sidecar's :class:`Layout` records; a save
 then rewrites one small page instead of an index that grows with every turn.
 
-:func:`load_sidecar` accepts exactly :data:`SIDECAR_FORMAT_VERSION` and its
-complete shape; everything else raises :class:`SidecarError` with a kind,
+:func:`load_sidecar` (and :func:`read_sidecar`, for a reader of fields)
+accepts exactly :data:`SIDECAR_FORMAT_VERSION` and its complete shape;
+everything else raises :class:`SidecarError` with a kind,
 the reason and the version it observed, so a listing can show an *Inspect*
 row instead of guessing a session. All times are whole target seconds
 (integers): no float, and so no NaN or Infinity, is ever valid.
@@ -473,23 +474,37 @@ OPTIONAL_FIELDS = frozenset({"engine", "dedicated_artifact", "agent_choices", "a
 _REQUIRED_FIELDS = _FIELDS - OPTIONAL_FIELDS
 
 
-#: Every field a sidecar must name, each as raw JSON: decoding it only
-#: proves they are present.
-_named = msgspec.json.Decoder(msgspec.defstruct("SidecarFieldsNamed", [(name, msgspec.Raw) for name in sorted(_REQUIRED_FIELDS)]))
+#: The sidecar as written: every field but :data:`OPTIONAL_FIELDS` has no
+#: default here (their types are the sidecar's), so one decode proves each
+#: present and checks the whole sidecar. Read only: an instance is a
+#: :class:`Sidecar` but compares equal only to its own type, so
+#: :func:`load_sidecar` hands out a plain one.
+_Stored = msgspec.defstruct(
+    "StoredSidecar",
+    [(f.name, f.type) for f in msgspec.structs.fields(Sidecar) if f.name in _REQUIRED_FIELDS],
+    bases=(Sidecar,),
+    kw_only=True,
+)
+_stored = msgspec.json.Decoder(_Stored)
 _typed = msgspec.json.Decoder(Sidecar)
 
 
 def load_sidecar(data: bytes) -> Sidecar:
     """Decode exactly the current sidecar version and its complete shape
     (every field present, none unknown), or raise SidecarError."""
+    read_sidecar(data)
+    return _typed.decode(data)  # accepts whatever the stored form accepts
+
+
+def read_sidecar(data: bytes) -> Sidecar:
+    """:func:`load_sidecar`'s sidecar, decoded once, for a reader that only
+    reads its fields (a listing reads one a session): it compares equal
+    only to another sidecar read this way."""
     try:
-        # Straight into the sidecar once every field is known present: that
-        # accepts exactly what the checks below accept, and whatever it
-        # refuses goes through them, which say what is wrong.
-        _named.decode(data)
-        return _typed.decode(data)
+        return _stored.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError):
         pass
+    # Refused: the checks below say what is wrong.
     if not data.strip():
         raise SidecarError(SidecarErrorKind.EMPTY, "the sidecar is empty")
     try:
@@ -518,7 +533,7 @@ def load_sidecar(data: bytes) -> Sidecar:
         missing = sorted(_REQUIRED_FIELDS - raw.keys())
         raise SidecarError(SidecarErrorKind.MISSING_FIELD, f"missing field(s) {', '.join(missing)}", found)
     try:
-        return msgspec.convert(raw, Sidecar, strict=True)
+        return msgspec.convert(raw, _Stored, strict=True)
     except msgspec.ValidationError as exc:
         message = str(exc)
         raise SidecarError(_classify(message), message, found) from None

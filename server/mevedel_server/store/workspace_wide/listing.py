@@ -27,6 +27,12 @@ as the decoded record names it is read directly (the manifest, then the
 sidecar), a ``.recovery/`` directory is listed, and the answer to a
 request of the live lease's transfer generation is looked for.
 
+Each record's bytes are judged once per process: a lease head by its
+generation and bytes, a manifest by its publication and bytes, a sidecar's
+facts by the SHA-256 its manifest records (checked against the bytes read)
+-- a listing reads every session's three records each time it lists, and
+mostly finds the bytes it judged before. Refused bytes are judged again.
+
 Bad bytes
 ---------
 A session whose records cannot be trusted (unreadable or malformed lease
@@ -53,6 +59,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import operator
 import re
 from collections.abc import Collection
 
@@ -75,7 +82,12 @@ from ...targets import (
     Target,
     raise_for_result,
 )
-from ..authority.lease import ClientIdentity, LeaseObservation, LeaseStanding
+from ..authority.lease import (
+    ClientIdentity,
+    LeaseObservation,
+    LeaseStanding,
+    decode_lease_generation,
+)
 from ..authority.publication import decode_manifest
 from ..authority.records import (
     LeaseRecord,
@@ -141,7 +153,10 @@ def _action(record: LeaseRecord | None, standing: LeaseStanding, client: ClientI
     return SessionAction.JOIN if standing is LeaseStanding.HELD else SessionAction.TAKE_OVER
 
 
-class ControlAsk(msgspec.Struct, frozen=True):
+# Requests, rows, surveys and sidecar facts are untracked by the garbage
+# collector (gc=False): they hold values and records, never a cycle, and a
+# listing makes one of each a session.
+class ControlAsk(msgspec.Struct, frozen=True, gc=False):
     """A request for control of a session that its holder has not answered
     (read by the listing: see :meth:`_Probe.ops`)."""
 
@@ -151,7 +166,7 @@ class ControlAsk(msgspec.Struct, frozen=True):
     transfer_generation: int
 
 
-class SessionRow(msgspec.Struct, frozen=True):
+class SessionRow(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     #: The sidecar's display name; the session ID when the session is unnamed.
     display_name: str
@@ -229,7 +244,7 @@ class UnfinishedSession(msgspec.Struct, frozen=True):
     generation: int
 
 
-class SessionSurvey(msgspec.Struct):
+class SessionSurvey(msgspec.Struct, gc=False):
     """What the listing learnt about one session directory (internal shape
     shared with cleanup, which needs the lease facts of Inspect rows too)."""
 
@@ -259,7 +274,7 @@ class SessionSurvey(msgspec.Struct):
         return self.modified_at
 
 
-class SidecarFacts(msgspec.Struct, frozen=True):
+class SidecarFacts(msgspec.Struct, frozen=True, gc=False):
     """What listing, cleanup and collection need from a committed sidecar."""
 
     session_id: str
@@ -282,7 +297,7 @@ class SidecarFacts(msgspec.Struct, frozen=True):
 def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     """The listing facts of current-version sidecar bytes, or why they are
     not a current sidecar (nothing is guessed from other versions)."""
-    sidecar = classify_sidecar(data)
+    sidecar = classify_sidecar(data, read_only=True)
     if not isinstance(sidecar, Sidecar):
         return sidecar
     # Positional, in field order: a listing makes one a session.
@@ -297,6 +312,48 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
         shown_name(sidecar, sidecar.session_id),
         sidecar.workspace_id,
     )
+
+
+class _Remembered:
+    """What this process judged bytes to be, by what the judgement depended
+    on: the same bytes are judged the same way every time, and a listing
+    judges every session's lease head, manifest and sidecar each time it
+    lists. Only accepted records are kept (refused bytes are judged again),
+    for at most ``budget`` bytes judged; then it starts afresh."""
+
+    __slots__ = ("budget", "spent", "values")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.spent = 0
+        self.values: dict = {}
+
+    def keep(self, key: object, value: object, size: int) -> None:
+        if self.spent + size > self.budget:
+            self.values.clear()
+            self.spent = 0
+        self.values[key] = value
+        self.spent += size
+
+
+#: Lease records by the generation their name says and their bytes.
+_leases = _Remembered(2 * 1024 * 1024)
+#: Manifests by the publication their directory names and their bytes.
+_manifests = _Remembered(4 * 1024 * 1024)
+#: Sidecar facts by the SHA-256 of the bytes they were read from (published
+#: bytes never change; the listing checks the digest against the bytes).
+_sidecars = _Remembered(4 * 1024 * 1024)
+
+
+def _facts_of_digest(digest: str, data: bytes) -> SidecarFacts | SidecarRefusal:
+    """:func:`sidecar_facts` of ``data``, whose SHA-256 the caller found to
+    be ``digest``."""
+    facts = _sidecars.values.get(digest)
+    if facts is None:
+        facts = sidecar_facts(data)
+        if isinstance(facts, SidecarFacts):
+            _sidecars.keep(digest, facts, len(data))
+    return facts
 
 
 class _Stage(enum.Enum):
@@ -459,9 +516,13 @@ class _Probe:
         if listed.status is _OK:
             names = listed.value
             # A crash inside the marker's creation leaves its temporary file.
-            survey.unpublished_child = UNPUBLISHED_CHILD in names or any(
-                n.startswith(_DEBRIS_START) and _MARKER_DEBRIS.match(n) for n in names
-            )
+            unpublished = UNPUBLISHED_CHILD in names
+            if not unpublished:
+                for n in names:
+                    if n.startswith(_DEBRIS_START) and _MARKER_DEBRIS.match(n):
+                        unpublished = True
+                        break
+            survey.unpublished_child = unpublished
             survey.empty = not names
             self.recovery_unread = RECOVERY_DIR in names
         lease, requests = entry.chains
@@ -525,14 +586,18 @@ class _Probe:
             return
         link = links[0]
         record = self._accept_lease(link.status, link.data, link.reason, now)
-        if record is None or record.publication_head is None or count < 2:
+        if record is None or count < 2:
+            return
+        head_path = record.publication_head
+        if head_path is None:
             return
         link = links[1]
-        if link.path != self._manifest_path():
+        if link.path != paths.inside(head_path):
             return
-        if self._accept_manifest(link.status, link.data, link.reason) is not None and count > 2:
+        manifest = self._accept_manifest(link.status, link.data, link.reason, head_path)
+        if manifest is not None and count > 2:
             link = links[2]
-            if link.path == self._sidecar_path():
+            if link.path == paths.inside(manifest.entries[SIDECAR_PATH].published):
                 self._accept_sidecar(link.status, link.data, link.reason)
 
     def _accept_directory(self) -> None:
@@ -576,20 +641,28 @@ class _Probe:
                 self._op_failure(InspectSubject.LEASE, paths.generation_label(head), status, reason)
             return None
         assert data is not None
-        try:
-            record = decode_lease_generation(paths, head, data)
-        except RecordError as error:
-            self._fail_record(InspectSubject.LEASE, error)
-            return None
+        key = (head, data)
+        record = _leases.values.get(key)
+        if record is None:
+            try:
+                record = decode_lease_generation(paths, head, data)
+            except RecordError as error:
+                self._fail_record(InspectSubject.LEASE, error)
+                return None
+            _leases.keep(key, record, len(data))
         self.survey.observation = LeaseObservation(paths.session_id, head, record, data, now, self.generations)
         self.stage = _Stage.DONE if record.publication_head is None else _Stage.MANIFEST
         return record
 
-    def _accept_manifest(self, status: Status, data: bytes | None, reason: str | None) -> PublicationManifest | None:
-        """Take the head's manifest; the manifest once accepted."""
+    def _accept_manifest(
+        self, status: Status, data: bytes | None, reason: str | None, head: str | None = None
+    ) -> PublicationManifest | None:
+        """Take the manifest of the head's publication ``head`` (None: the
+        accepted lease record's); the manifest once accepted."""
         paths = self.survey.paths
         assert paths is not None and self.survey.observation is not None
-        head = self.survey.observation.publication_head
+        if head is None:
+            head = self.survey.observation.publication_head
         assert head is not None
         label = paths.label(head)
         if status is not _OK:
@@ -599,11 +672,15 @@ class _Probe:
                 self._op_failure(InspectSubject.MANIFEST, label, status, reason)
             return None
         assert data is not None
-        try:
-            manifest = decode_manifest(label, publication_id_of(head), data)
-        except RecordError as error:
-            self._fail_record(InspectSubject.MANIFEST, error)
-            return None
+        key = (publication_id_of(head), data)
+        manifest = _manifests.values.get(key)
+        if manifest is None:
+            try:
+                manifest = decode_manifest(label, key[0], data)
+            except RecordError as error:
+                self._fail_record(InspectSubject.MANIFEST, error)
+                return None
+            _manifests.keep(key, manifest, len(data))
         if SIDECAR_PATH not in manifest.entries:
             self._fail(
                 InspectSubject.SIDECAR,
@@ -623,7 +700,7 @@ class _Probe:
         entry = manifest.entries[SIDECAR_PATH]
         facts = None
         if status is _OK and len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256:  # type: ignore[arg-type]
-            facts = sidecar_facts(data)  # type: ignore[arg-type]
+            facts = _facts_of_digest(entry.sha256, data)  # type: ignore[arg-type]
             if not isinstance(facts, SidecarRefusal) and facts.session_id == paths.session_id:
                 survey.sidecar = facts
                 self.stage = _Stage.DONE
@@ -648,19 +725,6 @@ class _Probe:
                 f"{label}: the sidecar belongs to session {facts.session_id}",
                 RecordErrorKind.INVALID_VALUE,
             )
-
-
-def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
-    """A lease record, refused unless it is the generation its name says."""
-    label = paths.generation_label(generation)
-    record = decode_record(LeaseRecord, raw, label)
-    if record.generation != generation:
-        raise RecordError(
-            RecordErrorKind.INVALID_VALUE,
-            label,
-            f"records generation {record.generation} under the name of generation {generation}",
-        )
-    return record
 
 
 async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[SessionSurvey], int | None]:
@@ -726,23 +790,40 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
     standing = observation.standing
     sidecar = survey.sidecar
     updated = survey.last_update
+    name = survey.name
+    # Positional, in field order: a listing makes one a session.
+    if sidecar is not None:
+        shown, named, turns, preview, artifact = (
+            sidecar.shown_name or sidecar.display_name or name,
+            bool(sidecar.display_name),
+            sidecar.turn_count,
+            sidecar.latest_preview,
+            sidecar.dedicated_artifact,
+        )
+    else:
+        shown, named, turns, preview, artifact = name, False, 0, None, None
+    if record is not None:
+        state, host, is_self, expires = record.state, record.host, record.client_id == client.client_id, record.expires_at
+    else:
+        state = host = expires = None
+        is_self = False
     return SessionRow(
-        session_id=survey.name,
-        display_name=(sidecar.shown_name or sidecar.display_name or survey.name) if sidecar else survey.name,
-        named=bool(sidecar and sidecar.display_name),
-        published=survey.manifest is not None,
-        turn_count=sidecar.turn_count if sidecar else 0,
-        latest_preview=sidecar.latest_preview if sidecar else None,
-        updated_at=updated if updated is not None else 0,
-        standing=standing,
-        lease_state=record.state if record else None,
-        holder_host=record.host if record else None,
-        holder_is_self=bool(record and record.client_id == client.client_id),
-        lease_expires_at=record.expires_at if record else None,
-        action=_action(record, standing, client, open_here),
-        recovery_pending=survey.recovery,
-        dedicated_artifact=sidecar.dedicated_artifact if sidecar else None,
-        control_request=survey.control_request,
+        name,
+        shown,
+        named,
+        survey.manifest is not None,
+        turns,
+        preview,
+        updated if updated is not None else 0,
+        standing,
+        state,
+        host,
+        is_self,
+        expires,
+        _action(record, standing, client, open_here),
+        survey.recovery,
+        artifact,
+        survey.control_request,
     )
 
 
@@ -768,10 +849,13 @@ async def list_sessions(
             inspect.append(survey.problem)
         else:
             rows.append(_row(survey, client, survey.name in open_sessions))
-    rows.sort(key=lambda r: (r.updated_at, r.session_id), reverse=True)
+    rows.sort(key=_NEWEST_FIRST, reverse=True)
     inspect.sort(key=lambda r: (r.modified_at or 0, r.name), reverse=True)
     return Listing(tuple(rows), tuple(inspect), now, tuple(unfinished), (surveys, now))
 
+
+#: How rows sort (reversed): by update, then session ID.
+_NEWEST_FIRST = operator.attrgetter("updated_at", "session_id")
 
 _MARKER_DEBRIS = re.compile(rf"^\.{re.escape(UNPUBLISHED_CHILD)}\.[0-9a-z]+\.tmp\Z")
 #: How every name _MARKER_DEBRIS matches starts (a cheaper test first).

@@ -122,6 +122,8 @@ def test_refusals_have_a_kind_and_a_reason(data: bytes, kind: SidecarErrorKind, 
     row = classify_sidecar(data)
     assert isinstance(row, InspectRow)
     assert row.kind is kind and row.reason == caught.value.reason
+    # The listing's one decode refuses the same bytes for the same reason.
+    assert classify_sidecar(data, read_only=True) == row
 
 
 def test_inspect_row_reports_the_observed_version() -> None:
@@ -135,6 +137,8 @@ def test_missing_sidecar_is_an_inspect_row() -> None:
 
 def test_classify_returns_the_sidecar_when_current() -> None:
     assert classify_sidecar(encode_sidecar(full_sidecar())) == full_sidecar()
+    read = classify_sidecar(encode_sidecar(full_sidecar()), read_only=True)
+    assert msgspec.structs.asdict(read) == msgspec.structs.asdict(full_sidecar())
 
 
 def test_file_snapshot_is_a_capture_or_a_gap() -> None:
