@@ -14,9 +14,9 @@ from .layout import MAX_TITLE
 
 Seconds = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
-ItemIdText = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")]
-SessionIdText = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
-Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+ItemIdText = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}\Z")]
+SessionIdText = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
 
 FORMAT_VERSION = 1
 
@@ -93,7 +93,7 @@ class ItemLeaseRecord(_Record, kw_only=True):
     format_version: Literal[1] = FORMAT_VERSION
     generation: Annotated[int, msgspec.Meta(ge=1, le=2**53)]
     state: ItemLeaseState
-    client_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,128}$")]
+    client_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,128}\Z")]
     host: Annotated[str, msgspec.Meta(max_length=255)]
     renewed_at: Seconds
     expires_at: Seconds
@@ -103,7 +103,7 @@ class ItemLeaseRecord(_Record, kw_only=True):
 
 
 class HandoverRequest(_Record, kw_only=True):
-    client_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,128}$")]
+    client_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,128}\Z")]
     host: Annotated[str, msgspec.Meta(max_length=255)]
 
 

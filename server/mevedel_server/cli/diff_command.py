@@ -28,7 +28,7 @@ from .session_client import (
     workspace_root,
 )
 
-_RANGE = re.compile(r"^(?:(\d+)|(\d*)\.\.(\d*))$")
+_RANGE = re.compile(r"^(?:(\d+)|(\d*)\.\.(\d*))\Z")
 _COLOURS = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}
 _RESET = "\033[0m"
 _BOLD = "\033[1m"

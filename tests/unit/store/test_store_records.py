@@ -81,6 +81,9 @@ BAD_LEASES = [
     ("expiry before renewal", GOOD.replace(b'"expires_at":160', b'"expires_at":99'), RecordErrorKind.INVALID_VALUE),
     ("head escapes", GOOD.replace(HEAD.encode(), b"../../other/manifest.json"), RecordErrorKind.INVALID_VALUE),
     ("bad client id", GOOD.replace(b'"client-1"', b'"a b/c"'), RecordErrorKind.INVALID_VALUE),
+    # A regex's ``$`` also matches before a final newline.
+    ("client id and a newline", GOOD.replace(b'"client-1"', b'"client-1\\n"'), RecordErrorKind.INVALID_VALUE),
+    ("head and a newline", GOOD.replace(HEAD.encode(), HEAD.encode() + b"\\n"), RecordErrorKind.INVALID_VALUE),
     ("not an object", b"[1, 2, 3]", RecordErrorKind.WRONG_TYPE),
 ]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
 
 #: ``subagentMaxDepth`` unless set: a root agent's sub-agent is depth 1.
 DEFAULT_MAX_DEPTH = 2

@@ -81,7 +81,7 @@ _VOLUME_NAME = re.compile(rf"^\.pack-{PUBLICATION_ID_PATTERN}\.mvpack\Z")
 #: A temporary file a crash left while a volume was being created.
 VOLUME_DEBRIS = re.compile(rf"^\.\.pack-{PUBLICATION_ID_PATTERN}\.mvpack\.[0-9a-z]+\.tmp\Z")
 
-Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
 Size = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 
 

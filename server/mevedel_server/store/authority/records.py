@@ -33,11 +33,11 @@ MAX_INTEGER = 2**53
 
 PUBLICATION_ID_PATTERN = r"[0-9a-f]{32}"
 #: ``publication_head``: the session-relative path of a manifest.
-HEAD_PATTERN = rf"^\.publications/{PUBLICATION_ID_PATTERN}/manifest\.json$"
+HEAD_PATTERN = rf"^\.publications/{PUBLICATION_ID_PATTERN}/manifest\.json\Z"
 #: Where a manifest entry's immutable bytes live (this or an earlier publication).
-PUBLISHED_PATTERN = rf"^\.publications/{PUBLICATION_ID_PATTERN}/[0-9]{{6,}}\.data$"
-SHA256_PATTERN = r"^[0-9a-f]{64}$"
-CLIENT_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+PUBLISHED_PATTERN = rf"^\.publications/{PUBLICATION_ID_PATTERN}/[0-9]{{6,}}\.data\Z"
+SHA256_PATTERN = r"^[0-9a-f]{64}\Z"
+CLIENT_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}\Z"
 
 Seconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
@@ -167,7 +167,7 @@ class TransferDecision(_Record, kw_only=True):
     owner_client: Annotated[str, msgspec.Meta(pattern=CLIENT_ID_PATTERN)]
     verdict: TransferVerdict
     #: ``answered`` (the owner's user chose) or ``timeout`` (nobody answered).
-    reason: Annotated[str, msgspec.Meta(pattern=r"^(answered|timeout)$")]
+    reason: Annotated[str, msgspec.Meta(pattern=r"^(answered|timeout)\Z")]
     decided_at: Seconds
 
 
@@ -192,7 +192,7 @@ class TransferFence(_Record, kw_only=True):
 
 class WorkspaceIdentity(_Record, kw_only=True):
     format_version: int = WORKSPACE_FORMAT_VERSION
-    workspace_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+    workspace_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
 
 
 class KeptTurnState(_Record, kw_only=True):

@@ -43,7 +43,7 @@ from ..errors import InvalidSessionId, SessionOccupied
 from ..layout import SESSIONS_DIR, STATE_DIR, WORKSPACE_ID_PATH, SessionPaths
 from .records import WorkspaceIdentity, decode_record, encode_record
 
-SESSION_ID_PATTERN = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2})-([0-9]{2})-([0-9a-f]{12})$")
+SESSION_ID_PATTERN = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2})-([0-9]{2})-([0-9a-f]{12})\Z")
 _WORKSPACE_LABEL = "workspace: .mevedel/workspace-id"
 
 

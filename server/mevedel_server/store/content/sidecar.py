@@ -50,20 +50,20 @@ PREVIEW_LIMIT = 200
 DISPLAY_NAME_LIMIT = 1000
 NAMING_INPUT_LIMIT = 2000
 
-Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
 Size = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 Preview = Annotated[str, msgspec.Meta(max_length=PREVIEW_LIMIT)]
 DisplayName = Annotated[str, msgspec.Meta(min_length=1, max_length=DISPLAY_NAME_LIMIT)]
 NamingInput = Annotated[str, msgspec.Meta(max_length=NAMING_INPUT_LIMIT)]
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
 #: A tracked file: workspace-relative or target-absolute, never empty, no NUL.
-TrackedPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00\n]+$")]
-SettingKey = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
+TrackedPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00\n]+\Z")]
+SettingKey = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_.-]{0,63}\Z")]
 SettingValue = Annotated[str, msgspec.Meta(max_length=4096)] | Annotated[int, msgspec.Meta(ge=-MAX_INTEGER, le=MAX_INTEGER)] | bool
-ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
-CommitId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
-TargetPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00\n]+$")]
-WORKSPACE_ID_TEXT = r"^[0-9a-f]{64}$"
+ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")]
+CommitId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")]
+TargetPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00\n]+\Z")]
+WORKSPACE_ID_TEXT = r"^[0-9a-f]{64}\Z"
 
 
 class SidecarErrorKind(enum.Enum):
@@ -110,7 +110,7 @@ class _Closed(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=T
 
 
 Mode = Annotated[int, msgspec.Meta(ge=0, le=0o7777)]
-LinkTarget = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00]+$")]
+LinkTarget = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00]+\Z")]
 
 
 class Present(_Closed, tag_field="state", tag="present", kw_only=True, omit_defaults=True):
@@ -253,8 +253,8 @@ def agent_history_note(engine: EngineRef | None, *, copy: bool) -> str | None:
 
 
 #: An agent's mode or config option id, and a chosen select value.
-OptionId = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^\x00\n]+$")]
-OptionValue = Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=r"^[^\x00\n]+$")] | bool
+OptionId = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^\x00\n]+\Z")]
+OptionValue = Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=r"^[^\x00\n]+\Z")] | bool
 #: How many config choices one agent's record may hold.
 MAX_CONFIG_CHOICES = 64
 
@@ -273,7 +273,7 @@ class AgentChoice(_Closed, kw_only=True, omit_defaults=True):
             raise ValueError(f"an agent choice holds at most {MAX_CONFIG_CHOICES} config options")
 #: A retained agent's path: its caller's path and its name, segment by
 #: segment (``reviewer``, ``reviewer/search``).
-AgentPath = Annotated[str, msgspec.Meta(max_length=600, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}(/[a-z0-9][a-z0-9_-]{0,63}){0,7}$")]
+AgentPath = Annotated[str, msgspec.Meta(max_length=600, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}(/[a-z0-9][a-z0-9_-]{0,63}){0,7}\Z")]
 #: Characters of a retained agent's result the registry keeps.
 RESULT_TEXT_LIMIT = 32 * 1024
 

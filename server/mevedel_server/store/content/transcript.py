@@ -38,12 +38,12 @@ MAX_SEGMENT = 9999
 MAX_INTEGER = 2**53
 
 #: A stable turn identity, reserved before any tool runs.
-TURN_ID_PATTERN = r"^[0-9a-f]{16}$"
+TURN_ID_PATTERN = r"^[0-9a-f]{16}\Z"
 TurnId = Annotated[str, msgspec.Meta(pattern=TURN_ID_PATTERN)]
 Seconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 TurnNumber = Annotated[int, msgspec.Meta(ge=1, le=MAX_INTEGER)]
 SegmentNumber = Annotated[int, msgspec.Meta(ge=1, le=MAX_SEGMENT)]
-SESSION_ID_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9a-f]{12}$"
+SESSION_ID_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9a-f]{12}\Z"
 SessionIdText = Annotated[str, msgspec.Meta(pattern=SESSION_ID_TEXT)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
@@ -53,9 +53,9 @@ PART_LIMIT = 64 * 1024
 _TURN_ID = re.compile(TURN_ID_PATTERN)
 #: A retained agent's path (``reviewer``, ``reviewer/search``).
 _AGENT_PATH = r"[a-z0-9][a-z0-9_-]{0,63}(?:/[a-z0-9][a-z0-9_-]{0,63}){0,7}"
-_AGENT_PART = re.compile(rf"^agents/({_AGENT_PATH})/part-([0-9]{{6}})\.chat\.jsonl$")
-_SEGMENT_NAME = re.compile(r"^segment-([0-9]{4})\.chat\.jsonl$")
-_SEGMENT_PART = re.compile(r"^segment-([0-9]{4})/part-([0-9]{6})\.chat\.jsonl$")
+_AGENT_PART = re.compile(rf"^agents/({_AGENT_PATH})/part-([0-9]{{6}})\.chat\.jsonl\Z")
+_SEGMENT_NAME = re.compile(r"^segment-([0-9]{4})\.chat\.jsonl\Z")
+_SEGMENT_PART = re.compile(r"^segment-([0-9]{4})/part-([0-9]{6})\.chat\.jsonl\Z")
 
 
 class SegmentOpening(enum.Enum):
@@ -193,7 +193,7 @@ class AgentTask(_Line, tag="agent_task", kw_only=True):
     transcripts existed holds the whole task in the turn (``task`` None)."""
 
     turn_id: TurnId
-    path: Annotated[str, msgspec.Meta(min_length=1, max_length=600, pattern=r"^[a-z0-9][a-z0-9_/-]*$")]
+    path: Annotated[str, msgspec.Meta(min_length=1, max_length=600, pattern=r"^[a-z0-9][a-z0-9_/-]*\Z")]
     agent: Name
     prompt: str
     steps: list[AgentStep]

@@ -79,7 +79,7 @@ class LifecycleRefused(LifecycleError):
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     v: int = TOKEN_FORMAT_VERSION
-    op: Annotated[str, msgspec.Meta(pattern=r"^[a-z-]{1,32}$")]
+    op: Annotated[str, msgspec.Meta(pattern=r"^[a-z-]{1,32}\Z")]
     session_id: str
     lease_generation: Annotated[int, msgspec.Meta(ge=0)]
     lease_client: str | None

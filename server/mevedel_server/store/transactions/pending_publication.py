@@ -75,7 +75,7 @@ PENDING_FORMAT_VERSION = 1
 _MARKER_NAME = re.compile(r"^pending-([0-9a-f]{32})\.json\Z")
 _ID_NAME = re.compile(r"^([0-9a-f]{32})\.data\Z")
 
-Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
 
 
 class PendingEntry(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):

@@ -88,7 +88,7 @@ DATA_NAME = "repair.data"
 #: Attempts at a guarded program when a lease renewal moved the generation.
 GUARD_ATTEMPTS = 4
 
-Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}\Z")]
 
 
 class BlobSpan(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -96,7 +96,7 @@ class BlobSpan(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
     size: Annotated[int, msgspec.Meta(ge=0)]
 
 
-Kind = Annotated[str, msgspec.Meta(pattern=r"^(file|directory|symlink)$")]
+Kind = Annotated[str, msgspec.Meta(pattern=r"^(file|directory|symlink)\Z")]
 Mode = Annotated[int, msgspec.Meta(ge=0, le=0o7777)]
 
 
@@ -121,7 +121,7 @@ class RecoveryMarker(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw
     recovery_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]
     session_id: str
     #: ``rewind`` or ``redo``.
-    operation: Annotated[str, msgspec.Meta(pattern=r"^[a-z-]{1,32}$")]
+    operation: Annotated[str, msgspec.Meta(pattern=r"^[a-z-]{1,32}\Z")]
     base_head: Annotated[str, msgspec.Meta(pattern=HEAD_PATTERN)] | None
     #: :func:`snapshot_digest` of the replacement being published.
     replacement: Sha256

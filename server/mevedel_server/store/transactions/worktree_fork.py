@@ -99,7 +99,7 @@ from .two_phase import (
     prepare,
 )
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _ALLOCATION_LIMIT = 1000
 #: Seconds ``git worktree add`` may take: it checks out the whole tree.
 _ADD_TIMEOUT = 600
