@@ -97,7 +97,7 @@ class PackedBlob(msgspec.Struct, array_like=True, forbid_unknown_fields=True, fr
 
 
 class PackedGeneration(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True, gc=False):
-    publication_id: Annotated[str, msgspec.Meta(pattern=f"^{PUBLICATION_ID_PATTERN}$")]
+    publication_id: Annotated[str, msgspec.Meta(pattern=rf"^{PUBLICATION_ID_PATTERN}\Z")]
     #: SHA-256 of the manifest's bytes (a blob of the pack).
     manifest: Sha256
     manifest_size: Size

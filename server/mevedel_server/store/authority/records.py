@@ -47,7 +47,7 @@ _client_id = pattern_check(CLIENT_ID_PATTERN)
 _head = pattern_check(HEAD_PATTERN)
 _published = pattern_check(PUBLISHED_PATTERN)
 _sha256 = pattern_check(SHA256_PATTERN)
-_publication_id = pattern_check(f"^{PUBLICATION_ID_PATTERN}$")
+_publication_id = pattern_check(rf"^{PUBLICATION_ID_PATTERN}\Z")
 
 
 class RecordErrorKind(enum.Enum):
@@ -217,7 +217,7 @@ class KeptTurnStates(_Record, kw_only=True):
 
     format_version: int = TURN_STATES_FORMAT_VERSION
     session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
-    states: dict[Annotated[str, msgspec.Meta(pattern=f"^{PUBLICATION_ID_PATTERN}$")], KeptTurnState]
+    states: dict[Annotated[str, msgspec.Meta(pattern=rf"^{PUBLICATION_ID_PATTERN}\Z")], KeptTurnState]
 
 
 def check_logical_path(logical: str) -> None:
