@@ -271,11 +271,13 @@ class RecordTable:
         if len(rows) > MOVED:  # every path, or many
             digests = list(map(_FIRST, _DIGEST_RECORD.iter_unpack(self.digests)))
             digest_column = b"".join(map(digests.__getitem__, rows))
-        else:  # a few
+            facts_column = b"".join(map(self.facts.__getitem__, rows))
+        else:  # a few (a delta): cut from the columns, not a list of every row's facts made for them
             digest_column = b"".join([self.digests[row * DIGEST : (row + 1) * DIGEST] for row in rows])
+            facts_column = b"".join([self._column[row * FACTS : (row + 1) * FACTS] for row in rows])
         return (
             names,
-            b"".join(map(self.facts.__getitem__, rows)),
+            facts_column,
             bytes(map(self.captured.__getitem__, rows)),
             digest_column,
             array("I", map(renumber.__getitem__, map(self.numbers.__getitem__, rows))),
