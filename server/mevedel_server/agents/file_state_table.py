@@ -75,9 +75,15 @@ class RecordTable:
         numbers: array | None = None,
         offsets: array | None = None,
         packs: Iterable[str] = (),
+        joined: str | None = None,
     ) -> None:
         #: path -> its row (1 on: row 0 holds no path).
         self.rows: dict[str, int] = dict(zip(paths, itertools.count(1)))
+        #: ``paths`` joined by NULs as the index held them (``joined``,
+        #: given with them): what a walk that lines up meets, compared as
+        #: it is rather than joined again from the rows while no loaded
+        #: row is emptied.
+        self._loaded_names = joined
         #: The rows' packed facts in one column, row r's at r * FACTS (row
         #: 0's match no walk's: a flags byte no walk sends), as the index
         #: keeps them: a load makes no object per row. An emptied row's
@@ -141,7 +147,10 @@ class RecordTable:
             if len(moved) == MOVED:
                 return None
             moved.append((path, row))
-        recorded = "\0".join(itertools.islice(rows, len(rows) - len(moved)))
+        if self._loaded_names is not None and not any(row < self._loaded for row in self._emptied):
+            recorded = self._loaded_names  # the loaded rows, none dropped since
+        else:
+            recorded = "\0".join(itertools.islice(rows, len(rows) - len(moved)))
         if len(rows) > len(moved):
             recorded += "\0"
         if not moved:
