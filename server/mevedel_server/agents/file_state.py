@@ -420,9 +420,10 @@ class FileStateRecord:
         #: Directories the last walk did not enter: path -> reason.
         self._unwalked: dict[str, str] = {}
         #: The last walk's answer, while the record is exactly it, and its
-        #: paths in order.
+        #: paths in order (None: not split from its names yet, see
+        #: :meth:`_walk_paths`).
         self._same_as: FileScan | None = None
-        self._paths: list[str] = []
+        self._paths: list[str] | None = []
         #: Blobs no recorded file names any more: removed by the next walk.
         self._orphans: set[str] = set()
         self._pruning: asyncio.Task[None] | None = None
@@ -707,8 +708,8 @@ class FileStateRecord:
             removed = {path for path in self._since_index if path not in table}
         # A whole index in the order of the walk the record is (when it is
         # one, of every recorded path): the next process's walk lines up.
-        order = self._paths if whole and self._same_as is not None and len(self._paths) == len(table) else None
-        if order is not None and not all(map(table.__contains__, order)):
+        order = self._walk_paths() if whole and self._same_as is not None else None
+        if order is not None and (len(order) != len(table) or not all(map(table.__contains__, order))):
             order = None
         state = RecordState(table, self._unreadable, self._links, self._racy, self._unwalked, self._pack_size,
                             b"" if whole else self._index_base, removed, holding=self._holding, tracked=self._tracked, known=self._known,
@@ -986,33 +987,44 @@ class FileStateRecord:
         """The target-relative path of a recorded (base-relative) path."""
         return f"{self._base}/{path}" if self._base else path
 
-    def _diff(self, scan: FileScan, unwalked: dict[str, str]) -> tuple[dict[str, ScanFacts], list[str], list[str], list[str]]:
+    def _walk_paths(self) -> list[str]:
+        """The paths of the walk the record is (``_same_as``), in its order:
+        split from its names when first asked (a new process's first walk
+        that finds nothing changed never asks: 100,000 strings unmade)."""
+        if self._paths is None:
+            self._paths = self._same_as.paths() if self._same_as is not None else []
+        return self._paths
+
+    def _diff(self, scan: FileScan, unwalked: dict[str, str]) -> tuple[dict[str, ScanFacts], list[str], list[str], list[str] | None]:
         """``(current, candidates, deleted, paths)`` of ``scan`` against the
         record: the walked facts of the paths new or changed
         (``candidates``) and of the racy ones, the recorded paths gone, and
         the scan's paths in order (empty when they do not line up with its
-        facts). Changes nothing."""
+        facts; None when they do but were not needed: split when asked,
+        :meth:`_walk_paths`). Changes nothing."""
         table = self._table
         rows, facts_of = table.rows, table.facts_of
         last = self._same_as
-        if last is not None and scan.names == last.names and scan.unwalked == last.unwalked and len(self._paths) == len(scan):
+        if last is not None and scan.names == last.names and scan.unwalked == last.unwalked and (self._paths is None or len(self._paths) == len(scan)):
             # The same names as the walk the record is: compare the packed
             # facts (a command that edits files in place, the usual case).
-            paths = self._paths
-            current = {paths[index]: scan.facts_at(index) for index in scan.changed_since(last)}
+            changed = scan.changed_since(last)
+            paths = self._walk_paths() if changed else self._paths
+            current = {paths[index]: scan.facts_at(index) for index in changed}  # type: ignore[index]
             candidates = list(current)
             current.update((path, _FACTS.unpack(facts_of(path))) for path in self._racy if path not in current)
             return current, candidates, [], paths
-        paths = scan.paths()
         recorded = table.walk_facts(scan.names)
         if recorded is not None:
             # Every recorded path met, each once, in the record's order
             # (but for those added since the load): compared in C.
             changed = differing_records(scan.facts, recorded)
-            current = {paths[index]: scan.facts_at(index) for index in changed}
+            paths = scan.paths() if changed else None
+            current = {paths[index]: scan.facts_at(index) for index in changed}  # type: ignore[index]
             candidates = list(current)
             current.update((path, _FACTS.unpack(facts_of(path))) for path in self._racy if path in rows and path not in current)
             return current, candidates, [], paths
+        paths = scan.paths()
         found = list(map(rows.get, paths, itertools.repeat(0)))
         # The record's facts of each walked path in the walk's order (a
         # path not recorded is row 0, whose facts match no walk's), joined

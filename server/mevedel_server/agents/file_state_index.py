@@ -212,7 +212,8 @@ def decode_index(data: bytes, *, max_file_bytes: int, blob_dir: str) -> RecordSt
         return None
     if body.byteorder != sys.byteorder:
         return None
-    paths = _text(body.paths).split("\0") if body.paths else []
+    joined = _text(body.paths)
+    paths = joined.split("\0") if body.paths else []
     count = len(paths)
     if len(body.facts) != count * _FACTS.size or len(body.captured) != count or len(body.digests) != count * _DIGEST:
         return None
@@ -229,7 +230,7 @@ def decode_index(data: bytes, *, max_file_bytes: int, blob_dir: str) -> RecordSt
         return None
     if any(itertools.compress(numbers, map(operator.not_, body.captured))):  # a blob located for a path not captured
         return None
-    table = RecordTable(paths, body.facts, body.digests, body.captured, numbers, offsets, body.packs)
+    table = RecordTable(paths, body.facts, body.digests, body.captured, numbers, offsets, body.packs, joined=joined)
     if len(table) != count:
         return None  # a path twice
     unreadable = _texts(body.unreadable)

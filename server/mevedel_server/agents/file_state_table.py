@@ -75,9 +75,15 @@ class RecordTable:
         numbers: array | None = None,
         offsets: array | None = None,
         packs: Iterable[str] = (),
+        joined: str | None = None,
     ) -> None:
         #: path -> its row (1 on: row 0 holds no path).
         self.rows: dict[str, int] = dict(zip(paths, itertools.count(1)))
+        #: ``paths`` joined by NULs as the index held them (``joined``,
+        #: given with them): what a walk that lines up meets, compared as
+        #: it is rather than joined again from the rows while no loaded
+        #: row is emptied.
+        self._loaded_names = joined
         #: The rows' packed facts in one column, row r's at r * FACTS (row
         #: 0's match no walk's: a flags byte no walk sends), as the index
         #: keeps them: a load makes no object per row. An emptied row's
@@ -141,7 +147,10 @@ class RecordTable:
             if len(moved) == MOVED:
                 return None
             moved.append((path, row))
-        recorded = "\0".join(itertools.islice(rows, len(rows) - len(moved)))
+        if self._loaded_names is not None and not any(row < self._loaded for row in self._emptied):
+            recorded = self._loaded_names  # the loaded rows, none dropped since
+        else:
+            recorded = "\0".join(itertools.islice(rows, len(rows) - len(moved)))
         if len(rows) > len(moved):
             recorded += "\0"
         if not moved:
@@ -271,11 +280,13 @@ class RecordTable:
         if len(rows) > MOVED:  # every path, or many
             digests = list(map(_FIRST, _DIGEST_RECORD.iter_unpack(self.digests)))
             digest_column = b"".join(map(digests.__getitem__, rows))
-        else:  # a few
+            facts_column = b"".join(map(self.facts.__getitem__, rows))
+        else:  # a few (a delta): cut from the columns, not a list of every row's facts made for them
             digest_column = b"".join([self.digests[row * DIGEST : (row + 1) * DIGEST] for row in rows])
+            facts_column = b"".join([self._column[row * FACTS : (row + 1) * FACTS] for row in rows])
         return (
             names,
-            b"".join(map(self.facts.__getitem__, rows)),
+            facts_column,
             bytes(map(self.captured.__getitem__, rows)),
             digest_column,
             array("I", map(renumber.__getitem__, map(self.numbers.__getitem__, rows))),

@@ -2540,7 +2540,8 @@ class _TreeScan(object):
         self.limit = limit
         self.racy_floor = racy_floor
         #: The entries' paths in chunks, each one or more paths joined by
-        #: NULs (a directory's files at a time); ``facts`` in the same order.
+        #: NULs (a directory's files at a time); ``facts`` their packed
+        #: records, in chunks of the same entries.
         self.names = []
         self.facts = []
         self.unwalked = []
@@ -2578,11 +2579,15 @@ class _TreeScan(object):
         # what it looks up is bound once, and it builds nothing per file
         # but the stat and the packed facts -- the names recorded are
         # joined with their prefix in C, a directory at a time (a chunk
-        # of ``names``, NUL-separated). ``os.stat`` by name from the
-        # directory's descriptor costs less than a ``scandir`` entry's.
+        # of ``names``, NUL-separated), and so are their facts (a chunk of
+        # ``facts``: each file's packed record freed with its directory,
+        # its memory reused by the next one's, not 100,000 of them held
+        # to the end). ``os.stat`` by name from the directory's
+        # descriptor costs less than a ``scandir`` entry's.
         kept = []
         add_kept = kept.append
-        add_facts = self.facts.append
+        packed = []
+        add_facts = packed.append
         pack = _scan_facts.pack
         stat = os.stat
         racy_floor = self.racy_floor
@@ -2602,9 +2607,11 @@ class _TreeScan(object):
                     found = dir_test(name)
                     hidden = found is not None and not dir_negates[found.lastindex]
                 if kept:
-                    self._add_names(prefix, kept)
+                    self._add_names(prefix, kept, packed)
                     kept = []
                     add_kept = kept.append
+                    packed = []
+                    add_facts = packed.append
                 self.subdirectory(fd, name, prefix + name, rules, hidden)
                 continue
             elif kind == link:
@@ -2627,11 +2634,13 @@ class _TreeScan(object):
             if shared is not None and kind == regular and st.st_nlink > 1:
                 shared.append(prefix + name)
         if kept:
-            self._add_names(prefix, kept)
+            self._add_names(prefix, kept, packed)
 
-    def _add_names(self, prefix, names):
-        """Record ``names`` (in directory ``prefix``) as one chunk."""
+    def _add_names(self, prefix, names, packed):
+        """Record ``names`` (in directory ``prefix``) and their ``packed``
+        facts, each as one chunk."""
         self.names.append(prefix + ("\0" + prefix).join(names))
+        self.facts.append(b"".join(packed))
 
     def planned(self, fd, prefix, rules, ignored, plan):
         """Look at the entries ``plan`` names in the open directory ``fd``
