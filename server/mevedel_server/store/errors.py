@@ -174,7 +174,7 @@ def unknown_outcome(
     a recovery marker only as one that may be there, and what resolves it
     once the host answers (``follow_up``, a key of ``_FOLLOW_UPS``). The one
     way such an outcome is told: never a claim the client cannot check."""
-    lost, gone = _target_error(dropped), _target_error(unreachable)
+    lost, gone = target_error_in(dropped), target_error_in(unreachable)
     host = getattr(gone, "host", None) or getattr(lost, "host", None)
     named = f"ssh target {host}" if host else "the host"
     parts = [
@@ -219,7 +219,7 @@ class PublicationUnknown(PublicationFailed):
         self.unreachable = unreachable
 
 
-def _target_error(error: BaseException) -> TargetError | None:
+def target_error_in(error: BaseException) -> TargetError | None:
     """The target's own error in ``error``'s chain (a publication's
     failure wraps the dropped connection)."""
     seen: BaseException | None = error
@@ -232,3 +232,17 @@ def _target_error(error: BaseException) -> TargetError | None:
 
 def _reason(error: BaseException, found: TargetError | None) -> str:
     return str(error) if found is None else found.reason if getattr(found, "host", None) else str(found)
+
+
+def cause_in_words(session_id: str, cause: BaseException) -> str:
+    """Why a change of session ``session_id`` failed, for a message that
+    names the session already and says what became of the change: a
+    connection to a host lost as exactly that, a failed publication by its
+    reason (the change gave it up: "publication pending" would be untrue),
+    anything else in its own words without the session's name again."""
+    found = target_error_in(cause)
+    host = getattr(found, "host", None)
+    if found is not None and host:
+        return f"the connection to ssh target {host} was lost ({found.reason})"
+    said = cause.reason if isinstance(cause, PublicationFailed) else str(cause)
+    return said.removeprefix(f"session {session_id}: ")

@@ -67,9 +67,12 @@ from ..content.sidecar import (
 from ..errors import (
     LeaseLost,
     OutcomeUnknown,
+    PublicationFailed,
     PublicationPending,
     PublicationUnknown,
     StoreError,
+    cause_in_words,
+    target_error_in,
 )
 from .git_runner import GitRunner, LocalGit, git_runner_for
 from .lifecycle_token import (
@@ -98,7 +101,8 @@ from .recovery import (
     guarded_converge,
     journal_ops,
     lease_proof,
-    marker_left,
+    marker_held,
+    marker_read,
     marker_removed,
     new_journal,
     removal_ops,
@@ -632,37 +636,56 @@ async def _after_failure(
         raise OutcomeUnknown(lease.session_id, operation, state, error, unreachable, follow_up="retry-recovery", marker=marker) from error
     if committed:
         return await _finish(lease, plan, journal, changes, lease.publication_head, True, remains, None)
-    await _roll_back(lease, journal, changes, error, operation)
-    if journal is None:
-        raise error
-    raise RolledBack(lease.session_id, journal.marker.operation, error) from error
+    if journal is None and not isinstance(error, (PublicationFailed, TargetError)):
+        raise error  # a lost lease, a stale head: their own words are what happened
+    left = await _roll_back(lease, journal, changes, error, operation)
+    raise RolledBack(lease.session_id, operation, error, journaled=left is not None, left=left or ()) from error
 
 
 def _cause_kind(cause: BaseException) -> str:
     """``unavailable`` when the target failed under the transaction (a
     publication's failure wraps it), else the cause's own kind."""
-    seen: BaseException | None = cause
-    while seen is not None:
-        if isinstance(seen, TargetError):
-            return "unavailable"
-        seen = seen.__cause__ or seen.__context__
+    if target_error_in(cause) is not None:
+        return "unavailable"
     return getattr(cause, "kind", "conflict")
 
 
 class RolledBack(LifecycleError):
-    """The transaction failed after it began writing project files, and
-    every file it wrote was put back: nothing changed, the session is as it
-    was, and the same transaction can be prepared and committed again.
-    ``kind`` is the cause's (``unavailable`` for a dropped connection)."""
+    """The transaction failed before its commit point and undid itself: the
+    session is as it was, every project file it had written holds its old
+    state again (``journaled`` False: its program stopped before it wrote
+    any), except ``left``: files changed outside the session meanwhile,
+    which are never overwritten. The same transaction can be prepared and
+    committed again. ``kind`` is the cause's (``unavailable`` for a
+    dropped connection); ``authored`` and ``reason`` name the session once
+    (an LSP error's message is ``<authored>: <reason>``)."""
 
-    def __init__(self, session_id: str, operation: str, cause: BaseException) -> None:
-        super().__init__(
-            f"session {session_id}: the {operation} did not happen ({cause}); every project file it had "
-            "written was put back and the session is unchanged, so it can be prepared and committed again"
-        )
+    def __init__(
+        self, session_id: str, operation: str, cause: BaseException, *, journaled: bool = True, left: Sequence[str] = ()
+    ) -> None:
+        why = cause_in_words(session_id, cause)
+        again = f"the {operation} can be prepared and committed again"
+        if not journaled:
+            said = f"the {operation} did not happen: {why}, before it changed any project file; the session and its files are as they were, so {again}"
+        elif left:
+            theirs = ", ".join(left)
+            said = (
+                f"the {operation} did not happen: {why}; every project file it had written was put back except {theirs}, "
+                f"changed outside the session meanwhile and left as {'they are' if len(left) > 1 else 'it is'}; "
+                f"the session is as it was, so {again}"
+            )
+        else:
+            said = (
+                f"the {operation} did not happen: {why}; every project file it had written was put back, so the session "
+                f"and its files are as they were and {again}"
+            )
+        super().__init__(f"session {session_id}: {said}")
         self.kind = _cause_kind(cause)
         self.session_id = session_id
         self.operation = operation
+        self.left = tuple(left)
+        self.authored = session_id
+        self.reason = said
 
 
 async def _committed_anyway(lease: LeaseHandle, token: StateToken, plan: InPlacePlan) -> bool:
@@ -689,53 +712,73 @@ async def _committed_anyway(lease: LeaseHandle, token: StateToken, plan: InPlace
     return lease.publication_head == head
 
 
-async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException, operation: str) -> None:
-    """Put every changed file back; keep the journal unless that worked.
-    The failed program may never have run: with the host out of reach, its
-    journal is one that may be there, never one that is; with the host
-    answering, one that is not there was never written, and nothing is
-    left to recover."""
+class _NotJournaled(Exception):
+    """The failed program never wrote its journal, so it wrote no project
+    file either: the journal precedes the writes."""
+
+
+def _states_written(changes: Sequence[tuple[str, Entry | None, Entry | None]]) -> dict[str, list[Entry | None]]:
+    """Every state the transaction's program may have left each path in:
+    its new one, and the one between two steps (absent, for a path whose
+    kind changes; open to its owner, for a directory closed to it)."""
+    written: dict[str, list[Entry | None]] = {}
+    for path, _before, after in ordered_steps(changes):
+        written.setdefault(path, []).append(after)
+    return written
+
+
+async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException, operation: str) -> tuple[str, ...] | None:
+    """Put back every file the failed program wrote; keep the journal
+    unless that worked. Returns the files left as they are (changed outside
+    the session meanwhile), or None when the program never wrote its
+    journal, hence no file: the rollback's first program reads the journal
+    beside the files, and writes nothing when it is not there. A file that
+    holds neither its old state nor one the program gives it is someone
+    else's and is never overwritten. With the host out of reach, the
+    journal is one that may be there, never one that is."""
     if journal is None:
-        return
+        return None
     rid = journal.marker.recovery_id
     wanted = {path: before for path, before, _after in changes}
 
     def unreachable(state: str, cause: TargetUnavailable) -> OutcomeUnknown:
         return OutcomeUnknown(lease.session_id, operation, state, error, cause, follow_up="retry-recovery", marker=rid)
 
+    def required(failed: Mapping[str, str], unsure: str | None = None) -> RecoveryRequired:
+        return RecoveryRequired(lease.session_id, rid, failed, cause_in_words(lease.session_id, error), unsure=unsure)
+
+    held: list[bool] = []
+
+    async def journaled(ops: Sequence[Operation]) -> Sequence[OpResult]:
+        result = await lease.target.run(ControlProgram([marker_read(lease.paths, rid), *ops]))
+        if not marker_held(result[0]):
+            raise _NotJournaled
+        held.append(True)
+        return result.results[1:]
+
     put_back = f"the {operation} was not applied and every project file it had written was put back"
     try:
-        outcome = await guarded_converge(lease, wanted)
-        failed = dict(outcome.failed)
+        outcome = await guarded_converge(lease, wanted, first=journaled, ours=_states_written(changes))
+    except _NotJournaled:
+        return None
     except TargetUnavailable as cause:
         state = f"the {operation} was not applied, but the project files it may have written could not be put back"
         raise unreachable(state, cause) from error
     except (StoreError, TargetError) as rollback_error:
         failed = {path: f"not rolled back ({rollback_error})" for path in wanted}
-    if not failed:
-        try:
-            # The program that failed may not have written the journal at all.
-            result, proof = await run_guarded(lease, removal_ops(lease.paths, rid, unsure=True))
-        except TargetUnavailable as cause:
-            raise unreachable(put_back, cause) from error
-        except (StoreError, TargetError) as cleanup_error:
-            failed = {".recovery": str(cleanup_error)}
-        else:
-            marker = result[proof]
-            if marker_removed(marker):
-                return
-            failed = {".recovery": marker.reason or marker.status.value}
+        raise required(failed, unsure=None if held else str(rollback_error)) from error
+    if outcome.failed:
+        raise required(outcome.failed) from error
     try:
-        left = await marker_left(lease.target, lease.paths, rid)
+        result, proof = await run_guarded(lease, removal_ops(lease.paths, rid))
     except TargetUnavailable as cause:
-        state = put_back if ".recovery" in failed else f"the {operation} was not applied, but some project files it may have written could not be put back"
-        raise unreachable(state, cause) from error
-    except TargetError as looking:
-        raise RecoveryRequired(lease.session_id, rid, failed, str(error), unsure=str(looking)) from error
-    if left:
-        raise RecoveryRequired(lease.session_id, rid, failed, str(error)) from error
-    # Not written, so no project file was written either (or removed, once
-    # every file was back): the caller says the transaction did not happen.
+        raise unreachable(put_back, cause) from error
+    except (StoreError, TargetError) as cleanup_error:
+        raise required({".recovery": str(cleanup_error)}, unsure=str(cleanup_error)) from error
+    marker = result[proof]
+    if not marker_removed(marker):
+        raise required({".recovery": marker.reason or marker.status.value}) from error
+    return outcome.left
 
 
 async def _finish(

@@ -16,7 +16,8 @@ project files.
   removal for an absent state) in programs that start with the caller's
   guard operations (the lease proof). Reading first makes it safe to call after a program
   whose effect is unknown: a rollback converges to the old content whatever
-  part of the restore ran.
+  part of the restore ran -- and, told which states the restore writes,
+  leaves a path holding any other (someone else's edit) as it is.
 - :func:`index_divergence` asks the real ``git`` where the workspace is
   (this machine, or an SSH target's host: :mod:`.git_runner`) which paths'
   index content will differ from the restored working tree.
@@ -83,9 +84,12 @@ def project_path_problem(path: str) -> str | None:
     return None
 
 
-async def read_project_files(
-    target: Target, paths: Iterable[str], *, first: Callable[[Sequence[Operation]], Awaitable[Sequence[OpResult]]] | None = None
-) -> dict[str, FileRead]:
+#: Runs the first batch of reads in a program of the caller's (beside reads
+#: of its own), and returns their results.
+FirstReads = Callable[[Sequence[Operation]], Awaitable[Sequence[OpResult]]]
+
+
+async def read_project_files(target: Target, paths: Iterable[str], *, first: FirstReads | None = None) -> dict[str, FileRead]:
     """The current state of each path (never followed): an Entry, None
     (absent) or Unreadable. ``first`` runs the first batch of reads in a
     program of the caller's (beside reads of its own)."""
@@ -118,6 +122,9 @@ class ConvergeOutcome:
     failed: Mapping[str, str]
     #: The guard stopped the program before anything was written.
     guard_refused: str | None = None
+    #: Paths holding a state the caller's own writes never give them
+    #: (someone else's): left as they are.
+    left: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -196,20 +203,31 @@ async def write_files(target: Target, changes: Sequence[Change], guard: Sequence
     return ConvergeOutcome(tuple(p for p in written if p not in failed), failed)
 
 
-async def converge_files(target: Target, wanted: Mapping[str, Entry | None], guard: Sequence[Operation] = ()) -> ConvergeOutcome:
+async def converge_files(
+    target: Target, wanted: Mapping[str, Entry | None], guard: Sequence[Operation] = (), *, first: FirstReads | None = None,
+    ours: Mapping[str, Sequence[Entry | None]] | None = None,
+) -> ConvergeOutcome:
     """Give every path its wanted state (None: absent), writing only the
-    paths whose current state differs (see :func:`write_files`)."""
-    current = await read_project_files(target, wanted)
+    paths whose current state differs (see :func:`write_files`). ``first``:
+    see :func:`read_project_files`. ``ours``: the states the caller's own
+    writes may have given each path; one holding any other state is
+    someone else's change, left as it is (``left``), never overwritten."""
+    current = await read_project_files(target, wanted, first=first)
     failed: dict[str, str] = {}
     pending: list[Change] = []
+    left: list[str] = []
     for path, state in wanted.items():
         now = current[path]
         if isinstance(now, Unreadable):
             failed[path] = now.reason
-        elif not same_state(now, state):
+        elif same_state(now, state):
+            continue
+        elif ours is not None and not any(same_state(now, mine) for mine in ours.get(path, ())):
+            left.append(path)
+        else:
             pending.append((path, now, state))
     outcome = await write_files(target, pending, guard)
-    return ConvergeOutcome(outcome.written, {**failed, **outcome.failed}, outcome.guard_refused)
+    return ConvergeOutcome(outcome.written, {**failed, **outcome.failed}, outcome.guard_refused, tuple(left))
 
 
 def git_contents(states: Mapping[str, Entry | None]) -> dict[str, bytes | None]:

@@ -75,7 +75,7 @@ from ..layout import SessionPaths
 from .lifecycle_token import LifecycleError, LifecycleRefused
 
 if TYPE_CHECKING:
-    from .project_files import ConvergeOutcome
+    from .project_files import ConvergeOutcome, FirstReads
 
 # The project-file writes (and the git runner behind them) are imported by
 # the functions that repair: listing a pending recovery needs neither.
@@ -261,11 +261,16 @@ def marker_path(paths: SessionPaths, recovery_id: str) -> str:
     return f"{_root(paths)}/recovery-{recovery_id}.json"
 
 
-async def marker_left(target: Target, paths: SessionPaths, recovery_id: str) -> bool:
-    """Whether the host holds the marker (one it cannot read is held all
-    the same). A program that never wrote it never wrote a project file
-    either: the marker precedes the writes in it."""
-    result = (await target.run(ControlProgram([Read(marker_path(paths, recovery_id), optional=True)])))[0]
+def marker_read(paths: SessionPaths, recovery_id: str) -> Read:
+    """The read that tells whether the host holds the marker (judged by
+    :func:`marker_held`), to run in a program of the caller's."""
+    return Read(marker_path(paths, recovery_id), optional=True)
+
+
+def marker_held(result: OpResult) -> bool:
+    """Whether :func:`marker_read` found the marker (one it cannot read is
+    held all the same). A program that never wrote it never wrote a
+    project file either: the marker precedes the writes in it."""
     return result.status is not Status.ABSENT
 
 
@@ -309,14 +314,17 @@ async def run_guarded(lease: LeaseHandle, ops: Sequence[Operation]):
     raise LeaseLost(lease.session_id, "the lease kept moving while a guarded write was attempted")
 
 
-async def guarded_converge(lease: LeaseHandle, wanted: Mapping[str, Entry | None]) -> ConvergeOutcome:
+async def guarded_converge(
+    lease: LeaseHandle, wanted: Mapping[str, Entry | None], *, first: FirstReads | None = None,
+    ours: Mapping[str, Sequence[Entry | None]] | None = None,
+) -> ConvergeOutcome:
     """:func:`converge_files` behind the lease proof (see run_guarded)."""
     from .project_files import converge_files
 
     for _ in range(GUARD_ATTEMPTS):
         if lease.lost or lease.released:
             raise LeaseLost(lease.session_id, "this client no longer holds the lease")
-        outcome = await converge_files(lease.target, wanted, lease_proof(lease))
+        outcome = await converge_files(lease.target, wanted, lease_proof(lease), first=first, ours=ours)
         if outcome.guard_refused is None:
             return outcome
         await lease.resync()

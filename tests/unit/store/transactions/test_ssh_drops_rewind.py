@@ -238,3 +238,42 @@ async def test_a_rewind_that_never_ran_and_could_not_roll_back_names_no_marker(r
         assert result.committed and notes.read_text() == "v1\n"
     finally:
         await target.close()
+
+
+async def test_a_file_edited_outside_as_a_rewind_that_never_ran_drops_is_kept_and_the_rewind_told_undone(root, fault_server):
+    """Someone edits the file the Rewind restores at the moment its
+    program's connection drops, before the program ran: the host, asked
+    again, shows the program never journalled -- so it wrote nothing and
+    the rollback writes nothing either. Their edit stays, the user is told
+    (once, by the session's ID, with no publication said to be pending)
+    that the Rewind did not happen and can be made again, and an editor is
+    told the same."""
+    from mevedel_server.lsp.handlers import refusal
+
+    target = await _connect(fault_server, root)
+    try:
+        sid = await _three_turns(target, root)
+        svc = await _resumed(target, sid)
+        notes = root / "notes.txt"
+        fault_server.when, fault_server.struck = (b"PutEntry", "drop-before-run"), lambda: notes.write_text("theirs\n")
+        with pytest.raises(RolledBack) as caught:
+            await svc.history.rewind_now(sid, "after", 1)
+        assert fault_server.when is None  # the drop happened
+        assert notes.read_text() == "theirs\n"
+        message = str(caught.value)
+        assert caught.value.kind == "unavailable" and message.count(sid) == 1
+        assert message.startswith(f"session {sid}: the rewind did not happen: the connection to ssh target 127.0.0.1:")
+        assert "before it changed any project file; the session and its files are as they were" in message
+        assert message.endswith("so the rewind can be prepared and committed again")
+        assert "pending" not in message and "recovery" not in message.lower()
+        told = refusal(caught.value, "mevedel/rewind/commit")
+        assert told.data["authored"] == sid and told.data["kind"] == "unavailable"
+        assert told.message == f"{sid}: {told.data['reason']}" and told.message.count(sid) == 1
+        assert told.data["reason"].startswith("the rewind did not happen: the connection to ssh target")
+        assert not (await find_recovery(target, sid)).pending
+        assert svc.info(sid).settled_turns == 3
+        # Made again, the Rewind restores over what is there now.
+        result = await svc.history.rewind_now(sid, "after", 1)
+        assert result.committed and notes.read_text() == "v1\n"
+    finally:
+        await target.close()

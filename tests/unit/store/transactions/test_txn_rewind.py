@@ -546,7 +546,7 @@ async def test_restored_files_that_cannot_be_flushed_roll_the_rewind_back(tmp_pa
         await commit_rewind(s.publisher, impact.token)
     # The refusal says the Rewind did not happen and the files were put back.
     assert isinstance(caught.value, RolledBack) and "the rewind did not happen" in str(caught.value)
-    assert "was put back and the session is unchanged" in str(caught.value)
+    assert "every project file it had written was put back, so the session and its files are as they were" in str(caught.value)
     # Rolled back (with a flush that worked) and nothing committed.
     assert snapshot_files(tmp_path, FILES) == {"a.txt": b"a2\n", "b.txt": None, "src/c.txt": b"c3\n"}
     assert await committed_view(tmp_path, s.session_id) == (3, ["one", "two", "three"])
