@@ -395,6 +395,8 @@ class Sabotage(ProgramTarget):
         self.path = path
         self.armed = False
         self.broken = False
+        #: What else happens on the host as the connection drops.
+        self.meanwhile = None
 
     async def run(self, program):
         ops = program.operations
@@ -403,6 +405,8 @@ class Sabotage(ProgramTarget):
         if self.armed and manifest is not None:
             self.broken = True
             await self.inner.run(ControlProgram(ops[:manifest]))
+            if self.meanwhile is not None:
+                self.meanwhile()
             raise TargetError(".publications", "the connection dropped")
         if self.broken and any(op.path == self.path for op in writes):
             raise TargetError(self.path, "permission denied")
@@ -566,4 +570,24 @@ async def test_a_connection_lost_at_the_commit_is_told_as_rolled_back(tmp_path):
     assert caught.value.kind == "unavailable" and "the connection dropped" in str(caught.value)
     assert "the rewind did not happen" in str(caught.value)
     assert snapshot_files(tmp_path, FILES) == {"a.txt": b"a2\n", "b.txt": None, "src/c.txt": b"c3\n"}
+    assert not (await find_recovery(LocalTarget(tmp_path), s.session_id)).pending
+
+
+async def test_a_restored_file_edited_outside_before_the_rollback_is_left_as_it_is(tmp_path):
+    """The files were restored, someone edited one of them, then the
+    publication's connection dropped: the rollback puts back the file the
+    Rewind wrote and still holds what it wrote, leaves the edited one as it
+    is, and says so; nothing blocks the session."""
+    sabotage = Sabotage(LocalTarget(tmp_path), "none-of-them")
+    s = await three_turns(tmp_path, target=sabotage)
+    impact = await prepare_rewind(s.target, s.session_id, Boundary.before(2))
+    sabotage.armed = True
+    sabotage.meanwhile = lambda: (tmp_path / "a.txt").write_bytes(b"theirs\n")
+    with pytest.raises(RolledBack) as caught:
+        await commit_rewind(s.publisher, impact.token)
+    assert snapshot_files(tmp_path, FILES) == {"a.txt": b"theirs\n", "b.txt": None, "src/c.txt": b"c3\n"}
+    message = str(caught.value)
+    assert caught.value.left == ("a.txt",) and message.count(s.session_id) == 1
+    assert "every project file it had written was put back except a.txt, changed outside the session meanwhile and left as it is" in message
+    assert await committed_view(tmp_path, s.session_id) == (3, ["one", "two", "three"])
     assert not (await find_recovery(LocalTarget(tmp_path), s.session_id)).pending
