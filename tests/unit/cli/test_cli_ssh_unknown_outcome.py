@@ -87,3 +87,31 @@ async def test_a_settlement_whose_host_went_away_is_kept_here_until_the_host_ans
     assert not (root / ".mevedel" / "sessions" / sid / ".pending-publication").exists()
     _, turns, _ = await mevedel(fault_server, tmp_path, root, "session", "turns")
     assert [t["state"] for t in turns["turns"]] == ["completed"], turns
+
+
+async def test_a_rewind_whose_connection_dropped_before_it_ran_is_told_undone_and_an_edit_made_then_stays(tmp_path, fault_server):
+    """The connection drops as the program is sent, someone edits the file
+    the Rewind restores at that moment, and the host answers again: the
+    person reads, once, that the Rewind did not happen and can be made
+    again -- no publication said to be pending, no command to resolve an
+    unknown outcome -- and their edit is still there."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    target = await _connect(fault_server, root)
+    try:
+        sid = await _three_turns(target, root)
+    finally:
+        await target.close()
+    notes = root / "notes.txt"
+    fault_server.when, fault_server.struck = (b"PutEntry", "drop-before-run"), lambda: notes.write_text("theirs\n")
+    status, told, logged = await mevedel(fault_server, tmp_path, root, "rewind", "1", "--yes", "--session", sid)
+    error = told["error"]
+    assert status == 1 and error["kind"] == "unavailable", (told, logged)
+    message = error["message"]
+    assert message.startswith(f"session {sid}: the rewind did not happen: the connection to ssh target"), message
+    assert message.count(sid) == 1 and "pending" not in message and "(run:" not in message
+    assert message.endswith("so the rewind can be run again"), message
+    assert notes.read_text() == "theirs\n"
+    status, again, logged = await mevedel(fault_server, tmp_path, root, "rewind", "1", "--yes", "--session", sid)
+    assert status == 0, (again, logged)
+    assert notes.read_text() == "v1\n"

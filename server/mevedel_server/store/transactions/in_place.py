@@ -664,7 +664,7 @@ class RolledBack(LifecycleError):
         self, session_id: str, operation: str, cause: BaseException, *, journaled: bool = True, left: Sequence[str] = ()
     ) -> None:
         why = cause_in_words(session_id, cause)
-        again = f"the {operation} can be prepared and committed again"
+        again = f"the {operation} can be run again"
         if not journaled:
             said = f"the {operation} did not happen: {why}, before it changed any project file; the session and its files are as they were, so {again}"
         elif left:

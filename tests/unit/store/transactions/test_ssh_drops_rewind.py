@@ -227,7 +227,7 @@ async def test_a_rewind_that_never_ran_and_could_not_roll_back_names_no_marker(r
         assert fault_server.when is None  # the drop happened
         message = str(caught.value)
         assert caught.value.kind == "unavailable" and "the rewind did not happen" in message
-        assert "recovery" not in message.lower() and "can be prepared and committed again" in message
+        assert "recovery" not in message.lower() and "can be run again" in message
         assert not (await find_recovery(target, sid)).pending
         assert (notes / "theirs.txt").read_text() == "theirs\n"
         assert svc.info(sid).settled_turns == 3
@@ -264,7 +264,7 @@ async def test_a_file_edited_outside_as_a_rewind_that_never_ran_drops_is_kept_an
         assert caught.value.kind == "unavailable" and message.count(sid) == 1
         assert message.startswith(f"session {sid}: the rewind did not happen: the connection to ssh target 127.0.0.1:")
         assert "before it changed any project file; the session and its files are as they were" in message
-        assert message.endswith("so the rewind can be prepared and committed again")
+        assert message.endswith("so the rewind can be run again")
         assert "pending" not in message and "recovery" not in message.lower()
         told = refusal(caught.value, "mevedel/rewind/commit")
         assert told.data["authored"] == sid and told.data["kind"] == "unavailable"
