@@ -34,14 +34,19 @@ async def mevedel(fault_server, tmp_path: Path, root: Path, *args: str) -> tuple
     return process.returncode, json.loads(out), err.decode()
 
 
-async def test_a_rewind_whose_host_went_away_names_the_command_that_answers_once_it_is_back(tmp_path, fault_server):
+async def _three_turns_over_ssh(tmp_path: Path, fault_server) -> tuple[Path, str]:
+    """A workspace over SSH whose session has three turns: its root and the session's ID."""
     root = tmp_path / "ws"
     root.mkdir()
     target = await _connect(fault_server, root)
     try:
-        sid = await _three_turns(target, root)
+        return root, await _three_turns(target, root)
     finally:
         await target.close()
+
+
+async def test_a_rewind_whose_host_went_away_names_the_command_that_answers_once_it_is_back(tmp_path, fault_server):
+    root, sid = await _three_turns_over_ssh(tmp_path, fault_server)
     fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-after-run"), True
     status, told, logged = await mevedel(fault_server, tmp_path, root, "rewind", "1", "--yes", "--session", sid)
     error = told["error"]
@@ -92,16 +97,10 @@ async def test_a_settlement_whose_host_went_away_is_kept_here_until_the_host_ans
 async def test_a_rewind_whose_connection_dropped_before_it_ran_is_told_undone_and_an_edit_made_then_stays(tmp_path, fault_server):
     """The connection drops as the program is sent, someone edits the file
     the Rewind restores at that moment, and the host answers again: the
-    person reads, once, that the Rewind did not happen and can be made
+    person reads, once, that the Rewind did not happen and can be run
     again -- no publication said to be pending, no command to resolve an
     unknown outcome -- and their edit is still there."""
-    root = tmp_path / "ws"
-    root.mkdir()
-    target = await _connect(fault_server, root)
-    try:
-        sid = await _three_turns(target, root)
-    finally:
-        await target.close()
+    root, sid = await _three_turns_over_ssh(tmp_path, fault_server)
     notes = root / "notes.txt"
     fault_server.when, fault_server.struck = (b"PutEntry", "drop-before-run"), lambda: notes.write_text("theirs\n")
     status, told, logged = await mevedel(fault_server, tmp_path, root, "rewind", "1", "--yes", "--session", sid)
