@@ -7,12 +7,15 @@ identity changed since the session was created is judged the longer way
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.errors import StoreError
 from mevedel_server.store.layout import WORKSPACE_ID_PATH
 from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.transactions.pending_publication import PENDING_DIR
 from mevedel_server.targets import (
     ControlProgram,
     LocalTarget,
@@ -122,3 +125,51 @@ async def test_a_first_save_whose_answer_was_lost_succeeds_when_retried(tmp_path
     rows = (await service.sessions.list()).rows
     assert [r.session_id for r in rows] == [sid] and rows[0].holder_is_self and rows[0].turn_count == 1
     await service.sessions.close(sid)
+
+
+class HeldClaim(ProgramTarget):
+    """Holds the first save's program (the claim) until released, so
+    another save of the same process starts while it is in flight."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+        self.claims = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        if any(type(op).__name__ == "StampedCreate" for op in program.operations):
+            self.claims += 1
+            if self.claims == 1:
+                self.held.set()
+                await self.release.wait()
+        return await self.inner.run(program)
+
+
+async def test_two_saves_at_once_of_a_new_session_claim_its_lease_once(tmp_path):
+    # A prompt's first publication (the walk riding it) and the checkpoint
+    # timer's tick may both be the session's first save: the process must
+    # not race itself for the lease, nor blame another client, nor leave a
+    # publication pending.
+    target = HeldClaim(LocalTarget(tmp_path))
+    service = SessionService(target, ME, renew_every=3600)
+    sid = await _first_turn(service)
+    first = asyncio.ensure_future(service.turns.checkpoint(sid))
+    await target.held.wait()
+    await service.turns.append(sid, EvidenceInput("response", text="more"))
+    second = asyncio.ensure_future(service.turns.checkpoint(sid))
+    await asyncio.sleep(0)  # the second save runs up to its first wait
+    target.release.set()
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    assert [type(r).__name__ for r in results] == ["SaveResult", "SaveResult"], results
+    assert target.claims == 1
+    assert service.session(sid).pending is None
+    await service.turns.settle(sid)
+    assert (await service.sessions.list()).rows[0].holder_is_self
+    await service.sessions.close(sid)
+    # Nothing is left pending for the next process either.
+    assert not list((tmp_path / ".mevedel" / "sessions" / sid).glob(f"{PENDING_DIR}/*"))
+    again = SessionService(LocalTarget(tmp_path), ME)
+    assert (await again.sessions.open(sid, "resume")).info.pending_publication is None
+    assert (await again.sessions.list()).rows[0].turn_count == 1
+    await again.sessions.close(sid)

@@ -154,6 +154,11 @@ class OpenSession:
         #: What the lease's next head commit carries, waiting for the lease
         #: a new session's first save claims (see :meth:`ride_next_commit`).
         self._waiting_riders: list[Rider] = []
+        #: Held while a save makes the session's directory and claims its
+        #: lease: two saves at once (a turn's first publication and the
+        #: checkpoint timer's tick) must not both claim, or this process
+        #: races itself for the lease and one of them loses to the other.
+        self._claiming = asyncio.Lock()
         #: Why the session is read-only (None: writable).
         self.read_only = read_only
         self.holder_host = holder_host
@@ -529,6 +534,20 @@ class OpenSession:
         await remove_pending(self.lease, pending_id)
 
     async def _publish(self, candidate: SaveCandidate, force: bool) -> SaveResult:
+        async with self._claiming:
+            materialized = await self._materialize_and_claim()
+        assert self.publisher is not None
+        outcome = await self.publisher.publish(candidate.changed, force=force)
+        self.conversation.mark_committed(candidate)
+        if outcome.committed:
+            self.schedule_collection()
+        note = None if outcome.committed else "nothing changed since the committed save"
+        return SaveResult(self.session_id, outcome.committed, outcome.head, materialized, outcome.written, outcome.reused, note)
+
+    async def _materialize_and_claim(self) -> bool:
+        """The session's directory made and its lease claimed, unless a
+        save before did both (call under ``_claiming``); whether this call
+        wrote either."""
         materialized = False
         if self._fresh_claim_unsure:
             if await _directory_exists(self.target, self.paths):
@@ -544,13 +563,7 @@ class OpenSession:
         if self.lease is None:
             await self._claim()
             materialized = True
-        assert self.publisher is not None
-        outcome = await self.publisher.publish(candidate.changed, force=force)
-        self.conversation.mark_committed(candidate)
-        if outcome.committed:
-            self.schedule_collection()
-        note = None if outcome.committed else "nothing changed since the committed save"
-        return SaveResult(self.session_id, outcome.committed, outcome.head, materialized, outcome.written, outcome.reused, note)
+        return materialized
 
     async def _materialize(self) -> None:
         try:
