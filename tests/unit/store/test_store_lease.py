@@ -29,6 +29,7 @@ from mevedel_server.store import (
     observe_lease,
     read_committed,
 )
+from mevedel_server.store.authority.lease import claim_new_session
 from mevedel_server.targets import (
     ControlProgram,
     CreateExclusive,
@@ -261,6 +262,28 @@ async def test_a_claim_whose_predecessor_vanished_is_aborted(session):
     assert obs.record.state is LeaseState.ABORTED and obs.standing is LeaseStanding.FREE
     handle = await acquire_lease(session, SID, BOB)
     assert handle.record.state is LeaseState.ACTIVE
+
+
+@pytest.mark.parametrize(("writer", "told"), [
+    (BOB, "another command of this client claimed the lease"),
+    (ALICE, "alice-laptop claimed the lease"),
+    (None, "another claim of the lease was written"),
+])
+async def test_a_lost_claim_names_who_claimed_at_the_same_time(session, writer, told):
+    # The generation the claim would have written was written first: by
+    # this same client (another of its commands), another client, or bytes
+    # that say nobody. The person is told which, never "another client"
+    # for a claim of their own.
+    if writer is None:
+        with open(os.path.join(lease_dir(session), f"generation-{1:020d}.json"), "xb") as handle:
+            handle.write(b"not a record")
+    else:
+        write_generation(session, 1, state=LeaseState.CLAIMING, client_id=writer.client_id, host=writer.host)
+    with pytest.raises(ClaimRaced) as raced:
+        await claim_new_session(session, SID, BOB, duration_seconds=60, now=100, lead=[])
+    assert told in str(raced.value)
+    if writer is not ALICE:
+        assert "another client" not in str(raced.value) and "alice" not in str(raced.value)
 
 
 async def test_simultaneous_claims_elect_exactly_one_owner(session):

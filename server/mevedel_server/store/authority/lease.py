@@ -620,7 +620,7 @@ async def _claim(
         return ClaimRaced(f"session {paths.session_id}: {why}", session_id=paths.session_id)
 
     if result[at_candidate].status is Status.CONFLICT:
-        raise raced("another client claimed the lease at the same time")
+        raise raced(await _rival_claim(target, paths, n + 1, identity))
     raise_for_result(create_candidate, result[at_candidate])
     if n > 0 and result[at_verify].status is not Status.OK:
         await _abort_candidate(target, paths, candidate, candidate_raw)
@@ -640,6 +640,24 @@ async def _claim(
     handle.riders = tuple(result.results[at_trailing:])
     handle.led = tuple(result.results[: len(lead)])
     return handle
+
+
+async def _rival_claim(target: Target, paths: SessionPaths, generation: int, identity: ClientIdentity) -> str:
+    """Why a claim's candidate ``generation`` was taken: who wrote it, read
+    only on this rare path, so the person is told another client claimed
+    the session only when one did (a command of this same client, or a
+    record that cannot be read, is said as such)."""
+    read = Read(paths.generation(generation), optional=True)
+    try:
+        found = (await target.run(ControlProgram([read])))[0]
+        rival = decode_lease_generation(paths, generation, found.value) if found.ok else None
+    except (TargetError, RecordError):
+        rival = None
+    if rival is None:
+        return "another claim of the lease was written at the same time"
+    if rival.client_id == identity.client_id:
+        return "another command of this client claimed the lease at the same time"
+    return f"{rival.host or 'another client'} claimed the lease at the same time"
 
 
 class LeadStopped(Exception):
