@@ -458,7 +458,9 @@ async def acquire_lease(
     paths = SessionPaths(check_session_id(session_id))
     if observation is not None and observation.now is not None and observation.session_id == paths.session_id:
         try:
-            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, lead, riders, lock)
+            # Its race is never shown: who won is not worth a program.
+            return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, lead, riders, lock,
+                                       name_rival=False)
         except ClaimRaced:
             pass  # the observation was stale: judge afresh
     obs = await _observe(target, paths, with_clock=True)
@@ -470,6 +472,7 @@ async def _acquire_from(
     lead: Sequence[Operation] = (),
     riders: Sequence[Operation] = (),
     lock: str | None = None,
+    name_rival: bool = True,
 ) -> LeaseHandle:
     session_id = paths.session_id
     rec = obs.record
@@ -507,7 +510,8 @@ async def _acquire_from(
     granted = False
     if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
         granted = await _refuse_fenced(target, paths, identity, rec)
-    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, lead=lead, trailing=riders, lock=lock)
+    return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, lead=lead, trailing=riders, lock=lock,
+                        name_rival=name_rival)
 
 
 def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
@@ -563,6 +567,7 @@ async def _claim(
     lead: Sequence[Operation] = (),
     trailing: Sequence[Operation] = (),
     lock: str | None = None,
+    name_rival: bool = True,
 ) -> LeaseHandle:
     """Claim the lease above ``obs``. ``consumes_grant``: the head is a
     granted release, and this claim opens the next transfer generation so
@@ -571,7 +576,8 @@ async def _claim(
     operations run first in the claim's program; when one of them stops
     it, nothing of the lease was written and :class:`LeadStopped` says
     which. ``trailing``: reads run last (see :func:`acquire_lease`'s
-    ``riders``)."""
+    ``riders``). ``name_rival``: a lost election reads who won, for its
+    message."""
     n = obs.generation
     now = obs.now
     assert now is not None
@@ -620,7 +626,7 @@ async def _claim(
         return ClaimRaced(f"session {paths.session_id}: {why}", session_id=paths.session_id)
 
     if result[at_candidate].status is Status.CONFLICT:
-        raise raced(await _rival_claim(target, paths, n + 1, identity))
+        raise raced(await _rival_claim(target, paths, n + 1, identity) if name_rival else "another claim won")
     raise_for_result(create_candidate, result[at_candidate])
     if n > 0 and result[at_verify].status is not Status.OK:
         await _abort_candidate(target, paths, candidate, candidate_raw)
