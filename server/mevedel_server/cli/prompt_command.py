@@ -53,6 +53,7 @@ from .queued_prompt import (
     RunnerCheck,
     RunnerMark,
     RunnerRunning,
+    interrupt_orphaned_turn,
     other_runner,
     queue_behind,
     refusal,
@@ -383,6 +384,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         remember_session(arguments, session_id)
         if (arguments.queue or arguments.steer) and not arguments.json:
             front.note("[no other `mevedel prompt` of yours runs a turn of this session: sending it now]")
+        said = await interrupt_orphaned_turn(service, session_id)
+        if said:
+            front.note(f"[{said}]")
         in_flight = service.turns.turn_in_flight(session_id)
         if in_flight is not None:
             raise CommandError("turn-in-flight", f"turn {in_flight} of {session_id} is in flight, begun by hand (`mevedel turn begin`): "

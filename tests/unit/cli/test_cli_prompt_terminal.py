@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 from test_cli_prompt import configure, mevedel
@@ -77,3 +78,22 @@ def test_a_second_ctrl_c_stops_an_agent_that_ignores_the_cancel(workspace, tmp_p
     shell.wait_for("interrupted")
     assert "never" not in shell.output and "Traceback" not in shell.output
     assert [t["state"] for t in turns(workspace, tmp_path)] == ["interrupted"]
+
+
+def test_a_prompt_whose_terminal_closed_mid_turn_leaves_that_turn_interrupted_for_the_next(workspace, tmp_path, terminal):
+    release = tmp_path / "release"
+    configure(tmp_path, [[{"say": "Working."}, {"wait_file": str(release)}, {"say": "Done."}]])
+    first = terminal("prompt", "Long job")
+    first.wait_for("Working.")
+    # The terminal's window closes: the hangup ends the prompt and its
+    # agent before the turn settles.
+    os.killpg(first.process.pid, signal.SIGHUP)
+    first.process.wait(timeout=60)
+    release.touch()  # the next agent goes straight through
+    again = terminal("prompt", "Next job")
+    # Said and settled, not refused as a turn "begun by hand".
+    assert again.process.wait(timeout=60) == 0, again.output
+    again.wait_for("Done.")
+    assert (f"[turn 1 was left in flight: the `mevedel prompt` running it (pid {first.process.pid}) ended "
+            "before it settled; recorded as interrupted]") in again.output, again.output
+    assert [t["state"] for t in turns(workspace, tmp_path)] == ["interrupted", "completed"]
