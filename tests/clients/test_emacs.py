@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -481,6 +482,71 @@ def test_emacs_after_a_restart_continues_the_last_session_or_starts_afresh(emacs
         assert "Turn 2" not in chat, chat
     finally:
         quit_emacs(screen)
+
+
+def _server_processes(root: Path) -> list[int]:
+    """The mevedel-lsp processes working in ROOT (the Emacs of this test's)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            here = os.readlink(entry / "cwd") == str(root)
+        except OSError:
+            continue
+        if here and any(part.endswith((b"mevedel-lsp", b"mevedel_server")) for part in command):
+            found.append(int(entry.name))
+    return found
+
+
+def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_goes_on(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """The server is killed while a turn runs: the chat says so, eglot
+    starts another; p in the chat is refused saying what to do (open the
+    session again, not the LSP method), and opening it takes it over with
+    the turn recorded interrupted; the next prompt is turn 2."""
+    (workspace.root / "notes.txt").write_text("alpha\n")
+    release = tmp_path / "release"
+    turns = [[{"say": "Working on it."}, {"wait_file": str(release)}, {"say": "Finished."}]]
+    # A short lease: the dead server's lease expires while the test waits.
+    screen = _terminal_emacs(emacs, workspace, tmp_path, turns, ":leaseSeconds 3")
+    try:
+        screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
+        screen.text("A long job.")
+        screen.keys("C-c", "C-c")
+        screen.wait_for(lambda s: "Working on it." in s, "the turn running")
+        (server,) = _server_processes(workspace.root)
+        os.kill(server, signal.SIGKILL)
+        screen.wait_for(lambda s: "Server died" in s, "the chat saying the server died")
+        release.touch()  # the next agent goes straight through
+        screen.wait_for(lambda s: "Connected!" in s and len(_server_processes(workspace.root)) == 1, "eglot connected again")
+        screen.keys("p")
+        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer from the chat")
+        screen.text("Go on.")
+        screen.keys("C-c", "C-c")
+        refused = screen.wait_for(lambda s: "What to do: open the session again" in s, "what to do after the restart")
+        assert "M-x mevedel-lsp-open-session" in refused, refused
+        screen.keys("M-x")
+        screen.text("mevedel-lsp-open-session")
+        screen.keys("Enter")
+        screen.wait_for(lambda s: "Open session:" in s, "the session question")
+        screen.keys("Tab")  # the one session (SPC would complete a word)
+        screen.wait_for(lambda s: "Open session: A long job. (" in s, "the session completed")
+        screen.keys("Enter")
+        screen.wait_for(lambda s: "Answer (Take over, Cancel)" in s, "the takeover question")
+        screen.text("Take over")
+        screen.keys("Enter")
+        screen.wait_for(lambda s: "turn 1 was in flight and is now interrupted" in s, "the interrupted turn said")
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
+        screen.text("Go on.")
+        screen.keys("C-c", "C-c")
+        chat = screen.wait_for(lambda s: "Finished." in s and "(mevedel chat:idle)" in s, "turn 2 settled")
+        assert "── Turn 2 · scripted · completed" in chat, chat
+    finally:
+        screen.close()
 
 
 def test_emacs_chat_on_a_terminal(emacs: str, workspace: Workspace, tmp_path) -> None:
