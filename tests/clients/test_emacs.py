@@ -30,6 +30,7 @@ from editor_harness import (
     recovery_sessions,
     run_editor,
     server_command,
+    server_processes,
 )
 
 TESTS = REPOSITORY / "tests" / "clients" / "emacs"
@@ -484,22 +485,6 @@ def test_emacs_after_a_restart_continues_the_last_session_or_starts_afresh(emacs
         quit_emacs(screen)
 
 
-def _server_processes(root: Path) -> list[int]:
-    """The mevedel-lsp processes working in ROOT (the Emacs of this test's)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-            here = os.readlink(entry / "cwd") == str(root)
-        except OSError:
-            continue
-        if here and any(part.endswith((b"mevedel-lsp", b"mevedel_server")) for part in command):
-            found.append(int(entry.name))
-    return found
-
-
 def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_goes_on(emacs: str, workspace: Workspace, tmp_path) -> None:
     """The server is killed while a turn runs: the chat says so, eglot
     starts another; p in the chat is refused saying what to do (open the
@@ -517,11 +502,11 @@ def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_
         screen.text("A long job.")
         screen.keys("C-c", "C-c")
         screen.wait_for(lambda s: "Working on it." in s, "the turn running")
-        (server,) = _server_processes(workspace.root)
+        (server,) = server_processes(workspace.root)
         os.kill(server, signal.SIGKILL)
         screen.wait_for(lambda s: "Server died" in s, "the chat saying the server died")
         release.touch()  # the next agent goes straight through
-        screen.wait_for(lambda s: "Connected!" in s and len(_server_processes(workspace.root)) == 1, "eglot connected again")
+        screen.wait_for(lambda s: "Connected!" in s and len(server_processes(workspace.root)) == 1, "eglot connected again")
         screen.keys("p")
         screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer from the chat")
         screen.text("Go on.")
