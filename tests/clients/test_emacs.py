@@ -358,9 +358,9 @@ SCREEN_SCRIPT = [[
 ]]
 
 
-def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: list, settings: str = "") -> Screen:
-    """emacs -nw in tmux with the documented setup, the test's server and a
-    scripted agent playing TURNS, visiting notes.txt."""
+def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: list, settings: str = "", init_more: str = "") -> Screen:
+    """emacs -nw in tmux with the documented setup (and INIT_MORE), the
+    test's server and a scripted agent playing TURNS, visiting notes.txt."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": turns}))
     agent = "[" + " ".join(json.dumps(part) for part in [sys.executable, str(AGENT), str(script)]) + "]"
@@ -371,6 +371,7 @@ def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: lis
         f"(setq mevedel-lsp-settings '(:agents (:scripted (:command {agent})) :defaultAgent \"scripted\" {settings}))",
         "(setq inhibit-startup-screen t native-comp-async-report-warnings-errors 'silent",
         "      native-comp-deferred-compilation nil native-comp-jit-compilation nil)",
+        init_more,
         "",
     ])
     home = tmp_path / "home"
@@ -494,7 +495,9 @@ def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_
     release = tmp_path / "release"
     turns = [[{"say": "Working on it."}, {"wait_file": str(release)}, {"say": "Finished."}]]
     # A short lease: the dead server's lease expires while the test waits.
-    screen = _terminal_emacs(emacs, workspace, tmp_path, turns, ":leaseSeconds 3")
+    # eglot reconnects only to a server that lasted its
+    # `eglot-autoreconnect' seconds (timed on an idle timer); t: always.
+    screen = _terminal_emacs(emacs, workspace, tmp_path, turns, ":leaseSeconds 3", "(setq eglot-autoreconnect t)")
     try:
         screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
         screen.keys("C-c", "m", "p")
