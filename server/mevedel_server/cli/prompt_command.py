@@ -241,7 +241,7 @@ async def _read_answer(prompt: str) -> str | None:
 
     loop.add_reader(fd, readable)
     try:
-        return await line
+        answer = await line
     except asyncio.CancelledError:
         with contextlib.suppress(OSError, termios.error):
             termios.tcflush(fd, termios.TCIFLUSH)
@@ -250,6 +250,10 @@ async def _read_answer(prompt: str) -> str | None:
         raise
     finally:
         loop.remove_reader(fd)
+    if answer is None:  # Ctrl-D: the terminal echoed no end of line
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+    return answer
 
 
 def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | None, artifacts: SessionArtifacts | None = None):

@@ -52,6 +52,16 @@ def test_a_typo_asks_again_and_only_an_empty_answer_refuses(workspace, tmp_path,
     assert "[permission Write a.txt: refused: declined]" in shell.output, shell.output
 
 
+def test_ctrl_d_at_a_question_refuses_it_on_a_line_of_its_own(workspace, tmp_path, terminal):
+    configure(tmp_path, [[ASK, {"say": "Went on."}]])
+    shell = terminal("prompt", "Write a")
+    shell.wait_for("choose a number (empty: refuse):")
+    shell.type("\x04")  # end of input: the terminal echoes no newline
+    assert shell.process.wait(timeout=60) == 0, shell.output
+    assert "choose a number (empty: refuse): \n[permission Write a.txt: refused: declined]" in shell.output, shell.output
+    shell.wait_for("Went on.")
+
+
 def test_ctrl_c_during_a_question_cancels_it_and_exits(workspace, tmp_path, terminal):
     configure(tmp_path, [[ASK, {"wait_cancel": 60}, {"say": "never"}]])
     shell = terminal("prompt", "Write a")
