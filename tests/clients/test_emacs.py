@@ -390,6 +390,15 @@ ASK_CLEAN = {"permission": {"tool_call_id": "c2", "title": "Run make clean",
                                         {"id": "reject", "name": "Reject", "kind": "reject_once"}]}}
 
 
+def _prompt_from_notes(screen: Screen, text: str) -> None:
+    """Once eglot manages notes.txt: C-c m p, TEXT, C-c C-c."""
+    screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
+    screen.keys("C-c", "m", "p")
+    screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
+    screen.text(text)
+    screen.keys("C-c", "C-c")
+
+
 def test_emacs_c_g_or_an_empty_answer_refuses_a_permission_at_once(emacs: str, workspace: Workspace, tmp_path) -> None:
     """C-g at the agent's question, then Enter on an empty answer at the
     next: each is answered at once (refused), the turn goes on and settles
@@ -398,11 +407,7 @@ def test_emacs_c_g_or_an_empty_answer_refuses_a_permission_at_once(emacs: str, w
     turns = [[ASK_CLEAN, {"say": "after the first"}, ASK_CLEAN, {"say": "after the second"}]]
     screen = _terminal_emacs(emacs, workspace, tmp_path, turns, ":permissionTimeoutSeconds 600")
     try:
-        screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
-        screen.keys("C-c", "m", "p")
-        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
-        screen.text("Clean up.")
-        screen.keys("C-c", "C-c")
+        _prompt_from_notes(screen, "Clean up.")
         asked = screen.wait_for(lambda s: "Answer (Allow once, Reject) [empty or C-g: refuse]" in s, "the first question")
         screen.keys("C-g")
         screen.wait_for(lambda s: "after the first" in s, "the turn going on after C-g")
@@ -499,11 +504,7 @@ def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_
     # `eglot-autoreconnect' seconds (timed on an idle timer); t: always.
     screen = _terminal_emacs(emacs, workspace, tmp_path, turns, ":leaseSeconds 3", "(setq eglot-autoreconnect t)")
     try:
-        screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
-        screen.keys("C-c", "m", "p")
-        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
-        screen.text("A long job.")
-        screen.keys("C-c", "C-c")
+        _prompt_from_notes(screen, "A long job.")
         screen.wait_for(lambda s: "Working on it." in s, "the turn running")
         (server,) = server_processes(workspace.root)
         os.kill(server, signal.SIGKILL)
