@@ -3075,7 +3075,10 @@ one was picked for SESSION already, or ASK."
     ("attachment-refused" . "drop or fix the attachment (C-c C-d in the prompt buffer), then send again")
     ("agent-option-refused" . "choose another mode or value (o in the chat, C-c C-o in the prompt buffer), or fix the agent's :mode or :options in `mevedel-lsp-settings'")
     ("read-only" . "take control of the session (M-x mevedel-lsp-take-control), or prompt in another one")
-    ("conflict" . "wait for the running turn to settle, or cancel it (C-c C-c in the chat)"))
+    ("conflict" . "wait for the running turn to settle, or cancel it (C-c C-c in the chat)")
+    ;; The server process that had it open is gone (it crashed, or eglot
+    ;; restarted it): the session must be opened in the new one.
+    ("owner-missing" . "open the session again (M-x mevedel-lsp-open-session, or RET on it in M-x mevedel-lsp-list-sessions), then prompt again"))
   "What to do about each kind of refused prompt.")
 
 (defun mevedel-lsp-chat--refusal (error)

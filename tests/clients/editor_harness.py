@@ -256,3 +256,19 @@ def editor_environment(workspace: Workspace) -> dict[str, str]:
         "MEVEDEL_LSP_COMMAND": json.dumps(server_command()),
         "MEVEDEL_TEST_LONG_LINE": LONG_LINE,
     }
+
+
+def server_processes(root: Path) -> list[int]:
+    """The mevedel-lsp processes working in ROOT (the editor's of this test)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            here = os.readlink(entry / "cwd") == str(root)
+        except OSError:
+            continue
+        if here and any(part.endswith((b"mevedel-lsp", b"mevedel_server")) for part in command):
+            found.append(int(entry.name))
+    return found

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from editor_harness import (
     recovery_sessions,
     run_editor,
     server_command,
+    server_processes,
 )
 
 TESTS = REPOSITORY / "tests" / "clients" / "emacs"
@@ -356,9 +358,9 @@ SCREEN_SCRIPT = [[
 ]]
 
 
-def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: list, settings: str = "") -> Screen:
-    """emacs -nw in tmux with the documented setup, the test's server and a
-    scripted agent playing TURNS, visiting notes.txt."""
+def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: list, settings: str = "", init_more: str = "") -> Screen:
+    """emacs -nw in tmux with the documented setup (and INIT_MORE), the
+    test's server and a scripted agent playing TURNS, visiting notes.txt."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": turns}))
     agent = "[" + " ".join(json.dumps(part) for part in [sys.executable, str(AGENT), str(script)]) + "]"
@@ -369,6 +371,7 @@ def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: lis
         f"(setq mevedel-lsp-settings '(:agents (:scripted (:command {agent})) :defaultAgent \"scripted\" {settings}))",
         "(setq inhibit-startup-screen t native-comp-async-report-warnings-errors 'silent",
         "      native-comp-deferred-compilation nil native-comp-jit-compilation nil)",
+        init_more,
         "",
     ])
     home = tmp_path / "home"
@@ -387,6 +390,15 @@ ASK_CLEAN = {"permission": {"tool_call_id": "c2", "title": "Run make clean",
                                         {"id": "reject", "name": "Reject", "kind": "reject_once"}]}}
 
 
+def _prompt_from_notes(screen: Screen, text: str) -> None:
+    """Once eglot manages notes.txt: C-c m p, TEXT, C-c C-c."""
+    screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
+    screen.keys("C-c", "m", "p")
+    screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
+    screen.text(text)
+    screen.keys("C-c", "C-c")
+
+
 def test_emacs_c_g_or_an_empty_answer_refuses_a_permission_at_once(emacs: str, workspace: Workspace, tmp_path) -> None:
     """C-g at the agent's question, then Enter on an empty answer at the
     next: each is answered at once (refused), the turn goes on and settles
@@ -395,11 +407,7 @@ def test_emacs_c_g_or_an_empty_answer_refuses_a_permission_at_once(emacs: str, w
     turns = [[ASK_CLEAN, {"say": "after the first"}, ASK_CLEAN, {"say": "after the second"}]]
     screen = _terminal_emacs(emacs, workspace, tmp_path, turns, ":permissionTimeoutSeconds 600")
     try:
-        screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
-        screen.keys("C-c", "m", "p")
-        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
-        screen.text("Clean up.")
-        screen.keys("C-c", "C-c")
+        _prompt_from_notes(screen, "Clean up.")
         asked = screen.wait_for(lambda s: "Answer (Allow once, Reject) [empty or C-g: refuse]" in s, "the first question")
         screen.keys("C-g")
         screen.wait_for(lambda s: "after the first" in s, "the turn going on after C-g")
@@ -481,6 +489,55 @@ def test_emacs_after_a_restart_continues_the_last_session_or_starts_afresh(emacs
         assert "Turn 2" not in chat, chat
     finally:
         quit_emacs(screen)
+
+
+def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_goes_on(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """The server is killed while a turn runs: the chat says so, eglot
+    starts another; p in the chat is refused saying what to do (open the
+    session again, not the LSP method), and opening it takes it over with
+    the turn recorded interrupted; the next prompt is turn 2."""
+    (workspace.root / "notes.txt").write_text("alpha\n")
+    release = tmp_path / "release"
+    turns = [[{"say": "Working on it."}, {"wait_file": str(release)}, {"say": "Finished."}]]
+    # A short lease: the dead server's lease expires while the test waits.
+    # eglot reconnects only to a server that lasted its
+    # `eglot-autoreconnect' seconds (timed on an idle timer); t: always.
+    screen = _terminal_emacs(emacs, workspace, tmp_path, turns, ":leaseSeconds 3", "(setq eglot-autoreconnect t)")
+    try:
+        _prompt_from_notes(screen, "A long job.")
+        screen.wait_for(lambda s: "Working on it." in s, "the turn running")
+        (server,) = server_processes(workspace.root)
+        os.kill(server, signal.SIGKILL)
+        screen.wait_for(lambda s: "Server died" in s, "the chat saying the server died")
+        release.touch()  # the next agent goes straight through
+        # ("Reconnected!" on the eglot of Emacs 30.)
+        screen.wait_for(lambda s: ("Connected!" in s or "Reconnected!" in s) and len(server_processes(workspace.root)) == 1,
+                        "eglot connected again")
+        screen.keys("p")
+        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer from the chat")
+        screen.text("Go on.")
+        screen.keys("C-c", "C-c")
+        refused = screen.wait_for(lambda s: "What to do: open the session again" in s, "what to do after the restart")
+        assert "M-x mevedel-lsp-open-session" in refused, refused
+        screen.keys("M-x")
+        screen.text("mevedel-lsp-open-session")
+        screen.keys("Enter")
+        screen.wait_for(lambda s: "Open session:" in s, "the session question")
+        screen.keys("Tab")  # the one session (SPC would complete a word)
+        screen.wait_for(lambda s: "Open session: A long job. (" in s, "the session completed")
+        screen.keys("Enter")
+        screen.wait_for(lambda s: "Answer (Take over, Cancel)" in s, "the takeover question")
+        screen.text("Take over")
+        screen.keys("Enter")
+        screen.wait_for(lambda s: "turn 1 was in flight and is now interrupted" in s, "the interrupted turn said")
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "*mevedel prompt*" in s, "the prompt buffer")
+        screen.text("Go on.")
+        screen.keys("C-c", "C-c")
+        chat = screen.wait_for(lambda s: "Finished." in s and "(mevedel chat:idle)" in s, "turn 2 settled")
+        assert "── Turn 2 · scripted · completed" in chat, chat
+    finally:
+        screen.close()
 
 
 def test_emacs_chat_on_a_terminal(emacs: str, workspace: Workspace, tmp_path) -> None:

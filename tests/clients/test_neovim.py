@@ -5,12 +5,14 @@ scripted ACP agent, headless and, for what a user sees, in tmux."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from deadlines import ticks
 from editor_harness import (
     CLIENTS,
     REPOSITORY,
@@ -27,7 +30,10 @@ from editor_harness import (
     git_repository,
     recovery_sessions,
     run_editor,
+    server_processes,
 )
+from mevedel_server.store import LeaseStanding, observe_lease
+from mevedel_server.targets import LocalTarget
 
 SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "mevedel_test.lua"
 CHAT_SCRIPT = REPOSITORY / "tests" / "clients" / "neovim" / "chat_test.lua"
@@ -284,6 +290,26 @@ class Tmux:
             time.sleep(0.1)
 
 
+def _screen(tmux: str, nvim: str, workspace: Workspace, tmp_path: Path, script: Path, settings: dict | None = None) -> tuple[Tmux, Path]:
+    """Neovim in tmux running chat_screen.lua: the scripted agent playing
+    SCRIPT (SETTINGS added to the server's), a session created and its
+    first prompt sent. Neovim's messages go to the log returned."""
+    log = tmp_path / "messages.log"
+    env = {
+        **editor_environment(workspace),
+        "MEVEDEL_TEST_SCREEN_AGENT": json.dumps([*_agent_command(), str(script)]),
+        "MEVEDEL_TEST_SCREEN_SETTINGS": json.dumps(settings or {}),
+        "MEVEDEL_TEST_SCREEN_LOG": str(log),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    argv = [nvim, "-u", "NONE", "-i", "NONE", "--cmd", f"set rtp^={CLIENTS / 'neovim'}", "-c", f"luafile {SCREEN_SCRIPT}"]
+    session = Tmux(tmux, f"mevedel-test-{uuid.uuid4().hex[:12]}")
+    environment = [f"{key}={value}" for key, value in env.items()]
+    shell_command = shlex.join(["env", *environment, *argv])
+    session.run("-f", "/dev/null", "new-session", "-d", "-s", "chat", "-x", "160", "-y", "48", "-c", str(workspace.root), shell_command)
+    return session, log
+
+
 def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
     """What a user sees: the permission question with the agent's options,
     the chat after the turn (folded reasoning, tool call with its diff,
@@ -316,18 +342,7 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
             }
         )
     )
-    log = tmp_path / "messages.log"
-    env = {
-        **editor_environment(workspace),
-        "MEVEDEL_TEST_SCREEN_AGENT": json.dumps([*_agent_command(), str(script)]),
-        "MEVEDEL_TEST_SCREEN_LOG": str(log),
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-    }
-    argv = [nvim, "-u", "NONE", "-i", "NONE", "--cmd", f"set rtp^={CLIENTS / 'neovim'}", "-c", f"luafile {SCREEN_SCRIPT}"]
-    session = Tmux(tmux, f"mevedel-test-{uuid.uuid4().hex[:12]}")
-    environment = [f"{key}={value}" for key, value in env.items()]
-    shell_command = shlex.join(["env", *environment, *argv])
-    session.run("-f", "/dev/null", "new-session", "-d", "-s", "chat", "-x", "160", "-y", "48", "-c", str(workspace.root), shell_command)
+    session, log = _screen(tmux, nvim, workspace, tmp_path, script)
     try:
         # The agent's question, asked with Neovim's own vim.ui.select.
         question = session.wait_for("the permission question", lambda s: "1: Allow once" in s, log)
@@ -394,6 +409,63 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
         except subprocess.CalledProcessError:
             pass
         (tmp_path / "last-screen.txt").write_text(screen_now)
+        subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)
+
+
+def _lease_expired(root: Path) -> bool:
+    """The workspace's one session's lease has expired (its holder died)."""
+    (session,) = [p.name for p in (root / ".mevedel" / "sessions").iterdir() if not p.name.startswith(".")]
+    return asyncio.run(observe_lease(LocalTarget(root), session)).standing is LeaseStanding.EXPIRED
+
+
+def test_neovim_after_the_server_died_mid_turn_the_chat_says_so_and_the_session_goes_on(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """The server is killed while a turn runs: the chat stops saying
+    "running" and says what became of the turn; p in the chat starts the
+    server again with the configured command and settings, whose refusal
+    says to open the session; :MevedelSessions takes it over (turn 1
+    recorded interrupted) and the next prompt is turn 2."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (scripts/setup --test installs it)")
+    release = tmp_path / "release"
+    script = tmp_path / "restart-agent.json"
+    script.write_text(json.dumps({"turns": [[{"say": "Working on it."}, {"wait_file": str(release)}, {"say": "Finished."}]]}))
+    # A short lease: the dead server's lease expires while the test waits.
+    session, log = _screen(tmux, nvim, workspace, tmp_path, script, {"leaseSeconds": 3})
+    try:
+        session.wait_for("the turn running", lambda s: "running turn 1" in s, log)
+        session.keys(":MevedelChat", "Enter")
+        session.wait_for("the chat", lambda s: "Working on it." in s, log)
+        (server,) = server_processes(workspace.root)
+        os.kill(server, signal.SIGKILL)
+        died = session.wait_for("the turn ended by the server's death", lambda s: "idle (turn 1 errored)" in s, log)
+        assert "the mevedel server stopped while the turn ran" in died, died
+        release.touch()  # the next agent goes straight through
+        session.keys("p")
+        session.wait_for("the prompt buffer", lambda s: "mevedel prompt to" in s, log)
+        session.keys("Go on", "Escape", "Enter")
+        refused = session.wait_for("the refusal", lambda s: "Prompt refused: owner-missing" in s, log)
+        assert "open the session first (:MevedelSessions)" in refused, refused
+        for _ in ticks():
+            if _lease_expired(workspace.root):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the dead server's lease never expired")
+        session.keys(":MevedelSessions", "Enter")
+        session.wait_for("the session list", lambda s: "[Take over]" in s, log)
+        session.keys("1", "Enter")
+        session.wait_for("the takeover question", lambda s: "1: Take over" in s, log)
+        session.keys("1", "Enter")
+        session.wait_for("the interrupted turn", lambda s: "Turn 1 interrupted" in s, log)
+        assert "turn 1 was in flight and is now interrupted" in log.read_text()
+        session.keys(":MevedelChat", "Enter")
+        session.keys("p")
+        session.wait_for("the prompt buffer", lambda s: "mevedel prompt to" in s, log)
+        session.keys("Go on", "Escape", "Enter")
+        chat = session.wait_for("turn 2 settled", lambda s: "idle (turn 2 completed)" in s and "Finished." in s, log)
+        assert "## Turn 1 (interrupted)" in chat, chat
+    finally:
         subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)
 
 

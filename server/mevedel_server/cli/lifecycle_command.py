@@ -21,10 +21,11 @@ drops it. Options as for ``mevedel session``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..store import SessionService, StateToken, parse_token
+from ..store import LifecycleRefused, SessionService, StateToken, parse_token
 from .session_client import (
     CommandError,
     add_common,
@@ -246,17 +247,22 @@ def run_redo(arguments: argparse.Namespace) -> int:
             sid = await _session(service, arguments, None, "auto")
             states = await service.history.redo_states(sid)
             data = {"session_id": sid, "current_head": states.current_head, "states": states.states, "skipped": states.skipped}
-            lines = [f"{s.publication_id}  {s.turn_count} turns  {s.label}" for s in states.states]
+            counts = [_turns(s.turn_count) for s in states.states]
+            width = max(map(len, counts), default=0)
+            lines = [f"{s.publication_id}  {n:<{width}}  {s.label}" for s, n in zip(states.states, counts)]
             lines += [f"skipped {s.publication_id}: {s.reason}" for s in states.skipped]
+            if states.states:
+                lines.append("to return to one: mevedel redo PUBLICATION_ID")
             emit(arguments, data, lines or [f"{sid}: no restorable states"])
             return
         publication = _one(arguments.subject, "PUBLICATION_ID")
         sid = await _session(service, arguments, None, "resume")
-        if arguments.yes:
-            data = _in_place_data(service, sid, await service.history.redo_now(sid, publication))
-            emit(arguments, data, _in_place_lines(data, "redone"))
-            return
-        impact = await service.history.prepare_redo(sid, publication)
+        with _listed_on_a_wrong_id():
+            if arguments.yes:
+                data = _in_place_data(service, sid, await service.history.redo_now(sid, publication))
+                emit(arguments, data, _in_place_lines(data, "redone"))
+                return
+            impact = await service.history.prepare_redo(sid, publication)
         data = {
             "session_id": sid,
             "publication_id": impact.state.publication_id,
@@ -272,6 +278,22 @@ def run_redo(arguments: argparse.Namespace) -> int:
         _prepared(arguments, data, lines, "redo", impact.token.text, impact.agent_history)
 
     return run_command(arguments, body)
+
+
+def _turns(count: int) -> str:
+    return "1 turn" if count == 1 else f"{count} turns"
+
+
+@contextlib.contextmanager
+def _listed_on_a_wrong_id() -> Iterator[None]:
+    """A publication ID that is malformed or names nothing: where the right
+    ones are listed."""
+    try:
+        yield
+    except LifecycleRefused as error:
+        if error.kind not in ("invalid-params", "missing-target"):
+            raise
+        raise CommandError(error.kind, f"{error}; `mevedel redo` lists the states it can return to") from None
 
 
 # Fork and Save As -------------------------------------------------------------------

@@ -53,6 +53,7 @@ from .queued_prompt import (
     RunnerCheck,
     RunnerMark,
     RunnerRunning,
+    interrupt_orphaned_turn,
     other_runner,
     queue_behind,
     refusal,
@@ -240,7 +241,7 @@ async def _read_answer(prompt: str) -> str | None:
 
     loop.add_reader(fd, readable)
     try:
-        return await line
+        answer = await line
     except asyncio.CancelledError:
         with contextlib.suppress(OSError, termios.error):
             termios.tcflush(fd, termios.TCIFLUSH)
@@ -249,6 +250,10 @@ async def _read_answer(prompt: str) -> str | None:
         raise
     finally:
         loop.remove_reader(fd)
+    if answer is None:  # Ctrl-D: the terminal echoed no end of line
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+    return answer
 
 
 def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | None, artifacts: SessionArtifacts | None = None):
@@ -383,6 +388,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         remember_session(arguments, session_id)
         if (arguments.queue or arguments.steer) and not arguments.json:
             front.note("[no other `mevedel prompt` of yours runs a turn of this session: sending it now]")
+        said = await interrupt_orphaned_turn(service, session_id)
+        if said:
+            front.note(f"[{said}]")
         in_flight = service.turns.turn_in_flight(session_id)
         if in_flight is not None:
             raise CommandError("turn-in-flight", f"turn {in_flight} of {session_id} is in flight, begun by hand (`mevedel turn begin`): "

@@ -7,8 +7,12 @@ otherwise."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 PROMPT = "prompt> "
 
@@ -30,16 +34,65 @@ def read_prompt(history: Sequence[str]) -> str | None:
         readline.clear_history()
         for entry in history:
             readline.add_history(entry)
+    with _ctrl_c_interrupts_the_read():
+        try:
+            # input() writes its prompt to stdout, which may be piped; the
+            # question belongs to the terminal, so it goes to stderr when so.
+            if sys.stdout.isatty():
+                return input(PROMPT)
+            sys.stderr.write(PROMPT)
+            sys.stderr.flush()
+            return input()
+        except EOFError:  # Ctrl-D: the terminal echoed no end of line
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            return None
+
+
+@contextlib.contextmanager
+def _ctrl_c_interrupts_the_read() -> Iterator[None]:
+    """The first Ctrl-C raises KeyboardInterrupt in the blocking read on
+    this (the main) thread. asyncio.run's own handler only cancels its
+    main task, which a blocking read never yields to; and the kernel may
+    give the signal to any of the process's threads (executor workers,
+    child waiters), which leaves the main thread's read waiting. So the
+    handler raises, and a relay thread woken by the signal's wakeup byte
+    sends it on to this thread; a second one is ignored."""
+    main = threading.get_ident()
+    taken = threading.Event()
+
+    def interrupted(_signum, _frame) -> None:
+        if not taken.is_set():
+            taken.set()
+            raise KeyboardInterrupt
+
+    receive, send = os.pipe()
+    os.set_blocking(send, False)
+
+    def relay() -> None:
+        while not taken.is_set():
+            try:
+                woke = os.read(receive, 64)
+            except OSError:
+                return
+            if not woke:
+                return
+            if signal.SIGINT in woke and not taken.is_set():
+                signal.pthread_kill(main, signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    previous_fd = signal.set_wakeup_fd(send, warn_on_full_buffer=False)
+    thread = threading.Thread(target=relay, name="ctrl-c relay", daemon=True)
+    thread.start()
     try:
-        # input() writes its prompt to stdout, which may be piped; the
-        # question belongs to the terminal, so it goes to stderr when so.
-        if sys.stdout.isatty():
-            return input(PROMPT)
-        sys.stderr.write(PROMPT)
-        sys.stderr.flush()
-        return input()
-    except EOFError:
-        return None
+        yield
+    finally:
+        taken.set()
+        signal.set_wakeup_fd(previous_fd)
+        os.close(send)
+        thread.join()
+        os.close(receive)
+        signal.signal(signal.SIGINT, previous)
 
 
 async def typed_prompt(service, note) -> str:
@@ -59,7 +112,11 @@ async def typed_prompt(service, note) -> str:
         entries, warning = (), f"the input history could not be read: {getattr(error, 'reason', None) or error}"
     if warning:
         note(f"[{warning}]")
-    text = read_prompt(entries)
+    try:
+        text = read_prompt(entries)
+    except KeyboardInterrupt:
+        sys.stderr.write("\nmevedel: interrupted; nothing was sent\n")
+        raise
     if text is None or not text.strip():
         raise CommandError("invalid-params", "the prompt is blank; nothing was sent")
     return text

@@ -112,6 +112,22 @@ def _live_other(service: SessionService, runner: RunnerRecord | None) -> RunnerR
     return runner
 
 
+async def interrupt_orphaned_turn(service: SessionService, session_id: str) -> str | None:
+    """Settle as interrupted an agent's turn that a ``mevedel prompt`` of
+    this client left in flight when it ended (killed, its terminal closed,
+    the machine restarted): its process no longer runs it, so nobody else
+    ever will. What to tell the user, or None. Called once no live runner
+    was found; a turn begun by hand (``mevedel turn begin``, no agent) is
+    left to its ``mevedel turn`` commands."""
+    opened = service.turns.open_turn(session_id)
+    if opened is None or opened.agent is None:
+        return None
+    runner = await read_runner(service.target, SessionPaths(session_id))
+    by = f"the `mevedel prompt` running it (pid {runner.pid})" if runner is not None else "the `mevedel prompt` running it"
+    await service.turns.abort(session_id, f"{by} ended before the turn settled")
+    return f"turn {opened.turn} was left in flight: {by} ended before it settled; recorded as interrupted"
+
+
 def refusal(session_id: str, runner: RunnerRecord) -> CommandError:
     return CommandError(
         "turn-running",

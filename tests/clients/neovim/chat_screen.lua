@@ -6,6 +6,7 @@
 --
 -- Environment: MEVEDEL_LSP_COMMAND, MEVEDEL_TEST_DOCUMENT,
 -- MEVEDEL_TEST_SCREEN_AGENT (the agent's command, a JSON array),
+-- MEVEDEL_TEST_SCREEN_SETTINGS (more server settings, a JSON object),
 -- MEVEDEL_TEST_SCREEN_LOG (where messages go: a hit-enter prompt would
 -- stall the keys the test sends).
 
@@ -27,7 +28,8 @@ vim.o.laststatus = 2
 vim.o.shortmess = vim.o.shortmess .. 'F'
 vim.cmd('runtime plugin/mevedel.lua')
 local mevedel = require('mevedel')
-local settings = { agents = { scripted = { command = agent } }, defaultAgent = 'scripted' }
+local settings = vim.tbl_extend('force', { agents = { scripted = { command = agent } }, defaultAgent = 'scripted' },
+  vim.json.decode(vim.env.MEVEDEL_TEST_SCREEN_SETTINGS or '{}'))
 if vim.fn.has('nvim-0.11') == 1 then
   vim.lsp.config('mevedel', { cmd = command, settings = { mevedel = settings } })
   vim.lsp.enable('mevedel')

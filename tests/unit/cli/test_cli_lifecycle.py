@@ -104,3 +104,20 @@ def test_fork_variants_lists_source_first_then_forks_oldest_to_newest(workspace,
 
     refused(cli(workspace, state, "fork", "--variants", "2", "--worktree", "--json"), "invalid-params")
     refused(cli(workspace, state, "fork", "--variants", "9", "--session", sid, "--json"), "invalid-params")
+
+
+def test_redo_lists_its_states_with_what_to_type_and_a_wrong_id_points_back_to_the_list(workspace, tmp_path):
+    state = tmp_path / "state"
+    three_turns(workspace, state)
+    ok(cli(workspace, state, "rewind", "1", "--before", "--yes", "--json"))
+    listed = cli(workspace, state, "redo")
+    assert listed.returncode == 0, listed.stderr
+    rows = listed.stdout.splitlines()
+    assert rows[-1] == "to return to one: mevedel redo PUBLICATION_ID"
+    assert any(" 1 turn  " in row and row.endswith("first") for row in rows), rows  # not "1 turns"
+    for typed, kind, said in [("5", "invalid-params", "'5' is not a publication id"),
+                              ("0" * 32, "missing-target", f"there is no publication {'0' * 32}")]:
+        for extra in ([], ["--yes"]):
+            message = refused(cli(workspace, state, "redo", typed, *extra, "--json"), kind)
+            assert said in message and message.endswith("; `mevedel redo` lists the states it can return to"), message
+            assert "manifest" not in message

@@ -40,3 +40,22 @@ def test_an_empty_line_sends_nothing_and_no_terminal_is_refused_with_what_to_do(
                            capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
     assert piped.returncode == 1 and "give the prompt as TEXT, or '-'" in piped.stderr
     assert not (workspace / ".mevedel" / "sessions").exists() or turns(workspace, tmp_path) == []
+
+
+def test_ctrl_c_at_the_line_editor_ends_at_once_and_ctrl_d_ends_its_line(workspace, tmp_path, terminal):
+    configure(tmp_path, [[{"say": "never"}]])
+    shell = terminal("prompt")
+    shell.wait_for("prompt> ")
+    shell.type("half a thought")
+    shell.type("\x03")  # the first Ctrl-C, as at a shell prompt
+    assert shell.process.wait(timeout=60) == 130, shell.output
+    # (The test's terminal does not echo what it types.)
+    assert "prompt> \nmevedel: interrupted; nothing was sent\n" in shell.output, shell.output
+    assert "Traceback" not in shell.output
+    eof = terminal("prompt")
+    eof.wait_for("prompt> ")
+    eof.type("\x04")
+    assert eof.process.wait(timeout=60) == 1, eof.output
+    # The refusal on a line of its own, not after the prompt.
+    assert "prompt> \nmevedel: the prompt is blank; nothing was sent" in eof.output, eof.output
+    assert not (workspace / ".mevedel" / "sessions").exists() or turns(workspace, tmp_path) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 from test_cli_prompt import configure, mevedel
@@ -51,6 +52,16 @@ def test_a_typo_asks_again_and_only_an_empty_answer_refuses(workspace, tmp_path,
     assert "[permission Write a.txt: refused: declined]" in shell.output, shell.output
 
 
+def test_ctrl_d_at_a_question_refuses_it_on_a_line_of_its_own(workspace, tmp_path, terminal):
+    configure(tmp_path, [[ASK, {"say": "Went on."}]])
+    shell = terminal("prompt", "Write a")
+    shell.wait_for("choose a number (empty: refuse):")
+    shell.type("\x04")  # end of input: the terminal echoes no newline
+    assert shell.process.wait(timeout=60) == 0, shell.output
+    assert "choose a number (empty: refuse): \n[permission Write a.txt: refused: declined]" in shell.output, shell.output
+    shell.wait_for("Went on.")
+
+
 def test_ctrl_c_during_a_question_cancels_it_and_exits(workspace, tmp_path, terminal):
     configure(tmp_path, [[ASK, {"wait_cancel": 60}, {"say": "never"}]])
     shell = terminal("prompt", "Write a")
@@ -77,3 +88,22 @@ def test_a_second_ctrl_c_stops_an_agent_that_ignores_the_cancel(workspace, tmp_p
     shell.wait_for("interrupted")
     assert "never" not in shell.output and "Traceback" not in shell.output
     assert [t["state"] for t in turns(workspace, tmp_path)] == ["interrupted"]
+
+
+def test_a_prompt_whose_terminal_closed_mid_turn_leaves_that_turn_interrupted_for_the_next(workspace, tmp_path, terminal):
+    release = tmp_path / "release"
+    configure(tmp_path, [[{"say": "Working."}, {"wait_file": str(release)}, {"say": "Done."}]])
+    first = terminal("prompt", "Long job")
+    first.wait_for("Working.")
+    # The terminal's window closes: the hangup ends the prompt and its
+    # agent before the turn settles.
+    os.killpg(first.process.pid, signal.SIGHUP)
+    first.process.wait(timeout=60)
+    release.touch()  # the next agent goes straight through
+    again = terminal("prompt", "Next job")
+    # Said and settled, not refused as a turn "begun by hand".
+    assert again.process.wait(timeout=60) == 0, again.output
+    again.wait_for("Done.")
+    assert (f"[turn 1 was left in flight: the `mevedel prompt` running it (pid {first.process.pid}) ended "
+            "before it settled; recorded as interrupted]") in again.output, again.output
+    assert [t["state"] for t in turns(workspace, tmp_path)] == ["interrupted", "completed"]

@@ -287,3 +287,19 @@ async def test_no_checkpoint_timer_runs_without_a_turn_in_flight(tmp_path):
     assert service.info(session_id).head == head  # nothing new was published
     assert not service.session(session_id).checkpoints.running
     await service.sessions.close(session_id)
+
+
+async def test_a_command_that_ends_as_its_turn_begins_does_not_wait_out_the_checkpoint_interval(tmp_path):
+    """A CLI command that opens a session with a turn in flight and is
+    refused at once stops the checkpoint timer before its task first ran:
+    the command ends then, not an interval later."""
+    service = SessionService(LocalTarget(tmp_path), ME, checkpoint_seconds=86_400)
+    session_id = (await service.sessions.create()).session_id
+    await service.turns.begin_turn(session_id, "begun, and the command ends")
+    # A day's interval: a stop that slept it out would not return here.
+    # (asyncio.timeout, not wait_for: a task of its own would let the
+    # timer's task run, and sleep, before the stop; and the stop swallows
+    # the cancel, so the deadline is asked whether it passed.)
+    async with asyncio.timeout(60) as deadline:
+        await service.sessions.detach()
+    assert not deadline.expired(), "the checkpoint timer's stop waited for its interval"

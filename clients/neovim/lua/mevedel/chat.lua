@@ -1019,6 +1019,31 @@ local function refused(chat, text, err, data)
   mevedel.notify(string.format('the prompt was refused (%s): %s%s', kind, err, M.actions[kind] and ('\nwhat to do: ' .. M.actions[kind]) or ''))
 end
 
+--- The server process CLIENT_ID talked to has exited (crashed, or
+--- stopped): its chats' running turns will get no answer. Each ends as
+--- errored here, saying what became of it; the record keeps the turn in
+--- flight until the session is opened again, which records it interrupted.
+function M.on_client_exit(client_id)
+  for _, chat in pairs(chats) do
+    if chat.client_id == client_id then
+      chat.client_id = nil
+      chat.asking = nil
+      local live = chat.live
+      if live then
+        chat.live = nil
+        live.state = 'errored'
+        live.error = {
+          kind = 'server-exited',
+          message = 'the mevedel server stopped while the turn ran; what arrived is kept, and opening the session again records the turn interrupted',
+          action = M.actions['owner-missing'],
+        }
+        settle_into(chat, live)
+      end
+      render(chat)
+    end
+  end
+end
+
 --- Send a prompt. OPTS: text (required), attachments (addresses or
 --- workspace paths), session (default: the current buffer's, else the
 --- current one, else a new one), agent (default: picked, see

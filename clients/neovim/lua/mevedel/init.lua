@@ -229,10 +229,21 @@ local function client_config(root)
     settings = { [M.configuration_section] = settings_object(config.settings) },
     handlers = handlers(),
     on_attach = on_attach,
-    on_exit = function()
+    on_exit = function(_, _, client_id)
       clients_by_root[root] = nil
+      M.client_exited(client_id)
     end,
   }
+end
+
+-- A client's server exited: its chats stop waiting for it (only when a
+-- chat was ever opened; on_exit runs in a fast event, so not at once).
+function M.client_exited(client_id)
+  if package.loaded['mevedel.chat'] then
+    vim.schedule(function()
+      package.loaded['mevedel.chat'].on_client_exit(client_id)
+    end)
+  end
 end
 
 -- Client methods are closures on 0.7 and methods taking self from 0.11 on.
@@ -274,6 +285,18 @@ local function all_clients()
   end, all)
 end
 
+-- What a client started here starts with: the `vim.lsp.config` entry when
+-- the user enabled it (their cmd and settings, which setup() never saw),
+-- else setup()'s.
+local function start_config(root)
+  if vim.lsp.is_enabled and vim.lsp.is_enabled('mevedel') then
+    local entry = vim.deepcopy(vim.lsp.config.mevedel)
+    entry.root_dir = root
+    return entry
+  end
+  return client_config(root)
+end
+
 -- Starts (or reuses) the server for ROOT and attaches BUFNR when given.
 -- Returns the client id.
 local function ensure_client(root, bufnr)
@@ -285,18 +308,19 @@ local function ensure_client(root, bufnr)
     return existing.id
   end
   local id
+  local starting = start_config(root)
   if vim.lsp.start and bufnr then
-    id = vim.lsp.start(client_config(root), { bufnr = bufnr })
+    id = vim.lsp.start(starting, { bufnr = bufnr })
   elseif vim.lsp.start and vim.fn.has('nvim-0.11') == 1 then
-    id = vim.lsp.start(client_config(root), { attach = false })
+    id = vim.lsp.start(starting, { attach = false })
   else
-    id = vim.lsp.start_client(client_config(root))
+    id = vim.lsp.start_client(starting)
     if id and bufnr then
       vim.lsp.buf_attach_client(bufnr, id)
     end
   end
   if not id then
-    notify('could not start ' .. table.concat(config.cmd, ' '))
+    notify('could not start ' .. table.concat(starting.cmd, ' '))
     return nil
   end
   clients_by_root[root] = id
@@ -355,7 +379,8 @@ function M.client()
     return client.initialized == true or invoke(client, 'is_stopped')
   end, 10)
   if not ready or invoke(client, 'is_stopped') then
-    return nil, 'the mevedel server did not start (' .. table.concat(config.cmd, ' ') .. ')'
+    local cmd = type(client.config.cmd) == 'table' and client.config.cmd or config.cmd
+    return nil, 'the mevedel server did not start (' .. table.concat(cmd, ' ') .. ')'
   end
   return client
 end
@@ -752,6 +777,7 @@ function M.lsp_config()
           clients_by_root[root] = nil
         end
       end
+      M.client_exited(client_id)
     end,
   }
 end

@@ -109,7 +109,8 @@ local function answered(what, on_done)
   return function(result, err, data)
     if not result then
       local kind = type(data) == 'table' and data.kind or 'error'
-      mevedel.notify(string.format('%s was refused (%s): %s', what, kind, err))
+      local action = require('mevedel.chat').actions[kind]
+      mevedel.notify(string.format('%s was refused (%s): %s%s', what, kind, err, action and ('\nwhat to do: ' .. action) or ''))
     end
     if on_done then
       on_done(result, err, data)

@@ -123,6 +123,8 @@ class OpenTurn(msgspec.Struct, frozen=True):
     segment: int
     #: This turn's request must carry the reconciliation reminder.
     reminder: bool
+    #: The agent that runs it (None: a turn driven by hand, ``mevedel turn``).
+    agent: str | None = None
 
 
 class SaveCandidate(msgspec.Struct, frozen=True):
@@ -393,7 +395,7 @@ class Conversation:
         self._prompts.append(entry)
         self._prompt_log.append(encode_index_line(entry))
         self._known_ids.add(turn_id)
-        self._live = _Live(OpenTurn(turn_id, turn, segment, reminder))
+        self._live = _Live(OpenTurn(turn_id, turn, segment, reminder, agent))
         self._update(
             at,
             in_flight_turn=turn_id,
@@ -947,7 +949,7 @@ class _Restorer:
                     if record.turn_id in c._known_ids:
                         raise ContentError(segment_name(number), f"turn id {record.turn_id} is used twice")
                     c._known_ids.add(record.turn_id)
-                    live = _Live(OpenTurn(record.turn_id, record.turn, number, record.reminder))
+                    live = _Live(OpenTurn(record.turn_id, record.turn, number, record.reminder, record.agent))
                 elif isinstance(record, Prompt):
                     assert begin is not None
                     derived.append(

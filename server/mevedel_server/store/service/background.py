@@ -93,6 +93,10 @@ class _Background:
         return not self._stopping and self._task is asyncio.current_task()
 
     async def _pause(self, seconds: float) -> None:
+        if self._stopping:
+            # Stopped before its task first ran: ``cancel`` found it awake, so
+            # the sleep is skipped here or ``stop`` would wait it out.
+            return
         self._sleeping = True
         try:
             await asyncio.sleep(seconds)

@@ -30,7 +30,7 @@ from ..authority.records import RecordError
 from ..authority.workspace import check_session_id
 from ..content.checkpoints import capture_gap_reason
 from ..content.transcript import Outcome
-from ..content.turns import Conversation, ConversationError
+from ..content.turns import Conversation, ConversationError, OpenTurn
 from ..layout import STATE_DIR
 from .background import STOP_CHECKPOINTS
 from .checks import outcome_of, refused_in, require_turn
@@ -266,9 +266,14 @@ class Turns:
 
     # Views of the turns ------------------------------------------------------
 
+    def open_turn(self, session_id: str) -> OpenTurn | None:
+        """The open session's turn in flight (its number, the agent running
+        it), if any."""
+        return self.table.get(session_id, "ask about it").conversation.open_turn
+
     def turn_in_flight(self, session_id: str) -> int | None:
         """The number of the open session's turn in flight, if any."""
-        opened = self.table.get(session_id, "ask about it").conversation.open_turn
+        opened = self.open_turn(session_id)
         return None if opened is None else opened.turn
 
     def transcript_records(self, session_id: str) -> list:

@@ -50,6 +50,7 @@ from ..authority.records import (
     KeptTurnState,
     PublicationManifest,
     RecordError,
+    RecordErrorKind,
 )
 from ..authority.workspace import check_session_id
 from ..content.sidecar import (
@@ -564,6 +565,8 @@ class Redo:
         try:
             chosen, _snapshot = await state_at_head(source.target, sid, head)
         except RecordError as error:
+            if error.kind is RecordErrorKind.MISSING and error.path_label == SessionPaths(sid).label(head):  # not its payload
+                raise LifecycleRefused(sid, f"there is no publication {self.publication_id}", kind="missing-target") from None
             raise LifecycleRefused(sid, f"publication {self.publication_id} cannot be restored: {error}", kind="unreadable") from None
         when = plan_time(current, self.at)
         redo = plan_redo(current, chosen, when)

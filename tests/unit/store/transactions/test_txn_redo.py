@@ -163,8 +163,9 @@ async def test_unknown_or_current_publications_are_refused(tmp_path):
         await prepare_redo(s.target, s.session_id, current)
     with pytest.raises(LifecycleRefused, match="not a publication id"):
         await prepare_redo(s.target, s.session_id, "../../etc")
-    with pytest.raises(LifecycleRefused, match="cannot be restored"):
+    with pytest.raises(LifecycleRefused, match=f"there is no publication {'0' * 32}$") as refused:
         await prepare_redo(s.target, s.session_id, "0" * 32)
+    assert refused.value.kind == "missing-target"
 
 
 async def test_a_publication_with_corrupt_bytes_is_skipped_or_refused(tmp_path):
