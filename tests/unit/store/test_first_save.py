@@ -173,3 +173,26 @@ async def test_two_saves_at_once_of_a_new_session_claim_its_lease_once(tmp_path)
     assert (await again.sessions.open(sid, "resume")).info.pending_publication is None
     assert (await again.sessions.list()).rows[0].turn_count == 1
     await again.sessions.close(sid)
+
+
+async def test_two_opens_at_once_of_a_saved_session_claim_its_lease_once(tmp_path):
+    # An editor may open one session from two places at once (its session
+    # list and its chat): one claim, both answered, the session writable.
+    first_service = SessionService(LocalTarget(tmp_path), ME, renew_every=3600)
+    sid = await _first_turn(first_service)
+    await first_service.turns.settle(sid)
+    await first_service.sessions.close(sid)
+    target = HeldClaim(LocalTarget(tmp_path))  # holds the resume's claim
+    service = SessionService(target, ME, renew_every=3600)
+    first = asyncio.ensure_future(service.sessions.open(sid, "resume"))
+    await target.held.wait()
+    second = asyncio.ensure_future(service.sessions.open(sid, "resume"))
+    await asyncio.sleep(0)
+    target.release.set()
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    assert [type(r).__name__ for r in results] == ["OpenResult", "OpenResult"], results
+    assert target.claims == 1
+    await service.turns.begin_turn(sid, "turn 2")
+    await service.turns.settle(sid)
+    assert (await service.sessions.list()).rows[0].turn_count == 2
+    await service.sessions.close(sid)

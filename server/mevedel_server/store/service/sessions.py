@@ -127,6 +127,10 @@ class Sessions:
         self._git_excludes = git_excludes
         self._swept_at: float | None = None
         self._sweeping: asyncio.Future | None = None
+        #: One open at a time per session: two requests opening the same
+        #: session at once (an editor's panel and its chat) would both pass
+        #: the "already open" check and both claim its lease.
+        self._opening: dict[str, asyncio.Lock] = {}
         #: The last expired-session cleanup's report.
         self.last_cleanup: CleanupReport | None = None
         #: Sessions expired-session cleanup must keep, with why (the artifact
@@ -287,6 +291,13 @@ class Sessions:
         """
         mode = _mode(mode)
         check_session_id(session_id)
+        # Kept for the service's life (one small lock per session opened):
+        # dropping one a waiter still holds a turn on would let a third
+        # open run beside that waiter.
+        async with self._opening.setdefault(session_id, asyncio.Lock()):
+            return await self._open(session_id, mode, confirm_takeover, confirm_identity)
+
+    async def _open(self, session_id: str, mode: OpenMode, confirm_takeover: bool, confirm_identity: bool) -> OpenResult:
         existing = self._table.sessions.get(session_id)
         if existing is not None:
             if existing.access is Access.WRITABLE:
