@@ -22,7 +22,10 @@
                    (and (eglot-managed-p) t)
                    (and (eglot-current-server) (eieio-object-class-name (eglot-current-server)))
                    (key-binding (kbd "C-M-i"))))
+    ;; The server is asked to shut down and must answer; eglot's own 1.5 s
+    ;; for the answer is a wait for a core on a loaded machine, not a
+    ;; measure of the server (a timeout would fail the whole run).
     (when (eglot-current-server)
-      (eglot-shutdown (eglot-current-server)))))
+      (eglot-shutdown (eglot-current-server) nil 60))))
 
 ;;; first-run.el ends here
