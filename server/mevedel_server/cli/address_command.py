@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from ..addresses import Address, AddressError, Operation, parse_address
+from .authored import shown
 
 
 def register(subparsers: Any) -> None:
@@ -50,7 +51,7 @@ def _operations(address: Address) -> list[str]:
 
 
 def _line(result: dict[str, Any]) -> str:
-    authored = result["authored"]
+    authored = shown(result["authored"])
     if "error" in result:
         error = result["error"]
         return f"{authored}  invalid ({error['kind']}): {error['reason']}"

@@ -58,6 +58,7 @@ from ..targets import (
     parse_workspace_location,
     workspace_target,
 )
+from .authored import shown
 from .session_client import CommandError, cli_identity, refuse
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ def _run(arguments: argparse.Namespace) -> int:
         if arguments.json:
             print(json.dumps({"error": error.to_json()}))
         else:
-            print(f"{error.authored}: {error.kind.value}: {error.reason}", file=sys.stderr)
+            print(f"{shown(error.authored)}: {error.kind.value}: {error.reason}", file=sys.stderr)
         return FAILED
     except CommandError as error:
         return refuse(arguments, error.kind, str(error))

@@ -73,6 +73,13 @@ def test_failures_name_the_address_and_kind_without_traceback(workspace: Path, a
     assert str(workspace) not in ran.stdout
 
 
+@pytest.mark.parametrize(("authored", "shown"), [("", "''"), (" work://shared/notes.md", "' work://shared/notes.md'")])
+def test_an_address_that_would_not_read_as_typed_is_quoted(workspace: Path, authored: str, shown: str) -> None:
+    ran = mevedel(workspace, "read", authored)
+    assert ran.returncode == 1
+    assert ran.stderr.startswith(f"{shown}: "), ran.stderr
+
+
 def test_offset_past_the_end_suggests_an_exact_retry(workspace: Path) -> None:
     ran = mevedel(workspace, "read", "work://shared/notes.md", "--offset", "9")
     assert ran.returncode == 1
