@@ -150,7 +150,12 @@ def refusal(error: Exception, method: str) -> JsonRpcException:
     authored = getattr(error, "authored", None)
     if isinstance(authored, str) and isinstance(getattr(error, "reason", None), str):
         return failure(store.error_kind(error), authored, error.reason)
-    return failure(store.error_kind(error), getattr(error, "session_id", None) or method, str(error))
+    session_id, text = getattr(error, "session_id", None), str(error)
+    if session_id:
+        # The store's messages begin with the session they are about, which
+        # the answer names already: "<id>: session <id>: ..." said it twice.
+        return failure(store.error_kind(error), session_id, text.removeprefix(f"session {session_id}: "))
+    return failure(store.error_kind(error), method, text)
 
 
 def request_handler(method: str, params_type: type, handler: Callable[..., Awaitable[Any]]):
