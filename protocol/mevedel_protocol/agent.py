@@ -6,7 +6,7 @@ a prompt is one turn, recorded as it happens. ``docs/protocol.md`` documents
 every field.
 """
 
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
 import attrs
 
@@ -25,24 +25,8 @@ AGENT_ERROR_KINDS = frozenset(
     }
 )
 
-PermissionPolicy = Literal["ask", "allow-reads", "allow-all"]
 TurnPhase = Literal["starting", "running", "cancelling", "settled"]
 EventKind = Literal["response", "reasoning", "tool_call", "plan", "permission"]
-
-
-@attrs.define
-class AgentSetting:
-    """How to start one agent: ``command`` is its argv (no shell), ``env``
-    is added to the server's environment for it. ``mode`` and ``options``
-    are its defaults for every session (an ACP session mode id; config
-    option ids mapped to a value id or true/false, e.g. ``{"model":
-    "large"}``), applied when its process opens a session unless the
-    session's own choice says otherwise."""
-
-    command: list[str]
-    env: dict[str, str] = attrs.Factory(dict)
-    mode: Optional[str] = None
-    options: dict[str, Union[str, bool]] = attrs.Factory(dict)
 
 
 @attrs.define

@@ -2,127 +2,129 @@
 
 The schema generator, the documentation test and the server all read this
 table, so a method exists in one place.
+
+A class is named here (``module.Class``, a module of this package) and
+imported when it is first asked for: the language server registers a
+handler for every method at its start, and creating the 140 attrs classes
+(attrs compiles each one's methods) was 60-75 ms of it; each module now
+loads with the first message that needs it.
 """
+
+import importlib
 
 import attrs
 
-from . import (
-    agent,
-    agent_options,
-    artifact,
-    control,
-    follow,
-    input_history,
-    lifecycle,
-    methods,
-    queue,
-    session,
-)
-from .address import DescribeParams, DescribeResult
+from . import methods
 from .errors import ErrorData
-from .resource import (
-    ApplyPatchParams,
-    ApplyPatchResult,
-    GlobParams,
-    GlobResult,
-    GrepParams,
-    GrepResult,
-    ReadParams,
-    ReadResult,
-)
 from .settings import Settings
 
 
 @attrs.frozen
 class Message:
-    params: type
-    #: ``None`` for a notification.
-    result: type | None
+    #: ``module.Class`` of the params.
+    params_name: str
+    #: ``module.Class`` of the result; ``None`` for a notification.
+    result_name: str | None
+
+    @property
+    def params(self) -> type:
+        return wire_class(self.params_name)
+
+    @property
+    def result(self) -> type | None:
+        return None if self.result_name is None else wire_class(self.result_name)
+
+
+def wire_class(name: str) -> type:
+    """The class ``module.Class`` of this package, its module imported if
+    it is not yet."""
+    module, _, cls = name.rpartition(".")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 
 
 REQUESTS: dict[str, Message] = {
-    methods.RESOURCE_READ: Message(ReadParams, ReadResult),
-    methods.RESOURCE_GLOB: Message(GlobParams, GlobResult),
-    methods.RESOURCE_GREP: Message(GrepParams, GrepResult),
-    methods.RESOURCE_APPLY_PATCH: Message(ApplyPatchParams, ApplyPatchResult),
-    methods.ADDRESS_DESCRIBE: Message(DescribeParams, DescribeResult),
-    methods.SESSION_LIST: Message(session.SessionListParams, session.SessionListResult),
-    methods.SESSION_CREATE: Message(session.SessionCreateParams, session.SessionState),
-    methods.SESSION_OPEN: Message(session.SessionOpenParams, session.SessionOpenResult),
-    methods.SESSION_CLOSE: Message(session.SessionParams, session.SessionCloseResult),
-    methods.SESSION_RENAME: Message(session.SessionRenameParams, session.SessionState),
-    methods.SESSION_SAVE: Message(session.SessionParams, session.SaveResult),
-    methods.SESSION_RETRY_PUBLICATION: Message(session.SessionParams, session.SaveResult),
-    methods.SESSION_ABANDON_PUBLICATION: Message(session.SessionParams, session.AbandonResult),
-    methods.SESSION_ACKNOWLEDGE_MUTATION: Message(session.SessionParams, session.AcknowledgeMutationResult),
-    methods.SESSION_COMPACT: Message(session.SessionCompactParams, session.SegmentRotationResult),
-    methods.SESSION_CLEAR: Message(session.SessionParams, session.SegmentRotationResult),
-    methods.TURN_BEGIN: Message(session.TurnBeginParams, session.TurnBeginResult),
-    methods.TURN_CAPTURE: Message(session.TurnCaptureParams, session.TurnCaptureResult),
-    methods.TURN_APPEND: Message(session.TurnAppendParams, session.TurnAppendResult),
-    methods.TURN_SETTLE: Message(session.TurnSettleParams, session.SaveResult),
-    methods.TURN_ABORT: Message(session.TurnAbortParams, session.SaveResult),
-    methods.TURN_LIST: Message(session.SessionParams, session.TurnListResult),
-    methods.TURN_SHOW: Message(session.TurnShowParams, session.TurnShowResult),
-    methods.TURN_DIFF: Message(session.TurnDiffParams, session.TurnDiffResult),
-    methods.TURN_RESTORE_FILE: Message(session.RestoreFileParams, session.RestoreFileResult),
-    methods.REWIND_PREPARE: Message(lifecycle.RewindPrepareParams, lifecycle.RewindImpact),
-    methods.REWIND_COMMIT: Message(lifecycle.CommitParams, lifecycle.InPlaceResult),
-    methods.REDO_LIST: Message(session.SessionParams, lifecycle.RedoListResult),
-    methods.REDO_PREPARE: Message(lifecycle.RedoPrepareParams, lifecycle.RedoImpact),
-    methods.REDO_COMMIT: Message(lifecycle.CommitParams, lifecycle.InPlaceResult),
-    methods.FORK_PREPARE: Message(lifecycle.ForkPrepareParams, lifecycle.ForkImpact),
-    methods.FORK_COMMIT: Message(lifecycle.CommitParams, lifecycle.ChildResult),
-    methods.FORK_VARIANTS: Message(lifecycle.ForkPrepareParams, lifecycle.ForkVariantsResult),
-    methods.WORKTREE_FORK_PREPARE: Message(lifecycle.WorktreeForkPrepareParams, lifecycle.WorktreeForkImpact),
-    methods.WORKTREE_FORK_COMMIT: Message(lifecycle.CommitParams, lifecycle.WorktreeForkResult),
-    methods.SAVE_AS_PREPARE: Message(lifecycle.SaveAsPrepareParams, lifecycle.SaveAsImpact),
-    methods.SAVE_AS_COMMIT: Message(lifecycle.CommitParams, lifecycle.ChildResult),
-    methods.SESSION_RETRY_RECOVERY: Message(session.SessionParams, lifecycle.RecoveryResult),
-    methods.SESSION_ABANDON_RECOVERY: Message(session.SessionParams, lifecycle.RecoveryResult),
-    methods.CONTROL_TAKE: Message(control.ControlTakeParams, control.ControlTakeResult),
-    methods.CONTROL_RELEASE: Message(session.SessionParams, control.ControlReleaseResult),
-    methods.CONTROL_GRANT: Message(session.SessionParams, control.ControlStatus),
-    methods.CONTROL_KEEP: Message(session.SessionParams, control.ControlStatus),
-    methods.CONTROL_STATUS: Message(session.SessionParams, control.ControlStatus),
-    methods.SESSION_SET_FOLLOW: Message(follow.SetFollowParams, follow.FollowState),
-    methods.SESSION_REFRESH: Message(session.SessionParams, follow.SessionRefreshResult),
-    methods.TURN_PROMPT: Message(agent.TurnPromptParams, agent.TurnPromptResult),
-    methods.TURN_CANCEL: Message(agent.TurnCancelParams, agent.TurnCancelResult),
-    methods.AGENT_LIST: Message(agent.AgentListParams, agent.AgentListResult),
-    methods.AGENT_OPTIONS: Message(agent_options.AgentOptionsParams, agent_options.AgentOptions),
-    methods.AGENT_SET_OPTION: Message(agent_options.AgentSetOptionParams, agent_options.AgentOptions),
-    methods.QUEUE_LIST: Message(queue.QueueParams, queue.QueueState),
-    methods.QUEUE_ADD: Message(queue.QueueAddParams, queue.QueueEntry),
-    methods.QUEUE_EDIT: Message(queue.QueueEditParams, queue.QueueEntry),
-    methods.QUEUE_CANCEL: Message(queue.QueueEntryParams, queue.QueueState),
-    methods.QUEUE_STEER: Message(queue.QueueSteerParams, queue.QueueEntry),
-    methods.INPUT_HISTORY: Message(input_history.InputHistoryParams, input_history.InputHistoryResult),
-    methods.ARTIFACT_LIST: Message(artifact.ArtifactListParams, artifact.ArtifactListResult),
-    methods.ARTIFACT_CREATE: Message(artifact.ArtifactCreateParams, artifact.ArtifactEntry),
-    methods.ARTIFACT_READ: Message(artifact.ArtifactParams, artifact.ArtifactReadResult),
-    methods.ARTIFACT_WRITE: Message(artifact.ArtifactWriteParams, artifact.ArtifactWriteResult),
-    methods.ARTIFACT_ATTACH: Message(artifact.ArtifactParams, artifact.ArtifactAttachResult),
-    methods.ARTIFACT_DETACH: Message(artifact.ArtifactParams, artifact.ArtifactAttachResult),
-    methods.ARTIFACT_DUPLICATE: Message(artifact.ArtifactDuplicateParams, artifact.ArtifactEntry),
-    methods.ARTIFACT_DELETE: Message(artifact.ArtifactParams, artifact.ArtifactDeleteResult),
-    methods.ARTIFACT_VERSIONS: Message(artifact.ArtifactParams, artifact.ArtifactVersionsResult),
-    methods.ARTIFACT_SAVE_VERSION: Message(artifact.ArtifactParams, artifact.ArtifactVersion),
-    methods.ARTIFACT_RESTORE: Message(artifact.ArtifactRestoreParams, artifact.ArtifactWriteResult),
-    methods.ARTIFACT_COMMENT: Message(artifact.ArtifactCommentParams, artifact.ArtifactComment),
-    methods.ARTIFACT_REQUEST_HANDOVER: Message(artifact.ArtifactParams, artifact.ArtifactEntry),
-    methods.ARTIFACT_CONVERSATION: Message(artifact.ArtifactParams, artifact.ArtifactConversationResult),
+    methods.RESOURCE_READ: Message("resource.ReadParams", "resource.ReadResult"),
+    methods.RESOURCE_GLOB: Message("resource.GlobParams", "resource.GlobResult"),
+    methods.RESOURCE_GREP: Message("resource.GrepParams", "resource.GrepResult"),
+    methods.RESOURCE_APPLY_PATCH: Message("resource.ApplyPatchParams", "resource.ApplyPatchResult"),
+    methods.ADDRESS_DESCRIBE: Message("address.DescribeParams", "address.DescribeResult"),
+    methods.SESSION_LIST: Message("session.SessionListParams", "session.SessionListResult"),
+    methods.SESSION_CREATE: Message("session.SessionCreateParams", "session.SessionState"),
+    methods.SESSION_OPEN: Message("session.SessionOpenParams", "session.SessionOpenResult"),
+    methods.SESSION_CLOSE: Message("session.SessionParams", "session.SessionCloseResult"),
+    methods.SESSION_RENAME: Message("session.SessionRenameParams", "session.SessionState"),
+    methods.SESSION_SAVE: Message("session.SessionParams", "session.SaveResult"),
+    methods.SESSION_RETRY_PUBLICATION: Message("session.SessionParams", "session.SaveResult"),
+    methods.SESSION_ABANDON_PUBLICATION: Message("session.SessionParams", "session.AbandonResult"),
+    methods.SESSION_ACKNOWLEDGE_MUTATION: Message("session.SessionParams", "session.AcknowledgeMutationResult"),
+    methods.SESSION_COMPACT: Message("session.SessionCompactParams", "session.SegmentRotationResult"),
+    methods.SESSION_CLEAR: Message("session.SessionParams", "session.SegmentRotationResult"),
+    methods.TURN_BEGIN: Message("session.TurnBeginParams", "session.TurnBeginResult"),
+    methods.TURN_CAPTURE: Message("session.TurnCaptureParams", "session.TurnCaptureResult"),
+    methods.TURN_APPEND: Message("session.TurnAppendParams", "session.TurnAppendResult"),
+    methods.TURN_SETTLE: Message("session.TurnSettleParams", "session.SaveResult"),
+    methods.TURN_ABORT: Message("session.TurnAbortParams", "session.SaveResult"),
+    methods.TURN_LIST: Message("session.SessionParams", "session.TurnListResult"),
+    methods.TURN_SHOW: Message("session.TurnShowParams", "session.TurnShowResult"),
+    methods.TURN_DIFF: Message("session.TurnDiffParams", "session.TurnDiffResult"),
+    methods.TURN_RESTORE_FILE: Message("session.RestoreFileParams", "session.RestoreFileResult"),
+    methods.REWIND_PREPARE: Message("lifecycle.RewindPrepareParams", "lifecycle.RewindImpact"),
+    methods.REWIND_COMMIT: Message("lifecycle.CommitParams", "lifecycle.InPlaceResult"),
+    methods.REDO_LIST: Message("session.SessionParams", "lifecycle.RedoListResult"),
+    methods.REDO_PREPARE: Message("lifecycle.RedoPrepareParams", "lifecycle.RedoImpact"),
+    methods.REDO_COMMIT: Message("lifecycle.CommitParams", "lifecycle.InPlaceResult"),
+    methods.FORK_PREPARE: Message("lifecycle.ForkPrepareParams", "lifecycle.ForkImpact"),
+    methods.FORK_COMMIT: Message("lifecycle.CommitParams", "lifecycle.ChildResult"),
+    methods.FORK_VARIANTS: Message("lifecycle.ForkPrepareParams", "lifecycle.ForkVariantsResult"),
+    methods.WORKTREE_FORK_PREPARE: Message("lifecycle.WorktreeForkPrepareParams", "lifecycle.WorktreeForkImpact"),
+    methods.WORKTREE_FORK_COMMIT: Message("lifecycle.CommitParams", "lifecycle.WorktreeForkResult"),
+    methods.SAVE_AS_PREPARE: Message("lifecycle.SaveAsPrepareParams", "lifecycle.SaveAsImpact"),
+    methods.SAVE_AS_COMMIT: Message("lifecycle.CommitParams", "lifecycle.ChildResult"),
+    methods.SESSION_RETRY_RECOVERY: Message("session.SessionParams", "lifecycle.RecoveryResult"),
+    methods.SESSION_ABANDON_RECOVERY: Message("session.SessionParams", "lifecycle.RecoveryResult"),
+    methods.CONTROL_TAKE: Message("control.ControlTakeParams", "control.ControlTakeResult"),
+    methods.CONTROL_RELEASE: Message("session.SessionParams", "control.ControlReleaseResult"),
+    methods.CONTROL_GRANT: Message("session.SessionParams", "control.ControlStatus"),
+    methods.CONTROL_KEEP: Message("session.SessionParams", "control.ControlStatus"),
+    methods.CONTROL_STATUS: Message("session.SessionParams", "control.ControlStatus"),
+    methods.SESSION_SET_FOLLOW: Message("follow.SetFollowParams", "follow.FollowState"),
+    methods.SESSION_REFRESH: Message("session.SessionParams", "follow.SessionRefreshResult"),
+    methods.TURN_PROMPT: Message("agent.TurnPromptParams", "agent.TurnPromptResult"),
+    methods.TURN_CANCEL: Message("agent.TurnCancelParams", "agent.TurnCancelResult"),
+    methods.AGENT_LIST: Message("agent.AgentListParams", "agent.AgentListResult"),
+    methods.AGENT_OPTIONS: Message("agent_options.AgentOptionsParams", "agent_options.AgentOptions"),
+    methods.AGENT_SET_OPTION: Message("agent_options.AgentSetOptionParams", "agent_options.AgentOptions"),
+    methods.QUEUE_LIST: Message("queue.QueueParams", "queue.QueueState"),
+    methods.QUEUE_ADD: Message("queue.QueueAddParams", "queue.QueueEntry"),
+    methods.QUEUE_EDIT: Message("queue.QueueEditParams", "queue.QueueEntry"),
+    methods.QUEUE_CANCEL: Message("queue.QueueEntryParams", "queue.QueueState"),
+    methods.QUEUE_STEER: Message("queue.QueueSteerParams", "queue.QueueEntry"),
+    methods.INPUT_HISTORY: Message("input_history.InputHistoryParams", "input_history.InputHistoryResult"),
+    methods.ARTIFACT_LIST: Message("artifact.ArtifactListParams", "artifact.ArtifactListResult"),
+    methods.ARTIFACT_CREATE: Message("artifact.ArtifactCreateParams", "artifact.ArtifactEntry"),
+    methods.ARTIFACT_READ: Message("artifact.ArtifactParams", "artifact.ArtifactReadResult"),
+    methods.ARTIFACT_WRITE: Message("artifact.ArtifactWriteParams", "artifact.ArtifactWriteResult"),
+    methods.ARTIFACT_ATTACH: Message("artifact.ArtifactParams", "artifact.ArtifactAttachResult"),
+    methods.ARTIFACT_DETACH: Message("artifact.ArtifactParams", "artifact.ArtifactAttachResult"),
+    methods.ARTIFACT_DUPLICATE: Message("artifact.ArtifactDuplicateParams", "artifact.ArtifactEntry"),
+    methods.ARTIFACT_DELETE: Message("artifact.ArtifactParams", "artifact.ArtifactDeleteResult"),
+    methods.ARTIFACT_VERSIONS: Message("artifact.ArtifactParams", "artifact.ArtifactVersionsResult"),
+    methods.ARTIFACT_SAVE_VERSION: Message("artifact.ArtifactParams", "artifact.ArtifactVersion"),
+    methods.ARTIFACT_RESTORE: Message("artifact.ArtifactRestoreParams", "artifact.ArtifactWriteResult"),
+    methods.ARTIFACT_COMMENT: Message("artifact.ArtifactCommentParams", "artifact.ArtifactComment"),
+    methods.ARTIFACT_REQUEST_HANDOVER: Message("artifact.ArtifactParams", "artifact.ArtifactEntry"),
+    methods.ARTIFACT_CONVERSATION: Message("artifact.ArtifactParams", "artifact.ArtifactConversationResult"),
 }
 
 #: Server -> client notifications (``mevedel/<area>/did<Event>``).
 NOTIFICATIONS: dict[str, Message] = {
-    methods.SESSION_DID_CHANGE: Message(session.SessionDidChangeParams, None),
-    methods.CONTROL_DID_CHANGE: Message(control.ControlDidChangeParams, None),
-    methods.SESSION_DID_PUBLISH: Message(follow.SessionDidPublishParams, None),
-    methods.TURN_DID_UPDATE: Message(agent.TurnDidUpdateParams, None),
-    methods.AGENT_DID_CHANGE_OPTIONS: Message(agent_options.AgentOptions, None),
-    methods.QUEUE_DID_CHANGE: Message(queue.QueueDidChangeParams, None),
-    methods.ARTIFACT_DID_CHANGE: Message(artifact.ArtifactDidChangeParams, None),
+    methods.SESSION_DID_CHANGE: Message("session.SessionDidChangeParams", None),
+    methods.CONTROL_DID_CHANGE: Message("control.ControlDidChangeParams", None),
+    methods.SESSION_DID_PUBLISH: Message("follow.SessionDidPublishParams", None),
+    methods.TURN_DID_UPDATE: Message("agent.TurnDidUpdateParams", None),
+    methods.AGENT_DID_CHANGE_OPTIONS: Message("agent_options.AgentOptions", None),
+    methods.QUEUE_DID_CHANGE: Message("queue.QueueDidChangeParams", None),
+    methods.ARTIFACT_DID_CHANGE: Message("artifact.ArtifactDidChangeParams", None),
 }
 
 #: ``workspace/executeCommand`` command -> the request it runs.

@@ -4,14 +4,29 @@
 reported and keeps its previous value; the others still apply.
 """
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import attrs
 
-from .agent import AgentSetting, PermissionPolicy
 from .converter import SessionChoice
 
 UnknownSchemes = Literal["near-miss", "all", "off"]
+PermissionPolicy = Literal["ask", "allow-reads", "allow-all"]
+
+
+@attrs.define
+class AgentSetting:
+    """How to start one agent: ``command`` is its argv (no shell), ``env``
+    is added to the server's environment for it. ``mode`` and ``options``
+    are its defaults for every session (an ACP session mode id; config
+    option ids mapped to a value id or true/false, e.g. ``{"model":
+    "large"}``), applied when its process opens a session unless the
+    session's own choice says otherwise."""
+
+    command: list[str]
+    env: dict[str, str] = attrs.Factory(dict)
+    mode: Optional[str] = None
+    options: dict[str, Union[str, bool]] = attrs.Factory(dict)
 
 
 @attrs.define

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 from collections.abc import Iterator
+from typing import Any
 
 #: Allocations between two collections of the youngest generation while a
 #: long-lived process loads (the collector's default is 700).
@@ -51,3 +53,25 @@ def loading(*, young: bool = False) -> Iterator[None]:
         gc.set_threshold(*thresholds)
         if enabled:
             gc.enable()
+
+
+class OnFirstUse:
+    """A module imported when one of its names is first read.
+
+    The language server registers a handler for every custom method at its
+    start, but creating the message classes of ``mevedel_protocol`` (attrs
+    compiles each class's methods) was 60-75 ms of that start; a feature
+    module names its message module with this instead, and the classes are
+    made by the first message that uses them. The import lock makes a
+    first read from two threads at once load the module once."""
+
+    def __init__(self, module: str) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(importlib.import_module(self._module), name)
+        setattr(self, name, value)  # later reads find it without the import machinery
+        return value
+
+    def __repr__(self) -> str:
+        return f"<{self._module}, imported on first use>"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from mevedel_protocol import agent_options as wire
 from mevedel_protocol import converter, methods
 
 from ..agents import AgentError
+from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import command_handler as _command_handler
 from .handlers import folder as _folder
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.agent_options")
 
 
 def to_wire(folder: Folder, view: OptionsView) -> wire.AgentOptions:
@@ -116,13 +119,13 @@ async def set_option(ls: MevedelLanguageServer, params: wire.AgentSetOptionParam
 
 
 HANDLERS = {
-    methods.AGENT_OPTIONS: (wire.AgentOptionsParams, options, None),
-    methods.AGENT_SET_OPTION: (wire.AgentSetOptionParams, set_option, methods.COMMAND_AGENT_SET_OPTION),
+    methods.AGENT_OPTIONS: (options, None),
+    methods.AGENT_SET_OPTION: (set_option, methods.COMMAND_AGENT_SET_OPTION),
 }
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    for method, (params_type, handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, params_type, handler))
+    for method, (handler, command) in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, handler))
         if command is not None:
-            ls.command(command)(_command_handler(command, params_type, handler))
+            ls.command(command)(_command_handler(command, handler))

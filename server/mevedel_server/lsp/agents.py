@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from mevedel_protocol import agent as wire
 from mevedel_protocol import converter, methods
 
 from .. import resources as core
 from ..addresses import Operation, parse_address
 from ..agents import AgentError
+from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import command_handler as _command_handler
 from .handlers import folder as _folder
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.agent")
 
 
 def agent_config(ls: MevedelLanguageServer) -> AgentConfig:
@@ -295,9 +298,9 @@ async def list_agents(ls: MevedelLanguageServer, params: wire.AgentListParams) -
 
 
 HANDLERS = {
-    methods.TURN_PROMPT: (wire.TurnPromptParams, prompt, methods.COMMAND_TURN_PROMPT),
-    methods.TURN_CANCEL: (wire.TurnCancelParams, cancel, methods.COMMAND_TURN_CANCEL),
-    methods.AGENT_LIST: (wire.AgentListParams, list_agents, None),
+    methods.TURN_PROMPT: (prompt, methods.COMMAND_TURN_PROMPT),
+    methods.TURN_CANCEL: (cancel, methods.COMMAND_TURN_CANCEL),
+    methods.AGENT_LIST: (list_agents, None),
 }
 
 
@@ -306,7 +309,7 @@ def register(ls: MevedelLanguageServer) -> None:
     registry = _registry(ls)
     registry.on_service.append(ls.agents.attach)  # type: ignore[attr-defined]
     ls.on_exit.append(ls.agents.stop_all)  # type: ignore[attr-defined]
-    for method, (params_type, handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, params_type, handler))
+    for method, (handler, command) in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, handler))
         if command is not None:
-            ls.command(command)(_command_handler(command, params_type, handler))
+            ls.command(command)(_command_handler(command, handler))

@@ -16,10 +16,10 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from mevedel_protocol import artifact as wire
 from mevedel_protocol import converter, methods
 
 from .. import artifacts, store
+from ..loading import OnFirstUse
 from .handlers import command_handler, request_handler
 from .handlers import folder as _folder
 from .handlers import registry as _registry
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.artifact")
 
 
 class ArtifactStores:
@@ -288,20 +291,20 @@ async def conversation(ls, params: wire.ArtifactParams) -> wire.ArtifactConversa
 
 
 HANDLERS = {
-    methods.ARTIFACT_LIST: (wire.ArtifactListParams, list_items, None),
-    methods.ARTIFACT_CREATE: (wire.ArtifactCreateParams, create, methods.COMMAND_ARTIFACT_CREATE),
-    methods.ARTIFACT_READ: (wire.ArtifactParams, read, None),
-    methods.ARTIFACT_WRITE: (wire.ArtifactWriteParams, write, methods.COMMAND_ARTIFACT_WRITE),
-    methods.ARTIFACT_ATTACH: (wire.ArtifactParams, attach, methods.COMMAND_ARTIFACT_ATTACH),
-    methods.ARTIFACT_DETACH: (wire.ArtifactParams, detach, methods.COMMAND_ARTIFACT_DETACH),
-    methods.ARTIFACT_DUPLICATE: (wire.ArtifactDuplicateParams, duplicate, methods.COMMAND_ARTIFACT_DUPLICATE),
-    methods.ARTIFACT_DELETE: (wire.ArtifactParams, delete, methods.COMMAND_ARTIFACT_DELETE),
-    methods.ARTIFACT_VERSIONS: (wire.ArtifactParams, versions, None),
-    methods.ARTIFACT_SAVE_VERSION: (wire.ArtifactParams, save_version, methods.COMMAND_ARTIFACT_SAVE_VERSION),
-    methods.ARTIFACT_RESTORE: (wire.ArtifactRestoreParams, restore, methods.COMMAND_ARTIFACT_RESTORE),
-    methods.ARTIFACT_COMMENT: (wire.ArtifactCommentParams, comment, methods.COMMAND_ARTIFACT_COMMENT),
-    methods.ARTIFACT_REQUEST_HANDOVER: (wire.ArtifactParams, request_handover, methods.COMMAND_ARTIFACT_REQUEST_HANDOVER),
-    methods.ARTIFACT_CONVERSATION: (wire.ArtifactParams, conversation, methods.COMMAND_ARTIFACT_CONVERSATION),
+    methods.ARTIFACT_LIST: (list_items, None),
+    methods.ARTIFACT_CREATE: (create, methods.COMMAND_ARTIFACT_CREATE),
+    methods.ARTIFACT_READ: (read, None),
+    methods.ARTIFACT_WRITE: (write, methods.COMMAND_ARTIFACT_WRITE),
+    methods.ARTIFACT_ATTACH: (attach, methods.COMMAND_ARTIFACT_ATTACH),
+    methods.ARTIFACT_DETACH: (detach, methods.COMMAND_ARTIFACT_DETACH),
+    methods.ARTIFACT_DUPLICATE: (duplicate, methods.COMMAND_ARTIFACT_DUPLICATE),
+    methods.ARTIFACT_DELETE: (delete, methods.COMMAND_ARTIFACT_DELETE),
+    methods.ARTIFACT_VERSIONS: (versions, None),
+    methods.ARTIFACT_SAVE_VERSION: (save_version, methods.COMMAND_ARTIFACT_SAVE_VERSION),
+    methods.ARTIFACT_RESTORE: (restore, methods.COMMAND_ARTIFACT_RESTORE),
+    methods.ARTIFACT_COMMENT: (comment, methods.COMMAND_ARTIFACT_COMMENT),
+    methods.ARTIFACT_REQUEST_HANDOVER: (request_handover, methods.COMMAND_ARTIFACT_REQUEST_HANDOVER),
+    methods.ARTIFACT_CONVERSATION: (conversation, methods.COMMAND_ARTIFACT_CONVERSATION),
 }
 
 
@@ -312,7 +315,7 @@ def register(ls: MevedelLanguageServer) -> None:
     _registry(ls).on_service.append(lambda folder, _service: ls.artifacts.of(folder))  # type: ignore[attr-defined]
     ls.on_exit.append(ls.artifacts.close)  # type: ignore[attr-defined]
     ls.on_settings_changed.append(ls.artifacts.configure)  # type: ignore[attr-defined]
-    for method, (params_type, handler, command) in HANDLERS.items():
-        ls.feature(method)(request_handler(method, params_type, handler))
+    for method, (handler, command) in HANDLERS.items():
+        ls.feature(method)(request_handler(method, handler))
         if command is not None:
-            ls.command(command)(command_handler(command, params_type, handler))
+            ls.command(command)(command_handler(command, handler))

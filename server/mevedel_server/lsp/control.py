@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from mevedel_protocol import control as wire
 from mevedel_protocol import converter, methods
-from mevedel_protocol.session import SessionParams
 
 from .. import store
+from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import (
     command_handler as _command_handler,
@@ -51,10 +50,15 @@ from .handlers import (
 from .workspaces import Folder
 
 if TYPE_CHECKING:
+    from mevedel_protocol.session import SessionParams
+
     from ..store import ControlEvent, ControlStatus, SessionService
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.control")
 
 GRANT = "Grant"
 KEEP = "Keep"
@@ -111,11 +115,11 @@ async def status(ls: MevedelLanguageServer, params: SessionParams) -> wire.Contr
 
 
 HANDLERS = {
-    methods.CONTROL_TAKE: (wire.ControlTakeParams, take, methods.COMMAND_CONTROL_TAKE),
-    methods.CONTROL_RELEASE: (SessionParams, release, methods.COMMAND_CONTROL_RELEASE),
-    methods.CONTROL_GRANT: (SessionParams, grant, methods.COMMAND_CONTROL_GRANT),
-    methods.CONTROL_KEEP: (SessionParams, keep, methods.COMMAND_CONTROL_KEEP),
-    methods.CONTROL_STATUS: (SessionParams, status, None),
+    methods.CONTROL_TAKE: (take, methods.COMMAND_CONTROL_TAKE),
+    methods.CONTROL_RELEASE: (release, methods.COMMAND_CONTROL_RELEASE),
+    methods.CONTROL_GRANT: (grant, methods.COMMAND_CONTROL_GRANT),
+    methods.CONTROL_KEEP: (keep, methods.COMMAND_CONTROL_KEEP),
+    methods.CONTROL_STATUS: (status, None),
 }
 
 # What a person is told, per phase (didChange carries every phase).
@@ -226,7 +230,7 @@ def register(ls: MevedelLanguageServer) -> None:
 
     registry.on_service.append(attach)
     ls.on_settings_changed.append(lambda: [_configure(ls, c) for c in registry.controls.values()])
-    for method, (params_type, handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, params_type, handler))
+    for method, (handler, command) in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, handler))
         if command is not None:
-            ls.command(command)(_command_handler(command, params_type, handler))
+            ls.command(command)(_command_handler(command, handler))

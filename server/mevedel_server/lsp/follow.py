@@ -18,10 +18,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from mevedel_protocol import converter, methods
-from mevedel_protocol import follow as wire
-from mevedel_protocol.session import SessionParams
 
 from .. import store
+from ..loading import OnFirstUse
 from ..targets import TargetError
 from .handlers import (
     command_handler as _command_handler,
@@ -41,10 +40,15 @@ from .handlers import (
 from .workspaces import Folder
 
 if TYPE_CHECKING:
+    from mevedel_protocol.session import SessionParams
+
     from ..store import FollowUpdate, SessionChange, SessionService, Wake
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.follow")
 
 Key = tuple[str, str]  # (Folder.key, session id)
 
@@ -259,15 +263,15 @@ async def refresh(ls: MevedelLanguageServer, params: SessionParams) -> wire.Sess
     return wire.SessionRefreshResult(sid, update.status, publication)
 
 
-#: request -> (params class, handler, command name).
-HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
-    methods.SESSION_SET_FOLLOW: (wire.SetFollowParams, set_follow, methods.COMMAND_SESSION_SET_FOLLOW),
-    methods.SESSION_REFRESH: (SessionParams, refresh, methods.COMMAND_SESSION_REFRESH),
+#: request -> (handler, command name or None); its params class is the catalog's.
+HANDLERS: dict[str, tuple[Callable[..., Awaitable[Any]], str | None]] = {
+    methods.SESSION_SET_FOLLOW: (set_follow, methods.COMMAND_SESSION_SET_FOLLOW),
+    methods.SESSION_REFRESH: (refresh, methods.COMMAND_SESSION_REFRESH),
 }
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    for method, (params_type, handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, params_type, handler))
+    for method, (handler, command) in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, handler))
         if command is not None:
-            ls.command(command)(_command_handler(command, params_type, handler))
+            ls.command(command)(_command_handler(command, handler))

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from pygls.exceptions import JsonRpcException
 
 from mevedel_protocol import converter
-from mevedel_protocol import session as wire
+from mevedel_protocol.catalog import COMMANDS, REQUESTS
 
 from .. import store
 from ..addresses import parse_address
+from ..loading import OnFirstUse
 from .errors import failure, internal_failure, structure_params
 from .questions import consents
 from .virtual_documents import format_uri
@@ -42,6 +43,8 @@ TAKE_OVER = "Take over"
 BIND_HERE = "Bind here"
 CANCEL = "Cancel"
 TRANSCRIPT = parse_address("history://root")
+
+wire = OnFirstUse("mevedel_protocol.session")
 
 
 def transcript_uri(folder: Folder, session_id: str) -> str:
@@ -158,19 +161,21 @@ def refusal(error: Exception, method: str) -> JsonRpcException:
     return failure(store.error_kind(error), method, text)
 
 
-def request_handler(method: str, params_type: type, handler: Callable[..., Awaitable[Any]]):
-    """The pygls handler of a request: decoded params in, refusals out as errors."""
+def request_handler(method: str, handler: Callable[..., Awaitable[Any]]):
+    """The pygls handler of a request: params decoded as the catalog's
+    class for ``method`` (imported at the first call), refusals out as
+    errors."""
 
     @answers_session_errors(method)
     async def request(ls, raw):  # type: ignore[no-untyped-def]
-        return await handler(ls, structure_params(raw, params_type, method))
+        return await handler(ls, structure_params(raw, REQUESTS[method].params, method))
 
     return request
 
 
-def command_handler(command: str, params_type: type, handler: Callable[..., Awaitable[Any]]):
+def command_handler(command: str, handler: Callable[..., Awaitable[Any]]):
     """The pygls handler of a ``workspace/executeCommand`` command taking
-    the request's params as its one argument."""
+    the params of the request it runs (``COMMANDS``) as its one argument."""
 
     # No annotations: pygls evaluates a command handler's type hints at call time.
     @answers_session_errors(command)
@@ -179,6 +184,6 @@ def command_handler(command: str, params_type: type, handler: Callable[..., Awai
             raise failure(
                 "invalid-params", command, f"takes exactly one argument (the request's params), got {len(arguments)}"
             )
-        return await handler(ls, structure_params(arguments[0], params_type, command))
+        return await handler(ls, structure_params(arguments[0], REQUESTS[COMMANDS[command]].params, command))
 
     return run

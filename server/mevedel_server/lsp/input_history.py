@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from mevedel_protocol import input_history as wire
 from mevedel_protocol import methods
 
+from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import folder as _folder
 from .handlers import registry as _registry
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.input_history")
 
 
 async def history(ls: MevedelLanguageServer, params: wire.InputHistoryParams) -> wire.InputHistoryResult:
@@ -44,4 +47,4 @@ def tell_recorded(ls: MevedelLanguageServer, warning: str | None) -> None:
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    ls.feature(methods.INPUT_HISTORY)(_request_handler(methods.INPUT_HISTORY, wire.InputHistoryParams, history))
+    ls.feature(methods.INPUT_HISTORY)(_request_handler(methods.INPUT_HISTORY, history))

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from mevedel_protocol import lifecycle as wire
 from mevedel_protocol import methods
-from mevedel_protocol.session import SessionParams
 
+from ..loading import OnFirstUse
 from .handlers import (
     command_handler as _command_handler,
 )
@@ -34,6 +33,8 @@ from .handlers import (
 from .workspaces import Folder
 
 if TYPE_CHECKING:
+    from mevedel_protocol.session import SessionParams
+
     from ..store import (
         ChildSession,
         ExternalChange,
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
         TurnLabel,
     )
     from .server import MevedelLanguageServer
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.lifecycle")
 
 
 def _target(ls: MevedelLanguageServer, params: Any, method: str) -> tuple[Folder, SessionService, str]:
@@ -258,27 +262,27 @@ async def abandon_recovery(ls: MevedelLanguageServer, params: SessionParams) -> 
     return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written))
 
 
-#: request -> (params class, handler, command name or None).
-HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
-    methods.REWIND_PREPARE: (wire.RewindPrepareParams, prepare_rewind, None),
-    methods.REWIND_COMMIT: (wire.CommitParams, commit_rewind, methods.COMMAND_REWIND_COMMIT),
-    methods.REDO_LIST: (SessionParams, list_redo, None),
-    methods.REDO_PREPARE: (wire.RedoPrepareParams, prepare_redo, None),
-    methods.REDO_COMMIT: (wire.CommitParams, commit_redo, methods.COMMAND_REDO_COMMIT),
-    methods.FORK_PREPARE: (wire.ForkPrepareParams, prepare_fork, None),
-    methods.FORK_COMMIT: (wire.CommitParams, commit_fork, methods.COMMAND_FORK_COMMIT),
-    methods.FORK_VARIANTS: (wire.ForkPrepareParams, fork_variants, None),
-    methods.WORKTREE_FORK_PREPARE: (wire.WorktreeForkPrepareParams, prepare_worktree_fork, None),
-    methods.WORKTREE_FORK_COMMIT: (wire.CommitParams, commit_worktree_fork, methods.COMMAND_WORKTREE_FORK_COMMIT),
-    methods.SAVE_AS_PREPARE: (wire.SaveAsPrepareParams, prepare_save_as, None),
-    methods.SAVE_AS_COMMIT: (wire.CommitParams, commit_save_as, methods.COMMAND_SAVE_AS_COMMIT),
-    methods.SESSION_RETRY_RECOVERY: (SessionParams, retry_recovery, methods.COMMAND_SESSION_RETRY_RECOVERY),
-    methods.SESSION_ABANDON_RECOVERY: (SessionParams, abandon_recovery, methods.COMMAND_SESSION_ABANDON_RECOVERY),
+#: request -> (handler, command name or None); its params class is the catalog's.
+HANDLERS: dict[str, tuple[Callable[..., Awaitable[Any]], str | None]] = {
+    methods.REWIND_PREPARE: (prepare_rewind, None),
+    methods.REWIND_COMMIT: (commit_rewind, methods.COMMAND_REWIND_COMMIT),
+    methods.REDO_LIST: (list_redo, None),
+    methods.REDO_PREPARE: (prepare_redo, None),
+    methods.REDO_COMMIT: (commit_redo, methods.COMMAND_REDO_COMMIT),
+    methods.FORK_PREPARE: (prepare_fork, None),
+    methods.FORK_COMMIT: (commit_fork, methods.COMMAND_FORK_COMMIT),
+    methods.FORK_VARIANTS: (fork_variants, None),
+    methods.WORKTREE_FORK_PREPARE: (prepare_worktree_fork, None),
+    methods.WORKTREE_FORK_COMMIT: (commit_worktree_fork, methods.COMMAND_WORKTREE_FORK_COMMIT),
+    methods.SAVE_AS_PREPARE: (prepare_save_as, None),
+    methods.SAVE_AS_COMMIT: (commit_save_as, methods.COMMAND_SAVE_AS_COMMIT),
+    methods.SESSION_RETRY_RECOVERY: (retry_recovery, methods.COMMAND_SESSION_RETRY_RECOVERY),
+    methods.SESSION_ABANDON_RECOVERY: (abandon_recovery, methods.COMMAND_SESSION_ABANDON_RECOVERY),
 }
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    for method, (params_type, handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, params_type, handler))
+    for method, (handler, command) in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, handler))
         if command is not None:
-            ls.command(command)(_command_handler(command, params_type, handler))
+            ls.command(command)(_command_handler(command, handler))

@@ -9,9 +9,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from mevedel_protocol import converter, methods
-from mevedel_protocol import queue as wire
 
 from ..agents import AgentError
+from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import folder as _folder
 from .handlers import registry as _registry
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.queue")
 
 
 def entry(found: QueueEntry) -> wire.QueueEntry:
@@ -103,14 +106,14 @@ async def _remember(ls: MevedelLanguageServer, params: Any, session_id: str, tex
 
 
 HANDLERS = {
-    methods.QUEUE_LIST: (wire.QueueParams, list_queue),
-    methods.QUEUE_ADD: (wire.QueueAddParams, add),
-    methods.QUEUE_EDIT: (wire.QueueEditParams, edit),
-    methods.QUEUE_CANCEL: (wire.QueueEntryParams, cancel),
-    methods.QUEUE_STEER: (wire.QueueSteerParams, steer),
+    methods.QUEUE_LIST: list_queue,
+    methods.QUEUE_ADD: add,
+    methods.QUEUE_EDIT: edit,
+    methods.QUEUE_CANCEL: cancel,
+    methods.QUEUE_STEER: steer,
 }
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    for method, (params_type, handler) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, params_type, handler))
+    for method, handler in HANDLERS.items():
+        ls.feature(method)(_request_handler(method, handler))

@@ -14,28 +14,12 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from mevedel_protocol import (
-    ApplyPatchParams,
-    ApplyPatchResult,
-    ContextLine,
-    DescribeParams,
-    DescribeResult,
-    GlobParams,
-    GlobResult,
-    GrepMatch,
-    GrepParams,
-    GrepResult,
-    PatchFileChange,
-    ReadParams,
-    ReadResult,
-    TruncatedLine,
-    converter,
-    methods,
-)
+from mevedel_protocol import converter, methods
 
 from .. import artifacts
 from .. import resources as core
 from ..addresses import Operation
+from ..loading import OnFirstUse
 from . import virtual_documents
 from .definition import definition_uri
 from .errors import answers_errors, failure, invalid_params, structure_params
@@ -43,6 +27,10 @@ from .workspaces import Scope, request_scope, virtual_scope
 
 if TYPE_CHECKING:
     from .server import MevedelLanguageServer
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.resource")
+address_wire = OnFirstUse("mevedel_protocol.address")
 
 
 def _given(**values: Any) -> dict[str, Any]:
@@ -67,7 +55,7 @@ def _progress(ls: MevedelLanguageServer, token: int | str | None, title: str) ->
         ls.work_done_progress.tokens.pop(token, None)
 
 
-def _read_scope(ls: MevedelLanguageServer, params: ReadParams) -> tuple[str, Scope]:
+def _read_scope(ls: MevedelLanguageServer, params: wire.ReadParams) -> tuple[str, Scope]:
     if (params.address is None) == (params.uri is None):
         raise invalid_params(methods.RESOURCE_READ, "give exactly one of address and uri")
     if params.address is not None:
@@ -82,8 +70,8 @@ def _read_scope(ls: MevedelLanguageServer, params: ReadParams) -> tuple[str, Sco
     return document.address, virtual_scope(ls, params.uri, document)
 
 
-def read_result(found: core.ReadResult, view: str) -> ReadResult:
-    return ReadResult(
+def read_result(found: core.ReadResult, view: str) -> wire.ReadResult:
+    return wire.ReadResult(
         address=found.address,
         canonical=found.canonical,
         text=found.plain_text if view == "plain" else found.text,
@@ -91,21 +79,21 @@ def read_result(found: core.ReadResult, view: str) -> ReadResult:
         end_line=found.end_line,
         total_lines=found.total_lines,
         kind=found.kind,
-        truncated_lines=[TruncatedLine(line, resume) for line, resume in found.truncated_lines],
+        truncated_lines=[wire.TruncatedLine(line, resume) for line, resume in found.truncated_lines],
         next_offset=found.next_offset,
         notice=found.notice,
     )
 
 
-def _grep_match(match: core.GrepMatch) -> GrepMatch:
-    return GrepMatch(
+def _grep_match(match: core.GrepMatch) -> wire.GrepMatch:
+    return wire.GrepMatch(
         address=match.address,
         line=match.line,
         column=match.column,
         preview=match.preview,
         char_offset=match.char_offset,
-        before=[ContextLine(line, text) for line, text in match.before],
-        after=[ContextLine(line, text) for line, text in match.after],
+        before=[wire.ContextLine(line, text) for line, text in match.before],
+        after=[wire.ContextLine(line, text) for line, text in match.after],
     )
 
 
@@ -122,7 +110,7 @@ def writable_context(ls: MevedelLanguageServer, scope: Scope) -> core.ResolverCo
 
 
 async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
-    params = structure_params(raw, ApplyPatchParams, method)
+    params = structure_params(raw, wire.ApplyPatchParams, method)
     scope = request_scope(ls, params.workspace_folder, params.session_id)
     attempt = core.prepare(Operation.APPLY_PATCH, params.patch, None, writable_context(ls, scope))
     written = sorted({fact.project_path for fact in attempt.facts if fact.project_path})
@@ -138,17 +126,17 @@ async def apply_patch(ls: MevedelLanguageServer, raw: Any, method: str) -> Any:
         # Authored files of the artifact store: it learns of them.
         await artifacts.learn_patch_writes(work, scope.session_id, written)
     changes = [
-        PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
+        wire.PatchFileChange(address=c.display, kind=c.kind, added=c.added, removed=c.removed, move_to=c.move_display)
         for c in applied.changes
     ]
-    return converter.unstructure(ApplyPatchResult(changes=changes, summary=applied.summary()))
+    return converter.unstructure(wire.ApplyPatchResult(changes=changes, summary=applied.summary()))
 
 
 def register(ls: MevedelLanguageServer) -> None:
     @ls.feature(methods.RESOURCE_READ)
     @answers_errors(methods.RESOURCE_READ)
     async def read(ls: MevedelLanguageServer, raw: Any) -> Any:
-        params = structure_params(raw, ReadParams, methods.RESOURCE_READ)
+        params = structure_params(raw, wire.ReadParams, methods.RESOURCE_READ)
         address, scope = _read_scope(ls, params)
         options = core.ReadOptions(
             **_given(
@@ -166,20 +154,20 @@ def register(ls: MevedelLanguageServer) -> None:
     @ls.feature(methods.RESOURCE_GLOB)
     @answers_errors(methods.RESOURCE_GLOB)
     async def glob(ls: MevedelLanguageServer, raw: Any) -> Any:
-        params = structure_params(raw, GlobParams, methods.RESOURCE_GLOB)
+        params = structure_params(raw, wire.GlobParams, methods.RESOURCE_GLOB)
         context = request_scope(ls, params.workspace_folder, params.session_id).context
         options = core.GlobOptions(**_given(pattern=params.pattern, limit=params.limit))
         with _progress(ls, params.work_done_token, f"Glob {params.address}") as closing:
             found = await core.execute(core.prepare(Operation.GLOB, params.address, options, context))
             closing.append(f"{len(found.matches)} files" + (" (truncated)" if found.truncated else ""))
         return converter.unstructure(
-            GlobResult(found.address, found.canonical, list(found.matches), found.truncated, found.notice)
+            wire.GlobResult(found.address, found.canonical, list(found.matches), found.truncated, found.notice)
         )
 
     @ls.feature(methods.RESOURCE_GREP)
     @answers_errors(methods.RESOURCE_GREP)
     async def grep(ls: MevedelLanguageServer, raw: Any) -> Any:
-        params = structure_params(raw, GrepParams, methods.RESOURCE_GREP)
+        params = structure_params(raw, wire.GrepParams, methods.RESOURCE_GREP)
         context = request_scope(ls, params.workspace_folder, params.session_id).context
         options = core.GrepOptions(
             pattern=params.pattern,
@@ -190,7 +178,7 @@ def register(ls: MevedelLanguageServer) -> None:
             found = await core.execute(core.prepare(Operation.GREP, params.address, options, context))
             closing.append(f"{len(found.matches)} matches in {found.files_searched} files")
         return converter.unstructure(
-            GrepResult(
+            wire.GrepResult(
                 found.address,
                 found.canonical,
                 [_grep_match(match) for match in found.matches],
@@ -219,11 +207,11 @@ def register(ls: MevedelLanguageServer) -> None:
     @ls.feature(methods.ADDRESS_DESCRIBE)
     @answers_errors(methods.ADDRESS_DESCRIBE)
     async def describe(ls: MevedelLanguageServer, raw: Any) -> Any:
-        params = structure_params(raw, DescribeParams, methods.ADDRESS_DESCRIBE)
+        params = structure_params(raw, address_wire.DescribeParams, methods.ADDRESS_DESCRIBE)
         scope = request_scope(ls, params.workspace_folder, params.session_id)
         found = await core.describe(params.address, scope.context)
         return converter.unstructure(
-            DescribeResult(
+            address_wire.DescribeResult(
                 address=params.address,
                 canonical=found.canonical,
                 family=found.family.value,

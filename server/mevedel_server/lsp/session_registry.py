@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mevedel_protocol import converter, methods
-from mevedel_protocol.session import SessionDidChangeParams
 
 from .. import store, targets
+from ..loading import OnFirstUse
 from .errors import failure
 from .follow import FollowManager
 from .workspaces import Folder
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: The session messages, made by the first one sent.
+wire = OnFirstUse("mevedel_protocol.session")
 
 class SessionRegistry:
     def __init__(self, ls: MevedelLanguageServer, client: store.ClientIdentity | None = None) -> None:
@@ -147,7 +150,7 @@ class SessionRegistry:
     def _changed(self, folder: Folder, change: SessionChange) -> None:
         if change.reason == "closed":
             self.forget(folder, change.session_id)
-        params = SessionDidChangeParams(
+        params = wire.SessionDidChangeParams(
             workspace_folder=folder.uri,
             session_id=change.session_id,
             display_name=change.display_name or change.session_id,

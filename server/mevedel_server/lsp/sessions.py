@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from mevedel_protocol import methods
-from mevedel_protocol import session as wire
 
 from .. import store
+from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import (
     CANCEL,
@@ -55,6 +55,9 @@ if TYPE_CHECKING:
     from .server import MevedelLanguageServer
 
 _log = logging.getLogger(__name__)
+
+#: Its message classes, made by the first message that uses them.
+wire = OnFirstUse("mevedel_protocol.session")
 
 __all__ = ["CANCEL", "HANDLERS", "TAKE_OVER", "TRANSCRIPT", "register", "transcript_uri"]
 
@@ -315,49 +318,43 @@ async def restore_file(ls: MevedelLanguageServer, params: wire.RestoreFileParams
     return wire.RestoreFileResult(sid, done.path, done.before_turn, change, done.turn, back)
 
 
-#: request -> (params class, handler, command name or None).
-HANDLERS: dict[str, tuple[type, Callable[..., Awaitable[Any]], str | None]] = {
-    methods.SESSION_LIST: (wire.SessionListParams, list_sessions, None),
-    methods.SESSION_CREATE: (wire.SessionCreateParams, create_session, methods.COMMAND_SESSION_CREATE),
-    methods.SESSION_OPEN: (wire.SessionOpenParams, open_session, methods.COMMAND_SESSION_OPEN),
-    methods.SESSION_CLOSE: (wire.SessionParams, close_session, methods.COMMAND_SESSION_CLOSE),
-    methods.SESSION_RENAME: (wire.SessionRenameParams, rename_session, methods.COMMAND_SESSION_RENAME),
-    methods.SESSION_SAVE: (wire.SessionParams, save_session, methods.COMMAND_SESSION_SAVE),
-    methods.SESSION_RETRY_PUBLICATION: (
-        wire.SessionParams,
-        retry_publication,
+#: request -> (handler, command name or None); its params class is the catalog's.
+HANDLERS: dict[str, tuple[Callable[..., Awaitable[Any]], str | None]] = {
+    methods.SESSION_LIST: (list_sessions, None),
+    methods.SESSION_CREATE: (create_session, methods.COMMAND_SESSION_CREATE),
+    methods.SESSION_OPEN: (open_session, methods.COMMAND_SESSION_OPEN),
+    methods.SESSION_CLOSE: (close_session, methods.COMMAND_SESSION_CLOSE),
+    methods.SESSION_RENAME: (rename_session, methods.COMMAND_SESSION_RENAME),
+    methods.SESSION_SAVE: (save_session, methods.COMMAND_SESSION_SAVE),
+    methods.SESSION_RETRY_PUBLICATION: (retry_publication,
         methods.COMMAND_SESSION_RETRY_PUBLICATION,
     ),
-    methods.SESSION_ABANDON_PUBLICATION: (
-        wire.SessionParams,
-        abandon_publication,
+    methods.SESSION_ABANDON_PUBLICATION: (abandon_publication,
         methods.COMMAND_SESSION_ABANDON_PUBLICATION,
     ),
-    methods.SESSION_ACKNOWLEDGE_MUTATION: (
-        wire.SessionParams,
-        acknowledge_mutation,
+    methods.SESSION_ACKNOWLEDGE_MUTATION: (acknowledge_mutation,
         methods.COMMAND_SESSION_ACKNOWLEDGE_MUTATION,
     ),
-    methods.SESSION_COMPACT: (wire.SessionCompactParams, compact_session, methods.COMMAND_SESSION_COMPACT),
-    methods.SESSION_CLEAR: (wire.SessionParams, clear_session, methods.COMMAND_SESSION_CLEAR),
-    methods.TURN_BEGIN: (wire.TurnBeginParams, begin_turn, methods.COMMAND_TURN_BEGIN),
-    methods.TURN_CAPTURE: (wire.TurnCaptureParams, capture_file, methods.COMMAND_TURN_CAPTURE),
-    methods.TURN_APPEND: (wire.TurnAppendParams, append_record, methods.COMMAND_TURN_APPEND),
-    methods.TURN_SETTLE: (wire.TurnSettleParams, settle_turn, methods.COMMAND_TURN_SETTLE),
-    methods.TURN_ABORT: (wire.TurnAbortParams, abort_turn, methods.COMMAND_TURN_ABORT),
-    methods.TURN_LIST: (wire.SessionParams, list_turns, None),
-    methods.TURN_SHOW: (wire.TurnShowParams, show_turn, None),
-    methods.TURN_DIFF: (wire.TurnDiffParams, diff_turns, None),
-    methods.TURN_RESTORE_FILE: (wire.RestoreFileParams, restore_file, None),
+    methods.SESSION_COMPACT: (compact_session, methods.COMMAND_SESSION_COMPACT),
+    methods.SESSION_CLEAR: (clear_session, methods.COMMAND_SESSION_CLEAR),
+    methods.TURN_BEGIN: (begin_turn, methods.COMMAND_TURN_BEGIN),
+    methods.TURN_CAPTURE: (capture_file, methods.COMMAND_TURN_CAPTURE),
+    methods.TURN_APPEND: (append_record, methods.COMMAND_TURN_APPEND),
+    methods.TURN_SETTLE: (settle_turn, methods.COMMAND_TURN_SETTLE),
+    methods.TURN_ABORT: (abort_turn, methods.COMMAND_TURN_ABORT),
+    methods.TURN_LIST: (list_turns, None),
+    methods.TURN_SHOW: (show_turn, None),
+    methods.TURN_DIFF: (diff_turns, None),
+    methods.TURN_RESTORE_FILE: (restore_file, None),
 }
 
 
 def register(ls: MevedelLanguageServer) -> None:
     ls.sessions = SessionRegistry(ls)
-    for method, (params_type, handler, command) in HANDLERS.items():
-        ls.feature(method)(request_handler(method, params_type, handler))
+    for method, (handler, command) in HANDLERS.items():
+        ls.feature(method)(request_handler(method, handler))
         if command is not None:
-            ls.command(command)(command_handler(command, params_type, handler))
+            ls.command(command)(command_handler(command, handler))
 
     @ls.feature(types.SHUTDOWN)
     async def shutdown(ls: MevedelLanguageServer, *_args: Any) -> None:

@@ -44,3 +44,23 @@ def test_a_built_server_has_loaded_no_store_resolver_or_artifact_machinery():
     machinery = tuple(f"mevedel_server.{m}" for m in ("store.", "resources.", "artifacts.", "tool_server.", "mcp_client.", "agents"))
     loaded = {name for name in modules_of_a_built_server() if name.startswith(machinery)}
     assert sorted(loaded - LIGHT) == []
+
+
+#: The message modules a built server needs: its settings (and the converter
+#: they decode with), the error data it answers with, and the method names
+#: and catalog its handlers are registered from.
+PROTOCOL_AT_START = {
+    "mevedel_protocol",
+    "mevedel_protocol.catalog",
+    "mevedel_protocol.converter",
+    "mevedel_protocol.errors",
+    "mevedel_protocol.methods",
+    "mevedel_protocol.settings",
+}
+
+
+def test_a_built_server_has_made_no_message_class_of_a_request():
+    # Creating every params and result class (attrs compiles their methods)
+    # was a fifth of the start; each request's classes come with its first call.
+    loaded = {name for name in modules_of_a_built_server() if name.split(".")[0] == "mevedel_protocol"}
+    assert sorted(loaded - PROTOCOL_AT_START) == []
