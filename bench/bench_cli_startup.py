@@ -49,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import report
+from harness import checkout_path, compiling_env, report
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE.parent / "tests" / "agents" / "scripted_agent.py"
@@ -61,10 +61,6 @@ PROMPT_ROUNDS = int(os.environ.get("MEVEDEL_BENCH_PROMPT_ROUNDS", "40"))
 CHUNKS = 20
 SESSIONS = 50
 
-
-def checkout_path(directory: str) -> str:
-    """``PYTHONPATH`` that runs a checkout's source instead of this one's."""
-    return os.pathsep.join([str(Path(directory) / "server"), str(Path(directory) / "protocol")])
 
 
 def timed(command: list[str], env: dict, cwd: Path) -> tuple[float, float]:
@@ -186,8 +182,7 @@ def main() -> None:
         agent = [sys.executable, str(AGENT), str(script)]
         (config / "mevedel" / "config.json").write_text(json.dumps({"agents": {"scripted": {"command": agent}}, "defaultAgent": "scripted"}))
         asyncio.run(make_sessions(root, state))
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(PYTHONPYCACHEPREFIX=str(scratch / "pycache"), XDG_STATE_HOME=str(state), XDG_CONFIG_HOME=str(config))
+        env = compiling_env(scratch, XDG_STATE_HOME=str(state), XDG_CONFIG_HOME=str(config))
         source = os.environ.get("MEVEDEL_BENCH_SOURCE")
         if source:
             env["PYTHONPATH"] = checkout_path(source)

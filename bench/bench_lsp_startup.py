@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import report
+from harness import checkout_path, compiling_env, report
 
 HERE = Path(__file__).resolve().parent
 MEVEDEL_LSP = str(Path(sys.executable).parent / "mevedel-lsp")
@@ -43,10 +43,6 @@ SETTLE_SECONDS = 0.5
 GOAL = 1.3
 BARE = "bare pygls server"
 
-
-def checkout_path(directory: str) -> str:
-    """``PYTHONPATH`` that runs a checkout's source instead of this one's."""
-    return os.pathsep.join([str(Path(directory) / "server"), str(Path(directory) / "protocol")])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -157,8 +153,7 @@ def main() -> None:
         for path in (root, state, config):
             path.mkdir()
         (root / "README.md").write_text("work://shared/notes.md\n")
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(PYTHONPYCACHEPREFIX=str(scratch / "pycache"), XDG_STATE_HOME=str(state), XDG_CONFIG_HOME=str(config))
+        env = compiling_env(scratch, XDG_STATE_HOME=str(state), XDG_CONFIG_HOME=str(config))
         servers = {BARE: ([sys.executable, str(HERE / "bare_pygls_server.py")], env), "mevedel-lsp": ([MEVEDEL_LSP], env)}
         beside = os.environ.get("MEVEDEL_BENCH_BESIDE")
         if beside:

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import report
+from harness import checkout_path, compiling_env, report
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE.parent / "tests" / "agents" / "scripted_agent.py"
@@ -137,11 +137,10 @@ def main() -> None:
         script.write_text(json.dumps({"turns": [turn]}))
         agent = [sys.executable, str(AGENT), str(script)]
         (config / "mevedel" / "config.json").write_text(json.dumps({"agents": {"scripted": {"command": agent}}, "defaultAgent": "scripted"}))
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(PYTHONPYCACHEPREFIX=str(scratch / "pycache"), XDG_STATE_HOME=str(state), XDG_CONFIG_HOME=str(config))
+        env = compiling_env(scratch, XDG_STATE_HOME=str(state), XDG_CONFIG_HOME=str(config))
         source = os.environ.get("MEVEDEL_BENCH_SOURCE")
         if source:
-            env["PYTHONPATH"] = os.pathsep.join([str(Path(source) / "server"), str(Path(source) / "protocol")])
+            env["PYTHONPATH"] = checkout_path(source)
         git_env = {**env, "GIT_DIR": str(scratch / "shadow.git"), "GIT_WORK_TREE": str(large),
                    "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
         prompt = [MEVEDEL, "prompt", "go"]

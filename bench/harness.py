@@ -8,6 +8,7 @@ ratio, so a slower or faster machine moves both sides together.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -17,6 +18,23 @@ from pathlib import Path
 from mevedel_server.targets import ProgramTarget
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def compiling_env(scratch: Path, **variables: str) -> dict[str, str]:
+    """This process's environment (plus ``variables``) for the processes a
+    benchmark times: their byte code written to, and read from,
+    ``scratch/pycache`` (``PYTHONPYCACHEPREFIX``). With
+    ``PYTHONDONTWRITEBYTECODE=1`` (set here) every start would compile
+    every module again, and a resident set would hold what compiling left;
+    start each process untimed once or twice first, to compile."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPYCACHEPREFIX=str(scratch / "pycache"), **variables)
+    return env
+
+
+def checkout_path(directory: str) -> str:
+    """``PYTHONPATH`` that runs a checkout's source instead of this one's."""
+    return os.pathsep.join([str(Path(directory) / "server"), str(Path(directory) / "protocol")])
 
 
 def summarize(samples_s: list[float]) -> dict[str, float]:

@@ -22,12 +22,13 @@ class WireClient:
         self._reader = asyncio.create_task(self._read_loop())
 
     @classmethod
-    async def start(cls, *argv: str) -> "WireClient":
+    async def start(cls, *argv: str, env: dict[str, str] | None = None) -> "WireClient":
         process = await asyncio.create_subprocess_exec(
             *(argv or (sys.executable, "-m", "mevedel_server")),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
+            env=env,
         )
         return cls(process)
 
