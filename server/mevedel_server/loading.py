@@ -60,7 +60,7 @@ class OnFirstUse:
 
     The language server registers a handler for every custom method at its
     start, but creating the message classes of ``mevedel_protocol`` (attrs
-    compiles each class's methods) was 60-75 ms of that start; a feature
+    compiles each class's methods) was about 60 ms of its 500 ms CPU; a feature
     module names its message module with this instead, and the classes are
     made by the first message that uses them. The import lock makes a
     first read from two threads at once load the module once."""
