@@ -13,10 +13,9 @@ from mevedel_protocol import converter, methods
 from ..agents import AgentError
 from ..loading import OnFirstUse
 from .errors import failure
-from .handlers import command_handler as _command_handler
 from .handlers import folder as _folder
+from .handlers import register_handlers
 from .handlers import registry as _registry
-from .handlers import request_handler as _request_handler
 from .workspaces import Folder
 
 if TYPE_CHECKING:
@@ -125,7 +124,4 @@ HANDLERS = {
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    for method, (handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, handler))
-        if command is not None:
-            ls.command(command)(_command_handler(command, handler))
+    register_handlers(ls, HANDLERS)

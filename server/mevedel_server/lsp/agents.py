@@ -23,10 +23,9 @@ from ..addresses import Operation, parse_address
 from ..agents import AgentError
 from ..loading import OnFirstUse
 from .errors import failure
-from .handlers import command_handler as _command_handler
 from .handlers import folder as _folder
+from .handlers import register_handlers
 from .handlers import registry as _registry
-from .handlers import request_handler as _request_handler
 from .input_history import tell_recorded
 from .resources import writable_context
 from .workspaces import Folder, request_scope, scope
@@ -309,7 +308,4 @@ def register(ls: MevedelLanguageServer) -> None:
     registry = _registry(ls)
     registry.on_service.append(ls.agents.attach)  # type: ignore[attr-defined]
     ls.on_exit.append(ls.agents.stop_all)  # type: ignore[attr-defined]
-    for method, (handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, handler))
-        if command is not None:
-            ls.command(command)(_command_handler(command, handler))
+    register_handlers(ls, HANDLERS)

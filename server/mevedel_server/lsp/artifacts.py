@@ -20,8 +20,8 @@ from mevedel_protocol import converter, methods
 
 from .. import artifacts, store
 from ..loading import OnFirstUse
-from .handlers import command_handler, request_handler
 from .handlers import folder as _folder
+from .handlers import register_handlers
 from .handlers import registry as _registry
 from .workspaces import Folder
 
@@ -315,7 +315,4 @@ def register(ls: MevedelLanguageServer) -> None:
     _registry(ls).on_service.append(lambda folder, _service: ls.artifacts.of(folder))  # type: ignore[attr-defined]
     ls.on_exit.append(ls.artifacts.close)  # type: ignore[attr-defined]
     ls.on_settings_changed.append(ls.artifacts.configure)  # type: ignore[attr-defined]
-    for method, (handler, command) in HANDLERS.items():
-        ls.feature(method)(request_handler(method, handler))
-        if command is not None:
-            ls.command(command)(command_handler(command, handler))
+    register_handlers(ls, HANDLERS)

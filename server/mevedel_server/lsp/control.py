@@ -27,19 +27,16 @@ from .. import store
 from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import (
-    command_handler as _command_handler,
-)
-from .handlers import (
     confirm_takeover as _confirm_takeover,
 )
 from .handlers import (
     folder as _folder,
 )
 from .handlers import (
-    registry as _registry,
+    register_handlers,
 )
 from .handlers import (
-    request_handler as _request_handler,
+    registry as _registry,
 )
 from .handlers import (
     session_id as _session_id,
@@ -230,7 +227,4 @@ def register(ls: MevedelLanguageServer) -> None:
 
     registry.on_service.append(attach)
     ls.on_settings_changed.append(lambda: [_configure(ls, c) for c in registry.controls.values()])
-    for method, (handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, handler))
-        if command is not None:
-            ls.command(command)(_command_handler(command, handler))
+    register_handlers(ls, HANDLERS)

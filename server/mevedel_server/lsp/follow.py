@@ -23,16 +23,13 @@ from .. import store
 from ..loading import OnFirstUse
 from ..targets import TargetError
 from .handlers import (
-    command_handler as _command_handler,
-)
-from .handlers import (
     folder as _folder,
 )
 from .handlers import (
-    registry as _registry,
+    register_handlers,
 )
 from .handlers import (
-    request_handler as _request_handler,
+    registry as _registry,
 )
 from .handlers import (
     session_id as _session_id,
@@ -271,7 +268,4 @@ HANDLERS: dict[str, tuple[Callable[..., Awaitable[Any]], str | None]] = {
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    for method, (handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, handler))
-        if command is not None:
-            ls.command(command)(_command_handler(command, handler))
+    register_handlers(ls, HANDLERS)

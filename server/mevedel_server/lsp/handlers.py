@@ -187,3 +187,12 @@ def command_handler(command: str, handler: Callable[..., Awaitable[Any]]):
         return await handler(ls, structure_params(arguments[0], REQUESTS[COMMANDS[command]].params, command))
 
     return run
+
+
+def register_handlers(ls: MevedelLanguageServer, table: dict[str, tuple[Callable[..., Awaitable[Any]], str | None]]) -> None:
+    """Each request of ``table`` (request -> (handler, command or None)),
+    and its command, registered with pygls."""
+    for method, (handler, command) in table.items():
+        ls.feature(method)(request_handler(method, handler))
+        if command is not None:
+            ls.command(command)(command_handler(command, handler))

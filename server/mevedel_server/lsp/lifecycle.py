@@ -13,16 +13,13 @@ from mevedel_protocol import methods
 
 from ..loading import OnFirstUse
 from .handlers import (
-    command_handler as _command_handler,
-)
-from .handlers import (
     folder as _folder,
 )
 from .handlers import (
-    registry as _registry,
+    register_handlers,
 )
 from .handlers import (
-    request_handler as _request_handler,
+    registry as _registry,
 )
 from .handlers import (
     session_id as _session_id,
@@ -282,7 +279,4 @@ HANDLERS: dict[str, tuple[Callable[..., Awaitable[Any]], str | None]] = {
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    for method, (handler, command) in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, handler))
-        if command is not None:
-            ls.command(command)(_command_handler(command, handler))
+    register_handlers(ls, HANDLERS)

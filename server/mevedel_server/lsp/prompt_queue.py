@@ -14,8 +14,8 @@ from ..agents import AgentError
 from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import folder as _folder
+from .handlers import register_handlers
 from .handlers import registry as _registry
-from .handlers import request_handler as _request_handler
 from .input_history import tell_recorded
 from .workspaces import Folder
 
@@ -106,14 +106,13 @@ async def _remember(ls: MevedelLanguageServer, params: Any, session_id: str, tex
 
 
 HANDLERS = {
-    methods.QUEUE_LIST: list_queue,
-    methods.QUEUE_ADD: add,
-    methods.QUEUE_EDIT: edit,
-    methods.QUEUE_CANCEL: cancel,
-    methods.QUEUE_STEER: steer,
+    methods.QUEUE_LIST: (list_queue, None),
+    methods.QUEUE_ADD: (add, None),
+    methods.QUEUE_EDIT: (edit, None),
+    methods.QUEUE_CANCEL: (cancel, None),
+    methods.QUEUE_STEER: (steer, None),
 }
 
 
 def register(ls: MevedelLanguageServer) -> None:
-    for method, handler in HANDLERS.items():
-        ls.feature(method)(_request_handler(method, handler))
+    register_handlers(ls, HANDLERS)

@@ -22,10 +22,9 @@ from .handlers import (
     CANCEL,
     TAKE_OVER,
     TRANSCRIPT,
-    command_handler,
     confirm_identity,
     confirm_takeover,
-    request_handler,
+    register_handlers,
     transcript_uri,
 )
 from .handlers import (
@@ -351,10 +350,7 @@ HANDLERS: dict[str, tuple[Callable[..., Awaitable[Any]], str | None]] = {
 
 def register(ls: MevedelLanguageServer) -> None:
     ls.sessions = SessionRegistry(ls)
-    for method, (handler, command) in HANDLERS.items():
-        ls.feature(method)(request_handler(method, handler))
-        if command is not None:
-            ls.command(command)(command_handler(command, handler))
+    register_handlers(ls, HANDLERS)
 
     @ls.feature(types.SHUTDOWN)
     async def shutdown(ls: MevedelLanguageServer, *_args: Any) -> None:
