@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -272,3 +273,15 @@ def server_processes(root: Path) -> list[int]:
         if here and any(part.endswith((b"mevedel-lsp", b"mevedel_server")) for part in command):
             found.append(int(entry.name))
     return found
+
+
+def wait_for_the_dead_holders_lease_to_expire(root: Path) -> None:
+    """Until the workspace's one session's lease has expired (its holder, a
+    server the test killed, renews it no more): a person who opens the
+    session before then is offered Join, after it Take over."""
+    (session,) = [p.name for p in (root / ".mevedel" / "sessions").iterdir() if not p.name.startswith(".")]
+    for _ in ticks():
+        if asyncio.run(observe_lease(LocalTarget(root), session)).standing is LeaseStanding.EXPIRED:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the dead server's lease never expired")

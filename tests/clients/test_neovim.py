@@ -31,6 +31,7 @@ from editor_harness import (
     recovery_sessions,
     run_editor,
     server_processes,
+    wait_for_the_dead_holders_lease_to_expire,
 )
 from mevedel_server.store import LeaseStanding, observe_lease
 from mevedel_server.targets import LocalTarget
@@ -412,12 +413,6 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
         subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)
 
 
-def _lease_expired(root: Path) -> bool:
-    """The workspace's one session's lease has expired (its holder died)."""
-    (session,) = [p.name for p in (root / ".mevedel" / "sessions").iterdir() if not p.name.startswith(".")]
-    return asyncio.run(observe_lease(LocalTarget(root), session)).standing is LeaseStanding.EXPIRED
-
-
 def test_neovim_after_the_server_died_mid_turn_the_chat_says_so_and_the_session_goes_on(nvim: str, workspace: Workspace, tmp_path) -> None:
     """The server is killed while a turn runs: the chat stops saying
     "running" and says what became of the turn; p in the chat starts the
@@ -446,12 +441,7 @@ def test_neovim_after_the_server_died_mid_turn_the_chat_says_so_and_the_session_
         session.keys("Go on", "Escape", "Enter")
         refused = session.wait_for("the refusal", lambda s: "Prompt refused: owner-missing" in s, log)
         assert "open the session first (:MevedelSessions)" in refused, refused
-        for _ in ticks():
-            if _lease_expired(workspace.root):
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("the dead server's lease never expired")
+        wait_for_the_dead_holders_lease_to_expire(workspace.root)
         session.keys(":MevedelSessions", "Enter")
         session.wait_for("the session list", lambda s: "[Take over]" in s, log)
         session.keys("1", "Enter")
