@@ -146,15 +146,21 @@ const ops = {
       } catch {
         if (await input.isVisible()) {
           await page.keyboard.press('Escape');
-        } else if (await page.evaluate(() => document.activeElement?.tagName === 'IFRAME')) {
-          // F1 went into a webview that had taken the focus back (see
-          // pressInQuickInput) and did not pass the key on: no palette
-          // opened, however often it was pressed (a CI run's focus log shows
-          // none of a minute's F1 presses reaching the workbench). The focus
-          // goes back to the workbench's own document, as a person's click
-          // outside the webview would put it, and F1 is pressed again.
-          process.stderr.write('driver: F1 went into a webview; the focus goes back to the workbench\n');
-          await page.evaluate(() => document.activeElement.blur());
+        } else {
+          // F1 opened no palette: it went into a webview that had taken the
+          // focus back (see pressInQuickInput) and did not pass the key on,
+          // however often it was pressed (a CI run's focus log shows none of
+          // a minute's F1 presses reaching the workbench). Whatever holds the
+          // focus (the webview's frame, or an element inside the frame's
+          // host) gives it back to the workbench's own document, as a
+          // person's click outside the webview would, and F1 is pressed again.
+          const held = await page.evaluate(() => {
+            const element = document.activeElement;
+            const tag = element ? `${element.tagName}.${element.className}` : 'none';
+            if (element && element !== document.body) element.blur();
+            return tag;
+          });
+          process.stderr.write(`driver: F1 opened no palette (focus on ${held}); the focus goes back to the workbench\n`);
         }
       }
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import signal
 import subprocess
 import sys
 import termios
@@ -15,6 +16,16 @@ import time
 from pathlib import Path
 
 from test_cli_prompt import env
+
+
+def _a_terminal_session() -> None:
+    """In the child: the pseudo-terminal becomes its controlling terminal,
+    and the hangup and interrupt signals act as a terminal's shell leaves
+    them. A run under ``nohup`` (or a runner that ignores them) would pass
+    the ignoring on, and a closed terminal would not end the command."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    for number in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(number, signal.SIG_DFL)
 
 
 class Terminal:
@@ -31,7 +42,7 @@ class Terminal:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mevedel_server.cli", *args], cwd=workspace, env=env(tmp_path),
             stdin=self.slave, stdout=self.slave, stderr=self.slave, start_new_session=True,
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            preexec_fn=_a_terminal_session,
         )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
