@@ -95,6 +95,18 @@ async def test_a_drop_before_the_rewind_ran_is_told_and_it_can_run_again(root, f
         await target.close()
 
 
+async def _rewind_while_the_host_goes_away(fault_server, svc, sid: str, drop: str) -> OutcomeUnknown:
+    """A Rewind to after turn 1 whose connection drops (``drop``) at its
+    program and whose host then stops listening: told unknown, checked by
+    :func:`_told_unknown`; the host listens again before this returns."""
+    fault_server.when, fault_server.then_unreachable = (b"PutEntry", drop), True
+    with pytest.raises(OutcomeUnknown) as caught:
+        await svc.history.rewind_now(sid, "after", 1)
+    _told_unknown(caught.value)
+    await fault_server.start()
+    return caught.value
+
+
 def _told_unknown(error: OutcomeUnknown) -> str:
     """The message, checked for what an unreachable host leaves unknown."""
     message = str(error)
@@ -116,11 +128,7 @@ async def test_a_rewind_that_ran_while_the_host_went_away_is_told_unknown_and_fo
     try:
         sid = await _three_turns(target, root)
         svc = await _resumed(target, sid)
-        fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-after-run"), True
-        with pytest.raises(OutcomeUnknown) as caught:
-            await svc.history.rewind_now(sid, "after", 1)
-        _told_unknown(caught.value)
-        await fault_server.start()
+        await _rewind_while_the_host_goes_away(fault_server, svc, sid, "drop-after-run")
         assert (root / "notes.txt").read_text() == "v1\n"
         assert not (await find_recovery(target, sid)).pending  # the marker it named never stayed
         with pytest.raises(NothingToRecover) as answer:
@@ -141,11 +149,7 @@ async def test_a_rewind_that_never_ran_while_the_host_went_away_is_found_not_app
     try:
         sid = await _three_turns(target, root)
         svc = await _resumed(target, sid)
-        fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-before-run"), True
-        with pytest.raises(OutcomeUnknown) as caught:
-            await svc.history.rewind_now(sid, "after", 1)
-        _told_unknown(caught.value)
-        await fault_server.start()
+        await _rewind_while_the_host_goes_away(fault_server, svc, sid, "drop-before-run")
         assert (root / "notes.txt").read_text() == "v3\n"
         later = await _resumed(target, sid)
         with pytest.raises(NothingToRecover) as answer:
@@ -185,13 +189,9 @@ async def test_a_rewind_that_stopped_with_its_journal_while_the_host_went_away_i
             await svc.turns.settle(sid)
         await svc.sessions.close(sid)
         svc = await _resumed(target, sid)
-        fault_server.when, fault_server.then_unreachable = (b"PutEntry", "drop-after-run"), True
-        with pytest.raises(OutcomeUnknown) as caught:
-            await svc.history.rewind_now(sid, "after", 1)
-        _told_unknown(caught.value)
-        await fault_server.start()
+        unknown = await _rewind_while_the_host_goes_away(fault_server, svc, sid, "drop-after-run")
         left = await find_recovery(target, sid)
-        assert left.recovery_id == caught.value.marker
+        assert left.recovery_id == unknown.marker
         later = await _resumed(target, sid)
         with pytest.raises(Exception, match=f"is in recovery {left.recovery_id}"):
             await later.history.rewind_now(sid, "after", 1)
