@@ -192,16 +192,19 @@ def workspace_root(arguments: argparse.Namespace) -> Path | None:
     return location if isinstance(location, os.PathLike) else None
 
 
-def pending_spool(location: str | os.PathLike[str] | SshLocation) -> PendingSpool:
+def pending_spool(location: str | os.PathLike[str] | SshLocation) -> PendingSpool | None:
     """Where this client keeps the saves ``location``'s host could not
     record: the state directory, in a part named by the workspace's
-    location (the same session ID can live in two workspaces, a copy)."""
+    location (the same session ID can live in two workspaces, a copy).
+    None for a workspace on this machine, which is never out of reach: no
+    spool to open, nor to look in at every resume."""
+    if isinstance(location, (str, os.PathLike)):
+        return None
     import hashlib
 
     from ..store import PendingSpool
 
-    named = location.uri if not isinstance(location, (str, os.PathLike)) else os.path.realpath(location)
-    return PendingSpool(LocalTarget(state_directory()), hashlib.sha256(named.encode("utf-8", "surrogateescape")).hexdigest()[:32])
+    return PendingSpool(LocalTarget(state_directory()), hashlib.sha256(location.uri.encode("utf-8", "surrogateescape")).hexdigest()[:32])
 
 
 def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> SessionService:
