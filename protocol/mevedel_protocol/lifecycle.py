@@ -324,3 +324,6 @@ class RecoveryResult:
     recovery_id: str
     resolution: Literal["rolled-back", "completed", "abandoned"]
     written: list[str]
+    #: Project files changed outside the session since the transaction was
+    #: interrupted: a retry leaves them as they are.
+    left: list[str] = attrs.Factory(list)

@@ -227,8 +227,17 @@ async def _recovery(service: SessionService, arguments: argparse.Namespace) -> N
     sid = await _session(service, arguments, None, "resume")
     resolve = service.history.retry_recovery if arguments.retry_recovery else service.history.abandon_recovery
     outcome = await resolve(sid)
-    data = {"session_id": sid, "recovery_id": outcome.recovery_id, "resolution": outcome.resolution, "written": list(outcome.written)}
-    emit(arguments, data, [f"{sid}: recovery {outcome.recovery_id} {outcome.resolution}"])
+    data = {
+        "session_id": sid, "recovery_id": outcome.recovery_id, "resolution": outcome.resolution,
+        "written": list(outcome.written), "left": list(outcome.left),
+    }
+    lines = [f"{sid}: recovery {outcome.recovery_id} {outcome.resolution}"]
+    if outcome.left:
+        lines.append(
+            f"left as {'they are' if len(outcome.left) > 1 else 'it is'}, changed outside the session since the "
+            f"transaction was interrupted: {', '.join(outcome.left)}"
+        )
+    emit(arguments, data, lines)
 
 
 # Redo -----------------------------------------------------------------------------

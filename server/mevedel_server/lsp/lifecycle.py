@@ -250,13 +250,13 @@ async def commit_save_as(ls: MevedelLanguageServer, params: wire.CommitParams) -
 async def retry_recovery(ls: MevedelLanguageServer, params: SessionParams) -> wire.RecoveryResult:
     _, service, sid = _target(ls, params, methods.SESSION_RETRY_RECOVERY)
     outcome = await service.history.retry_recovery(sid)
-    return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written))
+    return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written), list(outcome.left))
 
 
 async def abandon_recovery(ls: MevedelLanguageServer, params: SessionParams) -> wire.RecoveryResult:
     _, service, sid = _target(ls, params, methods.SESSION_ABANDON_RECOVERY)
     outcome = await service.history.abandon_recovery(sid)
-    return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written))
+    return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written), list(outcome.left))
 
 
 #: request -> (handler, command name or None); its params class is the catalog's.

@@ -98,7 +98,6 @@ from .recovery import (
     GUARD_ATTEMPTS,
     RecoveryRequired,
     RecoveryState,
-    guarded_converge,
     journal_ops,
     lease_proof,
     marker_held,
@@ -107,6 +106,7 @@ from .recovery import (
     new_journal,
     removal_ops,
     run_guarded,
+    settle_files,
     snapshot_digest,
     sweep_ops,
 )
@@ -717,29 +717,18 @@ class _NotJournaled(Exception):
     file either: the journal precedes the writes."""
 
 
-def _states_written(changes: Sequence[tuple[str, Entry | None, Entry | None]]) -> dict[str, list[Entry | None]]:
-    """Every state the transaction's program may have left each path in:
-    its new one, and the one between two steps (absent, for a path whose
-    kind changes; open to its owner, for a directory closed to it)."""
-    written: dict[str, list[Entry | None]] = {}
-    for path, _before, after in ordered_steps(changes):
-        written.setdefault(path, []).append(after)
-    return written
-
-
 async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException, operation: str) -> tuple[str, ...] | None:
     """Put back every file the failed program wrote; keep the journal
     unless that worked. Returns the files left as they are (changed outside
     the session meanwhile), or None when the program never wrote its
     journal, hence no file: the rollback's first program reads the journal
-    beside the files, and writes nothing when it is not there. A file that
-    holds neither its old state nor one the program gives it is someone
-    else's and is never overwritten. With the host out of reach, the
+    beside the files, and writes nothing when it is not there. A file
+    changed outside the session meanwhile is never overwritten (the rule of
+    :func:`~.recovery.settle_files`). With the host out of reach, the
     journal is one that may be there, never one that is."""
     if journal is None:
         return None
     rid = journal.marker.recovery_id
-    wanted = {path: before for path, before, _after in changes}
 
     def unreachable(state: str, cause: TargetUnavailable) -> OutcomeUnknown:
         return OutcomeUnknown(lease.session_id, operation, state, error, cause, follow_up="retry-recovery", marker=rid)
@@ -758,14 +747,14 @@ async def _roll_back(lease: LeaseHandle, journal, changes, error: BaseException,
 
     put_back = f"the {operation} was not applied and every project file it had written was put back"
     try:
-        outcome = await guarded_converge(lease, wanted, first=journaled, ours=_states_written(changes))
+        outcome = await settle_files(lease, changes, back=True, first=journaled)
     except _NotJournaled:
         return None
     except TargetUnavailable as cause:
         state = f"the {operation} was not applied, but the project files it may have written could not be put back"
         raise unreachable(state, cause) from error
     except (StoreError, TargetError) as rollback_error:
-        failed = {path: f"not rolled back ({rollback_error})" for path in wanted}
+        failed = {path: f"not rolled back ({rollback_error})" for path, _before, _after in changes}
         raise required(failed, unsure=None if held else str(rollback_error)) from error
     if outcome.failed:
         raise required(outcome.failed) from error

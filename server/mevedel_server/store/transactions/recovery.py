@@ -29,7 +29,10 @@ session's lease:
   base head still committed means the transaction never committed, so every
   file goes back to its old content; a head whose snapshot digest is the
   marker's replacement means it did, so every file gets its new content.
-  Any other head (the session moved on) refuses: only abandonment is left.
+  Either way a file changed outside the session since the transaction was
+  interrupted is left as it is and named (:func:`settle_files`, the rule a
+  failed transaction's own rollback follows too). Any other head (the
+  session moved on) refuses: only abandonment is left.
 - :func:`abandon_recovery` first records the approved deletion in the marker
   (``abandoning``), then removes the bytes, then the marker. If it stops
   partway the marker still blocks, and abandoning again finishes.
@@ -331,6 +334,46 @@ async def guarded_converge(
     raise LeaseLost(lease.session_id, "the lease kept moving while files were restored")
 
 
+def states_it_may_leave(changes: Sequence[tuple[str, Entry | None, Entry | None]]) -> dict[str, list[Entry | None]]:
+    """Every state a journalled program may have left each path in: the
+    one before (it stopped before the path), the one between two steps
+    (absent, for a path whose kind changes; open to its owner, for a
+    directory closed to it) and its new one. A path holding any other was
+    changed outside the session since, and nothing that settles the
+    transaction overwrites it."""
+    from .project_files import ordered_steps
+
+    states: dict[str, list[Entry | None]] = {path: [before] for path, before, _after in changes}
+    for path, _before, after in ordered_steps(changes):
+        states[path].append(after)
+    return states
+
+
+async def settle_files(
+    lease: LeaseHandle, changes: Sequence[tuple[str, Entry | None, Entry | None]], *, back: bool,
+    first: FirstReads | None = None,
+) -> ConvergeOutcome:
+    """Give every path of ``changes`` its old state (``back``) or its new
+    one, behind the lease proof, except a path changed outside the session
+    since (see :func:`states_it_may_leave`): left as it is and named in the
+    outcome's ``left``. The one rule of a Rewind's or Redo's rollback and of
+    a retried recovery."""
+    wanted = {path: before if back else after for path, before, after in changes}
+    return await guarded_converge(lease, wanted, first=first, ours=states_it_may_leave(changes))
+
+
+def journal_changes(marker: RecoveryMarker, blobs: Mapping[str, bytes]) -> list[tuple[str, Entry | None, Entry | None]]:
+    """The (path, state before, state after) a marker journals."""
+    return [
+        (
+            f.path,
+            journal_entry(f.before_kind, f.before_mode, f.before, blobs),
+            journal_entry(f.after_kind, f.after_mode, f.after, blobs),
+        )
+        for f in marker.files
+    ]
+
+
 class RecoveryState(msgspec.Struct, frozen=True):
     """What ``.recovery/`` of a session holds."""
 
@@ -439,6 +482,9 @@ class RecoveryOutcome(msgspec.Struct, frozen=True):
     resolution: str
     #: Project files this action wrote.
     written: tuple[str, ...] = ()
+    #: Project files changed outside the session since the transaction was
+    #: interrupted: left as they are (see :func:`settle_files`).
+    left: tuple[str, ...] = ()
 
 
 async def _read_blobs(target: Target, paths: SessionPaths, marker: RecoveryMarker) -> dict[str, bytes]:
@@ -510,7 +556,6 @@ async def retry_recovery(lease: LeaseHandle, recovery_id: str | None = None) -> 
     head = lease.publication_head
     if head == marker.base_head:
         resolution = "rolled-back"
-        wanted = {f.path: journal_entry(f.before_kind, f.before_mode, f.before, blobs) for f in marker.files}
     else:
         committed = None
         if head is not None:
@@ -528,14 +573,13 @@ async def retry_recovery(lease: LeaseHandle, recovery_id: str | None = None) -> 
                 kind="recovery-pending",
             )
         resolution = "completed"
-        wanted = {f.path: journal_entry(f.after_kind, f.after_mode, f.after, blobs) for f in marker.files}
-    outcome = await guarded_converge(lease, wanted)
+    outcome = await settle_files(lease, journal_changes(marker, blobs), back=resolution == "rolled-back")
     if outcome.failed:
         raise RecoveryRequired(lease.session_id, marker.recovery_id, outcome.failed, f"retrying recovery {marker.recovery_id} did not finish")
     cleanup = removal_ops(paths, marker.recovery_id, await sweep_ops(lease.target, paths, state))
     result, proof = await run_guarded(lease, cleanup)
     _raise_stopped(cleanup, result, proof)
-    return RecoveryOutcome(marker.recovery_id, resolution, outcome.written)
+    return RecoveryOutcome(marker.recovery_id, resolution, outcome.written, outcome.left)
 
 
 async def abandon_recovery(lease: LeaseHandle, recovery_id: str | None = None) -> RecoveryOutcome:

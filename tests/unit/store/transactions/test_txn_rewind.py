@@ -450,6 +450,22 @@ async def test_an_incomplete_rollback_leaves_a_marker_that_blocks_until_retried(
     assert await committed_view(tmp_path, s.session_id) == (1, ["one"])
 
 
+async def test_a_retried_recovery_leaves_a_file_edited_since_the_rollback_failed(tmp_path):
+    """The rollback of a Rewind failed and left its marker; the user then
+    edited a file the Rewind had written: the retry puts back the file that
+    still holds what the Rewind wrote, leaves the edited one as it is, says
+    so, and ends the recovery."""
+    sabotage = Sabotage(LocalTarget(tmp_path), "a.txt")
+    s, error = await rollback_failed(tmp_path, sabotage)
+    write(tmp_path, "src/c.txt", b"mine\n")
+    sabotage.armed = sabotage.broken = False
+    again = await reopen(s, LocalTarget(tmp_path))
+    outcome = await retry_recovery(again.lease)
+    assert outcome.resolution == "rolled-back" and outcome.written == ("a.txt",) and outcome.left == ("src/c.txt",)
+    assert snapshot_files(tmp_path, FILES) == {"a.txt": b"a2\n", "b.txt": None, "src/c.txt": b"mine\n"}
+    assert not (await find_recovery(LocalTarget(tmp_path), s.session_id)).pending
+
+
 class SabotageUnseen(Sabotage):
     """Sabotage, and once broken the recovery marker cannot be looked at."""
 
