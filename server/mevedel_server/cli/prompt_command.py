@@ -57,6 +57,7 @@ from .queued_prompt import (
     other_runner,
     queue_behind,
     refusal,
+    turn_in_flight_refusal,
 )
 from .session_client import (
     CommandError,
@@ -391,11 +392,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         said = await interrupt_orphaned_turn(service, session_id)
         if said:
             front.note(f"[{said}]")
-        in_flight = service.turns.turn_in_flight(session_id)
-        if in_flight is not None:
-            raise CommandError("turn-in-flight", f"turn {in_flight} of {session_id} is in flight, begun by hand (`mevedel turn begin`): "
-                                                 "`mevedel turn settle` records it as done, `mevedel turn abort` ends it as interrupted; "
-                                                 "then prompt again (or `mevedel prompt --new`)")
+        refused = turn_in_flight_refusal(service, session_id)
+        if refused is not None:
+            raise refused
         local = workspace_root(arguments)
         root = str(local) if local is not None else str(getattr(service.target, "root"))
         tool_host = ToolHost()

@@ -114,18 +114,42 @@ def _live_other(service: SessionService, runner: RunnerRecord | None) -> RunnerR
 
 async def interrupt_orphaned_turn(service: SessionService, session_id: str) -> str | None:
     """Settle as interrupted an agent's turn that a ``mevedel prompt`` of
-    this client left in flight when it ended (killed, its terminal closed,
-    the machine restarted): its process no longer runs it, so nobody else
+    this client left in flight (its record names the agent: only a prompt
+    begins a turn with one): its process no longer runs it, so nobody else
     ever will. What to tell the user, or None. Called once no live runner
-    was found; a turn begun by hand (``mevedel turn begin``, no agent) is
-    left to its ``mevedel turn`` commands."""
+    was found. The runner record tells the two ways it was left: one still
+    there belongs to a prompt that was stopped mid-turn (killed, its
+    terminal closed, the machine restarted); a prompt that ended on its own
+    removed its record, so it ended with the settlement unrecorded (the
+    store refused it). A turn begun with no agent is left to its ``mevedel
+    turn`` commands (see :func:`turn_in_flight_refusal`)."""
     opened = service.turns.open_turn(session_id)
     if opened is None or opened.agent is None:
         return None
     runner = await read_runner(service.target, SessionPaths(session_id))
-    by = f"the `mevedel prompt` running it (pid {runner.pid})" if runner is not None else "the `mevedel prompt` running it"
-    await service.turns.abort(session_id, f"{by} ended before the turn settled")
-    return f"turn {opened.turn} was left in flight: {by} ended before it settled; recorded as interrupted"
+    if runner is not None:
+        by = f"the `mevedel prompt` running it (pid {runner.pid})"
+        await service.turns.abort(session_id, f"{by} ended before the turn settled")
+        return f"turn {opened.turn} was left in flight: {by} ended before it settled; recorded as interrupted"
+    by = f"the `mevedel prompt` that ran it with {opened.agent}"
+    await service.turns.abort(session_id, f"{by} could not record its settlement")
+    return (f"turn {opened.turn} was left in flight: {by} could not record its settlement (the error was shown "
+            "when it ended); recorded as interrupted")
+
+
+def turn_in_flight_refusal(service: SessionService, session_id: str) -> CommandError | None:
+    """The refusal of a prompt while a turn begun with no agent is in
+    flight (a prompt's own turn was settled by :func:`interrupt_orphaned_turn`):
+    what began it and what ends it."""
+    opened = service.turns.open_turn(session_id)
+    if opened is None:
+        return None
+    return CommandError(
+        "turn-in-flight",
+        f"turn {opened.turn} of {session_id} is in flight, begun by hand with no agent (`mevedel turn begin`, "
+        "`mevedel session create --prompt` or an editor's turn): `mevedel turn settle` records it as done, "
+        "`mevedel turn abort` ends it as interrupted; then prompt again (or `mevedel prompt --new`)",
+    )
 
 
 def refusal(session_id: str, runner: RunnerRecord) -> CommandError:

@@ -190,3 +190,43 @@ def test_after_an_interrupted_turn_the_agent_is_told_what_it_left_unfinished(wor
     configure(tmp_path, [[{"say": "fine"}]], log)
     assert run(workspace, tmp_path, "prompt", "Again").returncode == 0
     assert "did not finish cleanly" not in prompts_sent(log)[-1]
+
+
+def test_a_prompt_turn_whose_settlement_was_refused_is_told_as_that_by_the_next_prompt(workspace, tmp_path):
+    """A prompt's turn (its record names the agent) whose settlement the
+    store refused stays in flight once the pending save is abandoned: the
+    next prompt records it interrupted saying its settlement could not be
+    recorded -- not that a prompt was killed, nor that it was begun by hand."""
+    import asyncio
+
+    import pytest
+
+    from mevedel_server.store import ClientIdentity, PublicationFailed
+    from mevedel_server.store.service import EvidenceInput, SessionService
+    from mevedel_server.targets import FaultInjectingTarget, LocalTarget
+
+    configure(tmp_path, [[{"say": "ok"}]])
+    assert run(workspace, tmp_path, "prompt", "First").returncode == 0
+    sid = json.loads(run(workspace, tmp_path, "session", "list", "--json").stdout)["sessions"][0]["session_id"]
+    identity = json.loads((tmp_path / "state-me" / "mevedel" / "cli-client.json").read_text())
+
+    async def a_prompt_whose_settlement_is_refused() -> None:
+        target = FaultInjectingTarget(LocalTarget(workspace))
+        svc = SessionService(target, ClientIdentity(identity["client_id"], identity["host"]))
+        await svc.sessions.open(sid)
+        await svc.turns.begin_turn(sid, "Second", agent="scripted")
+        await svc.turns.checkpoint(sid)  # a prompt's turn is saved as it starts
+        await svc.turns.append(sid, EvidenceInput("response", text="done"))
+        target.arm(3, "error")
+        with pytest.raises(PublicationFailed):
+            await svc.turns.settle(sid)
+        await svc.sessions.detach()
+
+    asyncio.run(a_prompt_whose_settlement_is_refused())
+    assert run(workspace, tmp_path, "session", "abandon-publication").returncode == 0
+    went_on = run(workspace, tmp_path, "prompt", "Third")
+    assert went_on.returncode == 0, went_on.stderr
+    assert ("[turn 2 was left in flight: the `mevedel prompt` that ran it with scripted could not record its settlement "
+            "(the error was shown when it ended); recorded as interrupted]") in went_on.stderr, went_on.stderr
+    turns = json.loads(run(workspace, tmp_path, "session", "turns", "--json").stdout)["turns"]
+    assert [(t["prompt"], t["state"]) for t in turns] == [("First", "completed"), ("Second", "interrupted"), ("Third", "completed")]
