@@ -158,7 +158,9 @@ def test_a_turn_opened_by_hand_is_refused_naming_turn_abort(workspace, tmp_path)
     configure(tmp_path, [[{"say": "ok"}]])
     assert run(workspace, tmp_path, "session", "create", "--name", "spike", "--prompt", "Plan it").returncode == 0
     refused = run(workspace, tmp_path, "prompt", "Go")
-    assert refused.returncode == 1 and "begun by hand" in refused.stderr and "`mevedel turn abort`" in refused.stderr, refused.stderr
+    assert refused.returncode == 1 and "`mevedel turn abort`" in refused.stderr, refused.stderr
+    # It names what began it here, not only `mevedel turn begin`.
+    assert "begun by hand with no agent (`mevedel turn begin`, `mevedel session create --prompt`" in refused.stderr, refused.stderr
     assert run(workspace, tmp_path, "turn", "abort").returncode == 0
     assert run(workspace, tmp_path, "prompt", "Go").returncode == 0
 
