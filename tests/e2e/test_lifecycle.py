@@ -104,3 +104,20 @@ async def test_recovery_commands_refuse_when_nothing_is_pending(client, workspac
     with pytest.raises(JsonRpcException) as refused:
         await request(client, methods.SESSION_RETRY_RECOVERY, {})
     assert refused.value.data["kind"] == "missing-target"
+
+
+async def test_a_session_refusal_names_its_session_once(client, workspace):
+    """The answer's ``authored`` is the session and its message says it
+    once: ``<id>: <reason>``, whatever the form of the store's own words."""
+    sid = await three_turns(client, workspace)
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 1})
+    await edit_turn(client, workspace, "Step 4", "v4\n")
+    with pytest.raises(JsonRpcException) as stale:
+        await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
+    assert stale.value.data["authored"] == sid and stale.value.message.count(sid) == 1
+    assert stale.value.message.startswith(f"{sid}: the state changed since the impact was prepared")
+    missing = "2026-01-01T00-00-0123456789ab"
+    with pytest.raises(JsonRpcException) as absent:
+        await request(client, methods.SESSION_OPEN, {"sessionId": missing})
+    assert absent.value.data["kind"] == "missing-target" and absent.value.data["authored"] == missing
+    assert absent.value.message == f"{missing}: does not exist"

@@ -27,7 +27,13 @@ from typing import Any
 from ..agents import cli_config_path
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import MemoryRoot, SkillRoot
-from ..store import PRODUCT_STORAGE, SessionService, error_kind, is_refusal
+from ..store import (
+    PRODUCT_STORAGE,
+    SessionRefusal,
+    SessionService,
+    error_kind,
+    is_refusal,
+)
 from ..targets import LocalTarget, TargetError
 from .session_client import IDENTITY_FILE, CommandError, cli_identity
 
@@ -186,7 +192,8 @@ async def _standalone(
             except Exception as error:
                 if not is_refusal(error):
                     raise
-                raise CommandError(error_kind(error), f"session {session}: {error}") from None
+                said = str(error) if isinstance(error, SessionRefusal) else f"session {session}: {error}"  # one names it already
+                raise CommandError(error_kind(error), said) from None
             if opened.action == "join":
                 print(
                     f"mevedel mcp: session {sid} is held by another client; serving it read-only "

@@ -148,17 +148,17 @@ def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any
 
 
 def refusal(error: Exception, method: str) -> JsonRpcException:
-    """A refusal names what the user authored (an input with ``authored``
-    and ``reason``), else the session it is about, else the method."""
+    """A refusal names the session it is about with its words (a
+    :class:`~..store.SessionRefusal`), else what the user authored (an input
+    with ``authored`` and ``reason``), else the session a lease refusal is
+    about, else the method."""
+    kind = store.error_kind(error)
+    if isinstance(error, store.SessionRefusal):
+        return failure(kind, error.session_id, error.said)
     authored = getattr(error, "authored", None)
     if isinstance(authored, str) and isinstance(getattr(error, "reason", None), str):
-        return failure(store.error_kind(error), authored, error.reason)
-    session_id, text = getattr(error, "session_id", None), str(error)
-    if session_id:
-        # The store's messages begin with the session they are about, which
-        # the answer names already: "<id>: session <id>: ..." said it twice.
-        return failure(store.error_kind(error), session_id, text.removeprefix(f"session {session_id}: "))
-    return failure(store.error_kind(error), method, text)
+        return failure(kind, authored, error.reason)
+    return failure(kind, getattr(error, "session_id", None) or method, str(error))
 
 
 def request_handler(method: str, handler: Callable[..., Awaitable[Any]]):

@@ -7,7 +7,22 @@ from ..targets import TargetError
 
 
 class StoreError(Exception):
-    """Base of every session-store refusal."""
+    """Base of every session-store refusal. One about a session is a
+    :class:`SessionRefusal`: it keeps the session apart from its words."""
+
+
+class SessionRefusal(StoreError):
+    """A refusal about one session, its words (``said``) apart from the
+    session (``session_id``), so that each entry point names the session
+    once, in its own form: the CLI says ``str()`` -- ``session <id>: <said>``,
+    or ``session <id> <said>`` for words that go on from the session's name
+    (``continues``: "does not exist") -- and an LSP answer has the ID as its
+    ``authored`` and the words as its ``reason``."""
+
+    def __init__(self, session_id: str, said: str, *, continues: bool = False) -> None:
+        super().__init__(f"session {session_id}{' ' if continues else ': '}{said}")
+        self.session_id = session_id
+        self.said = said
 
 
 class KindedRefusal(StoreError):
@@ -28,18 +43,16 @@ class InvalidSessionId(StoreError, ValueError):
         self.reason = reason
 
 
-class SessionOccupied(StoreError):
+class SessionOccupied(SessionRefusal):
     """Materialization found the session directory already present."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id} already exists")
-        self.session_id = session_id
+        super().__init__(session_id, "already exists", continues=True)
 
 
-class SessionMissing(StoreError):
+class SessionMissing(SessionRefusal):
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id} does not exist")
-        self.session_id = session_id
+        super().__init__(session_id, "does not exist", continues=True)
 
 
 class LeaseObservationError(StoreError):
@@ -83,7 +96,7 @@ class TakeoverNeedsConfirmation(LeaseUnavailable):
     explicit confirmation (``confirm_takeover=True``)."""
 
 
-class IdentityNeedsConfirmation(StoreError):
+class IdentityNeedsConfirmation(SessionRefusal):
     """The session was made in another workspace (its sidecar records a
     different workspace identity, as when a session directory is copied
     from another project): resuming it binds it to this one, which needs
@@ -92,35 +105,41 @@ class IdentityNeedsConfirmation(StoreError):
     def __init__(self, session_id: str, recorded: str, current: str | None) -> None:
         here = f"this workspace's ({current[:12]}...)" if current else "this workspace, which has no identity yet"
         super().__init__(
-            f"session {session_id} belongs to another workspace (identity {recorded[:12]}...), not {here}; "
-            "binding it to this workspace needs confirmation"
+            session_id,
+            f"belongs to another workspace (identity {recorded[:12]}...), not {here}; "
+            "binding it to this workspace needs confirmation",
+            continues=True,
         )
-        self.session_id = session_id
         self.recorded = recorded
         self.current = current
 
 
-class ClaimRaced(LeaseUnavailable):
-    """Another client won the generation election this claim took part in."""
+class ClaimRaced(LeaseUnavailable, SessionRefusal):
+    """Another client won the generation election this claim took part in
+    (``why``: how the claim found out)."""
+
+    def __init__(self, session_id: str, why: str) -> None:
+        SessionRefusal.__init__(self, session_id, why)
+        self.holder_client = self.holder_host = self.state = None
+        self.expires_at = self.now = None
 
 
-class LeaseLost(StoreError):
+class LeaseLost(SessionRefusal):
     """This client's generation is no longer the current one: it was taken
-    over or superseded, so its write was refused."""
+    over or superseded, so its write was refused (``reason``: how)."""
 
     def __init__(self, session_id: str, reason: str) -> None:
-        super().__init__(f"session {session_id}: lease lost: {reason}")
-        self.session_id = session_id
+        super().__init__(session_id, f"lease lost: {reason}")
         self.reason = reason
 
 
-class PublicationFailed(StoreError):
+class PublicationFailed(SessionRefusal):
     """A publication did not reach its commit point; the prior head is still
-    authoritative and the publication is pending (retry or abandon)."""
+    authoritative and the publication is pending (retry or abandon).
+    ``reason``: why it failed."""
 
     def __init__(self, session_id: str, reason: str) -> None:
-        super().__init__(f"session {session_id}: publication pending: {reason}")
-        self.session_id = session_id
+        super().__init__(session_id, f"publication pending: {reason}")
         self.reason = reason
         #: The pending save is recorded in the session directory, so that a
         #: later process can retry it (False: only this process holds it).
@@ -130,14 +149,12 @@ class PublicationFailed(StoreError):
         self.spooled = False
 
 
-class PublicationPending(StoreError):
-    """A new publication was asked for while an earlier one is pending."""
+class PublicationPending(SessionRefusal):
+    """A new publication was asked for while an earlier one is pending
+    (``reason``: why that one is)."""
 
     def __init__(self, session_id: str, reason: str) -> None:
-        super().__init__(
-            f"session {session_id}: an earlier publication is pending ({reason}); retry or abandon it first"
-        )
-        self.session_id = session_id
+        super().__init__(session_id, f"an earlier publication is pending ({reason}); retry or abandon it first")
         self.reason = reason
 
 
@@ -187,7 +204,7 @@ def unknown_outcome(
     return "; ".join(parts)
 
 
-class OutcomeUnknown(StoreError):
+class OutcomeUnknown(SessionRefusal):
     """A multi-step change whose host stopped answering and cannot be reached
     to tell how it ended (see :func:`unknown_outcome`)."""
 
@@ -197,9 +214,7 @@ class OutcomeUnknown(StoreError):
         self, session_id: str, operation: str, state: str, dropped: BaseException, unreachable: BaseException,
         *, follow_up: str, marker: str | None = None,
     ) -> None:
-        said = unknown_outcome(state, operation, dropped, unreachable, follow_up=follow_up, marker=marker)
-        super().__init__(f"session {session_id}: {said}")
-        self.session_id = session_id
+        super().__init__(session_id, unknown_outcome(state, operation, dropped, unreachable, follow_up=follow_up, marker=marker))
         self.operation = operation
         self.follow_up = follow_up
         self.marker = marker
@@ -239,10 +254,13 @@ def cause_in_words(session_id: str, cause: BaseException) -> str:
     names the session already and says what became of the change: a
     connection to a host lost as exactly that, a failed publication by its
     reason (the change gave it up: "publication pending" would be untrue),
-    anything else in its own words without the session's name again."""
+    anything else in its own words, without the session's name again."""
     found = target_error_in(cause)
     host = getattr(found, "host", None)
     if found is not None and host:
         return f"the connection to ssh target {host} was lost ({found.reason})"
-    said = cause.reason if isinstance(cause, PublicationFailed) else str(cause)
-    return said.removeprefix(f"session {session_id}: ")
+    if isinstance(cause, PublicationFailed):
+        return cause.reason
+    if isinstance(cause, SessionRefusal) and cause.session_id == session_id:
+        return cause.said
+    return str(cause)

@@ -93,11 +93,11 @@ async def test_clear_closes_a_chapter_and_keeps_an_explicit_name(root):
     assert reader.sidecar.display_name == "Kept name"
     with pytest.raises(TurnStateConflict) as caught:
         await svc.turns.clear(sid)  # the new chat has no turns yet
-    assert error_kind(caught.value) == "conflict" and caught.value.authored == sid
-    assert "no turns to clear" in caught.value.reason
+    assert error_kind(caught.value) == "conflict" and caught.value.session_id == sid
+    assert "no turns to clear" in caught.value.said
     with pytest.raises(TurnStateConflict) as caught:
         await svc.turns.compact(sid, "nothing to summarize")
-    assert "no turn to compact" in caught.value.reason
+    assert "no turn to compact" in caught.value.said
     assert (await fresh_reader(root, sid)).current_segment == 2  # refusals changed nothing
 
 
@@ -110,8 +110,8 @@ async def test_rotations_are_refused_while_a_turn_is_in_flight(root):
     for attempt in (svc.turns.compact(sid, "a summary"), svc.turns.clear(sid)):
         with pytest.raises(TurnStateConflict) as caught:
             await attempt
-        assert caught.value.authored == sid
-        assert caught.value.reason.startswith("has turn 2 in flight; settle or abort it")
+        assert caught.value.session_id == sid
+        assert caught.value.said.startswith("has turn 2 in flight; settle or abort it")
         assert str(caught.value).startswith(f"session {sid} has turn 2 in flight")
     assert (await read_committed(LocalTarget(root), sid)).head == head
     assert svc.session(sid).conversation.current_segment == 1
@@ -160,7 +160,7 @@ async def test_turn_and_name_refusals_name_the_authored_input(root):
     for attempt in (svc.turns.abort(sid), svc.turns.settle(sid)):
         with pytest.raises(TurnStateConflict) as caught:
             await attempt
-        assert caught.value.authored == sid and caught.value.reason.startswith("has no turn in flight")
+        assert caught.value.session_id == sid and caught.value.said.startswith("has no turn in flight")
         assert str(caught.value).startswith(f"session {sid} has no turn in flight")
     with pytest.raises(InvalidSessionInput) as caught:
         await svc.sessions.rename(sid, "  ")
@@ -171,7 +171,7 @@ async def test_turn_and_name_refusals_name_the_authored_input(root):
     await svc.turns.begin_turn(sid, "one")
     with pytest.raises(TurnStateConflict) as caught:
         await svc.turns.begin_turn(sid, "two")
-    assert caught.value.reason == "has turn 1 in flight; settle or abort it before beginning another"
+    assert caught.value.said == "has turn 1 in flight; settle or abort it before beginning another"
 
 
 async def test_a_refused_record_names_the_session(root):
@@ -181,8 +181,8 @@ async def test_a_refused_record_names_the_session(root):
     await svc.turns.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
     with pytest.raises(SessionConflict) as caught:
         await svc.turns.append(sid, EvidenceInput("tool_call", call_id="c1", name="edit", arguments="{}"))
-    assert (caught.value.authored, error_kind(caught.value)) == (sid, "conflict")
-    assert "tool call c1 was already recorded" in caught.value.reason
+    assert (caught.value.session_id, error_kind(caught.value)) == (sid, "conflict")
+    assert "tool call c1 was already recorded" in caught.value.said
     with pytest.raises(SessionConflict) as caught:
         await svc.turns.append(sid, EvidenceInput("tool_result", call_id="c9", output="x"))
-    assert "c9" in caught.value.reason and str(caught.value).startswith(f"session {sid}: ")
+    assert "c9" in caught.value.said and str(caught.value).startswith(f"session {sid}: ")

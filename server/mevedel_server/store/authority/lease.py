@@ -485,10 +485,7 @@ async def _acquire_from(
             try:
                 adopted = await handle._rotate(lead, stamped=True, state=LeaseState.ACTIVE, trailing=riders, lock=lock)
             except LeaseLost as lost:
-                raise ClaimRaced(
-                    f"session {session_id}: the lease moved while it was being adopted ({lost.reason})",
-                    session_id=session_id,
-                ) from None
+                raise ClaimRaced(session_id, f"the lease moved while it was being adopted ({lost.reason})") from None
             if adopted.stopped_at is not None and adopted.stopped_at < len(lead):
                 raise LeadStopped(adopted)
             handle.led = handle._led
@@ -623,7 +620,7 @@ async def _claim(
         raise LeadStopped(result)
 
     def raced(why: str) -> ClaimRaced:
-        return ClaimRaced(f"session {paths.session_id}: {why}", session_id=paths.session_id)
+        return ClaimRaced(paths.session_id, why)
 
     if result[at_candidate].status is Status.CONFLICT:
         raise raced(await _rival_claim(target, paths, n + 1, identity) if name_rival else "another claim won")

@@ -59,6 +59,7 @@ from ..errors import (
     PublicationFailed,
     PublicationPending,
     PublicationUnknown,
+    SessionRefusal,
     StoreError,
 )
 from ..layout import (
@@ -302,7 +303,7 @@ class Publisher:
     async def retry(self) -> PublishOutcome:
         async with self._serial:
             if self._pending is None:
-                raise StoreError(f"session {self.lease.session_id}: no publication is pending")
+                raise SessionRefusal(self.lease.session_id, "no publication is pending")
             pending = self._pending
             outcome = await self._attempt(pending.artifacts, pending.replace, pending.force, pending.donors)
             self._pending = None

@@ -50,7 +50,7 @@ from ...targets import (
     Target,
     raise_for_result,
 )
-from ..errors import StoreError
+from ..errors import SessionRefusal
 from ..layout import SessionPaths
 from .lease import (
     ClientIdentity,
@@ -81,24 +81,22 @@ FENCE = "fence"
 DEFAULT_FENCE_SECONDS = 15
 
 
-class TransferBusy(StoreError):
+class TransferBusy(SessionRefusal):
     """Another client's request holds this transfer generation."""
 
     def __init__(self, session_id: str, request: TransferRequest) -> None:
         super().__init__(
-            f"session {session_id}: {request.requester_host or 'another client'} already asked for control; "
-            "wait for the owner's answer to that request"
+            session_id,
+            f"{request.requester_host or 'another client'} already asked for control; wait for the owner's answer to that request",
         )
-        self.session_id = session_id
         self.request = request
 
 
-class NotRequestable(StoreError):
+class NotRequestable(SessionRefusal):
     """The lease is not held by another live client, so there is nobody to ask."""
 
     def __init__(self, session_id: str, why: str) -> None:
-        super().__init__(f"session {session_id}: control cannot be requested: {why}")
-        self.session_id = session_id
+        super().__init__(session_id, f"control cannot be requested: {why}")
         self.why = why
 
 
@@ -247,7 +245,7 @@ async def decide_keep(lease: LeaseHandle, request: TransferRequest, reason: str 
 async def _standing_decision(lease: LeaseHandle, request: TransferRequest) -> TransferDecision:
     decision = (await read_mailbox(lease.target, lease.paths, request.transfer_generation)).decision
     if decision is None:
-        raise StoreError(f"session {lease.session_id}: the transfer decision vanished after it was written")
+        raise SessionRefusal(lease.session_id, "the transfer decision vanished after it was written")
     return decision
 
 

@@ -31,6 +31,7 @@ from ..errors import (
     PublicationPending,
     SessionMissing,
     SessionOccupied,
+    SessionRefusal,
     StoreError,
     TakeoverNeedsConfirmation,
 )
@@ -46,21 +47,19 @@ class SessionNotOpen(StoreError):
         self.session_id = session_id
 
 
-class SessionReadOnly(StoreError):
+class SessionReadOnly(SessionRefusal):
     """The session is open read-only (joined, or its lease was lost)."""
 
     def __init__(self, session_id: str, why: str) -> None:
-        super().__init__(f"session {session_id} is open read-only: {why}")
-        self.session_id = session_id
+        super().__init__(session_id, f"is open read-only: {why}", continues=True)
         self.why = why
 
 
-class SessionIncompatible(StoreError):
+class SessionIncompatible(SessionRefusal):
     """The committed sidecar is not the current format: inspect only."""
 
     def __init__(self, session_id: str, row: InspectRow) -> None:
-        super().__init__(f"session {session_id} cannot be opened: {row.reason}")
-        self.session_id = session_id
+        super().__init__(session_id, f"cannot be opened: {row.reason}", continues=True)
         self.row = row
 
 
@@ -76,26 +75,20 @@ class InvalidSessionInput(StoreError, ValueError):
         self.reason = reason
 
 
-class TurnStateConflict(ConversationError):
+class TurnStateConflict(ConversationError, SessionRefusal):
     """The request does not fit the session's turn state (no turn in flight,
-    or one still in flight); it names the session."""
+    or one still in flight)."""
 
     def __init__(self, session_id: str, reason: str) -> None:
-        super().__init__(f"session {session_id} {reason}")
-        self.session_id = session_id
-        self.authored = session_id
-        self.reason = reason
+        SessionRefusal.__init__(self, session_id, reason, continues=True)
 
 
-class SessionConflict(ConversationError):
+class SessionConflict(ConversationError, SessionRefusal):
     """The turn in flight refused a record or capture (a repeated tool call,
-    a result for a call it never made...); names the session."""
+    a result for a call it never made...)."""
 
     def __init__(self, session_id: str, reason: str) -> None:
-        super().__init__(f"session {session_id}: {reason}")
-        self.session_id = session_id
-        self.authored = session_id
-        self.reason = reason
+        SessionRefusal.__init__(self, session_id, reason)
 
 
 def quoted(text: object, limit: int = 60) -> str:
@@ -108,38 +101,34 @@ def quoted(text: object, limit: int = 60) -> str:
     return json.dumps(shown, ensure_ascii=False)
 
 
-class NoPendingPublication(StoreError):
+class NoPendingPublication(SessionRefusal):
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id} has no pending publication to retry")
-        self.session_id = session_id
+        super().__init__(session_id, "has no pending publication to retry", continues=True)
 
 
-class TransferDraining(StoreError):
+class TransferDraining(SessionRefusal):
     """A granted control transfer is draining the session: new mutations
     are refused until the hand-over completes."""
 
     def __init__(self, session_id: str, requester: str) -> None:
         super().__init__(
-            f"session {session_id} is being handed to {requester}: new work is refused until the hand-over completes"
+            session_id, f"is being handed to {requester}: new work is refused until the hand-over completes", continues=True
         )
-        self.session_id = session_id
 
 
-class UnsettledMutation(StoreError):
+class UnsettledMutation(SessionRefusal):
     """A shell command a previous owner of the session started may still be
     running (the lease's unsettled-mutation latch): what would change the
     workspace under it is refused, and the person told what to check."""
 
     def __init__(self, session_id: str, action: str, message: str) -> None:
-        super().__init__(f"session {session_id}: cannot {action} yet: {message}")
-        self.session_id = session_id
+        super().__init__(session_id, f"cannot {action} yet: {message}")
 
 
-class NoSuchTurn(StoreError):
+class NoSuchTurn(SessionRefusal):
     def __init__(self, session_id: str, turn: int, count: int) -> None:
         known = f"turns are numbered 1-{count}" if count else "it has no turns yet"
-        super().__init__(f"session {session_id} has no turn {turn} ({known})")
-        self.session_id = session_id
+        super().__init__(session_id, f"has no turn {turn} ({known})", continues=True)
         self.turn = turn
 
 

@@ -80,7 +80,13 @@ from ..content.sidecar import (
     WorktreeOrigin,
     agent_history_note,
 )
-from ..errors import OutcomeUnknown, PublicationUnknown, SessionOccupied, StoreError
+from ..errors import (
+    OutcomeUnknown,
+    PublicationUnknown,
+    SessionOccupied,
+    SessionRefusal,
+    StoreError,
+)
 from ..layout import SessionPaths
 from .lifecycle_token import (
     InvalidToken,
@@ -274,7 +280,7 @@ async def publish_child(
             if result.stopped_at is not None:
                 failed = result[result.stopped_at]
                 where = ops[result.stopped_at - proof].path
-                raise StoreError(f"session {child_id}: copying {where[len(paths.root) + 1:]} failed ({failed.reason or failed.status.value})")
+                raise SessionRefusal(child_id, f"copying {where[len(paths.root) + 1:]} failed ({failed.reason or failed.status.value})")
         publisher = Publisher(lease)
         outcome = await publisher.publish(artifacts, replace=True, donors=donors)
     except PublicationUnknown as unknown:

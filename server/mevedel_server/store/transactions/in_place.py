@@ -70,6 +70,7 @@ from ..errors import (
     PublicationFailed,
     PublicationPending,
     PublicationUnknown,
+    SessionRefusal,
     StoreError,
     cause_in_words,
     target_error_in,
@@ -579,8 +580,8 @@ async def _restore_and_publish(
             failed = result[at]
             why = failed.reason or failed.status.value
             if at < len(checks) + len(proof) + len(journaled):
-                raise StoreError(f"session {sid}: the recovery record could not be written ({why})") from None
-            error = StoreError(f"session {sid}: project files could not be restored ({lead[at].path}: {why})")
+                raise SessionRefusal(sid, f"the recovery record could not be written ({why})") from None
+            error = SessionRefusal(sid, f"project files could not be restored ({lead[at].path}: {why})")
             return await _after_failure(publisher, token, plan, journal, changes, error, remains, operation)
         except (StoreError, TargetError) as error:
             return await _after_failure(publisher, token, plan, journal, changes, error, remains, operation)
@@ -650,15 +651,14 @@ def _cause_kind(cause: BaseException) -> str:
     return getattr(cause, "kind", "conflict")
 
 
-class RolledBack(LifecycleError):
+class RolledBack(LifecycleError, SessionRefusal):
     """The transaction failed before its commit point and undid itself: the
     session is as it was, every project file it had written holds its old
     state again (``journaled`` False: its program stopped before it wrote
     any), except ``left``: files changed outside the session meanwhile,
     which are never overwritten. The same transaction can be prepared and
     committed again. ``kind`` is the cause's (``unavailable`` for a
-    dropped connection); ``authored`` and ``reason`` name the session once
-    (an LSP error's message is ``<authored>: <reason>``)."""
+    dropped connection)."""
 
     def __init__(
         self, session_id: str, operation: str, cause: BaseException, *, journaled: bool = True, left: Sequence[str] = ()
@@ -679,13 +679,10 @@ class RolledBack(LifecycleError):
                 f"the {operation} did not happen: {why}; every project file it had written was put back, so the session "
                 f"and its files are as they were and {again}"
             )
-        super().__init__(f"session {session_id}: {said}")
+        SessionRefusal.__init__(self, session_id, said)
         self.kind = _cause_kind(cause)
-        self.session_id = session_id
         self.operation = operation
         self.left = tuple(left)
-        self.authored = session_id
-        self.reason = said
 
 
 async def _committed_anyway(lease: LeaseHandle, token: StateToken, plan: InPlacePlan) -> bool:

@@ -29,7 +29,7 @@ import msgspec
 
 from ...lazy_decoder import LazyDecoder
 from ...targets import Entry
-from ..errors import StoreError
+from ..errors import SessionRefusal, StoreError
 
 TOKEN_FORMAT_VERSION = 1
 _PREFIX = "mevedel-txn-1."
@@ -54,25 +54,23 @@ class InvalidToken(LifecycleError):
         self.reason = reason
 
 
-class StaleState(LifecycleError):
+class StaleState(LifecycleError, SessionRefusal):
     """Something the prepare saw has moved: prepare again and re-confirm."""
 
     kind = "stale-head"
 
     def __init__(self, session_id: str, moved: list[str]) -> None:
         listed = "; ".join(moved)
-        super().__init__(f"session {session_id}: the state changed since the impact was prepared ({listed}); prepare again")
-        self.session_id = session_id
+        SessionRefusal.__init__(self, session_id, f"the state changed since the impact was prepared ({listed}); prepare again")
         self.moved = tuple(moved)
 
 
-class LifecycleRefused(LifecycleError):
+class LifecycleRefused(LifecycleError, SessionRefusal):
     """The session's state does not allow the transaction (a turn in flight,
     a boundary that does not exist, an unsafe path...)."""
 
     def __init__(self, session_id: str, reason: str, kind: str = "conflict") -> None:
-        super().__init__(f"session {session_id}: {reason}")
-        self.session_id = session_id
+        SessionRefusal.__init__(self, session_id, reason)
         self.reason = reason
         self.kind = kind
 

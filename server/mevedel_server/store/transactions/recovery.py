@@ -73,7 +73,7 @@ from ..authority.lease import LeaseHandle
 from ..authority.publication import load_manifest
 from ..authority.records import HEAD_PATTERN, RecordError
 from ..authority.workspace import check_session_id
-from ..errors import LeaseLost
+from ..errors import LeaseLost, SessionRefusal
 from ..layout import SessionPaths
 from .lifecycle_token import LifecycleError, LifecycleRefused
 
@@ -138,22 +138,24 @@ _encoder = msgspec.json.Encoder(order="deterministic")
 _decoder = LazyDecoder(msgspec.json.Decoder, RecoveryMarker)
 
 
-class RecoveryPending(LifecycleError):
+class RecoveryPending(LifecycleError, SessionRefusal):
     """The session has a recovery marker: retry or abandon it first."""
 
     kind = "recovery-pending"
 
     def __init__(self, session_id: str, recovery_id: str, detail: str | None = None) -> None:
         why = f" ({detail})" if detail else ""
-        super().__init__(
-            f"session {session_id} is in recovery {recovery_id}{why}: an interrupted transaction left project files "
-            "to repair; retry or abandon the recovery before changing the session"
+        SessionRefusal.__init__(
+            self,
+            session_id,
+            f"is in recovery {recovery_id}{why}: an interrupted transaction left project files "
+            "to repair; retry or abandon the recovery before changing the session",
+            continues=True,
         )
-        self.session_id = session_id
         self.recovery_id = recovery_id
 
 
-class RecoveryRequired(LifecycleError):
+class RecoveryRequired(LifecycleError, SessionRefusal):
     """A transaction failed and could not put every file back: its marker
     stays (retry or abandon it). ``unsure``: why the host could not tell
     whether the marker is there, so it is named as one that may be."""
@@ -171,8 +173,7 @@ class RecoveryRequired(LifecycleError):
                 f"Recovery {recovery_id} may be left (whether it is could not be read: {unsure}); retry the recovery: "
                 "it finishes or undoes what is left, or says that nothing is"
             )
-        super().__init__(f"session {session_id}: {cause}; rolling the project files back failed for {listed}. {left}")
-        self.session_id = session_id
+        SessionRefusal.__init__(self, session_id, f"{cause}; rolling the project files back failed for {listed}. {left}")
         self.recovery_id = recovery_id
         self.failed = dict(failed)
         self.cause = cause

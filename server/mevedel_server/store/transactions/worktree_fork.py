@@ -58,7 +58,7 @@ from ..authority.lease import DEFAULT_LEASE_SECONDS, ClientIdentity
 from ..authority.publication import donors_of
 from ..content.checkpoints import MissingContent, entry_of
 from ..content.sidecar import ForkType, TurnFiles, WorktreeOrigin, agent_history_note
-from ..errors import OutcomeUnknown, StoreError
+from ..errors import OutcomeUnknown, SessionRefusal, StoreError, cause_in_words
 from ..layout import STATE_DIR
 from .fork import (
     NO_PLAN_RECORD,
@@ -105,7 +105,7 @@ _ALLOCATION_LIMIT = 1000
 _ADD_TIMEOUT = 600
 
 
-class WorktreeForkFailed(LifecycleError):
+class WorktreeForkFailed(LifecycleError, SessionRefusal):
     """Git created the branch, the worktree or both, but the fork did not
     finish: what exists is kept, and ``cleanup`` holds the exact commands
     that remove it (and nothing else)."""
@@ -117,16 +117,16 @@ class WorktreeForkFailed(LifecycleError):
         if unknown is not None:
             # The new session may hold the worktree: removing it is advice
             # only for a fork that was not made.
-            said = f"{unknown}; if it is not there, what git created is kept -- remove it from the workspace with: {commands}"
+            told = unknown.said if unknown.session_id == session_id else str(unknown)
+            said = f"{told}; if it is not there, what git created is kept -- remove it from the workspace with: {commands}"
         else:
             said = (
-                f"session {session_id}: the worktree fork failed after git created part of it ({reason}); "
+                f"the worktree fork failed after git created part of it ({reason}); "
                 f"what it created is kept -- remove it from the workspace with: {commands}"
             )
-        super().__init__(said)
+        SessionRefusal.__init__(self, session_id, said)
         #: What resolves an unknown outcome (as :class:`OutcomeUnknown`'s).
         self.follow_up = unknown.follow_up if unknown is not None else None
-        self.session_id = session_id
         self.reason = reason
         self.cleanup = tuple(cleanup)
 
@@ -512,7 +512,7 @@ class WorktreeFork:
         except OutcomeUnknown as unknown:
             raise WorktreeForkFailed(parsed.session_id, str(unknown), planned.cleanup, unknown=unknown) from unknown
         except (StoreError, TargetError) as error:
-            raise WorktreeForkFailed(parsed.session_id, str(error), planned.cleanup) from error
+            raise WorktreeForkFailed(parsed.session_id, cause_in_words(parsed.session_id, error), planned.cleanup) from error
         return WorktreeForkResult(child, planned, written, tuple(sorted(report)))
 
 
