@@ -418,9 +418,14 @@ def pin_root(root):
 class Executor:
     """Runs plain-form programs below one pinned root."""
 
-    def __init__(self, root, identity):
+    def __init__(self, root, identity, parse_json=None):
         self.root = root
         self.identity = tuple(identity)
+        #: How a chain reads the JSON it follows (see ``_parse_json``, the
+        #: default): the local target passes a faster reader of the same
+        #: JSON. Whatever it answers, a chain's next file is only a request,
+        #: and the caller verifies every link against the record it decodes.
+        self.parse_json = parse_json or _parse_json
         # A LocalTarget runs programs in worker threads: each program's
         # directories are its own thread's.
         self._program = threading.local()
@@ -758,7 +763,7 @@ class Executor:
         names, first = self._newest(path, family)
         if first is None:
             return (OK, (names, ()), None, False)
-        return (OK, (names, _follow(first, hops, lambda target: _chain_link(target, lambda: self._read_path(target)))), None, False)
+        return (OK, (names, _follow(first, hops, lambda target: _chain_link(target, lambda: self._read_path(target)), self.parse_json)), None, False)
 
     def _read_path(self, path):
         pfd, leaf, label = self._open_parent(path)
@@ -813,7 +818,7 @@ class Executor:
             for name in names:
                 if len(entries) == limit or (entries and spent >= budget):
                     return (OK, (entries, False), None, False)
-                entry, read = _survey_entry(fd, "%s/%s" % (path, name) if parts else name, name, specs)
+                entry, read = _survey_entry(fd, "%s/%s" % (path, name) if parts else name, name, specs, self.parse_json)
                 entries.append(entry)
                 spent += read
             return (OK, (entries, True), None, False)
@@ -1720,7 +1725,7 @@ class _EntryDirs(object):
             return (path, FAILED, _strerror(exc), False)
 
 
-def _survey_entry(base_fd, label, name, specs):
+def _survey_entry(base_fd, label, name, specs, parse_json):
     """``(entry, bytes read)`` of one ``SurveyDirs`` entry, ``name`` in the
     open directory ``base_fd``; ``label`` is its target path."""
     try:
@@ -1744,7 +1749,7 @@ def _survey_entry(base_fd, label, name, specs):
             seen = {(): listed}
         reads = []
         for parts, directory, family, hops in specs:
-            result = _survey_chain(dirs, seen, parts, directory, family, hops)
+            result = _survey_chain(dirs, seen, parts, directory, family, hops, parse_json)
             if result[0] == OK:
                 for link in result[1][1]:
                     if link[1] == OK:
@@ -1768,7 +1773,7 @@ def _lstat_result(dir_fd, name, label):
     return (OK, _stat_facts(st), None, False)
 
 
-def _survey_chain(dirs, seen, parts, directory, family, hops):
+def _survey_chain(dirs, seen, parts, directory, family, hops, parse_json):
     """The ``ReadChain`` result of one survey chain (its ``directory``, split
     as ``parts``) below the entry whose directories ``dirs`` holds.
     ``seen`` holds the listings made so far (by directory parts), which
@@ -1790,7 +1795,7 @@ def _survey_chain(dirs, seen, parts, directory, family, hops):
     seen[parts] = listed
     if first is None:
         return (OK, (names, ()), None, False)
-    return (OK, (names, _follow(first, hops, dirs.read)), None, False)
+    return (OK, (names, _follow(first, hops, dirs.read, parse_json)), None, False)
 
 
 def _chain_hops(hops):
@@ -1811,15 +1816,16 @@ def _chain_hops(hops):
     return checked
 
 
-def _follow(first, hops, link):
+def _follow(first, hops, link, parse_json):
     """The links of a chain whose newest member read as the link ``first``:
-    each hop's path dereferenced from the link before it and read by
-    ``link(path)``, until a link is not ok or its file names nothing."""
+    each hop's path dereferenced from the link before it (its JSON read by
+    ``parse_json``) and read by ``link(path)``, until a link is not ok or
+    its file names nothing."""
     links = [first]
     for keys, base in hops:
         if links[-1][1] != OK:
             break
-        target = _dereference(links[-1][2], keys, base)
+        target = _dereference(parse_json(links[-1][2]), keys, base)
         if target is None:
             break
         links.append(link(target))
@@ -1896,10 +1902,9 @@ def _parse_json(data):
     return found if end == len(text) else _UNRESOLVED
 
 
-def _dereference(data, keys, base):
-    """The target path the string at ``keys`` of JSON ``data`` names under
-    ``base``, or None where there is no such string."""
-    found = _parse_json(data)
+def _dereference(found, keys, base):
+    """The target path the string at ``keys`` of the JSON value ``found``
+    names under ``base``, or None where there is no such string."""
     for key in keys:
         if not isinstance(found, dict) or key not in found:
             return None
