@@ -545,6 +545,9 @@ async def test_without_a_json_scanner_on_the_target_the_listing_is_the_same(tmp_
     for n in range(3):
         await published_session(target, sid(n + 1), turns=n, name=f"s{n}")
     expected = await list_sessions(target, ME)
+    # The executor's own JSON reader, as a remote program has it (the local
+    # target reads with msgspec), and no scanner for it.
+    monkeypatch.setattr(target._executor, "parse_json", executor._parse_json)
     monkeypatch.setattr(executor, "_json_scanner", None)
     counting = CountingTarget(target)
     listing = await list_sessions(counting, ME)
