@@ -4,9 +4,10 @@ root. See the package docstring for the whole tree."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
 import msgspec
+
+from .content.remembered import Remembered
 
 STATE_DIR = ".mevedel"
 WORKSPACE_ID_PATH = f"{STATE_DIR}/workspace-id"
@@ -33,15 +34,25 @@ def generation_numbers(names: tuple[str, ...] | list[str]) -> list[int]:
     """Generation numbers named in a ``.lease/`` listing, ascending. Other
     names (temporary files, clock probes, later control subdirectories) are
     not generations and are ignored."""
-    numbers = [number for number in map(_generation_number, names) if number is not None]
+    # Remembered by name: every session's lease directory names the same
+    # few generations, and a listing reads each session's.
+    known = _generations.values
+    numbers = []
+    for name in names:
+        number = known.get(name, -1)
+        if number == -1:
+            number = _generation_number(name)
+            _generations.keep(name, number)
+        if number is not None:
+            numbers.append(number)
     numbers.sort()
     return numbers
 
 
-@lru_cache(maxsize=4096)
+_generations = Remembered(4096)
+
+
 def _generation_number(name: str) -> int | None:
-    # Remembered: every session's lease directory names the same few
-    # generations, and a listing reads each session's.
     if GENERATION_NAME.match(name) is None:
         return None
     # The number is the match's one group, at a fixed place in the name.

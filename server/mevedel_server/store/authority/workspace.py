@@ -22,7 +22,6 @@ import os
 import re
 from collections.abc import Callable, Container, Sequence
 from datetime import datetime
-from functools import lru_cache
 
 from ...targets import (
     ControlProgram,
@@ -39,6 +38,7 @@ from ...targets import (
     WriteProject,
     raise_for_result,
 )
+from ..content.remembered import Remembered
 from ..errors import InvalidSessionId, SessionOccupied
 from ..layout import SESSIONS_DIR, STATE_DIR, WORKSPACE_ID_PATH, SessionPaths
 from .records import WorkspaceIdentity, decode_record, encode_record
@@ -65,18 +65,20 @@ def check_session_id(text: str) -> str:
 def is_session_id(text: str) -> bool:
     if not isinstance(text, str):
         return False
-    return _is_session_id(text)
-
-
-@lru_cache(maxsize=8192)
-def _is_session_id(text: str) -> bool:
     # Remembered: a listing asks this of every session directory each time
     # it lists, and the date check is most of a session's name check.
-    try:
-        check_session_id(text)
-    except InvalidSessionId:
-        return False
-    return True
+    known = _session_ids.values.get(text)
+    if known is None:
+        try:
+            check_session_id(text)
+            known = True
+        except InvalidSessionId:
+            known = False
+        _session_ids.keep(text, known)
+    return known
+
+
+_session_ids = Remembered(8192)
 
 
 def _random_suffix() -> str:

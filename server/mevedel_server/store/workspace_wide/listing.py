@@ -101,6 +101,7 @@ from ..authority.records import (
 from ..authority.workspace import is_session_id
 from ..content.inspect import InspectRow as SidecarRefusal
 from ..content.inspect import classify_sidecar
+from ..content.remembered import Remembered
 from ..content.sidecar import SIDECAR_PATH, Sidecar, SidecarErrorKind, shown_name
 from ..layout import (
     GENERATION_FAMILY,
@@ -314,35 +315,13 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     )
 
 
-class _Remembered:
-    """What this process judged bytes to be, by what the judgement depended
-    on: the same bytes are judged the same way every time, and a listing
-    judges every session's lease head, manifest and sidecar each time it
-    lists. Only accepted records are kept (refused bytes are judged again),
-    for at most ``budget`` bytes judged; then it starts afresh."""
-
-    __slots__ = ("budget", "spent", "values")
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.spent = 0
-        self.values: dict = {}
-
-    def keep(self, key: object, value: object, size: int) -> None:
-        if self.spent + size > self.budget:
-            self.values.clear()
-            self.spent = 0
-        self.values[key] = value
-        self.spent += size
-
-
 #: Lease records by the generation their name says and their bytes.
-_leases = _Remembered(2 * 1024 * 1024)
+_leases = Remembered(2 * 1024 * 1024)
 #: Manifests by the publication their directory names and their bytes.
-_manifests = _Remembered(4 * 1024 * 1024)
+_manifests = Remembered(4 * 1024 * 1024)
 #: Sidecar facts by the SHA-256 of the bytes they were read from (published
 #: bytes never change; the listing checks the digest against the bytes).
-_sidecars = _Remembered(4 * 1024 * 1024)
+_sidecars = Remembered(4 * 1024 * 1024)
 
 
 def _facts_of_digest(digest: str, data: bytes) -> SidecarFacts | SidecarRefusal:
