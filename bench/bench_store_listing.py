@@ -16,14 +16,17 @@ its imports and an untimed listing of another, three-session workspace (so
 that what loads or compiles at a first use is not counted), it times its
 **first** listing of the 500 sessions -- nothing judged of them yet -- and
 then repeated listings (which find the records they judged before),
-interleaved with the baseline. Each side is timed by the wall clock and by
-process CPU time (the local target's worker thread included): on a loaded
-machine the wall mostly measures the wait for a core. The first listing's
-ratio is against the median baseline of the same process.
+interleaved with the baseline. Half the processes run the target's programs
+in its worker thread, as the server does (it lists again and again in one
+process), half inline, as the CLI does (``LocalTarget(inline=True)``: one
+listing a process). Each side is timed by the wall clock and by process CPU
+time (the worker thread included): on a loaded machine the wall mostly
+measures the wait for a core. The first listing's ratio is against the
+median baseline of the same process.
 
 ``MEVEDEL_BENCH_BESIDE=DIR`` runs another checkout's code (``DIR/server``,
 ``DIR/protocol``) in samples interleaved with this one's, over the same
-workspace; ``MEVEDEL_BENCH_ROUNDS`` sets the processes per side (default
+workspace; ``MEVEDEL_BENCH_ROUNDS`` sets the processes per side and mode (default
 10).
 """
 
@@ -117,13 +120,18 @@ def baseline(root: str) -> int:
     return count
 
 
-async def sample(root: str, warm: str) -> dict[str, list[float]]:
+#: How a sample runs the target's programs: in its worker thread, or inline.
+MODES = ("thread", "inline")
+
+
+async def sample(root: str, warm: str, mode: str) -> dict[str, list[float]]:
     """One process's figures: its first listing of ``root`` (index 0) and
     its repeated ones, each after a baseline."""
-    listing = await list_sessions(LocalTarget(warm), ME)  # imports, first uses
+    inline = mode == "inline"
+    listing = await list_sessions(LocalTarget(warm, inline=inline), ME)  # imports, first uses
     if len(listing.rows) != WARM_SESSIONS or baseline(warm) != WARM_SESSIONS:
         sys.exit(f"the warm-up workspace did not list {WARM_SESSIONS} sessions")
-    target = LocalTarget(root)
+    target = LocalTarget(root, inline=inline)
     figures: dict[str, list[float]] = {key: [] for key in ("base_wall", "base_cpu", "wall", "cpu")}
     for _ in range(REPEATS + 1):
         start, cpu = time.perf_counter(), time.process_time()
@@ -146,9 +154,9 @@ async def count(root: str) -> tuple[int, int]:
     return counting.programs, counting.operations
 
 
-def run_sample(root: str, warm: str, env: dict[str, str]) -> dict[str, list[float]]:
+def run_sample(root: str, warm: str, mode: str, env: dict[str, str]) -> dict[str, list[float]]:
     done = subprocess.run(
-        [sys.executable, __file__, "--sample", root, warm], env=env, capture_output=True, text=True, check=False
+        [sys.executable, __file__, "--sample", root, warm, mode], env=env, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
         sys.exit(f"a sample process failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -197,14 +205,15 @@ def main() -> None:
         if beside:
             sides[beside] = env | {"PYTHONPATH": checkout_path(beside)}
         for side_env in sides.values():
-            run_sample(str(root), str(warm), side_env)  # compile the byte code
+            run_sample(str(root), str(warm), MODES[0], side_env)  # compile the byte code
         loads = [os.getloadavg()[0]]
-        samples: dict[str, list] = {name: [] for name in sides}
+        samples: dict[str, list] = {f"{name}, {mode}": [] for name in sides for mode in MODES}
         for round_number in range(ROUNDS):
             # Which side goes first alternates, so drift affects both alike.
             order = list(sides.items()) if round_number % 2 == 0 else list(reversed(sides.items()))
-            for name, side_env in order:
-                samples[name].append(run_sample(str(root), str(warm), side_env))
+            for mode in MODES:
+                for name, side_env in order:
+                    samples[f"{name}, {mode}"].append(run_sample(str(root), str(warm), mode, side_env))
             loads.append(os.getloadavg()[0])
         rows: list[dict] = []
         notes: dict = {}
@@ -212,7 +221,8 @@ def main() -> None:
             side_rows, side_notes = rows_of(name, side_samples)
             rows += side_rows
             notes |= side_notes
-        first_wall = notes["first_wall_median_ms [this]"]
+        first_wall = max(notes[f"first_wall_median_ms [this, {mode}]"] for mode in MODES)
+        first_ratio = max(notes[f"first_cpu_ratio_median [this, {mode}]"] for mode in MODES)
         report(
             "store_listing",
             rows,
@@ -223,7 +233,7 @@ def main() -> None:
                 **notes,
                 "load_average_1m_min_max": f"{min(loads):.2f} {max(loads):.2f}",
                 "target": "list 500 sessions in under 300 ms; CPU at most 2x the baseline, first listing included",
-                "met": first_wall < 300.0 and notes["first_cpu_ratio_median [this]"] <= 2.0,
+                "met": first_wall < 300.0 and first_ratio <= 2.0,
                 "programs_per_listing": programs,
                 "operations_per_listing": operations,
                 "batch": BATCH,
@@ -233,6 +243,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--sample"]:
-        print(json.dumps(asyncio.run(sample(sys.argv[2], sys.argv[3]))))
+        print(json.dumps(asyncio.run(sample(sys.argv[2], sys.argv[3], sys.argv[4]))))
     else:
         main()
