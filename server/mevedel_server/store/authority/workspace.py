@@ -54,9 +54,9 @@ def check_session_id(text: str) -> str:
     match = SESSION_ID_PATTERN.match(text)
     if match is None:
         raise InvalidSessionId(text, "expected YYYY-MM-DDTHH-MM- and 12 lowercase hex digits")
-    year, month, day, hour, minute = map(int, match.groups()[:5])
     try:
-        datetime(year, month, day, hour, minute)
+        # The fields' places are fixed: read from the text, not the groups.
+        datetime(int(text[:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]), int(text[14:16]))
     except ValueError as exc:
         raise InvalidSessionId(text, f"impossible date or time ({exc})") from None
     return text

@@ -315,9 +315,11 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     )
 
 
-#: Lease records by the generation their name says and their bytes.
+#: Lease records by their bytes, each with the generation its name said
+#: (bytes judged under another name are judged again). Keyed by the bytes
+#: alone, so that a look-up makes no key: a listing makes one a session.
 _leases = Remembered(2 * 1024 * 1024)
-#: Manifests by the publication their directory names and their bytes.
+#: Manifests by their bytes, each with the publication its directory named.
 _manifests = Remembered(4 * 1024 * 1024)
 #: Sidecar facts by the SHA-256 of the bytes they were read from (published
 #: bytes never change; the listing checks the digest against the bytes).
@@ -620,15 +622,16 @@ class _Probe:
                 self._op_failure(InspectSubject.LEASE, paths.generation_label(head), status, reason)
             return None
         assert data is not None
-        key = (head, data)
-        record = _leases.values.get(key)
-        if record is None:
+        known = _leases.values.get(data)
+        if known is not None and known[0] == head:
+            record = known[1]
+        else:
             try:
                 record = decode_lease_generation(paths, head, data)
             except RecordError as error:
                 self._fail_record(InspectSubject.LEASE, error)
                 return None
-            _leases.keep(key, record, len(data))
+            _leases.keep(data, (head, record), len(data))
         self.survey.observation = LeaseObservation(paths.session_id, head, record, data, now, self.generations)
         self.stage = _Stage.DONE if record.publication_head is None else _Stage.MANIFEST
         return record
@@ -651,15 +654,17 @@ class _Probe:
                 self._op_failure(InspectSubject.MANIFEST, label, status, reason)
             return None
         assert data is not None
-        key = (publication_id_of(head), data)
-        manifest = _manifests.values.get(key)
-        if manifest is None:
+        publication = publication_id_of(head)
+        known = _manifests.values.get(data)
+        if known is not None and known[0] == publication:
+            manifest = known[1]
+        else:
             try:
-                manifest = decode_manifest(label, key[0], data)
+                manifest = decode_manifest(label, publication, data)
             except RecordError as error:
                 self._fail_record(InspectSubject.MANIFEST, error)
                 return None
-            _manifests.keep(key, manifest, len(data))
+            _manifests.keep(data, (publication, manifest), len(data))
         if SIDECAR_PATH not in manifest.entries:
             self._fail(
                 InspectSubject.SIDECAR,
