@@ -1665,8 +1665,10 @@ def _newest_in(open_dir, release, where, family):
 
 
 def _survey_chains(chains):
-    """A survey's chains as ``[(directory parts, directory, family, hops)]``,
-    refused unless each has that shape."""
+    """A survey's chains as ``[(directory parts, directory, family, hops,
+    steps)]``, refused unless each has that shape; ``steps`` are, for each
+    component of the directory, the parts before it, the component and the
+    path to it (made once a program, not once an entry)."""
     checked = []
     for chain in chains if isinstance(chains, (list, tuple)) else [None]:
         try:
@@ -1676,7 +1678,8 @@ def _survey_chains(chains):
         if not isinstance(directory, str):
             raise Refused(FAILED, "a survey's chain is a directory, a numbered family and hops")
         parts = split_components(directory)
-        checked.append((parts, "/".join(parts), _family((prefix, digits, suffix)), _chain_hops(hops)))
+        steps = tuple((parts[:index], part, "/".join(parts[: index + 1])) for index, part in enumerate(parts))
+        checked.append((parts, "/".join(parts), _family((prefix, digits, suffix)), _chain_hops(hops), steps))
     return checked
 
 
@@ -1699,7 +1702,12 @@ class _EntryDirs(object):
         if fd is None:
             parent, _slash, name = relative.rpartition("/")
             parent_fd = self.opened[""] if not parent else self.open(parent)
-            fd = self.opened[relative] = _open_subdir(parent_fd, name, "%s/%s" % (self.label, relative))
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            except OSError:
+                # Again, to say why (its label is made only for a refusal).
+                fd = _open_subdir(parent_fd, name, "%s/%s" % (self.label, relative))
+            self.opened[relative] = fd
         return fd
 
     def close(self):
@@ -1748,8 +1756,8 @@ def _survey_entry(base_fd, label, name, specs, parse_json):
             listing = (OK, tuple(sorted(listed)), None, False)
             seen = {(): listed}
         reads = []
-        for parts, directory, family, hops in specs:
-            result = _survey_chain(dirs, seen, parts, directory, family, hops, parse_json)
+        for parts, directory, family, hops, steps in specs:
+            result = _survey_chain(dirs, seen, parts, directory, family, hops, steps, parse_json)
             if result[0] == OK:
                 for link in result[1][1]:
                     if link[1] == OK:
@@ -1773,19 +1781,19 @@ def _lstat_result(dir_fd, name, label):
     return (OK, _stat_facts(st), None, False)
 
 
-def _survey_chain(dirs, seen, parts, directory, family, hops, parse_json):
+def _survey_chain(dirs, seen, parts, directory, family, hops, steps, parse_json):
     """The ``ReadChain`` result of one survey chain (its ``directory``, split
     as ``parts``) below the entry whose directories ``dirs`` holds.
     ``seen`` holds the listings made so far (by directory parts), which
     spare the opening of a directory they show absent, and gains this
     one's."""
     label = dirs.label
-    for index, part in enumerate(parts):
-        known = seen.get(parts[:index])
+    for before, part, upto in steps:
+        known = seen.get(before)
         if known is None:
             break
         if part not in known:
-            return (ABSENT, None, "'%s' does not exist" % "/".join((label,) + parts[: index + 1]), False)
+            return (ABSENT, None, "'%s/%s' does not exist" % (label, upto), False)
     try:
         names, first, listed = _newest_in(
             lambda: dirs.open(directory), None, "%s/%s" % (label, directory) if parts else label, family
