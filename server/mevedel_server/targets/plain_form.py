@@ -300,7 +300,8 @@ def _chain(hops: int, value: object) -> Chain:
     chain can read, each after an ok one, with bytes when ok and a reason
     otherwise."""
     names, links = value  # type: ignore[misc]
-    if not all(isinstance(name, str) for name in names) or len(links) > 1 + hops:
+    names = _names_value(None, names)
+    if len(links) > 1 + hops:
         raise ValueError("the chain's names or links do not fit the operation")
     out: list[ChainLink] = []
     for path, status_text, payload, unsafe in links:
@@ -315,7 +316,7 @@ def _chain(hops: int, value: object) -> Chain:
             out.append(ChainLink(path, status, None, payload, bool(unsafe)))
         else:
             raise ValueError(f"a chain link of status {status_text!r} carrying {type(payload).__name__}")
-    return Chain(tuple(names), tuple(out))
+    return Chain(names, tuple(out))
 
 
 def _survey(op: SurveyDirs, value: object) -> DirSurvey:
