@@ -33,6 +33,7 @@ from ..store import (
     SessionService,
     error_kind,
     is_refusal,
+    workspace_spool,
 )
 from ..targets import LocalTarget, TargetError
 from .session_client import IDENTITY_FILE, CommandError, cli_identity
@@ -182,7 +183,8 @@ async def _standalone(
         target = LocalTarget(workspace)
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {workspace}: {error.reason}") from None
-    service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE)
+    # The spool every client on this machine shares (a workspace here needs none).
+    service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE, pending_spool=workspace_spool(workspace))
     try:
         sid = None
         if session is not None:

@@ -40,12 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..state_directory import state_directory
 from ..targets import LocalTarget, TargetError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..store import ClientIdentity, PendingSpool, SessionService
+    from ..store import ClientIdentity, SessionService
     from ..targets import SshLocation
 
 # The session store is imported by the functions that use it: a command
@@ -67,11 +68,6 @@ class CommandError(Exception):
 # The identity and the default workspace are found with os.path: pathlib
 # (with urllib.parse, which it imports) is a tenth of a quick command's
 # own start, and a listing of this directory has no other use for it.
-
-
-def state_directory() -> str:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "mevedel")
 
 
 def cli_identity(directory: str | os.PathLike[str] | None = None) -> ClientIdentity:
@@ -192,27 +188,12 @@ def workspace_root(arguments: argparse.Namespace) -> Path | None:
     return location if isinstance(location, os.PathLike) else None
 
 
-def pending_spool(location: str | os.PathLike[str] | SshLocation) -> PendingSpool | None:
-    """Where this client keeps the saves ``location``'s host could not
-    record: the state directory, in a part named by the workspace's
-    location (the same session ID can live in two workspaces, a copy).
-    None for a workspace on this machine, which is never out of reach: no
-    spool to open, nor to look in at every resume."""
-    if isinstance(location, (str, os.PathLike)):
-        return None
-    import hashlib
-
-    from ..store import PendingSpool
-
-    return PendingSpool(LocalTarget(state_directory()), hashlib.sha256(location.uri.encode("utf-8", "surrogateescape")).hexdigest()[:32])
-
-
 def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> SessionService:
     """The workspace's session service as this CLI client; ``inline``: the
     command does one thing at a time, so a local workspace's programs run on
     the event loop's own thread (see :class:`~..targets.LocalTarget`)."""
     from ..artifacts import session_artifacts
-    from ..store import PRODUCT_STORAGE, SessionService
+    from ..store import PRODUCT_STORAGE, SessionService, workspace_spool
 
     location = current_directory() if arguments.workspace is None else workspace_location(arguments)
     try:
@@ -226,9 +207,9 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
     # One command per process: what it publishes is collected once, at exit.
     # The identity makes the state directory, which keeps a save the host
-    # could not record (the command ends; the next one moves it there).
+    # could not record (the command ends; the next resume moves it there).
     identity = cli_identity()
-    service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=pending_spool(location))
+    service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=workspace_spool(location))
     # The artifact store's items keep their own conversations from expiring
     # (the service sweeps expired sessions when it lists them).
     # Named to people told it holds an item (with its host), as an editor is.

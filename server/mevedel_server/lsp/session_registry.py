@@ -23,6 +23,7 @@ from .. import store, targets
 from ..loading import OnFirstUse
 from .errors import failure
 from .follow import FollowManager
+from .kept_saves import tell_kept_save
 from .workspaces import Folder
 
 if TYPE_CHECKING:
@@ -83,9 +84,13 @@ class SessionRegistry:
             self.client,
             lease_seconds=settings.lease_seconds,
             git_excludes=store.PRODUCT_STORAGE["git_excludes"],
+            # The spool the mevedel command shares: a save the SSH host could
+            # not record outlives this process, whoever resumes next.
+            pending_spool=store.workspace_spool(folder.remote or folder.root),
             **_storage(settings),
         )
         service.on_change.append(lambda change: self._changed(folder, change))
+        service.on_spool.append(lambda notice: tell_kept_save(self.ls, folder, notice))
         service.sessions.sweep_expired_soon()
         self.follow.attach(folder, service)
         self._services[folder.key] = (folder, service)

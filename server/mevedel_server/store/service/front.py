@@ -46,6 +46,7 @@ from .values import (
     DEFAULT_SESSION_KEEP_RECENT,
     SessionChange,
     SessionInfo,
+    SpoolNotice,
 )
 
 if TYPE_CHECKING:
@@ -75,9 +76,9 @@ class SessionService:
         pending_spool: PendingSpool | None = None,
     ) -> None:
         """``pending_spool``: a target on this machine where a save whose
-        host could not be reached to record it pending is kept until this
-        client next resumes the session (a client whose process may end
-        before the host answers again gives one)."""
+        host could not be reached to record it pending is kept until a
+        client on this machine next resumes the session
+        (:func:`~..transactions.pending_publication.workspace_spool`)."""
         self.target = target
         self.client = client
         #: The open sessions every capability works on (store-internal:
@@ -105,6 +106,9 @@ class SessionService:
         table.checkpoint_tick = lambda session: self.turns.checkpoint_tick(session)
         #: Called with every :class:`SessionChange`.
         self.on_change: list[Callable[[SessionChange], None]] = table.on_change
+        #: Called with every :class:`SpoolNotice` (a save kept on this
+        #: machine because its host could not record it, and its arrival there).
+        self.on_spool: list[Callable[[SpoolNotice], None]] = table.on_spool
         #: Whether a control transfer of the session is in flight here
         #: (:class:`~.control.SessionControl` installs the real answer).
         self.transfer_in_flight: Callable[[str], bool] = lambda _session_id: False

@@ -22,9 +22,10 @@ The pending publication is also journalled in the session directory
 write, so a process that stops before a retry loses nothing: the next owner
 that resumes the session opens it publication pending again, with the
 recorded artifacts to retry (:meth:`OpenSession.restore_pending`). A record
-the host cannot be reached to take is kept in the client's spool, a
-directory on this machine, when it has one, and moved into the session
-directory when this client next resumes the session.
+the host cannot be reached to take is kept in the spool of this machine
+(when the workspace is on another), and moved into the session directory
+when a client on this machine next resumes the session; each step is told
+(``on_spool``: :class:`~.values.SpoolNotice`).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ from .errors import NoPendingPublication, SessionReadOnly, TransferDraining
 from .live_history import LiveHistory
 from .mutation_latch import MutationLatch
 from .renewal import LeaseRenewal
-from .values import Access, SaveResult
+from .values import Access, SaveResult, SpoolNotice
 
 _log = logging.getLogger(__name__)
 
@@ -133,11 +134,13 @@ class OpenSession:
         collect_keep_recent: int | None = None,
         collect_deferred: bool = False,
         spool: PendingSpool | None = None,
+        on_spool: Callable[[SpoolNotice], None] | None = None,
     ) -> None:
         self.target = target
         #: Where this client keeps a pending record its host could not take
         #: (a directory on this machine; None: in memory only).
         self.spool = spool
+        self._on_spool = on_spool
         self.client = client
         self.conversation = conversation
         self.paths = SessionPaths(conversation.session_id)
@@ -419,8 +422,10 @@ class OpenSession:
         try:
             await record_pending(self.lease, record)
         except TargetUnavailable as error:
-            if pending.spooled is None and await self._spool(record, error) and self.pending is pending:
-                self.pending = msgspec.structs.replace(pending, spooled=record)
+            if pending.spooled is None and await self._spool(record, error):
+                if self.pending is pending:
+                    self.pending = msgspec.structs.replace(pending, spooled=record)
+                self._tell_spool("kept", record.marker)
             return
         except (StoreError, TargetError) as error:
             _log.warning("session %s: the pending publication is kept only in memory: %s", self.session_id, error)
@@ -429,6 +434,7 @@ class OpenSession:
             self.pending = msgspec.structs.replace(pending, record=record.marker, spooled=None)
         if pending.spooled is not None:
             await self._drop_spooled(pending.spooled)
+            self._tell_spool("recorded", record.marker)
 
     async def _spool(self, record: Recorded, unreachable: TargetUnavailable) -> bool:
         """Keep ``record`` on this machine (True: kept)."""
@@ -444,6 +450,10 @@ class OpenSession:
             )
             return False
         return True
+
+    def _tell_spool(self, event: str, marker: PendingMarker) -> None:
+        if self._on_spool is not None:
+            self._on_spool(SpoolNotice(self.session_id, event, marker.recorded_at, marker.host))
 
     async def _drop_spooled(self, record: Recorded) -> None:
         """The host holds the record (or what it published) now; a failure
@@ -463,7 +473,8 @@ class OpenSession:
         abandoned. ``listed``: its directory's listing, already run."""
         if self.lease is None or self.pending is not None:
             return self.pending
-        if self.spool is not None and await unspool_pending(self.spool, self.lease):
+        moved = await unspool_pending(self.spool, self.lease) if self.spool is not None else None
+        if moved is not None:
             listed = None  # the record moved in after that listing
         found = await find_pending(self.target, self.paths, listed=listed)
         if found.pending_id is None:
@@ -471,6 +482,8 @@ class OpenSession:
         marker = found.marker
         if marker is not None and await already_committed(self.lease, marker):
             await self._remove_record(marker.pending_id)
+            if moved is not None and moved.pending_id == marker.pending_id:
+                self._tell_spool("published", moved)  # its answer was lost, not its publication
             return None
         if marker is None:
             marker = PendingMarker(
@@ -485,6 +498,8 @@ class OpenSession:
         if stale is not None:
             reason += f"; it can only be abandoned: {stale}"
         self.pending = PendingSave(None, marker.force, reason, marker, stale)
+        if moved is not None and moved.pending_id == marker.pending_id:
+            self._tell_spool("recorded", moved)
         return self.pending
 
     async def _retry_recorded(self, pending: PendingSave) -> SaveResult:
@@ -521,6 +536,7 @@ class OpenSession:
         is harmless, the next resume finds the head holds it and removes it)."""
         if pending.spooled is not None:
             await self._drop_spooled(pending.spooled)
+            self._tell_spool("published", pending.spooled.marker)
         if pending.record is None or self.lease is None:
             return
         try:

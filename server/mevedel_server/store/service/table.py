@@ -30,7 +30,7 @@ from .errors import (
     TurnStateConflict,
     UnsettledMutation,
 )
-from .values import SessionChange, SessionInfo
+from .values import SessionChange, SessionInfo, SpoolNotice
 
 # An open session's machinery (its conversation, background work, lease
 # renewal) is imported where a session is opened: a listing opens none.
@@ -81,6 +81,8 @@ class SessionTable:
         self.sessions: dict[str, OpenSession] = {}
         #: Called with every :class:`SessionChange`.
         self.on_change: list[Callable[[SessionChange], None]] = []
+        #: Called with every :class:`SpoolNotice`.
+        self.on_spool: list[Callable[[SpoolNotice], None]] = []
         #: One mid-turn checkpoint of a session (the turn capability's,
         #: installed by the front that builds both).
         self.checkpoint_tick: Callable[[OpenSession], Awaitable[None]] | None = None
@@ -141,6 +143,7 @@ class SessionTable:
             collect_keep_recent=self.publication_keep_recent,
             collect_deferred=self.one_command,
             spool=self.pending_spool,
+            on_spool=self._spool_notice,
             **kwargs,
         )
         session.checkpoints = TurnCheckpoints(
@@ -162,6 +165,13 @@ class SessionTable:
     def _lost(self, session: OpenSession, why: str) -> None:
         _log.warning("session %s is now read-only: %s", session.session_id, why)
         self.changed(session, "read-only")
+
+    def _spool_notice(self, notice: SpoolNotice) -> None:
+        for listener in list(self.on_spool):
+            try:
+                listener(notice)
+            except Exception:
+                _log.exception("spool notice listener failed")
 
     def changed(self, session: OpenSession, reason: str) -> None:
         # What this command's listing read of it is no longer what a read sees.

@@ -134,6 +134,20 @@ class SessionChange(msgspec.Struct, frozen=True):
     display_name: str = ""
 
 
+class SpoolNotice(msgspec.Struct, frozen=True):
+    """A save of an open session whose host could not record it: kept on
+    this machine (``kept``), or, kept so, now on the host -- ``recorded``
+    (pending there: a retry publishes it) or ``published`` (the committed
+    state holds it). A person is told each: the save outlives this process
+    only because this machine keeps it."""
+
+    session_id: str
+    event: str
+    #: When the save failed (target seconds) and the machine that kept it.
+    failed_at: int
+    kept_by: str
+
+
 class SegmentRotation(msgspec.Struct, frozen=True):
     """A compaction or /clear: the live segment closed and a new one opened."""
 

@@ -27,23 +27,28 @@ already holds is the trace of a retry that committed and stopped before
 its cleanup: it is removed on sight.
 
 A record the target could not take because its host could not be reached
-is *spooled* on this machine instead, when the client keeps one (a CLI
-command ends; an editor's process may too): the same files in
-``unrecorded/<workspace>/<session>/`` of a local directory (:func:`spool_pending`).
-The next time this client resumes the session it moves them into the
-session directory behind the lease proof (:func:`unspool_pending`), where
-they are found as any other record: the head may already hold them (a
-publication whose answer was lost), or they are pending again.
+is *spooled* on this machine instead (a CLI command ends; an editor's
+process may too): the same files in ``unrecorded/<workspace>/<session>/``
+of this user's state directory (:func:`workspace_spool`, :func:`spool_pending`),
+one spool for every client on this machine -- the CLI, ``mevedel mcp`` and
+the language server. The next of them to resume the session moves them
+into the session directory behind its lease proof (:func:`unspool_pending`),
+where they are found as any other record: the head may already hold them (a
+publication whose answer was lost), or they are pending again. The lease
+is what keeps two resumers from both moving it: the proof fails for all
+but the current generation, and a record keeps its ID, so a move repeated
+after an interruption writes the same record again, never a second one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import secrets
 from collections.abc import Mapping
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
@@ -67,6 +72,9 @@ from ..authority.publication import load_manifest
 from ..authority.records import HEAD_PATTERN
 from ..layout import SessionPaths
 from .recovery import run_guarded
+
+if TYPE_CHECKING:
+    from ...targets import SshLocation
 
 PENDING_DIR = ".pending-publication"
 #: Where a spool (a local directory) keeps records by session.
@@ -128,6 +136,21 @@ class PendingSpool(msgspec.Struct, frozen=True):
 
     target: Target
     workspace: str
+
+
+def workspace_spool(location: str | os.PathLike[str] | SshLocation) -> PendingSpool | None:
+    """This machine's spool for the workspace at ``location``: this user's
+    state directory, in a part named by the workspace's location (the same
+    session ID can live in two workspaces, a copy). None for a workspace on
+    this machine, which is never out of reach: no spool to open, nor to
+    look in at every resume."""
+    if isinstance(location, (str, os.PathLike)):
+        return None
+    from ...state_directory import state_directory
+    from ...targets import LocalTarget
+
+    digest = hashlib.sha256(location.uri.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return PendingSpool(LocalTarget(state_directory()), digest)
 
 
 def _spooled(spool: PendingSpool, session_id: str) -> str:
@@ -220,15 +243,17 @@ async def spool_pending(spool: PendingSpool, record: Recorded) -> None:
     _judge_record(ops, (await spool.target.run(ControlProgram(ops))).results)
 
 
-async def unspool_pending(spool: PendingSpool, lease: LeaseHandle) -> bool:
+async def unspool_pending(spool: PendingSpool, lease: LeaseHandle) -> PendingMarker | None:
     """Move what :func:`spool_pending` kept of ``lease``'s session into the
-    session directory, behind the lease proof, then drop it here (True:
-    there was a record). A spooled record that cannot be read is dropped
-    with a warning in the log: it never was the session's."""
+    session directory, behind the lease proof, then drop it here; the
+    record moved (None: there was none to move). A spooled record that
+    cannot be read is dropped with a warning in the log: it never was the
+    session's."""
     directory = _spooled(spool, lease.session_id)
     found = await _find(spool.target, directory, lease.session_id)
     if found.pending_id is None:
-        return False
+        return None
+    moved = None
     if found.marker is not None:
         try:
             data = await _read(spool.target, directory, found.marker)
@@ -238,10 +263,11 @@ async def unspool_pending(spool: PendingSpool, lease: LeaseHandle) -> bool:
             ops = _record_ops(_root(lease.paths), found.marker, data)
             result, skip = await run_guarded(lease, ops)
             _judge_record(ops, result.results[skip:])
+            moved = found.marker
     else:
         _log.warning("session %s: a pending publication kept on this machine is dropped: %s", lease.session_id, found.problem)
     await spool.target.run(ControlProgram(await _removal_ops(spool.target, directory, found.pending_id)))
-    return True  # a removal that failed is tried again by the next resume
+    return moved  # a removal that failed is tried again by the next resume
 
 
 async def drop_spooled(spool: PendingSpool, marker: PendingMarker) -> None:
