@@ -210,11 +210,28 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     # could not record (the command ends; the next resume moves it there).
     identity = cli_identity()
     service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=workspace_spool(location))
+    if not isinstance(location, (str, os.PathLike)):
+        service.on_spool.append(lambda notice: _tell_kept_save(location.display_host, notice))
     # The artifact store's items keep their own conversations from expiring
     # (the service sweeps expired sessions when it lists them).
     # Named to people told it holds an item (with its host), as an editor is.
     session_artifacts(service).store.leases.label = f"mevedel CLI (pid {os.getpid()})"
     return service
+
+
+def _tell_kept_save(host: str, notice) -> None:
+    """A save this machine kept for the host reached it (its keeping is
+    told by the refusal of the command that failed to save)."""
+    from ..store import describe_target_time
+
+    since = f"the save this machine kept since {describe_target_time(notice.failed_at)}"
+    if notice.event == "recorded":
+        line = f"{since} is recorded on {host} now, pending: mevedel session retry-publication publishes it (abandon-publication drops it)"
+    elif notice.event == "published":
+        line = f"{since} is published on {host}; this machine keeps it no more"
+    else:
+        return
+    print(f"mevedel: session {notice.session_id}: {line}", file=sys.stderr, flush=True)
 
 
 def control_request_line(arguments: argparse.Namespace, row) -> str | None:
@@ -362,7 +379,7 @@ def run_command(
                 message += (
                     f"; the host could not record it, so this machine keeps it (in {state_directory()}): once the "
                     "host answers, mevedel session retry-publication records it there and publishes it unless the "
-                    "host already holds it (any command that resumes the session records it too)"
+                    "host already holds it (any command or editor on this machine that resumes the session records it too)"
                 )
             elif follow_up == "retry-publication" and not error.recorded:
                 # Only this process held it, and it ends here.

@@ -473,9 +473,10 @@ class OpenSession:
         abandoned. ``listed``: its directory's listing, already run."""
         if self.lease is None or self.pending is not None:
             return self.pending
-        moved = await unspool_pending(self.spool, self.lease) if self.spool is not None else None
-        if moved is not None:
-            listed = None  # the record moved in after that listing
+        unspooled = await unspool_pending(self.spool, self.lease) if self.spool is not None else None
+        moved = unspooled.recorded if unspooled is not None else None
+        if unspooled is not None and unspooled.found:
+            listed = None  # a record may have moved in after that listing
         found = await find_pending(self.target, self.paths, listed=listed)
         if found.pending_id is None:
             return None

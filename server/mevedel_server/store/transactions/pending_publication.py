@@ -243,17 +243,26 @@ async def spool_pending(spool: PendingSpool, record: Recorded) -> None:
     _judge_record(ops, (await spool.target.run(ControlProgram(ops))).results)
 
 
-async def unspool_pending(spool: PendingSpool, lease: LeaseHandle) -> PendingMarker | None:
+class Unspooled(msgspec.Struct, frozen=True):
+    """What :func:`unspool_pending` found of a session in the spool."""
+
+    #: The spool held something of the session (moved or dropped).
+    found: bool = False
+    #: The record this call wrote into the session directory (None: none,
+    #: or the same record was there already -- another resumer moved it).
+    recorded: PendingMarker | None = None
+
+
+async def unspool_pending(spool: PendingSpool, lease: LeaseHandle) -> Unspooled:
     """Move what :func:`spool_pending` kept of ``lease``'s session into the
-    session directory, behind the lease proof, then drop it here; the
-    record moved (None: there was none to move). A spooled record that
-    cannot be read is dropped with a warning in the log: it never was the
-    session's."""
+    session directory, behind the lease proof, then drop it here. A spooled
+    record that cannot be read is dropped with a warning in the log: it
+    never was the session's."""
     directory = _spooled(spool, lease.session_id)
     found = await _find(spool.target, directory, lease.session_id)
     if found.pending_id is None:
-        return None
-    moved = None
+        return Unspooled()
+    recorded = None
     if found.marker is not None:
         try:
             data = await _read(spool.target, directory, found.marker)
@@ -263,11 +272,12 @@ async def unspool_pending(spool: PendingSpool, lease: LeaseHandle) -> PendingMar
             ops = _record_ops(_root(lease.paths), found.marker, data)
             result, skip = await run_guarded(lease, ops)
             _judge_record(ops, result.results[skip:])
-            moved = found.marker
+            if result.results[skip + 2].status is not Status.CONFLICT:
+                recorded = found.marker
     else:
         _log.warning("session %s: a pending publication kept on this machine is dropped: %s", lease.session_id, found.problem)
     await spool.target.run(ControlProgram(await _removal_ops(spool.target, directory, found.pending_id)))
-    return moved  # a removal that failed is tried again by the next resume
+    return Unspooled(True, recorded)  # a removal that failed is tried again by the next resume
 
 
 async def drop_spooled(spool: PendingSpool, marker: PendingMarker) -> None:
