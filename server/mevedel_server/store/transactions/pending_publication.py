@@ -150,7 +150,9 @@ def workspace_spool(location: str | os.PathLike[str] | SshLocation) -> PendingSp
     from ...targets import LocalTarget
 
     digest = hashlib.sha256(location.uri.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return PendingSpool(LocalTarget(state_directory()), digest)
+    directory = state_directory()
+    os.makedirs(directory, exist_ok=True)  # a target's root exists (the first client here makes it)
+    return PendingSpool(LocalTarget(directory), digest)
 
 
 def _spooled(spool: PendingSpool, session_id: str) -> str:
