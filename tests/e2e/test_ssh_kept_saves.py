@@ -19,7 +19,8 @@ from pytest_lsp import ClientServerConfig
 
 from deadlines import ticks
 from mevedel_protocol import methods
-from mevedel_server.store import LeaseStanding, observe_lease
+from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
 
 from .conftest import make_client, request
@@ -117,9 +118,9 @@ async def _settle_with_the_host_gone(client, machine: Machine, fault_server) -> 
 
 
 async def _turns_on_the_host(machine: Machine, sid: str) -> list[tuple[int, str]]:
-    status, turns, logged = await machine.mevedel("session", "turns", "--session", sid)
-    assert status == 0, (turns, logged)
-    return [(t["turn"], t["state"]) for t in turns["turns"]]
+    """The settled turns the host's session directory holds, read there."""
+    reader = SessionService(LocalTarget(machine.project), ClientIdentity("a-reader", "the-host"))
+    return [(t.turn, t.state) for t in await reader.turns.summaries(sid)]
 
 
 async def test_a_save_the_host_could_not_record_is_published_by_the_same_server_once_the_host_answers(machine, fault_server):
