@@ -160,7 +160,8 @@ async def test_a_save_kept_by_a_server_that_exited_is_recorded_when_the_session_
             await wait_for(lambda: shown(client, types.MessageType.Info), "the news that the host has the save")
             [told] = shown(client, types.MessageType.Info)
             assert told.startswith(f"Session {sid}: {recorded}") and told.endswith(
-                f"is recorded on {machine.host} now, pending: Retry Publication publishes it (Abandon Publication drops it)."
+                f"is recorded on {machine.host} now, pending: retrying the failed save (mevedel/session/retryPublication) "
+                "publishes it, abandoning it (mevedel/session/abandonPublication) drops it."
             ), told
             assert machine.kept(sid) == [] and len(machine.on_the_host(sid)) == 1
             assert (await request(client, methods.SESSION_RETRY_PUBLICATION, ws))["committed"] is True

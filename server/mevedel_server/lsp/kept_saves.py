@@ -30,15 +30,15 @@ def kept_save_message(folder: Folder, notice: SpoolNotice) -> tuple[types.Messag
     if notice.event == "kept":
         return types.MessageType.Warning, (
             f"Session {sid}: {host} could not be reached to record the save, so this machine keeps it "
-            f"(in {state_directory()}). Once {host} answers, Retry Publication publishes it; should this editor "
-            f"close first, it is recorded on {host} when the session is next opened on this machine "
-            "(by an editor or the mevedel command)."
+            f"(in {state_directory()}). Once {host} answers, retrying the failed save "
+            f"(mevedel/session/retryPublication) publishes it; should this editor close first, it is recorded on "
+            f"{host} when the session is next opened on this machine (by an editor or the mevedel command)."
         )
     since = f"the save this machine kept since {describe_target_time(notice.failed_at)}"
     if notice.event == "recorded":
         return types.MessageType.Info, (
-            f"Session {sid}: {since} is recorded on {host} now, pending: Retry Publication publishes it "
-            "(Abandon Publication drops it)."
+            f"Session {sid}: {since} is recorded on {host} now, pending: retrying the failed save "
+            "(mevedel/session/retryPublication) publishes it, abandoning it (mevedel/session/abandonPublication) drops it."
         )
     return types.MessageType.Info, f"Session {sid}: {since} is published on {host}; this machine keeps it no more."
 
