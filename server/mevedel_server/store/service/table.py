@@ -42,6 +42,16 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
+def _tell(listeners: list, event) -> None:
+    """Call every listener with ``event``; one that fails is logged and
+    keeps neither the others nor the change that happened from going on."""
+    for listener in list(listeners):
+        try:
+            listener(event)
+        except Exception:
+            _log.exception("%s listener failed", type(event).__name__)
+
+
 class SessionTable:
     def __init__(
         self,
@@ -167,11 +177,7 @@ class SessionTable:
         self.changed(session, "read-only")
 
     def _spool_notice(self, notice: SpoolNotice) -> None:
-        for listener in list(self.on_spool):
-            try:
-                listener(notice)
-            except Exception:
-                _log.exception("spool notice listener failed")
+        _tell(self.on_spool, notice)
 
     def changed(self, session: OpenSession, reason: str) -> None:
         # What this command's listing read of it is no longer what a read sees.
@@ -185,11 +191,7 @@ class SessionTable:
             session.access,
             shown_name(sidecar, session.session_id),
         )
-        for listener in list(self.on_change):
-            try:
-                listener(change)
-            except Exception:
-                _log.exception("session change listener failed")
+        _tell(self.on_change, change)
 
     async def conversation_of(
         self, snapshot: CommittedSnapshot, *, also: list | tuple = (), found: list | None = None
