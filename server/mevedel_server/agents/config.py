@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..mcp_client import NotJson, load_json
+from ..state_directory import state_directory
 from .delegation.names import (
     CONCURRENT_BOUNDS,
     DEFAULT_MAX_CONCURRENT,
@@ -164,8 +165,7 @@ def specs_from(agents: Mapping[str, Any]) -> dict[str, AgentSpec]:
 def log_dir() -> Path:
     """Where agents' standard error is logged (``agent-NAME.log``), for the
     server and the CLI alike."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "mevedel" / "logs"
+    return Path(state_directory()) / "logs"
 
 
 def cli_config_path() -> Path:

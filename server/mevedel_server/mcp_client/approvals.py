@@ -17,12 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..state_directory import state_directory
 from .config import McpServerSpec, NotJson, load_json
 
 
 def default_approvals_path() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "mevedel" / "mcp-approvals.json"
+    return Path(state_directory()) / "mcp-approvals.json"
 
 
 class Approvals:

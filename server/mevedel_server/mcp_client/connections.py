@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from mcp import ClientSession, McpError
     from mcp import types as mcp_types
 
+from ..state_directory import state_directory
 from .config import McpServerSpec
 from .errors import McpClientError
 
@@ -81,8 +81,7 @@ def _log_name(name: str) -> str:
 
 
 def default_log_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "mevedel" / "logs"
+    return Path(state_directory()) / "logs"
 
 
 @dataclass(eq=False)
