@@ -336,6 +336,10 @@ class AgentEngine:
             # walk in the publication's program).
             await walk_riding(running.file_state, self.service.session(session_id),
                               lambda: self.service.turns.checkpoint(session_id))
+            # That baseline, held until the settlement committed: should this
+            # process die mid-turn, the next owner finds what the turn
+            # changed against it (turn_recovery.py).
+            await running.file_state.hold(running.file_state.held_marker(session_id, turn.turn_id))
             await self.learn_authored(None)
             turn.mail = await self._mail(session_id)
         except Exception as failure:
@@ -463,9 +467,11 @@ class AgentEngine:
         reads = Passengers(())
         with contextlib.suppress(Exception):  # the session went away: the settlement says so
             reads = Passengers(tuple(self.service.turns.post_turn_reads(session_id)))
+        record = running.file_state
+        marker = record.held_marker(session_id, turn.turn_id)
         with contextlib.suppress(Exception):
             await self.capture_changes(session_id, passengers=reads)
-            withdraw = await keep_on_settlement(self.trees.record(self.working_directory(session_id)), self.service.session(session_id).lease)
+            withdraw = await keep_on_settlement(record, self.service.session(session_id).lease, release=marker)
         await self.learn_authored(session_id)
         alive = running.process.alive
         if not alive:
@@ -478,8 +484,13 @@ class AgentEngine:
                     await checkpoints.stop()  # what rides the settlement rides no mid-turn checkpoint
                 for hook in list(self.before_settle):
                     hook(session_id)
-            await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason,
-                                             read=(reads.ops, reads.results) if reads.results is not None else None)
+            settled = await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason,
+                                                       read=(reads.ops, reads.results) if reads.results is not None else None)
+            if settled.committed:
+                # The checkpoint holds the turn's changes: its baseline may go
+                # (the settlement's program removed it, unless nothing rode).
+                with contextlib.suppress(Exception):
+                    await record.release(marker)
         except Exception as failure:
             # The session went away under the turn (closed, its lease lost):
             # what was checkpointed stays; the next owner resumes the turn

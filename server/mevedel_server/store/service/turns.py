@@ -12,8 +12,9 @@ owner's committed head).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...targets import (
     ControlProgram,
@@ -22,6 +23,7 @@ from ...targets import (
     OpResult,
     ReadEntry,
     Status,
+    TargetError,
     raise_for_result,
     split_target_path,
 )
@@ -46,6 +48,7 @@ from .values import (
     CaptureResult,
     SaveResult,
     SegmentRotation,
+    StoppedTurnChanges,
     TurnStarted,
 )
 
@@ -60,16 +63,44 @@ if TYPE_CHECKING:
 #: Post-turn reads (:meth:`Turns.post_turn_reads`) and their results.
 PostTurnRead = tuple[Sequence[ReadEntry], Sequence[OpResult]]
 
+#: Looks up what a turn a stopped process left in flight changed: called
+#: with the session's id, the turn's id, its working directory and the
+#: snapshot limit; None when nothing of it can be found
+#: (``SessionService(stopped_turn_changes=...)``).
+StoppedTurnLookup = Callable[[str, str, str, int], Awaitable["StoppedTurnChanges | None"]]
+
+_log = logging.getLogger(__name__)
+
+
+class StoppedFold(NamedTuple):
+    """What :meth:`Turns.fold_stopped_turn` recorded: the turn's post-turn
+    states (the tree now), what to await once its settlement committed,
+    and why its changes could not be recovered (its settle reason says so)."""
+
+    current: Mapping[str, Entry | None]
+    finish: Callable[[], Awaitable[None]] | None
+    lost: str | None
+
+    def reason(self, reason: str) -> str:
+        """``reason`` the turn settles with, naming what was lost."""
+        if self.lost is None:
+            return reason
+        return f"{reason}; what it changed in the files since its last checkpoint is not known: {self.lost}"
+
 
 class Turns:
     def __init__(
-        self, table: SessionTable, following: Following, *, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
+        self, table: SessionTable, following: Following, *, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+        stopped_turn_changes: StoppedTurnLookup | None = None,
     ) -> None:
         #: The sessions the turns belong to (a file restore reads them too).
         self.table = table
         self._following = following
         #: Files larger than this are recorded as capture gaps, not snapshots.
         self.max_snapshot_bytes = max_snapshot_bytes
+        #: The front end's file-state record, asked what a turn a stopped
+        #: process left in flight changed (None: nothing is asked).
+        self.stopped_turn_changes = stopped_turn_changes
 
     # The turn in flight ---------------------------------------------------------
 
@@ -187,10 +218,53 @@ class Turns:
         self.table.changed(session, "settled")
         return result
 
-    async def abort(self, session_id: str, reason: str | None = None) -> SaveResult:
+    async def abort(self, session_id: str, reason: str | None = None, *, stopped: bool = False) -> SaveResult:
         """Settle the turn in flight as interrupted (the next turn carries the
-        reconciliation reminder) and save."""
-        return await self.settle(session_id, Outcome.INTERRUPTED, reason=reason or ABORT_REASON)
+        reconciliation reminder) and save. ``stopped``: the process that ran
+        it is gone (killed mid-turn), so what it changed in the tree since
+        its last checkpoint is recorded first (:meth:`fold_stopped_turn`)."""
+        if not stopped:
+            return await self.settle(session_id, Outcome.INTERRUPTED, reason=reason or ABORT_REASON)
+        session = await self.table.gated(session_id, "settle a turn", turn_work=True)
+        require_turn(session, "settle a turn")
+        fold = await self.fold_stopped_turn(session)
+        result = await self.settle(session_id, Outcome.INTERRUPTED, reason=fold.reason(reason or ABORT_REASON))
+        if result.committed and fold.finish is not None:
+            await fold.finish()
+        return result
+
+    async def fold_stopped_turn(self, session: OpenSession) -> StoppedFold:
+        """Record in ``session``'s turn in flight, which a stopped process
+        left there, every change of the tree since the baseline the agent
+        engine held for it before dispatching its agent (its file-state
+        record's), through the one checkpoint seam: a path its checkpoint
+        holds already keeps that record (the first wins). The post-turn
+        states are read from the tree. Nothing is found for a turn whose
+        agent was never dispatched, or without a front end's record."""
+        opened = session.conversation.open_turn
+        lookup = self.stopped_turn_changes
+        if opened is None or lookup is None:
+            return StoppedFold({}, None, None)
+        working = session.conversation.sidecar.working_directory
+        try:
+            found = await lookup(session.session_id, opened.turn_id, working, self.max_snapshot_bytes)
+        except Exception as error:  # the target failed, or the record is unreadable: said, not hidden
+            _log.warning("session %s: the changes of turn %s could not be recovered: %s", session.session_id, opened.turn, error)
+            return StoppedFold({}, None, f"they could not be read ({getattr(error, 'reason', None) or error})")
+        if found is None:
+            return StoppedFold({}, None, None)
+        for path, before, gap in found.changes:
+            try:
+                self.record_pre_state(session.session_id, path, before, gap=gap)
+            except (InvalidSessionInput, TurnStateConflict) as refused:  # one odd path must not lose the others
+                _log.warning("session %s: could not record %s: %s", session.session_id, path, refused)
+        current: Mapping[str, Entry | None] = {}
+        if found.changes:
+            try:
+                current = await self._post_turn_content(session)
+            except TargetError as error:  # their states after stay unknown, and the diff says so
+                _log.warning("session %s: the files of turn %s could not be read after it: %s", session.session_id, opened.turn, error)
+        return StoppedFold(current, found.finish, found.lost)
 
     async def checkpoint(self, session_id: str) -> SaveResult:
         """Save the unfinished turn in flight without settling it."""

@@ -38,6 +38,22 @@ PRODUCT_STORAGE = {
 ABORT_REASON = "aborted"
 
 
+class StoppedTurnChanges:
+    """What a turn a stopped process left in flight changed in the tree,
+    as the front end's file-state record found it
+    (``SessionService(stopped_turn_changes=...)``): each path's state
+    before the turn -- ``(path, Entry or None, gap or None)`` --, or why
+    it cannot be known (``lost``); ``finish`` is awaited once the turn's
+    settlement committed (the record lets its baseline go)."""
+
+    __slots__ = ("changes", "finish", "lost")
+
+    def __init__(self, changes: tuple = (), *, lost: str | None = None, finish=None) -> None:
+        self.changes = changes
+        self.lost = lost
+        self.finish = finish
+
+
 class Access(enum.Enum):
     WRITABLE = "writable"
     READ_ONLY = "read-only"
