@@ -1,0 +1,112 @@
+"""A ``mevedel prompt`` killed (SIGKILL) in the middle of a turn, after its
+agent rewrote a file through ``fs/write_text_file`` and ran a shell command
+that made, removed, re-moded and linked files, long before the turn's
+mid-turn checkpoint: the next prompt records the turn interrupted *with*
+what it changed -- ``mevedel diff 1`` names every change -- and a Rewind
+to before it gives the tree back exactly (bytes, modes, absence,
+directories, links). The real CLI, the scripted ACP agent, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from test_cli_prompt import configure, env, mevedel
+
+SHELL = (
+    "set -e; chmod +x run.sh; mkdir -p made/deep; echo new > made/deep/file.txt; rmdir emptydir; "
+    "ln -s target.txt link.txt; rm gone.txt; echo appended >> app.py"
+)
+
+
+def prepare(root: Path) -> None:
+    (root / "notes.txt").write_text("what the user wrote\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho run\n")
+    os.chmod(root / "run.sh", 0o644)
+    (root / "emptydir").mkdir()
+    (root / "target.txt").write_text("t\n")
+    (root / "gone.txt").write_text("bye\n")
+    (root / "app.py").write_text("print('one')\n")
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every path below ``root`` but mevedel's own state: kind, mode, bytes
+    or link target."""
+    found: dict[str, tuple] = {}
+    for directory, names, files in os.walk(root):
+        names[:] = [name for name in names if name != ".mevedel"]
+        for name in names + files:
+            path = Path(directory) / name
+            relative = str(path.relative_to(root))
+            st = path.lstat()
+            if path.is_symlink():
+                found[relative] = ("link", os.readlink(path))
+            elif path.is_dir():
+                found[relative] = ("dir", st.st_mode & 0o7777)
+            else:
+                found[relative] = ("file", st.st_mode & 0o7777, path.read_bytes())
+    return found
+
+
+def killed_mid_turn(workspace: Path, tmp_path: Path) -> None:
+    """A ``mevedel prompt`` whose agent changed everything, then waits:
+    killed with SIGKILL (nothing of it runs after), its agent with it."""
+    release = tmp_path / "never-released"
+    configure(tmp_path, [[
+        {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
+        {"terminal": {"command": "sh", "args": ["-c", SHELL]}},
+        {"say": "all written"},
+        {"wait_file": str(release)},
+    ]])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mevedel_server.cli", "prompt", "Change things"], cwd=workspace, env=env(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    seen = ""
+    while "all written" not in seen:
+        char = process.stdout.read(1)
+        assert char, (seen, process.stderr.read() if process.stderr else "")
+        seen += char
+    assert "ran: exit 0" in seen, seen
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=30)
+    release.touch()  # the orphaned agent, if its stdin's end has not stopped it yet
+
+
+def test_a_prompt_killed_mid_turn_leaves_its_changes_to_the_next_prompt_and_rewind_gives_the_tree_back(workspace, tmp_path):
+    prepare(workspace)
+    before = tree(workspace)
+    killed_mid_turn(workspace, tmp_path)
+    changed = tree(workspace)
+    assert changed["notes.txt"][2] == b"the agent's rewrite\n" and "gone.txt" not in changed
+
+    configure(tmp_path, [[{"say": "carrying on"}]])
+    again = mevedel(workspace, tmp_path, "prompt", "Carry on")
+    assert again.returncode == 0, again.stderr
+    assert "turn 1 was left in flight" in again.stderr and "recorded as interrupted" in again.stderr
+
+    turns = json.loads(mevedel(workspace, tmp_path, "session", "turns", "--json").stdout)["turns"]
+    assert [t["state"] for t in turns] == ["interrupted", "completed"]
+    shown = json.loads(mevedel(workspace, tmp_path, "diff", "1", "--json").stdout)
+    assert {f["path"]: f["change"] for f in shown["files"]} == {
+        "notes.txt": "modified",
+        "app.py": "modified",
+        "run.sh": "mode changed",
+        "made": "directory created",
+        "made/deep": "directory created",
+        "made/deep/file.txt": "added",
+        "emptydir": "directory removed",
+        "link.txt": "link created",
+        "gone.txt": "deleted",
+    }
+    text = mevedel(workspace, tmp_path, "diff", "1").stdout
+    assert "-what the user wrote\n+the agent's rewrite" in text, text
+
+    rewound = mevedel(workspace, tmp_path, "rewind", "1", "--before", "--yes")
+    assert rewound.returncode == 0, rewound.stderr
+    assert tree(workspace) == before
