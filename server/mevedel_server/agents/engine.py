@@ -65,7 +65,7 @@ from .commit_rides import keep_on_settlement, not_riding, walk_riding
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
 from .excerpt import reconciliation_notice, transcript_excerpt
-from .file_state import Passengers
+from .file_state import FileStateRecord, Passengers
 from .fork_note import fork_files_note
 from .live import LiveFeed, TurnUpdate
 from .process import AgentProcess
@@ -339,7 +339,9 @@ class AgentEngine:
             # That baseline, held until the settlement committed: should this
             # process die mid-turn, the next owner finds what the turn
             # changed against it (turn_recovery.py).
-            await running.file_state.hold(running.file_state.held_marker(session_id, turn.turn_id))
+            marker = running.file_state.held_marker(session_id, turn.turn_id)
+            await running.file_state.hold(marker)
+            await self._forget_settled_baselines(running.file_state, marker)
             await self.learn_authored(None)
             turn.mail = await self._mail(session_id)
         except Exception as failure:
@@ -703,6 +705,22 @@ class AgentEngine:
             except Exception as error:  # one odd path must not lose the others
                 _log.warning("could not checkpoint %s: %s", change.path, error)
         return [change.path for change in changes]
+
+    async def _forget_settled_baselines(self, record: FileStateRecord, own: str) -> None:
+        """Let go the baselines held beside ``own`` whose turn is no longer
+        in flight (settled by a process that did not know of them, or its
+        session deleted): while one is held, the record removes no blob.
+        Rare: read only when there are any; a session that cannot be read
+        keeps its baseline."""
+        for marker, session_id, turn_id in record.held_by_others(own):
+            try:
+                in_flight = await self.service.turns.in_flight_turn_id(session_id)
+            except Exception as error:  # unreachable or unreadable: kept, looked at again next turn
+                _log.info("could not tell whether turn %s of %s is in flight: %s", turn_id, session_id, error)
+                continue
+            if in_flight != turn_id:
+                with contextlib.suppress(Exception):
+                    await record.release(marker)
 
     async def learn_authored(self, session_id: str | None) -> None:
         """Tell the artifact store what changed among its authored files

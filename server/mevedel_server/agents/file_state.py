@@ -727,6 +727,17 @@ class FileStateRecord:
             listed = result[2].value if result[2].ok else ()
             self._holds = {f"{self._turns}/{name}" for name in listed if not name.startswith(".")} | {marker}
 
+    def held_by_others(self, own: str) -> list[tuple[str, str, str]]:
+        """The baselines held beside ``own`` as the last :meth:`hold` found
+        them: ``(marker, session id, turn id)`` each (a turn another
+        session runs, or one a stopped process left in flight)."""
+        found = []
+        for marker in sorted(self._holds - {own}):
+            session_id, _, turn_id = marker.rpartition("/")[2].rpartition(".")
+            if session_id and turn_id:
+                found.append((marker, session_id, turn_id))
+        return found
+
     async def release(self, marker: str) -> None:
         """The turn of ``marker`` settled (its changes are in the session's
         checkpoint): its baseline is no longer held. Nothing to run when the
@@ -750,13 +761,14 @@ class FileStateRecord:
         async with self._lock:
             if self._primed:
                 raise FileStateError("a held baseline is compared by a record of its own")
-            reads = [Read(self._index, optional=True), Read(marker, optional=True)]
-            found = await self._target.run(ControlProgram(reads))
-            if found[1].status is Status.ABSENT:
+            held = Read(marker, optional=True)
+            found = (await self._target.run(ControlProgram([held])))[0]
+            if found.status is Status.ABSENT:
                 return None
-            raise_for_result(reads[1], found[1])
+            raise_for_result(held, found)
             self._holds = {marker}  # removes nothing, replaces nothing
-            self._preloaded = (found[0], found[1])
+            index = (await self._target.run(ControlProgram([Read(self._index, optional=True)])))[0]
+            self._preloaded = (index, found)
             found_changes = await self._sync(report=True)
             if not (self._from_index and self._delta_applied):
                 raise FileStateError("the record of the workspace's files before the turn was replaced or damaged since")

@@ -33,6 +33,7 @@ from ..authority.workspace import check_session_id
 from ..content.checkpoints import capture_gap_reason
 from ..content.transcript import Outcome
 from ..content.turns import Conversation, ConversationError, OpenTurn
+from ..errors import InvalidSessionId, SessionMissing
 from ..layout import STATE_DIR
 from .background import STOP_CHECKPOINTS
 from .checks import outcome_of, refused_in, require_turn
@@ -349,6 +350,16 @@ class Turns:
         """The number of the open session's turn in flight, if any."""
         opened = self.open_turn(session_id)
         return None if opened is None else opened.turn
+
+    async def in_flight_turn_id(self, session_id: str) -> str | None:
+        """The id of session ``session_id``'s turn in flight -- here, or in its
+        committed state --; None when none is, or no such session is saved.
+        Raises when the session cannot be read (its target unreachable)."""
+        try:
+            conversation = await self._readable(session_id)
+        except (SessionMissing, InvalidSessionId, RecordError, SessionIncompatible, KeyError):
+            return None
+        return conversation.sidecar.in_flight_turn
 
     def transcript_records(self, session_id: str) -> list:
         """The open session's current-segment records, oldest first (the
