@@ -250,7 +250,8 @@ class AgentEngine:
             if path not in pending and not self.service.turns.captured(session_id, where.relative(path)):
                 pending.append(path)
         files = {where.relative(path) for path in pending}
-        for relative, before in await where.read_before(pending):
+        first = [op for relative in sorted(files) for op in self.written_ops(session_id, relative)]
+        for relative, before in await where.read_before(pending, first=first):
             if not self.service.turns.captured(session_id, relative):
                 # Not one of the files: a directory above them it will make.
                 self.record_pre_state(session_id, relative, before, directory=relative not in files)
@@ -674,6 +675,17 @@ class AgentEngine:
             agent=running.spec.name, fingerprint=running.spec.fingerprint,
             native_session_id=running.process.native_session_id if state is not EngineState.DETACHED else None,
             machine=self.machine, state=state))
+
+    def written_ops(self, session_id: str, path: str) -> list[Operation]:
+        """What the program of the agent's first write of ``path``
+        (target-relative) in the open turn runs first, so that a crash
+        cannot hide it (FileStateRecord.written_ops): nothing unless no
+        walk looks at the path."""
+        opened = self.service.turns.open_turn(session_id)
+        if opened is None:
+            return []
+        record = self.trees.record(self.working_directory(session_id))
+        return record.written_ops(record.held_marker(session_id, opened.turn_id), path)
 
     def write_snapshot(self, session_id: str, path: str) -> list[Operation]:
         """The operations that snapshot ``path`` (target-relative) for the

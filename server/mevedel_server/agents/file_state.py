@@ -492,6 +492,9 @@ class FileStateRecord:
         #: marker's delta) and reads the files' earlier bytes from its blobs.
         self._turns = f"{self._blob_dir}/turns"
         self._holds: set[str] = set()
+        #: marker -> the names of the paths its turn's agent wrote where no
+        #: walk looks (:meth:`written_ops`).
+        self._journaled: dict[str, set[str]] = {}
         #: The kept delta applied to the kept index at the first walk.
         self._delta_applied = False
 
@@ -683,13 +686,14 @@ class FileStateRecord:
         ops = list(ops)
         at = len(ops)
         if releasing:
-            ops.append(Remove(next(iter(releasing)), optional=True))
+            ops += self._let_go(release)
 
         def taken(results: tuple[OpResult, ...]) -> None:
             if at:
                 done(ProgramResult(tuple(results)), 0)
-            if releasing and len(results) > at and results[at].status in (Status.OK, Status.ABSENT):
+            if releasing and len(results) == len(ops) and results[-1].status in (Status.OK, Status.ABSENT):
                 self._holds -= releasing
+                self._journaled.pop(release, None)
 
         return ops, taken
 
@@ -725,7 +729,47 @@ class FileStateRecord:
             result = await self._target.run(ControlProgram(ops))
             raise_for_result(ops[1], result[1])
             listed = result[2].value if result[2].ok else ()
-            self._holds = {f"{self._turns}/{name}" for name in listed if not name.startswith(".")} | {marker}
+            self._holds = {f"{self._turns}/{name}" for name in listed if not name.startswith(".") and not name.endswith(".written")} | {marker}
+
+    def written_ops(self, marker: str, path: str) -> list[Operation]:
+        """Operations to run ahead of the agent's first write of ``path``
+        (target-relative) in the turn of ``marker``, in the write's own
+        program: when the baseline cannot say what was there (a path no
+        walk looks at -- inside a directory a ``.gitignore`` ignores, or
+        ``.git/`` --) its name is kept beside the baseline, so a recovery
+        names it as a gap rather than missing it. None otherwise."""
+        own = self._own(path)
+        if own is not None and self._table.facts_of(own) is not None:
+            return []
+        if own is not None and not any(part in SKIP_NAMES for part in own.split("/")) and self._below(own, self._unwalked) is None:
+            return []
+        name = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        journal = f"{marker}.written"
+        self._journaled.setdefault(marker, set()).add(name)
+        return [MakeDirs(journal, optional=True), Replace(f"{journal}/{name}", path.encode("utf-8", "surrogateescape"), deferred=True)]
+
+    def _let_go(self, marker: str, names: set[str] | None = None) -> list[Operation]:
+        """The removals of a turn's baseline: its written names (``names``:
+        as listed; default: those this record wrote), their directory, the
+        marker."""
+        journal = f"{marker}.written"
+        names = self._journaled.get(marker, set()) if names is None else names
+        return [*(Remove(f"{journal}/{name}", optional=True) for name in sorted(names)),
+                Remove(journal, optional=True), Remove(marker, optional=True)]
+
+    async def written_since_held(self, marker: str) -> list[str]:
+        """The paths the written names beside ``marker`` hold
+        (:meth:`written_ops`); a recovery's record then lets them go with
+        the marker (:meth:`release`)."""
+        journal = f"{marker}.written"
+        listed = (await self._target.run(ControlProgram([ListDir(journal, optional=True)])))[0]
+        if not listed.ok or not listed.value:
+            return []
+        names = [name for name in listed.value if not name.startswith(".")]
+        self._journaled[marker] = set(names)
+        reads = [Read(f"{journal}/{name}", optional=True) for name in names]
+        found = await self._target.run(ControlProgram(reads))
+        return sorted(result.value.decode("utf-8", "surrogateescape") for result in found.results if result.ok)
 
     def held_by_others(self, own: str) -> list[tuple[str, str, str]]:
         """The baselines held beside ``own`` as the last :meth:`hold` found
@@ -744,9 +788,11 @@ class FileStateRecord:
         settlement's program removed it already (:meth:`keep_ops`)."""
         if marker not in self._holds:
             return
-        result = await self._target.run(ControlProgram([Remove(marker, optional=True)]))
-        if result[0].status in (Status.OK, Status.ABSENT):
+        ops = self._let_go(marker)
+        result = await self._target.run(ControlProgram(ops))
+        if len(result.results) == len(ops) and result[len(ops) - 1].status in (Status.OK, Status.ABSENT):
             self._holds.discard(marker)
+            self._journaled.pop(marker, None)
 
     async def changes_since_held(self, marker: str) -> list[FileChange] | None:
         """What changed since the baseline ``marker`` holds, for a turn a

@@ -14,7 +14,10 @@ tree with it here, in a record of its own that reads and snapshots but
 removes and keeps nothing: every path created, modified or deleted since is
 the turn's (a command's, a write's, an ApplyPatch's alike), with its state
 before read back from the blobs -- the same report a live turn's shell
-command gets, so the same kinds, modes, links, directories and gaps. No
+command gets, so the same kinds, modes, links, directories and gaps. A
+path the agent wrote where no walk looks (an ignored directory, ``.git/``)
+had its name kept ahead of the write (``FileStateRecord.written_ops``): it
+is a capture gap, named, never missing. No
 baseline held means the agent was never dispatched: nothing to recover. A
 baseline that cannot be read whole is said (the turn's settle reason names
 it), never taken for "nothing changed". Checkpoint exclusions (editors'
@@ -30,6 +33,12 @@ from ..targets import Target
 from .checkpoint_exclude import CheckpointExclude, is_editor_file
 from .file_state import FileStateError
 from .working_directory import working_record
+
+#: A path the agent wrote where no walk of the tree looks (inside a
+#: directory a ``.gitignore`` ignores, or ``.git/``): its name was kept
+#: before the write, its state before the turn was not.
+UNSEEN_GAP = ("the agent wrote it where mevedel's record of the workspace's files does not look (a directory .gitignore "
+              "ignores, or .git/), and its process stopped before the turn's checkpoint held its state before")
 
 
 async def stopped_turn_changes(
@@ -49,12 +58,15 @@ async def stopped_turn_changes(
     if found is None:
         return None
     excluded = CheckpointExclude.of(tuple(checkpoint_exclude))
-    changes = tuple(
+    changes = [
         (change.path, change.before, change.gap) for change in found
         if not is_editor_file(change.path) and not excluded(change.path, change.made_directory or (
             change.before is not None and change.before.kind == change.before.DIRECTORY))
-    )
-    return StoppedTurnChanges(changes, finish=_releaser(record, marker))
+    ]
+    seen = {change.path for change in found}
+    changes += [(path, None, UNSEEN_GAP) for path in await record.written_since_held(marker)
+                if path not in seen and not is_editor_file(path) and not excluded(path, False)]
+    return StoppedTurnChanges(tuple(changes), finish=_releaser(record, marker))
 
 
 def _releaser(record, marker: str) -> Callable:

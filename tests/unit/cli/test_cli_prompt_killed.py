@@ -4,7 +4,9 @@ that made, removed, re-moded and linked files, long before the turn's
 mid-turn checkpoint: the next prompt records the turn interrupted *with*
 what it changed -- ``mevedel diff 1`` names every change -- and a Rewind
 to before it gives the tree back exactly (bytes, modes, absence,
-directories, links). The real CLI, the scripted ACP agent, real files."""
+directories, links); a file written where no walk looks (an ignored
+directory) is a named gap, never missing. The real CLI, the scripted ACP
+agent, real files."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ def prepare(root: Path) -> None:
     (root / "target.txt").write_text("t\n")
     (root / "gone.txt").write_text("bye\n")
     (root / "app.py").write_text("print('one')\n")
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build").mkdir()
+    (root / "build" / "old.txt").write_text("built before\n")
 
 
 def tree(root: Path) -> dict[str, tuple]:
@@ -58,6 +63,7 @@ def killed_mid_turn(workspace: Path, tmp_path: Path) -> None:
     release = tmp_path / "never-released"
     configure(tmp_path, [[
         {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
+        {"write": {"path": "build/old.txt", "content": "rebuilt\n"}},
         {"terminal": {"command": "sh", "args": ["-c", SHELL]}},
         {"say": "all written"},
         {"wait_file": str(release)},
@@ -103,10 +109,18 @@ def test_a_prompt_killed_mid_turn_leaves_its_changes_to_the_next_prompt_and_rewi
         "emptydir": "directory removed",
         "link.txt": "link created",
         "gone.txt": "deleted",
+        # Where no walk looks: named, its state before not known (never "restored").
+        "build/old.txt": "unknown",
     }
     text = mevedel(workspace, tmp_path, "diff", "1").stdout
     assert "-what the user wrote\n+the agent's rewrite" in text, text
 
+    impact = mevedel(workspace, tmp_path, "rewind", "1", "--before")
+    assert impact.returncode == 0, impact.stderr
+    gap = next(line for line in impact.stdout.splitlines() if "build/old.txt" in line)
+    assert gap.lstrip().startswith("not restored build/old.txt: the agent wrote it where"), impact.stdout  # the gap, said
     rewound = mevedel(workspace, tmp_path, "rewind", "1", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
-    assert tree(workspace) == before
+    after = tree(workspace)
+    assert after.pop("build/old.txt")[2] == b"rebuilt\n"
+    assert after == {path: state for path, state in before.items() if path != "build/old.txt"}
