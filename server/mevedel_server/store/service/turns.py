@@ -247,24 +247,25 @@ class Turns:
         if opened is None or lookup is None:
             return StoppedFold({}, None, None)
         working = session.conversation.sidecar.working_directory
+        found: StoppedTurnChanges | None = None
+        lost: str | None = None
         try:
             found = await lookup(session.session_id, opened.turn_id, working, self.max_snapshot_bytes)
         except Exception as error:  # the target failed, or the record is unreadable: said, not hidden
             _log.warning("session %s: the changes of turn %s could not be recovered: %s", session.session_id, opened.turn, error)
-            return StoppedFold({}, None, f"they could not be read ({getattr(error, 'reason', None) or error})")
-        if found is None:
-            return StoppedFold({}, None, None)
-        for path, before, gap in found.changes:
+            lost = f"they could not be read ({getattr(error, 'reason', None) or error})"
+        for path, before, gap in found.changes if found is not None else ():
             try:
                 self.record_pre_state(session.session_id, path, before, gap=gap)
             except (InvalidSessionInput, TurnStateConflict) as refused:  # one odd path must not lose the others
                 _log.warning("session %s: could not record %s: %s", session.session_id, path, refused)
         current: Mapping[str, Entry | None] = {}
-        if found.changes:
-            try:
-                current = await self._post_turn_content(session)
-            except TargetError as error:  # their states after stay unknown, and the diff says so
-                _log.warning("session %s: the files of turn %s could not be read after it: %s", session.session_id, opened.turn, error)
+        try:  # what its checkpoint holds now, as the tree has it
+            current = await self._post_turn_content(session)
+        except TargetError as error:  # their states after stay unknown, and the diff says so
+            _log.warning("session %s: the files of turn %s could not be read after it: %s", session.session_id, opened.turn, error)
+        if found is None:
+            return StoppedFold(current, None, lost)
         return StoppedFold(current, found.finish, found.lost)
 
     async def checkpoint(self, session_id: str) -> SaveResult:
