@@ -24,6 +24,7 @@ from mevedel_server.store import ClientIdentity, read_committed
 from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
+from tree_state import tree_state
 
 from .conftest import SERVER, initialize_params
 
@@ -101,21 +102,6 @@ async def test_a_crash_in_the_middle_of_a_long_turn_loses_at_most_the_checkpoint
 SHELL = "set -e; chmod +x run.sh; mkdir made; echo new > made/file.txt; rm gone.txt; ln -s notes.txt link.txt"
 
 
-def _tree(root: Path) -> dict[str, tuple]:
-    """Every path below ``root`` but mevedel's own state: kind, mode, bytes
-    or link target."""
-    found: dict[str, tuple] = {}
-    for directory, names, files in os.walk(root):
-        names[:] = [name for name in names if name != ".mevedel"]
-        for name in names + files:
-            path = Path(directory) / name
-            st = path.lstat()
-            kind = "link" if path.is_symlink() else "dir" if path.is_dir() else "file"
-            content = os.readlink(path) if kind == "link" else path.read_bytes() if kind == "file" else None
-            found[str(path.relative_to(root))] = (kind, st.st_mode & 0o7777, content)
-    return found
-
-
 def _cli(project: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "XDG_STATE_HOME": str(state / "state"), "XDG_CONFIG_HOME": str(state / "config")}
     return subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args], cwd=project, env=environment,
@@ -132,7 +118,7 @@ async def test_a_server_killed_after_its_agent_changed_files_leaves_every_change
     (project / "run.sh").write_text("#!/bin/sh\n")
     os.chmod(project / "run.sh", 0o644)
     (project / "gone.txt").write_text("bye\n")
-    before = _tree(project)
+    before = tree_state(project)
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [[
         {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
@@ -181,4 +167,4 @@ async def test_a_server_killed_after_its_agent_changed_files_leaves_every_change
     }
     rewound = _cli(project, tmp_path, "rewind", "1", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
-    assert _tree(project) == before
+    assert tree_state(project) == before

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from test_cli_prompt import configure, env, mevedel
 
+from tree_state import tree_state
+
 SHELL = (
     "set -e; chmod +x run.sh; mkdir -p made/deep; echo new > made/deep/file.txt; rmdir emptydir; "
     "ln -s target.txt link.txt; rm gone.txt; echo appended >> app.py"
@@ -36,25 +38,6 @@ def prepare(root: Path) -> None:
     (root / ".gitignore").write_text("build/\n")
     (root / "build").mkdir()
     (root / "build" / "old.txt").write_text("built before\n")
-
-
-def tree(root: Path) -> dict[str, tuple]:
-    """Every path below ``root`` but mevedel's own state: kind, mode, bytes
-    or link target."""
-    found: dict[str, tuple] = {}
-    for directory, names, files in os.walk(root):
-        names[:] = [name for name in names if name != ".mevedel"]
-        for name in names + files:
-            path = Path(directory) / name
-            relative = str(path.relative_to(root))
-            st = path.lstat()
-            if path.is_symlink():
-                found[relative] = ("link", os.readlink(path))
-            elif path.is_dir():
-                found[relative] = ("dir", st.st_mode & 0o7777)
-            else:
-                found[relative] = ("file", st.st_mode & 0o7777, path.read_bytes())
-    return found
 
 
 def killed_mid_turn(workspace: Path, tmp_path: Path) -> None:
@@ -86,9 +69,9 @@ def killed_mid_turn(workspace: Path, tmp_path: Path) -> None:
 
 def test_a_prompt_killed_mid_turn_leaves_its_changes_to_the_next_prompt_and_rewind_gives_the_tree_back(workspace, tmp_path):
     prepare(workspace)
-    before = tree(workspace)
+    before = tree_state(workspace)
     killed_mid_turn(workspace, tmp_path)
-    changed = tree(workspace)
+    changed = tree_state(workspace)
     assert changed["notes.txt"][2] == b"the agent's rewrite\n" and "gone.txt" not in changed
 
     configure(tmp_path, [[{"say": "carrying on"}]])
@@ -121,6 +104,6 @@ def test_a_prompt_killed_mid_turn_leaves_its_changes_to_the_next_prompt_and_rewi
     assert gap.lstrip().startswith("not restored build/old.txt: the agent wrote it where"), impact.stdout  # the gap, said
     rewound = mevedel(workspace, tmp_path, "rewind", "1", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
-    after = tree(workspace)
+    after = tree_state(workspace)
     assert after.pop("build/old.txt")[2] == b"rebuilt\n"
     assert after == {path: state for path, state in before.items() if path != "build/old.txt"}
