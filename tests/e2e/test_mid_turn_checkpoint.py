@@ -1,12 +1,12 @@
 """A long agent turn is published every ``checkpointIntervalSeconds`` while
-it runs, so a crash loses at most that much: the server is killed (SIGKILL)
-in the middle of a turn, and the next client finds what the agent had done
-before the last checkpoint, in the turn it then settles as interrupted, and
-every file its agent changed since (found against the baseline the engine
-held before dispatching it). The
-agent engine gets this from the session service without asking for it
-(a run of text still streaming becomes a record when it ends, so that is
-what a checkpoint holds of it)."""
+it runs, so a crash loses at most that much of its records: the server is
+killed (SIGKILL) in the middle of a turn, and the next client finds what the
+agent had said before the last checkpoint, in the turn it then settles as
+interrupted. The agent engine gets this from the session service without
+asking for it (a run of text still streaming becomes a record when it ends,
+so that is what a checkpoint holds of it). The files its agent changed are
+not lost even since the last checkpoint: the next client finds them against
+the baseline the engine held before dispatching the agent."""
 
 from __future__ import annotations
 
