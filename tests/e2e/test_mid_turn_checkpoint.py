@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 
 from deadlines import ticks
+from killed_turn import CHANGED, prepare, steps, tree_state
 from mevedel_protocol import methods
 from mevedel_server.store import ClientIdentity, read_committed
 from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
-from tree_state import tree_state
 
 from .conftest import SERVER, initialize_params
 
@@ -99,9 +99,6 @@ async def test_a_crash_in_the_middle_of_a_long_turn_loses_at_most_the_checkpoint
     await service.sessions.close(row.session_id)
 
 
-SHELL = "set -e; chmod +x run.sh; mkdir made; echo new > made/file.txt; rm gone.txt; ln -s notes.txt link.txt"
-
-
 def _cli(project: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "XDG_STATE_HOME": str(state / "state"), "XDG_CONFIG_HOME": str(state / "config")}
     return subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args], cwd=project, env=environment,
@@ -114,17 +111,10 @@ async def test_a_server_killed_after_its_agent_changed_files_leaves_every_change
     client), recorded in the interrupted turn, and Rewind gives them back."""
     project = tmp_path / "project"
     project.mkdir()
-    (project / "notes.txt").write_text("what the user wrote\n")
-    (project / "run.sh").write_text("#!/bin/sh\n")
-    os.chmod(project / "run.sh", 0o644)
-    (project / "gone.txt").write_text("bye\n")
+    prepare(project)
     before = tree_state(project)
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"turns": [[
-        {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
-        {"terminal": {"command": "sh", "args": ["-c", SHELL]}},
-        {"wait_cancel": 120},
-    ]]}))
+    script.write_text(json.dumps({"turns": [steps(tmp_path / "never-released")]}))
     client = await SERVER.start()
     await client.initialize_session(
         initialize_params(
@@ -145,6 +135,7 @@ async def test_a_server_killed_after_its_agent_changed_files_leaves_every_change
     os.kill(client._server.pid, signal.SIGKILL)
     running.cancel()
     await client.stop()
+    (tmp_path / "never-released").touch()  # the orphaned agent, if its stdin's end has not stopped it yet
 
     (session_id,) = os.listdir(project / ".mevedel" / "sessions")
     for _ in ticks():
@@ -157,14 +148,7 @@ async def test_a_server_killed_after_its_agent_changed_files_leaves_every_change
     turns = json.loads(_cli(project, tmp_path, "session", "turns", "--json").stdout)["turns"]
     assert [t["state"] for t in turns] == ["interrupted"]
     shown = json.loads(_cli(project, tmp_path, "diff", "1", "--json").stdout)
-    assert {f["path"]: f["change"] for f in shown["files"]} == {
-        "notes.txt": "modified",
-        "run.sh": "mode changed",
-        "made": "directory created",
-        "made/file.txt": "added",
-        "gone.txt": "deleted",
-        "link.txt": "link created",
-    }
+    assert {f["path"]: f["change"] for f in shown["files"]} == CHANGED
     rewound = _cli(project, tmp_path, "rewind", "1", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
     assert tree_state(project) == before

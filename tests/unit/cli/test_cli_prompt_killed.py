@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 from test_cli_prompt import configure, env, mevedel
 
-from tree_state import tree_state
+from killed_turn import kill_once_said, tree_state
 
 SHELL = (
     "set -e; chmod +x run.sh; mkdir -p made/deep; echo new > made/deep/file.txt; rmdir emptydir; "
@@ -51,19 +49,9 @@ def killed_mid_turn(workspace: Path, tmp_path: Path) -> None:
         {"say": "all written"},
         {"wait_file": str(release)},
     ]])
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mevedel_server.cli", "prompt", "Change things"], cwd=workspace, env=env(tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    seen = ""
-    while "all written" not in seen:
-        char = process.stdout.read(1)
-        assert char, (seen, process.stderr.read() if process.stderr else "")
-        seen += char
+    seen = kill_once_said([sys.executable, "-m", "mevedel_server.cli", "prompt", "Change things"], "all written",
+                          cwd=workspace, env=env(tmp_path))
     assert "ran: exit 0" in seen, seen
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=30)
     release.touch()  # the orphaned agent, if its stdin's end has not stopped it yet
 
 
