@@ -211,7 +211,7 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     # could not record (the command ends; the next resume moves it there).
     identity = cli_identity()
     service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=workspace_spool(location),
-                             stopped_turn_changes=functools.partial(_stopped_turn_changes, target))
+                             stopped_turn_changes=stopped_turn_lookup(target))
     if not isinstance(location, (str, os.PathLike)):
         service.on_spool.append(lambda notice: _tell_kept_save(location.display_host, notice))
     # The artifact store's items keep their own conversations from expiring
@@ -234,6 +234,11 @@ def _tell_kept_save(host: str, notice) -> None:
     else:
         return
     print(f"mevedel: session {notice.session_id}: {line}", file=sys.stderr, flush=True)
+
+
+def stopped_turn_lookup(target) -> Callable:
+    """The CLI's ``SessionService(stopped_turn_changes=...)`` for ``target``."""
+    return functools.partial(_stopped_turn_changes, target)
 
 
 async def _stopped_turn_changes(target, session_id: str, turn_id: str, working: str, max_file_bytes: int):
