@@ -141,7 +141,15 @@ def run_diff(arguments: argparse.Namespace) -> int:
         sid = await held_session(service, arguments.session)
         diff = await service.turns.diff(sid, first, last)
         span = f"turn {diff.first}" if diff.first == diff.last else f"turns {diff.first}..{diff.last}"
-        if not diff.files:
+        in_flight = None
+        if not diff.files:  # looked up only then: a turn in flight is not one that changed nothing
+            in_flight = next((t.turn for t in await service.turns.summaries(sid) if t.state == "in-flight"), None)
+        if not diff.files and in_flight is not None and diff.first <= in_flight <= diff.last:
+            # Not "nothing": its changes reach the checkpoint when it settles,
+            # or when whoever resumes it after its process stopped records them.
+            lines = [f"{span}: nothing checkpointed yet; turn {in_flight} is in flight (its changes are recorded when it "
+                     "settles, or, if the process running it stopped, by the next prompt or takeover of the session)"]
+        elif not diff.files:
             lines = [f"{span} changed nothing in the tree"]
         elif arguments.stat:
             lines = stat_lines(diff)

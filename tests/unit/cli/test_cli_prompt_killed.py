@@ -62,6 +62,10 @@ def test_a_prompt_killed_mid_turn_leaves_its_changes_to_the_next_prompt_and_rewi
     changed = tree_state(workspace)
     assert changed["notes.txt"][2] == b"the agent's rewrite\n" and "gone.txt" not in changed
 
+    # Before anyone resumes it, the turn is in flight, not a turn that "changed nothing".
+    early = mevedel(workspace, tmp_path, "diff", "1")
+    assert "turn 1 is in flight" in early.stdout and "changed nothing" not in early.stdout, early.stdout + early.stderr
+
     configure(tmp_path, [[{"say": "carrying on"}]])
     again = mevedel(workspace, tmp_path, "prompt", "Carry on")
     assert again.returncode == 0, again.stderr
