@@ -725,7 +725,10 @@ class FileStateRecord:
                 if self._index_base is None:
                     raise FileStateError("the record of the workspace's files could not be kept, so the turn's changes would not survive a crash")
             data = self._encoded(self._index_base, self._since_index)
-            ops = [MakeDirs(self._turns, optional=True), Replace(marker, data, deferred=True), ListDir(self._turns)]
+            # Flushed (unlike the index and blobs): after a power loss the
+            # marker still says a turn ran, so what cannot be read back is
+            # named lost, never taken for a turn that changed nothing.
+            ops = [MakeDirs(self._turns, optional=True), Replace(marker, data), ListDir(self._turns)]
             result = await self._target.run(ControlProgram(ops))
             raise_for_result(ops[1], result[1])
             listed = result[2].value if result[2].ok else ()
@@ -746,7 +749,7 @@ class FileStateRecord:
         name = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
         journal = f"{marker}.written"
         self._journaled.setdefault(marker, set()).add(name)
-        return [MakeDirs(journal, optional=True), Replace(f"{journal}/{name}", path.encode("utf-8", "surrogateescape"), deferred=True)]
+        return [MakeDirs(journal, optional=True), Replace(f"{journal}/{name}", path.encode("utf-8", "surrogateescape"))]
 
     def _let_go(self, marker: str, names: set[str] | None = None) -> list[Operation]:
         """The removals of a turn's baseline: its written names (``names``:
