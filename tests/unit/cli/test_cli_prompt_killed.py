@@ -99,3 +99,18 @@ def test_a_prompt_killed_mid_turn_leaves_its_changes_to_the_next_prompt_and_rewi
     after = tree_state(workspace)
     assert after.pop("build/old.txt")[2] == b"rebuilt\n"
     assert after == {path: state for path, state in before.items() if path != "build/old.txt"}
+
+
+def test_a_baseline_that_cannot_be_read_back_is_said_never_shown_as_a_turn_that_changed_nothing(workspace, tmp_path):
+    prepare(workspace)
+    killed_mid_turn(workspace, tmp_path)
+    index = workspace / ".mevedel" / "file-state" / "index"
+    index.write_bytes(index.read_bytes()[:-1] + b"\x00")  # torn, as a power loss may leave it
+
+    configure(tmp_path, [[{"say": "carrying on"}]])
+    again = mevedel(workspace, tmp_path, "prompt", "Carry on")
+    assert again.returncode == 0, again.stderr
+    shown = mevedel(workspace, tmp_path, "diff", "1")
+    assert "turn 1: no change recorded, and not because none was made:" in shown.stdout, shown.stdout
+    assert "what it changed in the files since its last checkpoint is not known" in shown.stdout
+    assert "changed nothing" not in shown.stdout

@@ -45,6 +45,7 @@ from .open_session import OpenSession
 from .table import SessionTable
 from .values import (
     ABORT_REASON,
+    CHANGES_UNKNOWN,
     DEFAULT_MAX_SNAPSHOT_BYTES,
     CaptureResult,
     SaveResult,
@@ -86,7 +87,7 @@ class StoppedFold(NamedTuple):
         """``reason`` the turn settles with, naming what was lost."""
         if self.lost is None:
             return reason
-        return f"{reason}; what it changed in the files since its last checkpoint is not known: {self.lost}"
+        return f"{reason}; {CHANGES_UNKNOWN}: {self.lost}"
 
 
 class Turns:

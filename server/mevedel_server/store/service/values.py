@@ -36,6 +36,9 @@ PRODUCT_STORAGE = {
     "session_keep_recent": DEFAULT_SESSION_KEEP_RECENT,
 }
 ABORT_REASON = "aborted"
+#: What an interrupted turn's reason says when the files its stopped
+#: process changed since its last checkpoint could not be recovered.
+CHANGES_UNKNOWN = "what it changed in the files since its last checkpoint is not known"
 
 
 class StoppedTurnChanges:
