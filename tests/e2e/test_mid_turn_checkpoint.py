@@ -1,10 +1,12 @@
 """A long agent turn is published every ``checkpointIntervalSeconds`` while
-it runs, so a crash loses at most that much: the server is killed (SIGKILL)
-in the middle of a turn, and the next client finds what the agent had done
-before the last checkpoint, in the turn it then settles as interrupted. The
-agent engine gets this from the session service without asking for it
-(a run of text still streaming becomes a record when it ends, so that is
-what a checkpoint holds of it)."""
+it runs, so a crash loses at most that much of its records: the server is
+killed (SIGKILL) in the middle of a turn, and the next client finds what the
+agent had said before the last checkpoint, in the turn it then settles as
+interrupted. The agent engine gets this from the session service without
+asking for it (a run of text still streaming becomes a record when it ends,
+so that is what a checkpoint holds of it). The files its agent changed are
+not lost even since the last checkpoint: the next client finds them against
+the baseline the engine held before dispatching the agent."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from deadlines import ticks
+from killed_turn import CHANGED, prepare, steps, tree_state
 from mevedel_protocol import methods
 from mevedel_server.store import ClientIdentity, read_committed
 from mevedel_server.store.content.turns import Conversation
@@ -93,3 +97,58 @@ async def test_a_crash_in_the_middle_of_a_long_turn_loses_at_most_the_checkpoint
     detail = await service.turns.detail(row.session_id, 1)
     assert "The first half of a long answer" in detail.markdown
     await service.sessions.close(row.session_id)
+
+
+def _cli(project: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "XDG_STATE_HOME": str(state / "state"), "XDG_CONFIG_HOME": str(state / "config")}
+    return subprocess.run([sys.executable, "-m", "mevedel_server.cli", *args], cwd=project, env=environment,
+                          capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+
+
+async def test_a_server_killed_after_its_agent_changed_files_leaves_every_change_to_the_client_that_takes_over(tmp_path):
+    """Long before the mid-turn checkpoint: what the agent wrote and what its
+    shell command did are found by the next owner (here the CLI, another
+    client), recorded in the interrupted turn, and Rewind gives them back."""
+    project = tmp_path / "project"
+    project.mkdir()
+    prepare(project)
+    before = tree_state(project)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [steps(tmp_path / "never-released")]}))
+    client = await SERVER.start()
+    await client.initialize_session(
+        initialize_params(
+            project,
+            leaseSeconds=3,  # the dead server's lease lapses quickly
+            agents={"scripted": {"command": [sys.executable, str(AGENT), str(script)]}},
+            defaultAgent="scripted",
+        )
+    )
+    running = asyncio.ensure_future(client.protocol.send_request_async(methods.TURN_PROMPT, {"text": "Go"}))
+    for _ in ticks():
+        if (project / "link.txt").is_symlink():  # the command's last change: it ran whole
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the agent's command never ran")
+    assert (project / "notes.txt").read_text() == "the agent's rewrite\n"
+    os.kill(client._server.pid, signal.SIGKILL)
+    running.cancel()
+    await client.stop()
+    (tmp_path / "never-released").touch()  # the orphaned agent, if its stdin's end has not stopped it yet
+
+    (session_id,) = os.listdir(project / ".mevedel" / "sessions")
+    for _ in ticks():
+        taken = _cli(project, tmp_path, "session", "open", session_id, "--mode", "takeover", "--confirm-takeover")
+        if taken.returncode == 0:
+            break
+        await asyncio.sleep(0.5)  # the dead server's lease is still live
+    else:
+        raise AssertionError(taken.stderr)
+    turns = json.loads(_cli(project, tmp_path, "session", "turns", "--json").stdout)["turns"]
+    assert [t["state"] for t in turns] == ["interrupted"]
+    shown = json.loads(_cli(project, tmp_path, "diff", "1", "--json").stdout)
+    assert {f["path"]: f["change"] for f in shown["files"]} == CHANGED
+    rewound = _cli(project, tmp_path, "rewind", "1", "--before", "--yes")
+    assert rewound.returncode == 0, rewound.stderr
+    assert tree_state(project) == before

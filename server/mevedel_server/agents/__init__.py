@@ -16,6 +16,7 @@ _EXPORTS = {
     '.file_state': ('kept_reads',),
     '.prompt_queue': ('PromptQueue', 'QueueEntry', 'QueueState'),
     '.session_options': ('OptionsView', 'parse_assignment'),
+    '.turn_recovery': ('stopped_turn_changes',),
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), _EXPORTS)

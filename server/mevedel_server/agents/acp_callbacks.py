@@ -140,8 +140,9 @@ class AcpCallbacks:
         need = not engine.service.turns.captured(self.running.session_id, relative)
         # The file-state record's snapshot of what is written rides the write.
         snapshot = engine.write_snapshot(self.running.session_id, relative)
+        first = engine.written_ops(self.running.session_id, relative) if need else []
         try:
-            outcome = await files.write_text(path, content, read_before=need, then=snapshot)
+            outcome = await files.write_text(path, content, read_before=need, then=snapshot, first=first)
         except TargetError as error:
             unknown = getattr(error, "outcome_unknown", False)
             if need and unknown:

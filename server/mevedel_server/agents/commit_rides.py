@@ -91,13 +91,15 @@ async def walk_riding(record: FileStateRecord, session: Any, publish: Callable[[
         ready.cancel()
 
 
-async def keep_on_settlement(record: FileStateRecord, lease: Any) -> Callable[[], None]:
+async def keep_on_settlement(record: FileStateRecord, lease: Any, *, release: str | None = None) -> Callable[[], None]:
     """Have ``lease``'s next head commit (the settlement) keep ``record`` for
-    the next process; the callable withdraws it (call it once the
-    settlement is over: a later commit must not keep an older state)."""
+    the next process, and let the turn's baseline ``release`` go (riding
+    after the commit point, it goes only once the settlement committed);
+    the callable withdraws it (call it once the settlement is over: a
+    later commit must not keep an older state)."""
     if lease is None:
         return not_riding
-    ops, done = await record.keep_ops()
+    ops, done = await record.keep_ops(release=release)
     if not ops:
         return not_riding
     rider = lease.ride(ops, delivered=done)

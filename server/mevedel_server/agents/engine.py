@@ -65,7 +65,7 @@ from .commit_rides import keep_on_settlement, not_riding, walk_riding
 from .config import AgentConfig, AgentSpec
 from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
 from .excerpt import reconciliation_notice, transcript_excerpt
-from .file_state import Passengers
+from .file_state import FileStateRecord, Passengers
 from .fork_note import fork_files_note
 from .live import LiveFeed, TurnUpdate
 from .process import AgentProcess
@@ -250,7 +250,8 @@ class AgentEngine:
             if path not in pending and not self.service.turns.captured(session_id, where.relative(path)):
                 pending.append(path)
         files = {where.relative(path) for path in pending}
-        for relative, before in await where.read_before(pending):
+        first = [op for relative in sorted(files) for op in self.written_ops(session_id, relative)]
+        for relative, before in await where.read_before(pending, first=first):
             if not self.service.turns.captured(session_id, relative):
                 # Not one of the files: a directory above them it will make.
                 self.record_pre_state(session_id, relative, before, directory=relative not in files)
@@ -336,6 +337,12 @@ class AgentEngine:
             # walk in the publication's program).
             await walk_riding(running.file_state, self.service.session(session_id),
                               lambda: self.service.turns.checkpoint(session_id))
+            # That baseline, held until the settlement committed: should this
+            # process die mid-turn, the next owner finds what the turn
+            # changed against it (turn_recovery.py).
+            marker = running.file_state.held_marker(session_id, turn.turn_id)
+            await running.file_state.hold(marker)
+            await self._forget_settled_baselines(running.file_state, marker)
             await self.learn_authored(None)
             turn.mail = await self._mail(session_id)
         except Exception as failure:
@@ -463,9 +470,11 @@ class AgentEngine:
         reads = Passengers(())
         with contextlib.suppress(Exception):  # the session went away: the settlement says so
             reads = Passengers(tuple(self.service.turns.post_turn_reads(session_id)))
+        record = running.file_state
+        marker = record.held_marker(session_id, turn.turn_id)
         with contextlib.suppress(Exception):
             await self.capture_changes(session_id, passengers=reads)
-            withdraw = await keep_on_settlement(self.trees.record(self.working_directory(session_id)), self.service.session(session_id).lease)
+            withdraw = await keep_on_settlement(record, self.service.session(session_id).lease, release=marker)
         await self.learn_authored(session_id)
         alive = running.process.alive
         if not alive:
@@ -478,8 +487,13 @@ class AgentEngine:
                     await checkpoints.stop()  # what rides the settlement rides no mid-turn checkpoint
                 for hook in list(self.before_settle):
                     hook(session_id)
-            await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason,
-                                             read=(reads.ops, reads.results) if reads.results is not None else None)
+            settled = await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason,
+                                                       read=(reads.ops, reads.results) if reads.results is not None else None)
+            if settled.committed:
+                # The checkpoint holds the turn's changes: its baseline may go
+                # (the settlement's program removed it, unless nothing rode).
+                with contextlib.suppress(Exception):
+                    await record.release(marker)
         except Exception as failure:
             # The session went away under the turn (closed, its lease lost):
             # what was checkpointed stays; the next owner resumes the turn
@@ -662,6 +676,17 @@ class AgentEngine:
             native_session_id=running.process.native_session_id if state is not EngineState.DETACHED else None,
             machine=self.machine, state=state))
 
+    def written_ops(self, session_id: str, path: str) -> list[Operation]:
+        """What the program of the agent's first write of ``path``
+        (target-relative) in the open turn runs first, so that a crash
+        cannot hide it (FileStateRecord.written_ops): nothing unless no
+        walk looks at the path."""
+        opened = self.service.turns.open_turn(session_id)
+        if opened is None:
+            return []
+        record = self.trees.record(self.working_directory(session_id))
+        return record.written_ops(record.held_marker(session_id, opened.turn_id), path)
+
     def write_snapshot(self, session_id: str, path: str) -> list[Operation]:
         """The operations that snapshot ``path`` (target-relative) for the
         session's file-state record at the end of the program of the
@@ -692,6 +717,22 @@ class AgentEngine:
             except Exception as error:  # one odd path must not lose the others
                 _log.warning("could not checkpoint %s: %s", change.path, error)
         return [change.path for change in changes]
+
+    async def _forget_settled_baselines(self, record: FileStateRecord, own: str) -> None:
+        """Let go the baselines held beside ``own`` whose turn is no longer
+        in flight (settled by a process that did not know of them, or its
+        session deleted): while one is held, the record removes no blob.
+        Rare: read only when there are any; a session that cannot be read
+        keeps its baseline."""
+        for marker, session_id, turn_id in record.held_by_others(own):
+            try:
+                in_flight = await self.service.turns.in_flight_turn_id(session_id)
+            except Exception as error:  # unreachable or unreadable: kept, looked at again next turn
+                _log.info("could not tell whether turn %s of %s is in flight: %s", turn_id, session_id, error)
+                continue
+            if in_flight != turn_id:
+                with contextlib.suppress(Exception):
+                    await record.release(marker)
 
     async def learn_authored(self, session_id: str | None) -> None:
         """Tell the artifact store what changed among its authored files

@@ -451,13 +451,13 @@ class FileStateRecord:
             # A watch's path scans start at the target's root, where other
             # .gitignore files apply: a directory below it is watched only
             # through a target of its own, else walked.
-            local = self._scanner
+            local = self._scanner if watch is not False else None
         self._local: LocalTarget | None = local
         self._watch: TreeWatch | None = None
         #: Why the tree is walked every time (None: it is watched).
         self.unwatched: str | None = (
-            None if local is not None else "a working directory below the workspace root, not on this machine" if self._base
-            else "not a local workspace"
+            None if local is not None else "not watched" if watch is False
+            else "a working directory below the workspace root, not on this machine" if self._base else "not a local workspace"
         )
         #: Paths events named since the record last moved on.
         self._pending: set[str] = set()
@@ -485,6 +485,18 @@ class FileStateRecord:
         self._written: list[tuple[str, Snapshot, str]] = []
         #: What the caller of ``changes()`` has its walk's program run too.
         self._passengers: Passengers | None = None
+        #: The baselines of turns in flight (:meth:`hold`), this process's
+        #: and those another left (a crash): while one is held, no blob is
+        #: removed and the whole index is not replaced, since a recovery
+        #: compares the tree with that baseline (the whole index and the
+        #: marker's delta) and reads the files' earlier bytes from its blobs.
+        self._turns = f"{self._blob_dir}/turns"
+        self._holds: set[str] = set()
+        #: marker -> the names of the paths its turn's agent wrote where no
+        #: walk looks (:meth:`written_ops`).
+        self._journaled: dict[str, set[str]] = {}
+        #: The kept delta applied to the kept index at the first walk.
+        self._delta_applied = False
 
     # -- the API -------------------------------------------------------------
 
@@ -660,15 +672,156 @@ class FileStateRecord:
         self._prune_soon()
         return found
 
-    async def keep_ops(self) -> tuple[list[Operation], Callable[[tuple[OpResult, ...]], None]]:
+    async def keep_ops(self, *, release: str | None = None) -> tuple[list[Operation], Callable[[tuple[OpResult, ...]], None]]:
         """The operations that keep the record as it stands for the next
         process, for another's program (the turn's settlement: a process's
         last sync is otherwise not kept, and the next process reads again
         what it found), and the callback taking their results. None to run
-        when the record is kept already."""
+        when the record is kept already. ``release``: the marker of the
+        turn whose baseline (:meth:`hold`) the program no longer needs (it
+        runs after the settlement's commit point), removed after them."""
+        releasing = frozenset((release,)) if release in self._holds else frozenset()
         async with self._lock:
-            ops, done = await self._save_ops()
-        return ops, lambda results: done(ProgramResult(tuple(results)), 0)
+            ops, done = await self._save_ops(releasing)
+        ops = list(ops)
+        at = len(ops)
+        if releasing:
+            ops += self._let_go(release)
+
+        def taken(results: tuple[OpResult, ...]) -> None:
+            if at:
+                done(ProgramResult(tuple(results)), 0)
+            if releasing and len(results) == len(ops) and results[-1].status in (Status.OK, Status.ABSENT):
+                self._holds -= releasing
+                self._journaled.pop(release, None)
+
+        return ops, taken
+
+    # -- a turn's baseline, for its recovery after a crash ---------------------
+
+    def held_marker(self, session_id: str, turn_id: str) -> str:
+        """Where the baseline of turn ``turn_id`` of ``session_id`` is held
+        (target-relative)."""
+        return f"{self._turns}/{session_id}.{turn_id}"
+
+    async def hold(self, marker: str) -> None:
+        """Keep the record as it stands -- the tree before the agent of a
+        turn is dispatched, refreshed just now -- as that turn's baseline
+        until its settlement committed (:meth:`keep_ops`'s ``release``, or
+        :meth:`release`): ``marker`` (:meth:`held_marker`) is a delta of it
+        against the whole index, which is not replaced, and no blob is
+        removed, while any turn's baseline is held (this process's, or
+        another's it finds beside its own: a turn a crash left in flight).
+        Should the process die mid-turn, whoever resumes the session
+        compares the tree with it (:meth:`changes_since_held`). One program;
+        two when no whole index is kept yet. Raises when it cannot be kept
+        (the turn must not be dispatched then)."""
+        async with self._lock:
+            if not self._primed:
+                raise FileStateError("the file-state record was never brought up to date: call refresh() before holding it")
+            if self._index_base is None:
+                self._unsaved = True
+                await self._save()
+                if self._index_base is None:
+                    raise FileStateError("the record of the workspace's files could not be kept, so the turn's changes would not survive a crash")
+            data = self._encoded(self._index_base, self._since_index)
+            # Flushed (unlike the index and blobs): after a power loss the
+            # marker still says a turn ran, so what cannot be read back is
+            # named lost, never taken for a turn that changed nothing.
+            ops = [MakeDirs(self._turns, optional=True), Replace(marker, data), ListDir(self._turns)]
+            result = await self._target.run(ControlProgram(ops))
+            raise_for_result(ops[1], result[1])
+            listed = result[2].value if result[2].ok else ()
+            self._holds = {f"{self._turns}/{name}" for name in listed if not name.startswith(".") and not name.endswith(".written")} | {marker}
+
+    def written_ops(self, marker: str, path: str) -> list[Operation]:
+        """Operations to run ahead of the agent's first write of ``path``
+        (target-relative) in the turn of ``marker``, in the write's own
+        program: when the baseline cannot say what was there (a path no
+        walk looks at -- inside a directory a ``.gitignore`` ignores, or
+        ``.git/`` --) its name is kept beside the baseline, so a recovery
+        names it as a gap rather than missing it. None otherwise."""
+        own = self._own(path)
+        if own is not None and self._table.facts_of(own) is not None:
+            return []
+        if own is not None and not any(part in SKIP_NAMES for part in own.split("/")) and self._below(own, self._unwalked) is None:
+            return []
+        name = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        journal = f"{marker}.written"
+        self._journaled.setdefault(marker, set()).add(name)
+        return [MakeDirs(journal, optional=True), Replace(f"{journal}/{name}", path.encode("utf-8", "surrogateescape"))]
+
+    def _let_go(self, marker: str, names: set[str] | None = None) -> list[Operation]:
+        """The removals of a turn's baseline: its written names (``names``:
+        as listed; default: those this record wrote), their directory, the
+        marker."""
+        journal = f"{marker}.written"
+        names = self._journaled.get(marker, set()) if names is None else names
+        return [*(Remove(f"{journal}/{name}", optional=True) for name in sorted(names)),
+                Remove(journal, optional=True), Remove(marker, optional=True)]
+
+    async def written_since_held(self, marker: str) -> list[str]:
+        """The paths the written names beside ``marker`` hold
+        (:meth:`written_ops`); a recovery's record then lets them go with
+        the marker (:meth:`release`)."""
+        journal = f"{marker}.written"
+        listed = (await self._target.run(ControlProgram([ListDir(journal, optional=True)])))[0]
+        if not listed.ok or not listed.value:
+            return []
+        names = [name for name in listed.value if not name.startswith(".")]
+        self._journaled[marker] = set(names)
+        reads = [Read(f"{journal}/{name}", optional=True) for name in names]
+        found = await self._target.run(ControlProgram(reads))
+        return sorted(result.value.decode("utf-8", "surrogateescape") for result in found.results if result.ok)
+
+    def held_by_others(self, own: str) -> list[tuple[str, str, str]]:
+        """The baselines held beside ``own`` as the last :meth:`hold` found
+        them: ``(marker, session id, turn id)`` each (a turn another
+        session runs, or one a stopped process left in flight)."""
+        found = []
+        for marker in sorted(self._holds - {own}):
+            session_id, _, turn_id = marker.rpartition("/")[2].rpartition(".")
+            if session_id and turn_id:
+                found.append((marker, session_id, turn_id))
+        return found
+
+    async def release(self, marker: str) -> None:
+        """The turn of ``marker`` settled (its changes are in the session's
+        checkpoint): its baseline is no longer held. Nothing to run when the
+        settlement's program removed it already (:meth:`keep_ops`)."""
+        if marker not in self._holds:
+            return
+        ops = self._let_go(marker)
+        result = await self._target.run(ControlProgram(ops))
+        if len(result.results) == len(ops) and result[len(ops) - 1].status in (Status.OK, Status.ABSENT):
+            self._holds.discard(marker)
+            self._journaled.pop(marker, None)
+
+    async def changes_since_held(self, marker: str) -> list[FileChange] | None:
+        """What changed since the baseline ``marker`` holds, for a turn a
+        stopped process left in flight: every path created, modified or
+        deleted since, with its state then (its bytes read back from the
+        blobs), as :meth:`changes` reports a command's. None when no such
+        baseline is held (the turn's agent was never dispatched: nothing of
+        it to recover). Raises :class:`FileStateError` when the baseline is
+        held but cannot be read whole (the whole index it applies to was
+        replaced or is damaged). For a record of its own, never refreshed,
+        which reads and snapshots but removes and keeps nothing."""
+        async with self._lock:
+            if self._primed:
+                raise FileStateError("a held baseline is compared by a record of its own")
+            held = Read(marker, optional=True)
+            found = (await self._target.run(ControlProgram([held])))[0]
+            if found.status is Status.ABSENT:
+                return None
+            raise_for_result(held, found)
+            self._holds = {marker}  # removes nothing, replaces nothing
+            index = (await self._target.run(ControlProgram([Read(self._index, optional=True)])))[0]
+            self._preloaded = (index, found)
+            found_changes = await self._sync(report=True)
+            if not (self._from_index and self._delta_applied):
+                raise FileStateError("the record of the workspace's files before the turn was replaced or damaged since")
+            return found_changes
 
     async def _save(self) -> None:
         """Keep the record for the next process now, in a program of its own
@@ -682,7 +835,28 @@ class FileStateRecord:
             return
         done(result, 0)
 
-    async def _save_ops(self) -> tuple[list[Operation], Callable[[ProgramResult, int], None]]:
+    def _encoded(self, base: bytes | None, since: set[str]) -> bytes:
+        """The record as it stands, encoded: a whole index (``base`` None)
+        or a delta of the paths ``since`` against the whole index whose
+        checksum is ``base``."""
+        table = self._table
+        changed: list[str] | None = None
+        removed: set[str] = set()
+        if base is not None:
+            changed = sorted(path for path in since if path in table)
+            removed = {path for path in since if path not in table}
+        # A whole index in the order of the walk the record is (when it is
+        # one, of every recorded path): the next process's walk lines up.
+        order = self._walk_paths() if base is None and self._same_as is not None else None
+        if order is not None and (len(order) != len(table) or not all(map(table.__contains__, order))):
+            order = None
+        state = RecordState(table, self._unreadable, self._links, self._racy, self._unwalked, self._pack_size,
+                            base or b"", removed, holding=self._holding, tracked=self._tracked, known=self._known,
+                            changed=changed, order=order)
+        with gc_paused():
+            return encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
+
+    async def _save_ops(self, releasing: frozenset[str] = frozenset()) -> tuple[list[Operation], Callable[[ProgramResult, int], None]]:
         """The operations that keep the record as it stands for the next
         process (see :mod:`.file_state_index`), when it moved on since the
         last save: a sync runs them at the head of its own program, so a
@@ -694,28 +868,17 @@ class FileStateRecord:
         (the first of them at the given position)."""
         if not self._unsaved:
             return [], _nothing
-        if len(self._table.pack_rows) > MAX_PACKS:
+        held = self._holds - releasing
+        if len(self._table.pack_rows) > MAX_PACKS and not held:
             try:
                 await self._merge_packs()
             except Exception:  # noqa: BLE001 -- the packs stay as they were; the next save tries again
                 pass
         table = self._table
         whole = self._index_base is None or len(self._since_index) > max(DELTA_PATHS, len(table) // 8)
-        changed: list[str] | None = None
-        removed: set[str] = set()
-        if not whole:
-            changed = sorted(path for path in self._since_index if path in table)
-            removed = {path for path in self._since_index if path not in table}
-        # A whole index in the order of the walk the record is (when it is
-        # one, of every recorded path): the next process's walk lines up.
-        order = self._walk_paths() if whole and self._same_as is not None else None
-        if order is not None and (len(order) != len(table) or not all(map(table.__contains__, order))):
-            order = None
-        state = RecordState(table, self._unreadable, self._links, self._racy, self._unwalked, self._pack_size,
-                            b"" if whole else self._index_base, removed, holding=self._holding, tracked=self._tracked, known=self._known,
-                            changed=changed, order=order)
-        with gc_paused():
-            data = encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
+        if whole and held and self._index_base is not None:
+            return [], _nothing  # a held baseline's delta names the whole index: kept by a later save
+        data = self._encoded(None if whole else self._index_base, self._since_index)
         # A whole index first, then its delta goes: a delta never applies
         # to a whole index it was not made for (it names its checksum).
         ops: list[Operation] = [
@@ -1262,6 +1425,8 @@ class FileStateRecord:
         return ReadSlice(f"{self._store}/{where[0]}", offset=where[1], size=size, optional=True)
 
     def _removes(self) -> list[Remove]:
+        if self._holds:
+            return []  # a held baseline may name them (removed once released)
         return [Remove(f"{self._store}/{name}", optional=True, deferred=True) for name in sorted(self._orphans)]
 
     def _removed(self, removes: list[Remove], result) -> None:
@@ -1441,6 +1606,7 @@ class FileStateRecord:
                 checksum = index_checksum(index.value)
                 delta = decode_index(delta_read.value, max_file_bytes=self._max, blob_dir=self._blob_dir) if delta_read.ok else None
                 state = apply_delta(kept, checksum, delta)
+                self._delta_applied = state is not kept
                 self._load(state)
                 self._from_index = True
                 self._index_base = checksum

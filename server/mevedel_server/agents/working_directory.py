@@ -87,31 +87,10 @@ class WorkingTrees:
     def record(self, relative: str) -> FileStateRecord:
         record = self._records.get(relative)
         if record is None:
-            if relative:
-                name = relative.replace("/", "_")
-                record = FileStateRecord(self.target, max_file_bytes=self._max, base=relative, blob_dir=f"{WORKTREE_BLOBS}/{name}",
-                                         scanner=self._scanner(relative))
-            else:
-                record = FileStateRecord(self.target, max_file_bytes=self._max, skip=(WORKTREES_DIR,))
+            record = working_record(self.target, relative, max_file_bytes=self._max)
             record.riders = self.riders
             self._records[relative] = record
         return record
-
-    def _scanner(self, relative: str) -> LocalTarget | None:
-        """A target rooted at a local working directory, so its record is
-        kept current by inotify as the root's is; None (walked every
-        time) over SSH, or when the directory is missing or reached
-        through a symbolic link (which :meth:`require` then refuses)."""
-        local = local_root_of(self.target)
-        if local is None:
-            return None
-        path = os.path.join(local, relative)
-        if os.path.realpath(path) != os.path.join(os.path.realpath(local), relative):
-            return None
-        try:
-            return LocalTarget(path)
-        except (TargetError, OSError):
-            return None
 
     async def require(self, session_id: str, relative: str) -> None:
         """Refuse to start an agent whose working directory is gone (a
@@ -132,3 +111,31 @@ class WorkingTrees:
     def close(self) -> None:
         for record in self._records.values():
             record.close()
+
+
+def working_record(target: Target, relative: str, *, max_file_bytes: int, watch: bool | None = None) -> FileStateRecord:
+    """A new file-state record of working directory ``relative`` (the
+    workspace root: ""), kept where every record of it is kept
+    (``watch=False``: walked, never watched -- a record that looks once)."""
+    if relative:
+        name = relative.replace("/", "_")
+        return FileStateRecord(target, max_file_bytes=max_file_bytes, base=relative, blob_dir=f"{WORKTREE_BLOBS}/{name}",
+                               scanner=_scanner(target, relative), watch=watch)
+    return FileStateRecord(target, max_file_bytes=max_file_bytes, skip=(WORKTREES_DIR,), watch=watch)
+
+
+def _scanner(target: Target, relative: str) -> LocalTarget | None:
+    """A target rooted at a local working directory, so its record is
+    kept current by inotify as the root's is; None (walked every
+    time) over SSH, or when the directory is missing or reached
+    through a symbolic link (which :meth:`WorkingTrees.require` then refuses)."""
+    local = local_root_of(target)
+    if local is None:
+        return None
+    path = os.path.join(local, relative)
+    if os.path.realpath(path) != os.path.join(os.path.realpath(local), relative):
+        return None
+    try:
+        return LocalTarget(path)
+    except (TargetError, OSError):
+        return None

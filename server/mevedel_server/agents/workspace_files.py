@@ -157,20 +157,21 @@ class WorkspaceFiles:
         end = len(lines) if limit is None else start + limit
         return "".join(lines[start:end])
 
-    async def read_before(self, paths: Sequence[str]) -> list[tuple[str, Entry | None]]:
+    async def read_before(self, paths: Sequence[str], *, first: Sequence[Operation] = ()) -> list[tuple[str, Entry | None]]:
         """The current states of files about to be written by someone else
         (an ApplyPatch of the tool server), in one program: ``(relative,
         state or None)`` per path, as :meth:`write_text` reads them, and
         ``(directory, None)`` for each missing directory above them (the
-        write will make it)."""
+        write will make it). ``first``: operations run ahead of the reads."""
         relatives = list(dict.fromkeys(self.relative(path) for path in paths))
         if not relatives:
             return []
         above = [d for d in dict.fromkeys(d for r in relatives for d in _ancestors(r)) if d not in relatives]
         wanted = relatives + above
-        results = await self.target.run(ControlProgram([ReadEntry(relative, optional=True) for relative in wanted]))
+        ops = [*first, *(ReadEntry(relative, optional=True) for relative in wanted)]
+        results = (await self.target.run(ControlProgram(ops))).results
         out = []
-        for relative, result in zip(wanted, results):
+        for relative, result in zip(wanted, results[len(first) :]):
             state = _prior(result, relative)
             if relative in above and state is not None:
                 continue
@@ -178,19 +179,21 @@ class WorkspaceFiles:
         return out
 
     async def write_text(self, path: str, content: str, *, read_before: bool,
-                         then: Sequence[Operation] = ()) -> WriteOutcome:
+                         then: Sequence[Operation] = (), first: Sequence[Operation] = ()) -> WriteOutcome:
         """Replace the file with ``content`` (an existing file keeps its
         mode); with ``read_before``, its prior state is read in the same
         program (for the turn's checkpoint). Missing directories above it
         are made with the default mode and reported. ``then``: operations
         run in the same program after the write (the file-state record's
-        snapshot of what was written), their results in the outcome."""
+        snapshot of what was written), their results in the outcome;
+        ``first``: operations run before anything else (a failure among
+        them writes nothing)."""
         relative = self.relative(path)
         try:
             data = content.encode("utf-8")
         except UnicodeEncodeError:
             raise refused(path, "content is not valid Unicode text") from None
-        ops: list = []
+        ops: list = list(first)
         if read_before:
             ops.append(ReadEntry(relative, optional=True))
         parents = _ancestors(relative)
@@ -200,7 +203,7 @@ class WorkspaceFiles:
         written = len(ops)
         ops += then
         results = await self.target.run(ControlProgram(ops))
-        before = _prior(results[0], path) if read_before else None
+        before = _prior(results[len(first)], path) if read_before and len(results) > len(first) else None
         last = results[written - 1] if len(results) >= written else None
         if last is None or not last.ok:
             failed = next((r for r in results[:written] if not r.ok and r.status not in (Status.ABSENT, Status.MISMATCH)), None)

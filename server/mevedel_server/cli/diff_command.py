@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Any
 
-from ..store import DiffSide, PathDiff, TreeDiff, describe, stat_lines
+from ..store import CHANGES_UNKNOWN, DiffSide, PathDiff, TreeDiff, describe, stat_lines
 from .session_client import (
     CommandError,
     add_common,
@@ -141,7 +141,19 @@ def run_diff(arguments: argparse.Namespace) -> int:
         sid = await held_session(service, arguments.session)
         diff = await service.turns.diff(sid, first, last)
         span = f"turn {diff.first}" if diff.first == diff.last else f"turns {diff.first}..{diff.last}"
-        if not diff.files:
+        in_flight, unknown = None, []
+        if not diff.files:  # looked up only then: a turn in flight, or one whose changes were lost, did not change nothing
+            turns = [t for t in await service.turns.summaries(sid) if diff.first <= t.turn <= diff.last]
+            in_flight = next((t.turn for t in turns if t.state == "in-flight"), None)
+            unknown = [f"turn {t.turn}: {t.reason}" for t in turns if t.reason and CHANGES_UNKNOWN in t.reason]
+        if in_flight is not None:
+            # Its changes reach the checkpoint when it settles, or when
+            # whoever resumes it after its process stopped records them.
+            lines = [f"{span}: nothing checkpointed yet; turn {in_flight} is in flight (its changes are recorded when it "
+                     "settles, or, if the process running it stopped, by the next prompt or takeover of the session)"]
+        elif unknown:
+            lines = [f"{span}: no change recorded, and not because none was made:", *unknown]
+        elif not diff.files:
             lines = [f"{span} changed nothing in the tree"]
         elif arguments.stat:
             lines = stat_lines(diff)

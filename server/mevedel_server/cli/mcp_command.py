@@ -36,7 +36,12 @@ from ..store import (
     workspace_spool,
 )
 from ..targets import LocalTarget, TargetError
-from .session_client import IDENTITY_FILE, CommandError, cli_identity
+from .session_client import (
+    IDENTITY_FILE,
+    CommandError,
+    cli_identity,
+    stopped_turn_lookup,
+)
 
 SOCKET_ENV = "MEVEDEL_TOOL_SOCKET"
 TOKEN_ENV = "MEVEDEL_TOOL_TOKEN"
@@ -184,7 +189,8 @@ async def _standalone(
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {workspace}: {error.reason}") from None
     # The spool every client on this machine shares (a workspace here needs none).
-    service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE, pending_spool=workspace_spool(workspace))
+    service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE, pending_spool=workspace_spool(workspace),
+                             stopped_turn_changes=stopped_turn_lookup(target))
     try:
         sid = None
         if session is not None:

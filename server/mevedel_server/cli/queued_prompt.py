@@ -127,12 +127,14 @@ async def interrupt_orphaned_turn(service: SessionService, session_id: str) -> s
     if opened is None or opened.agent is None:
         return None
     runner = await read_runner(service.target, SessionPaths(session_id))
+    # What it changed since its last checkpoint is recorded in the turn first
+    # (``stopped``: no process here ran it).
     if runner is not None:
         by = f"the `mevedel prompt` running it (pid {runner.pid})"
-        await service.turns.abort(session_id, f"{by} ended before the turn settled")
+        await service.turns.abort(session_id, f"{by} ended before the turn settled", stopped=True)
         return f"turn {opened.turn} was left in flight: {by} ended before it settled; recorded as interrupted"
     by = f"the `mevedel prompt` that ran it with {opened.agent}"
-    await service.turns.abort(session_id, f"{by} could not record its settlement")
+    await service.turns.abort(session_id, f"{by} could not record its settlement", stopped=True)
     return (f"turn {opened.turn} was left in flight: {by} could not record its settlement (the error was shown "
             "when it ended); recorded as interrupted")
 

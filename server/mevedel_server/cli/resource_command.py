@@ -59,7 +59,7 @@ from ..targets import (
     workspace_target,
 )
 from .authored import shown
-from .session_client import CommandError, cli_identity, refuse
+from .session_client import CommandError, cli_identity, refuse, stopped_turn_lookup
 
 if TYPE_CHECKING:
     from ..mcp_client import McpAccess
@@ -344,7 +344,7 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
         target = context.store_target or LocalTarget(context.workspace_root)  # type: ignore[arg-type]
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
-    service = SessionService(target, cli_identity())
+    service = SessionService(target, cli_identity(), stopped_turn_changes=stopped_turn_lookup(target))
     try:
         try:
             await service.sessions.open(arguments.session, "resume")

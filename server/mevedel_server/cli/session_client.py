@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import socket
@@ -209,7 +210,8 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     # The identity makes the state directory, which keeps a save the host
     # could not record (the command ends; the next resume moves it there).
     identity = cli_identity()
-    service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=workspace_spool(location))
+    service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=workspace_spool(location),
+                             stopped_turn_changes=stopped_turn_lookup(target))
     if not isinstance(location, (str, os.PathLike)):
         service.on_spool.append(lambda notice: _tell_kept_save(location.display_host, notice))
     # The artifact store's items keep their own conversations from expiring
@@ -232,6 +234,24 @@ def _tell_kept_save(host: str, notice) -> None:
     else:
         return
     print(f"mevedel: session {notice.session_id}: {line}", file=sys.stderr, flush=True)
+
+
+def stopped_turn_lookup(target) -> Callable:
+    """The CLI's ``SessionService(stopped_turn_changes=...)`` for ``target``."""
+    return functools.partial(_stopped_turn_changes, target)
+
+
+async def _stopped_turn_changes(target, session_id: str, turn_id: str, working: str, max_file_bytes: int):
+    """What a turn a killed ``mevedel prompt`` (or server) left in flight
+    changed, under this user's ``checkpointExclude``; the agent engine is
+    loaded only when a turn was in flight."""
+    from ..agents import AgentError, load_cli_config, stopped_turn_changes
+
+    try:
+        exclude = load_cli_config().checkpoint_exclude
+    except AgentError:
+        exclude = ()  # a broken configuration excludes nothing: more is recorded, never less
+    return await stopped_turn_changes(target, session_id, turn_id, working, max_file_bytes=max_file_bytes, checkpoint_exclude=exclude)
 
 
 def control_request_line(arguments: argparse.Namespace, row) -> str | None:

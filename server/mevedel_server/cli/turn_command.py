@@ -187,7 +187,9 @@ def run_abort(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
         sid = await _writable(service, arguments.session)
         turn = service.info(sid).open_turn
-        result = await service.turns.abort(sid, arguments.reason)
+        # No turn runs in this process: what an agent's (a killed `mevedel
+        # prompt`'s) changed since its last checkpoint is recorded first.
+        result = await service.turns.abort(sid, arguments.reason, stopped=True)
         emit(arguments, save_data(result) | {"turn": turn, "outcome": "interrupted"}, [f"{sid}: turn {turn} aborted and saved"])
 
     return run_command(arguments, body)

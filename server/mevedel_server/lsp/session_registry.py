@@ -13,6 +13,7 @@ session's committed or access state are sent as ``mevedel/session/didChange``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -87,6 +88,7 @@ class SessionRegistry:
             # The spool the mevedel command shares: a save the SSH host could
             # not record outlives this process, whoever resumes next.
             pending_spool=store.workspace_spool(folder.remote or folder.root),
+            stopped_turn_changes=functools.partial(self._stopped_turn_changes, target),
             **_storage(settings),
         )
         service.on_change.append(lambda change: self._changed(folder, change))
@@ -97,6 +99,14 @@ class SessionRegistry:
         for attach in self.on_service:
             attach(folder, service)
         return service
+
+    async def _stopped_turn_changes(self, target: Target, session_id: str, turn_id: str, working: str, max_file_bytes: int):
+        """What a turn a stopped server left in flight changed, under this
+        server's ``checkpointExclude``."""
+        from ..agents import stopped_turn_changes
+
+        exclude = tuple(self.ls.settings.checkpoint_exclude)
+        return await stopped_turn_changes(target, session_id, turn_id, working, max_file_bytes=max_file_bytes, checkpoint_exclude=exclude)
 
     def _apply_settings(self) -> None:
         for _folder, service in self._services.values():

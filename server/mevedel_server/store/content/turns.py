@@ -517,13 +517,14 @@ class Conversation:
             changes["reconciliation_pending"] = True
         self._update(at, **changes)
 
-    def resume(self, *, at: int, current: Mapping[str, bytes | None] | None = None) -> bool:
+    def resume(self, *, at: int, current: Mapping[str, Observed] | None = None, reason: str = RESUME_REASON) -> bool:
         """Resume repairs after acquiring the session: a turn that was in
-        flight becomes interrupted, and the next turn carries the
-        reconciliation reminder. Returns whether a turn was interrupted."""
+        flight becomes interrupted (``current``: its files' post-turn
+        states), and the next turn carries the reconciliation reminder.
+        Returns whether a turn was interrupted."""
         interrupted = self._live is not None
         if interrupted:
-            self.settle(Outcome.INTERRUPTED, at=at, current=current, reason=RESUME_REASON)
+            self.settle(Outcome.INTERRUPTED, at=at, current=current, reason=reason)
         elif current:
             raise ConversationError("post-turn content was given, but no turn was in flight")
         self._update(self._time(at), reconciliation_pending=True)

@@ -47,7 +47,7 @@ _EXPORTS = {
     '.live_history': ('LiveHistory',),
     '.open_session': ('OpenSession', 'PendingSave'),
     '.saved_history': ('SavedCatalog', 'SavedSession', 'SavedSource', 'read_agent_tasks', 'read_sources', 'saved_catalog', 'saved_session'),
-    '.values': ('ABORT_REASON', 'Access', 'SaveResult', 'DEFAULT_MAX_SNAPSHOT_BYTES', 'PRODUCT_STORAGE', 'CaptureResult', 'OpenMode', 'OpenResult', 'SegmentRotation', 'SessionChange', 'SessionInfo', 'SessionListing', 'SpoolNotice', 'TurnStarted'),
+    '.values': ('ABORT_REASON', 'CHANGES_UNKNOWN', 'StoppedTurnChanges', 'Access', 'SaveResult', 'DEFAULT_MAX_SNAPSHOT_BYTES', 'PRODUCT_STORAGE', 'CaptureResult', 'OpenMode', 'OpenResult', 'SegmentRotation', 'SessionChange', 'SessionInfo', 'SessionListing', 'SpoolNotice', 'TurnStarted'),
     '.front': ('SessionService',),
     '..content.diff': ('DiffSide', 'PathDiff', 'TreeDiff', 'describe', 'stat_lines'),
     '.file_restore': ('FileRestore',),

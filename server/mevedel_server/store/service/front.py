@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from .lifecycle import History
     from .live_history import LiveHistory
     from .open_session import OpenSession
-    from .turns import Turns
+    from .turns import StoppedTurnLookup, Turns
 
 
 class SessionService:
@@ -74,11 +74,16 @@ class SessionService:
         git_excludes: bool = False,
         one_command: bool = False,
         pending_spool: PendingSpool | None = None,
+        stopped_turn_changes: StoppedTurnLookup | None = None,
     ) -> None:
         """``pending_spool``: a target on this machine where a save whose
         host could not be reached to record it pending is kept until a
         client on this machine next resumes the session
-        (:func:`~..transactions.pending_publication.workspace_spool`)."""
+        (:func:`~..transactions.pending_publication.workspace_spool`).
+        ``stopped_turn_changes``: the front end's file-state record, asked
+        what a turn a stopped process left in flight changed in the tree
+        before it is settled as interrupted
+        (:meth:`~.turns.Turns.fold_stopped_turn`)."""
         self.target = target
         self.client = client
         #: The open sessions every capability works on (store-internal:
@@ -102,8 +107,11 @@ class SessionService:
             git_excludes=git_excludes,
         )
         self._max_snapshot_bytes = max_snapshot_bytes
+        self._stopped_turn_changes = stopped_turn_changes
         # A mid-turn checkpoint is the turn capability's; the table's timer runs it.
         table.checkpoint_tick = lambda session: self.turns.checkpoint_tick(session)
+        if stopped_turn_changes is not None:
+            table.fold_stopped_turn = lambda session: self.turns.fold_stopped_turn(session)
         #: Called with every :class:`SessionChange`.
         self.on_change: list[Callable[[SessionChange], None]] = table.on_change
         #: Called with every :class:`SpoolNotice` (a save kept on this
@@ -121,7 +129,8 @@ class SessionService:
     def turns(self) -> Turns:
         from .turns import Turns
 
-        return Turns(self.table, self.following, max_snapshot_bytes=self._max_snapshot_bytes)
+        return Turns(self.table, self.following, max_snapshot_bytes=self._max_snapshot_bytes,
+                     stopped_turn_changes=self._stopped_turn_changes)
 
     @functools.cached_property
     def history(self) -> History:

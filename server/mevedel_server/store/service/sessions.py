@@ -510,17 +510,26 @@ class Sessions:
     async def _repair_resumed(self, session: OpenSession) -> int | None:
         """Settle a turn a stopped owner left in flight as interrupted and
         save that; the turn's number, when there was one."""
+        from ..content.turns import RESUME_REASON
+
         conversation = session.conversation
         in_flight = conversation.open_turn
-        if not (conversation.resume(at=self._table.time_now()) and in_flight is not None):
+        fold = None
+        if in_flight is not None and self._table.fold_stopped_turn is not None:
+            # What its stopped process changed since its last checkpoint.
+            fold = await self._table.fold_stopped_turn(session)
+        reason = fold.reason(RESUME_REASON) if fold is not None else RESUME_REASON
+        if not (conversation.resume(at=self._table.time_now(), current=fold.current if fold else None, reason=reason) and in_flight is not None):
             return None
         try:
-            await session.save(conversation.artifacts_for_save())
+            result = await session.save(conversation.artifacts_for_save())
         except (StoreError, TargetError) as error:
             # The session is open with the repair pending; info says so.
             _log.warning("session %s: saving the resume repair failed: %s", session.session_id, error)
         else:
             self._table.changed(session, "resumed")
+            if result.committed and fold is not None and fold.finish is not None:
+                await fold.finish()
         return in_flight.turn
 
     async def _note_use(self, probe: ExcludesProbe | None = None) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..content.turns import Conversation
     from ..transactions.pending_publication import PendingSpool
     from .open_session import OpenSession
+    from .turns import StoppedFold
 
 _log = logging.getLogger(__name__)
 
@@ -96,6 +97,12 @@ class SessionTable:
         #: One mid-turn checkpoint of a session (the turn capability's,
         #: installed by the front that builds both).
         self.checkpoint_tick: Callable[[OpenSession], Awaitable[None]] | None = None
+        #: Records in a turn a stopped process left in flight what it
+        #: changed in the tree, before that turn is settled as interrupted
+        #: (the turn capability's :meth:`~.turns.Turns.fold_stopped_turn`,
+        #: installed by the front): the post-turn states, the callback to
+        #: await once the settlement committed, and why changes are lost.
+        self.fold_stopped_turn: Callable[[OpenSession], Awaitable[StoppedFold]] | None = None
         self._time: TargetTime | None = None
 
     # Looking sessions up ---------------------------------------------------------

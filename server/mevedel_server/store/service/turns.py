@@ -12,8 +12,9 @@ owner's committed head).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...targets import (
     ControlProgram,
@@ -22,6 +23,7 @@ from ...targets import (
     OpResult,
     ReadEntry,
     Status,
+    TargetError,
     raise_for_result,
     split_target_path,
 )
@@ -31,6 +33,7 @@ from ..authority.workspace import check_session_id
 from ..content.checkpoints import capture_gap_reason
 from ..content.transcript import Outcome
 from ..content.turns import Conversation, ConversationError, OpenTurn
+from ..errors import InvalidSessionId, SessionMissing
 from ..layout import STATE_DIR
 from .background import STOP_CHECKPOINTS
 from .checks import outcome_of, refused_in, require_turn
@@ -42,10 +45,12 @@ from .open_session import OpenSession
 from .table import SessionTable
 from .values import (
     ABORT_REASON,
+    CHANGES_UNKNOWN,
     DEFAULT_MAX_SNAPSHOT_BYTES,
     CaptureResult,
     SaveResult,
     SegmentRotation,
+    StoppedTurnChanges,
     TurnStarted,
 )
 
@@ -60,16 +65,44 @@ if TYPE_CHECKING:
 #: Post-turn reads (:meth:`Turns.post_turn_reads`) and their results.
 PostTurnRead = tuple[Sequence[ReadEntry], Sequence[OpResult]]
 
+#: Looks up what a turn a stopped process left in flight changed: called
+#: with the session's id, the turn's id, its working directory and the
+#: snapshot limit; None when nothing of it can be found
+#: (``SessionService(stopped_turn_changes=...)``).
+StoppedTurnLookup = Callable[[str, str, str, int], Awaitable["StoppedTurnChanges | None"]]
+
+_log = logging.getLogger(__name__)
+
+
+class StoppedFold(NamedTuple):
+    """What :meth:`Turns.fold_stopped_turn` recorded: the turn's post-turn
+    states (the tree now), what to await once its settlement committed,
+    and why its changes could not be recovered (its settle reason says so)."""
+
+    current: Mapping[str, Entry | None]
+    finish: Callable[[], Awaitable[None]] | None
+    lost: str | None
+
+    def reason(self, reason: str) -> str:
+        """``reason`` the turn settles with, naming what was lost."""
+        if self.lost is None:
+            return reason
+        return f"{reason}; {CHANGES_UNKNOWN}: {self.lost}"
+
 
 class Turns:
     def __init__(
-        self, table: SessionTable, following: Following, *, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
+        self, table: SessionTable, following: Following, *, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+        stopped_turn_changes: StoppedTurnLookup | None = None,
     ) -> None:
         #: The sessions the turns belong to (a file restore reads them too).
         self.table = table
         self._following = following
         #: Files larger than this are recorded as capture gaps, not snapshots.
         self.max_snapshot_bytes = max_snapshot_bytes
+        #: The front end's file-state record, asked what a turn a stopped
+        #: process left in flight changed (None: nothing is asked).
+        self.stopped_turn_changes = stopped_turn_changes
 
     # The turn in flight ---------------------------------------------------------
 
@@ -187,10 +220,54 @@ class Turns:
         self.table.changed(session, "settled")
         return result
 
-    async def abort(self, session_id: str, reason: str | None = None) -> SaveResult:
+    async def abort(self, session_id: str, reason: str | None = None, *, stopped: bool = False) -> SaveResult:
         """Settle the turn in flight as interrupted (the next turn carries the
-        reconciliation reminder) and save."""
-        return await self.settle(session_id, Outcome.INTERRUPTED, reason=reason or ABORT_REASON)
+        reconciliation reminder) and save. ``stopped``: the process that ran
+        it is gone (killed mid-turn), so what it changed in the tree since
+        its last checkpoint is recorded first (:meth:`fold_stopped_turn`)."""
+        if not stopped:
+            return await self.settle(session_id, Outcome.INTERRUPTED, reason=reason or ABORT_REASON)
+        session = await self.table.gated(session_id, "settle a turn", turn_work=True)
+        require_turn(session, "settle a turn")
+        fold = await self.fold_stopped_turn(session)
+        result = await self.settle(session_id, Outcome.INTERRUPTED, reason=fold.reason(reason or ABORT_REASON))
+        if result.committed and fold.finish is not None:
+            await fold.finish()
+        return result
+
+    async def fold_stopped_turn(self, session: OpenSession) -> StoppedFold:
+        """Record in ``session``'s turn in flight, which a stopped process
+        left there, every change of the tree since the baseline the agent
+        engine held for it before dispatching its agent (its file-state
+        record's), through the one checkpoint seam: a path its checkpoint
+        holds already keeps that record (the first wins). The post-turn
+        states are read from the tree. Nothing is found for a turn whose
+        agent was never dispatched, or without a front end's record."""
+        opened = session.conversation.open_turn
+        lookup = self.stopped_turn_changes
+        if opened is None or lookup is None:
+            return StoppedFold({}, None, None)
+        working = session.conversation.sidecar.working_directory
+        found: StoppedTurnChanges | None = None
+        lost: str | None = None
+        try:
+            found = await lookup(session.session_id, opened.turn_id, working, self.max_snapshot_bytes)
+        except Exception as error:  # the target failed, or the record is unreadable: said, not hidden
+            _log.warning("session %s: the changes of turn %s could not be recovered: %s", session.session_id, opened.turn, error)
+            lost = f"they could not be read ({getattr(error, 'reason', None) or error})"
+        for path, before, gap in found.changes if found is not None else ():
+            try:
+                self.record_pre_state(session.session_id, path, before, gap=gap)
+            except (InvalidSessionInput, TurnStateConflict) as refused:  # one odd path must not lose the others
+                _log.warning("session %s: could not record %s: %s", session.session_id, path, refused)
+        current: Mapping[str, Entry | None] = {}
+        try:  # what its checkpoint holds now, as the tree has it
+            current = await self._post_turn_content(session)
+        except TargetError as error:  # their states after stay unknown, and the diff says so
+            _log.warning("session %s: the files of turn %s could not be read after it: %s", session.session_id, opened.turn, error)
+        if found is None:
+            return StoppedFold(current, None, lost)
+        return StoppedFold(current, found.finish, found.lost)
 
     async def checkpoint(self, session_id: str) -> SaveResult:
         """Save the unfinished turn in flight without settling it."""
@@ -275,6 +352,16 @@ class Turns:
         """The number of the open session's turn in flight, if any."""
         opened = self.open_turn(session_id)
         return None if opened is None else opened.turn
+
+    async def in_flight_turn_id(self, session_id: str) -> str | None:
+        """The id of session ``session_id``'s turn in flight -- here, or in its
+        committed state --; None when none is, or no such session is saved.
+        Raises when the session cannot be read (its target unreachable)."""
+        try:
+            conversation = await self._readable(session_id)
+        except (SessionMissing, InvalidSessionId, RecordError, SessionIncompatible, KeyError):
+            return None
+        return conversation.sidecar.in_flight_turn
 
     def transcript_records(self, session_id: str) -> list:
         """The open session's current-segment records, oldest first (the

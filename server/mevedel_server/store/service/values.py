@@ -36,6 +36,25 @@ PRODUCT_STORAGE = {
     "session_keep_recent": DEFAULT_SESSION_KEEP_RECENT,
 }
 ABORT_REASON = "aborted"
+#: What an interrupted turn's reason says when the files its stopped
+#: process changed since its last checkpoint could not be recovered.
+CHANGES_UNKNOWN = "what it changed in the files since its last checkpoint is not known"
+
+
+class StoppedTurnChanges:
+    """What a turn a stopped process left in flight changed in the tree,
+    as the front end's file-state record found it
+    (``SessionService(stopped_turn_changes=...)``): each path's state
+    before the turn -- ``(path, Entry or None, gap or None)`` --, or why
+    it cannot be known (``lost``); ``finish`` is awaited once the turn's
+    settlement committed (the record lets its baseline go)."""
+
+    __slots__ = ("changes", "finish", "lost")
+
+    def __init__(self, changes: tuple = (), *, lost: str | None = None, finish=None) -> None:
+        self.changes = changes
+        self.lost = lost
+        self.finish = finish
 
 
 class Access(enum.Enum):
