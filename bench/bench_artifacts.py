@@ -15,8 +15,13 @@ heads and the target clock too), then, interleaved:
 - ``save_version`` of an 8 KiB document whose index holds 1 version
   (``max_versions=1``) and one whose index holds 20 (``max_versions=20``):
   both write one blob, replace the index and drop the oldest blob, so only
-  the index's length differs; vs a plain durable write of the same bytes
+  the index's length differs (a later save of a store: the first read the
+  item, the others prove it unchanged in the publication); vs a plain durable write of the same bytes
   (temporary file, fsync, rename, directory fsync) in the same run.
+
+``MEVEDEL_BENCH_SOURCE=DIR`` runs another checkout's code (``DIR/server``
+first on the path; saved as ``artifacts_source``): the code before a change,
+measured the same way, run in alternation with this one's.
 
 With ``--ssh`` (default when sshd is installed) the same listing and
 publications run again through ``SshTarget`` over a throwaway loopback sshd,
@@ -35,9 +40,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import CountingTarget, report, summarize
+from harness import CountingTarget, checkout_path, report, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+if os.environ.get("MEVEDEL_BENCH_SOURCE"):
+    sys.path[:0] = checkout_path(os.environ["MEVEDEL_BENCH_SOURCE"]).split(os.pathsep)
 
 from mevedel_server.artifacts.layout import STATE_ROOT  # noqa: E402
 from mevedel_server.artifacts.store import ArtifactStore  # noqa: E402
@@ -250,7 +257,9 @@ async def main() -> None:
             notes["ssh"] = "not measured" + (f" ({missing})" if missing else "")
     notes["target"] = "list 500 items by title in under 200 ms; publication cost independent of retained count (20/1 near 1)"
     notes["load_average_1_5_15"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    report("artifacts", rows, notes)
+    if os.environ.get("MEVEDEL_BENCH_SOURCE"):
+        notes["source"] = os.environ["MEVEDEL_BENCH_SOURCE"]
+    report("artifacts_source" if os.environ.get("MEVEDEL_BENCH_SOURCE") else "artifacts", rows, notes)
 
 
 if __name__ == "__main__":

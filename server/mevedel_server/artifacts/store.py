@@ -89,6 +89,7 @@ from .records import (
 from .versions import (
     DEFAULT_MAX_VERSION_BYTES,
     DEFAULT_MAX_VERSIONS,
+    Disproved,
     load_index,
     publish_version,
     read_for_version,
@@ -176,6 +177,16 @@ def _refusals(method):
     return wrapper
 
 
+class _Saved(msgspec.Struct, frozen=True):
+    """An item as a save of it read it (and the index it wrote)."""
+
+    item_id: str
+    primary: str
+    meta_raw: bytes
+    data: bytes
+    index_raw: bytes
+
+
 class ArtifactStore:
     def __init__(
         self,
@@ -205,6 +216,9 @@ class ArtifactStore:
         #: primary file for life, so a save reads the metadata beside the
         #: primary's bytes (one program) instead of before them.
         self._primaries: dict[str, str] = {}
+        #: The item this store last saved a version of, as it then was: an
+        #: editor's next save proves it unchanged in the publication itself.
+        self._last_saved: _Saved | None = None
 
     # Reading -------------------------------------------------------------------
 
@@ -493,12 +507,14 @@ class ArtifactStore:
                 ops += fence
             now = view.now if view is not None else await self._clock()
             fence_end = len(ops)
-            ops += [
-                WriteProject(paths.file(meta.primary), data),
-                Replace(paths.meta, encode(msgspec.structs.replace(meta, updated_at=max(now, meta.created_at)))),
-            ]
+            new_meta = encode(msgspec.structs.replace(meta, updated_at=max(now, meta.created_at)))
+            ops += [WriteProject(paths.file(meta.primary), data), Replace(paths.meta, new_meta)]
             result = await self.target.run(ControlProgram(ops, lock=LOCK_DIR))
             if result.completed:
+                saved = self._last_saved
+                if saved is not None and saved.item_id == item_id and saved.primary == meta.primary:
+                    # What a save of it would read now: the bytes written here.
+                    self._last_saved = msgspec.structs.replace(saved, meta_raw=new_meta, data=data)
                 if create is not None:
                     self.leases.fenced(item_id, create, result[ops.index(create)])
                 self._note_edit(item_id, editor)
@@ -573,15 +589,33 @@ class ArtifactStore:
     @_refusals
     async def save_version(self, item_id: str, *, editor: Editor | None = None) -> VersionEntry:
         check_item_id(item_id)
-        # The metadata, the bytes, the index and the clock in one program,
-        # then the publication: two programs (round trips on SSH). The
-        # primary's name comes from the last read of the item; a wrong or
-        # unknown one costs the read again under the name the metadata gives.
+        saved = self._last_saved
+        if saved is not None and saved.item_id == item_id:
+            # Saved (or written) here last: the metadata, the primary's
+            # bytes and the index as they were then, proved under the store
+            # lock in the publication itself -- one program (round trip)
+            # when nothing else changed them. Primary bytes written
+            # elsewhere come back with the refused proof: a second program
+            # publishes them. Changed metadata: the item is read again.
+            paths = ItemPaths(item_id)
+            known = (load_index(saved.index_raw, item_id), saved.index_raw)
+            for _ in range(2):
+                proofs = (Verify(paths.meta, saved.meta_raw), Verify(paths.file(saved.primary), saved.data))
+                outcome = await self._publish(item_id, saved.data, VersionReason.SAVED, editor, known=known, proofs=proofs, saved=saved)
+                if isinstance(outcome, VersionEntry):
+                    return outcome
+                if outcome.proof != 1 or outcome.actual is None:
+                    break
+                saved = msgspec.structs.replace(saved, data=outcome.actual)
+        # The metadata, the bytes and the index in one program, then the
+        # publication: two programs (round trips on SSH). The primary's
+        # name comes from the last read of the item; a wrong or unknown one
+        # costs the read again under the name the metadata gives.
         primary = self._primaries.get(item_id)
         if primary is None:
             primary = (await self.meta(item_id))[0].primary
         for _ in range(2):
-            meta_raw, data, index, raw, at = await read_for_version(self.target, item_id, primary)
+            meta_raw, data, index, raw = await read_for_version(self.target, item_id, primary)
             meta = _decode_meta(item_id, meta_raw)
             self._primaries[item_id] = meta.primary
             if meta.primary == primary:
@@ -589,7 +623,10 @@ class ArtifactStore:
             primary = meta.primary
         if data is None or meta.primary != primary:
             raise PathAbsentError(ItemPaths(item_id).file(meta.primary), "does not exist")
-        return await self._publish(item_id, data, VersionReason.SAVED, editor, at=at, known=(index, raw))
+        saved = _Saved(item_id, primary, meta_raw, data, b"")
+        entry = await self._publish(item_id, data, VersionReason.SAVED, editor, known=(index, raw), saved=saved)
+        assert isinstance(entry, VersionEntry)  # no proofs to refuse
+        return entry
 
     async def _publish(
         self,
@@ -598,23 +635,31 @@ class ArtifactStore:
         reason: VersionReason,
         editor: Editor | None,
         *,
-        at: int | None = None,
         known: tuple[VersionIndex, bytes | None] | None = None,
-    ) -> VersionEntry:
-        entry = await publish_version(
+        proofs: tuple[Verify, ...] = (),
+        saved: _Saved | None = None,
+    ) -> VersionEntry | Disproved:
+        """Publish a version, unless one of ``proofs`` does not hold.
+        ``saved``: the item as read for it, remembered once published."""
+        self._last_saved = None
+        published = await publish_version(
             self.target,
             item_id,
             data,
-            at=await self._clock() if at is None else at,
             reason=reason,
             max_count=self.max_versions,
             max_bytes=self.max_version_bytes,
             session_id=editor.session_id if editor else None,
             turn=editor.turn if editor else None,
             known=known,
+            proofs=proofs,
         )
+        if isinstance(published, Disproved):
+            return published
+        if saved is not None:
+            self._last_saved = msgspec.structs.replace(saved, index_raw=published.index_raw)
         self.notify(item_id, "versioned")
-        return entry
+        return published.entry
 
     def _note_edit(self, item_id: str, editor: Editor | None) -> None:
         if editor is not None and editor.session_id is not None and editor.turn is not None:

@@ -4,9 +4,12 @@ Publication compares the previous index under the store lock: it reads
 ``versions.json``, builds the next index, then, holding the lock, verifies
 the index is still exactly what it read before writing the new blob and
 index. Two publishers therefore never take the same number; the loser reads
-again and publishes the next one. The blob is flushed before the index that
-names it (a ``Barrier``), so a reader following the index never meets a
-missing or torn blob; blobs the new index drops are removed after it,
+again and publishes the next one. The blob and the new index's temporary
+file are flushed together, and only then is the index renamed into place
+(a ``ReplaceAtBarrier`` committed by the ``Barrier``: two flushes, as one
+durable write takes), so a reader following the index never meets a
+missing or torn blob, and a crash leaves the old index or the new one;
+blobs the new index drops are removed after it,
 without a flush of their own: a removal a power loss undoes leaves a blob
 no index names, which is never read (numbers only grow) -- one directory
 flush less per publication, on a path whose cost is its flushes.
@@ -16,15 +19,18 @@ from __future__ import annotations
 
 import hashlib
 
+import msgspec
+
 from ..targets import (
     Barrier,
-    Clock,
+    ClockStamp,
     ControlProgram,
     MakeDirs,
     Operation,
     Read,
     Remove,
     Replace,
+    ReplaceAtBarrier,
     Stat,
     Status,
     Target,
@@ -32,7 +38,7 @@ from ..targets import (
     raise_for_result,
 )
 from .errors import ArtifactError, missing
-from .layout import LEASES_ROOT, LOCK_DIR, ItemPaths
+from .layout import LOCK_DIR, ItemPaths
 from .records import VersionEntry, VersionIndex, VersionReason, encode, load
 
 DEFAULT_MAX_VERSIONS = 20
@@ -73,27 +79,23 @@ async def read_index(target: Target, item_id: str) -> tuple[VersionIndex, bytes 
 
 async def read_for_version(
     target: Target, item_id: str, primary: str
-) -> tuple[bytes, bytes | None, VersionIndex, bytes | None, int]:
+) -> tuple[bytes, bytes | None, VersionIndex, bytes | None]:
     """What saving a version of the item needs, in one program: the item's
     metadata, the bytes of ``primary`` (the primary file's name as the
     caller last knew it: ``None`` when it is not that item's primary file
-    any more, which the caller sees in the metadata and asks again), the
-    version index (and its raw bytes, which the publication verifies) and
-    the target clock. Returns (metadata bytes, primary bytes or None, index,
-    raw index, clock)."""
+    any more, which the caller sees in the metadata and asks again) and
+    the version index (and its raw bytes, which the publication verifies).
+    Returns (metadata bytes, primary bytes or None, index, raw index)."""
     paths = ItemPaths(item_id)
     ops: list[Operation] = [
         Read(paths.meta),
         Read(paths.file(primary), optional=True),
         Read(paths.versions_index, optional=True),
-        MakeDirs(LEASES_ROOT, optional=True),
-        Clock(LEASES_ROOT),
     ]
     result = await target.run(ControlProgram(ops))
     if result[0].status is Status.ABSENT:
         raise missing(item_id)
     raise_for_result(ops[0], result[0])
-    raise_for_result(ops[4], result[4])
     data = None
     if result[1].status is not Status.ABSENT:
         raise_for_result(ops[1], result[1])
@@ -104,7 +106,35 @@ async def read_for_version(
         raise_for_result(ops[2], result[2])
         raw = result[2].value
         index = load_index(raw, item_id)
-    return result[0].value, data, index, raw, int(result[4].value)
+    return result[0].value, data, index, raw
+
+
+#: The new entry's time as encoded before the target stamps it: no stored
+#: time is negative, and outside a string a quote is a key's.
+_UNSTAMPED = b'"at":-1'
+
+
+def _stamped(path: str, new_index: VersionIndex) -> ReplaceAtBarrier:
+    """The index's replacement at ``path``, its newest entry's ``at`` (-1
+    until then) stamped with the target clock as it is written."""
+    raw = encode(new_index)
+    cut = raw.rindex(_UNSTAMPED) + len(_UNSTAMPED) - 2
+    return ReplaceAtBarrier(path, (raw[:cut], ClockStamp(0), raw[cut + 2 :]))
+
+
+class Published(msgspec.Struct, frozen=True):
+    entry: VersionEntry
+    #: The index as written, which a later publication may verify.
+    index_raw: bytes
+
+
+class Disproved(msgspec.Struct, frozen=True):
+    """A publication's proof did not hold: nothing was written."""
+
+    #: Which of the proofs.
+    proof: int
+    #: What the file holds instead (None: it is absent).
+    actual: bytes | None
 
 
 async def publish_version(
@@ -112,45 +142,53 @@ async def publish_version(
     item_id: str,
     data: bytes,
     *,
-    at: int,
     reason: VersionReason,
     max_count: int,
     max_bytes: int,
     session_id: str | None = None,
     turn: int | None = None,
     known: tuple[VersionIndex, bytes | None] | None = None,
-) -> VersionEntry:
-    """Publish ``data`` as the item's next version; ``known``: the index
-    and its raw bytes as just read (:func:`read_for_version`), verified by
-    the publication itself (read again only if it moved)."""
+    proofs: tuple[Verify, ...] = (),
+) -> Published | Disproved:
+    """Publish ``data`` as the item's next version, stamped with the target
+    clock as the index is written; ``known``: the index and its raw bytes
+    as last seen, verified by the publication itself (read again only if
+    it moved). ``proofs``: what else must hold for ``data`` to be the
+    version (the metadata's bytes, the primary file's), proved under the
+    store lock beside the index; the first that does not hold is
+    answered, nothing written."""
     paths = ItemPaths(item_id)
     digest = hashlib.sha256(data).hexdigest()
     for _ in range(_ATTEMPTS):
         index, raw = known if known is not None else await read_index(target, item_id)
         known = None
         entry = VersionEntry(
-            number=index.next_number, at=at, reason=reason, size=len(data), sha256=digest, session_id=session_id, turn=turn
+            number=index.next_number, at=-1, reason=reason, size=len(data), sha256=digest, session_id=session_id, turn=turn
         )
         kept = retained([*index.versions, entry], max_count, max_bytes)
         kept_numbers = {v.number for v in kept}
         dropped = [v.number for v in index.versions if v.number not in kept_numbers]
-        new_index = VersionIndex(next_number=index.next_number + 1, versions=kept)
+        commit = _stamped(paths.versions_index, VersionIndex(next_number=index.next_number + 1, versions=kept))
         ops: list[Operation] = [
-            Stat(paths.meta),
+            *(proofs or (Stat(paths.meta),)),
             Verify(paths.versions_index, raw),
             MakeDirs(paths.versions_dir, optional=True),
             Replace(paths.version_blob(entry.number), data, deferred=True),
+            commit,
             Barrier(),
-            Replace(paths.versions_index, encode(new_index)),
             *(Remove(paths.version_blob(number), optional=True, deferred=True) for number in dropped),
         ]
         result = await target.run(ControlProgram(ops, lock=LOCK_DIR))
         if result.completed:
-            return entry
+            at = result[ops.index(commit)].value
+            return Published(msgspec.structs.replace(entry, at=at), commit.content(at))
         stop = result.stopped_at
+        index_check = len(proofs) or 1  # after the proofs (or the metadata's Stat)
         if stop == 0 and result[0].status is Status.ABSENT:
             raise missing(item_id)
-        if stop == 1 and result[1].status is Status.MISMATCH:
+        if stop < index_check and result[stop].status is Status.MISMATCH:
+            return Disproved(stop, result[stop].value)
+        if stop == index_check and result[stop].status is Status.MISMATCH:
             continue  # another publisher took this number: read again
         raise_for_result(ops[stop], result[stop])
     raise ArtifactError("unavailable", item_id, "the version index kept changing while publishing; try again")

@@ -45,7 +45,7 @@ _EXPORTS = {
     '.location': ('parse_workspace_location', 'workspace_target'),
     '.paths': ('join_target_path', 'parent_and_name', 'split_target_path'),
     '.process_group': ('GroupState', 'ProcessGroup', 'RemoteGroup', 'process_identity'),
-    '.program': ('Barrier', 'Chain', 'ChainHop', 'ChainLink', 'ChainSpec', 'ClockStamp', 'ControlProgram', 'CreateExclusive', 'CreateLinked', 'DirSurvey', 'FileRead', 'FileScan', 'FileStat', 'ListDir', 'ListTree', 'MakeDirs', 'OpResult', 'Operation', 'ProgramResult', 'PutEntry', 'Read', 'ReadChain', 'ReadEntry', 'ReadFiles', 'ReadNewest', 'ReadSlice', 'Remove', 'Replace', 'SCAN_DIR', 'SCAN_FACTS', 'SCAN_IGNORED', 'SCAN_IGNORED_REASON', 'SCAN_LINK', 'ScanFacts', 'ScanPaths', 'ScanTree', 'Snapshot', 'SnapshotFile', 'StampedCreate', 'Stat', 'Status', 'SurveyDirs', 'SurveyedDir', 'TreeListing', 'Verify', 'WriteProject', 'differing_records'),
+    '.program': ('Barrier', 'Chain', 'ChainHop', 'ChainLink', 'ChainSpec', 'ClockStamp', 'ControlProgram', 'CreateExclusive', 'CreateLinked', 'DirSurvey', 'FileRead', 'FileScan', 'FileStat', 'ListDir', 'ListTree', 'MakeDirs', 'OpResult', 'Operation', 'ProgramResult', 'PutEntry', 'Read', 'ReadChain', 'ReadEntry', 'ReadFiles', 'ReadNewest', 'ReadSlice', 'Remove', 'Replace', 'ReplaceAtBarrier', 'SCAN_DIR', 'SCAN_FACTS', 'SCAN_IGNORED', 'SCAN_IGNORED_REASON', 'SCAN_LINK', 'ScanFacts', 'ScanPaths', 'ScanTree', 'Snapshot', 'SnapshotFile', 'StampedCreate', 'StampedWrite', 'Stat', 'Status', 'SurveyDirs', 'SurveyedDir', 'TreeListing', 'Verify', 'WriteProject', 'differing_records'),
     '.remote_errors': ('HostKeyRefused', 'SshLocationError', 'TargetUnavailable', 'WorkspaceLocationError'),
     '.ssh': ('SshTarget',),
     '.ssh_config': ('SshLocation', 'parse_ssh_location'),

@@ -48,11 +48,13 @@ from .program import (
     ReadSlice,
     Remove,
     Replace,
+    ReplaceAtBarrier,
     ScanPaths,
     ScanTree,
     Snapshot,
     SnapshotFile,
     StampedCreate,
+    StampedWrite,
     Stat,
     Status,
     SurveyDirs,
@@ -79,6 +81,7 @@ _KINDS: dict[type, str] = {
         CreateLinked,
         StampedCreate,
         Replace,
+        ReplaceAtBarrier,
         WriteProject,
         Remove,
         MakeDirs,
@@ -111,7 +114,7 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = op.data
     elif isinstance(op, Verify):
         argument = op.expected
-    elif isinstance(op, StampedCreate):
+    elif isinstance(op, StampedWrite):
         argument = list(op.plain_parts())
     elif isinstance(op, ReadNewest):
         argument = [op.prefix, op.digits, op.suffix]

@@ -679,14 +679,14 @@ class ClockStamp(msgspec.Struct, frozen=True):
             raise TypeError("a clock stamp offset is a whole number of seconds")
 
 
-class StampedCreate(Operation):
-    """Create a file that must not exist yet, like :class:`CreateExclusive`,
-    whose content is ``parts`` joined with every :class:`ClockStamp` replaced
-    by a target clock reading the operation takes just before it writes (in
-    the file's own directory; see :mod:`.clock`). ``value`` is that reading,
-    so the caller can rebuild the exact bytes with :meth:`content`.
+class StampedWrite(Operation):
+    """A write whose content is ``parts`` joined with every
+    :class:`ClockStamp` replaced by a target clock reading the operation
+    takes just before it writes (in the file's own directory; see
+    :mod:`.clock`). ``value`` is that reading, so the caller can rebuild the
+    exact bytes with :meth:`content`.
 
-    This is what lets a record carry deadlines read in the same program that
+    This is what lets a record carry times read in the same program that
     writes it, instead of from an earlier round trip."""
 
     parts: tuple[bytes | ClockStamp, ...]
@@ -709,12 +709,35 @@ class StampedCreate(Operation):
         return stamped_content(self.plain_parts(), reading)
 
 
+class StampedCreate(StampedWrite):
+    """Create a file that must not exist yet, like :class:`CreateExclusive`,
+    with stamped content (:class:`StampedWrite`): a record carrying
+    deadlines read in the program that writes it."""
+
+
 class Replace(Operation):
     """Atomically replace (or create) a file: temporary file in the same
     directory, fsync, rename, fsync of the directory."""
 
     data: bytes
     writes: ClassVar[bool] = True
+
+
+class ReplaceAtBarrier(StampedWrite):
+    """Replace (or create) a file with stamped content (:class:`StampedWrite`)
+    when the program's next :class:`Barrier` has made every deferred write
+    before it durable: the bytes go to a temporary file now, which that
+    barrier flushes with those writes, renames over ``path`` and flushes
+    the directory of. The head of a publication whose files are deferred:
+    it commits in the barrier's two flushes, as one durable write does,
+    where a :class:`Replace` after the barrier took two more. Without a
+    barrier later in the program nothing is replaced (the temporary file
+    goes when the program ends)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.deferred:
+            raise ValueError("ReplaceAtBarrier is flushed by its barrier already; it is not marked deferred")
 
 
 class WriteProject(Operation):
@@ -744,8 +767,9 @@ class Barrier(Operation):
     """Make every deferred write of this program before it durable, in one
     flush of each filesystem they touched; ``value`` is how many writes it
     covered. Put it before the write that commits them, so that write can
-    only become visible once everything it names is on disk. A failed flush
-    fails the barrier, and the program stops before its commit."""
+    only become visible once everything it names is on disk, or let it
+    commit a :class:`ReplaceAtBarrier` itself. A failed flush fails the
+    barrier, and the program stops before its commit."""
 
     path: str = "."
     accepts_root: ClassVar[bool] = True

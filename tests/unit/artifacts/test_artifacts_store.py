@@ -112,15 +112,17 @@ async def test_two_publishers_never_take_the_same_version_number(root, open_targ
     assert sorted(numbers) == list(range(1, 12)) and len(set(numbers)) == 11
 
 
-async def test_saving_a_version_reads_bytes_index_and_clock_in_one_program(root, open_target):
+async def test_saving_a_version_reads_the_item_once_and_then_proves_it_in_the_publication(root, open_target):
     target = await open_target(root)
     store = _store(target)
     item = await store.create("document", "Doc", b"# one\n")
     real_run = target.run
 
-    async def save_counted(text: bytes):
-        """Writes TEXT, saves a version; the version and the programs the save ran."""
-        await store.write(item.item_id, text)
+    async def save_counted(text: bytes | None):
+        """Writes TEXT (None: nothing), saves a version; the version and the
+        programs the save ran."""
+        if text is not None:
+            await store.write(item.item_id, text)
         programs = []
 
         async def counting(program):
@@ -134,16 +136,37 @@ async def test_saving_a_version_reads_bytes_index_and_clock_in_one_program(root,
             del target.run
 
     saved, programs = await save_counted(b"# two\n")
-    # The item's metadata (where its primary file is); its bytes, the index
-    # and the clock; the publication -- each a round trip on SSH.
+    # The item's metadata (where its primary file is); its bytes and the
+    # index; the publication (the clock stamped as it writes the index) --
+    # each a round trip on SSH.
     assert programs == 3
     assert saved.reason is VersionReason.SAVED and saved.sha256 == revision_of(b"# two\n")
     assert [v.number for v in await store.versions(item.item_id)][0] == saved.number
-    # An editor's next save: the store knows the primary file's name, so
-    # the metadata is read beside the bytes -- two round trips.
-    again, programs = await save_counted(b"# three\n")
-    assert programs == 2
-    assert again.number == saved.number + 1 and again.sha256 == revision_of(b"# three\n")
+    # An editor's next save, written through this store or not written at
+    # all: the publication proves the metadata and bytes it knows -- one
+    # round trip.
+    for text in (b"# three\n", None):
+        again, programs = await save_counted(text)
+        assert programs == 1
+        assert again.number == saved.number + 1 and again.sha256 == revision_of(b"# three\n")
+        saved = again
+    # Bytes written by other means (a model's ApplyPatch): the refused
+    # proof carries them, and they are what the next program publishes.
+    (root / ".mevedel/artifacts" / item.item_id / "document.md").write_bytes(b"# patched\n")
+    patched, programs = await save_counted(None)
+    assert programs == 2 and patched.sha256 == revision_of(b"# patched\n")
+    # Another process's write: its new bytes come back with the refused
+    # proof as above, or -- its metadata changed too (a later second in
+    # ``updated_at``) -- the item is read again.
+    await store.leases.release(item.item_id)
+    other = _store(target, "other")
+    await other.write(item.item_id, b"# elsewhere\n")
+    await other.close()
+    elsewhere, programs = await save_counted(None)
+    assert programs in (2, 3) and elsewhere.sha256 == revision_of(b"# elsewhere\n")
+    versions = await store.versions(item.item_id)
+    assert [v.sha256 for v in versions][:4] == [revision_of(b) for b in (b"# elsewhere\n", b"# patched\n", b"# three\n", b"# three\n")]
+    assert versions[0].at >= versions[-1].at > 0
     await store.close()
 
 
