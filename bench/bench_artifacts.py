@@ -40,11 +40,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import CountingTarget, checkout_path, report, summarize
+if os.environ.get("MEVEDEL_BENCH_SOURCE"):  # before anything imports ours
+    sys.path[:0] = [str(Path(os.environ["MEVEDEL_BENCH_SOURCE"]) / part) for part in ("server", "protocol")]
+
+from harness import CountingTarget, report, summarize  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-if os.environ.get("MEVEDEL_BENCH_SOURCE"):
-    sys.path[:0] = checkout_path(os.environ["MEVEDEL_BENCH_SOURCE"]).split(os.pathsep)
 
 from mevedel_server.artifacts.layout import STATE_ROOT  # noqa: E402
 from mevedel_server.artifacts.store import ArtifactStore  # noqa: E402
