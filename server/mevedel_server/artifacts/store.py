@@ -615,16 +615,17 @@ class ArtifactStore:
         if primary is None:
             primary = (await self.meta(item_id))[0].primary
         for _ in range(2):
-            meta_raw, data, index, raw = await read_for_version(self.target, item_id, primary)
-            meta = _decode_meta(item_id, meta_raw)
+            read = await read_for_version(self.target, item_id, primary)
+            meta = _decode_meta(item_id, read.meta_raw)
             self._primaries[item_id] = meta.primary
             if meta.primary == primary:
                 break
             primary = meta.primary
-        if data is None or meta.primary != primary:
+        if read.data is None or meta.primary != primary:
             raise PathAbsentError(ItemPaths(item_id).file(meta.primary), "does not exist")
-        saved = _Saved(item_id, primary, meta_raw, data, b"")
-        entry = await self._publish(item_id, data, VersionReason.SAVED, editor, known=(index, raw), saved=saved)
+        saved = _Saved(item_id, primary, read.meta_raw, read.data, b"")
+        known = (read.index, read.index_raw)
+        entry = await self._publish(item_id, read.data, VersionReason.SAVED, editor, known=known, saved=saved, garbage=read.garbage)
         assert isinstance(entry, VersionEntry)  # no proofs to refuse
         return entry
 
@@ -638,6 +639,7 @@ class ArtifactStore:
         known: tuple[VersionIndex, bytes | None] | None = None,
         proofs: tuple[Verify, ...] = (),
         saved: _Saved | None = None,
+        garbage: tuple[int, ...] = (),
     ) -> VersionEntry | Disproved:
         """Publish a version, unless one of ``proofs`` does not hold.
         ``saved``: the item as read for it, remembered once published."""
@@ -653,6 +655,7 @@ class ArtifactStore:
             turn=editor.turn if editor else None,
             known=known,
             proofs=proofs,
+            garbage=garbage,
         )
         if isinstance(published, Disproved):
             return published

@@ -10,9 +10,11 @@ file are flushed together, and only then is the index renamed into place
 durable write takes), so a reader following the index never meets a
 missing or torn blob, and a crash leaves the old index or the new one;
 blobs the new index drops are removed after it,
-without a flush of their own: a removal a power loss undoes leaves a blob
-no index names, which is never read (numbers only grow) -- one directory
-flush less per publication, on a path whose cost is its flushes.
+without a flush of their own: a removal a power loss (or a crash just
+before it) undoes leaves a blob no index names, which is never read
+(numbers only grow) and which the next save that reads the item removes
+-- one directory flush less per publication, on a path whose cost is its
+flushes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..targets import (
     Barrier,
     ClockStamp,
     ControlProgram,
+    ListDir,
     MakeDirs,
     Operation,
     Read,
@@ -38,7 +41,7 @@ from ..targets import (
     raise_for_result,
 )
 from .errors import ArtifactError, missing
-from .layout import LOCK_DIR, ItemPaths
+from .layout import LOCK_DIR, VERSION_DIGITS, ItemPaths
 from .records import VersionEntry, VersionIndex, VersionReason, encode, load
 
 DEFAULT_MAX_VERSIONS = 20
@@ -77,20 +80,33 @@ async def read_index(target: Target, item_id: str) -> tuple[VersionIndex, bytes 
     return load_index(result[1].value, item_id), result[1].value
 
 
-async def read_for_version(
-    target: Target, item_id: str, primary: str
-) -> tuple[bytes, bytes | None, VersionIndex, bytes | None]:
+class ForVersion(msgspec.Struct, frozen=True):
+    """What saving a version of an item reads (:func:`read_for_version`)."""
+
+    meta_raw: bytes
+    #: None: not that item's primary file (any more).
+    data: bytes | None
+    index: VersionIndex
+    #: The index's bytes, which the publication verifies (None: no index).
+    index_raw: bytes | None
+    #: Blobs below the index's next number that it does not name: left by
+    #: a crash between a publication's commit and its removal of the
+    #: blobs it dropped.
+    garbage: tuple[int, ...]
+
+
+async def read_for_version(target: Target, item_id: str, primary: str) -> ForVersion:
     """What saving a version of the item needs, in one program: the item's
     metadata, the bytes of ``primary`` (the primary file's name as the
     caller last knew it: ``None`` when it is not that item's primary file
-    any more, which the caller sees in the metadata and asks again) and
-    the version index (and its raw bytes, which the publication verifies).
-    Returns (metadata bytes, primary bytes or None, index, raw index)."""
+    any more, which the caller sees in the metadata and asks again), the
+    version index and the blobs it does not name."""
     paths = ItemPaths(item_id)
     ops: list[Operation] = [
         Read(paths.meta),
         Read(paths.file(primary), optional=True),
         Read(paths.versions_index, optional=True),
+        ListDir(paths.versions_dir, optional=True),
     ]
     result = await target.run(ControlProgram(ops))
     if result[0].status is Status.ABSENT:
@@ -106,7 +122,17 @@ async def read_for_version(
         raise_for_result(ops[2], result[2])
         raw = result[2].value
         index = load_index(raw, item_id)
-    return result[0].value, data, index, raw
+    named = {v.number for v in index.versions}
+    garbage = tuple(
+        number
+        for number in (_blob_number(name) for name in (result[3].value or () if result[3].ok else ()))
+        if number is not None and number < index.next_number and number not in named
+    )
+    return ForVersion(result[0].value, data, index, raw, garbage)
+
+
+def _blob_number(name: str) -> int | None:
+    return int(name) if len(name) == VERSION_DIGITS and name.isascii() and name.isdigit() else None
 
 
 #: The new entry's time as encoded before the target stamps it: no stored
@@ -149,6 +175,7 @@ async def publish_version(
     turn: int | None = None,
     known: tuple[VersionIndex, bytes | None] | None = None,
     proofs: tuple[Verify, ...] = (),
+    garbage: tuple[int, ...] = (),
 ) -> Published | Disproved:
     """Publish ``data`` as the item's next version, stamped with the target
     clock as the index is written; ``known``: the index and its raw bytes
@@ -156,18 +183,23 @@ async def publish_version(
     it moved). ``proofs``: what else must hold for ``data`` to be the
     version (the metadata's bytes, the primary file's), proved under the
     store lock beside the index; the first that does not hold is
-    answered, nothing written."""
+    answered, nothing written. ``garbage``: blobs ``known``'s index does
+    not name, removed with those it drops (only if it is still that index)."""
     paths = ItemPaths(item_id)
     digest = hashlib.sha256(data).hexdigest()
     for _ in range(_ATTEMPTS):
-        index, raw = known if known is not None else await read_index(target, item_id)
-        known = None
+        if known is None:
+            index, raw = await read_index(target, item_id)
+            garbage = ()
+        else:
+            index, raw = known
+            known = None
         entry = VersionEntry(
             number=index.next_number, at=-1, reason=reason, size=len(data), sha256=digest, session_id=session_id, turn=turn
         )
         kept = retained([*index.versions, entry], max_count, max_bytes)
         kept_numbers = {v.number for v in kept}
-        dropped = [v.number for v in index.versions if v.number not in kept_numbers]
+        dropped = [v.number for v in index.versions if v.number not in kept_numbers] + list(garbage)
         commit = _stamped(paths.versions_index, VersionIndex(next_number=index.next_number + 1, versions=kept))
         ops: list[Operation] = [
             *(proofs or (Stat(paths.meta),)),

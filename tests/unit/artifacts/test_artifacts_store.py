@@ -170,6 +170,26 @@ async def test_saving_a_version_reads_the_item_once_and_then_proves_it_in_the_pu
     await store.close()
 
 
+async def test_a_blob_a_crash_left_unnamed_goes_with_the_next_save(root, open_target):
+    """A crash between a publication's commit and its removal of the blob
+    the new index dropped leaves that blob behind: the next save that
+    reads the item removes it, and keeps every blob an index names."""
+    target = await open_target(root)
+    store = _store(target, max_versions=2)
+    item = await store.create("document", "Doc", b"# one\n")
+    for _ in range(3):
+        await store.save_version(item.item_id)
+    versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
+    kept = sorted(p.name for p in versions.iterdir())
+    assert kept == ["0000000003", "0000000004"]
+    (versions / "0000000001").write_bytes(b"# one\n")  # as the crash left it
+    later = _store(target, max_versions=2)
+    entry = await later.save_version(item.item_id)
+    assert sorted(p.name for p in versions.iterdir()) == ["0000000004", f"{entry.number:010d}"]
+    await store.close()
+    await later.close()
+
+
 async def test_a_save_after_the_item_was_made_anew_under_another_primary_file_saves_that_file(root, open_target):
     """The id's item was deleted and adopted again (another process) with
     another primary file: a store that saved it before reads the metadata
