@@ -381,16 +381,16 @@ class _Deferred:
         and everything deferred before it are durable, then flush the
         directories that name them."""
         renamed = {}
-        while self.staged:
-            dir_fd, temp, leaf = self.staged[0]
-            os.replace(temp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            self.staged.pop(0)
-            st = os.fstat(dir_fd)
-            if (st.st_dev, st.st_ino) in renamed:
-                os.close(dir_fd)
-            else:
-                renamed[(st.st_dev, st.st_ino)] = dir_fd
         try:
+            while self.staged:
+                dir_fd, temp, leaf = self.staged[0]
+                os.replace(temp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                self.staged.pop(0)
+                st = os.fstat(dir_fd)
+                if (st.st_dev, st.st_ino) in renamed:
+                    os.close(dir_fd)
+                else:
+                    renamed[(st.st_dev, st.st_ino)] = dir_fd
             _fsync_at_once(list(renamed.values()))
         finally:
             for fd in renamed.values():
