@@ -1035,17 +1035,23 @@ class Executor:
             os.fsync(pfd)
         return (OK, None, None, False)
 
+    def _replaceable(self, pfd, leaf, label):
+        """The ``lstat`` of ``leaf`` (None: absent), refused when a rename
+        cannot replace it: a symbolic link or a directory."""
+        found = self._lstat(pfd, leaf)
+        if found is not None and stat_mode.S_ISLNK(found.st_mode):
+            raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
+        if found is not None and stat_mode.S_ISDIR(found.st_mode):
+            raise Refused(FAILED, "'%s' is a directory" % label)
+        return found
+
     def _write_project(self, path, data, deferred):
         return self._replace(path, data, deferred, project=True)
 
     def _replace(self, path, data, deferred, project=False):
         pfd, leaf, label = self._open_parent(path)
         try:
-            found = self._lstat(pfd, leaf)
-            if found is not None and stat_mode.S_ISLNK(found.st_mode):
-                raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
-            if found is not None and stat_mode.S_ISDIR(found.st_mode):
-                raise Refused(FAILED, "'%s' is a directory" % label)
+            found = self._replaceable(pfd, leaf, label)
             mode = None
             if project:
                 mode = stat_mode.S_IMODE(found.st_mode) if found is not None else _PROJECT_FILE_MODE
@@ -1072,11 +1078,7 @@ class Executor:
             raise Refused(FAILED, "stamped content is a list of parts")
         pfd, leaf, label = self._open_parent(path)
         try:
-            found = self._lstat(pfd, leaf)
-            if found is not None and stat_mode.S_ISLNK(found.st_mode):
-                raise Refused(FAILED, "'%s' is a symbolic link" % label, unsafe=True)
-            if found is not None and stat_mode.S_ISDIR(found.st_mode):
-                raise Refused(FAILED, "'%s' is a directory" % label)
+            self._replaceable(pfd, leaf, label)
             reading = self._write_temp(pfd, leaf, parts, deferred, staged=True)
             return (OK, reading, None, False)
         finally:
