@@ -207,10 +207,13 @@ class ItemWatches:
     # Reading ---------------------------------------------------------------------
 
     async def state(self, item_id: str) -> ItemState:
-        """The item's standing and revision as read now."""
+        """The item's standing and revision as read now: the revision first,
+        then the lease. A write commits the lease it takes in the program
+        that writes the bytes, ahead of them, so a revision seen is never
+        paired with the lease from before the write that made it (read the
+        other way round, a write landing between the two reads showed the
+        new bytes as free)."""
         leases = self.store.leases
-        view = await leases.observe(item_id)
-        standing = view.standing(leases.client.client_id)
         revision = None
         try:
             meta, _ = await self.store.meta(item_id)
@@ -224,6 +227,8 @@ class ItemWatches:
             if result.status is not Status.ABSENT:  # a delete under way: gone
                 raise_for_result(op, result)
                 revision = revision_of(result.value)
+        view = await leases.observe(item_id)
+        standing = view.standing(leases.client.client_id)
         held = standing == "held"
         return ItemState(standing, leases.holder_text(view) if held else None, leases.holder(view) if held else None, revision)
 
