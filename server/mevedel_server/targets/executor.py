@@ -409,28 +409,74 @@ class _Deferred:
 
 
 def _fsync_at_once(fds):
-    """fsync every descriptor of ``fds``, each on its own thread but the
-    first (on this one); raise the first failure once all are done."""
+    """fsync every descriptor of ``fds`` at once: the first on this thread,
+    each other on a thread of ``_FLUSHERS``; raise the first failure once
+    all are done."""
     if len(fds) < 2:
         for fd in fds:
             os.fsync(fd)
         return
-    failures = []
+    waits = [_FLUSHERS.fsync(fd) for fd in fds[1:]]
+    failure = None
+    try:
+        os.fsync(fds[0])
+    except OSError as exc:
+        failure = exc
+    for wait in waits:
+        raised = wait()
+        failure = failure or raised
+    if failure is not None:
+        raise failure
 
-    def flush(fd):
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            failures.append(exc)
 
-    threads = [threading.Thread(target=flush, args=(fd,)) for fd in fds[1:]]
-    for thread in threads:
-        thread.start()
-    flush(fds[0])
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
+class _Flushers:
+    """Threads kept for the fsyncs a barrier issues at once (starting a
+    thread per fsync cost a fast disk's flush again). Made on first use:
+    a program with nothing to flush at once starts none."""
+
+    #: Threads kept; a barrier past that many waits for one to be free.
+    KEPT = 3
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._requests = None
+        self._started = 0
+
+    def fsync(self, fd):
+        """fsync ``fd`` on a kept thread; returns a call that waits for it
+        and answers its ``OSError`` (None when it flushed)."""
+        with self._lock:
+            if self._requests is None:
+                import _queue
+
+                self._requests = _queue.SimpleQueue()
+            if self._started < self.KEPT:
+                self._started += 1
+                threading.Thread(target=self._serve, name="mevedel-fsync", daemon=True).start()
+        done = threading.Lock()
+        done.acquire()
+        outcome = []
+        self._requests.put((fd, done, outcome))
+
+        def wait():
+            done.acquire()
+            return outcome[0]
+
+        return wait
+
+    def _serve(self):
+        while True:
+            fd, done, outcome = self._requests.get()
+            error = None
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                error = exc
+            outcome.append(error)
+            done.release()
+
+
+_FLUSHERS = _Flushers()
 
 
 def probe_filesystem_clock(dir_fd):
