@@ -303,7 +303,8 @@ async def _last_or_new(service: SessionService, arguments: argparse.Namespace, f
         raise CommandError("lease-held", f"your last session {name} is held by {holder}: `mevedel session take-control {row.session_id}` "
                                          f"asks for it, `mevedel prompt --new` starts a new session")
     if row.action is SessionAction.TAKE_OVER:
-        raise CommandError("lease-held", f"your last session {name} was held by {holder}, whose lease expired: "
+        lapsed = "whose process here has ended" if row.holder_ended else "whose lease expired"
+        raise CommandError("lease-held", f"your last session {name} was held by {holder}, {lapsed}: "
                                          f"`mevedel session take-control {row.session_id} --confirm-takeover` takes it over, "
                                          f"`mevedel prompt --new` starts a new session")
     if not arguments.json:

@@ -205,6 +205,7 @@ def run_list(arguments: argparse.Namespace) -> int:
                 "updated_at": row.updated_at,
                 "holder_host": row.holder_host,
                 "lease": row.standing.value,
+                "holder_ended": row.holder_ended,
                 "published": row.published,
                 "recovery_pending": row.recovery_pending,
                 "control_request": plain(row.control_request) if row.holder_is_self else None,
@@ -237,7 +238,7 @@ def _row_lines(arguments: argparse.Namespace, row) -> list[str]:
 def _row_line(row) -> str:
     where = ""
     if row.holder_host and row.action.value in ("Join", "Take over"):
-        where = f"  held by {row.holder_host}" if row.action.value == "Join" else f"  lease expired, was {row.holder_host}"
+        where = f"  held by {row.holder_host}" if row.action.value == "Join" else (f"  process ended, was {row.holder_host}" if row.holder_ended else f"  lease expired, was {row.holder_host}")
     when = describe_target_time(row.updated_at) if row.updated_at else "never"
     return f"{row.session_id}  {row.action.value:<9}  {row.turn_count:>4} turns  {when}  {row.display_name}{where}"
 
@@ -282,9 +283,9 @@ def run_open(arguments: argparse.Namespace) -> int:
                 sid, arguments.mode, confirm_takeover=arguments.confirm_takeover, confirm_identity=arguments.confirm_identity
             )
         except TakeoverNeedsConfirmation as asked:
+            advice = "take it over with" if asked.holder_ended else "if that client has stopped, take it over with"
             raise CommandError(
-                "takeover-needs-confirmation",
-                f"{asked}; if that client has stopped, take it over with: mevedel session open {sid} --confirm-takeover",
+                "takeover-needs-confirmation", f"{asked}; {advice}: mevedel session open {sid} --confirm-takeover"
             ) from None
         except IdentityNeedsConfirmation as asked:
             raise CommandError(

@@ -97,12 +97,18 @@ def state(ls: MevedelLanguageServer, folder: Folder, info: SessionInfo) -> wire.
 
 async def confirm_takeover(ls: MevedelLanguageServer, asked: TakeoverNeedsConfirmation) -> bool:
     """Ask the user whether to take over a session whose holder's lease
-    expired; only an explicit Take over consents."""
+    expired or whose holder process ended; only an explicit Take over
+    consents."""
     holder = asked.holder_host or "another client"
+    question = (
+        f"Session {asked.session_id} was held by {holder}, whose process on this machine has ended. Take it over?"
+        if asked.holder_ended
+        else f"Session {asked.session_id} was held by {holder}, whose lease expired. "
+        "A write may still be in flight there: take it over only if that client has stopped."
+    )
     return await consents(
         ls,
-        f"Session {asked.session_id} was held by {holder}, whose lease expired. "
-        "A write may still be in flight there: take it over only if that client has stopped.",
+        question,
         TAKE_OVER,
         CANCEL,
         ls.settings.control_transfer.prompt_timeout_seconds,

@@ -72,6 +72,7 @@ class LeaseUnavailable(StoreError):
         state: str | None = None,
         expires_at: int | None = None,
         now: int | None = None,
+        holder_ended: bool = False,
     ) -> None:
         super().__init__(message)
         self.session_id = session_id
@@ -80,6 +81,9 @@ class LeaseUnavailable(StoreError):
         self.state = state
         self.expires_at = expires_at
         self.now = now
+        #: The holder's process was proven to have ended before its lease
+        #: expired (nothing of it can still be writing).
+        self.holder_ended = holder_ended
 
 
 class LeaseHeld(LeaseUnavailable):
@@ -92,7 +96,8 @@ class TransferReserved(LeaseHeld):
 
 
 class TakeoverNeedsConfirmation(LeaseUnavailable):
-    """Another client's lease has expired; taking it over needs the user's
+    """Another client's lease has expired, or its holder process was proven
+    to have ended (``holder_ended``); taking it over needs the user's
     explicit confirmation (``confirm_takeover=True``)."""
 
 

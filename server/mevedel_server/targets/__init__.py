@@ -16,6 +16,9 @@
   :class:`SnapshotFile` keeps a file's bytes as a content-addressed blob.
 - :class:`LocalTarget` -- a local root reached through a pinned
   ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
+- :mod:`.local_process` -- this process (:class:`ProcessIdentity`: host,
+  boot, namespaces, PID, start time) and the proof that a recorded one has
+  ended, from this machine's ``/proc`` (what a lease's holder is judged by).
 - The target clock (:mod:`.clock`): whole seconds of the target filesystem.
 - :class:`FaultInjectingTarget` -- fails or "crashes" at the Nth write.
 - :class:`SshTarget` (:mod:`.ssh`) -- the same target on an SSH host, one
@@ -41,6 +44,7 @@ _EXPORTS = {
     '.faults': ('FaultInjectingTarget', 'FaultMode', 'InjectedFault', 'SimulatedCrash'),
     '.inotify': ('inotify_available',),
     '.local': ('LocalTarget',),
+    '.local_process': ('ProcessIdentity', 'process_has_ended', 'this_process'),
     '.loop_watch': ('InotifyWatch',),
     '.location': ('parse_workspace_location', 'workspace_target'),
     '.paths': ('join_target_path', 'parent_and_name', 'split_target_path'),

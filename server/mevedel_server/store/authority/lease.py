@@ -16,6 +16,18 @@ program as the head record:
 - the same states with ``now >= expires_at``: expired. Its own client
   reclaims it without asking; any other client only with
   ``confirm_takeover=True``.
+- the same states before their expiry, when the process that wrote the head
+  (its ``holder``) is proven to have ended: expired too, for every client
+  but its own (which adopts its live record as before). Only a client on
+  the holder's machine, in the same boot and PID namespace, can prove that
+  (:func:`~mevedel_server.targets.process_has_ended`: PID, start time);
+  a holder elsewhere, a generation without a holder, or any doubt leaves
+  the expiry to decide. Over SSH the record lives on the SSH host but names
+  the client's process: the proof is made, or not, on the client machine,
+  never from the host's boot. The takeover that follows is the ordinary
+  one (confirmation, generation election, the interrupted turn settled):
+  a dead holder renews nothing, so the claim's verify of its generation
+  still elects exactly one successor.
 
 Transitions
 -----------
@@ -116,7 +128,9 @@ from ...targets import (
     Target,
     TargetError,
     Verify,
+    process_has_ended,
     raise_for_result,
+    this_process,
 )
 from ..errors import (
     ClaimRaced,
@@ -190,6 +204,18 @@ class LeaseObservation(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def standing(self) -> LeaseStanding:
+        """Free, held, or expired -- also before its expiry once its holder
+        process is proven to have ended (what any other client sees)."""
+        standing = self.clock_standing
+        if standing is LeaseStanding.HELD and self.holder_ended:
+            return LeaseStanding.EXPIRED
+        return standing
+
+    @property
+    def clock_standing(self) -> LeaseStanding:
+        """The standing by the target clock alone (what the holder's own
+        client goes by: it adopts its own live record, whichever of its
+        processes wrote it)."""
         if self.record is None or self.record.state not in _LIVE_STATES:
             return LeaseStanding.FREE
         if self.now is None:
@@ -199,8 +225,20 @@ class LeaseObservation(msgspec.Struct, frozen=True, gc=False):
         return LeaseStanding.HELD
 
     @property
+    def holder_ended(self) -> bool:
+        """The head's holder process is proven, from this machine, to have
+        ended (False: alive, elsewhere, or unknown)."""
+        return holder_has_ended(self.record)
+
+    @property
     def publication_head(self) -> str | None:
         return self.record.publication_head if self.record else None
+
+
+def holder_has_ended(record: LeaseRecord | None) -> bool:
+    """Whether ``record``'s holder process is proven, from this machine, to
+    have ended (the one judge of it; False: alive, elsewhere, or unknown)."""
+    return record is not None and record.holder is not None and process_has_ended(record.holder)
 
 
 async def _observe(target: Target, paths: SessionPaths, with_clock: bool) -> LeaseObservation:
@@ -311,7 +349,19 @@ def _describe_holder(obs: LeaseObservation) -> dict:
         state=rec.state.value,
         expires_at=rec.expires_at,
         now=obs.now,
+        holder_ended=obs.holder_ended,
     )
+
+
+def describe_lapse(obs: LeaseObservation) -> str:
+    """Why another client's lease no longer holds, for people: its holder
+    process ended, or its expiry passed."""
+    rec = obs.record
+    assert rec is not None
+    holder = rec.host or "another client"
+    if rec.holder is not None and obs.now is not None and obs.now < rec.expires_at and obs.holder_ended:
+        return f"was held by {holder}, whose process there (pid {rec.holder.pid}) has ended"
+    return f"was held by {holder}, whose lease expired at {describe_target_time(rec.expires_at)} (target clock)"
 
 
 class _Prune(msgspec.Struct):
@@ -476,10 +526,10 @@ async def _acquire_from(
 ) -> LeaseHandle:
     session_id = paths.session_id
     rec = obs.record
-    standing = obs.standing
     assert obs.now is not None
+    own = rec is not None and rec.client_id == identity.client_id
+    standing = obs.clock_standing if own else obs.standing
     if rec is not None and standing is not LeaseStanding.FREE:
-        own = rec.client_id == identity.client_id
         if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
             handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
             try:
@@ -500,8 +550,7 @@ async def _acquire_from(
             )
         if not own and not confirm_takeover:
             raise TakeoverNeedsConfirmation(
-                f"session {session_id} was held by {rec.host or 'another client'}, whose lease expired at "
-                f"{describe_target_time(rec.expires_at)} (target clock); taking it over needs confirmation",
+                f"session {session_id} {describe_lapse(obs)}; taking it over needs confirmation",
                 **_describe_holder(obs),
             )
     granted = False
@@ -590,6 +639,7 @@ async def _claim(
         publication_head=prior.publication_head if prior else None,
         unsettled_mutation=prior.unsettled_mutation if prior else False,
         transfer_generation=transfer_generation,
+        holder=this_process(),
     )
     candidate = LeaseRecord(generation=n + 1, state=LeaseState.CLAIMING, **common)
     candidate_raw = encode_record(candidate)
@@ -951,7 +1001,10 @@ class LeaseHandle:
             while True:
                 next_generation = base_generation + 1
                 path = self.paths.generation(next_generation)
-                template = msgspec.structs.replace(self.record, generation=next_generation, **changes)
+                # Whoever writes a generation holds it: an adoption (or a
+                # rotation after another process of this client rotated)
+                # must not leave a record naming a process that may end first.
+                template = msgspec.structs.replace(self.record, generation=next_generation, holder=this_process(), **changes)
                 create: CreateExclusive | StampedCreate
                 if stamped:
                     create = StampedCreate(path, stamped_record(template, self.duration_seconds))

@@ -17,7 +17,7 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
-from ...targets import InvalidTargetPath, split_target_path
+from ...targets import InvalidTargetPath, ProcessIdentity, split_target_path
 from ..content.pattern_check import pattern_check
 from ..errors import StoreError
 
@@ -105,6 +105,11 @@ class LeaseRecord(_Record, kw_only=True):
     publication_head: str | None
     unsettled_mutation: bool
     transfer_generation: Count
+    #: The process that wrote this generation (and renews it), so that a
+    #: client on its machine can prove it ended (see :mod:`.lease`). The one
+    #: optional field: generations written before it existed have none, and
+    #: theirs is judged by expiry alone.
+    holder: ProcessIdentity | None = None
 
     def __post_init__(self) -> None:
         _client_id("client_id", self.client_id)

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ...targets import TargetError
-from ..authority.lease import LeaseStanding, observe_lease
+from ..authority.lease import LeaseStanding, holder_has_ended, observe_lease
 from ..authority.records import LeaseState, TransferRequest, TransferVerdict
 from ..authority.transfer import (
     DEFAULT_FENCE_SECONDS,
@@ -371,12 +371,14 @@ class SessionControl:
                         state.owner_host,
                     )
                 )
-            elif view.now is not None and view.head is not None and view.now >= view.head.expires_at:
+            elif view.now is not None and view.head is not None and (view.now >= view.head.expires_at or holder_has_ended(view.head)):
                 self._requesting.pop(session_id, None)
+                owner = state.owner_host or "the owner"
+                lapsed = f"the process of {owner} ended" if view.now < view.head.expires_at else f"the lease of {owner} expired"
                 self._emit(
                     ControlEvent(
                         session_id, REQUESTER, "void",
-                        f"the lease of {state.owner_host or 'the owner'} expired before it answered; take control again to take it over",
+                        f"{lapsed} before it answered; take control again to take it over",
                         state.owner_host,
                     )
                 )

@@ -38,6 +38,7 @@ from ..authority.lease import (
     LeaseStanding,
     Rider,
     acquire_lease,
+    describe_lapse,
     observe_lease,
 )
 from ..authority.publication import CommittedSnapshot, load_manifest, read_committed
@@ -319,14 +320,14 @@ class Sessions:
             return await self._join(session_id, observation)
         if foreign and observation.standing is LeaseStanding.EXPIRED and not confirm_takeover:
             raise TakeoverNeedsConfirmation(
-                f"session {session_id} was held by {record.host or 'another client'}, whose lease expired; "
-                "taking it over needs confirmation",
+                f"session {session_id} {describe_lapse(observation)}; taking it over needs confirmation",
                 session_id=session_id,
                 holder_client=record.client_id,
                 holder_host=record.host,
                 state=record.state.value,
                 expires_at=record.expires_at,
                 now=observation.now,
+                holder_ended=observation.holder_ended,
             )
         return await self._resume(session_id, observation, confirm_takeover, confirm_identity)
 

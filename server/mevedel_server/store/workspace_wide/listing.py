@@ -195,6 +195,9 @@ class SessionRow(msgspec.Struct, frozen=True, gc=False):
     dedicated_artifact: str | None = None
     #: A request for control addressed to the holder and not answered yet.
     control_request: ControlAsk | None = None
+    #: Expired before its time: the holder's process was proven to have
+    #: ended (on this machine).
+    holder_ended: bool = False
 
 
 class InspectSubject(enum.Enum):
@@ -808,6 +811,7 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
         survey.recovery,
         artifact,
         survey.control_request,
+        standing is LeaseStanding.EXPIRED and expires is not None and observation.now is not None and observation.now < expires,
     )
 
 
