@@ -1,0 +1,94 @@
+"""A ``mevedel prompt`` killed mid-turn leaves its lease for a minute; another
+client on the same machine is offered to take the session over at once, and
+taking it over settles the killed turn as interrupted. While the prompt
+lives, the session stays the other client's to join only. Two CLI clients
+are two state directories (each its own ``cli-client.json``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from test_cli_prompt import configure
+
+
+def client_env(tmp_path: Path, client: str) -> dict:
+    return {**os.environ, "XDG_STATE_HOME": str(tmp_path / f"state-{client}"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+
+
+def mevedel(workspace: Path, tmp_path: Path, client: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mevedel_server.cli", *args], cwd=workspace, env=client_env(tmp_path, client),
+        capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+    )
+
+
+def prompt_mid_turn(workspace: Path, tmp_path: Path) -> subprocess.Popen:
+    """Client A's ``mevedel prompt``, once its turn is running (its first
+    words shown; the agent then waits)."""
+    configure(tmp_path, [[{"say": "working on it"}, {"wait_cancel": 120}, {"say": "never"}]])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mevedel_server.cli", "prompt", "Work"], cwd=workspace, env=client_env(tmp_path, "a"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    seen = ""
+    while "working on it" not in seen:
+        char = process.stdout.read(1)
+        assert char, f"the prompt ended before its turn ran: {process.communicate()[1]}"
+        seen += char
+    return process
+
+
+def refusal(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 1, done.stdout + done.stderr
+    return json.loads(done.stdout)["error"]
+
+
+def the_session(workspace: Path, tmp_path: Path) -> dict:
+    listed = mevedel(workspace, tmp_path, "b", "session", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)["sessions"]
+    return row
+
+
+def test_a_killed_prompts_session_is_offered_and_taken_over_at_once(workspace, tmp_path):
+    process = prompt_mid_turn(workspace, tmp_path)
+    try:
+        live = the_session(workspace, tmp_path)
+        assert live["action"] == "Join" and not live["holder_ended"]
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+    sid = live["session_id"]
+    row = the_session(workspace, tmp_path)
+    assert row["action"] == "Take over" and row["holder_ended"], row
+    shown = mevedel(workspace, tmp_path, "b", "session", "list")
+    assert "process ended" in shown.stdout, shown.stdout
+    asked = refusal(mevedel(workspace, tmp_path, "b", "session", "open", sid, "--json"))
+    assert asked["kind"] == "takeover-needs-confirmation", asked
+    assert f"(pid {process.pid}) has ended" in asked["message"] and "if that client has stopped" not in asked["message"]
+    taken = mevedel(workspace, tmp_path, "b", "session", "open", sid, "--confirm-takeover", "--json")
+    assert taken.returncode == 0, taken.stderr
+    opened = json.loads(taken.stdout)
+    assert opened["action"] == "takeover" and opened["interrupted_turn"] == 1
+    turns = json.loads(mevedel(workspace, tmp_path, "b", "session", "turns", "--session", sid, "--json").stdout)
+    assert [t["state"] for t in turns["turns"]] == ["interrupted"]
+
+
+def test_a_live_prompts_session_is_refused_to_another_client(workspace, tmp_path):
+    process = prompt_mid_turn(workspace, tmp_path)
+    try:
+        sid = the_session(workspace, tmp_path)["session_id"]
+        refused = refusal(mevedel(workspace, tmp_path, "b", "session", "open", sid, "--mode", "resume", "--json"))
+        assert refused["kind"] == "lease-held", refused
+        forced = mevedel(workspace, tmp_path, "b", "session", "open", sid, "--confirm-takeover")
+        assert forced.returncode == 0 and "join" in forced.stdout.lower(), forced.stdout + forced.stderr
+        assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
