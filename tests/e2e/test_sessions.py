@@ -13,6 +13,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from deadlines import ticks
+from holder_process import holding_process, kill
 from mevedel_protocol import methods
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
@@ -148,6 +149,31 @@ async def test_takeover_is_asked_through_show_message_request(client, workspace)
     assert len(questions) == 2
     begun = await request(client, methods.TURN_BEGIN, {"prompt": "carry on"})
     assert begun["turn"] == 2 and begun["reminder"] is True
+
+
+async def test_a_dead_holders_session_is_offered_for_takeover_at_once(client, workspace):
+    """Another process on this machine held the session mid-turn under a
+    ten-minute lease and was killed: the listing offers Take over, the
+    question says the holder ended, and the takeover interrupts its turn --
+    all long before that lease would expire."""
+    questions: list = []
+
+    def answer(params):
+        questions.append(params)
+        return types.MessageActionItem(title="Take over")
+
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(answer)
+    with holding_process(workspace) as (holder, sid):
+        listed = await request(client, methods.SESSION_LIST, {})
+        assert [(s["action"], s["lease"]) for s in listed["sessions"] if s["sessionId"] == sid] == [("Join", "held")]
+        kill(holder)
+        listed = await request(client, methods.SESSION_LIST, {})
+        assert [(s["action"], s["lease"]) for s in listed["sessions"] if s["sessionId"] == sid] == [("Take over", "expired")]
+        opened = await request(client, methods.SESSION_OPEN, {"sessionId": sid})
+    assert opened["action"] == "takeover" and opened["interruptedTurn"] == 1 and opened["session"]["access"] == "writable"
+    (question,) = questions
+    assert "holder-host" in question.message and "process on this machine has ended" in question.message
+    assert "in flight" not in question.message
 
 
 @pytest.mark.parametrize("answer", ["null", "unknown title"])

@@ -9,14 +9,12 @@ claims its session and is then killed."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from holder_process import HOLDER_CLIENT, HOLDER_HOST, holding_process, kill
 from mevedel_server.store import (
     ClientIdentity,
     LeaseHeld,
@@ -35,28 +33,8 @@ from mevedel_server.targets import (
     this_process,
 )
 
-HOLDER = ClientIdentity("holder-client", "holder-host")
+HOLDER = ClientIdentity(HOLDER_CLIENT, HOLDER_HOST)
 ME = ClientIdentity("client-me", "workstation")
-
-#: A process that holds a session mid-turn (a lease of ten minutes, renewed)
-#: and says which once its turn is checkpointed.
-HOLD = """
-import asyncio, sys
-from pathlib import Path
-from mevedel_server.store import ClientIdentity
-from mevedel_server.store.service import SessionService
-from mevedel_server.targets import LocalTarget
-
-async def main():
-    service = SessionService(LocalTarget(Path(sys.argv[1])), ClientIdentity("holder-client", "holder-host"), lease_seconds=600)
-    sid = (await service.sessions.create("Held")).session_id
-    await service.turns.begin_turn(sid, "never finished")
-    await service.turns.checkpoint(sid)
-    print(sid, flush=True)
-    await asyncio.sleep(600)
-
-asyncio.run(main())
-"""
 
 
 @pytest.fixture
@@ -69,21 +47,8 @@ def root(tmp_path: Path) -> Path:
 @pytest.fixture
 def holder(root: Path):
     """The holding process and its session."""
-    process = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        sid = process.stdout.readline().strip()
-        assert sid, "the holder process did not start its session"
-        yield process, sid
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-
-
-def kill(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    with holding_process(root) as held:
+        yield held
 
 
 async def write_next_generation(root: Path, sid: str, **changes) -> None:
