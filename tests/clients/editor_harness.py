@@ -276,9 +276,11 @@ def server_processes(root: Path) -> list[int]:
 
 
 def wait_for_the_dead_holders_lease_to_expire(root: Path) -> None:
-    """Until the workspace's one session's lease has expired (its holder, a
-    server the test killed, renews it no more): a person who opens the
-    session before then is offered Join, after it Take over."""
+    """Until the workspace's one session's lease counts as expired: at once
+    when its holder is a server the test killed on this machine (a dead
+    holder's lease is offered for Take over without waiting it out), else
+    once its expiry passes. A test of the killed server's session needs no
+    wait any more (test_neovim's has none)."""
     (session,) = [p.name for p in (root / ".mevedel" / "sessions").iterdir() if not p.name.startswith(".")]
     for _ in ticks():
         if asyncio.run(observe_lease(LocalTarget(root), session)).standing is LeaseStanding.EXPIRED:
