@@ -25,7 +25,6 @@ a zombie (it has exited; only its parent has not reaped it yet).
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import socket
@@ -82,14 +81,22 @@ def _stat(pid: int | str) -> tuple[str, int] | None:
         return None
 
 
-@functools.cache
+_observed: tuple[int, ProcessIdentity | None] | None = None
+
+
 def this_process() -> ProcessIdentity | None:
     """This process, or None when ``/proc`` cannot say who it is (then no
     lease of it can ever be proven abandoned, and no other can be judged).
-
-    Cached: none of it changes while the process lives (a fork is another
-    process, and the store is never used across one)."""
+    Observed once per PID: none of it changes while the process lives, and a
+    forked child is another process."""
+    global _observed
     pid = os.getpid()
+    if _observed is None or _observed[0] != pid:
+        _observed = (pid, _observe(pid))
+    return _observed[1]
+
+
+def _observe(pid: int) -> ProcessIdentity | None:
     try:
         if os.readlink("/proc/self") != str(pid):
             return None  # a /proc of another PID namespace: its numbers are not ours

@@ -1,0 +1,53 @@
+"""A ``mevedel prompt`` on a workspace over SSH, killed mid-turn: its lease
+lives on the SSH host but names the process on the client machine that
+held it, so another client on that machine proves it dead and takes the
+session over at once (a real OpenSSH server on loopback)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+from ssh_fixtures import ALIAS
+
+from .test_ssh_control_cli import AGENT, client, mevedel
+from .test_ssh_workspace import ssh_home
+
+
+def test_a_killed_prompt_over_ssh_is_taken_over_at_once_from_its_machine(openssh_server, tmp_path):
+    project = tmp_path / "remote project"
+    project.mkdir()
+    home = ssh_home(tmp_path, openssh_server)
+    url = f"ssh://{ALIAS}{project}"
+    owner, other = client(tmp_path, home, "owner"), client(tmp_path, home, "other")
+    script = tmp_path / "owner-script.json"
+    script.write_text(json.dumps({"turns": [[{"say": "working on it"}, {"wait_cancel": 120}]]}))
+    config = tmp_path / "owner-config" / "mevedel" / "config.json"
+    config.write_text(json.dumps({"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}}))
+    prompt = subprocess.Popen(
+        [sys.executable, "-m", "mevedel_server.cli", "prompt", "Work", "--workspace", url], env=owner,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert prompt.stdout is not None
+        seen = ""
+        while "working on it" not in seen:
+            char = prompt.stdout.read(1)
+            assert char, f"the prompt ended before its turn ran: {prompt.communicate()[1]}"
+            seen += char
+        (row,) = json.loads(mevedel(other, url, "session", "list", "--json").stdout)["sessions"]
+        assert row["action"] == "Join"
+    finally:
+        prompt.send_signal(signal.SIGKILL)
+        prompt.communicate()
+    sid = row["session_id"]
+    head = max((project / ".mevedel" / "sessions" / sid / ".lease").glob("generation-*.json"))
+    # The client's process, not anything that ran on the host for it.
+    assert json.loads(head.read_bytes())["holder"]["pid"] == prompt.pid
+    (row,) = json.loads(mevedel(other, url, "session", "list", "--json").stdout)["sessions"]
+    assert row["action"] == "Take over" and row["holder_ended"], row
+    taken = mevedel(other, url, "session", "open", sid, "--confirm-takeover", "--json")
+    assert taken.returncode == 0, taken.stderr
+    assert json.loads(taken.stdout)["interrupted_turn"] == 1
