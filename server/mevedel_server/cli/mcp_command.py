@@ -190,7 +190,7 @@ async def _standalone(
         raise CommandError("unavailable", f"workspace {workspace}: {error.reason}") from None
     # The spool every client on this machine shares (a workspace here needs none).
     service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE, pending_spool=workspace_spool(workspace),
-                             stopped_turn_changes=stopped_turn_lookup(target))
+                             stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
     try:
         sid = None
         if session is not None:

@@ -268,7 +268,7 @@ async def _held_session(target: Target) -> str | None:
     several)."""
     from ..store import LeaseState, SessionService
 
-    service = SessionService(target, cli_identity())
+    service = SessionService(target, cli_identity(), leases_outlive_process=True)
     try:
         rows = (await service.sessions.list()).rows
     finally:
@@ -344,7 +344,7 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
         target = context.store_target or LocalTarget(context.workspace_root)  # type: ignore[arg-type]
     except TargetError as error:
         raise CommandError("unavailable", f"workspace {arguments.workspace or '.'}: {error.reason}") from None
-    service = SessionService(target, cli_identity(), stopped_turn_changes=stopped_turn_lookup(target))
+    service = SessionService(target, cli_identity(), stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
     try:
         try:
             await service.sessions.open(arguments.session, "resume")

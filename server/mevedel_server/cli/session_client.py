@@ -211,7 +211,7 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     # could not record (the command ends; the next resume moves it there).
     identity = cli_identity()
     service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=workspace_spool(location),
-                             stopped_turn_changes=stopped_turn_lookup(target))
+                             stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
     if not isinstance(location, (str, os.PathLike)):
         service.on_spool.append(lambda notice: _tell_kept_save(location.display_host, notice))
     # The artifact store's items keep their own conversations from expiring

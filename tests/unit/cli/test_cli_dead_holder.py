@@ -92,3 +92,18 @@ def test_a_live_prompts_session_is_refused_to_another_client(workspace, tmp_path
     finally:
         process.send_signal(signal.SIGKILL)
         process.communicate()
+
+
+def test_a_prompt_that_ended_keeps_its_lease_for_its_client(workspace, tmp_path):
+    """A CLI command's lease outlives it by design (its client's next
+    command continues it): its ending is no death, and another client joins
+    until the lease expires, as before."""
+    configure(tmp_path, [[{"say": "done"}]])
+    done = mevedel(workspace, tmp_path, "a", "prompt", "Quick")
+    assert done.returncode == 0, done.stderr
+    row = the_session(workspace, tmp_path)
+    assert row["action"] == "Join" and not row["holder_ended"], row
+    head = max((workspace / ".mevedel" / "sessions" / row["session_id"] / ".lease").glob("generation-*.json"))
+    assert json.loads(head.read_bytes())["holder"] is None  # the settlement handed it to the client
+    again = mevedel(workspace, tmp_path, "a", "prompt", "Again", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["turn"] == 2, again.stdout + again.stderr

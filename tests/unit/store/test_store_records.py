@@ -54,6 +54,17 @@ def test_round_trip_of_every_record_type():
     assert decode_record(WorkspaceIdentity, encode_record(ident), "w") == ident
 
 
+def test_a_lease_written_before_its_holder_field_reads_as_holder_unknown():
+    older = GOOD.replace(b',"holder":null', b"")
+    assert b'"holder"' in GOOD and b'"holder"' not in older
+    for data in (GOOD, older):
+        assert decode_record(LeaseRecord, data, LABEL).holder is None
+    assert decode_record(LeaseRecord, older, LABEL) == _lease()
+    with pytest.raises(RecordError) as info:
+        decode_record(LeaseRecord, GOOD.replace(b'"holder":null', b'"holder":{"pid":1}'), LABEL)
+    assert info.value.kind is RecordErrorKind.MISSING_FIELD
+
+
 def test_encoding_is_deterministic():
     assert encode_record(_lease()) == encode_record(_lease())
     assert GOOD.startswith(b'{"format_version":1,')
@@ -194,13 +205,14 @@ def test_a_name_with_a_trailing_newline_is_not_a_generation():
     assert generation_numbers([real, generation_name(9) + "\n", "generation-1.json"]) == [7]
 
 
-def test_no_record_field_but_its_version_has_a_default():
+def test_no_record_field_but_its_version_and_the_fields_added_later_has_a_default():
     """Bytes that start with the version decode straight into the record,
-    which fills a missing field with its default; only the version may have
-    one, or such bytes would pass where the checks refuse a missing field."""
+    which fills a missing field with its default; only the version and the
+    fields declared added to a version (absent: unknown) may have one, or
+    such bytes would pass where the checks refuse a missing field."""
     import msgspec.inspect
 
-    from mevedel_server.store.authority.records import _VERSIONS
+    from mevedel_server.store.authority.records import _VERSIONS, ADDED_FIELDS
 
     def defaulted(info, top):
         if isinstance(info, msgspec.inspect.StructType):
@@ -212,7 +224,8 @@ def test_no_record_field_but_its_version_has_a_default():
         return [name for sub in inner for name in defaulted(sub, False)]
 
     for record_type in _VERSIONS:
-        assert defaulted(msgspec.inspect.type_info(record_type), True) == [], record_type.__name__
+        added = sorted(ADDED_FIELDS.get(record_type, ()))
+        assert sorted(defaulted(msgspec.inspect.type_info(record_type), True)) == added, record_type.__name__
     # A record without its version, though the record's default fills it, is refused.
     with pytest.raises(RecordError) as info:
         decode_record(LeaseRecord, GOOD.replace(b'"format_version":1,', b""), LABEL)

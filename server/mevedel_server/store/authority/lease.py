@@ -27,7 +27,11 @@ program as the head record:
   never from the host's boot. The takeover that follows is the ordinary
   one (confirmation, generation election, the interrupted turn settled):
   a dead holder renews nothing, so the claim's verify of its generation
-  still elects exactly one successor.
+  still elects exactly one successor. A generation names its writer only
+  while the lease lives and dies with that process
+  (:attr:`LeaseHandle.names_holder`): a server's always; a CLI command's,
+  whose lease outlives it by design for its client's next command, only
+  while an agent turn it runs is open (that turn dies with it).
 
 Transitions
 -----------
@@ -473,8 +477,13 @@ async def acquire_lease(
     lead: Sequence[Operation] = (),
     riders: Sequence[Operation] = (),
     lock: str | None = None,
+    names_holder: bool = True,
 ) -> LeaseHandle:
     """Take the session's lease for ``identity``.
+
+    ``names_holder``: the generations the handle writes name this process
+    as their holder (:attr:`LeaseHandle.names_holder`; off for a lease meant
+    to outlive its process).
 
     ``lead`` runs first in the program that writes the claim: optional
     reads the caller judges after it (the handle's ``led``: their results,
@@ -510,11 +519,12 @@ async def acquire_lease(
         try:
             # Its race is never shown: who won is not worth a program.
             return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, lead, riders, lock,
-                                       name_rival=False)
+                                       name_rival=False, names_holder=names_holder)
         except ClaimRaced:
             pass  # the observation was stale: judge afresh
     obs = await _observe(target, paths, with_clock=True)
-    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, lead, riders, lock)
+    return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, lead, riders, lock,
+                               names_holder=names_holder)
 
 
 async def _acquire_from(
@@ -523,6 +533,7 @@ async def _acquire_from(
     riders: Sequence[Operation] = (),
     lock: str | None = None,
     name_rival: bool = True,
+    names_holder: bool = True,
 ) -> LeaseHandle:
     session_id = paths.session_id
     rec = obs.record
@@ -531,7 +542,8 @@ async def _acquire_from(
     standing = obs.clock_standing if own else obs.standing
     if rec is not None and standing is not LeaseStanding.FREE:
         if own and standing is LeaseStanding.HELD and rec.state is not LeaseState.CLAIMING:
-            handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now)
+            handle = LeaseHandle(target, paths, identity, duration_seconds, obs.generation, rec, obs.raw or b"", obs.generations, obs.now,
+                                 names_holder=names_holder)
             try:
                 adopted = await handle._rotate(lead, stamped=True, state=LeaseState.ACTIVE, trailing=riders, lock=lock)
             except LeaseLost as lost:
@@ -557,7 +569,7 @@ async def _acquire_from(
     if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
         granted = await _refuse_fenced(target, paths, identity, rec)
     return await _claim(target, paths, identity, duration_seconds, obs, consumes_grant=granted, lead=lead, trailing=riders, lock=lock,
-                        name_rival=name_rival)
+                        name_rival=name_rival, names_holder=names_holder)
 
 
 def fence_applies(fence: TransferFence, released: LeaseRecord) -> bool:
@@ -614,6 +626,7 @@ async def _claim(
     trailing: Sequence[Operation] = (),
     lock: str | None = None,
     name_rival: bool = True,
+    names_holder: bool = True,
 ) -> LeaseHandle:
     """Claim the lease above ``obs``. ``consumes_grant``: the head is a
     granted release, and this claim opens the next transfer generation so
@@ -639,7 +652,7 @@ async def _claim(
         publication_head=prior.publication_head if prior else None,
         unsettled_mutation=prior.unsettled_mutation if prior else False,
         transfer_generation=transfer_generation,
-        holder=this_process(),
+        holder=this_process() if names_holder else None,
     )
     candidate = LeaseRecord(generation=n + 1, state=LeaseState.CLAIMING, **common)
     candidate_raw = encode_record(candidate)
@@ -686,7 +699,7 @@ async def _claim(
     latest = generation_numbers(listed.value) if listed.ok else []
     if not latest or latest[-1] != n + 2:
         raise raced("a later lease generation superseded this claim")
-    handle = LeaseHandle(target, paths, identity, duration, n + 2, active, active_raw, tuple(latest), reading)
+    handle = LeaseHandle(target, paths, identity, duration, n + 2, active, active_raw, tuple(latest), reading, names_holder=names_holder)
     handle._sound.update(sound)
     handle._sound[n + 1] = candidate_raw
     prune.judge(paths, list(result.results[at_prune:at_trailing]), handle._sound, handle._damaged)
@@ -730,6 +743,7 @@ async def claim_new_session(
     duration_seconds: int,
     now: int,
     lead: Sequence[Operation],
+    names_holder: bool = True,
 ) -> LeaseHandle:
     """Claim the lease of a session whose directory ``lead`` creates
     (exclusively: so no lease generation can exist yet, and none needs
@@ -739,7 +753,7 @@ async def claim_new_session(
     :class:`LeadStopped` when a lead operation stopped the program."""
     paths = SessionPaths(check_session_id(session_id))
     fresh = LeaseObservation(paths.session_id, 0, None, None, now, ())
-    return await _claim(target, paths, identity, duration_seconds, fresh, lead=lead)
+    return await _claim(target, paths, identity, duration_seconds, fresh, lead=lead, names_holder=names_holder)
 
 
 async def _abort_candidate(target: Target, paths: SessionPaths, candidate: LeaseRecord, raw: bytes) -> None:
@@ -821,8 +835,14 @@ class LeaseHandle:
         raw: bytes,
         known: tuple[int, ...],
         now: int,
+        *,
+        names_holder: bool = True,
     ) -> None:
         self.target = target
+        #: The generations this handle writes name this process as their
+        #: holder (so that its death can be proven); off while the lease is
+        #: meant to outlive the process (a CLI command's, between its turns).
+        self.names_holder = names_holder
         self.paths = paths
         self.identity = identity
         self.duration_seconds = duration_seconds
@@ -1004,7 +1024,8 @@ class LeaseHandle:
                 # Whoever writes a generation holds it: an adoption (or a
                 # rotation after another process of this client rotated)
                 # must not leave a record naming a process that may end first.
-                template = msgspec.structs.replace(self.record, generation=next_generation, holder=this_process(), **changes)
+                holder = this_process() if self.names_holder else None
+                template = msgspec.structs.replace(self.record, generation=next_generation, holder=holder, **changes)
                 create: CreateExclusive | StampedCreate
                 if stamped:
                     create = StampedCreate(path, stamped_record(template, self.duration_seconds))

@@ -4,7 +4,9 @@ Every record is a msgspec Struct encoded as JSON, with
 ``forbid_unknown_fields``, an explicit ``format_version`` and whole target
 seconds as integers (floats, and so NaN or Infinity, have no place in them).
 :func:`decode_record` accepts exactly the current version and the complete
-current shape; every other byte string becomes a :class:`RecordError` naming
+current shape -- but for a field added to a version after records of it were
+written (:data:`ADDED_FIELDS`, the only fields with a default: absent means
+unknown); every other byte string becomes a :class:`RecordError` naming
 the file (by its session- or workspace-relative label) and the reason. A
 decoder never guesses a value and never deletes anything.
 """
@@ -106,9 +108,9 @@ class LeaseRecord(_Record, kw_only=True):
     unsettled_mutation: bool
     transfer_generation: Count
     #: The process that wrote this generation (and renews it), so that a
-    #: client on its machine can prove it ended (see :mod:`.lease`). The one
-    #: optional field: generations written before it existed have none, and
-    #: theirs is judged by expiry alone.
+    #: client on its machine can prove it ended (see :mod:`.lease`). Added
+    #: to version 1 (:data:`ADDED_FIELDS`): a generation written before it
+    #: has none, and is judged by its expiry alone.
     holder: ProcessIdentity | None = None
 
     def __post_init__(self) -> None:
@@ -238,6 +240,12 @@ def check_logical_path(logical: str) -> None:
         raise ValueError(f"logical path {logical!r} names a control directory")
 
 
+#: Fields added to a record's current version after records of that version
+#: were written: the only fields besides ``format_version`` with a default
+#: (None: unknown, which each reader judges as the field's comment says). A
+#: missing field of any other name is refused.
+ADDED_FIELDS: dict[type, frozenset[str]] = {LeaseRecord: frozenset({"holder"})}
+
 _VERSIONS: dict[type, int] = {
     LeaseRecord: LEASE_FORMAT_VERSION,
     PublicationManifest: MANIFEST_FORMAT_VERSION,
@@ -278,7 +286,8 @@ def decode_record(record_type: type[R], data: bytes, path_label: str) -> R:
     version = _VERSIONS[record_type]
     if data[: len(_VERSION_FIRST)] == _VERSION_FIRST:
         # Bytes that start as a written record does (its version present:
-        # the only field with a default) decode straight into the record,
+        # the only field with a default but ADDED_FIELDS, which the checks
+        # below default alike) decode straight into the record,
         # which accepts exactly what the checks below accept; whatever it
         # refuses goes through them, which say what is wrong.
         decoder = _typed.get(record_type)

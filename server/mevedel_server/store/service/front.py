@@ -75,6 +75,7 @@ class SessionService:
         one_command: bool = False,
         pending_spool: PendingSpool | None = None,
         stopped_turn_changes: StoppedTurnLookup | None = None,
+        leases_outlive_process: bool = False,
     ) -> None:
         """``pending_spool``: a target on this machine where a save whose
         host could not be reached to record it pending is kept until a
@@ -83,7 +84,13 @@ class SessionService:
         ``stopped_turn_changes``: the front end's file-state record, asked
         what a turn a stopped process left in flight changed in the tree
         before it is settled as interrupted
-        (:meth:`~.turns.Turns.fold_stopped_turn`)."""
+        (:meth:`~.turns.Turns.fold_stopped_turn`).
+        ``leases_outlive_process``: this process detaches at its end, leaving
+        the leases it holds to its client's next process (a CLI command): its
+        lease generations name it as their holder only while an agent turn it
+        runs is open, so that its ending counts as its death only then; a
+        server's (the default) name it always, since it releases them when
+        it ends well."""
         self.target = target
         self.client = client
         #: The open sessions every capability works on (store-internal:
@@ -97,6 +104,7 @@ class SessionService:
             checkpoint_seconds=checkpoint_seconds,
             one_command=one_command,
             pending_spool=pending_spool,
+            leases_outlive_process=leases_outlive_process,
         )
         self.following = Following(table)
         self.sessions = Sessions(

@@ -312,7 +312,8 @@ class History:
     def _child_options(self) -> ChildOptions:
         from ..transactions.fork import ChildOptions
 
-        return ChildOptions(self._table.client, self.open_sessions(), self._table.lease_seconds, keep_lease=True)
+        return ChildOptions(self._table.client, self.open_sessions(), self._table.lease_seconds, keep_lease=True,
+                            names_holder=not self._table.leases_outlive_process)
 
     def _adopt_child(self, child: ChildSession) -> None:
         opened = self._table.new_open(child.conversation, lease=child.lease)

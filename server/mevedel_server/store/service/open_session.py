@@ -135,8 +135,14 @@ class OpenSession:
         collect_deferred: bool = False,
         spool: PendingSpool | None = None,
         on_spool: Callable[[SpoolNotice], None] | None = None,
+        names_holder: bool = True,
     ) -> None:
         self.target = target
+        #: The lease names this process as its holder outside agent turns
+        #: too (see :meth:`agent_turn`).
+        self.names_holder = names_holder
+        if lease is not None:
+            lease.names_holder = names_holder
         #: Where this client keeps a pending record its host could not take
         #: (a directory on this machine; None: in memory only).
         self.spool = spool
@@ -148,6 +154,7 @@ class OpenSession:
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
         self.lease = lease
+        self._agent_turn = False
         self.publisher = Publisher(lease) if lease is not None else None
         self.materialized = materialized
         #: A first save's combined program (:meth:`_materialize_claimed`)
@@ -606,7 +613,8 @@ class OpenSession:
         lead = [identity_proof(workspace_id), *session_directory_ops(self.paths)]
         try:
             lease = await claim_new_session(
-                self.target, self.session_id, self.client, duration_seconds=self.lease_seconds, now=self.time.now(), lead=lead
+                self.target, self.session_id, self.client, duration_seconds=self.lease_seconds, now=self.time.now(), lead=lead,
+                names_holder=self.names_holder,
             )
         except LeadStopped:
             return False
@@ -623,7 +631,9 @@ class OpenSession:
         return True
 
     async def _claim(self) -> None:
-        lease = await acquire_lease(self.target, self.session_id, self.client, duration_seconds=self.lease_seconds)
+        lease = await acquire_lease(
+            self.target, self.session_id, self.client, duration_seconds=self.lease_seconds, names_holder=self.names_holder
+        )
         self.adopt_lease(lease)
 
     def ride_next_commit(
@@ -647,7 +657,16 @@ class OpenSession:
             return True
         return self.lease is not None and self.lease.withdraw(rider)
 
+    def agent_turn(self, running: bool) -> None:
+        """An agent turn this process runs opens (or ends): while it is
+        open, the lease's generations name this process even where they
+        otherwise would not, since the turn dies with the process."""
+        self._agent_turn = running
+        if self.lease is not None:
+            self.lease.names_holder = self.names_holder or running
+
     def adopt_lease(self, lease: LeaseHandle) -> None:
+        lease.names_holder = self.names_holder or self._agent_turn
         lease.riding.extend(self._waiting_riders)
         self._waiting_riders.clear()
         self.lease = lease

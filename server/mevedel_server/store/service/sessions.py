@@ -459,7 +459,8 @@ class Sessions:
         (``program``: :func:`acquire_lease`'s lead, riders and lock)."""
         return await acquire_lease(
             self._table.target, session_id, self._table.client, duration_seconds=self._table.lease_seconds,
-            confirm_takeover=confirm_takeover, observation=observation, **program,
+            confirm_takeover=confirm_takeover, observation=observation,
+            names_holder=not self._table.leases_outlive_process, **program,
         )
 
     async def _claim_with_reads(

@@ -65,8 +65,13 @@ class SessionTable:
         checkpoint_seconds: float | None,
         one_command: bool,
         pending_spool: PendingSpool | None = None,
+        leases_outlive_process: bool = False,
     ) -> None:
         self.target = target
+        #: This process leaves its leases to its client's next process when
+        #: it ends (a CLI's): they name it as their holder only while an
+        #: agent turn it runs is open (see :mod:`..authority.lease`).
+        self.leases_outlive_process = leases_outlive_process
         #: Where a pending save the host could not record is kept (see
         #: :meth:`~.open_session.OpenSession.keep_pending`).
         self.pending_spool = pending_spool
@@ -161,6 +166,7 @@ class SessionTable:
             collect_deferred=self.one_command,
             spool=self.pending_spool,
             on_spool=self._spool_notice,
+            names_holder=not self.leases_outlive_process,
             **kwargs,
         )
         session.checkpoints = TurnCheckpoints(

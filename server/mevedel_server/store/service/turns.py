@@ -114,6 +114,8 @@ class Turns:
         turn_id = session.conversation.begin_turn(prompt, at=self.table.time_now(), agent=_label(agent, "agent"))
         opened = session.conversation.open_turn
         assert opened is not None
+        if agent is not None:
+            session.agent_turn(True)
         if session.checkpoints is not None:
             session.checkpoints.start()
         return TurnStarted(session_id, opened.turn, turn_id, opened.reminder)
@@ -216,6 +218,9 @@ class Turns:
         current = await self._post_turn_content(session, read)
         session.conversation.settle(outcome, at=self.table.time_now(), current=current, reason=_reason(reason),
                                     stop_reason=_label(stop_reason, "stop_reason"))
+        # The settlement's own generation no longer names a process that
+        # need not outlive it (its turn has ended).
+        session.agent_turn(False)
         result = await session.save(session.conversation.artifacts_for_save())
         self.table.changed(session, "settled")
         return result

@@ -249,6 +249,7 @@ async def publish_child(
     keep_lease: bool = False,
     donors: Donors = {},
     source: tuple[str, str] | None = None,
+    names_holder: bool = True,
 ) -> ChildSession:
     """Create a child session from ``build(child_id, created_at)``'s
     snapshot (see the module); ``created_at`` is the later of ``at`` and the
@@ -272,7 +273,7 @@ async def publish_child(
         await remove_session_tree(target, paths)
         raise
     try:
-        lease = await acquire_lease(target, child_id, client, duration_seconds=lease_seconds)
+        lease = await acquire_lease(target, child_id, client, duration_seconds=lease_seconds, names_holder=names_holder)
         artifacts = dict(build(child_id, max(at, lease.now)))
         if local_files:
             ops = _local_ops(paths, local_files)
@@ -382,17 +383,21 @@ def fork_sidecar_changes(
 class ChildOptions:
     """How a child transaction's commit opens the child: as ``client``,
     avoiding the IDs in ``live_ids``, under a lease of ``lease_seconds``,
-    kept (``keep_lease``) for the caller that opens it writable."""
+    kept (``keep_lease``) for the caller that opens it writable, naming
+    this process as its holder or not (``names_holder``, see
+    :class:`~..authority.lease.LeaseHandle`)."""
 
     client: ClientIdentity
     live_ids: Sequence[str] = ()
     lease_seconds: int = DEFAULT_LEASE_SECONDS
     keep_lease: bool = False
+    names_holder: bool = True
 
     @property
     def opening(self) -> dict:
         """:func:`publish_child`'s keywords for it."""
-        return {"live_ids": self.live_ids, "lease_seconds": self.lease_seconds, "keep_lease": self.keep_lease}
+        return {"live_ids": self.live_ids, "lease_seconds": self.lease_seconds, "keep_lease": self.keep_lease,
+                "names_holder": self.names_holder}
 
 
 @dataclass(frozen=True)
