@@ -211,7 +211,7 @@ class LeaseObservation(msgspec.Struct, frozen=True, gc=False):
         """Free, held, or expired -- also before its expiry once its holder
         process is proven to have ended (what any other client sees)."""
         standing = self.clock_standing
-        if standing is LeaseStanding.HELD and self.holder_ended:
+        if standing is LeaseStanding.HELD and holder_has_ended(self.record):
             return LeaseStanding.EXPIRED
         return standing
 
@@ -230,9 +230,9 @@ class LeaseObservation(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def holder_ended(self) -> bool:
-        """The head's holder process is proven, from this machine, to have
-        ended (False: alive, elsewhere, or unknown)."""
-        return holder_has_ended(self.record)
+        """The lease is expired before its time: the target clock says held,
+        and its holder process is proven, from this machine, to have ended."""
+        return self.now is not None and self.clock_standing is LeaseStanding.HELD and holder_has_ended(self.record)
 
     @property
     def publication_head(self) -> str | None:
@@ -363,7 +363,7 @@ def describe_lapse(obs: LeaseObservation) -> str:
     rec = obs.record
     assert rec is not None
     holder = rec.host or "another client"
-    if rec.holder is not None and obs.now is not None and obs.now < rec.expires_at and obs.holder_ended:
+    if rec.holder is not None and obs.holder_ended:
         return f"was held by {holder}, whose process there (pid {rec.holder.pid}) has ended"
     return f"was held by {holder}, whose lease expired at {describe_target_time(rec.expires_at)} (target clock)"
 

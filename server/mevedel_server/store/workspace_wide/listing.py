@@ -811,7 +811,7 @@ def _row(survey: SessionSurvey, client: ClientIdentity, open_here: bool) -> Sess
         survey.recovery,
         artifact,
         survey.control_request,
-        standing is LeaseStanding.EXPIRED and expires is not None and observation.now is not None and observation.now < expires,
+        standing is LeaseStanding.EXPIRED and observation.holder_ended,
     )
 
 
