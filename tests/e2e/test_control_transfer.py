@@ -33,8 +33,6 @@ SETTINGS = {
 }
 #: A prompt nobody answers times out within a test.
 QUICK_PROMPT = {"controlTransfer": {"promptTimeoutSeconds": 1, "fenceSeconds": 10}}
-#: A killed owner's lease expires within a test.
-SHORT_LEASE = {"leaseSeconds": 3}
 
 
 class Machine:
@@ -287,20 +285,17 @@ async def test_release_leaves_the_owner_following(workspace, machines):
     assert await one_writer(workspace, sid, [desk, laptop]) is desk
 
 
-async def test_an_owner_killed_with_sigkill_is_taken_over_after_expiry(workspace, machines):
-    desk, laptop = await machines("desk", **SHORT_LEASE), await machines("laptop", **SHORT_LEASE)
+async def test_an_owner_killed_with_sigkill_is_taken_over_at_once(workspace, machines):
+    """The owner's server dies on this machine: its lease (of the default
+    minute) is taken over without waiting it out, after the same question."""
+    desk, laptop = await machines("desk"), await machines("laptop")
     sid = await owned(desk)
     await desk.settle_turn(sid, "turn 2")
     await laptop.call(methods.SESSION_OPEN, {"sessionId": sid})
     os.kill(desk.client._server.pid, signal.SIGKILL)
     await desk.client._server.wait()
-    taken = await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
-    if taken["outcome"] == "requested":  # the lease had not expired yet
-        await until(lambda: "void" in laptop.phases(), "the requester noticing the owner's expiry")
-    deadline = asyncio.get_running_loop().time() + 90
-    while (await observe_lease(LocalTarget(workspace), sid)).standing is not LeaseStanding.EXPIRED:
-        assert asyncio.get_running_loop().time() < deadline, "the killed owner's lease never expired"
-        await asyncio.sleep(0.05)
+    observed = await observe_lease(LocalTarget(workspace), sid)
+    assert observed.now < observed.record.expires_at and observed.standing is LeaseStanding.EXPIRED
     laptop.takeover = "Cancel"
     declined = await laptop.refused(methods.CONTROL_TAKE, {"sessionId": sid})
     assert declined["kind"] == "takeover-declined"
