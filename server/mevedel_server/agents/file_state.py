@@ -967,7 +967,7 @@ class FileStateRecord:
     def _load(self, state: RecordState) -> None:
         """Start from ``state``, the record an earlier process kept: its
         facts and digests stand for every file whose facts still match."""
-        table = self._table = state.table
+        self._table = state.table
         self._unreadable = state.unreadable
         self._links = state.links
         self._racy = state.racy
