@@ -2402,6 +2402,7 @@ class _Capture(object):
         #: Bytes in the pack, written and buffered; digest -> its offset.
         self.end = 0
         self.offsets = {}
+        self.sha256 = _sha256_new()
 
     def take(self, dir_fd, name, st):
         """The capture record of the regular file ``name`` of ``dir_fd``,
@@ -2427,7 +2428,7 @@ class _Capture(object):
             or after.st_ctime_ns != st.st_ctime_ns or after.st_ino != st.st_ino
         ):
             return _CAPTURE_LEFT
-        digest = _sha256_new()(data).digest()
+        digest = self.sha256(data).digest()
         offset = self.offsets.get(digest)
         if offset is None:
             offset = self.offsets[digest] = self.end
