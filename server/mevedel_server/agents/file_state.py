@@ -14,6 +14,19 @@ record on to the new state. Everything goes through the workspace's
   ``lstat`` facts packed (flags, size, ``mtime_ns``, ``ctime_ns``, inode). An
   unchanged tree answers the very same bytes, so "nothing changed" costs the
   walk and one comparison.
+- The first walk of a record that holds nothing (no index was kept) and
+  knows it before that walk's program is built (watched: the index is read
+  first; walked: :meth:`FileStateRecord.preload`) reads every file as it
+  goes: a capturing scan (``ScanTree.capture_pack``) reads each regular
+  file not ignored and within the limit while its directory is open,
+  appends its bytes (once per content) to one pack and answers its digest
+  and offset in a column, and the record adopts that answer whole, as it
+  would a kept index (:meth:`FileStateRecord._adopt`): no operation,
+  answer and row update per file -- at 100,000 files most of a first
+  turn's time. What it left (links, files that changed while read) is
+  found new by the same walk and read as below. Watched, the walk made
+  again once the directories are watched only looks: what changed since
+  the capture is a change between the two.
 - A file whose facts changed is read by
   :class:`~mevedel_server.targets.SnapshotFile`, which appends its bytes on
   the target to the pack ``<blob_dir>/blobs/pack-<hex>`` of that program

@@ -22,7 +22,8 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   to resume from)`` of ``ListTree``, the ``(file paths, size limit,
   budget)`` of ``ReadFiles``, the ``(skip names, skip paths, descend paths,
   entry limit, racy window in ns)`` of ``ScanTree``, the same and the paths
-  to look at of ``ScanPaths``, the ``(blob store directory, size limit)``
+  to look at of ``ScanPaths`` (either followed by whether directories are
+  entries too and, for a capturing scan, ``[store, size limit, pack]``), the ``(blob store directory, size limit)``
   of ``SnapshotFile`` (and the pack to append to, when it packs, and the
   digest whose bytes the caller keeps already: not appended again), or the
   ``(offset, size)`` of ``ReadSlice``;
@@ -37,7 +38,10 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   reason, unsafe, size)`` per file read (see :meth:`Executor._read_files`),
   a ``ScanTree`` value ``(names, facts, unwalked, racy, truncated,
   started_ns)`` (see :meth:`Executor._scan`), a ``ScanPaths`` value the
-  same and ``(directories, shared)`` (see :meth:`Executor._scan_paths`), a
+  same and ``(directories, shared)`` (see :meth:`Executor._scan_paths`),
+  either followed, when it captures, by ``(pack bytes, records)`` -- one
+  ``CAPTURE_RECORD`` per entry -- or None when its pack could not be
+  written (see ``_Capture``), a
   ``SnapshotFile`` value
   ``(sha256 hex or None, size, mtime_ns, ctime_ns, inode, written)`` (and
   the offset in its pack when it packs: None when it did not append), a
