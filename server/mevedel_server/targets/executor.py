@@ -1354,7 +1354,17 @@ class Executor:
         At most ``limit`` entries (files, links and directories): past it
         ``truncated`` is True and the rest is left out. The order is the
         directories' own (not sorted), so an unchanged tree answers the very
-        same ``names`` and ``facts``."""
+        same ``names`` and ``facts``.
+
+        A capturing scan (``argument``'s seventh part, ``[store, size limit,
+        pack]``) also reads every regular file not ignored and within the
+        limit while its directory is open, appends its bytes once per
+        content to the new pack ``store/pack`` (never flushed) and answers,
+        last, ``(pack bytes, records)``: per entry a ``CAPTURE_RECORD`` --
+        ``CAPTURED`` with the digest and offset, ``CAPTURE_LEFT`` for a link
+        or a file that could not be read whole with the facts the walk saw,
+        ``CAPTURE_NONE`` for the rest -- or None when the pack could not be
+        made or written (then nothing counts as read)."""
         try:
             skip_names, skip_paths, descend, limit, racy_ns = argument[:5]
             record_dirs = bool(argument[5]) if len(argument) > 5 else False

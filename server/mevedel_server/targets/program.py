@@ -441,7 +441,8 @@ class ScanTree(Operation):
     symbolic link below it, each with its own ``lstat`` facts (size,
     modification and change times in nanoseconds, inode). Links are
     recorded, never followed; FIFOs, sockets and devices are left out;
-    only directories and ``.gitignore`` files are opened.
+    only directories and ``.gitignore`` files are opened (and, capturing,
+    the regular files read).
 
     Entries named ``skip_names`` (at any depth) or at ``skip_paths``
     (relative to ``path``) are not visited. Every directory's
