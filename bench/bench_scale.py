@@ -21,7 +21,7 @@ Reported:
   ``lstat``): the anchors;
 - the first prompt on the large workspace (nothing recorded yet: every file
   read, as a server's first turn reads them) against the first git commit:
-  goal at most 1x;
+  goal at most 1x (met by the wall; ``x_baseline_cpu`` the same by CPU);
 - later prompts, large vs small, interleaved round by round (medians):
   goal at most +0.5 s;
 - each with its CPU time (user + system, the process and its children:
@@ -169,7 +169,8 @@ def main() -> None:
             {"case": "shadow git add -A && commit, first (baseline)", "s": round(git_first, 3), "cpu_s": round(CPU[git_first], 3)},
             {"case": "shadow git add -A && commit, one file changed (anchor)", "s": round(git_later, 3), "cpu_s": round(CPU[git_later], 3)},
             {"case": "first mevedel prompt on the large workspace", "s": round(first_prompt, 3), "cpu_s": round(CPU[first_prompt], 3),
-             "x_baseline": round(first_prompt / git_first, 2), "goal": "<= 1x the first git commit", "met": first_prompt <= git_first},
+             "x_baseline": round(first_prompt / git_first, 2), "x_baseline_cpu": round(CPU[first_prompt] / CPU[git_first], 2),
+             "goal": "<= 1x the first git commit", "met": first_prompt <= git_first},
             {"case": "mevedel prompt, 3 files (baseline)", "s": round(small_s, 3), "cpu_s": round(small_cpu, 3)},
             {"case": f"mevedel prompt, {files} files", "s": round(large_s, 3), "cpu_s": round(large_cpu, 3), "added_s": round(large_s - small_s, 3),
              "added_cpu_s": round(large_cpu - small_cpu, 3), "goal": "<= +0.5 s", "met": large_s - small_s <= 0.5},

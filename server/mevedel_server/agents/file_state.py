@@ -14,6 +14,19 @@ record on to the new state. Everything goes through the workspace's
   ``lstat`` facts packed (flags, size, ``mtime_ns``, ``ctime_ns``, inode). An
   unchanged tree answers the very same bytes, so "nothing changed" costs the
   walk and one comparison.
+- The first walk of a record that holds nothing (no index was kept) and
+  knows it before that walk's program is built (watched: the index is read
+  first; walked: :meth:`FileStateRecord.preload`) reads every file as it
+  goes: a capturing scan (``ScanTree.capture_pack``) reads each regular
+  file not ignored and within the limit while its directory is open,
+  appends its bytes (once per content) to one pack and answers its digest
+  and offset in a column, and the record adopts that answer whole, as it
+  would a kept index (:meth:`FileStateRecord._adopt`): no operation,
+  answer and row update per file -- at 100,000 files most of a first
+  turn's time. What it left (links, files that changed while read) is
+  found new by the same walk and read as below. Watched, the walk made
+  again once the directories are watched only looks: what changed since
+  the capture is a change between the two.
 - A file whose facts changed is read by
   :class:`~mevedel_server.targets.SnapshotFile`, which appends its bytes on
   the target to the pack ``<blob_dir>/blobs/pack-<hex>`` of that program
@@ -156,12 +169,18 @@ import operator
 import os
 import secrets
 import struct
+from array import array
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ..store import STATE_DIR
 from ..targets import (
+    CAPTURE_LEFT,
+    CAPTURE_RECORD,
+    CAPTURED,
     SCAN_DIR,
     SCAN_FACTS,
     SCAN_IGNORED,
@@ -240,6 +259,13 @@ DELTA_PATHS = 1024
 _SPLIT_PARENT = operator.methodcaller("rpartition", "/")
 _PARENT = operator.itemgetter(0)
 _KIND_BITS = operator.itemgetter(0)
+#: A capturing scan's records (status, digest, offset), and their parts.
+_CAPTURE = struct.Struct(CAPTURE_RECORD)
+_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+#: A status byte -> 1 when the entry is kept as the scan read it (not left
+#: to be read), and -> 1 when its file was read, for ``bytes.translate``.
+_NOT_LEFT = bytes(int(status != CAPTURE_LEFT) for status in range(256))
+_IS_CAPTURED = bytes(int(status == CAPTURED) for status in range(256))
 #: The kind bits of a directory a walk enters (not ignored).
 _WALKED_KIND = SCAN_DIR | SCAN_IGNORED
 #: A flags byte -> 1 when it is a walked directory's (else 0), for
@@ -475,6 +501,9 @@ class FileStateRecord:
         #: before the first walk (:meth:`preload`): the walk's program is
         #: built knowing the racy paths.
         self._preloaded: tuple[OpResult, OpResult] | None = None
+        #: A first walk's capturing scan (:meth:`_capturing`) and its pack,
+        #: until the sync adopts what it read.
+        self._captured: tuple[FileScan, str] | None = None
         #: The walk's program's own snapshots of the racy paths, taken
         #: after its scan: path -> what :meth:`_snapshots` would answer.
         self._early: dict[str, Snapshot | str | None] = {}
@@ -951,7 +980,7 @@ class FileStateRecord:
     def _load(self, state: RecordState) -> None:
         """Start from ``state``, the record an earlier process kept: its
         facts and digests stand for every file whose facts still match."""
-        table = self._table = state.table
+        self._table = state.table
         self._unreadable = state.unreadable
         self._links = state.links
         self._racy = state.racy
@@ -961,6 +990,41 @@ class FileStateRecord:
             # Kept with the index (derived from the facts when it was saved).
             self._holding, self._tracked, self._known = state.holding, state.tracked, state.known
             return
+        self._count_entries()
+
+    def _adopt(self, scan: FileScan, pack: str) -> None:
+        """Start from what the record's first walk read as it went (a
+        capturing scan): every entry it recorded, each captured file with
+        its digest and its place in ``pack``, as a kept index would give
+        them (a file whose facts still match holds those bytes). The
+        entries it left to be read (links, files that changed while read)
+        are left out: the walk finds them new, and the sync reads them as
+        it reads any."""
+        records = list(_CAPTURE.iter_unpack(scan.captures))  # type: ignore[arg-type]
+        statuses = bytes(map(_FIRST, records))
+        paths = scan.paths()
+        facts: bytes = scan.facts
+        joined: str | None = scan.names[:-1]
+        if CAPTURE_LEFT in statuses:
+            keep = statuses.translate(_NOT_LEFT)
+            paths = list(itertools.compress(paths, keep))
+            records = list(itertools.compress(records, keep))
+            facts = b"".join(itertools.compress(scan.packed_facts(), keep))
+            statuses = bytes(map(_FIRST, records))
+            joined = None
+        captured = statuses.translate(_IS_CAPTURED)
+        self._table = RecordTable(
+            paths, facts, b"".join(map(_SECOND, records)), captured, array("I", list(captured)), array("Q", map(_THIRD, records)),
+            [pack], joined=joined,
+        )
+        if scan.pack_bytes:
+            self._pack_size[pack] = scan.pack_bytes
+        self._count_entries()
+
+    def _count_entries(self) -> None:
+        """Which directories hold (and track) entries, and the paths known
+        only to the record, derived from the table's facts."""
+        table = self._table
         # Iterated in C (map, compress, Counter): a loop in Python over
         # 100,000 entries is most of the load's time. Entries per parent
         # directory first, then up the ancestors: a handful of directories
@@ -990,7 +1054,13 @@ class FileStateRecord:
                 if not plan and not self._known and not self._remembered_inside():
                     return []  # no event, nothing racy: nothing to look at
         if plan is None:
+            self._captured = None
             scan, stored = await self._walk(first, watch)
+            captured, self._captured = self._captured, None
+            if captured is not None:
+                self._adopt(*captured)
+                if captured[0] is scan:
+                    scan = msgspec.structs.replace(scan, captures=None)  # not kept with the walk the record is
             if self._same_as is not None and scan.facts == self._same_as.facts and scan.names == self._same_as.names:
                 if scan.unwalked == self._same_as.unwalked and not self._racy and not self._known and not self._remembered:
                     self._moved_on(scan, watch)
@@ -1341,8 +1411,13 @@ class FileStateRecord:
         """Run ``ops`` (ending with ``op``), watch the directories it
         listed, and run ``op`` again while that found unwatched ones (what
         changed in them before their watch began is in the last answer):
-        ``(scan, the program's result)``."""
+        ``(scan, the program's result)``. A capturing ``op`` captures once:
+        its scan is kept to be adopted, the walks after it only look (what
+        changed since it read is a change between the two)."""
         result = await self._run_scan(ops)
+        if op.capture_pack is not None:
+            self._keep_captured(op, result[-1])
+            op = msgspec.structs.replace(op, capture_store=None, capture_bytes=0, capture_pack=None)
         for _pass in range(WATCH_PASSES):
             raise_for_result(op, result[-1])
             scan: FileScan = result[-1].value
@@ -1375,14 +1450,28 @@ class FileStateRecord:
         _refuse_truncated(scan)
         return scan, ()
 
-    def _scan_op(self, plan: list[str] | None) -> ScanTree:
+    def _scan_op(self, plan: list[str] | None, *, capture: bool = False) -> ScanTree:
         options = dict(
             skip_names=SKIP_NAMES, skip_paths=() if self._base else (self._blob_dir, *self._skip), descend=tuple(self._tracked),
             limit=SCAN_LIMIT, racy_ns=RACY_NS, directories_too=True,
         )
+        if capture:
+            options.update(capture_store=self._store, capture_bytes=self._max, capture_pack=f"pack-{secrets.token_hex(16)}")
         if plan is None:
             return ScanTree("." if self._scanner is not None else self._base or ".", **options)
         return ScanPaths(".", paths=tuple(plan), **options)
+
+    def _capturing(self) -> bool:
+        """Whether the first walk reads the files as it goes: the record
+        holds nothing (no index was kept) and knows it before the walk's
+        program is built, and the walk is the target's own (a scanner's
+        root is not the blob store's)."""
+        return not self._primed and not len(self._table) and not self._from_index and self._scanner is None
+
+    def _keep_captured(self, op: ScanTree, outcome: OpResult) -> None:
+        scan = outcome.value if outcome.ok else None
+        if isinstance(scan, FileScan) and scan.captures is not None and not scan.truncated:
+            self._captured = (scan, op.capture_pack)  # type: ignore[assignment]
 
     async def _run_scan(self, ops: list[Operation]) -> ProgramResult:
         """Run ``ops``, the scan last: one program, or with a scanner the
@@ -1463,7 +1552,7 @@ class FileStateRecord:
                 # Read before (a resume's program): loaded now, the walk is
                 # built knowing what it tracks and which files are racy.
                 self._take_index(*preloaded)
-                scan_op = self._scan_op(None if watch is None else [""])
+                scan_op = self._scan_op(None if watch is None else [""], capture=self._capturing())
             else:
                 start += self.kept_reads()
             if watch is None:
@@ -1486,7 +1575,7 @@ class FileStateRecord:
                         watch = None
                 # Built once the kept record is loaded: its entries below
                 # a directory a .gitignore came to ignore are walked.
-                scan_op = self._scan_op([""] if watch is not None else None)
+                scan_op = self._scan_op([""] if watch is not None else None, capture=self._capturing())
                 ops = [scan_op]
         if watch is not None:
             scan, result = await self._watched_scan(scan_op, watch, ops)  # type: ignore[arg-type]
@@ -1510,6 +1599,8 @@ class FileStateRecord:
                 passengers.results = tuple(result.results[at : at + len(passengers.ops)])
             raise_for_result(scan_op, result[at - 1])
             scan = result[at - 1].value
+            if scan_op.capture_pack is not None:
+                self._keep_captured(scan_op, result[at - 1])
             self._early = self._taken_early(rechecks, result.results[early:])
         self._removed(removes, result)
         if saves:

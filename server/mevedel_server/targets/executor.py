@@ -22,7 +22,8 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   to resume from)`` of ``ListTree``, the ``(file paths, size limit,
   budget)`` of ``ReadFiles``, the ``(skip names, skip paths, descend paths,
   entry limit, racy window in ns)`` of ``ScanTree``, the same and the paths
-  to look at of ``ScanPaths``, the ``(blob store directory, size limit)``
+  to look at of ``ScanPaths`` (either followed by whether directories are
+  entries too and, for a capturing scan, ``[store, size limit, pack]``), the ``(blob store directory, size limit)``
   of ``SnapshotFile`` (and the pack to append to, when it packs, and the
   digest whose bytes the caller keeps already: not appended again), or the
   ``(offset, size)`` of ``ReadSlice``;
@@ -37,7 +38,10 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   reason, unsafe, size)`` per file read (see :meth:`Executor._read_files`),
   a ``ScanTree`` value ``(names, facts, unwalked, racy, truncated,
   started_ns)`` (see :meth:`Executor._scan`), a ``ScanPaths`` value the
-  same and ``(directories, shared)`` (see :meth:`Executor._scan_paths`), a
+  same and ``(directories, shared)`` (see :meth:`Executor._scan_paths`),
+  either followed, when it captures, by ``(pack bytes, records)`` -- one
+  ``CAPTURE_RECORD`` per entry -- or None when its pack could not be
+  written (see ``_Capture``), a
   ``SnapshotFile`` value
   ``(sha256 hex or None, size, mtime_ns, ctime_ns, inode, written)`` (and
   the offset in its pack when it packs: None when it did not append), a
@@ -1350,10 +1354,21 @@ class Executor:
         At most ``limit`` entries (files, links and directories): past it
         ``truncated`` is True and the rest is left out. The order is the
         directories' own (not sorted), so an unchanged tree answers the very
-        same ``names`` and ``facts``."""
+        same ``names`` and ``facts``.
+
+        A capturing scan (``argument``'s seventh part, ``[store, size limit,
+        pack]``) also reads every regular file not ignored and within the
+        limit while its directory is open, appends its bytes once per
+        content to the new pack ``store/pack`` (never flushed) and answers,
+        last, ``(pack bytes, records)``: per entry a ``CAPTURE_RECORD`` --
+        ``CAPTURED`` with the digest and offset, ``CAPTURE_LEFT`` for a link
+        or a file that could not be read whole with the facts the walk saw,
+        ``CAPTURE_NONE`` for the rest -- or None when the pack could not be
+        made or written (then nothing counts as read)."""
         try:
             skip_names, skip_paths, descend, limit, racy_ns = argument[:5]
             record_dirs = bool(argument[5]) if len(argument) > 5 else False
+            capture_spec = argument[6] if len(argument) > 6 else None
         except (TypeError, ValueError):
             raise Refused(FAILED, "a tree scan needs skip names, skip paths, descend paths, a limit and a racy window") from None
         if not (_whole(limit) and _whole(racy_ns)):
@@ -1370,13 +1385,20 @@ class Executor:
         fd = self._open_directory(split_components(path))
         truncated = False
         try:
+            scan.capture = self._capture(capture_spec)
             scan.directory(fd, "", None, False)
         except _ScanLimit:
             truncated = True
+        except BaseException:
+            if scan.capture is not None:
+                scan.capture.close()
+            raise
         finally:
             os.close(fd)
         names = "\0".join(scan.names) + "\0" if scan.names else ""
         value = (names, b"".join(scan.facts), [list(item) for item in scan.unwalked], scan.racy, truncated, started)
+        if capture_spec is not None:
+            value += (self._captured(scan),)
         return (OK, value, None, False)
 
     def _scan_paths(self, path, argument, _deferred):
@@ -1397,6 +1419,7 @@ class Executor:
         try:
             skip_names, skip_paths, descend, limit, racy_ns, paths = argument[:6]
             record_dirs = bool(argument[6]) if len(argument) > 6 else False
+            capture_spec = argument[7] if len(argument) > 7 else None
         except (TypeError, ValueError):
             raise Refused(FAILED, "a path scan needs skip names, skip paths, descend paths, a limit, a racy window and paths") from None
         if not (_whole(limit) and _whole(racy_ns)):
@@ -1433,12 +1456,17 @@ class Executor:
         fd = self._open_root()
         truncated = False
         try:
+            scan.capture = self._capture(capture_spec)
             if plan is None:
                 scan.directory(fd, "", None, False)
             else:
                 scan.planned(fd, "", None, False, plan)
         except _ScanLimit:
             truncated = True
+        except BaseException:
+            if scan.capture is not None:
+                scan.capture.close()
+            raise
         finally:
             os.close(fd)
         names = "\0".join(scan.names) + "\0" if scan.names else ""
@@ -1446,7 +1474,52 @@ class Executor:
             names, b"".join(scan.facts), [list(item) for item in scan.unwalked], scan.racy, truncated, started,
             scan.directories, scan.shared,
         )
+        if capture_spec is not None:
+            value += (self._captured(scan),)
         return (OK, value, None, False)
+
+    def _capture(self, spec):
+        """The ``_Capture`` of a scan's ``[store, max_bytes, pack]`` (None:
+        the scan reads no file), with its pack open; one that cannot be
+        opened captures nothing (its answer says so)."""
+        if spec is None:
+            return None
+        try:
+            store, max_bytes, pack = spec
+        except (TypeError, ValueError):
+            raise Refused(FAILED, "a scan's capture is a store directory, a size limit and a pack") from None
+        if not isinstance(store, str) or not _whole(max_bytes) or not _is_pack_name(pack):
+            raise Refused(FAILED, "a scan's capture is a store directory, a size limit and a pack named pack-<hex>")
+        capture = _Capture(max_bytes)
+        try:
+            fd = self._store_directory(store)
+        except (Refused, OSError):
+            capture.failed = True
+            return capture
+        try:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            capture.out = os.open(pack, flags, _FILE_MODE, dir_fd=fd)
+            capture.store, capture.pack = fd, pack
+        except OSError:
+            capture.failed = True
+            os.close(fd)
+        return capture
+
+    @staticmethod
+    def _captured(scan):
+        """A capturing scan's last answer part: ``(pack bytes, records)``,
+        one ``CAPTURE_RECORD`` per entry in the entries' order, or None
+        when the pack could not be written (nothing is captured then)."""
+        capture = scan.capture
+        if capture is None:
+            return None
+        try:
+            capture.close()
+        finally:
+            scan.capture = None
+        if capture.failed:
+            return None
+        return (capture.end, b"".join(scan.captures))
 
     def _read_slice(self, path, argument, _deferred):
         """``argument`` is ``(offset, size)``: at most ``size`` bytes of regular
@@ -2311,6 +2384,101 @@ class _ScanLimit(Exception):
     """The scan met more entries than its limit."""
 
 
+#: A capturing scan's record of each entry (see ``Executor._scan``):
+#: status, the content's sha256 (raw) and where it lies in the pack.
+CAPTURE_RECORD = "<B32sQ"
+#: Statuses: facts only (a directory, an ignored entry, a file over the
+#: limit); read into the pack; left to the caller to read (a link, or a
+#: file that could not be read whole and unchanged).
+CAPTURE_NONE = 0
+CAPTURED = 1
+CAPTURE_LEFT = 2
+_capture_record = struct.Struct(CAPTURE_RECORD)
+_CAPTURE_NONE = _capture_record.pack(CAPTURE_NONE, bytes(32), 0)
+_CAPTURE_LEFT = _capture_record.pack(CAPTURE_LEFT, bytes(32), 0)
+#: Bytes a capture holds before it appends them to its pack.
+_CAPTURE_BUFFER = 4 * 1024 * 1024
+
+
+class _Capture(object):
+    """A scan's reading of the regular files it records: each one's bytes
+    appended to one pack (once per content), its digest and offset
+    answered -- a record's first walk, which would otherwise snapshot every
+    file again by an operation of its own. Never flushed, like a
+    snapshot's pack."""
+
+    def __init__(self, max_bytes):
+        self.max_bytes = max_bytes
+        self.store = self.out = self.pack = None
+        self.failed = False
+        self.parts = []
+        self.buffered = 0
+        #: Bytes in the pack, written and buffered; digest -> its offset.
+        self.end = 0
+        self.offsets = {}
+        self.sha256 = _sha256_new()
+
+    def take(self, dir_fd, name, st):
+        """The capture record of the regular file ``name`` of ``dir_fd``,
+        which the walk's ``lstat`` found as ``st``: read when it still has
+        those facts after the read (a change within their timestamp's tick
+        is the record's racy file, read again)."""
+        if self.failed:
+            return _CAPTURE_LEFT
+        size = st.st_size
+        try:
+            fd = os.open(name, _LEAF_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            return _CAPTURE_LEFT
+        try:
+            data = os.read(fd, size + 1) if size < _CAPTURE_BUFFER else _read_at_most(fd, size + 1)
+            after = os.fstat(fd)
+        except OSError:
+            return _CAPTURE_LEFT
+        finally:
+            os.close(fd)
+        if (
+            len(data) != size or after.st_size != size or after.st_mtime_ns != st.st_mtime_ns
+            or after.st_ctime_ns != st.st_ctime_ns or after.st_ino != st.st_ino
+        ):
+            return _CAPTURE_LEFT
+        digest = self.sha256(data).digest()
+        offset = self.offsets.get(digest)
+        if offset is None:
+            offset = self.offsets[digest] = self.end
+            self.parts.append(data)
+            self.end += size
+            self.buffered += size
+            if self.buffered >= _CAPTURE_BUFFER:
+                self.flush()
+        return _capture_record.pack(CAPTURED, digest, offset)
+
+    def flush(self):
+        try:
+            _write_all(self.out, b"".join(self.parts))
+        except OSError:
+            self.failed = True
+        self.parts = []
+        self.buffered = 0
+
+    def close(self):
+        """Append what is buffered and close the pack (removed when the
+        scan appended nothing to it)."""
+        if self.out is None:
+            return
+        try:
+            if self.parts and not self.failed:
+                self.flush()
+        finally:
+            os.close(self.out)
+            self.out = None
+            try:
+                if not self.end or self.failed:
+                    _unlink_quietly(self.pack, self.store)
+            finally:
+                os.close(self.store)
+
+
 def _on_first_use(name):
     """The module ``name``, loaded when an operation first needs it, by name
     rather than by an import statement: the remote program starts once per
@@ -2333,8 +2501,8 @@ def _regex():
 _sha256_of = None
 
 
-def _sha256_hex(data):
-    """The sha256 of ``data`` in hex, by the interpreter's built-in module
+def _sha256_new():
+    """The sha256 constructor of the interpreter's built-in module
     (``_sha256``, ``_sha2`` since 3.12: a fraction of a millisecond to load,
     where ``hashlib`` and its OpenSSL take several)."""
     global _sha256_of
@@ -2345,7 +2513,12 @@ def _sha256_hex(data):
                 break
             except (ImportError, AttributeError):
                 continue
-    return _sha256_of(data).hexdigest()
+    return _sha256_of
+
+
+def _sha256_hex(data):
+    """The sha256 of ``data`` in hex."""
+    return _sha256_new()(data).hexdigest()
 
 
 def _cached(cache, key, make):
@@ -2730,6 +2903,10 @@ class _TreeScan(object):
         #: listed, and the regular files with more than one link.
         self.directories = None
         self.shared = None
+        #: A capturing scan's ``_Capture``, and its records in chunks of
+        #: the same entries as ``facts``.
+        self.capture = None
+        self.captures = []
 
     def directory(self, fd, prefix, rules, ignored):
         """Record the entries of the open directory ``fd`` (whose path ends
@@ -2767,10 +2944,15 @@ class _TreeScan(object):
         add_kept = kept.append
         packed = []
         add_facts = packed.append
+        taken = []
+        add_taken = taken.append
         pack = _scan_facts.pack
         stat = os.stat
         racy_floor = self.racy_floor
         type_bits, regular, link, directory = _S_IFMT, _S_IFREG, _S_IFLNK, _S_IFDIR
+        capture = self.capture
+        take = capture.take if capture is not None else None
+        max_bytes = capture.max_bytes if capture is not None else -1
         for name in names:
             try:
                 st = stat(name, dir_fd=fd, follow_symlinks=False)
@@ -2786,11 +2968,13 @@ class _TreeScan(object):
                     found = dir_test(name)
                     hidden = found is not None and not dir_negates[found.lastindex]
                 if kept:
-                    self._add_names(prefix, kept, packed)
+                    self._add_names(prefix, kept, packed, taken)
                     kept = []
                     add_kept = kept.append
                     packed = []
                     add_facts = packed.append
+                    taken = []
+                    add_taken = taken.append
                 self.subdirectory(fd, name, prefix + name, rules, hidden)
                 continue
             elif kind == link:
@@ -2808,18 +2992,27 @@ class _TreeScan(object):
             except struct.error:
                 add_facts(pack(flags, st.st_size, clamp_ns(mtime), clamp_ns(ctime), st.st_ino, mode & 0o7777))
             add_kept(name)
+            if take is not None:
+                # Read while its directory is open and its lstat at hand:
+                # a regular file not ignored and within the limit.
+                if flags:
+                    add_taken(_CAPTURE_LEFT if flags == SCAN_LINK else _CAPTURE_NONE)
+                else:
+                    add_taken(take(fd, name, st) if st.st_size <= max_bytes else _CAPTURE_NONE)
             if (ctime >= racy_floor or mtime >= racy_floor) and not flags:
                 self.racy.append(prefix + name)
             if shared is not None and kind == regular and st.st_nlink > 1:
                 shared.append(prefix + name)
         if kept:
-            self._add_names(prefix, kept, packed)
+            self._add_names(prefix, kept, packed, taken)
 
-    def _add_names(self, prefix, names, packed):
-        """Record ``names`` (in directory ``prefix``) and their ``packed``
-        facts, each as one chunk."""
+    def _add_names(self, prefix, names, packed, taken):
+        """Record ``names`` (in directory ``prefix``), their ``packed``
+        facts and (capturing) their capture records, each as one chunk."""
         self.names.append(prefix + ("\0" + prefix).join(names))
         self.facts.append(b"".join(packed))
+        if taken:
+            self.captures.append(b"".join(taken))
 
     def planned(self, fd, prefix, rules, ignored, plan):
         """Look at the entries ``plan`` names in the open directory ``fd``
@@ -2892,6 +3085,8 @@ class _TreeScan(object):
                 _scan_facts.pack(flags, st.st_size, clamp_ns(st.st_mtime_ns), clamp_ns(st.st_ctime_ns), st.st_ino, st.st_mode & 0o7777)
             )
             self.names.append(path)
+            if self.capture is not None:
+                self.captures.append(_CAPTURE_NONE if flags & SCAN_IGNORED else _CAPTURE_LEFT)
             if not flags and (st.st_mtime_ns >= self.racy_floor or st.st_ctime_ns >= self.racy_floor):
                 self.racy.append(path)
             if self.shared is not None and st.st_nlink > 1 and kind == _S_IFREG:
@@ -2912,6 +3107,8 @@ class _TreeScan(object):
                 st = os.fstat(child)
                 self.facts.append(_scan_facts.pack(SCAN_DIR | (SCAN_IGNORED if ignored else 0), 0, 0, 0, st.st_ino, st.st_mode & 0o7777))
                 self.names.append(path)
+                if self.capture is not None:
+                    self.captures.append(_CAPTURE_NONE)
             below = None if ignored or rules is None else rules.child(name)
             self.directory(child, path + "/", below, ignored)
         except OSError as exc:

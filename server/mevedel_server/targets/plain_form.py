@@ -7,6 +7,7 @@ the plain form over the wire, so both report exactly the same results.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from .clock import Clock
@@ -21,6 +22,7 @@ from .errors import (
 from .executor import ProgramRefused
 from .process_group import ProcessGroup, group_state
 from .program import (
+    CAPTURE_RECORD,
     FILE_SCAN_RECORD,
     Barrier,
     Chain,
@@ -100,6 +102,7 @@ _KINDS: dict[type, str] = {
     )
 }
 _STATUSES = {status.value: status for status in Status}
+_CAPTURE_RECORD = struct.Struct(CAPTURE_RECORD)
 
 PlainOperation = tuple[str, str, bool, object, bool]
 
@@ -140,8 +143,10 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = [list(op.skip_names), list(op.skip_paths), list(op.descend), op.limit, op.racy_ns]
         if isinstance(op, ScanPaths):
             argument.append(list(op.paths))
-        if op.directories_too:
-            argument.append(True)
+        if op.directories_too or op.capture_pack is not None:
+            argument.append(op.directories_too)
+        if op.capture_pack is not None:
+            argument.append([op.capture_store, op.capture_bytes, op.capture_pack])
     elif isinstance(op, SnapshotFile):
         argument = [op.store, op.max_bytes] + ([op.pack, op.known] if op.pack is not None else [])
     elif isinstance(op, ReadSlice):
@@ -202,8 +207,8 @@ _DECODERS = {
     ReadFiles: lambda op, value: _file_reads(op, value),
     ReadChain: lambda op, value: _chain(len(op.hops), value),
     SurveyDirs: lambda op, value: _survey(op, value),
-    ScanTree: lambda _op, value: _file_scan(value),
-    ScanPaths: lambda _op, value: _file_scan(value),
+    ScanTree: lambda op, value: _file_scan(op, value),
+    ScanPaths: lambda op, value: _file_scan(op, value),
     ProcessGroup: lambda _op, value: group_state(value),
     SnapshotFile: lambda op, value: _snapshot(op, value),
 }
@@ -224,14 +229,26 @@ def plain_entry(value: object) -> Entry:
     return Entry(kind, mode, None if data is None else bytes(data), size)
 
 
-def _file_scan(value: object) -> FileScan:
+def _file_scan(op: ScanTree, value: object) -> FileScan:
     """The answer of a :class:`ScanTree`, refused unless it has its shape:
     one facts record per NUL-terminated name, ``(path, reason)`` pairs, path
-    strings, a flag and a clock reading. (The paths themselves are checked
-    as any operation path is, when a later operation names one.)"""
+    strings, a flag and a clock reading (and, capturing, one capture record
+    per entry). (The paths themselves are checked as any operation path
+    is, when a later operation names one.)"""
     names, facts, unwalked, racy, truncated, started, *extra = value  # type: ignore[misc]
+    if op.capture_pack is not None and len(extra) not in (1, 3):
+        raise ValueError("a capturing tree scan answers its captures last")
+    captured = extra.pop() if op.capture_pack is not None else None
+    captures, pack_bytes = None, 0
+    if captured is not None:
+        pack_bytes, captures = captured  # type: ignore[misc]
+        if not isinstance(captures, (bytes, bytearray)) or len(captures) != len(facts) // FILE_SCAN_RECORD * _CAPTURE_RECORD.size:
+            raise ValueError("a tree scan's captures do not match its entries")
+        if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
+            raise ValueError("a tree scan's pack size is a whole number")
+        captures = bytes(captures)
     if len(extra) not in (0, 2):
-        raise ValueError("a tree scan answers six or eight parts")
+        raise ValueError("a tree scan answers six or eight parts (and its captures when asked)")
     if not isinstance(names, str) or not isinstance(facts, (bytes, bytearray)):
         raise ValueError("a tree scan's names are text and its facts bytes")
     if len(facts) != names.count("\0") * FILE_SCAN_RECORD or (names and not names.endswith("\0")):
@@ -240,7 +257,10 @@ def _file_scan(value: object) -> FileScan:
     if not isinstance(truncated, bool) or isinstance(started, bool) or not isinstance(started, int):
         raise ValueError("a tree scan's flag or clock is malformed")
     lists = tuple(tuple(_text(path) for path in part) for part in extra)  # type: ignore[union-attr]
-    return FileScan(names, bytes(facts), pairs, tuple(_text(path) for path in racy), truncated, started, *lists)  # type: ignore[union-attr]
+    return FileScan(
+        names, bytes(facts), pairs, tuple(_text(path) for path in racy), truncated, started, *lists,  # type: ignore[union-attr]
+        captures=captures, pack_bytes=pack_bytes,  # type: ignore[arg-type]
+    )
 
 
 def _tree_listing(op: ListTree, value: object) -> TreeListing:

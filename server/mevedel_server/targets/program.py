@@ -48,6 +48,10 @@ from msgspec.structs import force_setattr
 
 from .entry import Entry
 from .errors import InvalidTargetPath
+from .executor import CAPTURE_LEFT as CAPTURE_LEFT
+from .executor import CAPTURE_NONE as CAPTURE_NONE
+from .executor import CAPTURE_RECORD as CAPTURE_RECORD
+from .executor import CAPTURED as CAPTURED
 from .executor import SCAN_DIR as SCAN_DIR
 from .executor import SCAN_FACTS, stamped_content
 from .executor import SCAN_IGNORED as SCAN_IGNORED
@@ -437,7 +441,8 @@ class ScanTree(Operation):
     symbolic link below it, each with its own ``lstat`` facts (size,
     modification and change times in nanoseconds, inode). Links are
     recorded, never followed; FIFOs, sockets and devices are left out;
-    only directories and ``.gitignore`` files are opened.
+    only directories and ``.gitignore`` files are opened (and, capturing,
+    the regular files read).
 
     Entries named ``skip_names`` (at any depth) or at ``skip_paths``
     (relative to ``path``) are not visited. Every directory's
@@ -455,7 +460,25 @@ class ScanTree(Operation):
     racy_ns: int = 0
     #: Record directories as entries too (:data:`SCAN_DIR`, with their mode).
     directories_too: bool = False
+    #: Capture as the walk goes: every regular file not ignored and of at
+    #: most ``capture_bytes`` is read, its bytes appended (once per
+    #: content) to the new pack ``capture_store/<capture_pack>``
+    #: (``pack-<hex>``, never flushed: a cache, as a
+    #: :class:`SnapshotFile`'s), and the answer's :attr:`FileScan.captures`
+    #: says for each entry whether it was read, its digest and where its
+    #: bytes lie -- a first walk that would otherwise snapshot every file
+    #: by an operation of its own, each opening its chain of directories
+    #: again. A file read is one whose ``lstat`` facts still held after the
+    #: read (else it is left to the caller, as links are).
+    capture_store: str | None = None
+    capture_bytes: int = 0
+    capture_pack: str | None = None
     accepts_root: ClassVar[bool] = True
+
+    @property
+    def writes(self) -> bool:  # type: ignore[override]
+        """A capturing scan writes its pack."""
+        return self.capture_pack is not None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -464,9 +487,15 @@ class ScanTree(Operation):
             if not all(isinstance(text, str) for text in texts):
                 raise TypeError(f"a tree scan's {name} are strings")
             force_setattr(self, name, texts)
-        for number in (self.limit, self.racy_ns):
+        for number in (self.limit, self.racy_ns, self.capture_bytes):
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise ValueError("a tree scan's limit and racy window are whole, non-negative numbers")
+                raise ValueError("a tree scan's limit, racy window and capture size are whole, non-negative numbers")
+        if (self.capture_pack is None) != (self.capture_store is None):
+            raise ValueError("a capturing scan names its store and its pack")
+        if self.capture_pack is not None:
+            _check_pack(self.capture_pack)
+            if not split_target_path(self.capture_store):  # type: ignore[arg-type]
+                raise InvalidTargetPath(self.capture_store, "a blob store is a directory below the root")  # type: ignore[arg-type]
 
 
 #: A :class:`ScanTree` entry's facts: flags (:data:`SCAN_LINK`,
@@ -500,6 +529,13 @@ class FileScan(msgspec.Struct, frozen=True):
     #: :class:`ScanTree` leaves them empty.
     directories: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
+    #: A capturing scan's (:attr:`ScanTree.capture_pack`): one
+    #: :data:`CAPTURE_RECORD` per entry, in the entries' order (status
+    #: :data:`CAPTURED`, :data:`CAPTURE_LEFT` or :data:`CAPTURE_NONE`, the
+    #: raw sha256, the offset in the pack), and the pack's bytes; None when
+    #: not asked, or when the pack could not be written (nothing read).
+    captures: bytes | None = None
+    pack_bytes: int = 0
 
     def __len__(self) -> int:
         return len(self.facts) // _SCAN_FACTS.size
@@ -575,6 +611,11 @@ class ScanPaths(ScanTree):
         force_setattr(self, "paths", texts)
 
 
+def _check_pack(pack: object) -> None:
+    if not (isinstance(pack, str) and pack.startswith("pack-") and 5 < len(pack) <= 69 and not pack[5:].strip("0123456789abcdef")):
+        raise ValueError("a snapshot pack is named pack-<1 to 64 hex digits>")
+
+
 class SnapshotFile(Operation):
     """Keep the bytes of regular file ``path`` as the blob
     ``store/<sha256 hex>`` (written unless a file of that size is already
@@ -602,11 +643,8 @@ class SnapshotFile(Operation):
         super().__post_init__()
         if self.deferred:
             raise ValueError("a snapshot blob is never flushed, so it cannot be deferred")
-        if self.pack is not None and not (
-            isinstance(self.pack, str) and self.pack.startswith("pack-") and 5 < len(self.pack) <= 69
-            and not self.pack[5:].strip("0123456789abcdef")
-        ):
-            raise ValueError("a snapshot pack is named pack-<1 to 64 hex digits>")
+        if self.pack is not None:
+            _check_pack(self.pack)
         if not split_target_path(self.store):
             raise InvalidTargetPath(self.store, "a blob store is a directory below the root")
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 0:

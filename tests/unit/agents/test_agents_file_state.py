@@ -773,6 +773,93 @@ async def test_a_watched_record_from_the_index_walks_once(root, monkeypatch):
     record.close()
 
 
+# -- a first walk reads as it goes ------------------------------------------------------
+
+
+def _tree_to_capture(root) -> None:
+    write(root, ".gitignore", "*.log\n")
+    write(root, "src/a.py", "v1")
+    write(root, "b.txt", "same")
+    write(root, "src/c.txt", "same")
+    write(root, "x.log", "log")
+    os.symlink("b.txt", root / "to-b")
+
+
+async def _preloaded(record: FileStateRecord, target) -> FileStateRecord:
+    """``record`` given the kept reads as another's program ran them (a
+    ``mevedel prompt``'s resume): a walked record then knows, before its
+    walk's program, that nothing was kept."""
+    record.preload((await target.run(ControlProgram(record.kept_reads()))).results)
+    return record
+
+
+async def _first_walk_reads_as_it_goes(root, target, record: FileStateRecord) -> None:
+    spy = Spy(target)
+    record._target = spy
+    await record.refresh()
+    scans = [op for op in spy.ops if isinstance(op, ScanTree)]
+    # One walk read every file (the link's target by an operation of its
+    # own), into one pack; none was snapshotted apart.
+    assert [op.capture_pack is not None for op in scans][:1] == [True] and spy.snapshots() == []
+    assert [name for name in stored(root) if name.startswith("pack-")] == [scans[0].capture_pack]
+    assert await blobs(record, root) == {digest("v1"), digest("same"), digest("*.log\n")}
+    mode = os.stat(root / "b.txt").st_mode & 0o7777
+    write(root, "src/a.py", "v2")
+    os.remove(root / "b.txt")
+    os.remove(root / "to-b")
+    write(root, "x.log", "log 2")
+    assert await record.changes() == [
+        FileChange("b.txt", Entry.file(b"same", mode)),
+        FileChange("src/a.py", Entry.file(b"v1", mode)),
+        FileChange("to-b", Entry.symlink(b"b.txt")),
+        FileChange("x.log", None, IGNORED_GAP),
+    ]
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "walked"])
+async def test_a_first_walk_reads_every_file_as_it_goes(root, watched):
+    _tree_to_capture(root)
+    target = LocalTarget(root)
+    record = FileStateRecord(target, watch=None if watched else False)
+    if not watched:
+        await _preloaded(record, target)
+    await _first_walk_reads_as_it_goes(root, target, record)
+    record.close()
+
+
+async def test_over_ssh_a_first_walk_reads_every_file_in_its_own_program(root, fault_server):
+    from mevedel_server.targets.ssh import SshTarget
+
+    _tree_to_capture(root)
+    target = await SshTarget.connect(fault_server.url(root), **fault_server.options())
+    try:
+        await _first_walk_reads_as_it_goes(root, target, await _preloaded(FileStateRecord(target), target))
+    finally:
+        await target.close()
+
+
+async def test_a_file_changed_between_the_reading_walk_and_the_watched_one_is_read_again(root):
+    # Watched, the first walk is walked again once its directories are
+    # watched: what changed in between is read as it is then.
+    write(root, "d/a.txt", "as read")
+    write(root, "d/b.txt", "b")
+
+    class ChangingAfterCapture(Spy):
+        async def run(self, program):
+            result = await super().run(program)
+            if any(isinstance(op, ScanTree) and op.capture_pack is not None for op in program.operations):
+                write(root, "d/a.txt", "changed before the watch")
+            return result
+
+    spy = ChangingAfterCapture(LocalTarget(root))
+    record = FileStateRecord(spy, watch=LocalTarget(root))
+    await record.refresh()
+    assert spy.snapshots() == ["d/a.txt"]
+    write(root, "d/a.txt", "by the command")
+    assert await files_only(record) == [FileChange("d/a.txt", b"changed before the watch")]
+    record.close()
+
+
 @pytest.mark.parametrize("watched", [False, True], ids=["walked", "watched"])
 async def test_a_new_record_walks_a_directory_ignored_since_the_index_was_kept(root, watched):
     # The kept record tracks gen/out.txt; between the processes gen/ came to

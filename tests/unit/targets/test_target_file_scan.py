@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -17,6 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mevedel_server.targets import (
+    CAPTURE_LEFT,
+    CAPTURE_NONE,
+    CAPTURE_RECORD,
+    CAPTURED,
     ControlProgram,
     FileScan,
     InvalidTargetPath,
@@ -195,6 +200,103 @@ async def test_a_scan_travels_the_wire_form_unchanged(root):
     local = await scan(LocalTarget(root), program.operations[0])
     assert (remote.names, remote.facts, remote.unwalked) == (local.names, local.facts, local.unwalked)
     assert remote.entries()["ü/ñ \n name"][1] == 2
+
+
+# -- a capturing scan -------------------------------------------------------------
+
+
+def capturing(pack: str = "pack-c0ffee", max_bytes: int = 100) -> ScanTree:
+    return ScanTree(".", skip_names=("blobs",), directories_too=True, capture_store="blobs", capture_bytes=max_bytes, capture_pack=pack)
+
+
+def captures(found: FileScan) -> dict[str, tuple[int, bytes, int]]:
+    """path -> (status, digest, offset) of a capturing scan's answer."""
+    return dict(zip(found.paths(), struct.iter_unpack(CAPTURE_RECORD, found.captures)))
+
+
+async def wire_scan(root, op: ScanTree) -> FileScan:
+    """``op`` run by the remote program, its answer through the wire form."""
+    program = ControlProgram([op])
+    dev, ino = pin_root(str(root))
+    answer = remote_program.answer(["program", str(root), dev, ino, None, [list(item) for item in plain_operations(program)]])
+    from mevedel_server.targets import wire
+
+    nonce = os.urandom(wire.NONCE_SIZE)
+    _, decoded = wire.read_frame(_reader(b"".join(wire.frame_chunks(nonce, answer))))
+    [result] = program_result(program, decoded[1], decoded[2]).results
+    assert result.status is Status.OK, result
+    return result.value
+
+
+@pytest.mark.parametrize("through", ["local", "wire"])
+async def test_a_capturing_scan_keeps_each_content_once_in_its_pack_and_says_where(root, tmp_path, through):
+    write(root, ".gitignore", b"*.log\n")
+    write(root, "a.txt", b"same bytes")
+    write(root, "d/b.txt", b"same bytes")
+    write(root, "d/c.txt", b"other")
+    write(root, "empty", b"")
+    write(root, "x.log", b"ignored")
+    write(root, "big.bin", b"z" * 101)
+    (root / "link").symlink_to("a.txt")
+    os.mkfifo(root / "fifo")
+    (root / "blobs").mkdir()
+    op = capturing()
+    found = await (scan(LocalTarget(root), op) if through == "local" else wire_scan(root, op))
+    taken = captures(found)
+    assert set(taken) == {".gitignore", "a.txt", "d", "d/b.txt", "d/c.txt", "empty", "x.log", "big.bin", "link"}
+    pack = (root / "blobs" / "pack-c0ffee").read_bytes()
+    assert found.pack_bytes == len(pack) == len(b"same bytes") + len(b"other") + len(b"\n".join([b"*.log", b""]))
+    for path in (".gitignore", "a.txt", "d/b.txt", "d/c.txt", "empty"):
+        data = (root / path).read_bytes()
+        status, digest, offset = taken[path]
+        assert (status, digest, pack[offset : offset + len(data)]) == (CAPTURED, hashlib.sha256(data).digest(), data)
+    assert taken["a.txt"] == taken["d/b.txt"]
+    # Facts only: a directory, an ignored file, one over the limit; a link is
+    # left to the caller (its target is read by an operation of its own).
+    assert {path: taken[path][0] for path in ("d", "x.log", "big.bin", "link")} == {
+        "d": CAPTURE_NONE, "x.log": CAPTURE_NONE, "big.bin": CAPTURE_NONE, "link": CAPTURE_LEFT,
+    }
+    # The facts are the walk's, as a plain scan answers them.
+    plain = await scan(LocalTarget(root), ScanTree(".", skip_names=("blobs",), directories_too=True))
+    assert (found.names, found.facts, plain.captures) == (plain.names, plain.facts, None)
+
+
+def test_a_file_that_changed_since_the_walk_saw_it_is_left_to_the_caller(root):
+    write(root, "a", b"before")
+    seen = os.lstat(root / "a")
+    write(root, "a", b"after, longer")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    capture = executor._Capture(100)
+    try:
+        assert struct.unpack(CAPTURE_RECORD, capture.take(fd, "a", seen))[0] == CAPTURE_LEFT
+        assert struct.unpack(CAPTURE_RECORD, capture.take(fd, "a", os.lstat(root / "a")))[0] == CAPTURED
+        assert struct.unpack(CAPTURE_RECORD, capture.take(fd, "gone", seen))[0] == CAPTURE_LEFT
+    finally:
+        os.close(fd)
+
+
+async def test_a_capture_that_cannot_write_its_pack_reads_nothing_and_the_walk_still_answers(root):
+    write(root, "a", b"1")
+    found = await scan(LocalTarget(root), capturing())  # no blob store
+    assert found.captures is None and found.paths() == ["a"]
+    (root / "blobs").mkdir()
+    (root / "blobs" / "pack-c0ffee").write_bytes(b"someone else's")
+    found = await scan(LocalTarget(root), capturing())  # the pack is new, never appended to
+    assert found.captures is None and (root / "blobs" / "pack-c0ffee").read_bytes() == b"someone else's"
+    found = await scan(LocalTarget(root), capturing("pack-0b"))
+    assert captures(found)["a"][0] == CAPTURED and (root / "blobs" / "pack-0b").read_bytes() == b"1"
+
+
+def test_a_capturing_scan_names_its_store_and_a_pack():
+    with pytest.raises(ValueError):
+        ScanTree(".", capture_pack="pack-00")
+    with pytest.raises(ValueError):
+        ScanTree(".", capture_store="blobs", capture_pack="blobs.bin")
+    with pytest.raises(InvalidTargetPath):
+        ScanTree(".", capture_store="../blobs", capture_pack="pack-00")
+    with pytest.raises(ValueError):
+        ScanTree(".", capture_store="blobs", capture_pack="pack-00", capture_bytes=-1)
+    assert capturing().writes and not ScanTree(".").writes
 
 
 def _reader(data: bytes):
