@@ -9,6 +9,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from streamed import read_until
+
 #: The shell command the agent runs after rewriting ``notes.txt``.
 SHELL = "set -e; chmod +x run.sh; mkdir made; echo new > made/file.txt; rm gone.txt; ln -s notes.txt link.txt"
 
@@ -59,12 +61,7 @@ def kill_once_said(argv: list[str], said: str, **popen) -> str:
     """Start ``argv`` and SIGKILL it once its standard output holds
     ``said``; what it printed until then."""
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, **popen)
-    assert process.stdout is not None
-    seen = ""
-    while said not in seen:
-        char = process.stdout.read(1)
-        assert char, (seen, process.stderr.read() if process.stderr else "")
-        seen += char
+    seen = read_until(process, said)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=30)
     return seen

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from ssh_fixtures import ALIAS
+from streamed import read_until
 
 from .test_ssh_control_cli import AGENT, client, mevedel
 from .test_ssh_workspace import ssh_home
@@ -31,12 +32,7 @@ def test_a_killed_prompt_over_ssh_is_taken_over_at_once_from_its_machine(openssh
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )
     try:
-        assert prompt.stdout is not None
-        seen = ""
-        while "working on it" not in seen:
-            char = prompt.stdout.read(1)
-            assert char, f"the prompt ended before its turn ran: {prompt.communicate()[1]}"
-            seen += char
+        read_until(prompt, "working on it")
         (row,) = json.loads(mevedel(other, url, "session", "list", "--json").stdout)["sessions"]
         assert row["action"] == "Join"
     finally:

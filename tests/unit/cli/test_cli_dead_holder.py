@@ -15,6 +15,8 @@ from pathlib import Path
 
 from test_cli_prompt import configure
 
+from streamed import read_until
+
 
 def client_env(tmp_path: Path, client: str) -> dict:
     return {**os.environ, "XDG_STATE_HOME": str(tmp_path / f"state-{client}"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
@@ -35,12 +37,7 @@ def prompt_mid_turn(workspace: Path, tmp_path: Path) -> subprocess.Popen:
         [sys.executable, "-m", "mevedel_server.cli", "prompt", "Work"], cwd=workspace, env=client_env(tmp_path, "a"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )
-    assert process.stdout is not None
-    seen = ""
-    while "working on it" not in seen:
-        char = process.stdout.read(1)
-        assert char, f"the prompt ended before its turn ran: {process.communicate()[1]}"
-        seen += char
+    read_until(process, "working on it")
     return process
 
 

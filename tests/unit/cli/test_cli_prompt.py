@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from streamed import read_until
+
 AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 
 
@@ -66,11 +68,7 @@ def test_ctrl_c_cancels_the_turn_and_exits_130(workspace, tmp_path):
         [sys.executable, "-m", "mevedel_server.cli", "prompt", "Wait"], cwd=workspace, env=env(tmp_path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )
-    assert process.stdout is not None
-    seen = ""
-    while "waiting for you" not in seen:  # the answer streams before the turn ends
-        seen += process.stdout.read(1)
-        assert seen or process.poll() is None
+    seen = read_until(process, "waiting for you")  # the answer streams before the turn ends
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err

@@ -13,22 +13,14 @@ from pathlib import Path
 
 from test_cli_prompt import configure, env, mevedel
 
+from streamed import read_until
+
 
 def start(workspace: Path, tmp_path: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "mevedel_server.cli", *args], cwd=workspace, env=env(tmp_path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )
-
-
-def read_until(process: subprocess.Popen, text: str) -> str:
-    assert process.stdout is not None
-    seen = ""
-    while text not in seen:  # the answer streams while the turn runs
-        char = process.stdout.read(1)
-        assert char, f"the process ended before saying {text!r}: {seen!r}"
-        seen += char
-    return seen
 
 
 def turns(workspace: Path, tmp_path: Path) -> list[tuple[str, str]]:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from test_cli_prompt import AGENT
 
+from streamed import read_until
+
 
 def configure(tmp_path: Path, turns: list, log: Path | None = None) -> None:
     """The agent's script; each ``mevedel prompt`` starts the agent anew,
@@ -114,10 +116,7 @@ def test_a_rewind_past_an_interrupted_turn_drops_the_not_finished_cleanly_notice
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state-me"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     second = subprocess.Popen([sys.executable, "-m", "mevedel_server.cli", "prompt", "Second"], cwd=workspace, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    assert second.stdout is not None
-    seen = ""
-    while "waiting" not in seen:
-        seen += second.stdout.read(1)
+    read_until(second, "waiting")
     second.send_signal(signal.SIGINT)
     assert second.wait(timeout=60) == 130  # interrupted
     rewound = run(workspace, tmp_path, "rewind", "2", "--before", "--yes")
@@ -176,10 +175,7 @@ def test_after_an_interrupted_turn_the_agent_is_told_what_it_left_unfinished(wor
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state-me"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     first = subprocess.Popen([sys.executable, "-m", "mevedel_server.cli", "prompt", "Build it"], cwd=workspace, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    assert first.stdout is not None
-    seen = ""
-    while "waiting" not in seen:
-        seen += first.stdout.read(1)
+    read_until(first, "waiting")
     first.send_signal(signal.SIGINT)
     assert first.wait(timeout=60) == 130
     configure(tmp_path, [[{"say": "checked"}]], log)
