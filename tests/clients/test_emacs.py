@@ -305,10 +305,13 @@ class Screen:
     """One tmux server of its own (its socket named for this test) running a
     command in a window of a fixed size."""
 
-    def __init__(self, command: list[str], *, env: dict[str, str], cwd: Path, width: int = 100, height: int = 42) -> None:
+    def __init__(self, command: list[str], *, env: dict[str, str], cwd: Path, width: int = 100, height: int = 42,
+                 explain=None) -> None:
         self.tmux = shutil.which("tmux")
         if self.tmux is None:
             pytest.skip("tmux is not installed (scripts/setup --test installs it)")
+        #: What the program knows beyond its screen, for a failed wait.
+        self.explain = explain
         self.socket = f"mevedel-test-{uuid.uuid4().hex[:12]}"
         environment = " ".join(f"{key}={json.dumps(value)}" for key, value in env.items())
         line = f"cd {json.dumps(str(cwd))} && env {environment} {' '.join(json.dumps(part) for part in command)}"
@@ -336,7 +339,7 @@ class Screen:
             if predicate(screen):
                 return screen
             if time.monotonic() > deadline:
-                raise AssertionError(f"the screen never showed {what}:\n{screen}")
+                raise AssertionError(f"the screen never showed {what}:\n{screen}{self.explain() if self.explain else ''}")
             time.sleep(0.1)
 
     def close(self) -> None:
@@ -359,11 +362,69 @@ SCREEN_SCRIPT = [[
 ]]
 
 
+#: What an Emacs on a Screen knows that its screen does not show, asked over
+#: its server and written to OUT-FILE: a failed wait says which keys ran
+#: which commands, which buffers there are and where Emacs is waiting (the
+#: backtrace of a command blocked in a request has the request below the
+#: server's own frames; the server's filter runs while it waits).
+EMACS_STATE = r"""
+(let* ((print-length 40) (print-level 6)
+       (parts
+        (list
+         (format "selected window's buffer %S, current buffer %S, minibuffer depth %d, last command %S"
+                 (window-buffer (selected-window)) (current-buffer) (minibuffer-depth) last-command)
+         (concat "buffers (name, major mode, modified):\n"
+                 (mapconcat (lambda (b) (format "  %S %S %S" (buffer-name b) (buffer-local-value 'major-mode b)
+                                                (buffer-modified-p b)))
+                            (buffer-list) "\n"))
+         (concat "recent keys [and the commands they ran]:\n  "
+                 (mapconcat (lambda (e) (if (and (consp e) (null (car e))) (format "[%S]" (cdr e))
+                                          (or (ignore-errors (single-key-description e)) (format "%S" e))))
+                            (recent-keys t) " "))
+         (format "live mevedel-lsp servers: %S"
+                 (ignore-errors (mapcar #'jsonrpc-name (mevedel-lsp--servers))))
+         (let ((frames (with-output-to-string (backtrace))))
+           ;; From the frame that runs this form down: the frames above it are this form's.
+           (concat "backtrace:\n" (substring frames (or (string-match "^ *server-eval-and-print" frames) 0))))
+         (concat "*Messages*:\n" (with-current-buffer (messages-buffer) (buffer-string)))
+         (mapconcat (lambda (b)
+                      (with-current-buffer b
+                        (format "%s (its end):\n%s" (buffer-name b)
+                                (buffer-substring-no-properties (max (point-min) (- (point-max) 8000)) (point-max)))))
+                    (seq-filter (lambda (b) (string-match-p "EGLOT.*events" (buffer-name b))) (buffer-list))
+                    "\n"))))
+  (with-temp-file OUT-FILE (insert (mapconcat #'identity parts "\n\n") "\n")))
+"""
+
+
+def _emacs_server(tmp_path: Path) -> tuple[str, object]:
+    """Init lines that start a server in the Emacs (TCP: a socket path under
+    the test's directory would be too long), and what a failed wait of its
+    Screen adds to the message: `EMACS_STATE`, asked with emacsclient."""
+    directory = tmp_path / f"emacs-server-{uuid.uuid4().hex[:8]}"
+    init = f"(setq server-use-tcp t server-auth-dir {json.dumps(str(directory) + '/')} server-name \"test\")\n(server-start)"
+
+    def explain() -> str:
+        out = directory / "state.txt"
+        expression = EMACS_STATE.replace("OUT-FILE", json.dumps(str(out)))
+        try:
+            asked = subprocess.run(["emacsclient", "-f", str(directory / "test"), "--eval", expression],
+                                   capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"\n--- Emacs did not answer emacsclient: {error}"
+        if not out.exists():
+            return f"\n--- Emacs wrote no state: {asked.stdout}{asked.stderr}"
+        return f"\n--- what Emacs knows ---\n{out.read_text(encoding='utf-8', errors='replace')}"
+
+    return init, explain
+
+
 def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: list, settings: str = "", init_more: str = "") -> Screen:
     """emacs -nw in tmux with the documented setup (and INIT_MORE), the
     test's server and a scripted agent playing TURNS, visiting notes.txt."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": turns}))
+    server_init, explain = _emacs_server(tmp_path)
     agent = "[" + " ".join(json.dumps(part) for part in [sys.executable, str(AGENT), str(script)]) + "]"
     init = "\n".join([
         documented_elisp("emacs-setup"),
@@ -372,6 +433,7 @@ def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: lis
         f"(setq mevedel-lsp-settings '(:agents (:scripted (:command {agent})) :defaultAgent \"scripted\" {settings}))",
         "(setq inhibit-startup-screen t native-comp-async-report-warnings-errors 'silent",
         "      native-comp-deferred-compilation nil native-comp-jit-compilation nil)",
+        server_init,
         init_more,
         "",
     ])
@@ -383,6 +445,7 @@ def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: lis
         env={"HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
              "XDG_STATE_HOME": str(tmp_path / "state")},
         cwd=workspace.root,
+        explain=explain,
     )
 
 
