@@ -208,6 +208,22 @@ def test_emacs_artifacts(emacs: str, workspace: Workspace) -> None:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 
+def test_emacs_a_command_waits_for_the_server_eglot_is_connecting(emacs: str, workspace: Workspace) -> None:
+    """C-c m p while eglot connects the server (just started, or restarted
+    after it was killed) waits for it: eglot says "Reconnected!" before the
+    new server answered, and the command then said none was running."""
+    output = run_editor(
+        [
+            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-connect-test.el"),
+            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-connect-")',
+        ],
+        env={**editor_environment(workspace), "HOME": str(workspace.root.parent)},
+        cwd=workspace.root,
+    )
+    assert re.search(r"Ran 1 tests, 1 results as expected, 0 unexpected", output), output
+
+
 def test_emacs_package_headers_and_byte_compilation(emacs: str, tmp_path) -> None:
     """package.el reads the headers (name, version, requirements) and the file
     byte-compiles without a single warning."""
