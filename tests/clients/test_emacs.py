@@ -590,7 +590,9 @@ def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_
         os.kill(server, signal.SIGKILL)
         screen.wait_for(lambda s: "Server died" in s, "the chat saying the server died")
         release.touch()  # the next agent goes straight through
-        # ("Reconnected!" on the eglot of Emacs 30.)
+        # eglot says "Reconnected!" once it stops blocking, at the first
+        # output of any process: often before the new server answered (and
+        # "Connected!" said), when the keys below wait for it.
         screen.wait_for(lambda s: ("Connected!" in s or "Reconnected!" in s) and len(server_processes(workspace.root)) == 1,
                         "eglot connected again")
         # Into the chat first, as a person would: where the cursor is after
