@@ -354,7 +354,7 @@ will (its process exited, or eglot gave up on it).  C-g stops waiting."
               (not (eglot--shutdown-requested server))
               (not (mevedel-lsp--registered-p server)))
     (accept-process-output nil 0.1))
-  (message nil)
+  ;; (eglot's "Connected!", said meanwhile, has replaced the message.)
   (and (jsonrpc-running-p server) (mevedel-lsp--registered-p server) server))
 
 (defun mevedel-lsp--server (&optional noerror)
@@ -374,8 +374,10 @@ there is none, unless NOERROR."
         noerror
         ;; Signalled here, not inside the `cond' (Emacs names the form the
         ;; error left: "cond: No mevedel-lsp server...").
-        (user-error (cond (connecting
-                           "mevedel: the mevedel-lsp server eglot was starting did not connect; M-x eglot-events-buffer shows why")
+        (user-error "%s"
+                    (cond (connecting
+                           (format "mevedel: the mevedel-lsp server eglot was starting did not connect; its buffer *%s events* says why"
+                                   (jsonrpc-name connecting)))
                           ((apply #'derived-mode-p (mevedel-lsp--modes))
                            "mevedel: the mevedel-lsp server is not connected yet (it starts with this buffer); try again in a moment")
                           (t "mevedel: no mevedel-lsp server is running; visit a Markdown or text file (it starts there), or M-x mevedel-lsp-ensure in one"))))))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -208,6 +209,11 @@ def test_emacs_artifacts(emacs: str, workspace: Workspace) -> None:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 
+#: The ERT tests of commands typed while eglot connects the server
+#: (tests/clients/emacs/mevedel-lsp-connect-test.el).
+REQUIRED_CONNECT = ("a-command-waits-for-the-server-eglot-is-connecting",)
+
+
 def test_emacs_a_command_waits_for_the_server_eglot_is_connecting(emacs: str, workspace: Workspace) -> None:
     """C-c m p while eglot connects the server (just started, or restarted
     after it was killed) waits for it: eglot says "Reconnected!" before the
@@ -221,7 +227,9 @@ def test_emacs_a_command_waits_for_the_server_eglot_is_connecting(emacs: str, wo
         env={**editor_environment(workspace), "HOME": str(workspace.root.parent)},
         cwd=workspace.root,
     )
-    assert re.search(r"Ran 1 tests, 1 results as expected, 0 unexpected", output), output
+    assert re.search(rf"Ran {len(REQUIRED_CONNECT)} tests, {len(REQUIRED_CONNECT)} results as expected, 0 unexpected", output), output
+    for name in REQUIRED_CONNECT:
+        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-connect-{name}", output), output
 
 
 def test_emacs_package_headers_and_byte_compilation(emacs: str, tmp_path) -> None:
@@ -498,6 +506,30 @@ def test_emacs_c_g_or_an_empty_answer_refuses_a_permission_at_once(emacs: str, w
         assert settled.count("Permission Run make clean → refused: declined") == 2, settled
         assert "json-value-p" not in settled and "Error running timer" not in settled, settled
         assert asked
+    finally:
+        screen.close()
+
+
+def test_emacs_a_server_that_exits_before_it_connected_is_named(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """C-c m p while eglot connects a server that exits before it answers:
+    the command waits, then says the server did not connect and names the
+    buffer that says why. (In batch Emacs eglot's error in the dead
+    server's sentinel ends Emacs, so on a terminal.)"""
+    (workspace.root / "notes.txt").write_text("alpha\n")
+    leave = tmp_path / "leave"
+    # A stand-in that answers nothing and exits once told to.
+    stand_in = json.dumps(["sh", "-c", f"while [ ! -e {shlex.quote(str(leave))} ]; do sleep 0.1; done"])
+    screen = _terminal_emacs(emacs, workspace, tmp_path, [], "",
+                             f"(setq mevedel-lsp-server-command (json-parse-string {json.dumps(stand_in)} :array-type 'list)"
+                             " eglot-sync-connect nil)")
+    try:
+        screen.wait_for(lambda s: "Waiting in background" in s, "eglot connecting in the background")
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "mevedel: waiting for eglot to connect the mevedel-lsp server" in s, "the command waiting")
+        leave.touch()
+        refused = screen.wait_for(lambda s: "mevedel: the mevedel-lsp server eglot was starting did not connect" in s,
+                                  "the refusal naming the server")
+        assert "its buffer *EGLOT (project/" in refused and "*mevedel prompt*" not in refused, refused
     finally:
         screen.close()
 
