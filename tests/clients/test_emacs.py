@@ -192,44 +192,36 @@ REQUIRED_ARTIFACTS = (
 )
 
 
-def test_emacs_artifacts(emacs: str, workspace: Workspace) -> None:
-    """The artifact store's list and item buffers against the real server
-    (and a second server process of the same workspace holding an item)."""
+def _run_ert_file(emacs: str, workspace: Workspace, test_file: str, prefix: str, required: tuple[str, ...]) -> None:
+    """Run the ERT tests named ``prefix...`` of TEST_FILE (beside
+    mevedel-lsp-test.el, whose helpers it uses) against the real server;
+    each of REQUIRED (after mevedel-lsp-test-) must have passed."""
     output = run_editor(
         [
             emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
-            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-artifacts-test.el"),
-            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-artifact-")',
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / test_file),
+            "--eval", f'(ert-run-tests-batch-and-exit "^{prefix}")',
         ],
         env={**editor_environment(workspace), "HOME": str(workspace.root.parent)},
         cwd=workspace.root,
     )
-    assert re.search(rf"Ran {len(REQUIRED_ARTIFACTS)} tests, {len(REQUIRED_ARTIFACTS)} results as expected, 0 unexpected", output), output
-    for name in REQUIRED_ARTIFACTS:
+    assert re.search(rf"Ran {len(required)} tests, {len(required)} results as expected, 0 unexpected", output), output
+    for name in required:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
 
 
-#: The ERT tests of commands typed while eglot connects the server
-#: (tests/clients/emacs/mevedel-lsp-connect-test.el).
-REQUIRED_CONNECT = ("a-command-waits-for-the-server-eglot-is-connecting",)
+def test_emacs_artifacts(emacs: str, workspace: Workspace) -> None:
+    """The artifact store's list and item buffers against the real server
+    (and a second server process of the same workspace holding an item)."""
+    _run_ert_file(emacs, workspace, "mevedel-lsp-artifacts-test.el", "mevedel-lsp-test-artifact-", REQUIRED_ARTIFACTS)
 
 
 def test_emacs_a_command_waits_for_the_server_eglot_is_connecting(emacs: str, workspace: Workspace) -> None:
     """C-c m p while eglot connects the server (just started, or restarted
     after it was killed) waits for it: eglot says "Reconnected!" before the
     new server answered, and the command then said none was running."""
-    output = run_editor(
-        [
-            emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
-            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-connect-test.el"),
-            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-connect-")',
-        ],
-        env={**editor_environment(workspace), "HOME": str(workspace.root.parent)},
-        cwd=workspace.root,
-    )
-    assert re.search(rf"Ran {len(REQUIRED_CONNECT)} tests, {len(REQUIRED_CONNECT)} results as expected, 0 unexpected", output), output
-    for name in REQUIRED_CONNECT:
-        assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-connect-{name}", output), output
+    _run_ert_file(emacs, workspace, "mevedel-lsp-connect-test.el", "mevedel-lsp-test-connect-",
+                  ("connect-a-command-waits-for-the-server-eglot-is-connecting",))
 
 
 def test_emacs_package_headers_and_byte_compilation(emacs: str, tmp_path) -> None:
