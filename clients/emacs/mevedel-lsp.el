@@ -350,9 +350,11 @@ output of any process, so eglot may have said \"Reconnected!\" (or
   "Wait until eglot has registered SERVER; return it, or nil when it never
 will (its process exited, or eglot gave up on it).  C-g stops waiting."
   (message "mevedel: waiting for eglot to connect the mevedel-lsp server (C-g stops)...")
-  (while (and (jsonrpc-running-p server)
-              (not (eglot--shutdown-requested server))
-              (not (mevedel-lsp--registered-p server)))
+  ;; Until its sentinel has run, not merely until the process is gone: eglot
+  ;; reports the unanswered `initialize' there, which would otherwise come
+  ;; after (and hide) the refusal that names the server.
+  (while (not (or (mevedel-lsp--registered-p server)
+                  (process-get (jsonrpc--process server) 'jsonrpc-sentinel-cleanup-started)))
     (accept-process-output nil 0.1))
   ;; (eglot's "Connected!", said meanwhile, has replaced the message.)
   (and (jsonrpc-running-p server) (mevedel-lsp--registered-p server) server))
