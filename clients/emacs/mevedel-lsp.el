@@ -327,21 +327,62 @@ which no server manages: while this mode is on, such files open in
       (remove-hook hook #'mevedel-lsp--maybe-ensure))
     (setq auto-mode-alist (delete mevedel-lsp--markdown-files auto-mode-alist))))
 
+(defun mevedel-lsp--registered-p (server)
+  "Non-nil when eglot has registered SERVER: it answered `initialize'."
+  (memq server (gethash (eglot--project server) eglot--servers-by-project)))
+
+(defun mevedel-lsp--connecting ()
+  "A mevedel-lsp server eglot has started but not registered yet, or nil.
+eglot registers a server, and manages buffers with it, once it answered
+`initialize'; but `eglot-sync-connect' stops blocking at the first
+output of any process, so eglot may have said \"Reconnected!\" (or
+\"Waiting in background\") well before that."
+  (seq-some (lambda (process)
+              (let ((server (process-get process 'jsonrpc-connection)))
+                (and (cl-typep server 'mevedel-lsp-server)
+                     (process-live-p process)
+                     (not (eglot--shutdown-requested server))
+                     (not (mevedel-lsp--registered-p server))
+                     server)))
+            (process-list)))
+
+(defun mevedel-lsp--await-connection (server)
+  "Wait until eglot has registered SERVER; return it, or nil when it never
+will (its process exited, or eglot gave up on it).  C-g stops waiting."
+  (message "mevedel: waiting for eglot to connect the mevedel-lsp server (C-g stops)...")
+  ;; Until its sentinel has run, not merely until the process is gone: eglot
+  ;; reports the unanswered `initialize' there, which would otherwise come
+  ;; after (and hide) the refusal that names the server.
+  (while (not (or (mevedel-lsp--registered-p server)
+                  (process-get (jsonrpc--process server) 'jsonrpc-sentinel-cleanup-started)))
+    (accept-process-output nil 0.1))
+  ;; (eglot's "Connected!", said meanwhile, has replaced the message.)
+  (and (jsonrpc-running-p server) (mevedel-lsp--registered-p server) server))
+
 (defun mevedel-lsp--server (&optional noerror)
   "The mevedel-lsp server of the current buffer, or of any live one.
-Signal a user error when there is none, unless NOERROR."
+When eglot is still connecting one (just started, or restarted after the
+server died), wait for it, unless NOERROR.  Signal a user error when
+there is none, unless NOERROR."
   (let* ((current (eglot-current-server))
          (server (cond ((cl-typep current 'mevedel-lsp-server) current)
                        ((and (local-variable-p 'mevedel-lsp--origin-server)
                              (jsonrpc-running-p mevedel-lsp--origin-server))
                         mevedel-lsp--origin-server)
-                       (t (car (mevedel-lsp--servers))))))
-    (or server noerror
+                       (t (car (mevedel-lsp--servers)))))
+         (connecting (and (not server) (not noerror) (mevedel-lsp--connecting))))
+    (or server
+        (and connecting (mevedel-lsp--await-connection connecting))
+        noerror
         ;; Signalled here, not inside the `cond' (Emacs names the form the
         ;; error left: "cond: No mevedel-lsp server...").
-        (user-error (if (apply #'derived-mode-p mevedel-lsp-major-modes)
-                        "mevedel: the mevedel-lsp server is not connected yet (it starts with this buffer); try again in a moment"
-                      "mevedel: no mevedel-lsp server is running; visit a Markdown or text file (it starts there), or M-x mevedel-lsp-ensure in one")))))
+        (user-error "%s"
+                    (cond (connecting
+                           (format "mevedel: the mevedel-lsp server eglot was starting did not connect; its buffer *%s events* says why"
+                                   (jsonrpc-name connecting)))
+                          ((apply #'derived-mode-p (mevedel-lsp--modes))
+                           "mevedel: the mevedel-lsp server is not connected yet (it starts with this buffer); try again in a moment")
+                          (t "mevedel: no mevedel-lsp server is running; visit a Markdown or text file (it starts there), or M-x mevedel-lsp-ensure in one"))))))
 
 
 ;;;; Completion

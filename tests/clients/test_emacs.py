@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -191,21 +192,36 @@ REQUIRED_ARTIFACTS = (
 )
 
 
-def test_emacs_artifacts(emacs: str, workspace: Workspace) -> None:
-    """The artifact store's list and item buffers against the real server
-    (and a second server process of the same workspace holding an item)."""
+def _run_ert_file(emacs: str, workspace: Workspace, test_file: str, prefix: str, required: tuple[str, ...]) -> None:
+    """Run the ERT tests named ``prefix...`` of TEST_FILE (beside
+    mevedel-lsp-test.el, whose helpers it uses) against the real server;
+    each of REQUIRED (after mevedel-lsp-test-) must have passed."""
     output = run_editor(
         [
             emacs, "--batch", "-q", "-L", str(CLIENTS / "emacs"),
-            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / "mevedel-lsp-artifacts-test.el"),
-            "--eval", '(ert-run-tests-batch-and-exit "^mevedel-lsp-test-artifact-")',
+            "-l", str(TESTS / "mevedel-lsp-test.el"), "-l", str(TESTS / test_file),
+            "--eval", f'(ert-run-tests-batch-and-exit "^{prefix}")',
         ],
         env={**editor_environment(workspace), "HOME": str(workspace.root.parent)},
         cwd=workspace.root,
     )
-    assert re.search(rf"Ran {len(REQUIRED_ARTIFACTS)} tests, {len(REQUIRED_ARTIFACTS)} results as expected, 0 unexpected", output), output
-    for name in REQUIRED_ARTIFACTS:
+    assert re.search(rf"Ran {len(required)} tests, {len(required)} results as expected, 0 unexpected", output), output
+    for name in required:
         assert re.search(rf"passed +\d+/\d+ +mevedel-lsp-test-{name}", output), output
+
+
+def test_emacs_artifacts(emacs: str, workspace: Workspace) -> None:
+    """The artifact store's list and item buffers against the real server
+    (and a second server process of the same workspace holding an item)."""
+    _run_ert_file(emacs, workspace, "mevedel-lsp-artifacts-test.el", "mevedel-lsp-test-artifact-", REQUIRED_ARTIFACTS)
+
+
+def test_emacs_a_command_waits_for_the_server_eglot_is_connecting(emacs: str, workspace: Workspace) -> None:
+    """C-c m p while eglot connects the server (just started, or restarted
+    after it was killed) waits for it: eglot says "Reconnected!" before the
+    new server answered, and the command then said none was running."""
+    _run_ert_file(emacs, workspace, "mevedel-lsp-connect-test.el", "mevedel-lsp-test-connect-",
+                  ("connect-a-command-waits-for-the-server-eglot-is-connecting",))
 
 
 def test_emacs_package_headers_and_byte_compilation(emacs: str, tmp_path) -> None:
@@ -305,10 +321,13 @@ class Screen:
     """One tmux server of its own (its socket named for this test) running a
     command in a window of a fixed size."""
 
-    def __init__(self, command: list[str], *, env: dict[str, str], cwd: Path, width: int = 100, height: int = 42) -> None:
+    def __init__(self, command: list[str], *, env: dict[str, str], cwd: Path, width: int = 100, height: int = 42,
+                 explain=None) -> None:
         self.tmux = shutil.which("tmux")
         if self.tmux is None:
             pytest.skip("tmux is not installed (scripts/setup --test installs it)")
+        #: What the program knows beyond its screen, for a failed wait.
+        self.explain = explain
         self.socket = f"mevedel-test-{uuid.uuid4().hex[:12]}"
         environment = " ".join(f"{key}={json.dumps(value)}" for key, value in env.items())
         line = f"cd {json.dumps(str(cwd))} && env {environment} {' '.join(json.dumps(part) for part in command)}"
@@ -336,7 +355,7 @@ class Screen:
             if predicate(screen):
                 return screen
             if time.monotonic() > deadline:
-                raise AssertionError(f"the screen never showed {what}:\n{screen}")
+                raise AssertionError(f"the screen never showed {what}:\n{screen}{self.explain() if self.explain else ''}")
             time.sleep(0.1)
 
     def close(self) -> None:
@@ -359,11 +378,69 @@ SCREEN_SCRIPT = [[
 ]]
 
 
+#: What an Emacs on a Screen knows that its screen does not show, asked over
+#: its server and written to OUT-FILE: a failed wait says which keys ran
+#: which commands, which buffers there are and where Emacs is waiting (the
+#: backtrace of a command blocked in a request has the request below the
+#: server's own frames; the server's filter runs while it waits).
+EMACS_STATE = r"""
+(let* ((print-length 40) (print-level 6)
+       (parts
+        (list
+         (format "selected window's buffer %S, current buffer %S, minibuffer depth %d, last command %S"
+                 (window-buffer (selected-window)) (current-buffer) (minibuffer-depth) last-command)
+         (concat "buffers (name, major mode, modified):\n"
+                 (mapconcat (lambda (b) (format "  %S %S %S" (buffer-name b) (buffer-local-value 'major-mode b)
+                                                (buffer-modified-p b)))
+                            (buffer-list) "\n"))
+         (concat "recent keys [and the commands they ran]:\n  "
+                 (mapconcat (lambda (e) (if (and (consp e) (null (car e))) (format "[%S]" (cdr e))
+                                          (or (ignore-errors (single-key-description e)) (format "%S" e))))
+                            (recent-keys t) " "))
+         (format "live mevedel-lsp servers: %S"
+                 (ignore-errors (mapcar #'jsonrpc-name (mevedel-lsp--servers))))
+         (let ((frames (with-output-to-string (backtrace))))
+           ;; From the frame that runs this form down: the frames above it are this form's.
+           (concat "backtrace:\n" (substring frames (or (string-match "^ *server-eval-and-print" frames) 0))))
+         (concat "*Messages*:\n" (with-current-buffer (messages-buffer) (buffer-string)))
+         (mapconcat (lambda (b)
+                      (with-current-buffer b
+                        (format "%s (its end):\n%s" (buffer-name b)
+                                (buffer-substring-no-properties (max (point-min) (- (point-max) 8000)) (point-max)))))
+                    (seq-filter (lambda (b) (string-match-p "EGLOT.*events" (buffer-name b))) (buffer-list))
+                    "\n"))))
+  (with-temp-file OUT-FILE (insert (mapconcat #'identity parts "\n\n") "\n")))
+"""
+
+
+def _emacs_server(tmp_path: Path) -> tuple[str, object]:
+    """Init lines that start a server in the Emacs (TCP: a socket path under
+    the test's directory would be too long), and what a failed wait of its
+    Screen adds to the message: `EMACS_STATE`, asked with emacsclient."""
+    directory = tmp_path / f"emacs-server-{uuid.uuid4().hex[:8]}"
+    init = f"(setq server-use-tcp t server-auth-dir {json.dumps(str(directory) + '/')} server-name \"test\")\n(server-start)"
+
+    def explain() -> str:
+        out = directory / "state.txt"
+        expression = EMACS_STATE.replace("OUT-FILE", json.dumps(str(out)))
+        try:
+            asked = subprocess.run(["emacsclient", "-f", str(directory / "test"), "--eval", expression],
+                                   capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"\n--- Emacs did not answer emacsclient: {error}"
+        if not out.exists():
+            return f"\n--- Emacs wrote no state: {asked.stdout}{asked.stderr}"
+        return f"\n--- what Emacs knows ---\n{out.read_text(encoding='utf-8', errors='replace')}"
+
+    return init, explain
+
+
 def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: list, settings: str = "", init_more: str = "") -> Screen:
     """emacs -nw in tmux with the documented setup (and INIT_MORE), the
     test's server and a scripted agent playing TURNS, visiting notes.txt."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": turns}))
+    server_init, explain = _emacs_server(tmp_path)
     agent = "[" + " ".join(json.dumps(part) for part in [sys.executable, str(AGENT), str(script)]) + "]"
     init = "\n".join([
         documented_elisp("emacs-setup"),
@@ -372,6 +449,7 @@ def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: lis
         f"(setq mevedel-lsp-settings '(:agents (:scripted (:command {agent})) :defaultAgent \"scripted\" {settings}))",
         "(setq inhibit-startup-screen t native-comp-async-report-warnings-errors 'silent",
         "      native-comp-deferred-compilation nil native-comp-jit-compilation nil)",
+        server_init,
         init_more,
         "",
     ])
@@ -383,6 +461,7 @@ def _terminal_emacs(emacs: str, workspace: Workspace, tmp_path: Path, turns: lis
         env={"HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
              "XDG_STATE_HOME": str(tmp_path / "state")},
         cwd=workspace.root,
+        explain=explain,
     )
 
 
@@ -419,6 +498,30 @@ def test_emacs_c_g_or_an_empty_answer_refuses_a_permission_at_once(emacs: str, w
         assert settled.count("Permission Run make clean → refused: declined") == 2, settled
         assert "json-value-p" not in settled and "Error running timer" not in settled, settled
         assert asked
+    finally:
+        screen.close()
+
+
+def test_emacs_a_server_that_exits_before_it_connected_is_named(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """C-c m p while eglot connects a server that exits before it answers:
+    the command waits, then says the server did not connect and names the
+    buffer that says why. (In batch Emacs eglot's error in the dead
+    server's sentinel ends Emacs, so on a terminal.)"""
+    (workspace.root / "notes.txt").write_text("alpha\n")
+    leave = tmp_path / "leave"
+    # A stand-in that answers nothing and exits once told to.
+    stand_in = json.dumps(["sh", "-c", f"while [ ! -e {shlex.quote(str(leave))} ]; do sleep 0.1; done"])
+    screen = _terminal_emacs(emacs, workspace, tmp_path, [], "",
+                             f"(setq mevedel-lsp-server-command (json-parse-string {json.dumps(stand_in)} :array-type 'list)"
+                             " eglot-sync-connect nil)")
+    try:
+        screen.wait_for(lambda s: "Waiting in background" in s, "eglot connecting in the background")
+        screen.keys("C-c", "m", "p")
+        screen.wait_for(lambda s: "mevedel: waiting for eglot to connect the mevedel-lsp server" in s, "the command waiting")
+        leave.touch()
+        refused = screen.wait_for(lambda s: "mevedel: the mevedel-lsp server eglot was starting did not connect" in s,
+                                  "the refusal naming the server")
+        assert "its buffer *EGLOT (project/" in refused and "*mevedel prompt*" not in refused, refused
     finally:
         screen.close()
 
@@ -511,7 +614,9 @@ def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_
         os.kill(server, signal.SIGKILL)
         screen.wait_for(lambda s: "Server died" in s, "the chat saying the server died")
         release.touch()  # the next agent goes straight through
-        # ("Reconnected!" on the eglot of Emacs 30.)
+        # eglot says "Reconnected!" once it stops blocking, at the first
+        # output of any process: often before the new server answered (and
+        # "Connected!" said), when the keys below wait for it.
         screen.wait_for(lambda s: ("Connected!" in s or "Reconnected!" in s) and len(server_processes(workspace.root)) == 1,
                         "eglot connected again")
         # Into the chat first, as a person would: where the cursor is after
