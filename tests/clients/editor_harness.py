@@ -275,15 +275,3 @@ def server_processes(root: Path) -> list[int]:
     return found
 
 
-def wait_for_the_dead_holders_lease_to_expire(root: Path) -> None:
-    """Until the workspace's one session's lease counts as expired: at once
-    when its holder is a server the test killed on this machine (a dead
-    holder's lease is offered for Take over without waiting it out), else
-    once its expiry passes. A test of the killed server's session needs no
-    wait any more (test_neovim's has none)."""
-    (session,) = [p.name for p in (root / ".mevedel" / "sessions").iterdir() if not p.name.startswith(".")]
-    for _ in ticks():
-        if asyncio.run(observe_lease(LocalTarget(root), session)).standing is LeaseStanding.EXPIRED:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the dead server's lease never expired")
