@@ -84,7 +84,7 @@ async def take(ls: MevedelLanguageServer, params: wire.ControlTakeParams) -> wir
         taken = await control.take(sid, confirm_takeover=params.confirm_takeover)
     except store.TakeoverNeedsConfirmation as asked:
         if not await _confirm_takeover(ls, asked):
-            raise failure("takeover-declined", sid, f"{asked}; the takeover was not confirmed") from None
+            raise failure("takeover-declined", sid, f"{asked.said}; the takeover was not confirmed") from None
         taken = await control.take(sid, confirm_takeover=True)
     _registry(ls).make_current(folder, sid)
     return wire.ControlTakeResult(sid, taken.outcome, _state(ls, folder, taken.info), taken.owner_host)

@@ -156,15 +156,14 @@ def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any
 def refusal(error: Exception, method: str) -> JsonRpcException:
     """A refusal names the session it is about with its words (a
     :class:`~..store.SessionRefusal`), else what the user authored (an input
-    with ``authored`` and ``reason``), else the session a lease refusal is
-    about, else the method."""
+    with ``authored`` and ``reason``), else the method."""
     kind = store.error_kind(error)
     if isinstance(error, store.SessionRefusal):
         return failure(kind, error.session_id, error.said)
     authored = getattr(error, "authored", None)
     if isinstance(authored, str) and isinstance(getattr(error, "reason", None), str):
         return failure(kind, authored, error.reason)
-    return failure(kind, getattr(error, "session_id", None) or method, str(error))
+    return failure(kind, method, str(error))
 
 
 def request_handler(method: str, handler: Callable[..., Awaitable[Any]]):

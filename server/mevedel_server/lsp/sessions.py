@@ -155,11 +155,11 @@ async def open_session(ls: MevedelLanguageServer, params: wire.SessionOpenParams
             break
         except store.TakeoverNeedsConfirmation as asked:
             if takeover or not await confirm_takeover(ls, asked):
-                raise failure("takeover-declined", params.session_id, f"{asked}; the takeover was not confirmed") from None
+                raise failure("takeover-declined", asked.session_id, f"{asked.said}; the takeover was not confirmed") from None
             mode, takeover = "takeover", True
         except store.IdentityNeedsConfirmation as asked:
             if identity or not await confirm_identity(ls, asked):
-                raise failure("identity-declined", params.session_id, f"{asked}; binding it was not confirmed") from None
+                raise failure("identity-declined", asked.session_id, f"{asked.said}; binding it was not confirmed") from None
             identity = True
     _registry(ls).make_current(folder, opened.info.session_id)
     return wire.SessionOpenResult(_state(ls, folder, opened.info), opened.action, opened.interrupted_turn)

@@ -55,18 +55,21 @@ class SessionMissing(SessionRefusal):
         super().__init__(session_id, "does not exist", continues=True)
 
 
-class LeaseObservationError(StoreError):
-    """The lease changed on every attempt to observe it."""
+class LeaseObservationError(SessionRefusal):
+    """The lease could not be observed: it changed on every attempt, or a
+    claim's program did not read what it had to."""
 
 
-class LeaseUnavailable(StoreError):
-    """The lease is held or contested; the caller does not own the session."""
+class LeaseUnavailable(SessionRefusal):
+    """The lease is held or contested; the caller does not own the session.
+    The words go on from the session's name (``continues``) unless told."""
 
     def __init__(
         self,
-        message: str,
-        *,
         session_id: str,
+        said: str,
+        *,
+        continues: bool = True,
         holder_client: str | None = None,
         holder_host: str | None = None,
         state: str | None = None,
@@ -74,8 +77,7 @@ class LeaseUnavailable(StoreError):
         now: int | None = None,
         holder_ended: bool = False,
     ) -> None:
-        super().__init__(message)
-        self.session_id = session_id
+        super().__init__(session_id, said, continues=continues)
         self.holder_client = holder_client
         self.holder_host = holder_host
         self.state = state
@@ -119,14 +121,12 @@ class IdentityNeedsConfirmation(SessionRefusal):
         self.current = current
 
 
-class ClaimRaced(LeaseUnavailable, SessionRefusal):
+class ClaimRaced(LeaseUnavailable):
     """Another client won the generation election this claim took part in
     (``why``: how the claim found out)."""
 
     def __init__(self, session_id: str, why: str) -> None:
-        SessionRefusal.__init__(self, session_id, why)
-        self.holder_client = self.holder_host = self.state = None
-        self.expires_at = self.now = None
+        super().__init__(session_id, why, continues=False)
 
 
 class LeaseLost(SessionRefusal):

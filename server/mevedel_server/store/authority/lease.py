@@ -266,7 +266,7 @@ async def _observe(target: Target, paths: SessionPaths, with_clock: bool) -> Lea
         head = generation_numbers([name])[0]
         record = decode_lease_generation(paths, head, raw)
         return LeaseObservation(paths.session_id, head, record, raw, now, tuple(sorted({*gens, head})))
-    raise LeaseObservationError(f"session {paths.session_id}: the lease changed on every observation")
+    raise LeaseObservationError(paths.session_id, "the lease changed on every observation")
 
 
 def _listed(op: Operation, result) -> list[int]:
@@ -279,12 +279,14 @@ def _listed(op: Operation, result) -> list[int]:
 def decode_lease_generation(paths: SessionPaths, generation: int, raw: bytes) -> LeaseRecord:
     """A lease record, refused unless it is the generation its name says
     (every reader of a lease generation decodes it here)."""
-    label = paths.generation_label(generation)
-    record = decode_record(LeaseRecord, raw, label)
+    try:
+        record = decode_record(LeaseRecord, raw, "")
+    except RecordError as error:  # the label is built only for a refusal (a listing decodes many)
+        raise RecordError(error.kind, paths.generation_label(generation), error.reason) from None
     if record.generation != generation:
         raise RecordError(
             RecordErrorKind.INVALID_VALUE,
-            label,
+            paths.generation_label(generation),
             f"records generation {record.generation} under the name of generation {generation}",
         )
     return record
@@ -324,7 +326,7 @@ async def read_lease_head_and_manifest(target: Target, paths: SessionPaths) -> t
         if publication is not None and len(links) > 1 and links[1].path == paths.inside(publication):
             manifest = links[1].data if links[1].status is Status.OK else None
         return observation, manifest
-    raise LeaseObservationError(f"session {paths.session_id}: the lease changed on every observation")
+    raise LeaseObservationError(paths.session_id, "the lease changed on every observation")
 
 
 async def observe_lease(target: Target, session_id: str) -> LeaseObservation:
@@ -347,7 +349,6 @@ def _describe_holder(obs: LeaseObservation) -> dict:
     rec = obs.record
     assert rec is not None
     return dict(
-        session_id=obs.session_id,
         holder_client=rec.client_id,
         holder_host=rec.host,
         state=rec.state.value,
@@ -366,6 +367,14 @@ def describe_lapse(obs: LeaseObservation) -> str:
     if rec.holder is not None and obs.holder_ended:
         return f"was held by {holder}, whose process there (pid {rec.holder.pid}) has ended"
     return f"was held by {holder}, whose lease expired at {describe_target_time(rec.expires_at)} (target clock)"
+
+
+def takeover_needs_confirmation(obs: LeaseObservation) -> TakeoverNeedsConfirmation:
+    """The refusal of a takeover of another client's lapsed lease that the
+    user has not confirmed (``obs``: that lease, observed with the clock)."""
+    return TakeoverNeedsConfirmation(
+        obs.session_id, f"{describe_lapse(obs)}; taking it over needs confirmation", **_describe_holder(obs)
+    )
 
 
 class _Prune(msgspec.Struct):
@@ -556,15 +565,12 @@ async def _acquire_from(
             return handle
         if not own and standing is LeaseStanding.HELD:
             raise LeaseHeld(
-                f"session {session_id} is held by {rec.host or 'another client'} "
-                f"until {describe_target_time(rec.expires_at)} (target clock)",
+                session_id,
+                f"is held by {rec.host or 'another client'} until {describe_target_time(rec.expires_at)} (target clock)",
                 **_describe_holder(obs),
             )
         if not own and not confirm_takeover:
-            raise TakeoverNeedsConfirmation(
-                f"session {session_id} {describe_lapse(obs)}; taking it over needs confirmation",
-                **_describe_holder(obs),
-            )
+            raise takeover_needs_confirmation(obs)
     granted = False
     if rec is not None and rec.state is LeaseState.RELEASED and rec.transfer_generation > 0:
         granted = await _refuse_fenced(target, paths, identity, rec)
@@ -603,9 +609,9 @@ async def _refuse_fenced(target: Target, paths: SessionPaths, identity: ClientId
     if fence.requester_client == identity.client_id or now >= fence.expires_at:
         return True
     raise TransferReserved(
-        f"session {paths.session_id} was handed to {fence.requester_host or 'another client'}, "
+        paths.session_id,
+        f"was handed to {fence.requester_host or 'another client'}, "
         f"which alone may take it until {describe_target_time(fence.expires_at)} (target clock)",
-        session_id=paths.session_id,
         holder_client=fence.requester_client,
         holder_host=fence.requester_host,
         state=released.state.value,

@@ -42,7 +42,7 @@ from ...lazy_exports import lazy_exports
 #: Each exported name's module, imported on first use: importing one
 #: submodule (``errors``, say) does not load every other.
 _EXPORTS = {
-    '.errors': ('KINDS', 'InvalidSessionInput', 'NoPendingPublication', 'NoSuchTurn', 'SessionConflict', 'SessionIncompatible', 'SessionNotOpen', 'SessionReadOnly', 'TurnStateConflict', 'error_kind', 'is_refusal'),
+    '.errors': ('KINDS', 'InvalidSessionInput', 'NoPendingPublication', 'NoSessionOpen', 'NoSuchTurn', 'SessionConflict', 'SessionIncompatible', 'SessionNotOpen', 'SessionReadOnly', 'TurnStateConflict', 'error_kind', 'is_refusal'),
     '.evidence': ('EVIDENCE_KINDS', 'EvidenceInput', 'make_evidence'),
     '.live_history': ('LiveHistory',),
     '.open_session': ('OpenSession', 'PendingSave'),

@@ -38,13 +38,19 @@ from ..errors import (
 from ..transactions.lifecycle_token import LifecycleError
 
 
-class SessionNotOpen(StoreError):
+class SessionNotOpen(SessionRefusal):
     """The request names a session this client has not opened."""
 
-    def __init__(self, session_id: str | None, action: str) -> None:
-        what = f"session {session_id} is not open" if session_id else "no session is open"
-        super().__init__(f"{what}; open it before you {action}")
-        self.session_id = session_id
+    def __init__(self, session_id: str, action: str) -> None:
+        super().__init__(session_id, f"is not open; open it before you {action}", continues=True)
+
+
+class NoSessionOpen(StoreError):
+    """The request names no session, and it has none to fall back on: a
+    refusal about no session, so it names none."""
+
+    def __init__(self, action: str) -> None:
+        super().__init__(f"no session is open; open one before you {action}")
 
 
 class SessionReadOnly(SessionRefusal):
@@ -137,6 +143,7 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (InvalidSessionId, "invalid-params"),
     (InvalidSessionInput, "invalid-params"),
     (SessionNotOpen, "owner-missing"),
+    (NoSessionOpen, "owner-missing"),
     (SessionMissing, "missing-target"),
     (NoSuchTurn, "missing-target"),
     (TakeoverNeedsConfirmation, "takeover-needs-confirmation"),

@@ -38,8 +38,8 @@ from ..authority.lease import (
     LeaseStanding,
     Rider,
     acquire_lease,
-    describe_lapse,
     observe_lease,
+    takeover_needs_confirmation,
 )
 from ..authority.publication import CommittedSnapshot, load_manifest, read_committed
 from ..authority.records import LeaseState, RecordError
@@ -61,7 +61,6 @@ from ..errors import (
     IdentityNeedsConfirmation,
     LeaseObservationError,
     StoreError,
-    TakeoverNeedsConfirmation,
 )
 from ..layout import STATE_DIR, SessionPaths
 from ..transactions.recovery import find_recovery, recovery_listing
@@ -319,16 +318,7 @@ class Sessions:
         if mode is OpenMode.AUTO and foreign and observation.standing is LeaseStanding.HELD:
             return await self._join(session_id, observation)
         if foreign and observation.standing is LeaseStanding.EXPIRED and not confirm_takeover:
-            raise TakeoverNeedsConfirmation(
-                f"session {session_id} {describe_lapse(observation)}; taking it over needs confirmation",
-                session_id=session_id,
-                holder_client=record.client_id,
-                holder_host=record.host,
-                state=record.state.value,
-                expires_at=record.expires_at,
-                now=observation.now,
-                holder_ended=observation.holder_ended,
-            )
+            raise takeover_needs_confirmation(observation)
         return await self._resume(session_id, observation, confirm_takeover, confirm_identity)
 
     async def _join(self, session_id: str, observation: LeaseObservation) -> OpenResult:
@@ -491,7 +481,7 @@ class Sessions:
         led = lease.led or ()
         try:
             if len(led) < len(payload) + len(reads):
-                raise LeaseObservationError(f"session {session_id}: the claim's program did not read the committed bytes")
+                raise LeaseObservationError(session_id, "the claim's program did not read the committed bytes")
             if lease.publication_head == snapshot.head:
                 conversation = self._table.conversation_from(snapshot, await snapshot.verified(led[: len(payload)]))
             else:  # a save landed since the listing: its head is read instead

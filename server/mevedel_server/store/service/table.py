@@ -25,6 +25,7 @@ from ..layout import STATE_DIR
 from ..transactions.recovery import RecoveryPending, find_recovery
 from .clock import TargetTime
 from .errors import (
+    NoSessionOpen,
     SessionIncompatible,
     SessionNotOpen,
     TurnStateConflict,
@@ -116,7 +117,7 @@ class SessionTable:
         """The open session; ``action`` (what the caller meant to do with
         it) words the refusal when it is not open here."""
         if session_id is None:
-            raise SessionNotOpen(None, action)
+            raise NoSessionOpen(action)
         session = self.sessions.get(check_session_id(session_id))
         if session is None:
             raise SessionNotOpen(session_id, action)
