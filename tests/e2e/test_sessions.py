@@ -238,6 +238,22 @@ async def test_commands_reach_the_same_requests(client, workspace):
     assert caught.value.data["kind"] == "invalid-params"
 
 
+async def test_a_held_lease_refusal_names_its_session_once(client, workspace):
+    holder = SessionService(LocalTarget(workspace), ClientIdentity("holding-client", "desk"))
+    sid = (await holder.sessions.create()).session_id
+    await holder.turns.begin_turn(sid, "mine")
+    await holder.turns.settle(sid)
+    try:
+        with pytest.raises(JsonRpcException) as caught:
+            await request(client, methods.SESSION_OPEN, {"sessionId": sid, "mode": "resume"})
+    finally:
+        await holder.sessions.detach()
+    held = caught.value.data
+    assert (held["kind"], held["authored"]) == ("lease-held", sid)
+    assert held["reason"].startswith("is held by desk until ")
+    assert str(caught.value.message) == f"{sid}: {held['reason']}"
+
+
 async def test_errors_carry_stable_kinds(client, workspace):
     assert (await failure(client, methods.SESSION_OPEN, {"sessionId": "nope"}))["kind"] == "invalid-params"
     missing = await failure(client, methods.SESSION_OPEN, {"sessionId": "2026-01-01T00-00-000000000000"})
