@@ -38,7 +38,7 @@ from ..artifacts import (
     hold_written_items,
     learn_patch_writes,
 )
-from ..store import is_refusal
+from ..store import is_refusal, naming_session
 from ..tool_server import ToolRefused
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class AgentToolContext:
             if not is_refusal(error):
                 raise
             # The session cannot take a checkpoint now (read-only, handed over...).
-            raise ToolRefused(f"session {running.session_id}: {error}; nothing was changed") from None
+            raise ToolRefused(f"{naming_session(running.session_id, error)}; nothing was changed") from None
 
     async def delegate(self, agent: str | None, name: str, prompt: str) -> str:
         """The ``Agent`` tool: run ``prompt`` as a turn of this agent's

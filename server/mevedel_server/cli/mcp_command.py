@@ -29,10 +29,10 @@ from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..resources import MemoryRoot, SkillRoot
 from ..store import (
     PRODUCT_STORAGE,
-    SessionRefusal,
     SessionService,
     error_kind,
     is_refusal,
+    naming_session,
     workspace_spool,
 )
 from ..targets import LocalTarget, TargetError
@@ -200,8 +200,7 @@ async def _standalone(
             except Exception as error:
                 if not is_refusal(error):
                     raise
-                said = str(error) if isinstance(error, SessionRefusal) else f"session {session}: {error}"  # one names it already
-                raise CommandError(error_kind(error), said) from None
+                raise CommandError(error_kind(error), naming_session(session, error)) from None
             if opened.action == "join":
                 print(
                     f"mevedel mcp: session {sid} is held by another client; serving it read-only "

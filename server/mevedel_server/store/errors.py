@@ -25,6 +25,13 @@ class SessionRefusal(StoreError):
         self.said = said
 
 
+def naming_session(named: str, error: BaseException) -> str:
+    """``error`` in words that name its session once, for a message about
+    session ``named`` (as the person gave it): a session refusal names its
+    own; anything else is said after ``named``."""
+    return str(error) if isinstance(error, SessionRefusal) else f"session {named}: {error}"
+
+
 class KindedRefusal(StoreError):
     """A refusal of an authored input that carries its own stable error kind
     (the artifact store's): ``kind``, ``authored`` and ``reason``."""
