@@ -97,6 +97,14 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_ONLY_KINDS = frozenset(
     ("Read", "ReadNewest", "ReadChain", "SurveyDirs", "Verify", "Stat", "ListDir", "Clock", "ReadEntry")
 )
+#: Operations a program may carry and still open each directory of its
+#: chains once (``_open_kept_directory``): none renames a directory, and the
+#: one that can remove one (``Remove``) forgets what it removed. A
+#: publication's eight operations reopened the same five-directory chain
+#: for each, about forty opens and closes of its own work.
+_KEEPING_KINDS = _READ_ONLY_KINDS | frozenset(
+    ("CreateExclusive", "StampedCreate", "Replace", "ReplaceAtBarrier", "MakeDirs", "Remove", "Barrier")
+)
 #: At most this many directories stay open in one program.
 _DIRECTORY_CACHE_LIMIT = 256
 #: Operations that take part in the program's pending barrier whether or
@@ -590,7 +598,7 @@ class Executor:
         results = []
         stopped_at = None
         deferred = _Deferred()
-        if all(operation[0] in _READ_ONLY_KINDS for operation in operations):
+        if all(operation[0] in _KEEPING_KINDS for operation in operations):
             self._program.directories = {}
             self._program.kept = set()
         try:
@@ -723,6 +731,28 @@ class Executor:
                 os.close(fd)
             raise
         return fd
+
+    def _deepest_kept(self, parts):
+        """``(depth, fd)`` of the deepest directory of ``parts`` (itself
+        included) this program keeps open; ``(0, None)``: none."""
+        directories = getattr(self._program, "directories", None)
+        if directories:
+            for depth in range(len(parts), -1, -1):
+                fd = directories.get(parts[:depth])
+                if fd is not None:
+                    return depth, fd
+        return 0, None
+
+    def _forget_directory(self, parts):
+        """Drop a removed directory from the program's kept ones, so a later
+        operation naming it again opens the chain afresh (and finds it
+        absent, or what took its place) instead of writing into a
+        directory no name reaches."""
+        directories = getattr(self._program, "directories", None)
+        for key in [key for key in directories or () if key[: len(parts)] == parts]:
+            fd = directories.pop(key)
+            self._program.kept.discard(fd)
+            os.close(fd)
 
     def _close_directory(self, fd):
         """Close a descriptor ``_open_directory`` or ``_open_parent`` gave,
@@ -978,7 +1008,7 @@ class Executor:
                 return (CONFLICT, None, "'%s' already exists" % label, False)
             return self._create_new(pfd, leaf, label, data, deferred)
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
 
     def _create_stamped(self, path, parts, deferred):
         if not isinstance(parts, (list, tuple)):
@@ -992,7 +1022,7 @@ class Executor:
             status, _value, reason, unsafe = self._create_new(pfd, leaf, label, stamped_content(parts, reading), deferred)
             return (status, reading if status == OK else None, reason, unsafe)
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
 
     def _create_linked(self, path, argument, deferred):
         try:
@@ -1115,7 +1145,7 @@ class Executor:
                 os.fsync(pfd)
             return (OK, None, None, False)
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
 
     def _replace_at_barrier(self, path, parts, deferred):
         """Write the stamped ``parts`` (see ``stamped_content``; the clock
@@ -1132,7 +1162,7 @@ class Executor:
             reading = self._write_temp(pfd, leaf, parts, deferred, staged=True)
             return (OK, reading, None, False)
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
 
     def _remove(self, path, _argument, deferred):
         pfd, leaf, label = self._open_parent(path)
@@ -1149,6 +1179,7 @@ class Executor:
                     if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                         raise Refused(FAILED, "'%s' is a directory that is not empty" % label) from None
                     raise
+                self._forget_directory(split_components(path))
             else:
                 os.unlink(leaf, dir_fd=pfd)
             if deferred is None:
@@ -1157,14 +1188,21 @@ class Executor:
                 deferred.wrote(pfd)
             return (OK, None, None, False)
         finally:
-            os.close(pfd)
+            self._close_directory(pfd)
 
     def _make_dirs(self, path, _argument, deferred):
         parts = split_components(path)
-        fd = self._open_root()
+        # From the deepest directory of the path this program holds already
+        # (each above it exists): a publication's versions directory is one
+        # step below the item's, which its checks opened.
+        start, fd = self._deepest_kept(parts)
+        owned = fd is None
+        if owned:
+            fd = self._open_root()
         created = False
         try:
-            for index, name in enumerate(parts):
+            for index in range(start, len(parts)):
+                name = parts[index]
                 try:
                     os.mkdir(name, _DIR_MODE, dir_fd=fd)
                     if deferred is None:
@@ -1175,10 +1213,12 @@ class Executor:
                 except FileExistsError:
                     created = False
                 next_fd = _open_subdir(fd, name, _label(parts, index + 1))
-                os.close(fd)
-                fd = next_fd
+                if owned:
+                    os.close(fd)
+                fd, owned = next_fd, True
         finally:
-            os.close(fd)
+            if owned:
+                os.close(fd)
         if created:
             return (OK, None, None, False)
         return (CONFLICT, None, "'%s' already exists" % path, False)
