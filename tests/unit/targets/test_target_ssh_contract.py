@@ -110,6 +110,27 @@ async def test_make_dirs_conflict_and_remove_of_a_non_empty_directory(root, open
     assert (root / "d" / "f").exists()
 
 
+async def test_a_program_that_removes_a_directory_and_makes_it_again_writes_into_the_new_one(root, open_target):
+    (root / "d" / "e").mkdir(parents=True)
+    t = await open_target(root)
+    result = await t.run(
+        ControlProgram(
+            [
+                Stat("d/e"),
+                Remove("d/e"),
+                Remove("d"),
+                CreateExclusive("d/f", b"lost?", optional=True),
+                MakeDirs("d/e"),
+                CreateExclusive("d/e/f", b"found"),
+                Replace("d/g", b"beside"),
+            ]
+        )
+    )
+    assert [r.status for r in result] == [Status.OK] * 3 + [Status.ABSENT] + [Status.OK] * 3
+    assert (root / "d" / "e" / "f").read_bytes() == b"found"
+    assert sorted(os.listdir(root / "d")) == ["e", "g"]
+
+
 async def test_deferred_writes_are_whole_and_counted_by_their_barrier(root, open_target):
     (root / "old").write_bytes(b"stale")
     t = await open_target(root)
