@@ -3,9 +3,10 @@ prompt``: said so, and ``--queue`` / ``--steer`` instead of taking the
 session's lease from under that turn.
 
 The process that runs a session's agent turns records itself
-(``.pending-input/runner.json``: host, pid, boot); another process of the
-same CLI client that finds it alive on this machine does not open the
-session (which would rotate the lease under the running turn). With
+(``.pending-input/runner.json``: host, pid, boot, and the process's start
+time and namespaces); another process of the same CLI client that cannot
+prove it ended does not open the session (which would rotate the lease
+under the running turn). With
 ``--queue`` it adds its prompt to the session's durable queue, which the
 running process sends when its turn settles; with ``--steer`` it adds
 steering and asks that process (SIGUSR1, only to a process proven to be
@@ -38,7 +39,7 @@ from ..store import (
     runner_read,
     runner_recorded,
 )
-from ..targets import Status, Verify, read_target_clock
+from ..targets import Status, Verify, process_has_ended, read_target_clock, this_process
 from .session_client import CommandError
 
 #: The signal a steering ``mevedel prompt`` sends the process running the turn.
@@ -107,9 +108,18 @@ def _live_other(service: SessionService, runner: RunnerRecord | None) -> RunnerR
         return None
     if runner.client_id != service.client.client_id or runner.host != service.client.host:
         return None
-    if not runner.boot or runner.boot != boot_id() or not _is_mevedel(runner.pid):
-        return None
-    return runner
+    return runner if _may_run(runner) else None
+
+
+def _may_run(runner: RunnerRecord) -> bool:
+    """``runner`` may still run: not proven ended. A record naming its
+    process (start time, namespaces) is ended once ``process_has_ended``
+    proves it, which a PID another ``mevedel prompt`` took since cannot
+    fool. Doubt there, and a record of an older version, fall back to the
+    weaker judgment: this boot, and a ``mevedel prompt`` at that PID."""
+    if runner.process is not None and process_has_ended(runner.process):
+        return False
+    return bool(runner.boot) and runner.boot == boot_id() and _is_mevedel(runner.pid)
 
 
 async def interrupt_orphaned_turn(service: SessionService, session_id: str) -> str | None:
@@ -182,7 +192,7 @@ async def queue_behind(service: SessionService, session_id: str, runner: RunnerR
     await add_foreign_input(service.target, paths, record)
     if steer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            if _is_mevedel(runner.pid):
+            if _may_run(runner):
                 os.kill(runner.pid, STEER_SIGNAL)
     return {"session_id": session_id, "entry_id": record.entry_id, "kind": record.kind, "runner_pid": runner.pid}
 
@@ -200,7 +210,8 @@ class RunnerMark:
         self._riding = None
 
     def _record(self) -> RunnerRecord:
-        return RunnerRecord(client_id=self.service.client.client_id, host=self.service.client.host[:255], pid=os.getpid(), boot=boot_id())
+        return RunnerRecord(client_id=self.service.client.client_id, host=self.service.client.host[:255],
+                            pid=os.getpid(), boot=boot_id(), process=this_process())
 
     async def __aenter__(self) -> RunnerMark:
         session = self.service.session(self.session_id)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from test_cli_prompt import configure, env, mevedel
 
+from killed_turn import kill_once_said
 from streamed import read_until
 
 
@@ -97,3 +98,31 @@ def test_the_runner_record_goes_with_the_last_settlement_and_is_back_for_a_queue
     assert first.returncode == 0, err
     assert not list((workspace / ".mevedel").rglob("runner.json"))  # gone with the last settlement
     assert turns(workspace, tmp_path) == [("first", "completed"), ("second", "completed")]
+
+
+def test_a_killed_prompt_whose_pid_another_prompt_took_counts_as_ended(workspace, tmp_path):
+    """The runner record outlives a killed ``mevedel prompt``; its PID,
+    reused since by another ``mevedel prompt`` process (of another session,
+    say), still names an ended runner: the next prompt goes ahead and records
+    the killed one's turn interrupted instead of queueing behind a stranger."""
+    configure(tmp_path, [[{"say": "working"}, {"wait_file": str(tmp_path / "never")}]])
+    kill_once_said([sys.executable, "-m", "mevedel_server.cli", "prompt", "first"], "working",
+                   cwd=workspace, env=env(tmp_path))
+    configure(tmp_path, [[{"say": "carrying on"}]])
+    (record,) = (workspace / ".mevedel").rglob("runner.json")
+    # A process with a command line like a prompt's, given the dead one's PID
+    # as a PID reuse would: only its start time tells the two apart.
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "mevedel", "prompt"])
+    try:
+        written = json.loads(record.read_bytes())
+        assert written["process"]["pid"] == written["pid"]
+        record.write_text(json.dumps({**written, "pid": stranger.pid, "process": {**written["process"], "pid": stranger.pid}}))
+        again = mevedel(workspace, tmp_path, "prompt", "Carry on")
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert again.returncode == 0, again.stderr
+    assert (f"turn 1 was left in flight: the `mevedel prompt` running it (pid {stranger.pid}) ended before it settled"
+            in again.stderr), again.stderr
+    assert "carrying on" in again.stdout
+    assert turns(workspace, tmp_path) == [("first", "interrupted"), ("Carry on", "completed")]

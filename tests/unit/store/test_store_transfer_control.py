@@ -6,6 +6,7 @@ release, and an expired owner taken over only with confirmation."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -114,6 +115,8 @@ async def test_an_unanswered_request_is_granted_after_the_timeout(tmp_path):
     (owner, owner_ctl, owner_events), sid = await owned_session(tmp_path)
     owner_ctl.configure(prompt_timeout=1)
     asker, asker_ctl, asker_events = client(tmp_path, "laptop-client", "laptop")
+    # Wall clock, as the target's is: taken before the owner can see the request.
+    before_sight = time.time()
     await asker_ctl.take(sid)
     await owner_ctl.poll()
     asking = owner_events[0]
@@ -123,6 +126,9 @@ async def test_an_unanswered_request_is_granted_after_the_timeout(tmp_path):
         if "released" in phases(owner_events):
             break
         await asyncio.sleep(0.05)
+    # The question stayed up the whole second, however late in the target
+    # clock's whole second the owner first saw the request.
+    assert time.time() - before_sight >= 1
     assert phases(owner_events) == ["asking", "released"]
     await asker_ctl.poll()
     assert asker.info(sid).access.value == "writable"

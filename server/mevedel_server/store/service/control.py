@@ -588,7 +588,12 @@ class SessionControl:
             await self._drain(session_id)
             return
         assert box.now is not None  # read with the request
-        owning = _Owning(request, box.now + self.cadence.prompt_timeout)
+        # The target clock reads whole seconds, truncated: first sight may
+        # be late in the second ``box.now`` names, so a deadline of
+        # ``now + timeout`` would withdraw the question up to a second early
+        # (a 1 s prompt almost at once). One more second makes the whole
+        # timeout pass before an unanswered request is granted.
+        owning = _Owning(request, box.now + self.cadence.prompt_timeout + 1)
         owning.look_at = time.monotonic() + self.cadence.prompt_timeout
         self._owning[session_id] = owning
         host = request.requester_host or "another client"

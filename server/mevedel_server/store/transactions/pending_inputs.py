@@ -41,6 +41,7 @@ from ...targets import (
     MakeDirs,
     Operation,
     OpResult,
+    ProcessIdentity,
     Read,
     Remove,
     Replace,
@@ -201,6 +202,11 @@ class RunnerRecord(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_o
     #: The machine's boot (``/proc/sys/kernel/random/boot_id``): a pid of an
     #: earlier boot names nothing.
     boot: Annotated[str, msgspec.Meta(max_length=64)]
+    #: The process as this machine's ``/proc`` saw it when it wrote the
+    #: record (start time, PID namespace): what proves a PID that another
+    #: process took since names an ended runner. None: a record of an older
+    #: version, or a ``/proc`` that could not say.
+    process: ProcessIdentity | None = None
 
 
 _runner_decoder = LazyDecoder(msgspec.json.Decoder, RunnerRecord)
