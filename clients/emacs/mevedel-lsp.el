@@ -2748,8 +2748,8 @@ action, the one for its kind."
     (with-current-buffer buffer
       (if (and (equal (plist-get params :phase) "settled") (null (plist-get params :turnId))
                (null mevedel-lsp-chat--live) mevedel-lsp-chat--notice)
-          ;; The refusal's words, which the prompt's error answer (read
-          ;; first) carries less structured.
+          ;; The refusal's words, which the prompt's error answer (when
+          ;; read first) carries less structured.
           (progn
             (setf (mevedel-lsp-chat--turn-error mevedel-lsp-chat--notice)
                   (mevedel-lsp-chat--turn-error-plist (plist-get params :error)))
@@ -3132,23 +3132,25 @@ one was picked for SESSION already, or ASK."
                        (plist-get error :message) "the server refused the prompt")
           :action (cdr (assoc kind mevedel-lsp-chat--actions)))))
 
-(defun mevedel-lsp-chat--prompt-failed (buffer error)
-  "Show in chat BUFFER that the prompt was refused with ERROR."
+(defun mevedel-lsp-chat--prompt-failed (buffer turn error)
+  "Show in chat BUFFER that the prompt of TURN was refused with ERROR.
+The answer can come after the turn's settled didUpdate, and so after the
+next prompt began: only TURN, while it is still the live one, settles."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (when-let ((turn mevedel-lsp-chat--live))
+      (when (eq turn mevedel-lsp-chat--live)
         (mevedel-lsp-chat--settle turn (if (mevedel-lsp-chat--turn-turn-id turn) "errored" "refused")
                                   nil (mevedel-lsp-chat--refusal error))))))
 
-(defun mevedel-lsp-chat--prompt-answered (buffer result)
-  "The prompt of chat BUFFER answered RESULT: settle its turn, if not yet."
+(defun mevedel-lsp-chat--prompt-answered (buffer turn result)
+  "The prompt of TURN in chat BUFFER answered RESULT: settle it, if not yet."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (let ((turn mevedel-lsp-chat--live))
-        (when (and turn (equal (mevedel-lsp-chat--turn-turn-id turn) (plist-get result :turnId)))
-          (setf (mevedel-lsp-chat--turn-number turn) (plist-get result :turn))
-          (mevedel-lsp-chat--settle turn (plist-get result :outcome) (plist-get result :stopReason)
-                                    (mevedel-lsp-chat--turn-error-plist (plist-get result :error))))))))
+      (when (and (eq turn mevedel-lsp-chat--live)
+                 (equal (mevedel-lsp-chat--turn-turn-id turn) (plist-get result :turnId)))
+        (setf (mevedel-lsp-chat--turn-number turn) (plist-get result :turn))
+        (mevedel-lsp-chat--settle turn (plist-get result :outcome) (plist-get result :stopReason)
+                                  (mevedel-lsp-chat--turn-error-plist (plist-get result :error)))))))
 
 (cl-defun mevedel-lsp-chat-send (server text &key session agent attachments)
   "Send TEXT as the next turn of SESSION through SERVER; return the chat buffer.
@@ -3173,14 +3175,15 @@ shows it."
       (mevedel-lsp-chat--render)
       (goto-char (point-max))
       (force-mode-line-update))
-    (jsonrpc-async-request server :mevedel/turn/prompt
-                           (mevedel-lsp--object :text text :sessionId session :agent agent
-                                                :attachments (and attachments (vconcat attachments)))
-                           :success-fn (lambda (result) (mevedel-lsp-chat--prompt-answered buffer result))
-                           :error-fn (lambda (error) (mevedel-lsp-chat--prompt-failed buffer error))
-                           :timeout-fn #'ignore
-                           ;; A turn takes as long as the agent works.
-                           :timeout nil)
+    (let ((turn (buffer-local-value 'mevedel-lsp-chat--live buffer)))
+      (jsonrpc-async-request server :mevedel/turn/prompt
+                             (mevedel-lsp--object :text text :sessionId session :agent agent
+                                                  :attachments (and attachments (vconcat attachments)))
+                             :success-fn (lambda (result) (mevedel-lsp-chat--prompt-answered buffer turn result))
+                             :error-fn (lambda (error) (mevedel-lsp-chat--prompt-failed buffer turn error))
+                             :timeout-fn #'ignore
+                             ;; A turn takes as long as the agent works.
+                             :timeout nil))
     buffer))
 
 (defun mevedel-lsp-cancel (&optional session-id)
