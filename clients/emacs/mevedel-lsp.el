@@ -2184,11 +2184,27 @@ state; each shows its impact and asks first.
                        (or (null session-id) (equal mevedel-lsp--session-id session-id)))))
               (buffer-list)))
 
+(defun mevedel-lsp-chat--orphan (server session-id)
+  "A chat buffer of SESSION-ID whose server is gone, of SERVER's project."
+  (let ((root (ignore-errors (project-root (eglot--project server)))))
+    (seq-find (lambda (buffer)
+                (with-current-buffer buffer
+                  (and (not (and mevedel-lsp--origin-server (jsonrpc-running-p mevedel-lsp--origin-server)))
+                       root
+                       (equal (ignore-errors (project-root (eglot--project mevedel-lsp--origin-server))) root))))
+              (mevedel-lsp-chat--buffers nil session-id))))
+
 (defun mevedel-lsp-chat--get-buffer (server session-id &optional name)
   "The chat buffer of SESSION-ID through SERVER, made (empty) if needed.
-NAME is the session's display name, when known."
+NAME is the session's display name, when known.  The chat of the session
+a dead server of the same project showed (eglot restarted it) is taken
+over, emptied, rather than left beside a second one."
   (or (car (mevedel-lsp-chat--buffers server session-id))
-      (with-current-buffer (generate-new-buffer (format "*mevedel chat %s*" (or name session-id)))
+      (with-current-buffer (or (mevedel-lsp-chat--orphan server session-id)
+                               (generate-new-buffer (format "*mevedel chat %s*" (or name session-id))))
+        (let ((inhibit-read-only t)) (erase-buffer))
+        ;; Anew: what the dead server's chat held (its live turn, notice,
+        ;; queue) is read again from the new server.
         (mevedel-lsp-chat-mode)
         (setq-local mevedel-lsp--origin-server server)
         (setq mevedel-lsp--session-id session-id
