@@ -1653,13 +1653,17 @@ The impact is shown and you are asked to confirm."
 (defun mevedel-lsp--resolve-recovery (server method session-id)
   "Send SERVER the recovery METHOD for SESSION-ID and say what it did."
   (let ((result (mevedel-lsp--request server method (mevedel-lsp--object :sessionId session-id))))
-    (message "mevedel: recovery %s of %s: %s%s" (plist-get result :recoveryId) (plist-get result :sessionId)
+    (message "mevedel: recovery %s of %s: %s%s%s" (plist-get result :recoveryId) (plist-get result :sessionId)
              (pcase (plist-get result :resolution)
                ("rolled-back" "the files have their content from before the interrupted transaction")
                ("completed" "the interrupted transaction was finished")
                (_ "the files were left as they are"))
              (if-let ((written (mevedel-lsp--list (plist-get result :written))))
                  (concat "; wrote " (string-join written ", "))
+               "")
+             ;; Never overwritten: the person's edits since the crash.
+             (if-let ((left (mevedel-lsp--list (plist-get result :left))))
+                 (concat "; left as they are (edited outside the session since): " (string-join left ", "))
                ""))
     result))
 
