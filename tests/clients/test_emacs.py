@@ -79,6 +79,7 @@ REQUIRED_CHAT = (
     "chat-streams-while-running-and-cancels",
     "chat-rewind-redo-and-fork",
     "chat-errors-say-what-to-do",
+    "chat-a-prompt-sent-as-a-refusal-shows-stands",
     "chat-a-message-right-behind-an-answer-is-read",
     "chat-mode-and-model-picker",
 )
