@@ -1653,13 +1653,17 @@ The impact is shown and you are asked to confirm."
 (defun mevedel-lsp--resolve-recovery (server method session-id)
   "Send SERVER the recovery METHOD for SESSION-ID and say what it did."
   (let ((result (mevedel-lsp--request server method (mevedel-lsp--object :sessionId session-id))))
-    (message "mevedel: recovery %s of %s: %s%s" (plist-get result :recoveryId) (plist-get result :sessionId)
+    (message "mevedel: recovery %s of %s: %s%s%s" (plist-get result :recoveryId) (plist-get result :sessionId)
              (pcase (plist-get result :resolution)
                ("rolled-back" "the files have their content from before the interrupted transaction")
                ("completed" "the interrupted transaction was finished")
                (_ "the files were left as they are"))
              (if-let ((written (mevedel-lsp--list (plist-get result :written))))
                  (concat "; wrote " (string-join written ", "))
+               "")
+             ;; Never overwritten: the person's edits since the crash.
+             (if-let ((left (mevedel-lsp--list (plist-get result :left))))
+                 (concat "; left as they are (edited outside the session since): " (string-join left ", "))
                ""))
     result))
 
@@ -2184,11 +2188,27 @@ state; each shows its impact and asks first.
                        (or (null session-id) (equal mevedel-lsp--session-id session-id)))))
               (buffer-list)))
 
+(defun mevedel-lsp-chat--orphan (server session-id)
+  "A chat buffer of SESSION-ID whose server is gone, of SERVER's project."
+  (let ((root (ignore-errors (project-root (eglot--project server)))))
+    (seq-find (lambda (buffer)
+                (with-current-buffer buffer
+                  (and (not (and mevedel-lsp--origin-server (jsonrpc-running-p mevedel-lsp--origin-server)))
+                       root
+                       (equal (ignore-errors (project-root (eglot--project mevedel-lsp--origin-server))) root))))
+              (mevedel-lsp-chat--buffers nil session-id))))
+
 (defun mevedel-lsp-chat--get-buffer (server session-id &optional name)
   "The chat buffer of SESSION-ID through SERVER, made (empty) if needed.
-NAME is the session's display name, when known."
+NAME is the session's display name, when known.  The chat of the session
+a dead server of the same project showed (eglot restarted it) is taken
+over, emptied, rather than left beside a second one."
   (or (car (mevedel-lsp-chat--buffers server session-id))
-      (with-current-buffer (generate-new-buffer (format "*mevedel chat %s*" (or name session-id)))
+      (with-current-buffer (or (mevedel-lsp-chat--orphan server session-id)
+                               (generate-new-buffer (format "*mevedel chat %s*" (or name session-id))))
+        (let ((inhibit-read-only t)) (erase-buffer))
+        ;; Anew: what the dead server's chat held (its live turn, notice,
+        ;; queue) is read again from the new server.
         (mevedel-lsp-chat-mode)
         (setq-local mevedel-lsp--origin-server server)
         (setq mevedel-lsp--session-id session-id
@@ -2748,8 +2768,8 @@ action, the one for its kind."
     (with-current-buffer buffer
       (if (and (equal (plist-get params :phase) "settled") (null (plist-get params :turnId))
                (null mevedel-lsp-chat--live) mevedel-lsp-chat--notice)
-          ;; The refusal's words, which the prompt's error answer (read
-          ;; first) carries less structured.
+          ;; The refusal's words, which the prompt's error answer (when
+          ;; read first) carries less structured.
           (progn
             (setf (mevedel-lsp-chat--turn-error mevedel-lsp-chat--notice)
                   (mevedel-lsp-chat--turn-error-plist (plist-get params :error)))
@@ -3132,23 +3152,25 @@ one was picked for SESSION already, or ASK."
                        (plist-get error :message) "the server refused the prompt")
           :action (cdr (assoc kind mevedel-lsp-chat--actions)))))
 
-(defun mevedel-lsp-chat--prompt-failed (buffer error)
-  "Show in chat BUFFER that the prompt was refused with ERROR."
+(defun mevedel-lsp-chat--prompt-failed (buffer turn error)
+  "Show in chat BUFFER that the prompt of TURN was refused with ERROR.
+The answer can come after the turn's settled didUpdate, and so after the
+next prompt began: only TURN, while it is still the live one, settles."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (when-let ((turn mevedel-lsp-chat--live))
+      (when (eq turn mevedel-lsp-chat--live)
         (mevedel-lsp-chat--settle turn (if (mevedel-lsp-chat--turn-turn-id turn) "errored" "refused")
                                   nil (mevedel-lsp-chat--refusal error))))))
 
-(defun mevedel-lsp-chat--prompt-answered (buffer result)
-  "The prompt of chat BUFFER answered RESULT: settle its turn, if not yet."
+(defun mevedel-lsp-chat--prompt-answered (buffer turn result)
+  "The prompt of TURN in chat BUFFER answered RESULT: settle it, if not yet."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (let ((turn mevedel-lsp-chat--live))
-        (when (and turn (equal (mevedel-lsp-chat--turn-turn-id turn) (plist-get result :turnId)))
-          (setf (mevedel-lsp-chat--turn-number turn) (plist-get result :turn))
-          (mevedel-lsp-chat--settle turn (plist-get result :outcome) (plist-get result :stopReason)
-                                    (mevedel-lsp-chat--turn-error-plist (plist-get result :error))))))))
+      (when (and (eq turn mevedel-lsp-chat--live)
+                 (equal (mevedel-lsp-chat--turn-turn-id turn) (plist-get result :turnId)))
+        (setf (mevedel-lsp-chat--turn-number turn) (plist-get result :turn))
+        (mevedel-lsp-chat--settle turn (plist-get result :outcome) (plist-get result :stopReason)
+                                  (mevedel-lsp-chat--turn-error-plist (plist-get result :error)))))))
 
 (cl-defun mevedel-lsp-chat-send (server text &key session agent attachments)
   "Send TEXT as the next turn of SESSION through SERVER; return the chat buffer.
@@ -3173,14 +3195,15 @@ shows it."
       (mevedel-lsp-chat--render)
       (goto-char (point-max))
       (force-mode-line-update))
-    (jsonrpc-async-request server :mevedel/turn/prompt
-                           (mevedel-lsp--object :text text :sessionId session :agent agent
-                                                :attachments (and attachments (vconcat attachments)))
-                           :success-fn (lambda (result) (mevedel-lsp-chat--prompt-answered buffer result))
-                           :error-fn (lambda (error) (mevedel-lsp-chat--prompt-failed buffer error))
-                           :timeout-fn #'ignore
-                           ;; A turn takes as long as the agent works.
-                           :timeout nil)
+    (let ((turn (buffer-local-value 'mevedel-lsp-chat--live buffer)))
+      (jsonrpc-async-request server :mevedel/turn/prompt
+                             (mevedel-lsp--object :text text :sessionId session :agent agent
+                                                  :attachments (and attachments (vconcat attachments)))
+                             :success-fn (lambda (result) (mevedel-lsp-chat--prompt-answered buffer turn result))
+                             :error-fn (lambda (error) (mevedel-lsp-chat--prompt-failed buffer turn error))
+                             :timeout-fn #'ignore
+                             ;; A turn takes as long as the agent works.
+                             :timeout nil))
     buffer))
 
 (defun mevedel-lsp-cancel (&optional session-id)

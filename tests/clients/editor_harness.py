@@ -114,14 +114,21 @@ class RecoverySessions:
     #: The one the client abandons.
     abandon: str
     abandon_file: str
+    #: With ``edited``: one whose file was edited after the crash (a retry
+    #: leaves it as it is), and that file.
+    edited: str | None = None
+    edited_file: str | None = None
 
     def environment(self) -> dict[str, str]:
-        return {
+        found = {
             "MEVEDEL_TEST_RECOVERY_RETRY": self.retry,
             "MEVEDEL_TEST_RECOVERY_RETRY_FILE": self.retry_file,
             "MEVEDEL_TEST_RECOVERY_ABANDON": self.abandon,
             "MEVEDEL_TEST_RECOVERY_ABANDON_FILE": self.abandon_file,
         }
+        if self.edited is not None and self.edited_file is not None:
+            found |= {"MEVEDEL_TEST_RECOVERY_EDITED": self.edited, "MEVEDEL_TEST_RECOVERY_EDITED_FILE": self.edited_file}
+        return found
 
 
 _CRASHED = ClientIdentity("crashed-client", "crash-host")
@@ -166,24 +173,27 @@ async def _first_crash_leaving_recovery(scratch: Path) -> int:
         point += 1
 
 
-async def _recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
+async def _recovery_sessions(root: Path, scratch: Path, edited: bool) -> RecoverySessions:
     point = await _first_crash_leaving_recovery(scratch)
     made = {}
-    for role in ("retry", "abandon"):
+    for role in ("retry", "abandon", *(("edited",) if edited else ())):
         tracked = f"recovery-{role}.txt"
         sid, _ = await _crashed_rewind(root, f"Crashed {role}", tracked, point)
+        if role == "edited":
+            (root / tracked).write_text("edited by hand after the crash\n")
         # The restarted client releases its lease; the marker stays.
         service = SessionService(LocalTarget(root), _CRASHED)
         opened = await service.sessions.open(sid)
         assert opened.info.recovery_pending, f"{sid} has no recovery marker"
         await service.sessions.close(sid)
         made[role] = (sid, tracked)
-    return RecoverySessions(made["retry"][0], made["retry"][1], made["abandon"][0], made["abandon"][1])
+    return RecoverySessions(*made["retry"], *made["abandon"], *made.get("edited", (None, None)))
 
 
-def recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
-    """Leave in ROOT two sessions blocked by a real interrupted Rewind."""
-    return asyncio.run(_recovery_sessions(root, scratch))
+def recovery_sessions(root: Path, scratch: Path, *, edited: bool = False) -> RecoverySessions:
+    """Leave in ROOT two sessions blocked by a real interrupted Rewind (three
+    with EDITED: the third's file edited by hand since)."""
+    return asyncio.run(_recovery_sessions(root, scratch, edited))
 
 
 def git_repository(root: Path) -> None:

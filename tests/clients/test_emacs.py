@@ -79,6 +79,7 @@ REQUIRED_CHAT = (
     "chat-streams-while-running-and-cancels",
     "chat-rewind-redo-and-fork",
     "chat-errors-say-what-to-do",
+    "chat-a-prompt-sent-as-a-refusal-shows-stands",
     "chat-a-message-right-behind-an-answer-is-read",
     "chat-mode-and-model-picker",
 )
@@ -88,7 +89,7 @@ def test_emacs_client(emacs: str, workspace: Workspace, tmp_path) -> None:
     # A Git work tree (Worktree Fork branches from HEAD) holding sessions a
     # crashed Rewind left in recovery.
     git_repository(workspace.root)
-    blocked = recovery_sessions(workspace.root, tmp_path / "scratch")
+    blocked = recovery_sessions(workspace.root, tmp_path / "scratch", edited=True)
     # -q, not -Q: site-start is what puts Debian's elpa-eglot on Emacs 28's
     # load path (the unpacked Emacs 30 has none: it uses its own eglot).
     output = run_editor(
@@ -598,7 +599,8 @@ def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_
     """The server is killed while a turn runs: the chat says so, eglot
     starts another; p in the chat is refused saying what to do (open the
     session again, not the LSP method), and opening it takes it over with
-    the turn recorded interrupted; the next prompt is turn 2."""
+    the turn recorded interrupted; the next prompt is turn 2, in the chat
+    the dead server showed (taken over: one chat for the session)."""
     (workspace.root / "notes.txt").write_text("alpha\n")
     release = tmp_path / "release"
     turns = [[{"say": "Working on it."}, {"wait_file": str(release)}, {"say": "Finished."}]]
@@ -645,6 +647,14 @@ def test_emacs_after_the_server_died_mid_turn_says_to_open_the_session_and_then_
         screen.keys("C-c", "C-c")
         chat = screen.wait_for(lambda s: "Finished." in s and "(mevedel chat:idle)" in s, "turn 2 settled")
         assert "── Turn 2 · scripted · completed" in chat, chat
+        # The chat of the dead server was taken over, not left beside a second one.
+        screen.keys("M-:")
+        screen.text('(message "chat buffers: %S" (seq-filter (lambda (name) (string-prefix-p "*mevedel chat" name))'
+                    ' (mapcar (function buffer-name) (buffer-list))))')
+        screen.keys("Enter")
+        listed = screen.wait_for(lambda s: "chat buffers: (" in s, "the chat buffers listed")
+        # (M-: echoes the message's string, its quotes escaped.)
+        assert 'chat buffers: (\\"*mevedel chat A long job.*\\")' in listed, listed
     finally:
         screen.close()
 

@@ -386,6 +386,36 @@ agent's own history."
           (should (string-match-p "^What to do: " text))
           (should-not (string-search "Hello ghost" text)))))))
 
+(ert-deftest mevedel-lsp-test-chat-a-prompt-sent-as-a-refusal-shows-stands ()
+  "A prompt sent the moment the chat shows a refusal (the refusal's settled
+didUpdate read, the refused prompt's answer not yet) runs as itself: the
+late answer does not mark it refused with the earlier prompt's error."
+  (let* ((session (mevedel-chat-test--session "ERT chat after a refusal"))
+         (server (mevedel-test--server))
+         (script (mevedel-chat-test--script (vector (vector (list :say "Here after all")))))
+         (next nil)
+         (send-next (lambda (_server params)
+                      ;; Right where the chat settled the refusal, before
+                      ;; the filter reads the answer behind it.
+                      (when (and (equal (plist-get params :phase) "settled") (not next))
+                        (mevedel-chat-test--configure script)
+                        (setq next (mevedel-lsp-chat-send server "Second try" :session session))))))
+    (mevedel-chat-test--with-settings
+      (customize-set-variable 'mevedel-lsp-settings
+                              '(:agents (:ghost (:command ["mevedel-no-such-agent-program"])) :defaultAgent "ghost"))
+      (advice-add 'mevedel-lsp-chat--update :after send-next)
+      (unwind-protect
+          (progn
+            (mevedel-lsp-chat-send server "Hello ghost" :session session)
+            (mevedel-test--wait (lambda () next) "the second prompt sent as the refusal showed")
+            (mevedel-test--wait (lambda () (mevedel-chat-test--has next "── completed")) "the second prompt's turn")
+            (let ((text (mevedel-chat-test--text next)))
+              (mevedel-test--log "chat:\n%s" text)
+              (should (string-search "── Turn 1 · scripted · completed ──\nYou: Second try\n" text))
+              (should-not (string-search "Refused prompt" text))
+              (should-not (string-search "agent-not-installed" text))))
+        (advice-remove 'mevedel-lsp-chat--update send-next)))))
+
 (defconst mevedel-chat-test--answer-then-silence
   "import json, sys
 def read():

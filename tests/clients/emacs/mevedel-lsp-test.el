@@ -709,6 +709,8 @@ that matches each regexp of CHOICES."
 (defvar mevedel-test-recovery-retry (getenv "MEVEDEL_TEST_RECOVERY_RETRY"))
 (defvar mevedel-test-recovery-retry-file (getenv "MEVEDEL_TEST_RECOVERY_RETRY_FILE"))
 (defvar mevedel-test-recovery-abandon (getenv "MEVEDEL_TEST_RECOVERY_ABANDON"))
+(defvar mevedel-test-recovery-edited (getenv "MEVEDEL_TEST_RECOVERY_EDITED"))
+(defvar mevedel-test-recovery-edited-file (getenv "MEVEDEL_TEST_RECOVERY_EDITED_FILE"))
 
 (ert-deftest mevedel-lsp-test-recovery-is-offered-retried-and-abandoned ()
   "A session in recovery says so on open, refuses a Rewind and offers retry or abandon."
@@ -733,7 +735,18 @@ that matches each regexp of CHOICES."
   (should (equal (plist-get (mevedel-test--answering t nil (mevedel-lsp-abandon-recovery mevedel-test-recovery-abandon))
                             :resolution)
                  "abandoned"))
-  (should (plist-get (mevedel-test--answering t nil (mevedel-lsp-fork 1 mevedel-test-recovery-abandon)) :session)))
+  (should (plist-get (mevedel-test--answering t nil (mevedel-lsp-fork 1 mevedel-test-recovery-abandon)) :session))
+  ;; A file edited by hand since the crash: the retry leaves it and says so.
+  (mevedel-test--answering nil '("^Leave it$")
+    (mevedel-test--from-document #'mevedel-lsp-open-session mevedel-test-recovery-edited "resume"))
+  (should (equal (mevedel-lsp--list (plist-get (mevedel-test--answering nil nil (mevedel-lsp-retry-recovery mevedel-test-recovery-edited))
+                                               :left))
+                 (list mevedel-test-recovery-edited-file)))
+  (should (mevedel-test--contains "*Messages*" (format "left as they are (edited outside the session since): %s"
+                                                       mevedel-test-recovery-edited-file)))
+  (should (equal (with-temp-buffer (insert-file-contents (expand-file-name mevedel-test-recovery-edited-file mevedel-test-root))
+                                   (buffer-string))
+                 "edited by hand after the crash\n")))
 
 ;;;; Control transfer
 
