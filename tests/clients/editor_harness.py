@@ -114,6 +114,10 @@ class RecoverySessions:
     #: The one the client abandons.
     abandon: str
     abandon_file: str
+    #: One whose file the user edited after the crash: a retry leaves that
+    #: file as it is and names it.
+    edited: str
+    edited_file: str
 
     def environment(self) -> dict[str, str]:
         return {
@@ -121,7 +125,13 @@ class RecoverySessions:
             "MEVEDEL_TEST_RECOVERY_RETRY_FILE": self.retry_file,
             "MEVEDEL_TEST_RECOVERY_ABANDON": self.abandon,
             "MEVEDEL_TEST_RECOVERY_ABANDON_FILE": self.abandon_file,
+            "MEVEDEL_TEST_RECOVERY_EDITED": self.edited,
+            "MEVEDEL_TEST_RECOVERY_EDITED_FILE": self.edited_file,
         }
+
+
+#: What the user wrote into the edited session's file after the crash.
+EDITED_OUTSIDE = "edited outside the session\n"
 
 
 _CRASHED = ClientIdentity("crashed-client", "crash-host")
@@ -169,7 +179,7 @@ async def _first_crash_leaving_recovery(scratch: Path) -> int:
 async def _recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
     point = await _first_crash_leaving_recovery(scratch)
     made = {}
-    for role in ("retry", "abandon"):
+    for role in ("retry", "abandon", "edited"):
         tracked = f"recovery-{role}.txt"
         sid, _ = await _crashed_rewind(root, f"Crashed {role}", tracked, point)
         # The restarted client releases its lease; the marker stays.
@@ -178,7 +188,8 @@ async def _recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
         assert opened.info.recovery_pending, f"{sid} has no recovery marker"
         await service.sessions.close(sid)
         made[role] = (sid, tracked)
-    return RecoverySessions(made["retry"][0], made["retry"][1], made["abandon"][0], made["abandon"][1])
+    (root / made["edited"][1]).write_text(EDITED_OUTSIDE)
+    return RecoverySessions(*made["retry"], *made["abandon"], *made["edited"])
 
 
 def recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
