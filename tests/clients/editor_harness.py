@@ -114,21 +114,20 @@ class RecoverySessions:
     #: The one the client abandons.
     abandon: str
     abandon_file: str
-    #: With ``edited``: one whose file was edited after the crash (a retry
-    #: leaves it as it is), and that file.
-    edited: str | None = None
-    edited_file: str | None = None
+    #: One whose file the user edited after the crash: a retry leaves that
+    #: file as it is and names it.
+    edited: str
+    edited_file: str
 
     def environment(self) -> dict[str, str]:
-        found = {
+        return {
             "MEVEDEL_TEST_RECOVERY_RETRY": self.retry,
             "MEVEDEL_TEST_RECOVERY_RETRY_FILE": self.retry_file,
             "MEVEDEL_TEST_RECOVERY_ABANDON": self.abandon,
             "MEVEDEL_TEST_RECOVERY_ABANDON_FILE": self.abandon_file,
+            "MEVEDEL_TEST_RECOVERY_EDITED": self.edited,
+            "MEVEDEL_TEST_RECOVERY_EDITED_FILE": self.edited_file,
         }
-        if self.edited is not None and self.edited_file is not None:
-            found |= {"MEVEDEL_TEST_RECOVERY_EDITED": self.edited, "MEVEDEL_TEST_RECOVERY_EDITED_FILE": self.edited_file}
-        return found
 
 
 _CRASHED = ClientIdentity("crashed-client", "crash-host")
@@ -173,10 +172,10 @@ async def _first_crash_leaving_recovery(scratch: Path) -> int:
         point += 1
 
 
-async def _recovery_sessions(root: Path, scratch: Path, edited: bool) -> RecoverySessions:
+async def _recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
     point = await _first_crash_leaving_recovery(scratch)
     made = {}
-    for role in ("retry", "abandon", *(("edited",) if edited else ())):
+    for role in ("retry", "abandon", "edited"):
         tracked = f"recovery-{role}.txt"
         sid, _ = await _crashed_rewind(root, f"Crashed {role}", tracked, point)
         if role == "edited":
@@ -187,13 +186,13 @@ async def _recovery_sessions(root: Path, scratch: Path, edited: bool) -> Recover
         assert opened.info.recovery_pending, f"{sid} has no recovery marker"
         await service.sessions.close(sid)
         made[role] = (sid, tracked)
-    return RecoverySessions(*made["retry"], *made["abandon"], *made.get("edited", (None, None)))
+    return RecoverySessions(*made["retry"], *made["abandon"], *made["edited"])
 
 
-def recovery_sessions(root: Path, scratch: Path, *, edited: bool = False) -> RecoverySessions:
-    """Leave in ROOT two sessions blocked by a real interrupted Rewind (three
-    with EDITED: the third's file edited by hand since)."""
-    return asyncio.run(_recovery_sessions(root, scratch, edited))
+def recovery_sessions(root: Path, scratch: Path) -> RecoverySessions:
+    """Leave in ROOT three sessions blocked by a real interrupted Rewind: one
+    to retry, one to abandon, and one whose file was edited by hand since."""
+    return asyncio.run(_recovery_sessions(root, scratch))
 
 
 def git_repository(root: Path) -> None:

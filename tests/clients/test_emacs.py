@@ -89,7 +89,7 @@ def test_emacs_client(emacs: str, workspace: Workspace, tmp_path) -> None:
     # A Git work tree (Worktree Fork branches from HEAD) holding sessions a
     # crashed Rewind left in recovery.
     git_repository(workspace.root)
-    blocked = recovery_sessions(workspace.root, tmp_path / "scratch", edited=True)
+    blocked = recovery_sessions(workspace.root, tmp_path / "scratch")
     # -q, not -Q: site-start is what puts Debian's elpa-eglot on Emacs 28's
     # load path (the unpacked Emacs 30 has none: it uses its own eglot).
     output = run_editor(

@@ -130,6 +130,7 @@ def test_neovim_client(nvim: str, workspace: Workspace, tmp_path) -> None:
         "lifecycle: fork, worktree fork and save as",
         "lifecycle: the fork variants picker",
         "lifecycle: a session in recovery",
+        "lifecycle: a retried recovery names the file edited outside the session",
         "control: the Grant/Keep question",
         "following: a joined transcript follows the owner",
         "settings: remoteWorkspaces",

@@ -155,6 +155,7 @@ def test_lifecycle_against_real_server(compiled: str, tmp_path: Path) -> None:
     )
     assert re.search(r"ok \d+ - lifecycle", output), output
     assert re.search(r"ok \d+ - fork variants list the source, then the forks oldest first", output), output
+    assert re.search(r"ok \d+ - a retried recovery leaves a file edited outside the session as it is and names it", output), output
 
 
 def test_control_against_real_server(compiled: str, tmp_path: Path) -> None:

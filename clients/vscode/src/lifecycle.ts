@@ -186,6 +186,9 @@ export interface RecoveryResult {
   recoveryId: string;
   resolution: 'rolled-back' | 'completed' | 'abandoned';
   written?: string[];
+  // Files edited outside the session since the interruption: the server
+  // keeps them as they are rather than overwrite the user's edit.
+  left?: string[];
 }
 
 // Requests ----------------------------------------------------------------
@@ -372,7 +375,12 @@ export function describeRecovery(result: RecoveryResult): string {
     abandoned: 'the files were left as they are',
   }[result.resolution];
   const written = result.written?.length ? `; wrote ${result.written.join(', ')}` : '';
-  return `recovery ${result.recoveryId} of ${result.sessionId}: ${what}${written}`;
+  // The CLI's words, so the user reads the same sentence in every client.
+  const left = result.left ?? [];
+  const kept = left.length
+    ? `; left as ${left.length > 1 ? 'they are' : 'it is'}, changed outside the session since the transaction was interrupted: ${left.join(', ')}`
+    : '';
+  return `recovery ${result.recoveryId} of ${result.sessionId}: ${what}${written}${kept}`;
 }
 
 // The two phases --------------------------------------------------------------

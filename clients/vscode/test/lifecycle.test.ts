@@ -33,6 +33,8 @@ const workspace = process.env.MEVEDEL_TEST_LIFECYCLE_WORKSPACE;
 const retrySession = process.env.MEVEDEL_TEST_RECOVERY_RETRY ?? '';
 const retryFile = process.env.MEVEDEL_TEST_RECOVERY_RETRY_FILE ?? '';
 const abandonSession = process.env.MEVEDEL_TEST_RECOVERY_ABANDON ?? '';
+const editedSession = process.env.MEVEDEL_TEST_RECOVERY_EDITED ?? '';
+const editedFile = process.env.MEVEDEL_TEST_RECOVERY_EDITED_FILE ?? '';
 const skip = workspace ? false : 'needs MEVEDEL_TEST_LIFECYCLE_WORKSPACE (tests/clients/test_vscode.py sets it)';
 const test = (name: string, body: () => Promise<void> | void) => nodeTest(name, { timeout: 60_000, skip }, body);
 
@@ -276,5 +278,19 @@ suite('lifecycle', { skip }, () => {
       return true;
     });
     assert.equal((await fork(server.connection, { sessionId: abandonSession, turn: 1 }, answering(true, shown))).committed, true);
+  });
+
+  test('a retried recovery leaves a file edited outside the session as it is and names it', async () => {
+    const edited = fs.readFileSync(path.join(workspace!, editedFile), 'utf8');
+    await openSession(server.connection, { sessionId: editedSession, mode: 'resume' });
+    const retried = await retryRecovery(server.connection, { sessionId: editedSession });
+    assert.equal(retried.resolution, 'rolled-back');
+    assert.ok(
+      describeRecovery(retried).endsWith(
+        `; left as it is, changed outside the session since the transaction was interrupted: ${editedFile}`,
+      ),
+      describeRecovery(retried),
+    );
+    assert.equal(fs.readFileSync(path.join(workspace!, editedFile), 'utf8'), edited);
   });
 });

@@ -635,6 +635,8 @@ end)
 local recovery_retry = vim.env.MEVEDEL_TEST_RECOVERY_RETRY
 local recovery_retry_file = vim.env.MEVEDEL_TEST_RECOVERY_RETRY_FILE
 local recovery_abandon = vim.env.MEVEDEL_TEST_RECOVERY_ABANDON
+local recovery_edited = vim.env.MEVEDEL_TEST_RECOVERY_EDITED
+local recovery_edited_file = vim.env.MEVEDEL_TEST_RECOVERY_EDITED_FILE
 
 test('lifecycle: a session in recovery is announced, refuses a rewind and offers retry or abandon', function()
   open_document()
@@ -688,6 +690,25 @@ test('lifecycle: a session in recovery is announced, refuses a rewind and offers
     forked = result
   end)
   expect(forked and forked.sourceId == recovery_abandon, 'after abandoning, the fork %s', vim.inspect(forked))
+end)
+
+test('lifecycle: a retried recovery names the file edited outside the session and leaves it', function()
+  open_document()
+  local edited_text = read_file(root .. '/' .. recovery_edited_file)
+  local opened
+  answering({ ['mevedel.recovery'] = '^Leave it$' })
+  sessions.open(recovery_edited, 'resume', function(result)
+    opened = result
+  end)
+  wait_for('the edited session in recovery to open', function()
+    return opened ~= nil
+  end)
+  clear_notifications()
+  local retried = lifecycle.retry_recovery(recovery_edited)
+  expect(retried and retried.resolution == 'rolled-back', 'retried %s', vim.inspect(retried))
+  local told = notified('left as it is, changed outside the session since the transaction was interrupted: ' .. recovery_edited_file)
+  expect(told and told.level == vim.log.levels.WARN, 'the retry notice %s', vim.inspect(notifications))
+  expect(read_file(root .. '/' .. recovery_edited_file) == edited_text, 'the retry overwrote the edit: %q', read_file(root .. '/' .. recovery_edited_file))
 end)
 
 -- Control transfer --------------------------------------------------------------------

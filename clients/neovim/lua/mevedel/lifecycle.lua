@@ -621,9 +621,26 @@ local function resolve(client, method, session)
     return nil
   end
   local written = #list(result.written) > 0 and '; wrote ' .. table.concat(result.written, ', ') or ''
+  -- A file edited since the interruption is the user's: the server keeps it,
+  -- and the user has to know which it did not put back (the CLI's words).
+  local left = list(result.left)
+  local kept = #left > 0
+      and string.format(
+        '; left as %s, changed outside the session since the transaction was interrupted: %s',
+        #left > 1 and 'they are' or 'it is',
+        table.concat(left, ', ')
+      )
+    or ''
   mevedel.notify(
-    string.format('recovery %s of %s: %s%s', result.recoveryId, result.sessionId, RESOLUTIONS[result.resolution] or result.resolution, written),
-    levels.INFO
+    string.format(
+      'recovery %s of %s: %s%s%s',
+      result.recoveryId,
+      result.sessionId,
+      RESOLUTIONS[result.resolution] or result.resolution,
+      written,
+      kept
+    ),
+    kept ~= '' and levels.WARN or levels.INFO
   )
   return result
 end
