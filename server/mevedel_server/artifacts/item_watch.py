@@ -123,7 +123,10 @@ class _DirectoryWatcher(SessionWatcher):
             return None
         facts = None
         if self._stat is not None and result[1].status is Status.OK:
-            facts = (result[1].value.size, result[1].value.mtime)
+            # Not the whole-second mtime alone: another process's same-size
+            # edit within the second would never wake the watch.
+            stat = result[1].value
+            facts = (stat.size, stat.mtime, stat.ino, stat.mtime_ns)
         # Compared as a pair, the second element never differs: any change is a lease wake.
         return (names, facts), None
 

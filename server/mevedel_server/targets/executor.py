@@ -1904,10 +1904,10 @@ _HANDLERS = {
 
 
 def _stat_facts(st):
-    """A ``Stat`` value: ``(kind, size, mtime_seconds)``."""
+    """A ``Stat`` value: ``(kind, size, mtime_seconds, inode, mtime_ns)``."""
     mode = st.st_mode
     kind = "file" if stat_mode.S_ISREG(mode) else "directory" if stat_mode.S_ISDIR(mode) else "other"
-    return (kind, st.st_size, st.st_mtime_ns // 1000000000)
+    return (kind, st.st_size, st.st_mtime_ns // 1000000000, st.st_ino, st.st_mtime_ns)
 
 
 def _failure(exc):

@@ -177,8 +177,8 @@ def _value(op: Operation, status: Status, value: object) -> object:
 
 
 def _stat_value(_op: Operation, value: object) -> FileStat:
-    kind, size, mtime = value  # type: ignore[misc]
-    return FileStat(str(kind), int(size), int(mtime))
+    kind, size, mtime, *change = value  # type: ignore[misc]
+    return FileStat(str(kind), int(size), int(mtime), *(int(part) for part in change))
 
 
 def _newest_value(_op: Operation, value: object) -> tuple[str, bytes]:

@@ -854,6 +854,11 @@ class FileStat(msgspec.Struct, frozen=True, gc=False):
     size: int
     #: Whole seconds of the target filesystem clock.
     mtime: int
+    #: The inode and the nanosecond mtime: a file replaced within the same
+    #: second by one of the same size still differs here (a poll compares
+    #: them). 0 from an answer that did not carry them.
+    ino: int = 0
+    mtime_ns: int = 0
 
 
 # Results, like records, are untracked by the garbage collector (gc=False):

@@ -266,3 +266,16 @@ async def test_a_read_only_program_keeps_refusing_links_and_holds_no_descriptor_
     assert result[301].status is Status.FAILED and result[301].unsafe and "symbolic link" in result[301].reason
     assert result[302].value == b"299"
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_a_file_replaced_in_the_same_second_by_one_of_its_size_stats_differently(tmp_path, target):
+    """What an item watch's poll compares: another process's same-size edit
+    within the second (same whole-second mtime) must still show."""
+    (tmp_path / "doc.md").write_bytes(b"one wrote\n")
+    (before,) = await target.run(ControlProgram([Stat("doc.md")]))
+    await target.run(ControlProgram([Replace("doc.md", b"two wrote\n")]))
+    seconds = before.value.mtime_ns // 1_000_000_000
+    os.utime(tmp_path / "doc.md", ns=(seconds * 1_000_000_000, seconds * 1_000_000_000))
+    (after,) = await target.run(ControlProgram([Stat("doc.md")]))
+    assert (after.value.size, after.value.mtime) == (before.value.size, before.value.mtime)
+    assert (after.value.ino, after.value.mtime_ns) != (before.value.ino, before.value.mtime_ns)
