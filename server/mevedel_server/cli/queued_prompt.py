@@ -39,7 +39,14 @@ from ..store import (
     runner_read,
     runner_recorded,
 )
-from ..targets import Status, Verify, process_has_ended, read_target_clock, this_process
+from ..targets import (
+    Status,
+    Verify,
+    process_has_ended,
+    read_target_clock,
+    this_boot,
+    this_process,
+)
 from .session_client import CommandError
 
 #: The signal a steering ``mevedel prompt`` sends the process running the turn.
@@ -47,10 +54,8 @@ STEER_SIGNAL = signal.SIGUSR1
 
 
 def boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()[:64]
-    except OSError:
-        return ""
+    """This boot's id as the runner record keeps it ("" when unreadable)."""
+    return (this_boot() or "")[:64]
 
 
 def _is_mevedel(pid: int) -> bool:

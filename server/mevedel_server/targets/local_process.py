@@ -81,6 +81,12 @@ def _stat(pid: int | str) -> tuple[str, int] | None:
         return None
 
 
+def this_boot() -> str | None:
+    """This machine's boot id (a random UUID per boot), or None when
+    unreadable."""
+    return _read("/proc/sys/kernel/random/boot_id")
+
+
 _observed: tuple[int, ProcessIdentity | None] | None = None
 
 
@@ -102,7 +108,7 @@ def _observe(pid: int) -> ProcessIdentity | None:
             return None  # a /proc of another PID namespace: its numbers are not ours
     except OSError:
         return None
-    boot = _read("/proc/sys/kernel/random/boot_id")
+    boot = this_boot()
     stat = _stat(pid)
     pid_namespace = _namespace("pid")
     hostname = socket.gethostname()
