@@ -19,6 +19,7 @@ Commit points, so a fresh reader sees an item whole or not at all:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import logging
@@ -90,6 +91,7 @@ from .versions import (
     DEFAULT_MAX_VERSION_BYTES,
     DEFAULT_MAX_VERSIONS,
     Disproved,
+    drop_versions,
     load_index,
     publish_version,
     read_for_version,
@@ -185,6 +187,8 @@ class _Saved(msgspec.Struct, frozen=True):
     meta_raw: bytes
     data: bytes
     index_raw: bytes
+    #: ``index_raw`` decoded (None until written).
+    index: VersionIndex | None = None
 
 
 class ArtifactStore:
@@ -219,6 +223,9 @@ class ArtifactStore:
         #: The item this store last saved a version of, as it then was: an
         #: editor's next save proves it unchanged in the publication itself.
         self._last_saved: _Saved | None = None
+        #: Removals of the blobs publications dropped, which no caller
+        #: waits for (see :func:`drop_versions`); ``close`` does.
+        self._dropping: set[asyncio.Task[None]] = set()
 
     # Reading -------------------------------------------------------------------
 
@@ -598,7 +605,8 @@ class ArtifactStore:
             # elsewhere come back with the refused proof: a second program
             # publishes them. Changed metadata: the item is read again.
             paths = ItemPaths(item_id)
-            known = (load_index(saved.index_raw, item_id), saved.index_raw)
+            assert saved.index is not None  # set with index_raw
+            known = (saved.index, saved.index_raw)
             for _ in range(2):
                 proofs = (Verify(paths.meta, saved.meta_raw), Verify(paths.file(saved.primary), saved.data))
                 outcome = await self._publish(item_id, saved.data, VersionReason.SAVED, editor, known=known, proofs=proofs, saved=saved)
@@ -659,8 +667,12 @@ class ArtifactStore:
         )
         if isinstance(published, Disproved):
             return published
+        if published.dropped:
+            removal = asyncio.ensure_future(self._drop(item_id, published.dropped))
+            self._dropping.add(removal)
+            removal.add_done_callback(self._dropping.discard)
         if saved is not None:
-            self._last_saved = msgspec.structs.replace(saved, index_raw=published.index_raw)
+            self._last_saved = msgspec.structs.replace(saved, index_raw=published.index_raw, index=published.index)
         self.notify(item_id, "versioned")
         return published.entry
 
@@ -958,7 +970,20 @@ class ArtifactStore:
         index, _ = await read_index(self.target, item_id)
         return ItemSummary(meta, len(index.versions), holder, self.leases.holder_text(view))
 
+    async def _drop(self, item_id: str, numbers: tuple[int, ...]) -> None:
+        try:
+            await drop_versions(self.target, item_id, numbers)
+        except Exception as exc:  # a later save that reads the item removes them
+            _log.info("dropped versions of %s not removed yet: %s", item_id, exc)
+
+    async def removals_done(self) -> None:
+        """Wait for the removals of the version blobs that publications
+        made so far dropped."""
+        while self._dropping:
+            await asyncio.gather(*self._dropping)
+
     async def close(self) -> None:
+        await self.removals_done()
         await self.leases.close()
 
     # Helpers -----------------------------------------------------------------------

@@ -89,6 +89,7 @@ async def test_versions_are_capped_oldest_first_and_restore_is_an_ordinary_write
     with pytest.raises(ArtifactError) as caught:
         await store.restore(item.item_id, 1)
     assert caught.value.kind == "missing-target" and "kept: 6, 5, 4" in caught.value.reason
+    await store.removals_done()  # the dropped blobs' removal is not waited for by a save
     blobs = sorted(os.listdir(root / ".mevedel/artifacts/.state" / item.item_id / "versions"))
     assert len(blobs) == 3
     await store.close()
@@ -179,12 +180,14 @@ async def test_a_blob_a_crash_left_unnamed_goes_with_the_next_save(root, open_ta
     item = await store.create("document", "Doc", b"# one\n")
     for _ in range(3):
         await store.save_version(item.item_id)
+    await store.removals_done()
     versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
     kept = sorted(p.name for p in versions.iterdir())
     assert kept == ["0000000003", "0000000004"]
     (versions / "0000000001").write_bytes(b"# one\n")  # as the crash left it
     later = _store(target, max_versions=2)
     entry = await later.save_version(item.item_id)
+    await later.removals_done()
     assert sorted(p.name for p in versions.iterdir()) == ["0000000004", f"{entry.number:010d}"]
     await store.close()
     await later.close()
