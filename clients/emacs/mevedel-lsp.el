@@ -1651,20 +1651,23 @@ The impact is shown and you are asked to confirm."
                                (list :name name :sessionId session-id) #'mevedel-lsp--describe-save-as))))
 
 (defun mevedel-lsp--resolve-recovery (server method session-id)
-  "Send SERVER the recovery METHOD for SESSION-ID and say what it did."
-  (let ((result (mevedel-lsp--request server method (mevedel-lsp--object :sessionId session-id))))
-    (message "mevedel: recovery %s of %s: %s%s%s" (plist-get result :recoveryId) (plist-get result :sessionId)
-             (pcase (plist-get result :resolution)
-               ("rolled-back" "the files have their content from before the interrupted transaction")
-               ("completed" "the interrupted transaction was finished")
-               (_ "the files were left as they are"))
-             (if-let ((written (mevedel-lsp--list (plist-get result :written))))
-                 (concat "; wrote " (string-join written ", "))
-               "")
-             ;; Never overwritten: the person's edits since the crash.
-             (if-let ((left (mevedel-lsp--list (plist-get result :left))))
-                 (concat "; left as they are (edited outside the session since): " (string-join left ", "))
-               ""))
+  "Send SERVER the recovery METHOD for SESSION-ID and say what it did.
+A file it left as the person edited it since the crash makes it a warning."
+  (let* ((result (mevedel-lsp--request server method (mevedel-lsp--object :sessionId session-id)))
+         ;; The server's sentence, the one every client and the CLI say.
+         (left (plist-get result :leftNote))
+         (said (format "recovery %s of %s: %s%s%s" (plist-get result :recoveryId) (plist-get result :sessionId)
+                       (pcase (plist-get result :resolution)
+                         ("rolled-back" "the files have their content from before the interrupted transaction")
+                         ("completed" "the interrupted transaction was finished")
+                         (_ "the files were left as they are"))
+                       (if-let ((written (mevedel-lsp--list (plist-get result :written))))
+                           (concat "; wrote " (string-join written ", "))
+                         "")
+                       (if (stringp left) (concat "; " left) ""))))
+    (if (stringp left)
+        (display-warning 'mevedel said)
+      (message "mevedel: %s" said))
     result))
 
 (defun mevedel-lsp-retry-recovery (&optional session-id server)

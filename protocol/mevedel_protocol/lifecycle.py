@@ -327,3 +327,6 @@ class RecoveryResult:
     #: Project files changed outside the session since the transaction was
     #: interrupted: a retry leaves them as they are.
     left: list[str] = attrs.Factory(list)
+    #: What a client tells the person of ``left`` (a warning): one sentence
+    #: for every client; absent when nothing was left.
+    left_note: Optional[str] = None

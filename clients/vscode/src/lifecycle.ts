@@ -189,6 +189,9 @@ export interface RecoveryResult {
   // Files edited outside the session since the interruption: the server
   // keeps them as they are rather than overwrite the user's edit.
   left?: string[];
+  // What the person is told of them: the server's sentence, the one the
+  // CLI and every client say (absent when nothing was left).
+  leftNote?: string;
 }
 
 // Requests ----------------------------------------------------------------
@@ -368,19 +371,26 @@ export function describeChild(verb: string, result: ChildResult): string {
   return `${verb} ${result.sourceId} into ${child.displayName} (${child.sessionId}, ${plural(child.settledTurns, 'turn')}), now current${warning}`;
 }
 
-export function describeRecovery(result: RecoveryResult): string {
+export interface Notice {
+  text: string;
+  severity: 'information' | 'warning';
+}
+
+// What a resolved recovery tells the person: a warning when it left a file
+// as someone edited it since the interruption (never overwritten, but not
+// put back either).
+export function recoveryNotice(result: RecoveryResult): Notice {
   const what = {
     'rolled-back': 'the files have their content from before the interrupted transaction',
     completed: 'the interrupted transaction was finished',
     abandoned: 'the files were left as they are',
   }[result.resolution];
   const written = result.written?.length ? `; wrote ${result.written.join(', ')}` : '';
-  // The CLI's words, so the user reads the same sentence in every client.
-  const left = result.left ?? [];
-  const kept = left.length
-    ? `; left as ${left.length > 1 ? 'they are' : 'it is'}, changed outside the session since the transaction was interrupted: ${left.join(', ')}`
-    : '';
-  return `recovery ${result.recoveryId} of ${result.sessionId}: ${what}${written}${kept}`;
+  const kept = result.leftNote ? `; ${result.leftNote}` : '';
+  return {
+    text: `recovery ${result.recoveryId} of ${result.sessionId}: ${what}${written}${kept}`,
+    severity: kept ? 'warning' : 'information',
+  };
 }
 
 // The two phases --------------------------------------------------------------

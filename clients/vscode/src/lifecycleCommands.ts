@@ -5,17 +5,18 @@ import {
   Confirm,
   describeChild,
   describeInPlace,
-  describeRecovery,
   fork,
   forkVariants,
   Impact,
   isRecoveryPending,
   listRedo,
+  Notice,
   redo,
   redoLabel,
   retryRecovery,
   rewind,
   openVariant,
+  recoveryNotice,
   saveAs,
   variantEntries,
   worktreeFork,
@@ -28,6 +29,11 @@ import { STAYS_OPEN } from './staysOpen';
 
 function info(message: string): void {
   void vscode.window.showInformationMessage(`mevedel: ${message}`);
+}
+
+function tell(notice: Notice): void {
+  if (notice.severity === 'warning') void vscode.window.showWarningMessage(`mevedel: ${notice.text}`);
+  else info(notice.text);
 }
 
 // The modal confirmation: the summary as the message, every impact line as
@@ -177,7 +183,7 @@ async function offerRecovery(context: SessionCommandContext, where: Scope, why: 
   if (!chosen) return;
   const sender = await context.sender();
   const result = chosen === 'Retry Recovery' ? await retryRecovery(sender, where) : await abandonRecovery(sender, where);
-  info(describeRecovery(result));
+  tell(recoveryNotice(result));
 }
 
 export interface LifecycleCommandContext extends SessionCommandContext {
@@ -217,7 +223,7 @@ export function lifecycleCommands(context: LifecycleCommandContext): Record<stri
     worktreeFork: guarded(context, (where) => forkCommand(context, where, true)),
     forkVariants: guarded(context, (where) => forkVariantsCommand(context, where)),
     saveAs: guarded(context, (where) => saveAsCommand(context, where)),
-    retryRecovery: guarded(context, async (where) => info(describeRecovery(await retryRecovery(await context.sender(), where)))),
+    retryRecovery: guarded(context, async (where) => tell(recoveryNotice(await retryRecovery(await context.sender(), where)))),
     // A takeover or the owner's answer is asked by the servers themselves
     // (window/showMessageRequest), shown as a notification with buttons.
     takeControl: guarded(context, async (where) => info(describeTake(await takeControl(await context.sender(), where)))),
@@ -260,7 +266,7 @@ export function lifecycleCommands(context: LifecycleCommandContext): Record<stri
         { modal: true },
         'Abandon Recovery',
       );
-      if (sure === 'Abandon Recovery') info(describeRecovery(await abandonRecovery(await context.sender(), where)));
+      if (sure === 'Abandon Recovery') tell(recoveryNotice(await abandonRecovery(await context.sender(), where)));
     }),
   };
 }

@@ -11,7 +11,6 @@ import * as path from 'node:path';
 import { after, before, describe as suite, test as nodeTest } from 'node:test';
 import {
   abandonRecovery,
-  describeRecovery,
   fork,
   forkVariants,
   Impact,
@@ -21,6 +20,7 @@ import {
   retryRecovery,
   rewind,
   openVariant,
+  recoveryNotice,
   saveAs,
   variantEntries,
   worktreeFork,
@@ -265,7 +265,9 @@ suite('lifecycle', { skip }, () => {
     assert.equal(retried.recoveryId, opened.session.recoveryPending);
     // The crash came before the commit point, so the files go back.
     assert.equal(retried.resolution, 'rolled-back');
-    assert.match(describeRecovery(retried), /content from before the interrupted transaction/);
+    const told = recoveryNotice(retried);
+    assert.match(told.text, /content from before the interrupted transaction/);
+    assert.equal(told.severity, 'information');
     assert.equal(fs.readFileSync(path.join(workspace!, retryFile), 'utf8'), 'Crashed retry v2\n');
     const now = await rewind(server.connection, { sessionId: retrySession, turn: 1, boundary: 'after' }, answering(true, shown));
     assert.ok(now.committed && now.result.settledTurns === 1);
@@ -285,12 +287,13 @@ suite('lifecycle', { skip }, () => {
     await openSession(server.connection, { sessionId: editedSession, mode: 'resume' });
     const retried = await retryRecovery(server.connection, { sessionId: editedSession });
     assert.equal(retried.resolution, 'rolled-back');
+    // A warning, in the words of the CLI and every client.
+    const told = recoveryNotice(retried);
     assert.ok(
-      describeRecovery(retried).endsWith(
-        `; left as it is, changed outside the session since the transaction was interrupted: ${editedFile}`,
-      ),
-      describeRecovery(retried),
+      told.text.endsWith(`; left as it is, changed outside the session since the transaction was interrupted: ${editedFile}`),
+      told.text,
     );
+    assert.equal(told.severity, 'warning');
     assert.equal(fs.readFileSync(path.join(workspace!, editedFile), 'utf8'), edited);
   });
 });

@@ -232,11 +232,8 @@ async def _recovery(service: SessionService, arguments: argparse.Namespace) -> N
         "written": list(outcome.written), "left": list(outcome.left),
     }
     lines = [f"{sid}: recovery {outcome.recovery_id} {outcome.resolution}"]
-    if outcome.left:
-        lines.append(
-            f"left as {'they are' if len(outcome.left) > 1 else 'it is'}, changed outside the session since the "
-            f"transaction was interrupted: {', '.join(outcome.left)}"
-        )
+    if outcome.left_note is not None:
+        lines.append(outcome.left_note)
     emit(arguments, data, lines)
 
 

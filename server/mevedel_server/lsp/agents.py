@@ -148,6 +148,12 @@ class AgentEngines:
             self._tool_host = ToolHost()
         return self._tool_host
 
+    def runs_turn(self, folder: Folder, session_id: str) -> bool:
+        """Whether an agent of this server runs ``session_id``'s turn now
+        (loads no engine: none made means none runs)."""
+        known = self._engines.get(folder.key)
+        return known is not None and known.running_turn(session_id)
+
     def engine(self, folder: Folder) -> AgentEngine:
         known = self._engines.get(folder.key)
         if known is not None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         FileRestore,
         GitCheck,
         KnownGap,
+        RecoveryOutcome,
         SessionService,
         TurnLabel,
     )
@@ -247,16 +248,21 @@ async def commit_save_as(ls: MevedelLanguageServer, params: wire.CommitParams) -
 # Recovery -----------------------------------------------------------------------------
 
 
+def _recovery(sid: str, outcome: RecoveryOutcome) -> wire.RecoveryResult:
+    return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written), list(outcome.left),
+                               outcome.left_note)
+
+
 async def retry_recovery(ls: MevedelLanguageServer, params: SessionParams) -> wire.RecoveryResult:
     _, service, sid = _target(ls, params, methods.SESSION_RETRY_RECOVERY)
     outcome = await service.history.retry_recovery(sid)
-    return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written), list(outcome.left))
+    return _recovery(sid, outcome)
 
 
 async def abandon_recovery(ls: MevedelLanguageServer, params: SessionParams) -> wire.RecoveryResult:
     _, service, sid = _target(ls, params, methods.SESSION_ABANDON_RECOVERY)
     outcome = await service.history.abandon_recovery(sid)
-    return wire.RecoveryResult(sid, outcome.recovery_id, outcome.resolution, list(outcome.written), list(outcome.left))
+    return _recovery(sid, outcome)
 
 
 #: request -> (handler, command name or None); its params class is the catalog's.

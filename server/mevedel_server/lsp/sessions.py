@@ -264,9 +264,15 @@ async def settle_turn(ls: MevedelLanguageServer, params: wire.TurnSettleParams) 
 
 
 async def abort_turn(ls: MevedelLanguageServer, params: wire.TurnAbortParams) -> wire.SaveResult:
-    service, sid = _turn_target(ls, params, methods.TURN_ABORT)
+    folder = _folder(ls, params.workspace_folder, methods.TURN_ABORT)
+    service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_ABORT)
     turn = service.info(sid).open_turn
-    return _saved(await service.turns.abort(sid, params.reason), turn)
+    # A turn no agent of this server runs was left by the one that ran it
+    # (it could not record its settlement): what that changed since its
+    # last checkpoint is recorded first, as `mevedel turn abort` does.
+    engines = getattr(ls, "agents", None)  # a server without agents runs none
+    stopped = engines is None or not engines.runs_turn(folder, sid)
+    return _saved(await service.turns.abort(sid, params.reason, stopped=stopped), turn)
 
 
 async def list_turns(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.TurnListResult:

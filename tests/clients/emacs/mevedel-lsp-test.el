@@ -742,7 +742,8 @@ that matches each regexp of CHOICES."
   (should (equal (mevedel-lsp--list (plist-get (mevedel-test--answering nil nil (mevedel-lsp-retry-recovery mevedel-test-recovery-edited))
                                                :left))
                  (list mevedel-test-recovery-edited-file)))
-  (should (mevedel-test--contains "*Messages*" (format "left as they are (edited outside the session since): %s"
+  ;; Told as a warning, in the words of the CLI and every client.
+  (should (mevedel-test--contains "*Warnings*" (format "left as it is, changed outside the session since the transaction was interrupted: %s"
                                                        mevedel-test-recovery-edited-file)))
   (should (equal (with-temp-buffer (insert-file-contents (expand-file-name mevedel-test-recovery-edited-file mevedel-test-root))
                                    (buffer-string))

@@ -7,10 +7,20 @@ as a killed process and the next owner would have them."""
 from __future__ import annotations
 
 import os
+from collections import Counter
+
+import pytest
 
 from mevedel_server.agents import stopped_turn_changes
 from mevedel_server.agents.file_state import FileStateRecord
-from mevedel_server.targets import ControlProgram, LocalTarget
+from mevedel_server.store import ClientIdentity, SessionService
+from mevedel_server.targets import (
+    ControlProgram,
+    LocalTarget,
+    ProgramTarget,
+    ReadEntry,
+    TargetError,
+)
 from mevedel_server.targets.program import Entry
 
 SESSION = "2026-12-06T10-00-0123456789ab"
@@ -134,3 +144,64 @@ async def test_a_write_where_no_walk_looks_is_named_ahead_of_it_and_recovered_as
     assert path == "build/out.txt" and state is None and "does not look" in gap
     await found.finish()
     assert not os.listdir(tmp_path / ".mevedel" / "file-state" / "turns")
+
+
+class ReadsCounted(ProgramTarget):
+    """The workspace, counting the reads of each path and failing the next
+    program that reads ``fail`` (a target that fails once)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.reads, self.fail = inner, Counter(), None
+
+    async def run(self, program: ControlProgram):
+        paths = [op.path for op in program.operations if isinstance(op, ReadEntry)]
+        if self.fail is not None and self.fail in paths:
+            self.fail = None
+            raise TargetError("run", "the connection dropped")
+        self.reads.update(paths)
+        return await self.inner.run(program)
+
+
+async def stopped_turn(tmp_path) -> tuple[SessionService, ReadsCounted, str]:
+    """A session whose turn in flight (one capture: notes.txt) was left by
+    a process that held its baseline and then stopped, after a write to
+    notes.txt and a command that made made.txt."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    target = ReadsCounted(LocalTarget(tmp_path))
+
+    async def lookup(session_id, turn_id, working, max_file_bytes):
+        return await stopped_turn_changes(LocalTarget(tmp_path), session_id, turn_id, working, max_file_bytes=max_file_bytes)
+
+    service = SessionService(target, ClientIdentity("next", "desk"), stopped_turn_changes=lookup)
+    sid = (await service.sessions.create()).session_id
+    begun = await service.turns.begin_turn(sid, "change things", agent="scripted")
+    live = FileStateRecord(LocalTarget(tmp_path), max_file_bytes=MAX, watch=False)
+    await live.refresh()
+    await live.hold(live.held_marker(sid, begun.turn_id))
+    await service.turns.capture_file(sid, "notes.txt")
+    (tmp_path / "notes.txt").write_text("the agent's\n")
+    (tmp_path / "made.txt").write_text("made\n")
+    return service, target, sid
+
+
+async def test_aborting_a_stopped_turn_reads_each_file_after_it_once_and_records_every_change(tmp_path):
+    service, target, sid = await stopped_turn(tmp_path)
+    target.reads.clear()
+    await service.turns.abort(sid, stopped=True)
+    assert target.reads["notes.txt"] == 1 and target.reads["made.txt"] == 1
+    diff = await service.turns.diff(sid, 1, 1)
+    assert {item.path: item.change for item in diff.files} == {"notes.txt": "modified", "made.txt": "added"}
+    assert not os.listdir(tmp_path / ".mevedel" / "file-state" / "turns")  # settled: its baseline let go
+
+
+async def test_a_failed_read_after_a_stopped_turn_refuses_its_abort_and_the_abort_again_records_it(tmp_path):
+    """Never settled with its files' states after it unknown: refused, as
+    any settlement whose read fails, with the turn still in flight."""
+    service, target, sid = await stopped_turn(tmp_path)
+    target.fail = "made.txt"
+    with pytest.raises(TargetError, match="the connection dropped"):
+        await service.turns.abort(sid, stopped=True)
+    assert service.turns.turn_in_flight(sid) == 1
+    await service.turns.abort(sid, stopped=True)
+    diff = await service.turns.diff(sid, 1, 1)
+    assert {item.path: item.change for item in diff.files} == {"notes.txt": "modified", "made.txt": "added"}

@@ -622,15 +622,9 @@ local function resolve(client, method, session)
   end
   local written = #list(result.written) > 0 and '; wrote ' .. table.concat(result.written, ', ') or ''
   -- A file edited since the interruption is the user's: the server keeps it,
-  -- and the user has to know which it did not put back (the CLI's words).
-  local left = list(result.left)
-  local kept = #left > 0
-      and string.format(
-        '; left as %s, changed outside the session since the transaction was interrupted: %s',
-        #left > 1 and 'they are' or 'it is',
-        table.concat(left, ', ')
-      )
-    or ''
+  -- and the user has to know which it did not put back (the server's
+  -- sentence, the one the CLI and every client say).
+  local kept = type(result.leftNote) == 'string' and '; ' .. result.leftNote or ''
   mevedel.notify(
     string.format(
       'recovery %s of %s: %s%s%s',

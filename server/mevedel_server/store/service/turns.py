@@ -234,20 +234,24 @@ class Turns:
             return await self.settle(session_id, Outcome.INTERRUPTED, reason=reason or ABORT_REASON)
         session = await self.table.gated(session_id, "settle a turn", turn_work=True)
         require_turn(session, "settle a turn")
-        fold = await self.fold_stopped_turn(session)
+        # The settlement reads the post-turn states, once, and a failed read
+        # refuses it as it refuses any settlement.
+        fold = await self.fold_stopped_turn(session, read=False)
         result = await self.settle(session_id, Outcome.INTERRUPTED, reason=fold.reason(reason or ABORT_REASON))
         if result.committed and fold.finish is not None:
             await fold.finish()
         return result
 
-    async def fold_stopped_turn(self, session: OpenSession) -> StoppedFold:
+    async def fold_stopped_turn(self, session: OpenSession, *, read: bool = True) -> StoppedFold:
         """Record in ``session``'s turn in flight, which a stopped process
         left there, every change of the tree since the baseline the agent
         engine held for it before dispatching its agent (its file-state
         record's), through the one checkpoint seam: a path its checkpoint
         holds already keeps that record (the first wins). The post-turn
-        states are read from the tree. Nothing is found for a turn whose
-        agent was never dispatched, or without a front end's record."""
+        states are read from the tree (a failed read leaves them unknown,
+        which the diff says); not with ``read`` False, for a caller whose
+        settlement reads them (:meth:`abort`). Nothing is found for a turn
+        whose agent was never dispatched, or without a front end's record."""
         opened = session.conversation.open_turn
         lookup = self.stopped_turn_changes
         if opened is None or lookup is None:
@@ -267,7 +271,8 @@ class Turns:
                 _log.warning("session %s: could not record %s: %s", session.session_id, path, refused)
         current: Mapping[str, Entry | None] = {}
         try:  # what its checkpoint holds now, as the tree has it
-            current = await self._post_turn_content(session)
+            if read:
+                current = await self._post_turn_content(session)
         except TargetError as error:  # their states after stay unknown, and the diff says so
             _log.warning("session %s: the files of turn %s could not be read after it: %s", session.session_id, opened.turn, error)
         if found is None:

@@ -487,6 +487,15 @@ class RecoveryOutcome(msgspec.Struct, frozen=True):
     #: interrupted: left as they are (see :func:`settle_files`).
     left: tuple[str, ...] = ()
 
+    @property
+    def left_note(self) -> str | None:
+        """What the person is told of ``left`` -- the CLI prints it, the
+        editors show it as a warning --; None when nothing was left."""
+        if not self.left:
+            return None
+        return (f"left as {'they are' if len(self.left) > 1 else 'it is'}, changed outside the session since the "
+                f"transaction was interrupted: {', '.join(self.left)}")
+
 
 async def _read_blobs(target: Target, paths: SessionPaths, marker: RecoveryMarker) -> dict[str, bytes]:
     op = Read(f"{_data_dir(paths, marker.recovery_id)}/{DATA_NAME}", optional=True)

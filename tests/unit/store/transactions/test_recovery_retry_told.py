@@ -83,4 +83,6 @@ async def test_the_lsp_answer_lists_the_files_left(lsp, workspace):
     await request(lsp, methods.SESSION_OPEN, {"sessionId": sid, "mode": "resume"})
     answer = await request(lsp, methods.SESSION_RETRY_RECOVERY, {"sessionId": sid})
     assert answer["resolution"] == "rolled-back" and answer["written"] == ["a.txt"] and answer["left"] == ["src/c.txt"]
+    # The sentence every editor shows, the CLI's own.
+    assert answer["leftNote"] == "left as it is, changed outside the session since the transaction was interrupted: src/c.txt"
     assert snapshot_files(workspace, FILES) == EXPECTED
