@@ -201,6 +201,9 @@ async def publish_version(
     not name, removed with those it drops (only if it is still that index)."""
     paths = ItemPaths(item_id)
     digest = hashlib.sha256(data).hexdigest()
+    # An index naming versions was written beside their directory, which
+    # is then made only if a blob's write finds it gone.
+    make_dirs = False
     for _ in range(_ATTEMPTS):
         if known is None:
             index, raw = await read_index(target, item_id)
@@ -208,6 +211,7 @@ async def publish_version(
         else:
             index, raw = known
             known = None
+        make_dirs = make_dirs or not index.versions
         entry = VersionEntry(
             number=index.next_number, at=-1, reason=reason, size=len(data), sha256=digest, session_id=session_id, turn=turn
         )
@@ -216,11 +220,12 @@ async def publish_version(
         dropped = tuple(v.number for v in index.versions if v.number not in kept_numbers) + garbage
         written = VersionIndex(next_number=index.next_number + 1, versions=kept)
         commit = _stamped(paths.versions_index, written)
+        blob = Replace(paths.version_blob(entry.number), data, deferred=True)
         ops: list[Operation] = [
             *(proofs or (Stat(paths.meta),)),
             Verify(paths.versions_index, raw),
-            MakeDirs(paths.versions_dir, optional=True),
-            Replace(paths.version_blob(entry.number), data, deferred=True),
+            *((MakeDirs(paths.versions_dir, optional=True),) if make_dirs else ()),
+            blob,
             commit,
             Barrier(),
         ]
@@ -238,6 +243,10 @@ async def publish_version(
             return Disproved(stop, result[stop].value)
         if stop == index_check and result[stop].status is Status.MISMATCH:
             continue  # another publisher took this number: read again
+        if ops[stop] is blob and result[stop].status is Status.ABSENT and not make_dirs:
+            make_dirs = True  # the versions directory is gone: make it
+            known = (index, raw)
+            continue
         raise_for_result(ops[stop], result[stop])
     raise ArtifactError("unavailable", item_id, "the version index kept changing while publishing; try again")
 

@@ -193,6 +193,23 @@ async def test_a_blob_a_crash_left_unnamed_goes_with_the_next_save(root, open_ta
     await later.close()
 
 
+async def test_a_save_after_the_versions_directory_went_makes_it_again(root, open_target):
+    """A later save does not make the versions directory its index says
+    exists; when something removed it, the save still lands."""
+    import shutil
+
+    store = _store(await open_target(root))
+    item = await store.create("document", "Doc", b"# one\n")
+    await store.save_version(item.item_id)
+    await store.removals_done()
+    versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
+    shutil.rmtree(versions)
+    entry = await store.save_version(item.item_id)
+    assert (versions / f"{entry.number:010d}").read_bytes() == b"# one\n"
+    assert [v.number for v in await store.versions(item.item_id)][0] == entry.number
+    await store.close()
+
+
 async def test_a_save_after_the_item_was_made_anew_under_another_primary_file_saves_that_file(root, open_target):
     """The id's item was deleted and adopted again (another process) with
     another primary file: a store that saved it before reads the metadata
