@@ -22,7 +22,18 @@ Standing, judged by the target clock read with the head:
   item is read-only here; ``request_handover`` asks for it;
 - another process's ``active`` head at or past ``expires_at``: expired, the
   next write takes it over without a question (an item has no unsettled
-  mutations and every write is whole and fenced).
+  mutations and every write is whole and fenced);
+- another process's ``active`` head before ``expires_at`` whose writer
+  (its ``process``) is proven, from this machine, to have ended: expired
+  too, at once. Every generation names the process that wrote it, since an
+  item lease dies with its process (a server and a CLI command both release
+  theirs when they end well, and renew nothing after). The proof is
+  :func:`~mevedel_server.targets.process_has_ended`, the one a session
+  lease's holder is judged by: only on the writer's machine, boot and
+  namespaces; a generation without ``process`` (an older writer's), a
+  writer elsewhere, or any doubt leaves the expiry to decide. A dead
+  writer renews nothing, so the takeover's ``Verify`` of its head under the
+  store lock still elects one successor.
 
 A holder renews every third of the duration. At a renewal it hands the
 item over (writes ``released``) when another process asked for it and the
@@ -54,7 +65,9 @@ from ..targets import (
     Status,
     Target,
     Verify,
+    process_has_ended,
     raise_for_result,
+    this_process,
 )
 from .errors import ArtifactError
 from .layout import GENERATION_FAMILY, LEASES_ROOT, LOCK_DIR, ItemPaths
@@ -82,15 +95,19 @@ class LeaseView(msgspec.Struct, frozen=True):
     raw: bytes | None
     now: int
     handover: HandoverRequest | None = None
+    #: The head is live by the clock, and the process that wrote it was
+    #: proven, from this machine, to have ended when it was read.
+    writer_ended: bool = False
 
     def standing(self, client_id: str) -> str:
-        """``free``, ``mine``, ``held`` or ``expired``."""
+        """``free``, ``mine``, ``held`` or ``expired`` (by the clock, or at
+        once when its writer process ended)."""
         rec = self.record
         if rec is None or rec.state is ItemLeaseState.RELEASED:
             return "free"
         if rec.client_id == client_id:
             return "mine"
-        return "expired" if self.now >= rec.expires_at else "held"
+        return "expired" if self.now >= rec.expires_at or self.writer_ended else "held"
 
     @property
     def holder_host(self) -> str | None:
@@ -140,7 +157,13 @@ def lease_view(item_id: str, newest: tuple[str, bytes], now: int, handover: Hand
         raise ArtifactError("unreadable", item_id, f"its lease record cannot be trusted ({exc.reason}); nothing was written") from None
     if record.generation != generation:
         raise ArtifactError("unreadable", item_id, f"lease generation {generation} records generation {record.generation}")
-    return LeaseView(item_id, generation, record, raw, now, handover)
+    # Judged once, with the head it is about: the proof only ever says
+    # "ended", and an ended process never comes back.
+    ended = (
+        record.state is ItemLeaseState.ACTIVE and now < record.expires_at
+        and record.process is not None and process_has_ended(record.process)
+    )
+    return LeaseView(item_id, generation, record, raw, now, handover, ended)
 
 
 class ItemLeases:
@@ -227,6 +250,7 @@ class ItemLeases:
             renewed_at=0,
             expires_at=0,
             holder=label,
+            process=this_process(),
         )
 
     # Fencing ----------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from ..store import encode_record
+from ..targets import ProcessIdentity
 from .errors import ArtifactError
 from .layout import MAX_TITLE
 
@@ -100,6 +101,11 @@ class ItemLeaseRecord(_Record, kw_only=True):
     #: The editor or process holding it (shown to people with the host, so
     #: two editors on one machine are told apart); None from older writers.
     holder: Annotated[str, msgspec.Meta(max_length=200)] | None = None
+    #: The process that wrote this generation (and renews it), so that
+    #: another process on its machine can prove it ended and take the item
+    #: before the expiry (see :mod:`.item_lease`); None from older writers,
+    #: and from a process ``/proc`` could not name: judged by the expiry.
+    process: ProcessIdentity | None = None
 
 
 class HandoverRequest(_Record, kw_only=True):

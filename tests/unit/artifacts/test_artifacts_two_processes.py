@@ -290,7 +290,9 @@ def test_a_late_write_after_a_takeover_is_fenced_and_writes_nothing(tmp_path):
     # Two is started (and has loaded) before one takes the lease: its too
     # early write falls well inside one's 3 s, however long a process takes
     # to start on a loaded machine.
-    two = start(root, "two", [["wait"], ["write", "two too early"], ["wait"], ["write", "two took over"]], **options)
+    # Two stays alive after its takeover: a holder proven dead would leave
+    # the item to one's next write at once.
+    two = start(root, "two", [["wait"], ["write", "two too early"], ["wait"], ["write", "two took over"], ["stay"]], **options)
     next_event(two, "waiting")
     # One writes, plans its next write, then is suspended (stops renewing).
     one = start(root, "one", [["write", "one wrote"], ["plan"], ["wait"], ["write", "one late"], ["write", "one again"]], **options)
@@ -305,12 +307,15 @@ def test_a_late_write_after_a_takeover_is_fenced_and_writes_nothing(tmp_path):
     time.sleep(3.5)  # one's lease expires
     two.stdin.write("go\n")
     two.stdin.flush()
-    took = finish(two)
-    (takeover,) = writes(took, ok=True)
+    takeover = next_event(two, "write")
     assert takeover["ok"] and takeover["gen"] == planned["gen"] + 1
     one.stdin.write("go\n")
     one.stdin.flush()
     events = finish(one)
+    two.stdin.write("go\n")
+    two.stdin.flush()
+    took = finish(two)
+    assert writes(took, ok=True) == [takeover]
     late, again = writes(events)[1:]
     assert not late["ok"] and late["kind"] == "item-lease-lost"
     assert [e["reason"] for e in events if e["op"] == "lease"] == ["fenced"]

@@ -1,7 +1,9 @@
-"""A ``mevedel prompt`` killed mid-turn leaves its lease for a minute; another
-client on the same machine is offered to take the session over at once, and
-taking it over settles the killed turn as interrupted. While the prompt
-lives, the session stays the other client's to join only. Two CLI clients
+"""A ``mevedel prompt`` killed mid-turn, or before its turn began (its agent
+still starting), leaves its lease for a minute; another client on the same
+machine is offered to take the session over at once, and taking it over
+settles a killed turn as interrupted. While the prompt lives, the session
+stays the other client's to join only; a prompt that ended keeps it for its
+own client. Two CLI clients
 are two state directories (each its own ``cli-client.json``)."""
 
 from __future__ import annotations
@@ -102,5 +104,72 @@ def test_a_prompt_that_ended_keeps_its_lease_for_its_client(workspace, tmp_path)
     assert row["action"] == "Join" and not row["holder_ended"], row
     head = max((workspace / ".mevedel" / "sessions" / row["session_id"] / ".lease").glob("generation-*.json"))
     assert json.loads(head.read_bytes())["holder"] is None  # the settlement handed it to the client
+    again = mevedel(workspace, tmp_path, "a", "prompt", "Again", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["turn"] == 2, again.stdout + again.stderr
+
+
+def script_starting(tmp_path: Path, on_initialize: list, turns: list) -> None:
+    """The scripted agent's script (``configure`` made the config naming it)
+    with steps its ``initialize`` runs, before any turn can begin."""
+    (tmp_path / "script.json").write_text(json.dumps({"on_initialize": on_initialize, "turns": turns}))
+
+
+def lease_head(workspace: Path, sid: str) -> dict:
+    head = max((workspace / ".mevedel" / "sessions" / sid / ".lease").glob("generation-*.json"))
+    return json.loads(head.read_bytes())
+
+
+def test_a_prompt_killed_before_its_turn_begins_is_taken_over_at_once(workspace, tmp_path):
+    """Client A's second prompt resumes the session (claims its lease), then
+    its agent hangs in its start-up: no turn has begun. Killed there, the
+    session is client B's to take over at once -- not after the lease's
+    expiry -- with no turn to interrupt; while it lives, B is refused."""
+    configure(tmp_path, [[{"say": "first answer"}]])
+    first = mevedel(workspace, tmp_path, "a", "prompt", "First")
+    assert first.returncode == 0, first.stderr
+    sid = the_session(workspace, tmp_path)["session_id"]
+    started = tmp_path / "never-started"
+    script_starting(tmp_path, [{"wait_file": str(started)}], [[{"say": "never"}]])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mevedel_server.cli", "prompt", "Second"], cwd=workspace, env=client_env(tmp_path, "a"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )
+    try:
+        read_until(process, "[starting scripted]")  # the session is open; the agent's initialize waits
+        live = the_session(workspace, tmp_path)
+        assert live["action"] == "Join" and not live["holder_ended"], live
+        refused = refusal(mevedel(workspace, tmp_path, "b", "session", "open", sid, "--mode", "resume", "--json"))
+        assert refused["kind"] == "lease-held", refused
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+        started.touch()  # its orphaned agent, if the end of its stdin has not stopped it yet
+    row = the_session(workspace, tmp_path)
+    assert row["action"] == "Take over" and row["holder_ended"], row
+    taken = mevedel(workspace, tmp_path, "b", "session", "open", sid, "--confirm-takeover", "--json")
+    assert taken.returncode == 0, taken.stdout + taken.stderr
+    opened = json.loads(taken.stdout)
+    assert opened["action"] == "takeover" and opened["interrupted_turn"] is None, opened
+    turns = json.loads(mevedel(workspace, tmp_path, "b", "session", "turns", "--session", sid, "--json").stdout)
+    assert [t["state"] for t in turns["turns"]] == ["completed"]
+
+
+def test_a_prompt_whose_agent_fails_to_start_keeps_its_lease_for_its_client(workspace, tmp_path):
+    """A prompt that took the lease and ended before any turn began (its
+    agent crashed in its start-up) is a finished command: its lease names no
+    process, so another client joins until it expires, as after a turn, and
+    its own client's next prompt continues the session."""
+    configure(tmp_path, [[{"say": "first answer"}]])
+    assert mevedel(workspace, tmp_path, "a", "prompt", "First").returncode == 0
+    sid = the_session(workspace, tmp_path)["session_id"]
+    generation = lease_head(workspace, sid)["generation"]
+    script_starting(tmp_path, [{"crash": 3}], [[{"say": "never"}]])
+    failed = mevedel(workspace, tmp_path, "a", "prompt", "Second")
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr, failed.stderr
+    head = lease_head(workspace, sid)
+    assert head["generation"] > generation and head["client_id"] and head["holder"] is None, head
+    row = the_session(workspace, tmp_path)
+    assert row["action"] == "Join" and not row["holder_ended"], row
+    configure(tmp_path, [[{"say": "second answer"}]])
     again = mevedel(workspace, tmp_path, "a", "prompt", "Again", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["turn"] == 2, again.stdout + again.stderr

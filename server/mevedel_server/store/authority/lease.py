@@ -31,7 +31,8 @@ program as the head record:
   while the lease lives and dies with that process
   (:attr:`LeaseHandle.names_holder`): a server's always; a CLI command's,
   whose lease outlives it by design for its client's next command, only
-  while an agent turn it runs is open (that turn dies with it).
+  while an agent turn it runs is open or coming (that turn dies with it:
+  ``mevedel prompt`` names itself from its claim until its turn settles).
 
 Transitions
 -----------

@@ -136,13 +136,18 @@ class OpenSession:
         spool: PendingSpool | None = None,
         on_spool: Callable[[SpoolNotice], None] | None = None,
         names_holder: bool = True,
+        turn_coming: bool = False,
     ) -> None:
         self.target = target
         #: The lease names this process as its holder outside agent turns
         #: too (see :meth:`agent_turn`).
         self.names_holder = names_holder
+        #: This process opened the session to run an agent turn in it, not
+        #: begun yet (see :meth:`no_turn_coming`).
+        self._turn_coming = turn_coming
+        self._agent_turn = False
         if lease is not None:
-            lease.names_holder = names_holder
+            lease.names_holder = self._naming
         #: Where this client keeps a pending record its host could not take
         #: (a directory on this machine; None: in memory only).
         self.spool = spool
@@ -154,7 +159,6 @@ class OpenSession:
         self.lease_seconds = lease_seconds
         self.renew_every = renew_every
         self.lease = lease
-        self._agent_turn = False
         self.publisher = Publisher(lease) if lease is not None else None
         self.materialized = materialized
         #: A first save's combined program (:meth:`_materialize_claimed`)
@@ -614,7 +618,7 @@ class OpenSession:
         try:
             lease = await claim_new_session(
                 self.target, self.session_id, self.client, duration_seconds=self.lease_seconds, now=self.time.now(), lead=lead,
-                names_holder=self.names_holder,
+                names_holder=self._naming,
             )
         except LeadStopped:
             return False
@@ -632,7 +636,7 @@ class OpenSession:
 
     async def _claim(self) -> None:
         lease = await acquire_lease(
-            self.target, self.session_id, self.client, duration_seconds=self.lease_seconds, names_holder=self.names_holder
+            self.target, self.session_id, self.client, duration_seconds=self.lease_seconds, names_holder=self._naming
         )
         self.adopt_lease(lease)
 
@@ -657,16 +661,42 @@ class OpenSession:
             return True
         return self.lease is not None and self.lease.withdraw(rider)
 
+    @property
+    def _naming(self) -> bool:
+        """Whether the lease's generations name this process now: always
+        (a server's), else while an agent turn it runs is open or coming."""
+        return self.names_holder or self._agent_turn or self._turn_coming
+
     def agent_turn(self, running: bool) -> None:
         """An agent turn this process runs opens (or ends): while it is
         open, the lease's generations name this process even where they
-        otherwise would not, since the turn dies with the process."""
+        otherwise would not, since the turn dies with the process. The turn
+        the session was opened for has come: its settlement names no
+        process (the command's last lease write, unless a turn follows)."""
         self._agent_turn = running
+        if running:
+            self._turn_coming = False
         if self.lease is not None:
-            self.lease.names_holder = self.names_holder or running
+            self.lease.names_holder = self._naming
+
+    async def no_turn_coming(self) -> None:
+        """The process that opened the session for an agent turn ends
+        without one having begun (refused or failed before it): its lease,
+        which outlives it, stops naming it -- one generation naming no
+        process when the head still names it (a turn that began ended that
+        already, in its settlement)."""
+        if not self._turn_coming:
+            return
+        self._turn_coming = False
+        lease = self.lease
+        if lease is None:
+            return
+        lease.names_holder = self._naming
+        if not lease.names_holder and lease.record.holder is not None and not (lease.lost or lease.released):
+            await lease.renew()
 
     def adopt_lease(self, lease: LeaseHandle) -> None:
-        lease.names_holder = self.names_holder or self._agent_turn
+        lease.names_holder = self._naming
         lease.riding.extend(self._waiting_riders)
         self._waiting_riders.clear()
         self.lease = lease

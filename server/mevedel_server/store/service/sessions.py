@@ -161,6 +161,13 @@ class Sessions:
         #: :attr:`open_found` (None: no such program ran them whole).
         self.open_reads: Sequence[Operation] = ()
         self.open_found: tuple[OpResult, ...] | None = None
+        #: This process creates or resumes sessions to run an agent turn in
+        #: them (``mevedel prompt``): where its leases otherwise name it only
+        #: while a turn is open (they outlive it), they name it from the
+        #: claim, so that its death before the turn begins is proven too;
+        #: :meth:`detach` ends that for a turn that never came
+        #: (:meth:`OpenSession.no_turn_coming`).
+        self.opens_for_turn = False
 
     # Listing ------------------------------------------------------------------
 
@@ -261,7 +268,7 @@ class Sessions:
         from ..content.turns import Conversation
 
         conversation = Conversation.new(session_id=session_id, workspace_id=workspace_id, at=now, display_name=display_name)
-        session = self._table.new_open(conversation, materialized=False)
+        session = self._table.new_open(conversation, materialized=False, turn_coming=self.opens_for_turn)
         self._table.sessions[session_id] = session
         return self._table.info_of(session)
 
@@ -414,7 +421,7 @@ class Sessions:
         if workspace_id != conversation.sidecar.workspace_id:
             conversation.bind_workspace(workspace_id, at=self._table.time_now())
             _log.info("session %s: bound to this workspace (identity %s) as confirmed", session_id, workspace_id)
-        session = self._table.new_open(conversation, lease=lease)
+        session = self._table.new_open(conversation, lease=lease, turn_coming=self.opens_for_turn)
         if snapshot.head is not None and snapshot.manifest is not None and session.publisher is not None:
             session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._table.sessions[session_id] = session
@@ -450,7 +457,7 @@ class Sessions:
         return await acquire_lease(
             self._table.target, session_id, self._table.client, duration_seconds=self._table.lease_seconds,
             confirm_takeover=confirm_takeover, observation=observation,
-            names_holder=not self._table.leases_outlive_process, **program,
+            names_holder=not self._table.leases_outlive_process or self.opens_for_turn, **program,
         )
 
     async def _claim_with_reads(
@@ -637,7 +644,9 @@ class Sessions:
         """Stop background renewal without releasing anything (a CLI process
         ends; its leases stay until they expire or it reopens them). A
         publication collection still running gets ``collect_seconds`` to
-        finish, then stops after its current step."""
+        finish, then stops after its current step. A lease claimed for a
+        turn that never began stops naming this process (see
+        :attr:`opens_for_turn`)."""
         said = await self.input_recorded()
         if said:
             _log.warning("%s", said)
@@ -647,6 +656,12 @@ class Sessions:
             if session.collector is not None:
                 await session.collector.finish(collect_seconds)
             await session.stop_renewal()
+            try:
+                await session.no_turn_coming()
+            except (StoreError, TargetError) as error:
+                # Its head names a process that is about to end: another
+                # client here is offered the session before its expiry.
+                _log.warning("session %s: its lease still names this process: %s", session.session_id, error)
         self._table.sessions.clear()
         await self._stop_sweep()
 
