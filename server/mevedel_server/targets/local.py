@@ -10,7 +10,7 @@ target is constructed and re-proved by every operation, so a root swapped for
 another directory is refused too. Writes are whole or absent (see the
 executor).
 
-A program runs in one worker thread (``asyncio.to_thread``): one thread hop
+A program runs on one kept thread (:mod:`.program_threads`): one thread hop
 per program, however many operations it carries. A process that does one
 thing at a time (a CLI listing: nothing else waits on the event loop while a
 program runs) makes its target ``inline``: each program runs on the calling
@@ -20,7 +20,6 @@ exit -- a tenth of such a command's own work.
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import msgspec
@@ -28,6 +27,7 @@ import msgspec
 from .executor import Executor, ProgramRefused, pin_root
 from .plain_form import plain_operations, program_result, refusal_error
 from .program import ControlProgram, ProgramResult
+from .program_threads import PROGRAM_THREADS
 from .target import ProgramTarget
 
 
@@ -71,7 +71,7 @@ class LocalTarget(ProgramTarget):
     async def run(self, program: ControlProgram) -> ProgramResult:
         if self._inline:
             return self._run_program(program)
-        return await asyncio.to_thread(self._run_program, program)
+        return await PROGRAM_THREADS.run(self._run_program, program)
 
     def _run_program(self, program: ControlProgram) -> ProgramResult:
         try:

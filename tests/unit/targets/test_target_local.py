@@ -5,7 +5,6 @@ contract both targets share is test_target_ssh_contract.py."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 import shutil
@@ -36,13 +35,13 @@ def target(tmp_path):
 
 async def test_one_thread_hop_per_program(tmp_path, target, monkeypatch):
     hops = []
-    real = asyncio.to_thread
+    real = local_module.PROGRAM_THREADS.run
 
-    async def counting(func, *args, **kwargs):
+    def counting(func, argument):
         hops.append(func)
-        return await real(func, *args, **kwargs)
+        return real(func, argument)
 
-    monkeypatch.setattr(local_module.asyncio, "to_thread", counting)
+    monkeypatch.setattr(local_module.PROGRAM_THREADS, "run", counting)
     ops = [MakeDirs("x", optional=True)] + [CreateExclusive(f"x/{i}", b"d") for i in range(20)] + [ListDir("x")]
     result = await target.run(ControlProgram(ops))
     assert result.completed and len(result[-1].value) == 20
