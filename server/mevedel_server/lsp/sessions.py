@@ -267,12 +267,18 @@ async def abort_turn(ls: MevedelLanguageServer, params: wire.TurnAbortParams) ->
     folder = _folder(ls, params.workspace_folder, methods.TURN_ABORT)
     service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_ABORT)
     turn = service.info(sid).open_turn
-    # A turn no agent of this server runs was left by the one that ran it
-    # (it could not record its settlement): what that changed since its
-    # last checkpoint is recorded first, as `mevedel turn abort` does.
     engines = getattr(ls, "agents", None)  # a server without agents runs none
-    stopped = engines is None or not engines.runs_turn(folder, sid)
-    return _saved(await service.turns.abort(sid, params.reason, stopped=stopped), turn)
+    if engines is not None and engines.runs_turn(folder, sid):
+        # Its agent is stopped first, and the turn settles once it has:
+        # nothing it does lands after the settlement, outside every turn.
+        saved = await engines.engine(folder).abort(sid, params.reason)
+        if saved is not None:
+            return _saved(saved, turn)
+    # A turn no agent of this server runs (any more) was left by the one
+    # that ran it, which could not record its settlement: what that changed
+    # since its last checkpoint is recorded first, as `mevedel turn abort`
+    # does.
+    return _saved(await service.turns.abort(sid, params.reason, stopped=True), turn)
 
 
 async def list_turns(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.TurnListResult:
