@@ -5,8 +5,9 @@ turn as interrupted, with every change the agent made recorded: its
 ``fs/write_text_file``, a shell command's changes (one still running when
 the abort came, too), and what an agent that ignores the cancel still wrote
 before it was stopped. Nothing it does lands outside every turn; the chat
-sees the turn cancelling, then interrupted; the next prompt runs. The real
-server over stdio, the scripted ACP agent as a subprocess, real files."""
+sees the turn cancelling, then interrupted; the next prompt runs. Settling
+such a turn by hand (``mevedel/turn/settle``) is refused. The real server
+over stdio, the scripted ACP agent as a subprocess, real files."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import json
 import os
 import sys
 from pathlib import Path
+
+import pytest
+from pygls.exceptions import JsonRpcException
 
 from deadlines import ticks
 from killed_turn import CHANGED, SHELL, prepare, tree_state
@@ -207,3 +211,28 @@ async def test_what_an_agent_ignoring_the_cancel_writes_before_it_stops_is_the_a
     finally:
         await client.shutdown_session()
 
+
+
+async def test_settling_by_hand_a_turn_this_servers_agent_runs_is_refused_and_the_turn_goes_on(tmp_path):
+    release = tmp_path / "release"
+    project, log, _script, client, chat = await _start(tmp_path, [[
+        {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
+        {"say": "written"},
+        {"wait_file": str(release)},
+        {"terminal": {"command": "sh", "args": ["-c", "rm keep.txt"]}},
+    ]])
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's write", lambda: "written" in chat.said())
+        with pytest.raises(JsonRpcException) as refused:
+            await request(client, methods.TURN_SETTLE, {"outcome": "completed"})
+        assert refused.value.data["kind"] == "conflict"
+        assert "mevedel/turn/abort" in refused.value.data["reason"]
+        release.touch()
+        answered = await running
+        assert answered["outcome"] == "completed" and answered["turn"] == 1
+        (listed,) = (await request(client, methods.TURN_LIST, {}))["turns"]
+        assert listed["state"] == "completed"
+        assert await _diff(client) == {"notes.txt": "modified", "keep.txt": "deleted"}
+    finally:
+        await client.shutdown_session()
