@@ -48,7 +48,14 @@ from ..artifacts import (
     pending_mail,
     session_artifacts,
 )
-from ..store import EngineRef, EngineState, Outcome, SessionService, is_refusal
+from ..store import (
+    ABORT_REASON,
+    EngineRef,
+    EngineState,
+    Outcome,
+    SessionService,
+    is_refusal,
+)
 from ..targets import (
     ControlProgram,
     Entry,
@@ -77,6 +84,7 @@ from .working_directory import WorkingTrees
 
 if TYPE_CHECKING:
     from ..resources import ResolverContext
+    from ..store import SaveResult
 
 _log = logging.getLogger(__name__)
 
@@ -352,6 +360,10 @@ class AgentEngine:
             why = AgentError(FAILED, f"session {session_id}", f"the turn could not be prepared: {getattr(failure, 'reason', failure)}")
             return await self._settle(running, turn, None, why)
         await self._begun(session_id, turn.turn)
+        if turn.cancelled:
+            # Cancelled or aborted before its prompt went: the agent is not
+            # handed work the user already stopped.
+            return await self._settle(running, turn, None, None)
         prompt: list = []
         if notice:
             prompt.append(schema.TextContentBlock(type="text", text=notice))
@@ -462,7 +474,7 @@ class AgentEngine:
 
     async def _settle(self, running: RunningAgent, turn: AgentTurn, stop_reason: str | None, error: AgentError | None) -> PromptOutcome:
         session_id = turn.session_id
-        outcome, reason = await self.end_turn(running, turn, stop_reason, error, "cancelled by the user")
+        outcome, reason = await self.end_turn(running, turn, stop_reason, error, turn.aborted or "cancelled by the user")
         withdraw = not_riding
         # The files the turn captured are read for their post-turn content
         # in the walk's program (the turn's mutations are over); a path the
@@ -489,6 +501,7 @@ class AgentEngine:
                     hook(session_id)
             settled = await self.service.turns.settle(session_id, outcome, reason=reason, stop_reason=stop_reason,
                                                        read=(reads.ops, reads.results) if reads.results is not None else None)
+            turn.saved = settled
             if settled.committed:
                 # The checkpoint holds the turn's changes: its baseline may go
                 # (the settlement's program removed it, unless nothing rode).
@@ -526,6 +539,30 @@ class AgentEngine:
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "cancelling", turn.turn, turn.turn_id))
         await self._cancel_agent(running, turn, self.config())
         return True
+
+    async def abort(self, session_id: str, reason: str | None = None) -> SaveResult | None:
+        """Abort the turn in flight (``mevedel/turn/abort``): the agent is
+        cancelled as :meth:`cancel` does, and its process ended when the
+        cancel timeout passes without its answer; the turn then settles as
+        interrupted with ``reason`` (default "aborted") through the turn's
+        own settlement, which records every change the agent made, its
+        commands' included. Until then the turn stays in flight, so what
+        the agent still writes is recorded in it; after it, the agent is
+        refused every write and command. Answers once the turn has ended:
+        its settlement's save, or None when no agent's turn runs here or
+        its settlement did not go through (the turn is then in flight with
+        no agent running it: ``Turns.abort(stopped=True)`` settles it)."""
+        running = self._running.get(session_id)
+        turn = running.turn if running is not None else None
+        if running is None or turn is None:
+            return None
+        turn.aborted = reason or ABORT_REASON
+        if not turn.cancelled:
+            turn.cancelled = True
+            self.front.turn_update(TurnUpdate(session_id, turn.agent, "cancelling", turn.turn, turn.turn_id))
+            await self._cancel_agent(running, turn, self.config())
+        await turn.settled.wait()  # bounded: the cancel timeout ends the agent's connection
+        return turn.saved
 
     def kill(self, session_id: str) -> bool:
         """End the session's agent process at once (the user asked a second

@@ -21,6 +21,7 @@ from .terminals import Terminal, Terminals
 
 if TYPE_CHECKING:
     from ..artifacts import Mail
+    from ..store import SaveResult
     from .config import AgentSpec
     from .engine import AgentEngine
     from .session_options import Offered
@@ -44,6 +45,11 @@ class AgentTurn:
     permission_tasks: set[asyncio.Task] = field(default_factory=set)
     #: The comments this turn's prompt carries (delivered if it completes).
     mail: list[Mail] = field(default_factory=list)
+    #: Why the user aborted the turn (``mevedel/turn/abort``), which its
+    #: settlement records instead of "cancelled by the user".
+    aborted: str | None = None
+    #: Its settlement's save, once made (an abort answers with it).
+    saved: SaveResult | None = None
     #: Set once the turn has settled (whatever its outcome).
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         TurnSummary,
     )
     from .server import MevedelLanguageServer
+    from .workspaces import Folder
 
 _log = logging.getLogger(__name__)
 
@@ -257,8 +258,20 @@ async def append_record(ls: MevedelLanguageServer, params: wire.TurnAppendParams
     return wire.TurnAppendResult(sid, turn, params.kind)
 
 
+def _agent_runs(ls: MevedelLanguageServer, folder: Folder, session_id: str) -> bool:
+    """Whether an agent of this server runs ``session_id``'s turn now (a
+    server without agents runs none)."""
+    engines = getattr(ls, "agents", None)
+    return engines is not None and engines.runs_turn(folder, session_id)
+
+
 async def settle_turn(ls: MevedelLanguageServer, params: wire.TurnSettleParams) -> wire.SaveResult:
-    service, sid = _turn_target(ls, params, methods.TURN_SETTLE)
+    folder = _folder(ls, params.workspace_folder, methods.TURN_SETTLE)
+    service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_SETTLE)
+    if _agent_runs(ls, folder, sid):
+        # Settled underneath it, the agent would go on writing outside every turn.
+        raise failure("conflict", sid, "has its turn run by an agent of this server; cancel it (mevedel/turn/cancel) "
+                      "or abort it (mevedel/turn/abort), which stop the agent before the turn settles")
     turn = service.info(sid).open_turn
     return _saved(await service.turns.settle(sid, params.outcome, reason=params.reason), turn)
 
@@ -267,12 +280,17 @@ async def abort_turn(ls: MevedelLanguageServer, params: wire.TurnAbortParams) ->
     folder = _folder(ls, params.workspace_folder, methods.TURN_ABORT)
     service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_ABORT)
     turn = service.info(sid).open_turn
-    # A turn no agent of this server runs was left by the one that ran it
-    # (it could not record its settlement): what that changed since its
-    # last checkpoint is recorded first, as `mevedel turn abort` does.
-    engines = getattr(ls, "agents", None)  # a server without agents runs none
-    stopped = engines is None or not engines.runs_turn(folder, sid)
-    return _saved(await service.turns.abort(sid, params.reason, stopped=stopped), turn)
+    if _agent_runs(ls, folder, sid):
+        # Its agent is stopped first, and the turn settles once it has:
+        # nothing it does lands after the settlement, outside every turn.
+        saved = await ls.agents.engine(folder).abort(sid, params.reason)  # type: ignore[attr-defined]
+        if saved is not None:
+            return _saved(saved, turn)
+    # A turn no agent of this server runs (any more) was left by the one
+    # that ran it, which could not record its settlement: what that changed
+    # since its last checkpoint is recorded first, as `mevedel turn abort`
+    # does.
+    return _saved(await service.turns.abort(sid, params.reason, stopped=True), turn)
 
 
 async def list_turns(ls: MevedelLanguageServer, params: wire.SessionParams) -> wire.TurnListResult:

@@ -1,0 +1,238 @@
+"""``mevedel/turn/abort`` of a turn this server's agent is still running
+stops the agent first -- ACP ``session/cancel``, and its process ended once
+the cancel timeout passes without its answer -- and only then settles the
+turn as interrupted, with every change the agent made recorded: its
+``fs/write_text_file``, a shell command's changes (one still running when
+the abort came, too), and what an agent that ignores the cancel still wrote
+before it was stopped. Nothing it does lands outside every turn; the chat
+sees the turn cancelling, then interrupted; the next prompt runs. Settling
+such a turn by hand (``mevedel/turn/settle``) is refused. The real server
+over stdio, the scripted ACP agent as a subprocess, real files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from pygls.exceptions import JsonRpcException
+
+from deadlines import ticks
+from killed_turn import CHANGED, SHELL, prepare, tree_state
+from mevedel_protocol import methods
+
+from .conftest import SERVER, initialize_params, request
+
+AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
+
+
+class Chat:
+    """What the editor's chat is told: ``mevedel/turn/didUpdate``."""
+
+    def __init__(self, client) -> None:
+        self.updates: list[dict] = []
+        client.feature(methods.TURN_DID_UPDATE)(lambda params: self.updates.append(params))
+
+    def said(self) -> str:
+        return "".join(e.get("text") or "" for u in self.updates for e in u.get("events", []) if e["kind"] == "response")
+
+    def told_interrupted(self) -> bool:
+        """The turn was shown cancelling, then settled once, interrupted."""
+        phases = [u["phase"] for u in self.updates if not u.get("agentPath")]
+        return ("cancelling" in phases and phases.count("settled") == 1 and phases[-1] == "settled"
+                and self.updates[-1]["outcome"] == "interrupted")
+
+
+async def _start(tmp_path: Path, turns: list, **options):
+    project = tmp_path / "project"
+    project.mkdir()
+    prepare(project)
+    (project / "keep.txt").write_text("kept\n")
+    log, script = tmp_path / "agent-events.jsonl", tmp_path / "script.json"
+    script.write_text(json.dumps({"log": str(log), "turns": turns}))
+    client = await SERVER.start()
+    chat = Chat(client)
+    await client.initialize_session(
+        initialize_params(
+            project,
+            agents={"scripted": {"command": [sys.executable, str(AGENT), str(script)]}},
+            defaultAgent="scripted",
+            **options,
+        )
+    )
+    return project, log, script, client, chat
+
+
+def _events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _until(what: str, check) -> None:
+    for _ in ticks():
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} never happened")
+
+
+async def _diff(client) -> dict[str, str]:
+    diff = await request(client, methods.TURN_DIFF, {"first": 1, "last": 1})
+    return {f["path"]: f["change"] for f in diff["files"]}
+
+
+async def _rewound(client, project: Path) -> dict:
+    impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
+    await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
+    return tree_state(project)
+
+
+async def test_aborting_a_running_turn_cancels_its_agent_then_settles_it_with_what_it_changed(tmp_path):
+    never, later = tmp_path / "never", tmp_path / "later"
+    project, log, _script, client, chat = await _start(tmp_path, [
+        [
+            {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
+            {"terminal": {"command": "sh", "args": ["-c", SHELL]}},
+            # What the agent tries once its turn is over.
+            {"later": {"when_exists": str(later), "steps": [{"write": {"path": "late.txt", "content": "after the abort\n"}}]}},
+            {"say": "all written"},
+            {"wait_file": str(never)},  # a cancel ends the prompt here
+        ],
+        [{"say": "the next turn"}],
+    ])
+    before = tree_state(project)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's write and command", lambda: "all written" in chat.said())
+        aborted = await request(client, methods.TURN_ABORT, {})
+        assert aborted["committed"] is True and aborted["turn"] == 1
+        # The agent was asked to end its turn, and ended it, before the abort answered.
+        assert [e["event"] for e in _events(log)].count("cancel") == 1
+        answered = await running
+        assert answered["outcome"] == "interrupted" and answered["stopReason"] == "cancelled"
+        assert chat.told_interrupted()
+        listed = (await request(client, methods.TURN_LIST, {}))["turns"]
+        assert [(t["state"], t.get("reason")) for t in listed] == [("interrupted", "aborted")]
+        assert await _diff(client) == CHANGED
+
+        later.touch()  # the agent's write once the turn settled is refused
+        await _until("the agent's late write answered", lambda: any(
+            e["event"] == "client_response" and e["method"] == "fs/write_text_file" and "late.txt" in e["params"]["path"]
+            for e in _events(log)))
+        refused = next(e for e in _events(log) if e["event"] == "client_response" and "late.txt" in str(e["params"]))
+        assert "error" in refused and not (project / "late.txt").exists()
+        nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
+        assert nxt["turn"] == 2 and nxt["outcome"] == "completed" and "the next turn" in chat.said()
+        assert await _rewound(client, project) == before
+    finally:
+        await client.shutdown_session()
+
+
+async def test_aborting_a_turn_whose_agent_ignores_the_cancel_ends_its_process_and_its_command_first(tmp_path):
+    release, command_pid = tmp_path / "release", tmp_path / "command.pid"
+    # The command makes its changes, then runs until the test says so.
+    slow = f"{SHELL}; echo $$ > {command_pid}; while [ ! -e {release} ]; do sleep 0.05; done; echo late > late.txt"
+    project, log, script, client, chat = await _start(tmp_path, [[
+        {"ignore_cancel": True},
+        {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
+        {"terminal": {"command": "sh", "args": ["-c", slow]}},
+        {"write": {"path": "after.txt", "content": "after the command\n"}},
+    ]], cancelTimeoutSeconds=1)
+    before = tree_state(project)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the command's changes", lambda: command_pid.exists() and command_pid.read_text().strip())
+        agent = next(e["pid"] for e in _events(log) if e["event"] == "start")
+        command = int(command_pid.read_text())
+        aborted = await request(client, methods.TURN_ABORT, {"reason": "the user stopped it"})
+        assert aborted["committed"] is True and aborted["turn"] == 1
+        # The command's changes were recorded though it never exited.
+        assert await _diff(client) == CHANGED
+        # Asked to cancel, it did not answer: its process and its command were ended.
+        assert "cancel" in [e["event"] for e in _events(log)]
+        assert not _alive(agent) and not _alive(command)
+        answered = await running
+        assert answered["outcome"] == "interrupted"
+        assert chat.told_interrupted()
+        (listed,) = (await request(client, methods.TURN_LIST, {}))["turns"]
+        assert listed["state"] == "interrupted" and listed["reason"].startswith("the user stopped it")
+
+        release.touch()  # nothing of the agent's runs any more to act on it
+        script.write_text(json.dumps({"log": str(log), "turns": [[{"say": "the next turn"}]]}))
+        nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
+        assert nxt["turn"] == 2 and nxt["outcome"] == "completed"
+        assert not (project / "late.txt").exists() and not (project / "after.txt").exists()
+        assert await _rewound(client, project) == before
+    finally:
+        await client.shutdown_session()
+
+
+async def test_what_an_agent_ignoring_the_cancel_writes_before_it_stops_is_the_aborted_turns(tmp_path):
+    release = tmp_path / "release"
+    project, log, _script, client, chat = await _start(tmp_path, [[
+        {"ignore_cancel": True},
+        {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
+        {"terminal": {"command": "sh", "args": ["-c", SHELL]}},
+        {"say": "all written"},
+        {"wait_file": str(release)},
+        # The agent goes on after the cancel.
+        {"write": {"path": "late.txt", "content": "after the abort\n"}},
+        {"terminal": {"command": "sh", "args": ["-c", "rm keep.txt"]}},
+        {"say": "done anyway"},
+    ]], cancelTimeoutSeconds=600)  # it ends its turn itself, long before
+    before = tree_state(project)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's write and command", lambda: "all written" in chat.said())
+        aborting = asyncio.ensure_future(request(client, methods.TURN_ABORT, {}))
+        await _until("the cancel reaching the agent, or the abort answering",
+                     lambda: aborting.done() or "cancel" in [e["event"] for e in _events(log)])
+        # The turn is settled only once the agent stopped.
+        assert not aborting.done(), aborting.result()
+        release.touch()
+        aborted = await aborting
+        assert aborted["committed"] is True and aborted["turn"] == 1
+        assert (await running)["outcome"] == "interrupted" and "done anyway" in chat.said()
+        assert chat.told_interrupted()
+        (listed,) = (await request(client, methods.TURN_LIST, {}))["turns"]
+        assert listed["state"] == "interrupted" and listed["reason"] == "aborted"
+        assert await _diff(client) == CHANGED | {"late.txt": "added", "keep.txt": "deleted"}
+        assert await _rewound(client, project) == before
+    finally:
+        await client.shutdown_session()
+
+
+
+async def test_settling_by_hand_a_turn_this_servers_agent_runs_is_refused_and_the_turn_goes_on(tmp_path):
+    release = tmp_path / "release"
+    project, log, _script, client, chat = await _start(tmp_path, [[
+        {"write": {"path": "notes.txt", "content": "the agent's rewrite\n"}},
+        {"say": "written"},
+        {"wait_file": str(release)},
+        {"terminal": {"command": "sh", "args": ["-c", "rm keep.txt"]}},
+    ]])
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's write", lambda: "written" in chat.said())
+        with pytest.raises(JsonRpcException) as refused:
+            await request(client, methods.TURN_SETTLE, {"outcome": "completed"})
+        assert refused.value.data["kind"] == "conflict"
+        assert "mevedel/turn/abort" in refused.value.data["reason"]
+        release.touch()
+        answered = await running
+        assert answered["outcome"] == "completed" and answered["turn"] == 1
+        (listed,) = (await request(client, methods.TURN_LIST, {}))["turns"]
+        assert listed["state"] == "completed"
+        assert await _diff(client) == {"notes.txt": "modified", "keep.txt": "deleted"}
+    finally:
+        await client.shutdown_session()
