@@ -15,7 +15,8 @@
   :class:`ScanPaths` only the paths and subtrees a caller names;
   :class:`SnapshotFile` keeps a file's bytes as a content-addressed blob.
 - :class:`LocalTarget` -- a local root reached through a pinned
-  ``O_NOFOLLOW`` descriptor chain; symlinks fail closed.
+  ``O_NOFOLLOW`` descriptor chain; symlinks fail closed; its programs run
+  on the kept threads of :mod:`.program_threads`.
 - :mod:`.local_process` -- this process (:class:`ProcessIdentity`: host,
   boot, namespaces, PID, start time) and the proof that a recorded one has
   ended, from this machine's ``/proc`` (what a lease's holder is judged by).
