@@ -16,6 +16,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from mevedel_protocol import methods
+from processes import process_alive
 
 from .conftest import request
 from .test_follow import wait_for
@@ -300,23 +301,15 @@ async def test_malformed_lines_from_the_agent_are_skipped_and_the_turn_goes_on(c
     assert (await request(client, methods.SESSION_LIST, {}))["sessions"]  # still serving
 
 
-def _alive(pid: int) -> bool:
-    try:
-        import os
-
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_closing_the_session_stops_its_agent(client, workspace):
     log = configure(client, workspace, [[{"say": "hi"}]])
     done = await prompt(client, "Hi")
     pid = next(e["pid"] for e in events(log) if e["event"] == "initialize")
-    assert _alive(pid)
+    assert process_alive(pid)
     await request(client, methods.SESSION_CLOSE, {"sessionId": done["sessionId"]})
-    await wait_for(lambda: not _alive(pid), "the agent ending with its session")
+    await wait_for(lambda: not process_alive(pid), "the agent ending with its session")
 
 
 async def test_a_cancelled_prompt_request_cancels_the_agents_turn(client, workspace):
@@ -359,7 +352,7 @@ async def test_a_server_exit_during_a_turn_stops_the_agent_and_settles_the_turn_
     pid = next(e["pid"] for e in events(log) if e["event"] == "initialize")
     await client.shutdown_session()
     running.cancel()
-    assert not _alive(pid)
+    assert not process_alive(pid)
     service = SessionService(LocalTarget(project), ClientIdentity.generate())
     listed = (await service.sessions.list()).rows
     turns = await service.turns.summaries(listed[0].session_id)

@@ -16,6 +16,7 @@ from lsprotocol import types
 
 from deadlines import ticks
 from mevedel_protocol import methods
+from processes import process_alive
 
 from .conftest import request
 from .test_agent_turns import Watch, configure, events, prompt
@@ -163,14 +164,6 @@ async def test_on_an_ssh_workspace_the_same_refusals_hold_and_the_session_stays_
         await client.shutdown_session()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (killed, not yet reaped by init) is gone for every purpose.
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def test_what_a_command_leaves_in_the_background_is_killed_with_its_terminal(client, workspace, tmp_path):
@@ -186,8 +179,8 @@ async def test_what_a_command_leaves_in_the_background_is_killed_with_its_termin
     assert _answers(log, "terminal/release")
     pid = int((pids / "released").read_text())
     for _ in ticks():
-        if not _alive(pid):
+        if not process_alive(pid):
             break
         await asyncio.sleep(0.05)
-    assert not _alive(pid), "a background child outlived its terminal"
+    assert not process_alive(pid), "a background child outlived its terminal"
     await _usable(client, workspace, 1)

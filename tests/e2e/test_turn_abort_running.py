@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from pygls.exceptions import JsonRpcException
 from deadlines import ticks
 from killed_turn import CHANGED, SHELL, prepare, tree_state
 from mevedel_protocol import methods
+from processes import process_alive
 
 from .conftest import SERVER, initialize_params, request
 
@@ -70,12 +70,6 @@ def _events(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def _until(what: str, check) -> None:
@@ -160,7 +154,7 @@ async def test_aborting_a_turn_whose_agent_ignores_the_cancel_ends_its_process_a
         assert await _diff(client) == CHANGED
         # Asked to cancel, it did not answer: its process and its command were ended.
         assert "cancel" in [e["event"] for e in _events(log)]
-        assert not _alive(agent) and not _alive(command)
+        assert not process_alive(agent) and not process_alive(command)
         answered = await running
         assert answered["outcome"] == "interrupted"
         assert chat.told_interrupted()
