@@ -12,9 +12,10 @@ before the process exits:
   cleanly (editors read a non-zero status as a crash); a second signal while
   stopping is ignored, the sequence is bounded anyway.
 
-When a step of the sequence gave up on its time limit the process exits at
-once with the same status, without waiting for threads the step may have
-left blocked.
+Once the sequence is over the process ends at once with that status: it
+waits neither for what a step that gave up on its time limit left running
+nor for anything else left (tasks, worker threads), which the event loop's
+and the interpreter's teardown would wait for without a bound.
 
 Nothing of the server is imported before the arguments are read: the
 modules (pygls and lsprotocol with them, most of a start) load inside

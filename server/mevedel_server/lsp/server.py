@@ -110,34 +110,38 @@ class MevedelLanguageServer(LanguageServer):
     async def _stop(self) -> bool:
         finished = True
         if self.on_exit:
-            try:
-                async with asyncio.timeout(EXIT_HOOK_SECONDS):
-                    outcomes = await asyncio.gather(*(_run_hook(hook) for hook in self.on_exit), return_exceptions=True)
-                for hook, outcome in zip(self.on_exit, outcomes):
+            hooks = asyncio.gather(*(_run_hook(hook) for hook in self.on_exit), return_exceptions=True)
+            if await _within(EXIT_HOOK_SECONDS, hooks):
+                for hook, outcome in zip(self.on_exit, hooks.result()):
                     if isinstance(outcome, BaseException):
                         _log.error("exit hook %s failed", getattr(hook, "__qualname__", hook), exc_info=outcome)
-            except TimeoutError:
+            else:
                 _log.error("exit hooks still running after %s seconds; going on without them", EXIT_HOOK_SECONDS)
                 finished = False
         if self.sessions is not None:
-            try:
-                async with asyncio.timeout(EXIT_RELEASE_SECONDS):
-                    await self.sessions.close_all()
-            except TimeoutError:
+            closing = asyncio.ensure_future(self.sessions.close_all())
+            if not await _within(EXIT_RELEASE_SECONDS, closing):
                 _log.error(
                     "gave up saving and releasing the open sessions after %s seconds; "
                     "a session not released stays held until its lease expires",
                     EXIT_RELEASE_SECONDS,
                 )
                 finished = False
-            except Exception:  # exiting must not fail on one session
-                _log.exception("closing the sessions at exit")
+            elif not closing.cancelled() and closing.exception() is not None:  # exiting must not fail on one session
+                _log.error("closing the sessions at exit", exc_info=closing.exception())
         return finished
 
-    def exit_now(self, status: int) -> None:
-        """End the process at once, without waiting for threads a step that
-        gave up may have left blocked (the interpreter would join them)."""
-        _log.info("exiting with status %s without waiting for unfinished work", status)
+    def exit_now(self, status: int, *, finished: bool = False) -> None:
+        """End the process at once, once the exit sequence is over. Nothing
+        after it is waited for: the interpreter's teardown would wait
+        without a bound for every task left (one that swallows its
+        cancellation never ends), for the default executor's threads (a
+        program of a ``LocalTarget`` or a name lookup under way) and for
+        threads a step that gave up (``finished`` False) left blocked."""
+        if finished:
+            _log.info("stopped; exiting with status %s", status)
+        else:
+            _log.info("exiting with status %s without waiting for unfinished work", status)
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -171,6 +175,20 @@ logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietRefusals())
 
 async def _run_hook(hook: Callable[[], Awaitable[None]]) -> None:
     await hook()
+
+
+async def _within(seconds: float, step: asyncio.Future) -> bool:
+    """Whether ``step`` ended within ``seconds``. One that did not is
+    cancelled and left behind, not awaited: the exit must not depend on
+    its honouring the cancellation (``asyncio.timeout`` would wait for the
+    block to end, and a stop that awaits its own task and swallows the
+    CancelledError, then releases a lease on a host that never answers,
+    never ends)."""
+    done, _ = await asyncio.wait({step}, timeout=seconds)
+    if done:
+        return True
+    step.cancel()
+    return False
 
 
 def build_server(features: Sequence[str]) -> MevedelLanguageServer:
@@ -212,7 +230,8 @@ def _register_exit(ls: MevedelLanguageServer) -> None:
 
     @ls.feature(types.EXIT)
     async def exit_(ls: MevedelLanguageServer, *_args: Any) -> None:
-        # Once this returns pygls ends the event loop; main.serve exits with this status.
+        # The process ends here: pygls would end the event loop, whose
+        # teardown waits for whatever is left (see exit_now).
         ls.exit_status = 0 if ls.shutdown_requested else 1
-        if not await ls.stop("exit without shutdown"):
-            ls.exit_now(ls.exit_status)
+        finished = await ls.stop("exit without shutdown")
+        ls.exit_now(ls.exit_status, finished=finished)

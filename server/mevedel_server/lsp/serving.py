@@ -42,8 +42,8 @@ Connect = Callable[[], Awaitable[tuple[Any, Any]]]
 
 
 def serve(server: MevedelLanguageServer, connect: Connect) -> int:
-    """Serve one client until it goes away, then run the exit sequence; the
-    process's exit status."""
+    """Serve one client until it goes away, then run the exit sequence and
+    end the process (``exit_now``) with its exit status."""
     try:
         return asyncio.run(_serve(server, connect))
     except SystemExit as ended:  # pygls ends the event loop this way after the exit notification
@@ -92,10 +92,8 @@ async def _serve(server: MevedelLanguageServer, connect: Connect) -> int:
     for _ in range(3):
         await asyncio.sleep(0)
     status = server.exit_status if server.exit_status is not None else 0 if failed is None else 1
-    if not finished:
-        server.exit_now(status)
-    _log.info("stopped; exiting with status %s", status)
-    return status
+    server.exit_now(status, finished=finished)
+    return status  # not reached: exit_now ends the process
 
 
 async def _read(server: MevedelLanguageServer, connect: Connect) -> None:
