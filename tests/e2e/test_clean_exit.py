@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -105,16 +104,18 @@ class RawClient:
         )
         self.notify("initialized", {})
 
-    async def exited(self) -> tuple[int, float]:
-        """The process's status and how long it took to exit from now."""
-        began = time.monotonic()
-        status = await asyncio.wait_for(self.process.wait(), EXIT_BOUND_SECONDS)
-        took = time.monotonic() - began
+    async def exited(self) -> int:
+        """The process's status once it exits (a hang fails the test: the
+        wait is bounded by the exit's own time limits and a margin)."""
+        try:
+            status = await asyncio.wait_for(self.process.wait(), EXIT_BOUND_SECONDS)
+        except TimeoutError:
+            pytest.fail(f"the server had not exited {EXIT_BOUND_SECONDS} s later; its log:\n{self.log()}")
         await self._reading
         assert self.process.stderr is not None
         stderr = await self.process.stderr.read()
         assert b"Traceback" not in stderr, stderr.decode()
-        return status, took
+        return status
 
     def log(self) -> str:
         return self.log_file.read_text(encoding="utf-8")
@@ -213,7 +214,7 @@ async def test_the_server_releases_its_sessions_however_it_ends(workspace, tmp_p
     client = await start()
     sid = await holding_a_session(client, workspace, tmp_path)
     await end(client)
-    status, _took = await client.exited()
+    status = await client.exited()
     log = client.log()
     assert status == expected_status, log
     assert f"{reason}: stopping" in log and "without waiting" not in log, log
@@ -247,16 +248,15 @@ def build(features):
 server.build_server = build  # main() imports it when it builds the server
 main.main(sys.argv[2:])
 """
-#: Both shortened limits, and process start and teardown.
-HANG_BOUND_SECONDS = 2 * 1.0 + 5
 
 
 async def test_a_hanging_exit_hook_is_abandoned_and_the_sessions_still_released(workspace, tmp_path, start):
     client = await start(sys.executable, "-c", HANGING, "hook")
     sid = await holding_a_session(client, workspace, tmp_path)
     await sigterm(client)
-    status, took = await client.exited()
-    assert status == 0 and took < HANG_BOUND_SECONDS
+    # Hooks and releases that would hang for an hour: the exit's bounded
+    # wait fails the test unless the time limits abandoned them.
+    assert await client.exited() == 0
     assert "exit hooks still running after 1.0 seconds" in client.log()
     await assert_released(workspace, tmp_path, sid)
 
@@ -265,8 +265,9 @@ async def test_a_release_that_hangs_is_given_up_and_the_server_exits_anyway(work
     client = await start(sys.executable, "-c", HANGING, "release")
     sid = await holding_a_session(client, workspace, tmp_path)
     await sigterm(client)
-    status, took = await client.exited()
-    assert status == 0 and took < HANG_BOUND_SECONDS
+    # Hooks and releases that would hang for an hour: the exit's bounded
+    # wait fails the test unless the time limits abandoned them.
+    assert await client.exited() == 0
     log = client.log()
     assert "gave up saving and releasing the open sessions after 1.0 seconds" in log
     assert "exiting with status 0 without waiting for unfinished work" in log
