@@ -22,9 +22,10 @@ from .conftest import request
 #: machine; every wait ends on its event.
 GUARD = 60
 
-#: Creates and writes a document under a lease of argv[2] seconds (renewed
-#: every third of it), says its id, then on each line of stdin: ``stop``
-#: stops renewing (a suspended laptop, alive); end of input ends it.
+#: Creates a document (no lease taken), says its id, then on each line of
+#: stdin: ``take`` writes it (taking its lease of argv[2] seconds, renewed
+#: every third of it); ``stop`` stops renewing (a suspended laptop, alive);
+#: end of input ends it.
 _HOLD = """
 import asyncio, os, sys
 from mevedel_server.artifacts.store import ArtifactStore
@@ -35,11 +36,13 @@ async def main():
     store = ArtifactStore(LocalTarget(sys.argv[1]), ClientIdentity("holder-client", "holder-host"), lease_seconds=int(sys.argv[2]))
     store.leases.label = f"holder process (pid {os.getpid()})"
     item = await store.create("document", "Held", b"v0\\n")
-    await store.write(item.item_id, b"held there\\n")
     print(item.item_id, flush=True)
     loop = asyncio.get_running_loop()
     while (line := await loop.run_in_executor(None, sys.stdin.readline)):
-        if line.strip() == "stop":
+        if line.strip() == "take":
+            await store.write(item.item_id, b"held there\\n")
+            print("held", flush=True)
+        elif line.strip() == "stop":
             store.leases._renewal.cancel()
             print("stopped", flush=True)
 
@@ -47,14 +50,20 @@ asyncio.run(main())
 """
 
 
-def _hold(workspace, lease_seconds: int) -> tuple[subprocess.Popen, str]:
+def _start(workspace, lease_seconds: int) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [sys.executable, "-c", _HOLD, str(workspace), str(lease_seconds)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     item_id = process.stdout.readline().strip()
-    assert item_id, "the holding process did not write its document"
+    assert item_id, "the holding process did not create its document"
     return process, item_id
+
+
+def _say(process: subprocess.Popen, line: str, answer: str) -> None:
+    process.stdin.write(line + "\n")
+    process.stdin.flush()
+    assert process.stdout.readline() == answer + "\n", f"the holding process did not answer {line!r}"
 
 
 class Told:
@@ -82,12 +91,7 @@ class Told:
             pytest.fail(f"{failure} (nothing told in {GUARD} s)")
 
 
-async def _open_held(client, told: Told, item_id: str) -> None:
-    """Read the item as an editor opening it does, until it shows held (a
-    renewal late at the read is told when it comes)."""
-    shown = await request(client, methods.ARTIFACT_READ, {"id": item_id})
-    if shown["writable"]:
-        await told.next(item_id, False, "the live holder was never shown")
+async def _shown_held(client, item_id: str) -> None:
     shown = await request(client, methods.ARTIFACT_READ, {"id": item_id})
     assert not shown["writable"] and shown["holder"].startswith("holder process (pid "), shown
     assert shown["content"] == "held there\n"
@@ -95,9 +99,15 @@ async def _open_held(client, told: Told, item_id: str) -> None:
 
 async def test_an_open_item_whose_holder_is_killed_turns_writable(client, workspace):
     told = Told(client)
-    holder, item_id = await asyncio.to_thread(_hold, workspace, 3600)
+    holder, item_id = await asyncio.to_thread(_start, workspace, 3600)
     try:
-        await _open_held(client, told, item_id)
+        # Open while free, then taken there: the watch has read the item
+        # after it armed, and only the kill can free it again.
+        assert (await request(client, methods.ARTIFACT_READ, {"id": item_id}))["writable"]
+        await asyncio.to_thread(_say, holder, "take", "held")
+        await told.next(item_id, False, "the editor was never told the item was taken")
+        await _shown_held(client, item_id)
+        told.notes.clear()  # only what follows the kill counts
         holder.kill()  # SIGKILL: its hour-long lease is never released
         await asyncio.to_thread(holder.wait)
         note = await told.next(item_id, True, "the editor still shows the item held by a killed process")
@@ -112,12 +122,16 @@ async def test_an_open_item_whose_holder_is_killed_turns_writable(client, worksp
 
 async def test_an_open_item_whose_holders_lease_expires_turns_writable(client, workspace):
     told = Told(client)
-    holder, item_id = await asyncio.to_thread(_hold, workspace, 6)
+    # Renewed every 4 s until stopped: a late renewal never lets it lapse first.
+    holder, item_id = await asyncio.to_thread(_start, workspace, 12)
     try:
-        await _open_held(client, told, item_id)
-        holder.stdin.write("stop\n")
-        holder.stdin.flush()
-        assert await asyncio.to_thread(holder.stdout.readline) == "stopped\n"
+        await asyncio.to_thread(_say, holder, "take", "held")
+        # Opened while held: a renewal late at the read is told when it comes.
+        if (await request(client, methods.ARTIFACT_READ, {"id": item_id}))["writable"]:
+            await told.next(item_id, False, "the live holder was never shown")
+        await _shown_held(client, item_id)
+        told.notes.clear()  # only what follows the stop counts
+        await asyncio.to_thread(_say, holder, "stop", "stopped")
         await told.next(item_id, True, "the editor still shows the item held by a lease past its expiry")
         assert holder.poll() is None  # alive: only the expiry freed it
         await request(client, methods.ARTIFACT_WRITE, {"id": item_id, "content": "taken at its expiry\n"})

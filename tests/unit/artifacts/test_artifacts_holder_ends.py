@@ -23,6 +23,7 @@ from test_artifacts_two_processes import (
     start,
 )
 
+from deadlines import ticks
 from mevedel_server.artifacts.item_watch import ItemWatches
 from mevedel_server.artifacts.store import ArtifactStore
 from mevedel_server.store.authority.lease import ClientIdentity
@@ -38,14 +39,38 @@ def _watching(root):
     return store, changes, ItemWatches(store, changes, cadence=lambda: cadence)
 
 
+def _counted_reads(store) -> list[int]:
+    """How many reads of the item's lease have finished (the watch's too)."""
+    done = [0]
+    observe = store.leases.observe
+
+    async def counted(item_id):
+        try:
+            return await observe(item_id)
+        finally:
+            done[0] += 1
+
+    store.leases.observe = counted
+    return done
+
+
 async def _shown_held(store, watches, changes) -> None:
     """Open the item as an editor does (read, then watch what it showed),
     and wait until it is shown held (a renewal that was late when it was
-    read is told too)."""
+    read is told too), and until the watch has read it after arming (each
+    of its two watchers reads it once when armed): a read after the holder
+    stopped holding would tell it without any re-check."""
+    reads = _counted_reads(store)
     seen = await watches.state(ITEM)
     await watches.watch(ITEM, seen=seen)
     if seen.writable:
         seen = await changes.next(lambda s: not s.writable)
+    for _ in ticks(GUARD):
+        if reads[0] >= 3:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        pytest.fail("the watch never read the item once armed")
     assert seen.holder == "holder-host" and not (await store.read(ITEM)).writable
 
 
@@ -60,6 +85,7 @@ async def test_an_open_item_whose_holder_is_killed_is_told_writable(tmp_path, mo
     store, changes, watches = _watching(root)
     try:
         await _shown_held(store, watches, changes)
+        changes.seen.clear()  # only what follows the kill counts
         await asyncio.to_thread(kill, holder)
         try:
             state = await changes.next(lambda s: s.writable)
@@ -81,18 +107,19 @@ async def test_an_open_item_whose_holder_stopped_renewing_is_told_writable_at_it
     await asyncio.to_thread(created, root)  # runs a loop of its own
     # Alive throughout (so only the expiry can free it), renewing until
     # told to stop as a suspended laptop would.
-    holder = start(root, "holder", [["write", "held there"], ["stay"], ["wait"]], lease_seconds=6)
+    holder = start(root, "holder", [["write", "held there"], ["stay"], ["wait"]], lease_seconds=12)
     store, changes, watches = _watching(root)
     try:
         assert (await asyncio.to_thread(next_event, holder, "write"))["ok"]
         await _shown_held(store, watches, changes)
+        changes.seen.clear()  # only what follows the stop counts
         holder.stdin.write("go\n")
         holder.stdin.flush()
         await asyncio.to_thread(next_event, holder, "waiting")
         try:
             state = await changes.next(lambda s: s.writable)
         except TimeoutError:
-            pytest.fail(f"the item was still shown held {GUARD} s after its holder stopped renewing a 6 s lease")
+            pytest.fail(f"the item was still shown held {GUARD} s after its holder stopped renewing a 12 s lease")
         assert state.holder is None and holder.poll() is None
         await store.write(ITEM, b"taken after the expiry\n")
         assert primary(root) == b"taken after the expiry\n"
