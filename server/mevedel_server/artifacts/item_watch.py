@@ -21,6 +21,17 @@ so a wake that follows this process's own change only updates what was
 seen. The holder's side of a hand-over is here too: a request that appears
 for an item held here is answered at once when the item has had no write
 here for the idle time, else when it has (not at the next renewal).
+
+A holder can also stop holding without anything changing on disk: its
+lease reaches its expiry (it stopped renewing), or its process ends
+without letting go (killed) and this machine can prove it. So while an
+item is seen held elsewhere its watch re-reads it at the head's expiry
+(one timer, by the target clock read with the head), and when the head
+names a process this machine can judge, as soon as that process ends: a
+pidfd per holder process in the event loop where the kernel has them,
+else a look at ``/proc`` every :data:`PROCESS_CHECK_SECONDS`. Either is
+only a hint too: the ordinary read decides, and tells the editors when
+the item became writable.
 """
 
 from __future__ import annotations
@@ -36,13 +47,18 @@ from ..store import LEASE, SessionWatcher, Wake, WatchCadence
 from ..targets import (
     ControlProgram,
     ListDir,
+    ProcessIdentity,
     Read,
     Stat,
     Status,
     TargetError,
+    process_end_fd,
+    process_has_ended,
+    process_is_here,
     raise_for_result,
 )
 from .errors import ArtifactError
+from .item_lease import LeaseView
 from .layout import ItemPaths
 from .store import ArtifactStore, revision_of
 
@@ -50,6 +66,11 @@ _log = logging.getLogger(__name__)
 
 #: Items watched at once per store; the least recently opened goes first.
 MAX_WATCHED = 256
+#: Seconds between two looks at a holder process on this machine whose end
+#: cannot be waited for (no pidfd): its death is told within about this.
+PROCESS_CHECK_SECONDS = 2.0
+#: Seconds until a held item whose standing could not be read is read again.
+RETRY_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -131,6 +152,67 @@ class _DirectoryWatcher(SessionWatcher):
         return (names, facts), None
 
 
+class _ProcessEnds:
+    """Waits for holder processes on this machine to end: one pidfd per
+    process in the event loop, however many items it holds, so open items
+    cost no descriptor of their own."""
+
+    def __init__(self, ended: Callable[[str], None]) -> None:
+        self._ended = ended
+        self._fds: dict[ProcessIdentity, tuple[int, set[str]]] = {}
+        self._of: dict[str, ProcessIdentity] = {}
+
+    def wait(self, process: ProcessIdentity, item_id: str) -> bool:
+        """Call ``ended(item_id)`` once ``process`` has ended; False when
+        its end cannot be waited for (then the caller looks now and then)."""
+        self.drop(item_id)
+        entry = self._fds.get(process)
+        if entry is None:
+            fd = process_end_fd(process)
+            if fd is None:
+                return False
+            try:
+                asyncio.get_running_loop().add_reader(fd, self._readable, process)
+            except (NotImplementedError, OSError, ValueError):  # a loop that cannot watch descriptors
+                os.close(fd)
+                return False
+            entry = self._fds[process] = (fd, set())
+        entry[1].add(item_id)
+        self._of[item_id] = process
+        return True
+
+    def drop(self, item_id: str) -> None:
+        process = self._of.pop(item_id, None)
+        if process is None:
+            return
+        _fd, items = self._fds[process]
+        items.discard(item_id)
+        if not items:
+            self._close(process)
+
+    def close(self) -> None:
+        for process in list(self._fds):
+            self._close(process)
+        self._of.clear()
+
+    def _close(self, process: ProcessIdentity) -> set[str]:
+        fd, items = self._fds.pop(process)
+        try:
+            asyncio.get_running_loop().remove_reader(fd)
+        except RuntimeError:
+            pass  # no loop any more: nothing reads it
+        os.close(fd)
+        return items
+
+    def _readable(self, process: ProcessIdentity) -> None:
+        if process not in self._fds:
+            return
+        items = self._close(process)
+        for item_id in items:
+            self._of.pop(item_id, None)
+            self._ended(item_id)
+
+
 class ItemWatches:
     """The items of one :class:`ArtifactStore` that editors have open here,
     each watched until forgotten (deleted) or pushed out by newer ones."""
@@ -150,6 +232,14 @@ class ItemWatches:
         #: Items this process changed since their last wake.
         self._own: set[str] = set()
         self._answering: dict[str, asyncio.TimerHandle] = {}
+        #: One re-check per item seen held elsewhere: at its head's expiry,
+        #: or sooner to look at a holder process on this machine.
+        self._rechecks: dict[str, asyncio.TimerHandle] = {}
+        self._ends = _ProcessEnds(self._recheck_soon)
+        #: One re-read at a time per item: a later read's state is never
+        #: overwritten by an earlier read that finished after it.
+        self._reading: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task] = set()
         store.on_change.append(self._changed_here)
 
     def watching(self, item_id: str) -> bool:
@@ -162,9 +252,14 @@ class ItemWatches:
             self._watched.move_to_end(item_id)
             if seen is not None:
                 self._seen[item_id] = seen
+                if seen.standing == "held":
+                    self._spawn(self._follow(item_id))
             return
         paths = ItemPaths(item_id)
-        self._seen[item_id] = seen if seen is not None else await self.state(item_id)
+        view = None
+        if seen is None:
+            seen, view = await self._read(item_id)
+        self._seen[item_id] = seen
         cadence = self._cadence()
         watchers = [
             _DirectoryWatcher(self.store.target, paths.lease_dir, stat=None, cadence=cadence),
@@ -182,6 +277,10 @@ class ItemWatches:
         for watcher in watchers:
             watcher.subscribe(lambda wake, item_id=item_id: self._woken(item_id, wake))
             watcher.start()
+        if view is not None:
+            self._schedule(item_id, view)
+        elif seen.standing == "held":
+            self._spawn(self._follow(item_id))
         while len(self._watched) > MAX_WATCHED:
             oldest = next(iter(self._watched))
             await self.forget(oldest)
@@ -193,12 +292,17 @@ class ItemWatches:
         timer = self._answering.pop(item_id, None)
         if timer is not None:
             timer.cancel()
+        self._unschedule(item_id)
+        self._reading.pop(item_id, None)
         for watcher in watchers:
             await watcher.stop()
 
     async def close(self) -> None:
         for item_id in list(self._watched):
             await self.forget(item_id)
+        self._ends.close()
+        for task in list(self._tasks):
+            task.cancel()
         if self._changed_here in self.store.on_change:
             self.store.on_change.remove(self._changed_here)
 
@@ -216,6 +320,9 @@ class ItemWatches:
         paired with the lease from before the write that made it (read the
         other way round, a write landing between the two reads showed the
         new bytes as free)."""
+        return (await self._read(item_id))[0]
+
+    async def _read(self, item_id: str) -> tuple[ItemState, LeaseView]:
         leases = self.store.leases
         revision = None
         try:
@@ -233,7 +340,8 @@ class ItemWatches:
         view = await leases.observe(item_id)
         standing = view.standing(leases.client.client_id)
         held = standing == "held"
-        return ItemState(standing, leases.holder_text(view) if held else None, leases.holder(view) if held else None, revision)
+        state = ItemState(standing, leases.holder_text(view) if held else None, leases.holder(view) if held else None, revision)
+        return state, view
 
     # Wakes -------------------------------------------------------------------------
 
@@ -244,15 +352,24 @@ class ItemWatches:
         elif item_id in self._watched:
             self._own.add(item_id)
 
-    async def _woken(self, item_id: str, _wake: Wake) -> None:
+    async def _woken(self, item_id: str, _wake: Wake | None) -> None:
         if item_id not in self._watched:
             return
+        async with self._reading.setdefault(item_id, asyncio.Lock()):
+            if item_id in self._watched:
+                await self._reread(item_id)
+
+    async def _reread(self, item_id: str) -> None:
         try:
             await self._answer_request(item_id)
-            now = await self.state(item_id)
+            now, view = await self._read(item_id)
         except (ArtifactError, TargetError) as error:
             _log.info("artifact %s: could not read its state after a change: %s", item_id, error)
+            seen = self._seen.get(item_id)
+            if seen is not None and seen.standing == "held":
+                self._arm(item_id, RETRY_SECONDS)  # else its holder's end would go untold
             return
+        self._schedule(item_id, view)
         before = self._seen.get(item_id)
         self._seen[item_id] = now
         own = item_id in self._own
@@ -277,6 +394,89 @@ class ItemWatches:
             # its own: this runs in the watcher being stopped).
             task = asyncio.get_running_loop().create_task(self.forget(item_id))
             task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    # Holders that stop holding with nothing written -----------------------------
+
+    async def _follow(self, item_id: str) -> None:
+        """An editor was just shown the item held elsewhere: schedule its
+        re-check from the lease as it is now (only the lease is read when
+        it is still that holder's; the item is re-read when it is not)."""
+        async with self._reading.setdefault(item_id, asyncio.Lock()):
+            if item_id not in self._watched:
+                return
+            leases = self.store.leases
+            try:
+                view = await leases.observe(item_id)
+            except (ArtifactError, TargetError) as error:
+                _log.info("artifact %s: could not read its lease: %s", item_id, error)
+                self._arm(item_id, RETRY_SECONDS)
+                return
+            seen = self._seen.get(item_id)
+            if seen is not None and seen.standing == "held" and leases.holder_text(view) == seen.holder:
+                self._schedule(item_id, view)
+                return
+            await self._reread(item_id)
+
+    def _schedule(self, item_id: str, view: LeaseView) -> None:
+        """Re-check the item when the head ``view`` read stops holding it
+        without a write: at its expiry, or when its process ends."""
+        self._unschedule(item_id)
+        record = view.record
+        if record is None or view.standing(self.store.leases.client.client_id) != "held":
+            return  # free, expired or this process's: only a write changes that
+        # Whole seconds of the target clock: a live head has at least one left.
+        expiry = asyncio.get_running_loop().time() + (record.expires_at - view.now)
+        process = record.process
+        if process is not None and process_is_here(process) and not self._ends.wait(process, item_id):
+            self._arm(item_id, None, expiry=expiry, process=process)
+        else:
+            self._arm(item_id, None, expiry=expiry)
+
+    def _arm(
+        self, item_id: str, delay: float | None, *, expiry: float | None = None, process: ProcessIdentity | None = None
+    ) -> None:
+        """The item's one timer: ``delay`` seconds from now, else at
+        ``expiry`` (loop time), looking at ``process`` (when given) every
+        :data:`PROCESS_CHECK_SECONDS` until then."""
+        old = self._rechecks.pop(item_id, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        if delay is not None:
+            at = loop.time() + delay
+        else:
+            assert expiry is not None
+            at = expiry if process is None else min(expiry, loop.time() + PROCESS_CHECK_SECONDS)
+
+        def due() -> None:
+            self._rechecks.pop(item_id, None)
+            if process is not None and expiry is not None and loop.time() < expiry and not process_has_ended(process):
+                self._arm(item_id, None, expiry=expiry, process=process)
+                return
+            self._recheck_soon(item_id)
+
+        self._rechecks[item_id] = loop.call_at(at, due)
+
+    def _unschedule(self, item_id: str) -> None:
+        timer = self._rechecks.pop(item_id, None)
+        if timer is not None:
+            timer.cancel()
+        self._ends.drop(item_id)
+
+    def _recheck_soon(self, item_id: str) -> None:
+        if item_id in self._watched:
+            self._spawn(self._woken(item_id, None))
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task) -> None:
+            self._tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                _log.warning("artifact watch: a re-check failed", exc_info=task.exception())
+
+        task.add_done_callback(done)
 
     async def _answer_request(self, item_id: str) -> None:
         """Another process asks for an item held here: hand it over now when

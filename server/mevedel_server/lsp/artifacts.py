@@ -5,8 +5,9 @@ and ``mevedel/artifact/didChange`` for every change made here and, for
 the items open here (read through this server) or written here, for every
 change of their lease or primary file another process made
 (:class:`~mevedel_server.artifacts.item_watch.ItemWatches`, reason
-``elsewhere``, naming the holder). The items' leases are released when the
-server exits.
+``elsewhere``, naming the holder), and for their holder ceasing to hold
+with nothing written (its lease expired, its process on this machine
+ended). The items' leases are released when the server exits.
 """
 
 from __future__ import annotations

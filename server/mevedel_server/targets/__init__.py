@@ -45,7 +45,7 @@ _EXPORTS = {
     '.faults': ('FaultInjectingTarget', 'FaultMode', 'InjectedFault', 'SimulatedCrash'),
     '.inotify': ('inotify_available',),
     '.local': ('LocalTarget',),
-    '.local_process': ('ProcessIdentity', 'process_has_ended', 'this_boot', 'this_process'),
+    '.local_process': ('ProcessIdentity', 'process_end_fd', 'process_has_ended', 'process_is_here', 'this_boot', 'this_process'),
     '.loop_watch': ('InotifyWatch',),
     '.location': ('parse_workspace_location', 'workspace_target'),
     '.paths': ('join_target_path', 'parent_and_name', 'split_target_path'),

@@ -126,15 +126,22 @@ def _observe(pid: int) -> ProcessIdentity | None:
         return None
 
 
+def process_is_here(recorded: ProcessIdentity) -> bool:
+    """Whether ``recorded`` can be judged from here at all: it ran on this
+    machine in this boot, in this process's PID and time namespaces."""
+    me = this_process()
+    return me is not None and (recorded.hostname, recorded.boot_id, recorded.pid_namespace, recorded.time_namespace) == (
+        me.hostname, me.boot_id, me.pid_namespace, me.time_namespace
+    )
+
+
 def process_has_ended(recorded: ProcessIdentity) -> bool:
     """Whether ``recorded`` is proven to have ended, judged from here: it
     ran on this machine in this boot, in this process's PID and time
     namespaces, and its PID is free now, a zombie's, or another process's.
     False means alive *or unknown*."""
     me = this_process()
-    if me is None or (recorded.hostname, recorded.boot_id, recorded.pid_namespace, recorded.time_namespace) != (
-        me.hostname, me.boot_id, me.pid_namespace, me.time_namespace
-    ):
+    if me is None or not process_is_here(recorded):
         return False
     if recorded.pid == me.pid:
         return recorded.start_ticks != me.start_ticks
@@ -151,3 +158,23 @@ def process_has_ended(recorded: ProcessIdentity) -> bool:
         return False  # hidden or just gone: doubt
     state, start_ticks = stat
     return start_ticks != recorded.start_ticks or state in ("Z", "X")
+
+
+def process_end_fd(recorded: ProcessIdentity) -> int | None:
+    """A file descriptor that becomes readable when ``recorded`` ends (a
+    pidfd, for the caller to close), so its end can be waited for instead
+    of polled; None when it cannot be had: judged from elsewhere, a kernel
+    or Python without ``pidfd_open``, or ``recorded`` not seen running now.
+    Opened first and checked after: ``recorded`` existed before the call,
+    so if it still runs at the check, the PID opened was already its own."""
+    if not hasattr(os, "pidfd_open") or not process_is_here(recorded):
+        return None
+    try:
+        fd = os.pidfd_open(recorded.pid)
+    except OSError:
+        return None
+    stat = _stat(recorded.pid)
+    if stat is None or stat[1] != recorded.start_ticks or stat[0] in ("Z", "X"):
+        os.close(fd)
+        return None
+    return fd
