@@ -6,7 +6,8 @@ turn as interrupted, with every change the agent made recorded: its
 the abort came, too), and what an agent that ignores the cancel still wrote
 before it was stopped. Nothing it does lands outside every turn; the chat
 sees the turn cancelling, then interrupted; the next prompt runs. Settling
-such a turn by hand (``mevedel/turn/settle``) is refused. The real server
+such a turn by hand (``mevedel/turn/settle``), or adding a record to it
+(``mevedel/turn/append``), is refused. The real server
 over stdio, the scripted ACP agent as a subprocess, real files."""
 
 from __future__ import annotations
@@ -234,5 +235,29 @@ async def test_settling_by_hand_a_turn_this_servers_agent_runs_is_refused_and_th
         (listed,) = (await request(client, methods.TURN_LIST, {}))["turns"]
         assert listed["state"] == "completed"
         assert await _diff(client) == {"notes.txt": "modified", "keep.txt": "deleted"}
+    finally:
+        await client.shutdown_session()
+
+
+async def test_appending_by_hand_to_a_turn_this_servers_agent_runs_is_refused_and_records_nothing(tmp_path):
+    release = tmp_path / "release"
+    project, log, _script, client, chat = await _start(tmp_path, [[
+        {"say": "the agent's words"},
+        {"wait_file": str(release)},
+        {"say": " and the rest"},
+    ]])
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's words", lambda: "the agent's words" in chat.said())
+        with pytest.raises(JsonRpcException) as refused:
+            await request(client, methods.TURN_APPEND, {"kind": "response", "text": "words the agent never said"})
+        assert refused.value.data["kind"] == "conflict"
+        assert "mevedel/turn/cancel" in refused.value.data["reason"] and "mevedel/turn/abort" in refused.value.data["reason"]
+        release.touch()
+        answered = await running
+        assert answered["outcome"] == "completed" and answered["turn"] == 1
+        shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+        said = "".join(item.get("text") or "" for item in shown["items"] if item["kind"] == "response")
+        assert said == "the agent's words and the rest"
     finally:
         await client.shutdown_session()

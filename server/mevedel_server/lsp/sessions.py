@@ -240,7 +240,11 @@ async def capture_file(ls: MevedelLanguageServer, params: wire.TurnCaptureParams
 
 
 async def append_record(ls: MevedelLanguageServer, params: wire.TurnAppendParams) -> wire.TurnAppendResult:
-    service, sid = _turn_target(ls, params, methods.TURN_APPEND)
+    folder = _folder(ls, params.workspace_folder, methods.TURN_APPEND)
+    service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_APPEND)
+    # The agent's records are the turn's: one interleaved by hand would make
+    # its transcript say what the agent never did (or answer its calls).
+    _refuse_agent_turn(ls, folder, sid)
     item = store.EvidenceInput(
         kind=params.kind,
         text=params.text,
@@ -265,13 +269,19 @@ def _agent_runs(ls: MevedelLanguageServer, folder: Folder, session_id: str) -> b
     return engines is not None and engines.runs_turn(folder, session_id)
 
 
+def _refuse_agent_turn(ls: MevedelLanguageServer, folder: Folder, session_id: str) -> None:
+    """Refuse writing by hand to a turn an agent of this server runs: only
+    the agent's own records and settlement are the turn's."""
+    if _agent_runs(ls, folder, session_id):
+        raise failure("conflict", session_id, "has its turn run by an agent of this server; cancel it (mevedel/turn/cancel) "
+                      "or abort it (mevedel/turn/abort), which stop the agent before the turn settles")
+
+
 async def settle_turn(ls: MevedelLanguageServer, params: wire.TurnSettleParams) -> wire.SaveResult:
     folder = _folder(ls, params.workspace_folder, methods.TURN_SETTLE)
     service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_SETTLE)
-    if _agent_runs(ls, folder, sid):
-        # Settled underneath it, the agent would go on writing outside every turn.
-        raise failure("conflict", sid, "has its turn run by an agent of this server; cancel it (mevedel/turn/cancel) "
-                      "or abort it (mevedel/turn/abort), which stop the agent before the turn settles")
+    # Settled underneath it, the agent would go on writing outside every turn.
+    _refuse_agent_turn(ls, folder, sid)
     turn = service.info(sid).open_turn
     return _saved(await service.turns.settle(sid, params.outcome, reason=params.reason), turn)
 
