@@ -121,7 +121,7 @@ async def test_aborting_a_running_turn_cancels_its_agent_then_settles_it_with_wh
         assert [e["event"] for e in _events(log)].count("cancel") == 1
         answered = await running
         assert answered["outcome"] == "interrupted" and answered["stopReason"] == "cancelled"
-        assert chat.told_interrupted()
+        assert chat.told_interrupted() and chat.updates[-1]["reason"] == "aborted"
         listed = (await request(client, methods.TURN_LIST, {}))["turns"]
         assert [(t["state"], t.get("reason")) for t in listed] == [("interrupted", "aborted")]
         assert await _diff(client) == CHANGED
@@ -167,6 +167,8 @@ async def test_aborting_a_turn_whose_agent_ignores_the_cancel_ends_its_process_a
         assert chat.told_interrupted()
         (listed,) = (await request(client, methods.TURN_LIST, {}))["turns"]
         assert listed["state"] == "interrupted" and listed["reason"].startswith("the user stopped it")
+        # The chat is told why, as the settlement recorded it.
+        assert chat.updates[-1]["reason"] == listed["reason"]
 
         release.touch()  # nothing of the agent's runs any more to act on it
         script.write_text(json.dumps({"log": str(log), "turns": [[{"say": "the next turn"}]]}))

@@ -522,7 +522,8 @@ class AgentEngine:
             error = None
         if turn.mail and outcome is Outcome.COMPLETED:
             await mark_delivered(session_artifacts(self.service), turn.mail, turn.turn)
-        self.front.turn_update(TurnUpdate(session_id, turn.agent, "settled", turn.turn, turn.turn_id, (), outcome.value, stop_reason, error))
+        self.front.turn_update(TurnUpdate(session_id, turn.agent, "settled", turn.turn, turn.turn_id, (), outcome.value, stop_reason, error,
+                                          reason=reason))
         return PromptOutcome(session_id, turn.turn, turn.turn_id, turn.agent, outcome.value, stop_reason, error)
 
     # Cancel -----------------------------------------------------------------------
