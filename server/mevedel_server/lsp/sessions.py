@@ -62,6 +62,10 @@ wire = OnFirstUse("mevedel_protocol.session")
 __all__ = ["CANCEL", "HANDLERS", "TAKE_OVER", "TRANSCRIPT", "register", "transcript_uri"]
 
 
+#: ``mevedel/turn/abort``'s note when the prompt it stopped had no turn yet.
+PROMPT_ABORTED_NOTE = "the prompt was aborted while its agent started: no turn began and nothing reached the agent"
+
+
 def _saved(result: SaveResult, turn: int | None = None) -> wire.SaveResult:
     return wire.SaveResult(result.session_id, result.committed, result.materialized, turn, result.note)
 
@@ -293,9 +297,12 @@ async def abort_turn(ls: MevedelLanguageServer, params: wire.TurnAbortParams) ->
     if _agent_runs(ls, folder, sid):
         # Its agent is stopped first, and the turn settles once it has:
         # nothing it does lands after the settlement, outside every turn.
-        saved = await ls.agents.engine(folder).abort(sid, params.reason)  # type: ignore[attr-defined]
-        if saved is not None:
-            return _saved(saved, turn)
+        aborted = await ls.agents.engine(folder).abort(sid, params.reason)  # type: ignore[attr-defined]
+        if aborted is not None and aborted.turn is None:
+            # Its agent was still starting: the prompt never reached it.
+            return wire.SaveResult(sid, False, False, None, PROMPT_ABORTED_NOTE)
+        if aborted is not None and aborted.saved is not None:
+            return _saved(aborted.saved, aborted.turn)
     # A turn no agent of this server runs (any more) was left by the one
     # that ran it, which could not record its settlement: what that changed
     # since its last checkpoint is recorded first, as `mevedel turn abort`
