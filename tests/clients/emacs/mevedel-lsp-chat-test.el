@@ -252,7 +252,8 @@ prompt does not ask the agent again."
 
 (ert-deftest mevedel-lsp-test-chat-streams-while-running-and-cancels ()
   "The response shows in the chat while the turn runs (the agent waits for
-a cancel); C-c C-c in the chat cancels it and the chat says how it ended."
+a cancel); C-c C-c in the chat cancels it and the chat says how it ended,
+and why."
   (let* ((script (mevedel-chat-test--script
                   (vector (vector (list :say "Partial answer") (list :wait_cancel 30) (list :say "never said")))))
          (session (mevedel-chat-test--session "ERT cancel")))
@@ -273,7 +274,7 @@ a cancel); C-c C-c in the chat cancels it and the chat says how it ended."
         (let ((text (mevedel-chat-test--text chat)))
           (mevedel-test--log "chat:\n%s" text)
           (should (string-search "── Turn 1 · scripted · interrupted ──" text))
-          (should (string-search "Partial answer\n\n── interrupted (cancelled)" text))
+          (should (string-search "Partial answer\n\n── interrupted (cancelled)\nInterrupted: cancelled by the user." text))
           (should-not (string-search "never said" text)))
         (should (equal (mapcar (lambda (turn) (plist-get turn :state))
                                (plist-get (mevedel-test--call :mevedel/turn/list :sessionId session) :turns))
