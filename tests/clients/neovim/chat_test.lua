@@ -73,6 +73,8 @@ test('chat: two agents are offered, the pick is remembered; text streams into th
   end)
   text = chat_text(streaming)
   expect(text:find('## Turn 1 (interrupted)', 1, true), 'chat %s', text)
+  -- Why, in the server's words.
+  expect(text:find('\nInterrupted: cancelled by the user.\n', 1, true), 'chat %s', text)
   expect(not text:find('never said', 1, true), 'the cancelled turn went on: %s', text)
   expect(turns_of(streaming)[1].state == 'interrupted', 'the server has %s', turns_of(streaming)[1].state)
 
