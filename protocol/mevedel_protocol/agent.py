@@ -22,6 +22,7 @@ AGENT_ERROR_KINDS = frozenset(
         "agent-failed",
         "attachment-refused",
         "agent-option-refused",
+        "prompt-aborted",
     }
 )
 
