@@ -322,14 +322,18 @@ class AgentEngine:
             blocks = await self._attachments(running.process, attachments)
             if admitted.aborted is not None:
                 raise _prompt_aborted(spec, admitted.aborted)
-        except AgentError as error:
+        except Exception as error:
             if admitted.aborted is None:
-                self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", error=error))
+                if isinstance(error, AgentError):
+                    self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", error=error))
                 raise
             # Aborted while its agent started (an agent that outlasted the
-            # cancel timeout was ended, failing its start): the user is told
-            # it was aborted, and its agent, if it started, stays for the next.
-            aborted = error if error.kind == PROMPT_ABORTED else _prompt_aborted(spec, admitted.aborted)
+            # cancel timeout was ended, failing its start however far it
+            # got): the user is told it was aborted, and its agent, if it
+            # started, stays for the next prompt.
+            if not isinstance(error, AgentError):
+                _log.info("session %s: the aborted prompt's agent start ended: %s", session_id, error)
+            aborted = error if isinstance(error, AgentError) and error.kind == PROMPT_ABORTED else _prompt_aborted(spec, admitted.aborted)
             self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", outcome=Outcome.INTERRUPTED.value,
                                               error=aborted, reason=admitted.aborted))
             raise aborted from None
