@@ -612,9 +612,10 @@ class AgentEngine:
             await asyncio.wait_for(asyncio.shield(admitted.ended.wait()), self.config().cancel_timeout_seconds)
         except asyncio.TimeoutError:
             starting = admitted.starting or self._running.get(session_id)
-            if admitted.turn is None and starting is not None:
-                # Its agent is still starting, as one that ignores a cancel
-                # still runs: it is ended, which fails its start.
+            if admitted.turn is None and starting is not None and starting.process.native_session_id is None:
+                # Its agent is still starting (no session opened yet), as one
+                # that ignores a cancel still runs: it is ended, which fails
+                # its start. One that started is kept for the next prompt.
                 await starting.process.stop(grace=0.5)
             await admitted.ended.wait()
         turn = admitted.turn
