@@ -2065,10 +2065,13 @@ permission, Cancel a takeover, Keep a session another client asks for."
   "A turn as the chat shows it."
   number turn-id agent prompt attachments
   ;; "starting", "running", "cancelling", or how it settled: "completed",
-  ;; "errored", "interrupted", "refused"; past turns: their state.
+  ;; "errored", "interrupted", "refused", "aborted" (a prompt aborted
+  ;; before its turn began); past turns: their state.
   state stop-reason
   ;; (:kind :message :action) of a failed turn or a refused prompt.
   error
+  ;; Why an interrupted turn (or an aborted prompt) ended, as recorded.
+  reason
   ;; The turn was seen live here (its model has the diffs).
   live
   blocks start header-end
@@ -2412,8 +2415,8 @@ its task, its recorded conversation or its blocks, its error; a fold."
   (let ((state (mevedel-lsp-chat--turn-state turn))
         (attachments (mevedel-lsp-chat--turn-attachments turn)))
     (concat
-     (propertize (if (equal state "refused")
-                     (format "── Refused prompt%s ──"
+     (propertize (if (member state '("refused" "aborted"))
+                     (format "── %s prompt%s ──" (if (equal state "refused") "Refused" "Aborted")
                              (if-let ((agent (mevedel-lsp-chat--turn-agent turn))) (format " · %s" agent) ""))
                    (format "── Turn %s · %s · %s ──"
                            (or (mevedel-lsp-chat--turn-number turn) "…")
@@ -2426,19 +2429,32 @@ its task, its recorded conversation or its blocks, its error; a fold."
                  'face 'mevedel-lsp-chat-prompt)
      (if attachments (format "\nAttached: %s" (string-join attachments ", ")) ""))))
 
+(defun mevedel-lsp-chat--why-interrupted (turn)
+  "The sentence saying why TURN was interrupted (or its prompt aborted
+before it began), or nil when the server did not say."
+  (when-let ((reason (mevedel-lsp-chat--turn-reason turn)))
+    (format "%s: %s%s"
+            (if (equal (mevedel-lsp-chat--turn-state turn) "aborted") "Aborted before it reached the agent" "Interrupted")
+            reason (if (string-suffix-p "." reason) "" "."))))
+
 (defun mevedel-lsp-chat--footer (turn)
   "How TURN ended, or nil while it runs."
-  (let ((state (mevedel-lsp-chat--turn-state turn))
-        (error (mevedel-lsp-chat--turn-error turn)))
+  (let* ((state (mevedel-lsp-chat--turn-state turn))
+         (why (and (member state '("interrupted" "aborted")) (mevedel-lsp-chat--why-interrupted turn)))
+         ;; An aborted prompt is its sentence; its error says no more.
+         (error (and (not (and why (equal state "aborted"))) (mevedel-lsp-chat--turn-error turn))))
     (unless (member state '("starting" "running" "cancelling" "in-flight"))
       (concat
-       (if (equal state "refused")
+       (if (member state '("refused" "aborted"))
            ""
          (propertize (format "── %s%s" state
                              (if-let ((stop (mevedel-lsp-chat--turn-stop-reason turn))) (format " (%s)" stop) ""))
                      'face (if error 'mevedel-lsp-chat-error 'mevedel-lsp-chat-footer)))
+       (if why
+           (concat (if (equal state "aborted") "" "\n") (propertize why 'face 'mevedel-lsp-chat-footer))
+         "")
        (if error
-           (concat (if (equal state "refused") "" "\n")
+           (concat (if (member state '("refused" "aborted")) "" "\n")
                    (propertize (format "Error%s: %s"
                                             (if-let ((kind (plist-get error :kind))) (format " (%s)" kind) "")
                                             (plist-get error :message))
@@ -2709,13 +2725,15 @@ same sub-agent (a later Agent call naming it): a block of its own."
     (when-let ((host (mevedel-lsp-chat--host turn agent)))
       (mevedel-lsp-chat--redraw-block turn host))))
 
-(defun mevedel-lsp-chat--settle (turn state stop-reason error)
-  "End the live TURN with STATE, STOP-REASON and ERROR (a TurnError plist).
-A refused prompt (no turn began) becomes the chat's notice."
+(defun mevedel-lsp-chat--settle (turn state stop-reason error &optional reason)
+  "End the live TURN with STATE, STOP-REASON, ERROR (a TurnError plist)
+and REASON (why it was interrupted).  A refused or aborted prompt (no turn
+began) becomes the chat's notice."
   (when (eq turn mevedel-lsp-chat--live)
     (setf (mevedel-lsp-chat--turn-state turn) state
           (mevedel-lsp-chat--turn-stop-reason turn) stop-reason
-          (mevedel-lsp-chat--turn-error turn) error)
+          (mevedel-lsp-chat--turn-error turn) error
+          (mevedel-lsp-chat--turn-reason turn) reason)
     (setq mevedel-lsp-chat--live nil)
     (if (mevedel-lsp-chat--turn-turn-id turn)
         (progn
@@ -2728,7 +2746,7 @@ A refused prompt (no turn began) becomes the chat's notice."
             (when-let ((footer (mevedel-lsp-chat--footer turn)))
               (insert (propertize (concat (if (bolp) "\n" "\n\n") footer "\n\n")
                                   'mevedel-lsp-chat-turn (mevedel-lsp-chat--turn-number turn))))))
-      (setf (mevedel-lsp-chat--turn-state turn) "refused")
+      (setf (mevedel-lsp-chat--turn-state turn) (if (equal state "interrupted") "aborted" "refused"))
       (setq mevedel-lsp-chat--notice turn)
       (mevedel-lsp-chat--render))
     (force-mode-line-update)
@@ -2747,11 +2765,14 @@ A refused prompt (no turn began) becomes the chat's notice."
                  (format "turn %d of %s %s" (mevedel-lsp-chat--turn-number turn)
                          (or mevedel-lsp-chat--name mevedel-lsp--session-id)
                          (mevedel-lsp-chat--turn-state turn))
-               (format "the prompt was refused"))
-             (if error
-                 (format ": %s%s" (plist-get error :message)
-                         (if-let ((action (plist-get error :action))) (format " (%s)" action) ""))
-               ""))))
+               (if (equal (mevedel-lsp-chat--turn-state turn) "aborted")
+                   "the prompt was aborted before it reached the agent"
+                 "the prompt was refused"))
+             (cond ((and error (not (equal (mevedel-lsp-chat--turn-state turn) "aborted")))
+                    (format ": %s%s" (plist-get error :message)
+                            (if-let ((action (plist-get error :action))) (format " (%s)" action) "")))
+                   (reason (format ": %s" reason))
+                   (t "")))))
 
 (defvar mevedel-lsp-chat--actions)
 
@@ -2814,7 +2835,8 @@ action, the one for its kind."
         (when (and (equal phase "settled") (not nested))
           (mevedel-lsp-chat--settle turn (or (plist-get params :outcome) "refused")
                                     (plist-get params :stopReason)
-                                    (mevedel-lsp-chat--turn-error-plist (plist-get params :error))))
+                                    (mevedel-lsp-chat--turn-error-plist (plist-get params :error))
+                                    (plist-get params :reason)))
         (force-mode-line-update))))
     (when fresh
       ;; A turn this Emacs did not prompt: read the earlier turns too.
@@ -2946,7 +2968,9 @@ prompt) and the session remembers it; one the agent refuses is said."
                 :prompt (plist-get shown :prompt) :state (plist-get summary :state)
                 ;; The labels as recorded (absent for turns recorded by hand).
                 :agent (plist-get summary :agent) :stop-reason (plist-get summary :stopReason)
-                :error (and (plist-get summary :reason)
+                ;; Why it was interrupted is a sentence; why it failed, its error.
+                :reason (and (equal (plist-get summary :state) "interrupted") (plist-get summary :reason))
+                :error (and (plist-get summary :reason) (not (equal (plist-get summary :state) "interrupted"))
                             (list :message (plist-get summary :reason)))))
          (blocks nil))
     (seq-doseq (item (plist-get shown :items))

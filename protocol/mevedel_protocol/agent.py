@@ -22,6 +22,7 @@ AGENT_ERROR_KINDS = frozenset(
         "agent-failed",
         "attachment-refused",
         "agent-option-refused",
+        "prompt-aborted",
     }
 )
 
@@ -153,7 +154,15 @@ class TurnDidUpdateParams:
     the server can tell, ``parentCallId``: the ``callId`` of its caller's
     tool event that started it (the root turn's, or the calling
     sub-agent's). ``turn``/``turnId`` are the root turn's; its phases are
-    its own task's, never the root turn's."""
+    its own task's, never the root turn's.
+
+    ``reason``, with ``settled``: why the turn was interrupted or errored,
+    as its settlement records it (``mevedel/turn/list``'s ``reason``):
+    ``aborted`` (or the abort's own words), ``cancelled by the user``,
+    ``the agent cancelled the turn``, why the agent was ended or failed,
+    what of the turn's changes could not be recovered. A prompt aborted
+    while its agent started (no turn) settles ``interrupted`` with the
+    abort's reason and ``error`` of kind ``prompt-aborted``."""
 
     workspace_folder: str
     session_id: str
@@ -167,3 +176,4 @@ class TurnDidUpdateParams:
     error: Optional[TurnError] = None
     agent_path: Optional[str] = None
     parent_call_id: Optional[str] = None
+    reason: Optional[str] = None

@@ -77,6 +77,7 @@ WITH_CLI = "\\\\|".join(f"^mevedel-lsp-test-{name}$" for name in REQUIRED_WITH_C
 REQUIRED_CHAT = (
     "chat-prompt-runs-a-turn",
     "chat-streams-while-running-and-cancels",
+    "chat-a-prompt-aborted-while-its-agent-starts-says-so",
     "chat-rewind-redo-and-fork",
     "chat-errors-say-what-to-do",
     "chat-a-prompt-sent-as-a-refusal-shows-stands",

@@ -204,6 +204,7 @@ def test_neovim_chat(nvim: str, workspace: Workspace, tmp_path) -> None:
         "chat: refused prompts and a failed turn",
         "chat: after a restart the prompt continues the last session",
         "chat: the header shows the agent's mode and options",
+        "chat: a prompt aborted while its agent starts never reaches it",
     ]
     if native:
         expected.append("chat: a picker that answers the permission question later")

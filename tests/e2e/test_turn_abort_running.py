@@ -6,7 +6,10 @@ turn as interrupted, with every change the agent made recorded: its
 the abort came, too), and what an agent that ignores the cancel still wrote
 before it was stopped. Nothing it does lands outside every turn; the chat
 sees the turn cancelling, then interrupted; the next prompt runs. Settling
-such a turn by hand (``mevedel/turn/settle``) is refused. The real server
+such a turn by hand (``mevedel/turn/settle``), or adding a record to it
+(``mevedel/turn/append``), is refused. A prompt aborted while its agent
+still starts never reaches the agent; the user is told, and the next prompt
+runs. The real server
 over stdio, the scripted ACP agent as a subprocess, real files."""
 
 from __future__ import annotations
@@ -46,13 +49,13 @@ class Chat:
                 and self.updates[-1]["outcome"] == "interrupted")
 
 
-async def _start(tmp_path: Path, turns: list, **options):
+async def _start(tmp_path: Path, turns: list, *, on_initialize: list | None = None, **options):
     project = tmp_path / "project"
     project.mkdir()
     prepare(project)
     (project / "keep.txt").write_text("kept\n")
     log, script = tmp_path / "agent-events.jsonl", tmp_path / "script.json"
-    script.write_text(json.dumps({"log": str(log), "turns": turns}))
+    script.write_text(json.dumps({"log": str(log), "turns": turns, "on_initialize": on_initialize or []}))
     client = await SERVER.start()
     chat = Chat(client)
     await client.initialize_session(
@@ -114,7 +117,7 @@ async def test_aborting_a_running_turn_cancels_its_agent_then_settles_it_with_wh
         assert [e["event"] for e in _events(log)].count("cancel") == 1
         answered = await running
         assert answered["outcome"] == "interrupted" and answered["stopReason"] == "cancelled"
-        assert chat.told_interrupted()
+        assert chat.told_interrupted() and chat.updates[-1]["reason"] == "aborted"
         listed = (await request(client, methods.TURN_LIST, {}))["turns"]
         assert [(t["state"], t.get("reason")) for t in listed] == [("interrupted", "aborted")]
         assert await _diff(client) == CHANGED
@@ -160,6 +163,8 @@ async def test_aborting_a_turn_whose_agent_ignores_the_cancel_ends_its_process_a
         assert chat.told_interrupted()
         (listed,) = (await request(client, methods.TURN_LIST, {}))["turns"]
         assert listed["state"] == "interrupted" and listed["reason"].startswith("the user stopped it")
+        # The chat is told why, as the settlement recorded it.
+        assert chat.updates[-1]["reason"] == listed["reason"]
 
         release.touch()  # nothing of the agent's runs any more to act on it
         script.write_text(json.dumps({"log": str(log), "turns": [[{"say": "the next turn"}]]}))
@@ -228,5 +233,98 @@ async def test_settling_by_hand_a_turn_this_servers_agent_runs_is_refused_and_th
         (listed,) = (await request(client, methods.TURN_LIST, {}))["turns"]
         assert listed["state"] == "completed"
         assert await _diff(client) == {"notes.txt": "modified", "keep.txt": "deleted"}
+    finally:
+        await client.shutdown_session()
+
+
+async def test_appending_by_hand_to_a_turn_this_servers_agent_runs_is_refused_and_records_nothing(tmp_path):
+    release = tmp_path / "release"
+    project, log, _script, client, chat = await _start(tmp_path, [[
+        {"say": "the agent's words"},
+        {"wait_file": str(release)},
+        {"say": " and the rest"},
+    ]])
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's words", lambda: "the agent's words" in chat.said())
+        with pytest.raises(JsonRpcException) as refused:
+            await request(client, methods.TURN_APPEND, {"kind": "response", "text": "words the agent never said"})
+        assert refused.value.data["kind"] == "conflict"
+        assert "mevedel/turn/cancel" in refused.value.data["reason"] and "mevedel/turn/abort" in refused.value.data["reason"]
+        release.touch()
+        answered = await running
+        assert answered["outcome"] == "completed" and answered["turn"] == 1
+        shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+        said = "".join(item.get("text") or "" for item in shown["items"] if item["kind"] == "response")
+        assert said == "the agent's words and the rest"
+    finally:
+        await client.shutdown_session()
+
+
+def _aborted_before_its_turn(chat: Chat) -> dict:
+    """The chat's last word on a prompt aborted while its agent started:
+    cancelling, then settled interrupted with the abort's reason, no turn."""
+    phases = [u["phase"] for u in chat.updates]
+    last = chat.updates[-1]
+    assert phases[0] == "starting" and "cancelling" in phases and phases.count("settled") == 1, phases
+    assert last["phase"] == "settled" and last["outcome"] == "interrupted" and last.get("turn") is None, last
+    assert last["error"]["kind"] == "prompt-aborted", last
+    return last
+
+
+async def test_a_prompt_aborted_while_its_agent_starts_never_reaches_it_and_the_started_agent_serves_the_next(tmp_path):
+    release = tmp_path / "release"
+    project, log, _script, client, chat = await _start(
+        tmp_path, [[{"say": "the next turn"}]], on_initialize=[{"wait_file": str(release)}], cancelTimeoutSeconds=600)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Write dispatched.txt"}))
+        await _until("the agent's initialize", lambda: "initialize" in [e["event"] for e in _events(log)])
+        aborting = asyncio.ensure_future(request(client, methods.TURN_ABORT, {}))
+        await _until("the abort reaching the server, or answering",
+                     lambda: aborting.done() or "cancelling" in [u["phase"] for u in chat.updates])
+        # The abort waits for the agent's start, which it does not cut short.
+        assert not aborting.done(), aborting.result()
+        release.touch()
+        aborted = await aborting
+        assert aborted["committed"] is False and aborted.get("turn") is None and "aborted" in aborted["note"]
+        with pytest.raises(JsonRpcException) as stopped:
+            await running
+        assert stopped.value.data["kind"] == "prompt-aborted"
+        assert _aborted_before_its_turn(chat)["reason"] == "aborted"
+        assert "prompt" not in [e["event"] for e in _events(log)]
+        assert (await request(client, methods.TURN_LIST, {}))["turns"] == []
+
+        nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
+        assert nxt["turn"] == 1 and nxt["outcome"] == "completed" and "the next turn" in chat.said()
+        # The agent started for the aborted prompt answered this one.
+        events = [e["event"] for e in _events(log)]
+        assert events.count("start") == 1 and events.count("prompt") == 1
+        assert not (project / "dispatched.txt").exists()
+    finally:
+        await client.shutdown_session()
+
+
+async def test_a_prompt_aborted_while_its_agent_never_finishes_starting_ends_that_agent(tmp_path):
+    never = tmp_path / "never"
+    project, log, script, client, chat = await _start(
+        tmp_path, [[{"say": "never asked"}]], on_initialize=[{"wait_file": str(never)}], cancelTimeoutSeconds=1)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's initialize", lambda: "initialize" in [e["event"] for e in _events(log)])
+        agent = next(e["pid"] for e in _events(log) if e["event"] == "start")
+        aborted = await request(client, methods.TURN_ABORT, {"reason": "the user gave up"})
+        assert aborted["committed"] is False and aborted.get("turn") is None
+        with pytest.raises(JsonRpcException) as stopped:
+            await running
+        assert stopped.value.data["kind"] == "prompt-aborted" and "the user gave up" in stopped.value.data["reason"]
+        assert _aborted_before_its_turn(chat)["reason"] == "the user gave up"
+        # Its start outlasted the cancel timeout: the agent was ended.
+        assert not _alive(agent)
+        assert "prompt" not in [e["event"] for e in _events(log)]
+
+        script.write_text(json.dumps({"log": str(log), "turns": [[{"say": "the next turn"}]]}))
+        nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
+        assert nxt["turn"] == 1 and nxt["outcome"] == "completed" and "the next turn" in chat.said()
+        assert [e["event"] for e in _events(log)].count("start") == 2
     finally:
         await client.shutdown_session()

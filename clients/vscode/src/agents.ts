@@ -97,6 +97,9 @@ export interface TurnDidUpdateParams {
   // With agentPath: the callId of its caller's tool call that started it
   // (the root's, or the calling sub-agent's); absent when unknown.
   parentCallId?: string | null;
+  // With settled: why the turn was interrupted or errored, as its
+  // settlement recorded it (`aborted`, `cancelled by the user`...).
+  reason?: string | null;
 }
 
 export function promptTurn(sender: RequestSender, params: TurnPromptParams): Promise<TurnPromptResult> {

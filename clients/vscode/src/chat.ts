@@ -97,6 +97,12 @@ export function activity(state: ChatState): Activity {
 
 // Folding the live stream ----------------------------------------------------------
 
+// The sentence saying why a turn was interrupted (began false: its prompt
+// was aborted before its turn began), from the reason the server recorded.
+export function whyInterrupted(reason: string, began = true): string {
+  return `${began ? 'Interrupted' : 'Aborted before it reached the agent'}: ${reason}${reason.endsWith('.') ? '' : '.'}`;
+}
+
 function nonNull<T>(value: T | null | undefined): T | undefined {
   return value === null ? undefined : value;
 }
@@ -291,9 +297,15 @@ export function applyUpdate(state: ChatState, update: TurnDidUpdateParams): Chat
     state: settledState(update),
     stopReason: nonNull(update.stopReason),
     error: nonNull(update.error),
+    reason: nonNull(update.reason),
     observed: true,
   };
   next = { ...next, live: undefined, pendingPrompt: undefined, agent: update.agent };
+  if (live.turn === null && live.state === 'interrupted') {
+    // Aborted while its agent started: it never reached the agent.
+    const message = whyInterrupted(live.reason ?? 'aborted', false);
+    return { ...next, refused: { kind: live.error?.kind ?? 'prompt-aborted', message, action: live.error?.action } };
+  }
   if (live.turn === null) return { ...next, refused: live.error };
   return { ...next, turns: [...next.turns.filter((t) => t.turn !== live!.turn), live] };
 }

@@ -5,7 +5,7 @@
 // it only ever reaches the HTML through `escapeHtml`. No `vscode` import:
 // the Node tests render real turns with it.
 import { ToolDiff } from './agents';
-import { activity, Block, ChatState, ChatTurn, SubAgentView, ToolCallView } from './chat';
+import { activity, Block, ChatState, ChatTurn, SubAgentView, ToolCallView, whyInterrupted } from './chat';
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
@@ -226,6 +226,8 @@ export function renderTurn(turn: ChatTurn, options: TurnOptions): string {
   if (turn.error) {
     const action = turn.error.action ? `<div class="error-action">${escapeHtml(turn.error.action)}</div>` : '';
     parts.push(`<div class="error"><div>${escapeHtml(turn.error.message)}</div>${action}</div>`);
+  } else if (turn.reason && turn.state === 'interrupted') {
+    parts.push(`<div class="why">${escapeHtml(whyInterrupted(turn.reason))}</div>`);
   } else if (turn.reason && turn.state !== 'completed') {
     parts.push(`<div class="error"><div>${escapeHtml(turn.reason)}</div></div>`);
   }
@@ -357,7 +359,7 @@ summary { cursor: pointer; color: var(--vscode-descriptionForeground); }
 .diff-skip { color: var(--vscode-descriptionForeground); font-style: italic; }
 .label { font-weight: bold; margin-right: 4px; }
 .allowed { color: var(--vscode-charts-green, var(--vscode-foreground)); }
-.pending, .stop, .empty { color: var(--vscode-descriptionForeground); }
+.pending, .stop, .empty, .why { color: var(--vscode-descriptionForeground); }
 .turn-actions { margin-top: 6px; }
 .error { margin: 6px 0; padding: 6px 8px; border: 1px solid var(--vscode-inputValidation-errorBorder, var(--vscode-errorForeground)); }
 .error-action { color: var(--vscode-foreground); margin-top: 4px; }

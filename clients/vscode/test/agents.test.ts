@@ -300,6 +300,8 @@ suite('agents', { skip }, () => {
     const state = chat(sessionId);
     assert.equal(activity(state), 'idle');
     assert.equal(state.turns[0].state, 'interrupted');
+    // Why, in the server's words.
+    assert.match(renderParts(state).turns, /Interrupted: cancelled by the user\./);
     assert.equal(responseText(state, 1), 'Partial answer');
     assert.doesNotMatch(renderParts(state).header, /data-action="cancel"/);
     assert.deepEqual(await cancelTurn(server.connection, { sessionId }), { cancelled: false });

@@ -95,8 +95,22 @@ suite('folding the live stream', () => {
     assert.match(renderParts(cancelling).header, /data-action="cancel"[^>]*disabled/);
     const other = applyUpdate(cancelling, update('settled', { sessionId: 'OTHER', turn: 1, outcome: 'completed' }));
     assert.equal(other, cancelling);
-    const interrupted = applyUpdate(cancelling, update('settled', { turn: 1, turnId: 't1', outcome: 'interrupted', stopReason: 'cancelled' }));
+    const interrupted = applyUpdate(
+      cancelling,
+      update('settled', { turn: 1, turnId: 't1', outcome: 'interrupted', stopReason: 'cancelled', reason: 'aborted' }),
+    );
     assert.equal(interrupted.turns[0].state, 'interrupted');
+    assert.match(renderParts(interrupted).turns, /<div class="why">Interrupted: aborted\.<\/div>/);
+
+    // A prompt aborted while its agent started: no turn, the notice says so.
+    const aborted = fold(
+      update('starting'),
+      update('cancelling'),
+      update('settled', { outcome: 'interrupted', reason: 'the user gave up', error: { kind: 'prompt-aborted', message: 'the prompt: was aborted' } }),
+    );
+    assert.equal(activity(aborted), 'idle');
+    assert.equal(aborted.turns.length, 0);
+    assert.match(renderParts(aborted).notice, /Aborted before it reached the agent: the user gave up\./);
 
     const refused = fold(update('starting'), update('settled', { error: { kind: 'agent-needs-login', message: "agent 'x': asks for a login", action: 'run x login' } }));
     assert.equal(activity(refused), 'idle');

@@ -70,14 +70,14 @@ from .acp_callbacks import AcpCallbacks, PermissionQuestion
 from .checkpoint_exclude import CheckpointExclude, is_editor_file
 from .commit_rides import keep_on_settlement, not_riding, walk_riding
 from .config import AgentConfig, AgentSpec
-from .errors import ATTACHMENT_REFUSED, FAILED, AgentError
+from .errors import ATTACHMENT_REFUSED, FAILED, PROMPT_ABORTED, AgentError
 from .excerpt import reconciliation_notice, transcript_excerpt
 from .file_state import FileStateRecord, Passengers
 from .fork_note import fork_files_note
 from .live import LiveFeed, TurnUpdate
 from .process import AgentProcess
 from .recorder import TurnRecorder
-from .running_agent import AgentTurn, RunningAgent, safe_name
+from .running_agent import AdmittedPrompt, AgentTurn, RunningAgent, safe_name
 from .session_options import SessionOptions
 from .tool_context import AgentToolContext
 from .working_directory import WorkingTrees
@@ -91,6 +91,16 @@ _log = logging.getLogger(__name__)
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 #: An attachment larger than this is refused before dispatch.
 MAX_ATTACHMENT_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Aborted:
+    """What :meth:`AgentEngine.abort` stopped: the turn, settled (``saved``
+    None: its settlement did not go through), or (``turn`` None) a prompt
+    whose turn had not begun: its agent still starting, it never reached it."""
+
+    turn: int | None
+    saved: SaveResult | None = None
 
 
 @dataclass(frozen=True)
@@ -179,10 +189,9 @@ class AgentEngine:
         self._running: dict[str, RunningAgent] = {}
         #: The sessions' modes and config options (:mod:`.session_options`).
         self.options = SessionOptions(self)
-        #: Sessions with a prompt between its admission and its settlement
-        #: (the agent may still be starting: no turn yet).
-        self._busy: set[str] = set()
-        self._on_begun: dict[str, Callable[[int], Awaitable[None]] | None] = {}
+        #: Each session's prompt between its admission and its end (the
+        #: agent may still be starting: no turn yet).
+        self._admitted: dict[str, AdmittedPrompt] = {}
         #: Called with the session id once a prompt has ended, the session
         #: idle again (the prompt queue sends the next entry then).
         self.after_turn: list[Callable[[str], None]] = []
@@ -208,7 +217,7 @@ class AgentEngine:
 
     def running_turn(self, session_id: str) -> bool:
         running = self._running.get(session_id)
-        return session_id in self._busy or (running is not None and running.turn is not None)
+        return session_id in self._admitted or (running is not None and running.turn is not None)
 
     def working_directory(self, session_id: str) -> str:
         """The session's working directory, workspace-relative ("" for the
@@ -285,19 +294,19 @@ class AgentEngine:
         if self.running_turn(session_id):
             raise AgentError(FAILED, f"session {session_id}", "already has an agent turn running",
                              "queue the prompt (it is sent when the turn settles), steer (cancel the turn and send it now), or wait")
-        self._busy.add(session_id)
-        self._on_begun[session_id] = on_begun
+        admitted = self._admitted[session_id] = AdmittedPrompt(on_begun)
         for hook in list(self.before_turn):
             hook(session_id)
         try:
-            return await self._prompt(session_id, text, **options)
+            return await self._prompt(session_id, text, admitted, **options)
         finally:
-            self._busy.discard(session_id)
-            self._on_begun.pop(session_id, None)
+            del self._admitted[session_id]
+            admitted.ended.set()
             for hook in list(self.after_turn):
                 hook(session_id)
 
-    async def _prompt(self, session_id: str, text: str, *, agent: str | None = None, attachments: Sequence[str] = ()) -> PromptOutcome:
+    async def _prompt(self, session_id: str, text: str, admitted: AdmittedPrompt, *, agent: str | None = None,
+                      attachments: Sequence[str] = ()) -> PromptOutcome:
         if not isinstance(text, str) or not text.strip():
             raise AgentError(FAILED, "the prompt", "is blank; write what the agent should do")
         self.service.session(session_id).require_writable()
@@ -306,13 +315,28 @@ class AgentEngine:
         config = self.config()
         recorded = self.service.agents.engine(session_id)
         spec = config.choose(agent, recorded.agent if recorded else None)
+        admitted.agent = spec.name
         self.front.turn_update(TurnUpdate(session_id, spec.name, "starting"))
         try:
-            running, continued = await self._ready(session_id, spec, recorded, config)
+            running, continued = await self._ready(session_id, spec, recorded, config, admitted)
             blocks = await self._attachments(running.process, attachments)
-        except AgentError as error:
-            self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", error=error))
-            raise
+            if admitted.aborted is not None:
+                raise _prompt_aborted(spec, admitted.aborted)
+        except Exception as error:
+            if admitted.aborted is None:
+                if isinstance(error, AgentError):
+                    self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", error=error))
+                raise
+            # Aborted while its agent started (an agent that outlasted the
+            # cancel timeout was ended, failing its start however far it
+            # got): the user is told it was aborted, and its agent, if it
+            # started, stays for the next prompt.
+            if not isinstance(error, AgentError):
+                _log.info("session %s: the aborted prompt's agent start ended: %s", session_id, error)
+            aborted = error if isinstance(error, AgentError) and error.kind == PROMPT_ABORTED else _prompt_aborted(spec, admitted.aborted)
+            self.front.turn_update(TurnUpdate(session_id, spec.name, "settled", outcome=Outcome.INTERRUPTED.value,
+                                              error=aborted, reason=admitted.aborted))
+            raise aborted from None
         started = await self.service.turns.begin_turn(session_id, text, agent=spec.name)
         reconcile = started.reminder or (recorded is not None and recorded.state is EngineState.UNCERTAIN)
         excerpt = notice = None
@@ -326,7 +350,10 @@ class AgentEngine:
         feed = LiveFeed(lambda events: self.front.turn_update(
             TurnUpdate(session_id, spec.name, "running", started.turn, started.turn_id, tuple(events))))
         recorder = TurnRecorder(lambda item: self.service.turns.append_now(session_id, item), feed)
-        turn = AgentTurn(session_id, spec.name, started.turn, started.turn_id, recorder)
+        turn = admitted.turn = AgentTurn(session_id, spec.name, started.turn, started.turn_id, recorder)
+        if admitted.aborted is not None:
+            # Aborted as the turn began: it settles as aborted, never sent.
+            turn.aborted, turn.cancelled = admitted.aborted, True
         running.turn = turn
         try:
             return await self._run_turn(running, turn, text, blocks, excerpt, notice, config)
@@ -404,8 +431,10 @@ class AgentEngine:
         return await settle(stop_reason, error)
 
     async def _begun(self, session_id: str, turn: int) -> None:
-        hook = self._on_begun.pop(session_id, None)
+        admitted = self._admitted.get(session_id)
+        hook = admitted.on_begun if admitted is not None else None
         if hook is not None:
+            admitted.on_begun = None  # type: ignore[union-attr]
             try:
                 await hook(turn)
             except Exception:  # the turn goes on; its caller's bookkeeping is its own
@@ -522,7 +551,8 @@ class AgentEngine:
             error = None
         if turn.mail and outcome is Outcome.COMPLETED:
             await mark_delivered(session_artifacts(self.service), turn.mail, turn.turn)
-        self.front.turn_update(TurnUpdate(session_id, turn.agent, "settled", turn.turn, turn.turn_id, (), outcome.value, stop_reason, error))
+        self.front.turn_update(TurnUpdate(session_id, turn.agent, "settled", turn.turn, turn.turn_id, (), outcome.value, stop_reason, error,
+                                          reason=reason))
         return PromptOutcome(session_id, turn.turn, turn.turn_id, turn.agent, outcome.value, stop_reason, error)
 
     # Cancel -----------------------------------------------------------------------
@@ -540,7 +570,7 @@ class AgentEngine:
         await self._cancel_agent(running, turn, self.config())
         return True
 
-    async def abort(self, session_id: str, reason: str | None = None) -> SaveResult | None:
+    async def abort(self, session_id: str, reason: str | None = None) -> Aborted | None:
         """Abort the turn in flight (``mevedel/turn/abort``): the agent is
         cancelled as :meth:`cancel` does, and its process ended when the
         cancel timeout passes without its answer; the turn then settles as
@@ -548,21 +578,48 @@ class AgentEngine:
         own settlement, which records every change the agent made, its
         commands' included. Until then the turn stays in flight, so what
         the agent still writes is recorded in it; after it, the agent is
-        refused every write and command. Answers once the turn has ended:
-        its settlement's save, or None when no agent's turn runs here or
+        refused every write and command. A prompt whose agent is still
+        starting (no turn yet) is stopped before it reaches the agent: the
+        agent is kept for the next prompt once it has started, or ended
+        should its start outlast the cancel timeout. Answers once the turn
+        or the prompt has ended; None when no prompt of this engine runs in
+        the session. An :class:`Aborted` without ``saved`` but with a turn:
         its settlement did not go through (the turn is then in flight with
         no agent running it: ``Turns.abort(stopped=True)`` settles it)."""
+        reason = reason or ABORT_REASON
         running = self._running.get(session_id)
         turn = running.turn if running is not None else None
         if running is None or turn is None:
-            return None
-        turn.aborted = reason or ABORT_REASON
+            admitted = self._admitted.get(session_id)
+            return None if admitted is None else await self._abort_admitted(session_id, admitted, reason)
+        turn.aborted = reason
         if not turn.cancelled:
             turn.cancelled = True
             self.front.turn_update(TurnUpdate(session_id, turn.agent, "cancelling", turn.turn, turn.turn_id))
             await self._cancel_agent(running, turn, self.config())
         await turn.settled.wait()  # bounded: the cancel timeout ends the agent's connection
-        return turn.saved
+        return Aborted(turn.turn, turn.saved)
+
+    async def _abort_admitted(self, session_id: str, admitted: AdmittedPrompt, reason: str) -> Aborted:
+        """Abort ``admitted``, a prompt whose turn had not begun when the
+        abort came: it goes no further than its agent's start (a turn that
+        begins meanwhile settles as aborted before it is sent)."""
+        if admitted.aborted is None:
+            admitted.aborted = reason
+            if admitted.agent is not None:
+                self.front.turn_update(TurnUpdate(session_id, admitted.agent, "cancelling"))
+        try:
+            await asyncio.wait_for(asyncio.shield(admitted.ended.wait()), self.config().cancel_timeout_seconds)
+        except asyncio.TimeoutError:
+            starting = admitted.starting or self._running.get(session_id)
+            if admitted.turn is None and starting is not None and starting.process.native_session_id is None:
+                # Its agent is still starting (no session opened yet), as one
+                # that ignores a cancel still runs: it is ended, which fails
+                # its start. One that started is kept for the next prompt.
+                await starting.process.stop(grace=0.5)
+            await admitted.ended.wait()
+        turn = admitted.turn
+        return Aborted(None) if turn is None else Aborted(turn.turn, turn.saved)
 
     def kill(self, session_id: str) -> bool:
         """End the session's agent process at once (the user asked a second
@@ -637,7 +694,8 @@ class AgentEngine:
 
     # Internals --------------------------------------------------------------------
 
-    async def _ready(self, session_id: str, spec: AgentSpec, recorded: EngineRef | None, config: AgentConfig) -> tuple[RunningAgent, bool]:
+    async def _ready(self, session_id: str, spec: AgentSpec, recorded: EngineRef | None, config: AgentConfig,
+                     admitted: AdmittedPrompt) -> tuple[RunningAgent, bool]:
         """The session's agent, started and with a native session; True
         when that session continues the agent's own history."""
         running = self._running.get(session_id)
@@ -651,7 +709,7 @@ class AgentEngine:
             # Redo, a copy): the same process starts a new native session.
             running.process.native_session_id = None
         if running is None:
-            running = RunningAgent(self, session_id, spec)
+            running = admitted.starting = RunningAgent(self, session_id, spec)
             await self.trees.require(session_id, running.directory.relative)
             # The record's first walk overlaps the agent's start (a new
             # process's turn: every `mevedel prompt`); the turn's refresh
@@ -843,6 +901,11 @@ class AgentEngine:
             raise AgentError(ATTACHMENT_REFUSED, authored, f"is larger than {MAX_ATTACHMENT_BYTES} bytes")
         mime = _sniff(result.value) or mimetypes.guess_type(relative)[0] or "text/plain"
         return Attachment(f"file://{posixpath.join(self.root, relative)}", mime, result.value)
+
+
+def _prompt_aborted(spec: AgentSpec, reason: str) -> AgentError:
+    return AgentError(PROMPT_ABORTED, "the prompt", f"was aborted ({reason}) while agent {spec.name!r} started; it never reached the agent",
+                      "send it again to have it run")
 
 
 def _sniff(data: bytes) -> str | None:

@@ -11,6 +11,8 @@ FAILED = "agent-failed"
 ATTACHMENT_REFUSED = "attachment-refused"
 #: The agent does not offer, or refused, a mode or config option chosen.
 OPTION_REFUSED = "agent-option-refused"
+#: The user aborted the prompt (``mevedel/turn/abort``) before its turn began.
+PROMPT_ABORTED = "prompt-aborted"
 
 
 class AgentError(Exception):

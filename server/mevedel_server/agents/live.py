@@ -129,3 +129,6 @@ class TurnUpdate:
     #: that started it (a call of the root agent's turn, or of the calling
     #: sub-agent's), when it is known.
     parent_call_id: str | None = None
+    #: With ``settled``: why the turn was interrupted or errored, as its
+    #: settlement records it ("aborted", "cancelled by the user"...).
+    reason: str | None = None

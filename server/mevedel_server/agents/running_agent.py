@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,26 @@ class AgentTurn:
     saved: SaveResult | None = None
     #: Set once the turn has settled (whatever its outcome).
     settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class AdmittedPrompt:
+    """A prompt from its admission to its end; until its turn begins, its
+    agent may still be starting."""
+
+    #: Awaited with the turn's number once the turn is published.
+    on_begun: Callable[[int], Awaitable[None]] | None = None
+    #: The agent chosen for it, once chosen.
+    agent: str | None = None
+    #: Why the user aborted it (``mevedel/turn/abort``) before its turn began.
+    aborted: str | None = None
+    #: The agent process started for it (an abort ends it should its start
+    #: outlast the cancel timeout).
+    starting: RunningAgent | None = None
+    #: Its turn, once begun.
+    turn: AgentTurn | None = None
+    #: Set once the prompt has ended (whatever it came to).
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class RunningAgent:

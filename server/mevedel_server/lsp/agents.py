@@ -103,6 +103,7 @@ class EditorFront:
             error=_turn_error(update.error),
             agent_path=update.agent_path,
             parent_call_id=update.parent_call_id,
+            reason=update.reason,
         )
         try:
             self.ls.protocol.notify(methods.TURN_DID_UPDATE, converter.unstructure(params))

@@ -62,6 +62,10 @@ wire = OnFirstUse("mevedel_protocol.session")
 __all__ = ["CANCEL", "HANDLERS", "TAKE_OVER", "TRANSCRIPT", "register", "transcript_uri"]
 
 
+#: ``mevedel/turn/abort``'s note when the prompt it stopped had no turn yet.
+PROMPT_ABORTED_NOTE = "the prompt was aborted while its agent started: no turn began and nothing reached the agent"
+
+
 def _saved(result: SaveResult, turn: int | None = None) -> wire.SaveResult:
     return wire.SaveResult(result.session_id, result.committed, result.materialized, turn, result.note)
 
@@ -240,7 +244,11 @@ async def capture_file(ls: MevedelLanguageServer, params: wire.TurnCaptureParams
 
 
 async def append_record(ls: MevedelLanguageServer, params: wire.TurnAppendParams) -> wire.TurnAppendResult:
-    service, sid = _turn_target(ls, params, methods.TURN_APPEND)
+    folder = _folder(ls, params.workspace_folder, methods.TURN_APPEND)
+    service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_APPEND)
+    # The agent's records are the turn's: one interleaved by hand would make
+    # its transcript say what the agent never did (or answer its calls).
+    _refuse_agent_turn(ls, folder, sid)
     item = store.EvidenceInput(
         kind=params.kind,
         text=params.text,
@@ -265,13 +273,19 @@ def _agent_runs(ls: MevedelLanguageServer, folder: Folder, session_id: str) -> b
     return engines is not None and engines.runs_turn(folder, session_id)
 
 
+def _refuse_agent_turn(ls: MevedelLanguageServer, folder: Folder, session_id: str) -> None:
+    """Refuse writing by hand to a turn an agent of this server runs: only
+    the agent's own records and settlement are the turn's."""
+    if _agent_runs(ls, folder, session_id):
+        raise failure("conflict", session_id, "has its turn run by an agent of this server; cancel it (mevedel/turn/cancel) "
+                      "or abort it (mevedel/turn/abort), which stop the agent before the turn settles")
+
+
 async def settle_turn(ls: MevedelLanguageServer, params: wire.TurnSettleParams) -> wire.SaveResult:
     folder = _folder(ls, params.workspace_folder, methods.TURN_SETTLE)
     service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_SETTLE)
-    if _agent_runs(ls, folder, sid):
-        # Settled underneath it, the agent would go on writing outside every turn.
-        raise failure("conflict", sid, "has its turn run by an agent of this server; cancel it (mevedel/turn/cancel) "
-                      "or abort it (mevedel/turn/abort), which stop the agent before the turn settles")
+    # Settled underneath it, the agent would go on writing outside every turn.
+    _refuse_agent_turn(ls, folder, sid)
     turn = service.info(sid).open_turn
     return _saved(await service.turns.settle(sid, params.outcome, reason=params.reason), turn)
 
@@ -283,9 +297,12 @@ async def abort_turn(ls: MevedelLanguageServer, params: wire.TurnAbortParams) ->
     if _agent_runs(ls, folder, sid):
         # Its agent is stopped first, and the turn settles once it has:
         # nothing it does lands after the settlement, outside every turn.
-        saved = await ls.agents.engine(folder).abort(sid, params.reason)  # type: ignore[attr-defined]
-        if saved is not None:
-            return _saved(saved, turn)
+        aborted = await ls.agents.engine(folder).abort(sid, params.reason)  # type: ignore[attr-defined]
+        if aborted is not None and aborted.turn is None:
+            # Its agent was still starting: the prompt never reached it.
+            return wire.SaveResult(sid, False, False, None, PROMPT_ABORTED_NOTE)
+        if aborted is not None and aborted.saved is not None:
+            return _saved(aborted.saved, aborted.turn)
     # A turn no agent of this server runs (any more) was left by the one
     # that ran it, which could not record its settlement: what that changed
     # since its last checkpoint is recorded first, as `mevedel turn abort`

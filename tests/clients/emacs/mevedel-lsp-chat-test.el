@@ -252,7 +252,8 @@ prompt does not ask the agent again."
 
 (ert-deftest mevedel-lsp-test-chat-streams-while-running-and-cancels ()
   "The response shows in the chat while the turn runs (the agent waits for
-a cancel); C-c C-c in the chat cancels it and the chat says how it ended."
+a cancel); C-c C-c in the chat cancels it and the chat says how it ended,
+and why."
   (let* ((script (mevedel-chat-test--script
                   (vector (vector (list :say "Partial answer") (list :wait_cancel 30) (list :say "never said")))))
          (session (mevedel-chat-test--session "ERT cancel")))
@@ -273,13 +274,39 @@ a cancel); C-c C-c in the chat cancels it and the chat says how it ended."
         (let ((text (mevedel-chat-test--text chat)))
           (mevedel-test--log "chat:\n%s" text)
           (should (string-search "── Turn 1 · scripted · interrupted ──" text))
-          (should (string-search "Partial answer\n\n── interrupted (cancelled)" text))
+          (should (string-search "Partial answer\n\n── interrupted (cancelled)\nInterrupted: cancelled by the user." text))
           (should-not (string-search "never said" text)))
         (should (equal (mapcar (lambda (turn) (plist-get turn :state))
                                (plist-get (mevedel-test--call :mevedel/turn/list :sessionId session) :turns))
                        '("interrupted")))
         (let ((answer (mevedel-lsp-cancel session)))
           (should (eq (plist-get answer :cancelled) :json-false)))))))
+
+;; The agent's initialize never answers: the abort comes while it starts.
+(ert-deftest mevedel-lsp-test-chat-a-prompt-aborted-while-its-agent-starts-says-so ()
+  "Aborting while the agent still starts stops the prompt before it reaches
+the agent: the chat shows it as an aborted prompt, saying why, and no turn
+is recorded."
+  (let* ((log (make-temp-file "mevedel-agent-" nil ".jsonl"))
+         (script (mevedel-chat-test--script (vector (vector (list :say "never said")))
+                                            :log log
+                                            :on_initialize (vector (list :wait_file (concat log ".never")))))
+         (session (mevedel-chat-test--session "ERT abort while starting")))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure script)
+      (customize-set-variable 'mevedel-lsp-settings (append mevedel-lsp-settings '(:cancelTimeoutSeconds 1)))
+      (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "Never sent" :session session)))
+        (mevedel-test--wait (lambda () (not (string-empty-p (mevedel-chat-test--log-events log "initialize"))))
+                            "the agent's initialize")
+        (mevedel-lsp-abort-turn session "the user gave up")
+        (mevedel-chat-test--wait-idle chat "the aborted prompt to settle")
+        (let ((text (mevedel-chat-test--text chat)))
+          (mevedel-test--log "chat:\n%s" text)
+          (should (string-search "── Aborted prompt · scripted ──\nYou: Never sent" text))
+          (should (string-search "Aborted before it reached the agent: the user gave up." text))
+          (should-not (string-search "Refused prompt" text)))
+        (should (string-empty-p (mevedel-chat-test--log-events log "prompt")))
+        (should (seq-empty-p (plist-get (mevedel-test--call :mevedel/turn/list :sessionId session) :turns)))))))
 
 (ert-deftest mevedel-lsp-test-chat-rewind-redo-and-fork ()
   "From the chat, on a turn: Rewind to before it puts the agent's file back

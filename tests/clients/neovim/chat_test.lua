@@ -73,6 +73,8 @@ test('chat: two agents are offered, the pick is remembered; text streams into th
   end)
   text = chat_text(streaming)
   expect(text:find('## Turn 1 (interrupted)', 1, true), 'chat %s', text)
+  -- Why, in the server's words.
+  expect(text:find('\nInterrupted: cancelled by the user.\n', 1, true), 'chat %s', text)
   expect(not text:find('never said', 1, true), 'the cancelled turn went on: %s', text)
   expect(turns_of(streaming)[1].state == 'interrupted', 'the server has %s', turns_of(streaming)[1].state)
 
@@ -594,6 +596,28 @@ test("chat: the header shows the agent's mode and options; o chooses with vim.ui
     return text:find('options: mode=plan model=small fast=true', 1, true) ~= nil
       and text:find('mode Plan · Model Small · Fast on', 1, true) ~= nil
   end)
+end)
+
+-- The agent's initialize never answers: the abort comes while it starts.
+test('chat: a prompt aborted while its agent starts never reaches it; the chat says so', function()
+  local session = new_session('Nvim abort while starting')
+  local log = scratch .. '/abort-while-starting.jsonl'
+  local scripted = agent({ { { say = 'never said' } } }, { log = log, on_initialize = { { wait_file = log .. '.never' } } })
+  mevedel.set_settings({ agents = { scripted = scripted }, defaultAgent = 'scripted', cancelTimeoutSeconds = 1 })
+  chat.send({ text = 'Never sent', session = session })
+  wait_for("the agent's initialize", function()
+    return vim.fn.filereadable(log) == 1 and read_file(log):find('"event": "initialize"', 1, true) ~= nil
+  end)
+  sessions.abort_turn('the user gave up', session)
+  wait_for('the aborted prompt to settle', function()
+    return chat.status(session) == 'idle' and chat_text(session):find('## Prompt aborted', 1, true) ~= nil
+  end)
+  local text = chat_text(session)
+  out('chat after the abort:\n' .. text)
+  expect(text:find('## Prompt aborted\n> Never sent\n\nAborted before it reached the agent: the user gave up.\n', 1, true), 'chat %s', text)
+  expect(not text:find('Prompt refused', 1, true), 'shown as a refusal: %s', text)
+  expect(not read_file(log):find('"event": "prompt"', 1, true), 'the prompt reached the agent: %s', read_file(log))
+  expect(#turns_of(session) == 0, 'the server has %d turns', #turns_of(session))
 end)
 
 H.finish()

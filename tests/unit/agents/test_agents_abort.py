@@ -53,8 +53,8 @@ async def test_a_turn_aborted_before_its_prompt_went_is_never_sent_to_the_agent(
 
     try:
         outcome = await engine.prompt(sid, "Write something", on_begun=begun)
-        saved = await aborting[0]
-        assert saved is not None and saved.committed
+        aborted = await aborting[0]
+        assert aborted is not None and aborted.turn == 1 and aborted.saved is not None and aborted.saved.committed
         events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
         assert "prompt" not in events and not (root / "dispatched.txt").exists()
         assert outcome.outcome == "interrupted" and outcome.turn == 1

@@ -250,6 +250,13 @@ local STATE_WORDS = {
   interrupted = 'interrupted',
 }
 
+-- The sentence saying why a turn was interrupted (BEGAN false: its prompt
+-- was aborted before its turn began), from the REASON the server recorded.
+local function why_interrupted(reason, began)
+  local stop = reason:sub(-1) == '.' and '' or '.'
+  return (began and 'Interrupted: ' or 'Aborted before it reached the agent: ') .. reason .. stop
+end
+
 -- Adds LINE to SINK ({ lines, levels }) with its fold LEVEL (nil: none).
 local function emit(sink, line, level)
   table.insert(sink.lines, line)
@@ -380,6 +387,8 @@ local function render_turn(chat, turn, live)
     if action then
       table.insert(lines, '    what to do: ' .. action)
     end
+  elseif turn.reason and turn.state == 'interrupted' then
+    table.insert(lines, why_interrupted(turn.reason, true))
   elseif turn.reason and turn.state ~= 'completed' then
     table.insert(lines, '[' .. (STATE_WORDS[turn.state] or turn.state) .. '] ' .. turn.reason)
   end
@@ -527,12 +536,16 @@ local function render_now(chat)
   vim.list_extend(lines, queued)
   if chat.refusal then
     local r = chat.refusal
-    table.insert(lines, '## Prompt refused: ' .. r.kind)
+    table.insert(lines, r.aborted and '## Prompt aborted' or ('## Prompt refused: ' .. r.kind))
     for _, line in ipairs(split_lines(r.prompt or '')) do
       table.insert(lines, '> ' .. line)
     end
     table.insert(lines, '')
-    table.insert(lines, '[error] ' .. r.message)
+    if r.aborted then
+      table.insert(lines, why_interrupted(r.aborted, false))
+    else
+      table.insert(lines, '[error] ' .. r.message)
+    end
     if r.action then
       table.insert(lines, '    what to do: ' .. r.action)
     end
@@ -1009,6 +1022,11 @@ local function refused(chat, text, err, data)
   local kind = type(data) == 'table' and data.kind or 'error'
   chat.live = nil
   chat.asking = nil
+  if kind == 'prompt-aborted' and chat.refusal and chat.refusal.aborted then
+    -- The chat shows it already, with the abort's reason.
+    mevedel.notify('the prompt was aborted before it reached the agent: ' .. chat.refusal.aborted, levels.INFO)
+    return
+  end
   chat.refusal = {
     prompt = text,
     kind = kind,
@@ -1114,7 +1132,8 @@ function M.send(opts)
             string.format('turn %d failed: %s%s', result.turn, e.message or 'the agent failed', present(e.action) and ('\nwhat to do: ' .. e.action) or '')
           )
         elseif result.outcome == 'interrupted' then
-          mevedel.notify(string.format('turn %d was interrupted; what arrived is kept', result.turn), levels.INFO)
+          local why = live_by_id[result.turnId] and live_by_id[result.turnId].reason
+          mevedel.notify(string.format('turn %d was interrupted%s; what arrived is kept', result.turn, why and (': ' .. why) or ''), levels.INFO)
         end
       else
         refused(chat, text, request_err, data)
@@ -1425,7 +1444,12 @@ function M.on_did_update(_, params, ctx)
       live.state = value(params.outcome) or 'completed'
       live.error = value(params.error)
       live.stopReason = value(params.stopReason)
+      live.reason = value(params.reason)
       settle_into(chat, live)
+    elseif value(params.outcome) == 'interrupted' then
+      -- Aborted while its agent started: it never reached the agent.
+      local e = value(params.error) or {}
+      chat.refusal = { prompt = live.prompt, kind = e.kind, message = e.message, aborted = value(params.reason) or 'aborted' }
     elseif value(params.error) then
       local e = params.error
       chat.refusal = { prompt = live.prompt, kind = e.kind, message = e.message, action = value(e.action) or M.actions[e.kind] }
