@@ -319,7 +319,7 @@ async def test_a_prompt_aborted_while_its_agent_never_finishes_starting_ends_tha
         assert stopped.value.data["kind"] == "prompt-aborted" and "the user gave up" in stopped.value.data["reason"]
         assert _aborted_before_its_turn(chat)["reason"] == "the user gave up"
         # Its start outlasted the cancel timeout: the agent was ended.
-        assert not _alive(agent)
+        assert not process_alive(agent)
         assert "prompt" not in [e["event"] for e in _events(log)]
 
         script.write_text(json.dumps({"log": str(log), "turns": [[{"say": "the next turn"}]]}))
