@@ -9,7 +9,10 @@ Two modes:
   with every agent, so ``cli/main.py`` runs it before building the parser,
   importing nothing else; :func:`run` does the same for a direct caller.
 - standalone -- otherwise: this process binds ``--workspace`` (default:
-  the current directory) and, with ``--session``, that session (resumed
+  the current directory; ``ssh://[user@]host[:port]/path`` is served
+  through its SSH target, reached once before anything is served, so an
+  unreachable host, a refused host key or a missing directory stops the
+  command naming it) and, with ``--session``, that session (resumed
   when free or already this CLI client's, else joined read-only), reads
   ``mcp://`` through the CLI's configured MCP servers, and serves the tools
   itself.
@@ -22,10 +25,10 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agents import cli_config_path
-from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
+from ..mcp_client import APPROVE_IN_A_TERMINAL, configured_access
 from ..resources import MemoryRoot, SkillRoot
 from ..store import (
     PRODUCT_STORAGE,
@@ -39,9 +42,14 @@ from ..targets import LocalTarget, TargetError
 from .session_client import (
     IDENTITY_FILE,
     CommandError,
+    _tell_kept_save,
     cli_identity,
     stopped_turn_lookup,
+    workspace_location,
 )
+
+if TYPE_CHECKING:
+    from ..targets import SshLocation, Target
 
 SOCKET_ENV = "MEVEDEL_TOOL_SOCKET"
 TOKEN_ENV = "MEVEDEL_TOOL_TOKEN"
@@ -56,6 +64,7 @@ usable now.
 Add it to an agent by hand:
 
   Claude Code:  claude mcp add mevedel -- mevedel mcp --workspace /path/to/project
+                (or --workspace ssh://[user@]host[:port]/path: served over SSH)
   Codex:        in ~/.codex/config.toml
                   [mcp_servers.mevedel]
                   command = "mevedel"
@@ -83,7 +92,12 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--workspace", type=Path, default=None, help="workspace root (default: current directory)")
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR|ssh://[user@]host[:port]/path",
+        default=None,
+        help="workspace root, here or over SSH (default: current directory)",
+    )
     parser.add_argument("--session", metavar="ID|NAME", default=None, help="the session to bind (default: none)")
     parser.add_argument(
         "--client-state",
@@ -98,9 +112,11 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="LOCATION:KIND:PATH",
-        help="a memory root, e.g. local:mevedel:.mevedel/memory (repeatable)",
+        help="a memory root, e.g. local:mevedel:.mevedel/memory (repeatable; "
+        "a relative PATH is the local workspace's, refused for an SSH one)",
     )
-    parser.add_argument("--skill-root", action="append", default=[], metavar="ORIGIN:PATH", help="a skill root (repeatable)")
+    parser.add_argument("--skill-root", action="append", default=[], metavar="ORIGIN:PATH",
+                        help="a skill root (repeatable; a relative PATH as for --memory-root)")
     parser.set_defaults(run=run)
 
 
@@ -115,42 +131,43 @@ def run(arguments: argparse.Namespace) -> int:
         from ..tool_server import relay_stdio
 
         return int(relay_stdio(socket_path, token) or 0)
-    workspace = (arguments.workspace or Path.cwd()).expanduser()
-    if not workspace.is_dir():
-        return _fail(f"--workspace {workspace}: is not a directory")
-    workspace = workspace.resolve()
+    if arguments.workspace is not None and arguments.workspace.startswith("~"):
+        # An MCP client starts this without a shell: no one else expands it.
+        arguments.workspace = os.path.expanduser(arguments.workspace)
+    try:
+        location = workspace_location(arguments)
+    except CommandError as error:
+        return _fail(str(error))
+    # An SSH workspace has no local root: its roots must be this machine's absolute paths.
+    workspace = location if isinstance(location, Path) else None
     try:
         memory_roots = tuple(_memory_root(workspace, spec) for spec in arguments.memory_root)
         skill_roots = tuple(_skill_root(workspace, spec) for spec in arguments.skill_root)
     except ValueError as error:
         print(f"mevedel: {error}", file=sys.stderr)
         return 2
-    try:
-        # This server has no one to ask: a workspace .mcp.json server runs
-        # only once approved, and the refusal says how.
-        access = configured_access(
-            workspace,
-            cli_config_path(),
-            how_to_approve=APPROVE_IN_A_TERMINAL,
-        )
-    except ValueError as error:
-        return _fail(str(error))
     client_state = arguments.client_state.expanduser() if arguments.client_state is not None else None
     if client_state is not None and not (client_state / IDENTITY_FILE).is_file():
         return _fail(f"--client-state {client_state}: holds no CLI client identity ({IDENTITY_FILE}); "
                      "give the directory `mevedel session list` uses (`$XDG_STATE_HOME/mevedel`, by default ~/.local/state/mevedel)")
     try:
-        return asyncio.run(_standalone(workspace, arguments.session, memory_roots, skill_roots, access, client_state))
+        return asyncio.run(_standalone(location, arguments.workspace, arguments.session, memory_roots, skill_roots, client_state))
     except CommandError as error:
         return _fail(str(error))
 
 
-def _path(workspace: Path, text: str) -> Path:
+def _path(workspace: Path | None, text: str) -> Path:
+    """A root as given: ``~`` expands; a relative one is relative to a local
+    workspace (ValueError on an SSH one, whose files are not this machine's)."""
     path = Path(text).expanduser()
-    return path if path.is_absolute() else workspace / path
+    if path.is_absolute():
+        return path
+    if workspace is None:
+        raise ValueError("a relative root needs a local workspace; give this machine's absolute path")
+    return workspace / path
 
 
-def _memory_root(workspace: Path, spec: str) -> MemoryRoot:
+def _memory_root(workspace: Path | None, spec: str) -> MemoryRoot:
     location, _, rest = spec.partition(":")
     kind, _, path = rest.partition(":")
     if not path:
@@ -161,7 +178,7 @@ def _memory_root(workspace: Path, spec: str) -> MemoryRoot:
         raise ValueError(f"--memory-root {spec!r}: {error}") from None
 
 
-def _skill_root(workspace: Path, spec: str) -> SkillRoot:
+def _skill_root(workspace: Path | None, spec: str) -> SkillRoot:
     origin, _, path = spec.partition(":")
     if not path:
         raise ValueError(f"--skill-root {spec!r}: expected ORIGIN:PATH")
@@ -171,32 +188,82 @@ def _skill_root(workspace: Path, spec: str) -> SkillRoot:
         raise ValueError(f"--skill-root {spec!r}: {error}") from None
 
 
+async def _reached(location: SshLocation, authored: str):
+    """The SSH workspace's target, its root reached and pinned now: a
+    client that starts this server learns at once, from its exit and
+    standard error, that the host or directory cannot be used, rather than
+    from every tool call failing."""
+    from ..targets import workspace_target
+
+    target = workspace_target(location)
+    try:
+        await target.stat(".")
+    except TargetError as error:
+        await target.close()
+        raise CommandError("unavailable", f"--workspace {authored}: {error.reason}") from None
+    except BaseException:
+        await target.close()
+        raise
+    return target
+
+
 async def _standalone(
-    workspace: Path,
+    location: Path | SshLocation,
+    authored: str | None,
     session: str | None,
     memory_roots: tuple[MemoryRoot, ...],
     skill_roots: tuple[SkillRoot, ...],
-    access: McpAccess,
     client_state: Path | None = None,
+) -> int:
+    # (Path, not SshLocation: a local workspace never loads the SSH grammar.)
+    if not isinstance(location, Path):
+        target = await _reached(location, authored or location.uri)
+        try:
+            return await _serve(target, location, session, memory_roots, skill_roots, client_state)
+        finally:
+            await target.close()
+    try:
+        target = LocalTarget(location)
+    except TargetError as error:
+        raise CommandError("unavailable", f"workspace {location}: {error.reason}") from None
+    return await _serve(target, location, session, memory_roots, skill_roots, client_state)
+
+
+async def _serve(
+    target: Target,
+    location: Path | SshLocation,
+    session: str | None,
+    memory_roots: tuple[MemoryRoot, ...],
+    skill_roots: tuple[SkillRoot, ...],
+    client_state: Path | None,
 ) -> int:
     from mcp.server.stdio import stdio_server
 
     from ..tool_server import StandaloneContext, serve
     from .session_command import session_named
 
+    remote = not isinstance(location, Path)
     try:
-        target = LocalTarget(workspace)
-    except TargetError as error:
-        raise CommandError("unavailable", f"workspace {workspace}: {error.reason}") from None
+        # This server has no one to ask: a workspace .mcp.json server runs
+        # only once approved, and the refusal says how. An SSH workspace's
+        # .mcp.json is read through its target; its servers run here.
+        access = configured_access(location, cli_config_path(), how_to_approve=APPROVE_IN_A_TERMINAL, remote=target)
+    except ValueError as error:
+        raise CommandError("invalid-params", str(error)) from None
     # The spool every client on this machine shares (a workspace here needs none).
-    service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE, pending_spool=workspace_spool(workspace),
+    service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE, pending_spool=workspace_spool(location),
                              stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
+    if remote:
+        # A save this machine kept for the host reaches it when the session is resumed here.
+        service.on_spool.append(lambda notice: _tell_kept_save(location.display_host, notice))
     try:
         sid = None
         if session is not None:
-            sid = await session_named(service, session)
             try:
+                sid = await session_named(service, session)
                 opened = await service.sessions.open(sid, "auto")
+            except TargetError as error:  # the host went away after it was reached
+                raise CommandError("unavailable", naming_session(session, error)) from None
             except Exception as error:
                 if not is_refusal(error):
                     raise
@@ -208,7 +275,7 @@ async def _standalone(
                     file=sys.stderr,
                 )
         context = StandaloneContext(
-            workspace, service, sid, memory_roots=memory_roots, skill_roots=skill_roots, mcp=access
+            None if remote else location, service, sid, memory_roots=memory_roots, skill_roots=skill_roots, mcp=access
         )
         try:
             async with stdio_server() as (read_stream, write_stream):

@@ -1,6 +1,9 @@
 """The context ``mevedel mcp`` binds itself when no LSP server started it.
 
-A workspace, and optionally one session opened through this client's own
+A workspace -- a directory of this machine, or one on an SSH host reached
+only through the session service's target (no local root: every path and
+address is read and written through that target, as for the LSP's remote
+folders) -- and optionally one session opened through this client's own
 session service: resumed when its lease is free or already this client's
 (then ``work://`` and project writes are allowed, as for ``mevedel
 apply-patch``), joined read-only when another client holds it (reads only;
@@ -46,7 +49,7 @@ from .context import ToolRefused
 class StandaloneContext:
     def __init__(
         self,
-        workspace: Path,
+        workspace: Path | None,
         service: SessionService | None,
         session_id: str | None,
         *,
@@ -54,6 +57,9 @@ class StandaloneContext:
         skill_roots: tuple[SkillRoot, ...] = (),
         mcp: McpAccess | None = None,
     ) -> None:
+        if workspace is None and service is None:
+            raise ValueError("an SSH workspace is reached only through its session service's target")
+        #: The local root; None for an SSH workspace (``service.target`` is its only way in).
         self.workspace = workspace
         self.service = service
         self.session_id = session_id
@@ -65,17 +71,32 @@ class StandaloneContext:
     def resolver_context(self) -> ResolverContext:
         service, sid = self.service, self.session_id
         is_open = service is not None and sid is not None and service.is_open(sid)
+        opened = sid if is_open else None
+        # A Worktree Fork's plain paths are its checkout's, as its agent's are.
+        working = service.session(opened).conversation.sidecar.working_directory if service is not None and opened else ""
+        if self.workspace is None:
+            assert service is not None  # checked when bound
+            return ResolverContext(
+                memory_roots=self.memory_roots,
+                skill_roots=self.skill_roots,
+                live_history=service.live_history(opened) if opened else None,
+                store_target=service.target,
+                remote_workspace=True,
+                remote_session=opened,
+                session_writable=writable_sessions(service),
+                mcp=self.mcp,
+                working_directory=working,
+            )
         return ResolverContext(
             workspace_root=self.workspace,
-            session_dir=self.workspace / ".mevedel" / "sessions" / sid if is_open and sid else None,
+            session_dir=self.workspace / ".mevedel" / "sessions" / opened if opened else None,
             memory_roots=self.memory_roots,
             skill_roots=self.skill_roots,
-            live_history=service.live_history(sid) if is_open and service and sid else None,
+            live_history=service.live_history(opened) if service is not None and opened else None,
             store_target=service.target if service is not None else None,
             session_writable=writable_sessions(service) if service is not None else None,
             mcp=self.mcp,
-            # A Worktree Fork's plain paths are its checkout's, as its agent's are.
-            working_directory=service.session(sid).conversation.sidecar.working_directory if is_open and service and sid else "",
+            working_directory=working,
         )
 
     async def before_project_write(self, paths: Sequence[str]) -> None:
