@@ -102,6 +102,7 @@ _KINDS: dict[type, str] = {
     )
 }
 _STATUSES = {status.value: status for status in Status}
+_OK = Status.OK
 _CAPTURE_RECORD = struct.Struct(CAPTURE_RECORD)
 
 PlainOperation = tuple[str, str, bool, object, bool]
@@ -327,16 +328,23 @@ def _chain(hops: int, value: object) -> Chain:
     if len(links) > 1 + hops:
         raise ValueError("the chain's names or links do not fit the operation")
     out: list[ChainLink] = []
+    failed = False
     for path, status_text, payload, unsafe in links:
+        if status_text == "ok" and type(payload) is bytes and type(path) is str and not failed:
+            # The usual link, as the checks below would take it (a listing
+            # reads three a session).
+            out.append(ChainLink(path, _OK, payload))
+            continue
         status = _STATUSES.get(status_text)  # type: ignore[arg-type]
         if status is None or status is Status.SKIPPED or not isinstance(path, str):
             raise ValueError(f"a chain link of status {status_text!r}")
-        if out and out[-1].status is not Status.OK:
+        if failed:
             raise ValueError("a chain goes on after a link that failed")
         if status is Status.OK and isinstance(payload, (bytes, bytearray)):
             out.append(ChainLink(path, status, bytes(payload)))
         elif status is not Status.OK and isinstance(payload, str):
             out.append(ChainLink(path, status, None, payload, bool(unsafe)))
+            failed = True
         else:
             raise ValueError(f"a chain link of status {status_text!r} carrying {type(payload).__name__}")
     return Chain(names, tuple(out))
@@ -350,21 +358,18 @@ def _survey(op: SurveyDirs, value: object) -> DirSurvey:
     if not isinstance(complete, bool) or len(entries) > op.limit:  # type: ignore[arg-type]
         raise ValueError("a survey answered more entries than its limit")
     hops = [len(chain.hops) for chain in op.chains]
+    width = len(hops)
     named = op.names
     out: list[SurveyedDir] = []
     for name, stat, listing, chains in entries:  # type: ignore[union-attr]
-        if type(name) is not str or len(chains) != len(hops):
+        if type(name) is not str or len(chains) != width:
             raise ValueError("a survey entry does not fit the operation")
         if named is not None and (len(out) >= len(named) or named[len(out)] != name):
             raise ValueError(f"a survey answered entry {name!r}, which it did not name")
-        out.append(
-            SurveyedDir(
-                name,
-                _nested(stat, _stat_value, None),
-                _nested(listing, _names_value, None),
-                tuple([_nested(chain, _chain, count) for chain, count in zip(chains, hops)]),
-            )
-        )
+        read = []
+        for index in range(width):
+            read.append(_nested(chains[index], _chain, hops[index]))
+        out.append(SurveyedDir(name, _nested(stat, _stat_value, None), _nested(listing, _names_value, None), tuple(read)))
     return DirSurvey(tuple(out), complete)
 
 

@@ -21,7 +21,7 @@ from mevedel_server.targets import (
     Stat,
     Verify,
 )
-from mevedel_server.targets.program import ReadNewest
+from mevedel_server.targets.program import ChainHop, ReadChain, ReadNewest
 
 
 @pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a//b", "a/./b", "a/..", "x\x00y"])
@@ -54,6 +54,9 @@ def test_a_barrier_names_the_root_only():
         Barrier("sub")
 
 
+_CHAIN = ReadChain(".", "g-", 2, ".json", (ChainHop(("next",), "."),))
+
+
 @pytest.mark.parametrize(
     ("op", "value"),
     [
@@ -62,6 +65,12 @@ def test_a_barrier_names_the_root_only():
         (ReadNewest(".", "g-", 2, ".json"), ("g-01.json", 3)),
         (ReadNewest(".", "g-", 2, ".json"), (7, b"x")),
         (ListDir("."), ["a", 3]),
+        # A chain's links: an ok link after a failed one, an ok link with
+        # text or a path that is no name, a link of no known status.
+        (_CHAIN, (["g-01.json"], [["g-01.json", "failed", "denied", False], ["m.json", "ok", b"{}", False]])),
+        (_CHAIN, (["g-01.json"], [["g-01.json", "ok", "text", False]])),
+        (_CHAIN, (["g-01.json"], [[7, "ok", b"{}", False]])),
+        (_CHAIN, (["g-01.json"], [["g-01.json", "fine", b"{}", False]])),
     ],
 )
 def test_an_answer_of_the_wrong_type_is_refused_not_converted(op, value):

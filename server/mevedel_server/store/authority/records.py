@@ -21,6 +21,7 @@ import msgspec
 
 from ...targets import InvalidTargetPath, ProcessIdentity, split_target_path
 from ..content.pattern_check import pattern_check
+from ..content.remembered import Remembered
 from ..errors import StoreError
 
 LEASE_FORMAT_VERSION = 1
@@ -45,7 +46,8 @@ Seconds = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INTEGER)]
 
 
-_client_id = pattern_check(CLIENT_ID_PATTERN)
+#: Client IDs repeat across records (a few clients write them all).
+_client_id = pattern_check(CLIENT_ID_PATTERN, remember=True)
 _head = pattern_check(HEAD_PATTERN)
 _published = pattern_check(PUBLISHED_PATTERN)
 _sha256 = pattern_check(SHA256_PATTERN)
@@ -144,8 +146,12 @@ class PublicationManifest(_Record, kw_only=True):
 
     def __post_init__(self) -> None:
         _publication_id("publication_id", self.publication_id)
+        # Every session's manifest names the same few logical paths.
+        known = _logical_paths.values
         for logical in self.entries:
-            check_logical_path(logical)
+            if logical not in known:
+                check_logical_path(logical)
+                _logical_paths.keep(logical, True)
 
 
 class TransferVerdict(enum.Enum):
@@ -225,6 +231,10 @@ class KeptTurnStates(_Record, kw_only=True):
     format_version: int = TURN_STATES_FORMAT_VERSION
     session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
     states: dict[Annotated[str, msgspec.Meta(pattern=rf"^{PUBLICATION_ID_PATTERN}\Z")], KeptTurnState]
+
+
+#: Logical paths a manifest named that :func:`check_logical_path` accepted.
+_logical_paths = Remembered(8192)
 
 
 def check_logical_path(logical: str) -> None:

@@ -416,7 +416,8 @@ class Sidecar(_Closed, kw_only=True):
 
 
 _session_id = pattern_check(SESSION_ID_TEXT)
-_workspace_id = pattern_check(WORKSPACE_ID_TEXT)
+#: Every sidecar of a workspace records the same one.
+_workspace_id = pattern_check(WORKSPACE_ID_TEXT, remember=True)
 
 
 def _check_sidecar(s: Sidecar) -> None:

@@ -318,11 +318,13 @@ def sidecar_facts(data: bytes) -> SidecarFacts | SidecarRefusal:
     )
 
 
-#: Lease records by their bytes, each with the generation its name said
-#: (bytes judged under another name are judged again). Keyed by the bytes
-#: alone, so that a look-up makes no key: a listing makes one a session.
+#: Lease records by their bytes. A record counts only as the generation it
+#: records, which its name must say (bytes read under another name are
+#: judged again, and refused); so the record alone is kept, and a look-up
+#: makes no key and a keep no pair: a listing makes one a session.
 _leases = Remembered(2 * 1024 * 1024)
-#: Manifests by their bytes, each with the publication its directory named.
+#: Manifests by their bytes; one counts only in the publication directory
+#: it names (read in another, it is judged again, and refused).
 _manifests = Remembered(4 * 1024 * 1024)
 #: Sidecar facts by the SHA-256 of the bytes they were read from (published
 #: bytes never change; the listing checks the digest against the bytes).
@@ -625,16 +627,14 @@ class _Probe:
                 self._op_failure(InspectSubject.LEASE, paths.generation_label(head), status, reason)
             return None
         assert data is not None
-        known = _leases.values.get(data)
-        if known is not None and known[0] == head:
-            record = known[1]
-        else:
+        record = _leases.values.get(data)
+        if record is None or record.generation != head:
             try:
                 record = decode_lease_generation(paths, head, data)
             except RecordError as error:
                 self._fail_record(InspectSubject.LEASE, error)
                 return None
-            _leases.keep(data, (head, record), len(data))
+            _leases.keep(data, record, len(data))
         self.survey.observation = LeaseObservation(paths.session_id, head, record, data, now, self.generations)
         self.stage = _Stage.DONE if record.publication_head is None else _Stage.MANIFEST
         return record
@@ -658,16 +658,14 @@ class _Probe:
             return None
         assert data is not None
         publication = publication_id_of(head)
-        known = _manifests.values.get(data)
-        if known is not None and known[0] == publication:
-            manifest = known[1]
-        else:
+        manifest = _manifests.values.get(data)
+        if manifest is None or manifest.publication_id != publication:
             try:
                 manifest = decode_manifest(label, publication, data)
             except RecordError as error:
                 self._fail_record(InspectSubject.MANIFEST, error)
                 return None
-            _manifests.keep(data, (publication, manifest), len(data))
+            _manifests.keep(data, manifest, len(data))
         if SIDECAR_PATH not in manifest.entries:
             self._fail(
                 InspectSubject.SIDECAR,
