@@ -15,6 +15,8 @@ from pytest_lsp.client import register_lsp_features
 
 from mevedel_server.lsp.transport.wire_protocol import plain_json_converter
 
+from . import raw_client
+
 SESSION = "2026-07-19T09-47-bf87b5dd793a"
 BIG_ENTRIES = 40
 
@@ -130,3 +132,20 @@ async def machines(workspace):
                 await asyncio.wait_for(client.shutdown_session(), 60)
             except Exception:
                 client._server.kill()
+
+
+@pytest.fixture
+async def raw_servers(tmp_path):
+    """Starts servers (``RawClient.start``); kills any a failed test left running."""
+    clients: list[raw_client.RawClient] = []
+
+    async def starting(*command: str) -> raw_client.RawClient:
+        client = await raw_client.RawClient.start(tmp_path / f"server-{len(clients)}.log", *command)
+        clients.append(client)
+        return client
+
+    yield starting
+    for client in clients:
+        if client.process.returncode is None:
+            client.process.kill()
+            await client.process.wait()

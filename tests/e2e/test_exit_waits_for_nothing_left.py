@@ -20,7 +20,8 @@ import pytest
 
 from deadlines import GENEROUS_SECONDS
 
-from .test_clean_exit import RawClient, end_of_input, exit_alone
+from .raw_client import RawClient
+from .test_clean_exit import end_of_input, exit_alone
 
 UNCOOPERATIVE = """
 import asyncio, importlib, sys, time
@@ -73,27 +74,11 @@ ENDINGS = {
 }
 
 
-@pytest.fixture
-async def start(tmp_path):
-    clients: list[RawClient] = []
-
-    async def starting(*command: str) -> RawClient:
-        client = await RawClient.start(tmp_path / f"server-{len(clients)}.log", *command)
-        clients.append(client)
-        return client
-
-    yield starting
-    for client in clients:
-        if client.process.returncode is None:
-            client.process.kill()
-            await client.process.wait()
-
-
 @pytest.mark.parametrize("ending", list(ENDINGS))
 @pytest.mark.parametrize("left", ["step", "work"])
-async def test_the_process_ends_once_its_exit_sequence_is_over(workspace: Path, start, ending, left):
+async def test_the_process_ends_once_its_exit_sequence_is_over(workspace: Path, raw_servers, ending, left):
     end, reason, expected_status = ENDINGS[ending]
-    client = await start(sys.executable, "-c", UNCOOPERATIVE, left)
+    client = await raw_servers(sys.executable, "-c", UNCOOPERATIVE, left)
     await client.initialize(workspace)
     await end(client)
     status = await answered(client.process.wait(), f"the end of the process after {ending}")
