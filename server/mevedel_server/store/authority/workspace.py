@@ -54,12 +54,20 @@ def check_session_id(text: str) -> str:
     match = SESSION_ID_PATTERN.match(text)
     if match is None:
         raise InvalidSessionId(text, "expected YYYY-MM-DDTHH-MM- and 12 lowercase hex digits")
-    try:
-        # The fields' places are fixed: read from the text, not the groups.
-        datetime(int(text[:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]), int(text[14:16]))
-    except ValueError as exc:
-        raise InvalidSessionId(text, f"impossible date or time ({exc})") from None
+    # Remembered by minute: the sessions of a workspace share few, and
+    # building the date was most of a first listing's name check.
+    minute = text[:16]
+    if _possible_minutes.values.get(minute) is None:
+        try:
+            # The fields' places are fixed: read from the text, not the groups.
+            datetime(int(text[:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]), int(text[14:16]))
+        except ValueError as exc:
+            raise InvalidSessionId(text, f"impossible date or time ({exc})") from None
+        _possible_minutes.keep(minute, True)
     return text
+
+
+_possible_minutes = Remembered(4096)
 
 
 def is_session_id(text: str) -> bool:
