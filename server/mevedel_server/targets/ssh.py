@@ -87,6 +87,9 @@ _JOIN_LIMIT = 32 * 1024
 #: run_command's status for a cwd that failed its check (nothing ran).
 _CWD_REFUSED = 125
 _MAX_BACKOFF = 10.0
+#: Seconds (at most; the connect limit if shorter) that a dial which found
+#: the host silent stands as the answer of the programs starting after it.
+_SILENT_HOLD = 5.0
 # Failures that a retry cannot cure.
 _FINAL_CONNECT_ERRORS = (
     asyncssh.PermissionDenied,
@@ -202,9 +205,12 @@ class SshTarget(ProgramTarget):
         self._timeout = program_timeout
         self._channels = asyncio.Semaphore(max_channels)
         self._connect_lock = asyncio.Lock()
-        #: Dials begun, and why the last one failed (``None``: it did not).
+        #: Dials ended; the failure of the last one if it found the host
+        #: silent, and until when (event loop time) that stands for the
+        #: programs that start meanwhile.
         self._dials = 0
-        self._dial_failure: TargetUnavailable | None = None
+        self._silent: TargetUnavailable | None = None
+        self._silent_until = 0.0
         self._pin_lock = asyncio.Lock()
         self._conn: asyncssh.SSHClientConnection | None = None
         self._borrow = connection
@@ -533,25 +539,28 @@ class SshTarget(ProgramTarget):
 
     async def _connection(self, since: int | None = None) -> asyncssh.SSHClientConnection:
         """The open connection, dialed if there is none. A program that
-        began (``since``: the count of dials then) before a dial that failed
-        takes that failure instead of dialing in turn: programs queued
-        behind a silent host would each wait out its time limit again, the
-        last of them that many times over."""
+        began (``since``: the count of ended dials then) before a dial that
+        found the host silent ended takes that failure instead of dialing in
+        turn: programs queued behind a silent host would each wait out its
+        time limit again, the last of them that many times over. So does one
+        that starts shortly after: the programs of one operation (a save,
+        then the reads that tell what became of it) wait for one dial, not
+        one each. A dial that failed fast (refused: an SSH server
+        restarting) is no answer for another program, which dials itself."""
         dials = self._dials if since is None else since
         async with self._connect_lock:
             if self._closed:
                 raise self._unavailable("the target was closed", False)
             if self._conn is None or self._conn.is_closed():
-                failure = self._dial_failure
-                if failure is not None and self._dials != dials:
-                    raise type(failure)(failure.host, failure.reason, outcome_unknown=failure.outcome_unknown)
-                self._dials += 1
-                self._dial_failure = None
+                silent = self._silent
+                recent = asyncio.get_running_loop().time() < self._silent_until
+                if silent is not None and (self._dials != dials or recent):
+                    raise self._unavailable(silent.reason, False)
+                self._silent = None
                 try:
                     self._conn = await self._dial()
-                except TargetUnavailable as failed:
-                    self._dial_failure = failed
-                    raise
+                finally:
+                    self._dials += 1
             return self._conn
 
     def _forget(self, conn: asyncssh.SSHClientConnection) -> None:
@@ -584,12 +593,14 @@ class SshTarget(ProgramTarget):
                         self._location.host, self._location.port or (), options=self._options, config=self._config
                     )
             except TimeoutError:
-                raise self._unavailable(
+                self._silent = self._unavailable(
                     f"no answer while connecting within {limit:g} s: check that the host is up and reachable "
                     "from this machine and that its SSH server answers (ConnectTimeout in your SSH config sets "
                     "this limit)",
                     False,
-                ) from None
+                )
+                self._silent_until = loop.time() + min(_SILENT_HOLD, limit)
+                raise self._silent from None
             except asyncssh.HostKeyNotVerifiable as exc:
                 raise HostKeyRefused(
                     self.host,
@@ -617,7 +628,7 @@ class SshTarget(ProgramTarget):
             self.connections += 1
             return conn
         raise self._unavailable(
-            f"cannot connect after {tried} attempt{'s' if tried > 1 else ''} in {limit:g} s: {_describe(last)}; "
+            f"cannot connect after {tried} attempt{'s' if tried > 1 else ''}: {_describe(last)}; "
             "check that the host is up and that its SSH server listens",
             False,
         )
