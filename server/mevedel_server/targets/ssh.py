@@ -31,7 +31,11 @@ processes unused for ``spare_idle_seconds`` are closed.
 One asyncssh connection carries every program of a target as separate
 channels, so concurrent programs never read each other's answers. A dropped
 connection is re-established on the next program with exponential backoff,
-for a bounded number of attempts. The interpreter's real path, reported when
+for a bounded number of attempts within the connect time limit. A host that
+goes silent is found out by keepalives (see :mod:`.ssh_config` for both
+limits): the connection closes, a program waiting on it ends
+:class:`TargetUnavailable` with its outcome unknown, and a host still
+silent when it is dialed again fails the dial at its time limit. The interpreter's real path, reported when
 the root is pinned, replaces the configured command name for later programs
 (skipping version-manager shims); a program that finds it gone (exit status
 126/127: nothing ran) falls back to the name once. The target clock is the remote
@@ -286,7 +290,11 @@ class SshTarget(ProgramTarget):
 
         ``python`` names the remote interpreter (3.7 or later).
         ``reconnect_attempts`` bounds the connection attempts after a drop,
-        spaced ``reconnect_delay`` seconds and doubling. ``program_timeout``
+        spaced ``reconnect_delay`` seconds and doubling, all within the
+        connect time limit (asyncssh's ``connect_timeout``, from
+        ``ConnectTimeout``); keepalives are asyncssh's ``keepalive_interval``
+        and ``keepalive_count_max`` (``ServerAliveInterval``,
+        ``ServerAliveCountMax``), never off. ``program_timeout``
         bounds one program, lock waits included (``None``: no bound; a
         program cut off by it raises :class:`TargetUnavailable` with an
         unknown outcome). At most ``max_channels`` programs run at once on
