@@ -1,8 +1,9 @@
 """A save whose SSH host has gone silent -- its network drops every packet,
 the connection stays open and nothing answers -- is answered: the editor is
 told the save is pending and this machine keeps it in the pending-save
-spool, as for a host that refused it. Neither the connection the server
-holds nor a new one to the silent host waits forever.
+spool, as for a host that refused it; an artifact write is answered
+``unavailable`` naming the host. Neither the connection the server holds
+nor a new one to the silent host waits forever.
 
 The real server over stdio and a real OpenSSH server on loopback: stopped
 with SIGSTOP (its connections and remote programs too) after a first save
@@ -84,23 +85,38 @@ SILENCES = {
 }
 
 
-@pytest.mark.parametrize("silence", list(SILENCES))
-async def test_a_save_on_a_silent_host_is_answered_and_kept_on_this_machine(own_sshd, tmp_path, silence):
-    go_silent, limits = SILENCES[silence]
-    home = _home(tmp_path, own_sshd, limits)
+async def _server(tmp_path: Path, sshd: OpenSshServer, limits: str):
+    """The language server of a machine whose ``~/.ssh/config`` reaches
+    ``sshd`` (with ``limits``), with a workspace folder there: the client,
+    the folder's address, the server's log and state directory."""
+    home = _home(tmp_path, sshd, limits)
     project = tmp_path / "remote"
     project.mkdir()
-    url, log, state = own_sshd.url(project), tmp_path / "server.log", tmp_path / "state"
+    url, log, state = sshd.url(project), tmp_path / "server.log", tmp_path / "state"
     config = ClientServerConfig(
         server_command=[sys.executable, "-m", "mevedel_server", "--log-file", str(log)],
         client_factory=make_client,
         server_env={**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(state)},
     )
     client = await config.start()
+    await client.initialize_session(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), initialization_options={"remoteWorkspaces": [url]},
+    ))
+    return client, url, log, state
+
+
+async def _stop(client) -> None:
+    if client._server.returncode is None:
+        client._server.kill()
+        await client._server.wait()
+    await client.stop()
+
+
+@pytest.mark.parametrize("silence", list(SILENCES))
+async def test_a_save_on_a_silent_host_is_answered_and_kept_on_this_machine(own_sshd, tmp_path, silence):
+    go_silent, limits = SILENCES[silence]
+    client, url, log, state = await _server(tmp_path, own_sshd, limits)
     try:
-        await client.initialize_session(types.InitializeParams(
-            capabilities=types.ClientCapabilities(), initialization_options={"remoteWorkspaces": [url]},
-        ))
         ws = {"workspaceFolder": url}
         sid = (await request(client, methods.SESSION_CREATE, ws))["sessionId"]
         for turn, answer in enumerate(["first answer", "second answer"], 1):
@@ -120,7 +136,28 @@ async def test_a_save_on_a_silent_host_is_answered_and_kept_on_this_machine(own_
             await within(client._server.wait(), "the end of the server")
         assert "Traceback" not in log.read_text()
     finally:
-        if client._server.returncode is None:
-            client._server.kill()
-            await client._server.wait()
-        await client.stop()
+        await _stop(client)
+
+
+@pytest.mark.parametrize("silence", list(SILENCES))
+async def test_an_artifact_write_on_a_silent_host_is_answered_unavailable(own_sshd, tmp_path, silence):
+    go_silent, limits = SILENCES[silence]
+    client, url, log, _state = await _server(tmp_path, own_sshd, limits)
+    try:
+        ws = {"workspaceFolder": url}
+        await request(client, methods.SESSION_CREATE, ws)
+        doc = await request(client, methods.ARTIFACT_CREATE, {**ws, "kind": "document", "title": "Plan", "content": "# Plan\n"})
+        read = await request(client, methods.ARTIFACT_READ, {**ws, "id": doc["id"]})
+        with go_silent(own_sshd):
+            with pytest.raises(JsonRpcException) as caught:
+                await within(
+                    request(client, methods.ARTIFACT_WRITE, {**ws, "id": doc["id"], "content": "# Plan\n- more\n", "baseRevision": read["revision"]}),
+                    "the artifact write on the silent host",
+                )
+            assert caught.value.data["kind"] == "unavailable", caught.value.data
+            assert f"127.0.0.1:{own_sshd.port}" in caught.value.data["reason"], caught.value.data
+            client.exit(None)
+            await within(client._server.wait(), "the end of the server")
+        assert "Traceback" not in log.read_text()
+    finally:
+        await _stop(client)
