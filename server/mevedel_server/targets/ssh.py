@@ -34,13 +34,13 @@ connection is re-established on the next program with exponential backoff,
 for a bounded number of attempts within the connect time limit. A host that
 goes silent is found out by keepalives (see :mod:`.ssh_config` for both
 limits): the connection closes, a program waiting on it ends
-:class:`TargetUnavailable` with its outcome unknown, and a host still
-silent when it is dialed again fails the dial at its time limit. The interpreter's real path, reported when
-the root is pinned, replaces the configured command name for later programs
-(skipping version-manager shims); a program that finds it gone (exit status
-126/127: nothing ran) falls back to the name once. The target clock is the remote
-filesystem's (``Clock`` operations run remotely); this client's wall clock
-never enters a reading.
+:class:`TargetUnavailable` with its outcome unknown, and a host still silent
+when it is dialed again fails the dial at its time limit. The interpreter's
+real path, reported when the root is pinned, replaces the configured command
+name for later programs (skipping version-manager shims); a program that
+finds it gone (exit status 126/127: nothing ran) falls back to the name once.
+The target clock is the remote filesystem's (``Clock`` operations run
+remotely); this client's wall clock never enters a reading.
 """
 
 from __future__ import annotations
@@ -209,11 +209,11 @@ class SshTarget(ProgramTarget):
         self._timeout = program_timeout
         self._channels = asyncio.Semaphore(max_channels)
         self._connect_lock = asyncio.Lock()
-        #: Dials ended; the failure of the last one if it found the host
+        #: Dials ended; why the last one failed if it found the host
         #: silent, and until when (event loop time) that stands for the
         #: programs that start meanwhile.
         self._dials = 0
-        self._silent: TargetUnavailable | None = None
+        self._silent: str | None = None
         self._silent_until = 0.0
         self._pin_lock = asyncio.Lock()
         self._conn: asyncssh.SSHClientConnection | None = None
@@ -563,7 +563,7 @@ class SshTarget(ProgramTarget):
                 silent = self._silent
                 recent = asyncio.get_running_loop().time() < self._silent_until
                 if silent is not None and (self._dials != dials or recent):
-                    raise self._unavailable(silent.reason, False)
+                    raise self._unavailable(silent, False)
                 self._silent = None
                 try:
                     self._conn = await self._dial()
@@ -601,14 +601,13 @@ class SshTarget(ProgramTarget):
                         self._location.host, self._location.port or (), options=self._options, config=self._config
                     )
             except TimeoutError:
-                self._silent = self._unavailable(
+                self._silent = (
                     f"no answer while connecting within {limit:g} s: check that the host is up and reachable "
                     "from this machine and that its SSH server answers (ConnectTimeout in your SSH config sets "
-                    "this limit)",
-                    False,
+                    "this limit)"
                 )
                 self._silent_until = loop.time() + min(_SILENT_HOLD, limit)
-                raise self._silent from None
+                raise self._unavailable(self._silent, False) from None
             except asyncssh.HostKeyNotVerifiable as exc:
                 raise HostKeyRefused(
                     self.host,
