@@ -31,12 +31,16 @@ processes unused for ``spare_idle_seconds`` are closed.
 One asyncssh connection carries every program of a target as separate
 channels, so concurrent programs never read each other's answers. A dropped
 connection is re-established on the next program with exponential backoff,
-for a bounded number of attempts. The interpreter's real path, reported when
-the root is pinned, replaces the configured command name for later programs
-(skipping version-manager shims); a program that finds it gone (exit status
-126/127: nothing ran) falls back to the name once. The target clock is the remote
-filesystem's (``Clock`` operations run remotely); this client's wall clock
-never enters a reading.
+for a bounded number of attempts within the connect time limit. A host that
+goes silent is found out by keepalives (see :mod:`.ssh_config` for both
+limits): the connection closes, a program waiting on it ends
+:class:`TargetUnavailable` with its outcome unknown, and a host still silent
+when it is dialed again fails the dial at its time limit. The interpreter's
+real path, reported when the root is pinned, replaces the configured command
+name for later programs (skipping version-manager shims); a program that
+finds it gone (exit status 126/127: nothing ran) falls back to the name once.
+The target clock is the remote filesystem's (``Clock`` operations run
+remotely); this client's wall clock never enters a reading.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ from .remote_bundle import (
     remote_script,
 )
 from .remote_errors import HostKeyRefused, SshLocationError, TargetUnavailable
-from .ssh_config import SshLocation, client_options, parse_ssh_location
+from .ssh_config import CONNECT_TIMEOUT, SshLocation, client_options, parse_ssh_location
 from .target import ProgramTarget
 from .wire import (
     HEAD_SIZE,
@@ -87,6 +91,9 @@ _JOIN_LIMIT = 32 * 1024
 #: run_command's status for a cwd that failed its check (nothing ran).
 _CWD_REFUSED = 125
 _MAX_BACKOFF = 10.0
+#: Seconds (at most; the connect limit if shorter) that a dial which found
+#: the host silent stands as the answer of the programs starting after it.
+_SILENT_HOLD = 5.0
 # Failures that a retry cannot cure.
 _FINAL_CONNECT_ERRORS = (
     asyncssh.PermissionDenied,
@@ -202,6 +209,12 @@ class SshTarget(ProgramTarget):
         self._timeout = program_timeout
         self._channels = asyncio.Semaphore(max_channels)
         self._connect_lock = asyncio.Lock()
+        #: Dials ended; why the last one failed if it found the host
+        #: silent, and until when (event loop time) that stands for the
+        #: programs that start meanwhile.
+        self._dials = 0
+        self._silent: str | None = None
+        self._silent_until = 0.0
         self._pin_lock = asyncio.Lock()
         self._conn: asyncssh.SSHClientConnection | None = None
         self._borrow = connection
@@ -277,7 +290,11 @@ class SshTarget(ProgramTarget):
 
         ``python`` names the remote interpreter (3.7 or later).
         ``reconnect_attempts`` bounds the connection attempts after a drop,
-        spaced ``reconnect_delay`` seconds and doubling. ``program_timeout``
+        spaced ``reconnect_delay`` seconds and doubling, all within the
+        connect time limit (asyncssh's ``connect_timeout``, from
+        ``ConnectTimeout``); keepalives are asyncssh's ``keepalive_interval``
+        and ``keepalive_count_max`` (``ServerAliveInterval``,
+        ``ServerAliveCountMax``), never off. ``program_timeout``
         bounds one program, lock waits included (``None``: no bound; a
         program cut off by it raises :class:`TargetUnavailable` with an
         unknown outcome). At most ``max_channels`` programs run at once on
@@ -303,7 +320,7 @@ class SshTarget(ProgramTarget):
             raise
         return target
 
-    async def _pin(self, program: ControlProgram | None = None) -> list | None:
+    async def _pin(self, program: ControlProgram | None = None, since: int | None = None) -> list | None:
         """Resolve the SSH settings (once), then prove and pin the root.
         With ``program``, the same remote process runs it once the root is
         pinned and its answer is returned: a command's first program costs
@@ -313,7 +330,7 @@ class SshTarget(ProgramTarget):
         request = ["pin", self._location.root]
         if program is not None:
             request += [program.lock, plain_operations(program)]
-        answer = await self._exchange(request)
+        answer = await self._exchange(request, since)
         if answer[0] == "refused" and len(answer) == 4:
             # The root check names the root "." (the executor knows no
             # other name for it); a person wrote ssh://host/path, so the
@@ -336,7 +353,7 @@ class SshTarget(ProgramTarget):
             self._refill(self._conn)  # warm processes for the first programs
         return answer[6:] if program is not None else None
 
-    async def _pinned(self, program: ControlProgram | None = None) -> list | None:
+    async def _pinned(self, program: ControlProgram | None = None, since: int | None = None) -> list | None:
         """Pin the root if no program has yet. With ``program``, the
         answer of that program when it was run with the pin (``None``
         when the root was already pinned and it still has to run)."""
@@ -344,7 +361,7 @@ class SshTarget(ProgramTarget):
             async with self._pin_lock:
                 if self._identity is None:
                     try:
-                        return await self._pin(program)
+                        return await self._pin(program, since)
                     except SshLocationError as error:
                         raise self._unavailable(error.reason, False) from None
         return None
@@ -371,7 +388,8 @@ class SshTarget(ProgramTarget):
         return f"SshTarget({self.host}, <root>)"
 
     async def run(self, program: ControlProgram) -> ProgramResult:
-        with_pin = await self._pinned(program)
+        since = self._dials
+        with_pin = await self._pinned(program, since)
         if with_pin is not None:
             if with_pin[0] == "done" and len(with_pin) == 3:
                 return self._result(program, with_pin[1], with_pin[2])
@@ -380,7 +398,7 @@ class SshTarget(ProgramTarget):
             raise self._unavailable("the target answered with something that is not a program result", True)
         assert self._identity is not None
         dev, ino = self._identity
-        answer = await self._exchange(["program", self._root, dev, ino, program.lock, plain_operations(program)])
+        answer = await self._exchange(["program", self._root, dev, ino, program.lock, plain_operations(program)], since)
         kind = answer[0] if answer else None
         if kind == "done" and len(answer) == 3:
             return self._result(program, answer[1], answer[2])
@@ -425,7 +443,8 @@ class SshTarget(ProgramTarget):
         group gone later)."""
         if not argv:
             raise ValueError("a command needs at least the program name")
-        await self._pinned()
+        since = self._dials
+        await self._pinned(since=since)
         parts = split_target_path(cwd)
         directory = "/".join([self.root.rstrip("/"), *parts]) or "/"
         below = "".join("/" + shlex.quote(part) for part in parts)
@@ -456,7 +475,7 @@ class SshTarget(ProgramTarget):
             f"(cat >/dev/null; {stop}) <&3 3<&- >/dev/null 2>&1 & {tail}"
         )
         async with self._channels:
-            conn = await self._connection()
+            conn = await self._connection(since)
             try:
                 process = await conn.create_process(line, encoding=None)
             except _TRANSPORT_ERRORS as exc:
@@ -526,12 +545,30 @@ class SshTarget(ProgramTarget):
     def _unavailable(self, reason: str, outcome_unknown: bool) -> TargetUnavailable:
         return TargetUnavailable(self.host, reason, outcome_unknown=outcome_unknown)
 
-    async def _connection(self) -> asyncssh.SSHClientConnection:
+    async def _connection(self, since: int | None = None) -> asyncssh.SSHClientConnection:
+        """The open connection, dialed if there is none. A program that
+        began (``since``: the count of ended dials then) before a dial that
+        found the host silent ended takes that failure instead of dialing in
+        turn: programs queued behind a silent host would each wait out its
+        time limit again, the last of them that many times over. So does one
+        that starts shortly after: the programs of one operation (a save,
+        then the reads that tell what became of it) wait for one dial, not
+        one each. A dial that failed fast (refused: an SSH server
+        restarting) is no answer for another program, which dials itself."""
+        dials = self._dials if since is None else since
         async with self._connect_lock:
             if self._closed:
                 raise self._unavailable("the target was closed", False)
             if self._conn is None or self._conn.is_closed():
-                self._conn = await self._dial()
+                silent = self._silent
+                recent = asyncio.get_running_loop().time() < self._silent_until
+                if silent is not None and (self._dials != dials or recent):
+                    raise self._unavailable(silent, False)
+                self._silent = None
+                try:
+                    self._conn = await self._dial()
+                finally:
+                    self._dials += 1
             return self._conn
 
     def _forget(self, conn: asyncssh.SSHClientConnection) -> None:
@@ -540,16 +577,37 @@ class SshTarget(ProgramTarget):
         conn.abort()
 
     async def _dial(self) -> asyncssh.SSHClientConnection:
+        """A new connection, within the connect time limit for all attempts
+        together. A refused or reset connection is tried again with
+        backoff (an SSH server restarting); a host silent for the whole
+        limit is not: it ends the dial at once."""
         if self._borrow is not None:
             return await self._borrow()
+        limit = self._options.connect_timeout or CONNECT_TIMEOUT
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
         last: BaseException | None = None
+        tried = 0
         for attempt in range(self._attempts):
             if attempt:
-                await asyncio.sleep(min(self._delay * 2 ** (attempt - 1), _MAX_BACKOFF))
+                pause = min(self._delay * 2 ** (attempt - 1), _MAX_BACKOFF)
+                if loop.time() + pause >= deadline:
+                    break
+                await asyncio.sleep(pause)
+            tried += 1
             try:
-                conn = await asyncssh.connect(
-                    self._location.host, self._location.port or (), options=self._options, config=self._config
+                async with asyncio.timeout_at(deadline):
+                    conn = await asyncssh.connect(
+                        self._location.host, self._location.port or (), options=self._options, config=self._config
+                    )
+            except TimeoutError:
+                self._silent = (
+                    f"no answer while connecting within {limit:g} s: check that the host is up and reachable "
+                    "from this machine and that its SSH server answers (ConnectTimeout in your SSH config sets "
+                    "this limit)"
                 )
+                self._silent_until = loop.time() + min(_SILENT_HOLD, limit)
+                raise self._unavailable(self._silent, False) from None
             except asyncssh.HostKeyNotVerifiable as exc:
                 raise HostKeyRefused(
                     self.host,
@@ -571,23 +629,27 @@ class SshTarget(ProgramTarget):
                 # UserKnownHostsFile or IdentityFile that is not there yet):
                 # no retry makes it appear, so say which one at once.
                 raise self._unavailable(_unreadable_setting(exc), False) from None
-            except (*_TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
+            except _TRANSPORT_ERRORS as exc:
                 last = exc
                 continue
             self.connections += 1
             return conn
-        raise self._unavailable(f"cannot connect after {self._attempts} attempts: {_describe(last)}", False)
+        raise self._unavailable(
+            f"cannot connect after {tried} attempt{'s' if tried > 1 else ''}: {_describe(last)}; "
+            "check that the host is up and that its SSH server listens",
+            False,
+        )
 
     # -- one round trip ------------------------------------------------------
 
-    async def _exchange(self, request: list) -> list:
+    async def _exchange(self, request: list, since: int | None = None) -> list:
         """Send ``request`` to a fresh remote process and return its answer
         value; retried once only when it provably never ran."""
         async with self._channels:
             attempt = 0
             gone = 0
             while attempt < 2:
-                conn = await self._connection()
+                conn = await self._connection(since)
                 try:
                     if self._timeout is None:
                         return await self._exchange_on(conn, request)

@@ -8,6 +8,15 @@ configuration through asyncssh (host aliases, ``HostName``, ``Port``,
 ``User``, ``IdentityFile``, ``IdentityAgent``, ``UserKnownHostsFile``...),
 with host key checking always on: a configuration that turns it off is
 refused, never obeyed.
+
+A host that goes silent is found out in bounded time, whatever the
+configuration says: every connection sends keepalives (OpenSSH's
+``ServerAliveInterval``/``ServerAliveCountMax`` when the configuration sets
+them, else every :data:`KEEPALIVE_INTERVAL` seconds, :data:`KEEPALIVE_COUNT_MAX`
+unanswered ones ending the connection), and connecting gives up after
+``ConnectTimeout`` seconds (else :data:`CONNECT_TIMEOUT`). A value of 0,
+which turns either off in OpenSSH, gets the default too: an editor's save
+must not wait forever on a host that dropped off the network.
 """
 
 from __future__ import annotations
@@ -23,6 +32,18 @@ if TYPE_CHECKING:
     import asyncssh
 
 SCHEME = "ssh://"
+
+#: Seconds without a word from the host before a keepalive is sent, when
+#: the SSH configuration sets no ``ServerAliveInterval`` (OpenSSH sends none).
+KEEPALIVE_INTERVAL = 15.0
+#: Keepalives left unanswered before the connection is given up for dead,
+#: when the configuration sets no ``ServerAliveCountMax`` (OpenSSH's 3).
+KEEPALIVE_COUNT_MAX = 3
+#: Seconds connecting may take in all (TCP, handshake and login, every
+#: attempt), when the configuration sets no ``ConnectTimeout``. OpenSSH
+#: would wait for the system's TCP timeout, then without a bound for a
+#: host that accepted the connection and never answers.
+CONNECT_TIMEOUT = 15.0
 
 
 class SshLocation(msgspec.Struct, frozen=True):
@@ -106,7 +127,9 @@ def parse_ssh_location(location: str, root: str | None = None) -> SshLocation:
 async def client_options(location: SshLocation, config=(), **options) -> asyncssh.SSHClientConnectionOptions:
     """The asyncssh options for ``location``: the user's OpenSSH configuration
     (``config=()``: ``~/.ssh/config``; a list of paths: those files) under
-    any explicit ``options``. Refuses host key checking turned off."""
+    any explicit ``options``, with the bounds on a silent host (see the
+    module) filled in where neither sets them. Refuses host key checking
+    turned off."""
     # Here, so that parsing a location does not load asyncssh.
     from .asyncssh_import import asyncssh
     explicit = {k: v for k, v in options.items() if v != ()}
@@ -116,6 +139,9 @@ async def client_options(location: SshLocation, config=(), **options) -> asyncss
         resolved = await asyncssh.SSHClientConnectionOptions.construct(
             config=config, host=location.host, port=location.port if location.port is not None else (), **explicit
         )
+        bounds = _silent_host_bounds(resolved)
+        if bounds:
+            resolved = await asyncssh.SSHClientConnectionOptions.construct(resolved, **bounds)
     except (OSError, ValueError, asyncssh.Error) as exc:
         raise SshLocationError(location.display_host, f"unusable SSH settings: {exc}") from None
     if resolved.known_hosts is None:
@@ -125,3 +151,16 @@ async def client_options(location: SshLocation, config=(), **options) -> asyncss
             "refusing to connect to an unverified host",
         )
     return resolved
+
+
+def _silent_host_bounds(resolved: asyncssh.SSHClientConnectionOptions) -> dict:
+    """The defaults for the limits that ``resolved`` (the configuration
+    and the explicit options) leaves unset or turned off."""
+    bounds: dict = {}
+    if not resolved.keepalive_interval:
+        bounds["keepalive_interval"] = KEEPALIVE_INTERVAL
+        if resolved.config.get("ServerAliveCountMax") is None and "keepalive_count_max" not in resolved.kwargs:
+            bounds["keepalive_count_max"] = KEEPALIVE_COUNT_MAX
+    if not resolved.connect_timeout:
+        bounds["connect_timeout"] = CONNECT_TIMEOUT
+    return bounds

@@ -1,0 +1,163 @@
+"""A save whose SSH host has gone silent -- its network drops every packet,
+the connection stays open and nothing answers -- is answered: the editor is
+told the save is pending and this machine keeps it in the pending-save
+spool, as for a host that refused it; an artifact write is answered
+``unavailable`` naming the host. Neither the connection the server holds
+nor a new one to the silent host waits forever.
+
+The real server over stdio and a real OpenSSH server on loopback: stopped
+with SIGSTOP (its connections and remote programs too) after a first save
+succeeded, with the user's OpenSSH limits short in ``~/.ssh/config``; or
+killed with its sessions and its port then accepting connections and never
+answering, with no limit in the config at all (the server's own bound)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import ClientServerConfig
+
+from deadlines import ticks
+from mevedel_protocol import methods
+from processes import process_alive
+from silent_host import host_processes, own_sshd_fixture, silenced, within  # noqa: F401
+from ssh_fixtures import OpenSshServer
+
+from .conftest import make_client, request
+
+
+def _home(tmp_path: Path, sshd: OpenSshServer, limits: str) -> Path:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host 127.0.0.1\n  Port {sshd.port}\n  IdentityFile {sshd.client_key}\n"
+        f"  UserKnownHostsFile {sshd.known_hosts}\n  IdentityAgent none\n{limits}"
+    )
+    return home
+
+
+@contextmanager
+def _stopped(sshd: OpenSshServer):
+    with silenced(sshd):
+        yield
+
+
+@contextmanager
+def _mute_after_death(sshd: OpenSshServer):
+    """sshd killed with every session (the connection drops), then its port
+    accepts connections and never says a word."""
+    pids = host_processes(sshd)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for _ in ticks():  # the port is free once the listener has ended
+        if not any(process_alive(pid) for pid in pids):
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the killed sshd never ended")
+    quiet = socket.socket()
+    quiet.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    quiet.bind(("127.0.0.1", sshd.port))
+    quiet.listen(64)
+    try:
+        yield
+    finally:
+        quiet.close()
+
+
+SILENCES = {
+    # Keepalives find the open connection dead; reconnecting gives up.
+    "stopped mid-connection": (_stopped, "  ServerAliveInterval 1\n  ServerAliveCountMax 2\n  ConnectTimeout 2\n"),
+    # No limit configured: connecting still gives up, at the server's bound.
+    "mute after the connection dropped": (_mute_after_death, ""),
+}
+
+
+async def _server(tmp_path: Path, sshd: OpenSshServer, limits: str):
+    """The language server of a machine whose ``~/.ssh/config`` reaches
+    ``sshd`` (with ``limits``), with a workspace folder there: the client,
+    the folder's address, the server's log and state directory."""
+    home = _home(tmp_path, sshd, limits)
+    project = tmp_path / "remote"
+    project.mkdir()
+    url, log, state = sshd.url(project), tmp_path / "server.log", tmp_path / "state"
+    config = ClientServerConfig(
+        server_command=[sys.executable, "-m", "mevedel_server", "--log-file", str(log)],
+        client_factory=make_client,
+        server_env={**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(state)},
+    )
+    client = await config.start()
+    await client.initialize_session(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), initialization_options={"remoteWorkspaces": [url]},
+    ))
+    return client, url, log, state
+
+
+async def _stop(client) -> None:
+    if client._server.returncode is None:
+        client._server.kill()
+        await client._server.wait()
+    await client.stop()
+
+
+@pytest.mark.parametrize("silence", list(SILENCES))
+async def test_a_save_on_a_silent_host_is_answered_and_kept_on_this_machine(own_sshd, tmp_path, silence):
+    go_silent, limits = SILENCES[silence]
+    client, url, log, state = await _server(tmp_path, own_sshd, limits)
+    try:
+        ws = {"workspaceFolder": url}
+        sid = (await request(client, methods.SESSION_CREATE, ws))["sessionId"]
+        for turn, answer in enumerate(["first answer", "second answer"], 1):
+            await request(client, methods.TURN_BEGIN, {**ws, "prompt": f"turn {turn}"})
+            await request(client, methods.TURN_APPEND, {**ws, "kind": "response", "text": answer})
+            if turn == 1:
+                assert (await request(client, methods.TURN_SETTLE, ws))["committed"] is True
+        with go_silent(own_sshd):
+            with pytest.raises(JsonRpcException) as caught:
+                await within(request(client, methods.TURN_SETTLE, ws), "the save on the silent host")
+            assert caught.value.data["kind"] == "publication-pending", caught.value.data
+            kept = sorted((state / "mevedel" / "unrecorded").glob(f"*/{sid}/pending-*.json"))
+            assert len(kept) == 1, kept
+            warnings = [m.message for m in client.messages if m.type == types.MessageType.Warning]
+            assert any("could not be reached to record the save, so this machine keeps it" in w for w in warnings), warnings
+            client.exit(None)
+            await within(client._server.wait(), "the end of the server")
+        assert "Traceback" not in log.read_text()
+    finally:
+        await _stop(client)
+
+
+@pytest.mark.parametrize("silence", list(SILENCES))
+async def test_an_artifact_write_on_a_silent_host_is_answered_unavailable(own_sshd, tmp_path, silence):
+    go_silent, limits = SILENCES[silence]
+    client, url, log, _state = await _server(tmp_path, own_sshd, limits)
+    try:
+        ws = {"workspaceFolder": url}
+        await request(client, methods.SESSION_CREATE, ws)
+        doc = await request(client, methods.ARTIFACT_CREATE, {**ws, "kind": "document", "title": "Plan", "content": "# Plan\n"})
+        read = await request(client, methods.ARTIFACT_READ, {**ws, "id": doc["id"]})
+        with go_silent(own_sshd):
+            with pytest.raises(JsonRpcException) as caught:
+                await within(
+                    request(client, methods.ARTIFACT_WRITE, {**ws, "id": doc["id"], "content": "# Plan\n- more\n", "baseRevision": read["revision"]}),
+                    "the artifact write on the silent host",
+                )
+            assert caught.value.data["kind"] == "unavailable", caught.value.data
+            assert f"127.0.0.1:{own_sshd.port}" in caught.value.data["reason"], caught.value.data
+            client.exit(None)
+            await within(client._server.wait(), "the end of the server")
+        assert "Traceback" not in log.read_text()
+    finally:
+        await _stop(client)

@@ -1,0 +1,99 @@
+"""An SSH host that goes silent mid-connection, as one whose network starts
+dropping every packet does: the connection stays open, nothing ever answers.
+
+- ``silenced(server)``: every process of a throwaway sshd (the listener, its
+  connections, the remote programs they run) stopped with SIGSTOP for as
+  long as the block runs, then continued. The kernel still accepts TCP on
+  its port, so a new connection waits for a greeting that never comes.
+- ``own_sshd`` (imported as ``own_sshd_fixture``): a throwaway sshd for one
+  test (a test that silences the shared one would silence every test of
+  its worker).
+- ``silent_host_config(server, **limits)``: an ssh client config naming the
+  server by its alias with OpenSSH's ``ServerAliveInterval`` and friends:
+  how a user shortens the limits, and how the tests do.
+- ``within(awaitable, what)``: the test's own bounded wait, which fails
+  naming what was never answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from deadlines import GENEROUS_SECONDS
+from ssh_fixtures import OpenSshServer, sshd_missing, throwaway_sshd
+
+
+def _children() -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            found.setdefault(parent, []).append(int(entry.name))
+    return found
+
+
+def host_processes(server: OpenSshServer) -> list[int]:
+    """The sshd listener and every process it started, recursively."""
+    listener = int((server.directory / "sshd.pid").read_text())
+    children = _children()
+    found, frontier = [listener], [listener]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+@contextmanager
+def silenced(server: OpenSshServer) -> Iterator[None]:
+    stopped = []
+    try:
+        for pid in host_processes(server):
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue
+            stopped.append(pid)
+        yield
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture(name="own_sshd")
+def own_sshd_fixture(tmp_path: Path) -> Iterator[OpenSshServer]:
+    missing = sshd_missing()
+    if missing:
+        pytest.skip(missing)
+    directory = tmp_path / "sshd"
+    directory.mkdir()
+    with throwaway_sshd(directory) as server:
+        yield server
+
+
+def silent_host_config(server: OpenSshServer, path: Path, **limits: int) -> Path:
+    """``server``'s client config (its alias) with ``limits`` added, each an
+    OpenSSH keyword: ``ServerAliveInterval=1``..."""
+    lines = "".join(f"  {keyword} {value}\n" for keyword, value in limits.items())
+    path.write_text(server.config.read_text() + lines)
+    return path
+
+
+async def within(awaitable, what: str):
+    try:
+        return await asyncio.wait_for(awaitable, GENEROUS_SECONDS)
+    except TimeoutError:
+        raise AssertionError(f"{what} was never answered") from None
