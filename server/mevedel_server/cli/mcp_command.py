@@ -39,12 +39,13 @@ from ..store import (
     workspace_spool,
 )
 from ..targets import LocalTarget, TargetError
+from .root_flags import add_root_flags, roots_of
 from .session_client import (
     IDENTITY_FILE,
     CommandError,
-    _tell_kept_save,
     cli_identity,
     stopped_turn_lookup,
+    tell_kept_saves,
     workspace_location,
 )
 
@@ -107,16 +108,7 @@ def register(subparsers: Any) -> None:
         help="the CLI's state directory, whose cli-client.json says which client this is "
         "(default: $XDG_STATE_HOME/mevedel; give it when the MCP client drops XDG_* variables)",
     )
-    parser.add_argument(
-        "--memory-root",
-        action="append",
-        default=[],
-        metavar="LOCATION:KIND:PATH",
-        help="a memory root, e.g. local:mevedel:.mevedel/memory (repeatable; "
-        "a relative PATH is the local workspace's, refused for an SSH one)",
-    )
-    parser.add_argument("--skill-root", action="append", default=[], metavar="ORIGIN:PATH",
-                        help="a skill root (repeatable; a relative PATH as for --memory-root)")
+    add_root_flags(parser)
     parser.set_defaults(run=run)
 
 
@@ -141,8 +133,7 @@ def run(arguments: argparse.Namespace) -> int:
     # An SSH workspace has no local root: its roots must be this machine's absolute paths.
     workspace = location if isinstance(location, Path) else None
     try:
-        memory_roots = tuple(_memory_root(workspace, spec) for spec in arguments.memory_root)
-        skill_roots = tuple(_skill_root(workspace, spec) for spec in arguments.skill_root)
+        memory_roots, skill_roots = roots_of(arguments, workspace)
     except ValueError as error:
         print(f"mevedel: {error}", file=sys.stderr)
         return 2
@@ -154,38 +145,6 @@ def run(arguments: argparse.Namespace) -> int:
         return asyncio.run(_standalone(location, arguments.workspace, arguments.session, memory_roots, skill_roots, client_state))
     except CommandError as error:
         return _fail(str(error))
-
-
-def _path(workspace: Path | None, text: str) -> Path:
-    """A root as given: ``~`` expands; a relative one is relative to a local
-    workspace (ValueError on an SSH one, whose files are not this machine's)."""
-    path = Path(text).expanduser()
-    if path.is_absolute():
-        return path
-    if workspace is None:
-        raise ValueError("a relative root needs a local workspace; give this machine's absolute path")
-    return workspace / path
-
-
-def _memory_root(workspace: Path | None, spec: str) -> MemoryRoot:
-    location, _, rest = spec.partition(":")
-    kind, _, path = rest.partition(":")
-    if not path:
-        raise ValueError(f"--memory-root {spec!r}: expected LOCATION:KIND:PATH")
-    try:
-        return MemoryRoot(_path(workspace, path), location, kind)  # type: ignore[arg-type]
-    except ValueError as error:
-        raise ValueError(f"--memory-root {spec!r}: {error}") from None
-
-
-def _skill_root(workspace: Path | None, spec: str) -> SkillRoot:
-    origin, _, path = spec.partition(":")
-    if not path:
-        raise ValueError(f"--skill-root {spec!r}: expected ORIGIN:PATH")
-    try:
-        return SkillRoot(_path(workspace, path), origin)
-    except ValueError as error:
-        raise ValueError(f"--skill-root {spec!r}: {error}") from None
 
 
 async def _reached(location: SshLocation, authored: str):
@@ -253,9 +212,8 @@ async def _serve(
     # The spool every client on this machine shares (a workspace here needs none).
     service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE, pending_spool=workspace_spool(location),
                              stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
-    if remote:
-        # A save this machine kept for the host reaches it when the session is resumed here.
-        service.on_spool.append(lambda notice: _tell_kept_save(location.display_host, notice))
+    # A save this machine kept for the host reaches it when the session is resumed here.
+    tell_kept_saves(service, location)
     try:
         sid = None
         if session is not None:
