@@ -147,6 +147,34 @@ async def test_paths_that_leave_the_workspace_are_refused(machine, project, outs
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
 
 
+async def test_an_absolute_path_inside_the_workspace_is_its_relative_path_and_one_leaving_it_is_refused(machine, project, outside):
+    """As the tools say and a local workspace does: an absolute path on the
+    host inside the root the ssh:// address names is that file, named by
+    its workspace-relative path; one that leaves it (by ``..`` or a link)
+    is refused before any byte of it is read."""
+    (project / "leak.txt").symlink_to(outside / "secret.txt")
+    created = machine.mevedel("session", "create", "--prompt", "start", "--json")
+    sid = json.loads(created.stdout)["session_id"]
+    async with machine.served("--session", sid) as session:
+        assert "     4\t    return 'hello over ssh'" in await ok(session, "Read", path=f"{project}/src/app.py")
+        assert await ok(session, "Glob", pattern="**/*.py", path=f"{project}/src") == "src/app.py"
+        assert await ok(session, "Grep", pattern="hello readme", path=str(project)) == (
+            "README.md:2:1: hello readme\n-- 1 matching lines in 1 files (2 searched)"
+        )
+        patch = envelope(add(f"{project}/src/abs.py", "x = 1"), f"*** Update File: {project}/README.md\n@@\n-hello readme\n+hello absolute\n")
+        assert await ok(session, "ApplyPatch", patch=patch) == f"A {project}/src/abs.py\nM {project}/README.md"  # as the patch names them
+        for path in (f"{project}/../elsewhere/secret.txt", f"{project}/src/../../elsewhere/secret.txt"):
+            refused = await error(session, "Read", path=path)
+            assert refused.startswith(f"{path}: containment: is outside the workspace") and SECRET not in refused, refused
+        refused = await error(session, "Read", path=f"{project}/leak.txt")
+        assert refused.startswith(f"{project}/leak.txt: ") and SECRET not in refused, refused
+        refused = await error(session, "ApplyPatch", patch=envelope(add(f"{project}/../elsewhere/planted.txt", "x")))
+        assert "outside the workspace" in refused, refused
+    assert (project / "src" / "abs.py").read_text() == "x = 1\n"
+    assert (project / "README.md").read_text() == "# Remote\nhello absolute\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
 async def test_a_workspace_mcp_json_server_never_runs_unapproved(machine, project, tmp_path):
     ran = tmp_path / "the-server-ran"
     command = {"command": sys.executable, "args": ["-c", f"open({str(ran)!r}, 'w')"]}

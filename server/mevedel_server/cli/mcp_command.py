@@ -23,13 +23,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..agents import cli_config_path
-from ..mcp_client import APPROVE_IN_A_TERMINAL, configured_access
+from ..mcp_client import (
+    APPROVE_IN_A_TERMINAL,
+    Approvals,
+    configured_access,
+    default_approvals_path,
+)
 from ..resources import MemoryRoot, SkillRoot
+from ..state_directory import client_state_directory, state_directory
 from ..store import (
     PRODUCT_STORAGE,
     SessionService,
@@ -39,12 +46,13 @@ from ..store import (
     workspace_spool,
 )
 from ..targets import LocalTarget, TargetError
+from .root_flags import add_root_flags, roots_of
 from .session_client import (
     IDENTITY_FILE,
     CommandError,
-    _tell_kept_save,
     cli_identity,
     stopped_turn_lookup,
+    tell_kept_saves,
     workspace_location,
 )
 
@@ -77,7 +85,9 @@ artifact:// output and history, and the right to change project files.
 The session's writer is this user's CLI client, named by the identity in
 $XDG_STATE_HOME/mevedel; an MCP client that starts servers without your
 environment would make it another client (read-only): pass the directory
-explicitly, e.g. --client-state ~/.local/state/mevedel.
+explicitly, e.g. --client-state ~/.local/state/mevedel. All of the
+client's state follows that directory: the saves it keeps for an SSH host
+and the workspace MCP servers approved.
 Without a session, reads work and ApplyPatch changes only work://shared/
 and memory files. Under the mevedel language server no flags are needed:
 it passes MEVEDEL_TOOL_SOCKET and MEVEDEL_TOOL_TOKEN to the agents it
@@ -104,19 +114,10 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         type=Path,
         default=None,
-        help="the CLI's state directory, whose cli-client.json says which client this is "
-        "(default: $XDG_STATE_HOME/mevedel; give it when the MCP client drops XDG_* variables)",
+        help="the CLI's state directory, whose cli-client.json says which client this is, and where its kept saves "
+        "and MCP approvals are (default: $XDG_STATE_HOME/mevedel; give it when the MCP client drops XDG_* variables)",
     )
-    parser.add_argument(
-        "--memory-root",
-        action="append",
-        default=[],
-        metavar="LOCATION:KIND:PATH",
-        help="a memory root, e.g. local:mevedel:.mevedel/memory (repeatable; "
-        "a relative PATH is the local workspace's, refused for an SSH one)",
-    )
-    parser.add_argument("--skill-root", action="append", default=[], metavar="ORIGIN:PATH",
-                        help="a skill root (repeatable; a relative PATH as for --memory-root)")
+    add_root_flags(parser)
     parser.set_defaults(run=run)
 
 
@@ -141,8 +142,7 @@ def run(arguments: argparse.Namespace) -> int:
     # An SSH workspace has no local root: its roots must be this machine's absolute paths.
     workspace = location if isinstance(location, Path) else None
     try:
-        memory_roots = tuple(_memory_root(workspace, spec) for spec in arguments.memory_root)
-        skill_roots = tuple(_skill_root(workspace, spec) for spec in arguments.skill_root)
+        memory_roots, skill_roots = roots_of(arguments, workspace)
     except ValueError as error:
         print(f"mevedel: {error}", file=sys.stderr)
         return 2
@@ -156,36 +156,19 @@ def run(arguments: argparse.Namespace) -> int:
         return _fail(str(error))
 
 
-def _path(workspace: Path | None, text: str) -> Path:
-    """A root as given: ``~`` expands; a relative one is relative to a local
-    workspace (ValueError on an SSH one, whose files are not this machine's)."""
-    path = Path(text).expanduser()
-    if path.is_absolute():
-        return path
-    if workspace is None:
-        raise ValueError("a relative root needs a local workspace; give this machine's absolute path")
-    return workspace / path
-
-
-def _memory_root(workspace: Path | None, spec: str) -> MemoryRoot:
-    location, _, rest = spec.partition(":")
-    kind, _, path = rest.partition(":")
-    if not path:
-        raise ValueError(f"--memory-root {spec!r}: expected LOCATION:KIND:PATH")
-    try:
-        return MemoryRoot(_path(workspace, path), location, kind)  # type: ignore[arg-type]
-    except ValueError as error:
-        raise ValueError(f"--memory-root {spec!r}: {error}") from None
-
-
-def _skill_root(workspace: Path | None, spec: str) -> SkillRoot:
-    origin, _, path = spec.partition(":")
-    if not path:
-        raise ValueError(f"--skill-root {spec!r}: expected ORIGIN:PATH")
-    try:
-        return SkillRoot(_path(workspace, path), origin)
-    except ValueError as error:
-        raise ValueError(f"--skill-root {spec!r}: {error}") from None
+def _how_to_approve(client_state: Path | None) -> str:
+    """How the refusal of an unapproved workspace server says to approve
+    it: ``mevedel read --approve-mcp`` records the approval in the state
+    directory of its own environment, which must be this client's."""
+    state = os.path.abspath(client_state_directory(client_state))
+    if state == os.path.abspath(state_directory()):
+        return APPROVE_IN_A_TERMINAL
+    parent, name = os.path.split(state)
+    if name == "mevedel":  # ``$XDG_STATE_HOME/mevedel`` for that XDG_STATE_HOME
+        where = shlex.quote(parent).replace("{", "{{").replace("}", "}}")
+        return APPROVE_IN_A_TERMINAL.replace("mevedel read", f"XDG_STATE_HOME={where} mevedel read", 1)
+    told = str(client_state).replace("{", "{{").replace("}", "}}")
+    return f"{APPROVE_IN_A_TERMINAL} (it records the approval in $XDG_STATE_HOME/mevedel; this server reads those of --client-state {told})"
 
 
 async def _reached(location: SshLocation, authored: str):
@@ -247,15 +230,18 @@ async def _serve(
         # This server has no one to ask: a workspace .mcp.json server runs
         # only once approved, and the refusal says how. An SSH workspace's
         # .mcp.json is read through its target; its servers run here.
-        access = configured_access(location, cli_config_path(), how_to_approve=APPROVE_IN_A_TERMINAL, remote=target)
+        access = configured_access(location, cli_config_path(), how_to_approve=_how_to_approve(client_state), remote=target)
     except ValueError as error:
         raise CommandError("invalid-params", str(error)) from None
-    # The spool every client on this machine shares (a workspace here needs none).
-    service = SessionService(target, cli_identity(client_state), **PRODUCT_STORAGE, pending_spool=workspace_spool(location),
+    # All of the client's state is in its one directory: who it is, the
+    # servers it approved and the saves it keeps for a host (a workspace
+    # here needs no spool), so --client-state takes them all along.
+    state = client_state_directory(client_state)
+    access.approvals = Approvals(Path(state) / default_approvals_path().name)
+    service = SessionService(target, cli_identity(state), **PRODUCT_STORAGE, pending_spool=workspace_spool(location, state),
                              stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
-    if remote:
-        # A save this machine kept for the host reaches it when the session is resumed here.
-        service.on_spool.append(lambda notice: _tell_kept_save(location.display_host, notice))
+    # A save this machine kept for the host reaches it when the session is resumed here.
+    tell_kept_saves(service, location)
     try:
         sid = None
         if session is not None:

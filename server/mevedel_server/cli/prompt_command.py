@@ -267,20 +267,11 @@ def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | 
     def context(session_id: str) -> ResolverContext:
         # Imported at the agent's first tool call: the resolvers are not
         # needed before the answer starts.
-        from ..resources import ResolverContext, writable_sessions
         from ..tool_server import StandaloneContext
 
-        if local is not None:
-            return StandaloneContext(local, service, session_id, mcp=mcp).resolver_context()
-        is_open = service.is_open(session_id)
-        return ResolverContext(
-            store_target=service.target,
-            remote_workspace=True,
-            remote_session=session_id if is_open else None,
-            live_history=service.live_history(session_id) if is_open else None,
-            session_writable=writable_sessions(service),
-            mcp=mcp,
-        )
+        # One constructor, local or SSH (``local`` None): the session's
+        # working directory (a Worktree Fork's checkout) comes with it.
+        return StandaloneContext(local, service, session_id, mcp=mcp).resolver_context()
 
     context.artifacts = lambda: artifacts  # type: ignore[attr-defined]
     return context

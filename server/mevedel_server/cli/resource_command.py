@@ -41,10 +41,8 @@ from ..addresses import AddressError, Operation
 from ..resources import (
     GlobOptions,
     GrepOptions,
-    MemoryRoot,
     ReadOptions,
     ResolverContext,
-    SkillRoot,
     execute,
     prepare,
     reaches_mcp,
@@ -59,6 +57,7 @@ from ..targets import (
     workspace_target,
 )
 from .authored import shown
+from .root_flags import add_root_flags, roots_of
 from .session_client import CommandError, cli_identity, refuse, stopped_turn_lookup
 
 if TYPE_CHECKING:
@@ -117,16 +116,7 @@ def _parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentPars
         help="session whose work://, artifact://, history://root and agent:// to use "
         "(default: the one session this CLI client holds here)",
     )
-    parser.add_argument(
-        "--memory-root",
-        action="append",
-        default=[],
-        metavar="LOCATION:KIND:PATH",
-        help="a memory root, e.g. local:mevedel:.mevedel/memory (repeatable)",
-    )
-    parser.add_argument(
-        "--skill-root", action="append", default=[], metavar="ORIGIN:PATH", help="a skill root (repeatable)"
-    )
+    add_root_flags(parser)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return parser
 
@@ -149,32 +139,16 @@ def _context(arguments: argparse.Namespace, location: Path | SshLocation, *, mcp
     # too, committed, by its id) is read through its target; memory and
     # skill roots are local directories, as for the LSP's remote folders.
     workspace = location if isinstance(location, Path) else None
-    memory_roots = []
-    for spec in arguments.memory_root:
-        where, _, rest = spec.partition(":")
-        kind, _, path = rest.partition(":")
-        if not path:
-            raise _UsageError(f"--memory-root {spec!r}: expected LOCATION:KIND:PATH")
-        try:
-            memory_roots.append(MemoryRoot(_path(workspace, path), where, kind))  # type: ignore[arg-type]
-        except ValueError as error:
-            raise _UsageError(f"--memory-root {spec!r}: {error}") from None
-    skill_roots = []
-    for spec in arguments.skill_root:
-        # Origins may contain '/', never ':' ("plugin/NAME"), so split on the first ':'.
-        origin, _, path = spec.partition(":")
-        if not path:
-            raise _UsageError(f"--skill-root {spec!r}: expected ORIGIN:PATH")
-        try:
-            skill_roots.append(SkillRoot(_path(workspace, path), origin))
-        except ValueError as error:
-            raise _UsageError(f"--skill-root {spec!r}: {error}") from None
+    try:
+        memory_roots, skill_roots = roots_of(arguments, workspace)
+    except ValueError as error:
+        raise _UsageError(str(error)) from None
     session = _session_name(arguments)
     if workspace is None:
         target = workspace_target(location)
         return ResolverContext(
-            memory_roots=tuple(memory_roots),
-            skill_roots=tuple(skill_roots),
+            memory_roots=memory_roots,
+            skill_roots=skill_roots,
             store_target=target,
             remote_workspace=True,
             remote_session=session,
@@ -183,8 +157,8 @@ def _context(arguments: argparse.Namespace, location: Path | SshLocation, *, mcp
     return ResolverContext(
         workspace_root=workspace,
         session_dir=workspace / ".mevedel" / "sessions" / session if session else None,
-        memory_roots=tuple(memory_roots),
-        skill_roots=tuple(skill_roots),
+        memory_roots=memory_roots,
+        skill_roots=skill_roots,
         mcp=_mcp_access(arguments, workspace) if mcp else None,
     )
 
@@ -222,17 +196,6 @@ async def _close(context: ResolverContext) -> None:
     close = getattr(context.store_target, "close", None) if context.remote_workspace else None
     if close is not None:
         await close()
-
-
-def _path(workspace: Path | None, text: str) -> Path:
-    """A root as given: ``~`` expands; a relative one is relative to a local
-    workspace (ValueError on an SSH one)."""
-    path = Path(text).expanduser()
-    if path.is_absolute():
-        return path
-    if workspace is None:
-        raise ValueError("a relative root needs a local workspace; give this machine's absolute path")
-    return workspace / path
 
 
 class _UsageError(Exception):

@@ -212,8 +212,7 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     identity = cli_identity()
     service = SessionService(target, identity, **PRODUCT_STORAGE, one_command=True, pending_spool=workspace_spool(location),
                              stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
-    if not isinstance(location, (str, os.PathLike)):
-        service.on_spool.append(lambda notice: _tell_kept_save(location.display_host, notice))
+    tell_kept_saves(service, location)
     # The artifact store's items keep their own conversations from expiring
     # (the service sweeps expired sessions when it lists them).
     # Named to people told it holds an item (with its host), as an editor is.
@@ -221,9 +220,16 @@ def open_service(arguments: argparse.Namespace, *, inline: bool = False) -> Sess
     return service
 
 
+def tell_kept_saves(service: SessionService, location) -> None:
+    """Say on standard error, as each command does, when a save this
+    machine kept for an SSH workspace's host reaches it (its keeping is
+    told by the refusal of the command that failed to save). A workspace
+    here has no spool: nothing to tell."""
+    if not isinstance(location, (str, os.PathLike)):
+        service.on_spool.append(functools.partial(_tell_kept_save, location.display_host))
+
+
 def _tell_kept_save(host: str, notice) -> None:
-    """A save this machine kept for the host reached it (its keeping is
-    told by the refusal of the command that failed to save)."""
     from ..store import describe_target_time
 
     since = f"the save this machine kept since {describe_target_time(notice.failed_at)}"

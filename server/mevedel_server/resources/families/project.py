@@ -115,15 +115,7 @@ def parts_of(text: str, context: ResolverContext) -> tuple[str, ...]:
     if text.startswith("~"):
         raise _outside(text)
     if os.path.isabs(text) or text.startswith("/"):
-        root = context.workspace_root
-        if root is None or context.remote_workspace:
-            raise _outside(text)
-        if context.working_directory:
-            root = root / context.working_directory
-        relative = _below(text, str(root))
-        if relative is None:
-            real = os.path.realpath(root)
-            relative = None if real == str(root) else _below(text, real)
+        relative = next((r for root in _root_spellings(context) if (r := _below(text, root)) is not None), None)
         if relative is None:
             raise _outside(text, context.working_directory)
     else:
@@ -137,6 +129,35 @@ def parts_of(text: str, context: ResolverContext) -> tuple[str, ...]:
         if len(part.encode("utf-8", "surrogatepass")) > 255:
             raise AddressError(ErrorKind.MALFORMED_ADDRESS, text, f"the name {part[:40]!r}... is longer than 255 bytes")
     return parts
+
+
+def _root_spellings(context: ResolverContext) -> tuple[str, ...]:
+    """The absolute names of the session's working directory (the workspace
+    root, or a Worktree Fork's checkout below it) that an absolute plain
+    path may start with, the root named as its target names it: a local
+    root and its real path; an SSH workspace's root as its ``ssh://``
+    address writes it on the host (none for a ``~/`` root, which only the
+    host spells out, so there only a relative path names a file). Lexical,
+    as every check here: a link on the way is the target's to refuse."""
+    directory = context.working_directory
+    if not context.remote_workspace:
+        if context.workspace_root is None:
+            return ()
+        root = context.workspace_root / directory if directory else context.workspace_root
+        real = os.path.realpath(root)
+        return (str(root),) if real == str(root) else (str(root), real)
+    target = context.store_target
+    for _ in range(8):  # through a fault-injecting wrapper, as git_runner_for does
+        if target is None:
+            return ()
+        location = getattr(target, "location", None)
+        if location is not None:
+            written = getattr(location, "root", None)
+            if not isinstance(written, str) or not written.startswith("/"):
+                return ()
+            return (posixpath.normpath(posixpath.join(written, directory)),)
+        target = getattr(target, "inner", None)
+    return ()
 
 
 def _below(path: str, root: str) -> str | None:

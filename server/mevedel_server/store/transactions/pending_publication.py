@@ -138,19 +138,21 @@ class PendingSpool(msgspec.Struct, frozen=True):
     workspace: str
 
 
-def workspace_spool(location: str | os.PathLike[str] | SshLocation) -> PendingSpool | None:
-    """This machine's spool for the workspace at ``location``: this user's
-    state directory, in a part named by the workspace's location (the same
-    session ID can live in two workspaces, a copy). None for a workspace on
-    this machine, which is never out of reach: no spool to open, nor to
-    look in at every resume."""
+def workspace_spool(
+    location: str | os.PathLike[str] | SshLocation, state: str | os.PathLike[str] | None = None
+) -> PendingSpool | None:
+    """This machine's spool for the workspace at ``location``: the client's
+    state directory ``state`` (default: this user's), in a part named by
+    the workspace's location (the same session ID can live in two
+    workspaces, a copy). None for a workspace on this machine, which is
+    never out of reach: no spool to open, nor to look in at every resume."""
     if isinstance(location, (str, os.PathLike)):
         return None
-    from ...state_directory import state_directory
+    from ...state_directory import client_state_directory
     from ...targets import LocalTarget
 
     digest = hashlib.sha256(location.uri.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    directory = state_directory()
+    directory = client_state_directory(state)
     os.makedirs(directory, exist_ok=True)  # a target's root exists (the first client here makes it)
     return PendingSpool(LocalTarget(directory), digest)
 
