@@ -328,3 +328,53 @@ async def test_a_prompt_aborted_while_its_agent_never_finishes_starting_ends_tha
         assert [e["event"] for e in _events(log)].count("start") == 2
     finally:
         await client.shutdown_session()
+
+
+async def test_a_prompt_cancelled_while_its_agent_starts_never_reaches_it_and_the_next_prompt_runs(tmp_path):
+    release = tmp_path / "release"
+    project, log, _script, client, chat = await _start(
+        tmp_path, [[{"say": "the next turn"}]], on_initialize=[{"wait_file": str(release)}], cancelTimeoutSeconds=600)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Write dispatched.txt"}))
+        await _until("the agent's initialize", lambda: "initialize" in [e["event"] for e in _events(log)])
+        # C-g, Esc, the stop button: answered while the agent still starts.
+        cancelled = await request(client, methods.TURN_CANCEL, {})
+        assert cancelled["cancelled"] is True
+        assert not running.done()
+        release.touch()
+        with pytest.raises(JsonRpcException) as stopped:
+            await running
+        assert stopped.value.data["kind"] == "prompt-aborted"
+        assert _aborted_before_its_turn(chat)["reason"] == "cancelled by the user"
+        assert "prompt" not in [e["event"] for e in _events(log)]
+        assert (await request(client, methods.TURN_LIST, {}))["turns"] == []
+        # Nothing is left to cancel.
+        assert (await request(client, methods.TURN_CANCEL, {}))["cancelled"] is False
+
+        nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
+        assert nxt["turn"] == 1 and nxt["outcome"] == "completed" and "the next turn" in chat.said()
+        events = [e["event"] for e in _events(log)]
+        assert events.count("start") == 1 and events.count("prompt") == 1
+        assert not (project / "dispatched.txt").exists()
+    finally:
+        await client.shutdown_session()
+
+
+async def test_a_prompt_cancelled_while_its_agent_never_finishes_starting_ends_that_agent(tmp_path):
+    never = tmp_path / "never"
+    project, log, script, client, chat = await _start(
+        tmp_path, [[{"say": "never asked"}]], on_initialize=[{"wait_file": str(never)}], cancelTimeoutSeconds=1)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's initialize", lambda: "initialize" in [e["event"] for e in _events(log)])
+        agent = next(e["pid"] for e in _events(log) if e["event"] == "start")
+        assert (await request(client, methods.TURN_CANCEL, {}))["cancelled"] is True
+        with pytest.raises(JsonRpcException) as stopped:
+            await running
+        assert stopped.value.data["kind"] == "prompt-aborted"
+        assert _aborted_before_its_turn(chat)["reason"] == "cancelled by the user"
+        # Its start outlasted the cancel timeout: the agent was ended.
+        assert not process_alive(agent)
+        assert "prompt" not in [e["event"] for e in _events(log)]
+    finally:
+        await client.shutdown_session()
