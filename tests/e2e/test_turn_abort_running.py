@@ -6,9 +6,10 @@ turn as interrupted, with every change the agent made recorded: its
 the abort came, too), and what an agent that ignores the cancel still wrote
 before it was stopped. Nothing it does lands outside every turn; the chat
 sees the turn cancelling, then interrupted; the next prompt runs. Settling
-such a turn by hand (``mevedel/turn/settle``), or adding a record to it
-(``mevedel/turn/append``), is refused. A prompt aborted while its agent
-still starts never reaches the agent; the user is told, and the next prompt
+such a turn by hand (``mevedel/turn/settle``), adding a record to it
+(``mevedel/turn/append``) or capturing a file in it (``mevedel/turn/capture``),
+is refused. A prompt aborted or cancelled while its
+agent still starts never reaches the agent; the user is told, and the next prompt
 runs. The real server
 over stdio, the scripted ACP agent as a subprocess, real files."""
 
@@ -376,5 +377,31 @@ async def test_a_prompt_cancelled_while_its_agent_never_finishes_starting_ends_t
         # Its start outlasted the cancel timeout: the agent was ended.
         assert not process_alive(agent)
         assert "prompt" not in [e["event"] for e in _events(log)]
+    finally:
+        await client.shutdown_session()
+
+
+async def test_capturing_by_hand_in_a_turn_this_servers_agent_runs_is_refused_and_rewind_gives_back_the_file(tmp_path):
+    release = tmp_path / "release"
+    # The agent's command rewrites keep.txt and runs on: its change is not
+    # recorded before the command ends.
+    command = f"echo 'the agent rewrote it' > keep.txt; while [ ! -e {release} ]; do sleep 0.05; done"
+    project, log, _script, client, chat = await _start(tmp_path, [[
+        {"terminal": {"command": "sh", "args": ["-c", command]}},
+        {"say": "done"},
+    ]])
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's command rewriting keep.txt", lambda: (project / "keep.txt").read_text() != "kept\n")
+        with pytest.raises(JsonRpcException) as refused:
+            await request(client, methods.TURN_CAPTURE, {"path": "keep.txt"})
+        assert refused.value.data["kind"] == "conflict"
+        assert "mevedel/turn/cancel" in refused.value.data["reason"] and "mevedel/turn/abort" in refused.value.data["reason"]
+        release.touch()
+        answered = await running
+        assert answered["outcome"] == "completed" and answered["turn"] == 1
+        assert await _diff(client) == {"keep.txt": "modified"}
+        # The turn's checkpoint holds keep.txt as it was before the turn.
+        assert (await _rewound(client, project))["keep.txt"][2] == b"kept\n"
     finally:
         await client.shutdown_session()
