@@ -11,9 +11,10 @@ import json
 import time
 from pathlib import Path
 
+from test_cli_prompt import configure, mevedel
+
 from deadlines import ticks
 from processes import process_alive
-from test_cli_prompt import configure, mevedel
 
 
 def turns(workspace: Path, tmp_path: Path) -> list[dict]:
