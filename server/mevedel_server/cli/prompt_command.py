@@ -158,7 +158,8 @@ class TerminalFront:
                 self.note(f"{indent}[plan]\n" + (event.text or ""))
         if nested:
             if update.phase == "settled":
-                self.note(f"{indent}[agent {update.agent}: {update.outcome}]")
+                why = f": {update.reason}" if update.reason and update.outcome != "completed" else ""
+                self.note(f"{indent}[agent {update.agent}: {update.outcome}{why}]")
             return
         if update.phase == "starting":
             self.note(f"[starting {update.agent}]")

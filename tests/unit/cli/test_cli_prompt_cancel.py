@@ -8,10 +8,11 @@ subprocess, real files."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
-from test_cli_prompt import configure, mevedel
+from test_cli_prompt import AGENT, configure, mevedel
 
 from deadlines import ticks
 from processes import process_alive
@@ -97,3 +98,27 @@ def test_a_second_ctrl_c_while_the_agent_starts_ends_its_process(workspace, tmp_
     shell.wait_for("Aborted before it reached the agent: cancelled by the user")
     assert not process_alive(agent) and "Traceback" not in shell.output
     assert nothing_recorded(workspace, tmp_path)
+
+
+def test_ctrl_c_says_why_a_sub_agents_task_was_interrupted_under_the_call_that_started_it(workspace, tmp_path, terminal):
+    logs, entries = {}, {}
+    scripts = {
+        "parent": [[{"say": "Asking.\n"}, {"mcp_call": {"id": "call-slow", "tool": "Agent",
+                                                         "arguments": {"name": "slow", "prompt": "Take your time", "agent": "helper"}}},
+                    {"wait_cancel": 60}, {"say": "never"}]],
+        "helper": [[{"say": "Started.\n"}, {"wait_cancel": 60}, {"say": "never either"}]],
+    }
+    for name, steps in scripts.items():
+        logs[name] = tmp_path / f"{name}.jsonl"
+        (tmp_path / f"{name}.json").write_text(json.dumps({"log": str(logs[name]), "turns": steps}))
+        entries[name] = {"command": [sys.executable, str(AGENT), str(tmp_path / f"{name}.json")]}
+    config = tmp_path / "config" / "mevedel" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"agents": entries, "defaultAgent": "parent"}))
+    shell = terminal("prompt", "Delegate something slow")
+    shell.wait_for("    Started.")
+    shell.type("\x03")
+    assert shell.process.wait(timeout=60) == 130, shell.output
+    shell.wait_for("    [agent slow (helper): interrupted: cancelled with its caller's turn]")
+    shell.wait_for("Interrupted: cancelled by the user.\n")
+    assert "never" not in shell.output and "Traceback" not in shell.output
