@@ -477,6 +477,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             loop.add_signal_handler(signal.SIGINT, cancel)
             loop.add_signal_handler(STEER_SIGNAL, steered)
         aborted: AgentError | None = None
+        settled: TurnUpdate | None = None
         try:
             try:
                 outcome = await task
@@ -486,6 +487,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                 # Stopped while its agent started (Ctrl-C, a steering): no
                 # turn began; what was queued meanwhile still goes.
                 outcome, aborted = None, error
+            settled = front.settled  # its own, before any queued prompt's turn
             await engine.queue.drained()  # what was queued meanwhile goes, each its own turn
         except AgentError as error:
             raise CommandError(error.kind, error.message) from None
@@ -508,7 +510,6 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                             await mcp.connections.close_all()
                     finally:
                         await artifacts.close()  # the turn's artifact versions are recorded first
-        settled = front.settled
         reason = settled.reason if settled is not None else None
         if outcome is None:
             assert aborted is not None
@@ -516,7 +517,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             data = {"session_id": session_id, "turn": None, "turn_id": None, "agent": settled.agent if settled else None,
                     "outcome": "interrupted", "stop_reason": None, "reason": reason,
                     "error": {"kind": aborted.kind, "message": aborted.message}}
-            lines = [f"mevedel: no turn of {session_id} began", why_interrupted(reason, began=False)]
+            lines = [f"mevedel: {why_interrupted(reason, began=False)}"]  # no turn began: no turn to name
         else:
             data = {
                 "session_id": outcome.session_id, "turn": outcome.turn, "turn_id": outcome.turn_id, "agent": outcome.agent,
