@@ -377,6 +377,10 @@ async def test_a_prompt_cancelled_while_its_agent_never_finishes_starting_ends_t
         # Its start outlasted the cancel timeout: the agent was ended.
         assert not process_alive(agent)
         assert "prompt" not in [e["event"] for e in _events(log)]
+
+        script.write_text(json.dumps({"log": str(log), "turns": [[{"say": "the next turn"}]]}))
+        nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
+        assert nxt["turn"] == 1 and nxt["outcome"] == "completed" and "the next turn" in chat.said()
     finally:
         await client.shutdown_session()
 
