@@ -140,6 +140,7 @@ async def test_cancelling_the_parent_turn_cancels_its_sub_agent(client, workspac
     ], helper=[
         [{"say": "Started. "}, {"wait_cancel": 60}, {"say": "never said either"}],
     ])
+    watch = Watch(client)
     running = asyncio.ensure_future(prompt(client, "Delegate something slow"))
     await until_logged(helper_log, "prompt", "the sub-agent never got its prompt")
     assert await request(client, methods.TURN_CANCEL, {}) == {"cancelled": True}
@@ -150,6 +151,12 @@ async def test_cancelling_the_parent_turn_cancels_its_sub_agent(client, workspac
     (answer,) = results(parent_log)
     assert answer.startswith("mcp Agent error: slow (helper) was interrupted: cancelled with its caller's turn"), answer
     assert "Started." in answer
+    # The chat is told why, for the sub-agent's task as for the turn.
+    await request(client, methods.AGENT_LIST, {})  # notifications sent before it are in
+    settled = [u for u in watch.updates if u.get("agentPath") == "slow" and u["phase"] == "settled"]
+    assert [(u["outcome"], u.get("reason")) for u in settled] == [("interrupted", "cancelled with its caller's turn")], settled
+    root = [u for u in watch.updates if u.get("agentPath") is None and u["phase"] == "settled"]
+    assert [(u["outcome"], u.get("reason")) for u in root] == [("interrupted", "cancelled by the user")], root
 
 
 async def test_a_sub_agent_cancelled_while_it_starts_is_never_sent_its_task(client, workspace):

@@ -6,9 +6,10 @@ turn as interrupted, with every change the agent made recorded: its
 the abort came, too), and what an agent that ignores the cancel still wrote
 before it was stopped. Nothing it does lands outside every turn; the chat
 sees the turn cancelling, then interrupted; the next prompt runs. Settling
-such a turn by hand (``mevedel/turn/settle``), or adding a record to it
-(``mevedel/turn/append``), is refused. A prompt aborted while its agent
-still starts never reaches the agent; the user is told, and the next prompt
+such a turn by hand (``mevedel/turn/settle``), adding a record to it
+(``mevedel/turn/append``) or capturing a file in it (``mevedel/turn/capture``),
+is refused. A prompt aborted or cancelled while its
+agent still starts never reaches the agent; the user is told, and the next prompt
 runs. The real server
 over stdio, the scripted ACP agent as a subprocess, real files."""
 
@@ -326,5 +327,85 @@ async def test_a_prompt_aborted_while_its_agent_never_finishes_starting_ends_tha
         nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
         assert nxt["turn"] == 1 and nxt["outcome"] == "completed" and "the next turn" in chat.said()
         assert [e["event"] for e in _events(log)].count("start") == 2
+    finally:
+        await client.shutdown_session()
+
+
+async def test_a_prompt_cancelled_while_its_agent_starts_never_reaches_it_and_the_next_prompt_runs(tmp_path):
+    release = tmp_path / "release"
+    project, log, _script, client, chat = await _start(
+        tmp_path, [[{"say": "the next turn"}]], on_initialize=[{"wait_file": str(release)}], cancelTimeoutSeconds=600)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Write dispatched.txt"}))
+        await _until("the agent's initialize", lambda: "initialize" in [e["event"] for e in _events(log)])
+        # C-g, Esc, the stop button: answered while the agent still starts.
+        cancelled = await request(client, methods.TURN_CANCEL, {})
+        assert cancelled["cancelled"] is True
+        assert not running.done()
+        release.touch()
+        with pytest.raises(JsonRpcException) as stopped:
+            await running
+        assert stopped.value.data["kind"] == "prompt-aborted"
+        assert _aborted_before_its_turn(chat)["reason"] == "cancelled by the user"
+        assert "prompt" not in [e["event"] for e in _events(log)]
+        assert (await request(client, methods.TURN_LIST, {}))["turns"] == []
+        # Nothing is left to cancel.
+        assert (await request(client, methods.TURN_CANCEL, {}))["cancelled"] is False
+
+        nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
+        assert nxt["turn"] == 1 and nxt["outcome"] == "completed" and "the next turn" in chat.said()
+        events = [e["event"] for e in _events(log)]
+        assert events.count("start") == 1 and events.count("prompt") == 1
+        assert not (project / "dispatched.txt").exists()
+    finally:
+        await client.shutdown_session()
+
+
+async def test_a_prompt_cancelled_while_its_agent_never_finishes_starting_ends_that_agent(tmp_path):
+    never = tmp_path / "never"
+    project, log, script, client, chat = await _start(
+        tmp_path, [[{"say": "never asked"}]], on_initialize=[{"wait_file": str(never)}], cancelTimeoutSeconds=1)
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's initialize", lambda: "initialize" in [e["event"] for e in _events(log)])
+        agent = next(e["pid"] for e in _events(log) if e["event"] == "start")
+        assert (await request(client, methods.TURN_CANCEL, {}))["cancelled"] is True
+        with pytest.raises(JsonRpcException) as stopped:
+            await running
+        assert stopped.value.data["kind"] == "prompt-aborted"
+        assert _aborted_before_its_turn(chat)["reason"] == "cancelled by the user"
+        # Its start outlasted the cancel timeout: the agent was ended.
+        assert not process_alive(agent)
+        assert "prompt" not in [e["event"] for e in _events(log)]
+
+        script.write_text(json.dumps({"log": str(log), "turns": [[{"say": "the next turn"}]]}))
+        nxt = await request(client, methods.TURN_PROMPT, {"text": "Again"})
+        assert nxt["turn"] == 1 and nxt["outcome"] == "completed" and "the next turn" in chat.said()
+    finally:
+        await client.shutdown_session()
+
+
+async def test_capturing_by_hand_in_a_turn_this_servers_agent_runs_is_refused_and_rewind_gives_back_the_file(tmp_path):
+    release = tmp_path / "release"
+    # The agent's command rewrites keep.txt and runs on: its change is not
+    # recorded before the command ends.
+    command = f"echo 'the agent rewrote it' > keep.txt; while [ ! -e {release} ]; do sleep 0.05; done"
+    project, log, _script, client, chat = await _start(tmp_path, [[
+        {"terminal": {"command": "sh", "args": ["-c", command]}},
+        {"say": "done"},
+    ]])
+    try:
+        running = asyncio.ensure_future(request(client, methods.TURN_PROMPT, {"text": "Go"}))
+        await _until("the agent's command rewriting keep.txt", lambda: (project / "keep.txt").read_text() != "kept\n")
+        with pytest.raises(JsonRpcException) as refused:
+            await request(client, methods.TURN_CAPTURE, {"path": "keep.txt"})
+        assert refused.value.data["kind"] == "conflict"
+        assert "mevedel/turn/cancel" in refused.value.data["reason"] and "mevedel/turn/abort" in refused.value.data["reason"]
+        release.touch()
+        answered = await running
+        assert answered["outcome"] == "completed" and answered["turn"] == 1
+        assert await _diff(client) == {"keep.txt": "modified"}
+        # The turn's checkpoint holds keep.txt as it was before the turn.
+        assert (await _rewound(client, project))["keep.txt"][2] == b"kept\n"
     finally:
         await client.shutdown_session()

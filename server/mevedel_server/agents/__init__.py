@@ -12,7 +12,7 @@ _EXPORTS = {
     '.config': ('AgentConfig', 'EXECUTION_LOG_BOUNDS', 'TERMINAL_OUTPUT_BOUNDS', 'agents_problem', 'cli_config_path', 'load_cli_config', 'log_dir', 'specs_from'),
     '.delegation.names': ('CONCURRENT_BOUNDS', 'DEPTH_BOUNDS'),
     '.engine': ('AgentEngine', 'PermissionQuestion', 'PromptOutcome', 'TurnUpdate'),
-    '.errors': ('AgentError',),
+    '.errors': ('PROMPT_ABORTED', 'AgentError'),
     '.file_state': ('kept_reads',),
     '.prompt_queue': ('PromptQueue', 'QueueEntry', 'QueueState'),
     '.session_options': ('OptionsView', 'parse_assignment'),

@@ -91,6 +91,9 @@ _log = logging.getLogger(__name__)
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 #: An attachment larger than this is refused before dispatch.
 MAX_ATTACHMENT_BYTES = 4 * 1024 * 1024
+#: Why a turn (or a prompt whose agent was starting) the user cancelled
+#: (``mevedel/turn/cancel``, Ctrl-C) was interrupted.
+CANCEL_REASON = "cancelled by the user"
 
 
 @dataclass(frozen=True)
@@ -503,7 +506,7 @@ class AgentEngine:
 
     async def _settle(self, running: RunningAgent, turn: AgentTurn, stop_reason: str | None, error: AgentError | None) -> PromptOutcome:
         session_id = turn.session_id
-        outcome, reason = await self.end_turn(running, turn, stop_reason, error, turn.aborted or "cancelled by the user")
+        outcome, reason = await self.end_turn(running, turn, stop_reason, error, turn.aborted or CANCEL_REASON)
         withdraw = not_riding
         # The files the turn captured are read for their post-turn content
         # in the walk's program (the turn's mutations are over); a path the
@@ -560,10 +563,18 @@ class AgentEngine:
     async def cancel(self, session_id: str) -> bool:
         """Ask the agent to end the turn in flight; True when one was running.
         The prompt settles it (interrupted) once the agent answers, or when
-        the cancel timeout closes the connection."""
+        the cancel timeout closes the connection. A prompt whose agent is
+        still starting is stopped before it reaches the agent, as
+        :meth:`abort` stops it ("cancelled by the user"); True too."""
         running = self._running.get(session_id)
         turn = running.turn if running is not None else None
-        if running is None or turn is None or turn.cancelled:
+        if running is None or turn is None:
+            admitted = self._admitted.get(session_id)
+            if admitted is None or admitted.turn is not None or admitted.aborted is not None:
+                return False
+            self._stop_admitted(session_id, admitted, CANCEL_REASON)
+            return True
+        if turn.cancelled:
             return False
         turn.cancelled = True
         self.front.turn_update(TurnUpdate(session_id, turn.agent, "cancelling", turn.turn, turn.turn_id))
@@ -604,29 +615,47 @@ class AgentEngine:
         """Abort ``admitted``, a prompt whose turn had not begun when the
         abort came: it goes no further than its agent's start (a turn that
         begins meanwhile settles as aborted before it is sent)."""
-        if admitted.aborted is None:
+        self._stop_admitted(session_id, admitted, reason)
+        await admitted.ended.wait()  # bounded: the stop ends an agent whose start outlasts the cancel timeout
+        turn = admitted.turn
+        return Aborted(None) if turn is None else Aborted(turn.turn, turn.saved)
+
+    def _stop_admitted(self, session_id: str, admitted: AdmittedPrompt, reason: str) -> None:
+        """Stop ``admitted`` before it reaches its agent (an abort, or a
+        cancel, came while the agent started), for ``reason``: the prompt
+        raises prompt-aborted once the start is over. An abort after a
+        cancel says why in its own words."""
+        first = admitted.aborted is None
+        if first or reason != CANCEL_REASON:
             admitted.aborted = reason
-            if admitted.agent is not None:
-                self.front.turn_update(TurnUpdate(session_id, admitted.agent, "cancelling"))
+        if not first:
+            return
+        if admitted.agent is not None:
+            self.front.turn_update(TurnUpdate(session_id, admitted.agent, "cancelling"))
+        admitted.stopping = asyncio.ensure_future(self._end_slow_start(session_id, admitted))
+
+    async def _end_slow_start(self, session_id: str, admitted: AdmittedPrompt) -> None:
+        """End the agent of a stopped prompt whose start outlasts the cancel
+        timeout, as one that ignores a cancel is ended."""
         try:
             await asyncio.wait_for(asyncio.shield(admitted.ended.wait()), self.config().cancel_timeout_seconds)
         except asyncio.TimeoutError:
             starting = admitted.starting or self._running.get(session_id)
             if admitted.turn is None and starting is not None and starting.process.native_session_id is None:
-                # Its agent is still starting (no session opened yet), as one
-                # that ignores a cancel still runs: it is ended, which fails
-                # its start. One that started is kept for the next prompt.
+                # Its agent is still starting (no session opened yet): it is
+                # ended, which fails its start. One that started is kept for
+                # the next prompt.
                 await starting.process.stop(grace=0.5)
-            await admitted.ended.wait()
-        turn = admitted.turn
-        return Aborted(None) if turn is None else Aborted(turn.turn, turn.saved)
 
     def kill(self, session_id: str) -> bool:
         """End the session's agent process at once (the user asked a second
         time while the agent ignores the cancel): its whole process group
         gets SIGKILL, the connection closes, and the turn in flight settles
-        as interrupted with what arrived. True when there was one to end."""
+        as interrupted with what arrived; an agent still starting for a
+        cancelled prompt fails its start. True when there was one to end."""
         running = self._running.get(session_id)
+        if running is None and session_id in self._admitted:
+            running = self._admitted[session_id].starting
         process = running.process.process if running is not None else None
         if running is None or process is None or process.returncode is not None:
             return False

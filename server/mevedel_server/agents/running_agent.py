@@ -64,7 +64,8 @@ class AdmittedPrompt:
     on_begun: Callable[[int], Awaitable[None]] | None = None
     #: The agent chosen for it, once chosen.
     agent: str | None = None
-    #: Why the user aborted it (``mevedel/turn/abort``) before its turn began.
+    #: Why the user aborted or cancelled it (``mevedel/turn/abort``,
+    #: ``mevedel/turn/cancel``) before its turn began.
     aborted: str | None = None
     #: The agent process started for it (an abort ends it should its start
     #: outlast the cancel timeout).
@@ -73,6 +74,8 @@ class AdmittedPrompt:
     turn: AgentTurn | None = None
     #: Set once the prompt has ended (whatever it came to).
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Once stopped: ends its agent should the start outlast the cancel timeout.
+    stopping: asyncio.Future | None = None
 
 
 class RunningAgent:

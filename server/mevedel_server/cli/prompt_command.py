@@ -13,8 +13,12 @@ go to standard error; the agent's permission questions are asked on the
 terminal (without one, they are refused unless ``permissions`` allows
 them). The agent gets mevedel's MCP tools (``mevedel mcp`` relaying to a
 tool host in this process, as under the LSP server). Ctrl-C cancels the
-turn (it settles as interrupted); a second Ctrl-C, while the agent takes
-its time to stop, ends the agent's process. A question is answered by its
+turn (it settles as interrupted, and the CLI says why in the sentence the
+editors' chats show: "Interrupted: cancelled by the user."); while the
+agent is still starting, it stops the prompt before it reaches the agent
+("Aborted before it reached the agent: ..."; no turn begins). A second
+Ctrl-C, while the agent takes its time to stop or to start, ends the
+agent's process. A question is answered by its
 number; a typo asks again, an empty answer refuses. While another
 ``mevedel prompt`` of this client runs a turn of the session, the prompt is
 refused without touching the session's lease; ``--queue`` adds it to the
@@ -25,7 +29,7 @@ it exits; its status is its own prompt's. With no TEXT the prompt is typed
 on the terminal, up/down recalling the workspace's input history
 (``prompt_line.py``); every prompt sent is recorded there. Exit status:
 0 completed, 1 refused before anything was recorded, 2 the turn failed,
-130 interrupted.
+130 interrupted (or stopped while its agent started).
 """
 
 from __future__ import annotations
@@ -40,7 +44,13 @@ import termios
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..agents import AgentError, cli_config_path, load_cli_config, log_dir
+from ..agents import (
+    PROMPT_ABORTED,
+    AgentError,
+    cli_config_path,
+    load_cli_config,
+    log_dir,
+)
 from ..artifacts import SessionArtifacts, session_artifacts
 from ..loading import loading
 from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
@@ -112,8 +122,12 @@ class TerminalFront:
         self.reasoning = False
         #: Queue entries already said.
         self.said: set = set()
+        #: The prompt's last ``settled`` update (its reason, as the editors get it).
+        self.settled: TurnUpdate | None = None
 
     def turn_update(self, update: TurnUpdate) -> None:
+        if update.phase == "settled" and update.agent_path is None:
+            self.settled = update
         if self.json_output:
             return
         # A sub-agent's activity is indented under the tool call that started
@@ -144,7 +158,8 @@ class TerminalFront:
                 self.note(f"{indent}[plan]\n" + (event.text or ""))
         if nested:
             if update.phase == "settled":
-                self.note(f"{indent}[agent {update.agent}: {update.outcome}]")
+                why = f": {update.reason}" if update.reason and update.outcome != "completed" else ""
+                self.note(f"{indent}[agent {update.agent}: {update.outcome}{why}]")
             return
         if update.phase == "starting":
             self.note(f"[starting {update.agent}]")
@@ -216,6 +231,14 @@ class TerminalFront:
             if 1 <= chosen <= count:
                 return question.options[chosen - 1][0]
             prompt = f"{answer.strip()!r} is not one of 1-{count}; choose a number (empty: refuse): "
+
+
+def why_interrupted(reason: str, began: bool = True) -> str:
+    """Why a prompt was interrupted, in the sentence the editors' chats show
+    (``reason`` of the settled ``mevedel/turn/didUpdate``); ``began`` False:
+    stopped while its agent started, it never reached the agent."""
+    said = "Interrupted" if began else "Aborted before it reached the agent"
+    return f"{said}: {reason}{'' if reason.endswith('.') else '.'}"
 
 
 async def _read_answer(prompt: str) -> str | None:
@@ -444,8 +467,18 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signal.SIGINT, cancel)
             loop.add_signal_handler(STEER_SIGNAL, steered)
+        aborted: AgentError | None = None
+        settled: TurnUpdate | None = None
         try:
-            outcome = await task
+            try:
+                outcome = await task
+            except AgentError as error:
+                if error.kind != PROMPT_ABORTED:
+                    raise CommandError(error.kind, error.message) from None
+                # Stopped while its agent started (Ctrl-C, a steering): no
+                # turn began; what was queued meanwhile still goes.
+                outcome, aborted = None, error
+            settled = front.settled  # its own, before any queued prompt's turn
             await engine.queue.drained()  # what was queued meanwhile goes, each its own turn
         except AgentError as error:
             raise CommandError(error.kind, error.message) from None
@@ -468,21 +501,32 @@ def run_prompt(arguments: argparse.Namespace) -> int:
                             await mcp.connections.close_all()
                     finally:
                         await artifacts.close()  # the turn's artifact versions are recorded first
-        data = {
-            "session_id": outcome.session_id, "turn": outcome.turn, "turn_id": outcome.turn_id, "agent": outcome.agent,
-            "outcome": outcome.outcome, "stop_reason": outcome.stop_reason,
-            "error": None if outcome.error is None else {"kind": outcome.error.kind, "message": outcome.error.message},
-        }
-        lines = []
-        if outcome.outcome != "completed":
-            lines.append(f"mevedel: turn {outcome.turn} of {outcome.session_id} {outcome.outcome}"
-                         + (f": {outcome.error.message}" if outcome.error else ""))
+        reason = settled.reason if settled is not None else None
+        if outcome is None:
+            assert aborted is not None
+            reason = reason or "aborted"
+            data = {"session_id": session_id, "turn": None, "turn_id": None, "agent": settled.agent if settled else None,
+                    "outcome": "interrupted", "stop_reason": None, "reason": reason,
+                    "error": {"kind": aborted.kind, "message": aborted.message}}
+            lines = [f"mevedel: {why_interrupted(reason, began=False)}"]  # no turn began: no turn to name
+        else:
+            data = {
+                "session_id": outcome.session_id, "turn": outcome.turn, "turn_id": outcome.turn_id, "agent": outcome.agent,
+                "outcome": outcome.outcome, "stop_reason": outcome.stop_reason, "reason": reason,
+                "error": None if outcome.error is None else {"kind": outcome.error.kind, "message": outcome.error.message},
+            }
+            lines = []
+            if outcome.outcome != "completed":
+                lines.append(f"mevedel: turn {outcome.turn} of {outcome.session_id} {outcome.outcome}"
+                             + (f": {outcome.error.message}" if outcome.error else ""))
+            if outcome.outcome == "interrupted" and reason:
+                lines.append(why_interrupted(reason))
         if arguments.json:
             emit(arguments, data, [])
         else:
             for line in lines:
                 print(line, file=sys.stderr)
-        if outcome.outcome == "interrupted" or interrupted["yes"]:
+        if outcome is None or outcome.outcome == "interrupted" or interrupted["yes"]:
             status["code"] = INTERRUPTED
         elif outcome.outcome != "completed":
             status["code"] = TURN_FAILED

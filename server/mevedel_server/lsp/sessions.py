@@ -238,7 +238,12 @@ async def begin_turn(ls: MevedelLanguageServer, params: wire.TurnBeginParams) ->
 
 
 async def capture_file(ls: MevedelLanguageServer, params: wire.TurnCaptureParams) -> wire.TurnCaptureResult:
-    service, sid = _turn_target(ls, params, methods.TURN_CAPTURE)
+    folder = _folder(ls, params.workspace_folder, methods.TURN_CAPTURE)
+    service, sid = _registry(ls).service(folder), _session_id(ls, folder, params.session_id, methods.TURN_CAPTURE)
+    # A path's first capture in a turn is its pre-turn state, and the agent's
+    # own are exact (its baseline, before each write): one read by hand now
+    # may read what the agent already changed, and would win over them.
+    _refuse_agent_turn(ls, folder, sid)
     captured = await service.turns.capture_file(sid, params.path, gap=params.gap)
     return wire.TurnCaptureResult(captured.path, captured.state, captured.size, captured.gap_reason)
 

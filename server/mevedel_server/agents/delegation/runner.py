@@ -218,6 +218,7 @@ class SubAgents:
         self._publish(session_id)
         tell("starting")
         keepalive = asyncio.ensure_future(self._keep_caller_alive(caller, turn))
+        earlier = retained.result  # its last task's, until this one's is recorded
         outcome = "errored"
         try:
             answer = await self._run(retained, spec, turn, items, prompt, config)
@@ -231,7 +232,10 @@ class SubAgents:
             retained.active = None
             turn.settled.set()
             self._publish(session_id)
-            tell("settled", outcome=outcome)
+            # Why it was interrupted or failed, as its task records it (the
+            # root turn's settled update says so of the turn).
+            result = retained.result if retained.result is not earlier else None
+            tell("settled", outcome=outcome, reason=result.reason if result is not None else None)
 
     def _sync(self, session_id: str) -> dict[str, Retained]:
         """The session's retained agents here, made one with its registry:
