@@ -256,6 +256,38 @@ async def test_writes_need_the_session_held_here(workspace, tmp_path):
         assert (workspace / "README.md").read_text() == "# Project\nhello readme\n"
 
 
+async def test_grep_and_glob_counts_agree_in_number(workspace, tmp_path):
+    async with served(workspace, tmp_path / "state") as (session, _roster):
+        assert await ok(session, "Grep", pattern="hello readme") == (
+            "README.md:2:1: hello readme\n-- 1 matching line in 1 file (3 searched)"
+        )
+        assert (await ok(session, "Grep", pattern="hello")).endswith("\n-- 2 matching lines in 2 files (3 searched)")
+        assert await ok(session, "Grep", pattern="absent", path="README.md") == "no match below README.md (1 file searched)"
+        cut = await ok(session, "Grep", pattern="hello", limit=1)
+        assert "showing the first matching line;" in cut and "first 1 " not in cut
+        cut = await ok(session, "Glob", pattern="**/*", limit=1)
+        assert "showing the first match;" in cut and "first 1 " not in cut
+
+
+async def test_applypatch_names_each_file_by_its_workspace_path_or_address(workspace, tmp_path):
+    """However the patch spells a file (absolute, ./ and .., a plain path),
+    the result names it as Grep and Glob do."""
+    state = tmp_path / "me"
+    sid = _session(workspace, state)
+    async with served(workspace, state, "--session", sid) as (session, _roster):
+        patch = envelope(
+            add(f"{workspace}/src/abs.py", "x = 1"),
+            add("./docs/../notes.md", "n"),
+            f"*** Update File: {workspace}/README.md\n*** Move to: ./doc/README.md\n@@\n-hello readme\n+hello moved\n",
+            add("work://plan.md", "p"),
+        )
+        assert await ok(session, "ApplyPatch", patch=patch) == (
+            "A src/abs.py\nA notes.md\nR README.md -> doc/README.md\nA work://plan.md"
+        )
+        assert (await ok(session, "Glob", pattern="**/*.md")).splitlines() == ["doc/README.md", "notes.md"]
+        assert await ok(session, "ApplyPatch", patch=envelope(f"*** Delete File: {workspace}/src/./abs.py\n")) == "D src/abs.py"
+
+
 async def test_an_unknown_session_is_refused_and_nothing_is_created(workspace, tmp_path):
     unknown = "2026-01-01T00-00-0123456789ab"
     done = subprocess.run(

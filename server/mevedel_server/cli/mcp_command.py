@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from ..agents import cli_config_path
 from ..mcp_client import (
     APPROVE_IN_A_TERMINAL,
-    Approvals,
     configured_access,
     default_approvals_path,
 )
@@ -226,18 +225,18 @@ async def _serve(
     from .session_command import session_named
 
     remote = not isinstance(location, Path)
-    try:
-        # This server has no one to ask: a workspace .mcp.json server runs
-        # only once approved, and the refusal says how. An SSH workspace's
-        # .mcp.json is read through its target; its servers run here.
-        access = configured_access(location, cli_config_path(), how_to_approve=_how_to_approve(client_state), remote=target)
-    except ValueError as error:
-        raise CommandError("invalid-params", str(error)) from None
     # All of the client's state is in its one directory: who it is, the
     # servers it approved and the saves it keeps for a host (a workspace
     # here needs no spool), so --client-state takes them all along.
     state = client_state_directory(client_state)
-    access.approvals = Approvals(Path(state) / default_approvals_path().name)
+    try:
+        # This server has no one to ask: a workspace .mcp.json server runs
+        # only once approved, and the refusal says how. An SSH workspace's
+        # .mcp.json is read through its target; its servers run here.
+        access = configured_access(location, cli_config_path(), how_to_approve=_how_to_approve(client_state), remote=target,
+                                   approvals=Path(state) / default_approvals_path().name)
+    except ValueError as error:
+        raise CommandError("invalid-params", str(error)) from None
     service = SessionService(target, cli_identity(state), **PRODUCT_STORAGE, pending_spool=workspace_spool(location, state),
                              stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
     # A save this machine kept for the host reaches it when the session is resumed here.

@@ -254,6 +254,7 @@ def configured_access(
     approving: Iterable[str] = (),
     how_to_approve: str = "run it again with --approve-mcp {name} (approves this exact command)",
     remote: Target | None = None,
+    approvals: Path | None = None,
 ) -> McpAccess:
     """The access of a command-line front end (``mevedel read``, and any
     other process bound to one workspace): the servers of its config
@@ -261,8 +262,10 @@ def configured_access(
     ``mcpStartTimeoutSeconds``), the workspace's ``.mcp.json``, and
     ``approving`` -- the workspace servers the user approved on the
     command line. An SSH workspace's ``.mcp.json`` is read through its
-    target ``remote``, and its servers run here, as the LSP runs them. Its
-    connections are its own: close them
+    target ``remote``, and its servers run here, as the LSP runs them.
+    Approvals are kept in the file ``approvals`` (default
+    :func:`.approvals.default_approvals_path`). Its connections are its
+    own: close them
     (``access.connections.close_all()``) before the process exits. Raises
     ValueError naming the file and key of a bad configuration."""
     from ..targets import LocalTarget, TargetError
@@ -287,7 +290,7 @@ def configured_access(
         McpConnections(call_timeout=call_timeout, start_timeout=start_timeout,
                        **({"max_message_bytes": limit} if limit is not None else {})),
         servers,
-        approvals=Approvals(),
+        approvals=Approvals(approvals),
         workspace_key=workspace.uri if isinstance(workspace, SshLocation) else str(workspace),
         workspace_target=target,
         cwd=None if isinstance(workspace, SshLocation) else str(workspace),

@@ -287,6 +287,10 @@ def render_glob(result: GlobResult) -> str:
     return body + (f"\n-- {result.notice}" if result.notice else "")
 
 
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def render_grep(result: GrepResult) -> str:
     lines: list[str] = []
     for match in result.matches:
@@ -299,9 +303,9 @@ def render_grep(result: GrepResult) -> str:
             lines.append(f"{match.address}-{number}- {text}")
     files = {match.address for match in result.matches}
     summary = (
-        f"{len(result.matches)} matching lines in {len(files)} files ({result.files_searched} searched)"
+        f"{_counted(len(result.matches), 'matching line')} in {_counted(len(files), 'file')} ({result.files_searched} searched)"
         if result.matches
-        else f"no match below {result.address} ({result.files_searched} files searched)"
+        else f"no match below {result.address} ({_counted(result.files_searched, 'file')} searched)"
     )
     if result.truncated:
         summary += "; the report stops at its limit: narrow the pattern or glob, or raise limit"

@@ -231,3 +231,25 @@ async def test_a_setting_shadows_a_workspace_server_of_the_same_name_and_others_
     ]
     found = await execute(prepare(Operation.READ, "mcp://", ReadOptions(), ResolverContext(mcp=access)))
     assert "mcp://extra -- workspace .mcp.json; needs approval before it runs: approve it first; runs repo-only x" in found.text
+
+
+async def test_a_command_line_access_keeps_its_approvals_where_it_is_told(tmp_path, monkeypatch):
+    """``configured_access(approvals=...)`` (``mevedel mcp --client-state``)
+    reads the approvals of that file, not of the default state directory."""
+    from mevedel_server.mcp_client import configured_access
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "default-state"))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / ".mcp.json").write_text('{"mcpServers": {"extra": {"command": "repo-only"}}}')
+    mine = tmp_path / "client" / "mcp-approvals.json"
+    entries, _problem = await configured_access(workspace, tmp_path / "config.json", approvals=mine).servers()
+    assert [(e.name, e.standing) for e in entries] == [("extra", "needs-approval")]
+    mine.parent.mkdir()
+    Approvals(mine).approve(str(workspace), entries[0].spec)
+
+    entries, _problem = await configured_access(workspace, tmp_path / "config.json", approvals=mine).servers()
+    assert [(e.name, e.standing) for e in entries] == [("extra", "ready")]
+    # The default file approves nothing of it.
+    entries, _problem = await configured_access(workspace, tmp_path / "config.json").servers()
+    assert [(e.name, e.standing) for e in entries] == [("extra", "needs-approval")]

@@ -67,7 +67,7 @@ def write(path: Path, data: str | bytes) -> Path:
 def test_add_creates_the_file_and_its_directories(tmp_path):
     result = apply(tmp_path, "*** Add File: work://notes/deep/todo.md", "+line one", "+line two")
     assert (tmp_path / "notes/deep/todo.md").read_text() == "line one\nline two\n"
-    assert result.changes == (FileChange("work://notes/deep/todo.md", "add", None, 2, 0),)
+    assert result.changes == (FileChange("work://notes/deep/todo.md", "add", None, 2, 0, "work://notes/deep/todo.md"),)
     assert result.summary() == "A work://notes/deep/todo.md"
 
 
@@ -89,7 +89,7 @@ def test_update_replaces_lines_and_counts_them(tmp_path):
     assert (tmp_path / "a.py").read_text() == (
         "def greet():\n    name = 'you'\n    return f'hi {name}'\n\nprint(greet())\n"
     )
-    assert result.changes == (FileChange("work://a.py", "update", None, 2, 1),)
+    assert result.changes == (FileChange("work://a.py", "update", None, 2, 1, "work://a.py"),)
     assert result.summary() == "M work://a.py"
 
 
@@ -145,7 +145,7 @@ def test_delete_removes_the_file(tmp_path):
     write(tmp_path / "shared/old.md", "one\ntwo\n")
     result = apply(tmp_path, "*** Delete File: work://shared/old.md")
     assert not (tmp_path / "shared/old.md").exists()
-    assert result.changes == (FileChange("work://shared/old.md", "delete", None, 0, 2),)
+    assert result.changes == (FileChange("work://shared/old.md", "delete", None, 0, 2, "work://shared/old.md"),)
     assert result.summary() == "D work://shared/old.md"
 
 
@@ -162,7 +162,9 @@ def test_move_renames_and_edits_in_one_step(tmp_path):
     assert not (tmp_path / "topics/python.md").exists()
     assert (tmp_path / "archive/py.md").read_text() == "# Python\nnew\n"
     assert result.summary() == "R memory://topics/python.md -> memory://archive/py.md"
-    assert result.changes[0] == FileChange("memory://topics/python.md", "update", "memory://archive/py.md", 1, 1)
+    assert result.changes[0] == FileChange(
+        "memory://topics/python.md", "update", "memory://archive/py.md", 1, 1, "memory://topics/python.md", "memory://archive/py.md"
+    )
 
 
 def test_a_pure_move_keeps_the_content_and_mode(tmp_path):

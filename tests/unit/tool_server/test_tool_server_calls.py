@@ -88,7 +88,8 @@ async def test_the_hook_gets_workspace_relative_project_paths_before_the_write(w
         )
         assert await call(session, "ApplyPatch", patch=text) == (
             False,
-            f"A work://plan.md\nR {workspace}/src/old.py -> src/new.py\nA ./docs/../README.md",
+            # Each file by its workspace-relative path, however the patch spelled it.
+            "A work://plan.md\nR src/old.py -> src/new.py\nA README.md",
         )
         # Addresses only: nothing for the hook.
         assert await call(session, "ApplyPatch", patch=patch("*** Add File: work://shared/n.md\n+n\n")) == (False, "A work://shared/n.md")

@@ -170,6 +170,8 @@ async def _run(planned: list[tuple[FileOperation, _Target, _Target | None]], tar
             move_path=None if second is None else _path(second, where),
             display=first.authored,
             move_display=None if second is None else second.authored,
+            name=_name(first),
+            move_name=None if second is None else _name(second),
         )
         for operation, first, second in planned
     ]
@@ -185,6 +187,14 @@ def _where(targets: list[_Target]) -> Place:
     if where is None:
         raise AddressError(ErrorKind.UNAVAILABLE, first.authored, "its root cannot be created here")
     return where
+
+
+def _name(target: _Target) -> str:
+    """What a result calls the file: its workspace-relative path, or its
+    canonical address (one name for every spelling of it)."""
+    if target.address is None:
+        return target.project_path or target.authored
+    return target.address.canonical
 
 
 def _path(target: _Target, where: Place) -> str:

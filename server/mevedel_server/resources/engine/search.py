@@ -345,8 +345,15 @@ def glob_answer(
     assert isinstance(request.options, GlobOptions)
     parts = [notice] if notice and not matches else []
     if truncated:
-        parts.append(f"showing the first {request.options.limit} matches; narrow the pattern or raise limit")
+        parts.append(limit_notice(request.options.limit, "match", "matches"))
     return GlobResult(authored, canonical, tuple(matches), truncated, "\n".join(parts) or None)
+
+
+def limit_notice(limit: int, one: str, many: str) -> str:
+    """The notice of a listing cut at its ``limit`` (``one`` match or
+    ``many`` of them: a count of 1 reads as one)."""
+    shown = f"the first {one}" if limit == 1 else f"the first {limit} {many}"
+    return f"showing {shown}; narrow the pattern or raise limit"
 
 
 def grep_answer(outcome: GrepOutcome, request: Request, authored: str, canonical: str, notice: str | None) -> GrepResult:
@@ -355,7 +362,7 @@ def grep_answer(outcome: GrepOutcome, request: Request, authored: str, canonical
     if outcome.skipped:
         parts.append(f"{len(outcome.skipped)} non-text file(s) skipped: " + ", ".join(outcome.skipped[:20]))
     if outcome.truncated:
-        parts.append(f"showing the first {request.options.limit} matching lines; narrow the pattern or raise limit")
+        parts.append(limit_notice(request.options.limit, "matching line", "matching lines"))
     return GrepResult(
         authored,
         canonical,

@@ -56,7 +56,7 @@ from ..engine.explicit_node import read_listing
 from ..engine.options import GlobOptions, GrepOptions, ReadOptions
 from ..engine.projection import page_lines, split_lines
 from ..engine.results import GlobResult, GrepResult, ReadResult
-from ..engine.search import GrepOutcome, grep_lines
+from ..engine.search import GrepOutcome, grep_lines, limit_notice
 
 ROOT = "history://root"
 SAVED = "history://saved"
@@ -431,7 +431,7 @@ def _glob(
             matches.append(_saved_address(source.session_id, source.name))
     parts = [notice] if notice else []
     if truncated:
-        parts.append(f"showing the first {request.options.limit} matches; narrow the pattern or raise limit")
+        parts.append(limit_notice(request.options.limit, "match", "matches"))
     return GlobResult(authored, canonical, tuple(matches), truncated, "\n".join(parts) or None)
 
 
@@ -469,7 +469,7 @@ def _grep_result(outcome: GrepOutcome, request: Request, authored: str, canonica
     assert isinstance(request.options, GrepOptions)
     parts = [n for n in notices if n]
     if outcome.truncated:
-        parts.append(f"showing the first {request.options.limit} matching lines; narrow the pattern or raise limit")
+        parts.append(limit_notice(request.options.limit, "matching line", "matching lines"))
     return GrepResult(authored, canonical, tuple(outcome.matches), outcome.files_searched, outcome.truncated, "\n".join(parts) or None)
 
 

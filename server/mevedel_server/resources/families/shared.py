@@ -72,7 +72,7 @@ from ..engine.places import Place, Places
 from ..engine.projection import page_lines
 from ..engine.results import GrepResult, ReadResult
 from ..engine.runners import fail, refusal, run_program
-from ..engine.search import GrepOutcome, grep_lines
+from ..engine.search import GrepOutcome, grep_lines, limit_notice
 
 BASE = "shared://"
 LIBRARY = "shared://library"
@@ -311,7 +311,7 @@ def _over(lines: list[str], request: Request, authored: str, canonical: str, not
         outcome.truncated = grep_lines(canonical, lines, request.grep, request.options, outcome)
         parts = [notice] if notice else []
         if outcome.truncated:
-            parts.append(f"showing the first {request.options.limit} matching lines; narrow the pattern or raise limit")
+            parts.append(limit_notice(request.options.limit, "matching line", "matching lines"))
         return GrepResult(authored, canonical, tuple(outcome.matches), 1, outcome.truncated, "\n".join(parts) or None)
     raise AddressError(ErrorKind.INTERNAL, authored, f"{request.operation.value} reached a shared:// text view")
 

@@ -7,7 +7,9 @@ The resolver turns each parsed ``FileOperation`` into a
 every precondition (a new file must be absent and creatable, an edited one
 a regular UTF-8 text file), applies the hunks (the conflict check) and
 returns every file's old and new content. Nothing here touches storage;
-messages and results use the authored ``display`` text only.
+messages use the authored ``display`` text; a result line names each file
+by its ``name`` (workspace-relative path or canonical address), however
+the patch spelled it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ class ResolvedOperation:
     #: The authored address, used in every message and result.
     display: str
     move_display: str | None = None
+    #: The name every result gives the file (its workspace-relative path,
+    #: or its canonical address), so that each file has one name whichever
+    #: spelling the patch used; the authored text when not given.
+    name: str | None = None
+    move_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +49,16 @@ class FileChange:
     move_display: str | None
     added: int
     removed: int
+    #: What the summary calls the file and a move's destination (see
+    #: ``ResolvedOperation.name``).
+    name: str = ""
+    move_name: str | None = None
 
     def summary_line(self) -> str:
+        name = self.name or self.display
         if self.move_display is not None:
-            return f"R {self.display} -> {self.move_display}"
-        return f"{_SUMMARY_LETTER[self.kind]} {self.display}"
+            return f"R {name} -> {self.move_name or self.move_display}"
+        return f"{_SUMMARY_LETTER[self.kind]} {name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,17 +143,18 @@ def plan_patch(
 
 def _plan(plan: Plan, resolved: ResolvedOperation, found: Callable[[str], Found], creatable: Callable[[str, str], None]) -> None:
     operation, display, path = resolved.operation, resolved.display, resolved.path
+    name = resolved.name or display
     current = found(path)
     if operation.kind == "add":
         _require_absent(current, display, "already exists; use '*** Update File:' to change it")
         creatable(path, display)
         text = join_text(operation.added_lines, [None] * len(operation.added_lines), NEW_FILE_LAYOUT)
-        plan.changes.append(FileChange(display, "add", None, len(operation.added_lines), 0))
+        plan.changes.append(FileChange(display, "add", None, len(operation.added_lines), 0, name))
         plan.writes.append(FileWrite(path, display, None, text.encode("utf-8")))
         return
     data, text = _current(current, display)
     if operation.kind == "delete":
-        plan.changes.append(FileChange(display, "delete", None, 0, len(split_text(text).texts)))
+        plan.changes.append(FileChange(display, "delete", None, 0, len(split_text(text).texts), name))
         plan.removals.append(FileWrite(path, display, data, None))
         return
     if operation.kind != "update":
@@ -154,7 +167,7 @@ def _plan(plan: Plan, resolved: ResolvedOperation, found: Callable[[str], Found]
     if operation.move_to is None:
         if resolved.move_path is not None:
             raise AddressError(ErrorKind.INTERNAL, display, "a move destination was resolved for a patch without one")
-        plan.changes.append(FileChange(display, "update", None, added, removed))
+        plan.changes.append(FileChange(display, "update", None, added, removed, name))
         plan.writes.append(FileWrite(path, display, data, new))
         return
     destination = move_display(resolved)
@@ -162,7 +175,7 @@ def _plan(plan: Plan, resolved: ResolvedOperation, found: Callable[[str], Found]
         raise AddressError(ErrorKind.INTERNAL, destination, "the move destination was not resolved")
     _require_absent(found(resolved.move_path), destination, "already exists; a move may not replace a file")
     creatable(resolved.move_path, destination)
-    plan.changes.append(FileChange(display, "update", destination, added, removed))
+    plan.changes.append(FileChange(display, "update", destination, added, removed, name, resolved.move_name or destination))
     plan.writes.append(FileWrite(resolved.move_path, destination, None, new, path if new == data else None))
     plan.removals.append(FileWrite(path, display, data, None))
 
