@@ -25,6 +25,11 @@ heads and the target clock too), then, interleaved:
 first on the path; saved as ``artifacts_source``): the code before a change,
 measured the same way, run in alternation with this one's.
 
+``--local-pace S`` waits S seconds before each measured local operation
+(default 0: each right after the other, so each pays for the disk work
+the one before left -- the save measured right after the durable write
+pays for the blocks its rename freed).
+
 With ``--ssh`` (default when sshd is installed) the same listing and
 publications run again through ``SshTarget`` over a throwaway loopback sshd,
 vs a one-operation program on the same connection, operations ``--pace``
@@ -245,16 +250,22 @@ async def main() -> None:
         "--pace", type=float, default=0.1,
         help="seconds between measured SSH operations, so warm target processes are ready as between edits (default 0.1)",
     )
+    parser.add_argument(
+        "--local-pace", type=float, default=0.0,
+        help="seconds between measured local operations (default 0: each right after the other, so each pays "
+        "for the disk work the one before left, such as the blocks a replaced file freed; a pace as between "
+        "edits lets each begin on a quiet disk)",
+    )
     args = parser.parse_args()
     rows: list[dict] = []
-    notes: dict = {"load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    notes: dict = {"load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()), "local_pace_s": args.local_pace}
     with tempfile.TemporaryDirectory(prefix="mevedel-bench-artifacts-") as scratch:
         root = os.path.join(scratch, "workspace")
         os.mkdir(root)
         started = time.perf_counter()
         ids = await build(root)
         print(f"built {ITEMS} items in {time.perf_counter() - started:.1f} s")
-        local_rows, local_notes = await measure(LocalTarget(root), root, ids, args.rounds, "local", True)
+        local_rows, local_notes = await measure(LocalTarget(root), root, ids, args.rounds, "local", True, args.local_pace)
         rows += local_rows
         notes.update(local_notes)
         missing = None
