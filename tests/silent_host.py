@@ -11,6 +11,11 @@ dropping every packet does: the connection stays open, nothing ever answers.
 - ``silent_host_config(server, **limits)``: an ssh client config naming the
   server by its alias with OpenSSH's ``ServerAliveInterval`` and friends:
   how a user shortens the limits, and how the tests do.
+- ``killed(server)``: every process of the sshd killed (its connections
+  drop), returning once they ended; ``black_hole(port)``: that port then
+  accepts connections and never says a word, for as long as the block runs.
+- ``ssh_home(tmp_path, server, limits)``: a home whose ssh config reaches
+  the server, as a language server started with that ``HOME`` reads it.
 - ``within(awaitable, what)``: the test's own bounded wait, which fails
   naming what was never answered.
 """
@@ -20,13 +25,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from deadlines import GENEROUS_SECONDS
+from deadlines import GENEROUS_SECONDS, ticks
+from processes import process_alive
 from ssh_fixtures import OpenSshServer, sshd_missing, throwaway_sshd
 
 
@@ -97,3 +105,44 @@ async def within(awaitable, what: str):
         return await asyncio.wait_for(awaitable, GENEROUS_SECONDS)
     except TimeoutError:
         raise AssertionError(f"{what} was never answered") from None
+
+
+def killed(server: OpenSshServer) -> None:
+    """SIGKILL to the sshd and every session it started (the remote
+    programs included); returns once they all ended, its port free."""
+    pids = host_processes(server)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for _ in ticks():
+        if not any(process_alive(pid) for pid in pids):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the killed sshd never ended")
+
+
+@contextmanager
+def black_hole(port: int) -> Iterator[None]:
+    """``port`` on loopback accepts connections and never says a word."""
+    quiet = socket.socket()
+    quiet.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    quiet.bind(("127.0.0.1", port))
+    quiet.listen(64)
+    try:
+        yield
+    finally:
+        quiet.close()
+
+
+def ssh_home(tmp_path: Path, sshd: OpenSshServer, limits: str = "") -> Path:
+    """A home directory whose ``~/.ssh/config`` reaches ``sshd`` as
+    127.0.0.1, with ``limits`` (OpenSSH keyword lines) added."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host 127.0.0.1\n  Port {sshd.port}\n  IdentityFile {sshd.client_key}\n"
+        f"  UserKnownHostsFile {sshd.known_hosts}\n  IdentityAgent none\n{limits}"
+    )
+    return home

@@ -14,10 +14,7 @@ answering, with no limit in the config at all (the server's own bound)."""
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,23 +23,11 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
-from deadlines import ticks
 from mevedel_protocol import methods
-from processes import process_alive
-from silent_host import host_processes, own_sshd_fixture, silenced, within  # noqa: F401
+from silent_host import black_hole, killed, own_sshd_fixture, silenced, ssh_home, within  # noqa: F401
 from ssh_fixtures import OpenSshServer
 
 from .conftest import make_client, request
-
-
-def _home(tmp_path: Path, sshd: OpenSshServer, limits: str) -> Path:
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "config").write_text(
-        f"Host 127.0.0.1\n  Port {sshd.port}\n  IdentityFile {sshd.client_key}\n"
-        f"  UserKnownHostsFile {sshd.known_hosts}\n  IdentityAgent none\n{limits}"
-    )
-    return home
 
 
 @contextmanager
@@ -55,26 +40,9 @@ def _stopped(sshd: OpenSshServer):
 def _mute_after_death(sshd: OpenSshServer):
     """sshd killed with every session (the connection drops), then its port
     accepts connections and never says a word."""
-    pids = host_processes(sshd)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    for _ in ticks():  # the port is free once the listener has ended
-        if not any(process_alive(pid) for pid in pids):
-            break
-        time.sleep(0.02)
-    else:
-        raise AssertionError("the killed sshd never ended")
-    quiet = socket.socket()
-    quiet.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    quiet.bind(("127.0.0.1", sshd.port))
-    quiet.listen(64)
-    try:
+    killed(sshd)
+    with black_hole(sshd.port):
         yield
-    finally:
-        quiet.close()
 
 
 SILENCES = {
@@ -89,7 +57,7 @@ async def _server(tmp_path: Path, sshd: OpenSshServer, limits: str):
     """The language server of a machine whose ``~/.ssh/config`` reaches
     ``sshd`` (with ``limits``), with a workspace folder there: the client,
     the folder's address, the server's log and state directory."""
-    home = _home(tmp_path, sshd, limits)
+    home = ssh_home(tmp_path, sshd, limits)
     project = tmp_path / "remote"
     project.mkdir()
     url, log, state = sshd.url(project), tmp_path / "server.log", tmp_path / "state"
