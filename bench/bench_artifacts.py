@@ -26,9 +26,9 @@ first on the path; saved as ``artifacts_source``): the code before a change,
 measured the same way, run in alternation with this one's.
 
 ``--local-pace S`` waits S seconds before each measured local operation
-(default 0: each right after the other, so each pays for the disk work
-the one before left -- the save measured right after the durable write
-pays for the blocks its rename freed).
+(default 0: each right after the other, so each begins as the one before
+left the disk and the threads -- the save measured right after the
+durable write pays about 0.2 ms more than the one after a save).
 
 With ``--ssh`` (default when sshd is installed) the same listing and
 publications run again through ``SshTarget`` over a throwaway loopback sshd,
@@ -252,9 +252,9 @@ async def main() -> None:
     )
     parser.add_argument(
         "--local-pace", type=float, default=0.0,
-        help="seconds between measured local operations (default 0: each right after the other, so each pays "
-        "for the disk work the one before left, such as the blocks a replaced file freed; a pace as between "
-        "edits lets each begin on a quiet disk)",
+        help="seconds between measured local operations (default 0: each right after the other, so each begins "
+        "as the one before left the disk and the threads; a pace as between edits lets each begin on a quiet "
+        "disk, its threads idle)",
     )
     args = parser.parse_args()
     rows: list[dict] = []
