@@ -339,7 +339,7 @@ class SshTarget(ProgramTarget):
         and ``keepalive_count_max`` (``ServerAliveInterval``,
         ``ServerAliveCountMax``), never off. ``program_timeout``
         bounds how long one program may go without progress (taking its
-        request, giving its answer, ending; lock waits count as none):
+        request, giving its answer, ending; waiting for its lock is none):
         past it, the remote process is ended (its channel closed and it
         killed, from another channel of the connection, by the process id
         it announced) and the program raises :class:`TargetUnavailable`
@@ -758,7 +758,7 @@ class SshTarget(ProgramTarget):
 
     async def _end_stuck(self, conn: asyncssh.SSHClientConnection, running: list) -> None:
         """End a remote process given up on while its channel is still open
-        (so its id cannot have passed to another process yet). A stopped or
+        and it has reported no exit (so its id is still its own). A stopped or
         stuck process never reads the channel's end, and OpenSSH keeps its
         session, one of the connection's few, for as long as it lives: it is
         signalled through the channel (sshd with privilege separation
