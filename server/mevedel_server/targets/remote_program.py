@@ -6,7 +6,9 @@ this source together with :mod:`.wire` and :mod:`.executor` (see
 request and checks its tail *before* it touches anything, so a request cut
 short by a dropped channel never runs even partly; it then answers with one
 frame carrying the request's nonce on standard output. Standard error is for
-diagnostics only and is never read as a result.
+diagnostics only and is never read as a result; its first line announces the
+process id (``\\0mevedel-pid N``), so that a client that gives up on a
+program stuck on the host can end the process from another channel.
 
 Requests and answers (lists, see :mod:`.wire` for the encoding)::
 
@@ -91,6 +93,9 @@ def serve(read, write):
 
 
 def main():
+    # Before the request is read: a process stuck later (a hung mount, a
+    # SIGSTOP) is ended by this id, the one thing of it the client can name.
+    os.write(2, b"\0mevedel-pid %d\n" % os.getpid())
     stdout = sys.stdout.buffer
     status = serve(sys.stdin.buffer.read, stdout.write)
     stdout.flush()

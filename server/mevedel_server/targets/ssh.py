@@ -35,7 +35,11 @@ for a bounded number of attempts within the connect time limit. A host that
 goes silent is found out by keepalives (see :mod:`.ssh_config` for both
 limits): the connection closes, a program waiting on it ends
 :class:`TargetUnavailable` with its outcome unknown, and a host still silent
-when it is dialed again fails the dial at its time limit. The interpreter's
+when it is dialed again fails the dial at its time limit. A program stuck
+on a host that still answers (a hung mount, a stopped process) is given up
+on once it made no progress for ``program_timeout`` (:data:`PROGRAM_TIMEOUT`):
+its remote process is ended, the program ends :class:`TargetUnavailable`
+with its outcome unknown, and the connection serves the next. The interpreter's
 real path, reported when the root is pinned, replaces the configured command
 name for later programs (skipping version-manager shims); a program that
 finds it gone (exit status 126/127: nothing ran) falls back to the name once.
@@ -91,6 +95,18 @@ _JOIN_LIMIT = 32 * 1024
 #: run_command's status for a cwd that failed its check (nothing ran).
 _CWD_REFUSED = 125
 _MAX_BACKOFF = 10.0
+#: Seconds a remote program may go without progress (taking request bytes,
+#: giving answer bytes, ending) before it is given up on and ended. A
+#: program is a bounded batch of file operations on the host's own disk,
+#: done in well under a second, a whole-workspace survey in seconds; 120 s
+#: is far beyond that, and beyond the keepalives' 45 s, so a host that
+#: stopped answering is told apart from a program stuck on a host that
+#: answers. Counted from the last progress, so a large payload on a slow
+#: link is never cut while its bytes move.
+PROGRAM_TIMEOUT = 120.0
+#: Seconds the command that ends a stuck remote process may take.
+_END_LIMIT = 10.0
+_PID_ANNOUNCEMENT = re.compile(rb"\x00mevedel-pid ([0-9]+)\n")
 #: Seconds (at most; the connect limit if shorter) that a dial which found
 #: the host silent stands as the answer of the programs starting after it.
 _SILENT_HOLD = 5.0
@@ -150,7 +166,7 @@ class _Spare:
     process: asyncssh.SSHClientProcess
     #: The (interpreter, compiled) pair it was started with.
     key: tuple[str, bool]
-    diagnostics: asyncio.Future
+    diagnostics: _Stderr
 
     def alive(self) -> bool:
         return (
@@ -162,7 +178,34 @@ class _Spare:
 
     def discard(self) -> None:
         self.process.close()
-        self.diagnostics.cancel()
+        self.diagnostics.task.cancel()
+
+
+class _Stderr:
+    """A remote process's standard error, drained so that the remote side
+    never blocks on it; the end is kept for diagnostics (never read as a
+    result), and ``pid`` is the process id the remote program announced."""
+
+    def __init__(self, process: asyncssh.SSHClientProcess) -> None:
+        self.pid: int | None = None
+        self.task = asyncio.ensure_future(self._collect(process))
+
+    async def _collect(self, process: asyncssh.SSHClientProcess) -> bytes:
+        kept = head = b""
+        try:
+            while True:
+                chunk = await process.stderr.read(65536)
+                if not chunk:
+                    return kept
+                if self.pid is None and len(head) <= _NOISE_LIMIT:
+                    # A login script may print before the program starts.
+                    head += chunk
+                    found = _PID_ANNOUNCEMENT.search(head)
+                    if found is not None:
+                        self.pid = int(found.group(1))
+                kept = (kept + chunk)[-_STDERR_KEPT:]
+        except _TRANSPORT_ERRORS:
+            return kept
 
 
 class _NoInterpreter(Exception):
@@ -247,7 +290,7 @@ class SshTarget(ProgramTarget):
         python: str = "python3",
         reconnect_attempts: int = 5,
         reconnect_delay: float = 0.25,
-        program_timeout: float | None = None,
+        program_timeout: float | None = PROGRAM_TIMEOUT,
         max_channels: int = 6,
         spares: int = 2,
         spare_idle_seconds: float = 60.0,
@@ -295,9 +338,13 @@ class SshTarget(ProgramTarget):
         ``ConnectTimeout``); keepalives are asyncssh's ``keepalive_interval``
         and ``keepalive_count_max`` (``ServerAliveInterval``,
         ``ServerAliveCountMax``), never off. ``program_timeout``
-        bounds one program, lock waits included (``None``: no bound; a
-        program cut off by it raises :class:`TargetUnavailable` with an
-        unknown outcome). At most ``max_channels`` programs run at once on
+        bounds how long one program may go without progress (taking its
+        request, giving its answer, ending; waiting for its lock is none):
+        past it, the remote process is ended (its channel closed and it
+        killed, from another channel of the connection, by the process id
+        it announced) and the program raises :class:`TargetUnavailable`
+        with an unknown outcome; the connection serves the next program.
+        ``None``: no bound. At most ``max_channels`` programs run at once on
         the connection; more wait their turn. ``spares`` processes are kept
         warm for the programs to come (0: every program starts its own),
         closed after ``spare_idle_seconds`` without a program; together
@@ -651,12 +698,7 @@ class SshTarget(ProgramTarget):
             while attempt < 2:
                 conn = await self._connection(since)
                 try:
-                    if self._timeout is None:
-                        return await self._exchange_on(conn, request)
-                    try:
-                        return await asyncio.wait_for(self._exchange_on(conn, request), self._timeout)
-                    except asyncio.TimeoutError:
-                        raise self._unavailable(f"no answer within {self._timeout:g} s", True) from None
+                    return await self._exchange_on(conn, request)
                 except _NoInterpreter as exc:
                     if attempt or self._interpreter == self._python:
                         raise self._unavailable(str(exc), False) from None
@@ -681,6 +723,69 @@ class SshTarget(ProgramTarget):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _exchange_on(self, conn: asyncssh.SSHClientConnection, request: list) -> list:
+        """One program in one remote process, given up on once it made no
+        progress for ``program_timeout`` seconds: the process is then ended
+        (see :meth:`_end_stuck`) and the program raises
+        :class:`TargetUnavailable` with an unknown outcome."""
+        running: list = []  # the process and its stderr, once there is one
+        loop = asyncio.get_running_loop()
+        limit = self._timeout
+        try:
+            async with asyncio.timeout(limit) as window:
+
+                def progress() -> None:
+                    if limit is not None:
+                        window.reschedule(loop.time() + limit)
+
+                return await self._run_process(conn, request, running, progress)
+        except TimeoutError:
+            if limit is None or not window.expired():
+                raise
+            await self._end_stuck(conn, running)
+            raise self._unavailable(
+                f"no answer within {limit:g} s: the remote program made no progress for that long, so it was "
+                "ended; it may have run in whole or in part (a stuck file system on the host, or a stopped "
+                "process)",
+                True,
+            ) from None
+        finally:
+            if running:
+                running[0].close()
+                running[1].task.cancel()
+            # Replacements start once this program is over, so that their
+            # interpreter start does not compete with its run.
+            self._refill(conn)
+
+    async def _end_stuck(self, conn: asyncssh.SSHClientConnection, running: list) -> None:
+        """End a remote process given up on while its channel is still open
+        and it has reported no exit (so its id is still its own). A stopped or
+        stuck process never reads the channel's end, and OpenSSH keeps its
+        session, one of the connection's few, for as long as it lives: it is
+        signalled through the channel (sshd with privilege separation
+        honours that) and killed by its announced id from a channel of its
+        own (any sshd). A host that does not answer that either is the
+        keepalives' to find."""
+        if not running:
+            return
+        process, stderr = running
+        if process.exit_status is not None or process.exit_signal is not None:
+            return
+        try:
+            process.send_signal("KILL")
+        except (asyncssh.Error, OSError, ValueError):
+            pass
+        if stderr.pid is None or conn.is_closed():
+            _log.debug("%s: a stuck remote program was left to its channel's close (no process id)", self.host)
+            return
+        try:
+            async with asyncio.timeout(_END_LIMIT):
+                await conn.run(f"kill -KILL {stderr.pid}", encoding=None, stdin=asyncssh.DEVNULL)
+        except (TimeoutError, *_TRANSPORT_ERRORS) as exc:
+            _log.debug("%s: could not end a stuck remote program: %s", self.host, _describe(exc))
+
+    async def _run_process(
+        self, conn: asyncssh.SSHClientConnection, request: list, running: list, progress: Callable[[], None]
+    ) -> list:
         nonce = secrets.token_bytes(NONCE_SIZE)
         chunks = frame_chunks(nonce, request)
         spare = self._take_spare(conn)
@@ -692,47 +797,45 @@ class SshTarget(ProgramTarget):
                 process = await conn.create_process(remote_command(self._interpreter, self._compiled), encoding=None)
             except _TRANSPORT_ERRORS as exc:
                 raise _NotSent(f"cannot start the remote program: {_describe(exc)}") from None
-            diagnostics = asyncio.ensure_future(_collect_stderr(process))
+            diagnostics = _Stderr(process)
+        running += [process, diagnostics]
+        progress()
         self.round_trips += 1
         try:
-            try:
-                await self._send(process, chunks, with_script=spare is None)
-            except _NotSent as exc:
-                await _settled(process)
-                if process.exit_status in (126, 127):
-                    raise _NoInterpreter(self._ended(process, "the remote program did not start")) from None
-                if spare is not None:
-                    raise _SpareGone(self._ended(process, f"a warm process was gone ({exc})")) from None
-                if process.exit_status is not None:
-                    raise _NotSent(self._ended(process, str(exc))) from None
-                raise
-            try:
-                answer = await _read_answer(process.stdout, nonce)
-                await process.wait_closed()
-            except (FrameError, *_TRANSPORT_ERRORS) as exc:
-                await _settled(process)
-                _log.debug("%s: remote standard error: %r", self.host, await _finished(diagnostics))
-                if process.exit_status in (126, 127):
-                    raise _NoInterpreter(self._ended(process, "the remote program did not start")) from None
-                raise self._unavailable(self._ended(process, f"the answer was lost ({_describe(exc)})"), True) from None
-            if process.exit_status != 0:
-                _log.debug("%s: remote standard error: %r", self.host, await _finished(diagnostics))
-                raise self._unavailable(self._ended(process, "the remote program did not finish cleanly"), True)
-            try:
-                value = decode_value(answer)
-            except FrameError as exc:
-                raise self._unavailable(f"the answer is malformed ({exc})", True) from None
-            if not isinstance(value, list) or not value:
-                raise self._unavailable("the answer is not a list", True)
-            return value
-        finally:
-            process.close()
-            diagnostics.cancel()
-            # Replacements start once this program is over, so that their
-            # interpreter start does not compete with its run.
-            self._refill(conn)
+            await self._send(process, chunks, progress, with_script=spare is None)
+        except _NotSent as exc:
+            await _settled(process)
+            if process.exit_status in (126, 127):
+                raise _NoInterpreter(self._ended(process, "the remote program did not start")) from None
+            if spare is not None:
+                raise _SpareGone(self._ended(process, f"a warm process was gone ({exc})")) from None
+            if process.exit_status is not None:
+                raise _NotSent(self._ended(process, str(exc))) from None
+            raise
+        try:
+            answer = await _read_answer(process.stdout, nonce, progress)
+            await process.wait_closed()
+        except (FrameError, *_TRANSPORT_ERRORS) as exc:
+            await _settled(process)
+            _log.debug("%s: remote standard error: %r", self.host, await _finished(diagnostics.task))
+            if process.exit_status in (126, 127):
+                raise _NoInterpreter(self._ended(process, "the remote program did not start")) from None
+            raise self._unavailable(self._ended(process, f"the answer was lost ({_describe(exc)})"), True) from None
+        if process.exit_status != 0:
+            _log.debug("%s: remote standard error: %r", self.host, await _finished(diagnostics.task))
+            raise self._unavailable(self._ended(process, "the remote program did not finish cleanly"), True)
+        try:
+            value = decode_value(answer)
+        except FrameError as exc:
+            raise self._unavailable(f"the answer is malformed ({exc})", True) from None
+        if not isinstance(value, list) or not value:
+            raise self._unavailable("the answer is not a list", True)
+        return value
 
-    async def _send(self, process: asyncssh.SSHClientProcess, chunks: Sequence, *, with_script: bool = True) -> None:
+    async def _send(
+        self, process: asyncssh.SSHClientProcess, chunks: Sequence, progress: Callable[[], None], *,
+        with_script: bool = True,
+    ) -> None:
         stdin = process.stdin
         try:
             pending = 0
@@ -746,6 +849,7 @@ class SshTarget(ProgramTarget):
                 pending += len(chunk)
                 if pending >= _DRAIN_EVERY:
                     await stdin.drain()
+                    progress()
                     pending = 0
             stdin.write(chunks[-1])
         except _TRANSPORT_ERRORS as exc:
@@ -753,6 +857,7 @@ class SshTarget(ProgramTarget):
         try:
             stdin.write_eof()
             await stdin.drain()
+            progress()
         except _TRANSPORT_ERRORS as exc:
             raise self._unavailable(f"the connection failed while the request was sent ({_describe(exc)})", True) from None
 
@@ -806,7 +911,7 @@ class SshTarget(ProgramTarget):
             # starts its own process, which reports the failure if it lasts.
             _log.debug("%s: no warm process: %s", self.host, _describe(exc))
             return
-        spare = _Spare(conn, process, key, asyncio.ensure_future(_collect_stderr(process)))
+        spare = _Spare(conn, process, key, _Stderr(process))
         try:
             process.stdin.write(script)
         except _TRANSPORT_ERRORS:
@@ -912,23 +1017,10 @@ async def _finished(task: asyncio.Future) -> bytes:
         return b""
 
 
-async def _collect_stderr(process: asyncssh.SSHClientProcess) -> bytes:
-    """Drain standard error so the remote side never blocks on it; keep the
-    end for diagnostics. It is never read as a result."""
-    kept = b""
-    try:
-        while True:
-            chunk = await process.stderr.read(65536)
-            if not chunk:
-                return kept
-            kept = (kept + chunk)[-_STDERR_KEPT:]
-    except _TRANSPORT_ERRORS:
-        return kept
-
-
-async def _read_answer(stdout, nonce: bytes) -> bytes:
+async def _read_answer(stdout, nonce: bytes, progress: Callable[[], None]) -> bytes:
     """The body of the answer frame carrying ``nonce``, after skipping what a
-    login script may have printed before it."""
+    login script may have printed before it; ``progress`` is told of every
+    piece that arrives."""
     marker = MAGIC_HEAD + nonce
     buffer = b""
     while True:
@@ -941,15 +1033,31 @@ async def _read_answer(stdout, nonce: bytes) -> bytes:
         chunk = await stdout.read(65536)
         if not chunk:
             raise FrameError("the output ended before the answer began")
+        progress()
         buffer += chunk
     if len(buffer) < HEAD_SIZE:
-        buffer += await stdout.readexactly(HEAD_SIZE - len(buffer))
+        buffer += await _read_exactly(stdout, HEAD_SIZE - len(buffer), progress)
     length = int.from_bytes(buffer[len(marker) : HEAD_SIZE], "big")
     rest = buffer[HEAD_SIZE:]
     needed = length + TAIL_SIZE - len(rest)
     if needed > 0:
-        rest += await stdout.readexactly(needed)
+        rest += await _read_exactly(stdout, needed, progress)
     elif needed < 0:
         raise FrameError("output continues after the answer")
     check_tail(rest[length:], nonce)
     return rest[:length]
+
+
+async def _read_exactly(stdout, size: int, progress: Callable[[], None]) -> bytes:
+    """``size`` bytes, read in pieces so that a large answer on a slow link
+    shows its progress."""
+    pieces = []
+    left = size
+    while left:
+        piece = await stdout.read(min(left, _DRAIN_EVERY))
+        if not piece:
+            raise asyncio.IncompleteReadError(b"".join(pieces), size)
+        pieces.append(piece)
+        left -= len(piece)
+        progress()
+    return b"".join(pieces)

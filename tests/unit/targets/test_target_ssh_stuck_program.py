@@ -1,0 +1,126 @@
+"""A remote program stuck on a host that still answers (a hung mount, a
+stopped process: sshd itself keeps answering keepalives) never leaves its
+caller waiting: once it made no progress for the program time limit it is
+ended, on the host too, and the program is unavailable with its outcome
+unknown; the connection serves the next program. A program that is slow,
+but not that slow, is never cut.
+
+A real OpenSSH server on loopback. The remote program is held in its lock
+wait (this test holds the program's lock directory), then only its own
+python process is stopped with SIGSTOP; the sshd and its connection run on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from deadlines import ticks
+from mevedel_server.targets import ControlProgram, CreateExclusive
+from mevedel_server.targets.remote_errors import TargetUnavailable
+from mevedel_server.targets.ssh import SshTarget
+from processes import process_alive
+from silent_host import host_processes, own_sshd_fixture, silent_host_config, within  # noqa: F401
+from ssh_fixtures import ALIAS
+
+# Keepalives every second, so that both tests outlast several of them.
+KEEPALIVES = dict(ServerAliveInterval=1, ServerAliveCountMax=2)
+
+
+def _blocked_on_flock(pids: list[int]) -> int | None:
+    """One of ``pids`` waiting for an flock, from the kernel's table of
+    locks (a waiter's line has ``->`` before its kind)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        words = line.split()
+        if len(words) > 5 and words[1] == "->" and words[2] == "FLOCK" and int(words[5]) in pids:
+            return int(words[5])
+    return None
+
+
+async def _waiting_remote_program(sshd) -> int:
+    """The remote program's python process once it waits for its lock
+    (long after it announced its process id and read its request)."""
+    for _ in ticks():
+        found = _blocked_on_flock(host_processes(sshd))
+        if found is not None:
+            return found
+        await asyncio.sleep(0.02)
+    raise AssertionError("the remote program never came to wait for its lock")
+
+
+async def _target(sshd, tmp_path: Path, limit: float) -> tuple[SshTarget, Path]:
+    config = silent_host_config(sshd, tmp_path / "ssh_config", **KEEPALIVES)
+    root = tmp_path / "root"
+    (root / "lock").mkdir(parents=True)
+    # spares=0: every program starts its own remote process, so the one
+    # waiting for the lock is the program's and no warm one.
+    target = await SshTarget.connect(
+        f"ssh://{ALIAS}{root}", config=[str(config)], agent_path=None, spares=0, program_timeout=limit
+    )
+    return target, root
+
+
+def _held(directory: Path) -> int:
+    fd = os.open(directory, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+async def test_a_stopped_remote_program_is_ended_and_the_connection_serves_the_next(own_sshd, tmp_path):
+    target, root = await _target(own_sshd, tmp_path, limit=5)
+    async with target:
+        lock = _held(root / "lock")
+        try:
+            program = asyncio.ensure_future(
+                target.run(ControlProgram([CreateExclusive("stuck", b"1")], lock="lock"))
+            )
+            stuck = await _waiting_remote_program(own_sshd)
+            # sshd and its connection run on. (On a machine slow enough
+            # that the limit passed already, the process blocked in its
+            # lock wait was ended instead: the same stuck program.)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stuck, signal.SIGSTOP)
+        finally:
+            os.close(lock)
+        with pytest.raises(TargetUnavailable) as info:
+            await within(program, "a program whose remote process is stopped")
+        message = str(info.value)
+        assert info.value.outcome_unknown, message
+        assert ALIAS in message and "no answer within 5 s" in message, message
+        # Ended on the host too, not left stopped holding a session.
+        for _ in ticks():
+            if not process_alive(stuck):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stuck, signal.SIGKILL)
+            raise AssertionError("the stopped remote program was left running on the host")
+        assert not (root / "stuck").exists()
+        result = await within(target.run(ControlProgram([CreateExclusive("next", b"2")])), "the next program")
+        assert result.completed and (root / "next").read_bytes() == b"2"
+        assert target.connections == 1
+
+
+async def test_a_program_slower_than_the_keepalives_but_within_the_limit_completes(own_sshd, tmp_path):
+    target, root = await _target(own_sshd, tmp_path, limit=30)
+    async with target:
+        lock = _held(root / "lock")
+        try:
+            program = asyncio.ensure_future(
+                target.run(ControlProgram([CreateExclusive("slow", b"1")], lock="lock"))
+            )
+            await _waiting_remote_program(own_sshd)
+            # Several keepalive rounds pass while the program waits.
+            await asyncio.sleep(4)
+        finally:
+            os.close(lock)
+        result = await within(program, "a program slower than the keepalives")
+        assert result.completed and (root / "slow").read_bytes() == b"1"
+        assert target.connections == 1
