@@ -2086,7 +2086,8 @@ permission, Cancel a takeover, Keep a session another client asks for."
   kind call-id
   ;; response/reasoning/plan/mail: the text; tool_call: (:title :toolKind
   ;; :status :output :diffs :arguments); permission: (:text :decision
-  ;; :allowed); agent: (:path :label :phase :outcome :error :task :output)
+  ;; :allowed); agent: (:path :label :phase :outcome :reason :error :task
+  ;; :output)
   data
   ;; reasoning: shown; agent: `open' or `closed' as toggled, else nil
   ;; (shown while it runs, folded once settled)
@@ -2404,7 +2405,17 @@ its task, its recorded conversation or its blocks, its error; a fold."
                      'face 'mevedel-lsp-chat-error properties)))
     (when (> (point) start)
       (setf (mevedel-lsp-chat--block-overlay agent) (make-overlay start (point)))
-      (mevedel-lsp-chat--fold agent))))
+      (mevedel-lsp-chat--fold agent))
+    ;; Why its task was interrupted or failed, after the fold: it shows
+    ;; folded or not, as a turn's reason ends the turn.
+    (when-let ((reason (plist-get data :reason)))
+      (pcase (plist-get data :outcome)
+        ("interrupted"
+         (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--indent (mevedel-lsp-chat--why-sentence reason) prefix))
+                        'face 'mevedel-lsp-chat-footer properties)))
+        ("errored"
+         (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--indent (format "Error: %s" reason) prefix))
+                        'face 'mevedel-lsp-chat-error properties)))))))
 
 (defun mevedel-lsp-chat--separate ()
   "Insert the blank line that separates two blocks of a turn."
@@ -2429,13 +2440,18 @@ its task, its recorded conversation or its blocks, its error; a fold."
                  'face 'mevedel-lsp-chat-prompt)
      (if attachments (format "\nAttached: %s" (string-join attachments ", ")) ""))))
 
+(defun mevedel-lsp-chat--why-sentence (reason &optional aborted)
+  "The sentence saying why a turn or a sub-agent's task was interrupted,
+from the REASON the server recorded (ABORTED: its prompt was aborted
+before it began)."
+  (format "%s: %s%s" (if aborted "Aborted before it reached the agent" "Interrupted")
+          reason (if (string-suffix-p "." reason) "" ".")))
+
 (defun mevedel-lsp-chat--why-interrupted (turn)
   "The sentence saying why TURN was interrupted (or its prompt aborted
 before it began), or nil when the server did not say."
   (when-let ((reason (mevedel-lsp-chat--turn-reason turn)))
-    (format "%s: %s%s"
-            (if (equal (mevedel-lsp-chat--turn-state turn) "aborted") "Aborted before it reached the agent" "Interrupted")
-            reason (if (string-suffix-p "." reason) "" "."))))
+    (mevedel-lsp-chat--why-sentence reason (equal (mevedel-lsp-chat--turn-state turn) "aborted"))))
 
 (defun mevedel-lsp-chat--footer (turn)
   "How TURN ended, or nil while it runs."
@@ -2720,6 +2736,7 @@ same sub-agent (a later Agent call naming it): a block of its own."
       (mevedel-lsp-chat--nested-event agent event))
     (when (equal phase "settled")
       (setq data (plist-put data :outcome (or (plist-get params :outcome) "completed")))
+      (setq data (plist-put data :reason (plist-get params :reason)))
       (setq data (plist-put data :error (mevedel-lsp-chat--turn-error-plist (plist-get params :error)))))
     (setf (mevedel-lsp-chat--block-data agent) data)
     (when-let ((host (mevedel-lsp-chat--host turn agent)))

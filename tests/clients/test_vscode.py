@@ -211,6 +211,7 @@ def test_agent_chat_against_real_server(compiled: str, tmp_path: Path) -> None:
         "rewinding before the agent turn restores the file it wrote; the impact names it and the agent history",
         "cancel ends the turn interrupted, keeping what arrived",
         "agent text is escaped everywhere it appears: a <script> is inert text",
+        "a settled task says why it was interrupted or failed, below its fold, as the turn says its own reason",
     ):
         assert re.search(rf"ok \d+ - {re.escape(name)}", output), output
     assert re.search(r"ok \d+ - agents", output), output

@@ -269,6 +269,24 @@ async def test_grep_and_glob_counts_agree_in_number(workspace, tmp_path):
         assert "showing the first match;" in cut and "first 1 " not in cut
 
 
+async def test_a_cut_report_says_so_once_and_skipped_files_agree_in_number(workspace, tmp_path):
+    """A Grep or Glob cut at its limit says so in one line, the one that
+    says how to see more; the non-text files Grep skipped are counted as
+    its other counts are."""
+    async with served(workspace, tmp_path / "state") as (session, _roster):
+        cut = (await ok(session, "Grep", pattern="hello", limit=1)).splitlines()
+        assert len(cut) == 3 and cut[1].startswith("-- 1 matching line in 1 file (") and cut[1].endswith(" searched)"), cut
+        assert cut[2] == "-- showing the first matching line; narrow the pattern or raise limit", cut
+        listed = (await ok(session, "Glob", pattern="**/*", limit=1)).splitlines()
+        assert len(listed) == 2 and listed[1] == "-- showing the first match; narrow the pattern or raise limit", listed
+        (workspace / "logo.bin").write_bytes(b"\x00\x01hello\x00")
+        found = await ok(session, "Grep", pattern="hello")
+        assert "\n-- 1 non-text file skipped: logo.bin" in found, found
+        (workspace / "photo.bin").write_bytes(b"\x00\x02")
+        found = await ok(session, "Grep", pattern="hello")
+        assert "\n-- 2 non-text files skipped: " in found, found
+
+
 async def test_applypatch_names_each_file_by_its_workspace_path_or_address(workspace, tmp_path):
     """However the patch spells a file (absolute, ./ and .., a plain path),
     the result names it as Grep and Glob do."""

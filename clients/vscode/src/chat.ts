@@ -29,6 +29,8 @@ export interface SubAgentView {
   // Its label, `reviewer (codex)`.
   label: string;
   state: SubAgentState;
+  // Why its task was interrupted or failed, as the task records it.
+  reason?: string;
   blocks: Block[];
   // Its own sub-agents whose call is not known.
   agents?: SubAgentView[];
@@ -209,8 +211,9 @@ function foldView(view: SubAgentView, update: TurnDidUpdateParams): SubAgentView
   else if (update.phase === 'running' || update.phase === 'cancelling') state = settledView(state) ? state : 'running';
   let blocks = view.blocks;
   for (const event of update.events ?? []) blocks = foldEvent(blocks, event);
-  if (update.phase === 'settled') state = update.outcome ?? (update.error ? 'errored' : 'completed');
-  return { ...view, label: update.agent, state, blocks };
+  if (update.phase !== 'settled') return { ...view, label: update.agent, state, blocks };
+  state = update.outcome ?? (update.error ? 'errored' : 'completed');
+  return { ...view, label: update.agent, state, blocks, reason: nonNull(update.reason) };
 }
 
 // The task in a list the update belongs to: the newest of its path, unless

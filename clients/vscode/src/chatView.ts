@@ -161,7 +161,16 @@ function renderSubAgent(view: SubAgentView, key: string): string {
   const state = `<span class="subagent-state state-${escapeHtml(view.state)}">${escapeHtml(SUB_AGENT_STATES[view.state] ?? view.state)}</span>`;
   const summary = `<span class="label">Sub-agent</span><span class="subagent-label">${escapeHtml(view.label)}</span>${state}`;
   const body = `<div class="subagent-body">${blocks}${renderSubAgents(view.agents ?? [], own)}</div>`;
-  return `<details class="subagent${done ? ' settled' : ''}" data-path="${escapeHtml(view.path)}" data-key="${escapeHtml(`${own}:${done ? 'settled' : 'live'}`)}"${done ? '' : ' open'}><summary>${summary}</summary>${body}</details>`;
+  const details = `<details class="subagent${done ? ' settled' : ''}" data-path="${escapeHtml(view.path)}" data-key="${escapeHtml(`${own}:${done ? 'settled' : 'live'}`)}"${done ? '' : ' open'}><summary>${summary}</summary>${body}</details>`;
+  return details + subAgentWhy(view);
+}
+
+// Why a settled task was interrupted or failed, below its fold so it shows
+// folded or not, in the sentence the turn's own reason is said in.
+function subAgentWhy(view: SubAgentView): string {
+  if (!view.reason || view.state === 'completed' || view.state === 'starting' || view.state === 'running') return '';
+  if (view.state === 'interrupted') return `<div class="why subagent-why">${escapeHtml(whyInterrupted(view.reason))}</div>`;
+  return `<div class="error subagent-why"><div>${escapeHtml(view.reason)}</div></div>`;
 }
 
 function renderSubAgents(views: SubAgentView[], key: string): string {
@@ -345,6 +354,7 @@ summary { cursor: pointer; color: var(--vscode-descriptionForeground); }
 .subagent { margin: 4px 0 4px 1.2em; padding-left: 8px; border-left: 2px solid var(--vscode-textLink-foreground); }
 .subagent-label { font-weight: bold; margin-right: 6px; }
 .subagent-state { font-size: 0.85em; }
+.subagent-why { margin-left: calc(1.2em + 10px); }
 .subagent.settled { border-left-color: var(--vscode-panel-border, var(--vscode-descriptionForeground)); }
 .tool-kind { font-size: 0.85em; color: var(--vscode-descriptionForeground); margin-right: 6px; }
 .tool-title { font-family: var(--vscode-editor-font-family); }

@@ -234,6 +234,27 @@ suite('sub-agents nest under the call that started them', () => {
     assert.match(renderParts(done).turns, /Found it\./);
   });
 
+  test('a settled task says why it was interrupted or failed, below its fold, as the turn says its own reason', () => {
+    const state = fold(
+      root('running', { events: [call('a1', 'in_progress'), call('a2', 'in_progress'), call('a3', 'in_progress')] }),
+      sub('slow', 'starting', { parentCallId: 'a1' }),
+      sub('slow', 'running', { parentCallId: 'a1', events: [{ kind: 'response', text: 'Started.' }] }),
+      sub('slow', 'settled', { parentCallId: 'a1', outcome: 'interrupted', reason: "cancelled with its caller's turn" }),
+      sub('broken', 'starting', { parentCallId: 'a2' }),
+      sub('broken', 'settled', { parentCallId: 'a2', outcome: 'errored', reason: 'could not start: the agent is not installed' }),
+      sub('fine', 'starting', { parentCallId: 'a3' }),
+      sub('fine', 'settled', { parentCallId: 'a3', outcome: 'completed' }),
+    );
+    const html = renderParts(state).live;
+    // After the folded task, so it shows without opening it.
+    assert.match(html, /data-path="slow"[^>]*><summary>.*?<\/details><div class="why subagent-why">Interrupted: cancelled with its caller&#39;s turn\.<\/div>/);
+    assert.match(html, /data-path="broken"[^>]*><summary>.*?<\/details><div class="error subagent-why"><div>could not start: the agent is not installed<\/div><\/div>/);
+    assert.doesNotMatch(html, /data-path="fine"[^>]*><summary>.*?<\/details><div class="[^"]*subagent-why/);
+    // A later task of the same name starts without the last one's reason.
+    const again = applyUpdate(state, sub('slow', 'starting', { parentCallId: 'a1' }));
+    assert.equal(renderParts(again).live.match(/Interrupted: cancelled/g)?.length, 1);
+  });
+
   test('without a known call: at the end of the turn under its name; a second task of the same name is a new one', () => {
     const state = fold(
       root('running', { events: [{ kind: 'response', text: 'Hi' }] }),

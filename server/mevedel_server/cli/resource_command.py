@@ -324,10 +324,20 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
             await _close(context)
 
 
-def _jsonable(operation: Operation, result: object) -> dict[str, Any]:
+def _jsonable(operation: Operation, result: Any) -> dict[str, Any]:
     if operation is Operation.APPLY_PATCH:
-        return {"changes": [dataclasses.asdict(change) for change in result.changes], "summary": result.summary()}
-    return dataclasses.asdict(result)  # type: ignore[arg-type]
+        return {"changes": [_patch_change(change) for change in result.changes], "summary": result.summary()}
+    return dataclasses.asdict(result)
+
+
+def _patch_change(change: Any) -> dict[str, Any]:
+    """One file change as ``mevedel/resource/applyPatch`` answers it
+    (``PatchFileChange``, docs/protocol.md), spelled out field by field:
+    what the resolver keeps inside a change is not the CLI's output."""
+    shown: dict[str, Any] = {"address": change.display, "kind": change.kind, "added": change.added, "removed": change.removed}
+    if change.move_display is not None:
+        shown["moveTo"] = change.move_display
+    return shown
 
 
 def _text(operation: Operation, result: Any) -> str:

@@ -18,6 +18,7 @@ _EXPORTS = {
     '.engine.attempt': ('Attempt', 'AuthorityFacts'),
     '.engine.authority': ('require_writable_session', 'writable_sessions'),
     '.engine.context': ('MemoryRoot', 'ResolverContext', 'SkillRoot'),
+    '.engine.counts': ('counted',),
     '.engine.docs_root': ('find_docs_root',),
     '.engine.options': ('GlobOptions', 'GrepOptions', 'PatchOptions', 'ReadOptions'),
     '.engine.places': ('Places',),

@@ -29,6 +29,7 @@ from ..resources import (
     PatchResult,
     ReadOptions,
     ReadResult,
+    counted,
     execute,
     is_project_path,
     prepare,
@@ -282,13 +283,7 @@ def _shorten_page(result: ReadResult) -> tuple[str, str]:
 
 def render_glob(result: GlobResult) -> str:
     body = "\n".join(result.matches) if result.matches else f"no files below {result.address} match"
-    if result.truncated:
-        body += "\n-- the list stops at its limit; narrow the pattern or raise limit"
     return body + (f"\n-- {result.notice}" if result.notice else "")
-
-
-def _counted(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def render_grep(result: GrepResult) -> str:
@@ -303,12 +298,10 @@ def render_grep(result: GrepResult) -> str:
             lines.append(f"{match.address}-{number}- {text}")
     files = {match.address for match in result.matches}
     summary = (
-        f"{_counted(len(result.matches), 'matching line')} in {_counted(len(files), 'file')} ({result.files_searched} searched)"
+        f"{counted(len(result.matches), 'matching line')} in {counted(len(files), 'file')} ({result.files_searched} searched)"
         if result.matches
-        else f"no match below {result.address} ({_counted(result.files_searched, 'file')} searched)"
+        else f"no match below {result.address} ({counted(result.files_searched, 'file')} searched)"
     )
-    if result.truncated:
-        summary += "; the report stops at its limit: narrow the pattern or glob, or raise limit"
     out = "\n".join(lines)
     out = f"{out}\n-- {summary}" if out else summary
     return out + (f"\n-- {result.notice}" if result.notice else "")

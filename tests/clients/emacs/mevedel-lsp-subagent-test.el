@@ -189,5 +189,36 @@ reported call shows under its name after the turn's text so far."
         (should (mevedel-subagent-test--shown chat "                Inner found it."))
         (should-not (mevedel-subagent-test--shown chat "\n    Inner found it."))))))
 
+(ert-deftest mevedel-lsp-test-subagent-interrupted-says-why ()
+  "C-c C-c while the helper works cancels the parent's turn and the
+helper's task with it: the helper's folded block says why under its
+heading, in the sentence the turn's own reason uses, shown while its
+activity stays folded."
+  (let* ((helper (mevedel-chat-test--script
+                  (vector (vector (list :say "Started. ") (list :wait_cancel 60) (list :say "never said either")))))
+         (parent (mevedel-chat-test--script
+                  (vector (vector (list :mcp_call (list :id "call-slow" :tool "Agent"
+                                                        :arguments (list :name "slow" :agent "helper" :prompt "Take your time")))
+                                  (list :wait_cancel 60)
+                                  (list :say "never said")))))
+         (session (mevedel-chat-test--session "ERT interrupted sub-agent")))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper))))
+      (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "Delegate something slow" :session session)))
+        (pop-to-buffer chat)
+        (mevedel-test--wait (lambda () (mevedel-chat-test--has chat "Started.")) "the helper's words" 60)
+        (should (eq (plist-get (mevedel-chat-test--press chat "C-c C-c") :cancelled) t))
+        (mevedel-chat-test--wait-idle chat "the cancelled turn to settle")
+        (let ((text (mevedel-chat-test--text chat)))
+          (mevedel-test--log "chat after the cancel:\n%s" text)
+          (should (string-search (concat "    Agent slow (helper)  [interrupted]  (TAB shows or hides it)\n"
+                                         "        Started. \n"
+                                         "        Interrupted: cancelled with its caller's turn.")
+                                 text))
+          (should (string-search "Interrupted: cancelled by the user." text))
+          (should-not (string-search "never said" text)))
+        (should (mevedel-subagent-test--shown chat "        Interrupted: cancelled with its caller's turn."))
+        (should-not (mevedel-subagent-test--shown chat "        Started."))))))
+
 (provide 'mevedel-lsp-subagent-test)
 ;;; mevedel-lsp-subagent-test.el ends here

@@ -188,4 +188,34 @@ test("subagents: a sub-agent's own sub-agent nests under its call, folded inside
   expect(closed_at(session, inner + 1) == -1, 'zo did not open outer/inner')
 end)
 
+test("subagents: a task cancelled with its caller's turn says why under its closed fold", function()
+  local session = new_session('Nvim interrupted sub-agent')
+  configure({
+    scripted = agent({ {
+      { mcp_call = { id = 'call-slow', tool = 'Agent', arguments = { name = 'slow', agent = 'helper', prompt = 'Take your time' } } },
+      { wait_cancel = 60 },
+      { say = 'never said' },
+    } }),
+    helper = agent({ { { say = 'Started. ' }, { wait_cancel = 60 }, { say = 'never said either' } } }),
+  }, 'scripted')
+  chat.send({ text = 'Delegate something slow', session = session, agent = 'scripted' })
+  wait_for("the helper's words", function()
+    return chat_text(session):find('        Started.', 1, true) ~= nil
+  end)
+  chat.cancel(session)
+  wait_for('the turn to settle interrupted', function()
+    return chat.status(session) == 'idle (turn 1 interrupted)'
+  end)
+  local text = chat_text(session)
+  out('chat after the cancel:\n' .. text)
+  expect(text:find("\n    [agent] slow (helper): interrupted, 1 line (zo shows, zc hides)\n        Started. \n        Interrupted: cancelled with its caller's turn.\n", 1, true),
+    'no reason under the sub-agent: %s', text)
+  expect(text:find('\nInterrupted: cancelled by the user.\n', 1, true), "the turn's reason: %s", text)
+  expect(not text:find('never said', 1, true), 'the cancelled turn went on: %s', text)
+  local bufnr = chat_buffer(session)
+  local heading = line_of(bufnr, '%[agent%] slow')
+  expect(closed_at(session, heading) == heading, 'the settled activity is not folded')
+  expect(closed_at(session, line_of(bufnr, "^        Interrupted: cancelled with its caller's turn")) == -1, 'the reason is folded away')
+end)
+
 H.finish()

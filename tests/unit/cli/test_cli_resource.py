@@ -54,6 +54,28 @@ def test_apply_patch_from_stdin_then_read_back(workspace: Path) -> None:
     assert (workspace / ".mevedel" / "shared" / "notes.md").read_text() == "alpha\nBETA\ngamma\n"
 
 
+def test_apply_patch_json_is_the_documented_apply_patch_result(workspace: Path) -> None:
+    """``--json`` prints what ``mevedel/resource/applyPatch`` answers: each
+    change's authored address, kind, line counts and a move's destination
+    (only for a move), and the summary -- no field of the resolver's own."""
+    (workspace / ".mevedel" / "shared" / "old.md").write_text("gone\n")
+    patch = (
+        "*** Begin Patch\n*** Add File: work://shared/new.md\n+one\n+two\n"
+        "*** Update File: work://shared/%6Eotes.md\n*** Move to: work://shared/moved.md\n@@\n alpha\n-beta\n+BETA\n"
+        "*** Delete File: work://shared/old.md\n*** End Patch\n"
+    )
+    ran = mevedel(workspace, "apply-patch", "-", "--json", stdin=patch)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {
+        "changes": [
+            {"address": "work://shared/new.md", "kind": "add", "added": 2, "removed": 0},
+            {"address": "work://shared/%6Eotes.md", "kind": "update", "added": 1, "removed": 1, "moveTo": "work://shared/moved.md"},
+            {"address": "work://shared/old.md", "kind": "delete", "added": 0, "removed": 1},
+        ],
+        "summary": "A work://shared/new.md\nR work://shared/notes.md -> work://shared/moved.md\nD work://shared/old.md",
+    }
+
+
 @pytest.mark.parametrize(
     ("args", "kind"),
     [

@@ -333,7 +333,7 @@ async def test_a_swap_between_two_programs_of_one_operation_is_refused(open_targ
     no_secret(grep)
     assert grep.matches and all(match.preview in ("inside step", "shared step") for match in grep.matches)
     # guide.md and n00-n30 were read with the listing; the rest met the link.
-    assert grep.notice.startswith("10 non-text file(s) skipped: work://shared/wdir/n31.md, ")
+    assert grep.notice.startswith("10 non-text files skipped: work://shared/wdir/n31.md, ")
     swapping.restore()
     # ApplyPatch: read the directory, write through the link: refused, nothing written.
     got = await answer_patch(context, "*** Begin Patch\n*** Add File: work://shared/wdir/new.md\n+x\n*** End Patch\n")

@@ -302,6 +302,13 @@ local function render_agent(chat, block, sink, indent, depth)
   for i, line in ipairs(body.lines) do
     emit(sink, line, body.levels[i])
   end
+  -- Why its task was interrupted or failed, after the fold (so it shows
+  -- while the activity is folded), as a turn's reason ends the turn.
+  if settled and block.reason and block.outcome ~= 'completed' then
+    local why = block.outcome == 'interrupted' and why_interrupted(block.reason, true)
+      or '[' .. (STATE_WORDS[block.outcome] or block.outcome) .. '] ' .. block.reason
+    emit(sink, prefix .. why, depth > 0 and tostring(depth) or nil)
+  end
 end
 
 -- BLOCKS as lines into SINK, each after INDENT, inside DEPTH folds

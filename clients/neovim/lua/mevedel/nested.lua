@@ -75,6 +75,7 @@ function M.apply(turn, params, apply_event)
   end
   if params.phase == 'settled' then
     block.outcome = value(params.outcome) or 'completed'
+    block.reason = value(params.reason)
     block.error = value(params.error)
   end
   return block

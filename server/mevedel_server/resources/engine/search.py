@@ -22,6 +22,7 @@ from ...targets import (
     ReadFiles,
 )
 from .attempt import Request
+from .counts import counted
 from .glob_pattern import GlobPattern
 from .options import GlobOptions, GrepOptions, GrepPlan
 from .pattern_clock import ON_LOOP_SECONDS, OnLoopCapReached, PatternClock
@@ -360,7 +361,7 @@ def grep_answer(outcome: GrepOutcome, request: Request, authored: str, canonical
     assert isinstance(request.options, GrepOptions)
     parts = [notice] if notice and not outcome.matches else []
     if outcome.skipped:
-        parts.append(f"{len(outcome.skipped)} non-text file(s) skipped: " + ", ".join(outcome.skipped[:20]))
+        parts.append(f"{counted(len(outcome.skipped), 'non-text file')} skipped: " + ", ".join(outcome.skipped[:20]))
     if outcome.truncated:
         parts.append(limit_notice(request.options.limit, "matching line", "matching lines"))
     return GrepResult(

@@ -52,6 +52,7 @@ from ...store import (
 from ...targets import LocalTarget, Target, TargetError
 from ..engine.attempt import Prepared, Request
 from ..engine.context import LiveHistorySource, ResolverContext
+from ..engine.counts import counted
 from ..engine.explicit_node import read_listing
 from ..engine.options import GlobOptions, GrepOptions, ReadOptions
 from ..engine.projection import page_lines, split_lines
@@ -508,7 +509,7 @@ def _omission(row: InspectSessionRow) -> str:
 def _skipped(skipped: list[str]) -> str | None:
     if not skipped:
         return None
-    return f"{len(skipped)} session(s) could not be searched: " + "; ".join(skipped)
+    return f"{counted(len(skipped), 'session')} could not be searched: " + "; ".join(skipped)
 
 
 def _reason_of(error: Exception) -> str:
