@@ -3,7 +3,9 @@ megabytes) is read again only when its bytes may have changed: a wake for
 a change of the lease alone (taken, renewed) reads none of it, and a write
 another process made is read once although both of the item's watched
 directories wake for it and two editors have it open. Every change of the
-bytes is still told, a same-size rewrite in place too."""
+bytes is still told, a same-size rewrite in place too. Reading an item
+another process holds (``artifact/read``) reads who holds it in the
+program that reads its bytes."""
 
 from __future__ import annotations
 
@@ -35,8 +37,10 @@ class ReadCounting(LocalTarget):
         self.reads = 0
         self.bytes_read = 0
         self.observes = 0
+        self.programs = 0
 
     async def run(self, program):
+        self.programs += 1
         result = await super().run(program)
         for op, answer in zip(program.operations, result):
             if isinstance(op, Read) and op.path == self.counted and answer.ok:
@@ -137,6 +141,26 @@ async def test_a_write_elsewhere_is_read_once_for_two_editors_and_both_directori
     # Told at most once more, when a wake came between the lease taken and
     # the bytes written (held, the old bytes): read none of them then.
     assert [s.revision for _, s in changes.seen] in ([], [revision_of(b"x" * BIG)])
+    await watches.close()
+    await here.close()
+    await there.close()
+
+
+async def test_reading_an_item_held_elsewhere_names_its_holder_in_the_bytes_program(tmp_path):
+    counting, here, there, changes, watches, item_id = await _open(tmp_path, True)
+    await there.hold(item_id)
+    await changes.next(lambda s: not s.writable)
+    await watches.settled(item_id)  # the watch reads nothing more
+    counting.programs = counting.reads = 0
+    content = await here.read(item_id)
+    assert content.holder == "Neovim 0.12.0 (pid 22) on vm" and not content.writable
+    assert content.data == b"x" * BIG and counting.reads == 1
+    # The metadata (which file is the primary), then the bytes, the
+    # discussion and the lease: one round trip each on an SSH workspace.
+    assert counting.programs == 2
+    await there.leases.release(item_id)
+    content = await here.read(item_id)
+    assert content.holder is None and content.writable
     await watches.close()
     await here.close()
     await there.close()
