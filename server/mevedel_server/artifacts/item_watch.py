@@ -356,7 +356,11 @@ class ItemWatches:
         paired with the lease from before the write that made it (read the
         other way round, a write landing between the two reads showed the
         new bytes as free)."""
-        return (await self._read(item_id))[0]
+        state = (await self._read(item_id))[0]
+        if item_id not in self._watched:  # what is kept is for the items watched
+            self._primaries.pop(item_id, None)
+            self._known.pop(item_id, None)
+        return state
 
     async def _read(self, item_id: str) -> tuple[ItemState, LeaseView]:
         leases = self.store.leases
