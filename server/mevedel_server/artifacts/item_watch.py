@@ -63,6 +63,7 @@ from ..targets import (
     ControlProgram,
     FileStat,
     ListDir,
+    MakeDirs,
     ProcessIdentity,
     Read,
     Stat,
@@ -408,7 +409,9 @@ class ItemWatches:
         # modified before it cannot be written again with the same mtime.
         clock, now = Clock(LEASES_ROOT, optional=True), Stat(LEASES_ROOT, optional=True)
         stat, read, meta_op = Stat(primary, optional=True), Read(primary), Stat(ItemPaths(item_id).meta, optional=True)
-        result = await self.store.target.run(ControlProgram([clock, now, stat, read, meta_op]))
+        # The directory made as a lease observation makes it (an item never leased yet).
+        ops = [MakeDirs(LEASES_ROOT, optional=True), clock, now, stat, read, meta_op]
+        result = (await self.store.target.run(ControlProgram(ops)))[1:]
         if Status.ABSENT in (result[3].status, result[4].status):  # a delete under way: gone
             return None
         raise_for_result(read, result[3])
