@@ -213,11 +213,20 @@ class ItemLeases:
     # Observing -------------------------------------------------------------
 
     async def observe(self, item_id: str) -> LeaseView:
+        ops = self.observe_ops(item_id)
+        return self.observed(item_id, await self.target.run(ControlProgram(ops)))
+
+    def observe_ops(self, item_id: str) -> list[Operation]:
+        """The operations of :meth:`observe`, to end another program that
+        reads the item (its answers, the last four, go to :meth:`observed`)."""
         paths = ItemPaths(item_id)
         newest = ReadNewest(paths.lease_dir, *GENERATION_FAMILY, optional=True)
-        handover = Read(paths.handover, optional=True)
-        clock = Clock(LEASES_ROOT)
-        result = await self.target.run(ControlProgram([MakeDirs(LEASES_ROOT, optional=True), newest, handover, clock]))
+        return [MakeDirs(LEASES_ROOT, optional=True), newest, Read(paths.handover, optional=True), Clock(LEASES_ROOT)]
+
+    def observed(self, item_id: str, results) -> LeaseView:
+        """The view :meth:`observe_ops` read: ``results`` ends with their answers."""
+        result = list(results)[-4:]
+        newest, clock = self.observe_ops(item_id)[1], Clock(LEASES_ROOT)
         raise_for_result(clock, result[3])
         now = int(result[3].value)
         request = None

@@ -32,6 +32,20 @@ pidfd per holder process in the event loop where the kernel has them,
 else a look at ``/proc`` every :data:`PROCESS_CHECK_SECONDS`. Either is
 only a hint too: the ordinary read decides, and tells the editors when
 the item became writable.
+
+A wake reads the primary file's bytes only when they may have changed:
+each read keeps the file's facts (size, whole and nanosecond mtime, inode:
+the target's ``Stat``) taken just before the bytes, and a wake whose
+``Stat`` finds the same facts keeps the revision it had -- a renewal, a
+hand-over request or a take of the lease costs no read of a file that may
+be megabytes. The facts are kept only when the file was last modified
+before a time of the target's own clock taken just before them (git's
+"racily clean" rule, to the filesystem's timestamp tick): any later write
+then stamps a different mtime, so a same-size rewrite within the same
+second is still read, and a file modified in the very tick of its read is
+read again at the next wake. Wakes coalesce:
+one that comes while another waits to read the item is that one (both
+directories wake for one write, and the read after them sees both).
 """
 
 from __future__ import annotations
@@ -45,8 +59,11 @@ from dataclasses import dataclass
 
 from ..store import LEASE, SessionWatcher, Wake, WatchCadence
 from ..targets import (
+    Clock,
     ControlProgram,
+    FileStat,
     ListDir,
+    MakeDirs,
     ProcessIdentity,
     Read,
     Stat,
@@ -59,7 +76,7 @@ from ..targets import (
 )
 from .errors import ArtifactError
 from .item_lease import LeaseView
-from .layout import ItemPaths
+from .layout import LEASES_ROOT, ItemPaths
 from .store import ArtifactStore, revision_of
 
 _log = logging.getLogger(__name__)
@@ -152,6 +169,10 @@ class _DirectoryWatcher(SessionWatcher):
         return (names, facts), None
 
 
+def _facts(stat: FileStat) -> tuple[int, int, int, int]:
+    return (stat.size, stat.mtime, stat.ino, stat.mtime_ns)
+
+
 class _ProcessEnds:
     """Waits for holder processes on this machine to end: one pidfd per
     process in the event loop, however many items it holds, so open items
@@ -239,6 +260,13 @@ class ItemWatches:
         #: One re-read at a time per item: a later read's state is never
         #: overwritten by an earlier read that finished after it.
         self._reading: dict[str, asyncio.Lock] = {}
+        #: Items with a wake waiting for their re-read: a later wake is it.
+        self._queued: set[str] = set()
+        #: Each item's primary file (target path): an item keeps it for life.
+        self._primaries: dict[str, str] = {}
+        #: Each item's primary file facts and the revision of the bytes read
+        #: right after them, kept while the facts can be trusted.
+        self._known: dict[str, tuple[tuple[int, int, int, int], str]] = {}
         self._tasks: set[asyncio.Task] = set()
         store.on_change.append(self._changed_here)
 
@@ -294,6 +322,9 @@ class ItemWatches:
             timer.cancel()
         self._unschedule(item_id)
         self._reading.pop(item_id, None)
+        self._queued.discard(item_id)
+        self._primaries.pop(item_id, None)
+        self._known.pop(item_id, None)
         for watcher in watchers:
             await watcher.stop()
 
@@ -311,6 +342,12 @@ class ItemWatches:
         """Wakes delivered (for tests and benchmarks)."""
         return sum(w.deliveries for watchers in self._watched.values() for w in watchers)
 
+    async def settled(self, item_id: str) -> None:
+        """Return once the wakes of ``item_id`` delivered so far are handled
+        (for tests and benchmarks): its re-reads run one at a time, in turn."""
+        async with self._reading.setdefault(item_id, asyncio.Lock()):
+            pass
+
     # Reading ---------------------------------------------------------------------
 
     async def state(self, item_id: str) -> ItemState:
@@ -320,28 +357,71 @@ class ItemWatches:
         paired with the lease from before the write that made it (read the
         other way round, a write landing between the two reads showed the
         new bytes as free)."""
-        return (await self._read(item_id))[0]
+        state = (await self._read(item_id))[0]
+        if item_id not in self._watched:  # what is kept is for the items watched
+            self._primaries.pop(item_id, None)
+            self._known.pop(item_id, None)
+        return state
 
     async def _read(self, item_id: str) -> tuple[ItemState, LeaseView]:
         leases = self.store.leases
-        revision = None
-        try:
-            meta, _ = await self.store.meta(item_id)
-        except ArtifactError as error:
-            if error.kind != "missing-target":
-                raise  # unreadable now is not gone: the wake is dropped, not told
-            meta = None
-        if meta is not None:
-            op = Read(ItemPaths(item_id).file(meta.primary))
-            result = (await self.store.target.run(ControlProgram([op])))[0]
-            if result.status is not Status.ABSENT:  # a delete under way: gone
-                raise_for_result(op, result)
-                revision = revision_of(result.value)
+        revision = await self._revision(item_id)
         view = await leases.observe(item_id)
         standing = view.standing(leases.client.client_id)
         held = standing == "held"
         state = ItemState(standing, leases.holder_text(view) if held else None, leases.holder(view) if held else None, revision)
         return state, view
+
+    async def _revision(self, item_id: str) -> str | None:
+        """The primary file's revision now (None: the item is gone), its
+        bytes read only when its facts are not the ones last read."""
+        paths = ItemPaths(item_id)
+        primary = self._primaries.get(item_id)
+        if primary is None:
+            try:
+                meta, _ = await self.store.meta(item_id)
+            except ArtifactError as error:
+                if error.kind != "missing-target":
+                    raise  # unreadable now is not gone: the wake is dropped, not told
+                return None
+            primary = self._primaries[item_id] = paths.file(meta.primary)
+        known = self._known.get(item_id)
+        if known is not None:
+            meta_op, stat = Stat(paths.meta, optional=True), Stat(primary, optional=True)
+            result = await self.store.target.run(ControlProgram([meta_op, stat]))
+            if Status.ABSENT in (result[0].status, result[1].status):  # a delete under way: gone
+                self._known.pop(item_id, None)
+                return None
+            raise_for_result(meta_op, result[0])
+            raise_for_result(stat, result[1])
+            if _facts(result[1].value) == known[0]:
+                return known[1]
+        return await self._read_primary(item_id, primary)
+
+    async def _read_primary(self, item_id: str, primary: str) -> str | None:
+        """Read the primary file's bytes, keeping the facts taken just
+        before them when a later write cannot leave them as they are."""
+        self._known.pop(item_id, None)
+        # The clock's probe file is made and removed in LEASES_ROOT, which
+        # stamps that directory's mtime with the target's own time (to the
+        # nanosecond, in its timestamp tick): read back before the primary's
+        # facts, it is a time they were taken at or after. A primary last
+        # modified before it cannot be written again with the same mtime.
+        clock, now = Clock(LEASES_ROOT, optional=True), Stat(LEASES_ROOT, optional=True)
+        stat, read, meta_op = Stat(primary, optional=True), Read(primary), Stat(ItemPaths(item_id).meta, optional=True)
+        # The directory made as a lease observation makes it (an item never leased yet).
+        ops = [MakeDirs(LEASES_ROOT, optional=True), clock, now, stat, read, meta_op]
+        result = (await self.store.target.run(ControlProgram(ops)))[1:]
+        if Status.ABSENT in (result[3].status, result[4].status):  # a delete under way: gone
+            return None
+        raise_for_result(read, result[3])
+        raise_for_result(meta_op, result[4])
+        revision = revision_of(result[3].value)
+        facts: FileStat | None = result[2].value if result[2].ok else None
+        if result[0].ok and result[1].ok and facts is not None and facts.kind == "file" and facts.ino:
+            if facts.mtime_ns and facts.mtime_ns < result[1].value.mtime_ns:
+                self._known[item_id] = (_facts(facts), revision)
+        return revision
 
     # Wakes -------------------------------------------------------------------------
 
@@ -353,9 +433,11 @@ class ItemWatches:
             self._own.add(item_id)
 
     async def _woken(self, item_id: str, _wake: Wake | None) -> None:
-        if item_id not in self._watched:
-            return
+        if item_id not in self._watched or item_id in self._queued:
+            return  # the re-read already waiting starts after this wake: it sees what woke it
+        self._queued.add(item_id)
         async with self._reading.setdefault(item_id, asyncio.Lock()):
+            self._queued.discard(item_id)
             if item_id in self._watched:
                 await self._reread(item_id)
 

@@ -317,12 +317,17 @@ class ArtifactStore:
         meta, _ = await self.meta(item_id)
         paths = ItemPaths(item_id)
         primary, discussion = Read(paths.file(meta.primary)), Read(paths.discussion, optional=True)
-        result = await self.target.run(ControlProgram([primary, discussion]))
+        # Who holds it, read after its bytes in the same program (a write
+        # takes the lease ahead of its bytes: new bytes never pair with the
+        # lease from before them).
+        observe = meta.kind in LIVE_PRIMARY and not self.leases.holds(item_id)
+        lease_ops = self.leases.observe_ops(item_id) if observe else []
+        result = await self.target.run(ControlProgram([primary, discussion, *lease_ops]))
         raise_for_result(primary, result[0])
         comments = _decode_discussion(item_id, result[1].value if result[1].ok else None).comments
         holder = holder_text = None
-        if meta.kind in LIVE_PRIMARY and not self.leases.holds(item_id):
-            view = await self.leases.observe(item_id)
+        if observe:
+            view = self.leases.observed(item_id, result)
             holder, holder_text = self.leases.holder(view), self.leases.holder_text(view)
         data = result[0].value
         return ItemContent(meta, data, revision_of(data), tuple(comments), holder, holder_text)
