@@ -4,6 +4,7 @@ temporary workspace with a current session."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import register_lsp_features
 
+from mevedel_protocol import methods
 from mevedel_server.lsp.transport.wire_protocol import plain_json_converter
 
 from . import raw_client
@@ -149,3 +151,45 @@ async def raw_servers(tmp_path):
         if client.process.returncode is None:
             client.process.kill()
             await client.process.wait()
+
+
+async def ssh_home_server(tmp_path: Path, sshd, limits: str = ""):
+    """The language server of a machine whose ``~/.ssh/config`` reaches
+    ``sshd`` (with ``limits``), with a workspace folder there: the client,
+    the folder's address, the server's log and state directory."""
+    from silent_host import ssh_home
+
+    home = ssh_home(tmp_path, sshd, limits)
+    project = tmp_path / "remote"
+    project.mkdir()
+    url, log, state = sshd.url(project), tmp_path / "server.log", tmp_path / "state"
+    config = ClientServerConfig(
+        server_command=[sys.executable, "-m", "mevedel_server", "--log-file", str(log)],
+        client_factory=make_client,
+        server_env={**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(state)},
+    )
+    client = await config.start()
+    await client.initialize_session(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), initialization_options={"remoteWorkspaces": [url]},
+    ))
+    return client, url, log, state
+
+
+async def stop_server(client) -> None:
+    """Ends a server a test started with ``ssh_home_server``, however it stands."""
+    if client._server.returncode is None:
+        client._server.kill()
+        await client._server.wait()
+    await client.stop()
+
+
+async def settled_turn_and_one_open(client, ws: dict) -> str:
+    """A new session in ``ws`` with one settled turn and a second begun and
+    answered, its settlement left to the test: its ID."""
+    sid = (await request(client, methods.SESSION_CREATE, ws))["sessionId"]
+    for turn, answer in enumerate(["first answer", "second answer"], 1):
+        await request(client, methods.TURN_BEGIN, {**ws, "prompt": f"turn {turn}"})
+        await request(client, methods.TURN_APPEND, {**ws, "kind": "response", "text": answer})
+        if turn == 1:
+            assert (await request(client, methods.TURN_SETTLE, ws))["committed"] is True
+    return sid

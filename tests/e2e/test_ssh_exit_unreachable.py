@@ -10,18 +10,13 @@ gone quiet: every new connection waits), and the real server over stdio."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
-from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-from pytest_lsp import ClientServerConfig
 
 from mevedel_protocol import methods
 from silent_host import black_hole, killed, own_sshd_fixture, ssh_home, within  # noqa: F401  (own_sshd: the fixture)
 
-from .conftest import make_client, request
+from .conftest import request, settled_turn_and_one_open, ssh_home_server, stop_server
 
 
 async def shutdown_then_exit(client) -> None:
@@ -48,27 +43,10 @@ ENDINGS = {
 async def test_the_server_exits_with_the_host_out_of_reach_and_the_kept_save_stays(own_sshd, tmp_path, ending):
     end, expected_status = ENDINGS[ending]
     sshd = own_sshd
-    home = ssh_home(tmp_path, sshd)
-    project = tmp_path / "remote"
-    project.mkdir()
-    url, log, state = sshd.url(project), tmp_path / "server.log", tmp_path / "state"
-    config = ClientServerConfig(
-        server_command=[sys.executable, "-m", "mevedel_server", "--log-file", str(log)],
-        client_factory=make_client,
-        server_env={**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(state)},
-    )
-    client = await config.start()
+    client, url, log, state = await ssh_home_server(tmp_path, sshd)
     try:
-        await client.initialize_session(types.InitializeParams(
-            capabilities=types.ClientCapabilities(), initialization_options={"remoteWorkspaces": [url]},
-        ))
         ws = {"workspaceFolder": url}
-        sid = (await request(client, methods.SESSION_CREATE, ws))["sessionId"]
-        for turn, answer in enumerate(["first answer", "second answer"], 1):
-            await request(client, methods.TURN_BEGIN, {**ws, "prompt": f"turn {turn}"})
-            await request(client, methods.TURN_APPEND, {**ws, "kind": "response", "text": answer})
-            if turn == 1:
-                assert (await request(client, methods.TURN_SETTLE, ws))["committed"] is True
+        sid = await settled_turn_and_one_open(client, ws)
         killed(sshd)
         with pytest.raises(JsonRpcException) as caught:
             await within(request(client, methods.TURN_SETTLE, ws), "the save with the host gone")
@@ -83,7 +61,4 @@ async def test_the_server_exits_with_the_host_out_of_reach_and_the_kept_save_sta
         assert sorted((state / "mevedel" / "unrecorded").glob(f"*/{sid}/pending-*.json")) == kept
         assert "Traceback" not in log.read_text()
     finally:
-        if client._server.returncode is None:
-            client._server.kill()
-            await client._server.wait()
-        await client.stop()
+        await stop_server(client)

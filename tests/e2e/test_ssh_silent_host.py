@@ -13,21 +13,17 @@ answering, with no limit in the config at all (the server's own bound)."""
 
 from __future__ import annotations
 
-import os
-import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-from pytest_lsp import ClientServerConfig
 
 from mevedel_protocol import methods
 from silent_host import black_hole, killed, own_sshd_fixture, silenced, ssh_home, within  # noqa: F401
 from ssh_fixtures import OpenSshServer
 
-from .conftest import make_client, request
+from .conftest import request, settled_turn_and_one_open, ssh_home_server, stop_server
 
 
 @contextmanager
@@ -53,45 +49,13 @@ SILENCES = {
 }
 
 
-async def _server(tmp_path: Path, sshd: OpenSshServer, limits: str):
-    """The language server of a machine whose ``~/.ssh/config`` reaches
-    ``sshd`` (with ``limits``), with a workspace folder there: the client,
-    the folder's address, the server's log and state directory."""
-    home = ssh_home(tmp_path, sshd, limits)
-    project = tmp_path / "remote"
-    project.mkdir()
-    url, log, state = sshd.url(project), tmp_path / "server.log", tmp_path / "state"
-    config = ClientServerConfig(
-        server_command=[sys.executable, "-m", "mevedel_server", "--log-file", str(log)],
-        client_factory=make_client,
-        server_env={**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(state)},
-    )
-    client = await config.start()
-    await client.initialize_session(types.InitializeParams(
-        capabilities=types.ClientCapabilities(), initialization_options={"remoteWorkspaces": [url]},
-    ))
-    return client, url, log, state
-
-
-async def _stop(client) -> None:
-    if client._server.returncode is None:
-        client._server.kill()
-        await client._server.wait()
-    await client.stop()
-
-
 @pytest.mark.parametrize("silence", list(SILENCES))
 async def test_a_save_on_a_silent_host_is_answered_and_kept_on_this_machine(own_sshd, tmp_path, silence):
     go_silent, limits = SILENCES[silence]
-    client, url, log, state = await _server(tmp_path, own_sshd, limits)
+    client, url, log, state = await ssh_home_server(tmp_path, own_sshd, limits)
     try:
         ws = {"workspaceFolder": url}
-        sid = (await request(client, methods.SESSION_CREATE, ws))["sessionId"]
-        for turn, answer in enumerate(["first answer", "second answer"], 1):
-            await request(client, methods.TURN_BEGIN, {**ws, "prompt": f"turn {turn}"})
-            await request(client, methods.TURN_APPEND, {**ws, "kind": "response", "text": answer})
-            if turn == 1:
-                assert (await request(client, methods.TURN_SETTLE, ws))["committed"] is True
+        sid = await settled_turn_and_one_open(client, ws)
         with go_silent(own_sshd):
             with pytest.raises(JsonRpcException) as caught:
                 await within(request(client, methods.TURN_SETTLE, ws), "the save on the silent host")
@@ -104,13 +68,13 @@ async def test_a_save_on_a_silent_host_is_answered_and_kept_on_this_machine(own_
             await within(client._server.wait(), "the end of the server")
         assert "Traceback" not in log.read_text()
     finally:
-        await _stop(client)
+        await stop_server(client)
 
 
 @pytest.mark.parametrize("silence", list(SILENCES))
 async def test_an_artifact_write_on_a_silent_host_is_answered_unavailable(own_sshd, tmp_path, silence):
     go_silent, limits = SILENCES[silence]
-    client, url, log, _state = await _server(tmp_path, own_sshd, limits)
+    client, url, log, _state = await ssh_home_server(tmp_path, own_sshd, limits)
     try:
         ws = {"workspaceFolder": url}
         await request(client, methods.SESSION_CREATE, ws)
@@ -128,4 +92,4 @@ async def test_an_artifact_write_on_a_silent_host_is_answered_unavailable(own_ss
             await within(client._server.wait(), "the end of the server")
         assert "Traceback" not in log.read_text()
     finally:
-        await _stop(client)
+        await stop_server(client)
