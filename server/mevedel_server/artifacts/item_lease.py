@@ -214,7 +214,7 @@ class ItemLeases:
 
     async def observe(self, item_id: str) -> LeaseView:
         ops = self.observe_ops(item_id)
-        return self.observed(item_id, await self.target.run(ControlProgram(ops)))
+        return self.observed(item_id, ops, await self.target.run(ControlProgram(ops)))
 
     def observe_ops(self, item_id: str) -> list[Operation]:
         """The operations of :meth:`observe`, to end another program that
@@ -223,10 +223,11 @@ class ItemLeases:
         newest = ReadNewest(paths.lease_dir, *GENERATION_FAMILY, optional=True)
         return [MakeDirs(LEASES_ROOT, optional=True), newest, Read(paths.handover, optional=True), Clock(LEASES_ROOT)]
 
-    def observed(self, item_id: str, results) -> LeaseView:
-        """The view :meth:`observe_ops` read: ``results`` ends with their answers."""
+    def observed(self, item_id: str, ops: list[Operation], results) -> LeaseView:
+        """The view the operations ``ops`` of :meth:`observe_ops` read:
+        ``results`` ends with their answers."""
         result = list(results)[-4:]
-        newest, clock = self.observe_ops(item_id)[1], Clock(LEASES_ROOT)
+        newest, clock = ops[1], ops[3]
         raise_for_result(clock, result[3])
         now = int(result[3].value)
         request = None

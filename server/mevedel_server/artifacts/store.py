@@ -327,7 +327,7 @@ class ArtifactStore:
         comments = _decode_discussion(item_id, result[1].value if result[1].ok else None).comments
         holder = holder_text = None
         if observe:
-            view = self.leases.observed(item_id, result)
+            view = self.leases.observed(item_id, lease_ops, result)
             holder, holder_text = self.leases.holder(view), self.leases.holder_text(view)
         data = result[0].value
         return ItemContent(meta, data, revision_of(data), tuple(comments), holder, holder_text)

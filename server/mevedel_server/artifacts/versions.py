@@ -198,7 +198,8 @@ async def publish_version(
     version (the metadata's bytes, the primary file's), proved under the
     store lock beside the index; the first that does not hold is
     answered, nothing written. ``garbage``: blobs ``known``'s index does
-    not name, removed with those it drops (only if it is still that index)."""
+    not name, answered in ``Published.dropped`` with those it drops (only
+    if it is still that index) for :func:`drop_versions`."""
     paths = ItemPaths(item_id)
     digest = hashlib.sha256(data).hexdigest()
     # An index naming versions was written beside their directory, which
