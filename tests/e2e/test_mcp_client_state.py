@@ -50,17 +50,11 @@ async def _served(params: StdioServerParameters, log: Path, sid: str) -> str:
 
 
 async def test_a_kept_save_is_the_client_states_and_follows_it(tmp_path, fault_server):
-    from unit.cli.test_cli_ssh_unknown_outcome import mevedel
+    from unit.cli.test_cli_ssh_unknown_outcome import settlement_kept_here
 
     root = tmp_path / "ws"
     root.mkdir()
-    status, begun, _ = await mevedel(fault_server, tmp_path, root, "turn", "begin", "--new", "first")
-    assert status == 0, begun
-    sid = begun["session_id"]
-    assert (await mevedel(fault_server, tmp_path, root, "turn", "append", "response", "--text", "done"))[0] == 0
-    fault_server.when, fault_server.then_unreachable = (b"Barrier", "drop-before-run"), True
-    status, told, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
-    assert status == 1 and told["error"]["kind"] == "publication-pending", told
+    sid, _told = await settlement_kept_here(fault_server, tmp_path, root)
     client_state = tmp_path / "state" / "mevedel"  # where `mevedel turn settle` kept it
     kept = sorted((client_state / "unrecorded").glob(f"*/{sid}/pending-*.json"))
     assert len(kept) == 1

@@ -232,17 +232,11 @@ async def test_a_save_the_cli_kept_for_the_host_reaches_it_when_the_server_resum
     kept here by ``mevedel turn settle``; ``mevedel mcp --session`` of the
     same client resumes the session once the host answers, records the
     kept save there and says so on its standard error."""
-    from unit.cli.test_cli_ssh_unknown_outcome import mevedel
+    from unit.cli.test_cli_ssh_unknown_outcome import settlement_kept_here
 
     root = tmp_path / "ws"
     root.mkdir()
-    status, begun, _ = await mevedel(fault_server, tmp_path, root, "turn", "begin", "--new", "first")
-    assert status == 0, begun
-    sid = begun["session_id"]
-    assert (await mevedel(fault_server, tmp_path, root, "turn", "append", "response", "--text", "done"))[0] == 0
-    fault_server.when, fault_server.then_unreachable = (b"Barrier", "drop-before-run"), True
-    status, told, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
-    assert status == 1 and told["error"]["kind"] == "publication-pending", told
+    sid, _told = await settlement_kept_here(fault_server, tmp_path, root)
     kept = sorted((tmp_path / "state" / "mevedel" / "unrecorded").glob(f"*/{sid}/pending-*.json"))
     assert len(kept) == 1
     await fault_server.start()

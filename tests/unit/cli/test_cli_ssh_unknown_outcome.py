@@ -34,6 +34,21 @@ async def mevedel(fault_server, tmp_path: Path, root: Path, *args: str) -> tuple
     return process.returncode, json.loads(out), err.decode()
 
 
+async def settlement_kept_here(fault_server, tmp_path: Path, root: Path, drop: str = "drop-before-run") -> tuple[str, dict]:
+    """A new session over SSH whose first turn's settlement the host lost
+    (``drop``: before or after running it) as it went away, so that
+    ``mevedel turn settle`` kept it on this machine: the session's ID and
+    the command's refusal."""
+    status, begun, _ = await mevedel(fault_server, tmp_path, root, "turn", "begin", "--new", "first")
+    assert status == 0, begun
+    sid = begun["session_id"]
+    assert (await mevedel(fault_server, tmp_path, root, "turn", "append", "response", "--text", "done"))[0] == 0
+    fault_server.when, fault_server.then_unreachable = (b"Barrier", drop), True
+    status, told, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
+    assert status == 1 and told["error"]["kind"] == "publication-pending", told
+    return sid, told
+
+
 async def _three_turns_over_ssh(tmp_path: Path, fault_server) -> tuple[Path, str]:
     """A workspace over SSH whose session has three turns: its root and the session's ID."""
     root = tmp_path / "ws"
@@ -69,14 +84,8 @@ async def test_a_settlement_whose_host_went_away_is_kept_here_until_the_host_ans
     already holds it -- in another process."""
     root = tmp_path / "ws"
     root.mkdir()
-    status, begun, _ = await mevedel(fault_server, tmp_path, root, "turn", "begin", "--new", "first")
-    assert status == 0, begun
-    sid = begun["session_id"]
-    assert (await mevedel(fault_server, tmp_path, root, "turn", "append", "response", "--text", "done"))[0] == 0
-    fault_server.when, fault_server.then_unreachable = (b"Barrier", drop), True
-    status, told, _ = await mevedel(fault_server, tmp_path, root, "turn", "settle")
+    sid, told = await settlement_kept_here(fault_server, tmp_path, root, drop)
     message = told["error"]["message"]
-    assert status == 1 and told["error"]["kind"] == "publication-pending", told
     assert "it may or may not have been published" in message and "this command ends" not in message
     assert f"the host could not record it, so this machine keeps it (in {tmp_path / 'state' / 'mevedel'})" in message
     assert "once the host answers, mevedel session retry-publication records it there and publishes it" in message
