@@ -28,6 +28,7 @@ from ..targets import (
     Barrier,
     ClockStamp,
     ControlProgram,
+    CreateInPlace,
     ListDir,
     MakeDirs,
     Operation,
@@ -205,6 +206,12 @@ async def publish_version(
     # An index naming versions was written beside their directory, which
     # is then made only if a blob's write finds it gone.
     make_dirs = False
+    # The blob is written under its number, which no reader reaches before
+    # the index names it after the barrier's flush: no temporary file,
+    # rename or random name. A file already there is a publication's that
+    # never committed (a crash): replaced, never written into (it could
+    # be a hard link to a file outside the store).
+    leftover = False
     for _ in range(_ATTEMPTS):
         if known is None:
             index, raw = await read_index(target, item_id)
@@ -221,7 +228,8 @@ async def publish_version(
         dropped = tuple(v.number for v in index.versions if v.number not in kept_numbers) + garbage
         written = VersionIndex(next_number=index.next_number + 1, versions=kept)
         commit = _stamped(paths.versions_index, written)
-        blob = Replace(paths.version_blob(entry.number), data, deferred=True)
+        blob_path = paths.version_blob(entry.number)
+        blob = Replace(blob_path, data, deferred=True) if leftover else CreateInPlace(blob_path, data, deferred=True)
         ops: list[Operation] = [
             *(proofs or (Stat(paths.meta),)),
             Verify(paths.versions_index, raw),
@@ -246,6 +254,10 @@ async def publish_version(
             continue  # another publisher took this number: read again
         if ops[stop] is blob and result[stop].status is Status.ABSENT and not make_dirs:
             make_dirs = True  # the versions directory is gone: make it
+            known = (index, raw)
+            continue
+        if ops[stop] is blob and result[stop].status is Status.CONFLICT and not leftover:
+            leftover = True
             known = (index, raw)
             continue
         raise_for_result(ops[stop], result[stop])

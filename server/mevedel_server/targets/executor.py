@@ -12,7 +12,7 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   may be left out: not deferred) where ``kind`` is the
   operation class name (``"Read"``, ``"Verify"``...), ``path`` is a
   ``/``-separated target-relative path and ``argument`` is the payload of
-  ``CreateExclusive``/``Replace``, ``(bytes, source path)`` of
+  ``CreateExclusive``/``CreateInPlace``/``Replace``, ``(bytes, source path)`` of
   ``CreateLinked``, the expectation of ``Verify`` or the
   parts of ``StampedCreate`` (bytes, and integers standing for the clock
   reading plus that many seconds) or the ``(prefix, digits, suffix)`` of
@@ -53,7 +53,9 @@ identity, and then opens each parent component with ``O_DIRECTORY |
 O_NOFOLLOW``: a symlinked root, parent or leaf fails closed. Writes are whole
 or absent (fsynced temporary file, then ``link`` for exclusive creation or
 ``rename`` for replacement, then fsync of the directory); a crash leaves at
-most a dot-prefixed ``*.tmp`` file, never a torn record under its real name.
+most a dot-prefixed ``*.tmp`` file, never a torn record under its real name
+-- but for ``CreateInPlace``, which writes a new file under its name for a
+caller that names it only after a barrier.
 
 A *deferred* write skips those fsyncs: its bytes and names reach the disk at
 the next ``Barrier`` of the same program, which flushes all deferred writes
@@ -103,7 +105,7 @@ _READ_ONLY_KINDS = frozenset(
 #: publication's eight operations reopened the same five-directory chain
 #: for each, about forty opens and closes of its own work.
 _KEEPING_KINDS = _READ_ONLY_KINDS | frozenset(
-    ("CreateExclusive", "StampedCreate", "Replace", "ReplaceAtBarrier", "MakeDirs", "Remove", "Barrier")
+    ("CreateExclusive", "CreateInPlace", "StampedCreate", "Replace", "ReplaceAtBarrier", "MakeDirs", "Remove", "Barrier")
 )
 #: At most this many directories stay open in one program.
 _DIRECTORY_CACHE_LIMIT = 256
@@ -1066,6 +1068,13 @@ class Executor:
         finally:
             self._close_directory(pfd)
 
+    def _create_in_place_op(self, path, data, deferred):
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            return self._create_in_place(pfd, leaf, label, data, deferred)
+        finally:
+            self._close_directory(pfd)
+
     def _create_stamped(self, path, parts, deferred):
         if not isinstance(parts, (list, tuple)):
             raise Refused(FAILED, "stamped content is a list of parts")
@@ -1163,12 +1172,15 @@ class Executor:
             _write_all(fd, data)
             if deferred is None:
                 os.fsync(fd)
-            else:
-                deferred.wrote(pfd, fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            _unlink_quietly(leaf, pfd)  # all of the bytes or no file
+            raise
         if deferred is None:
+            os.close(fd)
             os.fsync(pfd)
+        else:
+            deferred.wrote(pfd, fd, take=True)
         return (OK, None, None, False)
 
     def _replaceable(self, pfd, leaf, label):
@@ -1944,6 +1956,7 @@ _HANDLERS = {
     "Stat": Executor._stat,
     "ListDir": Executor._list,
     "CreateExclusive": Executor._create_exclusive,
+    "CreateInPlace": Executor._create_in_place_op,
     "StampedCreate": Executor._create_stamped,
     "CreateLinked": Executor._create_linked,
     "Replace": Executor._replace,

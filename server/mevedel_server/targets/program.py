@@ -688,6 +688,16 @@ class CreateExclusive(Operation):
     writes: ClassVar[bool] = True
 
 
+class CreateInPlace(CreateExclusive):
+    """Create a file that must not exist yet, writing ``data`` under its own
+    name rather than to a temporary file linked there: until a flush a
+    reader may find it partial, and a crash may leave it torn (a failed
+    write removes it). Only for a file nothing reads before something
+    written after it names it -- a version's blob, named by its index once
+    the barrier between them has flushed it -- where the temporary file's
+    extra name, rename and random name buy nothing."""
+
+
 class CreateLinked(CreateExclusive):
     """Create a file that must not exist yet with ``data``, as
     :class:`CreateExclusive`, but as a hard link to ``source`` when that is a

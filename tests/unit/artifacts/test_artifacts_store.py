@@ -11,6 +11,7 @@ import pytest
 from mevedel_server.artifacts.errors import ArtifactError
 from mevedel_server.artifacts.records import VersionReason
 from mevedel_server.artifacts.store import ArtifactStore, Editor, revision_of
+from mevedel_server.artifacts.versions import read_version
 from mevedel_server.store.authority.lease import ClientIdentity
 
 
@@ -191,6 +192,30 @@ async def test_a_blob_a_crash_left_unnamed_goes_with_the_next_save(root, open_ta
     assert sorted(p.name for p in versions.iterdir()) == ["0000000004", f"{entry.number:010d}"]
     await store.close()
     await later.close()
+
+
+async def test_a_blob_a_crash_left_under_the_next_number_is_replaced_never_written_into(root, open_target, tmp_path):
+    """A crash after a publication wrote its blob and before its index
+    named it leaves that blob under the number the next save takes: the
+    save still lands, its blob holding its own bytes, and a file planted
+    there as a hard link to one outside the workspace is replaced, its
+    bytes untouched."""
+    target = await open_target(root)
+    store = _store(target, max_versions=3)
+    item = await store.create("document", "Doc", b"# the document\n")
+    first = await store.save_version(item.item_id)
+    versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
+    (versions / f"{first.number + 1:010d}").write_bytes(b"# the docu")  # torn by the crash
+    second = await store.save_version(item.item_id)
+    assert second.number == first.number + 1
+    assert (await read_version(target, item.item_id, second.number))[1] == b"# the document\n"
+    outside = tmp_path / "outside.md"
+    outside.write_bytes(b"untouched")
+    os.link(outside, versions / f"{second.number + 1:010d}")
+    third = await store.save_version(item.item_id)
+    assert (await read_version(target, item.item_id, third.number))[1] == b"# the document\n"
+    assert outside.read_bytes() == b"untouched"
+    await store.close()
 
 
 async def test_a_save_after_the_versions_directory_went_makes_it_again(root, open_target):

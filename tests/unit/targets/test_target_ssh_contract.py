@@ -20,6 +20,7 @@ from mevedel_server.targets import (
     ClockStamp,
     ControlProgram,
     CreateExclusive,
+    CreateInPlace,
     CreateLinked,
     ListDir,
     MakeDirs,
@@ -85,6 +86,29 @@ async def test_exclusive_create_refuses_existing_and_keeps_its_bytes(root, open_
     with pytest.raises(PathConflictError):
         await t.create_exclusive("f", b"second")
     assert (root / "f").read_bytes() == b"first"
+
+
+async def test_an_in_place_create_makes_only_a_new_file_under_its_name(root, open_target, outside):
+    """``CreateInPlace`` writes straight under the name (no temporary
+    file is ever made beside it) and, like an exclusive create, refuses any
+    name already there: a file, a hard link to a file outside the root,
+    a symbolic link -- none is written into or followed."""
+    t = await open_target(root)
+    (root / "d").mkdir()
+    os.link(outside / "secret", root / "d" / "linked")
+    (root / "d" / "symlinked").symlink_to(outside / "secret")
+    (root / "d" / "kept").write_bytes(b"kept")
+    ops = [CreateInPlace("d/new", b"x" * 10000, deferred=True), Barrier()]
+    result = await t.run(ControlProgram(ops))
+    assert result.completed
+    assert (root / "d" / "new").read_bytes() == b"x" * 10000
+    assert stat.S_IMODE(os.stat(root / "d" / "new").st_mode) == 0o600
+    for name in ("linked", "symlinked", "kept"):
+        result = await t.run(ControlProgram([CreateInPlace(f"d/{name}", b"evil", deferred=True), Barrier()]))
+        assert result[0].status is Status.CONFLICT, name
+    assert (outside / "secret").read_bytes() == b"outside bytes"
+    assert (root / "d" / "kept").read_bytes() == b"kept"
+    assert sorted(os.listdir(root / "d")) == ["kept", "linked", "new", "symlinked"]
 
 
 async def test_writes_leave_no_temporary_files_and_are_owner_only(root, open_target):
