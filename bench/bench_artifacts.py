@@ -25,10 +25,15 @@ heads and the target clock too), then, interleaved:
 first on the path; saved as ``artifacts_source``): the code before a change,
 measured the same way, run in alternation with this one's.
 
+The durable write and the two saves run in an order turned by one each
+round: a save begins on a thread that waited since the last program
+(after the listing or the durable write: a wake from idle, as a person's
+saves seconds apart always are) or on one just used (after the other
+save's removal), and a fixed order charged one save the first and the
+other the second every round.
+
 ``--local-pace S`` waits S seconds before each measured local operation
-(default 0: each right after the other, so each begins as the one before
-left the disk and the threads -- the save measured right after the
-durable write pays about 0.2 ms more than the one after a save).
+(default 0: each right after the other).
 
 With ``--ssh`` (default when sshd is installed) the same listing and
 publications run again through ``SshTarget`` over a throwaway loopback sshd,
@@ -164,6 +169,8 @@ async def measure(
     await at_one.save_version(ids[0])
     await at_twenty.save_version(ids[1])
     samples: dict[str, list[float]] = {k: [] for k in ("list", "base_list", "pub1", "pub20", "base_write")}
+    savers = {"pub1": (at_one, ids[0]), "pub20": (at_twenty, ids[1])}
+    writes, turn = ["base_write", "pub1", "pub20"], 0
     for _ in range(rounds):  # interleaved, so drift affects every side alike
         await asyncio.sleep(pace)
         start = time.perf_counter()
@@ -176,21 +183,27 @@ async def measure(
         start = time.perf_counter()
         await lister.list()
         samples["list"].append(time.perf_counter() - start)
-        await asyncio.sleep(pace)
-        start = time.perf_counter()
-        if local:
-            durable_write(root, DOC)
-        else:
-            await one_op(target)
-        samples["base_write"].append(time.perf_counter() - start)
-        for key, store, item_id in (("pub1", at_one, ids[0]), ("pub20", at_twenty, ids[1])):
+        # The three writes in an order turned by one each round (see the
+        # module's docstring): whichever follows another's removal program
+        # finds its thread awake.
+        for key in writes[turn:] + writes[:turn]:
             await asyncio.sleep(pace)
+            if key == "base_write":
+                start = time.perf_counter()
+                if local:
+                    durable_write(root, DOC)
+                else:
+                    await one_op(target)
+                samples[key].append(time.perf_counter() - start)
+                continue
+            store, item_id = savers[key]
             start = time.perf_counter()
             await store.save_version(item_id)
             samples[key].append(time.perf_counter() - start)
             # The dropped blob's removal, which the save does not wait
             # for, finishes before the next measurement begins.
             await removals_done(store)
+        turn = (turn + 1) % len(writes)
     assert len(await at_one.versions(ids[0])) == 1 and len(await at_twenty.versions(ids[1])) == 20
     list_programs = await round_trips(target, lambda t: ArtifactStore(t, ME).list())
     first_publish_programs = await round_trips(target, lambda t: ArtifactStore(t, ME, max_versions=20).save_version(ids[1]))
