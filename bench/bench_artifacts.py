@@ -19,7 +19,9 @@ heads and the target clock too), then, interleaved:
   measurement), so only
   the index's length differs (a later save of a store: the first read the
   item, the others prove it unchanged in the publication); vs a plain durable write of the same bytes
-  (temporary file, fsync, rename, directory fsync) in the same run.
+  (temporary file, fsync, rename, directory fsync) in the same run; and
+  the 1-version save of a third item through an inline ``LocalTarget`` (a
+  CLI command's: its program on the loop's thread, no hop to a worker).
 
 ``MEVEDEL_BENCH_SOURCE=DIR`` runs another checkout's code (``DIR/server``
 first on the path; saved as ``artifacts_source``): the code before a change,
@@ -67,6 +69,8 @@ from mevedel_server.targets import ControlProgram, LocalTarget, Stat  # noqa: E4
 ITEMS = int(os.environ.get("MEVEDEL_BENCH_ITEMS", "500"))
 ME = ClientIdentity("bench-client", "bench-host")
 OTHER = ClientIdentity("other-client", "other-host")
+#: The item saved through an inline target (a CLI command's).
+INLINE_ITEM = "pub-inline"
 DOC = (b"# A document\n\n" + b"Some words of the document, one line of it.\n" * 200)[: 8 * 1024]
 
 
@@ -89,6 +93,7 @@ async def build(root: str) -> tuple[str, str]:
         if task is not None:
             task.cancel()
     one = await store.create("document", "Publication at 1", DOC, item_id="pub-one")
+    await store.create("document", "Publication at 1, inline", DOC, item_id=INLINE_ITEM)
     twenty = await store.create("document", "Publication at 20", DOC, item_id="pub-twenty")
     keeper = ArtifactStore(target, ME, max_versions=20)
     for _ in range(19):
@@ -160,7 +165,7 @@ async def measure(
     at_one = ArtifactStore(target, ME, max_versions=1)
     at_twenty = ArtifactStore(target, ME, max_versions=20)
     listed = await lister.list()  # warm-up, and check the result
-    expected = ITEMS + 2
+    expected = ITEMS + 3
     if len(listed) != expected or [i.meta.title.casefold() for i in listed] != sorted(i.meta.title.casefold() for i in listed):
         sys.exit(f"{label}: expected {expected} items by title, got {len(listed)}")
     held = sum(1 for i in listed if i.holder_host)
@@ -168,9 +173,14 @@ async def measure(
         sys.exit(f"{label}: expected the other process's leases to show, got {held}")
     await at_one.save_version(ids[0])
     await at_twenty.save_version(ids[1])
-    samples: dict[str, list[float]] = {k: [] for k in ("list", "base_list", "pub1", "pub20", "base_write")}
+    samples: dict[str, list[float]] = {k: [] for k in ("list", "base_list", "pub1", "pub20", "pub1i", "base_write")}
     savers = {"pub1": (at_one, ids[0]), "pub20": (at_twenty, ids[1])}
     writes, turn = ["base_write", "pub1", "pub20"], 0
+    if local:  # a CLI command's target: its programs on the loop's thread
+        at_one_inline = ArtifactStore(LocalTarget(root, inline=True), ME, max_versions=1)
+        await at_one_inline.save_version(INLINE_ITEM)
+        savers["pub1i"] = (at_one_inline, INLINE_ITEM)
+        writes.append("pub1i")
     for _ in range(rounds):  # interleaved, so drift affects every side alike
         await asyncio.sleep(pace)
         start = time.perf_counter()
@@ -217,12 +227,12 @@ async def measure(
     publish_programs = counting.programs  # the save's own, which it waits for
     await removals_done(saver)
     removal_programs = counting.programs - publish_programs
-    s = {k: summarize(v) for k, v in samples.items()}
+    s = {k: summarize(v) for k, v in samples.items() if v}
     # Each round's publications against that round's durable write: the
     # disk's flush cost swings several-fold within a run at load, and a
     # paired ratio follows it where a ratio of medians mixes rounds.
     paired = {
-        key: sorted(p / b for p, b in zip(samples[key], samples["base_write"]) if b > 0) for key in ("pub1", "pub20")
+        key: sorted(p / b for p, b in zip(samples[key], samples["base_write"]) if b > 0) for key in ("pub1", "pub20", "pub1i")
     }
 
     def quartiles(values: list[float]) -> list[float]:
@@ -235,6 +245,8 @@ async def measure(
         {"what": f"{label}: save_version, index of 1 retained", **s["pub1"]},
         {"what": f"{label}: save_version, index of 20 retained", **s["pub20"]},
     ]
+    if samples["pub1i"]:
+        rows.append({"what": f"{label}: save_version, index of 1 retained, inline target (a CLI command's)", **s["pub1i"]})
     notes = {
         f"{label}_items": expected,
         f"{label}_list_median_ms": s["list"]["median_ms"],
@@ -247,6 +259,7 @@ async def measure(
         f"{label}_publish_20_ratio_to_baseline": round(s["pub20"]["median_ms"] / s["base_write"]["median_ms"], 2),
         f"{label}_publish_1_paired_ratio_quartiles": quartiles(paired["pub1"]),
         f"{label}_publish_20_paired_ratio_quartiles": quartiles(paired["pub20"]),
+        **({f"{label}_publish_1_inline_paired_ratio_quartiles": quartiles(paired["pub1i"])} if samples["pub1i"] else {}),
         f"{label}_programs_per_listing": list_programs,
         f"{label}_programs_per_save_version": publish_programs,
         f"{label}_programs_per_save_version_not_waited_for": removal_programs,

@@ -124,7 +124,9 @@ def _with_store(arguments: argparse.Namespace, body) -> int:
         finally:
             await work.close()
 
-    return run_command(arguments, run)
+    # One thing at a time: its programs run on this thread, with no hop to
+    # a worker and back (about 0.1 ms of a 1 ms version save on a fast disk).
+    return run_command(arguments, run, inline=True)
 
 
 async def _session(service: SessionService, given: str | None) -> str | None:
