@@ -164,8 +164,7 @@ class _DirectoryWatcher(SessionWatcher):
         if self._stat is not None and result[1].status is Status.OK:
             # Not the whole-second mtime alone: another process's same-size
             # edit within the second would never wake the watch.
-            stat = result[1].value
-            facts = (stat.size, stat.mtime, stat.ino, stat.mtime_ns)
+            facts = facts_of(result[1].value)
         # Compared as a pair, the second element never differs: any change is a lease wake.
         return (names, facts), None
 
@@ -270,16 +269,14 @@ class ItemWatches:
     def watching(self, item_id: str) -> bool:
         return item_id in self._watched
 
-    async def opened(self, item: ItemContent) -> ItemState:
+    async def opened(self, item: ItemContent) -> None:
         """An editor was just given ``item`` (``ArtifactStore.read``): watch
         it from what that read saw, its primary file's facts included (the
-        first wake then reads no bytes when they did not change). Returns
-        what the editor was given."""
+        first wake then reads no bytes when they did not change)."""
         item_id = item.meta.id
         standing = "held" if item.holder_host is not None else "mine" if self.store.leases.holds(item_id) else "free"
         seen = ItemState(standing, item.holder, item.holder_host, item.revision)
         await self.watch(item_id, seen=seen, primary=item.meta.primary, facts=item.facts)
-        return seen
 
     async def watch(
         self, item_id: str, *, seen: ItemState | None = None, primary: str | None = None, facts: Facts | None = None
