@@ -3,13 +3,19 @@ of the lease alone reads none of the item, however large it is).
 
 Two ``ArtifactStore``s (two client identities, as two server processes
 have) on one local workspace. The other process made a 5 MB document a
-while ago and let go of it; this one watches it (``ItemWatches``, as the
-language server watches every item an editor has open). Each round the
-other process takes the lease (this one is told: read-only), renews it
-(nothing told), and hands it back (told: writable); the bytes this
-process's target reads of the primary file are counted for each. Then a
-write elsewhere of 5 MB: read once, however many wakes it makes. Counts,
-not times: the result does not depend on the machine's load.
+while ago and let go of it. First, each round, an editor opens it here as
+the language server's ``artifact/read`` does (``ArtifactStore.read``, then
+``ItemWatches.opened``) and the other process takes the lease (this one
+is told: read-only): the bytes read from the opening to that first wake
+handled are counted (the opening's own read is the editor's, 5 MB), then
+the watch is dropped and the lease handed back. Then this process
+watches it (``ItemWatches``, as the language server watches every item
+an editor has open); each round the other process takes the lease
+(told: read-only), renews it (nothing told), and hands it back (told:
+writable); the bytes this process's target reads of the primary file are
+counted for each. Then a write elsewhere of 5 MB: read once, however many
+wakes it makes. Counts, not times: the result does not depend on the
+machine's load.
 """
 
 from __future__ import annotations
@@ -64,7 +70,6 @@ async def main() -> None:
         meta, _ = await here.meta(item_id)
         counting.counted = ItemPaths(item_id).file(meta.primary)
         os.utime(os.path.join(scratch, counting.counted), (1_700_000_000, 1_700_000_000))  # made a while ago
-        await watches.watch(item_id)
 
         async def counted(change, wait_told: bool) -> int:
             before, observes = counting.bytes_read, counting.observes
@@ -77,6 +82,17 @@ async def main() -> None:
             await watches.settled(item_id)
             return counting.bytes_read - before
 
+        opened = []
+        for _ in range(ROUNDS):
+            before = counting.bytes_read
+            await watches.opened(await here.read(item_id))
+            opened.append(counting.bytes_read - before + await counted(lambda: there.hold(item_id), True))
+            await watches.forget(item_id)
+            await there.leases.release(item_id)
+            while not told.empty():  # nothing more is told of an item no longer watched
+                told.get_nowait()
+
+        await watches.watch(item_id)
         taken, renewed, released = [], [], []
         for _ in range(ROUNDS):
             taken.append(await counted(lambda: there.hold(item_id), True))
@@ -87,6 +103,7 @@ async def main() -> None:
         await here.close()
         await there.close()
     rows = [
+        {"case": "opened by an editor (5 MB read), lease taken elsewhere: to the first wake", "bytes_read_per_change": max(opened)},
         {"case": "lease taken elsewhere (told read-only)", "bytes_read_per_change": max(taken)},
         {"case": "lease renewed elsewhere (nothing told)", "bytes_read_per_change": max(renewed)},
         {"case": "lease handed back (told writable)", "bytes_read_per_change": max(released)},
@@ -96,8 +113,8 @@ async def main() -> None:
         "artifact_watch_reads",
         rows,
         {
-            "target": "0 bytes read for a change of the lease alone; a write read once",
-            "met": max(taken + renewed + released) == 0 and written == SIZE,
+            "target": "0 bytes read for a change of the lease alone (an opening's own read the only one); a write read once",
+            "met": max(taken + renewed + released) == 0 and max(opened) == SIZE and written == SIZE,
             "rounds": ROUNDS,
             "item_bytes": SIZE,
             "setup": "two stores on one local workspace, inotify watch, the item last written a while ago",

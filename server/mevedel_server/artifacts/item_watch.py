@@ -43,7 +43,10 @@ before a time of the target's own clock taken just before them (git's
 "racily clean" rule, to the filesystem's timestamp tick): any later write
 then stamps a different mtime, so a same-size rewrite within the same
 second is still read, and a file modified in the very tick of its read is
-read again at the next wake. Wakes coalesce:
+read again at the next wake (:mod:`.file_facts`). An editor opening an
+item gives its watch the facts its read took (:meth:`ItemWatches.opened`),
+so the first wake after the opening reads no bytes either when they did
+not change. Wakes coalesce:
 one that comes while another waits to read the item is that one (both
 directories wake for one write, and the read after them sees both).
 """
@@ -59,11 +62,8 @@ from dataclasses import dataclass
 
 from ..store import LEASE, SessionWatcher, Wake, WatchCadence
 from ..targets import (
-    Clock,
     ControlProgram,
-    FileStat,
     ListDir,
-    MakeDirs,
     ProcessIdentity,
     Read,
     Stat,
@@ -75,9 +75,10 @@ from ..targets import (
     raise_for_result,
 )
 from .errors import ArtifactError
+from .file_facts import FACTS_OPS, Facts, facts_of, facts_ops, trusted_facts
 from .item_lease import LeaseView
-from .layout import LEASES_ROOT, ItemPaths
-from .store import ArtifactStore, revision_of
+from .layout import ItemPaths
+from .store import ArtifactStore, ItemContent, revision_of
 
 _log = logging.getLogger(__name__)
 
@@ -163,14 +164,9 @@ class _DirectoryWatcher(SessionWatcher):
         if self._stat is not None and result[1].status is Status.OK:
             # Not the whole-second mtime alone: another process's same-size
             # edit within the second would never wake the watch.
-            stat = result[1].value
-            facts = (stat.size, stat.mtime, stat.ino, stat.mtime_ns)
+            facts = facts_of(result[1].value)
         # Compared as a pair, the second element never differs: any change is a lease wake.
         return (names, facts), None
-
-
-def _facts(stat: FileStat) -> tuple[int, int, int, int]:
-    return (stat.size, stat.mtime, stat.ino, stat.mtime_ns)
 
 
 class _ProcessEnds:
@@ -266,24 +262,43 @@ class ItemWatches:
         self._primaries: dict[str, str] = {}
         #: Each item's primary file facts and the revision of the bytes read
         #: right after them, kept while the facts can be trusted.
-        self._known: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+        self._known: dict[str, tuple[Facts, str]] = {}
         self._tasks: set[asyncio.Task] = set()
         store.on_change.append(self._changed_here)
 
     def watching(self, item_id: str) -> bool:
         return item_id in self._watched
 
-    async def watch(self, item_id: str, *, seen: ItemState | None = None) -> None:
+    async def opened(self, item: ItemContent) -> None:
+        """An editor was just given ``item`` (``ArtifactStore.read``): watch
+        it from what that read saw, its primary file's facts included (the
+        first wake then reads no bytes when they did not change)."""
+        item_id = item.meta.id
+        standing = "held" if item.holder_host is not None else "mine" if self.store.leases.holds(item_id) else "free"
+        seen = ItemState(standing, item.holder, item.holder_host, item.revision)
+        await self.watch(item_id, seen=seen, primary=item.meta.primary, facts=item.facts)
+
+    async def watch(
+        self, item_id: str, *, seen: ItemState | None = None, primary: str | None = None, facts: Facts | None = None
+    ) -> None:
         """Watch ``item_id`` (again: it becomes the most recent). ``seen``
-        is what the editor was just given; without it the item is read."""
+        is what the editor was just given; without it the item is read.
+        ``primary`` is the item's primary file name (else its metadata is
+        read); ``facts`` are that file's trusted facts taken just before
+        the bytes of ``seen.revision``."""
+        paths = ItemPaths(item_id)
+        primary_path = None if primary is None else paths.file(primary)
+        # Any pair of facts and the bytes read after them will do, whatever
+        # read (a wake's, another editor's opening) kept one before.
+        known = None if facts is None or seen is None or seen.revision is None else (facts, seen.revision)
         if item_id in self._watched:
             self._watched.move_to_end(item_id)
+            self._remember(item_id, primary_path, known)
             if seen is not None:
                 self._seen[item_id] = seen
                 if seen.standing == "held":
                     self._spawn(self._follow(item_id))
             return
-        paths = ItemPaths(item_id)
         view = None
         if seen is None:
             seen, view = await self._read(item_id)
@@ -292,16 +307,18 @@ class ItemWatches:
         watchers = [
             _DirectoryWatcher(self.store.target, paths.lease_dir, stat=None, cadence=cadence),
         ]
-        meta_primary = None
-        try:
-            meta, _ = await self.store.meta(item_id)
-            meta_primary = paths.file(meta.primary)
-        except ArtifactError:
-            pass
+        meta_primary = primary_path
+        if meta_primary is None:
+            try:
+                meta, _ = await self.store.meta(item_id)
+                meta_primary = paths.file(meta.primary)
+            except ArtifactError:
+                pass
         watchers.append(_DirectoryWatcher(self.store.target, paths.authored, stat=meta_primary, cadence=cadence))
         if item_id in self._watched:  # watched meanwhile (the awaits above)
             return
         self._watched[item_id] = watchers
+        self._remember(item_id, primary_path, known)
         for watcher in watchers:
             watcher.subscribe(lambda wake, item_id=item_id: self._woken(item_id, wake))
             watcher.start()
@@ -312,6 +329,13 @@ class ItemWatches:
         while len(self._watched) > MAX_WATCHED:
             oldest = next(iter(self._watched))
             await self.forget(oldest)
+
+    def _remember(self, item_id: str, primary: str | None, known: tuple[Facts, str] | None) -> None:
+        if primary is None:
+            return  # facts of an unnamed file pair with nothing a wake stats
+        self._primaries[item_id] = primary
+        if known is not None:
+            self._known[item_id] = known
 
     async def forget(self, item_id: str) -> None:
         watchers = self._watched.pop(item_id, [])
@@ -394,7 +418,7 @@ class ItemWatches:
                 return None
             raise_for_result(meta_op, result[0])
             raise_for_result(stat, result[1])
-            if _facts(result[1].value) == known[0]:
+            if facts_of(result[1].value) == known[0]:
                 return known[1]
         return await self._read_primary(item_id, primary)
 
@@ -402,25 +426,16 @@ class ItemWatches:
         """Read the primary file's bytes, keeping the facts taken just
         before them when a later write cannot leave them as they are."""
         self._known.pop(item_id, None)
-        # The clock's probe file is made and removed in LEASES_ROOT, which
-        # stamps that directory's mtime with the target's own time (to the
-        # nanosecond, in its timestamp tick): read back before the primary's
-        # facts, it is a time they were taken at or after. A primary last
-        # modified before it cannot be written again with the same mtime.
-        clock, now = Clock(LEASES_ROOT, optional=True), Stat(LEASES_ROOT, optional=True)
-        stat, read, meta_op = Stat(primary, optional=True), Read(primary), Stat(ItemPaths(item_id).meta, optional=True)
-        # The directory made as a lease observation makes it (an item never leased yet).
-        ops = [MakeDirs(LEASES_ROOT, optional=True), clock, now, stat, read, meta_op]
-        result = (await self.store.target.run(ControlProgram(ops)))[1:]
-        if Status.ABSENT in (result[3].status, result[4].status):  # a delete under way: gone
+        read, meta_op = Read(primary), Stat(ItemPaths(item_id).meta, optional=True)
+        result = await self.store.target.run(ControlProgram([*facts_ops(primary), read, meta_op]))
+        facts, result = trusted_facts(result[:FACTS_OPS]), result[FACTS_OPS:]
+        if Status.ABSENT in (result[0].status, result[1].status):  # a delete under way: gone
             return None
-        raise_for_result(read, result[3])
-        raise_for_result(meta_op, result[4])
-        revision = revision_of(result[3].value)
-        facts: FileStat | None = result[2].value if result[2].ok else None
-        if result[0].ok and result[1].ok and facts is not None and facts.kind == "file" and facts.ino:
-            if facts.mtime_ns and facts.mtime_ns < result[1].value.mtime_ns:
-                self._known[item_id] = (_facts(facts), revision)
+        raise_for_result(read, result[0])
+        raise_for_result(meta_op, result[1])
+        revision = revision_of(result[0].value)
+        if facts is not None:
+            self._known[item_id] = (facts, revision)
         return revision
 
     # Wakes -------------------------------------------------------------------------

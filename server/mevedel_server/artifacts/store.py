@@ -56,6 +56,7 @@ from ..targets import (
 )
 from . import content as item_content
 from .errors import ArtifactError, invalid, missing
+from .file_facts import FACTS_OPS, Facts, facts_ops, trusted_facts
 from .item_lease import (
     DEFAULT_LEASE_SECONDS,
     HANDOVER_IDLE_SECONDS,
@@ -125,6 +126,10 @@ class ItemContent(msgspec.Struct, frozen=True):
     holder_host: str | None = None
     #: That holder for people: its editor or process and its host.
     holder: str | None = None
+    #: The primary file's facts taken just before ``data`` was read, set
+    #: when a later write cannot leave them as they are
+    #: (:mod:`.file_facts`): an item watch starts from them.
+    facts: Facts | None = None
 
     @property
     def writable(self) -> bool:
@@ -316,13 +321,17 @@ class ArtifactStore:
         check_item_id(item_id)
         meta, _ = await self.meta(item_id)
         paths = ItemPaths(item_id)
-        primary, discussion = Read(paths.file(meta.primary)), Read(paths.discussion, optional=True)
-        # Who holds it, read after its bytes in the same program (a write
-        # takes the lease ahead of its bytes: new bytes never pair with the
-        # lease from before them).
+        path = paths.file(meta.primary)
+        primary, discussion = Read(path), Read(paths.discussion, optional=True)
+        # Its facts just before its bytes, so an editor's watch of it need
+        # not read the bytes again until they change; who holds it after
+        # them (a write takes the lease ahead of its bytes: new bytes never
+        # pair with the lease from before them). One program: no round trip
+        # of their own on an SSH workspace.
         observe = meta.kind in LIVE_PRIMARY and not self.leases.holds(item_id)
         lease_ops = self.leases.observe_ops(item_id) if observe else []
-        result = await self.target.run(ControlProgram([primary, discussion, *lease_ops]))
+        result = await self.target.run(ControlProgram([*facts_ops(path), primary, discussion, *lease_ops]))
+        facts, result = trusted_facts(result[:FACTS_OPS]), result[FACTS_OPS:]
         raise_for_result(primary, result[0])
         comments = _decode_discussion(item_id, result[1].value if result[1].ok else None).comments
         holder = holder_text = None
@@ -330,7 +339,7 @@ class ArtifactStore:
             view = self.leases.observed(item_id, lease_ops, result)
             holder, holder_text = self.leases.holder(view), self.leases.holder_text(view)
         data = result[0].value
-        return ItemContent(meta, data, revision_of(data), tuple(comments), holder, holder_text)
+        return ItemContent(meta, data, revision_of(data), tuple(comments), holder, holder_text, facts)
 
     @_refusals
     async def versions(self, item_id: str) -> list[VersionEntry]:

@@ -208,10 +208,7 @@ async def read(ls, params: wire.ArtifactParams) -> wire.ArtifactReadResult:
     work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_READ)
     item, attached = await work.read(_session(ls, folder, params.session_id), params.id)
     # Open in an editor: another process taking or writing it is told.
-    held_here = work.store.leases.holds(item.meta.id)
-    standing = "held" if item.holder_host is not None else "mine" if held_here else "free"
-    seen = artifacts.ItemState(standing, item.holder, item.holder_host, item.revision)
-    await ls.artifacts.watches(folder).watch(item.meta.id, seen=seen)  # type: ignore[attr-defined]
+    await ls.artifacts.watches(folder).opened(item)  # type: ignore[attr-defined]
     text, encoding = artifacts.encode_for_reader(item.meta.primary, item.meta.kind, item.data)
     return wire.ArtifactReadResult(
         id=item.meta.id,

@@ -5,12 +5,15 @@ another process made is read once although both of the item's watched
 directories wake for it and two editors have it open. Every change of the
 bytes is still told, a same-size rewrite in place too. Reading an item
 another process holds (``artifact/read``) reads who holds it in the
-program that reads its bytes."""
+program that reads its bytes. An editor opening an item gives its watch
+the facts that read took, so the first wake after the opening reads none
+of it either -- unless the file was modified in the tick of that read."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 from test_artifacts_item_watch import GUARD, Changes
@@ -25,6 +28,8 @@ from mevedel_server.targets import LocalTarget, Read, ReadNewest
 
 #: An item of this size, so a read of it is not lost among small ones.
 BIG = 256 * 1024
+#: An item as large as a big whiteboard.
+FIVE_MB = 5 * 1024 * 1024
 
 
 class ReadCounting(LocalTarget):
@@ -75,6 +80,86 @@ async def _open(tmp_path, notifications):
     os.utime(root / counting.counted, (1_700_000_000, 1_700_000_000))
     await watches.watch(item.item_id)
     return counting, here, there, changes, watches, item.item_id
+
+
+async def _opened_by_an_editor(tmp_path, notifications, size, *, mtime):
+    """An item of ``size`` bytes the other process made and let go, last
+    modified at ``mtime``, read by an editor here (``artifact/read``) and
+    watched from that read."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    counting = ReadCounting(str(root))
+    here = _store(counting, "here", "Emacs 30.1 (pid 11)")
+    there = _store(LocalTarget(str(root)), "there", "Neovim 0.12.0 (pid 22)")
+    changes = Changes()
+    cadence = WatchCadence(idle_seconds=0.05, active_seconds=0.05, notifications=notifications)
+    watches = ItemWatches(here, changes, cadence=lambda: cadence)
+    item = await there.create("document", "Shared", b"x" * size)
+    await there.leases.release(item.item_id)
+    meta, _ = await here.meta(item.item_id)
+    counting.counted = ItemPaths(item.item_id).file(meta.primary)
+    os.utime(root / counting.counted, (mtime, mtime))
+    content = await here.read(item.item_id)
+    assert (counting.reads, counting.bytes_read) == (1, size)
+    await watches.opened(content)
+    return counting, here, there, changes, watches, content
+
+
+@pytest.mark.parametrize("notifications", [True, False], ids=["inotify", "polling"])
+async def test_the_first_wakes_after_an_editor_opens_an_item_read_none_of_it(tmp_path, notifications):
+    # Written a minute ago, as an item opened for reading usually was.
+    counting, here, there, changes, watches, content = await _opened_by_an_editor(
+        tmp_path, notifications, FIVE_MB, mtime=1_700_000_000
+    )
+    item_id = content.meta.id
+    counting.reads = counting.bytes_read = 0
+    # Another process takes the lease: told read-only, the bytes the
+    # editor was given kept (the opening's read took the facts for them).
+    await there.hold(item_id)
+    state = await changes.next(lambda s: not s.writable)
+    assert state.holder == "Neovim 0.12.0 (pid 22) on vm" and state.revision == content.revision
+    await watches.settled(item_id)
+    assert (counting.reads, counting.bytes_read) == (0, 0)
+    # And renews it: nothing told, nothing read.
+    observes = counting.observes
+    await there.leases.renew(item_id)
+    await _wake_handled(counting, watches, item_id, observes)
+    assert (counting.reads, counting.bytes_read) == (0, 0)
+    assert changes.seen == []
+    await watches.close()
+    await here.close()
+    await there.close()
+
+
+@pytest.mark.parametrize("notifications", [True, False], ids=["inotify", "polling"])
+async def test_an_item_rewritten_in_the_tick_of_its_opening_is_read_at_the_first_wake(tmp_path, notifications):
+    # Last modified in the timestamp tick of the opening's clock probe (a
+    # coarse tick stamps a write just before the probe with the probe's
+    # time; stamped here a while after it, which the rule sees alike):
+    # the facts the opening took cannot stand for the bytes.
+    ahead = int(time.time()) + 3600
+    counting, here, there, changes, watches, content = await _opened_by_an_editor(tmp_path, notifications, BIG, mtime=ahead)
+    item_id = content.meta.id
+    assert content.facts is None
+    # Rewritten in place, same size, within that tick: every fact a Stat
+    # compares (size, inode, mtime to the nanosecond) is as it was.
+    path = tmp_path / "ws" / counting.counted
+    before = os.stat(path)
+    with open(path, "r+b") as file:
+        file.write(b"y")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_ino, after.st_mtime_ns) == (before.st_size, before.st_ino, before.st_mtime_ns)
+    counting.reads = 0
+    # A lease taken elsewhere wakes the watch (a poll cannot see the
+    # rewrite itself): the bytes are read and the rewrite told.
+    await there.hold(item_id)
+    state = await changes.next(lambda s: not s.writable)
+    assert state.revision == revision_of(b"y" + b"x" * (BIG - 1)) != content.revision
+    assert counting.reads >= 1
+    await watches.close()
+    await here.close()
+    await there.close()
 
 
 async def _wake_handled(counting, watches, item_id, observes_before):
