@@ -85,7 +85,7 @@ async def main() -> None:
         opened = []
         for _ in range(ROUNDS):
             before = counting.bytes_read
-            await watches.opened(await here.read(item_id))
+            await watches.opened(await here.read(item_id, facts=True))
             opened.append(counting.bytes_read - before + await counted(lambda: there.hold(item_id), True))
             await watches.forget(item_id)
             await there.leases.release(item_id)

@@ -109,8 +109,8 @@ class SessionArtifacts:
         await self.attach_for_work(session_id, item.item_id)
         return Listed(item, item.item_id in self.attached(session_id))
 
-    async def read(self, session_id: str | None, item_id: str) -> tuple[ItemContent, bool]:
-        item = await self.store.read(item_id)
+    async def read(self, session_id: str | None, item_id: str, *, facts: bool = False) -> tuple[ItemContent, bool]:
+        item = await self.store.read(item_id, facts=facts)
         return item, item_id in self.attached(session_id)
 
     async def write(self, session_id: str | None, item_id: str, data: bytes, *, base_revision: str | None = None) -> str:

@@ -270,9 +270,10 @@ class ItemWatches:
         return item_id in self._watched
 
     async def opened(self, item: ItemContent) -> None:
-        """An editor was just given ``item`` (``ArtifactStore.read``): watch
-        it from what that read saw, its primary file's facts included (the
-        first wake then reads no bytes when they did not change)."""
+        """An editor was just given ``item`` (``ArtifactStore.read`` with
+        ``facts``): watch it from what that read saw, its primary file's
+        facts included (the first wake then reads no bytes when they did
+        not change)."""
         item_id = item.meta.id
         standing = "held" if item.holder_host is not None else "mine" if self.store.leases.holds(item_id) else "free"
         seen = ItemState(standing, item.holder, item.holder_host, item.revision)

@@ -56,7 +56,7 @@ from ..targets import (
 )
 from . import content as item_content
 from .errors import ArtifactError, invalid, missing
-from .file_facts import FACTS_OPS, Facts, facts_ops, trusted_facts
+from .file_facts import Facts, facts_ops, trusted_facts
 from .item_lease import (
     DEFAULT_LEASE_SECONDS,
     HANDOVER_IDLE_SECONDS,
@@ -317,7 +317,11 @@ class ArtifactStore:
         return _decode_meta(item_id, result.value), result.value
 
     @_refusals
-    async def read(self, item_id: str) -> ItemContent:
+    async def read(self, item_id: str, *, facts: bool = False) -> ItemContent:
+        """The item whole; ``facts``: also the primary file's facts, for an
+        editor's watch to start from (a clock probe, made and removed, and a
+        ``Stat`` ahead of the bytes: a reader that keeps no watch need not
+        write for them)."""
         check_item_id(item_id)
         meta, _ = await self.meta(item_id)
         paths = ItemPaths(item_id)
@@ -330,8 +334,9 @@ class ArtifactStore:
         # of their own on an SSH workspace.
         observe = meta.kind in LIVE_PRIMARY and not self.leases.holds(item_id)
         lease_ops = self.leases.observe_ops(item_id) if observe else []
-        result = await self.target.run(ControlProgram([*facts_ops(path), primary, discussion, *lease_ops]))
-        facts, result = trusted_facts(result[:FACTS_OPS]), result[FACTS_OPS:]
+        taking = facts_ops(path) if facts else []
+        result = await self.target.run(ControlProgram([*taking, primary, discussion, *lease_ops]))
+        taken, result = trusted_facts(result[: len(taking)]) if taking else None, result[len(taking) :]
         raise_for_result(primary, result[0])
         comments = _decode_discussion(item_id, result[1].value if result[1].ok else None).comments
         holder = holder_text = None
@@ -339,7 +344,7 @@ class ArtifactStore:
             view = self.leases.observed(item_id, lease_ops, result)
             holder, holder_text = self.leases.holder(view), self.leases.holder_text(view)
         data = result[0].value
-        return ItemContent(meta, data, revision_of(data), tuple(comments), holder, holder_text, facts)
+        return ItemContent(meta, data, revision_of(data), tuple(comments), holder, holder_text, taken)
 
     @_refusals
     async def versions(self, item_id: str) -> list[VersionEntry]:

@@ -206,7 +206,7 @@ async def create(ls, params: wire.ArtifactCreateParams) -> wire.ArtifactEntry:
 
 async def read(ls, params: wire.ArtifactParams) -> wire.ArtifactReadResult:
     work, folder = _work(ls, params.workspace_folder, methods.ARTIFACT_READ)
-    item, attached = await work.read(_session(ls, folder, params.session_id), params.id)
+    item, attached = await work.read(_session(ls, folder, params.session_id), params.id, facts=True)
     # Open in an editor: another process taking or writing it is told.
     await ls.artifacts.watches(folder).opened(item)  # type: ignore[attr-defined]
     text, encoding = artifacts.encode_for_reader(item.meta.primary, item.meta.kind, item.data)

@@ -99,7 +99,7 @@ async def _opened_by_an_editor(tmp_path, notifications, size, *, mtime):
     meta, _ = await here.meta(item.item_id)
     counting.counted = ItemPaths(item.item_id).file(meta.primary)
     os.utime(root / counting.counted, (mtime, mtime))
-    content = await here.read(item.item_id)
+    content = await here.read(item.item_id, facts=True)
     assert (counting.reads, counting.bytes_read) == (1, size)
     await watches.opened(content)
     return counting, here, there, changes, watches, content
