@@ -838,6 +838,13 @@ class SshTarget(ProgramTarget):
             except (asyncssh.Error, OSError, ValueError):
                 pass
             try:
+                # A process still reading its request (a caller cancelled
+                # during the send) finds it cut short and ends at once,
+                # having run none of it.
+                process.stdin.write_eof()
+            except _TRANSPORT_ERRORS:
+                pass
+            try:
                 await asyncio.wait_for(process.wait_closed(), _SIGNAL_GRACE)
                 return
             except (asyncio.TimeoutError, *_TRANSPORT_ERRORS):
