@@ -8,6 +8,8 @@ dropping every packet does: the connection stays open, nothing ever answers.
 - ``own_sshd`` (imported as ``own_sshd_fixture``): a throwaway sshd for one
   test (a test that silences the shared one would silence every test of
   its worker).
+- ``limit_sessions(server, sessions)``: the sshd now allows that many
+  sessions (channels running a command) on each new connection.
 - ``silent_host_config(server, **limits)``: an ssh client config naming the
   server by its alias with OpenSSH's ``ServerAliveInterval`` and friends:
   how a user shortens the limits, and how the tests do.
@@ -90,6 +92,26 @@ def own_sshd_fixture(tmp_path: Path) -> Iterator[OpenSshServer]:
     directory.mkdir()
     with throwaway_sshd(directory) as server:
         yield server
+
+
+def limit_sessions(server: OpenSshServer, sessions: int) -> None:
+    """``server`` (a throwaway sshd of one test) allows ``sessions``
+    sessions on each connection made from now on (its ``MaxSessions``),
+    as a host whose administrator lowered OpenSSH's default of ten does.
+    sshd rereads its configuration by executing itself again on SIGHUP and
+    writes its pid file once it listens again, which this waits for."""
+    config = server.directory / "sshd_config"
+    lines = [line for line in config.read_text().splitlines() if not line.startswith("MaxSessions ")]
+    config.write_text("\n".join([*lines, f"MaxSessions {sessions}", ""]))
+    pid_file = server.directory / "sshd.pid"
+    listener = int(pid_file.read_text())
+    pid_file.unlink()
+    os.kill(listener, signal.SIGHUP)
+    for _ in ticks():
+        if pid_file.exists() and pid_file.read_text().strip():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the sshd never listened again after its reload: {(server.directory / 'sshd.log').read_text()[-2000:]}")
 
 
 def silent_host_config(server: OpenSshServer, path: Path, **limits: int) -> Path:

@@ -39,7 +39,11 @@ when it is dialed again fails the dial at its time limit. A program stuck
 on a host that still answers (a hung mount, a stopped process) is given up
 on once it made no progress for ``program_timeout`` (:data:`PROGRAM_TIMEOUT`):
 its remote process is ended, the program ends :class:`TargetUnavailable`
-with its outcome unknown, and the connection serves the next. The interpreter's
+with its outcome unknown, and the connection serves the next. A program
+whose caller is cancelled has its remote process ended the same way, by a
+task of the target's (the cancel returns at once; :meth:`SshTarget.close`
+waits for that task, which is bounded): a stopped process left behind would
+hold one of the connection's few SSH sessions. The interpreter's
 real path, reported when the root is pinned, replaces the configured command
 name for later programs (skipping version-manager shims); a program that
 finds it gone (exit status 126/127: nothing ran) falls back to the name once.
@@ -104,7 +108,10 @@ _MAX_BACKOFF = 10.0
 #: answers. Counted from the last progress, so a large payload on a slow
 #: link is never cut while its bytes move.
 PROGRAM_TIMEOUT = 120.0
-#: Seconds the command that ends a stuck remote process may take.
+#: Seconds a remote process signalled through its channel is given to end
+#: (its channel closes) before it is killed by its process id.
+_SIGNAL_GRACE = 2.0
+#: Seconds the command that kills a remote process by its id may take.
 _END_LIMIT = 10.0
 _PID_ANNOUNCEMENT = re.compile(rb"\x00mevedel-pid ([0-9]+)\n")
 #: Seconds (at most; the connect limit if shorter) that a dial which found
@@ -169,12 +176,7 @@ class _Spare:
     diagnostics: _Stderr
 
     def alive(self) -> bool:
-        return (
-            not self.conn.is_closed()
-            and self.process.exit_status is None
-            and self.process.exit_signal is None
-            and not self.process.channel.is_closing()
-        )
+        return not self.conn.is_closed() and not _reported_end(self.process) and not self.process.channel.is_closing()
 
     def discard(self) -> None:
         self.process.close()
@@ -206,6 +208,20 @@ class _Stderr:
                 kept = (kept + chunk)[-_STDERR_KEPT:]
         except _TRANSPORT_ERRORS:
             return kept
+
+
+class _Place:
+    """A program's place among its target's ``max_channels``, given back
+    once: by the program, or, when its remote process has to be ended, by
+    the task that ends it (``taken``), since the process holds its SSH
+    session until then."""
+
+    def __init__(self, places: asyncio.Semaphore) -> None:
+        self._places = places
+        self.taken = False
+
+    def release(self) -> None:
+        self._places.release()
 
 
 class _NoInterpreter(Exception):
@@ -268,6 +284,8 @@ class SshTarget(ProgramTarget):
         self._spare_idle = spare_idle_seconds
         self._spares: list[_Spare] = []
         self._spawning: set[asyncio.Task] = set()
+        #: Remote processes being ended (see :meth:`_end_remote`).
+        self._endings: set[asyncio.Task] = set()
         self._idle_timer: asyncio.TimerHandle | None = None
         #: Programs sent to a remote process (one process each): the
         #: round-trip count.
@@ -344,8 +362,11 @@ class SshTarget(ProgramTarget):
         killed, from another channel of the connection, by the process id
         it announced) and the program raises :class:`TargetUnavailable`
         with an unknown outcome; the connection serves the next program.
-        ``None``: no bound. At most ``max_channels`` programs run at once on
-        the connection; more wait their turn. ``spares`` processes are kept
+        ``None``: no bound. A program whose caller is cancelled has its
+        remote process ended the same way. At most ``max_channels`` programs
+        run at once on the connection; more wait their turn, also for a
+        program whose process is being ended (its session is not free
+        before; the kill takes one more channel for a moment). ``spares`` processes are kept
         warm for the programs to come (0: every program starts its own),
         closed after ``spare_idle_seconds`` without a program; together
         with ``max_channels`` they stay within OpenSSH's default of ten
@@ -576,6 +597,11 @@ class SshTarget(ProgramTarget):
         self._drop_spares()
         for task in list(self._spawning):
             task.cancel()
+        if self._endings:
+            # Each is bounded, and needs the connection that closes next.
+            # asyncio.wait, unlike gather, leaves them running if this
+            # close is itself cancelled.
+            await asyncio.wait(set(self._endings))
         conn, self._conn = self._conn, None
         if conn is not None and self._borrow is None:
             conn.close()
@@ -692,13 +718,15 @@ class SshTarget(ProgramTarget):
     async def _exchange(self, request: list, since: int | None = None) -> list:
         """Send ``request`` to a fresh remote process and return its answer
         value; retried once only when it provably never ran."""
-        async with self._channels:
+        await self._channels.acquire()
+        place = _Place(self._channels)
+        try:
             attempt = 0
             gone = 0
             while attempt < 2:
                 conn = await self._connection(since)
                 try:
-                    return await self._exchange_on(conn, request)
+                    return await self._exchange_on(conn, request, place)
                 except _NoInterpreter as exc:
                     if attempt or self._interpreter == self._python:
                         raise self._unavailable(str(exc), False) from None
@@ -720,13 +748,18 @@ class SshTarget(ProgramTarget):
                         self._forget(conn)
                     raise
                 attempt += 1
-        raise AssertionError("unreachable")  # pragma: no cover
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            if not place.taken:
+                place.release()
 
-    async def _exchange_on(self, conn: asyncssh.SSHClientConnection, request: list) -> list:
+    async def _exchange_on(self, conn: asyncssh.SSHClientConnection, request: list, place: _Place) -> list:
         """One program in one remote process, given up on once it made no
         progress for ``program_timeout`` seconds: the process is then ended
-        (see :meth:`_end_stuck`) and the program raises
-        :class:`TargetUnavailable` with an unknown outcome."""
+        (see :meth:`_end_remote`) and the program raises
+        :class:`TargetUnavailable` with an unknown outcome. A program whose
+        caller is cancelled has its process ended the same way, by a task of
+        the target's: the cancel waits on nothing remote."""
         running: list = []  # the process and its stderr, once there is one
         loop = asyncio.get_running_loop()
         limit = self._timeout
@@ -741,13 +774,20 @@ class SshTarget(ProgramTarget):
         except TimeoutError:
             if limit is None or not window.expired():
                 raise
-            await self._end_stuck(conn, running)
+            ending = self._end_remote(conn, running, place)
+            if ending is not None:
+                # Shielded: a caller cancelled meanwhile leaves the rest of
+                # the ending to its task.
+                await asyncio.shield(ending)
             raise self._unavailable(
                 f"no answer within {limit:g} s: the remote program made no progress for that long, so it was "
                 "ended; it may have run in whole or in part (a stuck file system on the host, or a stopped "
                 "process)",
                 True,
             ) from None
+        except asyncio.CancelledError:
+            self._end_remote(conn, running, place)
+            raise
         finally:
             if running:
                 running[0].close()
@@ -756,32 +796,75 @@ class SshTarget(ProgramTarget):
             # interpreter start does not compete with its run.
             self._refill(conn)
 
-    async def _end_stuck(self, conn: asyncssh.SSHClientConnection, running: list) -> None:
-        """End a remote process given up on while its channel is still open
-        and it has reported no exit (so its id is still its own). A stopped or
-        stuck process never reads the channel's end, and OpenSSH keeps its
-        session, one of the connection's few, for as long as it lives: it is
-        signalled through the channel (sshd with privilege separation
-        honours that) and killed by its announced id from a channel of its
-        own (any sshd). A host that does not answer that either is the
-        keepalives' to find."""
+    def _end_remote(self, conn: asyncssh.SSHClientConnection, running: list, place: _Place) -> asyncio.Task | None:
+        """End the remote process of a program given up on (stuck, or its
+        caller cancelled) in a task the target keeps, which takes over its
+        channel (``running`` is emptied) and closes it once the process is
+        gone, and the program's ``place`` among ``max_channels`` until then;
+        ``None`` if the program had no process yet. A stopped or stuck
+        process never reads its channel's end, and OpenSSH keeps its
+        session, one of the connection's few, for as long as it lives: so
+        closing the channel is not enough, and the session is not free for
+        the next program before the process is gone."""
         if not running:
-            return
+            return None
         process, stderr = running
-        if process.exit_status is not None or process.exit_signal is not None:
-            return
+        running.clear()
+        place.taken = True
+        task = asyncio.ensure_future(self._end(conn, process, stderr))
+        self._endings.add(task)
+
+        def ended(task: asyncio.Task) -> None:
+            self._endings.discard(task)
+            place.release()
+
+        task.add_done_callback(ended)
+        return task
+
+    async def _end(self, conn: asyncssh.SSHClientConnection, process: asyncssh.SSHClientProcess, stderr: _Stderr) -> None:
+        """Signal the process through its channel (some sshd setups honour
+        that, others drop it); if its channel is still open after
+        :data:`_SIGNAL_GRACE`, kill it by its announced id from a channel of
+        its own (any sshd; the signal may also have reached only the shell
+        that started it). Only while the channel is open and no exit is
+        reported, so the id is still its own: a process that ended is never
+        killed. Bounded throughout: a host that does not answer is the
+        keepalives' to find."""
         try:
-            process.send_signal("KILL")
-        except (asyncssh.Error, OSError, ValueError):
-            pass
-        if stderr.pid is None or conn.is_closed():
-            _log.debug("%s: a stuck remote program was left to its channel's close (no process id)", self.host)
-            return
-        try:
-            async with asyncio.timeout(_END_LIMIT):
-                await conn.run(f"kill -KILL {stderr.pid}", encoding=None, stdin=asyncssh.DEVNULL)
-        except (TimeoutError, *_TRANSPORT_ERRORS) as exc:
-            _log.debug("%s: could not end a stuck remote program: %s", self.host, _describe(exc))
+            if _reported_end(process):
+                return
+            try:
+                process.send_signal("KILL")
+            except (asyncssh.Error, OSError, ValueError):
+                pass
+            try:
+                # A process still reading its request (a caller cancelled
+                # during the send) finds it cut short and ends at once,
+                # having run none of it.
+                process.stdin.write_eof()
+            except _TRANSPORT_ERRORS:
+                pass
+            try:
+                await asyncio.wait_for(process.wait_closed(), _SIGNAL_GRACE)
+                return
+            except (asyncio.TimeoutError, *_TRANSPORT_ERRORS):
+                pass
+            if _reported_end(process) or conn.is_closed():
+                return
+            # Read only now: an announcement still on its way when the
+            # program was given up on has come in meanwhile.
+            pid = stderr.pid
+            if pid is None:
+                _log.debug("%s: a remote program given up on was left to its channel's close (no process id)", self.host)
+                return
+            try:
+                async with asyncio.timeout(_END_LIMIT):
+                    await conn.run(f"kill -KILL {pid}", encoding=None, stdin=asyncssh.DEVNULL)
+            except (TimeoutError, *_TRANSPORT_ERRORS) as exc:
+                _log.debug("%s: could not end a remote program given up on: %s", self.host, _describe(exc))
+        finally:
+            process.close()
+            stderr.task.cancel()
 
     async def _run_process(
         self, conn: asyncssh.SSHClientConnection, request: list, running: list, progress: Callable[[], None]
@@ -1000,6 +1083,11 @@ def _describe(exc: BaseException | None) -> str:
         return os.strerror(exc.errno)
     text = str(exc) or type(exc).__name__
     return text
+
+
+def _reported_end(process: asyncssh.SSHClientProcess) -> bool:
+    """Whether the remote side reported how the process ended."""
+    return process.exit_status is not None or process.exit_signal is not None
 
 
 async def _settled(process: asyncssh.SSHClientProcess) -> None:
