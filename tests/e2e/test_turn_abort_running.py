@@ -311,6 +311,15 @@ async def _never_reached(run: Run, running: asyncio.Future, reason: str) -> dict
     return stopped.value.data
 
 
+async def _the_started_agent_serves_the_next_prompt(run: Run) -> None:
+    """The agent started for the stopped prompt answers the next one, the
+    only prompt it was sent; the stopped one's file was never written."""
+    await run.next_prompt_runs(turn=1)
+    events = run.happened()
+    assert events.count("start") == 1 and events.count("prompt") == 1
+    assert not (run.project / "dispatched.txt").exists()
+
+
 async def test_a_prompt_aborted_while_its_agent_starts_never_reaches_it_and_the_started_agent_serves_the_next(tmp_path, scripted):
     release = tmp_path / "release"
     run = await scripted([[{"say": "the next turn"}]], on_initialize=[{"wait_file": str(release)}], cancelTimeoutSeconds=600)
@@ -326,18 +335,20 @@ async def test_a_prompt_aborted_while_its_agent_starts_never_reaches_it_and_the_
     await _never_reached(run, running, "aborted")
     assert await run.turns() == []
 
-    await run.next_prompt_runs(turn=1)
-    # The agent started for the aborted prompt answered this one.
-    events = run.happened()
-    assert events.count("start") == 1 and events.count("prompt") == 1
-    assert not (run.project / "dispatched.txt").exists()
+    await _the_started_agent_serves_the_next_prompt(run)
 
 
-async def test_a_prompt_aborted_while_its_agent_never_finishes_starting_ends_that_agent(tmp_path, scripted):
+async def _prompting_an_agent_that_never_finishes_starting(tmp_path: Path, scripted) -> tuple[Run, asyncio.Future, int]:
+    """A prompt sent to an agent whose start outlasts the cancel timeout
+    (1 s): the run, the prompt's answer to come and the agent's process."""
     never = tmp_path / "never"
     run = await scripted([[{"say": "never asked"}]], on_initialize=[{"wait_file": str(never)}], cancelTimeoutSeconds=1)
     running = await run.prompt_while_the_agent_starts("Go")
-    agent = run.agent_pid()
+    return run, running, run.agent_pid()
+
+
+async def test_a_prompt_aborted_while_its_agent_never_finishes_starting_ends_that_agent(tmp_path, scripted):
+    run, running, agent = await _prompting_an_agent_that_never_finishes_starting(tmp_path, scripted)
     aborted = await request(run.client, methods.TURN_ABORT, {"reason": "the user gave up"})
     assert aborted["committed"] is False and aborted.get("turn") is None
     assert "the user gave up" in (await _never_reached(run, running, "the user gave up"))["reason"]
@@ -363,17 +374,11 @@ async def test_a_prompt_cancelled_while_its_agent_starts_never_reaches_it_and_th
     # Nothing is left to cancel.
     assert (await request(run.client, methods.TURN_CANCEL, {}))["cancelled"] is False
 
-    await run.next_prompt_runs(turn=1)
-    events = run.happened()
-    assert events.count("start") == 1 and events.count("prompt") == 1
-    assert not (run.project / "dispatched.txt").exists()
+    await _the_started_agent_serves_the_next_prompt(run)
 
 
 async def test_a_prompt_cancelled_while_its_agent_never_finishes_starting_ends_that_agent(tmp_path, scripted):
-    never = tmp_path / "never"
-    run = await scripted([[{"say": "never asked"}]], on_initialize=[{"wait_file": str(never)}], cancelTimeoutSeconds=1)
-    running = await run.prompt_while_the_agent_starts("Go")
-    agent = run.agent_pid()
+    run, running, agent = await _prompting_an_agent_that_never_finishes_starting(tmp_path, scripted)
     assert (await request(run.client, methods.TURN_CANCEL, {}))["cancelled"] is True
     await _never_reached(run, running, "cancelled by the user")
     # Its start outlasted the cancel timeout: the agent was ended.
