@@ -1,36 +1,59 @@
-"""A language server process spoken to over raw LSP framing, so that a test
-controls its stdin, sends it signals and sees how it ends (the exit tests)."""
+"""A real ``mevedel-lsp`` process spoken to over raw LSP framing: the test
+may write any bytes to its stdin (broken frames, malformed envelopes: the
+wire tests), close its stdin or send it signals and see how it ends (the
+exit tests). Every message the server sends is kept, and every request of
+the server answered with ``null``."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mevedel_server.lsp import server as lsp_server
 
+#: How long one answer may take on a loaded 2-core machine.
+ANSWER_SECONDS = 60.0
 #: The exit may take its two time limits; the rest is process start and teardown.
 EXIT_BOUND_SECONDS = lsp_server.EXIT_HOOK_SECONDS + lsp_server.EXIT_RELEASE_SECONDS + 6
 
 
-class RawClient:
-    """A minimal LSP client over a server process's stdin and stdout: it
-    answers every request of the server with ``null``."""
+def frame(message: Any) -> bytes:
+    """``message`` (bytes as they are, anything else as JSON) in one frame."""
+    body = message if isinstance(message, bytes) else json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
+
+def _envelope(**fields: Any) -> dict[str, Any]:
+    """A JSON-RPC message; params left out when there are none."""
+    if fields.get("params") is None:
+        fields.pop("params", None)
+    return {"jsonrpc": "2.0", **fields}
+
+
+class RawClient:
     def __init__(self, process: asyncio.subprocess.Process, log_file: Path) -> None:
         self.process = process
         self.log_file = log_file
-        self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future] = {}
+        #: Every message the server sent, in order.
+        self.received: list[dict[str, Any]] = []
+        #: Every body as sent (to look for tracebacks in the text itself).
+        self.raw: list[bytes] = []
+        #: How many of those bodies mention a traceback.
+        self.tracebacks = 0
+        self._answers: dict[Any, dict[str, Any]] = {}
+        self._arrived = asyncio.Event()
+        self._ids = 0
         self._reading = asyncio.create_task(self._read())
 
     @classmethod
     async def start(cls, log_file: Path, *command: str) -> RawClient:
+        """The server, or ``command`` (a wrapper script that runs it)."""
         process = await asyncio.create_subprocess_exec(
             *(command or (sys.executable, "-m", "mevedel_server")),
             "--log-file", str(log_file), "--log-level", "INFO",
@@ -40,56 +63,95 @@ class RawClient:
         )
         return cls(process, log_file)
 
-    def _send(self, message: dict) -> None:
-        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
-        assert self.process.stdin is not None
-        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-
     async def _read(self) -> None:
         stdout = self.process.stdout
         assert stdout is not None
-        while True:
-            length = None
-            while (line := await stdout.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode().partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            if not line or length is None:
-                break
-            message = json.loads(await stdout.readexactly(length))
-            if "method" in message and "id" in message:  # a request of the server
-                self._send({"id": message["id"], "result": None})
-            elif "method" not in message:
-                future = self._pending.pop(message["id"], None)
-                if future is not None and not future.done():
-                    future.set_result(message)
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(ConnectionError("the server closed its output"))
+        try:
+            while True:
+                length = None
+                while (line := await stdout.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.decode("latin-1").partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                if not line or length is None:
+                    return
+                body = await stdout.readexactly(length)
+                self.raw.append(body)
+                self.tracebacks += b"traceback" in body.lower()
+                message = json.loads(body)
+                if "method" in message and "id" in message:  # a request of the server
+                    self.write(frame(_envelope(id=message["id"], result=None)))
+                elif "method" not in message and isinstance(message.get("id"), (str, int)):
+                    self._answers.setdefault(message["id"], message)
+                self.received.append(message)
+                self._arrived.set()
+        finally:
+            self._arrived.set()  # a waiting answer() learns the output closed
 
-    async def request(self, method: str, params) -> object:
-        msg_id = next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[msg_id] = future
-        self._send({"id": msg_id, "method": method, "params": params})
-        reply = await asyncio.wait_for(future, 60)
+    def write(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+
+    def next_id(self) -> str:
+        self._ids += 1
+        return f"probe-{self._ids}"
+
+    async def answer(self, msg_id: Any, seconds: float = ANSWER_SECONDS) -> dict[str, Any]:
+        """The response to ``msg_id`` (waiting for it)."""
+        async def wait() -> dict[str, Any]:
+            while (reply := self._answers.get(msg_id)) is None:
+                if self._reading.done():
+                    raise ConnectionError("the server closed its output")
+                self._arrived.clear()
+                await self._arrived.wait()
+            return reply
+
+        return await asyncio.wait_for(wait(), seconds)
+
+    async def request(self, method: Any, params: Any = None, **extra: Any) -> dict[str, Any]:
+        """The response, error or not (``extra`` overrides envelope fields)."""
+        msg_id = self.next_id()
+        self.write(frame({**_envelope(id=msg_id, method=method, params=params), **extra}))
+        return await self.answer(msg_id)
+
+    async def result(self, method: str, params: Any = None) -> Any:
+        """The result of a request that must succeed."""
+        reply = await self.request(method, params)
         assert "error" not in reply, reply["error"]
         return reply.get("result")
 
-    def notify(self, method: str, params=None) -> None:
-        self._send({"method": method, "params": params})
+    def notify(self, method: str, params: Any = None) -> None:
+        self.write(frame(_envelope(method=method, params=params)))
 
-    async def initialize(self, workspace: Path) -> None:
-        await self.request(
+    async def initialize(self, workspace: Path, **options: Any) -> None:
+        reply = await self.request(
             "initialize",
             {
                 "processId": os.getpid(),
                 "rootUri": workspace.as_uri(),
                 "capabilities": {},
                 "workspaceFolders": [{"uri": workspace.as_uri(), "name": "project"}],
+                "initializationOptions": options,
             },
         )
+        assert "result" in reply, reply
         self.notify("initialized", {})
+
+    def errors_with_null_id(self) -> list[dict[str, Any]]:
+        return [m for m in self.received if "error" in m and m.get("id") is None]
+
+    async def stop(self) -> tuple[int, bytes]:
+        """Shut down and exit, if still running; the status and stderr."""
+        if self.process.returncode is None:
+            try:
+                await self.request("shutdown")
+                self.notify("exit")
+            except (ConnectionError, TimeoutError):
+                pass
+        status = await asyncio.wait_for(self.process.wait(), ANSWER_SECONDS)
+        await self._reading
+        assert self.process.stderr is not None
+        return status, await self.process.stderr.read()
 
     async def exited(self) -> int:
         """The process's status once it exits (a hang fails the test: the

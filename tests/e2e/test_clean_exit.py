@@ -45,11 +45,11 @@ async def listed(workspace: Path, state: Path, sid: str) -> dict:
 async def holding_a_session(client: RawClient, workspace: Path, state: Path) -> str:
     """A saved session with a turn in flight, its lease held by the server."""
     await client.initialize(workspace)
-    sid = (await client.request(methods.SESSION_CREATE, {"name": "Held at exit"}))["sessionId"]
-    await client.request(methods.TURN_BEGIN, {"prompt": "first"})
-    await client.request(methods.TURN_APPEND, {"kind": "response", "text": "done"})
-    await client.request(methods.TURN_SETTLE, {})
-    await client.request(methods.TURN_BEGIN, {"prompt": "in flight when the editor goes away"})
+    sid = (await client.result(methods.SESSION_CREATE, {"name": "Held at exit"}))["sessionId"]
+    await client.result(methods.TURN_BEGIN, {"prompt": "first"})
+    await client.result(methods.TURN_APPEND, {"kind": "response", "text": "done"})
+    await client.result(methods.TURN_SETTLE, {})
+    await client.result(methods.TURN_BEGIN, {"prompt": "in flight when the editor goes away"})
     row = await listed(workspace, state, sid)
     assert (row["action"], row["lease"]) == ("Join", "held")  # another client could only join now
     return sid
@@ -64,7 +64,7 @@ async def assert_released(workspace: Path, state: Path, sid: str) -> None:
 
 
 async def shutdown_then_exit(client: RawClient) -> None:
-    assert await client.request("shutdown", None) is None
+    assert await client.result("shutdown") is None
     client.notify("exit")  # stdin stays open, as some editors keep it until the process ends
 
 

@@ -62,7 +62,7 @@ async def answered(future, what: str):
 
 
 async def shutdown_then_exit(client: RawClient) -> None:
-    reply = await answered(client.request("shutdown", None), "the shutdown request")
+    reply = await answered(client.result("shutdown"), "the shutdown request")
     assert reply is None
     client.notify("exit")  # stdin stays open, as some editors keep it until the process ends
 

@@ -9,22 +9,20 @@ The counts are printed (``-s``) and checked at the end of the module."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import queue
-import subprocess
-import sys
-import threading
-import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mevedel_protocol import REQUESTS
+
+from .raw_client import RawClient, frame
 
 #: Examples per generated family (six families).
 EXAMPLES = int(os.environ.get("MEVEDEL_WIRE_FUZZ_EXAMPLES", "600"))
@@ -34,92 +32,30 @@ HANG_SECONDS = 30.0
 PROBE = {"address": "mevedel://"}
 TALLY: Counter[str] = Counter()
 
-
-def frame(body: bytes) -> bytes:
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
-class Server:
-    """One server process, spoken to from this thread; a reader thread
-    collects every message it sends."""
-
-    def __init__(self, workspace: Path, log_file: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mevedel_server", "--log-file", str(log_file)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.tracebacks = 0
-        self.sent = 0
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self._ids = 0
-        self.request("initialize", {"processId": os.getpid(), "rootUri": workspace.as_uri(), "capabilities": {},
-                                    "workspaceFolders": [{"uri": workspace.as_uri(), "name": "project"}]})
-        self.write(frame(b'{"jsonrpc":"2.0","method":"initialized","params":{}}'))
-
-    def _read(self) -> None:
-        stdout = self.process.stdout
-        assert stdout is not None
-        while True:
-            length = None
-            while (line := stdout.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            if not line or length is None:
-                self.messages.put(None)
-                return
-            body = stdout.read(length)
-            if b"traceback" in body.lower():
-                self.tracebacks += 1
-            message = json.loads(body)
-            if "method" in message and "id" in message:
-                self.write(frame(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": None}).encode()))
-            self.messages.put(message)
-
-    def write(self, data: bytes) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(data)
-        self.process.stdin.flush()
-
-    def request(self, method: str, params: Any) -> dict[str, Any]:
-        self._ids += 1
-        msg_id = f"probe-{self._ids}"
-        self.write(frame(json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode()))
-        deadline = time.monotonic() + HANG_SECONDS
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"hang: no answer to {method} within {HANG_SECONDS} s")
-            try:
-                message = self.messages.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if message is None:
-                raise AssertionError(f"death: the server closed its output (status {self.process.poll()})")
-            if "method" not in message and message.get("id") == msg_id:
-                return message
-
-    def stop(self) -> tuple[int, bytes]:
-        self.request("shutdown", None)
-        self.write(frame(b'{"jsonrpc":"2.0","method":"exit"}'))
-        status = self.process.wait(60)
-        assert self.process.stderr is not None
-        return status, self.process.stderr.read()
+# One server for the module: its client lives on the module's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+async def probe(server: RawClient) -> dict[str, Any]:
+    """The answer to a well-formed request, which must come (no hang, no death)."""
+    try:
+        return await asyncio.wait_for(server.request("mevedel/resource/read", PROBE), HANG_SECONDS)
+    except TimeoutError:
+        raise AssertionError(f"hang: no answer to mevedel/resource/read within {HANG_SECONDS} s") from None
+    except ConnectionError:
+        raise AssertionError(f"death: the server closed its output (status {server.process.returncode})") from None
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     workspace = root / "project"
     (workspace / ".mevedel" / "shared").mkdir(parents=True)
     (workspace / ".mevedel" / "shared" / "notes.md").write_text("# notes\n")
-    running = Server(workspace, root / "server.log")
+    running = await RawClient.start(root / "server.log")
+    await running.initialize(workspace)
     yield running
-    status, stderr = running.stop()
+    status, stderr = await running.stop()
     print(f"\nwire fuzz: {sum(TALLY.values())} malformed inputs ({dict(TALLY)}), "
           f"0 deaths, 0 hangs, {running.tracebacks} tracebacks to the client; exit status {status}")
     assert status == 0
@@ -127,16 +63,16 @@ def server(tmp_path_factory):
     assert b"Traceback" not in stderr, stderr.decode(errors="replace")
 
 
-def survive(server: Server, data: bytes, family: str) -> None:
+async def survive(server: RawClient, data: bytes, family: str) -> None:
     """Send ``data``, then the server must answer; a second probe must succeed."""
     if not data:
         return
     server.write(data)
     TALLY[family] += 1
-    server.request("mevedel/resource/read", PROBE)  # answered, whatever it says
-    reply = server.request("mevedel/resource/read", PROBE)
+    await probe(server)  # answered, whatever it says
+    reply = await probe(server)
     assert reply.get("result", {}).get("kind") == "listing", reply
-    assert server.process.poll() is None, "death"
+    assert server.process.returncode is None, "death"
     assert server.tracebacks == 0, "a traceback reached the client"
 
 
@@ -260,35 +196,35 @@ def not_json(draw) -> bytes:
 
 @FUZZ
 @given(data=st.binary(min_size=1, max_size=600))
-def test_random_bytes_never_kill_or_deafen_the_server(server, data):
-    survive(server, data, "random bytes")
+async def test_random_bytes_never_kill_or_deafen_the_server(server, data):
+    await survive(server, data, "random bytes")
 
 
 @FUZZ
 @given(data=header_blocks())
-def test_broken_frame_headers_never_kill_or_deafen_the_server(server, data):
-    survive(server, data, "frame headers")
+async def test_broken_frame_headers_never_kill_or_deafen_the_server(server, data):
+    await survive(server, data, "frame headers")
 
 
 @FUZZ
 @given(data=wrong_lengths())
-def test_wrong_content_lengths_never_kill_or_deafen_the_server(server, data):
-    survive(server, data, "wrong lengths")
+async def test_wrong_content_lengths_never_kill_or_deafen_the_server(server, data):
+    await survive(server, data, "wrong lengths")
 
 
 @FUZZ
 @given(data=not_json())
-def test_bodies_that_are_not_a_json_object_never_kill_or_deafen_the_server(server, data):
-    survive(server, data, "not JSON")
+async def test_bodies_that_are_not_a_json_object_never_kill_or_deafen_the_server(server, data):
+    await survive(server, data, "not JSON")
 
 
 @FUZZ
 @given(data=envelopes())
-def test_malformed_envelopes_never_kill_or_deafen_the_server(server, data):
-    survive(server, data, "envelopes")
+async def test_malformed_envelopes_never_kill_or_deafen_the_server(server, data):
+    await survive(server, data, "envelopes")
 
 
 @FUZZ
 @given(data=method_calls())
-def test_real_methods_with_random_params_never_kill_or_deafen_the_server(server, data):
-    survive(server, data, "random params")
+async def test_real_methods_with_random_params_never_kill_or_deafen_the_server(server, data):
+    await survive(server, data, "random params")

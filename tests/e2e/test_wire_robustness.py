@@ -13,14 +13,14 @@ import pytest
 from mevedel_protocol import methods
 from mevedel_server.lsp.transport import framing
 
-from .wire_client import WireClient, frame
+from .raw_client import RawClient, frame
 
 
 @pytest.fixture
-async def wire(tmp_path: Path):
+async def wire(tmp_path: Path, raw_servers):
     workspace = tmp_path / "project"
     workspace.mkdir()
-    client = await WireClient.start(tmp_path / "server.log")
+    client = await raw_servers()
     client.workspace = workspace
     yield client
     status, stderr = await client.stop()
@@ -29,7 +29,7 @@ async def wire(tmp_path: Path):
         assert b"traceback" not in body.lower(), body
 
 
-async def _serves(client: WireClient) -> None:
+async def _serves(client: RawClient) -> None:
     """The server still answers a well-formed request."""
     reply = await client.request(methods.RESOURCE_READ, {"address": "mevedel://"})
     assert reply["result"]["kind"] == "listing", reply

@@ -60,13 +60,6 @@ async def files_only(record) -> list:
 
 
 
-@pytest.fixture
-def root(tmp_path):
-    r = tmp_path / "ws"
-    r.mkdir()
-    return r
-
-
 def write(root, path: str, data: bytes | str) -> None:
     target = root / path
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -75,13 +75,6 @@ class Spy(ProgramTarget):
 
 
 @pytest.fixture
-def root(tmp_path):
-    r = tmp_path / "ws"
-    r.mkdir()
-    return r
-
-
-@pytest.fixture
 def watched(root, monkeypatch):
     """``(record, spy)`` of a watched record primed on ``root``, once its
     files are out of a short racy window (so that only events make the

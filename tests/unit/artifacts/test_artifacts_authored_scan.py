@@ -13,13 +13,6 @@ from mevedel_server.targets import TargetError
 STORE = ".mevedel/artifacts"
 
 
-@pytest.fixture
-def root(tmp_path):
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 async def test_changes_name_the_authored_files_only(root, open_target):
     facts = AuthoredFacts(await open_target(root), racy_ns=0)  # no same-tick doubt here
     assert await facts.changes() == []  # no look yet: nothing to compare

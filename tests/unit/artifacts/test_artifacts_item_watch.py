@@ -20,13 +20,6 @@ from mevedel_server.targets import LocalTarget
 GUARD = 30
 
 
-@pytest.fixture
-def root(tmp_path):
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 def _store(target, name, label=None, **options):
     store = ArtifactStore(target, ClientIdentity(f"client-{name}", "vm"), renew_every=3600, **options)
     store.leases.label = label

@@ -9,13 +9,6 @@ from mevedel_server.artifacts.store import ArtifactStore
 from mevedel_server.store.authority.lease import ClientIdentity
 
 
-@pytest.fixture
-def root(tmp_path):
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 def _store(target, name="a", **options):
     return ArtifactStore(target, ClientIdentity(f"client-{name}", f"host-{name}"), **options)
 

@@ -5,8 +5,6 @@ expiry cleanup keeps an existing item's conversation."""
 
 from __future__ import annotations
 
-import pytest
-
 from mevedel_server.artifacts import ArtifactStore
 from mevedel_server.artifacts.attachments import SessionArtifacts
 from mevedel_server.store import ClientIdentity
@@ -14,13 +12,6 @@ from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
 
 ME = ClientIdentity("client-me", "host-me")
-
-
-@pytest.fixture
-def root(tmp_path):
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
 
 
 def _work(root) -> tuple[SessionService, SessionArtifacts]:

@@ -15,13 +15,6 @@ from mevedel_server.artifacts.versions import read_version
 from mevedel_server.store.authority.lease import ClientIdentity
 
 
-@pytest.fixture
-def root(tmp_path):
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 def _store(target, name="a", **options):
     return ArtifactStore(target, ClientIdentity(f"client-{name}", f"host-{name}"), **options)
 

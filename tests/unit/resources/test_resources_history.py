@@ -25,13 +25,6 @@ from mevedel_server.targets import LocalTarget
 ME = ClientIdentity("client-me", "workstation")
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return workspace
-
-
 def context(root: Path, svc: SessionService | None = None, sid: str | None = None) -> ResolverContext:
     live = svc.live_history(sid) if svc is not None and sid is not None else None
     session_dir = root / ".mevedel" / "sessions" / sid if sid else None

@@ -54,13 +54,6 @@ SCENE = {
 }
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 class World:
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -42,13 +42,6 @@ GIT = shutil.which("git")
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-@pytest.fixture
-def root(tmp_path):
-    r = tmp_path / "root"
-    r.mkdir()
-    return r
-
-
 def write(root, path: str, data: bytes = b"x") -> None:
     target = root / path
     target.parent.mkdir(parents=True, exist_ok=True)
