@@ -3026,7 +3026,11 @@ prompt) and the session remembers it; one the agent refuses is said."
                     :kind 'agent
                     :data (list :path name :phase "settled"
                                 :label (if-let ((sender (plist-get item :sender))) (format "%s (%s)" name sender) name)
-                                :outcome (if (eq (plist-get item :isError) t) "did not complete" "completed")
+                                ;; How it ended and why, said as its settled update was
+                                ;; (a server that sends no outcome says only whether it failed).
+                                :outcome (or (plist-get item :outcome)
+                                             (if (eq (plist-get item :isError) t) "did not complete" "completed"))
+                                :reason (plist-get item :reason)
                                 :task (plist-get item :text) :output (plist-get item :output)))
                    blocks)))
           (_ (push (mevedel-lsp-chat--make-block :kind kind :data (or (plist-get item :text) "")) blocks)))))

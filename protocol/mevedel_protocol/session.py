@@ -368,8 +368,9 @@ class TurnShowParams:
 class TurnItem:
     """One record of a turn (fields as for ``TurnAppendParams``; an
     ``agent_task`` names the retained agent in ``name``, its agent in
-    ``sender``, its task in ``text`` and its conversation, as
-    ``history://root/PATH`` renders it, in ``output``)."""
+    ``sender``, its task in ``text``, its conversation, as
+    ``history://root/PATH`` renders it, in ``output``, how it ended in
+    ``outcome`` and why it was interrupted or failed in ``reason``)."""
 
     kind: TurnItemKind
     text: Optional[str] = None
@@ -382,6 +383,10 @@ class TurnItem:
     sender: Optional[str] = None
     #: A tool call's kind (read, edit, execute...), as recorded.
     tool_kind: Optional[str] = None
+    #: An agent task's outcome and its reason, as the task records them
+    #: (none in a task recorded before tasks kept one).
+    outcome: Optional[Outcome] = None
+    reason: Optional[str] = None
 
 
 @attrs.define

@@ -161,11 +161,13 @@ def test_emacs_subagents(emacs: str, workspace: Workspace) -> None:
     server as the turn's task, and the Rewind impact names it; a
     sub-agent's own sub-agent nests inside it, one called through no
     reported call shows under its name after the turn's text; a task
-    cancelled with its caller's turn says why under its folded heading."""
+    cancelled with its caller's turn says why under its folded heading; a
+    failed task says why under its heading, live and read back."""
     output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-subagent-", "mevedel-lsp-subagent-test.el")
-    assert re.search(r"Ran 3 tests, 3 results as expected, 0 unexpected", output), output
-    for name in ("activity-nests-under-its-call-and-folds", "nested-sub-agents-and-an-unknown-call", "interrupted-says-why"):
-        assert re.search(rf"passed +\d+/3 +mevedel-lsp-test-subagent-{name}", output), output
+    assert re.search(r"Ran 4 tests, 4 results as expected, 0 unexpected", output), output
+    for name in ("activity-nests-under-its-call-and-folds", "nested-sub-agents-and-an-unknown-call", "interrupted-says-why",
+                 "failed-task-read-back-says-why"):
+        assert re.search(rf"passed +\d+/4 +mevedel-lsp-test-subagent-{name}", output), output
 
 
 #: The review buffer's ERT tests (tests/clients/emacs/mevedel-lsp-review-test.el).

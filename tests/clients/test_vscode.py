@@ -212,6 +212,8 @@ def test_agent_chat_against_real_server(compiled: str, tmp_path: Path) -> None:
         "cancel ends the turn interrupted, keeping what arrived",
         "agent text is escaped everywhere it appears: a <script> is inert text",
         "a settled task says why it was interrupted or failed, below its fold, as the turn says its own reason",
+        "a recorded turn's interrupted sub-agent task says why below its fold, in the sentence its settled update was said in",
+        "a sub-agent's failed task read back says why below its fold, as it did live",
     ):
         assert re.search(rf"ok \d+ - {re.escape(name)}", output), output
     assert re.search(r"ok \d+ - agents", output), output

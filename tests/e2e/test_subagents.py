@@ -55,6 +55,16 @@ async def until_logged(log: Path, event: str, what: str) -> None:
     raise AssertionError(what)
 
 
+def shown_turn(workspace: Path, session_id: str, number: int) -> str:
+    """``mevedel session turn NUMBER`` of the session, as a person reads it."""
+    import subprocess
+
+    cli = subprocess.run([sys.executable, "-m", "mevedel_server.cli", "session", "turn", str(number), "--session", session_id],
+                         cwd=workspace, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert cli.returncode == 0, cli.stderr
+    return cli.stdout
+
+
 async def test_a_sub_agent_works_in_the_parents_turn_and_rewind_restores_what_it_changed(client, workspace):
     (workspace / "notes.txt").write_text("original notes\n")
     (workspace / "build.txt").write_text("old build\n")
@@ -105,12 +115,8 @@ async def test_a_sub_agent_works_in_the_parents_turn_and_rewind_restores_what_it
     found = await request(client, methods.RESOURCE_GREP, {"address": "history://root/reviewer", "pattern": "two issues"})
     assert [m["address"] for m in found["matches"]] == ["history://root/reviewer"]
     # The CLI shows the turn with the task nested under it.
-    import subprocess
-
-    cli = subprocess.run([sys.executable, "-m", "mevedel_server.cli", "session", "turn", "1", "--session", result["sessionId"]],
-                         cwd=workspace, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert cli.returncode == 0, cli.stderr
-    assert "[agent reviewer (helper)]" in cli.stdout and "    Review done: two issues." in cli.stdout, cli.stdout
+    text = shown_turn(workspace, result["sessionId"], 1)
+    assert "[agent reviewer (helper): completed]\n" in text and "    Review done: two issues." in text, text
 
     # A second call with the same name continues the same conversation.
     again = await prompt(client, "Ask it again")
@@ -157,6 +163,33 @@ async def test_cancelling_the_parent_turn_cancels_its_sub_agent(client, workspac
     assert [(u["outcome"], u.get("reason")) for u in settled] == [("interrupted", "cancelled with its caller's turn")], settled
     root = [u for u in watch.updates if u.get("agentPath") is None and u["phase"] == "settled"]
     assert [(u["outcome"], u.get("reason")) for u in root] == [("interrupted", "cancelled by the user")], root
+    # Read back, the task says so too.
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    (task,) = [i for i in shown["items"] if i["kind"] == "agent_task"]
+    assert (task["outcome"], task["reason"]) == ("interrupted", "cancelled with its caller's turn"), task
+    text = shown_turn(workspace, result["sessionId"], 1)
+    assert "[agent slow (helper): interrupted: cancelled with its caller's turn]\n" in text, text
+
+
+async def test_a_sub_agents_failed_task_read_back_says_why(client, workspace):
+    agents(client, workspace, parent=[
+        [delegate("broken", "Try this"), {"say": "Carried on."}],
+    ], helper=[
+        [{"say": "Trying. "}, {"error": {"code": -32603, "message": "the model is overloaded"}}],
+    ])
+    watch = Watch(client)
+    result = await prompt(client, "Delegate to a failing helper")
+    assert result["outcome"] == "completed", result
+    await request(client, methods.AGENT_LIST, {})  # notifications sent before it are in
+    (live,) = [u for u in watch.updates if u.get("agentPath") == "broken" and u["phase"] == "settled"]
+    assert live["outcome"] == "errored" and "the model is overloaded" in live["reason"], live
+    # Read back, the task says how it ended and why, as the live update did.
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    (task,) = [i for i in shown["items"] if i["kind"] == "agent_task"]
+    assert (task["isError"], task["outcome"], task["reason"]) == (True, "errored", live["reason"]), task
+    # And the CLI says it in the line mevedel prompt prints when it settles.
+    text = shown_turn(workspace, result["sessionId"], 1)
+    assert f"[agent broken (helper): errored: {live['reason']}]\n    " in text, text
 
 
 async def test_a_sub_agent_cancelled_while_it_starts_is_never_sent_its_task(client, workspace):

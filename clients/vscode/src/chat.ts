@@ -348,7 +348,10 @@ function itemBlocks(items: TurnItem[]): Holder {
         const view: SubAgentView = {
           path,
           label: item.sender ? `${path} (${item.sender})` : path,
-          state: item.isError ? 'errored' : 'completed',
+          // How it ended and why, as its settled update said (a server
+          // that does not send them says only whether it failed).
+          state: item.outcome ?? (item.isError ? 'errored' : 'completed'),
+          reason: nonNull(item.reason),
           blocks: item.output ? [{ kind: 'response', text: item.output, closed: true }] : [],
         };
         const own = waiting.filter((v) => parentPath(v.path) === path);

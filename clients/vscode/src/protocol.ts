@@ -317,6 +317,9 @@ export interface TurnItem {
   isError?: boolean;
   mailId?: string;
   sender?: string;
+  // agent_task: how the task ended and why, as the task records them.
+  outcome?: 'completed' | 'errored' | 'interrupted';
+  reason?: string;
 }
 
 export interface TurnShowResult {

@@ -79,6 +79,16 @@ const SCRIPTS: Record<string, unknown> = {
     turns: [[{ say: 'hi' }]],
   },
   echo: { turns: [[{ echo_prompt: true }]] },
+  // Asks `breaker`, whose prompt fails, for a task, then goes on.
+  delegator: {
+    turns: [
+      [
+        { mcp_call: { id: 'call-broken', tool: 'Agent', arguments: { name: 'broken', agent: 'breaker', prompt: 'Try this' } } },
+        { say: 'Carried on.' },
+      ],
+    ],
+  },
+  breaker: { turns: [[{ say: 'Trying. ' }, { error: { code: -32603, message: 'the model is overloaded' } }]] },
 };
 
 let server: ServerSession;
@@ -136,7 +146,7 @@ suite('agents', { skip }, () => {
   test('the agent picker lists the configured agents; a remembered one is used, one is taken, several ask', async () => {
     const listing = await listAgents(server.connection);
     const names = listing.agents.map((a) => a.name).sort();
-    assert.deepEqual(names, ['crasher', 'echo', 'ghost', 'locked', 'slow', 'stream', 'writer']);
+    assert.deepEqual(names, ['breaker', 'crasher', 'delegator', 'echo', 'ghost', 'locked', 'slow', 'stream', 'writer']);
     assert.equal(listing.defaultAgent, 'stream');
     assert.equal(listing.agents.find((a) => a.name === 'ghost')?.found, false);
     assert.equal(listing.agents.find((a) => a.name === 'writer')?.found, true);
@@ -305,6 +315,22 @@ suite('agents', { skip }, () => {
     assert.equal(responseText(state, 1), 'Partial answer');
     assert.doesNotMatch(renderParts(state).header, /data-action="cancel"/);
     assert.deepEqual(await cancelTurn(server.connection, { sessionId }), { cancelled: false });
+  });
+
+  test("a sub-agent's failed task read back says why below its fold, as it did live", async () => {
+    const sessionId = await sessionFor('delegator');
+    const result = await promptTurn(server.connection, promptParams({ text: 'Delegate to a failing helper' }, { sessionId }, 'delegator'));
+    assert.equal(result.outcome, 'completed');
+    const why = /data-path="broken"[^>]*><summary>[\s\S]*?<\/details>(<div class="error subagent-why"><div>[^<]*<\/div><\/div>)/;
+    const live = why.exec(renderParts(chat(sessionId)).turns);
+    assert.ok(live, renderParts(chat(sessionId)).turns);
+    assert.match(live[1], /the model is overloaded/);
+    // A panel opened later reads the turn from the records: the same
+    // sentence below the folded task.
+    const history = await loadHistory(server.connection, { sessionId });
+    const html = renderParts({ turns: history.turns }).turns;
+    assert.match(html, /data-path="broken"[^>]*><summary>.*?<span class="subagent-state state-errored">/);
+    assert.equal(why.exec(html)?.[1], live[1], html);
   });
 
   test('failures say what to do: not configured, not installed, needs login, crashed mid-turn', async () => {

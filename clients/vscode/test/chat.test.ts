@@ -302,6 +302,27 @@ suite('sub-agents nest under the call that started them', () => {
     assert.match(html, /class="subagent settled" data-path="outer"/);
     assert.match(html, /Inner found it\./);
   });
+
+  test("a recorded turn's interrupted sub-agent task says why below its fold, in the sentence its settled update was said in", () => {
+    const interrupted = { kind: 'agent_task', name: 'slow', sender: 'helper', text: 'Take your time', output: 'Started.', isError: true };
+    const turn = (reason?: string) =>
+      turnFromShow({
+        sessionId: 'S',
+        summary: { turn: 1, turnId: 't1', segment: 1, prompt: 'p', state: 'interrupted', beganAt: 0, toolCalls: 1, reminder: false },
+        prompt: 'p',
+        items: [
+          { kind: 'tool_call', callId: 'a1', name: 'mcp Agent' },
+          { ...interrupted, outcome: 'interrupted', reason },
+        ],
+        markdown: '',
+      });
+    const html = renderParts({ turns: [turn("cancelled with its caller's turn")] }).turns;
+    assert.match(html, /data-path="slow"[^>]*><summary>.*?state-interrupted">interrupted<\/span><\/summary>.*?<\/details><div class="why subagent-why">Interrupted: cancelled with its caller&#39;s turn\.<\/div>/s);
+    // A task recorded before tasks kept a reason: its outcome, nothing more.
+    const old = renderParts({ turns: [turn(undefined)] }).turns;
+    assert.match(old, /state-interrupted">interrupted</);
+    assert.doesNotMatch(old, /subagent-why/);
+  });
 });
 
 // Every tag and attribute the renderer writes; anything else would be markup

@@ -73,6 +73,7 @@ from .session_client import (
     CommandError,
     add_common,
     add_session_option,
+    agent_task_line,
     emit,
     held_session,
     last_session,
@@ -158,8 +159,7 @@ class TerminalFront:
                 self.note(f"{indent}[plan]\n" + (event.text or ""))
         if nested:
             if update.phase == "settled":
-                why = f": {update.reason}" if update.reason and update.outcome != "completed" else ""
-                self.note(f"{indent}[agent {update.agent}: {update.outcome}{why}]")
+                self.note(indent + agent_task_line(update.agent, update.outcome, update.reason))
             return
         if update.phase == "starting":
             self.note(f"[starting {update.agent}]")

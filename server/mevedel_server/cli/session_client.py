@@ -287,6 +287,15 @@ def control_request_line(arguments: argparse.Namespace, row) -> str | None:
     )
 
 
+def agent_task_line(label: str, outcome: str | None, reason: str | None) -> str:
+    """How a sub-agent's settled task is said (``label``: ``reviewer
+    (helper)``), with why it was interrupted or failed when its task
+    recorded it: the same line live (``mevedel prompt``) and read back
+    (``mevedel session turn``)."""
+    why = f": {reason}" if reason and outcome != "completed" else ""
+    return f"[agent {label}: {outcome}{why}]"
+
+
 async def held_session(service: SessionService, given: str | None, *, announce: argparse.Namespace | None = None) -> str:
     """``given``, or the single session whose lease this client holds. With
     ``announce`` (the command's arguments), a request for control waiting

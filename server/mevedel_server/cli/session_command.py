@@ -26,6 +26,7 @@ from .session_client import (
     CommandError,
     add_common,
     add_session_option,
+    agent_task_line,
     control_request_line,
     emit,
     held_session,
@@ -468,8 +469,9 @@ def turn_lines(detail: TurnDetail, *, dim: bool) -> list[str]:
         elif item.kind == "mail":
             lines += [f"Mail from {item.sender}: {item.text}", ""]
         elif item.kind == "agent_task":
-            # A retained sub-agent's task, nested under the call that asked for it.
-            lines.append(f"[agent {item.name} ({item.sender})" + (" · did not complete" if item.is_error else "") + "]")
+            # A retained sub-agent's task, nested under the call that asked
+            # for it, said as `mevedel prompt` said it when it settled.
+            lines.append(agent_task_line(f"{item.name} ({item.sender})", item.outcome, item.reason))
             lines += ["    " + line if line else "" for line in (item.output or "").split("\n")] + [""]
             if item.paths:
                 lines += [f"    changed by {item.name}: {', '.join(item.paths)}", ""]

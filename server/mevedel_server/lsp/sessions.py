@@ -100,6 +100,8 @@ def _detail(session_id: str, detail: TurnDetail) -> wire.TurnShowResult:
             mail_id=item.mail_id,
             sender=item.sender,
             tool_kind=item.tool_kind,
+            outcome=item.outcome,
+            reason=item.reason,
         )
         for item in detail.items
     ]

@@ -220,5 +220,54 @@ activity stays folded."
         (should (mevedel-subagent-test--shown chat "        Interrupted: cancelled with its caller's turn."))
         (should-not (mevedel-subagent-test--shown chat "        Started."))))))
 
+(defun mevedel-subagent-test--said-under (buffer heading sentence)
+  "Non-nil when BUFFER shows SENTENCE on the line after the fold under
+HEADING's line, while the fold stays closed."
+  (with-current-buffer buffer
+    (save-excursion
+      (goto-char (point-min))
+      (and (let ((case-fold-search nil)) (search-forward heading nil t))
+           (let ((case-fold-search nil)) (search-forward sentence nil t))
+           (not (invisible-p (match-beginning 0)))))))
+
+(ert-deftest mevedel-lsp-test-subagent-failed-task-read-back-says-why ()
+  "The helper's prompt fails: its folded task says why under its heading
+while the root turn goes on; read back from the server in a new chat, the
+task says so again, in the same words, its activity still folded."
+  (let* ((helper (mevedel-chat-test--script
+                  (vector (vector (list :say "Trying. ")
+                                  (list :error (list :code -32603 :message "the model is overloaded"))))))
+         (parent (mevedel-chat-test--script
+                  (vector (vector (list :mcp_call (list :id "call-broken" :tool "Agent"
+                                                        :arguments (list :name "broken" :agent "helper" :prompt "Try this")))
+                                  (list :say "Carried on.")))))
+         (session (mevedel-chat-test--session "ERT failed sub-agent"))
+         ;; Its heading, its folded activity, then why (read back it
+         ;; follows the call instead of nesting under it, so any indent).
+         (said (concat (regexp-quote "Agent broken (helper)  [errored]  (TAB shows or hides it)\n")
+                       "\\(?: +.*\n\\)*"
+                       " +" (regexp-quote "Error: failed the prompt: the model is overloaded\n"))))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper))))
+      (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "Delegate to a failing helper" :session session)))
+        (pop-to-buffer chat)
+        (mevedel-chat-test--wait-idle chat "the turn to settle")
+        (let ((text (mevedel-chat-test--text chat)))
+          (mevedel-test--log "chat live:\n%s" text)
+          (should (string-search "Carried on." text))
+          (should (string-match-p said text)))
+        (should (mevedel-subagent-test--said-under chat "Agent broken (helper)" "Error: failed the prompt"))
+        (should-not (mevedel-subagent-test--shown chat "        Trying."))
+        ;; Read back from the server in a new chat, as after a restart.
+        (kill-buffer chat)
+        (let ((again (mevedel-lsp-chat-buffer session (mevedel-test--server))))
+          (pop-to-buffer again)
+          (let ((text (mevedel-chat-test--text again)))
+            (mevedel-test--log "chat read again:\n%s" text)
+            (should (string-match-p said text))
+            (should-not (string-search "did not complete" text)))
+          (should (mevedel-subagent-test--said-under again "Agent broken (helper)" "Error: failed the prompt"))
+          (should-not (mevedel-subagent-test--shown again "Task: Try this")))))))
+
 (provide 'mevedel-lsp-subagent-test)
 ;;; mevedel-lsp-subagent-test.el ends here

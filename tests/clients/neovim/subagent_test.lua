@@ -218,4 +218,55 @@ test("subagents: a task cancelled with its caller's turn says why under its clos
   expect(closed_at(session, line_of(bufnr, "^        Interrupted: cancelled with its caller's turn")) == -1, 'the reason is folded away')
 end)
 
+test('subagents: a failed task says why under its closed fold, live and read back from the server in the same words', function()
+  local session = new_session('Nvim failed sub-agent')
+  configure({
+    scripted = agent({ {
+      { mcp_call = { id = 'call-broken', tool = 'Agent', arguments = { name = 'broken', agent = 'helper', prompt = 'Try this' } } },
+      { say = 'Carried on.' },
+    } }),
+    helper = agent({ { { say = 'Trying. ' }, { error = { code = -32603, message = 'the model is overloaded' } } } }),
+  }, 'scripted')
+  chat.send({ text = 'Delegate to a failing helper', session = session, agent = 'scripted' })
+  wait_for('the turn to settle', function()
+    return chat.status(session) == 'idle (turn 1 completed)'
+  end)
+  -- The heading says how it ended; after its fold (any depth), why.
+  local why = '[errored] failed the prompt: the model is overloaded'
+  local function said(text)
+    local heading = text:find('[agent] broken (helper): errored, ', 1, true)
+    local reason = text:find('\n *' .. vim.pesc(why) .. '\n')
+    return heading and reason and heading < reason
+  end
+  local text = chat_text(session)
+  out('chat live:\n' .. text)
+  expect(said(text), 'no reason under the failed sub-agent: %s', text)
+  local bufnr = chat_buffer(session)
+  local heading = line_of(bufnr, '%[agent%] broken')
+  expect(closed_at(session, heading) == heading, 'the settled activity is not folded')
+  expect(closed_at(session, line_of(bufnr, vim.pesc(why))) == -1, 'the reason is folded away')
+
+  -- A chat that did not watch the turn (Neovim started afresh) reads it
+  -- from the server: the same heading and reason, the activity folded.
+  local watched = {
+    chat = package.loaded['mevedel.chat'],
+    nested = package.loaded['mevedel.nested'],
+    foldexpr = _G.mevedel_chat_foldexpr,
+    foldtext = _G.mevedel_chat_foldtext,
+  }
+  package.loaded['mevedel.chat'] = nil
+  package.loaded['mevedel.nested'] = nil
+  local fresh = require('mevedel.chat')
+  bufnr = fresh.open(session, 'current')
+  text = buffer_text(bufnr)
+  out('chat read again:\n' .. text)
+  expect(said(text), 'no reason under the task read back: %s', text)
+  expect(not text:find('did not complete', 1, true), 'the outcome is not named: %s', text)
+  heading = line_of(bufnr, '%[agent%] broken')
+  expect(vim.fn.foldclosed(heading) == heading, 'the task is not folded')
+  expect(vim.fn.foldclosed(line_of(bufnr, vim.pesc(why))) == -1, 'the reason is folded away')
+  package.loaded['mevedel.chat'], package.loaded['mevedel.nested'] = watched.chat, watched.nested
+  _G.mevedel_chat_foldexpr, _G.mevedel_chat_foldtext = watched.foldexpr, watched.foldtext
+end)
+
 H.finish()

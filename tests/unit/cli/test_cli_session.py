@@ -212,3 +212,39 @@ def test_an_unprovable_unsettled_mutation_is_acknowledged_from_the_cli(workspace
     sid = unprovable_latch_left(workspace, me)
     assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json")) == {"session_id": sid, "cleared": True}
     assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json"))["cleared"] is False
+
+
+def test_a_turn_read_back_says_how_each_sub_agents_task_ended_and_why(workspace, tmp_path):
+    """Tasks another client recorded: one that failed, with its reason; one
+    interrupted; one recorded without a reason (as before tasks kept one):
+    its outcome, and nothing made up for why."""
+
+    async def write() -> str:
+        svc = SessionService(LocalTarget(workspace), ClientIdentity("client-writer", "workstation"))
+        try:
+            sid = (await svc.sessions.create()).session_id
+            await svc.turns.begin_turn(sid, "Delegate three times")
+            said = [EvidenceInput("response", text="Trying.")]
+            svc.agents.append_agent_task(sid, "broken", "codex", "Try this", said, "errored", "could not start: codex is not installed")
+            svc.agents.append_agent_task(sid, "slow", "codex", "Take your time", said, "interrupted", "cancelled with its caller's turn")
+            svc.agents.append_agent_task(sid, "old", "codex", "Anything", said, "errored")
+            await svc.turns.settle(sid, "completed")
+            await svc.sessions.save(sid)
+            await svc.sessions.close(sid)
+            return sid
+        finally:
+            await svc.sessions.detach()
+
+    sid = asyncio.run(write())
+    shown = cli(workspace, tmp_path / "me", "session", "turn", "1", "--session", sid)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "[agent broken (codex): errored: could not start: codex is not installed]" in lines, shown.stdout
+    assert "[agent slow (codex): interrupted: cancelled with its caller's turn]" in lines, shown.stdout
+    assert "[agent old (codex): errored]" in lines, shown.stdout
+    items = ok(cli(workspace, tmp_path / "me", "session", "turn", "1", "--session", sid, "--json"))["items"]
+    assert [(i["name"], i["outcome"], i.get("reason")) for i in items if i["kind"] == "agent_task"] == [
+        ("broken", "errored", "could not start: codex is not installed"),
+        ("slow", "interrupted", "cancelled with its caller's turn"),
+        ("old", "errored", None),
+    ], items

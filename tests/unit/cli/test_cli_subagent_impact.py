@@ -43,7 +43,7 @@ def test_rewind_and_the_turn_list_a_sub_agents_changes_under_its_name(workspace,
     shown = terminal("session", "turn", "1")
     shown.wait_for("changed by reviewer: ")
     assert shown.process.wait(60) == 0
-    assert "[agent reviewer (helper)]" in shown.output and "changed by reviewer: made.txt, notes.txt\n" in shown.output, shown.output
+    assert "[agent reviewer (helper): completed]\n" in shown.output and "changed by reviewer: made.txt, notes.txt\n" in shown.output, shown.output
 
     impact = terminal("rewind", "1", "--before")
     impact.wait_for("to commit: mevedel rewind commit ")

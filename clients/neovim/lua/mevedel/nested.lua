@@ -91,7 +91,10 @@ function M.from_task(item)
     path = name,
     label = sender and (name .. ' (' .. sender .. ')') or name,
     phase = 'settled',
-    outcome = item.isError == true and 'did not complete' or 'completed',
+    -- How it ended and why, said as its settled update was (a server that
+    -- sends no outcome says only whether it failed).
+    outcome = value(item.outcome) or (item.isError == true and 'did not complete' or 'completed'),
+    reason = value(item.reason),
     task = value(item.text),
     output = value(item.output),
     blocks = {},

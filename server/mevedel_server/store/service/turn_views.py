@@ -70,6 +70,11 @@ class TurnItem:
     tool_kind: str | None = None
     #: An agent task's: the workspace paths it changed.
     paths: tuple[str, ...] = ()
+    #: An agent task's: how it ended (``completed``, ``errored``,
+    #: ``interrupted``) and why, as its task records it (no reason in a
+    #: task recorded before tasks kept one).
+    outcome: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,8 @@ def _item(record: Record, conversation: Conversation) -> TurnItem | None:
             whole = own[record.task - 1] if record.task <= len(own) else record
         shown = "\n".join(agent_lines([(0, whole)])[1:]).strip("\n")
         return TurnItem("agent_task", name=record.path, sender=record.agent, text=record.prompt, output=shown,
-                        is_error=record.outcome is not Outcome.COMPLETED, paths=tuple(record.paths))
+                        is_error=record.outcome is not Outcome.COMPLETED, paths=tuple(record.paths),
+                        outcome=record.outcome.value, reason=record.reason)
     return None
 
 
