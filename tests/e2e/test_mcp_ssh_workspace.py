@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
+import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,8 +49,9 @@ class Machine:
         return ran
 
     @contextlib.asynccontextmanager
-    async def served(self, *args: str) -> AsyncIterator[ClientSession]:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "mevedel_server.cli", "mcp", "--workspace", self.url, *args],
+    async def served(self, *args: str, workspace: str | None = None) -> AsyncIterator[ClientSession]:
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "mevedel_server.cli", "mcp", "--workspace", workspace or self.url, *args],
                                        env=self.env, cwd=str(self.home))
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
@@ -173,6 +176,30 @@ async def test_an_absolute_path_inside_the_workspace_is_its_relative_path_and_on
     assert (project / "src" / "abs.py").read_text() == "x = 1\n"
     assert (project / "README.md").read_text() == "# Remote\nhello absolute\n"
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
+@pytest.fixture
+def home_project(project: Path, openssh_server: OpenSshServer) -> Iterator[Path]:
+    """The project again under the home the host gives its sessions."""
+    remote = openssh_server.home / f"project-{secrets.token_hex(6)}"
+    shutil.copytree(project, remote)
+    try:
+        yield remote
+    finally:
+        shutil.rmtree(remote, ignore_errors=True)
+
+
+async def test_a_home_relative_workspace_takes_an_absolute_path_inside_it(machine, home_project):
+    """``ssh://host/~/p``, as people often write it: an absolute path inside
+    it, as the host spells its home, is that file too (a model names files
+    by absolute paths); one leaving it is refused."""
+    async with machine.served(workspace=f"ssh://{ALIAS}/~/{home_project.name}") as session:
+        assert "hello readme" in await ok(session, "Read", path="README.md")  # the root is pinned
+        assert "     4\t    return 'hello over ssh'" in await ok(session, "Read", path=f"{home_project}/src/app.py")
+        assert await ok(session, "Glob", pattern="*.py", path=f"{home_project}/src") == "src/app.py"
+        path = f"{home_project}/../.bashrc"
+        refused = await error(session, "Read", path=path)
+        assert refused.startswith(f"{path}: containment: is outside the workspace"), refused
 
 
 async def test_a_workspace_mcp_json_server_never_runs_unapproved(machine, project, tmp_path):

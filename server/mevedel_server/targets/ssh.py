@@ -452,6 +452,13 @@ class SshTarget(ProgramTarget):
         assert self._root is not None
         return self._root
 
+    @property
+    def absolute_root(self) -> str | None:
+        """The root as an absolute path on the host (a ``~/`` root with the
+        home the host gave it): what an absolute path inside the workspace
+        begins with there. None until the first program pinned the root."""
+        return self._root
+
     def __repr__(self) -> str:
         return f"SshTarget({self.host}, <root>)"
 

@@ -136,9 +136,10 @@ def _root_spellings(context: ResolverContext) -> tuple[str, ...]:
     root, or a Worktree Fork's checkout below it) that an absolute plain
     path may start with, the root named as its target names it: a local
     root and its real path; an SSH workspace's root as its ``ssh://``
-    address writes it on the host (none for a ``~/`` root, which only the
-    host spells out, so there only a relative path names a file). Lexical,
-    as every check here: a link on the way is the target's to refuse."""
+    address writes it on the host, a ``~/`` root as the host spelled it out
+    when the target pinned it (none before: then only a relative path
+    names a file). Lexical, as every check here: a link on the way is the
+    target's to refuse."""
     directory = context.working_directory
     if not context.remote_workspace:
         if context.workspace_root is None:
@@ -154,7 +155,9 @@ def _root_spellings(context: ResolverContext) -> tuple[str, ...]:
         if location is not None:
             written = getattr(location, "root", None)
             if not isinstance(written, str) or not written.startswith("/"):
-                return ()
+                written = getattr(target, "absolute_root", None)
+                if not isinstance(written, str) or not written.startswith("/"):
+                    return ()
             return (posixpath.normpath(posixpath.join(written, directory)),)
         target = getattr(target, "inner", None)
     return ()
