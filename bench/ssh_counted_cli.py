@@ -37,9 +37,9 @@ def _names(request: list) -> list[str]:
     return names
 
 
-async def _counted(self, request: list) -> list:
+async def _counted(self, request: list, *args, **kwargs) -> list:
     _programs.append({"kind": str(request[0]), "operations": _names(request), "caller": _caller()})
-    return await _exchange(self, request)
+    return await _exchange(self, request, *args, **kwargs)
 
 
 def _save() -> None:
