@@ -1,5 +1,6 @@
 """A ``mevedel prompt`` killed mid-turn, or before its turn began (its agent
-still starting), leaves its lease for a minute; another client on the same
+still starting), leaves its lease for a minute (after its turn settled too:
+``tests/e2e/test_prompt_killed_after_settlement.py``); another client on the same
 machine is offered to take the session over at once, and taking it over
 settles a killed turn as interrupted. While the prompt lives, the session
 stays the other client's to join only; a prompt that ended keeps it for its
@@ -103,7 +104,7 @@ def test_a_prompt_that_ended_keeps_its_lease_for_its_client(workspace, tmp_path)
     row = the_session(workspace, tmp_path)
     assert row["action"] == "Join" and not row["holder_ended"], row
     head = max((workspace / ".mevedel" / "sessions" / row["session_id"] / ".lease").glob("generation-*.json"))
-    assert json.loads(head.read_bytes())["holder"] is None  # the settlement handed it to the client
+    assert json.loads(head.read_bytes())["holder"] is None  # its exit handed it to the client
     again = mevedel(workspace, tmp_path, "a", "prompt", "Again", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["turn"] == 2, again.stdout + again.stderr
 
