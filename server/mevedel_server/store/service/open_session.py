@@ -684,7 +684,9 @@ class OpenSession:
         command, stops naming it -- one generation naming no process. Until
         then every generation named it, its settlements' too, so that killed
         at any point before -- its agent starting, mid-turn, or stopping its
-        agent after its last settlement -- it is proven dead."""
+        agent after its last settlement -- it is proven dead. A lease another
+        process holds now (this client's next command took it meanwhile, or
+        a takeover) is left alone: it is not this process's to hand."""
         if not self._for_turns:
             return
         self._for_turns = False
@@ -693,7 +695,10 @@ class OpenSession:
             return
         lease.names_holder = self._naming
         if not lease.names_holder and lease.record.holder is not None and not (lease.lost or lease.released):
-            await lease.renew()
+            try:
+                await lease.renew()
+            except LeaseLost:
+                return
 
     def adopt_lease(self, lease: LeaseHandle) -> None:
         lease.names_holder = self._naming
