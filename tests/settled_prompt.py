@@ -4,7 +4,7 @@ settled (as it stops its agent), freezes it there (SIGSTOP,
 ``on_stdin_end``'s ``freeze_client``) for the test to kill -- a point no
 output of the prompt marks, reached without any sleep. (The prompt gives
 its agent half a second from the end of its stdin before it ends its
-process group; the agent's SIGSTOP is its first act there.)"""
+process group; the agent's SIGSTOP follows that end at once.)"""
 
 from __future__ import annotations
 
