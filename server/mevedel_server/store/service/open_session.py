@@ -686,7 +686,10 @@ class OpenSession:
         at any point before -- its agent starting, mid-turn, or stopping its
         agent after its last settlement -- it is proven dead. A lease another
         process holds now (this client's next command took it meanwhile, or
-        a takeover) is left alone: it is not this process's to hand."""
+        a takeover) is left alone: it is not this process's to hand. So is
+        one whose last write failed mid-way (its host went away as it
+        settled): its generation is unknown, the host likely out of reach,
+        and the head it left names this process, as after a kill."""
         if not self._for_turns:
             return
         self._for_turns = False
@@ -694,6 +697,8 @@ class OpenSession:
         if lease is None:
             return
         lease.names_holder = self._naming
+        if lease.needs_resync:
+            return
         if not lease.names_holder and lease.record.holder is not None and not (lease.lost or lease.released):
             try:
                 await lease.renew()
