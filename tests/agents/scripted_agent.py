@@ -16,6 +16,7 @@ import base64
 import binascii
 import json
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -105,6 +106,7 @@ TOP_LEVEL_KEYS = frozenset(
         "log",
         "turns",
         "on_initialize",
+        "on_stdin_end",
         "modes",
         "config_options",
         "refuse",
@@ -149,6 +151,8 @@ STEP_KINDS = frozenset(
 
 #: Steps that make sense before any session exists.
 INITIALIZE_STEP_KINDS = frozenset({"crash", "hang", "garbage", "sleep", "stderr", "stderr_flood", "error", "wait_file"})
+#: Steps that make sense once the client closed the connection.
+STDIN_END_STEP_KINDS = frozenset({"stderr", "freeze_client"})
 
 
 class ScriptError(ValueError):
@@ -169,6 +173,7 @@ def load_script(path: str) -> dict[str, Any]:
     for number, steps in enumerate(turns):
         _check_steps(steps, STEP_KINDS, f"turns[{number}]")
     _check_steps(script.get("on_initialize", []), INITIALIZE_STEP_KINDS, "on_initialize")
+    _check_steps(script.get("on_stdin_end", []), STDIN_END_STEP_KINDS, "on_stdin_end")
     _check_options(script)
     for method in script.get("auth_methods", []):
         if not isinstance(method, dict) or "id" not in method or "name" not in method:
@@ -566,6 +571,11 @@ class ScriptedAgent:
     async def _say(self, turn: _Turn, text: str) -> None:
         await self._client.session_update(session_id=turn.session_id, update=update_agent_message_text(text))
 
+    async def stdin_ended(self) -> None:
+        """The client closed the connection: ``on_stdin_end``'s steps run
+        before the agent exits."""
+        await self._run_steps(self._script.get("on_stdin_end", []), None)
+
     async def _step_say(self, text: str, turn: _Turn) -> None:
         await self._say(turn, text)
 
@@ -799,6 +809,14 @@ class ScriptedAgent:
             _write_stderr(block[:left])
             left -= len(block)
 
+    async def _step_freeze_client(self, flag: Any, turn: _Turn | None) -> None:
+        """SIGSTOP to the process that started this agent (the client),
+        which stays frozen where it stands until the test kills or continues
+        it: at stdin's end, a client stopping its agent after its turns
+        settled (a point no output of the client marks)."""
+        self._log("freeze_client", client=os.getppid())
+        os.kill(os.getppid(), signal.SIGSTOP)
+
     async def _step_stop(self, reason: str, turn: _Turn) -> str:
         return reason
 
@@ -957,6 +975,7 @@ async def _serve(script: dict[str, Any]) -> None:
     # Unstable routes on, so session/resume reaches the agent; the agent
     # itself refuses it unless the script advertises it.
     await run_agent(agent, writer, reader, use_unstable_protocol=True)
+    await agent.stdin_ended()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -361,8 +361,9 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             raise CommandError("invalid-params", "give either --queue or --steer, not both")
         front = TerminalFront(arguments.json)
         service.sessions.reads_input_history = True  # read where the session is created or resumed
-        # The lease names this process from its claim, not only once the
-        # turn opens: killed while its agent starts, it is proven dead too.
+        # The lease names this process from its claim to its exit, not only
+        # while its turn is open: killed while its agent starts, or while it
+        # stops its agent after its last settlement, it is proven dead too.
         service.sessions.opens_for_turn = True
         # So is the workspace's file record: the turn's walk starts from it.
         service.sessions.open_reads = kept_reads()

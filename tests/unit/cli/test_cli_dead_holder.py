@@ -1,5 +1,6 @@
 """A ``mevedel prompt`` killed mid-turn, or before its turn began (its agent
-still starting), leaves its lease for a minute; another client on the same
+still starting), leaves its lease for a minute (after its turn settled too:
+``tests/e2e/test_prompt_killed_after_settlement.py``); another client on the same
 machine is offered to take the session over at once, and taking it over
 settles a killed turn as interrupted. While the prompt lives, the session
 stays the other client's to join only; a prompt that ended keeps it for its
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from test_cli_prompt import configure
 
+from settled_prompt import frozen_after_settlement, settled_then_frozen
 from streamed import read_until
 
 
@@ -103,7 +105,7 @@ def test_a_prompt_that_ended_keeps_its_lease_for_its_client(workspace, tmp_path)
     row = the_session(workspace, tmp_path)
     assert row["action"] == "Join" and not row["holder_ended"], row
     head = max((workspace / ".mevedel" / "sessions" / row["session_id"] / ".lease").glob("generation-*.json"))
-    assert json.loads(head.read_bytes())["holder"] is None  # the settlement handed it to the client
+    assert json.loads(head.read_bytes())["holder"] is None  # its exit handed it to the client
     again = mevedel(workspace, tmp_path, "a", "prompt", "Again", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["turn"] == 2, again.stdout + again.stderr
 
@@ -173,3 +175,28 @@ def test_a_prompt_whose_agent_fails_to_start_keeps_its_lease_for_its_client(work
     configure(tmp_path, [[{"say": "second answer"}]])
     again = mevedel(workspace, tmp_path, "a", "prompt", "Again", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["turn"] == 2, again.stdout + again.stderr
+
+
+def test_a_prompt_ending_after_its_clients_next_prompt_took_the_lease_leaves_it_alone(workspace, tmp_path):
+    """Client A's prompt is stopped after its turn settled, before its exit
+    hands the lease to its client; A's next prompt continues the session
+    meanwhile (the lease is its client's). The first prompt then ends: the
+    lease is the second's now, so it writes nothing over it and says
+    nothing -- the second's own exit handed it to the client."""
+    configure(tmp_path, [])
+    (tmp_path / "script.json").write_text(json.dumps(settled_then_frozen([[{"say": "first answer"}]])))
+    first = frozen_after_settlement([sys.executable, "-m", "mevedel_server.cli", "prompt", "First"], cwd=workspace,
+                                    env=client_env(tmp_path, "a"))
+    try:
+        configure(tmp_path, [[{"say": "second answer"}]])
+        second = mevedel(workspace, tmp_path, "a", "prompt", "Second", "--json")
+        assert second.returncode == 0 and json.loads(second.stdout)["turn"] == 2, second.stdout + second.stderr
+        sid = json.loads(second.stdout)["session_id"]
+        handed = lease_head(workspace, sid)
+        assert handed["holder"] is None, handed
+    finally:
+        first.send_signal(signal.SIGCONT)
+        out, err = first.communicate()
+    assert first.returncode == 0 and "first answer" in out, out + err
+    assert "lease" not in err, err
+    assert lease_head(workspace, sid) == handed

@@ -31,8 +31,10 @@ program as the head record:
   while the lease lives and dies with that process
   (:attr:`LeaseHandle.names_holder`): a server's always; a CLI command's,
   whose lease outlives it by design for its client's next command, only
-  while an agent turn it runs is open or coming (that turn dies with it:
-  ``mevedel prompt`` names itself from its claim until its turn settles).
+  while an agent turn it runs is open (that turn dies with it), and
+  ``mevedel prompt``'s from its claim until its exit hands the lease to
+  its client (killed at any point before, its agent starting, mid-turn or
+  stopping its agent after its last settlement, it is proven dead).
 
 Transitions
 -----------

@@ -88,9 +88,11 @@ class SessionService:
         ``leases_outlive_process``: this process detaches at its end, leaving
         the leases it holds to its client's next process (a CLI command): its
         lease generations name it as their holder only while an agent turn it
-        runs is open, or coming (:attr:`~.sessions.Sessions.opens_for_turn`),
-        so that its ending counts as its death only then; a server's (the
-        default) name it always, since it releases them when it ends well."""
+        runs is open, or, in a process that runs turns
+        (:attr:`~.sessions.Sessions.opens_for_turn`), from the claim until it
+        detaches, so that its ending counts as its death only then; a
+        server's (the default) name it always, since it releases them when it
+        ends well."""
         self.target = target
         self.client = client
         #: The open sessions every capability works on (store-internal:

@@ -136,15 +136,16 @@ class OpenSession:
         spool: PendingSpool | None = None,
         on_spool: Callable[[SpoolNotice], None] | None = None,
         names_holder: bool = True,
-        turn_coming: bool = False,
+        for_turns: bool = False,
     ) -> None:
         self.target = target
         #: The lease names this process as its holder outside agent turns
         #: too (see :meth:`agent_turn`).
         self.names_holder = names_holder
-        #: This process opened the session to run an agent turn in it, not
-        #: begun yet (see :meth:`no_turn_coming`).
-        self._turn_coming = turn_coming
+        #: This process opened the session to run agent turns in it: its
+        #: lease names it until it hands the lease to its client as it ends
+        #: (see :meth:`hand_to_client`).
+        self._for_turns = for_turns
         self._agent_turn = False
         if lease is not None:
             lease.names_holder = self._naming
@@ -664,36 +665,45 @@ class OpenSession:
     @property
     def _naming(self) -> bool:
         """Whether the lease's generations name this process now: always
-        (a server's), else while an agent turn it runs is open or coming."""
-        return self.names_holder or self._agent_turn or self._turn_coming
+        (a server's), else while an agent turn it runs is open, or while it
+        runs the session's turns (from the claim to its end)."""
+        return self.names_holder or self._agent_turn or self._for_turns
 
     def agent_turn(self, running: bool) -> None:
         """An agent turn this process runs opens (or ends): while it is
         open, the lease's generations name this process even where they
-        otherwise would not, since the turn dies with the process. The turn
-        the session was opened for has come: its settlement names no
-        process (the command's last lease write, unless a turn follows)."""
+        otherwise would not, since the turn dies with the process."""
         self._agent_turn = running
-        if running:
-            self._turn_coming = False
         if self.lease is not None:
             self.lease.names_holder = self._naming
 
-    async def no_turn_coming(self) -> None:
-        """The process that opened the session for an agent turn ends
-        without one having begun (refused or failed before it): its lease,
-        which outlives it, stops naming it -- one generation naming no
-        process when the head still names it (a turn that began ended that
-        already, in its settlement)."""
-        if not self._turn_coming:
+    async def hand_to_client(self) -> None:
+        """The process that opened the session to run agent turns in it
+        ends well (its turns settled, or none began: refused, or failed
+        before one): its lease, which outlives it for its client's next
+        command, stops naming it -- one generation naming no process. Until
+        then every generation named it, its settlements' too, so that killed
+        at any point before -- its agent starting, mid-turn, or stopping its
+        agent after its last settlement -- it is proven dead. A lease another
+        process holds now (this client's next command took it meanwhile, or
+        a takeover) is left alone: it is not this process's to hand. So is
+        one whose last write failed mid-way (its host went away as it
+        settled): its generation is unknown, the host likely out of reach,
+        and the head it left names this process, as after a kill."""
+        if not self._for_turns:
             return
-        self._turn_coming = False
+        self._for_turns = False
         lease = self.lease
         if lease is None:
             return
         lease.names_holder = self._naming
+        if lease.needs_resync:
+            return
         if not lease.names_holder and lease.record.holder is not None and not (lease.lost or lease.released):
-            await lease.renew()
+            try:
+                await lease.renew()
+            except LeaseLost:
+                return
 
     def adopt_lease(self, lease: LeaseHandle) -> None:
         lease.names_holder = self._naming

@@ -161,12 +161,13 @@ class Sessions:
         #: :attr:`open_found` (None: no such program ran them whole).
         self.open_reads: Sequence[Operation] = ()
         self.open_found: tuple[OpResult, ...] | None = None
-        #: This process creates or resumes sessions to run an agent turn in
+        #: This process creates or resumes sessions to run agent turns in
         #: them (``mevedel prompt``): where its leases otherwise name it only
         #: while a turn is open (they outlive it), they name it from the
-        #: claim, so that its death before the turn begins is proven too;
-        #: :meth:`detach` ends that for a turn that never came
-        #: (:meth:`OpenSession.no_turn_coming`).
+        #: claim to its end, so that its death is proven at any point until
+        #: then -- before its turn begins, and after its last settlement
+        #: too; :meth:`detach` hands them to its client
+        #: (:meth:`OpenSession.hand_to_client`).
         self.opens_for_turn = False
 
     # Listing ------------------------------------------------------------------
@@ -268,7 +269,7 @@ class Sessions:
         from ..content.turns import Conversation
 
         conversation = Conversation.new(session_id=session_id, workspace_id=workspace_id, at=now, display_name=display_name)
-        session = self._table.new_open(conversation, materialized=False, turn_coming=self.opens_for_turn)
+        session = self._table.new_open(conversation, materialized=False, for_turns=self.opens_for_turn)
         self._table.sessions[session_id] = session
         return self._table.info_of(session)
 
@@ -421,7 +422,7 @@ class Sessions:
         if workspace_id != conversation.sidecar.workspace_id:
             conversation.bind_workspace(workspace_id, at=self._table.time_now())
             _log.info("session %s: bound to this workspace (identity %s) as confirmed", session_id, workspace_id)
-        session = self._table.new_open(conversation, lease=lease, turn_coming=self.opens_for_turn)
+        session = self._table.new_open(conversation, lease=lease, for_turns=self.opens_for_turn)
         if snapshot.head is not None and snapshot.manifest is not None and session.publisher is not None:
             session.publisher.know_committed(snapshot.head, snapshot.manifest)  # the first save plans over it
         self._table.sessions[session_id] = session
@@ -644,9 +645,8 @@ class Sessions:
         """Stop background renewal without releasing anything (a CLI process
         ends; its leases stay until they expire or it reopens them). A
         publication collection still running gets ``collect_seconds`` to
-        finish, then stops after its current step. A lease claimed for a
-        turn that never began stops naming this process (see
-        :attr:`opens_for_turn`)."""
+        finish, then stops after its current step. A lease claimed to run
+        agent turns stops naming this process (see :attr:`opens_for_turn`)."""
         said = await self.input_recorded()
         if said:
             _log.warning("%s", said)
@@ -657,7 +657,7 @@ class Sessions:
                 await session.collector.finish(collect_seconds)
             await session.stop_renewal()
             try:
-                await session.no_turn_coming()
+                await session.hand_to_client()
             except (StoreError, TargetError) as error:
                 # Its head names a process that is about to end: another
                 # client here is offered the session before its expiry.

@@ -219,7 +219,9 @@ class Turns:
         session.conversation.settle(outcome, at=self.table.time_now(), current=current, reason=_reason(reason),
                                     stop_reason=_label(stop_reason, "stop_reason"))
         # The settlement's own generation no longer names a process that
-        # need not outlive it (its turn has ended).
+        # need not outlive it (its turn has ended) -- unless that process
+        # runs the session's turns to its end (``mevedel prompt``), whose
+        # exit hands the lease to its client (OpenSession.hand_to_client).
         session.agent_turn(False)
         result = await session.save(session.conversation.artifacts_for_save())
         self.table.changed(session, "settled")
