@@ -250,7 +250,7 @@ def test_neovim_subagents(nvim: str, workspace: Workspace, tmp_path) -> None:
     assert re.search(r"^4 tests, 0 failed$", output, re.MULTILINE), output
     for name in (
         "subagents: the activity streams nested under the call",
-        "subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call",
+        "subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name; read back, the call shows as live, the inner task in the outer's fold",
         "subagents: a task cancelled with its caller's turn says why under its closed fold",
         "subagents: a failed task says why under its closed fold, live and read back from the server as it showed live, once",
     ):

@@ -154,7 +154,10 @@ wrote."
 (ert-deftest mevedel-lsp-test-subagent-nested-sub-agents-and-an-unknown-call ()
   "A sub-agent's own sub-agent nests inside it under its call, folded
 inside its fold (TAB opens one level); a sub-agent called through no
-reported call shows under its name after the turn's text so far."
+reported call shows under its name after the turn's text so far.  Read
+back from the server the call shows as it did live, the outer task
+folded under it, the inner task inside the outer's fold after its
+recorded conversation."
   (let* ((searcher (mevedel-chat-test--script
                     (vector (vector (list :say "Inner found it.")) (vector (list :say "Inner found it.")))))
          (helper (mevedel-chat-test--script
@@ -171,7 +174,8 @@ reported call shows under its name after the turn's text so far."
                                   (list :mcp_call (list :tool "Agent"
                                                         :arguments (list :name "quiet" :agent "searcher" :prompt "Say little")))
                                   (list :say "All answered.")))))
-         (session (mevedel-chat-test--session "ERT nested sub-agents")))
+         (session (mevedel-chat-test--session "ERT nested sub-agents"))
+         (live nil))
     (mevedel-chat-test--with-settings
       (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper)))
                                     (list "searcher" (append mevedel-chat-test-agent (list searcher))))
@@ -196,6 +200,7 @@ reported call shows under its name after the turn's text so far."
         (should-not (mevedel-subagent-test--shown chat "        Tool Look around"))
         (should-not (mevedel-subagent-test--shown chat "            Agent outer/inner"))
         (should-not (mevedel-subagent-test--shown chat "    Inner found it."))
+        (setq live (mevedel-subagent-test--visible chat))
         ;; TAB on outer: its activity shows, outer/inner stays folded.
         (with-current-buffer chat
           (goto-char (point-min))
@@ -210,7 +215,37 @@ reported call shows under its name after the turn's text so far."
           (search-forward "Agent outer/inner"))
         (mevedel-chat-test--press chat "TAB")
         (should (mevedel-subagent-test--shown chat "                Inner found it."))
-        (should-not (mevedel-subagent-test--shown chat "\n    Inner found it."))))))
+        (should-not (mevedel-subagent-test--shown chat "\n    Inner found it."))
+        ;; Read back from the server in a new chat: the call as it showed
+        ;; live.  (Not quiet's place: the turn records the root's words
+        ;; around it as one response after its task.)
+        (kill-buffer chat)
+        (let* ((again (mevedel-lsp-chat-buffer session (mevedel-test--server)))
+               (text (mevedel-chat-test--text again))
+               (call (lambda (shown)
+                       (and (string-match (concat "^Tool mcp Agent .*\n\\(?:    .*\n\\)*?"
+                                                  (regexp-quote "    Agent outer (helper)  [completed]  (TAB shows or hides it)\n"))
+                                          shown)
+                            (match-string 0 shown)))))
+          (pop-to-buffer again)
+          (mevedel-test--log "chat read again:\n%s" text)
+          (should (funcall call live))
+          (should (equal (funcall call (mevedel-subagent-test--visible again)) (funcall call live)))
+          ;; In outer's fold, after its conversation, outer/inner's task.
+          (should (string-match-p (concat (regexp-quote "\n    Agent outer (helper)  [completed]  (TAB shows or hides it)\n")
+                                          "\\(?:        .*\n\\)*"
+                                          (regexp-quote "        > Delegate further\n")
+                                          "\\(?:        .*\n\\)*"
+                                          (regexp-quote "        Agent outer/inner (searcher)  [completed]  (TAB shows or hides it)\n")
+                                          "\\(?:            .*\n\\)*"
+                                          (regexp-quote "            > Go deeper\n"))
+                                  text))
+          (with-current-buffer again
+            (goto-char (point-min))
+            (search-forward "Agent outer (helper)"))
+          (mevedel-chat-test--press again "TAB")
+          (should (mevedel-subagent-test--shown again "        Agent outer/inner"))
+          (should-not (mevedel-subagent-test--shown again "            > Go deeper")))))))
 
 (ert-deftest mevedel-lsp-test-subagent-interrupted-says-why ()
   "C-c C-c while the helper works cancels the parent's turn and the

@@ -192,7 +192,16 @@ test('subagents: the activity streams nested under the call, folds once settled 
   end)
 end)
 
-test("subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name", function()
+-- The part of the text SHOWN from the root's Agent call to the heading of
+-- the task outer under it, or nil.
+local function outer_call(shown)
+  local from = shown:find('\n[tool] mcp Agent: ', 1, true)
+  local heading = '\n    [agent] outer (helper): completed, N lines (zo shows, zc hides)\n'
+  local to = from and shown:find(heading, from, true)
+  return to and shown:sub(from, to + #heading - 1)
+end
+
+test("subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name; read back, the call shows as live, the inner task in the outer's fold", function()
   local session = new_session('Nvim nested sub-agents')
   configure({
     scripted = agent({ {
@@ -228,6 +237,8 @@ test("subagents: a sub-agent's own sub-agent nests under its call, folded inside
   local quiet = line_of(bufnr, '^%[agent%] quiet')
   expect(closed_at(session, inner) == outer and closed_at(session, inner + 1) == outer, 'outer/inner is not folded in outer')
   expect(closed_at(session, quiet) == quiet and closed_at(session, quiet + 1) == quiet, 'quiet is not folded')
+  local live = as_shown(bufnr)
+  expect(outer_call(live), 'no outer under the call: %s', live)
   -- zo on outer: its activity shows, outer/inner stays folded; zo on it.
   cursor_on(session, '^    %[agent%] outer ')
   press('zo')
@@ -236,6 +247,32 @@ test("subagents: a sub-agent's own sub-agent nests under its call, folded inside
   cursor_on(session, '%[agent%] outer/inner')
   press('zo')
   expect(closed_at(session, inner + 1) == -1, 'zo did not open outer/inner')
+
+  -- Read back from the server by a chat that did not watch the turn: the
+  -- call as it showed live. (Not quiet's place: the turn records the
+  -- root's words around it as one response after its task.)
+  reading_afresh(function(fresh)
+    bufnr = fresh.open(session, 'current')
+    text = buffer_text(bufnr)
+    out('chat read again:\n' .. text)
+    local again = as_shown(bufnr)
+    expect(outer_call(again) == outer_call(live), 'read back, the call shows otherwise:\n%s', again)
+    -- In outer's fold, after its conversation, outer/inner's task, folded.
+    local at = {
+      text:find('\n    [agent] outer (helper): completed, ', 1, true),
+      text:find('\n        > Delegate further\n', 1, true),
+      text:find('\n        [agent] outer/inner (searcher): completed, ', 1, true),
+      text:find('\n            > Go deeper\n', 1, true),
+    }
+    expect(at[1] and at[2] and at[3] and at[4] and at[1] < at[2] and at[2] < at[3] and at[3] < at[4],
+      'outer/inner is not in outer after its conversation: %s', text)
+    outer = line_of(bufnr, '^    %[agent%] outer ')
+    inner = line_of(bufnr, '%[agent%] outer/inner')
+    expect(vim.fn.foldclosed(inner) == outer, 'outer/inner is not folded in outer')
+    vim.api.nvim_win_set_cursor(0, { outer, 0 })
+    press('zo')
+    expect(vim.fn.foldclosed(inner) == inner, 'outer/inner opened with outer')
+  end)
 end)
 
 test("subagents: a task cancelled with its caller's turn says why under its closed fold", function()
