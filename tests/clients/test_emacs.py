@@ -162,7 +162,8 @@ def test_emacs_subagents(emacs: str, workspace: Workspace) -> None:
     Rewind impact names it; a
     sub-agent's own sub-agent nests inside it, one called through no
     reported call shows under its name after the turn's text; a task
-    cancelled with its caller's turn says why under its folded heading; a
+    cancelled with its caller's turn says why under its folded heading
+    (read back as live); a
     failed task says why under its heading, live and read back (once,
     read back as live)."""
     output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-subagent-", "mevedel-lsp-subagent-test.el")

@@ -251,7 +251,7 @@ recorded conversation."
   "C-c C-c while the helper works cancels the parent's turn and the
 helper's task with it: the helper's folded block says why under its
 heading, in the sentence the turn's own reason uses, shown while its
-activity stays folded."
+activity stays folded; read back, as it showed live."
   (let* ((helper (mevedel-chat-test--script
                   (vector (vector (list :say "Started. ") (list :wait_cancel 60) (list :say "never said either")))))
          (parent (mevedel-chat-test--script
@@ -276,7 +276,19 @@ activity stays folded."
           (should (string-search "Interrupted: cancelled by the user." text))
           (should-not (string-search "never said" text)))
         (should (mevedel-subagent-test--shown chat "        Interrupted: cancelled with its caller's turn."))
-        (should-not (mevedel-subagent-test--shown chat "        Started."))))))
+        (should-not (mevedel-subagent-test--shown chat "        Started."))
+        ;; Read back from the server in a new chat: as it showed live, why
+        ;; said as often.
+        (let ((live (mevedel-subagent-test--visible chat))
+              (text (mevedel-chat-test--text chat))
+              (why "cancelled with its caller's turn"))
+          (kill-buffer chat)
+          (let* ((again (mevedel-lsp-chat-buffer session (mevedel-test--server)))
+                 (read (mevedel-chat-test--text again)))
+            (pop-to-buffer again)
+            (mevedel-test--log "chat read again:\n%s" read)
+            (should (equal (mevedel-subagent-test--visible again) live))
+            (should (= (mevedel-subagent-test--count read why) (mevedel-subagent-test--count text why)))))))))
 
 (defun mevedel-subagent-test--said-under (buffer heading sentence)
   "Non-nil when BUFFER shows SENTENCE on the line after the fold under

@@ -275,7 +275,7 @@ test("subagents: a sub-agent's own sub-agent nests under its call, folded inside
   end)
 end)
 
-test("subagents: a task cancelled with its caller's turn says why under its closed fold", function()
+test("subagents: a task cancelled with its caller's turn says why under its closed fold, read back as live", function()
   local session = new_session('Nvim interrupted sub-agent')
   configure({
     scripted = agent({ {
@@ -303,6 +303,18 @@ test("subagents: a task cancelled with its caller's turn says why under its clos
   local heading = line_of(bufnr, '%[agent%] slow')
   expect(closed_at(session, heading) == heading, 'the settled activity is not folded')
   expect(closed_at(session, line_of(bufnr, "^        Interrupted: cancelled with its caller's turn")) == -1, 'the reason is folded away')
+
+  -- Read back by a chat that did not watch the turn: as it showed live,
+  -- why said as often.
+  local live, why = as_shown(bufnr), "cancelled with its caller's turn"
+  reading_afresh(function(fresh)
+    local again_bufnr = fresh.open(session, 'current')
+    local again_text = buffer_text(again_bufnr)
+    out('chat read again:\n' .. again_text)
+    local again = as_shown(again_bufnr)
+    expect(again == live, 'read back, the turn shows otherwise:\n%s', again)
+    expect(count(again_text, why) == count(text, why), 'why is said %d times, live %d: %s', count(again_text, why), count(text, why), again_text)
+  end)
 end)
 
 test('subagents: a failed task says why under its closed fold, live and read back from the server as it showed live, once', function()
