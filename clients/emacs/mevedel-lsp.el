@@ -2086,8 +2086,7 @@ permission, Cancel a takeover, Keep a session another client asks for."
   kind call-id
   ;; response/reasoning/plan/mail: the text; tool_call: (:title :toolKind
   ;; :status :output :diffs :arguments); permission: (:text :decision
-  ;; :allowed); agent: (:path :label :phase :outcome :reason :error :task
-  ;; :output)
+  ;; :allowed); agent: (:path :label :phase :outcome :reason :error)
   data
   ;; reasoning: shown; agent: `open' or `closed' as toggled, else nil
   ;; (shown while it runs, folded once settled)
@@ -2388,15 +2387,10 @@ and no markers: its host block is drawn again whole."
 
 (defun mevedel-lsp-chat--insert-agent-body (turn agent prefix)
   "Insert what the sub-agent AGENT of TURN did, each line after PREFIX:
-its task, its recorded conversation or its blocks, its error; a fold."
+its blocks and its error, a fold."
   (let ((start (point))
         (data (mevedel-lsp-chat--block-data agent))
         (properties (mevedel-lsp-chat--properties turn agent)))
-    (when-let ((task (plist-get data :task)))
-      (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--indent (concat "Task: " task) prefix)) properties)))
-    (when-let ((output (plist-get data :output)))
-      (unless (string-empty-p output)
-        (insert (apply #'propertize (concat "\n" (mevedel-lsp-chat--indent output prefix)) properties))))
     (dolist (block (mevedel-lsp-chat--block-nested agent))
       (insert (apply #'propertize "\n" properties))
       (mevedel-lsp-chat--insert-block turn block prefix))
@@ -2989,7 +2983,9 @@ prompt) and the session remembers it; one the agent refuses is said."
                 :reason (and (equal (plist-get summary :state) "interrupted") (plist-get summary :reason))
                 :error (and (plist-get summary :reason) (not (equal (plist-get summary :state) "interrupted"))
                             (list :message (plist-get summary :reason)))))
-         (blocks nil))
+         (blocks nil)
+         ;; Sub-agents' own sub-agents' tasks, waiting for their caller's.
+         (waiting nil))
     (seq-doseq (item (plist-get shown :items))
       (let ((kind (intern (plist-get item :kind))))
         (pcase kind
@@ -3019,23 +3015,65 @@ prompt) and the session remembers it; one the agent refuses is said."
                   :kind 'mail :data (format "from %s: %s" (or (plist-get item :sender) "?") (or (plist-get item :text) "")))
                  blocks))
           ('agent_task
-           ;; A sub-agent's settled task, where it was recorded (after the
-           ;; call that asked for it), folded.
-           (let ((name (or (plist-get item :name) "?")))
-             (push (mevedel-lsp-chat--make-block
-                    :kind 'agent
-                    :data (list :path name :phase "settled"
-                                :label (if-let ((sender (plist-get item :sender))) (format "%s (%s)" name sender) name)
-                                ;; How it ended and why, said as its settled update was
-                                ;; (a server that sends no outcome says only whether it failed).
-                                :outcome (or (plist-get item :outcome)
-                                             (if (eq (plist-get item :isError) t) "did not complete" "completed"))
-                                :reason (plist-get item :reason)
-                                :task (plist-get item :text) :output (plist-get item :output)))
-                   blocks)))
+           ;; A sub-agent's task, recorded when it settled (before its
+           ;; caller's answer), shown as the live chat shows it settled:
+           ;; under the call that asked for it (the record names none:
+           ;; the newest Agent call still without its answer), its own
+           ;; sub-agents' tasks (recorded before it) after its activity;
+           ;; with no such call, where it was recorded.
+           (let* ((agent (mevedel-lsp-chat--task-block item))
+                  (path (plist-get (mevedel-lsp-chat--block-data agent) :path))
+                  (own (seq-filter (lambda (w) (equal (mevedel-lsp-chat--parent-path w) path)) waiting))
+                  (call (seq-find (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
+                                                   (equal (plist-get (mevedel-lsp-chat--block-data b) :status) "pending")
+                                                   (mevedel-lsp-chat--names-agent-tool-p
+                                                    (plist-get (mevedel-lsp-chat--block-data b) :title))))
+                                  blocks)))
+             (setf (mevedel-lsp-chat--block-nested agent) (append (mevedel-lsp-chat--block-nested agent) own))
+             (setq waiting (seq-difference waiting own #'eq))
+             (cond ((mevedel-lsp-chat--parent-path agent) (setq waiting (append waiting (list agent))))
+                   (call (setf (mevedel-lsp-chat--block-nested call)
+                               (append (mevedel-lsp-chat--block-nested call) (list agent))))
+                   (t (push agent blocks)))))
           (_ (push (mevedel-lsp-chat--make-block :kind kind :data (or (plist-get item :text) "")) blocks)))))
-    (setf (mevedel-lsp-chat--turn-blocks turn) (nreverse blocks))
+    ;; A task whose caller's task is not in the turn: where the turn ends.
+    (setf (mevedel-lsp-chat--turn-blocks turn) (append (nreverse blocks) waiting))
     turn))
+
+(defun mevedel-lsp-chat--names-agent-tool-p (title)
+  "Whether a tool call's TITLE names the `Agent' tool (`Agent',
+`mcp__mevedel__Agent', `mcp Agent'...)."
+  (and title (member "Agent" (split-string title "[^A-Za-z0-9]+" t)) t))
+
+(defun mevedel-lsp-chat--parent-path (agent)
+  "The path of the sub-agent whose own sub-agent AGENT is, or nil."
+  (let ((path (plist-get (mevedel-lsp-chat--block-data agent) :path)))
+    (and (string-match "\\`\\(.*\\)/[^/]+\\'" path) (match-string 1 path))))
+
+(defun mevedel-lsp-chat--task-block (item)
+  "The agent block of ITEM, a settled task recorded in a turn (a
+`mevedel/turn/show' agent_task item): what the live chat holds once the
+task settled, its conversation from the record as its activity."
+  (let* ((name (or (plist-get item :name) "?"))
+         (outcome (plist-get item :outcome))
+         (output (or (plist-get item :output) "")))
+    ;; The record's rendering ends a task that did not complete with a
+    ;; line saying how and why (`*Task 1 errored: REASON*'); the block
+    ;; says that after its fold, as a live task's does: once.
+    (when (and outcome (not (equal outcome "completed"))
+               (string-match (format "\\(?:\n\n\\|\\`\\)\\*Task [0-9]+ %s\\(?:: [^\n]*\\)?\\*\\'" (regexp-quote outcome))
+                             output))
+      (setq output (substring output 0 (match-beginning 0))))
+    (mevedel-lsp-chat--make-block
+     :kind 'agent
+     :data (list :path name :phase "settled"
+                 :label (if-let ((sender (plist-get item :sender))) (format "%s (%s)" name sender) name)
+                 ;; How it ended and why, said as its settled update was
+                 ;; (a server that sends no outcome says only whether it failed).
+                 :outcome (or outcome (if (eq (plist-get item :isError) t) "did not complete" "completed"))
+                 :reason (plist-get item :reason))
+     :nested (unless (string-empty-p output)
+               (list (mevedel-lsp-chat--make-block :kind 'response :data output))))))
 
 (defun mevedel-lsp-chat-refresh ()
   "Read the session's turns again and draw the chat."

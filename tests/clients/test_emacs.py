@@ -158,11 +158,14 @@ def test_emacs_subagents(emacs: str, workspace: Workspace) -> None:
     """A sub-agent's activity (the parent's Agent call running a second
     scripted agent) streams nested under the call, folds once it settled
     (TAB shows it) while the root's turn goes on, reads back from the
-    server as the turn's task, and the Rewind impact names it; a
+    server as it showed live (the task folded under its call), and the
+    Rewind impact names it; a
     sub-agent's own sub-agent nests inside it, one called through no
     reported call shows under its name after the turn's text; a task
-    cancelled with its caller's turn says why under its folded heading; a
-    failed task says why under its heading, live and read back."""
+    cancelled with its caller's turn says why under its folded heading
+    (read back as live); a
+    failed task says why under its heading, live and read back (once,
+    read back as live)."""
     output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-subagent-", "mevedel-lsp-subagent-test.el")
     assert re.search(r"Ran 4 tests, 4 results as expected, 0 unexpected", output), output
     for name in ("activity-nests-under-its-call-and-folds", "nested-sub-agents-and-an-unknown-call", "interrupted-says-why",

@@ -239,18 +239,21 @@ def test_neovim_subagents(nvim: str, workspace: Workspace, tmp_path) -> None:
     """A sub-agent's activity (the parent's Agent call running a second
     scripted agent) streams nested under the call, folds once it settled
     (zo shows it) while the root's turn goes on, reads back from the
-    server as the turn's task, and the Rewind impact names it; a
+    server as it showed live (the task folded under its call), and the
+    Rewind impact names it; a
     sub-agent's own sub-agent nests inside it, one called through no
     reported call shows under its name after the turn's text; a task
-    cancelled with its caller's turn says why under its closed fold; a
-    failed task says why under its closed fold, live and read back."""
+    cancelled with its caller's turn says why under its closed fold (read
+    back as live); a
+    failed task says why under its closed fold, live and read back (once,
+    read back as live)."""
     output = _run_with_agent(nvim, SUBAGENT_SCRIPT, workspace, tmp_path)
     assert re.search(r"^4 tests, 0 failed$", output, re.MULTILINE), output
     for name in (
         "subagents: the activity streams nested under the call",
-        "subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call",
-        "subagents: a task cancelled with its caller's turn says why under its closed fold",
-        "subagents: a failed task says why under its closed fold, live and read back from the server in the same words",
+        "subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name; read back, the call shows as live, the inner task in the outer's fold",
+        "subagents: a task cancelled with its caller's turn says why under its closed fold, read back as live",
+        "subagents: a failed task says why under its closed fold, live and read back from the server as it showed live, once",
     ):
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
 

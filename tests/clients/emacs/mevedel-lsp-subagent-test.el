@@ -25,13 +25,32 @@
       (goto-char (point-min))
       (and (search-forward text nil t) (not (invisible-p (match-beginning 0)))))))
 
+(defun mevedel-subagent-test--visible (buffer)
+  "BUFFER's text as it shows: without its invisible (folded) text."
+  (with-current-buffer buffer
+    (let ((pos (point-min)) (parts nil))
+      (while (< pos (point-max))
+        (let ((next (next-single-char-property-change pos 'invisible nil (point-max))))
+          (unless (invisible-p pos)
+            (push (buffer-substring-no-properties pos next) parts))
+          (setq pos next)))
+      (apply #'concat (nreverse parts)))))
+
+(defun mevedel-subagent-test--count (text needle)
+  "How many times TEXT holds NEEDLE."
+  (let ((count 0) (at 0))
+    (while (setq at (string-search needle text at))
+      (setq count (1+ count) at (+ at (length needle))))
+    count))
+
 (ert-deftest mevedel-lsp-test-subagent-activity-nests-under-its-call-and-folds ()
   "The parent's Agent call runs the helper: its reasoning, words and tool
 call stream indented under the call while it runs; once it settles they
 fold under a heading naming it (TAB shows them, TAB hides them) and the
-root turn goes on streaming; read back from the server the task shows
-folded under the turn; the Rewind impact names the sub-agent beside the
-file it wrote."
+root turn goes on streaming; read back from the server the turn shows as
+it did live, the task folded under its call (its recorded conversation
+in the fold); the Rewind impact names the sub-agent beside the file it
+wrote."
   (mevedel-chat-test--write "notes.txt" "original notes\n")
   (let* ((child-release (expand-file-name (make-temp-name "mevedel-child-") temporary-file-directory))
          (root-release (expand-file-name (make-temp-name "mevedel-root-") temporary-file-directory))
@@ -101,37 +120,44 @@ file it wrote."
           (should (string-search "── Turn 1 · scripted · completed ──" text))
           (should (string-search "All done." text)))
         (should (equal (mevedel-chat-test--file "notes.txt") "reviewed notes\n"))
-        ;; Read back from the server in a new chat: the task, folded.
-        (kill-buffer chat)
-        (let ((again (mevedel-lsp-chat-buffer session (mevedel-test--server))))
-          (pop-to-buffer again)
-          (let ((text (mevedel-chat-test--text again)))
-            (mevedel-test--log "chat read again:\n%s" text)
-            (should (string-search "Agent reviewer (helper)  [completed]  (TAB shows or hides it)" text))
-            (should (string-search "    Task: Review the notes" text)))
-          (should-not (mevedel-subagent-test--shown again "Task: Review the notes"))
-          (with-current-buffer again
-            (goto-char (point-min))
-            (search-forward "Agent reviewer (helper)"))
-          (mevedel-chat-test--press again "TAB")
-          (should (mevedel-subagent-test--shown again "Task: Review the notes"))
-          (should (mevedel-subagent-test--shown again "Reviewing."))
-          ;; Rewind to before the turn, declined: the impact names the
-          ;; sub-agent beside the file it wrote.
-          (with-current-buffer again
-            (goto-char (point-min))
-            (search-forward "── Turn 1"))
-          (should (null (mevedel-test--answering nil '("^Before the prompt of turn 1")
-                          (mevedel-chat-test--press again "w"))))
-          (let ((impact (mevedel-test--impact)))
-            (mevedel-test--log "impact:\n%s" impact)
-            (should (string-match-p "^  notes\\.txt (pre-turn of turn 1: 15 bytes), changed by sub-agent reviewer$" impact)))
-          (should (equal (mevedel-chat-test--file "notes.txt") "reviewed notes\n")))))))
+        ;; Read back from the server in a new chat: the turn as it showed
+        ;; live, the task folded under its call; in the fold, its
+        ;; conversation as the record keeps it.
+        (let ((live (mevedel-subagent-test--visible chat)))
+          (mevedel-test--log "chat live, as it shows:\n%s" live)
+          (kill-buffer chat)
+          (let ((again (mevedel-lsp-chat-buffer session (mevedel-test--server))))
+            (pop-to-buffer again)
+            (let ((text (mevedel-chat-test--text again)))
+              (mevedel-test--log "chat read again:\n%s" text)
+              (should (equal (mevedel-subagent-test--visible again) live))
+              (should (string-search "\n        > Review the notes\n" text)))
+            (should-not (mevedel-subagent-test--shown again "> Review the notes"))
+            (with-current-buffer again
+              (goto-char (point-min))
+              (search-forward "Agent reviewer (helper)"))
+            (mevedel-chat-test--press again "TAB")
+            (should (mevedel-subagent-test--shown again "> Review the notes"))
+            (should (mevedel-subagent-test--shown again "Reviewing."))
+            ;; Rewind to before the turn, declined: the impact names the
+            ;; sub-agent beside the file it wrote.
+            (with-current-buffer again
+              (goto-char (point-min))
+              (search-forward "── Turn 1"))
+            (should (null (mevedel-test--answering nil '("^Before the prompt of turn 1")
+                            (mevedel-chat-test--press again "w"))))
+            (let ((impact (mevedel-test--impact)))
+              (mevedel-test--log "impact:\n%s" impact)
+              (should (string-match-p "^  notes\\.txt (pre-turn of turn 1: 15 bytes), changed by sub-agent reviewer$" impact)))
+            (should (equal (mevedel-chat-test--file "notes.txt") "reviewed notes\n"))))))))
 
 (ert-deftest mevedel-lsp-test-subagent-nested-sub-agents-and-an-unknown-call ()
   "A sub-agent's own sub-agent nests inside it under its call, folded
 inside its fold (TAB opens one level); a sub-agent called through no
-reported call shows under its name after the turn's text so far."
+reported call shows under its name after the turn's text so far.  Read
+back from the server the call shows as it did live, the outer task
+folded under it, the inner task inside the outer's fold after its
+recorded conversation."
   (let* ((searcher (mevedel-chat-test--script
                     (vector (vector (list :say "Inner found it.")) (vector (list :say "Inner found it.")))))
          (helper (mevedel-chat-test--script
@@ -148,7 +174,8 @@ reported call shows under its name after the turn's text so far."
                                   (list :mcp_call (list :tool "Agent"
                                                         :arguments (list :name "quiet" :agent "searcher" :prompt "Say little")))
                                   (list :say "All answered.")))))
-         (session (mevedel-chat-test--session "ERT nested sub-agents")))
+         (session (mevedel-chat-test--session "ERT nested sub-agents"))
+         (live nil))
     (mevedel-chat-test--with-settings
       (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper)))
                                     (list "searcher" (append mevedel-chat-test-agent (list searcher))))
@@ -173,6 +200,7 @@ reported call shows under its name after the turn's text so far."
         (should-not (mevedel-subagent-test--shown chat "        Tool Look around"))
         (should-not (mevedel-subagent-test--shown chat "            Agent outer/inner"))
         (should-not (mevedel-subagent-test--shown chat "    Inner found it."))
+        (setq live (mevedel-subagent-test--visible chat))
         ;; TAB on outer: its activity shows, outer/inner stays folded.
         (with-current-buffer chat
           (goto-char (point-min))
@@ -187,13 +215,43 @@ reported call shows under its name after the turn's text so far."
           (search-forward "Agent outer/inner"))
         (mevedel-chat-test--press chat "TAB")
         (should (mevedel-subagent-test--shown chat "                Inner found it."))
-        (should-not (mevedel-subagent-test--shown chat "\n    Inner found it."))))))
+        (should-not (mevedel-subagent-test--shown chat "\n    Inner found it."))
+        ;; Read back from the server in a new chat: the call as it showed
+        ;; live.  (Not quiet's place: the turn records the root's words
+        ;; around it as one response after its task.)
+        (kill-buffer chat)
+        (let* ((again (mevedel-lsp-chat-buffer session (mevedel-test--server)))
+               (text (mevedel-chat-test--text again))
+               (call (lambda (shown)
+                       (and (string-match (concat "^Tool mcp Agent .*\n\\(?:    .*\n\\)*?"
+                                                  (regexp-quote "    Agent outer (helper)  [completed]  (TAB shows or hides it)\n"))
+                                          shown)
+                            (match-string 0 shown)))))
+          (pop-to-buffer again)
+          (mevedel-test--log "chat read again:\n%s" text)
+          (should (funcall call live))
+          (should (equal (funcall call (mevedel-subagent-test--visible again)) (funcall call live)))
+          ;; In outer's fold, after its conversation, outer/inner's task.
+          (should (string-match-p (concat (regexp-quote "\n    Agent outer (helper)  [completed]  (TAB shows or hides it)\n")
+                                          "\\(?:        .*\n\\)*"
+                                          (regexp-quote "        > Delegate further\n")
+                                          "\\(?:        .*\n\\)*"
+                                          (regexp-quote "        Agent outer/inner (searcher)  [completed]  (TAB shows or hides it)\n")
+                                          "\\(?:            .*\n\\)*"
+                                          (regexp-quote "            > Go deeper\n"))
+                                  text))
+          (with-current-buffer again
+            (goto-char (point-min))
+            (search-forward "Agent outer (helper)"))
+          (mevedel-chat-test--press again "TAB")
+          (should (mevedel-subagent-test--shown again "        Agent outer/inner"))
+          (should-not (mevedel-subagent-test--shown again "            > Go deeper")))))))
 
 (ert-deftest mevedel-lsp-test-subagent-interrupted-says-why ()
   "C-c C-c while the helper works cancels the parent's turn and the
 helper's task with it: the helper's folded block says why under its
 heading, in the sentence the turn's own reason uses, shown while its
-activity stays folded."
+activity stays folded; read back, as it showed live."
   (let* ((helper (mevedel-chat-test--script
                   (vector (vector (list :say "Started. ") (list :wait_cancel 60) (list :say "never said either")))))
          (parent (mevedel-chat-test--script
@@ -218,7 +276,19 @@ activity stays folded."
           (should (string-search "Interrupted: cancelled by the user." text))
           (should-not (string-search "never said" text)))
         (should (mevedel-subagent-test--shown chat "        Interrupted: cancelled with its caller's turn."))
-        (should-not (mevedel-subagent-test--shown chat "        Started."))))))
+        (should-not (mevedel-subagent-test--shown chat "        Started."))
+        ;; Read back from the server in a new chat: as it showed live, why
+        ;; said as often.
+        (let ((live (mevedel-subagent-test--visible chat))
+              (text (mevedel-chat-test--text chat))
+              (why "cancelled with its caller's turn"))
+          (kill-buffer chat)
+          (let* ((again (mevedel-lsp-chat-buffer session (mevedel-test--server)))
+                 (read (mevedel-chat-test--text again)))
+            (pop-to-buffer again)
+            (mevedel-test--log "chat read again:\n%s" read)
+            (should (equal (mevedel-subagent-test--visible again) live))
+            (should (= (mevedel-subagent-test--count read why) (mevedel-subagent-test--count text why)))))))))
 
 (defun mevedel-subagent-test--said-under (buffer heading sentence)
   "Non-nil when BUFFER shows SENTENCE on the line after the fold under
@@ -233,7 +303,8 @@ HEADING's line, while the fold stays closed."
 (ert-deftest mevedel-lsp-test-subagent-failed-task-read-back-says-why ()
   "The helper's prompt fails: its folded task says why under its heading
 while the root turn goes on; read back from the server in a new chat, the
-task says so again, in the same words, its activity still folded."
+turn shows as it did live: the task under its call, folded, why it failed
+said once (not again at the end of its recorded conversation)."
   (let* ((helper (mevedel-chat-test--script
                   (vector (vector (list :say "Trying. ")
                                   (list :error (list :code -32603 :message "the model is overloaded"))))))
@@ -242,32 +313,45 @@ task says so again, in the same words, its activity still folded."
                                                         :arguments (list :name "broken" :agent "helper" :prompt "Try this")))
                                   (list :say "Carried on.")))))
          (session (mevedel-chat-test--session "ERT failed sub-agent"))
-         ;; Its heading, its folded activity, then why (read back it
-         ;; follows the call instead of nesting under it, so any indent).
-         (said (concat (regexp-quote "Agent broken (helper)  [errored]  (TAB shows or hides it)\n")
-                       "\\(?: +.*\n\\)*"
-                       " +" (regexp-quote "Error: failed the prompt: the model is overloaded\n"))))
+         (why "failed the prompt: the model is overloaded")
+         ;; Under its call: its heading, its folded activity, then why.
+         (said (concat (regexp-quote "Tool mcp Agent  [failed]\n")
+                       "\\(?:    .*\n\\)*"
+                       (regexp-quote (concat "    Agent broken (helper)  [errored]  (TAB shows or hides it)\n"))
+                       "\\(?:        .*\n\\)*"
+                       (regexp-quote (concat "        Error: " why "\n")))))
     (mevedel-chat-test--with-settings
       (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper))))
       (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "Delegate to a failing helper" :session session)))
         (pop-to-buffer chat)
         (mevedel-chat-test--wait-idle chat "the turn to settle")
-        (let ((text (mevedel-chat-test--text chat)))
+        (let ((text (mevedel-chat-test--text chat))
+              (live (mevedel-subagent-test--visible chat)))
           (mevedel-test--log "chat live:\n%s" text)
           (should (string-search "Carried on." text))
-          (should (string-match-p said text)))
-        (should (mevedel-subagent-test--said-under chat "Agent broken (helper)" "Error: failed the prompt"))
-        (should-not (mevedel-subagent-test--shown chat "        Trying."))
-        ;; Read back from the server in a new chat, as after a restart.
-        (kill-buffer chat)
-        (let ((again (mevedel-lsp-chat-buffer session (mevedel-test--server))))
-          (pop-to-buffer again)
-          (let ((text (mevedel-chat-test--text again)))
-            (mevedel-test--log "chat read again:\n%s" text)
-            (should (string-match-p said text))
-            (should-not (string-search "did not complete" text)))
-          (should (mevedel-subagent-test--said-under again "Agent broken (helper)" "Error: failed the prompt"))
-          (should-not (mevedel-subagent-test--shown again "Task: Try this")))))))
+          (should (string-match-p said text))
+          (should (mevedel-subagent-test--said-under chat "Agent broken (helper)" "Error: failed the prompt"))
+          (should-not (mevedel-subagent-test--shown chat "        Trying."))
+          ;; Read back from the server in a new chat, as after a restart.
+          (kill-buffer chat)
+          (let* ((again (mevedel-lsp-chat-buffer session (mevedel-test--server)))
+                 (read (mevedel-chat-test--text again)))
+            (pop-to-buffer again)
+            (mevedel-test--log "chat read again:\n%s" read)
+            (should (equal (mevedel-subagent-test--visible again) live))
+            (should (string-match-p said read))
+            (should-not (string-search "did not complete" read))
+            ;; Unfolded, the reason is said as often as live (once for the
+            ;; task; the call's answer and the root's words say it too).
+            (should (= (mevedel-subagent-test--count read why) (mevedel-subagent-test--count text why)))
+            (should (mevedel-subagent-test--said-under again "Agent broken (helper)" "Error: failed the prompt"))
+            (should-not (mevedel-subagent-test--shown again "> Try this"))
+            (with-current-buffer again
+              (goto-char (point-min))
+              (search-forward "Agent broken (helper)"))
+            (mevedel-chat-test--press again "TAB")
+            (should (mevedel-subagent-test--shown again "        > Try this"))
+            (should (mevedel-subagent-test--shown again "        Trying."))))))))
 
 (provide 'mevedel-lsp-subagent-test)
 ;;; mevedel-lsp-subagent-test.el ends here

@@ -22,7 +22,63 @@ local function closed_at(session, row)
   end)
 end
 
-test('subagents: the activity streams nested under the call, folds once settled (zo shows it) while the root goes on; read back as the task; the rewind impact names it', function()
+-- The text of buffer BUFNR as its window shows it: a closed fold as its
+-- first line, a sub-agent's heading counting its fold's lines as `N lines`
+-- once checked (read back, the fold holds the task's recorded
+-- conversation, not the live activity).
+local function as_shown(bufnr)
+  return vim.api.nvim_win_call(vim.fn.bufwinid(bufnr), function()
+    local shown, row, last = {}, 1, vim.api.nvim_buf_line_count(bufnr)
+    while row <= last do
+      local line = vim.fn.getline(row)
+      local fold_end = vim.fn.foldclosedend(row)
+      if fold_end ~= -1 then
+        local count = line:match(', (%d+) lines? %(zo shows')
+        expect(not count or tonumber(count) == fold_end - row, 'the heading does not count its fold (%d lines): %s', fold_end - row, line)
+        line = line:gsub(', %d+ lines? %(zo shows', ', N lines (zo shows')
+        row = fold_end + 1
+      else
+        row = row + 1
+      end
+      table.insert(shown, line)
+    end
+    return table.concat(shown, '\n')
+  end)
+end
+
+-- Runs READ(fresh) with FRESH a chat module that did not watch the turns
+-- (as in a Neovim started afresh), then gives the other tests back the
+-- chat that watched, whether READ failed or not.
+local function reading_afresh(read)
+  local watched = {
+    chat = package.loaded['mevedel.chat'],
+    nested = package.loaded['mevedel.nested'],
+    foldexpr = _G.mevedel_chat_foldexpr,
+    foldtext = _G.mevedel_chat_foldtext,
+  }
+  package.loaded['mevedel.chat'] = nil
+  package.loaded['mevedel.nested'] = nil
+  local ok, err = pcall(read, require('mevedel.chat'))
+  package.loaded['mevedel.chat'], package.loaded['mevedel.nested'] = watched.chat, watched.nested
+  _G.mevedel_chat_foldexpr, _G.mevedel_chat_foldtext = watched.foldexpr, watched.foldtext
+  if not ok then
+    error(err, 0)
+  end
+end
+
+-- How many times TEXT holds NEEDLE.
+local function count(text, needle)
+  local n, at = 0, 1
+  while true do
+    local found = text:find(needle, at, true)
+    if not found then
+      return n
+    end
+    n, at = n + 1, found + #needle
+  end
+end
+
+test('subagents: the activity streams nested under the call, folds once settled (zo shows it) while the root goes on; read back as it showed live; the rewind impact names it', function()
   local session = new_session('Nvim sub-agent')
   write_file(root .. '/notes.txt', 'original notes\n')
   local child_release = scratch .. '/child-release'
@@ -100,49 +156,52 @@ test('subagents: the activity streams nested under the call, folds once settled 
   expect(read_file(root .. '/notes.txt') == 'reviewed notes\n', 'the helper did not write')
 
   -- A chat that did not watch the turn (Neovim started afresh) reads it
-  -- from the server: the task, folded under the turn.
-  local watched = {
-    chat = package.loaded['mevedel.chat'],
-    nested = package.loaded['mevedel.nested'],
-    foldexpr = _G.mevedel_chat_foldexpr,
-    foldtext = _G.mevedel_chat_foldtext,
-  }
-  package.loaded['mevedel.chat'] = nil
-  package.loaded['mevedel.nested'] = nil
-  local fresh = require('mevedel.chat')
-  bufnr = fresh.open(session, 'current')
-  text = buffer_text(bufnr)
-  out('chat read again:\n' .. text)
-  expect(text:find('[agent] reviewer (helper): completed, ', 1, true), 'no task: %s', text)
-  expect(text:find('\n    Task: Review the notes\n', 1, true), 'no task text: %s', text)
-  expect(text:find('Reviewing.', 1, true), "no conversation: %s", text)
-  heading = line_of(bufnr, '%[agent%] reviewer')
-  expect(vim.fn.foldclosed(heading) == heading, 'the task is not folded')
-  vim.api.nvim_win_set_cursor(0, { heading, 0 })
-  press('zo')
-  expect(vim.fn.foldclosed(line_of(bufnr, 'Task: Review the notes')) == -1, 'zo did not show the task')
+  -- from the server: as it showed live, the task folded under its call;
+  -- in the fold, its conversation as the record keeps it.
+  local live = as_shown(bufnr)
+  out('chat live, as it shows:\n' .. live)
+  reading_afresh(function(fresh)
+    bufnr = fresh.open(session, 'current')
+    text = buffer_text(bufnr)
+    out('chat read again:\n' .. text)
+    local again = as_shown(bufnr)
+    expect(again == live, 'read back, the turn shows otherwise:\n%s', again)
+    expect(text:find('\n        > Review the notes\n', 1, true), 'no task text: %s', text)
+    expect(text:find('\n        Reviewing. \n', 1, true), "no conversation: %s", text)
+    heading = line_of(bufnr, '%[agent%] reviewer')
+    expect(vim.fn.foldclosed(heading) == heading, 'the task is not folded')
+    vim.api.nvim_win_set_cursor(0, { heading, 0 })
+    press('zo')
+    expect(vim.fn.foldclosed(line_of(bufnr, '> Review the notes')) == -1, 'zo did not show the task')
 
-  -- Rewind to before the turn, cancelled: the impact names the sub-agent
-  -- beside the file it wrote.
-  local impact_shown
-  answering({
-    ['mevedel.boundary'] = '^Before the prompt of turn 1',
-    ['mevedel.confirm'] = function(_, _, on_choice)
-      impact_shown = buffer_text(vim.fn.bufnr(lifecycle.impact_buffer_name))
-      on_choice(nil)
-    end,
-  })
-  vim.api.nvim_win_set_cursor(0, { line_of(bufnr, '^## Turn 1 '), 0 })
-  fresh.rewind_here()
-  out('impact:\n' .. tostring(impact_shown))
-  expect(impact_shown and impact_shown:find('\n  notes.txt (pre-turn of turn 1: 15 bytes), changed by sub-agent reviewer\n', 1, true), 'impact %s', tostring(impact_shown))
-  expect(read_file(root .. '/notes.txt') == 'reviewed notes\n', 'the cancelled rewind changed the file')
-  -- The chat the other tests drive is the one that watched.
-  package.loaded['mevedel.chat'], package.loaded['mevedel.nested'] = watched.chat, watched.nested
-  _G.mevedel_chat_foldexpr, _G.mevedel_chat_foldtext = watched.foldexpr, watched.foldtext
+    -- Rewind to before the turn, cancelled: the impact names the sub-agent
+    -- beside the file it wrote.
+    local impact_shown
+    answering({
+      ['mevedel.boundary'] = '^Before the prompt of turn 1',
+      ['mevedel.confirm'] = function(_, _, on_choice)
+        impact_shown = buffer_text(vim.fn.bufnr(lifecycle.impact_buffer_name))
+        on_choice(nil)
+      end,
+    })
+    vim.api.nvim_win_set_cursor(0, { line_of(bufnr, '^## Turn 1 '), 0 })
+    fresh.rewind_here()
+    out('impact:\n' .. tostring(impact_shown))
+    expect(impact_shown and impact_shown:find('\n  notes.txt (pre-turn of turn 1: 15 bytes), changed by sub-agent reviewer\n', 1, true), 'impact %s', tostring(impact_shown))
+    expect(read_file(root .. '/notes.txt') == 'reviewed notes\n', 'the cancelled rewind changed the file')
+  end)
 end)
 
-test("subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name", function()
+-- The part of the text SHOWN from the root's Agent call to the heading of
+-- the task outer under it, or nil.
+local function outer_call(shown)
+  local from = shown:find('\n[tool] mcp Agent: ', 1, true)
+  local heading = '\n    [agent] outer (helper): completed, N lines (zo shows, zc hides)\n'
+  local to = from and shown:find(heading, from, true)
+  return to and shown:sub(from, to + #heading - 1)
+end
+
+test("subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name; read back, the call shows as live, the inner task in the outer's fold", function()
   local session = new_session('Nvim nested sub-agents')
   configure({
     scripted = agent({ {
@@ -178,6 +237,8 @@ test("subagents: a sub-agent's own sub-agent nests under its call, folded inside
   local quiet = line_of(bufnr, '^%[agent%] quiet')
   expect(closed_at(session, inner) == outer and closed_at(session, inner + 1) == outer, 'outer/inner is not folded in outer')
   expect(closed_at(session, quiet) == quiet and closed_at(session, quiet + 1) == quiet, 'quiet is not folded')
+  local live = as_shown(bufnr)
+  expect(outer_call(live), 'no outer under the call: %s', live)
   -- zo on outer: its activity shows, outer/inner stays folded; zo on it.
   cursor_on(session, '^    %[agent%] outer ')
   press('zo')
@@ -186,9 +247,35 @@ test("subagents: a sub-agent's own sub-agent nests under its call, folded inside
   cursor_on(session, '%[agent%] outer/inner')
   press('zo')
   expect(closed_at(session, inner + 1) == -1, 'zo did not open outer/inner')
+
+  -- Read back from the server by a chat that did not watch the turn: the
+  -- call as it showed live. (Not quiet's place: the turn records the
+  -- root's words around it as one response after its task.)
+  reading_afresh(function(fresh)
+    bufnr = fresh.open(session, 'current')
+    text = buffer_text(bufnr)
+    out('chat read again:\n' .. text)
+    local again = as_shown(bufnr)
+    expect(outer_call(again) == outer_call(live), 'read back, the call shows otherwise:\n%s', again)
+    -- In outer's fold, after its conversation, outer/inner's task, folded.
+    local at = {
+      text:find('\n    [agent] outer (helper): completed, ', 1, true),
+      text:find('\n        > Delegate further\n', 1, true),
+      text:find('\n        [agent] outer/inner (searcher): completed, ', 1, true),
+      text:find('\n            > Go deeper\n', 1, true),
+    }
+    expect(at[1] and at[2] and at[3] and at[4] and at[1] < at[2] and at[2] < at[3] and at[3] < at[4],
+      'outer/inner is not in outer after its conversation: %s', text)
+    outer = line_of(bufnr, '^    %[agent%] outer ')
+    inner = line_of(bufnr, '%[agent%] outer/inner')
+    expect(vim.fn.foldclosed(inner) == outer, 'outer/inner is not folded in outer')
+    vim.api.nvim_win_set_cursor(0, { outer, 0 })
+    press('zo')
+    expect(vim.fn.foldclosed(inner) == inner, 'outer/inner opened with outer')
+  end)
 end)
 
-test("subagents: a task cancelled with its caller's turn says why under its closed fold", function()
+test("subagents: a task cancelled with its caller's turn says why under its closed fold, read back as live", function()
   local session = new_session('Nvim interrupted sub-agent')
   configure({
     scripted = agent({ {
@@ -216,9 +303,21 @@ test("subagents: a task cancelled with its caller's turn says why under its clos
   local heading = line_of(bufnr, '%[agent%] slow')
   expect(closed_at(session, heading) == heading, 'the settled activity is not folded')
   expect(closed_at(session, line_of(bufnr, "^        Interrupted: cancelled with its caller's turn")) == -1, 'the reason is folded away')
+
+  -- Read back by a chat that did not watch the turn: as it showed live,
+  -- why said as often.
+  local live, why = as_shown(bufnr), "cancelled with its caller's turn"
+  reading_afresh(function(fresh)
+    local again_bufnr = fresh.open(session, 'current')
+    local again_text = buffer_text(again_bufnr)
+    out('chat read again:\n' .. again_text)
+    local again = as_shown(again_bufnr)
+    expect(again == live, 'read back, the turn shows otherwise:\n%s', again)
+    expect(count(again_text, why) == count(text, why), 'why is said %d times, live %d: %s', count(again_text, why), count(text, why), again_text)
+  end)
 end)
 
-test('subagents: a failed task says why under its closed fold, live and read back from the server in the same words', function()
+test('subagents: a failed task says why under its closed fold, live and read back from the server as it showed live, once', function()
   local session = new_session('Nvim failed sub-agent')
   configure({
     scripted = agent({ {
@@ -231,12 +330,14 @@ test('subagents: a failed task says why under its closed fold, live and read bac
   wait_for('the turn to settle', function()
     return chat.status(session) == 'idle (turn 1 completed)'
   end)
-  -- The heading says how it ended; after its fold (any depth), why.
-  local why = '[errored] failed the prompt: the model is overloaded'
+  -- Under its call the heading says how it ended; after its fold, why.
+  local reason = 'failed the prompt: the model is overloaded'
+  local why = '[errored] ' .. reason
   local function said(text)
-    local heading = text:find('[agent] broken (helper): errored, ', 1, true)
-    local reason = text:find('\n *' .. vim.pesc(why) .. '\n')
-    return heading and reason and heading < reason
+    local call = text:find('\n[tool] mcp Agent: failed\n', 1, true)
+    local heading = text:find('\n    [agent] broken (helper): errored, ', 1, true)
+    local after = text:find('\n        ' .. why .. '\n', 1, true)
+    return call and heading and after and call < heading and heading < after
   end
   local text = chat_text(session)
   out('chat live:\n' .. text)
@@ -245,28 +346,27 @@ test('subagents: a failed task says why under its closed fold, live and read bac
   local heading = line_of(bufnr, '%[agent%] broken')
   expect(closed_at(session, heading) == heading, 'the settled activity is not folded')
   expect(closed_at(session, line_of(bufnr, vim.pesc(why))) == -1, 'the reason is folded away')
+  local live, live_text = as_shown(bufnr), text
 
   -- A chat that did not watch the turn (Neovim started afresh) reads it
-  -- from the server: the same heading and reason, the activity folded.
-  local watched = {
-    chat = package.loaded['mevedel.chat'],
-    nested = package.loaded['mevedel.nested'],
-    foldexpr = _G.mevedel_chat_foldexpr,
-    foldtext = _G.mevedel_chat_foldtext,
-  }
-  package.loaded['mevedel.chat'] = nil
-  package.loaded['mevedel.nested'] = nil
-  local fresh = require('mevedel.chat')
-  bufnr = fresh.open(session, 'current')
-  text = buffer_text(bufnr)
-  out('chat read again:\n' .. text)
-  expect(said(text), 'no reason under the task read back: %s', text)
-  expect(not text:find('did not complete', 1, true), 'the outcome is not named: %s', text)
-  heading = line_of(bufnr, '%[agent%] broken')
-  expect(vim.fn.foldclosed(heading) == heading, 'the task is not folded')
-  expect(vim.fn.foldclosed(line_of(bufnr, vim.pesc(why))) == -1, 'the reason is folded away')
-  package.loaded['mevedel.chat'], package.loaded['mevedel.nested'] = watched.chat, watched.nested
-  _G.mevedel_chat_foldexpr, _G.mevedel_chat_foldtext = watched.foldexpr, watched.foldtext
+  -- from the server: as it showed live, the activity folded.
+  reading_afresh(function(fresh)
+    bufnr = fresh.open(session, 'current')
+    text = buffer_text(bufnr)
+    out('chat read again:\n' .. text)
+    local again = as_shown(bufnr)
+    expect(again == live, 'read back, the turn shows otherwise:\n%s', again)
+    expect(said(text), 'no reason under the task read back: %s', text)
+    expect(not text:find('did not complete', 1, true), 'the outcome is not named: %s', text)
+    -- Unfolded, the reason is said as often as live (once for the task; the
+    -- call's answer and the root's words say it too).
+    expect(count(text, reason) == count(live_text, reason), 'the reason is said %d times, live %d: %s',
+      count(text, reason), count(live_text, reason), text)
+    expect(text:find('\n        > Try this\n', 1, true), 'no conversation: %s', text)
+    heading = line_of(bufnr, '%[agent%] broken')
+    expect(vim.fn.foldclosed(heading) == heading, 'the task is not folded')
+    expect(vim.fn.foldclosed(line_of(bufnr, vim.pesc(why))) == -1, 'the reason is folded away')
+  end)
 end)
 
 H.finish()

@@ -144,6 +144,9 @@ function M.turn_from_show(shown)
     prompt = shown.prompt,
     blocks = {},
   }
+  local nested = require('mevedel.nested')
+  -- Sub-agents' own sub-agents' tasks, waiting for their caller's.
+  local waiting = {}
   for _, item in ipairs(shown.items or {}) do
     local kind = item.kind
     if kind == 'response' or kind == 'reasoning' then
@@ -182,11 +185,11 @@ function M.turn_from_show(shown)
     elseif kind == 'mail' then
       table.insert(turn.blocks, { kind = 'mail', sender = value(item.sender), text = value(item.text) or '' })
     elseif kind == 'agent_task' then
-      -- A sub-agent's settled task, in the order it was recorded (after
-      -- the call that asked for it), folded.
-      table.insert(turn.blocks, require('mevedel.nested').from_task(item))
+      -- A sub-agent's settled task, as the live chat shows it settled.
+      nested.add_task(turn, item, waiting)
     end
   end
+  nested.place_waiting(turn, waiting)
   return turn
 end
 
@@ -281,12 +284,6 @@ local function render_agent(chat, block, sink, indent, depth)
     for i, line in ipairs(split_lines(t)) do
       emit(body, prefix .. (i == 1 and head or string.rep(' ', #head)) .. line, inner > 0 and tostring(inner) or nil)
     end
-  end
-  if block.task then
-    text('Task: ', block.task)
-  end
-  if block.output and block.output ~= '' then
-    text('', block.output)
   end
   render_blocks(chat, block.blocks, body, prefix, inner)
   if block.error then

@@ -81,11 +81,45 @@ function M.apply(turn, params, apply_event)
   return block
 end
 
+-- Whether a tool call's TITLE names the Agent tool (`Agent`,
+-- `mcp__mevedel__Agent`, `mcp Agent`...).
+local function names_agent_tool(title)
+  for word in (title or ''):gmatch('%w+') do
+    if word == 'Agent' then
+      return true
+    end
+  end
+  return false
+end
+
+local function parent_of(path)
+  return path:match('^(.*)/[^/]+$')
+end
+
+-- The conversation of ITEM, a recorded task, as its fold shows it. The
+-- record's rendering ends a task that did not complete with a line saying
+-- how and why (`*Task 1 errored: REASON*`); the block says that after its
+-- fold, as a live task's does: once.
+local function conversation(item)
+  local output = value(item.output) or ''
+  local outcome = value(item.outcome)
+  if outcome and outcome ~= 'completed' then
+    local head, last = output:match('^(.*)\n\n([^\n]*)$')
+    local line = '^%*Task %d+ ' .. vim.pesc(outcome)
+    if last and (last:find(line .. '%*$') or last:find(line .. ': .*%*$')) then
+      return head
+    end
+  end
+  return output
+end
+
 --- A settled task recorded in a turn (a `mevedel/turn/show` agent_task
---- item) as an agent block.
+--- item) as the agent block the live chat holds once the task settled:
+--- its conversation, from the record, is its activity.
 function M.from_task(item)
   local name = value(item.name) or '?'
   local sender = value(item.sender)
+  local said = conversation(item)
   return {
     kind = 'agent',
     path = name,
@@ -95,10 +129,45 @@ function M.from_task(item)
     -- sends no outcome says only whether it failed).
     outcome = value(item.outcome) or (item.isError == true and 'did not complete' or 'completed'),
     reason = value(item.reason),
-    task = value(item.text),
-    output = value(item.output),
-    blocks = {},
+    blocks = said ~= '' and { { kind = 'response', text = said } } or {},
   }
+end
+
+--- Put ITEM, a task recorded in the read-back TURN, where the live chat
+--- shows it: under the call that asked for it (the record names none: the
+--- newest Agent call without its answer yet, as the task settles before
+--- its caller's answer), else after the turn so far. A sub-agent's own
+--- sub-agent's task is recorded before its caller's: it waits in WAITING
+--- and goes after its caller's activity (what is left waiting at the end
+--- of the turn goes after it, `M.place_waiting`).
+function M.add_task(turn, item, waiting)
+  local block = M.from_task(item)
+  local own = {}
+  for i = #waiting, 1, -1 do
+    if parent_of(waiting[i].path) == block.path then
+      table.insert(own, 1, table.remove(waiting, i))
+    end
+  end
+  vim.list_extend(block.blocks, own)
+  if parent_of(block.path) then
+    table.insert(waiting, block)
+    return
+  end
+  local call
+  for i = #turn.blocks, 1, -1 do
+    local candidate = turn.blocks[i]
+    if candidate.kind == 'tool' and not candidate.status and names_agent_tool(candidate.title) then
+      call = candidate
+      break
+    end
+  end
+  place(turn, block, block.path, call and call.callId)
+end
+
+--- Put the tasks left WAITING for a caller's task the read-back TURN does
+--- not hold after the turn.
+function M.place_waiting(turn, waiting)
+  vim.list_extend(turn.blocks, waiting)
 end
 
 --- Whether the root TURN's update PARAMS are a sub-agent's.
