@@ -3057,13 +3057,6 @@ task settled, its conversation from the record as its activity."
   (let* ((name (or (plist-get item :name) "?"))
          (outcome (plist-get item :outcome))
          (output (or (plist-get item :output) "")))
-    ;; The record's rendering ends a task that did not complete with a
-    ;; line saying how and why (`*Task 1 errored: REASON*'); the block
-    ;; says that after its fold, as a live task's does: once.
-    (when (and outcome (not (equal outcome "completed"))
-               (string-match (format "\\(?:\n\n\\|\\`\\)\\*Task [0-9]+ %s\\(?:: [^\n]*\\)?\\*\\'" (regexp-quote outcome))
-                             output))
-      (setq output (substring output 0 (match-beginning 0))))
     (mevedel-lsp-chat--make-block
      :kind 'agent
      :data (list :path name :phase "settled"

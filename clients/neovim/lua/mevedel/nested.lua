@@ -96,21 +96,10 @@ local function parent_of(path)
   return path:match('^(.*)/[^/]+$')
 end
 
--- The conversation of ITEM, a recorded task, as its fold shows it. The
--- record's rendering ends a task that did not complete with a line saying
--- how and why (`*Task 1 errored: REASON*`); the block says that after its
--- fold, as a live task's does: once.
+-- The conversation of ITEM, a recorded task, as its fold shows it (how
+-- and why it ended are the item's own fields, said after the fold).
 local function conversation(item)
-  local output = value(item.output) or ''
-  local outcome = value(item.outcome)
-  if outcome and outcome ~= 'completed' then
-    local head, last = output:match('^(.*)\n\n([^\n]*)$')
-    local line = '^%*Task %d+ ' .. vim.pesc(outcome)
-    if last and (last:find(line .. '%*$') or last:find(line .. ': .*%*$')) then
-      return head
-    end
-  end
-  return output
+  return value(item.output) or ''
 end
 
 --- A settled task recorded in a turn (a `mevedel/turn/show` agent_task

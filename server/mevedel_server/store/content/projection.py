@@ -178,18 +178,19 @@ def retained_tasks(records: Iterable[Record], path: str, own: Iterable[AgentTask
     return [(turn, task) for turn, task in found if turn >= since]
 
 
-def agent_lines(tasks: Iterable[tuple[int, AgentTask]], first: int = 1) -> list[str]:
+def agent_lines(tasks: Iterable[tuple[int, AgentTask]], first: int = 1, *, ending: bool = True) -> list[str]:
     """The projection of a retained agent's conversation, its ``tasks``
     (``history://root/PATH``; numbered from ``first``), each under a
     heading naming the session turn it ran in, rendered as the root's
-    records are."""
+    records are; ``ending``: a task that did not complete ends with a line
+    saying how and why (a turn's item carries those as fields instead)."""
     projection = Projection()
     lines = projection.lines
     for task, (turn, record) in enumerate(tasks, start=first):
         block = [f"## Task {task} · {record.path} ({_inline(record.agent)}) in turn {turn}", "", "**Prompt**", "", *_quote(record.prompt)]
         lines.extend(([""] if lines else []) + block)
         projection.extend(r for r in (_as_record(step, record.turn_id) for step in record.steps) if r is not None)
-        if record.outcome is not Outcome.COMPLETED:
+        if ending and record.outcome is not Outcome.COMPLETED:
             because = f": {' '.join(record.reason.split())}" if record.reason else ""
             lines.extend(["", f"*Task {task} {record.outcome.value}{because}*"])
     return lines

@@ -174,7 +174,8 @@ def _item(record: Record, conversation: Conversation) -> TurnItem | None:
         if record.task is not None:
             own = conversation.agent_tasks(record.path)
             whole = own[record.task - 1] if record.task <= len(own) else record
-        shown = "\n".join(agent_lines([(0, whole)])[1:]).strip("\n")
+        # How it ended and why are the item's own fields, said once.
+        shown = "\n".join(agent_lines([(0, whole)], ending=False)[1:]).strip("\n")
         return TurnItem("agent_task", name=record.path, sender=record.agent, text=record.prompt, output=shown,
                         is_error=record.outcome is not Outcome.COMPLETED, paths=tuple(record.paths),
                         outcome=record.outcome.value, reason=record.reason)
