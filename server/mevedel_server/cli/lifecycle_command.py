@@ -339,8 +339,15 @@ def run_fork(arguments: argparse.Namespace) -> int:
             lines = [f"fork {sid} after {impact.response.label} into worktree {impact.worktree.directory} (branch {impact.worktree.branch})"]
         else:
             impact = await service.history.prepare_fork(sid, turn)
-            data = {"session_id": sid, "turns": impact.turns, "local_files": list(impact.local_files)}
-            lines = [f"fork {sid} after {impact.response.label}: the new session holds {impact.turns} turns"]
+            data = {"session_id": sid, "turns": impact.turns}
+            lines = [f"fork {sid} after {impact.response.label}: the new session holds {_turns(impact.turns)}"]
+        # What the child's work:// files will be, as the editors' impact says:
+        # the session-local files it copies, and why local/plans/ is not among them.
+        data |= {"local_files": list(impact.local_files), "plans_note": impact.plans_note}
+        if impact.local_files:
+            files = "file" if len(impact.local_files) == 1 else "files"
+            lines.append(f"  copies {len(impact.local_files)} session-local (work://) {files}: {', '.join(impact.local_files)}")
+        lines.append(f"  plans: {impact.plans_note}")
         if arguments.yes:
             await _commit_fork(service, arguments, sid, impact.token, arguments.worktree)
             return

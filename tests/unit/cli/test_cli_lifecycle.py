@@ -142,3 +142,21 @@ def test_a_rewind_to_where_the_session_ends_says_nothing_changes_in_words(worksp
     assert one.returncode == 0, one.stderr
     assert one.stdout.splitlines()[0] == f"{sid}: rewound; 1 turn"  # not "1 turns"
 
+
+def test_a_fork_impact_names_the_work_files_it_copies_and_what_happens_to_plans(workspace, tmp_path):
+    """The CLI's fork impact says what the editors' says: the session-local
+    files the child gets, and that local/plans/ is not copied."""
+    state = tmp_path / "state"
+    sid = three_turns(workspace, state)
+    patch = "*** Begin Patch\n*** Add File: work://notes.md\n+mine\n*** Add File: work://plans/current.md\n+draft\n*** End Patch\n"
+    applied = cli(workspace, state, "apply-patch", "--session", sid, "-", stdin=patch)
+    assert applied.returncode == 0, applied.stderr
+
+    prepared = cli(workspace, state, "fork", "2", "--session", sid)
+    assert prepared.returncode == 0, prepared.stderr
+    assert "  copies 1 session-local (work://) file: notes.md" in prepared.stdout.splitlines()
+    assert "  plans: the source records no accepted plan, so no local/plans/ file was copied" in prepared.stdout.splitlines()
+
+    data = ok(cli(workspace, state, "fork", "2", "--session", sid, "--json"))
+    assert data["local_files"] == ["notes.md"]
+    assert "no local/plans/ file was copied" in data["plans_note"]
