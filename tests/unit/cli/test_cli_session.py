@@ -90,6 +90,21 @@ def test_create_without_a_prompt_writes_nothing(workspace, tmp_path):
     assert with_prompt["materialized"] is True and with_prompt["open_turn"] == 1
 
 
+def test_create_without_a_prompt_points_at_a_command_that_starts_the_session(workspace, tmp_path):
+    """The reserved ID lives only as long as the command: the advice it
+    prints is one that works from the next command, name included."""
+    me = tmp_path / "me"
+    created = cli(workspace, me, "session", "create", "--name", "Later on")
+    assert created.returncode == 0, created.stderr
+    advice = created.stdout.splitlines()[-1]
+    assert advice.endswith("start one with: mevedel turn begin --new --name 'Later on' PROMPT"), advice
+    sid = created.stdout.split()[0]
+    refused(cli(workspace, me, "turn", "begin", "--session", sid, "first", "--json"), "missing-target")
+
+    begun = ok(cli(workspace, me, "turn", "begin", "--new", "--name", "Later on", "first", "--json"))
+    rows = ok(cli(workspace, me, "session", "list", "--json"))["sessions"]
+    assert [(r["session_id"], r["display_name"]) for r in rows] == [(begun["session_id"], "Later on")]
+
 def test_another_client_joins_read_only_and_resumes_after_close(workspace, tmp_path):
     me, other = tmp_path / "me", tmp_path / "other"
     sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
