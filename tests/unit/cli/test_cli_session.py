@@ -131,6 +131,16 @@ def test_another_client_joins_read_only_and_resumes_after_close(workspace, tmp_p
     assert states == ["completed", "interrupted", "interrupted"]
 
 
+def test_a_session_held_elsewhere_is_refused_naming_how_to_ask_for_it(workspace, tmp_path):
+    """The spec's joined view offers Request control; the refusal a command
+    gets for a held session names that command, and the read-only join."""
+    me, other = tmp_path / "me", tmp_path / "other"
+    sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
+    message = refused(cli(workspace, other, "turn", "begin", "--session", sid, "mine now", "--json"), "lease-held")
+    assert message.endswith(
+        f"; ask its holder for control with: mevedel session take-control {sid} (or join it read-only: mevedel session open {sid})"
+    ), message
+
 def test_refusals_are_one_line_with_a_kind(workspace, tmp_path):
     me = tmp_path / "me"
     refused(cli(workspace, me, "session", "open", "not-a-session", "--json"), "missing-target")  # read as a name
