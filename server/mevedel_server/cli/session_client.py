@@ -402,10 +402,10 @@ def run_command(
         from ..store import (
             LeaseHeld,
             TakeoverNeedsConfirmation,
+            TransferReserved,
             error_kind,
             is_refusal,
         )
-        from ..store.errors import TransferReserved
 
         if is_refusal(error):
             message = str(error)
