@@ -24,7 +24,7 @@ import functools
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
@@ -34,13 +34,16 @@ from ..targets import (
     Clock,
     ControlProgram,
     CreateExclusive,
+    Entry,
     FileRead,
     ListDir,
     ListTree,
     MakeDirs,
     Operation,
     PathAbsentError,
+    PutEntry,
     Read,
+    ReadEntry,
     ReadFiles,
     ReadNewest,
     Remove,
@@ -365,9 +368,15 @@ class ArtifactStore:
         editor: Editor | None = None,
         files: Iterable[tuple[str, bytes]] = (),
         item_id: str | None = None,
+        modes: Mapping[str, int] = {},
+        directories: Mapping[str, int] = {},
     ) -> ItemSummary:
         """Create an item with one ``created`` version. ``files`` are
-        secondary authored files (a duplicate's), by relative path."""
+        secondary authored files (a duplicate's), by relative path;
+        ``modes`` the permission bits of those files and of the primary
+        (else an existing file's, or 0644), ``directories`` the directories
+        below the item's (``""``: its own) with their bits, made even when
+        empty (a duplicate's)."""
         if kind not in KINDS:
             raise invalid(repr(kind), "is not an item kind (document, whiteboard, artifact)")
         clean_title = normalize_title(title)
@@ -392,7 +401,7 @@ class ArtifactStore:
             check_item_id(new_id)
             now = await self._clock()
             meta = ItemMeta(id=new_id, kind=kind, title=clean_title, primary=primary, created_at=now, updated_at=now)
-            created = await self._create(meta, payload, extra, editor)
+            created = await self._create(meta, payload, extra, editor, modes, directories)
             if created:
                 self.notify(new_id, "created")
                 return ItemSummary(meta, 1)
@@ -400,7 +409,15 @@ class ArtifactStore:
                 raise ArtifactError("conflict", item_id, "an item with this id already exists")
         raise ArtifactError("unavailable", clean_title, "could not find a free item id")
 
-    async def _create(self, meta: ItemMeta, payload: bytes, extra: list[tuple[str, bytes]], editor: Editor | None) -> bool:
+    async def _create(
+        self,
+        meta: ItemMeta,
+        payload: bytes,
+        extra: list[tuple[str, bytes]],
+        editor: Editor | None,
+        modes: Mapping[str, int] = {},
+        directories: Mapping[str, int] = {},
+    ) -> bool:
         paths = ItemPaths(meta.id)
         entry = VersionEntry(
             number=1,
@@ -417,11 +434,24 @@ class ArtifactStore:
             MakeDirs(paths.authored, optional=True),
             MakeDirs(paths.versions_dir, optional=True),
         ]
-        parents = sorted({name.rsplit("/", 1)[0] for name, _ in extra if "/" in name})
+        parents = sorted({name.rsplit("/", 1)[0] for name, _ in extra if "/" in name} | {d for d in directories if d})
         ops += [MakeDirs(paths.file(parent), optional=True) for parent in parents]
+
+        def write(name: str, blob: bytes) -> Operation:
+            mode = modes.get(name)
+            if mode is None:
+                return WriteProject(paths.file(name), blob, deferred=True)
+            return PutEntry(paths.file(name), None, Entry.file(blob, mode), deferred=True)
+
         ops += [
-            WriteProject(paths.file(meta.primary), payload, deferred=True),
-            *(WriteProject(paths.file(name), blob, deferred=True) for name, blob in extra),
+            write(meta.primary, payload),
+            *(write(name, blob) for name, blob in extra),
+            # A directory's own bits last, deepest first: one the user made
+            # read-only has received its files by then.
+            *(
+                PutEntry(paths.file(name) if name else paths.authored, Entry.directory(None), Entry.directory(mode), deferred=True)
+                for name, mode in sorted(directories.items(), reverse=True)
+            ),
             Replace(paths.version_blob(1), payload, deferred=True),
             Replace(paths.versions_index, encode(index), deferred=True),
             Barrier(),
@@ -847,6 +877,7 @@ class ArtifactStore:
     async def duplicate(self, item_id: str, title: str | None = None, *, editor: Editor | None = None) -> ItemSummary:
         item = await self.read(item_id)
         files = await self._authored_files(item_id)
+        modes, directories = await self._authored_modes(item_id)
         copy_title = title if title is not None else f"{item.meta.title} (copy)"[:200]
         return await self.create(
             item.meta.kind,
@@ -855,7 +886,34 @@ class ArtifactStore:
             file_name=item.meta.primary if item.meta.kind == "artifact" else None,
             editor=editor,
             files=[(name, blob) for name, blob in files if name != item.meta.primary],
+            modes=modes,
+            directories=directories,
         )
+
+    async def _authored_modes(self, item_id: str) -> tuple[dict[str, int], dict[str, int]]:
+        """The permission bits of an item's authored files, and of its
+        directories (its own as ``""``), by relative path: what a duplicate
+        keeps. A path that changed kind or went away meanwhile is left out."""
+        paths = ItemPaths(item_id)
+        op = ListTree(paths.authored, optional=True)
+        listing = (await self.target.run(ControlProgram([op])))[0]
+        if listing.status is Status.ABSENT:
+            return {}, {}
+        raise_for_result(op, listing)
+        names: list[str] = []
+        directories: list[str] = []
+        for parent, joined in listing.value.records:
+            directories.append(parent)
+            names += [f"{parent}/{name}" if parent else name for name in (joined.split("\0") if joined else ()) if not name.endswith("/")]
+        wanted = [(name, Entry.FILE) for name in names] + [(name, Entry.DIRECTORY) for name in directories]
+        reads = [ReadEntry(paths.file(name) if name else paths.authored, max_bytes=0, optional=True) for name, _ in wanted]
+        results = await self.target.run(ControlProgram(reads))
+        modes: dict[str, int] = {}
+        bits: dict[str, int] = {}
+        for (name, kind), read in zip(wanted, results):
+            if read.ok and read.value.kind == kind and read.value.mode is not None:
+                (modes if kind == Entry.FILE else bits)[name] = read.value.mode
+        return modes, bits
 
     async def _authored_files(self, item_id: str) -> list[tuple[str, bytes]]:
         paths = ItemPaths(item_id)

@@ -147,10 +147,10 @@ def _in_place_data(service: SessionService, sid: str, result) -> dict[str, Any]:
     }
 
 
-def _in_place_lines(data: dict[str, Any], verb: str) -> list[str]:
-    if not data["committed"]:
-        return [f"{data['session_id']}: nothing to {verb}"]
-    lines = [f"{data['session_id']}: {verb}; {data['settled_turns']} turns"]
+def _in_place_lines(data: dict[str, Any], command: str, done: str) -> list[str]:
+    if not data["committed"] and not data["written"]:
+        return [f"{data['session_id']}: nothing to {command}: no turn discarded and no file changed"]
+    lines = [f"{data['session_id']}: {done}; {_turns(data['settled_turns'])}"]
     lines += [f"  {data.get('actions', {}).get(path, 'wrote')} {path}" for path in data["written"]]
     if data["warning"]:
         lines.append(f"warning: {data['warning']}")
@@ -189,14 +189,14 @@ def run_rewind(arguments: argparse.Namespace) -> int:
             parsed = _token_of(token, ("rewind",))
             sid = await _session(service, arguments, parsed, "resume")
             data = _in_place_data(service, sid, await service.history.commit_rewind(sid, parsed))
-            emit(arguments, data, _in_place_lines(data, "rewound"))
+            emit(arguments, data, _in_place_lines(data, "rewind", "rewound"))
             return
         turn = _turn(_one(arguments.subject, "TURN"))
         sid = await _session(service, arguments, None, "resume")
         side = "before" if arguments.before else "after"
         if arguments.yes:
             data = _in_place_data(service, sid, await service.history.rewind_now(sid, side, turn))
-            emit(arguments, data, _in_place_lines(data, "rewound"))
+            emit(arguments, data, _in_place_lines(data, "rewind", "rewound"))
             return
         impact = await service.history.prepare_rewind(sid, side, turn)
         data = {
@@ -212,8 +212,12 @@ def run_rewind(arguments: argparse.Namespace) -> int:
             "git": {"status": impact.git.status, "divergent": [d.path for d in impact.git.divergent], "detail": impact.git.detail},
             "empty": impact.empty,
         }
-        lines = [f"rewind {sid} to {side} turn {turn}: keeps {impact.kept_turns} turns, discards {len(impact.discarded)}"]
+        lines = [f"rewind {sid} to {side} turn {turn}: keeps {_turns(impact.kept_turns)}, discards {len(impact.discarded)}"]
         lines += _labels(impact.discarded) + _restores(impact)
+        if impact.empty:
+            # The spec's empty impact: the boundary is where the session already
+            # ends and every file is as it left it, so committing changes nothing.
+            lines.append("  nothing changes: no turn is discarded and no file differs from the boundary's state")
         _prepared(arguments, data, lines, "rewind", impact.token.text, impact.agent_history)
 
     return run_command(arguments, body)
@@ -247,7 +251,7 @@ def run_redo(arguments: argparse.Namespace) -> int:
             parsed = _token_of(token, ("redo",))
             sid = await _session(service, arguments, parsed, "resume")
             data = _in_place_data(service, sid, await service.history.commit_redo(sid, parsed))
-            emit(arguments, data, _in_place_lines(data, "redone"))
+            emit(arguments, data, _in_place_lines(data, "redo", "redone"))
             return
         if not arguments.subject:
             sid = await _session(service, arguments, None, "auto")
@@ -266,7 +270,7 @@ def run_redo(arguments: argparse.Namespace) -> int:
         with _listed_on_a_wrong_id():
             if arguments.yes:
                 data = _in_place_data(service, sid, await service.history.redo_now(sid, publication))
-                emit(arguments, data, _in_place_lines(data, "redone"))
+                emit(arguments, data, _in_place_lines(data, "redo", "redone"))
                 return
             impact = await service.history.prepare_redo(sid, publication)
         data = {
@@ -335,8 +339,15 @@ def run_fork(arguments: argparse.Namespace) -> int:
             lines = [f"fork {sid} after {impact.response.label} into worktree {impact.worktree.directory} (branch {impact.worktree.branch})"]
         else:
             impact = await service.history.prepare_fork(sid, turn)
-            data = {"session_id": sid, "turns": impact.turns, "local_files": list(impact.local_files)}
-            lines = [f"fork {sid} after {impact.response.label}: the new session holds {impact.turns} turns"]
+            data = {"session_id": sid, "turns": impact.turns}
+            lines = [f"fork {sid} after {impact.response.label}: the new session holds {_turns(impact.turns)}"]
+        # What the child's work:// files will be, as the editors' impact says:
+        # the session-local files it copies, and why local/plans/ is not among them.
+        data |= {"local_files": list(impact.local_files), "plans_note": impact.plans_note}
+        if impact.local_files:
+            files = "file" if len(impact.local_files) == 1 else "files"
+            lines.append(f"  copies {len(impact.local_files)} session-local (work://) {files}: {', '.join(impact.local_files)}")
+        lines.append(f"  plans: {impact.plans_note}")
         if arguments.yes:
             await _commit_fork(service, arguments, sid, impact.token, arguments.worktree)
             return

@@ -400,7 +400,9 @@ def run_command(
         return refuse(arguments, error.kind, str(error))
     except Exception as error:
         from ..store import (
+            LeaseHeld,
             TakeoverNeedsConfirmation,
+            TransferReserved,
             error_kind,
             is_refusal,
         )
@@ -427,5 +429,13 @@ def run_command(
             if isinstance(error, TakeoverNeedsConfirmation):
                 sid = error.session_id or "ID"
                 message += f"; take it over with: mevedel session take-control {sid} --confirm-takeover"
+            elif isinstance(error, LeaseHeld) and not isinstance(error, TransferReserved):
+                # The spec's joined view offers Request control; a command has no
+                # view, so the refusal names the two things the person can do.
+                sid = error.session_id or "ID"
+                message += (
+                    f"; ask its holder for control with: mevedel session take-control {sid}"
+                    f" (or join it read-only: mevedel session open {sid})"
+                )
             return refuse(arguments, error_kind(error), message)
         raise

@@ -9,6 +9,7 @@ user, leases kept between commands until ``session close``).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -255,7 +256,13 @@ def run_create(arguments: argparse.Namespace) -> int:
         data = info_data(info) | {"turn": started.turn if started else None}
         lines = [info_line(info)]
         if started is None:
-            lines.append("nothing is saved until the session's first turn: mevedel turn begin --session ID PROMPT")
+            # The reservation lives in this process only (a session is written by
+            # its first turn), so the ID cannot be named by a later command.
+            named = f" --name {shlex.quote(arguments.name)}" if arguments.name is not None else ""
+            lines.append(
+                "nothing is saved, and this ID is not kept once this command ends (a session is written by its first turn);"
+                f" start one with: mevedel turn begin --new{named} PROMPT"
+            )
         emit(arguments, data, lines)
 
     return run_command(arguments, body)

@@ -57,7 +57,7 @@ from ..lazy_exports import lazy_exports
 #: imports ``store.<sub>`` (a layout test holds it); a new name the rest of
 #: the server needs is added here.
 _EXPORTS = {
-    '.errors': ('ClaimRaced', 'ConversationError', 'IdentityNeedsConfirmation', 'InvalidSessionId', 'KindedRefusal', 'LeaseHeld', 'LeaseLost', 'LeaseObservationError', 'LeaseUnavailable', 'OutcomeUnknown', 'PublicationFailed', 'PublicationPending', 'PublicationUnknown', 'SessionMissing', 'SessionOccupied', 'SessionRefusal', 'StoreError', 'TakeoverNeedsConfirmation', 'naming_session'),
+    '.errors': ('ClaimRaced', 'ConversationError', 'IdentityNeedsConfirmation', 'InvalidSessionId', 'KindedRefusal', 'LeaseHeld', 'LeaseLost', 'LeaseObservationError', 'LeaseUnavailable', 'OutcomeUnknown', 'PublicationFailed', 'PublicationPending', 'PublicationUnknown', 'SessionMissing', 'SessionOccupied', 'SessionRefusal', 'StoreError', 'TakeoverNeedsConfirmation', 'TransferReserved', 'naming_session'),
     '.layout': ('STATE_DIR', 'SessionPaths'),
     '.authority.lease': ('ClientIdentity', 'DEFAULT_LEASE_SECONDS', 'LeaseHandle', 'LeaseObservation', 'LeaseStanding', 'acquire_lease', 'describe_target_time', 'observe_lease', 'read_lease_head', 'stamped_record'),
     '.authority.publication': ('CommittedSnapshot', 'PendingPublication', 'Publisher', 'PublishOutcome', 'load_manifest', 'read_committed'),

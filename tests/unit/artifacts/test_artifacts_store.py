@@ -277,6 +277,39 @@ async def test_comments_and_duplicates_and_deletion(root, open_target):
     assert (root / ".mevedel/artifacts" / copy.item_id / "logo.png").read_bytes() == b"\x89PNG\r\n"
 
 
+async def test_a_duplicate_keeps_file_modes_and_directories(root, open_target):
+    """The ADR: Duplicate preserves file modes and applies directory modes
+    after copying descendants -- an executable stays executable, a private
+    file private, an empty or read-only directory is there as it was."""
+    store = _store(await open_target(root))
+    item = await store.create("artifact", "Tool", b"# Tool\n", file_name="tool.md")
+    source = root / ".mevedel/artifacts" / item.item_id
+    (source / "tool.md").chmod(0o640)
+    (source / "run.sh").write_bytes(b"#!/bin/sh\necho ok\n")
+    (source / "run.sh").chmod(0o755)
+    (source / "data" / "empty").mkdir(parents=True)
+    (source / "data" / "kept.csv").write_bytes(b"a,b\n")
+    (source / "data").chmod(0o550)
+    try:
+        copy = await store.duplicate(item.item_id)
+    finally:
+        (source / "data").chmod(0o750)
+    target = root / ".mevedel/artifacts" / copy.item_id
+
+    def modes(directory):
+        return {str(p.relative_to(directory)): p.stat().st_mode & 0o7777 for p in directory.rglob("*")}
+
+    assert modes(target) == {
+        "tool.md": 0o640,
+        "run.sh": 0o755,
+        "data": 0o550,
+        "data/empty": (source / "data" / "empty").stat().st_mode & 0o7777,
+        "data/kept.csv": (source / "data" / "kept.csv").stat().st_mode & 0o7777,
+    }
+    assert (target / "run.sh").read_bytes() == b"#!/bin/sh\necho ok\n"
+    (target / "data").chmod(0o750)  # so the fixture can remove it
+    await store.close()
+
 async def test_a_live_item_has_one_writer_and_a_late_write_is_fenced(root, open_target):
     target = await open_target(root)
     one = _store(target, "one", lease_seconds=3, renew_every=3600)

@@ -121,3 +121,42 @@ def test_redo_lists_its_states_with_what_to_type_and_a_wrong_id_points_back_to_t
             message = refused(cli(workspace, state, "redo", typed, *extra, "--json"), kind)
             assert said in message and message.endswith("; `mevedel redo` lists the states it can return to"), message
             assert "manifest" not in message
+
+
+def test_a_rewind_to_where_the_session_ends_says_nothing_changes_in_words(workspace, tmp_path):
+    """The spec's empty impact: rewinding to after the latest response keeps
+    everything, and both the prepare and the commit say so in plain words."""
+    state = tmp_path / "state"
+    sid = three_turns(workspace, state)
+    prepared = cli(workspace, state, "rewind", "3")
+    assert prepared.returncode == 0, prepared.stderr
+    assert f"rewind {sid} to after turn 3: keeps 3 turns, discards 0" in prepared.stdout
+    assert "nothing changes: no turn is discarded and no file differs" in prepared.stdout
+
+    done = cli(workspace, state, "rewind", "3", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{sid}: nothing to rewind: no turn discarded and no file changed"
+    assert (workspace / "notes.txt").read_text() == "v3\n"
+
+    one = cli(workspace, state, "rewind", "1", "--yes")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.splitlines()[0] == f"{sid}: rewound; 1 turn"  # not "1 turns"
+
+
+def test_a_fork_impact_names_the_work_files_it_copies_and_what_happens_to_plans(workspace, tmp_path):
+    """The CLI's fork impact says what the editors' says: the session-local
+    files the child gets, and that local/plans/ is not copied."""
+    state = tmp_path / "state"
+    sid = three_turns(workspace, state)
+    patch = "*** Begin Patch\n*** Add File: work://notes.md\n+mine\n*** Add File: work://plans/current.md\n+draft\n*** End Patch\n"
+    applied = cli(workspace, state, "apply-patch", "--session", sid, "-", stdin=patch)
+    assert applied.returncode == 0, applied.stderr
+
+    prepared = cli(workspace, state, "fork", "2", "--session", sid)
+    assert prepared.returncode == 0, prepared.stderr
+    assert "  copies 1 session-local (work://) file: notes.md" in prepared.stdout.splitlines()
+    assert "  plans: the source records no accepted plan, so no local/plans/ file was copied" in prepared.stdout.splitlines()
+
+    data = ok(cli(workspace, state, "fork", "2", "--session", sid, "--json"))
+    assert data["local_files"] == ["notes.md"]
+    assert "no local/plans/ file was copied" in data["plans_note"]

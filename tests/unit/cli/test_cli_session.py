@@ -90,6 +90,21 @@ def test_create_without_a_prompt_writes_nothing(workspace, tmp_path):
     assert with_prompt["materialized"] is True and with_prompt["open_turn"] == 1
 
 
+def test_create_without_a_prompt_points_at_a_command_that_starts_the_session(workspace, tmp_path):
+    """The reserved ID lives only as long as the command: the advice it
+    prints is one that works from the next command, name included."""
+    me = tmp_path / "me"
+    created = cli(workspace, me, "session", "create", "--name", "Later on")
+    assert created.returncode == 0, created.stderr
+    advice = created.stdout.splitlines()[-1]
+    assert advice.endswith("start one with: mevedel turn begin --new --name 'Later on' PROMPT"), advice
+    sid = created.stdout.split()[0]
+    refused(cli(workspace, me, "turn", "begin", "--session", sid, "first", "--json"), "missing-target")
+
+    begun = ok(cli(workspace, me, "turn", "begin", "--new", "--name", "Later on", "first", "--json"))
+    rows = ok(cli(workspace, me, "session", "list", "--json"))["sessions"]
+    assert [(r["session_id"], r["display_name"]) for r in rows] == [(begun["session_id"], "Later on")]
+
 def test_another_client_joins_read_only_and_resumes_after_close(workspace, tmp_path):
     me, other = tmp_path / "me", tmp_path / "other"
     sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
@@ -115,6 +130,16 @@ def test_another_client_joins_read_only_and_resumes_after_close(workspace, tmp_p
     states = [t["state"] for t in ok(cli(workspace, other, "session", "turns", "--json"))["turns"]]
     assert states == ["completed", "interrupted", "interrupted"]
 
+
+def test_a_session_held_elsewhere_is_refused_naming_how_to_ask_for_it(workspace, tmp_path):
+    """The spec's joined view offers Request control; the refusal a command
+    gets for a held session names that command, and the read-only join."""
+    me, other = tmp_path / "me", tmp_path / "other"
+    sid = ok(cli(workspace, me, "turn", "begin", "--new", "first", "--json"))["session_id"]
+    message = refused(cli(workspace, other, "turn", "begin", "--session", sid, "mine now", "--json"), "lease-held")
+    assert message.endswith(
+        f"; ask its holder for control with: mevedel session take-control {sid} (or join it read-only: mevedel session open {sid})"
+    ), message
 
 def test_refusals_are_one_line_with_a_kind(workspace, tmp_path):
     me = tmp_path / "me"

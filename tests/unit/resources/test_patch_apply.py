@@ -177,14 +177,21 @@ def test_a_pure_move_keeps_the_content_and_mode(tmp_path):
     assert stat.S_IMODE(moved.stat().st_mode) == 0o750
 
 
-def test_an_edited_move_is_a_new_file(tmp_path):
+def test_an_edited_move_keeps_the_moved_files_mode(tmp_path):
     source = write(tmp_path / "run.sh", "#!/bin/sh\necho hi\n")
     source.chmod(0o750)
-    apply(tmp_path, "*** Update File: work://run.sh", "*** Move to: work://bin/run.sh", "-echo hi", "+echo ho")
+    private = write(tmp_path / "key.txt", "secret\n")
+    private.chmod(0o600)
+    apply(
+        tmp_path,
+        "*** Update File: work://run.sh", "*** Move to: work://bin/run.sh", "-echo hi", "+echo ho",
+        "*** Update File: work://key.txt", "*** Move to: work://keys/key.txt", "-secret", "+still secret",
+    )
     moved = tmp_path / "bin/run.sh"
-    assert moved.read_text() == "#!/bin/sh\necho ho\n"
-    # A move is a new file and a removal (a target has no rename): 0644.
-    assert stat.S_IMODE(moved.stat().st_mode) == 0o644
+    assert moved.read_text() == "#!/bin/sh\necho ho\n" and not source.exists()
+    # The script moved and edited is still executable; the private file still private.
+    assert stat.S_IMODE(moved.stat().st_mode) == 0o750
+    assert stat.S_IMODE((tmp_path / "keys/key.txt").stat().st_mode) == 0o600
 
 
 def test_summary_lists_every_change_in_patch_order(tmp_path):

@@ -90,6 +90,9 @@ class FileWrite:
     #: A move that changes nothing but the name: the new file is this
     #: path's file, linked (so it keeps its permission bits).
     link_from: str | None = None
+    #: An edited move: the path whose permission bits the new file takes
+    #: (a script moved and edited stays executable).
+    mode_from: str | None = None
 
 
 @dataclass(slots=True)
@@ -176,7 +179,8 @@ def _plan(plan: Plan, resolved: ResolvedOperation, found: Callable[[str], Found]
     _require_absent(found(resolved.move_path), destination, "already exists; a move may not replace a file")
     creatable(resolved.move_path, destination)
     plan.changes.append(FileChange(display, "update", destination, added, removed, name, resolved.move_name or destination))
-    plan.writes.append(FileWrite(resolved.move_path, destination, None, new, path if new == data else None))
+    pure = new == data
+    plan.writes.append(FileWrite(resolved.move_path, destination, None, new, path if pure else None, None if pure else path))
     plan.removals.append(FileWrite(path, display, data, None))
 
 

@@ -25,8 +25,9 @@ this machine and on an SSH workspace.
    written) or a marker the next patch on this target rolls back.
 
 A pure move links the same file under its new name (its bits kept), and
-an edited move's destination is written like a new file (0644); a file
-restored after a removal is linked back from its second name (:mod:`.journal`).
+an edited move's destination is written with the bits of the file it moves
+(read with the files, so a moved script stays executable); a file restored
+after a removal is linked back from its second name (:mod:`.journal`).
 
 Symbolic links are never followed: a link in the way of any file the
 patch names refuses it (``containment``).
@@ -48,6 +49,7 @@ from ...targets import (
     OpResult,
     ProgramResult,
     PutEntry,
+    ReadEntry,
     ReadFiles,
     Remove,
     Stat,
@@ -85,7 +87,7 @@ def _parents(path: str) -> list[str]:
 class _Read:
     """What the read program found: each path's probe and each parent's."""
 
-    def __init__(self, paths: list[str], parents: list[str], found: ProgramResult) -> None:
+    def __init__(self, paths: list[str], parents: list[str], moved: list[str], found: ProgramResult) -> None:
         self.files: dict[str, tuple[OpResult, OpResult]] = {}
         for index, path in enumerate(paths):
             self.files[path] = (found[2 * index], found[2 * index + 1])
@@ -93,6 +95,12 @@ class _Read:
         self.dirs = {parent: found[base + i] for i, parent in enumerate(parents)}
         listed = found[base + len(parents)]
         self.journals = journal.journal_ids(listed.value if listed.ok else ())
+        #: The permission bits of each file a move takes away, when read.
+        self.modes: dict[str, int] = {}
+        for index, path in enumerate(moved):
+            entry = found[base + len(parents) + 1 + index]
+            if entry.ok and entry.value.kind == Entry.FILE and entry.value.mode is not None:
+                self.modes[path] = entry.value.mode
 
     def found(self, path: str) -> Found:
         stat, read = self.files[path]
@@ -154,7 +162,7 @@ def _unreadable(found) -> object:
     return _fixed(ErrorKind.UNREADABLE, "cannot be read (the storage refused it)")
 
 
-async def _read(target: Target, paths: list[str], parents: list[str], journal_dir: str, display: str) -> _Read:
+async def _read(target: Target, paths: list[str], parents: list[str], moved: list[str], journal_dir: str, display: str) -> _Read:
     ops: list = []
     for path in paths:
         parent, _, leaf = path.rpartition("/")
@@ -162,10 +170,13 @@ async def _read(target: Target, paths: list[str], parents: list[str], journal_di
         ops.append(ReadFiles(parent, names=(leaf,), max_bytes=MAX_FILE_BYTES, budget=0, optional=True))
     ops += [Stat(parent, optional=True) for parent in parents]
     ops.append(ListDir(journal_dir, optional=True))
+    # Last, so a refusal here stops nothing the patch needs: a mode not
+    # read only leaves that destination the default bits.
+    ops += [ReadEntry(path, max_bytes=0, optional=True) for path in moved]
     found = await run_program(target, ControlProgram(ops), display)
     if any(root_refused(result) for result in found):
         raise AddressError(ErrorKind.CONFLICT, display, ROOT_CHANGED)
-    return _Read(paths, parents, found)
+    return _Read(paths, parents, moved, found)
 
 
 async def apply_patch(target: Target, journal_dir: str, operations: Sequence[ResolvedOperation]) -> PatchResult:
@@ -174,8 +185,9 @@ async def apply_patch(target: Target, journal_dir: str, operations: Sequence[Res
     first = operations[0].display if operations else "ApplyPatch"
     paths = list(displays)
     parents = sorted({parent for path in paths for parent in _parents(path)})
+    moved = [op.path for op in operations if op.operation.move_to is not None and op.path in displays]
     for _attempt in range(_RECOVERIES + 1):
-        read = await _read(target, paths, parents, journal_dir, first)
+        read = await _read(target, paths, parents, moved, journal_dir, first)
         if not read.journals:
             break
         # A patch here did not commit (a crash): roll it back first.
@@ -187,11 +199,13 @@ async def apply_patch(target: Target, journal_dir: str, operations: Sequence[Res
         raise AddressError(ErrorKind.UNAVAILABLE, first, "an earlier patch here could not be rolled back; retry later")
     make: list[str] = []
     plan = plan_patch(operations, read.found, lambda path, display: read.creatable(path, display, make))
-    await _commit(target, journal_dir, plan, make, displays, first)
+    await _commit(target, journal_dir, plan, make, displays, first, read.modes)
     return PatchResult(tuple(plan.changes))
 
 
-async def _commit(target: Target, journal_dir: str, plan: Plan, make: list[str], displays: dict[str, str], first: str) -> None:
+async def _commit(
+    target: Target, journal_dir: str, plan: Plan, make: list[str], displays: dict[str, str], first: str, modes: dict[str, int]
+) -> None:
     files = plan.files
     ident = journal.new_id()
     # Each removed file keeps a second name in the journal until the commit.
@@ -212,6 +226,8 @@ async def _commit(target: Target, journal_dir: str, plan: Plan, make: list[str],
     for change in plan.writes:
         if change.link_from is not None:  # a pure move: the same file under its new name
             ops.append(CreateLinked(change.path, change.new, deferred=True, source=change.link_from))  # type: ignore[arg-type]
+        elif change.mode_from in modes:  # an edited move: the moved file's bits
+            ops.append(PutEntry(change.path, None, Entry.file(change.new, modes[change.mode_from]), deferred=True))  # type: ignore[arg-type]
         else:
             ops.append(WriteProject(change.path, change.new, deferred=True))  # type: ignore[arg-type]
         steps.append(change)
@@ -252,7 +268,7 @@ async def _commit(target: Target, journal_dir: str, plan: Plan, make: list[str],
         raise AddressError(ErrorKind.UNAVAILABLE, first, "could not be written (the patch journal could not be written); no file was changed")
     op = ops[stopped]
     file_index = stopped - first_write - len(make)
-    if isinstance(op, (WriteProject, CreateLinked, Remove)) and 0 <= file_index < len(steps):
+    if isinstance(op, (WriteProject, CreateLinked, PutEntry, Remove)) and 0 <= file_index < len(steps):
         display = steps[file_index].display
         verb = "deleted" if isinstance(op, Remove) else "written"
     else:

@@ -49,11 +49,11 @@ from typing import ClassVar
 from ...targets import (
     Barrier,
     ControlProgram,
-    CreateExclusive,
+    Entry,
     ListDir,
-    MakeDirs,
     Operation,
-    Read,
+    PutEntry,
+    ReadEntry,
     Remove,
     Stat,
     Status,
@@ -125,10 +125,13 @@ NO_PLAN_RECORD = "the source records no accepted plan, so no local/plans/ file w
 # local/ --------------------------------------------------------------------------
 
 
-async def read_local(target: Target, paths: SessionPaths, *, skip_plans: bool) -> dict[str, bytes]:
-    """Every file under the session's ``local/`` (paths relative to it),
+async def read_local(target: Target, paths: SessionPaths, *, skip_plans: bool) -> dict[str, Entry]:
+    """Every file and directory under the session's ``local/`` (paths
+    relative to it, each directory before what it holds), as its whole
+    state: a file's bytes and permission bits, a directory's bits, so the
+    copy is what the user left there (an empty directory included),
     optionally without ``local/plans/``. A symlink or special file refuses."""
-    files: dict[str, bytes] = {}
+    found: dict[str, Entry] = {}
     pending = [""]
     base = paths.inside(LOCAL_DIR)
     while pending:
@@ -148,39 +151,51 @@ async def read_local(target: Target, paths: SessionPaths, *, skip_plans: bool) -
         if not entries:
             continue
         stats = await target.run(ControlProgram([Stat(f"{base}/{rel}", optional=True) for rel in entries]))
-        regular = []
+        kept = []
         for rel, stat in zip(entries, stats):
             if stat.status is Status.ABSENT:
                 continue
             if not stat.ok or stat.value.kind == "other":
                 why = stat.reason if not stat.ok else "not a regular file or directory"
                 raise LifecycleRefused(paths.session_id, f"local/{rel} cannot be copied ({why})", kind="unreadable")
-            (pending if stat.value.kind == "directory" else regular).append(rel)
-        reads = await target.run(ControlProgram([Read(f"{base}/{rel}", optional=True) for rel in regular]))
-        for rel, read in zip(regular, reads):
-            if read.ok:
-                files[rel] = read.value
+            kept.append(rel)
+            if stat.value.kind == "directory":
+                pending.append(rel)
+        reads = await target.run(ControlProgram([ReadEntry(f"{base}/{rel}", optional=True) for rel in kept]))
+        for rel, read in zip(kept, reads):
+            if read.ok and read.value.kind != Entry.SYMLINK:
+                found[rel] = read.value
+            elif read.ok:  # swapped for a link since the stat
+                raise LifecycleRefused(paths.session_id, f"local/{rel} cannot be copied (a symbolic link)", kind="unreadable")
             elif read.status is not Status.ABSENT:
                 raise LifecycleRefused(paths.session_id, f"local/{rel} cannot be read ({read.reason})", kind="unreadable")
-    return dict(sorted(files.items()))
+    return dict(sorted(found.items()))
 
 
-def local_hashes(files: Mapping[str, bytes]) -> dict[str, str]:
-    return {f"{LOCAL_DIR}/{rel}": content_hash(data) for rel, data in files.items()}
+def local_file_names(local: Mapping[str, Entry]) -> tuple[str, ...]:
+    """The files of a :func:`read_local` copy (what an impact lists)."""
+    return tuple(rel for rel, entry in local.items() if entry.kind == Entry.FILE)
 
 
-def _local_ops(paths: SessionPaths, files: Mapping[str, bytes]) -> list[Operation]:
+def local_hashes(local: Mapping[str, Entry]) -> dict[str, str]:
+    return {f"{LOCAL_DIR}/{rel}": content_hash(entry.data or b"") for rel, entry in local.items() if entry.kind == Entry.FILE}
+
+
+def _local_ops(paths: SessionPaths, local: Mapping[str, Entry]) -> list[Operation]:
     # The copies share one flush at the end: the child is not committed (so
-    # not readable) until its publication, a later program.
-    ops: list[Operation] = []
-    made: set[str] = set()
-    for rel, data in files.items():
-        parent = "/".join(rel.split("/")[:-1])
-        directory = paths.inside(f"{LOCAL_DIR}/{parent}" if parent else LOCAL_DIR)
-        if directory not in made:
-            ops.append(MakeDirs(directory, optional=True, deferred=True))
-            made.add(directory)
-        ops.append(CreateExclusive(paths.inside(f"{LOCAL_DIR}/{rel}"), data, deferred=True))
+    # not readable) until its publication, a later program. Directories are
+    # made first (parents before children) with the default mode and given
+    # their own bits last, deepest first, so a directory the user made
+    # read-only still receives its files.
+    def inside(rel: str) -> str:
+        return paths.inside(f"{LOCAL_DIR}/{rel}")
+
+    directories = [rel for rel, entry in local.items() if entry.kind == Entry.DIRECTORY]
+    ops: list[Operation] = [PutEntry(inside(rel), None, Entry.directory(None), deferred=True) for rel in directories]
+    ops += [PutEntry(inside(rel), None, entry, deferred=True) for rel, entry in local.items() if entry.kind == Entry.FILE]
+    ops += [
+        PutEntry(inside(rel), Entry.directory(None), Entry.directory(local[rel].mode), deferred=True) for rel in reversed(directories)
+    ]
     ops.append(Barrier())
     return ops
 
@@ -243,7 +258,7 @@ async def publish_child(
     build: Callable[[str, int], Mapping[str, bytes]],
     *,
     at: int = 0,
-    local_files: Mapping[str, bytes] = {},
+    local_files: Mapping[str, Entry] = {},
     live_ids: Sequence[str] = (),
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     keep_lease: bool = False,
@@ -426,7 +441,7 @@ class Fork:
             entry.turn,
             dict(sidecar.settings),
             tuple(sidecar.attached_artifacts),
-            tuple(local),
+            local_file_names(local),
             NO_PLAN_RECORD,
             token,
             agent_history_note(sidecar.engine, copy=True),
@@ -477,7 +492,7 @@ async def recheck_lease(target: Target, token: StateToken) -> CommittedState:
     return state
 
 
-async def recheck_source(target: Target, token: StateToken) -> tuple[CommittedState, PromptEntry, dict[str, bytes]]:
+async def recheck_source(target: Target, token: StateToken) -> tuple[CommittedState, PromptEntry, dict[str, Entry]]:
     """The source exactly as the fork's prepare saw it, or StaleState."""
     state = await recheck_lease(target, token)
     turn = token.subject.get("turn")

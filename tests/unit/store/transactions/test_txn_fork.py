@@ -101,6 +101,35 @@ async def test_settings_and_attachments_are_copied_and_local_plans_are_not(tmp_p
     assert (local / "top.txt").read_text() == "top"
 
 
+async def test_the_childs_local_copy_keeps_each_file_mode_and_every_directory(tmp_path):
+    """A Fork copies work:// files as the user left them: an executable
+    script stays executable, a private note private, and an empty
+    directory (made, say, for notes to come) is there too."""
+    s = await open_session(tmp_path)
+    await s.turn("one")
+    local = local_dir(tmp_path, s.session_id)
+    (local / "bin").mkdir(parents=True)
+    (local / "bin" / "check.sh").write_text("#!/bin/sh\necho ok\n")
+    (local / "bin" / "check.sh").chmod(0o755)
+    (local / "shared-ish.md").write_text("readable by all")
+    (local / "shared-ish.md").chmod(0o644)
+    (local / "secret.md").write_text("mine only")
+    (local / "secret.md").chmod(0o600)
+    (local / "drafts" / "later").mkdir(parents=True)
+    (local / "drafts").chmod(0o750)
+    _, result = await fork(s, 1, LATER)
+    child_local = local_dir(tmp_path, result.child.session_id)
+    modes = {str(p.relative_to(child_local)): p.stat().st_mode & 0o7777 for p in child_local.rglob("*")}
+    assert modes == {
+        "bin": (local / "bin").stat().st_mode & 0o7777,
+        "bin/check.sh": 0o755,
+        "shared-ish.md": 0o644,
+        "secret.md": 0o600,
+        "drafts": 0o750,
+        "drafts/later": (local / "drafts" / "later").stat().st_mode & 0o7777,
+    }
+    assert (child_local / "bin" / "check.sh").read_text() == "#!/bin/sh\necho ok\n"
+
 async def test_the_child_keeps_the_lease_when_asked(tmp_path):
     s = await source_session(tmp_path)
     impact = await prepare_fork(s.target, s.session_id, 3, at=LATER)
