@@ -43,8 +43,11 @@ async def test_a_session_leaves_git_status_showing_only_the_users_files(repo):
     await service.turns.append(session_id, EvidenceInput("response", text="done"))
     await service.turns.settle(session_id)
     await service.sessions.close(session_id)
+    # work://shared: working notes between sessions, not the project's.
+    (repo / ".mevedel" / "shared").mkdir()
+    (repo / ".mevedel" / "shared" / "handoff.md").write_text("notes\n")
     status = git(repo, "status", "--porcelain", "--untracked-files=all")
-    assert ".mevedel/sessions" not in status, status
+    assert ".mevedel/sessions" not in status and ".mevedel/shared" not in status, status
     assert "README.md" in status
     exclude = (repo / ".git" / "info" / "exclude").read_text()
     assert all(entry in exclude.splitlines() for entry in GENERATED_EXCLUDES)

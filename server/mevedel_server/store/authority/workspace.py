@@ -207,6 +207,9 @@ GENERATED_EXCLUDES = (
     "/.mevedel/leases/",
     "/.mevedel/state/",
     "/.mevedel/file-state/",
+    # work://shared: working material between sessions (the spec: not
+    # tracked in Git), unlike the artifact store, which travels.
+    "/.mevedel/shared/",
 )
 _GIT_EXCLUDE = ".git/info/exclude"
 _EXCLUDES_HEADER = "# mevedel: generated state (added by mevedel; see the mevedel docs)"
