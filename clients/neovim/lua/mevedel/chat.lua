@@ -869,17 +869,53 @@ end
 --- session) in a window (HOW: 'vsplit', 'split', 'tab', 'current'; default
 --- the `chat.window` option), its turns read from the server. Returns the
 --- buffer number.
+--- The chat buffer :MevedelChat shows when no server can say which session
+--- is meant (it died, or one started again has none current yet):
+--- SESSION's, else the one chat there is.
+local function standing_chat(session)
+  local chat = session and chats[session]
+  if not chat then
+    for _, each in pairs(chats) do
+      if each.bufnr and vim.api.nvim_buf_is_valid(each.bufnr) then
+        if chat then
+          return nil -- several: which one is not ours to guess
+        end
+        chat = each
+      end
+    end
+  end
+  if chat and chat.bufnr and vim.api.nvim_buf_is_valid(chat.bufnr) then
+    return chat.bufnr
+  end
+  return nil
+end
+
 function M.open(session, how, client)
-  client = client or mevedel.client_or_notify()
+  client = client or mevedel.client()
   if not client then
+    -- The chat as it stands is still shown, with its last words (what
+    -- became of a turn the server's death ended) and its keys: p starts
+    -- the server again.
+    local bufnr = standing_chat(session)
+    if bufnr then
+      show_buffer(bufnr, how)
+      return bufnr
+    end
+    mevedel.client_or_notify()
     return nil
   end
-  local err
-  session, err = resolve_session(client, session, false)
-  if not session then
+  local err, resolved
+  resolved, err = resolve_session(client, session, false)
+  if not resolved then
+    local bufnr = standing_chat(session)
+    if bufnr then
+      show_buffer(bufnr, how)
+      return bufnr
+    end
     mevedel.notify((err or 'no session') .. '; :MevedelPrompt starts one, :MevedelSessions picks one', levels.WARN)
     return nil
   end
+  session = resolved
   local chat = chat_for(session, client.id)
   chat.root = client.config.root_dir
   refresh_name(chat, client)
