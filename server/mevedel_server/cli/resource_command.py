@@ -10,7 +10,8 @@ not open in this process), ``--memory-root LOCATION:KIND:PATH`` and
 ``--skill-root ORIGIN:PATH`` (repeatable; a relative path is the local
 workspace's). Output is the projection as text,
 or one JSON object with ``--json``; a failure prints the authored address, the
-error kind and the reason, and exits 1.
+error kind, the reason and the command that finds the right name (the
+resolver's ``next_step``), and exits 1.
 
 ``apply-patch --session ID`` writes that session's ``work://`` files only
 under this CLI client's own lease: it resumes the session first (as every
@@ -267,7 +268,7 @@ def _run(arguments: argparse.Namespace) -> int:
         if arguments.json:
             print(json.dumps({"error": error.to_json()}))
         else:
-            print(f"{shown(error.authored)}: {error.kind.value}: {error.reason}", file=sys.stderr)
+            print(f"{shown(error.authored)}: {error.kind.value}: {error.reason}{_next_step(error)}", file=sys.stderr)
         return FAILED
     except CommandError as error:
         return refuse(arguments, error.kind, str(error))
@@ -351,3 +352,18 @@ def _text(operation: Operation, result: Any) -> str:
         return result.summary()
     notice = getattr(result, "notice", None)
     return body + (f"\n-- {notice}" if notice else "")
+
+
+def _next_step(error: AddressError) -> str:
+    """The resolver's next step for the error, as a command to type."""
+    from ..resources import next_step
+
+    step = next_step(error)
+    if step is None:
+        return ""
+    what, operand = step
+    if what == "glob":
+        return "; find the right path with: mevedel glob '**/NAME*'"
+    if what == "list":
+        return f"; see what exists with: mevedel read {operand}"
+    return f"; the address documentation: mevedel read {operand}"

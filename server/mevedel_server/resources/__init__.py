@@ -20,6 +20,7 @@ _EXPORTS = {
     '.engine.context': ('MemoryRoot', 'ResolverContext', 'SkillRoot'),
     '.engine.counts': ('counted',),
     '.engine.docs_root': ('find_docs_root',),
+    '.engine.guidance': ('listing_of', 'next_step'),
     '.engine.options': ('GlobOptions', 'GrepOptions', 'PatchOptions', 'ReadOptions'),
     '.engine.places': ('Places',),
     '.engine.resolver': ('SESSION_FAMILIES', 'execute', 'prepare', 'reaches_mcp', 'reads_session'),

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..addresses import AddressError, ErrorKind, Operation
+from ..addresses import AddressError, Operation
 from ..resources import (
     GlobOptions,
     GlobResult,
@@ -31,7 +31,7 @@ from ..resources import (
     ReadResult,
     counted,
     execute,
-    is_project_path,
+    next_step,
     prepare,
     require_writable_session,
 )
@@ -176,32 +176,18 @@ def tools_for(context: object) -> tuple[ToolSpec, ...]:
 # -- errors --------------------------------------------------------------------
 
 
-def _listing_of(authored: str) -> str | None:
-    """The listing that finds the right name for ``authored``."""
-    if is_project_path(authored):
-        return None
-    scheme, _sep, rest = authored.partition("://")
-    if scheme == "work" and (rest == "shared" or rest.startswith("shared/")):
-        return "work://shared"
-    if scheme == "memory":
-        return "memory://root"
-    if scheme == "history" and rest.startswith("saved"):
-        return "history://saved"
-    return f"{scheme}://"
-
-
 def error_text(error: AddressError) -> str:
     """The model-facing text of a resolver error."""
     text = f"{error.authored}: {error.kind.value}: {error.reason}"
-    if error.kind is ErrorKind.MISSING_TARGET:
-        listing = _listing_of(error.authored)
-        if listing is None:
-            text += "; find the right path with Glob (e.g. pattern '**/NAME*')"
-        elif listing != error.authored:
-            text += f"; Read {listing} lists what exists"
-    elif error.kind is ErrorKind.UNKNOWN_SCHEME or (error.kind is ErrorKind.MALFORMED_ADDRESS and "://" in error.authored):
-        text += "; Read mevedel:// for the address documentation"
-    return text
+    step = next_step(error)
+    if step is None:
+        return text
+    what, operand = step
+    if what == "glob":
+        return text + "; find the right path with Glob (e.g. pattern '**/NAME*')"
+    if what == "list":
+        return text + f"; Read {operand} lists what exists"
+    return text + f"; Read {operand} for the address documentation"
 
 
 # -- arguments -----------------------------------------------------------------

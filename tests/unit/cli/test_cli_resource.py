@@ -95,6 +95,23 @@ def test_failures_name_the_address_and_kind_without_traceback(workspace: Path, a
     assert str(workspace) not in ran.stdout
 
 
+@pytest.mark.parametrize(
+    ("authored", "step"),
+    [
+        ("work://shared/missing.md", "see what exists with: mevedel read work://shared"),
+        ("mevedel://nope.md", "see what exists with: mevedel read mevedel://"),
+        ("src/nope.py", "find the right path with: mevedel glob '**/NAME*'"),
+        ("wrk://x", "the address documentation: mevedel read mevedel://"),
+    ],
+)
+def test_a_name_that_is_not_there_says_what_to_type_next(workspace: Path, authored: str, step: str) -> None:
+    """As the model's tools say "Read X lists what exists": a person typing
+    a wrong name is told the command that finds the right one."""
+    ran = mevedel(workspace, "read", authored)
+    assert ran.returncode == 1
+    assert ran.stderr.rstrip("\n").endswith("; " + step), ran.stderr
+
+
 @pytest.mark.parametrize(("authored", "shown"), [("", "''"), (" work://shared/notes.md", "' work://shared/notes.md'")])
 def test_an_address_that_would_not_read_as_typed_is_quoted(workspace: Path, authored: str, shown: str) -> None:
     ran = mevedel(workspace, "read", authored)
