@@ -417,14 +417,7 @@ class ScriptedAgent:
             additional_directories=additional_directories,
             field_meta=kwargs or None,
         )
-        self._log("load_session", params=_plain(request))
-        if not self._script.get("load_session", False):
-            raise RequestError.method_not_found("session/load")
-        if self._auth_required:
-            raise RequestError.auth_required()
-        self._sessions[session_id] = cwd
-        self._mcp_servers[session_id] = list(mcp_servers or [])
-        return LoadSessionResponse(**self._offer(session_id))
+        return LoadSessionResponse(**self._reopened("load_session", "session/load", request, session_id, cwd, mcp_servers))
 
     async def resume_session(
         self,
@@ -441,14 +434,20 @@ class ScriptedAgent:
             mcp_servers=mcp_servers,
             field_meta=kwargs or None,
         )
-        self._log("resume_session", params=_plain(request))
-        if not self._script.get("resume_session", False):
-            raise RequestError.method_not_found("session/resume")
+        return ResumeSessionResponse(**self._reopened("resume_session", "session/resume", request, session_id, cwd, mcp_servers))
+
+    def _reopened(self, event: str, method: str, request: Any, session_id: str, cwd: str, mcp_servers: list[Any] | None) -> dict[str, Any]:
+        """A session the client opens again (``event`` is the script's switch
+        for ``method``): logged, refused unless the script offers it, then
+        served like a new one."""
+        self._log(event, params=_plain(request))
+        if not self._script.get(event, False):
+            raise RequestError.method_not_found(method)
         if self._auth_required:
             raise RequestError.auth_required()
         self._sessions[session_id] = cwd
         self._mcp_servers[session_id] = list(mcp_servers or [])
-        return ResumeSessionResponse(**self._offer(session_id))
+        return self._offer(session_id)
 
     # Modes and config options --------------------------------------------
 
