@@ -62,30 +62,11 @@ def _store(target, name, label):
     return store
 
 
-async def _open(tmp_path, notifications):
-    """An item the other process made a while ago and let go, open here."""
-    root = tmp_path / "ws"
-    root.mkdir()
-    counting = ReadCounting(str(root))
-    here = _store(counting, "here", "Emacs 30.1 (pid 11)")
-    there = _store(LocalTarget(str(root)), "there", "Neovim 0.12.0 (pid 22)")
-    changes = Changes()
-    cadence = WatchCadence(idle_seconds=0.05, active_seconds=0.05, notifications=notifications)
-    watches = ItemWatches(here, changes, cadence=lambda: cadence)
-    item = await there.create("document", "Shared", b"x" * BIG)
-    await there.leases.release(item.item_id)
-    meta, _ = await here.meta(item.item_id)
-    counting.counted = ItemPaths(item.item_id).file(meta.primary)
-    # Written a minute ago, as an item opened for reading usually was.
-    os.utime(root / counting.counted, (1_700_000_000, 1_700_000_000))
-    await watches.watch(item.item_id)
-    return counting, here, there, changes, watches, item.item_id
-
-
-async def _opened_by_an_editor(tmp_path, notifications, size, *, mtime):
+async def _made_there(tmp_path, notifications, size, mtime):
     """An item of ``size`` bytes the other process made and let go, last
-    modified at ``mtime``, read by an editor here (``artifact/read``) and
-    watched from that read."""
+    modified at ``mtime``, and the watches of this process (nothing watched
+    yet): the counting target, both stores, the changes told, the watches
+    and the item's id."""
     root = tmp_path / "ws"
     root.mkdir()
     counting = ReadCounting(str(root))
@@ -99,7 +80,23 @@ async def _opened_by_an_editor(tmp_path, notifications, size, *, mtime):
     meta, _ = await here.meta(item.item_id)
     counting.counted = ItemPaths(item.item_id).file(meta.primary)
     os.utime(root / counting.counted, (mtime, mtime))
-    content = await here.read(item.item_id, facts=True)
+    return counting, here, there, changes, watches, item.item_id
+
+
+async def _open(tmp_path, notifications):
+    """An item the other process made a while ago and let go, open here."""
+    # Written a minute ago, as an item opened for reading usually was.
+    made = counting, here, there, changes, watches, item_id = await _made_there(tmp_path, notifications, BIG, 1_700_000_000)
+    await watches.watch(item_id)
+    return made
+
+
+async def _opened_by_an_editor(tmp_path, notifications, size, *, mtime):
+    """An item of ``size`` bytes the other process made and let go, last
+    modified at ``mtime``, read by an editor here (``artifact/read``) and
+    watched from that read."""
+    counting, here, there, changes, watches, item_id = await _made_there(tmp_path, notifications, size, mtime)
+    content = await here.read(item_id, facts=True)
     assert (counting.reads, counting.bytes_read) == (1, size)
     await watches.opened(content)
     return counting, here, there, changes, watches, content
