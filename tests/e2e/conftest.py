@@ -95,6 +95,18 @@ async def open_document(client: LanguageClient, workspace: Path, text: str, name
     return uri
 
 
+def collect(client: LanguageClient, method: str) -> list[dict]:
+    """Every ``method`` notification the server sends ``client`` from now
+    on, as they arrive."""
+    received: list[dict] = []
+
+    def notified(params: dict) -> None:
+        received.append(params)
+
+    client.feature(method)(notified)
+    return received
+
+
 async def request(client: LanguageClient, method: str, params):
     """A custom request; returns its result or raises the JsonRpcException."""
     return await client.protocol.send_request_async(method, params)

@@ -15,11 +15,11 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 from processes import process_alive
 
 from .conftest import request
-from .test_follow import wait_for
 
 AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
 

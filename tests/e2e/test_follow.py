@@ -14,31 +14,13 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from deadlines import ticks
+from deadlines import ticks, wait_for
 from mevedel_protocol import methods
 from mevedel_server.store import LeaseStanding, observe_lease
 from mevedel_server.targets import LocalTarget
 from ssh_fixtures import ALIAS
 
-from .conftest import SERVER, initialize_params, request
-
-
-def collect(client, method: str) -> list[dict]:
-    received: list[dict] = []
-
-    def notified(params: dict) -> None:
-        received.append(params)
-
-    client.feature(method)(notified)
-    return received
-
-
-async def wait_for(predicate, what: str) -> None:
-    for _ in ticks():
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"never saw {what}")
+from .conftest import SERVER, collect, initialize_params, request
 
 
 async def start_server(workspace: Path, **options):

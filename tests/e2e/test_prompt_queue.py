@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from pygls.exceptions import JsonRpcException
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 
 from .conftest import SERVER, initialize_params, request
 from .test_agent_turns import Watch, configure, events, prompt
-from .test_follow import wait_for
 
 
 def prompts_received(log: Path) -> list[str]:

@@ -12,32 +12,14 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from deadlines import ticks
+from deadlines import ticks, wait_for
 from holder_process import holding_process, kill
 from mevedel_protocol import methods
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
-from .conftest import SERVER, initialize_params, request
-
-
-def collect_changes(client) -> list[dict]:
-    received: list[dict] = []
-
-    def changed(params: dict) -> None:
-        received.append(params)
-
-    client.feature(methods.SESSION_DID_CHANGE)(changed)
-    return received
-
-
-async def wait_for(predicate, what: str) -> None:
-    for _ in ticks():
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"never saw {what}")
+from .conftest import SERVER, collect, initialize_params, request
 
 
 async def failure(client, method: str, params) -> dict:
@@ -63,7 +45,7 @@ async def expired_session_of_another_client(workspace: Path, prompt: str) -> str
 
 
 async def test_create_run_turns_and_read_history(client, workspace):
-    changes = collect_changes(client)
+    changes = collect(client, methods.SESSION_DID_CHANGE)
     created = await request(client, methods.SESSION_CREATE, {"name": "E2E session"})
     sid = created["sessionId"]
     assert created["displayName"] == "E2E session" and created["current"] and not created["materialized"]

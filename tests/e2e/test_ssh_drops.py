@@ -12,11 +12,11 @@ import sys
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 
 from .conftest import make_client, request
 from .test_agent_turns import AGENT, Watch, prompt
-from .test_follow import wait_for
 
 
 async def _server(fault_server, tmp_path, project, script):

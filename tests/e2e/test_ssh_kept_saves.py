@@ -17,14 +17,13 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
-from deadlines import ticks
+from deadlines import ticks, wait_for
 from mevedel_protocol import methods
 from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
 
 from .conftest import make_client, request
-from .test_follow import wait_for
 
 
 class Machine:

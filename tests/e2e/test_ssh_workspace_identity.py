@@ -146,7 +146,9 @@ async def started():
 
 @pytest.mark.parametrize("owner_side", ["local", "ssh"])
 async def test_following_across_spellings(openssh_server, tmp_path, project, started, owner_side):
-    from .test_control_transfer import owned, until
+    from deadlines import wait_for
+
+    from .test_control_transfer import owned
 
     local, ssh = await machine_pair(openssh_server, tmp_path, project, started)
     owner, follower = (local, ssh) if owner_side == "local" else (ssh, local)
@@ -161,7 +163,7 @@ async def test_following_across_spellings(openssh_server, tmp_path, project, sta
     assert opened["action"] == "join" and opened["session"]["access"] == "read-only"
 
     await owner.settle_turn(sid, "seen across")
-    await until(lambda: any(n["sessionId"] == sid and n["settledTurns"] == 2 for n in published), "the new turn")
+    await wait_for(lambda: any(n["sessionId"] == sid and n["settledTurns"] == 2 for n in published), "the new turn")
     note = next(n for n in published if n["settledTurns"] == 2)
     assert [(t["turn"], t["change"], t["prompt"]) for t in note["turns"]] == [(2, "new", "seen across")]
     listed = await follower.call(methods.TURN_LIST, {"sessionId": sid})
