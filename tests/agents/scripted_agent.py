@@ -410,14 +410,8 @@ class ScriptedAgent:
         additional_directories: list[str] | None = None,
         **kwargs: Any,
     ) -> LoadSessionResponse:
-        request = LoadSessionRequest(
-            cwd=cwd,
-            session_id=session_id,
-            mcp_servers=mcp_servers,
-            additional_directories=additional_directories,
-            field_meta=kwargs or None,
-        )
-        return LoadSessionResponse(**self._reopened("load_session", "session/load", request, session_id, cwd, mcp_servers))
+        opened = self._reopened("load_session", "session/load", LoadSessionRequest, cwd, session_id, mcp_servers, additional_directories, kwargs)
+        return LoadSessionResponse(**opened)
 
     async def resume_session(
         self,
@@ -427,19 +421,30 @@ class ScriptedAgent:
         mcp_servers: list[Any] | None = None,
         **kwargs: Any,
     ) -> ResumeSessionResponse:
-        request = ResumeSessionRequest(
-            session_id=session_id,
-            cwd=cwd,
-            additional_directories=additional_directories,
-            mcp_servers=mcp_servers,
-            field_meta=kwargs or None,
-        )
-        return ResumeSessionResponse(**self._reopened("resume_session", "session/resume", request, session_id, cwd, mcp_servers))
+        opened = self._reopened("resume_session", "session/resume", ResumeSessionRequest, cwd, session_id, mcp_servers, additional_directories, kwargs)
+        return ResumeSessionResponse(**opened)
 
-    def _reopened(self, event: str, method: str, request: Any, session_id: str, cwd: str, mcp_servers: list[Any] | None) -> dict[str, Any]:
+    def _reopened(
+        self,
+        event: str,
+        method: str,
+        request_type: type,
+        cwd: str,
+        session_id: str,
+        mcp_servers: list[Any] | None,
+        additional_directories: list[str] | None,
+        meta: dict[str, Any],
+    ) -> dict[str, Any]:
         """A session the client opens again (``event`` is the script's switch
-        for ``method``): logged, refused unless the script offers it, then
-        served like a new one."""
+        for ``method``, a request of ``request_type``): logged, refused
+        unless the script offers it, then served like a new one."""
+        request = request_type(
+            cwd=cwd,
+            session_id=session_id,
+            mcp_servers=mcp_servers,
+            additional_directories=additional_directories,
+            field_meta=meta or None,
+        )
         self._log(event, params=_plain(request))
         if not self._script.get(event, False):
             raise RequestError.method_not_found(method)
