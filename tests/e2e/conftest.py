@@ -95,6 +95,21 @@ async def open_document(client: LanguageClient, workspace: Path, text: str, name
     return uri
 
 
+def answering(client: LanguageClient, *answers: str | None) -> list[types.ShowMessageRequestParams]:
+    """Every question the server asks ``client`` (``window/showMessageRequest``),
+    as they come; each is answered with the next of ``answers`` (a title,
+    or None: dismissed), the last answering every question after it."""
+    questions: list[types.ShowMessageRequestParams] = []
+
+    def asked(params: types.ShowMessageRequestParams) -> types.MessageActionItem | None:
+        answer = answers[min(len(questions), len(answers) - 1)]
+        questions.append(params)
+        return None if answer is None else types.MessageActionItem(title=answer)
+
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(asked)
+    return questions
+
+
 def collect(client: LanguageClient, method: str) -> list[dict]:
     """Every ``method`` notification the server sends ``client`` from now
     on, as they arrive."""

@@ -17,9 +17,10 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
-from deadlines import ticks, wait_for
+from deadlines import wait_for
+from lease_expiry import lease_expired
 from mevedel_protocol import methods
-from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
 
@@ -74,11 +75,7 @@ class Machine:
         return sorted((self.project / ".mevedel" / "sessions" / sid / ".pending-publication").glob("pending-*.json"))
 
     async def lease_expired(self, sid: str) -> None:
-        for _ in ticks():
-            if (await observe_lease(LocalTarget(self.project), sid)).standing is LeaseStanding.EXPIRED:
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError("the exited server's lease never expired")
+        await lease_expired(self.project, sid, "the exited server's")
 
 
 def shown(client, kind: types.MessageType) -> list[str]:

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from lease_expiry import lease_expired
 from mevedel_protocol import methods
-from mevedel_server.store import LeaseStanding, observe_lease
-from mevedel_server.targets import LocalTarget
 
 from .conftest import request
 from .test_ssh_workspace import failure, remote_params, server_config, ssh_home
@@ -97,10 +96,7 @@ async def test_a_killed_ssh_server_s_session_is_taken_over_locally(openssh_serve
 
         remote._server.send_signal(signal.SIGKILL)  # no shutdown, no release: the lease is left to expire
         await remote._server.wait()
-        deadline = asyncio.get_running_loop().time() + 90
-        while (await observe_lease(LocalTarget(project), sid)).standing is not LeaseStanding.EXPIRED:
-            assert asyncio.get_running_loop().time() < deadline, "the killed server's lease never expired"
-            await asyncio.sleep(0.1)
+        await lease_expired(project, sid, "the killed server's")
 
         assert (await actions(local, lws))[sid] == "Take over"
         unconfirmed = await failure(local, methods.SESSION_OPEN, {**lws, "sessionId": sid, "mode": "takeover"})
