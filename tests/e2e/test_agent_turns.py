@@ -16,9 +16,9 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from deadlines import wait_for
+from killed_turn import tree_state
 from mevedel_protocol import methods
 from processes import process_alive
-from workspace_tree import tree_of
 
 from .conftest import request
 
@@ -417,7 +417,7 @@ async def test_a_directory_ignored_while_the_server_was_down_is_not_charged_to_t
 
     (workspace / ".gitignore").write_text("build/\n")
     (workspace / "build" / "out.txt").write_text("built by the user meanwhile\n")
-    before = tree_of(workspace)
+    before = tree_state(workspace)
     client = await SERVER.start()
     try:
         await client.initialize_session(initialize_params(workspace))
@@ -426,7 +426,7 @@ async def test_a_directory_ignored_while_the_server_was_down_is_not_charged_to_t
         await request(client, methods.SESSION_OPEN, {"sessionId": first["sessionId"]})
         second = await prompt(client, "Take notes and build", sessionId=first["sessionId"])
         assert second["outcome"] == "completed" and second["turn"] == 2
-        after = tree_of(workspace)
+        after = tree_state(workspace)
         impact = await request(client, methods.REWIND_PREPARE, {"turn": 2, "boundary": "before", "sessionId": first["sessionId"]})
         assert {r["path"] for r in impact["restores"] if r["changes"]} == {"notes.txt"}
         assert not impact["gaps"]
@@ -437,7 +437,7 @@ async def test_a_directory_ignored_while_the_server_was_down_is_not_charged_to_t
     # all); everything else is as it was before the turn.
     ignored = {path: state for path, state in after.items() if path.startswith("build/")}
     kept = {path: state for path, state in before.items() if not path.startswith("build/")}
-    assert tree_of(workspace) == {**kept, **ignored}
+    assert tree_state(workspace) == {**kept, **ignored}
 
 
 async def test_rewind_through_the_server_gives_back_modes_directories_and_links(client, workspace):
@@ -449,7 +449,7 @@ async def test_rewind_through_the_server_gives_back_modes_directories_and_links(
     (workspace / "gone").mkdir()
     (workspace / "gone" / "inner.txt").write_text("inner\n")
     os.symlink("plain.txt", workspace / "alias")
-    before = tree_of(workspace)
+    before = tree_state(workspace)
     configure(client, workspace, [[
         {"write": {"path": "tool.sh", "content": "echo v2\n"}},
         {"write": {"path": "made/by/write.txt", "content": "new\n"}},
@@ -462,10 +462,10 @@ async def test_rewind_through_the_server_gives_back_modes_directories_and_links(
 
     impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
     actions = {r["path"]: r["action"] for r in impact["restores"] if r["changes"]}
-    assert actions["plain.txt"] == f"chmod {before['plain.txt'][1][2:]}"
+    assert actions["plain.txt"] == f"chmod {before['plain.txt'][1]:o}"
     assert actions["alias"] == "relink" and actions["gone"] == "create directory"
     assert actions["made"] == "remove directory" and actions["x/y"] == "remove directory"
     assert actions["made/by/write.txt"] == "delete" and actions["tool.sh"] == "restore"
     assert not impact["gaps"]
     await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
-    assert tree_of(workspace) == before
+    assert tree_state(workspace) == before
