@@ -15,7 +15,7 @@ from pygls.exceptions import JsonRpcException
 from deadlines import ticks
 from mevedel_protocol import methods
 
-from .conftest import SERVER, initialize_params, request
+from .conftest import SERVER, collect, initialize_params, request
 
 
 async def _refused(client, method: str, params: dict) -> dict:
@@ -24,14 +24,8 @@ async def _refused(client, method: str, params: dict) -> dict:
     return refused.value.data
 
 
-def _notes(client) -> list[dict]:
-    seen: list[dict] = []
-    client.feature(methods.ARTIFACT_DID_CHANGE)(lambda params: seen.append(params))
-    return seen
-
-
 async def test_items_attach_to_the_session_and_versions_follow_turns(client, workspace):
-    changes = _notes(client)
+    changes = collect(client, methods.ARTIFACT_DID_CHANGE)
     sid = (await request(client, methods.SESSION_CREATE, {"name": "Design"}))["sessionId"]
     doc = await request(client, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Roadmap", "content": "# Roadmap\n"})
     assert doc["attached"] and doc["versions"] == 1 and doc["primary"] == "document.md"

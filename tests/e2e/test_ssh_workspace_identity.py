@@ -17,7 +17,7 @@ import pytest
 from lease_expiry import lease_expired
 from mevedel_protocol import methods
 
-from .conftest import request
+from .conftest import collect, request
 from .test_ssh_workspace import failure, remote_params, server_config, ssh_home
 
 #: A killed server's lease expires within the takeover test; the others
@@ -148,12 +148,7 @@ async def test_following_across_spellings(openssh_server, tmp_path, project, sta
 
     local, ssh = await machine_pair(openssh_server, tmp_path, project, started)
     owner, follower = (local, ssh) if owner_side == "local" else (ssh, local)
-    published: list[dict] = []
-
-    def notified(params: dict) -> None:
-        published.append(params)
-
-    follower.client.feature(methods.SESSION_DID_PUBLISH)(notified)
+    published = collect(follower.client, methods.SESSION_DID_PUBLISH)
     sid = await owned(owner)
     opened = await follower.call(methods.SESSION_OPEN, {"sessionId": sid})
     assert opened["action"] == "join" and opened["session"]["access"] == "read-only"
