@@ -24,7 +24,7 @@ from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
 
-from .conftest import make_client, request
+from .conftest import make_client, request, settled_turn_and_one_open
 
 
 class Machine:
@@ -93,12 +93,7 @@ async def _settle_with_the_host_gone(client, machine: Machine, fault_server) -> 
     """A session with one settled turn whose second turn's settlement
     fails as the host goes away: its ID (the server still runs)."""
     ws = {"workspaceFolder": machine.url}
-    sid = (await request(client, methods.SESSION_CREATE, ws))["sessionId"]
-    for turn, answer in enumerate(["first answer", "second answer"], 1):
-        await request(client, methods.TURN_BEGIN, {**ws, "prompt": f"turn {turn}"})
-        await request(client, methods.TURN_APPEND, {**ws, "kind": "response", "text": answer})
-        if turn == 1:
-            assert (await request(client, methods.TURN_SETTLE, ws))["committed"] is True
+    sid = await settled_turn_and_one_open(client, ws)
     # A Barrier flushes a publication before its head: the settlement's
     # program is lost, and the host then refuses every new connection.
     fault_server.when, fault_server.then_unreachable = (b"Barrier", "drop-before-run"), True
