@@ -23,7 +23,8 @@ SESSION = "2026-07-19T09-47-bf87b5dd793a"
 BIG_ENTRIES = 40
 
 
-def _write(path: Path, text: str) -> None:
+def write_file(path: Path, text: str) -> None:
+    """``text`` as the whole of the file at ``path``, its folders made."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
 
@@ -32,15 +33,15 @@ def _write(path: Path, text: str) -> None:
 def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     shared = root / ".mevedel" / "shared"
-    _write(shared / "notes.md", "# Notes\nalpha line\nbeta line\nalpha again\n")
-    _write(shared / "a-b.md", "dash file\n")
-    _write(shared / "drafts" / "first.md", "draft one\n")
-    _write(shared / "drafts" / "second.txt", "draft two\n")
+    write_file(shared / "notes.md", "# Notes\nalpha line\nbeta line\nalpha again\n")
+    write_file(shared / "a-b.md", "dash file\n")
+    write_file(shared / "drafts" / "first.md", "draft one\n")
+    write_file(shared / "drafts" / "second.txt", "draft two\n")
     for index in range(BIG_ENTRIES):
-        _write(shared / "big" / f"file-{index:03d}.md", f"entry {index}\n")
+        write_file(shared / "big" / f"file-{index:03d}.md", f"entry {index}\n")
     local = root / ".mevedel" / "sessions" / SESSION / "local"
-    _write(local / "plans" / "plan.md", "step one\nstep two\n")
-    _write(root / "memory" / "topic.md", "remembered\n")
+    write_file(local / "plans" / "plan.md", "step one\nstep two\n")
+    write_file(root / "memory" / "topic.md", "remembered\n")
     return root
 
 
