@@ -4,8 +4,10 @@ temporary workspace with a current session."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,27 @@ async def open_document(client: LanguageClient, workspace: Path, text: str, name
         )
     )
     return uri
+
+
+@contextlib.asynccontextmanager
+async def one_holding_a_document(workspace: Path, **options) -> AsyncIterator[tuple[LanguageClient, LanguageClient, dict]]:
+    """Two servers on ``workspace`` (two editors of one machine, started
+    with ``options``), the first holding a document it made and wrote
+    ("one"): both clients and the item; each server still running is shut
+    down after."""
+    one = await SERVER.start()
+    two = await SERVER.start()
+    try:
+        for client in (one, two):
+            await client.initialize_session(initialize_params(workspace, **options))
+        item = await request(one, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Shared", "content": "v0\n"})
+        await request(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "one\n"})
+        yield one, two, item
+    finally:
+        for client in (one, two):
+            if client._server.returncode is None:
+                await client.shutdown_session()
+                await client.stop()
 
 
 def answering(client: LanguageClient, *answers: str | None) -> list[types.ShowMessageRequestParams]:
