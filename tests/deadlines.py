@@ -5,8 +5,9 @@ times longer than on an idle one."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 #: How long a test waits for an event that should come "soon".
 GENEROUS_SECONDS = 90.0
@@ -23,3 +24,13 @@ def ticks(seconds: float = GENEROUS_SECONDS) -> Iterator[int]:
         count += 1
         if time.monotonic() > deadline:
             return
+
+
+async def wait_for(predicate: Callable[[], object], what: str) -> None:
+    """Return once ``predicate()`` is true; fail naming ``what`` when it
+    never was within the generous deadline."""
+    for _ in ticks():
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never saw {what}")

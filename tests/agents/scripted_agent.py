@@ -415,21 +415,8 @@ class ScriptedAgent:
         additional_directories: list[str] | None = None,
         **kwargs: Any,
     ) -> LoadSessionResponse:
-        request = LoadSessionRequest(
-            cwd=cwd,
-            session_id=session_id,
-            mcp_servers=mcp_servers,
-            additional_directories=additional_directories,
-            field_meta=kwargs or None,
-        )
-        self._log("load_session", params=_plain(request))
-        if not self._script.get("load_session", False):
-            raise RequestError.method_not_found("session/load")
-        if self._auth_required:
-            raise RequestError.auth_required()
-        self._sessions[session_id] = cwd
-        self._mcp_servers[session_id] = list(mcp_servers or [])
-        return LoadSessionResponse(**self._offer(session_id))
+        opened = self._reopened("load_session", "session/load", LoadSessionRequest, cwd, session_id, mcp_servers, additional_directories, kwargs)
+        return LoadSessionResponse(**opened)
 
     async def resume_session(
         self,
@@ -439,21 +426,38 @@ class ScriptedAgent:
         mcp_servers: list[Any] | None = None,
         **kwargs: Any,
     ) -> ResumeSessionResponse:
-        request = ResumeSessionRequest(
-            session_id=session_id,
+        opened = self._reopened("resume_session", "session/resume", ResumeSessionRequest, cwd, session_id, mcp_servers, additional_directories, kwargs)
+        return ResumeSessionResponse(**opened)
+
+    def _reopened(
+        self,
+        event: str,
+        method: str,
+        request_type: type,
+        cwd: str,
+        session_id: str,
+        mcp_servers: list[Any] | None,
+        additional_directories: list[str] | None,
+        meta: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A session the client opens again (``event`` is the script's switch
+        for ``method``, a request of ``request_type``): logged, refused
+        unless the script offers it, then served like a new one."""
+        request = request_type(
             cwd=cwd,
-            additional_directories=additional_directories,
+            session_id=session_id,
             mcp_servers=mcp_servers,
-            field_meta=kwargs or None,
+            additional_directories=additional_directories,
+            field_meta=meta or None,
         )
-        self._log("resume_session", params=_plain(request))
-        if not self._script.get("resume_session", False):
-            raise RequestError.method_not_found("session/resume")
+        self._log(event, params=_plain(request))
+        if not self._script.get(event, False):
+            raise RequestError.method_not_found(method)
         if self._auth_required:
             raise RequestError.auth_required()
         self._sessions[session_id] = cwd
         self._mcp_servers[session_id] = list(mcp_servers or [])
-        return ResumeSessionResponse(**self._offer(session_id))
+        return self._offer(session_id)
 
     # Modes and config options --------------------------------------------
 

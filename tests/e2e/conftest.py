@@ -4,8 +4,10 @@ temporary workspace with a current session."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,8 @@ SESSION = "2026-07-19T09-47-bf87b5dd793a"
 BIG_ENTRIES = 40
 
 
-def _write(path: Path, text: str) -> None:
+def write_file(path: Path, text: str) -> None:
+    """``text`` as the whole of the file at ``path``, its folders made."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
 
@@ -32,15 +35,15 @@ def _write(path: Path, text: str) -> None:
 def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     shared = root / ".mevedel" / "shared"
-    _write(shared / "notes.md", "# Notes\nalpha line\nbeta line\nalpha again\n")
-    _write(shared / "a-b.md", "dash file\n")
-    _write(shared / "drafts" / "first.md", "draft one\n")
-    _write(shared / "drafts" / "second.txt", "draft two\n")
+    write_file(shared / "notes.md", "# Notes\nalpha line\nbeta line\nalpha again\n")
+    write_file(shared / "a-b.md", "dash file\n")
+    write_file(shared / "drafts" / "first.md", "draft one\n")
+    write_file(shared / "drafts" / "second.txt", "draft two\n")
     for index in range(BIG_ENTRIES):
-        _write(shared / "big" / f"file-{index:03d}.md", f"entry {index}\n")
+        write_file(shared / "big" / f"file-{index:03d}.md", f"entry {index}\n")
     local = root / ".mevedel" / "sessions" / SESSION / "local"
-    _write(local / "plans" / "plan.md", "step one\nstep two\n")
-    _write(root / "memory" / "topic.md", "remembered\n")
+    write_file(local / "plans" / "plan.md", "step one\nstep two\n")
+    write_file(root / "memory" / "topic.md", "remembered\n")
     return root
 
 
@@ -93,6 +96,54 @@ async def open_document(client: LanguageClient, workspace: Path, text: str, name
         )
     )
     return uri
+
+
+@contextlib.asynccontextmanager
+async def one_holding_a_document(workspace: Path, **options) -> AsyncIterator[tuple[LanguageClient, LanguageClient, dict]]:
+    """Two servers on ``workspace`` (two editors of one machine, started
+    with ``options``), the first holding a document it made and wrote
+    ("one"): both clients and the item; each server still running is shut
+    down after."""
+    one = await SERVER.start()
+    two = await SERVER.start()
+    try:
+        for client in (one, two):
+            await client.initialize_session(initialize_params(workspace, **options))
+        item = await request(one, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Shared", "content": "v0\n"})
+        await request(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "one\n"})
+        yield one, two, item
+    finally:
+        for client in (one, two):
+            if client._server.returncode is None:
+                await client.shutdown_session()
+                await client.stop()
+
+
+def answering(client: LanguageClient, *answers: str | None) -> list[types.ShowMessageRequestParams]:
+    """Every question the server asks ``client`` (``window/showMessageRequest``),
+    as they come; each is answered with the next of ``answers`` (a title,
+    or None: dismissed), the last answering every question after it."""
+    questions: list[types.ShowMessageRequestParams] = []
+
+    def asked(params: types.ShowMessageRequestParams) -> types.MessageActionItem | None:
+        answer = answers[min(len(questions), len(answers) - 1)]
+        questions.append(params)
+        return None if answer is None else types.MessageActionItem(title=answer)
+
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(asked)
+    return questions
+
+
+def collect(client: LanguageClient, method: str) -> list[dict]:
+    """Every ``method`` notification the server sends ``client`` from now
+    on, as they arrive."""
+    received: list[dict] = []
+
+    def notified(params: dict) -> None:
+        received.append(params)
+
+    client.feature(method)(notified)
+    return received
 
 
 async def request(client: LanguageClient, method: str, params):

@@ -1,14 +1,16 @@
 """A real ``mevedel-lsp`` process spoken to over raw LSP framing: the test
 may write any bytes to its stdin (broken frames, malformed envelopes: the
 wire tests), close its stdin or send it signals and see how it ends (the
-exit tests). Every message the server sends is kept, and every request of
-the server answered with ``null``."""
+exit tests, which share the ways an editor goes away: ``ENDINGS``). Every
+message the server sends is kept, and every request of the server answered
+with ``null``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -168,3 +170,41 @@ class RawClient:
 
     def log(self) -> str:
         return self.log_file.read_text(encoding="utf-8")
+
+
+# How the editor goes away ---------------------------------------------------------
+
+
+async def shutdown_then_exit(client: RawClient) -> None:
+    assert await client.result("shutdown") is None
+    client.notify("exit")  # stdin stays open, as some editors keep it until the process ends
+
+
+async def exit_alone(client: RawClient) -> None:
+    client.notify("exit")
+
+
+async def end_of_input(client: RawClient) -> None:
+    assert client.process.stdin is not None
+    client.process.stdin.close()
+
+
+async def sigterm(client: RawClient) -> None:
+    client.process.send_signal(signal.SIGTERM)  # stdin stays open: the editor still holds it
+
+
+async def sighup(client: RawClient) -> None:
+    client.process.send_signal(signal.SIGHUP)
+
+
+#: How the editor goes away, the reason the server logs and the status it
+#: exits with: 0 for every orderly end (a handled signal included; editors
+#: read a non-zero status as a crash), 1 for an exit without shutdown (the
+#: LSP rule).
+ENDINGS = {
+    "shutdown-and-exit": (shutdown_then_exit, "shutdown requested", 0),
+    "exit-without-shutdown": (exit_alone, "exit without shutdown", 1),
+    "end-of-input": (end_of_input, "end of input", 0),
+    "sigterm": (sigterm, "received SIGTERM", 0),
+    "sighup": (sighup, "received SIGHUP", 0),
+}

@@ -15,11 +15,12 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from deadlines import wait_for
+from killed_turn import tree_state
 from mevedel_protocol import methods
 from processes import process_alive
 
 from .conftest import request
-from .test_follow import wait_for
 
 AGENT = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
 
@@ -394,28 +395,6 @@ async def test_what_a_command_changes_but_cannot_be_captured_is_a_gap_rewind_nam
     assert {r["path"] for r in impact["restores"] if r["changes"]} == {"src.txt"}
 
 
-def _tree(root: Path) -> dict:
-    """Kind, permission bits, bytes or link target of every path but
-    mevedel's own state (empty directories included)."""
-    import os
-
-    found = {}
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != ".mevedel"]
-        for name in dirs + files:
-            full = os.path.join(directory, name)
-            mode = oct(os.lstat(full).st_mode & 0o7777)
-            rel = os.path.relpath(full, root)
-            if os.path.islink(full):
-                found[rel] = ("link", os.readlink(full))
-            elif os.path.isdir(full):
-                found[rel] = ("dir", mode)
-            else:
-                found[rel] = ("file", mode, Path(full).read_bytes())
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(directory, d))]
-    return found
-
-
 async def test_a_directory_ignored_while_the_server_was_down_is_not_charged_to_the_next_turn(workspace):
     # The restarted server's file-state record starts from the index the
     # last one kept, which tracks build/out.txt; meanwhile the user ignored
@@ -438,7 +417,7 @@ async def test_a_directory_ignored_while_the_server_was_down_is_not_charged_to_t
 
     (workspace / ".gitignore").write_text("build/\n")
     (workspace / "build" / "out.txt").write_text("built by the user meanwhile\n")
-    before = _tree(workspace)
+    before = tree_state(workspace)
     client = await SERVER.start()
     try:
         await client.initialize_session(initialize_params(workspace))
@@ -447,7 +426,7 @@ async def test_a_directory_ignored_while_the_server_was_down_is_not_charged_to_t
         await request(client, methods.SESSION_OPEN, {"sessionId": first["sessionId"]})
         second = await prompt(client, "Take notes and build", sessionId=first["sessionId"])
         assert second["outcome"] == "completed" and second["turn"] == 2
-        after = _tree(workspace)
+        after = tree_state(workspace)
         impact = await request(client, methods.REWIND_PREPARE, {"turn": 2, "boundary": "before", "sessionId": first["sessionId"]})
         assert {r["path"] for r in impact["restores"] if r["changes"]} == {"notes.txt"}
         assert not impact["gaps"]
@@ -458,7 +437,7 @@ async def test_a_directory_ignored_while_the_server_was_down_is_not_charged_to_t
     # all); everything else is as it was before the turn.
     ignored = {path: state for path, state in after.items() if path.startswith("build/")}
     kept = {path: state for path, state in before.items() if not path.startswith("build/")}
-    assert _tree(workspace) == {**kept, **ignored}
+    assert tree_state(workspace) == {**kept, **ignored}
 
 
 async def test_rewind_through_the_server_gives_back_modes_directories_and_links(client, workspace):
@@ -470,7 +449,7 @@ async def test_rewind_through_the_server_gives_back_modes_directories_and_links(
     (workspace / "gone").mkdir()
     (workspace / "gone" / "inner.txt").write_text("inner\n")
     os.symlink("plain.txt", workspace / "alias")
-    before = _tree(workspace)
+    before = tree_state(workspace)
     configure(client, workspace, [[
         {"write": {"path": "tool.sh", "content": "echo v2\n"}},
         {"write": {"path": "made/by/write.txt", "content": "new\n"}},
@@ -483,10 +462,10 @@ async def test_rewind_through_the_server_gives_back_modes_directories_and_links(
 
     impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before"})
     actions = {r["path"]: r["action"] for r in impact["restores"] if r["changes"]}
-    assert actions["plain.txt"] == f"chmod {before['plain.txt'][1][2:]}"
+    assert actions["plain.txt"] == f"chmod {before['plain.txt'][1]:o}"
     assert actions["alias"] == "relink" and actions["gone"] == "create directory"
     assert actions["made"] == "remove directory" and actions["x/y"] == "remove directory"
     assert actions["made/by/write.txt"] == "delete" and actions["tool.sh"] == "restore"
     assert not impact["gaps"]
     await request(client, methods.REWIND_COMMIT, {"token": impact["token"]})
-    assert _tree(workspace) == before
+    assert tree_state(workspace) == before

@@ -15,7 +15,13 @@ from pygls.exceptions import JsonRpcException
 from deadlines import ticks
 from mevedel_protocol import methods
 
-from .conftest import SERVER, initialize_params, request
+from .conftest import (
+    SERVER,
+    collect,
+    initialize_params,
+    one_holding_a_document,
+    request,
+)
 
 
 async def _refused(client, method: str, params: dict) -> dict:
@@ -24,14 +30,8 @@ async def _refused(client, method: str, params: dict) -> dict:
     return refused.value.data
 
 
-def _notes(client) -> list[dict]:
-    seen: list[dict] = []
-    client.feature(methods.ARTIFACT_DID_CHANGE)(lambda params: seen.append(params))
-    return seen
-
-
 async def test_items_attach_to_the_session_and_versions_follow_turns(client, workspace):
-    changes = _notes(client)
+    changes = collect(client, methods.ARTIFACT_DID_CHANGE)
     sid = (await request(client, methods.SESSION_CREATE, {"name": "Design"}))["sessionId"]
     doc = await request(client, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Roadmap", "content": "# Roadmap\n"})
     assert doc["attached"] and doc["versions"] == 1 and doc["primary"] == "document.md"
@@ -81,14 +81,8 @@ async def test_bad_input_is_named_and_nothing_is_created(client, workspace):
 
 
 async def test_two_servers_one_writer_a_late_write_fenced_and_a_hand_over(workspace):
-    one = await SERVER.start()
-    two = await SERVER.start()
-    try:
-        # leaseSeconds 3: renewal every second, so the hand-over follows the 10 s idle rule closely.
-        for client in (one, two):
-            await client.initialize_session(initialize_params(workspace, leaseSeconds=3))
-        item = await request(one, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Shared", "content": "v0\n"})
-        await request(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "one\n"})
+    # leaseSeconds 3: renewal every second, so the hand-over follows the 10 s idle rule closely.
+    async with one_holding_a_document(workspace, leaseSeconds=3) as (one, two, item):
         held = await _refused(two, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "two\n"})
         assert held["kind"] == "item-held" and "requestHandover" in held["reason"]
         seen = await request(two, methods.ARTIFACT_READ, {"id": item["id"]})
@@ -105,10 +99,6 @@ async def test_two_servers_one_writer_a_late_write_fenced_and_a_hand_over(worksp
         late = await _refused(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "late\n"})
         assert late["kind"] == "item-held"
         assert (await request(one, methods.ARTIFACT_READ, {"id": item["id"]}))["content"] == "two\n"
-    finally:
-        for client in (one, two):
-            await client.shutdown_session()
-            await client.stop()
 
 
 async def test_the_items_conversation_is_hidden_and_deleted_with_it(client, workspace):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
 
-from .raw_client import RawClient
+from .raw_client import ENDINGS, RawClient, sigterm
 
 
 async def listed(workspace: Path, state: Path, sid: str) -> dict:
@@ -61,41 +60,6 @@ async def assert_released(workspace: Path, state: Path, sid: str) -> None:
     assert (row["action"], row["lease"]) == ("Resume", "free")
     reader = SessionService(LocalTarget(workspace), ClientIdentity("reader", "elsewhere"))
     assert [t.state for t in await reader.turns.summaries(sid)] == ["completed", "in-flight"]
-
-
-async def shutdown_then_exit(client: RawClient) -> None:
-    assert await client.result("shutdown") is None
-    client.notify("exit")  # stdin stays open, as some editors keep it until the process ends
-
-
-async def exit_alone(client: RawClient) -> None:
-    client.notify("exit")
-
-
-async def end_of_input(client: RawClient) -> None:
-    assert client.process.stdin is not None
-    client.process.stdin.close()
-
-
-async def sigterm(client: RawClient) -> None:
-    client.process.send_signal(signal.SIGTERM)  # stdin stays open: the editor still holds it
-
-
-async def sighup(client: RawClient) -> None:
-    client.process.send_signal(signal.SIGHUP)
-
-
-#: How the editor goes away, the reason the server logs and the status it
-#: exits with: 0 for every orderly end (a handled signal included; editors
-#: read a non-zero status as a crash), 1 for an exit without shutdown (the
-#: LSP rule).
-ENDINGS = {
-    "shutdown-and-exit": (shutdown_then_exit, "shutdown requested", 0),
-    "exit-without-shutdown": (exit_alone, "exit without shutdown", 1),
-    "end-of-input": (end_of_input, "end of input", 0),
-    "sigterm": (sigterm, "received SIGTERM", 0),
-    "sighup": (sighup, "received SIGHUP", 0),
-}
 
 
 @pytest.mark.parametrize("ending", list(ENDINGS))

@@ -17,6 +17,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 from mevedel_server.store import LeaseStanding, observe_lease
 from mevedel_server.targets import LocalTarget
@@ -107,16 +108,6 @@ async def start(workspace: Path, name: str, started: list, **settings) -> Machin
     return Machine(name, client)
 
 
-async def until(predicate, what: str, seconds: float = 90) -> None:
-    """Wait for an event: a generous deadline (CI is a loaded 2-core
-    machine), measured in time rather than in sleeps that assume speed."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"never saw {what}")
-        await asyncio.sleep(0.05)
-
-
 async def one_writer(workspace: Path, sid: str, machines: list[Machine]) -> Machine | None:
     """At most one writer: the lease head on disk, and what the servers
     say. Returns the machine that writes, if any."""
@@ -179,7 +170,7 @@ async def hand_over(workspace, sid, owner: Machine, asker: Machine, everyone: li
     before = len(asker.events)
     taken = await asker.call(methods.CONTROL_TAKE, {"sessionId": sid})
     assert taken["outcome"] == "requested" and taken["state"]["access"] == "read-only"
-    await until(lambda: "acquired" in asker.phases()[before:], f"{asker.name} acquiring")
+    await wait_for(lambda: "acquired" in asker.phases()[before:], f"{asker.name} acquiring")
     assert await one_writer(workspace, sid, everyone) is asker
 
 
@@ -217,10 +208,10 @@ async def test_keep_rejects_and_a_new_request_can_follow(workspace, machines):
     sid = await owned(desk)
     desk.answer = "Keep"
     await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
-    await until(lambda: "rejected" in laptop.phases(), "the rejection reaching the requester")
+    await wait_for(lambda: "rejected" in laptop.phases(), "the rejection reaching the requester")
     # Two servers tell two editors: the requester's may hear of the written
     # answer before the owner's own notice reaches its editor.
-    await until(lambda: "kept" in desk.phases(), "the owner told it kept the session")
+    await wait_for(lambda: "kept" in desk.phases(), "the owner told it kept the session")
     status = await laptop.call(methods.CONTROL_STATUS, {"sessionId": sid})
     assert status["role"] == "none"  # the pending state ended
     assert await one_writer(workspace, sid, [desk, laptop]) is desk
@@ -239,11 +230,11 @@ async def test_a_second_request_waits_for_the_answer_to_the_first(workspace, mac
     sid = await owned(desk)
     desk.answer = "hold"  # the question stays up: nobody is at the desk
     await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
-    await until(lambda: "asking" in desk.phases(), "the owner asked")
+    await wait_for(lambda: "asking" in desk.phases(), "the owner asked")
     busy = await tablet.refused(methods.CONTROL_TAKE, {"sessionId": sid})
     assert busy["kind"] == "conflict" and "already asked" in busy["message"]
     await desk.call(methods.CONTROL_GRANT, {"sessionId": sid})
-    await until(lambda: "acquired" in laptop.phases(), "the grant reaching the requester")
+    await wait_for(lambda: "acquired" in laptop.phases(), "the grant reaching the requester")
     await hand_over(workspace, sid, laptop, tablet, [desk, laptop, tablet])
 
 
@@ -253,14 +244,14 @@ async def test_an_unanswered_request_is_granted_after_the_prompt_timeout(workspa
     sid = await owned(desk)
     desk.answer = "hold"  # the question stays up: nobody is at the desk
     await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
-    await until(lambda: "acquired" in laptop.phases(), "the timeout grant")
+    await wait_for(lambda: "acquired" in laptop.phases(), "the timeout grant")
     # Two servers tell two editors: the requester's may report the hand-over
     # before the owner's own notice of it reaches its editor.
-    await until(lambda: desk.questions and "released" in desk.phases(), "the owner told it handed the session over")
+    await wait_for(lambda: desk.questions and "released" in desk.phases(), "the owner told it handed the session over")
     assert "asking" in desk.phases()
     released = next(e for e in desk.events if e["phase"] == "released")
     assert "nobody answered within 1 s" in released["message"]
-    await until(lambda: desk.withdrawn, "the unanswered question being withdrawn")
+    await wait_for(lambda: desk.withdrawn, "the unanswered question being withdrawn")
     assert await one_writer(workspace, sid, [desk, laptop, tablet]) is laptop
     await laptop.settle_turn(sid, "turn 2")
     await hand_over(workspace, sid, laptop, tablet, [desk, laptop, tablet])
@@ -272,16 +263,16 @@ async def test_grant_drains_the_turn_in_flight_first(workspace, machines):
     sid = await owned(desk)
     await desk.call(methods.TURN_BEGIN, {"sessionId": sid, "prompt": "long turn"})
     await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid})
-    await until(lambda: "draining" in desk.phases(), "the owner draining")
+    await wait_for(lambda: "draining" in desk.phases(), "the owner draining")
     draining = next(e for e in desk.events if e["phase"] == "draining")
     assert draining["waitingFor"] == "turn 2 to settle"
-    await until(lambda: "granted" in laptop.phases(), "the requester told it waits")
+    await wait_for(lambda: "granted" in laptop.phases(), "the requester told it waits")
     assert await one_writer(workspace, sid, [desk, laptop]) is desk
     refused = await desk.refused(methods.SESSION_RENAME, {"sessionId": sid, "name": "New work"})
     assert refused["kind"] == "transfer-draining" and "being handed to" in refused["message"]
     await desk.call(methods.TURN_APPEND, {"sessionId": sid, "kind": "response", "text": "finished"})
     await desk.call(methods.TURN_SETTLE, {"sessionId": sid})
-    await until(lambda: "acquired" in laptop.phases(), "the hand-over after the drain")
+    await wait_for(lambda: "acquired" in laptop.phases(), "the hand-over after the drain")
     assert await one_writer(workspace, sid, [desk, laptop]) is laptop
     assert await turns_of(laptop, sid) == ["turn 1", "long turn"]
 
@@ -298,7 +289,7 @@ async def test_release_leaves_the_owner_following(workspace, machines):
     assert await turns_of(desk, sid) == ["turn 1", "turn 2"]  # the old owner reads on
     back = await desk.call(methods.CONTROL_TAKE, {"sessionId": sid})
     assert back["outcome"] == "requested"  # and may ask like anyone else
-    await until(lambda: "acquired" in desk.phases(), "control coming back")
+    await wait_for(lambda: "acquired" in desk.phases(), "control coming back")
     assert await one_writer(workspace, sid, [desk, laptop]) is desk
 
 

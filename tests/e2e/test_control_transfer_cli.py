@@ -11,9 +11,10 @@ import os
 import sys
 from pathlib import Path
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 
-from .test_control_transfer import one_writer, owned, turns_of, until
+from .test_control_transfer import one_writer, owned, turns_of
 
 
 async def cli(workspace: Path, state: Path, *args: str) -> tuple[int, dict]:
@@ -56,13 +57,13 @@ async def test_a_server_asks_the_cli_which_keeps_then_grants(workspace, machines
     assert (await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid}))["outcome"] == "requested"
     status, kept = await cli(workspace, tmp_path, "session", "keep-control", "--session", sid)
     assert status == 0 and kept["verb"] == "keep"
-    await until(lambda: "rejected" in laptop.phases(), "the rejection")
+    await wait_for(lambda: "rejected" in laptop.phases(), "the rejection")
     status, refused = await cli(workspace, tmp_path, "session", "grant-control", "--session", sid)
     assert status == 1 and refused["error"]["kind"] == "conflict"  # nothing waits for an answer now
     assert (await laptop.call(methods.CONTROL_TAKE, {"sessionId": sid}))["outcome"] == "requested"
     status, granted = await cli(workspace, tmp_path, "session", "grant-control", "--session", sid)
     assert status == 0 and granted["phase"] == "idle"
-    await until(lambda: "acquired" in laptop.phases(), "the server acquiring")
+    await wait_for(lambda: "acquired" in laptop.phases(), "the server acquiring")
     assert await one_writer(workspace, sid, [laptop]) is laptop
     assert await turns_of(laptop, sid) == ["cli turn"]
     status, refused = await cli(workspace, tmp_path, "session", "take-control", sid, "--wait", "-1")
@@ -76,8 +77,8 @@ async def test_take_control_without_waiting_reports_the_request_it_filed(workspa
     status, filed = await cli(workspace, tmp_path, "session", "take-control", sid, "--wait", "0")
     assert status == 0, filed
     assert filed["outcome"] == "requested" and filed["owner_host"]
-    await until(lambda: desk.questions, "the owner being asked")
-    await until(lambda: "kept" in desk.phases() or "idle" in desk.phases(), "the owner's answer")
+    await wait_for(lambda: desk.questions, "the owner being asked")
+    await wait_for(lambda: "kept" in desk.phases() or "idle" in desk.phases(), "the owner's answer")
     assert await one_writer(workspace, sid, [desk]) is desk
 
 

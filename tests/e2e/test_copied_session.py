@@ -9,7 +9,6 @@ import os
 import shutil
 
 import pytest
-from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from mevedel_protocol import methods
@@ -18,7 +17,7 @@ from mevedel_server.store.authority.workspace import ensure_workspace_id
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
-from .conftest import SERVER, initialize_params, request
+from .conftest import SERVER, answering, initialize_params, request
 
 
 async def _copied_into(tmp_path) -> tuple:
@@ -42,12 +41,7 @@ async def test_opening_a_session_copied_from_another_project_asks_before_binding
     lease = project / ".mevedel" / "sessions" / session_id / ".lease"
     before = sorted(os.listdir(lease))
     client = await SERVER.start()
-    questions: list = []
-
-    @client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
-    def asked(params):
-        questions.append(params)
-        return types.MessageActionItem(title=answer) if answer else None
+    questions = answering(client, answer)
 
     try:
         await client.initialize_session(initialize_params(project))

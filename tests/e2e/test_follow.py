@@ -6,7 +6,6 @@ holding uncommitted changes is never advanced."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from pathlib import Path
@@ -14,31 +13,12 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from deadlines import ticks
+from deadlines import wait_for
+from lease_expiry import lease_expired
 from mevedel_protocol import methods
-from mevedel_server.store import LeaseStanding, observe_lease
-from mevedel_server.targets import LocalTarget
 from ssh_fixtures import ALIAS
 
-from .conftest import SERVER, initialize_params, request
-
-
-def collect(client, method: str) -> list[dict]:
-    received: list[dict] = []
-
-    def notified(params: dict) -> None:
-        received.append(params)
-
-    client.feature(method)(notified)
-    return received
-
-
-async def wait_for(predicate, what: str) -> None:
-    for _ in ticks():
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"never saw {what}")
+from .conftest import SERVER, collect, initialize_params, request
 
 
 async def start_server(workspace: Path, **options):
@@ -246,13 +226,7 @@ async def test_a_follower_never_advances_over_its_own_uncommitted_turn(workspace
         pid = first._server.pid
         os.kill(pid, signal.SIGSTOP)
         try:
-            target = LocalTarget(workspace)
-            for _ in ticks():
-                if (await observe_lease(target, sid)).standing is LeaseStanding.EXPIRED:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the suspended owner's lease never expired")
+            await lease_expired(workspace, sid, "the suspended owner's")
             second = await start_server(workspace)
             opened = await request(second, methods.SESSION_OPEN, {"sessionId": sid, "mode": "takeover", "confirmTakeover": True})
             assert opened["action"] == "takeover"

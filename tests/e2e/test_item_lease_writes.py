@@ -18,7 +18,7 @@ from pygls.exceptions import JsonRpcException
 
 from mevedel_protocol import methods
 
-from .conftest import SERVER, initialize_params, request
+from .conftest import one_holding_a_document, request
 from .test_mcp_tool_server import _session, envelope, served
 
 
@@ -32,13 +32,7 @@ def _cli(workspace, state, *args: str) -> subprocess.CompletedProcess:
 async def test_a_document_held_by_one_server_is_written_by_no_other_route(workspace, tmp_path):
     me = tmp_path / "cli-state"
     sid = _session(workspace, me)
-    one = await SERVER.start()
-    two = await SERVER.start()
-    try:
-        for client in (one, two):
-            await client.initialize_session(initialize_params(workspace, leaseSeconds=30))
-        item = await request(one, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Shared", "content": "v0\n"})
-        await request(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "one\n"})
+    async with one_holding_a_document(workspace, leaseSeconds=30) as (one, two, item):
         document = workspace / ".mevedel" / "artifacts" / item["id"] / "document.md"
         assert document.read_text() == "one\n"
         patch = envelope(f"*** Update File: .mevedel/artifacts/{item['id']}/document.md\n@@\n-one\n+patched\n")
@@ -76,25 +70,12 @@ async def test_a_document_held_by_one_server_is_written_by_no_other_route(worksp
         # Released at exit: the other server writes again.
         await request(two, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "two\n"})
         assert document.read_text() == "two\n"
-    finally:
-        for client in (one, two):
-            try:
-                await client.shutdown_session()
-                await client.stop()
-            except Exception:
-                pass
 
 
 async def test_a_shell_write_into_a_held_document_is_not_taken_as_the_sessions_edit(workspace, tmp_path):
     from .test_agent_turns import configure, prompt
 
-    one = await SERVER.start()
-    two = await SERVER.start()
-    try:
-        for client in (one, two):
-            await client.initialize_session(initialize_params(workspace, leaseSeconds=30))
-        item = await request(one, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Shared", "content": "v0\n"})
-        await request(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "one\n"})
+    async with one_holding_a_document(workspace, leaseSeconds=30) as (one, two, item):
         await request(two, methods.SESSION_CREATE, {"name": "Shell"})
         document = f".mevedel/artifacts/{item['id']}/document.md"
         configure(two, workspace, [[{"terminal": {"command": "sh", "args": ["-c", f"echo shell > {document}"]}}]])
@@ -107,10 +88,3 @@ async def test_a_shell_write_into_a_held_document_is_not_taken_as_the_sessions_e
         # The holder still holds it; the shell's bytes are the holder's to overwrite.
         await request(one, methods.ARTIFACT_WRITE, {"id": item["id"], "content": "one again\n"})
         assert (workspace / document).read_text() == "one again\n"
-    finally:
-        for client in (one, two):
-            try:
-                await client.shutdown_session()
-                await client.stop()
-            except Exception:
-                pass

@@ -8,10 +8,10 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 
-from .conftest import request
-from .test_sessions import collect_changes, wait_for
+from .conftest import collect, request
 
 
 async def edit_turn(client, workspace, prompt: str, content: str) -> None:
@@ -36,7 +36,7 @@ async def history(client) -> str:
 
 async def test_rewind_shows_discarded_prompts_and_commit_changes_history(client, workspace):
     sid = await three_turns(client, workspace)
-    changes = collect_changes(client)
+    changes = collect(client, methods.SESSION_DID_CHANGE)
     impact = await request(client, methods.REWIND_PREPARE, {"turn": 1})
     assert [label["preview"] for label in impact["discarded"]] == ["Step 2", "Step 3"]
     assert impact["keptTurns"] == 1 and not impact["empty"]

@@ -20,7 +20,7 @@ from pygls.exceptions import JsonRpcException
 
 from mevedel_protocol import methods
 
-from .conftest import SERVER, initialize_params, request
+from .conftest import SERVER, answering, initialize_params, request
 
 REPO = Path(__file__).resolve().parents[2]
 EVERYTHING = REPO / "tests" / "mcp_servers" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -187,12 +187,7 @@ async def test_a_workspace_mcp_json_server_runs_only_once_the_user_allows_its_ex
     marker = tmp_path / "repo-server-ran"
     _workspace_file(workspace, marker)
     client = await SERVER.start()
-    questions: list = []
-
-    @client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
-    def asked(params):
-        questions.append(params)
-        return types.MessageActionItem(title=answer) if answer else None
+    questions = answering(client, answer)
 
     try:
         await client.initialize_session(initialize_params(workspace))

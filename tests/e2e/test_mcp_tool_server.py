@@ -20,22 +20,19 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from .conftest import write_file
+
 SECRET = "top-secret-outside-the-workspace"
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
 
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "project"
-    _write(root / "src" / "app.py", "import os\n\ndef main():\n    return 'hello tool server'\n")
-    _write(root / "README.md", "# Project\nhello readme\n")
-    _write(root / "long.txt", "short\n" + "x" * 2500 + "END\n")
-    _write(root / ".mevedel" / "shared" / "notes.md", "# Notes\nhello shared note\n")
-    _write(root / ".git" / "config", "[core]\n")
+    write_file(root / "src" / "app.py", "import os\n\ndef main():\n    return 'hello tool server'\n")
+    write_file(root / "README.md", "# Project\nhello readme\n")
+    write_file(root / "long.txt", "short\n" + "x" * 2500 + "END\n")
+    write_file(root / ".mevedel" / "shared" / "notes.md", "# Notes\nhello shared note\n")
+    write_file(root / ".git" / "config", "[core]\n")
     return root
 
 
@@ -191,7 +188,7 @@ async def test_bad_arguments_and_malformed_patches_are_tool_errors_and_the_serve
 
 async def test_links_and_fifos_leak_nothing_and_hang_nothing(workspace, tmp_path):
     outside = tmp_path / "outside"
-    _write(outside / "secret.txt", SECRET + "\n")
+    write_file(outside / "secret.txt", SECRET + "\n")
     (workspace / "src" / "leak.txt").symlink_to(outside / "secret.txt")
     (workspace / "linked-dir").symlink_to(outside)
     os.mkfifo(workspace / "src" / "pipe")
@@ -342,7 +339,7 @@ async def test_the_roster_says_what_is_usable_now(workspace, tmp_path):
 
 
 async def test_oversized_output_is_saved_as_an_artifact(workspace, tmp_path):
-    _write(workspace / "big.txt", "".join(f"needle {index:05d} {'y' * 60}\n" for index in range(3000)))
+    write_file(workspace / "big.txt", "".join(f"needle {index:05d} {'y' * 60}\n" for index in range(3000)))
     state = tmp_path / "state"
     sid = _session(workspace, state)
     async with served(workspace, state) as (session, _roster):
@@ -365,7 +362,7 @@ async def test_oversized_output_is_saved_as_an_artifact(workspace, tmp_path):
 
 
 async def test_a_long_read_page_is_cut_to_whole_lines_with_the_next_call(workspace, tmp_path):
-    _write(workspace / "wide.txt", "".join(f"{index:04d} {'z' * 1500}\n" for index in range(200)))
+    write_file(workspace / "wide.txt", "".join(f"{index:04d} {'z' * 1500}\n" for index in range(200)))
     async with served(workspace, tmp_path / "state") as (session, _roster):
         page = await ok(session, "Read", path="wide.txt")
         body, _sep, notice = page.partition("\n\n")
@@ -388,9 +385,9 @@ STATIC = "mcp://everything/demo%3A%2F%2Fresource%2Fstatic%2Fdocument%2Farchitect
 )
 async def test_configured_mcp_servers_are_read_through_the_tools_and_a_workspace_one_never_runs_unapproved(workspace, tmp_path):
     state = tmp_path / "state"
-    _write(tmp_path / "config" / "mevedel" / "config.json", json.dumps({"mcpServers": {"everything": {"command": "node", "args": [str(EVERYTHING)]}}}))
+    write_file(tmp_path / "config" / "mevedel" / "config.json", json.dumps({"mcpServers": {"everything": {"command": "node", "args": [str(EVERYTHING)]}}}))
     marker = tmp_path / "ran"
-    _write(workspace / ".mcp.json", json.dumps({"mcpServers": {"cloned": {"command": "touch", "args": [str(marker)]}}}))
+    write_file(workspace / ".mcp.json", json.dumps({"mcpServers": {"cloned": {"command": "touch", "args": [str(marker)]}}}))
     async with served(workspace, state) as (session, roster):
         assert "- mcp:// -- " in roster
         assert "mcp://everything" in await ok(session, "Read", path="mcp://")
@@ -402,7 +399,7 @@ async def test_configured_mcp_servers_are_read_through_the_tools_and_a_workspace
 
 
 async def test_a_grep_pattern_that_backtracks_without_end_is_stopped_while_other_calls_are_answered(workspace, tmp_path):
-    _write(workspace / "bait.txt", "a" * 48 + "!\n")
+    write_file(workspace / "bait.txt", "a" * 48 + "!\n")
     async with served(workspace, tmp_path / "state") as (session, _roster):
         finished: list[str] = []
 

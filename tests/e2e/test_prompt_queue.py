@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from pygls.exceptions import JsonRpcException
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 
-from .conftest import SERVER, initialize_params, request
+from .conftest import SERVER, collect, initialize_params, request
 from .test_agent_turns import Watch, configure, events, prompt
-from .test_follow import wait_for
 
 
 def prompts_received(log: Path) -> list[str]:
@@ -27,12 +27,6 @@ def prompts_received(log: Path) -> list[str]:
             blocks = [b for b in event["params"]["prompt"] if b.get("type") == "text"]
             texts.append(blocks[-1]["text"])
     return texts
-
-
-def collect_queue(client) -> list[dict]:
-    seen: list[dict] = []
-    client.feature(methods.QUEUE_DID_CHANGE)(lambda params: seen.append(params))
-    return seen
 
 
 async def saying(watch: Watch, text: str) -> None:
@@ -47,7 +41,7 @@ def settled(watch: Watch, turn: int) -> dict | None:
 async def test_a_prompt_sent_while_a_turn_runs_waits_is_edited_or_cancelled_and_goes_when_the_turn_settles(client, workspace):
     release = workspace.parent / "release-first"
     watch = Watch(client)
-    queue_seen = collect_queue(client)
+    queue_seen = collect(client, methods.QUEUE_DID_CHANGE)
     log = configure(client, workspace, [[{"say": "working"}, {"wait_file": str(release)}, {"say": " done"}], [{"echo_prompt": True}]])
     first = asyncio.ensure_future(prompt(client, "first"))
     await saying(watch, "working")
@@ -162,7 +156,7 @@ async def test_queued_input_survives_a_restart_which_sends_nothing_on_its_own(wo
 async def test_a_queued_prompt_the_server_cannot_send_comes_back_for_review_and_pauses_delivery(client, workspace):
     release = workspace.parent / "release"
     watch = Watch(client)
-    queue_seen = collect_queue(client)
+    queue_seen = collect(client, methods.QUEUE_DID_CHANGE)
     log = configure(client, workspace, [[{"say": "working"}, {"wait_file": str(release)}], [{"echo_prompt": True}]])
     first = asyncio.ensure_future(prompt(client, "first"))
     await saying(watch, "working")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from lsprotocol import types
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 
-from .conftest import SERVER, initialize_params, open_document, request
-from .test_sessions import collect_changes, failure, wait_for
+from .conftest import SERVER, collect, initialize_params, open_document, request
+from .test_sessions import failure
 
 
 async def one_turn(client, prompt: str, answer: str) -> None:
@@ -23,7 +24,7 @@ async def read_all(client, params: dict) -> dict:
 
 
 async def test_compact_and_clear_rotate_segments_that_history_shows(client, workspace):
-    changes = collect_changes(client)
+    changes = collect(client, methods.SESSION_DID_CHANGE)
     created = await request(client, methods.SESSION_CREATE, {"name": "Rotating"})
     sid = created["sessionId"]
     await one_turn(client, "first question", "first answer")

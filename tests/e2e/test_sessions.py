@@ -12,32 +12,15 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from deadlines import ticks
+from deadlines import wait_for
 from holder_process import holding_process, kill
+from lease_expiry import lease_expired
 from mevedel_protocol import methods
-from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store import ClientIdentity, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
-from .conftest import SERVER, initialize_params, request
-
-
-def collect_changes(client) -> list[dict]:
-    received: list[dict] = []
-
-    def changed(params: dict) -> None:
-        received.append(params)
-
-    client.feature(methods.SESSION_DID_CHANGE)(changed)
-    return received
-
-
-async def wait_for(predicate, what: str) -> None:
-    for _ in ticks():
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"never saw {what}")
+from .conftest import SERVER, answering, collect, initialize_params, request
 
 
 async def failure(client, method: str, params) -> dict:
@@ -55,15 +38,12 @@ async def expired_session_of_another_client(workspace: Path, prompt: str) -> str
     await other.turns.append(sid, EvidenceInput("response", text="an answer"))
     await other.turns.settle(sid)
     await other.sessions.detach()
-    for _ in ticks():
-        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
-            return sid
-        await asyncio.sleep(0.05)
-    raise AssertionError("the lease never expired")
+    await lease_expired(workspace, sid)
+    return sid
 
 
 async def test_create_run_turns_and_read_history(client, workspace):
-    changes = collect_changes(client)
+    changes = collect(client, methods.SESSION_DID_CHANGE)
     created = await request(client, methods.SESSION_CREATE, {"name": "E2E session"})
     sid = created["sessionId"]
     assert created["displayName"] == "E2E session" and created["current"] and not created["materialized"]
@@ -131,14 +111,7 @@ async def test_create_run_turns_and_read_history(client, workspace):
 
 
 async def test_takeover_is_asked_through_show_message_request(client, workspace):
-    questions: list = []
-    answers = ["Cancel", "Take over"]
-
-    def answer(params):
-        questions.append(params)
-        return types.MessageActionItem(title=answers.pop(0))
-
-    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(answer)
+    questions = answering(client, "Cancel", "Take over")
     sid = await expired_session_of_another_client(workspace, "left behind")
     declined = await failure(client, methods.SESSION_OPEN, {"sessionId": sid})
     assert declined["kind"] == "takeover-declined" and declined["authored"] == sid
@@ -156,13 +129,7 @@ async def test_a_dead_holders_session_is_offered_for_takeover_at_once(client, wo
     ten-minute lease and was killed: the listing offers Take over, the
     question says the holder ended, and the takeover interrupts its turn --
     all long before that lease would expire."""
-    questions: list = []
-
-    def answer(params):
-        questions.append(params)
-        return types.MessageActionItem(title="Take over")
-
-    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(answer)
+    questions = answering(client, "Take over")
     with holding_process(workspace) as (holder, sid):
         listed = await request(client, methods.SESSION_LIST, {})
         assert [(s["action"], s["lease"]) for s in listed["sessions"] if s["sessionId"] == sid] == [("Join", "held")]
@@ -178,15 +145,7 @@ async def test_a_dead_holders_session_is_offered_for_takeover_at_once(client, wo
 
 @pytest.mark.parametrize("answer", ["null", "unknown title"])
 async def test_no_answer_to_the_takeover_question_means_cancel(client, workspace, answer):
-    asked: list = []
-
-    def reply(params):
-        asked.append(params)
-        if answer == "unknown title":
-            return types.MessageActionItem(title="Maybe later")
-        return None  # dismissed: the client answers null
-
-    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(reply)
+    asked = answering(client, "Maybe later" if answer == "unknown title" else None)  # None: dismissed, the client answers null
     sid = await expired_session_of_another_client(workspace, "left behind")
     declined = await failure(client, methods.SESSION_OPEN, {"sessionId": sid})
     assert declined["kind"] == "takeover-declined" and declined["authored"] == sid and len(asked) == 1
@@ -365,7 +324,7 @@ async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_rest
     from mevedel_server.store import PublicationFailed
     from mevedel_server.targets import FaultInjectingTarget
 
-    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(lambda params: types.MessageActionItem(title="Take over"))
+    answering(client, "Take over")
     target = FaultInjectingTarget(LocalTarget(workspace))
     gone = SessionService(target, ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
     sid = (await gone.sessions.create()).session_id
@@ -378,12 +337,7 @@ async def test_a_save_that_failed_in_a_stopped_process_is_offered_after_the_rest
     with pytest.raises(PublicationFailed):
         await gone.turns.settle(sid)
     await gone.sessions.detach()  # the server stops before anyone retries
-    for _ in ticks():
-        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the lease never expired")
+    await lease_expired(workspace, sid)
     state = (await request(client, methods.SESSION_OPEN, {"sessionId": sid}))["session"]
     assert "old-laptop" in state["pendingPublication"] and state["settledTurns"] == 1
     assert (await failure(client, methods.TURN_BEGIN, {"prompt": "blocked"}))["kind"] == "publication-pending"
@@ -398,7 +352,7 @@ async def unprovable_latch_taken_over(client, workspace: Path) -> str:
     """A session whose owner (another client) armed the unsettled-mutation
     latch and stopped before recording the command's group, opened here by
     takeover once its lease expired; its id."""
-    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(lambda params: types.MessageActionItem(title="Take over"))
+    answering(client, "Take over")
     gone = SessionService(LocalTarget(workspace), ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
     sid = (await gone.sessions.create()).session_id
     await gone.turns.begin_turn(sid, "first")
@@ -406,12 +360,7 @@ async def unprovable_latch_taken_over(client, workspace: Path) -> str:
     session = gone.session(sid)
     await session.latch.arm(session.lease)  # stops before recording the command's group
     await gone.sessions.detach()
-    for _ in ticks():
-        if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the lease never expired")
+    await lease_expired(workspace, sid)
     await request(client, methods.SESSION_OPEN, {"sessionId": sid})
     return sid
 

@@ -18,7 +18,7 @@ from pygls.exceptions import JsonRpcException
 
 from mevedel_protocol import methods
 
-from .conftest import SERVER, initialize_params, request
+from .conftest import SERVER, collect, initialize_params, request
 from .test_mcp_tool_server import _cli, _session, add, envelope, error, ok, served
 
 SCENE = {
@@ -250,8 +250,7 @@ async def test_a_comment_reaches_the_agent_with_the_next_prompt_once_it_is_answe
     await _saved_session(client)
     doc = await request(client, methods.ARTIFACT_CREATE, {"kind": "document", "title": "Rollout plan", "content": "# Plan\n"})
     await request(client, methods.ARTIFACT_COMMENT, {"id": doc["id"], "text": "Please add a rollback section."})
-    changes: list[dict] = []
-    client.feature(methods.ARTIFACT_DID_CHANGE)(lambda params: changes.append(params))
+    changes = collect(client, methods.ARTIFACT_DID_CHANGE)
     log = configure(client, workspace, [
         [{"error": {"code": -32603, "message": "model overloaded"}}],
         [{"say": "Added."}],

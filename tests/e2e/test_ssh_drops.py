@@ -5,6 +5,7 @@ traceback, and the turn settles once the host answers again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -12,11 +13,11 @@ import sys
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
+from deadlines import wait_for
 from mevedel_protocol import methods
 
 from .conftest import make_client, request
 from .test_agent_turns import AGENT, Watch, prompt
-from .test_follow import wait_for
 
 
 async def _server(fault_server, tmp_path, project, script):
@@ -40,27 +41,37 @@ async def _server(fault_server, tmp_path, project, script):
     return client, url
 
 
+@contextlib.asynccontextmanager
+async def _turn_with_a_drop(fault_server, tmp_path, project, steps: list, fault: tuple, what: str):
+    """A turn in ``project`` whose agent says "ready", waits until the test
+    has armed ``fault`` on the host, then runs ``steps``: the client, the
+    workspace's address, what the client was shown and the turn's result
+    (the server shut down after)."""
+    armed = tmp_path / "armed"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [[{"say": "ready"}, {"wait_file": str(armed)}, *steps]]}))
+    client, url = await _server(fault_server, tmp_path, project, script)
+    try:
+        watch = Watch(client)
+        turn = asyncio.ensure_future(prompt(client, "Go on", workspaceFolder=url))
+        await wait_for(lambda: "ready" in watch.text(), f"the agent ready to {what}")
+        fault_server.when = fault
+        armed.touch()
+        result = await asyncio.wait_for(turn, 120)
+        yield client, url, watch, result
+    finally:
+        await client.shutdown_session()
+
+
 async def test_a_drop_during_an_agents_write_is_told_and_the_turn_settles(fault_server, tmp_path):
     project = tmp_path / "remote"
     project.mkdir()
     (project / "notes.md").write_text("before\n")
-    armed = tmp_path / "armed"  # the agent writes once the test has armed the drop
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"turns": [[
-        {"say": "ready"},
-        {"wait_file": str(armed)},
-        {"write": {"path": "notes.md", "content": "after\n"}},
-        {"say": " then"},
-    ]]}))
-    client, url = await _server(fault_server, tmp_path, project, script)
-    try:
-        watch = Watch(client)
-        turn = asyncio.ensure_future(prompt(client, "Edit", workspaceFolder=url))
-        await wait_for(lambda: "ready" in watch.text(), "the agent ready to write")
-        # The next program -- the write -- runs, and its answer is lost.
-        fault_server.when = (b"WriteProject", "drop-after-run")
-        armed.touch()
-        result = await asyncio.wait_for(turn, 120)
+    steps = [{"write": {"path": "notes.md", "content": "after\n"}}, {"say": " then"}]
+    # The next program -- the write -- runs, and its answer is lost.
+    async with _turn_with_a_drop(fault_server, tmp_path, project, steps, (b"WriteProject", "drop-after-run"), "write") as (
+        client, url, watch, result,
+    ):
         assert result["outcome"] == "completed", result
         said = watch.text()
         assert "write notes.md failed: " in said and "notes.md may or may not have been written: ssh target" in said, said
@@ -70,29 +81,18 @@ async def test_a_drop_during_an_agents_write_is_told_and_the_turn_settles(fault_
         impact = await request(client, methods.REWIND_PREPARE, {"turn": 1, "boundary": "before", "workspaceFolder": url})
         gaps = {g["path"]: g["reason"] for g in impact["gaps"]}
         assert "connection was lost during the agent's write" in gaps["notes.md"], impact
-    finally:
-        await client.shutdown_session()
 
 
 async def test_a_command_cut_off_by_a_drop_is_told_and_the_next_one_runs(fault_server, tmp_path):
     project = tmp_path / "remote"
     project.mkdir()
-    armed = tmp_path / "armed"  # the agent runs its commands once the test has armed the drop
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"turns": [[
-        {"say": "ready"},
-        {"wait_file": str(armed)},
+    steps = [
         {"terminal": {"command": "sh", "args": ["-c", "echo made > made.txt"]}},
         {"terminal": {"command": "sh", "args": ["-c", "echo second"]}},
-    ]]}))
-    client, url = await _server(fault_server, tmp_path, project, script)
-    try:
-        watch = Watch(client)
-        turn = asyncio.ensure_future(prompt(client, "Run", workspaceFolder=url))
-        await wait_for(lambda: "ready" in watch.text(), "the agent ready to run its commands")
-        fault_server.when = (b"made.txt", "drop-before-run")
-        armed.touch()
-        result = await asyncio.wait_for(turn, 120)
+    ]
+    async with _turn_with_a_drop(fault_server, tmp_path, project, steps, (b"made.txt", "drop-before-run"), "run its commands") as (
+        _client, _url, watch, result,
+    ):
         assert result["outcome"] == "completed", result
         said = watch.text()
         # Dropped before it started: the client sees it either when the
@@ -101,5 +101,3 @@ async def test_a_command_cut_off_by_a_drop_is_told_and_the_next_one_runs(fault_s
         assert "ran: exit 127" in said and told, said
         assert not (project / "made.txt").exists()
         assert "second" in said  # the next command runs on a new connection
-    finally:
-        await client.shutdown_session()

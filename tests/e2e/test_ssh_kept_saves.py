@@ -17,14 +17,14 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
-from deadlines import ticks
+from deadlines import wait_for
+from lease_expiry import lease_expired
 from mevedel_protocol import methods
-from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
 
-from .conftest import make_client, request
-from .test_follow import wait_for
+from .conftest import make_client, request, settled_turn_and_one_open
 
 
 class Machine:
@@ -75,11 +75,7 @@ class Machine:
         return sorted((self.project / ".mevedel" / "sessions" / sid / ".pending-publication").glob("pending-*.json"))
 
     async def lease_expired(self, sid: str) -> None:
-        for _ in ticks():
-            if (await observe_lease(LocalTarget(self.project), sid)).standing is LeaseStanding.EXPIRED:
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError("the exited server's lease never expired")
+        await lease_expired(self.project, sid, "the exited server's")
 
 
 def shown(client, kind: types.MessageType) -> list[str]:
@@ -97,12 +93,7 @@ async def _settle_with_the_host_gone(client, machine: Machine, fault_server) -> 
     """A session with one settled turn whose second turn's settlement
     fails as the host goes away: its ID (the server still runs)."""
     ws = {"workspaceFolder": machine.url}
-    sid = (await request(client, methods.SESSION_CREATE, ws))["sessionId"]
-    for turn, answer in enumerate(["first answer", "second answer"], 1):
-        await request(client, methods.TURN_BEGIN, {**ws, "prompt": f"turn {turn}"})
-        await request(client, methods.TURN_APPEND, {**ws, "kind": "response", "text": answer})
-        if turn == 1:
-            assert (await request(client, methods.TURN_SETTLE, ws))["committed"] is True
+    sid = await settled_turn_and_one_open(client, ws)
     # A Barrier flushes a publication before its head: the settlement's
     # program is lost, and the host then refuses every new connection.
     fault_server.when, fault_server.then_unreachable = (b"Barrier", "drop-before-run"), True

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from lease_expiry import lease_expired
 from mevedel_protocol import methods
-from mevedel_server.store import LeaseStanding, observe_lease
-from mevedel_server.targets import LocalTarget
 
-from .conftest import request
+from .conftest import collect, request
 from .test_ssh_workspace import failure, remote_params, server_config, ssh_home
 
 #: A killed server's lease expires within the takeover test; the others
@@ -97,10 +96,7 @@ async def test_a_killed_ssh_server_s_session_is_taken_over_locally(openssh_serve
 
         remote._server.send_signal(signal.SIGKILL)  # no shutdown, no release: the lease is left to expire
         await remote._server.wait()
-        deadline = asyncio.get_running_loop().time() + 90
-        while (await observe_lease(LocalTarget(project), sid)).standing is not LeaseStanding.EXPIRED:
-            assert asyncio.get_running_loop().time() < deadline, "the killed server's lease never expired"
-            await asyncio.sleep(0.1)
+        await lease_expired(project, sid, "the killed server's")
 
         assert (await actions(local, lws))[sid] == "Take over"
         unconfirmed = await failure(local, methods.SESSION_OPEN, {**lws, "sessionId": sid, "mode": "takeover"})
@@ -146,22 +142,19 @@ async def started():
 
 @pytest.mark.parametrize("owner_side", ["local", "ssh"])
 async def test_following_across_spellings(openssh_server, tmp_path, project, started, owner_side):
-    from .test_control_transfer import owned, until
+    from deadlines import wait_for
+
+    from .test_control_transfer import owned
 
     local, ssh = await machine_pair(openssh_server, tmp_path, project, started)
     owner, follower = (local, ssh) if owner_side == "local" else (ssh, local)
-    published: list[dict] = []
-
-    def notified(params: dict) -> None:
-        published.append(params)
-
-    follower.client.feature(methods.SESSION_DID_PUBLISH)(notified)
+    published = collect(follower.client, methods.SESSION_DID_PUBLISH)
     sid = await owned(owner)
     opened = await follower.call(methods.SESSION_OPEN, {"sessionId": sid})
     assert opened["action"] == "join" and opened["session"]["access"] == "read-only"
 
     await owner.settle_turn(sid, "seen across")
-    await until(lambda: any(n["sessionId"] == sid and n["settledTurns"] == 2 for n in published), "the new turn")
+    await wait_for(lambda: any(n["sessionId"] == sid and n["settledTurns"] == 2 for n in published), "the new turn")
     note = next(n for n in published if n["settledTurns"] == 2)
     assert [(t["turn"], t["change"], t["prompt"]) for t in note["turns"]] == [(2, "new", "seen across")]
     listed = await follower.call(methods.TURN_LIST, {"sessionId": sid})

@@ -193,38 +193,19 @@ def not_json(draw) -> bytes:
 
 # Tests -----------------------------------------------------------------------------
 
+#: Each family of malformed input, by the name the tally counts it under.
+FAMILIES = {
+    "random bytes": st.binary(min_size=1, max_size=600),
+    "frame headers": header_blocks(),
+    "wrong lengths": wrong_lengths(),
+    "not JSON": not_json(),
+    "envelopes": envelopes(),
+    "random params": method_calls(),
+}
 
+
+@pytest.mark.parametrize("family", list(FAMILIES))
 @FUZZ
-@given(data=st.binary(min_size=1, max_size=600))
-async def test_random_bytes_never_kill_or_deafen_the_server(server, data):
-    await survive(server, data, "random bytes")
-
-
-@FUZZ
-@given(data=header_blocks())
-async def test_broken_frame_headers_never_kill_or_deafen_the_server(server, data):
-    await survive(server, data, "frame headers")
-
-
-@FUZZ
-@given(data=wrong_lengths())
-async def test_wrong_content_lengths_never_kill_or_deafen_the_server(server, data):
-    await survive(server, data, "wrong lengths")
-
-
-@FUZZ
-@given(data=not_json())
-async def test_bodies_that_are_not_a_json_object_never_kill_or_deafen_the_server(server, data):
-    await survive(server, data, "not JSON")
-
-
-@FUZZ
-@given(data=envelopes())
-async def test_malformed_envelopes_never_kill_or_deafen_the_server(server, data):
-    await survive(server, data, "envelopes")
-
-
-@FUZZ
-@given(data=method_calls())
-async def test_real_methods_with_random_params_never_kill_or_deafen_the_server(server, data):
-    await survive(server, data, "random params")
+@given(inputs=st.data())
+async def test_malformed_input_never_kills_or_deafens_the_server(server, family, inputs):
+    await survive(server, inputs.draw(FAMILIES[family], label=family), family)

@@ -14,6 +14,7 @@ import os
 import shutil
 
 import pytest
+from tests.unit.agents.test_agents_file_state import files_only, write
 
 from mevedel_server.agents import file_state
 from mevedel_server.agents.file_state import FileChange, FileStateRecord
@@ -31,26 +32,6 @@ from mevedel_server.targets.program import Entry
 from mevedel_server.targets.tree_watch import TreeWatch, WatchUnavailable
 
 pytestmark = pytest.mark.skipif(tree_watch.unwatchable("/tmp") is not None, reason="no inotify here")
-
-async def files_only(record) -> list:
-    """``record.changes()`` with each regular file's earlier state as its
-    bytes, and directories left out: the tests of this file are about
-    content (modes, directories and links have tests of their own, in
-    test_agents_file_state_modes.py)."""
-    out = []
-    root = getattr(record._target, "root", None) or (record._local.root if record._local is not None else None)
-    for change in await record.changes():
-        before = change.before
-        if before is not None and before.kind == Entry.DIRECTORY:
-            continue
-        if before is None and change.gap is None and root is not None and os.path.isdir(os.path.join(root, change.path)):
-            continue
-        if before is not None and before.kind == Entry.FILE and before.data is not None:
-            change = FileChange(change.path, before.data, change.gap)
-        out.append(change)
-    return out
-
-
 
 class Spy(ProgramTarget):
     def __init__(self, inner, after=None) -> None:
@@ -98,12 +79,6 @@ def watched(root, monkeypatch):
     yield make
     for record in made:
         record.close()
-
-
-def write(root, path: str, data: bytes | str) -> None:
-    target = root / path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data.encode() if isinstance(data, str) else data)
 
 
 # -- nothing changed, a few changed ----------------------------------------------------

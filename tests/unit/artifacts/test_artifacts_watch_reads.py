@@ -62,30 +62,11 @@ def _store(target, name, label):
     return store
 
 
-async def _open(tmp_path, notifications):
-    """An item the other process made a while ago and let go, open here."""
-    root = tmp_path / "ws"
-    root.mkdir()
-    counting = ReadCounting(str(root))
-    here = _store(counting, "here", "Emacs 30.1 (pid 11)")
-    there = _store(LocalTarget(str(root)), "there", "Neovim 0.12.0 (pid 22)")
-    changes = Changes()
-    cadence = WatchCadence(idle_seconds=0.05, active_seconds=0.05, notifications=notifications)
-    watches = ItemWatches(here, changes, cadence=lambda: cadence)
-    item = await there.create("document", "Shared", b"x" * BIG)
-    await there.leases.release(item.item_id)
-    meta, _ = await here.meta(item.item_id)
-    counting.counted = ItemPaths(item.item_id).file(meta.primary)
-    # Written a minute ago, as an item opened for reading usually was.
-    os.utime(root / counting.counted, (1_700_000_000, 1_700_000_000))
-    await watches.watch(item.item_id)
-    return counting, here, there, changes, watches, item.item_id
-
-
-async def _opened_by_an_editor(tmp_path, notifications, size, *, mtime):
+async def _made_there(tmp_path, notifications, size, mtime):
     """An item of ``size`` bytes the other process made and let go, last
-    modified at ``mtime``, read by an editor here (``artifact/read``) and
-    watched from that read."""
+    modified at ``mtime``, and the watches of this process (nothing watched
+    yet): the counting target, both stores, the changes told, the watches
+    and the item's id."""
     root = tmp_path / "ws"
     root.mkdir()
     counting = ReadCounting(str(root))
@@ -99,7 +80,23 @@ async def _opened_by_an_editor(tmp_path, notifications, size, *, mtime):
     meta, _ = await here.meta(item.item_id)
     counting.counted = ItemPaths(item.item_id).file(meta.primary)
     os.utime(root / counting.counted, (mtime, mtime))
-    content = await here.read(item.item_id, facts=True)
+    return counting, here, there, changes, watches, item.item_id
+
+
+async def _open(tmp_path, notifications):
+    """An item the other process made a while ago and let go, open here."""
+    # Written a minute ago, as an item opened for reading usually was.
+    made = counting, here, there, changes, watches, item_id = await _made_there(tmp_path, notifications, BIG, 1_700_000_000)
+    await watches.watch(item_id)
+    return made
+
+
+async def _opened_by_an_editor(tmp_path, notifications, size, *, mtime):
+    """An item of ``size`` bytes the other process made and let go, last
+    modified at ``mtime``, read by an editor here (``artifact/read``) and
+    watched from that read."""
+    counting, here, there, changes, watches, item_id = await _made_there(tmp_path, notifications, size, mtime)
+    content = await here.read(item_id, facts=True)
     assert (counting.reads, counting.bytes_read) == (1, size)
     await watches.opened(content)
     return counting, here, there, changes, watches, content
@@ -112,20 +109,9 @@ async def test_the_first_wakes_after_an_editor_opens_an_item_read_none_of_it(tmp
         tmp_path, notifications, FIVE_MB, mtime=1_700_000_000
     )
     item_id = content.meta.id
-    counting.reads = counting.bytes_read = 0
     # Another process takes the lease: told read-only, the bytes the
     # editor was given kept (the opening's read took the facts for them).
-    await there.hold(item_id)
-    state = await changes.next(lambda s: not s.writable)
-    assert state.holder == "Neovim 0.12.0 (pid 22) on vm" and state.revision == content.revision
-    await watches.settled(item_id)
-    assert (counting.reads, counting.bytes_read) == (0, 0)
-    # And renews it: nothing told, nothing read.
-    observes = counting.observes
-    await there.leases.renew(item_id)
-    await _wake_handled(counting, watches, item_id, observes)
-    assert (counting.reads, counting.bytes_read) == (0, 0)
-    assert changes.seen == []
+    await _taken_then_renewed_elsewhere_reading_nothing(counting, there, changes, watches, item_id, content.revision)
     await watches.close()
     await here.close()
     await there.close()
@@ -162,6 +148,24 @@ async def test_an_item_rewritten_in_the_tick_of_its_opening_is_read_at_the_first
     await there.close()
 
 
+async def _taken_then_renewed_elsewhere_reading_nothing(counting, there, changes, watches, item_id, revision):
+    """The other process takes the item's lease (told: read-only, its
+    holder named, ``revision`` kept), then renews it (a new generation,
+    same holder: a wake that tells nobody anything); none of the item's
+    bytes are read for either."""
+    counting.reads = counting.bytes_read = 0
+    await there.hold(item_id)
+    state = await changes.next(lambda s: not s.writable)
+    assert state.holder == "Neovim 0.12.0 (pid 22) on vm" and state.revision == revision
+    await watches.settled(item_id)
+    assert (counting.reads, counting.bytes_read) == (0, 0)
+    observes = counting.observes
+    await there.leases.renew(item_id)
+    await _wake_handled(counting, watches, item_id, observes)
+    assert (counting.reads, counting.bytes_read) == (0, 0)
+    assert changes.seen == []
+
+
 async def _wake_handled(counting, watches, item_id, observes_before):
     """Wait until a wake after ``observes_before`` has read the lease."""
     for _ in ticks(GUARD):
@@ -177,19 +181,7 @@ async def _wake_handled(counting, watches, item_id, observes_before):
 async def test_a_lease_taken_or_renewed_elsewhere_reads_none_of_the_item(tmp_path, notifications):
     counting, here, there, changes, watches, item_id = await _open(tmp_path, notifications)
     assert counting.reads == 1
-    counting.reads = counting.bytes_read = 0
-    await there.hold(item_id)
-    state = await changes.next(lambda s: not s.writable)
-    assert state.holder == "Neovim 0.12.0 (pid 22) on vm" and state.revision == revision_of(b"x" * BIG)
-    await watches.settled(item_id)
-    assert (counting.reads, counting.bytes_read) == (0, 0)
-    # A renewal (a new generation, same holder) wakes the watch and tells
-    # nobody anything: none of the bytes are read for it either.
-    observes = counting.observes
-    await there.leases.renew(item_id)
-    await _wake_handled(counting, watches, item_id, observes)
-    assert (counting.reads, counting.bytes_read) == (0, 0)
-    assert changes.seen == []
+    await _taken_then_renewed_elsewhere_reading_nothing(counting, there, changes, watches, item_id, revision_of(b"x" * BIG))
     # Nor does a look with nothing changed at all (a re-check at the
     # holder's expiry, or a caller asking).
     assert (await watches.state(item_id)).revision == revision_of(b"x" * BIG)
@@ -198,7 +190,7 @@ async def test_a_lease_taken_or_renewed_elsewhere_reads_none_of_the_item(tmp_pat
     path = tmp_path / "ws" / counting.counted
     with open(path, "r+b") as file:
         file.write(b"y")
-    state = await changes.next(lambda s: s.revision == revision_of(b"y" + b"x" * (BIG - 1)))
+    await changes.next(lambda s: s.revision == revision_of(b"y" + b"x" * (BIG - 1)))
     assert counting.reads == 1
     await watches.close()
     await here.close()

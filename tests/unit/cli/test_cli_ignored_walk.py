@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 
-from test_cli_prompt import _tree, configure, mevedel
+from test_cli_prompt import configure, mevedel
+
+from killed_turn import tree_state
 
 FIRST = b"built by the first session\n"
 USERS = b"built by the user between the sessions\n"
@@ -27,13 +29,13 @@ def test_a_directory_ignored_between_sessions_is_not_charged_to_the_next_turn(wo
     # Between the sessions the user ignores build/ and builds again.
     (workspace / ".gitignore").write_text("build/\n")
     (workspace / "build" / "out.txt").write_bytes(USERS)
-    before = _tree(workspace)
+    before = tree_state(workspace)
 
     configure(tmp_path, [[{"terminal": {"command": "sh", "args": ["-c", COMMAND]}}, {"say": "done"}]])
     second = mevedel(workspace, tmp_path, "prompt", "Take notes and build")
     assert second.returncode == 0, second.stderr
     assert "ran: exit 0" in second.stdout, second.stdout
-    after = _tree(workspace)
+    after = tree_state(workspace)
 
     # What is inside an ignored directory is not checkpointed (docs/
     # architecture.md: what Rewind cannot give back); the first session's
@@ -47,4 +49,4 @@ def test_a_directory_ignored_between_sessions_is_not_charged_to_the_next_turn(wo
     assert (workspace / "build" / "out.txt").read_bytes() != FIRST
     ignored = {path: state for path, state in after.items() if path.startswith("build/")}
     kept = {path: state for path, state in before.items() if not path.startswith("build/")}
-    assert _tree(workspace) == {**kept, **ignored}
+    assert tree_state(workspace) == {**kept, **ignored}

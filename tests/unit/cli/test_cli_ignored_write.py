@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_cli_prompt import _tree, configure, mevedel
+from test_cli_prompt import configure, mevedel
+
+from killed_turn import tree_state
 
 WRITTEN = "written by the agent in turn 1\n"
 KEPT = "made before the session\n"
@@ -33,13 +35,13 @@ def test_a_shell_change_to_a_file_the_agent_wrote_in_an_ignored_directory_is_che
     (workspace / "app.py").write_text("print('v1')\n")
     (workspace / "build").mkdir()
     (workspace / "build" / "kept.txt").write_text(KEPT)
-    initial = _tree(workspace)
+    initial = tree_state(workspace)
     configure(tmp_path, [[*WRITES[writer], {"say": "done"}]])
     first = mevedel(workspace, tmp_path, "prompt", "Build it")
     assert first.returncode == 0, first.stderr
     assert (workspace / "build" / "out.txt").read_text() == WRITTEN, first.stdout + first.stderr
     assert (workspace / "build" / "kept.txt").read_text() == WRITTEN
-    before = _tree(workspace)
+    before = tree_state(workspace)
 
     configure(tmp_path, [[{"terminal": {"command": "sh", "args": ["-c", COMMAND]}}, {"say": "done"}]])
     second = mevedel(workspace, tmp_path, "prompt", "Build again")
@@ -56,7 +58,7 @@ def test_a_shell_change_to_a_file_the_agent_wrote_in_an_ignored_directory_is_che
     assert rewound.returncode == 0, rewound.stderr
     # Its bytes and mode back; the file the command made in build/ was
     # never seen, so it stays.
-    after = _tree(workspace)
+    after = tree_state(workspace)
     new = after.pop("build/new.txt")
     assert new is not None
     assert after == before
@@ -65,6 +67,6 @@ def test_a_shell_change_to_a_file_the_agent_wrote_in_an_ignored_directory_is_che
     # the one it changed.
     rewound = mevedel(workspace, tmp_path, "rewind", "1", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
-    after = _tree(workspace)
+    after = tree_state(workspace)
     assert after.pop("build/new.txt") == new
     assert after == initial

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from killed_turn import tree_state
 from streamed import read_until
 
 AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
@@ -77,26 +78,6 @@ def test_ctrl_c_cancels_the_turn_and_exits_130(workspace, tmp_path):
     assert [t["state"] for t in turns["turns"]] == ["interrupted"]
 
 
-def _tree(root: Path) -> dict:
-    """Kind, permission bits, bytes or link target of every path but
-    mevedel's own state (empty directories included)."""
-    found = {}
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != ".mevedel"]
-        for name in dirs + files:
-            full = os.path.join(directory, name)
-            st = os.lstat(full)
-            rel = os.path.relpath(full, root)
-            if os.path.islink(full):
-                found[rel] = ("link", os.readlink(full))
-            elif os.path.isdir(full):
-                found[rel] = ("dir", oct(st.st_mode & 0o7777))
-            else:
-                found[rel] = ("file", oct(st.st_mode & 0o7777), Path(full).read_bytes())
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(directory, d))]
-    return found
-
-
 def test_rewind_gives_back_the_exact_tree_a_shell_command_and_an_fs_write_changed(workspace, tmp_path):
     """The issue's own scenario: an executable edited through
     fs/write_text_file keeps its mode; one shell command does chmod,
@@ -113,7 +94,7 @@ def test_rewind_gives_back_the_exact_tree_a_shell_command_and_an_fs_write_change
     (workspace / "olddir" / "sub").mkdir(parents=True)
     (workspace / "olddir" / "sub" / "f.txt").write_text("f\n")
     (workspace / "target.txt").write_text("target\n")
-    before = _tree(workspace)
+    before = tree_state(workspace)
     command = (
         "chmod +x run.sh; chmod 600 secret.txt; mkdir -p new/deep/deeper && echo n > new/deep/deeper/n.txt; "
         "rmdir emptydir; mv old.txt renamed.txt; ln -s target.txt link.txt; : > empty.txt; "
@@ -128,7 +109,7 @@ def test_rewind_gives_back_the_exact_tree_a_shell_command_and_an_fs_write_change
     assert done.returncode == 0, done.stderr
     assert os.stat(workspace / "app.py").st_mode & 0o7777 == 0o755  # the write kept the executable bit
     assert (workspace / "app.py").read_text() == "print('v2')\n"
-    after = _tree(workspace)
+    after = tree_state(workspace)
 
     shown = mevedel(workspace, tmp_path, "rewind", "1", "--before")
     assert shown.returncode == 0, shown.stderr
@@ -141,7 +122,7 @@ def test_rewind_gives_back_the_exact_tree_a_shell_command_and_an_fs_write_change
     rewound = mevedel(workspace, tmp_path, "rewind", "1", "--before", "--yes")
     assert rewound.returncode == 0, rewound.stderr
     assert "delete big.bin" in rewound.stdout and "wrote big.bin" not in rewound.stdout
-    assert _tree(workspace) == before
+    assert tree_state(workspace) == before
 
     states = json.loads(mevedel(workspace, tmp_path, "redo", "--json").stdout)
     turn_one = next(s for s in states["states"] if s["turn_count"] == 1)
@@ -152,7 +133,7 @@ def test_rewind_gives_back_the_exact_tree_a_shell_command_and_an_fs_write_change
     redone = mevedel(workspace, tmp_path, "redo", turn_one["publication_id"], "--yes")
     assert redone.returncode == 0, redone.stderr
     del after["big.bin"]
-    assert _tree(workspace) == after
+    assert tree_state(workspace) == after
 
 
 def test_a_commands_output_is_kept_as_an_execution_log_to_read_and_grep_later(workspace, tmp_path):

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deadlines import ticks
-from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from lease_expiry import lease_expired
+from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
@@ -52,11 +52,8 @@ def test_the_takeover_refusal_names_the_flag_that_confirms_it(tmp_path):
 
     async def expired() -> str:
         sid = await saved_session(workspace, "left", ClientIdentity("gone-client", "old-laptop"), lease_seconds=1)
-        for _ in ticks():
-            if (await observe_lease(LocalTarget(workspace), sid)).standing is LeaseStanding.EXPIRED:
-                return sid
-            await asyncio.sleep(0.05)
-        raise AssertionError("the lease never expired")
+        await lease_expired(workspace, sid)
+        return sid
 
     sid = asyncio.run(expired())
     refused = mevedel(workspace, tmp_path, "session", "open", sid, "--mode", "takeover")
