@@ -36,6 +36,22 @@
           (setq pos next)))
       (apply #'concat (nreverse parts)))))
 
+(defun mevedel-subagent-test--unfold (buffer heading)
+  "TAB on the first HEADING of BUFFER: its fold shows, or hides."
+  (with-current-buffer buffer
+    (goto-char (point-min))
+    (search-forward heading))
+  (mevedel-chat-test--press buffer "TAB"))
+
+(defun mevedel-subagent-test--read-again (chat session)
+  "CHAT gone, SESSION's chat read back from the server in a new buffer
+(as after a restart), shown and logged; that buffer."
+  (kill-buffer chat)
+  (let ((again (mevedel-lsp-chat-buffer session (mevedel-test--server))))
+    (pop-to-buffer again)
+    (mevedel-test--log "chat read again:\n%s" (mevedel-chat-test--text again))
+    again))
+
 (defun mevedel-subagent-test--count (text needle)
   "How many times TEXT holds NEEDLE."
   (let ((count 0) (at 0))
@@ -103,10 +119,7 @@ wrote."
         (should (equal (mevedel-chat-test--phase chat) ":running"))
         (should (mevedel-chat-test--has chat "── Turn 1 · scripted · running ──"))
         ;; TAB on the heading shows the activity, TAB again hides it.
-        (with-current-buffer chat
-          (goto-char (point-min))
-          (search-forward "Agent reviewer (helper)"))
-        (mevedel-chat-test--press chat "TAB")
+        (mevedel-subagent-test--unfold chat "Agent reviewer (helper)")
         (should (mevedel-subagent-test--shown chat "Reviewing."))
         (should (mevedel-subagent-test--shown chat "        wrote notes.txtReview done."))
         ;; Its own reasoning stays folded inside it.
@@ -125,18 +138,12 @@ wrote."
         ;; conversation as the record keeps it.
         (let ((live (mevedel-subagent-test--visible chat)))
           (mevedel-test--log "chat live, as it shows:\n%s" live)
-          (kill-buffer chat)
-          (let ((again (mevedel-lsp-chat-buffer session (mevedel-test--server))))
-            (pop-to-buffer again)
+          (let ((again (mevedel-subagent-test--read-again chat session)))
             (let ((text (mevedel-chat-test--text again)))
-              (mevedel-test--log "chat read again:\n%s" text)
               (should (equal (mevedel-subagent-test--visible again) live))
               (should (string-search "\n        > Review the notes\n" text)))
             (should-not (mevedel-subagent-test--shown again "> Review the notes"))
-            (with-current-buffer again
-              (goto-char (point-min))
-              (search-forward "Agent reviewer (helper)"))
-            (mevedel-chat-test--press again "TAB")
+            (mevedel-subagent-test--unfold again "Agent reviewer (helper)")
             (should (mevedel-subagent-test--shown again "> Review the notes"))
             (should (mevedel-subagent-test--shown again "Reviewing."))
             ;; Rewind to before the turn, declined: the impact names the
@@ -202,33 +209,24 @@ recorded conversation."
         (should-not (mevedel-subagent-test--shown chat "    Inner found it."))
         (setq live (mevedel-subagent-test--visible chat))
         ;; TAB on outer: its activity shows, outer/inner stays folded.
-        (with-current-buffer chat
-          (goto-char (point-min))
-          (search-forward "Agent outer (helper)"))
-        (mevedel-chat-test--press chat "TAB")
+        (mevedel-subagent-test--unfold chat "Agent outer (helper)")
         (should (mevedel-subagent-test--shown chat "        Tool Look around"))
         (should (mevedel-subagent-test--shown chat "            Agent outer/inner"))
         (should-not (mevedel-subagent-test--shown chat "                Inner found it."))
         ;; TAB on outer/inner shows it; quiet stays folded.
-        (with-current-buffer chat
-          (goto-char (point-min))
-          (search-forward "Agent outer/inner"))
-        (mevedel-chat-test--press chat "TAB")
+        (mevedel-subagent-test--unfold chat "Agent outer/inner")
         (should (mevedel-subagent-test--shown chat "                Inner found it."))
         (should-not (mevedel-subagent-test--shown chat "\n    Inner found it."))
         ;; Read back from the server in a new chat: the call as it showed
         ;; live.  (Not quiet's place: the turn records the root's words
         ;; around it as one response after its task.)
-        (kill-buffer chat)
-        (let* ((again (mevedel-lsp-chat-buffer session (mevedel-test--server)))
+        (let* ((again (mevedel-subagent-test--read-again chat session))
                (text (mevedel-chat-test--text again))
                (call (lambda (shown)
                        (and (string-match (concat "^Tool mcp Agent .*\n\\(?:    .*\n\\)*?"
                                                   (regexp-quote "    Agent outer (helper)  [completed]  (TAB shows or hides it)\n"))
                                           shown)
                             (match-string 0 shown)))))
-          (pop-to-buffer again)
-          (mevedel-test--log "chat read again:\n%s" text)
           (should (funcall call live))
           (should (equal (funcall call (mevedel-subagent-test--visible again)) (funcall call live)))
           ;; In outer's fold, after its conversation, outer/inner's task.
@@ -240,10 +238,7 @@ recorded conversation."
                                           "\\(?:            .*\n\\)*"
                                           (regexp-quote "            > Go deeper\n"))
                                   text))
-          (with-current-buffer again
-            (goto-char (point-min))
-            (search-forward "Agent outer (helper)"))
-          (mevedel-chat-test--press again "TAB")
+          (mevedel-subagent-test--unfold again "Agent outer (helper)")
           (should (mevedel-subagent-test--shown again "        Agent outer/inner"))
           (should-not (mevedel-subagent-test--shown again "            > Go deeper")))))))
 
@@ -282,11 +277,8 @@ activity stays folded; read back, as it showed live."
         (let ((live (mevedel-subagent-test--visible chat))
               (text (mevedel-chat-test--text chat))
               (why "cancelled with its caller's turn"))
-          (kill-buffer chat)
-          (let* ((again (mevedel-lsp-chat-buffer session (mevedel-test--server)))
+          (let* ((again (mevedel-subagent-test--read-again chat session))
                  (read (mevedel-chat-test--text again)))
-            (pop-to-buffer again)
-            (mevedel-test--log "chat read again:\n%s" read)
             (should (equal (mevedel-subagent-test--visible again) live))
             (should (= (mevedel-subagent-test--count read why) (mevedel-subagent-test--count text why)))))))))
 
@@ -333,11 +325,8 @@ said once (not again at the end of its recorded conversation)."
           (should (mevedel-subagent-test--said-under chat "Agent broken (helper)" "Error: failed the prompt"))
           (should-not (mevedel-subagent-test--shown chat "        Trying."))
           ;; Read back from the server in a new chat, as after a restart.
-          (kill-buffer chat)
-          (let* ((again (mevedel-lsp-chat-buffer session (mevedel-test--server)))
+          (let* ((again (mevedel-subagent-test--read-again chat session))
                  (read (mevedel-chat-test--text again)))
-            (pop-to-buffer again)
-            (mevedel-test--log "chat read again:\n%s" read)
             (should (equal (mevedel-subagent-test--visible again) live))
             (should (string-match-p said read))
             (should-not (string-search "did not complete" read))
@@ -346,10 +335,7 @@ said once (not again at the end of its recorded conversation)."
             (should (= (mevedel-subagent-test--count read why) (mevedel-subagent-test--count text why)))
             (should (mevedel-subagent-test--said-under again "Agent broken (helper)" "Error: failed the prompt"))
             (should-not (mevedel-subagent-test--shown again "> Try this"))
-            (with-current-buffer again
-              (goto-char (point-min))
-              (search-forward "Agent broken (helper)"))
-            (mevedel-chat-test--press again "TAB")
+            (mevedel-subagent-test--unfold again "Agent broken (helper)")
             (should (mevedel-subagent-test--shown again "        > Try this"))
             (should (mevedel-subagent-test--shown again "        Trying."))))))))
 
