@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..resources import counted
 from ..store import SessionWatcher, StoreError, WatchCadence
 from ..targets import TargetError
 from .session_client import add_common, emit, run_command, workspace_root
@@ -150,6 +151,6 @@ def _lines(update: FollowUpdate) -> list[str]:
             lines.append(f"{head}: renamed to {change.display_name}")
     if update.holder_changed or not lines:
         holder = f"held by {update.holder_host}" if update.holder_host else f"not held ({update.lease_state or 'never claimed'})"
-        lines.append(f"{head}: {holder}, {update.settled_turns} settled turns")
+        lines.append(f"{head}: {holder}, {counted(update.settled_turns, 'settled turn')}")
     return lines
 

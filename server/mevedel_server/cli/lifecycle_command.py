@@ -25,6 +25,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..resources import counted
 from ..store import LifecycleRefused, SessionService, StateToken, parse_token
 from .session_client import (
     CommandError,
@@ -150,7 +151,7 @@ def _in_place_data(service: SessionService, sid: str, result) -> dict[str, Any]:
 def _in_place_lines(data: dict[str, Any], command: str, done: str) -> list[str]:
     if not data["committed"] and not data["written"]:
         return [f"{data['session_id']}: nothing to {command}: no turn discarded and no file changed"]
-    lines = [f"{data['session_id']}: {done}; {_turns(data['settled_turns'])}"]
+    lines = [f"{data['session_id']}: {done}; {counted(data['settled_turns'], 'turn')}"]
     lines += [f"  {data.get('actions', {}).get(path, 'wrote')} {path}" for path in data["written"]]
     if data["warning"]:
         lines.append(f"warning: {data['warning']}")
@@ -170,7 +171,7 @@ def _child_data(service: SessionService, source: str, child) -> dict[str, Any]:
 
 
 def _child_lines(data: dict[str, Any], verb: str) -> list[str]:
-    lines = [f"{verb} {data['source_id']} as {data['session_id']} ({data['display_name']}, {data['settled_turns']} turns)"]
+    lines = [f"{verb} {data['source_id']} as {data['session_id']} ({data['display_name']}, {counted(data['settled_turns'], 'turn')})"]
     if data["warning"]:
         lines.append(f"warning: {data['warning']}")
     return lines
@@ -212,7 +213,7 @@ def run_rewind(arguments: argparse.Namespace) -> int:
             "git": {"status": impact.git.status, "divergent": [d.path for d in impact.git.divergent], "detail": impact.git.detail},
             "empty": impact.empty,
         }
-        lines = [f"rewind {sid} to {side} turn {turn}: keeps {_turns(impact.kept_turns)}, discards {len(impact.discarded)}"]
+        lines = [f"rewind {sid} to {side} turn {turn}: keeps {counted(impact.kept_turns, 'turn')}, discards {len(impact.discarded)}"]
         lines += _labels(impact.discarded) + _restores(impact)
         if impact.empty:
             # The spec's empty impact: the boundary is where the session already
@@ -257,7 +258,7 @@ def run_redo(arguments: argparse.Namespace) -> int:
             sid = await _session(service, arguments, None, "auto")
             states = await service.history.redo_states(sid)
             data = {"session_id": sid, "current_head": states.current_head, "states": states.states, "skipped": states.skipped}
-            counts = [_turns(s.turn_count) for s in states.states]
+            counts = [counted(s.turn_count, 'turn') for s in states.states]
             width = max(map(len, counts), default=0)
             lines = [f"{s.publication_id}  {n:<{width}}  {s.label}" for s, n in zip(states.states, counts)]
             lines += [f"skipped {s.publication_id}: {s.reason}" for s in states.skipped]
@@ -288,10 +289,6 @@ def run_redo(arguments: argparse.Namespace) -> int:
         _prepared(arguments, data, lines, "redo", impact.token.text, impact.agent_history)
 
     return run_command(arguments, body)
-
-
-def _turns(count: int) -> str:
-    return "1 turn" if count == 1 else f"{count} turns"
 
 
 @contextlib.contextmanager
@@ -340,13 +337,13 @@ def run_fork(arguments: argparse.Namespace) -> int:
         else:
             impact = await service.history.prepare_fork(sid, turn)
             data = {"session_id": sid, "turns": impact.turns}
-            lines = [f"fork {sid} after {impact.response.label}: the new session holds {_turns(impact.turns)}"]
+            lines = [f"fork {sid} after {impact.response.label}: the new session holds {counted(impact.turns, 'turn')}"]
         # What the child's work:// files will be, as the editors' impact says:
         # the session-local files it copies, and why local/plans/ is not among them.
         data |= {"local_files": list(impact.local_files), "plans_note": impact.plans_note}
         if impact.local_files:
-            files = "file" if len(impact.local_files) == 1 else "files"
-            lines.append(f"  copies {len(impact.local_files)} session-local (work://) {files}: {', '.join(impact.local_files)}")
+            copied = counted(len(impact.local_files), "session-local (work://) file")
+            lines.append(f"  copies {copied}: {', '.join(impact.local_files)}")
         lines.append(f"  plans: {impact.plans_note}")
         if arguments.yes:
             await _commit_fork(service, arguments, sid, impact.token, arguments.worktree)

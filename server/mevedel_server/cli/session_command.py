@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..artifacts import session_artifacts
+from ..resources import counted
 from ..store import (
     SESSION_ID_PATTERN,
     IdentityNeedsConfirmation,
@@ -174,7 +175,7 @@ def info_line(info: SessionInfo) -> str:
     access = "writable" if info.read_only_reason is None else f"read-only ({info.read_only_reason})"
     turn = f", turn {info.open_turn} in flight" if info.open_turn else ""
     saved = "" if info.materialized else ", not saved yet"
-    line = f"{info.session_id}  {info.display_name}  [{access}; {info.settled_turns} settled turns{turn}{saved}]"
+    line = f"{info.session_id}  {info.display_name}  [{access}; {counted(info.settled_turns, 'settled turn')}{turn}{saved}]"
     if info.recovery_pending:
         line += "\n" + recovery_line(info.recovery_pending)
     if info.pending_publication:
@@ -242,7 +243,8 @@ def _row_line(row) -> str:
     if row.holder_host and row.action.value in ("Join", "Take over"):
         where = f"  held by {row.holder_host}" if row.action.value == "Join" else (f"  process ended, was {row.holder_host}" if row.holder_ended else f"  lease expired, was {row.holder_host}")
     when = describe_target_time(row.updated_at) if row.updated_at else "never"
-    return f"{row.session_id}  {row.action.value:<9}  {row.turn_count:>4} turns  {when}  {row.display_name}{where}"
+    turns = "turn " if row.turn_count == 1 else "turns"  # the column keeps its width
+    return f"{row.session_id}  {row.action.value:<9}  {row.turn_count:>4} {turns}  {when}  {row.display_name}{where}"
 
 
 def run_create(arguments: argparse.Namespace) -> int:
