@@ -218,12 +218,33 @@ def _operand_and_options(arguments: argparse.Namespace) -> tuple[str, object]:
     # ApplyPatch's machinery is loaded for apply-patch alone.
     from ..resources import PatchOptions
 
-    source = sys.stdin if arguments.patch_file == "-" else None
+    given = arguments.patch_file
+    source = sys.stdin if given == "-" else None
     try:
-        text = source.read() if source else Path(arguments.patch_file).read_text(encoding="utf-8")
+        text = source.read() if source else Path(given).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise _UsageError(f"cannot read patch {arguments.patch_file!r}: {error.__class__.__name__}") from None
+        raise _UsageError(_unreadable_patch(given, error)) from None
     return text, PatchOptions()
+
+
+def _unreadable_patch(given: str, error: BaseException) -> str:
+    """Why the patch ``given`` cannot be read, and what to give instead."""
+    if given.lstrip().startswith("*** Begin Patch"):
+        return ("the patch is read from a file, not given as an argument: put it in a file, or give - and the patch "
+                "on standard input (mevedel apply-patch - < change.patch)")
+    if given == "-":
+        subject = "the patch on standard input"
+    else:
+        subject = f"patch file {given if given.isprintable() and len(given) <= 200 else repr(given[:200])}"
+    if isinstance(error, UnicodeDecodeError):
+        return f"{subject}: is not UTF-8 text"
+    if isinstance(error, FileNotFoundError):
+        return f"{subject}: no such file"
+    if isinstance(error, IsADirectoryError):
+        return f"{subject}: is a directory"
+    if isinstance(error, PermissionError):
+        return f"{subject}: permission denied"
+    return f"{subject}: {error.strerror or error.__class__.__name__}" if isinstance(error, OSError) else f"{subject}: cannot be read"
 
 
 async def _held_session(target: Target) -> str | None:

@@ -236,3 +236,23 @@ def test_over_ssh_read_glob_grep_and_apply_patch_go_through_the_workspaces_targe
     ran = remote("apply-patch", "-", "--session", sid, "--json", stdin=INTRUDER)
     assert ran.returncode == 1 and json.loads(ran.stdout)["error"]["kind"] == "lease-held"
     assert not (workspace / ".mevedel" / "sessions" / sid / "local" / "intruder.md").exists()
+
+
+def test_a_patch_that_cannot_be_read_says_why_and_what_to_give(workspace: Path) -> None:
+    """The patch given as the argument itself (a person's first try), a
+    missing file, a directory, bytes that are not UTF-8: each says why in
+    words, nothing is written, and - with the patch on standard input
+    works."""
+    patch = "*** Begin Patch\n*** Add File: work://shared/n.md\n+hi\n*** End Patch\n"
+    (workspace / "bad.patch").write_bytes(b"\xff\xfe")
+    for given, said in [
+        (patch, "the patch is read from a file, not given as an argument: put it in a file, or give - and the patch on standard input"),
+        ("nope.patch", "patch file nope.patch: no such file"),
+        (str(workspace), f"patch file {workspace}: is a directory"),
+        (str(workspace / "bad.patch"), f"patch file {workspace / 'bad.patch'}: is not UTF-8 text"),
+    ]:
+        ran = mevedel(workspace, "apply-patch", given)
+        assert ran.returncode == 2 and said in ran.stderr and "Error" not in ran.stderr, ran.stderr
+    assert not (workspace / ".mevedel" / "shared" / "n.md").exists()
+    ran = mevedel(workspace, "apply-patch", "-", stdin=patch)
+    assert ran.returncode == 0 and ran.stdout.strip() == "A work://shared/n.md", ran.stderr
