@@ -62,7 +62,7 @@ _EXPORTS = {
     '.authority.lease': ('ClientIdentity', 'DEFAULT_LEASE_SECONDS', 'LeaseHandle', 'LeaseObservation', 'LeaseStanding', 'acquire_lease', 'describe_target_time', 'observe_lease', 'read_lease_head', 'stamped_record'),
     '.authority.publication': ('CommittedSnapshot', 'PendingPublication', 'Publisher', 'PublishOutcome', 'load_manifest', 'read_committed'),
     '.authority.records': ('LeaseRecord', 'LeaseState', 'ManifestEntry', 'PublicationManifest', 'RecordError', 'RecordErrorKind', 'WorkspaceIdentity', 'decode_record', 'encode_record'),
-    '.authority.workspace': ('SESSION_ID_PATTERN', 'allocate_session_id', 'check_session_id', 'ensure_workspace_id', 'is_session_id', 'materialize_session', 'new_session_id', 'read_workspace_id', 'saved_session_ids'),
+    '.authority.workspace': ('SESSION_ID_PATTERN', 'allocate_session_id', 'check_session_id', 'ensure_generated_excludes', 'ensure_workspace_id', 'is_session_id', 'materialize_session', 'new_session_id', 'read_workspace_id', 'saved_session_ids'),
     '.transactions.fork': ('ChildSession', 'ForkImpact', 'ForkResult', 'commit_fork', 'prepare_fork'),
     '.workspace_wide.fork_variants': ('Variant', 'VariantGroup', 'fork_variants'),
     '.transactions.lifecycle_token': ('InvalidToken', 'LifecycleError', 'LifecycleRefused', 'StaleState', 'StateToken'),

@@ -256,3 +256,20 @@ def test_a_patch_that_cannot_be_read_says_why_and_what_to_give(workspace: Path) 
     assert not (workspace / ".mevedel" / "shared" / "n.md").exists()
     ran = mevedel(workspace, "apply-patch", "-", stdin=patch)
     assert ran.returncode == 0 and ran.stdout.strip() == "A work://shared/n.md", ran.stderr
+
+
+def test_a_shared_note_written_with_no_session_stays_out_of_git_status(tmp_path: Path) -> None:
+    """work://shared is working material, never the project's: written
+    before any session exists, it still leaves `git status` to the user's
+    files (the generated excludes a session's start adds, added by the
+    write)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "README.md").write_text("hello\n")
+    patch = "*** Begin Patch\n*** Add File: work://shared/handoff.md\n+notes\n*** End Patch\n"
+    ran = mevedel(repo, "apply-patch", "-", stdin=patch)
+    assert ran.returncode == 0, ran.stderr
+    assert (repo / ".mevedel" / "shared" / "handoff.md").read_text() == "notes\n"
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo, capture_output=True, text=True, check=True)
+    assert status.stdout.splitlines() == ["?? README.md"], status.stdout

@@ -16,6 +16,8 @@ only for a session this client holds open and writable.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from dataclasses import dataclass
 
 from ...addresses import (
@@ -39,8 +41,10 @@ from .attempt import Attempt, AuthorityFacts
 from .authority import require_writable_session
 from .context import ResolverContext
 from .options import PatchOptions
-from .places import Place, Places
+from .places import SHARED_DIR, Place, Places
 from .runners import later
+
+_log = logging.getLogger(__name__)
 
 _OWNER_KINDS = (ErrorKind.OWNER_MISSING, ErrorKind.UNAVAILABLE)
 
@@ -176,7 +180,36 @@ async def _run(planned: list[tuple[FileOperation, _Target, _Target | None]], tar
         for operation, first, second in planned
     ]
     assert where.target is not None
-    return await apply_patch(where.target, where.journal, resolved)
+    result = await apply_patch(where.target, where.journal, resolved)
+    shared = next((target.place.writable() for target in targets if _shared(target) and target.place is not None), None)
+    if shared is not None and shared.root == SHARED_DIR:  # below the workspace's own root
+        await _shared_kept_out_of_git(shared.target)
+    return result
+
+
+def _shared(target: _Target) -> bool:
+    return target.address is not None and target.address.canonical.startswith("work://shared/")
+
+
+#: Targets whose ``.git/info/exclude`` this process has seen to: once each.
+_EXCLUDES_SEEN: weakref.WeakSet = weakref.WeakSet()
+
+
+async def _shared_kept_out_of_git(target) -> None:
+    """``work://shared`` files are working material, never the project's
+    (the spec: not tracked in Git): a write there with no session open --
+    ``mevedel apply-patch``, ``mevedel mcp`` -- adds the generated excludes
+    a session's start adds, once a process. Best effort: the write stands
+    whatever this finds."""
+    if target in _EXCLUDES_SEEN:
+        return
+    _EXCLUDES_SEEN.add(target)
+    from ...store import ensure_generated_excludes
+
+    try:
+        await ensure_generated_excludes(target)
+    except Exception as error:  # the exclude file is the user's: never fail the write for it
+        _log.info("git excludes not updated after a work://shared write: %s", error)
 
 
 def _where(targets: list[_Target]) -> Place:
