@@ -21,7 +21,7 @@ from pathlib import Path
 from deadlines import ticks
 from killed_turn import CHANGED, prepare, steps, tree_state
 from mevedel_protocol import methods
-from mevedel_server.store import ClientIdentity, read_committed
+from mevedel_server.store import ClientIdentity, observe_lease, read_committed
 from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import LocalTarget
@@ -132,12 +132,22 @@ async def test_a_server_killed_after_its_agent_changed_files_leaves_every_change
     else:
         raise AssertionError("the agent's command never ran")
     assert (project / "notes.txt").read_text() == "the agent's rewrite\n"
+    # Killed once its server recorded the command's end (the latch it set
+    # before launching it cleared): killed sooner, the next owner cannot
+    # prove the command gone and rightly asks for an acknowledgement first
+    # (a slow recording on a loaded machine made this test fail so).
+    (session_id,) = os.listdir(project / ".mevedel" / "sessions")
+    for _ in ticks():
+        if not (await observe_lease(LocalTarget(project), session_id)).record.unsettled_mutation:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the command's end was never recorded")
     os.kill(client._server.pid, signal.SIGKILL)
     running.cancel()
     await client.stop()
     (tmp_path / "never-released").touch()  # the orphaned agent, if its stdin's end has not stopped it yet
 
-    (session_id,) = os.listdir(project / ".mevedel" / "sessions")
     for _ in ticks():
         taken = _cli(project, tmp_path, "session", "open", session_id, "--mode", "takeover", "--confirm-takeover")
         if taken.returncode == 0:
