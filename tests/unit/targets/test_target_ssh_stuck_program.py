@@ -88,6 +88,9 @@ async def _gone(pids: set[int], what: str) -> None:
         if not any(process_alive(pid) for pid in pids):
             return
         await asyncio.sleep(0.05)
+    for pid in pids:  # not left behind by the failing test
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     raise AssertionError(f"{what} left running on the host")
 
 
@@ -138,14 +141,7 @@ async def test_a_stopped_remote_program_is_ended_and_the_connection_serves_the_n
         assert info.value.outcome_unknown, message
         assert ALIAS in message and "no answer within 5 s" in message, message
         # Ended on the host too, not left stopped holding a session.
-        for _ in ticks():
-            if not process_alive(stuck):
-                break
-            await asyncio.sleep(0.05)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(stuck, signal.SIGKILL)
-            raise AssertionError("the stopped remote program was left running on the host")
+        await _gone({stuck}, "the stopped remote program was")
         assert not (root / "stuck").exists()
         result = await within(target.run(ControlProgram([CreateExclusive("next", b"2")])), "the next program")
         assert result.completed and (root / "next").read_bytes() == b"2"
