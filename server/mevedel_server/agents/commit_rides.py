@@ -66,13 +66,14 @@ class WalkCarrier:
 async def walk_riding(record: FileStateRecord, session: Any, publish: Callable[[], Awaitable[object]]) -> None:
     """``publish()`` (the turn's first publication) and ``record.refresh()``,
     the refresh's walk riding the publication's program (``session``: the
-    open session publishing; None: one after the other)."""
+    open session publishing; None: one after the other). The caller holds
+    the record next (``record.hold``), which keeps what the walk read."""
     if session is None:
         await publish()
-        await record.refresh()
+        await record.refresh(keep=False)
         return
     carrier = WalkCarrier(session)
-    walk = asyncio.ensure_future(record.refresh(carrier=carrier))
+    walk = asyncio.ensure_future(record.refresh(carrier=carrier, keep=False))
     ready = asyncio.ensure_future(carrier.ready.wait())
     try:
         # A watched record may run no program (or its own, locally): it

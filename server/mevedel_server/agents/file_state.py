@@ -468,6 +468,9 @@ class FileStateRecord:
         #: A sync recorded a remembered path for the first time: keep the
         #: record for the next process now.
         self._keep_known = False
+        #: A refresh left what it read to be kept by the :meth:`hold` that
+        #: follows it (``refresh(keep=False)``).
+        self._keep_at_hold = False
         # Between commands, inotify says where to look (a LocalTarget's
         # tree; ``watch``: True/None for ``target`` itself when it is one, a
         # LocalTarget of the same root when ``target`` wraps it, False:
@@ -547,13 +550,16 @@ class FileStateRecord:
         except Exception:  # noqa: BLE001 -- the refresh the turn awaits walks again, and says why
             pass
 
-    async def refresh(self, *, carrier: Carrier | None = None) -> None:
+    async def refresh(self, *, carrier: Carrier | None = None, keep: bool = True) -> None:
         """Bring the record up to date before a command: the first call
         walks the tree and keeps the content of every file not ignored and
         under the limit; later ones walk by ``lstat`` and read only what
         changed, storing a blob only for a digest not stored yet.
         ``carrier``: runs the walk's program inside another program (the
-        turn's first publication), see :data:`Carrier`."""
+        turn's first publication), see :data:`Carrier`. ``keep``: False
+        when the caller's next step is :meth:`hold`, whose program keeps
+        the record too (a whole read is otherwise kept at once, in a
+        program of its own)."""
         async with self._lock:
             first = not self._primed
             self._carrier = carrier
@@ -563,7 +569,10 @@ class FileStateRecord:
                 self._carrier = None
             if first and not self._from_index and not self._cheap_to_read_again() or self._keep_known:
                 self._keep_known = False
-                await self._save()  # a whole read (or a path only the record knows to look at) is worth keeping at once
+                if keep:
+                    await self._save()
+                else:
+                    self._keep_at_hold = True  # a whole read (or a path only the record knows to look at) is worth keeping at once
         self._prune_soon()
 
     def _cheap_to_read_again(self) -> bool:
@@ -742,25 +751,41 @@ class FileStateRecord:
         removed, while any turn's baseline is held (this process's, or
         another's it finds beside its own: a turn a crash left in flight).
         Should the process die mid-turn, whoever resumes the session
-        compares the tree with it (:meth:`changes_since_held`). One program;
-        two when no whole index is kept yet. Raises when it cannot be kept
-        (the turn must not be dispatched then)."""
+        compares the tree with it (:meth:`changes_since_held`). One program,
+        which also keeps the record when it moved on unkept (a refresh's
+        whole read, ``refresh(keep=False)``; a workspace's first turn has no
+        whole index yet). Raises when it cannot be kept (the turn must not
+        be dispatched then)."""
         async with self._lock:
             if not self._primed:
                 raise FileStateError("the file-state record was never brought up to date: call refresh() before holding it")
-            if self._index_base is None:
-                self._unsaved = True
-                await self._save()
-                if self._index_base is None:
-                    raise FileStateError("the record of the workspace's files could not be kept, so the turn's changes would not survive a crash")
-            data = self._encoded(self._index_base, self._since_index)
+            ops: list[Operation] = []
+            saved: Callable[[ProgramResult, int], None] | None = None
+            base, since = self._index_base, self._since_index
+            if self._keep_at_hold or base is None:
+                # The record's save goes first in the marker's own program,
+                # and must land: a marker naming a whole index that is not
+                # there could never be read back.
+                self._keep_at_hold, self._unsaved = False, True
+                ops, saved = await self._save_ops(required=True)
+                if ops and ops[1].path == self._index:
+                    base, since = index_checksum(ops[1].data), set()
+            if base is None:
+                raise FileStateError("the record of the workspace's files could not be kept, so the turn's changes would not survive a crash")
+            data = self._encoded(base, since)
+            at = len(ops)
             # Flushed (unlike the index and blobs): after a power loss the
             # marker still says a turn ran, so what cannot be read back is
             # named lost, never taken for a turn that changed nothing.
-            ops = [MakeDirs(self._turns, optional=True), Replace(marker, data), ListDir(self._turns)]
+            ops += [MakeDirs(self._turns, optional=True), Replace(marker, data), ListDir(self._turns)]
             result = await self._target.run(ControlProgram(ops))
-            raise_for_result(ops[1], result[1])
-            listed = result[2].value if result[2].ok else ()
+            if saved is not None:
+                saved(result, 0)
+                if at and not result[1].ok:
+                    raise FileStateError("the record of the workspace's files could not be kept, so the turn's changes "
+                                         f"would not survive a crash: {result[1].reason or result[1].status.value}")
+            raise_for_result(ops[at + 1], result[at + 1])
+            listed = result[at + 2].value if result[at + 2].ok else ()
             self._holds = {f"{self._turns}/{name}" for name in listed if not name.startswith(".") and not name.endswith(".written")} | {marker}
 
     def written_ops(self, marker: str, path: str) -> list[Operation]:
@@ -885,7 +910,8 @@ class FileStateRecord:
         with gc_paused():
             return encode_index(state, max_file_bytes=self._max, blob_dir=self._blob_dir)
 
-    async def _save_ops(self, releasing: frozenset[str] = frozenset()) -> tuple[list[Operation], Callable[[ProgramResult, int], None]]:
+    async def _save_ops(self, releasing: frozenset[str] = frozenset(), *,
+                        required: bool = False) -> tuple[list[Operation], Callable[[ProgramResult, int], None]]:
         """The operations that keep the record as it stands for the next
         process (see :mod:`.file_state_index`), when it moved on since the
         last save: a sync runs them at the head of its own program, so a
@@ -894,7 +920,8 @@ class FileStateRecord:
         files to read). Best effort, all optional, and never flushed (like
         the packs): an index lost or torn in a crash fails its checksum.
         With them, the callback that takes their outcome from a result
-        (the first of them at the given position)."""
+        (the first of them at the given position). ``required``: the index's
+        write stops the program when it fails (what follows depends on it)."""
         if not self._unsaved:
             return [], _nothing
         held = self._holds - releasing
@@ -912,7 +939,7 @@ class FileStateRecord:
         # to a whole index it was not made for (it names its checksum).
         ops: list[Operation] = [
             MakeDirs(self._blob_dir, optional=True),
-            Replace(self._index if whole else self._delta, data, optional=True, deferred=True),
+            Replace(self._index if whole else self._delta, data, optional=not required, deferred=True),
         ]
         if whole:
             ops.append(Remove(self._delta, optional=True, deferred=True))

@@ -41,6 +41,45 @@ async def held(root) -> FileStateRecord:
     return record
 
 
+class Programs(ProgramTarget):
+    """Counts the programs run (each a round trip over SSH)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.programs = inner, 0
+
+    async def run(self, program: ControlProgram):
+        self.programs += 1
+        return await self.inner.run(program)
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["first-turn", "index-kept"])
+async def test_holding_a_turns_baseline_keeps_the_record_in_the_same_program(tmp_path, kept):
+    """A turn's walk leaves what it read to the hold that follows it
+    (``refresh(keep=False)``): one program keeps the record and the
+    baseline -- over SSH one round trip, where a workspace's first turn
+    paid two (the whole index, then the marker naming it) -- and the next
+    owner reads the baseline back whole."""
+    (tmp_path / "a.txt").write_text("before\n")
+    if kept:
+        earlier = FileStateRecord(LocalTarget(tmp_path), max_file_bytes=MAX, watch=False)
+        await earlier.refresh()
+        await earlier.hold(earlier.held_marker(SESSION, "ffeeddccbbaa9988"))
+        await earlier.release(earlier.held_marker(SESSION, "ffeeddccbbaa9988"))
+        earlier.close()
+    counted = Programs(LocalTarget(tmp_path))
+    live = FileStateRecord(counted, max_file_bytes=MAX, watch=False)
+    await live.refresh(keep=False)
+    walked = counted.programs
+    await live.hold(live.held_marker(SESSION, TURN))
+    assert counted.programs - walked == 1
+    assert (tmp_path / ".mevedel" / "file-state" / "index").is_file()
+    (tmp_path / "a.txt").write_text("the agent's\n")
+    found = await stopped_turn_changes(LocalTarget(tmp_path), SESSION, TURN, "", max_file_bytes=MAX)
+    assert found is not None and found.lost is None
+    assert [(path, state) for path, state, _gap in found.changes] == [("a.txt", Entry.file(b"before\n", 0o644))]
+    live.close()
+
+
 async def test_the_next_owner_finds_every_change_since_the_baseline_with_its_state_before(tmp_path):
     (tmp_path / "notes.txt").write_text("mine\n")
     (tmp_path / "run.sh").write_text("#!/bin/sh\n")
