@@ -21,13 +21,18 @@ heads and the target clock too), then, interleaved:
   item, the others prove it unchanged in the publication); vs a plain durable write of the same bytes
   (temporary file, fsync, rename, directory fsync) in the same run; and
   the 1-version save of a third item through an inline ``LocalTarget`` (a
-  CLI command's: its program on the loop's thread, no hop to a worker).
+  CLI command's: its program on the loop's thread, no hop to a worker);
+  and the same durable write handed to the kept program threads a
+  ``LocalTarget`` runs its programs on (``program_threads``): the floor
+  of a server's save, which must not flush on its event loop, so pays
+  that hop -- a thread woken, then the loop -- as every disk write of a
+  server does.
 
 ``MEVEDEL_BENCH_SOURCE=DIR`` runs another checkout's code (``DIR/server``
 first on the path; saved as ``artifacts_source``): the code before a change,
 measured the same way, run in alternation with this one's.
 
-The durable write and the two saves run in an order turned by one each
+The durable writes and the saves run in an order turned by one each
 round: a save begins on a thread that waited since the last program
 (after the listing or the durable write: a wake from idle, as a person's
 saves seconds apart always are) or on one just used (after the other
@@ -65,6 +70,15 @@ from mevedel_server.artifacts.layout import STATE_ROOT  # noqa: E402
 from mevedel_server.artifacts.store import ArtifactStore  # noqa: E402
 from mevedel_server.store.authority.lease import ClientIdentity  # noqa: E402
 from mevedel_server.targets import ControlProgram, LocalTarget, Stat  # noqa: E402
+
+try:  # the code before kept threads (MEVEDEL_BENCH_SOURCE) handed programs to to_thread
+    from mevedel_server.targets.program_threads import PROGRAM_THREADS  # noqa: E402
+
+    def on_program_thread(function, argument):
+        return PROGRAM_THREADS.run(function, argument)
+except ImportError:  # pragma: no cover
+    def on_program_thread(function, argument):
+        return asyncio.to_thread(function, argument)
 
 ITEMS = int(os.environ.get("MEVEDEL_BENCH_ITEMS", "500"))
 ME = ClientIdentity("bench-client", "bench-host")
@@ -140,6 +154,10 @@ def durable_write(root: str, data: bytes) -> None:
 
 
 
+def write_doc(root: str) -> None:
+    durable_write(root, DOC)
+
+
 async def removals_done(store) -> None:
     """The store's removals of dropped blobs, finished (a store from
     before they were left to run after the save has none)."""
@@ -173,14 +191,14 @@ async def measure(
         sys.exit(f"{label}: expected the other process's leases to show, got {held}")
     await at_one.save_version(ids[0])
     await at_twenty.save_version(ids[1])
-    samples: dict[str, list[float]] = {k: [] for k in ("list", "base_list", "pub1", "pub20", "pub1i", "base_write")}
+    samples: dict[str, list[float]] = {k: [] for k in ("list", "base_list", "pub1", "pub20", "pub1i", "base_write", "base_thread")}
     savers = {"pub1": (at_one, ids[0]), "pub20": (at_twenty, ids[1])}
     writes, turn = ["base_write", "pub1", "pub20"], 0
     if local:  # a CLI command's target: its programs on the loop's thread
         at_one_inline = ArtifactStore(LocalTarget(root, inline=True), ME, max_versions=1)
         await at_one_inline.save_version(INLINE_ITEM)
         savers["pub1i"] = (at_one_inline, INLINE_ITEM)
-        writes.append("pub1i")
+        writes += ["pub1i", "base_thread"]
     for _ in range(rounds):  # interleaved, so drift affects every side alike
         await asyncio.sleep(pace)
         start = time.perf_counter()
@@ -204,6 +222,11 @@ async def measure(
                     durable_write(root, DOC)
                 else:
                     await one_op(target)
+                samples[key].append(time.perf_counter() - start)
+                continue
+            if key == "base_thread":
+                start = time.perf_counter()
+                await on_program_thread(write_doc, root)
                 samples[key].append(time.perf_counter() - start)
                 continue
             store, item_id = savers[key]
@@ -234,6 +257,11 @@ async def measure(
     paired = {
         key: sorted(p / b for p, b in zip(samples[key], samples["base_write"]) if b > 0) for key in ("pub1", "pub20", "pub1i")
     }
+    # A server's saves against the floor a server has: the write on a
+    # program thread, woken as the save's is.
+    on_thread = {
+        key: sorted(p / b for p, b in zip(samples[key], samples["base_thread"]) if b > 0) for key in ("pub1", "pub20")
+    }
 
     def quartiles(values: list[float]) -> list[float]:
         return [round(values[int(q * (len(values) - 1))], 2) for q in (0.25, 0.5, 0.75)] if values else []
@@ -247,6 +275,8 @@ async def measure(
     ]
     if samples["pub1i"]:
         rows.append({"what": f"{label}: save_version, index of 1 retained, inline target (a CLI command's)", **s["pub1i"]})
+    if samples["base_thread"]:
+        rows.append({"what": f"{label}: the durable write on a program thread (a server's floor; baseline)", **s["base_thread"]})
     notes = {
         f"{label}_items": expected,
         f"{label}_list_median_ms": s["list"]["median_ms"],
@@ -260,6 +290,11 @@ async def measure(
         f"{label}_publish_1_paired_ratio_quartiles": quartiles(paired["pub1"]),
         f"{label}_publish_20_paired_ratio_quartiles": quartiles(paired["pub20"]),
         **({f"{label}_publish_1_inline_paired_ratio_quartiles": quartiles(paired["pub1i"])} if samples["pub1i"] else {}),
+        **({f"{label}_thread_write_paired_ratio_quartiles": quartiles(sorted(
+            t / b for t, b in zip(samples["base_thread"], samples["base_write"]) if b > 0)),
+            f"{label}_publish_1_vs_thread_write_paired_quartiles": quartiles(on_thread["pub1"]),
+            f"{label}_publish_20_vs_thread_write_paired_quartiles": quartiles(on_thread["pub20"])}
+           if samples["base_thread"] else {}),
         f"{label}_programs_per_listing": list_programs,
         f"{label}_programs_per_save_version": publish_programs,
         f"{label}_programs_per_save_version_not_waited_for": removal_programs,
