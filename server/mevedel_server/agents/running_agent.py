@@ -146,12 +146,12 @@ class _Latch:
             return None  # nothing is saved yet, or the session is not this client's: no latch to carry it
         return session
 
-    async def arm(self) -> None:
+    async def arm(self, terminal: Terminal) -> None:
         session = self._session()
         if session is None:
             return
         try:
-            await session.latch.arm(session.lease)
+            terminal.armed_id = await session.latch.arm(session.lease)
         except Exception as error:
             reason = getattr(error, "reason", None) or str(error)
             raise RequestError.internal_error({"reason": f"the session could not record that a command runs ({reason}); nothing was started"}) from None
@@ -167,16 +167,17 @@ class _Latch:
                 session.lease, terminal.pgid, terminal.command, turn.turn if turn else None, session.time.now(),
                 machine=None if remote is None else (remote.machine_id, remote.boot_id),
                 runs_on=None if remote is None else getattr(self.running.engine.service.target, "host", None) or "the SSH host",
+                armed_id=terminal.armed_id,
             )
         except Exception as error:  # the latch stays set: unprovable, the next owner is told
             _log.warning("session %s: the process group of %s is not recorded: %s", self.running.session_id, terminal.terminal_id, error)
 
     async def stopped(self, terminal: Terminal) -> None:
         session = self._session()
-        if session is None:
-            return
+        if session is None or terminal.armed_id is None:
+            return  # never armed, or settled already (a kill, then the release)
+        armed_id, terminal.armed_id = terminal.armed_id, None
         try:
-            await session.latch.settled(session.lease, terminal.armed_id)
+            await session.latch.settled(session.lease, armed_id)
         except Exception as error:  # the latch stays set; a later check proves the group gone
             _log.warning("session %s: settling %s's latch failed: %s", self.running.session_id, terminal.terminal_id, error)
-        terminal.armed_id = None

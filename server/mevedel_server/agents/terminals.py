@@ -56,7 +56,8 @@ class Terminal:
     process: asyncio.subprocess.Process | None = None
     #: The command's whole output (bounded), kept when it ends.
     log: ExecutionLog | None = None
-    #: The record of its process group under the unsettled-mutation latch.
+    #: Its id under the unsettled-mutation latch (from arming it on; the
+    #: record of its process group is named by it).
     armed_id: str | None = None
     command: str = ""
     #: Its process group on an SSH host, announced once it exists there.
@@ -93,10 +94,10 @@ class Terminal:
 class CommandLatch(Protocol):
     """The session's unsettled-mutation latch around a command, local or
     on the SSH host: ``arm`` before it is launched (a failure refuses the
-    command), ``launched`` once its group exists, ``stopped`` once that
-    group was killed."""
+    command), ``launched`` once its group exists, ``stopped`` once it did
+    not start or its group was killed."""
 
-    async def arm(self) -> None: ...
+    async def arm(self, terminal: Terminal) -> None: ...
     async def launched(self, terminal: Terminal) -> None: ...
     async def stopped(self, terminal: Terminal) -> None: ...
 
@@ -219,7 +220,7 @@ class Terminals:
         await self._before()
         if self._latch is not None:
             try:
-                await self._latch.arm()
+                await self._latch.arm(terminal)
             except Exception:
                 await self._after()
                 raise

@@ -43,8 +43,8 @@ async def test_a_taken_over_latch_names_the_live_group_and_clears_once_it_is_gon
     left = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         session = crashed.session(sid)
-        await session.latch.arm(session.lease)
-        await session.latch.launched(session.lease, left.pid, "sleep 300", 1, session.time.now())
+        armed = await session.latch.arm(session.lease)
+        await session.latch.launched(session.lease, left.pid, "sleep 300", 1, session.time.now(), armed_id=armed)
         await crashed.sessions.detach()  # the owner dies; its command runs on
         await expired(tmp_path, sid)
         heir = SessionService(LocalTarget(tmp_path), OTHER)
@@ -81,8 +81,8 @@ async def test_a_latch_without_a_record_is_unprovable_until_acknowledged(tmp_pat
 async def test_a_record_of_another_boot_of_this_machine_is_proven_gone(tmp_path):
     crashed, sid = await saved_session(tmp_path, ME)
     session = crashed.session(sid)
-    await session.latch.arm(session.lease)
-    armed = await session.latch.launched(session.lease, 4_000_000, "make", 1, session.time.now())
+    armed = await session.latch.arm(session.lease)
+    await session.latch.launched(session.lease, 4_000_000, "make", 1, session.time.now(), armed_id=armed)
     path = tmp_path / ".mevedel" / "sessions" / sid / ".mutations" / f"armed-{armed}.json"
     import json
 

@@ -5,7 +5,8 @@ recorded before it does anything; a new owner is told while it still runs
 there, every mutating entry (a turn's begin, Rewind, a restore) is refused
 naming it, and the latch clears itself once the host proves the group gone.
 A released terminal's group is killed on the host, background children
-included, and its record dropped."""
+included, and its record dropped; a command there costs four round trips
+around it."""
 
 from __future__ import annotations
 
@@ -16,31 +17,40 @@ import pytest
 
 from deadlines import ticks
 from mevedel_server.agents.terminals import Terminal, Terminals
-from mevedel_server.store import ClientIdentity, LeaseStanding, observe_lease
+from mevedel_server.store import (
+    ClientIdentity,
+    LeaseStanding,
+    acquire_lease,
+    materialize_session,
+    observe_lease,
+)
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.errors import UnsettledMutation
+from mevedel_server.store.service.mutation_latch import MutationLatch
+from mevedel_server.targets import ControlProgram, ProgramResult, ProgramTarget
 
 ME = ClientIdentity("client-me", "workstation")
 OTHER = ClientIdentity("client-other", "laptop")
+SID = "2026-12-06T19-47-5e771ed1a7c4"
 
 
 class SessionLatch:
-    """The engine's latch adapter, for one session (agents/engine.py _Latch)."""
+    """The engine's latch adapter, for one session (agents/running_agent.py _Latch)."""
 
     def __init__(self, service: SessionService, sid: str, host: str) -> None:
         self.service, self.sid, self.host = service, sid, host
         self.recorded = asyncio.Event()
 
-    async def arm(self) -> None:
+    async def arm(self, terminal: Terminal) -> None:
         session = self.service.session(self.sid)
-        await session.latch.arm(session.lease)
+        terminal.armed_id = await session.latch.arm(session.lease)
 
     async def launched(self, terminal: Terminal) -> None:
         session = self.service.session(self.sid)
         group = terminal.remote_group
         terminal.armed_id = await session.latch.launched(
             session.lease, terminal.pgid, terminal.command, 1, session.time.now(),
-            machine=(group.machine_id, group.boot_id), runs_on=self.host,
+            machine=(group.machine_id, group.boot_id), runs_on=self.host, armed_id=terminal.armed_id,
         )
         self.recorded.set()
 
@@ -131,3 +141,51 @@ async def test_releasing_a_remote_terminal_kills_what_it_left_running_and_settle
     assert not (await observe_lease(owner.target, sid)).record.unsettled_mutation
     assert not list((tmp_path / ".mevedel" / "sessions" / sid / ".mutations").glob("armed-*"))
     await owner.sessions.close(sid)
+
+
+class Counting(ProgramTarget):
+    """The SSH target, counting its programs (one round trip each)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.programs = 0
+
+    async def run(self, program: ControlProgram) -> ProgramResult:
+        self.programs += 1
+        return await self.inner.run(program)
+
+
+class LeaseLatch:
+    """The latch adapter over a bare lease (no session's background work)."""
+
+    def __init__(self, lease) -> None:
+        self.lease, self.latch = lease, MutationLatch(ME)
+
+    async def arm(self, terminal: Terminal) -> None:
+        terminal.armed_id = await self.latch.arm(self.lease)
+
+    async def launched(self, terminal: Terminal) -> None:
+        group = terminal.remote_group
+        await self.latch.launched(
+            self.lease, terminal.pgid, terminal.command, 1, 0, machine=(group.machine_id, group.boot_id), runs_on="the-ssh-host",
+            armed_id=terminal.armed_id,
+        )
+
+    async def stopped(self, terminal: Terminal) -> None:
+        await self.latch.settled(self.lease, terminal.armed_id)
+
+
+async def test_a_command_on_the_host_costs_four_round_trips_around_it(ssh_connect, tmp_path):
+    """The latch set, the group recorded, the group killed at release, and
+    the latch cleared with the record removed: one program each."""
+    counted = Counting(await ssh_connect(tmp_path))
+    await materialize_session(counted, SID)
+    lease = await acquire_lease(counted, SID, ME, duration_seconds=600)
+    terminals = Terminals(counted, str(tmp_path), before=nothing, after=nothing, latch=LeaseLatch(lease))
+    before = counted.programs
+    terminal = await terminals.create("true", None, {}, None, None)
+    await terminals.wait(terminal.terminal_id)
+    await terminals.release(terminal.terminal_id)
+    assert counted.programs - before == 4
+    assert not (await observe_lease(counted, SID)).record.unsettled_mutation
+    assert not list((tmp_path / ".mevedel" / "sessions" / SID / ".mutations").glob("armed-*"))

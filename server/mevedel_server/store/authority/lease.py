@@ -936,8 +936,14 @@ class LeaseHandle:
     async def end_publishing(self) -> None:
         await self._rotate(state=LeaseState.ACTIVE)
 
-    async def set_unsettled_mutation(self, unsettled: bool) -> None:
-        await self._rotate(unsettled_mutation=bool(unsettled))
+    async def set_unsettled_mutation(self, unsettled: bool, *, then: Sequence[Operation] = ()) -> tuple[OpResult, ...]:
+        """Set or clear the latch; ``then`` runs after the rotation in its
+        own program, so what must follow the latch's change (a command's
+        record goes only once the latch is cleared) costs no program of its
+        own. Returns ``then``'s results. The :attr:`riding` operations wait
+        for a head commit: this is none."""
+        result = await self._rotate(unsettled_mutation=bool(unsettled), trailing=then)
+        return tuple(result.results[len(result.results) - len(then):]) if then else ()
 
     async def open_next_transfer_generation(self) -> None:
         await self._rotate(transfer_generation=self.record.transfer_generation + 1)

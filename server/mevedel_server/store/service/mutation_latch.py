@@ -14,8 +14,11 @@ naming the process group, the machine it runs on (``/etc/machine-id``) and
 its boot (``/proc/sys/kernel/random/boot_id``): this machine's for a local
 command, the SSH host's for a command run there (the host announces them,
 ``SshTarget.run_command``'s ``started``). When the command's group has been
-killed (its terminal released, or the turn ended) its record is removed,
-and the latch cleared once no record remains.
+killed (its terminal released, or the turn ended) its record is removed;
+the last command's settlement clears the latch and then removes the
+records in one program, so that a process killed in between leaves no
+latch rather than a latch without a record (the unknown case below). A
+command armed and not yet recorded holds the latch as a recorded one does.
 
 A new owner finds the latch set (:meth:`MutationLatch.check`), and asks the
 machine that holds the workspace -- the session's target, where its
@@ -23,7 +26,8 @@ commands ran, this machine or the SSH host alike -- about every recorded
 group in one program (``ProcessGroup``). A record is *proven gone* when
 that machine is the one it names and either its boot changed (a reboot
 ended every process) or the group no longer exists; proven records are
-removed and, when none remains, the latch clears itself. A group that
+removed and, when none other remains, the latch clears itself (cleared
+first, in the removals' program, as a settlement's). A group that
 still exists keeps it (the owner is told which, and what to check); so does
 a record of another machine, a missing or unreadable record (a crash
 between the latch and its record), a machine without these identities, or
@@ -63,6 +67,8 @@ from ..transactions.recovery import run_guarded
 
 MUTATIONS_DIR = ".mutations"
 _RECORD_NAME = re.compile(r"^armed-([0-9a-f]{32})\.json\Z")
+#: What keeps a latch found without any record (no command id has a dash).
+_UNRECORDED = "-unrecorded"
 
 
 class ArmedCommand(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -143,90 +149,156 @@ class LatchState(msgspec.Struct, frozen=True):
 class MutationLatch:
     """The latch of one open session, as this process sees it. Arming and
     settling are serialized, so a command being armed never sees the
-    latch cleared under it by another's settlement."""
+    latch cleared under it by another's settlement.
+
+    The latch is cleared before any record goes, in the same program (its
+    rotation, then the removals): a process killed anywhere in between
+    leaves either the latch with its records (the next owner asks about
+    their groups) or no latch (records left without one are of commands
+    known ended: the next arming lists them and the next clearing removes
+    them). Only a latch with no record at all is unknown: its owner
+    stopped between setting it and recording the group."""
 
     def __init__(self, client: ClientIdentity) -> None:
         self.client = client
         self._lock = asyncio.Lock()
-        self._armed: set[str] = set()
+        #: This process's commands armed and not settled (each may run),
+        #: and whether its record was (or may have been) written.
+        self._armed: dict[str, bool] = {}
+        #: The lease what follows was learnt under (another owner may have
+        #: held the session between two handles).
+        self._lease: LeaseHandle | None = None
+        #: The records of commands not this process's that may still run,
+        #: :data:`_UNRECORDED` for a latch found without a record; None: not
+        #: looked at under this lease.
+        self._others: set[str] | None = None
+        #: Records of commands known ended, removed by the next program that
+        #: clears the latch (or once the latch is clear, by a settlement's).
+        self._ended: set[str] = set()
 
-    async def arm(self, lease: LeaseHandle) -> None:
-        """Set the latch before a command is launched."""
+    def _under(self, lease: LeaseHandle) -> None:
+        if lease is not self._lease:
+            self._lease, self._others, self._ended = lease, None, set()
+
+    async def arm(self, lease: LeaseHandle) -> str:
+        """Set the latch before a command is launched; the command's id
+        (:meth:`launched` records its group under it). The records a clear
+        latch leaves are listed in the same program: their commands ended."""
         async with self._lock:
+            self._under(lease)
             if not lease.record.unsettled_mutation:
-                await lease.set_unsettled_mutation(True)
+                (listed,) = await lease.set_unsettled_mutation(True, then=[ListDir(_root(lease), optional=True)])
+                self._others = set()
+                if listed.ok:
+                    self._ended.update(i for i in _ids(listed.value) if i not in self._armed)
+            armed_id = secrets.token_hex(16)
+            self._armed[armed_id] = False
+            return armed_id
 
     async def launched(
         self, lease: LeaseHandle, pgid: int, command: str, turn: int | None, at: int,
-        *, machine: tuple[str | None, str | None] | None = None, runs_on: str | None = None,
+        *, machine: tuple[str | None, str | None] | None = None, runs_on: str | None = None, armed_id: str | None = None,
     ) -> str:
-        """Record what proves the launched command's group gone; its id.
-        ``machine``: the machine and boot ids of the host it runs on (an
-        SSH host's, ``runs_on``), else this machine's."""
+        """Record what proves the launched command's group gone under
+        ``armed_id`` (:meth:`arm`'s; None: armed now, as a command launched
+        before its session was saved is); its id. ``machine``: the machine
+        and boot ids of the host it runs on (an SSH host's, ``runs_on``),
+        else this machine's."""
+        if armed_id is None:
+            armed_id = await self.arm(lease)
         machine_id, boot = machine if machine is not None else machine_identity()
         record = ArmedCommand(
-            armed_id=secrets.token_hex(16), client_id=self.client.client_id, host=self.client.host,
+            armed_id=armed_id, client_id=self.client.client_id, host=self.client.host,
             machine_id=machine_id, boot_id=boot, pgid=pgid, command=command[:400], turn=turn, armed_at=at,
             runs_on=runs_on[:255] if runs_on else None,
         )
         ops = [MakeDirs(_root(lease), optional=True), CreateExclusive(_path(lease, record.armed_id), _encoder.encode(record))]
         async with self._lock:
+            self._under(lease)
+            self._armed[armed_id] = True
             result, skip = await run_guarded(lease, ops)
             raise_for_result(ops[1], result[skip + 1])
-            self._armed.add(record.armed_id)
-        return record.armed_id
+        return armed_id
 
-    async def settled(self, lease: LeaseHandle, armed_id: str | None) -> None:
-        """The command's group was killed: drop its record, and the latch
-        once no record remains."""
+    async def settled(self, lease: LeaseHandle, armed_id: str) -> None:
+        """The command ``armed_id`` (:meth:`arm`'s) ended: it never
+        started, or its group was killed. Its record goes, and with the
+        last command's the latch, cleared first in the same program."""
         async with self._lock:
-            if armed_id is not None:
-                self._armed.discard(armed_id)
-                await run_guarded(lease, [Remove(_path(lease, armed_id), optional=True)])
-            if not self._armed and lease.record.unsettled_mutation:
-                records, _ = await _records(lease)
-                if not records:
-                    await lease.set_unsettled_mutation(False)
+            self._under(lease)
+            if self._armed.pop(armed_id, True):
+                self._ended.add(armed_id)
+            if self._armed or not lease.record.unsettled_mutation:
+                await self._remove_ended(lease)  # another command holds the latch, or nothing does
+                return
+            if self._others is None:
+                # Not looked at under this lease (the latch was set when it
+                # was taken): a record not this process's keeps the latch.
+                self._others = set(await _record_ids(lease)) - self._ended
+            if self._others:
+                await self._remove_ended(lease)
+                return
+            await self._clear(lease)
 
     async def check(self, lease: LeaseHandle) -> LatchState:
         """A new owner's look at an inherited latch: records proven gone
         are removed, and the latch too once none remains."""
         async with self._lock:
+            self._under(lease)
             if not lease.record.unsettled_mutation:
+                self._others = set()
                 return LatchState(False)
+            before = self._others
             records, unreadable = await _records(lease)
-            mine = [r for r in records if r.armed_id in self._armed]
-            theirs = [r for r in records if r.armed_id not in self._armed]
+            theirs = [r for r in records if r.armed_id not in self._armed and r.armed_id not in self._ended]
             verdicts = await _ask_target(lease, theirs)
-            gone = [r for r, v in zip(theirs, verdicts) if v == "gone"]
-            if gone:
-                await run_guarded(lease, [Remove(_path(lease, r.armed_id), optional=True) for r in gone])
+            self._ended.update(r.armed_id for r, v in zip(theirs, verdicts) if v == "gone")
             alive = tuple(r for r, v in zip(theirs, verdicts) if v == "alive")
             unproven = [r for r, v in zip(theirs, verdicts) if v == "unprovable"]
+            unreadable = [i for i in unreadable if i not in self._armed and i not in self._ended]
+            self._others = {r.armed_id for r in (*alive, *unproven)} | set(unreadable)
             why = None
             if unreadable:
-                why = f"{unreadable} record(s) of it cannot be read"
+                why = f"{len(unreadable)} record(s) of it cannot be read"
             elif unproven:
                 why = f"it ran on {unproven[0].where}, whose processes the workspace's machine cannot check"
-            elif not records and not self._armed:
+            elif not records and not self._armed and (before is None or _UNRECORDED in before):
                 why = "its owner stopped before recording which process group it was"
-            if not alive and why is None and not mine and not self._armed:
-                await lease.set_unsettled_mutation(False)
-                return LatchState(False)
-            if not alive and why is None:
-                return LatchState(False)  # only this process's own commands keep it
-            return LatchState(True, alive, why)
+                self._others = {_UNRECORDED}
+            if alive or why is not None or self._armed:
+                await self._remove_ended(lease)
+                # Only this process's own commands keep it: nothing to tell.
+                return LatchState(True, alive, why) if alive or why is not None else LatchState(False)
+            await self._clear(lease)
+            return LatchState(False)
 
     async def acknowledge(self, lease: LeaseHandle) -> None:
         """The owner confirmed nothing of a previous command still runs:
         every record not this process's goes, and the latch with them."""
         async with self._lock:
-            records, _ = await _records(lease, names_only=True)
-            stale = [name for name in records if _RECORD_NAME.match(name) and _RECORD_NAME.match(name).group(1) not in self._armed]
-            if stale:
-                await run_guarded(lease, [Remove(f"{_root(lease)}/{name}", optional=True) for name in stale])
+            self._under(lease)
+            self._ended.update(i for i in await _record_ids(lease) if i not in self._armed)
+            self._others = set()
             if not self._armed and lease.record.unsettled_mutation:
-                await lease.set_unsettled_mutation(False)
+                await self._clear(lease)
+            else:
+                await self._remove_ended(lease)
+
+    async def _clear(self, lease: LeaseHandle) -> None:
+        """The latch cleared, then the records of ended commands: one program."""
+        ended = sorted(self._ended)
+        results = await lease.set_unsettled_mutation(False, then=[Remove(_path(lease, i), optional=True) for i in ended])
+        self._gone(ended, results)
+
+    async def _remove_ended(self, lease: LeaseHandle) -> None:
+        if not self._ended:
+            return
+        ended = sorted(self._ended)
+        result, skip = await run_guarded(lease, [Remove(_path(lease, i), optional=True) for i in ended])
+        self._gone(ended, result.results[skip:])
+
+    def _gone(self, ended: list[str], results) -> None:
+        self._ended.difference_update(i for i, r in zip(ended, results) if r.status in (Status.OK, Status.ABSENT))
 
 
 async def _ask_target(lease: LeaseHandle, records: list[ArmedCommand]) -> list[str]:
@@ -243,29 +315,37 @@ async def _ask_target(lease: LeaseHandle, records: list[ArmedCommand]) -> list[s
     return [judge(r, result.value if result.ok else None) for r, result in zip(records, results)]
 
 
-async def _records(lease: LeaseHandle, *, names_only: bool = False):
+def _ids(names) -> list[str]:
+    return [m.group(1) for m in map(_RECORD_NAME.match, names) if m]
+
+
+async def _record_ids(lease: LeaseHandle) -> list[str]:
+    """The ids of the records there (one program)."""
     listing = ListDir(_root(lease), optional=True)
     listed = (await lease.target.run(ControlProgram([listing])))[0]
     if listed.status is Status.ABSENT:
-        return [], 0
+        return []
     raise_for_result(listing, listed)
-    names = [name for name in listed.value if _RECORD_NAME.match(name)]
-    if names_only:
-        return names, 0
-    if not names:
-        return [], 0
-    reads = [Read(f"{_root(lease)}/{name}", optional=True) for name in names]
+    return _ids(listed.value)
+
+
+async def _records(lease: LeaseHandle) -> tuple[list[ArmedCommand], list[str]]:
+    """The records there, and the ids of those that cannot be read."""
+    ids = await _record_ids(lease)
+    if not ids:
+        return [], []
+    reads = [Read(_path(lease, i), optional=True) for i in ids]
     results = await lease.target.run(ControlProgram(reads))
-    records, unreadable = [], 0
-    for name, result in zip(names, results):
+    records, unreadable = [], []
+    for armed_id, result in zip(ids, results):
         try:
             if not result.ok:
                 raise ValueError(result.status.value)
             record = _decoder.decode(result.value)
-            if f"armed-{record.armed_id}.json" != name:
+            if record.armed_id != armed_id:
                 raise ValueError("names another record")
         except (ValueError, msgspec.DecodeError):
-            unreadable += 1
+            unreadable.append(armed_id)
             continue
         records.append(record)
     return records, unreadable
