@@ -382,16 +382,13 @@ def run_command(
     :func:`open_service`."""
 
     async def main() -> int:
+        from .leaving import leave
+
         service = open_service(arguments, inline=inline)
         try:
             await body(service)
         finally:
-            try:
-                await service.sessions.detach()
-            finally:
-                close = getattr(service.target, "close", None)
-                if close is not None:  # an SSH target's connection
-                    await close()
+            await leave(service)
         return 0
 
     try:

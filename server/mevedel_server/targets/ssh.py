@@ -599,11 +599,22 @@ class SshTarget(ProgramTarget):
         await started(RemoteGroup(int(found.group(1)), machine, boot))
         return b""
 
-    async def close(self) -> None:
+    async def close(self, *, abandon: bool = False) -> None:
+        """Close the connection once the remote processes of cancelled
+        programs are ended. ``abandon``: at once (the person stopped waiting
+        for a host that does not answer): those processes are left to end
+        when their channel's end reaches them."""
         self._closed = True
         self._drop_spares()
         for task in list(self._spawning):
             task.cancel()
+        if abandon:
+            for task in list(self._endings):
+                task.cancel()
+            conn, self._conn = self._conn, None
+            if conn is not None and self._borrow is None:
+                conn.abort()
+            return
         if self._endings:
             # Each is bounded, and needs the connection that closes next.
             # asyncio.wait, unlike gather, leaves them running if this
