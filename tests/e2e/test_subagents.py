@@ -474,9 +474,11 @@ def configured(client, workspace: Path, scripts: dict[str, list]) -> dict[str, P
     return logs
 
 
-#: The parent calls Agent twice at once; the second call's task waits for
-#: the first's answer, so the first task settles while both calls are open
-#: (read back by placement alone, both would nest under the newer call).
+#: The parent calls Agent twice at once. The first task ends once the
+#: second one started (its call matched, so recorded), and the second
+#: ends after the first's answer: the first task is recorded while both
+#: calls are open (read back by placement alone, both would nest under the
+#: newer call).
 PARALLEL = {
     "parent": [[
         {"say": "Asking both. "},
@@ -486,8 +488,9 @@ PARALLEL = {
         ]},
         {"say": "Both answered."},
     ]],
-    "helper": [[{"say": "First done."}]],
-    "searcher": [[{"wait_file": "first-answered.txt"}, {"say": "Second done."}]],
+    "helper": [[{"wait_file": "second-started.txt"}, {"say": "First done."}]],
+    "searcher": [[{"write": {"path": "second-started.txt", "content": "yes\n"}}, {"wait_file": "first-answered.txt"},
+                  {"say": "Second done."}]],
 }
 
 
@@ -500,7 +503,7 @@ async def test_parallel_agent_calls_each_nest_their_own_task_live_and_read_back(
     result = await prompt(client, "Delegate two at once")
     assert result["outcome"] == "completed", result
     await request(client, methods.AGENT_LIST, {})  # notifications sent before it are in
-    assert results(logs["parent"]) == ["mcp Agent: First done.", "mcp Agent: Second done."]
+    assert results(logs["parent"]) == ["mcp Agent: First done.", "mcp Agent: wrote second-started.txtSecond done."]
 
     live = {u["agentPath"]: u.get("parentCallId") for u in watch.updates if u.get("agentPath")}
     assert live == {"first": "call-first", "second": "call-second"}, watch.updates

@@ -89,9 +89,10 @@ const SCRIPTS: Record<string, unknown> = {
     ],
   },
   breaker: { turns: [[{ say: 'Trying. ' }, { error: { code: -32603, message: 'the model is overloaded' } }]] },
-  // Calls Agent twice at once; the second task waits for the first one's
-  // answer, so the first task is recorded while both calls wait for theirs
-  // (the newest such call is the second one).
+  // Calls Agent twice at once. The first task ends once the second one
+  // started (its call matched, so recorded), the second after the first
+  // one's answer: the first task is recorded while both calls wait for
+  // theirs (the newest such call is the second one).
   twofold: {
     turns: [
       [
@@ -108,8 +109,10 @@ const SCRIPTS: Record<string, unknown> = {
       ],
     ],
   },
-  firstHelper: { turns: [[{ say: 'First done.' }]] },
-  secondHelper: { turns: [[{ wait_file: 'first-answered.txt' }, { say: 'Second done.' }]] },
+  firstHelper: { turns: [[{ wait_file: 'second-started.txt' }, { say: 'First done.' }]] },
+  secondHelper: {
+    turns: [[{ write: { path: 'second-started.txt', content: 'yes\n' } }, { wait_file: 'first-answered.txt' }, { say: 'Second done.' }]],
+  },
 };
 
 let server: ServerSession;

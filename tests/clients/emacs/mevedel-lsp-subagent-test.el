@@ -339,16 +339,19 @@ said once (not again at the end of its recorded conversation)."
             (should (mevedel-subagent-test--shown again "        > Try this"))
             (should (mevedel-subagent-test--shown again "        Trying."))))))))
 
-;; The parent calls Agent twice at once; the second task waits for the
-;; first one's answer, so the first task is recorded while both calls wait
-;; for theirs (the newest such call is the second one).
+;; The parent calls Agent twice at once.  The first task ends once the
+;; second one started (its call matched, so recorded), the second after
+;; the first one's answer: the first task is recorded while both calls
+;; wait for theirs (the newest such call is the second one).
 (ert-deftest mevedel-lsp-test-subagent-parallel-calls-each-nest-their-own-task ()
   "Two Agent calls made at once: live, each task shows under its own
 call; read back from the server in a new chat, the same (the first task
 under the first call, though it settled while both calls were open)."
   (let* ((answered (make-temp-name "first-answered-"))
-         (helper (mevedel-chat-test--script (vector (vector (list :say "First done.")))))
-         (searcher (mevedel-chat-test--script (vector (vector (list :wait_file answered) (list :say "Second done.")))))
+         (started (make-temp-name "second-started-"))
+         (helper (mevedel-chat-test--script (vector (vector (list :wait_file started) (list :say "First done.")))))
+         (searcher (mevedel-chat-test--script (vector (vector (list :write (list :path started :content "yes\n"))
+                                                              (list :wait_file answered) (list :say "Second done.")))))
          (parent (mevedel-chat-test--script
                   (vector (vector (list :say "Asking both. ")
                                   (list :together
@@ -375,16 +378,16 @@ under the first call, though it settled while both calls were open)."
               (live (mevedel-subagent-test--visible chat)))
           (mevedel-test--log "chat live:\n%s" text)
           (should (string-match-p (funcall under "First done." "first (helper)") live))
-          (should (string-match-p (funcall under "Second done." "second (searcher)") live))
+          (should (string-match-p (funcall under (concat "wrote " started "Second done.") "second (searcher)") live))
           (let ((again (mevedel-subagent-test--visible (mevedel-subagent-test--read-again chat session)))
                 (calls (lambda (shown)
                          ;; SHOWN up to the second call's task.  (Not the
                          ;; root's words after it: the turn records them
                          ;; around the tasks, in more responses.)
-                         (and (string-match (funcall under "Second done." "second (searcher)") shown)
+                         (and (string-match (funcall under (concat "wrote " started "Second done.") "second (searcher)") shown)
                               (substring shown 0 (match-end 0))))))
             (should (string-match-p (funcall under "First done." "first (helper)") again))
-            (should (string-match-p (funcall under "Second done." "second (searcher)") again))
+            (should (string-match-p (funcall under (concat "wrote " started "Second done.") "second (searcher)") again))
             (should (equal (funcall calls again) (funcall calls live)))))))))
 
 (provide 'mevedel-lsp-subagent-test)

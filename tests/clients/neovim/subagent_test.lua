@@ -369,12 +369,14 @@ test('subagents: a failed task says why under its closed fold, live and read bac
   end)
 end)
 
--- The parent calls Agent twice at once; the second task waits for the
--- first one's answer, so the first task is recorded while both calls wait
--- for theirs (the newest such call is the second one).
+-- The parent calls Agent twice at once. The first task ends once the
+-- second one started (its call matched, so recorded), the second after
+-- the first one's answer: the first task is recorded while both calls
+-- wait for theirs (the newest such call is the second one).
 test('subagents: two Agent calls made at once each show their own task under them, live and read back', function()
   local session = new_session('Nvim parallel sub-agents')
   local answered = 'first-answered-' .. vim.fn.getpid()
+  local started = 'second-started-' .. vim.fn.getpid()
   configure({
     scripted = agent({ {
       { say = 'Asking both. ' },
@@ -387,8 +389,8 @@ test('subagents: two Agent calls made at once each show their own task under the
       } },
       { say = 'Both answered.' },
     } }),
-    helper = agent({ { { say = 'First done.' } } }),
-    searcher = agent({ { { wait_file = answered }, { say = 'Second done.' } } }),
+    helper = agent({ { { wait_file = started }, { say = 'First done.' } } }),
+    searcher = agent({ { { write = { path = started, content = 'yes\n' } }, { wait_file = answered }, { say = 'Second done.' } } }),
   }, 'scripted')
   chat.send({ text = 'Delegate two at once', session = session, agent = 'scripted' })
   wait_for('the turn to settle', function()
@@ -402,13 +404,13 @@ test('subagents: two Agent calls made at once each show their own task under the
   out('chat live:\n' .. text)
   local live = as_shown(chat_buffer(session))
   expect(under(live, 'First done.', 'first (helper)'), 'first is not under its call: %s', live)
-  expect(under(live, 'Second done.', 'second (searcher)'), 'second is not under its call: %s', live)
+  expect(under(live, 'wrote ' .. started .. 'Second done.', 'second (searcher)'), 'second is not under its call: %s', live)
   reading_afresh(function(fresh)
     local bufnr = fresh.open(session, 'current')
     out('chat read again:\n' .. buffer_text(bufnr))
     local again = as_shown(bufnr)
     expect(under(again, 'First done.', 'first (helper)'), 'read back, first is not under its call: %s', again)
-    expect(under(again, 'Second done.', 'second (searcher)'), 'read back, second is not under its call: %s', again)
+    expect(under(again, 'wrote ' .. started .. 'Second done.', 'second (searcher)'), 'read back, second is not under its call: %s', again)
     expect(again == live, 'read back, the turn shows otherwise:\n%s', again)
   end)
 end)
