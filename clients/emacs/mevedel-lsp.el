@@ -3017,17 +3017,22 @@ prompt) and the session remembers it; one the agent refuses is said."
           ('agent_task
            ;; A sub-agent's task, recorded when it settled (before its
            ;; caller's answer), shown as the live chat shows it settled:
-           ;; under the call that asked for it (the record names none:
-           ;; the newest Agent call still without its answer), its own
-           ;; sub-agents' tasks (recorded before it) after its activity;
-           ;; with no such call, where it was recorded.
+           ;; under the call that started it (`parentCallId'; a record
+           ;; that names none: the newest Agent call still without its
+           ;; answer, a guess parallel calls defeat), its own sub-agents'
+           ;; tasks (recorded before it) after its activity; with no such
+           ;; call, where it was recorded.
            (let* ((agent (mevedel-lsp-chat--task-block item))
                   (path (plist-get (mevedel-lsp-chat--block-data agent) :path))
                   (own (seq-filter (lambda (w) (equal (mevedel-lsp-chat--parent-path w) path)) waiting))
-                  (call (seq-find (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
-                                                   (equal (plist-get (mevedel-lsp-chat--block-data b) :status) "pending")
-                                                   (mevedel-lsp-chat--names-agent-tool-p
-                                                    (plist-get (mevedel-lsp-chat--block-data b) :title))))
+                  (parent-call (plist-get item :parentCallId))
+                  (call (seq-find (if (stringp parent-call)
+                                      (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
+                                                       (equal (mevedel-lsp-chat--block-call-id b) parent-call)))
+                                    (lambda (b) (and (eq (mevedel-lsp-chat--block-kind b) 'tool_call)
+                                                     (equal (plist-get (mevedel-lsp-chat--block-data b) :status) "pending")
+                                                     (mevedel-lsp-chat--names-agent-tool-p
+                                                      (plist-get (mevedel-lsp-chat--block-data b) :title)))))
                                   blocks)))
              (setf (mevedel-lsp-chat--block-nested agent) (append (mevedel-lsp-chat--block-nested agent) own))
              (setq waiting (seq-difference waiting own #'eq))

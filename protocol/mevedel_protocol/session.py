@@ -370,7 +370,8 @@ class TurnItem:
     ``agent_task`` names the retained agent in ``name``, its agent in
     ``sender``, its task in ``text``, its conversation, as
     ``history://root/PATH`` renders it, in ``output``, how it ended in
-    ``outcome`` and why it was interrupted or failed in ``reason``)."""
+    ``outcome``, why it was interrupted or failed in ``reason``, and the
+    caller's ``Agent`` tool call that started it in ``parent_call_id``)."""
 
     kind: TurnItemKind
     text: Optional[str] = None
@@ -387,6 +388,10 @@ class TurnItem:
     #: (none in a task recorded before tasks kept one).
     outcome: Optional[Outcome] = None
     reason: Optional[str] = None
+    #: An agent task's caller's ``Agent`` tool call (the ``call_id`` of its
+    #: ``tool_call`` item): where it nests, even among parallel calls
+    #: (none: not known, or a task recorded before tasks kept it).
+    parent_call_id: Optional[str] = None
 
 
 @attrs.define

@@ -143,6 +143,7 @@ STEP_KINDS = frozenset(
         "mcp_call",
         "mcp_tools",
         "later",
+        "together",
         "set_mode",
         "set_config",
         "echo_options",
@@ -195,6 +196,12 @@ def _check_steps(steps: Any, kinds: frozenset[str], where: str) -> None:
             if not isinstance(later, dict) or not isinstance(later.get("when_exists"), str):
                 raise ScriptError(f"{where}[{number}]: later needs an object with when_exists (a path) and steps")
             _check_steps(later.get("steps", []), kinds - {"later"}, f"{where}[{number}].later.steps")
+        if kind == "together":
+            branches = step[kind]
+            if not isinstance(branches, list) or len(branches) < 2:
+                raise ScriptError(f"{where}[{number}]: together needs a list of at least two lists of steps")
+            for branch, steps in enumerate(branches):
+                _check_steps(steps, kinds, f"{where}[{number}].together[{branch}]")
         if kind == "mcp_call" and not (isinstance(step[kind], dict) and isinstance(step[kind].get("tool"), str)):
             raise ScriptError(f"{where}[{number}]: mcp_call needs an object with a tool name")
         if kind == "stop" and step[kind] not in STOP_REASONS:
@@ -846,6 +853,13 @@ class ScriptedAgent:
         task = asyncio.ensure_future(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _step_together(self, branches: list[list[dict[str, Any]]], turn: _Turn) -> str | None:
+        """Run each list of steps at once, as an agent makes tool calls in
+        parallel; the turn goes on when all are done (ended by the first
+        branch, in script order, that ends it)."""
+        ended = await asyncio.gather(*(self._run_steps(steps, turn) for steps in branches))
+        return next((reason for reason in ended if reason != "end_turn"), None)
 
     async def _step_set_mode(self, mode_id: str, turn: _Turn) -> None:
         """The agent switches its own mode (``current_mode_update``)."""

@@ -165,12 +165,13 @@ def test_emacs_subagents(emacs: str, workspace: Workspace) -> None:
     cancelled with its caller's turn says why under its folded heading
     (read back as live); a
     failed task says why under its heading, live and read back (once,
-    read back as live)."""
+    read back as live); two Agent calls made at once each show their own
+    task, live and read back."""
     output = _run_chat_tests(emacs, workspace, "mevedel-lsp-test-subagent-", "mevedel-lsp-subagent-test.el")
-    assert re.search(r"Ran 4 tests, 4 results as expected, 0 unexpected", output), output
+    assert re.search(r"Ran 5 tests, 5 results as expected, 0 unexpected", output), output
     for name in ("activity-nests-under-its-call-and-folds", "nested-sub-agents-and-an-unknown-call", "interrupted-says-why",
-                 "failed-task-read-back-says-why"):
-        assert re.search(rf"passed +\d+/4 +mevedel-lsp-test-subagent-{name}", output), output
+                 "failed-task-read-back-says-why", "parallel-calls-each-nest-their-own-task"):
+        assert re.search(rf"passed +\d+/5 +mevedel-lsp-test-subagent-{name}", output), output
 
 
 #: The review buffer's ERT tests (tests/clients/emacs/mevedel-lsp-review-test.el).

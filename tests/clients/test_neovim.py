@@ -246,14 +246,16 @@ def test_neovim_subagents(nvim: str, workspace: Workspace, tmp_path) -> None:
     cancelled with its caller's turn says why under its closed fold (read
     back as live); a
     failed task says why under its closed fold, live and read back (once,
-    read back as live)."""
+    read back as live); two Agent calls made at once each show their own
+    task, live and read back."""
     output = _run_with_agent(nvim, SUBAGENT_SCRIPT, workspace, tmp_path)
-    assert re.search(r"^4 tests, 0 failed$", output, re.MULTILINE), output
+    assert re.search(r"^5 tests, 0 failed$", output, re.MULTILINE), output
     for name in (
         "subagents: the activity streams nested under the call",
         "subagents: a sub-agent's own sub-agent nests under its call, folded inside it; one called through no reported call shows after the turn's text under its name; read back, the call shows as live, the inner task in the outer's fold",
         "subagents: a task cancelled with its caller's turn says why under its closed fold, read back as live",
         "subagents: a failed task says why under its closed fold, live and read back from the server as it showed live, once",
+        "subagents: two Agent calls made at once each show their own task under them, live and read back",
     ):
         assert re.search(rf"^PASS {re.escape(name)}", output, re.MULTILINE), output
 

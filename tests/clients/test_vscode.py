@@ -214,6 +214,7 @@ def test_agent_chat_against_real_server(compiled: str, tmp_path: Path) -> None:
         "a settled task says why it was interrupted or failed, below its fold, as the turn says its own reason",
         "a recorded turn's interrupted sub-agent task says why below its fold, in the sentence its settled update was said in",
         "a sub-agent's failed task read back says why below its fold, as it did live",
+        "two Agent calls made at once each show their own task under them, live and read back",
     ):
         assert re.search(rf"ok \d+ - {re.escape(name)}", output), output
     assert re.search(r"ok \d+ - agents", output), output

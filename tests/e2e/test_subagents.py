@@ -460,6 +460,63 @@ async def test_the_owner_sees_a_sub_agents_work_live_nested_under_the_call_that_
     assert order(inner[-1]) < order(outer[-1]) < order(root[-1]) and order(quiet[-1]) < order(root[-1])
 
 
+def configured(client, workspace: Path, scripts: dict[str, list]) -> dict[str, Path]:
+    """Configure one scripted agent per entry of ``scripts`` (the first is
+    the default); their event logs."""
+    logs, entries = {}, {}
+    for name, turns in scripts.items():
+        logs[name] = workspace.parent / f"{name}-events.jsonl"
+        script = workspace.parent / f"{name}-script.json"
+        script.write_text(json.dumps({"log": str(logs[name]), "turns": turns}), encoding="utf-8")
+        entries[name] = {"command": [sys.executable, str(AGENT), str(script)]}
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"agents": entries, "defaultAgent": next(iter(scripts))}))
+    return logs
+
+
+#: The parent calls Agent twice at once. The first task ends once the
+#: second one started (its call matched, so recorded), and the second
+#: ends after the first's answer: the first task is recorded while both
+#: calls are open (read back by placement alone, both would nest under the
+#: newer call).
+PARALLEL = {
+    "parent": [[
+        {"say": "Asking both. "},
+        {"together": [
+            [delegate("first", "First task"), {"write": {"path": "first-answered.txt", "content": "yes\n"}}],
+            [delegate("second", "Second task", agent="searcher")],
+        ]},
+        {"say": "Both answered."},
+    ]],
+    "helper": [[{"wait_file": "second-started.txt"}, {"say": "First done."}]],
+    "searcher": [[{"write": {"path": "second-started.txt", "content": "yes\n"}}, {"wait_file": "first-answered.txt"},
+                  {"say": "Second done."}]],
+}
+
+
+async def test_parallel_agent_calls_each_nest_their_own_task_live_and_read_back(client, workspace):
+    """Two Agent calls open at once: each task's live updates name its own
+    call, and read back each agent_task item names that call too, though
+    the first task was recorded while both calls waited for their answers."""
+    watch = Watch(client)
+    logs = configured(client, workspace, PARALLEL)
+    result = await prompt(client, "Delegate two at once")
+    assert result["outcome"] == "completed", result
+    await request(client, methods.AGENT_LIST, {})  # notifications sent before it are in
+    assert results(logs["parent"]) == ["mcp Agent: First done.", "mcp Agent: wrote second-started.txtSecond done."]
+
+    live = {u["agentPath"]: u.get("parentCallId") for u in watch.updates if u.get("agentPath")}
+    assert live == {"first": "call-first", "second": "call-second"}, watch.updates
+
+    shown = await request(client, methods.TURN_SHOW, {"turn": 1})
+    items = shown["items"]
+    kinds = [(i["kind"], i.get("callId") or i.get("name")) for i in items if i["kind"] != "response"]
+    # Both calls were open when the first task was recorded.
+    assert kinds[:3] == [("tool_call", "call-first"), ("tool_call", "call-second"), ("agent_task", "first")], kinds
+    tasks = {i["name"]: i.get("parentCallId") for i in items if i["kind"] == "agent_task"}
+    assert tasks == {"first": "call-first", "second": "call-second"}, items
+
+
 def helper_prompts(log: Path) -> list[str]:
     """The text of each prompt the helper agents were sent, in order."""
     return ["\n".join(block.get("text", "") for block in e["params"]["prompt"]) for e in events(log) if e["event"] == "prompt"]

@@ -341,9 +341,10 @@ function itemBlocks(items: TurnItem[]): Holder {
   for (const item of items) {
     switch (item.kind) {
       case 'agent_task': {
-        // A sub-agent's task, recorded when it settled: under the newest
-        // Agent call still waiting for its answer (its caller's record
-        // holds no call id), its own sub-agents' tasks under it.
+        // A sub-agent's task, recorded when it settled: under the call that
+        // started it (parentCallId; a record that names none: the newest
+        // Agent call still waiting for its answer, a guess parallel calls
+        // defeat), its own sub-agents' tasks under it.
         const path = item.name ?? '';
         const view: SubAgentView = {
           path,
@@ -362,9 +363,13 @@ function itemBlocks(items: TurnItem[]): Holder {
           break;
         }
         let at = -1;
-        blocks.forEach((b, i) => {
-          if (b.kind === 'tool_call' && !b.call.status && namesAgentTool(b.call.title)) at = i;
-        });
+        if (item.parentCallId) {
+          at = blocks.findIndex((b) => b.kind === 'tool_call' && b.call.callId === item.parentCallId);
+        } else {
+          blocks.forEach((b, i) => {
+            if (b.kind === 'tool_call' && !b.call.status && namesAgentTool(b.call.title)) at = i;
+          });
+        }
         if (at < 0) {
           agents.push(view);
           break;

@@ -320,6 +320,9 @@ export interface TurnItem {
   // agent_task: how the task ended and why, as the task records them.
   outcome?: 'completed' | 'errored' | 'interrupted';
   reason?: string;
+  // agent_task: the callId of the caller's Agent call that started it
+  // (absent: not known, or recorded before tasks kept it).
+  parentCallId?: string;
 }
 
 export interface TurnShowResult {

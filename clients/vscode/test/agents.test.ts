@@ -26,7 +26,7 @@ import {
   promptTurn,
   TurnDidUpdateParams,
 } from '../src/agents';
-import { activity, applyUpdate, ChatState, emptyChat, loadHistory, promptSent, withHistory } from '../src/chat';
+import { activity, applyUpdate, ChatState, ChatTurn, emptyChat, loadHistory, promptSent, withHistory } from '../src/chat';
 import { renderParts } from '../src/chatView';
 import { fork, Impact, rewind } from '../src/lifecycle';
 import { createSession, listTurns } from '../src/protocol';
@@ -89,6 +89,30 @@ const SCRIPTS: Record<string, unknown> = {
     ],
   },
   breaker: { turns: [[{ say: 'Trying. ' }, { error: { code: -32603, message: 'the model is overloaded' } }]] },
+  // Calls Agent twice at once. The first task ends once the second one
+  // started (its call matched, so recorded), the second after the first
+  // one's answer: the first task is recorded while both calls wait for
+  // theirs (the newest such call is the second one).
+  twofold: {
+    turns: [
+      [
+        {
+          together: [
+            [
+              { mcp_call: { id: 'call-first', tool: 'Agent', arguments: { name: 'first', agent: 'firstHelper', prompt: 'First task' } } },
+              { write: { path: 'first-answered.txt', content: 'yes\n' } },
+            ],
+            [{ mcp_call: { id: 'call-second', tool: 'Agent', arguments: { name: 'second', agent: 'secondHelper', prompt: 'Second task' } } }],
+          ],
+        },
+        { say: 'Both answered.' },
+      ],
+    ],
+  },
+  firstHelper: { turns: [[{ wait_file: 'second-started.txt' }, { say: 'First done.' }]] },
+  secondHelper: {
+    turns: [[{ write: { path: 'second-started.txt', content: 'yes\n' } }, { wait_file: 'first-answered.txt' }, { say: 'Second done.' }]],
+  },
 };
 
 let server: ServerSession;
@@ -146,7 +170,9 @@ suite('agents', { skip }, () => {
   test('the agent picker lists the configured agents; a remembered one is used, one is taken, several ask', async () => {
     const listing = await listAgents(server.connection);
     const names = listing.agents.map((a) => a.name).sort();
-    assert.deepEqual(names, ['breaker', 'crasher', 'delegator', 'echo', 'ghost', 'locked', 'slow', 'stream', 'writer']);
+    assert.deepEqual(names, [
+      'breaker', 'crasher', 'delegator', 'echo', 'firstHelper', 'ghost', 'locked', 'secondHelper', 'slow', 'stream', 'twofold', 'writer',
+    ]);
     assert.equal(listing.defaultAgent, 'stream');
     assert.equal(listing.agents.find((a) => a.name === 'ghost')?.found, false);
     assert.equal(listing.agents.find((a) => a.name === 'writer')?.found, true);
@@ -331,6 +357,22 @@ suite('agents', { skip }, () => {
     const html = renderParts({ turns: history.turns }).turns;
     assert.match(html, /data-path="broken"[^>]*><summary>.*?<span class="subagent-state state-errored">/);
     assert.equal(why.exec(html)?.[1], live[1], html);
+  });
+
+  test('two Agent calls made at once each show their own task under them, live and read back', async () => {
+    const sessionId = await sessionFor('twofold');
+    const result = await promptTurn(server.connection, promptParams({ text: 'Delegate two at once' }, { sessionId }, 'twofold'));
+    assert.equal(result.outcome, 'completed');
+    // Each call with the paths of the tasks under it.
+    const nested = (turn: ChatTurn) =>
+      turn.blocks.flatMap((b) => (b.kind === 'tool_call' ? [[b.call.callId, (b.call.agents ?? []).map((v) => v.path)]] : []));
+    const expected = [['call-first', ['first']], ['call-second', ['second']]];
+    const live = chat(sessionId).turns[0];
+    assert.deepEqual(nested(live), expected);
+    // A panel opened later reads the turn from the records: the same.
+    const history = await loadHistory(server.connection, { sessionId });
+    assert.deepEqual(nested(history.turns[0]), expected);
+    assert.equal(history.turns[0].agents, undefined);
   });
 
   test('failures say what to do: not configured, not installed, needs login, crashed mid-turn', async () => {

@@ -303,6 +303,25 @@ suite('sub-agents nest under the call that started them', () => {
     assert.match(html, /Inner found it\./);
   });
 
+  test('a recorded turn nests each task under the call it names, though parallel calls were open when it was recorded', () => {
+    const turn = turnFromShow({
+      sessionId: 'S',
+      summary: { turn: 1, turnId: 't1', segment: 1, prompt: 'p', state: 'completed', beganAt: 0, toolCalls: 2, reminder: false },
+      prompt: 'p',
+      items: [
+        { kind: 'tool_call', callId: 'a1', name: 'mcp Agent' },
+        { kind: 'tool_call', callId: 'a2', name: 'mcp Agent' },
+        { kind: 'agent_task', name: 'first', sender: 'helper', text: 'First', output: 'First done.', parentCallId: 'a1' },
+        { kind: 'tool_result', callId: 'a1', output: 'mcp Agent: First done.' },
+        { kind: 'agent_task', name: 'second', sender: 'helper', text: 'Second', output: 'Second done.', parentCallId: 'a2' },
+        { kind: 'tool_result', callId: 'a2', output: 'mcp Agent: Second done.' },
+      ],
+      markdown: '',
+    });
+    const calls = turn.blocks.flatMap((b) => (b.kind === 'tool_call' ? [[b.call.callId, (b.call.agents ?? []).map((v) => v.path)]] : []));
+    assert.deepEqual(calls, [['a1', ['first']], ['a2', ['second']]]);
+  });
+
   test("a recorded turn's interrupted sub-agent task says why below its fold, in the sentence its settled update was said in", () => {
     const interrupted = { kind: 'agent_task', name: 'slow', sender: 'helper', text: 'Take your time', output: 'Started.', isError: true };
     const turn = (reason?: string) =>

@@ -215,22 +215,25 @@ class TurnRecorder:
             )
         )
 
-    def delegating_call(self, name: str, prompt: str) -> str | None:
-        """The native id of this turn's open tool call that asked for the
-        sub-agent task ``name``/``prompt`` (the ``Agent`` tool reached
-        through MCP, a channel of its own), claimed so that a second task
-        is not matched to it: the newest call whose reported arguments
-        carry that name and prompt (at the top, or under ``arguments`` or
-        ``input`` as some agents wrap an MCP call's), else the newest
-        unclaimed open call whose title names the ``Agent`` tool; None when
-        none fits."""
-        candidates = [(native, call) for native, call in reversed(self._calls.items()) if not call.delegated and not call.settled]
-        chosen = next((native for native, call in candidates if _asks_for(call.raw_input, name, prompt)), None)
+    def delegating_call(self, name: str, prompt: str) -> tuple[str, str] | None:
+        """This turn's open tool call that asked for the sub-agent task
+        ``name``/``prompt`` (the ``Agent`` tool reached through MCP, a
+        channel of its own), as its native id (the live events') and its
+        record id (its ``tool_call`` record's), claimed so that a second
+        task is not matched to it: the newest call whose reported
+        arguments carry that name and prompt (at the top, or under
+        ``arguments`` or ``input`` as some agents wrap an MCP call's), else
+        the oldest unclaimed open call whose title names the ``Agent``
+        tool (parallel calls reach the tool in the order they were made);
+        None when none fits."""
+        candidates = [(native, call) for native, call in self._calls.items() if not call.delegated and not call.settled]
+        chosen = next((native for native, call in reversed(candidates) if _asks_for(call.raw_input, name, prompt)), None)
         if chosen is None:
             chosen = next((native for native, call in candidates if _names_agent_tool(call.title)), None)
-        if chosen is not None:
-            self._calls[chosen].delegated = True
-        return chosen
+        if chosen is None:
+            return None
+        self._calls[chosen].delegated = True
+        return chosen, self._calls[chosen].record_id
 
     def record_permission(self, native_call_id: str, question: str, decision: str, allowed: bool) -> None:
         self.flush_text()

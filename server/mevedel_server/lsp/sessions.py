@@ -102,6 +102,7 @@ def _detail(session_id: str, detail: TurnDetail) -> wire.TurnShowResult:
             tool_kind=item.tool_kind,
             outcome=item.outcome,
             reason=item.reason,
+            parent_call_id=item.parent_call_id,
         )
         for item in detail.items
     ]

@@ -339,5 +339,56 @@ said once (not again at the end of its recorded conversation)."
             (should (mevedel-subagent-test--shown again "        > Try this"))
             (should (mevedel-subagent-test--shown again "        Trying."))))))))
 
+;; The parent calls Agent twice at once.  The first task ends once the
+;; second one started (its call matched, so recorded), the second after
+;; the first one's answer: the first task is recorded while both calls
+;; wait for theirs (the newest such call is the second one).
+(ert-deftest mevedel-lsp-test-subagent-parallel-calls-each-nest-their-own-task ()
+  "Two Agent calls made at once: live, each task shows under its own
+call; read back from the server in a new chat, the same (the first task
+under the first call, though it settled while both calls were open)."
+  (let* ((answered (make-temp-name "first-answered-"))
+         (started (make-temp-name "second-started-"))
+         (helper (mevedel-chat-test--script (vector (vector (list :wait_file started) (list :say "First done.")))))
+         (searcher (mevedel-chat-test--script (vector (vector (list :write (list :path started :content "yes\n"))
+                                                              (list :wait_file answered) (list :say "Second done.")))))
+         (parent (mevedel-chat-test--script
+                  (vector (vector (list :say "Asking both. ")
+                                  (list :together
+                                        (vector (vector (list :mcp_call (list :id "call-first" :tool "Agent"
+                                                                              :arguments (list :name "first" :agent "helper"
+                                                                                               :prompt "First task")))
+                                                        (list :write (list :path answered :content "yes\n")))
+                                                (vector (list :mcp_call (list :id "call-second" :tool "Agent"
+                                                                              :arguments (list :name "second" :agent "searcher"
+                                                                                               :prompt "Second task"))))))
+                                  (list :say "Both answered.")))))
+         (session (mevedel-chat-test--session "ERT parallel sub-agents"))
+         (under (lambda (answer agent)
+                  ;; A call whose answer is ANSWER, with the task AGENT under it.
+                  (concat (regexp-quote (concat "Tool mcp Agent  [completed]\n    mcp Agent: " answer "\n"))
+                          (regexp-quote (concat "    Agent " agent "  [completed]  (TAB shows or hides it)\n"))))))
+    (mevedel-chat-test--with-settings
+      (mevedel-chat-test--configure parent (list "helper" (append mevedel-chat-test-agent (list helper)))
+                                    (list "searcher" (append mevedel-chat-test-agent (list searcher))))
+      (let ((chat (mevedel-lsp-chat-send (mevedel-test--server) "Delegate two at once" :session session)))
+        (pop-to-buffer chat)
+        (mevedel-chat-test--wait-idle chat "the turn to settle")
+        (let ((text (mevedel-chat-test--text chat))
+              (live (mevedel-subagent-test--visible chat)))
+          (mevedel-test--log "chat live:\n%s" text)
+          (should (string-match-p (funcall under "First done." "first (helper)") live))
+          (should (string-match-p (funcall under (concat "wrote " started "Second done.") "second (searcher)") live))
+          (let ((again (mevedel-subagent-test--visible (mevedel-subagent-test--read-again chat session)))
+                (calls (lambda (shown)
+                         ;; SHOWN up to the second call's task.  (Not the
+                         ;; root's words after it: the turn records them
+                         ;; around the tasks, in more responses.)
+                         (and (string-match (funcall under (concat "wrote " started "Second done.") "second (searcher)") shown)
+                              (substring shown 0 (match-end 0))))))
+            (should (string-match-p (funcall under "First done." "first (helper)") again))
+            (should (string-match-p (funcall under (concat "wrote " started "Second done.") "second (searcher)") again))
+            (should (equal (funcall calls again) (funcall calls live)))))))))
+
 (provide 'mevedel-lsp-subagent-test)
 ;;; mevedel-lsp-subagent-test.el ends here

@@ -369,4 +369,50 @@ test('subagents: a failed task says why under its closed fold, live and read bac
   end)
 end)
 
+-- The parent calls Agent twice at once. The first task ends once the
+-- second one started (its call matched, so recorded), the second after
+-- the first one's answer: the first task is recorded while both calls
+-- wait for theirs (the newest such call is the second one).
+test('subagents: two Agent calls made at once each show their own task under them, live and read back', function()
+  local session = new_session('Nvim parallel sub-agents')
+  local answered = 'first-answered-' .. vim.fn.getpid()
+  local started = 'second-started-' .. vim.fn.getpid()
+  configure({
+    scripted = agent({ {
+      { say = 'Asking both. ' },
+      { together = {
+        {
+          { mcp_call = { id = 'call-first', tool = 'Agent', arguments = { name = 'first', agent = 'helper', prompt = 'First task' } } },
+          { write = { path = answered, content = 'yes\n' } },
+        },
+        { { mcp_call = { id = 'call-second', tool = 'Agent', arguments = { name = 'second', agent = 'searcher', prompt = 'Second task' } } } },
+      } },
+      { say = 'Both answered.' },
+    } }),
+    helper = agent({ { { wait_file = started }, { say = 'First done.' } } }),
+    searcher = agent({ { { write = { path = started, content = 'yes\n' } }, { wait_file = answered }, { say = 'Second done.' } } }),
+  }, 'scripted')
+  chat.send({ text = 'Delegate two at once', session = session, agent = 'scripted' })
+  wait_for('the turn to settle', function()
+    return chat.status(session) == 'idle (turn 1 completed)'
+  end)
+  -- A call whose answer is ANSWER, with the task AGENT folded under it.
+  local function under(shown, answer, label)
+    return shown:find('\n[tool] mcp Agent: completed\n    mcp Agent: ' .. answer .. '\n    [agent] ' .. label .. ': completed, ', 1, true)
+  end
+  local text = chat_text(session)
+  out('chat live:\n' .. text)
+  local live = as_shown(chat_buffer(session))
+  expect(under(live, 'First done.', 'first (helper)'), 'first is not under its call: %s', live)
+  expect(under(live, 'wrote ' .. started .. 'Second done.', 'second (searcher)'), 'second is not under its call: %s', live)
+  reading_afresh(function(fresh)
+    local bufnr = fresh.open(session, 'current')
+    out('chat read again:\n' .. buffer_text(bufnr))
+    local again = as_shown(bufnr)
+    expect(under(again, 'First done.', 'first (helper)'), 'read back, first is not under its call: %s', again)
+    expect(under(again, 'wrote ' .. started .. 'Second done.', 'second (searcher)'), 'read back, second is not under its call: %s', again)
+    expect(again == live, 'read back, the turn shows otherwise:\n%s', again)
+  end)
+end)
+
 H.finish()

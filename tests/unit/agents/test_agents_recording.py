@@ -83,8 +83,9 @@ async def test_a_native_call_id_is_admitted_once_and_its_first_final_status_is_i
 async def test_a_sub_agent_task_is_matched_to_the_call_that_asked_for_it_once():
     """The caller's tool call a sub-agent's live activity nests under: by
     the call's reported arguments (however the agent wraps them), else the
-    newest open call of the Agent tool; each call is matched once, a
-    settled one never."""
+    open call of the Agent tool not taken yet; each call is matched once, a
+    settled one never. The match names the call's native id (the live
+    events') and its record id (its tool_call record's)."""
     rec, _, _ = recorder()
     rec.on_update(start("a1", title="mcp__mevedel__Agent", status="in_progress", raw_input={"name": "one", "prompt": "First"}))
     rec.on_update(start("a2", title="Run a tool", status="in_progress",
@@ -92,11 +93,26 @@ async def test_a_sub_agent_task_is_matched_to_the_call_that_asked_for_it_once():
     rec.on_update(start("a3", title="mevedel.Agent", status="in_progress"))
     rec.on_update(start("done", title="Agent", status="completed"))
     rec.on_update(start("other", title="Agents list", status="in_progress"))
-    assert rec.delegating_call("two", "Second") == "a2"
-    assert rec.delegating_call("one", "First") == "a1"
-    # No arguments fit: the newest open Agent call that is not taken yet.
-    assert rec.delegating_call("three", "Third") == "a3"
+    assert rec.delegating_call("two", "Second") == ("a2", "a2")
+    assert rec.delegating_call("one", "First") == ("a1", "a1")
+    # No arguments fit: the open Agent call that is not taken yet.
+    assert rec.delegating_call("three", "Third") == ("a3", "a3")
     assert rec.delegating_call("one", "First") is None  # a1 is taken, "done" settled, "Agents" is another tool
+
+
+async def test_parallel_agent_calls_without_their_arguments_are_matched_in_the_order_they_were_made():
+    """Two Agent calls open at once whose reports carry no arguments: the
+    tasks reach the tool in the order the calls were made, so the first
+    task is the older call's, the second the newer's; a native id too long
+    for a record is named by its record id for the task's record."""
+    rec, records, _ = recorder()
+    first, second = "a" * 300, "b2"
+    rec.on_update(start(first, title="mcp__mevedel__Agent", status="in_progress"))
+    rec.on_update(start(second, title="mcp__mevedel__Agent", status="in_progress"))
+    matched = rec.delegating_call("one", "First")
+    assert matched is not None and matched[0] == first
+    assert matched[1] == records[0].call_id and matched[1].startswith("sha256-")
+    assert rec.delegating_call("two", "Second") == (second, second)
 
 
 async def test_plans_and_permissions_are_records_and_events():

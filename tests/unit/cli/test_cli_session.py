@@ -239,6 +239,42 @@ def test_an_unprovable_unsettled_mutation_is_acknowledged_from_the_cli(workspace
     assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json"))["cleared"] is False
 
 
+def test_a_turn_read_back_names_the_agent_call_that_started_each_task(workspace, tmp_path):
+    """Two Agent calls in parallel, the second's task settling first: each
+    task read back names its own call (what a chat nests it under), saved
+    and read by another process; a task recorded without one (as before
+    tasks named their call) names none, and its line still reads."""
+
+    async def write() -> str:
+        svc = SessionService(LocalTarget(workspace), ClientIdentity("client-writer", "workstation"))
+        try:
+            sid = (await svc.sessions.create()).session_id
+            await svc.turns.begin_turn(sid, "Delegate two at once")
+            for call in ("call-first", "call-second"):
+                await svc.turns.append(sid, EvidenceInput("tool_call", call_id=call, name="mcp Agent", arguments="{}"))
+            said = [EvidenceInput("response", text="Done.")]
+            svc.agents.append_agent_task(sid, "second", "codex", "Second task", said, "completed", call_id="call-second")
+            await svc.turns.append(sid, EvidenceInput("tool_result", call_id="call-second", output="Done."))
+            svc.agents.append_agent_task(sid, "first", "codex", "First task", said, "completed", call_id="call-first")
+            await svc.turns.append(sid, EvidenceInput("tool_result", call_id="call-first", output="Done."))
+            svc.agents.append_agent_task(sid, "old", "codex", "Anything", said, "completed")
+            await svc.turns.settle(sid, "completed")
+            await svc.sessions.save(sid)
+            await svc.sessions.close(sid)
+            return sid
+        finally:
+            await svc.sessions.detach()
+
+    sid = asyncio.run(write())
+    items = ok(cli(workspace, tmp_path / "me", "session", "turn", "1", "--session", sid, "--json"))["items"]
+    assert [(i["name"], i.get("parent_call_id")) for i in items if i["kind"] == "agent_task"] == [
+        ("second", "call-second"), ("first", "call-first"), ("old", None),
+    ], items
+    # The agent's own transcript keeps it too (its task read whole).
+    own = committed(workspace, sid).agent_tasks("first")
+    assert [task.call_id for task in own] == ["call-first"]
+
+
 def test_a_turn_read_back_says_how_each_sub_agents_task_ended_and_why(workspace, tmp_path):
     """Tasks another client recorded: one that failed, with its reason; one
     interrupted; one recorded without a reason (as before tasks kept one):

@@ -123,9 +123,10 @@ function M.from_task(item)
 end
 
 --- Put ITEM, a task recorded in the read-back TURN, where the live chat
---- shows it: under the call that asked for it (the record names none: the
---- newest Agent call without its answer yet, as the task settles before
---- its caller's answer), else after the turn so far. A sub-agent's own
+--- shows it: under the call that started it (`parentCallId`; a record
+--- that names none: the newest Agent call without its answer yet, as the
+--- task settles before its caller's answer, a guess parallel calls
+--- defeat), else after the turn so far. A sub-agent's own
 --- sub-agent's task is recorded before its caller's: it waits in WAITING
 --- and goes after its caller's activity (what is left waiting at the end
 --- of the turn goes after it, `M.place_waiting`).
@@ -143,11 +144,16 @@ function M.add_task(turn, item, waiting)
     return
   end
   local call
-  for i = #turn.blocks, 1, -1 do
-    local candidate = turn.blocks[i]
-    if candidate.kind == 'tool' and not candidate.status and names_agent_tool(candidate.title) then
-      call = candidate
-      break
+  local parent_call = value(item.parentCallId)
+  if parent_call then
+    call = tool_with(turn.blocks, parent_call)
+  else
+    for i = #turn.blocks, 1, -1 do
+      local candidate = turn.blocks[i]
+      if candidate.kind == 'tool' and not candidate.status and names_agent_tool(candidate.title) then
+        call = candidate
+        break
+      end
     end
   end
   place(turn, block, block.path, call and call.callId)

@@ -132,14 +132,17 @@ class _NestedFront:
     """Tells the editor of a sub-agent's task: every update carries its path
     and the caller's tool call that started it, matched once, when the
     task starts, in the caller's turn by the call's arguments or its order
-    (None: no call fits; the same for every update of the task)."""
+    (None: no call fits; the same for every update of the task).
+    ``call_record_id`` is that call as its record names it, for the task's
+    record."""
 
     def __init__(self, front: Any, caller: AgentTurn, name: str, prompt: str, base: TurnUpdate) -> None:
         self.front = front
-        parent_call_id = caller.recorder.delegating_call(name, prompt)
+        matched = caller.recorder.delegating_call(name, prompt)
         # The caller's call goes out before anything nested under it.
         caller.recorder.feed.flush()
-        self.base = replace(base, parent_call_id=parent_call_id)
+        self.call_record_id = matched[1] if matched is not None else None
+        self.base = replace(base, parent_call_id=matched[0] if matched is not None else None)
 
     def __call__(self, phase: str, **fields: Any) -> None:
         self.front.turn_update(replace(self.base, phase=phase, **fields))
@@ -221,7 +224,7 @@ class SubAgents:
         earlier = retained.result  # its last task's, until this one's is recorded
         outcome = "errored"
         try:
-            answer = await self._run(retained, spec, turn, items, prompt, config)
+            answer = await self._run(retained, spec, turn, items, prompt, config, tell.call_record_id)
             outcome = "completed"
             return answer
         except SubAgentFailed:
@@ -301,7 +304,7 @@ class SubAgents:
                 caller.turn.last_activity = max(caller.turn.last_activity, turn.last_activity, time.monotonic() if turn.permission_tasks else 0)
 
     async def _run(self, retained: Retained, spec: AgentSpec, turn: AgentTurn, items: list[EvidenceInput], prompt: str,
-                   config: AgentConfig) -> str:
+                   config: AgentConfig, call_id: str | None) -> str:
         engine = self.engine
         try:
             running, continued = await self._ready(turn.session_id, retained, spec, config)
@@ -321,12 +324,12 @@ class SubAgents:
             # had no native session to send session/cancel to yet): the
             # prompt is not sent, and the task settles interrupted now
             # rather than after the cancel timeout.
-            return await self._settle(retained, running, turn, items, prompt, None, None)
+            return await self._settle(retained, running, turn, items, prompt, call_id, None, None)
         # The caller's tool call going away ends the task the same way: what
         # it did stays recorded.
         return await engine.prompt_and_settle(
             running, turn, blocks, config,
-            lambda stop_reason, error: self._settle(retained, running, turn, items, prompt, stop_reason, error))
+            lambda stop_reason, error: self._settle(retained, running, turn, items, prompt, call_id, stop_reason, error))
 
     async def _ready(self, session_id: str, retained: Retained, spec: AgentSpec, config: AgentConfig) -> tuple[_ChildRunning, bool]:
         """The retained agent's process with its conversation; True when
@@ -363,7 +366,7 @@ class SubAgents:
         return running, continued
 
     async def _settle(self, retained: Retained, running: _ChildRunning, turn: AgentTurn, items: list[EvidenceInput], prompt: str,
-                      stop_reason: str | None, error: AgentError | None) -> str:
+                      call_id: str | None, stop_reason: str | None, error: AgentError | None) -> str:
         engine = self.engine
         outcome, reason = await engine.end_turn(running, turn, stop_reason, error, "cancelled with its caller's turn")
         running.turn = None
@@ -378,9 +381,11 @@ class SubAgents:
         # Its conversation (its own transcript, history://root/PATH) and its
         # result in the registry change together, with no await between:
         # the turn's next checkpoint or settlement publishes both or neither.
+        # It names the call that started it: a reader nests it there even
+        # among parallel calls.
         try:
             engine.service.agents.append_agent_task(turn.session_id, retained.path, retained.agent, prompt, items, outcome, reason,
-                                             paths=sorted(running.changed))
+                                                    paths=sorted(running.changed), call_id=call_id)
         except Exception as failure:
             _log.warning("session %s: %s's task was not recorded: %s", turn.session_id, retained.label, failure)
         self._publish(turn.session_id)

@@ -206,6 +206,11 @@ class AgentTask(_Line, tag="agent_task", kw_only=True):
     turn: TurnNumber | None = None
     #: In the turn: the task's number (from 1) in the agent's transcript.
     task: Annotated[int, msgspec.Meta(ge=1, le=MAX_INTEGER)] | None = None
+    #: The caller's ``Agent`` tool call that started the task (its
+    #: ``tool_call`` record's ``call_id``, in the caller's transcript), so a
+    #: reader nests it under that call even among parallel calls; None when
+    #: no reported call fitted, or in a task recorded before tasks kept it.
+    call_id: Name | None = None
 
 
 class Summary(_Line, tag="summary", kw_only=True):

@@ -61,18 +61,21 @@ class Agents:
             session.conversation.set_agents(agents, at=self._table.time_now())
 
     def append_agent_task(self, session_id: str, path: str, agent: str, prompt: str, steps: Sequence[EvidenceInput],
-                          outcome: Outcome | str, reason: str | None = None, paths: Sequence[str] = ()) -> None:
+                          outcome: Outcome | str, reason: str | None = None, paths: Sequence[str] = (),
+                          call_id: str | None = None) -> None:
         """Record a retained agent's settled task in the turn in flight:
         the next line of the agent's own transcript holds its own records
         (``steps``: response, reasoning, tool call and result, plan,
         permission), and the turn a line naming it; both are published
         with the turn's next checkpoint or settlement, in one publication
-        with the registry."""
+        with the registry. ``call_id`` is the caller's ``Agent`` tool call
+        that started the task, as its ``tool_call`` record names it."""
         session = self._table.mutable(session_id, "record an agent's task")
         opened = require_turn(session, "record an agent's task")
         record = AgentTask(
             turn_id=opened.turn_id, path=path, agent=agent, prompt=prompt, outcome=outcome_of(outcome), reason=reason,
             steps=[agent_step(step) for step in steps if step.kind in AGENT_STEP_KINDS], paths=sorted(set(paths)),
+            call_id=call_id,
         )
         with refused_in(session):
             session.conversation.record_agent_task(record)

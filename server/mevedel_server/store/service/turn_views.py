@@ -75,6 +75,9 @@ class TurnItem:
     #: task recorded before tasks kept one).
     outcome: str | None = None
     reason: str | None = None
+    #: An agent task's: the ``call_id`` of the caller's ``Agent`` tool call
+    #: that started it (None: not known, or recorded before tasks kept it).
+    parent_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ def _item(record: Record, conversation: Conversation) -> TurnItem | None:
         shown = "\n".join(agent_lines([(0, whole)], ending=False)[1:]).strip("\n")
         return TurnItem("agent_task", name=record.path, sender=record.agent, text=record.prompt, output=shown,
                         is_error=record.outcome is not Outcome.COMPLETED, paths=tuple(record.paths),
-                        outcome=record.outcome.value, reason=record.reason)
+                        outcome=record.outcome.value, reason=record.reason, parent_call_id=record.call_id)
     return None
 
 
