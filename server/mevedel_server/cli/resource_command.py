@@ -340,10 +340,9 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
         held = dataclasses.replace(context, store_target=target, session_writable=writable_sessions(service))
         return await execute(prepare(Operation.APPLY_PATCH, patch, PatchOptions(), held))  # type: ignore[return-value]
     finally:
-        try:
-            await service.sessions.detach()
-        finally:
-            await _close(context)
+        from .leaving import leave
+
+        await leave(service)  # its target is the context's: closed there
 
 
 def _jsonable(operation: Operation, result: Any) -> dict[str, Any]:
