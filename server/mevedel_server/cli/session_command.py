@@ -461,6 +461,21 @@ def turn_lines(detail: TurnDetail, *, dim: bool) -> list[str]:
     summary = detail.summary
     state = summary.state + (f" ({summary.stop_reason})" if summary.stop_reason else "")
     lines = [f"── Turn {summary.turn} · {summary.agent or 'by hand'} · {state} ──", "", "You: " + detail.prompt, ""]
+    # A sub-agent's task goes under the Agent call that asked for it (two
+    # calls in parallel record both calls before either task).
+    calls = {item.call_id for item in detail.items if item.kind == "tool_call" and item.call_id}
+    nested: dict[str, list] = {}
+    for item in detail.items:
+        if item.kind == "agent_task" and item.parent_call_id in calls:
+            nested.setdefault(item.parent_call_id, []).append(item)
+
+    def task_lines(item) -> list[str]:
+        said = [agent_task_line(f"{item.name} ({item.sender})", item.outcome, item.reason)]
+        said += ["    " + line if line else "" for line in (item.output or "").split("\n")] + [""]
+        if item.paths:
+            said += [f"    changed by {item.name}: {', '.join(item.paths)}", ""]
+        return said
+
     for item in detail.items:
         if item.kind == "response":
             lines += [item.text or "", ""]
@@ -469,6 +484,8 @@ def turn_lines(detail: TurnDetail, *, dim: bool) -> list[str]:
             lines += [f"\x1b[2mReasoning: {text}\x1b[0m" if dim else "Reasoning: " + text.replace("\n", "\n  "), ""]
         elif item.kind == "tool_call":
             lines.append(f"[tool {item.name}" + (f" · {item.tool_kind}" if item.tool_kind else "") + "]")
+            for task in nested.get(item.call_id, ()):
+                lines += ["  " + line if line else "" for line in task_lines(task)]
         elif item.kind == "tool_result":
             lines += [("  error: " if item.is_error else "  ") + (item.output or "").rstrip("\n").replace("\n", "\n  "), ""]
         elif item.kind == "permission":
@@ -477,13 +494,9 @@ def turn_lines(detail: TurnDetail, *, dim: bool) -> list[str]:
             lines += ["Plan:", item.text or "", ""]
         elif item.kind == "mail":
             lines += [f"Mail from {item.sender}: {item.text}", ""]
-        elif item.kind == "agent_task":
-            # A retained sub-agent's task, nested under the call that asked
-            # for it, said as `mevedel prompt` said it when it settled.
-            lines.append(agent_task_line(f"{item.name} ({item.sender})", item.outcome, item.reason))
-            lines += ["    " + line if line else "" for line in (item.output or "").split("\n")] + [""]
-            if item.paths:
-                lines += [f"    changed by {item.name}: {', '.join(item.paths)}", ""]
+        elif item.kind == "agent_task" and item.parent_call_id not in calls:
+            # Recorded before tasks named their call: where it settled.
+            lines += task_lines(item)
     if summary.reason:
         lines.append(f"({summary.state}: {summary.reason})")
     return lines

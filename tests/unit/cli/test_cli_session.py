@@ -270,6 +270,12 @@ def test_a_turn_read_back_names_the_agent_call_that_started_each_task(workspace,
     assert [(i["name"], i.get("parent_call_id")) for i in items if i["kind"] == "agent_task"] == [
         ("second", "call-second"), ("first", "call-first"), ("old", None),
     ], items
+    # Read as text, each task is under its own call, the one without a
+    # call where it settled.
+    text = cli(workspace, tmp_path / "me", "session", "turn", "1", "--session", sid).stdout
+    said = [line.strip() for line in text.splitlines() if line.startswith(("[tool", "  [agent", "[agent"))]
+    assert said == ["[tool mcp Agent]", "[agent first (codex): completed]", "[tool mcp Agent]",
+                    "[agent second (codex): completed]", "[agent old (codex): completed]"], text
     # The agent's own transcript keeps it too (its task read whole).
     own = committed(workspace, sid).agent_tasks("first")
     assert [task.call_id for task in own] == ["call-first"]
