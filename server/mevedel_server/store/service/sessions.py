@@ -82,6 +82,7 @@ from ..workspace_wide.input_history import (
 from ..workspace_wide.listing import (
     SessionAction,
     SessionRow,
+    first_survey,
     list_sessions,
     survey_sessions,
 )
@@ -268,14 +269,19 @@ class Sessions:
         excludes = list(probe.ops) if probe else []
         history = [history_read()] if self.reads_input_history else []
         extra, self.open_found = list(self.open_reads), None
-        workspace_id, found = await ensure_workspace_id_with(self._table.target, [clock, listing, *excludes, *history, *extra])
+        # The sessions' leases, for the held ones -- unless this command's
+        # listing read them already.
+        survey = [first_survey()] if warn_beside_held and self._listed_surveys is None else []
+        workspace_id, found = await ensure_workspace_id_with(
+            self._table.target, [clock, listing, *excludes, *history, *extra, *survey]
+        )
         if probe is not None:
             probe.found = found[2 : 2 + len(excludes)]
         if history:
             self._history_read = found[2 + len(excludes)]
         self.open_found = _tail(found, 2 + len(excludes) + len(history), len(extra))
         if warn_beside_held:
-            held = await self._held(found[1])
+            held = await self._held(found[1], (found[0], found[-1]) if survey else None)
             if held:
                 from .held_beside import BesideHeld
 
@@ -293,13 +299,13 @@ class Sessions:
         self._table.sessions[session_id] = session
         return self._table.info_of(session)
 
-    async def _held(self, listed: OpResult) -> list:
+    async def _held(self, listed: OpResult, surveyed: tuple[OpResult, OpResult] | None) -> list:
         """The held sessions beside which a new one would start: those open
-        here, and of the saved others those another client or process holds.
-        The saved ones are judged from this command's listing when it made
-        one, else surveyed -- only when ``listed`` (the program's listing of
-        the sessions directory) shows a session not open here: a workspace
-        with no other session costs no program."""
+        here, and of the saved others those another client or process holds,
+        judged from this command's listing when it made one, else from
+        ``surveyed`` (the clock and the first survey, read in the create's
+        program: a session needing another read costs one). ``listed``: the
+        program's listing of the sessions directory."""
         from .held_beside import held_here, held_surveyed
 
         held = held_here(self._table.sessions)
@@ -308,7 +314,7 @@ class Sessions:
             return held
         surveys = self._listed_surveys
         if surveys is None:
-            surveys, _now = await survey_sessions(self._table.target)
+            surveys, _now = await survey_sessions(self._table.target, first=surveyed)
         return held + held_surveyed(surveys, self._table.client, skip=self._table.sessions)
 
     async def open(
