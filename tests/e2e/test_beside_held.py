@@ -112,3 +112,24 @@ async def test_an_expired_lease_does_not_warn_where_a_live_one_does(client, work
     # The live one is named alone: one session held, not two.
     assert question.message.startswith('Session "Held" is held by holder-host'), question.message
     assert expired not in question.message and live not in question.message
+
+
+async def test_a_prompt_that_would_start_a_session_beside_a_held_one_asks_first(workspace):
+    server = await SERVER.start()
+    questions = answering(server, "Cancel", "Start anyway")
+    try:
+        await server.initialize_session(initialize_params(workspace, currentSession=None))
+        with holding_process(workspace) as (_holder, _sid):
+            declined = await failure(server, methods.TURN_PROMPT, {"text": "Hello"})
+            assert declined["kind"] == "beside-held-declined" and declined["authored"] == methods.TURN_PROMPT
+            assert '"Held" is held by holder-host' in questions[0].message
+            listed = (await request(server, methods.SESSION_LIST, {}))["sessions"]
+            assert not any(s["current"] for s in listed)
+            # Accepted, the prompt goes on in a new session (and is refused
+            # there for want of an agent: none is configured).
+            refused = await failure(server, methods.TURN_PROMPT, {"text": "Hello"})
+            assert refused["kind"] == "agent-not-configured" and len(questions) == 2
+            listed = (await request(server, methods.SESSION_LIST, {}))["sessions"]
+            assert len([s for s in listed if s["current"]]) == 1
+    finally:
+        await server.shutdown_session()
