@@ -17,7 +17,7 @@ from lsprotocol import types
 from holder_process import holding_process, kill
 from mevedel_protocol import methods
 
-from .conftest import SERVER, answering, initialize_params, request
+from .conftest import CAPABILITIES, SERVER, answering, initialize_params, request
 from .test_sessions import expired_session_of_another_client, failure
 
 
@@ -131,5 +131,25 @@ async def test_a_prompt_that_would_start_a_session_beside_a_held_one_asks_first(
             assert refused["kind"] == "agent-not-configured" and len(questions) == 2
             listed = (await request(server, methods.SESSION_LIST, {}))["sessions"]
             assert len([s for s in listed if s["current"]]) == 1
+    finally:
+        await server.shutdown_session()
+
+
+async def test_accepted_once_it_is_not_asked_again_in_another_folder_of_the_server(tmp_path):
+    folders = [tmp_path / "one", tmp_path / "two"]
+    for folder in folders:
+        folder.mkdir()
+    server = await SERVER.start()
+    questions = answering(server, "Start anyway")
+    try:
+        await server.initialize_session(types.InitializeParams(
+            capabilities=CAPABILITIES, root_uri=folders[0].as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=f.as_uri(), name=f.name) for f in folders],
+        ))
+        for folder in folders:
+            for _ in range(2):  # the second beside the first
+                await request(server, methods.SESSION_CREATE, {"workspaceFolder": folder.as_uri()})
+        (question,) = questions  # in the first folder only
+        assert "is open here" in question.message
     finally:
         await server.shutdown_session()
