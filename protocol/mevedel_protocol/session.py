@@ -27,6 +27,8 @@ SESSION_ERROR_KINDS = frozenset(
         "transfer-draining",
         "identity-needs-confirmation",
         "identity-declined",
+        "beside-held-needs-confirmation",
+        "beside-held-declined",
         "unsettled-mutation",
     }
 )

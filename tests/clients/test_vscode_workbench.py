@@ -512,7 +512,7 @@ def test_follow_a_session_the_cli_owns_take_control_and_give_it_back(vscode: Wor
     # The CLI's lease lasts 60 s past its last command: its session is made
     # once the window is up (a loaded machine took over a minute to open
     # one), so the window finds it owned, as a user who just ran it would.
-    session = cli("turn", "begin", "--new", "--name", "Owned by the CLI", "CLI prompt 1")["session_id"]
+    session = cli("turn", "begin", "--new", "--beside-held", "--name", "Owned by the CLI", "CLI prompt 1")["session_id"]
     cli("turn", "settle", "--session", session)
     drive("command", title="mevedel: Open Session…")
     drive("pick", title="mevedel: Open Session", label="Owned by the CLI")

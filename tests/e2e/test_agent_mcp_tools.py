@@ -13,7 +13,7 @@ import pytest
 
 from mevedel_protocol import methods
 
-from .conftest import request
+from .conftest import answering, request
 from .test_agent_turns import Watch, configure, events, prompt
 
 PATCH = """*** Begin Patch
@@ -247,7 +247,11 @@ async def test_two_agents_at_once_each_reach_only_their_own_sessions_files(clien
     ]])
     first = await prompt(client, "Note something")
     assert first["outcome"] == "completed"
+    # The first session is open here: both share the project's files, which
+    # the user accepts (the agents' own work:// files stay apart).
+    questions = answering(client, "Start anyway")
     second_id = (await request(client, methods.SESSION_CREATE, {"name": "Second"}))["sessionId"]
+    assert len(questions) == 1 and '"Note something" is open here' in questions[0].message
     configure(client, workspace, [[
         {"mcp_call": {"tool": "Read", "arguments": {"path": "work://note.md"}}},
         {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": add.format(text="the second agent's note")}}},

@@ -17,7 +17,7 @@ import pytest
 from lease_expiry import lease_expired
 from mevedel_protocol import methods
 
-from .conftest import collect, request
+from .conftest import answering, collect, request
 from .test_ssh_workspace import failure, remote_params, server_config, ssh_home
 
 #: A killed server's lease expires within the takeover test; the others
@@ -59,7 +59,10 @@ async def test_local_and_ssh_servers_share_sessions_and_one_writer(openssh_serve
     try:
         by_ssh = (await request(remote, methods.SESSION_CREATE, {**rws, "name": "Started over SSH"}))["sessionId"]
         await settled_turn(remote, rws, "remote first")
+        # The SSH server's session is held: the local one asks, and is told.
+        asked = answering(local, "Start anyway")
         by_local = (await request(local, methods.SESSION_CREATE, {**lws, "name": "Started locally"}))["sessionId"]
+        assert len(asked) == 1 and '"Started over SSH" is held by ' in asked[0].message
         await settled_turn(local, lws, "local first")
 
         assert await actions(local, lws) == {by_ssh: "Join", by_local: "Switch"}

@@ -121,6 +121,10 @@ export async function startServer(root: string, initializationOptions: unknown, 
   connection.onRequest('window/workDoneProgress/create', () => null);
   connection.onRequest('client/registerCapability', () => null);
   connection.onRequest('window/showMessageRequest', async (question: Question) => {
+    // Starting a session beside those a suite left open asks once per server
+    // whether to start it anyway (both share the project's files): the suites
+    // start sessions side by side, so the user accepts.
+    if (question.message.includes("share this project's files")) return { title: 'Start anyway' };
     session.questions.push(question);
     const title = await session.answer(question);
     return title === undefined ? null : { title };

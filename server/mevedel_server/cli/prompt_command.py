@@ -8,7 +8,9 @@ workspace, else this client's last session of the workspace when it is
 free (continued, and said so), else a new one (``--new`` always starts
 one). A last session another client holds now is not silently replaced by
 a new one: the prompt is refused naming the holder, ``--new`` and
-``session take-control``. Reasoning, tool calls and permission decisions
+``session take-control``. A new session beside a held one is started after
+the advisory (:mod:`.beside_held`: asked on a terminal, else refused unless
+``--beside-held``). Reasoning, tool calls and permission decisions
 go to standard error; the agent's permission questions are asked on the
 terminal (without one, they are refused unless ``permissions`` allows
 them). The agent gets mevedel's MCP tools (``mevedel mcp`` relaying to a
@@ -37,10 +39,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import sys
-import termios
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,7 @@ from ..mcp_client import APPROVE_IN_A_TERMINAL, McpAccess, configured_access
 from ..store import SessionAction, SessionService
 from ..tool_server import ToolHost
 from .agent_prestart import prestart_for
+from .beside_held import add_beside_held_option, new_session
 from .prompt_line import typed_prompt
 from .queued_prompt import (
     STEER_SIGNAL,
@@ -82,6 +83,7 @@ from .session_client import (
     workspace_location,
     workspace_root,
 )
+from .terminal_answer import read_answer
 
 if TYPE_CHECKING:
     from ..agents import PermissionQuestion, TurnUpdate
@@ -101,6 +103,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--agent", metavar="NAME", help="an agent of the config file's 'agents' (default: the session's, else defaultAgent)")
     parser.add_argument("--attach", metavar="ADDRESS|PATH", action="append", default=[], help="attach a workspace file (repeatable)")
     parser.add_argument("--new", action="store_true", help="in a new session")
+    add_beside_held_option(parser)
     parser.add_argument("--mode", metavar="ID", help="the agent's session mode (ACP), remembered in the session once the agent takes it")
     parser.add_argument("--set", metavar="ID=VALUE", action="append", default=[], dest="set_options",
                         help="an agent config option (model=..., reasoning effort...), remembered like --mode (repeatable)")
@@ -221,7 +224,7 @@ class TerminalFront:
         count = len(question.options)
         prompt = "choose a number (empty: refuse): "
         while True:
-            answer = await _read_answer(prompt)
+            answer = await read_answer(prompt)
             if answer is None or not answer.strip():
                 return None
             try:
@@ -239,45 +242,6 @@ def why_interrupted(reason: str, began: bool = True) -> str:
     stopped while its agent started, it never reached the agent."""
     said = "Interrupted" if began else "Aborted before it reached the agent"
     return f"{said}: {reason}{'' if reason.endswith('.') else '.'}"
-
-
-async def _read_answer(prompt: str) -> str | None:
-    """One line typed on the terminal, read through the event loop (never
-    by a thread blocked on the terminal, which would outlive the question
-    and swallow the next line typed into the shell); None at end of input.
-    Cancelled (Ctrl-C, the question timed out), it stops reading and drops
-    what was typed and not yet sent."""
-    sys.stderr.write(prompt)
-    sys.stderr.flush()
-    fd = sys.stdin.fileno()
-    loop = asyncio.get_running_loop()
-    line: asyncio.Future[str | None] = loop.create_future()
-
-    def readable() -> None:
-        try:
-            data = os.read(fd, 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not line.done():
-            line.set_result(data.decode("utf-8", "replace") if data else None)
-
-    loop.add_reader(fd, readable)
-    try:
-        answer = await line
-    except asyncio.CancelledError:
-        with contextlib.suppress(OSError, termios.error):
-            termios.tcflush(fd, termios.TCIFLUSH)
-        sys.stderr.write("\n")
-        sys.stderr.flush()
-        raise
-    finally:
-        loop.remove_reader(fd)
-    if answer is None:  # Ctrl-D: the terminal echoed no end of line
-        sys.stderr.write("\n")
-        sys.stderr.flush()
-    return answer
 
 
 def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | None, artifacts: SessionArtifacts | None = None):
@@ -310,7 +274,7 @@ async def _last_or_new(service: SessionService, arguments: argparse.Namespace, f
     if last is not None:
         row = next((r for r in (await service.sessions.list()).rows if r.session_id == last), None)
     if row is None:
-        return (await service.sessions.create()).session_id
+        return (await new_session(service, arguments)).session_id
     name = f"{row.session_id} ({row.display_name})" if row.display_name != row.session_id else row.session_id
     holder = row.holder_host or "another client"
     if row.action is SessionAction.JOIN:
@@ -371,7 +335,7 @@ def run_prompt(arguments: argparse.Namespace) -> int:
             text = await typed_prompt(service, front.note)
         service.sessions.input_to_record = text  # a resume writes it in its claim's program
         if arguments.new:
-            session_id = (await service.sessions.create()).session_id
+            session_id = (await new_session(service, arguments)).session_id
         else:
             try:
                 session_id = await held_session(service, arguments.session, announce=arguments)

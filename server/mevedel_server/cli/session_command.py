@@ -24,6 +24,7 @@ from ..store import (
     TakeoverNeedsConfirmation,
     describe_target_time,
 )
+from .beside_held import add_beside_held_option, new_session
 from .session_client import (
     CommandError,
     add_common,
@@ -61,6 +62,7 @@ def register(subparsers: Any) -> None:
     )
     create.add_argument("--name", help="an explicit display name")
     create.add_argument("--prompt", help="begin the first turn with this prompt (saved as a checkpoint)")
+    add_beside_held_option(create)
     add_common(create)
     create.set_defaults(run=run_create)
 
@@ -249,7 +251,7 @@ def _row_line(row) -> str:
 
 def run_create(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        info = await service.sessions.create(arguments.name)
+        info = await new_session(service, arguments, arguments.name)
         started = None
         if arguments.prompt is not None:
             started = await service.turns.begin_turn(info.session_id, arguments.prompt)

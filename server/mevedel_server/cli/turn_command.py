@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import EVIDENCE_KINDS, EvidenceInput, Outcome, SaveResult, SessionService
+from .beside_held import add_beside_held_option, new_session
 from .session_client import (
     CommandError,
     add_common,
@@ -38,6 +39,7 @@ def register(subparsers: Any) -> None:
     begin.add_argument("prompt", metavar="PROMPT", help="the prompt ('-' reads it from stdin)")
     begin.add_argument("--new", action="store_true", help="in a new session (created by this command)")
     begin.add_argument("--name", help="with --new: the new session's display name")
+    add_beside_held_option(begin)
     add_session_option(begin)
     add_common(begin)
     begin.set_defaults(run=run_begin)
@@ -99,7 +101,7 @@ def run_begin(arguments: argparse.Namespace) -> int:
         if arguments.new:
             if arguments.session is not None:
                 raise CommandError("invalid-params", "give either --new or --session, not both")
-            sid = (await service.sessions.create(arguments.name)).session_id
+            sid = (await new_session(service, arguments, arguments.name)).session_id
         else:
             if arguments.name is not None:
                 raise CommandError("invalid-params", "--name names a new session: use it with --new")

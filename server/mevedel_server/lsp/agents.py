@@ -24,7 +24,7 @@ from ..agents import AgentError
 from ..loading import OnFirstUse
 from .errors import failure
 from .handlers import folder as _folder
-from .handlers import register_handlers
+from .handlers import register_handlers, start_session
 from .handlers import registry as _registry
 from .input_history import tell_recorded
 from .resources import writable_context
@@ -259,7 +259,7 @@ async def prompt(ls: MevedelLanguageServer, params: wire.TurnPromptParams) -> wi
     service = registry.service(folder)
     session_id = params.session_id or registry.current(folder)
     if session_id is None:
-        info = await service.sessions.create()
+        info = await start_session(ls, service, methods.TURN_PROMPT)
         session_id = info.session_id
         registry.make_current(folder, session_id)
     elif not service.is_open(session_id):

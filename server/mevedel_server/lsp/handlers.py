@@ -1,6 +1,6 @@
 """What the session feature modules share: finding a request's folder,
 session service and session, the wire form of a session's state, the
-takeover question, and the request and command handlers that decode
+takeover question, a new session beside a held one, and the request and command handlers that decode
 params and turn store refusals into ResponseErrors with their stable kind.
 
 ``sessions.py`` (``mevedel/session/*``, ``mevedel/turn/*``),
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..store import (
         IdentityNeedsConfirmation,
         SessionInfo,
+        SessionService,
         TakeoverNeedsConfirmation,
     )
     from .server import MevedelLanguageServer
@@ -41,6 +42,7 @@ _log = logging.getLogger(__name__)
 
 TAKE_OVER = "Take over"
 BIND_HERE = "Bind here"
+START_ANYWAY = "Start anyway"
 CANCEL = "Cancel"
 TRANSCRIPT = parse_address("history://root")
 
@@ -129,6 +131,33 @@ async def confirm_identity(ls: MevedelLanguageServer, asked: IdentityNeedsConfir
         ls.settings.control_transfer.prompt_timeout_seconds,
         f"session {asked.session_id}: the identity question",
     )
+
+
+async def start_session(ls: MevedelLanguageServer, service: SessionService, method: str, name: str | None = None) -> SessionInfo:
+    """A new session of ``service``'s folder. While another session of the
+    workspace is held (open or joined here, or another client's live lease),
+    the user is told that both share the project's files and pointed to a
+    Worktree Fork, once per server process: only ``Start anyway`` starts it,
+    and keeps this process from asking again; anything else (Cancel, a
+    dismissal, an error answer, no answer within
+    ``controlTransfer.promptTimeoutSeconds``) refuses the request with
+    ``beside-held-declined``, nothing written, and leaves the advisory to be
+    asked next time."""
+    try:
+        return await service.sessions.create(name, warn_beside_held=not ls.beside_held_accepted)
+    except store.BesideHeld as asked:
+        said = asked.said[0].upper() + asked.said[1:]
+        if not await consents(
+            ls,
+            f"{said}. Start a new session anyway?",
+            START_ANYWAY,
+            CANCEL,
+            ls.settings.control_transfer.prompt_timeout_seconds,
+            "the question whether to start a session beside a held one",
+        ):
+            raise failure("beside-held-declined", method, f"{asked.said}; no new session was started") from None
+    ls.beside_held_accepted = True
+    return await service.sessions.create(name)
 
 
 def answers_session_errors(method: str) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:

@@ -60,6 +60,9 @@ class MevedelLanguageServer(LanguageServer):
         self.shutdown_requested = False
         #: The process status the exit notification asked for (None before it).
         self.exit_status: int | None = None
+        #: The user accepted starting a session beside a held one
+        #: (``handlers.start_session``): not asked again by this process.
+        self.beside_held_accepted = False
         self._stopping: asyncio.Future[bool] | None = None
 
     def current_session(self, folder: Folder) -> str | None:

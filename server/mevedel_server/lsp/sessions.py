@@ -25,6 +25,7 @@ from .handlers import (
     confirm_identity,
     confirm_takeover,
     register_handlers,
+    start_session,
     transcript_uri,
 )
 from .handlers import (
@@ -148,7 +149,7 @@ async def list_sessions(ls: MevedelLanguageServer, params: wire.SessionListParam
 
 async def create_session(ls: MevedelLanguageServer, params: wire.SessionCreateParams) -> wire.SessionState:
     folder = _folder(ls, params.workspace_folder, methods.SESSION_CREATE)
-    info = await _registry(ls).service(folder).sessions.create(params.name)
+    info = await start_session(ls, _registry(ls).service(folder), methods.SESSION_CREATE, params.name)
     _registry(ls).make_current(folder, info.session_id)
     return _state(ls, folder, info)
 

@@ -76,7 +76,7 @@ _EXPORTS = {
     '.transactions.snapshot_cut': ('Boundary', 'Side'),
     '.transactions.worktree_fork': ('WorktreeForkFailed', 'WorktreeForkImpact', 'WorktreeForkResult', 'WorktreeTarget', 'commit_worktree_fork', 'prepare_worktree_fork'),
     '.content.transcript': ('AgentTask', 'Outcome', 'Prompt', 'Response', 'SegmentError', 'Settle', 'Summary', 'ToolCall', 'ToolResult', 'TurnBegin'),
-    '.service': ('ABORT_REASON', 'CHANGES_UNKNOWN', 'Access', 'DiffSide', 'EVIDENCE_KINDS', 'EvidenceInput', 'LiveHistory', 'OpenMode', 'PRODUCT_STORAGE', 'PathDiff', 'SaveResult', 'SavedSource', 'SegmentRotation', 'SessionChange', 'SessionIncompatible', 'SessionInfo', 'SessionService', 'StoppedTurnChanges', 'SpoolNotice', 'TreeDiff', 'TurnDetail', 'TurnSummary', 'describe', 'error_kind', 'is_refusal', 'read_agent_tasks', 'read_sources', 'saved_catalog', 'saved_session', 'stat_lines'),
+    '.service': ('ABORT_REASON', 'BesideHeld', 'CHANGES_UNKNOWN', 'Access', 'DiffSide', 'EVIDENCE_KINDS', 'EvidenceInput', 'LiveHistory', 'OpenMode', 'PRODUCT_STORAGE', 'PathDiff', 'SaveResult', 'SavedSource', 'SegmentRotation', 'SessionChange', 'SessionIncompatible', 'SessionInfo', 'SessionService', 'StoppedTurnChanges', 'SpoolNotice', 'TreeDiff', 'TurnDetail', 'TurnSummary', 'describe', 'error_kind', 'is_refusal', 'read_agent_tasks', 'read_sources', 'saved_catalog', 'saved_session', 'stat_lines'),
     '.content.sidecar': ('AgentActivity', 'AgentChoice', 'AgentResult', 'EngineRef', 'EngineState', 'ForkType', 'MAX_CONFIG_CHOICES', 'RESULT_TEXT_LIMIT', 'RetainedAgent', 'TurnFiles', 'agent_result', 'final_message'),
     '.transactions.project_files': ('GitCheck', 'WORKTREES_DIR'),
     '.content.checkpoints': ('MissingContent', 'entry_of'),

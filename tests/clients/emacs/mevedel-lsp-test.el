@@ -317,10 +317,19 @@ before it on the line, even with items the server computed for older text."
 
 (defun mevedel-test--from-document (command &rest args)
   "Run COMMAND with ARGS from the test document, as a user typing it there.
-Afterwards the current buffer is the selected window's, as after a command."
+Afterwards the current buffer is the selected window's, as after a command.
+Starting a session beside those earlier tests left open asks once per
+server whether to start it anyway (both share the project's files): the
+user accepts; any other question is asked as it would be."
   (set-buffer (mevedel-test--document-buffer))
-  (prog1 (apply command args)
-    (set-buffer (window-buffer (selected-window)))))
+  (let ((read (symbol-function 'completing-read)))
+    (cl-letf (((symbol-function 'completing-read)
+               (lambda (prompt collection &rest rest)
+                 (if (string-match-p "share this project's files" prompt)
+                     "Start anyway"
+                   (apply read prompt collection rest)))))
+      (prog1 (apply command args)
+        (set-buffer (window-buffer (selected-window)))))))
 
 (defun mevedel-test--run (command &rest args)
   "Run COMMAND with ARGS here; afterwards the current buffer is the selected window's."
@@ -854,7 +863,9 @@ Grant hands the session over (read-only here); take and release control."
 (ert-deftest mevedel-lsp-test-following-a-session-owned-elsewhere ()
   "A joined session's transcript follows the owner's settled turns (didPublish);
 with following off only a refresh advances it.  Compact and /clear on an own session."
-  (let* ((session (plist-get (cdr (mevedel-test--cli "turn" "begin" "--new" "--name" "Owned by the CLI" "CLI prompt 1"))
+  ;; Beside the sessions this Emacs holds: the script accepts sharing the files.
+  (let* ((session (plist-get (cdr (mevedel-test--cli "turn" "begin" "--new" "--beside-held"
+                                                     "--name" "Owned by the CLI" "CLI prompt 1"))
                              :session_id))
          (published nil)
          (mevedel-lsp-publish-functions (list (lambda (_server params) (push params published)))))

@@ -83,7 +83,7 @@ end
 
 local function new_session(name)
   open_document()
-  local session = sessions.create(name).sessionId
+  local session = R.create_session(name).sessionId
   open_document()
   return session
 end

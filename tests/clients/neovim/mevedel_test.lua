@@ -12,6 +12,7 @@ local root, document, command, TIMEOUT, out, test = R.root, R.document, R.comman
 local wait_for, expect, read_file, write_file, notifications, clear_notifications = R.wait_for, R.expect, R.read_file, R.write_file, R.notifications, R.clear_notifications
 local notified, mevedel_client, open_document, server_call, buffer_text = R.notified, R.mevedel_client, R.open_document, R.server_call, R.buffer_text
 local asked, answer_selects, answering, selected = R.asked, R.answer_selects, R.answering, R.selected
+local create_session = R.create_session
 
 local function completion_texts(line)
   local bufnr = vim.api.nvim_get_current_buf()
@@ -280,7 +281,7 @@ end
 test('sessions: create, pick with its action, transcript, rename, didChange refresh, turns', function()
   open_document()
   clear_notifications()
-  local state = sessions.create('Neovim session')
+  local state = create_session('Neovim session')
   local session = state.sessionId
   expect(state.displayName == 'Neovim session', 'created %s', vim.inspect(state))
   expect(vim.b.mevedel_session == session, 'create did not show the transcript')
@@ -406,7 +407,7 @@ end)
 
 test('sessions: refusals reach the user with the server wording', function()
   open_document()
-  local session = sessions.create('').sessionId
+  local session = create_session('').sessionId
   open_document()
   local function refusal(cmd)
     clear_notifications()
@@ -449,7 +450,7 @@ end
 
 local function three_turns(name)
   open_document()
-  local session = sessions.create(name).sessionId
+  local session = create_session(name).sessionId
   for n = 1, 3 do
     edit_turn(session, string.format('%s step %d', name, n), string.format('%s v%d\n', name, n))
   end
@@ -744,7 +745,7 @@ end
 
 test('control: the Grant/Keep question reaches vim.ui.select; Keep refuses, Grant hands over; take and release', function()
   open_document()
-  local session = sessions.create('Nvim control').sessionId
+  local session = create_session('Nvim control').sessionId
   local transcript = vim.api.nvim_get_current_buf()
   settle_turn(session, 'Owned by Neovim')
   -- A granted release stays reserved for the requester this long.
@@ -823,7 +824,8 @@ end
 
 test('following: a joined transcript follows the owner; off, only a refresh advances it; compact and clear', function()
   open_document()
-  local _, created = cli('turn', 'begin', '--new', '--name', 'Owned by the CLI', 'CLI prompt 1')
+  -- Beside the sessions this Neovim holds: the script accepts sharing the files.
+  local _, created = cli('turn', 'begin', '--new', '--beside-held', '--name', 'Owned by the CLI', 'CLI prompt 1')
   local session = created.session_id
   expect(cli('turn', 'settle', '--session', session) == 0, 'the CLI did not settle')
   expect(listed(session).action == 'Join', 'action %s', listed(session).action)
@@ -878,7 +880,7 @@ test('following: a joined transcript follows the owner; off, only a refresh adva
 
   -- Compaction and /clear of an own session.
   open_document()
-  local own = sessions.create('Nvim compacted').sessionId
+  local own = create_session('Nvim compacted').sessionId
   local own_transcript = vim.api.nvim_get_current_buf()
   settle_turn(own, 'Before the compaction')
   local compacted = sessions.compact('The summary written by Neovim', own)

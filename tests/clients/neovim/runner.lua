@@ -147,6 +147,27 @@ local function answering(by_kind)
   end)
 end
 
+-- A new session, as the user starts it (sessions.create NAME): beside the
+-- sessions earlier tests left open, the server asks once whether to start
+-- it anyway (they share the project's files); the user accepts. Any other
+-- question goes to whatever answers vim.ui.select now.
+local function create_session(name)
+  local select = vim.ui.select
+  vim.ui.select = function(items, opts, on_choice)
+    if opts.kind == 'mevedel.question' and (opts.prompt or ''):find("share this project's files", 1, true) then
+      return on_choice('Start anyway')
+    end
+    return select(items, opts, on_choice)
+  end
+  local ok, state = pcall(require('mevedel.sessions').create, name)
+  vim.ui.select = select
+  if not ok then
+    error(state, 0)
+  end
+  expect(state, 'no session was created (%s)', tostring(name))
+  return state
+end
+
 -- The latest question of KIND.
 local function selected(kind)
   for i = #asked, 1, -1 do
@@ -186,5 +207,6 @@ return {
   answer_selects = answer_selects,
   answering = answering,
   selected = selected,
+  create_session = create_session,
   finish = finish,
 }

@@ -69,7 +69,10 @@ def test_the_last_session_continues_when_free_and_is_refused_naming_its_holder(w
     assert f"your last session {sid} (Plan the parser rewrite) is held by " in error["message"]
     assert f"mevedel session take-control {sid}" in error["message"] and "mevedel prompt --new" in error["message"]
     assert list(listed(workspace, tmp_path)) == [sid]
-    fresh = json.loads(run(workspace, tmp_path, "prompt", "Something else", "--new", "--json").stdout)
+    # A new one beside it works on the same files: said, and accepted by the flag.
+    beside = json.loads(run(workspace, tmp_path, "prompt", "Something else", "--new", "--json").stdout)["error"]
+    assert beside["kind"] == "beside-held-needs-confirmation" and '"Plan the parser rewrite" is held by ' in beside["message"]
+    fresh = json.loads(run(workspace, tmp_path, "prompt", "Something else", "--new", "--beside-held", "--json").stdout)
     assert fresh["session_id"] != sid and fresh["turn"] == 1
 
 

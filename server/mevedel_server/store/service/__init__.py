@@ -32,6 +32,8 @@ capabilities it is built from, and the open-session machinery they drive.
   changed in the tree (the diff of their checkpoints, ``content/diff.py``).
 - :mod:`.file_restore` -- one file back to its state before a turn, as a
   turn of its own.
+- :mod:`.held_beside` -- which sessions are held beside a new one, and
+  the advisory that names them.
 - :mod:`.errors` -- the service's refusals and :func:`error_kind`.
 """
 
@@ -43,6 +45,7 @@ from ...lazy_exports import lazy_exports
 #: submodule (``errors``, say) does not load every other.
 _EXPORTS = {
     '.errors': ('KINDS', 'InvalidSessionInput', 'NoPendingPublication', 'NoSessionOpen', 'NoSuchTurn', 'SessionConflict', 'SessionIncompatible', 'SessionNotOpen', 'SessionReadOnly', 'TurnStateConflict', 'error_kind', 'is_refusal'),
+    '.held_beside': ('BesideHeld', 'HeldSession'),
     '.evidence': ('EVIDENCE_KINDS', 'EvidenceInput', 'make_evidence'),
     '.live_history': ('LiveHistory',),
     '.open_session': ('OpenSession', 'PendingSave'),

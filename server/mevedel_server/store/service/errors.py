@@ -36,6 +36,7 @@ from ..errors import (
     TakeoverNeedsConfirmation,
 )
 from ..transactions.lifecycle_token import LifecycleError
+from .held_beside import BesideHeld
 
 
 class SessionNotOpen(SessionRefusal):
@@ -148,6 +149,7 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (NoSuchTurn, "missing-target"),
     (TakeoverNeedsConfirmation, "takeover-needs-confirmation"),
     (IdentityNeedsConfirmation, "identity-needs-confirmation"),
+    (BesideHeld, "beside-held-needs-confirmation"),
     (TransferDraining, "transfer-draining"),
     (UnsettledMutation, "unsettled-mutation"),
     (TransferBusy, "conflict"),

@@ -52,6 +52,7 @@ from ..authority.workspace import (
     ensure_workspace_id_with,
     identity_proof,
     read_workspace_id,
+    saved_session_ids,
     sessions_listing,
     workspace_id_from,
     workspace_id_reads,
@@ -78,7 +79,13 @@ from ..workspace_wide.input_history import (
     record_ops,
     recorded,
 )
-from ..workspace_wide.listing import SessionAction, SessionRow, list_sessions
+from ..workspace_wide.listing import (
+    SessionAction,
+    SessionRow,
+    first_survey,
+    list_sessions,
+    survey_sessions,
+)
 from .errors import InvalidSessionInput, SessionConflict, SessionIncompatible, quoted
 from .following import Following
 from .table import SessionTable
@@ -169,6 +176,10 @@ class Sessions:
         #: too; :meth:`detach` hands them to its client
         #: (:meth:`OpenSession.hand_to_client`).
         self.opens_for_turn = False
+        #: The sessions the last listing surveyed in this command (one
+        #: command only): a session created after it judges the held ones
+        #: from them instead of surveying again.
+        self._listed_surveys: list | None = None
 
     # Listing ------------------------------------------------------------------
 
@@ -193,6 +204,7 @@ class Sessions:
         if listing.now is not None:
             self._table.clock_from(listing.now)
         if self._table.one_command:
+            self._listed_surveys = listing.surveyed[0] if listing.surveyed else []
             self._table.listed = {
                 survey.name: (CommittedSnapshot(self._table.target, survey.paths, survey.observation.generation,
                                                 survey.observation.publication_head, survey.manifest), survey.recovery,
@@ -242,10 +254,13 @@ class Sessions:
 
     # Creating and opening -------------------------------------------------------
 
-    async def create(self, name: str | None = None) -> SessionInfo:
+    async def create(self, name: str | None = None, *, warn_beside_held: bool = False) -> SessionInfo:
         """A new session, open and writable here. Nothing of it is written
         until its first save (the workspace identity is ensured now, since
-        the session records it)."""
+        the session records it). ``warn_beside_held``: while another session
+        of the workspace is held (:mod:`.held_beside`), raise
+        :class:`~.held_beside.BesideHeld` naming them instead, before
+        anything is written for the new one."""
         display_name = _display_name(name) if name is not None else None
         # One program: the identity, the clock, the saved sessions (for a
         # new ID) and git's exclude file.
@@ -254,12 +269,23 @@ class Sessions:
         excludes = list(probe.ops) if probe else []
         history = [history_read()] if self.reads_input_history else []
         extra, self.open_found = list(self.open_reads), None
-        workspace_id, found = await ensure_workspace_id_with(self._table.target, [clock, listing, *excludes, *history, *extra])
+        # The sessions' leases, for the held ones -- unless this command's
+        # listing read them already.
+        survey = [first_survey()] if warn_beside_held and self._listed_surveys is None else []
+        workspace_id, found = await ensure_workspace_id_with(
+            self._table.target, [clock, listing, *excludes, *history, *extra, *survey]
+        )
         if probe is not None:
             probe.found = found[2 : 2 + len(excludes)]
         if history:
             self._history_read = found[2 + len(excludes)]
         self.open_found = _tail(found, 2 + len(excludes) + len(history), len(extra))
+        if warn_beside_held:
+            held = await self._held(found[1], (found[0], found[-1]) if survey else None)
+            if held:
+                from .held_beside import BesideHeld
+
+                raise BesideHeld(tuple(held))
         await self._note_use(probe)
         if not self._table.clock_read:
             raise_for_result(clock, found[0])
@@ -272,6 +298,24 @@ class Sessions:
         session = self._table.new_open(conversation, materialized=False, for_turns=self.opens_for_turn)
         self._table.sessions[session_id] = session
         return self._table.info_of(session)
+
+    async def _held(self, listed: OpResult, surveyed: tuple[OpResult, OpResult] | None) -> list:
+        """The held sessions beside which a new one would start: those open
+        here, and of the saved others those another client or process holds,
+        judged from this command's listing when it made one, else from
+        ``surveyed`` (the clock and the first survey, read in the create's
+        program: a session needing another read costs one). ``listed``: the
+        program's listing of the sessions directory."""
+        from .held_beside import held_here, held_surveyed
+
+        held = held_here(self._table.sessions)
+        saved = [sid for sid in await saved_session_ids(self._table.target, listed=listed) if sid not in self._table.sessions]
+        if not saved:
+            return held
+        surveys = self._listed_surveys
+        if surveys is None:
+            surveys, _now = await survey_sessions(self._table.target, first=surveyed)
+        return held + held_surveyed(surveys, self._table.client, skip=self._table.sessions)
 
     async def open(
         self,

@@ -712,11 +712,21 @@ class _Probe:
             )
 
 
-async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[SessionSurvey], int | None]:
+def first_survey() -> SurveyDirs:
+    """The survey :func:`survey_sessions` starts with, to run in another
+    program beside a target clock reading (see its ``first``)."""
+    return _survey()
+
+
+async def survey_sessions(
+    target: Target, *, batch: int = BATCH, first: tuple[OpResult, OpResult] | None = None
+) -> tuple[list[SessionSurvey], int | None]:
     """Observe every entry of ``.mevedel/sessions/`` (dot-named entries are
     temporary files and clock probes, not sessions), ``batch`` at most per
     program. Returns the surveys and the first target clock reading (None
-    when there was nothing to judge)."""
+    when there was nothing to judge). ``first``: the results of a clock
+    reading and :func:`first_survey`, run together in the caller's program
+    (what the first program would have read: only the unusual costs one)."""
     if batch < 1:
         raise ValueError("a listing batch holds at least one session")
     surveys: list[SessionSurvey] = []
@@ -738,20 +748,23 @@ async def survey_sessions(target: Target, *, batch: int = BATCH) -> tuple[list[S
             probe_ops = probe.ops()
             spans.append((probe, len(ops), len(ops) + len(probe_ops)))
             ops.extend(probe_ops)
-        result = await target.run(ControlProgram(ops))
+        if first is not None:
+            results, first = first, None
+        else:
+            results = (await target.run(ControlProgram(ops))).results
         if survey is not None:
-            answer = result[1]
+            answer = results[1]
             if answer.status is Status.ABSENT and after is None:
                 return [], None
             raise_for_result(survey, answer)
         now: int | None = None
         if head:
-            raise_for_result(clock, result[0])
-            now = int(result[0].value)
+            raise_for_result(clock, results[0])
+            now = int(results[0].value)
             if first_now is None:
                 first_now = now
         for probe, start, end in spans:
-            probe.accept(list(result.results[start:end]), now)
+            probe.accept(list(results[start:end]), now)
         active = [p for p in active if not p.finished]
         if survey is not None:
             found: DirSurvey = answer.value
