@@ -278,8 +278,11 @@ async def _last_or_new(service: SessionService, arguments: argparse.Namespace, f
     name = f"{row.session_id} ({row.display_name})" if row.display_name != row.session_id else row.session_id
     holder = row.holder_host or "another client"
     if row.action is SessionAction.JOIN:
+        # A new session would work beside the held one: the advisory's
+        # flag is named with it, not left for the next refusal to say.
         raise CommandError("lease-held", f"your last session {name} is held by {holder}: `mevedel session take-control {row.session_id}` "
-                                         f"asks for it, `mevedel prompt --new` starts a new session")
+                                         "asks for it, `mevedel prompt --new --beside-held` starts a new session beside it "
+                                         "(both change this project's files)")
     if row.action is SessionAction.TAKE_OVER:
         lapsed = "whose process here has ended" if row.holder_ended else "whose lease expired"
         raise CommandError("lease-held", f"your last session {name} was held by {holder}, {lapsed}: "

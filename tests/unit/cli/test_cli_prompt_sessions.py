@@ -67,7 +67,7 @@ def test_the_last_session_continues_when_free_and_is_refused_naming_its_holder(w
     error = json.loads(refused.stdout)["error"]
     assert refused.returncode == 1 and error["kind"] == "lease-held", refused.stdout
     assert f"your last session {sid} (Plan the parser rewrite) is held by " in error["message"]
-    assert f"mevedel session take-control {sid}" in error["message"] and "mevedel prompt --new" in error["message"]
+    assert f"mevedel session take-control {sid}" in error["message"] and "mevedel prompt --new --beside-held" in error["message"]
     assert list(listed(workspace, tmp_path)) == [sid]
     # A new one beside it works on the same files: said, and accepted by the flag.
     beside = json.loads(run(workspace, tmp_path, "prompt", "Something else", "--new", "--json").stdout)["error"]
