@@ -16,21 +16,12 @@ import sys
 from settled_prompt import frozen_after_settlement, settled_then_frozen
 from silent_host import own_sshd_fixture, silenced
 from ssh_fixtures import ALIAS
+from streamed import read_until
 
 from .test_ssh_control_cli import client
 from .test_ssh_workspace import ssh_home
 
 own_sshd = own_sshd_fixture
-
-
-def _read_stderr_until(process, text: str) -> str:
-    seen = ""
-    while text not in seen:
-        char = process.stderr.read(1)
-        if not char:
-            raise AssertionError(f"the command ended before saying {text!r}: {seen!r}")
-        seen += char
-    return seen
 
 
 def test_a_prompt_whose_host_goes_silent_at_exit_says_so_and_ctrl_c_ends_it(own_sshd, tmp_path):
@@ -43,7 +34,7 @@ def test_a_prompt_whose_host_goes_silent_at_exit_says_so_and_ctrl_c_ends_it(own_
     )
     with silenced(own_sshd):
         prompt.send_signal(signal.SIGCONT)  # on to its exit: the lease's hand-over, on a host that no longer answers
-        said = _read_stderr_until(prompt, "Ctrl-C stops waiting")
+        said = read_until(prompt, "Ctrl-C stops waiting", stderr=True)
         assert f"still finishing on the SSH host {ALIAS}" in said, said
         prompt.send_signal(signal.SIGINT)
         out, err = prompt.communicate(timeout=120)

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from counted_programs import CountedPrograms as Programs
 from mevedel_server.agents import file_state, file_state_table
 from mevedel_server.agents.file_state import (
     IGNORED_GAP,
@@ -57,7 +58,6 @@ async def files_only(record) -> list:
             change = FileChange(change.path, before.data, change.gap)
         out.append(change)
     return out
-
 
 
 def write(root, path: str, data: bytes | str) -> None:
@@ -1382,18 +1382,6 @@ async def test_a_record_of_a_working_directory_sees_only_its_tree_and_the_roots_
     assert not list((root / ".worktrees" / "wt1").glob(".mevedel*"))  # the blobs are kept beside the workspace's
     worktree.close()
     main.close()
-
-
-class Programs(ProgramTarget):
-    """Counts programs."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        return await self.inner.run(program)
 
 
 async def test_a_small_first_read_of_a_walked_tree_is_kept_by_the_next_walk(root, monkeypatch):

@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from counted_programs import CountedPrograms as Programs
 from mevedel_server.agents import stopped_turn_changes
 from mevedel_server.agents.file_state import FileStateRecord
 from mevedel_server.store import ClientIdentity, SessionService
@@ -39,17 +40,6 @@ async def held(root) -> FileStateRecord:
     await record.refresh()
     await record.hold(record.held_marker(SESSION, TURN))
     return record
-
-
-class Programs(ProgramTarget):
-    """Counts the programs run (each a round trip over SSH)."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.programs = inner, 0
-
-    async def run(self, program: ControlProgram):
-        self.programs += 1
-        return await self.inner.run(program)
 
 
 @pytest.mark.parametrize("kept", [False, True], ids=["first-turn", "index-kept"])

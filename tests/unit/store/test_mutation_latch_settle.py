@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from counted_programs import CountedPrograms as Counting
 from mevedel_server.store import (
     ClientIdentity,
     acquire_lease,
@@ -21,11 +22,8 @@ from mevedel_server.store import (
 )
 from mevedel_server.store.service.mutation_latch import MutationLatch
 from mevedel_server.targets import (
-    ControlProgram,
     FaultInjectingTarget,
     LocalTarget,
-    ProgramResult,
-    ProgramTarget,
     SimulatedCrash,
 )
 
@@ -170,16 +168,6 @@ async def test_the_latch_stays_until_the_last_of_several_commands_has_ended(tmp_
     assert await latched()
     await latch.settled(lease, never)
     assert not await latched()
-
-
-class Counting(ProgramTarget):
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        return await self.inner.run(program)
 
 
 async def test_a_command_costs_three_programs_around_it(tmp_path):

@@ -15,6 +15,7 @@ import os
 
 import pytest
 
+from counted_programs import CountedPrograms as Counting
 from deadlines import ticks
 from mevedel_server.agents.terminals import Terminal, Terminals
 from mevedel_server.store import (
@@ -27,7 +28,6 @@ from mevedel_server.store import (
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.errors import UnsettledMutation
 from mevedel_server.store.service.mutation_latch import MutationLatch
-from mevedel_server.targets import ControlProgram, ProgramResult, ProgramTarget
 
 ME = ClientIdentity("client-me", "workstation")
 OTHER = ClientIdentity("client-other", "laptop")
@@ -141,18 +141,6 @@ async def test_releasing_a_remote_terminal_kills_what_it_left_running_and_settle
     assert not (await observe_lease(owner.target, sid)).record.unsettled_mutation
     assert not list((tmp_path / ".mevedel" / "sessions" / sid / ".mutations").glob("armed-*"))
     await owner.sessions.close(sid)
-
-
-class Counting(ProgramTarget):
-    """The SSH target, counting its programs (one round trip each)."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        return await self.inner.run(program)
 
 
 class LeaseLatch:

@@ -10,6 +10,7 @@ import os
 import shutil
 import time
 
+from counted_programs import CountedPrograms as Counting
 from mevedel_server.store import ClientIdentity
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.workspace_wide.collection import KEPT_TURN_STATES
@@ -17,21 +18,10 @@ from mevedel_server.targets import (
     ControlProgram,
     LocalTarget,
     ProgramResult,
-    ProgramTarget,
 )
 
 ME = ClientIdentity("one-command-client", "desk")
 OTHER = ClientIdentity("other-client", "laptop")
-
-
-class Counting(ProgramTarget):
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        return await self.inner.run(program)
 
 
 async def two_turns(root, client=OTHER) -> str:

@@ -4,6 +4,7 @@ proves its own bytes are still there, and never clears another runner's."""
 
 from __future__ import annotations
 
+from counted_programs import CountedPrograms as Counting
 from mevedel_server.store import (
     ClientIdentity,
     RunnerRecord,
@@ -14,23 +15,10 @@ from mevedel_server.store import (
 )
 from mevedel_server.store.service import SessionService
 from mevedel_server.targets import (
-    ControlProgram,
     LocalTarget,
-    ProgramResult,
-    ProgramTarget,
 )
 
 ME = ClientIdentity("runner-client", "desk")
-
-
-class Counting(ProgramTarget):
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        return await self.inner.run(program)
 
 
 async def _held(tmp_path):

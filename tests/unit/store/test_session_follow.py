@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from counted_programs import CountedPrograms as Counting
 from deadlines import ticks
 from mevedel_server.store import ClientIdentity, LeaseHeld, LeaseLost
 from mevedel_server.store.service import EvidenceInput, SessionService
@@ -22,8 +23,7 @@ from mevedel_server.store.service.following import (
     FollowUpdate,
 )
 from mevedel_server.store.watching.follow import diff_conversations, settled_turns
-from mevedel_server.targets import ControlProgram, LocalTarget
-from mevedel_server.targets.target import ProgramTarget
+from mevedel_server.targets import LocalTarget
 
 OWNER = ClientIdentity("client-owner", "owner-box")
 FOLLOWER = ClientIdentity("client-follower", "follower-box")
@@ -34,20 +34,6 @@ def root(tmp_path: Path) -> Path:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     return workspace
-
-
-class Counting(ProgramTarget):
-    """Counts programs and the operations in them, by kind."""
-
-    def __init__(self, inner: LocalTarget) -> None:
-        self.inner = inner
-        self.programs = 0
-        self.kinds: list[str] = []
-
-    async def run(self, program: ControlProgram):
-        self.programs += 1
-        self.kinds.extend(type(op).__name__ for op in program.operations)
-        return await self.inner.run(program)
 
 
 async def settle(service: SessionService, sid: str, prompt: str, answer: str | None = None) -> None:

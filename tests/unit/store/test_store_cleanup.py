@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from counted_programs import CountedPrograms as CountingPrograms
 from mevedel_server.store import (
     ClientIdentity,
     LeaseRecord,
@@ -332,16 +333,6 @@ async def test_an_existing_artifacts_own_conversation_is_kept_however_old(tmp_pa
     await work.store.delete(item.item_id)
     await service.sessions.sweep_expired(force=True)
     assert remaining(tmp_path) == set()
-
-
-class CountingPrograms(ProgramTarget):
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-
-    async def run(self, program: ControlProgram):
-        self.programs += 1
-        return await self.inner.run(program)
 
 
 async def test_a_listing_sweeps_from_its_own_survey_and_asks_the_artifact_store_only_for_old_sessions(tmp_path, target):

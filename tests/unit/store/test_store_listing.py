@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from counted_programs import CountedPrograms as CountingTarget
 from mevedel_server.store import (
     ClientIdentity,
     LeaseRecord,
@@ -119,18 +120,6 @@ def tree(root: Path) -> dict[str, bytes | None]:
             rel = str(path.relative_to(root))
             out[rel] = path.read_bytes() if path.is_file() and not path.is_symlink() else None
     return out
-
-
-class CountingTarget(ProgramTarget):
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.programs = 0
-        self.operations = 0
-
-    async def run(self, program: ControlProgram) -> ProgramResult:
-        self.programs += 1
-        self.operations += len(program)
-        return await self.inner.run(program)
 
 
 @pytest.fixture
