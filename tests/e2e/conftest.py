@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -132,6 +132,21 @@ def answering(client: LanguageClient, *answers: str | None) -> list[types.ShowMe
 
     client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(asked)
     return questions
+
+
+def never_answering(client: LanguageClient) -> tuple[list[types.ShowMessageRequestParams], Callable[[], None]]:
+    """Every question the server asks ``client``, taken and never answered
+    (the user looked away): the server's own limit must end each. With
+    what lets the unanswered handlers go (before the client stops)."""
+    questions: list[types.ShowMessageRequestParams] = []
+    never = asyncio.Event()
+
+    async def silent(params: types.ShowMessageRequestParams) -> None:
+        questions.append(params)
+        await never.wait()
+
+    client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(silent)
+    return questions, never.set
 
 
 def collect(client: LanguageClient, method: str) -> list[dict]:

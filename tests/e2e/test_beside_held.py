@@ -9,7 +9,6 @@ time. A lease that expired, or whose holder process ended, does not warn."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from lsprotocol import types
@@ -17,7 +16,14 @@ from lsprotocol import types
 from holder_process import holding_process, kill
 from mevedel_protocol import methods
 
-from .conftest import CAPABILITIES, SERVER, answering, initialize_params, request
+from .conftest import (
+    CAPABILITIES,
+    SERVER,
+    answering,
+    initialize_params,
+    never_answering,
+    request,
+)
 from .test_sessions import expired_session_of_another_client, failure
 
 
@@ -69,14 +75,7 @@ async def test_cancel_or_a_dismissal_starts_nothing_and_the_next_start_asks_agai
 
 async def test_no_answer_in_time_starts_nothing(workspace):
     server = await SERVER.start()
-    never = asyncio.Event()
-    asked: list = []
-
-    async def silent(params):
-        asked.append(params)
-        await never.wait()  # the user never answers
-
-    server.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(silent)
+    asked, let_go = never_answering(server)
     try:
         await server.initialize_session(initialize_params(workspace, controlTransfer={"promptTimeoutSeconds": 1}))
         held = await saved_session(server, "Held here")
@@ -85,7 +84,7 @@ async def test_no_answer_in_time_starts_nothing(workspace):
         assert declined["kind"] == "beside-held-declined" and len(asked) == 1
         assert session_directories(workspace) == before and held in before
     finally:
-        never.set()
+        let_go()
         await server.shutdown_session()
 
 

@@ -5,7 +5,6 @@ server that can only join."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,14 @@ from mevedel_server.store import ClientIdentity, observe_lease
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.targets import LocalTarget
 
-from .conftest import SERVER, answering, collect, initialize_params, request
+from .conftest import (
+    SERVER,
+    answering,
+    collect,
+    initialize_params,
+    never_answering,
+    request,
+)
 
 
 async def failure(client, method: str, params) -> dict:
@@ -157,14 +163,7 @@ async def test_no_answer_to_the_takeover_question_means_cancel(client, workspace
 
 async def test_no_answer_in_time_to_the_takeover_question_means_cancel(workspace):
     server = await SERVER.start()
-    never = asyncio.Event()
-    asked: list = []
-
-    async def silent(params):
-        asked.append(params)
-        await never.wait()  # the user never answers
-
-    server.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)(silent)
+    asked, let_go = never_answering(server)
     try:
         await server.initialize_session(initialize_params(workspace, controlTransfer={"promptTimeoutSeconds": 1}))
         sid = await expired_session_of_another_client(workspace, "left behind")
@@ -172,7 +171,7 @@ async def test_no_answer_in_time_to_the_takeover_question_means_cancel(workspace
         assert declined["kind"] == "takeover-declined" and declined["authored"] == sid and len(asked) == 1
         assert (await observe_lease(LocalTarget(workspace), sid)).record.client_id == "gone-client"
     finally:
-        never.set()
+        let_go()
         await server.shutdown_session()
 
 
