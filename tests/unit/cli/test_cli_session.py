@@ -239,33 +239,40 @@ def test_an_unprovable_unsettled_mutation_is_acknowledged_from_the_cli(workspace
     assert ok(cli(workspace, me, "session", "acknowledge-mutation", "--json"))["cleared"] is False
 
 
+async def turn_written_elsewhere(workspace, prompt: str, record) -> str:
+    """A session of another client (another process) whose one turn,
+    ``prompt``, ``record(service, session_id)`` filled before it settled,
+    saved and closed; its id."""
+    svc = SessionService(LocalTarget(workspace), ClientIdentity("client-writer", "workstation"))
+    try:
+        sid = (await svc.sessions.create()).session_id
+        await svc.turns.begin_turn(sid, prompt)
+        await record(svc, sid)
+        await svc.turns.settle(sid, "completed")
+        await svc.sessions.save(sid)
+        await svc.sessions.close(sid)
+        return sid
+    finally:
+        await svc.sessions.detach()
+
+
 def test_a_turn_read_back_names_the_agent_call_that_started_each_task(workspace, tmp_path):
     """Two Agent calls in parallel, the second's task settling first: each
     task read back names its own call (what a chat nests it under), saved
     and read by another process; a task recorded without one (as before
     tasks named their call) names none, and its line still reads."""
 
-    async def write() -> str:
-        svc = SessionService(LocalTarget(workspace), ClientIdentity("client-writer", "workstation"))
-        try:
-            sid = (await svc.sessions.create()).session_id
-            await svc.turns.begin_turn(sid, "Delegate two at once")
-            for call in ("call-first", "call-second"):
-                await svc.turns.append(sid, EvidenceInput("tool_call", call_id=call, name="mcp Agent", arguments="{}"))
-            said = [EvidenceInput("response", text="Done.")]
-            svc.agents.append_agent_task(sid, "second", "codex", "Second task", said, "completed", call_id="call-second")
-            await svc.turns.append(sid, EvidenceInput("tool_result", call_id="call-second", output="Done."))
-            svc.agents.append_agent_task(sid, "first", "codex", "First task", said, "completed", call_id="call-first")
-            await svc.turns.append(sid, EvidenceInput("tool_result", call_id="call-first", output="Done."))
-            svc.agents.append_agent_task(sid, "old", "codex", "Anything", said, "completed")
-            await svc.turns.settle(sid, "completed")
-            await svc.sessions.save(sid)
-            await svc.sessions.close(sid)
-            return sid
-        finally:
-            await svc.sessions.detach()
+    async def delegate(svc, sid) -> None:
+        for call in ("call-first", "call-second"):
+            await svc.turns.append(sid, EvidenceInput("tool_call", call_id=call, name="mcp Agent", arguments="{}"))
+        said = [EvidenceInput("response", text="Done.")]
+        svc.agents.append_agent_task(sid, "second", "codex", "Second task", said, "completed", call_id="call-second")
+        await svc.turns.append(sid, EvidenceInput("tool_result", call_id="call-second", output="Done."))
+        svc.agents.append_agent_task(sid, "first", "codex", "First task", said, "completed", call_id="call-first")
+        await svc.turns.append(sid, EvidenceInput("tool_result", call_id="call-first", output="Done."))
+        svc.agents.append_agent_task(sid, "old", "codex", "Anything", said, "completed")
 
-    sid = asyncio.run(write())
+    sid = asyncio.run(turn_written_elsewhere(workspace, "Delegate two at once", delegate))
     items = ok(cli(workspace, tmp_path / "me", "session", "turn", "1", "--session", sid, "--json"))["items"]
     assert [(i["name"], i.get("parent_call_id")) for i in items if i["kind"] == "agent_task"] == [
         ("second", "call-second"), ("first", "call-first"), ("old", None),
@@ -286,23 +293,13 @@ def test_a_turn_read_back_says_how_each_sub_agents_task_ended_and_why(workspace,
     interrupted; one recorded without a reason (as before tasks kept one):
     its outcome, and nothing made up for why."""
 
-    async def write() -> str:
-        svc = SessionService(LocalTarget(workspace), ClientIdentity("client-writer", "workstation"))
-        try:
-            sid = (await svc.sessions.create()).session_id
-            await svc.turns.begin_turn(sid, "Delegate three times")
-            said = [EvidenceInput("response", text="Trying.")]
-            svc.agents.append_agent_task(sid, "broken", "codex", "Try this", said, "errored", "could not start: codex is not installed")
-            svc.agents.append_agent_task(sid, "slow", "codex", "Take your time", said, "interrupted", "cancelled with its caller's turn")
-            svc.agents.append_agent_task(sid, "old", "codex", "Anything", said, "errored")
-            await svc.turns.settle(sid, "completed")
-            await svc.sessions.save(sid)
-            await svc.sessions.close(sid)
-            return sid
-        finally:
-            await svc.sessions.detach()
+    async def delegate(svc, sid) -> None:
+        said = [EvidenceInput("response", text="Trying.")]
+        svc.agents.append_agent_task(sid, "broken", "codex", "Try this", said, "errored", "could not start: codex is not installed")
+        svc.agents.append_agent_task(sid, "slow", "codex", "Take your time", said, "interrupted", "cancelled with its caller's turn")
+        svc.agents.append_agent_task(sid, "old", "codex", "Anything", said, "errored")
 
-    sid = asyncio.run(write())
+    sid = asyncio.run(turn_written_elsewhere(workspace, "Delegate three times", delegate))
     shown = cli(workspace, tmp_path / "me", "session", "turn", "1", "--session", sid)
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     lines = shown.stdout.splitlines()
