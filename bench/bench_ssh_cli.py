@@ -8,8 +8,9 @@ agent command it sends), once on a workspace reached as
 sessions source no rc files) and once on a local twin workspace, rounds
 interleaved. Cases: ``mevedel prompt`` with the scripted agent (a line, a
 file written through ``fs/write_text_file``, a line: the first prompt of a
-session and a later one), ``mevedel rewind --yes`` of the last turn,
-``mevedel session turns`` and ``mevedel session list``.
+session, a later one, and one after ``mevedel session close``, which finds
+the client's last session free and continues it), ``mevedel rewind --yes``
+of the last turn, ``mevedel session turns`` and ``mevedel session list``.
 
 Baselines measured in the same run: ``ssh ALIAS true`` (process start,
 one connection set-up and one command: what "plus one connection set-up"
@@ -45,8 +46,13 @@ STEPS = [
     ("session turns", ["session", "turns"]),
     ("session list", ["session", "list"]),
     ("rewind --yes", ["rewind", "1", "--yes"]),
+    ("session close", ["session", "close"]),
+    # The client holds no session now: the prompt finds its last one free
+    # (as after a lease lapsed between two commands) and continues it.
+    ("prompt (after close)", ["prompt", "Write step three"]),
 ]
-GOALS = {"prompt (first)": 6, "prompt (later)": 6, "rewind --yes": 4, "session turns": 3, "session list": 3}
+GOALS = {"prompt (first)": 6, "prompt (later)": 6, "prompt (after close)": 6, "rewind --yes": 4, "session turns": 3,
+         "session list": 3}
 
 
 def turn_script(n: int) -> list:

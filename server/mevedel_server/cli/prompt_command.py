@@ -264,15 +264,16 @@ def _tool_context(local: Path | None, service: SessionService, mcp: McpAccess | 
     return context
 
 
-async def _last_or_new(service: SessionService, arguments: argparse.Namespace, front: TerminalFront) -> str:
+async def _last_or_new(service: SessionService, arguments: argparse.Namespace, front: TerminalFront, rows: list) -> str:
     """The session a prompt goes to when this client holds none: its last
     session of the workspace when that is free (continued, and said so),
     else a new one. A last session another client holds is never left
-    silently for a new one: the prompt is refused naming the holder."""
+    silently for a new one: the prompt is refused naming the holder.
+    ``rows``: the prompt's listing."""
     last = last_session(arguments)
     row = None
     if last is not None:
-        row = next((r for r in (await service.sessions.list()).rows if r.session_id == last), None)
+        row = next((r for r in rows if r.session_id == last), None)
     if row is None:
         return (await new_session(service, arguments)).session_id
     name = f"{row.session_id} ({row.display_name})" if row.display_name != row.session_id else row.session_id
@@ -340,12 +341,15 @@ def run_prompt(arguments: argparse.Namespace) -> int:
         if arguments.new:
             session_id = (await new_session(service, arguments)).session_id
         else:
+            # One listing says which session this client holds, and else
+            # whether its last one is free (a round trip on SSH).
+            rows = (await service.sessions.list()).rows
             try:
-                session_id = await held_session(service, arguments.session, announce=arguments)
+                session_id = await held_session(service, arguments.session, announce=arguments, rows=rows)
             except CommandError as error:
                 if arguments.session is not None or error.kind != "owner-missing":
                     raise
-                session_id = await _last_or_new(service, arguments, front)
+                session_id = await _last_or_new(service, arguments, front, rows)
             if service.is_open(session_id):
                 runner = await other_runner(service, session_id)
             else:

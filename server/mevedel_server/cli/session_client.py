@@ -296,18 +296,21 @@ def agent_task_line(label: str, outcome: str | None, reason: str | None) -> str:
     return f"[agent {label}: {outcome}{why}]"
 
 
-async def held_session(service: SessionService, given: str | None, *, announce: argparse.Namespace | None = None) -> str:
+async def held_session(service: SessionService, given: str | None, *, announce: argparse.Namespace | None = None,
+                       rows: list | None = None) -> str:
     """``given``, or the single session whose lease this client holds. With
     ``announce`` (the command's arguments), a request for control waiting
     for this client's answer is printed on standard error from the same
     listing (see :func:`control_request_line`); with ``given`` too, from a
     listing made for it (of ``given``'s request alone): a CLI owner polls
-    nothing between commands, so naming the session must not hide it."""
+    nothing between commands, so naming the session must not hide it.
+    ``rows``: the command's listing, when it made one already."""
     from ..store import LeaseState
 
     if given is not None and announce is None:
         return given
-    rows = (await service.sessions.list()).rows
+    if rows is None:
+        rows = (await service.sessions.list()).rows
     if announce is not None:
         for row in rows:
             line = control_request_line(announce, row) if given in (None, row.session_id) else None
