@@ -477,6 +477,10 @@ def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbenc
         drive("notification", text='to hand "Contested" over')
         drive("waitFor", selector=TREE_ROWS, hasText="Contested")
         drive("waitFor", selector=f"{TREE_ROWS}:not(:has-text('held by'))", hasText="Contested")
+        # The list can show it free before the open editor is writable (the
+        # server's change notice comes first, then the client's own read):
+        # the client says when its editors are, and only then is typing kept.
+        drive("notification", text='"Contested" was handed over: it is writable here now')
         drive("click", selector=".editor-instance .view-lines")
         drive("press", key="Control+End")
         drive("type", text="now mine")
