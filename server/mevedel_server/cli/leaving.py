@@ -35,10 +35,7 @@ async def leave(service: SessionService) -> None:
     target = service.target
     host = getattr(target, "host", None)
     if host is None:  # a local workspace: nothing to wait for on a network
-        try:
-            await service.sessions.detach()
-        finally:
-            await _close(target)
+        await _detach_and_close(service)
         return
     work = asyncio.ensure_future(_detach_and_close(service))
     loop = asyncio.get_running_loop()

@@ -342,7 +342,7 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
     finally:
         from .leaving import leave
 
-        await leave(service)  # its target is the context's: closed there
+        await leave(service)  # closes its target, which is the context's
 
 
 def _jsonable(operation: Operation, result: Any) -> dict[str, Any]:
