@@ -9,6 +9,7 @@ twins the resolver once had are gone."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,17 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, *, typing: bool = True) -> list[tuple[str, list[str]]]:
+def _imports(path: Path, *, typing: bool = True) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """Every ``from X import names`` in the module (deferred ones too), with
     X made absolute; without ``typing``, not those under ``if TYPE_CHECKING:``
     (they never run)."""
+    return _imports_of(path, typing)
+
+
+# Parsed once per worker: each of this file's tests walks the whole package,
+# and parsing it again for every one of them was most of their time.
+@functools.cache
+def _imports_of(path: Path, typing: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text())
@@ -46,10 +54,10 @@ def _imports(path: Path, *, typing: bool = True) -> list[tuple[str, list[str]]]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            found.append((target, [alias.name for alias in node.names]))
+            found.append((target, tuple(alias.name for alias in node.names)))
         elif isinstance(node, ast.Import):
-            found += [(alias.name, []) for alias in node.names]
-    return found
+            found += [(alias.name, ()) for alias in node.names]
+    return tuple(found)
 
 
 def _graph(root: Path, *, typing: bool = True) -> dict[str, set[str]]:
