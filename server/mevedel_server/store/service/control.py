@@ -517,8 +517,7 @@ class SessionControl:
             # one, the detached engine included -- is the release itself:
             # the released generation names it, so the requester never
             # finds the lease free with an agent binding of this process,
-            # and a crash before it leaves this owner holding what it had
-            # (one program, where a publication before the release was two).
+            # and a crash before it leaves this owner holding what it had.
             # An unchanged snapshot is already committed: released alone.
             candidate = session.conversation.artifacts_for_save()
             await session.stop_renewal()
