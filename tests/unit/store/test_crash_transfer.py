@@ -20,7 +20,12 @@ from mevedel_server.store.content.sidecar import EngineRef, EngineState
 from mevedel_server.store.content.turns import Conversation
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
-from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
+from mevedel_server.targets import (
+    FaultInjectingTarget,
+    LocalTarget,
+    SimulatedCrash,
+    TargetError,
+)
 
 OWNER = ClientIdentity("desk-client", "desk")
 ASKER = ClientIdentity("laptop-client", "laptop")
@@ -134,3 +139,47 @@ async def test_crash_at_every_write_of_a_grant(tmp_path, power_loss):
     # The decision, the fence and the publication's writes come before the
     # release (the commit point); only its prunes after it.
     assert sum(outcomes.values()) == total and outcomes["old"] >= 5 and outcomes["new"] >= 1
+
+
+async def test_an_error_at_any_write_of_a_grant_leaves_a_hand_over_that_finishes(tmp_path):
+    """A write that fails (the host refused it, the connection dropped)
+    instead of a crash: the reader sees the old or the new state as above,
+    and the same process finishes the hand-over -- asking again when the
+    decision was not written, retrying its final publication when that is
+    what failed (the person's retry, which the drain waits for), or
+    releasing again at its next look."""
+    target, owner, control, _asker, _asker_control, sid = await asked(tmp_path / "baseline", False)
+    target.arm(None)
+    await control.grant(sid)
+    total = target.writes
+    kill(owner)
+    ways: Counter[str] = Counter()
+    for point in range(1, total + 1):
+        root = tmp_path / f"error-{point}"
+        target, owner, control, asker, asker_control, sid = await asked(root, False)
+        target.arm(point, "error")
+        try:
+            await control.grant(sid)
+        except TargetError:
+            assert control.status(sid).phase == "asking"  # the decision itself failed
+        assert target.fired
+        assert await fresh_reader(root, sid) in (OLD, NEW)
+        way = []
+        for _ in range(3):
+            if owner.info(sid).access.value == "read-only":
+                break
+            if control.status(sid).phase == "asking":
+                way.append("asked again")
+                await control.grant(sid)
+                continue
+            await control.poll()
+            if control.status(sid).waiting_for == "the pending publication to be retried or abandoned":
+                way.append("publication retried")
+                await owner.sessions.retry_publication(sid)
+            else:
+                way.append("released again")
+        assert owner.info(sid).access.value == "read-only", f"error at write {point}: {control.status(sid)}"
+        ways[", ".join(way) or "released"] += 1
+        kill(owner)
+        await finish_after_crash(root, sid, NEW, asker, asker_control)
+    print(f"\ngrant: an error at each of {total} writes, finished by {dict(ways)}")
