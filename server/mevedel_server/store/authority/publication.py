@@ -27,6 +27,11 @@ Rewind); ``force=True`` publishes even an unchanged snapshot. ``lead``
 operations run first in the commit's program (a Rewind's checks, journal
 and project-file writes, flushed by the publication's barrier): one that
 stops it raises :class:`~.lease.LeadStopped`, nothing published.
+``release`` makes the commit the lease's release as well (a granted control
+transfer's: :meth:`~.lease.LeaseHandle.release_with`): the released
+generation names the new head, so a reader sees this holder's old state
+held or its new state released, never the old state released; with an
+unchanged snapshot the release is made alone, in one program all the same.
 """
 
 from __future__ import annotations
@@ -311,7 +316,7 @@ class Publisher:
 
     async def publish(
         self, artifacts: Mapping[str, bytes], *, replace: bool = False, force: bool = False, donors: Donors = {},
-        lead: Sequence[Operation] = (),
+        lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None,
     ) -> PublishOutcome:
         """Publish ``artifacts`` (logical path -> bytes) over the committed
         snapshot, or instead of it with ``replace``. A new file whose bytes a
@@ -319,14 +324,18 @@ class Publisher:
         (:class:`~mevedel_server.targets.CreateLinked` checks the bytes).
         ``lead`` runs first in the commit's program, when there is one (see
         the module); a lead that stops it raises
-        :class:`~.lease.LeadStopped` and leaves nothing pending."""
+        :class:`~.lease.LeadStopped` and leaves nothing pending.
+        ``release``: the commit releases the lease too, with these changes
+        of the released generation (see the module); a failure of a
+        release alone leaves nothing pending (nothing was to publish). A
+        pending publication is retried as a publication only."""
         for logical in artifacts:
             check_logical_path(logical)
         snapshot = {logical: bytes(data) for logical, data in artifacts.items()}
         async with self._serial:
             if self._pending is not None:
                 raise PublicationPending(self.lease.session_id, self._pending.reason)
-            return await self._attempt(snapshot, replace, force, donors, tuple(lead))
+            return await self._attempt(snapshot, replace, force, donors, tuple(lead), release)
 
     def known_manifest(self, head: str) -> PublicationManifest | None:
         """The manifest of ``head`` when this publisher knows it (read at
@@ -354,7 +363,8 @@ class Publisher:
         return self._committed[1]
 
     async def _attempt(
-        self, artifacts: Mapping[str, bytes], replace: bool, force: bool, donors: Donors, lead: tuple[Operation, ...] = ()
+        self, artifacts: Mapping[str, bytes], replace: bool, force: bool, donors: Donors, lead: tuple[Operation, ...] = (),
+        release: Mapping[str, object] | None = None,
     ) -> PublishOutcome:
         def pend(reason: str) -> None:
             self._pending = PendingPublication(dict(artifacts), replace, force, reason, dict(donors))
@@ -371,13 +381,18 @@ class Publisher:
             raise PublicationFailed(self.lease.session_id, str(exc)) from exc
         for _ in range(_ID_ATTEMPTS):
             plan = _plan(self.lease.paths, committed, artifacts, replace, new_publication_id(), donors)
-            if committed is not None and plan.manifest.entries == committed.entries and not force:
+            if (plan.manifest.entries == committed.entries if committed is not None else not plan.manifest.entries) and not force:
+                if release is not None:
+                    await self._release_alone(lead, release)
                 return PublishOutcome(False, self.lease.publication_head, committed)
-            if committed is None and not plan.manifest.entries and not force:
-                return PublishOutcome(False, None, None)
             self.committing = (plan.head, plan.manifest)
             try:
-                result = await self.lease.commit([*lead, *plan.ops], publication_head=plan.head, **_closing_window(self.lease))
+                if release is not None:
+                    # No rider: what rides a head commit runs behind this
+                    # holder's proof, and a release ends it.
+                    result = await self.lease.release_with([*lead, *plan.ops], publication_head=plan.head, **release)
+                else:
+                    result = await self.lease.commit([*lead, *plan.ops], publication_head=plan.head, **_closing_window(self.lease))
             except LeaseLost as exc:
                 pend(exc.reason)
                 raise
@@ -411,6 +426,11 @@ class Publisher:
             raise PublicationFailed(self.lease.session_id, "could not reserve a publication directory")
         self._committed = (plan.head, plan.manifest)
         return PublishOutcome(True, plan.head, plan.manifest, plan.written, plan.reused)
+
+    async def _release_alone(self, lead: tuple[Operation, ...], changes: Mapping[str, object]) -> None:
+        result = await self.lease.release_with(list(lead), **changes)
+        if result.stopped_at is not None and result.stopped_at < len(lead):
+            raise LeadStopped(result)
 
     async def _committed_despite(self, head: str) -> bool:
         """After a program whose outcome is unknown, find out whether its

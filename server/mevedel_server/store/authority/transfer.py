@@ -19,6 +19,8 @@ lease generation carries, copied by every rotation):
   program as the release a grant ends with, ahead of it, so the released
   head is never visible without it. Until it expires (target clock) only the
   requester may claim the released lease (:func:`.lease.acquire_lease`).
+  That release is the commit of the owner's final publication too
+  (:func:`release_granted`): what it frees is the state the owner left.
 
 A keep rotates the lease to ``T+1`` in the program that writes the decision;
 a grant's release writes ``T+1`` too. Both therefore open the next transfer
@@ -35,6 +37,8 @@ readings taken by the writing operation itself
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -54,6 +58,7 @@ from ..errors import SessionRefusal
 from ..layout import SessionPaths
 from .lease import (
     ClientIdentity,
+    LeadStopped,
     LeaseHandle,
     LeaseObservation,
     LeaseStanding,
@@ -249,9 +254,20 @@ async def _standing_decision(lease: LeaseHandle, request: TransferRequest) -> Tr
     return decision
 
 
-async def release_granted(lease: LeaseHandle, request: TransferRequest, fence_seconds: int = DEFAULT_FENCE_SECONDS) -> None:
+#: ``release(lead, changes)``: write the released generation with
+#: ``changes`` after ``lead`` in one program, raising
+#: :class:`~.lease.LeadStopped` when ``lead`` stopped it (nothing written).
+Release = Callable[[list[Operation], dict[str, object]], Awaitable[object]]
+
+
+async def release_granted(
+    lease: LeaseHandle, request: TransferRequest, fence_seconds: int = DEFAULT_FENCE_SECONDS, *, release: Release | None = None
+) -> None:
     """End a granted transfer: the fence for the requester, then the release
-    opening the next transfer generation, in one program."""
+    opening the next transfer generation, in one program. ``release``: the
+    commit that releases (the owner's final publication, which the released
+    generation then names: ``OpenSession.save``); by default the lease's
+    release alone."""
     if isinstance(fence_seconds, bool) or not isinstance(fence_seconds, int) or fence_seconds < 1:
         raise ValueError("a fence lasts a positive whole number of seconds")
     paths = lease.paths
@@ -266,12 +282,24 @@ async def release_granted(lease: LeaseHandle, request: TransferRequest, fence_se
         expires_at=0,
     )
     fence = StampedCreate(paths.transfer_record(FENCE, t), _stamped(template, {"fenced_at": 0, "expires_at": fence_seconds}))
-    result = await lease.release_with([fence], transfer_generation=t + 1)
-    if result.stopped_at == 0:
-        if result[0].status is not Status.CONFLICT:
-            raise_for_result(fence, result[0])
+    changes: dict[str, object] = {"transfer_generation": t + 1}
+    release = release or _releasing(lease)
+    try:
+        await release([fence], changes)
+    except LeadStopped as stopped:
+        if stopped.result[0].status is not Status.CONFLICT:
+            raise_for_result(fence, stopped.result[0])
         # A retry after a release that failed once its fence was written.
-        await lease.release_with([], transfer_generation=t + 1)
+        await release([], changes)
+
+
+def _releasing(lease: LeaseHandle) -> Release:
+    async def release(lead: list[Operation], changes: dict[str, object]) -> None:
+        result = await lease.release_with(lead, **changes)
+        if result.stopped_at is not None and result.stopped_at < len(lead):
+            raise LeadStopped(result)
+
+    return release
 
 
 class RequesterView(msgspec.Struct, frozen=True):

@@ -17,8 +17,8 @@ it has open:
   passed since that first sight. A grant drains: new mutations are refused
   (``transfer-draining``) while the turn in flight, a mutation another task
   is running, a pending publication or a recovery is waited for, and the
-  owner is told which; then one final publication, the fenced release, and
-  the session is read-only here.
+  owner is told which; then the fenced release, whose commit is the final
+  publication (the agent binding ended), and the session is read-only here.
 - Requester side: the poll reads the decision and the lease head. A keep
   ends the pending state; the released successor fenced for this client is
   acquired, and the committed state is reloaded before the session is
@@ -34,6 +34,7 @@ is in flight on either side) only decides when to look again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -52,7 +53,7 @@ from ..authority.transfer import (
     release_granted,
     request_control,
 )
-from ..content.turns import ConversationError
+from ..content.turns import ConversationError, SaveCandidate
 from ..errors import LeaseLost, StoreError
 from ..watching.watch import SessionWatcher, Wake, WatchCadence
 from .errors import SessionNotOpen
@@ -512,14 +513,17 @@ class SessionControl:
         owning.finishing = True
         try:
             session.conversation.detach_engine(at=self.service.table.time_now())
-            # The final publication: what this owner did since its last one
-            # (the detached engine included). An unchanged snapshot is
-            # already committed, and a copy of it would only delay the
-            # requester.
-            await session.save(session.conversation.artifacts_for_save())
+            # The final publication -- what this owner did since its last
+            # one, the detached engine included -- is the release itself:
+            # the released generation names it, so the requester never
+            # finds the lease free with an agent binding of this process,
+            # and a crash before it leaves this owner holding what it had.
+            # An unchanged snapshot is already committed: released alone.
+            candidate = session.conversation.artifacts_for_save()
             await session.stop_renewal()
             assert session.lease is not None
-            await release_granted(session.lease, owning.request, self.cadence.fence_seconds)
+            final = None if candidate is None else functools.partial(_save_releasing, session, candidate)
+            await release_granted(session.lease, owning.request, self.cadence.fence_seconds, release=final)
         except LeaseLost:
             self._owning.pop(session_id, None)
             return
@@ -648,6 +652,10 @@ class SessionControl:
                 listener(event)
             except Exception:
                 _log.exception("control event listener failed")
+
+
+async def _save_releasing(session: OpenSession, candidate: SaveCandidate, lead: list, changes: dict) -> None:
+    await session.save(candidate, lead=lead, release=changes)
 
 
 async def _awaited(result: Awaitable[None] | None) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
@@ -336,14 +336,26 @@ class OpenSession:
 
     # Saving ---------------------------------------------------------------
 
-    async def save(self, candidate: SaveCandidate | None, *, force: bool = False) -> SaveResult:
+    async def save(
+        self, candidate: SaveCandidate | None, *, force: bool = False, lead: Sequence[Operation] = (),
+        release: Mapping[str, object] | None = None,
+    ) -> SaveResult:
         """Publish ``candidate`` (``None``: a conversation with nothing to
-        save yet, which is never materialized)."""
+        save yet, which is never materialized). ``release``: this save is
+        the lease's release too, one commit with these changes of the
+        released generation after ``lead`` (a granted transfer's fence;
+        :class:`~..authority.lease.LeadStopped` when it stops the program,
+        nothing written), made even when nothing changed
+        (:meth:`Publisher.publish <..authority.publication.Publisher.publish>`);
+        the session is then publication pending only when a publication
+        failed, not a release alone."""
         self.require_mutable()
+        if release is not None and (self.lease is None or candidate is None):
+            raise ValueError("a save releases only a lease this client holds, with a conversation to publish")
         if candidate is None:
             return SaveResult(self.session_id, False, self.head, note="nothing to save: the conversation is empty")
         try:
-            return await self._publish(candidate, force)
+            return await self._publish(candidate, force, lead, release)
         except LeaseLost as lost:
             self.pending = PendingSave(candidate, force, lost.reason)
             self.lose(lost.reason)
@@ -354,6 +366,8 @@ class OpenSession:
             failed.recorded, failed.spooled = self.pending.record is not None, self.pending.spooled is not None
             raise
         except (StoreError, TargetError) as error:
+            if release is not None:
+                raise  # a release alone failed (a publication's failure is a PublicationFailed): nothing to publish again
             # Materialization or the claim failed: nothing was committed.
             self.pending = PendingSave(candidate, force, str(error))
             await self.keep_pending()
@@ -562,13 +576,15 @@ class OpenSession:
             raise SessionReadOnly(self.session_id, "this client holds no lease on it")
         await remove_pending(self.lease, pending_id)
 
-    async def _publish(self, candidate: SaveCandidate, force: bool) -> SaveResult:
+    async def _publish(
+        self, candidate: SaveCandidate, force: bool, lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None
+    ) -> SaveResult:
         async with self._claiming:
             materialized = await self._materialize_and_claim()
         assert self.publisher is not None
-        outcome = await self.publisher.publish(candidate.changed, force=force)
+        outcome = await self.publisher.publish(candidate.changed, force=force, lead=lead, release=release)
         self.conversation.mark_committed(candidate)
-        if outcome.committed:
+        if outcome.committed and release is None:
             self.schedule_collection()
         note = None if outcome.committed else "nothing changed since the committed save"
         return SaveResult(self.session_id, outcome.committed, outcome.head, materialized, outcome.written, outcome.reused, note)
