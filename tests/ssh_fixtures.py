@@ -33,6 +33,7 @@ import asyncio
 import fcntl
 import getpass
 import io
+import marshal
 import os
 import re
 import shutil
@@ -404,15 +405,13 @@ def _bundle_kind(script: bytes) -> str | None:
     if script == compiled_script():
         return "compiled"
     try:
-        text = zlib.decompress(script).decode("utf-8")
-    except (zlib.error, UnicodeDecodeError):
+        loader, modules = marshal.loads(zlib.decompress(script))
+        names = [name for name, _code in modules]
+    except (zlib.error, EOFError, ValueError, TypeError):
         return None
-    ours = zlib.decompress(compiled_script()).decode("utf-8")
-
-    def loads(bundle: str) -> list[str]:
-        return [line.split(",", 1)[0] for line in bundle.splitlines() if line.startswith("_load(")]
-
-    return "compiled" if text.startswith(ours.split("_load(", 1)[0]) and loads(text) == loads(ours) else None
+    our_loader, our_modules = marshal.loads(zlib.decompress(compiled_script()))
+    same = loader.co_code == our_loader.co_code and names == [name for name, _code in our_modules]
+    return "compiled" if same else None
 
 
 async def _command_of(faults: "FaultServer", process, connection) -> None:
