@@ -100,12 +100,12 @@ def test_mcp_whose_host_goes_silent_with_a_call_running_as_its_client_ends_says_
         _send(served, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ApplyPatch", "arguments": {"patch": HANDOFF}}})
         waiting_for_lock(own_sshd)
         with silenced(own_sshd):
-            served.stdin.close()  # the agent ends the server
+            stdin, served.stdin = served.stdin, None
+            stdin.close()  # the agent ends the server
             said = read_until(served, "Ctrl-C stops waiting", stderr=True)
             assert f"still finishing on the SSH host {ALIAS}" in said, said
             served.send_signal(signal.SIGINT)
-            served.wait(timeout=120)
-            out, err = served.stdout.read(), served.stderr.read()
+            out, err = served.communicate(timeout=120)
     finally:
         os.close(lock)
     assert served.returncode == 130, err
