@@ -4,8 +4,12 @@ network then dropping every packet): the wait is said, naming the host,
 and Ctrl-C stops it -- the command ends at once, interrupted, saying what
 it left (before, it said nothing for about a minute, until the
 connection's keepalives gave up, and a Ctrl-C still waited for the given-up
-program's remote process to be ended through the silent connection). A
-real OpenSSH server on loopback, stopped with SIGSTOP."""
+program's remote process to be ended through the silent connection). So
+does every other command that holds an SSH target: ``mevedel apply-patch``
+(as ``read``, ``glob`` and ``grep`` end) given up on with Ctrl-C while its
+program waited on the host, and ``mevedel mcp`` whose client ended its
+input while a call still ran there. A real OpenSSH server on loopback,
+stopped with SIGSTOP."""
 
 from __future__ import annotations
 
