@@ -20,11 +20,17 @@ dropping every packet does: the connection stays open, nothing ever answers.
   the server, as a language server started with that ``HOME`` reads it.
 - ``within(awaitable, what)``: the test's own bounded wait, which fails
   naming what was never answered.
+- ``held_lock(directory)``: the flock a remote program takes on that
+  directory, held by the test (a descriptor to close), so that the program
+  waits on the host -- a program in flight at a known point;
+  ``flock_waiter(pids)``: which of ``pids`` waits for an flock now;
+  ``waiting_for_lock(server)``: a process of the sshd, once one waits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
 import socket
@@ -168,3 +174,29 @@ def ssh_home(tmp_path: Path, sshd: OpenSshServer, limits: str = "") -> Path:
         f"  UserKnownHostsFile {sshd.known_hosts}\n  IdentityAgent none\n{limits}"
     )
     return home
+
+
+def held_lock(directory: Path) -> int:
+    fd = os.open(directory, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def flock_waiter(pids: list[int]) -> int | None:
+    """One of ``pids`` waiting for an flock, from the kernel's table of
+    locks (a waiter's line has ``->`` before its kind)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        words = line.split()
+        if len(words) > 5 and words[1] == "->" and words[2] == "FLOCK" and int(words[5]) in pids:
+            return int(words[5])
+    return None
+
+
+def waiting_for_lock(server: OpenSshServer) -> int:
+    """A process of ``server`` (a remote program) once it waits for an flock."""
+    for _ in ticks():
+        found = flock_waiter(host_processes(server))
+        if found is not None:
+            return found
+        time.sleep(0.02)
+    raise AssertionError("no remote program came to wait for its lock")

@@ -753,3 +753,48 @@ def test_emacs_input_history(emacs: str, workspace: Workspace) -> None:
     assert re.search(r"Ran 1 tests, 1 results as expected, 0 unexpected", output), output
     assert re.search(r"passed +1/1 +mevedel-lsp-test-history-m-p-and-m-n-step-through-sent-prompts", output), output
     assert len(list((workspace.root / ".mevedel").glob("input-history.corrupt-*"))) == 1
+
+
+def test_emacs_c_g_at_the_question_before_a_session_beside_a_held_one_starts_nothing(emacs: str, workspace: Workspace, tmp_path) -> None:
+    """A second session while the first is open here asks whether both may
+    share the project's files; C-g there: nothing is started, the echo area
+    says so, and Emacs goes on (the next command starts a session once
+    told Start anyway)."""
+    # The question's time limit far off: what answers it is the key.
+    screen = _terminal_emacs(emacs, workspace, tmp_path, [[{"say": "unused"}]],
+                             ":controlTransfer (:promptTimeoutSeconds 600)")
+    try:
+        screen.wait_for(lambda s: "[eglot:" in s, "eglot managing notes.txt")
+        _new_session(screen, "First")
+        screen.wait_for(lambda s: "created session First" in s, "the first session")
+        _new_session(screen, "Second")
+        asked = screen.wait_for(lambda s: "[empty or C-g: Cancel]" in s, "the question")
+        assert "share this project's files" in _unwrapped(asked), asked
+        screen.keys("C-g")
+        told = screen.wait_for(lambda s: "no new session was started" in _unwrapped(s), "what C-g did")
+        assert "Traceback" not in told and "Error running timer" not in told, told
+        _new_session(screen, "Third")
+        screen.wait_for(lambda s: "[empty or C-g: Cancel]" in s, "the question again")
+        screen.text("Start anyway")
+        screen.keys("Enter")
+        screen.wait_for(lambda s: "created session Third" in s, "the session started anyway")
+        # The sessions list: the two started, no other.
+        screen.keys("C-c", "m", "l")
+        listed = screen.wait_for(lambda s: "Third" in s and "First" in s and "*mevedel sessions" in s, "the sessions list")
+        assert "Second" not in listed, listed
+    finally:
+        screen.close()
+
+
+def _new_session(screen: Screen, name: str) -> None:
+    """C-c m c, NAME, Enter."""
+    screen.keys("C-c", "m", "c")
+    screen.wait_for(lambda s: "New session name" in s, "the name's prompt")
+    screen.text(name)
+    screen.keys("Enter")
+
+
+def _unwrapped(screen: str) -> str:
+    """SCREEN with a terminal's wrapped lines joined (a long message in the
+    echo area continues on the next line)."""
+    return re.sub(r"\\?\n", "", screen)

@@ -510,3 +510,47 @@ def test_neovim_artifact_messages_start_their_own_line_in_tmux(nvim: str, worksp
         assert "not a whiteboard scene" in screen, screen
     finally:
         subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)
+
+
+def test_neovim_esc_at_the_question_before_a_session_beside_a_held_one_starts_nothing(nvim: str, workspace: Workspace, tmp_path) -> None:
+    """A second session while the first is open here asks whether both may
+    share the project's files; Esc there: nothing is started, Neovim says
+    so, and goes on (the next command starts a session once told Start
+    anyway)."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (scripts/setup --test installs it)")
+    script = tmp_path / "screen-agent.json"
+    script.write_text(json.dumps({"turns": [[{"say": "Nothing to edit."}]]}))
+    # The question's time limit far off: what answers it is the key.
+    session, log = _screen(tmux, nvim, workspace, tmp_path, script, {"controlTransfer": {"promptTimeoutSeconds": 600}})
+    try:
+        session.wait_for("the first session open", lambda s: "prompt sent" in (log.read_text() if log.exists() else ""), log)
+        # Neovim's own messages from here: what the person reads.
+        session.keys(":lua vim.notify = _G.mevedel_real_notify", "Enter")
+        session.keys(":MevedelSessionNew Second", "Enter")
+        asked = session.wait_for("the question", lambda s: "2: Cancel" in s, log)
+        assert "share this project's files" in _unwrapped(asked) and "1: Start anyway" in asked, asked
+        session.keys("Escape")
+        told = session.wait_for("what Esc did", lambda s: "no new session was started" in _unwrapped(s), log)
+        assert "stack traceback" not in told and "Error executing" not in told, told
+        if "Press ENTER" in told:
+            session.keys("Enter")
+        session.keys(":MevedelSessionNew Third", "Enter")
+        session.wait_for("the question again", lambda s: "2: Cancel" in s and "no new session was started" not in _unwrapped(s), log)
+        session.keys("1", "Enter")
+        session.wait_for("the session started anyway", lambda s: "created session Third" in _unwrapped(s), log)
+        # The sessions picker: the two started, no other.
+        if "Press ENTER" in session.screen():
+            session.keys("Enter")
+        session.keys(":MevedelSessions", "Enter")
+        listed = session.wait_for("the sessions picker", lambda s: "Third" in s and "Screen demo" in s, log)
+        assert "Second" not in listed, listed
+        session.keys("Escape")
+    finally:
+        subprocess.run([tmux, "-L", session.socket, "kill-server"], capture_output=True)
+
+
+def _unwrapped(screen: str) -> str:
+    """SCREEN with the lines a long message wrapped joined again."""
+    return screen.replace("\n", "")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import shlex
 import sys
@@ -56,6 +57,7 @@ from .session_client import (
 )
 
 if TYPE_CHECKING:
+    from ..mcp_client import McpAccess
     from ..targets import SshLocation, Target
 
 SOCKET_ENV = "MEVEDEL_TOOL_SOCKET"
@@ -176,15 +178,16 @@ async def _reached(location: SshLocation, authored: str):
     standard error, that the host or directory cannot be used, rather than
     from every tool call failing."""
     from ..targets import workspace_target
+    from .leaving import finish
 
     target = workspace_target(location)
     try:
         await target.stat(".")
     except TargetError as error:
-        await target.close()
+        await finish(target)
         raise CommandError("unavailable", f"--workspace {authored}: {error.reason}") from None
     except BaseException:
-        await target.close()
+        await finish(target)
         raise
     return target
 
@@ -200,14 +203,11 @@ async def _standalone(
     # (Path, not SshLocation: a local workspace never loads the SSH grammar.)
     if not isinstance(location, Path):
         target = await _reached(location, authored or location.uri)
+    else:
         try:
-            return await _serve(target, location, session, memory_roots, skill_roots, client_state)
-        finally:
-            await target.close()
-    try:
-        target = LocalTarget(location)
-    except TargetError as error:
-        raise CommandError("unavailable", f"workspace {location}: {error.reason}") from None
+            target = LocalTarget(location)
+        except TargetError as error:
+            raise CommandError("unavailable", f"workspace {location}: {error.reason}") from None
     return await _serve(target, location, session, memory_roots, skill_roots, client_state)
 
 
@@ -219,12 +219,13 @@ async def _serve(
     skill_roots: tuple[SkillRoot, ...],
     client_state: Path | None,
 ) -> int:
-    from mcp.server.stdio import stdio_server
+    """Serve until the client ends the input, then end as every command
+    does (:func:`.leaving.finish`): the calls still running answered, the
+    MCP servers stopped, the session detached and the target closed -- on
+    an SSH host that stopped answering, a wait said on standard error (the
+    client's log; standard output is the MCP wire) that Ctrl-C stops."""
+    from .leaving import finish
 
-    from ..tool_server import StandaloneContext, serve
-    from .session_command import session_named
-
-    remote = not isinstance(location, Path)
     # All of the client's state is in its one directory: who it is, the
     # servers it approved and the saves it keeps for a host (a workspace
     # here needs no spool), so --client-state takes them all along.
@@ -236,40 +237,104 @@ async def _serve(
         access = configured_access(location, cli_config_path(), how_to_approve=_how_to_approve(client_state), remote=target,
                                    approvals=Path(state) / default_approvals_path().name)
     except ValueError as error:
+        await finish(target)
         raise CommandError("invalid-params", str(error)) from None
     service = SessionService(target, cli_identity(state), **PRODUCT_STORAGE, pending_spool=workspace_spool(location, state),
                              stopped_turn_changes=stopped_turn_lookup(target), leases_outlive_process=True)
     # A save this machine kept for the host reaches it when the session is resumed here.
     tell_kept_saves(service, location)
+    input_ended = asyncio.Event()
+    serving = asyncio.ensure_future(_serving(service, location, session, memory_roots, skill_roots, access, input_ended))
+    waiting = asyncio.ensure_future(input_ended.wait())
     try:
-        sid = None
-        if session is not None:
-            try:
-                sid = await session_named(service, session)
-                opened = await service.sessions.open(sid, "auto")
-            except TargetError as error:  # the host went away after it was reached
-                raise CommandError("unavailable", naming_session(session, error)) from None
-            except Exception as error:
-                if not is_refusal(error):
-                    raise
-                raise CommandError(error_kind(error), naming_session(session, error)) from None
-            if opened.action == "join":
-                print(
-                    f"mevedel mcp: session {sid} is held by another client; serving it read-only "
-                    "(work:// and project writes are refused)",
-                    file=sys.stderr,
-                )
-        context = StandaloneContext(
-            None if remote else location, service, sid, memory_roots=memory_roots, skill_roots=skill_roots, mcp=access
-        )
+        await asyncio.wait([serving, waiting], return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # Ctrl-C while serving: nothing more is answered
+        serving.cancel()
+        raise
+    finally:
+        waiting.cancel()
+        await finish(target, functools.partial(_ended, serving, access, service))
+    return 0
+
+
+async def _serving(
+    service: SessionService,
+    location: Path | SshLocation,
+    session: str | None,
+    memory_roots: tuple[MemoryRoot, ...],
+    skill_roots: tuple[SkillRoot, ...],
+    access: McpAccess,
+    input_ended: asyncio.Event,
+) -> None:
+    """The session bound, then the tools served over stdio until the input
+    ends (``input_ended`` set then) and every call still running answered."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    from ..tool_server import StandaloneContext, serve
+    from .session_command import session_named
+
+    remote = not isinstance(location, Path)
+    sid = None
+    if session is not None:
         try:
-            async with stdio_server() as (read_stream, write_stream):
-                await serve(context, read_stream, write_stream)
-        finally:
-            await context.close()
+            sid = await session_named(service, session)
+            opened = await service.sessions.open(sid, "auto")
+        except TargetError as error:  # the host went away after it was reached
+            raise CommandError("unavailable", naming_session(session, error)) from None
+        except Exception as error:
+            if not is_refusal(error):
+                raise
+            raise CommandError(error_kind(error), naming_session(session, error)) from None
+        if opened.action == "join":
+            print(
+                f"mevedel mcp: session {sid} is held by another client; serving it read-only "
+                "(work:// and project writes are refused)",
+                file=sys.stderr,
+            )
+    context = StandaloneContext(
+        None if remote else location, service, sid, memory_roots=memory_roots, skill_roots=skill_roots, mcp=access
+    )
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            relayed, received = anyio.create_memory_object_stream(0)
+            async with anyio.create_task_group() as group:
+                group.start_soon(_relay, read_stream, relayed, input_ended)
+                await serve(context, received, write_stream)
+    finally:
+        await context.close()
+
+
+async def _relay(source: Any, sink: Any, ended: asyncio.Event) -> None:
+    """The client's messages passed on to the server, ``ended`` set once the
+    client ended the input: the command's end begins then, while the calls
+    still running are answered."""
+    import anyio
+
+    try:
+        async with source, sink:
+            async for message in source:
+                await sink.send(message)
+    except anyio.BrokenResourceError:  # the server stopped reading first
+        pass
+    finally:
+        ended.set()
+
+
+async def _ended(serving: asyncio.Future, access: McpAccess, service: SessionService) -> None:
+    """The command's last work: the calls still running answered, the MCP
+    servers stopped and the session service detached. Given up on (Ctrl-C
+    while it waited for a silent host), it stops answering as well."""
+    try:
+        await asyncio.wait([serving])
+    except asyncio.CancelledError:
+        serving.cancel()
+        raise
+    try:
+        if not serving.cancelled():  # (cancelled: Ctrl-C while serving)
+            serving.result()  # the session's refusal, if it was not bound
     finally:
         try:
             await access.connections.close_all()
         finally:
             await service.sessions.detach()
-    return 0

@@ -63,7 +63,6 @@ from .session_client import CommandError, cli_identity, refuse, stopped_turn_loo
 
 if TYPE_CHECKING:
     from ..mcp_client import McpAccess
-    from ..resources import PatchResult
     from ..targets import Target
 
 FAILED = 1
@@ -180,23 +179,27 @@ def _mcp_access(arguments: argparse.Namespace, workspace: Path | SshLocation, ta
         raise _UsageError(str(error)) from None
 
 
-async def _execute(attempt: Any, context: ResolverContext) -> Any:
-    """Run the attempt, then stop every MCP server it started (and close an
-    SSH workspace's connection)."""
+async def _answer(arguments: argparse.Namespace, attempt: Any, context: ResolverContext) -> int:
+    """Run the attempt and print its answer, then end the command
+    (:func:`_end`): the person has the answer while that waits for a host."""
     try:
-        return await execute(attempt)
-    finally:
         try:
-            if context.mcp is not None:
-                await context.mcp.connections.close_all()
-        finally:
-            await _close(context)
+            result = await execute(attempt)
+        except AddressError as error:
+            return _failed(arguments, error)
+        return _printed(arguments, result)
+    finally:
+        await _end(context)
 
 
-async def _close(context: ResolverContext) -> None:
-    close = getattr(context.store_target, "close", None) if context.remote_workspace else None
-    if close is not None:
-        await close()
+async def _end(context: ResolverContext) -> None:
+    """Every MCP server the command started stopped, and an SSH workspace's
+    connection closed, as every command ends (:func:`.leaving.finish`)."""
+    from .leaving import finish
+
+    mcp = context.mcp
+    await finish(context.store_target if context.remote_workspace else None,
+                 mcp.connections.close_all if mcp is not None else None)
 
 
 class _UsageError(Exception):
@@ -252,12 +255,13 @@ async def _held_session(target: Target) -> str | None:
     of ``--session`` as for ``mevedel turn`` (None when it holds none or
     several)."""
     from ..store import LeaseState, SessionService
+    from .leaving import leave
 
     service = SessionService(target, cli_identity(), leases_outlive_process=True)
     try:
         rows = (await service.sessions.list()).rows
     finally:
-        await service.sessions.detach()
+        await leave(service)  # and its target closed: the command reaches the workspace again for its answer
     held = [r.session_id for r in rows if r.holder_is_self and r.lease_state in (LeaseState.ACTIVE, LeaseState.PUBLISHING)]
     return held[0] if len(held) == 1 else None
 
@@ -278,26 +282,34 @@ def _run(arguments: argparse.Namespace) -> int:
         try:
             attempt = prepare(arguments.operation, operand, options, context)
         except BaseException:
-            asyncio.run(_close(context))
+            asyncio.run(_end(context))
             raise
         if arguments.operation is Operation.APPLY_PATCH and arguments.session:
             # Validated first: a patch refused as written claims no lease.
-            result = asyncio.run(_patch_under_lease(operand, arguments, context))
-        else:
-            result = asyncio.run(_execute(attempt, context))
+            return asyncio.run(_patch_under_lease(operand, arguments, context))
+        return asyncio.run(_answer(arguments, attempt, context))
     except AddressError as error:
-        if arguments.json:
-            print(json.dumps({"error": error.to_json()}))
-        else:
-            print(f"{shown(error.authored)}: {error.kind.value}: {error.reason}{_next_step(error)}", file=sys.stderr)
-        return FAILED
+        return _failed(arguments, error)
     except CommandError as error:
         return refuse(arguments, error.kind, str(error))
+
+
+def _printed(arguments: argparse.Namespace, result: Any) -> int:
     if arguments.json:
         print(json.dumps(_jsonable(arguments.operation, result)))
     else:
         print(_text(arguments.operation, result))
+    sys.stdout.flush()
     return 0
+
+
+def _failed(arguments: argparse.Namespace, error: AddressError) -> int:
+    if arguments.json:
+        print(json.dumps({"error": error.to_json()}))
+        sys.stdout.flush()
+    else:
+        print(f"{shown(error.authored)}: {error.kind.value}: {error.reason}{_next_step(error)}", file=sys.stderr)
+    return FAILED
 
 
 async def _default_session(location: Path | SshLocation) -> str | None:
@@ -310,18 +322,16 @@ async def _default_session(location: Path | SshLocation) -> str | None:
     except TargetError:
         return None
     try:
-        return await _held_session(target)
+        return await _held_session(target)  # which closes the target
     except TargetError:
         return None
-    finally:
-        if isinstance(location, SshLocation):
-            await target.close()
 
 
-async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context: ResolverContext) -> PatchResult:
-    """Run an ApplyPatch with ``--session`` as this CLI client: the session
-    is resumed under its lease first (refused when another client holds it
-    or it does not exist), and stays held afterwards."""
+async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context: ResolverContext) -> int:
+    """Run an ApplyPatch with ``--session`` as this CLI client and print its
+    answer: the session is resumed under its lease first (refused when
+    another client holds it or it does not exist), and stays held
+    afterwards."""
     from ..resources import PatchOptions, writable_sessions
     from ..store import SessionService, error_kind, is_refusal
 
@@ -338,7 +348,11 @@ async def _patch_under_lease(patch: str, arguments: argparse.Namespace, context:
                 raise
             raise CommandError(error_kind(error), str(error)) from None
         held = dataclasses.replace(context, store_target=target, session_writable=writable_sessions(service))
-        return await execute(prepare(Operation.APPLY_PATCH, patch, PatchOptions(), held))  # type: ignore[return-value]
+        try:
+            result = await execute(prepare(Operation.APPLY_PATCH, patch, PatchOptions(), held))
+        except AddressError as error:
+            return _failed(arguments, error)
+        return _printed(arguments, result)
     finally:
         from .leaving import leave
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import signal
 from pathlib import Path
@@ -31,6 +30,8 @@ from mevedel_server.targets.remote_errors import TargetUnavailable
 from mevedel_server.targets.ssh import SshTarget
 from processes import process_alive
 from silent_host import (  # noqa: F401
+    flock_waiter,
+    held_lock,
     host_processes,
     limit_sessions,
     own_sshd_fixture,
@@ -44,22 +45,12 @@ from ssh_fixtures import ALIAS
 KEEPALIVES = dict(ServerAliveInterval=1, ServerAliveCountMax=2)
 
 
-def _blocked_on_flock(pids: list[int]) -> int | None:
-    """One of ``pids`` waiting for an flock, from the kernel's table of
-    locks (a waiter's line has ``->`` before its kind)."""
-    for line in Path("/proc/locks").read_text().splitlines():
-        words = line.split()
-        if len(words) > 5 and words[1] == "->" and words[2] == "FLOCK" and int(words[5]) in pids:
-            return int(words[5])
-    return None
-
-
 async def _waiting_remote_program(sshd, program: asyncio.Future | None = None, seen: set[int] = frozenset()) -> int:
     """The remote program's python process once it waits for its lock
     (long after it announced its process id and read its request); one
     not in ``seen``. ``program`` ending first fails with its outcome."""
     for _ in ticks():
-        found = _blocked_on_flock([pid for pid in host_processes(sshd) if pid not in seen])
+        found = flock_waiter([pid for pid in host_processes(sshd) if pid not in seen])
         if found is not None:
             return found
         if program is not None and program.done():
@@ -113,16 +104,10 @@ async def _target(sshd, tmp_path: Path, limit: float | None, **options) -> tuple
     return target, root
 
 
-def _held(directory: Path) -> int:
-    fd = os.open(directory, os.O_RDONLY)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
-
-
 async def test_a_stopped_remote_program_is_ended_and_the_connection_serves_the_next(own_sshd, tmp_path):
     target, root = await _target(own_sshd, tmp_path, limit=5)
     async with target:
-        lock = _held(root / "lock")
+        lock = held_lock(root / "lock")
         try:
             program = asyncio.ensure_future(
                 target.run(ControlProgram([CreateExclusive("stuck", b"1")], lock="lock"))
@@ -151,7 +136,7 @@ async def test_a_stopped_remote_program_is_ended_and_the_connection_serves_the_n
 async def test_a_program_slower_than_the_keepalives_but_within_the_limit_completes(own_sshd, tmp_path):
     target, root = await _target(own_sshd, tmp_path, limit=30)
     async with target:
-        lock = _held(root / "lock")
+        lock = held_lock(root / "lock")
         try:
             program = asyncio.ensure_future(
                 target.run(ControlProgram([CreateExclusive("slow", b"1")], lock="lock"))
@@ -172,7 +157,7 @@ async def test_a_cancelled_program_ends_its_stopped_remote_process(own_sshd, tmp
     stopped: set[int] = set()
     try:
         async with target:
-            lock = _held(root / "lock")
+            lock = held_lock(root / "lock")
             try:
                 program = asyncio.ensure_future(
                     target.run(ControlProgram([CreateExclusive("cancelled", b"1")], lock="lock"))
@@ -199,7 +184,7 @@ async def test_more_cancelled_stopped_programs_than_the_hosts_sessions_leave_the
     stopped: set[int] = set()
     try:
         async with target:
-            lock = _held(root / "lock")
+            lock = held_lock(root / "lock")
             try:
                 for number in range(sessions + 2):
                     program = asyncio.ensure_future(
@@ -224,7 +209,7 @@ async def test_a_program_cancelled_on_a_host_gone_silent_returns_and_the_target_
     # returns, and closing the target (which waits for what it started to
     # end remote processes) ends too, however the host keeps its silence.
     target, root = await _target(own_sshd, tmp_path, limit=None)
-    lock = _held(root / "lock")
+    lock = held_lock(root / "lock")
     try:
         program = asyncio.ensure_future(target.run(ControlProgram([CreateExclusive("cancelled", b"1")], lock="lock")))
         await _waiting_remote_program(own_sshd, program)
