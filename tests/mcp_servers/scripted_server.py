@@ -2,13 +2,16 @@
 of tests/e2e/test_mcp_resources.py: a resource whose read kills the server
 mid-read, one whose read never answers, one that says which process
 answered (to see a reconnection), and a huge one. ``--marker PATH`` creates PATH when the
-server starts: a test proves a server did not run by its absence."""
+server starts: a test proves a server did not run by its absence. ``--linger``: when its
+input ends the server does not exit, and ignores SIGTERM (a badly behaved server)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from mcp.server.fastmcp import FastMCP
@@ -46,3 +49,6 @@ if __name__ == "__main__":
         Path(sys.argv[2]).write_text("started\n", encoding="utf-8")
     print("scripted MCP server starting", file=sys.stderr, flush=True)
     server.run("stdio")
+    if sys.argv[1:] == ["--linger"]:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(600)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from contextlib import asynccontextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
 from mcp import StdioServerParameters
@@ -54,7 +55,13 @@ def _request_id(head: bytes, tail: bytes) -> int | str | None:
 
 
 @asynccontextmanager
-async def bounded_stdio_client(server: StdioServerParameters, errlog: TextIO, max_bytes: int):
+async def bounded_stdio_client(
+    server: StdioServerParameters, errlog: TextIO, max_bytes: int, started: Callable[[Any], None] | None = None
+):
+    """The SDK's stdio client with a bound on each message's size.
+    ``started``: told the server's process (the leader of a process group
+    of its own) once it runs, so its owner can end it without this
+    context's cooperation."""
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     try:
@@ -69,6 +76,8 @@ async def bounded_stdio_client(server: StdioServerParameters, errlog: TextIO, ma
         for stream in (read_stream, write_stream, read_writer, write_reader):
             await stream.aclose()
         raise
+    if started is not None:
+        started(process)
 
     async def deliver(line: bytes) -> None:
         try:

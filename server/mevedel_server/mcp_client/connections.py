@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
+import os
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,6 +99,8 @@ class _Connection:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     lost: bool = False
     log_offset: int = 0
+    #: The server's process once started (the leader of its own group).
+    process: Any = None
 
     @property
     def alive(self) -> bool:
@@ -206,7 +211,8 @@ class McpConnections:
         )
         try:
             with open(connection.log_path, "a", encoding="utf-8", errors="replace") as errlog:
-                async with bounded_stdio_client(parameters, errlog, self.max_message_bytes) as (read, write):
+                started = functools.partial(setattr, connection, "process")
+                async with bounded_stdio_client(parameters, errlog, self.max_message_bytes, started) as (read, write):
                     # Messages pass through a pump that notices the end of
                     # the server's output, so a dead server is known at once.
                     forward, received = anyio.create_memory_object_stream[Any](0)
@@ -384,7 +390,22 @@ class McpConnections:
         if not tasks:
             return
         _done, pending = await asyncio.wait(tasks, timeout=grace)
+        # Killed, and their ends waited for, before their tasks are
+        # cancelled: a cancellation may land on the SDK's own wait for the
+        # process, and the caller (a server's exit) must not return while a
+        # server it started still runs (at load it did, for a moment).
+        await asyncio.gather(*(_end_process(c.process) for c in connections if c.task in pending and c.process is not None))
         await asyncio.gather(*(_kill(task) for task in pending))
+
+
+async def _end_process(process: Any) -> None:
+    """SIGKILL to the server's process group (the SDK starts each server in
+    a session of its own), then its exit waited for."""
+    if process.returncode is None:  # not yet reaped: its pid is still its own
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        await process.wait()
 
 
 async def _kill(task: asyncio.Task[None]) -> None:

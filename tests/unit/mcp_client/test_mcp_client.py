@@ -183,6 +183,19 @@ async def test_an_answer_over_the_message_limit_is_unreadable_at_once_and_the_se
         await connections.close_all()
 
 
+async def test_a_server_that_outlives_its_input_has_ended_when_close_all_returns(tmp_path):
+    """The server's exit stops the MCP servers it started: one that neither
+    exits when its input ends nor on SIGTERM is killed, and gone (reaped)
+    once ``close_all`` returns -- not a moment after the caller exited."""
+    spec = McpServerSpec("s", sys.executable, (str(SCRIPTED), "--linger"))
+    connections = McpConnections(call_timeout=60, log_dir=tmp_path / "logs")
+    context = ResolverContext(mcp=McpAccess(connections, {"s": spec}))
+    found = await execute(prepare(Operation.READ, "mcp://s/test%3A%2F%2Fpid", ReadOptions(), context))
+    pid = int(found.text.split()[-1])
+    await connections.close_all()
+    assert not Path(f"/proc/{pid}").exists(), Path(f"/proc/{pid}/stat").read_text()
+
+
 def test_a_bad_mcp_servers_setting_is_refused_naming_the_entry():
     from mevedel_protocol import Settings
     from mevedel_server.lsp.configuration import merge_settings
