@@ -18,6 +18,7 @@ import pytest
 from mevedel_server.store import ClientIdentity, observe_lease, read_committed
 from mevedel_server.store.content.sidecar import EngineRef, EngineState
 from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.errors import PublicationFailed
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
 from mevedel_server.targets import (
@@ -192,3 +193,29 @@ async def test_an_error_at_any_write_of_a_grant_leaves_a_hand_over_that_finishes
     # publication's writes or the release leaves the final publication
     # pending, which the next look publishes again as the release.
     assert ways["asked again"] == 1 and ways["its publication released again"] >= 5, ways
+
+
+async def test_a_pending_publication_from_before_the_grant_waits_for_the_person(tmp_path):
+    """A save that failed before the grant is the person's to retry or
+    abandon: the drain waits for that at every look, however often it looks,
+    and hands over once the person retried it -- with what it held."""
+    target, owner, control, asker, asker_control, sid = await asked(tmp_path / "ws", False)
+    await owner.turns.begin_turn(sid, "second")
+    await owner.turns.append(sid, EvidenceInput("response", text="second answer"))
+    target.arm(1, "error")
+    with pytest.raises(PublicationFailed):
+        await owner.turns.settle(sid)
+    assert owner.session(sid).pending is not None
+    await control.grant(sid)
+    for _ in range(3):
+        await control.poll()
+        status = control.status(sid)
+        assert status.waiting_for == "the pending publication to be retried or abandoned" and status.failure is None
+        assert owner.info(sid).access.value == "writable"
+    await owner.sessions.retry_publication(sid)
+    await control.poll()
+    assert owner.info(sid).access.value == "read-only"
+    kill(owner)
+    await asker_control.poll()
+    assert asker.info(sid).settled_turns == 2
+    await asker.sessions.close(sid)
