@@ -195,10 +195,39 @@ async def test_an_error_at_any_write_of_a_grant_leaves_a_hand_over_that_finishes
     assert ways["asked again"] == 1 and ways["its publication released again"] >= 5, ways
 
 
+async def test_a_process_that_stops_after_an_error_leaves_a_hand_over_the_next_one_finishes(tmp_path):
+    """The process stops after the failed write (a CLI command ends, an
+    editor quits): the next process of the same client finds the grant
+    standing -- and, when the final publication failed, that publication's
+    durable record -- and finishes the hand-over at its first look, without
+    anyone's retry: the record is the release's own (the grant's fence is
+    written), published again as the release."""
+    target, owner, control, _asker, _asker_control, sid = await asked(tmp_path / "baseline", False)
+    target.arm(None)
+    await control.grant(sid)
+    total = target.writes
+    kill(owner)
+    recorded = 0
+    for point in range(1, total + 1):
+        root = tmp_path / f"error-{point}"
+        target, owner, control, asker, asker_control, sid = await asked(root, False)
+        target.arm(point, "error")
+        try:
+            await control.grant(sid)
+        except TargetError:
+            pass
+        recorded += owner.session(sid).pending is not None
+        kill(owner)
+        await finish_after_crash(root, sid, await fresh_reader(root, sid), asker, asker_control)
+        assert not (root / ".mevedel" / "sessions" / sid / ".pending-publication").exists(), f"error at write {point}"
+    assert recorded >= 5
+
+
 async def test_a_pending_publication_from_before_the_grant_waits_for_the_person(tmp_path):
     """A save that failed before the grant is the person's to retry or
-    abandon: the drain waits for that at every look, however often it looks,
-    and hands over once the person retried it -- with what it held."""
+    abandon: the drain waits for that at every look, however often it looks
+    and in a process started afterwards too, and hands over once the person
+    retried it -- with what it held."""
     target, owner, control, asker, asker_control, sid = await asked(tmp_path / "ws", False)
     await owner.turns.begin_turn(sid, "second")
     await owner.turns.append(sid, EvidenceInput("response", text="second answer"))
@@ -212,6 +241,14 @@ async def test_a_pending_publication_from_before_the_grant_waits_for_the_person(
         status = control.status(sid)
         assert status.waiting_for == "the pending publication to be retried or abandoned" and status.failure is None
         assert owner.info(sid).access.value == "writable"
+    # A process that starts afterwards (the record restored) waits the same.
+    kill(owner)
+    owner = SessionService(LocalTarget(tmp_path / "ws"), OWNER, renew_every=3600)
+    await owner.sessions.open(sid, "resume")
+    control = SessionControl(owner)
+    await control.poll()
+    assert control.status(sid).waiting_for == "the pending publication to be retried or abandoned"
+    assert owner.info(sid).access.value == "writable"
     await owner.sessions.retry_publication(sid)
     await control.poll()
     assert owner.info(sid).access.value == "read-only"

@@ -49,10 +49,12 @@ from ..authority.transfer import (
     Release,
     decide_grant,
     decide_keep,
+    fence_written,
     read_mailbox,
     read_requester_view,
     release_granted,
     request_control,
+    write_fence,
 )
 from ..content.turns import ConversationError, SaveCandidate
 from ..errors import LeaseLost, StoreError
@@ -145,6 +147,8 @@ class _Owning:
     #: Why the last attempt at the release failed (None: none failed since
     #: the last one that waited or began).
     failure: str | None = None
+    #: The fence is known written (by this process).
+    fenced: bool = False
 
 
 @dataclass
@@ -560,6 +564,7 @@ class SessionControl:
             if session.lease is not None and not session.lease.released and session.renewal is None:
                 session._start_renewal()
             owning.failure = str(error)
+            await self._fence_own_final(session, owning)
             if owning.waiting_for != RELEASE_AGAIN:
                 owning.waiting_for = RELEASE_AGAIN
                 self._emit(
@@ -577,6 +582,36 @@ class SessionControl:
         self._emit(
             ControlEvent(session_id, OWNER, "released", f"handed session {session_id} to {host}{why}", requester_host=host)
         )
+
+    async def _fence_own_final(self, session: OpenSession, owning: _Owning) -> None:
+        """The release's own final publication is pending, journalled: the
+        fence goes on disk too (the release's program may have stopped
+        before it), by which a process that starts before the retry knows
+        the record for the release's own (:meth:`_adopt_own_record`)."""
+        if owning.fenced or not _own_final(session, owning) or session.lease is None:
+            return
+        try:
+            await write_fence(session.lease, owning.request, self.cadence.fence_seconds)
+        except (StoreError, TargetError) as error:
+            _log.info("session %s: the fence waits for the release: %s", session.session_id, error)
+            return
+        owning.fenced = True
+
+    async def _adopt_own_record(self, session: OpenSession, owning: _Owning) -> None:
+        """A process that finds its client's grant standing and a pending
+        publication restored from its record: the record is the release's
+        own -- retried as the release, without asking anyone -- when this
+        client journalled it and the grant's fence is written (nothing
+        fences before the release is attempted, and a draining session
+        takes no other save: a person's pending publication from before
+        the grant would have stopped the drain short of its release)."""
+        pending = session.pending
+        if pending is None or pending.candidate is not None or pending.record is None or pending.stale is not None:
+            return
+        if pending.record.client_id != self.service.client.client_id:
+            return
+        if await fence_written(self.service.target, session.paths, owning.request.transfer_generation):
+            owning.final_record, owning.fenced = pending.record.pending_id, True
 
     def _service_changed(self, change) -> None:
         if self._task is not None and change.session_id not in self._watchers and self.service.is_open(change.session_id):
@@ -624,6 +659,7 @@ class SessionControl:
             # the hand-over still owes its drain and release.
             owning = _Owning(request, 0)
             self._owning[session_id] = owning
+            await self._adopt_own_record(session, owning)
             self._begin_drain(session, owning)
             await self._drain(session_id)
             return
