@@ -63,6 +63,19 @@ def kill(service: SessionService) -> None:
             renewal.cancel()
 
 
+def counting(target: FaultInjectingTarget) -> list[list[str]]:
+    """The programs ``target`` runs from now on, each as its operations' names."""
+    programs: list[list[str]] = []
+    run = target.run
+
+    async def counted(program):
+        programs.append([type(op).__name__ for op in program.operations])
+        return await run(program)
+
+    target.run = counted
+    return programs
+
+
 async def asked(root: Path, power_loss: bool):
     """The owner's session after a prompt (its agent binding ready), a
     request for it waiting, and the owner's control having seen it."""
@@ -178,8 +191,11 @@ async def test_an_error_at_any_write_of_a_grant_leaves_a_hand_over_that_finishes
             # why; nothing for a person to do.
             assert status.waiting_for == "its release to be tried again" and status.failure, f"error at write {point}: {status}"
             pending = owner.session(sid).pending is not None
+            programs = counting(target)
             await control.poll()
             way.append("its publication released again" if pending else "released again")
+            if pending:  # as the first attempt: one program publishes, releases (and drops its record)
+                assert len(programs) == 1 and owner.info(sid).access.value == "read-only", f"error at write {point}: {programs}"
         assert owner.info(sid).access.value == "read-only", f"error at write {point}: {control.status(sid)}"
         assert owner.session(sid).pending is None
         # Its durable record went with the release: the requester finds

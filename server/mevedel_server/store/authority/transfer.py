@@ -261,16 +261,21 @@ Release = Callable[[list[Operation], dict[str, object]], Awaitable[object]]
 
 
 async def release_granted(
-    lease: LeaseHandle, request: TransferRequest, fence_seconds: int = DEFAULT_FENCE_SECONDS, *, release: Release | None = None
+    lease: LeaseHandle, request: TransferRequest, fence_seconds: int = DEFAULT_FENCE_SECONDS, *, release: Release | None = None,
+    fenced: bool = False,
 ) -> None:
     """End a granted transfer: the fence for the requester, then the release
     opening the next transfer generation, in one program. ``release``: the
     commit that releases (the owner's final publication, which the released
     generation then names: ``OpenSession.save``); by default the lease's
-    release alone."""
+    release alone. ``fenced``: the fence is known to be on disk already
+    (:func:`write_fence`), and the release runs without it."""
     fence = _fence(lease, request, fence_seconds)
     changes: dict[str, object] = {"transfer_generation": request.transfer_generation + 1}
     release = release or _releasing(lease)
+    if fenced:
+        await release([], changes)
+        return
     try:
         await release([fence], changes)
     except LeadStopped as stopped:

@@ -19,6 +19,10 @@ it has open:
   is running, a pending publication or a recovery is waited for, and the
   owner is told which; then the fenced release, whose commit is the final
   publication (the agent binding ended), and the session is read-only here.
+  A release that fails is tried again at the next poll: a final publication
+  it left pending is the drain's own, published again as the release (a
+  restarted process knows its record by the grant's fence); only a
+  publication pending from before the grant waits for a person.
 - Requester side: the poll reads the decision and the lease head. A keep
   ends the pending state; the released successor fenced for this client is
   acquired, and the committed state is reloaded before the session is
@@ -147,7 +151,8 @@ class _Owning:
     #: Why the last attempt at the release failed (None: none failed since
     #: the last one that waited or began).
     failure: str | None = None
-    #: The fence is known written (by this process).
+    #: The fence is known to be on disk (written after a failed release, or
+    #: found by a restarted process): the release is tried without it.
     fenced: bool = False
 
 
@@ -554,7 +559,7 @@ class SessionControl:
                 final = None if candidate is None else functools.partial(_save_releasing, session, candidate)
             await session.stop_renewal()
             assert session.lease is not None
-            await release_granted(session.lease, owning.request, self.cadence.fence_seconds, release=final)
+            await release_granted(session.lease, owning.request, self.cadence.fence_seconds, release=final, fenced=owning.fenced)
         except LeaseLost:
             self._owning.pop(session_id, None)
             return
