@@ -1026,7 +1026,7 @@ class LeaseHandle:
     ) -> ProgramResult:
         """Write the next generation with ``changes`` (``stamped``: and with
         fresh times from the write's own clock reading) after ``lead_ops``,
-        and before ``trailing`` (optional reads, last in the program)."""
+        and before ``trailing`` (optional operations, last in the program)."""
         async with self._lock:
             if self._uncertain:
                 await self._resync_locked()
