@@ -21,9 +21,12 @@ from mevedel_server.store import (
 )
 from mevedel_server.store.authority.publication import read_committed
 from mevedel_server.store.content.turns import Conversation
-from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.layout import SessionPaths
-from mevedel_server.store.transactions.pending_publication import find_pending, pending_listing
+from mevedel_server.store.service import EvidenceInput, SessionService
+from mevedel_server.store.transactions.pending_publication import (
+    find_pending,
+    pending_listing,
+)
 from mevedel_server.targets import ControlProgram, FaultInjectingTarget, LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")
