@@ -28,7 +28,7 @@ import argparse
 import asyncio
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store import SessionService
 from .session_client import (
@@ -41,6 +41,9 @@ from .session_client import (
     run_command,
 )
 from .session_command import info_data, info_line
+
+if TYPE_CHECKING:
+    from ..store import ControlStatus
 
 DEFAULT_WAIT_SECONDS = 120.0
 #: How often a waiting take-control looks at the decision and the lease.
@@ -185,7 +188,7 @@ def run_answer(arguments: argparse.Namespace) -> int:
     return run_command(arguments, body)
 
 
-def _unfinished(sid: str, status: Any) -> str:
+def _unfinished(sid: str, status: ControlStatus) -> str:
     """What a granted hand-over that did not finish in this command waits
     for, and what to run (a CLI owner polls nothing between commands: the
     next grant-control is what tries again)."""
