@@ -16,7 +16,10 @@ CLI's one-client-per-user model (:mod:`.session_client`):
   client's session. A CLI owner is asked by nobody and polls nothing
   between commands, so a request to it is answered only by these; a grant
   hands over at once unless a turn is in flight (settle or abort it, then
-  grant again).
+  grant again) or a publication is pending (retry or abandon it). A release
+  that fails (the host refused a write, the connection dropped) is said so,
+  with why: the next grant-control tries it again, and reports the
+  hand-over an earlier command granted as finished when it finishes it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import argparse
 import asyncio
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store import SessionService
 from .session_client import (
@@ -38,6 +41,9 @@ from .session_client import (
     run_command,
 )
 from .session_command import info_data, info_line
+
+if TYPE_CHECKING:
+    from ..store import ControlStatus
 
 DEFAULT_WAIT_SECONDS = 120.0
 #: How often a waiting take-control looks at the decision and the lease.
@@ -148,22 +154,47 @@ def run_release(arguments: argparse.Namespace) -> int:
 
 def run_answer(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        from ..store import SessionControl
+        from ..store import ControlEvent, SessionControl
 
         sid = await held_session(service, arguments.session)
         await service.sessions.open(sid, "resume")
         control = SessionControl(service)
-        await control.poll()  # finds the request addressed to this client
+        events: list[ControlEvent] = []
+        control.on_event.append(events.append)
+        await control.poll()  # finds the request addressed to this client (or a grant of an earlier command)
         status = control.status(sid)
-        if status.phase == "draining":  # granted by an earlier command
-            raise CommandError("conflict", f"session {sid} is already granted; it waits for {status.waiting_for}")
-        status = await (control.grant(sid) if arguments.verb == "grant" else control.keep(sid))
-        if status.phase == "draining":
-            line = f"granted; the hand-over waits for {status.waiting_for} (then run grant-control again)"
-        elif arguments.verb == "grant":
-            line = f"granted: session {sid} is handed over"
+        if any(e.session_id == sid and e.phase == "released" for e in events):
+            # An earlier command's grant, whose hand-over this one finished.
+            if arguments.verb != "grant":
+                raise CommandError("conflict", f"session {sid} was granted by an earlier command and is handed over now")
+            line = f"granted earlier; session {sid} is handed over now"
+        elif status.phase == "draining":  # granted by an earlier command, not finished
+            raise CommandError("conflict", f"session {sid} is already granted; {_unfinished(sid, status)}")
         else:
-            line = f"kept control of session {sid}"
-        emit(arguments, {"session_id": sid, "verb": arguments.verb, "phase": status.phase, "waiting_for": status.waiting_for}, [line])
+            status = await (control.grant(sid) if arguments.verb == "grant" else control.keep(sid))
+            if status.phase == "draining":
+                line = f"granted; {_unfinished(sid, status)}"
+            elif arguments.verb == "grant":
+                line = f"granted: session {sid} is handed over"
+            else:
+                line = f"kept control of session {sid}"
+        emit(
+            arguments,
+            {"session_id": sid, "verb": arguments.verb, "phase": status.phase, "waiting_for": status.waiting_for,
+             "failure": status.failure},
+            [line],
+        )
 
     return run_command(arguments, body)
+
+
+def _unfinished(sid: str, status: ControlStatus) -> str:
+    """What a granted hand-over that did not finish in this command waits
+    for, and what to run (a CLI owner polls nothing between commands: the
+    next grant-control is what tries again)."""
+    if status.failure is not None:
+        return f"its release failed ({status.failure}); run grant-control again to try it again"
+    then = "then run grant-control again"
+    if status.waiting_for == "the pending publication to be retried or abandoned":
+        then = f"mevedel session retry-publication --session {sid} publishes it (abandon-publication drops it); " + then
+    return f"the hand-over waits for {status.waiting_for} ({then})"

@@ -18,6 +18,7 @@ import pytest
 from mevedel_server.store import ClientIdentity, observe_lease, read_committed
 from mevedel_server.store.content.sidecar import EngineRef, EngineState
 from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.errors import PublicationFailed
 from mevedel_server.store.service import EvidenceInput, SessionService
 from mevedel_server.store.service.control import SessionControl
 from mevedel_server.targets import (
@@ -60,6 +61,19 @@ def kill(service: SessionService) -> None:
         renewal = service.session(sid).renewal
         if renewal is not None:
             renewal.cancel()
+
+
+def counting(target: FaultInjectingTarget) -> list[list[str]]:
+    """The programs ``target`` runs from now on, each as its operations' names."""
+    programs: list[list[str]] = []
+    run = target.run
+
+    async def counted(program):
+        programs.append([type(op).__name__ for op in program.operations])
+        return await run(program)
+
+    target.run = counted
+    return programs
 
 
 async def asked(root: Path, power_loss: bool):
@@ -144,10 +158,10 @@ async def test_crash_at_every_write_of_a_grant(tmp_path, power_loss):
 async def test_an_error_at_any_write_of_a_grant_leaves_a_hand_over_that_finishes(tmp_path):
     """A write that fails (the host refused it, the connection dropped)
     instead of a crash: the reader sees the old or the new state as above,
-    and the same process finishes the hand-over -- asking again when the
-    decision was not written, retrying its final publication when that is
-    what failed (the person's retry, which the drain waits for), or
-    releasing again at its next look."""
+    and the same process finishes the hand-over without anyone's retry --
+    asking again when the decision was not written, else at its next look:
+    its final publication, left pending by the failure, published again as
+    the release, or the release made again."""
     target, owner, control, _asker, _asker_control, sid = await asked(tmp_path / "baseline", False)
     target.arm(None)
     await control.grant(sid)
@@ -168,18 +182,93 @@ async def test_an_error_at_any_write_of_a_grant_leaves_a_hand_over_that_finishes
         for _ in range(3):
             if owner.info(sid).access.value == "read-only":
                 break
-            if control.status(sid).phase == "asking":
+            status = control.status(sid)
+            if status.phase == "asking":
                 way.append("asked again")
                 await control.grant(sid)
                 continue
+            # What the owner is told while it waits: the release failed, and
+            # why; nothing for a person to do.
+            assert status.waiting_for == "its release to be tried again" and status.failure, f"error at write {point}: {status}"
+            pending = owner.session(sid).pending is not None
+            programs = counting(target)
             await control.poll()
-            if control.status(sid).waiting_for == "the pending publication to be retried or abandoned":
-                way.append("publication retried")
-                await owner.sessions.retry_publication(sid)
-            else:
-                way.append("released again")
+            way.append("its publication released again" if pending else "released again")
+            if pending:  # as the first attempt: one program publishes, releases (and drops its record)
+                assert len(programs) == 1 and owner.info(sid).access.value == "read-only", f"error at write {point}: {programs}"
         assert owner.info(sid).access.value == "read-only", f"error at write {point}: {control.status(sid)}"
+        assert owner.session(sid).pending is None
+        # Its durable record went with the release: the requester finds
+        # nothing pending to clean up.
+        assert not (root / ".mevedel" / "sessions" / sid / ".pending-publication").exists(), f"error at write {point}"
         ways[", ".join(way) or "released"] += 1
         kill(owner)
         await finish_after_crash(root, sid, NEW, asker, asker_control)
     print(f"\ngrant: an error at each of {total} writes, finished by {dict(ways)}")
+    # The decision's error is answered by asking again; one at the
+    # publication's writes or the release leaves the final publication
+    # pending, which the next look publishes again as the release.
+    assert ways["asked again"] == 1 and ways["its publication released again"] >= 5, ways
+
+
+async def test_a_process_that_stops_after_an_error_leaves_a_hand_over_the_next_one_finishes(tmp_path):
+    """The process stops after the failed write (a CLI command ends, an
+    editor quits): the next process of the same client finds the grant
+    standing -- and, when the final publication failed, that publication's
+    durable record -- and finishes the hand-over at its first look, without
+    anyone's retry: the record is the release's own (the grant's fence is
+    written), published again as the release."""
+    target, owner, control, _asker, _asker_control, sid = await asked(tmp_path / "baseline", False)
+    target.arm(None)
+    await control.grant(sid)
+    total = target.writes
+    kill(owner)
+    recorded = 0
+    for point in range(1, total + 1):
+        root = tmp_path / f"error-{point}"
+        target, owner, control, asker, asker_control, sid = await asked(root, False)
+        target.arm(point, "error")
+        try:
+            await control.grant(sid)
+        except TargetError:
+            pass
+        recorded += owner.session(sid).pending is not None
+        kill(owner)
+        await finish_after_crash(root, sid, await fresh_reader(root, sid), asker, asker_control)
+        assert not (root / ".mevedel" / "sessions" / sid / ".pending-publication").exists(), f"error at write {point}"
+    assert recorded >= 5
+
+
+async def test_a_pending_publication_from_before_the_grant_waits_for_the_person(tmp_path):
+    """A save that failed before the grant is the person's to retry or
+    abandon: the drain waits for that at every look, however often it looks
+    and in a process started afterwards too, and hands over once the person
+    retried it -- with what it held."""
+    target, owner, control, asker, asker_control, sid = await asked(tmp_path / "ws", False)
+    await owner.turns.begin_turn(sid, "second")
+    await owner.turns.append(sid, EvidenceInput("response", text="second answer"))
+    target.arm(1, "error")
+    with pytest.raises(PublicationFailed):
+        await owner.turns.settle(sid)
+    assert owner.session(sid).pending is not None
+    await control.grant(sid)
+    for _ in range(3):
+        await control.poll()
+        status = control.status(sid)
+        assert status.waiting_for == "the pending publication to be retried or abandoned" and status.failure is None
+        assert owner.info(sid).access.value == "writable"
+    # A process that starts afterwards (the record restored) waits the same.
+    kill(owner)
+    owner = SessionService(LocalTarget(tmp_path / "ws"), OWNER, renew_every=3600)
+    await owner.sessions.open(sid, "resume")
+    control = SessionControl(owner)
+    await control.poll()
+    assert control.status(sid).waiting_for == "the pending publication to be retried or abandoned"
+    assert owner.info(sid).access.value == "writable"
+    await owner.sessions.retry_publication(sid)
+    await control.poll()
+    assert owner.info(sid).access.value == "read-only"
+    kill(owner)
+    await asker_control.poll()
+    assert asker.info(sid).settled_turns == 2
+    await asker.sessions.close(sid)

@@ -21,8 +21,13 @@ from mevedel_server.store import (
 )
 from mevedel_server.store.authority.publication import read_committed
 from mevedel_server.store.content.turns import Conversation
+from mevedel_server.store.layout import SessionPaths
 from mevedel_server.store.service import EvidenceInput, SessionService
-from mevedel_server.targets import FaultInjectingTarget, LocalTarget
+from mevedel_server.store.transactions.pending_publication import (
+    find_pending,
+    pending_listing,
+)
+from mevedel_server.targets import ControlProgram, FaultInjectingTarget, LocalTarget
 
 ME = ClientIdentity("client-me", "workstation")
 OTHER = ClientIdentity("client-other", "laptop")
@@ -197,3 +202,19 @@ async def test_an_agents_task_and_its_registry_result_publish_together_or_wait_t
     assert [task.prompt for task in after.agent_tasks("reviewer")] == ["Review"]
     assert after.sidecar.agents[0].result.text == "Two issues."
     await again.sessions.close(sid)
+
+
+async def test_a_record_removed_between_the_listing_and_its_read_is_nothing_pending(root):
+    """The releasing owner removes its record in the program that releases,
+    while the requester's claim may have listed it a moment before: a
+    marker gone by the time it is read was removed (the marker goes first),
+    so nothing is pending -- not a record that can only be abandoned."""
+    target = LocalTarget(root)
+    paths = SessionPaths("2026-12-06T00-00-0123456789ab")
+    marker = root / paths.inside(".pending-publication") / f"pending-{'a' * 32}.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}")
+    listed = (await target.run(ControlProgram([pending_listing(paths)])))[0]
+    marker.unlink()
+    found = await find_pending(target, paths, listed=listed)
+    assert found.pending_id is None and found.problem is None, found

@@ -917,13 +917,14 @@ class LeaseHandle:
         await self._rotate(state=LeaseState.RELEASED)
         self.released = True
 
-    async def release_with(self, lead_ops: list[Operation], **changes) -> ProgramResult:
+    async def release_with(self, lead_ops: list[Operation], *, trailing: Sequence[Operation] = (), **changes) -> ProgramResult:
         """Run ``lead_ops`` and, only if they all succeed, write a
         ``released`` generation with ``changes`` in the same program (a
         granted transfer's fence rides ahead of its release). Returns the
         result with ``stopped_at`` inside ``lead_ops`` when they stopped it
-        and nothing was released."""
-        result = await self._rotate(lead_ops, state=LeaseState.RELEASED, **changes)
+        and nothing was released. ``trailing`` (optional operations) run
+        last, only once the released generation is written."""
+        result = await self._rotate(lead_ops, trailing=trailing, state=LeaseState.RELEASED, **changes)
         if result.stopped_at is None or result.stopped_at >= len(lead_ops):
             self.released = True
         return result
@@ -1025,7 +1026,7 @@ class LeaseHandle:
     ) -> ProgramResult:
         """Write the next generation with ``changes`` (``stamped``: and with
         fresh times from the write's own clock reading) after ``lead_ops``,
-        and before ``trailing`` (optional reads, last in the program)."""
+        and before ``trailing`` (optional operations, last in the program)."""
         async with self._lock:
             if self._uncertain:
                 await self._resync_locked()

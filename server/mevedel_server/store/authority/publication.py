@@ -32,6 +32,9 @@ transfer's: :meth:`~.lease.LeaseHandle.release_with`): the released
 generation names the new head, so a reader sees this holder's old state
 held or its new state released, never the old state released; with an
 unchanged snapshot the release is made alone, in one program all the same.
+A release whose publication failed is retried as the release
+(:meth:`Publisher.retry` with ``release``); one that committed with its
+answer lost is found so by the retry, which then writes nothing.
 """
 
 from __future__ import annotations
@@ -305,18 +308,25 @@ class Publisher:
         pending, self._pending = self._pending, None
         return pending
 
-    async def retry(self) -> PublishOutcome:
+    async def retry(
+        self, *, lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None, trailing: Sequence[Operation] = ()
+    ) -> PublishOutcome:
+        """Publish the pending publication again; ``lead``, ``release``,
+        ``trailing``: as :meth:`publish`'s (a release's own publication is
+        retried as the release)."""
         async with self._serial:
             if self._pending is None:
                 raise SessionRefusal(self.lease.session_id, "no publication is pending")
             pending = self._pending
-            outcome = await self._attempt(pending.artifacts, pending.replace, pending.force, pending.donors)
+            outcome = await self._attempt(
+                pending.artifacts, pending.replace, pending.force, pending.donors, tuple(lead), release, tuple(trailing)
+            )
             self._pending = None
             return outcome
 
     async def publish(
         self, artifacts: Mapping[str, bytes], *, replace: bool = False, force: bool = False, donors: Donors = {},
-        lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None,
+        lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None, trailing: Sequence[Operation] = (),
     ) -> PublishOutcome:
         """Publish ``artifacts`` (logical path -> bytes) over the committed
         snapshot, or instead of it with ``replace``. A new file whose bytes a
@@ -327,15 +337,16 @@ class Publisher:
         :class:`~.lease.LeadStopped` and leaves nothing pending.
         ``release``: the commit releases the lease too, with these changes
         of the released generation (see the module); a failure of a
-        release alone leaves nothing pending (nothing was to publish). A
-        pending publication is retried as a publication only."""
+        release alone leaves nothing pending (nothing was to publish).
+        ``trailing`` (optional operations, with ``release`` only) run in the
+        release's program once the released generation is written."""
         for logical in artifacts:
             check_logical_path(logical)
         snapshot = {logical: bytes(data) for logical, data in artifacts.items()}
         async with self._serial:
             if self._pending is not None:
                 raise PublicationPending(self.lease.session_id, self._pending.reason)
-            return await self._attempt(snapshot, replace, force, donors, tuple(lead), release)
+            return await self._attempt(snapshot, replace, force, donors, tuple(lead), release, tuple(trailing))
 
     def known_manifest(self, head: str) -> PublicationManifest | None:
         """The manifest of ``head`` when this publisher knows it (read at
@@ -364,8 +375,11 @@ class Publisher:
 
     async def _attempt(
         self, artifacts: Mapping[str, bytes], replace: bool, force: bool, donors: Donors, lead: tuple[Operation, ...] = (),
-        release: Mapping[str, object] | None = None,
+        release: Mapping[str, object] | None = None, trailing: tuple[Operation, ...] = (),
     ) -> PublishOutcome:
+        if trailing and release is None:
+            raise ValueError("only a release carries trailing operations")
+
         def pend(reason: str) -> None:
             self._pending = PendingPublication(dict(artifacts), replace, force, reason, dict(donors))
 
@@ -382,15 +396,15 @@ class Publisher:
         for _ in range(_ID_ATTEMPTS):
             plan = _plan(self.lease.paths, committed, artifacts, replace, new_publication_id(), donors)
             if (plan.manifest.entries == committed.entries if committed is not None else not plan.manifest.entries) and not force:
-                if release is not None:
-                    await self._release_alone(lead, release)
+                if release is not None and not self._released_with(release):
+                    await self._release_alone(lead, release, trailing)
                 return PublishOutcome(False, self.lease.publication_head, committed)
             self.committing = (plan.head, plan.manifest)
             try:
                 if release is not None:
                     # No rider: what rides a head commit runs behind this
                     # holder's proof, and a release ends it.
-                    result = await self.lease.release_with([*lead, *plan.ops], publication_head=plan.head, **release)
+                    result = await self.lease.release_with([*lead, *plan.ops], trailing=trailing, publication_head=plan.head, **release)
                 else:
                     result = await self.lease.commit([*lead, *plan.ops], publication_head=plan.head, **_closing_window(self.lease))
             except LeaseLost as exc:
@@ -427,8 +441,18 @@ class Publisher:
         self._committed = (plan.head, plan.manifest)
         return PublishOutcome(True, plan.head, plan.manifest, plan.written, plan.reused)
 
-    async def _release_alone(self, lead: tuple[Operation, ...], changes: Mapping[str, object]) -> None:
-        result = await self.lease.release_with(list(lead), **changes)
+    def _released_with(self, changes: Mapping[str, object]) -> bool:
+        """An earlier attempt of this release committed, its answer lost
+        (the resync found the lease released by this client with these
+        changes): what it published is the committed head, nothing is left
+        to do."""
+        record = self.lease.record
+        return self.lease.released and all(getattr(record, key) == value for key, value in changes.items())
+
+    async def _release_alone(
+        self, lead: tuple[Operation, ...], changes: Mapping[str, object], trailing: tuple[Operation, ...] = ()
+    ) -> None:
+        result = await self.lease.release_with(list(lead), trailing=trailing, **changes)
         if result.stopped_at is not None and result.stopped_at < len(lead):
             raise LeadStopped(result)
 

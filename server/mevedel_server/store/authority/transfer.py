@@ -261,13 +261,49 @@ Release = Callable[[list[Operation], dict[str, object]], Awaitable[object]]
 
 
 async def release_granted(
-    lease: LeaseHandle, request: TransferRequest, fence_seconds: int = DEFAULT_FENCE_SECONDS, *, release: Release | None = None
+    lease: LeaseHandle, request: TransferRequest, fence_seconds: int = DEFAULT_FENCE_SECONDS, *, release: Release | None = None,
+    fenced: bool = False,
 ) -> None:
     """End a granted transfer: the fence for the requester, then the release
     opening the next transfer generation, in one program. ``release``: the
     commit that releases (the owner's final publication, which the released
     generation then names: ``OpenSession.save``); by default the lease's
-    release alone."""
+    release alone. ``fenced``: the fence is known to be on disk already
+    (:func:`write_fence`), and the release runs without it."""
+    fence = _fence(lease, request, fence_seconds)
+    changes: dict[str, object] = {"transfer_generation": request.transfer_generation + 1}
+    release = release or _releasing(lease)
+    if fenced:
+        await release([], changes)
+        return
+    try:
+        await release([fence], changes)
+    except LeadStopped as stopped:
+        if stopped.result[0].status is not Status.CONFLICT:
+            raise_for_result(fence, stopped.result[0])
+        # A retry after a release that failed once its fence was written.
+        await release([], changes)
+
+
+async def write_fence(lease: LeaseHandle, request: TransferRequest, fence_seconds: int = DEFAULT_FENCE_SECONDS) -> None:
+    """Write a granted transfer's fence ahead of its release (one already
+    there stands): after a release whose publication failed and was
+    journalled, so that a later process knows that record for the
+    release's own (:func:`fence_written`)."""
+    fence = _fence(lease, request, fence_seconds)
+    result = (await lease.target.run(ControlProgram([fence])))[0]
+    if result.status is not Status.CONFLICT:
+        raise_for_result(fence, result)
+
+
+async def fence_written(target: Target, paths: SessionPaths, transfer_generation: int) -> bool:
+    """The fence of ``transfer_generation`` is on disk: its grant's release
+    was attempted (it wrote the fence, or its failure did: :func:`write_fence`)."""
+    read = Read(paths.transfer_record(FENCE, transfer_generation), optional=True)
+    return (await target.run(ControlProgram([read])))[0].ok
+
+
+def _fence(lease: LeaseHandle, request: TransferRequest, fence_seconds: int) -> StampedCreate:
     if isinstance(fence_seconds, bool) or not isinstance(fence_seconds, int) or fence_seconds < 1:
         raise ValueError("a fence lasts a positive whole number of seconds")
     paths = lease.paths
@@ -281,16 +317,7 @@ async def release_granted(
         fenced_at=0,
         expires_at=0,
     )
-    fence = StampedCreate(paths.transfer_record(FENCE, t), _stamped(template, {"fenced_at": 0, "expires_at": fence_seconds}))
-    changes: dict[str, object] = {"transfer_generation": t + 1}
-    release = release or _releasing(lease)
-    try:
-        await release([fence], changes)
-    except LeadStopped as stopped:
-        if stopped.result[0].status is not Status.CONFLICT:
-            raise_for_result(fence, stopped.result[0])
-        # A retry after a release that failed once its fence was written.
-        await release([], changes)
+    return StampedCreate(paths.transfer_record(FENCE, t), _stamped(template, {"fenced_at": 0, "expires_at": fence_seconds}))
 
 
 def _releasing(lease: LeaseHandle) -> Release:

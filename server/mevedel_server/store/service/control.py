@@ -19,6 +19,10 @@ it has open:
   is running, a pending publication or a recovery is waited for, and the
   owner is told which; then the fenced release, whose commit is the final
   publication (the agent binding ended), and the session is read-only here.
+  A release that fails is tried again at the next poll: a final publication
+  it left pending is the drain's own, published again as the release (a
+  restarted process knows its record by the grant's fence); only a
+  publication pending from before the grant waits for a person.
 - Requester side: the poll reads the decision and the lease head. A keep
   ends the pending state; the released successor fenced for this client is
   acquired, and the committed state is reloaded before the session is
@@ -46,12 +50,15 @@ from ..authority.lease import LeaseStanding, holder_has_ended, observe_lease
 from ..authority.records import LeaseState, TransferRequest, TransferVerdict
 from ..authority.transfer import (
     DEFAULT_FENCE_SECONDS,
+    Release,
     decide_grant,
     decide_keep,
+    fence_written,
     read_mailbox,
     read_requester_view,
     release_granted,
     request_control,
+    write_fence,
 )
 from ..content.turns import ConversationError, SaveCandidate
 from ..errors import LeaseLost, StoreError
@@ -72,6 +79,9 @@ _DEADLINE_RETRY_SECONDS = 0.25
 
 OWNER = "owner"
 REQUESTER = "requester"
+#: What a hand-over whose release failed waits for: the next attempt, at
+#: the next poll.
+RELEASE_AGAIN = "its release to be tried again"
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,9 @@ class ControlStatus:
     requester_host: str | None = None
     waiting_for: str | None = None
     deadline: int | None = None
+    #: ``draining``: why the last attempt at the release failed (it is
+    #: tried again at the next poll; a CLI owner polls at its next command).
+    failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +141,19 @@ class _Owning:
     look_at: float = float("inf")
     #: ``answered`` or ``timeout`` once granted.
     reason: str | None = None
+    #: The drain's final publication, once its release was tried: left
+    #: pending by a failure, it is the drain's own to try again (as the
+    #: release), not a person's to decide on.
+    final: SaveCandidate | None = None
+    #: The same for a restarted process: the ID of the durable record the
+    #: previous one's release left (see :meth:`SessionControl._adopt_own_record`).
+    final_record: str | None = None
+    #: Why the last attempt at the release failed (None: none failed since
+    #: the last one that waited or began).
+    failure: str | None = None
+    #: The fence is known to be on disk (written after a failed release, or
+    #: found by a restarted process): the release is tried without it.
+    fenced: bool = False
 
 
 @dataclass
@@ -198,7 +224,8 @@ class SessionControl:
         owning = self._owning.get(session_id)
         if owning is not None:
             return ControlStatus(
-                session_id, OWNER, owning.phase, None, owning.request.requester_host, owning.waiting_for, owning.deadline
+                session_id, OWNER, owning.phase, None, owning.request.requester_host, owning.waiting_for, owning.deadline,
+                owning.failure,
             )
         requesting = self._requesting.get(session_id)
         if requesting is not None:
@@ -479,13 +506,13 @@ class SessionControl:
             raise ConversationError(f"cannot {action} of session {session_id}: no request for it is waiting for an answer")
         return owning
 
-    def _blocker(self, session: OpenSession) -> str | None:
+    def _blocker(self, session: OpenSession, owning: _Owning) -> str | None:
         opened = session.conversation.open_turn
         if opened is not None:
             return f"turn {opened.turn} to settle"
         if session.operations_running():
             return "the operation in progress to finish"
-        if session.pending is not None:
+        if session.pending is not None and not _own_final(session, owning):
             return "the pending publication to be retried or abandoned"
         if session.recovery is not None:
             return "the interrupted transaction's recovery to be resolved"
@@ -498,8 +525,9 @@ class SessionControl:
         service = self.service
         session = service.session(session_id)
         host = owning.request.requester_host or "another client"
-        blocker = self._blocker(session)
+        blocker = self._blocker(session, owning)
         if blocker is not None:
+            owning.failure = None
             if blocker != owning.waiting_for:
                 owning.waiting_for = blocker
                 self._emit(
@@ -512,27 +540,45 @@ class SessionControl:
             return
         owning.finishing = True
         try:
-            session.conversation.detach_engine(at=self.service.table.time_now())
-            # The final publication -- what this owner did since its last
-            # one, the detached engine included -- is the release itself:
-            # the released generation names it, so the requester never
-            # finds the lease free with an agent binding of this process,
-            # and a crash before it leaves this owner holding what it had.
-            # An unchanged snapshot is already committed: released alone.
-            candidate = session.conversation.artifacts_for_save()
+            final: Release | None
+            if _own_final(session, owning):
+                # This drain's own final publication, left pending by a
+                # failed attempt: published again as the release, the same
+                # one program (nobody decided on it but the grant).
+                final = functools.partial(_retry_releasing, session)
+            else:
+                session.conversation.detach_engine(at=self.service.table.time_now())
+                # The final publication -- what this owner did since its
+                # last one, the detached engine included -- is the release
+                # itself: the released generation names it, so the requester
+                # never finds the lease free with an agent binding of this
+                # process, and a crash before it leaves this owner holding
+                # what it had. An unchanged snapshot is already committed:
+                # released alone.
+                candidate = owning.final = session.conversation.artifacts_for_save()
+                final = None if candidate is None else functools.partial(_save_releasing, session, candidate)
             await session.stop_renewal()
             assert session.lease is not None
-            final = None if candidate is None else functools.partial(_save_releasing, session, candidate)
-            await release_granted(session.lease, owning.request, self.cadence.fence_seconds, release=final)
+            await release_granted(session.lease, owning.request, self.cadence.fence_seconds, release=final, fenced=owning.fenced)
         except LeaseLost:
             self._owning.pop(session_id, None)
             return
         except (StoreError, TargetError) as error:
             owning.finishing = False
-            owning.waiting_for = None
             _log.warning("session %s: the hand-over did not finish yet: %s", session_id, error)
             if session.lease is not None and not session.lease.released and session.renewal is None:
                 session._start_renewal()
+            owning.failure = str(error)
+            await self._fence_own_final(session, owning)
+            if owning.waiting_for != RELEASE_AGAIN:
+                owning.waiting_for = RELEASE_AGAIN
+                self._emit(
+                    ControlEvent(
+                        session_id, OWNER, "draining",
+                        f"handing session {session_id} to {host}: the release failed ({error}); it is tried again",
+                        requester_host=host, waiting_for=RELEASE_AGAIN,
+                    )
+                )
             return
         self._owning.pop(session_id, None)
         session.hand_over(f"handed control to {host}; following the session read-only", host)
@@ -541,6 +587,36 @@ class SessionControl:
         self._emit(
             ControlEvent(session_id, OWNER, "released", f"handed session {session_id} to {host}{why}", requester_host=host)
         )
+
+    async def _fence_own_final(self, session: OpenSession, owning: _Owning) -> None:
+        """The release's own final publication is pending, journalled: the
+        fence goes on disk too (the release's program may have stopped
+        before it), by which a process that starts before the retry knows
+        the record for the release's own (:meth:`_adopt_own_record`)."""
+        if owning.fenced or not _own_final(session, owning) or session.lease is None:
+            return
+        try:
+            await write_fence(session.lease, owning.request, self.cadence.fence_seconds)
+        except (StoreError, TargetError) as error:
+            _log.info("session %s: the fence waits for the release: %s", session.session_id, error)
+            return
+        owning.fenced = True
+
+    async def _adopt_own_record(self, session: OpenSession, owning: _Owning) -> None:
+        """A process that finds its client's grant standing and a pending
+        publication restored from its record: the record is the release's
+        own -- retried as the release, without asking anyone -- when this
+        client journalled it and the grant's fence is written (nothing
+        fences before the release is attempted, and a draining session
+        takes no other save: a person's pending publication from before
+        the grant would have stopped the drain short of its release)."""
+        pending = session.pending
+        if pending is None or pending.candidate is not None or pending.record is None or pending.stale is not None:
+            return
+        if pending.record.client_id != self.service.client.client_id:
+            return
+        if await fence_written(self.service.target, session.paths, owning.request.transfer_generation):
+            owning.final_record, owning.fenced = pending.record.pending_id, True
 
     def _service_changed(self, change) -> None:
         if self._task is not None and change.session_id not in self._watchers and self.service.is_open(change.session_id):
@@ -588,6 +664,7 @@ class SessionControl:
             # the hand-over still owes its drain and release.
             owning = _Owning(request, 0)
             self._owning[session_id] = owning
+            await self._adopt_own_record(session, owning)
             self._begin_drain(session, owning)
             await self._drain(session_id)
             return
@@ -654,8 +731,26 @@ class SessionControl:
                 _log.exception("control event listener failed")
 
 
+def _own_final(session: OpenSession, owning: _Owning) -> bool:
+    """The publication pending in ``session`` is the one the drain's own
+    release left (not a person's save from before the grant)."""
+    pending = session.pending
+    if pending is None:
+        return False
+    if pending.candidate is not None:
+        return pending.candidate is owning.final
+    return (
+        owning.final_record is not None and pending.stale is None
+        and pending.record is not None and pending.record.pending_id == owning.final_record
+    )
+
+
 async def _save_releasing(session: OpenSession, candidate: SaveCandidate, lead: list, changes: dict) -> None:
     await session.save(candidate, lead=lead, release=changes)
+
+
+async def _retry_releasing(session: OpenSession, lead: list, changes: dict) -> None:
+    await session.retry(lead=lead, release=changes)
 
 
 async def _awaited(result: Awaitable[None] | None) -> None:

@@ -83,6 +83,7 @@ from ..transactions.pending_publication import (
     new_record,
     read_pending,
     record_pending,
+    removal_ops,
     remove_pending,
     spool_pending,
     unspool_pending,
@@ -373,24 +374,30 @@ class OpenSession:
             await self.keep_pending()
             raise
 
-    async def retry(self) -> SaveResult:
-        """Publish the pending save again."""
+    async def retry(self, *, lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None) -> SaveResult:
+        """Publish the pending save again. ``lead``, ``release``: as
+        :meth:`save`'s -- the retry of a release's own publication is that
+        release again, and its program removes the durable record once the
+        released generation is written (the lease is gone after it)."""
         self.require_writable()
         pending = self.pending
         if pending is None:
             raise NoPendingPublication(self.session_id)
+        if release is not None and self.lease is None:
+            raise ValueError("a retry releases only a lease this client holds")
+        trailing = removal_ops(self.paths, pending.record.pending_id) if release is not None and pending.record else []
         if pending.candidate is None:
-            return await self._retry_recorded(pending)
+            return await self._retry_recorded(pending, lead, release, trailing)
         try:
             if self.publisher is not None and self.publisher.pending is not None:
-                outcome = await self.publisher.retry()
+                outcome = await self.publisher.retry(lead=lead, release=release, trailing=trailing)
                 self.conversation.mark_committed(pending.candidate)
                 self.pending = None
-                if outcome.committed:
+                if outcome.committed and release is None:
                     self.schedule_collection()
-                await self._drop_record(pending)
+                await self._drop_record(pending, removed=release is not None)
                 return SaveResult(self.session_id, outcome.committed, outcome.head, False, outcome.written, outcome.reused)
-            result = await self._publish(pending.candidate, pending.force)
+            result = await self._publish(pending.candidate, pending.force, lead, release, trailing)
         except LeaseLost as lost:
             self.lose(lost.reason)
             raise
@@ -400,7 +407,7 @@ class OpenSession:
             failed.recorded, failed.spooled = self.pending.record is not None, self.pending.spooled is not None
             raise
         self.pending = None
-        await self._drop_record(pending)
+        await self._drop_record(pending, removed=release is not None)
         return result
 
     async def abandon(self) -> PendingSave | None:
@@ -529,9 +536,13 @@ class OpenSession:
             self._tell_spool("recorded", moved)
         return self.pending
 
-    async def _retry_recorded(self, pending: PendingSave) -> SaveResult:
+    async def _retry_recorded(
+        self, pending: PendingSave, lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None,
+        trailing: Sequence[Operation] = (),
+    ) -> SaveResult:
         """Publish exactly the recorded artifacts over the head they were
-        planned against, then drop the record."""
+        planned against, then drop the record (``release``: the release's
+        program drops it)."""
         record = pending.record
         assert record is not None and self.publisher is not None and self.lease is not None
         if pending.stale is not None:
@@ -543,7 +554,9 @@ class OpenSession:
         except ValueError as bad:
             raise PublicationFailed(self.session_id, f"the recorded publication cannot be retried: {bad}; abandon it") from None
         try:
-            outcome = await self.publisher.publish(artifacts, replace=record.replace, force=record.force)
+            outcome = await self.publisher.publish(
+                artifacts, replace=record.replace, force=record.force, lead=lead, release=release, trailing=trailing
+            )
         except LeaseLost as lost:
             self.lose(lost.reason)
             raise
@@ -553,18 +566,19 @@ class OpenSession:
             failed.recorded = True
             raise
         self.pending = None
-        if outcome.committed:
+        if outcome.committed and release is None:
             self.schedule_collection()
-        await self._drop_record(pending)
+        await self._drop_record(pending, removed=release is not None)
         return SaveResult(self.session_id, outcome.committed, outcome.head, False, outcome.written, outcome.reused)
 
-    async def _drop_record(self, pending: PendingSave) -> None:
+    async def _drop_record(self, pending: PendingSave, *, removed: bool = False) -> None:
         """After the publication committed: its record is history (a failure
-        is harmless, the next resume finds the head holds it and removes it)."""
+        is harmless, the next resume finds the head holds it and removes it).
+        ``removed``: the committing program removed it already."""
         if pending.spooled is not None:
             await self._drop_spooled(pending.spooled)
             self._tell_spool("published", pending.spooled.marker)
-        if pending.record is None or self.lease is None:
+        if pending.record is None or self.lease is None or removed:
             return
         try:
             await self._remove_record(pending.record.pending_id)
@@ -577,12 +591,13 @@ class OpenSession:
         await remove_pending(self.lease, pending_id)
 
     async def _publish(
-        self, candidate: SaveCandidate, force: bool, lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None
+        self, candidate: SaveCandidate, force: bool, lead: Sequence[Operation] = (), release: Mapping[str, object] | None = None,
+        trailing: Sequence[Operation] = (),
     ) -> SaveResult:
         async with self._claiming:
             materialized = await self._materialize_and_claim()
         assert self.publisher is not None
-        outcome = await self.publisher.publish(candidate.changed, force=force, lead=lead, release=release)
+        outcome = await self.publisher.publish(candidate.changed, force=force, lead=lead, release=release, trailing=trailing)
         self.conversation.mark_committed(candidate)
         if outcome.committed and release is None:
             self.schedule_collection()

@@ -319,6 +319,9 @@ async def _find(target: Target, directory: str, session_id: str, *, listed: OpRe
     pid = ids[0]
     read = Read(_marker(directory, pid), optional=True)
     got = (await target.run(ControlProgram([read])))[0]
+    if got.status is Status.ABSENT:
+        # Removed since the listing (the marker goes first): nothing pending.
+        return FoundPending(None)
     if not got.ok:
         return FoundPending(None, f"its record cannot be read ({got.reason or got.status.value})", pid)
     try:
@@ -371,6 +374,18 @@ async def remove_pending(lease: LeaseHandle, pending_id: str | None) -> None:
     for op, op_result in zip(ops, result.results[skip:]):
         if op is not ops[-1] and op_result.status is not Status.ABSENT:
             raise_for_result(op, op_result)
+
+
+def removal_ops(paths: SessionPaths, pending_id: str) -> list[Operation]:
+    """The removal of one record (marker first) and of its directory when
+    that empties it, without a listing first: to ride a program that makes
+    the record history (a release that publishes what it held)."""
+    directory = _root(paths)
+    return [
+        Remove(_marker(directory, pending_id), optional=True),
+        Remove(_data(directory, pending_id), optional=True),
+        Remove(directory, optional=True),
+    ]
 
 
 async def _removal_ops(target: Target, directory: str, pending_id: str | None) -> list[Operation]:
