@@ -305,13 +305,19 @@ suite('artifacts', { skip }, () => {
       });
       assert.equal((await readArtifact(other.connection, { id: entry.id })).content, 'v2 from the other process\n');
 
-      // Asking for it: the holder hands it over once idle; the open editor
-      // (watched while it is read-only) turns writable and saves.
+      // Asking for it: the holder hands it over once idle, and this server
+      // (it watches the item its editor read) says so; nothing is polled.
+      // The editor, reading it again, finds it writable and saves.
+      const handedOver = didChange((c) => c.id === entry.id && c.reason === 'elsewhere' && c.writable === true);
       const asked = await requestHandover(server.connection, { id: entry.id });
       assert.equal(asked.id, entry.id);
       assert.equal(asked.holderHost, holder);
-      while (!(await files.stat(ref)).writable) await new Promise((wake) => setTimeout(wake, 250));
-      assert.equal(readOnlyNotice((await files.stat(ref)).item), undefined);
+      const told = await handedOver;
+      assert.deepEqual(changedRefs([ref], told), [ref]);
+      assert.equal(told.holderHost, undefined);
+      const now = await files.stat(ref);
+      assert.equal(now.writable, true);
+      assert.equal(readOnlyNotice(now.item), undefined);
       await files.save(ref, Buffer.from('v3, mine again\n'));
       assert.equal((await readArtifact(other.connection, { id: entry.id })).content, 'v3, mine again\n');
       await assert.rejects(
