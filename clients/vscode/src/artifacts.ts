@@ -326,9 +326,15 @@ function sameFolder(a: string, b: string): boolean {
   return normal(a) === normal(b);
 }
 
+// An item as the server names it: its id in a workspace folder's URI.
+export interface ItemInFolder {
+  id: string;
+  workspaceFolder: string;
+}
+
 // The open items a didChange is about: that id, in that folder (an item
 // opened in the first folder carries no folder in its URI).
-export function changedRefs<T extends ArtifactRef>(open: readonly T[], change: ArtifactDidChangeParams): T[] {
+export function changedRefs<T extends ArtifactRef>(open: readonly T[], change: ItemInFolder): T[] {
   return open.filter(
     (ref) => ref.id === change.id && (ref.workspaceFolder === undefined || sameFolder(ref.workspaceFolder, change.workspaceFolder)),
   );
@@ -343,6 +349,67 @@ export function readOnlyNotice(item: { title: string; writable?: boolean; holder
   if (item.writable !== false && !item.holderHost) return undefined;
   const holder = item.holderHost ? `another mevedel server on ${item.holderHost}` : 'another mevedel server';
   return `"${item.title}" is read-only here: ${holder} holds it. "${ASK_FOR_IT}" asks it to hand the item over (it does once the item has been idle there for 10 seconds).`;
+}
+
+// What asking for an item comes to, once the server answered: it was not
+// held, it is asked for (read-only until handed over), or it was handed
+// over already (the holder was idle: the news can come before the answer).
+export type AskOutcome = 'not-held' | 'asked' | 'handed-over';
+
+// The items this window asked another server process to hand over, until
+// it learns one is writable here (from the server's change notice or from
+// the list), when the user is told it was handed over -- once, whichever
+// of the news and the server's answer comes first.
+export class AskedItems {
+  private items: (ArtifactRef & { title: string; state: 'asking' | 'asked' | 'free' })[] = [];
+
+  private index(ref: ArtifactRef): number {
+    return this.items.findIndex((item) => item.id === ref.id && item.workspaceFolder === ref.workspaceFolder);
+  }
+
+  // Before the request goes out.
+  asking(ref: ArtifactRef, title: string): void {
+    this.drop(ref);
+    this.items.push({ id: ref.id, workspaceFolder: ref.workspaceFolder, title, state: 'asking' });
+  }
+
+  // The server's answer to the request for REF: whether another process
+  // held it then.
+  answered(ref: ArtifactRef, held: boolean): AskOutcome {
+    const at = this.index(ref);
+    const item = this.items[at];
+    if (!held || item?.state === 'free') {
+      this.drop(ref);
+      return held ? 'handed-over' : 'not-held';
+    }
+    if (item) item.state = 'asked';
+    return 'asked';
+  }
+
+  // The request failed: nothing is awaited.
+  drop(ref: ArtifactRef): void {
+    const at = this.index(ref);
+    if (at >= 0) this.items.splice(at, 1);
+  }
+
+  // News that ABOUT is writable here: the title to announce as handed over
+  // when it was asked for and answered (forgotten then); undefined else
+  // (an answer still to come says so).
+  free(about: ItemInFolder): string | undefined {
+    const [item] = changedRefs(this.items, about);
+    if (!item) return undefined;
+    if (item.state !== 'asked') {
+      item.state = 'free';
+      return undefined;
+    }
+    this.items.splice(this.items.indexOf(item), 1);
+    return item.title;
+  }
+
+  // ABOUT was deleted.
+  forget(about: ItemInFolder): void {
+    for (const item of changedRefs(this.items, about)) this.items.splice(this.items.indexOf(item), 1);
+  }
 }
 
 // The actions an open item offers: asking for it while another process

@@ -6,6 +6,7 @@
 import * as vscode from 'vscode';
 import {
   ARTIFACT_SCHEME,
+  AskedItems,
   ArtifactDidChangeParams,
   ArtifactEntry,
   ArtifactFiles,
@@ -24,6 +25,7 @@ import {
   detachArtifact,
   duplicateArtifact,
   errorKind,
+  ItemInFolder,
   ItemKind,
   listArtifacts,
   needsReload,
@@ -42,38 +44,9 @@ export interface ArtifactContext {
   workspaceFolder(): string | undefined;
   // The items asked for here and not yet writable here.
   asked?: AskedItems;
-}
-
-// Items this window asked another server process to hand over, until the
-// server's change notice says one is writable here (then the user is told
-// it was handed over, in the step that shows it so).
-export class AskedItems {
-  private items: (ArtifactRef & { title: string })[] = [];
-
-  private static same(ref: ArtifactRef): (item: ArtifactRef) => boolean {
-    return (item) => item.id === ref.id && item.workspaceFolder === ref.workspaceFolder;
-  }
-
-  add(ref: ArtifactRef, title: string): void {
-    this.drop(ref);
-    this.items.push({ id: ref.id, workspaceFolder: ref.workspaceFolder, title });
-  }
-
-  has(ref: ArtifactRef): boolean {
-    return this.items.some(AskedItems.same(ref));
-  }
-
-  drop(ref: ArtifactRef): void {
-    this.items = this.items.filter((item) => !AskedItems.same(ref)(item));
-  }
-
-  // The title of the asked item CHANGE is about (matched as editors are),
-  // forgotten now; undefined when it was not asked for.
-  take(change: ArtifactDidChangeParams): string | undefined {
-    const [found] = changedRefs(this.items, change);
-    if (found) this.items = this.items.filter((item) => item !== found);
-    return found?.title;
-  }
+  // The list of WORKSPACEFOLDER was read, ENTRIES: called before it is
+  // shown (the editors are brought in line with it first).
+  listed?(entries: readonly ArtifactEntry[], workspaceFolder: string | undefined): Promise<void>;
 }
 
 function info(message: string): void {
@@ -113,6 +86,8 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
   private readonly watched = new Map<string, { uri: vscode.Uri; count: number }>();
   // Per URI, who waits for VS Code to read it again (`reread`).
   private readonly waiting = new Map<string, (() => void)[]>();
+  // Per URI, whether VS Code was last told the item is writable.
+  private readonly given = new Map<string, boolean>();
 
   constructor(readonly files: ArtifactFiles) {}
 
@@ -125,6 +100,7 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
       const current = this.watched.get(id);
       if (current && --current.count <= 0) {
         this.watched.delete(id);
+        this.given.delete(id);
         const ref = refOf(uri);
         if (ref) this.files.forget(ref);
       }
@@ -174,6 +150,12 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
     };
   }
 
+  // Whether VS Code was last told URI's item is writable (undefined: not
+  // asked yet).
+  shownWritable(uri: vscode.Uri): boolean | undefined {
+    return this.given.get(uri.toString());
+  }
+
   // The open item URIs (watched by VS Code while an editor shows them).
   openUris(): vscode.Uri[] {
     const uris = new Map<string, vscode.Uri>();
@@ -200,6 +182,7 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
     const done = this.reading(uri);
     try {
       const stat = await this.files.stat(ref);
+      this.given.set(uri.toString(), stat.writable);
       done(stat.item.revision);
       return {
         type: vscode.FileType.File,
@@ -303,7 +286,10 @@ export class ArtifactTree implements vscode.TreeDataProvider<Node> {
     if (parent) return [];
     try {
       const sender = await this.context.sender();
-      const rows = artifactRows(await listArtifacts(sender, { workspaceFolder: this.context.workspaceFolder() }));
+      const workspaceFolder = this.context.workspaceFolder();
+      const listing = await listArtifacts(sender, { workspaceFolder });
+      await this.context.listed?.(listing.items, workspaceFolder);
+      const rows = artifactRows(listing);
       if (this.view) this.view.message = undefined;
       return rows;
     } catch (error) {
@@ -391,8 +377,8 @@ async function offerHandover(
 
 async function askForIt(context: ArtifactContext, item: Target): Promise<void> {
   // Remembered before asking: a holder idle long enough hands it over at
-  // once, and the server's notice of that can come before its answer.
-  context.asked?.add(item.ref, item.title);
+  // once, and the news of that can come before the server's answer.
+  context.asked?.asking(item.ref, item.title);
   let entry: ArtifactEntry;
   try {
     entry = await requestHandover(await context.sender(), params(item.ref));
@@ -400,13 +386,14 @@ async function askForIt(context: ArtifactContext, item: Target): Promise<void> {
     context.asked?.drop(item.ref);
     throw error;
   }
-  if (!entry.holderHost) {
-    context.asked?.drop(item.ref);
-    info(`"${entry.title}" is not held by another server: it is writable here`);
-  } else if (!context.asked || context.asked.has(item.ref)) {
-    info(`asked ${entry.holderHost} to hand "${entry.title}" over; it stays read-only here until it does (once the item has been idle there for 10 seconds)`);
-  }
-  // Else the notice came first and said it was handed over.
+  const outcome = context.asked?.answered(item.ref, Boolean(entry.holderHost)) ?? (entry.holderHost ? 'asked' : 'not-held');
+  if (outcome === 'not-held') info(`"${entry.title}" is not held by another server: it is writable here`);
+  else if (outcome === 'handed-over') info(handedOver(entry.title));
+  else info(`asked ${entry.holderHost} to hand "${entry.title}" over; it stays read-only here until it does (once the item has been idle there for 10 seconds)`);
+}
+
+function handedOver(title: string): string {
+  return `"${title}" was handed over: it is writable here now`;
 }
 
 async function create(context: ArtifactContext, kind: 'document' | 'whiteboard'): Promise<void> {
@@ -509,6 +496,7 @@ export class Artifacts implements vscode.Disposable {
         return ref ? ref.workspaceFolder ?? first : outer.workspaceFolder() ?? first;
       },
       asked: new AskedItems(),
+      listed: (entries, workspaceFolder) => this.listed(entries, workspaceFolder),
     };
     this.context = context;
     this.tree = new ArtifactTree(context);
@@ -526,22 +514,20 @@ export class Artifacts implements vscode.Disposable {
   // An item changed, through this server or (reason `elsewhere`) another
   // process: the editors showing it read it again first (VS Code keeps an
   // editor with unsaved edits as it is), then the list, so the list never
-  // shows an item free while its editor is still read-only, nor the other
-  // way round. A fenced item is read-only now; an item asked for that is
-  // writable here now was handed over, and the user is told so.
+  // shows an item free while its editor is still read-only. A fenced item
+  // is read-only now; an item asked for that is writable here now was
+  // handed over, and the user is told so.
   async didChange(change: ArtifactDidChangeParams): Promise<void> {
     const open = this.files.openUris().map((uri) => ({ uri, ...refOf(uri)! })).filter((ref) => ref.id);
     const affected = changedRefs(open, change).map((ref) => ref.uri);
-    const asked = this.context.asked!;
-    const handedOver = change.reason === 'elsewhere' && change.writable === true ? asked.take(change) : undefined;
     if (change.reason === 'deleted') {
-      asked.take(change);
+      this.context.asked!.forget(change);
       this.files.changed(affected, vscode.FileChangeType.Deleted);
     } else if (['written', 'restored', 'handed-over', 'fenced', 'elsewhere'].includes(change.reason)) {
       await this.files.reread(affected);
     }
     this.tree.refresh();
-    if (handedOver !== undefined) info(`"${handedOver}" was handed over: it is writable here now`);
+    if (change.reason === 'elsewhere' && change.writable === true) this.announceFree(change);
     if (change.reason === 'fenced' && affected.length > 0) {
       const fenced = refOf(affected[0])!;
       try {
@@ -551,6 +537,28 @@ export class Artifacts implements vscode.Disposable {
         // The editor, read again, shows what it can.
       }
     }
+  }
+
+  // The list is about to show ENTRIES: an open editor last told otherwise
+  // (read-only while the list shows its item free, or the other way round:
+  // the list was read before the server's notice came) reads its item
+  // again first, and an item asked for that the list shows free was
+  // handed over.
+  private async listed(entries: readonly ArtifactEntry[], workspaceFolder: string | undefined): Promise<void> {
+    const folder = workspaceFolder ?? '';
+    const open = this.files.openUris().map((uri) => ({ uri, ...refOf(uri)! })).filter((ref) => ref.id);
+    const behind = entries.flatMap((entry) =>
+      changedRefs(open, { id: entry.id, workspaceFolder: folder })
+        .filter((ref) => this.files.shownWritable(ref.uri) === Boolean(entry.holderHost))
+        .map((ref) => ref.uri),
+    );
+    if (behind.length > 0) await this.files.reread(behind);
+    for (const entry of entries) if (!entry.holderHost) this.announceFree({ id: entry.id, workspaceFolder: folder });
+  }
+
+  private announceFree(about: ItemInFolder): void {
+    const title = this.context.asked!.free(about);
+    if (title !== undefined) info(handedOver(title));
   }
 
   // A new server process: it watches only the items read through it, so

@@ -20,6 +20,7 @@ import {
   artifactUriParts,
   artifactVersions,
   ASK_FOR_IT,
+  AskedItems,
   attachArtifact,
   changedRefs,
   commentOnArtifact,
@@ -250,6 +251,40 @@ suite('artifacts', { skip }, () => {
     assert.deepEqual(changedRefs([here, elsewhere, { id: 'a1' }, { id: 'b2' }], change), [here, { id: 'a1' }]);
   });
 
+  test('an item asked for is said to be handed over once, whether the news that it is free comes before or after the answer', () => {
+    const folder = 'file:///work/project';
+    const ref = { id: 'a1', workspaceFolder: folder };
+    const about = { id: 'a1', workspaceFolder: `${folder}/` };
+    const asked = new AskedItems();
+
+    // The answer first (held), then the news: told once, by the news.
+    asked.asking(ref, 'Plan');
+    assert.equal(asked.answered(ref, true), 'asked');
+    assert.equal(asked.free({ id: 'b2', workspaceFolder: folder }), undefined);
+    assert.equal(asked.free(about), 'Plan');
+    assert.equal(asked.free(about), undefined);
+
+    // The news first (an idle holder hands over at once): the answer says it.
+    asked.asking(ref, 'Plan');
+    assert.equal(asked.free(about), undefined);
+    assert.equal(asked.free(about), undefined);
+    assert.equal(asked.answered(ref, true), 'handed-over');
+    assert.equal(asked.free(about), undefined);
+
+    // Not held: nothing is awaited; deleted or failed: forgotten.
+    asked.asking(ref, 'Plan');
+    assert.equal(asked.answered(ref, false), 'not-held');
+    assert.equal(asked.free(about), undefined);
+    asked.asking(ref, 'Plan');
+    assert.equal(asked.answered(ref, true), 'asked');
+    asked.forget(about);
+    assert.equal(asked.free(about), undefined);
+    asked.asking(ref, 'Plan');
+    asked.drop(ref);
+    assert.equal(asked.answered(ref, true), 'asked');
+    assert.equal(asked.free(about), undefined);
+  });
+
   test('duplicate, comment and delete', async () => {
     const entry = await createArtifact(server.connection, { kind: 'document', title: 'Original', content: 'text\n' });
     const copy = await duplicateArtifact(server.connection, { id: entry.id, title: 'Copy of original' });
@@ -309,12 +344,16 @@ suite('artifacts', { skip }, () => {
       // (it watches the item its editor read) says so; nothing is polled.
       // The editor, reading it again, finds it writable and saves.
       const handedOver = didChange((c) => c.id === entry.id && c.reason === 'elsewhere' && c.writable === true);
+      const asking = new AskedItems();
+      asking.asking(ref, 'Contested');
       const asked = await requestHandover(server.connection, { id: entry.id });
       assert.equal(asked.id, entry.id);
       assert.equal(asked.holderHost, holder);
+      assert.equal(asking.answered(ref, Boolean(asked.holderHost)), 'asked');
       const told = await handedOver;
       assert.deepEqual(changedRefs([ref], told), [ref]);
       assert.equal(told.holderHost, undefined);
+      assert.equal(asking.free(told), 'Contested');
       const now = await files.stat(ref);
       assert.equal(now.writable, true);
       assert.equal(readOnlyNotice(now.item), undefined);
