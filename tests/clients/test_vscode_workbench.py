@@ -484,14 +484,14 @@ def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbenc
         drive("click", selector=".editor-instance .view-lines")
         drive("press", key="Control+End")
         # The person types the moment the list shows the item free: the open
-        # editor is writable by then (one change notice makes both so), and
-        # what was typed is saved.
+        # editor is writable by then, the client has said so (one change
+        # notice does all three), and what was typed is saved.
         drive("type", text="now mine", when=f"{TREE_ROWS}:not(:has-text('held by'))", whenText="Contested")
+        assert drive("count", selector=".notification-toast", hasText='"Contested" was handed over: it is writable here now') == 1
         drive("press", key="Control+s")
         saved = folder / ".mevedel" / "artifacts" / contested / "document.md"
         wait_until(lambda: saved.read_text() == "held elsewhere\nnow mine", "the text typed saved in the store")
         drive("waitFor", selector=".tab.active:not(.dirty)")
-        drive("notification", text='"Contested" was handed over: it is writable here now')
     finally:
         holder.stdin.close()
         holder.wait(30)
