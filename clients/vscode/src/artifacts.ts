@@ -352,16 +352,17 @@ export function readOnlyNotice(item: { title: string; writable?: boolean; holder
 }
 
 // What asking for an item comes to, once the server answered: it was not
-// held, it is asked for (read-only until handed over), or it was handed
-// over already (the holder was idle: the news can come before the answer).
-export type AskOutcome = 'not-held' | 'asked' | 'handed-over';
+// held, it is asked for (read-only until handed over), or the user was
+// told already that it was handed over (the holder was idle and handed it
+// over at once: the news can come before the answer).
+export type AskOutcome = 'not-held' | 'asked' | 'told';
 
 // The items this window asked another server process to hand over, until
 // it learns one is writable here (from the server's change notice or from
-// the list), when the user is told it was handed over -- once, whichever
-// of the news and the server's answer comes first.
+// the list), when the user is told it was handed over -- once, as soon as
+// that news comes, whether before or after the server's answer.
 export class AskedItems {
-  private items: (ArtifactRef & { title: string; state: 'asking' | 'asked' | 'free' })[] = [];
+  private items: (ArtifactRef & { title: string; state: 'asking' | 'asked' | 'told' })[] = [];
 
   private index(ref: ArtifactRef): number {
     return this.items.findIndex((item) => item.id === ref.id && item.workspaceFolder === ref.workspaceFolder);
@@ -376,11 +377,10 @@ export class AskedItems {
   // The server's answer to the request for REF: whether another process
   // held it then.
   answered(ref: ArtifactRef, held: boolean): AskOutcome {
-    const at = this.index(ref);
-    const item = this.items[at];
-    if (!held || item?.state === 'free') {
+    const item = this.items[this.index(ref)];
+    if (item?.state === 'told' || !held) {
       this.drop(ref);
-      return held ? 'handed-over' : 'not-held';
+      return item?.state === 'told' ? 'told' : 'not-held';
     }
     if (item) item.state = 'asked';
     return 'asked';
@@ -393,16 +393,12 @@ export class AskedItems {
   }
 
   // News that ABOUT is writable here: the title to announce as handed over
-  // when it was asked for and answered (forgotten then); undefined else
-  // (an answer still to come says so).
+  // when it was asked for and not announced yet, else undefined.
   free(about: ItemInFolder): string | undefined {
     const [item] = changedRefs(this.items, about);
-    if (!item) return undefined;
-    if (item.state !== 'asked') {
-      item.state = 'free';
-      return undefined;
-    }
-    this.items.splice(this.items.indexOf(item), 1);
+    if (!item || item.state === 'told') return undefined;
+    if (item.state === 'asked') this.items.splice(this.items.indexOf(item), 1);
+    else item.state = 'told'; // the answer, still to come, says nothing more
     return item.title;
   }
 

@@ -377,7 +377,8 @@ async function offerHandover(
 
 async function askForIt(context: ArtifactContext, item: Target): Promise<void> {
   // Remembered before asking: a holder idle long enough hands it over at
-  // once, and the news of that can come before the server's answer.
+  // once, and the news of that can come before the server's answer (the
+  // user was told then).
   context.asked?.asking(item.ref, item.title);
   let entry: ArtifactEntry;
   try {
@@ -388,8 +389,7 @@ async function askForIt(context: ArtifactContext, item: Target): Promise<void> {
   }
   const outcome = context.asked?.answered(item.ref, Boolean(entry.holderHost)) ?? (entry.holderHost ? 'asked' : 'not-held');
   if (outcome === 'not-held') info(`"${entry.title}" is not held by another server: it is writable here`);
-  else if (outcome === 'handed-over') info(handedOver(entry.title));
-  else info(`asked ${entry.holderHost} to hand "${entry.title}" over; it stays read-only here until it does (once the item has been idle there for 10 seconds)`);
+  else if (outcome === 'asked') info(`asked ${entry.holderHost} to hand "${entry.title}" over; it stays read-only here until it does (once the item has been idle there for 10 seconds)`);
 }
 
 function handedOver(title: string): string {
