@@ -262,6 +262,7 @@ def test_artifacts_against_real_server(compiled: str, tmp_path: Path) -> None:
         "an opened document is edited and saved through mevedel/artifact/write; the server reads the new content",
         "a save over a change the editor never saw is refused with the server words, and reloading shows that change",
         "an item another server process holds opens read-only, names its host, and offers asking for it, which makes it writable",
+        "an item asked for is said to be handed over once, when the news that it is free comes, before or after the answer",
     ):
         assert re.search(rf"ok \d+ - {re.escape(name)}", output), output
     assert re.search(r"ok \d+ - artifacts", output), output

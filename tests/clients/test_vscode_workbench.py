@@ -444,7 +444,8 @@ def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbenc
     )
     try:
         assert holder.stdout is not None
-        assert holder.stdout.readline().strip(), "the other server did not create its document"
+        contested = holder.stdout.readline().strip()
+        assert contested, "the other server did not create its document"
         vscode.open(folder)
         drive = vscode.drive
         connected(vscode)
@@ -473,20 +474,21 @@ def test_artifacts_view_edit_save_and_a_document_held_elsewhere(vscode: Workbenc
         drive("type", text="mine")
         drive("waitFor", selector=".monaco-editor-overlaymessage", hasText="read-only")
         assert "mine" not in " ".join(drive("texts", selector=".editor-instance .view-line"))
-        drive("notification", text='"Contested" is read-only here', button="Ask for It")
-        drive("notification", text='to hand "Contested" over')
-        drive("waitFor", selector=TREE_ROWS, hasText="Contested")
-        drive("waitFor", selector=f"{TREE_ROWS}:not(:has-text('held by'))", hasText="Contested")
-        # The list can show it free before the open editor is writable (the
-        # server's change notice comes first, then the client's own read):
-        # the client says when its editors are, and only then is typing kept.
-        drive("notification", text='"Contested" was handed over: it is writable here now')
+        assert "Ask for It" in drive("notification", text='"Contested" is read-only here')
+        # Asked for from the palette, the cursor at the end (the palette gives
+        # the focus back to the editor): the holder, idle, hands it over at
+        # once. The person types the moment the list shows the item free: the
+        # open editor is writable by then, the client has said it was handed
+        # over, and what was typed is saved.
         drive("click", selector=".editor-instance .view-lines")
         drive("press", key="Control+End")
-        drive("type", text="now mine")
+        drive("command", title="mevedel: Ask for the Artifact (Request Handover)")
+        drive("type", text="now mine", when=f"{TREE_ROWS}:not(:has-text('held by'))", whenText="Contested")
+        assert drive("count", selector=".notification-toast", hasText='"Contested" was handed over: it is writable here now') == 1
         drive("press", key="Control+s")
+        saved = folder / ".mevedel" / "artifacts" / contested / "document.md"
+        wait_until(lambda: saved.read_text() == "held elsewhere\nnow mine", "the text typed saved in the store")
         drive("waitFor", selector=".tab.active:not(.dirty)")
-        drive("waitFor", selector=".editor-instance .view-line", hasText="now mine")
     finally:
         holder.stdin.close()
         holder.wait(30)

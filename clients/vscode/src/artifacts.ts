@@ -326,9 +326,15 @@ function sameFolder(a: string, b: string): boolean {
   return normal(a) === normal(b);
 }
 
+// An item as the server names it: its id in a workspace folder's URI.
+export interface ItemInFolder {
+  id: string;
+  workspaceFolder: string;
+}
+
 // The open items a didChange is about: that id, in that folder (an item
 // opened in the first folder carries no folder in its URI).
-export function changedRefs<T extends ArtifactRef>(open: readonly T[], change: ArtifactDidChangeParams): T[] {
+export function changedRefs<T extends ArtifactRef>(open: readonly T[], change: ItemInFolder): T[] {
   return open.filter(
     (ref) => ref.id === change.id && (ref.workspaceFolder === undefined || sameFolder(ref.workspaceFolder, change.workspaceFolder)),
   );
@@ -343,6 +349,63 @@ export function readOnlyNotice(item: { title: string; writable?: boolean; holder
   if (item.writable !== false && !item.holderHost) return undefined;
   const holder = item.holderHost ? `another mevedel server on ${item.holderHost}` : 'another mevedel server';
   return `"${item.title}" is read-only here: ${holder} holds it. "${ASK_FOR_IT}" asks it to hand the item over (it does once the item has been idle there for 10 seconds).`;
+}
+
+// What asking for an item comes to, once the server answered: it was not
+// held, it is asked for (read-only until handed over), or the user was
+// told already that it was handed over (the holder was idle and handed it
+// over at once: the news can come before the answer).
+export type AskOutcome = 'not-held' | 'asked' | 'told';
+
+// The items this window asked another server process to hand over, until
+// it learns one is writable here (from the server's change notice or from
+// the list), when the user is told it was handed over -- once, as soon as
+// that news comes, whether before or after the server's answer.
+export class AskedItems {
+  private items: (ArtifactRef & { title: string; state: 'asking' | 'asked' | 'told' })[] = [];
+
+  private index(ref: ArtifactRef): number {
+    return this.items.findIndex((item) => item.id === ref.id && item.workspaceFolder === ref.workspaceFolder);
+  }
+
+  // Before the request goes out.
+  asking(ref: ArtifactRef, title: string): void {
+    this.drop(ref);
+    this.items.push({ id: ref.id, workspaceFolder: ref.workspaceFolder, title, state: 'asking' });
+  }
+
+  // The server's answer to the request for REF: whether another process
+  // held it then.
+  answered(ref: ArtifactRef, held: boolean): AskOutcome {
+    const item = this.items[this.index(ref)];
+    if (item?.state === 'told' || !held) {
+      this.drop(ref);
+      return item?.state === 'told' ? 'told' : 'not-held';
+    }
+    if (item) item.state = 'asked';
+    return 'asked';
+  }
+
+  // The request failed: nothing is awaited.
+  drop(ref: ArtifactRef): void {
+    const at = this.index(ref);
+    if (at >= 0) this.items.splice(at, 1);
+  }
+
+  // News that ABOUT is writable here: the title to announce as handed over
+  // when it was asked for and not announced yet, else undefined.
+  free(about: ItemInFolder): string | undefined {
+    const [item] = changedRefs(this.items, about);
+    if (!item || item.state === 'told') return undefined;
+    if (item.state === 'asked') this.items.splice(this.items.indexOf(item), 1);
+    else item.state = 'told'; // the answer, still to come, says nothing more
+    return item.title;
+  }
+
+  // ABOUT was deleted.
+  forget(about: ItemInFolder): void {
+    for (const item of changedRefs(this.items, about)) this.items.splice(this.items.indexOf(item), 1);
+  }
 }
 
 // The actions an open item offers: asking for it while another process

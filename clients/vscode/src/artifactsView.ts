@@ -6,6 +6,7 @@
 import * as vscode from 'vscode';
 import {
   ARTIFACT_SCHEME,
+  AskedItems,
   ArtifactDidChangeParams,
   ArtifactEntry,
   ArtifactFiles,
@@ -24,6 +25,7 @@ import {
   detachArtifact,
   duplicateArtifact,
   errorKind,
+  ItemInFolder,
   ItemKind,
   listArtifacts,
   needsReload,
@@ -40,9 +42,11 @@ import { STAYS_OPEN } from './staysOpen';
 export interface ArtifactContext {
   sender(): Promise<RequestSender>;
   workspaceFolder(): string | undefined;
-  // Follows an item asked for until it is handed over (the holder tells
-  // only its own editors).
-  awaitHandover?(ref: ArtifactRef, title: string): void;
+  // The items asked for here and not yet writable here.
+  asked?: AskedItems;
+  // The list of WORKSPACEFOLDER was read, ENTRIES: called before it is
+  // shown (the editors are brought in line with it first).
+  listed?(entries: readonly ArtifactEntry[], workspaceFolder: string | undefined): Promise<void>;
 }
 
 function info(message: string): void {
@@ -57,6 +61,11 @@ export function artifactUri(ref: ArtifactRef, item: { title: string; kind: ItemK
   return vscode.Uri.from(artifactUriParts(ref, item));
 }
 
+// How long a change notice waits for the open editors to read the item
+// again before the list is refreshed anyway (VS Code reads at once; this
+// only keeps an editor that never does from holding the list back).
+const REREAD_BOUND_MS = 5_000;
+
 // A failure as VS Code's file service reports it: the server's words.
 function fileSystemError(error: unknown, uri: vscode.Uri): vscode.FileSystemError {
   if (error instanceof vscode.FileSystemError) return error;
@@ -67,16 +76,18 @@ function fileSystemError(error: unknown, uri: vscode.Uri): vscode.FileSystemErro
 
 // Serves items as files: reading one reads the item, saving writes it with
 // the revision its text was read at. An item another server process holds
-// is a read-only file. Items are watched while open: one that is read-only
-// here (or an artifact, which has no lease) is read again every few seconds
-// to follow the other process's writes; the rest change only through this
-// server, which says so (mevedel/artifact/didChange).
+// is a read-only file. Nothing is polled: the server watches every item
+// read through it and says when another process takes, writes or lets go
+// of one (mevedel/artifact/didChange), and `reread` makes the open editors
+// read it again.
 export class ArtifactFileSystem implements vscode.FileSystemProvider {
   private readonly emitter = new vscode.EventEmitter<vscode.FileChangeEvent[]>();
   readonly onDidChangeFile = this.emitter.event;
   private readonly watched = new Map<string, { uri: vscode.Uri; count: number }>();
-  private readonly followed = new Map<string, { writable: boolean; revision: string; kind: ItemKind }>();
-  private poller: ReturnType<typeof setInterval> | undefined;
+  // Per URI, who waits for VS Code to read it again (`reread`).
+  private readonly waiting = new Map<string, (() => void)[]>();
+  // Per URI, whether VS Code was last told the item is writable.
+  private readonly given = new Map<string, boolean>();
 
   constructor(readonly files: ArtifactFiles) {}
 
@@ -85,40 +96,64 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
     const entry = this.watched.get(id) ?? { uri, count: 0 };
     entry.count++;
     this.watched.set(id, entry);
-    this.poller ??= setInterval(() => void this.poll(), 5_000);
     return new vscode.Disposable(() => {
       const current = this.watched.get(id);
       if (current && --current.count <= 0) {
         this.watched.delete(id);
-        this.followed.delete(id);
+        this.given.delete(id);
         const ref = refOf(uri);
         if (ref) this.files.forget(ref);
-      }
-      if (this.watched.size === 0 && this.poller) {
-        clearInterval(this.poller);
-        this.poller = undefined;
       }
     });
   }
 
-  private async poll(): Promise<void> {
-    for (const [id, { uri }] of this.watched) {
-      const last = this.followed.get(id);
-      if (!last || (last.writable && last.kind !== 'artifact')) continue;
-      const ref = refOf(uri);
-      if (!ref) continue;
-      try {
-        const now = await this.files.stat(ref);
-        this.remember(uri, now.item);
-        if (now.item.revision !== last.revision || now.writable !== last.writable) this.changed([uri]);
-      } catch {
-        // Shown when the editor reads it again.
-      }
-    }
+  // Tells VS Code the items at URIS changed, and resolves once each open
+  // text editor of them without unsaved edits (VS Code reloads exactly
+  // those) has read its item again: its text and whether it is read-only
+  // are then the server's at that point, so what is shown after this
+  // (the list) never runs ahead of the editors. Bounded: an editor closed
+  // meanwhile is not waited for.
+  async reread(uris: vscode.Uri[]): Promise<void> {
+    const ids = new Set(uris.map((uri) => uri.toString()));
+    const reloaded = vscode.workspace.textDocuments.filter((document) => ids.has(document.uri.toString()) && !document.isDirty);
+    const read = reloaded.map(
+      (document) =>
+        new Promise<void>((resolve) => {
+          const id = document.uri.toString();
+          this.waiting.set(id, [...(this.waiting.get(id) ?? []), resolve]);
+        }),
+    );
+    this.changed(uris);
+    if (read.length === 0) return;
+    let bound: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([Promise.all(read), new Promise<void>((resolve) => (bound = setTimeout(resolve, REREAD_BOUND_MS)))]);
+    clearTimeout(bound);
   }
 
-  private remember(uri: vscode.Uri, item: { writable: boolean; revision: string; kind: ItemKind }): void {
-    this.followed.set(uri.toString(), { writable: item.writable, revision: item.revision, kind: item.kind });
+  // VS Code starts reading URI: those waiting on it are answered once this
+  // read is done and VS Code has its answer. A stat that finds a revision
+  // other than the editor's text is followed by a readFile, which then
+  // answers them (the editor takes the new text and state together).
+  private reading(uri: vscode.Uri): (revision?: string) => void {
+    const id = uri.toString();
+    const waiters = this.waiting.get(id);
+    if (!waiters) return () => undefined;
+    this.waiting.delete(id);
+    return (revision) => {
+      const ref = refOf(uri);
+      if (revision !== undefined && ref && revision !== this.files.baseRevision(ref)) {
+        this.waiting.set(id, [...waiters, ...(this.waiting.get(id) ?? [])]);
+        return;
+      }
+      // After VS Code's answer has gone out.
+      setTimeout(() => waiters.forEach((resolve) => resolve()), 0);
+    };
+  }
+
+  // Whether VS Code was last told URI's item is writable (undefined: not
+  // asked yet).
+  shownWritable(uri: vscode.Uri): boolean | undefined {
+    return this.given.get(uri.toString());
   }
 
   // The open item URIs (watched by VS Code while an editor shows them).
@@ -144,9 +179,11 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
       }
       throw vscode.FileSystemError.FileNotFound(uri);
     }
+    const done = this.reading(uri);
     try {
       const stat = await this.files.stat(ref);
-      this.remember(uri, stat.item);
+      this.given.set(uri.toString(), stat.writable);
+      done(stat.item.revision);
       return {
         type: vscode.FileType.File,
         ctime: 0,
@@ -155,6 +192,7 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
         permissions: stat.writable ? undefined : vscode.FilePermission.Readonly,
       };
     } catch (error) {
+      done();
       throw fileSystemError(error, uri);
     }
   }
@@ -170,12 +208,14 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
   async readFile(uri: vscode.Uri): Promise<Uint8Array> {
     const ref = refOf(uri);
     if (!ref) throw vscode.FileSystemError.FileNotFound(uri);
+    const done = this.reading(uri);
     try {
       const loaded = await this.files.load(ref);
-      this.remember(uri, loaded.item);
       return loaded.bytes;
     } catch (error) {
       throw fileSystemError(error, uri);
+    } finally {
+      done();
     }
   }
 
@@ -183,9 +223,7 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
     const ref = refOf(uri);
     if (!ref) throw vscode.FileSystemError.NoPermissions(uri);
     try {
-      const written = await this.files.save(ref, content);
-      const last = this.followed.get(uri.toString());
-      if (last) last.revision = written.revision;
+      await this.files.save(ref, content);
     } catch (error) {
       if (needsReload(error)) setTimeout(() => void reloadAfterRefusal(uri, error), 0);
       throw fileSystemError(error, uri);
@@ -201,7 +239,8 @@ export class ArtifactFileSystem implements vscode.FileSystemProvider {
   }
 
   dispose(): void {
-    if (this.poller) clearInterval(this.poller);
+    for (const waiters of this.waiting.values()) waiters.forEach((resolve) => resolve());
+    this.waiting.clear();
     this.emitter.dispose();
   }
 }
@@ -247,7 +286,10 @@ export class ArtifactTree implements vscode.TreeDataProvider<Node> {
     if (parent) return [];
     try {
       const sender = await this.context.sender();
-      const rows = artifactRows(await listArtifacts(sender, { workspaceFolder: this.context.workspaceFolder() }));
+      const workspaceFolder = this.context.workspaceFolder();
+      const listing = await listArtifacts(sender, { workspaceFolder });
+      await this.context.listed?.(listing.items, workspaceFolder);
+      const rows = artifactRows(listing);
       if (this.view) this.view.message = undefined;
       return rows;
     } catch (error) {
@@ -334,13 +376,24 @@ async function offerHandover(
 }
 
 async function askForIt(context: ArtifactContext, item: Target): Promise<void> {
-  const entry = await requestHandover(await context.sender(), params(item.ref));
-  if (entry.holderHost) context.awaitHandover?.(item.ref, entry.title);
-  info(
-    entry.holderHost
-      ? `asked ${entry.holderHost} to hand "${entry.title}" over; it stays read-only here until it does (once the item has been idle there for 10 seconds)`
-      : `"${entry.title}" is not held by another server: it is writable here`,
-  );
+  // Remembered before asking: a holder idle long enough hands it over at
+  // once, and the news of that can come before the server's answer (the
+  // user was told then).
+  context.asked?.asking(item.ref, item.title);
+  let entry: ArtifactEntry;
+  try {
+    entry = await requestHandover(await context.sender(), params(item.ref));
+  } catch (error) {
+    context.asked?.drop(item.ref);
+    throw error;
+  }
+  const outcome = context.asked?.answered(item.ref, Boolean(entry.holderHost)) ?? (entry.holderHost ? 'asked' : 'not-held');
+  if (outcome === 'not-held') info(`"${entry.title}" is not held by another server: it is writable here`);
+  else if (outcome === 'asked') info(`asked ${entry.holderHost} to hand "${entry.title}" over; it stays read-only here until it does (once the item has been idle there for 10 seconds)`);
+}
+
+function handedOver(title: string): string {
+  return `"${title}" was handed over: it is writable here now`;
 }
 
 async function create(context: ArtifactContext, kind: 'document' | 'whiteboard'): Promise<void> {
@@ -442,7 +495,8 @@ export class Artifacts implements vscode.Disposable {
         const first = vscode.workspace.workspaceFolders?.[0]?.uri.toString();
         return ref ? ref.workspaceFolder ?? first : outer.workspaceFolder() ?? first;
       },
-      awaitHandover: (ref, title) => this.awaitHandover(ref, title),
+      asked: new AskedItems(),
+      listed: (entries, workspaceFolder) => this.listed(entries, workspaceFolder),
     };
     this.context = context;
     this.tree = new ArtifactTree(context);
@@ -457,63 +511,62 @@ export class Artifacts implements vscode.Disposable {
     );
   }
 
-  // An item changed through this server: the list is read again, and the
-  // editors showing it read it again (VS Code keeps an editor with unsaved
-  // edits as it is). A fenced item is read-only now.
-  didChange(change: ArtifactDidChangeParams): void {
-    this.tree.refresh();
+  // An item changed, through this server or (reason `elsewhere`) another
+  // process: the editors showing it read it again first (VS Code keeps an
+  // editor with unsaved edits as it is), then the list, so the list never
+  // shows an item free while its editor is still read-only. A fenced item
+  // is read-only now; an item asked for that is writable here now was
+  // handed over, and the user is told so.
+  async didChange(change: ArtifactDidChangeParams): Promise<void> {
     const open = this.files.openUris().map((uri) => ({ uri, ...refOf(uri)! })).filter((ref) => ref.id);
     const affected = changedRefs(open, change).map((ref) => ref.uri);
     if (change.reason === 'deleted') {
+      this.context.asked!.forget(change);
       this.files.changed(affected, vscode.FileChangeType.Deleted);
-      return;
+    } else if (['written', 'restored', 'handed-over', 'fenced', 'elsewhere'].includes(change.reason)) {
+      await this.files.reread(affected);
     }
-    // 'elsewhere': another process took, wrote or handed back the item.
-    if (['written', 'restored', 'handed-over', 'fenced', 'elsewhere'].includes(change.reason)) this.files.changed(affected);
+    this.tree.refresh();
+    if (change.reason === 'elsewhere' && change.writable === true) this.announceFree(change);
     if (change.reason === 'fenced' && affected.length > 0) {
-      const ref = refOf(affected[0])!;
-      void (async () => {
-        const item = await readArtifact(await this.context.sender(), params(ref));
-        await offerHandover(this.context, ref, item);
-      })().catch(() => undefined);
+      const fenced = refOf(affected[0])!;
+      try {
+        const item = await readArtifact(await this.context.sender(), params(fenced));
+        await offerHandover(this.context, fenced, item);
+      } catch {
+        // The editor, read again, shows what it can.
+      }
     }
   }
 
-  private readonly awaiting = new Map<string, ReturnType<typeof setInterval>>();
-
-  // Reads an item asked for every 2 seconds (for at most 5 minutes) until
-  // it is writable here; then the list and its editors show it so.
-  private awaitHandover(ref: ArtifactRef, title: string): void {
-    const key = `${ref.workspaceFolder ?? ''}\n${ref.id}`;
-    if (this.awaiting.has(key)) return;
-    const until = Date.now() + 300_000;
-    let reading = false;
-    const stop = () => {
-      clearInterval(this.awaiting.get(key));
-      this.awaiting.delete(key);
-    };
-    this.awaiting.set(
-      key,
-      setInterval(async () => {
-        if (reading) return;
-        reading = true;
-        try {
-          const item = await readArtifact(await this.context.sender(), params(ref));
-          if (item.writable) {
-            stop();
-            this.tree.refresh();
-            this.files.changed(this.files.openUris().filter((uri) => refOf(uri)?.id === ref.id));
-            info(`"${title}" was handed over: it is writable here now`);
-          } else if (Date.now() > until) {
-            stop();
-          }
-        } catch {
-          stop();
-        } finally {
-          reading = false;
-        }
-      }, 2_000),
+  // The list is about to show ENTRIES: an open editor last told otherwise
+  // (read-only while the list shows its item free, or the other way round:
+  // the list was read before the server's notice came) reads its item
+  // again first, and an item asked for that the list shows free was
+  // handed over.
+  private async listed(entries: readonly ArtifactEntry[], workspaceFolder: string | undefined): Promise<void> {
+    const folder = workspaceFolder ?? '';
+    const open = this.files.openUris().map((uri) => ({ uri, ...refOf(uri)! })).filter((ref) => ref.id);
+    const behind = entries.flatMap((entry) =>
+      changedRefs(open, { id: entry.id, workspaceFolder: folder })
+        .filter((ref) => this.files.shownWritable(ref.uri) === Boolean(entry.holderHost))
+        .map((ref) => ref.uri),
     );
+    if (behind.length > 0) await this.files.reread(behind);
+    for (const entry of entries) if (!entry.holderHost) this.announceFree({ id: entry.id, workspaceFolder: folder });
+  }
+
+  private announceFree(about: ItemInFolder): void {
+    const title = this.context.asked!.free(about);
+    if (title !== undefined) info(handedOver(title));
+  }
+
+  // A new server process: it watches only the items read through it, so
+  // the open editors read theirs again (it then tells them what other
+  // processes do), and the list is read again.
+  serverRestarted(): void {
+    this.files.changed(this.files.openUris());
+    this.tree.refresh();
   }
 
   // The current session changed: its attached items are marked anew.
@@ -572,8 +625,6 @@ export class Artifacts implements vscode.Disposable {
   }
 
   dispose(): void {
-    for (const timer of this.awaiting.values()) clearInterval(timer);
-    this.awaiting.clear();
     for (const disposable of this.disposables) disposable.dispose();
   }
 }

@@ -101,7 +101,7 @@ function createClient(
       );
     }
   });
-  created.onNotification(ArtifactMethods.didChange, (change: ArtifactDidChangeParams) => artifacts.didChange(change));
+  created.onNotification(ArtifactMethods.didChange, (change: ArtifactDidChangeParams) => void artifacts.didChange(change));
   created.onNotification(ControlMethods.didChange, (change: ControlDidChangeParams) => {
     showControlStep(change);
   });
@@ -210,7 +210,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     })();
     await starting;
     documents.refreshAll();
-    artifacts.tree.refresh();
+    artifacts.serverRestarted();
   };
 
   context.subscriptions.push(

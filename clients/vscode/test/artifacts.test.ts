@@ -20,6 +20,7 @@ import {
   artifactUriParts,
   artifactVersions,
   ASK_FOR_IT,
+  AskedItems,
   attachArtifact,
   changedRefs,
   commentOnArtifact,
@@ -250,6 +251,41 @@ suite('artifacts', { skip }, () => {
     assert.deepEqual(changedRefs([here, elsewhere, { id: 'a1' }, { id: 'b2' }], change), [here, { id: 'a1' }]);
   });
 
+  test('an item asked for is said to be handed over once, when the news that it is free comes, before or after the answer', () => {
+    const folder = 'file:///work/project';
+    const ref = { id: 'a1', workspaceFolder: folder };
+    const about = { id: 'a1', workspaceFolder: `${folder}/` };
+    const asked = new AskedItems();
+
+    // The answer first (held), then the news: told once, by the news.
+    asked.asking(ref, 'Plan');
+    assert.equal(asked.answered(ref, true), 'asked');
+    assert.equal(asked.free({ id: 'b2', workspaceFolder: folder }), undefined);
+    assert.equal(asked.free(about), 'Plan');
+    assert.equal(asked.free(about), undefined);
+
+    // The news first (an idle holder hands over at once): told by the
+    // news, the answer adds nothing.
+    asked.asking(ref, 'Plan');
+    assert.equal(asked.free(about), 'Plan');
+    assert.equal(asked.free(about), undefined);
+    assert.equal(asked.answered(ref, true), 'told');
+    assert.equal(asked.free(about), undefined);
+
+    // Not held: nothing is awaited; deleted or failed: forgotten.
+    asked.asking(ref, 'Plan');
+    assert.equal(asked.answered(ref, false), 'not-held');
+    assert.equal(asked.free(about), undefined);
+    asked.asking(ref, 'Plan');
+    assert.equal(asked.answered(ref, true), 'asked');
+    asked.forget(about);
+    assert.equal(asked.free(about), undefined);
+    asked.asking(ref, 'Plan');
+    asked.drop(ref);
+    assert.equal(asked.answered(ref, true), 'asked');
+    assert.equal(asked.free(about), undefined);
+  });
+
   test('duplicate, comment and delete', async () => {
     const entry = await createArtifact(server.connection, { kind: 'document', title: 'Original', content: 'text\n' });
     const copy = await duplicateArtifact(server.connection, { id: entry.id, title: 'Copy of original' });
@@ -305,13 +341,23 @@ suite('artifacts', { skip }, () => {
       });
       assert.equal((await readArtifact(other.connection, { id: entry.id })).content, 'v2 from the other process\n');
 
-      // Asking for it: the holder hands it over once idle; the open editor
-      // (watched while it is read-only) turns writable and saves.
+      // Asking for it: the holder hands it over once idle, and this server
+      // (it watches the item its editor read) says so; nothing is polled.
+      // The editor, reading it again, finds it writable and saves.
+      const handedOver = didChange((c) => c.id === entry.id && c.reason === 'elsewhere' && c.writable === true);
+      const asking = new AskedItems();
+      asking.asking(ref, 'Contested');
       const asked = await requestHandover(server.connection, { id: entry.id });
       assert.equal(asked.id, entry.id);
       assert.equal(asked.holderHost, holder);
-      while (!(await files.stat(ref)).writable) await new Promise((wake) => setTimeout(wake, 250));
-      assert.equal(readOnlyNotice((await files.stat(ref)).item), undefined);
+      assert.equal(asking.answered(ref, Boolean(asked.holderHost)), 'asked');
+      const told = await handedOver;
+      assert.deepEqual(changedRefs([ref], told), [ref]);
+      assert.equal(told.holderHost, undefined);
+      assert.equal(asking.free(told), 'Contested');
+      const now = await files.stat(ref);
+      assert.equal(now.writable, true);
+      assert.equal(readOnlyNotice(now.item), undefined);
       await files.save(ref, Buffer.from('v3, mine again\n'));
       assert.equal((await readArtifact(other.connection, { id: entry.id })).content, 'v3, mine again\n');
       await assert.rejects(

@@ -201,7 +201,11 @@ const ops = {
   async press({ key }) {
     await page.keyboard.press(key);
   },
-  async type({ text }) {
+  // Types TEXT; with `when` (a selector, `whenText` its text), as soon as
+  // that shows: a person typing the moment they see it, with no round trip
+  // to the test in between.
+  async type({ text, when, whenText }) {
+    if (when) await where({ selector: when, hasText: whenText }).first().waitFor({ state: 'visible', timeout: 0 });
     await page.keyboard.type(text);
   },
   async click(request) {
