@@ -72,12 +72,16 @@ a many-file program cheap on a disk whose every flush costs milliseconds.
 
 from __future__ import annotations
 
+# _thread, not threading: the remote program starts an interpreter per
+# program, and threading's import (collections, functools) was half of
+# what the remote program cost above the interpreter's own start. Its
+# threads are daemons by nature.
+import _thread
 import errno
 import fcntl
 import os
 import stat as stat_mode
 import struct
-import threading
 import time
 
 OK = "ok"
@@ -488,7 +492,7 @@ class _Flushers:
     KEPT = 3
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._requests = None
         self._started = 0
 
@@ -502,8 +506,8 @@ class _Flushers:
                 self._requests = _queue.SimpleQueue()
             if self._started < self.KEPT:
                 self._started += 1
-                threading.Thread(target=self._serve, name="mevedel-fsync", daemon=True).start()
-        done = threading.Lock()
+                _thread.start_new_thread(self._serve, ())
+        done = _thread.allocate_lock()
         done.acquire()
         outcome = []
         self._requests.put((fd, done, outcome))
@@ -609,7 +613,7 @@ class Executor:
         self.parse_json = parse_json or _parse_json
         # A LocalTarget runs programs in worker threads: each program's
         # directories are its own thread's.
-        self._program = threading.local()
+        self._program = _thread._local()
         # Pack files open for appending, by (store, pack): a pack is one
         # program's own, so its descriptor stays open until that program
         # ends (thousands of snapshots, one open).

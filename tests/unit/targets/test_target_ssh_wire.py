@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mevedel_server.targets import executor, remote_program, wire
-from mevedel_server.targets.remote_bundle import remote_command, remote_script
+from mevedel_server.targets.remote_bundle import compiled_script, remote_command, remote_script
 from mevedel_server.targets.remote_errors import SshLocationError
 from mevedel_server.targets.ssh_config import SshLocation, parse_ssh_location
 
@@ -133,12 +133,16 @@ def test_the_remote_program_answers_with_the_requests_nonce(tmp_path):
     assert (tmp_path / "f").read_bytes() == b"1"
 
 
-def test_a_request_cut_short_runs_nothing_in_a_real_interpreter(tmp_path):
-    """Through the same command and script the SSH target sends."""
+@pytest.mark.parametrize("compiled", [False, True], ids=["source", "compiled"])
+def test_a_request_cut_short_runs_nothing_in_a_real_interpreter(tmp_path, compiled):
+    """Through the same command and script the SSH target sends (the
+    source, or the code objects compiled here for an interpreter like this
+    one)."""
     nonce = secrets.token_bytes(16)
     frame = b"".join(bytes(c) for c in wire.frame_chunks(nonce, _request(tmp_path, [["MakeDirs", "made", False, None]])))
+    script = compiled_script() if compiled else remote_script()
     for data, ran in ((frame[:-1], False), (frame, True)):
-        proc = subprocess.run(["/bin/sh", "-c", remote_command(sys.executable)], input=remote_script() + data, capture_output=True)
+        proc = subprocess.run(["/bin/sh", "-c", remote_command(sys.executable, compiled)], input=script + data, capture_output=True)
         assert (proc.returncode == 0) is ran
         assert (tmp_path / "made").exists() is ran
         if ran:
