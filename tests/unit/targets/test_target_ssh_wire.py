@@ -17,7 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mevedel_server.targets import executor, remote_program, wire
-from mevedel_server.targets.remote_bundle import compiled_script, remote_command, remote_script
+from mevedel_server.targets.remote_bundle import (
+    compiled_script,
+    remote_command,
+    remote_script,
+)
 from mevedel_server.targets.remote_errors import SshLocationError
 from mevedel_server.targets.ssh_config import SshLocation, parse_ssh_location
 
