@@ -262,6 +262,19 @@ class FaultServer:
     #: Processes that have their script and wait for a request (warm ones).
     waiting: list = field(default_factory=list)
 
+    def home(self, directory: Path) -> Path:
+        """``directory``/home, made once: a ``HOME`` whose SSH config reaches
+        this server as ``127.0.0.1`` (for a CLI or a server run as a
+        process)."""
+        home = directory / "home"
+        if not home.exists():
+            (home / ".ssh").mkdir(parents=True)
+            (home / ".ssh" / "config").write_text(
+                f"Host 127.0.0.1\n  Port {self.port}\n  IdentityFile {self.client_key}\n"
+                f"  UserKnownHostsFile {self.known_hosts}\n  IdentityAgent none\n"
+            )
+        return home
+
     async def start(self) -> None:
         self.acceptor = await asyncssh.create_server(
             lambda: _Server(self),

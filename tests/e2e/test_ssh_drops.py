@@ -23,12 +23,7 @@ from .test_agent_turns import AGENT, Watch, prompt
 async def _server(fault_server, tmp_path, project, script):
     """A real server whose remote workspace is ``project`` through the
     fault-injecting SSH server, with the scripted agent configured."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "config").write_text(
-        f"Host 127.0.0.1\n  Port {fault_server.port}\n  IdentityFile {fault_server.client_key}\n"
-        f"  UserKnownHostsFile {fault_server.known_hosts}\n  IdentityAgent none\n"
-    )
+    home = fault_server.home(tmp_path)
     url = fault_server.url(project)
     settings = {"agents": {"scripted": {"command": [sys.executable, str(AGENT), str(script)]}}, "defaultAgent": "scripted"}
     config = ClientServerConfig(

@@ -33,12 +33,7 @@ class Machine:
     process started here."""
 
     def __init__(self, tmp_path: Path, fault_server, project: Path) -> None:
-        self.home = tmp_path / "home"
-        (self.home / ".ssh").mkdir(parents=True)
-        (self.home / ".ssh" / "config").write_text(
-            f"Host 127.0.0.1\n  Port {fault_server.port}\n  IdentityFile {fault_server.client_key}\n"
-            f"  UserKnownHostsFile {fault_server.known_hosts}\n  IdentityAgent none\n"
-        )
+        self.home = fault_server.home(tmp_path)
         self.state = tmp_path / "state"
         self.env = {**os.environ, "HOME": str(self.home), "XDG_STATE_HOME": str(self.state)}
         self.project = project

@@ -17,13 +17,7 @@ import pytest
 AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 
 async def mevedel(fault_server, tmp_path: Path, root: Path, who: str, *args: str, as_json: bool = True) -> tuple[int, str]:
-    home = tmp_path / "home"
-    if not home.exists():
-        (home / ".ssh").mkdir(parents=True)
-        (home / ".ssh" / "config").write_text(
-            f"Host 127.0.0.1\n  Port {fault_server.port}\n  IdentityFile {fault_server.client_key}\n"
-            f"  UserKnownHostsFile {fault_server.known_hosts}\n  IdentityAgent none\n"
-        )
+    home = fault_server.home(tmp_path)
     config = tmp_path / f"{who}-config" / "mevedel" / "config.json"
     if not config.exists():
         script = tmp_path / f"{who}-script.json"

@@ -19,12 +19,7 @@ AGENT = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 async def test_a_prompt_whose_host_went_away_as_it_settled_ends_without_trying_it_again(tmp_path, fault_server):
     root = tmp_path / "ws"
     root.mkdir()
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "config").write_text(
-        f"Host 127.0.0.1\n  Port {fault_server.port}\n  IdentityFile {fault_server.client_key}\n"
-        f"  UserKnownHostsFile {fault_server.known_hosts}\n  IdentityAgent none\n"
-    )
+    home = fault_server.home(tmp_path)
     armed = tmp_path / "armed"  # the agent ends its turn once the test has armed the drop
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [[{"say": "ready"}, {"wait_file": str(armed)}, {"say": " done"}]]}))

@@ -16,13 +16,7 @@ from tests.unit.store.transactions.test_ssh_drops_rewind import _connect, _three
 
 
 async def mevedel(fault_server, tmp_path: Path, root: Path, *args: str) -> tuple[int, dict, str]:
-    home = tmp_path / "home"
-    if not home.exists():
-        (home / ".ssh").mkdir(parents=True)
-        (home / ".ssh" / "config").write_text(
-            f"Host 127.0.0.1\n  Port {fault_server.port}\n  IdentityFile {fault_server.client_key}\n"
-            f"  UserKnownHostsFile {fault_server.known_hosts}\n  IdentityAgent none\n"
-        )
+    home = fault_server.home(tmp_path)
     env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state")}
     # The SSH server answers in this event loop: the CLI runs beside it.
     process = await asyncio.create_subprocess_exec(

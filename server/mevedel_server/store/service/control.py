@@ -528,15 +528,7 @@ class SessionControl:
         blocker = self._blocker(session, owning)
         if blocker is not None:
             owning.failure = None
-            if blocker != owning.waiting_for:
-                owning.waiting_for = blocker
-                self._emit(
-                    ControlEvent(
-                        session_id, OWNER, "draining",
-                        f"handing session {session_id} to {host}: waiting for {blocker}",
-                        requester_host=host, waiting_for=blocker,
-                    )
-                )
+            self._draining(owning, session_id, host, blocker, f"waiting for {blocker}")
             return
         owning.finishing = True
         try:
@@ -570,15 +562,7 @@ class SessionControl:
                 session._start_renewal()
             owning.failure = str(error)
             await self._fence_own_final(session, owning)
-            if owning.waiting_for != RELEASE_AGAIN:
-                owning.waiting_for = RELEASE_AGAIN
-                self._emit(
-                    ControlEvent(
-                        session_id, OWNER, "draining",
-                        f"handing session {session_id} to {host}: the release failed ({error}); it is tried again",
-                        requester_host=host, waiting_for=RELEASE_AGAIN,
-                    )
-                )
+            self._draining(owning, session_id, host, RELEASE_AGAIN, f"the release failed ({error}); it is tried again")
             return
         self._owning.pop(session_id, None)
         session.hand_over(f"handed control to {host}; following the session read-only", host)
@@ -586,6 +570,18 @@ class SessionControl:
         why = f" (nobody answered within {self.cadence.prompt_timeout} s)" if owning.reason == "timeout" else ""
         self._emit(
             ControlEvent(session_id, OWNER, "released", f"handed session {session_id} to {host}{why}", requester_host=host)
+        )
+
+    def _draining(self, owning: _Owning, session_id: str, host: str, waiting_for: str, why: str) -> None:
+        """Tell the owner what the hand-over waits for, once per change."""
+        if waiting_for == owning.waiting_for:
+            return
+        owning.waiting_for = waiting_for
+        self._emit(
+            ControlEvent(
+                session_id, OWNER, "draining", f"handing session {session_id} to {host}: {why}",
+                requester_host=host, waiting_for=waiting_for,
+            )
         )
 
     async def _fence_own_final(self, session: OpenSession, owning: _Owning) -> None:
