@@ -19,6 +19,7 @@ from mevedel_server.store import (
     ClientIdentity,
     LeaseHeld,
     LeaseStanding,
+    LeaseState,
     TakeoverNeedsConfirmation,
     acquire_lease,
     encode_record,
@@ -116,6 +117,22 @@ async def test_a_claim_from_a_stale_view_of_the_dead_holder_loses_to_its_success
         await acquire_lease(target, sid, ClientIdentity("third", "elsewhere"), confirm_takeover=True, observation=seen)
     assert (await observe_lease(target, sid)).record.client_id == ME.client_id
     await first.release()
+
+
+async def test_a_holder_seen_live_that_released_and_ended_since_is_claimed_without_asking(root, holder):
+    """A claim made from an observation in which the holder was live, after
+    the holder released the lease and its process ended: the claim judges
+    the head as it is now (released: free), not the old head against the
+    holder's death -- which asked for a takeover's confirmation of a
+    session nobody held (a CI failure of the eight-process race)."""
+    process, sid = holder
+    target = LocalTarget(root)
+    seen = await observe_lease(target, sid)
+    await write_next_generation(root, sid, state=LeaseState.RELEASED)
+    kill(process)
+    claimed = await acquire_lease(target, sid, ME, observation=seen)
+    assert claimed.record.client_id == ME.client_id and claimed.record.state is LeaseState.ACTIVE
+    assert claimed.generation > seen.generation + 1
 
 
 async def test_a_live_pid_of_another_process_is_a_dead_holder(root, holder):

@@ -532,8 +532,12 @@ async def acquire_lease(
             # Its race is never shown: who won is not worth a program.
             return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, observation, lead, riders, lock,
                                        name_rival=False, names_holder=names_holder)
-        except ClaimRaced:
-            pass  # the observation was stale: judge afresh
+        except (ClaimRaced, LeaseHeld, TakeoverNeedsConfirmation):
+            # The observation may be stale: a refusal is judged afresh. A
+            # holder seen live, which released and ended since, was taken
+            # for one that died holding it (a takeover to confirm) when its
+            # liveness was proved against the old head.
+            pass
     obs = await _observe(target, paths, with_clock=True)
     return await _acquire_from(target, paths, identity, duration_seconds, confirm_takeover, obs, lead, riders, lock,
                                names_holder=names_holder)
