@@ -515,7 +515,9 @@ async def acquire_lease(
     claim starts from it instead of observing again (a round trip fewer over
     SSH). The claim program proves it still current (the head's bytes, the
     next generation absent); if it moved meanwhile, nothing was written and
-    the acquisition is made again from a fresh observation.
+    the acquisition is made again from a fresh observation -- as is one
+    the observation would refuse (held; a takeover to confirm), so that no
+    refusal rests on a head that may have moved on.
 
     Free: claimed. Our own live record (a restart with the same client id):
     adopted and renewed; a publishing window left open is normalised back to
