@@ -935,6 +935,13 @@ class LeaseHandle:
             self.released = True
         return result
 
+    async def release_after(self, lead_ops: Sequence[Operation], *, trailing: Sequence[Operation] = (), **changes) -> None:
+        """:meth:`release_with`, raising :class:`LeadStopped` when
+        ``lead_ops`` stopped the program (nothing released)."""
+        result = await self.release_with(list(lead_ops), trailing=trailing, **changes)
+        if result.stopped_at is not None and result.stopped_at < len(lead_ops):
+            raise LeadStopped(result)
+
     async def begin_publishing(self) -> None:
         """Open a publishing window (the generation fences others as
         ``publishing`` until a head commit or :meth:`end_publishing`)."""

@@ -452,9 +452,7 @@ class Publisher:
     async def _release_alone(
         self, lead: tuple[Operation, ...], changes: Mapping[str, object], trailing: tuple[Operation, ...] = ()
     ) -> None:
-        result = await self.lease.release_with(list(lead), trailing=trailing, **changes)
-        if result.stopped_at is not None and result.stopped_at < len(lead):
-            raise LeadStopped(result)
+        await self.lease.release_after(lead, trailing=trailing, **changes)
 
     async def _committed_despite(self, head: str) -> bool:
         """After a program whose outcome is unknown, find out whether its

@@ -322,9 +322,7 @@ def _fence(lease: LeaseHandle, request: TransferRequest, fence_seconds: int) -> 
 
 def _releasing(lease: LeaseHandle) -> Release:
     async def release(lead: list[Operation], changes: dict[str, object]) -> None:
-        result = await lease.release_with(lead, **changes)
-        if result.stopped_at is not None and result.stopped_at < len(lead):
-            raise LeadStopped(result)
+        await lease.release_after(lead, **changes)
 
     return release
 
