@@ -356,8 +356,11 @@ def test_neovim_chat_in_tmux(nvim: str, workspace: Workspace, tmp_path) -> None:
     session, log = _screen(tmux, nvim, workspace, tmp_path, script)
     try:
         # The agent's question, asked with Neovim's own vim.ui.select.
-        question = session.wait_for("the permission question", lambda s: "1: Allow once" in s, log)
-        assert "scripted asks permission: Write chat.txt" in question and "2: Reject" in question, question
+        # The whole question, not its first choice alone: a redraw can
+        # be read half written.
+        session.wait_for("the permission question with its text and choices",
+                         lambda s: "1: Allow once" in s and "2: Reject" in s
+                         and "scripted asks permission: Write chat.txt" in s, log)
         session.keys("1", "Enter")
         # The chat, once the turn settled.
         chat = session.wait_for("the settled turn in the chat", lambda s: "idle (turn 1 completed)" in s, log)
@@ -529,8 +532,9 @@ def test_neovim_esc_at_the_question_before_a_session_beside_a_held_one_starts_no
         # Neovim's own messages from here: what the person reads.
         session.keys(":lua vim.notify = _G.mevedel_real_notify", "Enter")
         session.keys(":MevedelSessionNew Second", "Enter")
-        asked = session.wait_for("the question", lambda s: "2: Cancel" in s, log)
-        assert "share this project's files" in _unwrapped(asked) and "1: Start anyway" in asked, asked
+        session.wait_for("the question with its text and choices",
+                         lambda s: "2: Cancel" in s and "1: Start anyway" in s
+                         and "share this project's files" in _unwrapped(s), log)
         session.keys("Escape")
         told = session.wait_for("what Esc did", lambda s: "no new session was started" in _unwrapped(s), log)
         assert "stack traceback" not in told and "Error executing" not in told, told
