@@ -14,10 +14,12 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   ``/``-separated target-relative path and ``argument`` is the payload of
   ``CreateExclusive``/``CreateInPlace``/``Replace``, ``(bytes, source path)`` of
   ``CreateLinked``, the expectation of ``Verify`` or the
-  parts of ``StampedCreate`` (bytes, and integers standing for the clock
-  reading plus that many seconds) or the ``(prefix, digits, suffix)`` of
-  ``ReadNewest``, ``(prefix, digits, suffix, hops)`` of ``ReadChain`` (each
-  hop a ``(key path, base directory)``), the ``(entry limit, depth or
+  parts of ``StampedCreate``/``StampedCreateInPlace`` (bytes, and integers
+  standing for the clock reading plus that many seconds) or the ``(prefix,
+  digits, suffix)`` of ``ReadNewest`` (and the most bytes to read of the
+  member, when it reads at most that many), the ``(prefix, digits, suffix,
+  name or None)`` of ``NewestIs``, ``(prefix, digits, suffix, hops)`` of
+  ``ReadChain`` (each hop a ``(key path, base directory)``), the ``(entry limit, depth or
   None)`` of ``WalkTree``, the ``(entry limit, depth or None, directories
   to resume from)`` of ``ListTree``, the ``(file paths, size limit,
   budget)`` of ``ReadFiles``, the ``(skip names, skip paths, descend paths,
@@ -29,9 +31,10 @@ It speaks a plain form rather than the dataclasses of ``program.py``:
   ``(offset, size)`` of ``ReadSlice``;
 - a result is ``(status, value, reason, unsafe)``; a ``Stat`` value is
   ``(kind, size, mtime_seconds)``, a ``ListDir`` value a sorted tuple, a
-  ``StampedCreate`` value the clock reading it wrote, a ``ReadNewest``
-  value ``(name, bytes)``, a ``ReadChain`` value ``(names, links)`` (see
-  :meth:`Executor._read_chain`), a ``CreateLinked`` value whether it linked,
+  ``StampedCreate`` or ``StampedCreateInPlace`` value the clock reading it
+  wrote, a ``ReadNewest`` value ``(name, bytes)``, a ``NewestIs`` value the
+  newest member's name (None: no member; so on a mismatch), a ``ReadChain``
+  value ``(names, links)`` (see :meth:`Executor._read_chain`), a ``CreateLinked`` value whether it linked,
   a ``WalkTree`` value ``(entries, truncated)`` (see :meth:`Executor._walk`),
   a ``ListTree`` value ``(records, pending)`` (see
   :meth:`Executor._list_tree`), a ``ReadFiles`` value one ``(status, bytes,
@@ -54,8 +57,10 @@ O_NOFOLLOW``: a symlinked root, parent or leaf fails closed. Writes are whole
 or absent (fsynced temporary file, then ``link`` for exclusive creation or
 ``rename`` for replacement, then fsync of the directory); a crash leaves at
 most a dot-prefixed ``*.tmp`` file, never a torn record under its real name
--- but for ``CreateInPlace``, which writes a new file under its name for a
-caller that names it only after a barrier.
+-- but for ``CreateInPlace`` and ``StampedCreateInPlace``, which write a new
+file under its name for a caller that names it only after a barrier, or
+whose readers pass over a torn file (a failed write removes it; a crash may
+leave it).
 
 A *deferred* write skips those fsyncs: its bytes and names reach the disk at
 the next ``Barrier`` of the same program, which flushes all deferred writes
@@ -101,7 +106,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: of the program, instead of walking from the root for every operation (a
 #: listing of 32 sessions made about 1,000 opens of the same few directories).
 _READ_ONLY_KINDS = frozenset(
-    ("Read", "ReadNewest", "ReadChain", "SurveyDirs", "Verify", "Stat", "ListDir", "Clock", "ReadEntry")
+    ("Read", "ReadNewest", "ReadChain", "SurveyDirs", "Verify", "NewestIs", "Stat", "ListDir", "Clock", "ReadEntry")
 )
 #: Operations a program may carry and still open each directory of its
 #: chains once (``_open_kept_directory``): none renames a directory, and the
@@ -109,7 +114,10 @@ _READ_ONLY_KINDS = frozenset(
 #: publication's eight operations reopened the same five-directory chain
 #: for each, about forty opens and closes of its own work.
 _KEEPING_KINDS = _READ_ONLY_KINDS | frozenset(
-    ("CreateExclusive", "CreateInPlace", "StampedCreate", "Replace", "ReplaceAtBarrier", "MakeDirs", "Remove", "Barrier")
+    (
+        "CreateExclusive", "CreateInPlace", "StampedCreate", "StampedCreateInPlace", "Replace", "ReplaceAtBarrier",
+        "MakeDirs", "Remove", "Barrier",
+    )
 )
 #: At most this many directories stay open in one program.
 _DIRECTORY_CACHE_LIMIT = 256
@@ -569,6 +577,11 @@ def _family_members(names, prefix, digits, suffix):
     ])
 
 
+def is_family_member(name, prefix, digits, suffix):
+    """Whether ``name`` is ``prefix`` + ``digits`` ASCII digits + ``suffix``."""
+    return isinstance(name, str) and bool(_family_members((name,), prefix, digits, suffix))
+
+
 def _family(argument):
     """``(prefix, digits, suffix)`` of a numbered family, checked."""
     try:
@@ -841,7 +854,9 @@ class Executor:
             raise _leaf_refusal(exc, dir_fd, leaf, label) from None
 
     @staticmethod
-    def _read_regular(dir_fd, leaf, label):
+    def _read_regular(dir_fd, leaf, label, max_bytes=None):
+        """The bytes of regular file ``leaf``: all of them, or the first
+        ``max_bytes`` (fewer where it ends first)."""
         # _open_leaf inline: a listing reads three files a session, and
         # each call saved counts there. A read of a regular file answers
         # short only at its end, so a file whose size held costs one.
@@ -853,6 +868,8 @@ class Executor:
             st = os.fstat(fd)
             if not stat_mode.S_ISREG(st.st_mode):
                 raise Refused(FAILED, "'%s' is not a regular file" % label)
+            if max_bytes is not None:
+                return _read_at_most(fd, max_bytes)
             size = st.st_size
             first = os.read(fd, size + 1)
             return first if len(first) <= size else _read_rest(fd, first)
@@ -960,25 +977,70 @@ class Executor:
         finally:
             self._close_directory(fd)
 
-    def _newest(self, path, family):
+    def _newest(self, path, family, max_bytes=None):
         """``(names, link)``: the members of the numbered ``family`` in
         directory ``path``, sorted, and the ``(path, status, bytes or
-        reason, unsafe)`` of reading the newest (None without members)."""
+        reason, unsafe)`` of reading the newest (None without members; at
+        most ``max_bytes`` of it, None: whole)."""
         parts = split_components(path)
         names, link, _listed = _newest_in(
-            lambda: self._open_directory(parts), self._close_directory, path if parts else "", family
+            lambda: self._open_directory(parts), self._close_directory, path if parts else "", family, max_bytes
         )
         return names, link
 
-    def _read_newest(self, path, family, _deferred):
-        prefix, digits, suffix = family = _family(family)
-        names, link = self._newest(path, family)
+    def _read_newest(self, path, argument, _deferred):
+        # (prefix, digits, suffix) reads the member whole; a fourth part
+        # is the most bytes to read of it.
+        max_bytes = None
+        if isinstance(argument, (list, tuple)) and len(argument) == 4:
+            argument, max_bytes = argument[:3], argument[3]
+            if type(max_bytes) is not int or max_bytes < 0:
+                raise Refused(FAILED, "a read's size limit is a whole, non-negative number")
+        prefix, digits, suffix = family = _family(argument)
+        names, link = self._newest(path, family, max_bytes)
         if link is None:
             raise Refused(ABSENT, "'%s' holds no '%s%s%s' file" % (path, prefix, "N" * digits, suffix))
         _label, status, payload, unsafe = link
         if status != OK:
             raise Refused(status, payload, unsafe)
         return (OK, (names[-1], payload), None, False)
+
+    def _newest_is(self, path, argument, _deferred):
+        """Whether the newest member of a numbered family in directory
+        ``path`` is the name expected (None: that there is none): only the
+        directory is listed. ``mismatch`` carries the newest member's name,
+        or None."""
+        try:
+            *family, expected = argument
+        except (TypeError, ValueError):
+            family, expected = None, None
+        prefix, digits, suffix = _family(family)
+        if expected is not None and not isinstance(expected, str):
+            raise Refused(FAILED, "the newest member expected is a name or None")
+        try:
+            fd = self._open_directory(split_components(path))
+        except Refused as refusal:
+            # A missing directory holds no member, as a missing parent
+            # proves a file absent to Verify.
+            if refusal.status != ABSENT:
+                raise
+            names = []
+        else:
+            try:
+                names = _family_members(os.listdir(fd), prefix, digits, suffix)
+            finally:
+                self._close_directory(fd)
+        actual = names[-1] if names else None
+        if actual == expected:
+            return (OK, actual, None, False)
+        family_name = "'%s%s%s'" % (prefix, "N" * digits, suffix)
+        if actual is None:
+            reason = "'%s' holds no %s file, not '%s'" % (path, family_name, expected)
+        elif expected is None:
+            reason = "'%s' holds %s file '%s'" % (path, family_name, actual)
+        else:
+            reason = "the newest %s file in '%s' is '%s', not '%s'" % (family_name, path, actual, expected)
+        return (MISMATCH, actual, reason, False)
 
     def _read_chain(self, path, argument, _deferred):
         """Read the newest member of a numbered family in directory ``path``
@@ -1079,6 +1141,18 @@ class Executor:
         finally:
             self._close_directory(pfd)
 
+    def _create_stamped_in_place(self, path, parts, deferred):
+        if not isinstance(parts, (list, tuple)):
+            raise Refused(FAILED, "stamped content is a list of parts")
+        for part in parts:  # refused before a file is made for them
+            if isinstance(part, bool) or not isinstance(part, (bytes, int)):
+                raise Refused(FAILED, "stamped content is bytes and integer offsets")
+        pfd, leaf, label = self._open_parent(path)
+        try:
+            return self._create_in_place(pfd, leaf, label, parts, deferred, stamped=True)
+        finally:
+            self._close_directory(pfd)
+
     def _create_stamped(self, path, parts, deferred):
         if not isinstance(parts, (list, tuple)):
             raise Refused(FAILED, "stamped content is a list of parts")
@@ -1166,14 +1240,28 @@ class Executor:
         return (OK, None, None, False)
 
     @staticmethod
-    def _create_in_place(pfd, leaf, label, data, deferred):
+    def _create_in_place(pfd, leaf, label, data, deferred, stamped=False):
+        """Create ``leaf`` with ``data`` under its own name; or, ``stamped``,
+        with the stamped parts ``data`` read against the new file's own
+        modification time, answered as the value."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             fd = os.open(leaf, flags, _FILE_MODE, dir_fd=pfd)
         except FileExistsError:
             return (CONFLICT, None, "'%s' already exists" % label, False)
+        reading = None
         try:
-            _write_all(fd, data)
+            if stamped:
+                # The probe's reading (probe_filesystem_clock) without a
+                # probe: the file just made is one.
+                created = os.fstat(fd)
+                reading = created.st_mtime_ns // 1000000000
+                _write_all(fd, stamped_content(data, reading))
+                # Its writes moved the time on (past a second, at times):
+                # the file keeps the time it carries.
+                os.utime(fd, ns=(created.st_atime_ns, created.st_mtime_ns))
+            else:
+                _write_all(fd, data)
             if deferred is None:
                 os.fsync(fd)
         except BaseException:
@@ -1185,7 +1273,7 @@ class Executor:
             os.fsync(pfd)
         else:
             deferred.wrote(pfd, fd, take=True)
-        return (OK, None, None, False)
+        return (OK, reading, None, False)
 
     def _replaceable(self, pfd, leaf, label):
         """The ``lstat`` of ``leaf`` (None: absent), refused when a rename
@@ -1957,11 +2045,13 @@ _HANDLERS = {
     "ReadChain": Executor._read_chain,
     "SurveyDirs": Executor._survey_dirs,
     "Verify": Executor._verify,
+    "NewestIs": Executor._newest_is,
     "Stat": Executor._stat,
     "ListDir": Executor._list,
     "CreateExclusive": Executor._create_exclusive,
     "CreateInPlace": Executor._create_in_place_op,
     "StampedCreate": Executor._create_stamped,
+    "StampedCreateInPlace": Executor._create_stamped_in_place,
     "CreateLinked": Executor._create_linked,
     "Replace": Executor._replace,
     "ReplaceAtBarrier": Executor._replace_at_barrier,
@@ -1997,12 +2087,13 @@ def _failure(exc):
     return (FAILED, None, _strerror(exc), False)
 
 
-def _newest_in(open_dir, release, where, family):
+def _newest_in(open_dir, release, where, family, max_bytes=None):
     """``(names, link, listed)``: the members of the numbered ``family`` in
     the directory ``open_dir()`` gives (``release`` takes it back, None:
     nothing to do), sorted, the ``(path, status, bytes or reason, unsafe)``
-    of reading the newest (None without members) and the directory's whole
-    listing. ``where`` is the directory's target path."""
+    of reading the newest (None without members; at most ``max_bytes`` of
+    it, None: whole) and the directory's whole listing. ``where`` is the
+    directory's target path."""
     prefix, digits, suffix = family
     # A member that vanishes between the listing and the read was
     # superseded and removed meanwhile: list again.
@@ -2014,7 +2105,7 @@ def _newest_in(open_dir, release, where, family):
             if not names:
                 return names, None, listed
             label = "%s/%s" % (where, names[-1]) if where not in ("", ".") else names[-1]
-            link = _read_link(fd, names[-1], label)
+            link = _read_link(fd, names[-1], label, max_bytes)
         finally:
             if release is not None:
                 release(fd)
@@ -2209,10 +2300,11 @@ def _chain_link(path, read):
         return (path, FAILED, _strerror(exc), False)
 
 
-def _read_link(dir_fd, leaf, path):
-    """The ``_chain_link`` of reading regular file ``leaf`` of ``dir_fd``."""
+def _read_link(dir_fd, leaf, path, max_bytes=None):
+    """The ``_chain_link`` of reading regular file ``leaf`` of ``dir_fd``
+    (at most ``max_bytes`` of it; None: whole)."""
     try:
-        return (path, OK, Executor._read_regular(dir_fd, leaf, path), False)
+        return (path, OK, Executor._read_regular(dir_fd, leaf, path, max_bytes), False)
     except Refused as refusal:
         return (path, refusal.status, refusal.reason, refusal.unsafe)
     except OSError as exc:

@@ -19,7 +19,7 @@ from .errors import (
     TargetOperationError,
     UnsafePathError,
 )
-from .executor import ProgramRefused
+from .executor import ProgramRefused, is_family_member
 from .process_group import ProcessGroup, group_state
 from .program import (
     CAPTURE_RECORD,
@@ -39,6 +39,7 @@ from .program import (
     ListDir,
     ListTree,
     MakeDirs,
+    NewestIs,
     Operation,
     OpResult,
     ProgramResult,
@@ -57,6 +58,7 @@ from .program import (
     Snapshot,
     SnapshotFile,
     StampedCreate,
+    StampedCreateInPlace,
     StampedWrite,
     Stat,
     Status,
@@ -78,12 +80,14 @@ _KINDS: dict[type, str] = {
         ReadChain,
         SurveyDirs,
         Verify,
+        NewestIs,
         Stat,
         ListDir,
         CreateExclusive,
         CreateInPlace,
         CreateLinked,
         StampedCreate,
+        StampedCreateInPlace,
         Replace,
         ReplaceAtBarrier,
         WriteProject,
@@ -124,6 +128,10 @@ def plain_operation(op: Operation) -> PlainOperation:
         argument = list(op.plain_parts())
     elif isinstance(op, ReadNewest):
         argument = [op.prefix, op.digits, op.suffix]
+        if op.max_bytes is not None:
+            argument.append(op.max_bytes)
+    elif isinstance(op, NewestIs):
+        argument = [op.prefix, op.digits, op.suffix, op.name]
     elif isinstance(op, ReadChain):
         argument = [op.prefix, op.digits, op.suffix, [[list(hop.keys), hop.base] for hop in op.hops]]
     elif isinstance(op, SurveyDirs):
@@ -173,6 +181,8 @@ def _value(op: Operation, status: Status, value: object) -> object:
     kind = type(op)
     if kind is ReadEntry or kind is PutEntry:
         return plain_entry(value) if value is not None else value
+    if kind is NewestIs:
+        return _newest_name(op, status, value)  # type: ignore[arg-type]
     if status is not Status.OK:
         return value
     decode = _DECODERS.get(kind)
@@ -184,9 +194,28 @@ def _stat_value(_op: Operation, value: object) -> FileStat:
     return FileStat(str(kind), int(size), int(mtime), *(int(part) for part in change))
 
 
-def _newest_value(_op: Operation, value: object) -> tuple[str, bytes]:
+def _newest_value(op: ReadNewest, value: object) -> tuple[str, bytes]:
     name, data = value  # type: ignore[misc]
-    return (_text(name), _bytes(data))
+    data = _bytes(data)
+    if op.max_bytes is not None and len(data) > op.max_bytes:
+        raise ValueError("a read of the newest member answered more bytes than it was asked for")
+    return (_text(name), data)
+
+
+def _newest_name(op: NewestIs, status: Status, value: object) -> str | None:
+    """A :class:`NewestIs` value: the name it expected when ok, else a
+    member of its family or None (no member)."""
+    if status is Status.OK:
+        if value != op.name:
+            raise ValueError("a newest-member check found what it expected, yet answered another name")
+        return op.name
+    if status is not Status.MISMATCH:
+        if value is not None:
+            raise ValueError(f"a newest-member check of status {status.value!r} carried a value")
+        return None
+    if value == op.name or (value is not None and not is_family_member(value, op.prefix, op.digits, op.suffix)):
+        raise ValueError("a newest-member mismatch answered what it expected, or a name outside its family")
+    return value  # type: ignore[return-value]
 
 
 def _names_value(_op: object, value: object) -> tuple[str, ...]:

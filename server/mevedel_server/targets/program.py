@@ -28,7 +28,8 @@ conflict   exclusive creation found the path present; ``MakeDirs`` found
            the directory already there
 absent     the path or one of its parents does not exist
 mismatch   a ``Verify`` found other content (``value``: the actual bytes, or
-           ``None`` when the file is absent)
+           ``None`` when the file is absent); a ``NewestIs`` found another
+           newest member (``value``: its name, or ``None``: no member)
 failed     refused or broken: symlink, wrong file type, I/O error
            (``reason`` says which; ``unsafe`` marks a symlink refusal)
 skipped    not run because an earlier operation stopped the program
@@ -53,7 +54,7 @@ from .executor import CAPTURE_NONE as CAPTURE_NONE
 from .executor import CAPTURE_RECORD as CAPTURE_RECORD
 from .executor import CAPTURED as CAPTURED
 from .executor import SCAN_DIR as SCAN_DIR
-from .executor import SCAN_FACTS, stamped_content
+from .executor import SCAN_FACTS, is_family_member, stamped_content
 from .executor import SCAN_IGNORED as SCAN_IGNORED
 from .executor import SCAN_IGNORED_REASON as SCAN_IGNORED_REASON
 from .executor import SCAN_LINK as SCAN_LINK
@@ -131,16 +132,47 @@ class ReadNewest(Operation):
     decimal digits, then ``suffix``, the one with the greatest number.
     ``value`` is ``(name, bytes)``; ``absent`` when the directory holds no
     member (or does not exist). Listing and reading in one operation is what
-    lets a reader follow a head that only ever grows in one round trip."""
+    lets a reader follow a head that only ever grows in one round trip.
+
+    With ``max_bytes`` only the first ``max_bytes`` bytes of the member are
+    read (fewer where it ends first): a listing that needs a version's
+    header reads it without reading a large item whole."""
 
     prefix: str
     digits: int
     suffix: str
+    max_bytes: int | None = None
     accepts_root: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_family(self.prefix, self.digits, self.suffix)
+        limit = self.max_bytes
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError("a read's size limit is a whole, non-negative number or None")
+
+
+class NewestIs(Operation):
+    """Precondition, as :class:`Verify` is: the member of the numbered
+    family (``prefix``, ``digits``, ``suffix`` as :class:`ReadNewest`) with
+    the greatest number in directory ``path`` is exactly ``name``; with
+    ``name`` None, the directory holds no member (a missing directory holds
+    none). ``mismatch`` otherwise, ``value`` the newest member's name (None:
+    there is none). Only the directory is listed, no file read: a writer
+    proves that no version was published since the one it saw, in the
+    program that publishes the next."""
+
+    prefix: str
+    digits: int
+    suffix: str
+    name: str | None
+    accepts_root: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_family(self.prefix, self.digits, self.suffix)
+        if self.name is not None and not is_family_member(self.name, self.prefix, self.digits, self.suffix):
+            raise ValueError(f"{self.name!r} is not named {self.prefix}{'N' * self.digits}{self.suffix}")
 
 
 def _check_family(prefix: str, digits: int, suffix: str) -> None:
@@ -761,6 +793,17 @@ class StampedCreate(StampedWrite):
     """Create a file that must not exist yet, like :class:`CreateExclusive`,
     with stamped content (:class:`StampedWrite`): a record carrying
     deadlines read in the program that writes it."""
+
+
+class StampedCreateInPlace(StampedWrite):
+    """Create a file that must not exist yet with stamped content, written
+    under its own name as :class:`CreateInPlace` writes (no temporary file:
+    until a flush a reader may find it partial, a crash may leave it torn,
+    a failed write removes it). The clock reading is the new file's own
+    modification time, taken as it is created (no probe file), and the
+    file keeps that time once written: a numbered version published as one
+    file whose header carries its own time, whose readers pass over a torn
+    newest member."""
 
 
 class Replace(Operation):

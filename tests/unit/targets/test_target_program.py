@@ -21,7 +21,7 @@ from mevedel_server.targets import (
     Stat,
     Verify,
 )
-from mevedel_server.targets.program import ChainHop, ReadChain, ReadNewest
+from mevedel_server.targets.program import ChainHop, NewestIs, ReadChain, ReadNewest
 
 
 @pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a//b", "a/./b", "a/..", "x\x00y"])
@@ -64,6 +64,11 @@ _CHAIN = ReadChain(".", "g-", 2, ".json", (ChainHop(("next",), "."),))
         (Read("f"), "text"),
         (ReadNewest(".", "g-", 2, ".json"), ("g-01.json", 3)),
         (ReadNewest(".", "g-", 2, ".json"), (7, b"x")),
+        # More of the newest member than the read asked for.
+        (ReadNewest(".", "g-", 2, ".json", max_bytes=2), ("g-01.json", b"abc")),
+        # A proof of the newest member that names another, or no member.
+        (NewestIs(".", "g-", 2, ".json", "g-01.json"), "g-02.json"),
+        (NewestIs(".", "g-", 2, ".json", "g-01.json"), None),
         (ListDir("."), ["a", 3]),
         # A chain's links: an ok link after a failed one, an ok link with
         # text or a path that is no name, a link of no known status.
@@ -78,3 +83,16 @@ def test_an_answer_of_the_wrong_type_is_refused_not_converted(op, value):
 
     with pytest.raises(ValueError):
         program_result(ControlProgram([op]), [["ok", value, None, False]], None)
+
+
+@pytest.mark.parametrize("value", ["g-01.json", "g-1.json", "../g-02.json", 7, b"g-02.json"])
+def test_a_newest_mismatch_answers_another_member_or_none(value):
+    """The name a mismatch carries is read back as a member of the family
+    other than the one expected: anything else is a malformed answer."""
+    from mevedel_server.targets.plain_form import program_result
+
+    op = NewestIs(".", "g-", 2, ".json", "g-01.json")
+    with pytest.raises(ValueError):
+        program_result(ControlProgram([op]), [["mismatch", value, "'.' holds another", False]], 0)
+    for fine in ("g-02.json", None):
+        assert program_result(ControlProgram([op]), [["mismatch", fine, "'.'", False]], 0)[0].value == fine
