@@ -15,19 +15,23 @@ runs, no cleanup happens. After a crash the wrapper stays dead (every later
 call crashes again); after an injected error it passes operations through, so
 a retry on the same target can succeed. A crash at a create or replace leaves
 the half-written temporary file a real crash could leave (``debris``); a
-``WriteProject`` is a replace here too.
+``WriteProject`` is a replace here too, and a ``StampedCreateInPlace`` is
+modelled as a ``CreateInPlace`` is (its debris stamped with a clock reading
+taken in its directory then).
 
 ``power_loss=True`` makes a crash a power loss as well: every deferred create
-or replace of the crashed program that no barrier had flushed yet is left
-torn -- cut to its first half under its real name, the worst a filesystem may
-show of bytes it never flushed. (A lost deferred removal or directory
-creation is not simulated: the entry merely stays or goes as before.)
+or replace of the crashed program that no barrier had flushed yet (an
+in-place create's too, stamped or not) is left torn -- cut to its first half
+under its real name, the worst a filesystem may show of bytes it never
+flushed. (A lost deferred removal or directory creation is not simulated:
+the entry merely stays or goes as before.)
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from .clock import Clock
 from .errors import TargetError
 from .paths import parent_and_name
 from .program import (
@@ -36,8 +40,10 @@ from .program import (
     ControlProgram,
     CreateExclusive,
     Operation,
+    OpResult,
     ProgramResult,
     Replace,
+    StampedCreateInPlace,
     Status,
     WriteProject,
 )
@@ -70,15 +76,24 @@ def _executed_points(ops: tuple[Operation, ...], result: ProgramResult) -> int:
     return sum(1 for op, r in zip(ops, result.results) if _is_fault_point(op) and r.status is not Status.SKIPPED)
 
 
-def _unflushed(ops: tuple[Operation, ...], result: ProgramResult) -> list[CreateExclusive | Replace | WriteProject]:
+#: The writes a crash leaves debris of, and a power loss tears.
+_TEARABLE = (CreateExclusive, Replace, WriteProject, StampedCreateInPlace)
+
+
+def _written(op: CreateExclusive | Replace | WriteProject | StampedCreateInPlace, result: OpResult) -> bytes:
+    """The bytes a create or replace that ran wrote."""
+    return op.content(result.value) if isinstance(op, StampedCreateInPlace) else op.data
+
+
+def _unflushed(ops: tuple[Operation, ...], result: ProgramResult) -> list[tuple[Operation, bytes]]:
     """The deferred creates and replaces that ran after the last barrier
-    that ran."""
-    lost: list[CreateExclusive | Replace | WriteProject] = []
+    that ran, each with the bytes it wrote."""
+    lost: list[tuple[Operation, bytes]] = []
     for op, r in zip(ops, result.results):
         if isinstance(op, Barrier) and r.ok:
             lost = []
-        elif isinstance(op, (CreateExclusive, Replace, WriteProject)) and op.deferred and r.ok:
-            lost.append(op)
+        elif isinstance(op, _TEARABLE) and op.deferred and r.ok:
+            lost.append((op, _written(op, r)))
     return lost
 
 
@@ -159,14 +174,22 @@ class FaultInjectingTarget(ProgramTarget):
                     return index
         return None
 
-    async def _tear(self, lost: list[CreateExclusive | Replace | WriteProject]) -> None:
+    async def _tear(self, lost: list[tuple[Operation, bytes]]) -> None:
         if lost:
-            torn = [(WriteProject if isinstance(op, WriteProject) else Replace)(op.path, op.data[: len(op.data) // 2], optional=True) for op in lost]
+            torn = [(WriteProject if isinstance(op, WriteProject) else Replace)(op.path, data[: len(data) // 2], optional=True) for op, data in lost]
             await self.inner.run(ControlProgram(torn))
 
     async def _leave_debris(self, op: Operation) -> None:
-        if not isinstance(op, (CreateExclusive, Replace, WriteProject)):
+        if not isinstance(op, _TEARABLE):
             return
         parent, name = parent_and_name(op.path)
+        if isinstance(op, StampedCreateInPlace):
+            # It never ran, so no reading was taken: take one where it would have.
+            clock = (await self.inner.run(ControlProgram([Clock(parent or ".", optional=True)])))[0]
+            if not clock.ok:
+                return  # no directory for it to have written in
+            data = op.content(clock.value)
+        else:
+            data = op.data
         torn = f"{parent}/.{name[:80]}.crash.tmp" if parent else f".{name[:80]}.crash.tmp"
-        await self.inner.run(ControlProgram([CreateExclusive(torn, op.data[: len(op.data) // 2], optional=True)]))
+        await self.inner.run(ControlProgram([CreateExclusive(torn, data[: len(data) // 2], optional=True)]))

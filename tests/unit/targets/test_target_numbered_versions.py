@@ -3,7 +3,7 @@ stamped create written in place under its number (``StampedCreateInPlace``),
 the proof of which member is newest (``NewestIs``) and the read of only the
 head of the newest (``ReadNewest(max_bytes=...)``), on LocalTarget and on
 SshTarget over a real OpenSSH server (the same directory seen both ways),
-and inline."""
+inline, and through the fault-injecting target."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ from mevedel_server.targets import (
     Barrier,
     ClockStamp,
     ControlProgram,
+    FaultInjectingTarget,
     LocalTarget,
     NewestIs,
     Read,
     ReadNewest,
     Replace,
+    SimulatedCrash,
     StampedCreate,
     StampedCreateInPlace,
     Status,
@@ -329,7 +331,7 @@ def test_read_newest_travels_as_before_without_a_limit():
     assert plain_operation(ReadNewest("v", *FAMILY, max_bytes=7))[3] == ["", 10, ".version", 7]
 
 
-# -- inline ------------------------------------------------------------------
+# -- inline, and through fault injection --------------------------------------
 
 
 async def test_an_inline_target_answers_as_a_threaded_one(root, tmp_path):
@@ -351,3 +353,39 @@ async def test_an_inline_target_answers_as_a_threaded_one(root, tmp_path):
     assert answers[0] == answers[1]
     assert [status for status, _value in answers[0]] == [Status.OK] * 5 + [Status.MISMATCH]
     assert answers[0][4][1] == ("0000000001.version", b"v1 ")
+
+
+async def test_a_crash_at_a_stamped_in_place_create_leaves_what_an_in_place_one_does(root, open_target):
+    inner = await open_target(root)
+    target = FaultInjectingTarget(inner, fail_at=1, mode="crash")
+    op = StampedCreateInPlace("versions/0000000001.version", [b"at ", ClockStamp(), b";", b"y" * 40], deferred=True)
+    with pytest.raises(SimulatedCrash) as crash:
+        await target.run(ControlProgram([NewestIs("versions", *FAMILY, None), op, Barrier()]))
+    assert crash.value.operation is op and target.writes == 1
+    # Not under its name: the half-written temporary file of CreateInPlace's model.
+    assert os.listdir(root / "versions") == [".0000000001.version.crash.tmp"]
+    debris = (root / "versions" / ".0000000001.version.crash.tmp").read_bytes()
+    reading = int(debris[3 : debris.index(b";")])
+    assert debris == op.content(reading)[: len(op.content(reading)) // 2]
+
+
+async def test_a_power_loss_before_the_barrier_tears_a_stamped_in_place_create_under_its_name(root, open_target):
+    inner = await open_target(root)
+    target = FaultInjectingTarget(inner, fail_at=2, mode="crash", debris=False, power_loss=True)
+    op = StampedCreateInPlace("versions/0000000001.version", [b"at ", ClockStamp(), b";", b"z" * 40], deferred=True)
+    with pytest.raises(SimulatedCrash) as crash:
+        await target.run(ControlProgram([op, Barrier(), Replace("head", b"names it")]))
+    assert isinstance(crash.value.operation, Barrier)
+    torn = (root / "versions" / "0000000001.version").read_bytes()
+    reading = int(torn[3 : torn.index(b";")])
+    assert torn == op.content(reading)[: len(op.content(reading)) // 2]
+    assert not (root / "head").exists()
+
+
+async def test_a_newest_mismatch_stops_a_program_before_its_fault_point(root, open_target):
+    (root / "versions" / "0000000001.version").write_bytes(b"")
+    target = FaultInjectingTarget(await open_target(root), fail_at=1, mode="crash")
+    op = StampedCreateInPlace("versions/0000000001.version", HEADER, deferred=True)
+    result = await target.run(ControlProgram([NewestIs("versions", *FAMILY, None), op, Barrier()]))
+    assert [r.status for r in result] == [Status.MISMATCH, Status.SKIPPED, Status.SKIPPED]
+    assert not target.fired and target.writes == 0
