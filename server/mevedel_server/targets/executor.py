@@ -1257,9 +1257,7 @@ class Executor:
                 created = os.fstat(fd)
                 reading = created.st_mtime_ns // 1000000000
                 _write_all(fd, stamped_content(data, reading))
-                # Its writes moved the time on (past a second, at times):
-                # the file keeps the time it carries.
-                os.utime(fd, ns=(created.st_atime_ns, created.st_mtime_ns))
+                _keep_time(fd, created)
             else:
                 _write_all(fd, data)
             if deferred is None:
@@ -2071,6 +2069,17 @@ _HANDLERS = {
     "SnapshotFile": Executor._snapshot,
     "ReadSlice": Executor._read_slice,
 }
+
+
+def _keep_time(fd, created):
+    """Give the file open as ``fd`` back the times ``created`` found: its
+    writes moved them on (past a second, at times), and a stamped file
+    carries the time it was made. Best effort: a filesystem or platform
+    that cannot set them leaves the file's own, and the stamp stands."""
+    try:
+        os.utime(fd, ns=(created.st_atime_ns, created.st_mtime_ns))
+    except (OSError, NotImplementedError):
+        pass
 
 
 def _stat_facts(st):

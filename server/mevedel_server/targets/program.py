@@ -801,9 +801,9 @@ class StampedCreateInPlace(StampedWrite):
     until a flush a reader may find it partial, a crash may leave it torn,
     a failed write removes it). The clock reading is the new file's own
     modification time, taken as it is created (no probe file), and the
-    file keeps that time once written: a numbered version published as one
-    file whose header carries its own time, whose readers pass over a torn
-    newest member."""
+    file keeps that time once written (where the filesystem can set it):
+    a numbered version published as one file whose header carries its own
+    time, whose readers pass over a torn newest member."""
 
 
 class Replace(Operation):
