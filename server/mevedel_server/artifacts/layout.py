@@ -7,8 +7,12 @@ and the shapes of what a person or a model names in it.
                                            any secondary files)
     .mevedel/artifacts/.state/ID/
         meta.json                          the item's metadata (title, kind...)
-        versions.json                      the version index
-        versions/NNNNNNNNNN                primary-file bytes of version N
+        versions/NNNNNNNNNN.version        version N: the version index as
+                                           of N (one JSON line), then the
+                                           primary file's bytes; the newest
+                                           whole one is the item's index
+        versions.json, versions/NNNNNNNNNN a store's layout before the version
+                                           files (read, never written)
         discussion.json                    comments
         deleting                           a delete under way (or interrupted)
     .mevedel/leases/artifacts/             the store's mutation lock (flock)
@@ -40,6 +44,8 @@ ITEM_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}\Z")
 GENERATION_DIGITS = 20
 GENERATION_FAMILY = ("generation-", GENERATION_DIGITS, ".json")
 VERSION_DIGITS = 10
+#: Version files, found by number: ``versions/NNNNNNNNNN.version``.
+VERSION_FAMILY = ("", VERSION_DIGITS, ".version")
 
 KINDS = ("document", "whiteboard", "artifact")
 #: The primary file of a live item.
@@ -122,6 +128,7 @@ class ItemPaths(msgspec.Struct, frozen=True):
 
     @property
     def versions_index(self) -> str:
+        """The index of a store made before version files (never written)."""
         return f"{self.state}/versions.json"
 
     @property
@@ -129,7 +136,11 @@ class ItemPaths(msgspec.Struct, frozen=True):
         return f"{self.state}/versions"
 
     def version_blob(self, number: int) -> str:
+        """Version N's bytes in a store made before version files."""
         return f"{self.versions_dir}/{number:0{VERSION_DIGITS}d}"
+
+    def version_file(self, number: int) -> str:
+        return f"{self.versions_dir}/{number:0{VERSION_DIGITS}d}{VERSION_FAMILY[2]}"
 
     @property
     def deleting(self) -> str:

@@ -39,6 +39,7 @@ from ..targets import (
     ListDir,
     ListTree,
     MakeDirs,
+    NewestIs,
     Operation,
     PathAbsentError,
     PutEntry,
@@ -74,6 +75,7 @@ from .layout import (
     LOCK_DIR,
     MAX_COMMENT_BYTES,
     STATE_ROOT,
+    VERSION_FAMILY,
     ItemPaths,
     check_file_name,
     is_item_id,
@@ -95,8 +97,11 @@ from .versions import (
     DEFAULT_MAX_VERSION_BYTES,
     DEFAULT_MAX_VERSIONS,
     Disproved,
+    IndexView,
     drop_versions,
+    first_version,
     load_index,
+    newest_count,
     publish_version,
     read_for_version,
     read_index,
@@ -105,6 +110,9 @@ from .versions import (
 
 _log = logging.getLogger(__name__)
 _ATTEMPTS = 16
+#: How much of each item's newest version file a listing reads: a
+#: document's whole, a larger item's index read apart.
+_LISTED_VERSION_BYTES = 64 * 1024
 
 
 class ItemSummary(msgspec.Struct, frozen=True):
@@ -194,9 +202,10 @@ class _Saved(msgspec.Struct, frozen=True):
     primary: str
     meta_raw: bytes
     data: bytes
-    index_raw: bytes
-    #: ``index_raw`` decoded (None until written).
+    #: The index it wrote and the name of the file that holds it (None
+    #: until written).
     index: VersionIndex | None = None
+    newest: str | None = None
 
 
 class ArtifactStore:
@@ -255,10 +264,16 @@ class ArtifactStore:
         views: dict[str, tuple[int, bytes]] = {}
         now = None
         lease_ops = [ReadNewest(ItemPaths(i).lease_dir, *GENERATION_FAMILY, optional=True) for i in sorted(leased)]
+        # The newest version file of each item, the start of it: a small
+        # item's whole (its count checked against its bytes), a larger or
+        # torn one's index read whole afterwards (`read_index`).
+        newest_ops = [ReadNewest(ItemPaths(i).versions_dir, *VERSION_FAMILY, optional=True, max_bytes=_LISTED_VERSION_BYTES) for i in ids]
+        newest: dict[str, object] = {}
         while True:
             ops = [ReadFiles(STATE_ROOT, names=tuple(pending), max_bytes=1024 * 1024, budget=32 * 1024 * 1024)]
             if lease_ops:
                 ops += [*lease_ops, Clock(LEASES_ROOT)]
+            ops += newest_ops
             result = await self.target.run(ControlProgram(ops))
             raise_for_result(ops[0], result[0])
             got = result[0].value
@@ -267,9 +282,12 @@ class ArtifactStore:
                 for item_id, res in zip(sorted(leased), result[1 : 1 + len(lease_ops)]):
                     if res.ok:
                         views[item_id] = res.value
-                clock = result[len(ops) - 1]
+                clock = result[len(lease_ops) + 1]
                 now = int(clock.value) if clock.ok else None
                 lease_ops = []
+            if newest_ops:
+                newest = dict(zip(ids, list(result)[len(ops) - len(newest_ops) :]))
+                newest_ops = []
             pending = pending[len(got) :]
             if not pending:
                 break
@@ -288,13 +306,7 @@ class ArtifactStore:
             except ArtifactError as exc:
                 _log.warning("artifact store: %s", exc)
                 continue
-            count = 0
-            index_read = by_name.get(f"{item_id}/versions.json")
-            if index_read is not None and index_read.ok and index_read.data is not None:
-                try:
-                    count = len(load_index(index_read.data, item_id).versions)
-                except ArtifactError:
-                    count = 0
+            count = await self._version_count(item_id, newest.get(item_id), by_name.get(f"{item_id}/versions.json"))
             holder = holder_text = None
             if item_id in views and now is not None:
                 try:
@@ -307,6 +319,29 @@ class ArtifactStore:
         for item_id in interrupted:
             await self._finish_delete(item_id)
         return items
+
+    async def _version_count(self, item_id: str, newest, legacy) -> int:
+        """How many versions a listed item keeps, from its newest version
+        file's start (``newest``) or, with none, its legacy index; 0 when
+        that cannot be trusted (the listing shows the item, not a guess)."""
+        if newest is not None and newest.ok:
+            name, raw = newest.value
+            count = newest_count(name, raw, _LISTED_VERSION_BYTES)
+            if count is not None:
+                return count
+            try:
+                return len((await read_index(self.target, item_id)).index.versions)
+            except (ArtifactError, TargetError) as exc:
+                _log.warning("artifact store: versions of %s: %s", item_id, exc)
+                return 0
+        if newest is not None and newest.status is not Status.ABSENT:
+            return 0
+        if legacy is not None and legacy.ok and legacy.data is not None:
+            try:
+                return len(load_index(legacy.data, item_id).versions)
+            except ArtifactError:
+                return 0
+        return 0
 
     @_refusals
     async def meta(self, item_id: str) -> tuple[ItemMeta, bytes]:
@@ -352,8 +387,7 @@ class ArtifactStore:
     @_refusals
     async def versions(self, item_id: str) -> list[VersionEntry]:
         check_item_id(item_id)
-        index, _ = await read_index(self.target, item_id)
-        return list(reversed(index.versions))
+        return list(reversed((await read_index(self.target, item_id)).index.versions))
 
     # Creating ------------------------------------------------------------------
 
@@ -427,7 +461,6 @@ class ArtifactStore:
             sha256=revision_of(payload),
             session_id=editor.session_id if editor else None,
         )
-        index = VersionIndex(next_number=2, versions=[entry])
         ops: list[Operation] = [
             MakeDirs(STATE_ROOT, optional=True),
             MakeDirs(paths.state),  # conflict: the id is taken
@@ -452,8 +485,7 @@ class ArtifactStore:
                 PutEntry(paths.file(name) if name else paths.authored, Entry.directory(None), Entry.directory(mode), deferred=True)
                 for name, mode in sorted(directories.items(), reverse=True)
             ),
-            Replace(paths.version_blob(1), payload, deferred=True),
-            Replace(paths.versions_index, encode(index), deferred=True),
+            first_version(paths, entry, payload),
             Barrier(),
             CreateExclusive(paths.meta, encode(meta)),
         ]
@@ -485,10 +517,15 @@ class ArtifactStore:
             raise invalid(primary, why)
         paths = ItemPaths(item_id)
         op = Read(paths.file(primary))
-        result = (await self.target.run(ControlProgram([Stat(paths.meta, optional=True), op])))
+        listing = ListDir(paths.versions_dir, optional=True)
+        result = (await self.target.run(ControlProgram([Stat(paths.meta, optional=True), op, listing])))
         if result[0].ok:
             return None
         raise_for_result(op, result[1])
+        # Version files a crashed create, adopt or delete left: removed
+        # before the first one is written, and proved gone under the lock
+        # (an older file left newest would be taken for the item's index).
+        left = [name for name in (result[2].value if result[2].ok else ()) if not name.startswith(".")]
         now = await self._clock()
         meta = ItemMeta(id=item_id, kind="artifact", title=primary, primary=primary, created_at=now, updated_at=now)
         data = result[1].value
@@ -514,8 +551,10 @@ class ArtifactStore:
             MakeDirs(paths.versions_dir, optional=True),
             Remove(paths.discussion, optional=True),
             Remove(paths.deleting, optional=True),
-            Replace(paths.version_blob(1), data, deferred=True),
-            Replace(paths.versions_index, encode(VersionIndex(next_number=2, versions=[entry])), deferred=True),
+            Remove(paths.versions_index, optional=True),
+            *(Remove(f"{paths.versions_dir}/{name}", optional=True) for name in left),
+            NewestIs(paths.versions_dir, *VERSION_FAMILY, None),
+            first_version(paths, entry, data),
             Barrier(),
             CreateExclusive(paths.meta, encode(meta)),
         ]
@@ -635,7 +674,7 @@ class ArtifactStore:
         result = (await self.target.run(ControlProgram([op])))[0]
         raise_for_result(op, result)
         current = result.value
-        index, _ = await read_index(self.target, item_id)
+        index = (await read_index(self.target, item_id)).index
         if not index.versions or index.versions[-1].sha256 != revision_of(current):
             await self._publish(item_id, current, VersionReason.REPLACED, editor)
         return current
@@ -654,8 +693,8 @@ class ArtifactStore:
             # elsewhere come back with the refused proof: a second program
             # publishes them. Changed metadata: the item is read again.
             paths = ItemPaths(item_id)
-            assert saved.index is not None  # set with index_raw
-            known = (saved.index, saved.index_raw)
+            assert saved.index is not None and saved.newest is not None  # set once published
+            known = IndexView(saved.index, saved.newest)
             for _ in range(2):
                 proofs = (Verify(paths.meta, saved.meta_raw), Verify(paths.file(saved.primary), saved.data))
                 outcome = await self._publish(item_id, saved.data, VersionReason.SAVED, editor, known=known, proofs=proofs, saved=saved)
@@ -680,9 +719,8 @@ class ArtifactStore:
             primary = meta.primary
         if read.data is None or meta.primary != primary:
             raise PathAbsentError(ItemPaths(item_id).file(meta.primary), "does not exist")
-        saved = _Saved(item_id, primary, read.meta_raw, read.data, b"")
-        known = (read.index, read.index_raw)
-        entry = await self._publish(item_id, read.data, VersionReason.SAVED, editor, known=known, saved=saved, garbage=read.garbage)
+        saved = _Saved(item_id, primary, read.meta_raw, read.data)
+        entry = await self._publish(item_id, read.data, VersionReason.SAVED, editor, known=read.view, saved=saved)
         assert isinstance(entry, VersionEntry)  # no proofs to refuse
         return entry
 
@@ -693,10 +731,9 @@ class ArtifactStore:
         reason: VersionReason,
         editor: Editor | None,
         *,
-        known: tuple[VersionIndex, bytes | None] | None = None,
+        known: IndexView | None = None,
         proofs: tuple[Verify, ...] = (),
         saved: _Saved | None = None,
-        garbage: tuple[int, ...] = (),
     ) -> VersionEntry | Disproved:
         """Publish a version, unless one of ``proofs`` does not hold.
         ``saved``: the item as read for it, remembered once published."""
@@ -712,16 +749,15 @@ class ArtifactStore:
             turn=editor.turn if editor else None,
             known=known,
             proofs=proofs,
-            garbage=garbage,
         )
         if isinstance(published, Disproved):
             return published
-        if published.dropped:
-            removal = asyncio.ensure_future(self._drop(item_id, published.dropped))
+        if published.dropped or published.legacy_index:
+            removal = asyncio.ensure_future(self._drop(item_id, published.dropped, published.legacy_index))
             self._dropping.add(removal)
             removal.add_done_callback(self._dropping.discard)
         if saved is not None:
-            self._last_saved = msgspec.structs.replace(saved, index_raw=published.index_raw, index=published.index)
+            self._last_saved = msgspec.structs.replace(saved, index=published.index, newest=published.newest)
         self.notify(item_id, "versioned")
         return published.entry
 
@@ -1044,12 +1080,12 @@ class ArtifactStore:
         holder = self.leases.holder(view)
         if holder is not None:
             await self.leases.request_handover(item_id)
-        index, _ = await read_index(self.target, item_id)
+        index = (await read_index(self.target, item_id)).index
         return ItemSummary(meta, len(index.versions), holder, self.leases.holder_text(view))
 
-    async def _drop(self, item_id: str, numbers: tuple[int, ...]) -> None:
+    async def _drop(self, item_id: str, numbers: tuple[int, ...], legacy_index: bool = False) -> None:
         try:
-            await drop_versions(self.target, item_id, numbers)
+            await drop_versions(self.target, item_id, numbers, legacy_index=legacy_index)
         except Exception as exc:  # a later save that reads the item removes them
             _log.info("dropped versions of %s not removed yet: %s", item_id, exc)
 

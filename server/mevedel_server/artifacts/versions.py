@@ -1,21 +1,36 @@
 """Which versions an item keeps, and the one program that publishes one.
 
-Publication compares the previous index under the store lock: it reads
-``versions.json``, builds the next index, then, holding the lock, verifies
-the index is still exactly what it read before writing the new blob and
-index. Two publishers therefore never take the same number; the loser reads
-again and publishes the next one. The blob and the new index's temporary
-file are flushed together, and only then is the index renamed into place
-(a ``ReplaceAtBarrier`` committed by the ``Barrier``: two flushes, as one
-durable write takes), so a reader following the index never meets a
-missing or torn blob, and a crash leaves the old index or the new one.
-Blobs the new index drops are removed after it, by a program of their own
-(:func:`drop_versions`) that the publisher need not wait for, without a
-flush: a removal a power loss (or a crash before it) undoes leaves a blob
-no index names, which is never read (numbers only grow) and which the next
-save that reads the item removes. A publication's cost is its two flushes;
-freeing a blob's blocks took a fast disk's publication a fifth of a durable
-write more.
+A version is one file, ``versions/NNNNNNNNNN.version``: a magic line, the
+version index as of that version (one JSON line, this version its last
+entry), then the primary file's bytes. The newest whole version file is the
+item's index; nothing is renamed into place. A publication creates the next
+file under its number (``StampedCreateInPlace``, its entry's time the new
+file's own) and flushes it with its directory in one barrier round -- where
+a separate index renamed after its blob took two, the second after the
+first. Until that flush a power loss (or a writer killed mid-write) can
+leave the newest file torn; a reader passes over a newest file that is not
+whole (its header does not decode, its size or digest does not match) to
+the one before it, which its successor's publisher read whole under the
+lock. Only the newest can be torn: a publication is proved against the
+newest member's *name* (``NewestIs``) under the store lock, so it never
+builds on a file it did not read, and a torn newest is skipped over (the
+next number past it) and dropped.
+
+Publication compares under the store lock: the index it builds on came
+from the newest member it read, and ``NewestIs`` proves that member is
+still the newest before the new file is written. Two publishers therefore
+never take the same number; the loser reads again and publishes the next
+one. Files the new index drops are removed after it, by a program of their
+own (:func:`drop_versions`) that the publisher need not wait for, without a
+flush: a removal a power loss undoes leaves a file no index names, which is
+never read (numbers only grow) and which the next save that reads the item
+removes.
+
+A store made before version files kept ``versions.json`` and bare
+``versions/NNNNNNNNNN`` blobs. They are read while no version file exists;
+the first publication writes a version file whose index names the old
+blobs it keeps (read by either name), and ``versions.json`` goes with the
+first removal after it.
 """
 
 from __future__ import annotations
@@ -31,11 +46,12 @@ from ..targets import (
     CreateInPlace,
     ListDir,
     MakeDirs,
+    NewestIs,
     Operation,
     Read,
+    ReadNewest,
     Remove,
-    Replace,
-    ReplaceAtBarrier,
+    StampedCreateInPlace,
     Stat,
     Status,
     Target,
@@ -43,12 +59,22 @@ from ..targets import (
     raise_for_result,
 )
 from .errors import ArtifactError, missing
-from .layout import LOCK_DIR, VERSION_DIGITS, ItemPaths
-from .records import VersionEntry, VersionIndex, VersionReason, encode, load
+from .layout import LOCK_DIR, VERSION_DIGITS, VERSION_FAMILY, ItemPaths
+from .records import (
+    RecordRefused,
+    VersionEntry,
+    VersionIndex,
+    VersionReason,
+    decode_record,
+    encode,
+    load,
+)
 
 DEFAULT_MAX_VERSIONS = 20
 DEFAULT_MAX_VERSION_BYTES = 64 * 1024 * 1024
 _ATTEMPTS = 16
+#: A version file's first line.
+MAGIC = b"MEVEDEL-VERSION 1\n"
 
 
 def retained(versions: list[VersionEntry], max_count: int, max_bytes: int) -> list[VersionEntry]:
@@ -66,20 +92,189 @@ def retained(versions: list[VersionEntry], max_count: int, max_bytes: int) -> li
 
 
 def load_index(raw: bytes | None, item_id: str) -> VersionIndex:
+    """A legacy ``versions.json``'s index (empty when absent)."""
     return load(VersionIndex, raw, item_id, "version index")
 
 
-async def read_index(target: Target, item_id: str) -> tuple[VersionIndex, bytes | None]:
+# Version files --------------------------------------------------------------
+
+
+def version_file_bytes(index: VersionIndex, data: bytes) -> bytes:
+    """A version file whose index (its last entry the version of ``data``)
+    is ``index``."""
+    return b"".join((MAGIC, _index_line(index), data))
+
+
+def _index_line(index: VersionIndex) -> bytes:
+    """The index as a version file's second line (the codec's one line)."""
+    raw = encode(index)
+    return raw if raw.endswith(b"\n") else raw + b"\n"
+
+
+#: The new entry's time as encoded before the target stamps it: no stored
+#: time is negative, and outside a string a quote is a key's.
+_UNSTAMPED = b'"at":-1'
+
+
+def _stamped_parts(index: VersionIndex, data: bytes) -> tuple[bytes | ClockStamp, ...]:
+    """A version file's content with its newest entry's ``at`` (-1 until
+    then) a clock stamp: the target writes the new file's own time."""
+    raw = _index_line(index)
+    cut = raw.rindex(_UNSTAMPED) + len(_UNSTAMPED) - 2
+    return (MAGIC + raw[:cut], ClockStamp(0), raw[cut + 2 :] + data)
+
+
+def member_number(name: str) -> int | None:
+    """N of a version file's name ``NNNNNNNNNN.version`` (None: not one)."""
+    digits, suffix = VERSION_FAMILY[1], VERSION_FAMILY[2]
+    head = name[:digits]
+    if name[digits:] != suffix or len(head) != digits or not (head.isascii() and head.isdigit()):
+        return None
+    return int(head)
+
+
+def _blob_number(name: str) -> int | None:
+    """N of a legacy blob's name ``NNNNNNNNNN`` (None: not one)."""
+    return int(name) if len(name) == VERSION_DIGITS and name.isascii() and name.isdigit() else None
+
+
+def _header(raw: bytes, number: int) -> tuple[VersionIndex, int] | None:
+    """The index a version file ``number`` starts with and where its bytes
+    start; None when ``raw`` does not start with a whole header of that
+    version."""
+    if not raw.startswith(MAGIC):
+        return None
+    end = raw.find(b"\n", len(MAGIC))
+    if end < 0:
+        return None
+    try:
+        index = decode_record(VersionIndex, raw[len(MAGIC) : end], "version file")
+    except RecordRefused:
+        return None
+    if not index.versions or index.versions[-1].number != number or index.next_number <= number:
+        return None
+    return index, end + 1
+
+
+def parse_version_file(raw: bytes, number: int) -> tuple[VersionIndex, bytes] | None:
+    """``(index, bytes)`` of version file ``number`` when it is whole: its
+    header decodes and names it last, and its bytes have the size and digest
+    that entry records. None for a file a crash tore (or any other bytes)."""
+    head = _header(raw, number)
+    if head is None:
+        return None
+    index, start = head
+    entry = index.versions[-1]
+    data = raw[start:]
+    if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+        return None
+    return index, data
+
+
+def newest_count(name: str, raw: bytes, read_at_most: int) -> int | None:
+    """How many versions the newest version file ``name`` keeps, from its
+    first ``read_at_most`` bytes ``raw`` (a listing's bounded read): None
+    when those bytes are not the whole of a whole version file (a longer
+    file, or a torn one), which :func:`read_index` settles."""
+    number = member_number(name)
+    if number is None or len(raw) >= read_at_most:
+        return None
+    parsed = parse_version_file(raw, number)
+    return None if parsed is None else len(parsed[0].versions)
+
+
+# Reading --------------------------------------------------------------------
+
+
+class IndexView(msgspec.Struct, frozen=True):
+    """An item's version index as read, and what a publication proves
+    against: the newest version file's name (whole or torn) or, while
+    there is none, the legacy ``versions.json``'s bytes."""
+
+    index: VersionIndex
+    #: The newest member of the version files (None: none yet).
+    newest: str | None
+    #: A legacy store's ``versions.json`` (None: absent or not consulted).
+    legacy: bytes | None = None
+    #: The versions directory's entries as listed beside the read: files no
+    #: index names are found among them.
+    names: tuple[str, ...] = ()
+
+
+def _view_ops(paths: ItemPaths) -> list[Operation]:
+    return [
+        ReadNewest(paths.versions_dir, *VERSION_FAMILY, optional=True),
+        Read(paths.versions_index, optional=True),
+        ListDir(paths.versions_dir, optional=True),
+    ]
+
+
+async def _view(target: Target, item_id: str, ops: list[Operation], results: list) -> IndexView:
+    """The index view from the results of :func:`_view_ops`'s operations,
+    reading older version files while the newest ones are torn."""
+    newest_op, legacy_op, listing_op = ops
+    newest_res, legacy_res, listing_res = results
+    names: tuple[str, ...] = ()
+    if listing_res.status is not Status.ABSENT:
+        raise_for_result(listing_op, listing_res)
+        names = tuple(listing_res.value)
+    legacy = None
+    if legacy_res.status is not Status.ABSENT:
+        raise_for_result(legacy_op, legacy_res)
+        legacy = legacy_res.value
+    if newest_res.status is Status.ABSENT:
+        return IndexView(load_index(legacy, item_id), None, legacy, names)
+    raise_for_result(newest_op, newest_res)
+    newest, raw = newest_res.value
+    number = member_number(newest)
+    parsed = parse_version_file(raw, number) if number is not None else None
+    if parsed is not None:
+        return IndexView(parsed[0], newest, None, names)
+    _refuse_newer(item_id, newest, raw)
+    # Torn (a crash before the flush): the whole one before it, which its
+    # successor's publisher read whole. One that is not whole either is no
+    # crash's doing: refused, never taken for an empty history (the next
+    # save would drop every file).
     paths = ItemPaths(item_id)
-    meta, index = Stat(paths.meta), Read(paths.versions_index, optional=True)
-    result = await target.run(ControlProgram([meta, index]))
+    older = sorted((n for n in map(member_number, names) if n is not None and number is not None and n < number), reverse=True)
+    for candidate in older:
+        op = Read(paths.version_file(candidate), optional=True)
+        res = (await target.run(ControlProgram([op])))[0]
+        if res.status is Status.ABSENT:
+            continue  # dropped meanwhile: the one before it
+        raise_for_result(op, res)
+        parsed = parse_version_file(res.value, candidate)
+        if parsed is None:
+            _refuse_newer(item_id, paths.version_file(candidate), res.value)
+            raise ArtifactError(
+                "unreadable", item_id,
+                f"its version files {newest} and {paths.version_file(candidate).rsplit('/', 1)[1]} are both not whole; "
+                "a crash tears only the newest, so the history was damaged otherwise and is left as it is",
+            )
+        return IndexView(parsed[0], newest, None, names)
+    # The first version file of a store of the old layout, torn.
+    return IndexView(load_index(legacy, item_id), newest, legacy, names)
+
+
+def _refuse_newer(item_id: str, name: str, raw: bytes) -> None:
+    """A version file of a later format is refused, not taken for torn."""
+    line_end = raw.find(b"\n")
+    if raw.startswith(MAGIC[:16]) and line_end > 0 and raw[: line_end + 1] != MAGIC:
+        raise ArtifactError(
+            "unreadable", item_id,
+            f"its version file {name.rsplit('/', 1)[-1]} is of a later format "
+            f"({raw[:line_end].decode('ascii', 'replace')!r}); update mevedel to read or save this item",
+        )
+
+
+async def read_index(target: Target, item_id: str) -> IndexView:
+    paths = ItemPaths(item_id)
+    ops = [Stat(paths.meta), *_view_ops(paths)]
+    result = await target.run(ControlProgram(ops))
     if result[0].status is Status.ABSENT:
         raise missing(item_id)
-    raise_for_result(meta, result[0])
-    if result[1].status is Status.ABSENT:
-        return VersionIndex(), None
-    raise_for_result(index, result[1])
-    return load_index(result[1].value, item_id), result[1].value
+    raise_for_result(ops[0], result[0])
+    return await _view(target, item_id, ops[1:], list(result)[1:])
 
 
 class ForVersion(msgspec.Struct, frozen=True):
@@ -88,28 +283,17 @@ class ForVersion(msgspec.Struct, frozen=True):
     meta_raw: bytes
     #: None: not that item's primary file (any more).
     data: bytes | None
-    index: VersionIndex
-    #: The index's bytes, which the publication verifies (None: no index).
-    index_raw: bytes | None
-    #: Blobs below the index's next number that it does not name: left by
-    #: a crash between a publication's commit and its removal of the
-    #: blobs it dropped.
-    garbage: tuple[int, ...]
+    view: IndexView
 
 
 async def read_for_version(target: Target, item_id: str, primary: str) -> ForVersion:
     """What saving a version of the item needs, in one program: the item's
     metadata, the bytes of ``primary`` (the primary file's name as the
     caller last knew it: ``None`` when it is not that item's primary file
-    any more, which the caller sees in the metadata and asks again), the
-    version index and the blobs it does not name."""
+    any more, which the caller sees in the metadata and asks again) and the
+    version index with the files it does not name."""
     paths = ItemPaths(item_id)
-    ops: list[Operation] = [
-        Read(paths.meta),
-        Read(paths.file(primary), optional=True),
-        Read(paths.versions_index, optional=True),
-        ListDir(paths.versions_dir, optional=True),
-    ]
+    ops: list[Operation] = [Read(paths.meta), Read(paths.file(primary), optional=True), *_view_ops(paths)]
     result = await target.run(ControlProgram(ops))
     if result[0].status is Status.ABSENT:
         raise missing(item_id)
@@ -118,54 +302,74 @@ async def read_for_version(target: Target, item_id: str, primary: str) -> ForVer
     if result[1].status is not Status.ABSENT:
         raise_for_result(ops[1], result[1])
         data = result[1].value
-    raw = None
-    index = VersionIndex()
-    if result[2].status is not Status.ABSENT:
-        raise_for_result(ops[2], result[2])
-        raw = result[2].value
-        index = load_index(raw, item_id)
-    named = {v.number for v in index.versions}
-    garbage = tuple(
-        number
-        for number in (_blob_number(name) for name in (result[3].value or () if result[3].ok else ()))
-        if number is not None and number < index.next_number and number not in named
-    )
-    return ForVersion(result[0].value, data, index, raw, garbage)
+    view = await _view(target, item_id, ops[2:], list(result)[2:])
+    return ForVersion(result[0].value, data, view)
 
 
-def _blob_number(name: str) -> int | None:
-    return int(name) if len(name) == VERSION_DIGITS and name.isascii() and name.isdigit() else None
+async def read_version(target: Target, item_id: str, number: int) -> tuple[VersionEntry, bytes]:
+    """Version ``number``'s entry and bytes, in one program (more only past
+    a torn newest file)."""
+    paths = ItemPaths(item_id)
+    ops: list[Operation] = [
+        Stat(paths.meta),
+        *_view_ops(paths),
+        Read(paths.version_file(number), optional=True),
+        Read(paths.version_blob(number), optional=True),
+    ]
+    result = await target.run(ControlProgram(ops))
+    if result[0].status is Status.ABSENT:
+        raise missing(item_id)
+    raise_for_result(ops[0], result[0])
+    view = await _view(target, item_id, ops[1:4], list(result)[1:4])
+    for entry in view.index.versions:
+        if entry.number != number:
+            continue
+        data = None
+        if result[4].status is not Status.ABSENT:
+            raise_for_result(ops[4], result[4])
+            parsed = parse_version_file(result[4].value, number)
+            data = parsed[1] if parsed is not None else None
+        elif result[5].status is not Status.ABSENT:
+            raise_for_result(ops[5], result[5])
+            data = result[5].value
+        if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise ArtifactError("unreadable", f"{item_id} version {number}", "its stored bytes do not match their recorded digest")
+        return entry, data
+    kept = ", ".join(str(v.number) for v in reversed(view.index.versions)) or "none"
+    raise ArtifactError("missing-target", f"{item_id} version {number}", f"no such version is kept (kept: {kept})")
 
 
-#: The new entry's time as encoded before the target stamps it: no stored
-#: time is negative, and outside a string a quote is a key's.
-_UNSTAMPED = b'"at":-1'
-
-
-def _stamped(path: str, new_index: VersionIndex) -> ReplaceAtBarrier:
-    """The index's replacement at ``path``, its newest entry's ``at`` (-1
-    until then) stamped with the target clock as it is written."""
-    raw = encode(new_index)
-    cut = raw.rindex(_UNSTAMPED) + len(_UNSTAMPED) - 2
-    return ReplaceAtBarrier(path, (raw[:cut], ClockStamp(0), raw[cut + 2 :]))
+# Publishing -----------------------------------------------------------------
 
 
 class Published(msgspec.Struct, frozen=True):
     entry: VersionEntry
-    #: The index as written, which a later publication may verify, and
-    #: decoded.
-    index_raw: bytes
+    #: The index as written (the new file's), which a later publication
+    #: builds on when the file is still the newest.
     index: VersionIndex
-    #: Blobs the index no longer names, for :func:`drop_versions`.
+    #: The new file's name.
+    newest: str
+    #: Versions no index names any more, for :func:`drop_versions`.
     dropped: tuple[int, ...] = ()
+    #: The publication moved a legacy store to version files: its
+    #: ``versions.json`` goes too.
+    legacy_index: bool = False
 
 
-async def drop_versions(target: Target, item_id: str, numbers: tuple[int, ...]) -> None:
-    """Remove the blobs ``numbers`` of an item, which no index names any
-    more (a publication dropped them): no flush, no answer to wait for --
-    one left behind is removed by a later save that reads the item."""
+async def drop_versions(target: Target, item_id: str, numbers: tuple[int, ...], *, legacy_index: bool = False) -> None:
+    """Remove the files of versions ``numbers`` of an item (either layout's
+    name), which no index names any more (a publication dropped them), and
+    ``legacy_index``: the ``versions.json`` a version file replaced -- no
+    flush, no answer to wait for: one left behind is removed by a later
+    save that reads the item."""
     paths = ItemPaths(item_id)
-    ops = [Remove(paths.version_blob(number), optional=True, deferred=True) for number in numbers]
+    ops = [
+        Remove(path, optional=True, deferred=True)
+        for number in numbers
+        for path in (paths.version_file(number), paths.version_blob(number))
+    ]
+    if legacy_index:
+        ops.append(Remove(paths.versions_index, optional=True, deferred=True))
     await target.run(ControlProgram(ops, lock=LOCK_DIR))
 
 
@@ -178,6 +382,26 @@ class Disproved(msgspec.Struct, frozen=True):
     actual: bytes | None
 
 
+def first_version(paths: ItemPaths, entry: VersionEntry, data: bytes) -> Operation:
+    """The file of an item's first version (a new item's, whose state
+    directory is new too), deferred to the barrier before its metadata."""
+    index = VersionIndex(next_number=entry.number + 1, versions=[entry])
+    return CreateInPlace(paths.version_file(entry.number), version_file_bytes(index, data), deferred=True)
+
+
+def _unnamed(names: tuple[str, ...], below: int, kept: set[int]) -> tuple[int, ...]:
+    """Numbers of the files among ``names`` (either layout) below ``below``
+    that no kept version is: dropped earlier and left, or torn."""
+    found = set()
+    for name in names:
+        number = member_number(name)
+        if number is None:
+            number = _blob_number(name)
+        if number is not None and number < below and number not in kept:
+            found.add(number)
+    return tuple(sorted(found))
+
+
 async def publish_version(
     target: Target,
     item_id: str,
@@ -188,92 +412,63 @@ async def publish_version(
     max_bytes: int,
     session_id: str | None = None,
     turn: int | None = None,
-    known: tuple[VersionIndex, bytes | None] | None = None,
+    known: IndexView | None = None,
     proofs: tuple[Verify, ...] = (),
-    garbage: tuple[int, ...] = (),
 ) -> Published | Disproved:
     """Publish ``data`` as the item's next version, stamped with the target
-    clock as the index is written; ``known``: the index and its raw bytes
-    as last seen, verified by the publication itself (read again only if
-    it moved). ``proofs``: what else must hold for ``data`` to be the
-    version (the metadata's bytes, the primary file's), proved under the
-    store lock beside the index; the first that does not hold is
-    answered, nothing written. ``garbage``: blobs ``known``'s index does
-    not name, answered in ``Published.dropped`` with those it drops (only
-    if it is still that index) for :func:`drop_versions`."""
+    clock as its file is written; ``known``: the index as last seen, proved
+    by the publication itself (read again only if it moved). ``proofs``:
+    what else must hold for ``data`` to be the version (the metadata's
+    bytes, the primary file's), proved under the store lock beside the
+    index; the first that does not hold is answered, nothing written."""
     paths = ItemPaths(item_id)
     digest = hashlib.sha256(data).hexdigest()
-    # An index naming versions was written beside their directory, which
-    # is then made only if a blob's write finds it gone.
+    # An item with versions has their directory; it is made only when the
+    # write finds it gone.
     make_dirs = False
-    # The blob is written under its number, which no reader reaches before
-    # the index names it after the barrier's flush: no temporary file,
-    # rename or random name. A file already there is a publication's that
-    # never committed (a crash): replaced, never written into (it could
-    # be a hard link to a file outside the store).
-    leftover = False
     for _ in range(_ATTEMPTS):
-        if known is None:
-            index, raw = await read_index(target, item_id)
-            garbage = ()
-        else:
-            index, raw = known
-            known = None
-        make_dirs = make_dirs or not index.versions
-        entry = VersionEntry(
-            number=index.next_number, at=-1, reason=reason, size=len(data), sha256=digest, session_id=session_id, turn=turn
-        )
+        view = known if known is not None else await read_index(target, item_id)
+        known = None
+        index = view.index
+        newest = member_number(view.newest) if view.newest is not None else None
+        # Past a torn newest file, never into it: its name is what the
+        # proof below holds to.
+        number = max(index.next_number, (newest or 0) + 1)
+        entry = VersionEntry(number=number, at=-1, reason=reason, size=len(data), sha256=digest, session_id=session_id, turn=turn)
         kept = retained([*index.versions, entry], max_count, max_bytes)
         kept_numbers = {v.number for v in kept}
-        dropped = tuple(v.number for v in index.versions if v.number not in kept_numbers) + garbage
-        written = VersionIndex(next_number=index.next_number + 1, versions=kept)
-        commit = _stamped(paths.versions_index, written)
-        blob_path = paths.version_blob(entry.number)
-        blob = Replace(blob_path, data, deferred=True) if leftover else CreateInPlace(blob_path, data, deferred=True)
+        dropped = tuple(v.number for v in index.versions if v.number not in kept_numbers)
+        dropped = tuple(sorted(set(dropped) | set(_unnamed(view.names, number, kept_numbers))))
+        written = VersionIndex(next_number=number + 1, versions=kept)
+        create = StampedCreateInPlace(paths.version_file(number), _stamped_parts(written, data), deferred=True)
+        checks: list[Operation] = [NewestIs(paths.versions_dir, *VERSION_FAMILY, view.newest)]
+        if view.newest is None:
+            checks.append(Verify(paths.versions_index, view.legacy))
         ops: list[Operation] = [
             *(proofs or (Stat(paths.meta),)),
-            Verify(paths.versions_index, raw),
+            *checks,
             *((MakeDirs(paths.versions_dir, optional=True),) if make_dirs else ()),
-            blob,
-            commit,
+            create,
             Barrier(),
         ]
         result = await target.run(ControlProgram(ops, lock=LOCK_DIR))
         if result.completed:
-            at = result[ops.index(commit)].value
+            at = result[ops.index(create)].value
             stamped = msgspec.structs.replace(entry, at=at)
             written = msgspec.structs.replace(written, versions=[*kept[:-1], stamped])
-            return Published(stamped, commit.content(at), written, dropped)
+            name = paths.version_file(number).rsplit("/", 1)[1]
+            return Published(stamped, written, name, dropped, view.legacy is not None)
         stop = result.stopped_at
-        index_check = len(proofs) or 1  # after the proofs (or the metadata's Stat)
+        first_check = len(proofs) or 1  # after the proofs (or the metadata's Stat)
         if stop == 0 and result[0].status is Status.ABSENT:
             raise missing(item_id)
-        if stop < index_check and result[stop].status is Status.MISMATCH:
+        if stop < first_check and result[stop].status is Status.MISMATCH:
             return Disproved(stop, result[stop].value)
-        if stop == index_check and result[stop].status is Status.MISMATCH:
+        if first_check <= stop < first_check + len(checks) and result[stop].status is Status.MISMATCH:
             continue  # another publisher took this number: read again
-        if ops[stop] is blob and result[stop].status is Status.ABSENT and not make_dirs:
+        if ops[stop] is create and result[stop].status is Status.ABSENT and not make_dirs:
             make_dirs = True  # the versions directory is gone: make it
-            known = (index, raw)
-            continue
-        if ops[stop] is blob and result[stop].status is Status.CONFLICT and not leftover:
-            leftover = True
-            known = (index, raw)
+            known = view
             continue
         raise_for_result(ops[stop], result[stop])
     raise ArtifactError("unavailable", item_id, "the version index kept changing while publishing; try again")
-
-
-async def read_version(target: Target, item_id: str, number: int) -> tuple[VersionEntry, bytes]:
-    index, _ = await read_index(target, item_id)
-    for entry in index.versions:
-        if entry.number == number:
-            paths = ItemPaths(item_id)
-            op = Read(paths.version_blob(number))
-            result = (await target.run(ControlProgram([op])))[0]
-            raise_for_result(op, result)
-            if hashlib.sha256(result.value).hexdigest() != entry.sha256:
-                raise ArtifactError("unreadable", f"{item_id} version {number}", "its stored bytes do not match their recorded digest")
-            return entry, result.value
-    kept = ", ".join(str(v.number) for v in reversed(index.versions)) or "none"
-    raise ArtifactError("missing-target", f"{item_id} version {number}", f"no such version is kept (kept: {kept})")

@@ -14,10 +14,11 @@ Exception`` in the code under test can swallow it: nothing after the crash
 runs, no cleanup happens. After a crash the wrapper stays dead (every later
 call crashes again); after an injected error it passes operations through, so
 a retry on the same target can succeed. A crash at a create or replace leaves
-the half-written temporary file a real crash could leave (``debris``); a
-``WriteProject`` is a replace here too, and a ``StampedCreateInPlace`` is
-modelled as a ``CreateInPlace`` is (its debris stamped with a clock reading
-taken in its directory then).
+the half-written temporary file a real crash could leave (``debris``) -- for
+an in-place create (``CreateInPlace``, ``StampedCreateInPlace``) the half
+under its real name, as a process dying mid-write leaves it; a
+``WriteProject`` is a replace here too, and a ``StampedCreateInPlace``'s
+debris is stamped with a clock reading taken in its directory then.
 
 ``power_loss=True`` makes a crash a power loss as well: every deferred create
 or replace of the crashed program that no barrier had flushed yet (an
@@ -39,6 +40,7 @@ from .program import (
     Barrier,
     ControlProgram,
     CreateExclusive,
+    CreateInPlace,
     Operation,
     OpResult,
     ProgramResult,
@@ -191,5 +193,10 @@ class FaultInjectingTarget(ProgramTarget):
             data = op.content(clock.value)
         else:
             data = op.data
-        torn = f"{parent}/.{name[:80]}.crash.tmp" if parent else f".{name[:80]}.crash.tmp"
+        if isinstance(op, (CreateInPlace, StampedCreateInPlace)):
+            # Written under its own name: a process dying mid-write leaves
+            # the half it wrote there (the failed write's removal never ran).
+            torn = op.path
+        else:
+            torn = f"{parent}/.{name[:80]}.crash.tmp" if parent else f".{name[:80]}.crash.tmp"
         await self.inner.run(ControlProgram([CreateExclusive(torn, data[: len(data) // 2], optional=True)]))

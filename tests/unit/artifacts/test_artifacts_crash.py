@@ -32,7 +32,7 @@ from mevedel_server.artifacts.errors import ArtifactError
 from mevedel_server.artifacts.layout import LIVE_PRIMARY, ItemPaths
 from mevedel_server.artifacts.records import ItemLeaseRecord, ItemLeaseState, encode
 from mevedel_server.artifacts.store import ArtifactStore, revision_of
-from mevedel_server.artifacts.versions import read_version
+from mevedel_server.artifacts.versions import parse_version_file, read_version
 from mevedel_server.store.authority.lease import ClientIdentity
 from mevedel_server.targets import FaultInjectingTarget, LocalTarget, SimulatedCrash
 
@@ -253,8 +253,8 @@ async def fresh_look(open_client_target, root: Path, item_id: str = ITEM) -> See
             # Through the store (which checks the digest) and on disk.
             got, blob = await read_version(target, item_id, entry.number)
             assert hashlib.sha256(blob).hexdigest() == entry.sha256 == got.sha256
-            disk = (root / ItemPaths(item_id).version_blob(entry.number)).read_bytes()
-            assert hashlib.sha256(disk).hexdigest() == entry.sha256 and len(disk) == entry.size
+            parsed = parse_version_file((root / ItemPaths(item_id).version_file(entry.number)).read_bytes(), entry.number)
+            assert parsed is not None and parsed[1] == blob
         numbers = [v.number for v in versions]
         assert len(set(numbers)) == len(numbers)
         return Seen(

@@ -9,7 +9,13 @@ import os
 import pytest
 
 from mevedel_server.artifacts.errors import ArtifactError
-from mevedel_server.artifacts.records import VersionReason
+from mevedel_server.artifacts.layout import ItemPaths
+from mevedel_server.artifacts.records import (
+    VersionEntry,
+    VersionIndex,
+    VersionReason,
+    encode,
+)
 from mevedel_server.artifacts.store import ArtifactStore, Editor, revision_of
 from mevedel_server.artifacts.versions import read_version
 from mevedel_server.store.authority.lease import ClientIdentity
@@ -177,38 +183,124 @@ async def test_a_blob_a_crash_left_unnamed_goes_with_the_next_save(root, open_ta
     await store.removals_done()
     versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
     kept = sorted(p.name for p in versions.iterdir())
-    assert kept == ["0000000003", "0000000004"]
-    (versions / "0000000001").write_bytes(b"# one\n")  # as the crash left it
+    assert kept == ["0000000003.version", "0000000004.version"]
+    (versions / "0000000001.version").write_bytes((versions / "0000000003.version").read_bytes())  # as the crash left it
+    (versions / "0000000002").write_bytes(b"# one\n")  # a blob of the layout before version files
     later = _store(target, max_versions=2)
     entry = await later.save_version(item.item_id)
     await later.removals_done()
-    assert sorted(p.name for p in versions.iterdir()) == ["0000000004", f"{entry.number:010d}"]
+    assert sorted(p.name for p in versions.iterdir()) == ["0000000004.version", f"{entry.number:010d}.version"]
     await store.close()
     await later.close()
 
 
-async def test_a_blob_a_crash_left_under_the_next_number_is_replaced_never_written_into(root, open_target, tmp_path):
-    """A crash after a publication wrote its blob and before its index
-    named it leaves that blob under the number the next save takes: the
-    save still lands, its blob holding its own bytes, and a file planted
-    there as a hard link to one outside the workspace is replaced, its
-    bytes untouched."""
+async def test_a_version_file_a_crash_tore_is_passed_over_and_never_written_into(root, open_target, tmp_path):
+    """A crash before a publication's flush can leave its version file torn
+    under the next number: every reader passes over it to the whole one
+    before it (the listing's count, the versions, the save's index), the
+    next save takes the number after it and drops it, and a file planted
+    there as a hard link to one outside the workspace is dropped as a
+    name, its bytes untouched."""
     target = await open_target(root)
     store = _store(target, max_versions=3)
     item = await store.create("document", "Doc", b"# the document\n")
     first = await store.save_version(item.item_id)
+    await store.removals_done()
     versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
-    (versions / f"{first.number + 1:010d}").write_bytes(b"# the docu")  # torn by the crash
-    second = await store.save_version(item.item_id)
-    assert second.number == first.number + 1
+    whole = (versions / f"{first.number:010d}.version").read_bytes()
+    torn = versions / f"{first.number + 1:010d}.version"
+    reader = _store(target, max_versions=3)
+    for cut in (len(whole) - 3, whole.index(b"\n", 20) - 5, 7, 0):
+        torn.write_bytes(whole[:cut])  # header or bytes torn by the crash
+        assert [s.versions for s in await reader.list()] == [2]
+        assert [v.number for v in await reader.versions(item.item_id)] == [first.number, 1]
+    torn.write_bytes(whole[:-3] + b"xyz")  # the size whole, a block of the bytes not written
+    assert [v.number for v in await reader.versions(item.item_id)] == [first.number, 1]
+    second = await reader.save_version(item.item_id)
+    await reader.removals_done()
+    assert second.number == first.number + 2
+    assert not torn.exists()
     assert (await read_version(target, item.item_id, second.number))[1] == b"# the document\n"
+    assert [v.number for v in await store.versions(item.item_id)] == [second.number, first.number, 1]
     outside = tmp_path / "outside.md"
     outside.write_bytes(b"untouched")
-    os.link(outside, versions / f"{second.number + 1:010d}")
+    os.link(outside, versions / f"{second.number + 1:010d}.version")
     third = await store.save_version(item.item_id)
+    await store.removals_done()
+    assert third.number == second.number + 2
     assert (await read_version(target, item.item_id, third.number))[1] == b"# the document\n"
     assert outside.read_bytes() == b"untouched"
+    assert [s.versions for s in await reader.list()] == [3]
     await store.close()
+    await reader.close()
+
+
+async def test_version_files_no_crash_explains_are_refused_and_kept(root, open_target):
+    """Two version files not whole (a crash tears only the newest), or a
+    newest one of a later format: the item's versions and its save are
+    refused naming the item and why, and no file is dropped."""
+    target = await open_target(root)
+    store = _store(target)
+    item = await store.create("document", "Doc", b"# one\n")
+    await store.save_version(item.item_id)
+    await store.removals_done()
+    versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
+    (versions / "0000000002.version").write_bytes(b"MEVEDEL-VERSION 1\n{}\n")
+    (versions / "0000000003.version").write_bytes(b"")
+    fresh = _store(target)
+    for attempt in (fresh.versions(item.item_id), fresh.save_version(item.item_id)):
+        with pytest.raises(ArtifactError) as caught:
+            await attempt
+        assert caught.value.kind == "unreadable" and "not whole" in caught.value.reason, caught.value
+    (versions / "0000000003.version").write_bytes(b"MEVEDEL-VERSION 2\nwhatever comes later\n")
+    with pytest.raises(ArtifactError) as caught:
+        await fresh.save_version(item.item_id)
+    assert "later format" in caught.value.reason and "update mevedel" in caught.value.reason
+    await fresh.removals_done()
+    assert sorted(os.listdir(versions)) == ["0000000001.version", "0000000002.version", "0000000003.version"]
+    assert [s.versions for s in await fresh.list()] == [0]  # listed, its count not guessed
+    await store.close()
+    await fresh.close()
+
+
+async def test_a_store_of_the_layout_before_version_files_is_read_and_moves_on_its_next_save(root, open_target):
+    """A workspace whose store kept ``versions.json`` and bare blobs (the
+    layout before version files): its versions are listed and read, a save
+    writes the next number as a version file that keeps the old versions
+    (still read from their blobs), and the old index goes after it."""
+    target = await open_target(root)
+    store = _store(target, max_versions=3)
+    item = await store.create("document", "Old", b"# one\n")
+    state = root / ".mevedel/artifacts/.state" / item.item_id
+    versions = state / "versions"
+    # Rewrite it as the layout before version files had it: versions 2 and
+    # 3 kept, next number 4.
+    for name in os.listdir(versions):
+        (versions / name).unlink()
+    entries = []
+    for number, data in ((2, b"# two\n"), (3, b"# three\n")):
+        (versions / f"{number:010d}").write_bytes(data)
+        entries.append(VersionEntry(number=number, at=1_700_000_000 + number, reason=VersionReason.SAVED, size=len(data), sha256=revision_of(data)))
+    (state / "versions.json").write_bytes(encode(VersionIndex(next_number=4, versions=entries)))
+    (root / ItemPaths(item.item_id).file("document.md")).write_bytes(b"# three\n")
+    fresh = _store(target, max_versions=3)
+    assert [s.versions for s in await fresh.list()] == [2]
+    assert [v.number for v in await fresh.versions(item.item_id)] == [3, 2]
+    assert (await read_version(target, item.item_id, 2))[1] == b"# two\n"
+    await fresh.write(item.item_id, b"# four\n")
+    saved = await fresh.save_version(item.item_id)
+    await fresh.removals_done()
+    assert saved.number == 4
+    assert sorted(os.listdir(versions)) == ["0000000002", "0000000003", "0000000004.version"]
+    assert not (state / "versions.json").exists()
+    assert [v.number for v in await fresh.versions(item.item_id)] == [4, 3, 2]
+    assert (await read_version(target, item.item_id, 2))[1] == b"# two\n"
+    assert (await read_version(target, item.item_id, 4))[1] == b"# four\n"
+    await fresh.save_version(item.item_id)
+    await fresh.removals_done()
+    assert sorted(os.listdir(versions)) == ["0000000003", "0000000004.version", "0000000005.version"]
+    await store.close()
+    await fresh.close()
 
 
 async def test_a_save_after_the_versions_directory_went_makes_it_again(root, open_target):
@@ -223,7 +315,8 @@ async def test_a_save_after_the_versions_directory_went_makes_it_again(root, ope
     versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
     shutil.rmtree(versions)
     entry = await store.save_version(item.item_id)
-    assert (versions / f"{entry.number:010d}").read_bytes() == b"# one\n"
+    assert (await read_version(store.target, item.item_id, entry.number))[1] == b"# one\n"
+    assert (versions / f"{entry.number:010d}.version").read_bytes().endswith(b"\n# one\n")
     assert [v.number for v in await store.versions(item.item_id)][0] == entry.number
     await store.close()
 

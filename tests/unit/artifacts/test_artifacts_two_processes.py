@@ -37,10 +37,10 @@ from mevedel_server.artifacts.layout import ItemPaths
 from mevedel_server.artifacts.records import (
     ItemLeaseRecord,
     ItemLeaseState,
-    VersionIndex,
     decode_record,
 )
 from mevedel_server.artifacts.store import ArtifactStore
+from mevedel_server.artifacts.versions import parse_version_file
 from mevedel_server.store.authority.lease import ClientIdentity
 from mevedel_server.targets import LocalTarget
 
@@ -395,10 +395,11 @@ def test_two_publishing_processes_lose_no_version(tmp_path, transport):
     every = numbers[0] + numbers[1]
     total = len(every)
     assert len(set(every)) == total  # every publish got its own number
-    index = decode_record(VersionIndex, (root / ItemPaths(ITEM).versions_index).read_bytes(), "index")
+    blobs = sorted(os.listdir(root / ItemPaths(ITEM).versions_dir))
+    assert blobs == [f"{n:010d}.version" for n in range(1, total + 2)]
+    newest = (root / ItemPaths(ITEM).version_file(total + 1)).read_bytes()
+    index, _ = parse_version_file(newest, total + 1)
     assert [v.number for v in index.versions] == list(range(1, total + 2))  # the created one, then all of them
     assert index.next_number == total + 2
-    blobs = sorted(os.listdir(root / ItemPaths(ITEM).versions_dir))
-    assert blobs == [f"{n:010d}" for n in range(1, total + 2)]
     # They really interleaved (else this proves nothing about concurrency).
     assert min(numbers[1]) < max(numbers[0]) and min(numbers[0]) < max(numbers[1])

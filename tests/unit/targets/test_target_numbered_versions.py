@@ -362,9 +362,10 @@ async def test_a_crash_at_a_stamped_in_place_create_leaves_what_an_in_place_one_
     with pytest.raises(SimulatedCrash) as crash:
         await target.run(ControlProgram([NewestIs("versions", *FAMILY, None), op, Barrier()]))
     assert crash.value.operation is op and target.writes == 1
-    # Not under its name: the half-written temporary file of CreateInPlace's model.
-    assert os.listdir(root / "versions") == [".0000000001.version.crash.tmp"]
-    debris = (root / "versions" / ".0000000001.version.crash.tmp").read_bytes()
+    # Under its own name, as a process dying mid-write leaves an in-place
+    # create: the half it wrote (the failed write's removal never ran).
+    assert os.listdir(root / "versions") == ["0000000001.version"]
+    debris = (root / "versions" / "0000000001.version").read_bytes()
     reading = int(debris[3 : debris.index(b";")])
     assert debris == op.content(reading)[: len(op.content(reading)) // 2]
 
