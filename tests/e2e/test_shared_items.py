@@ -165,7 +165,8 @@ async def test_an_agents_apply_patch_creates_an_artifact_and_its_turn_records_a_
 
     create = envelope(add(".mevedel/artifacts/agent-report/report.md", "# Report", "first draft"))
     revise = "*** Begin Patch\n*** Update File: .mevedel/artifacts/agent-report/report.md\n@@\n-first draft\n+final text\n*** End Patch\n"
-    bookkeeping = envelope(add(".mevedel/artifacts/.state/agent-report/versions.json", "{}"))
+    # A forged newest version file would be the item's history: refused.
+    bookkeeping = envelope(add(".mevedel/artifacts/.state/agent-report/versions/0000000009.version", "MEVEDEL-VERSION 1", "{}"))
     log = configure(client, workspace, [[
         {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": create}}},
         {"mcp_call": {"tool": "ApplyPatch", "arguments": {"patch": revise}}},
@@ -184,7 +185,7 @@ async def test_an_agents_apply_patch_creates_an_artifact_and_its_turn_records_a_
     assert (await request(client, methods.ARTIFACT_READ, {"id": "agent-report"}))["content"] == "# Report\nfinal text\n"
     versions = (await request(client, methods.ARTIFACT_VERSIONS, {"id": "agent-report"}))["versions"]
     assert [(v["reason"], v.get("turn")) for v in versions] == [("turn", result["turn"]), ("created", result["turn"])]
-    assert (workspace / ".mevedel/artifacts/.state/agent-report/versions.json").read_text() != "{}\n"
+    assert not (workspace / ".mevedel/artifacts/.state/agent-report/versions/0000000009.version").exists()
 
 
 async def test_an_agents_shell_command_creates_an_artifact_and_its_turn_records_a_version(client, workspace):
