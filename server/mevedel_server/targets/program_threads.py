@@ -45,6 +45,7 @@ class ProgramThreads:
         #: Inboxes of idle threads, the one idle longest first.
         self._idle: list[SimpleQueue] = []
         self._started = 0
+        #: Programs handed in and not ended (running or waiting).
         self._busy = 0
         #: Programs waiting for a thread while all are busy.
         self._waiting: deque[tuple] = deque()
@@ -80,11 +81,13 @@ class ProgramThreads:
             # Idle (or on to a waiting program) before the loop hears of
             # this one: the loop's next program then finds this thread.
             with self._lock:
+                # This program ended, whether or not a waiting one follows
+                # on this thread (it was counted when it was handed in).
+                self._busy -= 1
                 if self._waiting:
                     job = self._waiting.popleft()
                 else:
                     job = None
-                    self._busy -= 1
                     self._idle.append(inbox)
                     if not self._busy:
                         self._all_idle.notify_all()

@@ -71,6 +71,34 @@ async def test_a_cancelled_wait_leaves_its_program_running_to_its_end():
     assert finished.is_set()
 
 
+def test_the_interpreter_exits_after_more_programs_than_threads_ran_at_once():
+    """Programs that waited for a thread (more at once than are kept) end
+    like the others: the interpreter's exit, which waits for running
+    programs, does not wait forever for ones that ended."""
+    script = """
+import asyncio, threading
+from mevedel_server.targets.program_threads import PROGRAM_THREADS, ProgramThreads
+
+gate = threading.Event()
+
+def program(n):
+    gate.wait(30)
+    return n
+
+async def main():
+    runs = [PROGRAM_THREADS.run(program, n) for n in range(ProgramThreads.KEPT + 3)]
+    gate.set()
+    assert await asyncio.gather(*runs) == list(range(ProgramThreads.KEPT + 3))
+
+asyncio.run(main())
+print("ran")
+"""
+    # The bound only tells a hang from an exit: the script runs in well
+    # under a second.
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "ran\n", done.stderr
+
+
 def test_the_interpreter_exits_only_once_a_running_program_ended(tmp_path):
     """A command interrupted while a program runs (its task cancelled, the
     loop closed) still lets the program finish before the process ends."""
