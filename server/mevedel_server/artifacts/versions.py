@@ -188,8 +188,8 @@ def newest_count(name: str, raw: bytes, read_at_most: int) -> int | None:
 
 class IndexView(msgspec.Struct, frozen=True):
     """An item's version index as read, and what a publication proves
-    against: the newest version file's name (whole or torn) or, while
-    there is none, the legacy ``versions.json``'s bytes."""
+    against: the newest version file's name (whole or not) or, while there
+    is none, the legacy ``versions.json``'s bytes."""
 
     index: VersionIndex
     #: The newest member of the version files (None: none yet).
@@ -199,6 +199,11 @@ class IndexView(msgspec.Struct, frozen=True):
     #: The versions directory's entries as listed beside the read: files no
     #: index names are found among them.
     names: tuple[str, ...] = ()
+    #: The newest file's bytes when they were not whole: torn by a crash, or
+    #: read while its publisher was still writing it (reads take no lock).
+    #: A publication proves them unchanged under the lock -- only then is
+    #: the file a crash's and passed over.
+    unwhole: bytes | None = None
 
 
 def _view_ops(paths: ItemPaths) -> list[Operation]:
@@ -211,7 +216,20 @@ def _view_ops(paths: ItemPaths) -> list[Operation]:
 
 async def _view(target: Target, item_id: str, ops: list[Operation], results: list) -> IndexView:
     """The index view from the results of :func:`_view_ops`'s operations,
-    reading older version files while the newest ones are torn."""
+    reading older version files while the newest is not whole."""
+    paths = ItemPaths(item_id)
+    for _ in range(_ATTEMPTS):
+        view = await _view_once(target, item_id, ops, results)
+        if view is not None:
+            return view
+        # A file older than a newest one not whole was dropped meanwhile:
+        # that newest was whole by then, so read again from the top.
+        ops = _view_ops(paths)
+        results = list(await target.run(ControlProgram(ops)))
+    raise ArtifactError("unavailable", item_id, "its versions kept changing while reading them; try again")
+
+
+async def _view_once(target: Target, item_id: str, ops: list[Operation], results: list) -> IndexView | None:
     newest_op, legacy_op, listing_op = ops
     newest_res, legacy_res, listing_res = results
     names: tuple[str, ...] = ()
@@ -231,29 +249,30 @@ async def _view(target: Target, item_id: str, ops: list[Operation], results: lis
     if parsed is not None:
         return IndexView(parsed[0], newest, None, names)
     _refuse_newer(item_id, newest, raw)
-    # Torn (a crash before the flush): the whole one before it, which its
-    # successor's publisher read whole. One that is not whole either is no
-    # crash's doing: refused, never taken for an empty history (the next
-    # save would drop every file).
+    # Not whole: torn by a crash, or still being written. The whole one
+    # before it is the index either way (a publication proves which, see
+    # ``unwhole``). One before it that is not whole either is no crash's
+    # doing (only the newest is ever written): refused, never taken for an
+    # empty history, which the next save would drop every file of.
     paths = ItemPaths(item_id)
     older = sorted((n for n in map(member_number, names) if n is not None and number is not None and n < number), reverse=True)
-    for candidate in older:
-        op = Read(paths.version_file(candidate), optional=True)
+    if older:
+        op = Read(paths.version_file(older[0]), optional=True)
         res = (await target.run(ControlProgram([op])))[0]
         if res.status is Status.ABSENT:
-            continue  # dropped meanwhile: the one before it
+            return None
         raise_for_result(op, res)
-        parsed = parse_version_file(res.value, candidate)
+        parsed = parse_version_file(res.value, older[0])
         if parsed is None:
-            _refuse_newer(item_id, paths.version_file(candidate), res.value)
+            _refuse_newer(item_id, paths.version_file(older[0]), res.value)
             raise ArtifactError(
                 "unreadable", item_id,
-                f"its version files {newest} and {paths.version_file(candidate).rsplit('/', 1)[1]} are both not whole; "
+                f"its version files {newest} and {paths.version_file(older[0]).rsplit('/', 1)[1]} are both not whole; "
                 "a crash tears only the newest, so the history was damaged otherwise and is left as it is",
             )
-        return IndexView(parsed[0], newest, None, names)
-    # The first version file of a store of the old layout, torn.
-    return IndexView(load_index(legacy, item_id), newest, legacy, names)
+        return IndexView(parsed[0], newest, None, names, raw)
+    # The first version file (of a store of the old layout) not whole.
+    return IndexView(load_index(legacy, item_id), newest, legacy, names, raw)
 
 
 def _refuse_newer(item_id: str, name: str, raw: bytes) -> None:
@@ -444,6 +463,11 @@ async def publish_version(
         checks: list[Operation] = [NewestIs(paths.versions_dir, *VERSION_FAMILY, view.newest)]
         if view.newest is None:
             checks.append(Verify(paths.versions_index, view.legacy))
+        elif view.unwhole is not None:
+            # Still as read, under the lock no publisher writes outside of:
+            # torn by a crash, so passed over. Changed: it was being
+            # written, and is the index now.
+            checks.append(Verify(f"{paths.versions_dir}/{view.newest}", view.unwhole))
         ops: list[Operation] = [
             *(proofs or (Stat(paths.meta),)),
             *checks,

@@ -17,7 +17,7 @@ from mevedel_server.artifacts.records import (
     encode,
 )
 from mevedel_server.artifacts.store import ArtifactStore, Editor, revision_of
-from mevedel_server.artifacts.versions import read_version
+from mevedel_server.artifacts.versions import publish_version, read_index, read_version
 from mevedel_server.store.authority.lease import ClientIdentity
 
 
@@ -233,6 +233,32 @@ async def test_a_version_file_a_crash_tore_is_passed_over_and_never_written_into
     assert [s.versions for s in await reader.list()] == [3]
     await store.close()
     await reader.close()
+
+
+async def test_a_version_file_read_while_its_publisher_wrote_it_is_not_passed_over(root, open_target):
+    """Readers take no lock: one can read the newest version file while its
+    publisher is still writing it, and take it for torn. A publication
+    built on that read proves the file unchanged under the lock; finished
+    by then, it is the index, and its version is kept, not skipped over."""
+    target = await open_target(root)
+    store = _store(target)
+    item = await store.create("document", "Doc", b"# one\n")
+    saved = await store.save_version(item.item_id)
+    await store.removals_done()
+    versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
+    path = versions / f"{saved.number:010d}.version"
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # the publisher is half way
+    view = await read_index(target, item.item_id)
+    assert view.newest == path.name and [v.number for v in view.index.versions] == [1]
+    path.write_bytes(whole)  # and done
+    published = await publish_version(
+        target, item.item_id, b"# later\n", reason=VersionReason.SAVED, max_count=20, max_bytes=1 << 20, known=view
+    )
+    assert published.entry.number == saved.number + 1
+    assert [v.number for v in published.index.versions] == [1, saved.number, saved.number + 1]
+    assert [v.number for v in await store.versions(item.item_id)] == [saved.number + 1, saved.number, 1]
+    await store.close()
 
 
 async def test_version_files_no_crash_explains_are_refused_and_kept(root, open_target):
