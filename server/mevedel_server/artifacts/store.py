@@ -292,6 +292,7 @@ class ArtifactStore:
             if not pending:
                 break
         by_name = dict(zip(names, reads))
+        counts = await self._version_counts(ids, newest, by_name)
         items: list[ItemSummary] = []
         interrupted: list[str] = []
         for item_id in ids:
@@ -306,7 +307,7 @@ class ArtifactStore:
             except ArtifactError as exc:
                 _log.warning("artifact store: %s", exc)
                 continue
-            count = await self._version_count(item_id, newest.get(item_id), by_name.get(f"{item_id}/versions.json"))
+            count = counts.get(item_id, 0)
             holder = holder_text = None
             if item_id in views and now is not None:
                 try:
@@ -320,28 +321,49 @@ class ArtifactStore:
             await self._finish_delete(item_id)
         return items
 
-    async def _version_count(self, item_id: str, newest, legacy) -> int:
-        """How many versions a listed item keeps, from its newest version
-        file's start (``newest``) or, with none, its legacy index; 0 when
-        that cannot be trusted (the listing shows the item, not a guess)."""
-        if newest is not None and newest.ok:
-            name, raw = newest.value
-            count = newest_count(name, raw, _LISTED_VERSION_BYTES)
-            if count is not None:
-                return count
+    async def _version_counts(self, ids: list[str], newest: dict, by_name: dict) -> dict[str, int]:
+        """How many versions each listed item keeps: from the start of its
+        newest version file (a larger one's size proved by a ``Stat``, all
+        in one program) or, with none, its legacy index. A file found not
+        whole has its index read apart; 0 when nothing can be trusted (the
+        listing shows the item, not a guess)."""
+        counts: dict[str, int] = {}
+        sized: dict[str, tuple[int, int, str]] = {}
+        unsettled: list[str] = []
+        for item_id in ids:
+            found = newest.get(item_id)
+            if found is not None and found.ok:
+                name, raw = found.value
+                listed = newest_count(name, raw, _LISTED_VERSION_BYTES)
+                if listed is None:
+                    unsettled.append(item_id)
+                elif listed.size is None:
+                    counts[item_id] = listed.count
+                else:
+                    sized[item_id] = (listed.count, listed.size, name)
+            elif found is not None and found.status is not Status.ABSENT:
+                counts[item_id] = 0
+            else:
+                legacy = by_name.get(f"{item_id}/versions.json")
+                try:
+                    counts[item_id] = len(load_index(legacy.data, item_id).versions) if legacy is not None and legacy.ok else 0
+                except ArtifactError:
+                    counts[item_id] = 0
+        if sized:
+            stats = [Stat(f"{ItemPaths(i).versions_dir}/{name}", optional=True) for i, (_c, _s, name) in sized.items()]
+            result = await self.target.run(ControlProgram(stats))
+            for (item_id, (count, size, _name)), stat in zip(sized.items(), result):
+                if stat.ok and stat.value.kind == "file" and stat.value.size == size:
+                    counts[item_id] = count
+                else:
+                    unsettled.append(item_id)
+        for item_id in unsettled:  # torn, or written meanwhile: rare
             try:
-                return len((await read_index(self.target, item_id)).index.versions)
+                counts[item_id] = len((await read_index(self.target, item_id)).index.versions)
             except (ArtifactError, TargetError) as exc:
                 _log.warning("artifact store: versions of %s: %s", item_id, exc)
-                return 0
-        if newest is not None and newest.status is not Status.ABSENT:
-            return 0
-        if legacy is not None and legacy.ok and legacy.data is not None:
-            try:
-                return len(load_index(legacy.data, item_id).versions)
-            except ArtifactError:
-                return 0
-        return 0
+                counts[item_id] = 0
+        return counts
 
     @_refusals
     async def meta(self, item_id: str) -> tuple[ItemMeta, bytes]:

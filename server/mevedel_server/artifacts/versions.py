@@ -171,16 +171,34 @@ def parse_version_file(raw: bytes, number: int) -> tuple[VersionIndex, bytes] | 
     return index, data
 
 
-def newest_count(name: str, raw: bytes, read_at_most: int) -> int | None:
+class ListedCount(msgspec.Struct, frozen=True):
+    """How many versions an item keeps, from the start of its newest
+    version file (:func:`newest_count`)."""
+
+    count: int
+    #: The size the whole file must have when only its start was read
+    #: (None: the bytes read were all of it, checked to their digest).
+    size: int | None = None
+
+
+def newest_count(name: str, raw: bytes, read_at_most: int) -> ListedCount | None:
     """How many versions the newest version file ``name`` keeps, from its
-    first ``read_at_most`` bytes ``raw`` (a listing's bounded read): None
-    when those bytes are not the whole of a whole version file (a longer
-    file, or a torn one), which :func:`read_index` settles."""
+    first ``read_at_most`` bytes ``raw`` (a listing's bounded read): a
+    small file's whole bytes are checked; a longer one's header is, and the
+    file's size is left to the caller's ``Stat`` (a file a crash cut short
+    fails it). None when the bytes read are not that of a whole version
+    file, which :func:`read_index` settles."""
     number = member_number(name)
-    if number is None or len(raw) >= read_at_most:
+    if number is None:
         return None
-    parsed = parse_version_file(raw, number)
-    return None if parsed is None else len(parsed[0].versions)
+    if len(raw) < read_at_most:
+        parsed = parse_version_file(raw, number)
+        return None if parsed is None else ListedCount(len(parsed[0].versions))
+    head = _header(raw, number)
+    if head is None:
+        return None
+    index, start = head
+    return ListedCount(len(index.versions), start + index.versions[-1].size)
 
 
 # Reading --------------------------------------------------------------------

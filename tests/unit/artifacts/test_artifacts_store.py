@@ -17,7 +17,12 @@ from mevedel_server.artifacts.records import (
     encode,
 )
 from mevedel_server.artifacts.store import ArtifactStore, Editor, revision_of
-from mevedel_server.artifacts.versions import publish_version, read_index, read_version
+from mevedel_server.artifacts.versions import (
+    publish_version,
+    read_index,
+    read_version,
+    version_file_bytes,
+)
 from mevedel_server.store.authority.lease import ClientIdentity
 
 
@@ -233,6 +238,29 @@ async def test_a_version_file_a_crash_tore_is_passed_over_and_never_written_into
     assert [s.versions for s in await reader.list()] == [3]
     await store.close()
     await reader.close()
+
+
+async def test_a_listing_counts_a_large_items_versions_from_its_header_and_size(root, open_target):
+    """An item larger than a listing reads of each newest version file is
+    counted from that file's header, its size proved; cut short by a crash
+    it is passed over like any torn file, in the same listing."""
+    target = await open_target(root)
+    store = _store(target)
+    big = b"# big\n" + b"x" * (200 * 1024)
+    item = await store.create("document", "Big", big)
+    small = await store.create("document", "Small", b"# small\n")
+    await store.save_version(item.item_id)
+    await store.removals_done()
+    assert {s.meta.title: s.versions for s in await _store(target).list()} == {"Big": 2, "Small": 1}
+    index = (await read_index(target, item.item_id)).index
+    third = VersionEntry(number=3, at=1_800_000_000, reason=VersionReason.SAVED, size=len(big), sha256=revision_of(big))
+    whole = version_file_bytes(VersionIndex(next_number=4, versions=[*index.versions, third]), big)
+    versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
+    (versions / "0000000003.version").write_bytes(whole[:-1000])  # its header whole, its bytes cut short
+    assert {s.meta.title: s.versions for s in await _store(target).list()} == {"Big": 2, "Small": 1}
+    (versions / "0000000003.version").write_bytes(whole)  # and whole: counted
+    assert {s.meta.title: s.versions for s in await _store(target).list()} == {"Big": 3, "Small": 1}
+    await store.close()
 
 
 async def test_a_version_file_read_while_its_publisher_wrote_it_is_not_passed_over(root, open_target):
