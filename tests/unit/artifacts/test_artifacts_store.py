@@ -248,7 +248,7 @@ async def test_a_listing_counts_a_large_items_versions_from_its_header_and_size(
     store = _store(target)
     big = b"# big\n" + b"x" * (200 * 1024)
     item = await store.create("document", "Big", big)
-    small = await store.create("document", "Small", b"# small\n")
+    await store.create("document", "Small", b"# small\n")
     await store.save_version(item.item_id)
     await store.removals_done()
     assert {s.meta.title: s.versions for s in await _store(target).list()} == {"Big": 2, "Small": 1}
