@@ -115,15 +115,12 @@ _READ_ONLY_KINDS = frozenset(
 #: for each, about forty opens and closes of its own work.
 _KEEPING_KINDS = _READ_ONLY_KINDS | frozenset(
     (
-        "CreateExclusive", "CreateInPlace", "StampedCreate", "StampedCreateInPlace", "Replace", "ReplaceAtBarrier",
+        "CreateExclusive", "CreateInPlace", "StampedCreate", "StampedCreateInPlace", "Replace",
         "MakeDirs", "Remove", "Barrier",
     )
 )
 #: At most this many directories stay open in one program.
 _DIRECTORY_CACHE_LIMIT = 256
-#: Operations that take part in the program's pending barrier whether or
-#: not they are marked deferred.
-_BARRIER_KINDS = frozenset(("Barrier", "ReplaceAtBarrier"))
 _FILE_MODE = 0o600
 
 
@@ -343,13 +340,7 @@ class _Deferred:
     where libc has no ``syncfs``, every barrier fsyncs. The fsyncs of one
     barrier run at once, each on its own thread: a journalling filesystem
     commits them together, where one after another each waited for a
-    commit of its own.
-
-    A replacement staged for the barrier (``ReplaceAtBarrier``) has its
-    temporary file flushed with the rest, and is renamed over its name
-    once they are all durable, its directory flushed after: the commit of
-    a publication whose other files were deferred, in two flushes all told,
-    as one durable write takes."""
+    commit of its own."""
 
     def __init__(self):
         #: (device, inode) -> an open descriptor of each directory changed.
@@ -360,36 +351,20 @@ class _Deferred:
         #: More were written than are worth an fsync each: syncfs instead.
         self.whole = False
         self.count = 0
-        #: (directory descriptor, temporary name, leaf) of each replacement
-        #: staged for the barrier, in order.
-        self.staged = []
-
-    def stage(self, dir_fd, file_fd, temp, leaf):
-        """Record a replacement of ``leaf`` in ``dir_fd`` by the written
-        temporary file ``temp`` (open as ``file_fd``), which the barrier
-        flushes and then renames (the temporary name itself need not be
-        durable: ``dir_fd`` is flushed after the rename); ``dir_fd`` stays
-        the caller's, ``file_fd`` is this record's from the call on, even
-        when it raises."""
-        self._keep_file(file_fd, True)
-        self.staged.append((os.dup(dir_fd), temp, leaf))
-        self.wrote(None)
 
     def wrote(self, dir_fd, file_fd=None, take=False):
-        """Record a deferred change of ``dir_fd`` (None: of no directory)
-        and of the file open as ``file_fd``; the descriptors stay the
-        caller's, but for ``file_fd`` with ``take``: then it is this
-        record's from the call on, even when it raises (no duplicate and
-        two closes for a file written for the barrier: a tenth of a small
-        publication's system calls)."""
+        """Record a deferred change of ``dir_fd`` and of the file open as
+        ``file_fd``; the descriptors stay the caller's, but for ``file_fd``
+        with ``take``: then it is this record's from the call on, even when
+        it raises (no duplicate and two closes for a file written for the
+        barrier: a tenth of a small publication's system calls)."""
         if file_fd is not None:
             self._keep_file(file_fd, take)
         self.count += 1
-        if dir_fd is not None:
-            st = os.fstat(dir_fd)
-            key = (st.st_dev, st.st_ino)
-            if key not in self.directories:
-                self.directories[key] = os.dup(dir_fd)
+        st = os.fstat(dir_fd)
+        key = (st.st_dev, st.st_ino)
+        if key not in self.directories:
+            self.directories[key] = os.dup(dir_fd)
         if _libc_syncfs() is None:
             if len(self.files) >= _MAX_OPEN_DEFERRED:
                 self._flush_writes()
@@ -410,25 +385,22 @@ class _Deferred:
             self.files.append(file_fd if take else os.dup(file_fd))
 
     def flush(self):
-        """Make every recorded write durable, then commit the staged
-        replacements; returns how many writes there were."""
+        """Make every recorded write durable; returns how many writes there
+        were."""
         count = self.count
         try:
             self._flush_writes()
-            self._commit_staged()
         finally:
             self.close()
         return count
 
     def _flush_writes(self):
-        """Make every recorded write durable (staged ones not yet renamed)."""
+        """Make every recorded write durable."""
         synced = not (self.directories or self.files or self.whole)  # nothing deferred
         if not synced and (self.whole or (_libc_syncfs() is not None and machine_is_quiet())):
             by_device = {}
             for (device, _inode), fd in self.directories.items():
                 by_device.setdefault(device, fd)
-            for dir_fd, _temp, _leaf in self.staged:
-                by_device.setdefault(os.fstat(dir_fd).st_dev, dir_fd)
             # False only where libc or the kernel lacks syncfs (then
             # sync_filesystem may have flushed everything itself).
             synced = all([sync_filesystem(fd) for fd in by_device.values()])
@@ -438,36 +410,10 @@ class _Deferred:
             os.close(fd)
         self.directories, self.files, self.whole = {}, [], False
 
-    def _commit_staged(self):
-        """Rename each staged replacement over its name, now that its bytes
-        and everything deferred before it are durable, then flush the
-        directories that name them."""
-        renamed = {}
-        try:
-            while self.staged:
-                dir_fd, temp, leaf = self.staged[0]
-                os.replace(temp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                self.staged.pop(0)
-                st = os.fstat(dir_fd)
-                if (st.st_dev, st.st_ino) in renamed:
-                    os.close(dir_fd)
-                else:
-                    renamed[(st.st_dev, st.st_ino)] = dir_fd
-            _fsync_at_once(list(renamed.values()))
-        finally:
-            for fd in renamed.values():
-                os.close(fd)
-
     def close(self):
         for fd in self.files + list(self.directories.values()):
             os.close(fd)
-        for dir_fd, temp, _leaf in self.staged:
-            # Staged for a barrier that never ran: nothing names it.
-            try:
-                _unlink_quietly(temp, dir_fd)
-            finally:
-                os.close(dir_fd)
-        self.directories, self.files, self.count, self.whole, self.staged = {}, [], 0, False, []
+        self.directories, self.files, self.count, self.whole = {}, [], 0, False
 
 
 def _fsync_at_once(fds):
@@ -671,7 +617,7 @@ class Executor:
                     results.append((SKIPPED, None, None, False))
                     continue
                 later = len(operation) > 4 and bool(operation[4])
-                result = self.perform(kind, path, argument, deferred if later or kind in _BARRIER_KINDS else None)
+                result = self.perform(kind, path, argument, deferred if later or kind == "Barrier" else None)
                 results.append(result)
                 if result[0] != OK and not optional:
                     stopped_at = index
@@ -884,25 +830,17 @@ class Executor:
             return None
 
     @staticmethod
-    def _write_temp(dir_fd, leaf, data, deferred, mode=None, staged=False):
-        """Write a temporary file beside ``leaf`` and return its name; or,
-        ``staged``, write the stamped parts ``data`` to one, record it for
-        the barrier and return the clock reading it was stamped with."""
+    def _write_temp(dir_fd, leaf, data, deferred, mode=None):
+        """Write a temporary file beside ``leaf`` and return its name."""
         name = ".%s.%s.tmp" % (leaf[:80], os.urandom(6).hex())
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(name, flags, _FILE_MODE, dir_fd=dir_fd)
         try:
             if mode is not None:
                 os.fchmod(fd, mode)
-            if staged:
-                # The probe's reading (probe_filesystem_clock) without a
-                # probe: the file just made is one.
-                reading = os.fstat(fd).st_mtime_ns // 1000000000
-                _write_all(fd, stamped_content(data, reading))
-            else:
-                _write_all(fd, data)
-                if deferred is None:
-                    os.fsync(fd)
+            _write_all(fd, data)
+            if deferred is None:
+                os.fsync(fd)
         except BaseException:
             os.close(fd)
             _unlink_quietly(name, dir_fd)
@@ -911,9 +849,6 @@ class Executor:
             os.close(fd)
             return name
         try:  # the record owns fd from here
-            if staged:
-                deferred.stage(dir_fd, fd, name, leaf)
-                return reading
             deferred.wrote(dir_fd, fd, take=True)
         except BaseException:
             _unlink_quietly(name, dir_fd)
@@ -1302,23 +1237,6 @@ class Executor:
             if deferred is None:
                 os.fsync(pfd)
             return (OK, None, None, False)
-        finally:
-            self._close_directory(pfd)
-
-    def _replace_at_barrier(self, path, parts, deferred):
-        """Write the stamped ``parts`` (see ``stamped_content``; the clock
-        read from the temporary file's own modification time) to a
-        temporary file beside ``path`` now and leave its flush and its
-        rename over ``path`` to the program's next barrier (see
-        ``_Deferred``); without one, the temporary file is removed when the
-        program ends and ``path`` is untouched. ``value``: the reading."""
-        if not isinstance(parts, (list, tuple)):
-            raise Refused(FAILED, "stamped content is a list of parts")
-        pfd, leaf, label = self._open_parent(path)
-        try:
-            self._replaceable(pfd, leaf, label)
-            reading = self._write_temp(pfd, leaf, parts, deferred, staged=True)
-            return (OK, reading, None, False)
         finally:
             self._close_directory(pfd)
 
@@ -2052,7 +1970,6 @@ _HANDLERS = {
     "StampedCreateInPlace": Executor._create_stamped_in_place,
     "CreateLinked": Executor._create_linked,
     "Replace": Executor._replace,
-    "ReplaceAtBarrier": Executor._replace_at_barrier,
     "WriteProject": Executor._write_project,
     "Remove": Executor._remove,
     "MakeDirs": Executor._make_dirs,

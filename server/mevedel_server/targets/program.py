@@ -814,23 +814,6 @@ class Replace(Operation):
     writes: ClassVar[bool] = True
 
 
-class ReplaceAtBarrier(StampedWrite):
-    """Replace (or create) a file with stamped content (:class:`StampedWrite`)
-    when the program's next :class:`Barrier` has made every deferred write
-    before it durable: the bytes go to a temporary file now, which that
-    barrier flushes with those writes, renames over ``path`` and flushes
-    the directory of. The head of a publication whose files are deferred:
-    it commits in the barrier's two flushes, as one durable write does,
-    where a :class:`Replace` after the barrier took two more. Without a
-    barrier later in the program nothing is replaced (the temporary file
-    goes when the program ends)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.deferred:
-            raise ValueError("ReplaceAtBarrier is flushed by its barrier already; it is not marked deferred")
-
-
 class WriteProject(Operation):
     """Atomically replace (or create) a project file as :class:`Replace`
     does, but as a person's file rather than mevedel's own state: an
@@ -858,9 +841,8 @@ class Barrier(Operation):
     """Make every deferred write of this program before it durable, in one
     flush of each filesystem they touched; ``value`` is how many writes it
     covered. Put it before the write that commits them, so that write can
-    only become visible once everything it names is on disk, or let it
-    commit a :class:`ReplaceAtBarrier` itself. A failed flush fails the
-    barrier, and the program stops before its commit."""
+    only become visible once everything it names is on disk. A failed flush
+    fails the barrier, and the program stops before its commit."""
 
     path: str = "."
     accepts_root: ClassVar[bool] = True

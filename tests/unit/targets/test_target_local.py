@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 
 import pytest
 
@@ -21,7 +20,6 @@ from mevedel_server.targets import (
     MakeDirs,
     Read,
     Replace,
-    ReplaceAtBarrier,
     Stat,
     Status,
     executor,
@@ -135,54 +133,6 @@ async def test_a_barrier_after_few_writes_fsyncs_every_file_and_directory(tmp_pa
     assert [kind for kind, _ in flushes.events] == ["fsync"] * 6  # then the head: file and directory
 
 
-@pytest.mark.parametrize("quiet", [False, True], ids=["busy-machine", "quiet-machine"])
-async def test_a_replacement_staged_for_the_barrier_commits_once_everything_before_it_is_flushed(
-    tmp_path, target, monkeypatch, quiet
-):
-    (tmp_path / "head").write_bytes(b"old head")
-    flushes = Flushes(monkeypatch, syncfs=True, quiet=quiet)
-    real_replace = os.replace
-
-    def replace(src, dst, **kwargs):
-        flushes.events.append(("rename", dst))
-        real_replace(src, dst, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
-    program = ControlProgram(
-        [
-            MakeDirs("pub", deferred=True),
-            CreateExclusive("pub/a", b"a" * 3000, deferred=True),
-            ReplaceAtBarrier("head", (b"names pub/a",)),
-            Read("head"),
-            Barrier(),
-            Read("head"),
-        ]
-    )
-    result = await target.run(program)
-    assert result.completed
-    assert result[3].value == b"old head" and result[5].value == b"names pub/a"
-    kinds = [kind for kind, _ in flushes.events]
-    # One flush of everything written (the head's bytes among them), then
-    # the rename, then the head's directory: two flushes, as one durable
-    # write takes, and the head names nothing that is not durable.
-    if quiet and executor._libc_syncfs() is not None:
-        assert kinds == ["syncfs", "rename", "fsync"]
-    else:
-        assert kinds == ["fsync"] * 4 + ["rename", "fsync"]
-        flushed = {_ino(tmp_path / "pub" / "a"), _ino(tmp_path / "pub"), _ino(tmp_path), _ino(tmp_path / "head")}
-        assert {ino for _, ino in flushes.events[:4]} == flushed
-    assert flushes.events[-1] == ("fsync", _ino(tmp_path))
-    assert sorted(os.listdir(tmp_path)) == ["head", "pub"]
-
-
-async def test_a_replacement_no_barrier_commits_leaves_the_file_and_no_temporary(tmp_path, target):
-    (tmp_path / "head").write_bytes(b"old head")
-    result = await target.run(ControlProgram([ReplaceAtBarrier("head", (b"new head",)), Read("missing")]))
-    assert result.stopped_at == 1
-    assert (tmp_path / "head").read_bytes() == b"old head"
-    assert os.listdir(tmp_path) == ["head"]
-
-
 async def test_the_fsync_fallback_flushes_early_rather_than_hold_every_descriptor(tmp_path, target, monkeypatch):
     Flushes(monkeypatch, syncfs=False)
     before = len(os.listdir("/proc/self/fd"))
@@ -212,14 +162,6 @@ async def test_a_failed_flush_stops_the_program_before_the_commit(tmp_path, targ
     assert [r.status for r in result][barrier:] == [Status.FAILED, Status.SKIPPED]
     assert result.stopped_at == barrier and "Input/output error" in result[barrier].reason
     assert not (tmp_path / "head").exists()
-    # A replacement staged for that barrier is not made either.
-    (tmp_path / "head").write_bytes(b"old head")
-    staged = ControlProgram([*program.operations[:barrier], ReplaceAtBarrier("head", (b"new head",)), Barrier()])
-    shutil.rmtree(tmp_path / "pub")
-    result = await target.run(staged)
-    assert result.stopped_at == barrier + 1 and "Input/output error" in result[barrier + 1].reason
-    assert (tmp_path / "head").read_bytes() == b"old head"
-    assert sorted(os.listdir(tmp_path)) == ["head", "pub"]
 
 
 async def test_deferred_writes_no_barrier_follows_leave_no_descriptor_open(tmp_path, target, monkeypatch):

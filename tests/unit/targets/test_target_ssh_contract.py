@@ -17,7 +17,6 @@ import pytest
 from mevedel_server.targets import (
     Barrier,
     Clock,
-    ClockStamp,
     ControlProgram,
     CreateExclusive,
     CreateInPlace,
@@ -29,7 +28,6 @@ from mevedel_server.targets import (
     Read,
     Remove,
     Replace,
-    ReplaceAtBarrier,
     Stat,
     Status,
     TargetOperationError,
@@ -177,30 +175,6 @@ async def test_deferred_writes_are_whole_and_counted_by_their_barrier(root, open
     assert sorted(os.listdir(root)) == ["head", "p"]
     assert sorted(os.listdir(root / "p")) == ["b", "q"]
     assert stat.S_IMODE(os.stat(root / "p" / "q" / "a").st_mode) == 0o600
-
-
-async def test_a_replacement_staged_for_a_barrier_is_made_by_it_alone(root, open_target, outside):
-    (root / "head").write_bytes(b"old head")
-    (root / "link").symlink_to(outside / "secret")
-    t = await open_target(root)
-    staged = [MakeDirs("p", deferred=True), CreateExclusive("p/a", b"a" * 5000, deferred=True), ReplaceAtBarrier("head", (b"names p/a",))]
-    # No barrier, or one the program never reaches: the head stays as it was.
-    result = await t.run(ControlProgram([*staged, Read("head"), Read("missing"), Barrier()]))
-    assert result.stopped_at == 4 and result[3].value == b"old head"
-    assert (root / "head").read_bytes() == b"old head"
-    assert sorted(os.listdir(root)) == ["head", "link", "p"]
-    result = await t.run(ControlProgram([Remove("p/a"), Remove("p"), *staged, Barrier(), Read("head")]))
-    assert result.completed and result[6].value == b"names p/a"
-    assert sorted(os.listdir(root)) == ["head", "link", "p"]
-    assert stat.S_IMODE(os.stat(root / "head").st_mode) == 0o600
-    # Stamped with the target clock, read in the same program.
-    clock = (await t.run(ControlProgram([Clock(".")])))[0].value
-    op = ReplaceAtBarrier("head", (b"at ", ClockStamp(0), b", due ", ClockStamp(60)))
-    result = await t.run(ControlProgram([op, Barrier()]))
-    assert result.completed and abs(result[0].value - clock) <= 2
-    assert (root / "head").read_bytes() == op.content(result[0].value) == b"at %d, due %d" % (result[0].value, result[0].value + 60)
-    refused = await t.run(ControlProgram([ReplaceAtBarrier("link", (b"x",)), Barrier()]))
-    assert refused[0].status is Status.FAILED and refused[0].unsafe and (root / "link").is_symlink()
 
 
 async def test_a_deferred_conflict_stops_the_program_before_its_barrier(root, open_target):
