@@ -142,8 +142,7 @@ def run_take(arguments: argparse.Namespace) -> int:
 
 def run_release(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        from ..store import SessionControl
-        from ..store.service.control import ReleaseFailed
+        from ..store import ReleaseFailed, SessionControl
 
         sid = await held_session(service, arguments.session)
         await service.sessions.open(sid, "resume")

@@ -8,8 +8,9 @@ it has open:
   (the caller confirms, :class:`~..errors.TakeoverNeedsConfirmation`
   otherwise); another client's live lease: a request
   (:mod:`..transfer`) and a *pending* state that a poll settles.
-- :meth:`SessionControl.release` saves, publishes, releases and keeps the
-  session open read-only, following.
+- :meth:`SessionControl.release` saves, publishes and releases in one
+  program (the save's commit is the release) and keeps the session open
+  read-only, following; a failed one releases nothing (:class:`ReleaseFailed`).
 - Owner side: a poll of every writable session's mailbox finds a request
   addressed to this client, notes the target clock at that first sight and
   reports it (``asking``); :meth:`grant` or :meth:`keep` answers it, and an
