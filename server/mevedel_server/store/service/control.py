@@ -582,8 +582,7 @@ class SessionControl:
         except (StoreError, TargetError) as error:
             owning.finishing = False
             _log.warning("session %s: the hand-over did not finish yet: %s", session_id, error)
-            if session.lease is not None and not session.lease.released and session.renewal is None:
-                session._start_renewal()
+            session.resume_renewal()
             owning.failure = str(error)
             await self._fence_own_final(session, owning)
             self._draining(owning, session_id, host, RELEASE_AGAIN, f"the release failed ({error}); it is tried again")
