@@ -11,7 +11,8 @@ CLI's one-client-per-user model (:mod:`.session_client`):
   ``--wait 0`` files the request and reports it (outcome ``requested``,
   status 0); a wait that runs out is a ``conflict`` (status 1).
 - ``release-control``: save, publish and release the session this client
-  holds.
+  holds, in one program; a save that fails releases nothing, and the
+  refusal says what to run before release-control again.
 - ``grant-control`` / ``keep-control``: answer the request waiting for this
   client's session. A CLI owner is asked by nobody and polls nothing
   between commands, so a request to it is answered only by these; a grant
@@ -141,15 +142,34 @@ def run_take(arguments: argparse.Namespace) -> int:
 
 def run_release(arguments: argparse.Namespace) -> int:
     async def body(service: SessionService) -> None:
-        from ..store import SessionControl
+        from ..store import ReleaseFailed, SessionControl
 
         sid = await held_session(service, arguments.session)
         await service.sessions.open(sid, "resume")
-        result, info = await SessionControl(service).release(sid)
+        try:
+            result, info = await SessionControl(service).release(sid)
+        except ReleaseFailed as failed:
+            raise ReleaseFailed(sid, failed.failed, _after_failed_release(sid, failed)) from failed.failed
         committed = bool(result and result.committed)
         emit(arguments, info_data(info) | {"saved": committed}, [f"released: {info_line(info)}"])
 
     return run_command(arguments, body)
+
+
+def _after_failed_release(sid: str, failed: Any) -> str:
+    """What to run after a release-control whose save failed (the session
+    is still this client's): the pending save published or dropped first
+    -- when this command's end does not drop it, held in its memory only --
+    then release-control again."""
+    again = f"mevedel session release-control --session {sid}"
+    if failed.recorded:
+        return (
+            f"mevedel session retry-publication --session {sid} publishes it (abandon-publication drops it), "
+            f"then {again} releases"
+        )
+    if failed.spooled or failed.follow_up is not None:
+        return f"once it is published, {again} releases"
+    return f"this command ends without it: {again} saves and releases again"
 
 
 def run_answer(arguments: argparse.Namespace) -> int:

@@ -83,7 +83,7 @@ _EXPORTS = {
     '.transactions.pending_inputs': ('InputRecord', 'MAX_TEXT_BYTES', 'RunnerRecord', 'add_foreign_input', 'clear_runner', 'encode_runner', 'input_listing', 'load_inputs', 'read_runner', 'record_runner', 'remove_input', 'runner_clear_ops', 'runner_from', 'runner_ops', 'runner_read', 'runner_recorded', 'write_inputs'),
     '.workspace_wide.listing': ('InspectSessionRow', 'SessionAction'),
     '.watching.watch': ('LEASE', 'SessionWatcher', 'Wake', 'WatchCadence'),
-    '.service.control': ('ControlEvent', 'ControlStatus', 'SessionControl'),
+    '.service.control': ('ControlEvent', 'ControlStatus', 'ReleaseFailed', 'SessionControl'),
     '.service.following': ('FollowUpdate',),
     '.watching.follow': ('diff_conversations',),
     '.content.inspect': ('list_segments',),

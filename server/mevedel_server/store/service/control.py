@@ -8,8 +8,9 @@ it has open:
   (the caller confirms, :class:`~..errors.TakeoverNeedsConfirmation`
   otherwise); another client's live lease: a request
   (:mod:`..transfer`) and a *pending* state that a poll settles.
-- :meth:`SessionControl.release` saves, publishes, releases and keeps the
-  session open read-only, following.
+- :meth:`SessionControl.release` saves, publishes and releases in one
+  program (the save's commit is the release) and keeps the session open
+  read-only, following; a failed one releases nothing (:class:`ReleaseFailed`).
 - Owner side: a poll of every writable session's mailbox finds a request
   addressed to this client, notes the target clock at that first sight and
   reports it (``asking``); :meth:`grant` or :meth:`keep` answers it, and an
@@ -61,7 +62,13 @@ from ..authority.transfer import (
     write_fence,
 )
 from ..content.turns import ConversationError, SaveCandidate
-from ..errors import LeaseLost, StoreError
+from ..errors import (
+    LeaseLost,
+    PublicationFailed,
+    PublicationUnknown,
+    SessionRefusal,
+    StoreError,
+)
 from ..watching.watch import SessionWatcher, Wake, WatchCadence
 from .errors import SessionNotOpen
 from .front import SessionService
@@ -433,9 +440,20 @@ class SessionControl:
     # Releasing --------------------------------------------------------------
 
     async def release(self, session_id: str) -> tuple[SaveResult | None, SessionInfo]:
-        """Save, publish, release; the session stays open read-only, following."""
+        """Save, publish, release; the session stays open read-only, following.
+
+        Held here with a conversation to publish, the save is the release:
+        one program whose released generation names the new head, so a
+        reader sees this client's old state held or its new state released,
+        never the old state released. A failed one leaves this client
+        holding the session, renewing it again, with the publication
+        pending as any failed save leaves it (:class:`ReleaseFailed`)."""
         service = self.service
         session = service.session(session_id)
+        # A publication pending from before refuses the release, as it does
+        # any save: publishing it, or a newer snapshot over it, as the
+        # release would decide for the person whether it is retried or
+        # abandoned (a grant's drain waits for that decision too).
         session.require_mutable()
         opened = session.conversation.open_turn
         if opened is not None:
@@ -445,7 +463,13 @@ class SessionControl:
         result: SaveResult | None = None
         if session.lease is not None or session.materialized:
             session.conversation.detach_engine(at=service.table.time_now())
-            result = await session.save(session.conversation.artifacts_for_save(), force=True)
+            candidate = session.conversation.artifacts_for_save()
+            if session.lease is not None and candidate is not None:
+                result = await _release_with_save(session, candidate)
+            else:
+                # No lease yet (the save claims it) or nothing to publish:
+                # the release is a program of its own.
+                result = await session.save(candidate, force=True)
         await session.release()
         session.hand_over("released control; following the session read-only", None)
         self._owning.pop(session_id, None)
@@ -558,8 +582,7 @@ class SessionControl:
         except (StoreError, TargetError) as error:
             owning.finishing = False
             _log.warning("session %s: the hand-over did not finish yet: %s", session_id, error)
-            if session.lease is not None and not session.lease.released and session.renewal is None:
-                session._start_renewal()
+            session.resume_renewal()
             owning.failure = str(error)
             await self._fence_own_final(session, owning)
             self._draining(owning, session_id, host, RELEASE_AGAIN, f"the release failed ({error}); it is tried again")
@@ -743,6 +766,45 @@ def _own_final(session: OpenSession, owning: _Owning) -> bool:
 
 async def _save_releasing(session: OpenSession, candidate: SaveCandidate, lead: list, changes: dict) -> None:
     await session.save(candidate, lead=lead, release=changes)
+
+
+async def _release_with_save(session: OpenSession, candidate: SaveCandidate) -> SaveResult:
+    """An explicit save (published even unchanged) whose commit releases the
+    lease, with renewal and background work stopped first as
+    :meth:`OpenSession.release` stops them. A failure that leaves the lease
+    held renews it again (the LSP server keeps the session writable;
+    collection resumes at its next commit)."""
+    await session.stop_background()
+    await session.stop_renewal()
+    try:
+        # The released generation differs from the head only in its state,
+        # as :meth:`LeaseHandle.release` writes it, and in the head it names.
+        return await session.save(candidate, force=True, release={})
+    except PublicationFailed as failed:
+        session.resume_renewal()
+        raise ReleaseFailed(session.session_id, failed) from failed
+    except BaseException:
+        session.resume_renewal()
+        raise
+
+
+class ReleaseFailed(PublicationFailed):
+    """A release-control whose releasing save failed: the publication is
+    pending as that save's failure left it (journalled, spooled or in
+    memory), and control was not released -- unless the host stopped
+    answering, when whether it was is unknown like the publication."""
+
+    def __init__(self, session_id: str, failed: PublicationFailed, then: str | None = None) -> None:
+        if isinstance(failed, PublicationUnknown):
+            state = "control may or may not have been released with the save"
+        else:
+            state = "control was not released: this client still holds the session"
+        then = then or "retry the publication (or abandon it), then release control again"
+        SessionRefusal.__init__(self, session_id, f"{state}; {failed.said}; {then}")
+        self.reason = failed.reason
+        self.recorded, self.spooled = failed.recorded, failed.spooled
+        self.follow_up = getattr(failed, "follow_up", None)
+        self.failed = failed
 
 
 async def _retry_releasing(session: OpenSession, lead: list, changes: dict) -> None:

@@ -763,6 +763,13 @@ class OpenSession:
             renewal, self._renewal = self._renewal, None
             await renewal.stop()
 
+    def resume_renewal(self) -> None:
+        """Renew again after :meth:`stop_renewal` while the lease is still
+        this client's to hold (a release whose program failed)."""
+        lease = self.lease
+        if lease is not None and not (lease.lost or lease.released) and self.read_only is None and self._renewal is None:
+            self._start_renewal()
+
     async def release(self) -> None:
         """Stop renewing and release the lease (a lost lease is left alone)."""
         await self.stop_background()
