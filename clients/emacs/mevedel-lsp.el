@@ -512,11 +512,34 @@ the text modes' `ispell-complete-word' key does it here)."
          (or (alist-get 'jsonrpc-error-message details) (format "%S" details)))))
     (_ (error-message-string error))))
 
+(defconst mevedel-lsp--declined
+  '(("beside-held-declined" . "no new session was started")
+    ("takeover-declined" . "%s was not taken over")
+    ("identity-declined" . "%s was not bound to this workspace"))
+  "What was not done when the user answered Cancel to the server's
+question, by the error kind the request it guarded fails with (%s: the
+session).  The question said why.")
+
+(defun mevedel-lsp--fail (server error &optional more)
+  "Signal a `user-error' saying that SERVER's request failed with ERROR.
+MORE, a string, is added to the message.
+A question the user declined is no failure: it says what was not done,
+not the server's text named by the request, and leaves no error state
+\(jsonrpc keeps an error answer as SERVER's last error, which Eglot's
+mode line shows as `error' until the next message arrives)."
+  (let* ((data (pcase error (`(jsonrpc-error . ,details) (alist-get 'jsonrpc-error-data details))))
+         (declined (cdr (assoc (plist-get data :kind) mevedel-lsp--declined))))
+    (unless declined
+      (user-error "mevedel: %s%s" (mevedel-lsp--error-text error) (or more "")))
+    (setf (jsonrpc-last-error server) nil)
+    (force-mode-line-update t)
+    (user-error "mevedel: %s%s" (format declined (plist-get data :authored)) (or more ""))))
+
 (defun mevedel-lsp--request (server method params)
   "Send SERVER a METHOD request with PARAMS; a failure becomes a `user-error'."
   (condition-case err
       (jsonrpc-request server method params)
-    (jsonrpc-error (user-error "mevedel: %s" (mevedel-lsp--error-text err)))))
+    (jsonrpc-error (mevedel-lsp--fail server err))))
 
 (defun mevedel-lsp--rest-of-line (server ref line char-offset)
   "The characters of LINE of REF from CHAR-OFFSET on, page by page."
@@ -904,7 +927,7 @@ asks you first (the server's question, in the minibuffer).  Return the
                      (jsonrpc-request server :mevedel/session/open
                                       (mevedel-lsp--object :sessionId session-id :mode (or mode "auto"))
                                       :timeout mevedel-lsp-question-timeout)
-                   (jsonrpc-error (user-error "mevedel: %s" (mevedel-lsp--error-text err)))))
+                   (jsonrpc-error (mevedel-lsp--fail server err))))
          (state (plist-get opened :session)))
     (pop-to-buffer (mevedel-lsp-transcript-buffer (plist-get state :sessionId) server))
     (mevedel-lsp--refresh-lists server)
@@ -1704,7 +1727,7 @@ Return the `mevedel/control/take' result."
          (taken (condition-case err
                     (jsonrpc-request server :mevedel/control/take (mevedel-lsp--object :sessionId session-id)
                                      :timeout mevedel-lsp-question-timeout)
-                  (jsonrpc-error (user-error "mevedel: %s" (mevedel-lsp--error-text err))))))
+                  (jsonrpc-error (mevedel-lsp--fail server err)))))
     (mevedel-lsp--refresh-lists server)
     (message "mevedel: %s: %s" (plist-get taken :sessionId)
              (pcase (plist-get taken :outcome)
@@ -3585,7 +3608,7 @@ Interactively, the file the prompt was started from is the default."
           (jsonrpc-request server :mevedel/session/open
                            (mevedel-lsp--object :sessionId (car continuing) :mode "auto")
                            :timeout mevedel-lsp-question-timeout)
-        (jsonrpc-error (user-error "mevedel: %s (C-c C-n sends to a new session)" (mevedel-lsp--error-text err))))
+        (jsonrpc-error (mevedel-lsp--fail server err " (C-c C-n sends to a new session)")))
       (message "mevedel: continuing %s" (cdr continuing)))
     (add-to-history 'mevedel-lsp-prompt-history text)
     (let ((chat (mevedel-lsp-queue--send-prompt server text mevedel-lsp-prompt--queue-action

@@ -774,8 +774,16 @@ def test_emacs_c_g_at_the_question_before_a_session_beside_a_held_one_starts_not
         screen.wait_for(lambda s: "[empty or C-g: Cancel]" in s and "share this project's files" in _unwrapped(s),
                         "the question with its text")
         screen.keys("C-g")
-        told = screen.wait_for(lambda s: "no new session was started" in _unwrapped(s), "what C-g did")
+        # The message and the whole of Eglot's mode-line segment.
+        told = screen.wait_for(lambda s: "no new session was started" in _unwrapped(s) and re.search(r"\[eglot:[^]\n]*\]", s),
+                               "what C-g did")
+        (tmp_path / "emacs-declined.txt").write_text(told)
         assert "Traceback" not in told and "Error running timer" not in told, told
+        # A declined question is no failure: no error in the mode line
+        # (it read [eglot:project/error]), and the echo area does not name
+        # the request it refused.
+        assert "error" not in re.search(r"\[eglot:[^]\n]*\]", told).group(0), told
+        assert "mevedel/session/create" not in told, told
         _new_session(screen, "Third")
         screen.wait_for(lambda s: "[empty or C-g: Cancel]" in s, "the question again")
         screen.text("Start anyway")

@@ -855,14 +855,14 @@ local function resolve_session(client, session, create)
     return listing.sessionId
   end
   if create and type(data) == 'table' and data.kind == 'owner-missing' then
-    local state, create_err = mevedel.request(client, 'mevedel/session/create', vim.empty_dict())
+    local state, create_err, create_data = mevedel.request(client, 'mevedel/session/create', vim.empty_dict())
     if state then
       mevedel.notify('started session ' .. state.displayName, levels.INFO)
       return state.sessionId
     end
-    return nil, create_err
+    return nil, create_err, create_data
   end
-  return nil, err
+  return nil, err, data
 end
 
 --- Open the chat of SESSION (nil: the current buffer's, else the current
@@ -1116,9 +1116,9 @@ function M.send(opts)
   if not client then
     return
   end
-  local session, err = resolve_session(client, opts.session, true)
+  local session, err, data = resolve_session(client, opts.session, true)
   if not session then
-    mevedel.notify(err)
+    mevedel.notify_failure(err, data)
     return
   end
   local queue = require('mevedel.queue')

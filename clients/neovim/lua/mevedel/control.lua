@@ -33,9 +33,9 @@ function M.take(session, on_taken)
   if not client then
     return
   end
-  mevedel.request_async(client, 'mevedel/control/take', scoped(session), function(result, err)
+  mevedel.request_async(client, 'mevedel/control/take', scoped(session), function(result, err, data)
     if not result then
-      mevedel.notify(err)
+      mevedel.notify_failure(err, data)
       return
     end
     local said = OUTCOMES[result.outcome]

@@ -67,6 +67,34 @@ local function notify(message, level)
 end
 M.notify = notify
 
+-- What did not happen when the user answered Cancel to the server's
+-- question (the request it guarded fails with this kind). The question
+-- said why, so this is no error and not the server's whole text: that
+-- was wider than the command line and, echoed just after the question,
+-- asked "Press ENTER" of someone who had already answered.
+local DECLINED = {
+  ['beside-held-declined'] = function()
+    return 'no new session was started'
+  end,
+  ['takeover-declined'] = function(data)
+    return tostring(data.authored) .. ' was not taken over'
+  end,
+  ['identity-declined'] = function(data)
+    return tostring(data.authored) .. ' was not bound to this workspace'
+  end,
+}
+
+--- Tell the user a request failed: ERR, the server's text, as an error;
+--- a question the user declined (DATA's kind) as what was not done.
+function M.notify_failure(err, data)
+  local declined = type(data) == 'table' and DECLINED[data.kind]
+  if declined then
+    notify(declined(data), vim.log.levels.INFO)
+  else
+    notify(err)
+  end
+end
+
 -- The server keeps any setting a message leaves out, so every one is sent,
 -- vim.NIL (JSON null) meaning "the server's default".
 local SETTING_KEYS = {

@@ -26,9 +26,9 @@ local levels = vim.log.levels
 
 -- Sends METHOD; on failure tells the user the server's words.
 local function call(client, method, params)
-  local result, err = mevedel.request(client, method, params or vim.empty_dict())
+  local result, err, data = mevedel.request(client, method, params or vim.empty_dict())
   if not result then
-    mevedel.notify(err)
+    mevedel.notify_failure(err, data)
   end
   return result
 end
@@ -156,7 +156,7 @@ function M.open(session, mode, on_opened, client)
     elseif type(data) == 'table' and data.kind == 'takeover-declined' and (late_questions[client.id] or pending.superseded) then
       -- The question is (or was) in front of the user; their answer decides.
     else
-      mevedel.notify(err)
+      mevedel.notify_failure(err, data)
     end
   end)
 end
@@ -547,6 +547,10 @@ function M.on_question(_, params, ctx)
   local answered, answer = false, nil
   local asking = true
   vim.ui.select(titles, { prompt = 'mevedel: ' .. params.message, kind = permission and 'mevedel.permission' or 'mevedel.question' }, function(choice)
+    -- Neovim's own select leaves the question's lines in the message
+    -- area: the message after the answer (what was done, or not) would
+    -- stack under them and ask "Press ENTER" of someone who had answered.
+    pcall(vim.cmd, 'redraw')
     if asking then
       answered, answer = true, choice
     elseif waiting then
