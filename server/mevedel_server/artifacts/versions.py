@@ -224,9 +224,15 @@ class IndexView(msgspec.Struct, frozen=True):
     unwhole: bytes | None = None
 
 
+#: How much of the newest version file a reader of the index reads: a
+#: document's whole; a larger file's header, its size proved by a ``Stat``
+#: (one program more, not the previous version's bytes over the wire).
+HEAD_BYTES = 64 * 1024
+
+
 def _view_ops(paths: ItemPaths) -> list[Operation]:
     return [
-        ReadNewest(paths.versions_dir, *VERSION_FAMILY, optional=True),
+        ReadNewest(paths.versions_dir, *VERSION_FAMILY, optional=True, max_bytes=HEAD_BYTES),
         Read(paths.versions_index, optional=True),
         ListDir(paths.versions_dir, optional=True),
     ]
@@ -263,6 +269,29 @@ async def _view_once(target: Target, item_id: str, ops: list[Operation], results
     raise_for_result(newest_op, newest_res)
     newest, raw = newest_res.value
     number = member_number(newest)
+    paths = ItemPaths(item_id)
+    if number is not None and len(raw) >= HEAD_BYTES:
+        # Only its start was read: whole when its header holds and its
+        # size is what the header says; else read whole and judged below.
+        head = _header(raw, number)
+        path = f"{paths.versions_dir}/{newest}"
+        stat, read = Stat(path, optional=True), Read(path, optional=True)
+        ops_more: list[Operation] = [stat] if head is not None else [read]
+        more = (await target.run(ControlProgram(ops_more)))[0]
+        if more.status is Status.ABSENT:
+            return None  # dropped meanwhile (a newer one is the newest)
+        raise_for_result(ops_more[0], more)
+        if head is not None:
+            index, start = head
+            if more.value.kind == "file" and more.value.size == start + index.versions[-1].size:
+                return IndexView(index, newest, None, names)
+            read_res = (await target.run(ControlProgram([read])))[0]
+            if read_res.status is Status.ABSENT:
+                return None
+            raise_for_result(read, read_res)
+            raw = read_res.value
+        else:
+            raw = more.value
     parsed = parse_version_file(raw, number) if number is not None else None
     if parsed is not None:
         return IndexView(parsed[0], newest, None, names)
@@ -272,7 +301,6 @@ async def _view_once(target: Target, item_id: str, ops: list[Operation], results
     # ``unwhole``). One before it that is not whole either is no crash's
     # doing (only the newest is ever written): refused, never taken for an
     # empty history, which the next save would drop every file of.
-    paths = ItemPaths(item_id)
     older = sorted((n for n in map(member_number, names) if n is not None and number is not None and n < number), reverse=True)
     if older:
         op = Read(paths.version_file(older[0]), optional=True)

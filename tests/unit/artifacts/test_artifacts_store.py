@@ -263,14 +263,17 @@ async def test_a_listing_counts_a_large_items_versions_from_its_header_and_size(
     await store.close()
 
 
-async def test_a_version_file_read_while_its_publisher_wrote_it_is_not_passed_over(root, open_target):
+@pytest.mark.parametrize("size", [6, 200 * 1024], ids=["small", "larger-than-a-head-read"])
+async def test_a_version_file_read_while_its_publisher_wrote_it_is_not_passed_over(root, open_target, size):
     """Readers take no lock: one can read the newest version file while its
     publisher is still writing it, and take it for torn. A publication
     built on that read proves the file unchanged under the lock; finished
-    by then, it is the index, and its version is kept, not skipped over."""
+    by then, it is the index, and its version is kept, not skipped over.
+    A file larger than a reader's head read is judged by its size, then
+    read whole."""
     target = await open_target(root)
     store = _store(target)
-    item = await store.create("document", "Doc", b"# one\n")
+    item = await store.create("document", "Doc", b"# one\n" + b"x" * (size - 6))
     saved = await store.save_version(item.item_id)
     await store.removals_done()
     versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
@@ -287,6 +290,36 @@ async def test_a_version_file_read_while_its_publisher_wrote_it_is_not_passed_ov
     assert [v.number for v in published.index.versions] == [1, saved.number, saved.number + 1]
     assert [v.number for v in await store.versions(item.item_id)] == [saved.number + 1, saved.number, 1]
     await store.close()
+
+
+async def test_a_save_of_a_large_item_reads_the_primary_not_the_previous_version(root, open_target):
+    """A save that reads the index (a CLI's, or a server's first) reads the
+    newest version file's head and its size, not the previous version's
+    bytes: over SSH those would cross the wire at every save."""
+    target = await open_target(root)
+    big = b"# big\n" + b"y" * (2 * 1024 * 1024)
+    item = await _store(target).create("document", "Big", big)
+    read: list[int] = []
+    run = target.run
+
+    async def counting(program):
+        result = await run(program)
+        for op_result in result:
+            value = op_result.value
+            if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], bytes):
+                value = value[1]  # ReadNewest's (name, bytes)
+            if isinstance(value, bytes):
+                read.append(len(value))
+        return result
+
+    target.run = counting
+    fresh = _store(target)
+    entry = await fresh.save_version(item.item_id)
+    await fresh.removals_done()
+    assert entry.number == 2
+    assert sum(read) < len(big) + 256 * 1024, read  # the primary, a head, the metadata
+    assert (await read_version(target, item.item_id, 1))[1] == big
+    await fresh.close()
 
 
 async def test_version_files_no_crash_explains_are_refused_and_kept(root, open_target):
